@@ -1,0 +1,81 @@
+/* api: the REST control plane (contract: api/openapi.yaml). The HTTP glue (http.c)
+ * turns libmicrohttpd requests into struct api_request, the route table (routes.c)
+ * picks a handler, handlers (h_*.c) fill a struct api_reply or return an error, and
+ * http.c maps errors to statuses in exactly one place (api_http_status).
+ *
+ * Decision: handlers are plain functions of (context, request) → reply | struct err,
+ * with no libmicrohttpd types in them, so they are unit-testable without a socket and
+ * the error → HTTP mapping cannot drift between handlers. */
+#ifndef DDPB_API_H
+#define DDPB_API_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "db.h"
+#include "err.h"
+#include "scheduler.h"
+#include "store_server.h"
+
+/* What handlers may use; every pointer borrowed for the server's lifetime. */
+struct api_ctx {
+    const struct config *cfg;
+    struct db *db;
+    struct scheduler *sched;
+    struct store_server *store;
+    double started_at; /* Unix seconds */
+    atomic_uint_fast64_t requests, errors;
+};
+
+#define API_MAX_PATH_IDS 2
+
+struct api_query_arg {
+    const char *key, *value; /* borrowed */
+};
+
+struct api_request {
+    const char *method;          /* "GET", "POST", ... */
+    const char *path;            /* without the query string */
+    const char *body;            /* NUL-terminated, may be NULL */
+    size_t body_len;
+    int64_t ids[API_MAX_PATH_IDS]; /* {id} path segments, in order */
+    const struct api_query_arg *query;
+    size_t nquery;
+};
+
+struct api_reply {
+    int status;               /* 200 when left 0 */
+    json_t *json;             /* owned: sent as application/json */
+    char *body;               /* owned (malloc): sent as is when json is NULL */
+    size_t body_len;
+    const char *content_type; /* for body; static string */
+    char location[128];       /* Location header when non-empty */
+};
+
+/* Value of query argument key, or NULL. */
+const char *api_query_get(const struct api_request *req, const char *key);
+/* Fails with ERR_INVALID naming the first argument not in allowed (NULL-terminated). */
+int api_query_check(const struct api_request *req, const char *const *allowed, struct err *e);
+/* Integer query argument within [lo, hi], def when absent. */
+int api_query_int(const struct api_request *req, const char *key, int64_t lo, int64_t hi,
+                  int64_t def, int64_t *out, struct err *e);
+
+/* The HTTP status for an error code. The one mapping. */
+int api_http_status(enum err_code code);
+/* {"error": {"code", "message", "field"?}}. Owned. */
+json_t *api_error_json(const struct err *e);
+
+/* Dispatch (routes.c): finds the handler for method+path and runs it. Fills ids. */
+int api_dispatch(struct api_ctx *ctx, struct api_request *req, struct api_reply *rep,
+                 struct err *e);
+
+struct api_server;
+/* Starts libmicrohttpd on cfg->host:cfg->port. ctx is borrowed. Owned result. */
+struct api_server *api_server_start(struct api_ctx *ctx, struct err *e);
+int api_server_port(const struct api_server *s);
+void api_server_stop(struct api_server *s);
+
+#endif

@@ -1,0 +1,30 @@
+/* handlers: one function per endpoint (see api/openapi.yaml), grouped by resource in
+ * h_*.c. Each fills rep (status defaults to 200) or returns -1 with e set. */
+#ifndef DDPB_HANDLERS_H
+#define DDPB_HANDLERS_H
+
+#include "api.h"
+
+typedef int (*api_handler)(struct api_ctx *ctx, const struct api_request *req,
+                           struct api_reply *rep, struct err *e);
+
+/* h_experiments.c */
+int h_experiments_create(struct api_ctx *ctx, const struct api_request *req,
+                         struct api_reply *rep, struct err *e);
+int h_experiments_list(struct api_ctx *ctx, const struct api_request *req,
+                       struct api_reply *rep, struct err *e);
+int h_experiments_get(struct api_ctx *ctx, const struct api_request *req,
+                      struct api_reply *rep, struct err *e);
+/* h_runs.c */
+int h_runs_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+               struct err *e);
+/* h_system.c */
+int h_system_health(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                    struct err *e);
+int h_system_spec_schema(struct api_ctx *ctx, const struct api_request *req,
+                         struct api_reply *rep, struct err *e);
+/* h_static.c: files under cfg->web_dir for any GET outside /v1 */
+int h_static_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                 struct err *e);
+
+#endif

@@ -1,0 +1,301 @@
+/* http: the libmicrohttpd glue. Collects the request body under a cap, answers 413 as
+ * soon as the cap is known to be exceeded (from Content-Length, before reading the body),
+ * dispatches, and sends JSON. Error → status mapping lives here (api_http_status).
+ *
+ * Decision: a thread pool with epoll; handlers are short (SQLite reads, a spec parse),
+ * so no handler blocks a thread for long, and slow operations (runs) never happen on an
+ * HTTP thread: they are queued for the scheduler. */
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "api.h"
+#include "buf.h"
+#include "log.h"
+
+#define HTTP_MAX_QUERY 32
+#define HTTP_DISCARD_FACTOR 8
+
+struct api_server {
+    struct MHD_Daemon *mhd;
+    struct api_ctx *ctx;
+    int port;
+};
+
+struct http_conn {
+    struct buf body;
+    bool too_large;
+    size_t discarded; /* bytes of an oversized body thrown away */
+};
+
+int api_http_status(enum err_code code)
+{
+    switch (code) {
+    case ERR_OK: return MHD_HTTP_OK;
+    case ERR_INVALID: return MHD_HTTP_BAD_REQUEST;
+    case ERR_NOT_FOUND: return MHD_HTTP_NOT_FOUND;
+    case ERR_NOT_ALLOWED: return MHD_HTTP_METHOD_NOT_ALLOWED;
+    case ERR_CONFLICT: return MHD_HTTP_CONFLICT;
+    case ERR_TOO_LARGE: return MHD_HTTP_CONTENT_TOO_LARGE;
+    case ERR_UNAUTHORIZED: return MHD_HTTP_UNAUTHORIZED;
+    case ERR_UNAVAILABLE: return MHD_HTTP_SERVICE_UNAVAILABLE;
+    case ERR_TIMEOUT: return MHD_HTTP_GATEWAY_TIMEOUT;
+    default: return MHD_HTTP_INTERNAL_SERVER_ERROR;
+    }
+}
+
+json_t *api_error_json(const struct err *e)
+{
+    json_t *inner = json_pack("{s:s, s:s}", "code", err_code_name(e->code), "message",
+                              e->msg[0] ? e->msg : err_code_name(e->code));
+    if (e->field[0])
+        json_object_set_new(inner, "field", json_string(e->field));
+    return json_pack("{s:o}", "error", inner);
+}
+
+static enum MHD_Result http_send(struct MHD_Connection *conn, struct api_reply *rep)
+{
+    char *text = NULL;
+    size_t len = 0;
+    const char *ctype = rep->content_type ? rep->content_type : "text/plain; charset=utf-8";
+    if (rep->json) {
+        text = json_dumps(rep->json, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (text) {
+            len = strlen(text);
+            char *grown = realloc(text, len + 2);
+            if (grown) {
+                text = grown;
+                text[len++] = '\n';
+                text[len] = '\0';
+            }
+        }
+        ctype = "application/json";
+    } else {
+        text = rep->body;
+        len = rep->body_len;
+        rep->body = NULL;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, text ? text : (char *)"", text ? MHD_RESPMEM_MUST_FREE
+                                                                          : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    if (rep->location[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rep->location);
+    if (rep->status == MHD_HTTP_CONTENT_TOO_LARGE)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result r = MHD_queue_response(conn, (unsigned)(rep->status ? rep->status : 200), resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+static enum MHD_Result http_send_error(struct api_ctx *ctx, struct MHD_Connection *conn,
+                                       const struct err *e)
+{
+    atomic_fetch_add(&ctx->errors, 1);
+    struct api_reply rep = {.status = api_http_status(e->code), .json = api_error_json(e)};
+    enum MHD_Result r = http_send(conn, &rep);
+    json_decref(rep.json);
+    return r;
+}
+
+struct http_query_collect {
+    struct api_query_arg *args;
+    size_t n;
+};
+
+static enum MHD_Result http_collect_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        const char *value)
+{
+    struct http_query_collect *q = cls;
+    (void)kind;
+    if (q->n >= HTTP_MAX_QUERY)
+        return MHD_NO;
+    q->args[q->n++] = (struct api_query_arg){key, value ? value : ""};
+    return MHD_YES;
+}
+
+static enum MHD_Result http_complete(struct api_server *srv, struct MHD_Connection *conn,
+                                     const char *url, const char *method, struct http_conn *hc)
+{
+    struct api_ctx *ctx = srv->ctx;
+    struct err e = {0};
+    if (hc->too_large) {
+        err_set(&e, ERR_TOO_LARGE, NULL, "request body larger than %zu bytes",
+                ctx->cfg->max_body);
+        return http_send_error(ctx, conn, &e);
+    }
+    struct api_query_arg args[HTTP_MAX_QUERY];
+    struct http_query_collect q = {args, 0};
+    if (MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, http_collect_arg, &q) >
+        HTTP_MAX_QUERY) {
+        err_set(&e, ERR_INVALID, NULL, "more than %d query arguments", HTTP_MAX_QUERY);
+        return http_send_error(ctx, conn, &e);
+    }
+    if (buf_append(&hc->body, "", 1) < 0) { /* NUL-terminate */
+        err_set(&e, ERR_NOMEM, NULL, "out of memory");
+        return http_send_error(ctx, conn, &e);
+    }
+    struct api_request req = {
+        .method = method,
+        .path = url,
+        .body = (const char *)hc->body.data,
+        .body_len = hc->body.len - 1,
+        .query = args,
+        .nquery = q.n,
+    };
+    struct api_reply rep = {0};
+    if (api_dispatch(ctx, &req, &rep, &e) < 0) {
+        json_decref(rep.json);
+        free(rep.body);
+        if (api_http_status(e.code) >= 500)
+            log_error("%s %s: %s", method, url, e.msg);
+        return http_send_error(ctx, conn, &e);
+    }
+    enum MHD_Result r = http_send(conn, &rep);
+    json_decref(rep.json);
+    free(rep.body);
+    return r;
+}
+
+static bool http_declared_too_large(struct MHD_Connection *conn, size_t max)
+{
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!cl)
+        return false;
+    char *end;
+    unsigned long long v = strtoull(cl, &end, 10);
+    return *end == '\0' && v > max;
+}
+
+static enum MHD_Result http_handle(void *cls, struct MHD_Connection *conn, const char *url,
+                                   const char *method, const char *version,
+                                   const char *upload_data, size_t *upload_data_size,
+                                   void **con_cls)
+{
+    struct api_server *srv = cls;
+    struct http_conn *hc = *con_cls;
+    (void)version;
+    if (!hc) {
+        hc = calloc(1, sizeof *hc);
+        if (!hc)
+            return MHD_NO;
+        buf_init(&hc->body);
+        *con_cls = hc;
+        atomic_fetch_add(&srv->ctx->requests, 1);
+        if (http_declared_too_large(conn, srv->ctx->cfg->max_body)) {
+            hc->too_large = true;
+            return http_complete(srv, conn, url, method, hc); /* answer before the body */
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        if (hc->too_large || hc->body.len + *upload_data_size > srv->ctx->cfg->max_body) {
+            /* A body without Content-Length (chunked) grew past the cap. libmicrohttpd
+             * cannot answer before the upload ends, so the rest is discarded and answered
+             * with 413, up to a bound past which the connection is simply closed. */
+            if (!hc->too_large)
+                buf_free(&hc->body);
+            hc->too_large = true;
+            hc->discarded += *upload_data_size;
+            *upload_data_size = 0;
+            return hc->discarded > HTTP_DISCARD_FACTOR * srv->ctx->cfg->max_body ? MHD_NO
+                                                                                 : MHD_YES;
+        }
+        if (buf_append(&hc->body, upload_data, *upload_data_size) < 0)
+            return MHD_NO;
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    return http_complete(srv, conn, url, method, hc);
+}
+
+static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                           enum MHD_RequestTerminationCode toe)
+{
+    struct http_conn *hc = *con_cls;
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    if (!hc)
+        return;
+    buf_free(&hc->body);
+    free(hc);
+    *con_cls = NULL;
+}
+
+static void http_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    (void)cls;
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n > 0 && msg[n - 1] == '\n')
+        msg[--n] = '\0';
+    log_warn("http: %s", msg);
+}
+
+struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", ctx->cfg->port);
+    int rc = getaddrinfo(ctx->cfg->host, port, &hints, &ai);
+    if (rc != 0) {
+        err_set(e, ERR_INVALID, "host", "cannot resolve --host %s: %s", ctx->cfg->host,
+                gai_strerror(rc));
+        return NULL;
+    }
+    struct api_server *srv = calloc(1, sizeof *srv);
+    if (!srv) {
+        freeaddrinfo(ai);
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    srv->ctx = ctx;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    srv->mhd = MHD_start_daemon(
+        flags, (uint16_t)ctx->cfg->port, NULL, NULL, http_handle, srv,
+        MHD_OPTION_EXTERNAL_LOGGER, http_log, srv,
+        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)ctx->cfg->http_threads,
+        MHD_OPTION_CONNECTION_TIMEOUT, 60u,
+        MHD_OPTION_CONNECTION_LIMIT, 4096u,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+        MHD_OPTION_NOTIFY_COMPLETED, http_completed, srv,
+        MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!srv->mhd) {
+        err_set(e, ERR_IO, "port", "cannot listen on %s:%d (in use, or not an address of this "
+                "host)", ctx->cfg->host, ctx->cfg->port);
+        free(srv);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    srv->port = info ? info->port : ctx->cfg->port;
+    return srv;
+}
+
+int api_server_port(const struct api_server *s) { return s->port; }
+
+void api_server_stop(struct api_server *s)
+{
+    if (!s)
+        return;
+    MHD_stop_daemon(s->mhd);
+    free(s);
+}

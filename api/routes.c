@@ -1,0 +1,158 @@
+/* routes: the route table and the query-string helpers.
+ *
+ * Decision: a flat table of (method, pattern, handler); patterns are '/'-separated with
+ * "{name}" segments that match positive integer ids. A path that matches a pattern with
+ * another method is 405; an id segment that is not an integer is 404 naming the
+ * resource, since no such resource can exist. Anything else under /v1 is 404; other
+ * GETs are static dashboard files. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handlers.h"
+
+struct api_route {
+    const char *method;
+    const char *pattern;
+    api_handler fn;
+};
+
+static const struct api_route api_routes[] = {
+    {"GET", "/healthz", h_system_health},
+    {"GET", "/v1/spec/schema", h_system_spec_schema},
+    {"GET", "/v1/experiments", h_experiments_list},
+    {"POST", "/v1/experiments", h_experiments_create},
+    {"GET", "/v1/experiments/{experiment}", h_experiments_get},
+    {"GET", "/v1/runs/{run}", h_runs_get},
+};
+
+#define API_NROUTES (sizeof api_routes / sizeof *api_routes)
+
+enum route_match { ROUTE_NO, ROUTE_YES, ROUTE_BAD_ID };
+
+/* Next path segment of *p (without '/'), advancing *p; length in *len. */
+static const char *routes_next_segment(const char **p, size_t *len)
+{
+    while (**p == '/')
+        (*p)++;
+    const char *s = *p;
+    while (**p && **p != '/')
+        (*p)++;
+    *len = (size_t)(*p - s);
+    return s;
+}
+
+static bool routes_parse_id(const char *s, size_t len, int64_t *out)
+{
+    if (len == 0 || len > 18)
+        return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return v > 0;
+}
+
+static enum route_match routes_match(const char *pattern, const char *path, int64_t *ids,
+                                     char *bad, size_t badcap)
+{
+    const char *pp = pattern, *xp = path;
+    int nid = 0;
+    enum route_match result = ROUTE_YES;
+    for (;;) {
+        size_t plen, xlen;
+        const char *ps = routes_next_segment(&pp, &plen);
+        const char *xs = routes_next_segment(&xp, &xlen);
+        if (plen == 0 || xlen == 0)
+            return plen == 0 && xlen == 0 ? result : ROUTE_NO;
+        if (ps[0] == '{') {
+            if (nid >= API_MAX_PATH_IDS)
+                return ROUTE_NO;
+            if (!routes_parse_id(xs, xlen, &ids[nid])) {
+                snprintf(bad, badcap, "%.*s '%.*s'", (int)(plen - 2), ps + 1,
+                         xlen > 64 ? 64 : (int)xlen, xs);
+                result = ROUTE_BAD_ID;
+            }
+            nid++;
+        } else if (plen != xlen || memcmp(ps, xs, plen) != 0) {
+            return ROUTE_NO;
+        }
+    }
+}
+
+int api_dispatch(struct api_ctx *ctx, struct api_request *req, struct api_reply *rep,
+                 struct err *e)
+{
+    char allowed[64] = "";
+    char bad[128] = "";
+    for (size_t i = 0; i < API_NROUTES; i++) {
+        const struct api_route *r = &api_routes[i];
+        int64_t ids[API_MAX_PATH_IDS] = {0};
+        enum route_match m = routes_match(r->pattern, req->path, ids, bad, sizeof bad);
+        if (m == ROUTE_NO)
+            continue;
+        if (strcmp(r->method, req->method) != 0) {
+            size_t n = strlen(allowed);
+            snprintf(allowed + n, sizeof allowed - n, "%s%s", n ? ", " : "", r->method);
+            continue;
+        }
+        if (m == ROUTE_BAD_ID)
+            return err_set(e, ERR_NOT_FOUND, NULL, "%s not found: ids are positive integers",
+                           bad);
+        memcpy(req->ids, ids, sizeof ids);
+        return r->fn(ctx, req, rep, e);
+    }
+    if (allowed[0])
+        return err_set(e, ERR_NOT_ALLOWED, NULL, "%s is not allowed on %s (allowed: %s)",
+                       req->method, req->path, allowed);
+    bool api_path = strncmp(req->path, "/v1/", 4) == 0 || strcmp(req->path, "/v1") == 0;
+    if (!api_path && (strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0))
+        return h_static_get(ctx, req, rep, e);
+    return err_set(e, ERR_NOT_FOUND, NULL, "no resource %s %s (see /v1/openapi.yaml)",
+                   req->method, req->path);
+}
+
+const char *api_query_get(const struct api_request *req, const char *key)
+{
+    for (size_t i = 0; i < req->nquery; i++)
+        if (strcmp(req->query[i].key, key) == 0)
+            return req->query[i].value;
+    return NULL;
+}
+
+int api_query_check(const struct api_request *req, const char *const *allowed, struct err *e)
+{
+    for (size_t i = 0; i < req->nquery; i++) {
+        bool ok = false;
+        for (const char *const *a = allowed; *a && !ok; a++)
+            ok = strcmp(*a, req->query[i].key) == 0;
+        if (!ok)
+            return err_set(e, ERR_INVALID, req->query[i].key, "unknown query argument '%s'",
+                           req->query[i].key);
+    }
+    return 0;
+}
+
+int api_query_int(const struct api_request *req, const char *key, int64_t lo, int64_t hi,
+                  int64_t def, int64_t *out, struct err *e)
+{
+    const char *s = api_query_get(req, key);
+    if (!s) {
+        *out = def;
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi)
+        return err_set(e, ERR_INVALID, key, "%s must be an integer from %lld to %lld, got '%s'",
+                       key, (long long)lo, (long long)hi, s);
+    *out = v;
+    return 0;
+}

@@ -1,0 +1,542 @@
+/* report: worker → daemon event lines (report.h).
+ *
+ * Decision: the shape of every event type is a table of fields (name, kind, optional,
+ * lower bound, struct member); one validator walks it on both sides: report_parse_line
+ * in the daemon and report_emit in the worker (which refuses to write an event the
+ * daemon would reject, so a worker bug shows up at its source). The contract is exact:
+ * a missing, mistyped or unknown field is an error naming it. struct report_collective
+ * converts to and from JSON through the same table's member offsets.
+ *
+ * A line is written with one write() loop on a blocking pipe that only this rank writes
+ * (one report_writer per process, used from one thread). The worker ignores SIGPIPE, so a
+ * daemon that went away shows up here as EPIPE → ERR_PEER. */
+#include "report.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "clock.h"
+
+#define REPORT_COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+enum report_kind {
+    REPORT_K_INT,     /* JSON integer in [min, INT_MAX]; member: int */
+    REPORT_K_INT64,   /* JSON integer >= min; member: int64_t */
+    REPORT_K_NUM,     /* JSON number, finite and >= 0; member: double */
+    REPORT_K_STR,     /* JSON string; member: char[size] (length < size); none: any */
+    REPORT_K_BOOL,    /* JSON true/false; member: bool */
+    REPORT_K_ENV,     /* object of string or number values */
+    REPORT_K_ERRCODE, /* string naming an enum err_code (err_code_name) */
+};
+
+struct report_field {
+    const char *name;
+    enum report_kind kind;
+    bool optional;
+    int64_t min;      /* INT, INT64: smallest value */
+    size_t off, size; /* struct report_collective member; size 0: none */
+};
+
+#define REPORT_AT(m) .off = offsetof(struct report_collective, m), \
+                     .size = sizeof(((struct report_collective *)0)->m)
+
+/* Every event starts with these. */
+static const struct report_field report_common_fields[] = {
+    {.name = "type", .kind = REPORT_K_STR},
+    {.name = "rank", .kind = REPORT_K_INT, .min = 0},
+    {.name = "t", .kind = REPORT_K_NUM},
+};
+
+static const struct report_field report_hello_fields[] = {
+    {.name = "pid", .kind = REPORT_K_INT, .min = 1},
+    {.name = "host", .kind = REPORT_K_STR},
+    {.name = "world_size", .kind = REPORT_K_INT, .min = 1},
+};
+
+static const struct report_field report_env_fields[] = {
+    {.name = "env", .kind = REPORT_K_ENV},
+};
+
+static const struct report_field report_progress_fields[] = {
+    {.name = "done", .kind = REPORT_K_INT64, .min = 0},
+    {.name = "total", .kind = REPORT_K_INT64, .min = 0},
+    {.name = "phase", .kind = REPORT_K_STR},
+};
+
+static const struct report_field report_collective_fields[] = {
+    {.name = "repeat", .kind = REPORT_K_INT, .min = 0, REPORT_AT(repeat)},
+    {.name = "op", .kind = REPORT_K_STR, REPORT_AT(op)},
+    {.name = "dtype", .kind = REPORT_K_STR, REPORT_AT(dtype)},
+    {.name = "redop", .kind = REPORT_K_STR, REPORT_AT(redop)},
+    {.name = "algorithm", .kind = REPORT_K_STR, REPORT_AT(algorithm)},
+    {.name = "inplace", .kind = REPORT_K_BOOL, REPORT_AT(inplace)},
+    {.name = "bytes", .kind = REPORT_K_INT64, .min = 0, REPORT_AT(bytes)},
+    {.name = "count", .kind = REPORT_K_INT64, .min = 0, REPORT_AT(count)},
+    {.name = "iters", .kind = REPORT_K_INT, .min = 0, REPORT_AT(iters)},
+    {.name = "time_us_min", .kind = REPORT_K_NUM, REPORT_AT(time_us_min)},
+    {.name = "time_us_median", .kind = REPORT_K_NUM, REPORT_AT(time_us_median)},
+    {.name = "time_us_p95", .kind = REPORT_K_NUM, REPORT_AT(time_us_p95)},
+    {.name = "time_us_mean", .kind = REPORT_K_NUM, REPORT_AT(time_us_mean)},
+    {.name = "time_us_max", .kind = REPORT_K_NUM, REPORT_AT(time_us_max)},
+    {.name = "algbw_gbs", .kind = REPORT_K_NUM, REPORT_AT(algbw_gbs)},
+    {.name = "busbw_gbs", .kind = REPORT_K_NUM, REPORT_AT(busbw_gbs)},
+    {.name = "wrong", .kind = REPORT_K_INT64, .min = 0, REPORT_AT(wrong)},
+};
+
+static const struct report_field report_error_fields[] = {
+    {.name = "code", .kind = REPORT_K_ERRCODE},
+    {.name = "message", .kind = REPORT_K_STR},
+    {.name = "where", .kind = REPORT_K_STR},
+    {.name = "op", .kind = REPORT_K_STR, .optional = true},
+    {.name = "peer", .kind = REPORT_K_INT, .optional = true, .min = 0},
+};
+
+struct report_shape {
+    const char *name;
+    const struct report_field *fields;
+    size_t n;
+};
+
+#define REPORT_SHAPE(name, fields) {name, fields, REPORT_COUNT(fields)}
+
+/* Indexed by enum report_type. */
+static const struct report_shape report_shapes[] = {
+    [REPORT_HELLO] = REPORT_SHAPE("hello", report_hello_fields),
+    [REPORT_ENV] = REPORT_SHAPE("env", report_env_fields),
+    [REPORT_PROGRESS] = REPORT_SHAPE("progress", report_progress_fields),
+    [REPORT_COLLECTIVE] = REPORT_SHAPE("collective", report_collective_fields),
+    [REPORT_ERROR] = REPORT_SHAPE("error", report_error_fields),
+    [REPORT_DONE] = {"done", NULL, 0},
+};
+
+const char *report_type_name(enum report_type t)
+{
+    if ((size_t)t >= REPORT_COUNT(report_shapes))
+        return "unknown";
+    return report_shapes[t].name;
+}
+
+/* --- validation ---------------------------------------------------------------------- */
+
+static const struct report_field *report_field_find(const struct report_field *fields,
+                                                    size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(fields[i].name, name) == 0)
+            return &fields[i];
+    return NULL;
+}
+
+/* Text from a line, made safe for e->field and messages (they end up in JSON and logs):
+ * truncated, bytes outside printable ASCII become '?'. */
+static void report_ascii(const char *in, char *out, size_t n)
+{
+    snprintf(out, n, "%s", in);
+    for (char *p = out; *p; p++)
+        if (*p < 0x20 || *p > 0x7e)
+            *p = '?';
+}
+
+static bool report_is_errcode(const char *s)
+{
+    for (int c = ERR_OK; c <= ERR_INTERNAL; c++)
+        if (strcmp(err_code_name((enum err_code)c), s) == 0)
+            return true;
+    return false;
+}
+
+static int report_check_env(const json_t *v, struct err *e)
+{
+    const char *key;
+    json_t *x;
+    if (!json_is_object(v))
+        return err_set(e, ERR_INVALID, "env", "env: must be an object");
+    /* jansson's iterators take a non-const object; nothing is modified. */
+    json_object_foreach((json_t *)v, key, x) {
+        char name[48];
+        report_ascii(key, name, sizeof name);
+        if (!json_is_string(x) && !json_is_number(x))
+            return err_set(e, ERR_INVALID, "env", "env.%s: must be a string or a number",
+                           name);
+    }
+    return 0;
+}
+
+/* Checks one present value against f. */
+static int report_check_value(const struct report_field *f, const json_t *v, struct err *e)
+{
+    json_int_t n = json_integer_value(v);
+    switch (f->kind) {
+    case REPORT_K_INT:
+    case REPORT_K_INT64:
+        if (!json_is_integer(v) || n < f->min || (f->kind == REPORT_K_INT && n > INT_MAX))
+            return err_set(e, ERR_INVALID, f->name, "%s: must be an integer >= %" PRId64,
+                           f->name, f->min);
+        return 0;
+    case REPORT_K_NUM:
+        if (!json_is_number(v) || !isfinite(json_number_value(v)) || json_number_value(v) < 0)
+            return err_set(e, ERR_INVALID, f->name, "%s: must be a finite number >= 0",
+                           f->name);
+        return 0;
+    case REPORT_K_STR:
+        if (!json_is_string(v) || (f->size && json_string_length(v) >= f->size))
+            return err_set(e, ERR_INVALID, f->name, "%s: must be a string%s", f->name,
+                           f->size ? " (short: it names an op, type or algorithm)" : "");
+        return 0;
+    case REPORT_K_BOOL:
+        if (!json_is_boolean(v))
+            return err_set(e, ERR_INVALID, f->name, "%s: must be true or false", f->name);
+        return 0;
+    case REPORT_K_ENV:
+        return report_check_env(v, e);
+    case REPORT_K_ERRCODE:
+        if (!json_is_string(v) || !report_is_errcode(json_string_value(v)))
+            return err_set(e, ERR_INVALID, f->name, "%s: must name an error code (\"io\", "
+                           "\"timeout\", ...)", f->name);
+        return 0;
+    }
+    return err_set(e, ERR_INTERNAL, f->name, "%s: unknown kind", f->name);
+}
+
+static int report_check_fields(const json_t *obj, const struct report_field *fields, size_t n,
+                               const char *type, struct err *e)
+{
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_object_get(obj, fields[i].name);
+        if (!v && !fields[i].optional)
+            return err_set(e, ERR_INVALID, fields[i].name, "%s: missing from a %s event",
+                           fields[i].name, type);
+        if (v && report_check_value(&fields[i], v, e) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Keys of obj must be in `fields` or, when with_common, the common fields. */
+static int report_check_extra(const json_t *obj, const struct report_field *fields, size_t n,
+                              bool with_common, const char *type, struct err *e)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        if (report_field_find(fields, n, key))
+            continue;
+        if (with_common &&
+            report_field_find(report_common_fields, REPORT_COUNT(report_common_fields), key))
+            continue;
+        char name[48];
+        report_ascii(key, name, sizeof name);
+        return err_set(e, ERR_INVALID, name, "%s: not a field of a %s event", name, type);
+    }
+    return 0;
+}
+
+/* Validates a whole event; *type is set on success. */
+static int report_check_event(const json_t *ev, enum report_type *type, struct err *e)
+{
+    if (!json_is_object(ev))
+        return err_set(e, ERR_INVALID, "", "report: a line must be a JSON object");
+    const json_t *t = json_object_get(ev, "type");
+    if (!json_is_string(t))
+        return err_set(e, ERR_INVALID, "type", "type: missing or not a string");
+    size_t k = 0;
+    while (k < REPORT_COUNT(report_shapes) && strcmp(report_shapes[k].name, json_string_value(t)))
+        k++;
+    if (k == REPORT_COUNT(report_shapes)) {
+        char name[48];
+        report_ascii(json_string_value(t), name, sizeof name);
+        return err_set(e, ERR_INVALID, "type", "type: unknown event type \"%s\"", name);
+    }
+    const struct report_shape *s = &report_shapes[k];
+    if (report_check_fields(ev, report_common_fields, REPORT_COUNT(report_common_fields),
+                            s->name, e) < 0 ||
+        report_check_fields(ev, s->fields, s->n, s->name, e) < 0 ||
+        report_check_extra(ev, s->fields, s->n, true, s->name, e) < 0)
+        return -1;
+    *type = (enum report_type)k;
+    return 0;
+}
+
+json_t *report_parse_line(const char *line, size_t len, enum report_type *type, struct err *e)
+{
+    if (len > REPORT_MAX_LINE) {
+        err_set(e, ERR_TOO_LARGE, "", "report: line of %zu bytes, more than the limit of %u",
+                len, REPORT_MAX_LINE);
+        return NULL;
+    }
+    json_error_t je;
+    json_t *ev = json_loadb(line ? line : "", line ? len : 0, JSON_REJECT_DUPLICATES, &je);
+    if (!ev) {
+        err_set(e, ERR_INVALID, "", "report: not JSON (column %d): %s", je.column, je.text);
+        return NULL;
+    }
+    if (report_check_event(ev, type, e) < 0) {
+        json_decref(ev);
+        return NULL;
+    }
+    return ev;
+}
+
+/* --- struct report_collective -------------------------------------------------------- */
+
+int report_collective_from_json(const json_t *obj, struct report_collective *out,
+                                struct err *e)
+{
+    const struct report_field *fs = report_collective_fields;
+    size_t n = REPORT_COUNT(report_collective_fields);
+    if (!json_is_object(obj))
+        return err_set(e, ERR_INVALID, "", "collective: must be a JSON object");
+    if (report_check_fields(obj, fs, n, "collective", e) < 0 ||
+        report_check_extra(obj, fs, n, true, "collective", e) < 0)
+        return -1;
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_object_get(obj, fs[i].name);
+        char *dst = (char *)out + fs[i].off;
+        int i32 = (int)json_integer_value(v);
+        int64_t i64 = json_integer_value(v);
+        double d = json_number_value(v);
+        bool b = json_is_true(v);
+        switch (fs[i].kind) {
+        case REPORT_K_INT: memcpy(dst, &i32, sizeof i32); break;
+        case REPORT_K_INT64: memcpy(dst, &i64, sizeof i64); break;
+        case REPORT_K_NUM: memcpy(dst, &d, sizeof d); break;
+        case REPORT_K_BOOL: memcpy(dst, &b, sizeof b); break;
+        case REPORT_K_STR: memcpy(dst, json_string_value(v), json_string_length(v) + 1); break;
+        case REPORT_K_ENV:
+        case REPORT_K_ERRCODE: break;
+        }
+    }
+    return 0;
+}
+
+/* One member of c as an owned JSON value, or NULL when it breaks the contract (not
+ * finite, negative, unterminated or not UTF-8) or memory runs out. */
+static json_t *report_member_json(const struct report_collective *c,
+                                  const struct report_field *f)
+{
+    const char *src = (const char *)c + f->off;
+    int i32;
+    int64_t i64;
+    double d;
+    bool b;
+    switch (f->kind) {
+    case REPORT_K_INT:
+        memcpy(&i32, src, sizeof i32);
+        return i32 >= f->min ? json_integer(i32) : NULL;
+    case REPORT_K_INT64:
+        memcpy(&i64, src, sizeof i64);
+        return i64 >= f->min ? json_integer(i64) : NULL;
+    case REPORT_K_NUM:
+        memcpy(&d, src, sizeof d);
+        return isfinite(d) && d >= 0 ? json_real(d) : NULL;
+    case REPORT_K_BOOL:
+        memcpy(&b, src, sizeof b);
+        return json_boolean(b);
+    case REPORT_K_STR:
+        return strnlen(src, f->size) < f->size ? json_string(src) : NULL;
+    case REPORT_K_ENV:
+    case REPORT_K_ERRCODE:
+        break;
+    }
+    return NULL;
+}
+
+/* Owned object of every member of c, or NULL with e naming the bad member. */
+static json_t *report_collective_build(const struct report_collective *c, struct err *e)
+{
+    json_t *obj = json_object();
+    if (!obj) {
+        err_set(e, ERR_NOMEM, "", "collective: out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < REPORT_COUNT(report_collective_fields); i++) {
+        const struct report_field *f = &report_collective_fields[i];
+        json_t *v = report_member_json(c, f);
+        if (!v || json_object_set_new(obj, f->name, v) < 0) {
+            err_set(e, ERR_INVALID, f->name, "%s: not a valid value (finite, >= 0, a short "
+                    "terminated string)", f->name);
+            json_decref(obj);
+            return NULL;
+        }
+    }
+    return obj;
+}
+
+json_t *report_collective_to_json(const struct report_collective *c)
+{
+    return report_collective_build(c, NULL);
+}
+
+/* --- writing ------------------------------------------------------------------------- */
+
+void report_writer_init(struct report_writer *w, int fd, int rank)
+{
+    w->fd = fd;
+    w->rank = rank;
+}
+
+static int report_write_all(int fd, const uint8_t *p, size_t n, struct err *e)
+{
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            if (poll(&pfd, 1, 1000) < 0 && errno != EINTR)
+                return err_errno(e, "report: poll on fd %d", fd);
+            continue;
+        }
+        if (k < 0 && errno == EPIPE)
+            return err_set(e, ERR_PEER, "", "report: the pipe to the daemon is closed");
+        if (k < 0)
+            return err_errno(e, "report: write to fd %d", fd);
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int report_dump_cb(const char *chunk, size_t n, void *data)
+{
+    return buf_append(data, chunk, n);
+}
+
+/* Owned event: type, rank, t, then the keys of fields (stolen). */
+static json_t *report_event_build(const struct report_writer *w, enum report_type type,
+                                  json_t *fields, struct err *e)
+{
+    json_t *ev = json_pack("{s:s, s:i, s:f}", "type", report_type_name(type), "rank",
+                           w->rank, "t", clock_wall_s());
+    const char *key;
+    json_t *v;
+    if (!ev)
+        err_set(e, ERR_NOMEM, "", "report: out of memory");
+    json_object_foreach(fields, key, v) {
+        if (!ev)
+            break;
+        if (json_object_get(ev, key)) {
+            err_set(e, ERR_INVALID, key, "%s: set by report_emit itself", key);
+            json_decref(ev);
+            ev = NULL;
+        } else if (json_object_set(ev, key, v) < 0) {
+            err_set(e, ERR_NOMEM, "", "report: out of memory");
+            json_decref(ev);
+            ev = NULL;
+        }
+    }
+    json_decref(fields);
+    return ev;
+}
+
+int report_emit(struct report_writer *w, enum report_type type, json_t *fields, struct err *e)
+{
+    if (!fields && !(fields = json_object()))
+        return err_set(e, ERR_NOMEM, "", "report: out of memory");
+    json_t *ev = report_event_build(w, type, fields, e);
+    enum report_type checked;
+    if (!ev)
+        return -1;
+    if (report_check_event(ev, &checked, e) < 0) {
+        json_decref(ev);
+        return err_prefix(e, "report: refusing a %s event", report_type_name(type));
+    }
+    struct buf b;
+    buf_init(&b);
+    int rc = json_dump_callback(ev, report_dump_cb, &b, JSON_COMPACT);
+    json_decref(ev);
+    if (rc < 0 || buf_put_u8(&b, '\n') < 0)
+        rc = err_set(e, ERR_NOMEM, "", "report: cannot encode a %s event",
+                     report_type_name(type));
+    else if (b.len - 1 > REPORT_MAX_LINE)
+        rc = err_set(e, ERR_TOO_LARGE, "", "report: a %s event of %zu bytes is over the "
+                     "line limit of %u", report_type_name(type), b.len - 1, REPORT_MAX_LINE);
+    else if (w->fd >= 0)
+        rc = report_write_all(w->fd, b.data, b.len, e);
+    buf_free(&b);
+    return rc;
+}
+
+/* For the helpers: fields built by json_pack are NULL when an argument was bad (a NULL
+ * or non-UTF-8 string), which would otherwise read as "field missing". */
+static int report_emit_built(struct report_writer *w, enum report_type type, json_t *fields,
+                             struct err *e)
+{
+    if (!fields)
+        return err_set(e, ERR_INVALID, "", "report: cannot build a %s event (a string "
+                       "argument is NULL or not UTF-8)", report_type_name(type));
+    return report_emit(w, type, fields, e);
+}
+
+int report_emit_hello(struct report_writer *w, int world_size, struct err *e)
+{
+    char host[256] = "unknown";
+    if (gethostname(host, sizeof host - 1) < 0)
+        snprintf(host, sizeof host, "%s", "unknown");
+    host[sizeof host - 1] = '\0';
+    json_t *host_v = json_string(host);
+    return report_emit_built(w, REPORT_HELLO,
+                       json_pack("{s:i, s:o, s:i}", "pid", (int)getpid(), "host",
+                                 host_v ? host_v : json_string("unknown"), "world_size",
+                                 world_size),
+                       e);
+}
+
+int report_emit_collective(struct report_writer *w, const struct report_collective *c,
+                           struct err *e)
+{
+    json_t *fields = report_collective_build(c, e);
+    if (!fields)
+        return err_prefix(e, "report: refusing a collective event");
+    return report_emit(w, REPORT_COLLECTIVE, fields, e);
+}
+
+int report_emit_progress(struct report_writer *w, const char *phase, int64_t done,
+                         int64_t total, struct err *e)
+{
+    return report_emit_built(w, REPORT_PROGRESS,
+                       json_pack("{s:I, s:I, s:s}", "done", (json_int_t)done, "total",
+                                 (json_int_t)total, "phase", phase),
+                       e);
+}
+
+/* A string value that always exists: text that is not UTF-8 gets '?' for its non-ASCII
+ * bytes rather than losing the whole error report. */
+static json_t *report_text(const char *s)
+{
+    json_t *v = json_string(s);
+    if (v)
+        return v;
+    char safe[sizeof ((struct err *)0)->msg];
+    snprintf(safe, sizeof safe, "%s", s);
+    for (char *p = safe; *p; p++)
+        if ((unsigned char)*p > 0x7e)
+            *p = '?';
+    return json_string(safe);
+}
+
+int report_emit_error(struct report_writer *w, const struct err *cause, const char *where,
+                      const char *op, int peer, struct err *e)
+{
+    json_t *f = json_pack("{s:s, s:o, s:o}", "code", err_code_name(cause->code), "message",
+                          report_text(cause->msg), "where", report_text(where ? where : "?"));
+    if (f && op)
+        json_object_set_new(f, "op", report_text(op));
+    if (f && peer >= 0)
+        json_object_set_new(f, "peer", json_integer(peer));
+    return report_emit_built(w, REPORT_ERROR, f, e);
+}
+
+int report_emit_done(struct report_writer *w, struct err *e)
+{
+    return report_emit(w, REPORT_DONE, NULL, e);
+}

@@ -1,0 +1,1070 @@
+/* spec: experiment specs (spec.h): parse, validate, fill defaults, expand sweeps, fill
+ * struct spec, generate the JSON Schema.
+ *
+ * Decision: a field is one row of spec_fields[] (JSON type, range or choices, default as
+ * JSON text, the workloads that have it, sweepable or not, the struct spec member it
+ * fills, its description) and a rule between two fields is one row of spec_rules[].
+ * Validation, defaults, sweep checks, spec_from_json and spec_schema_json all walk these
+ * two tables, and error messages are built from the same row as the schema ("must be an
+ * integer from 1 to 1024"), so the contract is written once. A new workload is an enum
+ * value, a name in spec_workload_names and its rows.
+ *
+ * "factor" and "step" are a one-of pair in which 0 means "not used": a normalized spec
+ * names every field, so it says factor 0 when step is used, and submitting it again
+ * normalizes to the same spec. Cross-field rules are checked on the top level (unless a
+ * field of the rule is swept: its top-level value is then never run) and on every point
+ * of the sweep, so a bad point is rejected when the spec is submitted, not when it runs. */
+#include "spec.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SPEC_COUNT(a) (sizeof(a) / sizeof((a)[0]))
+#define SPEC_SIZE_LIMIT (INT64_C(2) << 30) /* 2G: largest message a spec may ask for */
+/* Matches exactly what spec_parse_size accepts as a string. */
+#define SPEC_SIZE_PATTERN "^[0-9]+([KkMmGgTt]([Ii]?[Bb])?|[Bb])?$"
+#define SPEC_WL_ANY 0xffffffffu
+#define SPEC_WL_COLLECTIVE (1u << SPEC_WORKLOAD_COLLECTIVE)
+
+enum spec_type { SPEC_T_STRING, SPEC_T_ENUM, SPEC_T_INT, SPEC_T_SIZE, SPEC_T_BOOL };
+
+enum spec_flag {
+    SPEC_F_REQUIRED = 1 << 0,
+    SPEC_F_SWEEP = 1 << 1,      /* may be listed under "sweep" */
+    SPEC_F_ZERO_UNSET = 1 << 2, /* 0 = not used (the other field of its one-of rule is) */
+    SPEC_F_PRINTABLE = 1 << 3,  /* printable ASCII only: names end up in files, CSV, UIs */
+    SPEC_F_WORKLOAD = 1 << 4,   /* selects the workload; stored as enum spec_workload */
+};
+
+struct spec_field {
+    const char *name;
+    enum spec_type type;
+    unsigned workloads;         /* bit (1 << enum spec_workload) per workload having it */
+    unsigned flags;             /* enum spec_flag */
+    int64_t min, max;           /* INT, SIZE: value range; STRING: length in characters */
+    const char *const *choices; /* ENUM: NULL-terminated (workload: in enum order) */
+    const char *def;            /* default as JSON text; NULL: none, or for a string
+                                   that is not required, the workload's name */
+    size_t off, size;           /* struct spec member it fills; size 0: none */
+    const char *desc;
+};
+
+#define SPEC_AT(m) .off = offsetof(struct spec, m), .size = sizeof(((struct spec *)0)->m)
+
+static const char *const spec_workload_names[] = {"collective", NULL};
+static const char *const spec_devices[] = {"cpu", NULL};
+static const char *const spec_backends[] = {"tcp", NULL};
+static const char *const spec_ops[] = {"allreduce", NULL};
+static const char *const spec_dtypes[] = {"float32", NULL};
+static const char *const spec_redops[] = {"sum", NULL};
+static const char *const spec_algorithms[] = {"auto", "ring", NULL};
+
+static const struct spec_field spec_fields[] = {
+    {.name = "name", .type = SPEC_T_STRING, .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_PRINTABLE, .min = 1, .max = 128, SPEC_AT(name),
+     .desc = "Label shown in lists, reports and the dashboard: 1 to 128 printable ASCII "
+             "characters. Default: the workload's name."},
+    {.name = "description", .type = SPEC_T_STRING, .workloads = SPEC_WL_ANY, .min = 0,
+     .max = 4096, .def = "\"\"",
+     .desc = "Free text kept with the experiment (at most 4096 characters)."},
+    {.name = "workload", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_REQUIRED | SPEC_F_WORKLOAD, .choices = spec_workload_names,
+     SPEC_AT(workload),
+     .desc = "What the workers run: \"collective\" measures one collective operation over "
+             "a range of message sizes."},
+    {.name = "device", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
+     .choices = spec_devices, .def = "\"cpu\"", SPEC_AT(device),
+     .desc = "Where each rank's buffers live."},
+    {.name = "backend", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
+     .choices = spec_backends, .def = "\"tcp\"", SPEC_AT(backend),
+     .desc = "How ranks communicate: \"tcp\" is ddpbench's own TCP collectives."},
+    {.name = "world_size", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_MAX_WORLD, .def = "1", SPEC_AT(world_size),
+     .desc = "Number of ranks, one worker process each."},
+    {.name = "repeats", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
+     .min = 1, .max = 100, .def = "1", SPEC_AT(repeats),
+     .desc = "How many times a run repeats its whole measurement, for the spread across "
+             "repeats."},
+    {.name = "seed", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
+     .min = 0, .max = INT32_MAX, .def = "1", SPEC_AT(seed),
+     .desc = "Seed of every random choice (data, initial values), so a run can be "
+             "reproduced."},
+    {.name = "timeout_s", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
+     .min = 1, .max = 86400, .def = "600", SPEC_AT(timeout_s),
+     .desc = "Wall-clock limit of one run in seconds; the daemon stops a run that takes "
+             "longer."},
+    {.name = "op", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .choices = spec_ops, .def = "\"allreduce\"", SPEC_AT(coll.op),
+     .desc = "Collective operation to measure."},
+    {.name = "dtype", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .choices = spec_dtypes, .def = "\"float32\"",
+     SPEC_AT(coll.dtype), .desc = "Element type of the buffers."},
+    {.name = "redop", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .choices = spec_redops, .def = "\"sum\"", SPEC_AT(coll.redop),
+     .desc = "Reduction operator."},
+    {.name = "algorithm", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .choices = spec_algorithms, .def = "\"auto\"",
+     SPEC_AT(coll.algorithm),
+     .desc = "\"auto\" lets the backend choose the algorithm by message size; any other "
+             "value forces that algorithm."},
+    {.name = "min_bytes", .type = SPEC_T_SIZE, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_SIZE_LIMIT, .def = "\"4K\"",
+     SPEC_AT(coll.min_bytes),
+     .desc = "Smallest message per rank: bytes, or a string with a binary unit (\"4K\" = "
+             "4096 bytes)."},
+    {.name = "max_bytes", .type = SPEC_T_SIZE, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_SIZE_LIMIT, .def = "\"64M\"",
+     SPEC_AT(coll.max_bytes),
+     .desc = "Largest message per rank, at least min_bytes: bytes, or a string with a "
+             "binary unit."},
+    {.name = "factor", .type = SPEC_T_INT, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET, .min = 2, .max = 1024, .def = "2",
+     SPEC_AT(coll.factor),
+     .desc = "Each message size is the previous one times factor. 0 when step is used."},
+    {.name = "step", .type = SPEC_T_SIZE, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET, .min = 1, .max = SPEC_SIZE_LIMIT,
+     .def = "0", SPEC_AT(coll.step),
+     .desc = "Each message size is the previous one plus step bytes, instead of factor. "
+             "0 when factor is used."},
+    {.name = "iters", .type = SPEC_T_INT, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 100000, .def = "20", SPEC_AT(coll.iters),
+     .desc = "Timed iterations per message size."},
+    {.name = "warmup", .type = SPEC_T_INT, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .min = 0, .max = 10000, .def = "5", SPEC_AT(coll.warmup),
+     .desc = "Untimed iterations per message size before the timed ones."},
+    {.name = "check", .type = SPEC_T_BOOL, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .def = "true", SPEC_AT(coll.check),
+     .desc = "Verify every result and report how many elements are wrong."},
+    {.name = "inplace", .type = SPEC_T_BOOL, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(coll.inplace),
+     .desc = "Use one buffer as both input and output."},
+};
+
+#define SPEC_NFIELDS SPEC_COUNT(spec_fields)
+
+enum spec_rule_kind {
+    SPEC_RULE_LE,     /* a <= b */
+    SPEC_RULE_ONE_OF, /* exactly one of a and b is non-zero; a is the default one */
+};
+
+struct spec_rule {
+    enum spec_rule_kind kind;
+    unsigned workloads;
+    const char *a, *b;
+};
+
+static const struct spec_rule spec_rules[] = {
+    {SPEC_RULE_LE, SPEC_WL_COLLECTIVE, "min_bytes", "max_bytes"},
+    {SPEC_RULE_ONE_OF, SPEC_WL_COLLECTIVE, "factor", "step"},
+};
+
+/* --- table lookups ------------------------------------------------------------------- */
+
+static const struct spec_field *spec_field_find(const char *name)
+{
+    for (size_t i = 0; i < SPEC_NFIELDS; i++)
+        if (strcmp(spec_fields[i].name, name) == 0)
+            return &spec_fields[i];
+    return NULL;
+}
+
+static const struct spec_field *spec_field_workload(void)
+{
+    for (size_t i = 0; i < SPEC_NFIELDS; i++)
+        if (spec_fields[i].flags & SPEC_F_WORKLOAD)
+            return &spec_fields[i];
+    return NULL;
+}
+
+static bool spec_field_in(const struct spec_field *f, enum spec_workload wl)
+{
+    return (f->workloads >> (unsigned)wl) & 1u;
+}
+
+static bool spec_rule_in(const struct spec_rule *r, enum spec_workload wl)
+{
+    return (r->workloads >> (unsigned)wl) & 1u;
+}
+
+/* The other field of name's one-of rule, or NULL. */
+static const char *spec_partner(const char *name)
+{
+    for (size_t i = 0; i < SPEC_COUNT(spec_rules); i++) {
+        const struct spec_rule *r = &spec_rules[i];
+        if (r->kind != SPEC_RULE_ONE_OF)
+            continue;
+        if (strcmp(r->a, name) == 0)
+            return r->b;
+        if (strcmp(r->b, name) == 0)
+            return r->a;
+    }
+    return NULL;
+}
+
+static int spec_choice_index(const char *const *choices, const char *s)
+{
+    for (int i = 0; choices[i]; i++)
+        if (strcmp(choices[i], s) == 0)
+            return i;
+    return -1;
+}
+
+/* --- message helpers ----------------------------------------------------------------- */
+
+static void spec_append(char *out, size_t n, size_t *len, const char *s)
+{
+    if (*len >= n)
+        return;
+    int k = snprintf(out + *len, n - *len, "%s", s);
+    if (k > 0)
+        *len += (size_t)k;
+}
+
+/* A value as compact ASCII JSON for "got ..." (messages end up in JSON replies, so no
+ * raw bytes that could be cut inside a UTF-8 sequence). */
+static void spec_value_text(const json_t *v, char *out, size_t n)
+{
+    char *s = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+    if (!s)
+        snprintf(out, n, "%s", "(nothing)");
+    else if (strlen(s) >= n && n > 4)
+        snprintf(out, n, "%.*s...", (int)(n - 4), s);
+    else
+        snprintf(out, n, "%s", s);
+    free(s);
+}
+
+/* A user-given key made safe for e->field and messages: printable ASCII, others '?'. */
+static void spec_key_text(const char *prefix, const char *key, char *out, size_t n)
+{
+    size_t len = 0;
+    spec_append(out, n, &len, prefix);
+    for (const char *p = key; *p && len + 1 < n; p++)
+        out[len++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+    if (len < n)
+        out[len] = '\0';
+}
+
+static void spec_size_text(int64_t v, char *out, size_t n)
+{
+    static const char units[] = "GMK";
+    for (int i = 0; i < 3; i++) {
+        int64_t unit = INT64_C(1) << (10 * (3 - i));
+        if (v != 0 && v % unit == 0) {
+            snprintf(out, n, "%" PRId64 "%c", v / unit, units[i]);
+            return;
+        }
+    }
+    snprintf(out, n, "%" PRId64, v);
+}
+
+/* What a valid value of f looks like, for "must be ..." messages. */
+static void spec_requirement(const struct spec_field *f, char *out, size_t n)
+{
+    char lo[32], hi[32];
+    size_t len = 0;
+    switch (f->type) {
+    case SPEC_T_STRING:
+        len = (size_t)snprintf(out, n, "a string of %" PRId64 " to %" PRId64 "%s characters",
+                               f->min, f->max,
+                               (f->flags & SPEC_F_PRINTABLE) ? " printable ASCII" : "");
+        break;
+    case SPEC_T_ENUM:
+        spec_append(out, n, &len, "one of ");
+        for (int i = 0; f->choices[i]; i++) {
+            spec_append(out, n, &len, i ? ", \"" : "\"");
+            spec_append(out, n, &len, f->choices[i]);
+            spec_append(out, n, &len, "\"");
+        }
+        break;
+    case SPEC_T_INT:
+        len = (size_t)snprintf(out, n, "an integer from %" PRId64 " to %" PRId64, f->min,
+                               f->max);
+        break;
+    case SPEC_T_SIZE:
+        spec_size_text(f->min, lo, sizeof lo);
+        spec_size_text(f->max, hi, sizeof hi);
+        len = (size_t)snprintf(out, n,
+                               "a size from %s to %s (bytes as an integer, or a string "
+                               "such as \"4K\", \"64M\", \"1G\")", lo, hi);
+        break;
+    case SPEC_T_BOOL:
+        len = (size_t)snprintf(out, n, "%s", "true or false");
+        break;
+    }
+    if ((f->flags & SPEC_F_ZERO_UNSET) && len < n)
+        snprintf(out + len, n - len, " (or 0 when %s is used)", spec_partner(f->name));
+}
+
+/* Comma-separated names of the fields of wl having every flag in `flags`. */
+static void spec_field_list(enum spec_workload wl, unsigned flags, char *out, size_t n)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < SPEC_NFIELDS; i++) {
+        const struct spec_field *f = &spec_fields[i];
+        if (!spec_field_in(f, wl) || (f->flags & flags) != flags)
+            continue;
+        spec_append(out, n, &len, len ? ", " : "");
+        spec_append(out, n, &len, f->name);
+    }
+}
+
+/* --- single values ------------------------------------------------------------------- */
+
+/* Returns 0 with *out set, -1 when s is not a size, -2 when it is too large. */
+static int spec_size_from_text(const char *s, size_t len, int64_t *out)
+{
+    static const char units[] = "KMGT";
+    const char *p = s, *u;
+    int64_t n = 0;
+    int shift = 0;
+    if (strlen(s) != len || *p < '0' || *p > '9')
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        int d = *p - '0';
+        if (n > (INT64_MAX - d) / 10)
+            return -2;
+        n = n * 10 + d;
+    }
+    if (*p && (u = strchr(units, *p & ~0x20))) {
+        shift = 10 * (int)(u - units + 1);
+        p++;
+        if ((*p == 'i' || *p == 'I') && p[1] != 'b' && p[1] != 'B')
+            return -1;
+        p += *p == 'i' || *p == 'I';
+    }
+    p += *p == 'b' || *p == 'B';
+    if (*p)
+        return -1;
+    if (n > (INT64_MAX >> shift))
+        return -2;
+    *out = n << shift;
+    return 0;
+}
+
+int spec_parse_size(const json_t *v, int64_t *out, struct err *e)
+{
+    char got[64];
+    int rc = -1;
+    int64_t n = 0;
+    if (json_is_integer(v))
+        rc = json_integer_value(v) < 0 ? -1 : 0;
+    else if (json_is_string(v))
+        rc = spec_size_from_text(json_string_value(v), json_string_length(v), &n);
+    if (rc == 0) {
+        *out = json_is_integer(v) ? json_integer_value(v) : n;
+        return 0;
+    }
+    spec_value_text(v, got, sizeof got);
+    if (rc == -2)
+        return err_set(e, ERR_INVALID, "", "size %s is too large", got);
+    return err_set(e, ERR_INVALID, "",
+                   "a size is a non-negative integer or digits with an optional binary unit "
+                   "K, M, G or T and an optional B or iB (\"4096\", \"4K\", \"64MiB\"), "
+                   "got %s", got);
+}
+
+static bool spec_string_ok(const struct spec_field *f, const json_t *v)
+{
+    if (!json_is_string(v))
+        return false;
+    const char *s = json_string_value(v);
+    size_t bytes = json_string_length(v), chars = 0;
+    if (strlen(s) != bytes)
+        return false; /* an embedded NUL */
+    for (size_t i = 0; i < bytes; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((f->flags & SPEC_F_PRINTABLE) && (c < 0x20 || c > 0x7e))
+            return false;
+        chars += (c & 0xc0) != 0x80; /* count UTF-8 lead bytes: characters */
+    }
+    return (int64_t)chars >= f->min && (int64_t)chars <= f->max;
+}
+
+/* Checks v against f. Returns 0 with *out the owned normalized value (NULL only when
+ * out of memory), or -1 when v is not valid for f. */
+static int spec_convert(const struct spec_field *f, const json_t *v, json_t **out)
+{
+    int64_t n = 0;
+    *out = NULL;
+    switch (f->type) {
+    case SPEC_T_STRING:
+        if (!spec_string_ok(f, v))
+            return -1;
+        *out = json_string(json_string_value(v));
+        return 0;
+    case SPEC_T_ENUM:
+        if (!json_is_string(v) || spec_choice_index(f->choices, json_string_value(v)) < 0)
+            return -1;
+        *out = json_string(json_string_value(v));
+        return 0;
+    case SPEC_T_INT:
+        if (!json_is_integer(v))
+            return -1;
+        n = json_integer_value(v);
+        break;
+    case SPEC_T_SIZE:
+        if (spec_parse_size(v, &n, NULL) < 0)
+            return -1;
+        break;
+    case SPEC_T_BOOL:
+        if (!json_is_boolean(v))
+            return -1;
+        *out = json_boolean(json_is_true(v));
+        return 0;
+    }
+    if (!(n >= f->min && n <= f->max) && !(n == 0 && (f->flags & SPEC_F_ZERO_UNSET)))
+        return -1;
+    *out = json_integer(n);
+    return 0;
+}
+
+/* Returns the owned normalized value of v for field f, or NULL with e naming path. */
+static json_t *spec_check_value(const struct spec_field *f, const json_t *v, const char *path,
+                                struct err *e)
+{
+    json_t *out;
+    if (spec_convert(f, v, &out) == 0) {
+        if (!out)
+            err_set(e, ERR_NOMEM, path, "%s: out of memory", path);
+        return out;
+    }
+    char need[256], got[96];
+    spec_requirement(f, need, sizeof need);
+    spec_value_text(v, got, sizeof got);
+    err_set(e, ERR_INVALID, path, "%s: must be %s, got %s", path, need, got);
+    return NULL;
+}
+
+/* Owned default of f for workload wl (an error for a required field). */
+static json_t *spec_default(const struct spec_field *f, enum spec_workload wl, struct err *e)
+{
+    if (f->flags & SPEC_F_REQUIRED) {
+        err_set(e, ERR_INVALID, f->name, "%s: is required", f->name);
+        return NULL;
+    }
+    if (!f->def && f->type == SPEC_T_STRING) {
+        json_t *s = json_string(spec_workload_names[wl]);
+        if (!s)
+            err_set(e, ERR_NOMEM, f->name, "%s: out of memory", f->name);
+        return s;
+    }
+    json_t *raw = f->def ? json_loads(f->def, JSON_DECODE_ANY, NULL) : NULL, *out = NULL;
+    if (!raw || spec_convert(f, raw, &out) < 0 || !out)
+        err_set(e, ERR_INTERNAL, f->name, "%s: the table's default does not parse", f->name);
+    json_decref(raw);
+    return out;
+}
+
+static bool spec_is_zero(const json_t *v)
+{
+    return json_is_integer(v) && json_integer_value(v) == 0;
+}
+
+/* --- the whole spec ------------------------------------------------------------------ */
+
+static int spec_workload_of(const json_t *in, enum spec_workload *wl, struct err *e)
+{
+    const struct spec_field *f = spec_field_workload();
+    const json_t *v = json_object_get(in, f->name);
+    if (!v) {
+        char need[128];
+        spec_requirement(f, need, sizeof need);
+        return err_set(e, ERR_INVALID, f->name, "%s: is required; must be %s", f->name, need);
+    }
+    json_t *nv = spec_check_value(f, v, f->name, e);
+    if (!nv)
+        return -1;
+    *wl = (enum spec_workload)spec_choice_index(f->choices, json_string_value(nv));
+    json_decref(nv);
+    return 0;
+}
+
+static int spec_unknown_key(const char *prefix, const char *key, enum spec_workload wl,
+                            unsigned flags, const char *what, struct err *e)
+{
+    char path[64], list[256];
+    spec_key_text(prefix, key, path, sizeof path);
+    spec_field_list(wl, flags, list, sizeof list);
+    return err_set(e, ERR_INVALID, path, "%s: %s; %s: %s%s", path, what,
+                   flags ? "sweepable fields" : "known fields", list, flags ? "" : ", sweep");
+}
+
+/* Every key of the top level must be a field of wl (or "sweep"). */
+static int spec_check_keys(const json_t *in, enum spec_workload wl, struct err *e)
+{
+    const char *key;
+    json_t *v;
+    /* jansson's iterators take a non-const object; nothing is modified. */
+    json_object_foreach((json_t *)in, key, v) {
+        if (strcmp(key, "sweep") == 0)
+            continue;
+        const struct spec_field *f = spec_field_find(key);
+        if (!f)
+            return spec_unknown_key("", key, wl, 0, "unknown field", e);
+        if (!spec_field_in(f, wl))
+            return spec_unknown_key("", key, wl, 0, "not a field of this workload", e);
+    }
+    return 0;
+}
+
+/* Validates one swept field's array into an owned array of normalized values. */
+static json_t *spec_sweep_values(const struct spec_field *f, const json_t *arr,
+                                 struct err *e)
+{
+    char path[64], got[96];
+    snprintf(path, sizeof path, "sweep.%s", f->name);
+    size_t n = json_array_size(arr);
+    if (!json_is_array(arr) || n == 0 || n > SPEC_MAX_SWEEP_VALUES) {
+        spec_value_text(arr, got, sizeof got);
+        err_set(e, ERR_INVALID, path, "%s: must be a non-empty array of at most %d values, got %s",
+                path, SPEC_MAX_SWEEP_VALUES, got);
+        return NULL;
+    }
+    json_t *out = json_array();
+    if (!out) {
+        err_set(e, ERR_NOMEM, path, "%s: out of memory", path);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char at[64];
+        snprintf(at, sizeof at, "%s[%zu]", path, i);
+        json_t *v = spec_check_value(f, json_array_get(arr, i), at, e);
+        for (size_t j = 0; v && j < i; j++) {
+            if (json_equal(v, json_array_get(out, j))) {
+                spec_value_text(v, got, sizeof got);
+                err_set(e, ERR_INVALID, at, "%s: %s is already listed at [%zu]", at, got, j);
+                json_decref(v);
+                v = NULL;
+            }
+        }
+        if (!v || json_array_append_new(out, v) < 0) {
+            if (v)
+                err_set(e, ERR_NOMEM, at, "%s: out of memory", at);
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* Returns the owned normalized sweep (same field order) or NULL with e set. */
+static json_t *spec_sweep_normalize(const json_t *sweep, enum spec_workload wl,
+                                    struct err *e)
+{
+    if (!json_is_object(sweep)) {
+        char got[96];
+        spec_value_text(sweep, got, sizeof got);
+        err_set(e, ERR_INVALID, "sweep",
+                "sweep: must be an object mapping fields to arrays of values, got %s", got);
+        return NULL;
+    }
+    json_t *out = json_object();
+    const char *key;
+    json_t *arr;
+    if (!out) {
+        err_set(e, ERR_NOMEM, "sweep", "sweep: out of memory");
+        return NULL;
+    }
+    json_object_foreach((json_t *)sweep, key, arr) {
+        const struct spec_field *f = spec_field_find(key);
+        json_t *vals = NULL;
+        if (!f || !spec_field_in(f, wl))
+            spec_unknown_key("sweep.", key, wl, SPEC_F_SWEEP, "unknown field", e);
+        else if (!(f->flags & SPEC_F_SWEEP))
+            spec_unknown_key("sweep.", key, wl, SPEC_F_SWEEP, "cannot be swept", e);
+        else
+            vals = spec_sweep_values(f, arr, e);
+        if (!vals || json_object_set_new(out, key, vals) < 0) {
+            if (vals)
+                err_set(e, ERR_NOMEM, "sweep", "sweep: out of memory");
+            json_decref(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+/* A field of a one-of pair is given when it is set non-zero or swept. */
+static bool spec_given(const json_t *in, const json_t *out, const json_t *sweep,
+                       const char *name)
+{
+    if (sweep && json_object_get(sweep, name))
+        return true;
+    return json_object_get(in, name) && !spec_is_zero(json_object_get(out, name));
+}
+
+/* One-of pairs: giving both is an error; giving b makes a 0; otherwise b is 0 and a
+ * keeps its value, or its default when it was not given (absent or 0). */
+static int spec_apply_one_of(json_t *out, const json_t *in, const json_t *sweep,
+                             enum spec_workload wl, struct err *e)
+{
+    for (size_t i = 0; i < SPEC_COUNT(spec_rules); i++) {
+        const struct spec_rule *r = &spec_rules[i];
+        if (r->kind != SPEC_RULE_ONE_OF || !spec_rule_in(r, wl))
+            continue;
+        bool ga = spec_given(in, out, sweep, r->a), gb = spec_given(in, out, sweep, r->b);
+        if (ga && gb)
+            return err_set(e, ERR_INVALID, r->b,
+                           "%s: %s and %s are mutually exclusive (set or sweep only one)",
+                           r->b, r->a, r->b);
+        if (json_object_set_new(out, gb ? r->a : r->b, json_integer(0)) < 0)
+            return err_set(e, ERR_NOMEM, r->b, "%s: out of memory", r->b);
+        json_t *def = NULL;
+        if (!ga && !gb && (!(def = spec_default(spec_field_find(r->a), wl, e)) ||
+                           json_object_set_new(out, r->a, def) < 0))
+            return def ? err_set(e, ERR_NOMEM, r->a, "%s: out of memory", r->a) : -1;
+    }
+    return 0;
+}
+
+/* Owned top level: every field of wl, validated or defaulted, in table order. */
+static json_t *spec_fill(const json_t *in, const json_t *sweep, enum spec_workload wl,
+                         struct err *e)
+{
+    json_t *out = json_object();
+    if (!out) {
+        err_set(e, ERR_NOMEM, "", "spec: out of memory");
+        return NULL;
+    }
+    for (size_t i = 0; i < SPEC_NFIELDS; i++) {
+        const struct spec_field *f = &spec_fields[i];
+        if (!spec_field_in(f, wl))
+            continue;
+        const json_t *v = json_object_get(in, f->name);
+        json_t *nv = v ? spec_check_value(f, v, f->name, e) : spec_default(f, wl, e);
+        if (!nv || json_object_set_new(out, f->name, nv) < 0) {
+            if (nv)
+                err_set(e, ERR_NOMEM, f->name, "%s: out of memory", f->name);
+            json_decref(out);
+            return NULL;
+        }
+    }
+    if (spec_apply_one_of(out, in, sweep, wl, e) < 0) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* The first rule of wl that spec breaks (skipping rules with a field in `skip`, may be
+ * NULL), with the reason in why; NULL when all hold. */
+static const struct spec_rule *spec_rule_broken(const json_t *spec, enum spec_workload wl,
+                                                const json_t *skip, char *why, size_t n)
+{
+    for (size_t i = 0; i < SPEC_COUNT(spec_rules); i++) {
+        const struct spec_rule *r = &spec_rules[i];
+        if (!spec_rule_in(r, wl) ||
+            (skip && (json_object_get(skip, r->a) || json_object_get(skip, r->b))))
+            continue;
+        json_int_t a = json_integer_value(json_object_get(spec, r->a));
+        json_int_t b = json_integer_value(json_object_get(spec, r->b));
+        if (r->kind == SPEC_RULE_LE && a > b) {
+            snprintf(why, n, "%s (%" JSON_INTEGER_FORMAT ") must not exceed %s (%"
+                     JSON_INTEGER_FORMAT ")", r->a, a, r->b, b);
+            return r;
+        }
+        if (r->kind == SPEC_RULE_ONE_OF && (a != 0) == (b != 0)) {
+            if (a)
+                snprintf(why, n, "%s and %s are mutually exclusive; give only one", r->a,
+                         r->b);
+            else
+                snprintf(why, n, "one of %s and %s must be non-zero", r->a, r->b);
+            return r;
+        }
+    }
+    return NULL;
+}
+
+/* --- sweeps -------------------------------------------------------------------------- */
+
+/* Called for each point: params and resolved are borrowed for the call. */
+typedef int (*spec_point_fn)(void *arg, size_t index, const json_t *params,
+                             const json_t *resolved, struct err *e);
+
+/* Advances the per-field value indexes, last field fastest; false after the last point. */
+static bool spec_odometer_next(size_t *idx, json_t *const *vals, size_t n)
+{
+    for (size_t k = n; k-- > 0;) {
+        if (++idx[k] < json_array_size(vals[k]))
+            return true;
+        idx[k] = 0;
+    }
+    return false;
+}
+
+static int spec_walk(const json_t *norm, spec_point_fn fn, void *arg, struct err *e)
+{
+    const char *keys[SPEC_NFIELDS];
+    json_t *vals[SPEC_NFIELDS];
+    size_t idx[SPEC_NFIELDS] = {0}, n = 0;
+    const char *key;
+    json_t *arr, *sweep = json_object_get(norm, "sweep");
+    if (sweep) {
+        json_object_foreach(sweep, key, arr) {
+            if (n == SPEC_NFIELDS)
+                return err_set(e, ERR_INTERNAL, "sweep", "sweep: more fields than exist");
+            keys[n] = key;
+            vals[n++] = arr;
+        }
+    }
+    json_t *resolved = json_deep_copy(norm);
+    if (!resolved)
+        return err_set(e, ERR_NOMEM, "", "spec: out of memory");
+    json_object_del(resolved, "sweep");
+    int rc = 0;
+    size_t i = 0;
+    do {
+        json_t *params = json_object();
+        for (size_t k = 0; params && k < n; k++) {
+            json_t *v = json_array_get(vals[k], idx[k]);
+            if (json_object_set(params, keys[k], v) < 0 ||
+                json_object_set(resolved, keys[k], v) < 0) {
+                json_decref(params);
+                params = NULL;
+            }
+        }
+        rc = params ? fn(arg, i++, params, resolved, e)
+                    : err_set(e, ERR_NOMEM, "", "spec: out of memory");
+        json_decref(params);
+    } while (rc == 0 && spec_odometer_next(idx, vals, n));
+    json_decref(resolved);
+    return rc;
+}
+
+/* Number of runs of a normalized spec into *total; an error naming "sweep" over cap. */
+static int spec_count_runs(const json_t *norm, size_t cap, size_t *total, struct err *e)
+{
+    const char *key;
+    json_t *arr, *sweep = json_object_get(norm, "sweep");
+    size_t p = 1;
+    if (sweep) {
+        json_object_foreach(sweep, key, arr) {
+            size_t s = json_array_size(arr);
+            if (s && p > SIZE_MAX / s) {
+                p = SIZE_MAX;
+                break;
+            }
+            p *= s;
+        }
+    }
+    *total = p;
+    if (p <= cap)
+        return 0;
+    char runs[32] = "more";
+    if (p != SIZE_MAX)
+        snprintf(runs, sizeof runs, "%zu", p);
+    return err_set(e, ERR_INVALID, "sweep",
+                   "sweep: expands to %s runs, more than the limit of %zu; sweep fewer "
+                   "values or split the experiment", runs, cap);
+}
+
+struct spec_check_arg {
+    enum spec_workload wl;
+    size_t total;
+};
+
+static int spec_point_check(void *arg, size_t index, const json_t *params,
+                            const json_t *resolved, struct err *e)
+{
+    const struct spec_check_arg *a = arg;
+    char why[192], p[128];
+    if (!spec_rule_broken(resolved, a->wl, NULL, why, sizeof why))
+        return 0;
+    spec_value_text(params, p, sizeof p);
+    return err_set(e, ERR_INVALID, "sweep", "sweep point %zu of %zu %s: %s", index + 1,
+                   a->total, p, why);
+}
+
+static int spec_check_rules(const json_t *norm, enum spec_workload wl, struct err *e)
+{
+    char why[192];
+    const json_t *sweep = json_object_get(norm, "sweep");
+    const struct spec_rule *r = spec_rule_broken(norm, wl, sweep, why, sizeof why);
+    if (r)
+        return err_set(e, ERR_INVALID, r->b, "%s: %s", r->b, why);
+    if (!sweep)
+        return 0;
+    struct spec_check_arg a = {.wl = wl};
+    if (spec_count_runs(norm, SPEC_MAX_RUNS, &a.total, e) < 0)
+        return -1;
+    return spec_walk(norm, spec_point_check, &a, e);
+}
+
+json_t *spec_normalize(const json_t *in, struct err *e)
+{
+    enum spec_workload wl;
+    if (!json_is_object(in)) {
+        char got[64];
+        spec_value_text(in, got, sizeof got);
+        err_set(e, ERR_INVALID, "", "spec: must be a JSON object, got %s", got);
+        return NULL;
+    }
+    if (spec_workload_of(in, &wl, e) < 0 || spec_check_keys(in, wl, e) < 0)
+        return NULL;
+    json_t *sweep = NULL;
+    const json_t *sweep_in = json_object_get(in, "sweep");
+    if (sweep_in && !(sweep = spec_sweep_normalize(sweep_in, wl, e)))
+        return NULL;
+    json_t *out = spec_fill(in, sweep, wl, e);
+    if (out && sweep && json_object_set(out, "sweep", sweep) < 0) {
+        err_set(e, ERR_NOMEM, "sweep", "sweep: out of memory");
+        json_decref(out);
+        out = NULL;
+    }
+    json_decref(sweep);
+    if (out && spec_check_rules(out, wl, e) < 0) {
+        json_decref(out);
+        out = NULL;
+    }
+    return out;
+}
+
+json_t *spec_parse(const char *text, size_t len, struct err *e)
+{
+    if (len > SPEC_MAX_BODY) {
+        err_set(e, ERR_TOO_LARGE, "", "spec: %zu bytes, more than the limit of %u", len,
+                SPEC_MAX_BODY);
+        return NULL;
+    }
+    json_error_t je;
+    json_t *in = json_loadb(text ? text : "", text ? len : 0, JSON_REJECT_DUPLICATES, &je);
+    if (!in) {
+        err_set(e, ERR_INVALID, "", "spec: invalid JSON at line %d, column %d: %s", je.line,
+                je.column, je.text);
+        return NULL;
+    }
+    json_t *out = spec_normalize(in, e);
+    json_decref(in);
+    return out;
+}
+
+static int spec_point_collect(void *arg, size_t index, const json_t *params,
+                              const json_t *resolved, struct err *e)
+{
+    json_t *runs = arg, *run = json_object();
+    if (run && json_object_set(run, "params", (json_t *)params) == 0 &&
+        json_object_set_new(run, "spec", json_deep_copy(resolved)) == 0 &&
+        json_array_append_new(runs, run) == 0)
+        return 0;
+    json_decref(run);
+    return err_set(e, ERR_NOMEM, "", "spec: out of memory expanding point %zu", index + 1);
+}
+
+json_t *spec_expand(const json_t *normalized, size_t max_runs, struct err *e)
+{
+    /* Normalizing again costs little and makes a stored spec as safe as a submitted one. */
+    json_t *norm = spec_normalize(normalized, e), *runs = NULL;
+    size_t total;
+    if (norm && spec_count_runs(norm, max_runs, &total, e) == 0) {
+        runs = json_array();
+        if (!runs)
+            err_set(e, ERR_NOMEM, "", "spec: out of memory");
+        else if (spec_walk(norm, spec_point_collect, runs, e) < 0) {
+            json_decref(runs);
+            runs = NULL;
+        }
+    }
+    json_decref(norm);
+    return runs;
+}
+
+/* --- struct spec --------------------------------------------------------------------- */
+
+static int spec_store(const struct spec_field *f, const json_t *v, struct spec *s,
+                      struct err *e)
+{
+    char *dst = (char *)s + f->off;
+    if (f->flags & SPEC_F_WORKLOAD) {
+        enum spec_workload wl =
+            (enum spec_workload)spec_choice_index(f->choices, json_string_value(v));
+        if (f->size != sizeof wl)
+            goto bad;
+        memcpy(dst, &wl, sizeof wl);
+        return 0;
+    }
+    switch (f->type) {
+    case SPEC_T_STRING:
+    case SPEC_T_ENUM: {
+        size_t n = json_string_length(v);
+        if (n >= f->size)
+            goto bad;
+        memcpy(dst, json_string_value(v), n + 1);
+        return 0;
+    }
+    case SPEC_T_INT:
+    case SPEC_T_SIZE: {
+        int64_t n64 = json_integer_value(v);
+        int n32 = (int)n64;
+        if (f->size == sizeof n64)
+            memcpy(dst, &n64, sizeof n64);
+        else if (f->size == sizeof n32 && f->max <= INT32_MAX)
+            memcpy(dst, &n32, sizeof n32);
+        else
+            goto bad;
+        return 0;
+    }
+    case SPEC_T_BOOL: {
+        bool b = json_is_true(v);
+        if (f->size != sizeof b)
+            goto bad;
+        memcpy(dst, &b, sizeof b);
+        return 0;
+    }
+    }
+bad:
+    return err_set(e, ERR_INTERNAL, f->name, "%s: does not fit its struct spec member",
+                   f->name);
+}
+
+int spec_from_json(const json_t *resolved, struct spec *out, struct err *e)
+{
+    if (json_is_object(resolved) && json_object_get(resolved, "sweep"))
+        return err_set(e, ERR_INVALID, "sweep",
+                       "sweep: a run's spec has no sweep; expand it first (spec_expand)");
+    json_t *norm = spec_normalize(resolved, e);
+    if (!norm)
+        return -1;
+    enum spec_workload wl;
+    int rc = spec_workload_of(norm, &wl, e);
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; rc == 0 && i < SPEC_NFIELDS; i++) {
+        const struct spec_field *f = &spec_fields[i];
+        if (spec_field_in(f, wl) && f->size > 0)
+            rc = spec_store(f, json_object_get(norm, f->name), out, e);
+    }
+    json_decref(norm);
+    return rc;
+}
+
+size_t spec_collective_sizes(const struct spec_collective *c, int64_t *sizes, size_t max)
+{
+    size_t n = 0;
+    if (c->min_bytes < 1 || (c->factor < 2 && c->step < 1))
+        return 0; /* not a valid spec: no sizes rather than an endless loop */
+    for (int64_t s = c->min_bytes; s <= c->max_bytes && n < max;
+         s = c->factor >= 2 ? s * c->factor : s + c->step)
+        sizes[n++] = s;
+    return n;
+}
+
+/* --- JSON Schema --------------------------------------------------------------------- */
+
+static json_t *spec_schema_range(int64_t min, int64_t max)
+{
+    return json_pack("{s:s, s:I, s:I}", "type", "integer", "minimum", (json_int_t)min,
+                     "maximum", (json_int_t)max);
+}
+
+/* Owned schema of one value of f (no description, no default). */
+static json_t *spec_schema_value(const struct spec_field *f)
+{
+    json_t *s = json_object(), *alts = json_array();
+    switch (f->type) {
+    case SPEC_T_STRING:
+        json_object_set_new(s, "type", json_string("string"));
+        json_object_set_new(s, "minLength", json_integer(f->min));
+        json_object_set_new(s, "maxLength", json_integer(f->max));
+        if (f->flags & SPEC_F_PRINTABLE)
+            json_object_set_new(s, "pattern", json_string("^[ -~]*$"));
+        break;
+    case SPEC_T_ENUM: {
+        json_t *choices = json_array();
+        for (int i = 0; f->choices[i]; i++)
+            json_array_append_new(choices, json_string(f->choices[i]));
+        json_object_set_new(s, "type", json_string("string"));
+        json_object_set_new(s, "enum", choices);
+        break;
+    }
+    case SPEC_T_INT:
+    case SPEC_T_SIZE:
+        if (f->flags & SPEC_F_ZERO_UNSET)
+            json_array_append_new(alts, json_pack("{s:i}", "const", 0));
+        json_array_append_new(alts, spec_schema_range(f->min, f->max));
+        if (f->type == SPEC_T_SIZE)
+            json_array_append_new(alts, json_pack("{s:s, s:s}", "type", "string", "pattern",
+                                                  SPEC_SIZE_PATTERN));
+        break;
+    case SPEC_T_BOOL:
+        json_object_set_new(s, "type", json_string("boolean"));
+        break;
+    }
+    if (json_array_size(alts) == 1)
+        json_object_update(s, json_array_get(alts, 0));
+    else if (json_array_size(alts) > 1)
+        json_object_set(s, "anyOf", alts);
+    json_decref(alts);
+    return s;
+}
+
+static json_t *spec_schema_field(const struct spec_field *f)
+{
+    json_t *s = json_pack("{s:s}", "description", f->desc), *v = spec_schema_value(f);
+    json_object_update(s, v);
+    json_decref(v);
+    if (f->def)
+        json_object_set_new(s, "default", json_loads(f->def, JSON_DECODE_ANY, NULL));
+    return s;
+}
+
+/* Fields that exist only for some workloads are forbidden for the others. */
+static json_t *spec_schema_workload_rules(void)
+{
+    json_t *all = json_array();
+    for (int w = 0; spec_workload_names[w]; w++) {
+        json_t *top = json_object(), *swept = json_object();
+        for (size_t i = 0; i < SPEC_NFIELDS; i++) {
+            if (spec_field_in(&spec_fields[i], (enum spec_workload)w))
+                continue;
+            json_object_set_new(top, spec_fields[i].name, json_false());
+            json_object_set_new(swept, spec_fields[i].name, json_false());
+        }
+        if (json_object_size(top) == 0) {
+            json_decref(top);
+            json_decref(swept);
+            continue;
+        }
+        json_object_set_new(top, "sweep", json_pack("{s:o}", "properties", swept));
+        json_array_append_new(all, json_pack("{s:{s:{s:{s:s}}}, s:{s:o}}", "if", "properties",
+                                             "workload", "const", spec_workload_names[w],
+                                             "then", "properties", top));
+    }
+    return all;
+}
+
+json_t *spec_schema_json(void)
+{
+    json_t *props = json_object(), *swept = json_object(), *required = json_array();
+    for (size_t i = 0; i < SPEC_NFIELDS; i++) {
+        const struct spec_field *f = &spec_fields[i];
+        json_object_set_new(props, f->name, spec_schema_field(f));
+        if (f->flags & SPEC_F_REQUIRED)
+            json_array_append_new(required, json_string(f->name));
+        if (f->flags & SPEC_F_SWEEP)
+            json_object_set_new(swept, f->name,
+                                json_pack("{s:s, s:i, s:i, s:b, s:o}", "type", "array",
+                                          "minItems", 1, "maxItems", SPEC_MAX_SWEEP_VALUES,
+                                          "uniqueItems", 1, "items", spec_schema_value(f)));
+    }
+    json_object_set_new(props, "sweep", json_pack(
+        "{s:s, s:s, s:o, s:b}", "description",
+        "Fields to sweep, each with a list of values: the experiment runs every combination "
+        "(the cross product, last field varying fastest), at most 1024 runs.",
+        "type", "object", "properties", swept, "additionalProperties", 0));
+    json_t *schema = json_pack(
+        "{s:s, s:s, s:s, s:s, s:o, s:o, s:b}",
+        "$schema", "https://json-schema.org/draft/2020-12/schema",
+        "title", "ddpbench experiment spec",
+        "description", "An experiment for ddpbenchd (POST /v1/experiments). Generated from "
+                       "the field table in common/spec.c; do not edit by hand.",
+        "type", "object", "required", required, "properties", props,
+        "additionalProperties", 0);
+    json_t *rules = spec_schema_workload_rules();
+    if (schema && json_array_size(rules) > 0)
+        json_object_set(schema, "allOf", rules);
+    json_decref(rules);
+    return schema;
+}

@@ -1,0 +1,83 @@
+/* spec: experiment specs: parse, validate, fill defaults, expand sweeps, convert to the
+ * struct a worker runs. DESIGN.md §3 "Experiment spec"; schema/spec.schema.json is
+ * generated from the same field table (spec_schema_json) and checked by a test.
+ *
+ * Decision: one static table of fields (name, type, range or allowed values, default,
+ * which workload it belongs to, sweepable or not) drives validation, defaults, sweep
+ * checking and the JSON Schema, so the contract is written once. Specs travel as
+ * normalized JSON (every field present, defaults filled) between the API, the database
+ * and the worker; only the worker converts to struct spec.
+ *
+ * Error messages name the field as a path: "max_bytes", "sweep.world_size[2]". */
+#ifndef DDPB_SPEC_H
+#define DDPB_SPEC_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define SPEC_MAX_BODY (1u << 20)    /* largest accepted spec text */
+#define SPEC_MAX_RUNS 1024          /* largest sweep cross product */
+#define SPEC_MAX_SWEEP_VALUES 64    /* values per swept field */
+#define SPEC_MAX_WORLD 1024
+
+enum spec_workload { SPEC_WORKLOAD_COLLECTIVE = 0 };
+
+struct spec_collective {
+    char op[24];        /* "allreduce" */
+    char dtype[16];     /* "float32" */
+    char redop[8];      /* "sum" */
+    char algorithm[16]; /* "auto" or a forced algorithm: "ring" */
+    int64_t min_bytes, max_bytes;
+    int factor;         /* multiplicative step; 0 when step is used */
+    int64_t step;       /* additive step in bytes; 0 when factor is used */
+    int iters, warmup;
+    bool check;         /* verify results (#wrong) */
+    bool inplace;
+};
+
+struct spec {
+    char name[129];  /* 1 to 128 printable ASCII characters + NUL */
+    enum spec_workload workload;
+    char device[8];  /* "cpu" */
+    char backend[8]; /* "tcp" */
+    int world_size;
+    int repeats;
+    int64_t seed;
+    int timeout_s;   /* whole-run limit enforced by the daemon */
+    struct spec_collective coll;
+};
+
+/* Parses a submitted spec body. Returns the owned normalized spec (every field present,
+ * defaults filled, sizes as integers, "sweep" kept when given) or NULL with e set
+ * (ERR_INVALID naming the field; ERR_TOO_LARGE over SPEC_MAX_BODY). */
+json_t *spec_parse(const char *text, size_t len, struct err *e);
+/* The same checks on an already parsed object (borrowed). Returns an owned copy. */
+json_t *spec_normalize(const json_t *in, struct err *e);
+
+/* Expands a normalized spec's sweep into runs (cross product, in the order the sweep
+ * lists fields and values; last field varies fastest). Returns an owned array of
+ * objects {"params": {field: value, ...}, "spec": {resolved spec, no "sweep"}}; one
+ * element with empty params when there is no sweep. Each resolved spec is checked as a
+ * whole (cross-field rules such as min_bytes <= max_bytes). Fails with ERR_INVALID when
+ * the product exceeds max_runs. */
+json_t *spec_expand(const json_t *normalized, size_t max_runs, struct err *e);
+
+/* Fills out from a resolved spec (no "sweep"). */
+int spec_from_json(const json_t *resolved, struct spec *out, struct err *e);
+
+/* Sizes: a non-negative integer or a string "4096", "4K", "64M", "1G" (binary units,
+ * case-insensitive, optional trailing "B"/"iB"). */
+int spec_parse_size(const json_t *v, int64_t *out, struct err *e);
+
+/* The JSON Schema (draft 2020-12) of specs, generated from the field table. Owned. */
+json_t *spec_schema_json(void);
+
+/* Message sizes a collective spec visits, in order. Returns the count written (at most
+ * max) into sizes. */
+size_t spec_collective_sizes(const struct spec_collective *c, int64_t *sizes, size_t max);
+
+#endif

@@ -1,0 +1,200 @@
+/* config: see config.h. getopt_long over a table; each option validated with a range. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ddpb_config.h"
+
+static int config_parse_long(const char *opt, const char *s, long lo, long hi, long *out,
+                             struct err *e)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi)
+        return err_set(e, ERR_INVALID, opt, "--%s must be an integer from %ld to %ld, got '%s'",
+                       opt, lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+static int config_copy(char *dst, size_t cap, const char *opt, const char *s, struct err *e)
+{
+    if (strlen(s) >= cap || s[0] == '\0')
+        return err_set(e, ERR_INVALID, opt, "--%s must be 1 to %zu characters", opt, cap - 1);
+    memcpy(dst, s, strlen(s) + 1);
+    return 0;
+}
+
+/* The worker binary lives beside ddpbenchd when installed, and in ../worker/ in the
+ * build tree. */
+static void config_default_worker(struct config *c)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    snprintf(c->worker_path, sizeof c->worker_path, "ddpbench-worker");
+    if (n <= 0)
+        return;
+    self[n] = '\0';
+    char *dir = dirname(self);
+    char cand[PATH_MAX];
+    snprintf(cand, sizeof cand, "%s/ddpbench-worker", dir);
+    if (access(cand, X_OK) == 0) {
+        snprintf(c->worker_path, sizeof c->worker_path, "%s", cand);
+        return;
+    }
+    snprintf(cand, sizeof cand, "%s/../worker/ddpbench-worker", dir);
+    if (access(cand, X_OK) == 0 && !realpath(cand, c->worker_path))
+        snprintf(c->worker_path, sizeof c->worker_path, "%s", cand);
+}
+
+static void config_defaults(struct config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->host, sizeof c->host, "127.0.0.1");
+    c->port = CONFIG_DEFAULT_PORT;
+    snprintf(c->store_host, sizeof c->store_host, "127.0.0.1");
+    c->store_port = 0;
+    snprintf(c->state_dir, sizeof c->state_dir, "state");
+    snprintf(c->web_dir, sizeof c->web_dir, "%s", DDPB_SOURCE_WEB_DIR);
+    if (gethostname(c->node, sizeof c->node) != 0 || c->node[0] == '\0')
+        snprintf(c->node, sizeof c->node, "localhost");
+    c->node[sizeof c->node - 1] = '\0';
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    c->cpu_slots = ncpu > 0 ? (int)ncpu : 1;
+    c->max_body = 1u << 20;
+    c->http_threads = 4;
+    c->kill_grace_ms = 3000;
+    c->log_level = LOG_INFO;
+    config_default_worker(c);
+}
+
+void config_print_usage(const char *prog)
+{
+    printf("usage: %s [options]\n"
+           "  --host ADDR          HTTP bind address (default 127.0.0.1)\n"
+           "  --port N             HTTP port, 0 = any free port (default %d)\n"
+           "  --store-host ADDR    store bind address (default 127.0.0.1)\n"
+           "  --store-port N       store port, 0 = any free port (default 0)\n"
+           "  --state-dir DIR      database, run files and logs (default ./state)\n"
+           "  --worker PATH        ddpbench-worker binary (default: beside ddpbenchd)\n"
+           "  --web-dir DIR        dashboard files (default: the source tree's web/)\n"
+           "  --node NAME          this node's name (default: hostname)\n"
+           "  --cpu-slots N        ranks that may run at once (default: online CPUs)\n"
+           "  --max-body BYTES     largest request body (default 1048576)\n"
+           "  --http-threads N     HTTP worker threads (default 4)\n"
+           "  --kill-grace-ms N    SIGTERM to SIGKILL delay for workers (default 3000)\n"
+           "  --log-level LEVEL    debug, info, warn, error (default info)\n"
+           "  --version, --help\n",
+           prog, CONFIG_DEFAULT_PORT);
+}
+
+enum {
+    OPT_HOST = 1000, OPT_PORT, OPT_STORE_HOST, OPT_STORE_PORT, OPT_STATE_DIR, OPT_WORKER,
+    OPT_WEB_DIR, OPT_NODE, OPT_CPU_SLOTS, OPT_MAX_BODY, OPT_HTTP_THREADS, OPT_KILL_GRACE,
+    OPT_LOG_LEVEL, OPT_VERSION, OPT_HELP,
+};
+
+static const struct option config_options[] = {
+    {"host", required_argument, NULL, OPT_HOST},
+    {"port", required_argument, NULL, OPT_PORT},
+    {"store-host", required_argument, NULL, OPT_STORE_HOST},
+    {"store-port", required_argument, NULL, OPT_STORE_PORT},
+    {"state-dir", required_argument, NULL, OPT_STATE_DIR},
+    {"worker", required_argument, NULL, OPT_WORKER},
+    {"web-dir", required_argument, NULL, OPT_WEB_DIR},
+    {"node", required_argument, NULL, OPT_NODE},
+    {"cpu-slots", required_argument, NULL, OPT_CPU_SLOTS},
+    {"max-body", required_argument, NULL, OPT_MAX_BODY},
+    {"http-threads", required_argument, NULL, OPT_HTTP_THREADS},
+    {"kill-grace-ms", required_argument, NULL, OPT_KILL_GRACE},
+    {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"version", no_argument, NULL, OPT_VERSION},
+    {"help", no_argument, NULL, OPT_HELP},
+    {NULL, 0, NULL, 0},
+};
+
+static int config_apply(struct config *c, int opt, const char *arg, struct err *e)
+{
+    long v = 0;
+    switch (opt) {
+    case OPT_HOST: return config_copy(c->host, sizeof c->host, "host", arg, e);
+    case OPT_STORE_HOST:
+        return config_copy(c->store_host, sizeof c->store_host, "store-host", arg, e);
+    case OPT_STATE_DIR:
+        return config_copy(c->state_dir, sizeof c->state_dir, "state-dir", arg, e);
+    case OPT_WORKER: return config_copy(c->worker_path, sizeof c->worker_path, "worker", arg, e);
+    case OPT_WEB_DIR: return config_copy(c->web_dir, sizeof c->web_dir, "web-dir", arg, e);
+    case OPT_NODE: return config_copy(c->node, sizeof c->node, "node", arg, e);
+    case OPT_PORT:
+        if (config_parse_long("port", arg, 0, 65535, &v, e) < 0)
+            return -1;
+        c->port = (int)v;
+        return 0;
+    case OPT_STORE_PORT:
+        if (config_parse_long("store-port", arg, 0, 65535, &v, e) < 0)
+            return -1;
+        c->store_port = (int)v;
+        return 0;
+    case OPT_CPU_SLOTS:
+        if (config_parse_long("cpu-slots", arg, 1, 4096, &v, e) < 0)
+            return -1;
+        c->cpu_slots = (int)v;
+        return 0;
+    case OPT_MAX_BODY:
+        if (config_parse_long("max-body", arg, 1024, 64L << 20, &v, e) < 0)
+            return -1;
+        c->max_body = (size_t)v;
+        return 0;
+    case OPT_HTTP_THREADS:
+        if (config_parse_long("http-threads", arg, 1, 256, &v, e) < 0)
+            return -1;
+        c->http_threads = (int)v;
+        return 0;
+    case OPT_KILL_GRACE:
+        if (config_parse_long("kill-grace-ms", arg, 0, 600000, &v, e) < 0)
+            return -1;
+        c->kill_grace_ms = (int)v;
+        return 0;
+    case OPT_LOG_LEVEL:
+        if (log_parse_level(arg, &c->log_level) < 0)
+            return err_set(e, ERR_INVALID, "log-level",
+                           "--log-level must be debug, info, warn or error, got '%s'", arg);
+        return 0;
+    default:
+        return err_set(e, ERR_INVALID, NULL, "unknown option");
+    }
+}
+
+int config_parse_args(struct config *c, int argc, char **argv, struct err *e)
+{
+    config_defaults(c);
+    optind = 1;
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, "", config_options, NULL)) != -1) {
+        if (opt == OPT_HELP) {
+            config_print_usage(argv[0]);
+            return 1;
+        }
+        if (opt == OPT_VERSION) {
+            printf("ddpbenchd %s (%s)\n", DDPB_VERSION, DDPB_COMPILER);
+            return 1;
+        }
+        if (opt == '?' || opt == ':')
+            return err_set(e, ERR_INVALID, NULL, "unknown or incomplete option '%s' (see --help)",
+                           argv[optind - 1]);
+        if (config_apply(c, opt, optarg, e) < 0)
+            return -1;
+    }
+    if (optind < argc)
+        return err_set(e, ERR_INVALID, NULL, "unexpected argument '%s' (see --help)",
+                       argv[optind]);
+    return 0;
+}

@@ -1,0 +1,41 @@
+/* config: ddpbenchd's settings from the command line and the environment.
+ *
+ * Decision: one flat struct filled once at start-up and read-only afterwards (threads
+ * share it without locks). Defaults are safe: bind 127.0.0.1, CPU slots = online CPUs
+ * (never oversubscribed unless asked, since oversubscribed ranks make every timing
+ * wrong), worker binary found beside the daemon's own executable. */
+#ifndef DDPB_CONFIG_H
+#define DDPB_CONFIG_H
+
+#include <limits.h>
+#include <stddef.h>
+
+#include "err.h"
+#include "log.h"
+
+#define CONFIG_DEFAULT_PORT 7480
+
+struct config {
+    char host[128];       /* HTTP bind address */
+    int port;             /* HTTP port; 0 = ephemeral */
+    char store_host[128]; /* store bind address (workers connect to it) */
+    int store_port;       /* 0 = ephemeral */
+    char state_dir[PATH_MAX];
+    char worker_path[PATH_MAX];
+    char web_dir[PATH_MAX];
+    char node[64];        /* this node's name (hostname by default) */
+    int cpu_slots;        /* ranks that may run at once on this node */
+    size_t max_body;      /* largest accepted request body */
+    int http_threads;
+    int kill_grace_ms;    /* SIGTERM → SIGKILL delay when stopping workers */
+    enum log_level log_level;
+};
+
+/* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,
+ * --worker, --web-dir, --node, --cpu-slots, --max-body, --http-threads,
+ * --kill-grace-ms, --log-level). Returns 0; 1 when --help/--version printed; -1 with
+ * e naming the bad option. */
+int config_parse_args(struct config *c, int argc, char **argv, struct err *e);
+void config_print_usage(const char *prog);
+
+#endif

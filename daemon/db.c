@@ -1,0 +1,935 @@
+/* db: see db.h. SQLite in WAL mode; one writer connection under a mutex, a pool of
+ * reader connections; statements prepared once per connection (keyed by their SQL
+ * text's address, since every statement is a static string in this file). */
+#include "db.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "log.h"
+#include "migrations.h"
+
+#define DB_READERS 4
+#define DB_STMT_CACHE 48
+#define DB_BUSY_TIMEOUT_MS 5000
+
+struct db_conn {
+    sqlite3 *h;
+    struct {
+        const char *sql;
+        sqlite3_stmt *st;
+    } cache[DB_STMT_CACHE];
+    int ncache;
+};
+
+struct db {
+    pthread_mutex_t wlock; /* the one writer */
+    struct db_conn writer;
+    pthread_mutex_t plock; /* reader pool */
+    pthread_cond_t pfree;
+    struct db_conn readers[DB_READERS];
+    bool reader_busy[DB_READERS];
+};
+
+static const char *const db_status_names[] = {
+    "queued", "starting", "running", "succeeded", "failed", "cancelled", "interrupted",
+};
+
+const char *db_run_status_name(enum db_run_status s)
+{
+    return (unsigned)s < sizeof db_status_names / sizeof *db_status_names ? db_status_names[s]
+                                                                           : "unknown";
+}
+
+static int db_fail(struct err *e, sqlite3 *h, const char *what)
+{
+    int rc = sqlite3_extended_errcode(h);
+    enum err_code code = (rc & 0xff) == SQLITE_BUSY ? ERR_UNAVAILABLE : ERR_IO;
+    return err_set(e, code, NULL, "database: %s: %s", what, sqlite3_errmsg(h));
+}
+
+/* --- connections and statements -------------------------------------------------------- */
+
+static int db_exec(struct db_conn *c, const char *sql, struct err *e)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(c->h, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        err_set(e, ERR_IO, NULL, "database: %s", msg ? msg : sqlite3_errmsg(c->h));
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int db_conn_open(struct db_conn *c, const char *path, bool writer, struct err *e)
+{
+    memset(c, 0, sizeof *c);
+    int flags = SQLITE_OPEN_NOMUTEX | (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+                                              : SQLITE_OPEN_READONLY);
+    if (sqlite3_open_v2(path, &c->h, flags, NULL) != SQLITE_OK) {
+        err_set(e, ERR_IO, NULL, "database %s: %s", path,
+                c->h ? sqlite3_errmsg(c->h) : "out of memory");
+        sqlite3_close(c->h);
+        c->h = NULL;
+        return -1;
+    }
+    sqlite3_busy_timeout(c->h, DB_BUSY_TIMEOUT_MS);
+    sqlite3_extended_result_codes(c->h, 1);
+    if (writer)
+        return db_exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                          "PRAGMA foreign_keys=ON;", e);
+    return db_exec(c, "PRAGMA foreign_keys=ON;", e);
+}
+
+static void db_conn_close(struct db_conn *c)
+{
+    for (int i = 0; i < c->ncache; i++)
+        sqlite3_finalize(c->cache[i].st);
+    c->ncache = 0;
+    sqlite3_close(c->h);
+    c->h = NULL;
+}
+
+/* Borrowed statement, reset and unbound, prepared on first use. */
+static sqlite3_stmt *db_stmt(struct db_conn *c, const char *sql, struct err *e)
+{
+    for (int i = 0; i < c->ncache; i++) {
+        if (c->cache[i].sql == sql) {
+            sqlite3_reset(c->cache[i].st);
+            sqlite3_clear_bindings(c->cache[i].st);
+            return c->cache[i].st;
+        }
+    }
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v3(c->h, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
+        db_fail(e, c->h, "prepare");
+        return NULL;
+    }
+    if (c->ncache < DB_STMT_CACHE) {
+        c->cache[c->ncache].sql = sql;
+        c->cache[c->ncache].st = st;
+        c->ncache++;
+    } else {
+        log_error("db: statement cache full; raise DB_STMT_CACHE");
+    }
+    return st;
+}
+
+static struct db_conn *db_reader_acquire(struct db *db)
+{
+    pthread_mutex_lock(&db->plock);
+    for (;;) {
+        for (int i = 0; i < DB_READERS; i++) {
+            if (!db->reader_busy[i]) {
+                db->reader_busy[i] = true;
+                pthread_mutex_unlock(&db->plock);
+                return &db->readers[i];
+            }
+        }
+        pthread_cond_wait(&db->pfree, &db->plock);
+    }
+}
+
+static void db_reader_release(struct db *db, struct db_conn *c)
+{
+    pthread_mutex_lock(&db->plock);
+    db->reader_busy[c - db->readers] = false;
+    pthread_cond_signal(&db->pfree);
+    pthread_mutex_unlock(&db->plock);
+}
+
+/* Write transactions: BEGIN IMMEDIATE under the writer mutex. */
+static struct db_conn *db_write_begin(struct db *db, struct err *e)
+{
+    pthread_mutex_lock(&db->wlock);
+    if (db_exec(&db->writer, "BEGIN IMMEDIATE", e) < 0) {
+        pthread_mutex_unlock(&db->wlock);
+        return NULL;
+    }
+    return &db->writer;
+}
+
+/* Commits when rc == 0, rolls back otherwise; returns rc (or -1 if commit failed). */
+static int db_write_end(struct db *db, int rc, struct err *e)
+{
+    if (rc == 0)
+        rc = db_exec(&db->writer, "COMMIT", e);
+    if (rc != 0) {
+        char *msg = NULL;
+        sqlite3_exec(db->writer.h, "ROLLBACK", NULL, NULL, &msg);
+        sqlite3_free(msg);
+    }
+    pthread_mutex_unlock(&db->wlock);
+    return rc;
+}
+
+/* Runs a bound statement that returns no rows. */
+static int db_step_done(struct db_conn *c, sqlite3_stmt *st, struct err *e)
+{
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return db_fail(e, c->h, "step");
+    return 0;
+}
+
+static void db_bind_text_or_null(sqlite3_stmt *st, int idx, const char *s)
+{
+    if (s)
+        sqlite3_bind_text(st, idx, s, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, idx);
+}
+
+/* --- rows as JSON ------------------------------------------------------------------- */
+
+static bool db_col_is_json(const char *name)
+{
+    return strcmp(name, "spec") == 0 || strcmp(name, "params") == 0 ||
+           strcmp(name, "env") == 0;
+}
+
+static bool db_col_is_time(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 3 && strcmp(name + n - 3, "_at") == 0;
+}
+
+static json_t *db_col_json(sqlite3_stmt *st, int i)
+{
+    const char *name = sqlite3_column_name(st, i);
+    int type = sqlite3_column_type(st, i);
+    if (type == SQLITE_NULL)
+        return json_null();
+    if (db_col_is_time(name)) {
+        char iso[40];
+        clock_format_iso(sqlite3_column_double(st, i), iso, sizeof iso);
+        return json_string(iso);
+    }
+    if (strcmp(name, "inplace") == 0)
+        return json_boolean(sqlite3_column_int(st, i));
+    switch (type) {
+    case SQLITE_INTEGER:
+        return json_integer(sqlite3_column_int64(st, i));
+    case SQLITE_FLOAT:
+        return json_real(sqlite3_column_double(st, i));
+    default: {
+        const char *text = (const char *)sqlite3_column_text(st, i);
+        if (db_col_is_json(name)) {
+            json_t *v = json_loads(text ? text : "null", JSON_DECODE_ANY, NULL);
+            if (v)
+                return v;
+        }
+        return json_string(text ? text : "");
+    }
+    }
+}
+
+/* Owned object of the current row. */
+static json_t *db_row_json(sqlite3_stmt *st)
+{
+    json_t *o = json_object();
+    int n = sqlite3_column_count(st);
+    for (int i = 0; i < n; i++)
+        json_object_set_new(o, sqlite3_column_name(st, i), db_col_json(st, i));
+    return o;
+}
+
+/* Steps a bound statement to the end. Returns an owned array of row objects. */
+static json_t *db_rows_json(struct db_conn *c, sqlite3_stmt *st, struct err *e)
+{
+    json_t *rows = json_array();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        json_array_append_new(rows, db_row_json(st));
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(rows);
+        db_fail(e, c->h, "query");
+        return NULL;
+    }
+    return rows;
+}
+
+/* Exactly one row of a bound statement, or ERR_NOT_FOUND naming `what` and id. */
+static json_t *db_one_json(struct db_conn *c, sqlite3_stmt *st, const char *what, int64_t id,
+                           struct err *e)
+{
+    json_t *rows = db_rows_json(c, st, e);
+    if (!rows)
+        return NULL;
+    if (json_array_size(rows) == 0) {
+        json_decref(rows);
+        err_set(e, ERR_NOT_FOUND, NULL, "%s %lld not found", what, (long long)id);
+        return NULL;
+    }
+    json_t *row = json_incref(json_array_get(rows, 0));
+    json_decref(rows);
+    return row;
+}
+
+/* --- open, migrate, close ------------------------------------------------------------ */
+
+static int db_user_version(struct db_conn *c)
+{
+    sqlite3_stmt *st = NULL;
+    int v = -1;
+    if (sqlite3_prepare_v2(c->h, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static int db_migrate(struct db_conn *c, struct err *e)
+{
+    int have = db_user_version(c);
+    if (have < 0)
+        return db_fail(e, c->h, "read user_version");
+    if (have > db_migration_count)
+        return err_set(e, ERR_CONFLICT, NULL,
+                       "database schema version %d is newer than this ddpbenchd (%d): "
+                       "upgrade ddpbenchd or use another state directory",
+                       have, db_migration_count);
+    for (int i = have; i < db_migration_count; i++) {
+        const struct db_migration *m = &db_migrations[i];
+        char pragma[64];
+        snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d;", m->version);
+        if (db_exec(c, "BEGIN IMMEDIATE", e) < 0)
+            return -1;
+        if (db_exec(c, m->sql, e) < 0 || db_exec(c, pragma, e) < 0) {
+            sqlite3_exec(c->h, "ROLLBACK", NULL, NULL, NULL);
+            return err_prefix(e, "migration %03d_%s", m->version, m->name);
+        }
+        if (db_exec(c, "COMMIT", e) < 0)
+            return -1;
+        log_info("database migrated to %03d_%s", m->version, m->name);
+    }
+    return 0;
+}
+
+struct db *db_open(const char *path, struct err *e)
+{
+    struct db *db = calloc(1, sizeof *db);
+    if (!db) {
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&db->wlock, NULL);
+    pthread_mutex_init(&db->plock, NULL);
+    pthread_cond_init(&db->pfree, NULL);
+    if (db_conn_open(&db->writer, path, true, e) < 0 || db_migrate(&db->writer, e) < 0)
+        goto fail;
+    for (int i = 0; i < DB_READERS; i++)
+        if (db_conn_open(&db->readers[i], path, false, e) < 0)
+            goto fail;
+    return db;
+fail:
+    db_close(db);
+    return NULL;
+}
+
+void db_close(struct db *db)
+{
+    if (!db)
+        return;
+    for (int i = 0; i < DB_READERS; i++)
+        if (db->readers[i].h)
+            db_conn_close(&db->readers[i]);
+    if (db->writer.h) {
+        sqlite3_exec(db->writer.h, "PRAGMA optimize;", NULL, NULL, NULL);
+        db_conn_close(&db->writer);
+    }
+    pthread_mutex_destroy(&db->wlock);
+    pthread_mutex_destroy(&db->plock);
+    pthread_cond_destroy(&db->pfree);
+    free(db);
+}
+
+int db_schema_version(struct db *db)
+{
+    pthread_mutex_lock(&db->wlock);
+    int v = db_user_version(&db->writer);
+    pthread_mutex_unlock(&db->wlock);
+    return v;
+}
+
+/* --- experiments ---------------------------------------------------------------------- */
+
+static const char SQL_INSERT_EXPERIMENT[] =
+    "INSERT INTO experiments (name, workload, spec, status, n_runs, created_at) "
+    "VALUES (?1, ?2, ?3, 'queued', ?4, ?5)";
+static const char SQL_INSERT_RUN[] =
+    "INSERT INTO runs (experiment_id, point, params, spec, world_size, status, created_at) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)";
+
+int db_create_experiment(struct db *db, const char *name, const char *workload,
+                         const char *spec_json, const struct db_new_run *runs, size_t n_runs,
+                         int64_t *id_out, struct err *e)
+{
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    double now = clock_wall_s();
+    int rc = -1;
+    sqlite3_stmt *st = db_stmt(c, SQL_INSERT_EXPERIMENT, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, workload, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, spec_json, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, (int64_t)n_runs);
+    sqlite3_bind_double(st, 5, now);
+    if (db_step_done(c, st, e) < 0)
+        goto out;
+    int64_t id = sqlite3_last_insert_rowid(c->h);
+    for (size_t i = 0; i < n_runs; i++) {
+        st = db_stmt(c, SQL_INSERT_RUN, e);
+        if (!st)
+            goto out;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, (int64_t)i);
+        sqlite3_bind_text(st, 3, runs[i].params_json, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 4, runs[i].spec_json, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 5, runs[i].world_size);
+        sqlite3_bind_double(st, 6, now);
+        if (db_step_done(c, st, e) < 0)
+            goto out;
+    }
+    *id_out = id;
+    rc = 0;
+out:
+    return db_write_end(db, rc, e);
+}
+
+#define DB_EXPERIMENT_SELECT                                                                \
+    "SELECT e.id, e.name, e.workload, e.status, e.n_runs, "                                 \
+    "(SELECT count(*) FROM runs r WHERE r.experiment_id = e.id AND r.status IN "            \
+    "  ('succeeded', 'failed', 'cancelled', 'interrupted')) AS runs_finished, "             \
+    "e.created_at, e.started_at, e.finished_at, e.finished_at - e.started_at AS duration_s"
+
+static const char SQL_LIST_EXPERIMENTS[] =
+    DB_EXPERIMENT_SELECT " FROM experiments e "
+    "WHERE (?1 IS NULL OR e.status = ?1) AND (?2 IS NULL OR instr(e.name, ?2) > 0) "
+    "AND (?3 IS NULL OR e.workload = ?3) ORDER BY e.id DESC LIMIT ?4 OFFSET ?5";
+static const char SQL_COUNT_EXPERIMENTS[] =
+    "SELECT count(*) AS total FROM experiments e "
+    "WHERE (?1 IS NULL OR e.status = ?1) AND (?2 IS NULL OR instr(e.name, ?2) > 0) "
+    "AND (?3 IS NULL OR e.workload = ?3)";
+static const char SQL_GET_EXPERIMENT[] =
+    DB_EXPERIMENT_SELECT ", e.spec FROM experiments e WHERE e.id = ?1";
+static const char SQL_EXPERIMENT_RUNS[] =
+    "SELECT id, point, params, world_size, status, progress, created_at, started_at, "
+    "finished_at, finished_at - started_at AS duration_s, error, error_rank "
+    "FROM runs WHERE experiment_id = ?1 ORDER BY point";
+
+static void db_bind_filter(sqlite3_stmt *st, const struct db_experiment_filter *f)
+{
+    db_bind_text_or_null(st, 1, f->status);
+    db_bind_text_or_null(st, 2, f->name);
+    db_bind_text_or_null(st, 3, f->workload);
+}
+
+json_t *db_list_experiments(struct db *db, const struct db_experiment_filter *f,
+                            struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    json_t *out = NULL, *items = NULL, *total = NULL;
+    sqlite3_stmt *st = db_stmt(c, SQL_COUNT_EXPERIMENTS, e);
+    if (!st)
+        goto done;
+    db_bind_filter(st, f);
+    total = db_one_json(c, st, "count", 0, e);
+    if (!total)
+        goto done;
+    st = db_stmt(c, SQL_LIST_EXPERIMENTS, e);
+    if (!st)
+        goto done;
+    db_bind_filter(st, f);
+    sqlite3_bind_int64(st, 4, f->limit);
+    sqlite3_bind_int64(st, 5, f->offset);
+    items = db_rows_json(c, st, e);
+    if (!items)
+        goto done;
+    out = json_pack("{s:o, s:O, s:I, s:I}", "items", items, "total",
+                    json_object_get(total, "total"), "limit", (json_int_t)f->limit, "offset",
+                    (json_int_t)f->offset);
+    items = NULL;
+done:
+    json_decref(items);
+    json_decref(total);
+    db_reader_release(db, c);
+    return out;
+}
+
+json_t *db_get_experiment(struct db *db, int64_t id, struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    json_t *exp = NULL;
+    sqlite3_stmt *st = db_stmt(c, SQL_GET_EXPERIMENT, e);
+    if (!st)
+        goto done;
+    sqlite3_bind_int64(st, 1, id);
+    exp = db_one_json(c, st, "experiment", id, e);
+    if (!exp)
+        goto done;
+    st = db_stmt(c, SQL_EXPERIMENT_RUNS, e);
+    json_t *runs = st ? (sqlite3_bind_int64(st, 1, id), db_rows_json(c, st, e)) : NULL;
+    if (!runs) {
+        json_decref(exp);
+        exp = NULL;
+        goto done;
+    }
+    json_object_set_new(exp, "runs", runs);
+done:
+    db_reader_release(db, c);
+    return exp;
+}
+
+/* --- runs ------------------------------------------------------------------------------ */
+
+static const char SQL_GET_RUN[] =
+    "SELECT id, experiment_id, point, params, world_size, status, progress, created_at, "
+    "started_at, finished_at, finished_at - started_at AS duration_s, error, error_rank, spec "
+    "FROM runs WHERE id = ?1";
+static const char SQL_RUN_RANKS[] =
+    "SELECT rank, node, host, pid, cpus, status, exit_code, signal, error, started_at, "
+    "finished_at FROM run_ranks WHERE run_id = ?1 ORDER BY rank";
+static const char SQL_RUN_COLLECTIVES[] =
+    "SELECT repeat, op, dtype, redop, algorithm, inplace, bytes, count, iters, time_us_min, "
+    "time_us_median, time_us_p95, time_us_mean, time_us_max, algbw_gbs, busbw_gbs, wrong "
+    "FROM collectives WHERE run_id = ?1 ORDER BY repeat, op, inplace, bytes";
+static const char SQL_RUN_ENV[] = "SELECT rank, env FROM run_env WHERE run_id = ?1 ORDER BY rank";
+
+/* Attaches the rows of a per-run child query under key. */
+static int db_attach_rows(struct db_conn *c, json_t *obj, const char *key, const char *sql,
+                          int64_t run_id, struct err *e)
+{
+    sqlite3_stmt *st = db_stmt(c, sql, e);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, run_id);
+    json_t *rows = db_rows_json(c, st, e);
+    if (!rows)
+        return -1;
+    json_object_set_new(obj, key, rows);
+    return 0;
+}
+
+json_t *db_get_run(struct db *db, int64_t id, struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    json_t *run = NULL;
+    sqlite3_stmt *st = db_stmt(c, SQL_GET_RUN, e);
+    if (!st)
+        goto done;
+    sqlite3_bind_int64(st, 1, id);
+    run = db_one_json(c, st, "run", id, e);
+    if (!run)
+        goto done;
+    if (db_attach_rows(c, run, "ranks", SQL_RUN_RANKS, id, e) < 0 ||
+        db_attach_rows(c, run, "collectives", SQL_RUN_COLLECTIVES, id, e) < 0 ||
+        db_attach_rows(c, run, "env", SQL_RUN_ENV, id, e) < 0) {
+        json_decref(run);
+        run = NULL;
+    }
+done:
+    db_reader_release(db, c);
+    return run;
+}
+
+static const char SQL_LIST_QUEUED[] =
+    "SELECT id, experiment_id, world_size, spec FROM runs WHERE status = 'queued' "
+    "ORDER BY id LIMIT ?1";
+
+int db_list_queued(struct db *db, size_t max, struct db_queued_run **out, size_t *n,
+                   struct err *e)
+{
+    *out = NULL;
+    *n = 0;
+    struct db_conn *c = db_reader_acquire(db);
+    int rc = -1;
+    sqlite3_stmt *st = db_stmt(c, SQL_LIST_QUEUED, e);
+    struct db_queued_run *runs = calloc(max ? max : 1, sizeof *runs);
+    if (!st || !runs)
+        goto done;
+    sqlite3_bind_int64(st, 1, (int64_t)max);
+    size_t k = 0;
+    int step;
+    while (k < max && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        runs[k].id = sqlite3_column_int64(st, 0);
+        runs[k].experiment_id = sqlite3_column_int64(st, 1);
+        runs[k].world_size = sqlite3_column_int(st, 2);
+        runs[k].spec_json = strdup((const char *)sqlite3_column_text(st, 3));
+        k++;
+    }
+    sqlite3_reset(st);
+    *out = runs;
+    *n = k;
+    runs = NULL;
+    rc = 0;
+done:
+    if (rc < 0 && e && e->code == ERR_OK)
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+    free(runs);
+    db_reader_release(db, c);
+    return rc;
+}
+
+void db_queued_runs_free(struct db_queued_run *runs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(runs[i].spec_json);
+    free(runs);
+}
+
+static const char SQL_COUNT_RUNS[] = "SELECT count(*) FROM runs WHERE status = ?1";
+
+int64_t db_count_runs(struct db *db, enum db_run_status status)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    int64_t n = -1;
+    sqlite3_stmt *st = db_stmt(c, SQL_COUNT_RUNS, NULL);
+    if (st) {
+        sqlite3_bind_text(st, 1, db_run_status_name(status), -1, SQLITE_STATIC);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            n = sqlite3_column_int64(st, 0);
+        sqlite3_reset(st);
+    }
+    db_reader_release(db, c);
+    return n;
+}
+
+/* --- a run's life ------------------------------------------------------------------------ */
+
+static const char SQL_RUN_STARTING[] =
+    "UPDATE runs SET status = 'starting', started_at = ?2 WHERE id = ?1 AND status = 'queued'";
+static const char SQL_EXPERIMENT_STARTED[] =
+    "UPDATE experiments SET status = 'running', started_at = coalesce(started_at, ?2) "
+    "WHERE id = (SELECT experiment_id FROM runs WHERE id = ?1) AND status = 'queued'";
+
+int db_run_starting(struct db *db, int64_t run_id, struct err *e)
+{
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = -1;
+    double now = clock_wall_s();
+    sqlite3_stmt *st = db_stmt(c, SQL_RUN_STARTING, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, run_id);
+    sqlite3_bind_double(st, 2, now);
+    if (db_step_done(c, st, e) < 0)
+        goto out;
+    if (sqlite3_changes(c->h) != 1) {
+        err_set(e, ERR_CONFLICT, NULL, "run %lld is not queued", (long long)run_id);
+        goto out;
+    }
+    st = db_stmt(c, SQL_EXPERIMENT_STARTED, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, run_id);
+    sqlite3_bind_double(st, 2, now);
+    rc = db_step_done(c, st, e);
+out:
+    return db_write_end(db, rc, e);
+}
+
+static const char SQL_RANK_SPAWNED[] =
+    "INSERT OR REPLACE INTO run_ranks (run_id, rank, node, pid, cpus, status, started_at) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, 'starting', ?6)";
+
+int db_rank_spawned(struct db *db, int64_t run_id, int rank, const char *node, int pid,
+                    const char *cpus, struct err *e)
+{
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = -1;
+    sqlite3_stmt *st = db_stmt(c, SQL_RANK_SPAWNED, e);
+    if (st) {
+        sqlite3_bind_int64(st, 1, run_id);
+        sqlite3_bind_int(st, 2, rank);
+        sqlite3_bind_text(st, 3, node, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 4, pid);
+        db_bind_text_or_null(st, 5, cpus);
+        sqlite3_bind_double(st, 6, clock_wall_s());
+        rc = db_step_done(c, st, e);
+    }
+    return db_write_end(db, rc, e);
+}
+
+static const char SQL_RANK_HELLO[] =
+    "UPDATE run_ranks SET host = ?3, status = 'running' WHERE run_id = ?1 AND rank = ?2";
+static const char SQL_RUN_RUNNING[] =
+    "UPDATE runs SET status = 'running' WHERE id = ?1 AND status = 'starting' AND "
+    "(SELECT count(*) FROM run_ranks WHERE run_id = ?1 AND status IN ('running', 'done')) "
+    "= world_size";
+static const char SQL_RUN_WORLD[] = "SELECT world_size FROM runs WHERE id = ?1";
+
+int db_rank_hello(struct db *db, int64_t run_id, int rank, const char *host, int world_size,
+                  struct err *e)
+{
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = -1;
+    sqlite3_stmt *st = db_stmt(c, SQL_RUN_WORLD, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, run_id);
+    int have = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_reset(st);
+    if (have != world_size) {
+        err_set(e, ERR_INVALID, "world_size", "rank %d reported world_size %d, run has %d",
+                rank, world_size, have);
+        goto out;
+    }
+    st = db_stmt(c, SQL_RANK_HELLO, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, run_id);
+    sqlite3_bind_int(st, 2, rank);
+    db_bind_text_or_null(st, 3, host);
+    if (db_step_done(c, st, e) < 0)
+        goto out;
+    st = db_stmt(c, SQL_RUN_RUNNING, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, run_id);
+    rc = db_step_done(c, st, e);
+out:
+    return db_write_end(db, rc, e);
+}
+
+static const char SQL_RANK_ENV[] =
+    "INSERT OR REPLACE INTO run_env (run_id, rank, env) VALUES (?1, ?2, ?3)";
+
+int db_rank_env(struct db *db, int64_t run_id, int rank, const json_t *env, struct err *e)
+{
+    char *text = json_dumps(env, JSON_COMPACT);
+    if (!text)
+        return err_set(e, ERR_NOMEM, NULL, "cannot encode env");
+    struct db_conn *c = db_write_begin(db, e);
+    int rc = -1;
+    if (c) {
+        sqlite3_stmt *st = db_stmt(c, SQL_RANK_ENV, e);
+        if (st) {
+            sqlite3_bind_int64(st, 1, run_id);
+            sqlite3_bind_int(st, 2, rank);
+            sqlite3_bind_text(st, 3, text, -1, SQLITE_TRANSIENT);
+            rc = db_step_done(c, st, e);
+        }
+        rc = db_write_end(db, rc, e);
+    }
+    free(text);
+    return rc;
+}
+
+static const char SQL_RANK_EXITED[] =
+    "UPDATE run_ranks SET status = ?3, exit_code = ?4, signal = ?5, "
+    "error = coalesce(?6, error), finished_at = ?7 WHERE run_id = ?1 AND rank = ?2";
+
+int db_rank_exited(struct db *db, int64_t run_id, int rank, const char *status,
+                   int exit_code, int signal, const char *error, struct err *e)
+{
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = -1;
+    sqlite3_stmt *st = db_stmt(c, SQL_RANK_EXITED, e);
+    if (st) {
+        sqlite3_bind_int64(st, 1, run_id);
+        sqlite3_bind_int(st, 2, rank);
+        sqlite3_bind_text(st, 3, status, -1, SQLITE_TRANSIENT);
+        if (exit_code >= 0)
+            sqlite3_bind_int(st, 4, exit_code);
+        if (signal > 0)
+            sqlite3_bind_int(st, 5, signal);
+        db_bind_text_or_null(st, 6, error);
+        sqlite3_bind_double(st, 7, clock_wall_s());
+        rc = db_step_done(c, st, e);
+    }
+    return db_write_end(db, rc, e);
+}
+
+static const char SQL_RUN_PROGRESS[] = "UPDATE runs SET progress = ?2 WHERE id = ?1";
+
+int db_run_progress(struct db *db, int64_t run_id, double fraction, struct err *e)
+{
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = -1;
+    sqlite3_stmt *st = db_stmt(c, SQL_RUN_PROGRESS, e);
+    if (st) {
+        sqlite3_bind_int64(st, 1, run_id);
+        sqlite3_bind_double(st, 2, fraction < 0 ? 0 : fraction > 1 ? 1 : fraction);
+        rc = db_step_done(c, st, e);
+    }
+    return db_write_end(db, rc, e);
+}
+
+static const char SQL_INSERT_COLLECTIVE[] =
+    "INSERT OR REPLACE INTO collectives (run_id, repeat, op, dtype, redop, algorithm, "
+    "inplace, bytes, count, iters, time_us_min, time_us_median, time_us_p95, time_us_mean, "
+    "time_us_max, algbw_gbs, busbw_gbs, wrong) VALUES "
+    "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)";
+
+int db_insert_collective(struct db *db, int64_t run_id, const struct report_collective *r,
+                         struct err *e)
+{
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = -1;
+    sqlite3_stmt *st = db_stmt(c, SQL_INSERT_COLLECTIVE, e);
+    if (st) {
+        sqlite3_bind_int64(st, 1, run_id);
+        sqlite3_bind_int(st, 2, r->repeat);
+        sqlite3_bind_text(st, 3, r->op, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 4, r->dtype, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 5, r->redop, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 6, r->algorithm, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 7, r->inplace);
+        sqlite3_bind_int64(st, 8, r->bytes);
+        sqlite3_bind_int64(st, 9, r->count);
+        sqlite3_bind_int(st, 10, r->iters);
+        sqlite3_bind_double(st, 11, r->time_us_min);
+        sqlite3_bind_double(st, 12, r->time_us_median);
+        sqlite3_bind_double(st, 13, r->time_us_p95);
+        sqlite3_bind_double(st, 14, r->time_us_mean);
+        sqlite3_bind_double(st, 15, r->time_us_max);
+        sqlite3_bind_double(st, 16, r->algbw_gbs);
+        sqlite3_bind_double(st, 17, r->busbw_gbs);
+        sqlite3_bind_int64(st, 18, r->wrong);
+        rc = db_step_done(c, st, e);
+    }
+    return db_write_end(db, rc, e);
+}
+
+/* The experiment's status follows from its runs' statuses: any active or queued run keeps
+ * it running (queued when none has started), otherwise the worst outcome wins. */
+static const char SQL_EXPERIMENT_REFRESH[] =
+    "UPDATE experiments SET "
+    "status = CASE "
+    "  WHEN EXISTS (SELECT 1 FROM runs WHERE experiment_id = ?1 AND status IN "
+    "               ('queued', 'starting', 'running')) THEN "
+    "    CASE WHEN EXISTS (SELECT 1 FROM runs WHERE experiment_id = ?1 AND status <> 'queued') "
+    "         THEN 'running' ELSE 'queued' END "
+    "  WHEN NOT EXISTS (SELECT 1 FROM runs WHERE experiment_id = ?1 AND status <> 'succeeded') "
+    "    THEN 'succeeded' "
+    "  WHEN EXISTS (SELECT 1 FROM runs WHERE experiment_id = ?1 AND status = 'failed') "
+    "    THEN 'failed' "
+    "  WHEN EXISTS (SELECT 1 FROM runs WHERE experiment_id = ?1 AND status = 'interrupted') "
+    "    THEN 'interrupted' "
+    "  ELSE 'cancelled' END, "
+    "finished_at = CASE WHEN EXISTS (SELECT 1 FROM runs WHERE experiment_id = ?1 AND status IN "
+    "               ('queued', 'starting', 'running')) THEN NULL ELSE ?2 END "
+    "WHERE id = ?1";
+static const char SQL_RUN_FINISH[] =
+    "UPDATE runs SET status = ?2, finished_at = ?3, error = ?4, error_rank = ?5, "
+    "progress = CASE WHEN ?2 = 'succeeded' THEN 1 ELSE progress END WHERE id = ?1";
+static const char SQL_RUN_EXPERIMENT[] = "SELECT experiment_id FROM runs WHERE id = ?1";
+
+static int db_refresh_experiment(struct db_conn *c, int64_t exp_id, double now, struct err *e)
+{
+    sqlite3_stmt *st = db_stmt(c, SQL_EXPERIMENT_REFRESH, e);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, exp_id);
+    sqlite3_bind_double(st, 2, now);
+    return db_step_done(c, st, e);
+}
+
+int db_run_finish(struct db *db, int64_t run_id, enum db_run_status status, const char *error,
+                  int error_rank, struct err *e)
+{
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = -1;
+    double now = clock_wall_s();
+    sqlite3_stmt *st = db_stmt(c, SQL_RUN_EXPERIMENT, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, run_id);
+    int64_t exp_id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_reset(st);
+    if (exp_id < 0) {
+        err_set(e, ERR_NOT_FOUND, NULL, "run %lld not found", (long long)run_id);
+        goto out;
+    }
+    st = db_stmt(c, SQL_RUN_FINISH, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, run_id);
+    sqlite3_bind_text(st, 2, db_run_status_name(status), -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 3, now);
+    db_bind_text_or_null(st, 4, error);
+    if (error_rank >= 0)
+        sqlite3_bind_int(st, 5, error_rank);
+    if (db_step_done(c, st, e) < 0)
+        goto out;
+    rc = db_refresh_experiment(c, exp_id, now, e);
+out:
+    return db_write_end(db, rc, e);
+}
+
+static const char SQL_RECOVER_RANKS[] =
+    "UPDATE run_ranks SET status = 'killed', finished_at = ?1, "
+    "error = coalesce(error, 'ddpbenchd stopped while this rank was active') "
+    "WHERE status IN ('starting', 'running') AND run_id IN "
+    "(SELECT id FROM runs WHERE status IN ('starting', 'running'))";
+static const char SQL_RECOVER_EXPERIMENTS[] =
+    "SELECT DISTINCT experiment_id FROM runs WHERE status IN ('starting', 'running')";
+static const char SQL_RECOVER_RUNS[] =
+    "UPDATE runs SET status = 'interrupted', finished_at = ?1, "
+    "error = 'ddpbenchd stopped while this run was active' "
+    "WHERE status IN ('starting', 'running')";
+
+int db_recover(struct db *db, int64_t *n_out, struct err *e)
+{
+    *n_out = 0;
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = -1;
+    double now = clock_wall_s();
+    json_t *exps = NULL;
+    sqlite3_stmt *st = db_stmt(c, SQL_RECOVER_EXPERIMENTS, e);
+    if (!st || !(exps = db_rows_json(c, st, e)))
+        goto out;
+    st = db_stmt(c, SQL_RECOVER_RANKS, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_double(st, 1, now);
+    if (db_step_done(c, st, e) < 0)
+        goto out;
+    st = db_stmt(c, SQL_RECOVER_RUNS, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_double(st, 1, now);
+    if (db_step_done(c, st, e) < 0)
+        goto out;
+    *n_out = sqlite3_changes(c->h);
+    size_t i;
+    json_t *row;
+    rc = 0;
+    json_array_foreach(exps, i, row)
+    {
+        int64_t exp_id = json_integer_value(json_object_get(row, "experiment_id"));
+        if (db_refresh_experiment(c, exp_id, now, e) < 0) {
+            rc = -1;
+            break;
+        }
+    }
+out:
+    json_decref(exps);
+    return db_write_end(db, rc, e);
+}

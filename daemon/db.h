@@ -1,0 +1,101 @@
+/* db: everything ddpbenchd stores, in one SQLite file (schema in schema/NNN_*.sql).
+ *
+ * Decision: one writer connection behind a mutex (every write is a short
+ * BEGIN IMMEDIATE transaction) and a small pool of reader connections, in WAL mode, so
+ * HTTP reads never wait behind the monitor's inserts and there is exactly one writer.
+ * Statements are prepared once per connection and reused. Reads come back as jansson
+ * objects built generically from result columns (column name → key; *_at columns as
+ * ISO-8601 strings; JSON text columns decoded), so adding a column needs no new C.
+ * Every function is thread-safe. Returned json_t are new references (caller decrefs). */
+#ifndef DDPB_DB_H
+#define DDPB_DB_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "report.h"
+
+struct db;
+
+enum db_run_status {
+    DB_RUN_QUEUED,
+    DB_RUN_STARTING,
+    DB_RUN_RUNNING,
+    DB_RUN_SUCCEEDED,
+    DB_RUN_FAILED,
+    DB_RUN_CANCELLED,
+    DB_RUN_INTERRUPTED,
+};
+const char *db_run_status_name(enum db_run_status s);
+
+/* Opens (creating) the database at path, sets WAL / synchronous=NORMAL / busy timeout /
+ * foreign keys, applies pending migrations. Returns an owned handle (db_close) or NULL. */
+struct db *db_open(const char *path, struct err *e);
+void db_close(struct db *db);
+int db_schema_version(struct db *db);
+
+/* --- experiments ------------------------------------------------------------------ */
+struct db_new_run {
+    const char *params_json; /* borrowed */
+    const char *spec_json;   /* borrowed */
+    int world_size;
+};
+/* Inserts an experiment and all its runs (queued) in one transaction. */
+int db_create_experiment(struct db *db, const char *name, const char *workload,
+                         const char *spec_json, const struct db_new_run *runs, size_t n_runs,
+                         int64_t *id_out, struct err *e);
+
+struct db_experiment_filter {
+    const char *status;   /* NULL = any */
+    const char *name;     /* substring, NULL = any */
+    const char *workload; /* NULL = any */
+    int64_t limit;        /* 1..1000 */
+    int64_t offset;       /* >= 0 */
+};
+/* {"items": [experiment...], "total": N, "limit": L, "offset": O}, newest first. */
+json_t *db_list_experiments(struct db *db, const struct db_experiment_filter *f,
+                            struct err *e);
+/* The experiment with "spec" and "runs" (each run without its results). ERR_NOT_FOUND. */
+json_t *db_get_experiment(struct db *db, int64_t id, struct err *e);
+/* The run with "spec", "params", "ranks", "collectives", "env". ERR_NOT_FOUND. */
+json_t *db_get_run(struct db *db, int64_t id, struct err *e);
+
+/* --- the scheduler's queue ----------------------------------------------------------- */
+struct db_queued_run {
+    int64_t id, experiment_id;
+    int world_size;
+    char *spec_json; /* owned: free with db_queued_runs_free */
+};
+/* Queued runs in submission order, at most max. *out owned (db_queued_runs_free). */
+int db_list_queued(struct db *db, size_t max, struct db_queued_run **out, size_t *n,
+                   struct err *e);
+void db_queued_runs_free(struct db_queued_run *runs, size_t n);
+int64_t db_count_runs(struct db *db, enum db_run_status status);
+
+/* --- a run's life ------------------------------------------------------------------- */
+/* queued -> starting; the experiment becomes running. ERR_CONFLICT when not queued. */
+int db_run_starting(struct db *db, int64_t run_id, struct err *e);
+/* Records a spawned rank. */
+int db_rank_spawned(struct db *db, int64_t run_id, int rank, const char *node, int pid,
+                    const char *cpus, struct err *e);
+/* A rank said hello: host recorded, rank running; when every rank is running the run
+ * becomes running. */
+int db_rank_hello(struct db *db, int64_t run_id, int rank, const char *host, int world_size,
+                  struct err *e);
+int db_rank_env(struct db *db, int64_t run_id, int rank, const json_t *env, struct err *e);
+int db_rank_exited(struct db *db, int64_t run_id, int rank, const char *status,
+                   int exit_code, int signal, const char *error, struct err *e);
+int db_run_progress(struct db *db, int64_t run_id, double fraction, struct err *e);
+int db_insert_collective(struct db *db, int64_t run_id, const struct report_collective *c,
+                         struct err *e);
+/* Ends a run (succeeded, failed, cancelled, interrupted) and updates its experiment's
+ * status and timestamps. error may be NULL; error_rank < 0 = none. */
+int db_run_finish(struct db *db, int64_t run_id, enum db_run_status status, const char *error,
+                  int error_rank, struct err *e);
+/* Start-up repair: runs left starting/running by a daemon that stopped become
+ * interrupted (with a message), their experiments updated. *n_out = how many. */
+int db_recover(struct db *db, int64_t *n_out, struct err *e);
+
+#endif

@@ -1,0 +1,162 @@
+/* launcher: see launcher.h. */
+#include "launcher.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define LAUNCH_ENV_EXTRA 12
+
+/* Owned NULL-terminated environment: the daemon's own minus DDPB_* and
+ * CUDA_VISIBLE_DEVICES, plus the rank's. Strings in `own` are owned by the caller's
+ * array too (freed by launcher_env_free). */
+struct launch_env {
+    char **vars;
+    size_t n, own_from; /* vars[own_from..n) were allocated here */
+};
+
+static int launcher_env_add(struct launch_env *env, const char *key, const char *value)
+{
+    size_t len = strlen(key) + strlen(value) + 2;
+    char *s = malloc(len);
+    if (!s)
+        return -1;
+    snprintf(s, len, "%s=%s", key, value);
+    env->vars[env->n++] = s;
+    return 0;
+}
+
+static void launcher_env_free(struct launch_env *env)
+{
+    if (!env->vars)
+        return;
+    for (size_t i = env->own_from; i < env->n; i++)
+        free(env->vars[i]);
+    free(env->vars);
+}
+
+static int launcher_env_build(const struct launch_rank *lr, struct launch_env *env,
+                              struct err *e)
+{
+    size_t count = 0;
+    while (environ[count])
+        count++;
+    env->vars = calloc(count + LAUNCH_ENV_EXTRA + 1, sizeof *env->vars);
+    env->n = 0;
+    if (!env->vars)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        if (strncmp(environ[i], "DDPB_", 5) == 0 ||
+            strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) == 0)
+            continue;
+        env->vars[env->n++] = environ[i];
+    }
+    env->own_from = env->n;
+    char num[3][24];
+    snprintf(num[0], sizeof num[0], "%d", lr->rank);
+    snprintf(num[1], sizeof num[1], "%d", lr->world_size);
+    snprintf(num[2], sizeof num[2], "%d", lr->local_rank);
+    int rc = launcher_env_add(env, "DDPB_RUN", lr->run) |
+             launcher_env_add(env, "DDPB_RANK", num[0]) |
+             launcher_env_add(env, "DDPB_WORLD_SIZE", num[1]) |
+             launcher_env_add(env, "DDPB_LOCAL_RANK", num[2]) |
+             launcher_env_add(env, "DDPB_STORE", lr->store_addr) |
+             launcher_env_add(env, "DDPB_SECRET", lr->secret) |
+             launcher_env_add(env, "DDPB_SPEC", lr->spec_path) |
+             launcher_env_add(env, "DDPB_HOST", lr->peer_host);
+    if (lr->cpus)
+        rc |= launcher_env_add(env, "DDPB_CPUS", lr->cpus);
+    if (rc)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    return 0;
+}
+
+static int launcher_pidfd_open(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct err *e)
+{
+    int pfd[2] = {-1, -1}, logfd = -1, rc = -1;
+    struct launch_env env = {0};
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&attr);
+
+    if (launcher_env_build(lr, &env, e) < 0)
+        goto out;
+    if (pipe2(pfd, O_CLOEXEC) < 0) {
+        err_errno(e, "rank %d: report pipe", lr->rank);
+        goto out;
+    }
+    logfd = open(lr->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (logfd < 0) {
+        err_errno(e, "rank %d: open log %s", lr->rank, lr->log_path);
+        goto out;
+    }
+    /* dup2 clears close-on-exec on the targets; closefrom drops everything else. */
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, logfd, 1);
+    posix_spawn_file_actions_adddup2(&fa, logfd, 2);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 4);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                        POSIX_SPAWN_SETSIGDEF);
+    char *argv[] = {(char *)lr->worker_path, NULL};
+    pid_t pid;
+    int src = posix_spawn(&pid, lr->worker_path, &fa, &attr, argv, env.vars);
+    if (src != 0) {
+        errno = src;
+        err_errno(e, "rank %d: cannot start worker %s", lr->rank, lr->worker_path);
+        goto out;
+    }
+    int pidfd = launcher_pidfd_open(pid);
+    if (pidfd < 0) {
+        err_errno(e, "rank %d: pidfd_open", lr->rank);
+        launcher_signal(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        goto out;
+    }
+    fcntl(pfd[0], F_SETFL, fcntl(pfd[0], F_GETFL) | O_NONBLOCK);
+    out->pid = pid;
+    out->report_fd = pfd[0];
+    out->pidfd = pidfd;
+    pfd[0] = -1;
+    rc = 0;
+out:
+    if (pfd[0] >= 0)
+        close(pfd[0]);
+    if (pfd[1] >= 0)
+        close(pfd[1]);
+    if (logfd >= 0)
+        close(logfd);
+    launcher_env_free(&env);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    return rc;
+}
+
+void launcher_signal(pid_t pid, int sig)
+{
+    if (pid <= 0)
+        return;
+    if (kill(-pid, sig) < 0 && errno == ESRCH)
+        kill(pid, sig);
+}

@@ -1,0 +1,39 @@
+/* launcher: starts one ddpbench-worker process per rank.
+ *
+ * Decision: posix_spawn with an argv array (never a shell), the launch environment of
+ * DESIGN.md §3 (DDPB_* variables replace any inherited ones), the report pipe's write
+ * end on fd 3, stdout and stderr into the rank's log file, every other fd closed, and a
+ * process group of its own so the daemon can signal the rank and anything it spawned.
+ * A pidfd per child lets the monitor's epoll loop see exits without SIGCHLD handlers. */
+#ifndef DDPB_LAUNCHER_H
+#define DDPB_LAUNCHER_H
+
+#include <sys/types.h>
+
+#include "err.h"
+
+struct launch_rank {
+    const char *worker_path;
+    const char *run;        /* store namespace, DDPB_RUN */
+    const char *secret;     /* DDPB_SECRET */
+    const char *store_addr; /* host:port, DDPB_STORE */
+    const char *spec_path;  /* DDPB_SPEC */
+    const char *log_path;   /* stdout + stderr of the rank */
+    const char *peer_host;  /* address the rank listens on for peers, DDPB_HOST */
+    const char *cpus;       /* CPU list to pin to, DDPB_CPUS; NULL = none */
+    int rank, world_size, local_rank;
+};
+
+struct launched {
+    pid_t pid;
+    int report_fd; /* read end of the report pipe: non-blocking, close-on-exec, owned */
+    int pidfd;     /* readable when the child exits: owned */
+};
+
+/* Spawns the rank. Returns 0 with *out filled (caller owns both fds) or -1 with e set;
+ * nothing is left open or running on failure. */
+int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct err *e);
+/* Sends sig to the rank's process group (falls back to the pid). */
+void launcher_signal(pid_t pid, int sig);
+
+#endif

@@ -1,0 +1,154 @@
+/* ddpbenchd: the coordinator daemon. Wires the parts together (database, store server,
+ * scheduler, HTTP API), then waits for SIGINT/SIGTERM and takes them down in reverse.
+ *
+ * Decision: signals are blocked in every thread and taken synchronously here with
+ * sigwait, so no handler runs inside library code; a lock file in the state directory
+ * keeps two daemons from sharing one database; the daemon writes ddpbenchd.json
+ * (pid, ports) there so scripts and tests can find it when it chose its ports. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "clock.h"
+#include "config.h"
+#include "db.h"
+#include "ddpb_config.h"
+#include "log.h"
+#include "net.h"
+#include "scheduler.h"
+#include "store_server.h"
+
+struct daemon {
+    struct config cfg;
+    int lockfd;
+    struct db *db;
+    struct store_server *store;
+    struct scheduler *sched;
+    struct api_ctx api;
+    struct api_server *http;
+    char info_path[PATH_MAX];
+};
+
+static int daemon_lock_state(struct daemon *d, struct err *e)
+{
+    char path[PATH_MAX];
+    if (mkdir(d->cfg.state_dir, 0755) < 0 && errno != EEXIST)
+        return err_errno(e, "create state directory %s", d->cfg.state_dir);
+    snprintf(path, sizeof path, "%s/ddpbenchd.lock", d->cfg.state_dir);
+    d->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (d->lockfd < 0)
+        return err_errno(e, "open %s", path);
+    if (flock(d->lockfd, LOCK_EX | LOCK_NB) < 0)
+        return err_set(e, ERR_CONFLICT, "state-dir",
+                       "another ddpbenchd is using the state directory %s", d->cfg.state_dir);
+    return 0;
+}
+
+static int daemon_write_info(struct daemon *d, struct err *e)
+{
+    char tmp[PATH_MAX];
+    snprintf(d->info_path, sizeof d->info_path, "%s/ddpbenchd.json", d->cfg.state_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", d->info_path);
+    char url[300];
+    snprintf(url, sizeof url, "http://%s:%d", d->cfg.host, api_server_port(d->http));
+    json_t *info = json_pack("{s:i, s:s, s:s, s:i, s:i, s:s}", "pid", (int)getpid(), "version",
+                             DDPB_VERSION, "url", url, "http_port", api_server_port(d->http),
+                             "store_port", store_server_port(d->store), "node", d->cfg.node);
+    int rc = info ? json_dump_file(info, tmp, JSON_INDENT(2)) : -1;
+    json_decref(info);
+    if (rc < 0 || rename(tmp, d->info_path) < 0)
+        return err_errno(e, "write %s", d->info_path);
+    return 0;
+}
+
+static int daemon_start(struct daemon *d, struct err *e)
+{
+    char path[PATH_MAX];
+    if (daemon_lock_state(d, e) < 0)
+        return -1;
+    snprintf(path, sizeof path, "%s/ddpbench.db", d->cfg.state_dir);
+    if (!(d->db = db_open(path, e)))
+        return -1;
+    int64_t interrupted = 0;
+    if (db_recover(d->db, &interrupted, e) < 0)
+        return -1;
+    if (interrupted > 0)
+        log_warn("%lld run(s) were active when ddpbenchd last stopped: marked interrupted",
+                 (long long)interrupted);
+    if (!(d->store = store_server_create(d->cfg.store_host, d->cfg.store_port, e)))
+        return -1;
+    if (!(d->sched = scheduler_create(&d->cfg, d->db, d->store, e)))
+        return -1;
+    d->api.cfg = &d->cfg;
+    d->api.db = d->db;
+    d->api.sched = d->sched;
+    d->api.store = d->store;
+    d->api.started_at = clock_wall_s();
+    if (!(d->http = api_server_start(&d->api, e)))
+        return -1;
+    return daemon_write_info(d, e);
+}
+
+static void daemon_stop(struct daemon *d)
+{
+    api_server_stop(d->http);        /* no new requests */
+    scheduler_destroy(d->sched);     /* active runs end interrupted */
+    store_server_destroy(d->store);
+    db_close(d->db);
+    if (d->info_path[0])
+        unlink(d->info_path);
+    if (d->lockfd >= 0)
+        close(d->lockfd);
+}
+
+int main(int argc, char **argv)
+{
+    struct daemon d;
+    memset(&d, 0, sizeof d);
+    d.lockfd = -1;
+    struct err e = {0};
+    log_set_tag("ddpbenchd");
+    int rc = config_parse_args(&d.cfg, argc, argv, &e);
+    if (rc != 0) {
+        if (rc < 0)
+            fprintf(stderr, "ddpbenchd: %s\n", e.msg);
+        return rc < 0 ? 2 : 0;
+    }
+    log_set_level(d.cfg.log_level);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* inherited by every thread */
+    signal(SIGPIPE, SIG_IGN);
+    net_raise_nofile();
+
+    if (daemon_start(&d, &e) < 0) {
+        log_error("cannot start: %s", e.msg);
+        fprintf(stderr, "ddpbenchd: %s\n", e.msg);
+        daemon_stop(&d);
+        return 1;
+    }
+    printf("ddpbenchd %s listening on http://%s:%d (store %s:%d, state %s, %d CPU slots)\n",
+           DDPB_VERSION, d.cfg.host, api_server_port(d.http), d.cfg.store_host,
+           store_server_port(d.store), d.cfg.state_dir, scheduler_slots_total(d.sched));
+    fflush(stdout);
+    log_info("started (pid %d)", (int)getpid());
+
+    int sig = 0;
+    while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP)
+        log_info("SIGHUP ignored (nothing to reload)");
+    log_info("signal %d: shutting down", sig);
+    daemon_stop(&d);
+    log_info("stopped");
+    return 0;
+}

@@ -1,0 +1,603 @@
+/* monitor: see monitor.h. One active run: its ranks, their pipes and exits. */
+#include "monitor.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "clock.h"
+#include "launcher.h"
+#include "log.h"
+#include "report.h"
+
+struct run_rank {
+    int rank;
+    pid_t pid;
+    int report_fd, pidfd;
+    struct monitor_watch wreport, wexit;
+    struct buf line;       /* partial report line */
+    bool spawned, exited, said_hello, said_done;
+    bool settled;          /* exit recorded, fds closed */
+    int wstatus;
+    int signal_sent;       /* last signal the daemon sent, 0 = none */
+    int64_t exit_order;    /* order in which exits were seen */
+    char bad_report[256];  /* set when the rank broke the report protocol */
+    char error_code[24];   /* from its error event */
+    char error[512];
+    int error_peer;
+};
+
+struct active_run {
+    const struct monitor_ctx *ctx;
+    int64_t id, experiment_id;
+    int world_size;
+    struct run_rank *ranks;
+    int n_settled;
+    int64_t exits_seen;
+    char ns[32], secret[40], dir[PATH_MAX - 64];
+    int64_t deadline_ms, kill_at_ms;
+    int timeout_s;
+    bool stopping, finished, store_registered;
+    enum db_run_status stop_status;
+    char stop_reason[512];
+};
+
+/* --- helpers -------------------------------------------------------------------- */
+
+static void monitor_db_warn(const struct active_run *r, int rc, const struct err *e)
+{
+    if (rc < 0)
+        log_error("run %lld: database: %s", (long long)r->id, e->msg);
+}
+
+static int monitor_make_secret(char *out, size_t cap, struct err *e)
+{
+    uint8_t raw[16];
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+        return err_errno(e, "getrandom");
+    for (size_t i = 0; i < sizeof raw && 2 * i + 2 < cap; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    return 0;
+}
+
+static int monitor_mkdirs(const char *path, struct err *e)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+            return err_errno(e, "mkdir %s", tmp);
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+        return err_errno(e, "mkdir %s", tmp);
+    return 0;
+}
+
+static int monitor_write_file(const char *path, const char *text, struct err *e)
+{
+    FILE *f = fopen(path, "we");
+    if (!f)
+        return err_errno(e, "open %s", path);
+    bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (fclose(f) != 0 || !ok)
+        return err_errno(e, "write %s", path);
+    return 0;
+}
+
+static bool monitor_rank_ok(const struct run_rank *k)
+{
+    return k->exited && WIFEXITED(k->wstatus) && WEXITSTATUS(k->wstatus) == 0 &&
+           k->said_done && !k->bad_report[0];
+}
+
+static void monitor_send_all(struct active_run *r, int sig)
+{
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *k = &r->ranks[i];
+        if (k->spawned && !k->exited) {
+            launcher_signal(k->pid, sig);
+            k->signal_sent = sig;
+        }
+    }
+}
+
+/* --- the end of a rank --------------------------------------------------------------- */
+
+static void monitor_handle_line(struct active_run *r, struct run_rank *k, const char *line,
+                                size_t len);
+
+static void monitor_read_reports(struct active_run *r, struct run_rank *k)
+{
+    char chunk[16384];
+    for (;;) {
+        ssize_t n = read(k->report_fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+                epoll_ctl(r->ctx->epfd, EPOLL_CTL_DEL, k->report_fd, NULL);
+                close(k->report_fd);
+                k->report_fd = -1;
+                if (k->line.len > 0 && !k->bad_report[0])
+                    snprintf(k->bad_report, sizeof k->bad_report,
+                             "report stream ended inside a line");
+            }
+            return;
+        }
+        if (buf_append(&k->line, chunk, (size_t)n) < 0) {
+            snprintf(k->bad_report, sizeof k->bad_report, "out of memory reading reports");
+            return;
+        }
+        size_t start = 0;
+        for (size_t i = 0; i < k->line.len; i++) {
+            if (k->line.data[i] != '\n')
+                continue;
+            monitor_handle_line(r, k, (const char *)k->line.data + start, i - start);
+            start = i + 1;
+        }
+        buf_consume(&k->line, start);
+        if (k->line.len > REPORT_MAX_LINE && !k->bad_report[0]) {
+            snprintf(k->bad_report, sizeof k->bad_report, "report line longer than %u bytes",
+                     REPORT_MAX_LINE);
+            buf_reset(&k->line);
+        }
+    }
+}
+
+static void monitor_reap(struct active_run *r, struct run_rank *k)
+{
+    if (k->spawned && !k->exited && waitpid(k->pid, &k->wstatus, WNOHANG) == k->pid) {
+        k->exited = true;
+        k->exit_order = ++r->exits_seen;
+    }
+}
+
+static void monitor_settle(struct active_run *r, struct run_rank *k);
+
+static void monitor_rank_failed(struct active_run *r, struct run_rank *k)
+{
+    if (r->stopping)
+        return;
+    r->stopping = true;
+    r->stop_status = DB_RUN_FAILED;
+    r->stop_reason[0] = '\0'; /* attributed when every rank is gone */
+    r->kill_at_ms = clock_mono_ms() + r->ctx->cfg->kill_grace_ms;
+    log_info("run %lld: rank %d failed; stopping the other ranks", (long long)r->id, k->rank);
+    /* Reap every rank that already died before signalling, so a crash that caused this
+     * failure is recorded as a crash and not as our SIGTERM. */
+    for (int i = 0; i < r->world_size; i++)
+        monitor_reap(r, &r->ranks[i]);
+    monitor_send_all(r, SIGTERM);
+    for (int i = 0; i < r->world_size; i++)
+        monitor_settle(r, &r->ranks[i]);
+}
+
+static void monitor_describe_exit(const struct run_rank *k, char *out, size_t cap)
+{
+    if (k->bad_report[0])
+        snprintf(out, cap, "broke the report protocol: %s", k->bad_report);
+    else if (WIFSIGNALED(k->wstatus))
+        snprintf(out, cap, "was killed by signal %d (%s)%s%s", WTERMSIG(k->wstatus),
+                 strsignal(WTERMSIG(k->wstatus)), k->error[0] ? ": " : "", k->error);
+    else if (WEXITSTATUS(k->wstatus) == 0 && !k->said_done)
+        snprintf(out, cap, "exited with status 0 without reporting done");
+    else if (k->error[0])
+        snprintf(out, cap, "exited with status %d: %s", WEXITSTATUS(k->wstatus), k->error);
+    else
+        snprintf(out, cap, "exited with status %d without reporting an error",
+                 WEXITSTATUS(k->wstatus));
+}
+
+/* How strongly a failed rank is the cause rather than a victim (see monitor.h). */
+static int monitor_blame(const struct run_rank *k)
+{
+    if (monitor_rank_ok(k))
+        return 0;
+    if (WIFSIGNALED(k->wstatus))
+        return WTERMSIG(k->wstatus) == k->signal_sent ? 0 : 4;
+    if (k->bad_report[0] || !k->error[0])
+        return 3;
+    if (strcmp(k->error_code, "peer") == 0 || strcmp(k->error_code, "timeout") == 0 ||
+        strcmp(k->error_code, "aborted") == 0)
+        return 1;
+    return 2;
+}
+
+static void monitor_attribute(struct active_run *r, int *rank_out, char *msg, size_t cap)
+{
+    struct run_rank *best = NULL;
+    int best_score = 0;
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *k = &r->ranks[i];
+        int s = k->spawned ? monitor_blame(k) : 0;
+        if (s > best_score || (s == best_score && s > 0 && k->exit_order < best->exit_order)) {
+            best = k;
+            best_score = s;
+        }
+    }
+    if (!best) {
+        *rank_out = -1;
+        snprintf(msg, cap, "the run failed but no rank reported why");
+        return;
+    }
+    char what[768];
+    monitor_describe_exit(best, what, sizeof what);
+    int peer = best->error_peer;
+    if (best_score == 1 && peer >= 0 && peer < r->world_size && peer != best->rank &&
+        !monitor_rank_ok(&r->ranks[peer])) {
+        *rank_out = peer;
+        snprintf(msg, cap, "rank %d stopped responding or died (rank %d %s)", peer, best->rank,
+                 what);
+        return;
+    }
+    *rank_out = best->rank;
+    snprintf(msg, cap, "rank %d %s", best->rank, what);
+}
+
+static void monitor_finish(struct active_run *r)
+{
+    struct err e = {0};
+    enum db_run_status status = DB_RUN_SUCCEEDED;
+    char msg[1024] = "";
+    int rank = -1;
+    bool all_ok = true;
+    for (int i = 0; i < r->world_size; i++)
+        all_ok = all_ok && monitor_rank_ok(&r->ranks[i]);
+    if (r->stopping && r->stop_reason[0]) {
+        status = r->stop_status;
+        snprintf(msg, sizeof msg, "%s", r->stop_reason);
+    } else if (!all_ok) {
+        status = DB_RUN_FAILED;
+        monitor_attribute(r, &rank, msg, sizeof msg);
+    }
+    int rc = db_run_finish(r->ctx->db, r->id, status, msg[0] ? msg : NULL, rank, &e);
+    monitor_db_warn(r, rc, &e);
+    if (r->store_registered)
+        store_server_remove_run(r->ctx->store, r->ns);
+    r->store_registered = false;
+    r->finished = true;
+    log_info("run %lld %s%s%s", (long long)r->id, db_run_status_name(status), msg[0] ? ": " : "",
+             msg);
+}
+
+/* Once a rank has exited: close its pidfd, drain its reports, record its end. */
+static void monitor_settle(struct active_run *r, struct run_rank *k)
+{
+    if (!k->exited || k->settled)
+        return;
+    k->settled = true;
+    r->n_settled++;
+    if (k->pidfd >= 0) {
+        epoll_ctl(r->ctx->epfd, EPOLL_CTL_DEL, k->pidfd, NULL);
+        close(k->pidfd);
+        k->pidfd = -1;
+    }
+    if (k->report_fd >= 0)
+        monitor_read_reports(r, k); /* the writer is gone: this drains to EOF */
+    char what[768];
+    monitor_describe_exit(k, what, sizeof what);
+    bool ok = monitor_rank_ok(k);
+    const char *status = ok ? "done" : (WIFSIGNALED(k->wstatus) ? "killed" : "failed");
+    struct err e = {0};
+    int rc = db_rank_exited(r->ctx->db, r->id, k->rank, status,
+                            WIFEXITED(k->wstatus) ? WEXITSTATUS(k->wstatus) : -1,
+                            WIFSIGNALED(k->wstatus) ? WTERMSIG(k->wstatus) : 0,
+                            ok ? NULL : what, &e);
+    monitor_db_warn(r, rc, &e);
+    if (!ok)
+        monitor_rank_failed(r, k);
+}
+
+static void monitor_check_done(struct active_run *r)
+{
+    if (!r->finished && r->n_settled == r->world_size)
+        monitor_finish(r);
+}
+
+static void monitor_rank_exited(struct active_run *r, struct run_rank *k)
+{
+    monitor_reap(r, k);
+    monitor_settle(r, k);
+    monitor_check_done(r);
+}
+
+/* --- report lines ----------------------------------------------------------------------- */
+
+static void monitor_on_error_event(struct run_rank *k, const json_t *ev)
+{
+    if (k->error[0])
+        return; /* the first error is the cause; later ones are consequences */
+    const char *code = json_string_value(json_object_get(ev, "code"));
+    const char *message = json_string_value(json_object_get(ev, "message"));
+    const char *where = json_string_value(json_object_get(ev, "where"));
+    json_t *peer = json_object_get(ev, "peer");
+    snprintf(k->error_code, sizeof k->error_code, "%s", code ? code : "");
+    snprintf(k->error, sizeof k->error, "%s (%s)", message ? message : "", where ? where : "?");
+    k->error_peer = json_is_integer(peer) ? (int)json_integer_value(peer) : -1;
+}
+
+static void monitor_handle_line(struct active_run *r, struct run_rank *k, const char *line,
+                                size_t len)
+{
+    struct err e = {0};
+    enum report_type type;
+    if (k->bad_report[0])
+        return;
+    json_t *ev = report_parse_line(line, len, &type, &e);
+    if (!ev) {
+        snprintf(k->bad_report, sizeof k->bad_report, "%s", e.msg);
+        monitor_rank_failed(r, k);
+        return;
+    }
+    int rank = (int)json_integer_value(json_object_get(ev, "rank"));
+    if (rank != k->rank) {
+        snprintf(k->bad_report, sizeof k->bad_report, "rank %d's pipe carried rank %d's event",
+                 k->rank, rank);
+        json_decref(ev);
+        monitor_rank_failed(r, k);
+        return;
+    }
+    int rc = 0;
+    switch (type) {
+    case REPORT_HELLO:
+        k->said_hello = true;
+        rc = db_rank_hello(r->ctx->db, r->id, k->rank,
+                           json_string_value(json_object_get(ev, "host")),
+                           (int)json_integer_value(json_object_get(ev, "world_size")), &e);
+        if (rc < 0 && e.code == ERR_INVALID) {
+            snprintf(k->bad_report, sizeof k->bad_report, "%s", e.msg);
+            monitor_rank_failed(r, k);
+            rc = 0;
+        }
+        break;
+    case REPORT_ENV:
+        rc = db_rank_env(r->ctx->db, r->id, k->rank, json_object_get(ev, "env"), &e);
+        break;
+    case REPORT_PROGRESS: {
+        double done = (double)json_integer_value(json_object_get(ev, "done"));
+        double total = (double)json_integer_value(json_object_get(ev, "total"));
+        if (total > 0)
+            rc = db_run_progress(r->ctx->db, r->id, done / total, &e);
+        break;
+    }
+    case REPORT_COLLECTIVE: {
+        struct report_collective c;
+        rc = report_collective_from_json(ev, &c, &e);
+        if (rc == 0)
+            rc = db_insert_collective(r->ctx->db, r->id, &c, &e);
+        break;
+    }
+    case REPORT_ERROR:
+        monitor_on_error_event(k, ev);
+        break;
+    case REPORT_DONE:
+        k->said_done = true;
+        break;
+    }
+    monitor_db_warn(r, rc, &e);
+    json_decref(ev);
+}
+
+void monitor_handle_event(struct monitor_watch *w, uint32_t events)
+{
+    struct active_run *r = w->run;
+    struct run_rank *k = &r->ranks[w->rank];
+    if (r->finished)
+        return;
+    if (w->is_exit)
+        monitor_rank_exited(r, k);
+    else if (k->report_fd >= 0)
+        monitor_read_reports(r, k);
+    (void)events;
+}
+
+/* --- start, tick, stop, free ------------------------------------------------------------- */
+
+static int monitor_watch_fd(struct active_run *r, int fd, struct monitor_watch *w,
+                            struct err *e)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
+    if (epoll_ctl(r->ctx->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+        return err_errno(e, "epoll_ctl");
+    return 0;
+}
+
+static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus,
+                              const char *store_addr, struct err *e)
+{
+    struct run_rank *k = &r->ranks[rank];
+    char spec_path[PATH_MAX], log_path[PATH_MAX], cpu[16];
+    snprintf(spec_path, sizeof spec_path, "%s/spec.json", r->dir);
+    snprintf(log_path, sizeof log_path, "%s/rank%d.log", r->dir, rank);
+    if (cpus[rank] >= 0)
+        snprintf(cpu, sizeof cpu, "%d", cpus[rank]);
+    struct launch_rank lr = {
+        .worker_path = r->ctx->cfg->worker_path,
+        .run = r->ns,
+        .secret = r->secret,
+        .store_addr = store_addr,
+        .spec_path = spec_path,
+        .log_path = log_path,
+        .peer_host = r->ctx->cfg->store_host,
+        .cpus = cpus[rank] >= 0 ? cpu : NULL,
+        .rank = rank,
+        .world_size = r->world_size,
+        .local_rank = rank,
+    };
+    struct launched out;
+    if (launcher_spawn(&lr, &out, e) < 0)
+        return -1;
+    k->pid = out.pid;
+    k->report_fd = out.report_fd;
+    k->pidfd = out.pidfd;
+    k->spawned = true;
+    if (monitor_watch_fd(r, k->report_fd, &k->wreport, e) < 0 ||
+        monitor_watch_fd(r, k->pidfd, &k->wexit, e) < 0)
+        return -1; /* the rank is spawned: it is stopped and reaped like any other */
+    struct err dbe = {0};
+    int rc = db_rank_spawned(r->ctx->db, r->id, rank, r->ctx->cfg->node, k->pid,
+                             cpus[rank] >= 0 ? cpu : NULL, &dbe);
+    monitor_db_warn(r, rc, &dbe);
+    return 0;
+}
+
+static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
+                                            const struct db_queued_run *q)
+{
+    struct active_run *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    r->ranks = calloc((size_t)q->world_size, sizeof *r->ranks);
+    if (!r->ranks) {
+        free(r);
+        return NULL;
+    }
+    r->ctx = ctx;
+    r->id = q->id;
+    r->experiment_id = q->experiment_id;
+    r->world_size = q->world_size;
+    for (int i = 0; i < q->world_size; i++) {
+        struct run_rank *k = &r->ranks[i];
+        k->rank = i;
+        k->report_fd = k->pidfd = -1;
+        k->error_peer = -1;
+        buf_init(&k->line);
+        k->wreport = (struct monitor_watch){r, i, false};
+        k->wexit = (struct monitor_watch){r, i, true};
+    }
+    snprintf(r->ns, sizeof r->ns, "run-%lld", (long long)q->id);
+    snprintf(r->dir, sizeof r->dir, "%s/runs/%lld", ctx->cfg->state_dir, (long long)q->id);
+    return r;
+}
+
+/* Everything before the first spawn: files, secret, store namespace, timeout. */
+static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, struct err *e)
+{
+    char path[PATH_MAX];
+    json_t *spec = json_loads(q->spec_json, 0, NULL);
+    json_t *t = spec ? json_object_get(spec, "timeout_s") : NULL;
+    r->timeout_s = json_is_integer(t) ? (int)json_integer_value(t) : 600;
+    json_decref(spec);
+    r->deadline_ms = clock_mono_ms() + (int64_t)r->timeout_s * 1000;
+    snprintf(path, sizeof path, "%s/spec.json", r->dir);
+    if (monitor_mkdirs(r->dir, e) < 0 || monitor_write_file(path, q->spec_json, e) < 0 ||
+        monitor_make_secret(r->secret, sizeof r->secret, e) < 0)
+        return -1;
+    if (store_server_add_run(r->ctx->store, r->ns, r->secret, e) < 0)
+        return -1;
+    r->store_registered = true;
+    return 0;
+}
+
+struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
+                                     const struct db_queued_run *q, const int *cpus,
+                                     struct err *e)
+{
+    struct active_run *r = monitor_alloc_run(ctx, q);
+    if (!r) {
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    if (db_run_starting(ctx->db, q->id, e) < 0) {
+        monitor_free_run(r);
+        return NULL;
+    }
+    struct err se = {0};
+    char store_addr[192];
+    snprintf(store_addr, sizeof store_addr, "%s:%d", ctx->cfg->store_host,
+             store_server_port(ctx->store));
+    int started = 0;
+    if (monitor_prepare(r, q, &se) == 0)
+        for (; started < r->world_size; started++)
+            if (monitor_spawn_rank(r, started, cpus, store_addr, &se) < 0)
+                break;
+    if (started < r->world_size) {
+        char reason[512];
+        snprintf(reason, sizeof reason, "could not start rank %d: %s", started, se.msg);
+        log_error("run %lld: %s", (long long)r->id, reason);
+        monitor_stop_run(r, DB_RUN_FAILED, reason);
+        /* ranks never spawned count as settled so the run can finish */
+        for (int i = 0; i < r->world_size; i++)
+            if (!r->ranks[i].spawned) {
+                r->ranks[i].exited = r->ranks[i].settled = true;
+                r->n_settled++;
+            }
+        monitor_check_done(r);
+    } else {
+        log_info("run %lld started: %d rank(s), timeout %d s", (long long)r->id,
+                 r->world_size, r->timeout_s);
+    }
+    return r;
+}
+
+void monitor_stop_run(struct active_run *r, enum db_run_status status, const char *reason)
+{
+    if (r->finished)
+        return;
+    if (!r->stop_reason[0]) {
+        r->stop_status = status;
+        snprintf(r->stop_reason, sizeof r->stop_reason, "%s", reason);
+    }
+    if (!r->stopping) {
+        r->stopping = true;
+        r->kill_at_ms = clock_mono_ms() + r->ctx->cfg->kill_grace_ms;
+        monitor_send_all(r, SIGTERM);
+    }
+}
+
+void monitor_tick(struct active_run *r, int64_t now_ms)
+{
+    if (r->finished)
+        return;
+    if (!r->stopping && now_ms >= r->deadline_ms) {
+        char reason[128];
+        snprintf(reason, sizeof reason, "the run exceeded its timeout of %d s", r->timeout_s);
+        monitor_stop_run(r, DB_RUN_FAILED, reason);
+    }
+    if (r->stopping && now_ms >= r->kill_at_ms) {
+        monitor_send_all(r, SIGKILL);
+        r->kill_at_ms = now_ms + 1000; /* repeat until they are gone */
+    }
+    /* A pidfd event can be missed only if epoll registration failed; reap anyway. */
+    for (int i = 0; i < r->world_size && !r->finished; i++)
+        monitor_rank_exited(r, &r->ranks[i]);
+}
+
+bool monitor_run_finished(const struct active_run *r) { return r->finished; }
+int64_t monitor_run_id(const struct active_run *r) { return r->id; }
+int monitor_run_world_size(const struct active_run *r) { return r->world_size; }
+
+void monitor_free_run(struct active_run *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *k = &r->ranks[i];
+        if (k->report_fd >= 0) {
+            epoll_ctl(r->ctx->epfd, EPOLL_CTL_DEL, k->report_fd, NULL);
+            close(k->report_fd);
+        }
+        if (k->pidfd >= 0) {
+            epoll_ctl(r->ctx->epfd, EPOLL_CTL_DEL, k->pidfd, NULL);
+            close(k->pidfd);
+        }
+        buf_free(&k->line);
+    }
+    if (r->store_registered)
+        store_server_remove_run(r->ctx->store, r->ns);
+    free(r->ranks);
+    free(r);
+}

@@ -1,0 +1,59 @@
+/* monitor: supervises one active run: starts its ranks, reads their report lines into
+ * the database, reaps them, enforces the run's deadline, and decides how the run ended.
+ *
+ * Decision: the monitor owns no thread. Its file descriptors (each rank's report pipe
+ * and pidfd) are registered in the scheduler's epoll set with a struct monitor_watch as
+ * the event's data, and the scheduler's loop calls back here, so all run state is
+ * touched by one thread and needs no locks. When a rank fails the others are stopped
+ * (SIGTERM, SIGKILL after a grace period) and, once every rank has exited, the failure
+ * is attributed to the rank that caused it: a rank that died on its own outranks one
+ * that exited with an error of its own, which outranks ranks that merely saw a peer go
+ * away or time out (those name the peer, which is then blamed). */
+#ifndef DDPB_MONITOR_H
+#define DDPB_MONITOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "db.h"
+#include "err.h"
+#include "store_server.h"
+
+struct monitor_ctx {
+    struct db *db;                /* borrowed */
+    struct store_server *store;   /* borrowed */
+    const struct config *cfg;     /* borrowed */
+    int epfd;                     /* the scheduler's epoll set */
+};
+
+struct active_run;
+
+/* What a fd registered by the monitor stands for; epoll_event.data.ptr points here. */
+struct monitor_watch {
+    struct active_run *run;
+    int rank;
+    bool is_exit; /* pidfd (exit) or report pipe */
+};
+
+/* Starts queued run q on the given CPUs (cpus[rank], -1 = unpinned). Marks it starting,
+ * writes its spec file, registers its store namespace and spawns every rank. Returns an
+ * owned active run (monitor_free_run), also when a rank failed to start (the run is then
+ * stopping and finishes through the normal path); NULL only when the run could not be
+ * marked starting (e is set; the run stays as it was). */
+struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
+                                     const struct db_queued_run *q, const int *cpus,
+                                     struct err *e);
+void monitor_handle_event(struct monitor_watch *w, uint32_t events);
+/* Deadline and SIGKILL escalation; call at least every few hundred ms. */
+void monitor_tick(struct active_run *r, int64_t now_ms);
+/* Stops the run (SIGTERM now, SIGKILL after the grace period) and records why and with
+ * which final status it will end. The first stop reason wins. */
+void monitor_stop_run(struct active_run *r, enum db_run_status status, const char *reason);
+/* True once every rank exited and the outcome was stored. */
+bool monitor_run_finished(const struct active_run *r);
+int64_t monitor_run_id(const struct active_run *r);
+int monitor_run_world_size(const struct active_run *r);
+void monitor_free_run(struct active_run *r);
+
+#endif

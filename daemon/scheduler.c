@@ -1,0 +1,303 @@
+/* scheduler: see scheduler.h. */
+#include "scheduler.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+#include "monitor.h"
+
+#define SCHED_TICK_MS 100
+#define SCHED_MAX_EVENTS 64
+
+struct sched_active {
+    struct active_run *run;
+    int *slots; /* owned: the slot indices this run holds */
+    int n;
+};
+
+struct scheduler {
+    const struct config *cfg;
+    struct db *db;
+    struct monitor_ctx mctx;
+    int epfd, wakefd;
+    pthread_t thread;
+    bool thread_started;
+    _Atomic bool stop;
+
+    /* owned by the thread; stats mirrored under the lock for other threads */
+    int nslots;
+    bool *slot_used;
+    int *slot_cpu; /* CPU a slot pins to, -1 = unpinned */
+    struct sched_active *active;
+    int nactive, cap_active;
+
+    pthread_mutex_t lock;
+    struct scheduler_stats stats;
+};
+
+static void sched_publish_stats(struct scheduler *s)
+{
+    int used = 0;
+    for (int i = 0; i < s->nslots; i++)
+        used += s->slot_used[i];
+    pthread_mutex_lock(&s->lock);
+    s->stats.slots_total = s->nslots;
+    s->stats.slots_free = s->nslots - used;
+    s->stats.runs_active = s->nactive;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Slot i pins to the i-th CPU of the daemon's affinity set when there are enough. */
+static void sched_init_slot_cpus(struct scheduler *s)
+{
+    cpu_set_t set;
+    int cpus[CPU_SETSIZE], n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set))
+                cpus[n++] = c;
+    bool pin = n >= s->nslots;
+    for (int i = 0; i < s->nslots; i++)
+        s->slot_cpu[i] = pin ? cpus[i] : -1;
+    if (!pin)
+        log_warn("%d CPU slots but %d CPUs: ranks will not be pinned (oversubscribed timings "
+                 "are not comparable)", s->nslots, n);
+}
+
+/* Takes n free slots (lowest first) into out; false when fewer are free. */
+static bool sched_take_slots(struct scheduler *s, int n, int *out)
+{
+    int k = 0;
+    for (int i = 0; i < s->nslots && k < n; i++)
+        if (!s->slot_used[i])
+            out[k++] = i;
+    if (k < n)
+        return false;
+    for (int i = 0; i < n; i++)
+        s->slot_used[out[i]] = true;
+    return true;
+}
+
+static int sched_add_active(struct scheduler *s, struct active_run *run, int *slots, int n)
+{
+    if (s->nactive == s->cap_active) {
+        int cap = s->cap_active ? 2 * s->cap_active : 8;
+        struct sched_active *a = realloc(s->active, (size_t)cap * sizeof *a);
+        if (!a)
+            return -1;
+        s->active = a;
+        s->cap_active = cap;
+    }
+    s->active[s->nactive++] = (struct sched_active){run, slots, n};
+    return 0;
+}
+
+/* Starts the head of the queue while it fits. */
+static void sched_start_queued(struct scheduler *s)
+{
+    for (;;) {
+        struct db_queued_run *q = NULL;
+        size_t n = 0;
+        struct err e = {0};
+        if (db_list_queued(s->db, 1, &q, &n, &e) < 0) {
+            log_error("scheduler: %s", e.msg);
+            return;
+        }
+        if (n == 0) {
+            db_queued_runs_free(q, n);
+            return;
+        }
+        int *slots = calloc((size_t)q->world_size, sizeof *slots);
+        int *cpus = calloc((size_t)q->world_size, sizeof *cpus);
+        if (!slots || !cpus || !sched_take_slots(s, q->world_size, slots)) {
+            free(slots);
+            free(cpus);
+            db_queued_runs_free(q, n);
+            return; /* strict FIFO: the head waits for slots */
+        }
+        for (int i = 0; i < q->world_size; i++)
+            cpus[i] = s->slot_cpu[slots[i]];
+        struct active_run *run = monitor_start_run(&s->mctx, q, cpus, &e);
+        free(cpus);
+        if (!run || sched_add_active(s, run, slots, q->world_size) < 0) {
+            log_error("scheduler: cannot start run %lld: %s", (long long)q->id,
+                      run ? "out of memory" : e.msg);
+            for (int i = 0; i < q->world_size; i++)
+                s->slot_used[slots[i]] = false;
+            free(slots);
+            if (run) {
+                monitor_stop_run(run, DB_RUN_FAILED, "ddpbenchd ran out of memory");
+                monitor_free_run(run);
+            }
+            db_queued_runs_free(q, n);
+            return;
+        }
+        db_queued_runs_free(q, n);
+        sched_publish_stats(s);
+    }
+}
+
+/* Frees finished runs and their slots; true when any finished. */
+static bool sched_reap_finished(struct scheduler *s)
+{
+    bool any = false;
+    int64_t now = clock_mono_ms();
+    for (int i = 0; i < s->nactive;) {
+        struct sched_active *a = &s->active[i];
+        monitor_tick(a->run, now);
+        if (!monitor_run_finished(a->run)) {
+            i++;
+            continue;
+        }
+        for (int k = 0; k < a->n; k++)
+            s->slot_used[a->slots[k]] = false;
+        free(a->slots);
+        monitor_free_run(a->run);
+        s->active[i] = s->active[--s->nactive];
+        any = true;
+    }
+    if (any)
+        sched_publish_stats(s);
+    return any;
+}
+
+static void sched_drain_wakefd(struct scheduler *s)
+{
+    uint64_t v;
+    while (read(s->wakefd, &v, sizeof v) == sizeof v)
+        ;
+}
+
+static void *sched_main(void *arg)
+{
+    struct scheduler *s = arg;
+    struct epoll_event ev[SCHED_MAX_EVENTS];
+    bool stopping_runs = false;
+    int64_t next_scan = 0;
+    for (;;) {
+        int n = epoll_wait(s->epfd, ev, SCHED_MAX_EVENTS, SCHED_TICK_MS);
+        if (n < 0 && errno != EINTR) {
+            log_error("scheduler: epoll_wait: %s", strerror(errno));
+            usleep(SCHED_TICK_MS * 1000);
+        }
+        bool scan = false;
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.ptr == NULL) {
+                sched_drain_wakefd(s);
+                scan = true;
+            } else {
+                monitor_handle_event(ev[i].data.ptr, ev[i].events);
+            }
+        }
+        /* finished runs are freed only after the whole batch: later events of the batch
+         * may still point at them */
+        scan |= sched_reap_finished(s);
+        bool stop = atomic_load(&s->stop);
+        if (stop && !stopping_runs) {
+            for (int i = 0; i < s->nactive; i++)
+                monitor_stop_run(s->active[i].run, DB_RUN_INTERRUPTED,
+                                 "ddpbenchd shut down while the run was active");
+            stopping_runs = true;
+        }
+        if (stop && s->nactive == 0)
+            break;
+        int64_t now = clock_mono_ms();
+        if (!stop && (scan || now >= next_scan)) {
+            sched_start_queued(s);
+            next_scan = now + 1000; /* also poll: the database is the queue */
+        }
+    }
+    return NULL;
+}
+
+struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
+                                   struct store_server *store, struct err *e)
+{
+    struct scheduler *s = calloc(1, sizeof *s);
+    if (!s) {
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    s->cfg = cfg;
+    s->db = db;
+    s->epfd = s->wakefd = -1;
+    pthread_mutex_init(&s->lock, NULL);
+    s->nslots = cfg->cpu_slots;
+    s->slot_used = calloc((size_t)s->nslots, sizeof *s->slot_used);
+    s->slot_cpu = calloc((size_t)s->nslots, sizeof *s->slot_cpu);
+    if (!s->slot_used || !s->slot_cpu) {
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    sched_init_slot_cpus(s);
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    s->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->epfd < 0 || s->wakefd < 0) {
+        err_errno(e, "scheduler: epoll/eventfd");
+        goto fail;
+    }
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wakefd, &ev) < 0) {
+        err_errno(e, "scheduler: epoll_ctl");
+        goto fail;
+    }
+    s->mctx = (struct monitor_ctx){.db = db, .store = store, .cfg = cfg, .epfd = s->epfd};
+    sched_publish_stats(s);
+    int rc = pthread_create(&s->thread, NULL, sched_main, s);
+    if (rc != 0) {
+        errno = rc;
+        err_errno(e, "scheduler: pthread_create");
+        goto fail;
+    }
+    s->thread_started = true;
+    return s;
+fail:
+    scheduler_destroy(s);
+    return NULL;
+}
+
+void scheduler_destroy(struct scheduler *s)
+{
+    if (!s)
+        return;
+    if (s->thread_started) {
+        atomic_store(&s->stop, true);
+        scheduler_wake(s);
+        pthread_join(s->thread, NULL);
+    }
+    if (s->epfd >= 0)
+        close(s->epfd);
+    if (s->wakefd >= 0)
+        close(s->wakefd);
+    free(s->active);
+    free(s->slot_used);
+    free(s->slot_cpu);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+void scheduler_wake(struct scheduler *s)
+{
+    uint64_t one = 1;
+    ssize_t w = write(s->wakefd, &one, sizeof one);
+    (void)w;
+}
+
+void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out)
+{
+    pthread_mutex_lock(&s->lock);
+    *out = s->stats;
+    pthread_mutex_unlock(&s->lock);
+}
+
+int scheduler_slots_total(const struct scheduler *s) { return s->nslots; }

@@ -1,0 +1,39 @@
+/* scheduler: the daemon's supervisor thread: takes queued runs from the database in
+ * submission order, starts each when the node has enough free CPU slots for its ranks,
+ * and drives every active run's monitor from one epoll loop.
+ *
+ * Decision: the queue lives in the database (runs with status 'queued'), not in memory,
+ * so a restarted daemon continues it and the API needs no lock to enqueue: it inserts
+ * and calls scheduler_wake. Strict FIFO: a run that does not fit blocks the ones behind
+ * it, so a large run can never starve. A slot is a CPU of the daemon's affinity set;
+ * each rank is pinned to its own CPU unless the node is configured with more slots than
+ * CPUs (then ranks are not pinned, since pinning would stack them on the same cores). */
+#ifndef DDPB_SCHEDULER_H
+#define DDPB_SCHEDULER_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "db.h"
+#include "err.h"
+#include "store_server.h"
+
+struct scheduler;
+
+struct scheduler_stats {
+    int slots_total, slots_free;
+    int runs_active;
+};
+
+/* Starts the supervisor thread. db, store and cfg are borrowed and must outlive it.
+ * Returns an owned scheduler (scheduler_destroy) or NULL. */
+struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
+                                   struct store_server *store, struct err *e);
+/* Stops active runs (they end 'interrupted'), joins the thread, frees everything. */
+void scheduler_destroy(struct scheduler *s);
+/* New runs were queued. Thread-safe, async-signal-safe. */
+void scheduler_wake(struct scheduler *s);
+void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
+int scheduler_slots_total(const struct scheduler *s);
+
+#endif

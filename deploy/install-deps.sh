@@ -1,0 +1,35 @@
+#!/bin/sh
+# Installs the Debian packages ddpbench needs. The one place the package list lives.
+#   deploy/install-deps.sh           build + test dependencies
+#   deploy/install-deps.sh --bench   also the peers the benchmarks compare against
+# Uses sudo only when not root; does nothing when everything is already installed.
+set -eu
+
+PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates
+      libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 zlib1g-dev
+      libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin"
+BENCH_PKGS="python3-torch iperf3 hyperfine"
+
+if [ "${1:-}" = "--bench" ]; then
+    PKGS="$PKGS $BENCH_PKGS"
+fi
+
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+if [ -z "$missing" ]; then
+    echo "install-deps: all packages present"
+    exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    SUDO="sudo"
+fi
+echo "install-deps: installing$missing"
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing

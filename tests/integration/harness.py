@@ -1,0 +1,200 @@
+"""Integration-test harness: runs the real ddpbenchd (and through it the real workers)
+on free ports with a temporary state directory, talks to it over HTTP with the standard
+library only, and counts cases the way tests/run.sh expects ("TEST-SUMMARY passed=P
+failed=F" as the last line).
+
+Decision: no test framework beyond this file and no third-party packages, so the suite
+runs wherever python3 does; every wait is bounded and every daemon started is stopped.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+BUILD = os.environ.get("DDPB_BUILD_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+SOURCE = os.environ.get("DDPB_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+DAEMON = os.path.join(BUILD, "daemon", "ddpbenchd")
+WORKER = os.path.join(BUILD, "worker", "ddpbench-worker")
+TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
+
+
+class Daemon:
+    """A ddpbenchd process. state_dir persists across restart() unless removed."""
+
+    def __init__(self, cpu_slots=None, extra_args=(), state_dir=None):
+        self.state_dir = state_dir or tempfile.mkdtemp(prefix="ddpb-it-")
+        self.owns_state = state_dir is None
+        self.cpu_slots = cpu_slots
+        self.extra_args = list(extra_args)
+        self.proc = None
+        self.start()
+
+    def start(self):
+        info = os.path.join(self.state_dir, "ddpbenchd.json")
+        if os.path.exists(info):
+            os.unlink(info)
+        args = [DAEMON, "--port", "0", "--store-port", "0", "--state-dir", self.state_dir,
+                "--kill-grace-ms", "1000", "--log-level", "info"]
+        if self.cpu_slots:
+            args += ["--cpu-slots", str(self.cpu_slots)]
+        args += self.extra_args
+        self.log = open(os.path.join(self.state_dir, "daemon.log"), "ab")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ddpbenchd exited with {self.proc.returncode}: {self.daemon_log()}")
+            try:
+                with open(info) as f:
+                    self.info = json.load(f)
+                self.url = f"http://127.0.0.1:{self.info['http_port']}"
+                return
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.05)
+        raise RuntimeError("ddpbenchd did not start: " + self.daemon_log())
+
+    def daemon_log(self):
+        try:
+            with open(os.path.join(self.state_dir, "daemon.log"), errors="replace") as f:
+                return f.read()[-4000:]
+        except OSError:
+            return ""
+
+    def request(self, method, path, body=None, raw=None, headers=None, timeout=30):
+        """Returns (status, parsed JSON or text, headers)."""
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                status, payload, hdrs = r.status, r.read(), r.headers
+        except urllib.error.HTTPError as e:
+            status, payload, hdrs = e.code, e.read(), e.headers
+        ctype = hdrs.get("Content-Type", "")
+        if ctype.startswith("application/json"):
+            return status, json.loads(payload), hdrs
+        return status, payload.decode("utf-8", "replace"), hdrs
+
+    def get(self, path):
+        status, body, _ = self.request("GET", path)
+        check(status == 200, f"GET {path} -> {status}: {body}")
+        return body
+
+    def submit(self, spec):
+        status, body, _ = self.request("POST", "/v1/experiments", body=spec)
+        check(status == 201, f"submit -> {status}: {body}")
+        return body
+
+    def wait_experiment(self, exp_id, timeout=120, until=TERMINAL):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            exp = self.get(f"/v1/experiments/{exp_id}")
+            if exp["status"] in until:
+                return exp
+            time.sleep(0.1)
+        raise AssertionError(f"experiment {exp_id} still {exp['status']} after {timeout}s; "
+                             f"log: {self.daemon_log()}")
+
+    def wait_run(self, run_id, cond, timeout=60, what="condition"):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            run = self.get(f"/v1/runs/{run_id}")
+            if cond(run):
+                return run
+            time.sleep(0.05)
+        raise AssertionError(f"run {run_id}: {what} not reached in {timeout}s: {run}")
+
+    def wait_slots_free(self, n, timeout=10):
+        """Slots are released just after a run's end is stored: allow that moment."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            free = self.get("/healthz")["slots"]["free"]
+            if free == n:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{free} slots free, want {n}")
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("ddpbenchd did not stop within the timeout")
+        rc = self.proc.returncode if self.proc else None
+        self.log.close()
+        return rc
+
+    def restart(self):
+        self.stop()
+        self.start()
+
+    def close(self):
+        try:
+            self.stop()
+        except AssertionError:
+            pass
+        if self.owns_state and os.environ.get("DDPB_KEEP_STATE") != "1":
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def check(cond, msg="check failed"):
+    if not cond:
+        raise AssertionError(msg)
+
+
+def example(name):
+    with open(os.path.join(SOURCE, "schema", "examples", name)) as f:
+        return json.load(f)
+
+
+def pid_alive(pid):
+    """True for a live process that is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def worker_pids():
+    """PIDs of every ddpbench-worker process on the machine."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    argv0 = f.read().split(b"\0")[0]
+                if argv0.endswith(b"ddpbench-worker") and pid_alive(int(d)):
+                    out.append(int(d))
+            except OSError:
+                pass
+    return out
+
+
+def run_cases(cases):
+    """Runs functions named test_* in order; prints the summary line."""
+    only = sys.argv[1] if len(sys.argv) > 1 else None
+    passed = failed = 0
+    for fn in cases:
+        if only and only not in fn.__name__:
+            continue
+        t0 = time.time()
+        try:
+            fn()
+            passed += 1
+            print(f"ok {fn.__name__} ({time.time() - t0:.1f}s)", flush=True)
+        except Exception:  # a failed case must not stop the others
+            failed += 1
+            print(f"not ok {fn.__name__} ({time.time() - t0:.1f}s)", flush=True)
+            traceback.print_exc(file=sys.stdout)
+    print(f"TEST-SUMMARY passed={passed} failed={failed}", flush=True)
+    return 1 if failed else 0

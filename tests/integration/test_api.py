@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""REST API contract: validation errors name their field (400), oversized bodies are 413
+before the body is read, unknown ids 404, wrong methods 405, listing filters and pages,
+health, the spec schema, and the static files that cannot be escaped."""
+import json
+import socket
+import subprocess
+import sys
+
+from harness import Daemon, check, run_cases
+
+D = None
+TINY = {"name": "tiny", "workload": "collective", "world_size": 1, "min_bytes": "4K",
+        "max_bytes": "4K", "iters": 1, "warmup": 0}
+
+
+def expect_error(method, path, status, code, field=None, **kw):
+    got, body, _ = D.request(method, path, **kw)
+    check(got == status, f"{method} {path}: status {got}, want {status}: {body}")
+    check(isinstance(body, dict) and "error" in body, f"no error object: {body}")
+    err = body["error"]
+    check(err["code"] == code, f"code {err['code']}, want {code}")
+    check(err["message"], "empty message")
+    if field is not None:
+        check(err.get("field") == field, f"field {err.get('field')!r}, want {field!r}: {err}")
+    return err
+
+
+def test_invalid_specs_name_the_field():
+    cases = [
+        ({"workload": "collective", "world_size": 0}, "world_size"),
+        ({"workload": "collective", "world_size": "2"}, "world_size"),
+        ({"workload": "collective", "wold_size": 2}, "wold_size"),
+        ({"workload": "nope"}, "workload"),
+        ({}, "workload"),
+        ({"workload": "collective", "min_bytes": "64M", "max_bytes": "4K"}, None),
+        ({"workload": "collective", "min_bytes": "12Q"}, "min_bytes"),
+        ({"workload": "collective", "sweep": {"world_size": [1, 0]}}, "sweep.world_size[1]"),
+        ({"workload": "collective", "sweep": {"bogus": [1]}}, "sweep.bogus"),
+        ({"workload": "collective", "iters": 2.5}, "iters"),
+    ]
+    for spec, field in cases:
+        err = expect_error("POST", "/v1/experiments", 400, "invalid", field, body=spec)
+        if field is None:
+            check("min_bytes" in err["message"] or "max_bytes" in err["message"], err)
+
+
+def test_malformed_bodies():
+    expect_error("POST", "/v1/experiments", 400, "invalid", raw=b"{not json")
+    expect_error("POST", "/v1/experiments", 400, "invalid", raw=b"[1,2,3]")
+    expect_error("POST", "/v1/experiments", 400, "invalid", raw=b"")
+    expect_error("POST", "/v1/experiments", 400, "invalid", raw=b"\xff\xfe\x00garbage")
+    expect_error("POST", "/v1/experiments", 400, "invalid", raw=b'{"workload":"collective"} trailing')
+
+
+def curl_post(data, *headers):
+    """POSTs bytes with curl (which reads an early answer while still sending, as real
+    clients do) and returns (status, parsed body)."""
+    args = ["curl", "-s", "-o", "-", "-w", "\n%{http_code}", "-X", "POST", "--data-binary", "@-"]
+    for h in headers:
+        args += ["-H", h]
+    out = subprocess.run(args + [D.url + "/v1/experiments"], input=data, capture_output=True,
+                         timeout=60).stdout.decode()
+    body, _, status = out.rpartition("\n")
+    return int(status), json.loads(body) if body.strip() else None
+
+
+def test_body_over_cap_is_413():
+    big = b'{"workload": "collective", "description": "' + b"a" * (2 << 20) + b'"}'
+    status, body = curl_post(big)
+    check(status == 413 and body["error"]["code"] == "too_large", (status, body))
+    # chunked (no Content-Length): discovered while reading, still a 413
+    status, body = curl_post(big, "Transfer-Encoding: chunked")
+    check(status == 413 and body["error"]["code"] == "too_large", (status, body))
+    # announced as huge but never sent: answered from the header alone, at once
+    s = socket.create_connection(("127.0.0.1", D.info["http_port"]), timeout=10)
+    s.sendall(b"POST /v1/experiments HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n")
+    reply = s.recv(4096).decode(errors="replace")
+    s.close()
+    check(reply.startswith("HTTP/1.1 413"), reply[:200])
+    # a body just under the cap is read and judged on its content
+    ok = b'{"workload": "collective", "description": "' + b"a" * 4000 + b'"}'
+    status, body = curl_post(ok)
+    check(status == 201, (status, body))
+    check(D.get("/healthz")["status"] == "ok")
+
+
+def test_not_found_and_methods():
+    expect_error("GET", "/v1/experiments/999999", 404, "not_found")
+    expect_error("GET", "/v1/experiments/abc", 404, "not_found")
+    expect_error("GET", "/v1/experiments/-1", 404, "not_found")
+    expect_error("GET", "/v1/runs/424242", 404, "not_found")
+    expect_error("GET", "/v1/nothing", 404, "not_found")
+    expect_error("DELETE", "/v1/experiments", 405, "method_not_allowed")
+    expect_error("PUT", "/v1/runs/1", 405, "method_not_allowed")
+
+
+def test_create_get_list_and_filters():
+    ids = [D.submit(dict(TINY, name=f"list-{i}"))["id"] for i in range(3)]
+    exp = D.get(f"/v1/experiments/{ids[0]}")
+    check(exp["name"] == "list-0" and exp["n_runs"] == 1 and len(exp["runs"]) == 1, exp)
+    check(exp["spec"]["iters"] == 1 and exp["spec"]["dtype"] == "float32", "defaults filled")
+    page = D.get("/v1/experiments?limit=2&offset=0&name=list-")
+    check(page["total"] >= 3 and len(page["items"]) == 2, page)
+    check(page["items"][0]["id"] > page["items"][1]["id"], "newest first")
+    page2 = D.get("/v1/experiments?limit=2&offset=2&name=list-")
+    check(all(i["id"] not in [x["id"] for x in page["items"]] for i in page2["items"]), "pages overlap")
+    for i in ids:
+        D.wait_experiment(i, timeout=60)
+    done = D.get("/v1/experiments?status=succeeded&workload=collective&limit=1000")
+    check(set(ids) <= {i["id"] for i in done["items"]}, done)
+    expect_error("GET", "/v1/experiments?status=bogus", 400, "invalid", "status")
+    expect_error("GET", "/v1/experiments?limit=0", 400, "invalid", "limit")
+    expect_error("GET", "/v1/experiments?limit=abc", 400, "invalid", "limit")
+    expect_error("GET", "/v1/experiments?colour=red", 400, "invalid", "colour")
+
+
+def test_health_and_schema():
+    h = D.get("/healthz")
+    check(h["status"] == "ok" and h["slots"]["total"] >= 1 and h["store"]["port"] > 0, h)
+    schema = D.get("/v1/spec/schema")
+    check(schema["type"] == "object" and "world_size" in schema["properties"], "schema")
+    check(schema.get("additionalProperties") is False, "closed schema")
+
+
+def test_static_files_stay_inside_web():
+    status, body, hdrs = D.request("GET", "/")
+    check(status == 200 and "text/html" in hdrs["Content-Type"] and "ddpbench" in body, body[:200])
+    for path in ("/../meson.build", "/%2e%2e/meson.build", "/..%2fmeson.build", "//etc/passwd",
+                 "/./index.html", "/nonexistent.js"):
+        s = socket.create_connection(("127.0.0.1", D.info["http_port"]), timeout=10)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        reply = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+        s.close()
+        head = reply.split(b"\r\n", 1)[0].decode()
+        check(" 404 " in head, f"{path}: {head}")
+        check(b"project('ddpbench'" not in reply and b"root:" not in reply, f"{path} leaked")
+
+
+def main():
+    global D
+    D = Daemon(cpu_slots=2)
+    try:
+        return run_cases([
+            test_invalid_specs_name_the_field,
+            test_malformed_bodies,
+            test_body_over_cap_is_413,
+            test_not_found_and_methods,
+            test_create_get_list_and_filters,
+            test_health_and_schema,
+            test_static_files_stay_inside_web,
+        ])
+    finally:
+        D.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+#!/bin/sh
+# The whole test suite, as README.md and .ci/run call it.
+#
+# Two build trees: build-san/ (ASan + UBSan, GPU code off) runs the unit tests, build/
+# (the optimized tree the quickstart uses; GPU code compiled when nvcc is present) runs
+# the integration tests against the real programs. The last line printed is
+# "N passed, N failed", summed over every test case of every binary and script.
+set -u
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$root/tests/lsan.supp}"
+
+setup() {
+    dir=$1
+    shift
+    if [ -f "$dir/build.ninja" ]; then
+        meson setup --reconfigure "$dir" "$@" >"$dir.setup.log" 2>&1
+    else
+        meson setup "$dir" "$@" >"$dir.setup.log" 2>&1
+    fi || { cat "$dir.setup.log"; return 1; }
+}
+
+fail_build() {
+    echo "build of $1 failed"
+    echo "0 passed, 1 failed"
+    exit 1
+}
+
+setup build-san -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
+    -Dbuildtype=debugoptimized || fail_build build-san
+ninja -C build-san || fail_build build-san
+setup build -Dbuildtype=release || fail_build build
+ninja -C build || fail_build build
+
+rm -f build-san/meson-logs/testlog.json build/meson-logs/testlog.json
+meson test -C build-san --suite unit --print-errorlogs --num-processes 2 ${TEST_ARGS:-}
+meson test -C build --suite integration --print-errorlogs --num-processes 1 ${TEST_ARGS:-}
+
+exec python3 tests/summarize.py build-san/meson-logs/testlog.json build/meson-logs/testlog.json

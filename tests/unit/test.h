@@ -1,0 +1,126 @@
+/* test: the unit-test harness. Each test binary lists its cases in main() with
+ * TEST_RUN; a failed check prints file:line and the expression, ends that case and the
+ * run goes on. The last line a binary prints is "TEST-SUMMARY passed=P failed=F", which
+ * tests/run.sh adds up into the suite's "N passed, N failed".
+ *
+ * Decision: header-only with one static state per binary (each test binary is one
+ * translation unit plus the libraries under test), so there is nothing to link. */
+#ifndef DDPB_TEST_H
+#define DDPB_TEST_H
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct test_state {
+    int passed, failed;
+    int case_failed;
+    const char *only; /* run only cases whose name contains this (argv[1]) */
+};
+
+static struct test_state test_state;
+
+__attribute__((format(printf, 3, 4))) static inline void
+test_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "  FAIL %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    test_state.case_failed = 1;
+}
+
+#define T_CHECK(cond)                                                                    \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            test_fail(__FILE__, __LINE__, "%s", #cond);                            \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+
+#define T_CHECK_MSG(cond, ...)                                                           \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            char test_msg_[512];                                                         \
+            snprintf(test_msg_, sizeof test_msg_, __VA_ARGS__);                          \
+            test_fail(__FILE__, __LINE__, "%s: %s", #cond, test_msg_);                   \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+
+#define T_EQ_INT(a, b)                                                                   \
+    do {                                                                                 \
+        long long test_a_ = (long long)(a), test_b_ = (long long)(b);                    \
+        if (test_a_ != test_b_) {                                                        \
+            char test_x_[64], test_y_[64];                                               \
+            snprintf(test_x_, sizeof test_x_, "%lld", test_a_);                          \
+            snprintf(test_y_, sizeof test_y_, "%lld", test_b_);                          \
+            test_fail(__FILE__, __LINE__, "%s == %s (%s vs %s)", #a, #b, test_x_, test_y_); \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+
+#define T_EQ_STR(a, b)                                                                   \
+    do {                                                                                 \
+        const char *test_a_ = (a), *test_b_ = (b);                                       \
+        if (!test_a_ || !test_b_ || strcmp(test_a_, test_b_) != 0) {                     \
+            test_fail(__FILE__, __LINE__, "%s == %s (\"%s\" vs \"%s\")", #a, #b,      \
+                      test_a_ ? test_a_ : "(null)", test_b_ ? test_b_ : "(null)");       \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+
+#define T_NEAR(a, b, tol)                                                                \
+    do {                                                                                 \
+        double test_a_ = (double)(a), test_b_ = (double)(b);                             \
+        if (!(fabs(test_a_ - test_b_) <= (double)(tol))) {                               \
+            char test_x_[64], test_y_[64];                                               \
+            snprintf(test_x_, sizeof test_x_, "%.9g", test_a_);                          \
+            snprintf(test_y_, sizeof test_y_, "%.9g", test_b_);                          \
+            test_fail(__FILE__, __LINE__, "%s ~= %s (%s vs %s)", #a, #b, test_x_, test_y_); \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+
+/* A call returning 0 on success with a struct err named e in scope. */
+#define T_OK(call)                                                                       \
+    do {                                                                                 \
+        if ((call) != 0) {                                                               \
+            test_fail(__FILE__, __LINE__, "%s failed: %s", #call, e.msg);             \
+            return;                                                                      \
+        }                                                                                \
+    } while (0)
+
+#define TEST_RUN(fn)                                                                     \
+    do {                                                                                 \
+        if (test_state.only && !strstr(#fn, test_state.only))                            \
+            break;                                                                       \
+        test_state.case_failed = 0;                                                      \
+        fn();                                                                            \
+        if (test_state.case_failed) {                                                    \
+            test_state.failed++;                                                         \
+            fprintf(stderr, "not ok %s\n", #fn);                                         \
+        } else {                                                                         \
+            test_state.passed++;                                                         \
+            fprintf(stderr, "ok %s\n", #fn);                                             \
+        }                                                                                \
+    } while (0)
+
+static inline void test_begin(int argc, char **argv)
+{
+    test_state.only = argc > 1 ? argv[1] : NULL;
+    setvbuf(stdout, NULL, _IONBF, 0);
+    setvbuf(stderr, NULL, _IONBF, 0);
+}
+
+static inline int test_end(void)
+{
+    printf("TEST-SUMMARY passed=%d failed=%d\n", test_state.passed, test_state.failed);
+    return test_state.failed ? 1 : 0;
+}
+
+#endif

@@ -1,0 +1,113 @@
+/* Unit tests for common/buf and common/err and common/clock: little-endian round trips,
+ * bounds-checked reads, consume, error formatting. */
+#include <errno.h>
+
+#include "buf.h"
+#include "clock.h"
+#include "err.h"
+#include "test.h"
+
+static void test_buf_roundtrip(void)
+{
+    struct buf b;
+    buf_init(&b);
+    T_CHECK(buf_put_u8(&b, 0xab) == 0);
+    T_CHECK(buf_put_u16(&b, 0x1234) == 0);
+    T_CHECK(buf_put_u32(&b, 0xdeadbeef) == 0);
+    T_CHECK(buf_put_u64(&b, 0x0102030405060708ull) == 0);
+    T_CHECK(buf_put_i64(&b, -5) == 0);
+    T_CHECK(buf_append_str(&b, "xyz") == 0);
+    T_EQ_INT(b.len, 1 + 2 + 4 + 8 + 8 + 3);
+    /* little-endian on the wire whatever the host */
+    T_EQ_INT(b.data[1], 0x34);
+    T_EQ_INT(b.data[2], 0x12);
+    struct buf_reader r;
+    buf_reader_init(&r, b.data, b.len);
+    uint8_t u8;
+    uint16_t u16;
+    uint32_t u32;
+    uint64_t u64;
+    int64_t i64;
+    const uint8_t *p;
+    T_CHECK(buf_get_u8(&r, &u8) && u8 == 0xab);
+    T_CHECK(buf_get_u16(&r, &u16) && u16 == 0x1234);
+    T_CHECK(buf_get_u32(&r, &u32) && u32 == 0xdeadbeef);
+    T_CHECK(buf_get_u64(&r, &u64) && u64 == 0x0102030405060708ull);
+    T_CHECK(buf_get_i64(&r, &i64) && i64 == -5);
+    T_CHECK(buf_get_bytes(&r, 3, &p) && memcmp(p, "xyz", 3) == 0);
+    T_EQ_INT(buf_reader_left(&r), 0);
+    buf_free(&b);
+}
+
+static void test_buf_reader_never_overreads(void)
+{
+    uint8_t bytes[3] = {1, 2, 3};
+    struct buf_reader r;
+    buf_reader_init(&r, bytes, sizeof bytes);
+    uint32_t u32 = 77;
+    T_CHECK(!buf_get_u32(&r, &u32));
+    T_EQ_INT(u32, 77); /* untouched */
+    T_EQ_INT(r.off, 0);
+    const uint8_t *p;
+    T_CHECK(!buf_get_bytes(&r, 4, &p));
+    uint16_t u16;
+    T_CHECK(buf_get_u16(&r, &u16) && u16 == 0x0201);
+    T_CHECK(!buf_get_u16(&r, &u16));
+}
+
+static void test_buf_consume_and_growth(void)
+{
+    struct buf b;
+    buf_init(&b);
+    for (int i = 0; i < 10000; i++)
+        T_CHECK(buf_put_u8(&b, (uint8_t)i) == 0);
+    T_CHECK(b.cap >= 10000);
+    buf_consume(&b, 9998);
+    T_EQ_INT(b.len, 2);
+    T_EQ_INT(b.data[0], (uint8_t)9998);
+    buf_consume(&b, 100);
+    T_EQ_INT(b.len, 0);
+    buf_free(&b);
+    T_CHECK(b.data == NULL);
+}
+
+static void test_err_format(void)
+{
+    struct err e;
+    err_clear(&e);
+    T_EQ_INT(err_set(&e, ERR_INVALID, "world_size", "must be %d..%d", 1, 1024), -1);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_EQ_STR(e.field, "world_size");
+    T_EQ_STR(e.msg, "must be 1..1024");
+    err_prefix(&e, "run %d", 7);
+    T_EQ_STR(e.msg, "run 7: must be 1..1024");
+    T_EQ_STR(err_code_name(ERR_NOT_FOUND), "not_found");
+    errno = ENOENT;
+    err_errno(&e, "open %s", "x");
+    T_EQ_INT(e.code, ERR_IO);
+    T_EQ_STR(e.msg, "open x: No such file or directory");
+    T_EQ_INT(err_set(NULL, ERR_IO, NULL, "ignored"), -1);
+}
+
+static void test_clock_iso(void)
+{
+    char s[40];
+    clock_format_iso(0.5, s, sizeof s);
+    T_EQ_STR(s, "1970-01-01T00:00:00.500Z");
+    clock_format_iso(1795000000.25, s, sizeof s);
+    T_EQ_STR(s, "2026-11-18T11:06:40.250Z");
+    T_EQ_INT(clock_ms_left(-1), -1);
+    T_EQ_INT(clock_ms_left(clock_mono_ms() - 5), 0);
+    T_CHECK(clock_ms_left(clock_mono_ms() + 10000) > 9000);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    TEST_RUN(test_buf_roundtrip);
+    TEST_RUN(test_buf_reader_never_overreads);
+    TEST_RUN(test_buf_consume_and_growth);
+    TEST_RUN(test_err_format);
+    TEST_RUN(test_clock_iso);
+    return test_end();
+}

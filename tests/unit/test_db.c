@@ -1,0 +1,246 @@
+/* Unit tests for daemon/db: migrations, the experiment/run life cycle, the experiment
+ * status that follows its runs, queue order, results round trip, restart repair, and a
+ * database from a newer ddpbenchd being refused. */
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "db.h"
+#include "test.h"
+
+static char db_dir[64];
+static char db_path[128];
+
+static struct db *test_db_fresh(void)
+{
+    snprintf(db_dir, sizeof db_dir, "/tmp/ddpb-test-db-XXXXXX");
+    if (!mkdtemp(db_dir))
+        return NULL;
+    snprintf(db_path, sizeof db_path, "%s/t.db", db_dir);
+    struct err e;
+    return db_open(db_path, &e);
+}
+
+static void test_db_cleanup(struct db *db)
+{
+    char cmd[160];
+    db_close(db);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", db_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cleanup of %s failed\n", db_dir);
+}
+
+static int64_t test_db_experiment(struct db *db, int nruns)
+{
+    struct db_new_run runs[4];
+    for (int i = 0; i < nruns; i++)
+        runs[i] = (struct db_new_run){"{\"world_size\":2}", "{\"world_size\":2}", 2};
+    int64_t id = 0;
+    struct err e;
+    if (db_create_experiment(db, "exp", "collective", "{\"workload\":\"collective\"}", runs,
+                             (size_t)nruns, &id, &e) < 0)
+        return -1;
+    return id;
+}
+
+static const char *test_db_exp_status(struct db *db, int64_t id, json_t **keep)
+{
+    struct err e;
+    *keep = db_get_experiment(db, id, &e);
+    return *keep ? json_string_value(json_object_get(*keep, "status")) : NULL;
+}
+
+static void test_db_lifecycle(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    T_EQ_INT(db_schema_version(db), 1);
+    int64_t id = test_db_experiment(db, 2);
+    T_CHECK(id > 0);
+    json_t *exp;
+    T_EQ_STR(test_db_exp_status(db, id, &exp), "queued");
+    json_t *runs = json_object_get(exp, "runs");
+    T_EQ_INT(json_array_size(runs), 2);
+    int64_t r0 = json_integer_value(json_object_get(json_array_get(runs, 0), "id"));
+    int64_t r1 = json_integer_value(json_object_get(json_array_get(runs, 1), "id"));
+    T_CHECK(json_is_object(json_object_get(exp, "spec")));
+    json_decref(exp);
+
+    struct db_queued_run *q;
+    size_t n;
+    T_OK(db_list_queued(db, 10, &q, &n, &e));
+    T_EQ_INT(n, 2);
+    T_EQ_INT(q[0].id, r0); /* submission order */
+    T_EQ_INT(q[0].world_size, 2);
+    T_EQ_STR(q[0].spec_json, "{\"world_size\":2}");
+    db_queued_runs_free(q, n);
+
+    T_OK(db_run_starting(db, r0, &e));
+    T_CHECK(db_run_starting(db, r0, &e) < 0); /* not queued any more */
+    T_EQ_INT(e.code, ERR_CONFLICT);
+    T_EQ_STR(test_db_exp_status(db, id, &exp), "running");
+    json_decref(exp);
+    T_OK(db_rank_spawned(db, r0, 0, "node", 100, "0", &e));
+    T_OK(db_rank_spawned(db, r0, 1, "node", 101, "1", &e));
+    T_CHECK(db_rank_hello(db, r0, 0, "host", 3, &e) < 0); /* wrong world size */
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_OK(db_rank_hello(db, r0, 0, "host", 2, &e));
+    json_t *run = db_get_run(db, r0, &e);
+    T_EQ_STR(json_string_value(json_object_get(run, "status")), "starting");
+    json_decref(run);
+    T_OK(db_rank_hello(db, r0, 1, "host", 2, &e));
+    run = db_get_run(db, r0, &e);
+    T_EQ_STR(json_string_value(json_object_get(run, "status")), "running");
+    json_decref(run);
+
+    T_OK(db_run_finish(db, r0, DB_RUN_SUCCEEDED, NULL, -1, &e));
+    T_EQ_STR(test_db_exp_status(db, id, &exp), "running"); /* r1 still queued */
+    json_decref(exp);
+    T_OK(db_run_starting(db, r1, &e));
+    T_OK(db_run_finish(db, r1, DB_RUN_FAILED, "rank 1 died", 1, &e));
+    T_EQ_STR(test_db_exp_status(db, id, &exp), "failed");
+    T_CHECK(json_is_string(json_object_get(exp, "finished_at")));
+    T_EQ_INT(json_integer_value(json_object_get(exp, "runs_finished")), 2);
+    json_decref(exp);
+    run = db_get_run(db, r1, &e);
+    T_EQ_STR(json_string_value(json_object_get(run, "error")), "rank 1 died");
+    T_EQ_INT(json_integer_value(json_object_get(run, "error_rank")), 1);
+    json_decref(run);
+    test_db_cleanup(db);
+}
+
+static void test_db_results_roundtrip(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 1);
+    json_t *exp = db_get_experiment(db, id, &e);
+    int64_t r = json_integer_value(json_object_get(json_array_get(json_object_get(exp, "runs"), 0), "id"));
+    json_decref(exp);
+    struct report_collective c = {
+        .repeat = 0, .op = "allreduce", .dtype = "float32", .redop = "sum",
+        .algorithm = "ring", .inplace = true, .bytes = 4096, .count = 1024, .iters = 20,
+        .time_us_min = 10, .time_us_median = 12.5, .time_us_p95 = 20, .time_us_mean = 13,
+        .time_us_max = 30, .algbw_gbs = 0.32768, .busbw_gbs = 0.32768, .wrong = 0,
+    };
+    T_OK(db_insert_collective(db, r, &c, &e));
+    c.bytes = 1024;
+    c.count = 256;
+    T_OK(db_insert_collective(db, r, &c, &e));
+    json_t *env = json_pack("{s:s, s:i}", "cpu_model", "Test CPU", "nproc", 2);
+    T_OK(db_rank_env(db, r, 0, env, &e));
+    json_decref(env);
+    T_OK(db_run_progress(db, r, 0.5, &e));
+    json_t *run = db_get_run(db, r, &e);
+    T_CHECK(run != NULL);
+    json_t *rows = json_object_get(run, "collectives");
+    T_EQ_INT(json_array_size(rows), 2);
+    json_t *first = json_array_get(rows, 0);
+    T_EQ_INT(json_integer_value(json_object_get(first, "bytes")), 1024); /* ordered by size */
+    T_CHECK(json_is_true(json_object_get(first, "inplace")));
+    T_NEAR(json_real_value(json_object_get(first, "time_us_median")), 12.5, 1e-12);
+    T_EQ_STR(json_string_value(json_object_get(first, "algorithm")), "ring");
+    json_t *envrow = json_array_get(json_object_get(run, "env"), 0);
+    T_EQ_STR(json_string_value(json_object_get(json_object_get(envrow, "env"), "cpu_model")),
+             "Test CPU");
+    T_NEAR(json_real_value(json_object_get(run, "progress")), 0.5, 1e-12);
+    json_decref(run);
+    T_CHECK(db_get_run(db, 999, &e) == NULL);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    test_db_cleanup(db);
+}
+
+static void test_db_list_filters_and_paging(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    for (int i = 0; i < 5; i++)
+        T_CHECK(test_db_experiment(db, 1) > 0);
+    struct db_experiment_filter f = {.limit = 2, .offset = 0};
+    json_t *page = db_list_experiments(db, &f, &e);
+    T_CHECK(page != NULL);
+    T_EQ_INT(json_integer_value(json_object_get(page, "total")), 5);
+    json_t *items = json_object_get(page, "items");
+    T_EQ_INT(json_array_size(items), 2);
+    T_EQ_INT(json_integer_value(json_object_get(json_array_get(items, 0), "id")), 5);
+    json_decref(page);
+    f.offset = 4;
+    page = db_list_experiments(db, &f, &e);
+    T_EQ_INT(json_array_size(json_object_get(page, "items")), 1);
+    json_decref(page);
+    f = (struct db_experiment_filter){.status = "failed", .limit = 10};
+    page = db_list_experiments(db, &f, &e);
+    T_EQ_INT(json_integer_value(json_object_get(page, "total")), 0);
+    json_decref(page);
+    f = (struct db_experiment_filter){.name = "ex", .workload = "collective", .limit = 10};
+    page = db_list_experiments(db, &f, &e);
+    T_EQ_INT(json_integer_value(json_object_get(page, "total")), 5);
+    json_decref(page);
+    T_EQ_INT(db_count_runs(db, DB_RUN_QUEUED), 5);
+    test_db_cleanup(db);
+}
+
+static void test_db_recover_and_reopen(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 2);
+    json_t *exp = db_get_experiment(db, id, &e);
+    int64_t r0 = json_integer_value(json_object_get(json_array_get(json_object_get(exp, "runs"), 0), "id"));
+    json_decref(exp);
+    T_OK(db_run_starting(db, r0, &e));
+    T_OK(db_rank_spawned(db, r0, 0, "node", 1234, NULL, &e));
+    db_close(db);
+    db = db_open(db_path, &e); /* as a restarted daemon */
+    T_CHECK(db != NULL);
+    int64_t n = 0;
+    T_OK(db_recover(db, &n, &e));
+    T_EQ_INT(n, 1);
+    json_t *run = db_get_run(db, r0, &e);
+    T_EQ_STR(json_string_value(json_object_get(run, "status")), "interrupted");
+    json_t *rank = json_array_get(json_object_get(run, "ranks"), 0);
+    T_EQ_STR(json_string_value(json_object_get(rank, "status")), "killed");
+    json_decref(run);
+    /* the other run is still queued, so the experiment goes on */
+    json_t *keep;
+    T_EQ_STR(test_db_exp_status(db, id, &keep), "running");
+    json_decref(keep);
+    T_EQ_INT(db_count_runs(db, DB_RUN_QUEUED), 1);
+    T_OK(db_recover(db, &n, &e));
+    T_EQ_INT(n, 0);
+    test_db_cleanup(db);
+}
+
+static void test_db_refuses_newer_schema(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    db_close(db);
+    sqlite3 *h;
+    T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
+    T_CHECK(sqlite3_exec(h, "PRAGMA user_version=99", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(h);
+    db = db_open(db_path, &e);
+    T_CHECK(db == NULL);
+    T_EQ_INT(e.code, ERR_CONFLICT);
+    T_CHECK(strstr(e.msg, "newer") != NULL);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", db_dir);
+    T_CHECK(system(cmd) == 0);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    TEST_RUN(test_db_lifecycle);
+    TEST_RUN(test_db_results_roundtrip);
+    TEST_RUN(test_db_list_filters_and_paging);
+    TEST_RUN(test_db_recover_and_reopen);
+    TEST_RUN(test_db_refuses_newer_schema);
+    return test_end();
+}

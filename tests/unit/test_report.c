@@ -1,0 +1,560 @@
+/* Unit tests for common/report: every event type written to a pipe and parsed back, every
+ * kind of malformed line rejected with the field it names, struct report_collective round
+ * trips, and the writer's failure modes (closed pipe, oversize event, signals interrupting
+ * a write that the reader drains slowly). */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "report.h"
+#include "test.h"
+
+/* --- helpers ------------------------------------------------------------------------- */
+
+static struct report_collective sample_collective(void)
+{
+    struct report_collective c;
+    memset(&c, 0, sizeof c); /* padding too, so whole structs compare with memcmp */
+    c.repeat = 2;
+    snprintf(c.op, sizeof c.op, "%s", "allreduce");
+    snprintf(c.dtype, sizeof c.dtype, "%s", "float32");
+    snprintf(c.redop, sizeof c.redop, "%s", "sum");
+    snprintf(c.algorithm, sizeof c.algorithm, "%s", "ring");
+    c.inplace = true;
+    c.bytes = INT64_C(1) << 33;
+    c.count = INT64_C(1) << 31;
+    c.iters = 20;
+    c.time_us_min = 1.0 / 3.0;
+    c.time_us_median = 123456789.123456789;
+    c.time_us_p95 = 1e-300;
+    c.time_us_mean = 0.0;
+    c.time_us_max = 1e300;
+    c.algbw_gbs = 12.5;
+    c.busbw_gbs = 18.75;
+    c.wrong = 7;
+    return c;
+}
+
+/* Reads everything until EOF into b. */
+static void drain_fd(int fd, struct buf *b)
+{
+    char chunk[4096];
+    ssize_t n;
+    while ((n = read(fd, chunk, sizeof chunk)) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            break;
+        buf_append(b, chunk, (size_t)n);
+    }
+}
+
+/* Splits b's text into lines (each must end with '\n'); returns the count. */
+static size_t split_lines(struct buf *b, const char **lines, size_t *lens, size_t max)
+{
+    size_t n = 0, start = 0;
+    for (size_t i = 0; i < b->len && n < max; i++) {
+        if (b->data[i] != '\n')
+            continue;
+        lines[n] = (const char *)b->data + start;
+        lens[n++] = i - start;
+        start = i + 1;
+    }
+    return start == b->len ? n : 0; /* a trailing partial line is a failure */
+}
+
+/* True when line is rejected with code and field. */
+static bool line_rejected(const char *line, size_t len, enum err_code code, const char *field)
+{
+    struct err e = {0};
+    enum report_type type;
+    json_t *ev = report_parse_line(line, len, &type, &e);
+    if (ev) {
+        fprintf(stderr, "    accepted: %.200s\n", line);
+        json_decref(ev);
+        return false;
+    }
+    if (e.code != code || strcmp(e.field, field) != 0) {
+        fprintf(stderr, "    %.200s\n    -> %s field \"%s\": %s\n", line,
+                err_code_name(e.code), e.field, e.msg);
+        return false;
+    }
+    return true;
+}
+
+/* A valid collective event with one field replaced (bad == NULL: removed). */
+static char *collective_line_with(const char *key, json_t *bad)
+{
+    struct report_collective c = sample_collective();
+    json_t *ev = report_collective_to_json(&c);
+    json_object_set_new(ev, "type", json_string("collective"));
+    json_object_set_new(ev, "rank", json_integer(0));
+    json_object_set_new(ev, "t", json_real(1.7e9));
+    if (bad)
+        json_object_set_new(ev, key, bad);
+    else
+        json_object_del(ev, key);
+    char *line = json_dumps(ev, JSON_COMPACT);
+    json_decref(ev);
+    return line;
+}
+
+/* --- every type through a pipe ------------------------------------------------------- */
+
+static void test_report_emit_parse_every_type(void)
+{
+    int fds[2];
+    T_CHECK(pipe(fds) == 0);
+    struct report_writer w;
+    report_writer_init(&w, fds[1], 3);
+    struct err e, cause;
+    struct report_collective c = sample_collective();
+    T_OK(report_emit_hello(&w, 4, &e));
+    T_OK(report_emit(&w, REPORT_ENV,
+                     json_pack("{s:{s:s, s:i, s:f}}", "env", "kernel", "6.1.0", "cpus", 16,
+                               "ghz", 2.5),
+                     &e));
+    T_OK(report_emit_progress(&w, "sizes", 3, 8, &e));
+    T_OK(report_emit_collective(&w, &c, &e));
+    err_set(&cause, ERR_TIMEOUT, "", "allreduce: peer 2 silent for 30 s");
+    T_OK(report_emit_error(&w, &cause, "comm/tcp.c:120", "allreduce", 2, &e));
+    T_OK(report_emit_error(&w, &cause, "main.c:1", NULL, -1, &e));
+    T_OK(report_emit_done(&w, &e));
+    close(fds[1]);
+    struct buf b;
+    buf_init(&b);
+    drain_fd(fds[0], &b);
+    close(fds[0]);
+
+    const char *lines[16];
+    size_t lens[16];
+    size_t n = split_lines(&b, lines, lens, 16);
+    static const enum report_type want[] = {REPORT_HELLO, REPORT_ENV, REPORT_PROGRESS,
+                                            REPORT_COLLECTIVE, REPORT_ERROR, REPORT_ERROR,
+                                            REPORT_DONE};
+    json_t *ev[7] = {0};
+    bool ok = n == 7;
+    for (size_t i = 0; ok && i < n; i++) {
+        enum report_type type;
+        ev[i] = report_parse_line(lines[i], lens[i], &type, &e);
+        ok = ev[i] && type == want[i] &&
+             json_integer_value(json_object_get(ev[i], "rank")) == 3 &&
+             json_number_value(json_object_get(ev[i], "t")) > 1e9;
+        if (!ok)
+            fprintf(stderr, "    line %zu: %.*s (%s)\n", i, (int)lens[i], lines[i], e.msg);
+    }
+    buf_free(&b);
+    if (ok) {
+        json_t *h = ev[0], *err1 = ev[4], *err2 = ev[5];
+        ok = json_integer_value(json_object_get(h, "pid")) == getpid() &&
+             json_integer_value(json_object_get(h, "world_size")) == 4 &&
+             json_string_length(json_object_get(h, "host")) > 0 &&
+             json_integer_value(json_object_get(json_object_get(ev[1], "env"), "cpus")) == 16 &&
+             json_integer_value(json_object_get(ev[2], "done")) == 3 &&
+             json_integer_value(json_object_get(ev[2], "total")) == 8 &&
+             strcmp(json_string_value(json_object_get(ev[2], "phase")), "sizes") == 0 &&
+             strcmp(json_string_value(json_object_get(err1, "code")), "timeout") == 0 &&
+             strcmp(json_string_value(json_object_get(err1, "op")), "allreduce") == 0 &&
+             json_integer_value(json_object_get(err1, "peer")) == 2 &&
+             strcmp(json_string_value(json_object_get(err1, "where")), "comm/tcp.c:120") == 0 &&
+             !json_object_get(err2, "op") && !json_object_get(err2, "peer") &&
+             json_object_size(ev[6]) == 3;
+    }
+    struct report_collective back;
+    int rc = ok ? report_collective_from_json(ev[3], &back, &e) : -1;
+    for (size_t i = 0; i < 7; i++)
+        json_decref(ev[i]);
+    T_CHECK_MSG(ok, "lines: %zu", n);
+    T_CHECK_MSG(rc == 0, "%s", e.msg);
+    T_CHECK(memcmp(&back, &c, sizeof c) == 0);
+}
+
+static void test_report_type_names(void)
+{
+    T_EQ_STR(report_type_name(REPORT_HELLO), "hello");
+    T_EQ_STR(report_type_name(REPORT_ENV), "env");
+    T_EQ_STR(report_type_name(REPORT_PROGRESS), "progress");
+    T_EQ_STR(report_type_name(REPORT_COLLECTIVE), "collective");
+    T_EQ_STR(report_type_name(REPORT_ERROR), "error");
+    T_EQ_STR(report_type_name(REPORT_DONE), "done");
+    T_EQ_STR(report_type_name((enum report_type)99), "unknown");
+}
+
+/* --- malformed lines ----------------------------------------------------------------- */
+
+struct bad_line {
+    const char *line;
+    const char *field;
+};
+
+static void test_report_rejects_malformed_lines(void)
+{
+    static const struct bad_line cases[] = {
+        {"not json", ""},
+        {"", ""},
+        {"[1]", ""},
+        {"42", ""},
+        {"{\"type\":\"done\",\"rank\":0,\"t\":1", ""},
+        {"{\"type\":\"done\",\"rank\":0,\"t\":1,\"t\":2}", ""},
+        {"{\"type\":\"done\",\"rank\":0,\"t\":1}\n{\"type\":\"done\",\"rank\":0,\"t\":1}", ""},
+        {"{\"rank\":0,\"t\":1}", "type"},
+        {"{\"type\":5,\"rank\":0,\"t\":1}", "type"},
+        {"{\"type\":\"bogus\",\"rank\":0,\"t\":1}", "type"},
+        {"{\"type\":\"DONE\",\"rank\":0,\"t\":1}", "type"},
+        {"{\"type\":\"done\",\"t\":1}", "rank"},
+        {"{\"type\":\"done\",\"rank\":-1,\"t\":1}", "rank"},
+        {"{\"type\":\"done\",\"rank\":1.0,\"t\":1}", "rank"},
+        {"{\"type\":\"done\",\"rank\":\"0\",\"t\":1}", "rank"},
+        {"{\"type\":\"done\",\"rank\":4294967296,\"t\":1}", "rank"},
+        {"{\"type\":\"done\",\"rank\":0}", "t"},
+        {"{\"type\":\"done\",\"rank\":0,\"t\":\"now\"}", "t"},
+        {"{\"type\":\"done\",\"rank\":0,\"t\":-5}", "t"},
+        {"{\"type\":\"done\",\"rank\":0,\"t\":1,\"extra\":1}", "extra"},
+        {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"host\":\"h\",\"world_size\":2}", "pid"},
+        {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":\"9\",\"host\":\"h\",\"world_size\":2}",
+         "pid"},
+        {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":9,\"host\":5,\"world_size\":2}", "host"},
+        {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":9,\"host\":\"h\",\"world_size\":0}",
+         "world_size"},
+        {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":9,\"host\":\"h\",\"world_size\":2,"
+         "\"gpu\":0}", "gpu"},
+        {"{\"type\":\"env\",\"rank\":0,\"t\":1}", "env"},
+        {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":5}", "env"},
+        {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":{\"a\":{}}}", "env"},
+        {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":{\"a\":[1]}}", "env"},
+        {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":{\"a\":true}}", "env"},
+        {"{\"type\":\"progress\",\"rank\":0,\"t\":1,\"done\":-1,\"total\":2,\"phase\":\"p\"}",
+         "done"},
+        {"{\"type\":\"progress\",\"rank\":0,\"t\":1,\"done\":1,\"total\":1.5,\"phase\":\"p\"}",
+         "total"},
+        {"{\"type\":\"progress\",\"rank\":0,\"t\":1,\"done\":1,\"total\":2}", "phase"},
+        {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"nope\",\"message\":\"m\","
+         "\"where\":\"w\"}", "code"},
+        {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"where\":\"w\"}", "message"},
+        {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"message\":\"m\"}", "where"},
+        {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"message\":\"m\","
+         "\"where\":\"w\",\"peer\":-1}", "peer"},
+        {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"message\":\"m\","
+         "\"where\":\"w\",\"op\":5}", "op"},
+        {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"message\":\"m\","
+         "\"where\":\"w\",\"field\":\"x\"}", "field"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(line_rejected(cases[i].line, strlen(cases[i].line), ERR_INVALID,
+                                  cases[i].field),
+                    "case %zu", i);
+    /* Optional fields are optional: the same error line without them is fine. */
+    const char *ok = "{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"message\":\"m\","
+                     "\"where\":\"w\"}";
+    struct err e;
+    enum report_type type;
+    json_t *ev = report_parse_line(ok, strlen(ok), &type, &e);
+    T_CHECK_MSG(ev, "%s", e.msg);
+    T_EQ_INT(type, REPORT_ERROR);
+    json_decref(ev);
+}
+
+static void test_report_rejects_bad_collective_fields(void)
+{
+    char op[40];
+    memset(op, 'o', 24);
+    op[24] = '\0';
+    struct {
+        const char *key;
+        json_t *bad;
+    } cases[] = {
+        {"bytes", json_integer(-1)},       {"bytes", json_real(1.0)},
+        {"count", json_string("1")},       {"iters", json_integer(-1)},
+        {"iters", json_integer(INT64_C(1) << 31)},
+        {"wrong", NULL},                   {"wrong", json_integer(-3)},
+        {"repeat", json_null()},           {"op", json_string(op)},
+        {"op", NULL},                      {"dtype", json_integer(32)},
+        {"algorithm", json_string("0123456789abcdef")},
+        {"inplace", json_integer(1)},      {"time_us_min", json_integer(-1)},
+        {"time_us_median", json_string("5")},
+        {"time_us_p95", NULL},             {"busbw_gbs", json_real(-0.5)},
+        {"algbw_gbs", json_true()},        {"bogus", json_integer(1)},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *line = collective_line_with(cases[i].key, cases[i].bad);
+        bool ok = line && line_rejected(line, strlen(line), ERR_INVALID, cases[i].key);
+        free(line);
+        T_CHECK_MSG(ok, "case %zu (%s)", i, cases[i].key);
+    }
+    /* the unmodified line is valid, so each case above failed for its own field */
+    char *line = collective_line_with("time_us_mean", json_integer(5));
+    struct err e;
+    enum report_type type;
+    json_t *ev = report_parse_line(line, strlen(line), &type, &e);
+    free(line);
+    T_CHECK_MSG(ev, "%s", e.msg);
+    T_EQ_INT(type, REPORT_COLLECTIVE);
+    json_decref(ev);
+}
+
+static void test_report_line_too_large(void)
+{
+    size_t n = REPORT_MAX_LINE + 1;
+    char *line = malloc(n + 1);
+    memset(line, ' ', n);
+    line[n] = '\0';
+    T_CHECK(line_rejected(line, n, ERR_TOO_LARGE, ""));
+    /* just under the limit is judged on its content */
+    const char *head = "{\"type\":\"done\",\"rank\":0,\"t\":1}";
+    memcpy(line, head, strlen(head));
+    struct err e;
+    enum report_type type;
+    json_t *ev = report_parse_line(line, n - 1, &type, &e);
+    free(line);
+    T_CHECK_MSG(ev, "%s", e.msg);
+    json_decref(ev);
+}
+
+/* --- struct report_collective -------------------------------------------------------- */
+
+static void test_report_collective_round_trip(void)
+{
+    struct report_collective c = sample_collective(), back;
+    json_t *obj = report_collective_to_json(&c);
+    T_CHECK(obj);
+    T_EQ_INT(json_object_size(obj), 17); /* every member, no type/rank/t */
+    T_CHECK(!json_object_get(obj, "type"));
+    struct err e;
+    char *text = json_dumps(obj, JSON_COMPACT);
+    json_decref(obj);
+    json_t *again = json_loads(text, 0, NULL);
+    free(text);
+    memset(&back, 0x7f, sizeof back);
+    int rc = report_collective_from_json(again, &back, &e);
+    json_decref(again);
+    T_CHECK_MSG(rc == 0, "%s", e.msg);
+    T_CHECK(memcmp(&back, &c, sizeof c) == 0); /* doubles survive text exactly */
+    T_EQ_STR(back.algorithm, "ring");
+    T_EQ_INT(back.bytes, INT64_C(1) << 33);
+    T_CHECK(back.time_us_min == 1.0 / 3.0);
+
+    /* strings at their longest fit */
+    memset(c.op, 'x', sizeof c.op - 1);
+    obj = report_collective_to_json(&c);
+    T_CHECK(obj);
+    T_OK(report_collective_from_json(obj, &back, &e));
+    json_decref(obj);
+    T_EQ_INT(strlen(back.op), sizeof back.op - 1);
+}
+
+/* The sample with one member broken, case i; false past the last case. */
+static bool broken_collective(int i, struct report_collective *c)
+{
+    *c = sample_collective();
+    switch (i) {
+    case 0: c->time_us_p95 = NAN; break;
+    case 1: c->busbw_gbs = INFINITY; break;
+    case 2: c->time_us_mean = -1.0; break;
+    case 3: c->bytes = -1; break;
+    case 4: c->wrong = -1; break;
+    case 5: c->iters = -1; break;
+    case 6: memset(c->dtype, 'f', sizeof c->dtype); break; /* unterminated */
+    case 7: snprintf(c->op, sizeof c->op, "%s", "\xff\xfe"); break; /* not UTF-8 */
+    default: return false;
+    }
+    return true;
+}
+
+static void test_report_collective_rejects_bad_struct(void)
+{
+    struct report_collective c = sample_collective();
+    json_t *good = report_collective_to_json(&c);
+    T_CHECK(good); /* so each refusal below is the changed member's doing */
+    json_decref(good);
+    for (int i = 0; broken_collective(i, &c); i++) {
+        json_t *obj = report_collective_to_json(&c);
+        json_decref(obj);
+        T_CHECK_MSG(!obj, "case %d accepted", i);
+    }
+
+    /* from_json: not an object, a missing field, an unknown field */
+    struct err e;
+    struct report_collective back;
+    json_t *arr = json_array();
+    T_CHECK(report_collective_from_json(arr, &back, &e) < 0);
+    json_decref(arr);
+    c = sample_collective();
+    json_t *obj = report_collective_to_json(&c);
+    json_object_del(obj, "count");
+    T_CHECK(report_collective_from_json(obj, &back, &e) < 0);
+    T_EQ_STR(e.field, "count");
+    json_object_set_new(obj, "count", json_integer(4));
+    json_object_set_new(obj, "latency", json_integer(4));
+    T_CHECK(report_collective_from_json(obj, &back, &e) < 0);
+    T_EQ_STR(e.field, "latency");
+    json_decref(obj);
+}
+
+/* --- the writer ---------------------------------------------------------------------- */
+
+static void test_report_emit_refuses_bad_events(void)
+{
+    int fds[2];
+    T_CHECK(pipe(fds) == 0);
+    struct report_writer w;
+    report_writer_init(&w, fds[1], 0);
+    struct err e;
+    struct report_collective c = sample_collective();
+    c.time_us_p95 = NAN;
+    T_CHECK(report_emit_collective(&w, &c, &e) < 0);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_EQ_STR(e.field, "time_us_p95");
+    /* fields the daemon would reject are refused at the source */
+    T_CHECK(report_emit(&w, REPORT_HELLO, json_pack("{s:s}", "host", "h"), &e) < 0);
+    T_EQ_STR(e.field, "pid");
+    T_CHECK(report_emit(&w, REPORT_DONE, json_pack("{s:i}", "rank", 5), &e) < 0);
+    T_EQ_STR(e.field, "rank");
+    T_CHECK(report_emit(&w, REPORT_DONE, json_pack("{s:i}", "extra", 5), &e) < 0);
+    T_EQ_STR(e.field, "extra");
+    T_CHECK(report_emit_progress(&w, NULL, 1, 2, &e) < 0);
+    T_EQ_INT(e.code, ERR_INVALID);
+    struct report_writer neg;
+    report_writer_init(&neg, fds[1], -1);
+    T_CHECK(report_emit_done(&neg, &e) < 0);
+    T_EQ_STR(e.field, "rank");
+    /* over the line limit */
+    size_t big = REPORT_MAX_LINE + 10;
+    char *s = malloc(big + 1);
+    memset(s, 'a', big);
+    s[big] = '\0';
+    T_CHECK(report_emit(&w, REPORT_ENV, json_pack("{s:{s:s}}", "env", "blob", s), &e) < 0);
+    free(s);
+    T_EQ_INT(e.code, ERR_TOO_LARGE);
+    /* nothing reached the pipe */
+    close(fds[1]);
+    struct buf b;
+    buf_init(&b);
+    drain_fd(fds[0], &b);
+    close(fds[0]);
+    T_EQ_INT(b.len, 0);
+    buf_free(&b);
+}
+
+static void test_report_emit_discard_and_dead_pipe(void)
+{
+    struct report_writer w;
+    struct err e;
+    report_writer_init(&w, -1, 1);
+    T_OK(report_emit_hello(&w, 2, &e));
+    T_OK(report_emit_done(&w, &e));
+
+    int fds[2];
+    T_CHECK(pipe(fds) == 0);
+    close(fds[0]); /* the daemon is gone */
+    void (*old)(int) = signal(SIGPIPE, SIG_IGN);
+    report_writer_init(&w, fds[1], 1);
+    int rc = report_emit_done(&w, &e);
+    signal(SIGPIPE, old);
+    close(fds[1]);
+    T_CHECK(rc < 0);
+    T_EQ_INT(e.code, ERR_PEER);
+
+    int fd = open("/dev/null", O_RDONLY);
+    T_CHECK(fd >= 0);
+    report_writer_init(&w, fd, 1);
+    rc = report_emit_done(&w, &e);
+    close(fd);
+    T_CHECK(rc < 0);
+    T_EQ_INT(e.code, ERR_IO);
+}
+
+struct slow_reader {
+    int fd;
+    struct buf got;
+};
+
+static void *slow_reader_main(void *p)
+{
+    struct slow_reader *r = p;
+    char chunk[3000];
+    ssize_t n;
+    usleep(50 * 1000); /* let the writer fill the pipe and block */
+    while ((n = read(r->fd, chunk, sizeof chunk)) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            break;
+        buf_append(&r->got, chunk, (size_t)n);
+        usleep(200);
+    }
+    return NULL;
+}
+
+static void on_alarm(int sig) { (void)sig; }
+
+/* A line several times the pipe's capacity, written while a timer keeps interrupting the
+ * writer (no SA_RESTART): write() returns short counts or EINTR and the loop must still
+ * deliver exactly one intact line. */
+static void test_report_emit_large_line_interrupted(void)
+{
+    int fds[2];
+    T_CHECK(pipe(fds) == 0);
+    struct slow_reader r = {.fd = fds[0]};
+    buf_init(&r.got);
+    sigset_t alrm, old;
+    sigemptyset(&alrm);
+    sigaddset(&alrm, SIGALRM);
+    pthread_sigmask(SIG_BLOCK, &alrm, &old); /* the reader inherits the block */
+    pthread_t th;
+    T_CHECK(pthread_create(&th, NULL, slow_reader_main, &r) == 0);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    struct sigaction sa = {0}, old_sa;
+    sa.sa_handler = on_alarm;
+    sigaction(SIGALRM, &sa, &old_sa);
+    struct itimerval tick = {{0, 2000}, {0, 2000}}, off = {{0, 0}, {0, 0}};
+    setitimer(ITIMER_REAL, &tick, NULL);
+
+    size_t big = 200 * 1024;
+    char *s = malloc(big + 1);
+    for (size_t i = 0; i < big; i++)
+        s[i] = (char)('a' + i % 26);
+    s[big] = '\0';
+    struct report_writer w;
+    struct err e;
+    report_writer_init(&w, fds[1], 5);
+    int rc = report_emit(&w, REPORT_ENV, json_pack("{s:{s:s}}", "env", "blob", s), &e);
+
+    setitimer(ITIMER_REAL, &off, NULL);
+    sigaction(SIGALRM, &old_sa, NULL);
+    close(fds[1]);
+    pthread_join(th, NULL);
+    close(fds[0]);
+    T_CHECK_MSG(rc == 0, "%s", e.msg);
+    T_CHECK(r.got.len > big);
+    T_EQ_INT(r.got.data[r.got.len - 1], '\n');
+    enum report_type type;
+    json_t *ev = report_parse_line((const char *)r.got.data, r.got.len - 1, &type, &e);
+    buf_free(&r.got);
+    T_CHECK_MSG(ev, "%s", e.msg);
+    const char *blob = json_string_value(json_object_get(json_object_get(ev, "env"), "blob"));
+    bool same = blob && strcmp(blob, s) == 0;
+    json_decref(ev);
+    free(s);
+    T_EQ_INT(type, REPORT_ENV);
+    T_CHECK(same);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    TEST_RUN(test_report_emit_parse_every_type);
+    TEST_RUN(test_report_type_names);
+    TEST_RUN(test_report_rejects_malformed_lines);
+    TEST_RUN(test_report_rejects_bad_collective_fields);
+    TEST_RUN(test_report_line_too_large);
+    TEST_RUN(test_report_collective_round_trip);
+    TEST_RUN(test_report_collective_rejects_bad_struct);
+    TEST_RUN(test_report_emit_refuses_bad_events);
+    TEST_RUN(test_report_emit_discard_and_dead_pipe);
+    TEST_RUN(test_report_emit_large_line_interrupted);
+    return test_end();
+}

@@ -1,0 +1,837 @@
+/* Unit tests for common/spec: defaults, every validation rule with the field path it
+ * names, sizes with units, sweep validation, expansion order and limits, cross-field rules
+ * at sweep points, struct conversion, collective sizes, and that schema/spec.schema.json
+ * and schema/examples/ agree with the code.
+ *
+ * The source tree comes from $DDPB_SOURCE_DIR (meson sets it for unit tests) or the
+ * current directory. `test_spec --write-schema PATH` regenerates the schema file. */
+#include <dirent.h>
+#include <unistd.h>
+
+#include "spec.h"
+#include "test.h"
+
+#define W "{\"workload\": \"collective\""
+#define SCHEMA_PATH "schema/spec.schema.json"
+
+/* --- helpers ------------------------------------------------------------------------- */
+
+static json_t *parse_text(const char *text, struct err *e)
+{
+    return spec_parse(text, strlen(text), e);
+}
+
+/* The normalized spec of text, or NULL after printing why it was rejected. */
+static json_t *parse_ok(const char *text)
+{
+    struct err e = {0};
+    json_t *s = parse_text(text, &e);
+    if (!s)
+        fprintf(stderr, "    rejected: %s\n    -> %s\n", text, e.msg);
+    return s;
+}
+
+/* True when text is rejected with code, field and a message containing part. */
+static bool spec_rejects(const char *text, enum err_code code, const char *field,
+                         const char *part)
+{
+    struct err e = {0};
+    json_t *out = parse_text(text, &e);
+    if (out) {
+        fprintf(stderr, "    accepted: %s\n", text);
+        json_decref(out);
+        return false;
+    }
+    if (e.code != code || strcmp(e.field, field) != 0 || !strstr(e.msg, part)) {
+        fprintf(stderr, "    %s\n    -> %s field \"%s\": %s\n", text, err_code_name(e.code),
+                e.field, e.msg);
+        return false;
+    }
+    return true;
+}
+
+static json_int_t get_int(const json_t *obj, const char *key)
+{
+    return json_integer_value(json_object_get(obj, key));
+}
+
+static const char *get_str(const json_t *obj, const char *key)
+{
+    return json_string_value(json_object_get(obj, key));
+}
+
+static char *schema_text_now(void)
+{
+    json_t *schema = spec_schema_json();
+    char *text = schema ? json_dumps(schema, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(schema);
+    char *out = text ? malloc(strlen(text) + 2) : NULL;
+    if (out)
+        sprintf(out, "%s\n", text);
+    free(text);
+    return out;
+}
+
+static char *read_whole(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *p = malloc(cap + 1);
+    size_t k;
+    while (p && (k = fread(p + n, 1, cap - n, f)) > 0) {
+        n += k;
+        if (n == cap) {
+            char *q = realloc(p, 2 * cap + 1);
+            if (!q) {
+                free(p);
+                p = NULL;
+            }
+            p = q;
+            cap *= 2;
+        }
+    }
+    fclose(f);
+    if (p)
+        p[n] = '\0';
+    *len = n;
+    return p;
+}
+
+static const char *source_dir(void)
+{
+    const char *d = getenv("DDPB_SOURCE_DIR");
+    if (d && *d)
+        return d;
+    return access(SCHEMA_PATH, R_OK) == 0 ? "." : NULL;
+}
+
+/* --- defaults and normalization ------------------------------------------------------ */
+
+static void test_spec_defaults(void)
+{
+    json_t *s = parse_ok(W "}");
+    T_CHECK(s);
+    char *text = json_dumps(s, JSON_COMPACT);
+    json_decref(s);
+    T_EQ_STR(text,
+             "{\"name\":\"collective\",\"description\":\"\",\"workload\":\"collective\","
+             "\"device\":\"cpu\",\"backend\":\"tcp\",\"world_size\":1,\"repeats\":1,"
+             "\"seed\":1,\"timeout_s\":600,\"op\":\"allreduce\",\"dtype\":\"float32\","
+             "\"redop\":\"sum\",\"algorithm\":\"auto\",\"min_bytes\":4096,"
+             "\"max_bytes\":67108864,\"factor\":2,\"step\":0,\"iters\":20,\"warmup\":5,"
+             "\"check\":true,\"inplace\":false}");
+    free(text);
+}
+
+static void test_spec_given_values_kept(void)
+{
+    json_t *s = parse_ok(W ", \"name\": \"my run\", \"description\": \"two\\nlines\", "
+                             "\"world_size\": 1024, \"repeats\": 100, \"seed\": 2147483647, "
+                             "\"timeout_s\": 86400, \"algorithm\": \"ring\", "
+                             "\"min_bytes\": \"1\", \"max_bytes\": \"2G\", \"factor\": 1024, "
+                             "\"iters\": 100000, \"warmup\": 0, \"check\": false, "
+                             "\"inplace\": true}");
+    T_CHECK(s);
+    T_EQ_STR(get_str(s, "name"), "my run");
+    T_EQ_STR(get_str(s, "description"), "two\nlines");
+    T_EQ_INT(get_int(s, "world_size"), 1024);
+    T_EQ_INT(get_int(s, "seed"), 2147483647);
+    T_EQ_STR(get_str(s, "algorithm"), "ring");
+    T_EQ_INT(get_int(s, "min_bytes"), 1);
+    T_EQ_INT(get_int(s, "max_bytes"), INT64_C(2) << 30);
+    T_EQ_INT(get_int(s, "factor"), 1024);
+    T_EQ_INT(get_int(s, "warmup"), 0);
+    T_CHECK(json_is_false(json_object_get(s, "check")));
+    T_CHECK(json_is_true(json_object_get(s, "inplace")));
+    json_decref(s);
+}
+
+/* A normalized spec normalizes to itself (it is stored and submitted again). */
+static void test_spec_normalize_idempotent(void)
+{
+    static const char *specs[] = {
+        W "}",
+        W ", \"step\": \"1K\", \"max_bytes\": \"8K\"}",
+        W ", \"factor\": 8}",
+        W ", \"sweep\": {\"step\": [\"1K\", 2048]}}",
+        W ", \"sweep\": {\"world_size\": [1, 2], \"min_bytes\": [\"4K\", \"8K\"]}}",
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        struct err e;
+        json_t *a = parse_text(specs[i], &e);
+        T_CHECK_MSG(a, "%s: %s", specs[i], e.msg);
+        json_t *b = spec_normalize(a, &e);
+        T_CHECK_MSG(b && json_equal(a, b), "%s", specs[i]);
+        json_decref(a);
+        json_decref(b);
+    }
+}
+
+static void test_spec_factor_step(void)
+{
+    struct err e;
+    json_t *s = parse_ok(W ", \"step\": \"1K\"}");
+    T_CHECK(s);
+    T_EQ_INT(get_int(s, "factor"), 0);
+    T_EQ_INT(get_int(s, "step"), 1024);
+    json_decref(s);
+    s = parse_ok(W ", \"factor\": 4}");
+    T_CHECK(s);
+    T_EQ_INT(get_int(s, "factor"), 4);
+    T_EQ_INT(get_int(s, "step"), 0);
+    json_decref(s);
+    /* 0 means "not used": with neither used, factor takes its default. */
+    s = parse_ok(W ", \"factor\": 0, \"step\": 0}");
+    T_CHECK(s);
+    T_EQ_INT(get_int(s, "factor"), 2);
+    T_EQ_INT(get_int(s, "step"), 0);
+    json_decref(s);
+    /* A swept step turns the default factor off at the top and at every point. */
+    s = parse_ok(W ", \"sweep\": {\"step\": [\"1K\", \"2K\"]}}");
+    T_CHECK(s);
+    T_EQ_INT(get_int(s, "factor"), 0);
+    json_t *runs = spec_expand(s, SPEC_MAX_RUNS, &e);
+    T_CHECK_MSG(runs, "%s", e.msg);
+    T_EQ_INT(json_array_size(runs), 2);
+    json_t *spec1 = json_object_get(json_array_get(runs, 1), "spec");
+    T_EQ_INT(get_int(spec1, "factor"), 0);
+    T_EQ_INT(get_int(spec1, "step"), 2048);
+    json_decref(runs);
+    json_decref(s);
+    T_CHECK(spec_rejects(W ", \"factor\": 4, \"step\": 1024}", ERR_INVALID, "step",
+                         "step: factor and step are mutually exclusive"));
+    T_CHECK(spec_rejects(W ", \"step\": 1024, \"sweep\": {\"factor\": [2, 4]}}", ERR_INVALID,
+                         "step", "mutually exclusive"));
+    T_CHECK(spec_rejects(W ", \"factor\": 1}", ERR_INVALID, "factor",
+                         "factor: must be an integer from 2 to 1024 (or 0 when step is used), "
+                         "got 1"));
+}
+
+/* --- validation errors --------------------------------------------------------------- */
+
+struct bad_case {
+    const char *text;
+    const char *field;
+    const char *part;
+};
+
+static void test_spec_exact_messages(void)
+{
+    struct err e;
+    T_CHECK(!parse_text(W ", \"world_size\": 0}", &e));
+    T_EQ_STR(e.msg, "world_size: must be an integer from 1 to 1024, got 0");
+    T_EQ_STR(e.field, "world_size");
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_CHECK(!parse_text(W ", \"dtype\": \"float33\"}", &e));
+    T_EQ_STR(e.msg, "dtype: must be one of \"float32\", got \"float33\"");
+    T_EQ_STR(e.field, "dtype");
+    T_CHECK(!parse_text(W ", \"algorithm\": \"tree\"}", &e));
+    T_EQ_STR(e.msg, "algorithm: must be one of \"auto\", \"ring\", got \"tree\"");
+}
+
+static void test_spec_rejects_bad_fields(void)
+{
+    static const struct bad_case cases[] = {
+        {"{}", "workload", "workload: is required"},
+        {"{\"workload\": \"train\"}", "workload", "got \"train\""},
+        {"{\"workload\": 1}", "workload", "must be one of \"collective\""},
+        {W ", \"world_size\": 1025}", "world_size", "got 1025"},
+        {W ", \"world_size\": 2.0}", "world_size", "must be an integer from 1 to 1024, got 2.0"},
+        {W ", \"world_size\": 2.5}", "world_size", "got 2.5"},
+        {W ", \"world_size\": \"2\"}", "world_size", "got \"2\""},
+        {W ", \"world_size\": true}", "world_size", "got true"},
+        {W ", \"world_size\": null}", "world_size", "got null"},
+        {W ", \"repeats\": 0}", "repeats", "from 1 to 100"},
+        {W ", \"repeats\": 101}", "repeats", "from 1 to 100"},
+        {W ", \"seed\": -1}", "seed", "from 0 to 2147483647"},
+        {W ", \"seed\": 2147483648}", "seed", "from 0 to 2147483647"},
+        {W ", \"timeout_s\": 0}", "timeout_s", "from 1 to 86400"},
+        {W ", \"timeout_s\": 86401}", "timeout_s", "from 1 to 86400"},
+        {W ", \"iters\": 0}", "iters", "from 1 to 100000"},
+        {W ", \"iters\": 100001}", "iters", "from 1 to 100000"},
+        {W ", \"warmup\": -1}", "warmup", "from 0 to 10000"},
+        {W ", \"warmup\": 10001}", "warmup", "from 0 to 10000"},
+        {W ", \"factor\": 1025}", "factor", "from 2 to 1024"},
+        {W ", \"factor\": 2.0}", "factor", "got 2.0"},
+        {W ", \"op\": \"allgather\"}", "op", "must be one of \"allreduce\""},
+        {W ", \"redop\": \"max\"}", "redop", "must be one of \"sum\""},
+        {W ", \"device\": \"cuda\"}", "device", "must be one of \"cpu\""},
+        {W ", \"backend\": \"nccl\"}", "backend", "must be one of \"tcp\""},
+        {W ", \"dtype\": 32}", "dtype", "got 32"},
+        {W ", \"check\": 1}", "check", "check: must be true or false, got 1"},
+        {W ", \"check\": \"true\"}", "check", "must be true or false"},
+        {W ", \"inplace\": null}", "inplace", "must be true or false"},
+        {W ", \"name\": \"\"}", "name", "a string of 1 to 128 printable ASCII characters"},
+        {W ", \"name\": \"tab\\there\"}", "name", "printable ASCII"},
+        {W ", \"name\": \"caf\\u00e9\"}", "name", "printable ASCII"},
+        {W ", \"name\": 5}", "name", "got 5"},
+        {W ", \"description\": [\"x\"]}", "description", "a string of 0 to 4096 characters"},
+        {W ", \"min_bytes\": 0}", "min_bytes", "must be a size from 1 to 2G"},
+        {W ", \"min_bytes\": \"0K\"}", "min_bytes", "got \"0K\""},
+        {W ", \"min_bytes\": \"4X\"}", "min_bytes", "got \"4X\""},
+        {W ", \"min_bytes\": \"4.5K\"}", "min_bytes", "must be a size"},
+        {W ", \"min_bytes\": -1}", "min_bytes", "got -1"},
+        {W ", \"min_bytes\": 4096.0}", "min_bytes", "got 4096.0"},
+        {W ", \"max_bytes\": \"2049M\"}", "max_bytes", "from 1 to 2G"},
+        {W ", \"max_bytes\": 2147483649}", "max_bytes", "from 1 to 2G"},
+        {W ", \"max_bytes\": \"3G\"}", "max_bytes", "got \"3G\""},
+        {W ", \"max_bytes\": true}", "max_bytes", "must be a size"},
+        {W ", \"step\": -1}", "step", "(or 0 when factor is used)"},
+        {W ", \"step\": \"1Q\"}", "step", "got \"1Q\""},
+        {W ", \"bogus\": 1}", "bogus", "bogus: unknown field; known fields: name, "},
+        {W ", \"World_size\": 2}", "World_size", "unknown field"},
+        {W ", \"min_bytes\": \"1M\", \"max_bytes\": \"4K\"}", "max_bytes",
+         "max_bytes: min_bytes (1048576) must not exceed max_bytes (4096)"},
+        {W ", \"max_bytes\": 1024}", "max_bytes", "min_bytes (4096) must not exceed"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
+                    "case %zu", i);
+}
+
+static void test_spec_string_lengths(void)
+{
+    char text[6000], name[200];
+    memset(name, 'n', 128);
+    name[128] = '\0';
+    snprintf(text, sizeof text, W ", \"name\": \"%s\"}", name);
+    struct err e;
+    json_t *s = parse_ok(text);
+    T_CHECK(s);
+    struct spec sp;
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_INT(strlen(sp.name), 128); /* all 128 characters fit struct spec */
+    json_decref(s);
+    snprintf(text, sizeof text, W ", \"name\": \"%sn\"}", name);
+    T_CHECK(spec_rejects(text, ERR_INVALID, "name", "1 to 128"));
+
+    char desc[4200];
+    memset(desc, 'd', 4096);
+    desc[4096] = '\0';
+    snprintf(text, sizeof text, W ", \"description\": \"%s\"}", desc);
+    s = parse_ok(text);
+    T_CHECK(s);
+    json_decref(s);
+    snprintf(text, sizeof text, W ", \"description\": \"%sd\"}", desc);
+    T_CHECK(spec_rejects(text, ERR_INVALID, "description", "0 to 4096"));
+    /* Length counts characters: 4096 two-byte characters are fine. */
+    json_t *obj = json_pack("{s:s}", "workload", "collective");
+    char *wide = malloc(2 * 4096 + 1);
+    for (int i = 0; i < 4096; i++)
+        memcpy(wide + 2 * i, "\xc3\xa9", 2);
+    wide[2 * 4096] = '\0';
+    json_object_set_new(obj, "description", json_string(wide));
+    free(wide);
+    s = spec_normalize(obj, &e);
+    json_decref(obj);
+    T_CHECK_MSG(s, "%s", e.msg);
+    json_decref(s);
+}
+
+static void test_spec_rejects_bad_documents(void)
+{
+    T_CHECK(spec_rejects("[1, 2]", ERR_INVALID, "", "must be a JSON object, got [1,2]"));
+    T_CHECK(spec_rejects("\"x\"", ERR_INVALID, "", "invalid JSON"));
+    T_CHECK(spec_rejects("", ERR_INVALID, "", "invalid JSON at line"));
+    T_CHECK(spec_rejects("{\"workload\": \"collective\",\n  \"iters\": }", ERR_INVALID, "",
+                         "invalid JSON at line 2, column"));
+    T_CHECK(spec_rejects(W ", \"world_size\": 2, \"world_size\": 3}", ERR_INVALID, "",
+                         "duplicate"));
+    T_CHECK(spec_rejects("\x01\x02\xff", ERR_INVALID, "", "invalid JSON"));
+    T_CHECK(spec_rejects(W "} trailing", ERR_INVALID, "", "invalid JSON"));
+
+    struct err e;
+    json_t *arr = json_array();
+    T_CHECK(!spec_normalize(arr, &e));
+    T_EQ_INT(e.code, ERR_INVALID);
+    json_decref(arr);
+    T_CHECK(!spec_normalize(NULL, &e));
+    T_EQ_INT(e.code, ERR_INVALID);
+}
+
+static void test_spec_too_large(void)
+{
+    size_t n = SPEC_MAX_BODY + 1;
+    char *big = malloc(n);
+    memset(big, ' ', n);
+    memcpy(big, W "}", strlen(W "}"));
+    struct err e = {0};
+    T_CHECK(!spec_parse(big, n, &e));
+    T_EQ_INT(e.code, ERR_TOO_LARGE);
+    /* The same body one byte shorter is just JSON followed by blanks. */
+    json_t *s = spec_parse(big, n - 1, &e);
+    T_CHECK_MSG(s, "%s", e.msg);
+    json_decref(s);
+    free(big);
+}
+
+/* --- sizes --------------------------------------------------------------------------- */
+
+static void test_spec_parse_size(void)
+{
+    static const struct {
+        const char *text;
+        int64_t want; /* -1: rejected */
+    } cases[] = {
+        {"0", 0},           {"4096", 4096},       {"4K", 4096},     {"4k", 4096},
+        {"4KB", 4096},      {"4KiB", 4096},       {"4kib", 4096},   {"64M", 64 << 20},
+        {"1G", 1 << 30},    {"2g", INT64_C(2) << 30}, {"1T", INT64_C(1) << 40},
+        {"4096B", 4096},    {"4096b", 4096},      {"007", 7},
+        {"", -1},           {"K", -1},            {"4X", -1},       {"4.5K", -1},
+        {"-1", -1},         {" 4K", -1},          {"4K ", -1},      {"4KiBB", -1},
+        {"4iB", -1},        {"4Ki", -1},          {"4BK", -1},      {"1e3", -1},
+        {"0x10", -1},       {"+4", -1},           {"99999999999999999999", -1},
+        {"9999999999999T", -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct err e = {0};
+        int64_t got = -7;
+        json_t *v = json_string(cases[i].text);
+        int rc = spec_parse_size(v, &got, &e);
+        json_decref(v);
+        if (cases[i].want < 0) {
+            T_CHECK_MSG(rc < 0 && e.code == ERR_INVALID, "\"%s\" accepted", cases[i].text);
+            T_CHECK_MSG(got == -7, "\"%s\" wrote a value", cases[i].text);
+        } else {
+            T_CHECK_MSG(rc == 0 && got == cases[i].want, "\"%s\": rc %d got %lld (%s)",
+                        cases[i].text, rc, (long long)got, e.msg);
+        }
+    }
+    struct err e;
+    int64_t got;
+    json_t *v = json_integer(12345);
+    T_OK(spec_parse_size(v, &got, &e));
+    T_EQ_INT(got, 12345);
+    json_decref(v);
+    json_t *bad[] = {json_integer(-1), json_real(4.0), json_true(), json_null(), json_object()};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        T_CHECK_MSG(spec_parse_size(bad[i], &got, &e) < 0, "value %zu accepted", i);
+        json_decref(bad[i]);
+    }
+    T_CHECK(spec_parse_size(NULL, &got, &e) < 0);
+}
+
+static void test_spec_sizes_in_spec(void)
+{
+    json_t *s = parse_ok(W ", \"min_bytes\": \"64KiB\", \"max_bytes\": \"1g\", "
+                             "\"sweep\": {\"min_bytes\": [\"1K\", 8192, \"1M\"]}}");
+    T_CHECK(s);
+    T_EQ_INT(get_int(s, "min_bytes"), 65536);
+    T_EQ_INT(get_int(s, "max_bytes"), 1 << 30);
+    json_t *sw = json_object_get(json_object_get(s, "sweep"), "min_bytes");
+    T_EQ_INT(json_array_size(sw), 3);
+    T_EQ_INT(json_integer_value(json_array_get(sw, 0)), 1024);
+    T_EQ_INT(json_integer_value(json_array_get(sw, 1)), 8192);
+    T_EQ_INT(json_integer_value(json_array_get(sw, 2)), 1 << 20);
+    json_decref(s);
+}
+
+/* --- sweeps -------------------------------------------------------------------------- */
+
+static void test_spec_sweep_errors(void)
+{
+    static const struct bad_case cases[] = {
+        {W ", \"sweep\": [1]}", "sweep", "sweep: must be an object"},
+        {W ", \"sweep\": {\"bogus\": [1]}}", "sweep.bogus",
+         "sweep.bogus: unknown field; sweepable fields: device, backend, world_size"},
+        {W ", \"sweep\": {\"name\": [\"a\", \"b\"]}}", "sweep.name",
+         "sweep.name: cannot be swept"},
+        {W ", \"sweep\": {\"description\": [\"a\"]}}", "sweep.description", "cannot be swept"},
+        {W ", \"sweep\": {\"workload\": [\"collective\"]}}", "sweep.workload",
+         "cannot be swept"},
+        {W ", \"sweep\": {\"sweep\": [{}]}}", "sweep.sweep", "unknown field"},
+        {W ", \"sweep\": {\"world_size\": 2}}", "sweep.world_size",
+         "must be a non-empty array of at most 64 values, got 2"},
+        {W ", \"sweep\": {\"world_size\": []}}", "sweep.world_size", "non-empty array"},
+        {W ", \"sweep\": {\"world_size\": [1, 2, 0]}}", "sweep.world_size[2]",
+         "sweep.world_size[2]: must be an integer from 1 to 1024, got 0"},
+        {W ", \"sweep\": {\"world_size\": [1, 2.0]}}", "sweep.world_size[1]", "got 2.0"},
+        {W ", \"sweep\": {\"world_size\": [1, 2, 1]}}", "sweep.world_size[2]",
+         "1 is already listed at [0]"},
+        {W ", \"sweep\": {\"min_bytes\": [\"4K\", 4096]}}", "sweep.min_bytes[1]",
+         "already listed"},
+        {W ", \"sweep\": {\"dtype\": [\"float32\", \"float33\"]}}", "sweep.dtype[1]",
+         "got \"float33\""},
+        {W ", \"sweep\": {\"check\": [true, 0]}}", "sweep.check[1]", "true or false"},
+        {W ", \"sweep\": {\"min_bytes\": [\"4X\"]}}", "sweep.min_bytes[0]", "must be a size"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
+                    "case %zu", i);
+    /* 65 values is one too many. */
+    char text[1024];
+    int n = snprintf(text, sizeof text, "%s", W ", \"sweep\": {\"iters\": [1");
+    for (int i = 2; i <= 65; i++)
+        n += snprintf(text + n, sizeof text - (size_t)n, ", %d", i);
+    snprintf(text + n, sizeof text - (size_t)n, "]}}");
+    T_CHECK(spec_rejects(text, ERR_INVALID, "sweep.iters", "at most 64 values"));
+}
+
+static void test_spec_sweep_expand_order(void)
+{
+    struct err e;
+    json_t *s = parse_ok(W ", \"world_size\": 8, \"sweep\": {\"world_size\": [1, 2, 4], "
+                             "\"algorithm\": [\"auto\", \"ring\"]}}");
+    T_CHECK(s);
+    json_t *runs = spec_expand(s, SPEC_MAX_RUNS, &e);
+    T_CHECK_MSG(runs, "%s", e.msg);
+    T_EQ_INT(json_array_size(runs), 6);
+    static const int ws[] = {1, 1, 2, 2, 4, 4};
+    static const char *alg[] = {"auto", "ring", "auto", "ring", "auto", "ring"};
+    for (size_t i = 0; i < 6; i++) {
+        json_t *run = json_array_get(runs, i);
+        json_t *params = json_object_get(run, "params"), *spec = json_object_get(run, "spec");
+        T_EQ_INT(json_object_size(run), 2);
+        T_EQ_INT(json_object_size(params), 2);
+        /* params list fields in sweep order */
+        T_EQ_STR(json_object_iter_key(json_object_iter(params)), "world_size");
+        T_EQ_INT(get_int(params, "world_size"), ws[i]);
+        T_EQ_STR(get_str(params, "algorithm"), alg[i]);
+        T_EQ_INT(get_int(spec, "world_size"), ws[i]);
+        T_EQ_STR(get_str(spec, "algorithm"), alg[i]);
+        T_CHECK(!json_object_get(spec, "sweep"));
+        T_EQ_INT(get_int(spec, "iters"), 20);
+        struct spec sp;
+        T_OK(spec_from_json(spec, &sp, &e));
+        T_EQ_INT(sp.world_size, ws[i]);
+        T_EQ_STR(sp.coll.algorithm, alg[i]);
+    }
+    json_decref(runs);
+    /* the expansion limit is the caller's */
+    T_CHECK(!spec_expand(s, 5, &e));
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_EQ_STR(e.field, "sweep");
+    T_CHECK_MSG(strstr(e.msg, "6 runs, more than the limit of 5"), "%s", e.msg);
+    runs = spec_expand(s, 6, &e);
+    T_CHECK_MSG(runs, "%s", e.msg);
+    json_decref(runs);
+    json_decref(s);
+}
+
+static void test_spec_expand_without_sweep(void)
+{
+    struct err e;
+    json_t *s = parse_ok(W ", \"world_size\": 2}");
+    T_CHECK(s);
+    json_t *runs = spec_expand(s, SPEC_MAX_RUNS, &e);
+    T_CHECK_MSG(runs, "%s", e.msg);
+    T_EQ_INT(json_array_size(runs), 1);
+    json_t *run = json_array_get(runs, 0);
+    T_EQ_INT(json_object_size(json_object_get(run, "params")), 0);
+    T_CHECK(json_equal(json_object_get(run, "spec"), s));
+    json_decref(runs);
+    /* an empty sweep is one run too */
+    json_t *t = parse_ok(W ", \"sweep\": {}}");
+    T_CHECK(t);
+    runs = spec_expand(t, 1, &e);
+    T_CHECK_MSG(runs && json_array_size(runs) == 1, "%s", e.msg);
+    json_decref(runs);
+    json_decref(t);
+    /* expand re-validates what it is given */
+    json_object_set_new(s, "iters", json_integer(0));
+    T_CHECK(!spec_expand(s, SPEC_MAX_RUNS, &e));
+    T_EQ_STR(e.field, "iters");
+    json_decref(s);
+}
+
+static void test_spec_sweep_product_limit(void)
+{
+    char text[2048];
+    int n = snprintf(text, sizeof text, "%s", W ", \"sweep\": {\"world_size\": [1");
+    for (int i = 2; i <= 16; i++)
+        n += snprintf(text + n, sizeof text - (size_t)n, ", %d", i);
+    n += snprintf(text + n, sizeof text - (size_t)n, "], \"iters\": [1");
+    for (int i = 2; i <= 16; i++)
+        n += snprintf(text + n, sizeof text - (size_t)n, ", %d", i);
+    /* 16 * 16 * 4 = 1024 is the limit itself ... */
+    char ok[2200];
+    snprintf(ok, sizeof ok, "%s], \"warmup\": [0, 1, 2, 3]}}", text);
+    struct err e;
+    json_t *s = parse_ok(ok);
+    T_CHECK(s);
+    json_t *runs = spec_expand(s, SPEC_MAX_RUNS, &e);
+    T_CHECK_MSG(runs, "%s", e.msg);
+    T_EQ_INT(json_array_size(runs), 1024);
+    json_t *last = json_object_get(json_array_get(runs, 1023), "params");
+    T_EQ_INT(get_int(last, "world_size"), 16);
+    T_EQ_INT(get_int(last, "iters"), 16);
+    T_EQ_INT(get_int(last, "warmup"), 3);
+    json_decref(runs);
+    json_decref(s);
+    /* ... and 16 * 16 * 5 = 1280 is over it. */
+    snprintf(ok, sizeof ok, "%s], \"warmup\": [0, 1, 2, 3, 4]}}", text);
+    T_CHECK(spec_rejects(ok, ERR_INVALID, "sweep", "expands to 1280 runs"));
+}
+
+static void test_spec_sweep_point_rule(void)
+{
+    /* The top level is fine (4K <= 64M) but the second point has max_bytes 1024. */
+    struct err e;
+    const char *text = W ", \"min_bytes\": \"4K\", \"sweep\": {\"world_size\": [1, 2], "
+                         "\"max_bytes\": [\"1M\", 1024]}}";
+    T_CHECK(!parse_text(text, &e));
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_EQ_STR(e.field, "sweep");
+    T_CHECK_MSG(strstr(e.msg, "sweep point 2 of 4 {\"world_size\":1,\"max_bytes\":1024}: "
+                              "min_bytes (4096) must not exceed max_bytes (1024)"),
+                "%s", e.msg);
+    /* a swept 0 factor leaves neither factor nor step */
+    T_CHECK(spec_rejects(W ", \"sweep\": {\"factor\": [2, 0]}}", ERR_INVALID, "sweep",
+                         "sweep point 2 of 2 {\"factor\":0}: one of factor and step must be "
+                         "non-zero"));
+    /* A top-level rule on a swept field is judged at the points only: max_bytes 1K with
+     * the default min_bytes 4K is fine when min_bytes is swept below it. */
+    json_t *s = parse_ok(W ", \"max_bytes\": \"1K\", \"sweep\": {\"min_bytes\": [512, "
+                             "1024]}}");
+    T_CHECK(s);
+    json_t *runs = spec_expand(s, SPEC_MAX_RUNS, &e);
+    T_CHECK_MSG(runs && json_array_size(runs) == 2, "%s", e.msg);
+    json_decref(runs);
+    json_decref(s);
+}
+
+/* --- struct spec and sizes ----------------------------------------------------------- */
+
+static void test_spec_from_json(void)
+{
+    struct err e;
+    json_t *s = parse_text(W ", \"name\": \"x\", \"world_size\": 4, \"repeats\": 3, "
+                             "\"seed\": 2147483647, \"timeout_s\": 60, \"algorithm\": \"ring\", "
+                             "\"min_bytes\": \"1K\", \"max_bytes\": \"1G\", \"step\": \"4K\", "
+                             "\"iters\": 7, \"warmup\": 0, \"check\": false, \"inplace\": true}",
+                           &e);
+    T_CHECK_MSG(s, "%s", e.msg);
+    struct spec sp;
+    memset(&sp, 0x5a, sizeof sp);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_STR(sp.name, "x");
+    T_EQ_INT(sp.workload, SPEC_WORKLOAD_COLLECTIVE);
+    T_EQ_STR(sp.device, "cpu");
+    T_EQ_STR(sp.backend, "tcp");
+    T_EQ_INT(sp.world_size, 4);
+    T_EQ_INT(sp.repeats, 3);
+    T_EQ_INT(sp.seed, 2147483647);
+    T_EQ_INT(sp.timeout_s, 60);
+    T_EQ_STR(sp.coll.op, "allreduce");
+    T_EQ_STR(sp.coll.dtype, "float32");
+    T_EQ_STR(sp.coll.redop, "sum");
+    T_EQ_STR(sp.coll.algorithm, "ring");
+    T_EQ_INT(sp.coll.min_bytes, 1024);
+    T_EQ_INT(sp.coll.max_bytes, 1 << 30);
+    T_EQ_INT(sp.coll.factor, 0);
+    T_EQ_INT(sp.coll.step, 4096);
+    T_EQ_INT(sp.coll.iters, 7);
+    T_EQ_INT(sp.coll.warmup, 0);
+    T_CHECK(!sp.coll.check);
+    T_CHECK(sp.coll.inplace);
+    json_decref(s);
+
+    /* a partial object is normalized first: defaults fill the struct */
+    json_t *partial = json_pack("{s:s}", "workload", "collective");
+    T_OK(spec_from_json(partial, &sp, &e));
+    T_EQ_INT(sp.coll.factor, 2);
+    T_EQ_INT(sp.coll.max_bytes, 64 << 20);
+    T_CHECK(sp.coll.check);
+    json_object_set_new(partial, "iters", json_string("many"));
+    T_CHECK(spec_from_json(partial, &sp, &e) < 0);
+    T_EQ_STR(e.field, "iters");
+    json_decref(partial);
+
+    json_t *swept = parse_ok(W ", \"sweep\": {\"world_size\": [1, 2]}}");
+    T_CHECK(swept);
+    T_CHECK(spec_from_json(swept, &sp, &e) < 0);
+    T_EQ_STR(e.field, "sweep");
+    json_decref(swept);
+}
+
+static void test_spec_collective_sizes(void)
+{
+    struct spec_collective c = {.min_bytes = 4096, .max_bytes = 64 << 20, .factor = 4};
+    int64_t sizes[64];
+    size_t n = spec_collective_sizes(&c, sizes, 64);
+    T_EQ_INT(n, 8);
+    for (size_t i = 0; i < n; i++)
+        T_EQ_INT(sizes[i], INT64_C(4096) << (2 * i));
+    /* max_bytes need not be on the progression */
+    c.max_bytes = 100000;
+    n = spec_collective_sizes(&c, sizes, 64);
+    T_EQ_INT(n, 3);
+    T_EQ_INT(sizes[2], 65536);
+    /* additive step */
+    c = (struct spec_collective){.min_bytes = 1000, .max_bytes = 3500, .step = 1000};
+    n = spec_collective_sizes(&c, sizes, 64);
+    T_EQ_INT(n, 3);
+    T_EQ_INT(sizes[0], 1000);
+    T_EQ_INT(sizes[1], 2000);
+    T_EQ_INT(sizes[2], 3000);
+    /* one size, the cap on the output, and invalid structs that would never end */
+    c = (struct spec_collective){.min_bytes = 64, .max_bytes = 64, .factor = 2};
+    T_EQ_INT(spec_collective_sizes(&c, sizes, 64), 1);
+    c = (struct spec_collective){.min_bytes = 1, .max_bytes = INT64_C(2) << 30, .factor = 2};
+    T_EQ_INT(spec_collective_sizes(&c, sizes, 64), 32);
+    T_EQ_INT(spec_collective_sizes(&c, sizes, 5), 5);
+    T_EQ_INT(sizes[4], 16);
+    c = (struct spec_collective){.min_bytes = 1, .max_bytes = 10};
+    T_EQ_INT(spec_collective_sizes(&c, sizes, 64), 0);
+    c = (struct spec_collective){.min_bytes = 0, .max_bytes = 10, .factor = 2};
+    T_EQ_INT(spec_collective_sizes(&c, sizes, 64), 0);
+}
+
+static void test_spec_sizes_from_parsed_spec(void)
+{
+    struct err e;
+    json_t *s = parse_ok(W ", \"min_bytes\": \"4K\", \"max_bytes\": \"64M\", "
+                             "\"factor\": 4}");
+    T_CHECK(s);
+    struct spec sp;
+    T_OK(spec_from_json(s, &sp, &e));
+    json_decref(s);
+    int64_t sizes[64];
+    size_t n = spec_collective_sizes(&sp.coll, sizes, 64);
+    T_EQ_INT(n, 8);
+    T_EQ_INT(sizes[0], 4096);
+    T_EQ_INT(sizes[7], 64 << 20);
+}
+
+/* --- schema and examples ------------------------------------------------------------- */
+
+static void test_spec_schema_file_in_sync(void)
+{
+    const char *src = source_dir();
+    T_CHECK_MSG(src, "set DDPB_SOURCE_DIR to the source tree (meson test does)");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", src, SCHEMA_PATH);
+    size_t len;
+    char *file = read_whole(path, &len), *now = schema_text_now();
+    T_CHECK(now);
+    bool same = file && strcmp(file, now) == 0;
+    if (!same)
+        fprintf(stderr, "    %s is not what spec_schema_json() generates.\n"
+                        "    The field table in common/spec.c changed: regenerate with\n"
+                        "      <build>/tests/test_spec --write-schema %s\n"
+                        "    and commit the result.\n", path, path);
+    free(file);
+    free(now);
+    T_CHECK(same);
+}
+
+static void test_spec_schema_content(void)
+{
+    json_t *s = spec_schema_json();
+    T_CHECK(s);
+    T_EQ_STR(get_str(s, "$schema"), "https://json-schema.org/draft/2020-12/schema");
+    T_CHECK(json_is_false(json_object_get(s, "additionalProperties")));
+    json_t *req = json_object_get(s, "required");
+    T_EQ_INT(json_array_size(req), 1);
+    T_EQ_STR(json_string_value(json_array_get(req, 0)), "workload");
+    json_t *props = json_object_get(s, "properties");
+    T_EQ_STR(json_object_iter_key(json_object_iter(props)), "name"); /* table order */
+    json_t *ws = json_object_get(props, "world_size");
+    T_EQ_STR(get_str(ws, "type"), "integer");
+    T_EQ_INT(get_int(ws, "minimum"), 1);
+    T_EQ_INT(get_int(ws, "maximum"), SPEC_MAX_WORLD);
+    T_EQ_INT(get_int(ws, "default"), 1);
+    json_t *alg = json_object_get(props, "algorithm");
+    T_EQ_INT(json_array_size(json_object_get(alg, "enum")), 2);
+    json_t *minb = json_object_get(props, "min_bytes");
+    T_EQ_STR(get_str(minb, "default"), "4K");
+    json_t *any = json_object_get(minb, "anyOf");
+    T_EQ_INT(json_array_size(any), 2);
+    T_CHECK(get_str(json_array_get(any, 1), "pattern"));
+    T_EQ_INT(json_array_size(json_object_get(json_object_get(props, "step"), "anyOf")), 3);
+    const char *key;
+    json_t *v;
+    json_object_foreach(props, key, v)
+        T_CHECK_MSG(get_str(v, "description"), "%s has no description", key);
+    json_t *sweep = json_object_get(props, "sweep");
+    T_CHECK(json_is_false(json_object_get(sweep, "additionalProperties")));
+    json_t *sp = json_object_get(sweep, "properties");
+    T_CHECK(!json_object_get(sp, "name"));
+    T_CHECK(!json_object_get(sp, "workload"));
+    json_t *sws = json_object_get(sp, "world_size");
+    T_EQ_STR(get_str(sws, "type"), "array");
+    T_EQ_INT(get_int(sws, "maxItems"), SPEC_MAX_SWEEP_VALUES);
+    T_EQ_INT(get_int(json_object_get(sws, "items"), "maximum"), SPEC_MAX_WORLD);
+    json_decref(s);
+}
+
+static void test_spec_examples_valid(void)
+{
+    const char *src = source_dir();
+    T_CHECK_MSG(src, "set DDPB_SOURCE_DIR to the source tree (meson test does)");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/schema/examples", src);
+    DIR *d = opendir(dir);
+    T_CHECK_MSG(d, "%s", dir);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        size_t nl = strlen(de->d_name);
+        if (nl < 5 || strcmp(de->d_name + nl - 5, ".json") != 0)
+            continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        size_t len;
+        char *text = read_whole(path, &len);
+        struct err e = {0};
+        json_t *s = text ? spec_parse(text, len, &e) : NULL;
+        json_t *runs = s ? spec_expand(s, SPEC_MAX_RUNS, &e) : NULL;
+        bool ok = runs && json_array_size(runs) >= 1;
+        if (ok && strcmp(de->d_name, "allreduce-sweep.json") == 0)
+            ok = json_array_size(runs) == 3;
+        json_decref(runs);
+        json_decref(s);
+        free(text);
+        if (!ok) {
+            closedir(d);
+            T_CHECK_MSG(ok, "%s: %s", path, e.msg);
+        }
+        n++;
+    }
+    closedir(d);
+    T_CHECK_MSG(n >= 2, "only %d examples in %s", n, dir);
+}
+
+static int spec_write_schema(const char *path)
+{
+    char *text = schema_text_now();
+    FILE *f = text ? fopen(path, "w") : NULL;
+    int rc = f && fputs(text, f) >= 0 ? 0 : 1;
+    if (f && fclose(f) != 0)
+        rc = 1;
+    free(text);
+    fprintf(stderr, rc ? "cannot write %s\n" : "wrote %s\n", path);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--write-schema") == 0)
+        return spec_write_schema(argv[2]);
+    test_begin(argc, argv);
+    TEST_RUN(test_spec_defaults);
+    TEST_RUN(test_spec_given_values_kept);
+    TEST_RUN(test_spec_normalize_idempotent);
+    TEST_RUN(test_spec_factor_step);
+    TEST_RUN(test_spec_exact_messages);
+    TEST_RUN(test_spec_rejects_bad_fields);
+    TEST_RUN(test_spec_string_lengths);
+    TEST_RUN(test_spec_rejects_bad_documents);
+    TEST_RUN(test_spec_too_large);
+    TEST_RUN(test_spec_parse_size);
+    TEST_RUN(test_spec_sizes_in_spec);
+    TEST_RUN(test_spec_sweep_errors);
+    TEST_RUN(test_spec_sweep_expand_order);
+    TEST_RUN(test_spec_expand_without_sweep);
+    TEST_RUN(test_spec_sweep_product_limit);
+    TEST_RUN(test_spec_sweep_point_rule);
+    TEST_RUN(test_spec_from_json);
+    TEST_RUN(test_spec_collective_sizes);
+    TEST_RUN(test_spec_sizes_from_parsed_spec);
+    TEST_RUN(test_spec_schema_file_in_sync);
+    TEST_RUN(test_spec_schema_content);
+    TEST_RUN(test_spec_examples_valid);
+    return test_end();
+}

@@ -1,0 +1,351 @@
+/* End-to-end test of ddpbench-worker: a store server in this process, a resolved spec in
+ * a temp dir, N=3 real worker processes (posix_spawn, binary from $DDPB_WORKER_BIN, set
+ * by meson) each with a report pipe on fd 3, their lines read with report_parse_line.
+ *   - a healthy run: hello and done from every rank, one checked collective event per
+ *     size from rank 0 (wrong == 0, busbw > 0), exit status 0 everywhere;
+ *   - a rank killed with SIGKILL mid-run (after rank 0 reported its first size): the
+ *     others exit non-zero well within their timeout, each with an error event naming
+ *     the killed rank as the peer.
+ * Nothing here depends on timing luck: the kill waits for a progress event, and the
+ * assertions are bounds far from the expected times. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "clock.h"
+#include "report.h"
+#include "spec.h"
+#include "store_server.h"
+#include "test.h"
+
+extern char **environ;
+
+#define E2E_WORLD 3
+#define E2E_SECRET "e2e-secret"
+#define E2E_DEADLINE_MS 120000
+
+struct e2e_rank {
+    pid_t pid;
+    int fd; /* read end of the report pipe, -1 at EOF */
+    struct buf in;
+    bool exited;
+    int status;
+    int hello, done, progress, collectives, errors;
+    int64_t wrong;
+    double min_busbw;
+    int err_peer;
+    char err_code[32], err_msg[400];
+    int bad_lines;
+};
+
+struct e2e {
+    struct store_server *srv;
+    char dir[64], spec_path[128], store_addr[64], run[32];
+    struct e2e_rank r[E2E_WORLD];
+    int victim;        /* rank to SIGKILL after rank 0's first progress event, -1: none */
+    int64_t killed_at; /* monotonic ms, 0 before the kill */
+};
+
+static int e2e_write_spec(struct e2e *x, const char *spec_text, struct err *e)
+{
+    json_t *norm = spec_parse(spec_text, strlen(spec_text), e);
+    if (!norm)
+        return -1;
+    json_t *runs = spec_expand(norm, 1, e);
+    json_decref(norm);
+    if (!runs)
+        return -1;
+    snprintf(x->spec_path, sizeof x->spec_path, "%s/spec.json", x->dir);
+    int rc = json_dump_file(json_object_get(json_array_get(runs, 0), "spec"), x->spec_path, 0);
+    json_decref(runs);
+    return rc == 0 ? 0 : err_set(e, ERR_IO, NULL, "cannot write %s", x->spec_path);
+}
+
+static int e2e_start_store(struct e2e *x, const char *run, struct err *e)
+{
+    snprintf(x->dir, sizeof x->dir, "/tmp/ddpb-e2e-XXXXXX");
+    if (!mkdtemp(x->dir))
+        return err_errno(e, "mkdtemp");
+    x->srv = store_server_create("127.0.0.1", 0, e);
+    if (!x->srv)
+        return -1;
+    snprintf(x->run, sizeof x->run, "%s", run);
+    snprintf(x->store_addr, sizeof x->store_addr, "127.0.0.1:%d", store_server_port(x->srv));
+    return store_server_add_run(x->srv, run, E2E_SECRET, e);
+}
+
+/* Worker environment: this process's (sanitizer options, PATH) minus DDPB_*, plus ours.
+ * Returns an owned NULL-terminated array of owned strings. */
+static char **e2e_env(const struct e2e *x, int rank)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 16, sizeof *env);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "DDPB_", 5) != 0)
+            env[k++] = strdup(environ[i]);
+    char tmp[512];
+#define E2E_PUT(...) (snprintf(tmp, sizeof tmp, __VA_ARGS__), env[k++] = strdup(tmp))
+    E2E_PUT("DDPB_RUN=%s", x->run);
+    E2E_PUT("DDPB_RANK=%d", rank);
+    E2E_PUT("DDPB_WORLD_SIZE=%d", E2E_WORLD);
+    E2E_PUT("DDPB_LOCAL_RANK=%d", rank);
+    E2E_PUT("DDPB_STORE=%s", x->store_addr);
+    E2E_PUT("DDPB_SECRET=%s", E2E_SECRET);
+    E2E_PUT("DDPB_SPEC=%s", x->spec_path);
+    E2E_PUT("DDPB_TIMEOUT_MS=%d", 30000);
+#undef E2E_PUT
+    return env;
+}
+
+static void e2e_free_env(char **env)
+{
+    for (size_t i = 0; env[i]; i++)
+        free(env[i]);
+    free(env);
+}
+
+static int e2e_spawn(struct e2e *x, const char *bin, int rank, struct err *e)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return err_errno(e, "pipe");
+    /* keep the write end above 3 so dup2 onto 3 is a real dup that clears CLOEXEC */
+    int wfd = fcntl(p[1], F_DUPFD_CLOEXEC, 10);
+    close(p[1]);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, wfd, 3);
+    char **env = e2e_env(x, rank);
+    char *argv[] = {(char *)bin, NULL};
+    struct e2e_rank *r = &x->r[rank];
+    int rc = posix_spawn(&r->pid, bin, &fa, NULL, argv, env);
+    posix_spawn_file_actions_destroy(&fa);
+    e2e_free_env(env);
+    close(wfd);
+    r->fd = p[0];
+    buf_init(&r->in);
+    r->err_peer = -2;
+    r->min_busbw = 1e300;
+    if (rc != 0) {
+        errno = rc;
+        return err_errno(e, "posix_spawn %s", bin);
+    }
+    return 0;
+}
+
+static void e2e_on_event(struct e2e *x, int rank, enum report_type type, json_t *ev)
+{
+    struct e2e_rank *r = &x->r[rank];
+    struct err e;
+    struct report_collective c;
+    switch (type) {
+    case REPORT_HELLO: r->hello++; break;
+    case REPORT_DONE: r->done++; break;
+    case REPORT_PROGRESS:
+        r->progress++;
+        if (rank == 0 && x->victim >= 0 && !x->killed_at) {
+            kill(x->r[x->victim].pid, SIGKILL);
+            x->killed_at = clock_mono_ms();
+        }
+        break;
+    case REPORT_COLLECTIVE:
+        if (report_collective_from_json(ev, &c, &e) < 0) {
+            r->bad_lines++;
+            break;
+        }
+        r->collectives++;
+        r->wrong += c.wrong;
+        r->min_busbw = c.busbw_gbs < r->min_busbw ? c.busbw_gbs : r->min_busbw;
+        break;
+    case REPORT_ERROR: {
+        json_t *peer = json_object_get(ev, "peer");
+        r->errors++;
+        r->err_peer = peer ? (int)json_integer_value(peer) : -1;
+        snprintf(r->err_code, sizeof r->err_code, "%s",
+                 json_string_value(json_object_get(ev, "code")));
+        snprintf(r->err_msg, sizeof r->err_msg, "%s",
+                 json_string_value(json_object_get(ev, "message")));
+        break;
+    }
+    default: break;
+    }
+}
+
+static void e2e_lines(struct e2e *x, int rank)
+{
+    struct e2e_rank *r = &x->r[rank];
+    uint8_t *nl;
+    while ((nl = memchr(r->in.data, '\n', r->in.len))) {
+        size_t len = (size_t)(nl - r->in.data);
+        enum report_type type;
+        struct err e;
+        json_t *ev = report_parse_line((const char *)r->in.data, len, &type, &e);
+        if (!ev || json_integer_value(json_object_get(ev, "rank")) != rank)
+            r->bad_lines++;
+        else
+            e2e_on_event(x, rank, type, ev);
+        json_decref(ev);
+        buf_consume(&r->in, len + 1);
+    }
+}
+
+/* Reads every pipe to EOF and reaps every worker, or kills them at the deadline. */
+static void e2e_collect(struct e2e *x)
+{
+    int64_t deadline = clock_mono_ms() + E2E_DEADLINE_MS;
+    for (;;) {
+        struct pollfd pfd[E2E_WORLD];
+        int open = 0;
+        for (int i = 0; i < E2E_WORLD; i++) {
+            pfd[i] = (struct pollfd){.fd = x->r[i].fd, .events = POLLIN};
+            open += x->r[i].fd >= 0;
+        }
+        if (!open || clock_ms_left(deadline) == 0)
+            break;
+        poll(pfd, E2E_WORLD, 200);
+        for (int i = 0; i < E2E_WORLD; i++) {
+            if (pfd[i].fd < 0 || !pfd[i].revents)
+                continue;
+            uint8_t chunk[4096];
+            ssize_t n = read(pfd[i].fd, chunk, sizeof chunk);
+            if (n > 0) {
+                buf_append(&x->r[i].in, chunk, (size_t)n);
+                e2e_lines(x, i);
+            } else if (n == 0 || errno != EINTR) {
+                close(x->r[i].fd);
+                x->r[i].fd = -1;
+            }
+        }
+    }
+    for (int i = 0; i < E2E_WORLD; i++) {
+        struct e2e_rank *r = &x->r[i];
+        while (!r->exited) {
+            pid_t p = waitpid(r->pid, &r->status, WNOHANG);
+            if (p == r->pid)
+                r->exited = true;
+            else if (clock_ms_left(deadline) == 0)
+                kill(r->pid, SIGKILL);
+            else
+                usleep(10000);
+        }
+        if (r->fd >= 0)
+            close(r->fd);
+        r->fd = -1;
+    }
+}
+
+static void e2e_cleanup(struct e2e *x)
+{
+    for (int i = 0; i < E2E_WORLD; i++)
+        buf_free(&x->r[i].in);
+    store_server_destroy(x->srv);
+    if (x->spec_path[0])
+        unlink(x->spec_path);
+    rmdir(x->dir);
+}
+
+/* Starts the store and E2E_WORLD workers on spec_text, then collects everything. */
+static int e2e_run(struct e2e *x, const char *run, const char *spec_text, int victim,
+                   struct err *e)
+{
+    memset(x, 0, sizeof *x);
+    x->victim = victim;
+    for (int i = 0; i < E2E_WORLD; i++)
+        x->r[i].fd = -1;
+    const char *bin = getenv("DDPB_WORKER_BIN");
+    if (!bin || !bin[0])
+        return err_set(e, ERR_INVALID, NULL, "DDPB_WORKER_BIN is not set (meson sets it)");
+    if (e2e_start_store(x, run, e) < 0 || e2e_write_spec(x, spec_text, e) < 0)
+        return -1;
+    for (int i = 0; i < E2E_WORLD; i++) {
+        if (e2e_spawn(x, bin, i, e) < 0) {
+            for (int j = 0; j < i; j++)
+                kill(x->r[j].pid, SIGKILL);
+            e2e_collect(x);
+            return -1;
+        }
+    }
+    e2e_collect(x);
+    return 0;
+}
+
+static void test_e2e_healthy_run(void)
+{
+    struct e2e x;
+    struct err e;
+    /* sizes 4K, 32K, 256K, 2M: ring chunks of uneven and even lengths */
+    const char *spec = "{\"workload\": \"collective\", \"world_size\": 3, \"min_bytes\": \"4K\","
+                       " \"max_bytes\": \"2M\", \"factor\": 8, \"iters\": 5, \"warmup\": 2,"
+                       " \"check\": true, \"seed\": 7}";
+    int rc = e2e_run(&x, "e2e-ok", spec, -1, &e);
+    T_CHECK_MSG(rc == 0, "%s", e.msg);
+    char why[600] = "";
+    for (int i = 0; i < E2E_WORLD && !why[0]; i++) {
+        const struct e2e_rank *r = &x.r[i];
+        if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0 || r->hello != 1 ||
+            r->done != 1 || r->errors || r->bad_lines)
+            snprintf(why, sizeof why,
+                     "rank %d: status %d hello %d done %d errors %d bad lines %d: %s %s", i,
+                     r->status, r->hello, r->done, r->errors, r->bad_lines, r->err_code,
+                     r->err_msg);
+    }
+    int collectives = x.r[0].collectives, others = x.r[1].collectives + x.r[2].collectives;
+    int64_t wrong = x.r[0].wrong;
+    double busbw = x.r[0].min_busbw;
+    e2e_cleanup(&x);
+    T_CHECK_MSG(!why[0], "%s", why);
+    T_EQ_INT(collectives, 4);
+    T_EQ_INT(others, 0);
+    T_EQ_INT(wrong, 0);
+    T_CHECK_MSG(busbw > 0 && busbw < 1e6, "busbw %g", busbw);
+}
+
+static void test_e2e_killed_rank_is_named(void)
+{
+    struct e2e x;
+    struct err e;
+    /* many repeats of one size: the run is far from over when rank 0 reports the first */
+    const char *spec = "{\"workload\": \"collective\", \"world_size\": 3, \"min_bytes\": \"1M\","
+                       " \"max_bytes\": \"1M\", \"iters\": 20, \"warmup\": 1,"
+                       " \"repeats\": 100, \"check\": false}";
+    int64_t t0 = clock_mono_ms();
+    int rc = e2e_run(&x, "e2e-kill", spec, 1, &e);
+    int64_t after_kill = clock_mono_ms() - (x.killed_at ? x.killed_at : t0);
+    T_CHECK_MSG(rc == 0, "%s", e.msg);
+    char why[600] = "";
+    T_CHECK(x.killed_at > 0);
+    T_CHECK(WIFSIGNALED(x.r[1].status) && WTERMSIG(x.r[1].status) == SIGKILL);
+    for (int i = 0; i < E2E_WORLD && !why[0]; i++) {
+        const struct e2e_rank *r = &x.r[i];
+        if (i == 1)
+            continue;
+        if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) == 0 || r->errors != 1 ||
+            r->done != 0 || r->err_peer != 1 || strcmp(r->err_code, "peer") != 0 ||
+            !strstr(r->err_msg, "rank "))
+            snprintf(why, sizeof why, "rank %d: status %d errors %d done %d peer %d: %s: %s",
+                     i, r->status, r->errors, r->done, r->err_peer, r->err_code, r->err_msg);
+    }
+    e2e_cleanup(&x);
+    T_CHECK_MSG(!why[0], "%s", why);
+    /* far below the 30 s communicator timeout: a dead peer is seen, not waited out */
+    T_CHECK_MSG(after_kill < 20000, "survivors took %lld ms", (long long)after_kill);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    signal(SIGPIPE, SIG_IGN);
+    TEST_RUN(test_e2e_healthy_run);
+    TEST_RUN(test_e2e_killed_rank_is_named);
+    return test_end();
+}

@@ -1,0 +1,57 @@
+/* tcp: the project's own TCP communicator backend (comm.h) over a full mesh of
+ * connections between ranks.
+ *
+ * Decision: setup is two-phase (listen, then connect with every peer's address) so the
+ * comm layer needs no store and tests can run ranks as threads; comm_tcp_create is the
+ * convenience that trades addresses through the store. Every connection opens with a
+ * handshake (magic, version, ranks, world size, a hash of the run secret) that both
+ * sides verify, so a stray client or a rank of another run on the data port is closed
+ * and ignored instead of breaking the rendezvous. */
+#ifndef DDPB_COMM_TCP_H
+#define DDPB_COMM_TCP_H
+
+#include <stdatomic.h>
+
+#include "comm.h"
+#include "err.h"
+
+struct store_client;
+
+struct comm_tcp_config {
+    int rank, world_size;
+    const char *listen_host;       /* borrowed; address peers reach this rank at */
+    int timeout_ms;                /* setup and every operation; > 0 */
+    const atomic_bool *abort_flag; /* borrowed, may be NULL; must outlive the comm */
+    const char *algorithm;         /* "auto" or "ring"; NULL = "auto" */
+    const char *secret;            /* the run secret (only its hash travels); NULL = "" */
+};
+
+/* A rank that listens but is not connected yet. */
+struct comm_tcp;
+
+/* Validates cfg and binds listen_host:0. Returns an owned listener (pass it to
+ * comm_tcp_connect, or free it with comm_tcp_discard) or NULL with e set. */
+struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *e);
+/* "host:port" (IPv6 as "[v6]:port") peers connect to; borrowed from t. */
+const char *comm_tcp_address(const struct comm_tcp *t);
+/* Frees a listener comm_tcp_connect never took. NULL is a no-op. */
+void comm_tcp_discard(struct comm_tcp *t);
+
+/* Builds the mesh: connects to every higher rank, accepts every lower one (a connection
+ * with a bad handshake is dropped and accepting goes on) until all peers are in or the
+ * timeout passes. peer_addrs[r] for every rank r (the own entry is ignored; borrowed).
+ * Takes t in every case: on success the returned communicator owns it (comm_destroy),
+ * on failure it is freed and NULL returned with e set. */
+struct comm *comm_tcp_connect(struct comm_tcp *t, const char *const *peer_addrs,
+                              struct err *e);
+
+/* listen + SET "tcp/addr/<rank>" + GET every other rank's address (cfg->timeout_ms)
+ * + connect. store is borrowed. Returns an owned communicator or NULL with e set. */
+struct comm *comm_tcp_create(const struct comm_tcp_config *cfg, struct store_client *store,
+                             struct err *e);
+
+/* Fault injection for tests: closes every peer connection the way a crashed process
+ * would (no goodbye), leaving c allocated for comm_destroy. */
+void comm_tcp_drop_connections(struct comm *c);
+
+#endif

@@ -1,0 +1,284 @@
+/* main: ddpbench-worker, one process per rank (DESIGN.md §1). Reads the launch
+ * environment and the resolved spec, reports hello and env, joins the run through the
+ * store, builds the TCP communicator, runs the workload and reports done.
+ *
+ * Decision: a worker is a batch program, so every failure goes through one fail-fast
+ * path (WORKER_FAIL_IF): record the failure in the store (so other ranks can tell who
+ * failed first), emit an error event naming the operation and the peer, print
+ * "rank R: file:line: message (hint)" on stderr and exit 1 without a clean shutdown of
+ * the communicator: peers must see this rank's connections drop, not a goodbye. */
+#include <errno.h>
+#include <fcntl.h>
+#include <gnu/libc-version.h>
+#include <jansson.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "ddpb_config.h"
+#include "log.h"
+#include "net.h"
+#include "rendezvous.h"
+#include "report.h"
+#include "spec.h"
+#include "store_client.h"
+#include "tcp.h"
+#include "workload_collective.h"
+
+/* Raised by SIGTERM/SIGINT. A static because a signal handler can reach nothing else;
+ * everything else gets a pointer to it. */
+static atomic_bool worker_abort_flag;
+
+/* How long a rank waits for the failure records of ranks that timed out at about the
+ * same time as it did, to name the one that was stuck first. */
+#define WORKER_BLAME_WAIT_MS 2000
+
+struct worker {
+    struct rendezvous_env env;
+    bool env_ok;
+    struct report_writer w;
+    struct spec spec;
+    struct store_client *store; /* owned */
+    struct comm *comm;          /* owned */
+    struct err e;
+};
+
+static const char *worker_hint(enum err_code code)
+{
+    switch (code) {
+    case ERR_PEER: return "another rank failed or was killed; its own error says why";
+    case ERR_TIMEOUT: return "a rank is stuck, slow or missing; check the other ranks or raise DDPB_TIMEOUT_MS";
+    case ERR_INVALID: return "check the launch environment and the spec";
+    case ERR_UNAUTHORIZED: return "the run is not registered in the store or DDPB_SECRET is wrong";
+    case ERR_ABORTED: return "the worker was asked to stop";
+    case ERR_NOMEM: return "not enough memory for the requested message sizes";
+    case ERR_PROTOCOL: return "a peer or the store does not speak this version's protocol";
+    case ERR_IO: return "a system call failed";
+    case ERR_TOO_LARGE: return "an input is over its size limit";
+    default: return "see the message";
+    }
+}
+
+/* Rewrites the blame to the rank that failed first, when the failure records say the
+ * blamed peer only failed because of another rank. */
+static int worker_follow_blame(struct worker *wk, int peer)
+{
+    if (!wk->store || peer < 0)
+        return peer;
+    char why[600];
+    /* ERR_PEER: the peer's connection dropped, so it has exited and its record (written
+     * before exit) is there already; a timeout may race with the peer's own timeout. */
+    int wait_ms = wk->e.code == ERR_TIMEOUT ? WORKER_BLAME_WAIT_MS : 0;
+    int origin = rendezvous_origin(wk->store, wk->env.rank, peer, wk->env.world_size, wait_ms,
+                                   why, sizeof why);
+    if (origin != peer && why[0]) {
+        char msg[sizeof wk->e.msg];
+        snprintf(msg, sizeof msg, "%s (%s)", wk->e.msg, why);
+        memcpy(wk->e.msg, msg, sizeof msg);
+    }
+    return origin;
+}
+
+__attribute__((noreturn)) static void worker_fail(struct worker *wk, const char *file, int line)
+{
+    const char *base = strrchr(file, '/');
+    char where[128];
+    snprintf(where, sizeof where, "%s:%d", base ? base + 1 : file, line);
+    const char *op = NULL;
+    int peer = -1;
+    if (wk->comm && wk->comm->error_op[0]) {
+        op = wk->comm->error_op;
+        peer = wk->comm->error_peer;
+    }
+    if (wk->store)
+        rendezvous_record_failure(wk->store, wk->env.rank, peer, wk->e.msg);
+    peer = worker_follow_blame(wk, peer);
+    struct err ignored;
+    report_emit_error(&wk->w, &wk->e, where, op, peer, &ignored);
+    char rank[16] = "?";
+    if (wk->env_ok)
+        snprintf(rank, sizeof rank, "%d", wk->env.rank);
+    fprintf(stderr, "rank %s: %s: %s (%s)\n", rank, where, wk->e.msg, worker_hint(wk->e.code));
+    exit(1);
+}
+
+#define WORKER_FAIL_IF(wk, cond)                                                         \
+    do {                                                                                 \
+        if (cond)                                                                        \
+            worker_fail((wk), __FILE__, __LINE__);                                       \
+    } while (0)
+
+static void worker_on_signal(int sig) { atomic_store(&worker_abort_flag, true); }
+
+static void worker_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = worker_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a closed socket or report pipe is an error, not a death */
+}
+
+/* The report pipe is fd 3 when the daemon opened it, else stdout (a worker run by hand). */
+static int worker_report_fd(void)
+{
+    if (fcntl(3, F_GETFD) >= 0) {
+        fcntl(3, F_SETFD, FD_CLOEXEC);
+        return 3;
+    }
+    return STDOUT_FILENO;
+}
+
+/* Reads the resolved spec the daemon wrote to path into wk->spec. */
+static int worker_read_spec(struct worker *wk, const char *path, struct err *e)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return err_errno(e, "spec file %s", path);
+    char *text = malloc(SPEC_MAX_BODY + 1);
+    size_t len = text ? fread(text, 1, SPEC_MAX_BODY + 1, f) : 0;
+    int rc = 0;
+    if (!text)
+        rc = err_set(e, ERR_NOMEM, NULL, "spec file %s: out of memory", path);
+    else if (ferror(f))
+        rc = err_errno(e, "spec file %s: read", path);
+    else if (len > SPEC_MAX_BODY)
+        rc = err_set(e, ERR_TOO_LARGE, NULL, "spec file %s is over %u bytes", path,
+                     SPEC_MAX_BODY);
+    fclose(f);
+    json_t *norm = rc == 0 ? spec_parse(text, len, e) : NULL;
+    free(text);
+    if (rc == 0 && !norm)
+        return err_prefix(e, "spec file %s", path);
+    if (rc == 0 && spec_from_json(norm, &wk->spec, e) < 0)
+        rc = err_prefix(e, "spec file %s", path);
+    json_decref(norm);
+    return rc;
+}
+
+static int worker_check_spec(const struct worker *wk, struct err *e)
+{
+    const struct spec *s = &wk->spec;
+    if (s->world_size != wk->env.world_size)
+        return err_set(e, ERR_INVALID, "world_size",
+                       "the spec says world_size %d but DDPB_WORLD_SIZE is %d", s->world_size,
+                       wk->env.world_size);
+    if (strcmp(s->backend, "tcp") != 0 || strcmp(s->device, "cpu") != 0)
+        return err_set(e, ERR_INVALID, "backend",
+                       "backend %s on %s is not built into this worker (tcp on cpu is)",
+                       s->backend, s->device);
+    if (s->workload != SPEC_WORKLOAD_COLLECTIVE)
+        return err_set(e, ERR_INVALID, "workload", "workload %d not supported", s->workload);
+    return 0;
+}
+
+static void worker_cpu_model(char *out, size_t outlen)
+{
+    snprintf(out, outlen, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon)
+            continue;
+        colon++;
+        while (*colon == ' ' || *colon == '\t')
+            colon++;
+        colon[strcspn(colon, "\n")] = '\0';
+        snprintf(out, outlen, "%s", colon);
+        break;
+    }
+    fclose(f);
+}
+
+/* Owned object of the versions and machine facts the env event carries. */
+static json_t *worker_env_object(void)
+{
+    struct utsname u;
+    char kernel[400] = "unknown", cpu[256], host[256] = "unknown", affinity[1024] = "";
+    if (uname(&u) == 0)
+        snprintf(kernel, sizeof kernel, "%s %s %s", u.sysname, u.release, u.machine);
+    worker_cpu_model(cpu, sizeof cpu);
+    gethostname(host, sizeof host - 1);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        rendezvous_cpus_format(&set, affinity, sizeof affinity);
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:i}",
+                     "ddpbench_version", DDPB_VERSION, "compiler", DDPB_COMPILER,
+                     "kernel", kernel, "cpu_model", cpu,
+                     "cpus_online", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN),
+                     "glibc", gnu_get_libc_version(), "jansson", jansson_version_str(),
+                     "hostname", host, "affinity", affinity, "pid", (int)getpid());
+}
+
+static int worker_emit_env(struct worker *wk, struct err *e)
+{
+    json_t *env = worker_env_object();
+    if (!env)
+        return err_set(e, ERR_NOMEM, NULL, "env report: cannot build the object");
+    return report_emit(&wk->w, REPORT_ENV, json_pack("{s:o}", "env", env), e);
+}
+
+/* Dies with the daemon, and does not start at all when it is already gone. */
+static void worker_tie_to_parent(void)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1)
+        exit(1);
+}
+
+static void worker_start(struct worker *wk)
+{
+    memset(wk, 0, sizeof *wk);
+    log_set_tag("worker r?");
+    net_raise_nofile(); /* one socket per peer: a large world needs more than 1024 fds */
+    report_writer_init(&wk->w, worker_report_fd(), 0);
+    WORKER_FAIL_IF(wk, rendezvous_env_read(&wk->env, &wk->e) < 0);
+    wk->env_ok = true;
+    char tag[32];
+    snprintf(tag, sizeof tag, "worker r%d", wk->env.rank);
+    log_set_tag(tag);
+    wk->w.rank = wk->env.rank;
+}
+
+int main(void)
+{
+    worker_tie_to_parent();
+    worker_signals();
+    struct worker wk;
+    worker_start(&wk);
+    if (wk.env.cpus[0])
+        WORKER_FAIL_IF(&wk, rendezvous_pin_cpus(wk.env.cpus, &wk.e) < 0);
+    WORKER_FAIL_IF(&wk, worker_read_spec(&wk, wk.env.spec_path, &wk.e) < 0);
+    WORKER_FAIL_IF(&wk, worker_check_spec(&wk, &wk.e) < 0);
+    WORKER_FAIL_IF(&wk, report_emit_hello(&wk.w, wk.env.world_size, &wk.e) < 0);
+    WORKER_FAIL_IF(&wk, worker_emit_env(&wk, &wk.e) < 0);
+
+    wk.store = rendezvous_join(&wk.env, &worker_abort_flag, &wk.e);
+    WORKER_FAIL_IF(&wk, !wk.store);
+    struct comm_tcp_config cfg = {
+        .rank = wk.env.rank, .world_size = wk.env.world_size, .listen_host = wk.env.host,
+        .timeout_ms = wk.env.timeout_ms, .abort_flag = &worker_abort_flag,
+        .algorithm = wk.spec.coll.algorithm, .secret = wk.env.secret,
+    };
+    wk.comm = comm_tcp_create(&cfg, wk.store, &wk.e);
+    WORKER_FAIL_IF(&wk, !wk.comm);
+    log_info("joined: %d ranks, tcp mesh up", wk.env.world_size);
+
+    WORKER_FAIL_IF(&wk, workload_collective_run(&wk.spec, wk.comm, wk.store, &wk.w, &wk.e) < 0);
+    WORKER_FAIL_IF(&wk, report_emit_done(&wk.w, &wk.e) < 0);
+    comm_destroy(wk.comm);
+    store_client_destroy(wk.store);
+    return 0;
+}

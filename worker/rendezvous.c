@@ -1,0 +1,292 @@
+/* rendezvous: see rendezvous.h. Environment parsing, CPU lists, the join barrier and
+ * failure records. The only store keys written here are "join/rank/<r>", the "join"
+ * barrier's keys and "fail/<r>". */
+#include "rendezvous.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "net.h"
+#include "spec.h"
+
+/* Copies variable `name` into out. A missing variable is an error when required, else
+ * out gets def. */
+static int rendezvous_env_str(const char *name, char *out, size_t outlen, bool required,
+                              const char *def, struct err *e)
+{
+    const char *v = getenv(name);
+    if (!v) {
+        if (required)
+            return err_set(e, ERR_INVALID, name,
+                           "%s is not set (the daemon sets it when it launches a worker)",
+                           name);
+        v = def;
+    }
+    if (strlen(v) >= outlen)
+        return err_set(e, ERR_INVALID, name, "%s is too long (at most %zu bytes)", name,
+                       outlen - 1);
+    memcpy(out, v, strlen(v) + 1);
+    return 0;
+}
+
+static int rendezvous_parse_int(const char *s, long min, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int rendezvous_env_int(const char *name, long min, long max, bool required, long def,
+                              int *out, struct err *e)
+{
+    const char *v = getenv(name);
+    long x = def;
+    if (!v && required)
+        return err_set(e, ERR_INVALID, name,
+                       "%s is not set (the daemon sets it when it launches a worker)", name);
+    if (v && rendezvous_parse_int(v, min, max, &x) < 0)
+        return err_set(e, ERR_INVALID, name, "%s='%.64s' is not an integer in %ld..%ld", name,
+                       v, min, max);
+    *out = (int)x;
+    return 0;
+}
+
+int rendezvous_env_read(struct rendezvous_env *out, struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    char host[256];
+    int port;
+    cpu_set_t set;
+    if (rendezvous_env_str("DDPB_RUN", out->run, sizeof out->run, true, NULL, e) < 0 ||
+        rendezvous_env_int("DDPB_WORLD_SIZE", 1, SPEC_MAX_WORLD, true, 0, &out->world_size,
+                           e) < 0 ||
+        rendezvous_env_int("DDPB_RANK", 0, out->world_size - 1, true, 0, &out->rank, e) < 0 ||
+        rendezvous_env_int("DDPB_LOCAL_RANK", 0, SPEC_MAX_WORLD - 1, true, 0,
+                           &out->local_rank, e) < 0 ||
+        rendezvous_env_str("DDPB_STORE", out->store, sizeof out->store, true, NULL, e) < 0 ||
+        rendezvous_env_str("DDPB_SECRET", out->secret, sizeof out->secret, true, NULL, e) < 0 ||
+        rendezvous_env_str("DDPB_SPEC", out->spec_path, sizeof out->spec_path, true, NULL,
+                           e) < 0 ||
+        rendezvous_env_str("DDPB_HOST", out->host, sizeof out->host, false,
+                           RENDEZVOUS_DEFAULT_HOST, e) < 0 ||
+        rendezvous_env_str("DDPB_CPUS", out->cpus, sizeof out->cpus, false, "", e) < 0 ||
+        rendezvous_env_int("DDPB_TIMEOUT_MS", 1, 86400000, false,
+                           RENDEZVOUS_DEFAULT_TIMEOUT_MS, &out->timeout_ms, e) < 0)
+        return -1;
+    if (!out->run[0])
+        return err_set(e, ERR_INVALID, "DDPB_RUN", "DDPB_RUN is empty");
+    if (!out->spec_path[0])
+        return err_set(e, ERR_INVALID, "DDPB_SPEC", "DDPB_SPEC is empty");
+    if (!out->host[0])
+        return err_set(e, ERR_INVALID, "DDPB_HOST", "DDPB_HOST is empty");
+    if (net_split_hostport(out->store, host, sizeof host, &port, false, e) < 0)
+        return err_set(e, ERR_INVALID, "DDPB_STORE", "DDPB_STORE='%.64s': want host:port",
+                       out->store);
+    if (out->cpus[0] && rendezvous_cpus_parse(out->cpus, &set, e) < 0) {
+        if (e)
+            snprintf(e->field, sizeof e->field, "DDPB_CPUS");
+        return err_prefix(e, "DDPB_CPUS");
+    }
+    return 0;
+}
+
+/* One item of a CPU list: "n" or "a-b". */
+static int rendezvous_cpus_item(const char *item, size_t len, cpu_set_t *set)
+{
+    char tmp[32];
+    if (len == 0 || len >= sizeof tmp)
+        return -1;
+    memcpy(tmp, item, len);
+    tmp[len] = '\0';
+    char *dash = strchr(tmp, '-');
+    long lo, hi;
+    if (dash)
+        *dash = '\0';
+    if (rendezvous_parse_int(tmp, 0, CPU_SETSIZE - 1, &lo) < 0)
+        return -1;
+    hi = lo;
+    if (dash && rendezvous_parse_int(dash + 1, lo, CPU_SETSIZE - 1, &hi) < 0)
+        return -1;
+    /* strtol accepts signs and spaces; a CPU list has digits only */
+    for (size_t i = 0; i < len; i++)
+        if (!(item[i] >= '0' && item[i] <= '9') && item[i] != '-')
+            return -1;
+    for (long c = lo; c <= hi; c++)
+        CPU_SET((size_t)c, set);
+    return 0;
+}
+
+int rendezvous_cpus_parse(const char *list, cpu_set_t *set, struct err *e)
+{
+    CPU_ZERO(set);
+    const char *p = list;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (rendezvous_cpus_item(p, len, set) < 0)
+            return err_set(e, ERR_INVALID, "cpus",
+                           "bad CPU list '%.64s' at '%.*s': want items like 3 or 0-7 "
+                           "separated by commas, CPUs below %d",
+                           list, (int)(len > 32 ? 32 : len), p, CPU_SETSIZE);
+        if (!comma)
+            return 0;
+        p = comma + 1;
+    }
+}
+
+void rendezvous_cpus_format(const cpu_set_t *set, char *out, size_t outlen)
+{
+    size_t off = 0;
+    out[0] = '\0';
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET((size_t)c, set))
+            continue;
+        int end = c;
+        while (end + 1 < CPU_SETSIZE && CPU_ISSET((size_t)end + 1, set))
+            end++;
+        int n = end == c ? snprintf(out + off, outlen - off, "%s%d", off ? "," : "", c)
+                         : snprintf(out + off, outlen - off, "%s%d-%d", off ? "," : "", c, end);
+        if (n < 0 || (size_t)n >= outlen - off)
+            return; /* truncated: snprintf left a terminated prefix */
+        off += (size_t)n;
+        c = end;
+    }
+}
+
+int rendezvous_pin_cpus(const char *list, struct err *e)
+{
+    cpu_set_t set;
+    if (rendezvous_cpus_parse(list, &set, e) < 0)
+        return -1;
+    if (sched_setaffinity(0, sizeof set, &set) < 0)
+        return err_errno(e, "pin to CPUs %.64s (DDPB_CPUS): sched_setaffinity", list);
+    return 0;
+}
+
+/* Lists the ranks whose "join/rank/<r>" key is missing; returns how many. */
+static int rendezvous_missing(struct store_client *c, int world, char *out, size_t outlen,
+                              struct err *e)
+{
+    int missing = 0;
+    size_t off = 0;
+    out[0] = '\0';
+    for (int r = 0; r < world; r++) {
+        char key[48];
+        snprintf(key, sizeof key, "join/rank/%d", r);
+        const char *keys[1] = {key};
+        int all = 0;
+        if (store_client_check(c, keys, 1, &all, e) < 0)
+            return -1;
+        if (all)
+            continue;
+        missing++;
+        if (off + 24 < outlen)
+            off += (size_t)snprintf(out + off, outlen - off, "%s%d", off ? ", " : "", r);
+        else if (off + 5 < outlen && out[off - 1] != '.')
+            off += (size_t)snprintf(out + off, outlen - off, ", ...");
+    }
+    return missing;
+}
+
+static int rendezvous_join_barrier(struct store_client *c, const struct rendezvous_env *env,
+                                   struct err *e)
+{
+    char key[48], me[300];
+    snprintf(key, sizeof key, "join/rank/%d", env->rank);
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(me, sizeof me, "%s pid %ld", host, (long)getpid());
+    if (store_client_set_str(c, key, me, e) < 0)
+        return err_prefix(e, "join");
+    if (store_client_barrier(c, "join", env->world_size, env->timeout_ms, e) == 0)
+        return 0;
+    if (e && e->code != ERR_TIMEOUT)
+        return err_prefix(e, "join");
+    char missing[200];
+    struct err e2;
+    int n = rendezvous_missing(c, env->world_size, missing, sizeof missing, &e2);
+    if (n <= 0)
+        return err_prefix(e, "join");
+    return err_set(e, ERR_TIMEOUT, NULL,
+                   "join: timed out after %d ms: rank(s) %s never joined (%d of %d missing)",
+                   env->timeout_ms, missing, n, env->world_size);
+}
+
+struct store_client *rendezvous_join(const struct rendezvous_env *env,
+                                     const atomic_bool *abort_flag, struct err *e)
+{
+    struct store_client *c = store_client_connect(env->store, env->run, env->secret, env->rank,
+                                                  env->timeout_ms, abort_flag, e);
+    if (!c) {
+        err_prefix(e, "join");
+        return NULL;
+    }
+    store_client_set_io_timeout(c, env->timeout_ms);
+    if (rendezvous_join_barrier(c, env, e) < 0) {
+        store_client_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
+void rendezvous_record_failure(struct store_client *c, int rank, int peer, const char *msg)
+{
+    char key[48], val[512];
+    struct err ignored;
+    snprintf(key, sizeof key, "fail/%d", rank);
+    snprintf(val, sizeof val, "%d %s", peer, msg);
+    store_client_set_str(c, key, val, &ignored);
+}
+
+/* Reads rank p's failure record: 1 with *blamed and msg filled, 0 when there is none. */
+static int rendezvous_read_failure(struct store_client *c, int p, int64_t deadline,
+                                   int *blamed, char *msg, size_t msglen)
+{
+    char key[48], *val = NULL;
+    size_t len;
+    struct err ignored;
+    snprintf(key, sizeof key, "fail/%d", p);
+    if (store_client_get(c, key, clock_ms_left(deadline), &val, &len, &ignored) < 0)
+        return 0;
+    char *sp = strchr(val, ' ');
+    long b = -1;
+    if (sp)
+        *sp = '\0';
+    if (!sp || rendezvous_parse_int(val, -1, SPEC_MAX_WORLD - 1, &b) < 0)
+        b = -1;
+    snprintf(msg, msglen, "%s", sp ? sp + 1 : "");
+    free(val);
+    *blamed = (int)b;
+    return 1;
+}
+
+int rendezvous_origin(struct store_client *c, int self, int peer, int world_size,
+                      int wait_ms, char *why, size_t whylen)
+{
+    int64_t deadline = clock_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
+    int origin = peer;
+    size_t off = 0;
+    why[0] = '\0';
+    for (int hop = 0; hop < world_size && origin >= 0 && origin < world_size; hop++) {
+        int blamed;
+        char msg[400];
+        if (!rendezvous_read_failure(c, origin, deadline, &blamed, msg, sizeof msg))
+            break;
+        if (off < whylen)
+            off += (size_t)snprintf(why + off, whylen - off, "%srank %d failed: %s",
+                                    off ? "; " : "", origin, msg);
+        if (blamed < 0 || blamed >= world_size || blamed == self || blamed == peer ||
+            blamed == origin)
+            break;
+        origin = blamed;
+    }
+    return origin;
+}

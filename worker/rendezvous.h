@@ -1,0 +1,71 @@
+/* rendezvous: how a worker learns who it is and joins its run: the launch environment
+ * (DESIGN.md §3 "Worker launch"), CPU pinning, the join barrier through the store, and
+ * failure records that let every rank name the rank that failed first.
+ *
+ * Decision: the environment is parsed into one struct with every value checked, and an
+ * error names the variable, because a worker started by hand (or by a buggy launcher)
+ * must say what is wrong before it touches the network. Joining is a store barrier with
+ * a deadline; on timeout the per-rank "join/rank/<r>" keys tell which ranks never came.
+ *
+ * Failure records: a rank that fails SETs "fail/<rank>" = "<peer> <message>" before it
+ * exits (its sockets close only at exit), so a rank that saw that peer's connection
+ * close can read why and follow the chain back to the rank that failed first. */
+#ifndef DDPB_RENDEZVOUS_H
+#define DDPB_RENDEZVOUS_H
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "err.h"
+#include "store_client.h"
+#include "store_proto.h"
+
+#define RENDEZVOUS_DEFAULT_HOST "127.0.0.1"
+#define RENDEZVOUS_DEFAULT_TIMEOUT_MS 60000
+
+struct rendezvous_env {
+    char run[STORE_MAX_RUN + 1];       /* DDPB_RUN */
+    int rank;                          /* DDPB_RANK, 0..world_size-1 */
+    int world_size;                    /* DDPB_WORLD_SIZE, 1..SPEC_MAX_WORLD */
+    int local_rank;                    /* DDPB_LOCAL_RANK, >= 0 */
+    char store[300];                   /* DDPB_STORE, "host:port" */
+    char secret[STORE_MAX_SECRET + 1]; /* DDPB_SECRET */
+    char spec_path[4096];              /* DDPB_SPEC */
+    char host[256];  /* DDPB_HOST: address peers reach this rank at; default 127.0.0.1 */
+    char cpus[256];  /* DDPB_CPUS: CPU list to pin to; "" = not pinned */
+    int timeout_ms;  /* DDPB_TIMEOUT_MS: join, store and comm timeout; default 60000 */
+};
+
+/* Reads and validates the launch environment (getenv). Errors are ERR_INVALID with
+ * e->field = the variable's name. */
+int rendezvous_env_read(struct rendezvous_env *out, struct err *e);
+
+/* Parses a CPU list such as "0", "0-3,6" into set. ERR_INVALID on empty items, bad
+ * numbers, reversed ranges, CPUs >= CPU_SETSIZE. */
+int rendezvous_cpus_parse(const char *list, cpu_set_t *set, struct err *e);
+/* Formats set as a CPU list ("0-3,6"; "" when empty), truncated to outlen. */
+void rendezvous_cpus_format(const cpu_set_t *set, char *out, size_t outlen);
+/* Pins the calling process to the CPUs of list (sched_setaffinity). */
+int rendezvous_pin_cpus(const char *list, struct err *e);
+
+/* Connects to the store as env->rank of env->run, sets "join/rank/<rank>" and waits on
+ * the "join" barrier up to env->timeout_ms. Returns an owned client
+ * (store_client_destroy) or NULL with e set; on timeout the message lists the ranks
+ * that never joined. abort_flag is borrowed and may be NULL. */
+struct store_client *rendezvous_join(const struct rendezvous_env *env,
+                                     const atomic_bool *abort_flag, struct err *e);
+
+/* Best effort: records this rank's failure (peer it blames or -1, message). */
+void rendezvous_record_failure(struct store_client *c, int rank, int peer, const char *msg);
+
+/* Follows failure records from `peer` (the rank this rank's error blames) to the rank
+ * that failed first: a rank whose record blames another is skipped, a rank without a
+ * record (killed, crashed, stuck) is the origin; the chain stops where it would come
+ * back to self or loop. Waits at most wait_ms for records that
+ * may still be on their way (0 when the blamed peer is known to have exited). Returns
+ * the origin rank and, when it differs from peer, writes the chain's story to why. */
+int rendezvous_origin(struct store_client *c, int self, int peer, int world_size,
+                      int wait_ms, char *why, size_t whylen);
+
+#endif
