@@ -17,8 +17,25 @@
 #include "config.h"
 #include "db.h"
 #include "err.h"
+#include "events.h"
 #include "scheduler.h"
 #include "store_server.h"
+
+/* Request counters for /metrics: by method and status, and a latency histogram. */
+#define API_METHODS 5 /* GET, POST, DELETE, OPTIONS, other */
+#define API_CODES 14  /* see api_metrics_code_index */
+#define API_LATENCY_BUCKETS 10
+
+struct api_metrics {
+    atomic_uint_fast64_t requests[API_METHODS][API_CODES];
+    atomic_uint_fast64_t latency_le[API_LATENCY_BUCKETS]; /* cumulative at export */
+    atomic_uint_fast64_t latency_count, latency_sum_us;
+};
+
+extern const double api_latency_bounds[API_LATENCY_BUCKETS]; /* seconds */
+extern const int api_metric_codes[API_CODES];                /* 0 = any other */
+extern const char *const api_metric_methods[API_METHODS];
+void api_metrics_record(struct api_metrics *m, const char *method, int status, double seconds);
 
 /* What handlers may use; every pointer borrowed for the server's lifetime. */
 struct api_ctx {
@@ -26,8 +43,10 @@ struct api_ctx {
     struct db *db;
     struct scheduler *sched;
     struct store_server *store;
+    struct events *events;
     double started_at; /* Unix seconds */
     atomic_uint_fast64_t requests, errors;
+    struct api_metrics metrics;
 };
 
 #define API_MAX_PATH_IDS 2
@@ -44,7 +63,10 @@ struct api_request {
     int64_t ids[API_MAX_PATH_IDS]; /* {id} path segments, in order */
     const struct api_query_arg *query;
     size_t nquery;
+    const char *authorization; /* the Authorization header, or NULL */
 };
+
+struct api_stream;
 
 struct api_reply {
     int status;               /* 200 when left 0 */
@@ -53,7 +75,18 @@ struct api_reply {
     size_t body_len;
     const char *content_type; /* for body; static string */
     char location[128];       /* Location header when non-empty */
+    struct api_stream *stream; /* owned: an event stream (text/event-stream) */
 };
+
+/* Event streams (sse.c). open subscribes to an experiment's events (0 = all); push
+ * queues one event for this stream alone; close unsubscribes and frees (a stream handed
+ * to a reply is closed by libmicrohttpd when the client goes). */
+struct api_stream *api_stream_open(struct events *hub, int64_t experiment_id);
+void api_stream_push(struct api_stream *st, const char *type, const json_t *data);
+void api_stream_close(struct api_stream *st);
+struct MHD_Response;
+struct MHD_Connection;
+struct MHD_Response *api_stream_response(struct api_stream *st, struct MHD_Connection *conn);
 
 /* Value of query argument key, or NULL. */
 const char *api_query_get(const struct api_request *req, const char *key);

@@ -3,11 +3,17 @@
  * Decision: a submission is validated completely (spec, sweep expansion, every point's
  * slot needs) before anything is stored, and stored in one transaction with all its
  * runs, so an experiment either exists whole or not at all. */
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "handlers.h"
+#include "log.h"
+#include "results.h"
 #include "spec.h"
 
 static const char *const h_no_args[] = {NULL};
@@ -114,18 +120,51 @@ static int h_check_enum(const char *key, const char *value, const char *const *a
                                         "cancelled, interrupted; got '%s'", key, value);
 }
 
+/* A time bound: Unix seconds, or ISO-8601 "2026-11-22", "2026-11-22T10:00:00[Z]" (UTC). */
+static int h_parse_time(const struct api_request *req, const char *key, double *out,
+                        struct err *e)
+{
+    const char *s = api_query_get(req, key);
+    *out = 0;
+    if (!s)
+        return 0;
+    char *end;
+    double v = strtod(s, &end);
+    if (end != s && *end == '\0' && v > 0) {
+        *out = v;
+        return 0;
+    }
+    static const char *const formats[] = {"%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S",
+                                          "%Y-%m-%d"};
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
+        struct tm tm;
+        memset(&tm, 0, sizeof tm);
+        const char *rest = strptime(s, formats[i], &tm);
+        if (rest && *rest == '\0') {
+            *out = (double)timegm(&tm);
+            return 0;
+        }
+    }
+    return err_set(e, ERR_INVALID, key, "%s must be Unix seconds or an ISO-8601 date or time "
+                   "(2026-11-22, 2026-11-22T10:00:00Z), got '%s'", key, s);
+}
+
 int h_experiments_list(struct api_ctx *ctx, const struct api_request *req,
                        struct api_reply *rep, struct err *e)
 {
-    static const char *const args[] = {"status", "name", "workload", "limit", "offset", NULL};
+    static const char *const args[] = {"status", "name", "workload", "model", "created_after",
+                                       "created_before", "limit", "offset", NULL};
     struct db_experiment_filter f = {0};
     if (api_query_check(req, args, e) < 0 ||
         api_query_int(req, "limit", 1, 1000, 50, &f.limit, e) < 0 ||
-        api_query_int(req, "offset", 0, INT64_MAX / 2, 0, &f.offset, e) < 0)
+        api_query_int(req, "offset", 0, INT64_MAX / 2, 0, &f.offset, e) < 0 ||
+        h_parse_time(req, "created_after", &f.created_after, e) < 0 ||
+        h_parse_time(req, "created_before", &f.created_before, e) < 0)
         return -1;
     f.status = api_query_get(req, "status");
     f.name = api_query_get(req, "name");
     f.workload = api_query_get(req, "workload");
+    f.model = api_query_get(req, "model");
     if (h_check_enum("status", f.status, h_experiment_statuses, e) < 0)
         return -1;
     rep->json = db_list_experiments(ctx->db, &f, e);
@@ -139,4 +178,157 @@ int h_experiments_get(struct api_ctx *ctx, const struct api_request *req,
         return -1;
     rep->json = db_get_experiment(ctx->db, req->ids[0], e);
     return rep->json ? 0 : -1;
+}
+
+/* Live events for what a cancel changed at once: each queued run that will never start,
+ * and the experiment's status (running runs publish their own end when they stop). */
+static void h_publish_cancelled(struct api_ctx *ctx, const struct db_cancel_result *r)
+{
+    for (size_t i = 0; i < r->n_cancelled; i++) {
+        json_t *d = json_pack("{s:I, s:I, s:s, s:s}", "run", (json_int_t)r->cancelled[i],
+                              "experiment", (json_int_t)r->experiment_id, "status",
+                              "cancelled", "error", "cancelled before it started");
+        if (d)
+            events_publish(ctx->events, r->experiment_id, "run", d);
+        json_decref(d);
+    }
+    struct err e = {0};
+    json_t *exp = db_get_experiment(ctx->db, r->experiment_id, &e);
+    json_t *d = exp ? json_pack("{s:O, s:O, s:O}", "id", json_object_get(exp, "id"), "status",
+                                json_object_get(exp, "status"), "runs_finished",
+                                json_object_get(exp, "runs_finished"))
+                    : NULL;
+    if (d)
+        events_publish(ctx->events, r->experiment_id, "experiment", d);
+    json_decref(d);
+    json_decref(exp);
+}
+
+int h_cancel(struct api_ctx *ctx, int64_t exp_id, int64_t run_id, struct err *e)
+{
+    struct db_cancel_result r;
+    if (db_cancel(ctx->db, exp_id, run_id, &r, e) < 0)
+        return -1;
+    if (r.n_cancelled)
+        h_publish_cancelled(ctx, &r);
+    int rc = r.n_active ? scheduler_cancel_runs(ctx->sched, r.active, r.n_active, e) : 0;
+    db_cancel_result_free(&r);
+    return rc;
+}
+
+int h_experiments_cancel(struct api_ctx *ctx, const struct api_request *req,
+                         struct api_reply *rep, struct err *e)
+{
+    if (api_query_check(req, h_no_args, e) < 0 || h_cancel(ctx, req->ids[0], 0, e) < 0)
+        return -1;
+    rep->status = 202; /* active runs stop within the kill grace period */
+    rep->json = db_get_experiment(ctx->db, req->ids[0], e);
+    return rep->json ? 0 : -1;
+}
+
+static int h_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    if (remove(path) < 0)
+        log_warn("cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Removes state_dir/runs/<id> (spec and rank logs). No shell: nftw, depth first, never
+ * following links. */
+static void h_remove_run_files(const struct config *cfg, int64_t run_id)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/runs/%lld", cfg->state_dir, (long long)run_id);
+    if (nftw(dir, h_rm_entry, 16, FTW_DEPTH | FTW_PHYS) < 0 && errno != ENOENT)
+        log_warn("cannot remove %s: %s", dir, strerror(errno));
+}
+
+int h_experiments_delete(struct api_ctx *ctx, const struct api_request *req,
+                         struct api_reply *rep, struct err *e)
+{
+    int64_t *runs = NULL;
+    size_t n = 0;
+    if (api_query_check(req, h_no_args, e) < 0 ||
+        db_delete_experiment(ctx->db, req->ids[0], &runs, &n, e) < 0)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        h_remove_run_files(ctx->cfg, runs[i]);
+    free(runs);
+    rep->json = json_pack("{s:I, s:I}", "deleted", (json_int_t)req->ids[0], "runs", (json_int_t)n);
+    return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
+#define H_MAX_GROUP_BY 8
+
+/* Splits "a,b,c" into at most H_MAX_GROUP_BY names held in buf. */
+static int h_split_group_by(const char *s, char *buf, size_t cap, const char **names,
+                            size_t *n, struct err *e)
+{
+    *n = 0;
+    if (!s || !*s)
+        return 0;
+    if (strlen(s) >= cap)
+        return err_set(e, ERR_INVALID, "group_by", "group_by is too long");
+    memcpy(buf, s, strlen(s) + 1);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (*n == H_MAX_GROUP_BY)
+            return err_set(e, ERR_INVALID, "group_by", "group_by takes at most %d fields",
+                           H_MAX_GROUP_BY);
+        names[(*n)++] = tok;
+    }
+    return 0;
+}
+
+int h_experiments_results(struct api_ctx *ctx, const struct api_request *req,
+                          struct api_reply *rep, struct err *e)
+{
+    static const char *const args[] = {"group_by", "format", NULL};
+    char buf[512];
+    const char *names[H_MAX_GROUP_BY];
+    size_t n;
+    const char *format = api_query_get(req, "format");
+    if (api_query_check(req, args, e) < 0 ||
+        h_split_group_by(api_query_get(req, "group_by"), buf, sizeof buf, names, &n, e) < 0)
+        return -1;
+    if (format && strcmp(format, "json") != 0 && strcmp(format, "csv") != 0)
+        return err_set(e, ERR_INVALID, "format", "format must be json or csv, got '%s'", format);
+    json_t *data = db_get_experiment_data(ctx->db, req->ids[0], e);
+    if (!data)
+        return -1;
+    json_t *table = results_build(data, names, n, e);
+    json_decref(data);
+    if (!table)
+        return -1;
+    if (format && strcmp(format, "csv") == 0) {
+        rep->body = results_csv(table, &rep->body_len, e);
+        rep->content_type = "text/csv; charset=utf-8";
+        json_decref(table);
+        return rep->body ? 0 : -1;
+    }
+    rep->json = table;
+    return 0;
+}
+
+/* A stream of one experiment's events, starting with a snapshot of the experiment so a
+ * client that connects late misses nothing that matters. */
+int h_experiments_events(struct api_ctx *ctx, const struct api_request *req,
+                         struct api_reply *rep, struct err *e)
+{
+    if (api_query_check(req, h_no_args, e) < 0)
+        return -1;
+    struct api_stream *st = api_stream_open(ctx->events, req->ids[0]);
+    if (!st)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    json_t *exp = db_get_experiment(ctx->db, req->ids[0], e); /* after subscribing: no gap */
+    if (!exp) {
+        api_stream_close(st);
+        return -1;
+    }
+    api_stream_push(st, "snapshot", exp);
+    json_decref(exp);
+    rep->stream = st;
+    return 0;
 }

@@ -1,12 +1,42 @@
 /* h_runs: one run with its ranks, environment and results, straight from SQLite. */
+#include <string.h>
+
 #include "handlers.h"
+#include "spec.h"
+
+static const char *const h_runs_no_args[] = {NULL};
 
 int h_runs_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                struct err *e)
 {
-    static const char *const args[] = {NULL};
-    if (api_query_check(req, args, e) < 0)
+    if (api_query_check(req, h_runs_no_args, e) < 0)
         return -1;
     rep->json = db_get_run(ctx->db, req->ids[0], e);
     return rep->json ? 0 : -1;
 }
+
+int h_runs_steps(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                 struct err *e)
+{
+    static const char *const args[] = {"rank", "warmup", NULL};
+    int64_t rank;
+    if (api_query_check(req, args, e) < 0 ||
+        api_query_int(req, "rank", 0, SPEC_MAX_WORLD - 1, -1, &rank, e) < 0)
+        return -1;
+    const char *w = api_query_get(req, "warmup");
+    if (w && strcmp(w, "true") != 0 && strcmp(w, "false") != 0)
+        return err_set(e, ERR_INVALID, "warmup", "warmup must be true or false, got '%s'", w);
+    rep->json = db_get_steps(ctx->db, req->ids[0], (int)rank, w && strcmp(w, "true") == 0, e);
+    return rep->json ? 0 : -1;
+}
+
+int h_runs_cancel(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                  struct err *e)
+{
+    if (api_query_check(req, h_runs_no_args, e) < 0 || h_cancel(ctx, 0, req->ids[0], e) < 0)
+        return -1;
+    rep->status = 202;
+    rep->json = db_get_run(ctx->db, req->ids[0], e);
+    return rep->json ? 0 : -1;
+}
+

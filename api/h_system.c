@@ -1,5 +1,10 @@
-/* h_system: health and the spec schema. /healthz answers without touching more than
+/* h_system: health, metrics, the spec schema, the API contract, the global event stream. /healthz answers without touching more than
  * counters, so a load balancer's probe costs nothing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
 #include "clock.h"
 #include "ddpb_config.h"
 #include "handlers.h"
@@ -33,4 +38,141 @@ int h_system_spec_schema(struct api_ctx *ctx, const struct api_request *req,
     (void)req;
     rep->json = spec_schema_json();
     return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
+/* Every experiment's events (the dashboard's list view). */
+int h_system_events(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                    struct err *e)
+{
+    static const char *const args[] = {NULL};
+    if (api_query_check(req, args, e) < 0)
+        return -1;
+    rep->stream = api_stream_open(ctx->events, 0);
+    return rep->stream ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
+/* --- /metrics: Prometheus text exposition format 0.0.4 ------------------------------- */
+
+static void metrics_family(struct buf *b, const char *name, const char *type, const char *help)
+{
+    char line[512];
+    snprintf(line, sizeof line, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    buf_append_str(b, line);
+}
+
+static void metrics_value(struct buf *b, const char *name, const char *labels, double v)
+{
+    char line[512];
+    snprintf(line, sizeof line, "%s%s%s%s %.17g\n", name, labels[0] ? "{" : "", labels,
+             labels[0] ? "}" : "", v);
+    buf_append_str(b, line);
+}
+
+static void metrics_runs(struct api_ctx *ctx, struct buf *b)
+{
+    metrics_family(b, "ddpbench_runs", "gauge", "Runs in the database by status.");
+    for (int st = DB_RUN_QUEUED; st <= DB_RUN_INTERRUPTED; st++) {
+        char labels[64];
+        snprintf(labels, sizeof labels, "status=\"%s\"", db_run_status_name(st));
+        metrics_value(b, "ddpbench_runs", labels, (double)db_count_runs(ctx->db, st));
+    }
+    struct scheduler_stats ss;
+    scheduler_get_stats(ctx->sched, &ss);
+    metrics_family(b, "ddpbench_queue_depth", "gauge", "Runs waiting for CPU slots.");
+    metrics_value(b, "ddpbench_queue_depth", "", (double)db_count_runs(ctx->db, DB_RUN_QUEUED));
+    metrics_family(b, "ddpbench_runs_active", "gauge", "Runs with workers alive.");
+    metrics_value(b, "ddpbench_runs_active", "", ss.runs_active);
+    metrics_family(b, "ddpbench_slots", "gauge", "CPU slots of this node.");
+    metrics_value(b, "ddpbench_slots", "state=\"total\"", ss.slots_total);
+    metrics_value(b, "ddpbench_slots", "state=\"free\"", ss.slots_free);
+}
+
+static void metrics_store(struct api_ctx *ctx, struct buf *b)
+{
+    struct store_server_stats st;
+    store_server_get_stats(ctx->store, &st);
+    metrics_family(b, "ddpbench_store_clients", "gauge", "Connections to the rendezvous store.");
+    metrics_value(b, "ddpbench_store_clients", "", (double)st.clients);
+    metrics_family(b, "ddpbench_store_requests_total", "counter", "Store requests served.");
+    metrics_value(b, "ddpbench_store_requests_total", "", (double)st.requests);
+    metrics_family(b, "ddpbench_store_rejected_total", "counter",
+                   "Store connections closed for protocol or authentication errors.");
+    metrics_value(b, "ddpbench_store_rejected_total", "", (double)st.rejected);
+    metrics_family(b, "ddpbench_event_streams", "gauge", "Open Server-Sent Events streams.");
+    metrics_value(b, "ddpbench_event_streams", "", (double)events_subscribers(ctx->events));
+}
+
+static void metrics_http(struct api_ctx *ctx, struct buf *b)
+{
+    struct api_metrics *m = &ctx->metrics;
+    metrics_family(b, "ddpbench_http_requests_total", "counter", "HTTP requests by method and status.");
+    for (int mi = 0; mi < API_METHODS; mi++)
+        for (int ci = 0; ci < API_CODES; ci++) {
+            uint64_t n = atomic_load(&m->requests[mi][ci]);
+            if (!n)
+                continue;
+            char labels[96], code[16];
+            snprintf(code, sizeof code, "%d", api_metric_codes[ci]);
+            snprintf(labels, sizeof labels, "method=\"%s\",code=\"%s\"", api_metric_methods[mi],
+                     api_metric_codes[ci] ? code : "other");
+            metrics_value(b, "ddpbench_http_requests_total", labels, (double)n);
+        }
+    metrics_family(b, "ddpbench_http_request_duration_seconds", "histogram",
+                   "Time from a request's arrival to its response being queued.");
+    uint64_t cum = 0;
+    for (int i = 0; i < API_LATENCY_BUCKETS; i++) {
+        char labels[48];
+        cum += atomic_load(&m->latency_le[i]);
+        snprintf(labels, sizeof labels, "le=\"%g\"", api_latency_bounds[i]);
+        metrics_value(b, "ddpbench_http_request_duration_seconds_bucket", labels, (double)cum);
+    }
+    uint64_t count = atomic_load(&m->latency_count);
+    metrics_value(b, "ddpbench_http_request_duration_seconds_bucket", "le=\"+Inf\"", (double)count);
+    metrics_value(b, "ddpbench_http_request_duration_seconds_sum", "",
+                  (double)atomic_load(&m->latency_sum_us) * 1e-6);
+    metrics_value(b, "ddpbench_http_request_duration_seconds_count", "", (double)count);
+}
+
+int h_system_metrics(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                     struct err *e)
+{
+    static const char *const args[] = {NULL};
+    if (api_query_check(req, args, e) < 0)
+        return -1;
+    struct buf b;
+    buf_init(&b);
+    char labels[96];
+    snprintf(labels, sizeof labels, "version=\"%s\",node=\"%s\"", DDPB_VERSION, ctx->cfg->node);
+    metrics_family(&b, "ddpbench_build_info", "gauge", "Version and node of this ddpbenchd.");
+    metrics_value(&b, "ddpbench_build_info", labels, 1);
+    metrics_family(&b, "ddpbench_uptime_seconds", "gauge", "Seconds since ddpbenchd started.");
+    metrics_value(&b, "ddpbench_uptime_seconds", "", clock_wall_s() - ctx->started_at);
+    metrics_runs(ctx, &b);
+    metrics_store(ctx, &b);
+    metrics_http(ctx, &b);
+    if (buf_append(&b, "", 1) < 0) {
+        buf_free(&b);
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    }
+    rep->body = (char *)b.data;
+    rep->body_len = b.len - 1;
+    rep->content_type = "text/plain; version=0.0.4; charset=utf-8";
+    return 0;
+}
+
+extern const char api_openapi_yaml[];
+extern const size_t api_openapi_yaml_len;
+
+int h_system_openapi(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                     struct err *e)
+{
+    (void)ctx;
+    (void)req;
+    rep->body = malloc(api_openapi_yaml_len + 1);
+    if (!rep->body)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    memcpy(rep->body, api_openapi_yaml, api_openapi_yaml_len + 1);
+    rep->body_len = api_openapi_yaml_len;
+    rep->content_type = "application/yaml";
+    return 0;
 }

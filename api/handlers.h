@@ -15,14 +15,35 @@ int h_experiments_list(struct api_ctx *ctx, const struct api_request *req,
                        struct api_reply *rep, struct err *e);
 int h_experiments_get(struct api_ctx *ctx, const struct api_request *req,
                       struct api_reply *rep, struct err *e);
+int h_experiments_cancel(struct api_ctx *ctx, const struct api_request *req,
+                         struct api_reply *rep, struct err *e);
+int h_experiments_delete(struct api_ctx *ctx, const struct api_request *req,
+                         struct api_reply *rep, struct err *e);
+int h_experiments_results(struct api_ctx *ctx, const struct api_request *req,
+                          struct api_reply *rep, struct err *e);
+int h_experiments_events(struct api_ctx *ctx, const struct api_request *req,
+                         struct api_reply *rep, struct err *e);
+/* Cancels queued runs at once (in the database) and hands the active ones of experiment
+ * exp_id, or the one run run_id (exp_id 0), to the scheduler to stop. */
+int h_cancel(struct api_ctx *ctx, int64_t exp_id, int64_t run_id, struct err *e);
 /* h_runs.c */
 int h_runs_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                struct err *e);
+int h_runs_cancel(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                  struct err *e);
+int h_runs_steps(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                 struct err *e);
 /* h_system.c */
 int h_system_health(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                     struct err *e);
 int h_system_spec_schema(struct api_ctx *ctx, const struct api_request *req,
                          struct api_reply *rep, struct err *e);
+int h_system_events(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                    struct err *e);
+int h_system_metrics(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                     struct err *e);
+int h_system_openapi(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                     struct err *e);
 /* h_static.c: files under cfg->web_dir for any GET outside /v1 */
 int h_static_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                  struct err *e);

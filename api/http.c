@@ -16,6 +16,7 @@
 
 #include "api.h"
 #include "buf.h"
+#include "clock.h"
 #include "log.h"
 
 #define HTTP_MAX_QUERY 32
@@ -30,7 +31,8 @@ struct api_server {
 struct http_conn {
     struct buf body;
     bool too_large;
-    size_t discarded; /* bytes of an oversized body thrown away */
+    size_t discarded;   /* bytes of an oversized body thrown away */
+    int64_t started_ns; /* when the request arrived, for the latency histogram */
 };
 
 int api_http_status(enum err_code code)
@@ -58,13 +60,55 @@ json_t *api_error_json(const struct err *e)
     return json_pack("{s:o}", "error", inner);
 }
 
-static enum MHD_Result http_send(struct MHD_Connection *conn, struct api_reply *rep)
+/* Headers every response gets: CORS when configured, the auth challenge on 401. */
+static void http_common_headers(const struct api_server *srv, struct MHD_Response *resp,
+                                int status)
+{
+    const char *origin = srv->ctx->cfg->cors_origin;
+    if (origin[0]) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(resp, "Vary", "Origin");
+    }
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == MHD_HTTP_CONTENT_TOO_LARGE)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+}
+
+/* Queues resp with status and records the request in the metrics. */
+static enum MHD_Result http_queue(struct api_server *srv, struct MHD_Connection *conn,
+                                  struct http_conn *hc, const char *method, int status,
+                                  struct MHD_Response *resp)
+{
+    http_common_headers(srv, resp, status);
+    enum MHD_Result r = MHD_queue_response(conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    api_metrics_record(&srv->ctx->metrics, method, status,
+                       (double)(clock_mono_ns() - hc->started_ns) * 1e-9);
+    return r;
+}
+
+static struct MHD_Response *http_stream_response(struct MHD_Connection *conn,
+                                                 struct api_reply *rep)
+{
+    struct MHD_Response *resp = api_stream_response(rep->stream, conn);
+    if (!resp)
+        return NULL;
+    rep->stream = NULL; /* the response owns it now */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    return resp;
+}
+
+/* The reply's body as a response (JSON pretty-printed, or the raw body). */
+static struct MHD_Response *http_body_response(struct api_reply *rep)
 {
     char *text = NULL;
     size_t len = 0;
     const char *ctype = rep->content_type ? rep->content_type : "text/plain; charset=utf-8";
     if (rep->json) {
-        text = json_dumps(rep->json, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        text = json_dumps(rep->json, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
         if (text) {
             len = strlen(text);
             char *grown = realloc(text, len + 2);
@@ -80,33 +124,53 @@ static enum MHD_Result http_send(struct MHD_Connection *conn, struct api_reply *
         len = rep->body_len;
         rep->body = NULL;
     }
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(len, text ? text : (char *)"", text ? MHD_RESPMEM_MUST_FREE
-                                                                          : MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        len, text ? text : (char *)"", text ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!resp) {
         free(text);
-        return MHD_NO;
+        return NULL;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (rep->location[0])
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rep->location);
-    if (rep->status == MHD_HTTP_CONTENT_TOO_LARGE)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result r = MHD_queue_response(conn, (unsigned)(rep->status ? rep->status : 200), resp);
-    MHD_destroy_response(resp);
+    return resp;
+}
+
+static enum MHD_Result http_send(struct api_server *srv, struct MHD_Connection *conn,
+                                 struct http_conn *hc, const char *method, struct api_reply *rep)
+{
+    struct MHD_Response *resp = rep->stream ? http_stream_response(conn, rep)
+                                            : http_body_response(rep);
+    if (!resp)
+        return MHD_NO;
+    return http_queue(srv, conn, hc, method, rep->status ? rep->status : 200, resp);
+}
+
+static enum MHD_Result http_send_error(struct api_server *srv, struct MHD_Connection *conn,
+                                       struct http_conn *hc, const char *method,
+                                       const struct err *e)
+{
+    atomic_fetch_add(&srv->ctx->errors, 1);
+    struct api_reply rep = {.status = api_http_status(e->code), .json = api_error_json(e)};
+    enum MHD_Result r = http_send(srv, conn, hc, method, &rep);
+    json_decref(rep.json);
     return r;
 }
 
-static enum MHD_Result http_send_error(struct api_ctx *ctx, struct MHD_Connection *conn,
-                                       const struct err *e)
+/* A CORS preflight, answered only when CORS is configured. */
+static enum MHD_Result http_preflight(struct api_server *srv, struct MHD_Connection *conn,
+                                      struct http_conn *hc)
 {
-    atomic_fetch_add(&ctx->errors, 1);
-    struct api_reply rep = {.status = api_http_status(e->code), .json = api_error_json(e)};
-    enum MHD_Result r = http_send(conn, &rep);
-    json_decref(rep.json);
-    return r;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (char *)"",
+                                                                MHD_RESPMEM_PERSISTENT);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    return http_queue(srv, conn, hc, "OPTIONS", MHD_HTTP_NO_CONTENT, resp);
 }
 
 struct http_query_collect {
@@ -133,18 +197,20 @@ static enum MHD_Result http_complete(struct api_server *srv, struct MHD_Connecti
     if (hc->too_large) {
         err_set(&e, ERR_TOO_LARGE, NULL, "request body larger than %zu bytes",
                 ctx->cfg->max_body);
-        return http_send_error(ctx, conn, &e);
+        return http_send_error(srv, conn, hc, method, &e);
     }
+    if (strcmp(method, "OPTIONS") == 0 && ctx->cfg->cors_origin[0])
+        return http_preflight(srv, conn, hc);
     struct api_query_arg args[HTTP_MAX_QUERY];
     struct http_query_collect q = {args, 0};
     if (MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, http_collect_arg, &q) >
         HTTP_MAX_QUERY) {
         err_set(&e, ERR_INVALID, NULL, "more than %d query arguments", HTTP_MAX_QUERY);
-        return http_send_error(ctx, conn, &e);
+        return http_send_error(srv, conn, hc, method, &e);
     }
     if (buf_append(&hc->body, "", 1) < 0) { /* NUL-terminate */
         err_set(&e, ERR_NOMEM, NULL, "out of memory");
-        return http_send_error(ctx, conn, &e);
+        return http_send_error(srv, conn, hc, method, &e);
     }
     struct api_request req = {
         .method = method,
@@ -153,18 +219,21 @@ static enum MHD_Result http_complete(struct api_server *srv, struct MHD_Connecti
         .body_len = hc->body.len - 1,
         .query = args,
         .nquery = q.n,
+        .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_AUTHORIZATION),
     };
     struct api_reply rep = {0};
+    enum MHD_Result r;
     if (api_dispatch(ctx, &req, &rep, &e) < 0) {
-        json_decref(rep.json);
-        free(rep.body);
         if (api_http_status(e.code) >= 500)
             log_error("%s %s: %s", method, url, e.msg);
-        return http_send_error(ctx, conn, &e);
+        r = http_send_error(srv, conn, hc, method, &e);
+    } else {
+        r = http_send(srv, conn, hc, method, &rep);
     }
-    enum MHD_Result r = http_send(conn, &rep);
     json_decref(rep.json);
     free(rep.body);
+    api_stream_close(rep.stream);
     return r;
 }
 
@@ -192,6 +261,7 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *conn, const
         if (!hc)
             return MHD_NO;
         buf_init(&hc->body);
+        hc->started_ns = clock_mono_ns();
         *con_cls = hc;
         atomic_fetch_add(&srv->ctx->requests, 1);
         if (http_declared_too_large(conn, srv->ctx->cfg->max_body)) {

@@ -22,11 +22,20 @@ struct api_route {
 
 static const struct api_route api_routes[] = {
     {"GET", "/healthz", h_system_health},
+    {"GET", "/metrics", h_system_metrics},
+    {"GET", "/v1/openapi.yaml", h_system_openapi},
     {"GET", "/v1/spec/schema", h_system_spec_schema},
     {"GET", "/v1/experiments", h_experiments_list},
     {"POST", "/v1/experiments", h_experiments_create},
     {"GET", "/v1/experiments/{experiment}", h_experiments_get},
+    {"DELETE", "/v1/experiments/{experiment}", h_experiments_delete},
+    {"POST", "/v1/experiments/{experiment}/cancel", h_experiments_cancel},
+    {"GET", "/v1/experiments/{experiment}/results", h_experiments_results},
+    {"GET", "/v1/experiments/{experiment}/events", h_experiments_events},
+    {"GET", "/v1/events", h_system_events},
     {"GET", "/v1/runs/{run}", h_runs_get},
+    {"POST", "/v1/runs/{run}/cancel", h_runs_cancel},
+    {"GET", "/v1/runs/{run}/steps", h_runs_steps},
 };
 
 #define API_NROUTES (sizeof api_routes / sizeof *api_routes)
@@ -86,9 +95,36 @@ static enum route_match routes_match(const char *pattern, const char *path, int6
     }
 }
 
+/* Constant-time comparison, so the time taken does not tell how much of a guess was
+ * right. */
+static bool routes_token_equal(const char *got, const char *want)
+{
+    size_t n = strlen(want), m = strlen(got);
+    unsigned char diff = (unsigned char)(n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(want[i] ^ (i < m ? got[i] : 0));
+    return diff == 0;
+}
+
+/* Every mutation needs the bearer token when one is configured; reads stay open. */
+static int routes_authorize(const struct api_ctx *ctx, const struct api_request *req,
+                            struct err *e)
+{
+    if (!ctx->cfg->token[0] || strcmp(req->method, "GET") == 0 ||
+        strcmp(req->method, "HEAD") == 0)
+        return 0;
+    const char *h = req->authorization;
+    if (h && strncmp(h, "Bearer ", 7) == 0 && routes_token_equal(h + 7, ctx->cfg->token))
+        return 0;
+    return err_set(e, ERR_UNAUTHORIZED, NULL, "%s needs 'Authorization: Bearer <token>' (the "
+                   "daemon was started with a token)", req->method);
+}
+
 int api_dispatch(struct api_ctx *ctx, struct api_request *req, struct api_reply *rep,
                  struct err *e)
 {
+    if (routes_authorize(ctx, req, e) < 0)
+        return -1;
     char allowed[64] = "";
     char bad[128] = "";
     for (size_t i = 0; i < API_NROUTES; i++) {
@@ -116,6 +152,30 @@ int api_dispatch(struct api_ctx *ctx, struct api_request *req, struct api_reply 
         return h_static_get(ctx, req, rep, e);
     return err_set(e, ERR_NOT_FOUND, NULL, "no resource %s %s (see /v1/openapi.yaml)",
                    req->method, req->path);
+}
+
+const double api_latency_bounds[API_LATENCY_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                        0.025, 0.05, 0.1, 0.5, 2.5};
+const int api_metric_codes[API_CODES] = {200, 201, 202, 204, 400, 401, 404,
+                                         405, 409, 413, 500, 503, 504, 0};
+const char *const api_metric_methods[API_METHODS] = {"GET", "POST", "DELETE", "OPTIONS",
+                                                     "other"};
+
+void api_metrics_record(struct api_metrics *m, const char *method, int status, double seconds)
+{
+    int mi = 0, ci = 0;
+    while (mi < API_METHODS - 1 && strcmp(api_metric_methods[mi], method) != 0)
+        mi++;
+    while (ci < API_CODES - 1 && api_metric_codes[ci] != status)
+        ci++;
+    atomic_fetch_add(&m->requests[mi][ci], 1);
+    for (int b = 0; b < API_LATENCY_BUCKETS; b++)
+        if (seconds <= api_latency_bounds[b]) {
+            atomic_fetch_add(&m->latency_le[b], 1);
+            break;
+        }
+    atomic_fetch_add(&m->latency_count, 1);
+    atomic_fetch_add(&m->latency_sum_us, (uint_fast64_t)(seconds * 1e6));
 }
 
 const char *api_query_get(const struct api_request *req, const char *key)

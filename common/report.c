@@ -7,9 +7,10 @@
  * a missing, mistyped or unknown field is an error naming it. struct report_collective
  * converts to and from JSON through the same table's member offsets.
  *
- * A line is written with one write() loop on a blocking pipe that only this rank writes
- * (one report_writer per process, used from one thread). The worker ignores SIGPIPE, so a
- * daemon that went away shows up here as EPIPE → ERR_PEER. */
+ * A line is written with one write() loop under the writer's lock on a blocking pipe that
+ * only this rank writes (one report_writer per process; the worker's main thread and its
+ * heartbeat thread share it). The worker ignores SIGPIPE, so a daemon that went away
+ * shows up here as EPIPE → ERR_PEER. */
 #include "report.h"
 
 #include <errno.h>
@@ -42,11 +43,13 @@ struct report_field {
     enum report_kind kind;
     bool optional;
     int64_t min;      /* INT, INT64: smallest value */
-    size_t off, size; /* struct report_collective member; size 0: none */
+    size_t off, size; /* member of the event's struct; size 0: none */
 };
 
-#define REPORT_AT(m) .off = offsetof(struct report_collective, m), \
-                     .size = sizeof(((struct report_collective *)0)->m)
+#define REPORT_IN(type, m) .off = offsetof(type, m), .size = sizeof(((type *)0)->m)
+#define REPORT_AT(m) REPORT_IN(struct report_collective, m)
+#define REPORT_STEP_AT(m) REPORT_IN(struct report_step, m)
+#define REPORT_EPOCH_AT(m) REPORT_IN(struct report_epoch, m)
 
 /* Every event starts with these. */
 static const struct report_field report_common_fields[] = {
@@ -91,6 +94,39 @@ static const struct report_field report_collective_fields[] = {
     {.name = "wrong", .kind = REPORT_K_INT64, .min = 0, REPORT_AT(wrong)},
 };
 
+static const struct report_field report_heartbeat_fields[] = {
+    {.name = "phase", .kind = REPORT_K_STR},
+    {.name = "progress", .kind = REPORT_K_INT64, .min = 0},
+};
+
+static const struct report_field report_step_fields[] = {
+    {.name = "repeat", .kind = REPORT_K_INT, .min = 0, REPORT_STEP_AT(repeat)},
+    {.name = "epoch", .kind = REPORT_K_INT, .min = 0, REPORT_STEP_AT(epoch)},
+    {.name = "step", .kind = REPORT_K_INT64, .min = 0, REPORT_STEP_AT(step)},
+    {.name = "warmup", .kind = REPORT_K_BOOL, REPORT_STEP_AT(warmup)},
+    {.name = "samples", .kind = REPORT_K_INT, .min = 0, REPORT_STEP_AT(samples)},
+    {.name = "loss", .kind = REPORT_K_NUM, REPORT_STEP_AT(loss)},
+    {.name = "data_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(data_ms)},
+    {.name = "forward_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(forward_ms)},
+    {.name = "backward_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(backward_ms)},
+    {.name = "comm_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(comm_ms)},
+    {.name = "comm_exposed_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(comm_exposed_ms)},
+    {.name = "optimizer_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(optimizer_ms)},
+    {.name = "step_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(step_ms)},
+    {.name = "bytes_sent", .kind = REPORT_K_INT64, .min = 0, REPORT_STEP_AT(bytes_sent)},
+};
+
+static const struct report_field report_epoch_fields[] = {
+    {.name = "repeat", .kind = REPORT_K_INT, .min = 0, REPORT_EPOCH_AT(repeat)},
+    {.name = "epoch", .kind = REPORT_K_INT, .min = 0, REPORT_EPOCH_AT(epoch)},
+    {.name = "samples", .kind = REPORT_K_INT64, .min = 0, REPORT_EPOCH_AT(samples)},
+    {.name = "train_loss", .kind = REPORT_K_NUM, REPORT_EPOCH_AT(train_loss)},
+    {.name = "train_acc", .kind = REPORT_K_NUM, REPORT_EPOCH_AT(train_acc)},
+    {.name = "test_loss", .kind = REPORT_K_NUM, .optional = true, REPORT_EPOCH_AT(test_loss)},
+    {.name = "test_acc", .kind = REPORT_K_NUM, .optional = true, REPORT_EPOCH_AT(test_acc)},
+    {.name = "time_s", .kind = REPORT_K_NUM, REPORT_EPOCH_AT(time_s)},
+};
+
 static const struct report_field report_error_fields[] = {
     {.name = "code", .kind = REPORT_K_ERRCODE},
     {.name = "message", .kind = REPORT_K_STR},
@@ -115,6 +151,9 @@ static const struct report_shape report_shapes[] = {
     [REPORT_COLLECTIVE] = REPORT_SHAPE("collective", report_collective_fields),
     [REPORT_ERROR] = REPORT_SHAPE("error", report_error_fields),
     [REPORT_DONE] = {"done", NULL, 0},
+    [REPORT_HEARTBEAT] = REPORT_SHAPE("heartbeat", report_heartbeat_fields),
+    [REPORT_STEP] = REPORT_SHAPE("step", report_step_fields),
+    [REPORT_EPOCH] = REPORT_SHAPE("epoch", report_epoch_fields),
 };
 
 const char *report_type_name(enum report_type t)
@@ -285,25 +324,26 @@ json_t *report_parse_line(const char *line, size_t len, enum report_type *type, 
     return ev;
 }
 
-/* --- struct report_collective -------------------------------------------------------- */
+/* --- events as structs (collective, step, epoch) -------------------------------------- */
 
-int report_collective_from_json(const json_t *obj, struct report_collective *out,
-                                struct err *e)
+/* Fills the struct at out from obj through the members named in fields. An optional
+ * number that is absent reads as -1. */
+static int report_struct_from_json(const struct report_field *fs, size_t n, const char *type,
+                                   const json_t *obj, void *out, size_t out_size,
+                                   struct err *e)
 {
-    const struct report_field *fs = report_collective_fields;
-    size_t n = REPORT_COUNT(report_collective_fields);
     if (!json_is_object(obj))
-        return err_set(e, ERR_INVALID, "", "collective: must be a JSON object");
-    if (report_check_fields(obj, fs, n, "collective", e) < 0 ||
-        report_check_extra(obj, fs, n, true, "collective", e) < 0)
+        return err_set(e, ERR_INVALID, "", "%s: must be a JSON object", type);
+    if (report_check_fields(obj, fs, n, type, e) < 0 ||
+        report_check_extra(obj, fs, n, true, type, e) < 0)
         return -1;
-    memset(out, 0, sizeof *out);
+    memset(out, 0, out_size);
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_object_get(obj, fs[i].name);
         char *dst = (char *)out + fs[i].off;
         int i32 = (int)json_integer_value(v);
         int64_t i64 = json_integer_value(v);
-        double d = json_number_value(v);
+        double d = v ? json_number_value(v) : -1.0;
         bool b = json_is_true(v);
         switch (fs[i].kind) {
         case REPORT_K_INT: memcpy(dst, &i32, sizeof i32); break;
@@ -318,10 +358,29 @@ int report_collective_from_json(const json_t *obj, struct report_collective *out
     return 0;
 }
 
-/* One member of c as an owned JSON value, or NULL when it breaks the contract (not
- * finite, negative, unterminated or not UTF-8) or memory runs out. */
-static json_t *report_member_json(const struct report_collective *c,
-                                  const struct report_field *f)
+int report_collective_from_json(const json_t *obj, struct report_collective *out,
+                                struct err *e)
+{
+    return report_struct_from_json(report_collective_fields,
+                                   REPORT_COUNT(report_collective_fields), "collective", obj,
+                                   out, sizeof *out, e);
+}
+
+int report_step_from_json(const json_t *obj, struct report_step *out, struct err *e)
+{
+    return report_struct_from_json(report_step_fields, REPORT_COUNT(report_step_fields), "step",
+                                   obj, out, sizeof *out, e);
+}
+
+int report_epoch_from_json(const json_t *obj, struct report_epoch *out, struct err *e)
+{
+    return report_struct_from_json(report_epoch_fields, REPORT_COUNT(report_epoch_fields),
+                                   "epoch", obj, out, sizeof *out, e);
+}
+
+/* One member of the struct at c as an owned JSON value, or NULL when it breaks the
+ * contract (not finite, negative, unterminated or not UTF-8) or memory runs out. */
+static json_t *report_member_json(const void *c, const struct report_field *f)
 {
     const char *src = (const char *)c + f->off;
     int i32;
@@ -350,16 +409,23 @@ static json_t *report_member_json(const struct report_collective *c,
     return NULL;
 }
 
-/* Owned object of every member of c, or NULL with e naming the bad member. */
-static json_t *report_collective_build(const struct report_collective *c, struct err *e)
+/* Owned object of every member of the struct at c, or NULL with e naming the bad member.
+ * An optional number below zero is left out. */
+static json_t *report_struct_build(const struct report_field *fs, size_t n, const char *type,
+                                   const void *c, struct err *e)
 {
     json_t *obj = json_object();
     if (!obj) {
-        err_set(e, ERR_NOMEM, "", "collective: out of memory");
+        err_set(e, ERR_NOMEM, "", "%s: out of memory", type);
         return NULL;
     }
-    for (size_t i = 0; i < REPORT_COUNT(report_collective_fields); i++) {
-        const struct report_field *f = &report_collective_fields[i];
+    for (size_t i = 0; i < n; i++) {
+        const struct report_field *f = &fs[i];
+        double d = 0;
+        if (f->kind == REPORT_K_NUM)
+            memcpy(&d, (const char *)c + f->off, sizeof d);
+        if (f->optional && f->kind == REPORT_K_NUM && d < 0)
+            continue;
         json_t *v = report_member_json(c, f);
         if (!v || json_object_set_new(obj, f->name, v) < 0) {
             err_set(e, ERR_INVALID, f->name, "%s: not a valid value (finite, >= 0, a short "
@@ -369,6 +435,12 @@ static json_t *report_collective_build(const struct report_collective *c, struct
         }
     }
     return obj;
+}
+
+static json_t *report_collective_build(const struct report_collective *c, struct err *e)
+{
+    return report_struct_build(report_collective_fields, REPORT_COUNT(report_collective_fields),
+                               "collective", c, e);
 }
 
 json_t *report_collective_to_json(const struct report_collective *c)
@@ -382,7 +454,10 @@ void report_writer_init(struct report_writer *w, int fd, int rank)
 {
     w->fd = fd;
     w->rank = rank;
+    pthread_mutex_init(&w->lock, NULL);
 }
+
+void report_writer_cleanup(struct report_writer *w) { pthread_mutex_destroy(&w->lock); }
 
 static int report_write_all(int fd, const uint8_t *p, size_t n, struct err *e)
 {
@@ -460,8 +535,11 @@ int report_emit(struct report_writer *w, enum report_type type, json_t *fields, 
     else if (b.len - 1 > REPORT_MAX_LINE)
         rc = err_set(e, ERR_TOO_LARGE, "", "report: a %s event of %zu bytes is over the "
                      "line limit of %u", report_type_name(type), b.len - 1, REPORT_MAX_LINE);
-    else if (w->fd >= 0)
+    else if (w->fd >= 0) {
+        pthread_mutex_lock(&w->lock);
         rc = report_write_all(w->fd, b.data, b.len, e);
+        pthread_mutex_unlock(&w->lock);
+    }
     buf_free(&b);
     return rc;
 }
@@ -491,13 +569,22 @@ int report_emit_hello(struct report_writer *w, int world_size, struct err *e)
                        e);
 }
 
+/* Emits an event whose fields are the members of a struct, through its table. */
+static int report_emit_struct(struct report_writer *w, enum report_type type,
+                              const struct report_field *fs, size_t n, const void *c,
+                              struct err *e)
+{
+    json_t *fields = report_struct_build(fs, n, report_type_name(type), c, e);
+    if (!fields)
+        return err_prefix(e, "report: refusing a %s event", report_type_name(type));
+    return report_emit(w, type, fields, e);
+}
+
 int report_emit_collective(struct report_writer *w, const struct report_collective *c,
                            struct err *e)
 {
-    json_t *fields = report_collective_build(c, e);
-    if (!fields)
-        return err_prefix(e, "report: refusing a collective event");
-    return report_emit(w, REPORT_COLLECTIVE, fields, e);
+    return report_emit_struct(w, REPORT_COLLECTIVE, report_collective_fields,
+                              REPORT_COUNT(report_collective_fields), c, e);
 }
 
 int report_emit_progress(struct report_writer *w, const char *phase, int64_t done,
@@ -539,4 +626,25 @@ int report_emit_error(struct report_writer *w, const struct err *cause, const ch
 int report_emit_done(struct report_writer *w, struct err *e)
 {
     return report_emit(w, REPORT_DONE, NULL, e);
+}
+
+int report_emit_heartbeat(struct report_writer *w, const char *phase, int64_t progress,
+                          struct err *e)
+{
+    return report_emit_built(w, REPORT_HEARTBEAT,
+                             json_pack("{s:o, s:I}", "phase", report_text(phase ? phase : ""),
+                                       "progress", (json_int_t)progress),
+                             e);
+}
+
+int report_emit_step(struct report_writer *w, const struct report_step *s, struct err *e)
+{
+    return report_emit_struct(w, REPORT_STEP, report_step_fields,
+                              REPORT_COUNT(report_step_fields), s, e);
+}
+
+int report_emit_epoch(struct report_writer *w, const struct report_epoch *ep, struct err *e)
+{
+    return report_emit_struct(w, REPORT_EPOCH, report_epoch_fields,
+                              REPORT_COUNT(report_epoch_fields), ep, e);
 }

@@ -11,14 +11,18 @@
  *   env         env (object of string/number values: versions, cpu model, kernel, ...)
  *   progress    done (int), total (int), phase (str)
  *   collective  the fields of struct report_collective
+ *   heartbeat   phase (str: what the rank is doing now), progress (int: a counter the
+ *               rank advances as it works); sent every second by a thread of its own
+ *   step        the fields of struct report_step (one training step of one rank)
+ *   epoch       the fields of struct report_epoch (rank 0, after each epoch)
  *   error       code (str: an err_code_name), message (str), where (str "file:line"),
  *               optional op (str), optional peer (int)
- *   done        (nothing else)
- * Later issues add step and epoch with their own structs. */
+ *   done        (nothing else) */
 #ifndef DDPB_REPORT_H
 #define DDPB_REPORT_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,6 +38,9 @@ enum report_type {
     REPORT_COLLECTIVE,
     REPORT_ERROR,
     REPORT_DONE,
+    REPORT_HEARTBEAT,
+    REPORT_STEP,
+    REPORT_EPOCH,
 };
 
 /* One size point of a collective benchmark, as rank 0 reports it after combining every
@@ -53,6 +60,35 @@ struct report_collective {
     int64_t wrong;               /* elements that differ from the expected result, all ranks */
 };
 
+/* One training step of one rank. Phase times are this rank's, in milliseconds:
+ *   data          waiting for the next batch (the loader's prefetch did not hide it)
+ *   forward, backward, optimizer   compute
+ *   comm          total time gradient communication was in flight (may overlap backward)
+ *   comm_exposed  time the step waited for communication (not hidden by compute)
+ *   step          the whole step, start of data wait to end of optimizer
+ * The run's step time is the slowest rank's (DESIGN.md §4 "Metrics"). */
+struct report_step {
+    int repeat;
+    int epoch;
+    int64_t step;      /* global step index within the repeat, from 0 */
+    bool warmup;       /* excluded from statistics */
+    int samples;       /* this rank's batch size */
+    double loss;
+    double data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms;
+    int64_t bytes_sent; /* gradient bytes this rank sent in this step */
+};
+
+/* One epoch, reported by rank 0; test figures are -1 when no test split was evaluated
+ * (omitted from the event). Accuracies are fractions in [0, 1]. */
+struct report_epoch {
+    int repeat;
+    int epoch;
+    int64_t samples; /* training samples over all ranks */
+    double train_loss, train_acc;
+    double test_loss, test_acc;
+    double time_s;   /* wall time of the epoch's training steps */
+};
+
 const char *report_type_name(enum report_type t);
 
 /* Parses and validates one line (without its newline). Returns an owned object (caller
@@ -65,13 +101,19 @@ int report_collective_from_json(const json_t *obj, struct report_collective *out
                                 struct err *e);
 json_t *report_collective_to_json(const struct report_collective *c);
 
-/* Worker side: writes events as single lines to fd. */
+int report_step_from_json(const json_t *obj, struct report_step *out, struct err *e);
+int report_epoch_from_json(const json_t *obj, struct report_epoch *out, struct err *e);
+
+/* Worker side: writes events as single lines to fd. Thread-safe: a lock keeps lines
+ * from two threads (the worker and its heartbeat) whole. */
 struct report_writer {
     int fd;   /* borrowed; -1 = discard */
     int rank;
+    pthread_mutex_t lock;
 };
 
 void report_writer_init(struct report_writer *w, int fd, int rank);
+void report_writer_cleanup(struct report_writer *w);
 /* Adds type, rank and t to `fields` (stolen: always decref'd) and writes the line.
  * Returns -1 with e set when the write fails (the daemon is gone). */
 int report_emit(struct report_writer *w, enum report_type type, json_t *fields, struct err *e);
@@ -84,5 +126,9 @@ int report_emit_progress(struct report_writer *w, const char *phase, int64_t don
 int report_emit_error(struct report_writer *w, const struct err *cause, const char *where,
                       const char *op, int peer, struct err *e);
 int report_emit_done(struct report_writer *w, struct err *e);
+int report_emit_heartbeat(struct report_writer *w, const char *phase, int64_t progress,
+                          struct err *e);
+int report_emit_step(struct report_writer *w, const struct report_step *s, struct err *e);
+int report_emit_epoch(struct report_writer *w, const struct report_epoch *ep, struct err *e);
 
 #endif

@@ -28,7 +28,8 @@
 #define SPEC_WL_ANY 0xffffffffu
 #define SPEC_WL_COLLECTIVE (1u << SPEC_WORKLOAD_COLLECTIVE)
 
-enum spec_type { SPEC_T_STRING, SPEC_T_ENUM, SPEC_T_INT, SPEC_T_SIZE, SPEC_T_BOOL };
+enum spec_type { SPEC_T_STRING, SPEC_T_ENUM, SPEC_T_INT, SPEC_T_SIZE, SPEC_T_BOOL,
+                 SPEC_T_SIZE_LIST /* distinct sizes, at most SPEC_MAX_SIZES */ };
 
 enum spec_flag {
     SPEC_F_REQUIRED = 1 << 0,
@@ -56,10 +57,12 @@ struct spec_field {
 static const char *const spec_workload_names[] = {"collective", NULL};
 static const char *const spec_devices[] = {"cpu", NULL};
 static const char *const spec_backends[] = {"tcp", NULL};
-static const char *const spec_ops[] = {"allreduce", NULL};
-static const char *const spec_dtypes[] = {"float32", NULL};
-static const char *const spec_redops[] = {"sum", NULL};
-static const char *const spec_algorithms[] = {"auto", "ring", NULL};
+static const char *const spec_ops[] = {"allreduce", "reduce_scatter", "all_gather",
+                                       "broadcast", "sendrecv", NULL};
+static const char *const spec_dtypes[] = {"float32", "float16", "bfloat16", "int32", "int64",
+                                          NULL};
+static const char *const spec_redops[] = {"sum", "avg", "min", "max", NULL};
+static const char *const spec_algorithms[] = {"auto", "ring", "rd", "direct", "tree", NULL};
 
 static const struct spec_field spec_fields[] = {
     {.name = "name", .type = SPEC_T_STRING, .workloads = SPEC_WL_ANY,
@@ -95,20 +98,36 @@ static const struct spec_field spec_fields[] = {
      .min = 1, .max = 86400, .def = "600", SPEC_AT(timeout_s),
      .desc = "Wall-clock limit of one run in seconds; the daemon stops a run that takes "
              "longer."},
+    {.name = "heartbeat_timeout_s", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP, .min = 2, .max = 3600, .def = "30",
+     SPEC_AT(heartbeat_timeout_s),
+     .desc = "A rank that sends nothing (not even its once-a-second heartbeat) for this many "
+             "seconds is taken as frozen, and the daemon fails the run naming it."},
+    {.name = "comm_timeout_s", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 3600, .def = "60", SPEC_AT(comm_timeout_s),
+     .desc = "A communication operation in which no data moves for this many seconds "
+             "fails, naming the rank it waited for (a stopped or hung peer)."},
     {.name = "op", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .choices = spec_ops, .def = "\"allreduce\"", SPEC_AT(coll.op),
-     .desc = "Collective operation to measure."},
+     .desc = "Collective operation to measure. reduce_scatter and all_gather sizes are "
+             "the whole buffer (all ranks' blocks), as nccl-tests counts them; sendrecv "
+             "sends to the next rank while receiving from the previous one."},
     {.name = "dtype", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .choices = spec_dtypes, .def = "\"float32\"",
-     SPEC_AT(coll.dtype), .desc = "Element type of the buffers."},
+     SPEC_AT(coll.dtype),
+     .desc = "Element type of the buffers. float16 and bfloat16 reduce through float, "
+             "rounded to nearest-even."},
     {.name = "redop", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .choices = spec_redops, .def = "\"sum\"", SPEC_AT(coll.redop),
-     .desc = "Reduction operator."},
+     .desc = "Reduction operator (allreduce, reduce_scatter). avg is the sum divided once "
+             "by world_size; integer dtypes divide toward zero."},
     {.name = "algorithm", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .choices = spec_algorithms, .def = "\"auto\"",
      SPEC_AT(coll.algorithm),
      .desc = "\"auto\" lets the backend choose the algorithm by message size; any other "
-             "value forces that algorithm."},
+             "value forces that algorithm, which the op must have: allreduce ring or rd "
+             "(recursive doubling), reduce_scatter and all_gather ring or direct, "
+             "broadcast ring or tree, sendrecv direct."},
     {.name = "min_bytes", .type = SPEC_T_SIZE, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_SIZE_LIMIT, .def = "\"4K\"",
      SPEC_AT(coll.min_bytes),
@@ -128,6 +147,11 @@ static const struct spec_field spec_fields[] = {
      .def = "0", SPEC_AT(coll.step),
      .desc = "Each message size is the previous one plus step bytes, instead of factor. "
              "0 when factor is used."},
+    {.name = "sizes", .type = SPEC_T_SIZE_LIST, .workloads = SPEC_WL_COLLECTIVE,
+     .min = 1, .max = SPEC_SIZE_LIMIT, .def = "[]", SPEC_AT(coll.sizes),
+     .desc = "Explicit message sizes, visited in this order instead of min_bytes to "
+             "max_bytes (which, with factor and step, are then ignored): for example a "
+             "model's gradient bucket sizes. Empty: not used."},
     {.name = "iters", .type = SPEC_T_INT, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .min = 1, .max = 100000, .def = "20", SPEC_AT(coll.iters),
      .desc = "Timed iterations per message size."},
@@ -145,19 +169,52 @@ static const struct spec_field spec_fields[] = {
 #define SPEC_NFIELDS SPEC_COUNT(spec_fields)
 
 enum spec_rule_kind {
-    SPEC_RULE_LE,     /* a <= b */
-    SPEC_RULE_ONE_OF, /* exactly one of a and b is non-zero; a is the default one */
+    SPEC_RULE_LE,      /* a <= b */
+    SPEC_RULE_ONE_OF,  /* exactly one of a and b is non-zero; a is the default one */
+    SPEC_RULE_ALLOWED, /* b's value is one the table allows for a's value */
+};
+
+/* For SPEC_RULE_ALLOWED: the values of b allowed with a value of a. */
+struct spec_allowed {
+    const char *a;
+    const char *const *b;
 };
 
 struct spec_rule {
     enum spec_rule_kind kind;
     unsigned workloads;
     const char *a, *b;
+    const struct spec_allowed *allowed; /* SPEC_RULE_ALLOWED: NULL-terminated */
+};
+
+static const char *const spec_algs_allreduce[] = {"auto", "ring", "rd", NULL};
+static const char *const spec_algs_gather[] = {"auto", "ring", "direct", NULL};
+static const char *const spec_algs_broadcast[] = {"auto", "ring", "tree", NULL};
+static const char *const spec_algs_p2p[] = {"auto", "direct", NULL};
+
+/* The algorithms each collective op has (worker/comm/tcp_algo.c implements them). */
+static const struct spec_allowed spec_op_algorithms[] = {
+    {"allreduce", spec_algs_allreduce},
+    {"reduce_scatter", spec_algs_gather},
+    {"all_gather", spec_algs_gather},
+    {"broadcast", spec_algs_broadcast},
+    {"sendrecv", spec_algs_p2p},
+    {NULL, NULL},
+};
+
+static const char *const spec_inplace_no[] = {"false", NULL};
+
+/* sendrecv has no in-place form (its send and receive buffers may not overlap). */
+static const struct spec_allowed spec_op_inplace[] = {
+    {"sendrecv", spec_inplace_no},
+    {NULL, NULL},
 };
 
 static const struct spec_rule spec_rules[] = {
-    {SPEC_RULE_LE, SPEC_WL_COLLECTIVE, "min_bytes", "max_bytes"},
-    {SPEC_RULE_ONE_OF, SPEC_WL_COLLECTIVE, "factor", "step"},
+    {SPEC_RULE_LE, SPEC_WL_COLLECTIVE, "min_bytes", "max_bytes", NULL},
+    {SPEC_RULE_ONE_OF, SPEC_WL_COLLECTIVE, "factor", "step", NULL},
+    {SPEC_RULE_ALLOWED, SPEC_WL_COLLECTIVE, "op", "algorithm", spec_op_algorithms},
+    {SPEC_RULE_ALLOWED, SPEC_WL_COLLECTIVE, "op", "inplace", spec_op_inplace},
 };
 
 /* --- table lookups ------------------------------------------------------------------- */
@@ -293,6 +350,14 @@ static void spec_requirement(const struct spec_field *f, char *out, size_t n)
     case SPEC_T_BOOL:
         len = (size_t)snprintf(out, n, "%s", "true or false");
         break;
+    case SPEC_T_SIZE_LIST:
+        spec_size_text(f->min, lo, sizeof lo);
+        spec_size_text(f->max, hi, sizeof hi);
+        len = (size_t)snprintf(out, n,
+                               "a list of at most %d distinct sizes from %s to %s (bytes as "
+                               "integers, or strings such as \"4K\", \"64M\")",
+                               SPEC_MAX_SIZES, lo, hi);
+        break;
     }
     if ((f->flags & SPEC_F_ZERO_UNSET) && len < n)
         snprintf(out + len, n - len, " (or 0 when %s is used)", spec_partner(f->name));
@@ -384,6 +449,33 @@ static bool spec_string_ok(const struct spec_field *f, const json_t *v)
     return (int64_t)chars >= f->min && (int64_t)chars <= f->max;
 }
 
+/* A size list: an array of distinct sizes in f's range, normalized to integers. Returns
+ * 0 with *out owned (NULL only when out of memory), or -1. */
+static int spec_convert_sizes(const struct spec_field *f, const json_t *v, json_t **out)
+{
+    size_t n = json_array_size(v);
+    if (!json_is_array(v) || n > SPEC_MAX_SIZES)
+        return -1;
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++) {
+        int64_t b = 0;
+        bool ok = spec_parse_size(json_array_get(v, i), &b, NULL) == 0 && b >= f->min &&
+                  b <= f->max;
+        for (size_t j = 0; ok && j < i; j++)
+            ok = json_integer_value(json_array_get(arr, j)) != b;
+        if (!ok) {
+            json_decref(arr);
+            return -1;
+        }
+        if (json_array_append_new(arr, json_integer(b)) < 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    *out = arr;
+    return 0;
+}
+
 /* Checks v against f. Returns 0 with *out the owned normalized value (NULL only when
  * out of memory), or -1 when v is not valid for f. */
 static int spec_convert(const struct spec_field *f, const json_t *v, json_t **out)
@@ -415,6 +507,8 @@ static int spec_convert(const struct spec_field *f, const json_t *v, json_t **ou
             return -1;
         *out = json_boolean(json_is_true(v));
         return 0;
+    case SPEC_T_SIZE_LIST:
+        return spec_convert_sizes(f, v, out);
     }
     if (!(n >= f->min && n <= f->max) && !(n == 0 && (f->flags & SPEC_F_ZERO_UNSET)))
         return -1;
@@ -650,6 +744,35 @@ static json_t *spec_fill(const json_t *in, const json_t *sweep, enum spec_worklo
     return out;
 }
 
+/* SPEC_RULE_ALLOWED: true with the reason in why when b's value is not allowed with a's. */
+static bool spec_allowed_broken(const struct spec_rule *r, const json_t *spec, char *why,
+                                size_t n)
+{
+    const json_t *bv = json_object_get(spec, r->b);
+    const char *a = json_string_value(json_object_get(spec, r->a));
+    const char *b = json_is_boolean(bv) ? (json_is_true(bv) ? "true" : "false")
+                                        : json_string_value(bv);
+    if (!a || !b)
+        return false;
+    for (const struct spec_allowed *al = r->allowed; al->a; al++) {
+        if (strcmp(al->a, a) != 0)
+            continue;
+        if (spec_choice_index(al->b, b) >= 0)
+            return false;
+        const char *q = json_is_string(bv) ? "\"" : "";
+        size_t len = (size_t)snprintf(why, n, "%s \"%s\" has no %s %s%s%s; it has ", r->a, a,
+                                      r->b, q, b, q);
+        for (int i = 0; al->b[i]; i++) {
+            spec_append(why, n, &len, i ? ", " : "");
+            spec_append(why, n, &len, q);
+            spec_append(why, n, &len, al->b[i]);
+            spec_append(why, n, &len, q);
+        }
+        return true;
+    }
+    return false;
+}
+
 /* The first rule of wl that spec breaks (skipping rules with a field in `skip`, may be
  * NULL), with the reason in why; NULL when all hold. */
 static const struct spec_rule *spec_rule_broken(const json_t *spec, enum spec_workload wl,
@@ -660,6 +783,11 @@ static const struct spec_rule *spec_rule_broken(const json_t *spec, enum spec_wo
         if (!spec_rule_in(r, wl) ||
             (skip && (json_object_get(skip, r->a) || json_object_get(skip, r->b))))
             continue;
+        if (r->kind == SPEC_RULE_ALLOWED) {
+            if (spec_allowed_broken(r, spec, why, n))
+                return r;
+            continue;
+        }
         json_int_t a = json_integer_value(json_object_get(spec, r->a));
         json_int_t b = json_integer_value(json_object_get(spec, r->b));
         if (r->kind == SPEC_RULE_LE && a > b) {
@@ -914,6 +1042,15 @@ static int spec_store(const struct spec_field *f, const json_t *v, struct spec *
         memcpy(dst, &b, sizeof b);
         return 0;
     }
+    case SPEC_T_SIZE_LIST: {
+        struct spec_sizes sz = {.n = (int)json_array_size(v)};
+        if (f->size != sizeof sz || sz.n > SPEC_MAX_SIZES)
+            goto bad;
+        for (int i = 0; i < sz.n; i++)
+            sz.bytes[i] = json_integer_value(json_array_get(v, (size_t)i));
+        memcpy(dst, &sz, sizeof sz);
+        return 0;
+    }
     }
 bad:
     return err_set(e, ERR_INTERNAL, f->name, "%s: does not fit its struct spec member",
@@ -943,6 +1080,11 @@ int spec_from_json(const json_t *resolved, struct spec *out, struct err *e)
 size_t spec_collective_sizes(const struct spec_collective *c, int64_t *sizes, size_t max)
 {
     size_t n = 0;
+    if (c->sizes.n > 0) {
+        for (int i = 0; i < c->sizes.n && n < max; i++)
+            sizes[n++] = c->sizes.bytes[i];
+        return n;
+    }
     if (c->min_bytes < 1 || (c->factor < 2 && c->step < 1))
         return 0; /* not a valid spec: no sizes rather than an endless loop */
     for (int64_t s = c->min_bytes; s <= c->max_bytes && n < max;
@@ -991,6 +1133,16 @@ static json_t *spec_schema_value(const struct spec_field *f)
     case SPEC_T_BOOL:
         json_object_set_new(s, "type", json_string("boolean"));
         break;
+    case SPEC_T_SIZE_LIST: {
+        json_t *item = json_pack("{s:[o, {s:s, s:s}]}", "anyOf",
+                                 spec_schema_range(f->min, f->max), "type", "string",
+                                 "pattern", SPEC_SIZE_PATTERN);
+        json_object_set_new(s, "type", json_string("array"));
+        json_object_set_new(s, "maxItems", json_integer(SPEC_MAX_SIZES));
+        json_object_set_new(s, "uniqueItems", json_true());
+        json_object_set_new(s, "items", item);
+        break;
+    }
     }
     if (json_array_size(alts) == 1)
         json_object_update(s, json_array_get(alts, 0));
@@ -1035,6 +1187,27 @@ static json_t *spec_schema_workload_rules(void)
     return all;
 }
 
+/* SPEC_RULE_ALLOWED rules as if/then clauses on the top level (when a is given). */
+static void spec_schema_allowed_rules(json_t *all)
+{
+    for (size_t i = 0; i < SPEC_COUNT(spec_rules); i++) {
+        const struct spec_rule *r = &spec_rules[i];
+        for (const struct spec_allowed *al = r->kind == SPEC_RULE_ALLOWED ? r->allowed : NULL;
+             al && al->a; al++) {
+            const struct spec_field *fb = spec_field_find(r->b);
+            json_t *values = json_array();
+            for (int k = 0; al->b[k]; k++)
+                json_array_append_new(values, fb->type == SPEC_T_BOOL
+                                                  ? json_boolean(strcmp(al->b[k], "true") == 0)
+                                                  : json_string(al->b[k]));
+            json_array_append_new(all, json_pack("{s:{s:{s:{s:s}}, s:[s]}, s:{s:{s:{s:o}}}}",
+                                                 "if", "properties", r->a, "const", al->a,
+                                                 "required", r->a, "then", "properties", r->b,
+                                                 "enum", values));
+        }
+    }
+}
+
 json_t *spec_schema_json(void)
 {
     json_t *props = json_object(), *swept = json_object(), *required = json_array();
@@ -1063,6 +1236,7 @@ json_t *spec_schema_json(void)
         "type", "object", "required", required, "properties", props,
         "additionalProperties", 0);
     json_t *rules = spec_schema_workload_rules();
+    spec_schema_allowed_rules(rules);
     if (schema && json_array_size(rules) > 0)
         json_object_set(schema, "allOf", rules);
     json_decref(rules);

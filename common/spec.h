@@ -23,14 +23,23 @@
 #define SPEC_MAX_RUNS 1024          /* largest sweep cross product */
 #define SPEC_MAX_SWEEP_VALUES 64    /* values per swept field */
 #define SPEC_MAX_WORLD 1024
+#define SPEC_MAX_SIZES 256          /* entries of an explicit "sizes" list */
 
 enum spec_workload { SPEC_WORKLOAD_COLLECTIVE = 0 };
 
+/* An explicit list of message sizes in bytes, in the order given. */
+struct spec_sizes {
+    int n; /* 0: none given */
+    int64_t bytes[SPEC_MAX_SIZES];
+};
+
 struct spec_collective {
-    char op[24];        /* "allreduce" */
-    char dtype[16];     /* "float32" */
-    char redop[8];      /* "sum" */
-    char algorithm[16]; /* "auto" or a forced algorithm: "ring" */
+    char op[24];        /* "allreduce", "reduce_scatter", "all_gather", "broadcast",
+                           "sendrecv" */
+    char dtype[16];     /* "float32", "float16", "bfloat16", "int32", "int64" */
+    char redop[8];      /* "sum", "avg", "min", "max" */
+    char algorithm[16]; /* "auto" or one the op has: "ring", "rd", "direct", "tree" */
+    struct spec_sizes sizes; /* when n > 0, the sizes visited instead of min..max */
     int64_t min_bytes, max_bytes;
     int factor;         /* multiplicative step; 0 when step is used */
     int64_t step;       /* additive step in bytes; 0 when factor is used */
@@ -48,6 +57,8 @@ struct spec {
     int repeats;
     int64_t seed;
     int timeout_s;   /* whole-run limit enforced by the daemon */
+    int heartbeat_timeout_s; /* silence after which the daemon fails the run */
+    int comm_timeout_s; /* a communication operation with no progress this long fails */
     struct spec_collective coll;
 };
 
@@ -76,8 +87,8 @@ int spec_parse_size(const json_t *v, int64_t *out, struct err *e);
 /* The JSON Schema (draft 2020-12) of specs, generated from the field table. Owned. */
 json_t *spec_schema_json(void);
 
-/* Message sizes a collective spec visits, in order. Returns the count written (at most
- * max) into sizes. */
+/* Message sizes a collective spec visits, in order: the "sizes" list when given, else
+ * min_bytes to max_bytes by factor or step. Returns the count written (at most max). */
 size_t spec_collective_sizes(const struct spec_collective *c, int64_t *sizes, size_t max);
 
 #endif

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,38 @@ static void config_default_worker(struct config *c)
         snprintf(c->worker_path, sizeof c->worker_path, "%s", cand);
 }
 
+/* A token: 16..255 printable characters without spaces (it travels in a header). */
+static int config_set_token(struct config *c, const char *tok, const char *from, struct err *e)
+{
+    size_t n = strlen(tok);
+    if (n < 16 || n >= sizeof c->token)
+        return err_set(e, ERR_INVALID, "token", "the token from %s must be 16 to %zu characters",
+                       from, sizeof c->token - 1);
+    for (size_t i = 0; i < n; i++)
+        if (tok[i] <= 0x20 || tok[i] > 0x7e)
+            return err_set(e, ERR_INVALID, "token", "the token from %s must be printable ASCII "
+                           "without spaces", from);
+    memcpy(c->token, tok, n + 1);
+    return 0;
+}
+
+/* The file's first line, trailing whitespace dropped. */
+static int config_read_token(struct config *c, const char *path, struct err *e)
+{
+    char line[512] = "";
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return err_errno(e, "--token-file %s", path);
+    bool ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    size_t n = strlen(line);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' '))
+        line[--n] = '\0';
+    if (!ok)
+        return err_set(e, ERR_INVALID, "token-file", "--token-file %s is empty", path);
+    return config_set_token(c, line, path, e);
+}
+
 static void config_defaults(struct config *c)
 {
     memset(c, 0, sizeof *c);
@@ -91,6 +124,9 @@ void config_print_usage(const char *prog)
            "  --http-threads N     HTTP worker threads (default 4)\n"
            "  --kill-grace-ms N    SIGTERM to SIGKILL delay for workers (default 3000)\n"
            "  --log-level LEVEL    debug, info, warn, error (default info)\n"
+           "  --token-file PATH    require 'Authorization: Bearer <token>' on every\n"
+           "                       mutation (POST, DELETE); DDPB_TOKEN works too\n"
+           "  --cors-origin ORIGIN allow browser pages from ORIGIN (or *) to call the API\n"
            "  --version, --help\n",
            prog, CONFIG_DEFAULT_PORT);
 }
@@ -98,7 +134,7 @@ void config_print_usage(const char *prog)
 enum {
     OPT_HOST = 1000, OPT_PORT, OPT_STORE_HOST, OPT_STORE_PORT, OPT_STATE_DIR, OPT_WORKER,
     OPT_WEB_DIR, OPT_NODE, OPT_CPU_SLOTS, OPT_MAX_BODY, OPT_HTTP_THREADS, OPT_KILL_GRACE,
-    OPT_LOG_LEVEL, OPT_VERSION, OPT_HELP,
+    OPT_LOG_LEVEL, OPT_TOKEN_FILE, OPT_CORS, OPT_VERSION, OPT_HELP,
 };
 
 static const struct option config_options[] = {
@@ -115,6 +151,8 @@ static const struct option config_options[] = {
     {"http-threads", required_argument, NULL, OPT_HTTP_THREADS},
     {"kill-grace-ms", required_argument, NULL, OPT_KILL_GRACE},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+    {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+    {"cors-origin", required_argument, NULL, OPT_CORS},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -162,6 +200,10 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
             return -1;
         c->kill_grace_ms = (int)v;
         return 0;
+    case OPT_TOKEN_FILE:
+        return config_read_token(c, arg, e);
+    case OPT_CORS:
+        return config_copy(c->cors_origin, sizeof c->cors_origin, "cors-origin", arg, e);
     case OPT_LOG_LEVEL:
         if (log_parse_level(arg, &c->log_level) < 0)
             return err_set(e, ERR_INVALID, "log-level",
@@ -175,6 +217,9 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
 int config_parse_args(struct config *c, int argc, char **argv, struct err *e)
 {
     config_defaults(c);
+    const char *env_token = getenv("DDPB_TOKEN");
+    if (env_token && *env_token && config_set_token(c, env_token, "DDPB_TOKEN", e) < 0)
+        return -1;
     optind = 1;
     opterr = 0;
     int opt;

@@ -29,12 +29,15 @@ struct config {
     int http_threads;
     int kill_grace_ms;    /* SIGTERM → SIGKILL delay when stopping workers */
     enum log_level log_level;
+    char token[256];      /* bearer token every mutation needs; "" = none */
+    char cors_origin[256]; /* Access-Control-Allow-Origin; "" = no CORS */
 };
 
 /* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,
  * --worker, --web-dir, --node, --cpu-slots, --max-body, --http-threads,
- * --kill-grace-ms, --log-level). Returns 0; 1 when --help/--version printed; -1 with
- * e naming the bad option. */
+ * --kill-grace-ms, --log-level, --token-file, --cors-origin) and DDPB_TOKEN (a token
+ * given in the environment; --token-file wins). Returns 0; 1 when --help/--version
+ * printed; -1 with e naming the bad option. */
 int config_parse_args(struct config *c, int argc, char **argv, struct err *e);
 void config_print_usage(const char *prog);
 

@@ -4,6 +4,7 @@
 #include "db.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -14,7 +15,7 @@
 #include "migrations.h"
 
 #define DB_READERS 4
-#define DB_STMT_CACHE 48
+#define DB_STMT_CACHE 96
 #define DB_BUSY_TIMEOUT_MS 5000
 
 struct db_conn {
@@ -183,6 +184,56 @@ static void db_bind_text_or_null(sqlite3_stmt *st, int idx, const char *s)
         sqlite3_bind_text(st, idx, s, -1, SQLITE_TRANSIENT);
     else
         sqlite3_bind_null(st, idx);
+}
+
+/* Binds ?1.. from a format, one letter per parameter:
+ *   i int   I int64_t   d double   t text (NULL binds NULL)
+ *   o int, NULL when negative      D double, NULL when negative */
+static void db_bindv(sqlite3_stmt *st, const char *fmt, va_list ap)
+{
+    for (int i = 1; *fmt; fmt++, i++) {
+        switch (*fmt) {
+        case 'i': sqlite3_bind_int(st, i, va_arg(ap, int)); break;
+        case 'I': sqlite3_bind_int64(st, i, va_arg(ap, int64_t)); break;
+        case 'd': sqlite3_bind_double(st, i, va_arg(ap, double)); break;
+        case 't': db_bind_text_or_null(st, i, va_arg(ap, const char *)); break;
+        case 'o': {
+            int v = va_arg(ap, int);
+            if (v >= 0)
+                sqlite3_bind_int(st, i, v);
+            else
+                sqlite3_bind_null(st, i);
+            break;
+        }
+        case 'D': {
+            double v = va_arg(ap, double);
+            if (v >= 0)
+                sqlite3_bind_double(st, i, v);
+            else
+                sqlite3_bind_null(st, i);
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+/* One statement in its own write transaction, parameters bound from fmt (db_bindv). */
+static int db_write_one(struct db *db, struct err *e, const char *sql, const char *fmt, ...)
+{
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = -1;
+    sqlite3_stmt *st = db_stmt(c, sql, e);
+    if (st) {
+        va_list ap;
+        va_start(ap, fmt);
+        db_bindv(st, fmt, ap);
+        va_end(ap);
+        rc = db_step_done(c, st, e);
+    }
+    return db_write_end(db, rc, e);
 }
 
 /* --- rows as JSON ------------------------------------------------------------------- */
@@ -407,19 +458,21 @@ out:
 }
 
 #define DB_EXPERIMENT_SELECT                                                                \
-    "SELECT e.id, e.name, e.workload, e.status, e.n_runs, "                                 \
-    "(SELECT count(*) FROM runs r WHERE r.experiment_id = e.id AND r.status IN "            \
-    "  ('succeeded', 'failed', 'cancelled', 'interrupted')) AS runs_finished, "             \
+    "SELECT e.id, e.name, e.workload, e.status, e.n_runs, e.runs_finished, "                \
     "e.created_at, e.started_at, e.finished_at, e.finished_at - e.started_at AS duration_s"
 
+#define DB_EXPERIMENT_WHERE                                                                 \
+    " WHERE (?1 IS NULL OR e.status = ?1) AND (?2 IS NULL OR instr(e.name, ?2) > 0) "       \
+    "AND (?3 IS NULL OR e.workload = ?3) "                                                   \
+    "AND (?4 IS NULL OR json_extract(e.spec, '$.model') = ?4 OR EXISTS (SELECT 1 FROM runs r " \
+    "  WHERE r.experiment_id = e.id AND json_extract(r.spec, '$.model') = ?4)) "            \
+    "AND (?5 IS NULL OR e.created_at >= ?5) AND (?6 IS NULL OR e.created_at < ?6)"
+
 static const char SQL_LIST_EXPERIMENTS[] =
-    DB_EXPERIMENT_SELECT " FROM experiments e "
-    "WHERE (?1 IS NULL OR e.status = ?1) AND (?2 IS NULL OR instr(e.name, ?2) > 0) "
-    "AND (?3 IS NULL OR e.workload = ?3) ORDER BY e.id DESC LIMIT ?4 OFFSET ?5";
+    DB_EXPERIMENT_SELECT " FROM experiments e" DB_EXPERIMENT_WHERE
+    " ORDER BY e.id DESC LIMIT ?7 OFFSET ?8";
 static const char SQL_COUNT_EXPERIMENTS[] =
-    "SELECT count(*) AS total FROM experiments e "
-    "WHERE (?1 IS NULL OR e.status = ?1) AND (?2 IS NULL OR instr(e.name, ?2) > 0) "
-    "AND (?3 IS NULL OR e.workload = ?3)";
+    "SELECT count(*) AS total FROM experiments e" DB_EXPERIMENT_WHERE;
 static const char SQL_GET_EXPERIMENT[] =
     DB_EXPERIMENT_SELECT ", e.spec FROM experiments e WHERE e.id = ?1";
 static const char SQL_EXPERIMENT_RUNS[] =
@@ -432,6 +485,11 @@ static void db_bind_filter(sqlite3_stmt *st, const struct db_experiment_filter *
     db_bind_text_or_null(st, 1, f->status);
     db_bind_text_or_null(st, 2, f->name);
     db_bind_text_or_null(st, 3, f->workload);
+    db_bind_text_or_null(st, 4, f->model);
+    if (f->created_after > 0)
+        sqlite3_bind_double(st, 5, f->created_after);
+    if (f->created_before > 0)
+        sqlite3_bind_double(st, 6, f->created_before);
 }
 
 json_t *db_list_experiments(struct db *db, const struct db_experiment_filter *f,
@@ -450,8 +508,8 @@ json_t *db_list_experiments(struct db *db, const struct db_experiment_filter *f,
     if (!st)
         goto done;
     db_bind_filter(st, f);
-    sqlite3_bind_int64(st, 4, f->limit);
-    sqlite3_bind_int64(st, 5, f->offset);
+    sqlite3_bind_int64(st, 7, f->limit);
+    sqlite3_bind_int64(st, 8, f->offset);
     items = db_rows_json(c, st, e);
     if (!items)
         goto done;
@@ -504,6 +562,9 @@ static const char SQL_RUN_COLLECTIVES[] =
     "time_us_median, time_us_p95, time_us_mean, time_us_max, algbw_gbs, busbw_gbs, wrong "
     "FROM collectives WHERE run_id = ?1 ORDER BY repeat, op, inplace, bytes";
 static const char SQL_RUN_ENV[] = "SELECT rank, env FROM run_env WHERE run_id = ?1 ORDER BY rank";
+static const char SQL_RUN_EPOCHS[] =
+    "SELECT repeat, epoch, samples, train_loss, train_acc, test_loss, test_acc, time_s "
+    "FROM epochs WHERE run_id = ?1 ORDER BY repeat, epoch";
 
 /* Attaches the rows of a per-run child query under key. */
 static int db_attach_rows(struct db_conn *c, json_t *obj, const char *key, const char *sql,
@@ -533,6 +594,7 @@ json_t *db_get_run(struct db *db, int64_t id, struct err *e)
         goto done;
     if (db_attach_rows(c, run, "ranks", SQL_RUN_RANKS, id, e) < 0 ||
         db_attach_rows(c, run, "collectives", SQL_RUN_COLLECTIVES, id, e) < 0 ||
+        db_attach_rows(c, run, "epochs", SQL_RUN_EPOCHS, id, e) < 0 ||
         db_attach_rows(c, run, "env", SQL_RUN_ENV, id, e) < 0) {
         json_decref(run);
         run = NULL;
@@ -647,21 +709,8 @@ static const char SQL_RANK_SPAWNED[] =
 int db_rank_spawned(struct db *db, int64_t run_id, int rank, const char *node, int pid,
                     const char *cpus, struct err *e)
 {
-    struct db_conn *c = db_write_begin(db, e);
-    if (!c)
-        return -1;
-    int rc = -1;
-    sqlite3_stmt *st = db_stmt(c, SQL_RANK_SPAWNED, e);
-    if (st) {
-        sqlite3_bind_int64(st, 1, run_id);
-        sqlite3_bind_int(st, 2, rank);
-        sqlite3_bind_text(st, 3, node, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(st, 4, pid);
-        db_bind_text_or_null(st, 5, cpus);
-        sqlite3_bind_double(st, 6, clock_wall_s());
-        rc = db_step_done(c, st, e);
-    }
-    return db_write_end(db, rc, e);
+    return db_write_one(db, e, SQL_RANK_SPAWNED, "Iititd", run_id, rank, node, pid, cpus,
+                        clock_wall_s());
 }
 
 static const char SQL_RANK_HELLO[] =
@@ -738,41 +787,16 @@ static const char SQL_RANK_EXITED[] =
 int db_rank_exited(struct db *db, int64_t run_id, int rank, const char *status,
                    int exit_code, int signal, const char *error, struct err *e)
 {
-    struct db_conn *c = db_write_begin(db, e);
-    if (!c)
-        return -1;
-    int rc = -1;
-    sqlite3_stmt *st = db_stmt(c, SQL_RANK_EXITED, e);
-    if (st) {
-        sqlite3_bind_int64(st, 1, run_id);
-        sqlite3_bind_int(st, 2, rank);
-        sqlite3_bind_text(st, 3, status, -1, SQLITE_TRANSIENT);
-        if (exit_code >= 0)
-            sqlite3_bind_int(st, 4, exit_code);
-        if (signal > 0)
-            sqlite3_bind_int(st, 5, signal);
-        db_bind_text_or_null(st, 6, error);
-        sqlite3_bind_double(st, 7, clock_wall_s());
-        rc = db_step_done(c, st, e);
-    }
-    return db_write_end(db, rc, e);
+    return db_write_one(db, e, SQL_RANK_EXITED, "Iitootd", run_id, rank, status, exit_code,
+                        signal > 0 ? signal : -1, error, clock_wall_s());
 }
 
 static const char SQL_RUN_PROGRESS[] = "UPDATE runs SET progress = ?2 WHERE id = ?1";
 
 int db_run_progress(struct db *db, int64_t run_id, double fraction, struct err *e)
 {
-    struct db_conn *c = db_write_begin(db, e);
-    if (!c)
-        return -1;
-    int rc = -1;
-    sqlite3_stmt *st = db_stmt(c, SQL_RUN_PROGRESS, e);
-    if (st) {
-        sqlite3_bind_int64(st, 1, run_id);
-        sqlite3_bind_double(st, 2, fraction < 0 ? 0 : fraction > 1 ? 1 : fraction);
-        rc = db_step_done(c, st, e);
-    }
-    return db_write_end(db, rc, e);
+    return db_write_one(db, e, SQL_RUN_PROGRESS, "Id", run_id,
+                        fraction < 0 ? 0.0 : fraction > 1 ? 1.0 : fraction);
 }
 
 static const char SQL_INSERT_COLLECTIVE[] =
@@ -784,33 +808,10 @@ static const char SQL_INSERT_COLLECTIVE[] =
 int db_insert_collective(struct db *db, int64_t run_id, const struct report_collective *r,
                          struct err *e)
 {
-    struct db_conn *c = db_write_begin(db, e);
-    if (!c)
-        return -1;
-    int rc = -1;
-    sqlite3_stmt *st = db_stmt(c, SQL_INSERT_COLLECTIVE, e);
-    if (st) {
-        sqlite3_bind_int64(st, 1, run_id);
-        sqlite3_bind_int(st, 2, r->repeat);
-        sqlite3_bind_text(st, 3, r->op, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 4, r->dtype, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 5, r->redop, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 6, r->algorithm, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(st, 7, r->inplace);
-        sqlite3_bind_int64(st, 8, r->bytes);
-        sqlite3_bind_int64(st, 9, r->count);
-        sqlite3_bind_int(st, 10, r->iters);
-        sqlite3_bind_double(st, 11, r->time_us_min);
-        sqlite3_bind_double(st, 12, r->time_us_median);
-        sqlite3_bind_double(st, 13, r->time_us_p95);
-        sqlite3_bind_double(st, 14, r->time_us_mean);
-        sqlite3_bind_double(st, 15, r->time_us_max);
-        sqlite3_bind_double(st, 16, r->algbw_gbs);
-        sqlite3_bind_double(st, 17, r->busbw_gbs);
-        sqlite3_bind_int64(st, 18, r->wrong);
-        rc = db_step_done(c, st, e);
-    }
-    return db_write_end(db, rc, e);
+    return db_write_one(db, e, SQL_INSERT_COLLECTIVE, "IittttiIIidddddddI", run_id, r->repeat,
+                        r->op, r->dtype, r->redop, r->algorithm, (int)r->inplace, r->bytes,
+                        r->count, r->iters, r->time_us_min, r->time_us_median, r->time_us_p95,
+                        r->time_us_mean, r->time_us_max, r->algbw_gbs, r->busbw_gbs, r->wrong);
 }
 
 /* The experiment's status follows from its runs' statuses: any active or queued run keeps
@@ -830,7 +831,9 @@ static const char SQL_EXPERIMENT_REFRESH[] =
     "    THEN 'interrupted' "
     "  ELSE 'cancelled' END, "
     "finished_at = CASE WHEN EXISTS (SELECT 1 FROM runs WHERE experiment_id = ?1 AND status IN "
-    "               ('queued', 'starting', 'running')) THEN NULL ELSE ?2 END "
+    "               ('queued', 'starting', 'running')) THEN NULL ELSE ?2 END, "
+    "runs_finished = (SELECT count(*) FROM runs WHERE experiment_id = ?1 AND status IN "
+    "               ('succeeded', 'failed', 'cancelled', 'interrupted')) "
     "WHERE id = ?1";
 static const char SQL_RUN_FINISH[] =
     "UPDATE runs SET status = ?2, finished_at = ?3, error = ?4, error_rank = ?5, "
@@ -893,9 +896,42 @@ static const char SQL_RECOVER_RUNS[] =
     "error = 'ddpbenchd stopped while this run was active' "
     "WHERE status IN ('starting', 'running')";
 
-int db_recover(struct db *db, int64_t *n_out, struct err *e)
+static const char SQL_RECOVER_ORPHANS[] =
+    "SELECT k.run_id, k.rank, k.pid FROM run_ranks k JOIN runs r ON r.id = k.run_id "
+    "WHERE r.status IN ('starting', 'running') AND k.status IN ('starting', 'running') "
+    "AND k.pid IS NOT NULL";
+
+static int db_collect_orphans(struct db_conn *c, struct db_orphan **out, size_t *n,
+                              struct err *e)
+{
+    sqlite3_stmt *st = db_stmt(c, SQL_RECOVER_ORPHANS, e);
+    if (!st)
+        return -1;
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            struct db_orphan *grown = realloc(*out, cap * sizeof **out);
+            if (!grown) {
+                sqlite3_reset(st);
+                return err_set(e, ERR_NOMEM, NULL, "out of memory");
+            }
+            *out = grown;
+        }
+        (*out)[(*n)++] = (struct db_orphan){sqlite3_column_int64(st, 0),
+                                            sqlite3_column_int(st, 1), sqlite3_column_int(st, 2)};
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? 0 : db_fail(e, c->h, "orphans");
+}
+
+int db_recover(struct db *db, int64_t *n_out, struct db_orphan **orphans, size_t *n_orphans,
+               struct err *e)
 {
     *n_out = 0;
+    *orphans = NULL;
+    *n_orphans = 0;
     struct db_conn *c = db_write_begin(db, e);
     if (!c)
         return -1;
@@ -903,7 +939,7 @@ int db_recover(struct db *db, int64_t *n_out, struct err *e)
     double now = clock_wall_s();
     json_t *exps = NULL;
     sqlite3_stmt *st = db_stmt(c, SQL_RECOVER_EXPERIMENTS, e);
-    if (!st || !(exps = db_rows_json(c, st, e)))
+    if (!st || !(exps = db_rows_json(c, st, e)) || db_collect_orphans(c, orphans, n_orphans, e) < 0)
         goto out;
     st = db_stmt(c, SQL_RECOVER_RANKS, e);
     if (!st)
@@ -931,5 +967,290 @@ int db_recover(struct db *db, int64_t *n_out, struct err *e)
     }
 out:
     json_decref(exps);
+    if (rc < 0) {
+        free(*orphans);
+        *orphans = NULL;
+        *n_orphans = 0;
+    }
+    return db_write_end(db, rc, e);
+}
+
+/* --- training figures -------------------------------------------------------------------- */
+
+static const char SQL_INSERT_STEP[] =
+    "INSERT OR REPLACE INTO steps (run_id, rank, repeat, epoch, step, warmup, samples, loss, "
+    "data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, "
+    "bytes_sent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+
+int db_insert_step(struct db *db, int64_t run_id, int rank, const struct report_step *r,
+                   struct err *e)
+{
+    return db_write_one(db, e, SQL_INSERT_STEP, "IiiiIiiddddddddI", run_id, rank, r->repeat,
+                        r->epoch, r->step, (int)r->warmup, r->samples, r->loss, r->data_ms,
+                        r->forward_ms, r->backward_ms, r->comm_ms, r->comm_exposed_ms,
+                        r->optimizer_ms, r->step_ms, r->bytes_sent);
+}
+
+static const char SQL_INSERT_EPOCH[] =
+    "INSERT OR REPLACE INTO epochs (run_id, repeat, epoch, samples, train_loss, train_acc, "
+    "test_loss, test_acc, time_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+int db_insert_epoch(struct db *db, int64_t run_id, const struct report_epoch *r, struct err *e)
+{
+    return db_write_one(db, e, SQL_INSERT_EPOCH, "IiiIddDDd", run_id, r->repeat, r->epoch,
+                        r->samples, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
+                        r->time_s);
+}
+
+static const char SQL_RUN_EXISTS[] = "SELECT 1 FROM runs WHERE id = ?1";
+static const char SQL_RUN_STEPS[] =
+    "SELECT rank, repeat, epoch, step, warmup, samples, loss, data_ms, forward_ms, "
+    "backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, bytes_sent FROM steps "
+    "WHERE run_id = ?1 AND (?2 < 0 OR rank = ?2) AND (?3 OR warmup = 0) "
+    "ORDER BY repeat, step, rank";
+
+static bool db_exists(struct db_conn *c, const char *sql, int64_t id, struct err *e)
+{
+    sqlite3_stmt *st = db_stmt(c, sql, e);
+    if (!st)
+        return false;
+    sqlite3_bind_int64(st, 1, id);
+    bool found = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_reset(st);
+    return found;
+}
+
+/* {"columns": [names], "rows": [[values]...]} of a bound statement. Owned. */
+static json_t *db_rows_compact(struct db_conn *c, sqlite3_stmt *st, struct err *e)
+{
+    json_t *cols = json_array(), *rows = json_array();
+    int n = sqlite3_column_count(st);
+    for (int i = 0; i < n; i++)
+        json_array_append_new(cols, json_string(sqlite3_column_name(st, i)));
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        json_t *row = json_array();
+        for (int i = 0; i < n; i++)
+            json_array_append_new(row, db_col_json(st, i));
+        json_array_append_new(rows, row);
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        json_decref(cols);
+        json_decref(rows);
+        db_fail(e, c->h, "query");
+        return NULL;
+    }
+    return json_pack("{s:o, s:o}", "columns", cols, "rows", rows);
+}
+
+json_t *db_get_steps(struct db *db, int64_t run_id, int rank, bool include_warmup,
+                     struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    json_t *out = NULL;
+    if (!db_exists(c, SQL_RUN_EXISTS, run_id, e)) {
+        if (!e || e->code == ERR_OK)
+            err_set(e, ERR_NOT_FOUND, NULL, "run %lld not found", (long long)run_id);
+        goto done;
+    }
+    sqlite3_stmt *st = db_stmt(c, SQL_RUN_STEPS, e);
+    if (!st)
+        goto done;
+    sqlite3_bind_int64(st, 1, run_id);
+    sqlite3_bind_int(st, 2, rank);
+    sqlite3_bind_int(st, 3, include_warmup);
+    out = db_rows_compact(c, st, e);
+done:
+    db_reader_release(db, c);
+    return out;
+}
+
+static const char SQL_DATA_RUNS[] =
+    "SELECT id, point, params, spec, world_size, status, error FROM runs "
+    "WHERE experiment_id = ?1 ORDER BY point";
+/* Per step of a run: the slowest rank's time (the step time), the mean phases over
+ * ranks, and the spread between the fastest and the slowest rank. */
+static const char SQL_DATA_STEPS[] =
+    "SELECT repeat, step, max(step_ms) AS step_ms, min(step_ms) AS fastest_ms, "
+    "sum(samples) AS samples, avg(data_ms) AS data_ms, avg(forward_ms) AS forward_ms, "
+    "avg(backward_ms) AS backward_ms, avg(comm_ms) AS comm_ms, "
+    "avg(comm_exposed_ms) AS comm_exposed_ms, avg(optimizer_ms) AS optimizer_ms, "
+    "sum(bytes_sent) AS bytes_sent, count(*) AS ranks FROM steps "
+    "WHERE run_id = ?1 AND warmup = 0 GROUP BY repeat, step ORDER BY repeat, step";
+
+json_t *db_get_experiment_data(struct db *db, int64_t id, struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    json_t *exp = NULL, *runs = NULL;
+    sqlite3_stmt *st = db_stmt(c, SQL_GET_EXPERIMENT, e);
+    if (!st)
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    if (!(exp = db_one_json(c, st, "experiment", id, e)))
+        goto fail;
+    if (!(st = db_stmt(c, SQL_DATA_RUNS, e)))
+        goto fail;
+    sqlite3_bind_int64(st, 1, id);
+    if (!(runs = db_rows_json(c, st, e)))
+        goto fail;
+    size_t i;
+    json_t *run;
+    json_array_foreach(runs, i, run)
+    {
+        int64_t rid = json_integer_value(json_object_get(run, "id"));
+        if (db_attach_rows(c, run, "collectives", SQL_RUN_COLLECTIVES, rid, e) < 0 ||
+            db_attach_rows(c, run, "steps", SQL_DATA_STEPS, rid, e) < 0 ||
+            db_attach_rows(c, run, "epochs", SQL_RUN_EPOCHS, rid, e) < 0)
+            goto fail;
+    }
+    json_object_set_new(exp, "runs", runs);
+    db_reader_release(db, c);
+    return exp;
+fail:
+    json_decref(runs);
+    json_decref(exp);
+    db_reader_release(db, c);
+    return NULL;
+}
+
+/* --- cancel and delete ---------------------------------------------------------------------- */
+
+static const char SQL_EXPERIMENT_EXISTS[] = "SELECT 1 FROM experiments WHERE id = ?1";
+static const char SQL_CANCEL_QUEUED[] =
+    "UPDATE runs SET status = 'cancelled', finished_at = ?3, error = 'cancelled before it "
+    "started' WHERE status = 'queued' AND ((?1 > 0 AND experiment_id = ?1) OR id = ?2)";
+static const char SQL_QUEUED_RUNS[] =
+    "SELECT id FROM runs WHERE status = 'queued' AND ((?1 > 0 AND experiment_id = ?1) OR id = ?2)";
+static const char SQL_ACTIVE_RUNS[] =
+    "SELECT id FROM runs WHERE status IN ('starting', 'running') "
+    "AND ((?1 > 0 AND experiment_id = ?1) OR id = ?2)";
+static const char SQL_ANY_ACTIVE[] =
+    "SELECT id FROM runs WHERE status IN ('queued', 'starting', 'running') "
+    "AND ((?1 > 0 AND experiment_id = ?1) OR id = ?2)";
+static const char SQL_EXPERIMENT_RUN_IDS[] =
+    "SELECT id FROM runs WHERE ((?1 > 0 AND experiment_id = ?1) OR id = ?2)";
+static const char SQL_DELETE_EXPERIMENT[] = "DELETE FROM experiments WHERE id = ?1";
+
+/* Run ids of a bound two-parameter selection (?1 experiment, ?2 run) into *out (owned). */
+static int db_select_ids(struct db_conn *c, const char *sql, int64_t exp_id, int64_t run_id,
+                         int64_t **out, size_t *n, struct err *e)
+{
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = db_stmt(c, sql, e);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, exp_id);
+    sqlite3_bind_int64(st, 2, run_id);
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 8;
+            int64_t *grown = realloc(*out, cap * sizeof **out);
+            if (!grown) {
+                sqlite3_reset(st);
+                return err_set(e, ERR_NOMEM, NULL, "out of memory");
+            }
+            *out = grown;
+        }
+        (*out)[(*n)++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? 0 : db_fail(e, c->h, "select ids");
+}
+
+/* ERR_NOT_FOUND unless the experiment (exp_id > 0) or the run exists. */
+static int db_check_target(struct db_conn *c, int64_t exp_id, int64_t run_id, struct err *e)
+{
+    bool exp = exp_id > 0;
+    if (db_exists(c, exp ? SQL_EXPERIMENT_EXISTS : SQL_RUN_EXISTS, exp ? exp_id : run_id, e))
+        return 0;
+    return err_set(e, ERR_NOT_FOUND, NULL, "%s %lld not found", exp ? "experiment" : "run",
+                   (long long)(exp ? exp_id : run_id));
+}
+
+int db_cancel(struct db *db, int64_t exp_id, int64_t run_id, struct db_cancel_result *out,
+              struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = -1;
+    double now = clock_wall_s();
+    if (db_check_target(c, exp_id, run_id, e) < 0 ||
+        db_select_ids(c, SQL_QUEUED_RUNS, exp_id, run_id, &out->cancelled, &out->n_cancelled,
+                      e) < 0)
+        goto out;
+    sqlite3_stmt *st = db_stmt(c, SQL_CANCEL_QUEUED, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, exp_id);
+    sqlite3_bind_int64(st, 2, run_id);
+    sqlite3_bind_double(st, 3, now);
+    if (db_step_done(c, st, e) < 0 ||
+        db_select_ids(c, SQL_ACTIVE_RUNS, exp_id, run_id, &out->active, &out->n_active, e) < 0)
+        goto out;
+    if (out->n_cancelled == 0 && out->n_active == 0) {
+        err_set(e, ERR_CONFLICT, NULL, "nothing to cancel: the %s has already finished",
+                exp_id > 0 ? "experiment" : "run");
+        goto out;
+    }
+    if (!(st = db_stmt(c, SQL_RUN_EXPERIMENT, e)))
+        goto out;
+    sqlite3_bind_int64(st, 1, run_id);
+    out->experiment_id = exp_id;
+    if (exp_id <= 0)
+        out->experiment_id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    rc = db_refresh_experiment(c, out->experiment_id, now, e);
+out:
+    if (rc < 0)
+        db_cancel_result_free(out);
+    return db_write_end(db, rc, e);
+}
+
+void db_cancel_result_free(struct db_cancel_result *r)
+{
+    free(r->cancelled);
+    free(r->active);
+    r->cancelled = r->active = NULL;
+    r->n_cancelled = r->n_active = 0;
+}
+
+int db_delete_experiment(struct db *db, int64_t id, int64_t **run_ids, size_t *n, struct err *e)
+{
+    *run_ids = NULL;
+    *n = 0;
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = -1;
+    int64_t *busy = NULL;
+    size_t nbusy = 0;
+    if (db_check_target(c, id, 0, e) < 0 ||
+        db_select_ids(c, SQL_ANY_ACTIVE, id, 0, &busy, &nbusy, e) < 0)
+        goto out;
+    if (nbusy > 0) {
+        err_set(e, ERR_CONFLICT, NULL, "experiment %lld has %zu run(s) queued or running: "
+                "cancel it first", (long long)id, nbusy);
+        goto out;
+    }
+    if (db_select_ids(c, SQL_EXPERIMENT_RUN_IDS, id, 0, run_ids, n, e) < 0)
+        goto out;
+    sqlite3_stmt *st = db_stmt(c, SQL_DELETE_EXPERIMENT, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, id);
+    rc = db_step_done(c, st, e);
+out:
+    free(busy);
+    if (rc < 0) {
+        free(*run_ids);
+        *run_ids = NULL;
+        *n = 0;
+    }
     return db_write_end(db, rc, e);
 }

@@ -11,6 +11,7 @@
 #define DDPB_DB_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,6 +52,8 @@ struct db_experiment_filter {
     const char *status;   /* NULL = any */
     const char *name;     /* substring, NULL = any */
     const char *workload; /* NULL = any */
+    const char *model;    /* spec's model, NULL = any */
+    double created_after, created_before; /* Unix seconds; 0 = unbounded */
     int64_t limit;        /* 1..1000 */
     int64_t offset;       /* >= 0 */
 };
@@ -59,8 +62,33 @@ json_t *db_list_experiments(struct db *db, const struct db_experiment_filter *f,
                             struct err *e);
 /* The experiment with "spec" and "runs" (each run without its results). ERR_NOT_FOUND. */
 json_t *db_get_experiment(struct db *db, int64_t id, struct err *e);
-/* The run with "spec", "params", "ranks", "collectives", "env". ERR_NOT_FOUND. */
+/* The run with "spec", "params", "ranks", "collectives", "epochs", "env". ERR_NOT_FOUND. */
 json_t *db_get_run(struct db *db, int64_t id, struct err *e);
+/* Steps of a run: {"columns": [...], "rows": [[...], ...]} (compact: runs have many),
+ * optionally one rank (rank < 0 = all) and without warm-up steps. ERR_NOT_FOUND. */
+json_t *db_get_steps(struct db *db, int64_t run_id, int rank, bool include_warmup,
+                     struct err *e);
+/* Every run of an experiment with its spec, params and collective rows and per-step
+ * slowest-rank times, for aggregation (daemon/results.c). ERR_NOT_FOUND. */
+json_t *db_get_experiment_data(struct db *db, int64_t id, struct err *e);
+
+/* What db_cancel did. Arrays owned (db_cancel_result_free). */
+struct db_cancel_result {
+    int64_t experiment_id;
+    int64_t *cancelled; /* queued runs now cancelled */
+    size_t n_cancelled;
+    int64_t *active;    /* starting or running: for the scheduler to stop */
+    size_t n_active;
+};
+/* Cancels: every queued run of experiment exp_id (run_id 0) or the one run run_id becomes
+ * cancelled at once; runs that are starting or running are listed for the scheduler to
+ * stop. ERR_NOT_FOUND; ERR_CONFLICT when nothing is left to cancel (all finished). */
+int db_cancel(struct db *db, int64_t exp_id, int64_t run_id, struct db_cancel_result *out,
+              struct err *e);
+void db_cancel_result_free(struct db_cancel_result *r);
+/* Deletes an experiment and everything stored for it. ERR_CONFLICT while any of its runs
+ * is queued, starting or running; *run_ids (owned) lists its runs (for their files). */
+int db_delete_experiment(struct db *db, int64_t id, int64_t **run_ids, size_t *n, struct err *e);
 
 /* --- the scheduler's queue ----------------------------------------------------------- */
 struct db_queued_run {
@@ -90,12 +118,24 @@ int db_rank_exited(struct db *db, int64_t run_id, int rank, const char *status,
 int db_run_progress(struct db *db, int64_t run_id, double fraction, struct err *e);
 int db_insert_collective(struct db *db, int64_t run_id, const struct report_collective *c,
                          struct err *e);
+int db_insert_step(struct db *db, int64_t run_id, int rank, const struct report_step *s,
+                   struct err *e);
+int db_insert_epoch(struct db *db, int64_t run_id, const struct report_epoch *ep,
+                    struct err *e);
 /* Ends a run (succeeded, failed, cancelled, interrupted) and updates its experiment's
  * status and timestamps. error may be NULL; error_rank < 0 = none. */
 int db_run_finish(struct db *db, int64_t run_id, enum db_run_status status, const char *error,
                   int error_rank, struct err *e);
+/* A worker process the database says was running. */
+struct db_orphan {
+    int64_t run_id;
+    int rank, pid;
+};
 /* Start-up repair: runs left starting/running by a daemon that stopped become
- * interrupted (with a message), their experiments updated. *n_out = how many. */
-int db_recover(struct db *db, int64_t *n_out, struct err *e);
+ * interrupted (with a message), their experiments updated. *n_out = how many runs;
+ * *orphans (owned, free()) lists the processes those runs had, for the caller to make
+ * sure they are gone. */
+int db_recover(struct db *db, int64_t *n_out, struct db_orphan **orphans, size_t *n_orphans,
+               struct err *e);
 
 #endif

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,4 +160,41 @@ void launcher_signal(pid_t pid, int sig)
         return;
     if (kill(-pid, sig) < 0 && errno == ESRCH)
         kill(pid, sig);
+}
+
+/* True when /proc/pid/environ holds the NUL-terminated entry want. */
+static bool launcher_environ_has(pid_t pid, const char *want)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    char entry[512];
+    size_t n = 0;
+    bool found = false;
+    int c;
+    while (!found && (c = fgetc(f)) != EOF) {
+        if (c != '\0') {
+            if (n < sizeof entry - 1)
+                entry[n++] = (char)c;
+            continue;
+        }
+        entry[n] = '\0';
+        found = strcmp(entry, want) == 0;
+        n = 0;
+    }
+    fclose(f);
+    return found;
+}
+
+int launcher_kill_orphan(pid_t pid, const char *run, int rank)
+{
+    char want_run[128], want_rank[64];
+    snprintf(want_run, sizeof want_run, "DDPB_RUN=%s", run);
+    snprintf(want_rank, sizeof want_rank, "DDPB_RANK=%d", rank);
+    if (pid <= 0 || !launcher_environ_has(pid, want_run) || !launcher_environ_has(pid, want_rank))
+        return 0;
+    launcher_signal(pid, SIGKILL);
+    return 1;
 }

@@ -35,5 +35,9 @@ struct launched {
 int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct err *e);
 /* Sends sig to the rank's process group (falls back to the pid). */
 void launcher_signal(pid_t pid, int sig);
+/* After a daemon restart: SIGKILLs pid's process group when, and only when, the process
+ * is still the worker it was (its environment carries DDPB_RUN=run and DDPB_RANK=rank),
+ * so a recycled pid is never touched. Returns 1 when it killed, 0 otherwise. */
+int launcher_kill_orphan(pid_t pid, const char *run, int rank);
 
 #endif

@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "config.h"
 #include "db.h"
+#include "launcher.h"
 #include "ddpb_config.h"
 #include "log.h"
 #include "net.h"
@@ -32,6 +33,7 @@ struct daemon {
     struct db *db;
     struct store_server *store;
     struct scheduler *sched;
+    struct events *events;
     struct api_ctx api;
     struct api_server *http;
     char info_path[PATH_MAX];
@@ -69,6 +71,29 @@ static int daemon_write_info(struct daemon *d, struct err *e)
     return 0;
 }
 
+/* Runs a stopped daemon left active are interrupted; their workers normally died with
+ * it (PR_SET_PDEATHSIG), and any that did not are killed here. */
+static int daemon_recover(struct daemon *d, struct err *e)
+{
+    int64_t interrupted = 0;
+    struct db_orphan *orphans = NULL;
+    size_t n = 0;
+    if (db_recover(d->db, &interrupted, &orphans, &n, e) < 0)
+        return -1;
+    if (interrupted > 0)
+        log_warn("%lld run(s) were active when ddpbenchd last stopped: marked interrupted",
+                 (long long)interrupted);
+    for (size_t i = 0; i < n; i++) {
+        char run[32];
+        snprintf(run, sizeof run, "run-%lld", (long long)orphans[i].run_id);
+        if (launcher_kill_orphan(orphans[i].pid, run, orphans[i].rank))
+            log_warn("killed orphaned worker pid %d (run %lld rank %d)", orphans[i].pid,
+                     (long long)orphans[i].run_id, orphans[i].rank);
+    }
+    free(orphans);
+    return 0;
+}
+
 static int daemon_start(struct daemon *d, struct err *e)
 {
     char path[PATH_MAX];
@@ -77,20 +102,19 @@ static int daemon_start(struct daemon *d, struct err *e)
     snprintf(path, sizeof path, "%s/ddpbench.db", d->cfg.state_dir);
     if (!(d->db = db_open(path, e)))
         return -1;
-    int64_t interrupted = 0;
-    if (db_recover(d->db, &interrupted, e) < 0)
+    if (daemon_recover(d, e) < 0)
         return -1;
-    if (interrupted > 0)
-        log_warn("%lld run(s) were active when ddpbenchd last stopped: marked interrupted",
-                 (long long)interrupted);
     if (!(d->store = store_server_create(d->cfg.store_host, d->cfg.store_port, e)))
         return -1;
-    if (!(d->sched = scheduler_create(&d->cfg, d->db, d->store, e)))
+    if (!(d->events = events_create()))
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    if (!(d->sched = scheduler_create(&d->cfg, d->db, d->store, d->events, e)))
         return -1;
     d->api.cfg = &d->cfg;
     d->api.db = d->db;
     d->api.sched = d->sched;
     d->api.store = d->store;
+    d->api.events = d->events;
     d->api.started_at = clock_wall_s();
     if (!(d->http = api_server_start(&d->api, e)))
         return -1;
@@ -99,9 +123,12 @@ static int daemon_start(struct daemon *d, struct err *e)
 
 static void daemon_stop(struct daemon *d)
 {
+    if (d->events)
+        events_shutdown(d->events);  /* event streams end (resumed, then closed) */
     api_server_stop(d->http);        /* no new requests */
     scheduler_destroy(d->sched);     /* active runs end interrupted */
     store_server_destroy(d->store);
+    events_destroy(d->events);
     db_close(d->db);
     if (d->info_path[0])
         unlink(d->info_path);

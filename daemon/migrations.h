@@ -1,5 +1,5 @@
 /* migrations: the schema/NNN_name.sql files, embedded at build time
- * (schema/embed_migrations.py). db_open applies those above the database's
+ * (schema/embed.py). db_open applies those above the database's
  * PRAGMA user_version, each in its own transaction. */
 #ifndef DDPB_MIGRATIONS_H
 #define DDPB_MIGRATIONS_H

@@ -34,6 +34,8 @@ struct run_rank {
     char error_code[24];   /* from its error event */
     char error[512];
     int error_peer;
+    int64_t last_seen_ms;  /* monotonic time of its last report line (or its spawn) */
+    char phase[128];       /* what it last said it was doing */
 };
 
 struct active_run {
@@ -41,17 +43,66 @@ struct active_run {
     int64_t id, experiment_id;
     int world_size;
     struct run_rank *ranks;
-    int n_settled;
+    int n_settled, n_hello;
     int64_t exits_seen;
     char ns[32], secret[40], dir[PATH_MAX - 64];
     int64_t deadline_ms, kill_at_ms;
-    int timeout_s;
+    int timeout_s, heartbeat_timeout_s;
+    int stop_rank;
     bool stopping, finished, store_registered;
     enum db_run_status stop_status;
     char stop_reason[512];
 };
 
 /* --- helpers -------------------------------------------------------------------- */
+
+/* Publishes a live event about this run; data is stolen. */
+static void monitor_publish(const struct active_run *r, const char *type, json_t *data)
+{
+    if (data) {
+        json_object_set_new(data, "run", json_integer(r->id));
+        json_object_set_new(data, "experiment", json_integer(r->experiment_id));
+        events_publish(r->ctx->events, r->experiment_id, type, data);
+    }
+    json_decref(data);
+}
+
+/* The run's status changed; at its end the experiment's status is published too. */
+static void monitor_publish_status(const struct active_run *r, enum db_run_status st,
+                                   const char *error, int error_rank)
+{
+    json_t *d = json_pack("{s:s, s:i}", "status", db_run_status_name(st), "world_size",
+                          r->world_size);
+    if (d && error)
+        json_object_set_new(d, "error", json_string(error));
+    if (d && error_rank >= 0)
+        json_object_set_new(d, "error_rank", json_integer(error_rank));
+    monitor_publish(r, "run", d);
+    if (st == DB_RUN_STARTING || st == DB_RUN_RUNNING)
+        return;
+    struct err e = {0};
+    json_t *exp = db_get_experiment(r->ctx->db, r->experiment_id, &e);
+    if (exp) {
+        json_t *x = json_pack("{s:O, s:O, s:O}", "id", json_object_get(exp, "id"), "status",
+                              json_object_get(exp, "status"), "runs_finished",
+                              json_object_get(exp, "runs_finished"));
+        if (x)
+            events_publish(r->ctx->events, r->experiment_id, "experiment", x);
+        json_decref(x);
+        json_decref(exp);
+    }
+}
+
+/* A report event as published: the worker's fields without type and t. Owned. */
+static json_t *monitor_event_data(const json_t *ev)
+{
+    json_t *d = json_copy((json_t *)ev);
+    if (d) {
+        json_object_del(d, "type");
+        json_object_del(d, "t");
+    }
+    return d;
+}
 
 static void monitor_db_warn(const struct active_run *r, int rc, const struct err *e)
 {
@@ -258,6 +309,7 @@ static void monitor_finish(struct active_run *r)
         all_ok = all_ok && monitor_rank_ok(&r->ranks[i]);
     if (r->stopping && r->stop_reason[0]) {
         status = r->stop_status;
+        rank = r->stop_rank;
         snprintf(msg, sizeof msg, "%s", r->stop_reason);
     } else if (!all_ok) {
         status = DB_RUN_FAILED;
@@ -269,6 +321,7 @@ static void monitor_finish(struct active_run *r)
         store_server_remove_run(r->ctx->store, r->ns);
     r->store_registered = false;
     r->finished = true;
+    monitor_publish_status(r, status, msg[0] ? msg : NULL, rank);
     log_info("run %lld %s%s%s", (long long)r->id, db_run_status_name(status), msg[0] ? ": " : "",
              msg);
 }
@@ -336,6 +389,7 @@ static void monitor_handle_line(struct active_run *r, struct run_rank *k, const 
     enum report_type type;
     if (k->bad_report[0])
         return;
+    k->last_seen_ms = clock_mono_ms();
     json_t *ev = report_parse_line(line, len, &type, &e);
     if (!ev) {
         snprintf(k->bad_report, sizeof k->bad_report, "%s", e.msg);
@@ -352,6 +406,28 @@ static void monitor_handle_line(struct active_run *r, struct run_rank *k, const 
     }
     int rc = 0;
     switch (type) {
+    case REPORT_HEARTBEAT:
+        snprintf(k->phase, sizeof k->phase, "%s",
+                 json_string_value(json_object_get(ev, "phase")));
+        break;
+    case REPORT_STEP: {
+        struct report_step st;
+        rc = report_step_from_json(ev, &st, &e);
+        if (rc == 0)
+            rc = db_insert_step(r->ctx->db, r->id, k->rank, &st, &e);
+        if (rc == 0 && k->rank == 0) /* live view: one rank's steps are enough */
+            monitor_publish(r, "step", monitor_event_data(ev));
+        break;
+    }
+    case REPORT_EPOCH: {
+        struct report_epoch ep;
+        rc = report_epoch_from_json(ev, &ep, &e);
+        if (rc == 0)
+            rc = db_insert_epoch(r->ctx->db, r->id, &ep, &e);
+        if (rc == 0)
+            monitor_publish(r, "epoch", monitor_event_data(ev));
+        break;
+    }
     case REPORT_HELLO:
         k->said_hello = true;
         rc = db_rank_hello(r->ctx->db, r->id, k->rank,
@@ -361,16 +437,23 @@ static void monitor_handle_line(struct active_run *r, struct run_rank *k, const 
             snprintf(k->bad_report, sizeof k->bad_report, "%s", e.msg);
             monitor_rank_failed(r, k);
             rc = 0;
+        } else if (rc == 0 && ++r->n_hello == r->world_size) {
+            monitor_publish_status(r, DB_RUN_RUNNING, NULL, -1);
         }
         break;
     case REPORT_ENV:
         rc = db_rank_env(r->ctx->db, r->id, k->rank, json_object_get(ev, "env"), &e);
         break;
     case REPORT_PROGRESS: {
+        snprintf(k->phase, sizeof k->phase, "%s",
+                 json_string_value(json_object_get(ev, "phase")));
         double done = (double)json_integer_value(json_object_get(ev, "done"));
         double total = (double)json_integer_value(json_object_get(ev, "total"));
         if (total > 0)
             rc = db_run_progress(r->ctx->db, r->id, done / total, &e);
+        if (total > 0 && rc == 0)
+            monitor_publish(r, "progress", json_pack("{s:f, s:s}", "progress", done / total,
+                                                     "phase", k->phase));
         break;
     }
     case REPORT_COLLECTIVE: {
@@ -378,6 +461,8 @@ static void monitor_handle_line(struct active_run *r, struct run_rank *k, const 
         rc = report_collective_from_json(ev, &c, &e);
         if (rc == 0)
             rc = db_insert_collective(r->ctx->db, r->id, &c, &e);
+        if (rc == 0)
+            monitor_publish(r, "collective", report_collective_to_json(&c));
         break;
     }
     case REPORT_ERROR:
@@ -444,6 +529,8 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus,
     k->report_fd = out.report_fd;
     k->pidfd = out.pidfd;
     k->spawned = true;
+    k->last_seen_ms = clock_mono_ms();
+    snprintf(k->phase, sizeof k->phase, "starting");
     if (monitor_watch_fd(r, k->report_fd, &k->wreport, e) < 0 ||
         monitor_watch_fd(r, k->pidfd, &k->wexit, e) < 0)
         return -1; /* the rank is spawned: it is stopped and reaped like any other */
@@ -467,6 +554,7 @@ static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
     }
     r->ctx = ctx;
     r->id = q->id;
+    r->stop_rank = -1;
     r->experiment_id = q->experiment_id;
     r->world_size = q->world_size;
     for (int i = 0; i < q->world_size; i++) {
@@ -489,7 +577,9 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
     char path[PATH_MAX];
     json_t *spec = json_loads(q->spec_json, 0, NULL);
     json_t *t = spec ? json_object_get(spec, "timeout_s") : NULL;
+    json_t *hb = spec ? json_object_get(spec, "heartbeat_timeout_s") : NULL;
     r->timeout_s = json_is_integer(t) ? (int)json_integer_value(t) : 600;
+    r->heartbeat_timeout_s = json_is_integer(hb) ? (int)json_integer_value(hb) : 30;
     json_decref(spec);
     r->deadline_ms = clock_mono_ms() + (int64_t)r->timeout_s * 1000;
     snprintf(path, sizeof path, "%s/spec.json", r->dir);
@@ -528,7 +618,7 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
         char reason[512];
         snprintf(reason, sizeof reason, "could not start rank %d: %s", started, se.msg);
         log_error("run %lld: %s", (long long)r->id, reason);
-        monitor_stop_run(r, DB_RUN_FAILED, reason);
+        monitor_stop_run(r, DB_RUN_FAILED, started, reason);
         /* ranks never spawned count as settled so the run can finish */
         for (int i = 0; i < r->world_size; i++)
             if (!r->ranks[i].spawned) {
@@ -539,22 +629,44 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
     } else {
         log_info("run %lld started: %d rank(s), timeout %d s", (long long)r->id,
                  r->world_size, r->timeout_s);
+        monitor_publish_status(r, DB_RUN_STARTING, NULL, -1);
     }
     return r;
 }
 
-void monitor_stop_run(struct active_run *r, enum db_run_status status, const char *reason)
+void monitor_stop_run(struct active_run *r, enum db_run_status status, int rank,
+                      const char *reason)
 {
     if (r->finished)
         return;
     if (!r->stop_reason[0]) {
         r->stop_status = status;
+        r->stop_rank = rank;
         snprintf(r->stop_reason, sizeof r->stop_reason, "%s", reason);
     }
     if (!r->stopping) {
         r->stopping = true;
         r->kill_at_ms = clock_mono_ms() + r->ctx->cfg->kill_grace_ms;
         monitor_send_all(r, SIGTERM);
+    }
+}
+
+/* A rank that sent nothing for heartbeat_timeout_s is frozen (stopped, swapped out,
+ * wedged in the kernel): its heartbeat thread would otherwise speak every second. */
+static void monitor_check_heartbeats(struct active_run *r, int64_t now_ms)
+{
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *k = &r->ranks[i];
+        if (!k->spawned || k->exited)
+            continue;
+        int64_t silent = now_ms - k->last_seen_ms;
+        if (silent < (int64_t)r->heartbeat_timeout_s * 1000)
+            continue;
+        char reason[512];
+        snprintf(reason, sizeof reason, "rank %d stopped reporting for %lld s (last: %s)",
+                 k->rank, (long long)(silent / 1000), k->phase[0] ? k->phase : "nothing");
+        monitor_stop_run(r, DB_RUN_FAILED, k->rank, reason);
+        return;
     }
 }
 
@@ -565,8 +677,10 @@ void monitor_tick(struct active_run *r, int64_t now_ms)
     if (!r->stopping && now_ms >= r->deadline_ms) {
         char reason[128];
         snprintf(reason, sizeof reason, "the run exceeded its timeout of %d s", r->timeout_s);
-        monitor_stop_run(r, DB_RUN_FAILED, reason);
+        monitor_stop_run(r, DB_RUN_FAILED, -1, reason);
     }
+    if (!r->stopping)
+        monitor_check_heartbeats(r, now_ms);
     if (r->stopping && now_ms >= r->kill_at_ms) {
         monitor_send_all(r, SIGKILL);
         r->kill_at_ms = now_ms + 1000; /* repeat until they are gone */

@@ -17,12 +17,14 @@
 
 #include "config.h"
 #include "db.h"
+#include "events.h"
 #include "err.h"
 #include "store_server.h"
 
 struct monitor_ctx {
     struct db *db;                /* borrowed */
     struct store_server *store;   /* borrowed */
+    struct events *events;        /* borrowed; live events for SSE streams */
     const struct config *cfg;     /* borrowed */
     int epfd;                     /* the scheduler's epoll set */
 };
@@ -47,9 +49,11 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
 void monitor_handle_event(struct monitor_watch *w, uint32_t events);
 /* Deadline and SIGKILL escalation; call at least every few hundred ms. */
 void monitor_tick(struct active_run *r, int64_t now_ms);
-/* Stops the run (SIGTERM now, SIGKILL after the grace period) and records why and with
- * which final status it will end. The first stop reason wins. */
-void monitor_stop_run(struct active_run *r, enum db_run_status status, const char *reason);
+/* Stops the run (SIGTERM now, SIGKILL after the grace period) and records why, with
+ * which final status it will end and which rank (-1: none) caused it. The first stop
+ * reason wins. */
+void monitor_stop_run(struct active_run *r, enum db_run_status status, int rank,
+                      const char *reason);
 /* True once every rank exited and the outcome was stored. */
 bool monitor_run_finished(const struct active_run *r);
 int64_t monitor_run_id(const struct active_run *r);

@@ -18,6 +18,7 @@
 
 #define SCHED_TICK_MS 100
 #define SCHED_MAX_EVENTS 64
+#define SCHED_KEEPALIVE_MS 15000
 
 struct sched_active {
     struct active_run *run;
@@ -43,6 +44,8 @@ struct scheduler {
 
     pthread_mutex_t lock;
     struct scheduler_stats stats;
+    int64_t *cancel_ids; /* under lock: runs to cancel, taken by the loop */
+    size_t ncancel, cap_cancel;
 };
 
 static void sched_publish_stats(struct scheduler *s)
@@ -129,6 +132,13 @@ static void sched_start_queued(struct scheduler *s)
             cpus[i] = s->slot_cpu[slots[i]];
         struct active_run *run = monitor_start_run(&s->mctx, q, cpus, &e);
         free(cpus);
+        if (!run && e.code == ERR_CONFLICT) { /* cancelled between listing and starting */
+            for (int i = 0; i < q->world_size; i++)
+                s->slot_used[slots[i]] = false;
+            free(slots);
+            db_queued_runs_free(q, n);
+            continue;
+        }
         if (!run || sched_add_active(s, run, slots, q->world_size) < 0) {
             log_error("scheduler: cannot start run %lld: %s", (long long)q->id,
                       run ? "out of memory" : e.msg);
@@ -136,7 +146,7 @@ static void sched_start_queued(struct scheduler *s)
                 s->slot_used[slots[i]] = false;
             free(slots);
             if (run) {
-                monitor_stop_run(run, DB_RUN_FAILED, "ddpbenchd ran out of memory");
+                monitor_stop_run(run, DB_RUN_FAILED, -1, "ddpbenchd ran out of memory");
                 monitor_free_run(run);
             }
             db_queued_runs_free(q, n);
@@ -171,6 +181,46 @@ static bool sched_reap_finished(struct scheduler *s)
     return any;
 }
 
+/* Takes the pending cancel requests and stops those runs. */
+static void sched_apply_cancels(struct scheduler *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int64_t *ids = s->cancel_ids;
+    size_t n = s->ncancel;
+    s->cancel_ids = NULL;
+    s->ncancel = s->cap_cancel = 0;
+    pthread_mutex_unlock(&s->lock);
+    for (size_t k = 0; k < n; k++)
+        for (int i = 0; i < s->nactive; i++)
+            if (monitor_run_id(s->active[i].run) == ids[k]) {
+                log_info("run %lld: cancel requested", (long long)ids[k]);
+                monitor_stop_run(s->active[i].run, DB_RUN_CANCELLED, -1, "cancelled by request");
+            }
+    free(ids);
+}
+
+int scheduler_cancel_runs(struct scheduler *s, const int64_t *ids, size_t n, struct err *e)
+{
+    pthread_mutex_lock(&s->lock);
+    if (s->ncancel + n > s->cap_cancel) {
+        size_t cap = s->cap_cancel ? s->cap_cancel : 16;
+        while (cap < s->ncancel + n)
+            cap *= 2;
+        int64_t *grown = realloc(s->cancel_ids, cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&s->lock);
+            return err_set(e, ERR_NOMEM, NULL, "out of memory");
+        }
+        s->cancel_ids = grown;
+        s->cap_cancel = cap;
+    }
+    memcpy(s->cancel_ids + s->ncancel, ids, n * sizeof *ids);
+    s->ncancel += n;
+    pthread_mutex_unlock(&s->lock);
+    scheduler_wake(s);
+    return 0;
+}
+
 static void sched_drain_wakefd(struct scheduler *s)
 {
     uint64_t v;
@@ -183,7 +233,7 @@ static void *sched_main(void *arg)
     struct scheduler *s = arg;
     struct epoll_event ev[SCHED_MAX_EVENTS];
     bool stopping_runs = false;
-    int64_t next_scan = 0;
+    int64_t next_scan = 0, next_keepalive = clock_mono_ms() + SCHED_KEEPALIVE_MS;
     for (;;) {
         int n = epoll_wait(s->epfd, ev, SCHED_MAX_EVENTS, SCHED_TICK_MS);
         if (n < 0 && errno != EINTR) {
@@ -194,6 +244,7 @@ static void *sched_main(void *arg)
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr == NULL) {
                 sched_drain_wakefd(s);
+                sched_apply_cancels(s);
                 scan = true;
             } else {
                 monitor_handle_event(ev[i].data.ptr, ev[i].events);
@@ -205,13 +256,17 @@ static void *sched_main(void *arg)
         bool stop = atomic_load(&s->stop);
         if (stop && !stopping_runs) {
             for (int i = 0; i < s->nactive; i++)
-                monitor_stop_run(s->active[i].run, DB_RUN_INTERRUPTED,
+                monitor_stop_run(s->active[i].run, DB_RUN_INTERRUPTED, -1,
                                  "ddpbenchd shut down while the run was active");
             stopping_runs = true;
         }
         if (stop && s->nactive == 0)
             break;
         int64_t now = clock_mono_ms();
+        if (now >= next_keepalive) {
+            events_heartbeat(s->mctx.events);
+            next_keepalive = now + SCHED_KEEPALIVE_MS;
+        }
         if (!stop && (scan || now >= next_scan)) {
             sched_start_queued(s);
             next_scan = now + 1000; /* also poll: the database is the queue */
@@ -221,7 +276,8 @@ static void *sched_main(void *arg)
 }
 
 struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
-                                   struct store_server *store, struct err *e)
+                                   struct store_server *store, struct events *events,
+                                   struct err *e)
 {
     struct scheduler *s = calloc(1, sizeof *s);
     if (!s) {
@@ -251,7 +307,8 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
         err_errno(e, "scheduler: epoll_ctl");
         goto fail;
     }
-    s->mctx = (struct monitor_ctx){.db = db, .store = store, .cfg = cfg, .epfd = s->epfd};
+    s->mctx = (struct monitor_ctx){
+        .db = db, .store = store, .events = events, .cfg = cfg, .epfd = s->epfd};
     sched_publish_stats(s);
     int rc = pthread_create(&s->thread, NULL, sched_main, s);
     if (rc != 0) {
@@ -280,6 +337,7 @@ void scheduler_destroy(struct scheduler *s)
     if (s->wakefd >= 0)
         close(s->wakefd);
     free(s->active);
+    free(s->cancel_ids);
     free(s->slot_used);
     free(s->slot_cpu);
     pthread_mutex_destroy(&s->lock);

@@ -16,6 +16,7 @@
 #include "config.h"
 #include "db.h"
 #include "err.h"
+#include "events.h"
 #include "store_server.h"
 
 struct scheduler;
@@ -25,14 +26,20 @@ struct scheduler_stats {
     int runs_active;
 };
 
-/* Starts the supervisor thread. db, store and cfg are borrowed and must outlive it.
+/* Starts the supervisor thread. db, store, events and cfg are borrowed and must outlive
+ * it. The loop also sends the event streams' keep-alive every SCHED_KEEPALIVE_MS.
  * Returns an owned scheduler (scheduler_destroy) or NULL. */
 struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
-                                   struct store_server *store, struct err *e);
+                                   struct store_server *store, struct events *events,
+                                   struct err *e);
 /* Stops active runs (they end 'interrupted'), joins the thread, frees everything. */
 void scheduler_destroy(struct scheduler *s);
 /* New runs were queued. Thread-safe, async-signal-safe. */
 void scheduler_wake(struct scheduler *s);
+/* Asks the supervisor to stop these active runs; they end 'cancelled' once their
+ * workers are gone (SIGTERM, SIGKILL after the grace period), keeping what they stored.
+ * Ids that are not active (any more) are ignored. Thread-safe; returns at once. */
+int scheduler_cancel_runs(struct scheduler *s, const int64_t *ids, size_t n, struct err *e);
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 int scheduler_slots_total(const struct scheduler *s);
 

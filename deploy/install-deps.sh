@@ -7,8 +7,10 @@ set -eu
 
 PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates
       libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 zlib1g-dev
-      libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin"
-BENCH_PKGS="python3-torch iperf3 hyperfine"
+      libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin libdnnl-dev
+      dataset-fashion-mnist
+      clang libclang-rt-14-dev prometheus python3-jsonschema python3-yaml"
+BENCH_PKGS="python3-torch iperf3 hyperfine wrk"
 
 if [ "${1:-}" = "--bench" ]; then
     PKGS="$PKGS $BENCH_PKGS"

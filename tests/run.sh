@@ -1,10 +1,12 @@
 #!/bin/sh
 # The whole test suite, as README.md and .ci/run call it.
 #
-# Two build trees: build-san/ (ASan + UBSan, GPU code off) runs the unit tests, build/
+# Three build trees: build-san/ (ASan + UBSan, GPU code off) runs the unit tests, build/
 # (the optimized tree the quickstart uses; GPU code compiled when nvcc is present) runs
-# the integration tests against the real programs. The last line printed is
-# "N passed, N failed", summed over every test case of every binary and script.
+# the integration tests against the real programs, and build-fuzz/ (clang, libFuzzer,
+# ASan + UBSan) runs each fuzz target for FUZZ_SECONDS over its committed corpus. The
+# last line printed is "N passed, N failed", summed over every test case of every
+# binary and script.
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -34,9 +36,17 @@ setup build-san -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled 
 ninja -C build-san || fail_build build-san
 setup build -Dbuildtype=release || fail_build build
 ninja -C build || fail_build build
+CC=clang setup build-fuzz -Dfuzz=true -Dfuzz_seconds="${FUZZ_SECONDS:-20}" -Dcuda=disabled \
+    -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link ||
+    fail_build build-fuzz
+ninja -C build-fuzz tests/fuzz/fuzz_spec tests/fuzz/fuzz_store_proto tests/fuzz/fuzz_report ||
+    fail_build build-fuzz
 
-rm -f build-san/meson-logs/testlog.json build/meson-logs/testlog.json
+rm -f build-san/meson-logs/testlog.json build/meson-logs/testlog.json \
+    build-fuzz/meson-logs/testlog.json
 meson test -C build-san --suite unit --print-errorlogs --num-processes 2 ${TEST_ARGS:-}
 meson test -C build --suite integration --print-errorlogs --num-processes 1 ${TEST_ARGS:-}
+meson test -C build-fuzz --suite fuzz --no-rebuild --print-errorlogs --num-processes 2
 
-exec python3 tests/summarize.py build-san/meson-logs/testlog.json build/meson-logs/testlog.json
+exec python3 tests/summarize.py build-san/meson-logs/testlog.json build/meson-logs/testlog.json \
+    build-fuzz/meson-logs/testlog.json

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "heartbeat.h"
 #include "ddpb_config.h"
 #include "log.h"
 #include "net.h"
@@ -47,6 +48,7 @@ struct worker {
     struct spec spec;
     struct store_client *store; /* owned */
     struct comm *comm;          /* owned */
+    struct heartbeat hb;        /* liveness for the daemon, once hello is out */
     struct err e;
 };
 
@@ -54,7 +56,7 @@ static const char *worker_hint(enum err_code code)
 {
     switch (code) {
     case ERR_PEER: return "another rank failed or was killed; its own error says why";
-    case ERR_TIMEOUT: return "a rank is stuck, slow or missing; check the other ranks or raise DDPB_TIMEOUT_MS";
+    case ERR_TIMEOUT: return "a rank is stuck, slow or missing; check the other ranks or raise the spec's comm_timeout_s";
     case ERR_INVALID: return "check the launch environment and the spec";
     case ERR_UNAUTHORIZED: return "the run is not registered in the store or DDPB_SECRET is wrong";
     case ERR_ABORTED: return "the worker was asked to stop";
@@ -181,6 +183,15 @@ static int worker_check_spec(const struct worker *wk, struct err *e)
     return 0;
 }
 
+/* The spec's comm_timeout_s bounds the join, every store request and every
+ * communication operation; DDPB_TIMEOUT_MS, when set, overrides it (tests use short
+ * timeouts). */
+static void worker_apply_timeout(struct worker *wk)
+{
+    if (!getenv("DDPB_TIMEOUT_MS") && wk->spec.comm_timeout_s > 0)
+        wk->env.timeout_ms = wk->spec.comm_timeout_s * 1000;
+}
+
 static void worker_cpu_model(char *out, size_t outlen)
 {
     snprintf(out, outlen, "unknown");
@@ -262,21 +273,32 @@ int main(void)
         WORKER_FAIL_IF(&wk, rendezvous_pin_cpus(wk.env.cpus, &wk.e) < 0);
     WORKER_FAIL_IF(&wk, worker_read_spec(&wk, wk.env.spec_path, &wk.e) < 0);
     WORKER_FAIL_IF(&wk, worker_check_spec(&wk, &wk.e) < 0);
+    worker_apply_timeout(&wk);
     WORKER_FAIL_IF(&wk, report_emit_hello(&wk.w, wk.env.world_size, &wk.e) < 0);
+    WORKER_FAIL_IF(&wk, heartbeat_start(&wk.hb, &wk.w, 1000, &wk.e) < 0);
     WORKER_FAIL_IF(&wk, worker_emit_env(&wk, &wk.e) < 0);
+    heartbeat_set_phase(&wk.hb, "rendezvous");
 
-    wk.store = rendezvous_join(&wk.env, &worker_abort_flag, &wk.e);
-    WORKER_FAIL_IF(&wk, !wk.store);
+    /* the data port opens before the join, so it is up (and drops strays) while the
+     * other ranks arrive; a listener is freed by the exit if the join fails */
     struct comm_tcp_config cfg = {
         .rank = wk.env.rank, .world_size = wk.env.world_size, .listen_host = wk.env.host,
         .timeout_ms = wk.env.timeout_ms, .abort_flag = &worker_abort_flag,
-        .algorithm = wk.spec.coll.algorithm, .secret = wk.env.secret,
+        .algorithm = wk.spec.coll.algorithm[0] ? wk.spec.coll.algorithm : NULL,
+        .secret = wk.env.secret,
     };
-    wk.comm = comm_tcp_create(&cfg, wk.store, &wk.e);
+    struct comm_tcp *listener = comm_tcp_listen(&cfg, &wk.e);
+    WORKER_FAIL_IF(&wk, !listener);
+    wk.store = rendezvous_join(&wk.env, &worker_abort_flag, &wk.e);
+    WORKER_FAIL_IF(&wk, !wk.store);
+    heartbeat_set_phase(&wk.hb, "connecting to peers");
+    wk.comm = comm_tcp_connect_store(listener, wk.store, &wk.e);
     WORKER_FAIL_IF(&wk, !wk.comm);
     log_info("joined: %d ranks, tcp mesh up", wk.env.world_size);
+    heartbeat_set_phase(&wk.hb, "collective benchmark");
 
     WORKER_FAIL_IF(&wk, workload_collective_run(&wk.spec, wk.comm, wk.store, &wk.w, &wk.e) < 0);
+    heartbeat_stop(&wk.hb); /* done is the last line this rank writes */
     WORKER_FAIL_IF(&wk, report_emit_done(&wk.w, &wk.e) < 0);
     comm_destroy(wk.comm);
     store_client_destroy(wk.store);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "reduce.h"
 
 /* ---- statistics ------------------------------------------------------------------- */
 
@@ -66,18 +67,20 @@ double collective_busbw_factor(const char *op, int world_size)
         return 2.0 * (n - 1) / n;
     if (strcmp(op, "reduce_scatter") == 0 || strcmp(op, "all_gather") == 0)
         return (n - 1) / n;
-    if (strcmp(op, "broadcast") == 0 || strcmp(op, "reduce") == 0)
+    if (strcmp(op, "broadcast") == 0 || strcmp(op, "reduce") == 0 ||
+        strcmp(op, "sendrecv") == 0)
         return 1.0;
     return 0;
 }
 
-int collective_op_parse(const char *s, enum collective_op *out)
+int collective_op_parse(const char *s, enum comm_op *out)
 {
-    if (strcmp(s, "allreduce") == 0) {
-        *out = COLLECTIVE_ALLREDUCE;
-        return 0;
-    }
-    return -1;
+    enum comm_op op;
+    if (comm_op_parse(s, &op) < 0 || op == COMM_OP_SEND || op == COMM_OP_RECV ||
+        op == COMM_OP_BARRIER)
+        return -1;
+    *out = op;
+    return 0;
 }
 
 /* ---- inputs ---------------------------------------------------------------------- */
@@ -92,65 +95,127 @@ static uint64_t collective_mix(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static unsigned collective_index_residue(int64_t seed, size_t i)
+static uint64_t collective_index_hash(int64_t seed, size_t i)
 {
-    return (unsigned)(collective_mix((uint64_t)seed * 0x100000001b3ull ^ (uint64_t)i) % 17);
+    return collective_mix((uint64_t)seed * 0x100000001b3ull ^ (uint64_t)i);
 }
 
-static unsigned collective_rank_residue(int64_t seed, int rank)
+static unsigned collective_rank_residue(int64_t seed, int rank, int q)
 {
-    return (unsigned)(collective_mix(~(uint64_t)seed ^ ((uint64_t)rank << 40)) % 17);
+    return (unsigned)(collective_mix(~(uint64_t)seed ^ ((uint64_t)rank << 40)) % (unsigned)q);
 }
 
-/* input = ((index residue + rank residue) mod 17) - 8: the sum over ranks depends on the
- * index only through its residue, hence the 17-entry table of expected values. */
-int collective_input(int64_t seed, int rank, size_t i)
+/* Largest integer magnitude up to which every integer is exact in t (and far from
+ * overflowing for the integer types). */
+static int64_t collective_exact_limit(enum comm_dtype t)
 {
-    return (int)((collective_index_residue(seed, i) + collective_rank_residue(seed, rank)) %
-                 17) - 8;
-}
-
-void collective_expect_init(struct collective_expect *x, int64_t seed, int world_size)
-{
-    int per_residue[17] = {0};
-    for (int r = 0; r < world_size; r++)
-        per_residue[collective_rank_residue(seed, r)]++;
-    x->seed = seed;
-    for (int h = 0; h < 17; h++) {
-        int sum = 0;
-        for (int v = 0; v < 17; v++)
-            sum += per_residue[v] * (((h + v) % 17) - 8);
-        x->by_residue[h] = (float)sum;
+    switch (t) {
+    case COMM_BFLOAT16: return 256;
+    case COMM_FLOAT16: return 2048;
+    case COMM_FLOAT32: return INT64_C(1) << 24;
+    default: return INT64_C(1) << 40;
     }
 }
 
-float collective_expected(const struct collective_expect *x, size_t i)
+static int64_t collective_clamp(int64_t v, int64_t lo, int64_t hi)
 {
-    return x->by_residue[collective_index_residue(x->seed, i)];
+    return v < lo ? lo : v > hi ? hi : v;
 }
 
-int collective_fill_inputs(void *buf, enum comm_dtype dtype, size_t count, int64_t seed,
-                           int rank, struct err *e)
+void collective_data_init(struct collective_data *d, int64_t seed, enum comm_op op,
+                          enum comm_dtype dtype, enum comm_redop redop, int world)
 {
-    if (dtype != COMM_FLOAT32)
-        return err_set(e, ERR_INVALID, "dtype", "collective: dtype %s not supported yet",
-                       comm_dtype_name(dtype));
-    float *f = buf;
-    unsigned rr = collective_rank_residue(seed, rank);
-    for (size_t i = 0; i < count; i++)
-        f[i] = (float)((int)((collective_index_residue(seed, i) + rr) % 17) - 8);
-    return 0;
+    memset(d, 0, sizeof *d);
+    d->seed = seed;
+    d->op = op;
+    d->dtype = dtype;
+    d->redop = redop;
+    d->world = world < 1 ? 1 : world;
+    bool reducing = op == COMM_OP_ALLREDUCE || op == COMM_OP_REDUCE_SCATTER;
+    int64_t limit = collective_exact_limit(dtype);
+    d->minmax = reducing && (redop == COMM_MIN || redop == COMM_MAX);
+    if (d->minmax) {
+        d->levels = (int)collective_clamp(limit / d->world, 1, 17);
+        d->off = (int64_t)d->levels * d->world / 2;
+        return;
+    }
+    d->m = (int)(reducing ? collective_clamp(limit / d->world, 0, 8) : 8);
+    d->q = 2 * d->m + 1;
+    int per_residue[17] = {0};
+    for (int r = 0; r < d->world; r++)
+        per_residue[collective_rank_residue(seed, r, d->q)]++;
+    for (int h = 0; h < d->q; h++)
+        for (int v = 0; v < d->q; v++)
+            d->sum_by_residue[h] += (int64_t)per_residue[v] * (((h + v) % d->q) - d->m);
 }
 
-int64_t collective_count_wrong(const void *buf, enum comm_dtype dtype, size_t count,
-                               const struct collective_expect *x)
+static int64_t collective_input_h(const struct collective_data *d, int rank, uint64_t h,
+                                  unsigned rank_residue)
 {
-    if (dtype != COMM_FLOAT32)
-        return (int64_t)count;
-    const float *f = buf;
+    if (d->minmax)
+        return (int64_t)(h % (uint64_t)d->levels) * d->world +
+               (int64_t)(((h >> 32) % (uint64_t)d->world + (uint64_t)rank) % (uint64_t)d->world) -
+               d->off;
+    return (int64_t)((h % (uint64_t)d->q + rank_residue) % (uint64_t)d->q) - d->m;
+}
+
+int64_t collective_input(const struct collective_data *d, int rank, size_t i)
+{
+    unsigned rr = d->minmax ? 0 : collective_rank_residue(d->seed, rank, d->q);
+    return collective_input_h(d, rank, collective_index_hash(d->seed, i), rr);
+}
+
+void collective_fill(const struct collective_data *d, void *buf, size_t n, int rank)
+{
+    uint8_t *p = buf;
+    size_t es = comm_dtype_size(d->dtype);
+    unsigned rr = d->minmax ? 0 : collective_rank_residue(d->seed, rank, d->q);
+    for (size_t i = 0; i < n; i++)
+        reduce_store(p + i * es, d->dtype,
+                     (double)collective_input_h(d, rank, collective_index_hash(d->seed, i), rr));
+}
+
+/* The reduction over ranks of element j, as the dtype stores it. */
+static double collective_reduced(const struct collective_data *d, size_t j)
+{
+    uint64_t h = collective_index_hash(d->seed, j);
+    if (d->minmax) {
+        int64_t lo = (int64_t)(h % (uint64_t)d->levels) * d->world - d->off;
+        return (double)(d->redop == COMM_MIN ? lo : lo + d->world - 1);
+    }
+    int64_t sum = d->sum_by_residue[h % (uint64_t)d->q];
+    if (d->redop != COMM_AVG)
+        return (double)sum;
+    if (d->dtype == COMM_INT32 || d->dtype == COMM_INT64)
+        return (double)(sum / d->world); /* C division: toward zero */
+    uint8_t tmp[8];
+    reduce_store(tmp, d->dtype, (double)((float)sum / (float)d->world));
+    return reduce_load(tmp, d->dtype);
+}
+
+double collective_expected(const struct collective_data *d, int rank, size_t count, size_t i)
+{
+    switch (d->op) {
+    case COMM_OP_ALLREDUCE: return collective_reduced(d, i);
+    case COMM_OP_REDUCE_SCATTER: return collective_reduced(d, (size_t)rank * count + i);
+    case COMM_OP_ALL_GATHER:
+        return (double)collective_input(d, (int)(i / (count ? count : 1)), i % (count ? count : 1));
+    case COMM_OP_BROADCAST: return (double)collective_input(d, 0, i);
+    case COMM_OP_SENDRECV:
+        return (double)collective_input(d, (rank - 1 + d->world) % d->world, i);
+    default: return 0;
+    }
+}
+
+int64_t collective_count_wrong(const struct collective_data *d, const void *out, int rank,
+                               size_t count)
+{
+    const uint8_t *p = out;
+    size_t es = comm_dtype_size(d->dtype);
+    size_t n = d->op == COMM_OP_ALL_GATHER ? count * (size_t)d->world : count;
     int64_t wrong = 0;
-    for (size_t i = 0; i < count; i++)
-        wrong += f[i] != collective_expected(x, i);
+    for (size_t i = 0; i < n; i++)
+        wrong += reduce_load(p + i * es, d->dtype) != collective_expected(d, rank, count, i);
     return wrong;
 }
 
@@ -170,11 +235,17 @@ static int collective_bench_parse(struct collective_bench *b, const struct spec_
                                   struct err *e)
 {
     if (collective_op_parse(cfg->op, &b->op) < 0)
-        return err_set(e, ERR_INVALID, "op", "collective: op '%s' not supported yet", cfg->op);
+        return err_set(e, ERR_INVALID, "op", "collective: op '%s' is not a benchmark op",
+                       cfg->op);
     if (comm_dtype_parse(cfg->dtype, &b->dtype) < 0)
         return err_set(e, ERR_INVALID, "dtype", "collective: unknown dtype '%s'", cfg->dtype);
     if (comm_redop_parse(cfg->redop, &b->redop) < 0)
         return err_set(e, ERR_INVALID, "redop", "collective: unknown redop '%s'", cfg->redop);
+    if (comm_algorithm_parse(cfg->algorithm[0] ? cfg->algorithm : "auto", &b->algorithm) < 0)
+        return err_set(e, ERR_INVALID, "algorithm", "collective: unknown algorithm '%s'",
+                       cfg->algorithm);
+    if (cfg->inplace && b->op == COMM_OP_SENDRECV)
+        return err_set(e, ERR_INVALID, "inplace", "collective: sendrecv has no in-place form");
     if (cfg->iters < 1 || cfg->warmup < 0)
         return err_set(e, ERR_INVALID, "iters", "collective: iters must be >= 1, warmup >= 0");
     b->esize = comm_dtype_size(b->dtype);
@@ -194,11 +265,13 @@ int collective_bench_init(struct collective_bench *b, const struct spec *s, stru
     b->points_total = points_total;
     if (collective_bench_parse(b, b->cfg, e) < 0)
         return -1;
-    if (max_bytes < 1 || (uint64_t)max_bytes > SIZE_MAX / 2)
+    if (max_bytes < 1 || (uint64_t)max_bytes > SIZE_MAX / 4)
         return err_set(e, ERR_INVALID, "max_bytes", "collective: max_bytes %lld out of range",
                        (long long)max_bytes);
-    size_t count = (size_t)max_bytes / b->esize;
-    b->cap_bytes = (count ? count : 1) * b->esize;
+    /* the smallest message is one element per rank: world_size elements for
+     * reduce_scatter and all_gather, whatever max_bytes says */
+    size_t floor = (c ? (size_t)c->world_size : 1) * 8;
+    b->cap_bytes = (size_t)max_bytes > floor ? (size_t)max_bytes : floor;
     size_t iters = (size_t)b->cfg->iters;
     b->recv = malloc(b->cap_bytes);
     b->send = b->cfg->inplace ? NULL : malloc(b->cap_bytes);
@@ -214,14 +287,37 @@ int collective_bench_init(struct collective_bench *b, const struct spec *s, stru
     return 0;
 }
 
-static int collective_bench_op(struct collective_bench *b, size_t count, struct err *e)
+/* One point's operation on count elements per rank, laid out in the bench's buffers;
+ * in place as NCCL defines it (reduce_scatter's recv and all_gather's send are this
+ * rank's block of the one buffer). broadcast's root is rank 0. */
+static void collective_point_args(const struct collective_bench *b, size_t count,
+                                  struct comm_args *a)
 {
-    const void *in = b->cfg->inplace ? b->recv : b->send;
-    switch (b->op) {
-    case COLLECTIVE_ALLREDUCE:
-        return comm_allreduce(b->comm, in, b->recv, count, b->dtype, b->redop, e);
+    int r = b->comm->rank, n = b->comm->world_size;
+    size_t block = (size_t)r * count * b->esize;
+    *a = (struct comm_args){.op = b->op, .count = count, .dtype = b->dtype, .redop = b->redop,
+                            .algorithm = b->algorithm, .send = b->send, .recv = b->recv};
+    if (b->op == COMM_OP_SENDRECV) {
+        a->peer = (r + 1) % n;
+        a->peer2 = (r - 1 + n) % n;
+        a->count2 = count;
     }
-    return err_set(e, ERR_INTERNAL, NULL, "collective: op %d", (int)b->op);
+    if (!b->cfg->inplace)
+        return;
+    a->send = b->recv;
+    if (b->op == COMM_OP_REDUCE_SCATTER)
+        a->recv = b->recv + block;
+    else if (b->op == COMM_OP_ALL_GATHER)
+        a->send = b->recv + block;
+}
+
+/* Writes this rank's inputs where a reads them. */
+static void collective_point_inputs(const struct collective_bench *b, const struct comm_args *a,
+                                    const struct collective_data *d)
+{
+    size_t n = b->op == COMM_OP_REDUCE_SCATTER ? a->count * (size_t)b->comm->world_size
+                                                : a->count;
+    collective_fill(d, (void *)(uintptr_t)a->send, n, b->comm->rank);
 }
 
 static void collective_key(char *out, size_t outlen, int repeat, size_t idx, const char *what,
@@ -251,36 +347,40 @@ static void collective_times_decode(const uint8_t *in, size_t n, double *t)
 }
 
 /* Warmup and timed iterations; b->times gets each timed iteration's seconds. */
-static int collective_bench_time(struct collective_bench *b, size_t count, struct err *e)
+/* Warmup and timed iterations of a; b->times gets each timed iteration's seconds. */
+static int collective_bench_time(struct collective_bench *b, const struct comm_args *a,
+                                 struct err *e)
 {
-    void *in = b->cfg->inplace ? (void *)b->recv : (void *)b->send;
-    if (collective_fill_inputs(in, b->dtype, count, b->seed, b->comm->rank, e) < 0)
-        return -1;
     for (int i = 0; i < b->cfg->warmup; i++)
-        if (collective_bench_op(b, count, e) < 0)
+        if (comm_run(b->comm, a, e) < 0)
             return -1;
     for (int i = 0; i < b->cfg->iters; i++) {
         int64_t t0 = clock_mono_ns();
-        if (collective_bench_op(b, count, e) < 0)
+        if (comm_run(b->comm, a, e) < 0)
             return -1;
         b->times[i] = (double)(clock_mono_ns() - t0) * 1e-9;
     }
+    snprintf(b->algorithm_used, sizeof b->algorithm_used, "%s", b->comm->last_algorithm);
     return 0;
 }
 
-static int collective_bench_check(struct collective_bench *b, size_t count, int64_t *wrong,
+/* One more run on fresh inputs, into an output poisoned first (so that a run that wrote
+ * nothing cannot pass on the timed runs' results), counted against the expected one. */
+static int collective_bench_check(struct collective_bench *b, const struct comm_args *a,
+                                  const struct collective_data *d, int64_t *wrong,
                                   struct err *e)
 {
     *wrong = 0;
     if (!b->cfg->check)
         return 0;
-    void *in = b->cfg->inplace ? (void *)b->recv : (void *)b->send;
-    if (collective_fill_inputs(in, b->dtype, count, b->seed, b->comm->rank, e) < 0 ||
-        collective_bench_op(b, count, e) < 0)
+    size_t out = a->count * b->esize * (b->op == COMM_OP_ALL_GATHER ? (size_t)b->comm->world_size
+                                                                     : 1);
+    if (!b->cfg->inplace || b->op == COMM_OP_ALL_GATHER)
+        memset(a->recv, 0xa5, out);
+    collective_point_inputs(b, a, d);
+    if (comm_run(b->comm, a, e) < 0)
         return -1;
-    struct collective_expect x;
-    collective_expect_init(&x, b->seed, b->comm->world_size);
-    *wrong = collective_count_wrong(b->recv, b->dtype, count, &x);
+    *wrong = collective_count_wrong(d, a->recv, b->comm->rank, a->count);
     return 0;
 }
 
@@ -331,7 +431,8 @@ static int collective_gather_rank(struct collective_bench *b, int repeat, size_t
     return 0;
 }
 
-static int collective_report(struct collective_bench *b, int repeat, size_t count,
+/* bytes: the message size as nccl-tests counts it (see the header). */
+static int collective_report(struct collective_bench *b, int repeat, size_t bytes,
                              int64_t wrong, struct err *e)
 {
     struct report_collective rc;
@@ -342,10 +443,10 @@ static int collective_report(struct collective_bench *b, int repeat, size_t coun
     snprintf(rc.op, sizeof rc.op, "%s", b->cfg->op);
     snprintf(rc.dtype, sizeof rc.dtype, "%s", b->cfg->dtype);
     snprintf(rc.redop, sizeof rc.redop, "%s", b->cfg->redop);
-    snprintf(rc.algorithm, sizeof rc.algorithm, "%s", b->comm->last_algorithm);
+    snprintf(rc.algorithm, sizeof rc.algorithm, "%s", b->algorithm_used);
     rc.inplace = b->cfg->inplace;
-    rc.count = (int64_t)count;
-    rc.bytes = (int64_t)(count * b->esize);
+    rc.count = (int64_t)(bytes / b->esize);
+    rc.bytes = (int64_t)bytes;
     rc.iters = b->cfg->iters;
     rc.time_us_min = st.min_us;
     rc.time_us_median = st.median_us;
@@ -364,15 +465,23 @@ static int collective_report(struct collective_bench *b, int repeat, size_t coun
 static int collective_bench_point(struct collective_bench *b, int repeat, size_t idx,
                                   int64_t bytes, struct err *e)
 {
-    size_t count = bytes > 0 ? (size_t)bytes / b->esize : 0;
+    size_t blocks = b->op == COMM_OP_REDUCE_SCATTER || b->op == COMM_OP_ALL_GATHER
+                        ? (size_t)b->comm->world_size : 1;
+    size_t count = bytes > 0 ? (size_t)bytes / (b->esize * blocks) : 0;
     if (count == 0)
-        count = 1;
-    if (count * b->esize > b->cap_bytes)
+        count = 1; /* one element per rank at least */
+    size_t total = count * blocks * b->esize;
+    if (total > b->cap_bytes)
         return err_set(e, ERR_INVALID, "max_bytes",
                        "collective: size %lld is over the %zu bytes allocated", (long long)bytes,
                        b->cap_bytes);
+    struct comm_args a;
+    struct collective_data d;
+    collective_point_args(b, count, &a);
+    collective_data_init(&d, b->seed, b->op, b->dtype, b->redop, b->comm->world_size);
+    collective_point_inputs(b, &a, &d);
     int64_t wrong;
-    if (collective_bench_time(b, count, e) < 0 || collective_bench_check(b, count, &wrong, e) < 0 ||
+    if (collective_bench_time(b, &a, e) < 0 || collective_bench_check(b, &a, &d, &wrong, e) < 0 ||
         collective_publish(b, repeat, idx, wrong, e) < 0)
         return -1;
     /* Every rank stored its times before entering the barrier, so rank 0's reads below
@@ -386,7 +495,7 @@ static int collective_bench_point(struct collective_bench *b, int repeat, size_t
     for (int r = 1; r < b->comm->world_size; r++)
         if (collective_gather_rank(b, repeat, idx, r, &wrong, e) < 0)
             return -1;
-    return collective_report(b, repeat, count, wrong, e);
+    return collective_report(b, repeat, total, wrong, e);
 }
 
 int collective_bench_run_sizes(struct collective_bench *b, int repeat, const int64_t *sizes,

@@ -1,16 +1,30 @@
-/* workload_collective: the collective benchmark (spec workload "collective"): for each
- * repeat and message size, warmup iterations, then timed iterations each measured on its
- * own, combined across ranks (an iteration takes as long as its slowest rank), checked
- * for correctness, and reported by rank 0 (DESIGN.md §4 "Metrics").
+/* workload_collective: the collective benchmark (spec workload "collective"), the
+ * equivalent of nccl-tests: for each repeat and message size, warmup iterations, then
+ * timed iterations each measured on its own, combined across ranks (an iteration takes
+ * as long as its slowest rank), checked for correctness, and reported by rank 0
+ * (DESIGN.md §4 "Metrics").
  *
- * Decision: the benchmark is a struct (collective_bench) holding buffers allocated once
- * at the largest size and reused for every size, because re-faulting freshly mapped
- * pages costs more than the transfer; collective_bench_run_sizes takes an explicit list
- * of sizes so a model can later hand over its gradient bucket sizes. Every rank's
- * iteration times travel through the store (key "coll/r<repeat>/s<index>/times/<rank>",
- * raw little-endian doubles) and rank 0 reads them after a comm barrier, so it never
- * waits on the store for a rank that died. Inputs are small integers (-8..8) so every
- * float32 sum is exact and the expected result is known on every rank. */
+ * Decisions:
+ * - The benchmark is a struct (collective_bench) holding buffers allocated once at the
+ *   largest size and reused for every size, because re-faulting freshly mapped pages
+ *   costs more than the transfer.
+ * - Model-shaped replay: collective_bench_run_sizes takes an explicit list of sizes, so a
+ *   model hands over its gradient bucket sizes (in bytes, in launch order) and each is
+ *   measured as a point; the spec field "sizes" is the same list from a user.
+ * - Every rank's iteration times travel through the store (key
+ *   "coll/r<repeat>/s<index>/times/<rank>", raw little-endian doubles) and rank 0 reads
+ *   them after a comm barrier, so it never waits on the store for a rank that died.
+ * - Exact checks (struct collective_data): inputs are small integers, a function of
+ *   (seed, rank, index), chosen per dtype and world size so that every partial result is
+ *   exactly representable: sums use values in -m..m with m = min(8, M / world_size)
+ *   (M = 256 for bfloat16, 2048 for float16, 2^24 for float32), so any summation order
+ *   gives the same result; min and max use values distinct across ranks (a rotation of
+ *   0..world_size-1 on top of a per-index base), so the result comes from one known rank.
+ *   Every rank therefore knows every expected element in O(1).
+ * - Sizes as nccl-tests counts them: the message size of reduce_scatter and all_gather
+ *   is the whole buffer (world_size blocks), of the others the per-rank buffer; busbw
+ *   factors are nccl-tests' (allreduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n,
+ *   broadcast and sendrecv 1). */
 #ifndef DDPB_WORKLOAD_COLLECTIVE_H
 #define DDPB_WORKLOAD_COLLECTIVE_H
 
@@ -24,8 +38,6 @@
 #include "store_client.h"
 
 #define COLLECTIVE_MAX_SIZES 4096 /* more sizes than this in one spec is an error */
-
-enum collective_op { COLLECTIVE_ALLREDUCE = 0 };
 
 /* ---- statistics (pure) ------------------------------------------------------------ */
 
@@ -42,30 +54,41 @@ double collective_percentile_sorted(const double *sorted, size_t n, double pct);
 /* acc[i] = max(acc[i], v[i]). */
 void collective_max_into(double *acc, const double *v, size_t n);
 /* nccl-tests bus bandwidth factor: allreduce 2(n-1)/n, reduce_scatter and all_gather
- * (n-1)/n, broadcast and reduce 1; 0 for an unknown op. */
+ * (n-1)/n, broadcast, reduce and sendrecv 1; 0 for an unknown op. */
 double collective_busbw_factor(const char *op, int world_size);
-int collective_op_parse(const char *s, enum collective_op *out);
+/* The ops the benchmark measures: allreduce, reduce_scatter, all_gather, broadcast,
+ * sendrecv. */
+int collective_op_parse(const char *s, enum comm_op *out);
 
 /* ---- inputs and expected results (pure) --------------------------------------------- */
 
-/* Element i of rank's input: a small integer in -8..8 from (seed, rank, i). */
-int collective_input(int64_t seed, int rank, size_t i);
-
-/* Expected allreduce-sum results: a table over the 17 residues the inputs are built
- * from, so expected(i) costs O(1) whatever the world size. */
-struct collective_expect {
+struct collective_data {
     int64_t seed;
-    float by_residue[17];
+    enum comm_op op;
+    enum comm_dtype dtype;
+    enum comm_redop redop;
+    int world;
+    bool minmax; /* inputs distinct across ranks (min, max) */
+    int m, q;    /* sums: values ((h(i) + g(rank)) mod q) - m, q = 2m + 1 */
+    int64_t sum_by_residue[17]; /* the sum over ranks for each h(i) */
+    int levels;  /* min/max: values base(i) * world + ((t(i) + rank) mod world) - off */
+    int64_t off;
 };
-void collective_expect_init(struct collective_expect *x, int64_t seed, int world_size);
-float collective_expected(const struct collective_expect *x, size_t i);
 
-/* Fills buf[0..count) with this rank's inputs; ERR_INVALID for dtypes not done yet. */
-int collective_fill_inputs(void *buf, enum comm_dtype dtype, size_t count, int64_t seed,
-                           int rank, struct err *e);
-/* Elements of an allreduce-sum result that differ from the expected values. */
-int64_t collective_count_wrong(const void *buf, enum comm_dtype dtype, size_t count,
-                               const struct collective_expect *x);
+/* Chooses the value ranges for (op, dtype, redop, world) as the header comment says. */
+void collective_data_init(struct collective_data *d, int64_t seed, enum comm_op op,
+                          enum comm_dtype dtype, enum comm_redop redop, int world);
+/* Element i of rank's input buffer (reduce_scatter: i indexes the whole send buffer). */
+int64_t collective_input(const struct collective_data *d, int rank, size_t i);
+/* buf[k] = input(rank, k) for k < n, stored as the dtype. */
+void collective_fill(const struct collective_data *d, void *buf, size_t n, int rank);
+/* Expected output element i of rank for an op on count elements per rank (all_gather:
+ * i < count * world; the others i < count). broadcast's root is rank 0, sendrecv
+ * receives from rank - 1. */
+double collective_expected(const struct collective_data *d, int rank, size_t count, size_t i);
+/* Output elements of rank that differ from the expected ones. */
+int64_t collective_count_wrong(const struct collective_data *d, const void *out, int rank,
+                               size_t count);
 
 /* ---- the benchmark ------------------------------------------------------------------ */
 
@@ -75,24 +98,27 @@ struct collective_bench {
     struct store_client *store;        /* borrowed */
     struct report_writer *w;           /* borrowed; used on rank 0 */
     int64_t seed;
-    enum collective_op op;
+    enum comm_op op;
     enum comm_dtype dtype;
     enum comm_redop redop;
+    enum comm_algorithm algorithm;
     size_t esize;
     uint8_t *send, *recv; /* owned, cap_bytes each (send NULL when in place) */
     size_t cap_bytes;
     double *times, *slowest; /* owned, cfg->iters each */
     uint8_t *wire;           /* owned, cfg->iters * 8: encoded times */
+    char algorithm_used[16]; /* what the last measured point ran */
     int64_t points_done, points_total;
 };
 
 /* Allocates buffers for messages up to max_bytes. spec, comm, store and w are borrowed
- * and must outlive b. points_total is what progress events count up to. */
+ * and must outlive b. points_total is what progress events count up to. ERR_INVALID
+ * naming the spec field for an op, dtype, redop or algorithm the benchmark cannot run. */
 int collective_bench_init(struct collective_bench *b, const struct spec *s, struct comm *c,
                           struct store_client *store, struct report_writer *w,
                           int64_t max_bytes, int64_t points_total, struct err *e);
-/* Measures every size of sizes (bytes per rank) as repeat number `repeat`. Every rank
- * calls it with the same arguments. */
+/* Measures every size of sizes (bytes, as the header comment counts them) as repeat
+ * number `repeat`, each as one point. Every rank calls it with the same arguments. */
 int collective_bench_run_sizes(struct collective_bench *b, int repeat, const int64_t *sizes,
                                size_t n, struct err *e);
 void collective_bench_cleanup(struct collective_bench *b);

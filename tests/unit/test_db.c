@@ -55,7 +55,7 @@ static void test_db_lifecycle(void)
     struct err e = {0};
     struct db *db = test_db_fresh();
     T_CHECK(db != NULL);
-    T_EQ_INT(db_schema_version(db), 1);
+    T_EQ_INT(db_schema_version(db), 2);
     int64_t id = test_db_experiment(db, 2);
     T_CHECK(id > 0);
     json_t *exp;
@@ -198,8 +198,15 @@ static void test_db_recover_and_reopen(void)
     db = db_open(db_path, &e); /* as a restarted daemon */
     T_CHECK(db != NULL);
     int64_t n = 0;
-    T_OK(db_recover(db, &n, &e));
+    struct db_orphan *orphans;
+    size_t norph;
+    T_OK(db_recover(db, &n, &orphans, &norph, &e));
     T_EQ_INT(n, 1);
+    T_EQ_INT(norph, 1); /* the pid the daemon had spawned, for it to make sure it is gone */
+    T_EQ_INT(orphans[0].pid, 1234);
+    T_EQ_INT(orphans[0].run_id, r0);
+    T_EQ_INT(orphans[0].rank, 0);
+    free(orphans);
     json_t *run = db_get_run(db, r0, &e);
     T_EQ_STR(json_string_value(json_object_get(run, "status")), "interrupted");
     json_t *rank = json_array_get(json_object_get(run, "ranks"), 0);
@@ -210,8 +217,10 @@ static void test_db_recover_and_reopen(void)
     T_EQ_STR(test_db_exp_status(db, id, &keep), "running");
     json_decref(keep);
     T_EQ_INT(db_count_runs(db, DB_RUN_QUEUED), 1);
-    T_OK(db_recover(db, &n, &e));
+    T_OK(db_recover(db, &n, &orphans, &norph, &e));
     T_EQ_INT(n, 0);
+    T_EQ_INT(norph, 0);
+    free(orphans);
     test_db_cleanup(db);
 }
 
@@ -234,6 +243,117 @@ static void test_db_refuses_newer_schema(void)
     T_CHECK(system(cmd) == 0);
 }
 
+static int64_t test_db_run_id(struct db *db, int64_t exp_id, size_t i)
+{
+    struct err e;
+    json_t *exp = db_get_experiment(db, exp_id, &e);
+    int64_t id = json_integer_value(
+        json_object_get(json_array_get(json_object_get(exp, "runs"), i), "id"));
+    json_decref(exp);
+    return id;
+}
+
+static void test_db_cancel_and_delete(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 3);
+    int64_t r0 = test_db_run_id(db, id, 0), r1 = test_db_run_id(db, id, 1);
+    T_OK(db_run_starting(db, r0, &e));
+    int64_t *ids;
+    size_t n;
+    struct db_cancel_result cr;
+    /* a delete of an experiment with live runs is refused */
+    T_CHECK(db_delete_experiment(db, id, &ids, &n, &e) < 0);
+    T_EQ_INT(e.code, ERR_CONFLICT);
+    /* cancelling one queued run: only it */
+    T_OK(db_cancel(db, 0, r1, &cr, &e));
+    T_EQ_INT(cr.n_active, 0);
+    T_EQ_INT(cr.n_cancelled, 1);
+    T_EQ_INT(cr.cancelled[0], r1);
+    T_EQ_INT(cr.experiment_id, id);
+    db_cancel_result_free(&cr);
+    json_t *run = db_get_run(db, r1, &e);
+    T_EQ_STR(json_string_value(json_object_get(run, "status")), "cancelled");
+    json_decref(run);
+    /* cancelling the experiment: queued runs at once, the running one handed back */
+    T_OK(db_cancel(db, id, 0, &cr, &e));
+    T_EQ_INT(cr.n_active, 1);
+    T_EQ_INT(cr.active[0], r0);
+    T_EQ_INT(cr.n_cancelled, 1); /* the third run */
+    db_cancel_result_free(&cr);
+    T_EQ_INT(db_count_runs(db, DB_RUN_QUEUED), 0);
+    T_OK(db_run_finish(db, r0, DB_RUN_CANCELLED, "cancelled", -1, &e));
+    json_t *exp;
+    T_EQ_STR(test_db_exp_status(db, id, &exp), "cancelled");
+    json_decref(exp);
+    T_CHECK(db_cancel(db, id, 0, &cr, &e) < 0); /* nothing left */
+    T_EQ_INT(e.code, ERR_CONFLICT);
+    T_CHECK(db_cancel(db, 777, 0, &cr, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    T_CHECK(db_cancel(db, 0, 777, &cr, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    /* deletion removes the experiment and its runs' rows */
+    struct report_collective c = {.op = "allreduce", .dtype = "float32", .redop = "sum",
+                                  .algorithm = "ring", .bytes = 8, .count = 2, .iters = 1};
+    T_OK(db_insert_collective(db, r0, &c, &e));
+    T_OK(db_delete_experiment(db, id, &ids, &n, &e));
+    T_EQ_INT(n, 3);
+    free(ids);
+    T_CHECK(db_get_experiment(db, id, &e) == NULL);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    T_CHECK(db_get_run(db, r0, &e) == NULL);
+    T_CHECK(db_delete_experiment(db, id, &ids, &n, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    test_db_cleanup(db);
+}
+
+static void test_db_steps_epochs_and_data(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 1);
+    int64_t r = test_db_run_id(db, id, 0);
+    for (int step = 0; step < 3; step++)
+        for (int rank = 0; rank < 2; rank++) {
+            struct report_step st = {.step = step, .warmup = step == 0, .samples = 32,
+                                     .loss = 2.0 - 0.1 * step, .forward_ms = 1,
+                                     .backward_ms = 2, .comm_ms = 1.5, .comm_exposed_ms = 0.5,
+                                     .step_ms = 10 + rank * 2 + step, .bytes_sent = 100};
+            T_OK(db_insert_step(db, r, rank, &st, &e));
+        }
+    struct report_epoch ep = {.epoch = 0, .samples = 192, .train_loss = 1.9, .train_acc = 0.3,
+                              .test_loss = -1, .test_acc = -1, .time_s = 0.1};
+    T_OK(db_insert_epoch(db, r, &ep, &e));
+    json_t *steps = db_get_steps(db, r, -1, false, &e);
+    T_CHECK(steps != NULL);
+    T_EQ_INT(json_array_size(json_object_get(steps, "rows")), 4); /* warm-up step left out */
+    T_EQ_STR(json_string_value(json_array_get(json_object_get(steps, "columns"), 0)), "rank");
+    json_decref(steps);
+    steps = db_get_steps(db, r, 1, true, &e);
+    T_EQ_INT(json_array_size(json_object_get(steps, "rows")), 3);
+    json_decref(steps);
+    T_CHECK(db_get_steps(db, 999, -1, true, &e) == NULL);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    json_t *data = db_get_experiment_data(db, id, &e);
+    T_CHECK(data != NULL);
+    json_t *run = json_array_get(json_object_get(data, "runs"), 0);
+    json_t *agg = json_object_get(run, "steps");
+    T_EQ_INT(json_array_size(agg), 2);
+    json_t *s1 = json_array_get(agg, 0);
+    /* the step's time is the slowest rank's; samples add up over ranks */
+    T_NEAR(json_real_value(json_object_get(s1, "step_ms")), 13.0, 1e-9);
+    T_NEAR(json_real_value(json_object_get(s1, "fastest_ms")), 11.0, 1e-9);
+    T_EQ_INT(json_integer_value(json_object_get(s1, "samples")), 64);
+    json_t *epochs = json_object_get(run, "epochs");
+    T_EQ_INT(json_array_size(epochs), 1);
+    T_CHECK(json_is_null(json_object_get(json_array_get(epochs, 0), "test_acc")));
+    json_decref(data);
+    test_db_cleanup(db);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -242,5 +362,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_list_filters_and_paging);
     TEST_RUN(test_db_recover_and_reopen);
     TEST_RUN(test_db_refuses_newer_schema);
+    TEST_RUN(test_db_cancel_and_delete);
+    TEST_RUN(test_db_steps_epochs_and_data);
     return test_end();
 }

@@ -118,10 +118,11 @@ static void test_spec_defaults(void)
     T_EQ_STR(text,
              "{\"name\":\"collective\",\"description\":\"\",\"workload\":\"collective\","
              "\"device\":\"cpu\",\"backend\":\"tcp\",\"world_size\":1,\"repeats\":1,"
-             "\"seed\":1,\"timeout_s\":600,\"op\":\"allreduce\",\"dtype\":\"float32\","
+             "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
+             "\"comm_timeout_s\":60,\"op\":\"allreduce\",\"dtype\":\"float32\","
              "\"redop\":\"sum\",\"algorithm\":\"auto\",\"min_bytes\":4096,"
-             "\"max_bytes\":67108864,\"factor\":2,\"step\":0,\"iters\":20,\"warmup\":5,"
-             "\"check\":true,\"inplace\":false}");
+             "\"max_bytes\":67108864,\"factor\":2,\"step\":0,\"sizes\":[],\"iters\":20,"
+             "\"warmup\":5,\"check\":true,\"inplace\":false}");
     free(text);
 }
 
@@ -225,10 +226,17 @@ static void test_spec_exact_messages(void)
     T_EQ_STR(e.field, "world_size");
     T_EQ_INT(e.code, ERR_INVALID);
     T_CHECK(!parse_text(W ", \"dtype\": \"float33\"}", &e));
-    T_EQ_STR(e.msg, "dtype: must be one of \"float32\", got \"float33\"");
+    T_EQ_STR(e.msg, "dtype: must be one of \"float32\", \"float16\", \"bfloat16\", "
+                    "\"int32\", \"int64\", got \"float33\"");
     T_EQ_STR(e.field, "dtype");
-    T_CHECK(!parse_text(W ", \"algorithm\": \"tree\"}", &e));
-    T_EQ_STR(e.msg, "algorithm: must be one of \"auto\", \"ring\", got \"tree\"");
+    T_CHECK(!parse_text(W ", \"algorithm\": \"bogus\"}", &e));
+    T_EQ_STR(e.msg, "algorithm: must be one of \"auto\", \"ring\", \"rd\", \"direct\", "
+                    "\"tree\", got \"bogus\"");
+    /* an algorithm the op does not have */
+    T_CHECK(!parse_text(W ", \"op\": \"broadcast\", \"algorithm\": \"rd\"}", &e));
+    T_EQ_STR(e.field, "algorithm");
+    T_EQ_STR(e.msg, "algorithm: op \"broadcast\" has no algorithm \"rd\"; it has \"auto\", "
+                    "\"ring\", \"tree\"");
 }
 
 static void test_spec_rejects_bad_fields(void)
@@ -255,8 +263,23 @@ static void test_spec_rejects_bad_fields(void)
         {W ", \"warmup\": 10001}", "warmup", "from 0 to 10000"},
         {W ", \"factor\": 1025}", "factor", "from 2 to 1024"},
         {W ", \"factor\": 2.0}", "factor", "got 2.0"},
-        {W ", \"op\": \"allgather\"}", "op", "must be one of \"allreduce\""},
-        {W ", \"redop\": \"max\"}", "redop", "must be one of \"sum\""},
+        {W ", \"op\": \"allgather\"}", "op", "must be one of \"allreduce\", \"reduce_scatter\""},
+        {W ", \"redop\": \"prod\"}", "redop", "must be one of \"sum\", \"avg\", \"min\", \"max\""},
+        {W ", \"op\": \"sendrecv\", \"algorithm\": \"ring\"}", "algorithm",
+         "op \"sendrecv\" has no algorithm \"ring\""},
+        {W ", \"op\": \"allreduce\", \"algorithm\": \"tree\"}", "algorithm", "it has \"auto\", \"ring\", \"rd\""},
+        {W ", \"sweep\": {\"algorithm\": [\"ring\", \"rd\"], \"op\": [\"allreduce\", \"all_gather\"]}}",
+         "sweep", "op \"all_gather\" has no algorithm \"rd\""},
+        {W ", \"op\": \"sendrecv\", \"inplace\": true}", "inplace",
+         "inplace: op \"sendrecv\" has no inplace true; it has false"},
+        {W ", \"comm_timeout_s\": 0}", "comm_timeout_s", "from 1 to 3600"},
+        {W ", \"comm_timeout_s\": 3601}", "comm_timeout_s", "from 1 to 3600"},
+        {W ", \"sizes\": \"4K\"}", "sizes", "a list of at most 256 distinct sizes"},
+        {W ", \"sizes\": [\"4K\", 4096]}", "sizes", "distinct"},
+        {W ", \"sizes\": [0]}", "sizes", "from 1 to 2G"},
+        {W ", \"sizes\": [\"3G\"]}", "sizes", "got [\"3G\"]"},
+        {W ", \"sizes\": [1.5]}", "sizes", "got [1.5]"},
+        {W ", \"sweep\": {\"sizes\": [[1], [2]]}}", "sweep.sizes", "cannot be swept"},
         {W ", \"device\": \"cuda\"}", "device", "must be one of \"cpu\""},
         {W ", \"backend\": \"nccl\"}", "backend", "must be one of \"tcp\""},
         {W ", \"dtype\": 32}", "dtype", "got 32"},
@@ -679,6 +702,53 @@ static void test_spec_collective_sizes(void)
     T_EQ_INT(spec_collective_sizes(&c, sizes, 64), 0);
 }
 
+/* An explicit sizes list: normalized to integers in the given order, visited instead of
+ * min_bytes..max_bytes, carried into struct spec with comm_timeout_s and the new enums. */
+static void test_spec_sizes_list_and_collective_fields(void)
+{
+    struct err e;
+    json_t *s = parse_ok(W ", \"sizes\": [\"1M\", 8, \"25MiB\", 4096], \"comm_timeout_s\": 7,"
+                         " \"op\": \"reduce_scatter\", \"dtype\": \"bfloat16\","
+                         " \"redop\": \"avg\", \"algorithm\": \"direct\"}");
+    T_CHECK(s);
+    char *text = json_dumps(json_object_get(s, "sizes"), JSON_COMPACT);
+    T_EQ_STR(text, "[1048576,8,26214400,4096]");
+    free(text);
+    struct spec sp;
+    int rc = spec_from_json(s, &sp, &e);
+    json_t *again = spec_normalize(s, &e);
+    T_CHECK(again && json_equal(again, s)); /* idempotent */
+    json_decref(again);
+    json_decref(s);
+    T_OK(rc);
+    T_EQ_INT(sp.comm_timeout_s, 7);
+    T_EQ_STR(sp.coll.op, "reduce_scatter");
+    T_EQ_STR(sp.coll.dtype, "bfloat16");
+    T_EQ_STR(sp.coll.redop, "avg");
+    T_EQ_STR(sp.coll.algorithm, "direct");
+    T_EQ_INT(sp.coll.sizes.n, 4);
+    int64_t sizes[8];
+    T_EQ_INT(spec_collective_sizes(&sp.coll, sizes, 8), 4);
+    T_EQ_INT(sizes[0], 1 << 20);
+    T_EQ_INT(sizes[1], 8);
+    T_EQ_INT(sizes[2], 25 << 20);
+    T_EQ_INT(sizes[3], 4096);
+    T_EQ_INT(spec_collective_sizes(&sp.coll, sizes, 2), 2);
+    /* the longest list there may be */
+    char big[8192];
+    size_t len = (size_t)snprintf(big, sizeof big, W ", \"sizes\": [");
+    for (int i = 1; i <= SPEC_MAX_SIZES; i++)
+        len += (size_t)snprintf(big + len, sizeof big - len, "%s%d", i > 1 ? "," : "", i);
+    snprintf(big + len, sizeof big - len, "]}");
+    s = parse_ok(big);
+    T_CHECK(s);
+    T_EQ_INT(json_array_size(json_object_get(s, "sizes")), SPEC_MAX_SIZES);
+    json_decref(s);
+    snprintf(big + len, sizeof big - len, ",999]}");
+    T_CHECK(!parse_text(big, &e));
+    T_EQ_STR(e.field, "sizes");
+}
+
 static void test_spec_sizes_from_parsed_spec(void)
 {
     struct err e;
@@ -734,7 +804,21 @@ static void test_spec_schema_content(void)
     T_EQ_INT(get_int(ws, "maximum"), SPEC_MAX_WORLD);
     T_EQ_INT(get_int(ws, "default"), 1);
     json_t *alg = json_object_get(props, "algorithm");
-    T_EQ_INT(json_array_size(json_object_get(alg, "enum")), 2);
+    T_EQ_INT(json_array_size(json_object_get(alg, "enum")), 5);
+    json_t *sizes = json_object_get(props, "sizes");
+    T_EQ_STR(get_str(sizes, "type"), "array");
+    T_EQ_INT(get_int(sizes, "maxItems"), SPEC_MAX_SIZES);
+    T_CHECK(json_is_true(json_object_get(sizes, "uniqueItems")));
+    /* op -> algorithm: one if/then per op */
+    int allowed = 0;
+    size_t i;
+    json_t *clause;
+    json_array_foreach(json_object_get(s, "allOf"), i, clause) {
+        json_t *then_alg = json_object_get(json_object_get(json_object_get(clause, "then"),
+                                                           "properties"), "algorithm");
+        allowed += then_alg != NULL;
+    }
+    T_EQ_INT(allowed, 5); /* and one op -> inplace clause, without "algorithm" */
     json_t *minb = json_object_get(props, "min_bytes");
     T_EQ_STR(get_str(minb, "default"), "4K");
     json_t *any = json_object_get(minb, "anyOf");
@@ -830,6 +914,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_from_json);
     TEST_RUN(test_spec_collective_sizes);
     TEST_RUN(test_spec_sizes_from_parsed_spec);
+    TEST_RUN(test_spec_sizes_list_and_collective_fields);
     TEST_RUN(test_spec_schema_file_in_sync);
     TEST_RUN(test_spec_schema_content);
     TEST_RUN(test_spec_examples_valid);

@@ -3,6 +3,11 @@
  * by meson) each with a report pipe on fd 3, their lines read with report_parse_line.
  *   - a healthy run: hello and done from every rank, one checked collective event per
  *     size from rank 0 (wrong == 0, busbw > 0), exit status 0 everywhere;
+ *   - every other op (reduce_scatter, all_gather, broadcast, sendrecv) over other dtypes,
+ *     reductions and in place: checked events with wrong == 0 and the algorithm used;
+ *   - a rank stopped with SIGSTOP mid-run, with the spec's comm_timeout_s of 2 s (no
+ *     DDPB_TIMEOUT_MS): the others fail with a timeout naming the stopped rank, within
+ *     a few seconds, not a hang;
  *   - a rank killed with SIGKILL mid-run (after rank 0 reported its first size): the
  *     others exit non-zero well within their timeout, each with an error event naming
  *     the killed rank as the peer.
@@ -42,6 +47,7 @@ struct e2e_rank {
     double min_busbw;
     int err_peer;
     char err_code[32], err_msg[400];
+    char last_algorithm[16];
     int bad_lines;
 };
 
@@ -49,7 +55,9 @@ struct e2e {
     struct store_server *srv;
     char dir[64], spec_path[128], store_addr[64], run[32];
     struct e2e_rank r[E2E_WORLD];
-    int victim;        /* rank to SIGKILL after rank 0's first progress event, -1: none */
+    int victim;        /* rank to signal after rank 0's first progress event, -1: none */
+    int victim_sig;    /* SIGKILL or SIGSTOP */
+    int timeout_env_ms; /* DDPB_TIMEOUT_MS for the workers; 0: not set (the spec's) */
     int64_t killed_at; /* monotonic ms, 0 before the kill */
 };
 
@@ -102,7 +110,8 @@ static char **e2e_env(const struct e2e *x, int rank)
     E2E_PUT("DDPB_STORE=%s", x->store_addr);
     E2E_PUT("DDPB_SECRET=%s", E2E_SECRET);
     E2E_PUT("DDPB_SPEC=%s", x->spec_path);
-    E2E_PUT("DDPB_TIMEOUT_MS=%d", 30000);
+    if (x->timeout_env_ms)
+        E2E_PUT("DDPB_TIMEOUT_MS=%d", x->timeout_env_ms);
 #undef E2E_PUT
     return env;
 }
@@ -154,7 +163,7 @@ static void e2e_on_event(struct e2e *x, int rank, enum report_type type, json_t 
     case REPORT_PROGRESS:
         r->progress++;
         if (rank == 0 && x->victim >= 0 && !x->killed_at) {
-            kill(x->r[x->victim].pid, SIGKILL);
+            kill(x->r[x->victim].pid, x->victim_sig);
             x->killed_at = clock_mono_ms();
         }
         break;
@@ -165,6 +174,7 @@ static void e2e_on_event(struct e2e *x, int rank, enum report_type type, json_t 
         }
         r->collectives++;
         r->wrong += c.wrong;
+        snprintf(r->last_algorithm, sizeof r->last_algorithm, "%s", c.algorithm);
         r->min_busbw = c.busbw_gbs < r->min_busbw ? c.busbw_gbs : r->min_busbw;
         break;
     case REPORT_ERROR: {
@@ -212,6 +222,9 @@ static void e2e_collect(struct e2e *x)
         }
         if (!open || clock_ms_left(deadline) == 0)
             break;
+        /* a stopped victim keeps its pipe open: end it once everyone else is gone */
+        if (x->killed_at && x->victim_sig == SIGSTOP && open == 1 && x->r[x->victim].fd >= 0)
+            kill(x->r[x->victim].pid, SIGKILL);
         poll(pfd, E2E_WORLD, 200);
         for (int i = 0; i < E2E_WORLD; i++) {
             if (pfd[i].fd < 0 || !pfd[i].revents)
@@ -255,11 +268,13 @@ static void e2e_cleanup(struct e2e *x)
 }
 
 /* Starts the store and E2E_WORLD workers on spec_text, then collects everything. */
-static int e2e_run(struct e2e *x, const char *run, const char *spec_text, int victim,
-                   struct err *e)
+static int e2e_run(struct e2e *x, const char *run, const char *spec_text, int victim, int sig,
+                   int timeout_env_ms, struct err *e)
 {
     memset(x, 0, sizeof *x);
     x->victim = victim;
+    x->victim_sig = sig;
+    x->timeout_env_ms = timeout_env_ms;
     for (int i = 0; i < E2E_WORLD; i++)
         x->r[i].fd = -1;
     const char *bin = getenv("DDPB_WORKER_BIN");
@@ -287,7 +302,7 @@ static void test_e2e_healthy_run(void)
     const char *spec = "{\"workload\": \"collective\", \"world_size\": 3, \"min_bytes\": \"4K\","
                        " \"max_bytes\": \"2M\", \"factor\": 8, \"iters\": 5, \"warmup\": 2,"
                        " \"check\": true, \"seed\": 7}";
-    int rc = e2e_run(&x, "e2e-ok", spec, -1, &e);
+    int rc = e2e_run(&x, "e2e-ok", spec, -1, 0, 30000, &e);
     T_CHECK_MSG(rc == 0, "%s", e.msg);
     char why[600] = "";
     for (int i = 0; i < E2E_WORLD && !why[0]; i++) {
@@ -319,7 +334,7 @@ static void test_e2e_killed_rank_is_named(void)
                        " \"max_bytes\": \"1M\", \"iters\": 20, \"warmup\": 1,"
                        " \"repeats\": 100, \"check\": false}";
     int64_t t0 = clock_mono_ms();
-    int rc = e2e_run(&x, "e2e-kill", spec, 1, &e);
+    int rc = e2e_run(&x, "e2e-kill", spec, 1, SIGKILL, 30000, &e);
     int64_t after_kill = clock_mono_ms() - (x.killed_at ? x.killed_at : t0);
     T_CHECK_MSG(rc == 0, "%s", e.msg);
     char why[600] = "";
@@ -341,11 +356,76 @@ static void test_e2e_killed_rank_is_named(void)
     T_CHECK_MSG(after_kill < 20000, "survivors took %lld ms", (long long)after_kill);
 }
 
+/* Every op but allreduce end to end, checked: (op, dtype, redop, inplace). */
+static void test_e2e_every_op(void)
+{
+    static const char *const specs[] = {
+        "\"op\": \"reduce_scatter\", \"dtype\": \"bfloat16\", \"redop\": \"avg\", \"inplace\": true",
+        "\"op\": \"all_gather\", \"dtype\": \"int64\", \"inplace\": true",
+        "\"op\": \"broadcast\", \"dtype\": \"float16\", \"algorithm\": \"tree\"",
+        "\"op\": \"sendrecv\", \"dtype\": \"int32\"",
+        "\"op\": \"allreduce\", \"dtype\": \"float32\", \"redop\": \"min\", \"algorithm\": \"rd\"",
+    };
+    static const char *const algs[] = {NULL, NULL, "tree", "direct", "rd"};
+    for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
+        char spec[512], run[32];
+        snprintf(spec, sizeof spec, "{\"workload\": \"collective\", \"world_size\": 3, %s, "
+                 "\"sizes\": [\"24\", \"96K\", \"3M\"], \"iters\": 3, \"warmup\": 1}", specs[k]);
+        snprintf(run, sizeof run, "e2e-op%zu", k);
+        struct e2e x;
+        struct err e;
+        int rc = e2e_run(&x, run, spec, -1, 0, 30000, &e);
+        T_CHECK_MSG(rc == 0, "%s", e.msg);
+        char why[600] = "";
+        for (int i = 0; i < E2E_WORLD && !why[0]; i++)
+            if (!WIFEXITED(x.r[i].status) || WEXITSTATUS(x.r[i].status) != 0 || x.r[i].errors)
+                snprintf(why, sizeof why, "%s: rank %d: %s", specs[k], i, x.r[i].err_msg);
+        int collectives = x.r[0].collectives;
+        int64_t wrong = x.r[0].wrong;
+        bool alg_ok = !algs[k] || strcmp(x.r[0].last_algorithm, algs[k]) == 0;
+        char alg[16];
+        snprintf(alg, sizeof alg, "%s", x.r[0].last_algorithm);
+        e2e_cleanup(&x);
+        T_CHECK_MSG(!why[0], "%s", why);
+        T_CHECK_MSG(collectives == 3 && wrong == 0, "%s: %d events, %lld wrong", specs[k],
+                    collectives, (long long)wrong);
+        T_CHECK_MSG(alg_ok, "%s: algorithm %s", specs[k], alg);
+    }
+}
+
+/* SIGSTOP: the spec's comm_timeout_s (2 s) bounds the wait; the stopped rank is named. */
+static void test_e2e_stopped_rank_times_out(void)
+{
+    struct e2e x;
+    struct err e;
+    const char *spec = "{\"workload\": \"collective\", \"world_size\": 3, \"min_bytes\": \"1M\","
+                       " \"max_bytes\": \"1M\", \"iters\": 20, \"warmup\": 1,"
+                       " \"repeats\": 100, \"check\": false, \"comm_timeout_s\": 2}";
+    int rc = e2e_run(&x, "e2e-stop", spec, 1, SIGSTOP, 0, &e);
+    int64_t after_stop = clock_mono_ms() - x.killed_at;
+    T_CHECK_MSG(rc == 0, "%s", e.msg);
+    T_CHECK(x.killed_at > 0);
+    char why[600] = "";
+    for (int i = 0; i < E2E_WORLD && !why[0]; i += 2) {
+        const struct e2e_rank *r = &x.r[i];
+        if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) == 0 || r->errors != 1 ||
+            r->err_peer != 1 || strcmp(r->err_code, "timeout") != 0)
+            snprintf(why, sizeof why, "rank %d: status %d errors %d peer %d: %s: %s", i,
+                     r->status, r->errors, r->err_peer, r->err_code, r->err_msg);
+    }
+    e2e_cleanup(&x);
+    T_CHECK_MSG(!why[0], "%s", why);
+    /* 2 s of silence, up to 2 s to hear the other rank's verdict, start-up slack */
+    T_CHECK_MSG(after_stop < 15000, "survivors took %lld ms", (long long)after_stop);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     signal(SIGPIPE, SIG_IGN);
     TEST_RUN(test_e2e_healthy_run);
+    TEST_RUN(test_e2e_every_op);
+    TEST_RUN(test_e2e_stopped_rank_times_out);
     TEST_RUN(test_e2e_killed_rank_is_named);
     return test_end();
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "reduce.h"
 #include "report.h"
 #include "spec.h"
 #include "store_client.h"
@@ -74,84 +75,182 @@ static void test_busbw_factor(void)
     T_NEAR(collective_busbw_factor("reduce_scatter", 4), 0.75, 1e-12);
     T_NEAR(collective_busbw_factor("all_gather", 2), 0.5, 1e-12);
     T_NEAR(collective_busbw_factor("broadcast", 8), 1, 1e-12);
+    T_NEAR(collective_busbw_factor("sendrecv", 8), 1, 1e-12);
     T_NEAR(collective_busbw_factor("nonsense", 8), 0, 0);
-    enum collective_op op;
+    enum comm_op op;
     T_EQ_INT(collective_op_parse("allreduce", &op), 0);
+    T_EQ_INT(op, COMM_OP_ALLREDUCE);
+    T_EQ_INT(collective_op_parse("sendrecv", &op), 0);
+    T_EQ_INT(op, COMM_OP_SENDRECV);
     T_CHECK(collective_op_parse("alltoall", &op) < 0);
+    T_CHECK(collective_op_parse("barrier", &op) < 0);
+    T_CHECK(collective_op_parse("send", &op) < 0);
 }
 
-static void test_inputs_and_expected(void)
+/* Naive reference: the reduction over ranks of input element j, computed in int64 from
+ * the inputs themselves, then finished as the dtype does (avg: one division). */
+static double ref_reduced(const struct collective_data *d, size_t j)
 {
-    int worlds[] = {1, 2, 3, 7, 17, 18, 40};
-    int64_t seeds[] = {0, 1, 12345};
-    for (size_t w = 0; w < sizeof worlds / sizeof worlds[0]; w++) {
-        for (size_t s = 0; s < 3; s++) {
-            struct collective_expect x;
-            collective_expect_init(&x, seeds[s], worlds[w]);
-            for (size_t i = 0; i < 3000; i += 7) {
-                int sum = 0;
-                for (int r = 0; r < worlds[w]; r++) {
-                    int v = collective_input(seeds[s], r, i);
-                    T_CHECK(v >= -8 && v <= 8);
-                    sum += v;
-                }
-                T_CHECK_MSG((float)sum == collective_expected(&x, i),
-                            "world %d seed %lld i %zu: %d vs %g", worlds[w],
-                            (long long)seeds[s], i, sum, (double)collective_expected(&x, i));
-            }
-        }
+    int64_t acc = collective_input(d, 0, j);
+    for (int r = 1; r < d->world; r++) {
+        int64_t v = collective_input(d, r, j);
+        acc = d->redop == COMM_MIN ? (v < acc ? v : acc)
+            : d->redop == COMM_MAX ? (v > acc ? v : acc) : acc + v;
     }
+    if (d->redop != COMM_AVG)
+        return (double)acc;
+    if (d->dtype == COMM_INT32 || d->dtype == COMM_INT64)
+        return (double)(acc / d->world);
+    uint8_t tmp[8];
+    reduce_store(tmp, d->dtype, (double)((float)acc / (float)d->world));
+    return reduce_load(tmp, d->dtype);
+}
+
+/* Every input is exact in its dtype; every expected element equals the naive
+ * reference; min/max inputs are distinct across ranks; avg sums stay exact. */
+static void test_expected_matches_reference(void)
+{
+    static const enum comm_op ops[] = {COMM_OP_ALLREDUCE, COMM_OP_REDUCE_SCATTER,
+                                       COMM_OP_ALL_GATHER, COMM_OP_BROADCAST,
+                                       COMM_OP_SENDRECV};
+    static const int worlds[] = {1, 2, 3, 5, 7, 40};
+    for (size_t o = 0; o < 5; o++)
+        for (int t = COMM_FLOAT32; t <= COMM_INT64; t++)
+            for (int op = COMM_SUM; op <= COMM_MAX; op++)
+                for (size_t w = 0; w < 6; w++) {
+                    struct collective_data d;
+                    int n = worlds[w];
+                    size_t count = 13;
+                    collective_data_init(&d, 77, ops[o], (enum comm_dtype)t,
+                                         (enum comm_redop)op, n);
+                    size_t out = ops[o] == COMM_OP_ALL_GATHER ? count * (size_t)n : count;
+                    for (int rank = 0; rank < n; rank += (n > 3 ? 3 : 1)) {
+                        for (size_t i = 0; i < out; i++) {
+                            double want;
+                            switch (ops[o]) {
+                            case COMM_OP_ALLREDUCE: want = ref_reduced(&d, i); break;
+                            case COMM_OP_REDUCE_SCATTER:
+                                want = ref_reduced(&d, (size_t)rank * count + i);
+                                break;
+                            case COMM_OP_ALL_GATHER:
+                                want = (double)collective_input(&d, (int)(i / count), i % count);
+                                break;
+                            case COMM_OP_BROADCAST: want = (double)collective_input(&d, 0, i); break;
+                            default:
+                                want = (double)collective_input(&d, (rank + n - 1) % n, i);
+                            }
+                            double got = collective_expected(&d, rank, count, i);
+                            T_CHECK_MSG(got == want, "op %d dtype %d redop %d world %d rank %d "
+                                        "i %zu: %g vs %g", (int)ops[o], t, op, n, rank, i, got,
+                                        want);
+                        }
+                    }
+                    if (!d.minmax)
+                        continue;
+                    for (size_t i = 0; i < count && n <= 256; i++) /* distinct per index */
+                        for (int r = 1; r < n; r++)
+                            T_CHECK(collective_input(&d, r, i) != collective_input(&d, r - 1, i));
+                }
+}
+
+/* Inputs are small: a float16 or bfloat16 sum over many ranks never leaves the exact
+ * range, and the fill stores them exactly. */
+static void test_inputs_exact_and_varied(void)
+{
+    struct collective_data d;
+    collective_data_init(&d, 5, COMM_OP_ALLREDUCE, COMM_BFLOAT16, COMM_SUM, 40);
+    T_CHECK(d.m * 40 <= 256);
+    collective_data_init(&d, 5, COMM_OP_ALLREDUCE, COMM_FLOAT16, COMM_SUM, 40);
+    T_EQ_INT(d.m, 8);
+    uint16_t h[100];
+    collective_fill(&d, h, 100, 3);
+    for (size_t i = 0; i < 100; i++)
+        T_CHECK(reduce_load(&h[i], COMM_FLOAT16) == (double)collective_input(&d, 3, i));
     /* ranks and indices get different values */
     int differ_rank = 0, differ_index = 0;
+    collective_data_init(&d, 1, COMM_OP_ALLREDUCE, COMM_FLOAT32, COMM_SUM, 2);
     for (size_t i = 0; i < 100; i++) {
-        differ_rank += collective_input(1, 0, i) != collective_input(1, 1, i);
-        differ_index += collective_input(1, 0, i) != collective_input(1, 0, i + 1);
+        differ_rank += collective_input(&d, 0, i) != collective_input(&d, 1, i);
+        differ_index += collective_input(&d, 0, i) != collective_input(&d, 0, i + 1);
     }
     T_CHECK(differ_rank > 50);
     T_CHECK(differ_index > 50);
+    /* the min over ranks lands on different ranks and levels from index to index */
+    collective_data_init(&d, 1, COMM_OP_ALLREDUCE, COMM_INT32, COMM_MIN, 4);
+    int which[4] = {0}, levels = 0;
+    for (size_t i = 0; i < 200; i++) {
+        for (int r = 0; r < 4; r++)
+            which[r] += collective_input(&d, r, i) == (int64_t)collective_expected(&d, 0, 200, i);
+        levels += collective_expected(&d, 0, 200, i) != collective_expected(&d, 0, 200, i + 1);
+    }
+    for (int r = 0; r < 4; r++)
+        T_CHECK_MSG(which[r] > 20, "rank %d holds the min %d times", r, which[r]);
+    T_CHECK(levels > 100);
 }
 
-static void test_fill_and_count_wrong(void)
+static void test_count_wrong(void)
 {
-    struct err e;
     enum { N = 1000, W = 3 };
+    struct collective_data d;
+    collective_data_init(&d, 9, COMM_OP_ALLREDUCE, COMM_FLOAT32, COMM_SUM, W);
     float sum[N] = {0}, in[N];
     for (int r = 0; r < W; r++) {
-        T_OK(collective_fill_inputs(in, COMM_FLOAT32, N, 9, r, &e));
+        collective_fill(&d, in, N, r);
         for (int i = 0; i < N; i++)
             sum[i] += in[i];
     }
-    struct collective_expect x;
-    collective_expect_init(&x, 9, W);
-    T_EQ_INT(collective_count_wrong(sum, COMM_FLOAT32, N, &x), 0);
+    T_EQ_INT(collective_count_wrong(&d, sum, 0, N), 0);
     sum[17] += 1;
     sum[500] = -sum[500] - 1;
-    T_EQ_INT(collective_count_wrong(sum, COMM_FLOAT32, N, &x), 2);
+    T_EQ_INT(collective_count_wrong(&d, sum, 0, N), 2);
     /* a result shifted by one element is almost all wrong */
-    T_CHECK(collective_count_wrong(sum + 1, COMM_FLOAT32, N - 1, &x) > N / 2);
-    int32_t ints[4];
-    T_CHECK(collective_fill_inputs(ints, COMM_INT32, 4, 9, 0, &e) < 0);
-    T_EQ_INT(e.code, ERR_INVALID);
+    T_CHECK(collective_count_wrong(&d, sum + 1, 0, N - 1) > N / 2);
+    /* all_gather: rank 1's block in rank 0's place is wrong */
+    collective_data_init(&d, 9, COMM_OP_ALL_GATHER, COMM_INT64, COMM_SUM, 2);
+    int64_t g[8];
+    collective_fill(&d, g, 4, 0);
+    collective_fill(&d, g + 4, 4, 1);
+    T_EQ_INT(collective_count_wrong(&d, g, 1, 4), 0);
+    collective_fill(&d, g, 4, 1);
+    T_CHECK(collective_count_wrong(&d, g, 1, 4) >= 2);
 }
 
-/* One rank, real store and communicator: the benchmark emits a checked collective event
- * and a progress event per size. */
-static void test_bench_single_rank_reports(void)
+struct one_rank {
+    struct store_server *srv;
+    struct store_client *sc;
+    struct comm *c;
+};
+
+static int one_rank_open(struct one_rank *o, struct err *e)
 {
-    struct err e;
-    struct store_server *srv = store_server_create("127.0.0.1", 0, &e);
-    T_CHECK(srv != NULL);
-    T_OK(store_server_add_run(srv, "bench", "pw", &e));
+    memset(o, 0, sizeof *o);
+    o->srv = store_server_create("127.0.0.1", 0, e);
+    if (!o->srv || store_server_add_run(o->srv, "bench", "pw", e) < 0)
+        return -1;
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", store_server_port(srv));
-    struct store_client *sc = store_client_connect(addr, "bench", "pw", 0, 2000, NULL, &e);
-    T_CHECK(sc != NULL);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", store_server_port(o->srv));
+    o->sc = store_client_connect(addr, "bench", "pw", 0, 2000, NULL, e);
     struct comm_tcp_config cfg = {.rank = 0, .world_size = 1, .listen_host = "127.0.0.1",
                                   .timeout_ms = 5000, .algorithm = "auto", .secret = "pw"};
-    struct comm *c = comm_tcp_create(&cfg, sc, &e);
-    T_CHECK(c != NULL);
+    o->c = o->sc ? comm_tcp_create(&cfg, o->sc, e) : NULL;
+    return o->c ? 0 : -1;
+}
+
+static void one_rank_close(struct one_rank *o)
+{
+    comm_destroy(o->c);
+    store_client_destroy(o->sc);
+    store_server_destroy(o->srv);
+}
+
+/* Runs sizes of one op on one rank; returns the collective events' counts. */
+static int one_rank_bench(struct one_rank *o, const char *op, const char *dtype,
+                          const char *redop, bool inplace, const int64_t *sizes, int n,
+                          struct report_collective *out, int *progress, struct err *e)
+{
     int pfd[2];
-    T_CHECK(pipe(pfd) == 0);
+    if (pipe(pfd) < 0)
+        return err_errno(e, "pipe");
     struct report_writer w;
     report_writer_init(&w, pfd[1], 0);
     struct spec s;
@@ -159,53 +258,78 @@ static void test_bench_single_rank_reports(void)
     s.world_size = 1;
     s.repeats = 1;
     s.seed = 3;
-    snprintf(s.coll.op, sizeof s.coll.op, "allreduce");
-    snprintf(s.coll.dtype, sizeof s.coll.dtype, "float32");
-    snprintf(s.coll.redop, sizeof s.coll.redop, "sum");
+    snprintf(s.coll.op, sizeof s.coll.op, "%s", op);
+    snprintf(s.coll.dtype, sizeof s.coll.dtype, "%s", dtype);
+    snprintf(s.coll.redop, sizeof s.coll.redop, "%s", redop);
+    snprintf(s.coll.algorithm, sizeof s.coll.algorithm, "auto");
     s.coll.iters = 4;
     s.coll.warmup = 1;
     s.coll.check = true;
+    s.coll.inplace = inplace;
     struct collective_bench b;
-    T_OK(collective_bench_init(&b, &s, c, sc, &w, 4096, 3, &e));
-    int64_t sizes[] = {1, 6, 4096}; /* 1 byte rounds up to one element */
-    int rc = collective_bench_run_sizes(&b, 0, sizes, 3, &e);
+    int rc = collective_bench_init(&b, &s, o->c, o->sc, &w, 4096, n, e);
+    if (rc == 0)
+        rc = collective_bench_run_sizes(&b, 0, sizes, (size_t)n, e);
     collective_bench_cleanup(&b);
     close(pfd[1]);
     char text[16384];
-    ssize_t n = read(pfd[0], text, sizeof text - 1);
+    ssize_t len = read(pfd[0], text, sizeof text - 1);
     close(pfd[0]);
-    comm_destroy(c);
-    store_client_destroy(sc);
-    store_server_destroy(srv);
-    T_CHECK_MSG(rc == 0, "%s", e.msg);
-    T_CHECK(n > 0);
-    text[n] = '\0';
-    int collectives = 0, progress = 0;
-    int64_t counts[3] = {0};
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    text[len > 0 ? len : 0] = '\0';
+    int k = 0;
+    *progress = 0;
+    for (char *line = strtok(text, "\n"); rc == 0 && line; line = strtok(NULL, "\n")) {
         enum report_type type;
-        json_t *ev = report_parse_line(line, strlen(line), &type, &e);
-        T_CHECK_MSG(ev != NULL, "%s", e.msg);
-        if (type == REPORT_COLLECTIVE) {
-            struct report_collective rc2;
-            int ok = report_collective_from_json(ev, &rc2, &e);
-            json_decref(ev);
-            T_OK(ok);
-            T_EQ_INT(rc2.wrong, 0);
-            T_EQ_INT(rc2.iters, 4);
-            T_EQ_STR(rc2.algorithm, "local");
-            T_CHECK(rc2.time_us_min <= rc2.time_us_median && rc2.time_us_median <= rc2.time_us_max);
-            counts[collectives++] = rc2.count;
-        } else {
-            progress += type == REPORT_PROGRESS;
-            json_decref(ev);
-        }
+        json_t *ev = report_parse_line(line, strlen(line), &type, e);
+        if (!ev)
+            return -1;
+        if (type == REPORT_COLLECTIVE && k < n)
+            rc = report_collective_from_json(ev, &out[k++], e);
+        *progress += type == REPORT_PROGRESS;
+        json_decref(ev);
     }
-    T_EQ_INT(collectives, 3);
-    T_EQ_INT(progress, 3);
-    T_EQ_INT(counts[0], 1);
-    T_EQ_INT(counts[1], 1);
-    T_EQ_INT(counts[2], 1024);
+    return rc < 0 ? -1 : k;
+}
+
+/* One rank, real store and communicator, every op in and out of place: a checked
+ * collective event and a progress event per size. */
+static void test_bench_single_rank_reports(void)
+{
+    struct err e;
+    struct one_rank o;
+    T_CHECK_MSG(one_rank_open(&o, &e) == 0, "%s", e.msg);
+    static const char *ops[] = {"allreduce", "reduce_scatter", "all_gather", "broadcast",
+                                "sendrecv"};
+    static const char *dtypes[] = {"float32", "float16", "bfloat16", "int32", "int64"};
+    static const char *redops[] = {"sum", "avg", "min", "max", "sum"};
+    char why[300] = "";
+    for (int i = 0; i < 10 && !why[0]; i++) {
+        int k = i % 5, progress = 0;
+        bool inplace = i >= 5 && k != 4;
+        int64_t sizes[] = {1, 6, 4096}; /* 1 byte rounds up to one element */
+        struct report_collective rc[3];
+        int n = one_rank_bench(&o, ops[k], dtypes[(i + 2) % 5], redops[k], inplace, sizes, 3,
+                               rc, &progress, &e);
+        size_t es = strcmp(dtypes[(i + 2) % 5], "int64") == 0 ? 8
+                    : dtypes[(i + 2) % 5][5] == '3' || dtypes[(i + 2) % 5][3] == '3' ? 4 : 2;
+        if (n != 3 || progress != 3)
+            snprintf(why, sizeof why, "%s: %d events, %d progress: %s", ops[k], n, progress,
+                     n < 0 ? e.msg : "");
+        for (int j = 0; j < n && !why[0]; j++)
+            if (rc[j].wrong || rc[j].iters != 4 || strcmp(rc[j].algorithm, "local") ||
+                strcmp(rc[j].op, ops[k]) || rc[j].inplace != inplace ||
+                rc[j].bytes != rc[j].count * (int64_t)es ||
+                !(rc[j].time_us_min <= rc[j].time_us_median &&
+                  rc[j].time_us_median <= rc[j].time_us_max))
+                snprintf(why, sizeof why, "%s size %d: wrong %lld alg %s bytes %lld count %lld",
+                         ops[k], j, (long long)rc[j].wrong, rc[j].algorithm,
+                         (long long)rc[j].bytes, (long long)rc[j].count);
+        if (!why[0] && (rc[0].count != 1 || rc[2].count != 4096 / (int64_t)es))
+            snprintf(why, sizeof why, "%s: counts %lld %lld", ops[k], (long long)rc[0].count,
+                     (long long)rc[2].count);
+    }
+    one_rank_close(&o);
+    T_CHECK_MSG(!why[0], "%s", why);
 }
 
 static void test_bench_rejects_unsupported(void)
@@ -224,6 +348,15 @@ static void test_bench_rejects_unsupported(void)
     snprintf(s.coll.dtype, sizeof s.coll.dtype, "float99");
     T_CHECK(collective_bench_init(&b, &s, NULL, NULL, NULL, 64, 1, &e) < 0);
     T_EQ_STR(e.field, "dtype");
+    snprintf(s.coll.dtype, sizeof s.coll.dtype, "bfloat16");
+    snprintf(s.coll.algorithm, sizeof s.coll.algorithm, "spiral");
+    T_CHECK(collective_bench_init(&b, &s, NULL, NULL, NULL, 64, 1, &e) < 0);
+    T_EQ_STR(e.field, "algorithm");
+    snprintf(s.coll.algorithm, sizeof s.coll.algorithm, "auto");
+    snprintf(s.coll.op, sizeof s.coll.op, "sendrecv");
+    s.coll.inplace = true;
+    T_CHECK(collective_bench_init(&b, &s, NULL, NULL, NULL, 64, 1, &e) < 0);
+    T_EQ_STR(e.field, "inplace");
 }
 
 int main(int argc, char **argv)
@@ -233,8 +366,9 @@ int main(int argc, char **argv)
     TEST_RUN(test_stats_percentile_nearest_rank);
     TEST_RUN(test_stats_elementwise_max);
     TEST_RUN(test_busbw_factor);
-    TEST_RUN(test_inputs_and_expected);
-    TEST_RUN(test_fill_and_count_wrong);
+    TEST_RUN(test_expected_matches_reference);
+    TEST_RUN(test_inputs_exact_and_varied);
+    TEST_RUN(test_count_wrong);
     TEST_RUN(test_bench_single_rank_reports);
     TEST_RUN(test_bench_rejects_unsupported);
     return test_end();

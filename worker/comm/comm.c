@@ -1,10 +1,18 @@
-/* comm: the backend-independent helpers of comm.h (dtype and reduction names, sizes).
+/* comm: the backend-independent half of comm.h: names of dtypes, operators, operations
+ * and algorithms; argument checks; the synchronous calls, which run an operation
+ * directly or, once a communication thread exists, queue it behind the pending ones.
  *
  * Decision: one table per enum, indexed by the enum value, so a name, a size and the
- * parser can never disagree; the names are the ones specs and reports use. */
+ * parser can never disagree; the names are the ones specs and reports use. Arguments
+ * are checked once here (sizes that overflow, NULL buffers, overlaps other than NCCL's
+ * in-place layouts, peers out of range), so backends only see operations they can run
+ * and a bad call is an error naming the argument, not memory corruption on 4 ranks. */
 #include "comm.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#include "comm_async.h"
 
 struct comm_dtype_info {
     const char *name;
@@ -26,22 +34,40 @@ static const char *const comm_redops[] = {
     [COMM_MAX] = "max",
 };
 
-#define COMM_N_DTYPES (sizeof comm_dtypes / sizeof comm_dtypes[0])
-#define COMM_N_REDOPS (sizeof comm_redops / sizeof comm_redops[0])
+static const char *const comm_ops_names[] = {
+    [COMM_OP_ALLREDUCE] = "allreduce",
+    [COMM_OP_REDUCE_SCATTER] = "reduce_scatter",
+    [COMM_OP_ALL_GATHER] = "all_gather",
+    [COMM_OP_BROADCAST] = "broadcast",
+    [COMM_OP_SEND] = "send",
+    [COMM_OP_RECV] = "recv",
+    [COMM_OP_SENDRECV] = "sendrecv",
+    [COMM_OP_BARRIER] = "barrier",
+};
+
+static const char *const comm_algorithms[] = {
+    [COMM_ALG_AUTO] = "auto",
+    [COMM_ALG_RING] = "ring",
+    [COMM_ALG_RD] = "rd",
+    [COMM_ALG_DIRECT] = "direct",
+    [COMM_ALG_TREE] = "tree",
+};
+
+#define COMM_COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 size_t comm_dtype_size(enum comm_dtype t)
 {
-    return (size_t)t < COMM_N_DTYPES ? comm_dtypes[t].size : 0;
+    return (size_t)t < COMM_COUNT(comm_dtypes) ? comm_dtypes[t].size : 0;
 }
 
 const char *comm_dtype_name(enum comm_dtype t)
 {
-    return (size_t)t < COMM_N_DTYPES ? comm_dtypes[t].name : "unknown";
+    return (size_t)t < COMM_COUNT(comm_dtypes) ? comm_dtypes[t].name : "unknown";
 }
 
 int comm_dtype_parse(const char *s, enum comm_dtype *out)
 {
-    for (size_t i = 0; i < COMM_N_DTYPES; i++) {
+    for (size_t i = 0; i < COMM_COUNT(comm_dtypes); i++) {
         if (strcmp(s, comm_dtypes[i].name) == 0) {
             *out = (enum comm_dtype)i;
             return 0;
@@ -50,18 +76,296 @@ int comm_dtype_parse(const char *s, enum comm_dtype *out)
     return -1;
 }
 
+/* Index of s in names[0..n), or -1. */
+static int comm_name_index(const char *const *names, size_t n, const char *s)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0)
+            return (int)i;
+    return -1;
+}
+
 const char *comm_redop_name(enum comm_redop op)
 {
-    return (size_t)op < COMM_N_REDOPS ? comm_redops[op] : "unknown";
+    return (size_t)op < COMM_COUNT(comm_redops) ? comm_redops[op] : "unknown";
 }
 
 int comm_redop_parse(const char *s, enum comm_redop *out)
 {
-    for (size_t i = 0; i < COMM_N_REDOPS; i++) {
-        if (strcmp(s, comm_redops[i]) == 0) {
-            *out = (enum comm_redop)i;
-            return 0;
-        }
+    int i = comm_name_index(comm_redops, COMM_COUNT(comm_redops), s);
+    if (i >= 0)
+        *out = (enum comm_redop)i;
+    return i < 0 ? -1 : 0;
+}
+
+const char *comm_op_name(enum comm_op op)
+{
+    return (size_t)op < COMM_COUNT(comm_ops_names) ? comm_ops_names[op] : "unknown";
+}
+
+int comm_op_parse(const char *s, enum comm_op *out)
+{
+    int i = comm_name_index(comm_ops_names, COMM_COUNT(comm_ops_names), s);
+    if (i >= 0)
+        *out = (enum comm_op)i;
+    return i < 0 ? -1 : 0;
+}
+
+const char *comm_algorithm_name(enum comm_algorithm a)
+{
+    return (size_t)a < COMM_COUNT(comm_algorithms) ? comm_algorithms[a] : "unknown";
+}
+
+int comm_algorithm_parse(const char *s, enum comm_algorithm *out)
+{
+    int i = comm_name_index(comm_algorithms, COMM_COUNT(comm_algorithms), s);
+    if (i >= 0)
+        *out = (enum comm_algorithm)i;
+    return i < 0 ? -1 : 0;
+}
+
+/* ---- argument checks ------------------------------------------------------------- */
+
+/* The byte extents an operation touches. */
+struct comm_extent {
+    size_t send_bytes, recv_bytes;
+    size_t inplace_off; /* where send may sit inside recv (or recv inside send) */
+    bool recv_in_send;  /* reduce_scatter: recv lies inside send */
+};
+
+static bool comm_mul_ok(size_t a, size_t b, size_t *out)
+{
+    if (b && a > SIZE_MAX / b)
+        return false;
+    *out = a * b;
+    return true;
+}
+
+static int comm_extent_of(const struct comm *c, const struct comm_args *a,
+                          struct comm_extent *x, struct err *e)
+{
+    const char *name = comm_op_name(a->op);
+    size_t es = comm_dtype_size(a->dtype), bytes, world = (size_t)c->world_size, big;
+    memset(x, 0, sizeof *x);
+    if (!comm_mul_ok(a->count, es, &bytes) || !comm_mul_ok(bytes, world, &big))
+        return err_set(e, ERR_INVALID, "count", "%s: count %zu is too large", name, a->count);
+    size_t rank_off = (size_t)c->rank * bytes;
+    switch (a->op) {
+    case COMM_OP_ALLREDUCE:
+    case COMM_OP_BROADCAST:
+    case COMM_OP_SEND:
+    case COMM_OP_RECV:
+        x->send_bytes = a->op == COMM_OP_RECV ? 0 : bytes;
+        x->recv_bytes = a->op == COMM_OP_SEND ? 0 : bytes;
+        break;
+    case COMM_OP_REDUCE_SCATTER:
+        x->send_bytes = big;
+        x->recv_bytes = bytes;
+        x->inplace_off = rank_off;
+        x->recv_in_send = true;
+        break;
+    case COMM_OP_ALL_GATHER:
+        x->send_bytes = bytes;
+        x->recv_bytes = big;
+        x->inplace_off = rank_off;
+        break;
+    case COMM_OP_SENDRECV:
+        x->send_bytes = bytes;
+        if (!comm_mul_ok(a->count2, es, &x->recv_bytes))
+            return err_set(e, ERR_INVALID, "count", "%s: count %zu is too large", name,
+                           a->count2);
+        break;
+    case COMM_OP_BARRIER:
+        break;
     }
-    return -1;
+    return 0;
+}
+
+static bool comm_overlap(const void *p, size_t plen, const void *q, size_t qlen)
+{
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
+    return plen && qlen && a < b + qlen && b < a + plen;
+}
+
+/* The buffers exist where bytes move and overlap only in the in-place layout. */
+static int comm_check_buffers(const struct comm *c, const struct comm_args *a,
+                              const struct comm_extent *x, struct err *e)
+{
+    const char *name = comm_op_name(a->op);
+    bool root_sends = a->op != COMM_OP_BROADCAST || a->peer == c->rank;
+    size_t send_bytes = root_sends ? x->send_bytes : 0;
+    if (send_bytes && !a->send)
+        return err_set(e, ERR_INVALID, "send", "%s: NULL send buffer for %zu bytes", name,
+                       send_bytes);
+    if (x->recv_bytes && !a->recv)
+        return err_set(e, ERR_INVALID, "recv", "%s: NULL recv buffer for %zu bytes", name,
+                       x->recv_bytes);
+    if (!comm_overlap(a->send, send_bytes, a->recv, x->recv_bytes))
+        return 0;
+    const uint8_t *s = a->send, *r = a->recv;
+    bool inplace = false;
+    if (a->op == COMM_OP_ALLREDUCE || a->op == COMM_OP_BROADCAST)
+        inplace = s == r;
+    else if (a->op == COMM_OP_REDUCE_SCATTER)
+        inplace = r == s + x->inplace_off;
+    else if (a->op == COMM_OP_ALL_GATHER)
+        inplace = s == r + x->inplace_off;
+    if (inplace)
+        return 0;
+    return err_set(e, ERR_INVALID, "recv",
+                   "%s: send and recv buffers overlap in a way that is not the in-place "
+                   "layout", name);
+}
+
+static int comm_check_peers(const struct comm *c, const struct comm_args *a, struct err *e)
+{
+    const char *name = comm_op_name(a->op);
+    int n = c->world_size;
+    bool two = a->op == COMM_OP_SENDRECV;
+    bool one = two || a->op == COMM_OP_SEND || a->op == COMM_OP_RECV ||
+               a->op == COMM_OP_BROADCAST;
+    if (one && (a->peer < 0 || a->peer >= n))
+        return err_set(e, ERR_INVALID, "peer", "%s: rank %d is not in 0..%d", name, a->peer,
+                       n - 1);
+    if (two && (a->peer2 < 0 || a->peer2 >= n))
+        return err_set(e, ERR_INVALID, "peer", "%s: rank %d is not in 0..%d", name, a->peer2,
+                       n - 1);
+    if ((a->op == COMM_OP_SEND || a->op == COMM_OP_RECV) && a->peer == c->rank)
+        return err_set(e, ERR_INVALID, "peer", "%s: rank %d cannot %s itself", name, c->rank,
+                       name);
+    if (two && (a->peer == c->rank) != (a->peer2 == c->rank))
+        return err_set(e, ERR_INVALID, "peer",
+                       "sendrecv: sending to itself needs receiving from itself");
+    if (two && a->peer == c->rank && a->count != a->count2)
+        return err_set(e, ERR_INVALID, "count",
+                       "sendrecv: to itself, %zu elements sent but %zu received", a->count,
+                       a->count2);
+    return 0;
+}
+
+int comm_args_check(const struct comm *c, const struct comm_args *a, struct err *e)
+{
+    if ((size_t)a->op >= COMM_COUNT(comm_ops_names))
+        return err_set(e, ERR_INVALID, "op", "comm: unknown operation %d", (int)a->op);
+    const char *name = comm_op_name(a->op);
+    if (a->op != COMM_OP_BARRIER && comm_dtype_size(a->dtype) == 0)
+        return err_set(e, ERR_INVALID, "dtype", "%s: unknown dtype %d", name, (int)a->dtype);
+    if ((a->op == COMM_OP_ALLREDUCE || a->op == COMM_OP_REDUCE_SCATTER) &&
+        (size_t)a->redop >= COMM_COUNT(comm_redops))
+        return err_set(e, ERR_INVALID, "redop", "%s: unknown reduction %d", name,
+                       (int)a->redop);
+    if ((size_t)a->algorithm >= COMM_COUNT(comm_algorithms))
+        return err_set(e, ERR_INVALID, "algorithm", "%s: unknown algorithm %d", name,
+                       (int)a->algorithm);
+    struct comm_extent x;
+    if (comm_check_peers(c, a, e) < 0 || comm_extent_of(c, a, &x, e) < 0)
+        return -1;
+    return comm_check_buffers(c, a, &x, e);
+}
+
+/* ---- running --------------------------------------------------------------------- */
+
+static comm_op_fn comm_entry(const struct comm_ops *ops, enum comm_op op)
+{
+    switch (op) {
+    case COMM_OP_ALLREDUCE: return ops->allreduce;
+    case COMM_OP_REDUCE_SCATTER: return ops->reduce_scatter;
+    case COMM_OP_ALL_GATHER: return ops->all_gather;
+    case COMM_OP_BROADCAST: return ops->broadcast;
+    case COMM_OP_SEND: return ops->send;
+    case COMM_OP_RECV: return ops->recv;
+    case COMM_OP_SENDRECV: return ops->sendrecv;
+    case COMM_OP_BARRIER: return ops->barrier;
+    }
+    return NULL;
+}
+
+int comm_execute(struct comm *c, const struct comm_args *a, struct err *e)
+{
+    comm_op_fn fn = comm_entry(c->ops, a->op);
+    if (!fn)
+        return err_set(e, ERR_INVALID, "op", "%s: not available in the %s backend",
+                       comm_op_name(a->op), c->backend);
+    return fn(c, a, e);
+}
+
+int comm_run(struct comm *c, const struct comm_args *a, struct err *e)
+{
+    if (comm_args_check(c, a, e) < 0)
+        return -1;
+    if (!c->async)
+        return comm_execute(c, a, e);
+    struct comm_handle *h = comm_start(c, a, e);
+    return h ? comm_wait(h, e) : -1;
+}
+
+int comm_allreduce(struct comm *c, const void *send, void *recv, size_t count,
+                   enum comm_dtype dtype, enum comm_redop op, struct err *e)
+{
+    struct comm_args a = {.op = COMM_OP_ALLREDUCE, .send = send, .recv = recv,
+                          .count = count, .dtype = dtype, .redop = op};
+    return comm_run(c, &a, e);
+}
+
+int comm_reduce_scatter(struct comm *c, const void *send, void *recv, size_t recv_count,
+                        enum comm_dtype dtype, enum comm_redop op, struct err *e)
+{
+    struct comm_args a = {.op = COMM_OP_REDUCE_SCATTER, .send = send, .recv = recv,
+                          .count = recv_count, .dtype = dtype, .redop = op};
+    return comm_run(c, &a, e);
+}
+
+int comm_all_gather(struct comm *c, const void *send, void *recv, size_t send_count,
+                    enum comm_dtype dtype, struct err *e)
+{
+    struct comm_args a = {.op = COMM_OP_ALL_GATHER, .send = send, .recv = recv,
+                          .count = send_count, .dtype = dtype};
+    return comm_run(c, &a, e);
+}
+
+int comm_broadcast(struct comm *c, const void *send, void *recv, size_t count,
+                   enum comm_dtype dtype, int root, struct err *e)
+{
+    struct comm_args a = {.op = COMM_OP_BROADCAST, .send = send, .recv = recv,
+                          .count = count, .dtype = dtype, .peer = root};
+    return comm_run(c, &a, e);
+}
+
+int comm_send(struct comm *c, const void *buf, size_t count, enum comm_dtype dtype, int peer,
+              struct err *e)
+{
+    struct comm_args a = {.op = COMM_OP_SEND, .send = buf, .count = count, .dtype = dtype,
+                          .peer = peer};
+    return comm_run(c, &a, e);
+}
+
+int comm_recv(struct comm *c, void *buf, size_t count, enum comm_dtype dtype, int peer,
+              struct err *e)
+{
+    struct comm_args a = {.op = COMM_OP_RECV, .recv = buf, .count = count, .dtype = dtype,
+                          .peer = peer};
+    return comm_run(c, &a, e);
+}
+
+int comm_sendrecv(struct comm *c, const void *send, size_t send_count, int dst, void *recv,
+                  size_t recv_count, int src, enum comm_dtype dtype, struct err *e)
+{
+    struct comm_args a = {.op = COMM_OP_SENDRECV, .send = send, .recv = recv,
+                          .count = send_count, .count2 = recv_count, .dtype = dtype,
+                          .peer = dst, .peer2 = src};
+    return comm_run(c, &a, e);
+}
+
+int comm_barrier(struct comm *c, struct err *e)
+{
+    struct comm_args a = {.op = COMM_OP_BARRIER};
+    return comm_run(c, &a, e);
+}
+
+void comm_destroy(struct comm *c)
+{
+    if (!c)
+        return;
+    comm_async_shutdown(c);
+    c->ops->destroy(c);
 }

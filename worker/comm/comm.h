@@ -4,8 +4,23 @@
  * Decision: a struct of function pointers over backend-private state, so workloads and
  * DDP strategies are written once. Every operation takes element counts and a dtype,
  * has the communicator's timeout and observes its abort flag: a dead or stopped peer is
- * an error naming the peer and the operation, never a hang. Buffers are the caller's;
- * send == recv means in place. */
+ * an error naming the peer and the operation, never a hang. Buffers are the caller's,
+ * may have any alignment, and are validated here (comm.c) before a backend sees them.
+ *
+ * In place (as NCCL defines it): allreduce and broadcast with send == recv,
+ * reduce_scatter with recv == send + rank * count elements, all_gather with
+ * send == recv + rank * count elements. Any other overlap of send and recv is refused.
+ *
+ * Two ways to run an operation:
+ * - synchronous (comm_allreduce, ...): returns when the operation is complete;
+ * - asynchronous (comm_start, comm_iallreduce, ...): queues the operation on the
+ *   communicator's own communication thread (started on first use) and returns a
+ *   handle at once; the thread runs queued operations one after the other, in the order
+ *   they were queued, while the caller computes. comm_wait returns the result.
+ *   Once the thread exists, synchronous calls queue behind the pending operations and
+ *   wait for their turn, so every rank sees one order of operations.
+ * Every rank must issue the same collective operations in the same order (as with NCCL
+ * and MPI); point-to-point messages between two ranks arrive in the order sent. */
 #ifndef DDPB_COMM_H
 #define DDPB_COMM_H
 
@@ -17,16 +32,74 @@
 #include "err.h"
 
 enum comm_dtype { COMM_FLOAT32 = 0, COMM_FLOAT16, COMM_BFLOAT16, COMM_INT32, COMM_INT64 };
+/* avg: sum, then one division by the world size rounded once to the dtype; integer
+ * dtypes divide toward zero. */
 enum comm_redop { COMM_SUM = 0, COMM_AVG, COMM_MIN, COMM_MAX };
 
+enum comm_op {
+    COMM_OP_ALLREDUCE = 0,
+    COMM_OP_REDUCE_SCATTER,
+    COMM_OP_ALL_GATHER,
+    COMM_OP_BROADCAST,
+    COMM_OP_SEND,
+    COMM_OP_RECV,
+    COMM_OP_SENDRECV,
+    COMM_OP_BARRIER,
+};
+
+/* How a backend moves the data; AUTO lets it choose by message size. A backend refuses
+ * an algorithm the operation does not have (ERR_INVALID). */
+enum comm_algorithm {
+    COMM_ALG_AUTO = 0,
+    COMM_ALG_RING,   /* pipelined ring (allreduce, reduce_scatter, all_gather, broadcast) */
+    COMM_ALG_RD,     /* recursive doubling (allreduce, barrier) */
+    COMM_ALG_DIRECT, /* every rank to every rank in one step (reduce_scatter,
+                        all_gather, point-to-point) */
+    COMM_ALG_TREE,   /* binomial tree (broadcast) */
+};
+
+/* One operation and its arguments: what the synchronous calls build and the
+ * asynchronous queue holds. Buffers are borrowed until the operation completes.
+ *   allreduce       send, recv: count elements each
+ *   reduce_scatter  send: count * world_size elements, recv: count
+ *   all_gather      send: count elements, recv: count * world_size
+ *   broadcast       count elements from root's send into every rank's recv (send is
+ *                   read on the root only; peer = root)
+ *   send            count elements of send to rank peer
+ *   recv            count elements from rank peer into recv
+ *   sendrecv        count elements of send to rank peer while receiving count2
+ *                   elements from rank peer2 into recv (no deadlock whatever the
+ *                   message sizes; peer == peer2 == self copies locally)
+ *   barrier         nothing */
+struct comm_args {
+    enum comm_op op;
+    const void *send;
+    void *recv;
+    size_t count;
+    enum comm_dtype dtype;
+    enum comm_redop redop;         /* reducing operations only */
+    int peer, peer2;
+    size_t count2;
+    enum comm_algorithm algorithm; /* AUTO: the communicator's configured choice */
+};
+
 struct comm;
+struct comm_async;
+
+/* Backend entry points, one per operation, all with the arguments as struct comm_args
+ * (a->op is the entry's operation). comm.c validates the arguments before calling them
+ * and calls them on the communication thread when one exists. NULL: the backend does
+ * not have that operation (ERR_INVALID). */
+typedef int (*comm_op_fn)(struct comm *c, const struct comm_args *a, struct err *e);
 
 struct comm_ops {
-    /* recv[i] = redop over ranks of send[i], i < count, on every rank. */
-    int (*allreduce)(struct comm *c, const void *send, void *recv, size_t count,
-                     enum comm_dtype dtype, enum comm_redop op, struct err *e);
-    int (*barrier)(struct comm *c, struct err *e);
-    /* Frees the backend state and c itself. */
+    comm_op_fn allreduce;      /* recv[i] = redop over ranks of send[i], on every rank */
+    comm_op_fn reduce_scatter; /* recv[i] = redop over ranks of send[rank * count + i] */
+    comm_op_fn all_gather;     /* recv[r * count + i] = send[i] of rank r */
+    comm_op_fn broadcast;      /* recv[i] = send[i] of the root */
+    comm_op_fn send, recv, sendrecv;
+    comm_op_fn barrier;        /* returns once every rank has entered it */
+    /* Frees the backend state and c itself (comm_destroy has stopped the thread). */
     void (*destroy)(struct comm *c);
 };
 
@@ -36,12 +109,16 @@ struct comm {
     int rank, world_size;
     int timeout_ms;           /* per operation */
     const atomic_bool *abort_flag; /* borrowed; may be NULL */
+    atomic_bool stop;         /* raised by comm_destroy: ends an operation in flight */
+    /* Written by the operation that runs; read them only when no operation is in
+     * flight (after comm_wait of the last one). */
     char last_algorithm[16];  /* what the last operation used, for reports */
     uint64_t bytes_sent;      /* payload bytes this rank sent, cumulative */
     /* What the last failed operation blames, for the worker's error event: the
      * operation ("allreduce", "barrier") and the peer rank (-1 when no single peer). */
     char error_op[24];
     int error_peer;
+    struct comm_async *async; /* owned; NULL until the first asynchronous operation */
 };
 
 size_t comm_dtype_size(enum comm_dtype t);
@@ -49,19 +126,72 @@ const char *comm_dtype_name(enum comm_dtype t);
 int comm_dtype_parse(const char *s, enum comm_dtype *out);
 const char *comm_redop_name(enum comm_redop op);
 int comm_redop_parse(const char *s, enum comm_redop *out);
+/* "allreduce", "reduce_scatter", "all_gather", "broadcast", "send", "recv", "sendrecv",
+ * "barrier" */
+const char *comm_op_name(enum comm_op op);
+int comm_op_parse(const char *s, enum comm_op *out);
+/* "auto", "ring", "rd", "direct", "tree" */
+const char *comm_algorithm_name(enum comm_algorithm a);
+int comm_algorithm_parse(const char *s, enum comm_algorithm *out);
 
-static inline int comm_allreduce(struct comm *c, const void *send, void *recv, size_t count,
-                                 enum comm_dtype dtype, enum comm_redop op, struct err *e)
-{
-    return c->ops->allreduce(c, send, recv, count, dtype, op, e);
-}
+/* Checks a against c (counts, buffers and their overlap, peers, enums) without running
+ * it: ERR_INVALID naming what is wrong. */
+int comm_args_check(const struct comm *c, const struct comm_args *a, struct err *e);
 
-static inline int comm_barrier(struct comm *c, struct err *e) { return c->ops->barrier(c, e); }
+/* ---- synchronous ---------------------------------------------------------------- */
 
-static inline void comm_destroy(struct comm *c)
-{
-    if (c)
-        c->ops->destroy(c);
-}
+/* Runs a to completion. */
+int comm_run(struct comm *c, const struct comm_args *a, struct err *e);
+int comm_allreduce(struct comm *c, const void *send, void *recv, size_t count,
+                   enum comm_dtype dtype, enum comm_redop op, struct err *e);
+int comm_reduce_scatter(struct comm *c, const void *send, void *recv, size_t recv_count,
+                        enum comm_dtype dtype, enum comm_redop op, struct err *e);
+int comm_all_gather(struct comm *c, const void *send, void *recv, size_t send_count,
+                    enum comm_dtype dtype, struct err *e);
+int comm_broadcast(struct comm *c, const void *send, void *recv, size_t count,
+                   enum comm_dtype dtype, int root, struct err *e);
+/* Returns once the data is handed to the transport: a send larger than the socket
+ * buffers waits for the peer's matching comm_recv (use comm_sendrecv for exchanges). */
+int comm_send(struct comm *c, const void *buf, size_t count, enum comm_dtype dtype, int peer,
+              struct err *e);
+/* ERR_PROTOCOL when the peer sent a different number of bytes. */
+int comm_recv(struct comm *c, void *buf, size_t count, enum comm_dtype dtype, int peer,
+              struct err *e);
+int comm_sendrecv(struct comm *c, const void *send, size_t send_count, int dst, void *recv,
+                  size_t recv_count, int src, enum comm_dtype dtype, struct err *e);
+int comm_barrier(struct comm *c, struct err *e);
+
+/* ---- asynchronous ----------------------------------------------------------------- */
+
+/* A queued operation. Owned by the caller from comm_start until comm_wait, which frees
+ * it; every handle must be waited for exactly once, before comm_destroy (which frees
+ * handles never waited for; waiting on them afterwards is a use after free). */
+struct comm_handle;
+
+/* Validates a, starts the communication thread if needed and queues a. Returns an owned
+ * handle, or NULL with e set (invalid arguments, out of memory, thread start failed). */
+struct comm_handle *comm_start(struct comm *c, const struct comm_args *a, struct err *e);
+struct comm_handle *comm_iallreduce(struct comm *c, const void *send, void *recv,
+                                    size_t count, enum comm_dtype dtype, enum comm_redop op,
+                                    struct err *e);
+struct comm_handle *comm_ireduce_scatter(struct comm *c, const void *send, void *recv,
+                                         size_t recv_count, enum comm_dtype dtype,
+                                         enum comm_redop op, struct err *e);
+struct comm_handle *comm_iall_gather(struct comm *c, const void *send, void *recv,
+                                     size_t send_count, enum comm_dtype dtype, struct err *e);
+struct comm_handle *comm_ibroadcast(struct comm *c, const void *send, void *recv,
+                                    size_t count, enum comm_dtype dtype, int root,
+                                    struct err *e);
+/* True once h's operation has finished (successfully or not). Never blocks. */
+bool comm_test(const struct comm_handle *h);
+/* Blocks until h's operation has finished and returns its result (0, or -1 with e set
+ * to the operation's error), then frees h. The wait is bounded: each operation fails
+ * within the communicator's timeout of starting, and once one fails (or the abort flag
+ * is raised) every operation queued behind it fails at once. */
+int comm_wait(struct comm_handle *h, struct err *e);
+
+/* Stops the communication thread (an operation in flight ends with ERR_ABORTED, queued
+ * ones are failed), frees handles never waited for, then the backend. NULL is a no-op. */
+void comm_destroy(struct comm *c);
 
 #endif

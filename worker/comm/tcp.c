@@ -1,25 +1,18 @@
-/* tcp: the TCP communicator (tcp.h): mesh setup with verified handshakes, and a ring
- * allreduce whose every step sends to the next rank and receives from the previous one
- * in a single poll(2) loop over non-blocking sockets.
+/* tcp: the TCP communicator (tcp.h): mesh setup with verified handshakes, the entry
+ * points comm.c calls, goodbye and teardown. The data path is tcp_engine.c (moving
+ * bytes) and tcp_algo.c (what to move where).
  *
  * Decisions:
- * - Sends and receives of a step progress together; doing one after the other
- *   deadlocks as soon as a message is larger than the socket buffers.
- * - Received bytes are reduced as soon as whole elements have arrived, so the
- *   reduction overlaps the transfer instead of following it.
- * - Blame: while an operation waits, it also watches the connections of peers that send
- *   it nothing in this operation. Such a peer only ever sends a one-byte goodbye when it
- *   destroys its communicator; an end of stream without that goodbye means the process
- *   died or dropped out, and every rank names that peer instead of the neighbour that
- *   failed after it. (Valid because every operation is a ring over next/prev; an
- *   algorithm that receives from other peers must exclude them from the watch.)
+ * - Setup connects up and accepts down, so the mesh forms in any start order; every
+ *   connection is verified by a handshake and strays on the port are dropped.
  * - After a failed operation the byte streams are out of step, so the communicator
  *   refuses further operations with the first error.
- * - Scratch space grows to the largest chunk seen and is kept: re-faulting freshly
- *   mapped pages costs more than the transfer on these machines (DESIGN.md §4). */
+ * - Sockets get TCP_NODELAY (latency of small messages) and, unless told otherwise,
+ *   the socket buffer sizes measured best on loopback (tests/bench/RESULTS.md). */
 #include "tcp.h"
 
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,56 +26,17 @@
 #include "log.h"
 #include "net.h"
 #include "store_client.h"
+#include "tcp_internal.h"
 
 #define TCP_MAGIC 0x54504444u /* "DDPT" little-endian */
-#define TCP_VERSION 1
+#define TCP_VERSION 2
 #define TCP_KIND_HELLO 1
 #define TCP_KIND_ACK 2
 #define TCP_HELLO_LEN 24
-#define TCP_BYE 0xB7u
 #define TCP_MAX_PENDING 64
 #define TCP_HANDSHAKE_MS 5000
-
-struct tcp_peer {
-    int fd;        /* -1: self, not connected, or dropped */
-    bool said_bye; /* the peer destroyed its communicator cleanly */
-};
-
-struct comm_tcp {
-    struct comm base; /* first member: a struct comm * converts back */
-    int lfd;
-    char host[256];
-    char addr[300];
-    uint64_t secret_hash;
-    struct tcp_peer *peers;  /* world_size entries, owned */
-    struct pollfd *pfds;     /* world_size + 1 entries, owned */
-    int *pfd_peer;           /* peer rank of each pfds entry, owned */
-    uint8_t *scratch;        /* owned, grows, never shrinks */
-    size_t scratch_cap;
-    bool broken;
-    struct err first_err; /* why it broke */
-};
-
-/* dst[i] = a[i] (op) b[i] for n elements; dst may equal a. */
-typedef void (*tcp_reduce_fn)(uint8_t *dst, const uint8_t *a, const uint8_t *b, size_t n);
-
-/* One ring step: send a buffer to one peer while receiving another from a peer. */
-struct tcp_xfer {
-    const char *op;
-    int send_peer;
-    const uint8_t *send_p;
-    size_t send_len, sent;
-    int recv_peer;
-    uint8_t *recv_p;
-    size_t recv_len, got;
-    /* When reduce is set, recv_p is scratch and each whole element that arrived is
-     * combined into red_dst = red_a (op) recv_p. */
-    tcp_reduce_fn reduce;
-    size_t esize;
-    uint8_t *red_dst;
-    const uint8_t *red_a;
-    size_t reduced; /* elements combined so far */
-};
+#define TCP_SPIN_US_DEFAULT 200 /* busy-poll budget when every rank has a CPU */
+#define TCP_SOCKBUF_DEFAULT 0   /* 0: leave the kernel's autotuning alone */
 
 static const struct comm_ops tcp_ops;
 
@@ -99,19 +53,9 @@ static uint64_t tcp_hash_secret(const char *secret)
     return h;
 }
 
-static void tcp_sum_f32(uint8_t *dst, const uint8_t *a, const uint8_t *b, size_t n)
-{
-    float *d = (float *)(void *)dst;
-    const float *x = (const float *)(const void *)a;
-    const float *y = (const float *)(const void *)b;
-    for (size_t i = 0; i < n; i++)
-        d[i] = x[i] + y[i];
-}
-
 /* Records a failure of operation `op` blaming `peer` (-1: none), breaks the
  * communicator and fills e with "op: message". Returns -1. */
-__attribute__((format(printf, 6, 7))) static int
-tcp_fail(struct comm_tcp *t, struct err *e, enum err_code code, const char *op, int peer,
+int tcp_fail(struct comm_tcp *t, struct err *e, enum err_code code, const char *op, int peer,
          const char *fmt, ...)
 {
     char msg[300];
@@ -128,10 +72,11 @@ tcp_fail(struct comm_tcp *t, struct err *e, enum err_code code, const char *op, 
     return err_set(e, code, NULL, "%s: %s", op, msg);
 }
 
-static bool tcp_aborted(const struct comm_tcp *t)
+bool tcp_aborted(const struct comm_tcp *t)
 {
-    return t->base.abort_flag &&
-           atomic_load_explicit(t->base.abort_flag, memory_order_relaxed);
+    return atomic_load_explicit(&t->base.stop, memory_order_relaxed) ||
+           (t->base.abort_flag &&
+            atomic_load_explicit(t->base.abort_flag, memory_order_relaxed));
 }
 
 /* ---- handshake --------------------------------------------------------------- */
@@ -199,7 +144,12 @@ static void tcp_free(struct comm_tcp *t)
     free(t->peers);
     free(t->pfds);
     free(t->pfd_peer);
+    free(t->reading);
+    free(t->pfd_index);
+    free(t->seg);
     free(t->scratch);
+    free(t->lanes);
+    free(t->pieces);
     free(t);
 }
 
@@ -209,7 +159,8 @@ void comm_tcp_discard(struct comm_tcp *t)
         tcp_free(t);
 }
 
-static int tcp_config_check(const struct comm_tcp_config *cfg, struct err *e)
+static int tcp_config_check(const struct comm_tcp_config *cfg, enum comm_algorithm *alg,
+                            struct err *e)
 {
     if (cfg->world_size < 1)
         return err_set(e, ERR_INVALID, "world_size", "tcp: world_size %d < 1",
@@ -221,41 +172,67 @@ static int tcp_config_check(const struct comm_tcp_config *cfg, struct err *e)
         return err_set(e, ERR_INVALID, "timeout_ms", "tcp: timeout_ms must be > 0");
     if (!cfg->listen_host || !cfg->listen_host[0] || strlen(cfg->listen_host) >= 256)
         return err_set(e, ERR_INVALID, "listen_host", "tcp: listen host empty or too long");
-    const char *alg = cfg->algorithm ? cfg->algorithm : "auto";
-    if (strcmp(alg, "auto") != 0 && strcmp(alg, "ring") != 0)
+    const char *name = cfg->algorithm ? cfg->algorithm : "auto";
+    if (comm_algorithm_parse(name, alg) < 0)
         return err_set(e, ERR_INVALID, "algorithm",
-                       "tcp: algorithm '%s' not supported (auto, ring)", alg);
+                       "tcp: unknown algorithm '%.32s' (auto, ring, rd, direct, tree)", name);
     return 0;
+}
+
+/* Automatic busy-polling only when every rank can have a CPU of its own: spinning ranks
+ * that share CPUs steal the time of the rank they wait for. */
+static int tcp_spin_us(const struct comm_tcp_config *cfg)
+{
+    if (cfg->spin_us != 0)
+        return cfg->spin_us > 0 ? cfg->spin_us : 0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus >= cfg->world_size ? TCP_SPIN_US_DEFAULT : 0;
+}
+
+static struct comm_tcp *tcp_alloc(int n)
+{
+    struct comm_tcp *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->lfd = -1;
+    t->base.world_size = n;
+    t->peers = calloc((size_t)n, sizeof *t->peers);
+    if (t->peers)
+        for (int i = 0; i < n; i++)
+            t->peers[i].fd = -1;
+    t->pfds = calloc((size_t)n, sizeof *t->pfds);
+    t->pfd_peer = calloc((size_t)n, sizeof *t->pfd_peer);
+    t->reading = calloc((size_t)n, sizeof *t->reading);
+    t->pfd_index = calloc((size_t)n, sizeof *t->pfd_index);
+    t->seg = malloc(TCP_SEG_BYTES);
+    if (!t->peers || !t->pfds || !t->pfd_peer || !t->reading || !t->pfd_index || !t->seg) {
+        tcp_free(t);
+        return NULL;
+    }
+    return t;
 }
 
 struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *e)
 {
-    if (tcp_config_check(cfg, e) < 0)
+    enum comm_algorithm alg;
+    if (tcp_config_check(cfg, &alg, e) < 0)
         return NULL;
-    struct comm_tcp *t = calloc(1, sizeof *t);
     int n = cfg->world_size;
-    if (t) {
-        t->peers = calloc((size_t)n, sizeof *t->peers);
-        t->pfds = calloc((size_t)n + 1, sizeof *t->pfds);
-        t->pfd_peer = calloc((size_t)n + 1, sizeof *t->pfd_peer);
-    }
-    if (!t || !t->peers || !t->pfds || !t->pfd_peer) {
-        if (t) {
-            t->lfd = -1;
-            tcp_free(t);
-        }
+    struct comm_tcp *t = tcp_alloc(n);
+    if (!t) {
         err_set(e, ERR_NOMEM, NULL, "tcp: out of memory for %d peers", n);
         return NULL;
     }
     t->base.ops = &tcp_ops;
     t->base.backend = "tcp";
     t->base.rank = cfg->rank;
-    t->base.world_size = n;
     t->base.timeout_ms = cfg->timeout_ms;
     t->base.abort_flag = cfg->abort_flag;
+    atomic_init(&t->base.stop, false);
     t->base.error_peer = -1;
-    for (int i = 0; i < n; i++)
-        t->peers[i].fd = -1;
+    t->algorithm = alg;
+    t->spin_us = tcp_spin_us(cfg);
+    t->sockbuf = cfg->sockbuf_bytes != 0 ? cfg->sockbuf_bytes : TCP_SOCKBUF_DEFAULT;
     snprintf(t->host, sizeof t->host, "%s", cfg->listen_host);
     t->secret_hash = tcp_hash_secret(cfg->secret ? cfg->secret : "");
     int backlog = n + TCP_MAX_PENDING < 4096 ? n + TCP_MAX_PENDING : 4096;
@@ -457,6 +434,18 @@ static int tcp_accept_lower(struct comm_tcp *t, int64_t deadline, struct err *e)
     return rc;
 }
 
+/* Socket buffers: a size asked for replaces the kernel's autotuning (best effort: the
+ * kernel caps it at net.core.[rw]mem_max). */
+static void tcp_tune_socket(const struct comm_tcp *t, int fd)
+{
+    if (t->sockbuf <= 0)
+        return;
+    int v = t->sockbuf;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v) < 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v) < 0)
+        log_debug("tcp: socket buffers of %d bytes refused: %s", v, strerror(errno));
+}
+
 struct comm *comm_tcp_connect(struct comm_tcp *t, const char *const *peer_addrs,
                               struct err *e)
 {
@@ -477,6 +466,8 @@ struct comm *comm_tcp_connect(struct comm_tcp *t, const char *const *peer_addrs,
             err_errno(e, "tcp setup: fcntl");
             goto fail;
         }
+        if (j != r)
+            tcp_tune_socket(t, t->peers[j].fd);
     }
     close(t->lfd); /* the mesh is complete: later clients are refused */
     t->lfd = -1;
@@ -488,16 +479,13 @@ fail:
     return NULL;
 }
 
-struct comm *comm_tcp_create(const struct comm_tcp_config *cfg, struct store_client *store,
-                             struct err *e)
+struct comm *comm_tcp_connect_store(struct comm_tcp *t, struct store_client *store,
+                                    struct err *e)
 {
-    struct comm_tcp *t = comm_tcp_listen(cfg, e);
-    if (!t)
-        return NULL;
-    int n = cfg->world_size;
-    int64_t deadline = clock_mono_ms() + cfg->timeout_ms;
+    int n = t->base.world_size, r = t->base.rank;
+    int64_t deadline = clock_mono_ms() + t->base.timeout_ms;
     char key[48];
-    snprintf(key, sizeof key, "tcp/addr/%d", cfg->rank);
+    snprintf(key, sizeof key, "tcp/addr/%d", r);
     char **vals = calloc((size_t)n, sizeof *vals);
     if (!vals) {
         comm_tcp_discard(t);
@@ -508,7 +496,7 @@ struct comm *comm_tcp_create(const struct comm_tcp_config *cfg, struct store_cli
     if (rc < 0)
         err_prefix(e, "tcp setup: publishing this rank's address");
     for (int j = 0; j < n && rc == 0; j++) {
-        if (j == cfg->rank)
+        if (j == r)
             continue;
         snprintf(key, sizeof key, "tcp/addr/%d", j);
         size_t len;
@@ -519,9 +507,9 @@ struct comm *comm_tcp_create(const struct comm_tcp_config *cfg, struct store_cli
     }
     struct comm *c = NULL;
     if (rc == 0) {
-        vals[cfg->rank] = t->addr;
+        vals[r] = t->addr;
         c = comm_tcp_connect(t, (const char *const *)vals, e);
-        vals[cfg->rank] = NULL;
+        vals[r] = NULL;
     } else {
         comm_tcp_discard(t);
     }
@@ -531,279 +519,28 @@ struct comm *comm_tcp_create(const struct comm_tcp_config *cfg, struct store_cli
     return c;
 }
 
-/* ---- data path ---------------------------------------------------------------- */
-
-static const char *tcp_io_verb(int err)
+struct comm *comm_tcp_create(const struct comm_tcp_config *cfg, struct store_client *store,
+                             struct err *e)
 {
-    return err == ECONNRESET ? "reset the connection" : "closed the connection";
+    struct comm_tcp *t = comm_tcp_listen(cfg, e);
+    return t ? comm_tcp_connect_store(t, store, e) : NULL;
 }
 
-static int tcp_try_send(struct comm_tcp *t, struct tcp_xfer *x, struct err *e)
+/* ---- entry points ---------------------------------------------------------------- */
+
+/* Every operation: refuse on a broken communicator, reset the blame, run the plan. */
+static int tcp_op(struct comm *c, const struct comm_args *a, struct err *e)
 {
-    if (x->sent == x->send_len)
-        return 0;
-    int fd = t->peers[x->send_peer].fd;
-    ssize_t w = send(fd, x->send_p + x->sent, x->send_len - x->sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w > 0) {
-        x->sent += (size_t)w;
-        t->base.bytes_sent += (uint64_t)w;
-        return 1;
-    }
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return 0;
-    if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
-        return tcp_fail(t, e, ERR_PEER, x->op, x->send_peer, "rank %d %s", x->send_peer,
-                        tcp_io_verb(errno));
-    return tcp_fail(t, e, ERR_IO, x->op, x->send_peer, "send to rank %d: %s", x->send_peer,
-                    strerror(errno));
-}
-
-static void tcp_reduce_arrived(struct tcp_xfer *x)
-{
-    size_t whole = x->got / x->esize;
-    if (!x->reduce || whole == x->reduced)
-        return;
-    size_t off = x->reduced * x->esize;
-    x->reduce(x->red_dst + off, x->red_a + off, x->recv_p + off, whole - x->reduced);
-    x->reduced = whole;
-}
-
-static int tcp_try_recv(struct comm_tcp *t, struct tcp_xfer *x, struct err *e)
-{
-    if (x->got == x->recv_len)
-        return 0;
-    int fd = t->peers[x->recv_peer].fd;
-    ssize_t r = recv(fd, x->recv_p + x->got, x->recv_len - x->got, MSG_DONTWAIT);
-    if (r > 0) {
-        x->got += (size_t)r;
-        tcp_reduce_arrived(x);
-        return 1;
-    }
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return 0;
-    if (r == 0 || errno == ECONNRESET)
-        return tcp_fail(t, e, ERR_PEER, x->op, x->recv_peer, "rank %d %s", x->recv_peer,
-                        tcp_io_verb(r == 0 ? 0 : errno));
-    return tcp_fail(t, e, ERR_IO, x->op, x->recv_peer, "recv from rank %d: %s", x->recv_peer,
-                    strerror(errno));
-}
-
-/* A watched peer became readable: only a goodbye is legitimate there. */
-static int tcp_check_watched(struct comm_tcp *t, int p, const char *op, struct err *e)
-{
-    uint8_t b[16];
-    ssize_t r = recv(t->peers[p].fd, b, sizeof b, MSG_DONTWAIT);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return 0;
-    if (r == 0 || (r < 0 && errno == ECONNRESET))
-        return tcp_fail(t, e, ERR_PEER, op, p, "rank %d %s", p, tcp_io_verb(r == 0 ? 0 : errno));
-    if (r < 0)
-        return tcp_fail(t, e, ERR_IO, op, p, "recv from rank %d: %s", p, strerror(errno));
-    if (r == 1 && b[0] == TCP_BYE) {
-        t->peers[p].said_bye = true;
-        return 0;
-    }
-    return tcp_fail(t, e, ERR_PROTOCOL, op, p, "rank %d sent unexpected bytes", p);
-}
-
-static int tcp_timeout(struct comm_tcp *t, const struct tcp_xfer *x, struct err *e)
-{
-    int blamed = x->got < x->recv_len ? x->recv_peer : x->send_peer;
-    return tcp_fail(t, e, ERR_TIMEOUT, x->op, blamed, "timed out after %d ms waiting for rank %d",
-                    t->base.timeout_ms, blamed);
-}
-
-/* Fills t->pfds: the step's send and receive sockets plus every watched peer. */
-static nfds_t tcp_poll_set(struct comm_tcp *t, const struct tcp_xfer *x)
-{
-    nfds_t n = 0;
-    int send_fd = x->sent < x->send_len ? t->peers[x->send_peer].fd : -1;
-    int recv_fd = x->got < x->recv_len ? t->peers[x->recv_peer].fd : -1;
-    if (send_fd >= 0) {
-        t->pfd_peer[n] = x->send_peer;
-        t->pfds[n++] = (struct pollfd){.fd = send_fd, .events = POLLOUT};
-    }
-    if (recv_fd >= 0 && recv_fd == send_fd)
-        t->pfds[0].events |= POLLIN;
-    else if (recv_fd >= 0) {
-        t->pfd_peer[n] = x->recv_peer;
-        t->pfds[n++] = (struct pollfd){.fd = recv_fd, .events = POLLIN};
-    }
-    for (int p = 0; p < t->base.world_size; p++) {
-        const struct tcp_peer *pe = &t->peers[p];
-        if (p == t->base.rank || p == x->recv_peer || p == x->send_peer || pe->fd < 0 ||
-            pe->said_bye)
-            continue;
-        t->pfd_peer[n] = p;
-        t->pfds[n++] = (struct pollfd){.fd = pe->fd, .events = POLLIN};
-    }
-    /* The send peer is watched too once our data is out (it sends us nothing in a ring
-     * of three or more), so its death is seen even while we wait on another rank. */
-    if (send_fd < 0 && x->send_peer >= 0 && x->send_peer != x->recv_peer &&
-        !t->peers[x->send_peer].said_bye) {
-        t->pfd_peer[n] = x->send_peer;
-        t->pfds[n++] = (struct pollfd){.fd = t->peers[x->send_peer].fd, .events = POLLIN};
-    }
-    return n;
-}
-
-static int tcp_wait(struct comm_tcp *t, const struct tcp_xfer *x, int64_t deadline,
-                    struct err *e)
-{
-    int left = clock_ms_left(deadline);
-    if (left == 0)
-        return tcp_timeout(t, x, e);
-    int slice = t->base.abort_flag && left > NET_ABORT_POLL_MS ? NET_ABORT_POLL_MS : left;
-    nfds_t n = tcp_poll_set(t, x);
-    int rc = poll(t->pfds, n, slice);
-    if (rc < 0 && errno != EINTR)
-        return tcp_fail(t, e, ERR_IO, x->op, -1, "poll: %s", strerror(errno));
-    for (nfds_t i = 0; rc > 0 && i < n; i++) {
-        int p = t->pfd_peer[i];
-        bool active = (p == x->send_peer && x->sent < x->send_len) ||
-                      (p == x->recv_peer && x->got < x->recv_len);
-        if (!active && t->pfds[i].revents && tcp_check_watched(t, p, x->op, e) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-static int tcp_exchange(struct comm_tcp *t, struct tcp_xfer *x, int64_t deadline,
-                        struct err *e)
-{
-    while (x->sent < x->send_len || x->got < x->recv_len) {
-        if (tcp_aborted(t))
-            return tcp_fail(t, e, ERR_ABORTED, x->op, -1, "aborted");
-        int ps = tcp_try_send(t, x, e);
-        if (ps < 0)
-            return -1;
-        int pr = tcp_try_recv(t, x, e);
-        if (pr < 0)
-            return -1;
-        if (clock_ms_left(deadline) == 0)
-            return tcp_timeout(t, x, e);
-        if (!ps && !pr && tcp_wait(t, x, deadline, e) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-static int tcp_scratch_reserve(struct comm_tcp *t, size_t bytes)
-{
-    if (bytes <= t->scratch_cap)
-        return 0;
-    uint8_t *p = realloc(t->scratch, bytes);
-    if (!p)
-        return -1;
-    t->scratch = p;
-    t->scratch_cap = bytes;
-    return 0;
-}
-
-/* Chunk k of the ring: floor(count/n) elements, plus one for the first count % n. */
-struct tcp_chunks {
-    size_t base, rem, esize;
-};
-
-static size_t tcp_chunk_off(const struct tcp_chunks *c, int k)
-{
-    size_t kk = (size_t)k;
-    return (kk * c->base + (kk < c->rem ? kk : c->rem)) * c->esize;
-}
-
-static size_t tcp_chunk_len(const struct tcp_chunks *c, int k)
-{
-    return (c->base + ((size_t)k < c->rem ? 1 : 0)) * c->esize;
-}
-
-static int tcp_mod(int a, int n) { return ((a % n) + n) % n; }
-
-/* Reduce-scatter then all-gather around the ring. Afterwards recv holds the reduction
- * of every rank's send. Rank r sends its own chunk r at step 0 straight from send (so
- * out-of-place needs no copy) and combines each chunk it receives with its own
- * contribution, which is still untouched in send. */
-static int tcp_ring_allreduce(struct comm_tcp *t, const char *op, const uint8_t *send,
-                              uint8_t *recv, size_t count, size_t esize, tcp_reduce_fn reduce,
-                              struct err *e)
-{
-    int n = t->base.world_size, r = t->base.rank;
-    struct tcp_chunks ch = {count / (size_t)n, count % (size_t)n, esize};
-    if (tcp_scratch_reserve(t, tcp_chunk_len(&ch, 0)) < 0)
-        return tcp_fail(t, e, ERR_NOMEM, op, -1, "no memory for %zu bytes of scratch",
-                        tcp_chunk_len(&ch, 0));
-    int next = tcp_mod(r + 1, n), prev = tcp_mod(r - 1, n);
-    int64_t deadline = clock_mono_ms() + t->base.timeout_ms;
-    for (int s = 0; s < n - 1; s++) {
-        int sc = tcp_mod(r - s, n), rc = tcp_mod(r - s - 1, n);
-        struct tcp_xfer x = {
-            .op = op, .send_peer = next, .recv_peer = prev,
-            .send_p = (s == 0 ? send : recv) + tcp_chunk_off(&ch, sc),
-            .send_len = tcp_chunk_len(&ch, sc),
-            .recv_p = t->scratch, .recv_len = tcp_chunk_len(&ch, rc),
-            .reduce = reduce, .esize = esize,
-            .red_dst = recv + tcp_chunk_off(&ch, rc), .red_a = send + tcp_chunk_off(&ch, rc),
-        };
-        if (tcp_exchange(t, &x, deadline, e) < 0)
-            return -1;
-    }
-    for (int s = 0; s < n - 1; s++) {
-        int sc = tcp_mod(r + 1 - s, n), rc = tcp_mod(r - s, n);
-        struct tcp_xfer x = {
-            .op = op, .send_peer = next, .recv_peer = prev,
-            .send_p = recv + tcp_chunk_off(&ch, sc), .send_len = tcp_chunk_len(&ch, sc),
-            .recv_p = recv + tcp_chunk_off(&ch, rc), .recv_len = tcp_chunk_len(&ch, rc),
-            .esize = esize,
-        };
-        if (tcp_exchange(t, &x, deadline, e) < 0)
-            return -1;
-    }
-    return 0;
-}
-
-static int tcp_allreduce_named(struct comm_tcp *t, const char *op, const void *send,
-                               void *recv, size_t count, enum comm_dtype dtype,
-                               enum comm_redop redop, struct err *e)
-{
+    struct comm_tcp *t = (struct comm_tcp *)c;
+    const char *name = comm_op_name(a->op);
     if (t->broken) {
-        snprintf(t->base.error_op, sizeof t->base.error_op, "%s", op);
-        return err_set(e, t->first_err.code, NULL, "%s: communicator unusable after: %s", op,
+        snprintf(c->error_op, sizeof c->error_op, "%s", name);
+        return err_set(e, t->first_err.code, NULL, "%s: communicator unusable after: %s", name,
                        t->first_err.msg);
     }
-    if (dtype != COMM_FLOAT32 || redop != COMM_SUM)
-        return err_set(e, ERR_INVALID, NULL, "%s: %s/%s not supported yet (float32/sum)", op,
-                       comm_dtype_name(dtype), comm_redop_name(redop));
-    size_t esize = comm_dtype_size(dtype);
-    if (count > SIZE_MAX / esize)
-        return err_set(e, ERR_INVALID, NULL, "%s: count %zu too large", op, count);
-    if (count > 0 && (!send || !recv))
-        return err_set(e, ERR_INVALID, NULL, "%s: NULL buffer", op);
-    t->base.error_op[0] = '\0';
-    t->base.error_peer = -1;
-    if (t->base.world_size == 1) {
-        snprintf(t->base.last_algorithm, sizeof t->base.last_algorithm, "local");
-        if (count > 0 && send != recv)
-            memcpy(recv, send, count * esize);
-        return 0;
-    }
-    snprintf(t->base.last_algorithm, sizeof t->base.last_algorithm, "ring");
-    if (count == 0)
-        return 0;
-    return tcp_ring_allreduce(t, op, send, recv, count, esize, tcp_sum_f32, e);
-}
-
-static int tcp_allreduce(struct comm *c, const void *send, void *recv, size_t count,
-                         enum comm_dtype dtype, enum comm_redop op, struct err *e)
-{
-    return tcp_allreduce_named((struct comm_tcp *)c, "allreduce", send, recv, count, dtype, op,
-                               e);
-}
-
-/* A one-element allreduce is a barrier: nobody gets the sum before everyone added. */
-static int tcp_barrier(struct comm *c, struct err *e)
-{
-    float v = 1.0f;
-    return tcp_allreduce_named((struct comm_tcp *)c, "barrier", &v, &v, 1, COMM_FLOAT32,
-                               COMM_SUM, e);
+    c->error_op[0] = '\0';
+    c->error_peer = -1;
+    return tcp_algo_run(t, a, e);
 }
 
 void comm_tcp_drop_connections(struct comm *c)
@@ -836,7 +573,13 @@ static void tcp_destroy(struct comm *c)
 }
 
 static const struct comm_ops tcp_ops = {
-    .allreduce = tcp_allreduce,
-    .barrier = tcp_barrier,
+    .allreduce = tcp_op,
+    .reduce_scatter = tcp_op,
+    .all_gather = tcp_op,
+    .broadcast = tcp_op,
+    .send = tcp_op,
+    .recv = tcp_op,
+    .sendrecv = tcp_op,
+    .barrier = tcp_op,
     .destroy = tcp_destroy,
 };

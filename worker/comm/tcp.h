@@ -22,8 +22,14 @@ struct comm_tcp_config {
     const char *listen_host;       /* borrowed; address peers reach this rank at */
     int timeout_ms;                /* setup and every operation; > 0 */
     const atomic_bool *abort_flag; /* borrowed, may be NULL; must outlive the comm */
-    const char *algorithm;         /* "auto" or "ring"; NULL = "auto" */
+    const char *algorithm;         /* default algorithm of operations that have it:
+                                      "auto" (by size), "ring", "rd", "direct", "tree";
+                                      NULL = "auto" */
     const char *secret;            /* the run secret (only its hash travels); NULL = "" */
+    int spin_us;       /* busy-poll before sleeping: 0 = automatic (on when world_size <=
+                          online CPUs), > 0 = that many microseconds, < 0 = never */
+    int sockbuf_bytes; /* SO_SNDBUF/SO_RCVBUF: 0 = the backend's default, > 0 = this,
+                          < 0 = the kernel's autotuning */
 };
 
 /* A rank that listens but is not connected yet. */
@@ -45,8 +51,14 @@ void comm_tcp_discard(struct comm_tcp *t);
 struct comm *comm_tcp_connect(struct comm_tcp *t, const char *const *peer_addrs,
                               struct err *e);
 
-/* listen + SET "tcp/addr/<rank>" + GET every other rank's address (cfg->timeout_ms)
- * + connect. store is borrowed. Returns an owned communicator or NULL with e set. */
+/* SET "tcp/addr/<rank>" + GET every other rank's address (the timeout) + connect.
+ * Takes t as comm_tcp_connect does; store is borrowed. A worker listens before it joins
+ * its run, so its data port is open (and robust to strays) while the others arrive. */
+struct comm *comm_tcp_connect_store(struct comm_tcp *t, struct store_client *store,
+                                    struct err *e);
+
+/* listen + comm_tcp_connect_store. store is borrowed. Returns an owned communicator or
+ * NULL with e set. */
 struct comm *comm_tcp_create(const struct comm_tcp_config *cfg, struct store_client *store,
                              struct err *e);
 

@@ -1,0 +1,45 @@
+/* results: turns an experiment's stored figures into the tables researchers compare:
+ * one row per group of runs (grouped by any spec fields) and, for collectives, per
+ * message size. Every figure carries its sample count and spread (DESIGN.md §4
+ * "Metrics": median, p95, mean ± 95% CI).
+ *
+ * Decision: aggregation happens here, in C over the rows db_get_experiment_data returns,
+ * not in SQL, because Student-t intervals, nearest-rank percentiles and the speed-up
+ * baseline lookup read better as code, and the same table feeds JSON and CSV.
+ *
+ * Training metrics (per run and repeat, non-warm-up steps only):
+ *   step time  = the slowest rank's time of each step
+ *   throughput = samples of all ranks / total step time (images/s), one value per repeat
+ *   speed-up   = throughput / throughput of the group that differs only by world_size 1
+ *   efficiency = speed-up / world_size
+ *   overlap    = 1 - exposed communication / total communication */
+#ifndef DDPB_RESULTS_H
+#define DDPB_RESULTS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "err.h"
+
+struct results_stats {
+    size_t n;
+    double mean, ci95; /* ci95: half-width of the 95% interval of the mean (Student t) */
+    double median, p95, min, max;
+};
+
+/* Statistics of v[0..n) (v is reordered). n = 0 gives all zeros. */
+void results_stats(double *v, size_t n, struct results_stats *out);
+/* Two-sided 95% Student t quantile for df degrees of freedom (df >= 1). */
+double results_t95(size_t df);
+
+/* data: borrowed, from db_get_experiment_data. group_by: spec field names (NULL or empty
+ * = the fields the sweep varies). Returns an owned
+ *   {"experiment": id, "workload": w, "group_by": [...], "columns": [...], "rows": [{...}]}
+ * where every row has exactly the keys in "columns", in that order. ERR_INVALID naming
+ * "group_by" for a field no run's spec has. */
+json_t *results_build(const json_t *data, const char *const *group_by, size_t ngroup,
+                      struct err *e);
+/* The table as CSV (RFC 4180; header = columns). Owned malloc'd string. */
+char *results_csv(const json_t *table, size_t *len, struct err *e);
+
+#endif

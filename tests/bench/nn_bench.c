@@ -1,0 +1,167 @@
+/* nn_bench: times training steps of a zoo model on the CPU engine (worker/nn), to compare
+ * with PyTorch's (tests/bench/nn_bench_torch.py runs the same loop: one fixed random batch,
+ * zero_grad + forward + cross-entropy + backward + SGD(lr 0.01, momentum 0.9) step).
+ *
+ *   nn_bench MODEL BATCH THREADS [STEPS] [--shape C,H,W] [--classes K] [--warmup N]
+ *            [--conv direct|winograd|auto] [--ref] [--print]
+ *
+ * Prints the median step time and images/s with the phase split (forward, loss+backward,
+ * optimizer). A benchmark, not a test: it reports numbers, never pass/fail. Measure with
+ * `flock /tmp/ddpb-bench.lock` and the glibc settings that keep freed memory
+ * (MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296) for both peers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "nn/model.h"
+#include "nn/models.h"
+#include "nn/optim.h"
+
+struct bench_args {
+    const char *model;
+    int batch, threads, steps, warmup, classes, ref, print;
+    enum nn_conv_algo conv;
+    int c, h, w;
+};
+
+static double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int bench_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int bench_parse(struct bench_args *a, int argc, char **argv)
+{
+    memset(a, 0, sizeof *a);
+    a->steps = 20;
+    a->warmup = 3;
+    a->classes = 10;
+    int pos = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--shape") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d,%d,%d", &a->c, &a->h, &a->w) != 3)
+                return -1;
+        } else if (!strcmp(argv[i], "--classes") && i + 1 < argc) {
+            a->classes = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) {
+            a->warmup = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--conv") && i + 1 < argc) {
+            const char *v = argv[++i];
+            a->conv = !strcmp(v, "winograd") ? NN_CONV_WINOGRAD
+                      : !strcmp(v, "auto")   ? NN_CONV_AUTO
+                                             : NN_CONV_DIRECT;
+        } else if (!strcmp(argv[i], "--ref")) {
+            a->ref = 1;
+        } else if (!strcmp(argv[i], "--print")) {
+            a->print = 1;
+        } else if (pos == 0) {
+            a->model = argv[i], pos++;
+        } else if (pos == 1) {
+            a->batch = atoi(argv[i]), pos++;
+        } else if (pos == 2) {
+            a->threads = atoi(argv[i]), pos++;
+        } else if (pos == 3) {
+            a->steps = atoi(argv[i]), pos++;
+        } else {
+            return -1;
+        }
+    }
+    if (pos < 3 || a->batch < 1 || a->threads < 1 || a->steps < 1)
+        return -1;
+    if (!a->c) {
+        int gray = !strcmp(a->model, "mnist-cnn") || !strcmp(a->model, "lenet5");
+        a->c = gray ? 1 : 3;
+        a->h = a->w = gray ? 28 : 32;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct bench_args a;
+    if (bench_parse(&a, argc, argv)) {
+        fprintf(stderr, "usage: nn_bench MODEL BATCH THREADS [STEPS] [--shape C,H,W] "
+                        "[--classes K] [--warmup N] [--conv direct|winograd|auto] [--ref] "
+                        "[--print]\n");
+        return 2;
+    }
+    nn_set_threads(a.threads);
+    struct err e;
+    struct nn_model m;
+    struct nn_optim opt;
+    struct nn_optim_cfg oc = nn_optim_defaults(NN_OPTIM_SGD);
+    oc.momentum = 0.9;
+    nn_model_init(&m);
+    size_t n = (size_t)a.batch * a.c * a.h * a.w;
+    float *x = malloc(n * sizeof *x);
+    int32_t *y = malloc((size_t)a.batch * sizeof *y);
+    struct nn_rng r;
+    nn_rng_seed(&r, 42);
+    nn_rng_fill_normal(&r, x, n, 0, 1);
+    for (int i = 0; i < a.batch; i++)
+        y[i] = (int32_t)(nn_rng_next(&r) % (uint64_t)a.classes);
+    nn_model_set_conv_algo(&m, a.conv);
+    if (nn_models_build(&m, a.model, a.c, a.h, a.w, a.classes, NULL, &e) ||
+        nn_model_init_params(&m, 0, &e) ||
+        nn_model_prepare(&m, a.batch, a.ref ? NN_BACKEND_REF : NN_BACKEND_FAST, 1, &e) ||
+        nn_optim_init(&opt, &oc, nn_model_param_count(&m), &e)) {
+        fprintf(stderr, "nn_bench: %s\n", e.msg);
+        return 1;
+    }
+    if (a.print)
+        nn_model_print(&m, stdout);
+    int total = a.warmup + a.steps;
+    double *t = calloc((size_t)a.steps * 4, sizeof *t);
+    double loss = 0;
+    for (int s = 0; s < total; s++) {
+        int correct;
+        double t0 = bench_now();
+        nn_model_zero_grad(&m);
+        int rc = nn_model_forward(&m, x, 1, (uint64_t)s, &e);
+        double t1 = bench_now();
+        rc = rc || nn_model_loss(&m, y, a.batch, &loss, &correct, &e) ||
+             nn_model_backward(&m, NULL, NULL, &e);
+        double t2 = bench_now();
+        nn_optim_step(&opt, m.params.data, m.grads.data, oc.lr);
+        double t3 = bench_now();
+        if (rc) {
+            fprintf(stderr, "nn_bench: %s\n", e.msg);
+            return 1;
+        }
+        if (s >= a.warmup) {
+            double *row = t + (size_t)(s - a.warmup) * 4;
+            row[0] = t3 - t0, row[1] = t1 - t0, row[2] = t2 - t1, row[3] = t3 - t2;
+        }
+    }
+    double med[4];
+    double *col = malloc((size_t)a.steps * sizeof *col);
+    for (int k = 0; k < 4; k++) {
+        for (int s = 0; s < a.steps; s++)
+            col[s] = t[(size_t)s * 4 + k];
+        qsort(col, (size_t)a.steps, sizeof *col, bench_cmp);
+        med[k] = col[a.steps / 2];
+    }
+    char info[128];
+    static const char *const conv_names[] = {"direct", "auto", "winograd"};
+    printf("ddpbench %s %dx%dx%d batch %d threads %d conv %s%s: median %.2f ms/step, %.1f img/s "
+           "(forward %.2f, loss+backward %.2f, optimizer %.2f ms; %d steps; loss %.4f) [%s]\n",
+           a.model, a.c, a.h, a.w, a.batch, a.threads, conv_names[a.conv],
+           a.ref ? " (reference)" : "",
+           med[0] * 1e3, a.batch / med[0], med[1] * 1e3, med[2] * 1e3, med[3] * 1e3, a.steps,
+           loss, nn_runtime_info(info, sizeof info));
+    free(col);
+    free(t);
+    free(x);
+    free(y);
+    nn_optim_cleanup(&opt);
+    nn_model_destroy(&m);
+    return 0;
+}

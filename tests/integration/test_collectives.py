@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Collectives end to end through the REST API: every op (and every dtype) runs on real
+workers and stores rows with #wrong == 0, the algorithm used and nccl-tests' bus
+bandwidth; a worker stopped with SIGSTOP makes the run fail within the spec's
+comm_timeout_s, naming that rank, with no worker left behind; garbage sent to the
+workers' data ports while the mesh forms does not break the run."""
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from harness import Daemon, check, pid_alive, run_cases
+
+ALGORITHMS = {
+    "allreduce": {"ring", "rd"},
+    "reduce_scatter": {"ring", "direct"},
+    "all_gather": {"ring", "direct"},
+    "broadcast": {"ring", "tree"},
+    "sendrecv": {"direct"},
+}
+
+
+def busbw_factor(op, n):
+    if op == "allreduce":
+        return 2 * (n - 1) / n
+    if op in ("reduce_scatter", "all_gather"):
+        return (n - 1) / n
+    return 1.0
+
+
+def check_rows(run):
+    spec, world = run["spec"], run["spec"]["world_size"]
+    rows = run["collectives"]
+    check(len(rows) == len(spec["sizes"]) * spec["repeats"], f"{len(rows)} rows: {rows}")
+    for r in rows:
+        check(r["wrong"] == 0, f"wrong results: {r}")
+        check(r["op"] == spec["op"] and r["dtype"] == spec["dtype"] and r["redop"] == spec["redop"], r)
+        check(r["inplace"] in (spec["inplace"], int(spec["inplace"])), r)
+        check(r["algorithm"] in ALGORITHMS[spec["op"]], f"algorithm {r['algorithm']} for {spec['op']}")
+        esize = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8}[spec["dtype"]]
+        check(r["count"] * esize == r["bytes"], r)
+        if spec["op"] in ("reduce_scatter", "all_gather"):  # whole buffer, as nccl-tests
+            check(r["bytes"] % (world * esize) == 0, r)
+        check(0 < r["time_us_min"] <= r["time_us_median"] <= r["time_us_max"], r)
+        want = r["algbw_gbs"] * busbw_factor(spec["op"], world)
+        check(abs(r["busbw_gbs"] - want) <= 1e-9 + 1e-6 * want, r)
+
+
+def run_sweep(d, spec, n_runs):
+    exp = d.submit(spec)
+    check(exp["n_runs"] == n_runs, exp)
+    exp = d.wait_experiment(exp["id"], timeout=300)
+    runs = [d.get(f"/v1/runs/{r['id']}") for r in exp["runs"]]
+    for run in runs:
+        check(run["status"] == "succeeded", f"{run['params']}: {run['status']}: {run.get('error')}")
+        check_rows(run)
+    return runs
+
+
+def test_every_op_stores_no_wrong():
+    d = Daemon(cpu_slots=3)
+    try:
+        base = {"workload": "collective", "sizes": [8, "96K", "1M"], "iters": 3, "warmup": 1,
+                "check": True}
+        runs = run_sweep(d, dict(base, name="ops", world_size=3, dtype="bfloat16", redop="avg",
+                                 sweep={"op": list(ALGORITHMS)}), 5)
+        # small sizes pick the latency algorithm, 1M the ring (or direct for point to point)
+        for run in runs:
+            algs = [r["algorithm"] for r in run["collectives"]]
+            if run["spec"]["op"] != "sendrecv":
+                check(algs[0] != "ring" and algs[-1] == "ring", (run["spec"]["op"], algs))
+        run_sweep(d, dict(base, name="dtypes", world_size=2, op="allreduce", redop="max",
+                          inplace=True, sweep={"dtype": ["float32", "float16", "bfloat16",
+                                                         "int32", "int64"]}), 5)
+        run_sweep(d, dict(base, name="forced", world_size=3, op="reduce_scatter", inplace=True,
+                          sweep={"algorithm": ["ring", "direct"]}), 2)
+        # an algorithm the op does not have is refused when submitted
+        status, body, _ = d.request("POST", "/v1/experiments",
+                                    body=dict(base, op="broadcast", algorithm="rd"))
+        check(status == 400 and body["error"]["field"] == "algorithm", (status, body))
+    finally:
+        d.close()
+
+
+def wait_gone(pids, timeout=15):
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(pid_alive(p) for p in pids):
+        time.sleep(0.05)
+    check(not any(pid_alive(p) for p in pids), f"workers left behind: {[p for p in pids if pid_alive(p)]}")
+
+
+def test_stopped_worker_fails_within_comm_timeout():
+    d = Daemon(cpu_slots=3)
+    pids = []
+    try:
+        spec = {"name": "stopped", "workload": "collective", "world_size": 3, "min_bytes": "1M",
+                "max_bytes": "1M", "iters": 1000, "warmup": 0, "repeats": 100, "check": False,
+                "comm_timeout_s": 3, "timeout_s": 600}
+        exp = d.submit(spec)
+        run_id = exp["runs"][0]["id"]
+        run = d.wait_run(run_id, lambda r: r["status"] == "running" and len(r["ranks"]) == 3
+                         and all(k["pid"] for k in r["ranks"]), what="running")
+        d.wait_run(run_id, lambda r: r["progress"] > 0, what="first size measured")
+        pids = [k["pid"] for k in run["ranks"]]
+        os.kill(pids[1], signal.SIGSTOP)
+        t0 = time.time()
+        exp = d.wait_experiment(exp["id"], timeout=60)
+        took = time.time() - t0
+        run = d.get(f"/v1/runs/{run_id}")
+        check(run["status"] == "failed", run)
+        check(run["error_rank"] == 1 and "rank 1" in run["error"], run["error"])
+        # 3 s of silence, the blame exchange and the daemon's bookkeeping; far from the
+        # 600 s run timeout and the 30 s heartbeat timeout
+        check(took < 20, f"the run failed {took:.1f} s after the stop")
+        wait_gone(pids)
+        d.wait_slots_free(3)
+    finally:
+        for p in pids:
+            if pid_alive(p):
+                os.kill(p, signal.SIGKILL)
+        d.close()
+
+
+def listening_ports(pids):
+    """TCP ports in LISTEN state that belong to the given processes."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    inodes.add(link[8:-1])
+        except OSError:
+            pass
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    if cols[3] == "0A" and cols[9] in inodes:
+                        ports.add(int(cols[1].rsplit(":", 1)[1], 16))
+        except OSError:
+            pass
+    return ports
+
+
+def child_workers(parent):
+    """PIDs of the ddpbench-worker processes whose parent is `parent`."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0")[0]
+        except OSError:
+            continue
+        if argv0.endswith(b"ddpbench-worker") and int(stat.rsplit(") ", 1)[1].split()[1]) == parent:
+            out.append(int(d))
+    return out
+
+
+def worker_rank(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            for kv in f.read().split(b"\0"):
+                if kv.startswith(b"DDPB_RANK="):
+                    return int(kv[10:])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def daemon_children(daemon_pid):
+    """Child PIDs of the daemon (cheap enough to poll in a tight loop)."""
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{daemon_pid}/task"):
+            with open(f"/proc/{daemon_pid}/task/{tid}/children") as f:
+                out += [int(p) for p in f.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+class Spammer(threading.Thread):
+    """Stops every worker as it is spawned, lets all but the last rank go on, so those
+    wait for it in the join with their data ports open (a worker listens before it
+    joins); then sends garbage to, and holds silent connections on, every data port, and
+    lets the last rank go."""
+
+    def __init__(self, daemon_pid, world):
+        super().__init__(daemon=True)
+        self.daemon_pid, self.world = daemon_pid, world
+        self.hits, self.held, self.stop = 0, [], False
+        self.stopped = []
+
+    def freeze_all(self):
+        """Stops each worker once it has exec'd (its environment names its rank)."""
+        deadline = time.time() + 20
+        while not self.stop and time.time() < deadline and len(self.stopped) < self.world:
+            for pid in daemon_children(self.daemon_pid):
+                if pid not in self.stopped and worker_rank(pid) is not None:
+                    os.kill(pid, signal.SIGSTOP)
+                    self.stopped.append(pid)
+        return len(self.stopped) == self.world
+
+    def garbage(self, ports):
+        for port in ports:
+            for payload in (os.urandom(64), b"DDPT\x02\x00\x01\x00" + os.urandom(16), b""):
+                try:
+                    s = socket.create_connection(("127.0.0.1", port), timeout=0.5)
+                    if payload:
+                        s.sendall(payload)
+                    self.held.append(s)
+                    self.hits += 1
+                except OSError:
+                    pass
+
+    def run(self):
+        try:
+            if not self.freeze_all():
+                return
+            ranks = {worker_rank(p): p for p in self.stopped}
+            last = ranks.get(self.world - 1)
+            others = [p for p in self.stopped if p != last]
+            for p in others:
+                os.kill(p, signal.SIGCONT)
+            deadline, ports = time.time() + 5, set()
+            while len(ports) < len(others) and time.time() < deadline:
+                ports = listening_ports(others)
+            self.garbage(ports)
+        finally:
+            for p in self.stopped:
+                os.kill(p, signal.SIGCONT)
+
+    def close(self):
+        self.stop = True
+        self.join(10)
+        for s in self.held:
+            s.close()
+
+
+def test_garbage_on_data_ports_does_not_break_run():
+    d = Daemon(cpu_slots=3)
+    try:
+        spec = {"name": "garbage", "workload": "collective", "world_size": 3, "sizes": ["4K", "1M"],
+                "iters": 5, "warmup": 1, "check": True, "comm_timeout_s": 20}
+        spam = Spammer(d.proc.pid, spec["world_size"])
+        spam.start()
+        exp = d.submit(spec)
+        exp = d.wait_experiment(exp["id"], timeout=120)
+        spam.close()
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        check(run["status"] == "succeeded", f"{run['status']}: {run.get('error')}")
+        check_rows(run)
+        hits = spam.hits
+        check(hits >= 3 * (spec["world_size"] - 1), f"reached data ports {hits} times")
+    finally:
+        d.close()
+
+
+if __name__ == "__main__":
+    sys.exit(run_cases([
+        test_every_op_stores_no_wrong,
+        test_stopped_worker_fails_within_comm_timeout,
+        test_garbage_on_data_ports_does_not_break_run,
+    ]))

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""The API contract holds: api/openapi.yaml is a well-formed OpenAPI 3.0 document whose
+every $ref resolves; it lists exactly the routes api/routes.c serves; live responses of
+the running daemon validate against the schemas it declares (python3-jsonschema); and
+every curl example in README.md runs against a real daemon and succeeds."""
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import jsonschema
+import yaml
+
+from harness import SOURCE, Daemon, check, run_cases
+
+SPEC = yaml.safe_load(open(os.path.join(SOURCE, "api", "openapi.yaml")))
+METHODS = ("get", "post", "put", "delete", "patch", "options", "head")
+SCHEMA_KEYS = {"type", "properties", "required", "items", "enum", "format", "minimum",
+               "maximum", "default", "description", "nullable", "allOf", "oneOf", "anyOf",
+               "$ref", "additionalProperties", "title", "example"}
+
+
+def resolve(ref):
+    check(ref.startswith("#/"), f"only local refs: {ref}")
+    node = SPEC
+    for part in ref[2:].split("/"):
+        check(part in node, f"unresolved $ref {ref}")
+        node = node[part]
+    return node
+
+
+def walk(node, path="#"):
+    """Yields (path, node) for every dict in the document."""
+    if isinstance(node, dict):
+        yield path, node
+        for k, v in node.items():
+            yield from walk(v, f"{path}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from walk(v, f"{path}/{i}")
+
+
+def test_document_is_well_formed():
+    check(SPEC["openapi"].startswith("3.0"), SPEC.get("openapi"))
+    check(SPEC["info"]["title"] and SPEC["info"]["version"], "info")
+    for path, node in walk(SPEC):
+        if "$ref" in node:
+            resolve(node["$ref"])
+    ops = 0
+    for p, item in SPEC["paths"].items():
+        check(p.startswith("/"), p)
+        for m, op in item.items():
+            check(m in METHODS, f"{p}: {m}")
+            check(op.get("operationId") and op.get("responses"), f"{m} {p}")
+            for code in op["responses"]:
+                check(re.fullmatch(r"[1-5]\d\d", str(code)), f"{m} {p}: status {code}")
+            for prm in op.get("parameters", []):
+                check(prm["in"] in ("path", "query", "header") and "schema" in prm, prm)
+                if prm["in"] == "path":
+                    check(prm.get("required") is True and "{" + prm["name"] + "}" in p, prm)
+            ops += 1
+    for name, schema in SPEC["components"]["schemas"].items():
+        for path, node in walk(schema, name):
+            if "type" in node and isinstance(node["type"], str) and path.split("/")[-1] != "properties":
+                check(set(node) <= SCHEMA_KEYS, f"{path}: unknown keys {set(node) - SCHEMA_KEYS}")
+    check(ops >= 14, f"{ops} operations")
+
+
+def routes_in_code():
+    text = open(os.path.join(SOURCE, "api", "routes.c")).read()
+    out = set()
+    for method, pattern in re.findall(r'\{"([A-Z]+)", "(/[^"]*)", h_\w+\}', text):
+        out.add((method.lower(), re.sub(r"\{\w+\}", "{id}", pattern)))
+    return out
+
+
+def test_document_lists_exactly_the_routes():
+    code = routes_in_code()
+    doc = {(m, p) for p, item in SPEC["paths"].items() for m in item}
+    check(code, "no routes parsed from api/routes.c")
+    check(code == doc, f"only in code: {sorted(code - doc)}; only in openapi.yaml: {sorted(doc - code)}")
+
+
+def to_json_schema(s):
+    """OpenAPI 3.0 schema object → JSON Schema (nullable → a union with null)."""
+    if isinstance(s, list):
+        return [to_json_schema(x) for x in s]
+    if not isinstance(s, dict):
+        return s
+    if "$ref" in s:
+        return to_json_schema(resolve(s["$ref"]))
+    out = {k: to_json_schema(v) for k, v in s.items() if k not in ("nullable", "example")}
+    if s.get("nullable"):
+        out = {"anyOf": [out, {"type": "null"}]}
+    return out
+
+
+def response_schema(method, path, status, ctype="application/json"):
+    op = SPEC["paths"][path][method]
+    resp = op["responses"][str(status)]
+    if "$ref" in resp:
+        resp = resolve(resp["$ref"])
+    return to_json_schema(resp["content"][ctype]["schema"])
+
+
+def validate(method, path, status, body):
+    jsonschema.validate(body, response_schema(method, path, status))
+
+
+def test_live_responses_match_schemas():
+    d = Daemon(cpu_slots=2)
+    try:
+        spec = {"name": "contract", "workload": "collective", "world_size": 2,
+                "min_bytes": "4K", "max_bytes": "16K", "factor": 4, "iters": 3, "warmup": 1,
+                "sweep": {"inplace": [False, True]}}
+        status, exp, _ = d.request("POST", "/v1/experiments", body=spec)
+        validate("post", "/v1/experiments", status, exp)
+        exp = d.wait_experiment(exp["id"], timeout=60)
+        validate("get", "/v1/experiments/{id}", 200, exp)
+        validate("get", "/v1/experiments", 200, d.get("/v1/experiments"))
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        validate("get", "/v1/runs/{id}", 200, run)
+        check(run["collectives"], "results present")
+        validate("get", "/v1/experiments/{id}/results", 200, d.get(f"/v1/experiments/{exp['id']}/results"))
+        validate("get", "/v1/runs/{id}/steps", 200, d.get(f"/v1/runs/{run['id']}/steps"))
+        validate("get", "/healthz", 200, d.get("/healthz"))
+        for path, st in (("/v1/experiments/999", 404), ("/v1/runs/999", 404)):
+            status, body, _ = d.request("GET", path)
+            check(status == st, status)
+            jsonschema.validate(body, to_json_schema({"$ref": "#/components/schemas/Error"}))
+        status, body, _ = d.request("POST", "/v1/experiments", body={"workload": "x"})
+        validate("post", "/v1/experiments", 400, body)
+        status, body, _ = d.request("POST", f"/v1/experiments/{exp['id']}/cancel")
+        validate("post", "/v1/experiments/{id}/cancel", status, body)  # 409: finished
+        status, body, _ = d.request("DELETE", f"/v1/experiments/{exp['id']}")
+        validate("delete", "/v1/experiments/{id}", status, body)
+        status, text, _ = d.request("GET", "/v1/openapi.yaml")
+        check(status == 200 and yaml.safe_load(text) == SPEC, "served contract is the file")
+        schema = d.get("/v1/spec/schema")
+        with open(os.path.join(SOURCE, "schema", "spec.schema.json")) as f:
+            check(schema == json.load(f), "served spec schema is the committed file")
+    finally:
+        d.close()
+
+
+def readme_curls():
+    text = open(os.path.join(SOURCE, "README.md")).read()
+    return [l.strip() for l in text.splitlines() if l.strip().startswith("curl ")]
+
+
+def test_readme_curl_examples_run():
+    cmds = readme_curls()
+    check(len(cmds) >= 5, f"{len(cmds)} curl examples found")
+    d = Daemon(cpu_slots=2)
+    try:
+        base = d.url
+        for cmd in cmds:
+            argv = shlex.split(cmd.replace("http://127.0.0.1:7480", base))
+            argv = [a if not a.startswith("@") else "@" + os.path.join(SOURCE, a[1:]) for a in argv]
+            r = subprocess.run(argv + ["-w", "\n%{http_code}"], capture_output=True, text=True,
+                               timeout=60, cwd=SOURCE)
+            body, _, code = r.stdout.rpartition("\n")
+            if "-N" in argv:  # an event stream: ends by --max-time (curl exit 28)
+                check(r.returncode == 28 and body.startswith("id: "), f"{cmd}: {r.returncode} {body[:200]}")
+                continue
+            check(r.returncode == 0 and code.startswith("2"), f"{cmd}: exit {r.returncode}, HTTP {code}: {body[:300]}")
+            # as a person would: results are read after the first experiment ends, and a
+            # cancelled experiment is deleted once its workers have stopped
+            posted = re.search(r"-X POST \S+/v1/experiments\s", cmd + " ")
+            if posted and json.loads(body)["id"] == 1:
+                d.wait_experiment(1, timeout=120)
+            cancelled = re.search(r"/v1/experiments/(\d+)/cancel", cmd)
+            if cancelled:
+                d.wait_experiment(int(cancelled.group(1)), timeout=60)
+    finally:
+        d.close()
+
+
+if __name__ == "__main__":
+    sys.exit(run_cases([
+        test_document_is_well_formed,
+        test_document_lists_exactly_the_routes,
+        test_live_responses_match_schemas,
+        test_readme_curl_examples_run,
+    ]))

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""Control plane through the REST API: cancel an experiment or a run (workers stopped,
+what was measured kept), delete an experiment and its files, a frozen worker (SIGSTOP)
+detected by its missing heartbeat and named, results grouped and exported as CSV, live
+events over Server-Sent Events, Prometheus metrics, bearer-token protection and CORS."""
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from harness import Daemon, check, pid_alive, run_cases
+
+LONG = {"workload": "collective", "min_bytes": "16M", "max_bytes": "16M", "iters": 5000,
+        "warmup": 0, "timeout_s": 300}
+SMALL = {"workload": "collective", "min_bytes": "4K", "max_bytes": "64K", "factor": 4,
+         "iters": 5, "warmup": 1}
+
+
+def wait_gone(pids, timeout=15):
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(pid_alive(p) for p in pids):
+        time.sleep(0.05)
+    check(not any(pid_alive(p) for p in pids), f"workers left: {pids}")
+
+
+def running_pids(d, run_id):
+    run = d.wait_run(run_id, lambda r: r["status"] == "running" and len(r["ranks"]) == r["world_size"],
+                     what="running")
+    return [k["pid"] for k in run["ranks"]]
+
+
+def test_cancel_experiment_keeps_measurements():
+    d = Daemon(cpu_slots=2)
+    try:
+        spec = dict(LONG, name="to-cancel", world_size=2, min_bytes="4K", max_bytes="64M",
+                    factor=2, iters=200)
+        exp = d.submit(dict(spec, sweep={"repeats": [1, 2]}))
+        first = exp["runs"][0]["id"]
+        pids = running_pids(d, first)
+        d.wait_run(first, lambda r: len(r["collectives"]) >= 2, what="some results")
+        status, body, _ = d.request("POST", f"/v1/experiments/{exp['id']}/cancel")
+        check(status == 202, (status, body))
+        exp = d.wait_experiment(exp["id"], timeout=30)
+        check(exp["status"] == "cancelled", exp)
+        runs = {r["id"]: r for r in exp["runs"]}
+        check(runs[first]["status"] == "cancelled" and "cancelled" in runs[first]["error"], runs[first])
+        second = exp["runs"][1]
+        check(second["status"] == "cancelled" and second["started_at"] is None, second)
+        run = d.get(f"/v1/runs/{first}")
+        check(len(run["collectives"]) >= 2, "measurements kept")
+        wait_gone(pids)
+        status, body, _ = d.request("POST", f"/v1/experiments/{exp['id']}/cancel")
+        check(status == 409 and body["error"]["code"] == "conflict", (status, body))
+        d.wait_slots_free(2)
+    finally:
+        d.close()
+
+
+def test_cancel_one_run_and_delete():
+    d = Daemon(cpu_slots=2)
+    try:
+        exp = d.submit(dict(LONG, name="two-runs", world_size=1, sweep={"seed": [1, 2]}))
+        r0, r1 = (r["id"] for r in exp["runs"])
+        pids = running_pids(d, r0)
+        status, body, _ = d.request("DELETE", f"/v1/experiments/{exp['id']}")
+        check(status == 409, (status, body))  # live runs: cancel first
+        status, body, _ = d.request("POST", f"/v1/runs/{r0}/cancel")
+        check(status == 202 and body["id"] == r0, (status, body))
+        d.wait_run(r0, lambda r: r["status"] == "cancelled", what="cancelled")
+        wait_gone(pids)
+        # the other run is not touched by cancelling its sibling
+        check(d.get(f"/v1/runs/{r1}")["status"] in ("queued", "starting", "running"), "sibling kept")
+        d.request("POST", f"/v1/runs/{r1}/cancel")
+        d.wait_experiment(exp["id"], timeout=30)
+        check(os.path.isdir(os.path.join(d.state_dir, "runs", str(r0))), "run files exist")
+        status, body, _ = d.request("DELETE", f"/v1/experiments/{exp['id']}")
+        check(status == 200 and body["deleted"] == exp["id"] and body["runs"] == 2, (status, body))
+        check(not os.path.exists(os.path.join(d.state_dir, "runs", str(r0))), "run files removed")
+        status, _, _ = d.request("GET", f"/v1/experiments/{exp['id']}")
+        check(status == 404, status)
+        status, _, _ = d.request("GET", f"/v1/runs/{r0}")
+        check(status == 404, status)
+    finally:
+        d.close()
+
+
+def test_frozen_worker_is_named():
+    d = Daemon(cpu_slots=2)
+    try:
+        exp = d.submit(dict(LONG, name="frozen", world_size=2, heartbeat_timeout_s=3))
+        run_id = exp["runs"][0]["id"]
+        pids = running_pids(d, run_id)
+        os.kill(pids[1], signal.SIGSTOP)
+        t0 = time.time()
+        exp = d.wait_experiment(exp["id"], timeout=60)
+        run = d.get(f"/v1/runs/{run_id}")
+        check(run["status"] == "failed", run)
+        check(run["error_rank"] == 1 and "rank 1" in run["error"], run["error"])
+        check(time.time() - t0 < 30, "detected within the heartbeat timeout (plus grace)")
+        wait_gone(pids)
+    finally:
+        d.close()
+
+
+def test_results_grouped_and_csv():
+    d = Daemon(cpu_slots=2)
+    try:
+        exp = d.submit(dict(SMALL, name="grouped", repeats=3, sweep={"world_size": [1, 2]}))
+        d.wait_experiment(exp["id"], timeout=120)
+        table = d.get(f"/v1/experiments/{exp['id']}/results")
+        check(table["group_by"] == ["world_size"], table["group_by"])
+        rows = table["rows"]
+        check(len(rows) == 2 * 3, f"{len(rows)} rows")  # 2 world sizes x 3 message sizes
+        for r in rows:
+            check(list(r.keys()) == table["columns"], "row keys follow columns")
+            check(r["busbw_gbs_n"] == 3 and r["wrong"] == 0, r)
+            check(r["busbw_gbs_min"] <= r["busbw_gbs_median"] <= r["busbw_gbs_max"], r)
+        two = [r for r in rows if r["world_size"] == 2]
+        check(all(r["busbw_gbs_mean"] > 0 and r["busbw_gbs_ci95"] is not None for r in two), two)
+        status, text, hdrs = d.request("GET", f"/v1/experiments/{exp['id']}/results?format=csv")
+        check(status == 200 and hdrs["Content-Type"].startswith("text/csv"), hdrs)
+        parsed = list(csv.DictReader(io.StringIO(text)))
+        check(len(parsed) == len(rows) and list(parsed[0].keys()) == table["columns"], parsed[:1])
+        check(float(parsed[0]["busbw_gbs_mean"]) == rows[0]["busbw_gbs_mean"], "same figures")
+        pooled = d.get(f"/v1/experiments/{exp['id']}/results?group_by=op")
+        check(all(r["busbw_gbs_n"] == 6 for r in pooled["rows"]), "world sizes pooled")
+        status, body, _ = d.request("GET", f"/v1/experiments/{exp['id']}/results?group_by=bogus")
+        check(status == 400 and body["error"]["field"] == "group_by", body)
+        status, body, _ = d.request("GET", f"/v1/experiments/{exp['id']}/results?format=xml")
+        check(status == 400, body)
+    finally:
+        d.close()
+
+
+def read_sse(url, stop_on, timeout=60):
+    """Reads an SSE stream with curl until an event satisfies stop_on; returns events."""
+    proc = subprocess.Popen(["curl", "-sN", "--max-time", str(timeout), url],
+                            stdout=subprocess.PIPE, text=True)
+    events, cur = [], {}
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            if not line:
+                if cur:
+                    events.append(cur)
+                    if stop_on(cur):
+                        break
+                cur = {}
+            elif line.startswith(":"):
+                continue
+            else:
+                k, _, v = line.partition(": ")
+                cur[k] = json.loads(v) if k == "data" else v
+    finally:
+        proc.kill()
+        proc.wait()
+    return events
+
+
+def test_live_events():
+    d = Daemon(cpu_slots=2)
+    try:
+        exp = d.submit(dict(SMALL, name="live", world_size=2, iters=50))
+        events = read_sse(f"{d.url}/v1/experiments/{exp['id']}/events",
+                          lambda ev: ev.get("event") == "experiment" and ev["data"]["status"] in
+                          ("succeeded", "failed"))
+        kinds = [e["event"] for e in events]
+        check(kinds[0] == "snapshot" and events[0]["data"]["id"] == exp["id"], kinds[:3])
+        check("collective" in kinds and "run" in kinds, kinds)
+        check(events[-1]["data"]["status"] == "succeeded", events[-1])
+        runs = [e["data"]["status"] for e in events if e["event"] == "run"]
+        check(runs[-1] == "succeeded", runs)
+        ids = [int(e["id"]) for e in events[1:]]
+        check(ids == sorted(ids), "event ids increase")
+        # a stream of a finished experiment starts with its final snapshot; unknown ids 404
+        status, _, _ = d.request("GET", "/v1/experiments/99999/events")
+        check(status == 404, status)
+        # cancelling a queued experiment is seen live too (no worker ever reports it)
+        blocker = d.submit(dict(LONG, name="blocker", world_size=2))
+        queued = d.submit(dict(SMALL, name="queued", world_size=2))
+        threading.Timer(0.5, lambda: d.request("POST", f"/v1/experiments/{queued['id']}/cancel")).start()
+        events = read_sse(f"{d.url}/v1/experiments/{queued['id']}/events",
+                          lambda ev: ev.get("event") == "experiment", timeout=20)
+        check(events[-1]["event"] == "experiment" and events[-1]["data"]["status"] == "cancelled",
+              events[-2:])
+        check(any(e["event"] == "run" and e["data"]["status"] == "cancelled" for e in events), events)
+        d.request("POST", f"/v1/experiments/{blocker['id']}/cancel")
+        # many idle streams do not take HTTP threads: the API still answers
+        procs = [subprocess.Popen(["curl", "-sN", f"{d.url}/v1/events"], stdout=subprocess.DEVNULL)
+                 for _ in range(12)]
+        try:
+            time.sleep(0.5)
+            check(d.get("/healthz")["status"] == "ok", "answers with 12 open streams")
+            d.submit(dict(SMALL, name="while-streaming", world_size=1))
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+    finally:
+        d.close()
+
+
+def test_metrics_are_prometheus_text():
+    d = Daemon(cpu_slots=2)
+    try:
+        d.request("GET", "/v1/experiments/424242")  # one 404 to count
+        status, text, hdrs = d.request("GET", "/metrics")
+        check(status == 200 and hdrs["Content-Type"].startswith("text/plain; version=0.0.4"), hdrs)
+        for name in ("ddpbench_queue_depth", "ddpbench_runs{status=\"queued\"}",
+                     "ddpbench_http_requests_total{method=\"GET\",code=\"404\"}",
+                     "ddpbench_http_request_duration_seconds_bucket{le=\"+Inf\"}",
+                     "ddpbench_store_clients"):
+            check(name in text, f"{name} missing")
+        promtool = shutil.which("promtool")
+        if promtool:
+            r = subprocess.run([promtool, "check", "metrics"], input=text, text=True,
+                               capture_output=True)
+            check(r.returncode == 0, r.stdout + r.stderr)
+        else:
+            print("  promtool not installed: format checked by the asserts above only")
+    finally:
+        d.close()
+
+
+def test_token_and_cors():
+    token = "s3cret-token-0123456789"
+    tokfile = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ddpb-token-{os.getpid()}")
+    with open(tokfile, "w") as f:
+        f.write(token + "\n")
+    d = Daemon(cpu_slots=2, extra_args=["--token-file", tokfile, "--cors-origin", "http://ui.example"])
+    try:
+        status, body, hdrs = d.request("POST", "/v1/experiments", body=dict(SMALL, world_size=1))
+        check(status == 401 and hdrs.get("WWW-Authenticate") == "Bearer", (status, body))
+        status, body, _ = d.request("POST", "/v1/experiments", body=dict(SMALL, world_size=1),
+                                    headers={"Authorization": "Bearer wrong-token-0123456789"})
+        check(status == 401, status)
+        status, body, hdrs = d.request("POST", "/v1/experiments", body=dict(SMALL, world_size=1),
+                                       headers={"Authorization": f"Bearer {token}"})
+        check(status == 201, (status, body))
+        check(hdrs.get("Access-Control-Allow-Origin") == "http://ui.example", dict(hdrs))
+        status, _, _ = d.request("GET", "/v1/experiments")  # reads stay open
+        check(status == 200, status)
+        status, _, _ = d.request("DELETE", f"/v1/experiments/{body['id']}")
+        check(status == 401, status)
+        status, _, hdrs = d.request("OPTIONS", "/v1/experiments")
+        check(status == 204 and "POST" in hdrs.get("Access-Control-Allow-Methods", ""), dict(hdrs))
+    finally:
+        d.close()
+        os.unlink(tokfile)
+    d = Daemon(cpu_slots=2)  # no CORS unless configured
+    try:
+        status, _, hdrs = d.request("GET", "/healthz")
+        check("Access-Control-Allow-Origin" not in hdrs, dict(hdrs))
+        status, _, _ = d.request("OPTIONS", "/v1/experiments")
+        check(status == 405, status)
+    finally:
+        d.close()
+
+
+if __name__ == "__main__":
+    sys.exit(run_cases([
+        test_cancel_experiment_keeps_measurements,
+        test_cancel_one_run_and_delete,
+        test_frozen_worker_is_named,
+        test_results_grouped_and_csv,
+        test_live_events,
+        test_metrics_are_prometheus_text,
+        test_token_and_cors,
+    ]))

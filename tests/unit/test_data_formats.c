@@ -1,0 +1,714 @@
+/* Unit tests for worker/data's file formats on files the tests generate: MNIST idx (plain and
+ * gzipped, told apart by magic bytes; directory lookup; every malformed variant: magic,
+ * element type, dimensions, counts, truncation, trailing bytes, absurd sizes, labels out of
+ * range, corrupt and truncated gzip), CIFAR-10 binary (parsing, directory layout,
+ * malformed files), normalization constants and values, and the CIFAR augmentation (the
+ * geometry of a known image, determinism, coverage of every offset, train split only). */
+#include <ftw.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "data/dataset.h"
+#include "data/images.h"
+#include "test.h"
+
+static char tdir[64]; /* this run's scratch directory, removed at the end */
+
+static void tpath(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", tdir, name);
+}
+
+static int write_bytes(const char *path, const uint8_t *p, size_t n, bool gz)
+{
+    if (gz) {
+        gzFile g = gzopen(path, "wb");
+        if (!g)
+            return -1;
+        int w = n ? gzwrite(g, p, (unsigned)n) : 0;
+        return gzclose(g) == Z_OK && (size_t)w == n ? 0 : -1;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = fwrite(p, 1, n, f);
+    return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+static uint8_t img_byte(size_t sample, size_t k)
+{
+    return (uint8_t)(sample * 37 + k * 11 + 3);
+}
+
+/* --- idx files --------------------------------------------------------------------- */
+
+struct idx_spec {
+    uint8_t magic[4];     /* magic[3] = how many dims are written */
+    uint32_t dims[4];
+    long delta;           /* payload bytes beyond product(dims) (negative: fewer) */
+    long keep;            /* >= 0: cut the file to this many bytes */
+    int bad_label_at;     /* >= 0: that label becomes 10 */
+    bool gz;
+};
+
+static int idx_write(const char *path, const struct idx_spec *s)
+{
+    int nd = s->magic[3];
+    uint64_t prod = 1;
+    for (int i = 0; i < nd && i < 4; i++)
+        prod *= s->dims[i];
+    if (prod > (1u << 20))
+        prod = 0; /* an absurd header: no payload */
+    long payload = (long)prod + s->delta;
+    size_t hdr = 4 + 4 * (size_t)nd, len = hdr + (size_t)(payload > 0 ? payload : 0);
+    uint8_t *p = calloc(1, len);
+    memcpy(p, s->magic, 4);
+    for (int i = 0; i < nd; i++) {
+        uint32_t d = s->dims[i];
+        uint8_t be[4] = {(uint8_t)(d >> 24), (uint8_t)(d >> 16), (uint8_t)(d >> 8), (uint8_t)d};
+        memcpy(p + 4 + 4 * i, be, 4);
+    }
+    size_t per = nd == 3 ? (size_t)s->dims[1] * s->dims[2] : 1;
+    for (size_t k = hdr; k < len; k++)
+        p[k] = nd == 1 ? (uint8_t)((k - hdr) % 10) : img_byte((k - hdr) / per, (k - hdr) % per);
+    if (s->bad_label_at >= 0 && hdr + (size_t)s->bad_label_at < len)
+        p[hdr + (size_t)s->bad_label_at] = 10;
+    if (s->keep >= 0 && (size_t)s->keep < len)
+        len = (size_t)s->keep;
+    int rc = write_bytes(path, p, len, s->gz);
+    free(p);
+    return rc;
+}
+
+static const struct idx_spec idx_good_images = {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, -1, -1, false};
+static const struct idx_spec idx_good_labels = {{0, 0, 8, 1}, {20, 0, 0, 0}, 0, -1, -1, false};
+
+static int idx_write_pair(const char *img, const char *lab, bool gz_img, bool gz_lab)
+{
+    struct idx_spec i = idx_good_images, l = idx_good_labels;
+    i.gz = gz_img;
+    l.gz = gz_lab;
+    return idx_write(img, &i) < 0 || idx_write(lab, &l) < 0 ? -1 : 0;
+}
+
+/* Every value a plain (no augmentation) fill gives is lut(byte); labels are i % 10. */
+static bool idx_content_ok(const struct dataset *ds, const struct data_norm *norm)
+{
+    size_t per = dataset_sample_floats(ds);
+    float *x = malloc(per * (size_t)ds->n * sizeof *x);
+    int32_t *y = malloc((size_t)ds->n * sizeof *y);
+    int64_t *idx = malloc((size_t)ds->n * sizeof *idx);
+    for (int64_t i = 0; i < ds->n; i++)
+        idx[i] = ds->n - 1 - i; /* reversed: a fill follows the indices, not storage order */
+    struct data_draw d = {1, 0, 0};
+    struct err e;
+    bool ok = dataset_fill(ds, idx, (int)ds->n, &d, x, y, &e) == 0;
+    for (int64_t i = 0; ok && i < ds->n; i++) {
+        ok = y[i] == idx[i] % 10;
+        for (size_t k = 0; ok && k < per; k++) {
+            float v = (float)img_byte((size_t)idx[i], k) / 255.0f;
+            if (norm->channels)
+                v = (v - norm->mean[0]) / norm->std[0];
+            ok = x[(size_t)i * per + k] == v;
+        }
+    }
+    free(x);
+    free(y);
+    free(idx);
+    return ok;
+}
+
+static void test_idx_plain_and_gz(void)
+{
+    struct err e;
+    char img[128], lab[128];
+    struct data_image_opts o = {0};
+    T_OK(data_norm_preset("fashion-mnist", &o.norm, &e));
+    for (int v = 0; v < 4; v++) {
+        tpath(img, sizeof img, "imgs");
+        tpath(lab, sizeof lab, "labs");
+        T_CHECK(idx_write_pair(img, lab, v & 1, v & 2) == 0);
+        struct dataset *ds;
+        T_OK(dataset_idx_open(img, lab, "fmnist-tiny", DATA_SPLIT_TRAIN, &o, &ds, &e));
+        T_EQ_INT(ds->n, 20);
+        T_EQ_INT(ds->c, 1);
+        T_EQ_INT(ds->h, 5);
+        T_EQ_INT(ds->w, 4);
+        T_EQ_INT(ds->classes, 10);
+        T_EQ_STR(ds->name, "fmnist-tiny");
+        T_CHECK(!ds->reuse_batch);
+        bool ok = idx_content_ok(ds, &o.norm);
+        dataset_destroy(ds);
+        T_CHECK_MSG(ok, "variant %d", v);
+    }
+}
+
+/* gzip is told by its magic bytes: a gzipped file named without .gz and a plain one named
+ * .gz both open; data_read_file reports which it was. */
+static void test_idx_gzip_by_magic_not_name(void)
+{
+    struct err e;
+    char img[128], lab[128];
+    tpath(img, sizeof img, "images.bin");
+    tpath(lab, sizeof lab, "labels.gz");
+    T_CHECK(idx_write_pair(img, lab, true, false) == 0);
+    struct data_image_opts o = {0};
+    struct dataset *ds;
+    T_OK(dataset_idx_open(img, lab, NULL, DATA_SPLIT_TEST, &o, &ds, &e));
+    T_EQ_STR(ds->name, "idx");
+    T_EQ_INT(ds->split, DATA_SPLIT_TEST);
+    bool ok = idx_content_ok(ds, &o.norm);
+    dataset_destroy(ds);
+    T_CHECK(ok);
+    uint8_t *p;
+    size_t n;
+    bool gz;
+    T_OK(data_read_file(img, 1u << 20, &p, &n, &gz, &e));
+    free(p);
+    T_CHECK(gz);
+    T_EQ_INT(n, 16 + 20 * 5 * 4);
+    T_OK(data_read_file(lab, 1u << 20, &p, &n, &gz, &e));
+    free(p);
+    T_CHECK(!gz);
+    T_EQ_INT(n, 8 + 20);
+}
+
+static void test_idx_directory(void)
+{
+    struct err e;
+    char dir[128], img[256], lab[256];
+    tpath(dir, sizeof dir, "mnistdir");
+    T_CHECK(mkdir(dir, 0700) == 0);
+    struct data_image_opts o = {0};
+    struct dataset *ds;
+    T_CHECK(dataset_idx_open_dir(dir, "mnist", DATA_SPLIT_TRAIN, &o, &ds, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    T_CHECK_MSG(strstr(e.msg, "train-images-idx3-ubyte.gz"), "%s", e.msg);
+    snprintf(img, sizeof img, "%s/train-images-idx3-ubyte.gz", dir);
+    snprintf(lab, sizeof lab, "%s/train-labels-idx1-ubyte", dir);
+    T_CHECK(idx_write_pair(img, lab, true, false) == 0);
+    snprintf(img, sizeof img, "%s/t10k-images-idx3-ubyte", dir);
+    snprintf(lab, sizeof lab, "%s/t10k-labels-idx1-ubyte.gz", dir);
+    T_CHECK(idx_write_pair(img, lab, false, true) == 0);
+    T_OK(dataset_idx_open_dir(dir, "mnist", DATA_SPLIT_TRAIN, &o, &ds, &e));
+    T_EQ_INT(ds->split, DATA_SPLIT_TRAIN);
+    dataset_destroy(ds);
+    T_OK(dataset_idx_open_dir(dir, "mnist", DATA_SPLIT_TEST, &o, &ds, &e));
+    T_EQ_INT(ds->n, 20);
+    dataset_destroy(ds);
+    /* by name, with the published MNIST constants */
+    struct data_config cfg = {.name = "mnist"};
+    snprintf(cfg.path, sizeof cfg.path, "%s", dir);
+    T_OK(dataset_open(&cfg, DATA_SPLIT_TEST, &ds, &e));
+    struct data_norm mnist;
+    T_OK(data_norm_preset("mnist", &mnist, &e));
+    bool ok = idx_content_ok(ds, &mnist);
+    dataset_destroy(ds);
+    T_CHECK(ok);
+    T_CHECK(dataset_idx_open_dir(img, "mnist", DATA_SPLIT_TRAIN, &o, &ds, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+}
+
+struct idx_bad {
+    const char *what;
+    bool labels;           /* the bad file is the labels file */
+    struct idx_spec spec;
+    enum err_code code;
+    const char *needle;
+};
+
+static const struct idx_bad idx_bad_cases[] = {
+    {"bad magic", false, {{1, 2, 8, 3}, {20, 5, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+     "not an idx file"},
+    {"float elements", false, {{0, 0, 0x0d, 3}, {20, 5, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+     "0x0d (float)"},
+    {"labels as images", false, {{0, 0, 8, 1}, {20, 0, 0, 0}, 0, -1, -1, false}, ERR_INVALID,
+     "1 dimensions where images"},
+    {"four dims", false, {{0, 0, 8, 4}, {20, 5, 4, 1}, 0, -1, -1, false}, ERR_INVALID,
+     "4 dimensions"},
+    {"images as labels", true, {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+     "3 dimensions where labels"},
+    {"no images", false, {{0, 0, 8, 3}, {0, 5, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+     "0 images"},
+    {"zero side", false, {{0, 0, 8, 3}, {20, 0, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+     "image side 0"},
+    {"huge side", false, {{0, 0, 8, 3}, {20, 5000, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+     "image side 5000"},
+    {"absurd bytes", false, {{0, 0, 8, 3}, {0x7fffffff, 4096, 4096, 0}, 0, -1, -1, false},
+     ERR_TOO_LARGE, "over the"},
+    {"absurd count", false, {{0, 0, 8, 3}, {0xffffffff, 28, 28, 0}, 0, -1, -1, false},
+     ERR_INVALID, "expected 1 to"},
+    {"truncated pixels", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, -7, -1, -1, false}, ERR_INVALID,
+     "truncated"},
+    {"truncated pixels gz", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, -7, -1, -1, true},
+     ERR_INVALID, "truncated"},
+    {"trailing bytes", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, 3, -1, -1, false}, ERR_INVALID,
+     "3 bytes of trailing data"},
+    {"truncated header", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, 10, -1, false}, ERR_INVALID,
+     "truncated idx header"},
+    {"two bytes", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, 2, -1, false}, ERR_INVALID,
+     "too short"},
+    {"empty", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, 0, -1, false}, ERR_INVALID,
+     "0 bytes"},
+    {"count mismatch", true, {{0, 0, 8, 1}, {19, 0, 0, 0}, 0, -1, -1, false}, ERR_INVALID,
+     "holds 19 labels but"},
+    {"truncated labels", true, {{0, 0, 8, 1}, {20, 0, 0, 0}, -1, -1, -1, false}, ERR_INVALID,
+     "truncated"},
+    {"label out of range", true, {{0, 0, 8, 1}, {20, 0, 0, 0}, 0, -1, 7, true}, ERR_INVALID,
+     "sample 7 has label 10"},
+};
+
+static void test_idx_malformed(void)
+{
+    struct err e;
+    char img[128], lab[128];
+    tpath(img, sizeof img, "bad-images");
+    tpath(lab, sizeof lab, "bad-labels");
+    struct data_image_opts o = {0};
+    for (size_t i = 0; i < sizeof idx_bad_cases / sizeof idx_bad_cases[0]; i++) {
+        const struct idx_bad *c = &idx_bad_cases[i];
+        T_CHECK(idx_write_pair(img, lab, false, false) == 0);
+        T_CHECK(idx_write(c->labels ? lab : img, &c->spec) == 0);
+        struct dataset *ds = NULL;
+        err_clear(&e);
+        int rc = dataset_idx_open(img, lab, "bad", DATA_SPLIT_TRAIN, &o, &ds, &e);
+        dataset_destroy(ds);
+        T_CHECK_MSG(rc < 0 && ds == NULL, "%s: accepted", c->what);
+        T_CHECK_MSG(e.code == c->code, "%s: code %s: %s", c->what, err_code_name(e.code), e.msg);
+        T_CHECK_MSG(strstr(e.msg, c->needle), "%s: \"%s\" not in: %s", c->what, c->needle,
+                    e.msg);
+        T_CHECK_MSG(strstr(e.msg, c->labels ? lab : img), "%s: no file name in: %s", c->what,
+                    e.msg);
+    }
+}
+
+/* Rewrites path (a gzip file) through edit, then expects opening the pair to fail with a
+ * gzip error that names the file. */
+static bool gz_broken_fails(const char *img, const char *lab, size_t keep, size_t flip_at,
+                            size_t flip_len, const char *needle, struct err *e)
+{
+    size_t n = 0;
+    FILE *f = fopen(img, "rb");
+    uint8_t *p = malloc(1 << 16);
+    n = fread(p, 1, 1 << 16, f);
+    fclose(f);
+    for (size_t k = flip_at; k < flip_at + flip_len && k < n; k++)
+        p[k] ^= 0xa5;
+    write_bytes(img, p, keep < n ? keep : n, false);
+    free(p);
+    struct data_image_opts o = {0};
+    struct dataset *ds = NULL;
+    int rc = dataset_idx_open(img, lab, "bad", DATA_SPLIT_TRAIN, &o, &ds, e);
+    dataset_destroy(ds);
+    return rc < 0 && e->code == ERR_INVALID && strstr(e->msg, img) && strstr(e->msg, needle);
+}
+
+static void test_idx_gzip_corrupt(void)
+{
+    struct err e;
+    char img[128], lab[128];
+    tpath(img, sizeof img, "gzbad-images");
+    tpath(lab, sizeof lab, "gzbad-labels");
+    struct stat st;
+    T_CHECK(idx_write_pair(img, lab, true, false) == 0 && stat(img, &st) == 0);
+    size_t gzlen = (size_t)st.st_size;
+    T_CHECK_MSG(gzlen > 40, "%zu", gzlen);
+    /* deflate data scrambled in the middle */
+    T_CHECK(idx_write_pair(img, lab, true, false) == 0);
+    T_CHECK_MSG(gz_broken_fails(img, lab, SIZE_MAX, 14, 12, "gzip", &e), "%s", e.msg);
+    /* only the CRC32 of the trailer altered */
+    T_CHECK(idx_write_pair(img, lab, true, false) == 0);
+    T_CHECK_MSG(gz_broken_fails(img, lab, SIZE_MAX, gzlen - 8, 1, "corrupt gzip", &e), "%s",
+                e.msg);
+    /* cut in the middle of the stream, and after the gzip header alone */
+    T_CHECK(idx_write_pair(img, lab, true, false) == 0);
+    T_CHECK_MSG(gz_broken_fails(img, lab, gzlen / 2, 0, 0, "truncated", &e), "%s", e.msg);
+    T_CHECK(idx_write_pair(img, lab, true, false) == 0);
+    T_CHECK_MSG(gz_broken_fails(img, lab, 10, 0, 0, "truncated", &e), "%s", e.msg);
+    /* an unknown compression method in the header */
+    T_CHECK(idx_write_pair(img, lab, true, false) == 0);
+    T_CHECK_MSG(gz_broken_fails(img, lab, SIZE_MAX, 2, 1, "gzip", &e), "%s", e.msg);
+}
+
+static void test_read_file_limits(void)
+{
+    struct err e;
+    char plain[128], gz[128], dir[128];
+    tpath(plain, sizeof plain, "big-plain");
+    tpath(gz, sizeof gz, "big-gz");
+    uint8_t *zeros = calloc(1, 1 << 20);
+    T_CHECK(write_bytes(plain, zeros, 5000, false) == 0);
+    T_CHECK(write_bytes(gz, zeros, 1 << 20, true) == 0); /* a small gzip bomb */
+    free(zeros);
+    uint8_t *p = NULL;
+    size_t n;
+    T_CHECK(data_read_file(plain, 4999, &p, &n, NULL, &e) < 0);
+    T_EQ_INT(e.code, ERR_TOO_LARGE);
+    T_CHECK(p == NULL);
+    T_OK(data_read_file(plain, 5000, &p, &n, NULL, &e));
+    T_EQ_INT(n, 5000);
+    free(p);
+    T_CHECK(data_read_file(gz, 100000, &p, &n, NULL, &e) < 0);
+    T_EQ_INT(e.code, ERR_TOO_LARGE);
+    T_CHECK_MSG(strstr(e.msg, "after decompression"), "%s", e.msg);
+    tpath(dir, sizeof dir, "");
+    T_CHECK(data_read_file(dir, 100, &p, &n, NULL, &e) < 0);
+    T_CHECK_MSG(strstr(e.msg, "not a regular file"), "%s", e.msg);
+    tpath(dir, sizeof dir, "missing");
+    T_CHECK(data_read_file(dir, 100, &p, &n, NULL, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    T_CHECK(strstr(e.msg, dir));
+}
+
+/* --- normalization ------------------------------------------------------------------ */
+
+static void test_norm_presets(void)
+{
+    struct err e;
+    struct data_norm n;
+    T_OK(data_norm_preset("fashion-mnist", &n, &e));
+    T_CHECK(n.channels == 1 && n.mean[0] == 0.2860f && n.std[0] == 0.3530f);
+    T_OK(data_norm_preset("mnist", &n, &e));
+    T_CHECK(n.channels == 1 && n.mean[0] == 0.1307f && n.std[0] == 0.3081f);
+    T_OK(data_norm_preset("cifar10", &n, &e));
+    T_CHECK(n.channels == 3 && n.mean[0] == 0.4914f && n.mean[1] == 0.4822f &&
+            n.mean[2] == 0.4465f);
+    T_CHECK(n.std[0] == 0.2470f && n.std[1] == 0.2435f && n.std[2] == 0.2616f);
+    T_OK(data_norm_preset("none", &n, &e));
+    T_EQ_INT(n.channels, 0);
+    T_CHECK(data_norm_preset("imagenet", &n, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    /* checks: channel count, std > 0 and finite */
+    T_OK(data_norm_preset("cifar10", &n, &e));
+    T_OK(data_norm_check(&n, 3, &e));
+    T_CHECK(data_norm_check(&n, 1, &e) < 0);
+    T_EQ_STR(e.field, "dataset.norm");
+    n.std[1] = 0.0f;
+    T_CHECK(data_norm_check(&n, 3, &e) < 0);
+    n.std[1] = NAN;
+    T_CHECK(data_norm_check(&n, 3, &e) < 0);
+    /* the wrong channel count is refused when opening */
+    char img[128], lab[128];
+    tpath(img, sizeof img, "norm-images");
+    tpath(lab, sizeof lab, "norm-labels");
+    T_CHECK(idx_write_pair(img, lab, false, false) == 0);
+    struct data_image_opts o = {0};
+    T_OK(data_norm_preset("cifar10", &o.norm, &e));
+    struct dataset *ds;
+    T_CHECK(dataset_idx_open(img, lab, "x", DATA_SPLIT_TRAIN, &o, &ds, &e) < 0);
+    T_CHECK_MSG(strstr(e.msg, "3 channels, the data has 1"), "%s", e.msg);
+}
+
+static void test_open_by_name_errors(void)
+{
+    struct err e;
+    struct dataset *ds;
+    struct data_config cfg = {.name = "imagenet"};
+    T_CHECK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e) < 0);
+    T_EQ_STR(e.field, "dataset.name");
+    struct data_config mn = {.name = "mnist"};
+    T_CHECK(dataset_open(&mn, DATA_SPLIT_TRAIN, &ds, &e) < 0);
+    T_EQ_STR(e.field, "dataset.path");
+    struct data_config cf = {.name = "cifar10", .path = "/nonexistent/cifar"};
+    T_CHECK(dataset_open(&cf, DATA_SPLIT_TEST, &ds, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    T_CHECK_MSG(strstr(e.msg, "/nonexistent/cifar/test_batch.bin"), "%s", e.msg);
+}
+
+/* --- CIFAR-10 binary ---------------------------------------------------------------- */
+
+#define REC 3073
+
+static uint8_t cifar_byte(size_t sample, size_t k)
+{
+    return (uint8_t)(sample * 101 + k * 7 + k / 1024);
+}
+
+/* nrec records of samples first..first+nrec-1, label (sample * 3) % 10. */
+static int cifar_write(const char *path, size_t first, size_t nrec, long delta)
+{
+    size_t len = nrec * REC;
+    uint8_t *p = calloc(1, len + 16);
+    for (size_t r = 0; r < nrec; r++) {
+        p[r * REC] = (uint8_t)((first + r) * 3 % 10);
+        for (size_t k = 0; k < 3072; k++)
+            p[r * REC + 1 + k] = cifar_byte(first + r, k);
+    }
+    int rc = write_bytes(path, p, (size_t)((long)len + delta), false);
+    free(p);
+    return rc;
+}
+
+static void test_cifar_parse(void)
+{
+    struct err e;
+    char a[128], b[128];
+    tpath(a, sizeof a, "cifar-a.bin");
+    tpath(b, sizeof b, "cifar-b.bin");
+    T_CHECK(cifar_write(a, 0, 3, 0) == 0 && cifar_write(b, 3, 2, 0) == 0);
+    const char *paths[] = {a, b};
+    struct data_image_opts o = {0};
+    T_OK(data_norm_preset("cifar10", &o.norm, &e));
+    struct dataset *ds;
+    T_OK(dataset_cifar_open(paths, 2, DATA_SPLIT_TRAIN, &o, &ds, &e));
+    T_EQ_INT(ds->n, 5);
+    T_CHECK(ds->c == 3 && ds->h == 32 && ds->w == 32 && ds->classes == 10);
+    T_EQ_STR(ds->name, "cifar10");
+    float *x = malloc(5 * 3072 * sizeof *x);
+    int32_t y[5];
+    int64_t idx[5] = {4, 0, 3, 1, 2};
+    struct data_draw d = {3, 0, 0};
+    int rc = dataset_fill(ds, idx, 5, &d, x, y, &e);
+    dataset_destroy(ds);
+    bool ok = rc == 0;
+    for (int i = 0; ok && i < 5; i++) {
+        ok = y[i] == idx[i] * 3 % 10;
+        for (int k = 0; ok && k < 3072; k++) {
+            int c = k / 1024;
+            float v = ((float)cifar_byte((size_t)idx[i], (size_t)k) / 255.0f - o.norm.mean[c]) /
+                      o.norm.std[c];
+            ok = x[i * 3072 + k] == v;
+        }
+    }
+    free(x);
+    T_CHECK(ok);
+}
+
+static void test_cifar_directory(void)
+{
+    struct err e;
+    char dir[128], p[256];
+    tpath(dir, sizeof dir, "cifar-10-batches-bin");
+    T_CHECK(mkdir(dir, 0700) == 0);
+    for (int i = 1; i <= 5; i++) {
+        snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, i);
+        T_CHECK(cifar_write(p, (size_t)i - 1, 1, 0) == 0);
+    }
+    snprintf(p, sizeof p, "%s/test_batch.bin", dir);
+    T_CHECK(cifar_write(p, 100, 2, 0) == 0);
+    struct data_config cfg = {.name = "cifar10", .augment = true};
+    snprintf(cfg.path, sizeof cfg.path, "%s", dir);
+    struct dataset *ds;
+    T_OK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e));
+    T_EQ_INT(ds->n, 5);
+    dataset_destroy(ds);
+    T_OK(dataset_open(&cfg, DATA_SPLIT_TEST, &ds, &e));
+    T_EQ_INT(ds->n, 2);
+    T_EQ_INT(ds->split, DATA_SPLIT_TEST);
+    dataset_destroy(ds);
+    snprintf(p, sizeof p, "%s/data_batch_3.bin", dir);
+    T_CHECK(unlink(p) == 0);
+    T_CHECK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    T_CHECK_MSG(strstr(e.msg, "data_batch_3.bin"), "%s", e.msg);
+}
+
+static void test_cifar_malformed(void)
+{
+    struct err e;
+    char good[128], bad[128];
+    tpath(good, sizeof good, "cifar-good.bin");
+    tpath(bad, sizeof bad, "cifar-bad.bin");
+    T_CHECK(cifar_write(good, 0, 2, 0) == 0);
+    const char *paths[] = {good, bad};
+    struct data_image_opts o = {0};
+    struct dataset *ds = NULL;
+    static const struct {
+        size_t nrec;
+        long delta;
+        const char *needle;
+    } cases[] = {
+        {0, 0, "empty file"},
+        {2, -5, "1 records and 3068 bytes over"},
+        {1, 1, "1 records and 1 bytes over"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        T_CHECK(cifar_write(bad, 0, cases[i].nrec, cases[i].delta) == 0);
+        T_CHECK(dataset_cifar_open(paths, 2, DATA_SPLIT_TRAIN, &o, &ds, &e) < 0);
+        T_CHECK(ds == NULL);
+        T_EQ_INT(e.code, ERR_INVALID);
+        T_CHECK_MSG(strstr(e.msg, cases[i].needle) && strstr(e.msg, bad), "%s", e.msg);
+    }
+    /* a label byte past the classes, in the third record */
+    T_CHECK(cifar_write(bad, 0, 4, 0) == 0);
+    FILE *f = fopen(bad, "r+b");
+    T_CHECK(f && fseek(f, 2 * REC, SEEK_SET) == 0 && fputc(200, f) == 200);
+    fclose(f);
+    T_CHECK(dataset_cifar_open(paths, 2, DATA_SPLIT_TRAIN, &o, &ds, &e) < 0);
+    T_CHECK_MSG(strstr(e.msg, "record 2 has label 200") && strstr(e.msg, bad), "%s", e.msg);
+    T_CHECK(dataset_cifar_open(paths, 0, DATA_SPLIT_TRAIN, &o, &ds, &e) < 0);
+    T_EQ_STR(e.field, "dataset.path");
+    o.augment.pad = -1;
+    T_CHECK(dataset_cifar_open(paths, 1, DATA_SPLIT_TRAIN, &o, &ds, &e) < 0);
+    T_EQ_STR(e.field, "dataset.augment");
+}
+
+/* --- augmentation ------------------------------------------------------------------- */
+
+/* A 1-channel 4x4 image with values 1..16 and the identity table lut[b] = b. */
+static void aug_fixture(uint8_t img[16], float lut[256])
+{
+    for (int i = 0; i < 16; i++)
+        img[i] = (uint8_t)(i + 1);
+    for (int b = 0; b < 256; b++)
+        lut[b] = (float)b;
+}
+
+static void test_augment_transform_known_image(void)
+{
+    uint8_t img[16];
+    float lut[256], out[16];
+    aug_fixture(img, lut);
+    /* pad 1, offsets (1, 1): the crop is the image itself */
+    data_images_transform(img, 1, 4, 4, lut, 1, 1, 1, false, out);
+    for (int i = 0; i < 16; i++)
+        T_EQ_INT(out[i], i + 1);
+    /* offsets (0, 0): shifted down and right by one, zero padding on top and left */
+    static const float down_right[16] = {0, 0, 0, 0, 0, 1, 2, 3, 0, 5, 6, 7, 0, 9, 10, 11};
+    data_images_transform(img, 1, 4, 4, lut, 1, 0, 0, false, out);
+    T_CHECK(memcmp(out, down_right, sizeof out) == 0);
+    /* offsets (2, 2): shifted up and left */
+    static const float up_left[16] = {6, 7, 8, 0, 10, 11, 12, 0, 14, 15, 16, 0, 0, 0, 0, 0};
+    data_images_transform(img, 1, 4, 4, lut, 1, 2, 2, false, out);
+    T_CHECK(memcmp(out, up_left, sizeof out) == 0);
+    /* flip only */
+    static const float flipped[16] = {4, 3, 2, 1, 8, 7, 6, 5, 12, 11, 10, 9, 16, 15, 14, 13};
+    data_images_transform(img, 1, 4, 4, lut, 1, 1, 1, true, out);
+    T_CHECK(memcmp(out, flipped, sizeof out) == 0);
+    data_images_transform(img, 1, 4, 4, lut, 0, 0, 0, true, out);
+    T_CHECK(memcmp(out, flipped, sizeof out) == 0);
+    /* crop then flip (torchvision's order): crop (1, 2) then mirror */
+    static const float crop_flip[16] = {0, 8, 7, 6, 0, 12, 11, 10, 0, 16, 15, 14, 0, 0, 0, 0};
+    data_images_transform(img, 1, 4, 4, lut, 1, 2, 2, true, out);
+    T_CHECK(memcmp(out, crop_flip, sizeof out) == 0);
+}
+
+/* The expected augmented CIFAR sample, computed here from the drawn offsets. */
+static float aug_expect(size_t sample, int c, int y, int x, int dy, int dx, bool flip,
+                        const struct data_norm *n)
+{
+    int sy = y + dy - 4, sx = (flip ? 31 - x : x) + dx - 4;
+    uint8_t b = sy >= 0 && sy < 32 && sx >= 0 && sx < 32
+                    ? cifar_byte(sample, (size_t)(c * 1024 + sy * 32 + sx))
+                    : 0;
+    return ((float)b / 255.0f - n->mean[c]) / n->std[c];
+}
+
+static bool aug_sample_ok(const float *x, size_t sample, const struct data_draw *d,
+                          const struct data_image_opts *o)
+{
+    int dy, dx;
+    bool flip;
+    data_augment_draw(&o->augment, d, (int64_t)sample, &dy, &dx, &flip);
+    for (int c = 0; c < 3; c++)
+        for (int y = 0; y < 32; y++)
+            for (int xx = 0; xx < 32; xx++)
+                if (x[c * 1024 + y * 32 + xx] != aug_expect(sample, c, y, xx, dy, dx, flip,
+                                                          &o->norm))
+                    return false;
+    return true;
+}
+
+/* A 4-sample CIFAR file opened with the CIFAR recipe (pad 4, flip, published norm). */
+static int aug_open(const char *name, enum data_split split, struct data_image_opts *o,
+                    struct dataset **ds, struct err *e)
+{
+    char a[128];
+    tpath(a, sizeof a, name);
+    const char *paths[] = {a};
+    *o = (struct data_image_opts){.augment = {4, true}};
+    if (cifar_write(a, 0, 4, 0) < 0 || data_norm_preset("cifar10", &o->norm, e) < 0)
+        return -1;
+    return dataset_cifar_open(paths, 1, split, o, ds, e);
+}
+
+static void test_augment_fill(void)
+{
+    struct err e;
+    struct data_image_opts o;
+    struct dataset *ds;
+    T_OK(aug_open("cifar-aug.bin", DATA_SPLIT_TRAIN, &o, &ds, &e));
+    float *x = malloc(2 * 3072 * sizeof *x), *x2 = malloc(3072 * sizeof *x2);
+    int32_t y[2];
+    int64_t idx[2] = {2, 3}, one = 3;
+    bool seen_dy[9] = {0}, seen_dx[9] = {0}, seen_flip[2] = {0}, ok = true, varied = false;
+    for (int64_t epoch = 0; ok && epoch < 300; epoch++) {
+        struct data_draw d = {11, epoch, 999};
+        ok = dataset_fill(ds, idx, 2, &d, x, y, &e) == 0 && aug_sample_ok(x, 2, &d, &o) &&
+             aug_sample_ok(x + 3072, 3, &d, &o);
+        /* the same sample alone, at another step, gets the same crop: keyed by sample */
+        d.step = epoch;
+        ok = ok && dataset_fill(ds, &one, 1, &d, x2, y, &e) == 0 &&
+             memcmp(x2, x + 3072, 3072 * sizeof *x2) == 0;
+        int dy, dx;
+        bool flip;
+        data_augment_draw(&o.augment, &d, 2, &dy, &dx, &flip);
+        seen_dy[dy] = seen_dx[dx] = seen_flip[flip] = true;
+        varied = varied || dy != 4 || dx != 4 || flip;
+    }
+    dataset_destroy(ds);
+    free(x);
+    free(x2);
+    T_CHECK(ok);
+    T_CHECK(varied);
+    for (int i = 0; i < 9; i++)
+        T_CHECK_MSG(seen_dy[i] && seen_dx[i], "offset %d never drawn", i);
+    T_CHECK(seen_flip[0] && seen_flip[1]);
+}
+
+/* The same augmentation options on the test split leave images as they are. */
+static void test_augment_train_split_only(void)
+{
+    struct err e;
+    struct data_image_opts o;
+    struct dataset *ds;
+    T_OK(aug_open("cifar-test.bin", DATA_SPLIT_TEST, &o, &ds, &e));
+    float *x = malloc(3072 * sizeof *x);
+    int32_t y;
+    int64_t idx = 1;
+    bool ok = true;
+    for (int64_t epoch = 0; ok && epoch < 20; epoch++) {
+        struct data_draw d = {5, epoch, epoch};
+        ok = dataset_fill(ds, &idx, 1, &d, x, &y, &e) == 0;
+        for (int k = 0; ok && k < 3072; k++)
+            ok = x[k] == aug_expect(1, k / 1024, k % 1024 / 32, k % 32, 4, 4, false, &o.norm);
+    }
+    dataset_destroy(ds);
+    free(x);
+    T_CHECK(ok);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    snprintf(tdir, sizeof tdir, "/tmp/ddpb-data-XXXXXX");
+    if (!mkdtemp(tdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    TEST_RUN(test_idx_plain_and_gz);
+    TEST_RUN(test_idx_gzip_by_magic_not_name);
+    TEST_RUN(test_idx_directory);
+    TEST_RUN(test_idx_malformed);
+    TEST_RUN(test_idx_gzip_corrupt);
+    TEST_RUN(test_read_file_limits);
+    TEST_RUN(test_norm_presets);
+    TEST_RUN(test_open_by_name_errors);
+    TEST_RUN(test_cifar_parse);
+    TEST_RUN(test_cifar_directory);
+    TEST_RUN(test_cifar_malformed);
+    TEST_RUN(test_augment_transform_known_image);
+    TEST_RUN(test_augment_fill);
+    TEST_RUN(test_augment_train_split_only);
+    nftw(tdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return test_end();
+}

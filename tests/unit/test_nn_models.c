@@ -1,0 +1,164 @@
+/* Unit tests for worker/nn/models: every zoo model's parameter count against PyTorch's for
+ * the same input shape and classes, and one forward pass of each on the oneDNN path with
+ * finite outputs of the right shape.
+ *
+ * The reference counts were computed once with Debian's python3-torch 1.13 on the same
+ * architectures written as torchvision writes them (torchvision is not packaged there):
+ *   sum(p.numel() for p in model.parameters())
+ * with the definitions of tests/bench/nn_bench_torch.py (`nn_bench_torch.py MODEL 1 1
+ * --shape C,H,W --classes K --count`). The ImageNet ones equal torchvision's published
+ * numbers (resnet18 11,689,512; resnet50 25,557,032; vgg16 138,357,544; mobilenet_v2
+ * 3,504,872; alexnet 61,100,840). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "nn/model.h"
+#include "nn/models.h"
+#include "test.h"
+
+struct zoo_case {
+    const char *name;
+    int c, h, w, classes;
+    size_t params;
+};
+
+static const struct zoo_case zoo_cases[] = {
+    {"mnist-cnn", 1, 28, 28, 10, 21840},
+    {"mnist-cnn", 3, 32, 32, 10, 31340},
+    {"lenet5", 1, 28, 28, 10, 61706},
+    {"lenet5", 3, 32, 32, 10, 83126},
+    {"alexnet", 3, 224, 224, 1000, 61100840},
+    {"alexnet", 3, 64, 64, 10, 57044810},
+    {"alexnet-cifar", 3, 32, 32, 10, 2472266},
+    {"vgg16", 3, 224, 224, 1000, 138357544},
+    {"vgg16", 3, 32, 32, 10, 134301514},
+    {"resnet18", 3, 224, 224, 1000, 11689512},
+    {"resnet18", 3, 32, 32, 10, 11181642},
+    {"resnet18-cifar", 3, 32, 32, 10, 11173962},
+    {"resnet50", 3, 224, 224, 1000, 25557032},
+    {"resnet50", 3, 32, 32, 10, 23528522},
+    {"mobilenetv2", 3, 224, 224, 1000, 3504872},
+    {"mobilenetv2", 3, 32, 32, 10, 2236682},
+};
+
+static void test_models_param_counts(void)
+{
+    struct err e;
+    for (size_t i = 0; i < sizeof zoo_cases / sizeof *zoo_cases; i++) {
+        const struct zoo_case *z = &zoo_cases[i];
+        struct nn_model m;
+        nn_model_init(&m);
+        int rc = nn_models_build(&m, z->name, z->c, z->h, z->w, z->classes, NULL, &e);
+        size_t got = nn_model_param_count(&m);
+        nn_model_destroy(&m);
+        T_CHECK_MSG(rc == 0, "%s: %s", z->name, e.msg);
+        T_CHECK_MSG(got == z->params, "%s %dx%dx%d: %zu parameters, PyTorch has %zu", z->name,
+                    z->c, z->h, z->w, got, z->params);
+    }
+}
+
+static void test_models_names_and_errors(void)
+{
+    struct err e;
+    int n = 0;
+    for (const char *const *p = nn_models_names(); *p; p++)
+        n++;
+    T_EQ_INT(n, 9);
+    struct nn_model m;
+    nn_model_init(&m);
+    T_CHECK(nn_models_build(&m, "resnet1000", 3, 32, 32, 10, NULL, &e) != 0);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_CHECK(strstr(e.msg, "resnet1000") != NULL);
+    nn_model_destroy(&m);
+    /* ImageNet AlexNet cannot take a CIFAR image: a clear error, not a crash */
+    nn_model_init(&m);
+    T_CHECK(nn_models_build(&m, "alexnet", 3, 32, 32, 10, NULL, &e) != 0);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_CHECK(strstr(e.msg, "alexnet") != NULL);
+    nn_model_destroy(&m);
+    nn_model_init(&m);
+    T_CHECK(nn_models_build(&m, "mnist-cnn", 1, 28, 28, 0, NULL, &e) != 0);
+    nn_model_destroy(&m);
+}
+
+/* torchvision's ResNet init: conv weights N(0, 2/fan_out), BN (1, 0); zero_init_residual
+ * zeroes each block's last BN weight. */
+static void test_models_resnet_init(void)
+{
+    struct err e;
+    struct nn_model m;
+    nn_model_init(&m);
+    struct nn_zoo_opts o = {.zero_init_residual = 1};
+    T_OK(nn_models_build(&m, "resnet18-cifar", 3, 32, 32, 10, &o, &e));
+    T_OK(nn_model_init_params(&m, 5, &e));
+    int zeroed = 0;
+    for (int i = 0; i < m.nparam_tensors; i++) {
+        const struct nn_param *p = &m.param_info[i];
+        const float *w = m.params.data + p->offset;
+        if (strstr(p->name, "layer2.0.conv1.weight")) { /* 128x64x3x3, fan_out 1152 */
+            double s = 0;
+            for (size_t k = 0; k < p->len; k++)
+                s += (double)w[k] * w[k];
+            double std = sqrt(s / (double)p->len);
+            T_CHECK_MSG(fabs(std - sqrt(2.0 / 1152)) < 0.05 * sqrt(2.0 / 1152), "std %g", std);
+        }
+        if (strstr(p->name, ".bn2.weight")) {
+            T_CHECK(w[0] == 0 && w[p->len - 1] == 0);
+            zeroed++;
+        }
+        if (!strcmp(p->name, "bn1.weight"))
+            T_CHECK(w[0] == 1);
+    }
+    T_EQ_INT(zeroed, 8);
+    nn_model_destroy(&m);
+}
+
+/* Each model's forward on the fast path at a small input: right shape, finite values. */
+static void test_models_forward_all(void)
+{
+    static const struct zoo_case small[] = {
+        {"mnist-cnn", 1, 28, 28, 10, 0},      {"lenet5", 1, 28, 28, 10, 0},
+        {"alexnet", 3, 64, 64, 10, 0},        {"alexnet-cifar", 3, 32, 32, 10, 0},
+        {"vgg16", 3, 32, 32, 10, 0},          {"resnet18", 3, 32, 32, 10, 0},
+        {"resnet18-cifar", 3, 32, 32, 10, 0}, {"resnet50", 3, 32, 32, 10, 0},
+        {"mobilenetv2", 3, 32, 32, 10, 0},
+    };
+    struct err e;
+    for (size_t i = 0; i < sizeof small / sizeof *small; i++) {
+        const struct zoo_case *z = &small[i];
+        struct nn_model m;
+        nn_model_init(&m);
+        int batch = 2;
+        size_t n = (size_t)batch * z->c * z->h * z->w;
+        float *x = malloc(n * sizeof *x);
+        struct nn_rng r;
+        nn_rng_seed(&r, 1);
+        nn_rng_fill_normal(&r, x, n, 0, 1);
+        int rc = nn_models_build(&m, z->name, z->c, z->h, z->w, z->classes, NULL, &e) ||
+                 nn_model_init_params(&m, 1, &e) ||
+                 nn_model_prepare(&m, batch, NN_BACKEND_FAST, 0, &e) ||
+                 nn_model_forward(&m, x, 0, 0, &e);
+        int finite = 1;
+        if (rc == 0) {
+            const float *y = nn_model_output(&m);
+            for (int k = 0; k < batch * z->classes; k++)
+                finite &= isfinite(y[k]) != 0;
+        }
+        int classes = nn_model_classes(&m);
+        nn_model_destroy(&m);
+        free(x);
+        T_CHECK_MSG(rc == 0, "%s: %s", z->name, e.msg);
+        T_CHECK_MSG(finite, "%s: non-finite logits", z->name);
+        T_EQ_INT(classes, z->classes);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    TEST_RUN(test_models_param_counts);
+    TEST_RUN(test_models_names_and_errors);
+    TEST_RUN(test_models_resnet_init);
+    TEST_RUN(test_models_forward_all);
+    return test_end();
+}

@@ -1,0 +1,487 @@
+/* tcp_algo: the algorithms of the TCP backend, each a plan of lanes for tcp_engine.c
+ * (see tcp_internal.h), and the choice between them.
+ *
+ *   allreduce       ring (reduce-scatter + all-gather as one pipelined stream) | rd
+ *   reduce_scatter  ring | direct          all_gather  ring | direct
+ *   broadcast       ring (a pipelined chain from the root) | tree (binomial)
+ *   send, recv, sendrecv  direct (16-byte header announcing the length)
+ *   barrier         rd (allreduce of one int32)
+ *
+ * Decisions:
+ * - The ring allreduce is one engine run, not 2(n-1) steps: the piece sent at step k is
+ *   the chunk received at step k-1, gated on how much of it has been reduced, so a
+ *   segment travels on as soon as it is reduced and the steps overlap.
+ * - Recursive doubling handles any world size by folding: the first 2*(n - p) ranks
+ *   (p the largest power of two <= n) pair up, the even one hands its data to the odd one
+ *   and gets the result at the end. Operands are combined lower rank first on every rank,
+ *   so every rank computes bit-identical results.
+ * - Automatic choice by message size, thresholds measured on loopback
+ *   (tests/bench/RESULTS.md): latency-bound algorithms below, ring above. */
+#include <stdio.h>
+#include <string.h>
+
+#include "reduce.h"
+#include "tcp_internal.h"
+
+/* Bytes per rank below which the latency-bound algorithm wins (see the file comment). */
+#define TCP_AUTO_ALLREDUCE_RING (64u << 10)
+#define TCP_AUTO_GATHER_RING (64u << 10) /* reduce_scatter, all_gather: total bytes */
+#define TCP_AUTO_BROADCAST_RING (64u << 10)
+
+static int tcp_mod(int a, int n) { return ((a % n) + n) % n; }
+
+/* ---- plans ---------------------------------------------------------------------- */
+
+struct tcp_plan {
+    struct tcp_run run;
+    struct tcp_piece *pool;
+    int used;
+};
+
+/* After tcp_plan_reserve: an empty plan for a. */
+static void tcp_plan_init(struct tcp_plan *pl, struct comm_tcp *t, const char *op,
+                          const struct comm_args *a)
+{
+    pl->run = (struct tcp_run){.op = op, .dtype = a->dtype, .redop = a->redop,
+                               .esize = comm_dtype_size(a->dtype), .lanes = t->lanes};
+    pl->pool = t->pieces;
+    pl->used = 0;
+}
+
+/* Adds a lane of npieces pieces (zeroed, ungated) and returns it. */
+static struct tcp_lane *tcp_plan_lane(struct tcp_plan *pl, int peer, bool is_send, int npieces)
+{
+    struct tcp_lane *l = &pl->run.lanes[pl->run.n++];
+    l->peer = peer;
+    l->is_send = is_send;
+    l->gate_lane = -1;
+    l->pieces = pl->pool + pl->used;
+    l->n = npieces;
+    for (int i = 0; i < npieces; i++)
+        l->pieces[i].gate = -1;
+    pl->used += npieces;
+    return l;
+}
+
+static void tcp_piece_set(struct tcp_piece *pc, const void *p, size_t len)
+{
+    pc->p = (uint8_t *)(uintptr_t)p; /* send pieces are only read */
+    pc->len = len;
+}
+
+/* One run sending sbuf to rank `to` while receiving rbuf from rank `from` (either -1). */
+static int tcp_xchg(struct comm_tcp *t, const struct comm_args *a, const char *op, int to,
+                    const void *sbuf, size_t slen, int from, void *rbuf, size_t rlen,
+                    struct err *e)
+{
+    struct tcp_plan pl;
+    if (tcp_plan_reserve(t, 2, 2, e) < 0)
+        return -1;
+    tcp_plan_init(&pl, t, op, a);
+    if (to >= 0)
+        tcp_piece_set(&tcp_plan_lane(&pl, to, true, 1)->pieces[0], sbuf, slen);
+    if (from >= 0)
+        tcp_piece_set(&tcp_plan_lane(&pl, from, false, 1)->pieces[0], rbuf, rlen);
+    return tcp_engine_run(t, &pl.run, e);
+}
+
+/* Chunk k of count elements over n ranks: floor(count/n), plus one for the first
+ * count % n chunks. */
+struct tcp_chunks {
+    size_t base, rem, esize;
+};
+
+static size_t tcp_chunk_off(const struct tcp_chunks *c, int k)
+{
+    size_t kk = (size_t)k;
+    return (kk * c->base + (kk < c->rem ? kk : c->rem)) * c->esize;
+}
+
+static size_t tcp_chunk_len(const struct tcp_chunks *c, int k)
+{
+    return (c->base + ((size_t)k < c->rem ? 1 : 0)) * c->esize;
+}
+
+/* ---- allreduce ---------------------------------------------------------------------- */
+
+/* Step k (0 .. 2n-3) sends chunk r-k and receives chunk r-k-1: steps up to n-2 reduce
+ * what arrives into recv (reduce-scatter), later ones store it (all-gather). Step 0
+ * sends from send, so out of place needs no copy; the contribution combined at each
+ * reduce step is still untouched in send (or is recv itself, in place). */
+static int tcp_ring_allreduce(struct comm_tcp *t, const struct comm_args *a, struct err *e)
+{
+    int n = t->base.world_size, r = t->base.rank, steps = 2 * n - 2;
+    struct tcp_chunks ch = {a->count / (size_t)n, a->count % (size_t)n,
+                            comm_dtype_size(a->dtype)};
+    const uint8_t *send = a->send;
+    uint8_t *recv = a->recv;
+    struct tcp_plan pl;
+    if (tcp_plan_reserve(t, 2, 2 * steps, e) < 0)
+        return -1;
+    tcp_plan_init(&pl, t, "allreduce", a);
+    struct tcp_lane *out = tcp_plan_lane(&pl, tcp_mod(r + 1, n), true, steps);
+    struct tcp_lane *in = tcp_plan_lane(&pl, tcp_mod(r - 1, n), false, steps);
+    out->gate_lane = 1;
+    for (int k = 0; k < steps; k++) {
+        int sc = tcp_mod(r - k, n), rc = tcp_mod(r - k - 1, n);
+        tcp_piece_set(&out->pieces[k], (k == 0 ? send : recv) + tcp_chunk_off(&ch, sc),
+                      tcp_chunk_len(&ch, sc));
+        out->pieces[k].gate = k - 1;
+        struct tcp_piece *pc = &in->pieces[k];
+        tcp_piece_set(pc, recv + tcp_chunk_off(&ch, rc), tcp_chunk_len(&ch, rc));
+        if (k <= n - 2) {
+            pc->a = send + tcp_chunk_off(&ch, rc);
+            pc->divide = a->redop == COMM_AVG && k == n - 2;
+        }
+    }
+    return tcp_engine_run(t, &pl.run, e);
+}
+
+/* buf = op(lower rank's operand, higher rank's operand). */
+static void tcp_combine(const struct comm_args *a, uint8_t *buf, const uint8_t *theirs,
+                        bool theirs_lower)
+{
+    if (theirs_lower)
+        reduce_apply(buf, theirs, buf, a->count, a->dtype, a->redop);
+    else
+        reduce_apply(buf, buf, theirs, a->count, a->dtype, a->redop);
+}
+
+static int tcp_rd_allreduce(struct comm_tcp *t, const struct comm_args *a, const char *op,
+                            struct err *e)
+{
+    int n = t->base.world_size, r = t->base.rank, p = 1;
+    size_t bytes = a->count * comm_dtype_size(a->dtype);
+    uint8_t *buf = a->recv;
+    if (a->send != a->recv)
+        memcpy(buf, a->send, bytes);
+    if (tcp_scratch_reserve(t, bytes, e) < 0)
+        return -1;
+    uint8_t *tmp = t->scratch;
+    while (p * 2 <= n)
+        p *= 2;
+    int extra = n - p, newrank = r >= 2 * extra ? r - extra : r % 2 ? r / 2 : -1;
+    if (r < 2 * extra && newrank < 0 && tcp_xchg(t, a, op, r + 1, buf, bytes, -1, NULL, 0, e) < 0)
+        return -1;
+    if (r < 2 * extra && newrank >= 0) {
+        if (tcp_xchg(t, a, op, -1, NULL, 0, r - 1, tmp, bytes, e) < 0)
+            return -1;
+        tcp_combine(a, buf, tmp, true);
+    }
+    for (int mask = 1; newrank >= 0 && mask < p; mask <<= 1) {
+        int pn = newrank ^ mask, partner = pn < extra ? pn * 2 + 1 : pn + extra;
+        if (tcp_xchg(t, a, op, partner, buf, bytes, partner, tmp, bytes, e) < 0)
+            return -1;
+        tcp_combine(a, buf, tmp, partner < r);
+    }
+    if (newrank >= 0 && a->redop == COMM_AVG)
+        reduce_divide(buf, a->count, a->dtype, n);
+    if (r < 2 * extra && newrank >= 0)
+        return tcp_xchg(t, a, op, r - 1, buf, bytes, -1, NULL, 0, e);
+    if (r < 2 * extra)
+        return tcp_xchg(t, a, op, -1, NULL, 0, r + 1, buf, bytes, e);
+    return 0;
+}
+
+/* ---- reduce_scatter and all_gather ---------------------------------------------------- */
+
+/* Step k (0 .. n-2) sends block r-k-1 and receives block r-k-2, reduced with this
+ * rank's own block; the last step's block is r and lands in recv. Partial blocks
+ * alternate between two scratch blocks: a receive may only overwrite the bytes the
+ * previous step has already sent from that block (its gate). */
+static int tcp_ring_reduce_scatter(struct comm_tcp *t, const struct comm_args *a, struct err *e)
+{
+    int n = t->base.world_size, r = t->base.rank, steps = n - 1;
+    size_t bb = a->count * comm_dtype_size(a->dtype);
+    const uint8_t *send = a->send;
+    struct tcp_plan pl;
+    if (tcp_scratch_reserve(t, 2 * bb, e) < 0 || tcp_plan_reserve(t, 2, 2 * steps, e) < 0)
+        return -1;
+    uint8_t *tmp[2] = {t->scratch, t->scratch + bb};
+    tcp_plan_init(&pl, t, "reduce_scatter", a);
+    struct tcp_lane *out = tcp_plan_lane(&pl, tcp_mod(r + 1, n), true, steps);
+    struct tcp_lane *in = tcp_plan_lane(&pl, tcp_mod(r - 1, n), false, steps);
+    out->gate_lane = 1;
+    in->gate_lane = 0;
+    for (int k = 0; k < steps; k++) {
+        int sb = tcp_mod(r - k - 1, n), rb = tcp_mod(r - k - 2, n);
+        bool last = k == steps - 1;
+        tcp_piece_set(&out->pieces[k], k == 0 ? send + (size_t)sb * bb : tmp[(k - 1) % 2], bb);
+        out->pieces[k].gate = k - 1;
+        struct tcp_piece *pc = &in->pieces[k];
+        tcp_piece_set(pc, last ? a->recv : tmp[k % 2], bb);
+        pc->a = send + (size_t)rb * bb;
+        pc->divide = last && a->redop == COMM_AVG;
+        pc->gate = !last && k >= 2 ? k - 1 : -1;
+    }
+    return tcp_engine_run(t, &pl.run, e);
+}
+
+/* Every rank sends block j to rank j and receives its own block from everyone into
+ * scratch, then reduces in rank order (the same order on every run). */
+static int tcp_direct_reduce_scatter(struct comm_tcp *t, const struct comm_args *a,
+                                     struct err *e)
+{
+    int n = t->base.world_size, r = t->base.rank;
+    size_t bb = a->count * comm_dtype_size(a->dtype);
+    const uint8_t *send = a->send;
+    struct tcp_plan pl;
+    if (tcp_scratch_reserve(t, (size_t)n * bb, e) < 0 ||
+        tcp_plan_reserve(t, 2 * (n - 1), 2 * (n - 1), e) < 0)
+        return -1;
+    uint8_t *blocks = t->scratch;
+    memcpy(blocks + (size_t)r * bb, send + (size_t)r * bb, bb);
+    tcp_plan_init(&pl, t, "reduce_scatter", a);
+    for (int j = 0; j < n; j++) {
+        if (j == r)
+            continue;
+        tcp_piece_set(&tcp_plan_lane(&pl, j, true, 1)->pieces[0], send + (size_t)j * bb, bb);
+        tcp_piece_set(&tcp_plan_lane(&pl, j, false, 1)->pieces[0], blocks + (size_t)j * bb, bb);
+    }
+    if (tcp_engine_run(t, &pl.run, e) < 0)
+        return -1;
+    reduce_apply(a->recv, blocks, blocks + bb, a->count, a->dtype, a->redop);
+    for (int j = 2; j < n; j++)
+        reduce_apply(a->recv, a->recv, blocks + (size_t)j * bb, a->count, a->dtype, a->redop);
+    if (a->redop == COMM_AVG)
+        reduce_divide(a->recv, a->count, a->dtype, n);
+    return 0;
+}
+
+/* The own block goes to its place in recv first; step k forwards block r-k (as it
+ * arrives, from step 1 on) and receives block r-k-1. */
+static int tcp_ring_all_gather(struct comm_tcp *t, const struct comm_args *a, struct err *e)
+{
+    int n = t->base.world_size, r = t->base.rank, steps = n - 1;
+    size_t bb = a->count * comm_dtype_size(a->dtype);
+    uint8_t *recv = a->recv;
+    struct tcp_plan pl;
+    if (tcp_plan_reserve(t, 2, 2 * steps, e) < 0)
+        return -1;
+    if (a->send != recv + (size_t)r * bb)
+        memcpy(recv + (size_t)r * bb, a->send, bb);
+    tcp_plan_init(&pl, t, "all_gather", a);
+    struct tcp_lane *out = tcp_plan_lane(&pl, tcp_mod(r + 1, n), true, steps);
+    struct tcp_lane *in = tcp_plan_lane(&pl, tcp_mod(r - 1, n), false, steps);
+    out->gate_lane = 1;
+    for (int k = 0; k < steps; k++) {
+        tcp_piece_set(&out->pieces[k], recv + (size_t)tcp_mod(r - k, n) * bb, bb);
+        out->pieces[k].gate = k - 1;
+        tcp_piece_set(&in->pieces[k], recv + (size_t)tcp_mod(r - k - 1, n) * bb, bb);
+    }
+    return tcp_engine_run(t, &pl.run, e);
+}
+
+static int tcp_direct_all_gather(struct comm_tcp *t, const struct comm_args *a, struct err *e)
+{
+    int n = t->base.world_size, r = t->base.rank;
+    size_t bb = a->count * comm_dtype_size(a->dtype);
+    uint8_t *recv = a->recv;
+    struct tcp_plan pl;
+    if (tcp_plan_reserve(t, 2 * (n - 1), 2 * (n - 1), e) < 0)
+        return -1;
+    tcp_plan_init(&pl, t, "all_gather", a);
+    for (int j = 0; j < n; j++) {
+        if (j == r)
+            continue;
+        tcp_piece_set(&tcp_plan_lane(&pl, j, true, 1)->pieces[0], a->send, bb);
+        tcp_piece_set(&tcp_plan_lane(&pl, j, false, 1)->pieces[0], recv + (size_t)j * bb, bb);
+    }
+    if (tcp_engine_run(t, &pl.run, e) < 0)
+        return -1;
+    if (a->send != recv + (size_t)r * bb)
+        memcpy(recv + (size_t)r * bb, a->send, bb);
+    return 0;
+}
+
+/* ---- broadcast --------------------------------------------------------------------- */
+
+/* Ranks numbered from the root (v = rank - root): the chain's parent is v-1 and its
+ * child v+1; the binomial tree's parent clears v's lowest set bit and its children are
+ * v + m for the powers of two m below that bit. Every forward is gated on the bytes
+ * received, so data moves on while it arrives. */
+static int tcp_broadcast(struct comm_tcp *t, const struct comm_args *a, bool tree,
+                         struct err *e)
+{
+    int n = t->base.world_size, r = t->base.rank, root = a->peer;
+    int v = tcp_mod(r - root, n), low = v ? v & -v : n, kids[32], nk = 0;
+    size_t bytes = a->count * comm_dtype_size(a->dtype);
+    for (int m = 1; tree && m < low && v + m < n; m *= 2)
+        kids[nk++] = v + m;
+    if (!tree && v + 1 < n)
+        kids[nk++] = v + 1;
+    struct tcp_plan pl;
+    if (tcp_plan_reserve(t, nk + 1, nk + 1, e) < 0)
+        return -1;
+    tcp_plan_init(&pl, t, "broadcast", a);
+    if (v > 0) {
+        int parent = tree ? v - low : v - 1;
+        tcp_piece_set(&tcp_plan_lane(&pl, tcp_mod(parent + root, n), false, 1)->pieces[0],
+                      a->recv, bytes);
+    }
+    for (int k = 0; k < nk; k++) {
+        struct tcp_lane *l = tcp_plan_lane(&pl, tcp_mod(kids[k] + root, n), true, 1);
+        tcp_piece_set(&l->pieces[0], v == 0 ? a->send : a->recv, bytes);
+        l->gate_lane = v > 0 ? 0 : -1;
+        l->pieces[0].gate = v > 0 ? 0 : -1;
+    }
+    if (tcp_engine_run(t, &pl.run, e) < 0)
+        return -1;
+    if (v == 0 && a->send != a->recv)
+        memcpy(a->recv, a->send, bytes);
+    return 0;
+}
+
+/* ---- point to point ------------------------------------------------------------------ */
+
+static void tcp_p2p_header(uint8_t h[TCP_P2P_HEADER], size_t len)
+{
+    for (int i = 0; i < 4; i++)
+        h[i] = (uint8_t)(TCP_P2P_MAGIC >> (8 * i));
+    memset(h + 4, 0, 4);
+    for (int i = 0; i < 8; i++)
+        h[8 + i] = (uint8_t)((uint64_t)len >> (8 * i));
+}
+
+#define TCP_P2P_SMALL 4096 /* header and payload up to this go out in one send(2) */
+
+/* Sends slen bytes to `to` while receiving rlen bytes from `from` (either -1), each as
+ * a header then the payload, in one run so crossing exchanges cannot deadlock. */
+static int tcp_p2p(struct comm_tcp *t, const struct comm_args *a, int to, const void *sbuf,
+                   size_t slen, int from, void *rbuf, size_t rlen, struct err *e)
+{
+    uint8_t small[TCP_P2P_HEADER + TCP_P2P_SMALL], hin[TCP_P2P_HEADER];
+    const char *op = comm_op_name(a->op);
+    struct tcp_plan pl;
+    if (tcp_plan_reserve(t, 2, 4, e) < 0)
+        return -1;
+    tcp_plan_init(&pl, t, op, a);
+    tcp_p2p_header(small, slen);
+    if (to >= 0 && slen <= TCP_P2P_SMALL) {
+        memcpy(small + TCP_P2P_HEADER, sbuf, slen);
+        tcp_piece_set(&tcp_plan_lane(&pl, to, true, 1)->pieces[0], small,
+                      TCP_P2P_HEADER + slen);
+    } else if (to >= 0) {
+        struct tcp_lane *l = tcp_plan_lane(&pl, to, true, 2);
+        tcp_piece_set(&l->pieces[0], small, TCP_P2P_HEADER);
+        tcp_piece_set(&l->pieces[1], sbuf, slen);
+    }
+    if (from >= 0) {
+        struct tcp_lane *l = tcp_plan_lane(&pl, from, false, 2);
+        tcp_piece_set(&l->pieces[0], hin, TCP_P2P_HEADER);
+        l->pieces[0].header = true;
+        tcp_piece_set(&l->pieces[1], rbuf, rlen);
+    }
+    return tcp_engine_run(t, &pl.run, e);
+}
+
+/* ---- choice and dispatch ---------------------------------------------------------------- */
+
+int tcp_algo_has(enum comm_op op, enum comm_algorithm alg)
+{
+    if (alg == COMM_ALG_AUTO)
+        return 1;
+    switch (op) {
+    case COMM_OP_ALLREDUCE: return alg == COMM_ALG_RING || alg == COMM_ALG_RD;
+    case COMM_OP_REDUCE_SCATTER:
+    case COMM_OP_ALL_GATHER: return alg == COMM_ALG_RING || alg == COMM_ALG_DIRECT;
+    case COMM_OP_BROADCAST: return alg == COMM_ALG_RING || alg == COMM_ALG_TREE;
+    case COMM_OP_SEND:
+    case COMM_OP_RECV:
+    case COMM_OP_SENDRECV: return alg == COMM_ALG_DIRECT;
+    case COMM_OP_BARRIER: return alg == COMM_ALG_RD;
+    }
+    return 0;
+}
+
+static enum comm_algorithm tcp_algo_by_size(const struct comm_tcp *t, const struct comm_args *a)
+{
+    size_t bytes = a->count * comm_dtype_size(a->dtype);
+    size_t total = bytes * (size_t)t->base.world_size;
+    switch (a->op) {
+    case COMM_OP_ALLREDUCE: return bytes < TCP_AUTO_ALLREDUCE_RING ? COMM_ALG_RD : COMM_ALG_RING;
+    case COMM_OP_REDUCE_SCATTER:
+    case COMM_OP_ALL_GATHER:
+        return total < TCP_AUTO_GATHER_RING ? COMM_ALG_DIRECT : COMM_ALG_RING;
+    case COMM_OP_BROADCAST:
+        return bytes < TCP_AUTO_BROADCAST_RING ? COMM_ALG_TREE : COMM_ALG_RING;
+    case COMM_OP_BARRIER: return COMM_ALG_RD;
+    default: return COMM_ALG_DIRECT;
+    }
+}
+
+int tcp_algo_choose(const struct comm_tcp *t, const struct comm_args *a,
+                    enum comm_algorithm *out, struct err *e)
+{
+    if (a->algorithm != COMM_ALG_AUTO && !tcp_algo_has(a->op, a->algorithm)) {
+        char have[64] = "";
+        size_t len = 0;
+        for (int g = COMM_ALG_RING; g <= COMM_ALG_TREE; g++)
+            if (tcp_algo_has(a->op, (enum comm_algorithm)g) && len < sizeof have)
+                len += (size_t)snprintf(have + len, sizeof have - len, "%s%s", len ? ", " : "",
+                                        comm_algorithm_name((enum comm_algorithm)g));
+        return err_set(e, ERR_INVALID, "algorithm", "%s has no algorithm '%s' (it has %s)",
+                       comm_op_name(a->op), comm_algorithm_name(a->algorithm), have);
+    }
+    if (a->algorithm != COMM_ALG_AUTO)
+        *out = a->algorithm;
+    else if (t->algorithm != COMM_ALG_AUTO && tcp_algo_has(a->op, t->algorithm))
+        *out = t->algorithm;
+    else
+        *out = tcp_algo_by_size(t, a);
+    return 0;
+}
+
+/* One rank, or a rank exchanging with itself: copies (an average over one rank is the
+ * value itself). */
+static int tcp_local(struct comm_tcp *t, const struct comm_args *a)
+{
+    size_t bytes = a->count * comm_dtype_size(a->dtype);
+    snprintf(t->base.last_algorithm, sizeof t->base.last_algorithm, "local");
+    if (a->op != COMM_OP_BARRIER && bytes && a->send != a->recv)
+        memcpy(a->recv, a->send, bytes);
+    return 0;
+}
+
+int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e)
+{
+    enum comm_algorithm alg;
+    if (tcp_algo_choose(t, a, &alg, e) < 0)
+        return -1;
+    bool self = a->op == COMM_OP_SENDRECV && a->peer == t->base.rank;
+    if (t->base.world_size == 1 || self)
+        return tcp_local(t, a);
+    snprintf(t->base.last_algorithm, sizeof t->base.last_algorithm, "%s",
+             comm_algorithm_name(alg));
+    size_t bytes = a->count * comm_dtype_size(a->dtype);
+    switch (a->op) {
+    case COMM_OP_ALLREDUCE:
+        if (a->count == 0)
+            return 0;
+        return alg == COMM_ALG_RD ? tcp_rd_allreduce(t, a, "allreduce", e)
+                                  : tcp_ring_allreduce(t, a, e);
+    case COMM_OP_REDUCE_SCATTER:
+        if (a->count == 0)
+            return 0;
+        return alg == COMM_ALG_RING ? tcp_ring_reduce_scatter(t, a, e)
+                                    : tcp_direct_reduce_scatter(t, a, e);
+    case COMM_OP_ALL_GATHER:
+        if (a->count == 0)
+            return 0;
+        return alg == COMM_ALG_RING ? tcp_ring_all_gather(t, a, e)
+                                    : tcp_direct_all_gather(t, a, e);
+    case COMM_OP_BROADCAST: return tcp_broadcast(t, a, alg == COMM_ALG_TREE, e);
+    case COMM_OP_SEND: return tcp_p2p(t, a, a->peer, a->send, bytes, -1, NULL, 0, e);
+    case COMM_OP_RECV: return tcp_p2p(t, a, -1, NULL, 0, a->peer, a->recv, bytes, e);
+    case COMM_OP_SENDRECV:
+        return tcp_p2p(t, a, a->peer, a->send, bytes, a->peer2, a->recv,
+                       a->count2 * comm_dtype_size(a->dtype), e);
+    case COMM_OP_BARRIER: {
+        int32_t one = 1;
+        struct comm_args b = {.op = COMM_OP_BARRIER, .send = &one, .recv = &one, .count = 1,
+                              .dtype = COMM_INT32, .redop = COMM_SUM};
+        return tcp_rd_allreduce(t, &b, "barrier", e);
+    }
+    }
+    return err_set(e, ERR_INTERNAL, NULL, "tcp: operation %d", (int)a->op);
+}

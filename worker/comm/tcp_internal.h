@@ -1,0 +1,122 @@
+/* tcp_internal: what the files of the TCP backend share (tcp.c: mesh setup and entry
+ * points; tcp_engine.c: the transfer engine; tcp_algo.c: the algorithms as transfer
+ * plans). Not for use outside worker/comm.
+ *
+ * The engine moves "lanes": a lane is a sequence of pieces sent to, or received from,
+ * one peer, in order. Pieces of different lanes progress together in one poll loop, and
+ * a piece may be gated by a piece of another lane: it may only move as many bytes as
+ * that piece has finished (a send waits for the data it forwards to be reduced; a
+ * receive waits for the bytes it overwrites to have been sent). An algorithm is a plan of
+ * lanes and gates, so segmented pipelining (forward a segment while the next one is
+ * still arriving) comes from the engine instead of being written per algorithm. */
+#ifndef DDPB_TCP_INTERNAL_H
+#define DDPB_TCP_INTERNAL_H
+
+#include <poll.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "tcp.h"
+
+#define TCP_BYE 0xB7u               /* goodbye byte sent by comm_destroy */
+#define TCP_SEG_BYTES (256u << 10)  /* receive segment of a streamed reduction: fits L2 */
+#define TCP_SEND_MIN (64u << 10)    /* gated sends wait for at least this much data */
+#define TCP_P2P_MAGIC 0x50504444u   /* "DDPP": header of a point-to-point message */
+#define TCP_P2P_HEADER 16           /* u32 magic | u32 zero | u64 payload bytes */
+
+struct tcp_peer {
+    int fd;        /* -1: self, not connected, or dropped */
+    bool said_bye; /* the peer destroyed its communicator cleanly */
+    bool hup;      /* it closed with data still queued for a later operation */
+};
+
+struct comm_tcp {
+    struct comm base; /* first member: a struct comm * converts back */
+    int lfd;
+    char host[256];
+    char addr[300];
+    uint64_t secret_hash;
+    enum comm_algorithm algorithm; /* configured choice (AUTO: by size) */
+    int spin_us;                   /* busy-poll before sleeping in poll(2) */
+    int sockbuf;                   /* SO_SNDBUF/SO_RCVBUF asked for; 0: kernel's */
+    struct tcp_peer *peers;        /* world_size entries, owned */
+    struct pollfd *pfds;           /* world_size entries, owned */
+    int *pfd_peer;                 /* peer rank of each pfds entry, owned */
+    bool *reading;                 /* per peer: a lane of the running plan reads it */
+    int *pfd_index;                /* per peer: its pfds entry while polling, or -1 */
+    uint8_t *seg;                  /* TCP_SEG_BYTES, owned */
+    uint8_t *scratch;              /* algorithm temporaries, owned, grows, kept */
+    size_t scratch_cap;
+    struct tcp_lane *lanes;        /* plan storage, owned, grows, kept */
+    size_t lanes_cap;
+    struct tcp_piece *pieces;
+    size_t pieces_cap;
+    bool broken;
+    struct err first_err; /* why it broke */
+};
+
+struct tcp_piece {
+    uint8_t *p;       /* send: the bytes; receive: where they (or the reduction) go */
+    size_t len;       /* bytes */
+    const uint8_t *a; /* receive: store p = op(a, incoming) instead of the bytes; a may be p */
+    bool divide;      /* receive: divide reduced elements by the world size (avg) */
+    bool header;      /* receive: a point-to-point header that must announce exactly the
+                         next piece's length */
+    int gate;         /* index of the piece of the lane's gate lane bounding this piece's
+                         progress; -1: none */
+};
+
+struct tcp_lane {
+    int peer;
+    bool is_send;
+    int gate_lane; /* index of the lane whose pieces gate this lane's pieces; -1: none */
+    struct tcp_piece *pieces;
+    int n;
+    /* progress */
+    int cur;          /* current piece; n when the lane is done */
+    size_t done;      /* bytes of the current piece moved */
+    size_t ready;     /* bytes of the current piece final (received and reduced) */
+    size_t carry;     /* received bytes of a partial element, waiting in carry_buf */
+    uint8_t carry_buf[8];
+    bool blocked;     /* the socket would block: retried once poll(2) finds it ready */
+};
+
+/* One engine run: the lanes of a plan for one step of an operation. */
+struct tcp_run {
+    const char *op;
+    enum comm_dtype dtype;
+    enum comm_redop redop;
+    size_t esize;
+    struct tcp_lane *lanes;
+    int n;
+};
+
+/* tcp.c */
+__attribute__((format(printf, 6, 7))) int tcp_fail(struct comm_tcp *t, struct err *e,
+                                                   enum err_code code, const char *op,
+                                                   int peer, const char *fmt, ...);
+bool tcp_aborted(const struct comm_tcp *t);
+
+/* tcp_engine.c */
+/* Runs every lane of r to its end. Fails when no byte moved for the communicator's
+ * timeout (naming the peer waited on), on the abort flag or c->stop, and when a peer
+ * closes, resets or breaks the protocol; every failure breaks the communicator. */
+int tcp_engine_run(struct comm_tcp *t, struct tcp_run *r, struct err *e);
+/* Space for nlanes lanes with npieces pieces between them (t->lanes, t->pieces). */
+int tcp_plan_reserve(struct comm_tcp *t, int nlanes, int npieces, struct err *e);
+/* Grows t->scratch to at least bytes. */
+int tcp_scratch_reserve(struct comm_tcp *t, size_t bytes, struct err *e);
+
+/* tcp_algo.c: one function per (operation, algorithm); arguments already checked. */
+int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e);
+/* The algorithm an operation will use: a->algorithm, else the configured one when the
+ * operation has it, else the choice by size. ERR_INVALID for an explicit algorithm the
+ * operation does not have. */
+int tcp_algo_choose(const struct comm_tcp *t, const struct comm_args *a,
+                    enum comm_algorithm *out, struct err *e);
+/* 1 when op has algorithm alg (AUTO included), else 0. */
+int tcp_algo_has(enum comm_op op, enum comm_algorithm alg);
+
+#endif

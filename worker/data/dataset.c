@@ -1,0 +1,183 @@
+/* dataset: the format-independent part of the dataset interface: checked fills, the
+ * published normalization constants, counter-based random draws, the epoch permutation
+ * and opening a dataset by name.
+ *
+ * Decision: draws are splitmix64 streams keyed by hashing (seed, a, b); a stream is cheap to
+ * start, so every sample gets its own and no generator state is ever shared. */
+#include "dataset.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+void dataset_destroy(struct dataset *ds)
+{
+    if (ds && ds->ops && ds->ops->destroy)
+        ds->ops->destroy(ds);
+}
+
+size_t dataset_sample_floats(const struct dataset *ds)
+{
+    return (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
+}
+
+int dataset_fill(const struct dataset *ds, const int64_t *idx, int n,
+                 const struct data_draw *draw, float *x, int32_t *y, struct err *e)
+{
+    if (n < 0)
+        return err_set(e, ERR_INTERNAL, "", "%s: fill of %d samples", ds->name, n);
+    for (int i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= ds->n)
+            return err_set(e, ERR_INTERNAL, "", "%s: sample index %lld outside [0, %lld)",
+                           ds->name, (long long)idx[i], (long long)ds->n);
+    return ds->ops->fill(ds, idx, n, draw, x, y, e);
+}
+
+const char *data_split_name(enum data_split split)
+{
+    return split == DATA_SPLIT_TRAIN ? "train" : "test";
+}
+
+struct data_norm_named {
+    const char *name;
+    struct data_norm norm;
+};
+
+static const struct data_norm_named data_norm_presets[] = {
+    {"mnist", {1, {0.1307f}, {0.3081f}}},
+    {"fashion-mnist", {1, {0.2860f}, {0.3530f}}},
+    {"cifar10", {3, {0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}}},
+    {"none", {0, {0}, {0}}},
+};
+
+int data_norm_preset(const char *name, struct data_norm *out, struct err *e)
+{
+    for (size_t i = 0; i < sizeof data_norm_presets / sizeof data_norm_presets[0]; i++) {
+        if (strcmp(name, data_norm_presets[i].name) == 0) {
+            *out = data_norm_presets[i].norm;
+            return 0;
+        }
+    }
+    return err_set(e, ERR_NOT_FOUND, "dataset.norm",
+                   "no published normalization for \"%s\" (mnist, fashion-mnist, cifar10, none)",
+                   name);
+}
+
+int data_norm_check(const struct data_norm *norm, int channels, struct err *e)
+{
+    if (norm->channels == 0)
+        return 0;
+    if (norm->channels != channels)
+        return err_set(e, ERR_INVALID, "dataset.norm",
+                       "normalization has %d channels, the data has %d", norm->channels,
+                       channels);
+    for (int c = 0; c < channels; c++) {
+        if (!isfinite(norm->mean[c]) || !isfinite(norm->std[c]) || !(norm->std[c] > 0.0f))
+            return err_set(e, ERR_INVALID, "dataset.norm",
+                           "channel %d: mean %g std %g (std must be finite and > 0)", c,
+                           (double)norm->mean[c], (double)norm->std[c]);
+    }
+    return 0;
+}
+
+/* splitmix64's output function (Steele, Lea, Flood 2014). */
+static uint64_t data_mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+#define DATA_GOLDEN 0x9e3779b97f4a7c15ull
+
+uint64_t data_rng_key(uint64_t seed, uint64_t a, uint64_t b)
+{
+    uint64_t k = data_mix(seed + DATA_GOLDEN);
+    k = data_mix(k ^ (a + DATA_GOLDEN));
+    return data_mix(k ^ (b + 2 * DATA_GOLDEN));
+}
+
+uint64_t data_rng_next(uint64_t *state)
+{
+    *state += DATA_GOLDEN;
+    return data_mix(*state);
+}
+
+uint64_t data_rng_below(uint64_t *state, uint64_t bound)
+{
+    /* Rejecting the lowest (2^64 mod bound) values leaves a whole number of residue
+     * cycles, so r % bound is exactly uniform. */
+    uint64_t threshold = (0 - bound) % bound;
+    for (;;) {
+        uint64_t r = data_rng_next(state);
+        if (r >= threshold)
+            return r % bound;
+    }
+}
+
+void data_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm)
+{
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = i;
+    uint64_t s = data_rng_key(seed, (uint64_t)epoch, (uint64_t)n);
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)data_rng_below(&s, (uint64_t)i + 1);
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+/* The image options a named dataset gets: its published normalization unless the config
+ * overrides it, and the CIFAR augmentation recipe when asked for. */
+static int data_open_opts(const struct data_config *cfg, struct data_image_opts *opts,
+                          struct err *e)
+{
+    memset(opts, 0, sizeof *opts);
+    if (cfg->norm.channels > 0)
+        opts->norm = cfg->norm;
+    else if (data_norm_preset(cfg->name, &opts->norm, e) < 0)
+        return -1;
+    if (cfg->augment) {
+        opts->augment.pad = 4;
+        opts->augment.flip = true;
+    }
+    return 0;
+}
+
+static const char *data_open_dir(const struct data_config *cfg, struct err *e)
+{
+    if (cfg->path[0])
+        return cfg->path;
+    if (strcmp(cfg->name, "fashion-mnist") == 0)
+        return DATA_FASHION_MNIST_DIR;
+    err_set(e, ERR_INVALID, "dataset.path", "dataset \"%s\" needs a path (a directory)",
+            cfg->name);
+    return NULL;
+}
+
+int dataset_open(const struct data_config *cfg, enum data_split split, struct dataset **out,
+                 struct err *e)
+{
+    *out = NULL;
+    if (strcmp(cfg->name, "synthetic") == 0) {
+        if (dataset_synthetic_create(&cfg->synthetic, out, e) < 0)
+            return -1;
+        (*out)->split = split;
+        return 0;
+    }
+    bool idx = strcmp(cfg->name, "mnist") == 0 || strcmp(cfg->name, "fashion-mnist") == 0;
+    if (!idx && strcmp(cfg->name, "cifar10") != 0)
+        return err_set(e, ERR_INVALID, "dataset.name",
+                       "unknown dataset \"%s\" (synthetic, mnist, fashion-mnist, cifar10)",
+                       cfg->name);
+    struct data_image_opts opts;
+    if (data_open_opts(cfg, &opts, e) < 0)
+        return -1;
+    const char *dir = data_open_dir(cfg, e);
+    if (!dir)
+        return -1;
+    if (idx)
+        return dataset_idx_open_dir(dir, cfg->name, split, &opts, out, e);
+    return dataset_cifar_open_dir(dir, split, &opts, out, e);
+}

@@ -1,0 +1,171 @@
+/* dataset: the interface every data format implements (synthetic, MNIST idx, CIFAR-10
+ * binary), normalization and augmentation settings, and the seeded random draws they use.
+ *
+ * Decision: a dataset is random access. It fills a caller-provided batch for a given list
+ * of sample indices, so sharding, shuffling, batching and prefetching live once in the
+ * loader (loader.h), not in each format. Formats keep samples as stored (bytes) and
+ * normalize / augment while filling: the fill is the data cost a step pays. Every random
+ * choice made while filling (crop offset, flip, synthetic values) is a pure function of
+ * (seed, epoch or step, sample index), never of a generator shared between calls, so a
+ * batch's content does not depend on which thread fills it, when, or in what order.
+ *
+ * Ownership: the open/create functions return a dataset the caller owns and releases with
+ * dataset_destroy; it holds every sample in memory (Fashion-MNIST train: 47 MB of bytes).
+ * A loader borrows a dataset, which must outlive it. After opening, a dataset is read-only:
+ * fills may run on any thread, even concurrently. */
+#ifndef DDPB_DATA_DATASET_H
+#define DDPB_DATA_DATASET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define DATA_MAX_CHANNELS 4
+#define DATA_MAX_SIDE 4096                        /* largest height or width */
+#define DATA_MAX_CLASSES 100000
+#define DATA_MAX_SAMPLES ((int64_t)1 << 31)
+#define DATA_FILE_MAX_BYTES ((size_t)2 << 30)      /* per file, after decompression */
+#define DATA_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist" /* dataset-fashion-mnist */
+
+enum data_split { DATA_SPLIT_TRAIN = 0, DATA_SPLIT_TEST = 1 };
+
+/* Per-channel normalization of byte pixels: x = (byte / 255 - mean[c]) / std[c].
+ * channels == 0 means none (x = byte / 255). */
+struct data_norm {
+    int channels;
+    float mean[DATA_MAX_CHANNELS];
+    float std[DATA_MAX_CHANNELS];
+};
+
+/* Random crop back to the image size after zero-padding `pad` pixels on each side (pad
+ * 0 = no crop), then a horizontal flip with probability 1/2 when flip is set: torchvision's
+ * RandomCrop(size, padding=pad) + RandomHorizontalFlip(). Padding is zero bytes, so it
+ * normalizes to -mean/std as in torchvision (pad before ToTensor/Normalize). */
+struct data_augment {
+    int pad;
+    bool flip;
+};
+
+/* Options of the byte-image formats (idx, CIFAR). The augmentation applies to the train
+ * split only and is ignored for the test split. */
+struct data_image_opts {
+    struct data_norm norm;
+    struct data_augment augment;
+    int classes;     /* labels must lie in [0, classes); 0 = the format's (10 for both) */
+};
+
+/* What a fill's random choices derive from; the loader sets it per batch. */
+struct data_draw {
+    uint64_t seed;
+    int64_t epoch;   /* augmentation varies per epoch */
+    int64_t step;    /* batches since the loader started; fresh synthetic data varies per step */
+};
+
+struct dataset;
+
+struct dataset_ops {
+    /* Fills n samples: x as [n][c][h][w] floats, y as [n] labels in [0, classes).
+     * idx[i] in [0, ds->n) (dataset_fill checks). Returns 0, or -1 with e set. */
+    int (*fill)(const struct dataset *ds, const int64_t *idx, int n,
+                const struct data_draw *draw, float *x, int32_t *y, struct err *e);
+    /* Frees impl and ds itself. NULL for a dataset the caller owns some other way. */
+    void (*destroy)(struct dataset *ds);
+};
+
+struct dataset {
+    const struct dataset_ops *ops;
+    void *impl;              /* the format's state, owned by the dataset */
+    char name[32];           /* "fashion-mnist", "cifar10", "synthetic", ... */
+    enum data_split split;
+    int64_t n;               /* samples */
+    int c, h, w;             /* shape of one sample */
+    int classes;
+    /* Set by the fixed synthetic mode: the loader fills one batch once and hands the same
+     * memory out at every step (no data cost after the first fill). */
+    bool reuse_batch;
+};
+
+/* Frees ds (NULL is fine). */
+void dataset_destroy(struct dataset *ds);
+/* Floats in one sample: c * h * w. */
+size_t dataset_sample_floats(const struct dataset *ds);
+/* Checks the indices, then fills through ds->ops (x: n * dataset_sample_floats floats,
+ * y: n labels, both caller-owned). */
+int dataset_fill(const struct dataset *ds, const int64_t *idx, int n,
+                 const struct data_draw *draw, float *x, int32_t *y, struct err *e);
+const char *data_split_name(enum data_split split);
+
+/* Published constants: "mnist" (0.1307 / 0.3081), "fashion-mnist" (0.2860 / 0.3530),
+ * "cifar10" (0.4914, 0.4822, 0.4465 / 0.2470, 0.2435, 0.2616), "none". Returns -1 with e
+ * set (ERR_NOT_FOUND) for another name. */
+int data_norm_preset(const char *name, struct data_norm *out, struct err *e);
+/* Checks channel count (0 or `channels`) and that every std is finite and > 0. */
+int data_norm_check(const struct data_norm *norm, int channels, struct err *e);
+
+/* --- seeded draws: counter-based, so any thread computes the same value -------------- */
+/* A generator state for the stream keyed by (seed, a, b). */
+uint64_t data_rng_key(uint64_t seed, uint64_t a, uint64_t b);
+uint64_t data_rng_next(uint64_t *state);
+/* Uniform in [0, bound), bound >= 1 (unbiased). */
+uint64_t data_rng_below(uint64_t *state, uint64_t bound);
+/* The epoch's permutation of [0, n) (Fisher-Yates from data_rng_key(seed, epoch, n)):
+ * the same on every rank. perm has n entries, caller-owned. */
+void data_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);
+
+/* --- formats -------------------------------------------------------------------------- */
+
+struct data_synthetic_config {
+    int c, h, w, classes;
+    int64_t samples;  /* dataset size (an epoch's length) */
+    bool fresh;       /* false: one fixed batch reused at every step (Horovod's and
+                         tf_cnn_benchmarks' synthetic mode); true: new values per step */
+};
+/* Values uniform in [-1, 1), labels uniform in [0, classes). Fixed mode: a sample's values
+ * depend on (seed, index) and the dataset sets reuse_batch; fresh mode: on (seed, step,
+ * index). Caller owns *out. */
+int dataset_synthetic_create(const struct data_synthetic_config *cfg, struct dataset **out,
+                             struct err *e);
+
+/* MNIST idx files (idx3-ubyte images, idx1-ubyte labels), each gzipped or not (told by the
+ * gzip magic bytes, not the name). Validated strictly: magic, element type, dimensions,
+ * counts matching between the two files, truncated or trailing bytes, label range, sizes;
+ * errors name the file and what is wrong. name is copied into ds->name. Caller owns *out. */
+int dataset_idx_open(const char *images_path, const char *labels_path, const char *name,
+                     enum data_split split, const struct data_image_opts *opts,
+                     struct dataset **out, struct err *e);
+/* The same from a directory holding the standard names train-images-idx3-ubyte,
+ * train-labels-idx1-ubyte, t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte, each plain or
+ * with ".gz" (plain preferred when both exist). */
+int dataset_idx_open_dir(const char *dir, const char *name, enum data_split split,
+                         const struct data_image_opts *opts, struct dataset **out,
+                         struct err *e);
+
+/* CIFAR-10 binary files: records of 1 label byte + 3072 pixel bytes (3x32x32, channel
+ * planes R, G, B), any number of records per file, read in the order given. Validated
+ * strictly (whole records only, labels < classes, non-empty). Caller owns *out. */
+int dataset_cifar_open(const char *const *paths, int npaths, enum data_split split,
+                       const struct data_image_opts *opts, struct dataset **out,
+                       struct err *e);
+/* The same from a directory: data_batch_1.bin .. data_batch_5.bin (all five) for the
+ * train split, test_batch.bin for the test split. */
+int dataset_cifar_open_dir(const char *dir, enum data_split split,
+                           const struct data_image_opts *opts, struct dataset **out,
+                           struct err *e);
+
+/* --- by name: what a spec's "dataset" object maps to ---------------------------------- */
+
+struct data_config {
+    char name[32];        /* "synthetic", "mnist", "fashion-mnist", "cifar10" */
+    char path[512];       /* directory; "" = DATA_FASHION_MNIST_DIR for fashion-mnist */
+    struct data_synthetic_config synthetic; /* synthetic only */
+    struct data_norm norm;  /* channels 0 = the name's published constants */
+    bool augment;           /* the CIFAR recipe (pad 4 + flip) on the train split */
+};
+/* Opens the split of the named dataset. Caller owns *out. ERR_INVALID names field
+ * "dataset.name" for an unknown name; ERR_NOT_FOUND when the files are missing. */
+int dataset_open(const struct data_config *cfg, enum data_split split, struct dataset **out,
+                 struct err *e);
+
+#endif

@@ -1,0 +1,342 @@
+/* loader: sharding, per-epoch reshuffling, batching and the prefetch thread over a dataset
+ * (rules in loader.h).
+ *
+ * Decision: batch number s always goes into ring slot s % nslots and is produced by one
+ * function (loader_produce) whether the thread or loader_next calls it, so the prefetch and
+ * synchronous paths cannot differ. The ring is a pair of counters under one mutex: the
+ * thread may fill batch s once the caller has released batch s - nslots (a batch is
+ * released when the caller asks for the next one), and the caller may take batch s once
+ * it is produced. One thread fills; the caller is the only consumer. */
+#include "loader.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+
+#define LOADER_MAX_BATCH (1 << 20)
+#define LOADER_MAX_WORLD (1 << 20)
+
+struct loader_slot {
+    float *x;        /* owned */
+    int32_t *y;      /* owned */
+    int64_t *index;  /* owned */
+    struct data_batch b;
+};
+
+struct loader {
+    struct dataset *ds;      /* borrowed */
+    struct loader_config cfg;
+    int64_t shard_len, per_epoch;
+    int64_t total;           /* batches in all; -1 = no end */
+    int nslots;
+    bool threaded;
+    int reuse_n;             /* samples in the reused batch (ds->reuse_batch) */
+    struct loader_slot slots[LOADER_MAX_PREFETCH + 1];
+    /* Used only by the filling side (the thread, or loader_next without one). */
+    int64_t *perm;           /* owned; NULL when shuffle is off */
+    int64_t perm_epoch;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;      /* guards everything below */
+    pthread_cond_t ready, freed;
+    int64_t produced;        /* batches [0, produced) are filled */
+    int64_t consumed;        /* batches [0, consumed) were handed out */
+    int64_t released;        /* batches [0, released) may be overwritten */
+    bool stop, failed;
+    struct err fail_err;
+    struct loader_stats stats;
+};
+
+void loader_config_default(struct loader_config *cfg)
+{
+    *cfg = (struct loader_config){.rank = 0, .world_size = 1, .batch_size = 32, .seed = 1,
+                                  .shuffle = true, .remainder = LOADER_DROP, .epochs = 0,
+                                  .prefetch = 2};
+}
+
+int64_t loader_shard_len(int64_t n, int world_size, int rank, enum loader_remainder rem)
+{
+    switch (rem) {
+    case LOADER_PAD: return (n + world_size - 1) / world_size;
+    case LOADER_UNEVEN: return n / world_size + (rank < n % world_size ? 1 : 0);
+    case LOADER_DROP: break;
+    }
+    return n / world_size;
+}
+
+int64_t loader_batches_per_epoch(const struct loader *l)
+{
+    return l->per_epoch;
+}
+
+/* Where batch seq falls: its epoch, its number in the epoch and its size. */
+static void loader_plan(const struct loader *l, int64_t seq, int64_t *epoch, int64_t *bie,
+                        int *n)
+{
+    *epoch = seq / l->per_epoch;
+    *bie = seq % l->per_epoch;
+    int64_t start = *bie * l->cfg.batch_size, left = l->shard_len - start;
+    *n = left < l->cfg.batch_size ? (int)left : l->cfg.batch_size;
+}
+
+/* The dataset indices of this rank's batch: strided positions of the epoch's order. */
+static void loader_indices(struct loader *l, int64_t epoch, int64_t bie, int n,
+                           int64_t *index)
+{
+    const struct loader_config *c = &l->cfg;
+    int64_t nsamples = l->ds->n;
+    if (l->perm && l->perm_epoch != epoch) {
+        data_permutation(c->seed, epoch, nsamples, l->perm);
+        l->perm_epoch = epoch;
+    }
+    for (int k = 0; k < n; k++) {
+        int64_t pos = c->rank + (bie * c->batch_size + k) * (int64_t)c->world_size;
+        if (c->remainder == LOADER_PAD)
+            pos %= nsamples;
+        index[k] = l->perm ? l->perm[pos] : pos;
+    }
+}
+
+/* Fills batch seq into its slot. *fill_ns gets the time it took. */
+static int loader_produce(struct loader *l, int64_t seq, int64_t *fill_ns, struct err *e)
+{
+    struct loader_slot *s = &l->slots[seq % l->nslots];
+    int64_t epoch, bie;
+    int n;
+    loader_plan(l, seq, &epoch, &bie, &n);
+    loader_indices(l, epoch, bie, n, s->index);
+    struct data_draw draw = {.seed = l->cfg.seed, .epoch = epoch, .step = seq};
+    int64_t t0 = clock_mono_ns();
+    int rc = dataset_fill(l->ds, s->index, n, &draw, s->x, s->y, e);
+    *fill_ns = clock_mono_ns() - t0;
+    if (rc < 0)
+        err_prefix(e, "data loader, batch %lld (epoch %lld)", (long long)seq, (long long)epoch);
+    s->b = (struct data_batch){.x = s->x, .y = s->y, .index = s->index, .n = n, .step = seq,
+                               .epoch = epoch, .batch_in_epoch = bie,
+                               .last_in_epoch = bie == l->per_epoch - 1};
+    return rc;
+}
+
+static void *loader_thread_main(void *arg)
+{
+    struct loader *l = arg;
+    pthread_mutex_lock(&l->mu);
+    for (int64_t s = 0; !l->stop && (l->total < 0 || s < l->total); s++) {
+        while (!l->stop && s >= l->released + l->nslots)
+            pthread_cond_wait(&l->freed, &l->mu);
+        if (l->stop)
+            break;
+        pthread_mutex_unlock(&l->mu);
+        struct err e;
+        err_clear(&e);
+        int64_t ns = 0;
+        int rc = loader_produce(l, s, &ns, &e);
+        pthread_mutex_lock(&l->mu);
+        l->stats.fill_ns += ns;
+        if (rc < 0) {
+            l->failed = true;
+            l->fail_err = e;
+            pthread_cond_signal(&l->ready);
+            break;
+        }
+        l->produced = s + 1;
+        pthread_cond_signal(&l->ready);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static int loader_check(const struct dataset *ds, const struct loader_config *c,
+                        struct err *e)
+{
+    if (c->world_size < 1 || c->world_size > LOADER_MAX_WORLD || c->rank < 0 ||
+        c->rank >= c->world_size)
+        return err_set(e, ERR_INVALID, "world_size", "rank %d of %d ranks", c->rank,
+                       c->world_size);
+    if (c->batch_size < 1 || c->batch_size > LOADER_MAX_BATCH)
+        return err_set(e, ERR_INVALID, "batch_size", "batch size %d out of [1, %d]",
+                       c->batch_size, LOADER_MAX_BATCH);
+    if (c->prefetch < 0 || c->prefetch > LOADER_MAX_PREFETCH)
+        return err_set(e, ERR_INVALID, "prefetch", "prefetch %d out of [0, %d]", c->prefetch,
+                       LOADER_MAX_PREFETCH);
+    if (c->epochs < 0)
+        return err_set(e, ERR_INVALID, "epochs", "%lld epochs", (long long)c->epochs);
+    if (c->remainder != LOADER_DROP && c->remainder != LOADER_PAD &&
+        c->remainder != LOADER_UNEVEN)
+        return err_set(e, ERR_INVALID, "remainder", "unknown remainder rule %d",
+                       (int)c->remainder);
+    if (ds->n < 1)
+        return err_set(e, ERR_INVALID, "dataset", "%s: empty dataset", ds->name);
+    return 0;
+}
+
+/* Batches per epoch and in all; a config that yields none is an error, except a rank left
+ * without samples by LOADER_UNEVEN over a finite number of epochs. */
+static int loader_count(struct loader *l, struct err *e)
+{
+    const struct loader_config *c = &l->cfg;
+    l->shard_len = loader_shard_len(l->ds->n, c->world_size, c->rank, c->remainder);
+    l->per_epoch = c->drop_last_batch ? l->shard_len / c->batch_size
+                                      : (l->shard_len + c->batch_size - 1) / c->batch_size;
+    if (l->per_epoch == 0 && (c->epochs == 0 || c->remainder != LOADER_UNEVEN))
+        return err_set(e, ERR_INVALID, "batch_size", "%s: rank %d's share of %lld of %lld "
+                       "samples over %d ranks gives no batch of %d", l->ds->name, c->rank,
+                       (long long)l->shard_len, (long long)l->ds->n, c->world_size,
+                       c->batch_size);
+    l->total = c->epochs == 0 ? -1 : c->epochs * l->per_epoch;
+    if (l->per_epoch == 0)
+        l->per_epoch = 1; /* no batch is ever planned; keeps the division defined */
+    return 0;
+}
+
+static int loader_alloc(struct loader *l, struct err *e)
+{
+    size_t b = (size_t)l->cfg.batch_size, per = dataset_sample_floats(l->ds);
+    for (int i = 0; i < l->nslots; i++) {
+        struct loader_slot *s = &l->slots[i];
+        s->x = malloc(b * per * sizeof *s->x);
+        s->y = malloc(b * sizeof *s->y);
+        s->index = malloc(b * sizeof *s->index);
+        if (!s->x || !s->y || !s->index)
+            return err_set(e, ERR_NOMEM, "batch_size", "%s: out of memory for %d batches of "
+                           "%zu x %zu floats", l->ds->name, l->nslots, b, per);
+    }
+    if (l->cfg.shuffle) {
+        l->perm = malloc((size_t)l->ds->n * sizeof *l->perm);
+        if (!l->perm)
+            return err_set(e, ERR_NOMEM, "dataset", "%s: out of memory for a permutation of "
+                           "%lld", l->ds->name, (long long)l->ds->n);
+    }
+    return 0;
+}
+
+/* Starts the thread with every signal blocked, so signals reach the caller's threads. */
+static int loader_start(struct loader *l, struct err *e)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&l->thread, NULL, loader_thread_main, l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return err_set(e, ERR_UNAVAILABLE, "", "data loader: cannot start its thread: %s",
+                       strerror(rc));
+    l->thread_started = true;
+    return 0;
+}
+
+int loader_create(struct dataset *ds, const struct loader_config *cfg, struct loader **out,
+                  struct err *e)
+{
+    *out = NULL;
+    if (loader_check(ds, cfg, e) < 0)
+        return -1;
+    struct loader *l = calloc(1, sizeof *l);
+    if (!l)
+        return err_set(e, ERR_NOMEM, "", "data loader: out of memory");
+    l->ds = ds;
+    l->cfg = *cfg;
+    l->perm_epoch = -1;
+    /* A reused batch needs no thread: there is nothing to fill after the first. */
+    l->threaded = cfg->prefetch > 0 && !ds->reuse_batch;
+    l->nslots = l->threaded ? cfg->prefetch + 1 : 1;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->ready, NULL);
+    pthread_cond_init(&l->freed, NULL);
+    if (loader_count(l, e) < 0 || loader_alloc(l, e) < 0 ||
+        (l->threaded && loader_start(l, e) < 0)) {
+        loader_destroy(l);
+        return -1;
+    }
+    *out = l;
+    return 0;
+}
+
+void loader_destroy(struct loader *l)
+{
+    if (!l)
+        return;
+    if (l->thread_started) {
+        pthread_mutex_lock(&l->mu);
+        l->stop = true;
+        pthread_cond_signal(&l->freed);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->thread, NULL);
+    }
+    for (int i = 0; i < l->nslots; i++) {
+        free(l->slots[i].x);
+        free(l->slots[i].y);
+        free(l->slots[i].index);
+    }
+    free(l->perm);
+    pthread_cond_destroy(&l->ready);
+    pthread_cond_destroy(&l->freed);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+/* Without a thread: fill batch `consumed` here, or (reused batch) fill it once and then
+ * only renumber it. Called with l->mu held; the fill runs under it, which nothing else
+ * contends for. */
+static int loader_next_inline(struct loader *l)
+{
+    struct loader_slot *s = &l->slots[0];
+    int64_t seq = l->consumed;
+    if (l->ds->reuse_batch && seq > 0) {
+        int n;
+        loader_plan(l, seq, &s->b.epoch, &s->b.batch_in_epoch, &n);
+        s->b.n = n < l->reuse_n ? n : l->reuse_n;
+        s->b.step = seq;
+        s->b.last_in_epoch = s->b.batch_in_epoch == l->per_epoch - 1;
+        return 0;
+    }
+    int64_t ns = 0;
+    int rc = loader_produce(l, seq, &ns, &l->fail_err);
+    l->stats.fill_ns += ns;
+    l->reuse_n = s->b.n;
+    if (rc < 0)
+        l->failed = true;
+    return rc;
+}
+
+int loader_next(struct loader *l, const struct data_batch **out, struct err *e)
+{
+    *out = NULL;
+    pthread_mutex_lock(&l->mu);
+    int rc = 1;
+    int64_t t0 = clock_mono_ns();
+    l->released = l->consumed;
+    if (l->total >= 0 && l->consumed >= l->total) {
+        rc = 0;
+    } else if (!l->threaded) {
+        rc = l->failed || loader_next_inline(l) < 0 ? -1 : 1;
+    } else {
+        /* batches produced before a failure still go out first */
+        pthread_cond_signal(&l->freed);
+        while (l->produced <= l->consumed && !l->failed)
+            pthread_cond_wait(&l->ready, &l->mu);
+        rc = l->produced > l->consumed ? 1 : -1;
+    }
+    if (rc == 1) {
+        struct data_batch *b = &l->slots[l->consumed % l->nslots].b;
+        b->wait_ns = clock_mono_ns() - t0;
+        l->stats.batches++;
+        l->stats.wait_ns += b->wait_ns;
+        l->consumed++;
+        *out = b;
+    } else if (rc < 0 && e) {
+        *e = l->fail_err;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+void loader_get_stats(struct loader *l, struct loader_stats *out)
+{
+    pthread_mutex_lock(&l->mu);
+    *out = l->stats;
+    pthread_mutex_unlock(&l->mu);
+}

@@ -1,0 +1,387 @@
+/* conv2d: 2-D convolution with stride, zero padding, dilation, groups (depthwise when
+ * groups == channels) and an optional bias; the plain-loop reference and the oneDNN path.
+ *
+ * Decisions (fast path): the primitives choose their own layouts (format_tag any) so
+ * consecutive oneDNN layers stay in blocked formats; the parameters stay in PyTorch's
+ * plain (Cout,Cin/G,KH,KW) layout in the arena (DDP and the optimizer see PyTorch's
+ * layout), so the weights are reordered into the primitive's format every forward, and the
+ * weight gradient is reordered back with a sum post-op, which is also how it accumulates.
+ * The algorithm is the context's (onednn.h): direct by default, as PyTorch's oneDNN path
+ * does, or Winograd / oneDNN's choice where the caller asks for speed over the last bits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers.h"
+
+static int conv_out_dim(int in, int k, int s, int p, int d)
+{
+    return (in + 2 * p - d * (k - 1) - 1) / s + 1;
+}
+
+int nn_conv2d_shape(const struct nn_conv2d_cfg *c, struct nn_shape in, struct nn_shape *out,
+                    struct err *e)
+{
+    if (in.ndims != 4)
+        return err_set(e, ERR_INVALID, "shape", "conv2d needs a 4-D input");
+    if (c->cin < 1 || c->cout < 1 || c->kh < 1 || c->kw < 1 || c->sh < 1 || c->sw < 1 ||
+        c->dh < 1 || c->dw < 1 || c->ph < 0 || c->pw < 0 || c->groups < 1)
+        return err_set(e, ERR_INVALID, "conv2d", "conv2d: sizes must be positive");
+    if (c->cin % c->groups || c->cout % c->groups)
+        return err_set(e, ERR_INVALID, "conv2d", "conv2d: groups %d does not divide %d -> %d",
+                       c->groups, c->cin, c->cout);
+    if (in.c != c->cin)
+        return err_set(e, ERR_INVALID, "conv2d", "conv2d: input has %d channels, expected %d",
+                       in.c, c->cin);
+    int oh = conv_out_dim(in.h, c->kh, c->sh, c->ph, c->dh);
+    int ow = conv_out_dim(in.w, c->kw, c->sw, c->pw, c->dw);
+    if (in.h + 2 * c->ph < c->dh * (c->kh - 1) + 1 || in.w + 2 * c->pw < c->dw * (c->kw - 1) + 1 ||
+        oh < 1 || ow < 1)
+        return err_set(e, ERR_INVALID, "shape", "conv2d: input %dx%d is smaller than the kernel",
+                       in.h, in.w);
+    *out = nn_shape4(in.n, c->cout, oh, ow);
+    return 0;
+}
+
+size_t nn_conv2d_weight_len(const struct nn_conv2d_cfg *c)
+{
+    return (size_t)c->cout * (size_t)(c->cin / c->groups) * (size_t)c->kh * (size_t)c->kw;
+}
+
+/* ---- reference -------------------------------------------------------------------- */
+
+void nn_conv2d_forward(float *out, const float *inp, const float *weight, const float *bias,
+                       const struct nn_conv2d_cfg *c, struct nn_shape in)
+{
+    int icg = c->cin / c->groups, ocg = c->cout / c->groups;
+    int H = in.h, W = in.w;
+    int OH = conv_out_dim(H, c->kh, c->sh, c->ph, c->dh);
+    int OW = conv_out_dim(W, c->kw, c->sw, c->pw, c->dw);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < in.n; n++)
+        for (int oc = 0; oc < c->cout; oc++) {
+            int g = oc / ocg;
+            for (int oh = 0; oh < OH; oh++)
+                for (int ow = 0; ow < OW; ow++) {
+                    double acc = bias ? bias[oc] : 0.0;
+                    for (int icl = 0; icl < icg; icl++) {
+                        const float *x = inp + ((size_t)n * c->cin + g * icg + icl) * H * W;
+                        const float *wk = weight + ((size_t)oc * icg + icl) * c->kh * c->kw;
+                        for (int ky = 0; ky < c->kh; ky++) {
+                            int iy = oh * c->sh - c->ph + ky * c->dh;
+                            if (iy < 0 || iy >= H)
+                                continue;
+                            for (int kx = 0; kx < c->kw; kx++) {
+                                int ix = ow * c->sw - c->pw + kx * c->dw;
+                                if (ix >= 0 && ix < W)
+                                    acc += (double)x[iy * W + ix] * wk[ky * c->kw + kx];
+                            }
+                        }
+                    }
+                    out[(((size_t)n * c->cout + oc) * OH + oh) * OW + ow] = (float)acc;
+                }
+        }
+}
+
+/* dinp gathered per input element (so threads never write the same element): the outputs
+ * that read (iy, ix) through tap (ky, kx) are those with oh*sh = iy + ph - ky*dh. */
+static void conv2d_backward_input(float *dinp, const float *dout, const float *weight,
+                                  const struct nn_conv2d_cfg *c, struct nn_shape in, int OH,
+                                  int OW)
+{
+    int icg = c->cin / c->groups, ocg = c->cout / c->groups;
+    int H = in.h, W = in.w;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < in.n; n++)
+        for (int ic = 0; ic < c->cin; ic++) {
+            int g = ic / icg, icl = ic % icg;
+            for (int iy = 0; iy < H; iy++)
+                for (int ix = 0; ix < W; ix++) {
+                    double acc = 0;
+                    for (int ocl = 0; ocl < ocg; ocl++) {
+                        int oc = g * ocg + ocl;
+                        const float *dy = dout + ((size_t)n * c->cout + oc) * OH * OW;
+                        const float *wk = weight + ((size_t)oc * icg + icl) * c->kh * c->kw;
+                        for (int ky = 0; ky < c->kh; ky++) {
+                            int ty = iy + c->ph - ky * c->dh;
+                            if (ty < 0 || ty % c->sh || ty / c->sh >= OH)
+                                continue;
+                            for (int kx = 0; kx < c->kw; kx++) {
+                                int tx = ix + c->pw - kx * c->dw;
+                                if (tx < 0 || tx % c->sw || tx / c->sw >= OW)
+                                    continue;
+                                acc += (double)dy[(ty / c->sh) * OW + tx / c->sw] *
+                                       wk[ky * c->kw + kx];
+                            }
+                        }
+                    }
+                    dinp[(((size_t)n * c->cin + ic) * H + iy) * W + ix] = (float)acc;
+                }
+        }
+}
+
+void nn_conv2d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, const struct nn_conv2d_cfg *c,
+                        struct nn_shape in)
+{
+    int icg = c->cin / c->groups, ocg = c->cout / c->groups;
+    int H = in.h, W = in.w;
+    int OH = conv_out_dim(H, c->kh, c->sh, c->ph, c->dh);
+    int OW = conv_out_dim(W, c->kw, c->sw, c->pw, c->dw);
+    if (dinp)
+        conv2d_backward_input(dinp, dout, weight, c, in, OH, OW);
+#pragma omp parallel for schedule(static)
+    for (int oc = 0; oc < c->cout; oc++) {
+        int g = oc / ocg;
+        if (dbias) {
+            double s = 0;
+            for (int n = 0; n < in.n; n++)
+                for (int i = 0; i < OH * OW; i++)
+                    s += dout[((size_t)n * c->cout + oc) * OH * OW + i];
+            dbias[oc] += (float)s;
+        }
+        for (int icl = 0; icl < icg; icl++)
+            for (int ky = 0; ky < c->kh; ky++)
+                for (int kx = 0; kx < c->kw; kx++) {
+                    double s = 0;
+                    for (int n = 0; n < in.n; n++) {
+                        const float *x = inp + ((size_t)n * c->cin + g * icg + icl) * H * W;
+                        const float *dy = dout + ((size_t)n * c->cout + oc) * OH * OW;
+                        for (int oh = 0; oh < OH; oh++) {
+                            int iy = oh * c->sh - c->ph + ky * c->dh;
+                            if (iy < 0 || iy >= H)
+                                continue;
+                            for (int ow = 0; ow < OW; ow++) {
+                                int ix = ow * c->sw - c->pw + kx * c->dw;
+                                if (ix >= 0 && ix < W)
+                                    s += (double)dy[oh * OW + ow] * x[iy * W + ix];
+                            }
+                        }
+                    }
+                    dweight[(((size_t)oc * icg + icl) * c->kh + ky) * c->kw + kx] += (float)s;
+                }
+    }
+}
+
+/* ---- oneDNN ----------------------------------------------------------------------- */
+
+struct conv_geom {
+    dnnl_dims_t strides, dilates, pad;
+    dnnl_memory_desc_t w_plain, w_any, b_md;
+};
+
+static void conv_geom_init(struct conv_geom *g, const struct nn_conv2d_cfg *c)
+{
+    g->strides[0] = c->sh;
+    g->strides[1] = c->sw;
+    g->dilates[0] = c->dh - 1; /* oneDNN counts the gaps */
+    g->dilates[1] = c->dw - 1;
+    g->pad[0] = c->ph;
+    g->pad[1] = c->pw;
+    int G = c->groups;
+    if (G > 1) {
+        dnnl_dims_t wd = {G, c->cout / G, c->cin / G, c->kh, c->kw};
+        nn_md_tag(&g->w_plain, 5, wd, dnnl_goihw);
+        nn_md_tag(&g->w_any, 5, wd, dnnl_format_tag_any);
+    } else {
+        dnnl_dims_t wd = {c->cout, c->cin, c->kh, c->kw};
+        nn_md_tag(&g->w_plain, 4, wd, dnnl_oihw);
+        nn_md_tag(&g->w_any, 4, wd, dnnl_format_tag_any);
+    }
+    dnnl_dims_t bd = {c->cout};
+    nn_md_tag(&g->b_md, 1, bd, dnnl_a);
+}
+
+enum conv_kind { CONV_FWD, CONV_BWD_DATA, CONV_BWD_WEIGHTS };
+
+static const char *const conv_what[] = {"conv2d forward", "conv2d backward data",
+                                        "conv2d backward weights"};
+
+/* One convolution primitive; a: src (diff_src), c: dst (diff_dst) layouts. */
+static int conv_make_alg(struct nn_prim *p, struct nn_conv2d_fast *f, const struct conv_geom *g,
+                         enum conv_kind k, const dnnl_memory_desc_t *a,
+                         const dnnl_memory_desc_t *c, int train, dnnl_alg_kind_t alg,
+                         struct err *e)
+{
+    dnnl_convolution_desc_t cd;
+    const dnnl_memory_desc_t *bias = f->cfg.bias ? &g->b_md : NULL;
+    dnnl_status_t st;
+    if (k == CONV_FWD)
+        st = dnnl_dilated_convolution_forward_desc_init(
+            &cd, train ? dnnl_forward_training : dnnl_forward_inference, alg, a, &g->w_any, bias,
+            c, g->strides, g->dilates, g->pad, g->pad);
+    else if (k == CONV_BWD_DATA)
+        st = dnnl_dilated_convolution_backward_data_desc_init(&cd, alg, a, &g->w_any, c, g->strides,
+                                                              g->dilates, g->pad, g->pad);
+    else
+        st = dnnl_dilated_convolution_backward_weights_desc_init(
+            &cd, alg, a, &g->w_any, bias, c, g->strides, g->dilates, g->pad, g->pad);
+    if (st != dnnl_success)
+        return nn_dnnl_err(e, st, conv_what[k]);
+    return nn_prim_create(p, f->d, &cd, k == CONV_FWD ? NULL : f->fwd.pd, conv_what[k], e);
+}
+
+/* With the context's algorithm; Winograd falls back to direct where it does not apply. */
+static int conv_make(struct nn_prim *p, struct nn_conv2d_fast *f, const struct conv_geom *g,
+                     enum conv_kind k, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *c,
+                     int train, struct err *e)
+{
+    enum nn_conv_algo algo = f->d->conv_algo;
+    if (algo == NN_CONV_WINOGRAD &&
+        conv_make_alg(p, f, g, k, a, c, train, dnnl_convolution_winograd, e) == 0)
+        return 0;
+    return conv_make_alg(p, f, g, k, a, c, train,
+                         algo == NN_CONV_AUTO ? dnnl_convolution_auto : dnnl_convolution_direct, e);
+}
+
+/* First with the layouts the tensors already have (no reorders at all); if oneDNN has only
+ * its reference implementation for those (say plain diff_src with blocked diff_dst), again
+ * with format any, and the caller converts. */
+static int conv_make_fast(struct nn_prim *p, struct nn_conv2d_fast *f, const struct conv_geom *g,
+                          enum conv_kind k, const dnnl_memory_desc_t *a,
+                          const dnnl_memory_desc_t *c, int train, struct err *e)
+{
+    if (conv_make(p, f, g, k, a, c, train, e))
+        return -1;
+    if (!nn_prim_is_ref(p))
+        return 0;
+    nn_prim_destroy(p);
+    dnnl_memory_desc_t a_any, c_any;
+    nn_md_any(&a_any, f->in);
+    nn_md_any(&c_any, f->out);
+    return conv_make(p, f, g, k, &a_any, &c_any, train, e);
+}
+
+static int conv_fast_backward_init(struct nn_conv2d_fast *f, const struct conv_geom *g,
+                                   int need_dinp, struct err *e)
+{
+    struct nn_dnnl *d = f->d;
+    const dnnl_memory_desc_t *fwd_src = nn_prim_md(&f->fwd, dnnl_query_src_md, 0);
+    if (conv_make_fast(&f->bwd_weights, f, g, CONV_BWD_WEIGHTS, fwd_src, &f->dst_md, 1, e))
+        return -1;
+    const struct nn_prim *bw = &f->bwd_weights;
+    const dnnl_memory_desc_t *bw_src = nn_prim_md(bw, dnnl_query_src_md, 0);
+    const dnnl_memory_desc_t *bw_ddst = nn_prim_md(bw, dnnl_query_diff_dst_md, 0);
+    const dnnl_memory_desc_t *bw_dw = nn_prim_md(bw, dnnl_query_diff_weights_md, 0);
+    f->db_buf = nn_alloc((size_t)f->cfg.cout * sizeof(float));
+    if (!f->db_buf)
+        return err_set(e, ERR_NOMEM, "", "conv2d bias gradient");
+    if (nn_convert_in_init(&f->src_bw, d, fwd_src, bw_src, e) ||
+        nn_convert_in_init(&f->ddst_bw, d, &f->dst_md, bw_ddst, e) ||
+        nn_convert_out_init(&f->dw_out, d, bw_dw, &g->w_plain, 1, e) ||
+        nn_mem_create(&f->m_src_bw, d, bw_src, e) || nn_mem_create(&f->m_ddst_bw, d, bw_ddst, e) ||
+        nn_mem_create(&f->m_dw, d, bw_dw, e) || nn_mem_create(&f->m_db, d, &g->b_md, e))
+        return -1;
+    if (!need_dinp)
+        return 0;
+    if (conv_make_fast(&f->bwd_data, f, g, CONV_BWD_DATA, &f->src_md, &f->dst_md, 1, e))
+        return -1;
+    const struct nn_prim *bd = &f->bwd_data;
+    const dnnl_memory_desc_t *bd_w = nn_prim_md(bd, dnnl_query_weights_md, 0);
+    const dnnl_memory_desc_t *bd_dsrc = nn_prim_md(bd, dnnl_query_diff_src_md, 0);
+    const dnnl_memory_desc_t *bd_ddst = nn_prim_md(bd, dnnl_query_diff_dst_md, 0);
+    f->w_bwd_shared = f->w_fwd.active && nn_md_same(bd_w, nn_prim_md(&f->fwd, dnnl_query_weights_md, 0));
+    if ((!f->w_bwd_shared && nn_convert_in_init(&f->w_bwd, d, &g->w_plain, bd_w, e)) ||
+        nn_convert_in_init(&f->ddst_bd, d, &f->dst_md, bd_ddst, e) ||
+        nn_convert_out_init(&f->dsrc_out, d, bd_dsrc, &f->src_md, 0, e) ||
+        nn_mem_create(&f->m_wbwd, d, bd_w, e) || nn_mem_create(&f->m_ddst, d, bd_ddst, e) ||
+        nn_mem_create(&f->m_dsrc_bwd, d, bd_dsrc, e))
+        return -1;
+    return 0;
+}
+
+int nn_conv2d_fast_init(struct nn_conv2d_fast *f, struct nn_dnnl *d,
+                        const struct nn_conv2d_cfg *c, struct nn_shape in,
+                        const dnnl_memory_desc_t *src_md, int train, int need_dinp,
+                        struct err *e)
+{
+    memset(f, 0, sizeof *f);
+    f->d = d;
+    f->cfg = *c;
+    f->in = in;
+    f->src_md = *src_md;
+    if (nn_conv2d_shape(c, in, &f->out, e))
+        return -1;
+    struct conv_geom g;
+    conv_geom_init(&g, c);
+    dnnl_memory_desc_t dst_any;
+    nn_md_any(&dst_any, f->out);
+    if (conv_make_fast(&f->fwd, f, &g, CONV_FWD, src_md, &dst_any, train, e))
+        goto fail;
+    const dnnl_memory_desc_t *fwd_src = nn_prim_md(&f->fwd, dnnl_query_src_md, 0);
+    const dnnl_memory_desc_t *w_md = nn_prim_md(&f->fwd, dnnl_query_weights_md, 0);
+    f->dst_md = *nn_prim_md(&f->fwd, dnnl_query_dst_md, 0);
+    if (nn_convert_in_init(&f->src_in, d, src_md, fwd_src, e) ||
+        nn_convert_in_init(&f->w_fwd, d, &g.w_plain, w_md, e) ||
+        nn_mem_create(&f->m_src, d, fwd_src, e) || nn_mem_create(&f->m_w, d, w_md, e) ||
+        nn_mem_create(&f->m_b, d, &g.b_md, e) || nn_mem_create(&f->m_dst, d, &f->dst_md, e))
+        goto fail;
+    if (train && conv_fast_backward_init(f, &g, need_dinp, e))
+        goto fail;
+    return 0;
+fail:
+    nn_conv2d_fast_destroy(f);
+    return -1;
+}
+
+void nn_conv2d_fast_forward(struct nn_conv2d_fast *f, float *out, const float *inp,
+                            const float *weight, const float *bias)
+{
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, nn_mem_bind(&f->m_src, nn_convert_in(&f->src_in, f->d, inp))},
+        {DNNL_ARG_WEIGHTS, nn_mem_bind(&f->m_w, nn_convert_in(&f->w_fwd, f->d, weight))},
+        {DNNL_ARG_DST, nn_mem_bind(&f->m_dst, out)},
+        {DNNL_ARG_BIAS, f->cfg.bias ? nn_mem_bind(&f->m_b, bias) : NULL},
+    };
+    nn_prim_run(&f->fwd, f->d, f->cfg.bias ? 4 : 3, args);
+}
+
+void nn_conv2d_fast_backward(struct nn_conv2d_fast *f, float *dinp, float *dweight,
+                             float *dbias, const float *dout, const float *inp,
+                             const float *weight)
+{
+    struct nn_dnnl *d = f->d;
+    if (dinp && f->bwd_data.prim) {
+        /* the forward of this step left its converted weights in w_fwd.buf */
+        const float *w = f->w_bwd_shared ? f->w_fwd.buf : nn_convert_in(&f->w_bwd, d, weight);
+        float *ds = nn_convert_out_begin(&f->dsrc_out, dinp);
+        dnnl_exec_arg_t args[] = {
+            {DNNL_ARG_DIFF_DST, nn_mem_bind(&f->m_ddst, nn_convert_in(&f->ddst_bd, d, dout))},
+            {DNNL_ARG_WEIGHTS, nn_mem_bind(&f->m_wbwd, w)},
+            {DNNL_ARG_DIFF_SRC, nn_mem_bind(&f->m_dsrc_bwd, ds)},
+        };
+        nn_prim_run(&f->bwd_data, d, 3, args);
+        nn_convert_out_end(&f->dsrc_out, d, dinp);
+    }
+    /* the forward's own input: converted into src_in.buf when the layouts differed */
+    const float *src = f->src_in.active ? f->src_in.buf : inp;
+    float *dw = nn_convert_out_begin(&f->dw_out, dweight);
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, nn_mem_bind(&f->m_src_bw, nn_convert_in(&f->src_bw, d, src))},
+        {DNNL_ARG_DIFF_DST, nn_mem_bind(&f->m_ddst_bw, nn_convert_in(&f->ddst_bw, d, dout))},
+        {DNNL_ARG_DIFF_WEIGHTS, nn_mem_bind(&f->m_dw, dw)},
+        {DNNL_ARG_DIFF_BIAS, nn_mem_bind(&f->m_db, f->db_buf)},
+    };
+    nn_prim_run(&f->bwd_weights, d, f->cfg.bias ? 4 : 3, args);
+    nn_convert_out_end(&f->dw_out, d, dweight);
+    if (f->cfg.bias && dbias)
+        for (int i = 0; i < f->cfg.cout; i++)
+            dbias[i] += f->db_buf[i];
+}
+
+void nn_conv2d_fast_destroy(struct nn_conv2d_fast *f)
+{
+    nn_prim_destroy(&f->fwd);
+    nn_prim_destroy(&f->bwd_data);
+    nn_prim_destroy(&f->bwd_weights);
+    struct nn_convert *cs[] = {&f->src_in, &f->w_fwd,  &f->w_bwd,   &f->ddst_bd,
+                               &f->dsrc_out, &f->src_bw, &f->ddst_bw, &f->dw_out};
+    for (size_t i = 0; i < sizeof cs / sizeof *cs; i++)
+        nn_convert_destroy(cs[i]);
+    struct nn_mem *ms[] = {&f->m_src,    &f->m_w,      &f->m_b,       &f->m_dst,
+                           &f->m_ddst,   &f->m_wbwd,   &f->m_dsrc_bwd, &f->m_src_bw,
+                           &f->m_ddst_bw, &f->m_dw,    &f->m_db};
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+        nn_mem_destroy(ms[i]);
+    free(f->db_buf);
+    memset(f, 0, sizeof *f);
+}

@@ -1,0 +1,58 @@
+/* dropout: elementwise dropout (nn.Dropout) and channel dropout (nn.Dropout2d), scaled by
+ * 1/(1-p) in training and the identity in evaluation.
+ *
+ * Decision: no mask is stored. Whether element (n,c,h,w) survives is a counter-based hash
+ * of (key, its logical index), key = f(seed, step, layer); backward recomputes the same
+ * mask. So a run is deterministic given its seed whatever the thread count, and the
+ * reference (plain layout) and fast path (oneDNN's blocked layout, found through an
+ * nn_layout) drop exactly the same elements. One implementation serves both paths: the
+ * loops are parallel and touch each element once, so there is nothing faster to call. */
+#include "layers.h"
+
+uint64_t nn_dropout_key(uint64_t seed, uint64_t step, int layer)
+{
+    return nn_hash64(nn_hash64(nn_hash64(seed) + step) + (uint64_t)(unsigned)layer);
+}
+
+int nn_dropout_keep(const struct nn_dropout_cfg *c, struct nn_shape s, uint64_t key, int n,
+                    int ch, int h, int w)
+{
+    uint64_t plane = (uint64_t)n * (uint64_t)s.c + (uint64_t)ch;
+    uint64_t index = c->channelwise ? plane : (plane * (uint64_t)s.h + (uint64_t)h) * s.w + w;
+    return nn_hash_uniform(key, index) >= c->p;
+}
+
+/* out = inp * mask * scale over the logical elements; mask = 1 everywhere when !train */
+static void dropout_apply(float *out, const float *inp, const struct nn_dropout_cfg *c,
+                          struct nn_shape s, const struct nn_layout *l, uint64_t key,
+                          int train)
+{
+    float scale = !train ? 1.0f : c->p >= 1.0f ? 0.0f : 1.0f / (1.0f - c->p);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < s.n; n++)
+        for (int ch = 0; ch < s.c; ch++) {
+            int keep_plane = !train || !c->channelwise || nn_dropout_keep(c, s, key, n, ch, 0, 0);
+            for (int h = 0; h < s.h; h++)
+                for (int w = 0; w < s.w; w++) {
+                    size_t k = nn_layout_off(l, n, ch, h, w);
+                    int keep = keep_plane;
+                    if (train && !c->channelwise)
+                        keep = nn_dropout_keep(c, s, key, n, ch, h, w);
+                    out[k] = keep ? inp[k] * scale : 0.0f;
+                }
+        }
+}
+
+void nn_dropout_forward(float *out, const float *inp, const struct nn_dropout_cfg *c,
+                        struct nn_shape s, const struct nn_layout *l, uint64_t key, int train)
+{
+    if (!train && out == inp)
+        return;
+    dropout_apply(out, inp, c, s, l, key, train);
+}
+
+void nn_dropout_backward(float *dinp, const float *dout, const struct nn_dropout_cfg *c,
+                         struct nn_shape s, const struct nn_layout *l, uint64_t key)
+{
+    dropout_apply(dinp, dout, c, s, l, key, 1);
+}

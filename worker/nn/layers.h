@@ -1,0 +1,293 @@
+/* layers: every layer of the engine, one .c file each, the plain-loop reference (the spec,
+ * on plain NCHW / NF) and the oneDNN fast path (on the layouts oneDNN picks) side by side.
+ * nn.h states the conventions: outputs first, backward accumulates into parameter
+ * gradients and overwrites the input gradient (NULL skips it).
+ *
+ * A fast-path state (struct nn_*_fast) is made once per shape by nn_*_fast_init, which
+ * creates the primitives and allocates the layer's private buffers (saved statistics,
+ * pooling indices, blocked copies of weights); forward/backward then only bind pointers
+ * and execute. The state borrows the nn_dnnl context it was made with; it owns its
+ * primitives, memory objects and buffers, released by nn_*_fast_destroy (which accepts a
+ * zeroed or half-made state). `src_md` arguments are the layout of the incoming tensor;
+ * the state's dst_md is the layout of the tensor it produces; gradients use the layout of
+ * their tensor. Execution errors are sticky in the context (onednn.h). */
+#ifndef DDPB_NN_LAYERS_H
+#define DDPB_NN_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nn.h"
+#include "onednn.h"
+
+/* ==== conv2d (conv2d.c) ============================================================= */
+
+struct nn_conv2d_cfg {
+    int cin, cout;
+    int kh, kw;
+    int sh, sw; /* stride */
+    int ph, pw; /* zero padding on both sides */
+    int dh, dw; /* dilation, PyTorch's convention: 1 = none */
+    int groups; /* divides cin and cout; groups == cin == cout is depthwise */
+    int bias;   /* 1: a bias of cout */
+};
+
+/* Checks the config against the input (N,Cin,H,W); out gets (N,Cout,OH,OW). */
+int nn_conv2d_shape(const struct nn_conv2d_cfg *c, struct nn_shape in, struct nn_shape *out,
+                    struct err *e);
+size_t nn_conv2d_weight_len(const struct nn_conv2d_cfg *c); /* Cout*(Cin/G)*KH*KW */
+
+/* out (N,Cout,OH,OW) = conv(inp (N,Cin,H,W), weight (Cout,Cin/G,KH,KW)) + bias (Cout|NULL) */
+void nn_conv2d_forward(float *out, const float *inp, const float *weight, const float *bias,
+                       const struct nn_conv2d_cfg *c, struct nn_shape in);
+/* dinp (N,Cin,H,W) =, dweight +=, dbias += (NULL: none) from dout (N,Cout,OH,OW) */
+void nn_conv2d_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, const struct nn_conv2d_cfg *c,
+                        struct nn_shape in);
+
+struct nn_conv2d_fast {
+    struct nn_dnnl *d; /* borrowed */
+    struct nn_conv2d_cfg cfg;
+    struct nn_shape in, out;
+    dnnl_memory_desc_t src_md, dst_md; /* the incoming tensor's layout, the produced one's */
+    struct nn_prim fwd, bwd_data, bwd_weights;
+    /* where a primitive wants another layout than the tensor (or arena) has */
+    struct nn_convert src_in, w_fwd;          /* forward */
+    struct nn_convert w_bwd, ddst_bd, dsrc_out; /* backward data */
+    struct nn_convert src_bw, ddst_bw, dw_out; /* backward weights (dw_out accumulates) */
+    int w_bwd_shared; /* backward data reads the forward's converted weights */
+    struct nn_mem m_src, m_w, m_b, m_dst;          /* forward */
+    struct nn_mem m_ddst, m_wbwd, m_dsrc_bwd;      /* backward data */
+    struct nn_mem m_src_bw, m_ddst_bw, m_dw, m_db; /* backward weights */
+    float *db_buf; /* owned */
+};
+
+/* train: also the backward primitives; need_dinp: also the input gradient. */
+int nn_conv2d_fast_init(struct nn_conv2d_fast *f, struct nn_dnnl *d,
+                        const struct nn_conv2d_cfg *c, struct nn_shape in,
+                        const dnnl_memory_desc_t *src_md, int train, int need_dinp,
+                        struct err *e);
+void nn_conv2d_fast_forward(struct nn_conv2d_fast *f, float *out, const float *inp,
+                            const float *weight, const float *bias);
+void nn_conv2d_fast_backward(struct nn_conv2d_fast *f, float *dinp, float *dweight,
+                             float *dbias, const float *dout, const float *inp,
+                             const float *weight);
+void nn_conv2d_fast_destroy(struct nn_conv2d_fast *f);
+
+/* ==== batch normalization (batchnorm.c) ============================================== */
+
+struct nn_bn_cfg {
+    int c;
+    float eps;      /* PyTorch: 1e-5 */
+    float momentum; /* PyTorch: 0.1; running = (1-m)*running + m*batch */
+    int relu;       /* 1: a ReLU fused after (out = relu(bn(x))) */
+};
+
+/* Training: normalises with the batch statistics; saves mean (C) and biased var (C) for
+ * backward; updates running_mean/var (C) in place (var with the unbiased estimate). */
+void nn_bn_forward_train(float *out, float *mean, float *var, float *running_mean,
+                         float *running_var, const float *inp, const float *weight,
+                         const float *bias, const struct nn_bn_cfg *c, struct nn_shape s);
+/* Evaluation: normalises with the running statistics. */
+void nn_bn_forward_eval(float *out, const float *inp, const float *weight, const float *bias,
+                        const float *running_mean, const float *running_var,
+                        const struct nn_bn_cfg *c, struct nn_shape s);
+/* Training-mode backward; out is the forward's output (for the fused ReLU's mask). */
+void nn_bn_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                    const float *inp, const float *out, const float *mean, const float *var,
+                    const float *weight, const struct nn_bn_cfg *c, struct nn_shape s);
+
+struct nn_bn_fast {
+    struct nn_dnnl *d;
+    struct nn_bn_cfg cfg;
+    struct nn_shape s;
+    dnnl_memory_desc_t md;
+    struct nn_prim fwd_train, fwd_eval, bwd;
+    struct nn_mem m_src, m_dst, m_scale, m_shift, m_mean, m_var, m_ws, m_ddst, m_dsrc,
+        m_dscale, m_dshift, m_rmean, m_rvar;
+    float *mean, *var, *dscale, *dshift; /* owned, (C) each */
+    void *ws;                            /* owned: the fused ReLU's mask */
+};
+
+int nn_bn_fast_init(struct nn_bn_fast *f, struct nn_dnnl *d, const struct nn_bn_cfg *c,
+                    struct nn_shape s, const dnnl_memory_desc_t *md, int train,
+                    struct err *e);
+void nn_bn_fast_forward(struct nn_bn_fast *f, float *out, float *running_mean,
+                        float *running_var, const float *inp, const float *weight,
+                        const float *bias, int train);
+void nn_bn_fast_backward(struct nn_bn_fast *f, float *dinp, float *dweight, float *dbias,
+                         const float *dout, const float *inp, const float *weight);
+void nn_bn_fast_destroy(struct nn_bn_fast *f);
+
+/* ==== relu, relu6 (relu.c) =========================================================== */
+
+enum nn_act { NN_ACT_RELU, NN_ACT_RELU6 };
+
+/* out (n) = relu(inp) or clamp(inp, 0, 6); out may be inp (in place). Layout-free. */
+void nn_act_forward(float *out, const float *inp, size_t n, enum nn_act a);
+/* dinp = dout where 0 < out (< 6 for relu6), else 0: from the output, as PyTorch's in-place
+ * ReLU does; dinp may be dout. */
+void nn_act_backward(float *dinp, const float *dout, const float *out, size_t n, enum nn_act a);
+
+struct nn_act_fast {
+    struct nn_dnnl *d;
+    struct nn_prim fwd, bwd;
+    struct nn_mem m_src, m_dst, m_bdst, m_ddst, m_dsrc;
+};
+
+int nn_act_fast_init(struct nn_act_fast *f, struct nn_dnnl *d, enum nn_act a,
+                     const dnnl_memory_desc_t *md, int train, struct err *e);
+void nn_act_fast_forward(struct nn_act_fast *f, float *out, const float *inp);
+void nn_act_fast_backward(struct nn_act_fast *f, float *dinp, const float *dout,
+                          const float *out);
+void nn_act_fast_destroy(struct nn_act_fast *f);
+
+/* ==== pooling: max (maxpool.c), average, global average, adaptive (avgpool.c) ======== */
+
+struct nn_pool_cfg {
+    int kh, kw, sh, sw, ph, pw;
+    int count_include_pad; /* average pooling; PyTorch's default is 1 */
+};
+
+/* Checks the config (padding at most half the kernel, as PyTorch requires); out gets
+ * (N,C,OH,OW) with OH = (H + 2ph - kh)/sh + 1 (floor, no ceil_mode). */
+int nn_pool_shape(const struct nn_pool_cfg *c, struct nn_shape in, struct nn_shape *out,
+                  struct err *e);
+/* Global average pooling as a pool config: kernel = the whole plane. */
+struct nn_pool_cfg nn_pool_global(struct nn_shape in);
+
+/* out (N,C,OH,OW) = max over each window (padding is -inf) */
+void nn_maxpool_forward(float *out, const float *inp, const struct nn_pool_cfg *c,
+                        struct nn_shape in);
+/* dinp (N,C,H,W) = dout routed to each window's first maximum */
+void nn_maxpool_backward(float *dinp, const float *dout, const float *inp,
+                         const struct nn_pool_cfg *c, struct nn_shape in);
+/* out = window mean; the divisor counts padding when count_include_pad */
+void nn_avgpool_forward(float *out, const float *inp, const struct nn_pool_cfg *c,
+                        struct nn_shape in);
+void nn_avgpool_backward(float *dinp, const float *dout, const struct nn_pool_cfg *c,
+                         struct nn_shape in);
+
+/* max: 1 for max pooling, 0 for average */
+struct nn_pool_fast {
+    struct nn_dnnl *d;
+    struct nn_shape in, out;
+    dnnl_memory_desc_t src_md, dst_md;
+    struct nn_prim fwd, bwd;
+    struct nn_mem m_src, m_dst, m_ws, m_ddst, m_dsrc;
+    void *ws; /* owned: max pooling's indices */
+};
+
+int nn_pool_fast_init(struct nn_pool_fast *f, struct nn_dnnl *d, int max,
+                      const struct nn_pool_cfg *c, struct nn_shape in,
+                      const dnnl_memory_desc_t *src_md, int train, struct err *e);
+void nn_pool_fast_forward(struct nn_pool_fast *f, float *out, const float *inp);
+void nn_pool_fast_backward(struct nn_pool_fast *f, float *dinp, const float *dout);
+void nn_pool_fast_destroy(struct nn_pool_fast *f);
+
+/* Adaptive average pooling to (oh, ow) as PyTorch defines it: output cell i averages input
+ * rows floor(i*H/oh) .. ceil((i+1)*H/oh)-1 (same for columns). Plain layout only; when H and
+ * W divide evenly it is an ordinary average pooling (nn_adaptive_as_pool). */
+void nn_adaptive_avgpool_forward(float *out, const float *inp, int oh, int ow,
+                                 struct nn_shape in);
+void nn_adaptive_avgpool_backward(float *dinp, const float *dout, int oh, int ow,
+                                  struct nn_shape in);
+/* 1 and c filled when adaptive pooling to (oh, ow) equals an ordinary pooling. */
+int nn_adaptive_as_pool(struct nn_pool_cfg *c, int oh, int ow, struct nn_shape in);
+
+/* ==== linear (linear.c) ============================================================== */
+
+struct nn_linear_cfg {
+    int in, out;
+    int bias;
+};
+
+/* out (N,O) = inp (N,I) @ weight (O,I)^T + bias (O|NULL) */
+void nn_linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+                       const struct nn_linear_cfg *c, int n);
+/* dinp (N,I) =, dweight (O,I) +=, dbias (O) += */
+void nn_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                        const float *inp, const float *weight, const struct nn_linear_cfg *c,
+                        int n);
+
+struct nn_linear_fast {
+    struct nn_dnnl *d;
+    struct nn_linear_cfg cfg;
+    int n;
+    struct nn_prim fwd, bwd_data, bwd_weights;
+    struct nn_mem m_src, m_w, m_b, m_dst, m_ddst, m_dsrc, m_bw, m_bsrc, m_bddst, m_dw, m_db;
+    float *dw_buf, *db_buf; /* owned */
+};
+
+/* The input must be plain (N,I): a flatten puts 4-D tensors in that form. */
+int nn_linear_fast_init(struct nn_linear_fast *f, struct nn_dnnl *d,
+                        const struct nn_linear_cfg *c, int n, int train, int need_dinp,
+                        struct err *e);
+void nn_linear_fast_forward(struct nn_linear_fast *f, float *out, const float *inp,
+                            const float *weight, const float *bias);
+void nn_linear_fast_backward(struct nn_linear_fast *f, float *dinp, float *dweight,
+                             float *dbias, const float *dout, const float *inp,
+                             const float *weight);
+void nn_linear_fast_destroy(struct nn_linear_fast *f);
+
+/* ==== dropout (dropout.c) ============================================================ */
+
+struct nn_dropout_cfg {
+    float p;         /* probability of zeroing */
+    int channelwise; /* 1: Dropout2d, whole (n, c) planes */
+};
+
+/* The mask key of one layer at one step: the same (seed, step, layer) always drops the same
+ * elements, in forward and in backward, whatever the layout or thread count. */
+uint64_t nn_dropout_key(uint64_t seed, uint64_t step, int layer);
+/* Training: out = inp * keep / (1 - p), keep drawn per logical element (n,c,h,w) (or per
+ * (n,c) when channelwise) from key; evaluation (train = 0): out = inp. The layout says where
+ * element (n,c,h,w) lives (nn_layout_plain for the reference); out may be inp. */
+void nn_dropout_forward(float *out, const float *inp, const struct nn_dropout_cfg *c,
+                        struct nn_shape s, const struct nn_layout *l, uint64_t key, int train);
+/* dinp = dout * keep / (1 - p) with the forward's mask; dinp may be dout. */
+void nn_dropout_backward(float *dinp, const float *dout, const struct nn_dropout_cfg *c,
+                         struct nn_shape s, const struct nn_layout *l, uint64_t key);
+/* 1 when element (n,c,h,w) is kept under key (the mask itself, for tests). */
+int nn_dropout_keep(const struct nn_dropout_cfg *c, struct nn_shape s, uint64_t key, int n,
+                    int ch, int h, int w);
+
+/* ==== residual add (add.c) =========================================================== */
+
+/* out (n) = a + b, then ReLU when relu (ResNet's block end). Works on any layout the two
+ * inputs share, padding included (0 + 0 stays 0). */
+void nn_add_forward(float *out, const float *a, const float *b, size_t n, int relu);
+/* da = db = dout (masked by out > 0 when relu); either may be NULL. */
+void nn_add_backward(float *da, float *db, const float *dout, const float *out, size_t n,
+                     int relu);
+
+/* ==== flatten (flatten.c) ============================================================ */
+
+/* (N,C,H,W) -> (N,C*H*W) in PyTorch's order (c, h, w). The reference is a copy; the fast
+ * path reorders the incoming layout to plain (and the gradient back). */
+void nn_flatten_forward(float *out, const float *inp, struct nn_shape in);
+void nn_flatten_backward(float *dinp, const float *dout, struct nn_shape in);
+
+struct nn_flatten_fast {
+    struct nn_dnnl *d;
+    struct nn_reorder fwd, bwd;
+};
+
+int nn_flatten_fast_init(struct nn_flatten_fast *f, struct nn_dnnl *d, struct nn_shape in,
+                         const dnnl_memory_desc_t *src_md, int train, struct err *e);
+void nn_flatten_fast_forward(struct nn_flatten_fast *f, float *out, const float *inp);
+void nn_flatten_fast_backward(struct nn_flatten_fast *f, float *dinp, const float *dout);
+void nn_flatten_fast_destroy(struct nn_flatten_fast *f);
+
+/* ==== softmax cross-entropy (xent.c) ================================================= */
+
+/* logits (N,K) plain -> probs (N,K) = softmax; loss = mean over the first n_valid rows of
+ * -log probs[label]; correct = how many of them have label as the (first) arg max.
+ * A label outside [0, K) is ERR_INVALID. */
+int nn_xent_forward(float *probs, double *loss, int *correct, const float *logits,
+                    const int32_t *labels, int n, int k, int n_valid, struct err *e);
+/* dlogits (N,K) = (probs - onehot(label)) / n_valid for valid rows, 0 for the rest. */
+void nn_xent_backward(float *dlogits, const float *probs, const int32_t *labels, int n, int k,
+                      int n_valid);
+
+#endif

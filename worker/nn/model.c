@@ -1,0 +1,1123 @@
+/* model: the layer graph, parameter registration and initialisation, preparation for a
+ * batch (layouts, primitives, one workspace) and the forward / loss / backward step with
+ * its per-layer gradient hook (see model.h).
+ *
+ * Key decision: a tensor's layout is decided by its producer while preparing, in layer
+ * order; the consumers adapt (a convolution reorders an input it cannot read, a linear
+ * layer needs a flatten first, an add converts its second input to the first's layout),
+ * so in a CNN everything between the first convolution and the flatten stays in oneDNN's
+ * blocked format. */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct nn_tensor {
+    struct nn_shape shape; /* n = 1 while building, the batch once prepared */
+    int producer;          /* node, -1 for the input */
+    int needs_grad;
+    dnnl_memory_desc_t md; /* fast backend: the layout */
+    size_t bytes;          /* of data, and of grad (same layout) */
+    size_t data_off, grad_off;
+    float *data, *grad;
+    int grad_written; /* during backward */
+};
+
+/* adaptive pooling the fast path cannot express as a pooling: plain loops between
+ * reorders */
+struct nn_adapt_fast {
+    struct nn_reorder to_plain, from_plain;
+    float *plain_in, *plain_din; /* owned */
+};
+
+/* an add whose second input arrives in another layout */
+struct nn_add_fast {
+    struct nn_reorder b_in, b_back;
+    float *b_buf, *db_buf; /* owned */
+};
+
+union nn_node_fast {
+    struct nn_conv2d_fast conv;
+    struct nn_bn_fast bn;
+    struct nn_act_fast act;
+    struct nn_pool_fast pool;
+    struct nn_linear_fast linear;
+    struct nn_flatten_fast flatten;
+    struct nn_adapt_fast adapt;
+    struct nn_add_fast add;
+};
+
+struct nn_node {
+    enum nn_op op;
+    char name[48];
+    int in[2], nin, out;
+    union {
+        struct nn_conv2d_cfg conv;
+        struct nn_bn_cfg bn;
+        enum nn_act act;
+        struct nn_pool_cfg pool;
+        struct {
+            int oh, ow;
+        } adapt;
+        struct nn_linear_cfg linear;
+        struct nn_dropout_cfg dropout;
+        int add_relu;
+    } cfg;
+    int first_param, nparams;
+    size_t param_off, param_len;
+    size_t buf_off; /* batch norm: running mean (C) then var (C) */
+    /* prepared */
+    union nn_node_fast *fast; /* owned, fast backend */
+    int fast_pool;            /* adaptive pooling done by fast.pool */
+    int add_convert;          /* add: fast.add converts the second input */
+    size_t save_off;          /* reference batch norm: saved mean (C), var (C) */
+    float *save;
+    struct nn_layout layout; /* dropout: where its elements live */
+};
+
+static const char *const op_names[] = {
+    [NN_OP_CONV] = "conv2d",     [NN_OP_BN] = "batchnorm",
+    [NN_OP_ACT] = "act",         [NN_OP_MAXPOOL] = "maxpool",
+    [NN_OP_AVGPOOL] = "avgpool", [NN_OP_ADAPTIVE_AVGPOOL] = "adaptive_avgpool",
+    [NN_OP_LINEAR] = "linear",   [NN_OP_DROPOUT] = "dropout",
+    [NN_OP_ADD] = "add",         [NN_OP_FLATTEN] = "flatten",
+};
+
+void nn_model_init(struct nn_model *m)
+{
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- building --------------------------------------------------------------------- */
+
+static int model_fail(struct nn_model *m, enum err_code code, const char *who, const char *msg)
+{
+    if (!m->build_failed)
+        err_set(&m->build_err, code, "model", "%s: %s", who, msg);
+    m->build_failed = 1;
+    return -1;
+}
+
+static void *model_grow(void *p, int *cap, int need, size_t elem)
+{
+    if (need <= *cap)
+        return p;
+    int ncap = *cap ? *cap * 2 : 16;
+    while (ncap < need)
+        ncap *= 2;
+    void *q = realloc(p, (size_t)ncap * elem);
+    if (q) {
+        memset((char *)q + (size_t)*cap * elem, 0, (size_t)(ncap - *cap) * elem);
+        *cap = ncap;
+    }
+    return q;
+}
+
+static int model_add_tensor(struct nn_model *m, struct nn_shape s, int producer, int needs_grad)
+{
+    struct nn_tensor *t = model_grow(m->tensors, &m->cap_tensors, m->ntensors + 1, sizeof *t);
+    if (!t)
+        return model_fail(m, ERR_NOMEM, "tensors", "out of memory");
+    m->tensors = t;
+    t += m->ntensors;
+    t->shape = s;
+    t->producer = producer;
+    t->needs_grad = needs_grad;
+    return m->ntensors++;
+}
+
+static int model_check_input(struct nn_model *m, int x)
+{
+    if (m->build_failed)
+        return -1;
+    if (m->finished)
+        return model_fail(m, ERR_INVALID, "build", "the model is finished");
+    if (x < 0 || x >= m->ntensors)
+        return model_fail(m, ERR_INVALID, "build", "no such tensor");
+    return 0;
+}
+
+/* Appends a node reading in0 (and in1 >= 0) and producing a tensor of shape out; returns the
+ * node or NULL (sticky error). */
+static struct nn_node *model_add_node(struct nn_model *m, enum nn_op op, const char *name,
+                                      int in0, int in1)
+{
+    if (model_check_input(m, in0) || (in1 >= 0 && model_check_input(m, in1)))
+        return NULL;
+    struct nn_node *n = model_grow(m->nodes, &m->cap_nodes, m->nnodes + 1, sizeof *n);
+    if (!n) {
+        model_fail(m, ERR_NOMEM, "nodes", "out of memory");
+        return NULL;
+    }
+    m->nodes = n;
+    n += m->nnodes;
+    memset(n, 0, sizeof *n);
+    n->op = op;
+    if (name && *name)
+        snprintf(n->name, sizeof n->name, "%s", name);
+    else
+        snprintf(n->name, sizeof n->name, "%s%d", op_names[op], m->nnodes);
+    n->in[0] = in0;
+    n->in[1] = in1;
+    n->nin = in1 >= 0 ? 2 : 1;
+    n->out = -1;
+    n->first_param = m->nparam_tensors;
+    n->param_off = m->nparams;
+    m->nnodes++;
+    return n;
+}
+
+/* The output tensor of the node just added; needs a gradient when any input does or the
+ * node has parameters. */
+static int model_node_output(struct nn_model *m, struct nn_node *n, struct nn_shape s)
+{
+    int g = n->nparams > 0;
+    for (int j = 0; j < n->nin; j++)
+        g |= m->tensors[n->in[j]].needs_grad;
+    n->out = model_add_tensor(m, s, (int)(n - m->nodes), g);
+    return n->out;
+}
+
+static int model_add_param(struct nn_model *m, struct nn_node *n, const char *suffix,
+                           size_t len, int fan_in, int fan_out, enum nn_init init, float value)
+{
+    struct nn_param *p = model_grow(m->param_info, &m->cap_params, m->nparam_tensors + 1,
+                                    sizeof *p);
+    if (!p)
+        return model_fail(m, ERR_NOMEM, "parameters", "out of memory");
+    m->param_info = p;
+    p += m->nparam_tensors++;
+    snprintf(p->name, sizeof p->name, "%s.%s", n->name, suffix);
+    p->node = (int)(n - m->nodes);
+    p->offset = m->nparams;
+    p->len = len;
+    p->fan_in = fan_in;
+    p->fan_out = fan_out;
+    p->init = init;
+    p->value = value;
+    m->nparams += len;
+    n->nparams++;
+    n->param_len += len;
+    return 0;
+}
+
+int nn_model_input(struct nn_model *m, int c, int h, int w)
+{
+    if (m->build_failed)
+        return -1;
+    if (m->ntensors > 0)
+        return model_fail(m, ERR_INVALID, "input", "the model has an input already");
+    if (c < 1 || h < 1 || w < 1 || (long)c * h * w > (1L << 30))
+        return model_fail(m, ERR_INVALID, "input", "bad input shape");
+    return model_add_tensor(m, nn_shape4(1, c, h, w), -1, 0);
+}
+
+static int model_err_from(struct nn_model *m, struct err *e)
+{
+    if (!m->build_failed)
+        m->build_err = *e;
+    m->build_failed = 1;
+    return -1;
+}
+
+int nn_model_conv2d(struct nn_model *m, const char *name, int x, const struct nn_conv2d_cfg *c)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_CONV, name, x, -1);
+    if (!n)
+        return -1;
+    struct nn_shape out;
+    struct err e;
+    if (nn_conv2d_shape(c, m->tensors[x].shape, &out, &e))
+        return model_err_from(m, &e);
+    n->cfg.conv = *c;
+    int rf = c->kh * c->kw;
+    int fan_in = c->cin / c->groups * rf, fan_out = c->cout / c->groups * rf;
+    if (model_add_param(m, n, "weight", nn_conv2d_weight_len(c), fan_in, fan_out,
+                        NN_INIT_DEFAULT, 0) ||
+        (c->bias && model_add_param(m, n, "bias", (size_t)c->cout, fan_in, fan_out,
+                                    NN_INIT_DEFAULT, 0)))
+        return -1;
+    return model_node_output(m, n, out);
+}
+
+int nn_model_batchnorm(struct nn_model *m, const char *name, int x, int relu)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_BN, name, x, -1);
+    if (!n)
+        return -1;
+    struct nn_shape s = m->tensors[x].shape;
+    if (s.ndims != 4)
+        return model_fail(m, ERR_INVALID, n->name, "batch norm needs a 4-D input");
+    n->cfg.bn = (struct nn_bn_cfg){.c = s.c, .eps = 1e-5f, .momentum = 0.1f, .relu = relu};
+    if (model_add_param(m, n, "weight", (size_t)s.c, s.c, s.c, NN_INIT_CONST, 1.0f) ||
+        model_add_param(m, n, "bias", (size_t)s.c, s.c, s.c, NN_INIT_CONST, 0.0f))
+        return -1;
+    n->buf_off = m->nbuffers;
+    m->nbuffers += 2 * (size_t)s.c;
+    return model_node_output(m, n, s);
+}
+
+int nn_model_act(struct nn_model *m, const char *name, int x, enum nn_act a)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_ACT, name, x, -1);
+    if (!n)
+        return -1;
+    n->cfg.act = a;
+    return model_node_output(m, n, m->tensors[x].shape);
+}
+
+static int model_pool(struct nn_model *m, enum nn_op op, const char *name, int x,
+                      struct nn_pool_cfg c)
+{
+    struct nn_node *n = model_add_node(m, op, name, x, -1);
+    if (!n)
+        return -1;
+    struct nn_shape out;
+    struct err e;
+    if (nn_pool_shape(&c, m->tensors[x].shape, &out, &e))
+        return model_err_from(m, &e);
+    n->cfg.pool = c;
+    return model_node_output(m, n, out);
+}
+
+int nn_model_maxpool(struct nn_model *m, const char *name, int x, int k, int s, int p)
+{
+    struct nn_pool_cfg c = {.kh = k, .kw = k, .sh = s, .sw = s, .ph = p, .pw = p};
+    return model_pool(m, NN_OP_MAXPOOL, name, x, c);
+}
+
+int nn_model_avgpool(struct nn_model *m, const char *name, int x, int k, int s, int p)
+{
+    struct nn_pool_cfg c = {.kh = k, .kw = k, .sh = s, .sw = s, .ph = p, .pw = p,
+                            .count_include_pad = 1};
+    return model_pool(m, NN_OP_AVGPOOL, name, x, c);
+}
+
+int nn_model_global_avgpool(struct nn_model *m, const char *name, int x)
+{
+    if (model_check_input(m, x))
+        return -1;
+    return model_pool(m, NN_OP_AVGPOOL, name, x, nn_pool_global(m->tensors[x].shape));
+}
+
+int nn_model_adaptive_avgpool(struct nn_model *m, const char *name, int x, int oh, int ow)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_ADAPTIVE_AVGPOOL, name, x, -1);
+    if (!n)
+        return -1;
+    struct nn_shape s = m->tensors[x].shape;
+    if (s.ndims != 4 || oh < 1 || ow < 1)
+        return model_fail(m, ERR_INVALID, n->name, "adaptive pooling needs a 4-D input");
+    n->cfg.adapt.oh = oh;
+    n->cfg.adapt.ow = ow;
+    return model_node_output(m, n, nn_shape4(s.n, s.c, oh, ow));
+}
+
+int nn_model_linear(struct nn_model *m, const char *name, int x, int out, int bias)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_LINEAR, name, x, -1);
+    if (!n)
+        return -1;
+    struct nn_shape s = m->tensors[x].shape;
+    if (s.ndims != 2)
+        return model_fail(m, ERR_INVALID, n->name, "linear needs a 2-D input (flatten first)");
+    if (out < 1)
+        return model_fail(m, ERR_INVALID, n->name, "linear needs outputs");
+    n->cfg.linear = (struct nn_linear_cfg){.in = s.c, .out = out, .bias = bias};
+    if (model_add_param(m, n, "weight", (size_t)out * s.c, s.c, out, NN_INIT_DEFAULT, 0) ||
+        (bias && model_add_param(m, n, "bias", (size_t)out, s.c, out, NN_INIT_DEFAULT, 0)))
+        return -1;
+    return model_node_output(m, n, nn_shape2(s.n, out));
+}
+
+int nn_model_dropout(struct nn_model *m, const char *name, int x, float p, int channelwise)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_DROPOUT, name, x, -1);
+    if (!n)
+        return -1;
+    if (!(p >= 0 && p <= 1))
+        return model_fail(m, ERR_INVALID, n->name, "dropout probability outside [0, 1]");
+    n->cfg.dropout = (struct nn_dropout_cfg){.p = p, .channelwise = channelwise};
+    return model_node_output(m, n, m->tensors[x].shape);
+}
+
+int nn_model_add(struct nn_model *m, const char *name, int a, int b, int relu)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_ADD, name, a, b);
+    if (!n)
+        return -1;
+    struct nn_shape sa = m->tensors[a].shape, sb = m->tensors[b].shape;
+    if (memcmp(&sa, &sb, sizeof sa) != 0)
+        return model_fail(m, ERR_INVALID, n->name, "add of tensors of different shapes");
+    n->cfg.add_relu = relu;
+    return model_node_output(m, n, sa);
+}
+
+int nn_model_flatten(struct nn_model *m, const char *name, int x)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_FLATTEN, name, x, -1);
+    if (!n)
+        return -1;
+    struct nn_shape s = m->tensors[x].shape;
+    return model_node_output(m, n, nn_shape2(s.n, (int)nn_shape_sample(s)));
+}
+
+int nn_model_finish(struct nn_model *m, struct err *e)
+{
+    if (m->build_failed) {
+        if (e)
+            *e = m->build_err;
+        return -1;
+    }
+    if (m->nnodes == 0 || m->tensors[m->nodes[m->nnodes - 1].out].shape.ndims != 2)
+        return err_set(e, ERR_INVALID, "model", "a model must end in a 2-D (N, classes) layer");
+    m->finished = 1;
+    return 0;
+}
+
+/* ---- parameters --------------------------------------------------------------------- */
+
+static void model_init_param(const struct nn_param *p, float *w, struct nn_rng *r)
+{
+    double bound = 1.0 / sqrt((double)(p->fan_in > 0 ? p->fan_in : 1));
+    switch (p->init) {
+    case NN_INIT_DEFAULT:
+        nn_rng_fill_uniform(r, w, p->len, (float)-bound, (float)bound);
+        break;
+    case NN_INIT_KAIMING_NORMAL_OUT:
+        nn_rng_fill_normal(r, w, p->len, 0, (float)sqrt(2.0 / (p->fan_out > 0 ? p->fan_out : 1)));
+        break;
+    case NN_INIT_NORMAL:
+        nn_rng_fill_normal(r, w, p->len, 0, p->value);
+        break;
+    case NN_INIT_CONST:
+        for (size_t i = 0; i < p->len; i++)
+            w[i] = p->value;
+        break;
+    }
+}
+
+int nn_model_init_params(struct nn_model *m, uint64_t seed, struct err *e)
+{
+    if (!m->finished)
+        return err_set(e, ERR_INVALID, "model", "init_params before nn_model_finish");
+    nn_arena_free(&m->params);
+    nn_arena_free(&m->grads);
+    nn_arena_free(&m->buffers);
+    if (nn_arena_alloc(&m->params, m->nparams, e) || nn_arena_alloc(&m->grads, m->nparams, e) ||
+        nn_arena_alloc(&m->buffers, m->nbuffers, e))
+        return -1;
+    m->seed = seed;
+    struct nn_rng r;
+    nn_rng_seed(&r, seed);
+    for (int i = 0; i < m->nparam_tensors; i++)
+        model_init_param(&m->param_info[i], m->params.data + m->param_info[i].offset, &r);
+    for (int i = 0; i < m->nnodes; i++) /* running var starts at 1 */
+        if (m->nodes[i].op == NN_OP_BN)
+            for (int c = 0; c < m->nodes[i].cfg.bn.c; c++)
+                m->buffers.data[m->nodes[i].buf_off + (size_t)m->nodes[i].cfg.bn.c + c] = 1.0f;
+    return 0;
+}
+
+const struct nn_param *nn_model_param_info(const struct nn_model *m, int *count)
+{
+    *count = m->nparam_tensors;
+    return m->param_info;
+}
+
+void nn_model_set_init(struct nn_model *m, int param, enum nn_init init, float value)
+{
+    if (param >= 0 && param < m->nparam_tensors) {
+        m->param_info[param].init = init;
+        m->param_info[param].value = value;
+    }
+}
+
+size_t nn_model_param_count(const struct nn_model *m)
+{
+    return m->nparams;
+}
+
+int nn_model_grad_sizes_reverse(const struct nn_model *m, size_t *sizes, int cap)
+{
+    for (int i = 0; i < m->nparam_tensors && i < cap; i++)
+        sizes[i] = m->param_info[m->nparam_tensors - 1 - i].len;
+    return m->nparam_tensors;
+}
+
+void nn_model_zero_grad(struct nn_model *m)
+{
+    if (m->grads.data)
+        memset(m->grads.data, 0, m->grads.len * sizeof(float));
+}
+
+/* ---- preparing ---------------------------------------------------------------------- */
+
+static void node_fast_destroy(struct nn_node *n)
+{
+    union nn_node_fast *f = n->fast;
+    if (!f)
+        return;
+    switch (n->op) {
+    case NN_OP_CONV:
+        nn_conv2d_fast_destroy(&f->conv);
+        break;
+    case NN_OP_BN:
+        nn_bn_fast_destroy(&f->bn);
+        break;
+    case NN_OP_ACT:
+        nn_act_fast_destroy(&f->act);
+        break;
+    case NN_OP_MAXPOOL:
+    case NN_OP_AVGPOOL:
+        nn_pool_fast_destroy(&f->pool);
+        break;
+    case NN_OP_ADAPTIVE_AVGPOOL:
+        if (n->fast_pool) {
+            nn_pool_fast_destroy(&f->pool);
+        } else {
+            nn_reorder_destroy(&f->adapt.to_plain);
+            nn_reorder_destroy(&f->adapt.from_plain);
+            free(f->adapt.plain_in);
+            free(f->adapt.plain_din);
+        }
+        break;
+    case NN_OP_LINEAR:
+        nn_linear_fast_destroy(&f->linear);
+        break;
+    case NN_OP_FLATTEN:
+        nn_flatten_fast_destroy(&f->flatten);
+        break;
+    case NN_OP_ADD:
+        nn_reorder_destroy(&f->add.b_in);
+        nn_reorder_destroy(&f->add.b_back);
+        free(f->add.b_buf);
+        free(f->add.db_buf);
+        break;
+    case NN_OP_DROPOUT:
+        break;
+    }
+    free(f);
+    n->fast = NULL;
+}
+
+static void model_unprepare(struct nn_model *m)
+{
+    for (int i = 0; i < m->nnodes; i++)
+        node_fast_destroy(&m->nodes[i]);
+    nn_ws_free(&m->ws);
+    if (m->have_dnnl)
+        nn_dnnl_cleanup(&m->dnnl);
+    m->have_dnnl = 0;
+    m->prepared = 0;
+    m->probs = m->scratch[0] = m->scratch[1] = NULL;
+}
+
+void nn_model_destroy(struct nn_model *m)
+{
+    model_unprepare(m);
+    free(m->nodes);
+    free(m->tensors);
+    free(m->param_info);
+    nn_arena_free(&m->params);
+    nn_arena_free(&m->grads);
+    nn_arena_free(&m->buffers);
+    memset(m, 0, sizeof *m);
+}
+
+static int adapt_fast_init(struct nn_model *m, struct nn_node *n, const struct nn_tensor *x,
+                           struct nn_tensor *y, int train, struct err *e)
+{
+    struct nn_pool_cfg pc;
+    union nn_node_fast *f = n->fast;
+    if (nn_adaptive_as_pool(&pc, n->cfg.adapt.oh, n->cfg.adapt.ow, x->shape)) {
+        n->fast_pool = 1;
+        if (nn_pool_fast_init(&f->pool, &m->dnnl, 0, &pc, x->shape, &x->md, train, e))
+            return -1;
+        y->md = f->pool.dst_md;
+        return 0;
+    }
+    dnnl_memory_desc_t plain;
+    nn_md_plain(&plain, x->shape);
+    nn_md_plain(&y->md, y->shape);
+    size_t bytes = nn_shape_numel(x->shape) * sizeof(float);
+    f->adapt.plain_in = nn_alloc(bytes);
+    f->adapt.plain_din = train ? nn_alloc(bytes) : NULL;
+    if (!f->adapt.plain_in || (train && !f->adapt.plain_din))
+        return err_set(e, ERR_NOMEM, "", "adaptive pooling buffers");
+    return nn_reorder_init(&f->adapt.to_plain, &m->dnnl, &x->md, &plain, 0, e) ||
+           (train && nn_reorder_init(&f->adapt.from_plain, &m->dnnl, &plain, &x->md, 0, e));
+}
+
+static int add_fast_init(struct nn_model *m, struct nn_node *n, struct nn_tensor *y, int train,
+                         struct err *e)
+{
+    const struct nn_tensor *a = &m->tensors[n->in[0]], *b = &m->tensors[n->in[1]];
+    y->md = a->md;
+    if (nn_md_same(&a->md, &b->md))
+        return 0;
+    n->add_convert = 1;
+    struct nn_add_fast *f = &n->fast->add;
+    f->b_buf = nn_alloc(a->bytes);
+    f->db_buf = train ? nn_alloc(a->bytes) : NULL;
+    if (!f->b_buf || (train && !f->db_buf))
+        return err_set(e, ERR_NOMEM, "", "add buffers");
+    return nn_reorder_init(&f->b_in, &m->dnnl, &b->md, &a->md, 0, e) ||
+           (train && nn_reorder_init(&f->b_back, &m->dnnl, &a->md, &b->md, 0, e));
+}
+
+/* Creates the node's fast state from its input's layout and sets its output's layout. */
+static int node_fast_init(struct nn_model *m, struct nn_node *n, int train, struct err *e)
+{
+    struct nn_tensor *x = &m->tensors[n->in[0]], *y = &m->tensors[n->out];
+    struct nn_dnnl *d = &m->dnnl;
+    n->fast = calloc(1, sizeof *n->fast);
+    if (!n->fast)
+        return err_set(e, ERR_NOMEM, "", "layer state");
+    union nn_node_fast *f = n->fast;
+    int dinp = x->needs_grad;
+    switch (n->op) {
+    case NN_OP_CONV:
+        if (nn_conv2d_fast_init(&f->conv, d, &n->cfg.conv, x->shape, &x->md, train, dinp, e))
+            return -1;
+        y->md = f->conv.dst_md;
+        return 0;
+    case NN_OP_BN:
+        y->md = x->md;
+        return nn_bn_fast_init(&f->bn, d, &n->cfg.bn, x->shape, &x->md, train, e);
+    case NN_OP_ACT:
+        y->md = x->md;
+        return nn_act_fast_init(&f->act, d, n->cfg.act, &x->md, train, e);
+    case NN_OP_MAXPOOL:
+    case NN_OP_AVGPOOL:
+        if (nn_pool_fast_init(&f->pool, d, n->op == NN_OP_MAXPOOL, &n->cfg.pool, x->shape,
+                              &x->md, train, e))
+            return -1;
+        y->md = f->pool.dst_md;
+        return 0;
+    case NN_OP_ADAPTIVE_AVGPOOL:
+        return adapt_fast_init(m, n, x, y, train, e);
+    case NN_OP_LINEAR:
+        nn_md_plain(&y->md, y->shape);
+        return nn_linear_fast_init(&f->linear, d, &n->cfg.linear, x->shape.n, train, dinp, e);
+    case NN_OP_FLATTEN:
+        nn_md_plain(&y->md, y->shape);
+        return nn_flatten_fast_init(&f->flatten, d, x->shape, &x->md, train, e);
+    case NN_OP_DROPOUT:
+        y->md = x->md;
+        return nn_layout_from_md(&n->layout, &x->md, e);
+    case NN_OP_ADD:
+        return add_fast_init(m, n, y, train, e);
+    }
+    return 0;
+}
+
+static int node_prepare(struct nn_model *m, struct nn_node *n, int train, struct err *e)
+{
+    struct nn_tensor *x = &m->tensors[n->in[0]], *y = &m->tensors[n->out];
+    n->fast_pool = n->add_convert = 0; /* decided anew for this batch and mode */
+    n->save = NULL;
+    if (train && n->op == NN_OP_BN && x->shape.n * x->shape.h * x->shape.w < 2)
+        return err_set(e, ERR_INVALID, "batch_size",
+                       "%s: batch norm needs more than one value per channel in training",
+                       n->name);
+    if (m->backend == NN_BACKEND_FAST) {
+        if (node_fast_init(m, n, train, e))
+            return err_prefix(e, "%s", n->name);
+    } else {
+        nn_md_plain(&y->md, y->shape);
+        nn_layout_plain(&n->layout, y->shape);
+        if (n->op == NN_OP_BN)
+            n->save_off = nn_ws_reserve(&m->ws, 2 * (size_t)n->cfg.bn.c * sizeof(float));
+    }
+    y->bytes = m->backend == NN_BACKEND_FAST ? nn_md_bytes(&y->md)
+                                             : nn_shape_numel(y->shape) * sizeof(float);
+    return 0;
+}
+
+void nn_model_set_conv_algo(struct nn_model *m, enum nn_conv_algo algo)
+{
+    m->conv_algo = algo;
+}
+
+int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int train,
+                     struct err *e)
+{
+    if (!m->finished || !m->params.data)
+        return err_set(e, ERR_INVALID, "model", "prepare before finish and init_params");
+    if (batch < 1)
+        return err_set(e, ERR_INVALID, "batch_size", "batch size must be >= 1");
+    model_unprepare(m);
+    m->batch = batch;
+    m->backend = backend;
+    m->train_ready = train;
+    for (int t = 0; t < m->ntensors; t++) {
+        m->tensors[t].shape.n = batch;
+        m->tensors[t].data = m->tensors[t].grad = NULL;
+    }
+    if (backend == NN_BACKEND_FAST) {
+        if (nn_dnnl_init(&m->dnnl, e))
+            return -1;
+        m->have_dnnl = 1;
+        m->dnnl.conv_algo = m->conv_algo;
+    }
+    struct nn_tensor *in = &m->tensors[0];
+    nn_md_plain(&in->md, in->shape);
+    in->bytes = nn_shape_numel(in->shape) * sizeof(float);
+    for (int i = 0; i < m->nnodes; i++)
+        if (node_prepare(m, &m->nodes[i], train, e))
+            goto fail;
+    size_t max_grad = 0;
+    for (int t = 1; t < m->ntensors; t++) {
+        struct nn_tensor *x = &m->tensors[t];
+        x->data_off = nn_ws_reserve(&m->ws, x->bytes);
+        if (train && x->needs_grad)
+            x->grad_off = nn_ws_reserve(&m->ws, x->bytes);
+        if (x->bytes > max_grad)
+            max_grad = x->bytes;
+    }
+    int k = nn_model_classes(m);
+    size_t probs_off = nn_ws_reserve(&m->ws, (size_t)batch * k * sizeof(float));
+    size_t scratch_off[2] = {0, 0};
+    if (train)
+        for (int j = 0; j < 2; j++)
+            scratch_off[j] = nn_ws_reserve(&m->ws, max_grad);
+    if (nn_ws_commit(&m->ws, e))
+        goto fail;
+    for (int t = 1; t < m->ntensors; t++) {
+        struct nn_tensor *x = &m->tensors[t];
+        x->data = nn_ws_ptr(&m->ws, x->data_off);
+        if (train && x->needs_grad)
+            x->grad = nn_ws_ptr(&m->ws, x->grad_off);
+    }
+    for (int i = 0; i < m->nnodes; i++)
+        if (m->nodes[i].op == NN_OP_BN && backend == NN_BACKEND_REF)
+            m->nodes[i].save = nn_ws_ptr(&m->ws, m->nodes[i].save_off);
+    m->probs = nn_ws_ptr(&m->ws, probs_off);
+    if (train)
+        for (int j = 0; j < 2; j++)
+            m->scratch[j] = nn_ws_ptr(&m->ws, scratch_off[j]);
+    m->prepared = 1;
+    return 0;
+fail:
+    model_unprepare(m);
+    return -1;
+}
+
+/* ---- forward ------------------------------------------------------------------------ */
+
+static float *model_param(struct nn_model *m, const struct nn_node *n, int k)
+{
+    return k < n->nparams ? m->params.data + m->param_info[n->first_param + k].offset : NULL;
+}
+
+static float *model_grad(struct nn_model *m, const struct nn_node *n, int k)
+{
+    return k < n->nparams ? m->grads.data + m->param_info[n->first_param + k].offset : NULL;
+}
+
+static void node_forward_ref(struct nn_model *m, struct nn_node *n, int train, uint64_t key)
+{
+    const struct nn_tensor *x = &m->tensors[n->in[0]];
+    struct nn_tensor *y = &m->tensors[n->out];
+    float *w = model_param(m, n, 0), *b = model_param(m, n, 1);
+    float *run = m->buffers.data + n->buf_off;
+    switch (n->op) {
+    case NN_OP_CONV:
+        nn_conv2d_forward(y->data, x->data, w, b, &n->cfg.conv, x->shape);
+        break;
+    case NN_OP_BN:
+        if (train)
+            nn_bn_forward_train(y->data, n->save, n->save + n->cfg.bn.c, run,
+                                run + n->cfg.bn.c, x->data, w, b, &n->cfg.bn, x->shape);
+        else
+            nn_bn_forward_eval(y->data, x->data, w, b, run, run + n->cfg.bn.c, &n->cfg.bn,
+                               x->shape);
+        break;
+    case NN_OP_ACT:
+        nn_act_forward(y->data, x->data, nn_shape_numel(x->shape), n->cfg.act);
+        break;
+    case NN_OP_MAXPOOL:
+        nn_maxpool_forward(y->data, x->data, &n->cfg.pool, x->shape);
+        break;
+    case NN_OP_AVGPOOL:
+        nn_avgpool_forward(y->data, x->data, &n->cfg.pool, x->shape);
+        break;
+    case NN_OP_ADAPTIVE_AVGPOOL:
+        nn_adaptive_avgpool_forward(y->data, x->data, n->cfg.adapt.oh, n->cfg.adapt.ow,
+                                    x->shape);
+        break;
+    case NN_OP_LINEAR:
+        nn_linear_forward(y->data, x->data, w, b, &n->cfg.linear, x->shape.n);
+        break;
+    case NN_OP_DROPOUT:
+        nn_dropout_forward(y->data, x->data, &n->cfg.dropout, x->shape, &n->layout, key, train);
+        break;
+    case NN_OP_ADD:
+        nn_add_forward(y->data, x->data, m->tensors[n->in[1]].data, nn_shape_numel(x->shape),
+                       n->cfg.add_relu);
+        break;
+    case NN_OP_FLATTEN:
+        nn_flatten_forward(y->data, x->data, x->shape);
+        break;
+    }
+}
+
+static void node_forward_fast(struct nn_model *m, struct nn_node *n, int train, uint64_t key)
+{
+    const struct nn_tensor *x = &m->tensors[n->in[0]];
+    struct nn_tensor *y = &m->tensors[n->out];
+    float *w = model_param(m, n, 0), *b = model_param(m, n, 1);
+    float *run = m->buffers.data + n->buf_off;
+    union nn_node_fast *f = n->fast;
+    switch (n->op) {
+    case NN_OP_CONV:
+        nn_conv2d_fast_forward(&f->conv, y->data, x->data, w, b);
+        break;
+    case NN_OP_BN:
+        nn_bn_fast_forward(&f->bn, y->data, run, run + n->cfg.bn.c, x->data, w, b, train);
+        break;
+    case NN_OP_ACT:
+        nn_act_fast_forward(&f->act, y->data, x->data);
+        break;
+    case NN_OP_MAXPOOL:
+    case NN_OP_AVGPOOL:
+        nn_pool_fast_forward(&f->pool, y->data, x->data);
+        break;
+    case NN_OP_ADAPTIVE_AVGPOOL:
+        if (n->fast_pool) {
+            nn_pool_fast_forward(&f->pool, y->data, x->data);
+        } else {
+            nn_reorder_run(&f->adapt.to_plain, &m->dnnl, f->adapt.plain_in, x->data);
+            nn_adaptive_avgpool_forward(y->data, f->adapt.plain_in, n->cfg.adapt.oh,
+                                        n->cfg.adapt.ow, x->shape);
+        }
+        break;
+    case NN_OP_LINEAR:
+        nn_linear_fast_forward(&f->linear, y->data, x->data, w, b);
+        break;
+    case NN_OP_DROPOUT:
+        nn_dropout_forward(y->data, x->data, &n->cfg.dropout, x->shape, &n->layout, key, train);
+        break;
+    case NN_OP_ADD: {
+        const float *bd = m->tensors[n->in[1]].data;
+        if (n->add_convert) {
+            nn_reorder_run(&f->add.b_in, &m->dnnl, f->add.b_buf, bd);
+            bd = f->add.b_buf;
+        }
+        nn_add_forward(y->data, x->data, bd, y->bytes / sizeof(float), n->cfg.add_relu);
+        break;
+    }
+    case NN_OP_FLATTEN:
+        nn_flatten_fast_forward(&f->flatten, y->data, x->data);
+        break;
+    }
+}
+
+int nn_model_forward(struct nn_model *m, const float *x, int train, uint64_t step,
+                     struct err *e)
+{
+    if (!m->prepared)
+        return err_set(e, ERR_INVALID, "model", "forward before prepare");
+    if (train && !m->train_ready)
+        return err_set(e, ERR_INVALID, "model", "training forward on a model prepared for "
+                                                "evaluation");
+    m->tensors[0].data = (float *)(uintptr_t)x; /* only read */
+    m->labels = NULL;
+    for (int i = 0; i < m->nnodes; i++) {
+        struct nn_node *n = &m->nodes[i];
+        uint64_t key = n->op == NN_OP_DROPOUT ? nn_dropout_key(m->seed, step, i) : 0;
+        if (m->backend == NN_BACKEND_FAST)
+            node_forward_fast(m, n, train, key);
+        else
+            node_forward_ref(m, n, train, key);
+    }
+    m->step = step;
+    m->last_train = train;
+    return m->backend == NN_BACKEND_FAST ? nn_dnnl_check(&m->dnnl, e) : 0;
+}
+
+int nn_model_output_tensor(const struct nn_model *m)
+{
+    return m->nnodes ? m->nodes[m->nnodes - 1].out : -1;
+}
+
+const float *nn_model_output(const struct nn_model *m)
+{
+    return m->prepared ? m->tensors[nn_model_output_tensor(m)].data : NULL;
+}
+
+int nn_model_classes(const struct nn_model *m)
+{
+    int t = nn_model_output_tensor(m);
+    return t < 0 ? 0 : m->tensors[t].shape.c;
+}
+
+int nn_model_loss(struct nn_model *m, const int32_t *labels, int n_valid, double *loss,
+                  int *correct, struct err *e)
+{
+    if (!m->prepared)
+        return err_set(e, ERR_INVALID, "model", "loss before prepare");
+    struct nn_tensor *y = &m->tensors[nn_model_output_tensor(m)];
+    int n = m->batch, k = y->shape.c;
+    if (nn_xent_forward(m->probs, loss, correct, y->data, labels, n, k, n_valid, e))
+        return -1;
+    if (m->train_ready && y->grad) {
+        nn_xent_backward(y->grad, m->probs, labels, n, k, n_valid);
+        m->labels = labels;
+        m->n_valid = n_valid;
+    }
+    return 0;
+}
+
+/* ---- backward ----------------------------------------------------------------------- */
+
+static void node_backward_ref(struct nn_model *m, struct nn_node *n, float *din0, float *din1,
+                              uint64_t key)
+{
+    const struct nn_tensor *x = &m->tensors[n->in[0]], *y = &m->tensors[n->out];
+    float *w = model_param(m, n, 0), *dw = model_grad(m, n, 0), *db = model_grad(m, n, 1);
+    switch (n->op) {
+    case NN_OP_CONV:
+        nn_conv2d_backward(din0, dw, db, y->grad, x->data, w, &n->cfg.conv, x->shape);
+        break;
+    case NN_OP_BN:
+        nn_bn_backward(din0, dw, db, y->grad, x->data, y->data, n->save, n->save + n->cfg.bn.c,
+                       w, &n->cfg.bn, x->shape);
+        break;
+    case NN_OP_ACT:
+        if (din0)
+            nn_act_backward(din0, y->grad, y->data, nn_shape_numel(x->shape), n->cfg.act);
+        break;
+    case NN_OP_MAXPOOL:
+        if (din0)
+            nn_maxpool_backward(din0, y->grad, x->data, &n->cfg.pool, x->shape);
+        break;
+    case NN_OP_AVGPOOL:
+        if (din0)
+            nn_avgpool_backward(din0, y->grad, &n->cfg.pool, x->shape);
+        break;
+    case NN_OP_ADAPTIVE_AVGPOOL:
+        if (din0)
+            nn_adaptive_avgpool_backward(din0, y->grad, n->cfg.adapt.oh, n->cfg.adapt.ow,
+                                         x->shape);
+        break;
+    case NN_OP_LINEAR:
+        nn_linear_backward(din0, dw, db, y->grad, x->data, w, &n->cfg.linear, x->shape.n);
+        break;
+    case NN_OP_DROPOUT:
+        if (din0)
+            nn_dropout_backward(din0, y->grad, &n->cfg.dropout, x->shape, &n->layout, key);
+        break;
+    case NN_OP_ADD:
+        nn_add_backward(din0, din1, y->grad, y->data, nn_shape_numel(x->shape), n->cfg.add_relu);
+        break;
+    case NN_OP_FLATTEN:
+        if (din0)
+            nn_flatten_backward(din0, y->grad, x->shape);
+        break;
+    }
+}
+
+static void node_backward_fast(struct nn_model *m, struct nn_node *n, float *din0, float *din1,
+                               uint64_t key)
+{
+    const struct nn_tensor *x = &m->tensors[n->in[0]], *y = &m->tensors[n->out];
+    float *w = model_param(m, n, 0), *dw = model_grad(m, n, 0), *db = model_grad(m, n, 1);
+    union nn_node_fast *f = n->fast;
+    if (!din0 && n->nparams == 0 && n->op != NN_OP_ADD)
+        return;
+    switch (n->op) {
+    case NN_OP_CONV:
+        nn_conv2d_fast_backward(&f->conv, din0, dw, db, y->grad, x->data, w);
+        break;
+    case NN_OP_BN: /* oneDNN always writes diff_src */
+        nn_bn_fast_backward(&f->bn, din0 ? din0 : m->scratch[0], dw, db, y->grad, x->data, w);
+        break;
+    case NN_OP_ACT:
+        nn_act_fast_backward(&f->act, din0, y->grad, y->data);
+        break;
+    case NN_OP_MAXPOOL:
+    case NN_OP_AVGPOOL:
+        nn_pool_fast_backward(&f->pool, din0, y->grad);
+        break;
+    case NN_OP_ADAPTIVE_AVGPOOL:
+        if (n->fast_pool) {
+            nn_pool_fast_backward(&f->pool, din0, y->grad);
+        } else {
+            nn_adaptive_avgpool_backward(f->adapt.plain_din, y->grad, n->cfg.adapt.oh,
+                                         n->cfg.adapt.ow, x->shape);
+            nn_reorder_run(&f->adapt.from_plain, &m->dnnl, din0, f->adapt.plain_din);
+        }
+        break;
+    case NN_OP_LINEAR:
+        nn_linear_fast_backward(&f->linear, din0, dw, db, y->grad, x->data, w);
+        break;
+    case NN_OP_DROPOUT:
+        nn_dropout_backward(din0, y->grad, &n->cfg.dropout, x->shape, &n->layout, key);
+        break;
+    case NN_OP_ADD: {
+        float *db_target = n->add_convert && din1 ? f->add.db_buf : din1;
+        nn_add_backward(din0, db_target, y->grad, y->data, y->bytes / sizeof(float),
+                        n->cfg.add_relu);
+        if (n->add_convert && din1)
+            nn_reorder_run(&f->add.b_back, &m->dnnl, din1, f->add.db_buf);
+        break;
+    }
+    case NN_OP_FLATTEN:
+        nn_flatten_fast_backward(&f->flatten, din0, y->grad);
+        break;
+    }
+}
+
+static void model_accumulate(float *dst, const float *src, size_t n)
+{
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
+int nn_model_backward(struct nn_model *m, nn_grad_hook_fn hook, void *ctx, struct err *e)
+{
+    if (!m->prepared || !m->train_ready)
+        return err_set(e, ERR_INVALID, "model", "backward on a model not prepared to train");
+    if (!m->labels || !m->last_train)
+        return err_set(e, ERR_INVALID, "model", "backward needs a training forward and a loss");
+    for (int t = 0; t < m->ntensors; t++)
+        m->tensors[t].grad_written = 0;
+    m->tensors[nn_model_output_tensor(m)].grad_written = 1;
+    for (int i = m->nnodes - 1; i >= 0; i--) {
+        struct nn_node *n = &m->nodes[i];
+        struct nn_tensor *y = &m->tensors[n->out];
+        if (!y->needs_grad)
+            continue;
+        if (!y->grad_written) { /* a branch that does not reach the loss */
+            memset(y->grad, 0, y->bytes);
+            y->grad_written = 1;
+        }
+        float *din[2] = {NULL, NULL};
+        int via_scratch[2] = {0, 0};
+        for (int j = 0; j < n->nin; j++) {
+            struct nn_tensor *x = &m->tensors[n->in[j]];
+            if (!x->needs_grad)
+                continue;
+            via_scratch[j] = x->grad_written || (j == 1 && n->in[0] == n->in[1]);
+            din[j] = via_scratch[j] ? m->scratch[j] : x->grad;
+        }
+        uint64_t key = n->op == NN_OP_DROPOUT ? nn_dropout_key(m->seed, m->step, i) : 0;
+        if (m->backend == NN_BACKEND_FAST)
+            node_backward_fast(m, n, din[0], din[1], key);
+        else
+            node_backward_ref(m, n, din[0], din[1], key);
+        for (int j = 0; j < n->nin; j++) {
+            struct nn_tensor *x = &m->tensors[n->in[j]];
+            if (via_scratch[j])
+                model_accumulate(x->grad, m->scratch[j], x->bytes / sizeof(float));
+            if (din[j])
+                x->grad_written = 1;
+        }
+        if (hook && n->nparams > 0) {
+            struct nn_grad_ready r = {.node = i, .name = n->name, .offset = n->param_off,
+                                      .len = n->param_len, .first_param = n->first_param,
+                                      .nparams = n->nparams};
+            hook(ctx, &r);
+        }
+    }
+    m->labels = NULL;
+    return m->backend == NN_BACKEND_FAST ? nn_dnnl_check(&m->dnnl, e) : 0;
+}
+
+/* ---- inspection --------------------------------------------------------------------- */
+
+struct nn_shape nn_model_tensor_shape(const struct nn_model *m, int tensor)
+{
+    return m->tensors[tensor].shape;
+}
+
+int nn_model_read_tensor(struct nn_model *m, int tensor, int grad, float *out, struct err *e)
+{
+    if (!m->prepared || tensor < 0 || tensor >= m->ntensors)
+        return err_set(e, ERR_INVALID, "tensor", "no such tensor");
+    const struct nn_tensor *t = &m->tensors[tensor];
+    const float *src = grad ? t->grad : t->data;
+    if (!src)
+        return err_set(e, ERR_INVALID, "tensor", "tensor has no %s", grad ? "gradient" : "data");
+    if (m->backend == NN_BACKEND_REF) {
+        memcpy(out, src, nn_shape_numel(t->shape) * sizeof(float));
+        return 0;
+    }
+    dnnl_memory_desc_t plain;
+    nn_md_plain(&plain, t->shape);
+    struct nn_reorder r;
+    if (nn_reorder_init(&r, &m->dnnl, &t->md, &plain, 0, e))
+        return -1;
+    nn_reorder_run(&r, &m->dnnl, out, src);
+    nn_reorder_destroy(&r);
+    return nn_dnnl_check(&m->dnnl, e);
+}
+
+float *nn_model_bn_running(struct nn_model *m, int node)
+{
+    if (node < 0 || node >= m->nnodes || m->nodes[node].op != NN_OP_BN || !m->buffers.data)
+        return NULL;
+    return m->buffers.data + m->nodes[node].buf_off;
+}
+
+int nn_model_node_count(const struct nn_model *m)
+{
+    return m->nnodes;
+}
+
+const char *nn_model_node_name(const struct nn_model *m, int node)
+{
+    return m->nodes[node].name;
+}
+
+enum nn_op nn_model_node_op(const struct nn_model *m, int node)
+{
+    return m->nodes[node].op;
+}
+
+static const char *node_impl(const struct nn_node *n)
+{
+    const union nn_node_fast *f = n->fast;
+    if (!f)
+        return "";
+    switch (n->op) {
+    case NN_OP_CONV:
+        return nn_prim_impl(&f->conv.fwd);
+    case NN_OP_BN:
+        return nn_prim_impl(&f->bn.fwd_eval);
+    case NN_OP_ACT:
+        return nn_prim_impl(&f->act.fwd);
+    case NN_OP_MAXPOOL:
+    case NN_OP_AVGPOOL:
+        return nn_prim_impl(&f->pool.fwd);
+    case NN_OP_ADAPTIVE_AVGPOOL:
+        return n->fast_pool ? nn_prim_impl(&f->pool.fwd) : "plain loops";
+    case NN_OP_LINEAR:
+        return nn_prim_impl(&f->linear.fwd);
+    case NN_OP_FLATTEN:
+        return "reorder";
+    case NN_OP_DROPOUT:
+    case NN_OP_ADD:
+        return n->op == NN_OP_ADD && n->add_convert ? "own loop + reorder" : "own loop";
+    }
+    return "";
+}
+
+void nn_model_print(struct nn_model *m, FILE *out)
+{
+    char sb[64], lb[32];
+    for (int i = 0; i < m->nnodes; i++) {
+        const struct nn_node *n = &m->nodes[i];
+        const struct nn_tensor *y = &m->tensors[n->out];
+        lb[0] = 0;
+        if (m->prepared && m->backend == NN_BACKEND_FAST)
+            nn_md_str(&y->md, lb, sizeof lb);
+        fprintf(out, "%3d %-22s %-16s %-16s %9zu %-10s %s\n", i, n->name, op_names[n->op],
+                nn_shape_str(y->shape, sb, sizeof sb), n->param_len, lb, node_impl(n));
+    }
+    fprintf(out, "parameters: %zu\n", m->nparams);
+}

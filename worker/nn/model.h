@@ -1,0 +1,203 @@
+/* model: a network as a graph of nn/ layers, its parameter arenas, and one training step's
+ * machinery (forward over a batch, loss, backward with a per-layer gradient hook).
+ *
+ * A model is built once (the nn_model_* builders append layers, each returning the id of
+ * the tensor it produces, so residual blocks are written as plain calls), then given its
+ * parameters (nn_model_init_params), then prepared for a batch size and a backend
+ * (nn_model_prepare: layouts, oneDNN primitives, the activation workspace), then stepped:
+ *
+ *     nn_model_zero_grad(m);
+ *     nn_model_forward(m, x, 1, step, e);            x: (N,C,H,W) plain, borrowed
+ *     nn_model_loss(m, labels, n, &loss, &right, e);  seeds backward with dloss/dlogits
+ *     nn_model_backward(m, hook, ctx, e);            hook fires per layer, in reverse
+ *     nn_optim_step(&opt, m->params.data, m->grads.data, lr);
+ *
+ * Decisions:
+ * - Parameters are registered in layer (forward) order into ONE arena; gradients and any
+ *   optimizer state are parallel arenas with the same offsets. Backward visits layers in
+ *   reverse, so gradients become final from the end of the arena towards its start, and a
+ *   DDP bucket is a contiguous slice. After each layer's backward the hook receives that
+ *   layer's slice [offset, offset+len): from there DDP can launch an allreduce while the
+ *   rest of backward runs.
+ * - Where a tensor feeds several layers (a residual block's input), the first gradient
+ *   written (in backward order) goes straight into its buffer and later ones through a
+ *   scratch buffer that is added in (layers overwrite their input gradient, nn.h).
+ * - Builders never fail one by one: the first error sticks in the model and makes every
+ *   later builder return -1; nn_model_finish reports it.
+ * - The whole activation workspace (every tensor, its gradient, saved statistics) is one
+ *   allocation made by nn_model_prepare and reused every step. A different batch size
+ *   needs another nn_model_prepare (primitives are made for a fixed N); an evaluation
+ *   batch smaller than the prepared one can instead be padded and passed with n_valid.
+ *
+ * Ownership: the model owns everything it allocates (nn_model_destroy); pointers read out
+ * of it (output, arenas, tensors) are borrowed and valid until the next prepare/destroy. */
+#ifndef DDPB_NN_MODEL_H
+#define DDPB_NN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "layers.h"
+#include "nn.h"
+#include "onednn.h"
+
+enum nn_op {
+    NN_OP_CONV,
+    NN_OP_BN,
+    NN_OP_ACT,
+    NN_OP_MAXPOOL,
+    NN_OP_AVGPOOL, /* also global average pooling */
+    NN_OP_ADAPTIVE_AVGPOOL,
+    NN_OP_LINEAR,
+    NN_OP_DROPOUT,
+    NN_OP_ADD,
+    NN_OP_FLATTEN,
+};
+
+enum nn_backend {
+    NN_BACKEND_REF,  /* the plain-loop references: the spec, slow */
+    NN_BACKEND_FAST, /* oneDNN */
+};
+
+/* How a parameter is initialised (nn_model_init_params). */
+enum nn_init {
+    NN_INIT_DEFAULT,            /* PyTorch's conv/linear reset_parameters: weight
+                                   kaiming_uniform(a=sqrt(5)) = U(+-1/sqrt(fan_in)),
+                                   bias U(+-1/sqrt(fan_in)) */
+    NN_INIT_KAIMING_NORMAL_OUT, /* kaiming_normal(mode=fan_out, relu): N(0, 2/fan_out) */
+    NN_INIT_NORMAL,             /* N(0, value^2) */
+    NN_INIT_CONST,              /* value */
+};
+
+struct nn_param {
+    char name[64]; /* torchvision-style: "layer1.0.conv1.weight" */
+    int node;
+    size_t offset, len; /* in the arenas, floats */
+    int fan_in, fan_out;
+    enum nn_init init;
+    float value;
+};
+
+struct nn_node;    /* model.c */
+struct nn_tensor;  /* model.c */
+
+/* What the backward hook receives: one layer's gradients are final. */
+struct nn_grad_ready {
+    int node;           /* layer index (forward order) */
+    const char *name;   /* layer name, borrowed */
+    size_t offset, len; /* its slice of the gradient arena */
+    int first_param, nparams; /* its entries in m->param_info */
+};
+
+typedef void (*nn_grad_hook_fn)(void *ctx, const struct nn_grad_ready *r);
+
+struct nn_model {
+    /* graph */
+    struct nn_node *nodes;
+    int nnodes, cap_nodes;
+    struct nn_tensor *tensors;
+    int ntensors, cap_tensors;
+    struct nn_param *param_info; /* registration (= layer) order */
+    int nparam_tensors, cap_params;
+    size_t nparams;  /* floats in the parameter arena */
+    size_t nbuffers; /* floats of non-trained state (batch-norm running statistics) */
+    struct err build_err;
+    int build_failed, finished;
+    /* arenas (nn_model_init_params) */
+    struct nn_arena params, grads, buffers;
+    uint64_t seed;
+    enum nn_conv_algo conv_algo; /* fast backend; nn_model_set_conv_algo */
+    /* prepared (nn_model_prepare) */
+    int batch, prepared, train_ready;
+    enum nn_backend backend;
+    struct nn_dnnl dnnl;
+    int have_dnnl;
+    struct nn_workspace ws;
+    float *probs, *scratch[2];
+    const int32_t *labels; /* borrowed from nn_model_loss until backward */
+    int n_valid;
+    uint64_t step;  /* of the last forward: keys dropout masks in backward */
+    int last_train; /* the last forward was a training one */
+};
+
+void nn_model_init(struct nn_model *m);
+void nn_model_destroy(struct nn_model *m);
+
+/* ---- building: each returns the new tensor's id, or -1 (sticky error) ---------------- */
+
+int nn_model_input(struct nn_model *m, int c, int h, int w);
+int nn_model_conv2d(struct nn_model *m, const char *name, int x, const struct nn_conv2d_cfg *c);
+/* BatchNorm2d(eps 1e-5, momentum 0.1), ReLU fused when relu */
+int nn_model_batchnorm(struct nn_model *m, const char *name, int x, int relu);
+int nn_model_act(struct nn_model *m, const char *name, int x, enum nn_act a);
+int nn_model_maxpool(struct nn_model *m, const char *name, int x, int k, int s, int p);
+int nn_model_avgpool(struct nn_model *m, const char *name, int x, int k, int s, int p);
+int nn_model_global_avgpool(struct nn_model *m, const char *name, int x);
+int nn_model_adaptive_avgpool(struct nn_model *m, const char *name, int x, int oh, int ow);
+/* the input must be 2-D (a flatten first) */
+int nn_model_linear(struct nn_model *m, const char *name, int x, int out, int bias);
+int nn_model_dropout(struct nn_model *m, const char *name, int x, float p, int channelwise);
+int nn_model_add(struct nn_model *m, const char *name, int a, int b, int relu);
+int nn_model_flatten(struct nn_model *m, const char *name, int x);
+/* Ends building: the last layer's output must be 2-D (N, classes). Reports the first
+ * builder error. */
+int nn_model_finish(struct nn_model *m, struct err *e);
+
+/* ---- parameters --------------------------------------------------------------------- */
+
+/* Every parameter tensor with its offset and length in the arenas, in registration (= layer)
+ * order; *count gets how many. Backward produces them from the last to the first: iterate
+ * from count-1 down for DDP buckets. Borrowed. */
+const struct nn_param *nn_model_param_info(const struct nn_model *m, int *count);
+
+/* Allocates the parameter, gradient and buffer arenas and initialises every parameter in
+ * registration order from one RNG seeded with seed (deterministic); the seed also keys
+ * dropout masks. */
+int nn_model_init_params(struct nn_model *m, uint64_t seed, struct err *e);
+size_t nn_model_param_count(const struct nn_model *m);
+/* Fills sizes (up to cap) with each parameter tensor's length in REVERSE registration
+ * order (the order backward produces them); returns the number of parameter tensors. */
+int nn_model_grad_sizes_reverse(const struct nn_model *m, size_t *sizes, int cap);
+void nn_model_zero_grad(struct nn_model *m);
+
+/* ---- running -------------------------------------------------------------------------- */
+
+/* The fast backend's convolution algorithm (onednn.h), used from the next prepare on:
+ * NN_CONV_DIRECT (the default, as PyTorch), NN_CONV_WINOGRAD or NN_CONV_AUTO. */
+void nn_model_set_conv_algo(struct nn_model *m, enum nn_conv_algo algo);
+/* Makes layouts, primitives and the workspace for batch; train: also backward. */
+int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int train,
+                     struct err *e);
+/* x: (batch, C, H, W) plain, borrowed until backward. train: batch statistics and dropout
+ * (keyed by the model's seed, step and layer) versus running statistics and identity. */
+int nn_model_forward(struct nn_model *m, const float *x, int train, uint64_t step,
+                     struct err *e);
+/* The logits (batch, classes), plain. Borrowed. */
+const float *nn_model_output(const struct nn_model *m);
+int nn_model_classes(const struct nn_model *m);
+/* Softmax cross-entropy of the last forward against labels (borrowed until backward);
+ * only the first n_valid rows count. Also sets dloss/dlogits for backward. */
+int nn_model_loss(struct nn_model *m, const int32_t *labels, int n_valid, double *loss,
+                  int *correct, struct err *e);
+/* Backward through every layer in reverse; gradients ACCUMULATE into m->grads; hook (may
+ * be NULL) fires once per layer that has parameters, right after its gradients are final. */
+int nn_model_backward(struct nn_model *m, nn_grad_hook_fn hook, void *ctx, struct err *e);
+
+/* ---- inspection --------------------------------------------------------------------- */
+
+int nn_model_output_tensor(const struct nn_model *m);
+struct nn_shape nn_model_tensor_shape(const struct nn_model *m, int tensor);
+/* Copies a tensor (grad: its gradient) of the last step into out in plain layout. */
+int nn_model_read_tensor(struct nn_model *m, int tensor, int grad, float *out, struct err *e);
+/* The running mean (C) and var (C) of a batch-norm layer, or NULL. Borrowed. */
+float *nn_model_bn_running(struct nn_model *m, int node);
+int nn_model_node_count(const struct nn_model *m);
+const char *nn_model_node_name(const struct nn_model *m, int node);
+enum nn_op nn_model_node_op(const struct nn_model *m, int node);
+/* Overrides a parameter's initialiser (before nn_model_init_params). */
+void nn_model_set_init(struct nn_model *m, int param, enum nn_init init, float value);
+/* One line per layer: name, op, output shape, parameters, oneDNN implementation. */
+void nn_model_print(struct nn_model *m, FILE *out);
+
+#endif

@@ -1,0 +1,159 @@
+/* onednn: the glue between the layers' fast paths and oneDNN 2.6's v2 C API: the engine
+ * and stream, primitives with a shared user-mode scratchpad, memory objects bound to our
+ * own buffers, reorders (optionally accumulating), memory-descriptor helpers, and the
+ * layout arithmetic our own loops use to walk blocked tensors.
+ *
+ * Decisions:
+ * - Scratchpad mode "user": primitives run one after another, so one scratchpad buffer
+ *   (the largest any primitive asked for) serves them all; it grows only while primitives
+ *   are created, never during a step.
+ * - Memory objects are created once with no buffer and bound to our pointers at run time;
+ *   the handle is only reset when the pointer changes.
+ * - Running a primitive cannot return an error to the layer's void forward/backward:
+ *   the first failure is kept in the context (sticky) and the model checks it after each
+ *   forward/backward (nn_dnnl_check). Creation errors are returned as struct err.
+ *
+ * Ownership: nn_dnnl owns its engine, stream, attributes and scratchpad; an nn_prim owns
+ * its primitive descriptor, primitive and scratchpad memory object (not the buffer);
+ * nn_mem owns its memory object but never the buffer it is bound to. */
+#ifndef DDPB_NN_ONEDNN_H
+#define DDPB_NN_ONEDNN_H
+
+#include <stddef.h>
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "err.h"
+#include "nn.h"
+
+/* How convolutions are computed. DIRECT is PyTorch's choice and stays within float
+ * rounding of the reference; WINOGRAD (F(4x4,3x3), for 3x3 stride-1 layers, direct
+ * elsewhere) does ~2x fewer operations at ~1e-4 relative error; AUTO lets oneDNN choose. */
+enum nn_conv_algo { NN_CONV_DIRECT, NN_CONV_AUTO, NN_CONV_WINOGRAD };
+
+struct nn_dnnl {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    dnnl_primitive_attr_t attr;     /* user scratchpad */
+    dnnl_primitive_attr_t attr_sum; /* user scratchpad + sum post-op (accumulating) */
+    void *scratch;                  /* owned, shared by every primitive */
+    size_t scratch_size;
+    enum nn_conv_algo conv_algo; /* set before creating convolutions; default DIRECT */
+    dnnl_status_t status; /* first execution failure, dnnl_success when none */
+    char failed[48];      /* what failed */
+};
+
+int nn_dnnl_init(struct nn_dnnl *d, struct err *e);
+void nn_dnnl_cleanup(struct nn_dnnl *d);
+/* -1 with e filled when a primitive failed to run since init (sticky). */
+int nn_dnnl_check(const struct nn_dnnl *d, struct err *e);
+/* Fills e from a oneDNN status; returns -1. */
+int nn_dnnl_err(struct err *e, dnnl_status_t st, const char *what);
+
+/* ---- primitives ------------------------------------------------------------------- */
+
+struct nn_prim {
+    dnnl_primitive_desc_t pd; /* owned */
+    dnnl_primitive_t prim;    /* owned */
+    dnnl_memory_t scratch;    /* owned; bound to the context's scratchpad at run */
+    void *bound;
+    const char *what;         /* static string naming the primitive, for errors */
+};
+
+/* Creates the primitive for op (hint: the forward pd for backward primitives, or NULL)
+ * with the context's attributes (accumulate: the sum post-op too). */
+int nn_prim_create(struct nn_prim *p, struct nn_dnnl *d, const_dnnl_op_desc_t op,
+                   const_dnnl_primitive_desc_t hint, const char *what, struct err *e);
+/* Takes ownership of pd (destroyed on failure too). */
+int nn_prim_create_from_pd(struct nn_prim *p, struct nn_dnnl *d, dnnl_primitive_desc_t pd,
+                           const char *what, struct err *e);
+/* The memory descriptor the primitive chose for one of its arguments (dnnl_query_*_md).
+ * Borrowed: valid while p lives. */
+const dnnl_memory_desc_t *nn_prim_md(const struct nn_prim *p, dnnl_query_t q, int index);
+/* oneDNN's implementation name ("jit:avx512_core", "ref:any", ...). Borrowed. */
+const char *nn_prim_impl(const struct nn_prim *p);
+/* Runs the primitive on args (at most 15) plus the scratchpad. */
+void nn_prim_run(struct nn_prim *p, struct nn_dnnl *d, int nargs, const dnnl_exec_arg_t *args);
+void nn_prim_destroy(struct nn_prim *p);
+
+/* ---- memory objects --------------------------------------------------------------- */
+
+struct nn_mem {
+    dnnl_memory_t mem; /* owned */
+    void *bound;       /* borrowed */
+};
+
+int nn_mem_create(struct nn_mem *m, struct nn_dnnl *d, const dnnl_memory_desc_t *md,
+                  struct err *e);
+/* Points the memory object at ptr (borrowed) and returns it. */
+dnnl_memory_t nn_mem_bind(struct nn_mem *m, const void *ptr);
+void nn_mem_destroy(struct nn_mem *m);
+
+/* ---- reorders --------------------------------------------------------------------- */
+
+/* dst = src (accumulate = 0) or dst += src (accumulate = 1) across layouts. */
+struct nn_reorder {
+    struct nn_prim p;
+    struct nn_mem src, dst;
+};
+
+int nn_reorder_init(struct nn_reorder *r, struct nn_dnnl *d, const dnnl_memory_desc_t *src,
+                    const dnnl_memory_desc_t *dst, int accumulate, struct err *e);
+void nn_reorder_run(struct nn_reorder *r, struct nn_dnnl *d, void *dst, const void *src);
+void nn_reorder_destroy(struct nn_reorder *r);
+
+/* A conversion on the way into or out of a primitive, active only where our layout and
+ * the primitive's differ (or always, when it accumulates). buf holds the data in the
+ * primitive's layout. */
+struct nn_convert {
+    int active;
+    struct nn_reorder r;
+    float *buf; /* owned */
+};
+
+/* ours -> prim before a primitive reads it */
+int nn_convert_in_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memory_desc_t *ours,
+                       const dnnl_memory_desc_t *prim, struct err *e);
+/* prim -> ours after a primitive wrote it; accumulate: ours += (always active) */
+int nn_convert_out_init(struct nn_convert *c, struct nn_dnnl *d,
+                        const dnnl_memory_desc_t *prim, const dnnl_memory_desc_t *ours,
+                        int accumulate, struct err *e);
+/* The pointer the primitive reads: ours itself or buf after a reorder. */
+const float *nn_convert_in(struct nn_convert *c, struct nn_dnnl *d, const float *ours);
+/* The pointer the primitive writes (ours or buf), then the reorder into ours. */
+float *nn_convert_out_begin(struct nn_convert *c, float *ours);
+void nn_convert_out_end(struct nn_convert *c, struct nn_dnnl *d, float *ours);
+void nn_convert_destroy(struct nn_convert *c);
+
+/* 1 when oneDNN fell back to a reference implementation (orders of magnitude slower). */
+int nn_prim_is_ref(const struct nn_prim *p);
+
+/* ---- memory descriptors ----------------------------------------------------------- */
+
+void nn_md_plain(dnnl_memory_desc_t *md, struct nn_shape s); /* nchw or nc */
+void nn_md_any(dnnl_memory_desc_t *md, struct nn_shape s);
+/* A plain descriptor with an explicit tag (weights: oihw, goihw, oi, a). */
+void nn_md_tag(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
+               dnnl_format_tag_t tag);
+size_t nn_md_bytes(const dnnl_memory_desc_t *md);
+int nn_md_same(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b);
+/* "nChw16c" style name; returns buf */
+const char *nn_md_str(const dnnl_memory_desc_t *md, char *buf, size_t cap);
+
+/* How our own loops find element (n,c,h,w) of a plain or channel-blocked tensor
+ * (nchw, nhwc, nChw8c, nChw16c, nc): offset = n*sn + (c/blk)*sc + c%blk + h*sh + w*sw. */
+struct nn_layout {
+    size_t sn, sc, sh, sw;
+    int blk;
+};
+
+int nn_layout_from_md(struct nn_layout *l, const dnnl_memory_desc_t *md, struct err *e);
+void nn_layout_plain(struct nn_layout *l, struct nn_shape s);
+
+static inline size_t nn_layout_off(const struct nn_layout *l, int n, int c, int h, int w)
+{
+    return (size_t)n * l->sn + (size_t)(c / l->blk) * l->sc + (size_t)(c % l->blk) +
+           (size_t)h * l->sh + (size_t)w * l->sw;
+}
+
+#endif

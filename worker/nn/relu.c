@@ -1,0 +1,97 @@
+/* relu: ReLU and ReLU6 (MobileNetV2), reference loop and oneDNN eltwise.
+ *
+ * Decision: backward is computed from the OUTPUT (oneDNN's *_use_dst_for_bwd algorithms),
+ * as PyTorch's in-place ReLU does, so the layer's input need not be kept and the layer may
+ * run in place. For ReLU6 the output lies strictly inside (0, 6) exactly where the input
+ * does, so the gradient mask equals PyTorch's hardtanh_backward on the input. */
+#include <math.h>
+#include <string.h>
+
+#include "layers.h"
+
+/* ---- reference -------------------------------------------------------------------- */
+
+void nn_act_forward(float *out, const float *inp, size_t n, enum nn_act a)
+{
+    float hi = a == NN_ACT_RELU6 ? 6.0f : INFINITY;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float v = inp[i] > 0 ? inp[i] : 0;
+        out[i] = v < hi ? v : hi;
+    }
+}
+
+void nn_act_backward(float *dinp, const float *dout, const float *out, size_t n, enum nn_act a)
+{
+    float hi = a == NN_ACT_RELU6 ? 6.0f : INFINITY;
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++)
+        dinp[i] = out[i] > 0 && out[i] < hi ? dout[i] : 0;
+}
+
+/* ---- oneDNN ----------------------------------------------------------------------- */
+
+int nn_act_fast_init(struct nn_act_fast *f, struct nn_dnnl *d, enum nn_act a,
+                     const dnnl_memory_desc_t *md, int train, struct err *e)
+{
+    memset(f, 0, sizeof *f);
+    f->d = d;
+    dnnl_alg_kind_t alg = a == NN_ACT_RELU6 ? dnnl_eltwise_clip_v2_use_dst_for_bwd
+                                            : dnnl_eltwise_relu_use_dst_for_bwd;
+    float alpha = 0, beta = a == NN_ACT_RELU6 ? 6.0f : 0;
+    dnnl_eltwise_desc_t ed;
+    dnnl_status_t st = dnnl_eltwise_forward_desc_init(
+        &ed, train ? dnnl_forward_training : dnnl_forward_inference, alg, md, alpha, beta);
+    if (st != dnnl_success)
+        return nn_dnnl_err(e, st, "activation forward");
+    if (nn_prim_create(&f->fwd, d, &ed, NULL, "activation forward", e) ||
+        nn_mem_create(&f->m_src, d, md, e) || nn_mem_create(&f->m_dst, d, md, e))
+        goto fail;
+    if (train) {
+        st = dnnl_eltwise_backward_desc_init(&ed, alg, md, md, alpha, beta);
+        if (st != dnnl_success) {
+            nn_dnnl_err(e, st, "activation backward");
+            goto fail;
+        }
+        if (nn_prim_create(&f->bwd, d, &ed, f->fwd.pd, "activation backward", e) ||
+            nn_mem_create(&f->m_bdst, d, md, e) || nn_mem_create(&f->m_ddst, d, md, e) ||
+            nn_mem_create(&f->m_dsrc, d, md, e))
+            goto fail;
+    }
+    return 0;
+fail:
+    nn_act_fast_destroy(f);
+    return -1;
+}
+
+void nn_act_fast_forward(struct nn_act_fast *f, float *out, const float *inp)
+{
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, nn_mem_bind(&f->m_src, inp)},
+        {DNNL_ARG_DST, nn_mem_bind(&f->m_dst, out)},
+    };
+    nn_prim_run(&f->fwd, f->d, 2, args);
+}
+
+void nn_act_fast_backward(struct nn_act_fast *f, float *dinp, const float *dout,
+                          const float *out)
+{
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_DST, nn_mem_bind(&f->m_bdst, out)},
+        {DNNL_ARG_DIFF_DST, nn_mem_bind(&f->m_ddst, dout)},
+        {DNNL_ARG_DIFF_SRC, nn_mem_bind(&f->m_dsrc, dinp)},
+    };
+    nn_prim_run(&f->bwd, f->d, 3, args);
+}
+
+void nn_act_fast_destroy(struct nn_act_fast *f)
+{
+    nn_prim_destroy(&f->fwd);
+    nn_prim_destroy(&f->bwd);
+    nn_mem_destroy(&f->m_src);
+    nn_mem_destroy(&f->m_dst);
+    nn_mem_destroy(&f->m_bdst);
+    nn_mem_destroy(&f->m_ddst);
+    nn_mem_destroy(&f->m_dsrc);
+    memset(f, 0, sizeof *f);
+}
