@@ -62,7 +62,8 @@ static const char *const spec_ops[] = {"allreduce", "reduce_scatter", "all_gathe
 static const char *const spec_dtypes[] = {"float32", "float16", "bfloat16", "int32", "int64",
                                           NULL};
 static const char *const spec_redops[] = {"sum", "avg", "min", "max", NULL};
-static const char *const spec_algorithms[] = {"auto", "ring", "rd", "direct", "tree", NULL};
+static const char *const spec_algorithms[] = {"auto", "ring", "rd", "hd", "direct", "tree",
+                                              NULL};
 
 static const struct spec_field spec_fields[] = {
     {.name = "name", .type = SPEC_T_STRING, .workloads = SPEC_WL_ANY,
@@ -125,8 +126,9 @@ static const struct spec_field spec_fields[] = {
      .flags = SPEC_F_SWEEP, .choices = spec_algorithms, .def = "\"auto\"",
      SPEC_AT(coll.algorithm),
      .desc = "\"auto\" lets the backend choose the algorithm by message size; any other "
-             "value forces that algorithm, which the op must have: allreduce ring or rd "
-             "(recursive doubling), reduce_scatter and all_gather ring or direct, "
+             "value forces that algorithm, which the op must have: allreduce ring, rd "
+             "(recursive doubling) or hd (halving-doubling), reduce_scatter and all_gather "
+             "ring or direct, "
              "broadcast ring or tree, sendrecv direct."},
     {.name = "min_bytes", .type = SPEC_T_SIZE, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_SIZE_LIMIT, .def = "\"4K\"",
@@ -187,7 +189,7 @@ struct spec_rule {
     const struct spec_allowed *allowed; /* SPEC_RULE_ALLOWED: NULL-terminated */
 };
 
-static const char *const spec_algs_allreduce[] = {"auto", "ring", "rd", NULL};
+static const char *const spec_algs_allreduce[] = {"auto", "ring", "rd", "hd", NULL};
 static const char *const spec_algs_gather[] = {"auto", "ring", "direct", NULL};
 static const char *const spec_algs_broadcast[] = {"auto", "ring", "tree", NULL};
 static const char *const spec_algs_p2p[] = {"auto", "direct", NULL};
@@ -202,19 +204,10 @@ static const struct spec_allowed spec_op_algorithms[] = {
     {NULL, NULL},
 };
 
-static const char *const spec_inplace_no[] = {"false", NULL};
-
-/* sendrecv has no in-place form (its send and receive buffers may not overlap). */
-static const struct spec_allowed spec_op_inplace[] = {
-    {"sendrecv", spec_inplace_no},
-    {NULL, NULL},
-};
-
 static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_LE, SPEC_WL_COLLECTIVE, "min_bytes", "max_bytes", NULL},
     {SPEC_RULE_ONE_OF, SPEC_WL_COLLECTIVE, "factor", "step", NULL},
     {SPEC_RULE_ALLOWED, SPEC_WL_COLLECTIVE, "op", "algorithm", spec_op_algorithms},
-    {SPEC_RULE_ALLOWED, SPEC_WL_COLLECTIVE, "op", "inplace", spec_op_inplace},
 };
 
 /* --- table lookups ------------------------------------------------------------------- */
@@ -748,10 +741,8 @@ static json_t *spec_fill(const json_t *in, const json_t *sweep, enum spec_worklo
 static bool spec_allowed_broken(const struct spec_rule *r, const json_t *spec, char *why,
                                 size_t n)
 {
-    const json_t *bv = json_object_get(spec, r->b);
     const char *a = json_string_value(json_object_get(spec, r->a));
-    const char *b = json_is_boolean(bv) ? (json_is_true(bv) ? "true" : "false")
-                                        : json_string_value(bv);
+    const char *b = json_string_value(json_object_get(spec, r->b));
     if (!a || !b)
         return false;
     for (const struct spec_allowed *al = r->allowed; al->a; al++) {
@@ -759,14 +750,12 @@ static bool spec_allowed_broken(const struct spec_rule *r, const json_t *spec, c
             continue;
         if (spec_choice_index(al->b, b) >= 0)
             return false;
-        const char *q = json_is_string(bv) ? "\"" : "";
-        size_t len = (size_t)snprintf(why, n, "%s \"%s\" has no %s %s%s%s; it has ", r->a, a,
-                                      r->b, q, b, q);
+        size_t len = (size_t)snprintf(why, n, "%s \"%s\" has no %s \"%s\"; it has ", r->a, a,
+                                      r->b, b);
         for (int i = 0; al->b[i]; i++) {
-            spec_append(why, n, &len, i ? ", " : "");
-            spec_append(why, n, &len, q);
+            spec_append(why, n, &len, i ? ", \"" : "\"");
             spec_append(why, n, &len, al->b[i]);
-            spec_append(why, n, &len, q);
+            spec_append(why, n, &len, "\"");
         }
         return true;
     }
@@ -1194,12 +1183,9 @@ static void spec_schema_allowed_rules(json_t *all)
         const struct spec_rule *r = &spec_rules[i];
         for (const struct spec_allowed *al = r->kind == SPEC_RULE_ALLOWED ? r->allowed : NULL;
              al && al->a; al++) {
-            const struct spec_field *fb = spec_field_find(r->b);
             json_t *values = json_array();
             for (int k = 0; al->b[k]; k++)
-                json_array_append_new(values, fb->type == SPEC_T_BOOL
-                                                  ? json_boolean(strcmp(al->b[k], "true") == 0)
-                                                  : json_string(al->b[k]));
+                json_array_append_new(values, json_string(al->b[k]));
             json_array_append_new(all, json_pack("{s:{s:{s:{s:s}}, s:[s]}, s:{s:{s:{s:o}}}}",
                                                  "if", "properties", r->a, "const", al->a,
                                                  "required", r->a, "then", "properties", r->b,

@@ -38,7 +38,7 @@ struct spec_collective {
                            "sendrecv" */
     char dtype[16];     /* "float32", "float16", "bfloat16", "int32", "int64" */
     char redop[8];      /* "sum", "avg", "min", "max" */
-    char algorithm[16]; /* "auto" or one the op has: "ring", "rd", "direct", "tree" */
+    char algorithm[16]; /* "auto" or one the op has: "ring", "rd", "hd", "direct", "tree" */
     struct spec_sizes sizes; /* when n > 0, the sizes visited instead of min..max */
     int64_t min_bytes, max_bytes;
     int factor;         /* multiplicative step; 0 when step is used */

@@ -244,8 +244,6 @@ static int collective_bench_parse(struct collective_bench *b, const struct spec_
     if (comm_algorithm_parse(cfg->algorithm[0] ? cfg->algorithm : "auto", &b->algorithm) < 0)
         return err_set(e, ERR_INVALID, "algorithm", "collective: unknown algorithm '%s'",
                        cfg->algorithm);
-    if (cfg->inplace && b->op == COMM_OP_SENDRECV)
-        return err_set(e, ERR_INVALID, "inplace", "collective: sendrecv has no in-place form");
     if (cfg->iters < 1 || cfg->warmup < 0)
         return err_set(e, ERR_INVALID, "iters", "collective: iters must be >= 1, warmup >= 0");
     b->esize = comm_dtype_size(b->dtype);

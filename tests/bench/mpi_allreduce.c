@@ -1,5 +1,6 @@
 /* mpi_allreduce: the OpenMPI peer of tests/bench/bench_allreduce.py. Times MPI_Allreduce
- * (float32 sum, out of place) the way ddpbench's collective workload does: buffers
+ * (float32 sum, in place with MPI_IN_PLACE as Gloo always is, or out of place with
+ * BENCH_OUT_OF_PLACE=1) the way ddpbench's collective workload does: buffers
  * allocated once at the largest size and touched before timing, warmup iterations,
  * then each timed iteration measured on its own; an iteration takes as long as its
  * slowest rank (MPI_MAX over ranks of each iteration's time), and the reported figure
@@ -48,15 +49,16 @@ int main(int argc, char **argv)
         send[i] = (float)((int)((i + (size_t)rank) % 17) - 8);
         recv[i] = 0;
     }
+    const void *in = getenv("BENCH_OUT_OF_PLACE") ? (const void *)send : MPI_IN_PLACE;
     for (int s = 3; s < argc; s++) {
         int count = (int)(atol(argv[s]) / 4);
         if (count < 1)
             count = 1;
         for (int i = 0; i < warmup; i++)
-            MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            MPI_Allreduce(in, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         for (int i = 0; i < iters; i++) {
             double t0 = MPI_Wtime();
-            MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            MPI_Allreduce(in, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
             t[i] = MPI_Wtime() - t0;
         }
         MPI_Reduce(t, slow, iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);

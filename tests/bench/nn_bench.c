@@ -3,7 +3,10 @@
  * zero_grad + forward + cross-entropy + backward + SGD(lr 0.01, momentum 0.9) step).
  *
  *   nn_bench MODEL BATCH THREADS [STEPS] [--shape C,H,W] [--classes K] [--warmup N]
- *            [--conv direct|winograd|auto] [--ref] [--print]
+ *            [--conv auto|direct|winograd] [--ref] [--print]
+ *
+ * --conv direct is PyTorch's convolution algorithm (a like-for-like comparison); the default
+ * auto is the engine's (Winograd for large 3x3 stride-1 layers).
  *
  * Prints the median step time and images/s with the phase split (forward, loss+backward,
  * optimizer). A benchmark, not a test: it reports numbers, never pass/fail. Measure with
@@ -44,6 +47,7 @@ static int bench_parse(struct bench_args *a, int argc, char **argv)
     a->steps = 20;
     a->warmup = 3;
     a->classes = 10;
+    a->conv = NN_CONV_AUTO; /* the model's default */
     int pos = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--shape") && i + 1 < argc) {

@@ -14,7 +14,7 @@ import time
 from harness import Daemon, check, pid_alive, run_cases
 
 ALGORITHMS = {
-    "allreduce": {"ring", "rd"},
+    "allreduce": {"ring", "rd", "hd"},
     "reduce_scatter": {"ring", "direct"},
     "all_gather": {"ring", "direct"},
     "broadcast": {"ring", "tree"},

@@ -167,7 +167,11 @@ def read_sse(url, stop_on, timeout=60):
 def test_live_events():
     d = Daemon(cpu_slots=2)
     try:
+        # the experiment waits behind a blocker until the stream is open, so no event can
+        # happen before the subscription (a small run can finish within 0.1 s)
+        hold = d.submit(dict(LONG, name="hold", world_size=2))
         exp = d.submit(dict(SMALL, name="live", world_size=2, iters=50))
+        threading.Timer(0.5, lambda: d.request("POST", f"/v1/experiments/{hold['id']}/cancel")).start()
         events = read_sse(f"{d.url}/v1/experiments/{exp['id']}/events",
                           lambda ev: ev.get("event") == "experiment" and ev["data"]["status"] in
                           ("succeeded", "failed"))

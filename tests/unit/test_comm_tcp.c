@@ -97,20 +97,33 @@ static void mesh_connect(struct mesh *m, struct comm_tcp **t, char addrs[][64])
     mesh_connect_late(m, t, addrs, -1, 0);
 }
 
-/* Returns 0 when every rank built its communicator. */
-static int mesh_build(struct mesh *m, int n, int timeout_ms, const atomic_bool *abort_flag)
+/* Returns 0 when every rank built its communicator; ring_chunk as in the config. */
+static int mesh_build_chunked(struct mesh *m, int n, int timeout_ms,
+                              const atomic_bool *abort_flag, int ring_chunk)
 {
     struct comm_tcp *t[MAX_WORLD];
     char addrs[MAX_WORLD][64];
     memset(m, 0, sizeof *m);
     m->n = n;
-    if (mesh_listen(t, addrs, n, timeout_ms, abort_flag, NULL) < 0)
-        return -1;
+    struct err e;
+    for (int r = 0; r < n; r++) {
+        struct comm_tcp_config cfg = mesh_config(r, n, timeout_ms, abort_flag, "s3cret");
+        cfg.ring_chunk_bytes = ring_chunk;
+        t[r] = comm_tcp_listen(&cfg, &e);
+        if (!t[r])
+            return -1;
+        snprintf(addrs[r], 64, "%s", comm_tcp_address(t[r]));
+    }
     mesh_connect(m, t, addrs);
     for (int r = 0; r < n; r++)
         if (!m->c[r])
             return -1;
     return 0;
+}
+
+static int mesh_build(struct mesh *m, int n, int timeout_ms, const atomic_bool *abort_flag)
+{
+    return mesh_build_chunked(m, n, timeout_ms, abort_flag, 0);
 }
 
 static void mesh_destroy(struct mesh *m)
@@ -339,11 +352,12 @@ static int add_case(struct op_case *out, int n, int max, struct op_case k)
  * counts, in place or not, and misalignments. */
 static int reducing_cases(struct op_case *out, int max)
 {
-    static const enum comm_algorithm ar[] = {COMM_ALG_RING, COMM_ALG_RD, COMM_ALG_AUTO};
+    static const enum comm_algorithm ar[] = {COMM_ALG_RING, COMM_ALG_RD, COMM_ALG_AUTO,
+                                             COMM_ALG_HD};
     static const enum comm_algorithm rs[] = {COMM_ALG_RING, COMM_ALG_DIRECT, COMM_ALG_AUTO};
     int n = 0, i = 0;
     for (int o = 0; o < 2; o++)
-        for (int a = 0; a < 3; a++)
+        for (int a = 0; a < 3 + !o; a++)
             for (int t = COMM_FLOAT32; t <= COMM_INT64; t++)
                 for (int op = COMM_SUM; op <= COMM_MAX; op++, i++)
                     n = add_case(out, n, max, (struct op_case){
@@ -374,7 +388,7 @@ static int moving_cases(struct op_case *out, int max, int world)
     for (int t = COMM_FLOAT32; t <= COMM_INT64; t++, i++)
         n = add_case(out, n, max, (struct op_case){
             .op = COMM_OP_SENDRECV, .dtype = (enum comm_dtype)t, .count = small_counts[i % 6],
-            .misalign = (size_t)i % 8});
+            .inplace = t % 2, .misalign = (size_t)i % 8});
     return n;
 }
 
@@ -389,6 +403,8 @@ static int large_cases(struct op_case *out, int max, int world)
         {COMM_OP_ALLREDUCE, COMM_ALG_RING, COMM_FLOAT16, COMM_AVG, false, 200003, 1, 0},
         {COMM_OP_ALLREDUCE, COMM_ALG_RING, COMM_INT64, COMM_MAX, true, 70001, 5, 0},
         {COMM_OP_ALLREDUCE, COMM_ALG_RD, COMM_BFLOAT16, COMM_SUM, false, 100003, 7, 0},
+        {COMM_OP_ALLREDUCE, COMM_ALG_HD, COMM_FLOAT32, COMM_AVG, true, 300007, 2, 0},
+        {COMM_OP_ALLREDUCE, COMM_ALG_HD, COMM_INT32, COMM_MIN, false, 3, 1, 0},
         {COMM_OP_REDUCE_SCATTER, COMM_ALG_RING, COMM_FLOAT32, COMM_SUM, true, 100003, 2, 0},
         {COMM_OP_REDUCE_SCATTER, COMM_ALG_RING, COMM_BFLOAT16, COMM_MIN, false, 50021, 1, 0},
         {COMM_OP_ALL_GATHER, COMM_ALG_RING, COMM_INT32, COMM_SUM, false, 100003, 7, 0},
@@ -397,6 +413,7 @@ static int large_cases(struct op_case *out, int max, int world)
          world - 1},
         {COMM_OP_BROADCAST, COMM_ALG_TREE, COMM_INT64, COMM_SUM, true, 100003, 0, 0},
         {COMM_OP_SENDRECV, COMM_ALG_AUTO, COMM_FLOAT32, COMM_SUM, false, 1000003, 4, 0},
+        {COMM_OP_SENDRECV, COMM_ALG_DIRECT, COMM_INT64, COMM_SUM, true, 500009, 3, 0},
     };
     int n = 0;
     for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
@@ -425,6 +442,26 @@ static int reducing_cases_w(struct op_case *out, int max, int world)
 }
 
 static void test_comm_reducing_ops_exact(void) { check_world_cases(reducing_cases_w); }
+
+/* The ring allreduce in many small blocks (chunks of 1000 bytes): blocks of uneven
+ * lengths, the last one short, elements split across blocks never. */
+static void test_comm_ring_blocks_exact(void)
+{
+    struct op_case cases[] = {
+        {COMM_OP_ALLREDUCE, COMM_ALG_RING, COMM_FLOAT32, COMM_SUM, false, 100003, 1, 0},
+        {COMM_OP_ALLREDUCE, COMM_ALG_RING, COMM_INT64, COMM_AVG, true, 20011, 0, 0},
+        {COMM_OP_ALLREDUCE, COMM_ALG_RING, COMM_BFLOAT16, COMM_MAX, false, 77777, 3, 0},
+        {COMM_OP_ALLREDUCE, COMM_ALG_RING, COMM_FLOAT16, COMM_AVG, true, 5, 1, 0},
+    };
+    for (int n = 2; n <= 5; n++) {
+        struct mesh m;
+        T_CHECK_MSG(mesh_build_chunked(&m, n, 20000, NULL, 1000) == 0, "world %d", n);
+        char why[512] = "";
+        int failures = run_cases_on(&m, cases, 4, why, sizeof why);
+        mesh_destroy(&m);
+        T_CHECK_MSG(failures == 0, "world %d: %s", n, why);
+    }
+}
 static void test_comm_moving_ops_exact(void) { check_world_cases(moving_cases); }
 static void test_comm_large_ops_exact(void) { check_world_cases(large_cases); }
 
@@ -612,8 +649,8 @@ static void test_comm_bad_arguments(void)
     T_CHECK(mesh_build(&m, 2, 2000, NULL) == 0);
     T_CHECK(comm_run(m.c[0], &a, &e) < 0); /* checked before any byte moves */
     T_EQ_STR(e.field, "algorithm");
-    T_CHECK_MSG(strstr(e.msg, "allreduce has no algorithm 'tree' (it has ring, rd)"), "%s",
-                e.msg);
+    T_CHECK_MSG(strstr(e.msg, "allreduce has no algorithm 'tree' (it has ring, rd, hd)"),
+                "%s", e.msg);
     a.op = COMM_OP_REDUCE_SCATTER;
     a.recv = f + 1; /* inside send but not rank 0's block */
     T_CHECK(comm_run(m.c[0], &a, &e) < 0);
@@ -1206,6 +1243,7 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     TEST_RUN(test_comm_dtype_names);
     TEST_RUN(test_comm_reducing_ops_exact);
+    TEST_RUN(test_comm_ring_blocks_exact);
     TEST_RUN(test_comm_moving_ops_exact);
     TEST_RUN(test_comm_large_ops_exact);
     TEST_RUN(test_comm_algorithm_recorded);

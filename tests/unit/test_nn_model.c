@@ -14,8 +14,8 @@
 #include "test.h"
 
 /* A small network with every layer kind: conv-bn-relu stem, max pool, a BasicBlock with a
- * downsample, an identity block, an inverted-residual style depthwise block, average
- * pooling, flatten, dropout, linear. Input 3x12x12, 5 classes. */
+ * downsample, a depthwise residual block with relu6, adaptive and global average pooling,
+ * an add across layouts, flatten, dropout, linear. Input 3x12x12, 5 classes. */
 static int tiny_build(struct nn_model *m, int dropout, struct err *e)
 {
     nn_model_init(m);
@@ -45,7 +45,15 @@ static int tiny_build(struct nn_model *m, int dropout, struct err *e)
     y = nn_model_conv2d(m, "b2.dw", x, &c);
     y = nn_model_act(m, "b2.relu6", y, NN_ACT_RELU6);
     x = nn_model_add(m, "b2.add", x, y, 0);
-    x = nn_model_avgpool(m, "avg", x, 3, 1, 0); /* 1x1 */
+    /* adaptive pooling 3 -> 2 (overlapping windows: plain loops on the fast path, whose
+     * output is plain) added to a 2x2 convolution's blocked output: the add converts its
+     * second input and that input's gradient */
+    int a = nn_model_adaptive_avgpool(m, "adapt", x, 2, 2);
+    c = (struct nn_conv2d_cfg){.cin = 16, .cout = 16, .kh = 2, .kw = 2, .sh = 1, .sw = 1,
+                               .dh = 1, .dw = 1, .groups = 1, .bias = 1};
+    y = nn_model_conv2d(m, "b3.conv", x, &c);
+    x = nn_model_add(m, "b3.add", y, a, 0);
+    x = nn_model_global_avgpool(m, "avg", x); /* 1x1 */
     x = nn_model_flatten(m, "flatten", x);
     x = nn_model_dropout(m, "drop", x, dropout ? 0.25f : 0.0f, 0);
     nn_model_linear(m, "fc", x, 5, 1);
@@ -71,42 +79,60 @@ static int tiny_loss(struct nn_model *m, const float *x, const int32_t *labels, 
     return nn_model_forward(m, x, 1, 3, e) || nn_model_loss(m, labels, TINY_N, loss, &right, e);
 }
 
+/* the tiny network with its data, prepared to train on backend */
+static int tiny_setup(struct nn_model *m, int dropout, enum nn_backend backend, float *x,
+                      int32_t *labels, struct err *e)
+{
+    tiny_data(x, labels);
+    return tiny_build(m, dropout, e) || nn_model_prepare(m, TINY_N, backend, 1, e);
+}
+
+/* forward, loss and backward (gradients accumulate) */
+static int tiny_backward(struct nn_model *m, const float *x, const int32_t *labels, double *loss,
+                         struct err *e)
+{
+    return tiny_loss(m, x, labels, loss, e) || nn_model_backward(m, NULL, NULL, e);
+}
+
 /* dLoss/dparam by central differences (reference backend, training mode, fixed dropout
  * step) against backward, for parameters spread over every layer. The loss passes through
  * batch statistics and ReLUs; h = 1e-3 keeps the truncation error ~1e-6 and the float
- * rounding of the loss (~1e-7) / 2h ~1e-4; the differences seen are <= 3e-5 on gradients of
- * 1e-3..1e-1: tolerance 1e-4 + 1e-2 relative. */
+ * rounding of the loss (~1e-7) / 2h ~1e-4. But a parameter such as a BN weight moves
+ * hundreds of activations at once, and those within h of a ReLU or max-pool kink cross it:
+ * each crossing bends the finite difference a little (~1% seen). Tolerance 1e-4 + 3e-2
+ * relative; a wiring error (a lost gradient path, another dropout mask) is off by O(1).
+ * A sample on a sharper kink shows as one-sided differences that disagree, and is skipped
+ * (at most a fifth of them may be). */
 static void test_model_gradcheck(void)
 {
     struct err e;
     struct nn_model m;
     float x[TINY_X];
     int32_t labels[TINY_N];
-    tiny_data(x, labels);
-    T_OK(tiny_build(&m, 1, &e));
-    T_OK(nn_model_prepare(&m, TINY_N, NN_BACKEND_REF, 1, &e));
-    double loss;
-    nn_model_zero_grad(&m);
-    T_OK(tiny_loss(&m, x, labels, &loss, &e));
-    T_OK(nn_model_backward(&m, NULL, NULL, &e));
+    double l0;
+    T_OK(tiny_setup(&m, 1, NN_BACKEND_REF, x, labels, &e));
+    T_OK(tiny_backward(&m, x, labels, &l0, &e));
     float *g = malloc(m.nparams * sizeof *g);
     memcpy(g, m.grads.data, m.nparams * sizeof *g);
-    int bad = 0, checked = 0;
+    int bad = 0, checked = 0, kinks = 0;
     for (int p = 0; p < m.nparam_tensors && !bad; p++) {
         const struct nn_param *pi = &m.param_info[p];
         for (size_t k = 0; k < pi->len && k < 3; k++) {
             size_t i = pi->offset + (k * 7919) % pi->len;
-            float save = m.params.data[i];
+            float save = m.params.data[i], h = 1e-3f;
             double lp, lm;
-            float h = 1e-3f;
             m.params.data[i] = save + h;
             T_OK(tiny_loss(&m, x, labels, &lp, &e));
             m.params.data[i] = save - h;
             T_OK(tiny_loss(&m, x, labels, &lm, &e));
             m.params.data[i] = save;
-            double num = (lp - lm) / (2.0 * h);
+            double num = (lp - lm) / (2.0 * h), fwd = (lp - l0) / h, bwd = (l0 - lm) / h;
             checked++;
-            if (fabs(num - g[i]) > 1e-4 + 1e-2 * fmax(fabs(num), fabs(g[i]))) {
+            if (fabs(fwd - bwd) > 1e-3 + 5e-2 * fabs(num)) {
+                kinks++;
+                continue;
+            }
+            if (fabs(num - g[i]) > 1e-4 + 3e-2 * fmax(fabs(num), fabs(g[i]))) {
                 fprintf(stderr, "    %s[%zu]: numeric %.6g, backward %.6g\n", pi->name,
                         i - pi->offset, num, g[i]);
                 bad = 1;
@@ -117,6 +143,7 @@ static void test_model_gradcheck(void)
     nn_model_destroy(&m);
     T_CHECK(!bad);
     T_CHECK(checked > 40);
+    T_CHECK_MSG(kinks * 5 <= checked, "%d of %d samples on kinks", kinks, checked);
 }
 
 /* One training step on both backends: logits, loss, every parameter gradient and the
@@ -128,18 +155,11 @@ static void test_model_backends_agree(void)
     struct nn_model a, b;
     float x[TINY_X];
     int32_t labels[TINY_N];
-    tiny_data(x, labels);
-    T_OK(tiny_build(&a, 1, &e));
-    T_OK(tiny_build(&b, 1, &e));
-    T_OK(nn_model_prepare(&a, TINY_N, NN_BACKEND_REF, 1, &e));
-    T_OK(nn_model_prepare(&b, TINY_N, NN_BACKEND_FAST, 1, &e));
     double la, lb;
-    nn_model_zero_grad(&a);
-    nn_model_zero_grad(&b);
-    T_OK(tiny_loss(&a, x, labels, &la, &e));
-    T_OK(tiny_loss(&b, x, labels, &lb, &e));
-    T_OK(nn_model_backward(&a, NULL, NULL, &e));
-    T_OK(nn_model_backward(&b, NULL, NULL, &e));
+    T_OK(tiny_setup(&a, 1, NN_BACKEND_REF, x, labels, &e));
+    T_OK(tiny_setup(&b, 1, NN_BACKEND_FAST, x, labels, &e));
+    T_OK(tiny_backward(&a, x, labels, &la, &e));
+    T_OK(tiny_backward(&b, x, labels, &lb, &e));
     T_NEAR(la, lb, 1e-4 * fabs(la));
     const float *ya = nn_model_output(&a), *yb = nn_model_output(&b);
     for (int i = 0; i < TINY_N * 5; i++)
@@ -189,9 +209,7 @@ static void test_model_hook_order(void)
     struct nn_model m;
     float x[TINY_X];
     int32_t labels[TINY_N];
-    tiny_data(x, labels);
-    T_OK(tiny_build(&m, 0, &e));
-    T_OK(nn_model_prepare(&m, TINY_N, NN_BACKEND_FAST, 1, &e));
+    T_OK(tiny_setup(&m, 0, NN_BACKEND_FAST, x, labels, &e));
     int with_params = 0;
     for (int i = 0; i < nn_model_node_count(&m); i++) {
         enum nn_op op = nn_model_node_op(&m, i);
@@ -234,17 +252,12 @@ static void test_model_accumulate_and_zero(void)
     struct nn_model m;
     float x[TINY_X];
     int32_t labels[TINY_N];
-    tiny_data(x, labels);
-    T_OK(tiny_build(&m, 0, &e));
-    T_OK(nn_model_prepare(&m, TINY_N, NN_BACKEND_FAST, 1, &e));
     double loss;
-    nn_model_zero_grad(&m);
-    T_OK(tiny_loss(&m, x, labels, &loss, &e));
-    T_OK(nn_model_backward(&m, NULL, NULL, &e));
+    T_OK(tiny_setup(&m, 0, NN_BACKEND_FAST, x, labels, &e));
+    T_OK(tiny_backward(&m, x, labels, &loss, &e));
     float *once = malloc(m.nparams * sizeof *once);
     memcpy(once, m.grads.data, m.nparams * sizeof *once);
-    T_OK(tiny_loss(&m, x, labels, &loss, &e));
-    T_OK(nn_model_backward(&m, NULL, NULL, &e));
+    T_OK(tiny_backward(&m, x, labels, &loss, &e));
     int ok = 1, nonzero = 0;
     for (size_t i = 0; i < m.nparams; i++) {
         ok &= fabsf(m.grads.data[i] - 2 * once[i]) <= 1e-5f * (1 + fabsf(once[i]));
@@ -267,9 +280,7 @@ static void test_model_train_eval_dropout(void)
     struct nn_model m;
     float x[TINY_X], y1[TINY_N * 5], y2[TINY_N * 5], y3[TINY_N * 5], ye[TINY_N * 5];
     int32_t labels[TINY_N];
-    tiny_data(x, labels);
-    T_OK(tiny_build(&m, 1, &e));
-    T_OK(nn_model_prepare(&m, TINY_N, NN_BACKEND_FAST, 1, &e));
+    T_OK(tiny_setup(&m, 1, NN_BACKEND_FAST, x, labels, &e));
     float *running = nn_model_bn_running(&m, 1);
     T_CHECK(running != NULL);
     T_CHECK(running[0] == 0 && running[8] == 1); /* mean 0, var 1 before training */

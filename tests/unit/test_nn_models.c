@@ -11,6 +11,7 @@
  * 3,504,872; alexnet 61,100,840). */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nn/model.h"
 #include "nn/models.h"
@@ -153,6 +154,57 @@ static void test_models_forward_all(void)
     }
 }
 
+/* The reference backend and oneDNN agree on whole zoo networks (evaluation mode, running
+ * statistics perturbed away from (0, 1) so batch norm matters): BasicBlocks with
+ * downsampling, Bottlenecks, inverted residuals with depthwise convolutions and ReLU6. The
+ * logits pass through ~20-50 layers of float rounding: 1e-3 of their scale. */
+static void test_models_backends_agree(void)
+{
+    static const struct zoo_case nets[] = {
+        /* 16x16 inputs keep the reference's loops quick under the sanitizers */
+        {"resnet18", 3, 16, 16, 10, 0},
+        {"resnet50", 3, 16, 16, 10, 0},
+        {"mobilenetv2", 3, 16, 16, 10, 0},
+    };
+    struct err e;
+    for (size_t i = 0; i < sizeof nets / sizeof *nets; i++) {
+        const struct zoo_case *z = &nets[i];
+        struct nn_model a, b;
+        nn_model_init(&a);
+        nn_model_init(&b);
+        size_t n = (size_t)z->c * z->h * z->w;
+        float *x = malloc(n * sizeof *x), ya[10], yb[10];
+        struct nn_rng r;
+        nn_rng_seed(&r, 5);
+        nn_rng_fill_normal(&r, x, n, 0, 1);
+        int rc = nn_models_build(&a, z->name, z->c, z->h, z->w, 10, NULL, &e) ||
+                 nn_models_build(&b, z->name, z->c, z->h, z->w, 10, NULL, &e) ||
+                 nn_model_init_params(&a, 3, &e) || nn_model_init_params(&b, 3, &e);
+        if (rc == 0) {
+            for (size_t k = 0; k < a.nbuffers; k++) /* running mean, var: 0.1 .. 1.1 */
+                a.buffers.data[k] = b.buffers.data[k] = 0.1f + (float)nn_rng_uniform(&r);
+            rc = nn_model_prepare(&a, 1, NN_BACKEND_REF, 0, &e) ||
+                 nn_model_prepare(&b, 1, NN_BACKEND_FAST, 0, &e) ||
+                 nn_model_forward(&a, x, 0, 0, &e) || nn_model_forward(&b, x, 0, 0, &e);
+        }
+        double scale = 0, worst = 0;
+        if (rc == 0) {
+            memcpy(ya, nn_model_output(&a), sizeof ya);
+            memcpy(yb, nn_model_output(&b), sizeof yb);
+            for (int k = 0; k < 10; k++) {
+                scale = fmax(scale, fabs(ya[k]));
+                worst = fmax(worst, fabs(ya[k] - yb[k]));
+            }
+        }
+        nn_model_destroy(&a);
+        nn_model_destroy(&b);
+        free(x);
+        T_CHECK_MSG(rc == 0, "%s: %s", z->name, e.msg);
+        T_CHECK_MSG(scale > 0 && worst <= 1e-3 * scale, "%s: logits differ by %g of %g",
+                    z->name, worst, scale);
+    }
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -160,5 +212,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_models_names_and_errors);
     TEST_RUN(test_models_resnet_init);
     TEST_RUN(test_models_forward_all);
+    TEST_RUN(test_models_backends_agree);
     return test_end();
 }

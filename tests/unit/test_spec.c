@@ -230,8 +230,8 @@ static void test_spec_exact_messages(void)
                     "\"int32\", \"int64\", got \"float33\"");
     T_EQ_STR(e.field, "dtype");
     T_CHECK(!parse_text(W ", \"algorithm\": \"bogus\"}", &e));
-    T_EQ_STR(e.msg, "algorithm: must be one of \"auto\", \"ring\", \"rd\", \"direct\", "
-                    "\"tree\", got \"bogus\"");
+    T_EQ_STR(e.msg, "algorithm: must be one of \"auto\", \"ring\", \"rd\", \"hd\", "
+                    "\"direct\", \"tree\", got \"bogus\"");
     /* an algorithm the op does not have */
     T_CHECK(!parse_text(W ", \"op\": \"broadcast\", \"algorithm\": \"rd\"}", &e));
     T_EQ_STR(e.field, "algorithm");
@@ -267,11 +267,10 @@ static void test_spec_rejects_bad_fields(void)
         {W ", \"redop\": \"prod\"}", "redop", "must be one of \"sum\", \"avg\", \"min\", \"max\""},
         {W ", \"op\": \"sendrecv\", \"algorithm\": \"ring\"}", "algorithm",
          "op \"sendrecv\" has no algorithm \"ring\""},
-        {W ", \"op\": \"allreduce\", \"algorithm\": \"tree\"}", "algorithm", "it has \"auto\", \"ring\", \"rd\""},
+        {W ", \"op\": \"allreduce\", \"algorithm\": \"tree\"}", "algorithm",
+         "it has \"auto\", \"ring\", \"rd\", \"hd\""},
         {W ", \"sweep\": {\"algorithm\": [\"ring\", \"rd\"], \"op\": [\"allreduce\", \"all_gather\"]}}",
          "sweep", "op \"all_gather\" has no algorithm \"rd\""},
-        {W ", \"op\": \"sendrecv\", \"inplace\": true}", "inplace",
-         "inplace: op \"sendrecv\" has no inplace true; it has false"},
         {W ", \"comm_timeout_s\": 0}", "comm_timeout_s", "from 1 to 3600"},
         {W ", \"comm_timeout_s\": 3601}", "comm_timeout_s", "from 1 to 3600"},
         {W ", \"sizes\": \"4K\"}", "sizes", "a list of at most 256 distinct sizes"},
@@ -804,7 +803,7 @@ static void test_spec_schema_content(void)
     T_EQ_INT(get_int(ws, "maximum"), SPEC_MAX_WORLD);
     T_EQ_INT(get_int(ws, "default"), 1);
     json_t *alg = json_object_get(props, "algorithm");
-    T_EQ_INT(json_array_size(json_object_get(alg, "enum")), 5);
+    T_EQ_INT(json_array_size(json_object_get(alg, "enum")), 6);
     json_t *sizes = json_object_get(props, "sizes");
     T_EQ_STR(get_str(sizes, "type"), "array");
     T_EQ_INT(get_int(sizes, "maxItems"), SPEC_MAX_SIZES);
@@ -818,7 +817,7 @@ static void test_spec_schema_content(void)
                                                            "properties"), "algorithm");
         allowed += then_alg != NULL;
     }
-    T_EQ_INT(allowed, 5); /* and one op -> inplace clause, without "algorithm" */
+    T_EQ_INT(allowed, 5);
     json_t *minb = json_object_get(props, "min_bytes");
     T_EQ_STR(get_str(minb, "default"), "4K");
     json_t *any = json_object_get(minb, "anyOf");

@@ -51,6 +51,7 @@ static const char *const comm_algorithms[] = {
     [COMM_ALG_RD] = "rd",
     [COMM_ALG_DIRECT] = "direct",
     [COMM_ALG_TREE] = "tree",
+    [COMM_ALG_HD] = "hd",
 };
 
 #define COMM_COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -204,7 +205,7 @@ static int comm_check_buffers(const struct comm *c, const struct comm_args *a,
         return 0;
     const uint8_t *s = a->send, *r = a->recv;
     bool inplace = false;
-    if (a->op == COMM_OP_ALLREDUCE || a->op == COMM_OP_BROADCAST)
+    if (a->op == COMM_OP_ALLREDUCE || a->op == COMM_OP_BROADCAST || a->op == COMM_OP_SENDRECV)
         inplace = s == r;
     else if (a->op == COMM_OP_REDUCE_SCATTER)
         inplace = r == s + x->inplace_off;

@@ -7,7 +7,7 @@
  * an error naming the peer and the operation, never a hang. Buffers are the caller's,
  * may have any alignment, and are validated here (comm.c) before a backend sees them.
  *
- * In place (as NCCL defines it): allreduce and broadcast with send == recv,
+ * In place (as NCCL defines it): allreduce, broadcast and sendrecv with send == recv,
  * reduce_scatter with recv == send + rank * count elements, all_gather with
  * send == recv + rank * count elements. Any other overlap of send and recv is refused.
  *
@@ -56,6 +56,7 @@ enum comm_algorithm {
     COMM_ALG_DIRECT, /* every rank to every rank in one step (reduce_scatter,
                         all_gather, point-to-point) */
     COMM_ALG_TREE,   /* binomial tree (broadcast) */
+    COMM_ALG_HD,     /* recursive halving then doubling, Rabenseifner's (allreduce) */
 };
 
 /* One operation and its arguments: what the synchronous calls build and the
@@ -107,7 +108,7 @@ struct comm {
     const struct comm_ops *ops;
     const char *backend;      /* "tcp" */
     int rank, world_size;
-    int timeout_ms;           /* per operation */
+    int timeout_ms;           /* an operation fails when nothing moved for this long */
     const atomic_bool *abort_flag; /* borrowed; may be NULL */
     atomic_bool stop;         /* raised by comm_destroy: ends an operation in flight */
     /* Written by the operation that runs; read them only when no operation is in
@@ -130,7 +131,7 @@ int comm_redop_parse(const char *s, enum comm_redop *out);
  * "barrier" */
 const char *comm_op_name(enum comm_op op);
 int comm_op_parse(const char *s, enum comm_op *out);
-/* "auto", "ring", "rd", "direct", "tree" */
+/* "auto", "ring", "rd", "direct", "tree", "hd" */
 const char *comm_algorithm_name(enum comm_algorithm a);
 int comm_algorithm_parse(const char *s, enum comm_algorithm *out);
 
@@ -185,9 +186,9 @@ struct comm_handle *comm_ibroadcast(struct comm *c, const void *send, void *recv
 /* True once h's operation has finished (successfully or not). Never blocks. */
 bool comm_test(const struct comm_handle *h);
 /* Blocks until h's operation has finished and returns its result (0, or -1 with e set
- * to the operation's error), then frees h. The wait is bounded: each operation fails
- * within the communicator's timeout of starting, and once one fails (or the abort flag
- * is raised) every operation queued behind it fails at once. */
+ * to the operation's error), then frees h. The wait is bounded: an operation fails once
+ * no data has moved for the communicator's timeout (or on the abort flag), and once one
+ * has failed, every operation queued behind it fails at once. */
 int comm_wait(struct comm_handle *h, struct err *e);
 
 /* Stops the communication thread (an operation in flight ends with ERR_ABORTED, queued

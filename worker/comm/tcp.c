@@ -36,7 +36,14 @@
 #define TCP_MAX_PENDING 64
 #define TCP_HANDSHAKE_MS 5000
 #define TCP_SPIN_US_DEFAULT 200 /* busy-poll budget when every rank has a CPU */
+#define TCP_YIELD_US_DEFAULT 50 /* polls with sched_yield(2) when ranks share CPUs */
 #define TCP_SOCKBUF_DEFAULT 0   /* 0: leave the kernel's autotuning alone */
+/* Ring allreduce blocks: world_size chunks of this many bytes (measured on loopback,
+ * tests/bench/RESULTS.md): small enough to stay in a core's L2 between being reduced,
+ * forwarded and overwritten; larger when ranks share CPUs, where every wake-up costs a
+ * context switch. */
+#define TCP_RING_CHUNK_OWN_CPU (512u << 10)
+#define TCP_RING_CHUNK_SHARED (2u << 20)
 
 static const struct comm_ops tcp_ops;
 
@@ -175,18 +182,25 @@ static int tcp_config_check(const struct comm_tcp_config *cfg, enum comm_algorit
     const char *name = cfg->algorithm ? cfg->algorithm : "auto";
     if (comm_algorithm_parse(name, alg) < 0)
         return err_set(e, ERR_INVALID, "algorithm",
-                       "tcp: unknown algorithm '%.32s' (auto, ring, rd, direct, tree)", name);
+                       "tcp: unknown algorithm '%.32s' (auto, ring, rd, hd, direct, tree)", name);
     return 0;
 }
 
-/* Automatic busy-polling only when every rank can have a CPU of its own: spinning ranks
- * that share CPUs steal the time of the rank they wait for. */
-static int tcp_spin_us(const struct comm_tcp_config *cfg)
+/* Automatic busy-polling when every rank can have a CPU of its own; ranks that share CPUs
+ * yield between polls instead, since spinning would steal the time of the rank they
+ * wait for (measured: tests/bench/RESULTS.md). */
+static void tcp_spin_policy(struct comm_tcp *t, const struct comm_tcp_config *cfg)
 {
-    if (cfg->spin_us != 0)
-        return cfg->spin_us > 0 ? cfg->spin_us : 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus >= cfg->world_size ? TCP_SPIN_US_DEFAULT : 0;
+    t->spin_yield = false;
+    if (cfg->spin_us != 0) {
+        t->spin_us = cfg->spin_us > 0 ? cfg->spin_us : 0;
+    } else if (cpus >= cfg->world_size) {
+        t->spin_us = TCP_SPIN_US_DEFAULT;
+    } else {
+        t->spin_us = TCP_YIELD_US_DEFAULT;
+        t->spin_yield = true;
+    }
 }
 
 static struct comm_tcp *tcp_alloc(int n)
@@ -231,7 +245,11 @@ struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *
     atomic_init(&t->base.stop, false);
     t->base.error_peer = -1;
     t->algorithm = alg;
-    t->spin_us = tcp_spin_us(cfg);
+    tcp_spin_policy(t, cfg);
+    size_t chunk = cfg->ring_chunk_bytes > 0 ? (size_t)cfg->ring_chunk_bytes
+                   : !t->spin_yield          ? TCP_RING_CHUNK_OWN_CPU
+                                             : TCP_RING_CHUNK_SHARED;
+    t->ring_block = (size_t)n * chunk;
     t->sockbuf = cfg->sockbuf_bytes != 0 ? cfg->sockbuf_bytes : TCP_SOCKBUF_DEFAULT;
     snprintf(t->host, sizeof t->host, "%s", cfg->listen_host);
     t->secret_hash = tcp_hash_secret(cfg->secret ? cfg->secret : "");

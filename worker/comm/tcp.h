@@ -26,10 +26,13 @@ struct comm_tcp_config {
                                       "auto" (by size), "ring", "rd", "direct", "tree";
                                       NULL = "auto" */
     const char *secret;            /* the run secret (only its hash travels); NULL = "" */
-    int spin_us;       /* busy-poll before sleeping: 0 = automatic (on when world_size <=
-                          online CPUs), > 0 = that many microseconds, < 0 = never */
+    int spin_us;       /* poll without sleeping before poll(2) sleeps: 0 = automatic
+                          (busy when world_size <= online CPUs, else yielding the CPU
+                          between polls), > 0 = busy for that many microseconds,
+                          < 0 = never */
     int sockbuf_bytes; /* SO_SNDBUF/SO_RCVBUF: 0 = the backend's default, > 0 = this,
                           < 0 = the kernel's autotuning */
+    int ring_chunk_bytes; /* ring allreduce: bytes per rank per block; 0 = automatic */
 };
 
 /* A rank that listens but is not connected yet. */

@@ -2,6 +2,8 @@
  * (see tcp_internal.h), and the choice between them.
  *
  *   allreduce       ring (reduce-scatter + all-gather as one pipelined stream) | rd
+ *                   (recursive doubling) | hd (Rabenseifner: recursive halving, then
+ *                   doubling)
  *   reduce_scatter  ring | direct          all_gather  ring | direct
  *   broadcast       ring (a pipelined chain from the root) | tree (binomial)
  *   send, recv, sendrecv  direct (16-byte header announcing the length)
@@ -11,20 +13,28 @@
  * - The ring allreduce is one engine run, not 2(n-1) steps: the piece sent at step k is
  *   the chunk received at step k-1, gated on how much of it has been reduced, so a
  *   segment travels on as soon as it is reduced and the steps overlap.
- * - Recursive doubling handles any world size by folding: the first 2*(n - p) ranks
- *   (p the largest power of two <= n) pair up, the even one hands its data to the odd one
- *   and gets the result at the end. Operands are combined lower rank first on every rank,
- *   so every rank computes bit-identical results.
+ * - Large allreduces go in blocks of world_size chunks of 512 KiB (2 MiB when ranks share
+ *   CPUs), each reduced, forwarded and overwritten while it is still in cache: on this
+ *   machine that took 64 MiB from 2.3 to 3 GB/s of bus bandwidth (RESULTS.md).
+ * - Recursive doubling and halving-doubling handle any world size by folding: the first
+ *   2*(n - p) ranks (p the largest power of two <= n) pair up, the even one hands its
+ *   data to the odd one and gets the result at the end. In recursive doubling, operands
+ *   are combined lower rank first on every rank, so every rank computes bit-identical
+ *   results; in the others every element is reduced by one rank only.
  * - Automatic choice by message size, thresholds measured on loopback
- *   (tests/bench/RESULTS.md): latency-bound algorithms below, ring above. */
+ *   (tests/bench/RESULTS.md): latency-bound algorithms below, bandwidth-bound above. */
 #include <stdio.h>
 #include <string.h>
 
 #include "reduce.h"
 #include "tcp_internal.h"
 
-/* Bytes per rank below which the latency-bound algorithm wins (see the file comment). */
-#define TCP_AUTO_ALLREDUCE_RING (64u << 10)
+/* Allreduce: recursive doubling below these many bytes per rank (measured on loopback,
+ * tests/bench/RESULTS.md: at 2 ranks rd wins up to 512 KiB, at 4 up to 16 or 32 KiB);
+ * above, the ring at 2 ranks or any world size that is not a power of two (folding
+ * would send the whole buffer twice more), halving-doubling otherwise. */
+#define TCP_AUTO_RD_BYTES_2 (1u << 20)
+#define TCP_AUTO_RD_BYTES (64u << 10)
 #define TCP_AUTO_GATHER_RING (64u << 10) /* reduce_scatter, all_gather: total bytes */
 #define TCP_AUTO_BROADCAST_RING (64u << 10)
 
@@ -75,7 +85,7 @@ static int tcp_xchg(struct comm_tcp *t, const struct comm_args *a, const char *o
                     struct err *e)
 {
     struct tcp_plan pl;
-    if (tcp_plan_reserve(t, 2, 2, e) < 0)
+    if (tcp_plan_reserve(t, op, 2, 2, e) < 0)
         return -1;
     tcp_plan_init(&pl, t, op, a);
     if (to >= 0)
@@ -107,31 +117,45 @@ static size_t tcp_chunk_len(const struct tcp_chunks *c, int k)
 /* Step k (0 .. 2n-3) sends chunk r-k and receives chunk r-k-1: steps up to n-2 reduce
  * what arrives into recv (reduce-scatter), later ones store it (all-gather). Step 0
  * sends from send, so out of place needs no copy; the contribution combined at each
- * reduce step is still untouched in send (or is recv itself, in place). */
+ * reduce step is still untouched in send (or is recv itself, in place).
+ * Large messages go around the ring in blocks of TCP_RING_BLOCK bytes, one after the
+ * other in the same run (block b+1's first step starts while block b's last one is on
+ * the wire): a block's data is still in cache when it is reduced, forwarded and
+ * overwritten by the result, so each byte crosses the memory bus once each way instead
+ * of up to three times. */
 static int tcp_ring_allreduce(struct comm_tcp *t, const struct comm_args *a, struct err *e)
 {
     int n = t->base.world_size, r = t->base.rank, steps = 2 * n - 2;
-    struct tcp_chunks ch = {a->count / (size_t)n, a->count % (size_t)n,
-                            comm_dtype_size(a->dtype)};
-    const uint8_t *send = a->send;
-    uint8_t *recv = a->recv;
+    size_t es = comm_dtype_size(a->dtype), per_block = t->ring_block / es;
+    if (per_block < (size_t)n)
+        per_block = (size_t)n;
+    size_t nblocks = (a->count + per_block - 1) / per_block;
+    if (nblocks > (size_t)(INT32_MAX / 2 / steps))
+        return err_set(e, ERR_INVALID, "count", "allreduce: %zu elements are too many", a->count);
     struct tcp_plan pl;
-    if (tcp_plan_reserve(t, 2, 2 * steps, e) < 0)
+    if (tcp_plan_reserve(t, comm_op_name(a->op), 2, 2 * steps * (int)nblocks, e) < 0)
         return -1;
     tcp_plan_init(&pl, t, "allreduce", a);
-    struct tcp_lane *out = tcp_plan_lane(&pl, tcp_mod(r + 1, n), true, steps);
-    struct tcp_lane *in = tcp_plan_lane(&pl, tcp_mod(r - 1, n), false, steps);
+    struct tcp_lane *out = tcp_plan_lane(&pl, tcp_mod(r + 1, n), true, steps * (int)nblocks);
+    struct tcp_lane *in = tcp_plan_lane(&pl, tcp_mod(r - 1, n), false, steps * (int)nblocks);
     out->gate_lane = 1;
-    for (int k = 0; k < steps; k++) {
-        int sc = tcp_mod(r - k, n), rc = tcp_mod(r - k - 1, n);
-        tcp_piece_set(&out->pieces[k], (k == 0 ? send : recv) + tcp_chunk_off(&ch, sc),
-                      tcp_chunk_len(&ch, sc));
-        out->pieces[k].gate = k - 1;
-        struct tcp_piece *pc = &in->pieces[k];
-        tcp_piece_set(pc, recv + tcp_chunk_off(&ch, rc), tcp_chunk_len(&ch, rc));
-        if (k <= n - 2) {
-            pc->a = send + tcp_chunk_off(&ch, rc);
-            pc->divide = a->redop == COMM_AVG && k == n - 2;
+    for (size_t b = 0; b < nblocks; b++) {
+        size_t first = b * per_block, cnt = a->count - first < per_block ? a->count - first
+                                                                         : per_block;
+        struct tcp_chunks ch = {cnt / (size_t)n, cnt % (size_t)n, es};
+        const uint8_t *send = (const uint8_t *)a->send + first * es;
+        uint8_t *recv = (uint8_t *)a->recv + first * es;
+        for (int k = 0; k < steps; k++) {
+            int j = (int)b * steps + k, sc = tcp_mod(r - k, n), rc = tcp_mod(r - k - 1, n);
+            tcp_piece_set(&out->pieces[j], (k == 0 ? send : recv) + tcp_chunk_off(&ch, sc),
+                          tcp_chunk_len(&ch, sc));
+            out->pieces[j].gate = k == 0 ? -1 : j - 1;
+            struct tcp_piece *pc = &in->pieces[j];
+            tcp_piece_set(pc, recv + tcp_chunk_off(&ch, rc), tcp_chunk_len(&ch, rc));
+            if (k <= n - 2) {
+                pc->a = send + tcp_chunk_off(&ch, rc);
+                pc->divide = a->redop == COMM_AVG && k == n - 2;
+            }
         }
     }
     return tcp_engine_run(t, &pl.run, e);
@@ -147,39 +171,145 @@ static void tcp_combine(const struct comm_args *a, uint8_t *buf, const uint8_t *
         reduce_apply(buf, buf, theirs, a->count, a->dtype, a->redop);
 }
 
+/* Folding for recursive doubling and halving-doubling: the first 2*extra ranks pair up
+ * and the even one hands its data to the odd one, which combines it (lower rank first)
+ * and takes part in the power-of-two exchange as rank r/2; the other ranks as r - extra.
+ * Returns the rank in the power-of-two group, or -1 for a rank that handed its data
+ * over and waits for the result. */
+static int tcp_fold_in(struct comm_tcp *t, const struct comm_args *a, const char *op,
+                       uint8_t *buf, int extra, struct err *e)
+{
+    int r = t->base.rank;
+    size_t bytes = a->count * comm_dtype_size(a->dtype);
+    if (r >= 2 * extra)
+        return r - extra;
+    if (r % 2 == 0)
+        return tcp_xchg(t, a, op, r + 1, buf, bytes, -1, NULL, 0, e) < 0 ? -2 : -1;
+    if (tcp_scratch_reserve(t, op, bytes, e) < 0 ||
+        tcp_xchg(t, a, op, -1, NULL, 0, r - 1, t->scratch, bytes, e) < 0)
+        return -2;
+    tcp_combine(a, buf, t->scratch, true);
+    return r / 2;
+}
+
+/* The rank that plays power-of-two rank pn. */
+static int tcp_fold_rank(int pn, int extra) { return pn < extra ? pn * 2 + 1 : pn + extra; }
+
+/* The end of folding: the odd rank of a pair hands the result back. */
+static int tcp_fold_out(struct comm_tcp *t, const struct comm_args *a, const char *op,
+                        uint8_t *buf, int extra, struct err *e)
+{
+    int r = t->base.rank;
+    size_t bytes = a->count * comm_dtype_size(a->dtype);
+    if (r >= 2 * extra)
+        return 0;
+    if (r % 2)
+        return tcp_xchg(t, a, op, r - 1, buf, bytes, -1, NULL, 0, e);
+    return tcp_xchg(t, a, op, -1, NULL, 0, r + 1, buf, bytes, e);
+}
+
+static int tcp_pow2_below(int n)
+{
+    int p = 1;
+    while (p * 2 <= n)
+        p *= 2;
+    return p;
+}
+
+/* Every step exchanges the whole buffer with the partner at distance 1, 2, 4, ... */
 static int tcp_rd_allreduce(struct comm_tcp *t, const struct comm_args *a, const char *op,
                             struct err *e)
 {
-    int n = t->base.world_size, r = t->base.rank, p = 1;
+    int p = tcp_pow2_below(t->base.world_size), extra = t->base.world_size - p;
     size_t bytes = a->count * comm_dtype_size(a->dtype);
     uint8_t *buf = a->recv;
     if (a->send != a->recv)
         memcpy(buf, a->send, bytes);
-    if (tcp_scratch_reserve(t, bytes, e) < 0)
+    int me = tcp_fold_in(t, a, op, buf, extra, e);
+    if (me == -2 || tcp_scratch_reserve(t, op, bytes, e) < 0)
         return -1;
-    uint8_t *tmp = t->scratch;
-    while (p * 2 <= n)
-        p *= 2;
-    int extra = n - p, newrank = r >= 2 * extra ? r - extra : r % 2 ? r / 2 : -1;
-    if (r < 2 * extra && newrank < 0 && tcp_xchg(t, a, op, r + 1, buf, bytes, -1, NULL, 0, e) < 0)
+    for (int mask = 1; me >= 0 && mask < p; mask <<= 1) {
+        int partner = tcp_fold_rank(me ^ mask, extra);
+        if (tcp_xchg(t, a, op, partner, buf, bytes, partner, t->scratch, bytes, e) < 0)
+            return -1;
+        tcp_combine(a, buf, t->scratch, partner < t->base.rank);
+    }
+    if (me >= 0 && a->redop == COMM_AVG)
+        reduce_divide(buf, a->count, a->dtype, t->base.world_size);
+    return tcp_fold_out(t, a, op, buf, extra, e);
+}
+
+/* One halving-doubling step: send chunks [glo, ghi) to the partner while receiving
+ * chunks [klo, khi) from it, reduced into buf (reduce) or stored. */
+static int tcp_hd_step(struct comm_tcp *t, const struct comm_args *a, uint8_t *buf,
+                       const struct tcp_chunks *ch, int partner, int glo, int ghi, int klo,
+                       int khi, bool reduce, bool divide, struct err *e)
+{
+    struct tcp_plan pl;
+    if (tcp_plan_reserve(t, "allreduce", 2, 2, e) < 0)
         return -1;
-    if (r < 2 * extra && newrank >= 0) {
-        if (tcp_xchg(t, a, op, -1, NULL, 0, r - 1, tmp, bytes, e) < 0)
+    tcp_plan_init(&pl, t, "allreduce", a);
+    size_t go = tcp_chunk_off(ch, glo), ko = tcp_chunk_off(ch, klo);
+    tcp_piece_set(&tcp_plan_lane(&pl, partner, true, 1)->pieces[0], buf + go,
+                  tcp_chunk_off(ch, ghi) - go);
+    struct tcp_piece *pc = &tcp_plan_lane(&pl, partner, false, 1)->pieces[0];
+    tcp_piece_set(pc, buf + ko, tcp_chunk_off(ch, khi) - ko);
+    pc->a = reduce ? buf + ko : NULL;
+    pc->divide = divide;
+    return tcp_engine_run(t, &pl.run, e);
+}
+
+/* Rabenseifner: reduce-scatter by recursive halving (at distance p/2, p/4, ..., 1 keep
+ * the half of the chunk range this rank's bit selects, reducing what the partner sends
+ * for it), then all-gather by recursive doubling back out. Moves as many bytes as the
+ * ring in log2(p) steps each way instead of p-1. a is one block (see below). */
+static int tcp_hd_block(struct comm_tcp *t, const struct comm_args *a, struct err *e)
+{
+    int p = tcp_pow2_below(t->base.world_size), extra = t->base.world_size - p;
+    size_t es = comm_dtype_size(a->dtype);
+    uint8_t *buf = a->recv;
+    if (a->send != a->recv)
+        memcpy(buf, a->send, a->count * es);
+    int me = tcp_fold_in(t, a, "allreduce", buf, extra, e);
+    if (me == -2)
+        return -1;
+    struct tcp_chunks ch = {a->count / (size_t)p, a->count % (size_t)p, es};
+    int lo = 0, hi = p;
+    for (int d = p / 2; me >= 0 && d >= 1; d /= 2) {
+        int mid = lo + (hi - lo) / 2, up = me & d;
+        if (tcp_hd_step(t, a, buf, &ch, tcp_fold_rank(me ^ d, extra), up ? lo : mid,
+                        up ? mid : hi, up ? mid : lo, up ? hi : mid, true,
+                        d == 1 && a->redop == COMM_AVG, e) < 0)
             return -1;
-        tcp_combine(a, buf, tmp, true);
+        lo = up ? mid : lo;
+        hi = up ? hi : mid;
     }
-    for (int mask = 1; newrank >= 0 && mask < p; mask <<= 1) {
-        int pn = newrank ^ mask, partner = pn < extra ? pn * 2 + 1 : pn + extra;
-        if (tcp_xchg(t, a, op, partner, buf, bytes, partner, tmp, bytes, e) < 0)
+    for (int d = 1; me >= 0 && d < p; d *= 2) {
+        int size = hi - lo, up = me & d;
+        if (tcp_hd_step(t, a, buf, &ch, tcp_fold_rank(me ^ d, extra), lo, hi,
+                        up ? lo - size : hi, up ? lo : hi + size, false, false, e) < 0)
             return -1;
-        tcp_combine(a, buf, tmp, partner < r);
+        lo = up ? lo - size : lo;
+        hi = up ? hi : hi + size;
     }
-    if (newrank >= 0 && a->redop == COMM_AVG)
-        reduce_divide(buf, a->count, a->dtype, n);
-    if (r < 2 * extra && newrank >= 0)
-        return tcp_xchg(t, a, op, r - 1, buf, bytes, -1, NULL, 0, e);
-    if (r < 2 * extra)
-        return tcp_xchg(t, a, op, -1, NULL, 0, r + 1, buf, bytes, e);
+    return tcp_fold_out(t, a, "allreduce", buf, extra, e);
+}
+
+/* Large messages in blocks of t->ring_block bytes, one whole halving-doubling each, so
+ * that a block stays in cache from being reduced to being sent on and overwritten. */
+static int tcp_hd_allreduce(struct comm_tcp *t, const struct comm_args *a, struct err *e)
+{
+    size_t es = comm_dtype_size(a->dtype), per_block = t->ring_block / es;
+    if (per_block < (size_t)t->base.world_size)
+        per_block = (size_t)t->base.world_size;
+    for (size_t first = 0; first < a->count; first += per_block) {
+        struct comm_args b = *a;
+        b.count = a->count - first < per_block ? a->count - first : per_block;
+        b.send = (const uint8_t *)a->send + first * es;
+        b.recv = (uint8_t *)a->recv + first * es;
+        if (tcp_hd_block(t, &b, e) < 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -195,7 +325,8 @@ static int tcp_ring_reduce_scatter(struct comm_tcp *t, const struct comm_args *a
     size_t bb = a->count * comm_dtype_size(a->dtype);
     const uint8_t *send = a->send;
     struct tcp_plan pl;
-    if (tcp_scratch_reserve(t, 2 * bb, e) < 0 || tcp_plan_reserve(t, 2, 2 * steps, e) < 0)
+    if (tcp_scratch_reserve(t, "reduce_scatter", 2 * bb, e) < 0 ||
+        tcp_plan_reserve(t, "reduce_scatter", 2, 2 * steps, e) < 0)
         return -1;
     uint8_t *tmp[2] = {t->scratch, t->scratch + bb};
     tcp_plan_init(&pl, t, "reduce_scatter", a);
@@ -226,8 +357,8 @@ static int tcp_direct_reduce_scatter(struct comm_tcp *t, const struct comm_args 
     size_t bb = a->count * comm_dtype_size(a->dtype);
     const uint8_t *send = a->send;
     struct tcp_plan pl;
-    if (tcp_scratch_reserve(t, (size_t)n * bb, e) < 0 ||
-        tcp_plan_reserve(t, 2 * (n - 1), 2 * (n - 1), e) < 0)
+    if (tcp_scratch_reserve(t, comm_op_name(a->op), (size_t)n * bb, e) < 0 ||
+        tcp_plan_reserve(t, comm_op_name(a->op), 2 * (n - 1), 2 * (n - 1), e) < 0)
         return -1;
     uint8_t *blocks = t->scratch;
     memcpy(blocks + (size_t)r * bb, send + (size_t)r * bb, bb);
@@ -256,7 +387,7 @@ static int tcp_ring_all_gather(struct comm_tcp *t, const struct comm_args *a, st
     size_t bb = a->count * comm_dtype_size(a->dtype);
     uint8_t *recv = a->recv;
     struct tcp_plan pl;
-    if (tcp_plan_reserve(t, 2, 2 * steps, e) < 0)
+    if (tcp_plan_reserve(t, comm_op_name(a->op), 2, 2 * steps, e) < 0)
         return -1;
     if (a->send != recv + (size_t)r * bb)
         memcpy(recv + (size_t)r * bb, a->send, bb);
@@ -278,7 +409,7 @@ static int tcp_direct_all_gather(struct comm_tcp *t, const struct comm_args *a, 
     size_t bb = a->count * comm_dtype_size(a->dtype);
     uint8_t *recv = a->recv;
     struct tcp_plan pl;
-    if (tcp_plan_reserve(t, 2 * (n - 1), 2 * (n - 1), e) < 0)
+    if (tcp_plan_reserve(t, comm_op_name(a->op), 2 * (n - 1), 2 * (n - 1), e) < 0)
         return -1;
     tcp_plan_init(&pl, t, "all_gather", a);
     for (int j = 0; j < n; j++) {
@@ -311,7 +442,7 @@ static int tcp_broadcast(struct comm_tcp *t, const struct comm_args *a, bool tre
     if (!tree && v + 1 < n)
         kids[nk++] = v + 1;
     struct tcp_plan pl;
-    if (tcp_plan_reserve(t, nk + 1, nk + 1, e) < 0)
+    if (tcp_plan_reserve(t, comm_op_name(a->op), nk + 1, nk + 1, e) < 0)
         return -1;
     tcp_plan_init(&pl, t, "broadcast", a);
     if (v > 0) {
@@ -346,14 +477,16 @@ static void tcp_p2p_header(uint8_t h[TCP_P2P_HEADER], size_t len)
 #define TCP_P2P_SMALL 4096 /* header and payload up to this go out in one send(2) */
 
 /* Sends slen bytes to `to` while receiving rlen bytes from `from` (either -1), each as
- * a header then the payload, in one run so crossing exchanges cannot deadlock. */
+ * a header then the payload, in one run so crossing exchanges cannot deadlock. In place
+ * (rbuf == sbuf) a small payload was copied out first; a large one is received only
+ * over bytes already sent (the receive is gated on the send). */
 static int tcp_p2p(struct comm_tcp *t, const struct comm_args *a, int to, const void *sbuf,
                    size_t slen, int from, void *rbuf, size_t rlen, struct err *e)
 {
     uint8_t small[TCP_P2P_HEADER + TCP_P2P_SMALL], hin[TCP_P2P_HEADER];
     const char *op = comm_op_name(a->op);
     struct tcp_plan pl;
-    if (tcp_plan_reserve(t, 2, 4, e) < 0)
+    if (tcp_plan_reserve(t, comm_op_name(a->op), 2, 4, e) < 0)
         return -1;
     tcp_plan_init(&pl, t, op, a);
     tcp_p2p_header(small, slen);
@@ -371,18 +504,24 @@ static int tcp_p2p(struct comm_tcp *t, const struct comm_args *a, int to, const 
         tcp_piece_set(&l->pieces[0], hin, TCP_P2P_HEADER);
         l->pieces[0].header = true;
         tcp_piece_set(&l->pieces[1], rbuf, rlen);
+        if (to >= 0 && rbuf == sbuf && slen > TCP_P2P_SMALL) {
+            l->gate_lane = 0;
+            l->pieces[1].gate = 1;
+        }
     }
     return tcp_engine_run(t, &pl.run, e);
 }
 
 /* ---- choice and dispatch ---------------------------------------------------------------- */
 
-int tcp_algo_has(enum comm_op op, enum comm_algorithm alg)
+/* 1 when op has algorithm alg (AUTO included), else 0. */
+static int tcp_algo_has(enum comm_op op, enum comm_algorithm alg)
 {
     if (alg == COMM_ALG_AUTO)
         return 1;
     switch (op) {
-    case COMM_OP_ALLREDUCE: return alg == COMM_ALG_RING || alg == COMM_ALG_RD;
+    case COMM_OP_ALLREDUCE:
+        return alg == COMM_ALG_RING || alg == COMM_ALG_RD || alg == COMM_ALG_HD;
     case COMM_OP_REDUCE_SCATTER:
     case COMM_OP_ALL_GATHER: return alg == COMM_ALG_RING || alg == COMM_ALG_DIRECT;
     case COMM_OP_BROADCAST: return alg == COMM_ALG_RING || alg == COMM_ALG_TREE;
@@ -394,12 +533,19 @@ int tcp_algo_has(enum comm_op op, enum comm_algorithm alg)
     return 0;
 }
 
+static enum comm_algorithm tcp_allreduce_by_size(int n, size_t bytes)
+{
+    if (bytes < (n == 2 ? TCP_AUTO_RD_BYTES_2 : TCP_AUTO_RD_BYTES))
+        return COMM_ALG_RD;
+    return n == 2 || (n & (n - 1)) ? COMM_ALG_RING : COMM_ALG_HD;
+}
+
 static enum comm_algorithm tcp_algo_by_size(const struct comm_tcp *t, const struct comm_args *a)
 {
     size_t bytes = a->count * comm_dtype_size(a->dtype);
     size_t total = bytes * (size_t)t->base.world_size;
     switch (a->op) {
-    case COMM_OP_ALLREDUCE: return bytes < TCP_AUTO_ALLREDUCE_RING ? COMM_ALG_RD : COMM_ALG_RING;
+    case COMM_OP_ALLREDUCE: return tcp_allreduce_by_size(t->base.world_size, bytes);
     case COMM_OP_REDUCE_SCATTER:
     case COMM_OP_ALL_GATHER:
         return total < TCP_AUTO_GATHER_RING ? COMM_ALG_DIRECT : COMM_ALG_RING;
@@ -410,13 +556,13 @@ static enum comm_algorithm tcp_algo_by_size(const struct comm_tcp *t, const stru
     }
 }
 
-int tcp_algo_choose(const struct comm_tcp *t, const struct comm_args *a,
-                    enum comm_algorithm *out, struct err *e)
+static int tcp_algo_choose(const struct comm_tcp *t, const struct comm_args *a,
+                           enum comm_algorithm *out, struct err *e)
 {
     if (a->algorithm != COMM_ALG_AUTO && !tcp_algo_has(a->op, a->algorithm)) {
         char have[64] = "";
         size_t len = 0;
-        for (int g = COMM_ALG_RING; g <= COMM_ALG_TREE; g++)
+        for (int g = COMM_ALG_RING; g <= COMM_ALG_HD; g++)
             if (tcp_algo_has(a->op, (enum comm_algorithm)g) && len < sizeof have)
                 len += (size_t)snprintf(have + len, sizeof have - len, "%s%s", len ? ", " : "",
                                         comm_algorithm_name((enum comm_algorithm)g));
@@ -445,7 +591,7 @@ static int tcp_local(struct comm_tcp *t, const struct comm_args *a)
 
 int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e)
 {
-    enum comm_algorithm alg;
+    enum comm_algorithm alg = COMM_ALG_AUTO;
     if (tcp_algo_choose(t, a, &alg, e) < 0)
         return -1;
     bool self = a->op == COMM_OP_SENDRECV && a->peer == t->base.rank;
@@ -458,8 +604,9 @@ int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e)
     case COMM_OP_ALLREDUCE:
         if (a->count == 0)
             return 0;
-        return alg == COMM_ALG_RD ? tcp_rd_allreduce(t, a, "allreduce", e)
-                                  : tcp_ring_allreduce(t, a, e);
+        if (alg == COMM_ALG_RD)
+            return tcp_rd_allreduce(t, a, "allreduce", e);
+        return alg == COMM_ALG_HD ? tcp_hd_allreduce(t, a, e) : tcp_ring_allreduce(t, a, e);
     case COMM_OP_REDUCE_SCATTER:
         if (a->count == 0)
             return 0;

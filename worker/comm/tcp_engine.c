@@ -8,8 +8,9 @@
  *   cache and combines it into the destination at once, while the next segment is
  *   already on the wire: reduction overlaps the transfer, and the received data is
  *   never written to memory and read back.
- * - Latency: before sleeping in poll(2) the loop busy-polls for spin_us (when the ranks
- *   have a CPU each), because a wake-up costs more than a small message's round trip.
+ * - Latency: before sleeping in poll(2) the loop polls without sleeping for spin_us,
+ *   because a wake-up costs more than a small message's round trip; when ranks share
+ *   CPUs it yields the CPU between polls (the rank it waits for may need it).
  * - Timeout: an operation fails when no byte has moved for the communicator's timeout,
  *   so a large transfer over a slow link is not killed while a stopped peer is.
  * - Blame: peers that send nothing to this rank in the current plan are watched for
@@ -18,6 +19,7 @@
  *   a clean exit; a hang-up with nothing queued at all means the process died, and this
  *   rank names that peer instead of the neighbour that fails after it. */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -27,19 +29,20 @@
 #include "reduce.h"
 #include "tcp_internal.h"
 
-int tcp_plan_reserve(struct comm_tcp *t, int nlanes, int npieces, struct err *e)
+int tcp_plan_reserve(struct comm_tcp *t, const char *op, int nlanes, int npieces,
+                     struct err *e)
 {
     if ((size_t)nlanes > t->lanes_cap) {
         struct tcp_lane *l = realloc(t->lanes, (size_t)nlanes * sizeof *l);
         if (!l)
-            return tcp_fail(t, e, ERR_NOMEM, "plan", -1, "no memory for %d lanes", nlanes);
+            return tcp_fail(t, e, ERR_NOMEM, op, -1, "no memory for %d lanes", nlanes);
         t->lanes = l;
         t->lanes_cap = (size_t)nlanes;
     }
     if ((size_t)npieces > t->pieces_cap) {
         struct tcp_piece *p = realloc(t->pieces, (size_t)npieces * sizeof *p);
         if (!p)
-            return tcp_fail(t, e, ERR_NOMEM, "plan", -1, "no memory for %d pieces", npieces);
+            return tcp_fail(t, e, ERR_NOMEM, op, -1, "no memory for %d pieces", npieces);
         t->pieces = p;
         t->pieces_cap = (size_t)npieces;
     }
@@ -48,13 +51,13 @@ int tcp_plan_reserve(struct comm_tcp *t, int nlanes, int npieces, struct err *e)
     return 0;
 }
 
-int tcp_scratch_reserve(struct comm_tcp *t, size_t bytes, struct err *e)
+int tcp_scratch_reserve(struct comm_tcp *t, const char *op, size_t bytes, struct err *e)
 {
     if (bytes <= t->scratch_cap)
         return 0;
     uint8_t *p = realloc(t->scratch, bytes);
     if (!p)
-        return tcp_fail(t, e, ERR_NOMEM, "plan", -1, "no memory for %zu bytes of scratch",
+        return tcp_fail(t, e, ERR_NOMEM, op, -1, "no memory for %zu bytes of scratch",
                         bytes);
     t->scratch = p;
     t->scratch_cap = bytes;
@@ -370,7 +373,10 @@ int tcp_engine_run(struct comm_tcp *t, struct tcp_run *r, struct err *e)
         }
         if (now_ns / 1000000 >= deadline)
             return tcp_timeout(t, r, e);
-        if (tcp_wait(t, r, deadline, now_ns < spin_end, e) < 0)
+        bool spin = now_ns < spin_end;
+        if (spin && t->spin_yield)
+            sched_yield();
+        if (tcp_wait(t, r, deadline, spin, e) < 0)
             return -1;
     }
 }

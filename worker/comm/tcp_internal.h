@@ -39,8 +39,10 @@ struct comm_tcp {
     char addr[300];
     uint64_t secret_hash;
     enum comm_algorithm algorithm; /* configured choice (AUTO: by size) */
-    int spin_us;                   /* busy-poll before sleeping in poll(2) */
+    int spin_us;                   /* poll without sleeping this long before poll(2) sleeps */
+    bool spin_yield;               /* and sched_yield(2) between those polls */
     int sockbuf;                   /* SO_SNDBUF/SO_RCVBUF asked for; 0: kernel's */
+    size_t ring_block;             /* bytes a ring allreduce moves around per block */
     struct tcp_peer *peers;        /* world_size entries, owned */
     struct pollfd *pfds;           /* world_size entries, owned */
     int *pfd_peer;                 /* peer rank of each pfds entry, owned */
@@ -105,18 +107,14 @@ bool tcp_aborted(const struct comm_tcp *t);
  * closes, resets or breaks the protocol; every failure breaks the communicator. */
 int tcp_engine_run(struct comm_tcp *t, struct tcp_run *r, struct err *e);
 /* Space for nlanes lanes with npieces pieces between them (t->lanes, t->pieces). */
-int tcp_plan_reserve(struct comm_tcp *t, int nlanes, int npieces, struct err *e);
+int tcp_plan_reserve(struct comm_tcp *t, const char *op, int nlanes, int npieces,
+                     struct err *e);
 /* Grows t->scratch to at least bytes. */
-int tcp_scratch_reserve(struct comm_tcp *t, size_t bytes, struct err *e);
+int tcp_scratch_reserve(struct comm_tcp *t, const char *op, size_t bytes, struct err *e);
 
-/* tcp_algo.c: one function per (operation, algorithm); arguments already checked. */
+/* tcp_algo.c: runs a (arguments already checked) with the algorithm a->algorithm names,
+ * else the configured one when the operation has it, else the one chosen by size;
+ * ERR_INVALID for an explicit algorithm the operation does not have. */
 int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e);
-/* The algorithm an operation will use: a->algorithm, else the configured one when the
- * operation has it, else the choice by size. ERR_INVALID for an explicit algorithm the
- * operation does not have. */
-int tcp_algo_choose(const struct comm_tcp *t, const struct comm_args *a,
-                    enum comm_algorithm *out, struct err *e);
-/* 1 when op has algorithm alg (AUTO included), else 0. */
-int tcp_algo_has(enum comm_op op, enum comm_algorithm alg);
 
 #endif

@@ -1,5 +1,6 @@
-/* layers: every layer of the engine, one .c file each, the plain-loop reference (the spec,
- * on plain NCHW / NF) and the oneDNN fast path (on the layouts oneDNN picks) side by side.
+/* layers: every layer of the engine, one .c file each (the pooling family shares pool.c),
+ * the plain-loop reference (the spec, on plain NCHW / NF) and the oneDNN fast path (on the
+ * layouts oneDNN picks) side by side.
  * nn.h states the conventions: outputs first, backward accumulates into parameter
  * gradients and overwrites the input gradient (NULL skips it).
  *
@@ -10,7 +11,9 @@
  * primitives, memory objects and buffers, released by nn_*_fast_destroy (which accepts a
  * zeroed or half-made state). `src_md` arguments are the layout of the incoming tensor;
  * the state's dst_md is the layout of the tensor it produces; gradients use the layout of
- * their tensor. Execution errors are sticky in the context (onednn.h). */
+ * their tensor. Only convolution and linear fast backwards accept dinp = NULL (they still
+ * produce parameter gradients); the others are not to be called without one. Execution
+ * errors are sticky in the context (onednn.h). */
 #ifndef DDPB_NN_LAYERS_H
 #define DDPB_NN_LAYERS_H
 
@@ -115,6 +118,7 @@ int nn_bn_fast_init(struct nn_bn_fast *f, struct nn_dnnl *d, const struct nn_bn_
 void nn_bn_fast_forward(struct nn_bn_fast *f, float *out, float *running_mean,
                         float *running_var, const float *inp, const float *weight,
                         const float *bias, int train);
+/* dinp must not be NULL here: oneDNN's backward always writes the input gradient. */
 void nn_bn_fast_backward(struct nn_bn_fast *f, float *dinp, float *dweight, float *dbias,
                          const float *dout, const float *inp, const float *weight);
 void nn_bn_fast_destroy(struct nn_bn_fast *f);
@@ -142,7 +146,7 @@ void nn_act_fast_backward(struct nn_act_fast *f, float *dinp, const float *dout,
                           const float *out);
 void nn_act_fast_destroy(struct nn_act_fast *f);
 
-/* ==== pooling: max (maxpool.c), average, global average, adaptive (avgpool.c) ======== */
+/* ==== pooling: max, average, global average, adaptive (pool.c) ===================== */
 
 struct nn_pool_cfg {
     int kh, kw, sh, sw, ph, pw;

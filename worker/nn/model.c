@@ -25,16 +25,15 @@ struct nn_tensor {
 };
 
 /* adaptive pooling the fast path cannot express as a pooling: plain loops between
- * reorders */
+ * conversions to and from the plain layout */
 struct nn_adapt_fast {
-    struct nn_reorder to_plain, from_plain;
-    float *plain_in, *plain_din; /* owned */
+    struct nn_convert x_in, dx_out;
 };
 
-/* an add whose second input arrives in another layout */
+/* an add converts its second input (and that input's gradient) when it arrives in another
+ * layout than the first */
 struct nn_add_fast {
-    struct nn_reorder b_in, b_back;
-    float *b_buf, *db_buf; /* owned */
+    struct nn_convert b_in, db_out;
 };
 
 union nn_node_fast {
@@ -70,7 +69,6 @@ struct nn_node {
     /* prepared */
     union nn_node_fast *fast; /* owned, fast backend */
     int fast_pool;            /* adaptive pooling done by fast.pool */
-    int add_convert;          /* add: fast.add converts the second input */
     size_t save_off;          /* reference batch norm: saved mean (C), var (C) */
     float *save;
     struct nn_layout layout; /* dropout: where its elements live */
@@ -87,6 +85,7 @@ static const char *const op_names[] = {
 void nn_model_init(struct nn_model *m)
 {
     memset(m, 0, sizeof *m);
+    m->conv_algo = NN_CONV_AUTO;
 }
 
 /* ---- building --------------------------------------------------------------------- */
@@ -378,23 +377,40 @@ int nn_model_finish(struct nn_model *m, struct err *e)
 
 /* ---- parameters --------------------------------------------------------------------- */
 
-static void model_init_param(const struct nn_param *p, float *w, struct nn_rng *r)
+/* Fills p's values [off, off+n) from r. */
+static void model_init_chunk(const struct nn_param *p, float *w, size_t n, struct nn_rng *r)
 {
     double bound = 1.0 / sqrt((double)(p->fan_in > 0 ? p->fan_in : 1));
     switch (p->init) {
     case NN_INIT_DEFAULT:
-        nn_rng_fill_uniform(r, w, p->len, (float)-bound, (float)bound);
+        nn_rng_fill_uniform(r, w, n, (float)-bound, (float)bound);
         break;
     case NN_INIT_KAIMING_NORMAL_OUT:
-        nn_rng_fill_normal(r, w, p->len, 0, (float)sqrt(2.0 / (p->fan_out > 0 ? p->fan_out : 1)));
+        nn_rng_fill_normal(r, w, n, 0, (float)sqrt(2.0 / (p->fan_out > 0 ? p->fan_out : 1)));
         break;
     case NN_INIT_NORMAL:
-        nn_rng_fill_normal(r, w, p->len, 0, p->value);
+        nn_rng_fill_normal(r, w, n, 0, p->value);
         break;
     case NN_INIT_CONST:
-        for (size_t i = 0; i < p->len; i++)
+        for (size_t i = 0; i < n; i++)
             w[i] = p->value;
         break;
+    }
+}
+
+/* Each 64K-value chunk of each parameter draws from its own stream keyed by (seed,
+ * parameter, chunk): the values do not depend on the thread count, and big models
+ * initialise in parallel. */
+static void model_init_param(const struct nn_param *p, int index, float *w, uint64_t seed)
+{
+    enum { CHUNK = 1 << 16 };
+    long chunks = (long)((p->len + CHUNK - 1) / CHUNK);
+#pragma omp parallel for schedule(static)
+    for (long c = 0; c < chunks; c++) {
+        struct nn_rng r;
+        nn_rng_seed(&r, nn_hash64(seed) ^ nn_hash64(((uint64_t)(unsigned)index << 32) | (uint64_t)c));
+        size_t off = (size_t)c * CHUNK, n = p->len - off < CHUNK ? p->len - off : CHUNK;
+        model_init_chunk(p, w + off, n, &r);
     }
 }
 
@@ -409,10 +425,8 @@ int nn_model_init_params(struct nn_model *m, uint64_t seed, struct err *e)
         nn_arena_alloc(&m->buffers, m->nbuffers, e))
         return -1;
     m->seed = seed;
-    struct nn_rng r;
-    nn_rng_seed(&r, seed);
     for (int i = 0; i < m->nparam_tensors; i++)
-        model_init_param(&m->param_info[i], m->params.data + m->param_info[i].offset, &r);
+        model_init_param(&m->param_info[i], i, m->params.data + m->param_info[i].offset, seed);
     for (int i = 0; i < m->nnodes; i++) /* running var starts at 1 */
         if (m->nodes[i].op == NN_OP_BN)
             for (int c = 0; c < m->nodes[i].cfg.bn.c; c++)
@@ -477,10 +491,8 @@ static void node_fast_destroy(struct nn_node *n)
         if (n->fast_pool) {
             nn_pool_fast_destroy(&f->pool);
         } else {
-            nn_reorder_destroy(&f->adapt.to_plain);
-            nn_reorder_destroy(&f->adapt.from_plain);
-            free(f->adapt.plain_in);
-            free(f->adapt.plain_din);
+            nn_convert_destroy(&f->adapt.x_in);
+            nn_convert_destroy(&f->adapt.dx_out);
         }
         break;
     case NN_OP_LINEAR:
@@ -490,10 +502,8 @@ static void node_fast_destroy(struct nn_node *n)
         nn_flatten_fast_destroy(&f->flatten);
         break;
     case NN_OP_ADD:
-        nn_reorder_destroy(&f->add.b_in);
-        nn_reorder_destroy(&f->add.b_back);
-        free(f->add.b_buf);
-        free(f->add.db_buf);
+        nn_convert_destroy(&f->add.b_in);
+        nn_convert_destroy(&f->add.db_out);
         break;
     case NN_OP_DROPOUT:
         break;
@@ -541,30 +551,18 @@ static int adapt_fast_init(struct nn_model *m, struct nn_node *n, const struct n
     dnnl_memory_desc_t plain;
     nn_md_plain(&plain, x->shape);
     nn_md_plain(&y->md, y->shape);
-    size_t bytes = nn_shape_numel(x->shape) * sizeof(float);
-    f->adapt.plain_in = nn_alloc(bytes);
-    f->adapt.plain_din = train ? nn_alloc(bytes) : NULL;
-    if (!f->adapt.plain_in || (train && !f->adapt.plain_din))
-        return err_set(e, ERR_NOMEM, "", "adaptive pooling buffers");
-    return nn_reorder_init(&f->adapt.to_plain, &m->dnnl, &x->md, &plain, 0, e) ||
-           (train && nn_reorder_init(&f->adapt.from_plain, &m->dnnl, &plain, &x->md, 0, e));
+    return nn_convert_in_init(&f->adapt.x_in, &m->dnnl, &x->md, &plain, e) ||
+           (train && nn_convert_out_init(&f->adapt.dx_out, &m->dnnl, &plain, &x->md, 0, e));
 }
 
 static int add_fast_init(struct nn_model *m, struct nn_node *n, struct nn_tensor *y, int train,
                          struct err *e)
 {
     const struct nn_tensor *a = &m->tensors[n->in[0]], *b = &m->tensors[n->in[1]];
-    y->md = a->md;
-    if (nn_md_same(&a->md, &b->md))
-        return 0;
-    n->add_convert = 1;
     struct nn_add_fast *f = &n->fast->add;
-    f->b_buf = nn_alloc(a->bytes);
-    f->db_buf = train ? nn_alloc(a->bytes) : NULL;
-    if (!f->b_buf || (train && !f->db_buf))
-        return err_set(e, ERR_NOMEM, "", "add buffers");
-    return nn_reorder_init(&f->b_in, &m->dnnl, &b->md, &a->md, 0, e) ||
-           (train && nn_reorder_init(&f->b_back, &m->dnnl, &a->md, &b->md, 0, e));
+    y->md = a->md;
+    return nn_convert_in_init(&f->b_in, &m->dnnl, &b->md, &a->md, e) ||
+           (train && nn_convert_out_init(&f->db_out, &m->dnnl, &a->md, &b->md, 0, e));
 }
 
 /* Creates the node's fast state from its input's layout and sets its output's layout. */
@@ -616,7 +614,7 @@ static int node_fast_init(struct nn_model *m, struct nn_node *n, int train, stru
 static int node_prepare(struct nn_model *m, struct nn_node *n, int train, struct err *e)
 {
     struct nn_tensor *x = &m->tensors[n->in[0]], *y = &m->tensors[n->out];
-    n->fast_pool = n->add_convert = 0; /* decided anew for this batch and mode */
+    n->fast_pool = 0; /* decided anew for this batch and mode */
     n->save = NULL;
     if (train && n->op == NN_OP_BN && x->shape.n * x->shape.h * x->shape.w < 2)
         return err_set(e, ERR_INVALID, "batch_size",
@@ -786,13 +784,11 @@ static void node_forward_fast(struct nn_model *m, struct nn_node *n, int train, 
         nn_pool_fast_forward(&f->pool, y->data, x->data);
         break;
     case NN_OP_ADAPTIVE_AVGPOOL:
-        if (n->fast_pool) {
+        if (n->fast_pool)
             nn_pool_fast_forward(&f->pool, y->data, x->data);
-        } else {
-            nn_reorder_run(&f->adapt.to_plain, &m->dnnl, f->adapt.plain_in, x->data);
-            nn_adaptive_avgpool_forward(y->data, f->adapt.plain_in, n->cfg.adapt.oh,
-                                        n->cfg.adapt.ow, x->shape);
-        }
+        else
+            nn_adaptive_avgpool_forward(y->data, nn_convert_in(&f->adapt.x_in, &m->dnnl, x->data),
+                                        n->cfg.adapt.oh, n->cfg.adapt.ow, x->shape);
         break;
     case NN_OP_LINEAR:
         nn_linear_fast_forward(&f->linear, y->data, x->data, w, b);
@@ -800,15 +796,11 @@ static void node_forward_fast(struct nn_model *m, struct nn_node *n, int train, 
     case NN_OP_DROPOUT:
         nn_dropout_forward(y->data, x->data, &n->cfg.dropout, x->shape, &n->layout, key, train);
         break;
-    case NN_OP_ADD: {
-        const float *bd = m->tensors[n->in[1]].data;
-        if (n->add_convert) {
-            nn_reorder_run(&f->add.b_in, &m->dnnl, f->add.b_buf, bd);
-            bd = f->add.b_buf;
-        }
-        nn_add_forward(y->data, x->data, bd, y->bytes / sizeof(float), n->cfg.add_relu);
+    case NN_OP_ADD:
+        nn_add_forward(y->data, x->data,
+                       nn_convert_in(&f->add.b_in, &m->dnnl, m->tensors[n->in[1]].data),
+                       y->bytes / sizeof(float), n->cfg.add_relu);
         break;
-    }
     case NN_OP_FLATTEN:
         nn_flatten_fast_forward(&f->flatten, y->data, x->data);
         break;
@@ -818,8 +810,8 @@ static void node_forward_fast(struct nn_model *m, struct nn_node *n, int train, 
 int nn_model_forward(struct nn_model *m, const float *x, int train, uint64_t step,
                      struct err *e)
 {
-    if (!m->prepared)
-        return err_set(e, ERR_INVALID, "model", "forward before prepare");
+    if (!m->prepared || !x)
+        return err_set(e, ERR_INVALID, "model", "forward needs a prepared model and input");
     if (train && !m->train_ready)
         return err_set(e, ERR_INVALID, "model", "training forward on a model prepared for "
                                                 "evaluation");
@@ -857,8 +849,8 @@ int nn_model_classes(const struct nn_model *m)
 int nn_model_loss(struct nn_model *m, const int32_t *labels, int n_valid, double *loss,
                   int *correct, struct err *e)
 {
-    if (!m->prepared)
-        return err_set(e, ERR_INVALID, "model", "loss before prepare");
+    if (!m->prepared || !labels)
+        return err_set(e, ERR_INVALID, "model", "loss needs a prepared model and labels");
     struct nn_tensor *y = &m->tensors[nn_model_output_tensor(m)];
     int n = m->batch, k = y->shape.c;
     if (nn_xent_forward(m->probs, loss, correct, y->data, labels, n, k, n_valid, e))
@@ -946,9 +938,9 @@ static void node_backward_fast(struct nn_model *m, struct nn_node *n, float *din
         if (n->fast_pool) {
             nn_pool_fast_backward(&f->pool, din0, y->grad);
         } else {
-            nn_adaptive_avgpool_backward(f->adapt.plain_din, y->grad, n->cfg.adapt.oh,
-                                         n->cfg.adapt.ow, x->shape);
-            nn_reorder_run(&f->adapt.from_plain, &m->dnnl, din0, f->adapt.plain_din);
+            nn_adaptive_avgpool_backward(nn_convert_out_begin(&f->adapt.dx_out, din0), y->grad,
+                                         n->cfg.adapt.oh, n->cfg.adapt.ow, x->shape);
+            nn_convert_out_end(&f->adapt.dx_out, &m->dnnl, din0);
         }
         break;
     case NN_OP_LINEAR:
@@ -957,14 +949,12 @@ static void node_backward_fast(struct nn_model *m, struct nn_node *n, float *din
     case NN_OP_DROPOUT:
         nn_dropout_backward(din0, y->grad, &n->cfg.dropout, x->shape, &n->layout, key);
         break;
-    case NN_OP_ADD: {
-        float *db_target = n->add_convert && din1 ? f->add.db_buf : din1;
-        nn_add_backward(din0, db_target, y->grad, y->data, y->bytes / sizeof(float),
-                        n->cfg.add_relu);
-        if (n->add_convert && din1)
-            nn_reorder_run(&f->add.b_back, &m->dnnl, din1, f->add.db_buf);
+    case NN_OP_ADD:
+        nn_add_backward(din0, din1 ? nn_convert_out_begin(&f->add.db_out, din1) : NULL, y->grad,
+                        y->data, y->bytes / sizeof(float), n->cfg.add_relu);
+        if (din1)
+            nn_convert_out_end(&f->add.db_out, &m->dnnl, din1);
         break;
-    }
     case NN_OP_FLATTEN:
         nn_flatten_fast_backward(&f->flatten, din0, y->grad);
         break;
@@ -1101,8 +1091,9 @@ static const char *node_impl(const struct nn_node *n)
     case NN_OP_FLATTEN:
         return "reorder";
     case NN_OP_DROPOUT:
+        return "own loop";
     case NN_OP_ADD:
-        return n->op == NN_OP_ADD && n->add_convert ? "own loop + reorder" : "own loop";
+        return f->add.b_in.active ? "own loop + reorder" : "own loop";
     }
     return "";
 }

@@ -111,32 +111,31 @@ static int zoo_classifier_4096(struct nn_model *m, int x, int classes, int dropo
     return nn_model_linear(m, name, x, classes, 1);
 }
 
-static int zoo_alexnet(struct nn_model *m, int x, int classes)
+/* AlexNet's five convolutions and three max pools; torchvision pads the 11x11/4 stem by 2
+ * and pools 3x3/2, the CIFAR variant pads by 5 and pools 2x2/2 */
+static int zoo_alexnet_features(struct nn_model *m, int x, int stem_pad, int pool)
 {
     int i = 0;
-    x = zoo_conv_relu(m, x, &i, 64, 11, 4, 2);
-    x = zoo_maxpool(m, x, &i, 3, 2);
+    x = zoo_conv_relu(m, x, &i, 64, 11, 4, stem_pad);
+    x = zoo_maxpool(m, x, &i, pool, 2);
     x = zoo_conv_relu(m, x, &i, 192, 5, 1, 2);
-    x = zoo_maxpool(m, x, &i, 3, 2);
+    x = zoo_maxpool(m, x, &i, pool, 2);
     x = zoo_conv_relu(m, x, &i, 384, 3, 1, 1);
     x = zoo_conv_relu(m, x, &i, 256, 3, 1, 1);
     x = zoo_conv_relu(m, x, &i, 256, 3, 1, 1);
-    x = zoo_maxpool(m, x, &i, 3, 2);
+    return zoo_maxpool(m, x, &i, pool, 2);
+}
+
+static int zoo_alexnet(struct nn_model *m, int x, int classes)
+{
+    x = zoo_alexnet_features(m, x, 2, 3);
     x = nn_model_adaptive_avgpool(m, "avgpool", x, 6, 6);
     return zoo_classifier_4096(m, x, classes, 1);
 }
 
 static int zoo_alexnet_cifar(struct nn_model *m, int x, int classes)
 {
-    int i = 0;
-    x = zoo_conv_relu(m, x, &i, 64, 11, 4, 5);
-    x = zoo_maxpool(m, x, &i, 2, 2);
-    x = zoo_conv_relu(m, x, &i, 192, 5, 1, 2);
-    x = zoo_maxpool(m, x, &i, 2, 2);
-    x = zoo_conv_relu(m, x, &i, 384, 3, 1, 1);
-    x = zoo_conv_relu(m, x, &i, 256, 3, 1, 1);
-    x = zoo_conv_relu(m, x, &i, 256, 3, 1, 1);
-    x = zoo_maxpool(m, x, &i, 2, 2);
+    x = zoo_alexnet_features(m, x, 5, 2);
     x = nn_model_flatten(m, "flatten", x);
     return nn_model_linear(m, "classifier", x, classes, 1);
 }

@@ -19,9 +19,12 @@
  *   model) is prepared for a batch size and reused every step, because first-touching
  *   freshly mapped pages is slow on these machines.
  *
- * Threads: oneDNN 2.6 as Debian builds it uses the OpenMP runtime (libgomp), and so do the
- * engine's own loops; nn_set_threads sets omp_set_num_threads. Set it before preparing a
- * model: oneDNN picks its kernels' blocking for the thread count at primitive creation.
+ * Threads: oneDNN 2.6 as Debian builds it uses the OpenMP runtime (libgomp; nn_runtime_info
+ * reports it from dnnl_version()), and so do the engine's own loops; nn_set_threads calls
+ * omp_set_num_threads (OMP_NUM_THREADS sets the default). Call it from the thread that runs
+ * the model (OpenMP keeps the setting per thread) and before preparing the model: oneDNN
+ * picks its kernels' blocking for the thread count when it creates a primitive. Idle OpenMP
+ * threads spin briefly before sleeping (OMP_WAIT_POLICY / GOMP_SPINCOUNT tune that).
  *
  * Ownership: an nn_arena owns its one allocation (nn_arena_free releases it); the
  * workspace owns its allocation; pointers handed out of either are borrowed. */

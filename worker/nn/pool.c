@@ -1,0 +1,268 @@
+/* pool: max pooling (MaxPool2d), average pooling (AvgPool2d, count_include_pad as PyTorch's
+ * default), global average pooling and adaptive average pooling (AdaptiveAvgPool2d); the
+ * plain-loop references and oneDNN's pooling primitive. One file because they share the
+ * output-size rules, the window walk of the references and the primitive.
+ *
+ * Decisions: ties go to the FIRST maximum of a window in row-major order, as in PyTorch's
+ * and oneDNN's kernels, so both paths route a gradient to the same element even where a ReLU
+ * before the pool produced many zeros; the fast path keeps oneDNN's index workspace for
+ * backward, the reference recomputes the arg max. Windows follow PyTorch exactly: without
+ * ceil_mode no window reaches past the right padding, so count_include_pad divides by kh*kw
+ * everywhere. Adaptive pooling is an ordinary pooling when the plane divides evenly (the
+ * fast path uses oneDNN then) and otherwise runs these loops on a plain layout. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "layers.h"
+
+int nn_pool_shape(const struct nn_pool_cfg *c, struct nn_shape in, struct nn_shape *out,
+                  struct err *e)
+{
+    if (in.ndims != 4)
+        return err_set(e, ERR_INVALID, "shape", "pooling needs a 4-D input");
+    if (c->kh < 1 || c->kw < 1 || c->sh < 1 || c->sw < 1 || c->ph < 0 || c->pw < 0)
+        return err_set(e, ERR_INVALID, "pool", "pooling: sizes must be positive");
+    if (2 * c->ph > c->kh || 2 * c->pw > c->kw)
+        return err_set(e, ERR_INVALID, "pool", "pooling: padding over half the kernel");
+    if (in.h + 2 * c->ph < c->kh || in.w + 2 * c->pw < c->kw)
+        return err_set(e, ERR_INVALID, "shape", "pooling: input %dx%d is smaller than %dx%d",
+                       in.h, in.w, c->kh, c->kw);
+    *out = nn_shape4(in.n, in.c, (in.h + 2 * c->ph - c->kh) / c->sh + 1,
+                     (in.w + 2 * c->pw - c->kw) / c->sw + 1);
+    return 0;
+}
+
+struct nn_pool_cfg nn_pool_global(struct nn_shape in)
+{
+    return (struct nn_pool_cfg){.kh = in.h, .kw = in.w, .sh = 1, .sw = 1,
+                                .count_include_pad = 1};
+}
+
+int nn_adaptive_as_pool(struct nn_pool_cfg *c, int oh, int ow, struct nn_shape in)
+{
+    if (oh < 1 || ow < 1 || in.h % oh || in.w % ow)
+        return 0;
+    int kh = in.h / oh, kw = in.w / ow;
+    *c = (struct nn_pool_cfg){.kh = kh, .kw = kw, .sh = kh, .sw = kw, .count_include_pad = 1};
+    return 1;
+}
+
+/* ---- reference -------------------------------------------------------------------- */
+
+enum pool_op { POOL_MAX_FWD, POOL_MAX_BWD, POOL_AVG_FWD, POOL_AVG_BWD };
+
+/* Output cell (oh, ow)'s window clipped to the input: rows [y0, y1), columns [x0, x1), and
+ * the divisor of its average. c == NULL: adaptive pooling's window for an os-sized output. */
+struct pool_win {
+    int y0, y1, x0, x1, div;
+};
+
+static struct pool_win pool_window(const struct nn_pool_cfg *c, struct nn_shape in,
+                                   struct nn_shape os, int oh, int ow)
+{
+    struct pool_win w;
+    if (!c) { /* PyTorch: floor(i*H/OH) .. ceil((i+1)*H/OH) */
+        w.y0 = (int)((long)oh * in.h / os.h);
+        w.y1 = (int)((((long)oh + 1) * in.h + os.h - 1) / os.h);
+        w.x0 = (int)((long)ow * in.w / os.w);
+        w.x1 = (int)((((long)ow + 1) * in.w + os.w - 1) / os.w);
+        w.div = (w.y1 - w.y0) * (w.x1 - w.x0);
+        return w;
+    }
+    w.y0 = oh * c->sh - c->ph;
+    w.x0 = ow * c->sw - c->pw;
+    w.y1 = w.y0 + c->kh < in.h ? w.y0 + c->kh : in.h;
+    w.x1 = w.x0 + c->kw < in.w ? w.x0 + c->kw : in.w;
+    w.y0 = w.y0 > 0 ? w.y0 : 0;
+    w.x0 = w.x0 > 0 ? w.x0 : 0;
+    w.div = c->count_include_pad ? c->kh * c->kw : (w.y1 - w.y0) * (w.x1 - w.x0);
+    return w;
+}
+
+/* the offset of the window's first maximum (padding lies outside the clipped window and
+ * counts as -inf; padding at most half the kernel keeps every window non-empty) */
+static size_t pool_argmax(const float *x, int W, struct pool_win w)
+{
+    size_t best = (size_t)w.y0 * W + w.x0;
+    for (int iy = w.y0; iy < w.y1; iy++)
+        for (int ix = w.x0; ix < w.x1; ix++)
+            if (x[(size_t)iy * W + ix] > x[best])
+                best = (size_t)iy * W + ix;
+    return best;
+}
+
+/* One (n, c) plane. Forward: dst (OH,OW) from src (H,W). Backward: dst (H,W) from src = dout
+ * (OH,OW); max pooling also reads the forward input x (H,W). */
+static void pool_plane(enum pool_op op, float *dst, const float *src, const float *x,
+                       const struct nn_pool_cfg *c, struct nn_shape in, struct nn_shape os)
+{
+    if (op == POOL_MAX_BWD || op == POOL_AVG_BWD)
+        memset(dst, 0, (size_t)in.h * in.w * sizeof *dst);
+    for (int oh = 0; oh < os.h; oh++)
+        for (int ow = 0; ow < os.w; ow++) {
+            struct pool_win w = pool_window(c, in, os, oh, ow);
+            size_t o = (size_t)oh * os.w + ow;
+            if (op == POOL_MAX_FWD) {
+                dst[o] = src[pool_argmax(src, in.w, w)];
+            } else if (op == POOL_MAX_BWD) {
+                dst[pool_argmax(x, in.w, w)] += src[o];
+            } else if (op == POOL_AVG_FWD) {
+                double s = 0;
+                for (int iy = w.y0; iy < w.y1; iy++)
+                    for (int ix = w.x0; ix < w.x1; ix++)
+                        s += src[(size_t)iy * in.w + ix];
+                dst[o] = (float)(s / w.div);
+            } else {
+                float g = src[o] / (float)w.div;
+                for (int iy = w.y0; iy < w.y1; iy++)
+                    for (int ix = w.x0; ix < w.x1; ix++)
+                        dst[(size_t)iy * in.w + ix] += g;
+            }
+        }
+}
+
+static void pool_run(enum pool_op op, float *dst, const float *src, const float *x,
+                     const struct nn_pool_cfg *c, struct nn_shape in, struct nn_shape os)
+{
+    int bwd = op == POOL_MAX_BWD || op == POOL_AVG_BWD;
+    size_t plane = (size_t)in.h * in.w, oplane = (size_t)os.h * os.w;
+    size_t dplane = bwd ? plane : oplane, splane = bwd ? oplane : plane;
+#pragma omp parallel for schedule(static)
+    for (long p = 0; p < (long)in.n * in.c; p++)
+        pool_plane(op, dst + (size_t)p * dplane, src + (size_t)p * splane,
+                   x ? x + (size_t)p * plane : NULL, c, in, os);
+}
+
+static void pool_ref(enum pool_op op, float *dst, const float *src, const float *x,
+                     const struct nn_pool_cfg *c, struct nn_shape in)
+{
+    struct nn_shape os;
+    if (nn_pool_shape(c, in, &os, NULL) == 0)
+        pool_run(op, dst, src, x, c, in, os);
+}
+
+void nn_maxpool_forward(float *out, const float *inp, const struct nn_pool_cfg *c,
+                        struct nn_shape in)
+{
+    pool_ref(POOL_MAX_FWD, out, inp, NULL, c, in);
+}
+
+void nn_maxpool_backward(float *dinp, const float *dout, const float *inp,
+                         const struct nn_pool_cfg *c, struct nn_shape in)
+{
+    pool_ref(POOL_MAX_BWD, dinp, dout, inp, c, in);
+}
+
+void nn_avgpool_forward(float *out, const float *inp, const struct nn_pool_cfg *c,
+                        struct nn_shape in)
+{
+    pool_ref(POOL_AVG_FWD, out, inp, NULL, c, in);
+}
+
+void nn_avgpool_backward(float *dinp, const float *dout, const struct nn_pool_cfg *c,
+                         struct nn_shape in)
+{
+    pool_ref(POOL_AVG_BWD, dinp, dout, NULL, c, in);
+}
+
+void nn_adaptive_avgpool_forward(float *out, const float *inp, int oh, int ow,
+                                 struct nn_shape in)
+{
+    pool_run(POOL_AVG_FWD, out, inp, NULL, NULL, in, nn_shape4(in.n, in.c, oh, ow));
+}
+
+void nn_adaptive_avgpool_backward(float *dinp, const float *dout, int oh, int ow,
+                                  struct nn_shape in)
+{
+    pool_run(POOL_AVG_BWD, dinp, dout, NULL, NULL, in, nn_shape4(in.n, in.c, oh, ow));
+}
+
+/* ---- oneDNN (max and average) ------------------------------------------------------ */
+
+int nn_pool_fast_init(struct nn_pool_fast *f, struct nn_dnnl *d, int max,
+                      const struct nn_pool_cfg *c, struct nn_shape in,
+                      const dnnl_memory_desc_t *src_md, int train, struct err *e)
+{
+    memset(f, 0, sizeof *f);
+    f->d = d;
+    f->in = in;
+    f->src_md = *src_md;
+    if (nn_pool_shape(c, in, &f->out, e))
+        return -1;
+    dnnl_alg_kind_t alg = max                    ? dnnl_pooling_max
+                          : c->count_include_pad ? dnnl_pooling_avg_include_padding
+                                                 : dnnl_pooling_avg_exclude_padding;
+    dnnl_dims_t strides = {c->sh, c->sw}, kernel = {c->kh, c->kw}, dil = {0, 0},
+                pad = {c->ph, c->pw};
+    dnnl_memory_desc_t dst_any;
+    nn_md_any(&dst_any, f->out);
+    dnnl_pooling_v2_desc_t pd;
+    dnnl_status_t st = dnnl_pooling_v2_forward_desc_init(
+        &pd, train ? dnnl_forward_training : dnnl_forward_inference, alg, src_md, &dst_any,
+        strides, kernel, dil, pad, pad);
+    if (st != dnnl_success)
+        return nn_dnnl_err(e, st, "pooling forward");
+    if (nn_prim_create(&f->fwd, d, &pd, NULL, "pooling forward", e))
+        goto fail;
+    f->dst_md = *nn_prim_md(&f->fwd, dnnl_query_dst_md, 0);
+    if (nn_mem_create(&f->m_src, d, src_md, e) || nn_mem_create(&f->m_dst, d, &f->dst_md, e))
+        goto fail;
+    const dnnl_memory_desc_t *ws = nn_prim_md(&f->fwd, dnnl_query_workspace_md, 0);
+    if (ws && nn_md_bytes(ws) > 0) {
+        f->ws = nn_alloc(nn_md_bytes(ws));
+        if (!f->ws) {
+            err_set(e, ERR_NOMEM, "", "pooling workspace");
+            goto fail;
+        }
+        if (nn_mem_create(&f->m_ws, d, ws, e))
+            goto fail;
+        nn_mem_bind(&f->m_ws, f->ws);
+    }
+    if (!train)
+        return 0;
+    st = dnnl_pooling_v2_backward_desc_init(&pd, alg, src_md, &f->dst_md, strides, kernel, dil,
+                                            pad, pad);
+    if (st != dnnl_success) {
+        nn_dnnl_err(e, st, "pooling backward");
+        goto fail;
+    }
+    if (nn_prim_create(&f->bwd, d, &pd, f->fwd.pd, "pooling backward", e) ||
+        nn_mem_create(&f->m_ddst, d, &f->dst_md, e) || nn_mem_create(&f->m_dsrc, d, src_md, e))
+        goto fail;
+    return 0;
+fail:
+    nn_pool_fast_destroy(f);
+    return -1;
+}
+
+void nn_pool_fast_forward(struct nn_pool_fast *f, float *out, const float *inp)
+{
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, nn_mem_bind(&f->m_src, inp)},
+        {DNNL_ARG_DST, nn_mem_bind(&f->m_dst, out)},
+        {DNNL_ARG_WORKSPACE, f->m_ws.mem},
+    };
+    nn_prim_run(&f->fwd, f->d, f->ws ? 3 : 2, args);
+}
+
+void nn_pool_fast_backward(struct nn_pool_fast *f, float *dinp, const float *dout)
+{
+    dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_DIFF_DST, nn_mem_bind(&f->m_ddst, dout)},
+        {DNNL_ARG_DIFF_SRC, nn_mem_bind(&f->m_dsrc, dinp)},
+        {DNNL_ARG_WORKSPACE, f->m_ws.mem},
+    };
+    nn_prim_run(&f->bwd, f->d, f->ws ? 3 : 2, args);
+}
+
+void nn_pool_fast_destroy(struct nn_pool_fast *f)
+{
+    nn_prim_destroy(&f->fwd);
+    nn_prim_destroy(&f->bwd);
+    struct nn_mem *ms[] = {&f->m_src, &f->m_dst, &f->m_ws, &f->m_ddst, &f->m_dsrc};
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
+        nn_mem_destroy(ms[i]);
+    free(f->ws);
+    memset(f, 0, sizeof *f);
+}
