@@ -11,12 +11,32 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpu_slots.h"
 #include "handlers.h"
 #include "log.h"
 #include "results.h"
 #include "spec.h"
 
 static const char *const h_no_args[] = {NULL};
+
+/* A device "cuda" point must fit on this node's GPUs (gpu_slots_plan with all of them
+ * free): ERR_CONFLICT naming "device" (no GPU) or "world_size" (more ranks than GPUs
+ * without emulate_multi_rank). */
+static int h_check_gpus(struct api_ctx *ctx, const json_t *spec, struct err *e)
+{
+    const char *device = json_string_value(json_object_get(spec, "device"));
+    if (!device || strcmp(device, "cuda") != 0)
+        return 0;
+    bool none_used[GPU_SLOTS_MAX] = {false};
+    struct gpu_plan *plan = malloc(sizeof *plan); /* 4 KiB: off the HTTP thread's stack */
+    if (!plan)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    int rc = gpu_slots_plan(scheduler_gpus_total(ctx->sched), none_used,
+                            (int)json_integer_value(json_object_get(spec, "world_size")),
+                            json_is_true(json_object_get(spec, "emulate_multi_rank")), plan, e);
+    free(plan);
+    return rc < 0 ? -1 : 0;
+}
 
 /* Every point must fit on this node, or the run would wait forever. */
 static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
@@ -28,11 +48,15 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
     {
         json_t *spec = json_object_get(run, "spec");
         json_int_t ws = json_integer_value(json_object_get(spec, "world_size"));
-        if (ws > total)
+        json_int_t need = ws * spec_slots_per_rank(spec);
+        if (need > total)
             return err_set(e, ERR_CONFLICT, "world_size",
-                           "world_size %lld needs %lld CPU slots but this node has %d (start "
-                           "ddpbenchd with --cpu-slots to allow oversubscription)",
-                           (long long)ws, (long long)ws, total);
+                           "world_size %lld needs %lld CPU slots (threads per rank included) "
+                           "but this node has %d (start ddpbenchd with --cpu-slots to allow "
+                           "oversubscription)",
+                           (long long)ws, (long long)need, total);
+        if (h_check_gpus(ctx, spec, e) < 0)
+            return -1;
     }
     return 0;
 }

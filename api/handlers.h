@@ -47,5 +47,8 @@ int h_system_openapi(struct api_ctx *ctx, const struct api_request *req, struct 
 /* h_static.c: files under cfg->web_dir for any GET outside /v1 */
 int h_static_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                  struct err *e);
+/* GET /v1/examples: every .json file of schema/examples beside the web directory */
+int h_static_examples(struct api_ctx *ctx, const struct api_request *req,
+                      struct api_reply *rep, struct err *e);
 
 #endif

@@ -27,9 +27,12 @@
 #define SPEC_SIZE_PATTERN "^[0-9]+([KkMmGgTt]([Ii]?[Bb])?|[Bb])?$"
 #define SPEC_WL_ANY 0xffffffffu
 #define SPEC_WL_COLLECTIVE (1u << SPEC_WORKLOAD_COLLECTIVE)
+#define SPEC_WL_TRAIN (1u << SPEC_WORKLOAD_TRAIN)
 
 enum spec_type { SPEC_T_STRING, SPEC_T_ENUM, SPEC_T_INT, SPEC_T_SIZE, SPEC_T_BOOL,
-                 SPEC_T_SIZE_LIST /* distinct sizes, at most SPEC_MAX_SIZES */ };
+                 SPEC_T_SIZE_LIST, /* distinct sizes, at most SPEC_MAX_SIZES */
+                 SPEC_T_NUMBER,    /* a real number in [dmin, dmax] */
+                 SPEC_T_SHAPE      /* [] or [c, h, w], each from min to max */ };
 
 enum spec_flag {
     SPEC_F_REQUIRED = 1 << 0,
@@ -44,7 +47,10 @@ struct spec_field {
     enum spec_type type;
     unsigned workloads;         /* bit (1 << enum spec_workload) per workload having it */
     unsigned flags;             /* enum spec_flag */
-    int64_t min, max;           /* INT, SIZE: value range; STRING: length in characters */
+    int64_t min, max;           /* INT, SIZE, SHAPE: value range; STRING: length in
+                                   characters */
+    double dmin, dmax;          /* NUMBER: value range (dmin excluded when dmin_open) */
+    bool dmin_open;
     const char *const *choices; /* ENUM: NULL-terminated (workload: in enum order) */
     const char *def;            /* default as JSON text; NULL: none, or for a string
                                    that is not required, the workload's name */
@@ -54,9 +60,9 @@ struct spec_field {
 
 #define SPEC_AT(m) .off = offsetof(struct spec, m), .size = sizeof(((struct spec *)0)->m)
 
-static const char *const spec_workload_names[] = {"collective", NULL};
-static const char *const spec_devices[] = {"cpu", NULL};
-static const char *const spec_backends[] = {"tcp", NULL};
+static const char *const spec_workload_names[] = {"collective", "train", NULL};
+static const char *const spec_devices[] = {"cpu", "cuda", NULL};
+static const char *const spec_backends[] = {"tcp", "nccl", NULL};
 static const char *const spec_ops[] = {"allreduce", "reduce_scatter", "all_gather",
                                        "broadcast", "sendrecv", NULL};
 static const char *const spec_dtypes[] = {"float32", "float16", "bfloat16", "int32", "int64",
@@ -64,6 +70,24 @@ static const char *const spec_dtypes[] = {"float32", "float16", "bfloat16", "int
 static const char *const spec_redops[] = {"sum", "avg", "min", "max", NULL};
 static const char *const spec_algorithms[] = {"auto", "ring", "rd", "hd", "direct", "tree",
                                               NULL};
+/* worker/nn/models.h builds these */
+static const char *const spec_models[] = {"mnist-cnn", "lenet5", "alexnet", "alexnet-cifar",
+                                          "vgg16", "resnet18", "resnet18-cifar", "resnet50",
+                                          "mobilenetv2", NULL};
+static const char *const spec_strategies[] = {"naive", "ddp", "horovod", "zero1", "zero2",
+                                              NULL};
+static const char *const spec_bucket_models[] = {"none", "mnist-cnn", "lenet5", "alexnet",
+                                                 "alexnet-cifar", "vgg16", "resnet18",
+                                                 "resnet18-cifar", "resnet50", "mobilenetv2",
+                                                 NULL};
+/* fp16 / bf16: mixed precision on device "cuda" (fp32 master weights; fp16 with dynamic
+ * loss scaling); the CPU worker trains in fp32 and refuses them naming the field */
+static const char *const spec_precisions[] = {"fp32", "fp16", "bf16", NULL};
+static const char *const spec_compressions[] = {"none", "fp16", "bf16", NULL};
+static const char *const spec_datasets[] = {"synthetic", "mnist", "fashion-mnist", "cifar10",
+                                            NULL};
+static const char *const spec_optimizers[] = {"sgd", "adam", "adamw", NULL};
+static const char *const spec_decays[] = {"constant", "step", "cosine", NULL};
 
 static const struct spec_field spec_fields[] = {
     {.name = "name", .type = SPEC_T_STRING, .workloads = SPEC_WL_ANY,
@@ -77,7 +101,7 @@ static const struct spec_field spec_fields[] = {
      .flags = SPEC_F_REQUIRED | SPEC_F_WORKLOAD, .choices = spec_workload_names,
      SPEC_AT(workload),
      .desc = "What the workers run: \"collective\" measures one collective operation over "
-             "a range of message sizes."},
+             "a range of message sizes; \"train\" trains a model data-parallel."},
     {.name = "device", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
      .choices = spec_devices, .def = "\"cpu\"", SPEC_AT(device),
      .desc = "Where each rank's buffers live."},
@@ -108,6 +132,12 @@ static const struct spec_field spec_fields[] = {
      .flags = SPEC_F_SWEEP, .min = 1, .max = 3600, .def = "60", SPEC_AT(comm_timeout_s),
      .desc = "A communication operation in which no data moves for this many seconds "
              "fails, naming the rank it waited for (a stopped or hung peer)."},
+    {.name = "emulate_multi_rank", .type = SPEC_T_BOOL, .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(emulate_multi_rank),
+     .desc = "device \"cuda\": run several ranks on one GPU (each rank with its own "
+             "NCCL_HOSTID, or NCCL_MULTI_RANK_GPU_ENABLE=1 with NCCL 2.30 or newer) so "
+             "multi-rank NCCL can be exercised on a single-GPU node. Results are flagged "
+             "as emulated and are not comparable with one rank per GPU."},
     {.name = "op", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .choices = spec_ops, .def = "\"allreduce\"", SPEC_AT(coll.op),
      .desc = "Collective operation to measure. reduce_scatter and all_gather sizes are "
@@ -154,6 +184,14 @@ static const struct spec_field spec_fields[] = {
      .desc = "Explicit message sizes, visited in this order instead of min_bytes to "
              "max_bytes (which, with factor and step, are then ignored): for example a "
              "model's gradient bucket sizes. Empty: not used."},
+    {.name = "buckets_of", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .choices = spec_bucket_models, .def = "\"none\"",
+     SPEC_AT(coll.buckets_of),
+     .desc = "Model-shaped replay: measure the gradient buckets a DDP run of this model would "
+             "allreduce (a 1 MiB first bucket, then bucket_mb; float32; 1000 classes for the "
+             "ImageNet models, 10 for the others), each bucket size as one point, in launch "
+             "order, instead of min_bytes to max_bytes (tf_cnn_benchmarks' "
+             "all_reduce_benchmark). \"none\": not used."},
     {.name = "iters", .type = SPEC_T_INT, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .min = 1, .max = 100000, .def = "20", SPEC_AT(coll.iters),
      .desc = "Timed iterations per message size."},
@@ -166,6 +204,141 @@ static const struct spec_field spec_fields[] = {
     {.name = "inplace", .type = SPEC_T_BOOL, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(coll.inplace),
      .desc = "Use one buffer as both input and output."},
+    /* ---- train ---- */
+    {.name = "model", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
+     .choices = spec_models, .def = "\"mnist-cnn\"", SPEC_AT(train.model),
+     .desc = "Network to train, as PyTorch / torchvision define it (resnet18-cifar: 3x3 stem, "
+             "no max pool). Input shape and class count come from the dataset."},
+    {.name = "strategy", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .choices = spec_strategies, .def = "\"ddp\"",
+     SPEC_AT(train.strategy),
+     .desc = "How gradients are exchanged: naive (allreduce every gradient after backward), "
+             "ddp (PyTorch DDP's buckets, overlapping backward), horovod (tensor fusion), "
+             "zero1 / zero2 (DeepSpeed ZeRO stages 1 and 2)."},
+    {.name = "batch_size", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 65536, .def = "32", SPEC_AT(train.batch_size),
+     .desc = "Samples per rank per step (the global batch is world_size times this)."},
+    {.name = "precision", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .choices = spec_precisions, .def = "\"fp32\"",
+     SPEC_AT(train.precision),
+     .desc = "Arithmetic of the training step: fp32 everywhere; fp16 (dynamic loss scaling) "
+             "and bf16 mixed precision on device cuda."},
+    {.name = "steps", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET, .min = 1, .max = 10000000, .def = "100",
+     SPEC_AT(train.steps),
+     .desc = "Optimizer steps per repeat, warm-up steps included. 0 when epochs is used."},
+    {.name = "epochs", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET, .min = 1, .max = 10000, .def = "0",
+     SPEC_AT(train.epochs),
+     .desc = "Passes over the training split per repeat, instead of steps; each ends with an "
+             "evaluation on the test split when eval is set. 0 when steps is used."},
+    {.name = "warmup_steps", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 0, .max = 100000, .def = "5", SPEC_AT(train.warmup_steps),
+     .desc = "Steps at the start of each repeat that are run and reported but excluded from "
+             "the statistics (caches, allocations, primitive creation)."},
+    {.name = "threads", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
+     .min = 1, .max = 256, .def = "1", SPEC_AT(train.threads),
+     .desc = "Compute threads per rank; the daemon reserves this many CPU slots per rank."},
+    {.name = "accumulate", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 1024, .def = "1", SPEC_AT(train.accumulate),
+     .desc = "Gradient accumulation: micro-batches of batch_size per optimizer step; "
+             "gradients are exchanged once per step, after the last one."},
+    {.name = "compression", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .choices = spec_compressions, .def = "\"none\"",
+     SPEC_AT(train.compression),
+     .desc = "Gradients travel as float16 or bfloat16 (halving the bytes) and are reduced "
+             "through float; none keeps float32."},
+    {.name = "bucket_mb", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN | SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 1024, .def = "25", SPEC_AT(train.bucket_mb),
+     .desc = "ddp (and the collective workload's buckets_of): bucket size in MiB after the "
+             "1 MiB first bucket (PyTorch's bucket_cap_mb); zero1 / zero2: the bucket size."},
+    {.name = "fusion_mb", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 1024, .def = "64", SPEC_AT(train.fusion_mb),
+     .desc = "horovod: fusion buffer size in MiB (HOROVOD_FUSION_THRESHOLD)."},
+    {.name = "cycle_ms", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 1000, .def = "1", SPEC_AT(train.cycle_ms),
+     .desc = "horovod: how long ready gradients wait for more to join a fusion buffer, in "
+             "milliseconds (HOROVOD_CYCLE_TIME)."},
+    {.name = "broadcast_init", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .def = "true", SPEC_AT(train.broadcast_init),
+     .desc = "Broadcast rank 0's initial parameters to every rank before training (ranks "
+             "initialise from the same seed anyway; this is what DDP does)."},
+    {.name = "eval", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
+     .def = "true", SPEC_AT(train.eval),
+     .desc = "Evaluate on the test split at the end of every epoch (datasets with one)."},
+    {.name = "prefetch", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 0, .max = 16, .def = "2", SPEC_AT(train.prefetch),
+     .desc = "Batches the loader thread prepares ahead; 0 loads each batch inside the step."},
+    {.name = "dataset.name", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .choices = spec_datasets, .def = "\"synthetic\"",
+     SPEC_AT(train.dataset.name),
+     .desc = "synthetic (random values), mnist / fashion-mnist (idx files; fashion-mnist "
+             "defaults to Debian's dataset-fashion-mnist) or cifar10 (binary batches)."},
+    {.name = "dataset.path", .type = SPEC_T_STRING, .workloads = SPEC_WL_TRAIN, .min = 0,
+     .max = 511, .def = "\"\"", SPEC_AT(train.dataset.path),
+     .desc = "Directory holding the dataset's files on the node; \"\": the default place."},
+    {.name = "dataset.shape", .type = SPEC_T_SHAPE, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 4096, .def = "[]",
+     SPEC_AT(train.dataset.shape),
+     .desc = "synthetic: [channels, height, width] of a sample; []: the model's usual input "
+             "(1x28x28 for mnist-cnn and lenet5, 3x32x32 for the CIFAR forms, 3x224x224 "
+             "otherwise)."},
+    {.name = "dataset.classes", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 2, .max = 100000, .def = "10",
+     SPEC_AT(train.dataset.classes), .desc = "synthetic: number of classes."},
+    {.name = "dataset.samples", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = INT32_MAX, .def = "50000",
+     SPEC_AT(train.dataset.samples),
+     .desc = "synthetic: samples in one epoch of the training split."},
+    {.name = "dataset.fresh", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.dataset.fresh),
+     .desc = "synthetic: new values every step instead of one fixed batch (Horovod's and "
+             "tf_cnn_benchmarks' synthetic mode)."},
+    {.name = "dataset.augment", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.dataset.augment),
+     .desc = "cifar10: random crop (padding 4) and horizontal flip on the training split."},
+    {.name = "optimizer.type", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .choices = spec_optimizers, .def = "\"sgd\"",
+     SPEC_AT(train.optimizer.type),
+     .desc = "torch.optim.SGD, Adam or AdamW, with PyTorch 1.13's update rules."},
+    {.name = "optimizer.lr", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmin_open = true, .dmax = 100, .def = "0.01",
+     SPEC_AT(train.optimizer.lr), .desc = "Learning rate (the schedule's base rate)."},
+    {.name = "optimizer.momentum", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 0.999999, .def = "0",
+     SPEC_AT(train.optimizer.momentum), .desc = "SGD momentum."},
+    {.name = "optimizer.nesterov", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.optimizer.nesterov),
+     .desc = "SGD: Nesterov momentum (needs momentum > 0)."},
+    {.name = "optimizer.weight_decay", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 1, .def = "0",
+     SPEC_AT(train.optimizer.weight_decay),
+     .desc = "L2 penalty added to the gradient (SGD, Adam) or decoupled decay (AdamW)."},
+    {.name = "optimizer.beta1", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 0.999999, .def = "0.9",
+     SPEC_AT(train.optimizer.beta1), .desc = "Adam / AdamW first-moment decay."},
+    {.name = "optimizer.beta2", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 0.999999, .def = "0.999",
+     SPEC_AT(train.optimizer.beta2), .desc = "Adam / AdamW second-moment decay."},
+    {.name = "optimizer.eps", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmin_open = true, .dmax = 1, .def = "1e-08",
+     SPEC_AT(train.optimizer.eps), .desc = "Adam / AdamW denominator term."},
+    {.name = "lr_schedule.decay", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .choices = spec_decays, .def = "\"constant\"",
+     SPEC_AT(train.lr_schedule.decay),
+     .desc = "After the warm-up: constant, step (StepLR: times gamma every step_size steps) "
+             "or cosine (CosineAnnealingLR to 0 over the remaining steps)."},
+    {.name = "lr_schedule.warmup_steps", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 0, .max = 10000000, .def = "0",
+     SPEC_AT(train.lr_schedule.warmup_steps),
+     .desc = "Linear learning-rate warm-up from lr/3 over this many optimizer steps "
+             "(LinearLR)."},
+    {.name = "lr_schedule.step_size", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 10000000, .def = "1000",
+     SPEC_AT(train.lr_schedule.step_size), .desc = "step: optimizer steps between decays."},
+    {.name = "lr_schedule.gamma", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmin_open = true, .dmax = 1, .def = "0.1",
+     SPEC_AT(train.lr_schedule.gamma), .desc = "step: factor of each decay."},
 };
 
 #define SPEC_NFIELDS SPEC_COUNT(spec_fields)
@@ -208,6 +381,7 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_LE, SPEC_WL_COLLECTIVE, "min_bytes", "max_bytes", NULL},
     {SPEC_RULE_ONE_OF, SPEC_WL_COLLECTIVE, "factor", "step", NULL},
     {SPEC_RULE_ALLOWED, SPEC_WL_COLLECTIVE, "op", "algorithm", spec_op_algorithms},
+    {SPEC_RULE_ONE_OF, SPEC_WL_TRAIN, "steps", "epochs", NULL},
 };
 
 /* --- table lookups ------------------------------------------------------------------- */
@@ -259,6 +433,59 @@ static int spec_choice_index(const char *const *choices, const char *s)
         if (strcmp(choices[i], s) == 0)
             return i;
     return -1;
+}
+
+/* --- nested fields ------------------------------------------------------------------ */
+/* A field named "group.key" lives in the object "group" of the spec: one level only. */
+
+/* True when key is the group of some field ("dataset" for "dataset.name"). */
+static bool spec_is_group(const char *key)
+{
+    size_t n = strlen(key);
+    for (size_t i = 0; i < SPEC_NFIELDS; i++)
+        if (strncmp(spec_fields[i].name, key, n) == 0 && spec_fields[i].name[n] == '.')
+            return true;
+    return false;
+}
+
+const json_t *spec_field_value(const json_t *spec, const char *name)
+{
+    const char *dot = strchr(name, '.');
+    if (!dot)
+        return json_object_get(spec, name);
+    char group[32];
+    size_t n = (size_t)(dot - name);
+    if (n >= sizeof group)
+        return NULL;
+    memcpy(group, name, n);
+    group[n] = '\0';
+    return json_object_get(json_object_get(spec, group), dot + 1);
+}
+
+/* Sets field `name` of spec to v (stolen, as json_object_set_new), making the group
+ * object when missing. Returns 0 or -1 (out of memory; v is released). */
+static int spec_set_path(json_t *spec, const char *name, json_t *v)
+{
+    const char *dot = strchr(name, '.');
+    if (!dot)
+        return json_object_set_new(spec, name, v);
+    char group[32];
+    size_t n = (size_t)(dot - name);
+    if (n >= sizeof group) {
+        json_decref(v);
+        return -1;
+    }
+    memcpy(group, name, n);
+    group[n] = '\0';
+    json_t *g = json_object_get(spec, group);
+    if (!json_is_object(g)) {
+        g = json_object();
+        if (!g || json_object_set_new(spec, group, g) < 0) {
+            json_decref(v);
+            return -1;
+        }
+    }
+    return json_object_set_new(g, dot + 1, v);
 }
 
 /* --- message helpers ----------------------------------------------------------------- */
@@ -350,6 +577,15 @@ static void spec_requirement(const struct spec_field *f, char *out, size_t n)
                                "a list of at most %d distinct sizes from %s to %s (bytes as "
                                "integers, or strings such as \"4K\", \"64M\")",
                                SPEC_MAX_SIZES, lo, hi);
+        break;
+    case SPEC_T_NUMBER:
+        len = (size_t)snprintf(out, n, "a number %s %g and at most %g",
+                               f->dmin_open ? "greater than" : "at least", f->dmin, f->dmax);
+        break;
+    case SPEC_T_SHAPE:
+        len = (size_t)snprintf(out, n,
+                               "[] or [channels, height, width], integers from %" PRId64
+                               " to %" PRId64, f->min, f->max);
         break;
     }
     if ((f->flags & SPEC_F_ZERO_UNSET) && len < n)
@@ -469,6 +705,36 @@ static int spec_convert_sizes(const struct spec_field *f, const json_t *v, json_
     return 0;
 }
 
+/* A number (integers accepted) in f's range, normalized to a real. Returns 0 with *out
+ * owned (NULL only when out of memory), or -1. */
+static int spec_convert_number(const struct spec_field *f, const json_t *v, json_t **out)
+{
+    if (!json_is_number(v))
+        return -1;
+    double d = json_number_value(v);
+    if (!(d <= f->dmax) || !(f->dmin_open ? d > f->dmin : d >= f->dmin))
+        return -1; /* written so a NaN fails too */
+    *out = json_real(d);
+    return 0;
+}
+
+/* [] or exactly three integers in f's range. Returns 0 with *out owned (NULL only when
+ * out of memory), or -1. */
+static int spec_convert_shape(const struct spec_field *f, const json_t *v, json_t **out)
+{
+    size_t n = json_array_size(v);
+    if (!json_is_array(v) || (n != 0 && n != 3))
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *d = json_array_get(v, i);
+        if (!json_is_integer(d) || json_integer_value(d) < f->min ||
+            json_integer_value(d) > f->max)
+            return -1;
+    }
+    *out = json_deep_copy(v);
+    return 0;
+}
+
 /* Checks v against f. Returns 0 with *out the owned normalized value (NULL only when
  * out of memory), or -1 when v is not valid for f. */
 static int spec_convert(const struct spec_field *f, const json_t *v, json_t **out)
@@ -502,6 +768,10 @@ static int spec_convert(const struct spec_field *f, const json_t *v, json_t **ou
         return 0;
     case SPEC_T_SIZE_LIST:
         return spec_convert_sizes(f, v, out);
+    case SPEC_T_NUMBER:
+        return spec_convert_number(f, v, out);
+    case SPEC_T_SHAPE:
+        return spec_convert_shape(f, v, out);
     }
     if (!(n >= f->min && n <= f->max) && !(n == 0 && (f->flags & SPEC_F_ZERO_UNSET)))
         return -1;
@@ -580,7 +850,33 @@ static int spec_unknown_key(const char *prefix, const char *key, enum spec_workl
                    flags ? "sweepable fields" : "known fields", list, flags ? "" : ", sweep");
 }
 
-/* Every key of the top level must be a field of wl (or "sweep"). */
+/* Every key of a group object must be a field "group.key" of wl. */
+static int spec_check_group(const char *group, const json_t *obj, enum spec_workload wl,
+                            struct err *e)
+{
+    char prefix[40], name[96];
+    snprintf(prefix, sizeof prefix, "%s.", group);
+    if (!json_is_object(obj)) {
+        char got[96];
+        spec_value_text(obj, got, sizeof got);
+        return err_set(e, ERR_INVALID, group, "%s: must be an object of %s* fields, got %s",
+                       group, prefix, got);
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)obj, key, v) {
+        snprintf(name, sizeof name, "%s%s", prefix, key);
+        const struct spec_field *f = strlen(key) < 64 ? spec_field_find(name) : NULL;
+        if (!f)
+            return spec_unknown_key(prefix, key, wl, 0, "unknown field", e);
+        if (!spec_field_in(f, wl))
+            return spec_unknown_key(prefix, key, wl, 0, "not a field of this workload", e);
+    }
+    return 0;
+}
+
+/* Every key of the top level must be a field of wl, a group of such fields, or
+ * "sweep". */
 static int spec_check_keys(const json_t *in, enum spec_workload wl, struct err *e)
 {
     const char *key;
@@ -589,7 +885,12 @@ static int spec_check_keys(const json_t *in, enum spec_workload wl, struct err *
     json_object_foreach((json_t *)in, key, v) {
         if (strcmp(key, "sweep") == 0)
             continue;
-        const struct spec_field *f = spec_field_find(key);
+        const struct spec_field *f = strchr(key, '.') ? NULL : spec_field_find(key);
+        if (!f && !strchr(key, '.') && spec_is_group(key)) {
+            if (spec_check_group(key, v, wl, e) < 0)
+                return -1;
+            continue;
+        }
         if (!f)
             return spec_unknown_key("", key, wl, 0, "unknown field", e);
         if (!spec_field_in(f, wl))
@@ -681,7 +982,7 @@ static bool spec_given(const json_t *in, const json_t *out, const json_t *sweep,
 {
     if (sweep && json_object_get(sweep, name))
         return true;
-    return json_object_get(in, name) && !spec_is_zero(json_object_get(out, name));
+    return spec_field_value(in, name) && !spec_is_zero(spec_field_value(out, name));
 }
 
 /* One-of pairs: giving both is an error; giving b makes a 0; otherwise b is 0 and a
@@ -698,11 +999,11 @@ static int spec_apply_one_of(json_t *out, const json_t *in, const json_t *sweep,
             return err_set(e, ERR_INVALID, r->b,
                            "%s: %s and %s are mutually exclusive (set or sweep only one)",
                            r->b, r->a, r->b);
-        if (json_object_set_new(out, gb ? r->a : r->b, json_integer(0)) < 0)
+        if (spec_set_path(out, gb ? r->a : r->b, json_integer(0)) < 0)
             return err_set(e, ERR_NOMEM, r->b, "%s: out of memory", r->b);
         json_t *def = NULL;
         if (!ga && !gb && (!(def = spec_default(spec_field_find(r->a), wl, e)) ||
-                           json_object_set_new(out, r->a, def) < 0))
+                           spec_set_path(out, r->a, def) < 0))
             return def ? err_set(e, ERR_NOMEM, r->a, "%s: out of memory", r->a) : -1;
     }
     return 0;
@@ -721,9 +1022,9 @@ static json_t *spec_fill(const json_t *in, const json_t *sweep, enum spec_worklo
         const struct spec_field *f = &spec_fields[i];
         if (!spec_field_in(f, wl))
             continue;
-        const json_t *v = json_object_get(in, f->name);
+        const json_t *v = spec_field_value(in, f->name);
         json_t *nv = v ? spec_check_value(f, v, f->name, e) : spec_default(f, wl, e);
-        if (!nv || json_object_set_new(out, f->name, nv) < 0) {
+        if (!nv || spec_set_path(out, f->name, nv) < 0) {
             if (nv)
                 err_set(e, ERR_NOMEM, f->name, "%s: out of memory", f->name);
             json_decref(out);
@@ -741,8 +1042,8 @@ static json_t *spec_fill(const json_t *in, const json_t *sweep, enum spec_worklo
 static bool spec_allowed_broken(const struct spec_rule *r, const json_t *spec, char *why,
                                 size_t n)
 {
-    const char *a = json_string_value(json_object_get(spec, r->a));
-    const char *b = json_string_value(json_object_get(spec, r->b));
+    const char *a = json_string_value(spec_field_value(spec, r->a));
+    const char *b = json_string_value(spec_field_value(spec, r->b));
     if (!a || !b)
         return false;
     for (const struct spec_allowed *al = r->allowed; al->a; al++) {
@@ -777,8 +1078,8 @@ static const struct spec_rule *spec_rule_broken(const json_t *spec, enum spec_wo
                 return r;
             continue;
         }
-        json_int_t a = json_integer_value(json_object_get(spec, r->a));
-        json_int_t b = json_integer_value(json_object_get(spec, r->b));
+        json_int_t a = json_integer_value(spec_field_value(spec, r->a));
+        json_int_t b = json_integer_value(spec_field_value(spec, r->b));
         if (r->kind == SPEC_RULE_LE && a > b) {
             snprintf(why, n, "%s (%" JSON_INTEGER_FORMAT ") must not exceed %s (%"
                      JSON_INTEGER_FORMAT ")", r->a, a, r->b, b);
@@ -839,7 +1140,7 @@ static int spec_walk(const json_t *norm, spec_point_fn fn, void *arg, struct err
         for (size_t k = 0; params && k < n; k++) {
             json_t *v = json_array_get(vals[k], idx[k]);
             if (json_object_set(params, keys[k], v) < 0 ||
-                json_object_set(resolved, keys[k], v) < 0) {
+                spec_set_path(resolved, keys[k], json_incref(v)) < 0) {
                 json_decref(params);
                 params = NULL;
             }
@@ -1031,6 +1332,22 @@ static int spec_store(const struct spec_field *f, const json_t *v, struct spec *
         memcpy(dst, &b, sizeof b);
         return 0;
     }
+    case SPEC_T_NUMBER: {
+        double d = json_number_value(v);
+        if (f->size != sizeof d)
+            goto bad;
+        memcpy(dst, &d, sizeof d);
+        return 0;
+    }
+    case SPEC_T_SHAPE: {
+        struct spec_shape sh = {.n = (int)json_array_size(v)};
+        if (f->size != sizeof sh || sh.n > 3)
+            goto bad;
+        for (int i = 0; i < sh.n; i++)
+            sh.dims[i] = (int)json_integer_value(json_array_get(v, (size_t)i));
+        memcpy(dst, &sh, sizeof sh);
+        return 0;
+    }
     case SPEC_T_SIZE_LIST: {
         struct spec_sizes sz = {.n = (int)json_array_size(v)};
         if (f->size != sizeof sz || sz.n > SPEC_MAX_SIZES)
@@ -1044,6 +1361,12 @@ static int spec_store(const struct spec_field *f, const json_t *v, struct spec *
 bad:
     return err_set(e, ERR_INTERNAL, f->name, "%s: does not fit its struct spec member",
                    f->name);
+}
+
+int spec_slots_per_rank(const json_t *resolved)
+{
+    json_int_t t = json_integer_value(json_object_get(resolved, "threads"));
+    return t >= 1 && t <= 256 ? (int)t : 1;
 }
 
 int spec_from_json(const json_t *resolved, struct spec *out, struct err *e)
@@ -1060,7 +1383,7 @@ int spec_from_json(const json_t *resolved, struct spec *out, struct err *e)
     for (size_t i = 0; rc == 0 && i < SPEC_NFIELDS; i++) {
         const struct spec_field *f = &spec_fields[i];
         if (spec_field_in(f, wl) && f->size > 0)
-            rc = spec_store(f, json_object_get(norm, f->name), out, e);
+            rc = spec_store(f, spec_field_value(norm, f->name), out, e);
     }
     json_decref(norm);
     return rc;
@@ -1122,6 +1445,18 @@ static json_t *spec_schema_value(const struct spec_field *f)
     case SPEC_T_BOOL:
         json_object_set_new(s, "type", json_string("boolean"));
         break;
+    case SPEC_T_NUMBER:
+        json_object_set_new(s, "type", json_string("number"));
+        json_object_set_new(s, f->dmin_open ? "exclusiveMinimum" : "minimum",
+                            json_real(f->dmin));
+        json_object_set_new(s, "maximum", json_real(f->dmax));
+        break;
+    case SPEC_T_SHAPE:
+        json_object_set_new(s, "type", json_string("array"));
+        json_object_set_new(s, "items", spec_schema_range(f->min, f->max));
+        json_array_append_new(alts, json_pack("{s:i}", "maxItems", 0));
+        json_array_append_new(alts, json_pack("{s:i, s:i}", "minItems", 3, "maxItems", 3));
+        break;
     case SPEC_T_SIZE_LIST: {
         json_t *item = json_pack("{s:[o, {s:s, s:s}]}", "anyOf",
                                  spec_schema_range(f->min, f->max), "type", "string",
@@ -1151,16 +1486,46 @@ static json_t *spec_schema_field(const struct spec_field *f)
     return s;
 }
 
+/* The group of a nested field name ("dataset" of "dataset.name") into out (32 bytes). */
+static const char *spec_schema_group_name(const char *name, const char *dot, char *out)
+{
+    snprintf(out, 32, "%.*s", (int)(dot - name), name);
+    return out;
+}
+
+/* The properties object of group in props, made (an object schema) when missing.
+ * Borrowed. */
+static json_t *spec_schema_group(json_t *props, const char *group)
+{
+    json_t *g = json_object_get(props, group);
+    if (!g) {
+        g = json_pack("{s:s, s:s, s:{}, s:b}", "description", "", "type", "object",
+                      "properties", "additionalProperties", 0);
+        char desc[96];
+        snprintf(desc, sizeof desc, "The %s.* fields, as one object.", group);
+        json_object_set_new(g, "description", json_string(desc));
+        json_object_set_new(props, group, g);
+    }
+    return json_object_get(g, "properties");
+}
+
 /* Fields that exist only for some workloads are forbidden for the others. */
 static json_t *spec_schema_workload_rules(void)
 {
     json_t *all = json_array();
     for (int w = 0; spec_workload_names[w]; w++) {
         json_t *top = json_object(), *swept = json_object();
+        char group[32];
         for (size_t i = 0; i < SPEC_NFIELDS; i++) {
             if (spec_field_in(&spec_fields[i], (enum spec_workload)w))
                 continue;
-            json_object_set_new(top, spec_fields[i].name, json_false());
+            /* a nested field forbids its whole group: groups belong to one workload */
+            const char *name = spec_fields[i].name, *dot = strchr(name, '.');
+            if (dot)
+                json_object_set_new(top, spec_schema_group_name(name, dot, group),
+                                    json_false());
+            else
+                json_object_set_new(top, name, json_false());
             json_object_set_new(swept, spec_fields[i].name, json_false());
         }
         if (json_object_size(top) == 0) {
@@ -1197,9 +1562,16 @@ static void spec_schema_allowed_rules(json_t *all)
 json_t *spec_schema_json(void)
 {
     json_t *props = json_object(), *swept = json_object(), *required = json_array();
+    char group[32];
     for (size_t i = 0; i < SPEC_NFIELDS; i++) {
         const struct spec_field *f = &spec_fields[i];
-        json_object_set_new(props, f->name, spec_schema_field(f));
+        const char *dot = strchr(f->name, '.');
+        if (dot)
+            json_object_set_new(
+                spec_schema_group(props, spec_schema_group_name(f->name, dot, group)), dot + 1,
+                spec_schema_field(f));
+        else
+            json_object_set_new(props, f->name, spec_schema_field(f));
         if (f->flags & SPEC_F_REQUIRED)
             json_array_append_new(required, json_string(f->name));
         if (f->flags & SPEC_F_SWEEP)

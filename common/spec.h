@@ -25,7 +25,7 @@
 #define SPEC_MAX_WORLD 1024
 #define SPEC_MAX_SIZES 256          /* entries of an explicit "sizes" list */
 
-enum spec_workload { SPEC_WORKLOAD_COLLECTIVE = 0 };
+enum spec_workload { SPEC_WORKLOAD_COLLECTIVE = 0, SPEC_WORKLOAD_TRAIN };
 
 /* An explicit list of message sizes in bytes, in the order given. */
 struct spec_sizes {
@@ -40,12 +40,62 @@ struct spec_collective {
     char redop[8];      /* "sum", "avg", "min", "max" */
     char algorithm[16]; /* "auto" or one the op has: "ring", "rd", "hd", "direct", "tree" */
     struct spec_sizes sizes; /* when n > 0, the sizes visited instead of min..max */
+    char buckets_of[24];     /* "none" or a model whose DDP bucket sizes are visited */
     int64_t min_bytes, max_bytes;
     int factor;         /* multiplicative step; 0 when step is used */
     int64_t step;       /* additive step in bytes; 0 when factor is used */
     int iters, warmup;
     bool check;         /* verify results (#wrong) */
     bool inplace;
+};
+
+/* A sample shape: n = 0 (not given) or 3 (c, h, w). */
+struct spec_shape {
+    int n;
+    int dims[3];
+};
+
+struct spec_dataset {
+    char name[16];      /* "synthetic", "mnist", "fashion-mnist", "cifar10" */
+    char path[512];     /* "" = the dataset's default place */
+    struct spec_shape shape; /* synthetic; n = 0: the model's usual input */
+    int classes;        /* synthetic */
+    int samples;        /* synthetic: one epoch */
+    bool fresh;         /* synthetic: new values per step */
+    bool augment;       /* cifar10: crop + flip */
+};
+
+struct spec_optimizer {
+    char type[8];       /* "sgd", "adam", "adamw" */
+    double lr, momentum, weight_decay, beta1, beta2, eps;
+    bool nesterov;
+};
+
+struct spec_lr_schedule {
+    char decay[12];     /* "constant", "step", "cosine" */
+    int warmup_steps, step_size;
+    double gamma;
+};
+
+/* The "train" workload (DESIGN.md §3): nested objects "dataset", "optimizer" and
+ * "lr_schedule" in JSON, whose fields are named "dataset.name" etc. in errors and sweeps. */
+struct spec_train {
+    char model[24];
+    char strategy[12];  /* "naive", "ddp", "horovod", "zero1", "zero2" */
+    char precision[8];  /* "fp32", "fp16", "bf16" (the last two on device cuda) */
+    char compression[8]; /* "none", "fp16", "bf16" */
+    int batch_size;     /* per rank */
+    int steps, epochs;  /* exactly one non-zero */
+    int warmup_steps;
+    int threads;
+    int accumulate;
+    int bucket_mb, fusion_mb; /* bucket_mb: also the collective workload's buckets_of */
+    double cycle_ms;
+    int prefetch;
+    bool broadcast_init, eval;
+    struct spec_dataset dataset;
+    struct spec_optimizer optimizer;
+    struct spec_lr_schedule lr_schedule;
 };
 
 struct spec {
@@ -59,7 +109,9 @@ struct spec {
     int timeout_s;   /* whole-run limit enforced by the daemon */
     int heartbeat_timeout_s; /* silence after which the daemon fails the run */
     int comm_timeout_s; /* a communication operation with no progress this long fails */
+    bool emulate_multi_rank; /* device cuda: several ranks share a GPU (flagged) */
     struct spec_collective coll;
+    struct spec_train train;
 };
 
 /* Parses a submitted spec body. Returns the owned normalized spec (every field present,
@@ -76,6 +128,13 @@ json_t *spec_normalize(const json_t *in, struct err *e);
  * whole (cross-field rules such as min_bytes <= max_bytes). Fails with ERR_INVALID when
  * the product exceeds max_runs. */
 json_t *spec_expand(const json_t *normalized, size_t max_runs, struct err *e);
+
+/* The value of a field by its table name, "dataset.name" looking inside "dataset".
+ * Borrowed; NULL when absent. */
+const json_t *spec_field_value(const json_t *spec, const char *name);
+
+/* CPU slots one rank of a resolved spec (borrowed) takes: its "threads", else 1. */
+int spec_slots_per_rank(const json_t *resolved);
 
 /* Fills out from a resolved spec (no "sweep"). */
 int spec_from_json(const json_t *resolved, struct spec *out, struct err *e);

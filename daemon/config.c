@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "ddpb_config.h"
+#include "gpu_slots.h"
+#include "nvml.h"
 
 static int config_parse_long(const char *opt, const char *s, long lo, long hi, long *out,
                              struct err *e)
@@ -101,6 +103,7 @@ static void config_defaults(struct config *c)
     c->node[sizeof c->node - 1] = '\0';
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     c->cpu_slots = ncpu > 0 ? (int)ncpu : 1;
+    c->gpus = -1; /* resolved after the options: --gpus, else NVML */
     c->max_body = 1u << 20;
     c->http_threads = 4;
     c->kill_grace_ms = 3000;
@@ -120,6 +123,8 @@ void config_print_usage(const char *prog)
            "  --web-dir DIR        dashboard files (default: the source tree's web/)\n"
            "  --node NAME          this node's name (default: hostname)\n"
            "  --cpu-slots N        ranks that may run at once (default: online CPUs)\n"
+           "  --gpus N             GPU slots for device cuda runs (default: NVML's count,\n"
+           "                       0 when NVML is unavailable)\n"
            "  --max-body BYTES     largest request body (default 1048576)\n"
            "  --http-threads N     HTTP worker threads (default 4)\n"
            "  --kill-grace-ms N    SIGTERM to SIGKILL delay for workers (default 3000)\n"
@@ -133,7 +138,7 @@ void config_print_usage(const char *prog)
 
 enum {
     OPT_HOST = 1000, OPT_PORT, OPT_STORE_HOST, OPT_STORE_PORT, OPT_STATE_DIR, OPT_WORKER,
-    OPT_WEB_DIR, OPT_NODE, OPT_CPU_SLOTS, OPT_MAX_BODY, OPT_HTTP_THREADS, OPT_KILL_GRACE,
+    OPT_WEB_DIR, OPT_NODE, OPT_CPU_SLOTS, OPT_GPUS, OPT_MAX_BODY, OPT_HTTP_THREADS, OPT_KILL_GRACE,
     OPT_LOG_LEVEL, OPT_TOKEN_FILE, OPT_CORS, OPT_VERSION, OPT_HELP,
 };
 
@@ -147,6 +152,7 @@ static const struct option config_options[] = {
     {"web-dir", required_argument, NULL, OPT_WEB_DIR},
     {"node", required_argument, NULL, OPT_NODE},
     {"cpu-slots", required_argument, NULL, OPT_CPU_SLOTS},
+    {"gpus", required_argument, NULL, OPT_GPUS},
     {"max-body", required_argument, NULL, OPT_MAX_BODY},
     {"http-threads", required_argument, NULL, OPT_HTTP_THREADS},
     {"kill-grace-ms", required_argument, NULL, OPT_KILL_GRACE},
@@ -184,6 +190,11 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
         if (config_parse_long("cpu-slots", arg, 1, 4096, &v, e) < 0)
             return -1;
         c->cpu_slots = (int)v;
+        return 0;
+    case OPT_GPUS:
+        if (config_parse_long("gpus", arg, 0, GPU_SLOTS_MAX, &v, e) < 0)
+            return -1;
+        c->gpus = (int)v;
         return 0;
     case OPT_MAX_BODY:
         if (config_parse_long("max-body", arg, 1024, 64L << 20, &v, e) < 0)
@@ -241,5 +252,13 @@ int config_parse_args(struct config *c, int argc, char **argv, struct err *e)
     if (optind < argc)
         return err_set(e, ERR_INVALID, NULL, "unexpected argument '%s' (see --help)",
                        argv[optind]);
+    if (c->gpus < 0) { /* not given: NVML's count; a node without NVML has no GPU slots */
+        char why[256] = "";
+        c->gpus = gpu_nvml_detect_count(NULL, why, sizeof why);
+        if (c->gpus > GPU_SLOTS_MAX)
+            c->gpus = GPU_SLOTS_MAX;
+        if (c->gpus == 0 && why[0])
+            log_debug("GPU slots: 0 (%s)", why);
+    }
     return 0;
 }

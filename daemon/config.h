@@ -25,6 +25,8 @@ struct config {
     char web_dir[PATH_MAX];
     char node[64];        /* this node's name (hostname by default) */
     int cpu_slots;        /* ranks that may run at once on this node */
+    int gpus;             /* GPU slots (daemon/gpu_slots.h): --gpus N, else NVML's count
+                             (0 where NVML is unavailable) */
     size_t max_body;      /* largest accepted request body */
     int http_threads;
     int kill_grace_ms;    /* SIGTERM → SIGKILL delay when stopping workers */
@@ -34,7 +36,7 @@ struct config {
 };
 
 /* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,
- * --worker, --web-dir, --node, --cpu-slots, --max-body, --http-threads,
+ * --worker, --web-dir, --node, --cpu-slots, --gpus, --max-body, --http-threads,
  * --kill-grace-ms, --log-level, --token-file, --cors-origin) and DDPB_TOKEN (a token
  * given in the environment; --token-file wins). Returns 0; 1 when --help/--version
  * printed; -1 with e naming the bad option. */

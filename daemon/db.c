@@ -261,7 +261,7 @@ static json_t *db_col_json(sqlite3_stmt *st, int i)
         clock_format_iso(sqlite3_column_double(st, i), iso, sizeof iso);
         return json_string(iso);
     }
-    if (strcmp(name, "inplace") == 0)
+    if (strcmp(name, "inplace") == 0 || strcmp(name, "emulated") == 0)
         return json_boolean(sqlite3_column_int(st, i));
     switch (type) {
     case SQLITE_INTEGER:
@@ -552,10 +552,10 @@ done:
 
 static const char SQL_GET_RUN[] =
     "SELECT id, experiment_id, point, params, world_size, status, progress, created_at, "
-    "started_at, finished_at, finished_at - started_at AS duration_s, error, error_rank, spec "
-    "FROM runs WHERE id = ?1";
+    "started_at, finished_at, finished_at - started_at AS duration_s, error, error_rank, spec, "
+    "emulated FROM runs WHERE id = ?1";
 static const char SQL_RUN_RANKS[] =
-    "SELECT rank, node, host, pid, cpus, status, exit_code, signal, error, started_at, "
+    "SELECT rank, node, host, pid, cpus, gpu, status, exit_code, signal, error, started_at, "
     "finished_at FROM run_ranks WHERE run_id = ?1 ORDER BY rank";
 static const char SQL_RUN_COLLECTIVES[] =
     "SELECT repeat, op, dtype, redop, algorithm, inplace, bytes, count, iters, time_us_min, "
@@ -711,6 +711,37 @@ int db_rank_spawned(struct db *db, int64_t run_id, int rank, const char *node, i
 {
     return db_write_one(db, e, SQL_RANK_SPAWNED, "Iititd", run_id, rank, node, pid, cpus,
                         clock_wall_s());
+}
+
+static const char SQL_RUN_EMULATED[] = "UPDATE runs SET emulated = ?2 WHERE id = ?1";
+static const char SQL_RANK_GPU[] = "UPDATE run_ranks SET gpu = ?3 WHERE run_id = ?1 AND rank = ?2";
+
+int db_run_gpu_placement(struct db *db, int64_t run_id, bool emulated, const int *gpu, int n,
+                         struct err *e)
+{
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    sqlite3_stmt *st = db_stmt(c, SQL_RUN_EMULATED, e);
+    int rc = -1;
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, run_id);
+    sqlite3_bind_int(st, 2, emulated);
+    if (db_step_done(c, st, e) < 0)
+        goto out;
+    for (int r = 0; r < n; r++) {
+        if (!(st = db_stmt(c, SQL_RANK_GPU, e)))
+            goto out;
+        sqlite3_bind_int64(st, 1, run_id);
+        sqlite3_bind_int(st, 2, r);
+        sqlite3_bind_int(st, 3, gpu[r]);
+        if (db_step_done(c, st, e) < 0)
+            goto out;
+    }
+    rc = 0;
+out:
+    return db_write_end(db, rc, e);
 }
 
 static const char SQL_RANK_HELLO[] =
@@ -1067,7 +1098,7 @@ done:
 }
 
 static const char SQL_DATA_RUNS[] =
-    "SELECT id, point, params, spec, world_size, status, error FROM runs "
+    "SELECT id, point, params, spec, world_size, status, error, emulated FROM runs "
     "WHERE experiment_id = ?1 ORDER BY point";
 /* Per step of a run: the slowest rank's time (the step time), the mean phases over
  * ranks, and the spread between the fastest and the slowest rank. */

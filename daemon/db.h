@@ -108,6 +108,10 @@ int db_run_starting(struct db *db, int64_t run_id, struct err *e);
 /* Records a spawned rank. */
 int db_rank_spawned(struct db *db, int64_t run_id, int rank, const char *node, int pid,
                     const char *cpus, struct err *e);
+/* A device "cuda" run's placement (migration 003): whether its ranks share one GPU
+ * (emulated) and the GPU index of each of ranks 0..n-1 already recorded as spawned. */
+int db_run_gpu_placement(struct db *db, int64_t run_id, bool emulated, const int *gpu, int n,
+                         struct err *e);
 /* A rank said hello: host recorded, rank running; when every rank is running the run
  * becomes running. */
 int db_rank_hello(struct db *db, int64_t run_id, int rank, const char *host, int world_size,

@@ -15,7 +15,7 @@
 
 extern char **environ;
 
-#define LAUNCH_ENV_EXTRA 12
+#define LAUNCH_ENV_EXTRA (12 + LAUNCH_MAX_GPU_ENV)
 
 /* Owned NULL-terminated environment: the daemon's own minus DDPB_* and
  * CUDA_VISIBLE_DEVICES, plus the rank's. Strings in `own` are owned by the caller's
@@ -57,7 +57,9 @@ static int launcher_env_build(const struct launch_rank *lr, struct launch_env *e
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
     for (size_t i = 0; i < count; i++) {
         if (strncmp(environ[i], "DDPB_", 5) == 0 ||
-            strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) == 0)
+            strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) == 0 ||
+            strncmp(environ[i], "NCCL_HOSTID=", 12) == 0 ||
+            strncmp(environ[i], "NCCL_MULTI_RANK_GPU_ENABLE=", 27) == 0)
             continue;
         env->vars[env->n++] = environ[i];
     }
@@ -76,6 +78,19 @@ static int launcher_env_build(const struct launch_rank *lr, struct launch_env *e
              launcher_env_add(env, "DDPB_HOST", lr->peer_host);
     if (lr->cpus)
         rc |= launcher_env_add(env, "DDPB_CPUS", lr->cpus);
+    if (lr->ngpu_env < 0 || lr->ngpu_env > LAUNCH_MAX_GPU_ENV)
+        return err_set(e, ERR_INVALID, NULL, "launch: %d GPU environment entries",
+                       lr->ngpu_env);
+    for (int i = 0; i < lr->ngpu_env && rc == 0; i++) {
+        /* the daemon's own NCCL_HOSTID / NCCL_MULTI_RANK_GPU_ENABLE are dropped above */
+        char key[64];
+        const char *eq = strchr(lr->gpu_env[i], '=');
+        if (!eq || (size_t)(eq - lr->gpu_env[i]) >= sizeof key)
+            return err_set(e, ERR_INVALID, NULL, "launch: bad GPU environment entry %s",
+                           lr->gpu_env[i]);
+        snprintf(key, sizeof key, "%.*s", (int)(eq - lr->gpu_env[i]), lr->gpu_env[i]);
+        rc |= launcher_env_add(env, key, eq + 1);
+    }
     if (rc)
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
     return 0;

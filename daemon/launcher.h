@@ -21,8 +21,14 @@ struct launch_rank {
     const char *log_path;   /* stdout + stderr of the rank */
     const char *peer_host;  /* address the rank listens on for peers, DDPB_HOST */
     const char *cpus;       /* CPU list to pin to, DDPB_CPUS; NULL = none */
+    /* GPU runs (daemon/gpu_slots.h): "KEY=VALUE" entries such as CUDA_VISIBLE_DEVICES,
+     * NCCL_HOSTID, NCCL_MULTI_RANK_GPU_ENABLE; borrowed, at most LAUNCH_MAX_GPU_ENV */
+    const char *const *gpu_env;
+    int ngpu_env;
     int rank, world_size, local_rank;
 };
+
+#define LAUNCH_MAX_GPU_ENV 4
 
 struct launched {
     pid_t pid;

@@ -18,6 +18,7 @@
 #include "launcher.h"
 #include "log.h"
 #include "report.h"
+#include "spec.h"
 
 struct run_rank {
     int rank;
@@ -500,15 +501,46 @@ static int monitor_watch_fd(struct active_run *r, int fd, struct monitor_watch *
     return 0;
 }
 
-static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus,
-                              const char *store_addr, struct err *e)
+int monitor_slots_per_rank(const struct db_queued_run *q)
+{
+    json_t *spec = json_loads(q->spec_json ? q->spec_json : "", 0, NULL);
+    int per = spec ? spec_slots_per_rank(spec) : 1;
+    json_decref(spec);
+    return per;
+}
+
+/* "3,4,5": rank's CPUs out of cpus (per entries each) into out; false when unpinned. */
+static bool monitor_cpu_list(const int *cpus, int rank, int per, char *out, size_t n)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < per; i++) {
+        int c = cpus[rank * per + i];
+        if (c < 0)
+            return false;
+        int k = snprintf(out + len, n - len, "%s%d", i ? "," : "", c);
+        if (k < 0 || (size_t)k >= n - len)
+            return false;
+        len += (size_t)k;
+    }
+    return per > 0;
+}
+
+static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, int per,
+                              const struct monitor_gpu *gpu, const char *store_addr,
+                              struct err *e)
 {
     struct run_rank *k = &r->ranks[rank];
-    char spec_path[PATH_MAX], log_path[PATH_MAX], cpu[16];
+    char gpu_env[LAUNCH_MAX_GPU_ENV][64];
+    const char *gpu_envp[LAUNCH_MAX_GPU_ENV];
+    int ngpu_env = gpu ? gpu_slots_env(gpu->plan, rank, gpu->nccl_version, r->ns, gpu_env)
+                       : 0;
+    for (int i = 0; i < ngpu_env; i++)
+        gpu_envp[i] = gpu_env[i];
+    char spec_path[PATH_MAX], log_path[PATH_MAX], cpu[200];
     snprintf(spec_path, sizeof spec_path, "%s/spec.json", r->dir);
     snprintf(log_path, sizeof log_path, "%s/rank%d.log", r->dir, rank);
-    if (cpus[rank] >= 0)
-        snprintf(cpu, sizeof cpu, "%d", cpus[rank]);
+    bool pinned = monitor_cpu_list(cpus, rank, per, cpu, sizeof cpu);
     struct launch_rank lr = {
         .worker_path = r->ctx->cfg->worker_path,
         .run = r->ns,
@@ -517,7 +549,9 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus,
         .spec_path = spec_path,
         .log_path = log_path,
         .peer_host = r->ctx->cfg->store_host,
-        .cpus = cpus[rank] >= 0 ? cpu : NULL,
+        .cpus = pinned ? cpu : NULL,
+        .gpu_env = gpu_envp,
+        .ngpu_env = ngpu_env,
         .rank = rank,
         .world_size = r->world_size,
         .local_rank = rank,
@@ -536,7 +570,7 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus,
         return -1; /* the rank is spawned: it is stopped and reaped like any other */
     struct err dbe = {0};
     int rc = db_rank_spawned(r->ctx->db, r->id, rank, r->ctx->cfg->node, k->pid,
-                             cpus[rank] >= 0 ? cpu : NULL, &dbe);
+                             pinned ? cpu : NULL, &dbe);
     monitor_db_warn(r, rc, &dbe);
     return 0;
 }
@@ -594,7 +628,7 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
 
 struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
                                      const struct db_queued_run *q, const int *cpus,
-                                     struct err *e)
+                                     const struct monitor_gpu *gpu, struct err *e)
 {
     struct active_run *r = monitor_alloc_run(ctx, q);
     if (!r) {
@@ -609,11 +643,17 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
     char store_addr[192];
     snprintf(store_addr, sizeof store_addr, "%s:%d", ctx->cfg->store_host,
              store_server_port(ctx->store));
-    int started = 0;
+    int started = 0, per = monitor_slots_per_rank(q);
     if (monitor_prepare(r, q, &se) == 0)
         for (; started < r->world_size; started++)
-            if (monitor_spawn_rank(r, started, cpus, store_addr, &se) < 0)
+            if (monitor_spawn_rank(r, started, cpus, per, gpu, store_addr, &se) < 0)
                 break;
+    if (gpu && started > 0) { /* the ranks that exist: emulated flag and GPU of each */
+        struct err dbe = {0};
+        int rc = db_run_gpu_placement(ctx->db, r->id, gpu->plan->emulated, gpu->plan->gpu,
+                                      started, &dbe);
+        monitor_db_warn(r, rc, &dbe);
+    }
     if (started < r->world_size) {
         char reason[512];
         snprintf(reason, sizeof reason, "could not start rank %d: %s", started, se.msg);

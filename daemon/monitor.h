@@ -19,6 +19,7 @@
 #include "db.h"
 #include "events.h"
 #include "err.h"
+#include "gpu_slots.h"
 #include "store_server.h"
 
 struct monitor_ctx {
@@ -43,9 +44,19 @@ struct monitor_watch {
  * owned active run (monitor_free_run), also when a rank failed to start (the run is then
  * stopping and finishes through the normal path); NULL only when the run could not be
  * marked starting (e is set; the run stays as it was). */
+/* CPU slots each rank of q takes: its spec's threads (spec_slots_per_rank). */
+int monitor_slots_per_rank(const struct db_queued_run *q);
+/* cpus: monitor_slots_per_rank(q) entries per rank (rank r's from r * per), -1 = not
+ * pinned; a rank is pinned to its list of CPUs (DDPB_CPUS). gpu: NULL for a CPU run; for
+ * a device "cuda" run its placement (borrowed for the call): each rank gets the
+ * environment gpu_slots_env makes for it, and the placement is stored with the run. */
+struct monitor_gpu {
+    const struct gpu_plan *plan; /* borrowed */
+    int nccl_version;            /* NCCL_VERSION_CODE the workers load; 0 = unknown */
+};
 struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
                                      const struct db_queued_run *q, const int *cpus,
-                                     struct err *e);
+                                     const struct monitor_gpu *gpu, struct err *e);
 void monitor_handle_event(struct monitor_watch *w, uint32_t events);
 /* Deadline and SIGKILL escalation; call at least every few hundred ms. */
 void monitor_tick(struct active_run *r, int64_t now_ms);

@@ -8,55 +8,9 @@
 #include <string.h>
 
 #include "buf.h"
+#include "stats.h"
 
 /* --- statistics ------------------------------------------------------------------------ */
-
-double results_t95(size_t df)
-{
-    /* two-sided 95% quantiles of Student's t for 1..30 degrees of freedom */
-    static const double t[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
-                               2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
-                               2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-                               2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
-    if (df == 0)
-        return 0;
-    if (df <= 30)
-        return t[df - 1];
-    if (df <= 60)
-        return 2.000;
-    if (df <= 120)
-        return 1.980;
-    return 1.960;
-}
-
-static int results_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-void results_stats(double *v, size_t n, struct results_stats *out)
-{
-    memset(out, 0, sizeof *out);
-    out->n = n;
-    if (n == 0)
-        return;
-    qsort(v, n, sizeof *v, results_cmp_double);
-    double sum = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += v[i];
-    out->mean = sum / (double)n;
-    double ss = 0;
-    for (size_t i = 0; i < n; i++)
-        ss += (v[i] - out->mean) * (v[i] - out->mean);
-    if (n > 1)
-        out->ci95 = results_t95(n - 1) * sqrt(ss / (double)(n - 1)) / sqrt((double)n);
-    out->median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    size_t rank = (size_t)ceil(0.95 * (double)n); /* nearest rank */
-    out->p95 = v[rank ? rank - 1 : 0];
-    out->min = v[0];
-    out->max = v[n - 1];
-}
 
 /* --- a growable vector of doubles --------------------------------------------------------- */
 
@@ -104,7 +58,7 @@ static json_t *results_num(double d) { return isfinite(d) ? json_real(d) : json_
 
 /* name_mean, name_ci95, name_median, name_p95, name_min, name_max, name_n (as chosen). */
 static void results_put_stats(struct results_table *t, const char *name,
-                              const struct results_stats *s, bool spread)
+                              const struct stats_summary *s, bool spread)
 {
     char key[96];
     bool none = s->n == 0;
@@ -126,9 +80,9 @@ static void results_put_stats(struct results_table *t, const char *name,
     results_put(t, key, json_integer((json_int_t)s->n));
 }
 
-static void results_stats_of(struct results_vec *x, struct results_stats *s)
+static void results_stats_of(struct results_vec *x, struct stats_summary *s)
 {
-    results_stats(x->v, x->n, s);
+    stats_summarize(x->v, x->n, s);
 }
 
 static void results_begin_row(struct results_table *t, const json_t *key)
@@ -177,6 +131,10 @@ static json_t *results_key_of(const json_t *run, const json_t *fields)
         json_t *v = json_object_get(spec, json_string_value(f));
         json_object_set(key, json_string_value(f), v ? v : json_null());
     }
+    /* always part of the key, whatever group_by says: figures of ranks sharing one GPU
+     * are never pooled with one-rank-per-GPU figures (nor used as their baseline) */
+    json_object_set_new(key, "emulated", json_boolean(json_is_true(json_object_get(run,
+                                                                                "emulated"))));
     return key;
 }
 
@@ -265,7 +223,7 @@ static void results_collective_row(struct results_table *t, const struct results
             snprintf(algos + strlen(algos), sizeof algos - strlen(algos), "%s%s",
                      algos[0] ? "+" : "", a);
     }
-    struct results_stats sb, sa, st;
+    struct stats_summary sb, sa, st;
     results_stats_of(&bus, &sb);
     results_stats_of(&alg, &sa);
     results_stats_of(&tim, &st);
@@ -359,14 +317,14 @@ static void results_train_run(struct results_train *r, const json_t *run)
 }
 
 struct results_train_group {
-    struct results_stats thr;
+    struct stats_summary thr;
     int64_t world;
 };
 
 static void results_train_row(struct results_table *t, const struct results_group *g,
                               struct results_train *r, const struct results_train_group *base)
 {
-    struct results_stats thr, step, acc, loss;
+    struct stats_summary thr, step, acc, loss;
     results_stats_of(&r->thr, &thr);
     results_stats_of(&r->step, &step);
     results_stats_of(&r->acc, &acc);
@@ -379,7 +337,9 @@ static void results_train_row(struct results_table *t, const struct results_grou
     double n = r->nsteps ? (double)r->nsteps : NAN;
     for (int p = 0; p < 6; p++)
         results_put(t, results_phases[p], results_num(r->phase[p] / n));
-    double overlap = r->phase[3] > 0 ? 1.0 - r->phase[4] / r->phase[3] : NAN;
+    /* exposed includes the hand-off to the communication thread, so it can exceed the
+     * time the operations ran by a few microseconds: nothing overlapped is 0, not less */
+    double overlap = r->phase[3] > 0 ? fmax(0.0, 1.0 - r->phase[4] / r->phase[3]) : NAN;
     results_put(t, "overlap", results_num(overlap));
     results_put(t, "straggler_ms", results_num(r->straggler / n));
     bool have_base = base && base->thr.n > 0 && thr.n > 0 && r->world > 0;
@@ -429,7 +389,7 @@ static int results_training(struct results_table *t, const struct results_groups
         json_array_foreach(gs->g[k].runs, i, run) results_train_run(&rs[k], run);
         double *copy = malloc((rs[k].thr.n + 1) * sizeof *copy);
         memcpy(copy, rs[k].thr.v, rs[k].thr.n * sizeof *copy);
-        results_stats(copy, rs[k].thr.n, &tg[k].thr);
+        stats_summarize(copy, rs[k].thr.n, &tg[k].thr);
         free(copy);
         tg[k].world = rs[k].world;
     }

@@ -20,22 +20,16 @@
 #include <stddef.h>
 
 #include "err.h"
+#include "stats.h"
 
-struct results_stats {
-    size_t n;
-    double mean, ci95; /* ci95: half-width of the 95% interval of the mean (Student t) */
-    double median, p95, min, max;
-};
-
-/* Statistics of v[0..n) (v is reordered). n = 0 gives all zeros. */
-void results_stats(double *v, size_t n, struct results_stats *out);
-/* Two-sided 95% Student t quantile for df degrees of freedom (df >= 1). */
-double results_t95(size_t df);
+/* Statistics are common/stats.h's (stats_summarize), shared with the worker. */
 
 /* data: borrowed, from db_get_experiment_data. group_by: spec field names (NULL or empty
  * = the fields the sweep varies). Returns an owned
  *   {"experiment": id, "workload": w, "group_by": [...], "columns": [...], "rows": [{...}]}
- * where every row has exactly the keys in "columns", in that order. ERR_INVALID naming
+ * where every row has exactly the keys in "columns", in that order. Rows are keyed by the
+ * group_by fields and "emulated" (a column of every table): runs whose ranks shared one GPU
+ * (runs.emulated) form groups of their own, never mixed with real ones. ERR_INVALID naming
  * "group_by" for a field no run's spec has. */
 json_t *results_build(const json_t *data, const char *const *group_by, size_t ngroup,
                       struct err *e);

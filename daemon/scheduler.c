@@ -12,7 +12,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "clock.h"
+#include "ddpb_config.h"
+#include "gpu_slots.h"
 #include "log.h"
 #include "monitor.h"
 
@@ -24,6 +28,8 @@ struct sched_active {
     struct active_run *run;
     int *slots; /* owned: the slot indices this run holds */
     int n;
+    int *gpus;  /* owned: the GPU indices it holds (one when emulated); NULL: none */
+    int ngpus;
 };
 
 struct scheduler {
@@ -39,6 +45,9 @@ struct scheduler {
     int nslots;
     bool *slot_used;
     int *slot_cpu; /* CPU a slot pins to, -1 = unpinned */
+    int ngpus;     /* GPU slots (cfg->gpus), gpu_used[i] while a run holds GPU i */
+    bool *gpu_used;
+    struct gpu_plan plan; /* the placement being started (4 KiB: not on the stack) */
     struct sched_active *active;
     int nactive, cap_active;
 
@@ -91,7 +100,8 @@ static bool sched_take_slots(struct scheduler *s, int n, int *out)
     return true;
 }
 
-static int sched_add_active(struct scheduler *s, struct active_run *run, int *slots, int n)
+static int sched_add_active(struct scheduler *s, struct active_run *run, int *slots, int n,
+                            int *gpus, int ngpus)
 {
     if (s->nactive == s->cap_active) {
         int cap = s->cap_active ? 2 * s->cap_active : 8;
@@ -101,8 +111,81 @@ static int sched_add_active(struct scheduler *s, struct active_run *run, int *sl
         s->active = a;
         s->cap_active = cap;
     }
-    s->active[s->nactive++] = (struct sched_active){run, slots, n};
+    s->active[s->nactive++] = (struct sched_active){run, slots, n, gpus, ngpus};
     return 0;
+}
+
+/* A device "cuda" run's GPU needs from its spec: false for CPU runs. */
+static bool sched_wants_gpu(const struct db_queued_run *q, bool *emulate)
+{
+    json_t *spec = json_loads(q->spec_json ? q->spec_json : "", 0, NULL);
+    const char *device = json_string_value(json_object_get(spec, "device"));
+    bool cuda = device && strcmp(device, "cuda") == 0;
+    *emulate = json_is_true(json_object_get(spec, "emulate_multi_rank"));
+    json_decref(spec);
+    return cuda;
+}
+
+/* A queued run that can never start here (a restarted daemon with fewer GPUs than when
+ * it was accepted): it fails now, naming why, instead of blocking the queue forever. */
+static void sched_fail_unplaceable(struct scheduler *s, const struct db_queued_run *q,
+                                   const struct err *why)
+{
+    struct err e = {0};
+    char msg[sizeof why->msg + 32];
+    snprintf(msg, sizeof msg, "cannot be placed: %s", why->msg);
+    log_error("run %lld %s", (long long)q->id, msg);
+    if (db_run_starting(s->db, q->id, &e) < 0 ||
+        db_run_finish(s->db, q->id, DB_RUN_FAILED, msg, -1, &e) < 0) {
+        log_error("scheduler: run %lld: %s", (long long)q->id, e.msg);
+        return;
+    }
+    json_t *d = json_pack("{s:I, s:I, s:s, s:s}", "run", (json_int_t)q->id, "experiment",
+                          (json_int_t)q->experiment_id, "status", "failed", "error", msg);
+    if (d)
+        events_publish(s->mctx.events, q->experiment_id, "run", d);
+    json_decref(d);
+}
+
+/* GPU placement of q: 1 with plan filled (or for a CPU run, *cuda false), 0 when it must
+ * wait, -1 when q was failed because it can never fit. */
+static int sched_plan_gpus(struct scheduler *s, const struct db_queued_run *q, bool *cuda,
+                           struct gpu_plan *plan)
+{
+    bool emulate;
+    *cuda = sched_wants_gpu(q, &emulate);
+    if (!*cuda)
+        return 1;
+    struct err e = {0};
+    int rc = gpu_slots_plan(s->ngpus, s->gpu_used, q->world_size, emulate, plan, &e);
+    if (rc < 0)
+        sched_fail_unplaceable(s, q, &e);
+    return rc;
+}
+
+/* Marks plan's GPUs used and returns an owned list of them (one when emulated). */
+static int *sched_take_gpus(struct scheduler *s, const struct gpu_plan *plan, int *n)
+{
+    int k = plan->emulated ? 1 : plan->world_size;
+    int *g = calloc((size_t)k, sizeof *g);
+    if (!g)
+        return NULL;
+    for (int i = 0; i < k; i++) {
+        g[i] = plan->gpu[i];
+        s->gpu_used[g[i]] = true;
+    }
+    *n = k;
+    return g;
+}
+
+static void sched_release(struct scheduler *s, int *slots, int n, int *gpus, int ngpus)
+{
+    for (int i = 0; i < n; i++)
+        s->slot_used[slots[i]] = false;
+    for (int i = 0; i < ngpus; i++)
+        s->gpu_used[gpus[i]] = false;
+    free(slots);
+    free(gpus);
 }
 
 /* Starts the head of the queue while it fits. */
@@ -120,31 +203,42 @@ static void sched_start_queued(struct scheduler *s)
             db_queued_runs_free(q, n);
             return;
         }
-        int *slots = calloc((size_t)q->world_size, sizeof *slots);
-        int *cpus = calloc((size_t)q->world_size, sizeof *cpus);
-        if (!slots || !cpus || !sched_take_slots(s, q->world_size, slots)) {
+        /* a GPU run takes its GPUs as well as a CPU slot per rank (its host thread) */
+        bool cuda = false;
+        struct gpu_plan *plan = &s->plan;
+        int placed = sched_plan_gpus(s, q, &cuda, plan);
+        if (placed < 0) {
+            db_queued_runs_free(q, n);
+            continue;
+        }
+        int need = q->world_size * monitor_slots_per_rank(q);
+        int *slots = calloc((size_t)need, sizeof *slots);
+        int *cpus = calloc((size_t)need, sizeof *cpus);
+        if (placed == 0 || !slots || !cpus || !sched_take_slots(s, need, slots)) {
             free(slots);
             free(cpus);
             db_queued_runs_free(q, n);
             return; /* strict FIFO: the head waits for slots */
         }
-        for (int i = 0; i < q->world_size; i++)
+        for (int i = 0; i < need; i++)
             cpus[i] = s->slot_cpu[slots[i]];
-        struct active_run *run = monitor_start_run(&s->mctx, q, cpus, &e);
+        int ngpus = 0, *gpus = cuda ? sched_take_gpus(s, plan, &ngpus) : NULL;
+        struct monitor_gpu mg = {plan, DDPB_NCCL_VERSION_CODE};
+        struct active_run *run = NULL;
+        if (cuda && !gpus)
+            err_set(&e, ERR_NOMEM, NULL, "out of memory");
+        else
+            run = monitor_start_run(&s->mctx, q, cpus, cuda ? &mg : NULL, &e);
         free(cpus);
         if (!run && e.code == ERR_CONFLICT) { /* cancelled between listing and starting */
-            for (int i = 0; i < q->world_size; i++)
-                s->slot_used[slots[i]] = false;
-            free(slots);
+            sched_release(s, slots, need, gpus, ngpus);
             db_queued_runs_free(q, n);
             continue;
         }
-        if (!run || sched_add_active(s, run, slots, q->world_size) < 0) {
+        if (!run || sched_add_active(s, run, slots, need, gpus, ngpus) < 0) {
             log_error("scheduler: cannot start run %lld: %s", (long long)q->id,
                       run ? "out of memory" : e.msg);
-            for (int i = 0; i < q->world_size; i++)
-                s->slot_used[slots[i]] = false;
-            free(slots);
+            sched_release(s, slots, need, gpus, ngpus);
             if (run) {
                 monitor_stop_run(run, DB_RUN_FAILED, -1, "ddpbenchd ran out of memory");
                 monitor_free_run(run);
@@ -169,9 +263,7 @@ static bool sched_reap_finished(struct scheduler *s)
             i++;
             continue;
         }
-        for (int k = 0; k < a->n; k++)
-            s->slot_used[a->slots[k]] = false;
-        free(a->slots);
+        sched_release(s, a->slots, a->n, a->gpus, a->ngpus);
         monitor_free_run(a->run);
         s->active[i] = s->active[--s->nactive];
         any = true;
@@ -296,6 +388,12 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
         goto fail;
     }
     sched_init_slot_cpus(s);
+    s->ngpus = cfg->gpus > 0 ? cfg->gpus : 0;
+    s->gpu_used = calloc((size_t)s->ngpus + 1, sizeof *s->gpu_used);
+    if (!s->gpu_used) {
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+        goto fail;
+    }
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     s->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->epfd < 0 || s->wakefd < 0) {
@@ -340,6 +438,7 @@ void scheduler_destroy(struct scheduler *s)
     free(s->cancel_ids);
     free(s->slot_used);
     free(s->slot_cpu);
+    free(s->gpu_used);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -359,3 +458,5 @@ void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out)
 }
 
 int scheduler_slots_total(const struct scheduler *s) { return s->nslots; }
+
+int scheduler_gpus_total(const struct scheduler *s) { return s->ngpus; }

@@ -5,7 +5,8 @@
  * Decision: the queue lives in the database (runs with status 'queued'), not in memory,
  * so a restarted daemon continues it and the API needs no lock to enqueue: it inserts
  * and calls scheduler_wake. Strict FIFO: a run that does not fit blocks the ones behind
- * it, so a large run can never starve. A slot is a CPU of the daemon's affinity set;
+ * it, so a large run can never starve (a GPU run waits for its GPUs the same way). A
+ * slot is a CPU of the daemon's affinity set;
  * each rank is pinned to its own CPU unless the node is configured with more slots than
  * CPUs (then ranks are not pinned, since pinning would stack them on the same cores). */
 #ifndef DDPB_SCHEDULER_H
@@ -42,5 +43,8 @@ void scheduler_wake(struct scheduler *s);
 int scheduler_cancel_runs(struct scheduler *s, const int64_t *ids, size_t n, struct err *e);
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 int scheduler_slots_total(const struct scheduler *s);
+/* GPU slots of this node (config gpus; daemon/gpu_slots.h): device "cuda" runs take one
+ * per rank, or one for all ranks when emulated, besides their CPU slots. */
+int scheduler_gpus_total(const struct scheduler *s);
 
 #endif

@@ -10,45 +10,20 @@
 
 #include "clock.h"
 #include "reduce.h"
+#include "ddp/ddp.h"
+#include "nn/models.h"
+#include "stats.h"
+#include "workload_train.h"
 
 /* ---- statistics ------------------------------------------------------------------- */
 
-static int collective_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-double collective_median_sorted(const double *sorted, size_t n)
-{
-    if (n == 0)
-        return 0;
-    return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
-}
-
-double collective_percentile_sorted(const double *sorted, size_t n, double pct)
-{
-    if (n == 0)
-        return 0;
-    double r = ceil(pct / 100.0 * (double)n);
-    size_t rank = r < 1 ? 1 : (r > (double)n ? n : (size_t)r);
-    return sorted[rank - 1];
-}
-
 void collective_stats_compute(double *times_s, size_t n, struct collective_stats *out)
 {
-    memset(out, 0, sizeof *out);
-    if (n == 0)
-        return;
-    qsort(times_s, n, sizeof *times_s, collective_cmp_double);
-    double sum = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += times_s[i];
-    out->min_us = times_s[0] * 1e6;
-    out->max_us = times_s[n - 1] * 1e6;
-    out->median_us = collective_median_sorted(times_s, n) * 1e6;
-    out->p95_us = collective_percentile_sorted(times_s, n, 95) * 1e6;
-    out->mean_us = sum / (double)n * 1e6;
+    struct stats_summary s;
+    stats_summarize(times_s, n, &s);
+    *out = (struct collective_stats){.min_us = s.min * 1e6, .median_us = s.median * 1e6,
+                                     .p95_us = s.p95 * 1e6, .mean_us = s.mean * 1e6,
+                                     .max_us = s.max * 1e6};
 }
 
 void collective_max_into(double *acc, const double *v, size_t n)
@@ -223,8 +198,16 @@ int64_t collective_count_wrong(const struct collective_data *d, const void *out,
 
 void collective_bench_cleanup(struct collective_bench *b)
 {
-    free(b->send);
-    free(b->recv);
+    if (b->mem) {
+        if (b->send)
+            b->mem->free(b->mem->ctx, b->send);
+        if (b->recv)
+            b->mem->free(b->mem->ctx, b->recv);
+    } else {
+        free(b->send);
+        free(b->recv);
+    }
+    free(b->host);
     free(b->times);
     free(b->slowest);
     free(b->wire);
@@ -250,11 +233,28 @@ static int collective_bench_parse(struct collective_bench *b, const struct spec_
     return 0;
 }
 
+/* One message buffer of cap_bytes: host memory, or through the hooks. */
+static uint8_t *collective_buffer(struct collective_bench *b, struct err *e)
+{
+    if (!b->mem)
+        return malloc(b->cap_bytes);
+    return b->mem->alloc(b->mem->ctx, b->cap_bytes, e);
+}
+
 int collective_bench_init(struct collective_bench *b, const struct spec *s, struct comm *c,
                           struct store_client *store, struct report_writer *w,
                           int64_t max_bytes, int64_t points_total, struct err *e)
 {
+    return collective_bench_init_mem(b, s, c, store, w, max_bytes, points_total, NULL, e);
+}
+
+int collective_bench_init_mem(struct collective_bench *b, const struct spec *s, struct comm *c,
+                              struct store_client *store, struct report_writer *w,
+                              int64_t max_bytes, int64_t points_total,
+                              const struct collective_mem *mem, struct err *e)
+{
     memset(b, 0, sizeof *b);
+    b->mem = mem;
     b->cfg = &s->coll;
     b->comm = c;
     b->store = store;
@@ -263,6 +263,10 @@ int collective_bench_init(struct collective_bench *b, const struct spec *s, stru
     b->points_total = points_total;
     if (collective_bench_parse(b, b->cfg, e) < 0)
         return -1;
+    /* NCCL is told its algorithm once, when the communicator is made (comm_nccl.h); its
+     * operations take none of their own */
+    if (c && c->backend && strcmp(c->backend, "nccl") == 0)
+        b->algorithm = COMM_ALG_AUTO;
     if (max_bytes < 1 || (uint64_t)max_bytes > SIZE_MAX / 4)
         return err_set(e, ERR_INVALID, "max_bytes", "collective: max_bytes %lld out of range",
                        (long long)max_bytes);
@@ -271,16 +275,20 @@ int collective_bench_init(struct collective_bench *b, const struct spec *s, stru
     size_t floor = (c ? (size_t)c->world_size : 1) * 8;
     b->cap_bytes = (size_t)max_bytes > floor ? (size_t)max_bytes : floor;
     size_t iters = (size_t)b->cfg->iters;
-    b->recv = malloc(b->cap_bytes);
-    b->send = b->cfg->inplace ? NULL : malloc(b->cap_bytes);
+    struct err ae = {0};
+    b->recv = collective_buffer(b, &ae);
+    b->send = b->cfg->inplace || !b->recv ? NULL : collective_buffer(b, &ae);
+    b->host = mem ? malloc(b->cap_bytes) : NULL;
     b->times = calloc(iters, sizeof *b->times);
     b->slowest = calloc(iters, sizeof *b->slowest);
     b->wire = malloc(iters * 8);
-    if (!b->recv || (!b->cfg->inplace && !b->send) || !b->times || !b->slowest || !b->wire) {
+    if (!b->recv || (!b->cfg->inplace && !b->send) || (mem && !b->host) || !b->times ||
+        !b->slowest || !b->wire) {
         size_t cap = b->cap_bytes;
         collective_bench_cleanup(b);
         return err_set(e, ERR_NOMEM, "max_bytes",
-                       "collective: cannot allocate buffers for %zu-byte messages", cap);
+                       "collective: cannot allocate buffers for %zu-byte messages%s%s", cap,
+                       ae.msg[0] ? ": " : "", ae.msg);
     }
     return 0;
 }
@@ -309,13 +317,31 @@ static void collective_point_args(const struct collective_bench *b, size_t count
         a->send = b->recv + block;
 }
 
-/* Writes this rank's inputs where a reads them. */
-static void collective_point_inputs(const struct collective_bench *b, const struct comm_args *a,
-                                    const struct collective_data *d)
+/* Writes this rank's inputs where a reads them (through the host copy with hooks). */
+static int collective_point_inputs(const struct collective_bench *b, const struct comm_args *a,
+                                   const struct collective_data *d, struct err *e)
 {
     size_t n = b->op == COMM_OP_REDUCE_SCATTER ? a->count * (size_t)b->comm->world_size
                                                 : a->count;
-    collective_fill(d, (void *)(uintptr_t)a->send, n, b->comm->rank);
+    if (!b->mem) {
+        collective_fill(d, (void *)(uintptr_t)a->send, n, b->comm->rank);
+        return 0;
+    }
+    collective_fill(d, b->host, n, b->comm->rank);
+    if (b->mem->upload(b->mem->ctx, (void *)(uintptr_t)a->send, b->host, n * b->esize, e) < 0)
+        return err_prefix(e, "collective: uploading inputs");
+    return 0;
+}
+
+/* The time of the operation that just completed: the device's when it knows, else the
+ * host clock's since t0_ns. */
+static double collective_op_seconds(const struct collective_bench *b, int64_t t0_ns)
+{
+    double host = (double)(clock_mono_ns() - t0_ns) * 1e-9;
+    if (!b->mem || !b->mem->last_op_seconds)
+        return host;
+    double dev = b->mem->last_op_seconds(b->mem->ctx, b->comm);
+    return dev >= 0 ? dev : host;
 }
 
 static void collective_key(char *out, size_t outlen, int repeat, size_t idx, const char *what,
@@ -356,7 +382,7 @@ static int collective_bench_time(struct collective_bench *b, const struct comm_a
         int64_t t0 = clock_mono_ns();
         if (comm_run(b->comm, a, e) < 0)
             return -1;
-        b->times[i] = (double)(clock_mono_ns() - t0) * 1e-9;
+        b->times[i] = collective_op_seconds(b, t0);
     }
     snprintf(b->algorithm_used, sizeof b->algorithm_used, "%s", b->comm->last_algorithm);
     return 0;
@@ -373,10 +399,21 @@ static int collective_bench_check(struct collective_bench *b, const struct comm_
         return 0;
     size_t out = a->count * b->esize * (b->op == COMM_OP_ALL_GATHER ? (size_t)b->comm->world_size
                                                                      : 1);
+    if (b->mem) { /* poison, inputs, run, then the whole output back to the host */
+        memset(b->host, 0xa5, out);
+        if ((!b->cfg->inplace || b->op == COMM_OP_ALL_GATHER) &&
+            b->mem->upload(b->mem->ctx, a->recv, b->host, out, e) < 0)
+            return err_prefix(e, "collective: poisoning the output");
+        if (collective_point_inputs(b, a, d, e) < 0 || comm_run(b->comm, a, e) < 0)
+            return -1;
+        if (b->mem->download(b->mem->ctx, b->host, a->recv, out, e) < 0)
+            return err_prefix(e, "collective: downloading the output");
+        *wrong = collective_count_wrong(d, b->host, b->comm->rank, a->count);
+        return 0;
+    }
     if (!b->cfg->inplace || b->op == COMM_OP_ALL_GATHER)
         memset(a->recv, 0xa5, out);
-    collective_point_inputs(b, a, d);
-    if (comm_run(b->comm, a, e) < 0)
+    if (collective_point_inputs(b, a, d, e) < 0 || comm_run(b->comm, a, e) < 0)
         return -1;
     *wrong = collective_count_wrong(d, a->recv, b->comm->rank, a->count);
     return 0;
@@ -477,9 +514,9 @@ static int collective_bench_point(struct collective_bench *b, int repeat, size_t
     struct collective_data d;
     collective_point_args(b, count, &a);
     collective_data_init(&d, b->seed, b->op, b->dtype, b->redop, b->comm->world_size);
-    collective_point_inputs(b, &a, &d);
     int64_t wrong;
-    if (collective_bench_time(b, &a, e) < 0 || collective_bench_check(b, &a, &d, &wrong, e) < 0 ||
+    if (collective_point_inputs(b, &a, &d, e) < 0 || collective_bench_time(b, &a, e) < 0 ||
+        collective_bench_check(b, &a, &d, &wrong, e) < 0 ||
         collective_publish(b, repeat, idx, wrong, e) < 0)
         return -1;
     /* Every rank stored its times before entering the barrier, so rank 0's reads below
@@ -505,17 +542,47 @@ int collective_bench_run_sizes(struct collective_bench *b, int repeat, const int
     return 0;
 }
 
+/* The gradient bucket sizes (bytes, launch order) of a DDP run of s->coll.buckets_of:
+ * its usual input, 1000 classes for the ImageNet-sized models, 10 for the others. */
+static int collective_model_buckets(const struct spec *s, int64_t *sizes, size_t cap,
+                                    size_t *n, struct err *e)
+{
+    int c, h, w;
+    train_default_shape(s->coll.buckets_of, &c, &h, &w);
+    struct nn_model m;
+    nn_model_init(&m);
+    int rc = nn_models_build(&m, s->coll.buckets_of, c, h, w, h >= 224 ? 1000 : 10, NULL, e);
+    if (rc == 0) {
+        struct ddp_config dc = {.strategy = DDP_DDP,
+                                .bucket_bytes = (size_t)s->train.bucket_mb << 20};
+        *n = (size_t)ddp_bucket_sizes(&m, &dc, sizes, (int)cap);
+    }
+    nn_model_destroy(&m);
+    return rc < 0 ? err_prefix(e, "buckets_of") : 0;
+}
+
 int workload_collective_run(const struct spec *s, struct comm *c, struct store_client *store,
                             struct report_writer *w, struct err *e)
+{
+    return workload_collective_run_mem(s, c, store, w, NULL, e);
+}
+
+int workload_collective_run_mem(const struct spec *s, struct comm *c,
+                                struct store_client *store, struct report_writer *w,
+                                const struct collective_mem *mem, struct err *e)
 {
     int64_t *sizes = malloc((COLLECTIVE_MAX_SIZES + 1) * sizeof *sizes);
     if (!sizes)
         return err_set(e, ERR_NOMEM, NULL, "collective: out of memory");
-    size_t n = spec_collective_sizes(&s->coll, sizes, COLLECTIVE_MAX_SIZES + 1);
+    size_t n = 0;
     int rc = 0;
-    if (n == 0)
+    if (strcmp(s->coll.buckets_of, "none") != 0 && s->coll.buckets_of[0])
+        rc = collective_model_buckets(s, sizes, COLLECTIVE_MAX_SIZES, &n, e);
+    else
+        n = spec_collective_sizes(&s->coll, sizes, COLLECTIVE_MAX_SIZES + 1);
+    if (rc == 0 && n == 0)
         rc = err_set(e, ERR_INVALID, "min_bytes", "collective: the spec visits no sizes");
-    else if (n > COLLECTIVE_MAX_SIZES)
+    else if (rc == 0 && n > COLLECTIVE_MAX_SIZES)
         rc = err_set(e, ERR_INVALID, "step",
                      "collective: the spec visits more than %d sizes; use a larger step "
                      "or factor", COLLECTIVE_MAX_SIZES);
@@ -524,8 +591,8 @@ int workload_collective_run(const struct spec *s, struct comm *c, struct store_c
         max_bytes = sizes[i] > max_bytes ? sizes[i] : max_bytes;
     struct collective_bench b = {0}; /* cleanup of a zeroed bench is a no-op */
     if (rc == 0)
-        rc = collective_bench_init(&b, s, c, store, w, max_bytes,
-                                   (int64_t)n * s->repeats, e);
+        rc = collective_bench_init_mem(&b, s, c, store, w, max_bytes,
+                                       (int64_t)n * s->repeats, mem, e);
     for (int rep = 0; rc == 0 && rep < s->repeats; rep++)
         rc = collective_bench_run_sizes(&b, rep, sizes, n, e);
     collective_bench_cleanup(&b);

@@ -10,7 +10,8 @@
  *   costs more than the transfer.
  * - Model-shaped replay: collective_bench_run_sizes takes an explicit list of sizes, so a
  *   model hands over its gradient bucket sizes (in bytes, in launch order) and each is
- *   measured as a point; the spec field "sizes" is the same list from a user.
+ *   measured as a point; the spec field "sizes" is the same list from a user, and
+ *   "buckets_of": a model names the buckets ddp/ would launch for it (ddp_bucket_sizes).
  * - Every rank's iteration times travel through the store (key
  *   "coll/r<repeat>/s<index>/times/<rank>", raw little-endian doubles) and rank 0 reads
  *   them after a comm barrier, so it never waits on the store for a rank that died.
@@ -47,10 +48,6 @@ struct collective_stats {
 
 /* Sorts times_s (seconds) in place and fills out in microseconds. n >= 1. */
 void collective_stats_compute(double *times_s, size_t n, struct collective_stats *out);
-/* Median of sorted values (mean of the middle two for even n). */
-double collective_median_sorted(const double *sorted, size_t n);
-/* Nearest-rank percentile of sorted values: the ceil(pct/100 * n)-th smallest. */
-double collective_percentile_sorted(const double *sorted, size_t n, double pct);
 /* acc[i] = max(acc[i], v[i]). */
 void collective_max_into(double *acc, const double *v, size_t n);
 /* nccl-tests bus bandwidth factor: allreduce 2(n-1)/n, reduce_scatter and all_gather
@@ -90,6 +87,26 @@ double collective_expected(const struct collective_data *d, int rank, size_t cou
 int64_t collective_count_wrong(const struct collective_data *d, const void *out, int rank,
                                size_t count);
 
+/* ---- where the buffers live ----------------------------------------------------------- */
+
+/* Memory hooks for buffers that are not host memory (device "cuda": worker/gpu/
+ * worker_gpu.h fills them with cudaMalloc, cudaMemcpy and the NCCL backend's CUDA-event
+ * timing). With hooks the benchmark allocates send and recv through alloc, forms inputs
+ * in a host copy (the same collective_fill) and uploads them, downloads outputs into the
+ * host copy and checks them there, so the exact check is the same code on every device.
+ * All hooks are borrowed and must outlive the benchmark. */
+struct collective_mem {
+    void *ctx;
+    /* Owned memory of bytes (freed with free); NULL with e set. */
+    void *(*alloc)(void *ctx, size_t bytes, struct err *e);
+    void (*free)(void *ctx, void *p);
+    int (*upload)(void *ctx, void *dst, const void *host_src, size_t bytes, struct err *e);
+    int (*download)(void *ctx, void *host_dst, const void *src, size_t bytes, struct err *e);
+    /* Seconds the last completed operation of c took as the device timed it; < 0: not
+     * known (the host clock is used). NULL: always the host clock. */
+    double (*last_op_seconds)(void *ctx, struct comm *c);
+};
+
 /* ---- the benchmark ------------------------------------------------------------------ */
 
 struct collective_bench {
@@ -103,8 +120,11 @@ struct collective_bench {
     enum comm_redop redop;
     enum comm_algorithm algorithm;
     size_t esize;
-    uint8_t *send, *recv; /* owned, cap_bytes each (send NULL when in place) */
+    uint8_t *send, *recv; /* owned, cap_bytes each (send NULL when in place); from
+                             mem->alloc when mem is set */
     size_t cap_bytes;
+    const struct collective_mem *mem; /* borrowed; NULL: host buffers */
+    uint8_t *host;           /* owned, cap_bytes: inputs and outputs on the host (mem) */
     double *times, *slowest; /* owned, cfg->iters each */
     uint8_t *wire;           /* owned, cfg->iters * 8: encoded times */
     char algorithm_used[16]; /* what the last measured point ran */
@@ -122,9 +142,19 @@ int collective_bench_init(struct collective_bench *b, const struct spec *s, stru
 int collective_bench_run_sizes(struct collective_bench *b, int repeat, const int64_t *sizes,
                                size_t n, struct err *e);
 void collective_bench_cleanup(struct collective_bench *b);
+/* collective_bench_init with buffers through mem (NULL: host memory, as
+ * collective_bench_init). */
+int collective_bench_init_mem(struct collective_bench *b, const struct spec *s, struct comm *c,
+                              struct store_client *store, struct report_writer *w,
+                              int64_t max_bytes, int64_t points_total,
+                              const struct collective_mem *mem, struct err *e);
 
 /* The whole workload of a collective spec: every repeat over spec_collective_sizes. */
 int workload_collective_run(const struct spec *s, struct comm *c, struct store_client *store,
                             struct report_writer *w, struct err *e);
+/* The same with the buffers through mem (NULL: host memory). */
+int workload_collective_run_mem(const struct spec *s, struct comm *c,
+                                struct store_client *store, struct report_writer *w,
+                                const struct collective_mem *mem, struct err *e);
 
 #endif

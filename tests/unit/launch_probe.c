@@ -2,7 +2,8 @@
  * line on fd 3, what the launcher gave it: its DDPB_* environment, whether any inherited
  * variables leaked, which fds above 3 are open, its process group, and its stdin; it
  * prints a line on stdout and stderr (which must land in the rank's log file); with
- * PROBE_SLEEP set (a name the launcher passes through) it then sleeps until killed. */
+ * PROBE_SLEEP set (a name the launcher passes through) it then sleeps until killed; with
+ * PROBE_ECHO set it also prints the JSON line on stdout (the rank's log). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,8 @@ int main(void)
                      (int)getpgrp());
     int first = 1;
     for (char **e = environ; *e; e++) {
-        if (strncmp(*e, "DDPB_", 5) != 0 && strncmp(*e, "CUDA_VISIBLE", 12) != 0)
+        if (strncmp(*e, "DDPB_", 5) != 0 && strncmp(*e, "CUDA_VISIBLE", 12) != 0 &&
+            strncmp(*e, "NCCL_", 5) != 0)
             continue;
         const char *eq = strchr(*e, '=');
         n += snprintf(line + n, sizeof line - (size_t)n, "%s\"%.*s\":\"%s\"", first ? "" : ",",
@@ -33,6 +35,11 @@ int main(void)
     int devnull = fstat(0, &st) == 0 && S_ISCHR(st.st_mode);
     n += snprintf(line + n, sizeof line - (size_t)n, "},\"open_fds\":%d,\"stdin_devnull\":%d}\n",
                   open_fds, devnull);
+    if (getenv("PROBE_ECHO")) { /* the same line in the rank's log, for tests of the
+                                   monitor: first, since the report may get it killed */
+        fputs(line, stdout);
+        fflush(stdout);
+    }
     if (write(3, line, (size_t)n) != n)
         return 2;
     printf("probe stdout\n");

@@ -55,7 +55,7 @@ static void test_db_lifecycle(void)
     struct err e = {0};
     struct db *db = test_db_fresh();
     T_CHECK(db != NULL);
-    T_EQ_INT(db_schema_version(db), 2);
+    T_EQ_INT(db_schema_version(db), 3);
     int64_t id = test_db_experiment(db, 2);
     T_CHECK(id > 0);
     json_t *exp;
@@ -224,6 +224,47 @@ static void test_db_recover_and_reopen(void)
     test_db_cleanup(db);
 }
 
+/* migration 003: a GPU run's emulated flag and each rank's GPU, in the run and in the
+ * data results are built from; CPU runs read emulated false and gpu null */
+static void test_db_gpu_placement(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 2);
+    json_t *exp = db_get_experiment(db, id, &e);
+    T_CHECK(exp != NULL);
+    json_t *runs = json_object_get(exp, "runs");
+    int64_t r0 = json_integer_value(json_object_get(json_array_get(runs, 0), "id"));
+    int64_t r1 = json_integer_value(json_object_get(json_array_get(runs, 1), "id"));
+    json_decref(exp);
+    T_OK(db_run_starting(db, r0, &e));
+    T_OK(db_rank_spawned(db, r0, 0, "node", 100, NULL, &e));
+    T_OK(db_rank_spawned(db, r0, 1, "node", 101, NULL, &e));
+    const int gpus[2] = {3, 3};
+    T_OK(db_run_gpu_placement(db, r0, true, gpus, 2, &e));
+    T_OK(db_run_starting(db, r1, &e));
+    T_OK(db_rank_spawned(db, r1, 0, "node", 102, "0", &e));
+    json_t *run = db_get_run(db, r0, &e);
+    T_CHECK(run != NULL);
+    T_CHECK(json_is_true(json_object_get(run, "emulated")));
+    json_t *ranks = json_object_get(run, "ranks");
+    T_EQ_INT(json_integer_value(json_object_get(json_array_get(ranks, 1), "gpu")), 3);
+    json_decref(run);
+    run = db_get_run(db, r1, &e);
+    T_CHECK(json_is_false(json_object_get(run, "emulated")));
+    T_CHECK(json_is_null(json_object_get(json_array_get(json_object_get(run, "ranks"), 0),
+                                         "gpu")));
+    json_decref(run);
+    json_t *data = db_get_experiment_data(db, id, &e);
+    T_CHECK(data != NULL);
+    runs = json_object_get(data, "runs");
+    T_CHECK(json_is_true(json_object_get(json_array_get(runs, 0), "emulated")));
+    T_CHECK(json_is_false(json_object_get(json_array_get(runs, 1), "emulated")));
+    json_decref(data);
+    test_db_cleanup(db);
+}
+
 static void test_db_refuses_newer_schema(void)
 {
     struct err e = {0};
@@ -364,5 +405,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_refuses_newer_schema);
     TEST_RUN(test_db_cancel_and_delete);
     TEST_RUN(test_db_steps_epochs_and_data);
+    TEST_RUN(test_db_gpu_placement);
     return test_end();
 }

@@ -4,15 +4,16 @@
  * group, overlap, straggler spread, final accuracy), and CSV quoting. Inputs are built
  * by hand in the shape db_get_experiment_data returns, so every expected value is known. */
 #include <math.h>
+#include <stdbool.h>
 
 #include "results.h"
 #include "test.h"
 
-static void test_results_stats(void)
+static void test_stats_summarize(void)
 {
     double v[] = {5, 1, 4, 2, 3};
-    struct results_stats s;
-    results_stats(v, 5, &s);
+    struct stats_summary s;
+    stats_summarize(v, 5, &s);
     T_EQ_INT(s.n, 5);
     T_NEAR(s.mean, 3.0, 1e-12);
     T_NEAR(s.median, 3.0, 1e-12);
@@ -22,16 +23,16 @@ static void test_results_stats(void)
     /* sd = sqrt(2.5); t(4) = 2.776 */
     T_NEAR(s.ci95, 2.776 * sqrt(2.5) / sqrt(5.0), 1e-9);
     double w[] = {1, 2, 3, 4};
-    results_stats(w, 4, &s);
+    stats_summarize(w, 4, &s);
     T_NEAR(s.median, 2.5, 1e-12);
     double one[] = {7};
-    results_stats(one, 1, &s);
+    stats_summarize(one, 1, &s);
     T_NEAR(s.ci95, 0.0, 0);
     T_NEAR(s.p95, 7.0, 0);
-    results_stats(NULL, 0, &s);
+    stats_summarize(NULL, 0, &s);
     T_EQ_INT(s.n, 0);
-    T_NEAR(results_t95(1), 12.706, 1e-9);
-    T_NEAR(results_t95(1000), 1.96, 1e-9);
+    T_NEAR(stats_t95(1), 12.706, 1e-9);
+    T_NEAR(stats_t95(1000), 1.96, 1e-9);
 }
 
 static json_t *coll(int repeat, int64_t bytes, double busbw)
@@ -152,12 +153,47 @@ static void test_results_csv_quoting(void)
     json_decref(t);
 }
 
+/* Runs whose ranks shared one GPU (emulated) are never pooled with real ones, whatever
+ * the grouping, and every table says which rows are which. */
+static void test_results_emulated_apart(void)
+{
+    struct err e;
+    json_t *real = run(2, json_pack("[o]", coll(0, 1024, 8.0)), NULL, NULL);
+    json_t *emu = run(2, json_pack("[o]", coll(0, 1024, 2.0)), NULL, NULL);
+    json_object_set_new(emu, "emulated", json_true());
+    json_object_set_new(real, "emulated", json_false());
+    json_t *data = json_pack("{s:i, s:s, s:[o, o]}", "id", 3, "workload", "collective", "runs",
+                             real, emu);
+    const char *by[] = {"op"};
+    json_t *t = results_build(data, by, 1, &e);
+    T_CHECK(t != NULL);
+    json_t *rows = json_object_get(t, "rows");
+    T_EQ_INT(json_array_size(rows), 2); /* same op and size: split by emulated only */
+    for (size_t i = 0; i < 2; i++) {
+        json_t *r = json_array_get(rows, i);
+        bool emulated = json_is_true(json_object_get(r, "emulated"));
+        T_CHECK(json_is_boolean(json_object_get(r, "emulated")));
+        T_NEAR(json_real_value(json_object_get(r, "busbw_gbs_mean")), emulated ? 2.0 : 8.0,
+               1e-12);
+        T_EQ_INT(json_integer_value(json_object_get(r, "busbw_gbs_n")), 1);
+    }
+    T_CHECK(json_is_true(json_object_get(json_array_get(rows, 1), "emulated")));
+    /* a column of the table, after the group_by fields; group_by is what was asked */
+    json_t *cols = json_object_get(t, "columns");
+    T_EQ_STR(json_string_value(json_array_get(cols, 0)), "op");
+    T_EQ_STR(json_string_value(json_array_get(cols, 1)), "emulated");
+    T_EQ_INT(json_array_size(json_object_get(t, "group_by")), 1);
+    json_decref(t);
+    json_decref(data);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
-    TEST_RUN(test_results_stats);
+    TEST_RUN(test_stats_summarize);
     TEST_RUN(test_results_collectives);
     TEST_RUN(test_results_training);
     TEST_RUN(test_results_csv_quoting);
+    TEST_RUN(test_results_emulated_apart);
     return test_end();
 }

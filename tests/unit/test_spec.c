@@ -119,10 +119,12 @@ static void test_spec_defaults(void)
              "{\"name\":\"collective\",\"description\":\"\",\"workload\":\"collective\","
              "\"device\":\"cpu\",\"backend\":\"tcp\",\"world_size\":1,\"repeats\":1,"
              "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
-             "\"comm_timeout_s\":60,\"op\":\"allreduce\",\"dtype\":\"float32\","
+             "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,"
+             "\"op\":\"allreduce\",\"dtype\":\"float32\","
              "\"redop\":\"sum\",\"algorithm\":\"auto\",\"min_bytes\":4096,"
-             "\"max_bytes\":67108864,\"factor\":2,\"step\":0,\"sizes\":[],\"iters\":20,"
-             "\"warmup\":5,\"check\":true,\"inplace\":false}");
+             "\"max_bytes\":67108864,\"factor\":2,\"step\":0,\"sizes\":[],"
+             "\"buckets_of\":\"none\",\"iters\":20,"
+             "\"warmup\":5,\"check\":true,\"inplace\":false,\"bucket_mb\":25}");
     free(text);
 }
 
@@ -243,7 +245,7 @@ static void test_spec_rejects_bad_fields(void)
 {
     static const struct bad_case cases[] = {
         {"{}", "workload", "workload: is required"},
-        {"{\"workload\": \"train\"}", "workload", "got \"train\""},
+        {"{\"workload\": \"training\"}", "workload", "got \"training\""},
         {"{\"workload\": 1}", "workload", "must be one of \"collective\""},
         {W ", \"world_size\": 1025}", "world_size", "got 1025"},
         {W ", \"world_size\": 2.0}", "world_size", "must be an integer from 1 to 1024, got 2.0"},
@@ -279,8 +281,8 @@ static void test_spec_rejects_bad_fields(void)
         {W ", \"sizes\": [\"3G\"]}", "sizes", "got [\"3G\"]"},
         {W ", \"sizes\": [1.5]}", "sizes", "got [1.5]"},
         {W ", \"sweep\": {\"sizes\": [[1], [2]]}}", "sweep.sizes", "cannot be swept"},
-        {W ", \"device\": \"cuda\"}", "device", "must be one of \"cpu\""},
-        {W ", \"backend\": \"nccl\"}", "backend", "must be one of \"tcp\""},
+        {W ", \"device\": \"tpu\"}", "device", "must be one of \"cpu\", \"cuda\""},
+        {W ", \"backend\": \"gloo\"}", "backend", "must be one of \"tcp\", \"nccl\""},
         {W ", \"dtype\": 32}", "dtype", "got 32"},
         {W ", \"check\": 1}", "check", "check: must be true or false, got 1"},
         {W ", \"check\": \"true\"}", "check", "must be true or false"},
@@ -616,6 +618,115 @@ static void test_spec_sweep_point_rule(void)
 
 /* --- struct spec and sizes ----------------------------------------------------------- */
 
+#define TR "{\"workload\": \"train\""
+
+static void test_spec_train_defaults_and_struct(void)
+{
+    struct err e;
+    json_t *s = parse_text(TR ", \"model\": \"resnet18\", \"world_size\": 2, "
+                              "\"epochs\": 3, \"threads\": 2, \"dataset\": {\"name\": "
+                              "\"cifar10\", \"augment\": true}, \"optimizer\": {\"type\": "
+                              "\"sgd\", \"lr\": 1, \"momentum\": 0.9, \"nesterov\": true}, "
+                              "\"lr_schedule\": {\"decay\": \"cosine\"}}", &e);
+    T_CHECK_MSG(s, "%s", e.msg);
+    /* every nested field present after normalization; numbers as reals */
+    T_CHECK(json_is_real(json_object_get(json_object_get(s, "optimizer"), "lr")));
+    T_EQ_INT(json_integer_value(json_object_get(s, "steps")), 0); /* epochs given */
+    T_EQ_STR(json_string_value(json_object_get(json_object_get(s, "dataset"), "path")), "");
+    T_CHECK(!json_object_get(s, "op")); /* collective fields are not a train spec's */
+    struct spec sp;
+    memset(&sp, 0x5a, sizeof sp);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_INT(sp.workload, SPEC_WORKLOAD_TRAIN);
+    T_EQ_STR(sp.train.model, "resnet18");
+    T_EQ_STR(sp.train.strategy, "ddp");
+    T_EQ_INT(sp.train.epochs, 3);
+    T_EQ_INT(sp.train.steps, 0);
+    T_EQ_INT(sp.train.threads, 2);
+    T_EQ_INT(sp.train.batch_size, 32);
+    T_EQ_INT(sp.train.bucket_mb, 25);
+    T_EQ_STR(sp.train.dataset.name, "cifar10");
+    T_CHECK(sp.train.dataset.augment);
+    T_EQ_INT(sp.train.dataset.shape.n, 0);
+    T_EQ_STR(sp.train.optimizer.type, "sgd");
+    T_CHECK(sp.train.optimizer.lr == 1.0);
+    T_CHECK(sp.train.optimizer.momentum == 0.9);
+    T_CHECK(sp.train.optimizer.nesterov);
+    T_CHECK(sp.train.optimizer.eps == 1e-8);
+    T_EQ_STR(sp.train.lr_schedule.decay, "cosine");
+    T_CHECK(sp.train.cycle_ms == 1.0);
+    T_EQ_INT(spec_slots_per_rank(s), 2);
+    /* normalizing a normalized spec is the identity */
+    json_t *again = spec_normalize(s, &e);
+    T_CHECK(again && json_equal(again, s));
+    json_decref(again);
+    json_decref(s);
+    s = parse_text(TR ", \"dataset\": {\"shape\": [3, 64, 48]}}", &e);
+    T_CHECK_MSG(s, "%s", e.msg);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_INT(sp.train.dataset.shape.n, 3);
+    T_EQ_INT(sp.train.dataset.shape.dims[2], 48);
+    T_EQ_INT(sp.train.steps, 100);
+    T_EQ_INT(spec_slots_per_rank(s), 1);
+    json_decref(s);
+}
+
+static void test_spec_train_rejects(void)
+{
+    static const struct bad_case cases[] = {
+        {TR ", \"model\": \"resnet19\"}", "model", "must be one of \"mnist-cnn\""},
+        {TR ", \"dataset\": \"mnist\"}", "dataset", "must be an object of dataset.* fields"},
+        {TR ", \"dataset\": {\"nmae\": \"mnist\"}}", "dataset.nmae", "unknown field"},
+        {TR ", \"dataset\": {\"name\": \"imagenet\"}}", "dataset.name", "got \"imagenet\""},
+        {TR ", \"dataset\": {\"shape\": [3, 32]}}", "dataset.shape", "[channels, height, width]"},
+        {TR ", \"dataset\": {\"shape\": [3, 0, 32]}}", "dataset.shape", "from 1 to 4096"},
+        {TR ", \"optimizer\": {\"lr\": 0}}", "optimizer.lr", "a number greater than 0"},
+        {TR ", \"optimizer\": {\"lr\": \"0.1\"}}", "optimizer.lr", "got \"0.1\""},
+        {TR ", \"optimizer\": {\"momentum\": 1.5}}", "optimizer.momentum", "at most"},
+        {TR ", \"optimizer\": {\"type\": \"lamb\"}}", "optimizer.type", "\"sgd\", \"adam\""},
+        {TR ", \"steps\": 10, \"epochs\": 2}", "epochs", "mutually exclusive"},
+        {TR ", \"batch_size\": 0}", "batch_size", "from 1 to 65536"},
+        {TR ", \"threads\": 257}", "threads", "from 1 to 256"},
+        {TR ", \"strategy\": \"fsdp\"}", "strategy", "\"zero2\""},
+        {TR ", \"min_bytes\": \"4K\"}", "min_bytes", "not a field of this workload"},
+        {W ", \"model\": \"resnet18\"}", "model", "not a field of this workload"},
+        {W ", \"optimizer\": {\"lr\": 0.1}}", "optimizer.lr", "not a field of this workload"},
+        {TR ", \"sweep\": {\"optimizer.lr\": [0.1, -1]}}", "sweep.optimizer.lr[1]",
+         "greater than 0"},
+        {TR ", \"sweep\": {\"dataset.path\": [\"/a\", \"/b\"]}}", "sweep.dataset.path",
+         "cannot be swept"},
+        {TR ", \"sweep\": {\"dataset\": [{}]}}", "sweep.dataset", "unknown field"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
+                    "case %zu", i);
+}
+
+static void test_spec_train_sweep_nested(void)
+{
+    struct err e;
+    json_t *s = parse_text(TR ", \"optimizer\": {\"momentum\": 0.5}, \"sweep\": "
+                              "{\"strategy\": [\"naive\", \"ddp\"], \"optimizer.lr\": "
+                              "[0.1, 0.01]}}", &e);
+    T_CHECK_MSG(s, "%s", e.msg);
+    json_t *runs = spec_expand(s, SPEC_MAX_RUNS, &e);
+    T_CHECK_MSG(runs, "%s", e.msg);
+    T_EQ_INT(json_array_size(runs), 4);
+    json_t *last = json_array_get(runs, 3);
+    json_t *spec = json_object_get(last, "spec");
+    json_t *opt = json_object_get(spec, "optimizer");
+    T_CHECK(json_real_value(json_object_get(opt, "lr")) == 0.01);
+    T_CHECK(json_real_value(json_object_get(opt, "momentum")) == 0.5); /* kept beside it */
+    T_EQ_STR(json_string_value(json_object_get(spec, "strategy")), "ddp");
+    T_CHECK(json_real_value(json_object_get(json_object_get(last, "params"), "optimizer.lr")) ==
+            0.01);
+    struct spec sp;
+    T_OK(spec_from_json(spec, &sp, &e));
+    T_CHECK(sp.train.optimizer.lr == 0.01);
+    json_decref(runs);
+    json_decref(s);
+}
+
 static void test_spec_from_json(void)
 {
     struct err e;
@@ -815,9 +926,20 @@ static void test_spec_schema_content(void)
     json_array_foreach(json_object_get(s, "allOf"), i, clause) {
         json_t *then_alg = json_object_get(json_object_get(json_object_get(clause, "then"),
                                                            "properties"), "algorithm");
-        allowed += then_alg != NULL;
+        allowed += json_object_get(then_alg, "enum") != NULL; /* not the train rule's false */
     }
     T_EQ_INT(allowed, 5);
+    /* nested groups are objects of their fields, closed to others */
+    json_t *ds = json_object_get(props, "dataset");
+    T_EQ_STR(get_str(ds, "type"), "object");
+    T_CHECK(json_is_false(json_object_get(ds, "additionalProperties")));
+    json_t *lr = json_object_get(json_object_get(json_object_get(props, "optimizer"),
+                                                 "properties"), "lr");
+    T_EQ_STR(get_str(lr, "type"), "number");
+    T_CHECK(json_object_get(lr, "exclusiveMinimum"));
+    json_t *swept_lr = json_object_get(json_object_get(json_object_get(props, "sweep"),
+                                                       "properties"), "optimizer.lr");
+    T_EQ_STR(get_str(swept_lr, "type"), "array");
     json_t *minb = json_object_get(props, "min_bytes");
     T_EQ_STR(get_str(minb, "default"), "4K");
     json_t *any = json_object_get(minb, "anyOf");
@@ -911,6 +1033,9 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_sweep_product_limit);
     TEST_RUN(test_spec_sweep_point_rule);
     TEST_RUN(test_spec_from_json);
+    TEST_RUN(test_spec_train_defaults_and_struct);
+    TEST_RUN(test_spec_train_rejects);
+    TEST_RUN(test_spec_train_sweep_nested);
     TEST_RUN(test_spec_collective_sizes);
     TEST_RUN(test_spec_sizes_from_parsed_spec);
     TEST_RUN(test_spec_sizes_list_and_collective_fields);

@@ -13,6 +13,7 @@
 #include "report.h"
 #include "spec.h"
 #include "store_client.h"
+#include "stats.h"
 #include "store_server.h"
 #include "tcp.h"
 #include "test.h"
@@ -45,15 +46,15 @@ static void test_stats_percentile_nearest_rank(void)
     double v[100];
     for (int i = 0; i < 100; i++)
         v[i] = i + 1; /* 1..100 */
-    T_NEAR(collective_percentile_sorted(v, 100, 95), 95, 0);
-    T_NEAR(collective_percentile_sorted(v, 100, 50), 50, 0);
-    T_NEAR(collective_percentile_sorted(v, 100, 100), 100, 0);
-    T_NEAR(collective_percentile_sorted(v, 100, 0), 1, 0);
-    T_NEAR(collective_percentile_sorted(v, 20, 95), 19, 0); /* ceil(19.0) */
-    T_NEAR(collective_percentile_sorted(v, 21, 95), 20, 0); /* ceil(19.95) */
-    T_NEAR(collective_percentile_sorted(v, 10, 95), 10, 0); /* ceil(9.5) */
-    T_NEAR(collective_median_sorted(v, 3), 2, 0);
-    T_NEAR(collective_median_sorted(v, 0), 0, 0);
+    T_NEAR(stats_percentile_sorted(v, 100, 95), 95, 0);
+    T_NEAR(stats_percentile_sorted(v, 100, 50), 50, 0);
+    T_NEAR(stats_percentile_sorted(v, 100, 100), 100, 0);
+    T_NEAR(stats_percentile_sorted(v, 100, 0), 1, 0);
+    T_NEAR(stats_percentile_sorted(v, 20, 95), 19, 0); /* ceil(19.0) */
+    T_NEAR(stats_percentile_sorted(v, 21, 95), 20, 0); /* ceil(19.95) */
+    T_NEAR(stats_percentile_sorted(v, 10, 95), 10, 0); /* ceil(9.5) */
+    T_NEAR(stats_median_sorted(v, 3), 2, 0);
+    T_NEAR(stats_median_sorted(v, 0), 0, 0);
 }
 
 static void test_stats_elementwise_max(void)

@@ -82,6 +82,11 @@ struct comm_args {
     int peer, peer2;
     size_t count2;
     enum comm_algorithm algorithm; /* AUTO: the communicator's configured choice */
+    void *ready_event; /* nccl: a cudaEvent_t (borrowed) after which the inputs are
+                          final on the compute stream; the operation waits for it instead
+                          of for everything queued on compute when it starts (a DDP bucket
+                          need not wait for the rest of backward). NULL: that fence. Other
+                          backends ignore it. */
 };
 
 struct comm;
@@ -190,6 +195,9 @@ bool comm_test(const struct comm_handle *h);
  * no data has moved for the communicator's timeout (or on the abort flag), and once one
  * has failed, every operation queued behind it fails at once. */
 int comm_wait(struct comm_handle *h, struct err *e);
+/* comm_wait that also returns how long the operation ran on the communication thread
+ * (from when the thread took it off the queue), for compute/communication overlap. */
+int comm_wait_timed(struct comm_handle *h, int64_t *run_ns, struct err *e);
 
 /* Stops the communication thread (an operation in flight ends with ERR_ABORTED, queued
  * ones are failed), frees handles never waited for, then the backend. NULL is a no-op. */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "comm_async.h"
 
 struct comm_handle {
@@ -26,6 +27,7 @@ struct comm_handle {
     struct comm_handle *live_prev, *live_next; /* not yet waited for */
     atomic_bool done;
     int rc;
+    int64_t run_ns; /* how long the operation ran on the thread */
     struct err err;
 };
 
@@ -67,9 +69,11 @@ static void *comm_async_main(void *arg)
             q->tail = NULL;
         bool stopping = q->stopping;
         pthread_mutex_unlock(&q->mu);
+        int64_t t0 = clock_mono_ns();
         int rc = stopping ? err_set(&h->err, ERR_ABORTED, NULL, "%s: the communicator was "
                                     "destroyed before it ran", comm_op_name(h->args.op))
                           : comm_execute(q->c, &h->args, &h->err);
+        h->run_ns = clock_mono_ns() - t0;
         comm_async_finish(q, h, rc);
         pthread_mutex_lock(&q->mu);
     }
@@ -180,6 +184,11 @@ static void comm_async_unlink(struct comm_async *q, struct comm_handle *h)
 
 int comm_wait(struct comm_handle *h, struct err *e)
 {
+    return comm_wait_timed(h, NULL, e);
+}
+
+int comm_wait_timed(struct comm_handle *h, int64_t *run_ns, struct err *e)
+{
     struct comm_async *q = h->owner;
     pthread_mutex_lock(&q->mu);
     while (!atomic_load(&h->done))
@@ -189,6 +198,8 @@ int comm_wait(struct comm_handle *h, struct err *e)
     int rc = h->rc;
     if (rc < 0 && e)
         *e = h->err;
+    if (run_ns)
+        *run_ns = h->run_ns;
     free(h);
     return rc;
 }

@@ -1069,6 +1069,43 @@ enum nn_op nn_model_node_op(const struct nn_model *m, int node)
     return m->nodes[node].op;
 }
 
+void nn_model_node_info(const struct nn_model *m, int node, struct nn_node_info *out)
+{
+    const struct nn_node *n = &m->nodes[node];
+    memset(out, 0, sizeof *out);
+    out->op = n->op;
+    out->name = n->name;
+    out->in[0] = n->in[0];
+    out->in[1] = n->in[1];
+    out->nin = n->nin;
+    out->out = n->out;
+    out->first_param = n->first_param;
+    out->nparams = n->nparams;
+    out->param_off = n->param_off;
+    out->param_len = n->param_len;
+    out->buf_off = n->buf_off;
+    switch (n->op) { /* the union member the op uses */
+    case NN_OP_CONV: out->cfg.conv = n->cfg.conv; break;
+    case NN_OP_BN: out->cfg.bn = n->cfg.bn; break;
+    case NN_OP_ACT: out->cfg.act = n->cfg.act; break;
+    case NN_OP_MAXPOOL:
+    case NN_OP_AVGPOOL: out->cfg.pool = n->cfg.pool; break;
+    case NN_OP_ADAPTIVE_AVGPOOL:
+        out->cfg.adapt.oh = n->cfg.adapt.oh;
+        out->cfg.adapt.ow = n->cfg.adapt.ow;
+        break;
+    case NN_OP_LINEAR: out->cfg.linear = n->cfg.linear; break;
+    case NN_OP_DROPOUT: out->cfg.dropout = n->cfg.dropout; break;
+    case NN_OP_ADD: out->cfg.add_relu = n->cfg.add_relu; break;
+    case NN_OP_FLATTEN: break;
+    }
+}
+
+int nn_model_tensor_needs_grad(const struct nn_model *m, int tensor)
+{
+    return m->tensors[tensor].needs_grad;
+}
+
 static const char *node_impl(const struct nn_node *n)
 {
     const union nn_node_fast *f = n->fast;

@@ -88,6 +88,9 @@ struct nn_grad_ready {
     const char *name;   /* layer name, borrowed */
     size_t offset, len; /* its slice of the gradient arena */
     int first_param, nparams; /* its entries in m->param_info */
+    void *ready_event;  /* GPU runner (worker/gpu/gmodel.h): a cudaEvent_t recorded on the
+                           compute stream right after the layer's backward, which a
+                           communication stream waits for; NULL from this file's engine */
 };
 
 typedef void (*nn_grad_hook_fn)(void *ctx, const struct nn_grad_ready *r);
@@ -197,6 +200,32 @@ float *nn_model_bn_running(struct nn_model *m, int node);
 int nn_model_node_count(const struct nn_model *m);
 const char *nn_model_node_name(const struct nn_model *m, int node);
 enum nn_op nn_model_node_op(const struct nn_model *m, int node);
+/* A layer as another engine needs it (the GPU runner, worker/gpu/gmodel.c, walks the same
+ * graph): its op and configuration, the tensors it reads and writes, its slice of the
+ * parameter arena and of the buffer arena. Plain values; name is borrowed. */
+struct nn_node_info {
+    enum nn_op op;
+    const char *name;
+    int in[2], nin, out; /* tensor ids (in[1] for add) */
+    int first_param, nparams;
+    size_t param_off, param_len;
+    size_t buf_off; /* batch norm: running mean (C) then var (C) in the buffer arena */
+    union {
+        struct nn_conv2d_cfg conv;
+        struct nn_bn_cfg bn;
+        enum nn_act act;
+        struct nn_pool_cfg pool; /* max and average pooling */
+        struct {
+            int oh, ow;
+        } adapt;
+        struct nn_linear_cfg linear;
+        struct nn_dropout_cfg dropout;
+        int add_relu;
+    } cfg;
+};
+void nn_model_node_info(const struct nn_model *m, int node, struct nn_node_info *out);
+/* Whether backward computes tensor's gradient (it leads to a parameter). */
+int nn_model_tensor_needs_grad(const struct nn_model *m, int tensor);
 /* Overrides a parameter's initialiser (before nn_model_init_params). */
 void nn_model_set_init(struct nn_model *m, int param, enum nn_init init, float value);
 /* One line per layer: name, op, output shape, parameters, oneDNN implementation. */

@@ -78,6 +78,7 @@ void nn_optim_begin_step(struct nn_optim *o)
     o->step++;
 }
 
+/* p, g: the slice's first element; off: the slice's place in the state arena. */
 static void optim_sgd(struct nn_optim *o, float *p, const float *g, size_t off, size_t len,
                       double lr_d)
 {
@@ -88,12 +89,12 @@ static void optim_sgd(struct nn_optim *o, float *p, const float *g, size_t off, 
     float *buf = o->state.data ? o->state.data + off : NULL;
     int first = o->step <= 1;
 #pragma omp parallel for simd schedule(static)
-    for (size_t i = off; i < off + len; i++) {
+    for (size_t i = 0; i < len; i++) {
         float d = g[i];
         if (wd != 0)
             d = d + wd * p[i];
         if (mom != 0) {
-            float *b = &buf[i - off];
+            float *b = &buf[i];
             *b = first ? d : *b * mom + damp * d; /* PyTorch clones d_p on the first step */
             d = nesterov ? d + mom * *b : *b;
         }
@@ -115,7 +116,7 @@ static void optim_adam(struct nn_optim *o, float *p, const float *g, size_t off,
     float wd = (float)c->weight_decay, shrink = (float)(1.0 - lr * c->weight_decay);
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < len; i++) {
-        float pi = p[off + i], gi = g[off + i];
+        float pi = p[i], gi = g[i];
         if (decoupled)
             pi = pi * shrink;
         else if (wd != 0)
@@ -123,19 +124,25 @@ static void optim_adam(struct nn_optim *o, float *p, const float *g, size_t off,
         m[i] = m[i] + w1 * (gi - m[i]); /* lerp */
         v[i] = v[i] * b2 + w2 * gi * gi;
         float denom = sqrtf(v[i]) / bc2_sqrt + eps;
-        p[off + i] = pi - step_size * (m[i] / denom);
+        p[i] = pi - step_size * (m[i] / denom);
     }
 }
 
 void nn_optim_update(struct nn_optim *o, float *params, const float *grads, size_t offset,
                      size_t len, double lr)
 {
-    if (offset > o->nparams || len > o->nparams - offset)
+    nn_optim_update_slice(o, params + offset, grads + offset, offset, len, lr);
+}
+
+void nn_optim_update_slice(struct nn_optim *o, float *p, const float *g, size_t state_offset,
+                           size_t len, double lr)
+{
+    if (state_offset > o->nparams || len > o->nparams - state_offset)
         return;
     if (o->cfg.type == NN_OPTIM_SGD)
-        optim_sgd(o, params, grads, offset, len, lr);
+        optim_sgd(o, p, g, state_offset, len, lr);
     else
-        optim_adam(o, params, grads, offset, len, lr);
+        optim_adam(o, p, g, state_offset, len, lr);
 }
 
 void nn_optim_step(struct nn_optim *o, float *params, const float *grads, double lr)

@@ -53,6 +53,11 @@ void nn_optim_begin_step(struct nn_optim *o);
 /* Applies the current step to params[offset .. offset+len) with learning rate lr. */
 void nn_optim_update(struct nn_optim *o, float *params, const float *grads, size_t offset,
                      size_t len, double lr);
+/* The same on a slice given by pointers: p[0..len) and g[0..len) use the optimizer state
+ * at [state_offset, state_offset+len). ZeRO keeps state only for the slices a rank owns,
+ * packed (nparams = the rank's share), while the slices sit anywhere in the arenas. */
+void nn_optim_update_slice(struct nn_optim *o, float *p, const float *g, size_t state_offset,
+                           size_t len, double lr);
 /* begin_step + update of everything */
 void nn_optim_step(struct nn_optim *o, float *params, const float *grads, double lr);
 

@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""Training benchmarks against PyTorch (Debian's python3-torch), in one run on one machine.
+
+  tests/bench/bench_train.py --build build [--rounds 3] [--part single|ddp|all] [--json F]
+
+single (CPU training issue): images/s of training, 1 rank, one fixed synthetic batch, SGD
+  momentum 0.9: mnist-cnn 1x28x28 batch 64 1 thread, resnet18 and resnet18-cifar 3x32x32
+  batch 32 2 threads. ddpbench is the real worker run by a real ddpbenchd (an experiment
+  over REST, world_size 1, its stored throughput); PyTorch is tests/bench/ddp_torch.py
+  --no-ddp (the same loop, a plain module).
+ddp (DDP strategies issue): mnist-cnn (batch 64) and resnet18 (3x32x32, batch 32), 1, 2 and
+  4 ranks of 1 thread each: ddpbench's naive and ddp strategies over its TCP collectives
+  against PyTorch DDP over gloo (ddp_torch.py, bucket_cap_mb 25). Scaling efficiency =
+  throughput(N) / (N * throughput(1)) of the same implementation; overlap and exposed
+  communication from ddpbench's per-step breakdown show what ddp hides that naive exposes.
+
+Every ddpbench run is its own experiment, one at a time. Both peers run under the same
+conditions: ranks unpinned (the daemon gets more CPU slots
+than CPUs, so it pins nothing), the glibc settings that keep freed memory
+(MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296), peers interleaved round by round.
+A benchmark: it prints figures and ratios, never pass/fail. Hold /tmp/ddpb-bench.lock.
+"""
+import argparse, json, os, statistics, subprocess, sys, tempfile, time, urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SINGLE = [("mnist-cnn", 64, 1, [1, 28, 28], 100), ("resnet18", 32, 2, [3, 32, 32], 60),
+          ("resnet18-cifar", 32, 2, [3, 32, 32], 20)]
+DDP = [("mnist-cnn", 64, [1, 28, 28], 60), ("resnet18", 32, [3, 32, 32], 20)]
+WARMUP = 5
+
+
+class Daemon:
+    def __init__(self, build, slots):
+        self.state = tempfile.mkdtemp(prefix="ddpb-bench-")
+        self.p = subprocess.Popen([f"{build}/daemon/ddpbenchd", "--port", "0", "--state-dir",
+                                   self.state, "--cpu-slots", str(slots), "--log-level", "warn"],
+                                  stdout=subprocess.PIPE, text=True)
+        self.url = self.p.stdout.readline().split("listening on ")[1].split()[0]
+
+    def call(self, path, body=None):
+        req = urllib.request.Request(self.url + path, json.dumps(body).encode() if body else None,
+                                     {"Content-Type": "application/json"})
+        return json.load(urllib.request.urlopen(req, timeout=60))
+
+    def run(self, spec):
+        exp = self.call("/v1/experiments", spec)
+        while True:
+            e = self.call(f"/v1/experiments/{exp['id']}")
+            if e["status"] not in ("queued", "running"):
+                break
+            time.sleep(0.5)
+        if e["status"] != "succeeded":
+            raise SystemExit(f"ddpbench experiment failed: {[r['error'] for r in e['runs']]}")
+        return self.call(f"/v1/experiments/{exp['id']}/results")["rows"]
+
+    def close(self):
+        self.p.terminate()
+        self.p.wait()
+
+
+def torch_run(model, batch, world, steps, threads, shape, ddp=True):
+    cmd = ["/usr/bin/python3", f"{HERE}/ddp_torch.py", model, str(batch), str(world), str(steps),
+           str(WARMUP), "--threads", str(threads), "--shape", ",".join(map(str, shape))]
+    if not ddp:
+        cmd.append("--no-ddp")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])["throughput"]
+
+
+def train_spec(model, batch, shape, steps, threads=1, sweep=None):
+    spec = {"name": f"bench {model}", "workload": "train", "model": model, "batch_size": batch,
+            "threads": threads, "steps": steps + WARMUP, "warmup_steps": WARMUP,
+            "dataset": {"name": "synthetic", "shape": shape},
+            "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}, "timeout_s": 1800}
+    if sweep:
+        spec["sweep"] = sweep
+    return spec
+
+
+def part_single(d, rounds, res):
+    for model, batch, threads, shape, steps in SINGLE:
+        ours, theirs = [], []
+        for r in range(rounds):
+            order = [0, 1] if r % 2 == 0 else [1, 0]
+            for who in order:
+                if who == 0:
+                    rows = d.run(train_spec(model, batch, shape, steps, threads))
+                    ours.append(rows[0]["throughput_mean"])
+                else:
+                    theirs.append(torch_run(model, batch, 1, steps, threads, shape, ddp=False))
+            print(f"  {model} round {r}: ddpbench {ours[-1]:.1f} img/s, torch {theirs[-1]:.1f}",
+                  flush=True)
+        res["single"].append({"model": model, "batch": batch, "threads": threads, "shape": shape,
+                              "ddpbench": ours, "torch": theirs})
+
+
+def part_ddp(d, rounds, res):
+    for model, batch, shape, steps in DDP:
+        ours = {}  # (strategy, world) -> list of rows
+        theirs = {}
+        for r in range(rounds):
+            # one run at a time: the daemon would start runs side by side while CPU slots
+            # are free, and they would compete for the CPUs
+            for w in (1, 2, 4):
+                for strat in ("naive", "ddp"):
+                    spec = train_spec(model, batch, shape, steps)
+                    spec.update(world_size=w, strategy=strat)
+                    ours.setdefault((strat, w), []).append(d.run(spec)[0])
+                theirs.setdefault(w, []).append(torch_run(model, batch, w, steps, 1, shape))
+            print(f"  {model} round {r}: " + ", ".join(
+                f"{k[0]}x{k[1]} {v[-1]['throughput_mean']:.0f}" for k, v in sorted(ours.items())) +
+                  "; torch " + ", ".join(f"x{w} {v[-1]:.0f}" for w, v in sorted(theirs.items())),
+                  flush=True)
+        res["ddp"].append({"model": model, "batch": batch, "shape": shape,
+                           "ddpbench": {f"{k[0]}/{k[1]}": v for k, v in ours.items()},
+                           "torch": theirs})
+
+
+def med(v):
+    return statistics.median(v)
+
+
+def report(res):
+    if res["single"]:
+        print("\n### Training throughput, 1 rank (images/s, median of rounds)\n")
+        print("| model | batch | threads | ddpbench | PyTorch | ddpbench / PyTorch |")
+        print("|---|---|---|---|---|---|")
+        for s in res["single"]:
+            a, b = med(s["ddpbench"]), med(s["torch"])
+            print(f"| {s['model']} {'x'.join(map(str, s['shape']))} | {s['batch']} | {s['threads']} "
+                  f"| {a:.1f} | {b:.1f} | {a / b:.2f} |")
+    for m in res["ddp"]:
+        o, t = m["ddpbench"], m["torch"]
+        def thr(strat, w):
+            return med([r["throughput_mean"] for r in o[f"{strat}/{w}"]])
+        print(f"\n### {m['model']} {'x'.join(map(str, m['shape']))}, batch {m['batch']} per rank "
+              "(median of rounds)\n")
+        print("| ranks | ddpbench naive img/s (eff.) | ddpbench ddp img/s (eff.) | PyTorch DDP img/s "
+              "(eff.) | ddp eff. / PyTorch eff. | naive: comm / exposed ms, overlap | ddp: comm / "
+              "exposed ms, overlap |")
+        print("|---|---|---|---|---|---|---|")
+        for w in (1, 2, 4):
+            n, d_, p = thr("naive", w), thr("ddp", w), med(t[w])
+            en, ed, ep = n / (w * thr("naive", 1)), d_ / (w * thr("ddp", 1)), p / (w * med(t[1]))
+            def brk(strat):
+                rows = o[f"{strat}/{w}"]
+                ov = [r["overlap"] for r in rows if r["overlap"] is not None]
+                return (f"{med([r['comm_ms'] for r in rows]):.2f} / "
+                        f"{med([r['comm_exposed_ms'] for r in rows]):.2f}, "
+                        + (f"{med(ov):.2f}" if ov else "-"))
+            print(f"| {w} | {n:.1f} ({en:.2f}) | {d_:.1f} ({ed:.2f}) | {p:.1f} ({ep:.2f}) | "
+                  f"{ed / ep:.2f} | {brk('naive')} | {brk('ddp')} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--part", default="all", choices=["single", "ddp", "all"])
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    os.environ.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_="4294967296")
+    d = Daemon(a.build, 4 * os.cpu_count())
+    res = {"single": [], "ddp": [], "date": time.strftime("%Y-%m-%d %H:%M")}
+    try:
+        if a.part in ("single", "all"):
+            part_single(d, a.rounds, res)
+        if a.part in ("ddp", "all"):
+            part_ddp(d, a.rounds, res)
+    finally:
+        d.close()
+    report(res)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+/* GPU tests (suite 'gpu', needs a CUDA device) of the model runner, worker/gpu/gmodel.c:
+ * zoo models trained on the GPU against the CPU engine, and mixed precision.
+ *
+ * - fp32, lenet5 (1x28x28, convolutions, pooling, flatten's NHWC -> (c,h,w) transpose,
+ *   linear layers): 2 SGD steps (lr 0.05, momentum 0.9) on one random batch, the same
+ *   initial parameters (one seed, nn_model_init_params) on the CPU reference engine and
+ *   on the GPU; the parameter updates (after - before) must agree, and so must the first
+ *   loss. mnist-cnn the same with 1 step: its Dropout2d and dropout must drop the same
+ *   elements on both (gmodel_kernels.cu recomputes nn/'s mask hash). resnet18-cifar
+ *   (batch norm, residual adds, global average pooling) against the oneDNN engine, 1
+ *   step, with the batch-norm running statistics.
+ *   Tolerance: fp32 on the GPU runs without TF32 (FMA math, cuBLAS pedantic), so the two
+ *   engines differ only in summation order. A gradient sums up to ~10^4 products (a
+ *   conv weight over batch x positions), so its relative error is ~sqrt(10^4) * 6e-8 =
+ *   6e-6; momentum and a second step at most double it. We require max |du_gpu - du_cpu|
+ *   <= 2e-4 * max |du_cpu| + 1e-7 over every parameter (u = the update): 15x margin,
+ *   while a misplaced weight, a wrong transpose, a dropped term or a mask that differs
+ *   moves updates by O(1) of their scale. Losses: 1e-5 relative.
+ * - The gradient hook fires once per layer with parameters, last layer first, with
+ *   decreasing offsets and a recorded event (what DDP buckets wait for).
+ * - bf16 and fp16 (dynamic loss scaling, loss_scale.h) on lenet5: 40 steps on one fixed
+ *   batch must bring the loss below half its first value, with no skipped fp16 step once
+ *   the scale has settled. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/gmodel.h"
+#include "gpu/loss_scale.h"
+#include "nn/model.h"
+#include "nn/models.h"
+#include "nn/optim.h"
+#include "test.h"
+
+struct hook_log {
+    int calls, nodes[512];
+    size_t offsets[512];
+    int with_event;
+};
+
+static void hook_record(void *ctx, const struct nn_grad_ready *r)
+{
+    struct hook_log *h = ctx;
+    if (h->calls < 512) {
+        h->nodes[h->calls] = r->node;
+        h->offsets[h->calls] = r->offset;
+    }
+    h->calls++;
+    h->with_event += r->ready_event != NULL;
+}
+
+static void fill_batch(float *x, int32_t *y, int n, size_t per, int classes, unsigned seed)
+{
+    for (size_t i = 0; i < (size_t)n * per; i++)
+        x[i] = (float)rand_r(&seed) / (float)RAND_MAX * 2.0f - 1.0f;
+    for (int i = 0; i < n; i++)
+        y[i] = rand_r(&seed) % classes;
+}
+
+static struct nn_optim_cfg sgd_cfg(void)
+{
+    struct nn_optim_cfg oc = nn_optim_defaults(NN_OPTIM_SGD);
+    oc.lr = 0.05;
+    oc.momentum = 0.9;
+    return oc;
+}
+
+/* max |a - b| over max |b| (+ the absolute floor) */
+static double update_err(const float *a_after, const float *b_after, const float *before,
+                         size_t n, double *scale)
+{
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double ua = (double)a_after[i] - before[i], ub = (double)b_after[i] - before[i];
+        d = fmax(d, fabs(ua - ub));
+        m = fmax(m, fabs(ub));
+    }
+    *scale = m;
+    return d;
+}
+
+/* Trains `steps` SGD steps of model name on one batch on the CPU (backend) and on the GPU
+ * in fp32 and compares. */
+static void compare_with_cpu(const char *name, int c, int hw, int batch, int steps,
+                             enum nn_backend backend)
+{
+    struct err e = {0};
+    struct nn_model cpu, gm_host;
+    nn_model_init(&cpu);
+    nn_model_init(&gm_host);
+    T_OK(nn_models_build(&cpu, name, c, hw, hw, 10, NULL, &e));
+    T_OK(nn_models_build(&gm_host, name, c, hw, hw, 10, NULL, &e));
+    T_OK(nn_model_init_params(&cpu, 11, &e));
+    T_OK(nn_model_init_params(&gm_host, 11, &e));
+    T_OK(nn_model_prepare(&cpu, batch, backend, 1, &e));
+    size_t n = cpu.nparams, per = (size_t)c * hw * hw;
+    float *before = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    float *x = malloc((size_t)batch * per * sizeof(float));
+    float *run_cpu = malloc((cpu.nbuffers + 1) * sizeof(float));
+    float *run_gpu = malloc((cpu.nbuffers + 1) * sizeof(float));
+    int32_t *y = malloc((size_t)batch * sizeof(int32_t));
+    T_CHECK(before && got && x && y && run_cpu && run_gpu);
+    memcpy(before, cpu.params.data, n * sizeof(float));
+    fill_batch(x, y, batch, per, 10, 3);
+
+    struct nn_optim_cfg oc = sgd_cfg();
+    struct nn_optim ocpu, ogpu;
+    T_OK(nn_optim_init(&ocpu, &oc, n, &e));
+    T_OK(nn_optim_init(&ogpu, &oc, n, &e)); /* its host state stays unused */
+    double loss_cpu = 0, loss_gpu = 0;
+    int right = 0;
+    for (int s = 0; s < steps; s++) {
+        double l;
+        nn_model_zero_grad(&cpu);
+        T_OK(nn_model_forward(&cpu, x, 1, (uint64_t)s, &e));
+        T_OK(nn_model_loss(&cpu, y, batch, &l, &right, &e));
+        T_OK(nn_model_backward(&cpu, NULL, NULL, &e));
+        nn_optim_step(&ocpu, cpu.params.data, cpu.grads.data, oc.lr);
+        if (s == 0)
+            loss_cpu = l;
+    }
+
+    struct gmodel *g = gmodel_create(&gm_host, batch, "fp32", NULL, &e);
+    T_CHECK_MSG(g, "%s", e.msg);
+    if (!g)
+        goto out;
+    T_OK(gmodel_optim_init(g, &oc, &e));
+    struct hook_log hl = {0};
+    for (int s = 0; s < steps; s++) {
+        double l;
+        gmodel_mark_step_begin(g);
+        gmodel_zero_grad(g);
+        T_OK(gmodel_forward(g, x, y, batch, 1, (uint64_t)s, true, 1.0f, &e));
+        T_OK(gmodel_backward(g, s == 0 ? hook_record : NULL, &hl, &e));
+        T_OK(gmodel_wait_loss(g, &l, &right, &e));
+        nn_optim_begin_step(&ogpu);
+        gmodel_mark_optim(g, 0);
+        gmodel_optim_update(g, &ogpu, oc.lr, 0, 0, n);
+        gmodel_after_update(g);
+        gmodel_mark_optim(g, 1);
+        double f, b, o;
+        T_OK(gmodel_phase_ms(g, &f, &b, &o, &e));
+        T_CHECK_MSG(f > 0 && b > 0 && o > 0, "phase times %g %g %g", f, b, o);
+        if (s == 0)
+            loss_gpu = l;
+    }
+    T_OK(gmodel_download(g, got, run_gpu, &e));
+    double scale = 0, d = update_err(got, cpu.params.data, before, n, &scale);
+    fprintf(stderr, "    %s fp32, %d step(s): loss cpu %.7f gpu %.7f, max |du| %.3g of %.3g\n",
+            name, steps, loss_cpu, loss_gpu, d, scale);
+    T_CHECK(scale > 0);
+    T_CHECK_MSG(d <= 2e-4 * scale + 1e-7, "%s: updates differ by %g (scale %g)", name, d,
+                scale);
+    T_CHECK_MSG(fabs(loss_gpu - loss_cpu) <= 1e-5 * fabs(loss_cpu), "%s: loss %.8f vs %.8f",
+                name, loss_gpu, loss_cpu);
+    if (cpu.nbuffers) { /* batch-norm running statistics, updated by the forward */
+        double bd = 0;
+        for (size_t i = 0; i < cpu.nbuffers; i++)
+            bd = fmax(bd, fabs((double)run_gpu[i] - cpu.buffers.data[i]));
+        T_CHECK_MSG(bd <= 1e-4, "%s: running statistics differ by %g", name, bd);
+    }
+    /* the hook: every layer with parameters once, in reverse, offsets falling */
+    int layers = 0;
+    for (int i = 0; i < nn_model_node_count(&gm_host); i++) {
+        struct nn_node_info ni;
+        nn_model_node_info(&gm_host, i, &ni);
+        layers += ni.nparams > 0;
+    }
+    T_EQ_INT(hl.calls, layers);
+    T_EQ_INT(hl.with_event, layers);
+    for (int i = 1; i < hl.calls && i < 512; i++)
+        T_CHECK(hl.nodes[i] < hl.nodes[i - 1] && hl.offsets[i] < hl.offsets[i - 1]);
+    gmodel_destroy(g);
+out:
+    nn_optim_cleanup(&ocpu);
+    nn_optim_cleanup(&ogpu);
+    free(before);
+    free(got);
+    free(x);
+    free(y);
+    free(run_cpu);
+    free(run_gpu);
+    nn_model_destroy(&cpu);
+    nn_model_destroy(&gm_host);
+}
+
+static void test_gpu_train_lenet5_fp32(void)
+{
+    compare_with_cpu("lenet5", 1, 28, 8, 2, NN_BACKEND_REF);
+}
+
+static void test_gpu_train_mnist_cnn_dropout(void)
+{
+    compare_with_cpu("mnist-cnn", 1, 28, 8, 1, NN_BACKEND_REF);
+}
+
+static void test_gpu_train_resnet18_cifar(void)
+{
+    compare_with_cpu("resnet18-cifar", 3, 32, 4, 1, NN_BACKEND_FAST);
+}
+
+/* 40 steps of lenet5 on one batch in a half precision: the loss must halve. */
+static void loss_falls(const char *precision)
+{
+    struct err e = {0};
+    struct nn_model m;
+    nn_model_init(&m);
+    T_OK(nn_models_build(&m, "lenet5", 1, 28, 28, 10, NULL, &e));
+    T_OK(nn_model_init_params(&m, 4, &e));
+    enum { B = 32, STEPS = 40 };
+    static float x[B * 28 * 28];
+    static int32_t y[B];
+    fill_batch(x, y, B, 28 * 28, 10, 9);
+    struct gmodel *g = gmodel_create(&m, B, precision, NULL, &e);
+    T_CHECK_MSG(g, "%s", e.msg);
+    if (!g) {
+        nn_model_destroy(&m);
+        return;
+    }
+    struct nn_optim_cfg oc = sgd_cfg();
+    struct nn_optim o;
+    T_OK(nn_optim_init(&o, &oc, m.nparams, &e)); /* host state unused */
+    T_OK(gmodel_optim_init(g, &oc, &e));
+    struct loss_scale ls;
+    loss_scale_init(&ls, gmodel_wants_loss_scale(g));
+    double first = 0, last = 0;
+    long skipped_late = 0;
+    for (int s = 0; s < STEPS; s++) {
+        int right;
+        gmodel_mark_step_begin(g);
+        gmodel_zero_grad(g);
+        T_OK(gmodel_forward(g, x, y, B, 1, (uint64_t)s, true, ls.scale, &e));
+        T_OK(gmodel_backward(g, NULL, NULL, &e));
+        T_OK(gmodel_wait_loss(g, &last, &right, &e));
+        bool finite = true;
+        if (ls.dynamic)
+            T_OK(gmodel_unscale(g, loss_scale_inverse(&ls), &finite, &e));
+        long before = ls.skipped;
+        if (loss_scale_update(&ls, !finite)) {
+            nn_optim_begin_step(&o);
+            gmodel_optim_update(g, &o, oc.lr, 0, 0, m.nparams);
+            gmodel_after_update(g);
+        }
+        if (s >= STEPS / 2)
+            skipped_late += ls.skipped - before;
+        if (s == 0)
+            first = last;
+    }
+    fprintf(stderr, "    lenet5 %s: loss %.4f -> %.4f, scale %g, %ld skipped\n", precision,
+            first, last, (double)ls.scale, ls.skipped);
+    T_CHECK_MSG(isfinite(last) && last < 0.5 * first, "%s: loss %.4f -> %.4f", precision,
+                first, last);
+    T_EQ_INT(skipped_late, 0);
+    T_CHECK(strcmp(gmodel_dtype_name(g), strcmp(precision, "bf16") == 0 ? "bfloat16"
+                                                                         : "float16") == 0);
+    gmodel_destroy(g);
+    nn_optim_cleanup(&o);
+    nn_model_destroy(&m);
+}
+
+static void test_gpu_train_bf16_loss_falls(void) { loss_falls("bf16"); }
+static void test_gpu_train_fp16_loss_falls(void) { loss_falls("fp16"); }
+
+static void test_gpu_train_refusals(void)
+{
+    struct err e = {0};
+    struct nn_model m;
+    nn_model_init(&m);
+    T_OK(nn_models_build(&m, "lenet5", 1, 28, 28, 10, NULL, &e));
+    T_CHECK(gmodel_create(&m, 4, "fp32", NULL, &e) == NULL); /* no parameters yet */
+    T_EQ_STR(e.field, "model");
+    T_OK(nn_model_init_params(&m, 1, &e));
+    T_CHECK(gmodel_create(&m, 4, "fp8", NULL, &e) == NULL);
+    T_EQ_STR(e.field, "precision");
+    T_CHECK(gmodel_create(&m, 0, "fp32", NULL, &e) == NULL);
+    T_EQ_STR(e.field, "batch_size");
+    nn_model_destroy(&m);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    TEST_RUN(test_gpu_train_refusals);
+    TEST_RUN(test_gpu_train_lenet5_fp32);
+    TEST_RUN(test_gpu_train_mnist_cnn_dropout);
+    TEST_RUN(test_gpu_train_resnet18_cifar);
+    TEST_RUN(test_gpu_train_bf16_loss_falls);
+    TEST_RUN(test_gpu_train_fp16_loss_falls);
+    return test_end();
+}

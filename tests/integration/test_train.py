@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Training through the REST API on real workers: every strategy on 1 and 2 ranks stores
+its per-rank steps and the results table derives throughput, speed-up and efficiency from
+them exactly; mnist-cnn on Fashion-MNIST reaches the accuracy PyTorch reaches (a shortened
+version of the recipe measured in tests/bench/RESULTS.md); a run is deterministic given
+its seed; bad training inputs and a rank killed mid-training give clear errors."""
+import math
+import os
+import signal
+import time
+
+from harness import Daemon, check, example, run_cases
+
+SMALL = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "steps": 12,
+         "warmup_steps": 2, "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}}
+
+
+def slowest_step_ms(steps):
+    """{(repeat, step): slowest rank's step_ms} over non-warm-up steps."""
+    cols = steps["columns"]
+    at = {c: i for i, c in enumerate(cols)}
+    out = {}
+    for row in steps["rows"]:
+        if row[at["warmup"]]:
+            continue
+        k = (row[at["repeat"]], row[at["step"]])
+        out[k] = max(out.get(k, 0.0), row[at["step_ms"]])
+    return out
+
+
+def test_strategies_end_to_end():
+    d = Daemon(cpu_slots=2)
+    try:
+        spec = example("train-strategies.json")
+        spec["steps"] = 16
+        exp = d.submit(spec)
+        exp = d.wait_experiment(exp["id"], timeout=240)
+        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        check(len(exp["runs"]) == 10, len(exp["runs"]))
+        throughput = {}
+        for r in exp["runs"]:
+            run = d.get(f"/v1/runs/{r['id']}")
+            ws, strat = run["spec"]["world_size"], run["spec"]["strategy"]
+            steps = d.get(f"/v1/runs/{r['id']}/steps?warmup=true")
+            at = {c: i for i, c in enumerate(steps["columns"])}
+            rows = steps["rows"]
+            # one row per rank and step, warm-up flagged, phases consistent
+            check(len(rows) == ws * spec["steps"], (strat, ws, len(rows)))
+            check(sorted({row[at["rank"]] for row in rows}) == list(range(ws)), strat)
+            check(sum(row[at["warmup"]] for row in rows) == ws * spec["warmup_steps"], strat)
+            for row in rows:
+                compute = row[at["forward_ms"]] + row[at["backward_ms"]] + row[at["optimizer_ms"]]
+                check(row[at["step_ms"]] >= compute > 0, (strat, row))
+                check(0 <= row[at["comm_exposed_ms"]] <= row[at["step_ms"]], (strat, row))
+                check(math.isfinite(row[at["loss"]]) and row[at["loss"]] > 0, row)
+                if ws == 1:
+                    check(row[at["bytes_sent"]] == 0, (strat, row))
+                else:  # every step exchanges at least the 21,840 gradients once
+                    check(row[at["bytes_sent"]] >= 21840 * 4 // 2, (strat, row))
+            slow = slowest_step_ms(steps)
+            samples = spec["batch_size"] * ws * len(slow)
+            throughput[(strat, ws)] = samples / (sum(slow.values()) / 1e3)
+        res = d.get(f"/v1/experiments/{exp['id']}/results")
+        cols = res["columns"]
+        for c in ("throughput_mean", "speedup", "efficiency", "comm_exposed_ms", "overlap",
+                  "step_ms_ci95", "straggler_ms"):
+            check(c in cols, c)
+        check(len(res["rows"]) == 10, len(res["rows"]))
+        for row in res["rows"]:
+            key = (row["strategy"], row["world_size"])
+            want = throughput[key]
+            check(abs(row["throughput_mean"] - want) <= 1e-6 * want, (key, row["throughput_mean"], want))
+            base = throughput[(row["strategy"], 1)]
+            check(abs(row["speedup"] - want / base) <= 1e-6 * want / base, (key, row["speedup"]))
+            check(abs(row["efficiency"] - row["speedup"] / row["world_size"]) <= 1e-9, key)
+        # the same table as CSV
+        status, body, _ = d.request("GET", f"/v1/experiments/{exp['id']}/results?format=csv")
+        check(status == 200 and body.splitlines()[0].startswith("strategy,world_size"), body[:80])
+    finally:
+        d.close()
+
+
+def test_fashion_mnist_reaches_pytorch_accuracy():
+    """One epoch of the RESULTS.md recipe. PyTorch 1.13 reached the test accuracy in RESULTS.md
+    after its first epoch over three seeds (0.734 to 0.745 measured) (tests/bench/RESULTS.md); ddpbench must reach at
+    least 0.72 (below PyTorch's worst seed by a margin for the seed-to-seed spread) with a
+    falling training loss."""
+    d = Daemon(cpu_slots=1)
+    try:
+        spec = example("train-fashion-mnist.json")
+        spec["epochs"] = 1
+        exp = d.submit(spec)
+        exp = d.wait_experiment(exp["id"], timeout=300)
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        check(run["status"] == "succeeded", run["error"])
+        ep = run["epochs"]
+        check(len(ep) == 1 and ep[0]["samples"] == 60000 - 60000 % 64, ep)
+        check(ep[0]["test_acc"] >= 0.72, f"test accuracy {ep[0]['test_acc']}")
+        check(0 < ep[0]["train_loss"] < 2.0 and ep[0]["test_loss"] < 0.9, ep)  # 1.25 / 0.69 measured
+        steps = d.get(f"/v1/runs/{run['id']}/steps?warmup=true")
+        at = {c: i for i, c in enumerate(steps["columns"])}
+        losses = [row[at["loss"]] for row in steps["rows"]]
+        first, last = sum(losses[:50]) / 50, sum(losses[-50:]) / 50
+        check(last < first * 0.5, f"loss {first:.3f} -> {last:.3f}")
+    finally:
+        d.close()
+
+
+def test_same_seed_same_run():
+    d = Daemon(cpu_slots=2)
+    try:
+        spec = dict(SMALL, world_size=2, strategy="ddp", dataset={"name": "synthetic", "fresh": True},
+                    sweep={"repeats": [1, 2]})
+        exp = d.wait_experiment(d.submit(spec)["id"], timeout=120)
+        check(exp["status"] == "succeeded", exp["runs"])
+        losses = []
+        for r in exp["runs"]:
+            steps = d.get(f"/v1/runs/{r['id']}/steps?warmup=true")
+            at = {c: i for i, c in enumerate(steps["columns"])}
+            losses.append({(row[at["repeat"]], row[at["step"]], row[at["rank"]]): row[at["loss"]]
+                           for row in steps["rows"]})
+        common = [k for k in losses[0] if k in losses[1]]
+        check(len(common) == 2 * SMALL["steps"], len(common))
+        check(all(losses[0][k] == losses[1][k] for k in common), "repeat 0 of both runs differs")
+        # repeat 1 starts from seed + 1: a different initialisation
+        check(any(losses[1][(1, s, 0)] != losses[1][(0, s, 0)] for s in range(SMALL["steps"])),
+              "repeats are not independent")
+    finally:
+        d.close()
+
+
+def test_bad_training_inputs():
+    d = Daemon(cpu_slots=2)
+    try:
+        for bad, field in (({"optimizer": {"lr": 0}}, "optimizer.lr"),
+                           ({"dataset": {"name": "imagenet"}}, "dataset.name"),
+                           ({"dataset": {"nmae": "mnist"}}, "dataset.nmae"),
+                           ({"steps": 10, "epochs": 1}, "epochs"),
+                           ({"threads": 2, "world_size": 2}, "world_size")):
+            status, body, _ = d.request("POST", "/v1/experiments", dict(SMALL, **bad))
+            want = 409 if field == "world_size" else 400
+            check(status == want and body["error"]["field"] == field, (bad, status, body))
+        # a dataset directory that does not exist: the run fails naming the path
+        exp = d.submit(dict(SMALL, dataset={"name": "mnist", "path": "/nonexistent/mnist"}))
+        exp = d.wait_experiment(exp["id"], timeout=60)
+        run = exp["runs"][0]
+        check(run["status"] == "failed" and "/nonexistent/mnist" in run["error"], run)
+        # all steps are warm-up: nothing would be measured
+        exp = d.wait_experiment(d.submit(dict(SMALL, warmup_steps=12))["id"], timeout=60)
+        run = exp["runs"][0]
+        check(run["status"] == "failed" and "warmup_steps" in run["error"], run)
+        # mixed precision is a GPU feature: the spec admits it, the CPU worker refuses it
+        exp = d.wait_experiment(d.submit(dict(SMALL, precision="bf16"))["id"], timeout=60)
+        run = exp["runs"][0]
+        check(run["status"] == "failed" and "precision bf16 needs a GPU" in run["error"], run)
+    finally:
+        d.close()
+
+
+def test_rank_killed_mid_training():
+    d = Daemon(cpu_slots=2)
+    try:
+        spec = dict(SMALL, world_size=2, steps=100000, model="lenet5",
+                    dataset={"name": "synthetic"}, comm_timeout_s=10)
+        exp = d.submit(spec)
+        run_id = exp["runs"][0]["id"] if "runs" in exp else d.get(f"/v1/experiments/{exp['id']}")["runs"][0]["id"]
+        run = d.wait_run(run_id, lambda r: r["status"] == "running" and (r["progress"] or 0) > 0,
+                         timeout=60, what="training under way")
+        time.sleep(1)
+        pid = [k["pid"] for k in run["ranks"] if k["rank"] == 1][0]
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.time()
+        run = d.wait_run(run_id, lambda r: r["status"] not in ("running", "starting"), timeout=30,
+                         what="run failed")
+        check(run["status"] == "failed" and run["error_rank"] == 1, (run["status"], run["error"]))
+        check("rank 1" in run["error"], run["error"])
+        check(time.time() - t0 < 15, "the failure took too long to be noticed")
+        # the steps measured before the kill are kept
+        steps = d.get(f"/v1/runs/{run_id}/steps?warmup=true")
+        check(len(steps["rows"]) > 0, "steps lost")
+    finally:
+        d.close()
+
+
+if __name__ == "__main__":
+    run_cases([test_strategies_end_to_end, test_fashion_mnist_reaches_pytorch_accuracy,
+               test_same_seed_same_run, test_bad_training_inputs, test_rank_killed_mid_training])

@@ -1,0 +1,201 @@
+/* Unit tests for the collective benchmark's memory hooks (struct collective_mem, what
+ * device "cuda" plugs cudaMalloc and CUDA-event timing into), on the host with a fake
+ * device: buffers come only from the hooks' alloc and go back through their free; inputs
+ * reach them only through upload and outputs are checked only after download (the fake
+ * device's memory starts as garbage, so a bench that bypassed them would count wrong
+ * elements); the time of each iteration is the device's (a fixed 250 us from the fake)
+ * rather than the host clock's; and an alloc failure is ERR_NOMEM naming the hook's
+ * reason. One rank over the real store and TCP communicator, every op and in place. */
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "comm.h"
+#include "report.h"
+#include "spec.h"
+#include "store_client.h"
+#include "store_server.h"
+#include "tcp.h"
+#include "test.h"
+#include "workload_collective.h"
+
+struct fake_dev {
+    int allocs, frees, uploads, downloads, timed;
+    bool fail_alloc;
+};
+
+static void *fake_alloc(void *ctx, size_t bytes, struct err *e)
+{
+    struct fake_dev *f = ctx;
+    if (f->fail_alloc) {
+        err_set(e, ERR_NOMEM, NULL, "fake device: out of device memory");
+        return NULL;
+    }
+    unsigned char *p = malloc(bytes);
+    if (p)
+        memset(p, 0x5c, bytes); /* garbage, as fresh device memory may be */
+    f->allocs += p != NULL;
+    return p;
+}
+
+static void fake_free(void *ctx, void *p)
+{
+    ((struct fake_dev *)ctx)->frees++;
+    free(p);
+}
+
+static int fake_upload(void *ctx, void *dst, const void *src, size_t n, struct err *e)
+{
+    ((struct fake_dev *)ctx)->uploads++;
+    memcpy(dst, src, n);
+    return 0;
+}
+
+static int fake_download(void *ctx, void *dst, const void *src, size_t n, struct err *e)
+{
+    ((struct fake_dev *)ctx)->downloads++;
+    memcpy(dst, src, n);
+    return 0;
+}
+
+static double fake_seconds(void *ctx, struct comm *c)
+{
+    ((struct fake_dev *)ctx)->timed++;
+    return 250e-6;
+}
+
+struct one_rank {
+    struct store_server *srv;
+    struct store_client *sc;
+    struct comm *c;
+};
+
+static int one_rank_open(struct one_rank *o, struct err *e)
+{
+    memset(o, 0, sizeof *o);
+    o->srv = store_server_create("127.0.0.1", 0, e);
+    if (!o->srv || store_server_add_run(o->srv, "bench", "pw", e) < 0)
+        return -1;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", store_server_port(o->srv));
+    o->sc = store_client_connect(addr, "bench", "pw", 0, 2000, NULL, e);
+    struct comm_tcp_config cfg = {.rank = 0, .world_size = 1, .listen_host = "127.0.0.1",
+                                  .timeout_ms = 5000, .algorithm = "auto", .secret = "pw"};
+    o->c = o->sc ? comm_tcp_create(&cfg, o->sc, e) : NULL;
+    return o->c ? 0 : -1;
+}
+
+static void one_rank_close(struct one_rank *o)
+{
+    comm_destroy(o->c);
+    store_client_destroy(o->sc);
+    store_server_destroy(o->srv);
+}
+
+static void spec_for(struct spec *s, const char *op, const char *dtype, bool inplace)
+{
+    memset(s, 0, sizeof *s);
+    s->world_size = 1;
+    s->repeats = 1;
+    s->seed = 11;
+    snprintf(s->coll.op, sizeof s->coll.op, "%s", op);
+    snprintf(s->coll.dtype, sizeof s->coll.dtype, "%s", dtype);
+    snprintf(s->coll.redop, sizeof s->coll.redop, "sum");
+    snprintf(s->coll.algorithm, sizeof s->coll.algorithm, "auto");
+    s->coll.iters = 3;
+    s->coll.warmup = 1;
+    s->coll.check = true;
+    s->coll.inplace = inplace;
+}
+
+/* The collective events of one bench over sizes, through the fake device. */
+static int run_bench(struct one_rank *o, const struct spec *s, struct fake_dev *f,
+                     const int64_t *sizes, int n, struct report_collective *out, struct err *e)
+{
+    struct collective_mem mem = {f, fake_alloc, fake_free, fake_upload, fake_download,
+                                 fake_seconds};
+    int pfd[2];
+    if (pipe(pfd) < 0)
+        return err_errno(e, "pipe");
+    struct report_writer w;
+    report_writer_init(&w, pfd[1], 0);
+    struct collective_bench b;
+    int rc = collective_bench_init_mem(&b, s, o->c, o->sc, &w, 4096, n, &mem, e);
+    if (rc == 0)
+        rc = collective_bench_run_sizes(&b, 0, sizes, (size_t)n, e);
+    collective_bench_cleanup(&b);
+    close(pfd[1]);
+    char text[16384];
+    ssize_t len = read(pfd[0], text, sizeof text - 1);
+    close(pfd[0]);
+    text[len > 0 ? len : 0] = '\0';
+    int k = 0;
+    for (char *line = strtok(text, "\n"); rc == 0 && line; line = strtok(NULL, "\n")) {
+        enum report_type type;
+        json_t *ev = report_parse_line(line, strlen(line), &type, e);
+        if (!ev)
+            return -1;
+        if (type == REPORT_COLLECTIVE && k < n)
+            rc = report_collective_from_json(ev, &out[k++], e);
+        json_decref(ev);
+    }
+    return rc < 0 ? -1 : k;
+}
+
+static void test_hooks_carry_every_op(void)
+{
+    struct err e = {0};
+    struct one_rank o;
+    T_CHECK_MSG(one_rank_open(&o, &e) == 0, "%s", e.msg);
+    static const char *ops[] = {"allreduce", "reduce_scatter", "all_gather", "broadcast",
+                                "sendrecv"};
+    static const char *dtypes[] = {"float32", "bfloat16", "float16", "int32", "int64"};
+    for (int i = 0; i < 10; i++) {
+        struct spec s;
+        bool inplace = i >= 5;
+        spec_for(&s, ops[i % 5], dtypes[i % 5], inplace);
+        struct fake_dev f = {0};
+        int64_t sizes[] = {8, 1024, 4096};
+        struct report_collective rc[3];
+        int n = run_bench(&o, &s, &f, sizes, 3, rc, &e);
+        T_CHECK_MSG(n == 3, "%s: %d events: %s", ops[i % 5], n, e.msg);
+        for (int j = 0; j < 3; j++) {
+            T_CHECK_MSG(rc[j].wrong == 0, "%s %s size %d: %lld wrong", ops[i % 5],
+                        inplace ? "in place" : "", j, (long long)rc[j].wrong);
+            T_NEAR(rc[j].time_us_median, 250.0, 1e-9); /* the device's time, not the host's */
+            T_NEAR(rc[j].time_us_max, 250.0, 1e-9);
+        }
+        T_EQ_INT(f.allocs, inplace ? 1 : 2);
+        T_EQ_INT(f.frees, f.allocs);
+        T_EQ_INT(f.downloads, 3); /* one checked output per size */
+        T_CHECK(f.uploads >= 6);  /* inputs of the timed runs and of the check, per size */
+        T_EQ_INT(f.timed, 3 * s.coll.iters);
+    }
+    one_rank_close(&o);
+}
+
+static void test_alloc_failure_named(void)
+{
+    struct err e = {0};
+    struct one_rank o;
+    T_CHECK_MSG(one_rank_open(&o, &e) == 0, "%s", e.msg);
+    struct spec s;
+    spec_for(&s, "allreduce", "float32", false);
+    struct fake_dev f = {.fail_alloc = true};
+    struct collective_mem mem = {&f, fake_alloc, fake_free, fake_upload, fake_download, NULL};
+    struct collective_bench b;
+    T_CHECK(collective_bench_init_mem(&b, &s, o.c, o.sc, NULL, 4096, 1, &mem, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOMEM);
+    T_CHECK_MSG(strstr(e.msg, "out of device memory") != NULL, "%s", e.msg);
+    T_EQ_INT(f.frees, 0);
+    one_rank_close(&o);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    TEST_RUN(test_hooks_carry_every_op);
+    TEST_RUN(test_alloc_failure_named);
+    return test_end();
+}

@@ -1,0 +1,566 @@
+/* Unit tests for worker/ddp: every strategy is data parallelism done right.
+ *
+ * Equivalence: N ranks with per-rank batch B, after k optimizer steps, hold the same
+ * parameters as one rank with batch N*B (and with `accumulate` A micro-batches, as one
+ * rank with batch N*B*A), over the real TCP backend. Ranks are forked processes (each
+ * with its own oneDNN / OpenMP state, as in a run) that build their mesh with
+ * comm_tcp_listen/connect and send their final parameter arena back through a pipe.
+ *
+ * The model is lenet5 (convolutions, ReLU, max pooling, linear layers): no batch norm,
+ * whose statistics are per rank in data-parallel training, and no dropout, whose masks
+ * differ by rank. The data is an MNIST-format file of random images written by the test
+ * (a sample's values depend on its index only, unlike synthetic data, whose fresh values
+ * depend on the batch number, which accumulation changes); the loader's
+ * DistributedSampler sharding makes the union of the ranks' batch s exactly the single
+ * rank's batch s (positions s*N*B .. (s+1)*N*B-1 of the epoch order), and with
+ * accumulation the union of the ranks' micro-batches sA .. sA+A-1 its batch s.
+ *
+ * Tolerance: the gradients differ only by float32 summation order (per-rank means then
+ * a ring average, against one mean over N*B); the relative difference of a gradient is
+ * a few ulp (~1e-6), and after 3 SGD steps of lr 0.05 with momentum the parameters
+ * (|p| < 0.3) differ by far less than 1e-5 absolute. We allow 2e-5 + 1e-4 |p|: a
+ * missing division by the world size, a bucket left out or a shard gathered to the
+ * wrong place moves parameters by 1e-3 or more. fp16 / bf16 compression round every
+ * exchanged gradient to 11 / 8 significant bits (relative 2^-11 / 2^-8) at each of the
+ * N-1 combines: 3 steps of lr 0.05 on gradients below ~0.5 give at most
+ * 3 * 0.05 * 0.5 * (N * 2^-8) ~ 1e-3 for bf16 at N = 4, so 5e-4 (fp16) and 3e-3 (bf16).
+ * Every rank must end bit-identical to rank 0: they apply the same reduced gradients
+ * (ZeRO: each shard is computed by one rank and gathered).
+ *
+ * Device mode (the GPU path's ddp_set_device) is run over host memory with CPU hooks and
+ * must be bit-identical to the host path: it changes where the arenas are and who runs
+ * the scale and the update, never the arithmetic. */
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "ddp/ddp.h"
+#include "nn/model.h"
+#include "nn/models.h"
+#include "nn/optim.h"
+#include "tcp.h"
+#include "test.h"
+
+#define MAX_W 4
+#define STEPS 3
+#define EQ_SAMPLES 512
+
+static char eq_images[64], eq_labels[64]; /* the test's dataset files */
+
+static void eq_put_be32(FILE *f, uint32_t v)
+{
+    unsigned char b[4] = {v >> 24, v >> 16, v >> 8, v};
+    fwrite(b, 1, 4, f);
+}
+
+/* Writes EQ_SAMPLES random 28x28 images and labels in idx format. */
+static int eq_write_dataset(void)
+{
+    snprintf(eq_images, sizeof eq_images, "/tmp/ddpb-eq-%d-images", (int)getpid());
+    snprintf(eq_labels, sizeof eq_labels, "/tmp/ddpb-eq-%d-labels", (int)getpid());
+    FILE *fi = fopen(eq_images, "wb"), *fl = fopen(eq_labels, "wb");
+    if (!fi || !fl) {
+        if (fi)
+            fclose(fi);
+        if (fl)
+            fclose(fl);
+        return -1;
+    }
+    uint64_t x = 88172645463325252ull;
+    eq_put_be32(fi, 0x803);
+    eq_put_be32(fi, EQ_SAMPLES);
+    eq_put_be32(fi, 28);
+    eq_put_be32(fi, 28);
+    eq_put_be32(fl, 0x801);
+    eq_put_be32(fl, EQ_SAMPLES);
+    for (int i = 0; i < EQ_SAMPLES * 28 * 28 + EQ_SAMPLES; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+        if (i < EQ_SAMPLES * 28 * 28)
+            fputc((int)(x & 0xff), fi);
+        else
+            fputc((int)(x % 10), fl);
+    }
+    fclose(fi);
+    return fclose(fl);
+}
+
+struct eq_case {
+    enum ddp_strategy strategy;
+    enum ddp_compression compression;
+    int world, batch, accumulate;
+    size_t bucket_bytes; /* small: several buckets, some not divisible by the world */
+    bool device;         /* device mode (ddp_set_device) over host memory and CPU hooks */
+};
+
+/* Device mode's hooks on the CPU: the "device" arenas are the model's own, the update
+ * and scale are nn/optim's loops, and the calls are counted so a run can tell that device
+ * mode really went through them. */
+struct eq_dev {
+    float *p, *g;
+    int scales, updates;
+};
+
+static void eq_dev_scale(void *ctx, float *x, size_t n, float factor)
+{
+    ((struct eq_dev *)ctx)->scales++;
+    for (size_t i = 0; i < n; i++)
+        x[i] *= factor;
+}
+
+static void eq_dev_update(void *ctx, struct nn_optim *o, size_t off, size_t state_off,
+                          size_t len, double lr)
+{
+    struct eq_dev *d = ctx;
+    d->updates++;
+    nn_optim_update_slice(o, d->p + off, d->g + off, state_off, len, lr);
+}
+
+/* One rank's training: k steps exactly as workload_train does them. Returns the
+ * parameter arena (owned) or NULL with e set. */
+static float *eq_train(const struct eq_case *k, struct comm *c, size_t *n, struct err *e)
+{
+    struct nn_model m;
+    struct dataset *ds = NULL;
+    struct loader *ld = NULL;
+    struct ddp d;
+    struct nn_optim o;
+    bool have_ddp = false, have_opt = false;
+    float *out = NULL;
+    nn_set_threads(1);
+    nn_model_init(&m);
+    struct data_image_opts io = {.classes = 10};
+    struct loader_config lc;
+    loader_config_default(&lc);
+    lc.rank = c->rank;
+    lc.world_size = c->world_size;
+    lc.batch_size = k->batch;
+    lc.seed = 7;
+    lc.prefetch = 0;
+    struct ddp_config dc = {.strategy = k->strategy, .compression = k->compression,
+                            .bucket_bytes = k->bucket_bytes, .fusion_bytes = k->bucket_bytes,
+                            .cycle_ms = 0};
+    struct nn_optim_cfg oc = nn_optim_defaults(NN_OPTIM_SGD);
+    oc.lr = 0.05;
+    oc.momentum = 0.9;
+    if (nn_models_build(&m, "lenet5", 1, 28, 28, 10, NULL, e) < 0 ||
+        nn_model_init_params(&m, 42, e) < 0 ||
+        nn_model_prepare(&m, k->batch, NN_BACKEND_FAST, 1, e) < 0 ||
+        dataset_idx_open(eq_images, eq_labels, "eq", DATA_SPLIT_TRAIN, &io, &ds, e) < 0 ||
+        loader_create(ds, &lc, &ld, e) < 0 ||
+        ddp_init(&d, &dc, c, &m, e) < 0)
+        goto out;
+    have_ddp = true;
+    if (ddp_optim_init(&d, &o, &oc, e) < 0)
+        goto out;
+    have_opt = true;
+    struct eq_dev dv = {.p = m.params.data, .g = m.grads.data};
+    struct ddp_device dev = {.params = m.params.data, .grads = m.grads.data,
+                             .buffers = m.buffers.data, .ctx = &dv, .scale = eq_dev_scale,
+                             .update = eq_dev_update};
+    if (k->device && ddp_set_device(&d, &dev, e) < 0)
+        goto out;
+    /* rank 0's parameters win: perturb the others first to see the broadcast work */
+    if (c->rank > 0)
+        m.params.data[0] += 1.0f;
+    if (ddp_broadcast_params(&d, e) < 0)
+        goto out;
+    for (int s = 0; s < STEPS; s++) {
+        nn_model_zero_grad(&m);
+        for (int a = 0; a < k->accumulate; a++) {
+            const struct data_batch *b;
+            double loss;
+            int right;
+            if (loader_next(ld, &b, e) != 1)
+                goto out;
+            ddp_begin_step(&d, a == k->accumulate - 1);
+            if (nn_model_forward(&m, b->x, 1, (uint64_t)b->step, e) < 0 ||
+                nn_model_loss(&m, b->y, b->n, &loss, &right, e) < 0 ||
+                nn_model_backward(&m, ddp_grad_hook, &d, e) < 0)
+                goto out;
+        }
+        if (ddp_finish(&d, k->accumulate, e) < 0 || ddp_optim_step(&d, &o, oc.lr, e) < 0)
+            goto out;
+    }
+    if (k->device && (dv.updates != STEPS || (k->accumulate > 1 && dv.scales == 0))) {
+        err_set(e, ERR_INTERNAL, NULL, "device mode: %d updates, %d scales through the hooks",
+                dv.updates, dv.scales);
+        goto out;
+    }
+    *n = m.nparams;
+    out = malloc(m.nparams * sizeof *out);
+    if (out)
+        memcpy(out, m.params.data, m.nparams * sizeof *out);
+out:
+    if (have_opt)
+        nn_optim_cleanup(&o);
+    if (have_ddp)
+        ddp_cleanup(&d);
+    loader_destroy(ld);
+    dataset_destroy(ds);
+    nn_model_destroy(&m);
+    return out;
+}
+
+static int eq_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t k = write(fd, c, n);
+        if (k <= 0)
+            return -1;
+        c += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int eq_read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n > 0) {
+        ssize_t k = read(fd, c, n);
+        if (k <= 0)
+            return -1;
+        c += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Child: connect, train, send [n][params] or [0][message]. */
+static void eq_child(const struct eq_case *k, struct comm_tcp *t, const char *const *addrs,
+                     int fd)
+{
+    struct err e = {0};
+    size_t n = 0;
+    float *p = NULL;
+    struct comm *c = comm_tcp_connect(t, addrs, &e);
+    if (c)
+        p = eq_train(k, c, &n, &e);
+    /* leave together, as the worker does (main.c): an early exit could reset a
+     * connection a peer still reads its last bytes from */
+    if (p && comm_barrier(c, &e) < 0) {
+        free(p);
+        p = NULL;
+    }
+    uint64_t len = p ? n : 0;
+    eq_write_all(fd, &len, sizeof len);
+    if (p)
+        eq_write_all(fd, p, n * sizeof *p);
+    else
+        eq_write_all(fd, e.msg, sizeof e.msg);
+    _exit(p ? 0 : 1);
+}
+
+/* Runs k on its world of forked ranks; out[r] gets each rank's parameters (owned). */
+static int eq_run(const struct eq_case *k, float **out, size_t *n, char *why, size_t whylen)
+{
+    struct comm_tcp *t[MAX_W];
+    char addrs[MAX_W][64];
+    const char *ap[MAX_W];
+    int fds[MAX_W][2];
+    pid_t pid[MAX_W];
+    struct err e = {0};
+    for (int r = 0; r < k->world; r++) {
+        struct comm_tcp_config cfg = {.rank = r, .world_size = k->world,
+                                      .listen_host = "127.0.0.1", .timeout_ms = 20000,
+                                      .algorithm = "auto", .secret = "eq"};
+        t[r] = comm_tcp_listen(&cfg, &e);
+        if (!t[r]) {
+            snprintf(why, whylen, "listen: %s", e.msg);
+            return -1;
+        }
+        snprintf(addrs[r], sizeof addrs[r], "%s", comm_tcp_address(t[r]));
+        ap[r] = addrs[r];
+    }
+    for (int r = 0; r < k->world; r++) {
+        if (pipe(fds[r]) < 0)
+            return -1;
+        pid[r] = fork();
+        if (pid[r] == 0) {
+            close(fds[r][0]);
+            eq_child(k, t[r], ap, fds[r][1]);
+        }
+        close(fds[r][1]);
+    }
+    int rc = 0;
+    for (int r = 0; r < k->world; r++) {
+        uint64_t len = 0;
+        out[r] = NULL;
+        if (eq_read_all(fds[r][0], &len, sizeof len) < 0) {
+            snprintf(why, whylen, "rank %d sent nothing", r);
+            rc = -1;
+        } else if (len == 0) {
+            char msg[sizeof e.msg] = "";
+            eq_read_all(fds[r][0], msg, sizeof msg);
+            msg[sizeof msg - 1] = '\0';
+            snprintf(why, whylen, "rank %d: %s", r, msg);
+            rc = -1;
+        } else {
+            *n = len;
+            out[r] = malloc(len * sizeof(float));
+            if (!out[r] || eq_read_all(fds[r][0], out[r], len * sizeof(float)) < 0)
+                rc = -1;
+        }
+        close(fds[r][0]);
+    }
+    for (int r = 0; r < k->world; r++) {
+        int st;
+        waitpid(pid[r], &st, 0);
+        comm_tcp_discard(t[r]);
+    }
+    return rc;
+}
+
+static void eq_free(float **p, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(p[i]);
+}
+
+/* The single-rank reference of k: batch world * batch * accumulate, plain ddp. */
+static float *eq_reference(const struct eq_case *k, size_t *n, char *why, size_t whylen)
+{
+    struct eq_case ref = {.strategy = DDP_NAIVE, .world = 1,
+                          .batch = k->batch * k->world * k->accumulate, .accumulate = 1,
+                          .bucket_bytes = k->bucket_bytes};
+    float *p[1] = {NULL};
+    if (eq_run(&ref, p, n, why, whylen) < 0) {
+        free(p[0]);
+        return NULL;
+    }
+    return p[0];
+}
+
+/* Compares every rank with the reference and with rank 0; returns the largest
+ * difference from the reference in *maxdiff. */
+static int eq_compare(const struct eq_case *k, float **p, const float *ref, size_t n,
+                      double atol, double rtol, double *maxdiff, char *why, size_t whylen)
+{
+    *maxdiff = 0;
+    for (int r = 0; r < k->world; r++) {
+        if (r > 0 && memcmp(p[r], p[0], n * sizeof(float)) != 0) {
+            snprintf(why, whylen, "rank %d's parameters differ from rank 0's", r);
+            return -1;
+        }
+        for (size_t i = 0; i < n; i++) {
+            double d = fabs((double)p[r][i] - ref[i]);
+            if (d > *maxdiff)
+                *maxdiff = d;
+            if (!(d <= atol + rtol * fabs(ref[i]))) {
+                snprintf(why, whylen, "rank %d parameter %zu: %.9g against %.9g", r, i,
+                         p[r][i], ref[i]);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void eq_check(struct eq_case k, double atol)
+{
+    char why[600] = "";
+    size_t n = 0, nref = 0;
+    float *p[MAX_W] = {0};
+    float *ref = eq_reference(&k, &nref, why, sizeof why);
+    T_CHECK_MSG(ref, "reference: %s", why);
+    int rc = eq_run(&k, p, &n, why, sizeof why);
+    double maxdiff = 0;
+    if (rc == 0 && n != nref) {
+        snprintf(why, sizeof why, "%zu parameters against %zu", n, nref);
+        rc = -1;
+    }
+    if (rc == 0)
+        rc = eq_compare(&k, p, ref, n, atol, 1e-4, &maxdiff, why, sizeof why);
+    fprintf(stderr, "    %s%s world %d batch %d accumulate %d: max |diff| %.3g\n",
+            ddp_strategy_name(k.strategy),
+            k.compression == DDP_COMPRESS_FP16   ? "+fp16"
+            : k.compression == DDP_COMPRESS_BF16 ? "+bf16"
+                                                 : "",
+            k.world, k.batch, k.accumulate, maxdiff);
+    eq_free(p, MAX_W);
+    free(ref);
+    T_CHECK_MSG(rc == 0, "%s%s world %d: %s", ddp_strategy_name(k.strategy),
+                k.compression ? " compressed" : "", k.world, why);
+}
+
+#define SMALL_BUCKETS ((size_t)40000) /* lenet5 (61,706 floats) in ~7 buckets */
+
+static void test_ddp_strategies_match_one_rank(void)
+{
+    for (int s = DDP_NAIVE; s <= DDP_ZERO2; s++)
+        for (int w = 2; w <= 3; w++)
+            eq_check((struct eq_case){.strategy = (enum ddp_strategy)s, .world = w, .batch = 4,
+                                      .accumulate = 1, .bucket_bytes = SMALL_BUCKETS},
+                     2e-5);
+}
+
+static void test_ddp_four_ranks_and_large_buckets(void)
+{
+    /* one bucket holding everything (the 25 MiB default), and ddp's 1 MiB first bucket */
+    eq_check((struct eq_case){.strategy = DDP_DDP, .world = 4, .batch = 2, .accumulate = 1,
+                              .bucket_bytes = 25u << 20}, 2e-5);
+    eq_check((struct eq_case){.strategy = DDP_ZERO2, .world = 4, .batch = 2, .accumulate = 1,
+                              .bucket_bytes = SMALL_BUCKETS}, 2e-5);
+}
+
+static void test_ddp_accumulation(void)
+{
+    eq_check((struct eq_case){.strategy = DDP_DDP, .world = 2, .batch = 2, .accumulate = 3,
+                              .bucket_bytes = SMALL_BUCKETS}, 2e-5);
+    eq_check((struct eq_case){.strategy = DDP_ZERO1, .world = 3, .batch = 2, .accumulate = 2,
+                              .bucket_bytes = SMALL_BUCKETS}, 2e-5);
+    eq_check((struct eq_case){.strategy = DDP_HOROVOD, .world = 2, .batch = 2, .accumulate = 2,
+                              .bucket_bytes = SMALL_BUCKETS}, 2e-5);
+}
+
+static void test_ddp_compression(void)
+{
+    eq_check((struct eq_case){.strategy = DDP_DDP, .compression = DDP_COMPRESS_FP16,
+                              .world = 3, .batch = 4, .accumulate = 1,
+                              .bucket_bytes = SMALL_BUCKETS}, 5e-4);
+    eq_check((struct eq_case){.strategy = DDP_ZERO2, .compression = DDP_COMPRESS_BF16,
+                              .world = 3, .batch = 4, .accumulate = 1,
+                              .bucket_bytes = SMALL_BUCKETS}, 3e-3);
+    eq_check((struct eq_case){.strategy = DDP_HOROVOD, .compression = DDP_COMPRESS_BF16,
+                              .world = 2, .batch = 4, .accumulate = 1,
+                              .bucket_bytes = SMALL_BUCKETS}, 3e-3);
+}
+
+/* Bucket layout: PyTorch's rule on real models; sizes cover the arena exactly. */
+/* Device mode (the GPU path's ddp, ddp_set_device) with CPU hooks over the same memory
+ * steps exactly as the host path: same exchanges, averaging, accumulation scale and
+ * update, bit for bit. */
+static void test_ddp_device_mode_matches_host(void)
+{
+    struct eq_case cases[] = {
+        {.strategy = DDP_NAIVE, .world = 2, .batch = 4, .accumulate = 1,
+         .bucket_bytes = SMALL_BUCKETS},
+        {.strategy = DDP_DDP, .world = 2, .batch = 2, .accumulate = 2,
+         .bucket_bytes = SMALL_BUCKETS},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char why[600] = "";
+        size_t n_host = 0, n_dev = 0;
+        float *host[MAX_W] = {0}, *dev[MAX_W] = {0};
+        struct eq_case k = cases[i];
+        int rc = eq_run(&k, host, &n_host, why, sizeof why);
+        k.device = true;
+        if (rc == 0)
+            rc = eq_run(&k, dev, &n_dev, why, sizeof why);
+        T_CHECK_MSG(rc == 0, "%s: %s", ddp_strategy_name(k.strategy), why);
+        if (rc == 0) {
+            T_EQ_INT((long)n_dev, (long)n_host);
+            for (int r = 0; r < k.world; r++)
+                T_CHECK_MSG(memcmp(dev[r], host[r], n_host * sizeof(float)) == 0,
+                            "%s rank %d: device mode differs from the host path",
+                            ddp_strategy_name(k.strategy), r);
+        }
+        eq_free(host, MAX_W);
+        eq_free(dev, MAX_W);
+    }
+}
+
+/* What device mode refuses, naming the field: strategies and compression whose staging
+ * is host memory, and missing arenas or hooks. */
+static void test_ddp_device_mode_refusals(void)
+{
+    struct err e = {0};
+    struct nn_model m;
+    nn_model_init(&m);
+    T_OK(nn_models_build(&m, "lenet5", 1, 28, 28, 10, NULL, &e));
+    T_OK(nn_model_init_params(&m, 1, &e));
+    struct comm c = {.rank = 0, .world_size = 1};
+    struct eq_dev dv = {.p = m.params.data, .g = m.grads.data};
+    struct ddp_device dev = {.params = m.params.data, .grads = m.grads.data,
+                             .buffers = m.buffers.data, .ctx = &dv, .scale = eq_dev_scale,
+                             .update = eq_dev_update};
+    enum ddp_strategy refused[] = {DDP_HOROVOD, DDP_ZERO1, DDP_ZERO2};
+    for (size_t i = 0; i < 3; i++) {
+        struct ddp d;
+        struct ddp_config cfg = {.strategy = refused[i], .bucket_bytes = 1 << 20,
+                                 .fusion_bytes = 1 << 20};
+        T_OK(ddp_init(&d, &cfg, &c, &m, &e));
+        T_CHECK(ddp_set_device(&d, &dev, &e) < 0);
+        T_EQ_STR(e.field, "strategy");
+        T_CHECK_MSG(strstr(e.msg, ddp_strategy_name(refused[i])) != NULL, "%s", e.msg);
+        ddp_cleanup(&d);
+    }
+    struct ddp d;
+    struct ddp_config cfg = {.strategy = DDP_DDP, .compression = DDP_COMPRESS_BF16,
+                             .bucket_bytes = 1 << 20};
+    T_OK(ddp_init(&d, &cfg, &c, &m, &e));
+    T_CHECK(ddp_set_device(&d, &dev, &e) < 0);
+    T_EQ_STR(e.field, "compression");
+    T_CHECK_MSG(strstr(e.msg, "bf16") != NULL, "%s", e.msg);
+    ddp_cleanup(&d);
+    cfg.compression = DDP_COMPRESS_NONE;
+    T_OK(ddp_init(&d, &cfg, &c, &m, &e));
+    struct ddp_device no_hooks = dev;
+    no_hooks.update = NULL;
+    T_CHECK(ddp_set_device(&d, &no_hooks, &e) < 0);
+    T_CHECK(!d.on_device);
+    T_OK(ddp_set_device(&d, &dev, &e));
+    T_CHECK(d.on_device);
+    ddp_cleanup(&d);
+    nn_model_destroy(&m);
+}
+
+static void test_ddp_bucket_sizes(void)
+{
+    struct err e;
+    struct nn_model m;
+    nn_model_init(&m);
+    T_OK(nn_models_build(&m, "resnet50", 3, 224, 224, 1000, NULL, &e));
+    int64_t sizes[256];
+    struct ddp_config dc = {.strategy = DDP_DDP, .bucket_bytes = 25u << 20};
+    int n = ddp_bucket_sizes(&m, &dc, sizes, 256);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += sizes[i];
+    size_t params = 0;
+    int count;
+    const struct nn_param *pi = nn_model_param_info(&m, &count);
+    for (int i = 0; i < count; i++)
+        params += pi[i].len;
+    T_EQ_INT(total, (int64_t)params * 4);
+    T_CHECK(n >= 4);
+    /* the first bucket closes once it holds 1 MiB: the fc layer alone (2049000 floats) */
+    T_EQ_INT(sizes[0], (2048 * 1000 + 1000) * 4);
+    for (int i = 1; i < n - 1; i++) /* middle buckets reached 25 MiB, by less than a tensor */
+        T_CHECK_MSG(sizes[i] >= (25 << 20) && sizes[i] < (25 << 20) + (10 << 20),
+                    "bucket %d: %lld bytes", i, (long long)sizes[i]);
+    dc.strategy = DDP_NAIVE;
+    T_EQ_INT(ddp_bucket_sizes(&m, &dc, sizes, 256), count); /* one per tensor */
+    nn_model_destroy(&m);
+}
+
+static void test_ddp_names(void)
+{
+    T_EQ_INT(ddp_strategy_parse("zero2"), DDP_ZERO2);
+    T_EQ_INT(ddp_strategy_parse("fsdp"), -1);
+    T_EQ_STR(ddp_strategy_name(DDP_HOROVOD), "horovod");
+    T_EQ_INT(ddp_compression_parse("bf16"), DDP_COMPRESS_BF16);
+    T_EQ_INT(ddp_compression_parse("int8"), -1);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    if (eq_write_dataset() < 0) {
+        fprintf(stderr, "cannot write the test dataset under /tmp\n");
+        return 1;
+    }
+    TEST_RUN(test_ddp_names);
+    TEST_RUN(test_ddp_bucket_sizes);
+    TEST_RUN(test_ddp_strategies_match_one_rank);
+    TEST_RUN(test_ddp_four_ranks_and_large_buckets);
+    TEST_RUN(test_ddp_accumulation);
+    TEST_RUN(test_ddp_compression);
+    TEST_RUN(test_ddp_device_mode_matches_host);
+    TEST_RUN(test_ddp_device_mode_refusals);
+    unlink(eq_images);
+    unlink(eq_labels);
+    return test_end();
+}

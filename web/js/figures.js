@@ -1,0 +1,170 @@
+// figures: the charts researchers draw by hand, built from the API's shapes: results
+// tables (GET /v1/experiments/{id}/results), runs' epochs (GET /v1/runs/{id}) and
+// per-rank steps (GET /v1/runs/{id}/steps).
+//
+// Decision: every function takes a list of labelled sources, so the experiment page
+// (one source) and the compare page (several, overlaid) draw the same charts the same
+// way. A series is one combination of the identifying columns that vary; the label
+// names only what varies, so a legend stays short.
+import { el, fmtNum, fmtBytes } from './util.js';
+import { lineChart, stackedBars } from './charts.js';
+
+const COLLECTIVE_ID = ['op', 'dtype', 'redop', 'inplace'];
+export const PHASES = [
+  ['data_ms', 'data'], ['forward_ms', 'forward'], ['backward_ms', 'backward'],
+  ['comm_exposed_ms', 'exposed comm'], ['optimizer_ms', 'optimizer'],
+];
+
+// Columns that name a series (apart from the x column), and how rows are labelled.
+function idColumns(table, extra) {
+  return [...new Set([...(table.group_by || []), ...extra])];
+}
+
+function keyOf(row, cols) {
+  return cols.filter((c) => row[c] !== undefined).map((c) => `${c}=${row[c]}`).join(', ');
+}
+
+// Groups rows of every source by (source, identifying columns without x); labels name
+// the source only when there are several, and only the columns whose values vary.
+function groupSeries(sources, xcol, extra) {
+  const out = [];
+  const cols = new Set();
+  for (const src of sources) idColumns(src.table, extra).forEach((c) => c !== xcol && cols.add(c));
+  const varying = [...cols].filter((c) => {
+    const vals = new Set(sources.flatMap((s) => s.table.rows.map((r) => JSON.stringify(r[c]))));
+    return vals.size > 1;
+  });
+  for (const src of sources) {
+    const groups = new Map();
+    for (const row of src.table.rows) {
+      const k = keyOf(row, varying);
+      if (!groups.has(k)) groups.set(k, []);
+      groups.get(k).push(row);
+    }
+    for (const [k, rows] of groups) {
+      const name = [sources.length > 1 ? src.label : null, k || null].filter(Boolean).join(' · ') || src.label;
+      out.push({ name, rows });
+    }
+  }
+  return out;
+}
+
+const ci = (row, name) => {
+  const m = row[name + '_mean'], h = row[name + '_ci95'];
+  return isFinite(h) && h !== null ? { lo: m - h, hi: m + h } : {};
+};
+
+export function collectiveCharts(sources) {
+  const groups = groupSeries(sources, 'bytes', ['world_size', ...COLLECTIVE_ID]);
+  const bus = groups.map((g) => ({ name: g.name, points: g.rows.map((r) => ({ x: r.bytes, y: r.busbw_gbs_mean, ...ci(r, 'busbw_gbs') })) }));
+  const time = groups.map((g) => ({ name: g.name, points: g.rows.map((r) => ({ x: r.bytes, y: r.time_us_mean, ...ci(r, 'time_us') })) }));
+  return [
+    lineChart({ title: 'Bus bandwidth against message size', desc: 'Mean over repeats, bars: 95% confidence interval. busbw follows nccl-tests.', x: { label: 'message size', log: 2, format: fmtBytes }, y: { label: 'busbw (GB/s)' }, series: bus }),
+    lineChart({ title: 'Time per operation against message size', desc: 'Each iteration timed on the slowest rank; median per repeat, mean over repeats.', x: { label: 'message size', log: 2, format: fmtBytes }, y: { label: 'time (µs)', log: 10 }, series: time }),
+  ];
+}
+
+export function trainingCharts(sources) {
+  const groups = groupSeries(sources, 'world_size', ['world_size']);
+  const thr = [], eff = [];
+  groups.forEach((g) => {
+    const pts = g.rows.filter((r) => r.world_size > 0).map((r) => ({ x: r.world_size, y: r.throughput_mean, ...ci(r, 'throughput') }));
+    thr.push({ name: g.name, points: pts });
+    const base = pts.filter((p) => isFinite(p.y)).sort((a, b) => a.x - b.x)[0];
+    if (base && pts.length > 1) thr.push({ name: `ideal (linear from ${base.x})` + (groups.length > 1 ? ` · ${g.name}` : ''), ref: true, points: pts.map((p) => ({ x: p.x, y: base.y * p.x / base.x })) });
+    eff.push({ name: g.name, points: g.rows.filter((r) => r.world_size > 0).map((r) => ({ x: r.world_size, y: r.efficiency })) });
+  });
+  const ws = [...new Set(groups.flatMap((g) => g.rows.map((r) => r.world_size)).filter((w) => w > 0))];
+  if (ws.length) eff.push({ name: 'ideal (1.0)', ref: true, points: [Math.min(...ws), Math.max(...ws)].map((x) => ({ x, y: 1 })) });
+  const rows = sources.flatMap((s) => s.table.rows.map((r) => ({ r, label: [sources.length > 1 ? s.label : null, keyOf(r, idColumns(s.table, ['world_size']))].filter(Boolean).join(' · ') })));
+  return [
+    lineChart({ title: 'Throughput against world size', desc: 'Global samples per second (mean over repeats ± 95% CI); dashed: linear scaling from the smallest world size.', x: { label: 'world size (ranks)', zero: false, integer: true }, y: { label: 'throughput (samples/s)' }, series: thr }),
+    lineChart({ title: 'Scaling efficiency against world size', desc: 'speed-up(N) / N against the world_size 1 group with the same other settings; dashed: ideal.', x: { label: 'world size (ranks)', zero: false, integer: true }, y: { label: 'efficiency', max: 1 }, series: eff, empty: 'No efficiency yet: it needs a world_size 1 group to compare with.' }),
+    stackedBars({ title: 'Step time breakdown', desc: 'Mean per step on the slowest rank; exposed comm is communication not hidden behind backward.', unit: 'ms per step',
+      categories: rows.map((x) => x.label || 'all runs'),
+      segments: PHASES.map(([k, name]) => ({ name, values: rows.map((x) => x.r[k]) })) }),
+  ];
+}
+
+// runs: [{label, epochs: [{repeat, epoch, train_loss, train_acc, test_loss, test_acc}]}]
+// One series per run (mean over repeats at each epoch).
+export function epochCharts(runs) {
+  const mean = (eps, key) => {
+    const by = new Map();
+    for (const e of eps) if (e[key] !== null && e[key] !== undefined) {
+      if (!by.has(e.epoch)) by.set(e.epoch, []);
+      by.get(e.epoch).push(e[key]);
+    }
+    return [...by].map(([x, v]) => ({ x, y: v.reduce((a, b) => a + b, 0) / v.length }));
+  };
+  const loss = [], acc = [];
+  for (const r of runs) {
+    loss.push({ name: r.label + ' train', points: mean(r.epochs, 'train_loss') });
+    const test = mean(r.epochs, 'test_loss');
+    if (test.length) loss.push({ name: r.label + ' test', points: test, dash: '6 3' });
+    acc.push({ name: r.label + ' train', points: mean(r.epochs, 'train_acc') });
+    const ta = mean(r.epochs, 'test_acc');
+    if (ta.length) acc.push({ name: r.label + ' test', points: ta, dash: '6 3' });
+  }
+  return [
+    lineChart({ title: 'Loss per epoch', x: { label: 'epoch', zero: false, integer: true }, y: { label: 'loss' }, series: loss, empty: 'No epochs reported yet.' }),
+    lineChart({ title: 'Accuracy per epoch', x: { label: 'epoch', zero: false, integer: true }, y: { label: 'accuracy', max: 1 }, series: acc, empty: 'No epochs reported yet.' }),
+  ];
+}
+
+function quantile(sorted, q) {
+  if (!sorted.length) return null;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))];
+}
+
+// steps: the compact table of GET /v1/runs/{id}/steps. Returns {chart, columns, rows}:
+// each rank's step times over the run, and per rank the median, p95, max and how often
+// it was the slowest rank of a step (a straggler is slowest far more than 1/N of steps).
+export function stragglers(steps) {
+  const ci = Object.fromEntries(steps.columns.map((c, i) => [c, i]));
+  const byRank = new Map(), slowest = new Map(), perStep = new Map();
+  let idx = 0;
+  const order = new Map();
+  for (const row of steps.rows) {
+    const rank = row[ci.rank], key = row[ci.repeat] + ':' + row[ci.step];
+    if (!order.has(key)) order.set(key, idx++);
+    if (!byRank.has(rank)) byRank.set(rank, []);
+    byRank.get(rank).push({ x: order.get(key), y: row[ci.step_ms] });
+    const cur = perStep.get(key);
+    if (!cur || row[ci.step_ms] > cur.ms) perStep.set(key, { rank, ms: row[ci.step_ms] });
+  }
+  for (const { rank } of perStep.values()) slowest.set(rank, (slowest.get(rank) || 0) + 1);
+  const ranks = [...byRank.keys()].sort((a, b) => a - b);
+  const rows = ranks.map((rank) => {
+    const v = byRank.get(rank).map((p) => p.y).sort((a, b) => a - b);
+    return { rank, steps: v.length, median_ms: quantile(v, 0.5), p95_ms: quantile(v, 0.95), max_ms: v[v.length - 1],
+      slowest_share: perStep.size ? (slowest.get(rank) || 0) / perStep.size : null };
+  });
+  const chart = lineChart({ title: 'Step time per rank', desc: 'Each rank\'s own step time (timed steps, all repeats in order); a straggler sits above the others.',
+    x: { label: 'step', zero: false, integer: true }, y: { label: 'step time (ms)' },
+    series: ranks.map((r) => ({ name: 'rank ' + r, points: byRank.get(r) })), empty: 'No steps stored for this run.' });
+  return { chart, columns: ['rank', 'steps', 'median_ms', 'p95_ms', 'max_ms', 'slowest_share'], rows };
+}
+
+// The columns of a results table worth showing by default (the rest behind a toggle).
+export function mainColumns(table) {
+  const keep = table.workload === 'collective'
+    ? ['bytes', 'algorithm', 'busbw_gbs_mean', 'busbw_gbs_ci95', 'algbw_gbs_mean', 'time_us_mean', 'time_us_median', 'time_us_p95', 'busbw_gbs_n', 'wrong']
+    : ['world_size', 'runs', 'throughput_mean', 'throughput_ci95', 'speedup', 'efficiency', 'step_ms_median', 'step_ms_p95',
+      ...PHASES.map((p) => p[0]), 'overlap', 'straggler_ms', 'test_acc_mean', 'train_loss_mean'];
+  const lead = table.group_by || [];
+  return [...new Set([...lead, ...keep])].filter((c) => table.columns.includes(c));
+}
+
+export const COLUMN_FORMAT = { bytes: (v) => fmtBytes(v) };
+
+export function describeRun(run) {
+  const p = run.params && Object.keys(run.params).length ? Object.entries(run.params).map(([k, v]) => `${k}=${v}`).join(', ') : `world_size=${run.world_size}`;
+  return `run ${run.id} (${p})`;
+}
+
+export function noResults(text) {
+  return el('p', { class: 'muted' }, text);
+}
+
+export { fmtNum };

@@ -1,0 +1,187 @@
+// pages/experiment: one experiment, live: its runs with progress (Server-Sent Events
+// from /v1/experiments/{id}/events), its results table, and the charts that fit its
+// workload (collective: busbw and time against message size; training: throughput and
+// efficiency against world size, step-time breakdown, loss and accuracy per epoch, the
+// per-rank spread of one run's steps).
+//
+// Decision: events update the runs table in place (cheap, every event); results and
+// charts are refetched from the API, at most once a second while results stream in and
+// once more when a run ends, so what is drawn is always what the API stores.
+import { api, el, fmtAge, fmtDuration, fmtNum, statusBadge, dataTable, downloadButtons, errorBox, mapLimit, announce, TERMINAL } from '../util.js';
+import { collectiveCharts, trainingCharts, epochCharts, stragglers, mainColumns, COLUMN_FORMAT, describeRun } from '../figures.js';
+
+export async function renderExperiment(main, id, query) {
+  let exp = await api(`/v1/experiments/${id}`);
+  let table = null, allCols = query.get('all') === '1', groupBy = query.get('group_by') || '';
+  let refreshing = false, again = false, timer = null, lastRefresh = 0, stepsRun = null;
+  const selected = new Set();
+
+  const title = el('h1', {});
+  const summary = el('div', { class: 'summary', id: 'summary' });
+  const failures = el('div', { id: 'failures' });
+  const runsBox = el('div', { id: 'runs' });
+  const resultsBox = el('div', { id: 'results' });
+  const chartsBox = el('div', { class: 'charts', id: 'charts' });
+  const epochsBox = el('div', { class: 'charts', id: 'epoch-charts' });
+  const stragglerBox = el('div', { id: 'stragglers' });
+  const groupIn = el('input', { id: 'group-by', type: 'text', value: groupBy, placeholder: 'swept fields', size: 24 });
+  const allBox = el('input', { id: 'all-cols', type: 'checkbox', checked: allCols });
+  const compareBtn = el('button', { type: 'button', disabled: true, onclick: () => { location.hash = `#/compare?r=${[...selected].join(',')}`; } }, 'Compare selected runs');
+  const training = exp.workload !== 'collective';
+
+  const resultsName = () => `experiment-${id}-results` + (groupBy ? '-by-' + groupBy.replace(/,/g, '-') : '');
+  const resultsQuery = () => (groupBy ? `?group_by=${encodeURIComponent(groupBy)}` : '');
+
+  main.append(title, summary, failures,
+    el('details', {}, el('summary', {}, 'Spec (normalized, defaults filled in)'), el('pre', { class: 'spec' }, JSON.stringify(exp.spec, null, 2))),
+    el('h2', {}, 'Runs'), runsBox, el('div', { class: 'toolbar' }, compareBtn),
+    el('h2', {}, 'Results'),
+    el('form', { class: 'toolbar', onsubmit: (ev) => { ev.preventDefault(); groupBy = groupIn.value.replace(/\s+/g, ''); refresh(); } },
+      el('div', { class: 'field' }, el('label', { for: 'group-by' }, 'Group by (spec fields, comma-separated)'), groupIn),
+      el('button', { type: 'submit' }, 'Regroup'),
+      el('label', {}, allBox, ' all columns'),
+      downloadButtons(() => ({ name: resultsName(), columns: table ? table.columns : [], rows: table ? table.rows : [], json: table }),
+        () => `/v1/experiments/${id}/results${resultsQuery() ? resultsQuery() + '&' : '?'}format=csv`)),
+    resultsBox,
+    el('h2', {}, 'Charts'), chartsBox,
+    ...(training ? [el('h2', {}, 'Loss and accuracy'), epochsBox, el('h2', {}, 'Per-rank spread (stragglers)'), stragglerBox] : []));
+  allBox.addEventListener('change', () => { allCols = allBox.checked; drawTable(); });
+
+  function drawHeader() {
+    title.replaceChildren(`Experiment ${exp.id}: ${exp.name} `, statusBadge(exp.status));
+    summary.replaceChildren(el('dl', { class: 'kv' },
+      el('dt', {}, 'Status'), el('dd', { id: 'exp-status', 'data-status': exp.status }, exp.status),
+      el('dt', {}, 'Progress'), el('dd', {}, el('progress', { max: exp.n_runs, value: exp.runs_finished, 'aria-label': 'runs finished' }), el('span', { class: 'progress-text', id: 'exp-progress' }, `${exp.runs_finished} / ${exp.n_runs} runs finished`)),
+      el('dt', {}, 'Workload'), el('dd', {}, exp.workload + (exp.spec.model ? ` · ${exp.spec.model}` : '') + (exp.spec.op ? ` · ${exp.spec.op}` : '')),
+      el('dt', {}, 'Created'), el('dd', { title: exp.created_at }, fmtAge(exp.created_at) + (exp.duration_s !== null ? ` · took ${fmtDuration(exp.duration_s)}` : ''))),
+      el('div', { class: 'toolbar' },
+        TERMINAL.includes(exp.status) ? null : el('button', { type: 'button', class: 'danger', onclick: cancel }, 'Cancel experiment'),
+        el('a', { class: 'button', href: `#/compare?e=${exp.id}` }, 'Compare with other experiments')));
+    const failed = exp.runs.filter((r) => r.error);
+    failures.replaceChildren(...failed.map((r) => el('div', { class: 'error', role: 'alert' },
+      el('strong', {}, `${describeRun(r)} ${r.status}: `), r.error + (r.error_rank !== null && r.error_rank !== undefined ? ` (rank ${r.error_rank})` : ''))));
+  }
+
+  async function cancel() {
+    try { exp = await api(`/v1/experiments/${id}/cancel`, { method: 'POST' }); drawHeader(); drawRuns(); }
+    catch (e) { failures.prepend(errorBox('Cancel failed', e)); }
+  }
+
+  function runRow(r) {
+    const box = el('input', { type: 'checkbox', 'aria-label': `select run ${r.id} to compare`, checked: selected.has(r.id),
+      onchange: (ev) => { ev.target.checked ? selected.add(r.id) : selected.delete(r.id); compareBtn.disabled = selected.size === 0; } });
+    return el('tr', { 'data-run': r.id, 'data-status': r.status },
+      el('td', {}, box),
+      el('td', { class: 'num' }, r.id),
+      el('td', {}, r.params && Object.keys(r.params).length ? Object.entries(r.params).map(([k, v]) => `${k}=${v}`).join(', ') : '—'),
+      el('td', { class: 'num' }, r.world_size),
+      el('td', {}, statusBadge(r.status)),
+      el('td', {}, el('progress', { max: 1, value: r.progress || 0, 'aria-label': `progress of run ${r.id}` }),
+        el('span', { class: 'progress-text' }, `${Math.round((r.progress || 0) * 100)}%` + (r.phase && !TERMINAL.includes(r.status) ? ` · ${r.phase}` : ''))),
+      el('td', { class: 'num' }, fmtDuration(r.duration_s)),
+      el('td', { class: 'wrap run-error' }, r.error ? r.error + (r.error_rank !== null && r.error_rank !== undefined ? ` (rank ${r.error_rank})` : '') : ''));
+  }
+
+  function drawRuns() {
+    runsBox.replaceChildren(el('div', { class: 'table-wrap' }, el('table', { class: 'data', id: 'runs-table' },
+      el('caption', {}, 'Runs (one per sweep point; live)'),
+      el('thead', {}, el('tr', {}, ['Compare', 'Run', 'Parameters', 'World size', 'Status', 'Progress', 'Duration', 'Error'].map((h) => el('th', { scope: 'col' }, h)))),
+      el('tbody', {}, exp.runs.map(runRow)))));
+  }
+
+  function drawTable() {
+    if (!table) return;
+    if (!table.rows.length) { resultsBox.replaceChildren(el('p', { class: 'muted', id: 'no-results' }, TERMINAL.includes(exp.status) ? 'No results were stored.' : 'No results yet: they appear as runs report.')); return; }
+    const cols = allCols ? table.columns : mainColumns(table);
+    resultsBox.replaceChildren(dataTable(cols, table.rows, { caption: `Results grouped by ${table.group_by.join(', ') || '(nothing swept)'}: mean, 95% CI half-width, median, p95 and sample count (n)`, className: 'results', format: COLUMN_FORMAT }));
+    resultsBox.querySelector('table').id = 'results-table';
+  }
+
+  async function drawTraining() {
+    const runs = await mapLimit(exp.runs.filter((r) => r.status !== 'queued'), 4, (r) => api(`/v1/runs/${r.id}`).catch(() => null));
+    epochsBox.replaceChildren(...epochCharts(runs.filter(Boolean).map((r) => ({ label: describeRun(r), epochs: r.epochs }))));
+    const candidates = exp.runs.filter((r) => r.status !== 'queued');
+    if (!candidates.length) { stragglerBox.replaceChildren(el('p', { class: 'muted' }, 'No run has started yet.')); return; }
+    if (!stepsRun || !candidates.some((r) => r.id === stepsRun)) stepsRun = [...candidates].sort((a, b) => b.world_size - a.world_size)[0].id;
+    const sel = el('select', { id: 'steps-run' }, candidates.map((r) => el('option', { value: r.id, selected: r.id === stepsRun }, describeRun(r))));
+    sel.addEventListener('change', () => { stepsRun = Number(sel.value); drawTraining(); });
+    let steps;
+    try { steps = await api(`/v1/runs/${stepsRun}/steps`); } catch (e) { stragglerBox.replaceChildren(errorBox('Cannot read the steps', e)); return; }
+    const s = stragglers(steps);
+    const flat = steps.rows.map((row) => Object.fromEntries(steps.columns.map((c, i) => [c, row[i]])));
+    stragglerBox.replaceChildren(
+      el('div', { class: 'toolbar' }, el('div', { class: 'field' }, el('label', { for: 'steps-run' }, 'Run'), sel),
+        downloadButtons(() => ({ name: `run-${stepsRun}-steps`, columns: steps.columns, rows: flat, json: steps }))),
+      el('div', { class: 'charts' }, s.chart,
+        dataTable(s.columns, s.rows, { caption: `Per-rank step time of run ${stepsRun}; slowest_share: fraction of steps where the rank was the slowest`, format: { slowest_share: (v) => v === null ? '—' : (v * 100).toFixed(0) + '%' } })));
+  }
+
+  async function refresh() {
+    if (refreshing) { again = true; return; }
+    refreshing = true;
+    lastRefresh = Date.now();
+    // the experiment status the fetched table reflects: once it is terminal, the table is
+    // final (the header can show the new status before its refresh has landed)
+    const asOf = exp.status;
+    try {
+      table = await api(`/v1/experiments/${id}/results${resultsQuery()}`);
+      drawTable();
+      resultsBox.dataset.asOf = asOf;
+      const src = [{ label: exp.name, table }];
+      chartsBox.replaceChildren(...(table.workload === 'collective' ? collectiveCharts(src) : trainingCharts(src)));
+      if (training) await drawTraining();
+    } catch (e) {
+      resultsBox.replaceChildren(errorBox('Cannot read the results', e));
+    } finally {
+      refreshing = false;
+      if (again) { again = false; refresh(); }
+    }
+  }
+
+  // At most one refresh a second while events stream in.
+  function refreshSoon(delay = 300) {
+    if (timer) return;
+    const wait = Math.max(delay, 1000 - (Date.now() - lastRefresh));
+    timer = setTimeout(() => { timer = null; refresh(); }, wait);
+  }
+
+  const es = new EventSource(`/v1/experiments/${id}/events`);
+  es.addEventListener('snapshot', (ev) => { exp = JSON.parse(ev.data); drawHeader(); drawRuns(); refreshSoon(0); });
+  es.addEventListener('run', (ev) => {
+    const d = JSON.parse(ev.data);
+    const r = exp.runs.find((x) => x.id === d.run);
+    if (!r) return;
+    Object.assign(r, { status: d.status, error: d.error || r.error || null, error_rank: d.error_rank !== undefined ? d.error_rank : r.error_rank });
+    if (TERMINAL.includes(d.status)) {
+      // duration and final progress are the API's: refetch the experiment
+      api(`/v1/experiments/${id}`).then((x) => { exp = x; drawHeader(); drawRuns(); }).catch(() => {});
+      refreshSoon(0);
+      announce(`Run ${r.id} ${d.status}`);
+    }
+    drawRuns();
+  });
+  es.addEventListener('progress', (ev) => {
+    const d = JSON.parse(ev.data);
+    const r = exp.runs.find((x) => x.id === d.run);
+    if (!r) return;
+    r.progress = d.progress; r.phase = d.phase;
+    const tr = runsBox.querySelector(`tr[data-run="${r.id}"]`);
+    if (tr) tr.replaceWith(runRow(r));
+  });
+  for (const t of ['collective', 'epoch']) es.addEventListener(t, () => refreshSoon());
+  es.addEventListener('experiment', (ev) => {
+    const d = JSON.parse(ev.data);
+    exp.status = d.status; exp.runs_finished = d.runs_finished;
+    if (TERMINAL.includes(d.status)) api(`/v1/experiments/${id}`).then((x) => { exp = x; drawHeader(); drawRuns(); refreshSoon(0); }).catch(() => {});
+    drawHeader();
+    announce(`Experiment ${d.status}`);
+  });
+  es.addEventListener('lagged', () => refreshSoon(0));
+
+  drawHeader();
+  drawRuns();
+  await refresh();
+  return () => { es.close(); clearTimeout(timer); };
+}
+
+export { fmtNum };

@@ -1,0 +1,590 @@
+/* ddp: the data-parallel strategies (ddp.h): bucket and shard layout, the backward hook
+ * that launches gradient exchanges, the waits that measure exposed communication, and the
+ * ZeRO optimizer step with its all-gather. */
+#include "ddp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "reduce.h"
+
+static const char *const ddp_strategy_names[] = {"naive", "ddp", "horovod", "zero1", "zero2",
+                                                 NULL};
+static const char *const ddp_compression_names[] = {"none", "fp16", "bf16", NULL};
+
+static int ddp_name_index(const char *const *names, const char *s)
+{
+    for (int i = 0; s && names[i]; i++)
+        if (strcmp(names[i], s) == 0)
+            return i;
+    return -1;
+}
+
+int ddp_strategy_parse(const char *s) { return ddp_name_index(ddp_strategy_names, s); }
+
+const char *ddp_strategy_name(enum ddp_strategy s)
+{
+    return (unsigned)s <= DDP_ZERO2 ? ddp_strategy_names[s] : "?";
+}
+
+int ddp_compression_parse(const char *s) { return ddp_name_index(ddp_compression_names, s); }
+
+static bool ddp_is_zero(const struct ddp *d)
+{
+    return d->cfg.strategy == DDP_ZERO1 || d->cfg.strategy == DDP_ZERO2;
+}
+
+/* The arenas the exchanges and the optimizer work on: the model's, or the device's. */
+static float *ddp_params(const struct ddp *d)
+{
+    return d->on_device ? d->dev.params : d->m->params.data;
+}
+
+static float *ddp_grads(const struct ddp *d)
+{
+    return d->on_device ? d->dev.grads : d->m->grads.data;
+}
+
+/* ---- layout ------------------------------------------------------------------------ */
+
+/* Parameter tensors in reverse registration order (the order backward finishes them)
+ * into off/len (nt entries each, caller-sized). Checks that they tile the arena. */
+static int ddp_tensors(const struct nn_model *m, size_t *off, size_t *len, int *nt,
+                       struct err *e)
+{
+    int count = 0;
+    const struct nn_param *p = nn_model_param_info(m, &count);
+    size_t expect = 0;
+    for (int i = 0; i < count; i++) {
+        if (p[i].offset != expect)
+            return err_set(e, ERR_INTERNAL, NULL,
+                           "ddp: parameter %s does not follow the previous one in the arena",
+                           p[i].name);
+        expect += p[i].len;
+        if (off) {
+            off[count - 1 - i] = p[i].offset;
+            len[count - 1 - i] = p[i].len;
+        }
+    }
+    *nt = count;
+    return 0;
+}
+
+/* Groups tensors (reverse order) into buckets the way PyTorch's
+ * compute_bucket_assignment_by_size does: a tensor joins the open bucket, which closes
+ * once it holds at least its cap (first_cap for the first). Writes bucket ranges as
+ * [start tensor, end tensor) into bounds (nt + 1 entries); returns the bucket count. */
+static int ddp_group_by_size(const size_t *len, int nt, size_t first_cap, size_t cap,
+                             int *bounds)
+{
+    int nb = 0;
+    size_t fill = 0;
+    bounds[0] = 0;
+    for (int t = 0; t < nt; t++) {
+        fill += len[t] * sizeof(float);
+        if (fill >= (nb == 0 ? first_cap : cap) || t == nt - 1) {
+            bounds[++nb] = t + 1;
+            fill = 0;
+        }
+    }
+    return nb;
+}
+
+static void ddp_bucket_caps(const struct ddp_config *cfg, size_t *first, size_t *cap)
+{
+    *cap = cfg->strategy == DDP_HOROVOD ? cfg->fusion_bytes : cfg->bucket_bytes;
+    *first = cfg->strategy == DDP_DDP ? DDP_FIRST_BUCKET_BYTES : *cap;
+}
+
+int ddp_bucket_sizes(const struct nn_model *m, const struct ddp_config *cfg, int64_t *bytes,
+                     int cap)
+{
+    int nt = 0;
+    if (ddp_tensors(m, NULL, NULL, &nt, NULL) < 0 || nt == 0)
+        return 0;
+    size_t *off = calloc((size_t)nt, sizeof *off), *len = calloc((size_t)nt, sizeof *len);
+    int *bounds = calloc((size_t)nt + 1, sizeof *bounds), n = 0;
+    if (off && len && bounds && ddp_tensors(m, off, len, &nt, NULL) == 0) {
+        size_t first, bcap;
+        ddp_bucket_caps(cfg, &first, &bcap);
+        if (cfg->strategy == DDP_NAIVE)
+            first = bcap = 1; /* every tensor alone */
+        int nb = ddp_group_by_size(len, nt, first, bcap, bounds);
+        for (int b = 0; b < nb && n < cap; b++) {
+            size_t sum = 0;
+            for (int t = bounds[b]; t < bounds[b + 1]; t++)
+                sum += len[t];
+            bytes[n++] = (int64_t)(sum * sizeof(float));
+        }
+    }
+    free(off);
+    free(len);
+    free(bounds);
+    return n;
+}
+
+/* Lays the buckets over the arena from the tensor groups; zero: each rank's chunk. */
+static void ddp_layout_buckets(struct ddp *d, const int *bounds)
+{
+    size_t state = 0, pad = 0;
+    for (int b = 0; b < d->nb; b++) {
+        struct ddp_bucket *bk = &d->b[b];
+        int last = bounds[b + 1] - 1; /* lowest offset: reverse order */
+        bk->offset = d->t_off[last];
+        bk->len = d->t_off[bounds[b]] + d->t_len[bounds[b]] - bk->offset;
+        bk->chunk = (bk->len + (size_t)d->world - 1) / (size_t)d->world;
+        size_t lo = (size_t)d->rank * bk->chunk;
+        bk->own_off = bk->offset + (lo < bk->len ? lo : bk->len);
+        bk->own_len = lo < bk->len ? (bk->len - lo < bk->chunk ? bk->len - lo : bk->chunk) : 0;
+        bk->state_off = state;
+        state += bk->own_len;
+        pad += bk->chunk * (size_t)d->world;
+    }
+    d->own_total = state;
+    d->stage_len = pad; /* zero: the padded copy of every bucket */
+}
+
+int ddp_init(struct ddp *d, const struct ddp_config *cfg, struct comm *c, struct nn_model *m,
+             struct err *e)
+{
+    memset(d, 0, sizeof *d);
+    d->cfg = *cfg;
+    d->comm = c;
+    d->m = m;
+    d->rank = c->rank;
+    d->world = c->world_size;
+    d->n = m->nparams;
+    d->sync = true;
+    if ((unsigned)cfg->strategy > DDP_ZERO2 || (unsigned)cfg->compression > DDP_COMPRESS_BF16)
+        return err_set(e, ERR_INVALID, "strategy", "ddp: unknown strategy or compression");
+    if (!m->params.data)
+        return err_set(e, ERR_INVALID, NULL, "ddp: the model has no parameters yet");
+    if (ddp_tensors(m, NULL, NULL, &d->nt, e) < 0)
+        return -1;
+    size_t nt = (size_t)d->nt;
+    d->t_off = calloc(nt + 1, sizeof *d->t_off);
+    d->t_len = calloc(nt + 1, sizeof *d->t_len);
+    d->plan = calloc(nt + 1, sizeof *d->plan);
+    d->ready_ns = calloc(nt + 1, sizeof *d->ready_ns);
+    d->b = calloc(nt + 1, sizeof *d->b);
+    if (!d->t_off || !d->t_len || !d->plan || !d->ready_ns || !d->b)
+        goto nomem;
+    ddp_tensors(m, d->t_off, d->t_len, &d->nt, e);
+
+    size_t first, cap;
+    ddp_bucket_caps(cfg, &first, &cap);
+    /* horovod starts with the size-only plan; naive exchanges tensor by tensor */
+    int *bounds = d->plan;
+    if (cfg->strategy == DDP_NAIVE)
+        first = cap = 1;
+    d->nb = ddp_group_by_size(d->t_len, d->nt, first, cap, bounds);
+    d->nplan = d->nb;
+    ddp_layout_buckets(d, bounds);
+
+    size_t wire = ddp_is_zero(d) ? d->stage_len : d->n;
+    if (cfg->compression != DDP_COMPRESS_NONE && !(d->wire = calloc(wire + 1, 2)))
+        goto nomem;
+    if (cfg->strategy == DDP_HOROVOD)
+        d->stage_len = d->n; /* the fusion buffer, at the arena's offsets */
+    else if (!ddp_is_zero(d))
+        d->stage_len = 0;
+    if (d->stage_len && !(d->stage = calloc(d->stage_len, sizeof(float))))
+        goto nomem;
+    return 0;
+nomem:
+    ddp_cleanup(d);
+    return err_set(e, ERR_NOMEM, NULL, "ddp: out of memory for %d parameter tensors", d->nt);
+}
+
+void ddp_cleanup(struct ddp *d)
+{
+    for (int b = 0; d->b && b < d->nb; b++)
+        if (d->b[b].h)
+            comm_wait(d->b[b].h, NULL);
+    free(d->b);
+    free(d->t_off);
+    free(d->t_len);
+    free(d->plan);
+    free(d->ready_ns);
+    free(d->wire);
+    free(d->stage);
+    memset(d, 0, sizeof *d);
+}
+
+int ddp_set_device(struct ddp *d, const struct ddp_device *dev, struct err *e)
+{
+    if (d->cfg.strategy != DDP_NAIVE && d->cfg.strategy != DDP_DDP)
+        return err_set(e, ERR_INVALID, "strategy",
+                       "strategy %s on device \"cuda\" is not implemented (its staging is "
+                       "host memory): use naive or ddp", ddp_strategy_name(d->cfg.strategy));
+    if (d->cfg.compression != DDP_COMPRESS_NONE)
+        return err_set(e, ERR_INVALID, "compression",
+                       "compression %s on device \"cuda\" is not implemented (it converts "
+                       "on the host): use none", ddp_compression_names[d->cfg.compression]);
+    if (!dev->params || !dev->grads || !dev->scale || !dev->update ||
+        (d->m->nbuffers > 0 && !dev->buffers))
+        return err_set(e, ERR_INVALID, NULL, "ddp: device mode needs arenas and hooks");
+    d->dev = *dev;
+    d->on_device = true;
+    return 0;
+}
+
+int ddp_optim_init(const struct ddp *d, struct nn_optim *o, const struct nn_optim_cfg *cfg,
+                   struct err *e)
+{
+    return nn_optim_init(o, cfg, ddp_is_zero(d) ? d->own_total : d->n, e);
+}
+
+/* ---- communication helpers ------------------------------------------------------- */
+
+static enum comm_dtype ddp_wire_dtype(const struct ddp *d)
+{
+    return d->cfg.compression == DDP_COMPRESS_FP16 ? COMM_FLOAT16 : COMM_BFLOAT16;
+}
+
+static void ddp_compress(const struct ddp *d, uint16_t *dst, const float *src, size_t n)
+{
+    if (d->cfg.compression == DDP_COMPRESS_FP16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = reduce_float_to_half(src[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = reduce_float_to_bf16(src[i]);
+}
+
+/* dst = decompressed src / world: the compressed exchanges sum, then average in float */
+static void ddp_decompress(const struct ddp *d, float *dst, const uint16_t *src, size_t n)
+{
+    float inv = 1.0f / (float)d->world;
+    if (d->cfg.compression == DDP_COMPRESS_FP16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = reduce_half_to_float(src[i]) * inv;
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = reduce_bf16_to_float(src[i]) * inv;
+}
+
+static void ddp_fail(struct ddp *d, const struct err *e)
+{
+    if (!d->failed) {
+        d->err = *e;
+        d->failed = true;
+    }
+}
+
+/* Queues the exchange of bucket b (allreduce; zero: reduce-scatter). */
+static void ddp_launch(struct ddp *d, int b)
+{
+    struct ddp_bucket *bk = &d->b[b];
+    float *g = ddp_grads(d);
+    struct comm_args a = {.op = COMM_OP_ALLREDUCE, .count = bk->len,
+                          .ready_event = d->ready_event};
+    struct err e = {0};
+    bk->launched = true;
+    if (d->failed)
+        return;
+    bool zero = ddp_is_zero(d), pad = zero && bk->len % (size_t)d->world != 0;
+    size_t at = bk->offset; /* where the bucket sits in the buffer exchanged */
+    if (zero) {
+        size_t padded = bk->chunk * (size_t)d->world;
+        at = 0;
+        for (int i = 0; i < b; i++)
+            at += d->b[i].chunk * (size_t)d->world;
+        a.op = COMM_OP_REDUCE_SCATTER;
+        a.count = bk->chunk;
+        if (d->wire) {
+            ddp_compress(d, d->wire + at, g + bk->offset, bk->len);
+            memset(d->wire + at + bk->len, 0, (padded - bk->len) * 2);
+        } else if (pad) {
+            memcpy(d->stage + at, g + bk->offset, bk->len * sizeof(float));
+            memset(d->stage + at + bk->len, 0, (padded - bk->len) * sizeof(float));
+        } else {
+            at = bk->offset;
+        }
+    }
+    if (d->wire) {
+        if (!zero)
+            ddp_compress(d, d->wire + at, g + at, bk->len);
+        a.send = d->wire + at;
+        a.dtype = ddp_wire_dtype(d);
+        a.redop = COMM_SUM;
+    } else {
+        float *buf = (zero && pad) ? d->stage + at : g + at;
+        if (d->cfg.strategy == DDP_HOROVOD) { /* into the fusion buffer */
+            memcpy(d->stage + at, g + at, bk->len * sizeof(float));
+            buf = d->stage + at;
+        }
+        a.send = buf;
+        a.dtype = COMM_FLOAT32;
+        a.redop = COMM_AVG;
+    }
+    /* in place, as comm.h defines it for each op */
+    a.recv = zero ? (uint8_t *)a.send + (size_t)d->rank * bk->chunk * comm_dtype_size(a.dtype)
+                  : (void *)a.send;
+    bk->h = comm_start(d->comm, &a, &e);
+    if (!bk->h)
+        ddp_fail(d, &e);
+    d->st.ops++;
+}
+
+/* Where bucket b's exchanged data lies after its operation (zero: padded offset). */
+static size_t ddp_exchange_at(const struct ddp *d, int b)
+{
+    if (!ddp_is_zero(d))
+        return d->b[b].offset;
+    size_t at = 0;
+    for (int i = 0; i < b; i++)
+        at += d->b[i].chunk * (size_t)d->world;
+    return at;
+}
+
+/* Waits for bucket b and moves its result into the gradient arena. */
+static void ddp_complete(struct ddp *d, int b)
+{
+    struct ddp_bucket *bk = &d->b[b];
+    float *g = ddp_grads(d);
+    if (!bk->h)
+        return;
+    int64_t run = 0, t0 = clock_mono_ns();
+    struct err e = {0};
+    int rc = comm_wait_timed(bk->h, &run, &e);
+    d->st.exposed_ns += clock_mono_ns() - t0;
+    d->st.comm_ns += run;
+    bk->h = NULL;
+    if (rc < 0) {
+        ddp_fail(d, &e);
+        return;
+    }
+    size_t at = ddp_exchange_at(d, b);
+    if (ddp_is_zero(d)) {
+        size_t mine = at + (size_t)d->rank * bk->chunk;
+        if (d->wire)
+            ddp_decompress(d, g + bk->own_off, d->wire + mine, bk->own_len);
+        else if (bk->len % (size_t)d->world != 0)
+            memcpy(g + bk->own_off, d->stage + mine, bk->own_len * sizeof(float));
+        return;
+    }
+    if (d->wire)
+        ddp_decompress(d, g + at, d->wire + at, bk->len);
+    else if (d->cfg.strategy == DDP_HOROVOD)
+        memcpy(g + at, d->stage + at, bk->len * sizeof(float));
+}
+
+/* ---- the step ---------------------------------------------------------------------- */
+
+void ddp_begin_step(struct ddp *d, bool sync)
+{
+    if (d->sync) { /* the previous micro-batch ended a step: a new step's figures */
+        memset(&d->st, 0, sizeof d->st);
+        d->bytes_at_start = d->comm->bytes_sent;
+    }
+    d->sync = sync;
+    d->fused_from = 0;
+    d->step_start_ns = clock_mono_ns();
+    d->cycle_start_ns = d->step_start_ns;
+    for (int b = 0; b < d->nb; b++) {
+        d->b[b].pending = d->b[b].len;
+        d->b[b].launched = false;
+    }
+}
+
+/* Launches, in bucket order, every bucket whose gradients are all final. */
+static void ddp_launch_ready(struct ddp *d)
+{
+    while (d->fused_from < d->nb && d->b[d->fused_from].pending == 0)
+        ddp_launch(d, d->fused_from++);
+}
+
+void ddp_grad_hook(void *ctx, const struct nn_grad_ready *r)
+{
+    struct ddp *d = ctx;
+    if (!d->sync || d->cfg.strategy == DDP_NAIVE || d->cfg.strategy == DDP_ZERO1)
+        return; /* these exchange after backward */
+    size_t lo = r->offset, hi = r->offset + r->len;
+    for (int b = 0; b < d->nb; b++) {
+        struct ddp_bucket *bk = &d->b[b];
+        size_t blo = bk->offset, bhi = bk->offset + bk->len;
+        size_t a = lo > blo ? lo : blo, z = hi < bhi ? hi : bhi;
+        if (a < z)
+            bk->pending -= z - a;
+    }
+    if (d->cfg.strategy == DDP_HOROVOD && !d->plan_fixed && d->rank == 0) {
+        int64_t now = clock_mono_ns() - d->step_start_ns;
+        for (int t = 0; t < d->nt; t++)
+            if (d->t_off[t] >= lo && d->t_off[t] < hi)
+                d->ready_ns[t] = now;
+    }
+    /* device mode: a bucket completed by this layer waits for this layer's event (stream
+     * order makes every earlier layer's gradients final by then too) */
+    d->ready_event = r->ready_event;
+    ddp_launch_ready(d);
+    d->ready_event = NULL;
+}
+
+/* horovod, rank 0: the plan from the first step's readiness times: tensors ready in the
+ * same cycle share a fusion buffer up to fusion_bytes (a larger tensor goes alone). */
+static int ddp_plan_from_cycles(const struct ddp *d, int *bounds)
+{
+    int64_t cycle = (int64_t)(d->cfg.cycle_ms * 1e6);
+    int nb = 0;
+    size_t fill = 0;
+    bounds[0] = 0;
+    for (int t = 0; t < d->nt; t++) {
+        size_t bytes = d->t_len[t] * sizeof(float);
+        bool new_cycle = t > bounds[nb] &&
+                         (cycle > 0 ? d->ready_ns[t] / cycle != d->ready_ns[t - 1] / cycle
+                                    : d->ready_ns[t] != d->ready_ns[t - 1]);
+        if (t > bounds[nb] && (new_cycle || fill + bytes > d->cfg.fusion_bytes)) {
+            bounds[++nb] = t;
+            fill = 0;
+        }
+        fill += bytes;
+    }
+    bounds[++nb] = d->nt;
+    return nb;
+}
+
+/* horovod after its first synchronising step: rank 0's plan to every rank. */
+static int ddp_fix_plan(struct ddp *d, struct err *e)
+{
+    int32_t *wire = calloc((size_t)d->nt + 2, sizeof *wire);
+    if (!wire)
+        return err_set(e, ERR_NOMEM, NULL, "ddp: out of memory for the fusion plan");
+    if (d->rank == 0) {
+        int nb = ddp_plan_from_cycles(d, d->plan);
+        wire[0] = nb;
+        for (int i = 0; i <= nb; i++)
+            wire[i + 1] = d->plan[i];
+    }
+    int64_t t0 = clock_mono_ns();
+    int rc = comm_broadcast(d->comm, wire, wire, (size_t)d->nt + 2, COMM_INT32, 0, e);
+    d->st.comm_ns += clock_mono_ns() - t0;
+    d->st.exposed_ns += clock_mono_ns() - t0;
+    if (rc == 0) {
+        d->nb = wire[0];
+        for (int i = 0; i <= d->nb; i++)
+            d->plan[i] = wire[i + 1];
+        ddp_layout_buckets(d, d->plan);
+        d->stage_len = d->n;
+        d->plan_fixed = true;
+    }
+    free(wire);
+    return rc;
+}
+
+/* Scales gradients (zero: the owned chunks) by 1/accumulate after an exchange. */
+static void ddp_scale_accumulated(struct ddp *d, int accumulate)
+{
+    if (accumulate <= 1)
+        return;
+    float s = 1.0f / (float)accumulate, *g = ddp_grads(d);
+    for (int b = 0; b < d->nb; b++) {
+        size_t off = ddp_is_zero(d) ? d->b[b].own_off : d->b[b].offset;
+        size_t len = ddp_is_zero(d) ? d->b[b].own_len : d->b[b].len;
+        if (d->on_device) {
+            d->dev.scale(d->dev.ctx, g + off, len, s);
+            continue;
+        }
+        for (size_t i = 0; i < len; i++)
+            g[off + i] *= s;
+    }
+}
+
+int ddp_finish(struct ddp *d, int accumulate, struct err *e)
+{
+    if (!d->sync)
+        return 0;
+    if (d->cfg.strategy == DDP_NAIVE) {
+        /* one blocking exchange per tensor, nothing overlapped */
+        for (int b = 0; b < d->nb; b++) {
+            ddp_launch(d, b);
+            ddp_complete(d, b);
+        }
+    } else {
+        for (int b = 0; b < d->nb; b++) /* what backward did not launch */
+            d->b[b].pending = 0;
+        ddp_launch_ready(d);
+        for (int b = 0; b < d->nb; b++)
+            ddp_complete(d, b);
+    }
+    d->st.bytes_sent = d->comm->bytes_sent - d->bytes_at_start;
+    if (d->failed) {
+        *e = d->err;
+        return -1;
+    }
+    ddp_scale_accumulated(d, accumulate);
+    if (d->cfg.strategy == DDP_HOROVOD && !d->plan_fixed)
+        return ddp_fix_plan(d, e);
+    return 0;
+}
+
+int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e)
+{
+    float *p = ddp_params(d), *g = ddp_grads(d);
+    if (d->on_device) { /* naive or ddp (ddp_set_device): one update of everything */
+        nn_optim_begin_step(o);
+        d->dev.update(d->dev.ctx, o, 0, 0, d->n, lr);
+        return 0;
+    }
+    if (!ddp_is_zero(d)) {
+        nn_optim_step(o, p, g, lr);
+        return 0;
+    }
+    nn_optim_begin_step(o);
+    for (int b = 0; b < d->nb; b++) {
+        struct ddp_bucket *bk = &d->b[b];
+        nn_optim_update_slice(o, p + bk->own_off, g + bk->own_off, bk->state_off,
+                              bk->own_len, lr);
+    }
+    /* every rank's updated chunks to every rank, bucket by bucket, in flight together */
+    int rc = 0;
+    size_t at = 0;
+    for (int b = 0; b < d->nb; b++) {
+        struct ddp_bucket *bk = &d->b[b];
+        bool pad = bk->len % (size_t)d->world != 0;
+        float *buf = pad ? d->stage + at : p + bk->offset;
+        if (pad)
+            memcpy(buf + (size_t)d->rank * bk->chunk, p + bk->own_off,
+                   bk->own_len * sizeof(float));
+        struct comm_args a = {.op = COMM_OP_ALL_GATHER, .count = bk->chunk,
+                              .dtype = COMM_FLOAT32,
+                              .send = buf + (size_t)d->rank * bk->chunk, .recv = buf};
+        if (rc == 0 && !(bk->h = comm_start(d->comm, &a, e)))
+            rc = -1;
+        d->st.ops++;
+        at += bk->chunk * (size_t)d->world;
+    }
+    at = 0;
+    for (int b = 0; b < d->nb; b++) {
+        struct ddp_bucket *bk = &d->b[b];
+        if (bk->h) {
+            int64_t run = 0, t0 = clock_mono_ns();
+            struct err we = {0};
+            if (comm_wait_timed(bk->h, &run, &we) < 0 && rc == 0) {
+                *e = we;
+                rc = -1;
+            }
+            bk->h = NULL;
+            d->st.comm_ns += run;
+            d->st.exposed_ns += clock_mono_ns() - t0;
+            if (rc == 0 && bk->len % (size_t)d->world != 0)
+                memcpy(p + bk->offset, d->stage + at, bk->len * sizeof(float));
+        }
+        at += bk->chunk * (size_t)d->world;
+    }
+    d->st.bytes_sent = d->comm->bytes_sent - d->bytes_at_start;
+    return rc;
+}
+
+int ddp_broadcast_params(struct ddp *d, struct err *e)
+{
+    struct nn_model *m = d->m;
+    float *p = ddp_params(d), *buf = d->on_device ? d->dev.buffers : m->buffers.data;
+    if (comm_broadcast(d->comm, p, p, m->nparams, COMM_FLOAT32, 0, e) < 0)
+        return -1;
+    if (m->nbuffers > 0 && comm_broadcast(d->comm, buf, buf, m->nbuffers, COMM_FLOAT32, 0,
+                                          e) < 0)
+        return -1;
+    return 0;
+}

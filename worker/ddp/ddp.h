@@ -1,0 +1,180 @@
+/* ddp: the data-parallel strategies (DESIGN.md §4 "ddp/"), one engine over one model:
+ *
+ *   naive    allreduce every gradient tensor after backward, one at a time (the loop
+ *            everyone starts from: `for p in params: all_reduce(p.grad)`)
+ *   ddp      PyTorch DDP's reducer: gradients in buckets in reverse registration order
+ *            (first bucket 1 MiB, then bucket_mb), each bucket's allreduce queued on the
+ *            communication thread the moment its last gradient is final in backward
+ *   horovod  tensor fusion: ready gradients copied into a fusion buffer (fusion_mb) and
+ *            reduced together; tensors ready within one cycle (cycle_ms) share a buffer
+ *   zero1    DeepSpeed ZeRO stage 1: after backward, gradients reduce-scattered bucket by
+ *            bucket; each rank keeps optimizer state for its shard only, updates its
+ *            shard of the parameters, and the shards are all-gathered
+ *   zero2    stage 2: the same, with each bucket's reduce-scatter launched during
+ *            backward and only the rank's shard of the reduced gradients kept
+ *
+ * Decisions:
+ * - Gradients are averaged (sum, then one division by the world size), as DDP does, so
+ *   N ranks with batch B step exactly like one rank with batch N*B up to rounding.
+ * - A bucket is a contiguous slice of the gradient arena (nn/model.h: parameters in
+ *   registration order, backward finishes them from the end), so a bucket needs no copy
+ *   into a flat buffer; the hook counts each bucket's outstanding floats down.
+ * - Horovod's coordinator decides fusion from readiness; here rank 0 records when each
+ *   tensor became ready in the first synchronising step (fused by size only), groups
+ *   them by cycle_ms and fusion_mb, and broadcasts that plan, which every rank then
+ *   replays (Horovod's response cache does the same after its first steps). Every rank
+ *   therefore issues identical collectives whatever its own timing.
+ * - ZeRO shards are per bucket: bucket b (length L, padded to a multiple of W) is split in
+ *   W chunks of ceil(L/W); rank r owns chunk r of every bucket. A divisible bucket is
+ *   reduce-scattered in place in the gradient arena (its reduced chunk lands where the
+ *   optimizer reads it); the others go through a padded staging buffer. The optimizer
+ *   state holds only the owned chunks, packed (nn_optim_update_slice).
+ * - fp16 / bf16 compression: each bucket is converted into a 2-byte wire buffer, reduced
+ *   in that dtype (the backend sums through float and rounds to the dtype after every
+ *   combine, as NCCL and Gloo do), converted back and divided by the world size.
+ * - Timing, per step: comm_ns is the time communication operations ran on the
+ *   communication thread (or inline for the synchronous ones), exposed_ns the time the
+ *   training thread waited for them; overlap = 1 - exposed / comm.
+ * - Gradient accumulation: ddp_begin_step(sync = false) makes backward accumulate
+ *   locally with no communication (DDP's no_sync); the last micro-batch synchronises.
+ *
+ * Ownership: a ddp borrows the communicator and the model (both must outlive it) and
+ * owns its buckets, staging and wire buffers, plan and handles (ddp_cleanup). */
+#ifndef DDPB_DDP_H
+#define DDPB_DDP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "err.h"
+#include "nn/model.h"
+#include "nn/optim.h"
+
+enum ddp_strategy { DDP_NAIVE = 0, DDP_DDP, DDP_HOROVOD, DDP_ZERO1, DDP_ZERO2 };
+enum ddp_compression { DDP_COMPRESS_NONE = 0, DDP_COMPRESS_FP16, DDP_COMPRESS_BF16 };
+
+#define DDP_FIRST_BUCKET_BYTES ((size_t)1 << 20) /* PyTorch DDP's first bucket */
+
+struct ddp_config {
+    enum ddp_strategy strategy;
+    enum ddp_compression compression;
+    size_t bucket_bytes;  /* ddp, zero1, zero2: bucket cap (after the first, for ddp) */
+    size_t fusion_bytes;  /* horovod */
+    double cycle_ms;      /* horovod */
+};
+
+/* Device mode (spec device "cuda"): the arenas live on the GPU (worker/gpu/gmodel.h) at
+ * the host arenas' offsets, the communicator moves device buffers (NCCL), and the two
+ * things ddp does to the numbers itself run as device kernels through these hooks, so
+ * this file has no CUDA in it. Strategies naive and ddp only: horovod's fusion buffer,
+ * ZeRO's padded staging and fp16/bf16 compression are host loops here and are refused
+ * on the device (ddp_set_device). All pointers borrowed. */
+struct ddp_device {
+    float *params, *grads, *buffers; /* device arenas */
+    void *ctx;
+    /* x[0..n) *= factor, in the compute stream's order */
+    void (*scale)(void *ctx, float *x, size_t n, float factor);
+    /* the optimizer's current step (begun) on [off, off+len) of the arenas, its state at
+     * state_off of the device optimizer state */
+    void (*update)(void *ctx, struct nn_optim *o, size_t off, size_t state_off, size_t len,
+                   double lr);
+};
+
+/* One step's communication figures of this rank. */
+struct ddp_step_stats {
+    int64_t comm_ns;     /* time operations ran */
+    int64_t exposed_ns;  /* time the training thread waited for them */
+    uint64_t bytes_sent; /* payload bytes this rank sent */
+    int ops;             /* collective operations issued */
+};
+
+struct ddp_bucket {
+    size_t offset, len;      /* floats: the slice [offset, offset+len) of the arenas */
+    size_t pending;          /* floats whose gradient is not final yet this step */
+    size_t chunk;            /* zero: ceil(len / world) */
+    size_t own_off, own_len; /* zero: this rank's chunk inside the arenas */
+    size_t state_off;        /* zero: where that chunk's optimizer state starts */
+    struct comm_handle *h;   /* in flight, or NULL */
+    bool launched;
+};
+
+struct ddp {
+    struct ddp_config cfg;
+    struct comm *comm;     /* borrowed */
+    struct nn_model *m;    /* borrowed */
+    int rank, world;
+    size_t n;              /* floats in the parameter arena */
+    struct ddp_bucket *b;  /* owned; in launch order (from the arena's end) */
+    int nb;
+    /* per-tensor view for naive and horovod: parameter tensors in reverse order */
+    size_t *t_off, *t_len; /* owned */
+    int nt;
+    uint16_t *wire;        /* owned: n 2-byte values (compression), or NULL */
+    float *stage;          /* owned: staging (horovod fusion buffer, zero padding) */
+    size_t stage_len;
+    /* horovod: the fusion plan, as tensor index ranges [plan[i], plan[i+1]) */
+    int *plan;             /* owned, nt + 1 entries */
+    int nplan;
+    bool plan_fixed;       /* after the first synchronising step */
+    int64_t *ready_ns;     /* owned: rank 0's readiness times in the first step */
+    int fused_from, fused_to; /* horovod: tensors queued but not launched yet */
+    int64_t cycle_start_ns;
+    size_t own_total;      /* zero: floats this rank owns (its optimizer state size) */
+    bool sync;             /* this micro-batch exchanges gradients */
+    int64_t step_start_ns;
+    uint64_t bytes_at_start; /* comm->bytes_sent when the step began */
+    struct ddp_step_stats st;
+    struct err err;        /* the first failure inside the hook (it cannot return one) */
+    bool failed;
+    struct ddp_device dev; /* device mode (on_device): borrowed arenas and hooks */
+    bool on_device;
+    void *ready_event;     /* the hook's layer event while it launches (device mode) */
+};
+
+/* "naive", "ddp", ... -> strategy; -1 when unknown. */
+int ddp_strategy_parse(const char *s);
+const char *ddp_strategy_name(enum ddp_strategy s);
+/* "none", "fp16", "bf16" -> compression; -1 when unknown. */
+int ddp_compression_parse(const char *s);
+
+/* Builds the buckets / shards of m's parameter arena (initialised) for comm's world.
+ * m and c are borrowed and must outlive d. */
+int ddp_init(struct ddp *d, const struct ddp_config *cfg, struct comm *c, struct nn_model *m,
+             struct err *e);
+void ddp_cleanup(struct ddp *d);
+/* Switches d (just initialised) to device mode: the exchanges, the averaging and the
+ * optimizer work on dev's arenas. ERR_INVALID naming "strategy" or "compression" for what
+ * device mode does not do (see struct ddp_device). */
+int ddp_set_device(struct ddp *d, const struct ddp_device *dev, struct err *e);
+
+/* The optimizer a strategy needs: every parameter (naive, ddp, horovod) or only this
+ * rank's chunks (zero1, zero2). */
+int ddp_optim_init(const struct ddp *d, struct nn_optim *o, const struct nn_optim_cfg *cfg,
+                   struct err *e);
+
+/* Copies rank 0's parameters and buffers (batch-norm running statistics) to every rank. */
+int ddp_broadcast_params(struct ddp *d, struct err *e);
+
+/* Starts a micro-batch: sync = true when its backward ends the optimizer step (the
+ * gradients are exchanged), false to accumulate locally. Clears the step's stats when
+ * the previous micro-batch synchronised. */
+void ddp_begin_step(struct ddp *d, bool sync);
+/* The nn_model_backward hook (ctx = the ddp). */
+void ddp_grad_hook(void *ctx, const struct nn_grad_ready *r);
+/* After backward: launches what is left, waits for every operation, averages. On return
+ * the gradients (zero: this rank's chunks) hold the global average over ranks and over
+ * the step's `accumulate` micro-batches (their sum is divided by it). A micro-batch that
+ * does not synchronise returns at once. */
+int ddp_finish(struct ddp *d, int accumulate, struct err *e);
+/* The optimizer step of a synchronising micro-batch (begin_step + update), and for zero
+ * the all-gather of the updated shards; the time the all-gather runs counts as comm. */
+int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e);
+
+/* The bucket sizes in bytes, in launch order, that strategy would use for m (the
+ * collective workload's model-shaped replay). Fills up to cap; returns the count. */
+int ddp_bucket_sizes(const struct nn_model *m, const struct ddp_config *cfg, int64_t *bytes,
+                     int cap);
+
+#endif

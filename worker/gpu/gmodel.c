@@ -1,0 +1,723 @@
+/* gmodel: the GPU model runner (gmodel.h): an nn_model graph walked with worker/gpu's
+ * layers (cuDNN convolution, batch norm and pooling; cuBLAS linear; own kernels for the
+ * rest), device arenas at the host arenas' offsets, one workspace, per-layer events for
+ * the gradient hook and CUDA-event phase timing.
+ *
+ * Decision: backward follows nn_model_backward step for step (reverse layer order; a
+ * tensor read by several layers gets its first gradient written in place and later ones
+ * through a scratch buffer that is added in; a branch that does not reach the loss gets
+ * zeros), so the two engines agree on what "the gradient after layer i" means and ddp/'s
+ * buckets fill in the same order. */
+#include "gmodel.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "gmodel_kernels.h"
+#include "gpu.h"
+#include "gpu_layers.h"
+
+#define GM_ALIGN 256
+
+struct gm_tensor {
+    struct nn_shape s; /* n = the batch */
+    size_t numel;
+    int needs_grad, grad_written;
+    size_t data_off, grad_off; /* in the workspace */
+    void *data, *grad;
+};
+
+union gm_layer {
+    struct gpu_conv conv;
+    struct gpu_bn bn;
+    struct gpu_pool pool;
+    struct gpu_linear lin;
+};
+
+struct gm_node {
+    struct nn_node_info info;
+    union gm_layer L;
+    int have_layer;
+    cudaEvent_t ready; /* layers with parameters: the end of their backward */
+};
+
+struct gm_micro { /* one forward + backward of a step */
+    cudaEvent_t f0, f1, b1;
+    int have_b1;
+};
+
+struct gmodel {
+    struct nn_model *m; /* borrowed */
+    int batch, classes;
+    enum gpu_dtype t;
+    size_t dsz;
+    cudaStream_t s; /* borrowed */
+    cudnnHandle_t dnn;
+    cublasHandle_t blas;
+    int nnodes, ntensors;
+    struct gm_node *nodes;     /* owned */
+    struct gm_tensor *tensors; /* owned */
+    float *params, *grads, *buffers; /* owned device arenas */
+    void *wh;                        /* owned: half-precision parameters (fp16/bf16) */
+    float *state;                    /* owned: optimizer state */
+    size_t state_stride;
+    char *ws;                        /* owned: the workspace */
+    float *x32, *probs, *row_loss, *tally;
+    int32_t *labels;
+    int *row_correct, *flags; /* flags[0]: bad label, flags[1]: non-finite gradient */
+    int *correct;
+    double *loss;
+    void *scratch[2];
+    const float *last_x; /* the reused batch uploaded last */
+    const int32_t *last_y;
+    uint64_t step;
+    int last_train, have_loss;
+    struct gm_micro *micro; /* owned events */
+    int nmicro, cap_micro;
+    cudaEvent_t o0, o1;
+    int have_optim_marks;
+};
+
+static size_t gm_reserve(size_t *at, size_t bytes)
+{
+    size_t off = (*at + GM_ALIGN - 1) / GM_ALIGN * GM_ALIGN;
+    *at = off + bytes;
+    return off;
+}
+
+static int gm_cuda(cudaError_t rc, const char *what, struct err *e)
+{
+    return gpu_check(rc, what, e);
+}
+
+/* ---- creation ------------------------------------------------------------------------ */
+
+static float *gm_param(struct gmodel *g, const struct gm_node *n, int k)
+{
+    if (k >= n->info.nparams)
+        return NULL;
+    int count = 0;
+    const struct nn_param *p = nn_model_param_info(g->m, &count);
+    return g->params + p[n->info.first_param + k].offset;
+}
+
+static float *gm_grad(struct gmodel *g, const struct gm_node *n, int k)
+{
+    if (k >= n->info.nparams)
+        return NULL;
+    int count = 0;
+    const struct nn_param *p = nn_model_param_info(g->m, &count);
+    return g->grads + p[n->info.first_param + k].offset;
+}
+
+/* A convolution's or linear layer's weight in the activations' dtype. */
+static const void *gm_weight(struct gmodel *g, const struct gm_node *n)
+{
+    float *w = gm_param(g, n, 0);
+    if (g->t == GPU_F32)
+        return w;
+    return (char *)g->wh + (size_t)(w - g->params) * g->dsz;
+}
+
+static int gm_node_init(struct gmodel *g, struct gm_node *n, struct err *e)
+{
+    const struct nn_node_info *i = &n->info;
+    struct nn_shape in = g->tensors[i->in[0]].s;
+    struct nn_pool_cfg pc;
+    int rc = 0;
+    switch (i->op) {
+    case NN_OP_CONV:
+        rc = gpu_conv_init(&n->L.conv, g->dnn, &i->cfg.conv, in, g->t, 1, e);
+        break;
+    case NN_OP_BN:
+        rc = gpu_bn_init(&n->L.bn, g->dnn, &i->cfg.bn, in, g->t, e);
+        break;
+    case NN_OP_MAXPOOL:
+    case NN_OP_AVGPOOL:
+        rc = gpu_pool_init(&n->L.pool, g->dnn, i->op == NN_OP_MAXPOOL, &i->cfg.pool, in, g->t,
+                           e);
+        break;
+    case NN_OP_ADAPTIVE_AVGPOOL:
+        if (!nn_adaptive_as_pool(&pc, i->cfg.adapt.oh, i->cfg.adapt.ow, in))
+            return err_set(e, ERR_INVALID, "model", "gpu: %s: adaptive pooling that is no "
+                           "ordinary pooling", i->name); /* gmodel_check said so first */
+        rc = gpu_pool_init(&n->L.pool, g->dnn, 0, &pc, in, g->t, e);
+        break;
+    case NN_OP_LINEAR:
+        rc = gpu_linear_init(&n->L.lin, g->blas, &i->cfg.linear, in.n, g->t, e);
+        break;
+    default:
+        return 0;
+    }
+    n->have_layer = 1; /* the _destroy functions accept a half-made state */
+    if (rc < 0)
+        return err_prefix(e, "%s", i->name);
+    if (i->nparams > 0 && gm_cuda(cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming),
+                                  "layer event", e) < 0)
+        return -1;
+    return 0;
+}
+
+static void gm_node_destroy(struct gm_node *n)
+{
+    if (n->have_layer)
+        switch (n->info.op) {
+        case NN_OP_CONV: gpu_conv_destroy(&n->L.conv); break;
+        case NN_OP_BN: gpu_bn_destroy(&n->L.bn); break;
+        case NN_OP_MAXPOOL:
+        case NN_OP_AVGPOOL:
+        case NN_OP_ADAPTIVE_AVGPOOL: gpu_pool_destroy(&n->L.pool); break;
+        default: break;
+        }
+    if (n->ready)
+        cudaEventDestroy(n->ready);
+}
+
+/* Lays out every tensor (data, and gradient when it needs one), the loss buffers and
+ * the backward scratch in one allocation. */
+static int gm_workspace(struct gmodel *g, struct err *e)
+{
+    size_t at = 0, max_grad = 0;
+    int N = g->batch, K = g->classes;
+    struct gm_tensor *in = &g->tensors[0];
+    for (int i = 0; i < g->ntensors; i++) {
+        struct gm_tensor *x = &g->tensors[i];
+        size_t bytes = x->numel * g->dsz;
+        x->data_off = gm_reserve(&at, bytes);
+        if (x->needs_grad)
+            x->grad_off = gm_reserve(&at, bytes);
+        if (bytes > max_grad)
+            max_grad = bytes;
+    }
+    size_t x32 = gm_reserve(&at, in->numel * sizeof(float));
+    size_t probs = gm_reserve(&at, (size_t)N * K * sizeof(float));
+    size_t row_loss = gm_reserve(&at, (size_t)N * sizeof(float));
+    size_t row_ok = gm_reserve(&at, (size_t)N * sizeof(int));
+    size_t labels = gm_reserve(&at, (size_t)N * sizeof(int32_t));
+    size_t flags = gm_reserve(&at, 2 * sizeof(int));
+    size_t correct = gm_reserve(&at, sizeof(int));
+    size_t loss = gm_reserve(&at, sizeof(double));
+    size_t tally = gm_reserve(&at, 8 * sizeof(float));
+    size_t scr[2] = {gm_reserve(&at, max_grad), gm_reserve(&at, max_grad)};
+    if (!(g->ws = gpu_alloc(at, e)))
+        return err_prefix(e, "gpu workspace of %.1f MiB", (double)at / (1 << 20));
+    for (int i = 0; i < g->ntensors; i++) {
+        struct gm_tensor *x = &g->tensors[i];
+        x->data = g->ws + x->data_off;
+        x->grad = x->needs_grad ? g->ws + x->grad_off : NULL;
+    }
+    g->x32 = (float *)(g->ws + x32);
+    g->probs = (float *)(g->ws + probs);
+    g->row_loss = (float *)(g->ws + row_loss);
+    g->row_correct = (int *)(g->ws + row_ok);
+    g->labels = (int32_t *)(g->ws + labels);
+    g->flags = (int *)(g->ws + flags);
+    g->correct = (int *)(g->ws + correct);
+    g->loss = (double *)(g->ws + loss);
+    g->tally = (float *)(g->ws + tally);
+    g->scratch[0] = g->ws + scr[0];
+    g->scratch[1] = g->ws + scr[1];
+    return 0;
+}
+
+/* The host arenas to the device (convolution weights permuted). */
+static int gm_upload_params(struct gmodel *g, struct err *e)
+{
+    struct nn_model *m = g->m;
+    float *tmp = malloc((m->nparams ? m->nparams : 1) * sizeof *tmp);
+    if (!tmp)
+        return err_set(e, ERR_NOMEM, NULL, "gpu: host copy of %zu parameters", m->nparams);
+    gmodel_arena_to_device(m, tmp, m->params.data);
+    int rc = gpu_upload(g->params, tmp, m->nparams * sizeof *tmp, e);
+    free(tmp);
+    if (rc == 0 && m->nbuffers)
+        rc = gpu_upload(g->buffers, m->buffers.data, m->nbuffers * sizeof(float), e);
+    return rc;
+}
+
+struct gmodel *gmodel_create(struct nn_model *m, int batch, const char *precision,
+                             void *stream, struct err *e)
+{
+    int t = gpu_dtype_parse(precision ? precision : "");
+    if (t < 0) {
+        err_set(e, ERR_INVALID, "precision", "gpu: precision \"%s\" is not fp32, fp16 or "
+                "bf16", precision ? precision : "");
+        return NULL;
+    }
+    if (batch < 1) {
+        err_set(e, ERR_INVALID, "batch_size", "gpu: batch size must be >= 1");
+        return NULL;
+    }
+    if (gmodel_check(m, e) < 0)
+        return NULL;
+    if (!m->params.data) {
+        err_set(e, ERR_INVALID, "model", "gpu: the model's parameters are not initialised");
+        return NULL;
+    }
+    struct gmodel *g = calloc(1, sizeof *g);
+    if (!g) {
+        err_set(e, ERR_NOMEM, NULL, "gpu: out of memory");
+        return NULL;
+    }
+    g->m = m;
+    g->batch = batch;
+    g->t = (enum gpu_dtype)t;
+    g->dsz = gpu_dtype_size(g->t);
+    g->s = (cudaStream_t)stream;
+    g->classes = nn_model_classes(m);
+    g->nnodes = nn_model_node_count(m);
+    g->ntensors = m->ntensors;
+    g->nodes = calloc((size_t)g->nnodes, sizeof *g->nodes);
+    g->tensors = calloc((size_t)g->ntensors, sizeof *g->tensors);
+    if (!g->nodes || !g->tensors) {
+        err_set(e, ERR_NOMEM, NULL, "gpu: out of memory for %d layers", g->nnodes);
+        goto fail;
+    }
+    for (int i = 0; i < g->ntensors; i++) {
+        struct gm_tensor *x = &g->tensors[i];
+        x->s = nn_model_tensor_shape(m, i);
+        x->s.n = batch;
+        x->numel = nn_shape_numel(x->s);
+        x->needs_grad = nn_model_tensor_needs_grad(m, i);
+    }
+    if (cudnnCreate(&g->dnn) != CUDNN_STATUS_SUCCESS) {
+        g->dnn = NULL;
+        err_set(e, ERR_IO, "device", "gpu: cudnnCreate failed (no GPU, or no cuDNN library)");
+        goto fail;
+    }
+    if (cublasCreate(&g->blas) != CUBLAS_STATUS_SUCCESS) {
+        g->blas = NULL;
+        err_set(e, ERR_IO, "device", "gpu: cublasCreate failed");
+        goto fail;
+    }
+    /* fp32 matches the CPU to float rounding: no TF32 anywhere (gpu_layers.h) */
+    if (g->t == GPU_F32)
+        cublasSetMathMode(g->blas, CUBLAS_PEDANTIC_MATH);
+    for (int i = 0; i < g->nnodes; i++) {
+        nn_model_node_info(m, i, &g->nodes[i].info);
+        if (gm_node_init(g, &g->nodes[i], e) < 0)
+            goto fail;
+    }
+    size_t np = m->nparams ? m->nparams : 1;
+    if (!(g->params = gpu_alloc(np * sizeof(float), e)) ||
+        !(g->grads = gpu_alloc(np * sizeof(float), e)) ||
+        !(g->buffers = gpu_alloc((m->nbuffers ? m->nbuffers : 1) * sizeof(float), e)) ||
+        (g->t != GPU_F32 && !(g->wh = gpu_alloc(np * g->dsz, e))) ||
+        gm_workspace(g, e) < 0 || gm_upload_params(g, e) < 0 ||
+        gm_cuda(cudaEventCreate(&g->o0), "timing event", e) < 0 ||
+        gm_cuda(cudaEventCreate(&g->o1), "timing event", e) < 0)
+        goto fail;
+    gmodel_after_update(g);
+    if (gpu_sync(g->s, "gpu model setup", e) < 0)
+        goto fail;
+    return g;
+fail:
+    err_prefix(e, "gpu model");
+    gmodel_destroy(g);
+    return NULL;
+}
+
+void gmodel_destroy(struct gmodel *g)
+{
+    if (!g)
+        return;
+    if (g->ws) /* nothing of ours may still run on what is freed below */
+        cudaStreamSynchronize(g->s);
+    for (int i = 0; g->nodes && i < g->nnodes; i++)
+        gm_node_destroy(&g->nodes[i]);
+    for (int i = 0; i < g->cap_micro; i++) {
+        cudaEventDestroy(g->micro[i].f0);
+        cudaEventDestroy(g->micro[i].f1);
+        cudaEventDestroy(g->micro[i].b1);
+    }
+    if (g->o0)
+        cudaEventDestroy(g->o0);
+    if (g->o1)
+        cudaEventDestroy(g->o1);
+    gpu_free(g->params);
+    gpu_free(g->grads);
+    gpu_free(g->buffers);
+    gpu_free(g->wh);
+    gpu_free(g->state);
+    gpu_free(g->ws);
+    if (g->dnn)
+        cudnnDestroy(g->dnn);
+    if (g->blas)
+        cublasDestroy(g->blas);
+    free(g->micro);
+    free(g->nodes);
+    free(g->tensors);
+    free(g);
+}
+
+float *gmodel_params(struct gmodel *g) { return g->params; }
+float *gmodel_grads(struct gmodel *g) { return g->grads; }
+float *gmodel_buffers(struct gmodel *g) { return g->buffers; }
+const char *gmodel_dtype_name(const struct gmodel *g) { return gpu_dtype_name(g->t); }
+bool gmodel_wants_loss_scale(const struct gmodel *g) { return g->t == GPU_F16; }
+
+void gmodel_zero_grad(struct gmodel *g)
+{
+    cudaMemsetAsync(g->grads, 0, g->m->nparams * sizeof(float), g->s);
+}
+
+/* ---- timing ------------------------------------------------------------------------- */
+
+void gmodel_mark_step_begin(struct gmodel *g)
+{
+    g->nmicro = 0;
+    g->have_optim_marks = 0;
+}
+
+/* The next micro-batch's events (created on first use). */
+static struct gm_micro *gm_micro_next(struct gmodel *g, struct err *e)
+{
+    if (g->nmicro == g->cap_micro) {
+        int cap = g->cap_micro ? g->cap_micro * 2 : 4;
+        struct gm_micro *mm = realloc(g->micro, (size_t)cap * sizeof *mm);
+        if (!mm) {
+            err_set(e, ERR_NOMEM, NULL, "gpu: timing events");
+            return NULL;
+        }
+        g->micro = mm;
+        for (int i = g->cap_micro; i < cap; i++) {
+            memset(&mm[i], 0, sizeof mm[i]);
+            if (gm_cuda(cudaEventCreate(&mm[i].f0), "timing event", e) < 0 ||
+                gm_cuda(cudaEventCreate(&mm[i].f1), "timing event", e) < 0 ||
+                gm_cuda(cudaEventCreate(&mm[i].b1), "timing event", e) < 0)
+                return NULL; /* the ones made are destroyed with the model */
+            g->cap_micro = i + 1;
+        }
+    }
+    struct gm_micro *mc = &g->micro[g->nmicro++];
+    mc->have_b1 = 0;
+    return mc;
+}
+
+void gmodel_mark_optim(struct gmodel *g, int end)
+{
+    cudaEventRecord(end ? g->o1 : g->o0, g->s);
+    if (end)
+        g->have_optim_marks = 1;
+}
+
+static double gm_elapsed(cudaEvent_t a, cudaEvent_t b)
+{
+    float ms = 0;
+    return cudaEventElapsedTime(&ms, a, b) == cudaSuccess ? (double)ms : 0.0;
+}
+
+int gmodel_phase_ms(struct gmodel *g, double *forward, double *backward, double *optim,
+                    struct err *e)
+{
+    *forward = *backward = *optim = 0;
+    if (gm_cuda(cudaStreamSynchronize(g->s), "step timing", e) < 0)
+        return -1;
+    for (int i = 0; i < g->nmicro; i++) {
+        *forward += gm_elapsed(g->micro[i].f0, g->micro[i].f1);
+        if (g->micro[i].have_b1)
+            *backward += gm_elapsed(g->micro[i].f1, g->micro[i].b1);
+    }
+    if (g->have_optim_marks)
+        *optim = gm_elapsed(g->o0, g->o1);
+    return 0;
+}
+
+int64_t gmodel_mem_used(void)
+{
+    size_t free_b = 0, total = 0;
+    if (cudaMemGetInfo(&free_b, &total) != cudaSuccess)
+        return -1;
+    return (int64_t)(total - free_b);
+}
+
+/* ---- forward ------------------------------------------------------------------------ */
+
+static uint64_t gm_dropout_key(struct gmodel *g, int node, uint64_t step)
+{
+    return nn_dropout_key(g->m->seed, step, node);
+}
+
+static int gm_node_forward(struct gmodel *g, struct gm_node *n, int node, int train,
+                           uint64_t step, struct err *e)
+{
+    const struct nn_node_info *i = &n->info;
+    struct gm_tensor *x = &g->tensors[i->in[0]], *y = &g->tensors[i->out];
+    struct nn_shape xs = x->s;
+    float *run = g->buffers + i->buf_off;
+    switch (i->op) {
+    case NN_OP_CONV:
+        return gpu_conv_forward(&n->L.conv, y->data, x->data, gm_weight(g, n),
+                                gm_param(g, n, 1), g->s, e);
+    case NN_OP_BN:
+        return gpu_bn_forward(&n->L.bn, y->data, run, run + i->cfg.bn.c, x->data,
+                              gm_param(g, n, 0), gm_param(g, n, 1), train, g->s, e);
+    case NN_OP_ACT:
+        gpu_act_forward(y->data, x->data, x->numel, (enum gpu_act)i->cfg.act, g->t, g->s);
+        return 0;
+    case NN_OP_MAXPOOL:
+    case NN_OP_AVGPOOL:
+    case NN_OP_ADAPTIVE_AVGPOOL:
+        return gpu_pool_forward(&n->L.pool, y->data, x->data, g->s, e);
+    case NN_OP_LINEAR:
+        return gpu_linear_forward(&n->L.lin, y->data, x->data, gm_weight(g, n),
+                                  gm_param(g, n, 1), g->s, e);
+    case NN_OP_DROPOUT:
+        if (train)
+            gmodel_k_dropout(y->data, x->data, g->t, xs.n, xs.c, xs.h, xs.w, i->cfg.dropout.p,
+                             i->cfg.dropout.channelwise, gm_dropout_key(g, node, step), g->s);
+        else
+            cudaMemcpyAsync(y->data, x->data, x->numel * g->dsz, cudaMemcpyDeviceToDevice,
+                            g->s);
+        return 0;
+    case NN_OP_ADD:
+        gpu_add_forward(y->data, x->data, g->tensors[i->in[1]].data, x->numel,
+                        i->cfg.add_relu, g->t, g->s);
+        return 0;
+    case NN_OP_FLATTEN:
+        if (xs.ndims == 4)
+            gmodel_k_nhwc_to_nchw(y->data, x->data, xs.n, xs.c, xs.h, xs.w, g->t, g->s);
+        else
+            cudaMemcpyAsync(y->data, x->data, x->numel * g->dsz, cudaMemcpyDeviceToDevice,
+                            g->s);
+        return 0;
+    }
+    return 0;
+}
+
+int gmodel_forward(struct gmodel *g, const float *x, const int32_t *y, int n_valid, int train,
+                   uint64_t step, bool reuse, float loss_scale, struct err *e)
+{
+    if (!x || !y || n_valid < 0 || n_valid > g->batch)
+        return err_set(e, ERR_INVALID, NULL, "gpu forward: no batch, or %d valid rows of %d",
+                       n_valid, g->batch);
+    struct gm_tensor *in = &g->tensors[0];
+    if (!(reuse && x == g->last_x && y == g->last_y)) {
+        if (gm_cuda(cudaMemcpyAsync(g->x32, x, in->numel * sizeof(float),
+                                    cudaMemcpyHostToDevice, g->s), "input upload", e) < 0 ||
+            gm_cuda(cudaMemcpyAsync(g->labels, y, (size_t)g->batch * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice, g->s), "label upload", e) < 0)
+            return -1;
+        gmodel_k_input(in->data, g->t, g->x32, in->s.n, in->s.c, in->s.h, in->s.w, g->s);
+        g->last_x = reuse ? x : NULL;
+        g->last_y = reuse ? y : NULL;
+    }
+    struct gm_micro *mc = gm_micro_next(g, e);
+    if (!mc)
+        return -1;
+    cudaEventRecord(mc->f0, g->s);
+    for (int i = 0; i < g->nnodes; i++)
+        if (gm_node_forward(g, &g->nodes[i], i, train, step, e) < 0)
+            return err_prefix(e, "gpu forward: %s", g->nodes[i].info.name);
+    struct gm_tensor *out = &g->tensors[g->nodes[g->nnodes - 1].info.out];
+    int N = g->batch, K = g->classes;
+    cudaMemsetAsync(g->flags, 0, 2 * sizeof(int), g->s);
+    gpu_xent_forward(g->probs, g->row_loss, g->row_correct, &g->flags[0], out->data, g->t,
+                     g->labels, N, K, n_valid, g->s);
+    gpu_xent_reduce(g->loss, g->correct, g->row_loss, g->row_correct, N, n_valid, g->s);
+    if (train && out->grad)
+        gpu_xent_backward(out->grad, g->t, g->probs, g->labels, N, K, n_valid, loss_scale,
+                          g->s);
+    cudaEventRecord(mc->f1, g->s);
+    g->step = step;
+    g->last_train = train;
+    g->have_loss = 1;
+    return gpu_check(cudaGetLastError(), "gpu forward", e);
+}
+
+/* ---- backward ----------------------------------------------------------------------- */
+
+static int gm_node_backward(struct gmodel *g, struct gm_node *n, int node, void *din0,
+                            void *din1, struct err *e)
+{
+    const struct nn_node_info *i = &n->info;
+    struct gm_tensor *x = &g->tensors[i->in[0]], *y = &g->tensors[i->out];
+    struct nn_shape xs = x->s;
+    if (!din0 && i->nparams == 0 && i->op != NN_OP_ADD)
+        return 0;
+    switch (i->op) {
+    case NN_OP_CONV:
+        return gpu_conv_backward(&n->L.conv, din0, gm_grad(g, n, 0), gm_grad(g, n, 1),
+                                 y->grad, x->data, gm_weight(g, n), g->s, e);
+    case NN_OP_BN: /* cuDNN always writes the input gradient */
+        return gpu_bn_backward(&n->L.bn, din0 ? din0 : g->scratch[0], gm_grad(g, n, 0),
+                               gm_grad(g, n, 1), y->grad, x->data, y->data, gm_param(g, n, 0),
+                               g->s, e);
+    case NN_OP_ACT:
+        gpu_act_backward(din0, y->grad, y->data, x->numel, (enum gpu_act)i->cfg.act, g->t,
+                         g->s);
+        return 0;
+    case NN_OP_MAXPOOL:
+    case NN_OP_AVGPOOL:
+    case NN_OP_ADAPTIVE_AVGPOOL:
+        return gpu_pool_backward(&n->L.pool, din0, y->grad, y->data, x->data, g->s, e);
+    case NN_OP_LINEAR:
+        return gpu_linear_backward(&n->L.lin, din0, gm_grad(g, n, 0), gm_grad(g, n, 1),
+                                   y->grad, x->data, gm_weight(g, n), g->s, e);
+    case NN_OP_DROPOUT:
+        gmodel_k_dropout(din0, y->grad, g->t, xs.n, xs.c, xs.h, xs.w, i->cfg.dropout.p,
+                         i->cfg.dropout.channelwise, gm_dropout_key(g, node, g->step), g->s);
+        return 0;
+    case NN_OP_ADD:
+        gpu_add_backward(din0, din1, y->grad, y->data, x->numel, i->cfg.add_relu, g->t, g->s);
+        return 0;
+    case NN_OP_FLATTEN:
+        if (xs.ndims == 4)
+            gmodel_k_nchw_to_nhwc(din0, y->grad, xs.n, xs.c, xs.h, xs.w, g->t, g->s);
+        else
+            cudaMemcpyAsync(din0, y->grad, x->numel * g->dsz, cudaMemcpyDeviceToDevice, g->s);
+        return 0;
+    }
+    return 0;
+}
+
+int gmodel_backward(struct gmodel *g, nn_grad_hook_fn hook, void *ctx, struct err *e)
+{
+    if (!g->have_loss || !g->last_train || g->nmicro == 0)
+        return err_set(e, ERR_INVALID, NULL, "gpu backward needs a training forward first");
+    g->have_loss = 0;
+    for (int t = 0; t < g->ntensors; t++)
+        g->tensors[t].grad_written = 0;
+    g->tensors[g->nodes[g->nnodes - 1].info.out].grad_written = 1;
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        struct gm_node *n = &g->nodes[i];
+        struct gm_tensor *y = &g->tensors[n->info.out];
+        if (!y->needs_grad)
+            continue;
+        if (!y->grad_written) { /* a branch that does not reach the loss */
+            cudaMemsetAsync(y->grad, 0, y->numel * g->dsz, g->s);
+            y->grad_written = 1;
+        }
+        void *din[2] = {NULL, NULL};
+        int via_scratch[2] = {0, 0};
+        for (int j = 0; j < n->info.nin; j++) {
+            struct gm_tensor *x = &g->tensors[n->info.in[j]];
+            if (!x->needs_grad)
+                continue;
+            via_scratch[j] = x->grad_written || (j == 1 && n->info.in[0] == n->info.in[1]);
+            din[j] = via_scratch[j] ? g->scratch[j] : x->grad;
+        }
+        if (gm_node_backward(g, n, i, din[0], din[1], e) < 0)
+            return err_prefix(e, "gpu backward: %s", n->info.name);
+        for (int j = 0; j < n->info.nin; j++) {
+            struct gm_tensor *x = &g->tensors[n->info.in[j]];
+            if (via_scratch[j]) /* x->grad += scratch, elementwise in place */
+                gpu_add_forward(x->grad, x->grad, g->scratch[j], x->numel, 0, g->t, g->s);
+            if (din[j])
+                x->grad_written = 1;
+        }
+        if (n->info.nparams > 0) {
+            cudaEventRecord(n->ready, g->s);
+            if (hook) {
+                struct nn_grad_ready r = {
+                    .node = i, .name = n->info.name, .offset = n->info.param_off,
+                    .len = n->info.param_len, .first_param = n->info.first_param,
+                    .nparams = n->info.nparams, .ready_event = (void *)n->ready};
+                hook(ctx, &r);
+            }
+        }
+    }
+    struct gm_micro *mc = &g->micro[g->nmicro - 1];
+    cudaEventRecord(mc->b1, g->s);
+    mc->have_b1 = 1;
+    return gpu_check(cudaGetLastError(), "gpu backward", e);
+}
+
+int gmodel_wait_loss(struct gmodel *g, double *loss, int *correct, struct err *e)
+{
+    int flags[2] = {0, 0};
+    if (gm_cuda(cudaStreamSynchronize(g->s), "gpu step", e) < 0 ||
+        gpu_download(loss, g->loss, sizeof *loss, e) < 0 ||
+        gpu_download(correct, g->correct, sizeof *correct, e) < 0 ||
+        gpu_download(flags, g->flags, sizeof flags, e) < 0)
+        return -1;
+    if (flags[0])
+        return err_set(e, ERR_INVALID, "dataset", "a label is outside the model's %d classes",
+                       g->classes);
+    return 0;
+}
+
+int gmodel_unscale(struct gmodel *g, float factor, bool *finite, struct err *e)
+{
+    size_t n = g->m->nparams;
+    int flags[2] = {0, 0};
+    cudaMemsetAsync(g->flags, 0, 2 * sizeof(int), g->s);
+    gpu_find_nonfinite(&g->flags[1], g->grads, n, g->s); /* inf stays inf once unscaled */
+    gpu_scale(g->grads, n, factor, g->s);
+    if (gpu_sync(g->s, "gradient unscale", e) < 0 ||
+        gpu_download(flags, g->flags, sizeof flags, e) < 0)
+        return -1;
+    *finite = flags[1] == 0;
+    return 0;
+}
+
+/* ---- optimizer ---------------------------------------------------------------------- */
+
+int gmodel_optim_init(struct gmodel *g, const struct nn_optim_cfg *cfg, struct err *e)
+{
+    size_t per = cfg->type == NN_OPTIM_SGD ? (cfg->momentum > 0 ? 1 : 0) : 2;
+    gpu_free(g->state);
+    g->state = NULL;
+    g->state_stride = g->m->nparams;
+    if (per && !(g->state = gpu_alloc(per * g->m->nparams * sizeof(float), e)))
+        return err_prefix(e, "gpu optimizer state");
+    return 0;
+}
+
+void gmodel_optim_update(struct gmodel *g, const struct nn_optim *o, double lr, size_t off,
+                         size_t state_off, size_t len)
+{
+    struct gpu_optim_scalars sc;
+    gpu_optim_scalars_for(o, lr, &sc);
+    gpu_optim_update(g->params + off, g->grads + off, g->state ? g->state + state_off : NULL,
+                     g->state_stride, len, &sc, g->s);
+}
+
+void gmodel_scale(struct gmodel *g, float *x, size_t n, float factor)
+{
+    gpu_scale(x, n, factor, g->s);
+}
+
+void gmodel_after_update(struct gmodel *g)
+{
+    if (g->t != GPU_F32)
+        gpu_cast(g->wh, g->t, g->params, GPU_F32, g->m->nparams, g->s);
+}
+
+/* ---- host transfers ------------------------------------------------------------------ */
+
+int gmodel_download(struct gmodel *g, float *params, float *buffers, struct err *e)
+{
+    struct nn_model *m = g->m;
+    if (gm_cuda(cudaStreamSynchronize(g->s), "download", e) < 0)
+        return -1;
+    if (params) {
+        float *tmp = malloc((m->nparams ? m->nparams : 1) * sizeof *tmp);
+        if (!tmp)
+            return err_set(e, ERR_NOMEM, NULL, "gpu: host copy of the parameters");
+        int rc = gpu_download(tmp, g->params, m->nparams * sizeof *tmp, e);
+        if (rc == 0)
+            gmodel_arena_to_host(m, params, tmp);
+        free(tmp);
+        if (rc < 0)
+            return -1;
+    }
+    if (buffers && m->nbuffers &&
+        gpu_download(buffers, g->buffers, m->nbuffers * sizeof(float), e) < 0)
+        return -1;
+    return 0;
+}
+
+int gmodel_allreduce_host(struct gmodel *g, struct comm *c, float *v, int n, struct err *e)
+{
+    if (n < 0 || n > 8)
+        return err_set(e, ERR_INVALID, NULL, "gpu: at most 8 values through the scratch");
+    if (gm_cuda(cudaStreamSynchronize(g->s), "tally", e) < 0 ||
+        gpu_upload(g->tally, v, (size_t)n * sizeof *v, e) < 0 ||
+        comm_allreduce(c, g->tally, g->tally, (size_t)n, COMM_FLOAT32, COMM_SUM, e) < 0)
+        return -1;
+    return gpu_download(v, g->tally, (size_t)n * sizeof *v, e);
+}

@@ -1,0 +1,159 @@
+/* gmodel_kernels: see gmodel_kernels.h.
+ *
+ * Decision: dropout recomputes nn/nn.c's splitmix64 hash on the device, bit for bit (64-bit
+ * integer arithmetic, the 53-bit uniform compared in double against p as the CPU does),
+ * so no mask is stored and a GPU run drops what a CPU run with the same seed drops.
+ * Transposes are one thread per element with the write coalesced; they run once per
+ * flatten, on tensors of a few thousand values per sample. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "gmodel_kernels.h"
+
+#define GM_THREADS 256
+#define GM_MAX_BLOCKS 4096
+
+namespace {
+
+__device__ __forceinline__ float ld(float x) { return x; }
+__device__ __forceinline__ float ld(__half x) { return __half2float(x); }
+__device__ __forceinline__ float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T st(float x);
+template <> __device__ __forceinline__ float st<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half st<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
+
+unsigned grid_for(size_t n)
+{
+    size_t b = (n + GM_THREADS - 1) / GM_THREADS;
+    return (unsigned)(b < 1 ? 1 : b > GM_MAX_BLOCKS ? GM_MAX_BLOCKS : b);
+}
+
+#define GM_STRIDE(i, n)                                                                  \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
+         i += (size_t)gridDim.x * blockDim.x)
+
+#define GM_DISPATCH(t, ...)                                                              \
+    do {                                                                                 \
+        switch (t) {                                                                     \
+        case GPU_F32: { typedef float T; __VA_ARGS__; } break;                           \
+        case GPU_F16: { typedef __half T; __VA_ARGS__; } break;                          \
+        case GPU_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                  \
+        }                                                                                \
+    } while (0)
+
+/* nn/nn.c's nn_hash64 and nn_hash_uniform */
+__device__ __forceinline__ uint64_t hash64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+__device__ __forceinline__ double hash_uniform(uint64_t key, uint64_t index)
+{
+    return (double)(hash64(key ^ hash64(index)) >> 11) * 0x1.0p-53;
+}
+
+template <typename T>
+__global__ void input_k(T *dst, const float *src, int n, int c, int h, int w)
+{
+    size_t total = (size_t)n * c * h * w;
+    GM_STRIDE(i, total) { /* i indexes dst (n,h,w,c) */
+        int ch = (int)(i % c);
+        size_t r = i / c;
+        int x = (int)(r % w);
+        r /= w;
+        int y = (int)(r % h);
+        int b = (int)(r / h);
+        dst[i] = st<T>(src[(((size_t)b * c + ch) * h + y) * w + x]);
+    }
+}
+
+/* to_nchw: dst index is NCHW (read NHWC); else dst index is NHWC (read NCHW) */
+template <typename T>
+__global__ void transpose_k(T *dst, const T *src, int n, int c, int h, int w, int to_nchw)
+{
+    size_t total = (size_t)n * c * h * w;
+    GM_STRIDE(i, total) {
+        if (to_nchw) {
+            int x = (int)(i % w);
+            size_t r = i / w;
+            int y = (int)(r % h);
+            r /= h;
+            int ch = (int)(r % c);
+            int b = (int)(r / c);
+            dst[i] = src[(((size_t)b * h + y) * w + x) * c + ch];
+        } else {
+            int ch = (int)(i % c);
+            size_t r = i / c;
+            int x = (int)(r % w);
+            r /= w;
+            int y = (int)(r % h);
+            int b = (int)(r / h);
+            dst[i] = src[(((size_t)b * c + ch) * h + y) * w + x];
+        }
+    }
+}
+
+template <typename T>
+__global__ void dropout_k(T *out, const T *inp, int n, int c, int h, int w, float p,
+                          int channelwise, uint64_t key, float scale)
+{
+    size_t total = (size_t)n * c * h * w;
+    GM_STRIDE(i, total) { /* NHWC storage, logical (n,c,h,w) index for the hash */
+        int ch = (int)(i % c);
+        size_t r = i / c;
+        int x = (int)(r % w);
+        r /= w;
+        int y = (int)(r % h);
+        uint64_t b = (uint64_t)(r / h);
+        uint64_t plane = b * (uint64_t)c + (uint64_t)ch;
+        uint64_t index = channelwise ? plane : (plane * (uint64_t)h + (uint64_t)y) * w + x;
+        bool keep = hash_uniform(key, index) >= (double)p;
+        out[i] = st<T>(keep ? ld(inp[i]) * scale : 0.f);
+    }
+}
+
+} // namespace
+
+extern "C" {
+
+void gmodel_k_input(void *dst, enum gpu_dtype t, const float *src, int n, int c, int h, int w,
+                    cudaStream_t s)
+{
+    size_t total = (size_t)n * c * h * w;
+    GM_DISPATCH(t, input_k<T><<<grid_for(total), GM_THREADS, 0, s>>>((T *)dst, src, n, c, h,
+                                                                      w));
+}
+
+void gmodel_k_nhwc_to_nchw(void *dst, const void *src, int n, int c, int h, int w,
+                           enum gpu_dtype t, cudaStream_t s)
+{
+    size_t total = (size_t)n * c * h * w;
+    GM_DISPATCH(t, transpose_k<T><<<grid_for(total), GM_THREADS, 0, s>>>(
+                       (T *)dst, (const T *)src, n, c, h, w, 1));
+}
+
+void gmodel_k_nchw_to_nhwc(void *dst, const void *src, int n, int c, int h, int w,
+                           enum gpu_dtype t, cudaStream_t s)
+{
+    size_t total = (size_t)n * c * h * w;
+    GM_DISPATCH(t, transpose_k<T><<<grid_for(total), GM_THREADS, 0, s>>>(
+                       (T *)dst, (const T *)src, n, c, h, w, 0));
+}
+
+void gmodel_k_dropout(void *out, const void *inp, enum gpu_dtype t, int n, int c, int h, int w,
+                      float p, int channelwise, uint64_t key, cudaStream_t s)
+{
+    size_t total = (size_t)n * c * h * w;
+    float scale = p >= 1.0f ? 0.0f : 1.0f / (1.0f - p);
+    GM_DISPATCH(t, dropout_k<T><<<grid_for(total), GM_THREADS, 0, s>>>(
+                       (T *)out, (const T *)inp, n, c, h, w, p, channelwise, key, scale));
+}
+
+} // extern "C"

@@ -1,0 +1,107 @@
+/* worker_gpu: see worker_gpu.h. Uploads and downloads are synchronous cudaMemcpy: they
+ * happen outside the timed iterations (inputs once per point, the check's output once),
+ * where simplicity beats overlap. */
+#include "worker_gpu.h"
+
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddpb_config.h"
+#include "gpu.h"
+#include "nvml.h"
+#if DDPB_HAVE_NCCL
+#include "comm_nccl.h"
+#endif
+
+struct comm *worker_gpu_comm_create(const struct spec *s, int rank, int world_size,
+                                    int timeout_ms, const atomic_bool *abort_flag,
+                                    struct store_client *store, struct err *e)
+{
+#if DDPB_HAVE_NCCL
+    const char *alg = s->workload == SPEC_WORKLOAD_COLLECTIVE && s->coll.algorithm[0]
+                          ? s->coll.algorithm : "auto";
+    struct comm_nccl_config cfg = {
+        .rank = rank, .world_size = world_size, .timeout_ms = timeout_ms,
+        .abort_flag = abort_flag, .device = 0, .compute_stream = NULL, .algorithm = alg,
+        .tag = "0"};
+    return comm_nccl_create(&cfg, store, e);
+#else
+    err_set(e, ERR_INVALID, "backend", "backend \"nccl\": this ddpbench-worker was built "
+            "without NCCL");
+    return NULL;
+#endif
+}
+
+static void *worker_gpu_alloc(void *ctx, size_t bytes, struct err *e)
+{
+    return gpu_alloc(bytes, e);
+}
+
+static void worker_gpu_free(void *ctx, void *p) { gpu_free(p); }
+
+static int worker_gpu_upload(void *ctx, void *dst, const void *src, size_t bytes, struct err *e)
+{
+    return gpu_upload(dst, src, bytes, e);
+}
+
+static int worker_gpu_download(void *ctx, void *dst, const void *src, size_t bytes,
+                               struct err *e)
+{
+    return gpu_download(dst, src, bytes, e);
+}
+
+static double worker_gpu_op_seconds(void *ctx, struct comm *c)
+{
+#if DDPB_HAVE_NCCL
+    return comm_nccl_last_op_seconds(c);
+#else
+    return -1;
+#endif
+}
+
+void worker_gpu_collective_mem(struct collective_mem *out)
+{
+    *out = (struct collective_mem){NULL, worker_gpu_alloc, worker_gpu_free, worker_gpu_upload,
+                                   worker_gpu_download, worker_gpu_op_seconds};
+}
+
+/* The env event holds only strings and numbers: gpu_nvml_json's {"nvml": "ok", "gpu":
+ * {"name": ..}} becomes "nvml": "ok", "nvml_gpu_name": ... Takes the reference to obj. */
+static void worker_gpu_env_flatten(json_t *env, json_t *obj)
+{
+    const char *k, *k2;
+    json_t *v, *v2;
+    json_object_foreach(obj, k, v) {
+        if (json_is_string(v) || json_is_number(v))
+            json_object_set(env, k, v);
+        else if (json_is_object(v))
+            json_object_foreach(v, k2, v2) {
+                char key[128];
+                snprintf(key, sizeof key, "nvml_%s_%s", k, k2);
+                if (json_is_string(v2) || json_is_number(v2))
+                    json_object_set(env, key, v2);
+            }
+    }
+    json_decref(obj);
+}
+
+void worker_gpu_env_add(json_t *env)
+{
+    char desc[256];
+    struct err e = {0};
+    json_object_set_new(env, "gpu", json_string(gpu_describe(0, desc, sizeof desc, &e) == 0
+                                                    ? desc : e.msg));
+    char why[256] = "";
+    struct gpu_nvml *n = gpu_nvml_open(NULL, why, sizeof why);
+    int index = gpu_nvml_index_from_visible(getenv("CUDA_VISIBLE_DEVICES"));
+    worker_gpu_env_flatten(env, gpu_nvml_json(n, index, why));
+    gpu_nvml_close(n);
+#if DDPB_HAVE_NCCL
+    char v[64];
+    json_object_set_new(env, "nccl", json_string(comm_nccl_version(v, sizeof v)));
+#endif
+    const char *emu = getenv("DDPB_EMULATED");
+    json_object_set_new(env, "emulated", json_integer(emu && emu[0] == '1'));
+}

@@ -1,0 +1,638 @@
+/* workload_train: the training loop of spec workload "train" (workload_train.h).
+ *
+ * Decision (device "cuda"): the loop, data, strategy and reports are the CPU's; only the
+ * model's compute moves. A `cuda` trainer keeps the host nn_model for its graph, parameter
+ * registration and initialisation, runs it with the GPU runner (worker/gpu/gmodel.h) and
+ * switches ddp/ to the runner's device arenas (ddp_set_device). The GPU code is reached
+ * only through the train_gpu_* functions below, compiled with CUDA and cuDNN; without them
+ * they are stubs that refuse (device_check refuses earlier), so this file builds
+ * everywhere. */
+#include "workload_train.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "ddpb_config.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "ddp/ddp.h"
+#include "log.h"
+#include "nn/model.h"
+#include "nn/models.h"
+#include "nn/optim.h"
+#include "gpu/loss_scale.h"
+
+#define TRAIN_GPU (DDPB_HAVE_CUDA && DDPB_HAVE_CUDNN)
+#if TRAIN_GPU
+#include "gpu/gmodel.h"
+#endif
+
+#define TRAIN_PROGRESS_NS 500000000LL /* rank 0 reports progress at most twice a second */
+
+/* Sums over the samples of an epoch (or an evaluation), combined across ranks. */
+struct train_tally {
+    double loss_sum; /* per-sample losses summed */
+    double correct, count;
+};
+
+struct trainer {
+    const struct spec *s;      /* borrowed */
+    const struct spec_train *t;
+    struct comm *comm;         /* borrowed */
+    struct report_writer *w;   /* borrowed */
+    struct heartbeat *hb;      /* borrowed, may be NULL */
+    int repeat;
+    uint64_t seed;
+    struct nn_model m;         /* owned from here down */
+    bool have_model;
+    struct dataset *train, *test;
+    struct loader *ld;
+    struct ddp ddp;
+    bool have_ddp;
+    struct nn_optim opt;
+    bool have_opt;
+    struct nn_lr_schedule sched;
+    float *pad_x;              /* evaluation: one padded batch */
+    int32_t *pad_y;
+    size_t sample_floats;
+    int64_t total_steps;
+    int64_t last_progress_ns;
+    bool cuda;                 /* device "cuda": the model runs on the GPU runner */
+    struct gmodel *gm;         /* owned (cuda) */
+    struct loss_scale ls;      /* cuda fp16: dynamic loss scaling; else a fixed 1 */
+    int64_t peak_mem;          /* cuda: the most device memory in use after a step */
+};
+
+/* ---- the GPU seam (device "cuda"; see the file comment) ------------------------------ */
+
+static int train_gpu_create(struct trainer *tr, struct err *e);
+static int train_gpu_strategy(struct trainer *tr, const struct nn_optim_cfg *oc,
+                              struct err *e);
+static void train_gpu_params_changed(struct trainer *tr);
+static void train_gpu_destroy(struct trainer *tr);
+static int train_gpu_allreduce(struct trainer *tr, float *v, int n, struct err *e);
+static int train_gpu_eval_batch(struct trainer *tr, const float *x, const int32_t *y, int n,
+                                double *loss, int *right, struct err *e);
+static int train_gpu_step(struct trainer *tr, int64_t step, struct train_tally *tally,
+                          int *epoch_done, int *epoch_of_step, struct err *e);
+
+void train_default_shape(const char *model, int *c, int *h, int *w)
+{
+    if (strcmp(model, "mnist-cnn") == 0 || strcmp(model, "lenet5") == 0) {
+        *c = 1, *h = 28, *w = 28;
+    } else if (strstr(model, "-cifar")) {
+        *c = 3, *h = 32, *w = 32;
+    } else {
+        *c = 3, *h = 224, *w = 224;
+    }
+}
+
+/* ---- setting up a repeat -------------------------------------------------------- */
+
+static int train_open_data(struct trainer *tr, struct err *e)
+{
+    const struct spec_dataset *sd = &tr->t->dataset;
+    struct data_config dc = {0};
+    snprintf(dc.name, sizeof dc.name, "%s", sd->name);
+    snprintf(dc.path, sizeof dc.path, "%s", sd->path);
+    int c, h, w;
+    train_default_shape(tr->t->model, &c, &h, &w);
+    if (sd->shape.n == 3)
+        c = sd->shape.dims[0], h = sd->shape.dims[1], w = sd->shape.dims[2];
+    dc.synthetic = (struct data_synthetic_config){.c = c, .h = h, .w = w,
+                                                  .classes = sd->classes,
+                                                  .samples = sd->samples, .fresh = sd->fresh};
+    dc.augment = sd->augment;
+    if (dataset_open(&dc, DATA_SPLIT_TRAIN, &tr->train, e) < 0)
+        return err_prefix(e, "dataset %s (train split)", sd->name);
+    if (tr->t->eval && strcmp(sd->name, "synthetic") != 0 &&
+        dataset_open(&dc, DATA_SPLIT_TEST, &tr->test, e) < 0)
+        return err_prefix(e, "dataset %s (test split)", sd->name);
+    tr->sample_floats = dataset_sample_floats(tr->train);
+    return 0;
+}
+
+static int train_build_model(struct trainer *tr, struct err *e)
+{
+    const struct dataset *ds = tr->train;
+    nn_model_init(&tr->m);
+    tr->have_model = true;
+    if (nn_models_build(&tr->m, tr->t->model, ds->c, ds->h, ds->w, ds->classes, NULL, e) < 0 ||
+        nn_model_init_params(&tr->m, tr->seed, e) < 0 ||
+        (tr->cuda ? train_gpu_create(tr, e)
+                  : nn_model_prepare(&tr->m, tr->t->batch_size, NN_BACKEND_FAST, 1, e)) < 0)
+        return err_prefix(e, "model %s on %dx%dx%d", tr->t->model, ds->c, ds->h, ds->w);
+    return 0;
+}
+
+static int train_make_loader(struct trainer *tr, struct err *e)
+{
+    struct loader_config lc;
+    loader_config_default(&lc);
+    lc.rank = tr->comm->rank;
+    lc.world_size = tr->comm->world_size;
+    lc.batch_size = tr->t->batch_size;
+    lc.seed = tr->seed;
+    lc.remainder = LOADER_DROP;
+    lc.drop_last_batch = true; /* every step has the prepared batch size on every rank */
+    lc.epochs = tr->t->epochs;
+    lc.prefetch = tr->t->prefetch;
+    if (loader_create(tr->train, &lc, &tr->ld, e) < 0)
+        return err_prefix(e, "training data");
+    int64_t per_epoch = loader_batches_per_epoch(tr->ld) / tr->t->accumulate;
+    tr->total_steps = tr->t->steps > 0 ? tr->t->steps : per_epoch * tr->t->epochs;
+    if (tr->total_steps < 1)
+        return err_set(e, ERR_INVALID, "batch_size",
+                       "an epoch of %lld samples gives rank %d no full step of batch_size %d "
+                       "x accumulate %d", (long long)tr->train->n, tr->comm->rank,
+                       tr->t->batch_size, tr->t->accumulate);
+    if (tr->t->warmup_steps >= tr->total_steps)
+        return err_set(e, ERR_INVALID, "warmup_steps",
+                       "warmup_steps (%d) leaves none of the run's %lld steps to measure",
+                       tr->t->warmup_steps, (long long)tr->total_steps);
+    return 0;
+}
+
+static int train_make_strategy(struct trainer *tr, struct err *e)
+{
+    const struct spec_train *t = tr->t;
+    struct ddp_config dc = {
+        .strategy = (enum ddp_strategy)ddp_strategy_parse(t->strategy),
+        .compression = (enum ddp_compression)ddp_compression_parse(t->compression),
+        .bucket_bytes = (size_t)t->bucket_mb << 20,
+        .fusion_bytes = (size_t)t->fusion_mb << 20,
+        .cycle_ms = t->cycle_ms,
+    };
+    if (ddp_init(&tr->ddp, &dc, tr->comm, &tr->m, e) < 0)
+        return err_prefix(e, "strategy %s", t->strategy);
+    tr->have_ddp = true;
+    const struct spec_optimizer *so = &t->optimizer;
+    int type = nn_optim_parse_type(so->type);
+    struct nn_optim_cfg oc = nn_optim_defaults(type < 0 ? NN_OPTIM_SGD : type);
+    oc.lr = so->lr;
+    oc.weight_decay = so->weight_decay;
+    oc.momentum = so->momentum;
+    oc.nesterov = so->nesterov;
+    oc.beta1 = so->beta1;
+    oc.beta2 = so->beta2;
+    oc.eps = so->eps;
+    if (ddp_optim_init(&tr->ddp, &tr->opt, &oc, e) < 0)
+        return err_prefix(e, "optimizer");
+    tr->have_opt = true;
+    if (tr->cuda && train_gpu_strategy(tr, &oc, e) < 0)
+        return err_prefix(e, "strategy %s on the GPU", t->strategy);
+    const struct spec_lr_schedule *ls = &t->lr_schedule;
+    tr->sched = (struct nn_lr_schedule){
+        .base_lr = so->lr, .warmup_steps = ls->warmup_steps, .warmup_start_factor = 1.0 / 3,
+        .decay = strcmp(ls->decay, "step") == 0     ? NN_LR_STEP
+                 : strcmp(ls->decay, "cosine") == 0 ? NN_LR_COSINE
+                                                    : NN_LR_CONSTANT,
+        .step_size = ls->step_size, .gamma = ls->gamma,
+        .t_max = (int)(tr->total_steps - ls->warmup_steps > 0
+                           ? tr->total_steps - ls->warmup_steps : 1),
+        .eta_min = 0};
+    if (nn_lr_validate(&tr->sched, e) < 0)
+        return err_prefix(e, "lr_schedule");
+    if (t->broadcast_init && ddp_broadcast_params(&tr->ddp, e) < 0)
+        return err_prefix(e, "broadcasting rank 0's initial parameters");
+    if (tr->cuda)
+        train_gpu_params_changed(tr);
+    return 0;
+}
+
+static void train_teardown(struct trainer *tr)
+{
+    if (tr->have_ddp)
+        ddp_cleanup(&tr->ddp);
+    if (tr->have_opt)
+        nn_optim_cleanup(&tr->opt);
+    loader_destroy(tr->ld);
+    train_gpu_destroy(tr); /* before the model it borrows */
+    if (tr->have_model)
+        nn_model_destroy(&tr->m);
+    dataset_destroy(tr->train);
+    dataset_destroy(tr->test);
+    free(tr->pad_x);
+    free(tr->pad_y);
+    tr->ld = NULL;
+    tr->train = tr->test = NULL;
+    tr->pad_x = NULL;
+    tr->pad_y = NULL;
+    tr->have_ddp = tr->have_opt = tr->have_model = false;
+}
+
+/* ---- evaluation ------------------------------------------------------------------- */
+
+/* Sums tally over all ranks (float32 is exact for counts below 2^24 samples). */
+static int train_tally_reduce(struct trainer *tr, struct train_tally *t, struct err *e)
+{
+    float v[3] = {(float)t->loss_sum, (float)t->correct, (float)t->count};
+    if ((tr->cuda ? train_gpu_allreduce(tr, v, 3, e) /* NCCL moves device buffers only */
+                  : comm_allreduce(tr->comm, v, v, 3, COMM_FLOAT32, COMM_SUM, e)) < 0)
+        return -1;
+    t->loss_sum = v[0], t->correct = v[1], t->count = v[2];
+    return 0;
+}
+
+/* This rank's part of the test split (disjoint, the union is the whole split). */
+static int train_evaluate(struct trainer *tr, struct train_tally *out, struct err *e)
+{
+    struct loader_config lc;
+    loader_config_default(&lc);
+    lc.rank = tr->comm->rank;
+    lc.world_size = tr->comm->world_size;
+    lc.batch_size = tr->t->batch_size;
+    lc.shuffle = false;
+    lc.remainder = LOADER_UNEVEN;
+    lc.epochs = 1;
+    lc.prefetch = tr->t->prefetch;
+    struct loader *ld = NULL;
+    int B = tr->t->batch_size, rc = 0;
+    memset(out, 0, sizeof *out);
+    if (!tr->pad_x) {
+        tr->pad_x = calloc((size_t)B * tr->sample_floats, sizeof *tr->pad_x);
+        tr->pad_y = calloc((size_t)B, sizeof *tr->pad_y);
+        if (!tr->pad_x || !tr->pad_y)
+            return err_set(e, ERR_NOMEM, NULL, "evaluation: out of memory");
+    }
+    if (loader_shard_len(tr->test->n, lc.world_size, lc.rank, LOADER_UNEVEN) > 0 &&
+        loader_create(tr->test, &lc, &ld, e) < 0)
+        return err_prefix(e, "test data");
+    const struct data_batch *b;
+    while (ld && (rc = loader_next(ld, &b, e)) == 1) {
+        const float *x = b->x;
+        const int32_t *y = b->y;
+        if (b->n < B) { /* the short last batch, padded; padding rows do not count */
+            memcpy(tr->pad_x, b->x, (size_t)b->n * tr->sample_floats * sizeof(float));
+            memcpy(tr->pad_y, b->y, (size_t)b->n * sizeof(int32_t));
+            x = tr->pad_x, y = tr->pad_y;
+        }
+        double loss = 0;
+        int right = 0;
+        bool bad = tr->cuda ? train_gpu_eval_batch(tr, x, y, b->n, &loss, &right, e) < 0
+                            : (nn_model_forward(&tr->m, x, 0, 0, e) < 0 ||
+                               nn_model_loss(&tr->m, y, b->n, &loss, &right, e) < 0);
+        if (bad) {
+            rc = -1;
+            break;
+        }
+        out->loss_sum += loss * b->n;
+        out->correct += right;
+        out->count += b->n;
+    }
+    loader_destroy(ld);
+    if (rc < 0)
+        return err_prefix(e, "evaluation");
+    return train_tally_reduce(tr, out, e);
+}
+
+static int train_end_epoch(struct trainer *tr, int epoch, struct train_tally *tally,
+                           double time_s, struct err *e)
+{
+    struct train_tally test = {0};
+    if (train_tally_reduce(tr, tally, e) < 0 ||
+        (tr->test && tr->t->eval && train_evaluate(tr, &test, e) < 0))
+        return -1;
+    struct report_epoch ep = {
+        .repeat = tr->repeat, .epoch = epoch, .samples = (int64_t)tally->count,
+        .train_loss = tally->count > 0 ? tally->loss_sum / tally->count : 0,
+        .train_acc = tally->count > 0 ? tally->correct / tally->count : 0,
+        .test_loss = test.count > 0 ? test.loss_sum / test.count : -1,
+        .test_acc = test.count > 0 ? test.correct / test.count : -1,
+        .time_s = time_s};
+    if (tr->comm->rank == 0) {
+        log_info("repeat %d epoch %d: train loss %.4f acc %.4f, test loss %.4f acc %.4f, "
+                 "%.1f s", tr->repeat, epoch, ep.train_loss, ep.train_acc, ep.test_loss,
+                 ep.test_acc, time_s);
+        if (report_emit_epoch(tr->w, &ep, e) < 0)
+            return -1;
+    }
+    memset(tally, 0, sizeof *tally);
+    return 0;
+}
+
+/* ---- one optimizer step ------------------------------------------------------------- */
+
+static double train_ms(int64_t ns) { return (double)ns / 1e6; }
+
+/* Runs step `step` (accumulate micro-batches, the exchange, the update) and reports it.
+ * *epoch_done is set to the epoch that ended in it, or -1. */
+static int train_step(struct trainer *tr, int64_t step, struct train_tally *tally,
+                      int *epoch_done, int *epoch_of_step, struct err *e)
+{
+    if (tr->cuda)
+        return train_gpu_step(tr, step, tally, epoch_done, epoch_of_step, e);
+    const struct spec_train *t = tr->t;
+    struct report_step rs = {.repeat = tr->repeat, .step = step,
+                             .warmup = step < t->warmup_steps,
+                             .samples = t->batch_size * t->accumulate};
+    int64_t t_start = clock_mono_ns(), data_ns = 0, fwd_ns = 0, bwd_ns = 0;
+    *epoch_done = -1;
+    nn_model_zero_grad(&tr->m);
+    double loss_sum = 0;
+    for (int micro = 0; micro < t->accumulate; micro++) {
+        const struct data_batch *b = NULL;
+        int got = loader_next(tr->ld, &b, e);
+        if (got < 0)
+            return err_prefix(e, "loading step %lld", (long long)step);
+        if (got == 0)
+            return err_set(e, ERR_INTERNAL, NULL, "the data ended before step %lld",
+                           (long long)step);
+        data_ns += b->wait_ns;
+        *epoch_of_step = (int)b->epoch;
+        if (b->last_in_epoch)
+            *epoch_done = (int)b->epoch;
+        ddp_begin_step(&tr->ddp, micro == t->accumulate - 1);
+        double loss = 0;
+        int right = 0;
+        int64_t t0 = clock_mono_ns();
+        if (nn_model_forward(&tr->m, b->x, 1, (uint64_t)b->step, e) < 0 ||
+            nn_model_loss(&tr->m, b->y, b->n, &loss, &right, e) < 0)
+            return err_prefix(e, "forward of step %lld", (long long)step);
+        int64_t t1 = clock_mono_ns();
+        if (nn_model_backward(&tr->m, ddp_grad_hook, &tr->ddp, e) < 0)
+            return err_prefix(e, "backward of step %lld", (long long)step);
+        fwd_ns += t1 - t0;
+        bwd_ns += clock_mono_ns() - t1;
+        if (!isfinite(loss))
+            return err_set(e, ERR_INVALID, "optimizer.lr",
+                           "the loss of step %lld is %g: training diverged (lower the "
+                           "learning rate)", (long long)step, loss);
+        loss_sum += loss;
+        tally->loss_sum += loss * b->n;
+        tally->correct += right;
+        tally->count += b->n;
+    }
+    if (ddp_finish(&tr->ddp, t->accumulate, e) < 0)
+        return err_prefix(e, "gradient exchange of step %lld", (long long)step);
+    int64_t exposed_before = tr->ddp.st.exposed_ns, t2 = clock_mono_ns();
+    if (ddp_optim_step(&tr->ddp, &tr->opt, nn_lr_at(&tr->sched, (long)step), e) < 0)
+        return err_prefix(e, "optimizer step %lld", (long long)step);
+    int64_t t_end = clock_mono_ns();
+    const struct ddp_step_stats *st = &tr->ddp.st;
+    rs.epoch = *epoch_of_step;
+    rs.loss = loss_sum / t->accumulate;
+    rs.data_ms = train_ms(data_ns);
+    rs.forward_ms = train_ms(fwd_ns);
+    rs.backward_ms = train_ms(bwd_ns);
+    rs.comm_ms = train_ms(st->comm_ns);
+    rs.comm_exposed_ms = train_ms(st->exposed_ns);
+    rs.optimizer_ms = train_ms((t_end - t2) - (st->exposed_ns - exposed_before));
+    rs.step_ms = train_ms(t_end - t_start);
+    rs.bytes_sent = (int64_t)st->bytes_sent;
+    return report_emit_step(tr->w, &rs, e);
+}
+
+static int train_progress(struct trainer *tr, int64_t done, struct err *e)
+{
+    if (tr->hb) {
+        heartbeat_set_phase(tr->hb, "train repeat %d step %lld/%lld", tr->repeat,
+                            (long long)done, (long long)tr->total_steps);
+        heartbeat_advance(tr->hb);
+    }
+    int64_t now = clock_mono_ns();
+    if (tr->comm->rank != 0 || (now - tr->last_progress_ns < TRAIN_PROGRESS_NS &&
+                                done < tr->total_steps))
+        return 0;
+    tr->last_progress_ns = now;
+    int64_t all = tr->total_steps * tr->s->repeats;
+    return report_emit_progress(tr->w, "train", tr->repeat * tr->total_steps + done, all, e);
+}
+
+static int train_repeat(struct trainer *tr, struct err *e)
+{
+    if (train_open_data(tr, e) < 0 || train_build_model(tr, e) < 0 ||
+        train_make_loader(tr, e) < 0 || train_make_strategy(tr, e) < 0)
+        return -1;
+    if (tr->comm->rank == 0 && tr->repeat == 0)
+        log_info("training %s (%zu parameters) on %s %dx%dx%d, %s, batch %d x %d ranks, "
+                 "%lld steps", tr->t->model, nn_model_param_count(&tr->m), tr->train->name,
+                 tr->train->c, tr->train->h, tr->train->w, tr->t->strategy,
+                 tr->t->batch_size, tr->comm->world_size, (long long)tr->total_steps);
+    struct train_tally tally = {0};
+    int64_t epoch_start = clock_mono_ns();
+    int epoch = 0;
+    for (int64_t step = 0; step < tr->total_steps; step++) {
+        int done = -1;
+        if (train_step(tr, step, &tally, &done, &epoch, e) < 0 ||
+            train_progress(tr, step + 1, e) < 0)
+            return -1;
+        if (done >= 0) {
+            double secs = (double)(clock_mono_ns() - epoch_start) / 1e9;
+            if (train_end_epoch(tr, done, &tally, secs, e) < 0)
+                return err_prefix(e, "end of epoch %d", done);
+            epoch_start = clock_mono_ns();
+        }
+    }
+    /* epochs mode with accumulation: the micro-batches that do not fill a last step are
+     * left out, so the last epoch ends here (every rank has the same count) */
+    if (tr->t->epochs > 0 && tally.count > 0) {
+        double secs = (double)(clock_mono_ns() - epoch_start) / 1e9;
+        if (train_end_epoch(tr, epoch, &tally, secs, e) < 0)
+            return err_prefix(e, "end of epoch %d", epoch);
+    }
+    return 0;
+}
+
+/* ---- the GPU seam ------------------------------------------------------------------ */
+
+#if TRAIN_GPU
+static int train_gpu_create(struct trainer *tr, struct err *e)
+{
+    /* NULL stream: CUDA's legacy default stream, the one worker_gpu_comm_create's NCCL
+     * communicator fences its operations against */
+    tr->gm = gmodel_create(&tr->m, tr->t->batch_size, tr->t->precision, NULL, e);
+    if (!tr->gm)
+        return -1;
+    loss_scale_init(&tr->ls, gmodel_wants_loss_scale(tr->gm));
+    return 0;
+}
+
+static void train_gpu_scale(void *ctx, float *x, size_t n, float factor)
+{
+    gmodel_scale(ctx, x, n, factor);
+}
+
+static void train_gpu_update(void *ctx, struct nn_optim *o, size_t off, size_t state_off,
+                             size_t len, double lr)
+{
+    gmodel_optim_update(ctx, o, lr, off, state_off, len);
+}
+
+static int train_gpu_strategy(struct trainer *tr, const struct nn_optim_cfg *oc,
+                              struct err *e)
+{
+    struct ddp_device dev = {.params = gmodel_params(tr->gm), .grads = gmodel_grads(tr->gm),
+                             .buffers = gmodel_buffers(tr->gm), .ctx = tr->gm,
+                             .scale = train_gpu_scale, .update = train_gpu_update};
+    if (ddp_set_device(&tr->ddp, &dev, e) < 0)
+        return -1;
+    return gmodel_optim_init(tr->gm, oc, e);
+}
+
+static void train_gpu_params_changed(struct trainer *tr) { gmodel_after_update(tr->gm); }
+
+static void train_gpu_destroy(struct trainer *tr)
+{
+    gmodel_destroy(tr->gm);
+    tr->gm = NULL;
+}
+
+static int train_gpu_allreduce(struct trainer *tr, float *v, int n, struct err *e)
+{
+    return gmodel_allreduce_host(tr->gm, tr->comm, v, n, e);
+}
+
+static int train_gpu_eval_batch(struct trainer *tr, const float *x, const int32_t *y, int n,
+                                double *loss, int *right, struct err *e)
+{
+    gmodel_mark_step_begin(tr->gm);
+    if (gmodel_forward(tr->gm, x, y, n, 0, 0, false, 1.0f, e) < 0)
+        return -1;
+    return gmodel_wait_loss(tr->gm, loss, right, e);
+}
+
+/* train_step on the GPU: the same phases, forward / backward / optimizer timed by CUDA
+ * events on the compute stream (device time), backward waited for before the exchange is
+ * finished so that comm_exposed is the time the step waited for communication alone. */
+static int train_gpu_step(struct trainer *tr, int64_t step, struct train_tally *tally,
+                          int *epoch_done, int *epoch_of_step, struct err *e)
+{
+    const struct spec_train *t = tr->t;
+    struct gmodel *gm = tr->gm;
+    struct report_step rs = {.repeat = tr->repeat, .step = step,
+                             .warmup = step < t->warmup_steps,
+                             .samples = t->batch_size * t->accumulate};
+    int64_t t_start = clock_mono_ns(), data_ns = 0;
+    *epoch_done = -1;
+    gmodel_mark_step_begin(gm);
+    gmodel_zero_grad(gm);
+    double loss_sum = 0;
+    for (int micro = 0; micro < t->accumulate; micro++) {
+        const struct data_batch *b = NULL;
+        int got = loader_next(tr->ld, &b, e);
+        if (got < 0)
+            return err_prefix(e, "loading step %lld", (long long)step);
+        if (got == 0)
+            return err_set(e, ERR_INTERNAL, NULL, "the data ended before step %lld",
+                           (long long)step);
+        data_ns += b->wait_ns;
+        *epoch_of_step = (int)b->epoch;
+        if (b->last_in_epoch)
+            *epoch_done = (int)b->epoch;
+        ddp_begin_step(&tr->ddp, micro == t->accumulate - 1);
+        double loss = 0;
+        int right = 0;
+        if (gmodel_forward(gm, b->x, b->y, b->n, 1, (uint64_t)b->step, tr->train->reuse_batch,
+                           tr->ls.scale, e) < 0 ||
+            gmodel_backward(gm, ddp_grad_hook, &tr->ddp, e) < 0 ||
+            gmodel_wait_loss(gm, &loss, &right, e) < 0)
+            return err_prefix(e, "step %lld on the GPU", (long long)step);
+        if (!isfinite(loss))
+            return err_set(e, ERR_INVALID, "optimizer.lr",
+                           "the loss of step %lld is %g: training diverged (lower the "
+                           "learning rate)", (long long)step, loss);
+        loss_sum += loss;
+        tally->loss_sum += loss * b->n;
+        tally->correct += right;
+        tally->count += b->n;
+    }
+    if (ddp_finish(&tr->ddp, t->accumulate, e) < 0)
+        return err_prefix(e, "gradient exchange of step %lld", (long long)step);
+    bool finite = true;
+    if (tr->ls.dynamic && gmodel_unscale(gm, loss_scale_inverse(&tr->ls), &finite, e) < 0)
+        return err_prefix(e, "unscaling the gradients of step %lld", (long long)step);
+    bool apply = loss_scale_update(&tr->ls, !finite); /* fp16 skips a non-finite step */
+    gmodel_mark_optim(gm, 0);
+    if (apply && ddp_optim_step(&tr->ddp, &tr->opt, nn_lr_at(&tr->sched, (long)step), e) < 0)
+        return err_prefix(e, "optimizer step %lld", (long long)step);
+    if (apply)
+        gmodel_after_update(gm);
+    gmodel_mark_optim(gm, 1);
+    double fwd_ms = 0, bwd_ms = 0, opt_ms = 0;
+    if (gmodel_phase_ms(gm, &fwd_ms, &bwd_ms, &opt_ms, e) < 0)
+        return err_prefix(e, "step %lld on the GPU", (long long)step);
+    int64_t t_end = clock_mono_ns(), used = gmodel_mem_used();
+    if (used > tr->peak_mem)
+        tr->peak_mem = used;
+    const struct ddp_step_stats *st = &tr->ddp.st;
+    rs.epoch = *epoch_of_step;
+    rs.loss = loss_sum / t->accumulate;
+    rs.data_ms = train_ms(data_ns);
+    rs.forward_ms = fwd_ms;
+    rs.backward_ms = bwd_ms;
+    rs.comm_ms = train_ms(st->comm_ns);
+    rs.comm_exposed_ms = train_ms(st->exposed_ns);
+    rs.optimizer_ms = opt_ms; /* naive and ddp have no communication in the update */
+    rs.step_ms = train_ms(t_end - t_start);
+    rs.bytes_sent = (int64_t)st->bytes_sent;
+    return report_emit_step(tr->w, &rs, e);
+}
+#else
+static int train_gpu_unbuilt(struct err *e)
+{
+    return err_set(e, ERR_INVALID, "device", "device \"cuda\": this ddpbench-worker was "
+                   "built without CUDA and cuDNN (meson -Dcuda=enabled -Dcudnn=enabled)");
+}
+
+static int train_gpu_create(struct trainer *tr, struct err *e) { return train_gpu_unbuilt(e); }
+
+static int train_gpu_strategy(struct trainer *tr, const struct nn_optim_cfg *oc,
+                              struct err *e)
+{
+    return train_gpu_unbuilt(e);
+}
+
+static void train_gpu_params_changed(struct trainer *tr) {}
+static void train_gpu_destroy(struct trainer *tr) {}
+
+static int train_gpu_allreduce(struct trainer *tr, float *v, int n, struct err *e)
+{
+    return train_gpu_unbuilt(e);
+}
+
+static int train_gpu_eval_batch(struct trainer *tr, const float *x, const int32_t *y, int n,
+                                double *loss, int *right, struct err *e)
+{
+    return train_gpu_unbuilt(e);
+}
+
+static int train_gpu_step(struct trainer *tr, int64_t step, struct train_tally *tally,
+                          int *epoch_done, int *epoch_of_step, struct err *e)
+{
+    return train_gpu_unbuilt(e);
+}
+#endif
+
+int workload_train_run_ex(const struct spec *s, struct comm *c, struct report_writer *w,
+                          struct heartbeat *hb, struct train_outcome *out, struct err *e)
+{
+    bool cuda = strcmp(s->device, "cuda") == 0;
+    if (out)
+        out->device_peak_bytes = -1;
+    if (!cuda && strcmp(s->train.precision, "fp32") != 0)
+        return err_set(e, ERR_INVALID, "precision",
+                       "precision %s needs a GPU (device cuda); the CPU trains in fp32",
+                       s->train.precision);
+    nn_set_threads(s->train.threads);
+    int rc = 0;
+    for (int r = 0; rc == 0 && r < s->repeats; r++) {
+        struct trainer tr = {.s = s, .t = &s->train, .comm = c, .w = w, .hb = hb,
+                             .repeat = r, .seed = (uint64_t)s->seed + (uint64_t)r,
+                             .cuda = cuda, .peak_mem = -1};
+        loss_scale_init(&tr.ls, false);
+        rc = train_repeat(&tr, e);
+        if (out && tr.peak_mem > out->device_peak_bytes)
+            out->device_peak_bytes = tr.peak_mem;
+        train_teardown(&tr);
+    }
+    return rc;
+}
+
+int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,
+                       struct heartbeat *hb, struct err *e)
+{
+    return workload_train_run_ex(s, c, w, hb, NULL, e);
+}

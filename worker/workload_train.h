@@ -1,0 +1,53 @@
+/* workload_train: the training workload (spec workload "train"): a zoo model trained
+ * data-parallel with one of the ddp/ strategies on a dataset sharded by rank, every step
+ * timed per phase and reported, every epoch evaluated (DESIGN.md §4 "Metrics").
+ *
+ * Decisions:
+ * - One trainer struct holds the model, data, strategy and optimizer of a repeat; each
+ *   repeat rebuilds them from seed + repeat, so repeats give the spread of both the timings
+ *   and the accuracy, and a run is deterministic given its seed.
+ * - Phases of a step (report.h struct report_step): data is the time the loader made the
+ *   step wait; forward includes the loss; backward is the compute of backward (the hook's
+ *   bookkeeping and launches included, the exchanges it queued are not); comm is the time
+ *   the exchanges ran on the communication thread; comm_exposed the time the step
+ *   waited for them; optimizer is the update (for ZeRO without the all-gather, which is
+ *   communication). step is the wall time of the whole step.
+ * - Statistics the daemon computes skip the first warmup_steps of every repeat.
+ * - Train loss and accuracy of an epoch are over the samples all ranks trained on in it
+ *   (with dropout and batch statistics of training mode, as PyTorch examples print them);
+ *   test figures are over the whole test split, each rank evaluating a disjoint part.
+ *
+ * Ownership: everything is borrowed from the caller for the duration of the call. */
+#ifndef DDPB_WORKLOAD_TRAIN_H
+#define DDPB_WORKLOAD_TRAIN_H
+
+#include <stdint.h>
+
+#include "comm.h"
+#include "err.h"
+#include "heartbeat.h"
+#include "report.h"
+#include "spec.h"
+
+/* The model's usual input when the spec gives no shape: 1x28x28 for mnist-cnn and
+ * lenet5, 3x32x32 for the CIFAR forms, 3x224x224 otherwise. */
+void train_default_shape(const char *model, int *c, int *h, int *w);
+
+/* Runs every repeat of a train spec. w is used on every rank (steps) and rank 0 (epochs);
+ * hb may be NULL. */
+int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,
+                       struct heartbeat *hb, struct err *e);
+
+/* What a run measured beside its reports. */
+struct train_outcome {
+    int64_t device_peak_bytes; /* device "cuda": the most GPU memory in use after a step
+                                  (cudaMemGetInfo), over all repeats; -1 on the CPU */
+};
+
+/* workload_train_run that also fills out (may be NULL). Device "cuda" trains on the GPU
+ * (worker/gpu/gmodel.h) in the spec's precision; c must then move device buffers
+ * (NCCL), and the strategy be naive or ddp without compression (ddp_set_device). */
+int workload_train_run_ex(const struct spec *s, struct comm *c, struct report_writer *w,
+                          struct heartbeat *hb, struct train_outcome *out, struct err *e);
+
+#endif
