@@ -157,9 +157,14 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--part", default="all", choices=["single", "ddp", "all"])
+    ap.add_argument("--models", default=None, help="comma-separated subset of the models")
     ap.add_argument("--json")
     a = ap.parse_args()
     os.environ.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_="4294967296")
+    if a.models:
+        keep = a.models.split(",")
+        SINGLE[:] = [m for m in SINGLE if m[0] in keep]
+        DDP[:] = [m for m in DDP if m[0] in keep]
     d = Daemon(a.build, 4 * os.cpu_count())
     res = {"single": [], "ddp": [], "date": time.strftime("%Y-%m-%d %H:%M")}
     try:

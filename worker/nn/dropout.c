@@ -22,12 +22,49 @@ int nn_dropout_keep(const struct nn_dropout_cfg *c, struct nn_shape s, uint64_t 
     return nn_hash_uniform(key, index) >= c->p;
 }
 
+/* dropout_apply for a channel-blocked layout (nChw8c, nChw16c), in memory order: a
+ * block's channels are contiguous, so walking (n, block, h, w) with the block innermost
+ * touches each cache line once (the logical order strides by the block and measured 9 ns
+ * an element, 10% of an mnist-cnn training step). */
+static void dropout_apply_blocked(float *out, const float *inp, const struct nn_dropout_cfg *c,
+                                  struct nn_shape s, const struct nn_layout *l, uint64_t key,
+                                  int train, float scale)
+{
+    int nblk = (s.c + l->blk - 1) / l->blk;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < s.n; n++)
+        for (int cb = 0; cb < nblk; cb++) {
+            float keep[64]; /* blk <= 64: per channel of the block, channelwise masks */
+            int c0 = cb * l->blk, cn = s.c - c0 < l->blk ? s.c - c0 : l->blk;
+            for (int i = 0; i < cn; i++)
+                keep[i] = !train || !c->channelwise ||
+                                  nn_dropout_keep(c, s, key, n, c0 + i, 0, 0)
+                              ? scale
+                              : 0.0f;
+            for (int h = 0; h < s.h; h++)
+                for (int w = 0; w < s.w; w++) {
+                    size_t k = (size_t)n * l->sn + (size_t)cb * l->sc + (size_t)h * l->sh +
+                               (size_t)w * l->sw;
+                    for (int i = 0; i < cn; i++) {
+                        float m = keep[i];
+                        if (train && !c->channelwise)
+                            m = nn_dropout_keep(c, s, key, n, c0 + i, h, w) ? scale : 0.0f;
+                        out[k + (size_t)i] = m != 0.0f ? inp[k + (size_t)i] * m : 0.0f;
+                    }
+                }
+        }
+}
+
 /* out = inp * mask * scale over the logical elements; mask = 1 everywhere when !train */
 static void dropout_apply(float *out, const float *inp, const struct nn_dropout_cfg *c,
                           struct nn_shape s, const struct nn_layout *l, uint64_t key,
                           int train)
 {
     float scale = !train ? 1.0f : c->p >= 1.0f ? 0.0f : 1.0f / (1.0f - c->p);
+    if (l->blk > 1 && l->blk <= 64) {
+        dropout_apply_blocked(out, inp, c, s, l, key, train, scale);
+        return;
+    }
 #pragma omp parallel for collapse(2) schedule(static)
     for (int n = 0; n < s.n; n++)
         for (int ch = 0; ch < s.c; ch++) {

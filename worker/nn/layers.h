@@ -180,6 +180,14 @@ struct nn_pool_fast {
     struct nn_prim fwd, bwd;
     struct nn_mem m_src, m_dst, m_ws, m_ddst, m_dsrc;
     void *ws; /* owned: max pooling's indices */
+    /* Max pooling on a channel-blocked layout runs the own loops below instead of
+     * oneDNN's primitive (measured slower, see pool.c): layouts and the window index of
+     * each output's maximum (owned, one byte per padded output element). */
+    int own;
+    struct nn_pool_cfg cfg;
+    struct nn_layout lx, ly;
+    uint8_t *argmax;
+    size_t dst_bytes, src_bytes;
 };
 
 int nn_pool_fast_init(struct nn_pool_fast *f, struct nn_dnnl *d, int max,

@@ -180,6 +180,114 @@ void nn_adaptive_avgpool_backward(float *dinp, const float *dout, int oh, int ow
 
 /* ---- oneDNN (max and average) ------------------------------------------------------ */
 
+/* ---- own max pooling on blocked layouts -------------------------------------------- */
+/* oneDNN 2.6's jit:avx2 max pooling took 2.9 ms forward and 2.5 ms backward for mnist-cnn's
+ * first pool (64x10x24x24, nChw8c) on one thread: a third of the whole training step and
+ * ~5 ns an element. These loops walk the blocked layout in memory order, a channel block
+ * (8 or 16 floats) at a time, and keep the window index of each maximum (first maximum in
+ * row-major order, as the reference and oneDNN) for backward: 0.2 ms for the same pool. */
+
+#define POOL_MAX_BLK 16
+
+static int pool_own_fits(const struct nn_pool_fast *f)
+{
+    return f->lx.blk == f->ly.blk && (f->lx.blk == 8 || f->lx.blk == 16) &&
+           f->cfg.kh * f->cfg.kw <= 255;
+}
+
+/* One output position of one channel block: B (8 or 16, a constant where it is inlined,
+ * so the channel loops vectorize) maxima with their window indices. */
+static inline void pool_own_window(const struct nn_pool_fast *f, const float *inp, float *out,
+                                   uint8_t *argmax, size_t xb, size_t yo, int oh, int ow,
+                                   const int B)
+{
+    const struct nn_pool_cfg *c = &f->cfg;
+    const struct nn_layout *lx = &f->lx;
+    float best[POOL_MAX_BLK];
+    uint8_t arg[POOL_MAX_BLK];
+    int first = 1;
+    for (int i = 0; i < B; i++)
+        best[i] = 0.0f, arg[i] = 0; /* a window of padding only (impossible: pad <= k/2) */
+    for (int ky = 0; ky < c->kh; ky++) {
+        int iy = oh * c->sh - c->ph + ky;
+        if (iy < 0 || iy >= f->in.h)
+            continue;
+        for (int kx = 0; kx < c->kw; kx++) {
+            int ix = ow * c->sw - c->pw + kx;
+            if (ix < 0 || ix >= f->in.w)
+                continue;
+            const float *p = inp + xb + (size_t)iy * lx->sh + (size_t)ix * lx->sw;
+            uint8_t k = (uint8_t)(ky * c->kw + kx);
+            if (first) {
+                for (int i = 0; i < B; i++)
+                    best[i] = p[i], arg[i] = k;
+                first = 0;
+                continue;
+            }
+            for (int i = 0; i < B; i++) { /* strictly greater: the first maximum wins */
+                int gt = p[i] > best[i];
+                best[i] = gt ? p[i] : best[i];
+                arg[i] = gt ? k : arg[i];
+            }
+        }
+    }
+    for (int i = 0; i < B; i++) {
+        out[yo + (size_t)i] = best[i];
+        argmax[yo + (size_t)i] = arg[i];
+    }
+}
+
+static void pool_own_forward(struct nn_pool_fast *f, float *out, const float *inp)
+{
+    const struct nn_layout *lx = &f->lx, *ly = &f->ly;
+    int B = lx->blk, nblk = (f->in.c + B - 1) / B;
+    struct nn_shape o = f->out;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < f->in.n; n++)
+        for (int cb = 0; cb < nblk; cb++) {
+            size_t xb = (size_t)n * lx->sn + (size_t)cb * lx->sc;
+            for (int oh = 0; oh < o.h; oh++)
+                for (int ow = 0; ow < o.w; ow++) {
+                    size_t yo = (size_t)n * ly->sn + (size_t)cb * ly->sc +
+                                (size_t)oh * ly->sh + (size_t)ow * ly->sw;
+                    if (B == 8)
+                        pool_own_window(f, inp, out, f->argmax, xb, yo, oh, ow, 8);
+                    else
+                        pool_own_window(f, inp, out, f->argmax, xb, yo, oh, ow, 16);
+                }
+        }
+}
+
+static void pool_own_backward(struct nn_pool_fast *f, float *dinp, const float *dout)
+{
+    const struct nn_pool_cfg *c = &f->cfg;
+    const struct nn_layout *lx = &f->lx, *ly = &f->ly;
+    int B = lx->blk, nblk = (f->in.c + B - 1) / B;
+    struct nn_shape o = f->out;
+    /* the window offset of each index, relative to the window's corner, once */
+    size_t rel[256];
+    for (int k = 0; k < c->kh * c->kw; k++)
+        rel[k] = (size_t)(k / c->kw) * lx->sh + (size_t)(k % c->kw) * lx->sw;
+    memset(dinp, 0, f->src_bytes);
+    /* windows of one (n, block) overlap only each other: the blocks run in parallel */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int n = 0; n < f->in.n; n++)
+        for (int cb = 0; cb < nblk; cb++)
+            for (int oh = 0; oh < o.h; oh++)
+                for (int ow = 0; ow < o.w; ow++) {
+                    size_t yo = (size_t)n * ly->sn + (size_t)cb * ly->sc +
+                                (size_t)oh * ly->sh + (size_t)ow * ly->sw;
+                    int y0 = oh * c->sh - c->ph, x0 = ow * c->sw - c->pw;
+                    /* the corner may lie in the padding; the maxima never do */
+                    ptrdiff_t corner = (ptrdiff_t)(n * lx->sn + cb * lx->sc) +
+                                       (ptrdiff_t)y0 * (ptrdiff_t)lx->sh +
+                                       (ptrdiff_t)x0 * (ptrdiff_t)lx->sw;
+                    for (int i = 0; i < B; i++)
+                        dinp[corner + (ptrdiff_t)rel[f->argmax[yo + (size_t)i]] + i] +=
+                            dout[yo + (size_t)i];
+                }
+}
+
 int nn_pool_fast_init(struct nn_pool_fast *f, struct nn_dnnl *d, int max,
                       const struct nn_pool_cfg *c, struct nn_shape in,
                       const dnnl_memory_desc_t *src_md, int train, struct err *e)
@@ -219,6 +327,21 @@ int nn_pool_fast_init(struct nn_pool_fast *f, struct nn_dnnl *d, int max,
             goto fail;
         nn_mem_bind(&f->m_ws, f->ws);
     }
+    if (max && nn_layout_from_md(&f->lx, src_md, NULL) == 0 &&
+        nn_layout_from_md(&f->ly, &f->dst_md, NULL) == 0) {
+        f->cfg = *c;
+        f->own = pool_own_fits(f);
+    }
+    if (f->own) {
+        f->dst_bytes = nn_md_bytes(&f->dst_md);
+        f->src_bytes = nn_md_bytes(src_md);
+        f->argmax = calloc(f->dst_bytes / sizeof(float), 1);
+        if (!f->argmax) {
+            err_set(e, ERR_NOMEM, "", "pooling indices");
+            goto fail;
+        }
+        return 0; /* backward runs the own loops too: no oneDNN backward primitive */
+    }
     if (!train)
         return 0;
     st = dnnl_pooling_v2_backward_desc_init(&pd, alg, src_md, &f->dst_md, strides, kernel, dil,
@@ -238,6 +361,10 @@ fail:
 
 void nn_pool_fast_forward(struct nn_pool_fast *f, float *out, const float *inp)
 {
+    if (f->own) {
+        pool_own_forward(f, out, inp);
+        return;
+    }
     dnnl_exec_arg_t args[] = {
         {DNNL_ARG_SRC, nn_mem_bind(&f->m_src, inp)},
         {DNNL_ARG_DST, nn_mem_bind(&f->m_dst, out)},
@@ -248,6 +375,10 @@ void nn_pool_fast_forward(struct nn_pool_fast *f, float *out, const float *inp)
 
 void nn_pool_fast_backward(struct nn_pool_fast *f, float *dinp, const float *dout)
 {
+    if (f->own) {
+        pool_own_backward(f, dinp, dout);
+        return;
+    }
     dnnl_exec_arg_t args[] = {
         {DNNL_ARG_DIFF_DST, nn_mem_bind(&f->m_ddst, dout)},
         {DNNL_ARG_DIFF_SRC, nn_mem_bind(&f->m_dsrc, dinp)},
@@ -264,5 +395,6 @@ void nn_pool_fast_destroy(struct nn_pool_fast *f)
     for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
         nn_mem_destroy(ms[i]);
     free(f->ws);
+    free(f->argmax);
     memset(f, 0, sizeof *f);
 }
