@@ -46,4 +46,5 @@ python3 deploy/show_experiment.py "$URL" "$id"
 echo
 echo "dashboard: $URL/"
 echo "API:       curl -s $URL/v1/experiments/$id"
+echo "training:  curl -s -X POST $URL/v1/experiments -d @schema/examples/train-strategies.json"
 echo "stop:      kill \$(cat $STATE/ddpbenchd.pid)"
