@@ -241,7 +241,7 @@ static int db_write_one(struct db *db, struct err *e, const char *sql, const cha
 static bool db_col_is_json(const char *name)
 {
     return strcmp(name, "spec") == 0 || strcmp(name, "params") == 0 ||
-           strcmp(name, "env") == 0;
+           strcmp(name, "env") == 0 || strcmp(name, "summary") == 0;
 }
 
 static bool db_col_is_time(const char *name)
@@ -414,6 +414,18 @@ int db_schema_version(struct db *db)
 static const char SQL_INSERT_EXPERIMENT[] =
     "INSERT INTO experiments (name, workload, spec, status, n_runs, created_at) "
     "VALUES (?1, ?2, ?3, 'queued', ?4, ?5)";
+/* The distinct values an experiment's runs cover; the same expression as
+ * schema/004_experiment_summary.sql, which fills it for experiments made before. */
+#define DB_SUMMARY_OF(field)                                                                   \
+    "json((SELECT json_group_array(v) FROM (SELECT DISTINCT " field " AS v FROM runs r "      \
+    "WHERE r.experiment_id = ?1 AND v IS NOT NULL ORDER BY v)))"
+static const char SQL_EXPERIMENT_SUMMARY[] =
+    "UPDATE experiments SET summary = json_object("
+    "'models', " DB_SUMMARY_OF("json_extract(r.spec, '$.model')") ", "
+    "'ops', " DB_SUMMARY_OF("json_extract(r.spec, '$.op')") ", "
+    "'backends', " DB_SUMMARY_OF("json_extract(r.spec, '$.backend')") ", "
+    "'strategies', " DB_SUMMARY_OF("json_extract(r.spec, '$.strategy')") ", "
+    "'world_sizes', " DB_SUMMARY_OF("r.world_size") ") WHERE id = ?1";
 static const char SQL_INSERT_RUN[] =
     "INSERT INTO runs (experiment_id, point, params, spec, world_size, status, created_at) "
     "VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)";
@@ -451,6 +463,12 @@ int db_create_experiment(struct db *db, const char *name, const char *workload,
         if (db_step_done(c, st, e) < 0)
             goto out;
     }
+    st = db_stmt(c, SQL_EXPERIMENT_SUMMARY, e);
+    if (!st)
+        goto out;
+    sqlite3_bind_int64(st, 1, id);
+    if (db_step_done(c, st, e) < 0)
+        goto out;
     *id_out = id;
     rc = 0;
 out:
@@ -459,7 +477,8 @@ out:
 
 #define DB_EXPERIMENT_SELECT                                                                \
     "SELECT e.id, e.name, e.workload, e.status, e.n_runs, e.runs_finished, "                \
-    "e.created_at, e.started_at, e.finished_at, e.finished_at - e.started_at AS duration_s"
+    "e.created_at, e.started_at, e.finished_at, e.finished_at - e.started_at AS duration_s, "  \
+    "e.summary"
 
 #define DB_EXPERIMENT_WHERE                                                                 \
     " WHERE (?1 IS NULL OR e.status = ?1) AND (?2 IS NULL OR instr(e.name, ?2) > 0) "       \

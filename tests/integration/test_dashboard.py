@@ -264,6 +264,11 @@ def test_list_filters_and_live_updates():
     check(count("#experiments-table tbody tr") == before + 1, "one more row")
     row = js("return document.querySelector(`#experiments-table tr[data-id='${arguments[0]}']`).textContent", exp["id"])
     check("allreduce" in row and "tcp" in row, row)
+    # the columns come from the list's summaries: each cell as the API's summary says
+    for it in D.get("/v1/experiments?limit=25")["items"]:
+        cell = js("return document.querySelector(`#experiments-table tr[data-id='${arguments[0]}'] "
+                  "td[data-col=world_sizes]`).textContent", it["id"])
+        check(cell == ", ".join(str(w) for w in it["summary"]["world_sizes"]), (it["id"], cell, it["summary"]))
     screenshot("experiments")
     from selenium.webdriver.support.ui import Select
     Select(B.find_element("css selector", "#f-status")).select_by_value("failed")

@@ -55,7 +55,7 @@ static void test_db_lifecycle(void)
     struct err e = {0};
     struct db *db = test_db_fresh();
     T_CHECK(db != NULL);
-    T_EQ_INT(db_schema_version(db), 3);
+    T_EQ_INT(db_schema_version(db), 4);
     int64_t id = test_db_experiment(db, 2);
     T_CHECK(id > 0);
     json_t *exp;
@@ -265,6 +265,46 @@ static void test_db_gpu_placement(void)
     test_db_cleanup(db);
 }
 
+/* The list carries each experiment's summary: the distinct models, ops, backends,
+ * strategies and world sizes of its runs; migration 004 fills it for older rows. */
+static void test_db_experiment_summary(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    struct db_new_run runs[3] = {
+        {"{}", "{\"model\":\"lenet5\",\"backend\":\"tcp\",\"strategy\":\"ddp\"}", 4},
+        {"{}", "{\"model\":\"lenet5\",\"backend\":\"tcp\",\"strategy\":\"naive\"}", 1},
+        {"{}", "{\"model\":\"lenet5\",\"backend\":\"tcp\",\"strategy\":\"ddp\"}", 2},
+    };
+    int64_t id = 0;
+    T_OK(db_create_experiment(db, "sum", "train", "{\"workload\":\"train\"}", runs, 3, &id, &e));
+    const char *want = "{\"models\":[\"lenet5\"],\"ops\":[],\"backends\":[\"tcp\"],"
+                       "\"strategies\":[\"ddp\",\"naive\"],\"world_sizes\":[1,2,4]}";
+    json_t *w = json_loads(want, 0, NULL);
+    struct db_experiment_filter f = {.limit = 10};
+    json_t *list = db_list_experiments(db, &f, &e);
+    json_t *got = json_object_get(json_array_get(json_object_get(list, "items"), 0), "summary");
+    T_CHECK_MSG(json_equal(got, w), "summary as created");
+    json_decref(list);
+    /* a database from before 004: the column dropped, the version set back */
+    db_close(db);
+    sqlite3 *h;
+    T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
+    T_CHECK(sqlite3_exec(h, "ALTER TABLE experiments DROP COLUMN summary; PRAGMA user_version=3",
+                         NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(h);
+    db = db_open(db_path, &e);
+    T_CHECK_MSG(db != NULL, "%s", e.msg);
+    T_EQ_INT(db_schema_version(db), 4);
+    list = db_list_experiments(db, &f, &e);
+    got = json_object_get(json_array_get(json_object_get(list, "items"), 0), "summary");
+    T_CHECK_MSG(json_equal(got, w), "summary as migrated");
+    json_decref(list);
+    json_decref(w);
+    test_db_cleanup(db);
+}
+
 static void test_db_refuses_newer_schema(void)
 {
     struct err e = {0};
@@ -402,6 +442,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_results_roundtrip);
     TEST_RUN(test_db_list_filters_and_paging);
     TEST_RUN(test_db_recover_and_reopen);
+    TEST_RUN(test_db_experiment_summary);
     TEST_RUN(test_db_refuses_newer_schema);
     TEST_RUN(test_db_cancel_and_delete);
     TEST_RUN(test_db_steps_epochs_and_data);

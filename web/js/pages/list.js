@@ -1,8 +1,10 @@
 // pages/list: the experiments table with filters, paging and live updates.
 //
-// Decision: the list endpoint returns summaries (no spec), so the model, backend,
-// strategy and world sizes come from each listed experiment's GET, fetched once per
-// experiment (a spec never changes) with at most 4 requests in flight. Live status comes
+// Decision: the list endpoint returns summaries whose "summary" holds the distinct models
+// (or ops), backends, strategies and world sizes of each experiment's runs, so the table
+// needs no request per experiment; only a daemon without it (older than schema 004) makes
+// the table fall back to each listed experiment's GET, fetched once per experiment (a
+// spec never changes) with at most 4 requests in flight. Live status comes
 // from /v1/events; an event about an experiment not on the page (a new one) reloads
 // the page of results, debounced.
 import { api, el, fmtAge, fmtDuration, specField, statusBadge, mapLimit, downloadButtons, errorBox, announce } from '../util.js';
@@ -43,6 +45,15 @@ export async function renderList(main, query) {
   nameIn.addEventListener('input', () => { clearTimeout(nameTimer); nameTimer = setTimeout(() => { state.name = nameIn.value.trim(); state.offset = 0; load(); }, 250); });
 
   function flat(it) {
+    const s = it.summary;
+    if (s) {
+      const list = (v) => (v || []).join(', ');
+      return {
+        id: it.id, name: it.name, status: it.status, runs_finished: it.runs_finished, n_runs: it.n_runs, workload: it.workload,
+        model: list(s.models) || list(s.ops), backend: list(s.backends), strategy: list(s.strategies) || '—',
+        world_sizes: list(s.world_sizes), created_at: it.created_at, duration_s: it.duration_s,
+      };
+    }
     const d = details.get(it.id) || {};
     return {
       id: it.id, name: it.name, status: it.status, runs_finished: it.runs_finished, n_runs: it.n_runs, workload: it.workload,
@@ -84,7 +95,7 @@ export async function renderList(main, query) {
   }
 
   async function fill() {
-    const missing = items.filter((it) => !details.has(it.id));
+    const missing = items.filter((it) => !it.summary && !details.has(it.id));
     await mapLimit(missing, 4, async (it) => {
       try {
         const x = await api(`/v1/experiments/${it.id}`);
