@@ -313,6 +313,29 @@ static int train_end_epoch(struct trainer *tr, int epoch, struct train_tally *ta
     return 0;
 }
 
+/* The next micro-batch of step `step` (both the CPU and the GPU steps): adds its data
+ * wait to *data_ns, notes its epoch (and the epoch it ends, if any), and tells the strategy
+ * whether this micro-batch ends the optimizer step. */
+static int train_next_micro(struct trainer *tr, int64_t step, int micro,
+                            const struct data_batch **out, int64_t *data_ns, int *epoch_done,
+                            int *epoch_of_step, struct err *e)
+{
+    const struct data_batch *b = NULL;
+    int got = loader_next(tr->ld, &b, e);
+    if (got < 0)
+        return err_prefix(e, "loading step %lld", (long long)step);
+    if (got == 0)
+        return err_set(e, ERR_INTERNAL, NULL, "the data ended before step %lld",
+                       (long long)step);
+    *data_ns += b->wait_ns;
+    *epoch_of_step = (int)b->epoch;
+    if (b->last_in_epoch)
+        *epoch_done = (int)b->epoch;
+    ddp_begin_step(&tr->ddp, micro == tr->t->accumulate - 1);
+    *out = b;
+    return 0;
+}
+
 /* ---- one optimizer step ------------------------------------------------------------- */
 
 static double train_ms(int64_t ns) { return (double)ns / 1e6; }
@@ -334,17 +357,8 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
     double loss_sum = 0;
     for (int micro = 0; micro < t->accumulate; micro++) {
         const struct data_batch *b = NULL;
-        int got = loader_next(tr->ld, &b, e);
-        if (got < 0)
-            return err_prefix(e, "loading step %lld", (long long)step);
-        if (got == 0)
-            return err_set(e, ERR_INTERNAL, NULL, "the data ended before step %lld",
-                           (long long)step);
-        data_ns += b->wait_ns;
-        *epoch_of_step = (int)b->epoch;
-        if (b->last_in_epoch)
-            *epoch_done = (int)b->epoch;
-        ddp_begin_step(&tr->ddp, micro == t->accumulate - 1);
+        if (train_next_micro(tr, step, micro, &b, &data_ns, epoch_done, epoch_of_step, e) < 0)
+            return -1;
         double loss = 0;
         int right = 0;
         int64_t t0 = clock_mono_ns();
@@ -512,17 +526,8 @@ static int train_gpu_step(struct trainer *tr, int64_t step, struct train_tally *
     double loss_sum = 0;
     for (int micro = 0; micro < t->accumulate; micro++) {
         const struct data_batch *b = NULL;
-        int got = loader_next(tr->ld, &b, e);
-        if (got < 0)
-            return err_prefix(e, "loading step %lld", (long long)step);
-        if (got == 0)
-            return err_set(e, ERR_INTERNAL, NULL, "the data ended before step %lld",
-                           (long long)step);
-        data_ns += b->wait_ns;
-        *epoch_of_step = (int)b->epoch;
-        if (b->last_in_epoch)
-            *epoch_done = (int)b->epoch;
-        ddp_begin_step(&tr->ddp, micro == t->accumulate - 1);
+        if (train_next_micro(tr, step, micro, &b, &data_ns, epoch_done, epoch_of_step, e) < 0)
+            return -1;
         double loss = 0;
         int right = 0;
         if (gmodel_forward(gm, b->x, b->y, b->n, 1, (uint64_t)b->step, tr->train->reuse_batch,

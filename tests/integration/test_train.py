@@ -129,6 +129,32 @@ def test_same_seed_same_run():
         d.close()
 
 
+def test_accumulation_and_compression_through_the_api():
+    """The strategy knobs reach the workers: accumulate 2 makes every step train 2 batches,
+    and fp16 compression halves the gradient bytes each rank sends per step (recursive
+    doubling at 2 ranks sends the whole 21,840-gradient bucket once, in 4 or 2 bytes)."""
+    d = Daemon(cpu_slots=2)
+    try:
+        spec = dict(SMALL, world_size=2, strategy="ddp", accumulate=2, steps=6, warmup_steps=1,
+                    dataset={"name": "synthetic", "fresh": True},
+                    sweep={"compression": ["none", "fp16"]})
+        exp = d.wait_experiment(d.submit(spec)["id"], timeout=120)
+        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        sent = {}
+        for r in exp["runs"]:
+            run = d.get(f"/v1/runs/{r['id']}")
+            steps = d.get(f"/v1/runs/{r['id']}/steps?warmup=true")
+            at = {c: i for i, c in enumerate(steps["columns"])}
+            check(all(row[at["samples"]] == 2 * SMALL["batch_size"] for row in steps["rows"]),
+                  "samples per step = batch_size x accumulate")
+            sent[run["spec"]["compression"]] = {row[at["bytes_sent"]] for row in steps["rows"]}
+        check(len(sent["none"]) == 1 and len(sent["fp16"]) == 1, sent)  # the same every step
+        (full,), (half,) = sent["none"], sent["fp16"]
+        check(full == 21840 * 4 and half * 2 == full, sent)
+    finally:
+        d.close()
+
+
 def test_bad_training_inputs():
     d = Daemon(cpu_slots=2)
     try:
@@ -184,4 +210,5 @@ def test_rank_killed_mid_training():
 
 if __name__ == "__main__":
     run_cases([test_strategies_end_to_end, test_fashion_mnist_reaches_pytorch_accuracy,
-               test_same_seed_same_run, test_bad_training_inputs, test_rank_killed_mid_training])
+               test_same_seed_same_run, test_accumulation_and_compression_through_the_api,
+               test_bad_training_inputs, test_rank_killed_mid_training])

@@ -16,6 +16,7 @@
 #include "stats.h"
 #include "store_server.h"
 #include "tcp.h"
+#include "one_rank.h"
 #include "test.h"
 #include "workload_collective.h"
 
@@ -214,34 +215,6 @@ static void test_count_wrong(void)
     T_EQ_INT(collective_count_wrong(&d, g, 1, 4), 0);
     collective_fill(&d, g, 4, 1);
     T_CHECK(collective_count_wrong(&d, g, 1, 4) >= 2);
-}
-
-struct one_rank {
-    struct store_server *srv;
-    struct store_client *sc;
-    struct comm *c;
-};
-
-static int one_rank_open(struct one_rank *o, struct err *e)
-{
-    memset(o, 0, sizeof *o);
-    o->srv = store_server_create("127.0.0.1", 0, e);
-    if (!o->srv || store_server_add_run(o->srv, "bench", "pw", e) < 0)
-        return -1;
-    char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", store_server_port(o->srv));
-    o->sc = store_client_connect(addr, "bench", "pw", 0, 2000, NULL, e);
-    struct comm_tcp_config cfg = {.rank = 0, .world_size = 1, .listen_host = "127.0.0.1",
-                                  .timeout_ms = 5000, .algorithm = "auto", .secret = "pw"};
-    o->c = o->sc ? comm_tcp_create(&cfg, o->sc, e) : NULL;
-    return o->c ? 0 : -1;
-}
-
-static void one_rank_close(struct one_rank *o)
-{
-    comm_destroy(o->c);
-    store_client_destroy(o->sc);
-    store_server_destroy(o->srv);
 }
 
 /* Runs sizes of one op on one rank; returns the collective events' counts. */

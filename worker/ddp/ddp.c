@@ -139,6 +139,7 @@ static void ddp_layout_buckets(struct ddp *d, const int *bounds)
         bk->own_len = lo < bk->len ? (bk->len - lo < bk->chunk ? bk->len - lo : bk->chunk) : 0;
         bk->state_off = state;
         state += bk->own_len;
+        bk->pad_off = pad;
         pad += bk->chunk * (size_t)d->world;
     }
     d->own_total = state;
@@ -273,6 +274,14 @@ static void ddp_fail(struct ddp *d, const struct err *e)
     }
 }
 
+/* Where bucket b is exchanged: its place in the arenas, or for zero its padded place in
+ * the staging / wire buffers (ddp_launch reduce-scatters a divisible, uncompressed zero
+ * bucket in place in the arena instead). */
+static size_t ddp_exchange_at(const struct ddp *d, int b)
+{
+    return ddp_is_zero(d) ? d->b[b].pad_off : d->b[b].offset;
+}
+
 /* Queues the exchange of bucket b (allreduce; zero: reduce-scatter). */
 static void ddp_launch(struct ddp *d, int b)
 {
@@ -285,12 +294,9 @@ static void ddp_launch(struct ddp *d, int b)
     if (d->failed)
         return;
     bool zero = ddp_is_zero(d), pad = zero && bk->len % (size_t)d->world != 0;
-    size_t at = bk->offset; /* where the bucket sits in the buffer exchanged */
+    size_t at = ddp_exchange_at(d, b);
     if (zero) {
         size_t padded = bk->chunk * (size_t)d->world;
-        at = 0;
-        for (int i = 0; i < b; i++)
-            at += d->b[i].chunk * (size_t)d->world;
         a.op = COMM_OP_REDUCE_SCATTER;
         a.count = bk->chunk;
         if (d->wire) {
@@ -326,17 +332,6 @@ static void ddp_launch(struct ddp *d, int b)
     if (!bk->h)
         ddp_fail(d, &e);
     d->st.ops++;
-}
-
-/* Where bucket b's exchanged data lies after its operation (zero: padded offset). */
-static size_t ddp_exchange_at(const struct ddp *d, int b)
-{
-    if (!ddp_is_zero(d))
-        return d->b[b].offset;
-    size_t at = 0;
-    for (int i = 0; i < b; i++)
-        at += d->b[i].chunk * (size_t)d->world;
-    return at;
 }
 
 /* Waits for bucket b and moves its result into the gradient arena. */
@@ -539,11 +534,10 @@ int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e)
     }
     /* every rank's updated chunks to every rank, bucket by bucket, in flight together */
     int rc = 0;
-    size_t at = 0;
     for (int b = 0; b < d->nb; b++) {
         struct ddp_bucket *bk = &d->b[b];
         bool pad = bk->len % (size_t)d->world != 0;
-        float *buf = pad ? d->stage + at : p + bk->offset;
+        float *buf = pad ? d->stage + bk->pad_off : p + bk->offset;
         if (pad)
             memcpy(buf + (size_t)d->rank * bk->chunk, p + bk->own_off,
                    bk->own_len * sizeof(float));
@@ -553,9 +547,7 @@ int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e)
         if (rc == 0 && !(bk->h = comm_start(d->comm, &a, e)))
             rc = -1;
         d->st.ops++;
-        at += bk->chunk * (size_t)d->world;
     }
-    at = 0;
     for (int b = 0; b < d->nb; b++) {
         struct ddp_bucket *bk = &d->b[b];
         if (bk->h) {
@@ -569,9 +561,8 @@ int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e)
             d->st.comm_ns += run;
             d->st.exposed_ns += clock_mono_ns() - t0;
             if (rc == 0 && bk->len % (size_t)d->world != 0)
-                memcpy(p + bk->offset, d->stage + at, bk->len * sizeof(float));
+                memcpy(p + bk->offset, d->stage + bk->pad_off, bk->len * sizeof(float));
         }
-        at += bk->chunk * (size_t)d->world;
     }
     d->st.bytes_sent = d->comm->bytes_sent - d->bytes_at_start;
     return rc;

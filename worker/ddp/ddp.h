@@ -96,6 +96,8 @@ struct ddp_bucket {
     size_t chunk;            /* zero: ceil(len / world) */
     size_t own_off, own_len; /* zero: this rank's chunk inside the arenas */
     size_t state_off;        /* zero: where that chunk's optimizer state starts */
+    size_t pad_off;          /* zero: where the bucket, padded to chunk * world, lies in
+                                the staging and wire buffers */
     struct comm_handle *h;   /* in flight, or NULL */
     bool launched;
 };

@@ -10,40 +10,9 @@
 
 #include "gmodel_kernels.h"
 
-#define GM_THREADS 256
-#define GM_MAX_BLOCKS 4096
+#include "kernels_common.cuh"
 
 namespace {
-
-__device__ __forceinline__ float ld(float x) { return x; }
-__device__ __forceinline__ float ld(__half x) { return __half2float(x); }
-__device__ __forceinline__ float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T> __device__ __forceinline__ T st(float x);
-template <> __device__ __forceinline__ float st<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half st<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float x)
-{
-    return __float2bfloat16_rn(x);
-}
-
-unsigned grid_for(size_t n)
-{
-    size_t b = (n + GM_THREADS - 1) / GM_THREADS;
-    return (unsigned)(b < 1 ? 1 : b > GM_MAX_BLOCKS ? GM_MAX_BLOCKS : b);
-}
-
-#define GM_STRIDE(i, n)                                                                  \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
-         i += (size_t)gridDim.x * blockDim.x)
-
-#define GM_DISPATCH(t, ...)                                                              \
-    do {                                                                                 \
-        switch (t) {                                                                     \
-        case GPU_F32: { typedef float T; __VA_ARGS__; } break;                           \
-        case GPU_F16: { typedef __half T; __VA_ARGS__; } break;                          \
-        case GPU_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                  \
-        }                                                                                \
-    } while (0)
 
 /* nn/nn.c's nn_hash64 and nn_hash_uniform */
 __device__ __forceinline__ uint64_t hash64(uint64_t x)
@@ -63,7 +32,7 @@ template <typename T>
 __global__ void input_k(T *dst, const float *src, int n, int c, int h, int w)
 {
     size_t total = (size_t)n * c * h * w;
-    GM_STRIDE(i, total) { /* i indexes dst (n,h,w,c) */
+    GRID_STRIDE(i, total) { /* i indexes dst (n,h,w,c) */
         int ch = (int)(i % c);
         size_t r = i / c;
         int x = (int)(r % w);
@@ -79,7 +48,7 @@ template <typename T>
 __global__ void transpose_k(T *dst, const T *src, int n, int c, int h, int w, int to_nchw)
 {
     size_t total = (size_t)n * c * h * w;
-    GM_STRIDE(i, total) {
+    GRID_STRIDE(i, total) {
         if (to_nchw) {
             int x = (int)(i % w);
             size_t r = i / w;
@@ -105,7 +74,7 @@ __global__ void dropout_k(T *out, const T *inp, int n, int c, int h, int w, floa
                           int channelwise, uint64_t key, float scale)
 {
     size_t total = (size_t)n * c * h * w;
-    GM_STRIDE(i, total) { /* NHWC storage, logical (n,c,h,w) index for the hash */
+    GRID_STRIDE(i, total) { /* NHWC storage, logical (n,c,h,w) index for the hash */
         int ch = (int)(i % c);
         size_t r = i / c;
         int x = (int)(r % w);
@@ -127,7 +96,7 @@ void gmodel_k_input(void *dst, enum gpu_dtype t, const float *src, int n, int c,
                     cudaStream_t s)
 {
     size_t total = (size_t)n * c * h * w;
-    GM_DISPATCH(t, input_k<T><<<grid_for(total), GM_THREADS, 0, s>>>((T *)dst, src, n, c, h,
+    GPU_DISPATCH(t, input_k<T><<<grid_for(total), GPU_THREADS, 0, s>>>((T *)dst, src, n, c, h,
                                                                       w));
 }
 
@@ -135,7 +104,7 @@ void gmodel_k_nhwc_to_nchw(void *dst, const void *src, int n, int c, int h, int 
                            enum gpu_dtype t, cudaStream_t s)
 {
     size_t total = (size_t)n * c * h * w;
-    GM_DISPATCH(t, transpose_k<T><<<grid_for(total), GM_THREADS, 0, s>>>(
+    GPU_DISPATCH(t, transpose_k<T><<<grid_for(total), GPU_THREADS, 0, s>>>(
                        (T *)dst, (const T *)src, n, c, h, w, 1));
 }
 
@@ -143,7 +112,7 @@ void gmodel_k_nchw_to_nhwc(void *dst, const void *src, int n, int c, int h, int 
                            enum gpu_dtype t, cudaStream_t s)
 {
     size_t total = (size_t)n * c * h * w;
-    GM_DISPATCH(t, transpose_k<T><<<grid_for(total), GM_THREADS, 0, s>>>(
+    GPU_DISPATCH(t, transpose_k<T><<<grid_for(total), GPU_THREADS, 0, s>>>(
                        (T *)dst, (const T *)src, n, c, h, w, 0));
 }
 
@@ -152,7 +121,7 @@ void gmodel_k_dropout(void *out, const void *inp, enum gpu_dtype t, int n, int c
 {
     size_t total = (size_t)n * c * h * w;
     float scale = p >= 1.0f ? 0.0f : 1.0f / (1.0f - p);
-    GM_DISPATCH(t, dropout_k<T><<<grid_for(total), GM_THREADS, 0, s>>>(
+    GPU_DISPATCH(t, dropout_k<T><<<grid_for(total), GPU_THREADS, 0, s>>>(
                        (T *)out, (const T *)inp, n, c, h, w, p, channelwise, key, scale));
 }
 

@@ -51,18 +51,7 @@ struct nn_node {
     enum nn_op op;
     char name[48];
     int in[2], nin, out;
-    union {
-        struct nn_conv2d_cfg conv;
-        struct nn_bn_cfg bn;
-        enum nn_act act;
-        struct nn_pool_cfg pool;
-        struct {
-            int oh, ow;
-        } adapt;
-        struct nn_linear_cfg linear;
-        struct nn_dropout_cfg dropout;
-        int add_relu;
-    } cfg;
+    union nn_layer_cfg cfg;
     int first_param, nparams;
     size_t param_off, param_len;
     size_t buf_off; /* batch norm: running mean (C) then var (C) */
@@ -1084,21 +1073,7 @@ void nn_model_node_info(const struct nn_model *m, int node, struct nn_node_info 
     out->param_off = n->param_off;
     out->param_len = n->param_len;
     out->buf_off = n->buf_off;
-    switch (n->op) { /* the union member the op uses */
-    case NN_OP_CONV: out->cfg.conv = n->cfg.conv; break;
-    case NN_OP_BN: out->cfg.bn = n->cfg.bn; break;
-    case NN_OP_ACT: out->cfg.act = n->cfg.act; break;
-    case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL: out->cfg.pool = n->cfg.pool; break;
-    case NN_OP_ADAPTIVE_AVGPOOL:
-        out->cfg.adapt.oh = n->cfg.adapt.oh;
-        out->cfg.adapt.ow = n->cfg.adapt.ow;
-        break;
-    case NN_OP_LINEAR: out->cfg.linear = n->cfg.linear; break;
-    case NN_OP_DROPOUT: out->cfg.dropout = n->cfg.dropout; break;
-    case NN_OP_ADD: out->cfg.add_relu = n->cfg.add_relu; break;
-    case NN_OP_FLATTEN: break;
-    }
+    out->cfg = n->cfg;
 }
 
 int nn_model_tensor_needs_grad(const struct nn_model *m, int tensor)

@@ -200,6 +200,20 @@ float *nn_model_bn_running(struct nn_model *m, int node);
 int nn_model_node_count(const struct nn_model *m);
 const char *nn_model_node_name(const struct nn_model *m, int node);
 enum nn_op nn_model_node_op(const struct nn_model *m, int node);
+/* A layer's configuration: the member its op uses (the graph keeps one per node). */
+union nn_layer_cfg {
+    struct nn_conv2d_cfg conv;
+    struct nn_bn_cfg bn;
+    enum nn_act act;
+    struct nn_pool_cfg pool; /* max and average pooling */
+    struct {
+        int oh, ow;
+    } adapt; /* adaptive average pooling's output size */
+    struct nn_linear_cfg linear;
+    struct nn_dropout_cfg dropout;
+    int add_relu;
+};
+
 /* A layer as another engine needs it (the GPU runner, worker/gpu/gmodel.c, walks the same
  * graph): its op and configuration, the tensors it reads and writes, its slice of the
  * parameter arena and of the buffer arena. Plain values; name is borrowed. */
@@ -210,18 +224,7 @@ struct nn_node_info {
     int first_param, nparams;
     size_t param_off, param_len;
     size_t buf_off; /* batch norm: running mean (C) then var (C) in the buffer arena */
-    union {
-        struct nn_conv2d_cfg conv;
-        struct nn_bn_cfg bn;
-        enum nn_act act;
-        struct nn_pool_cfg pool; /* max and average pooling */
-        struct {
-            int oh, ow;
-        } adapt;
-        struct nn_linear_cfg linear;
-        struct nn_dropout_cfg dropout;
-        int add_relu;
-    } cfg;
+    union nn_layer_cfg cfg;
 };
 void nn_model_node_info(const struct nn_model *m, int node, struct nn_node_info *out);
 /* Whether backward computes tensor's gradient (it leads to a parameter). */
