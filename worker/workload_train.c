@@ -336,6 +336,22 @@ static int train_next_micro(struct trainer *tr, int64_t step, int micro,
     return 0;
 }
 
+/* Adds a micro-batch's mean loss and correct count to the step and the epoch; a loss that
+ * is not finite ends the run (diverged). */
+static int train_count_micro(int64_t step, double loss, int right, int n,
+                             struct train_tally *tally, double *loss_sum, struct err *e)
+{
+    if (!isfinite(loss))
+        return err_set(e, ERR_INVALID, "optimizer.lr",
+                       "the loss of step %lld is %g: training diverged (lower the "
+                       "learning rate)", (long long)step, loss);
+    *loss_sum += loss;
+    tally->loss_sum += loss * n;
+    tally->correct += right;
+    tally->count += n;
+    return 0;
+}
+
 /* ---- one optimizer step ------------------------------------------------------------- */
 
 static double train_ms(int64_t ns) { return (double)ns / 1e6; }
@@ -370,14 +386,8 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
             return err_prefix(e, "backward of step %lld", (long long)step);
         fwd_ns += t1 - t0;
         bwd_ns += clock_mono_ns() - t1;
-        if (!isfinite(loss))
-            return err_set(e, ERR_INVALID, "optimizer.lr",
-                           "the loss of step %lld is %g: training diverged (lower the "
-                           "learning rate)", (long long)step, loss);
-        loss_sum += loss;
-        tally->loss_sum += loss * b->n;
-        tally->correct += right;
-        tally->count += b->n;
+        if (train_count_micro(step, loss, right, b->n, tally, &loss_sum, e) < 0)
+            return -1;
     }
     if (ddp_finish(&tr->ddp, t->accumulate, e) < 0)
         return err_prefix(e, "gradient exchange of step %lld", (long long)step);
@@ -535,14 +545,8 @@ static int train_gpu_step(struct trainer *tr, int64_t step, struct train_tally *
             gmodel_backward(gm, ddp_grad_hook, &tr->ddp, e) < 0 ||
             gmodel_wait_loss(gm, &loss, &right, e) < 0)
             return err_prefix(e, "step %lld on the GPU", (long long)step);
-        if (!isfinite(loss))
-            return err_set(e, ERR_INVALID, "optimizer.lr",
-                           "the loss of step %lld is %g: training diverged (lower the "
-                           "learning rate)", (long long)step, loss);
-        loss_sum += loss;
-        tally->loss_sum += loss * b->n;
-        tally->correct += right;
-        tally->count += b->n;
+        if (train_count_micro(step, loss, right, b->n, tally, &loss_sum, e) < 0)
+            return -1;
     }
     if (ddp_finish(&tr->ddp, t->accumulate, e) < 0)
         return err_prefix(e, "gradient exchange of step %lld", (long long)step);

@@ -1,16 +1,20 @@
 /* one_rank: a world of one for the tests that run a workload in-process: a real store
  * server, a client registered for run "bench", and a 1-rank TCP communicator built
- * through it, as a worker builds its own. Header-only (static), like test.h.
+ * through it, as a worker builds its own; and the reader of the report lines the workload
+ * wrote. Header-only (static), like test.h.
  *
  * Ownership: one_rank_open fills o with objects it owns; one_rank_close frees them
  * (also after a failed open: each member is NULL or valid). */
 #ifndef DDPB_TEST_ONE_RANK_H
 #define DDPB_TEST_ONE_RANK_H
 
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm.h"
+#include "report.h"
 #include "store_client.h"
 #include "store_server.h"
 #include "tcp.h"
@@ -34,6 +38,34 @@ static int one_rank_open(struct one_rank *o, struct err *e)
                                   .timeout_ms = 5000, .algorithm = "auto", .secret = "pw"};
     o->c = o->sc ? comm_tcp_create(&cfg, o->sc, e) : NULL;
     return o->c ? 0 : -1;
+}
+
+/* Reads the report lines a bench wrote to fd (the read end of its pipe, already closed
+ * for writing): up to n collective events into out, and the number of progress events
+ * into *progress (may be NULL). Returns the collective events read, or -1 with e set. */
+static int one_rank_read_reports(int fd, struct report_collective *out, int n, int *progress,
+                                 struct err *e)
+{
+    char text[16384];
+    ssize_t len = read(fd, text, sizeof text - 1);
+    text[len > 0 ? len : 0] = '\0';
+    int k = 0, rc = 0;
+    if (progress)
+        *progress = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); rc == 0 && line;
+         line = strtok_r(NULL, "\n", &save)) {
+        enum report_type type;
+        json_t *ev = report_parse_line(line, strlen(line), &type, e);
+        if (!ev)
+            return -1;
+        if (type == REPORT_COLLECTIVE && k < n)
+            rc = report_collective_from_json(ev, &out[k++], e);
+        if (progress)
+            *progress += type == REPORT_PROGRESS;
+        json_decref(ev);
+    }
+    return rc < 0 ? -1 : k;
 }
 
 static void one_rank_close(struct one_rank *o)

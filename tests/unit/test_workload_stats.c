@@ -246,23 +246,9 @@ static int one_rank_bench(struct one_rank *o, const char *op, const char *dtype,
         rc = collective_bench_run_sizes(&b, 0, sizes, (size_t)n, e);
     collective_bench_cleanup(&b);
     close(pfd[1]);
-    char text[16384];
-    ssize_t len = read(pfd[0], text, sizeof text - 1);
+    int got = rc < 0 ? -1 : one_rank_read_reports(pfd[0], out, n, progress, e);
     close(pfd[0]);
-    text[len > 0 ? len : 0] = '\0';
-    int k = 0;
-    *progress = 0;
-    for (char *line = strtok(text, "\n"); rc == 0 && line; line = strtok(NULL, "\n")) {
-        enum report_type type;
-        json_t *ev = report_parse_line(line, strlen(line), &type, e);
-        if (!ev)
-            return -1;
-        if (type == REPORT_COLLECTIVE && k < n)
-            rc = report_collective_from_json(ev, &out[k++], e);
-        *progress += type == REPORT_PROGRESS;
-        json_decref(ev);
-    }
-    return rc < 0 ? -1 : k;
+    return got;
 }
 
 /* One rank, real store and communicator, every op in and out of place: a checked
