@@ -14,12 +14,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "db.h"
-#include "err.h"
-#include "events.h"
-#include "scheduler.h"
-#include "store_server.h"
+#include "daemon/config.h"
+#include "daemon/db.h"
+#include "common/err.h"
+#include "daemon/events.h"
+#include "daemon/scheduler.h"
+#include "daemon/store_server.h"
 
 /* Request counters for /metrics: by method and status, and a latency histogram. */
 #define API_METHODS 5 /* GET, POST, DELETE, OPTIONS, other */

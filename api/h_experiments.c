@@ -11,11 +11,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "gpu_slots.h"
-#include "handlers.h"
-#include "log.h"
-#include "results.h"
-#include "spec.h"
+#include "daemon/gpu_slots.h"
+#include "api/handlers.h"
+#include "common/log.h"
+#include "daemon/results.h"
+#include "common/spec.h"
 
 static const char *const h_no_args[] = {NULL};
 

@@ -1,8 +1,8 @@
 /* h_runs: one run with its ranks, environment and results, straight from SQLite. */
 #include <string.h>
 
-#include "handlers.h"
-#include "spec.h"
+#include "api/handlers.h"
+#include "common/spec.h"
 
 static const char *const h_runs_no_args[] = {NULL};
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "handlers.h"
+#include "api/handlers.h"
 
 #define STATIC_MAX_FILE (16u << 20)
 

@@ -4,11 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "clock.h"
+#include "common/buf.h"
+#include "common/clock.h"
 #include "ddpb_config.h"
-#include "handlers.h"
-#include "spec.h"
+#include "api/handlers.h"
+#include "common/spec.h"
 
 int h_system_health(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                     struct err *e)

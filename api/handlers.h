@@ -3,7 +3,7 @@
 #ifndef DDPB_HANDLERS_H
 #define DDPB_HANDLERS_H
 
-#include "api.h"
+#include "api/api.h"
 
 typedef int (*api_handler)(struct api_ctx *ctx, const struct api_request *req,
                            struct api_reply *rep, struct err *e);

@@ -14,10 +14,10 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "api.h"
-#include "buf.h"
-#include "clock.h"
-#include "log.h"
+#include "api/api.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/log.h"
 
 #define HTTP_MAX_QUERY 32
 #define HTTP_DISCARD_FACTOR 8

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "handlers.h"
+#include "api/handlers.h"
 
 struct api_route {
     const char *method;

@@ -5,8 +5,8 @@
 #include <microhttpd.h>
 #include <stdlib.h>
 
-#include "api.h"
-#include "events.h"
+#include "api/api.h"
+#include "daemon/events.h"
 
 struct api_stream {
     struct events_sub *sub;       /* owned */

@@ -1,7 +1,7 @@
 /* args: see args.h. Each option is one row of args_opts naming the commands that accept it
  * (0 = every command); the parser records what it saw and checks it against the command
  * once the whole line has been read, since the command may come after its options. */
-#include "args.h"
+#include "cli/args.h"
 
 #include <ctype.h>
 #include <errno.h>

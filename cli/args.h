@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "common/err.h"
 
 #define ARGS_DEFAULT_URL "http://127.0.0.1:7480"
 #define ARGS_DEFAULT_TIMEOUT_S 30.0

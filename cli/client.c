@@ -2,14 +2,14 @@
  * the write and progress callbacks: the write callback fills the body or, for a stream,
  * passes bytes on; the progress callback (libcurl calls it about once a second even when
  * nothing arrives) ends a stream that has been silent for too long. */
-#include "client.h"
+#include "cli/client.h"
 
 #include <curl/curl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "clock.h"
+#include "common/clock.h"
 #include "ddpb_config.h"
 
 struct client_xfer {

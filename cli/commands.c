@@ -1,5 +1,5 @@
 /* commands: see commands.h. */
-#include "commands.h"
+#include "cli/commands.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -7,9 +7,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "view.h"
-#include "watch.h"
+#include "common/clock.h"
+#include "cli/view.h"
+#include "cli/watch.h"
 
 #define CMD_MAX_SPEC ((size_t)64 << 20)
 

@@ -10,8 +10,8 @@
 
 #include <stdio.h>
 
-#include "args.h"
-#include "client.h"
+#include "cli/args.h"
+#include "cli/client.h"
 
 struct cli {
     struct cli_args args;

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "args.h"
-#include "commands.h"
+#include "cli/args.h"
+#include "cli/commands.h"
 #include "ddpb_config.h"
 
 /* The token file's first line, trailing whitespace removed, into out. 0 or -1. */

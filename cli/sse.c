@@ -1,7 +1,7 @@
 /* sse: see sse.h. Lines end in "\r\n", "\n" or "\r" (all three are legal); a line is
  * complete only when its terminator has been seen, so each chunk is scanned for
  * terminators and the rest is kept for the next one. */
-#include "sse.h"
+#include "cli/sse.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -10,8 +10,8 @@
 
 #include <stddef.h>
 
-#include "buf.h"
-#include "err.h"
+#include "common/buf.h"
+#include "common/err.h"
 
 #define SSE_MAX_LINE (4u << 20)
 

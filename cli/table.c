@@ -1,5 +1,5 @@
 /* table: see table.h. Widths are decided at render time over the kept columns only. */
-#include "table.h"
+#include "cli/table.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -2,14 +2,14 @@
  * same column list: choose the columns (group keys, then every known column a table
  * has; constant descriptive ones set aside), order the rows (compare: rows that describe
  * the same point together), then emit each row's cells. */
-#include "view.h"
+#include "cli/view.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "table.h"
+#include "cli/table.h"
 
 enum view_kind {
     VK_VALUE, VK_BYTES, VK_STAT, VK_INT, VK_NUM, VK_PCT,

@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
-#include "err.h"
+#include "common/buf.h"
+#include "common/err.h"
 
 /* One experiment's result table (GET .../results) with the experiment's id and spec. A
  * group field a table lacks (it was not swept there) is read from its spec, so a single

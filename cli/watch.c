@@ -1,7 +1,7 @@
 /* watch: see watch.h. The display on a terminal is one line rewritten in place ("\r",
  * then the ANSI erase-to-end-of-line "\033[K"), at most ten times a second; lines about
  * runs that end are printed above it. Elsewhere every change is one plain line. */
-#include "watch.h"
+#include "cli/watch.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
+#include "common/clock.h"
 
 static const char *const watch_final[] = {"succeeded", "failed", "cancelled", "interrupted"};
 

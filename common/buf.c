@@ -1,6 +1,6 @@
 /* buf: see buf.h. Growth doubles capacity; encoding is explicit little-endian so the
  * wire format does not depend on the host. */
-#include "buf.h"
+#include "common/buf.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* clock: see clock.h. */
-#include "clock.h"
+#include "common/clock.h"
 
 #include <math.h>
 #include <stdio.h>

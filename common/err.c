@@ -1,5 +1,5 @@
 /* err: formatting helpers for struct err. Messages are truncated, never allocated. */
-#include "err.h"
+#include "common/err.h"
 
 #include <errno.h>
 #include <stdarg.h>

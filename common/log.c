@@ -1,5 +1,5 @@
 /* log: see log.h. One write(2) per line; level read without a lock (an int). */
-#include "log.h"
+#include "common/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

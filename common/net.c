@@ -1,5 +1,5 @@
 /* net: see net.h. IPv4 and IPv6 through getaddrinfo; poll loops with deadlines. */
-#include "net.h"
+#include "common/net.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "common/clock.h"
 
 int net_split_hostport(const char *s, char *host, size_t hostlen, int *port, bool allow_zero,
                        struct err *e)

@@ -11,7 +11,7 @@
  * only this rank writes (one report_writer per process; the worker's main thread and its
  * heartbeat thread share it). The worker ignores SIGPIPE, so a daemon that went away
  * shows up here as EPIPE → ERR_PEER. */
-#include "report.h"
+#include "common/report.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -23,8 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "clock.h"
+#include "common/buf.h"
+#include "common/clock.h"
 
 #define REPORT_COUNT(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -14,7 +14,7 @@
  * normalizes to the same spec. Cross-field rules are checked on the top level (unless a
  * field of the rule is swept: its top-level value is then never run) and on every point
  * of the sweep, so a bad point is rejected when the spec is submitted, not when it runs. */
-#include "spec.h"
+#include "common/spec.h"
 
 #include <inttypes.h>
 #include <stdio.h>

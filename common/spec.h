@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "common/err.h"
 
 #define SPEC_MAX_BODY (1u << 20)    /* largest accepted spec text */
 #define SPEC_MAX_RUNS 1024          /* largest sweep cross product */

@@ -1,5 +1,5 @@
 /* stats: see stats.h. */
-#include "stats.h"
+#include "common/stats.h"
 
 #include <math.h>
 #include <stdlib.h>

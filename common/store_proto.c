@@ -5,7 +5,7 @@
  * request that decodes is fully well-formed and store_proto_next_key cannot fail later.
  * Encoders write a placeholder length, append the body and patch the length in place;
  * on failure they roll `out` back to where it was so a half frame is never left behind. */
-#include "store_proto.h"
+#include "common/store_proto.h"
 
 #include <string.h>
 

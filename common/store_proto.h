@@ -1,5 +1,5 @@
 /* store_proto: the wire format of the rendezvous key-value store (daemon/store_server.c
- * serves it, worker/store_client.c speaks it). This header is the contract.
+ * serves it, worker/store/store_client.c speaks it). This header is the contract.
  *
  * Decision: binary, length-prefixed, little-endian frames with a magic + version
  * handshake carrying the run and its secret, so one listening port serves every run
@@ -50,8 +50,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
-#include "err.h"
+#include "common/buf.h"
+#include "common/err.h"
 
 #define STORE_MAGIC 0x42504444u /* "DDPB" little-endian */
 #define STORE_VERSION 1

@@ -1,5 +1,5 @@
 /* config: see config.h. getopt_long over a table; each option validated with a range. */
-#include "config.h"
+#include "daemon/config.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "ddpb_config.h"
-#include "gpu_slots.h"
-#include "nvml.h"
+#include "daemon/gpu_slots.h"
+#include "common/nvml.h"
 
 static int config_parse_long(const char *opt, const char *s, long lo, long hi, long *out,
                              struct err *e)

@@ -10,8 +10,8 @@
 #include <limits.h>
 #include <stddef.h>
 
-#include "err.h"
-#include "log.h"
+#include "common/err.h"
+#include "common/log.h"
 
 #define CONFIG_DEFAULT_PORT 7480
 

@@ -1,7 +1,7 @@
 /* db: see db.h. SQLite in WAL mode; one writer connection under a mutex, a pool of
  * reader connections; statements prepared once per connection (keyed by their SQL
  * text's address, since every statement is a static string in this file). */
-#include "db.h"
+#include "daemon/db.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "log.h"
-#include "migrations.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "daemon/migrations.h"
 
 #define DB_READERS 4
 #define DB_STMT_CACHE 96

@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "report.h"
+#include "common/err.h"
+#include "common/report.h"
 
 struct db;
 

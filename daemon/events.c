@@ -1,6 +1,6 @@
 /* events: see events.h. Subscribers sit in a doubly linked list (utlist); each has a
  * byte queue (struct buf) of formatted SSE text and a read offset. */
-#include "events.h"
+#include "daemon/events.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <utlist.h>
 
-#include "buf.h"
+#include "common/buf.h"
 
 struct events_sub {
     struct events *hub;

@@ -1,6 +1,6 @@
 /* gpu_slots: see gpu_slots.h. Emulation takes one whole free GPU (not a GPU some other run
  * uses), so an emulated run never shares its GPU with a run that believes it has one. */
-#include "gpu_slots.h"
+#include "daemon/gpu_slots.h"
 
 #include <stdio.h>
 

@@ -19,7 +19,7 @@
 
 #include <stdbool.h>
 
-#include "err.h"
+#include "common/err.h"
 
 #define GPU_SLOTS_MAX 64
 #define GPU_SLOTS_MULTI_RANK_NCCL 23000 /* NCCL_VERSION_CODE of 2.30.0 */

@@ -1,5 +1,5 @@
 /* launcher: see launcher.h. */
-#include "launcher.h"
+#include "daemon/launcher.h"
 
 #include <errno.h>
 #include <fcntl.h>

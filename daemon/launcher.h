@@ -10,7 +10,7 @@
 
 #include <sys/types.h>
 
-#include "err.h"
+#include "common/err.h"
 
 struct launch_rank {
     const char *worker_path;

@@ -16,16 +16,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "clock.h"
-#include "config.h"
-#include "db.h"
-#include "launcher.h"
+#include "api/api.h"
+#include "common/clock.h"
+#include "daemon/config.h"
+#include "daemon/db.h"
+#include "daemon/launcher.h"
 #include "ddpb_config.h"
-#include "log.h"
-#include "net.h"
-#include "scheduler.h"
-#include "store_server.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "daemon/scheduler.h"
+#include "daemon/store_server.h"
 
 struct daemon {
     struct config cfg;

@@ -1,5 +1,5 @@
 /* monitor: see monitor.h. One active run: its ranks, their pipes and exits. */
-#include "monitor.h"
+#include "daemon/monitor.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -13,12 +13,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "launcher.h"
-#include "log.h"
-#include "report.h"
-#include "spec.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "daemon/launcher.h"
+#include "common/log.h"
+#include "common/report.h"
+#include "common/spec.h"
 
 struct run_rank {
     int rank;

@@ -15,12 +15,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "config.h"
-#include "db.h"
-#include "events.h"
-#include "err.h"
-#include "gpu_slots.h"
-#include "store_server.h"
+#include "daemon/config.h"
+#include "daemon/db.h"
+#include "daemon/events.h"
+#include "common/err.h"
+#include "daemon/gpu_slots.h"
+#include "daemon/store_server.h"
 
 struct monitor_ctx {
     struct db *db;                /* borrowed */

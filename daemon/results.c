@@ -1,5 +1,5 @@
 /* results: see results.h. */
-#include "results.h"
+#include "daemon/results.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "stats.h"
+#include "common/buf.h"
+#include "common/stats.h"
 
 /* --- statistics ------------------------------------------------------------------------ */
 

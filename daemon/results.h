@@ -19,8 +19,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "err.h"
-#include "stats.h"
+#include "common/err.h"
+#include "common/stats.h"
 
 /* Statistics are common/stats.h's (stats_summarize), shared with the worker. */
 

@@ -1,5 +1,5 @@
 /* scheduler: see scheduler.h. */
-#include "scheduler.h"
+#include "daemon/scheduler.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -14,11 +14,11 @@
 
 #include <jansson.h>
 
-#include "clock.h"
+#include "common/clock.h"
 #include "ddpb_config.h"
-#include "gpu_slots.h"
-#include "log.h"
-#include "monitor.h"
+#include "daemon/gpu_slots.h"
+#include "common/log.h"
+#include "daemon/monitor.h"
 
 #define SCHED_TICK_MS 100
 #define SCHED_MAX_EVENTS 64

@@ -14,11 +14,11 @@
 
 #include <stdint.h>
 
-#include "config.h"
-#include "db.h"
-#include "err.h"
-#include "events.h"
-#include "store_server.h"
+#include "daemon/config.h"
+#include "daemon/db.h"
+#include "common/err.h"
+#include "daemon/events.h"
+#include "daemon/store_server.h"
 
 struct scheduler;
 

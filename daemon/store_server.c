@@ -11,7 +11,7 @@
  * the end, so pointers held by the event batch, the wake lists and the ready list stay
  * valid. Other threads reach the loop only through a mutex-protected command queue and
  * an eventfd. */
-#include "store_server.h"
+#include "daemon/store_server.h"
 
 #define HASH_NONFATAL_OOM 1
 /* uthash's OOM hook: the macro expands inside functions that declare `bool oom`. */
@@ -33,11 +33,11 @@
 #include <uthash.h>
 #include <utlist.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "log.h"
-#include "net.h"
-#include "store_proto.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/store_proto.h"
 
 #define STORE_HELLO_TIMEOUT_MS 10000
 #define STORE_OUT_CAP ((size_t)64 << 20)          /* unread replies before a client is dropped */

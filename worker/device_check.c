@@ -1,6 +1,6 @@
 /* device_check: see device_check.h. The order of the checks is the order a user fixes
  * things in: the build first, then the combination, then what is not wired yet. */
-#include "device_check.h"
+#include "worker/device_check.h"
 
 #include <string.h>
 

@@ -4,15 +4,15 @@
  * Decision: what was compiled in (DDPB_HAVE_CUDA / DDPB_HAVE_NCCL from ddpb_config.h) and
  * what the workloads can drive are separate facts, each with its own message: a CPU-only
  * build says to rebuild with -Dcuda=enabled; a GPU build runs the collective workload on
- * device "cuda" with backend "nccl" (worker/gpu/worker_gpu.h) and trains there with
- * strategies naive and ddp (worker/gpu/gmodel.h, built with cuDNN), and says which piece
+ * device "cuda" with backend "nccl" (worker/worker_gpu.h) and trains there with
+ * strategies naive and ddp (worker/nn/cuda/gmodel.h, built with cuDNN), and says which piece
  * is not wired yet for the rest (other strategies and compression on the GPU, tcp on GPU
  * buffers). Nothing is allocated. */
 #ifndef DDPB_WORKER_DEVICE_CHECK_H
 #define DDPB_WORKER_DEVICE_CHECK_H
 
-#include "err.h"
-#include "spec.h"
+#include "common/err.h"
+#include "common/spec.h"
 
 /* 0 when the spec's device/backend/emulation can run here; ERR_INVALID with e->field
  * "device", "backend", "emulate_multi_rank", "algorithm", "strategy" or "compression"

@@ -1,6 +1,6 @@
 /* heartbeat: see heartbeat.h. The thread waits on a condition variable with a timeout,
  * so heartbeat_stop returns at once instead of after a period. */
-#include "heartbeat.h"
+#include "worker/heartbeat.h"
 
 #include <errno.h>
 #include <stdarg.h>

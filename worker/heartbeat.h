@@ -14,8 +14,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "report.h"
+#include "common/err.h"
+#include "common/report.h"
 
 struct heartbeat {
     struct report_writer *w; /* borrowed */

@@ -21,21 +21,21 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "device_check.h"
-#include "heartbeat.h"
+#include "worker/comm/comm.h"
+#include "worker/device_check.h"
+#include "worker/heartbeat.h"
 #include "ddpb_config.h"
-#include "log.h"
-#include "net.h"
-#include "rendezvous.h"
-#include "report.h"
-#include "spec.h"
-#include "store_client.h"
-#include "tcp.h"
-#include "workload_collective.h"
-#include "workload_train.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "worker/store/rendezvous.h"
+#include "common/report.h"
+#include "common/spec.h"
+#include "worker/store/store_client.h"
+#include "worker/comm/tcp.h"
+#include "worker/workload_collective.h"
+#include "worker/workload_train.h"
 #if DDPB_HAVE_CUDA
-#include "worker_gpu.h"
+#include "worker/worker_gpu.h"
 #endif
 
 /* Raised by SIGTERM/SIGINT. A static because a signal handler can reach nothing else;

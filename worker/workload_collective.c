@@ -1,19 +1,19 @@
 /* workload_collective: see workload_collective.h. Per size: inputs once, warmup, timed
  * iterations back to back (no barrier between them, as nccl-tests times), times to the
  * store, optional check, one comm barrier, then rank 0 combines and reports. */
-#include "workload_collective.h"
+#include "worker/workload_collective.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "reduce.h"
-#include "ddp/ddp.h"
-#include "nn/models.h"
-#include "stats.h"
-#include "workload_train.h"
+#include "common/clock.h"
+#include "worker/comm/reduce.h"
+#include "worker/ddp/ddp.h"
+#include "worker/nn/models.h"
+#include "common/stats.h"
+#include "worker/workload_train.h"
 
 /* ---- statistics ------------------------------------------------------------------- */
 

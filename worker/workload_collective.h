@@ -32,11 +32,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm.h"
-#include "err.h"
-#include "report.h"
-#include "spec.h"
-#include "store_client.h"
+#include "worker/comm/comm.h"
+#include "common/err.h"
+#include "common/report.h"
+#include "common/spec.h"
+#include "worker/store/store_client.h"
 
 #define COLLECTIVE_MAX_SIZES 4096 /* more sizes than this in one spec is an error */
 
@@ -89,8 +89,8 @@ int64_t collective_count_wrong(const struct collective_data *d, const void *out,
 
 /* ---- where the buffers live ----------------------------------------------------------- */
 
-/* Memory hooks for buffers that are not host memory (device "cuda": worker/gpu/
- * worker_gpu.h fills them with cudaMalloc, cudaMemcpy and the NCCL backend's CUDA-event
+/* Memory hooks for buffers that are not host memory (device "cuda":
+ * worker/worker_gpu.h fills them with cudaMalloc, cudaMemcpy and the NCCL backend's CUDA-event
  * timing). With hooks the benchmark allocates send and recv through alloc, forms inputs
  * in a host copy (the same collective_fill) and uploads them, downloads outputs into the
  * host copy and checks them there, so the exact check is the same code on every device.

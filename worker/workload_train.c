@@ -2,31 +2,31 @@
  *
  * Decision (device "cuda"): the loop, data, strategy and reports are the CPU's; only the
  * model's compute moves. A `cuda` trainer keeps the host nn_model for its graph, parameter
- * registration and initialisation, runs it with the GPU runner (worker/gpu/gmodel.h) and
+ * registration and initialisation, runs it with the GPU runner (worker/nn/cuda/gmodel.h) and
  * switches ddp/ to the runner's device arenas (ddp_set_device). The GPU code is reached
  * only through the train_gpu_* functions below, compiled with CUDA and cuDNN; without them
  * they are stubs that refuse (device_check refuses earlier), so this file builds
  * everywhere. */
-#include "workload_train.h"
+#include "worker/workload_train.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
+#include "common/clock.h"
 #include "ddpb_config.h"
-#include "data/dataset.h"
-#include "data/loader.h"
-#include "ddp/ddp.h"
-#include "log.h"
-#include "nn/model.h"
-#include "nn/models.h"
-#include "nn/optim.h"
-#include "gpu/loss_scale.h"
+#include "worker/data/dataset.h"
+#include "worker/data/loader.h"
+#include "worker/ddp/ddp.h"
+#include "common/log.h"
+#include "worker/nn/model.h"
+#include "worker/nn/models.h"
+#include "worker/nn/optim.h"
+#include "worker/nn/loss_scale.h"
 
 #define TRAIN_GPU (DDPB_HAVE_CUDA && DDPB_HAVE_CUDNN)
 #if TRAIN_GPU
-#include "gpu/gmodel.h"
+#include "worker/nn/cuda/gmodel.h"
 #endif
 
 #define TRAIN_PROGRESS_NS 500000000LL /* rank 0 reports progress at most twice a second */

@@ -23,11 +23,11 @@
 
 #include <stdint.h>
 
-#include "comm.h"
-#include "err.h"
-#include "heartbeat.h"
-#include "report.h"
-#include "spec.h"
+#include "worker/comm/comm.h"
+#include "common/err.h"
+#include "worker/heartbeat.h"
+#include "common/report.h"
+#include "common/spec.h"
 
 /* The model's usual input when the spec gives no shape: 1x28x28 for mnist-cnn and
  * lenet5, 3x32x32 for the CIFAR forms, 3x224x224 otherwise. */
@@ -45,7 +45,7 @@ struct train_outcome {
 };
 
 /* workload_train_run that also fills out (may be NULL). Device "cuda" trains on the GPU
- * (worker/gpu/gmodel.h) in the spec's precision; c must then move device buffers
+ * (worker/nn/cuda/gmodel.h) in the spec's precision; c must then move device buffers
  * (NCCL), and the strategy be naive or ddp without compression (ddp_set_device). */
 int workload_train_run_ex(const struct spec *s, struct comm *c, struct report_writer *w,
                           struct heartbeat *hb, struct train_outcome *out, struct err *e);

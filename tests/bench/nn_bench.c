@@ -17,9 +17,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "nn/model.h"
-#include "nn/models.h"
-#include "nn/optim.h"
+#include "worker/nn/model.h"
+#include "worker/nn/models.h"
+#include "worker/nn/optim.h"
 
 struct bench_args {
     const char *model;

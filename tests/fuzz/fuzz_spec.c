@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spec.h"
+#include "common/spec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

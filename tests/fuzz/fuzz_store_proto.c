@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "store_proto.h"
+#include "common/store_proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu.h"
-#include "gpu_layers.h"
-#include "layers.h"
-#include "optim.h"
-#include "test.h"
+#include "worker/nn/cuda/gpu.h"
+#include "worker/nn/cuda/gpu_layers.h"
+#include "worker/nn/layers.h"
+#include "worker/nn/optim.h"
+#include "tests/unit/test.h"
 
 static const enum gpu_dtype dtypes[] = {GPU_F32, GPU_F16, GPU_BF16};
 

@@ -17,16 +17,16 @@
 
 #include <jansson.h>
 
-#include "clock.h"
-#include "comm.h"
-#include "gpu.h"
-#include "report.h"
-#include "spec.h"
-#include "store_client.h"
-#include "store_server.h"
-#include "test.h"
-#include "worker_gpu.h"
-#include "workload_collective.h"
+#include "common/clock.h"
+#include "worker/comm/comm.h"
+#include "worker/nn/cuda/gpu.h"
+#include "common/report.h"
+#include "common/spec.h"
+#include "worker/store/store_client.h"
+#include "daemon/store_server.h"
+#include "tests/unit/test.h"
+#include "worker/worker_gpu.h"
+#include "worker/workload_collective.h"
 
 #define WORLD 2
 

@@ -1,4 +1,4 @@
-/* GPU tests (suite 'gpu', needs a CUDA device) of the model runner, worker/gpu/gmodel.c:
+/* GPU tests (suite 'gpu', needs a CUDA device) of the model runner, worker/nn/cuda/gmodel.c:
  * zoo models trained on the GPU against the CPU engine, and mixed precision.
  *
  * - fp32, lenet5 (1x28x28, convolutions, pooling, flatten's NHWC -> (c,h,w) transpose,
@@ -25,12 +25,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/gmodel.h"
-#include "gpu/loss_scale.h"
-#include "nn/model.h"
-#include "nn/models.h"
-#include "nn/optim.h"
-#include "test.h"
+#include "worker/nn/cuda/gmodel.h"
+#include "worker/nn/loss_scale.h"
+#include "worker/nn/model.h"
+#include "worker/nn/models.h"
+#include "worker/nn/optim.h"
+#include "tests/unit/test.h"
 
 struct hook_log {
     int calls, nodes[512];

@@ -13,11 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "report.h"
-#include "store_client.h"
-#include "store_server.h"
-#include "tcp.h"
+#include "worker/comm/comm.h"
+#include "common/report.h"
+#include "worker/store/store_client.h"
+#include "daemon/store_server.h"
+#include "worker/comm/tcp.h"
 
 struct one_rank {
     struct store_server *srv;

@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "api.h"
-#include "test.h"
+#include "api/api.h"
+#include "tests/unit/test.h"
 
 static struct config test_cfg;
 static struct api_ctx test_ctx;

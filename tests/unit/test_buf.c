@@ -2,10 +2,10 @@
  * bounds-checked reads, consume, error formatting. */
 #include <errno.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "err.h"
-#include "test.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/err.h"
+#include "tests/unit/test.h"
 
 static void test_buf_roundtrip(void)
 {

@@ -1,9 +1,9 @@
 /* Unit tests for cli/args (every command's command line, options before and after the
  * command, every kind of mistake as a usage error, the environment's defaults) and for
  * the exit-status contract (cli_exit_for_http, cli_exit_for_outcome, the --help text). */
-#include "args.h"
-#include "client.h"
-#include "test.h"
+#include "cli/args.h"
+#include "cli/client.h"
+#include "tests/unit/test.h"
 
 #define ARGV(...) (char *[]){"ddpbench", __VA_ARGS__, NULL}
 

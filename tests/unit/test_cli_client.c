@@ -11,10 +11,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "clock.h"
-#include "net.h"
-#include "test.h"
+#include "cli/client.h"
+#include "common/clock.h"
+#include "common/net.h"
+#include "tests/unit/test.h"
 
 struct fake {
     int lfd, port;

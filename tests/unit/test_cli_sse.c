@@ -3,8 +3,8 @@
  * endings, comments (heartbeats), multi-line data, the format's edge rules (no data: no
  * event; one space after the colon is dropped), stopping from the callback, and the cap
  * on a line's length. */
-#include "sse.h"
-#include "test.h"
+#include "cli/sse.h"
+#include "tests/unit/test.h"
 
 #define MAX_EV 16
 

@@ -2,9 +2,9 @@
  * control characters removed, cutting at a max width, dropping empty columns, number
  * formats) and cli/view (result tables of both workloads, compare, the experiment list,
  * an experiment and a run), all output ASCII. */
-#include "table.h"
-#include "test.h"
-#include "view.h"
+#include "cli/table.h"
+#include "tests/unit/test.h"
+#include "cli/view.h"
 
 static char *render(struct table *t, struct buf *b)
 {

@@ -11,15 +11,15 @@
 
 #include <jansson.h>
 
-#include "comm.h"
-#include "report.h"
-#include "spec.h"
-#include "store_client.h"
-#include "store_server.h"
-#include "tcp.h"
-#include "one_rank.h"
-#include "test.h"
-#include "workload_collective.h"
+#include "worker/comm/comm.h"
+#include "common/report.h"
+#include "common/spec.h"
+#include "worker/store/store_client.h"
+#include "daemon/store_server.h"
+#include "worker/comm/tcp.h"
+#include "tests/unit/one_rank.h"
+#include "tests/unit/test.h"
+#include "worker/workload_collective.h"
 
 struct fake_dev {
     int allocs, frees, uploads, downloads, timed;

@@ -5,8 +5,8 @@
 #include <nccl.h>
 #include <string.h>
 
-#include "comm_nccl.h"
-#include "test.h"
+#include "worker/comm/comm_nccl.h"
+#include "tests/unit/test.h"
 
 static void test_nccl_dtype_map(void)
 {

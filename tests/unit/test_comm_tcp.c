@@ -19,12 +19,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "comm.h"
-#include "net.h"
-#include "reduce.h"
-#include "tcp.h"
-#include "test.h"
+#include "common/clock.h"
+#include "worker/comm/comm.h"
+#include "common/net.h"
+#include "worker/comm/reduce.h"
+#include "worker/comm/tcp.h"
+#include "tests/unit/test.h"
 
 #define MAX_WORLD 6
 

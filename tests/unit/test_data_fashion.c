@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-#include "data/dataset.h"
-#include "test.h"
+#include "worker/data/dataset.h"
+#include "tests/unit/test.h"
 
 #define FASHION_BATCH 1000
 

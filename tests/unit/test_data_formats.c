@@ -12,9 +12,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "data/dataset.h"
-#include "data/images.h"
-#include "test.h"
+#include "worker/data/dataset.h"
+#include "worker/data/images.h"
+#include "tests/unit/test.h"
 
 static char tdir[64]; /* this run's scratch directory, removed at the end */
 

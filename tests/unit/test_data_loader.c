@@ -13,9 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "data/dataset.h"
-#include "data/loader.h"
-#include "test.h"
+#include "worker/data/dataset.h"
+#include "worker/data/loader.h"
+#include "tests/unit/test.h"
 
 /* --- a dataset under the test's control ---------------------------------------------- */
 

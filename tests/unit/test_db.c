@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "db.h"
-#include "test.h"
+#include "daemon/db.h"
+#include "tests/unit/test.h"
 
 static char db_dir[64];
 static char db_path[128];

@@ -35,14 +35,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "data/dataset.h"
-#include "data/loader.h"
-#include "ddp/ddp.h"
-#include "nn/model.h"
-#include "nn/models.h"
-#include "nn/optim.h"
-#include "tcp.h"
-#include "test.h"
+#include "worker/data/dataset.h"
+#include "worker/data/loader.h"
+#include "worker/ddp/ddp.h"
+#include "worker/nn/model.h"
+#include "worker/nn/models.h"
+#include "worker/nn/optim.h"
+#include "worker/comm/tcp.h"
+#include "tests/unit/test.h"
 
 #define MAX_W 4
 #define STEPS 3

@@ -5,8 +5,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include "events.h"
-#include "test.h"
+#include "daemon/events.h"
+#include "tests/unit/test.h"
 
 struct probe {
     int suspended, resumed;

@@ -1,4 +1,4 @@
-/* Unit tests for worker/gpu/gmodel_host.c, the host half of the GPU model runner (built
+/* Unit tests for worker/nn/cuda/gmodel_host.c, the host half of the GPU model runner (built
  * and run in every configuration, no GPU needed): the convolution weight permutation
  * between the host's (Cout,Cin/G,KH,KW) and cuDNN's (Cout,KH,KW,Cin/G) puts each weight
  * where the other layout indexes it, also for grouped convolutions, and round-trips;
@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/gmodel.h"
-#include "nn/models.h"
-#include "test.h"
+#include "worker/nn/cuda/gmodel.h"
+#include "worker/nn/models.h"
+#include "tests/unit/test.h"
 
 static void test_gmodel_conv_permutation(void)
 {

@@ -14,10 +14,10 @@
 
 #include <jansson.h>
 
-#include "config.h"
-#include "gpu_slots.h"
-#include "launcher.h"
-#include "test.h"
+#include "daemon/config.h"
+#include "daemon/gpu_slots.h"
+#include "daemon/launcher.h"
+#include "tests/unit/test.h"
 
 static void test_plan_one_rank_per_gpu(void)
 {

@@ -15,9 +15,9 @@
 
 #include <jansson.h>
 
-#include "config.h"
-#include "launcher.h"
-#include "test.h"
+#include "daemon/config.h"
+#include "daemon/launcher.h"
+#include "tests/unit/test.h"
 
 static char dir[64];
 

@@ -5,9 +5,9 @@
 #include <stdatomic.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "net.h"
-#include "test.h"
+#include "common/clock.h"
+#include "common/net.h"
+#include "tests/unit/test.h"
 
 static void test_net_split_hostport(void)
 {

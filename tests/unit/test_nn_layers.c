@@ -20,10 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/layers.h"
-#include "nn/nn.h"
-#include "nn/onednn.h"
-#include "test.h"
+#include "worker/nn/layers.h"
+#include "worker/nn/nn.h"
+#include "worker/nn/onednn.h"
+#include "tests/unit/test.h"
 
 /* ---- helpers ---------------------------------------------------------------------- */
 

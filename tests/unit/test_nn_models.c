@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn/model.h"
-#include "nn/models.h"
-#include "test.h"
+#include "worker/nn/model.h"
+#include "worker/nn/models.h"
+#include "tests/unit/test.h"
 
 struct zoo_case {
     const char *name;

@@ -15,8 +15,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "nn/optim.h"
-#include "test.h"
+#include "worker/nn/optim.h"
+#include "tests/unit/test.h"
 
 #define NP 5
 

@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "rendezvous.h"
-#include "store_client.h"
-#include "store_server.h"
-#include "test.h"
+#include "common/clock.h"
+#include "worker/store/rendezvous.h"
+#include "worker/store/store_client.h"
+#include "daemon/store_server.h"
+#include "tests/unit/test.h"
 
 static const char *const env_names[] = {"DDPB_RUN",   "DDPB_RANK",   "DDPB_WORLD_SIZE",
                                         "DDPB_LOCAL_RANK", "DDPB_STORE", "DDPB_SECRET",

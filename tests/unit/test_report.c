@@ -9,9 +9,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "report.h"
-#include "test.h"
+#include "common/buf.h"
+#include "common/report.h"
+#include "tests/unit/test.h"
 
 /* --- helpers ------------------------------------------------------------------------- */
 

@@ -6,8 +6,8 @@
 #include <math.h>
 #include <stdbool.h>
 
-#include "results.h"
-#include "test.h"
+#include "daemon/results.h"
+#include "tests/unit/test.h"
 
 static void test_stats_summarize(void)
 {

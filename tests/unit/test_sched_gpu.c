@@ -15,12 +15,12 @@
 
 #include <jansson.h>
 
-#include "config.h"
-#include "db.h"
-#include "events.h"
-#include "scheduler.h"
-#include "store_server.h"
-#include "test.h"
+#include "daemon/config.h"
+#include "daemon/db.h"
+#include "daemon/events.h"
+#include "daemon/scheduler.h"
+#include "daemon/store_server.h"
+#include "tests/unit/test.h"
 
 struct fx {
     char dir[64];

@@ -8,8 +8,8 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include "spec.h"
-#include "test.h"
+#include "common/spec.h"
+#include "tests/unit/test.h"
 
 #define W "{\"workload\": \"collective\""
 #define SCHEMA_PATH "schema/spec.schema.json"

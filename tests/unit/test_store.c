@@ -19,13 +19,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "net.h"
-#include "store_client.h"
-#include "store_proto.h"
-#include "store_server.h"
-#include "test.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/net.h"
+#include "worker/store/store_client.h"
+#include "common/store_proto.h"
+#include "daemon/store_server.h"
+#include "tests/unit/test.h"
 
 #define RUN "run-1"
 #define SECRET "sesame"

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
-#include "store_proto.h"
-#include "test.h"
+#include "common/buf.h"
+#include "common/store_proto.h"
+#include "tests/unit/test.h"
 
 /* Splits the single frame in b; returns its body. */
 static int frame_body(const struct buf *b, const uint8_t **body, uint32_t *len)

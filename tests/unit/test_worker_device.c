@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "ddpb_config.h"
-#include "device_check.h"
-#include "test.h"
+#include "worker/device_check.h"
+#include "tests/unit/test.h"
 
 static struct spec spec_with(const char *device, const char *backend, bool emulate)
 {

@@ -23,12 +23,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "report.h"
-#include "spec.h"
-#include "store_server.h"
-#include "test.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/report.h"
+#include "common/spec.h"
+#include "daemon/store_server.h"
+#include "tests/unit/test.h"
 
 extern char **environ;
 

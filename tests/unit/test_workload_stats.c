@@ -8,17 +8,17 @@
 #include <jansson.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "reduce.h"
-#include "report.h"
-#include "spec.h"
-#include "store_client.h"
-#include "stats.h"
-#include "store_server.h"
-#include "tcp.h"
-#include "one_rank.h"
-#include "test.h"
-#include "workload_collective.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/reduce.h"
+#include "common/report.h"
+#include "common/spec.h"
+#include "worker/store/store_client.h"
+#include "common/stats.h"
+#include "daemon/store_server.h"
+#include "worker/comm/tcp.h"
+#include "tests/unit/one_rank.h"
+#include "tests/unit/test.h"
+#include "worker/workload_collective.h"
 
 static void test_stats_median_p95_mean(void)
 {

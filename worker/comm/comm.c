@@ -7,12 +7,12 @@
  * are checked once here (sizes that overflow, NULL buffers, overlaps other than NCCL's
  * in-place layouts, peers out of range), so backends only see operations they can run
  * and a bad call is an error naming the argument, not memory corruption on 4 ranks. */
-#include "comm.h"
+#include "worker/comm/comm.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "comm_async.h"
+#include "worker/comm/comm_async.h"
 
 struct comm_dtype_info {
     const char *name;

@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "common/err.h"
 
 enum comm_dtype { COMM_FLOAT32 = 0, COMM_FLOAT16, COMM_BFLOAT16, COMM_INT32, COMM_INT64 };
 /* avg: sum, then one division by the world size rounded once to the dtype; integer

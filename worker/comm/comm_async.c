@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "comm_async.h"
+#include "common/clock.h"
+#include "worker/comm/comm_async.h"
 
 struct comm_handle {
     struct comm_args args;

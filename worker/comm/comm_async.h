@@ -3,7 +3,7 @@
 #ifndef DDPB_COMM_ASYNC_H
 #define DDPB_COMM_ASYNC_H
 
-#include "comm.h"
+#include "worker/comm/comm.h"
 
 /* Runs a (already checked) on the calling thread with the backend's entry point. */
 int comm_execute(struct comm *c, const struct comm_args *a, struct err *e);

@@ -29,8 +29,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "comm.h"
-#include "err.h"
+#include "worker/comm/comm.h"
+#include "common/err.h"
 
 struct store_client;
 

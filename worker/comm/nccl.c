@@ -9,7 +9,7 @@
  * thread doing that wait while the caller keeps launching kernels. The first failure
  * breaks the communicator (an aborted NCCL communicator cannot be used again) and every
  * later operation fails with the first error. */
-#include "comm_nccl.h"
+#include "worker/comm/comm_nccl.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -19,9 +19,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "clock.h"
-#include "nccl_watch.h"
-#include "store_client.h"
+#include "common/clock.h"
+#include "worker/comm/nccl_watch.h"
+#include "worker/store/store_client.h"
 
 #define NCCL_SPIN_POLLS 2000 /* polls without sleeping: completion latency of small ops */
 #define NCCL_SLEEP_NS 20000  /* then 20 us between polls */

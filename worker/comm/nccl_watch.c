@@ -3,7 +3,7 @@
  * communicator's asynchronous error (the most specific reason), then completion, and the
  * timeout last, so an operation that completed in the same poll as its deadline passed
  * counts as completed. */
-#include "nccl_watch.h"
+#include "worker/comm/nccl_watch.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * every loop has restrict pointers and nothing aliased: d = op(a, b), d = op(d, b) and
  * d = op(a, d). gcc vectorizes them at -O3 (checked with -fopt-info-vec); float16 takes
  * F16C intrinsics when the CPU has them (tested against the portable conversions). */
-#include "reduce.h"
+#include "worker/comm/reduce.h"
 
 #include <string.h>
 

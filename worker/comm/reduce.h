@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm.h"
+#include "worker/comm/comm.h"
 
 /* dst[i] = a[i] (op) b[i] for i < n. dst may be a or b exactly (element for element) but
  * must not overlap them otherwise; a and b may not overlap each other either. avg

@@ -9,7 +9,7 @@
  *   refuses further operations with the first error.
  * - Sockets get TCP_NODELAY (latency of small messages) and, unless told otherwise,
  *   the socket buffer sizes measured best on loopback (tests/bench/RESULTS.md). */
-#include "tcp.h"
+#include "worker/comm/tcp.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -21,12 +21,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "log.h"
-#include "net.h"
-#include "store_client.h"
-#include "tcp_internal.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "worker/store/store_client.h"
+#include "worker/comm/tcp_internal.h"
 
 #define TCP_MAGIC 0x54504444u /* "DDPT" little-endian */
 #define TCP_VERSION 2

@@ -12,8 +12,8 @@
 
 #include <stdatomic.h>
 
-#include "comm.h"
-#include "err.h"
+#include "worker/comm/comm.h"
+#include "common/err.h"
 
 struct store_client;
 

@@ -26,8 +26,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "reduce.h"
-#include "tcp_internal.h"
+#include "worker/comm/reduce.h"
+#include "worker/comm/tcp_internal.h"
 
 /* Allreduce: recursive doubling below these many bytes per rank (measured on loopback,
  * tests/bench/RESULTS.md: at 2 ranks rd wins up to 512 KiB, at 4 up to 16 or 32 KiB);

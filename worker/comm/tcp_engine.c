@@ -24,10 +24,10 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "clock.h"
-#include "net.h"
-#include "reduce.h"
-#include "tcp_internal.h"
+#include "common/clock.h"
+#include "common/net.h"
+#include "worker/comm/reduce.h"
+#include "worker/comm/tcp_internal.h"
 
 int tcp_plan_reserve(struct comm_tcp *t, const char *op, int nlanes, int npieces,
                      struct err *e)

@@ -17,8 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm.h"
-#include "tcp.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/tcp.h"
 
 #define TCP_BYE 0xB7u               /* goodbye byte sent by comm_destroy */
 #define TCP_SEG_BYTES (256u << 10)  /* receive segment of a streamed reduction: fits L2 */

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dataset.h"
-#include "images.h"
+#include "worker/data/dataset.h"
+#include "worker/data/images.h"
 
 #define CIFAR_SIDE 32
 #define CIFAR_CHANNELS 3

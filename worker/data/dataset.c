@@ -4,7 +4,7 @@
  *
  * Decision: draws are splitmix64 streams keyed by hashing (seed, a, b); a stream is cheap to
  * start, so every sample gets its own and no generator state is ever shared. */
-#include "dataset.h"
+#include "worker/data/dataset.h"
 
 #include <math.h>
 #include <stdio.h>

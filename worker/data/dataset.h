@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "common/err.h"
 
 #define DATA_MAX_CHANNELS 4
 #define DATA_MAX_SIDE 4096                        /* largest height or width */

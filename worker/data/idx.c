@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dataset.h"
-#include "images.h"
+#include "worker/data/dataset.h"
+#include "worker/data/images.h"
 
 #define IDX_TYPE_UBYTE 0x08
 #define IDX_CLASSES 10

@@ -4,7 +4,7 @@
  * Decision: the reader goes through zlib's gzread for both kinds: zlib looks at the first
  * bytes (1f 8b) and reads anything else through unchanged, so the file name never decides,
  * and a truncated or corrupt gzip stream surfaces as gzerror() instead of short data. */
-#include "images.h"
+#include "worker/data/images.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -7,14 +7,14 @@
  * thread may fill batch s once the caller has released batch s - nslots (a batch is
  * released when the caller asks for the next one), and the caller may take batch s once
  * it is produced. One thread fills; the caller is the only consumer. */
-#include "loader.h"
+#include "worker/data/loader.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
+#include "common/clock.h"
 
 #define LOADER_MAX_BATCH (1 << 20)
 #define LOADER_MAX_WORLD (1 << 20)

@@ -37,8 +37,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "dataset.h"
-#include "err.h"
+#include "worker/data/dataset.h"
+#include "common/err.h"
 
 #define LOADER_MAX_PREFETCH 16
 

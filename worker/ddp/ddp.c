@@ -1,13 +1,13 @@
 /* ddp: the data-parallel strategies (ddp.h): bucket and shard layout, the backward hook
  * that launches gradient exchanges, the waits that measure exposed communication, and the
  * ZeRO optimizer step with its all-gather. */
-#include "ddp.h"
+#include "worker/ddp/ddp.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "reduce.h"
+#include "common/clock.h"
+#include "worker/comm/reduce.h"
 
 static const char *const ddp_strategy_names[] = {"naive", "ddp", "horovod", "zero1", "zero2",
                                                  NULL};

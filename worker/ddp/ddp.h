@@ -47,10 +47,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comm.h"
-#include "err.h"
-#include "nn/model.h"
-#include "nn/optim.h"
+#include "worker/comm/comm.h"
+#include "common/err.h"
+#include "worker/nn/model.h"
+#include "worker/nn/optim.h"
 
 enum ddp_strategy { DDP_NAIVE = 0, DDP_DDP, DDP_HOROVOD, DDP_ZERO1, DDP_ZERO2 };
 enum ddp_compression { DDP_COMPRESS_NONE = 0, DDP_COMPRESS_FP16, DDP_COMPRESS_BF16 };
@@ -65,7 +65,7 @@ struct ddp_config {
     double cycle_ms;      /* horovod */
 };
 
-/* Device mode (spec device "cuda"): the arenas live on the GPU (worker/gpu/gmodel.h) at
+/* Device mode (spec device "cuda"): the arenas live on the GPU (worker/nn/cuda/gmodel.h) at
  * the host arenas' offsets, the communicator moves device buffers (NCCL), and the two
  * things ddp does to the numbers itself run as device kernels through these hooks, so
  * this file has no CUDA in it. Strategies naive and ddp only: horovod's fusion buffer,

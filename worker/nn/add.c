@@ -4,7 +4,7 @@
  * the physical buffers whatever layout the two inputs share (padding lanes hold zeros and
  * stay zero); the model makes sure both inputs have the same layout. A oneDNN binary
  * primitive would do the same single pass. */
-#include "layers.h"
+#include "worker/nn/layers.h"
 
 void nn_add_forward(float *out, const float *a, const float *b, size_t n, int relu)
 {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layers.h"
+#include "worker/nn/layers.h"
 
 /* ---- reference -------------------------------------------------------------------- */
 

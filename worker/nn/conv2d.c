@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layers.h"
+#include "worker/nn/layers.h"
 
 static int conv_out_dim(int in, int k, int s, int p, int d)
 {

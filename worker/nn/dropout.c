@@ -7,7 +7,7 @@
  * reference (plain layout) and fast path (oneDNN's blocked layout, found through an
  * nn_layout) drop exactly the same elements. One implementation serves both paths: the
  * loops are parallel and touch each element once, so there is nothing faster to call. */
-#include "layers.h"
+#include "worker/nn/layers.h"
 
 uint64_t nn_dropout_key(uint64_t seed, uint64_t step, int layer)
 {

@@ -5,7 +5,7 @@
  * are reordered to plain (and the gradient back); a plain input makes it a copy. */
 #include <string.h>
 
-#include "layers.h"
+#include "worker/nn/layers.h"
 
 void nn_flatten_forward(float *out, const float *inp, struct nn_shape in)
 {

@@ -20,8 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "nn.h"
-#include "onednn.h"
+#include "worker/nn/nn.h"
+#include "worker/nn/onednn.h"
 
 /* ==== conv2d (conv2d.c) ============================================================= */
 

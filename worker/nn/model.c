@@ -7,7 +7,7 @@
  * layer needs a flatten first, an add converts its second input to the first's layout),
  * so in a CNN everything between the first convolution and the flatten stays in oneDNN's
  * blocked format. */
-#include "model.h"
+#include "worker/nn/model.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -38,9 +38,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "layers.h"
-#include "nn.h"
-#include "onednn.h"
+#include "worker/nn/layers.h"
+#include "worker/nn/nn.h"
+#include "worker/nn/onednn.h"
 
 enum nn_op {
     NN_OP_CONV,
@@ -88,7 +88,7 @@ struct nn_grad_ready {
     const char *name;   /* layer name, borrowed */
     size_t offset, len; /* its slice of the gradient arena */
     int first_param, nparams; /* its entries in m->param_info */
-    void *ready_event;  /* GPU runner (worker/gpu/gmodel.h): a cudaEvent_t recorded on the
+    void *ready_event;  /* GPU runner (worker/nn/cuda/gmodel.h): a cudaEvent_t recorded on the
                            compute stream right after the layer's backward, which a
                            communication stream waits for; NULL from this file's engine */
 };
@@ -214,7 +214,7 @@ union nn_layer_cfg {
     int add_relu;
 };
 
-/* A layer as another engine needs it (the GPU runner, worker/gpu/gmodel.c, walks the same
+/* A layer as another engine needs it (the GPU runner, worker/nn/cuda/gmodel.c, walks the same
  * graph): its op and configuration, the tensors it reads and writes, its slice of the
  * parameter arena and of the buffer arena. Plain values; name is borrowed. */
 struct nn_node_info {

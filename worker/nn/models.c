@@ -3,7 +3,7 @@
  * state_dict()'s. Key decision: BN -> ReLU pairs are built as one batch-norm node with the
  * ReLU fused (model.h), and a residual block's final ReLU is fused into its add; the
  * arithmetic is the same as PyTorch's separate modules. */
-#include "models.h"
+#include "worker/nn/models.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -28,8 +28,8 @@
 #ifndef DDPB_NN_MODELS_H
 #define DDPB_NN_MODELS_H
 
-#include "err.h"
-#include "model.h"
+#include "common/err.h"
+#include "worker/nn/model.h"
 
 struct nn_zoo_opts {
     int zero_init_residual; /* ResNet: last BN of each block starts at 0 (torchvision: off) */

@@ -1,7 +1,7 @@
 /* nn: shapes, aligned zero-filled allocations, arenas, the activation workspace, the RNG
  * and the thread count (see nn.h). Key decision: every allocation is zero-filled when made
  * so its pages are faulted in at preparation time, never during a timed step. */
-#include "nn.h"
+#include "worker/nn/nn.h"
 
 #include <math.h>
 #include <omp.h>

@@ -1,7 +1,7 @@
 /* onednn: engine, primitives with a shared user scratchpad, memory binding, reorders and
  * layout helpers (see onednn.h). Key decision: nothing here allocates while a step runs;
  * the scratchpad grows only when a primitive is created. */
-#include "onednn.h"
+#include "worker/nn/onednn.h"
 
 #include <stdio.h>
 #include <stdlib.h>

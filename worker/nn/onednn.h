@@ -23,8 +23,8 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-#include "err.h"
-#include "nn.h"
+#include "common/err.h"
+#include "worker/nn/nn.h"
 
 /* How convolutions are computed. DIRECT is PyTorch's choice and stays within float
  * rounding of the reference; WINOGRAD (F(4x4,3x3) for every 3x3 stride-1 layer, direct

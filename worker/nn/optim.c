@@ -3,7 +3,7 @@
  * (for example Adam's first moment as lerp and its denominator as sqrt(v)/sqrt(bc2) + eps)
  * so a step agrees with PyTorch's to float rounding; the scalar factors are computed in
  * double, as PyTorch computes them in Python floats. */
-#include "optim.h"
+#include "worker/nn/optim.h"
 
 #include <math.h>
 #include <string.h>

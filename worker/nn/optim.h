@@ -15,8 +15,8 @@
 
 #include <stddef.h>
 
-#include "err.h"
-#include "nn.h"
+#include "common/err.h"
+#include "worker/nn/nn.h"
 
 enum nn_optim_type { NN_OPTIM_SGD, NN_OPTIM_ADAM, NN_OPTIM_ADAMW };
 

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "layers.h"
+#include "worker/nn/layers.h"
 
 /* ---- reference -------------------------------------------------------------------- */
 

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "layers.h"
+#include "worker/nn/layers.h"
 
 int nn_xent_forward(float *probs, double *loss, int *correct, const float *logits,
                     const int32_t *labels, int n, int k, int n_valid, struct err *e)

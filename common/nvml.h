@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include "common/err.h"
 
 #define GPU_NVML_DEFAULT_LIB "libnvidia-ml.so.1"
 

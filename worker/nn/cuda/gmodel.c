@@ -1,4 +1,4 @@
-/* gmodel: the GPU model runner (gmodel.h): an nn_model graph walked with worker/gpu's
+/* gmodel: the GPU model runner (gmodel.h): an nn_model graph walked with worker/nn/cuda's
  * layers (cuDNN convolution, batch norm and pooling; cuBLAS linear; own kernels for the
  * rest), device arenas at the host arenas' offsets, one workspace, per-layer events for
  * the gradient hook and CUDA-event phase timing.
@@ -8,17 +8,17 @@
  * through a scratch buffer that is added in; a branch that does not reach the loss gets
  * zeros), so the two engines agree on what "the gradient after layer i" means and ddp/'s
  * buckets fill in the same order. */
-#include "gmodel.h"
+#include "worker/nn/cuda/gmodel.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
-#include "gmodel_kernels.h"
-#include "gpu.h"
-#include "gpu_layers.h"
+#include "worker/comm/comm.h"
+#include "worker/nn/cuda/gmodel_kernels.h"
+#include "worker/nn/cuda/gpu.h"
+#include "worker/nn/cuda/gpu_layers.h"
 
 #define GM_ALIGN 256
 

@@ -8,9 +8,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "gmodel_kernels.h"
+#include "worker/nn/cuda/gmodel_kernels.h"
 
-#include "kernels_common.cuh"
+#include "worker/nn/cuda/kernels_common.cuh"
 
 namespace {
 

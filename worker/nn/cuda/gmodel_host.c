@@ -4,7 +4,7 @@
  *
  * Decision: plain C with no CUDA in it, built in every configuration, so the layout logic
  * the device copies rely on is unit-tested on the CPU (tests/unit/test_gmodel_host.c). */
-#include "gmodel.h"
+#include "worker/nn/cuda/gmodel.h"
 
 #include <string.h>
 

@@ -5,7 +5,7 @@
  * three layers with a handful of calls and heuristics, where the graph API needs an
  * execution plan per shape; biases go through our own kernels (gpu_bias_add/_grad) so a
  * float bias works with half activations, which cudnnAddTensor does not promise. */
-#include "gpu_layers.h"
+#include "worker/nn/cuda/gpu_layers.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* kernels_common: what every CUDA file of worker/gpu shares: loads and stores between the
+/* kernels_common: what every CUDA file of worker/nn/cuda shares: loads and stores between the
  * storage types (float, __half, __nv_bfloat16) and float arithmetic, the launch size of
  * a grid-stride loop, the loop itself, and the dispatch from enum gpu_dtype to a type.
  *
@@ -13,7 +13,7 @@
 #include <cuda_fp16.h>
 #include <stddef.h>
 
-#include "gpu.h"
+#include "worker/nn/cuda/gpu.h"
 
 #define GPU_THREADS 256
 #define GPU_MAX_BLOCKS 4096

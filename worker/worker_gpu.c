@@ -1,7 +1,7 @@
 /* worker_gpu: see worker_gpu.h. Uploads and downloads are synchronous cudaMemcpy: they
  * happen outside the timed iterations (inputs once per point, the check's output once),
  * where simplicity beats overlap. */
-#include "worker_gpu.h"
+#include "worker/worker_gpu.h"
 
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "ddpb_config.h"
-#include "gpu.h"
-#include "nvml.h"
+#include "worker/nn/cuda/gpu.h"
+#include "common/nvml.h"
 #if DDPB_HAVE_NCCL
-#include "comm_nccl.h"
+#include "worker/comm/comm_nccl.h"
 #endif
 
 struct comm *worker_gpu_comm_create(const struct spec *s, int rank, int world_size,

@@ -1,7 +1,7 @@
 /* loss_scale: see loss_scale.h. The scale stays within float's normal range: halving
  * stops at the smallest normal float and doubling at 2^64 (PyTorch lets it reach inf and
  * then backs off; bounding it keeps 1/scale finite). */
-#include "loss_scale.h"
+#include "worker/nn/loss_scale.h"
 
 #include <float.h>
 #include <math.h>

@@ -5,13 +5,13 @@
  * them (the same double expressions rounded to float at the same points), so the GPU
  * update differs from the CPU one only by the kernel's own float rounding; the kernels
  * take them by value. */
-#include "gpu.h"
+#include "worker/nn/cuda/gpu.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "optim.h"
+#include "worker/nn/optim.h"
 
 static const char *const gpu_dtype_names[] = {"float32", "float16", "bfloat16"};
 static const char *const gpu_precisions[] = {"fp32", "fp16", "bf16"};

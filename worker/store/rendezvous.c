@@ -1,7 +1,7 @@
 /* rendezvous: see rendezvous.h. Environment parsing, CPU lists, the join barrier and
  * failure records. The only store keys written here are "join/rank/<r>", the "join"
  * barrier's keys and "fail/<r>". */
-#include "rendezvous.h"
+#include "worker/store/rendezvous.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "net.h"
-#include "spec.h"
+#include "common/clock.h"
+#include "common/net.h"
+#include "common/spec.h"
 
 /* Copies variable `name` into out. A missing variable is an error when required, else
  * out gets def. */

@@ -12,7 +12,7 @@
 
 #include <stdbool.h>
 
-#include "err.h"
+#include "common/err.h"
 
 struct loss_scale {
     bool dynamic;

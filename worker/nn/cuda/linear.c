@@ -8,7 +8,7 @@
  * output is one of GemmEx's supported combinations), accumulated with beta = 1. */
 #include <stdio.h>
 
-#include "gpu_layers.h"
+#include "worker/nn/cuda/gpu_layers.h"
 
 static int blas_check(cublasStatus_t rc, const char *what, struct err *e)
 {

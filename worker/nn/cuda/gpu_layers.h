@@ -25,8 +25,8 @@
 #include <cublas_v2.h>
 
 #include "ddpb_config.h"
-#include "gpu.h"
-#include "layers.h"
+#include "worker/nn/cuda/gpu.h"
+#include "worker/nn/layers.h"
 
 #if DDPB_HAVE_CUDNN
 #include <cudnn.h>

@@ -1,6 +1,6 @@
 /* nvml: see nvml.h. Resolves every entry point at open: a library that lacks one is
  * "unavailable" as a whole, so a sample never calls through a NULL pointer. */
-#include "nvml.h"
+#include "common/nvml.h"
 
 #include <dlfcn.h>
 #include <stdbool.h>

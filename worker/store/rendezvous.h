@@ -17,9 +17,9 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "err.h"
-#include "store_client.h"
-#include "store_proto.h"
+#include "common/err.h"
+#include "worker/store/store_client.h"
+#include "common/store_proto.h"
 
 #define RENDEZVOUS_DEFAULT_HOST "127.0.0.1"
 #define RENDEZVOUS_DEFAULT_TIMEOUT_MS 60000

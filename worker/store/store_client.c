@@ -7,17 +7,17 @@
  * it runs out the reply may still arrive later, so the connection is closed. Arguments
  * are validated here so that a bad key is ERR_INVALID and never reaches the server,
  * which would close the connection over it. */
-#include "store_client.h"
+#include "worker/store/store_client.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "clock.h"
-#include "net.h"
-#include "store_proto.h"
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/net.h"
+#include "common/store_proto.h"
 
 #define STORE_CLIENT_DEFAULT_IO_MS 30000
 #define STORE_CLIENT_MIN_HELLO_MS 1000

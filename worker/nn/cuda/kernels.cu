@@ -12,8 +12,8 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "gpu.h"
-#include "kernels_common.cuh"
+#include "worker/nn/cuda/gpu.h"
+#include "worker/nn/cuda/kernels_common.cuh"
 
 namespace {
 

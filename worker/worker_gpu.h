@@ -17,11 +17,11 @@
 #include <jansson.h>
 #include <stdatomic.h>
 
-#include "comm.h"
-#include "err.h"
-#include "spec.h"
-#include "store_client.h"
-#include "workload_collective.h"
+#include "worker/comm/comm.h"
+#include "common/err.h"
+#include "common/spec.h"
+#include "worker/store/store_client.h"
+#include "worker/workload_collective.h"
 
 /* The rank's NCCL communicator on device 0 (the id through the store; the spec's
  * algorithm "ring"/"tree" set at creation). NULL with e set. */

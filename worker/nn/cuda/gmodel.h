@@ -1,6 +1,6 @@
 /* gmodel: the GPU model runner. It takes a zoo model already built on the host (an
  * nn_model graph, finished, parameters initialised by nn_model_init_params) and trains it
- * on the GPU with worker/gpu's layers: forward, softmax cross-entropy and backward in NHWC,
+ * on the GPU with worker/nn/cuda's layers: forward, softmax cross-entropy and backward in NHWC,
  * with a per-layer gradient hook as nn_model_backward has, so ddp/ runs unchanged over it.
  *
  *     gmodel_create(&g, m, batch, "bf16", NULL, e);     uploads the host parameters
@@ -50,9 +50,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "model.h"
-#include "optim.h"
+#include "common/err.h"
+#include "worker/nn/model.h"
+#include "worker/nn/optim.h"
 
 /* ---- host half (gmodel_host.c, every build) ------------------------------------------ */
 

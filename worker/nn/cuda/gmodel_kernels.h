@@ -11,7 +11,7 @@
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 
-#include "gpu.h"
+#include "worker/nn/cuda/gpu.h"
 
 #ifdef __cplusplus
 extern "C" {
