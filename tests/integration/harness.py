@@ -28,7 +28,8 @@ TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
 class Daemon:
     """A ddpbenchd process. state_dir persists across restart() unless removed."""
 
-    def __init__(self, cpu_slots=None, extra_args=(), state_dir=None):
+    def __init__(self, cpu_slots=None, extra_args=(), state_dir=None, binary=None):
+        self.binary = binary or DAEMON  # an installed copy (test_deploy) or the build's
         self.state_dir = state_dir or tempfile.mkdtemp(prefix="ddpb-it-")
         self.owns_state = state_dir is None
         self.cpu_slots = cpu_slots
@@ -40,7 +41,7 @@ class Daemon:
         info = os.path.join(self.state_dir, "ddpbenchd.json")
         if os.path.exists(info):
             os.unlink(info)
-        args = [DAEMON, "--port", "0", "--store-port", "0", "--state-dir", self.state_dir,
+        args = [self.binary, "--port", "0", "--store-port", "0", "--state-dir", self.state_dir,
                 "--kill-grace-ms", "1000", "--log-level", "info"]
         if self.cpu_slots:
             args += ["--cpu-slots", str(self.cpu_slots)]

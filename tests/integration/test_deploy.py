@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Integration tests for what deploy/ ships beside the source tree: `ninja install`
+into a staging root gives a daemon that runs from its installed files alone (dashboard
+and example specs from PREFIX/share/ddpbench, the worker beside the daemon), and
+deploy/systemd/ddpbenchd.service passes systemd's own checker against that install.
+
+Decision: installed with DESTDIR into a temporary root, never into the machine's /usr,
+so the test leaves the system as it found it; the unit is checked with its ExecStart
+pointed at the staged binary, the only line that depends on where the root is.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from harness import BUILD, SOURCE, Daemon, check, run_cases
+
+STAGE = tempfile.mkdtemp(prefix="ddpb-install-")
+PREFIX = "/usr/local"  # meson's default prefix, and the unit's paths
+
+
+def staged(*parts):
+    return os.path.join(STAGE + PREFIX, *parts)
+
+
+def test_install_stages_programs_dashboard_examples_docs():
+    p = subprocess.run(["meson", "install", "-C", BUILD, "--no-rebuild", "--quiet",
+                        "--destdir", STAGE], capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, f"meson install failed: {p.stdout}{p.stderr}")
+    for rel in ("bin/ddpbenchd", "bin/ddpbench-worker", "bin/ddpbench"):
+        check(os.access(staged(rel), os.X_OK), f"{rel} not installed executable")
+    for rel in ("share/ddpbench/web/index.html", "share/ddpbench/schema/examples/allreduce-cpu.json",
+                "share/doc/ddpbench/README.md", "share/doc/ddpbench/LICENSE"):
+        check(os.path.isfile(staged(rel)), f"{rel} not installed")
+
+
+def test_installed_daemon_runs_from_its_own_files():
+    d = Daemon(binary=staged("bin", "ddpbenchd"),
+               extra_args=["--web-dir", staged("share", "ddpbench", "web")])
+    try:
+        status, page, _ = d.request("GET", "/")
+        check(status == 200 and "<html" in page.lower(), f"dashboard: {status}")
+        names = [e["name"] for e in d.get("/v1/examples")["items"]]
+        check("allreduce-cpu.json" in names or "allreduce-cpu" in names,
+              f"examples not served from the install: {names}")
+        exp = d.submit({"workload": "collective", "world_size": 1, "min_bytes": "4K",
+                        "max_bytes": "8K", "iters": 2, "warmup": 1})
+        done = d.wait_experiment(exp["id"], timeout=60)
+        check(done["status"] == "succeeded", f"installed worker run: {done}")
+    finally:
+        d.close()
+
+
+def test_systemd_unit_verifies_against_the_install():
+    tool = shutil.which("systemd-analyze")
+    check(tool is not None, "systemd-analyze missing: deploy/install-deps.sh installs systemd")
+    with open(os.path.join(SOURCE, "deploy", "systemd", "ddpbenchd.service")) as f:
+        unit = f.read()
+    check(PREFIX + "/bin/ddpbenchd" in unit, "unit does not start the installed daemon")
+    path = os.path.join(STAGE, "ddpbenchd.service")
+    with open(path, "w") as f:
+        f.write(unit.replace(PREFIX + "/bin/ddpbenchd", staged("bin", "ddpbenchd")))
+    p = subprocess.run([tool, "verify", path], capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0 and not p.stderr.strip(),
+          f"systemd-analyze verify: rc {p.returncode}: {p.stderr}")
+
+
+if __name__ == "__main__":
+    try:
+        rc = run_cases([test_install_stages_programs_dashboard_examples_docs,
+                        test_installed_daemon_runs_from_its_own_files,
+                        test_systemd_unit_verifies_against_the_install])
+    finally:
+        shutil.rmtree(STAGE, ignore_errors=True)
+    sys.exit(rc)
