@@ -23,7 +23,7 @@
 
 /* Request counters for /metrics: by method and status, and a latency histogram. */
 #define API_METHODS 5 /* GET, POST, DELETE, OPTIONS, other */
-#define API_CODES 14  /* see api_metrics_code_index */
+#define API_CODES 16  /* see api_metrics_code_index */
 #define API_LATENCY_BUCKETS 10
 
 struct api_metrics {
@@ -64,6 +64,9 @@ struct api_request {
     const struct api_query_arg *query;
     size_t nquery;
     const char *authorization; /* the Authorization header, or NULL */
+    const char *host;          /* the Host header, or NULL (api/guard.h) */
+    const char *origin;        /* the Origin header, or NULL */
+    const char *content_type;  /* the Content-Type header, or NULL */
 };
 
 struct api_stream;
@@ -75,6 +78,7 @@ struct api_reply {
     size_t body_len;
     const char *content_type; /* for body; static string */
     char location[128];       /* Location header when non-empty */
+    char allow[64];           /* Allow header when non-empty (405: the methods that work) */
     struct api_stream *stream; /* owned: an event stream (text/event-stream) */
 };
 

@@ -6,6 +6,7 @@
  * so no handler blocks a thread for long, and slow operations (runs) never happen on an
  * HTTP thread: they are queued for the scheduler. */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -45,19 +46,85 @@ int api_http_status(enum err_code code)
     case ERR_CONFLICT: return MHD_HTTP_CONFLICT;
     case ERR_TOO_LARGE: return MHD_HTTP_CONTENT_TOO_LARGE;
     case ERR_UNAUTHORIZED: return MHD_HTTP_UNAUTHORIZED;
+    case ERR_FORBIDDEN: return MHD_HTTP_FORBIDDEN;
+    case ERR_MEDIA_TYPE: return MHD_HTTP_UNSUPPORTED_MEDIA_TYPE;
     case ERR_UNAVAILABLE: return MHD_HTTP_SERVICE_UNAVAILABLE;
     case ERR_TIMEOUT: return MHD_HTTP_GATEWAY_TIMEOUT;
     default: return MHD_HTTP_INTERNAL_SERVER_ERROR;
     }
 }
 
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 when s does not start one
+ * (overlong forms, surrogates and code points past U+10FFFF are invalid). */
+static size_t http_utf8_len(const unsigned char *s)
+{
+    unsigned c = s[0];
+    size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+             : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) ||
+        (c == 0xF0 && s[1] < 0x90) || (c == 0xF4 && s[1] > 0x8F))
+        return 0;
+    return n;
+}
+
+/* in as valid UTF-8 into out (cap > 0): each byte that starts no valid sequence becomes
+ * '?'. Messages quote what the client sent (a path with %FF in it), and JSON strings
+ * must be UTF-8, so without this an error about bad bytes could not be sent at all. */
+static const char *http_utf8_clean(const char *in, char *out, size_t cap)
+{
+    size_t o = 0;
+    const unsigned char *s = (const unsigned char *)in;
+    while (*s && o + 1 < cap) {
+        size_t n = http_utf8_len(s);
+        if (n == 0 || o + n >= cap) {
+            out[o++] = '?';
+            s++;
+            continue;
+        }
+        memcpy(out + o, s, n);
+        o += n;
+        s += n;
+    }
+    out[o] = '\0';
+    return out;
+}
+
 json_t *api_error_json(const struct err *e)
 {
+    char msg[sizeof e->msg], field[sizeof e->field];
     json_t *inner = json_pack("{s:s, s:s}", "code", err_code_name(e->code), "message",
-                              e->msg[0] ? e->msg : err_code_name(e->code));
-    if (e->field[0])
-        json_object_set_new(inner, "field", json_string(e->field));
-    return json_pack("{s:o}", "error", inner);
+                              e->msg[0] ? http_utf8_clean(e->msg, msg, sizeof msg)
+                                        : err_code_name(e->code));
+    if (inner && e->field[0])
+        json_object_set_new(inner, "field",
+                            json_string(http_utf8_clean(e->field, field, sizeof field)));
+    return inner ? json_pack("{s:o}", "error", inner) : NULL;
+}
+
+/* libmicrohttpd's unescaping of the path and query, except that "%00" stays as it is:
+ * decoded, it would end the C string early, and "/v1/experiments/1%00" would answer
+ * for experiment 1, "/index.html%00.js" serve index.html. Left encoded, both name
+ * nothing that exists and get 404. Returns the new length (in place, never longer). */
+static size_t http_unescape(void *cls, struct MHD_Connection *conn, char *uri)
+{
+    (void)cls;
+    (void)conn;
+    char *w = uri;
+    for (const char *r = uri; *r;) {
+        unsigned v;
+        if (r[0] == '%' && isxdigit((unsigned char)r[1]) && isxdigit((unsigned char)r[2]) &&
+            sscanf(r + 1, "%2x", &v) == 1 && v != 0) {
+            *w++ = (char)v;
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return (size_t)(w - uri);
 }
 
 /* Headers every response gets: CORS when configured, the auth challenge on 401. */
@@ -135,6 +202,8 @@ static struct MHD_Response *http_body_response(struct api_reply *rep)
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (rep->location[0])
         MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, rep->location);
+    if (rep->allow[0])
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, rep->allow);
     return resp;
 }
 
@@ -148,12 +217,16 @@ static enum MHD_Result http_send(struct api_server *srv, struct MHD_Connection *
     return http_queue(srv, conn, hc, method, rep->status ? rep->status : 200, resp);
 }
 
+/* allow: the methods the resource takes, for a 405's Allow header (RFC 9110 §15.5.6);
+ * NULL or "" otherwise. */
 static enum MHD_Result http_send_error(struct api_server *srv, struct MHD_Connection *conn,
                                        struct http_conn *hc, const char *method,
-                                       const struct err *e)
+                                       const struct err *e, const char *allow)
 {
     atomic_fetch_add(&srv->ctx->errors, 1);
     struct api_reply rep = {.status = api_http_status(e->code), .json = api_error_json(e)};
+    if (allow && allow[0])
+        snprintf(rep.allow, sizeof rep.allow, "%s", allow);
     enum MHD_Result r = http_send(srv, conn, hc, method, &rep);
     json_decref(rep.json);
     return r;
@@ -197,7 +270,7 @@ static enum MHD_Result http_complete(struct api_server *srv, struct MHD_Connecti
     if (hc->too_large) {
         err_set(&e, ERR_TOO_LARGE, NULL, "request body larger than %zu bytes",
                 ctx->cfg->max_body);
-        return http_send_error(srv, conn, hc, method, &e);
+        return http_send_error(srv, conn, hc, method, &e, NULL);
     }
     if (strcmp(method, "OPTIONS") == 0 && ctx->cfg->cors_origin[0])
         return http_preflight(srv, conn, hc);
@@ -206,11 +279,11 @@ static enum MHD_Result http_complete(struct api_server *srv, struct MHD_Connecti
     if (MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, http_collect_arg, &q) >
         HTTP_MAX_QUERY) {
         err_set(&e, ERR_INVALID, NULL, "more than %d query arguments", HTTP_MAX_QUERY);
-        return http_send_error(srv, conn, hc, method, &e);
+        return http_send_error(srv, conn, hc, method, &e, NULL);
     }
     if (buf_append(&hc->body, "", 1) < 0) { /* NUL-terminate */
         err_set(&e, ERR_NOMEM, NULL, "out of memory");
-        return http_send_error(srv, conn, hc, method, &e);
+        return http_send_error(srv, conn, hc, method, &e, NULL);
     }
     struct api_request req = {
         .method = method,
@@ -221,13 +294,17 @@ static enum MHD_Result http_complete(struct api_server *srv, struct MHD_Connecti
         .nquery = q.n,
         .authorization = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_AUTHORIZATION),
+        .host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST),
+        .origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN),
+        .content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                    MHD_HTTP_HEADER_CONTENT_TYPE),
     };
     struct api_reply rep = {0};
     enum MHD_Result r;
     if (api_dispatch(ctx, &req, &rep, &e) < 0) {
         if (api_http_status(e.code) >= 500)
             log_error("%s %s: %s", method, url, e.msg);
-        r = http_send_error(srv, conn, hc, method, &e);
+        r = http_send_error(srv, conn, hc, method, &e, rep.allow);
     } else {
         r = http_send(srv, conn, hc, method, &rep);
     }
@@ -347,6 +424,7 @@ struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
         MHD_OPTION_CONNECTION_LIMIT, 4096u,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_NOTIFY_COMPLETED, http_completed, srv,
+        MHD_OPTION_UNESCAPE_CALLBACK, http_unescape, srv,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->mhd) {

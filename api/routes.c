@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/guard.h"
 #include "api/handlers.h"
 
 struct api_route {
@@ -96,35 +97,10 @@ static enum route_match routes_match(const char *pattern, const char *path, int6
     }
 }
 
-/* Constant-time comparison, so the time taken does not tell how much of a guess was
- * right. */
-static bool routes_token_equal(const char *got, const char *want)
-{
-    size_t n = strlen(want), m = strlen(got);
-    unsigned char diff = (unsigned char)(n != m);
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned char)(want[i] ^ (i < m ? got[i] : 0));
-    return diff == 0;
-}
-
-/* Every mutation needs the bearer token when one is configured; reads stay open. */
-static int routes_authorize(const struct api_ctx *ctx, const struct api_request *req,
-                            struct err *e)
-{
-    if (!ctx->cfg->token[0] || strcmp(req->method, "GET") == 0 ||
-        strcmp(req->method, "HEAD") == 0)
-        return 0;
-    const char *h = req->authorization;
-    if (h && strncmp(h, "Bearer ", 7) == 0 && routes_token_equal(h + 7, ctx->cfg->token))
-        return 0;
-    return err_set(e, ERR_UNAUTHORIZED, NULL, "%s needs 'Authorization: Bearer <token>' (the "
-                   "daemon was started with a token)", req->method);
-}
-
 int api_dispatch(struct api_ctx *ctx, struct api_request *req, struct api_reply *rep,
                  struct err *e)
 {
-    if (routes_authorize(ctx, req, e) < 0)
+    if (guard_check(ctx->cfg, req, e) < 0)
         return -1;
     char allowed[64] = "";
     char bad[128] = "";
@@ -145,9 +121,11 @@ int api_dispatch(struct api_ctx *ctx, struct api_request *req, struct api_reply 
         memcpy(req->ids, ids, sizeof ids);
         return r->fn(ctx, req, rep, e);
     }
-    if (allowed[0])
+    if (allowed[0]) {
+        snprintf(rep->allow, sizeof rep->allow, "%s", allowed);
         return err_set(e, ERR_NOT_ALLOWED, NULL, "%s is not allowed on %s (allowed: %s)",
                        req->method, req->path, allowed);
+    }
     bool api_path = strncmp(req->path, "/v1/", 4) == 0 || strcmp(req->path, "/v1") == 0;
     if (!api_path && (strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0))
         return h_static_get(ctx, req, rep, e);
@@ -157,8 +135,8 @@ int api_dispatch(struct api_ctx *ctx, struct api_request *req, struct api_reply 
 
 const double api_latency_bounds[API_LATENCY_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
                                                         0.025, 0.05, 0.1, 0.5, 2.5};
-const int api_metric_codes[API_CODES] = {200, 201, 202, 204, 400, 401, 404,
-                                         405, 409, 413, 500, 503, 504, 0};
+const int api_metric_codes[API_CODES] = {200, 201, 202, 204, 400, 401, 403, 404,
+                                         405, 409, 413, 415, 500, 503, 504, 0};
 const char *const api_metric_methods[API_METHODS] = {"GET", "POST", "DELETE", "OPTIONS",
                                                      "other"};
 

@@ -69,6 +69,8 @@ const char *err_code_name(enum err_code code)
     case ERR_CONFLICT: return "conflict";
     case ERR_TOO_LARGE: return "too_large";
     case ERR_UNAUTHORIZED: return "unauthorized";
+    case ERR_FORBIDDEN: return "forbidden";
+    case ERR_MEDIA_TYPE: return "unsupported_media_type";
     case ERR_UNAVAILABLE: return "unavailable";
     case ERR_TIMEOUT: return "timeout";
     case ERR_ABORTED: return "aborted";

@@ -18,6 +18,8 @@ enum err_code {
     ERR_CONFLICT,     /* valid request that conflicts with current state */
     ERR_TOO_LARGE,    /* body or frame over its cap */
     ERR_UNAUTHORIZED, /* missing or wrong token / secret */
+    ERR_FORBIDDEN,    /* refused whoever asks: a foreign Host or cross-site Origin */
+    ERR_MEDIA_TYPE,   /* a body in a media type the resource does not take */
     ERR_UNAVAILABLE,  /* shutting down, resource exhausted for now */
     ERR_TIMEOUT,      /* a deadline passed */
     ERR_ABORTED,      /* an abort flag was raised */

@@ -132,6 +132,8 @@ void config_print_usage(const char *prog)
            "  --token-file PATH    require 'Authorization: Bearer <token>' on every\n"
            "                       mutation (POST, DELETE); DDPB_TOKEN works too\n"
            "  --cors-origin ORIGIN allow browser pages from ORIGIN (or *) to call the API\n"
+           "  --allow-host NAMES   names clients may reach this daemon under besides its\n"
+           "                       addresses, localhost and --node (comma-separated; *: any)\n"
            "  --version, --help\n",
            prog, CONFIG_DEFAULT_PORT);
 }
@@ -139,7 +141,7 @@ void config_print_usage(const char *prog)
 enum {
     OPT_HOST = 1000, OPT_PORT, OPT_STORE_HOST, OPT_STORE_PORT, OPT_STATE_DIR, OPT_WORKER,
     OPT_WEB_DIR, OPT_NODE, OPT_CPU_SLOTS, OPT_GPUS, OPT_MAX_BODY, OPT_HTTP_THREADS, OPT_KILL_GRACE,
-    OPT_LOG_LEVEL, OPT_TOKEN_FILE, OPT_CORS, OPT_VERSION, OPT_HELP,
+    OPT_LOG_LEVEL, OPT_TOKEN_FILE, OPT_CORS, OPT_ALLOW_HOST, OPT_VERSION, OPT_HELP,
 };
 
 static const struct option config_options[] = {
@@ -159,6 +161,7 @@ static const struct option config_options[] = {
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"cors-origin", required_argument, NULL, OPT_CORS},
+    {"allow-host", required_argument, NULL, OPT_ALLOW_HOST},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -215,6 +218,8 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
         return config_read_token(c, arg, e);
     case OPT_CORS:
         return config_copy(c->cors_origin, sizeof c->cors_origin, "cors-origin", arg, e);
+    case OPT_ALLOW_HOST:
+        return config_copy(c->allow_hosts, sizeof c->allow_hosts, "allow-host", arg, e);
     case OPT_LOG_LEVEL:
         if (log_parse_level(arg, &c->log_level) < 0)
             return err_set(e, ERR_INVALID, "log-level",

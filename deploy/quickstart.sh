@@ -40,11 +40,11 @@ else
 fi
 
 echo "submitting $SPEC"
-exp=$(curl -sf -X POST "$URL/v1/experiments" -d @"$SPEC")
+exp=$(curl -sf --json @"$SPEC" "$URL/v1/experiments")
 id=$(printf '%s' "$exp" | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
 python3 deploy/show_experiment.py "$URL" "$id"
 echo
 echo "dashboard: $URL/"
 echo "API:       curl -s $URL/v1/experiments/$id"
-echo "training:  curl -s -X POST $URL/v1/experiments -d @schema/examples/train-strategies.json"
+echo "training:  curl -s --json @schema/examples/train-strategies.json $URL/v1/experiments"
 echo "stop:      kill \$(cat $STATE/ddpbenchd.pid)"

@@ -61,7 +61,7 @@ DPID=$!
 for _ in $(seq 100); do [ -f "$STATE/ddpbenchd.json" ] && break; sleep 0.1; done
 PORT=$($PY -c "import json; print(json.load(open('$STATE/ddpbenchd.json'))['http_port'])")
 SPEC='{"name":"nccl-allreduce-emulated","workload":"collective","device":"cuda","backend":"nccl","emulate_multi_rank":true,"world_size":2,"op":"allreduce","dtype":"float32","min_bytes":"4K","max_bytes":"256M","factor":4,"iters":20,"warmup":5,"timeout_s":300}'
-EXP=$(curl -s -X POST "http://127.0.0.1:$PORT/v1/experiments" -d "$SPEC" | $PY -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+EXP=$(curl -s --json "$SPEC" "http://127.0.0.1:$PORT/v1/experiments" | $PY -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 for _ in $(seq 300); do
   ST=$(curl -s "http://127.0.0.1:$PORT/v1/experiments/$EXP" | $PY -c 'import json,sys; print(json.load(sys.stdin)["status"])')
   case $ST in succeeded|failed|cancelled|interrupted) break;; esac; sleep 1
@@ -95,7 +95,7 @@ DPID=$!
 for _ in $(seq 100); do [ -f "$STATE/ddpbenchd.json" ] && break; sleep 0.1; done
 PORT=$($PY -c "import json; print(json.load(open('$STATE/ddpbenchd.json'))['http_port'])")
 SPEC='{"name":"resnet50-bf16","workload":"train","device":"cuda","backend":"nccl","model":"resnet50","precision":"bf16","dataset":{"name":"synthetic","shape":[3,224,224],"classes":1000},"world_size":1,"batch_size":'$RB',"steps":50,"warmup_steps":10,"strategy":"ddp","optimizer":{"type":"sgd","lr":0.01,"momentum":0.9},"timeout_s":400}'
-EXP=$(curl -s -X POST "http://127.0.0.1:$PORT/v1/experiments" -d "$SPEC" | $PY -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+EXP=$(curl -s --json "$SPEC" "http://127.0.0.1:$PORT/v1/experiments" | $PY -c 'import json,sys; print(json.load(sys.stdin)["id"])')
 for _ in $(seq 400); do
   ST=$(curl -s "http://127.0.0.1:$PORT/v1/experiments/$EXP" | $PY -c 'import json,sys; print(json.load(sys.stdin)["status"])')
   case $ST in succeeded|failed|cancelled|interrupted) break;; esac; sleep 1

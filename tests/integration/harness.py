@@ -71,7 +71,10 @@ class Daemon:
     def request(self, method, path, body=None, raw=None, headers=None, timeout=30):
         """Returns (status, parsed JSON or text, headers)."""
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
+        headers = dict(headers or {})
+        if data and not any(k.lower() == "content-type" for k in headers):
+            headers["Content-Type"] = "application/json"  # the only type a body may have
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
                 status, payload, hdrs = r.status, r.read(), r.headers

@@ -56,7 +56,8 @@ def test_malformed_bodies():
 def curl_post(data, *headers):
     """POSTs bytes with curl (which reads an early answer while still sending, as real
     clients do) and returns (status, parsed body)."""
-    args = ["curl", "-s", "-o", "-", "-w", "\n%{http_code}", "-X", "POST", "--data-binary", "@-"]
+    args = ["curl", "-s", "-o", "-", "-w", "\n%{http_code}", "-X", "POST", "--data-binary", "@-",
+            "-H", "Content-Type: application/json"]
     for h in headers:
         args += ["-H", h]
     out = subprocess.run(args + [D.url + "/v1/experiments"], input=data, capture_output=True,
@@ -129,7 +130,7 @@ def test_static_files_stay_inside_web():
     for path in ("/../meson.build", "/%2e%2e/meson.build", "/..%2fmeson.build", "//etc/passwd",
                  "/./index.html", "/nonexistent.js"):
         s = socket.create_connection(("127.0.0.1", D.info["http_port"]), timeout=10)
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
         reply = b""
         while True:
             chunk = s.recv(65536)

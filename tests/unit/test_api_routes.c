@@ -1,13 +1,15 @@
 /* Unit tests for api/ without sockets: route matching (ids, 404 for non-integer ids,
- * 405 with the allowed methods), query-string helpers, the single error → HTTP status
- * mapping and error bodies, and static files that cannot leave the web directory
- * (dot segments, symlinks pointing outside). */
+ * 405 with the allowed methods and their Allow header), query-string helpers, the single
+ * error → HTTP status mapping and error bodies, static files that cannot leave the web
+ * directory (dot segments, symlinks pointing outside), and the request guard (Host,
+ * Origin, Content-Type, bearer token: api/guard.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/guard.h"
 #include "tests/unit/test.h"
 
 static struct config test_cfg;
@@ -46,12 +48,109 @@ static void test_routes_errors(void)
     T_CHECK(test_call("DELETE", "/v1/experiments", &rep, &e) < 0);
     T_EQ_INT(e.code, ERR_NOT_ALLOWED);
     T_CHECK(strstr(e.msg, "GET, POST") != NULL);
+    T_EQ_STR(rep.allow, "GET, POST");
     T_CHECK(test_call("PUT", "/v1/runs/7", &rep, &e) < 0);
     T_EQ_INT(e.code, ERR_NOT_ALLOWED);
     T_CHECK(test_call("GET", "/v1/experiments/1/2/3", &rep, &e) < 0);
     T_EQ_INT(e.code, ERR_NOT_FOUND);
     T_CHECK(test_call("POST", "/elsewhere", &rep, &e) < 0);
     T_EQ_INT(e.code, ERR_NOT_FOUND);
+}
+
+/* A request as http.c builds it: method, path, headers, body. */
+static int test_guarded(const char *method, const char *host, const char *origin,
+                        const char *ctype, const char *body, const char *auth, struct err *e)
+{
+    struct api_request req = {.method = method, .path = "/v1/experiments", .host = host,
+                              .origin = origin, .content_type = ctype, .body = body,
+                              .body_len = body ? strlen(body) : 0, .authorization = auth};
+    err_clear(e);
+    return guard_check(&test_cfg, &req, e);
+}
+
+static void test_guard_host(void)
+{
+    snprintf(test_cfg.node, sizeof test_cfg.node, "node7");
+    snprintf(test_cfg.host, sizeof test_cfg.host, "127.0.0.1");
+    T_CHECK(guard_host_allowed(&test_cfg, NULL));            /* HTTP/1.0 */
+    T_CHECK(guard_host_allowed(&test_cfg, "127.0.0.1:7480"));
+    T_CHECK(guard_host_allowed(&test_cfg, "10.1.2.3"));      /* any literal: not rebindable */
+    T_CHECK(guard_host_allowed(&test_cfg, "[::1]:7480"));
+    T_CHECK(guard_host_allowed(&test_cfg, "LOCALHOST:1"));
+    T_CHECK(guard_host_allowed(&test_cfg, "node7.:80"));     /* trailing dot, any case */
+    T_CHECK(guard_host_allowed(&test_cfg, "Node7"));
+    T_CHECK(!guard_host_allowed(&test_cfg, "evil.example:7480"));
+    T_CHECK(!guard_host_allowed(&test_cfg, "127.0.0.1.evil.example"));
+    T_CHECK(!guard_host_allowed(&test_cfg, ""));
+    T_CHECK(!guard_host_allowed(&test_cfg, "[::1"));
+    snprintf(test_cfg.allow_hosts, sizeof test_cfg.allow_hosts, "lab.example,gpu-01");
+    T_CHECK(guard_host_allowed(&test_cfg, "gpu-01:7480"));
+    T_CHECK(guard_host_allowed(&test_cfg, "lab.example"));
+    T_CHECK(!guard_host_allowed(&test_cfg, "lab"));
+    T_CHECK(!guard_host_allowed(&test_cfg, "gpu-0"));
+    snprintf(test_cfg.allow_hosts, sizeof test_cfg.allow_hosts, "*");
+    T_CHECK(guard_host_allowed(&test_cfg, "anything.example"));
+    test_cfg.allow_hosts[0] = '\0';
+    struct err e;
+    T_CHECK(test_guarded("GET", "rebound.example:7480", NULL, NULL, NULL, NULL, &e) < 0);
+    T_EQ_INT(e.code, ERR_FORBIDDEN);
+    T_EQ_STR(e.field, "Host");
+    T_EQ_INT(api_http_status(e.code), 403);
+}
+
+static void test_guard_origin_and_media_type(void)
+{
+    struct err e;
+    const char *json = "application/json";
+    /* a cross-site "simple" POST: refused before its body is looked at */
+    T_CHECK(test_guarded("POST", "127.0.0.1:7480", "http://evil.example", "text/plain",
+                         "{}", NULL, &e) < 0);
+    T_EQ_INT(e.code, ERR_FORBIDDEN);
+    T_EQ_STR(e.field, "Origin");
+    T_CHECK(test_guarded("DELETE", "127.0.0.1:7480", "null", NULL, NULL, NULL, &e) < 0);
+    T_EQ_INT(e.code, ERR_FORBIDDEN);
+    /* reads are not mutations; the dashboard's own origin may mutate */
+    T_OK(test_guarded("GET", "127.0.0.1:7480", "http://evil.example", NULL, NULL, NULL, &e));
+    T_OK(test_guarded("POST", "127.0.0.1:7480", "http://127.0.0.1:7480", json, "{}", NULL, &e));
+    T_OK(test_guarded("POST", "node7:7480", "https://NODE7:7480", json, "{}", NULL, &e));
+    /* a configured CORS origin may mutate too */
+    snprintf(test_cfg.cors_origin, sizeof test_cfg.cors_origin, "http://lab.example:8080");
+    T_OK(test_guarded("POST", "127.0.0.1:7480", "http://lab.example:8080", json, "{}", NULL, &e));
+    T_CHECK(test_guarded("POST", "127.0.0.1:7480", "http://lab.example:9", json, "{}", NULL,
+                         &e) < 0);
+    test_cfg.cors_origin[0] = '\0';
+    /* bodies only as JSON; a bodiless POST (cancel) needs no type */
+    T_CHECK(test_guarded("POST", "127.0.0.1", NULL, "application/x-www-form-urlencoded", "{}",
+                         NULL, &e) < 0);
+    T_EQ_INT(e.code, ERR_MEDIA_TYPE);
+    T_EQ_INT(api_http_status(e.code), 415);
+    T_CHECK(strstr(e.msg, "application/x-www-form-urlencoded") != NULL);
+    T_CHECK(test_guarded("POST", "127.0.0.1", NULL, NULL, "{}", NULL, &e) < 0);
+    T_EQ_INT(e.code, ERR_MEDIA_TYPE);
+    T_CHECK(test_guarded("POST", "127.0.0.1", NULL, "application/jsonx", "{}", NULL, &e) < 0);
+    T_OK(test_guarded("POST", "127.0.0.1", NULL, "Application/JSON; charset=utf-8", "{}", NULL,
+                      &e));
+    T_OK(test_guarded("POST", "127.0.0.1", NULL, NULL, NULL, NULL, &e));
+}
+
+static void test_guard_token(void)
+{
+    struct err e;
+    const char *json = "application/json";
+    snprintf(test_cfg.token, sizeof test_cfg.token, "s3cret-token");
+    T_CHECK(test_guarded("POST", NULL, NULL, json, "{}", NULL, &e) < 0);
+    T_EQ_INT(e.code, ERR_UNAUTHORIZED);
+    T_CHECK(test_guarded("POST", NULL, NULL, json, "{}", "Bearer s3cret-toke", &e) < 0);
+    T_CHECK(test_guarded("POST", NULL, NULL, json, "{}", "Bearer s3cret-token2", &e) < 0);
+    T_CHECK(test_guarded("POST", NULL, NULL, json, "{}", "Basic s3cret-token", &e) < 0);
+    T_OK(test_guarded("POST", NULL, NULL, json, "{}", "Bearer s3cret-token", &e));
+    T_OK(test_guarded("DELETE", NULL, NULL, NULL, NULL, "bearer s3cret-token", &e)); /* RFC 7235 */
+    T_OK(test_guarded("POST", NULL, NULL, json, "{}", "BEARER  s3cret-token", &e));
+    T_OK(test_guarded("GET", NULL, NULL, NULL, NULL, NULL, &e)); /* reads stay open */
+    /* the foreign Host is refused before the token is looked at */
+    T_CHECK(test_guarded("POST", "evil.example", NULL, json, "{}", "Bearer s3cret-token", &e) < 0);
+    T_EQ_INT(e.code, ERR_FORBIDDEN);
+    test_cfg.token[0] = '\0';
 }
 
 static void test_routes_status_mapping(void)
@@ -72,6 +171,15 @@ static void test_routes_status_mapping(void)
     T_EQ_STR(json_string_value(json_object_get(inner, "code")), "invalid");
     T_EQ_STR(json_string_value(json_object_get(inner, "field")), "world_size");
     T_EQ_STR(json_string_value(json_object_get(inner, "message")), "must be positive");
+    json_decref(j);
+    /* what the client sent is quoted in messages: invalid UTF-8 must not lose the body */
+    err_set(&e, ERR_NOT_FOUND, "x\xff", "no resource GET /v1/\xff\xc3.\xed\xa0\x80 \xc3\xa9");
+    j = api_error_json(&e);
+    T_CHECK(j != NULL);
+    inner = json_object_get(j, "error");
+    T_EQ_STR(json_string_value(json_object_get(inner, "message")),
+             "no resource GET /v1/??.??? \xc3\xa9");
+    T_EQ_STR(json_string_value(json_object_get(inner, "field")), "x?");
     json_decref(j);
     err_set(&e, ERR_NOT_FOUND, NULL, "gone");
     j = api_error_json(&e);
@@ -145,6 +253,9 @@ int main(int argc, char **argv)
     TEST_RUN(test_routes_status_mapping);
     TEST_RUN(test_routes_query_helpers);
     TEST_RUN(test_routes_static_files);
+    TEST_RUN(test_guard_host);
+    TEST_RUN(test_guard_origin_and_media_type);
+    TEST_RUN(test_guard_token);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf %s %s", web, outside);
     if (system(cmd) != 0)

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Integration tests for the request guard over real HTTP (api/guard.h): what a web page
+the researcher happens to open can make a browser send to ddpbenchd, and what a
+DNS-rebinding page can read, are refused; non-browser clients pass untouched.
+
+Decision: each attack is sent the way a browser would send it (the headers it sets
+itself: Host, Origin, a "simple" Content-Type) with http.client, whose headers are
+exactly what the test writes, and each refusal is checked to have stored nothing.
+"""
+import http.client
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from harness import Daemon, check, run_cases
+
+SPEC = {"workload": "collective", "world_size": 1, "min_bytes": "4K", "max_bytes": "4K",
+        "iters": 1, "warmup": 0}
+
+
+def raw(d, method, path, body=None, headers=()):
+    """(status, JSON body or text, headers) with exactly the given headers (Host included
+    when named: http.client adds its own only when none is given)."""
+    port = d.info["http_port"]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    hdrs = dict(headers)
+    conn.putrequest(method, path, skip_host="Host" in hdrs, skip_accept_encoding=True)
+    for k, v in hdrs.items():
+        conn.putheader(k, v)
+    data = body.encode() if isinstance(body, str) else body
+    if data is not None:
+        conn.putheader("Content-Length", str(len(data)))
+    conn.endheaders(data)
+    r = conn.getresponse()
+    payload = r.read()
+    conn.close()
+    text = payload.decode("utf-8", "replace")
+    if r.getheader("Content-Type", "").startswith("application/json"):
+        return r.status, json.loads(text), r
+    return r.status, text, r
+
+
+def experiment_count(d):
+    return len(d.get("/v1/experiments")["items"])
+
+
+def test_cross_site_simple_post_is_refused_and_stores_nothing():
+    d = Daemon(cpu_slots=1)
+    try:
+        port = d.info["http_port"]
+        before = experiment_count(d)
+        status, body, _ = raw(d, "POST", "/v1/experiments", json.dumps(SPEC),
+                              {"Host": f"127.0.0.1:{port}", "Origin": "http://evil.example",
+                               "Content-Type": "text/plain"})
+        check(status == 403 and body["error"]["field"] == "Origin", (status, body))
+        check("--cors-origin" in body["error"]["message"], body)
+        status, body, _ = raw(d, "POST", "/v1/experiments", json.dumps(SPEC),
+                              {"Host": f"127.0.0.1:{port}", "Content-Type": "text/plain"})
+        check(status == 415 and body["error"]["code"] == "unsupported_media_type", (status, body))
+        check(experiment_count(d) == before, "a refused request stored an experiment")
+        # the dashboard's own origin, with JSON, is a normal submit
+        status, body, _ = raw(d, "POST", "/v1/experiments", json.dumps(SPEC),
+                              {"Host": f"127.0.0.1:{port}", "Origin": f"http://127.0.0.1:{port}",
+                               "Content-Type": "application/json"})
+        check(status == 201, (status, body))
+        exp_id = body["id"]
+        d.wait_experiment(exp_id)
+        status, body, _ = raw(d, "DELETE", f"/v1/experiments/{exp_id}", None,
+                              {"Host": f"127.0.0.1:{port}", "Origin": "http://evil.example"})
+        check(status == 403, (status, body))
+        check(d.get(f"/v1/experiments/{exp_id}")["id"] == exp_id, "deleted cross-site")
+    finally:
+        d.close()
+
+
+def test_cors_origin_may_mutate():
+    d = Daemon(cpu_slots=1, extra_args=["--cors-origin", "http://lab.example:8080"])
+    try:
+        port = d.info["http_port"]
+        status, body, r = raw(d, "POST", "/v1/experiments", json.dumps(SPEC),
+                              {"Host": f"127.0.0.1:{port}", "Origin": "http://lab.example:8080",
+                               "Content-Type": "application/json"})
+        check(status == 201, (status, body))
+        check(r.getheader("Access-Control-Allow-Origin") == "http://lab.example:8080", r.getheaders())
+        d.wait_experiment(body["id"])
+    finally:
+        d.close()
+
+
+def test_rebound_host_cannot_read():
+    d = Daemon(cpu_slots=1, extra_args=["--allow-host", "lab.example"])
+    try:
+        port = d.info["http_port"]
+        status, body, _ = raw(d, "GET", "/v1/experiments", None,
+                              {"Host": f"attacker.example:{port}"})
+        check(status == 403 and body["error"]["field"] == "Host", (status, body))
+        status, text, _ = raw(d, "GET", "/", None, {"Host": f"attacker.example:{port}"})
+        check(status == 403 and "ddpbench" not in str(text).lower().replace("ddpbenchd", ""),
+              (status, text))
+        for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"LAB.example:{port}",
+                     f"{d.get('/healthz').get('node', 'localhost')}:{port}"):
+            status, _, _ = raw(d, "GET", "/v1/experiments", None, {"Host": host})
+            check(status == 200, (host, status))
+    finally:
+        d.close()
+
+
+def test_nul_and_bad_utf8_in_paths():
+    d = Daemon(cpu_slots=1)
+    try:
+        exp = d.submit(SPEC)
+        d.wait_experiment(exp["id"])
+        ok, _, _ = raw(d, "GET", f"/v1/experiments/{exp['id']}", None, {"Host": "127.0.0.1"})
+        check(ok == 200, ok)
+        for path in (f"/v1/experiments/{exp['id']}%00", "/index.html%00.js",
+                     "/v1/experiments/%FF", "/%FF%FE.js", "/v1/runs/1%00/steps"):
+            status, body, r = raw(d, "GET", path, None, {"Host": "127.0.0.1"})
+            check(status == 404, (path, status, body))
+            check(r.getheader("Content-Type", "").startswith("application/json") and
+                  body["error"]["code"] == "not_found", (path, body))
+        status, body, _ = raw(d, "GET", "/v1/experiments?status=%FF", None, {"Host": "127.0.0.1"})
+        check(status == 400 and body["error"]["field"] == "status", (status, body))
+    finally:
+        d.close()
+
+
+def test_405_names_allowed_methods():
+    d = Daemon(cpu_slots=1)
+    try:
+        status, body, r = raw(d, "PUT", "/v1/experiments", "{}",
+                              {"Host": "127.0.0.1", "Content-Type": "application/json"})
+        check(status == 405, (status, body))
+        check(r.getheader("Allow") == "GET, POST", r.getheaders())
+    finally:
+        d.close()
+
+
+def test_token_scheme_is_case_insensitive_and_curl_json_works():
+    token = "0123456789abcdef0123"
+    fd, path = tempfile.mkstemp()
+    os.write(fd, token.encode())
+    os.close(fd)
+    d = Daemon(cpu_slots=1, extra_args=["--token-file", path])
+    try:
+        url = d.url + "/v1/experiments"
+        for scheme in ("bearer", "BEARER", "Bearer"):
+            r = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", "--json", json.dumps(SPEC),
+                                "-H", f"Authorization: {scheme} {token}", url],
+                               capture_output=True, text=True, timeout=60)
+            body, _, code = r.stdout.rpartition("\n")
+            check(code == "201", (scheme, code, body))
+            d.wait_experiment(json.loads(body)["id"])
+        r = subprocess.run(["curl", "-s", "-w", "\n%{http_code}", "--json", json.dumps(SPEC), url],
+                           capture_output=True, text=True, timeout=60)
+        check(r.stdout.endswith("401"), r.stdout)
+    finally:
+        d.close()
+        os.unlink(path)
+
+
+if __name__ == "__main__":
+    sys.exit(run_cases([
+        test_cross_site_simple_post_is_refused_and_stores_nothing,
+        test_cors_origin_may_mutate,
+        test_rebound_host_cannot_read,
+        test_nul_and_bad_utf8_in_paths,
+        test_405_names_allowed_methods,
+        test_token_scheme_is_case_insensitive_and_curl_json_works,
+    ]))
