@@ -293,6 +293,9 @@ def test_compare_experiments():
     check(figure_points("Bus bandwidth against message size") == rows, "overlaid points")
     check(len(set(js("return [...document.querySelectorAll('#compare-out td[data-col=source]')].map(t => t.textContent)"))) == 2,
           "both sources")
+    # every row names its world size, also for an experiment that did not sweep it
+    ws = js("return [...document.querySelectorAll('#compare-out td[data-col=world_size]')].map(t => t.textContent)")
+    check(len(ws) == rows and all(w.strip() not in ("", "—") for w in ws), f"world_size cells {ws}")
     screenshot("compare")
 
 
@@ -365,6 +368,17 @@ def test_training_charts_from_stored_rows():
     # the straggler table names rank 1 as the slowest most often
     share = js("return [...document.querySelectorAll('#stragglers td[data-col=slowest_share]')].map(t => JSON.parse(t.dataset.value))")
     check(len(share) == 2 and share[1] > share[0], share)
+    # the per-rank table is whole at 1400 px: no column or caption cut off
+    cut = js("return [...document.querySelectorAll('#stragglers .table-wrap')].map(w => w.scrollWidth - w.clientWidth)")
+    check(cut and max(cut) <= 1, f"per-rank table clipped by {cut} px")
+    # epochs are counted from 1 (the fixture stores 0, 1, 2)
+    ticks = js("""const f = [...document.querySelectorAll('figure.chart')].find(f => f.querySelector('figcaption').textContent === 'Loss per epoch');
+                 return [...f.querySelectorAll('.grid text[text-anchor=middle]')].map(t => t.textContent)""")
+    check("1" in ticks and "3" in ticks and "0" not in ticks, f"epoch ticks {ticks}")
+    # tick labels are readable: at least 11.5 px on screen
+    px = js("""const t = document.querySelector('figure.chart .grid text'); const r = t.getBoundingClientRect();
+               return r.height""")
+    check(px >= 11.5, f"tick labels {px:.1f} px tall")
 
 
 def test_training_example_through_the_form():

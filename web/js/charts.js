@@ -11,7 +11,8 @@ import { el, svg, fmtNum } from './util.js';
 
 export const PALETTE = ['#0072B2', '#D55E00', '#009E73', '#CC79A7', '#E69F00', '#56B4E9', '#333333', '#8C6D31'];
 const DASHES = [null, '6 3', '2 3', '8 3 2 3'];
-const W = 640, H = 330, M = { l: 64, r: 16, t: 12, b: 48 };
+const W = 640, H = 330, M = { l: 70, r: 16, t: 12, b: 52 };
+let clipCount = 0; // clip-path ids unique within the page
 
 // Ticks of a linear axis: about n round numbers covering [lo, hi].
 // integer: only whole numbers (world sizes, epochs, steps).
@@ -73,7 +74,7 @@ function empty(fig, text) {
 export function lineChart(opts) {
   const fig = frame(opts.title, opts.desc);
   // a log axis cannot show values <= 0: such points are left out, such error bars cut
-  const series = opts.series.map((s) => ({ ...s, points: s.points.filter((p) => isFinite(p.x) && isFinite(p.y) && (!opts.x.log || p.x > 0) && (!opts.y.log || p.y > 0))
+  const series = opts.series.map((s) => ({ ...s, points: s.points.filter((p) => Number.isFinite(p.x) && Number.isFinite(p.y) && (!opts.x.log || p.x > 0) && (!opts.y.log || p.y > 0))
     .map((p) => (opts.y.log && !(p.lo > 0) ? { ...p, lo: undefined, hi: undefined } : p)) }))
     .filter((s) => s.points.length);
   const data = series.filter((s) => !s.ref);
@@ -86,6 +87,10 @@ export function lineChart(opts) {
   const px = (v) => X.scale(v, M.l, W - M.r), py = (v) => Y.scale(v, H - M.b, M.t);
   const fx = opts.x.format || fmtNum, fy = opts.y.format || fmtNum;
   const root = svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${opts.title}: ${opts.y.label} against ${opts.x.label}, ${data.length} series` });
+  // series are clipped to the plot area: an error bar or a reference line that runs past
+  // the axes' range ends at the frame (its full value is in the point's tooltip)
+  const clipId = `clip-${++clipCount}`;
+  root.append(svg('defs', {}, svg('clipPath', { id: clipId }, svg('rect', { x: M.l, y: M.t - 4, width: W - M.r - M.l + 4, height: H - M.b - M.t + 8 }))));
   const grid = svg('g', { class: 'grid' });
   for (const t of Y.ticks) {
     grid.append(svg('line', { x1: M.l, x2: W - M.r, y1: py(t), y2: py(t) }),
@@ -93,7 +98,7 @@ export function lineChart(opts) {
   }
   for (const t of X.ticks) {
     grid.append(svg('line', { x1: px(t), x2: px(t), y1: M.t, y2: H - M.b, class: 'minor' }),
-      svg('text', { x: px(t), y: H - M.b + 16, 'text-anchor': 'middle' }, fx(t)));
+      svg('text', { x: px(t), y: H - M.b + 18, 'text-anchor': 'middle' }, fx(t)));
   }
   root.append(grid,
     svg('line', { class: 'axis', x1: M.l, x2: W - M.r, y1: H - M.b, y2: H - M.b }),
@@ -106,15 +111,15 @@ export function lineChart(opts) {
     const color = s.color || (s.ref ? '#555555' : PALETTE[k % PALETTE.length]);
     const dash = s.ref ? '5 4' : (s.dash !== undefined ? s.dash : DASHES[Math.floor(k / PALETTE.length) % DASHES.length]);
     if (!s.ref) k++;
-    const g = svg('g', { class: s.ref ? 'series ref' : 'series' });
+    const g = svg('g', { class: s.ref ? 'series ref' : 'series', 'clip-path': `url(#${clipId})` });
     const pts = [...s.points].sort((a, b) => a.x - b.x);
     g.append(svg('polyline', { class: 'series-line', points: pts.map((p) => `${px(p.x).toFixed(1)},${py(p.y).toFixed(1)}`).join(' '), fill: 'none', stroke: color, 'stroke-width': s.ref ? 1.5 : 2, 'stroke-dasharray': dash }));
     if (!s.ref) {
       for (const p of pts) {
-        if (isFinite(p.lo) && isFinite(p.hi) && p.hi > p.lo)
+        if (Number.isFinite(p.lo) && Number.isFinite(p.hi) && p.hi > p.lo)
           g.append(svg('line', { class: 'err', x1: px(p.x), x2: px(p.x), y1: py(Math.max(p.lo, Y.lo)), y2: py(Math.min(p.hi, Y.hi)), stroke: color }));
         g.append(svg('circle', { class: 'pt', cx: px(p.x).toFixed(1), cy: py(p.y).toFixed(1), r: 3.5, fill: color },
-          svg('title', {}, `${s.name}: ${opts.x.label} ${fx(p.x)}, ${opts.y.label} ${fy(p.y)}` + (isFinite(p.lo) && isFinite(p.hi) ? ` (95% CI ${fy(p.lo)} to ${fy(p.hi)})` : ''))));
+          svg('title', {}, `${s.name}: ${opts.x.label} ${fx(p.x)}, ${opts.y.label} ${fy(p.y)}` + (Number.isFinite(p.lo) && Number.isFinite(p.hi) ? ` (95% CI ${fy(p.lo)} to ${fy(p.hi)})` : ''))));
       }
     }
     root.append(g);
@@ -129,7 +134,7 @@ export function lineChart(opts) {
 export function stackedBars(opts) {
   const fig = frame(opts.title, opts.desc);
   const n = opts.categories.length;
-  const totals = opts.categories.map((_, i) => opts.segments.reduce((a, s) => a + (isFinite(s.values[i]) ? s.values[i] : 0), 0));
+  const totals = opts.categories.map((_, i) => opts.segments.reduce((a, s) => a + (Number.isFinite(s.values[i]) ? s.values[i] : 0), 0));
   if (!n || !totals.some((t) => t > 0)) return empty(fig, opts.empty);
   const labelW = 170, barH = 22, gap = 10, h = M.t + n * (barH + gap) + 40;
   const X = axis(totals, { zero: true });
@@ -144,7 +149,7 @@ export function stackedBars(opts) {
     root.append(svg('text', { x: labelW - 8, y: y + barH / 2 + 4, 'text-anchor': 'end' }, label, svg('title', {}, cat)));
     let acc = 0;
     opts.segments.forEach((s, j) => {
-      const v = isFinite(s.values[i]) ? s.values[i] : 0;
+      const v = Number.isFinite(s.values[i]) ? s.values[i] : 0;
       if (v > 0) root.append(svg('rect', { class: 'bar', x: px(acc).toFixed(1), y, width: Math.max(0.5, px(acc + v) - px(acc)).toFixed(1), height: barH, fill: PALETTE[j % PALETTE.length] },
         svg('title', {}, `${cat} — ${s.name}: ${fmtNum(v)} ${opts.unit}`)));
       acc += v;

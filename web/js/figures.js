@@ -51,7 +51,7 @@ function groupSeries(sources, xcol, extra) {
 
 const ci = (row, name) => {
   const m = row[name + '_mean'], h = row[name + '_ci95'];
-  return isFinite(h) && h !== null ? { lo: m - h, hi: m + h } : {};
+  return Number.isFinite(h) && Number.isFinite(m) ? { lo: m - h, hi: m + h } : {};
 };
 
 export function collectiveCharts(sources) {
@@ -70,7 +70,7 @@ export function trainingCharts(sources) {
   groups.forEach((g) => {
     const pts = g.rows.filter((r) => r.world_size > 0).map((r) => ({ x: r.world_size, y: r.throughput_mean, ...ci(r, 'throughput') }));
     thr.push({ name: g.name, points: pts });
-    const base = pts.filter((p) => isFinite(p.y)).sort((a, b) => a.x - b.x)[0];
+    const base = pts.filter((p) => Number.isFinite(p.y)).sort((a, b) => a.x - b.x)[0];
     if (base && pts.length > 1) thr.push({ name: `ideal (linear from ${base.x})` + (groups.length > 1 ? ` · ${g.name}` : ''), ref: true, points: pts.map((p) => ({ x: p.x, y: base.y * p.x / base.x })) });
     eff.push({ name: g.name, points: g.rows.filter((r) => r.world_size > 0).map((r) => ({ x: r.world_size, y: r.efficiency })) });
   });
@@ -95,7 +95,8 @@ export function epochCharts(runs) {
       if (!by.has(e.epoch)) by.set(e.epoch, []);
       by.get(e.epoch).push(e[key]);
     }
-    return [...by].map(([x, v]) => ({ x, y: v.reduce((a, b) => a + b, 0) / v.length }));
+    // stored epochs count from 0; a person counts the first pass over the data as epoch 1
+    return [...by].map(([x, v]) => ({ x: x + 1, y: v.reduce((a, b) => a + b, 0) / v.length }));
   };
   const loss = [], acc = [];
   for (const r of runs) {

@@ -74,7 +74,10 @@ export async function renderCompare(main, query) {
   // one table: every source's rows, the source first
   const withTables = sources.filter((s) => s.table);
   const cols = ['source', ...new Set([...(withTables.some((s) => s.table.columns.includes('world_size')) ? ['world_size'] : []), ...withTables.flatMap((s) => mainColumns(s.table))])];
-  const rows = withTables.flatMap((s) => s.table.rows.map((r) => ({ source: s.label, ...r })));
+  // an experiment that did not sweep world_size has no such column: its one world size is
+  // the spec's, and a side-by-side row must show it rather than a dash
+  const specWorld = (s) => (s.exp && Number.isInteger(s.exp.spec.world_size) ? s.exp.spec.world_size : undefined);
+  const rows = withTables.flatMap((s) => s.table.rows.map((r) => ({ source: s.label, ...r, world_size: r.world_size ?? specWorld(s) ?? (s.run && s.run.world_size) })));
   const runRows = trainRuns.map((s) => {
     const last = s.run.epochs[s.run.epochs.length - 1] || {};
     return { source: s.label, world_size: s.run.world_size, status: s.run.status, duration_s: s.run.duration_s, epochs: s.run.epochs.length, train_loss: last.train_loss, test_acc: last.test_acc };

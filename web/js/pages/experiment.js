@@ -112,8 +112,10 @@ export async function renderExperiment(main, id, query) {
     stragglerBox.replaceChildren(
       el('div', { class: 'toolbar' }, el('div', { class: 'field' }, el('label', { for: 'steps-run' }, 'Run'), sel),
         downloadButtons(() => ({ name: `run-${stepsRun}-steps`, columns: steps.columns, rows: flat, json: steps }))),
-      el('div', { class: 'charts' }, s.chart,
-        dataTable(s.columns, s.rows, { caption: `Per-rank step time of run ${stepsRun}; slowest_share: fraction of steps where the rank was the slowest`, format: { slowest_share: (v) => v === null ? '—' : (v * 100).toFixed(0) + '%' } })));
+      el('div', { class: 'charts' }, s.chart),
+      // below the chart at full width: in a grid cell its caption and last column were cut
+      el('p', { class: 'muted' }, 'slowest_share: the fraction of steps in which the rank was the slowest.'),
+      dataTable(s.columns, s.rows, { caption: `Per-rank step time of run ${stepsRun}`, format: { slowest_share: (v) => v === null ? '—' : (v * 100).toFixed(0) + '%' } }));
   }
 
   async function refresh() {
