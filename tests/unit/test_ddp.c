@@ -244,6 +244,9 @@ static void eq_child(const struct eq_case *k, struct comm_tcp *t, const char *co
         free(p);
         p = NULL;
     }
+    /* and say goodbye, as the worker does: a peer still inside the barrier watches this
+     * rank's socket, and a hang-up with no goodbye before it reads as a rank that died */
+    comm_destroy(c);
     uint64_t len = p ? n : 0;
     eq_write_all(fd, &len, sizeof len);
     if (p)
