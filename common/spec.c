@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/model_table.h"
+
 #define SPEC_COUNT(a) (sizeof(a) / sizeof((a)[0]))
 #define SPEC_SIZE_LIMIT (INT64_C(2) << 30) /* 2G: largest message a spec may ask for */
 /* Matches exactly what spec_parse_size accepts as a string. */
@@ -52,6 +54,8 @@ struct spec_field {
     double dmin, dmax;          /* NUMBER: value range (dmin excluded when dmin_open) */
     bool dmin_open;
     const char *const *choices; /* ENUM: NULL-terminated (workload: in enum order) */
+    const char *(*choice_at)(int i); /* ENUM without choices: the i-th value, NULL after
+                                        the last (the model table's names) */
     const char *def;            /* default as JSON text; NULL: none, or for a string
                                    that is not required, the workload's name */
     size_t off, size;           /* struct spec member it fills; size 0: none */
@@ -70,16 +74,21 @@ static const char *const spec_dtypes[] = {"float32", "float16", "bfloat16", "int
 static const char *const spec_redops[] = {"sum", "avg", "min", "max", NULL};
 static const char *const spec_algorithms[] = {"auto", "ring", "rd", "hd", "direct", "tree",
                                               NULL};
-/* worker/nn/models.h builds these */
-static const char *const spec_models[] = {"mnist-cnn", "lenet5", "alexnet", "alexnet-cifar",
-                                          "vgg16", "resnet18", "resnet18-cifar", "resnet50",
-                                          "mobilenetv2", NULL};
 static const char *const spec_strategies[] = {"naive", "ddp", "horovod", "zero1", "zero2",
                                               NULL};
-static const char *const spec_bucket_models[] = {"none", "mnist-cnn", "lenet5", "alexnet",
-                                                 "alexnet-cifar", "vgg16", "resnet18",
-                                                 "resnet18-cifar", "resnet50", "mobilenetv2",
-                                                 NULL};
+
+/* "model": the names of common/model_table.h, in its order. */
+static const char *spec_model_at(int i)
+{
+    const struct model_info *mi = i >= 0 ? model_table_at((size_t)i) : NULL;
+    return mi ? mi->name : NULL;
+}
+
+/* "buckets_of": "none", then the model names. */
+static const char *spec_bucket_model_at(int i)
+{
+    return i == 0 ? "none" : spec_model_at(i - 1);
+}
 /* fp16 / bf16: mixed precision on device "cuda" (fp32 master weights; fp16 with dynamic
  * loss scaling); the CPU worker trains in fp32 and refuses them naming the field */
 static const char *const spec_precisions[] = {"fp32", "fp16", "bf16", NULL};
@@ -185,7 +194,7 @@ static const struct spec_field spec_fields[] = {
              "max_bytes (which, with factor and step, are then ignored): for example a "
              "model's gradient bucket sizes. Empty: not used."},
     {.name = "buckets_of", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .choices = spec_bucket_models, .def = "\"none\"",
+     .flags = SPEC_F_SWEEP, .choice_at = spec_bucket_model_at, .def = "\"none\"",
      SPEC_AT(coll.buckets_of),
      .desc = "Model-shaped replay: measure the gradient buckets a DDP run of this model would "
              "allreduce (a 1 MiB first bucket, then bucket_mb; float32; 1000 classes for the "
@@ -206,7 +215,7 @@ static const struct spec_field spec_fields[] = {
      .desc = "Use one buffer as both input and output."},
     /* ---- train ---- */
     {.name = "model", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
-     .choices = spec_models, .def = "\"mnist-cnn\"", SPEC_AT(train.model),
+     .choice_at = spec_model_at, .def = "\"mnist-cnn\"", SPEC_AT(train.model),
      .desc = "Network to train, as PyTorch / torchvision define it (resnet18-cifar: 3x3 stem, "
              "no max pool). Input shape and class count come from the dataset."},
     {.name = "strategy", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
@@ -427,10 +436,26 @@ static const char *spec_partner(const char *name)
     return NULL;
 }
 
-static int spec_choice_index(const char *const *choices, const char *s)
+/* Index of s in a NULL-terminated list, or -1. */
+static int spec_list_index(const char *const *list, const char *s)
 {
-    for (int i = 0; choices[i]; i++)
-        if (strcmp(choices[i], s) == 0)
+    for (int i = 0; list[i]; i++)
+        if (strcmp(list[i], s) == 0)
+            return i;
+    return -1;
+}
+
+/* The i-th allowed value of an ENUM field, NULL after the last. */
+static const char *spec_choice(const struct spec_field *f, int i)
+{
+    return f->choices ? f->choices[i] : f->choice_at(i);
+}
+
+/* Index of s among f's allowed values, or -1. */
+static int spec_choice_index(const struct spec_field *f, const char *s)
+{
+    for (int i = 0; spec_choice(f, i); i++)
+        if (strcmp(spec_choice(f, i), s) == 0)
             return i;
     return -1;
 }
@@ -550,9 +575,9 @@ static void spec_requirement(const struct spec_field *f, char *out, size_t n)
         break;
     case SPEC_T_ENUM:
         spec_append(out, n, &len, "one of ");
-        for (int i = 0; f->choices[i]; i++) {
+        for (int i = 0; spec_choice(f, i); i++) {
             spec_append(out, n, &len, i ? ", \"" : "\"");
-            spec_append(out, n, &len, f->choices[i]);
+            spec_append(out, n, &len, spec_choice(f, i));
             spec_append(out, n, &len, "\"");
         }
         break;
@@ -748,7 +773,7 @@ static int spec_convert(const struct spec_field *f, const json_t *v, json_t **ou
         *out = json_string(json_string_value(v));
         return 0;
     case SPEC_T_ENUM:
-        if (!json_is_string(v) || spec_choice_index(f->choices, json_string_value(v)) < 0)
+        if (!json_is_string(v) || spec_choice_index(f, json_string_value(v)) < 0)
             return -1;
         *out = json_string(json_string_value(v));
         return 0;
@@ -835,7 +860,7 @@ static int spec_workload_of(const json_t *in, enum spec_workload *wl, struct err
     json_t *nv = spec_check_value(f, v, f->name, e);
     if (!nv)
         return -1;
-    *wl = (enum spec_workload)spec_choice_index(f->choices, json_string_value(nv));
+    *wl = (enum spec_workload)spec_choice_index(f, json_string_value(nv));
     json_decref(nv);
     return 0;
 }
@@ -1049,7 +1074,7 @@ static bool spec_allowed_broken(const struct spec_rule *r, const json_t *spec, c
     for (const struct spec_allowed *al = r->allowed; al->a; al++) {
         if (strcmp(al->a, a) != 0)
             continue;
-        if (spec_choice_index(al->b, b) >= 0)
+        if (spec_list_index(al->b, b) >= 0)
             return false;
         size_t len = (size_t)snprintf(why, n, "%s \"%s\" has no %s \"%s\"; it has ", r->a, a,
                                       r->b, b);
@@ -1298,7 +1323,7 @@ static int spec_store(const struct spec_field *f, const json_t *v, struct spec *
     char *dst = (char *)s + f->off;
     if (f->flags & SPEC_F_WORKLOAD) {
         enum spec_workload wl =
-            (enum spec_workload)spec_choice_index(f->choices, json_string_value(v));
+            (enum spec_workload)spec_choice_index(f, json_string_value(v));
         if (f->size != sizeof wl)
             goto bad;
         memcpy(dst, &wl, sizeof wl);
@@ -1427,8 +1452,8 @@ static json_t *spec_schema_value(const struct spec_field *f)
         break;
     case SPEC_T_ENUM: {
         json_t *choices = json_array();
-        for (int i = 0; f->choices[i]; i++)
-            json_array_append_new(choices, json_string(f->choices[i]));
+        for (int i = 0; spec_choice(f, i); i++)
+            json_array_append_new(choices, json_string(spec_choice(f, i)));
         json_object_set_new(s, "type", json_string("string"));
         json_object_set_new(s, "enum", choices);
         break;

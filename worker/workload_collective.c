@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/model_table.h"
 #include "worker/comm/reduce.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/models.h"
 #include "common/stats.h"
-#include "worker/workload_train.h"
 
 /* ---- statistics ------------------------------------------------------------------- */
 
@@ -542,16 +542,18 @@ int collective_bench_run_sizes(struct collective_bench *b, int repeat, const int
     return 0;
 }
 
-/* The gradient bucket sizes (bytes, launch order) of a DDP run of s->coll.buckets_of:
- * its usual input, 1000 classes for the ImageNet-sized models, 10 for the others. */
+/* The gradient bucket sizes (bytes, launch order) of a DDP run of s->coll.buckets_of at
+ * its usual input and classes (common/model_table.h). */
 static int collective_model_buckets(const struct spec *s, int64_t *sizes, size_t cap,
                                     size_t *n, struct err *e)
 {
-    int c, h, w;
-    train_default_shape(s->coll.buckets_of, &c, &h, &w);
+    const struct model_info *mi = model_table_find(s->coll.buckets_of);
+    if (!mi)
+        return err_set(e, ERR_INVALID, "buckets_of", "buckets_of: unknown model \"%s\"",
+                       s->coll.buckets_of);
     struct nn_model m;
     nn_model_init(&m);
-    int rc = nn_models_build(&m, s->coll.buckets_of, c, h, w, h >= 224 ? 1000 : 10, NULL, e);
+    int rc = nn_models_build(&m, mi->name, mi->c, mi->h, mi->w, mi->classes, NULL, e);
     if (rc == 0) {
         struct ddp_config dc = {.strategy = DDP_DDP,
                                 .bucket_bytes = (size_t)s->train.bucket_mb << 20};

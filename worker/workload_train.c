@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/model_table.h"
 #include "ddpb_config.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
@@ -78,17 +79,6 @@ static int train_gpu_eval_batch(struct trainer *tr, const float *x, const int32_
 static int train_gpu_step(struct trainer *tr, int64_t step, struct train_tally *tally,
                           int *epoch_done, int *epoch_of_step, struct err *e);
 
-void train_default_shape(const char *model, int *c, int *h, int *w)
-{
-    if (strcmp(model, "mnist-cnn") == 0 || strcmp(model, "lenet5") == 0) {
-        *c = 1, *h = 28, *w = 28;
-    } else if (strstr(model, "-cifar")) {
-        *c = 3, *h = 32, *w = 32;
-    } else {
-        *c = 3, *h = 224, *w = 224;
-    }
-}
-
 /* ---- setting up a repeat -------------------------------------------------------- */
 
 static int train_open_data(struct trainer *tr, struct err *e)
@@ -97,8 +87,10 @@ static int train_open_data(struct trainer *tr, struct err *e)
     struct data_config dc = {0};
     snprintf(dc.name, sizeof dc.name, "%s", sd->name);
     snprintf(dc.path, sizeof dc.path, "%s", sd->path);
-    int c, h, w;
-    train_default_shape(tr->t->model, &c, &h, &w);
+    const struct model_info *mi = model_table_find(tr->t->model); /* spec-validated */
+    if (!mi)
+        return err_set(e, ERR_INVALID, "model", "unknown model \"%s\"", tr->t->model);
+    int c = mi->c, h = mi->h, w = mi->w; /* no shape given: the model's usual input */
     if (sd->shape.n == 3)
         c = sd->shape.dims[0], h = sd->shape.dims[1], w = sd->shape.dims[2];
     dc.synthetic = (struct data_synthetic_config){.c = c, .h = h, .w = w,

@@ -29,10 +29,6 @@
 #include "common/report.h"
 #include "common/spec.h"
 
-/* The model's usual input when the spec gives no shape: 1x28x28 for mnist-cnn and
- * lenet5, 3x32x32 for the CIFAR forms, 3x224x224 otherwise. */
-void train_default_shape(const char *model, int *c, int *h, int *w);
-
 /* Runs every repeat of a train spec. w is used on every rank (steps) and rank 0 (epochs);
  * hb may be NULL. */
 int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,

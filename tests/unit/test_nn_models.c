@@ -8,11 +8,13 @@
  * with the definitions of tests/bench/nn_bench_torch.py (`nn_bench_torch.py MODEL 1 1
  * --shape C,H,W --classes K --count`). The ImageNet ones equal torchvision's published
  * numbers (resnet18 11,689,512; resnet50 25,557,032; vgg16 138,357,544; mobilenet_v2
- * 3,504,872; alexnet 61,100,840). */
+ * 3,504,872; alexnet 61,100,840). Every row of common/model_table.h is built at its usual
+ * input and its parameter count compared with the table's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/model_table.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "tests/unit/test.h"
@@ -58,13 +60,39 @@ static void test_models_param_counts(void)
     }
 }
 
-static void test_models_names_and_errors(void)
+/* The zoo builds exactly the models of common/model_table.h, in its order, and each row's
+ * parameter count is what the built model has at the row's shape and classes. */
+static void test_models_table_rows(void)
 {
     struct err e;
-    int n = 0;
-    for (const char *const *p = nn_models_names(); *p; p++)
-        n++;
-    T_EQ_INT(n, 9);
+    T_EQ_INT((int)nn_models_count(), (int)model_table_count());
+    T_CHECK(nn_models_name_at(nn_models_count()) == NULL);
+    T_CHECK(model_table_at(model_table_count()) == NULL);
+    for (size_t i = 0; i < model_table_count(); i++) {
+        const struct model_info *mi = model_table_at(i);
+        T_CHECK_MSG(nn_models_name_at(i) && !strcmp(nn_models_name_at(i), mi->name),
+                    "row %zu: table %s, zoo %s", i, mi->name,
+                    nn_models_name_at(i) ? nn_models_name_at(i) : "(none)");
+        T_CHECK(model_table_find(mi->name) == mi);
+        T_CHECK_MSG(mi->desc && mi->desc[0], "%s has no description", mi->name);
+        struct nn_model m;
+        nn_model_init(&m);
+        int rc = nn_models_build(&m, mi->name, mi->c, mi->h, mi->w, mi->classes, NULL, &e);
+        size_t got = nn_model_param_count(&m);
+        int classes = nn_model_classes(&m);
+        nn_model_destroy(&m);
+        T_CHECK_MSG(rc == 0, "%s: %s", mi->name, e.msg);
+        T_CHECK_MSG((int64_t)got == mi->params, "%s %dx%dx%d: %zu parameters, the table says "
+                    "%lld", mi->name, mi->c, mi->h, mi->w, got, (long long)mi->params);
+        T_EQ_INT(classes, mi->classes);
+    }
+    T_CHECK(model_table_find("resnet1000") == NULL);
+    T_CHECK(model_table_find(NULL) == NULL);
+}
+
+static void test_models_errors(void)
+{
+    struct err e;
     struct nn_model m;
     nn_model_init(&m);
     T_CHECK(nn_models_build(&m, "resnet1000", 3, 32, 32, 10, NULL, &e) != 0);
@@ -209,7 +237,8 @@ int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_models_param_counts);
-    TEST_RUN(test_models_names_and_errors);
+    TEST_RUN(test_models_table_rows);
+    TEST_RUN(test_models_errors);
     TEST_RUN(test_models_resnet_init);
     TEST_RUN(test_models_forward_all);
     TEST_RUN(test_models_backends_agree);

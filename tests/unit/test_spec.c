@@ -1,13 +1,14 @@
 /* Unit tests for common/spec: defaults, every validation rule with the field path it
  * names, sizes with units, sweep validation, expansion order and limits, cross-field rules
- * at sweep points, struct conversion, collective sizes, and that schema/spec.schema.json
- * and schema/examples/ agree with the code.
+ * at sweep points, struct conversion, collective sizes, and that schema/spec.schema.json,
+ * schema/examples/ and common/model_table.h agree with the code.
  *
  * The source tree comes from $DDPB_SOURCE_DIR (meson sets it for unit tests) or the
  * current directory. `test_spec --write-schema PATH` regenerates the schema file. */
 #include <dirent.h>
 #include <unistd.h>
 
+#include "common/model_table.h"
 #include "common/spec.h"
 #include "tests/unit/test.h"
 
@@ -962,6 +963,36 @@ static void test_spec_schema_content(void)
     json_decref(s);
 }
 
+/* "model" and "buckets_of" list exactly the rows of common/model_table.h, in its order, in
+ * the schema and in what validation accepts; the row's name is what the spec keeps. */
+static void test_spec_models_from_table(void)
+{
+    json_t *s = spec_schema_json();
+    json_t *props = json_object_get(s, "properties");
+    json_t *models = json_object_get(json_object_get(props, "model"), "enum");
+    json_t *buckets = json_object_get(json_object_get(props, "buckets_of"), "enum");
+    T_EQ_INT((int)json_array_size(models), (int)model_table_count());
+    T_EQ_INT((int)json_array_size(buckets), (int)model_table_count() + 1);
+    T_EQ_STR(json_string_value(json_array_get(buckets, 0)), "none");
+    for (size_t i = 0; i < model_table_count(); i++) {
+        const char *name = model_table_at(i)->name;
+        T_EQ_STR(json_string_value(json_array_get(models, i)), name);
+        T_EQ_STR(json_string_value(json_array_get(buckets, i + 1)), name);
+        char text[160];
+        snprintf(text, sizeof text, TR ", \"model\": \"%s\"}", name);
+        json_t *ok = parse_ok(text);
+        T_CHECK_MSG(ok && !strcmp(get_str(ok, "model"), name), "%s", name);
+        json_decref(ok);
+        snprintf(text, sizeof text, W ", \"buckets_of\": \"%s\"}", name);
+        ok = parse_ok(text);
+        T_CHECK_MSG(ok && !strcmp(get_str(ok, "buckets_of"), name), "%s", name);
+        json_decref(ok);
+    }
+    json_decref(s);
+    T_CHECK(spec_rejects(W ", \"buckets_of\": \"resnet19\"}", ERR_INVALID, "buckets_of",
+                         "must be one of \"none\", \"mnist-cnn\""));
+}
+
 static void test_spec_examples_valid(void)
 {
     const char *src = source_dir();
@@ -1041,6 +1072,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_sizes_list_and_collective_fields);
     TEST_RUN(test_spec_schema_file_in_sync);
     TEST_RUN(test_spec_schema_content);
+    TEST_RUN(test_spec_models_from_table);
     TEST_RUN(test_spec_examples_valid);
     return test_end();
 }

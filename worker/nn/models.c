@@ -301,52 +301,76 @@ static void zoo_apply_init(struct nn_model *m, enum zoo_init style, const char *
 
 /* ---- the table ---------------------------------------------------------------------- */
 
-static const char *const zoo_names[] = {"mnist-cnn", "lenet5",   "alexnet",       "alexnet-cifar",
-                                        "vgg16",     "resnet18", "resnet18-cifar", "resnet50",
-                                        "mobilenetv2", NULL};
-
-const char *const *nn_models_names(void)
+static int zoo_resnet18(struct nn_model *m, int x, int classes)
 {
-    return zoo_names;
+    static const int blocks[4] = {2, 2, 2, 2};
+    return zoo_resnet(m, x, classes, blocks, 0, 0);
+}
+
+static int zoo_resnet18_cifar(struct nn_model *m, int x, int classes)
+{
+    static const int blocks[4] = {2, 2, 2, 2};
+    return zoo_resnet(m, x, classes, blocks, 0, 1);
+}
+
+static int zoo_resnet50(struct nn_model *m, int x, int classes)
+{
+    static const int blocks[4] = {3, 4, 6, 3};
+    return zoo_resnet(m, x, classes, blocks, 1, 0);
+}
+
+/* How to build each model of common/model_table.h: the same names (a test checks), and
+ * nothing else the table already says. */
+struct zoo_builder {
+    const char *name;
+    int (*build)(struct nn_model *m, int x, int classes);
+    enum zoo_init init;
+    const char *zero_bn; /* the BN weight zero_init_residual zeroes; NULL: none */
+};
+
+static const struct zoo_builder zoo_builders[] = {
+    {"mnist-cnn", zoo_mnist_cnn, ZOO_INIT_PYTORCH, NULL},
+    {"lenet5", zoo_lenet5, ZOO_INIT_PYTORCH, NULL},
+    {"alexnet", zoo_alexnet, ZOO_INIT_PYTORCH, NULL},
+    {"alexnet-cifar", zoo_alexnet_cifar, ZOO_INIT_PYTORCH, NULL},
+    {"vgg16", zoo_vgg16, ZOO_INIT_VGG, NULL},
+    {"resnet18", zoo_resnet18, ZOO_INIT_RESNET, ".bn2.weight"},
+    {"resnet18-cifar", zoo_resnet18_cifar, ZOO_INIT_RESNET, ".bn2.weight"},
+    {"resnet50", zoo_resnet50, ZOO_INIT_RESNET, ".bn3.weight"},
+    {"mobilenetv2", zoo_mobilenetv2, ZOO_INIT_VGG, NULL},
+};
+
+#define ZOO_NBUILDERS (sizeof zoo_builders / sizeof zoo_builders[0])
+
+static const struct zoo_builder *zoo_builder_find(const char *name)
+{
+    for (size_t i = 0; name && i < ZOO_NBUILDERS; i++)
+        if (!strcmp(zoo_builders[i].name, name))
+            return &zoo_builders[i];
+    return NULL;
+}
+
+size_t nn_models_count(void)
+{
+    return ZOO_NBUILDERS;
+}
+
+const char *nn_models_name_at(size_t i)
+{
+    return i < ZOO_NBUILDERS ? zoo_builders[i].name : NULL;
 }
 
 int nn_models_build(struct nn_model *m, const char *name, int c, int h, int w, int classes,
                     const struct nn_zoo_opts *opts, struct err *e)
 {
-    static const int r18[4] = {2, 2, 2, 2}, r50[4] = {3, 4, 6, 3};
-    int zero = opts && opts->zero_init_residual;
+    const struct zoo_builder *b = zoo_builder_find(name);
+    if (!b)
+        return err_set(e, ERR_INVALID, "model", "unknown model \"%s\"", name ? name : "");
     if (classes < 1)
         return err_set(e, ERR_INVALID, "classes", "a model needs at least one class");
-    int x = nn_model_input(m, c, h, w);
-    enum zoo_init style = ZOO_INIT_PYTORCH;
-    const char *zero_bn = NULL;
-    if (!strcmp(name, "mnist-cnn")) {
-        zoo_mnist_cnn(m, x, classes);
-    } else if (!strcmp(name, "lenet5")) {
-        zoo_lenet5(m, x, classes);
-    } else if (!strcmp(name, "alexnet")) {
-        zoo_alexnet(m, x, classes);
-    } else if (!strcmp(name, "alexnet-cifar")) {
-        zoo_alexnet_cifar(m, x, classes);
-    } else if (!strcmp(name, "vgg16")) {
-        zoo_vgg16(m, x, classes);
-        style = ZOO_INIT_VGG;
-    } else if (!strcmp(name, "resnet18") || !strcmp(name, "resnet18-cifar")) {
-        zoo_resnet(m, x, classes, r18, 0, !strcmp(name, "resnet18-cifar"));
-        style = ZOO_INIT_RESNET;
-        zero_bn = zero ? ".bn2.weight" : NULL;
-    } else if (!strcmp(name, "resnet50")) {
-        zoo_resnet(m, x, classes, r50, 1, 0);
-        style = ZOO_INIT_RESNET;
-        zero_bn = zero ? ".bn3.weight" : NULL;
-    } else if (!strcmp(name, "mobilenetv2")) {
-        zoo_mobilenetv2(m, x, classes);
-        style = ZOO_INIT_VGG;
-    } else {
-        return err_set(e, ERR_INVALID, "model", "unknown model \"%s\"", name);
-    }
+    b->build(m, nn_model_input(m, c, h, w), classes);
     if (nn_model_finish(m, e))
         return err_prefix(e, "model %s for %dx%dx%d", name, c, h, w);
-    zoo_apply_init(m, style, zero_bn);
+    zoo_apply_init(m, b->init, opts && opts->zero_init_residual ? b->zero_bn : NULL);
     return 0;
 }

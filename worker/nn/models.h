@@ -1,5 +1,7 @@
 /* models: the model zoo, defined as PyTorch / torchvision define them (layer names, widths,
- * parameter order and initialisation), for any input shape (C,H,W) and class count:
+ * parameter order and initialisation), for any input shape (C,H,W) and class count. Which
+ * models exist, their usual input and their parameter counts are the rows of
+ * common/model_table.h; this file builds them:
  *
  *   mnist-cnn      PyTorch examples' classic MNIST network: conv 1->10 5x5, max pool 2,
  *                  relu, conv 10->20 5x5, Dropout2d, max pool 2, relu, flatten,
@@ -28,6 +30,8 @@
 #ifndef DDPB_NN_MODELS_H
 #define DDPB_NN_MODELS_H
 
+#include <stddef.h>
+
 #include "common/err.h"
 #include "worker/nn/model.h"
 
@@ -40,7 +44,9 @@ struct nn_zoo_opts {
  * small for the network. */
 int nn_models_build(struct nn_model *m, const char *name, int c, int h, int w, int classes,
                     const struct nn_zoo_opts *opts, struct err *e);
-/* The names above, NULL-terminated. */
-const char *const *nn_models_names(void);
+/* The builders, in the order of common/model_table.h (which lists the same names and each
+ * model's usual input): how many, and the i-th name (NULL when i >= nn_models_count()). */
+size_t nn_models_count(void);
+const char *nn_models_name_at(size_t i);
 
 #endif
