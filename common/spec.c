@@ -7,7 +7,14 @@
  * Validation, defaults, sweep checks, spec_from_json and spec_schema_json all walk these
  * two tables, and error messages are built from the same row as the schema ("must be an
  * integer from 1 to 1024"), so the contract is written once. A new workload is an enum
- * value, a name in spec_workload_names and its rows.
+ * value, a name in spec_workload_names and its rows. The model names are not listed here:
+ * "model" and "buckets_of" take theirs from common/model_table.h.
+ *
+ * What runs where (device with backend, precision, strategy, compression; backend with
+ * algorithm) is SPEC_RULE_ALLOWED rows too, so a combination the workers cannot run is a
+ * 400 naming the field when it is submitted, and the worker, which reads its spec through
+ * spec_from_json, is held to the same rows; only what depends on how the worker was built
+ * stays in worker/device_check.c.
  *
  * "factor" and "step" are a one-of pair in which 0 means "not used": a normalized spec
  * names every field, so it says factor 0 when step is used, and submitting it again
@@ -113,10 +120,13 @@ static const struct spec_field spec_fields[] = {
              "a range of message sizes; \"train\" trains a model data-parallel."},
     {.name = "device", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
      .choices = spec_devices, .def = "\"cpu\"", SPEC_AT(device),
-     .desc = "Where each rank's buffers live."},
+     .desc = "Where each rank's buffers live. \"cpu\" goes with backend \"tcp\" (and trains "
+             "in fp32); \"cuda\" with backend \"nccl\" (training with strategy naive or ddp, "
+             "no compression). Other combinations are refused naming the field."},
     {.name = "backend", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
      .choices = spec_backends, .def = "\"tcp\"", SPEC_AT(backend),
-     .desc = "How ranks communicate: \"tcp\" is ddpbench's own TCP collectives."},
+     .desc = "How ranks communicate: \"tcp\" is ddpbench's own TCP collectives (device "
+             "\"cpu\"); \"nccl\" is NVIDIA's NCCL on GPU buffers (device \"cuda\")."},
     {.name = "world_size", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
      .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_MAX_WORLD, .def = "1", SPEC_AT(world_size),
      .desc = "Number of ranks, one worker process each."},
@@ -358,10 +368,13 @@ enum spec_rule_kind {
     SPEC_RULE_ALLOWED, /* b's value is one the table allows for a's value */
 };
 
-/* For SPEC_RULE_ALLOWED: the values of b allowed with a value of a. */
+/* For SPEC_RULE_ALLOWED: the values of b allowed with a value of a (values as text: a
+ * string's characters, a boolean's "true" or "false"), and why the others are not (NULL:
+ * the reason is the list itself). */
 struct spec_allowed {
     const char *a;
     const char *const *b;
+    const char *why;
 };
 
 struct spec_rule {
@@ -378,12 +391,53 @@ static const char *const spec_algs_p2p[] = {"auto", "direct", NULL};
 
 /* The algorithms each collective op has (worker/comm/tcp_algo.c implements them). */
 static const struct spec_allowed spec_op_algorithms[] = {
-    {"allreduce", spec_algs_allreduce},
-    {"reduce_scatter", spec_algs_gather},
-    {"all_gather", spec_algs_gather},
-    {"broadcast", spec_algs_broadcast},
-    {"sendrecv", spec_algs_p2p},
-    {NULL, NULL},
+    {"allreduce", spec_algs_allreduce, NULL},
+    {"reduce_scatter", spec_algs_gather, NULL},
+    {"all_gather", spec_algs_gather, NULL},
+    {"broadcast", spec_algs_broadcast, NULL},
+    {"sendrecv", spec_algs_p2p, NULL},
+    {NULL, NULL, NULL},
+};
+
+/* What runs where (the worker's engines; worker/device_check.h keeps only what depends on
+ * how the worker was built). A combination outside these is refused when it is submitted,
+ * naming b, instead of failing when its workers start. */
+static const char *const spec_only_tcp[] = {"tcp", NULL};
+static const char *const spec_only_nccl[] = {"nccl", NULL};
+static const char *const spec_only_false[] = {"false", NULL};
+static const char *const spec_only_fp32[] = {"fp32", NULL};
+static const char *const spec_gpu_strategies[] = {"naive", "ddp", NULL};
+static const char *const spec_only_none[] = {"none", NULL};
+static const char *const spec_algs_nccl[] = {"auto", "ring", "tree", NULL};
+
+static const struct spec_allowed spec_device_backends[] = {
+    {"cpu", spec_only_tcp, "NCCL moves GPU buffers"},
+    {"cuda", spec_only_nccl, "tcp on GPU buffers, staging through pinned host memory, is not "
+                             "implemented yet"},
+    {NULL, NULL, NULL},
+};
+static const struct spec_allowed spec_device_emulation[] = {
+    {"cpu", spec_only_false, "emulation shares one GPU between ranks"},
+    {NULL, NULL, NULL},
+};
+static const struct spec_allowed spec_device_precisions[] = {
+    {"cpu", spec_only_fp32, "the CPU trains in fp32; fp16 and bf16 are mixed precision on "
+                            "device cuda"},
+    {NULL, NULL, NULL},
+};
+static const struct spec_allowed spec_device_strategies[] = {
+    {"cuda", spec_gpu_strategies, "the others stage through host memory, not implemented "
+                                  "on the GPU yet"},
+    {NULL, NULL, NULL},
+};
+static const struct spec_allowed spec_device_compressions[] = {
+    {"cuda", spec_only_none, "compression converts on the host, not implemented on the GPU "
+                             "yet"},
+    {NULL, NULL, NULL},
+};
+static const struct spec_allowed spec_backend_algorithms[] = {
+    {"nccl", spec_algs_nccl, "NCCL chooses among its own algorithms, once per communicator"},
+    {NULL, NULL, NULL},
 };
 
 static const struct spec_rule spec_rules[] = {
@@ -391,6 +445,12 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_ONE_OF, SPEC_WL_COLLECTIVE, "factor", "step", NULL},
     {SPEC_RULE_ALLOWED, SPEC_WL_COLLECTIVE, "op", "algorithm", spec_op_algorithms},
     {SPEC_RULE_ONE_OF, SPEC_WL_TRAIN, "steps", "epochs", NULL},
+    {SPEC_RULE_ALLOWED, SPEC_WL_ANY, "device", "backend", spec_device_backends},
+    {SPEC_RULE_ALLOWED, SPEC_WL_ANY, "device", "emulate_multi_rank", spec_device_emulation},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "precision", spec_device_precisions},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "strategy", spec_device_strategies},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "compression", spec_device_compressions},
+    {SPEC_RULE_ALLOWED, SPEC_WL_COLLECTIVE, "backend", "algorithm", spec_backend_algorithms},
 };
 
 /* --- table lookups ------------------------------------------------------------------- */
@@ -1063,12 +1123,20 @@ static json_t *spec_fill(const json_t *in, const json_t *sweep, enum spec_worklo
     return out;
 }
 
+/* A string's or a boolean's value as the text spec_allowed lists it; NULL for others. */
+static const char *spec_value_word(const json_t *v)
+{
+    if (json_is_boolean(v))
+        return json_is_true(v) ? "true" : "false";
+    return json_string_value(v);
+}
+
 /* SPEC_RULE_ALLOWED: true with the reason in why when b's value is not allowed with a's. */
 static bool spec_allowed_broken(const struct spec_rule *r, const json_t *spec, char *why,
                                 size_t n)
 {
-    const char *a = json_string_value(spec_field_value(spec, r->a));
-    const char *b = json_string_value(spec_field_value(spec, r->b));
+    const char *a = spec_value_word(spec_field_value(spec, r->a));
+    const char *b = spec_value_word(spec_field_value(spec, r->b));
     if (!a || !b)
         return false;
     for (const struct spec_allowed *al = r->allowed; al->a; al++) {
@@ -1082,6 +1150,11 @@ static bool spec_allowed_broken(const struct spec_rule *r, const json_t *spec, c
             spec_append(why, n, &len, i ? ", \"" : "\"");
             spec_append(why, n, &len, al->b[i]);
             spec_append(why, n, &len, "\"");
+        }
+        if (al->why) {
+            spec_append(why, n, &len, " (");
+            spec_append(why, n, &len, al->why);
+            spec_append(why, n, &len, ")");
         }
         return true;
     }
@@ -1214,7 +1287,7 @@ static int spec_point_check(void *arg, size_t index, const json_t *params,
                             const json_t *resolved, struct err *e)
 {
     const struct spec_check_arg *a = arg;
-    char why[192], p[128];
+    char why[256], p[96];
     if (!spec_rule_broken(resolved, a->wl, NULL, why, sizeof why))
         return 0;
     spec_value_text(params, p, sizeof p);
@@ -1224,7 +1297,7 @@ static int spec_point_check(void *arg, size_t index, const json_t *params,
 
 static int spec_check_rules(const json_t *norm, enum spec_workload wl, struct err *e)
 {
-    char why[192];
+    char why[256];
     const json_t *sweep = json_object_get(norm, "sweep");
     const struct spec_rule *r = spec_rule_broken(norm, wl, sweep, why, sizeof why);
     if (r)
@@ -1571,11 +1644,13 @@ static void spec_schema_allowed_rules(json_t *all)
 {
     for (size_t i = 0; i < SPEC_COUNT(spec_rules); i++) {
         const struct spec_rule *r = &spec_rules[i];
+        bool boolean = spec_field_find(r->b)->type == SPEC_T_BOOL;
         for (const struct spec_allowed *al = r->kind == SPEC_RULE_ALLOWED ? r->allowed : NULL;
              al && al->a; al++) {
             json_t *values = json_array();
             for (int k = 0; al->b[k]; k++)
-                json_array_append_new(values, json_string(al->b[k]));
+                json_array_append_new(values, boolean ? json_boolean(!strcmp(al->b[k], "true"))
+                                                      : json_string(al->b[k]));
             json_array_append_new(all, json_pack("{s:{s:{s:{s:s}}, s:[s]}, s:{s:{s:{s:o}}}}",
                                                  "if", "properties", r->a, "const", al->a,
                                                  "required", r->a, "then", "properties", r->b,

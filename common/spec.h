@@ -101,8 +101,8 @@ struct spec_train {
 struct spec {
     char name[129];  /* 1 to 128 printable ASCII characters + NUL */
     enum spec_workload workload;
-    char device[8];  /* "cpu" */
-    char backend[8]; /* "tcp" */
+    char device[8];  /* "cpu" or "cuda" */
+    char backend[8]; /* "tcp" (device cpu) or "nccl" (device cuda) */
     int world_size;
     int repeats;
     int64_t seed;
@@ -136,7 +136,10 @@ const json_t *spec_field_value(const json_t *spec, const char *name);
 /* CPU slots one rank of a resolved spec (borrowed) takes: its "threads", else 1. */
 int spec_slots_per_rank(const json_t *resolved);
 
-/* Fills out from a resolved spec (no "sweep"). */
+/* Fills out from a resolved spec (no "sweep") after checking it as spec_normalize does:
+ * every field and every cross-field rule, what runs where (device, backend, precision,
+ * strategy, compression, algorithm) included, so a worker is held to the same rules as a
+ * submit. */
 int spec_from_json(const json_t *resolved, struct spec *out, struct err *e);
 
 /* Sizes: a non-negative integer or a string "4096", "4K", "64M", "1G" (binary units,

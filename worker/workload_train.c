@@ -613,10 +613,6 @@ int workload_train_run_ex(const struct spec *s, struct comm *c, struct report_wr
     bool cuda = strcmp(s->device, "cuda") == 0;
     if (out)
         out->device_peak_bytes = -1;
-    if (!cuda && strcmp(s->train.precision, "fp32") != 0)
-        return err_set(e, ERR_INVALID, "precision",
-                       "precision %s needs a GPU (device cuda); the CPU trains in fp32",
-                       s->train.precision);
     nn_set_threads(s->train.threads);
     int rc = 0;
     for (int r = 0; rc == 0 && r < s->repeats; r++) {

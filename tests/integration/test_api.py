@@ -38,11 +38,17 @@ def test_invalid_specs_name_the_field():
         ({"workload": "collective", "sweep": {"world_size": [1, 0]}}, "sweep.world_size[1]"),
         ({"workload": "collective", "sweep": {"bogus": [1]}}, "sweep.bogus"),
         ({"workload": "collective", "iters": 2.5}, "iters"),
+        # what runs where is decided at submit, not when the workers start
+        ({"workload": "collective", "device": "cpu", "backend": "nccl"}, "backend"),
+        ({"workload": "collective", "device": "cpu", "sweep": {"backend": ["tcp", "nccl"]}},
+         "sweep"),
     ]
     for spec, field in cases:
         err = expect_error("POST", "/v1/experiments", 400, "invalid", field, body=spec)
         if field is None:
             check("min_bytes" in err["message"] or "max_bytes" in err["message"], err)
+        if spec.get("device") == "cpu":
+            check('device "cpu" has no backend "nccl"' in err["message"], err)
 
 
 def test_malformed_bodies():

@@ -703,6 +703,64 @@ static void test_spec_train_rejects(void)
                     "case %zu", i);
 }
 
+/* What runs where: each combination the workers cannot run is refused at submit, naming
+ * the field the rule is about, at the top level and at every point of a sweep. */
+static void test_spec_device_compat(void)
+{
+#define CUDA ", \"device\": \"cuda\", \"backend\": \"nccl\""
+    static const struct bad_case cases[] = {
+        {W ", \"device\": \"cpu\", \"backend\": \"nccl\"}", "backend",
+         "backend: device \"cpu\" has no backend \"nccl\"; it has \"tcp\" (NCCL moves GPU "
+         "buffers)"},
+        {W ", \"device\": \"cuda\"}", "backend",
+         "device \"cuda\" has no backend \"tcp\"; it has \"nccl\" (tcp on GPU buffers"},
+        {TR ", \"device\": \"cuda\", \"backend\": \"tcp\"}", "backend", "has no backend"},
+        {W ", \"emulate_multi_rank\": true}", "emulate_multi_rank",
+         "device \"cpu\" has no emulate_multi_rank \"true\"; it has \"false\""},
+        {TR ", \"precision\": \"bf16\"}", "precision",
+         "device \"cpu\" has no precision \"bf16\"; it has \"fp32\" (the CPU trains in fp32"},
+        {TR ", \"precision\": \"fp16\"}", "precision", "has no precision \"fp16\""},
+        {TR CUDA ", \"strategy\": \"horovod\"}", "strategy",
+         "device \"cuda\" has no strategy \"horovod\"; it has \"naive\", \"ddp\""},
+        {TR CUDA ", \"strategy\": \"zero1\"}", "strategy", "has no strategy \"zero1\""},
+        {TR CUDA ", \"strategy\": \"zero2\"}", "strategy", "has no strategy \"zero2\""},
+        {TR CUDA ", \"compression\": \"fp16\"}", "compression",
+         "device \"cuda\" has no compression \"fp16\"; it has \"none\""},
+        {W CUDA ", \"algorithm\": \"hd\"}", "algorithm",
+         "backend \"nccl\" has no algorithm \"hd\"; it has \"auto\", \"ring\", \"tree\""},
+        {W ", \"device\": \"cpu\", \"sweep\": {\"backend\": [\"tcp\", \"nccl\"]}}", "sweep",
+         "sweep point 2 of 2 {\"backend\":\"nccl\"}: device \"cpu\" has no backend"},
+        {TR CUDA ", \"sweep\": {\"strategy\": [\"ddp\", \"zero1\"]}}", "sweep",
+         "sweep point 2 of 2 {\"strategy\":\"zero1\"}: device \"cuda\" has no strategy"},
+        {TR ", \"sweep\": {\"device\": [\"cpu\", \"cuda\"]}}", "sweep",
+         "sweep point 2 of 2 {\"device\":\"cuda\"}: device \"cuda\" has no backend \"tcp\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
+                    "case %zu", i);
+    /* what does run: cuda with nccl (emulated or not, a ring, naive or ddp in any
+     * precision), and every strategy and compression on the CPU */
+    static const char *const fine[] = {
+        W CUDA "}",
+        W CUDA ", \"emulate_multi_rank\": true, \"algorithm\": \"ring\"}",
+        TR CUDA ", \"strategy\": \"naive\", \"precision\": \"bf16\"}",
+        TR CUDA ", \"sweep\": {\"precision\": [\"fp32\", \"fp16\"]}}",
+        TR ", \"strategy\": \"zero2\", \"compression\": \"bf16\"}",
+        W ", \"algorithm\": \"hd\"}",
+        /* a rule with a swept field is judged at the points only */
+        W ", \"backend\": \"nccl\", \"sweep\": {\"device\": [\"cuda\"]}}",
+    };
+    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        struct err e = {0};
+        json_t *s = parse_ok(fine[i]);
+        json_t *runs = s ? spec_expand(s, SPEC_MAX_RUNS, &e) : NULL;
+        T_CHECK_MSG(runs && json_array_size(runs) >= 1, "fine case %zu: %s", i, e.msg);
+        json_decref(runs);
+        json_decref(s);
+    }
+#undef CUDA
+}
+
 static void test_spec_train_sweep_nested(void)
 {
     struct err e;
@@ -920,7 +978,7 @@ static void test_spec_schema_content(void)
     T_EQ_STR(get_str(sizes, "type"), "array");
     T_EQ_INT(get_int(sizes, "maxItems"), SPEC_MAX_SIZES);
     T_CHECK(json_is_true(json_object_get(sizes, "uniqueItems")));
-    /* op -> algorithm: one if/then per op */
+    /* op -> algorithm: one if/then per op; backend nccl -> algorithm: one more */
     int allowed = 0;
     size_t i;
     json_t *clause;
@@ -929,7 +987,7 @@ static void test_spec_schema_content(void)
                                                            "properties"), "algorithm");
         allowed += json_object_get(then_alg, "enum") != NULL; /* not the train rule's false */
     }
-    T_EQ_INT(allowed, 5);
+    T_EQ_INT(allowed, 6);
     /* nested groups are objects of their fields, closed to others */
     json_t *ds = json_object_get(props, "dataset");
     T_EQ_STR(get_str(ds, "type"), "object");
@@ -1067,6 +1125,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_train_defaults_and_struct);
     TEST_RUN(test_spec_train_rejects);
     TEST_RUN(test_spec_train_sweep_nested);
+    TEST_RUN(test_spec_device_compat);
     TEST_RUN(test_spec_collective_sizes);
     TEST_RUN(test_spec_sizes_from_parsed_spec);
     TEST_RUN(test_spec_sizes_list_and_collective_fields);
