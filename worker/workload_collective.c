@@ -33,31 +33,6 @@ void collective_max_into(double *acc, const double *v, size_t n)
             acc[i] = v[i];
 }
 
-double collective_busbw_factor(const char *op, int world_size)
-{
-    double n = world_size;
-    if (world_size < 1)
-        return 0;
-    if (strcmp(op, "allreduce") == 0)
-        return 2.0 * (n - 1) / n;
-    if (strcmp(op, "reduce_scatter") == 0 || strcmp(op, "all_gather") == 0)
-        return (n - 1) / n;
-    if (strcmp(op, "broadcast") == 0 || strcmp(op, "reduce") == 0 ||
-        strcmp(op, "sendrecv") == 0)
-        return 1.0;
-    return 0;
-}
-
-int collective_op_parse(const char *s, enum comm_op *out)
-{
-    enum comm_op op;
-    if (comm_op_parse(s, &op) < 0 || op == COMM_OP_SEND || op == COMM_OP_RECV ||
-        op == COMM_OP_BARRIER)
-        return -1;
-    *out = op;
-    return 0;
-}
-
 /* ---- inputs ---------------------------------------------------------------------- */
 
 static uint64_t collective_mix(uint64_t x)
@@ -106,7 +81,8 @@ void collective_data_init(struct collective_data *d, int64_t seed, enum comm_op 
     d->dtype = dtype;
     d->redop = redop;
     d->world = world < 1 ? 1 : world;
-    bool reducing = op == COMM_OP_ALLREDUCE || op == COMM_OP_REDUCE_SCATTER;
+    d->opi = coll_op_get(op);
+    bool reducing = d->opi && d->opi->reduces;
     int64_t limit = collective_exact_limit(dtype);
     d->minmax = reducing && (redop == COMM_MIN || redop == COMM_MAX);
     if (d->minmax) {
@@ -170,16 +146,11 @@ static double collective_reduced(const struct collective_data *d, size_t j)
 
 double collective_expected(const struct collective_data *d, int rank, size_t count, size_t i)
 {
-    switch (d->op) {
-    case COMM_OP_ALLREDUCE: return collective_reduced(d, i);
-    case COMM_OP_REDUCE_SCATTER: return collective_reduced(d, (size_t)rank * count + i);
-    case COMM_OP_ALL_GATHER:
-        return (double)collective_input(d, (int)(i / (count ? count : 1)), i % (count ? count : 1));
-    case COMM_OP_BROADCAST: return (double)collective_input(d, 0, i);
-    case COMM_OP_SENDRECV:
-        return (double)collective_input(d, (rank - 1 + d->world) % d->world, i);
-    default: return 0;
-    }
+    if (!d->opi)
+        return 0;
+    struct coll_source src = d->opi->source(rank, d->world, count, i);
+    return src.reduced ? collective_reduced(d, src.index)
+                       : (double)collective_input(d, src.rank, src.index);
 }
 
 int64_t collective_count_wrong(const struct collective_data *d, const void *out, int rank,
@@ -187,7 +158,7 @@ int64_t collective_count_wrong(const struct collective_data *d, const void *out,
 {
     const uint8_t *p = out;
     size_t es = comm_dtype_size(d->dtype);
-    size_t n = d->op == COMM_OP_ALL_GATHER ? count * (size_t)d->world : count;
+    size_t n = d->opi ? coll_op_elems(d->opi->recv, count, d->world) : 0;
     int64_t wrong = 0;
     for (size_t i = 0; i < n; i++)
         wrong += reduce_load(p + i * es, d->dtype) != collective_expected(d, rank, count, i);
@@ -217,9 +188,10 @@ void collective_bench_cleanup(struct collective_bench *b)
 static int collective_bench_parse(struct collective_bench *b, const struct spec_collective *cfg,
                                   struct err *e)
 {
-    if (collective_op_parse(cfg->op, &b->op) < 0)
+    if (!(b->opi = coll_op_find(cfg->op)))
         return err_set(e, ERR_INVALID, "op", "collective: op '%s' is not a benchmark op",
                        cfg->op);
+    b->op = b->opi->op;
     if (comm_dtype_parse(cfg->dtype, &b->dtype) < 0)
         return err_set(e, ERR_INVALID, "dtype", "collective: unknown dtype '%s'", cfg->dtype);
     if (comm_redop_parse(cfg->redop, &b->redop) < 0)
@@ -293,9 +265,9 @@ int collective_bench_init_mem(struct collective_bench *b, const struct spec *s, 
     return 0;
 }
 
-/* One point's operation on count elements per rank, laid out in the bench's buffers;
- * in place as NCCL defines it (reduce_scatter's recv and all_gather's send are this
- * rank's block of the one buffer). broadcast's root is rank 0. */
+/* One point's operation on count elements per block, laid out in the bench's buffers,
+ * with the op's peers; in place as NCCL defines it (coll_op_inplace_block: the one-block
+ * side is this rank's block of the one buffer). */
 static void collective_point_args(const struct collective_bench *b, size_t count,
                                   struct comm_args *a)
 {
@@ -303,17 +275,15 @@ static void collective_point_args(const struct collective_bench *b, size_t count
     size_t block = (size_t)r * count * b->esize;
     *a = (struct comm_args){.op = b->op, .count = count, .dtype = b->dtype, .redop = b->redop,
                             .algorithm = b->algorithm, .send = b->send, .recv = b->recv};
-    if (b->op == COMM_OP_SENDRECV) {
-        a->peer = (r + 1) % n;
-        a->peer2 = (r - 1 + n) % n;
-        a->count2 = count;
-    }
+    if (b->opi->peers)
+        b->opi->peers(a, r, n);
     if (!b->cfg->inplace)
         return;
     a->send = b->recv;
-    if (b->op == COMM_OP_REDUCE_SCATTER)
+    int side = coll_op_inplace_block(b->opi);
+    if (side > 0)
         a->recv = b->recv + block;
-    else if (b->op == COMM_OP_ALL_GATHER)
+    else if (side < 0)
         a->send = b->recv + block;
 }
 
@@ -321,8 +291,7 @@ static void collective_point_args(const struct collective_bench *b, size_t count
 static int collective_point_inputs(const struct collective_bench *b, const struct comm_args *a,
                                    const struct collective_data *d, struct err *e)
 {
-    size_t n = b->op == COMM_OP_REDUCE_SCATTER ? a->count * (size_t)b->comm->world_size
-                                                : a->count;
+    size_t n = coll_op_elems(b->opi->send, a->count, b->comm->world_size);
     if (!b->mem) {
         collective_fill(d, (void *)(uintptr_t)a->send, n, b->comm->rank);
         return 0;
@@ -388,6 +357,14 @@ static int collective_bench_time(struct collective_bench *b, const struct comm_a
     return 0;
 }
 
+/* Whether the check poisons the output before its run: always out of place; in place
+ * only where the inputs fill just this rank's block of it (all_gather), since the inputs
+ * written after the poison overwrite the rest. */
+static bool collective_poisons_output(const struct collective_bench *b)
+{
+    return !b->cfg->inplace || coll_op_inplace_block(b->opi) < 0;
+}
+
 /* One more run on fresh inputs, into an output poisoned first (so that a run that wrote
  * nothing cannot pass on the timed runs' results), counted against the expected one. */
 static int collective_bench_check(struct collective_bench *b, const struct comm_args *a,
@@ -397,11 +374,10 @@ static int collective_bench_check(struct collective_bench *b, const struct comm_
     *wrong = 0;
     if (!b->cfg->check)
         return 0;
-    size_t out = a->count * b->esize * (b->op == COMM_OP_ALL_GATHER ? (size_t)b->comm->world_size
-                                                                     : 1);
+    size_t out = coll_op_elems(b->opi->recv, a->count, b->comm->world_size) * b->esize;
     if (b->mem) { /* poison, inputs, run, then the whole output back to the host */
         memset(b->host, 0xa5, out);
-        if ((!b->cfg->inplace || b->op == COMM_OP_ALL_GATHER) &&
+        if (collective_poisons_output(b) &&
             b->mem->upload(b->mem->ctx, a->recv, b->host, out, e) < 0)
             return err_prefix(e, "collective: poisoning the output");
         if (collective_point_inputs(b, a, d, e) < 0 || comm_run(b->comm, a, e) < 0)
@@ -411,7 +387,7 @@ static int collective_bench_check(struct collective_bench *b, const struct comm_
         *wrong = collective_count_wrong(d, b->host, b->comm->rank, a->count);
         return 0;
     }
-    if (!b->cfg->inplace || b->op == COMM_OP_ALL_GATHER)
+    if (collective_poisons_output(b))
         memset(a->recv, 0xa5, out);
     if (collective_point_inputs(b, a, d, e) < 0 || comm_run(b->comm, a, e) < 0)
         return -1;
@@ -475,7 +451,7 @@ static int collective_report(struct collective_bench *b, int repeat, size_t byte
     struct collective_stats st;
     collective_stats_compute(b->slowest, (size_t)b->cfg->iters, &st);
     rc.repeat = repeat;
-    snprintf(rc.op, sizeof rc.op, "%s", b->cfg->op);
+    snprintf(rc.op, sizeof rc.op, "%s", b->opi->name);
     snprintf(rc.dtype, sizeof rc.dtype, "%s", b->cfg->dtype);
     snprintf(rc.redop, sizeof rc.redop, "%s", b->cfg->redop);
     snprintf(rc.algorithm, sizeof rc.algorithm, "%s", b->algorithm_used);
@@ -489,7 +465,7 @@ static int collective_report(struct collective_bench *b, int repeat, size_t byte
     rc.time_us_mean = st.mean_us;
     rc.time_us_max = st.max_us;
     rc.algbw_gbs = st.median_us > 0 ? (double)rc.bytes / (st.median_us * 1e-6) / 1e9 : 0;
-    rc.busbw_gbs = rc.algbw_gbs * collective_busbw_factor(b->cfg->op, b->comm->world_size);
+    rc.busbw_gbs = rc.algbw_gbs * coll_op_busbw_factor(b->op, b->comm->world_size);
     rc.wrong = wrong;
     if (report_emit_collective(b->w, &rc, e) < 0 ||
         report_emit_progress(b->w, "collective", b->points_done, b->points_total, e) < 0)
@@ -500,8 +476,7 @@ static int collective_report(struct collective_bench *b, int repeat, size_t byte
 static int collective_bench_point(struct collective_bench *b, int repeat, size_t idx,
                                   int64_t bytes, struct err *e)
 {
-    size_t blocks = b->op == COMM_OP_REDUCE_SCATTER || b->op == COMM_OP_ALL_GATHER
-                        ? (size_t)b->comm->world_size : 1;
+    size_t blocks = coll_op_message_blocks(b->opi, b->comm->world_size);
     size_t count = bytes > 0 ? (size_t)bytes / (b->esize * blocks) : 0;
     if (count == 0)
         count = 1; /* one element per rank at least */

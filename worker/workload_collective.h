@@ -22,18 +22,18 @@
  *   gives the same result; min and max use values distinct across ranks (a rotation of
  *   0..world_size-1 on top of a per-index base), so the result comes from one known rank.
  *   Every rank therefore knows every expected element in O(1).
- * - Sizes as nccl-tests counts them: the message size of reduce_scatter and all_gather
- *   is the whole buffer (world_size blocks), of the others the per-rank buffer; busbw
- *   factors are nccl-tests' (allreduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n,
- *   broadcast and sendrecv 1). */
+ * - What differs from one operation to the next (name, buffer sizes, message size as
+ *   nccl-tests counts it, busbw factor, which input each output element equals, peers) is
+ *   a row of worker/coll_ops.h, keyed by enum comm_op; this file asks the row. */
 #ifndef DDPB_WORKLOAD_COLLECTIVE_H
 #define DDPB_WORKLOAD_COLLECTIVE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/comm/comm.h"
 #include "common/err.h"
+#include "worker/coll_ops.h"
+#include "worker/comm/comm.h"
 #include "common/report.h"
 #include "common/spec.h"
 #include "worker/store/store_client.h"
@@ -50,18 +50,13 @@ struct collective_stats {
 void collective_stats_compute(double *times_s, size_t n, struct collective_stats *out);
 /* acc[i] = max(acc[i], v[i]). */
 void collective_max_into(double *acc, const double *v, size_t n);
-/* nccl-tests bus bandwidth factor: allreduce 2(n-1)/n, reduce_scatter and all_gather
- * (n-1)/n, broadcast, reduce and sendrecv 1; 0 for an unknown op. */
-double collective_busbw_factor(const char *op, int world_size);
-/* The ops the benchmark measures: allreduce, reduce_scatter, all_gather, broadcast,
- * sendrecv. */
-int collective_op_parse(const char *s, enum comm_op *out);
 
 /* ---- inputs and expected results (pure) --------------------------------------------- */
 
 struct collective_data {
     int64_t seed;
     enum comm_op op;
+    const struct coll_op *opi; /* op's row (static); NULL: no benchmark op */
     enum comm_dtype dtype;
     enum comm_redop redop;
     int world;
@@ -79,9 +74,8 @@ void collective_data_init(struct collective_data *d, int64_t seed, enum comm_op 
 int64_t collective_input(const struct collective_data *d, int rank, size_t i);
 /* buf[k] = input(rank, k) for k < n, stored as the dtype. */
 void collective_fill(const struct collective_data *d, void *buf, size_t n, int rank);
-/* Expected output element i of rank for an op on count elements per rank (all_gather:
- * i < count * world; the others i < count). broadcast's root is rank 0, sendrecv
- * receives from rank - 1. */
+/* Expected output element i of rank for an op on count elements per block (i below the
+ * op's recv elements, coll_ops.h); 0 for an op without a row. */
 double collective_expected(const struct collective_data *d, int rank, size_t count, size_t i);
 /* Output elements of rank that differ from the expected ones. */
 int64_t collective_count_wrong(const struct collective_data *d, const void *out, int rank,
@@ -116,6 +110,7 @@ struct collective_bench {
     struct report_writer *w;           /* borrowed; used on rank 0 */
     int64_t seed;
     enum comm_op op;
+    const struct coll_op *opi; /* op's row (static) */
     enum comm_dtype dtype;
     enum comm_redop redop;
     enum comm_algorithm algorithm;

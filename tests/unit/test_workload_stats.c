@@ -1,6 +1,7 @@
 /* Unit tests for the pure parts of worker/workload_collective: statistics (median, p95
  * by nearest rank, mean, min, max in microseconds), the element-wise max that makes an
- * iteration as slow as its slowest rank, the nccl-tests bus bandwidth factors, and the
+ * iteration as slow as its slowest rank, the per-op table of worker/coll_ops.h (nccl-tests
+ * bus bandwidth factors, buffer sizes, peers, names agreeing with the spec), and the
  * input/expected functions (expected == sum over ranks of the inputs, exactly, and a
  * wrong or shifted result is counted). Also a one-rank benchmark run through a real
  * store and communicator, checking the collective event rank 0 writes. */
@@ -18,6 +19,7 @@
 #include "worker/comm/tcp.h"
 #include "tests/unit/one_rank.h"
 #include "tests/unit/test.h"
+#include "worker/coll_ops.h"
 #include "worker/workload_collective.h"
 
 static void test_stats_median_p95_mean(void)
@@ -70,23 +72,78 @@ static void test_stats_elementwise_max(void)
 
 static void test_busbw_factor(void)
 {
-    T_NEAR(collective_busbw_factor("allreduce", 1), 0, 1e-12);
-    T_NEAR(collective_busbw_factor("allreduce", 2), 1, 1e-12);
-    T_NEAR(collective_busbw_factor("allreduce", 4), 1.5, 1e-12);
-    T_NEAR(collective_busbw_factor("allreduce", 8), 1.75, 1e-12);
-    T_NEAR(collective_busbw_factor("reduce_scatter", 4), 0.75, 1e-12);
-    T_NEAR(collective_busbw_factor("all_gather", 2), 0.5, 1e-12);
-    T_NEAR(collective_busbw_factor("broadcast", 8), 1, 1e-12);
-    T_NEAR(collective_busbw_factor("sendrecv", 8), 1, 1e-12);
-    T_NEAR(collective_busbw_factor("nonsense", 8), 0, 0);
-    enum comm_op op;
-    T_EQ_INT(collective_op_parse("allreduce", &op), 0);
-    T_EQ_INT(op, COMM_OP_ALLREDUCE);
-    T_EQ_INT(collective_op_parse("sendrecv", &op), 0);
-    T_EQ_INT(op, COMM_OP_SENDRECV);
-    T_CHECK(collective_op_parse("alltoall", &op) < 0);
-    T_CHECK(collective_op_parse("barrier", &op) < 0);
-    T_CHECK(collective_op_parse("send", &op) < 0);
+    T_NEAR(coll_op_busbw_factor(COMM_OP_ALLREDUCE, 1), 0, 1e-12);
+    T_NEAR(coll_op_busbw_factor(COMM_OP_ALLREDUCE, 2), 1, 1e-12);
+    T_NEAR(coll_op_busbw_factor(COMM_OP_ALLREDUCE, 4), 1.5, 1e-12);
+    T_NEAR(coll_op_busbw_factor(COMM_OP_ALLREDUCE, 8), 1.75, 1e-12);
+    T_NEAR(coll_op_busbw_factor(COMM_OP_REDUCE_SCATTER, 4), 0.75, 1e-12);
+    T_NEAR(coll_op_busbw_factor(COMM_OP_ALL_GATHER, 2), 0.5, 1e-12);
+    T_NEAR(coll_op_busbw_factor(COMM_OP_BROADCAST, 8), 1, 1e-12);
+    T_NEAR(coll_op_busbw_factor(COMM_OP_SENDRECV, 8), 1, 1e-12);
+    T_NEAR(coll_op_busbw_factor(COMM_OP_BARRIER, 8), 0, 0); /* not a benchmark op */
+    T_NEAR(coll_op_busbw_factor((enum comm_op)99, 8), 0, 0);
+    T_NEAR(coll_op_busbw_factor(COMM_OP_ALLREDUCE, 0), 0, 0);
+    const struct coll_op *o = coll_op_find("allreduce");
+    T_CHECK(o && o->op == COMM_OP_ALLREDUCE && o == coll_op_get(COMM_OP_ALLREDUCE));
+    o = coll_op_find("sendrecv");
+    T_CHECK(o && o->op == COMM_OP_SENDRECV);
+    T_CHECK(coll_op_find("alltoall") == NULL);
+    T_CHECK(coll_op_find("barrier") == NULL);
+    T_CHECK(coll_op_find("send") == NULL);
+    T_CHECK(coll_op_get(COMM_OP_SEND) == NULL && coll_op_get(COMM_OP_RECV) == NULL);
+}
+
+/* Buffer sizes as nccl-tests counts them: reduce_scatter sends and all_gather receives
+ * world_size blocks, and their message is the whole buffer; in place, that rank's block
+ * is the small side. */
+static void test_op_buffers(void)
+{
+    const struct coll_op *ar = coll_op_get(COMM_OP_ALLREDUCE);
+    const struct coll_op *rs = coll_op_get(COMM_OP_REDUCE_SCATTER);
+    const struct coll_op *ag = coll_op_get(COMM_OP_ALL_GATHER);
+    const struct coll_op *bc = coll_op_get(COMM_OP_BROADCAST);
+    T_EQ_INT((int)coll_op_elems(rs->send, 10, 4), 40);
+    T_EQ_INT((int)coll_op_elems(rs->recv, 10, 4), 10);
+    T_EQ_INT((int)coll_op_elems(ag->send, 10, 4), 10);
+    T_EQ_INT((int)coll_op_elems(ag->recv, 10, 4), 40);
+    T_EQ_INT((int)coll_op_elems(ar->send, 10, 4), 10);
+    T_EQ_INT((int)coll_op_elems(ar->recv, 10, 4), 10);
+    T_EQ_INT((int)coll_op_message_blocks(rs, 4), 4);
+    T_EQ_INT((int)coll_op_message_blocks(ag, 4), 4);
+    T_EQ_INT((int)coll_op_message_blocks(ar, 4), 1);
+    T_EQ_INT((int)coll_op_message_blocks(bc, 4), 1);
+    T_EQ_INT(coll_op_inplace_block(rs), 1);
+    T_EQ_INT(coll_op_inplace_block(ag), -1);
+    T_EQ_INT(coll_op_inplace_block(ar), 0);
+    T_CHECK(ar->reduces && rs->reduces && !ag->reduces && !bc->reduces);
+    /* peers: sendrecv to the next rank, from the previous; broadcast's root is 0 */
+    struct comm_args a = {.count = 7, .peer = 5};
+    coll_op_get(COMM_OP_SENDRECV)->peers(&a, 0, 3);
+    T_EQ_INT(a.peer, 1);
+    T_EQ_INT(a.peer2, 2);
+    T_EQ_INT((int)a.count2, 7);
+    a.peer = 5;
+    bc->peers(&a, 2, 3);
+    T_EQ_INT(a.peer, 0);
+    T_CHECK(ar->peers == NULL);
+}
+
+/* The spec's "op" values (common/spec.c, the contract the daemon checks) are exactly the
+ * table's rows. */
+static void test_op_names_match_spec(void)
+{
+    json_t *schema = spec_schema_json();
+    json_t *ops = json_object_get(json_object_get(json_object_get(schema, "properties"),
+                                                  "op"), "enum");
+    size_t i, rows = 0;
+    json_t *v;
+    json_array_foreach(ops, i, v)
+        T_CHECK_MSG(coll_op_find(json_string_value(v)), "spec op %s has no row",
+                    json_string_value(v));
+    for (int op = 0; op <= COMM_OP_BARRIER; op++)
+        rows += coll_op_get((enum comm_op)op) != NULL;
+    T_EQ_INT((int)rows, (int)json_array_size(ops));
+    json_decref(schema);
 }
 
 /* Naive reference: the reduction over ranks of input element j, computed in int64 from
@@ -321,6 +378,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_stats_percentile_nearest_rank);
     TEST_RUN(test_stats_elementwise_max);
     TEST_RUN(test_busbw_factor);
+    TEST_RUN(test_op_buffers);
+    TEST_RUN(test_op_names_match_spec);
     TEST_RUN(test_expected_matches_reference);
     TEST_RUN(test_inputs_exact_and_varied);
     TEST_RUN(test_count_wrong);
