@@ -498,7 +498,10 @@ static void train_gpu_destroy(struct trainer *tr)
 
 static int train_gpu_allreduce(struct trainer *tr, float *v, int n, struct err *e)
 {
-    return gmodel_allreduce_host(tr->gm, tr->comm, v, n, e);
+    float *d = gmodel_scratch_put(tr->gm, v, n, e); /* NCCL moves device buffers only */
+    if (!d || comm_allreduce(tr->comm, d, d, (size_t)n, COMM_FLOAT32, COMM_SUM, e) < 0)
+        return -1;
+    return gmodel_scratch_get(tr->gm, v, n, e);
 }
 
 static int train_gpu_eval_batch(struct trainer *tr, const float *x, const int32_t *y, int n,

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/comm/comm.h"
 #include "worker/nn/cuda/gmodel_kernels.h"
 #include "worker/nn/cuda/gpu.h"
 #include "worker/nn/cuda/gpu_layers.h"
@@ -65,7 +64,7 @@ struct gmodel {
     float *state;                    /* owned: optimizer state */
     size_t state_stride;
     char *ws;                        /* owned: the workspace */
-    float *x32, *probs, *row_loss, *tally;
+    float *x32, *probs, *row_loss, *xfer; /* xfer: gmodel_scratch_put */
     int32_t *labels;
     int *row_correct, *flags; /* flags[0]: bad label, flags[1]: non-finite gradient */
     int *correct;
@@ -200,7 +199,7 @@ static int gm_workspace(struct gmodel *g, struct err *e)
     size_t flags = gm_reserve(&at, 2 * sizeof(int));
     size_t correct = gm_reserve(&at, sizeof(int));
     size_t loss = gm_reserve(&at, sizeof(double));
-    size_t tally = gm_reserve(&at, 8 * sizeof(float));
+    size_t xfer = gm_reserve(&at, GMODEL_SCRATCH_FLOATS * sizeof(float));
     size_t scr[2] = {gm_reserve(&at, max_grad), gm_reserve(&at, max_grad)};
     if (!(g->ws = gpu_alloc(at, e)))
         return err_prefix(e, "gpu workspace of %.1f MiB", (double)at / (1 << 20));
@@ -217,7 +216,7 @@ static int gm_workspace(struct gmodel *g, struct err *e)
     g->flags = (int *)(g->ws + flags);
     g->correct = (int *)(g->ws + correct);
     g->loss = (double *)(g->ws + loss);
-    g->tally = (float *)(g->ws + tally);
+    g->xfer = (float *)(g->ws + xfer);
     g->scratch[0] = g->ws + scr[0];
     g->scratch[1] = g->ws + scr[1];
     return 0;
@@ -711,13 +710,26 @@ int gmodel_download(struct gmodel *g, float *params, float *buffers, struct err 
     return 0;
 }
 
-int gmodel_allreduce_host(struct gmodel *g, struct comm *c, float *v, int n, struct err *e)
+static int gm_scratch_count(int n, struct err *e)
 {
-    if (n < 0 || n > 8)
-        return err_set(e, ERR_INVALID, NULL, "gpu: at most 8 values through the scratch");
-    if (gm_cuda(cudaStreamSynchronize(g->s), "tally", e) < 0 ||
-        gpu_upload(g->tally, v, (size_t)n * sizeof *v, e) < 0 ||
-        comm_allreduce(c, g->tally, g->tally, (size_t)n, COMM_FLOAT32, COMM_SUM, e) < 0)
+    if (n < 0 || n > GMODEL_SCRATCH_FLOATS)
+        return err_set(e, ERR_INVALID, NULL, "gpu: at most %d values through the scratch",
+                       GMODEL_SCRATCH_FLOATS);
+    return 0;
+}
+
+float *gmodel_scratch_put(struct gmodel *g, const float *v, int n, struct err *e)
+{
+    if (gm_scratch_count(n, e) < 0 ||
+        gm_cuda(cudaStreamSynchronize(g->s), "scratch upload", e) < 0 ||
+        gpu_upload(g->xfer, v, (size_t)n * sizeof *v, e) < 0)
+        return NULL;
+    return g->xfer;
+}
+
+int gmodel_scratch_get(struct gmodel *g, float *v, int n, struct err *e)
+{
+    if (gm_scratch_count(n, e) < 0)
         return -1;
-    return gpu_download(v, g->tally, (size_t)n * sizeof *v, e);
+    return gpu_download(v, g->xfer, (size_t)n * sizeof *v, e);
 }

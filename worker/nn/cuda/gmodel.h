@@ -27,7 +27,7 @@
  * - Dropout draws the CPU engine's masks: the same counter hash of (seed, step, layer,
  *   logical index), so a GPU step and a CPU step drop the same elements.
  * - The runner computes on one stream (NULL: CUDA's legacy default stream, which is what
- *   the NCCL communicator of worker_gpu_comm_create fences against). After each layer
+ *   the NCCL communicator of comm_create_from_spec fences against). After each layer
  *   with parameters, an event is recorded on it and handed to the hook (struct
  *   nn_grad_ready.ready_event): an NCCL bucket waits for that layer, not for the rest of
  *   backward.
@@ -129,8 +129,13 @@ int64_t gmodel_mem_used(void);
 /* Downloads parameters and buffers into host arrays (nparams / nbuffers floats, either
  * may be NULL) in the host's order (gmodel_arena_to_host). */
 int gmodel_download(struct gmodel *g, float *params, float *buffers, struct err *e);
-/* Sums n floats of v over the ranks of an NCCL communicator through a device scratch. */
-struct comm;
-int gmodel_allreduce_host(struct gmodel *g, struct comm *c, float *v, int n, struct err *e);
+/* A device scratch of GMODEL_SCRATCH_FLOATS floats for a few host values that must
+ * travel through device memory (the trainer's NCCL allreduce of an evaluation tally; nn/
+ * knows no communicator). gmodel_scratch_put waits for the runner's stream, uploads
+ * v[0..n) and returns the scratch (borrowed until gmodel_destroy), NULL with e set;
+ * gmodel_scratch_get downloads its first n floats into v (synchronous). */
+#define GMODEL_SCRATCH_FLOATS 8
+float *gmodel_scratch_put(struct gmodel *g, const float *v, int n, struct err *e);
+int gmodel_scratch_get(struct gmodel *g, float *v, int n, struct err *e);
 
 #endif
