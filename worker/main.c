@@ -1,6 +1,7 @@
-/* main: ddpbench-worker, one process per rank (DESIGN.md §1). Reads the launch
- * environment and the resolved spec, reports hello and env, joins the run through the
- * store, builds the TCP communicator, runs the workload and reports done.
+/* main: ddpbench-worker, one process per rank (DESIGN.md §1). One path for every
+ * backend and device: read the launch environment and the resolved spec, report hello and
+ * env, join the run through the store, build the communicator the spec names
+ * (comm/comm_factory.h), run the workload, pass the final barrier, report done.
  *
  * Decision: a worker is a batch program, so every failure goes through one fail-fast
  * path (WORKER_FAIL_IF): record the failure in the store (so other ranks can tell who
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "worker/comm/comm.h"
+#include "worker/comm/comm_factory.h"
 #include "worker/device_check.h"
 #include "worker/heartbeat.h"
 #include "ddpb_config.h"
@@ -31,7 +33,6 @@
 #include "common/report.h"
 #include "common/spec.h"
 #include "worker/store/store_client.h"
-#include "worker/comm/tcp.h"
 #include "worker/workload_collective.h"
 #include "worker/workload_train.h"
 #if DDPB_HAVE_CUDA
@@ -257,21 +258,6 @@ static int worker_emit_env(struct worker *wk, struct err *e)
     return worker_emit_env_peak(wk, -1, e);
 }
 
-/* The TCP backend's busy-polling: automatic, except where the communication thread runs
- * beside backward (training strategies that overlap), where a spinning communication
- * thread would take the CPU from the computation it is meant to hide behind (measured:
- * resnet18, 2 pinned ranks, ddp: 121 to 154 images/s without spinning against 112 to 115
- * with 200 us of busy-polling). */
-static int worker_spin_us(const struct spec *s)
-{
-    if (s->workload != SPEC_WORKLOAD_TRAIN)
-        return 0;
-    const char *st = s->train.strategy;
-    bool overlaps = strcmp(st, "ddp") == 0 || strcmp(st, "horovod") == 0 ||
-                    strcmp(st, "zero2") == 0;
-    return overlaps ? -1 : 0;
-}
-
 /* Dies with the daemon, and does not start at all when it is already gone. */
 static void worker_tie_to_parent(void)
 {
@@ -294,40 +280,37 @@ static void worker_start(struct worker *wk)
     wk->w.rank = wk->env.rank;
 }
 
-#if DDPB_HAVE_CUDA
-/* backend "nccl": join through the store, the NCCL communicator on this rank's GPU, and
- * the collective benchmark on device buffers or training on the GPU (device_check
- * refuses the rest). */
-static int worker_run_nccl(struct worker *wk)
+/* The collective benchmark's buffers: device memory on device "cuda" (worker_gpu.h),
+ * host memory (NULL) otherwise. */
+static const struct collective_mem *worker_collective_mem(const struct worker *wk,
+                                                          struct collective_mem *mem)
 {
-    wk->store = rendezvous_join(&wk->env, &worker_abort_flag, &wk->e);
-    WORKER_FAIL_IF(wk, !wk->store);
-    heartbeat_set_phase(&wk->hb, "nccl setup");
-    wk->comm = worker_gpu_comm_create(&wk->spec, wk->env.rank, wk->env.world_size,
-                                      wk->env.timeout_ms, &worker_abort_flag, wk->store,
-                                      &wk->e);
-    WORKER_FAIL_IF(wk, !wk->comm);
-    log_info("joined: %d ranks, nccl communicator up", wk->env.world_size);
+#if DDPB_HAVE_CUDA
+    if (strcmp(wk->spec.device, "cuda") == 0) {
+        worker_gpu_collective_mem(mem);
+        return mem;
+    }
+#endif
+    return NULL;
+}
+
+static void worker_run_workload(struct worker *wk)
+{
     if (wk->spec.workload == SPEC_WORKLOAD_TRAIN) {
         heartbeat_set_phase(&wk->hb, "training");
         struct train_outcome out;
-        WORKER_FAIL_IF(wk, workload_train_run_ex(&wk->spec, wk->comm, &wk->w, &wk->hb, &out,
-                                                 &wk->e) < 0);
-        WORKER_FAIL_IF(wk, worker_emit_env_peak(wk, out.device_peak_bytes, &wk->e) < 0);
+        WORKER_FAIL_IF(wk, workload_train_run(&wk->spec, wk->comm, &wk->w, &wk->hb, &out,
+                                              &wk->e) < 0);
+        if (out.device_peak_bytes >= 0) /* a GPU run's peak memory goes out with the env */
+            WORKER_FAIL_IF(wk, worker_emit_env_peak(wk, out.device_peak_bytes, &wk->e) < 0);
     } else {
         heartbeat_set_phase(&wk->hb, "collective benchmark");
         struct collective_mem mem;
-        worker_gpu_collective_mem(&mem);
-        WORKER_FAIL_IF(wk, workload_collective_run_mem(&wk->spec, wk->comm, wk->store,
-                                                       &wk->w, &mem, &wk->e) < 0);
+        WORKER_FAIL_IF(wk, workload_collective_run_mem(&wk->spec, wk->comm, wk->store, &wk->w,
+                                                       worker_collective_mem(wk, &mem),
+                                                       &wk->e) < 0);
     }
-    heartbeat_stop(&wk->hb);
-    WORKER_FAIL_IF(wk, report_emit_done(&wk->w, &wk->e) < 0);
-    comm_destroy(wk->comm);
-    store_client_destroy(wk->store);
-    return 0;
 }
-#endif
 
 int main(void)
 {
@@ -345,38 +328,22 @@ int main(void)
     WORKER_FAIL_IF(&wk, worker_emit_env(&wk, &wk.e) < 0);
     heartbeat_set_phase(&wk.hb, "rendezvous");
 
-#if DDPB_HAVE_CUDA
-    if (strcmp(wk.spec.backend, "nccl") == 0) /* device_check admitted it: a GPU build */
-        return worker_run_nccl(&wk);
-#endif
-    /* the data port opens before the join, so it is up (and drops strays) while the
-     * other ranks arrive; a listener is freed by the exit if the join fails */
-    struct comm_tcp_config cfg = {
-        .rank = wk.env.rank, .world_size = wk.env.world_size, .listen_host = wk.env.host,
-        .timeout_ms = wk.env.timeout_ms, .abort_flag = &worker_abort_flag,
-        .algorithm = wk.spec.coll.algorithm[0] ? wk.spec.coll.algorithm : NULL,
-        .secret = wk.env.secret,
-        .spin_us = worker_spin_us(&wk.spec),
-    };
-    struct comm_tcp *listener = comm_tcp_listen(&cfg, &wk.e);
-    WORKER_FAIL_IF(&wk, !listener);
+    /* the backend's first step comes before the join (tcp opens its data port, so it is
+     * up and drops strays while the other ranks arrive); on failure the exit frees it */
+    struct comm_factory *setup = comm_factory_begin(&wk.spec, &wk.env, &worker_abort_flag,
+                                                    &wk.e);
+    WORKER_FAIL_IF(&wk, !setup);
     wk.store = rendezvous_join(&wk.env, &worker_abort_flag, &wk.e);
     WORKER_FAIL_IF(&wk, !wk.store);
     heartbeat_set_phase(&wk.hb, "connecting to peers");
-    wk.comm = comm_tcp_connect_store(listener, wk.store, &wk.e);
+    wk.comm = comm_factory_finish(setup, wk.store, &wk.e);
     WORKER_FAIL_IF(&wk, !wk.comm);
-    log_info("joined: %d ranks, tcp mesh up", wk.env.world_size);
-    if (wk.spec.workload == SPEC_WORKLOAD_TRAIN) {
-        heartbeat_set_phase(&wk.hb, "training");
-        WORKER_FAIL_IF(&wk, workload_train_run(&wk.spec, wk.comm, &wk.w, &wk.hb, &wk.e) < 0);
-    } else {
-        heartbeat_set_phase(&wk.hb, "collective benchmark");
-        WORKER_FAIL_IF(&wk,
-                       workload_collective_run(&wk.spec, wk.comm, wk.store, &wk.w, &wk.e) < 0);
-    }
-    /* Every rank leaves together: a rank that exits while a peer still finishes the last
-     * operation can reset a connection that holds the peer's last bytes (a close with
-     * unread data sends RST), which the peer reports as this rank failing. */
+    log_info("joined: %d ranks, %s communicator up", wk.env.world_size, wk.comm->backend);
+    worker_run_workload(&wk);
+    /* Every rank leaves together, whatever the backend: a rank that exits while a peer
+     * still finishes the last operation can reset a connection that holds the peer's
+     * last bytes (a close with unread data sends RST; NCCL's proxies and the store have
+     * sockets too), which the peer reports as this rank failing. */
     heartbeat_set_phase(&wk.hb, "final barrier");
     WORKER_FAIL_IF(&wk, comm_barrier(wk.comm, &wk.e) < 0);
     heartbeat_stop(&wk.hb); /* done is the last line this rank writes */

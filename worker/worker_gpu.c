@@ -15,25 +15,6 @@
 #include "worker/comm/comm_nccl.h"
 #endif
 
-struct comm *worker_gpu_comm_create(const struct spec *s, int rank, int world_size,
-                                    int timeout_ms, const atomic_bool *abort_flag,
-                                    struct store_client *store, struct err *e)
-{
-#if DDPB_HAVE_NCCL
-    const char *alg = s->workload == SPEC_WORKLOAD_COLLECTIVE && s->coll.algorithm[0]
-                          ? s->coll.algorithm : "auto";
-    struct comm_nccl_config cfg = {
-        .rank = rank, .world_size = world_size, .timeout_ms = timeout_ms,
-        .abort_flag = abort_flag, .device = 0, .compute_stream = NULL, .algorithm = alg,
-        .tag = "0"};
-    return comm_nccl_create(&cfg, store, e);
-#else
-    err_set(e, ERR_INVALID, "backend", "backend \"nccl\": this ddpbench-worker was built "
-            "without NCCL");
-    return NULL;
-#endif
-}
-
 static void *worker_gpu_alloc(void *ctx, size_t bytes, struct err *e)
 {
     return gpu_alloc(bytes, e);

@@ -1,33 +1,22 @@
-/* worker_gpu: what ddpbench-worker needs to run a spec on device "cuda": the NCCL
- * communicator of the rank, the collective benchmark's buffers in device memory
+/* worker_gpu: what ddpbench-worker needs to run a spec on device "cuda" beside its
+ * communicator (comm/comm_factory.h): the collective benchmark's buffers in device memory
  * (struct collective_mem over cudaMalloc / cudaMemcpy, timed by the NCCL backend's CUDA
  * events), and the GPU facts of the env report.
  *
  * Decision: the rank's GPU is device 0 of what CUDA_VISIBLE_DEVICES (set by the daemon,
  * daemon/gpu_slots.h) lets it see, and NVML is sampled at the index that variable names,
  * so the report describes the GPU the rank really used. Only this file and what it calls
- * touch CUDA; main.c calls it when DDPB_HAVE_CUDA (and DDPB_HAVE_NCCL for the comm).
+ * touch CUDA; main.c calls it when DDPB_HAVE_CUDA.
  *
- * Ownership: worker_gpu_comm_create returns an owned communicator (comm_destroy); the
- * memory hooks own nothing (the benchmark owns what alloc returns); worker_gpu_env_add
- * adds owned members to a borrowed object. */
+ * Ownership: the memory hooks own nothing (the benchmark owns what alloc returns);
+ * worker_gpu_env_add adds owned members to a borrowed object. */
 #ifndef DDPB_WORKER_GPU_H
 #define DDPB_WORKER_GPU_H
 
 #include <jansson.h>
-#include <stdatomic.h>
 
-#include "worker/comm/comm.h"
-#include "common/err.h"
-#include "common/spec.h"
-#include "worker/store/store_client.h"
 #include "worker/workload_collective.h"
 
-/* The rank's NCCL communicator on device 0 (the id through the store; the spec's
- * algorithm "ring"/"tree" set at creation). NULL with e set. */
-struct comm *worker_gpu_comm_create(const struct spec *s, int rank, int world_size,
-                                    int timeout_ms, const atomic_bool *abort_flag,
-                                    struct store_client *store, struct err *e);
 /* Hooks for device buffers; c must be an NCCL communicator (its CUDA-event times). */
 void worker_gpu_collective_mem(struct collective_mem *out);
 /* Adds "gpu" (cudaGetDeviceProperties of device 0, or the error), "nvml" ("ok" or why

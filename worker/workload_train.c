@@ -610,8 +610,8 @@ static int train_gpu_step(struct trainer *tr, int64_t step, struct train_tally *
 }
 #endif
 
-int workload_train_run_ex(const struct spec *s, struct comm *c, struct report_writer *w,
-                          struct heartbeat *hb, struct train_outcome *out, struct err *e)
+int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,
+                       struct heartbeat *hb, struct train_outcome *out, struct err *e)
 {
     bool cuda = strcmp(s->device, "cuda") == 0;
     if (out)
@@ -629,10 +629,4 @@ int workload_train_run_ex(const struct spec *s, struct comm *c, struct report_wr
         train_teardown(&tr);
     }
     return rc;
-}
-
-int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,
-                       struct heartbeat *hb, struct err *e)
-{
-    return workload_train_run_ex(s, c, w, hb, NULL, e);
 }

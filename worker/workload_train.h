@@ -29,21 +29,17 @@
 #include "common/report.h"
 #include "common/spec.h"
 
-/* Runs every repeat of a train spec. w is used on every rank (steps) and rank 0 (epochs);
- * hb may be NULL. */
-int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,
-                       struct heartbeat *hb, struct err *e);
-
 /* What a run measured beside its reports. */
 struct train_outcome {
     int64_t device_peak_bytes; /* device "cuda": the most GPU memory in use after a step
                                   (cudaMemGetInfo), over all repeats; -1 on the CPU */
 };
 
-/* workload_train_run that also fills out (may be NULL). Device "cuda" trains on the GPU
+/* Runs every repeat of a train spec and fills out (may be NULL). w is used on every rank
+ * (steps) and rank 0 (epochs); hb may be NULL. Device "cuda" trains on the GPU
  * (worker/nn/cuda/gmodel.h) in the spec's precision; c must then move device buffers
  * (NCCL), and the strategy be naive or ddp without compression (ddp_set_device). */
-int workload_train_run_ex(const struct spec *s, struct comm *c, struct report_writer *w,
-                          struct heartbeat *hb, struct train_outcome *out, struct err *e);
+int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,
+                       struct heartbeat *hb, struct train_outcome *out, struct err *e);
 
 #endif

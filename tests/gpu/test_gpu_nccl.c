@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "worker/comm/comm.h"
+#include "worker/comm/comm_factory.h"
 #include "worker/nn/cuda/gpu.h"
 #include "common/report.h"
 #include "common/spec.h"
@@ -57,7 +58,8 @@ static struct comm *child_comm(int r, const struct spec *s, struct store_client 
     *sc = store_client_connect(store_addr, store_run, "pw", r, 10000, NULL, e);
     if (!*sc)
         return NULL;
-    return worker_gpu_comm_create(s, r, WORLD, timeout_ms, NULL, *sc, e);
+    struct rendezvous_env env = {.rank = r, .world_size = WORLD, .timeout_ms = timeout_ms};
+    return comm_create_from_spec(s, &env, NULL, *sc, e); /* the worker's own factory */
 }
 
 /* Rank r runs one collective spec, writing report lines to fd; exit 0 on success. */

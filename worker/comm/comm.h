@@ -1,5 +1,5 @@
-/* comm: the communicator interface every backend implements (tcp now; nccl and mpi
- * later). DESIGN.md §4 "comm/".
+/* comm: the communicator interface every backend implements (tcp, nccl; mpi later).
+ * DESIGN.md §4 "comm/". comm_factory.h builds a rank's communicator from its spec.
  *
  * Decision: a struct of function pointers over backend-private state, so workloads and
  * DDP strategies are written once. Every operation takes element counts and a dtype,
@@ -111,7 +111,7 @@ struct comm_ops {
 
 struct comm {
     const struct comm_ops *ops;
-    const char *backend;      /* "tcp" */
+    const char *backend;      /* "tcp", "nccl" */
     int rank, world_size;
     int timeout_ms;           /* an operation fails when nothing moved for this long */
     const atomic_bool *abort_flag; /* borrowed; may be NULL */

@@ -1,0 +1,56 @@
+/* comm_factory: the one place that turns a spec's backend into the rank's communicator
+ * (DESIGN.md §4 "comm/"): "tcp" (comm/tcp.c, every build) and "nccl" (comm/nccl.c, only
+ * in a build with NCCL); "mpi" of a later issue joins here.
+ *
+ * Decisions:
+ * - Two steps, because a backend may have to act before its rank joins the run: tcp
+ *   opens its data port first, so the port is up (and drops strays) while the other ranks
+ *   arrive; nccl does everything after the join (its unique id travels through the
+ *   store). comm_factory_begin is the first step, comm_factory_finish the second;
+ *   comm_create_from_spec does both for a caller that has joined already.
+ * - The spec's knobs that shape a communicator are read here and nowhere else: the
+ *   collective workload's forced algorithm, and tcp's busy-polling (off where training
+ *   overlaps the communication thread with backward).
+ * - A backend this build lacks is refused here with a message naming it and the meson
+ *   options that build it (comm_backend_check), before any socket or device is touched.
+ *
+ * Ownership: comm_factory_begin returns an owned setup; comm_factory_finish takes it in
+ * every case (success or failure) and returns an owned communicator (comm_destroy). The
+ * spec, env and store are borrowed for the call; abort_flag is borrowed for the life of
+ * the communicator. */
+#ifndef DDPB_COMM_FACTORY_H
+#define DDPB_COMM_FACTORY_H
+
+#include <stdatomic.h>
+
+#include "common/err.h"
+#include "common/spec.h"
+#include "worker/comm/comm.h"
+#include "worker/store/rendezvous.h"
+#include "worker/store/store_client.h"
+
+/* A communicator between the two steps. */
+struct comm_factory;
+
+/* 0 when this build has backend name ("tcp", "nccl"); ERR_INVALID with field "backend"
+ * naming it and how to build it, or listing the known ones. */
+int comm_backend_check(const char *name, struct err *e);
+
+/* The first step for s->backend, as rank env->rank of env->world_size reached at
+ * env->host with env->secret and env->timeout_ms (tcp: listens). Owned, or NULL with e
+ * set. */
+struct comm_factory *comm_factory_begin(const struct spec *s, const struct rendezvous_env *env,
+                                        const atomic_bool *abort_flag, struct err *e);
+/* The second step, through the run's store (tcp: trades addresses and connects the
+ * mesh; nccl: the unique id and the communicator on device 0). Takes f. */
+struct comm *comm_factory_finish(struct comm_factory *f, struct store_client *store,
+                                 struct err *e);
+/* Frees a setup comm_factory_finish never took. NULL is a no-op. */
+void comm_factory_discard(struct comm_factory *f);
+
+/* comm_factory_begin + comm_factory_finish. Owned communicator, or NULL with e set. */
+struct comm *comm_create_from_spec(const struct spec *s, const struct rendezvous_env *env,
+                                   const atomic_bool *abort_flag, struct store_client *store,
+                                   struct err *e);
+
+#endif
