@@ -1,7 +1,8 @@
 /* worker_gpu: what ddpbench-worker needs to run a spec on device "cuda" beside its
- * communicator (comm/comm_factory.h): the collective benchmark's buffers in device memory
- * (struct collective_mem over cudaMalloc / cudaMemcpy, timed by the NCCL backend's CUDA
- * events), and the GPU facts of the env report.
+ * communicator (comm/comm_factory.h) and training engine (train_engine.h): the collective
+ * benchmark's buffers in device memory (struct collective_mem over cudaMalloc /
+ * cudaMemcpy, timed by the NCCL backend's CUDA events), and the GPU facts of the env
+ * report.
  *
  * Decision: the rank's GPU is device 0 of what CUDA_VISIBLE_DEVICES (set by the daemon,
  * daemon/gpu_slots.h) lets it see, and NVML is sampled at the index that variable names,

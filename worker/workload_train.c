@@ -1,12 +1,10 @@
 /* workload_train: the training loop of spec workload "train" (workload_train.h).
  *
- * Decision (device "cuda"): the loop, data, strategy and reports are the CPU's; only the
- * model's compute moves. A `cuda` trainer keeps the host nn_model for its graph, parameter
- * registration and initialisation, runs it with the GPU runner (worker/nn/cuda/gmodel.h) and
- * switches ddp/ to the runner's device arenas (ddp_set_device). The GPU code is reached
- * only through the train_gpu_* functions below, compiled with CUDA and cuDNN; without them
- * they are stubs that refuse (device_check refuses earlier), so this file builds
- * everywhere. */
+ * Decision: the loop, data, strategy, timing and reports are written once for every
+ * device; only the model's compute is behind the training engine picked by the spec's
+ * device (train_engine.h: nn/ on the CPU, the GPU runner with CUDA). The host nn_model is
+ * the graph, parameter registry and initialisation of every engine, so it is built here;
+ * the engine runs it. */
 #include "worker/workload_train.h"
 
 #include <math.h>
@@ -15,7 +13,6 @@
 
 #include "common/clock.h"
 #include "common/model_table.h"
-#include "ddpb_config.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
 #include "worker/ddp/ddp.h"
@@ -23,12 +20,7 @@
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
-#include "worker/nn/loss_scale.h"
-
-#define TRAIN_GPU (DDPB_HAVE_CUDA && DDPB_HAVE_CUDNN)
-#if TRAIN_GPU
-#include "worker/nn/cuda/gmodel.h"
-#endif
+#include "worker/train_engine.h"
 
 #define TRAIN_PROGRESS_NS 500000000LL /* rank 0 reports progress at most twice a second */
 
@@ -60,24 +52,9 @@ struct trainer {
     size_t sample_floats;
     int64_t total_steps;
     int64_t last_progress_ns;
-    bool cuda;                 /* device "cuda": the model runs on the GPU runner */
-    struct gmodel *gm;         /* owned (cuda) */
-    struct loss_scale ls;      /* cuda fp16: dynamic loss scaling; else a fixed 1 */
-    int64_t peak_mem;          /* cuda: the most device memory in use after a step */
+    const struct train_engine_ops *ops; /* the spec's device's engine */
+    struct train_engine *eng;  /* owned: the model's compute */
 };
-
-/* ---- the GPU seam (device "cuda"; see the file comment) ------------------------------ */
-
-static int train_gpu_create(struct trainer *tr, struct err *e);
-static int train_gpu_strategy(struct trainer *tr, const struct nn_optim_cfg *oc,
-                              struct err *e);
-static void train_gpu_params_changed(struct trainer *tr);
-static void train_gpu_destroy(struct trainer *tr);
-static int train_gpu_allreduce(struct trainer *tr, float *v, int n, struct err *e);
-static int train_gpu_eval_batch(struct trainer *tr, const float *x, const int32_t *y, int n,
-                                double *loss, int *right, struct err *e);
-static int train_gpu_step(struct trainer *tr, int64_t step, struct train_tally *tally,
-                          int *epoch_done, int *epoch_of_step, struct err *e);
 
 /* ---- setting up a repeat -------------------------------------------------------- */
 
@@ -113,8 +90,7 @@ static int train_build_model(struct trainer *tr, struct err *e)
     tr->have_model = true;
     if (nn_models_build(&tr->m, tr->t->model, ds->c, ds->h, ds->w, ds->classes, NULL, e) < 0 ||
         nn_model_init_params(&tr->m, tr->seed, e) < 0 ||
-        (tr->cuda ? train_gpu_create(tr, e)
-                  : nn_model_prepare(&tr->m, tr->t->batch_size, NN_BACKEND_FAST, 1, e)) < 0)
+        !(tr->eng = tr->ops->create(&tr->m, tr->t->batch_size, tr->t->precision, e)))
         return err_prefix(e, "model %s on %dx%dx%d", tr->t->model, ds->c, ds->h, ds->w);
     return 0;
 }
@@ -173,8 +149,8 @@ static int train_make_strategy(struct trainer *tr, struct err *e)
     if (ddp_optim_init(&tr->ddp, &tr->opt, &oc, e) < 0)
         return err_prefix(e, "optimizer");
     tr->have_opt = true;
-    if (tr->cuda && train_gpu_strategy(tr, &oc, e) < 0)
-        return err_prefix(e, "strategy %s on the GPU", t->strategy);
+    if (tr->ops->attach(tr->eng, &tr->ddp, &oc, e) < 0)
+        return err_prefix(e, "strategy %s on device %s", t->strategy, tr->ops->device);
     const struct spec_lr_schedule *ls = &t->lr_schedule;
     tr->sched = (struct nn_lr_schedule){
         .base_lr = so->lr, .warmup_steps = ls->warmup_steps, .warmup_start_factor = 1.0 / 3,
@@ -189,8 +165,7 @@ static int train_make_strategy(struct trainer *tr, struct err *e)
         return err_prefix(e, "lr_schedule");
     if (t->broadcast_init && ddp_broadcast_params(&tr->ddp, e) < 0)
         return err_prefix(e, "broadcasting rank 0's initial parameters");
-    if (tr->cuda)
-        train_gpu_params_changed(tr);
+    tr->ops->params_changed(tr->eng);
     return 0;
 }
 
@@ -201,7 +176,9 @@ static void train_teardown(struct trainer *tr)
     if (tr->have_opt)
         nn_optim_cleanup(&tr->opt);
     loader_destroy(tr->ld);
-    train_gpu_destroy(tr); /* before the model it borrows */
+    if (tr->eng) /* before the model it borrows */
+        tr->ops->destroy(tr->eng);
+    tr->eng = NULL;
     if (tr->have_model)
         nn_model_destroy(&tr->m);
     dataset_destroy(tr->train);
@@ -221,8 +198,7 @@ static void train_teardown(struct trainer *tr)
 static int train_tally_reduce(struct trainer *tr, struct train_tally *t, struct err *e)
 {
     float v[3] = {(float)t->loss_sum, (float)t->correct, (float)t->count};
-    if ((tr->cuda ? train_gpu_allreduce(tr, v, 3, e) /* NCCL moves device buffers only */
-                  : comm_allreduce(tr->comm, v, v, 3, COMM_FLOAT32, COMM_SUM, e)) < 0)
+    if (tr->ops->allreduce_host(tr->eng, tr->comm, v, 3, e) < 0)
         return -1;
     t->loss_sum = v[0], t->correct = v[1], t->count = v[2];
     return 0;
@@ -263,10 +239,8 @@ static int train_evaluate(struct trainer *tr, struct train_tally *out, struct er
         }
         double loss = 0;
         int right = 0;
-        bool bad = tr->cuda ? train_gpu_eval_batch(tr, x, y, b->n, &loss, &right, e) < 0
-                            : (nn_model_forward(&tr->m, x, 0, 0, e) < 0 ||
-                               nn_model_loss(&tr->m, y, b->n, &loss, &right, e) < 0);
-        if (bad) {
+        if (tr->ops->forward(tr->eng, x, y, b->n, 0, 0, false, e) < 0 ||
+            tr->ops->wait_loss(tr->eng, &loss, &right, e) < 0) {
             rc = -1;
             break;
         }
@@ -305,7 +279,7 @@ static int train_end_epoch(struct trainer *tr, int epoch, struct train_tally *ta
     return 0;
 }
 
-/* The next micro-batch of step `step` (both the CPU and the GPU steps): adds its data
+/* The next micro-batch of step `step`: adds its data
  * wait to *data_ns, notes its epoch (and the epoch it ends, if any), and tells the strategy
  * whether this micro-batch ends the optimizer step. */
 static int train_next_micro(struct trainer *tr, int64_t step, int micro,
@@ -349,19 +323,21 @@ static int train_count_micro(int64_t step, double loss, int right, int n,
 static double train_ms(int64_t ns) { return (double)ns / 1e6; }
 
 /* Runs step `step` (accumulate micro-batches, the exchange, the update) and reports it.
- * *epoch_done is set to the epoch that ended in it, or -1. */
+ * *epoch_done is set to the epoch that ended in it, or -1. Phases are the host clock's
+ * around each engine call unless the engine measures them itself (end_step); the
+ * optimizer's excludes the communication the update waited for (ZeRO's all-gather). */
 static int train_step(struct trainer *tr, int64_t step, struct train_tally *tally,
                       int *epoch_done, int *epoch_of_step, struct err *e)
 {
-    if (tr->cuda)
-        return train_gpu_step(tr, step, tally, epoch_done, epoch_of_step, e);
     const struct spec_train *t = tr->t;
+    const struct train_engine_ops *ops = tr->ops;
+    struct train_engine *en = tr->eng;
     struct report_step rs = {.repeat = tr->repeat, .step = step,
                              .warmup = step < t->warmup_steps,
                              .samples = t->batch_size * t->accumulate};
     int64_t t_start = clock_mono_ns(), data_ns = 0, fwd_ns = 0, bwd_ns = 0;
     *epoch_done = -1;
-    nn_model_zero_grad(&tr->m);
+    ops->begin_step(en);
     double loss_sum = 0;
     for (int micro = 0; micro < t->accumulate; micro++) {
         const struct data_batch *b = NULL;
@@ -370,32 +346,43 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
         double loss = 0;
         int right = 0;
         int64_t t0 = clock_mono_ns();
-        if (nn_model_forward(&tr->m, b->x, 1, (uint64_t)b->step, e) < 0 ||
-            nn_model_loss(&tr->m, b->y, b->n, &loss, &right, e) < 0)
+        if (ops->forward(en, b->x, b->y, b->n, 1, (uint64_t)b->step, tr->train->reuse_batch,
+                         e) < 0)
             return err_prefix(e, "forward of step %lld", (long long)step);
         int64_t t1 = clock_mono_ns();
-        if (nn_model_backward(&tr->m, ddp_grad_hook, &tr->ddp, e) < 0)
+        if (ops->backward(en, ddp_grad_hook, &tr->ddp, e) < 0)
             return err_prefix(e, "backward of step %lld", (long long)step);
         fwd_ns += t1 - t0;
         bwd_ns += clock_mono_ns() - t1;
+        if (ops->wait_loss(en, &loss, &right, e) < 0)
+            return err_prefix(e, "loss of step %lld", (long long)step);
         if (train_count_micro(step, loss, right, b->n, tally, &loss_sum, e) < 0)
             return -1;
     }
     if (ddp_finish(&tr->ddp, t->accumulate, e) < 0)
         return err_prefix(e, "gradient exchange of step %lld", (long long)step);
     int64_t exposed_before = tr->ddp.st.exposed_ns, t2 = clock_mono_ns();
-    if (ddp_optim_step(&tr->ddp, &tr->opt, nn_lr_at(&tr->sched, (long)step), e) < 0)
+    bool apply = true;
+    if (ops->begin_update(en, &apply, e) < 0)
+        return err_prefix(e, "before optimizer step %lld", (long long)step);
+    if (apply && ddp_optim_step(&tr->ddp, &tr->opt, nn_lr_at(&tr->sched, (long)step), e) < 0)
         return err_prefix(e, "optimizer step %lld", (long long)step);
-    int64_t t_end = clock_mono_ns();
+    ops->end_update(en, apply);
     const struct ddp_step_stats *st = &tr->ddp.st;
+    struct train_phases ph = {
+        .forward_ms = train_ms(fwd_ns), .backward_ms = train_ms(bwd_ns),
+        .optimizer_ms = train_ms((clock_mono_ns() - t2) - (st->exposed_ns - exposed_before))};
+    if (ops->end_step(en, &ph, e) < 0)
+        return err_prefix(e, "step %lld on device %s", (long long)step, ops->device);
+    int64_t t_end = clock_mono_ns();
     rs.epoch = *epoch_of_step;
     rs.loss = loss_sum / t->accumulate;
     rs.data_ms = train_ms(data_ns);
-    rs.forward_ms = train_ms(fwd_ns);
-    rs.backward_ms = train_ms(bwd_ns);
+    rs.forward_ms = ph.forward_ms;
+    rs.backward_ms = ph.backward_ms;
     rs.comm_ms = train_ms(st->comm_ns);
     rs.comm_exposed_ms = train_ms(st->exposed_ns);
-    rs.optimizer_ms = train_ms((t_end - t2) - (st->exposed_ns - exposed_before));
+    rs.optimizer_ms = ph.optimizer_ms;
     rs.step_ms = train_ms(t_end - t_start);
     rs.bytes_sent = (int64_t)st->bytes_sent;
     return report_emit_step(tr->w, &rs, e);
@@ -452,180 +439,26 @@ static int train_repeat(struct trainer *tr, struct err *e)
     return 0;
 }
 
-/* ---- the GPU seam ------------------------------------------------------------------ */
-
-#if TRAIN_GPU
-static int train_gpu_create(struct trainer *tr, struct err *e)
-{
-    /* NULL stream: CUDA's legacy default stream, the one worker_gpu_comm_create's NCCL
-     * communicator fences its operations against */
-    tr->gm = gmodel_create(&tr->m, tr->t->batch_size, tr->t->precision, NULL, e);
-    if (!tr->gm)
-        return -1;
-    loss_scale_init(&tr->ls, gmodel_wants_loss_scale(tr->gm));
-    return 0;
-}
-
-static void train_gpu_scale(void *ctx, float *x, size_t n, float factor)
-{
-    gmodel_scale(ctx, x, n, factor);
-}
-
-static void train_gpu_update(void *ctx, struct nn_optim *o, size_t off, size_t state_off,
-                             size_t len, double lr)
-{
-    gmodel_optim_update(ctx, o, lr, off, state_off, len);
-}
-
-static int train_gpu_strategy(struct trainer *tr, const struct nn_optim_cfg *oc,
-                              struct err *e)
-{
-    struct ddp_device dev = {.params = gmodel_params(tr->gm), .grads = gmodel_grads(tr->gm),
-                             .buffers = gmodel_buffers(tr->gm), .ctx = tr->gm,
-                             .scale = train_gpu_scale, .update = train_gpu_update};
-    if (ddp_set_device(&tr->ddp, &dev, e) < 0)
-        return -1;
-    return gmodel_optim_init(tr->gm, oc, e);
-}
-
-static void train_gpu_params_changed(struct trainer *tr) { gmodel_after_update(tr->gm); }
-
-static void train_gpu_destroy(struct trainer *tr)
-{
-    gmodel_destroy(tr->gm);
-    tr->gm = NULL;
-}
-
-static int train_gpu_allreduce(struct trainer *tr, float *v, int n, struct err *e)
-{
-    float *d = gmodel_scratch_put(tr->gm, v, n, e); /* NCCL moves device buffers only */
-    if (!d || comm_allreduce(tr->comm, d, d, (size_t)n, COMM_FLOAT32, COMM_SUM, e) < 0)
-        return -1;
-    return gmodel_scratch_get(tr->gm, v, n, e);
-}
-
-static int train_gpu_eval_batch(struct trainer *tr, const float *x, const int32_t *y, int n,
-                                double *loss, int *right, struct err *e)
-{
-    gmodel_mark_step_begin(tr->gm);
-    if (gmodel_forward(tr->gm, x, y, n, 0, 0, false, 1.0f, e) < 0)
-        return -1;
-    return gmodel_wait_loss(tr->gm, loss, right, e);
-}
-
-/* train_step on the GPU: the same phases, forward / backward / optimizer timed by CUDA
- * events on the compute stream (device time), backward waited for before the exchange is
- * finished so that comm_exposed is the time the step waited for communication alone. */
-static int train_gpu_step(struct trainer *tr, int64_t step, struct train_tally *tally,
-                          int *epoch_done, int *epoch_of_step, struct err *e)
-{
-    const struct spec_train *t = tr->t;
-    struct gmodel *gm = tr->gm;
-    struct report_step rs = {.repeat = tr->repeat, .step = step,
-                             .warmup = step < t->warmup_steps,
-                             .samples = t->batch_size * t->accumulate};
-    int64_t t_start = clock_mono_ns(), data_ns = 0;
-    *epoch_done = -1;
-    gmodel_mark_step_begin(gm);
-    gmodel_zero_grad(gm);
-    double loss_sum = 0;
-    for (int micro = 0; micro < t->accumulate; micro++) {
-        const struct data_batch *b = NULL;
-        if (train_next_micro(tr, step, micro, &b, &data_ns, epoch_done, epoch_of_step, e) < 0)
-            return -1;
-        double loss = 0;
-        int right = 0;
-        if (gmodel_forward(gm, b->x, b->y, b->n, 1, (uint64_t)b->step, tr->train->reuse_batch,
-                           tr->ls.scale, e) < 0 ||
-            gmodel_backward(gm, ddp_grad_hook, &tr->ddp, e) < 0 ||
-            gmodel_wait_loss(gm, &loss, &right, e) < 0)
-            return err_prefix(e, "step %lld on the GPU", (long long)step);
-        if (train_count_micro(step, loss, right, b->n, tally, &loss_sum, e) < 0)
-            return -1;
-    }
-    if (ddp_finish(&tr->ddp, t->accumulate, e) < 0)
-        return err_prefix(e, "gradient exchange of step %lld", (long long)step);
-    bool finite = true;
-    if (tr->ls.dynamic && gmodel_unscale(gm, loss_scale_inverse(&tr->ls), &finite, e) < 0)
-        return err_prefix(e, "unscaling the gradients of step %lld", (long long)step);
-    bool apply = loss_scale_update(&tr->ls, !finite); /* fp16 skips a non-finite step */
-    gmodel_mark_optim(gm, 0);
-    if (apply && ddp_optim_step(&tr->ddp, &tr->opt, nn_lr_at(&tr->sched, (long)step), e) < 0)
-        return err_prefix(e, "optimizer step %lld", (long long)step);
-    if (apply)
-        gmodel_after_update(gm);
-    gmodel_mark_optim(gm, 1);
-    double fwd_ms = 0, bwd_ms = 0, opt_ms = 0;
-    if (gmodel_phase_ms(gm, &fwd_ms, &bwd_ms, &opt_ms, e) < 0)
-        return err_prefix(e, "step %lld on the GPU", (long long)step);
-    int64_t t_end = clock_mono_ns(), used = gmodel_mem_used();
-    if (used > tr->peak_mem)
-        tr->peak_mem = used;
-    const struct ddp_step_stats *st = &tr->ddp.st;
-    rs.epoch = *epoch_of_step;
-    rs.loss = loss_sum / t->accumulate;
-    rs.data_ms = train_ms(data_ns);
-    rs.forward_ms = fwd_ms;
-    rs.backward_ms = bwd_ms;
-    rs.comm_ms = train_ms(st->comm_ns);
-    rs.comm_exposed_ms = train_ms(st->exposed_ns);
-    rs.optimizer_ms = opt_ms; /* naive and ddp have no communication in the update */
-    rs.step_ms = train_ms(t_end - t_start);
-    rs.bytes_sent = (int64_t)st->bytes_sent;
-    return report_emit_step(tr->w, &rs, e);
-}
-#else
-static int train_gpu_unbuilt(struct err *e)
-{
-    return err_set(e, ERR_INVALID, "device", "device \"cuda\": this ddpbench-worker was "
-                   "built without CUDA and cuDNN (meson -Dcuda=enabled -Dcudnn=enabled)");
-}
-
-static int train_gpu_create(struct trainer *tr, struct err *e) { return train_gpu_unbuilt(e); }
-
-static int train_gpu_strategy(struct trainer *tr, const struct nn_optim_cfg *oc,
-                              struct err *e)
-{
-    return train_gpu_unbuilt(e);
-}
-
-static void train_gpu_params_changed(struct trainer *tr) {}
-static void train_gpu_destroy(struct trainer *tr) {}
-
-static int train_gpu_allreduce(struct trainer *tr, float *v, int n, struct err *e)
-{
-    return train_gpu_unbuilt(e);
-}
-
-static int train_gpu_eval_batch(struct trainer *tr, const float *x, const int32_t *y, int n,
-                                double *loss, int *right, struct err *e)
-{
-    return train_gpu_unbuilt(e);
-}
-
-static int train_gpu_step(struct trainer *tr, int64_t step, struct train_tally *tally,
-                          int *epoch_done, int *epoch_of_step, struct err *e)
-{
-    return train_gpu_unbuilt(e);
-}
-#endif
-
 int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,
                        struct heartbeat *hb, struct train_outcome *out, struct err *e)
 {
-    bool cuda = strcmp(s->device, "cuda") == 0;
     if (out)
         out->device_peak_bytes = -1;
+    /* what the device cannot do (precision on the CPU, ...) was refused with the spec
+     * (spec_from_json applies the submit-time rules); what this build lacks is refused here */
+    const struct train_engine_ops *ops = train_engine_pick(s->device, e);
+    if (!ops)
+        return -1;
     nn_set_threads(s->train.threads);
     int rc = 0;
     for (int r = 0; rc == 0 && r < s->repeats; r++) {
         struct trainer tr = {.s = s, .t = &s->train, .comm = c, .w = w, .hb = hb,
                              .repeat = r, .seed = (uint64_t)s->seed + (uint64_t)r,
-                             .cuda = cuda, .peak_mem = -1};
-        loss_scale_init(&tr.ls, false);
+                             .ops = ops};
         rc = train_repeat(&tr, e);
-        if (out && tr.peak_mem > out->device_peak_bytes)
-            out->device_peak_bytes = tr.peak_mem;
+        int64_t peak = tr.eng ? ops->peak_bytes(tr.eng) : -1;
+        if (out && peak > out->device_peak_bytes)
+            out->device_peak_bytes = peak;
         train_teardown(&tr);
     }
     return rc;

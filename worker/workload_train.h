@@ -35,10 +35,10 @@ struct train_outcome {
                                   (cudaMemGetInfo), over all repeats; -1 on the CPU */
 };
 
-/* Runs every repeat of a train spec and fills out (may be NULL). w is used on every rank
- * (steps) and rank 0 (epochs); hb may be NULL. Device "cuda" trains on the GPU
- * (worker/nn/cuda/gmodel.h) in the spec's precision; c must then move device buffers
- * (NCCL), and the strategy be naive or ddp without compression (ddp_set_device). */
+/* Runs every repeat of a train spec on the engine of its device (train_engine.h) and
+ * fills out (may be NULL). w is used on every rank (steps) and rank 0 (epochs); hb may be
+ * NULL. Device "cuda" trains on the GPU in the spec's precision; c must then move device
+ * buffers (NCCL), and the strategy be naive or ddp without compression (ddp_set_device). */
 int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,
                        struct heartbeat *hb, struct train_outcome *out, struct err *e);
 

@@ -1,0 +1,118 @@
+/* train_cpu: the CPU training engine (train_engine.h): the host nn_model itself, prepared
+ * with oneDNN (NN_BACKEND_FAST), stepped in place.
+ *
+ * Decision: everything is synchronous, so the loop's host clock is the measurement
+ * (end_step keeps it) and the loss is known when forward returns; the model's own arenas
+ * are the strategy's, so attach has nothing to point elsewhere. */
+#include "worker/train_engine.h"
+
+#include <stdlib.h>
+
+struct train_cpu {
+    struct train_engine base;
+    struct nn_model *m; /* borrowed */
+    double loss;        /* of the last forward */
+    int right;
+};
+
+static struct train_cpu *train_cpu_of(struct train_engine *en)
+{
+    return (struct train_cpu *)en;
+}
+
+static struct train_engine *train_cpu_create(struct nn_model *m, int batch,
+                                             const char *precision, struct err *e)
+{
+    struct train_cpu *c = calloc(1, sizeof *c);
+    if (!c) {
+        err_set(e, ERR_NOMEM, NULL, "cpu engine: out of memory");
+        return NULL;
+    }
+    c->base.ops = &train_engine_cpu;
+    c->m = m;
+    if (nn_model_prepare(m, batch, NN_BACKEND_FAST, 1, e) < 0) {
+        free(c);
+        return NULL;
+    }
+    return &c->base;
+}
+
+static int train_cpu_attach(struct train_engine *en, struct ddp *ddp,
+                            const struct nn_optim_cfg *oc, struct err *e)
+{
+    return 0; /* the strategy works on m's arenas, the optimizer state is its own */
+}
+
+static void train_cpu_params_changed(struct train_engine *en) {}
+
+static void train_cpu_begin_step(struct train_engine *en)
+{
+    nn_model_zero_grad(train_cpu_of(en)->m);
+}
+
+static int train_cpu_forward(struct train_engine *en, const float *x, const int32_t *y, int n,
+                             int train, uint64_t step, bool reuse, struct err *e)
+{
+    struct train_cpu *c = train_cpu_of(en);
+    c->loss = 0;
+    c->right = 0;
+    if (nn_model_forward(c->m, x, train, step, e) < 0 ||
+        nn_model_loss(c->m, y, n, &c->loss, &c->right, e) < 0)
+        return -1;
+    return 0;
+}
+
+static int train_cpu_backward(struct train_engine *en, nn_grad_hook_fn hook, void *ctx,
+                              struct err *e)
+{
+    return nn_model_backward(train_cpu_of(en)->m, hook, ctx, e);
+}
+
+static int train_cpu_wait_loss(struct train_engine *en, double *loss, int *right,
+                               struct err *e)
+{
+    *loss = train_cpu_of(en)->loss;
+    *right = train_cpu_of(en)->right;
+    return 0;
+}
+
+static int train_cpu_begin_update(struct train_engine *en, bool *apply, struct err *e)
+{
+    *apply = true; /* fp32 only: no loss scaling */
+    return 0;
+}
+
+static void train_cpu_end_update(struct train_engine *en, bool applied) {}
+
+static int train_cpu_end_step(struct train_engine *en, struct train_phases *ph,
+                              struct err *e)
+{
+    return 0; /* the host clock measured it all */
+}
+
+static int train_cpu_allreduce_host(struct train_engine *en, struct comm *c, float *v, int n,
+                                    struct err *e)
+{
+    return comm_allreduce(c, v, v, (size_t)n, COMM_FLOAT32, COMM_SUM, e);
+}
+
+static int64_t train_cpu_peak_bytes(const struct train_engine *en) { return -1; }
+
+static void train_cpu_destroy(struct train_engine *en) { free(train_cpu_of(en)); }
+
+const struct train_engine_ops train_engine_cpu = {
+    .device = "cpu",
+    .create = train_cpu_create,
+    .attach = train_cpu_attach,
+    .params_changed = train_cpu_params_changed,
+    .begin_step = train_cpu_begin_step,
+    .forward = train_cpu_forward,
+    .backward = train_cpu_backward,
+    .wait_loss = train_cpu_wait_loss,
+    .begin_update = train_cpu_begin_update,
+    .end_update = train_cpu_end_update,
+    .end_step = train_cpu_end_step,
+    .allreduce_host = train_cpu_allreduce_host,
+    .peak_bytes = train_cpu_peak_bytes,
+    .destroy = train_cpu_destroy,
+};
