@@ -1,4 +1,12 @@
-/* scheduler: see scheduler.h. */
+/* scheduler: see scheduler.h.
+ *
+ * Decision: the scheduler runs on its own daemon/loop. The monitors register their fds
+ * (report pipes, pidfds) in an epoll set of their own (monitor_ctx.epfd) that is one
+ * watch of the loop, so the monitor keeps its epoll contract and every run's events are
+ * still handled on the loop's thread; finished runs are freed only in the iteration hook,
+ * after the whole batch, because later events of the batch may still point at them.
+ * Cancels are closures posted by the HTTP threads; scheduler_wake only sets a flag and
+ * wakes the loop, which keeps it async-signal-safe. */
 #include "daemon/scheduler.h"
 
 #include <errno.h>
@@ -9,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -18,9 +25,11 @@
 #include "ddpb_config.h"
 #include "daemon/gpu_slots.h"
 #include "common/log.h"
+#include "daemon/loop.h"
 #include "daemon/monitor.h"
 
-#define SCHED_TICK_MS 100
+#define SCHED_TICK_MS 100       /* monitor deadlines and kill escalation */
+#define SCHED_POLL_MS 1000      /* the database is the queue: look at it this often too */
 #define SCHED_MAX_EVENTS 64
 #define SCHED_KEEPALIVE_MS 15000
 
@@ -32,16 +41,28 @@ struct sched_active {
     int ngpus;
 };
 
+/* A cancel request posted to the loop; owned by the loop call until it ran. */
+struct sched_cancel {
+    struct loop_call call;
+    struct scheduler *s;
+    size_t n;
+    int64_t ids[];
+};
+
 struct scheduler {
     const struct config *cfg;
     struct db *db;
     struct monitor_ctx mctx;
-    int epfd, wakefd;
-    pthread_t thread;
-    bool thread_started;
-    _Atomic bool stop;
+    struct loop *loop;  /* owned */
+    int mon_epfd;       /* owned: the monitors' epoll set, watched by the loop */
+    struct loop_watch mon_watch;
+    struct loop_timer tick, poll, keepalive;
+    struct loop_call stop_call;
+    atomic_bool wake_pending; /* set by scheduler_wake, taken by the loop */
 
-    /* owned by the thread; stats mirrored under the lock for other threads */
+    /* owned by the loop's thread; stats mirrored under the lock for other threads */
+    bool scan_now;      /* look at the queue after this iteration */
+    bool stopping, stopping_runs;
     int nslots;
     bool *slot_used;
     int *slot_cpu; /* CPU a slot pins to, -1 = unpinned */
@@ -53,8 +74,6 @@ struct scheduler {
 
     pthread_mutex_t lock;
     struct scheduler_stats stats;
-    int64_t *cancel_ids; /* under lock: runs to cancel, taken by the loop */
-    size_t ncancel, cap_cancel;
 };
 
 static void sched_publish_stats(struct scheduler *s)
@@ -273,98 +292,118 @@ static bool sched_reap_finished(struct scheduler *s)
     return any;
 }
 
-/* Takes the pending cancel requests and stops those runs. */
-static void sched_apply_cancels(struct scheduler *s)
+/* Loop thread: stops the active runs a cancel request names. */
+static void sched_apply_cancel(void *arg)
 {
-    pthread_mutex_lock(&s->lock);
-    int64_t *ids = s->cancel_ids;
-    size_t n = s->ncancel;
-    s->cancel_ids = NULL;
-    s->ncancel = s->cap_cancel = 0;
-    pthread_mutex_unlock(&s->lock);
-    for (size_t k = 0; k < n; k++)
+    struct sched_cancel *c = arg;
+    struct scheduler *s = c->s;
+    for (size_t k = 0; k < c->n; k++)
         for (int i = 0; i < s->nactive; i++)
-            if (monitor_run_id(s->active[i].run) == ids[k]) {
-                log_info("run %lld: cancel requested", (long long)ids[k]);
+            if (monitor_run_id(s->active[i].run) == c->ids[k]) {
+                log_info("run %lld: cancel requested", (long long)c->ids[k]);
                 monitor_stop_run(s->active[i].run, DB_RUN_CANCELLED, -1, "cancelled by request");
             }
-    free(ids);
+    s->scan_now = true;
+    free(c);
 }
 
 int scheduler_cancel_runs(struct scheduler *s, const int64_t *ids, size_t n, struct err *e)
 {
-    pthread_mutex_lock(&s->lock);
-    if (s->ncancel + n > s->cap_cancel) {
-        size_t cap = s->cap_cancel ? s->cap_cancel : 16;
-        while (cap < s->ncancel + n)
-            cap *= 2;
-        int64_t *grown = realloc(s->cancel_ids, cap * sizeof *grown);
-        if (!grown) {
-            pthread_mutex_unlock(&s->lock);
-            return err_set(e, ERR_NOMEM, NULL, "out of memory");
-        }
-        s->cancel_ids = grown;
-        s->cap_cancel = cap;
+    struct sched_cancel *c = malloc(sizeof *c + n * sizeof *ids);
+    if (!c)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    c->s = s;
+    c->n = n;
+    if (n)
+        memcpy(c->ids, ids, n * sizeof *ids);
+    if (loop_post(s->loop, &c->call, sched_apply_cancel, c, e) < 0) {
+        free(c); /* refused: still ours */
+        return -1;
     }
-    memcpy(s->cancel_ids + s->ncancel, ids, n * sizeof *ids);
-    s->ncancel += n;
-    pthread_mutex_unlock(&s->lock);
-    scheduler_wake(s);
     return 0;
 }
 
-static void sched_drain_wakefd(struct scheduler *s)
+/* The monitors' epoll set is readable: hand its events to their runs. */
+static void sched_on_monitor_fds(void *arg, uint32_t events)
 {
-    uint64_t v;
-    while (read(s->wakefd, &v, sizeof v) == sizeof v)
-        ;
-}
-
-static void *sched_main(void *arg)
-{
+    (void)events;
     struct scheduler *s = arg;
     struct epoll_event ev[SCHED_MAX_EVENTS];
-    bool stopping_runs = false;
-    int64_t next_scan = 0, next_keepalive = clock_mono_ms() + SCHED_KEEPALIVE_MS;
-    for (;;) {
-        int n = epoll_wait(s->epfd, ev, SCHED_MAX_EVENTS, SCHED_TICK_MS);
-        if (n < 0 && errno != EINTR) {
-            log_error("scheduler: epoll_wait: %s", strerror(errno));
-            usleep(SCHED_TICK_MS * 1000);
-        }
-        bool scan = false;
-        for (int i = 0; i < n; i++) {
-            if (ev[i].data.ptr == NULL) {
-                sched_drain_wakefd(s);
-                sched_apply_cancels(s);
-                scan = true;
-            } else {
-                monitor_handle_event(ev[i].data.ptr, ev[i].events);
-            }
-        }
-        /* finished runs are freed only after the whole batch: later events of the batch
-         * may still point at them */
-        scan |= sched_reap_finished(s);
-        bool stop = atomic_load(&s->stop);
-        if (stop && !stopping_runs) {
+    int n = epoll_wait(s->mon_epfd, ev, SCHED_MAX_EVENTS, 0);
+    for (int i = 0; i < n; i++)
+        monitor_handle_event(ev[i].data.ptr, ev[i].events);
+}
+
+/* Only bounds the loop's sleep: the iteration hook ticks the monitors. */
+static void sched_on_tick(void *arg)
+{
+    struct scheduler *s = arg;
+    loop_timer_start(s->loop, &s->tick, clock_mono_ms() + SCHED_TICK_MS, sched_on_tick, s);
+}
+
+static void sched_on_poll(void *arg)
+{
+    struct scheduler *s = arg;
+    s->scan_now = true;
+}
+
+static void sched_on_keepalive(void *arg)
+{
+    struct scheduler *s = arg;
+    events_heartbeat(s->mctx.events);
+    loop_timer_start(s->loop, &s->keepalive, clock_mono_ms() + SCHED_KEEPALIVE_MS,
+                     sched_on_keepalive, s);
+}
+
+/* Posted by scheduler_destroy: the hook stops the runs, then the loop. */
+static void sched_begin_stop(void *arg)
+{
+    struct scheduler *s = arg;
+    s->stopping = true;
+}
+
+/* After every iteration: reap finished runs, start queued ones, or wind down. */
+static void sched_after_iteration(void *arg)
+{
+    struct scheduler *s = arg;
+    bool scan = s->scan_now | atomic_exchange(&s->wake_pending, false);
+    s->scan_now = false;
+    scan |= sched_reap_finished(s);
+    if (s->stopping) {
+        if (!s->stopping_runs)
             for (int i = 0; i < s->nactive; i++)
                 monitor_stop_run(s->active[i].run, DB_RUN_INTERRUPTED, -1,
                                  "ddpbenchd shut down while the run was active");
-            stopping_runs = true;
-        }
-        if (stop && s->nactive == 0)
-            break;
-        int64_t now = clock_mono_ms();
-        if (now >= next_keepalive) {
-            events_heartbeat(s->mctx.events);
-            next_keepalive = now + SCHED_KEEPALIVE_MS;
-        }
-        if (!stop && (scan || now >= next_scan)) {
-            sched_start_queued(s);
-            next_scan = now + 1000; /* also poll: the database is the queue */
-        }
+        s->stopping_runs = true;
+        if (s->nactive == 0)
+            loop_stop(s->loop);
+        return;
     }
-    return NULL;
+    if (scan) {
+        sched_start_queued(s);
+        loop_timer_start(s->loop, &s->poll, clock_mono_ms() + SCHED_POLL_MS, sched_on_poll, s);
+    }
+}
+
+/* The loop with its watch and timers, not started yet. */
+static int sched_open_loop(struct scheduler *s, struct err *e)
+{
+    s->loop = loop_create("ddpb-sched", e);
+    if (!s->loop)
+        return -1;
+    s->mon_epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (s->mon_epfd < 0)
+        return err_errno(e, "scheduler: epoll_create1");
+    if (loop_watch_add(s->loop, &s->mon_watch, s->mon_epfd, EPOLLIN, sched_on_monitor_fds, s,
+                       e) < 0)
+        return -1;
+    int64_t now = clock_mono_ms();
+    if (loop_timer_start(s->loop, &s->poll, now, sched_on_poll, s) < 0 ||
+        loop_timer_start(s->loop, &s->tick, now + SCHED_TICK_MS, sched_on_tick, s) < 0 ||
+        loop_timer_start(s->loop, &s->keepalive, now + SCHED_KEEPALIVE_MS, sched_on_keepalive,
+                         s) < 0)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    return 0;
 }
 
 struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
@@ -378,7 +417,7 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
     }
     s->cfg = cfg;
     s->db = db;
-    s->epfd = s->wakefd = -1;
+    s->mon_epfd = -1;
     pthread_mutex_init(&s->lock, NULL);
     s->nslots = cfg->cpu_slots;
     s->slot_used = calloc((size_t)s->nslots, sizeof *s->slot_used);
@@ -394,27 +433,13 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
         err_set(e, ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    s->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (s->epfd < 0 || s->wakefd < 0) {
-        err_errno(e, "scheduler: epoll/eventfd");
+    if (sched_open_loop(s, e) < 0)
         goto fail;
-    }
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->wakefd, &ev) < 0) {
-        err_errno(e, "scheduler: epoll_ctl");
-        goto fail;
-    }
     s->mctx = (struct monitor_ctx){
-        .db = db, .store = store, .events = events, .cfg = cfg, .epfd = s->epfd};
+        .db = db, .store = store, .events = events, .cfg = cfg, .epfd = s->mon_epfd};
     sched_publish_stats(s);
-    int rc = pthread_create(&s->thread, NULL, sched_main, s);
-    if (rc != 0) {
-        errno = rc;
-        err_errno(e, "scheduler: pthread_create");
+    if (loop_start(s->loop, sched_after_iteration, s, e) < 0)
         goto fail;
-    }
-    s->thread_started = true;
     return s;
 fail:
     scheduler_destroy(s);
@@ -425,17 +450,13 @@ void scheduler_destroy(struct scheduler *s)
 {
     if (!s)
         return;
-    if (s->thread_started) {
-        atomic_store(&s->stop, true);
-        scheduler_wake(s);
-        pthread_join(s->thread, NULL);
-    }
-    if (s->epfd >= 0)
-        close(s->epfd);
-    if (s->wakefd >= 0)
-        close(s->wakefd);
+    /* Refused when the loop never started: then there is nothing to wind down. */
+    if (s->loop && loop_post(s->loop, &s->stop_call, sched_begin_stop, s, NULL) == 0)
+        loop_wait(s->loop); /* until the active runs ended and the hook stopped it */
+    loop_destroy(s->loop); /* forgets our timers and watch, which die with s */
+    if (s->mon_epfd >= 0)
+        close(s->mon_epfd);
     free(s->active);
-    free(s->cancel_ids);
     free(s->slot_used);
     free(s->slot_cpu);
     free(s->gpu_used);
@@ -445,9 +466,8 @@ void scheduler_destroy(struct scheduler *s)
 
 void scheduler_wake(struct scheduler *s)
 {
-    uint64_t one = 1;
-    ssize_t w = write(s->wakefd, &one, sizeof one);
-    (void)w;
+    atomic_store(&s->wake_pending, true);
+    loop_wake(s->loop);
 }
 
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out)
