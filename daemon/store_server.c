@@ -1,16 +1,16 @@
 /* store_server: the daemon's rendezvous key-value store (see store_server.h; wire format
  * in common/store_proto.h).
  *
- * Decision: a single epoll thread owns every piece of state (runs, keys, connections,
- * waiters, the timer heap), so nothing but the command queue and the stats needs a lock.
+ * Decision: one thread, a daemon/loop's, owns every piece of state (runs, keys,
+ * connections, waiters, deadlines), so nothing but the stats needs a lock; other threads
+ * reach it only through closures the loop runs synchronously (add/remove a run).
  * A blocked GET/WAIT parks its connection on ONE missing key (a placeholder entry holds
- * the waiter list of a key that does not exist yet) and on a min-heap of deadlines; a
- * write to that key wakes exactly its waiters, and a WAIT re-parks on its next missing
- * key, so thousands of waiting clients cost nothing per loop iteration. Connections are
- * never freed in the middle of an iteration: a closed one is marked dead and reaped at
- * the end, so pointers held by the event batch, the wake lists and the ready list stay
- * valid. Other threads reach the loop only through a mutex-protected command queue and
- * an eventfd. */
+ * the waiter list of a key that does not exist yet) and on its deadline timer; a write to
+ * that key wakes exactly its waiters, and a WAIT re-parks on its next missing key, so
+ * thousands of waiting clients cost nothing per loop iteration. Connections are never
+ * freed in the middle of an iteration: a closed one is marked dead and reaped in the
+ * loop's iteration hook, so pointers held by the wake lists and the ready list stay
+ * valid. */
 #include "daemon/store_server.h"
 
 #define HASH_NONFATAL_OOM 1
@@ -20,14 +20,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <uthash.h>
@@ -38,6 +36,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/store_proto.h"
+#include "daemon/loop.h"
 
 #define STORE_HELLO_TIMEOUT_MS 10000
 #define STORE_OUT_CAP ((size_t)64 << 20)          /* unread replies before a client is dropped */
@@ -47,7 +46,8 @@
 #define STORE_KEEP_BUF ((size_t)1 << 20) /* larger idle buffers go back to the allocator */
 #define STORE_READ_BUDGET ((size_t)1 << 20)      /* per readiness event, for fairness */
 #define STORE_ACCEPT_PAUSE_MS 100
-#define STORE_MAX_EVENTS 256
+#define STORE_ACCEPT_BATCH 256 /* connections taken per readiness event */
+#define STORE_CONN_EVENTS (EPOLLIN | EPOLLRDHUP)
 
 struct store_conn;
 
@@ -73,9 +73,10 @@ struct store_run {
 };
 
 struct store_conn {
+    struct store_server *srv;
     int fd;
+    struct loop_watch watch; /* EPOLLOUT in its events while replies wait */
     bool dead;       /* closed, waiting to be reaped at the end of the loop iteration */
-    bool want_out;   /* EPOLLOUT registered */
     bool in_ready;   /* on the server's ready list */
     struct buf in;   /* bytes received; frames start at in_off */
     size_t in_off;
@@ -85,9 +86,8 @@ struct store_conn {
     struct store_conn *run_prev, *run_next;
     struct store_conn *all_prev, *all_next;
     struct store_conn *ready_next, *dead_next;
-    /* Timer: HELLO deadline before the handshake, the request's deadline while parked. */
-    int64_t deadline_ms;
-    size_t heap_idx; /* SIZE_MAX when not in the heap */
+    /* HELLO deadline before the handshake, the request's deadline while parked. */
+    struct loop_timer timer;
     /* Parked request (park_op == 0 when none). */
     enum store_op park_op;
     struct store_kv *park_kv;
@@ -96,109 +96,21 @@ struct store_conn {
     uint32_t wait_keys_len, wait_cursor;
 };
 
-enum store_cmd_kind { STORE_CMD_ADD_RUN, STORE_CMD_REMOVE_RUN };
-
-/* A request from another thread; lives on the caller's stack until done. */
-struct store_cmd {
-    enum store_cmd_kind kind;
-    const char *run, *secret; /* borrowed from the caller */
-    int rc;
-    struct err err;
-    bool done;
-    struct store_cmd *next;
-};
-
 struct store_server {
-    int lfd, epfd, evfd;
+    struct loop *loop; /* owned */
+    int lfd;
+    struct loop_watch listen;
+    struct loop_timer accept_resume; /* armed while accepting is paused */
     int reserve_fd;          /* spare fd given up to shed connections on EMFILE */
     int port;
-    bool accept_paused;
-    int64_t accept_resume_ms;
     int64_t emfile_logged_ms;
-    pthread_t thread;
-    atomic_bool stop;
-    /* Command queue: the only state shared with other threads besides the stats. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct store_cmd *cmd_head, *cmd_tail;
-    /* Owned by the epoll thread. */
+    /* Owned by the loop's thread. */
     struct store_run *runs; /* uthash by name */
     struct store_conn *conns;
     struct store_conn *ready, *dead;
-    struct store_conn **heap;
-    size_t heap_len, heap_cap;
     /* Stats, read by any thread. */
     atomic_uint_fast64_t n_clients, n_runs, n_requests, n_rejected;
 };
-
-/* ---- deadline heap ---------------------------------------------------------------- */
-
-static void store_heap_set(struct store_server *s, size_t i, struct store_conn *c)
-{
-    s->heap[i] = c;
-    c->heap_idx = i;
-}
-
-static void store_heap_up(struct store_server *s, size_t i)
-{
-    struct store_conn *c = s->heap[i];
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (s->heap[parent]->deadline_ms <= c->deadline_ms)
-            break;
-        store_heap_set(s, i, s->heap[parent]);
-        i = parent;
-    }
-    store_heap_set(s, i, c);
-}
-
-static void store_heap_down(struct store_server *s, size_t i)
-{
-    struct store_conn *c = s->heap[i];
-    for (;;) {
-        size_t l = 2 * i + 1, m = i;
-        int64_t best = c->deadline_ms;
-        if (l < s->heap_len && s->heap[l]->deadline_ms < best)
-            m = l, best = s->heap[l]->deadline_ms;
-        if (l + 1 < s->heap_len && s->heap[l + 1]->deadline_ms < best)
-            m = l + 1;
-        if (m == i)
-            break;
-        store_heap_set(s, i, s->heap[m]);
-        i = m;
-    }
-    store_heap_set(s, i, c);
-}
-
-static int store_heap_push(struct store_server *s, struct store_conn *c, int64_t deadline_ms)
-{
-    if (s->heap_len == s->heap_cap) {
-        size_t cap = s->heap_cap ? s->heap_cap * 2 : 64;
-        struct store_conn **h = realloc(s->heap, cap * sizeof *h);
-        if (!h)
-            return -1;
-        s->heap = h;
-        s->heap_cap = cap;
-    }
-    c->deadline_ms = deadline_ms;
-    store_heap_set(s, s->heap_len++, c);
-    store_heap_up(s, c->heap_idx);
-    return 0;
-}
-
-static void store_heap_remove(struct store_server *s, struct store_conn *c)
-{
-    size_t i = c->heap_idx;
-    if (i == SIZE_MAX)
-        return;
-    c->heap_idx = SIZE_MAX;
-    struct store_conn *last = s->heap[--s->heap_len];
-    if (i == s->heap_len)
-        return;
-    store_heap_set(s, i, last);
-    store_heap_up(s, i);
-    store_heap_down(s, last->heap_idx);
-}
 
 /* ---- keys ------------------------------------------------------------------------- */
 
@@ -299,12 +211,7 @@ static void store_conn_kill(struct store_server *s, struct store_conn *c);
 
 static void store_conn_set_out(struct store_server *s, struct store_conn *c, bool on)
 {
-    if (c->want_out == on)
-        return;
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0u),
-                             .data.ptr = c};
-    if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, c->fd, &ev) == 0)
-        c->want_out = on;
+    loop_watch_modify(s->loop, &c->watch, STORE_CONN_EVENTS | (on ? EPOLLOUT : 0u), NULL);
 }
 
 /* Sends what the socket takes now; EPOLLOUT covers the rest. Returns -1 (conn killed)
@@ -398,7 +305,7 @@ static void store_conn_unpark(struct store_server *s, struct store_conn *c)
     c->park_kv = NULL;
     free(c->wait_keys);
     c->wait_keys = NULL;
-    store_heap_remove(s, c);
+    loop_timer_stop(s->loop, &c->timer);
     store_kv_release_if_unused(c->run, kv);
 }
 
@@ -419,10 +326,11 @@ static void store_conn_kill(struct store_server *s, struct store_conn *c)
         return;
     c->dead = true;
     store_conn_unpark(s, c);
-    store_heap_remove(s, c);
+    loop_timer_stop(s->loop, &c->timer);
     store_conn_leave_run(c);
     DL_DELETE2(s->conns, c, all_prev, all_next);
-    close(c->fd); /* also removes it from the epoll set */
+    loop_watch_remove(s->loop, &c->watch);
+    close(c->fd);
     c->fd = -1;
     c->dead_next = s->dead;
     s->dead = c;
@@ -457,15 +365,18 @@ static void store_mark_ready(struct store_server *s, struct store_conn *c)
 
 /* ---- blocking requests ------------------------------------------------------------- */
 
-/* Links c into kv's waiters and the deadline heap (a re-parked WAIT is already in the
- * heap). Returns -1 on ENOMEM with c unparked. */
+static void store_conn_on_timeout(void *arg);
+
+/* Links c into kv's waiters and arms its deadline (a re-parked WAIT's is armed
+ * already). Returns -1 on ENOMEM with c unparked. */
 static int store_conn_park(struct store_server *s, struct store_conn *c, enum store_op op,
                            struct store_kv *kv, int64_t deadline_ms)
 {
     c->park_op = op;
     c->park_kv = kv;
     DL_PREPEND2(kv->waiters, c, wait_prev, wait_next);
-    if (c->heap_idx == SIZE_MAX && store_heap_push(s, c, deadline_ms) < 0) {
+    if (!loop_timer_armed(&c->timer) &&
+        loop_timer_start(s->loop, &c->timer, deadline_ms, store_conn_on_timeout, c) < 0) {
         store_conn_unpark(s, c);
         return -1;
     }
@@ -482,7 +393,7 @@ static void store_park_on(struct store_server *s, struct store_conn *c, enum sto
         return;
     free(c->wait_keys);
     c->wait_keys = NULL;
-    store_heap_remove(s, c);
+    loop_timer_stop(s->loop, &c->timer);
     store_conn_error(s, c, STORE_E_INTERNAL, "out of memory");
 }
 
@@ -520,12 +431,12 @@ static void store_wait_resume(struct store_server *s, struct store_conn *c)
 {
     struct store_bytes missing;
     if (store_wait_next_missing(c, &missing)) {
-        store_park_on(s, c, STORE_OP_WAIT, &missing, c->deadline_ms);
+        store_park_on(s, c, STORE_OP_WAIT, &missing, loop_timer_deadline(&c->timer));
         return;
     }
     free(c->wait_keys);
     c->wait_keys = NULL;
-    store_heap_remove(s, c);
+    loop_timer_stop(s->loop, &c->timer);
     store_conn_sent(s, c, store_proto_encode_ok(&c->out));
 }
 
@@ -541,7 +452,7 @@ static void store_kv_wake(struct store_server *s, struct store_kv *kv)
         c->park_op = 0;
         c->park_kv = NULL;
         if (op == STORE_OP_GET) {
-            store_heap_remove(s, c);
+            loop_timer_stop(s->loop, &c->timer);
             store_conn_sent(s, c, store_proto_encode_ok_value(&c->out, kv->val, kv->vlen));
         } else {
             store_wait_resume(s, c);
@@ -552,19 +463,19 @@ static void store_kv_wake(struct store_server *s, struct store_kv *kv)
     }
 }
 
-static void store_expire(struct store_server *s, int64_t now)
+/* c's deadline passed (its timer is disarmed already): no HELLO yet, or a parked
+ * request timed out. */
+static void store_conn_on_timeout(void *arg)
 {
-    while (s->heap_len > 0 && s->heap[0]->deadline_ms <= now) {
-        struct store_conn *c = s->heap[0];
-        store_heap_remove(s, c);
-        if (!c->run) {
-            store_conn_fail(s, c, STORE_E_PROTOCOL, "no HELLO within the handshake timeout");
-            continue;
-        }
-        store_conn_unpark(s, c);
-        store_conn_error(s, c, STORE_E_TIMEOUT, "timed out waiting for the key");
-        store_mark_ready(s, c);
+    struct store_conn *c = arg;
+    struct store_server *s = c->srv;
+    if (!c->run) {
+        store_conn_fail(s, c, STORE_E_PROTOCOL, "no HELLO within the handshake timeout");
+        return;
     }
+    store_conn_unpark(s, c);
+    store_conn_error(s, c, STORE_E_TIMEOUT, "timed out waiting for the key");
+    store_mark_ready(s, c);
 }
 
 /* ---- request handlers -------------------------------------------------------------- */
@@ -595,7 +506,7 @@ static void store_handle_hello(struct store_server *s, struct store_conn *c,
         store_conn_fail(s, c, STORE_E_AUTH, "unknown run or wrong secret");
         return;
     }
-    store_heap_remove(s, c);
+    loop_timer_stop(s->loop, &c->timer);
     c->run = run;
     DL_PREPEND2(run->clients, c, run_prev, run_next);
     store_reply_ok(s, c);
@@ -841,8 +752,10 @@ static void store_conn_read(struct store_server *s, struct store_conn *c)
     }
 }
 
-static void store_conn_event(struct store_server *s, struct store_conn *c, uint32_t events)
+static void store_conn_event(void *arg, uint32_t events)
 {
+    struct store_conn *c = arg;
+    struct store_server *s = c->srv;
     if (c->dead)
         return;
     if (events & EPOLLOUT)
@@ -853,19 +766,18 @@ static void store_conn_event(struct store_server *s, struct store_conn *c, uint3
 
 /* ---- accepting ------------------------------------------------------------------- */
 
-static void store_accept_pause(struct store_server *s, int64_t now)
+static void store_accept_resume(void *arg)
 {
-    struct epoll_event ev = {.events = 0, .data.ptr = &s->lfd};
-    epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &ev);
-    s->accept_paused = true;
-    s->accept_resume_ms = now + STORE_ACCEPT_PAUSE_MS;
+    struct store_server *s = arg;
+    loop_watch_modify(s->loop, &s->listen, EPOLLIN, NULL);
 }
 
-static void store_accept_resume(struct store_server *s)
+/* Stops accepting for a moment (kept accepting if even the timer cannot be armed). */
+static void store_accept_pause(struct store_server *s, int64_t now)
 {
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s->lfd};
-    epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &ev);
-    s->accept_paused = false;
+    if (loop_timer_start(s->loop, &s->accept_resume, now + STORE_ACCEPT_PAUSE_MS,
+                         store_accept_resume, s) == 0)
+        loop_watch_modify(s->loop, &s->listen, 0, NULL);
 }
 
 /* Out of fds: give up the reserve fd to accept-and-close one pending connection, so the
@@ -898,17 +810,17 @@ static int store_conn_add(struct store_server *s, int fd, int64_t now)
     struct store_conn *c = calloc(1, sizeof *c);
     if (!c)
         return -1;
+    c->srv = s;
     c->fd = fd;
-    c->heap_idx = SIZE_MAX;
     buf_init(&c->in);
     buf_init(&c->out);
-    struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
-    if (store_heap_push(s, c, now + STORE_HELLO_TIMEOUT_MS) < 0) {
+    if (loop_timer_start(s->loop, &c->timer, now + STORE_HELLO_TIMEOUT_MS,
+                         store_conn_on_timeout, c) < 0) {
         free(c);
         return -1;
     }
-    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-        store_heap_remove(s, c);
+    if (loop_watch_add(s->loop, &c->watch, fd, STORE_CONN_EVENTS, store_conn_event, c, NULL) < 0) {
+        loop_timer_stop(s->loop, &c->timer);
         free(c);
         return -1;
     }
@@ -917,9 +829,12 @@ static int store_conn_add(struct store_server *s, int fd, int64_t now)
     return 0;
 }
 
-static void store_accept(struct store_server *s, int64_t now)
+static void store_on_listen(void *arg, uint32_t events)
 {
-    for (int i = 0; i < STORE_MAX_EVENTS; i++) {
+    (void)events;
+    struct store_server *s = arg;
+    int64_t now = clock_mono_ms();
+    for (int i = 0; i < STORE_ACCEPT_BATCH; i++) {
         int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
@@ -978,66 +893,32 @@ static void store_apply_remove_run(struct store_server *s, const char *name)
     atomic_fetch_sub(&s->n_runs, 1);
 }
 
-static void store_apply_commands(struct store_server *s)
+/* A store_server_add_run on the loop's thread; lives on the caller's stack. */
+struct store_cmd_add {
+    struct store_server *s;
+    const char *run, *secret; /* borrowed from the caller */
+    int rc;
+    struct err err;
+};
+
+static void store_do_add_run(void *arg)
 {
-    uint64_t v;
-    if (read(s->evfd, &v, sizeof v) < 0 && errno != EAGAIN)
-        log_warn("store: eventfd read: %s", strerror(errno));
-    pthread_mutex_lock(&s->mu);
-    struct store_cmd *list = s->cmd_head;
-    s->cmd_head = s->cmd_tail = NULL;
-    pthread_mutex_unlock(&s->mu);
-    for (struct store_cmd *c = list; c; c = c->next) {
-        if (c->kind == STORE_CMD_ADD_RUN)
-            c->rc = store_apply_add_run(s, c->run, c->secret, &c->err);
-        else
-            store_apply_remove_run(s, c->run);
-    }
-    pthread_mutex_lock(&s->mu);
-    while (list) {
-        struct store_cmd *next = list->next;
-        list->done = true; /* after this the caller may free it */
-        list = next;
-    }
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    struct store_cmd_add *c = arg;
+    c->rc = store_apply_add_run(c->s, c->run, c->secret, &c->err);
 }
 
-/* Queues cmd and waits until the epoll thread applied it. */
-static void store_submit(struct store_server *s, struct store_cmd *cmd)
+struct store_cmd_remove {
+    struct store_server *s;
+    const char *run; /* borrowed from the caller */
+};
+
+static void store_do_remove_run(void *arg)
 {
-    uint64_t one = 1;
-    pthread_mutex_lock(&s->mu);
-    cmd->next = NULL;
-    if (s->cmd_tail)
-        s->cmd_tail->next = cmd;
-    else
-        s->cmd_head = cmd;
-    s->cmd_tail = cmd;
-    pthread_mutex_unlock(&s->mu);
-    if (write(s->evfd, &one, sizeof one) < 0)
-        log_warn("store: eventfd write: %s", strerror(errno));
-    pthread_mutex_lock(&s->mu);
-    while (!cmd->done)
-        pthread_cond_wait(&s->cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
+    struct store_cmd_remove *c = arg;
+    store_apply_remove_run(c->s, c->run);
 }
 
 /* ---- the loop ---------------------------------------------------------------------- */
-
-static int store_poll_timeout(const struct store_server *s, int64_t now)
-{
-    int64_t next = -1;
-    if (s->heap_len > 0)
-        next = s->heap[0]->deadline_ms;
-    if (s->accept_paused && (next < 0 || s->accept_resume_ms < next))
-        next = s->accept_resume_ms;
-    if (next < 0)
-        return -1;
-    if (next <= now)
-        return 0;
-    return next - now > 60000 ? 60000 : (int)(next - now);
-}
 
 static void store_drain_ready(struct store_server *s)
 {
@@ -1049,59 +930,22 @@ static void store_drain_ready(struct store_server *s)
     }
 }
 
-static void store_loop_once(struct store_server *s, struct epoll_event *evs)
+/* After each iteration's events and timers: serve the clients that were woken (they
+ * may have pipelined more requests), then free the ones that died. */
+static void store_after_iteration(void *arg)
 {
-    int n = epoll_wait(s->epfd, evs, STORE_MAX_EVENTS, store_poll_timeout(s, clock_mono_ms()));
-    if (n < 0 && errno != EINTR) {
-        log_error("store: epoll_wait: %s", strerror(errno));
-        usleep(10000); /* cannot happen with valid fds; never spin if it does */
-    }
-    int64_t now = clock_mono_ms();
-    for (int i = 0; i < n; i++) {
-        void *p = evs[i].data.ptr;
-        if (p == &s->lfd)
-            store_accept(s, now);
-        else if (p == &s->evfd)
-            store_apply_commands(s);
-        else
-            store_conn_event(s, p, evs[i].events);
-    }
-    store_drain_ready(s);
-    now = clock_mono_ms();
-    if (s->accept_paused && now >= s->accept_resume_ms)
-        store_accept_resume(s);
-    store_expire(s, now);
+    struct store_server *s = arg;
     store_drain_ready(s);
     store_reap(s);
 }
 
-static void *store_thread_main(void *arg)
-{
-    struct store_server *s = arg;
-    struct epoll_event evs[STORE_MAX_EVENTS];
-    while (!atomic_load(&s->stop))
-        store_loop_once(s, evs);
-    return NULL;
-}
-
 /* ---- public API -------------------------------------------------------------------- */
-
-static int store_epoll_add(struct store_server *s, int fd, void *tag, struct err *e)
-{
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = tag};
-    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
-        return err_errno(e, "store: epoll_ctl");
-    return 0;
-}
 
 static void store_close_fds(struct store_server *s)
 {
+    loop_destroy(s->loop);
     if (s->lfd >= 0)
         close(s->lfd);
-    if (s->epfd >= 0)
-        close(s->epfd);
-    if (s->evfd >= 0)
-        close(s->evfd);
     if (s->reserve_fd >= 0)
         close(s->reserve_fd);
 }
@@ -1113,16 +957,11 @@ static int store_open_fds(struct store_server *s, const char *host, int port, st
         return err_prefix(e, "store server");
     net_set_nonblock(s->lfd, true);
     s->port = net_local_port(s->lfd);
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (s->epfd < 0)
-        return err_errno(e, "store: epoll_create1");
-    s->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (s->evfd < 0)
-        return err_errno(e, "store: eventfd");
     s->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (store_epoll_add(s, s->lfd, &s->lfd, e) < 0 || store_epoll_add(s, s->evfd, &s->evfd, e) < 0)
+    s->loop = loop_create("ddpb-store", e);
+    if (!s->loop)
         return -1;
-    return 0;
+    return loop_watch_add(s->loop, &s->listen, s->lfd, EPOLLIN, store_on_listen, s, e);
 }
 
 struct store_server *store_server_create(const char *host, int port, struct err *e)
@@ -1132,35 +971,23 @@ struct store_server *store_server_create(const char *host, int port, struct err 
         err_set(e, ERR_NOMEM, NULL, "out of memory creating the store server");
         return NULL;
     }
-    s->lfd = s->epfd = s->evfd = s->reserve_fd = -1;
+    s->lfd = s->reserve_fd = -1;
     net_raise_nofile();
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    if (store_open_fds(s, host, port, e) < 0)
-        goto fail;
-    int rc = pthread_create(&s->thread, NULL, store_thread_main, s);
-    if (rc != 0) {
-        err_set(e, ERR_IO, NULL, "store: pthread_create: %s", strerror(rc));
-        goto fail;
+    if (store_open_fds(s, host, port, e) < 0 ||
+        loop_start(s->loop, store_after_iteration, s, e) < 0) {
+        store_close_fds(s);
+        free(s);
+        return NULL;
     }
     return s;
-fail:
-    store_close_fds(s);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    free(s);
-    return NULL;
 }
 
 void store_server_destroy(struct store_server *s)
 {
     if (!s)
         return;
-    uint64_t one = 1;
-    atomic_store(&s->stop, true);
-    if (write(s->evfd, &one, sizeof one) < 0)
-        log_warn("store: eventfd write: %s", strerror(errno));
-    pthread_join(s->thread, NULL);
+    loop_stop(s->loop);
+    loop_wait(s->loop); /* from here on the loop's state is ours */
     while (s->conns)
         store_conn_kill(s, s->conns);
     store_reap(s);
@@ -1169,18 +996,8 @@ void store_server_destroy(struct store_server *s)
         HASH_DEL(s->runs, run);
         store_run_free(run);
     }
-    /* Commands queued after the thread stopped: release their callers. */
-    pthread_mutex_lock(&s->mu);
-    for (struct store_cmd *c = s->cmd_head; c; c = c->next) {
-        c->rc = err_set(&c->err, ERR_UNAVAILABLE, NULL, "store server is shutting down");
-        c->done = true;
-    }
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    free(s->heap);
+    loop_timer_stop(s->loop, &s->accept_resume);
     store_close_fds(s);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
     free(s);
 }
 
@@ -1195,8 +1012,9 @@ int store_server_add_run(struct store_server *s, const char *run, const char *se
     if (sl > STORE_MAX_SECRET)
         return err_set(e, ERR_INVALID, "secret", "store secret longer than %u bytes",
                        STORE_MAX_SECRET);
-    struct store_cmd cmd = {.kind = STORE_CMD_ADD_RUN, .run = run, .secret = secret};
-    store_submit(s, &cmd);
+    struct store_cmd_add cmd = {.s = s, .run = run, .secret = secret};
+    if (loop_call_sync(s->loop, store_do_add_run, &cmd, e) < 0)
+        return err_prefix(e, "store server");
     if (cmd.rc < 0 && e)
         *e = cmd.err;
     return cmd.rc;
@@ -1204,8 +1022,8 @@ int store_server_add_run(struct store_server *s, const char *run, const char *se
 
 void store_server_remove_run(struct store_server *s, const char *run)
 {
-    struct store_cmd cmd = {.kind = STORE_CMD_REMOVE_RUN, .run = run};
-    store_submit(s, &cmd);
+    struct store_cmd_remove cmd = {.s = s, .run = run};
+    loop_call_sync(s->loop, store_do_remove_run, &cmd, NULL); /* refused: nothing to remove */
 }
 
 void store_server_get_stats(struct store_server *s, struct store_server_stats *out)
