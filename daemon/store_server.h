@@ -1,12 +1,13 @@
 /* store_server: the daemon's TCP key-value store that workers rendezvous through
  * (protocol in common/store_proto.h).
  *
- * Decision: one epoll thread serves every client of every run, non-blocking, with a
- * per-connection input and output buffer; blocked GET/WAIT requests are parked on the
- * keys they wait for and on a deadline heap, so thousands of waiting clients cost no
+ * Decision: one thread (a daemon/loop) serves every client of every run, non-blocking,
+ * with a per-connection input and output buffer; blocked GET/WAIT requests are parked on
+ * the keys they wait for and on a deadline timer, so thousands of waiting clients cost no
  * threads and no polling. Runs are namespaces: the daemon registers a run with its
  * secret before spawning workers and removes it when the run ends, which frees its keys
- * and closes its clients. */
+ * and closes its clients. This is the store's one public header; the implementation is
+ * daemon/store/ (server, keys, conn, handlers). */
 #ifndef DDPB_STORE_SERVER_H
 #define DDPB_STORE_SERVER_H
 
@@ -24,7 +25,7 @@ struct store_server_stats {
     uint64_t rejected;    /* connections closed for protocol or auth errors */
 };
 
-/* Binds host:port (port 0 = ephemeral) and starts the epoll thread. Returns an owned
+/* Binds host:port (port 0 = ephemeral) and starts its thread. Returns an owned
  * server (store_server_destroy stops and frees it) or NULL with e set. */
 struct store_server *store_server_create(const char *host, int port, struct err *e);
 /* Stops the thread, closes every client, frees everything. NULL is a no-op. */
