@@ -11,9 +11,11 @@
  * owner frees what its callbacks retired.
  *
  * Threading and ownership rules:
- *  - Everything but loop_post, loop_call_sync, loop_wake, loop_stop and loop_wait runs on
- *    the loop's thread (inside a callback), or before loop_start, or after loop_wait
- *    returned. All callbacks run on the loop's thread, so state they share needs no lock.
+ *  - loop_post, loop_call_sync, loop_wake and loop_stop may be called from any thread.
+ *    The watch and timer functions are called on the loop's thread (inside a callback),
+ *    or before loop_start, or after loop_wait returned; loop_start, loop_wait and
+ *    loop_destroy by the loop's owner, never from a callback. All callbacks run on the
+ *    loop's thread, so the state they share needs no lock.
  *  - A watch or timer must be removed (loop_watch_remove, loop_timer_stop) before its
  *    memory is freed. Removing a watch also drops its events still pending in the
  *    current batch, so its owner may free it right after removing it, even mid-batch.
