@@ -336,6 +336,41 @@ static int db_user_version(struct db_conn *c)
     return v;
 }
 
+/* 0 when no row references a missing parent (PRAGMA foreign_key_check finds none). */
+static int db_foreign_keys_hold(struct db_conn *c, struct err *e)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(c->h, "PRAGMA foreign_key_check", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(e, c->h, "foreign_key_check");
+    int rc = sqlite3_step(st);
+    char table[64] = "";
+    if (rc == SQLITE_ROW)
+        snprintf(table, sizeof table, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    if (rc == SQLITE_ROW)
+        return err_set(e, ERR_INTERNAL, NULL, "a row of %s references a missing parent",
+                       table);
+    return rc == SQLITE_DONE ? 0 : db_fail(e, c->h, "foreign_key_check");
+}
+
+/* Applies m in one transaction; a foreign key it left dangling undoes it. */
+static int db_migrate_one(struct db_conn *c, const struct db_migration *m, struct err *e)
+{
+    char pragma[64];
+    snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d;", m->version);
+    if (db_exec(c, "BEGIN IMMEDIATE", e) < 0)
+        return -1;
+    if (db_exec(c, m->sql, e) < 0 || db_exec(c, pragma, e) < 0 ||
+        db_foreign_keys_hold(c, e) < 0) {
+        sqlite3_exec(c->h, "ROLLBACK", NULL, NULL, NULL);
+        return err_prefix(e, "migration %03d_%s", m->version, m->name);
+    }
+    if (db_exec(c, "COMMIT", e) < 0)
+        return -1;
+    log_info("database migrated to %03d_%s", m->version, m->name);
+    return 0;
+}
+
 static int db_migrate(struct db_conn *c, struct err *e)
 {
     int have = db_user_version(c);
@@ -346,21 +381,18 @@ static int db_migrate(struct db_conn *c, struct err *e)
                        "database schema version %d is newer than this ddpbenchd (%d): "
                        "upgrade ddpbenchd or use another state directory",
                        have, db_migration_count);
-    for (int i = have; i < db_migration_count; i++) {
-        const struct db_migration *m = &db_migrations[i];
-        char pragma[64];
-        snprintf(pragma, sizeof pragma, "PRAGMA user_version=%d;", m->version);
-        if (db_exec(c, "BEGIN IMMEDIATE", e) < 0)
-            return -1;
-        if (db_exec(c, m->sql, e) < 0 || db_exec(c, pragma, e) < 0) {
-            sqlite3_exec(c->h, "ROLLBACK", NULL, NULL, NULL);
-            return err_prefix(e, "migration %03d_%s", m->version, m->name);
-        }
-        if (db_exec(c, "COMMIT", e) < 0)
-            return -1;
-        log_info("database migrated to %03d_%s", m->version, m->name);
-    }
-    return 0;
+    /* Foreign keys are off while a migration runs (a table rebuild drops a parent table,
+     * which would otherwise cascade into its children) and checked before it commits:
+     * SQLite's procedure for schema changes ALTER TABLE cannot make. The pragma has no
+     * effect inside a transaction, so it is set around it. */
+    if (have < db_migration_count && db_exec(c, "PRAGMA foreign_keys=OFF;", e) < 0)
+        return -1;
+    int rc = 0;
+    for (int i = have; rc == 0 && i < db_migration_count; i++)
+        rc = db_migrate_one(c, &db_migrations[i], e);
+    if (db_exec(c, "PRAGMA foreign_keys=ON;", rc < 0 ? NULL : e) < 0)
+        return -1;
+    return rc;
 }
 
 struct db *db_open(const char *path, struct err *e)

@@ -55,7 +55,7 @@ static void test_db_lifecycle(void)
     struct err e = {0};
     struct db *db = test_db_fresh();
     T_CHECK(db != NULL);
-    T_EQ_INT(db_schema_version(db), 4);
+    T_EQ_INT(db_schema_version(db), 5);
     int64_t id = test_db_experiment(db, 2);
     T_CHECK(id > 0);
     json_t *exp;
@@ -296,12 +296,66 @@ static void test_db_experiment_summary(void)
     sqlite3_close(h);
     db = db_open(db_path, &e);
     T_CHECK_MSG(db != NULL, "%s", e.msg);
-    T_EQ_INT(db_schema_version(db), 4);
+    T_EQ_INT(db_schema_version(db), 5);
     list = db_list_experiments(db, &f, &e);
     got = json_object_get(json_array_get(json_object_get(list, "items"), 0), "summary");
     T_CHECK_MSG(json_equal(got, w), "summary as migrated");
     json_decref(list);
+    /* 005 rebuilt experiments and runs: every run kept its id and its parent */
+    json_t *exp = db_get_experiment(db, id, &e);
+    T_EQ_INT(json_array_size(json_object_get(exp, "runs")), 3);
+    json_decref(exp);
     json_decref(w);
+    test_db_cleanup(db);
+}
+
+static int64_t test_db_run_id(struct db *db, int64_t exp_id, size_t i);
+
+/* Cancels every (queued) run of exp, then deletes it. */
+static int test_db_drop(struct db *db, int64_t exp, struct err *e)
+{
+    struct db_cancel_result cr;
+    int64_t *run_ids = NULL;
+    size_t n = 0;
+    if (db_cancel(db, exp, 0, &cr, e) < 0)
+        return -1;
+    db_cancel_result_free(&cr);
+    int rc = db_delete_experiment(db, exp, &run_ids, &n, e);
+    free(run_ids);
+    return rc;
+}
+
+/* Ids freed by DELETE are never handed out again (005), and deleting still cascades. */
+static void test_db_ids_never_reused(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t keep = test_db_experiment(db, 1), gone = test_db_experiment(db, 2);
+    T_CHECK(keep > 0 && gone > keep);
+    int64_t gone_run = test_db_run_id(db, gone, 1);
+    T_OK(test_db_drop(db, gone, &e));
+    int64_t next = test_db_experiment(db, 1);
+    T_CHECK_MSG(next > gone, "experiment id %lld after deleting %lld", (long long)next,
+                (long long)gone);
+    T_CHECK(test_db_run_id(db, next, 0) > gone_run);
+    /* and across a restart, where only the database remembers */
+    db_close(db);
+    db = db_open(db_path, &e);
+    T_CHECK_MSG(db != NULL, "%s", e.msg);
+    T_OK(test_db_drop(db, next, &e));
+    T_CHECK(test_db_experiment(db, 1) > next);
+    /* the rebuilt runs table still cascades from experiments */
+    sqlite3 *h;
+    T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
+    sqlite3_stmt *st;
+    T_CHECK(sqlite3_prepare_v2(h, "SELECT count(*) FROM runs WHERE experiment_id = ?", -1, &st,
+                               NULL) == SQLITE_OK);
+    sqlite3_bind_int64(st, 1, gone);
+    T_CHECK(sqlite3_step(st) == SQLITE_ROW);
+    T_EQ_INT(sqlite3_column_int(st, 0), 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h);
     test_db_cleanup(db);
 }
 
@@ -444,6 +498,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_recover_and_reopen);
     TEST_RUN(test_db_experiment_summary);
     TEST_RUN(test_db_refuses_newer_schema);
+    TEST_RUN(test_db_ids_never_reused);
     TEST_RUN(test_db_cancel_and_delete);
     TEST_RUN(test_db_steps_epochs_and_data);
     TEST_RUN(test_db_gpu_placement);
