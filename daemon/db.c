@@ -659,6 +659,20 @@ static const char SQL_LIST_QUEUED[] =
     "SELECT id, experiment_id, world_size, spec FROM runs WHERE status = 'queued' "
     "ORDER BY id LIMIT ?1";
 
+/* q->spec from q->spec_json; a text that is no valid run spec leaves q->spec_err set. */
+static void db_queued_parse_spec(struct db_queued_run *q)
+{
+    json_error_t je;
+    json_t *spec = json_loads(q->spec_json, 0, &je);
+    if (!spec)
+        err_set(&q->spec_err, ERR_INVALID, NULL, "stored spec: invalid JSON: %s", je.text);
+    else if (spec_from_json(spec, &q->spec, &q->spec_err) < 0) {
+        err_prefix(&q->spec_err, "stored spec");
+        memset(&q->spec, 0, sizeof q->spec);
+    }
+    json_decref(spec);
+}
+
 int db_list_queued(struct db *db, size_t max, struct db_queued_run **out, size_t *n,
                    struct err *e)
 {
@@ -678,6 +692,13 @@ int db_list_queued(struct db *db, size_t max, struct db_queued_run **out, size_t
         runs[k].experiment_id = sqlite3_column_int64(st, 1);
         runs[k].world_size = sqlite3_column_int(st, 2);
         runs[k].spec_json = strdup((const char *)sqlite3_column_text(st, 3));
+        if (!runs[k].spec_json) {
+            sqlite3_reset(st);
+            db_queued_runs_free(runs, k);
+            runs = NULL;
+            goto done;
+        }
+        db_queued_parse_spec(&runs[k]);
         k++;
     }
     sqlite3_reset(st);

@@ -17,6 +17,7 @@
 
 #include "common/err.h"
 #include "common/report.h"
+#include "common/spec.h"
 
 struct db;
 
@@ -94,9 +95,15 @@ int db_delete_experiment(struct db *db, int64_t id, int64_t **run_ids, size_t *n
 struct db_queued_run {
     int64_t id, experiment_id;
     int world_size;
-    char *spec_json; /* owned: free with db_queued_runs_free */
+    char *spec_json;     /* owned (db_queued_runs_free): the resolved spec as stored, the
+                            text a worker reads from its spec file */
+    struct spec spec;    /* spec_json parsed once, defaults filled (spec_from_json): what
+                            the daemon reads of a run (device, threads, timeouts) */
+    struct err spec_err; /* code != ERR_OK: spec_json is no valid run spec (spec zeroed);
+                            the run cannot start and fails naming this */
 };
-/* Queued runs in submission order, at most max. *out owned (db_queued_runs_free). */
+/* Queued runs in submission order, at most max. *out owned (db_queued_runs_free). Each
+ * run's spec is parsed here, once, for everything that starts it. */
 int db_list_queued(struct db *db, size_t max, struct db_queued_run **out, size_t *n,
                    struct err *e);
 void db_queued_runs_free(struct db_queued_run *runs, size_t n);

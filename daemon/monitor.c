@@ -503,10 +503,8 @@ static int monitor_watch_fd(struct active_run *r, int fd, struct monitor_watch *
 
 int monitor_slots_per_rank(const struct db_queued_run *q)
 {
-    json_t *spec = json_loads(q->spec_json ? q->spec_json : "", 0, NULL);
-    int per = spec ? spec_slots_per_rank(spec) : 1;
-    json_decref(spec);
-    return per;
+    /* threads is validated (1 to 256) for the workloads that have it, 0 for the others */
+    return q->spec.train.threads > 0 ? q->spec.train.threads : 1;
 }
 
 /* "3,4,5": rank's CPUs out of cpus (per entries each) into out; false when unpinned. */
@@ -609,12 +607,13 @@ static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
 static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, struct err *e)
 {
     char path[PATH_MAX];
-    json_t *spec = json_loads(q->spec_json, 0, NULL);
-    json_t *t = spec ? json_object_get(spec, "timeout_s") : NULL;
-    json_t *hb = spec ? json_object_get(spec, "heartbeat_timeout_s") : NULL;
-    r->timeout_s = json_is_integer(t) ? (int)json_integer_value(t) : 600;
-    r->heartbeat_timeout_s = json_is_integer(hb) ? (int)json_integer_value(hb) : 30;
-    json_decref(spec);
+    if (q->spec_err.code != ERR_OK) {
+        *e = q->spec_err;
+        return -1;
+    }
+    /* the spec's defaults (common/spec.c) are already filled in */
+    r->timeout_s = q->spec.timeout_s;
+    r->heartbeat_timeout_s = q->spec.heartbeat_timeout_s;
     r->deadline_ms = clock_mono_ms() + (int64_t)r->timeout_s * 1000;
     snprintf(path, sizeof path, "%s/spec.json", r->dir);
     if (monitor_mkdirs(r->dir, e) < 0 || monitor_write_file(path, q->spec_json, e) < 0 ||

@@ -44,7 +44,7 @@ struct monitor_watch {
  * owned active run (monitor_free_run), also when a rank failed to start (the run is then
  * stopping and finishes through the normal path); NULL only when the run could not be
  * marked starting (e is set; the run stays as it was). */
-/* CPU slots each rank of q takes: its spec's threads (spec_slots_per_rank). */
+/* CPU slots each rank of q takes: its parsed spec's threads, 1 without threads. */
 int monitor_slots_per_rank(const struct db_queued_run *q);
 /* cpus: monitor_slots_per_rank(q) entries per rank (rank r's from r * per), -1 = not
  * pinned; a rank is pinned to its list of CPUs (DDPB_CPUS). gpu: NULL for a CPU run; for

@@ -137,12 +137,8 @@ static int sched_add_active(struct scheduler *s, struct active_run *run, int *sl
 /* A device "cuda" run's GPU needs from its spec: false for CPU runs. */
 static bool sched_wants_gpu(const struct db_queued_run *q, bool *emulate)
 {
-    json_t *spec = json_loads(q->spec_json ? q->spec_json : "", 0, NULL);
-    const char *device = json_string_value(json_object_get(spec, "device"));
-    bool cuda = device && strcmp(device, "cuda") == 0;
-    *emulate = json_is_true(json_object_get(spec, "emulate_multi_rank"));
-    json_decref(spec);
-    return cuda;
+    *emulate = q->spec.emulate_multi_rank;
+    return strcmp(q->spec.device, "cuda") == 0;
 }
 
 /* A queued run that can never start here (a restarted daemon with fewer GPUs than when

@@ -74,6 +74,9 @@ static void test_db_lifecycle(void)
     T_EQ_INT(q[0].id, r0); /* submission order */
     T_EQ_INT(q[0].world_size, 2);
     T_EQ_STR(q[0].spec_json, "{\"world_size\":2}");
+    /* no workload: not a run spec, so the run cannot start and says why */
+    T_EQ_INT(q[0].spec_err.code, ERR_INVALID);
+    T_CHECK_MSG(strstr(q[0].spec_err.msg, "stored spec") != NULL, "%s", q[0].spec_err.msg);
     db_queued_runs_free(q, n);
 
     T_OK(db_run_starting(db, r0, &e));
@@ -107,6 +110,32 @@ static void test_db_lifecycle(void)
     T_EQ_STR(json_string_value(json_object_get(run, "error")), "rank 1 died");
     T_EQ_INT(json_integer_value(json_object_get(run, "error_rank")), 1);
     json_decref(run);
+    test_db_cleanup(db);
+}
+
+/* A queued run's spec comes back parsed once, with the spec's own defaults filled. */
+static void test_db_queued_spec_parsed(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    const char *spec = "{\"workload\":\"train\",\"model\":\"lenet5\",\"world_size\":2,"
+                       "\"threads\":3,\"heartbeat_timeout_s\":7}";
+    struct db_new_run run = {"{}", spec, 2};
+    int64_t id;
+    T_OK(db_create_experiment(db, "t", "train", spec, &run, 1, &id, &e));
+    struct db_queued_run *q;
+    size_t n;
+    T_OK(db_list_queued(db, 10, &q, &n, &e));
+    T_EQ_INT(n, 1);
+    T_EQ_INT(q[0].spec_err.code, ERR_OK);
+    T_EQ_INT(q[0].spec.workload, SPEC_WORKLOAD_TRAIN);
+    T_EQ_INT(q[0].spec.world_size, 2);
+    T_EQ_INT(q[0].spec.train.threads, 3);
+    T_EQ_INT(q[0].spec.heartbeat_timeout_s, 7);
+    T_EQ_INT(q[0].spec.timeout_s, 600); /* common/spec.c's default */
+    T_EQ_STR(q[0].spec.device, "cpu");
+    db_queued_runs_free(q, n);
     test_db_cleanup(db);
 }
 
@@ -493,6 +522,7 @@ int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_db_lifecycle);
+    TEST_RUN(test_db_queued_spec_parsed);
     TEST_RUN(test_db_results_roundtrip);
     TEST_RUN(test_db_list_filters_and_paging);
     TEST_RUN(test_db_recover_and_reopen);
