@@ -119,6 +119,17 @@ void events_publish(struct events *h, int64_t experiment_id, const char *type,
     free(text);
 }
 
+void events_publish_run(struct events *h, int64_t experiment_id, int64_t run_id,
+                        const char *type, json_t *data)
+{
+    if (!data)
+        return;
+    json_object_set_new(data, "run", json_integer(run_id));
+    json_object_set_new(data, "experiment", json_integer(experiment_id));
+    events_publish(h, experiment_id, type, data);
+    json_decref(data);
+}
+
 void events_heartbeat(struct events *h)
 {
     static const char beat[] = ": keepalive\n\n";

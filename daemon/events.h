@@ -30,6 +30,10 @@ void events_destroy(struct events *h);
  * data is borrowed. Thread-safe. */
 void events_publish(struct events *h, int64_t experiment_id, const char *type,
                     const json_t *data);
+/* An event about one run: data (stolen, always decref'd; NULL publishes nothing) gets
+ * "run" and "experiment" added and is published to the run's experiment. */
+void events_publish_run(struct events *h, int64_t experiment_id, int64_t run_id,
+                        const char *type, json_t *data);
 /* An SSE comment line to every subscriber, keeping idle connections and proxies alive. */
 void events_heartbeat(struct events *h);
 

@@ -18,7 +18,7 @@
 #include "daemon/launcher.h"
 #include "common/log.h"
 #include "common/report.h"
-#include "common/spec.h"
+#include "daemon/ingest.h"
 
 struct run_rank {
     int rank;
@@ -26,17 +26,15 @@ struct run_rank {
     int report_fd, pidfd;
     struct monitor_watch wreport, wexit;
     struct buf line;       /* partial report line */
-    bool spawned, exited, said_hello, said_done;
+    bool spawned, exited;
     bool settled;          /* exit recorded, fds closed */
     int wstatus;
     int signal_sent;       /* last signal the daemon sent, 0 = none */
     int64_t exit_order;    /* order in which exits were seen */
     char bad_report[256];  /* set when the rank broke the report protocol */
-    char error_code[24];   /* from its error event */
-    char error[512];
-    int error_peer;
     int64_t last_seen_ms;  /* monotonic time of its last report line (or its spawn) */
-    char phase[128];       /* what it last said it was doing */
+    const struct ingest_rank *said; /* borrowed from the run's ingest: what it reported
+                                       (error, done, phase) */
 };
 
 struct active_run {
@@ -44,7 +42,8 @@ struct active_run {
     int64_t id, experiment_id;
     int world_size;
     struct run_rank *ranks;
-    int n_settled, n_hello;
+    struct ingest_run ingest; /* its report lines' state (daemon/ingest.h) */
+    int n_settled;
     int64_t exits_seen;
     char ns[32], secret[40], dir[PATH_MAX - 64];
     int64_t deadline_ms, kill_at_ms;
@@ -57,17 +56,6 @@ struct active_run {
 
 /* --- helpers -------------------------------------------------------------------- */
 
-/* Publishes a live event about this run; data is stolen. */
-static void monitor_publish(const struct active_run *r, const char *type, json_t *data)
-{
-    if (data) {
-        json_object_set_new(data, "run", json_integer(r->id));
-        json_object_set_new(data, "experiment", json_integer(r->experiment_id));
-        events_publish(r->ctx->events, r->experiment_id, type, data);
-    }
-    json_decref(data);
-}
-
 /* The run's status changed; at its end the experiment's status is published too. */
 static void monitor_publish_status(const struct active_run *r, enum db_run_status st,
                                    const char *error, int error_rank)
@@ -78,7 +66,7 @@ static void monitor_publish_status(const struct active_run *r, enum db_run_statu
         json_object_set_new(d, "error", json_string(error));
     if (d && error_rank >= 0)
         json_object_set_new(d, "error_rank", json_integer(error_rank));
-    monitor_publish(r, "run", d);
+    events_publish_run(r->ctx->events, r->experiment_id, r->id, "run", d);
     if (st == DB_RUN_STARTING || st == DB_RUN_RUNNING)
         return;
     struct err e = {0};
@@ -92,17 +80,6 @@ static void monitor_publish_status(const struct active_run *r, enum db_run_statu
         json_decref(x);
         json_decref(exp);
     }
-}
-
-/* A report event as published: the worker's fields without type and t. Owned. */
-static json_t *monitor_event_data(const json_t *ev)
-{
-    json_t *d = json_copy((json_t *)ev);
-    if (d) {
-        json_object_del(d, "type");
-        json_object_del(d, "t");
-    }
-    return d;
 }
 
 static void monitor_db_warn(const struct active_run *r, int rc, const struct err *e)
@@ -152,7 +129,7 @@ static int monitor_write_file(const char *path, const char *text, struct err *e)
 static bool monitor_rank_ok(const struct run_rank *k)
 {
     return k->exited && WIFEXITED(k->wstatus) && WEXITSTATUS(k->wstatus) == 0 &&
-           k->said_done && !k->bad_report[0];
+           k->said->said_done && !k->bad_report[0];
 }
 
 static void monitor_send_all(struct active_run *r, int sig)
@@ -243,11 +220,13 @@ static void monitor_describe_exit(const struct run_rank *k, char *out, size_t ca
         snprintf(out, cap, "broke the report protocol: %s", k->bad_report);
     else if (WIFSIGNALED(k->wstatus))
         snprintf(out, cap, "was killed by signal %d (%s)%s%s", WTERMSIG(k->wstatus),
-                 strsignal(WTERMSIG(k->wstatus)), k->error[0] ? ": " : "", k->error);
-    else if (WEXITSTATUS(k->wstatus) == 0 && !k->said_done)
+                 strsignal(WTERMSIG(k->wstatus)), k->said->error[0] ? ": " : "",
+                 k->said->error);
+    else if (WEXITSTATUS(k->wstatus) == 0 && !k->said->said_done)
         snprintf(out, cap, "exited with status 0 without reporting done");
-    else if (k->error[0])
-        snprintf(out, cap, "exited with status %d: %s", WEXITSTATUS(k->wstatus), k->error);
+    else if (k->said->error[0])
+        snprintf(out, cap, "exited with status %d: %s", WEXITSTATUS(k->wstatus),
+                 k->said->error);
     else
         snprintf(out, cap, "exited with status %d without reporting an error",
                  WEXITSTATUS(k->wstatus));
@@ -260,10 +239,11 @@ static int monitor_blame(const struct run_rank *k)
         return 0;
     if (WIFSIGNALED(k->wstatus))
         return WTERMSIG(k->wstatus) == k->signal_sent ? 0 : 4;
-    if (k->bad_report[0] || !k->error[0])
+    const char *code = k->said->error_code;
+    if (k->bad_report[0] || !k->said->error[0])
         return 3;
-    if (strcmp(k->error_code, "peer") == 0 || strcmp(k->error_code, "timeout") == 0 ||
-        strcmp(k->error_code, "aborted") == 0)
+    if (strcmp(code, "peer") == 0 || strcmp(code, "timeout") == 0 ||
+        strcmp(code, "aborted") == 0)
         return 1;
     return 2;
 }
@@ -287,7 +267,7 @@ static void monitor_attribute(struct active_run *r, int *rank_out, char *msg, si
     }
     char what[768];
     monitor_describe_exit(best, what, sizeof what);
-    int peer = best->error_peer;
+    int peer = best->said->error_peer;
     if (best_score == 1 && peer >= 0 && peer < r->world_size && peer != best->rank &&
         !monitor_rank_ok(&r->ranks[peer])) {
         *rank_out = peer;
@@ -370,111 +350,23 @@ static void monitor_rank_exited(struct active_run *r, struct run_rank *k)
 
 /* --- report lines ----------------------------------------------------------------------- */
 
-static void monitor_on_error_event(struct run_rank *k, const json_t *ev)
-{
-    if (k->error[0])
-        return; /* the first error is the cause; later ones are consequences */
-    const char *code = json_string_value(json_object_get(ev, "code"));
-    const char *message = json_string_value(json_object_get(ev, "message"));
-    const char *where = json_string_value(json_object_get(ev, "where"));
-    json_t *peer = json_object_get(ev, "peer");
-    snprintf(k->error_code, sizeof k->error_code, "%s", code ? code : "");
-    snprintf(k->error, sizeof k->error, "%s (%s)", message ? message : "", where ? where : "?");
-    k->error_peer = json_is_integer(peer) ? (int)json_integer_value(peer) : -1;
-}
-
+/* A whole line from rank k's pipe: ingestion does the rest (daemon/ingest.h); a line that
+ * breaks the protocol fails the rank, and the rank's later lines are ignored. */
 static void monitor_handle_line(struct active_run *r, struct run_rank *k, const char *line,
                                 size_t len)
 {
-    struct err e = {0};
-    enum report_type type;
     if (k->bad_report[0])
         return;
     k->last_seen_ms = clock_mono_ms();
-    json_t *ev = report_parse_line(line, len, &type, &e);
-    if (!ev) {
+    struct ingest_result res;
+    struct err e = {0};
+    if (ingest_line(&r->ingest, k->rank, line, len, &res, &e) < 0) {
         snprintf(k->bad_report, sizeof k->bad_report, "%s", e.msg);
         monitor_rank_failed(r, k);
         return;
     }
-    int rank = (int)json_integer_value(json_object_get(ev, "rank"));
-    if (rank != k->rank) {
-        snprintf(k->bad_report, sizeof k->bad_report, "rank %d's pipe carried rank %d's event",
-                 k->rank, rank);
-        json_decref(ev);
-        monitor_rank_failed(r, k);
-        return;
-    }
-    int rc = 0;
-    switch (type) {
-    case REPORT_HEARTBEAT:
-        snprintf(k->phase, sizeof k->phase, "%s",
-                 json_string_value(json_object_get(ev, "phase")));
-        break;
-    case REPORT_STEP: {
-        struct report_step st;
-        rc = report_step_from_json(ev, &st, &e);
-        if (rc == 0)
-            rc = db_insert_step(r->ctx->db, r->id, k->rank, &st, &e);
-        if (rc == 0 && k->rank == 0) /* live view: one rank's steps are enough */
-            monitor_publish(r, "step", monitor_event_data(ev));
-        break;
-    }
-    case REPORT_EPOCH: {
-        struct report_epoch ep;
-        rc = report_epoch_from_json(ev, &ep, &e);
-        if (rc == 0)
-            rc = db_insert_epoch(r->ctx->db, r->id, &ep, &e);
-        if (rc == 0)
-            monitor_publish(r, "epoch", monitor_event_data(ev));
-        break;
-    }
-    case REPORT_HELLO:
-        k->said_hello = true;
-        rc = db_rank_hello(r->ctx->db, r->id, k->rank,
-                           json_string_value(json_object_get(ev, "host")),
-                           (int)json_integer_value(json_object_get(ev, "world_size")), &e);
-        if (rc < 0 && e.code == ERR_INVALID) {
-            snprintf(k->bad_report, sizeof k->bad_report, "%s", e.msg);
-            monitor_rank_failed(r, k);
-            rc = 0;
-        } else if (rc == 0 && ++r->n_hello == r->world_size) {
-            monitor_publish_status(r, DB_RUN_RUNNING, NULL, -1);
-        }
-        break;
-    case REPORT_ENV:
-        rc = db_rank_env(r->ctx->db, r->id, k->rank, json_object_get(ev, "env"), &e);
-        break;
-    case REPORT_PROGRESS: {
-        snprintf(k->phase, sizeof k->phase, "%s",
-                 json_string_value(json_object_get(ev, "phase")));
-        double done = (double)json_integer_value(json_object_get(ev, "done"));
-        double total = (double)json_integer_value(json_object_get(ev, "total"));
-        if (total > 0)
-            rc = db_run_progress(r->ctx->db, r->id, done / total, &e);
-        if (total > 0 && rc == 0)
-            monitor_publish(r, "progress", json_pack("{s:f, s:s}", "progress", done / total,
-                                                     "phase", k->phase));
-        break;
-    }
-    case REPORT_COLLECTIVE: {
-        struct report_collective c;
-        rc = report_collective_from_json(ev, &c, &e);
-        if (rc == 0)
-            rc = db_insert_collective(r->ctx->db, r->id, &c, &e);
-        if (rc == 0)
-            monitor_publish(r, "collective", report_collective_to_json(&c));
-        break;
-    }
-    case REPORT_ERROR:
-        monitor_on_error_event(k, ev);
-        break;
-    case REPORT_DONE:
-        k->said_done = true;
-        break;
-    }
-    monitor_db_warn(r, rc, &e);
-    json_decref(ev);
+    if (res.run_running)
+        monitor_publish_status(r, DB_RUN_RUNNING, NULL, -1);
 }
 
 void monitor_handle_event(struct monitor_watch *w, uint32_t events)
@@ -562,7 +454,6 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
     k->pidfd = out.pidfd;
     k->spawned = true;
     k->last_seen_ms = clock_mono_ms();
-    snprintf(k->phase, sizeof k->phase, "starting");
     if (monitor_watch_fd(r, k->report_fd, &k->wreport, e) < 0 ||
         monitor_watch_fd(r, k->pidfd, &k->wexit, e) < 0)
         return -1; /* the rank is spawned: it is stopped and reaped like any other */
@@ -580,7 +471,9 @@ static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
     if (!r)
         return NULL;
     r->ranks = calloc((size_t)q->world_size, sizeof *r->ranks);
-    if (!r->ranks) {
+    if (!r->ranks || ingest_run_init(&r->ingest, ctx->db, ctx->events, q->id,
+                                     q->experiment_id, q->world_size, NULL) < 0) {
+        free(r->ranks);
         free(r);
         return NULL;
     }
@@ -593,7 +486,7 @@ static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
         struct run_rank *k = &r->ranks[i];
         k->rank = i;
         k->report_fd = k->pidfd = -1;
-        k->error_peer = -1;
+        k->said = ingest_rank_state(&r->ingest, i);
         buf_init(&k->line);
         k->wreport = (struct monitor_watch){r, i, false};
         k->wexit = (struct monitor_watch){r, i, true};
@@ -703,7 +596,8 @@ static void monitor_check_heartbeats(struct active_run *r, int64_t now_ms)
             continue;
         char reason[512];
         snprintf(reason, sizeof reason, "rank %d stopped reporting for %lld s (last: %s)",
-                 k->rank, (long long)(silent / 1000), k->phase[0] ? k->phase : "nothing");
+                 k->rank, (long long)(silent / 1000),
+                 k->said->phase[0] ? k->said->phase : "starting");
         monitor_stop_run(r, DB_RUN_FAILED, k->rank, reason);
         return;
     }
@@ -751,6 +645,7 @@ void monitor_free_run(struct active_run *r)
     }
     if (r->store_registered)
         store_server_remove_run(r->ctx->store, r->ns);
+    ingest_run_cleanup(&r->ingest);
     free(r->ranks);
     free(r);
 }

@@ -1,5 +1,7 @@
-/* monitor: supervises one active run: starts its ranks, reads their report lines into
- * the database, reaps them, enforces the run's deadline, and decides how the run ended.
+/* monitor: the life of one active run: prepares it (files, secret, store namespace),
+ * spawns its ranks, supervises them (report pipes, exits, heartbeats, deadline, cancel)
+ * and decides how the run ended. What a report line means is daemon/ingest.h's: the
+ * monitor frames the lines of each rank's pipe and hands each to ingest_line.
  *
  * Decision: the monitor owns no thread. Its file descriptors (each rank's report pipe
  * and pidfd) are registered in the scheduler's epoll set with a struct monitor_watch as

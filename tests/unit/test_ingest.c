@@ -1,0 +1,290 @@
+/* Unit tests for daemon/ingest: every report type, fed as a line of rank R of a run with
+ * no process or pipe of the daemon's behind it (as a follower's forwarded line will be),
+ * stores its rows, updates its rank's state and publishes its live event; the last hello
+ * says the run is running; a malformed line, an unknown type, a line of another rank, a
+ * rank outside the run and a hello that contradicts the run are rejected with a clear
+ * error and store, publish and change nothing. Lines are written by the worker's own
+ * report writer (common/report.h), so they are exactly what a rank sends. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "daemon/db.h"
+#include "daemon/events.h"
+#include "daemon/ingest.h"
+#include "tests/unit/test.h"
+
+struct fx {
+    char dir[64];
+    struct db *db;
+    struct events *events;
+    struct events_sub *sub;
+    int64_t exp, run;
+    struct ingest_run in;
+    int pipefd[2];
+    struct report_writer w[2]; /* rank 0's and rank 1's writers, both into pipefd[1] */
+};
+
+static void fx_nop(void *arg) { (void)arg; }
+
+/* A run of world size 2, starting, both ranks recorded as spawned; a subscriber to its
+ * experiment's events. */
+static int fx_open(struct fx *x, struct err *e)
+{
+    memset(x, 0, sizeof *x);
+    char path[128];
+    snprintf(x->dir, sizeof x->dir, "/tmp/ddpb-test-ingest-XXXXXX");
+    if (!mkdtemp(x->dir))
+        return err_errno(e, "mkdtemp");
+    snprintf(path, sizeof path, "%s/t.db", x->dir);
+    const char *spec = "{\"workload\":\"collective\",\"world_size\":2}";
+    struct db_new_run row = {"{}", spec, 2};
+    if (!(x->db = db_open(path, e)) ||
+        db_create_experiment(x->db, "ingest", "collective", spec, &row, 1, &x->exp, e) < 0)
+        return -1;
+    struct db_queued_run *q;
+    size_t n;
+    if (db_list_queued(x->db, 1, &q, &n, e) < 0)
+        return -1;
+    x->run = n == 1 ? q[0].id : -1;
+    db_queued_runs_free(q, n);
+    if (x->run < 0 || db_run_starting(x->db, x->run, e) < 0 ||
+        db_rank_spawned(x->db, x->run, 0, "node", 100, NULL, e) < 0 ||
+        db_rank_spawned(x->db, x->run, 1, "node", 101, NULL, e) < 0)
+        return -1;
+    x->events = events_create();
+    x->sub = events_subscribe(x->events, x->exp, fx_nop, fx_nop, NULL);
+    if (pipe(x->pipefd) < 0)
+        return err_errno(e, "pipe");
+    report_writer_init(&x->w[0], x->pipefd[1], 0);
+    report_writer_init(&x->w[1], x->pipefd[1], 1);
+    return ingest_run_init(&x->in, x->db, x->events, x->run, x->exp, 2, e);
+}
+
+static void fx_close(struct fx *x)
+{
+    char cmd[160];
+    ingest_run_cleanup(&x->in);
+    report_writer_cleanup(&x->w[0]);
+    report_writer_cleanup(&x->w[1]);
+    close(x->pipefd[0]);
+    close(x->pipefd[1]);
+    events_unsubscribe(x->sub);
+    events_destroy(x->events);
+    db_close(x->db);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", x->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", x->dir);
+}
+
+/* The line the last emit wrote (without its newline) into buf. */
+static size_t fx_take_line(struct fx *x, char *buf, size_t cap)
+{
+    size_t n = 0;
+    while (n + 1 < cap && read(x->pipefd[0], buf + n, 1) == 1 && buf[n] != '\n')
+        n++;
+    buf[n] = '\0';
+    return n;
+}
+
+/* Ingests the line just emitted as rank `rank`'s; the return value of ingest_line. */
+static int fx_ingest(struct fx *x, int rank, struct ingest_result *res, struct err *e)
+{
+    char line[4096];
+    size_t n = fx_take_line(x, line, sizeof line);
+    return ingest_line(&x->in, rank, line, n, res, e);
+}
+
+/* Every live event published since the last call, as SSE text. */
+static const char *fx_events(struct fx *x, char *buf, size_t cap)
+{
+    long n = events_read(x->sub, buf, cap - 1);
+    buf[n > 0 ? n : 0] = '\0';
+    return buf;
+}
+
+static int fx_count(const char *hay, const char *needle)
+{
+    int k = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        k++;
+    return k;
+}
+
+static void test_ingest_every_type(void)
+{
+    struct fx x;
+    struct err e = {0};
+    struct ingest_result res;
+    char ev[16384];
+    T_OK(fx_open(&x, &e));
+
+    /* hello: the rank is running; the second hello makes the run running */
+    T_OK(report_emit_hello(&x.w[0], 2, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    T_EQ_INT(res.type, REPORT_HELLO);
+    T_CHECK(!res.run_running && !res.store_failed);
+    T_CHECK(ingest_rank_state(&x.in, 0)->said_hello);
+    T_OK(report_emit_hello(&x.w[1], 2, &e));
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    T_CHECK(res.run_running);
+
+    /* env */
+    T_OK(report_emit(&x.w[0], REPORT_ENV, json_pack("{s:{s:s}}", "env", "kernel", "6.1"), &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    T_EQ_INT(res.type, REPORT_ENV);
+
+    /* progress: stored fraction, phase, event */
+    T_OK(report_emit_progress(&x.w[0], "warming up", 1, 4, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    T_EQ_STR(ingest_rank_state(&x.in, 0)->phase, "warming up");
+
+    /* collective */
+    struct report_collective c = {.op = "allreduce", .dtype = "float32", .redop = "sum",
+                                  .algorithm = "ring", .bytes = 4096, .count = 1024,
+                                  .iters = 5, .time_us_min = 1, .time_us_median = 2,
+                                  .time_us_p95 = 3, .time_us_mean = 2, .time_us_max = 4,
+                                  .algbw_gbs = 2.048, .busbw_gbs = 2.048};
+    T_OK(report_emit_collective(&x.w[0], &c, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    T_EQ_INT(res.type, REPORT_COLLECTIVE);
+
+    /* steps of both ranks: both stored, only rank 0's published */
+    struct report_step st = {.samples = 8, .loss = 2.0, .step_ms = 10, .forward_ms = 3};
+    T_OK(report_emit_step(&x.w[0], &st, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    st.step_ms = 12;
+    T_OK(report_emit_step(&x.w[1], &st, &e));
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    T_EQ_INT(res.type, REPORT_STEP);
+
+    /* epoch */
+    struct report_epoch ep = {.samples = 16, .train_loss = 1.5, .train_acc = 0.5,
+                              .test_loss = -1, .test_acc = -1, .time_s = 0.1};
+    T_OK(report_emit_epoch(&x.w[0], &ep, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+
+    /* heartbeat: phase only */
+    T_OK(report_emit_heartbeat(&x.w[1], "allreduce 4096", 3, &e));
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    T_EQ_INT(res.type, REPORT_HEARTBEAT);
+    T_EQ_STR(ingest_rank_state(&x.in, 1)->phase, "allreduce 4096");
+
+    /* error: the first one is the rank's cause, a later one does not replace it */
+    struct err cause = {0};
+    err_set(&cause, ERR_PEER, NULL, "rank 0 closed the connection");
+    T_OK(report_emit_error(&x.w[1], &cause, "tcp.c:10", "allreduce", 0, &e));
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    err_set(&cause, ERR_TIMEOUT, NULL, "later");
+    T_OK(report_emit_error(&x.w[1], &cause, "tcp.c:20", NULL, -1, &e));
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    const struct ingest_rank *r1 = ingest_rank_state(&x.in, 1);
+    T_EQ_STR(r1->error_code, "peer");
+    T_EQ_STR(r1->error, "rank 0 closed the connection (tcp.c:10)");
+    T_EQ_INT(r1->error_peer, 0);
+
+    /* done */
+    T_CHECK(!ingest_rank_state(&x.in, 0)->said_done);
+    T_OK(report_emit_done(&x.w[0], &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    T_EQ_INT(res.type, REPORT_DONE);
+    T_CHECK(ingest_rank_state(&x.in, 0)->said_done);
+    T_CHECK(!ingest_rank_state(&x.in, 1)->said_done);
+
+    /* what the database holds */
+    json_t *run = db_get_run(x.db, x.run, &e);
+    T_CHECK(run != NULL);
+    T_EQ_STR(json_string_value(json_object_get(run, "status")), "running");
+    T_CHECK(fabs(json_number_value(json_object_get(run, "progress")) - 0.25) < 1e-9);
+    json_t *ranks = json_object_get(run, "ranks");
+    for (size_t i = 0; i < 2; i++)
+        T_EQ_STR(json_string_value(json_object_get(json_array_get(ranks, i), "status")),
+                 "running");
+    json_t *coll = json_array_get(json_object_get(run, "collectives"), 0);
+    T_EQ_INT(json_array_size(json_object_get(run, "collectives")), 1);
+    T_EQ_STR(json_string_value(json_object_get(coll, "op")), "allreduce");
+    T_EQ_INT(json_integer_value(json_object_get(coll, "bytes")), 4096);
+    T_EQ_INT(json_array_size(json_object_get(run, "epochs")), 1);
+    char *env = json_dumps(json_object_get(run, "env"), JSON_COMPACT);
+    T_CHECK_MSG(strstr(env, "\"kernel\":\"6.1\"") != NULL, "%s", env);
+    free(env);
+    json_decref(run);
+    json_t *steps = db_get_steps(x.db, x.run, -1, true, &e);
+    T_CHECK(steps != NULL);
+    T_EQ_INT(json_array_size(json_object_get(steps, "rows")), 2);
+    json_decref(steps);
+
+    /* what was published: each event names the run and its experiment */
+    const char *text = fx_events(&x, ev, sizeof ev);
+    T_EQ_INT(fx_count(text, "event: progress\n"), 1);
+    T_EQ_INT(fx_count(text, "event: collective\n"), 1);
+    T_EQ_INT(fx_count(text, "event: step\n"), 1);
+    T_EQ_INT(fx_count(text, "event: epoch\n"), 1);
+    T_EQ_INT(fx_count(text, "event: "), 4); /* hello, env, heartbeat, error, done: none */
+    char run_key[64];
+    snprintf(run_key, sizeof run_key, "\"run\":%lld", (long long)x.run);
+    T_EQ_INT(fx_count(text, run_key), 4);
+    T_CHECK_MSG(strstr(text, "\"progress\":0.25") != NULL, "%s", text);
+    fx_close(&x);
+}
+
+/* The rejected line left no rows, no events and no rank state behind. */
+static void expect_rejected(struct fx *x, int rank, const char *line, const char *why)
+{
+    struct ingest_result res;
+    struct err e = {0};
+    T_CHECK_MSG(ingest_line(&x->in, rank, line, strlen(line), &res, &e) < 0, "%s", line);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_CHECK_MSG(strstr(e.msg, why) != NULL, "'%s' does not say '%s'", e.msg, why);
+    char ev[4096];
+    T_EQ_STR(fx_events(x, ev, sizeof ev), "");
+    json_t *steps = db_get_steps(x->db, x->run, -1, true, &e);
+    T_CHECK(steps != NULL);
+    T_EQ_INT(json_array_size(json_object_get(steps, "rows")), 0);
+    json_decref(steps);
+    json_t *run = db_get_run(x->db, x->run, &e);
+    T_CHECK(run != NULL);
+    T_EQ_STR(json_string_value(json_object_get(run, "status")), "starting");
+    T_EQ_INT(json_array_size(json_object_get(run, "collectives")), 0);
+    json_decref(run);
+    for (int i = 0; i < 2; i++) {
+        const struct ingest_rank *k = ingest_rank_state(&x->in, i);
+        T_CHECK(!k->said_hello && !k->said_done && !k->phase[0] && !k->error[0]);
+    }
+}
+
+static void test_ingest_rejects(void)
+{
+    struct fx x;
+    struct err e = {0};
+    T_OK(fx_open(&x, &e));
+    char step[2048];
+    struct report_step st = {.samples = 8, .step_ms = 10};
+    T_OK(report_emit_step(&x.w[1], &st, &e));
+    fx_take_line(&x, step, sizeof step); /* a valid step line of rank 1 */
+
+    expect_rejected(&x, 0, "{\"type\":\"step\",", "not JSON");
+    expect_rejected(&x, 0, "{\"type\":\"gossip\",\"rank\":0,\"t\":1.0}", "gossip");
+    expect_rejected(&x, 0, "{\"type\":\"heartbeat\",\"rank\":0,\"t\":1.0}", "phase");
+    expect_rejected(&x, 0, step, "a line of rank 0 carried rank 1's event");
+    expect_rejected(&x, 2, step, "has no rank 2");
+    expect_rejected(&x, -1, step, "has no rank -1");
+    expect_rejected(&x, 0,
+                    "{\"type\":\"hello\",\"rank\":0,\"t\":1.0,\"pid\":5,\"host\":\"h\","
+                    "\"world_size\":3}",
+                    "world_size 3, run has 2");
+    /* the same step line, as rank 1's, is accepted */
+    struct ingest_result res;
+    T_OK(ingest_line(&x.in, 1, step, strlen(step), &res, &e));
+    json_t *steps = db_get_steps(x.db, x.run, 1, true, &e);
+    T_EQ_INT(json_array_size(json_object_get(steps, "rows")), 1);
+    json_decref(steps);
+    fx_close(&x);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    TEST_RUN(test_ingest_every_type);
+    TEST_RUN(test_ingest_rejects);
+    return test_end();
+}
