@@ -319,11 +319,11 @@ int h_experiments_results(struct api_ctx *ctx, const struct api_request *req,
         return -1;
     if (format && strcmp(format, "json") != 0 && strcmp(format, "csv") != 0)
         return err_set(e, ERR_INVALID, "format", "format must be json or csv, got '%s'", format);
-    json_t *data = db_get_experiment_data(ctx->db, req->ids[0], e);
-    if (!data)
-        return -1;
-    json_t *table = results_build(data, names, n, e);
-    json_decref(data);
+    struct db_experiment_data data;
+    json_t *table = NULL;
+    if (db_get_experiment_data(ctx->db, req->ids[0], &data, e) == 0)
+        table = results_build(&data, names, n, e);
+    db_experiment_data_free(&data);
     if (!table)
         return -1;
     if (format && strcmp(format, "csv") == 0) {

@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "daemon/db_rows.h"
 #include "daemon/migrations.h"
 
 #define DB_READERS 4
@@ -395,6 +396,8 @@ static int db_migrate(struct db_conn *c, struct err *e)
     return rc;
 }
 
+static int db_check_readers(struct db_conn *c, struct err *e);
+
 struct db *db_open(const char *path, struct err *e)
 {
     struct db *db = calloc(1, sizeof *db);
@@ -405,7 +408,8 @@ struct db *db_open(const char *path, struct err *e)
     pthread_mutex_init(&db->wlock, NULL);
     pthread_mutex_init(&db->plock, NULL);
     pthread_cond_init(&db->pfree, NULL);
-    if (db_conn_open(&db->writer, path, true, e) < 0 || db_migrate(&db->writer, e) < 0)
+    if (db_conn_open(&db->writer, path, true, e) < 0 || db_migrate(&db->writer, e) < 0 ||
+        db_check_readers(&db->writer, e) < 0)
         goto fail;
     for (int i = 0; i < DB_READERS; i++)
         if (db_conn_open(&db->readers[i], path, false, e) < 0)
@@ -1169,9 +1173,25 @@ done:
     return out;
 }
 
+/* --- an experiment's figures, typed (db_rows.h) ---------------------------------------- */
+
+static const char SQL_DATA_EXPERIMENT[] = "SELECT id, workload FROM experiments WHERE id = ?1";
+static const struct db_col db_data_experiment_cols[] = {
+    DB_COL("id", DB_COL_INT64, struct db_experiment_data, id),
+    DB_COL("workload", DB_COL_TEXT, struct db_experiment_data, workload),
+};
+
 static const char SQL_DATA_RUNS[] =
-    "SELECT id, point, params, spec, world_size, status, error, emulated FROM runs "
+    "SELECT id, params, spec, world_size, emulated FROM runs "
     "WHERE experiment_id = ?1 ORDER BY point";
+static const struct db_col db_data_run_cols[] = {
+    DB_COL("id", DB_COL_INT64, struct db_data_run, id),
+    DB_COL("params", DB_COL_JSON, struct db_data_run, params),
+    DB_COL("spec", DB_COL_JSON, struct db_data_run, spec),
+    DB_COL("world_size", DB_COL_INT, struct db_data_run, world_size),
+    DB_COL("emulated", DB_COL_BOOL, struct db_data_run, emulated),
+};
+
 /* Per step of a run: the slowest rank's time (the step time), the mean phases over
  * ranks, and the spread between the fastest and the slowest rank. */
 static const char SQL_DATA_STEPS[] =
@@ -1181,40 +1201,143 @@ static const char SQL_DATA_STEPS[] =
     "avg(comm_exposed_ms) AS comm_exposed_ms, avg(optimizer_ms) AS optimizer_ms, "
     "sum(bytes_sent) AS bytes_sent, count(*) AS ranks FROM steps "
     "WHERE run_id = ?1 AND warmup = 0 GROUP BY repeat, step ORDER BY repeat, step";
+static const struct db_col db_data_step_cols[] = {
+    DB_COL("repeat", DB_COL_INT, struct db_step_row, repeat),
+    DB_COL("step", DB_COL_INT64, struct db_step_row, step),
+    DB_COL("step_ms", DB_COL_REAL, struct db_step_row, step_ms),
+    DB_COL("fastest_ms", DB_COL_REAL, struct db_step_row, fastest_ms),
+    DB_COL("samples", DB_COL_INT64, struct db_step_row, samples),
+    DB_COL("data_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_DATA]),
+    DB_COL("forward_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_FORWARD]),
+    DB_COL("backward_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_BACKWARD]),
+    DB_COL("comm_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_COMM]),
+    DB_COL("comm_exposed_ms", DB_COL_REAL, struct db_step_row,
+           phase_ms[DB_PHASE_COMM_EXPOSED]),
+    DB_COL("optimizer_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_OPTIMIZER]),
+    DB_COL("bytes_sent", DB_COL_INT64, struct db_step_row, bytes_sent),
+    DB_COL("ranks", DB_COL_INT, struct db_step_row, ranks),
+};
 
-json_t *db_get_experiment_data(struct db *db, int64_t id, struct err *e)
+/* The rows db_get_run returns as JSON, read here into report.h's structs. */
+static const struct db_col db_data_collective_cols[] = {
+    DB_COL("repeat", DB_COL_INT, struct report_collective, repeat),
+    DB_COL("op", DB_COL_TEXT, struct report_collective, op),
+    DB_COL("dtype", DB_COL_TEXT, struct report_collective, dtype),
+    DB_COL("redop", DB_COL_TEXT, struct report_collective, redop),
+    DB_COL("algorithm", DB_COL_TEXT, struct report_collective, algorithm),
+    DB_COL("inplace", DB_COL_BOOL, struct report_collective, inplace),
+    DB_COL("bytes", DB_COL_INT64, struct report_collective, bytes),
+    DB_COL("count", DB_COL_INT64, struct report_collective, count),
+    DB_COL("iters", DB_COL_INT, struct report_collective, iters),
+    DB_COL("time_us_min", DB_COL_REAL, struct report_collective, time_us_min),
+    DB_COL("time_us_median", DB_COL_REAL, struct report_collective, time_us_median),
+    DB_COL("time_us_p95", DB_COL_REAL, struct report_collective, time_us_p95),
+    DB_COL("time_us_mean", DB_COL_REAL, struct report_collective, time_us_mean),
+    DB_COL("time_us_max", DB_COL_REAL, struct report_collective, time_us_max),
+    DB_COL("algbw_gbs", DB_COL_REAL, struct report_collective, algbw_gbs),
+    DB_COL("busbw_gbs", DB_COL_REAL, struct report_collective, busbw_gbs),
+    DB_COL("wrong", DB_COL_INT64, struct report_collective, wrong),
+};
+static const struct db_col db_data_epoch_cols[] = {
+    DB_COL("repeat", DB_COL_INT, struct report_epoch, repeat),
+    DB_COL("epoch", DB_COL_INT, struct report_epoch, epoch),
+    DB_COL("samples", DB_COL_INT64, struct report_epoch, samples),
+    DB_COL("train_loss", DB_COL_REAL, struct report_epoch, train_loss),
+    DB_COL("train_acc", DB_COL_REAL, struct report_epoch, train_acc),
+    DB_COL("test_loss", DB_COL_REAL_OR_NEG1, struct report_epoch, test_loss),
+    DB_COL("test_acc", DB_COL_REAL_OR_NEG1, struct report_epoch, test_acc),
+    DB_COL("time_s", DB_COL_REAL, struct report_epoch, time_s),
+};
+
+#define DB_READER(sql, cols, type) {sql, cols, sizeof cols / sizeof cols[0], sizeof(type)}
+static const struct db_reader db_data_experiment_reader =
+    DB_READER(SQL_DATA_EXPERIMENT, db_data_experiment_cols, struct db_experiment_data);
+static const struct db_reader db_data_run_reader =
+    DB_READER(SQL_DATA_RUNS, db_data_run_cols, struct db_data_run);
+static const struct db_reader db_data_step_reader =
+    DB_READER(SQL_DATA_STEPS, db_data_step_cols, struct db_step_row);
+static const struct db_reader db_data_collective_reader =
+    DB_READER(SQL_RUN_COLLECTIVES, db_data_collective_cols, struct report_collective);
+static const struct db_reader db_data_epoch_reader =
+    DB_READER(SQL_RUN_EPOCHS, db_data_epoch_cols, struct report_epoch);
+
+/* Every typed reader, checked against its statement when the database opens. */
+static const struct db_reader *const db_readers[] = {
+    &db_data_experiment_reader, &db_data_run_reader, &db_data_step_reader,
+    &db_data_collective_reader, &db_data_epoch_reader,
+};
+
+static int db_check_readers(struct db_conn *c, struct err *e)
 {
-    struct db_conn *c = db_reader_acquire(db);
-    json_t *exp = NULL, *runs = NULL;
-    sqlite3_stmt *st = db_stmt(c, SQL_GET_EXPERIMENT, e);
-    if (!st)
-        goto fail;
-    sqlite3_bind_int64(st, 1, id);
-    if (!(exp = db_one_json(c, st, "experiment", id, e)))
-        goto fail;
-    if (!(st = db_stmt(c, SQL_DATA_RUNS, e)))
-        goto fail;
-    sqlite3_bind_int64(st, 1, id);
-    if (!(runs = db_rows_json(c, st, e)))
-        goto fail;
-    size_t i;
-    json_t *run;
-    json_array_foreach(runs, i, run)
-    {
-        int64_t rid = json_integer_value(json_object_get(run, "id"));
-        if (db_attach_rows(c, run, "collectives", SQL_RUN_COLLECTIVES, rid, e) < 0 ||
-            db_attach_rows(c, run, "steps", SQL_DATA_STEPS, rid, e) < 0 ||
-            db_attach_rows(c, run, "epochs", SQL_RUN_EPOCHS, rid, e) < 0)
-            goto fail;
+    for (size_t i = 0; i < sizeof db_readers / sizeof db_readers[0]; i++) {
+        sqlite3_stmt *st = db_stmt(c, db_readers[i]->sql, e);
+        if (!st || db_rows_check(st, db_readers[i], e) < 0)
+            return -1;
     }
-    json_object_set_new(exp, "runs", runs);
+    return 0;
+}
+
+/* The rows of reader r for one id (?1) into *rows (owned, db_rows_free). */
+static int db_read_typed(struct db_conn *c, const struct db_reader *r, int64_t id, void **rows,
+                         size_t *n, struct err *e)
+{
+    sqlite3_stmt *st = db_stmt(c, r->sql, e);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    return db_rows_read(st, r, rows, n, e);
+}
+
+/* The figures of one run (id, spec, params, world_size, emulated filled). */
+static int db_read_run_figures(struct db_conn *c, struct db_data_run *run, struct err *e)
+{
+    void *rows;
+    if (db_read_typed(c, &db_data_collective_reader, run->id, &rows, &run->ncollectives,
+                      e) < 0)
+        return -1;
+    run->collectives = rows;
+    if (db_read_typed(c, &db_data_step_reader, run->id, &rows, &run->nsteps, e) < 0)
+        return -1;
+    run->steps = rows;
+    if (db_read_typed(c, &db_data_epoch_reader, run->id, &rows, &run->nepochs, e) < 0)
+        return -1;
+    run->epochs = rows;
+    return 0;
+}
+
+int db_get_experiment_data(struct db *db, int64_t id, struct db_experiment_data *out,
+                           struct err *e)
+{
+    memset(out, 0, sizeof *out);
+    struct db_conn *c = db_reader_acquire(db);
+    void *rows = NULL;
+    size_t n = 0;
+    int rc = db_read_typed(c, &db_data_experiment_reader, id, &rows, &n, e);
+    if (rc == 0 && n == 0)
+        rc = err_set(e, ERR_NOT_FOUND, NULL, "experiment %lld not found", (long long)id);
+    if (rc == 0)
+        memcpy(out, rows, sizeof *out);
+    db_rows_free(&db_data_experiment_reader, rows, n);
+    if (rc == 0 && db_read_typed(c, &db_data_run_reader, id, &rows, &out->nruns, e) < 0)
+        rc = -1;
+    else if (rc == 0)
+        out->runs = rows;
+    for (size_t i = 0; rc == 0 && i < out->nruns; i++)
+        rc = db_read_run_figures(c, &out->runs[i], e);
     db_reader_release(db, c);
-    return exp;
-fail:
-    json_decref(runs);
-    json_decref(exp);
-    db_reader_release(db, c);
-    return NULL;
+    return rc;
+}
+
+void db_experiment_data_free(struct db_experiment_data *d)
+{
+    for (size_t i = 0; i < d->nruns; i++) {
+        struct db_data_run *run = &d->runs[i];
+        db_rows_free(&db_data_collective_reader, run->collectives, run->ncollectives);
+        db_rows_free(&db_data_step_reader, run->steps, run->nsteps);
+        db_rows_free(&db_data_epoch_reader, run->epochs, run->nepochs);
+    }
+    db_rows_free(&db_data_run_reader, d->runs, d->nruns);
+    memset(d, 0, sizeof *d);
 }
 
 /* --- cancel and delete ---------------------------------------------------------------------- */

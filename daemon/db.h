@@ -5,7 +5,8 @@
  * HTTP reads never wait behind the monitor's inserts and there is exactly one writer.
  * Statements are prepared once per connection and reused. Reads come back as jansson
  * objects built generically from result columns (column name → key; *_at columns as
- * ISO-8601 strings; JSON text columns decoded), so adding a column needs no new C.
+ * ISO-8601 strings; JSON text columns decoded), so adding a column needs no new C; the
+ * figures results aggregate come back as typed rows (db_get_experiment_data, db_rows.h).
  * Every function is thread-safe. Returned json_t are new references (caller decrefs). */
 #ifndef DDPB_DB_H
 #define DDPB_DB_H
@@ -69,9 +70,52 @@ json_t *db_get_run(struct db *db, int64_t id, struct err *e);
  * optionally one rank (rank < 0 = all) and without warm-up steps. ERR_NOT_FOUND. */
 json_t *db_get_steps(struct db *db, int64_t run_id, int rank, bool include_warmup,
                      struct err *e);
-/* Every run of an experiment with its spec, params and collective rows and per-step
- * slowest-rank times, for aggregation (daemon/results.c). ERR_NOT_FOUND. */
-json_t *db_get_experiment_data(struct db *db, int64_t id, struct err *e);
+
+/* An experiment's figures as daemon/results.c aggregates them: typed rows, each filled
+ * through a column table checked against its statement's column names (db_rows.h). */
+enum db_phase { /* a step's phases, in report_step's order */
+    DB_PHASE_DATA,
+    DB_PHASE_FORWARD,
+    DB_PHASE_BACKWARD,
+    DB_PHASE_COMM,
+    DB_PHASE_COMM_EXPOSED,
+    DB_PHASE_OPTIMIZER,
+    DB_NPHASES
+};
+/* One non-warm-up training step of a run, over its ranks. */
+struct db_step_row {
+    int repeat;
+    int64_t step;
+    double step_ms;             /* the slowest rank's: the step's time */
+    double fastest_ms;          /* the fastest rank's */
+    int64_t samples;            /* all ranks' */
+    double phase_ms[DB_NPHASES]; /* mean over ranks */
+    int64_t bytes_sent;         /* all ranks' */
+    int ranks;                  /* ranks that reported the step */
+};
+struct db_data_run {
+    int64_t id;
+    json_t *params, *spec; /* owned: the swept values and the resolved spec */
+    int world_size;
+    bool emulated;         /* its ranks shared one GPU */
+    struct report_collective *collectives; /* owned arrays, in (repeat, op, inplace, */
+    size_t ncollectives;                   /* bytes) order */
+    struct db_step_row *steps;             /* (repeat, step) order */
+    size_t nsteps;
+    struct report_epoch *epochs;           /* (repeat, epoch) order; test figures -1 */
+    size_t nepochs;                        /* when not evaluated */
+};
+struct db_experiment_data {
+    int64_t id;
+    char workload[16];
+    struct db_data_run *runs; /* owned, in sweep point order */
+    size_t nruns;
+};
+/* Every run of an experiment with its figures into *out (db_experiment_data_free, also
+ * after a failure). ERR_NOT_FOUND. */
+int db_get_experiment_data(struct db *db, int64_t id, struct db_experiment_data *out,
+                           struct err *e);
+void db_experiment_data_free(struct db_experiment_data *d);
 
 /* What db_cancel did. Arrays owned (db_cancel_result_free). */
 struct db_cancel_result {

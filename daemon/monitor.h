@@ -43,9 +43,10 @@ struct monitor_watch {
 
 /* Starts queued run q on the given CPUs (cpus[rank], -1 = unpinned). Marks it starting,
  * writes its spec file, registers its store namespace and spawns every rank. Returns an
- * owned active run (monitor_free_run), also when a rank failed to start (the run is then
- * stopping and finishes through the normal path); NULL only when the run could not be
- * marked starting (e is set; the run stays as it was). */
+ * owned active run (monitor_free_run), also when a rank failed to start or q's spec
+ * could not be parsed (q->spec_err: the run is then stopping and finishes through the
+ * normal path, naming why); NULL only when the run could not be marked starting (e is
+ * set; the run stays as it was). Its timeouts are q->spec's. */
 /* CPU slots each rank of q takes: its parsed spec's threads, 1 without threads. */
 int monitor_slots_per_rank(const struct db_queued_run *q);
 /* cpus: monitor_slots_per_rank(q) entries per rank (rank r's from r * per), -1 = not

@@ -102,8 +102,9 @@ static void results_end_row(struct results_table *t)
 /* --- groups ------------------------------------------------------------------------------- */
 
 struct results_group {
-    json_t *key;  /* owned: {field: value} */
-    json_t *runs; /* owned array of run objects (references) */
+    json_t *key;                       /* owned: {field: value, ..., "emulated": bool} */
+    const struct db_data_run **runs;   /* owned array of borrowed runs */
+    size_t n;
 };
 
 struct results_groups {
@@ -115,71 +116,71 @@ static void results_groups_free(struct results_groups *gs)
 {
     for (size_t i = 0; i < gs->n; i++) {
         json_decref(gs->g[i].key);
-        json_decref(gs->g[i].runs);
+        free(gs->g[i].runs);
     }
     free(gs->g);
 }
 
-static json_t *results_key_of(const json_t *run, const json_t *fields)
+static json_t *results_key_of(const struct db_data_run *run, const json_t *fields)
 {
     json_t *key = json_object();
-    const json_t *spec = json_object_get(run, "spec");
     size_t i;
     json_t *f;
     json_array_foreach(fields, i, f)
     {
-        json_t *v = json_object_get(spec, json_string_value(f));
+        json_t *v = json_object_get(run->spec, json_string_value(f));
         json_object_set(key, json_string_value(f), v ? v : json_null());
     }
     /* always part of the key, whatever group_by says: figures of ranks sharing one GPU
      * are never pooled with one-rank-per-GPU figures (nor used as their baseline) */
-    json_object_set_new(key, "emulated", json_boolean(json_is_true(json_object_get(run,
-                                                                                "emulated"))));
+    json_object_set_new(key, "emulated", json_boolean(run->emulated));
     return key;
 }
 
-static int results_group_runs(const json_t *runs, const json_t *fields, struct results_groups *gs,
-                              struct err *e)
+static int results_group_runs(const struct db_experiment_data *data, const json_t *fields,
+                              struct results_groups *gs, struct err *e)
 {
-    size_t i;
-    json_t *run;
-    gs->g = calloc(json_array_size(runs) + 1, sizeof *gs->g);
+    gs->g = calloc(data->nruns + 1, sizeof *gs->g);
     gs->n = 0;
     if (!gs->g)
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
-    json_array_foreach(runs, i, run)
-    {
+    for (size_t i = 0; i < data->nruns; i++) {
+        const struct db_data_run *run = &data->runs[i];
         json_t *key = results_key_of(run, fields);
         size_t k = 0;
         while (k < gs->n && !json_equal(gs->g[k].key, key))
             k++;
         if (k == gs->n) {
+            gs->g[k].runs = calloc(data->nruns, sizeof *gs->g[k].runs);
+            if (!gs->g[k].runs) {
+                json_decref(key);
+                return err_set(e, ERR_NOMEM, NULL, "out of memory");
+            }
             gs->g[k].key = key;
-            gs->g[k].runs = json_array();
             gs->n++;
         } else {
             json_decref(key);
         }
-        json_array_append(gs->g[k].runs, run);
+        gs->g[k].runs[gs->g[k].n++] = run;
     }
     return 0;
 }
 
 /* The fields to group by: as asked (each must exist in the specs), or the swept ones. */
-static json_t *results_fields(const json_t *runs, const char *const *group_by, size_t ngroup,
-                              struct err *e)
+static json_t *results_fields(const struct db_experiment_data *data,
+                              const char *const *group_by, size_t ngroup, struct err *e)
 {
     json_t *fields = json_array();
-    const json_t *first = json_array_get(runs, 0);
+    const struct db_data_run *first = data->nruns ? &data->runs[0] : NULL;
     if (ngroup == 0) {
         const char *k;
         json_t *v;
-        json_object_foreach(json_object_get(first, "params"), k, v)
+        json_object_foreach(first ? first->params : NULL, k, v)
             json_array_append_new(fields, json_string(k));
         return fields;
     }
     for (size_t i = 0; i < ngroup; i++) {
-        if (first && !json_object_get(json_object_get(first, "spec"), group_by[i])) {
+        if (first && !json_object_get(first->spec, group_by[i])) {
             json_decref(fields);
             err_set(e, ERR_INVALID, "group_by", "group_by: '%s' is not a field of this "
                     "experiment's specs", group_by[i]);
@@ -192,45 +193,45 @@ static json_t *results_fields(const json_t *runs, const char *const *group_by, s
 
 /* --- collectives -------------------------------------------------------------------------- */
 
-static bool results_same_point(const json_t *a, const json_t *b)
+/* One message size of one operation: the figures pooled in a row. */
+static bool results_same_point(const struct report_collective *a,
+                               const struct report_collective *b)
 {
-    static const char *const keys[] = {"op", "dtype", "redop", "inplace", "bytes"};
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
-        if (!json_equal(json_object_get(a, keys[i]), json_object_get(b, keys[i])))
-            return false;
-    return true;
+    return strcmp(a->op, b->op) == 0 && strcmp(a->dtype, b->dtype) == 0 &&
+           strcmp(a->redop, b->redop) == 0 && a->inplace == b->inplace && a->bytes == b->bytes;
 }
 
 /* One row for the point `like` (op, dtype, redop, inplace, bytes) over every run of g. */
 static void results_collective_row(struct results_table *t, const struct results_group *g,
-                                   const json_t *like)
+                                   const struct report_collective *like)
 {
     struct results_vec bus = {0}, alg = {0}, tim = {0};
     int64_t wrong = 0;
     char algos[64] = "";
-    size_t i, j;
-    json_t *run, *c;
-    json_array_foreach(g->runs, i, run) json_array_foreach(json_object_get(run, "collectives"), j, c)
-    {
-        if (!results_same_point(c, like))
-            continue;
-        results_push(&bus, json_number_value(json_object_get(c, "busbw_gbs")));
-        results_push(&alg, json_number_value(json_object_get(c, "algbw_gbs")));
-        results_push(&tim, json_number_value(json_object_get(c, "time_us_median")));
-        wrong += json_integer_value(json_object_get(c, "wrong"));
-        const char *a = json_string_value(json_object_get(c, "algorithm"));
-        if (a && !strstr(algos, a) && strlen(algos) + strlen(a) + 2 < sizeof algos)
-            snprintf(algos + strlen(algos), sizeof algos - strlen(algos), "%s%s",
-                     algos[0] ? "+" : "", a);
-    }
+    for (size_t i = 0; i < g->n; i++)
+        for (size_t j = 0; j < g->runs[i]->ncollectives; j++) {
+            const struct report_collective *c = &g->runs[i]->collectives[j];
+            if (!results_same_point(c, like))
+                continue;
+            results_push(&bus, c->busbw_gbs);
+            results_push(&alg, c->algbw_gbs);
+            results_push(&tim, c->time_us_median);
+            wrong += c->wrong;
+            const char *a = c->algorithm;
+            if (!strstr(algos, a) && strlen(algos) + strlen(a) + 2 < sizeof algos)
+                snprintf(algos + strlen(algos), sizeof algos - strlen(algos), "%s%s",
+                         algos[0] ? "+" : "", a);
+        }
     struct stats_summary sb, sa, st;
     results_stats_of(&bus, &sb);
     results_stats_of(&alg, &sa);
     results_stats_of(&tim, &st);
     results_begin_row(t, g->key);
-    static const char *const keys[] = {"op", "dtype", "redop", "inplace", "bytes"};
-    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
-        results_put(t, keys[k], json_incref(json_object_get(like, keys[k])));
+    results_put(t, "op", json_string(like->op));
+    results_put(t, "dtype", json_string(like->dtype));
+    results_put(t, "redop", json_string(like->redop));
+    results_put(t, "inplace", json_boolean(like->inplace));
+    results_put(t, "bytes", json_integer(like->bytes));
     results_put(t, "algorithm", json_string(algos));
     results_put_stats(t, "busbw_gbs", &sb, true);
     results_put_stats(t, "algbw_gbs", &sa, false);
@@ -242,77 +243,78 @@ static void results_collective_row(struct results_table *t, const struct results
     free(tim.v);
 }
 
-static void results_collectives(struct results_table *t, const struct results_groups *gs)
+/* A row per distinct point of each group, in the order the points first appear. */
+static int results_collectives(struct results_table *t, const struct results_groups *gs,
+                               struct err *e)
 {
     for (size_t k = 0; k < gs->n; k++) {
-        json_t *seen = json_array();
-        size_t i, j;
-        json_t *run, *c;
-        json_array_foreach(gs->g[k].runs, i, run)
-            json_array_foreach(json_object_get(run, "collectives"), j, c)
-        {
-            size_t s;
-            json_t *x;
-            bool dup = false;
-            json_array_foreach(seen, s, x) dup = dup || results_same_point(x, c);
-            if (!dup) {
-                json_array_append(seen, c);
-                results_collective_row(t, &gs->g[k], c);
+        const struct results_group *g = &gs->g[k];
+        size_t total = 0, nseen = 0;
+        for (size_t i = 0; i < g->n; i++)
+            total += g->runs[i]->ncollectives;
+        const struct report_collective **seen = calloc(total + 1, sizeof *seen);
+        if (!seen)
+            return err_set(e, ERR_NOMEM, NULL, "out of memory");
+        for (size_t i = 0; i < g->n; i++)
+            for (size_t j = 0; j < g->runs[i]->ncollectives; j++) {
+                const struct report_collective *c = &g->runs[i]->collectives[j];
+                bool dup = false;
+                for (size_t s = 0; s < nseen && !dup; s++)
+                    dup = results_same_point(seen[s], c);
+                if (!dup) {
+                    seen[nseen++] = c;
+                    results_collective_row(t, g, c);
+                }
             }
-        }
-        json_decref(seen);
+        free(seen);
     }
+    return 0;
 }
 
 /* --- training ------------------------------------------------------------------------------ */
 
 struct results_train {
     struct results_vec thr, step, acc, loss;
-    double phase[6], straggler, comm, exposed;
+    double phase[DB_NPHASES], straggler;
     size_t nsteps;
     int64_t world; /* -1: differs across the group's runs */
 };
 
-static const char *const results_phases[] = {"data_ms", "forward_ms", "backward_ms", "comm_ms",
-                                             "comm_exposed_ms", "optimizer_ms"};
+/* The output column of each phase (enum db_phase order). */
+static const char *const results_phases[DB_NPHASES] = {
+    "data_ms", "forward_ms", "backward_ms", "comm_ms", "comm_exposed_ms", "optimizer_ms"};
 
-static void results_train_run(struct results_train *r, const json_t *run)
+static void results_train_run(struct results_train *r, const struct db_data_run *run)
 {
-    int64_t w = json_integer_value(json_object_get(run, "world_size"));
+    int64_t w = run->world_size;
     r->world = r->world == 0 || r->world == w ? w : -1;
-    const json_t *steps = json_object_get(run, "steps");
-    int64_t repeat = -1;
+    int repeat = -1;
     double samples = 0, ms = 0;
-    size_t i;
-    json_t *s;
-    json_array_foreach(steps, i, s)
-    {
-        int64_t rp = json_integer_value(json_object_get(s, "repeat"));
-        if (rp != repeat && ms > 0)
+    for (size_t i = 0; i < run->nsteps; i++) {
+        const struct db_step_row *s = &run->steps[i];
+        if (s->repeat != repeat && ms > 0)
             results_push(&r->thr, samples / (ms / 1000.0));
-        if (rp != repeat)
+        if (s->repeat != repeat)
             samples = ms = 0;
-        repeat = rp;
-        double step_ms = json_number_value(json_object_get(s, "step_ms"));
-        samples += (double)json_integer_value(json_object_get(s, "samples"));
-        ms += step_ms;
-        results_push(&r->step, step_ms);
-        for (int p = 0; p < 6; p++)
-            r->phase[p] += json_number_value(json_object_get(s, results_phases[p]));
-        r->straggler += step_ms - json_number_value(json_object_get(s, "fastest_ms"));
+        repeat = s->repeat;
+        samples += (double)s->samples;
+        ms += s->step_ms;
+        results_push(&r->step, s->step_ms);
+        for (int p = 0; p < DB_NPHASES; p++)
+            r->phase[p] += s->phase_ms[p];
+        r->straggler += s->step_ms - s->fastest_ms;
         r->nsteps++;
     }
     if (ms > 0)
         results_push(&r->thr, samples / (ms / 1000.0));
     /* the last epoch of each repeat carries the final accuracy */
-    const json_t *epochs = json_object_get(run, "epochs");
-    for (size_t k = 0; k < json_array_size(epochs); k++) {
-        const json_t *ep = json_array_get(epochs, k), *next = json_array_get(epochs, k + 1);
-        if (next && json_equal(json_object_get(next, "repeat"), json_object_get(ep, "repeat")))
+    for (size_t k = 0; k < run->nepochs; k++) {
+        const struct report_epoch *ep = &run->epochs[k];
+        if (k + 1 < run->nepochs && run->epochs[k + 1].repeat == ep->repeat)
             continue;
-        if (json_is_number(json_object_get(ep, "test_acc")))
-            results_push(&r->acc, json_number_value(json_object_get(ep, "test_acc")));
-        results_push(&r->loss, json_number_value(json_object_get(ep, "train_loss")));
+        if (ep->test_acc >= 0) /* -1: no test split was evaluated */
+            results_push(&r->acc, ep->test_acc);
+        results_push(&r->loss, ep->train_loss);
     }
 }
 
@@ -331,15 +333,16 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_stats_of(&r->loss, &loss);
     results_begin_row(t, g->key);
     results_put(t, "world_size", r->world > 0 ? json_integer(r->world) : NULL);
-    results_put(t, "runs", json_integer((json_int_t)json_array_size(g->runs)));
+    results_put(t, "runs", json_integer((json_int_t)g->n));
     results_put_stats(t, "throughput", &thr, false);
     results_put_stats(t, "step_ms", &step, true);
     double n = r->nsteps ? (double)r->nsteps : NAN;
-    for (int p = 0; p < 6; p++)
+    for (int p = 0; p < DB_NPHASES; p++)
         results_put(t, results_phases[p], results_num(r->phase[p] / n));
     /* exposed includes the hand-off to the communication thread, so it can exceed the
      * time the operations ran by a few microseconds: nothing overlapped is 0, not less */
-    double overlap = r->phase[3] > 0 ? fmax(0.0, 1.0 - r->phase[4] / r->phase[3]) : NAN;
+    double comm = r->phase[DB_PHASE_COMM], exposed = r->phase[DB_PHASE_COMM_EXPOSED];
+    double overlap = comm > 0 ? fmax(0.0, 1.0 - exposed / comm) : NAN;
     results_put(t, "overlap", results_num(overlap));
     results_put(t, "straggler_ms", results_num(r->straggler / n));
     bool have_base = base && base->thr.n > 0 && thr.n > 0 && r->world > 0;
@@ -384,9 +387,8 @@ static int results_training(struct results_table *t, const struct results_groups
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
     }
     for (size_t k = 0; k < gs->n; k++) {
-        size_t i;
-        json_t *run;
-        json_array_foreach(gs->g[k].runs, i, run) results_train_run(&rs[k], run);
+        for (size_t i = 0; i < gs->g[k].n; i++)
+            results_train_run(&rs[k], gs->g[k].runs[i]);
         double *copy = malloc((rs[k].thr.n + 1) * sizeof *copy);
         memcpy(copy, rs[k].thr.v, rs[k].thr.n * sizeof *copy);
         stats_summarize(copy, rs[k].thr.n, &tg[k].thr);
@@ -410,12 +412,10 @@ static int results_training(struct results_table *t, const struct results_groups
 
 /* --- entry points ------------------------------------------------------------------------- */
 
-json_t *results_build(const json_t *data, const char *const *group_by, size_t ngroup,
-                      struct err *e)
+json_t *results_build(const struct db_experiment_data *data, const char *const *group_by,
+                      size_t ngroup, struct err *e)
 {
-    const json_t *runs = json_object_get(data, "runs");
-    const char *workload = json_string_value(json_object_get(data, "workload"));
-    json_t *fields = results_fields(runs, group_by, ngroup, e);
+    json_t *fields = results_fields(data, group_by, ngroup, e);
     if (!fields)
         return NULL;
     struct results_groups gs = {0};
@@ -423,9 +423,9 @@ json_t *results_build(const json_t *data, const char *const *group_by, size_t ng
     size_t i;
     json_t *f;
     json_array_foreach(fields, i, f) json_array_append(t.columns, f);
-    int rc = results_group_runs(runs, fields, &gs, e);
-    if (rc == 0 && workload && strcmp(workload, "collective") == 0)
-        results_collectives(&t, &gs);
+    int rc = results_group_runs(data, fields, &gs, e);
+    if (rc == 0 && strcmp(data->workload, "collective") == 0)
+        rc = results_collectives(&t, &gs, e);
     else if (rc == 0)
         rc = results_training(&t, &gs, e);
     results_groups_free(&gs);
@@ -435,9 +435,9 @@ json_t *results_build(const json_t *data, const char *const *group_by, size_t ng
         json_decref(t.rows);
         return NULL;
     }
-    return json_pack("{s:O, s:s, s:o, s:o, s:o}", "experiment", json_object_get(data, "id"),
-                     "workload", workload ? workload : "", "group_by", fields, "columns",
-                     t.columns, "rows", t.rows);
+    return json_pack("{s:I, s:s, s:o, s:o, s:o}", "experiment", (json_int_t)data->id,
+                     "workload", data->workload, "group_by", fields, "columns", t.columns,
+                     "rows", t.rows);
 }
 
 static int results_csv_cell(struct buf *b, const json_t *v)

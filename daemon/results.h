@@ -5,7 +5,9 @@
  *
  * Decision: aggregation happens here, in C over the rows db_get_experiment_data returns,
  * not in SQL, because Student-t intervals, nearest-rank percentiles and the speed-up
- * baseline lookup read better as code, and the same table feeds JSON and CSV.
+ * baseline lookup read better as code, and the same table feeds JSON and CSV. Those rows
+ * are typed structs (db.h), filled through column tables the database checks against
+ * its SQL's column names, so no figure is looked up here by a column's name.
  *
  * Training metrics (per run and repeat, non-warm-up steps only):
  *   step time  = the slowest rank's time of each step
@@ -21,6 +23,7 @@
 
 #include "common/err.h"
 #include "common/stats.h"
+#include "daemon/db.h"
 
 /* Statistics are common/stats.h's (stats_summarize), shared with the worker. */
 
@@ -31,8 +34,8 @@
  * group_by fields and "emulated" (a column of every table): runs whose ranks shared one GPU
  * (runs.emulated) form groups of their own, never mixed with real ones. ERR_INVALID naming
  * "group_by" for a field no run's spec has. */
-json_t *results_build(const json_t *data, const char *const *group_by, size_t ngroup,
-                      struct err *e);
+json_t *results_build(const struct db_experiment_data *data, const char *const *group_by,
+                      size_t ngroup, struct err *e);
 /* The table as CSV (RFC 4180; header = columns). Owned malloc'd string. */
 char *results_csv(const json_t *table, size_t *len, struct err *e);
 

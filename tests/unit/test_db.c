@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "daemon/db.h"
+#include "daemon/db_rows.h"
 #include "tests/unit/test.h"
 
 static char db_dir[64];
@@ -18,7 +19,10 @@ static struct db *test_db_fresh(void)
         return NULL;
     snprintf(db_path, sizeof db_path, "%s/t.db", db_dir);
     struct err e;
-    return db_open(db_path, &e);
+    struct db *db = db_open(db_path, &e);
+    if (!db) /* e.g. a typed reader that disagrees with its SQL's column names */
+        fprintf(stderr, "db_open: %s\n", e.msg);
+    return db;
 }
 
 static void test_db_cleanup(struct db *db)
@@ -178,7 +182,71 @@ static void test_db_results_roundtrip(void)
     json_decref(run);
     T_CHECK(db_get_run(db, 999, &e) == NULL);
     T_EQ_INT(e.code, ERR_NOT_FOUND);
+    /* the typed path gives back every field of what was stored */
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    T_EQ_STR(data.workload, "collective");
+    T_EQ_INT(data.runs[0].ncollectives, 2);
+    const struct report_collective *got = &data.runs[0].collectives[1];
+    T_EQ_STR(got->op, "allreduce");
+    T_EQ_STR(got->dtype, "float32");
+    T_EQ_STR(got->redop, "sum");
+    T_EQ_STR(got->algorithm, "ring");
+    T_CHECK(got->inplace);
+    T_EQ_INT(got->bytes, 4096);
+    T_EQ_INT(got->count, 1024);
+    T_EQ_INT(got->iters, 20);
+    T_NEAR(got->time_us_min, 10, 0);
+    T_NEAR(got->time_us_median, 12.5, 0);
+    T_NEAR(got->time_us_p95, 20, 0);
+    T_NEAR(got->time_us_mean, 13, 0);
+    T_NEAR(got->time_us_max, 30, 0);
+    T_NEAR(got->busbw_gbs, 0.32768, 0);
+    T_EQ_INT(json_integer_value(json_object_get(data.runs[0].spec, "world_size")), 2);
+    db_experiment_data_free(&data);
     test_db_cleanup(db);
+}
+
+/* A typed reader is checked against its statement's column names: an alias that does not
+ * say what the reader fills (or a column too many or too few) is an error naming it. The
+ * daemon's own readers pass the same check in db_open, which every test here calls. */
+struct test_db_pair {
+    double step_ms, fastest_ms;
+};
+static const struct db_col test_db_pair_cols[] = {
+    DB_COL("step_ms", DB_COL_REAL, struct test_db_pair, step_ms),
+    DB_COL("fastest_ms", DB_COL_REAL, struct test_db_pair, fastest_ms),
+};
+
+static void test_db_reader_checks_aliases(void)
+{
+    struct err e = {0};
+    sqlite3 *h = NULL;
+    T_CHECK(sqlite3_open(":memory:", &h) == SQLITE_OK);
+    static const char good[] = "SELECT 13.0 AS step_ms, 11.0 AS fastest_ms";
+    static const char swapped[] = "SELECT 13.0 AS step_ms, 11.0 AS fastest";
+    static const char short_[] = "SELECT 13.0 AS step_ms";
+    const char *sqls[] = {good, swapped, short_};
+    sqlite3_stmt *st[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++)
+        T_CHECK(sqlite3_prepare_v2(h, sqls[i], -1, &st[i], NULL) == SQLITE_OK);
+    struct db_reader r = {good, test_db_pair_cols, 2, sizeof(struct test_db_pair)};
+    T_OK(db_rows_check(st[0], &r, &e));
+    void *rows;
+    size_t n;
+    T_OK(db_rows_read(st[0], &r, &rows, &n, &e));
+    T_EQ_INT(n, 1);
+    T_NEAR(((struct test_db_pair *)rows)->fastest_ms, 11.0, 0);
+    db_rows_free(&r, rows, n);
+    T_CHECK(db_rows_check(st[1], &r, &e) < 0);
+    T_EQ_INT(e.code, ERR_INTERNAL);
+    T_CHECK_MSG(strstr(e.msg, "column 1 is 'fastest' but its reader expects 'fastest_ms'"),
+                "%s", e.msg);
+    T_CHECK(db_rows_check(st[2], &r, &e) < 0);
+    T_CHECK_MSG(strstr(e.msg, "returns 1 columns, its reader reads 2"), "%s", e.msg);
+    for (int i = 0; i < 3; i++)
+        sqlite3_finalize(st[i]);
+    sqlite3_close(h);
 }
 
 static void test_db_list_filters_and_paging(void)
@@ -285,12 +353,12 @@ static void test_db_gpu_placement(void)
     T_CHECK(json_is_null(json_object_get(json_array_get(json_object_get(run, "ranks"), 0),
                                          "gpu")));
     json_decref(run);
-    json_t *data = db_get_experiment_data(db, id, &e);
-    T_CHECK(data != NULL);
-    runs = json_object_get(data, "runs");
-    T_CHECK(json_is_true(json_object_get(json_array_get(runs, 0), "emulated")));
-    T_CHECK(json_is_false(json_object_get(json_array_get(runs, 1), "emulated")));
-    json_decref(data);
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    T_EQ_INT(data.nruns, 2);
+    T_CHECK(data.runs[0].emulated);
+    T_CHECK(!data.runs[1].emulated);
+    db_experiment_data_free(&data);
     test_db_cleanup(db);
 }
 
@@ -501,20 +569,24 @@ static void test_db_steps_epochs_and_data(void)
     json_decref(steps);
     T_CHECK(db_get_steps(db, 999, -1, true, &e) == NULL);
     T_EQ_INT(e.code, ERR_NOT_FOUND);
-    json_t *data = db_get_experiment_data(db, id, &e);
-    T_CHECK(data != NULL);
-    json_t *run = json_array_get(json_object_get(data, "runs"), 0);
-    json_t *agg = json_object_get(run, "steps");
-    T_EQ_INT(json_array_size(agg), 2);
-    json_t *s1 = json_array_get(agg, 0);
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    T_EQ_INT(data.id, id);
+    T_CHECK(data.nruns >= 1);
+    const struct db_data_run *run = &data.runs[0];
+    T_EQ_INT(run->nsteps, 2);
+    const struct db_step_row *s1 = &run->steps[0];
     /* the step's time is the slowest rank's; samples add up over ranks */
-    T_NEAR(json_real_value(json_object_get(s1, "step_ms")), 13.0, 1e-9);
-    T_NEAR(json_real_value(json_object_get(s1, "fastest_ms")), 11.0, 1e-9);
-    T_EQ_INT(json_integer_value(json_object_get(s1, "samples")), 64);
-    json_t *epochs = json_object_get(run, "epochs");
-    T_EQ_INT(json_array_size(epochs), 1);
-    T_CHECK(json_is_null(json_object_get(json_array_get(epochs, 0), "test_acc")));
-    json_decref(data);
+    T_NEAR(s1->step_ms, 13.0, 1e-9);
+    T_NEAR(s1->fastest_ms, 11.0, 1e-9);
+    T_EQ_INT(s1->samples, 64);
+    T_EQ_INT(run->nepochs, 1);
+    T_NEAR(run->epochs[0].test_acc, -1.0, 0); /* stored as NULL: not evaluated */
+    T_NEAR(run->epochs[0].train_loss, 1.9, 1e-12);
+    db_experiment_data_free(&data);
+    T_CHECK(db_get_experiment_data(db, 999, &data, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    db_experiment_data_free(&data);
     test_db_cleanup(db);
 }
 
@@ -524,6 +596,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_lifecycle);
     TEST_RUN(test_db_queued_spec_parsed);
     TEST_RUN(test_db_results_roundtrip);
+    TEST_RUN(test_db_reader_checks_aliases);
     TEST_RUN(test_db_list_filters_and_paging);
     TEST_RUN(test_db_recover_and_reopen);
     TEST_RUN(test_db_experiment_summary);

@@ -2,9 +2,11 @@
  * interval), grouping and per-size rows of collectives, the training metrics (step time
  * = slowest rank, throughput per repeat, speed-up and efficiency against the world_size 1
  * group, overlap, straggler spread, final accuracy), and CSV quoting. Inputs are built
- * by hand in the shape db_get_experiment_data returns, so every expected value is known. */
+ * by hand as the typed rows db_get_experiment_data returns, so every expected value is
+ * known. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 
 #include "daemon/results.h"
 #include "tests/unit/test.h"
@@ -35,33 +37,50 @@ static void test_stats_summarize(void)
     T_NEAR(stats_t95(1000), 1.96, 1e-9);
 }
 
-static json_t *coll(int repeat, int64_t bytes, double busbw)
+static struct report_collective coll(int repeat, int64_t bytes, double busbw)
 {
-    return json_pack("{s:i, s:s, s:s, s:s, s:b, s:I, s:s, s:f, s:f, s:f, s:i}", "repeat", repeat,
-                     "op", "allreduce", "dtype", "float32", "redop", "sum", "inplace", 0,
-                     "bytes", (json_int_t)bytes, "algorithm", "ring", "busbw_gbs", busbw,
-                     "algbw_gbs", busbw / 2, "time_us_median", 10.0, "wrong", 0);
+    return (struct report_collective){
+        .repeat = repeat, .op = "allreduce", .dtype = "float32", .redop = "sum",
+        .inplace = false, .bytes = bytes, .algorithm = "ring", .busbw_gbs = busbw,
+        .algbw_gbs = busbw / 2, .time_us_median = 10.0, .wrong = 0};
 }
 
-static json_t *run(int world, json_t *collectives, json_t *steps, json_t *epochs)
+/* A run as db_get_experiment_data returns it; the row arrays are borrowed from the test
+ * (run_free releases only the JSON it made). */
+static struct db_data_run run(int world, struct report_collective *c, size_t nc,
+                              struct db_step_row *st, size_t ns, struct report_epoch *ep,
+                              size_t ne)
 {
-    return json_pack("{s:i, s:{s:i}, s:{s:i, s:s}, s:o, s:o, s:o}", "world_size", world,
-                     "params", "world_size", world, "spec", "world_size", world, "op",
-                     "allreduce", "collectives", collectives, "steps",
-                     steps ? steps : json_array(), "epochs", epochs ? epochs : json_array());
+    return (struct db_data_run){
+        .world_size = world,
+        .params = json_pack("{s:i}", "world_size", world),
+        .spec = json_pack("{s:i, s:s}", "world_size", world, "op", "allreduce"),
+        .collectives = c, .ncollectives = nc, .steps = st, .nsteps = ns,
+        .epochs = ep, .nepochs = ne};
+}
+
+static void runs_free(struct db_data_run *runs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        json_decref(runs[i].params);
+        json_decref(runs[i].spec);
+    }
 }
 
 static void test_results_collectives(void)
 {
     struct err e;
-    json_t *data = json_pack(
-        "{s:i, s:s, s:[o, o]}", "id", 9, "workload", "collective", "runs",
-        run(1, json_pack("[o, o, o, o]", coll(0, 1024, 0), coll(0, 4096, 0), coll(1, 1024, 0),
-                         coll(1, 4096, 0)), NULL, NULL),
-        run(2, json_pack("[o, o, o, o]", coll(0, 1024, 1.0), coll(0, 4096, 2.0),
-                         coll(1, 1024, 3.0), coll(1, 4096, 4.0)), NULL, NULL));
-    json_t *t = results_build(data, NULL, 0, &e);
+    struct report_collective c1[] = {coll(0, 1024, 0), coll(0, 4096, 0), coll(1, 1024, 0),
+                                     coll(1, 4096, 0)};
+    struct report_collective c2[] = {coll(0, 1024, 1.0), coll(0, 4096, 2.0),
+                                     coll(1, 1024, 3.0), coll(1, 4096, 4.0)};
+    struct db_data_run runs[] = {run(1, c1, 4, NULL, 0, NULL, 0),
+                                 run(2, c2, 4, NULL, 0, NULL, 0)};
+    struct db_experiment_data data = {.id = 9, .workload = "collective", .runs = runs,
+                                      .nruns = 2};
+    json_t *t = results_build(&data, NULL, 0, &e);
     T_CHECK(t != NULL);
+    T_EQ_INT(json_integer_value(json_object_get(t, "experiment")), 9);
     json_t *rows = json_object_get(t, "rows");
     T_EQ_INT(json_array_size(rows), 4); /* 2 world sizes x 2 sizes */
     json_t *r = json_array_get(rows, 2);  /* world_size 2, 1024 bytes */
@@ -72,6 +91,8 @@ static void test_results_collectives(void)
     T_NEAR(json_real_value(json_object_get(r, "busbw_gbs_ci95")),
            12.706 * sqrt(2.0) / sqrt(2.0), 1e-9);
     T_EQ_STR(json_string_value(json_object_get(r, "algorithm")), "ring");
+    T_EQ_STR(json_string_value(json_object_get(r, "op")), "allreduce");
+    T_CHECK(json_is_false(json_object_get(r, "inplace")));
     json_t *cols = json_object_get(t, "columns");
     T_EQ_STR(json_string_value(json_array_get(cols, 0)), "world_size");
     size_t ncols = json_array_size(cols);
@@ -81,41 +102,47 @@ static void test_results_collectives(void)
     json_decref(t);
     /* pooled over world sizes when grouped by op */
     const char *by[] = {"op"};
-    t = results_build(data, by, 1, &e);
+    t = results_build(&data, by, 1, &e);
     T_EQ_INT(json_array_size(json_object_get(t, "rows")), 2);
     T_EQ_INT(json_integer_value(json_object_get(json_array_get(json_object_get(t, "rows"), 0),
                                                 "busbw_gbs_n")), 4);
     json_decref(t);
     const char *bad[] = {"nope"};
-    T_CHECK(results_build(data, bad, 1, &e) == NULL);
+    T_CHECK(results_build(&data, bad, 1, &e) == NULL);
     T_EQ_STR(e.field, "group_by");
-    json_decref(data);
+    runs_free(runs, 2);
 }
 
-/* steps of one run: n steps per repeat, step_ms given, samples per step */
-static json_t *steps(int repeats, int n, double step_ms, double fastest_ms, int samples)
+/* steps of one run: n steps per repeat, step_ms given, samples per step (owned array) */
+static struct db_step_row *steps(int repeats, int n, double step_ms, double fastest_ms,
+                                 int samples)
 {
-    json_t *a = json_array();
+    struct db_step_row *a = calloc((size_t)(repeats * n), sizeof *a);
     for (int r = 0; r < repeats; r++)
         for (int s = 0; s < n; s++)
-            json_array_append_new(a, json_pack(
-                "{s:i, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "repeat", r, "step",
-                s, "step_ms", step_ms * (1 + 0.1 * r), "fastest_ms", fastest_ms, "samples",
-                samples, "data_ms", 1.0, "forward_ms", 2.0, "backward_ms", 3.0, "comm_ms", 4.0,
-                "comm_exposed_ms", 1.0, "optimizer_ms", 0.5));
+            a[r * n + s] = (struct db_step_row){
+                .repeat = r, .step = s, .step_ms = step_ms * (1 + 0.1 * r),
+                .fastest_ms = fastest_ms, .samples = samples,
+                .phase_ms = {[DB_PHASE_DATA] = 1.0, [DB_PHASE_FORWARD] = 2.0,
+                             [DB_PHASE_BACKWARD] = 3.0, [DB_PHASE_COMM] = 4.0,
+                             [DB_PHASE_COMM_EXPOSED] = 1.0, [DB_PHASE_OPTIMIZER] = 0.5}};
     return a;
 }
 
 static void test_results_training(void)
 {
     struct err e;
-    json_t *ep = json_pack("[{s:i, s:i, s:f, s:f}, {s:i, s:i, s:f, s:f}]", "repeat", 0, "epoch", 0,
-                           "test_acc", 0.5, "train_loss", 1.0, "repeat", 0, "epoch", 1,
-                           "test_acc", 0.8, "train_loss", 0.4);
-    json_t *data = json_pack("{s:i, s:s, s:[o, o]}", "id", 3, "workload", "train", "runs",
-                             run(1, json_array(), steps(2, 4, 100.0, 100.0, 32), ep),
-                             run(4, json_array(), steps(2, 4, 125.0, 100.0, 128), NULL));
-    json_t *t = results_build(data, NULL, 0, &e);
+    struct report_epoch ep[] = {
+        {.repeat = 0, .epoch = 0, .test_acc = 0.5, .train_loss = 1.0},
+        {.repeat = 0, .epoch = 1, .test_acc = 0.8, .train_loss = 0.4},
+    };
+    struct db_step_row *s1 = steps(2, 4, 100.0, 100.0, 32), *s4 = steps(2, 4, 125.0, 100.0, 128);
+    struct db_data_run runs[] = {run(1, NULL, 0, s1, 8, ep, 2), run(4, NULL, 0, s4, 8, NULL, 0)};
+    struct db_experiment_data data = {.id = 3, .workload = "train", .runs = runs, .nruns = 2};
+    json_t *t = results_build(&data, NULL, 0, &e);
+    free(s1);
+    free(s4);
+    runs_free(runs, 2);
     T_CHECK(t != NULL);
     json_t *rows = json_object_get(t, "rows");
     T_EQ_INT(json_array_size(rows), 2);
@@ -136,7 +163,6 @@ static void test_results_training(void)
     T_NEAR(json_real_value(json_object_get(one, "test_acc_mean")), 0.8, 1e-12); /* last epoch */
     T_CHECK(json_is_null(json_object_get(four, "test_acc_mean")));
     json_decref(t);
-    json_decref(data);
 }
 
 static void test_results_csv_quoting(void)
@@ -158,14 +184,15 @@ static void test_results_csv_quoting(void)
 static void test_results_emulated_apart(void)
 {
     struct err e;
-    json_t *real = run(2, json_pack("[o]", coll(0, 1024, 8.0)), NULL, NULL);
-    json_t *emu = run(2, json_pack("[o]", coll(0, 1024, 2.0)), NULL, NULL);
-    json_object_set_new(emu, "emulated", json_true());
-    json_object_set_new(real, "emulated", json_false());
-    json_t *data = json_pack("{s:i, s:s, s:[o, o]}", "id", 3, "workload", "collective", "runs",
-                             real, emu);
+    struct report_collective cr[] = {coll(0, 1024, 8.0)}, ce[] = {coll(0, 1024, 2.0)};
+    struct db_data_run runs[] = {run(2, cr, 1, NULL, 0, NULL, 0),
+                                 run(2, ce, 1, NULL, 0, NULL, 0)};
+    runs[1].emulated = true;
+    struct db_experiment_data data = {.id = 3, .workload = "collective", .runs = runs,
+                                      .nruns = 2};
     const char *by[] = {"op"};
-    json_t *t = results_build(data, by, 1, &e);
+    json_t *t = results_build(&data, by, 1, &e);
+    runs_free(runs, 2);
     T_CHECK(t != NULL);
     json_t *rows = json_object_get(t, "rows");
     T_EQ_INT(json_array_size(rows), 2); /* same op and size: split by emulated only */
@@ -184,7 +211,6 @@ static void test_results_emulated_apart(void)
     T_EQ_STR(json_string_value(json_array_get(cols, 1)), "emulated");
     T_EQ_INT(json_array_size(json_object_get(t, "group_by")), 1);
     json_decref(t);
-    json_decref(data);
 }
 
 int main(int argc, char **argv)
