@@ -14,7 +14,13 @@
 #include "common/spec.h"
 
 /* 0 when this build has what the spec's device and backend need; ERR_INVALID with
- * e->field "device" or "backend" otherwise. s is a spec that passed spec_from_json. */
+ * e->field "device" or "backend" otherwise. s is a spec that passed spec_from_json. The
+ * backend's part is comm_backend_check's (comm_factory.h), the training device's
+ * train_engine_pick's (train_engine.h): each message is written once. */
 int worker_device_check(const struct spec *s, struct err *e);
+/* The device "cuda" parts of the build, each refusal naming the meson option that adds
+ * it: CUDA itself, and cuDNN, which training on the GPU needs. */
+int worker_cuda_check(struct err *e);
+int worker_cudnn_check(struct err *e);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ddpb_config.h"
+#include "worker/device_check.h"
 
 const struct train_engine_ops *train_engine_pick(const char *device, struct err *e)
 {
@@ -18,8 +19,8 @@ const struct train_engine_ops *train_engine_pick(const char *device, struct err 
 #if DDPB_HAVE_CUDA && DDPB_HAVE_CUDNN
     return &train_engine_cuda;
 #else
-    err_set(e, ERR_INVALID, "device", "device \"cuda\": this ddpbench-worker was built "
-            "without CUDA and cuDNN (meson -Dcuda=enabled -Dcudnn=enabled)");
+    if (worker_cuda_check(e) == 0)
+        worker_cudnn_check(e);
     return NULL;
 #endif
 }
