@@ -1461,11 +1461,16 @@ bad:
                    f->name);
 }
 
+/* threads is validated (1 to 256) for the workloads that have it, absent or 0 for the
+ * others, which take one slot a rank */
+static int spec_slots_of_threads(json_int_t t) { return t >= 1 && t <= 256 ? (int)t : 1; }
+
 int spec_slots_per_rank(const json_t *resolved)
 {
-    json_int_t t = json_integer_value(json_object_get(resolved, "threads"));
-    return t >= 1 && t <= 256 ? (int)t : 1;
+    return spec_slots_of_threads(json_integer_value(json_object_get(resolved, "threads")));
 }
+
+int spec_rank_slots(const struct spec *s) { return spec_slots_of_threads(s->train.threads); }
 
 int spec_from_json(const json_t *resolved, struct spec *out, struct err *e)
 {

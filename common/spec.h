@@ -135,6 +135,8 @@ const json_t *spec_field_value(const json_t *spec, const char *name);
 
 /* CPU slots one rank of a resolved spec (borrowed) takes: its "threads", else 1. */
 int spec_slots_per_rank(const json_t *resolved);
+/* The same for a parsed spec (spec_from_json). */
+int spec_rank_slots(const struct spec *s);
 
 /* Fills out from a resolved spec (no "sweep") after checking it as spec_normalize does:
  * every field and every cross-field rule, what runs where (device, backend, precision,

@@ -393,11 +393,7 @@ static int monitor_watch_fd(struct active_run *r, int fd, struct monitor_watch *
     return 0;
 }
 
-int monitor_slots_per_rank(const struct db_queued_run *q)
-{
-    /* threads is validated (1 to 256) for the workloads that have it, 0 for the others */
-    return q->spec.train.threads > 0 ? q->spec.train.threads : 1;
-}
+int monitor_slots_per_rank(const struct db_queued_run *q) { return spec_rank_slots(&q->spec); }
 
 /* "3,4,5": rank's CPUs out of cpus (per entries each) into out; false when unpinned. */
 static bool monitor_cpu_list(const int *cpus, int rank, int per, char *out, size_t n)

@@ -657,6 +657,7 @@ static void test_spec_train_defaults_and_struct(void)
     T_EQ_STR(sp.train.lr_schedule.decay, "cosine");
     T_CHECK(sp.train.cycle_ms == 1.0);
     T_EQ_INT(spec_slots_per_rank(s), 2);
+    T_EQ_INT(spec_rank_slots(&sp), 2);
     /* normalizing a normalized spec is the identity */
     json_t *again = spec_normalize(s, &e);
     T_CHECK(again && json_equal(again, s));
@@ -669,6 +670,7 @@ static void test_spec_train_defaults_and_struct(void)
     T_EQ_INT(sp.train.dataset.shape.dims[2], 48);
     T_EQ_INT(sp.train.steps, 100);
     T_EQ_INT(spec_slots_per_rank(s), 1);
+    T_EQ_INT(spec_rank_slots(&sp), 1);
     json_decref(s);
 }
 
