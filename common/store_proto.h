@@ -1,4 +1,4 @@
-/* store_proto: the wire format of the rendezvous key-value store (daemon/store_server.c
+/* store_proto: the wire format of the rendezvous key-value store (daemon/store/
  * serves it, worker/store/store_client.c speaks it). This header is the contract.
  *
  * Decision: binary, length-prefixed, little-endian frames with a magic + version

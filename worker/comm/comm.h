@@ -1,4 +1,4 @@
-/* comm: the communicator interface every backend implements (tcp, nccl; mpi later).
+/* comm: the communicator interface every backend implements (tcp, nccl).
  * DESIGN.md §4 "comm/". comm_factory.h builds a rank's communicator from its spec.
  *
  * Decision: a struct of function pointers over backend-private state, so workloads and
