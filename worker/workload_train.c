@@ -324,8 +324,10 @@ static double train_ms(int64_t ns) { return (double)ns / 1e6; }
 
 /* Runs step `step` (accumulate micro-batches, the exchange, the update) and reports it.
  * *epoch_done is set to the epoch that ended in it, or -1. Phases are the host clock's
- * around each engine call unless the engine measures them itself (end_step); the
- * optimizer's excludes the communication the update waited for (ZeRO's all-gather). */
+ * around each engine call unless the engine measures them itself (end_step); backward
+ * and the optimizer exclude the exposed communication inside them (the hook's launches,
+ * ZeRO's all-gather), which comm_exposed counts (ddp.h "Timing"), so the phases add up
+ * to the step without counting any time twice. */
 static int train_step(struct trainer *tr, int64_t step, struct train_tally *tally,
                       int *epoch_done, int *epoch_of_step, struct err *e)
 {
@@ -349,11 +351,11 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
         if (ops->forward(en, b->x, b->y, b->n, 1, (uint64_t)b->step, tr->train->reuse_batch,
                          e) < 0)
             return err_prefix(e, "forward of step %lld", (long long)step);
-        int64_t t1 = clock_mono_ns();
+        int64_t t1 = clock_mono_ns(), exposed_before_bwd = tr->ddp.st.exposed_ns;
         if (ops->backward(en, ddp_grad_hook, &tr->ddp, e) < 0)
             return err_prefix(e, "backward of step %lld", (long long)step);
         fwd_ns += t1 - t0;
-        bwd_ns += clock_mono_ns() - t1;
+        bwd_ns += (clock_mono_ns() - t1) - (tr->ddp.st.exposed_ns - exposed_before_bwd);
         if (ops->wait_loss(en, &loss, &right, e) < 0)
             return err_prefix(e, "loss of step %lld", (long long)step);
         if (train_count_micro(step, loss, right, b->n, tally, &loss_sum, e) < 0)

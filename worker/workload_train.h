@@ -8,10 +8,11 @@
  *   and the accuracy, and a run is deterministic given its seed.
  * - Phases of a step (report.h struct report_step): data is the time the loader made the
  *   step wait; forward includes the loss; backward is the compute of backward (the hook's
- *   bookkeeping and launches included, the exchanges it queued are not); comm is the time
- *   the exchanges ran on the communication thread; comm_exposed the time the step
- *   waited for them; optimizer is the update (for ZeRO without the all-gather, which is
- *   communication). step is the wall time of the whole step.
+ *   bookkeeping included, its launches are exposed communication); comm is the wall time
+ *   some exchange was in flight and comm_exposed the part of it the step spent
+ *   launching, waiting or copying, both on the training thread's clock (ddp.h "Timing");
+ *   optimizer is the update (for ZeRO without the all-gather, which is communication).
+ *   step is the wall time of the whole step.
  * - Statistics the daemon computes skip the first warmup_steps of every repeat.
  * - Train loss and accuracy of an epoch are over the samples all ranks trained on in it
  *   (with dropout and batch statistics of training mode, as PyTorch examples print them);

@@ -52,6 +52,13 @@ def test_strategies_end_to_end():
                 compute = row[at["forward_ms"]] + row[at["backward_ms"]] + row[at["optimizer_ms"]]
                 check(row[at["step_ms"]] >= compute > 0, (strat, row))
                 check(0 <= row[at["comm_exposed_ms"]] <= row[at["step_ms"]], (strat, row))
+                # one clock for both (worker/ddp/ddp.h "Timing"): exposed is part of the
+                # communication, all of it for naive; the phases never count it twice
+                check(row[at["comm_exposed_ms"]] <= row[at["comm_ms"]], (strat, row))
+                if strat == "naive":
+                    check(row[at["comm_exposed_ms"]] == row[at["comm_ms"]], row)
+                check(row[at["data_ms"]] + compute + row[at["comm_exposed_ms"]]
+                      <= row[at["step_ms"]] + 1e-3, (strat, row))
                 check(math.isfinite(row[at["loss"]]) and row[at["loss"]] > 0, row)
                 if ws == 1:
                     check(row[at["bytes_sent"]] == 0, (strat, row))
@@ -73,6 +80,9 @@ def test_strategies_end_to_end():
             base = throughput[(row["strategy"], 1)]
             check(abs(row["speedup"] - want / base) <= 1e-6 * want / base, (key, row["speedup"]))
             check(abs(row["efficiency"] - row["speedup"] / row["world_size"]) <= 1e-9, key)
+            check(row["overlap"] is None or 0 <= row["overlap"] <= 1, (key, row["overlap"]))
+            if row["strategy"] == "naive":  # nothing overlapped, by construction
+                check(row["overlap"] in (0, None), (key, row["overlap"]))
         # the same table as CSV
         status, body, _ = d.request("GET", f"/v1/experiments/{exp['id']}/results?format=csv")
         check(status == 200 and body.splitlines()[0].startswith("strategy,world_size"), body[:80])

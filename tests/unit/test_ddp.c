@@ -93,7 +93,20 @@ struct eq_case {
     int world, batch, accumulate;
     size_t bucket_bytes; /* small: several buckets, some not divisible by the world */
     bool device;         /* device mode (ddp_set_device) over host memory and CPU hooks */
+    bool wide;           /* eq_build_wide instead of lenet5 */
 };
+
+/* A wide MLP (784-1024-1024-10, 1.85 M parameters): ddp's 1 MiB first bucket closes at
+ * fc2, so it is in flight while backward computes fc1's gradients, which lenet5 (one
+ * bucket under 1 MiB) never shows. */
+static int eq_build_wide(struct nn_model *m, struct err *e)
+{
+    int x = nn_model_flatten(m, "flatten", nn_model_input(m, 1, 28, 28));
+    x = nn_model_act(m, "relu1", nn_model_linear(m, "fc1", x, 1024, 1), NN_ACT_RELU);
+    x = nn_model_act(m, "relu2", nn_model_linear(m, "fc2", x, 1024, 1), NN_ACT_RELU);
+    nn_model_linear(m, "fc3", x, 10, 1);
+    return nn_model_finish(m, e);
+}
 
 /* Device mode's hooks on the CPU: the "device" arenas are the model's own, the update
  * and scale are nn/optim's loops, and the calls are counted so a run can tell that device
@@ -118,9 +131,10 @@ static void eq_dev_update(void *ctx, struct nn_optim *o, size_t off, size_t stat
     nn_optim_update_slice(o, d->p + off, d->g + off, state_off, len, lr);
 }
 
-/* One rank's training: k steps exactly as workload_train does them. Returns the
- * parameter arena (owned) or NULL with e set. */
-static float *eq_train(const struct eq_case *k, struct comm *c, size_t *n, struct err *e)
+/* One rank's training: k steps exactly as workload_train does them, each step's
+ * communication figures into st. Returns the parameter arena (owned) or NULL with e set. */
+static float *eq_train(const struct eq_case *k, struct comm *c, size_t *n,
+                       struct ddp_step_stats st[STEPS], struct err *e)
 {
     struct nn_model m;
     struct dataset *ds = NULL;
@@ -145,7 +159,8 @@ static float *eq_train(const struct eq_case *k, struct comm *c, size_t *n, struc
     struct nn_optim_cfg oc = nn_optim_defaults(NN_OPTIM_SGD);
     oc.lr = 0.05;
     oc.momentum = 0.9;
-    if (nn_models_build(&m, "lenet5", 1, 28, 28, 10, NULL, e) < 0 ||
+    if ((k->wide ? eq_build_wide(&m, e) : nn_models_build(&m, "lenet5", 1, 28, 28, 10, NULL,
+                                                           e)) < 0 ||
         nn_model_init_params(&m, 42, e) < 0 ||
         nn_model_prepare(&m, k->batch, NN_BACKEND_FAST, 1, e) < 0 ||
         dataset_idx_open(eq_images, eq_labels, "eq", DATA_SPLIT_TRAIN, &io, &ds, e) < 0 ||
@@ -183,6 +198,7 @@ static float *eq_train(const struct eq_case *k, struct comm *c, size_t *n, struc
         }
         if (ddp_finish(&d, k->accumulate, e) < 0 || ddp_optim_step(&d, &o, oc.lr, e) < 0)
             goto out;
+        st[s] = d.st;
     }
     if (k->device && (dv.updates != STEPS || (k->accumulate > 1 && dv.scales == 0))) {
         err_set(e, ERR_INTERNAL, NULL, "device mode: %d updates, %d scales through the hooks",
@@ -228,16 +244,17 @@ static int eq_read_all(int fd, void *p, size_t n)
     return 0;
 }
 
-/* Child: connect, train, send [n][params] or [0][message]. */
+/* Child: connect, train, send [n][params][step stats] or [0][message]. */
 static void eq_child(const struct eq_case *k, struct comm_tcp *t, const char *const *addrs,
                      int fd)
 {
     struct err e = {0};
     size_t n = 0;
     float *p = NULL;
+    struct ddp_step_stats st[STEPS] = {0};
     struct comm *c = comm_tcp_connect(t, addrs, &e);
     if (c)
-        p = eq_train(k, c, &n, &e);
+        p = eq_train(k, c, &n, st, &e);
     /* leave together, as the worker does (main.c): an early exit could reset a
      * connection a peer still reads its last bytes from */
     if (p && comm_barrier(c, &e) < 0) {
@@ -249,15 +266,18 @@ static void eq_child(const struct eq_case *k, struct comm_tcp *t, const char *co
     comm_destroy(c);
     uint64_t len = p ? n : 0;
     eq_write_all(fd, &len, sizeof len);
-    if (p)
+    if (p) {
         eq_write_all(fd, p, n * sizeof *p);
-    else
+        eq_write_all(fd, st, sizeof st);
+    } else
         eq_write_all(fd, e.msg, sizeof e.msg);
     _exit(p ? 0 : 1);
 }
 
-/* Runs k on its world of forked ranks; out[r] gets each rank's parameters (owned). */
-static int eq_run(const struct eq_case *k, float **out, size_t *n, char *why, size_t whylen)
+/* Runs k on its world of forked ranks; out[r] gets each rank's parameters (owned), and
+ * stats[r] (when not NULL) its steps' communication figures. */
+static int eq_run(const struct eq_case *k, float **out, size_t *n,
+                  struct ddp_step_stats (*stats)[STEPS], char *why, size_t whylen)
 {
     struct comm_tcp *t[MAX_W];
     char addrs[MAX_W][64];
@@ -301,10 +321,14 @@ static int eq_run(const struct eq_case *k, float **out, size_t *n, char *why, si
             snprintf(why, whylen, "rank %d: %s", r, msg);
             rc = -1;
         } else {
+            struct ddp_step_stats st[STEPS];
             *n = len;
             out[r] = malloc(len * sizeof(float));
-            if (!out[r] || eq_read_all(fds[r][0], out[r], len * sizeof(float)) < 0)
+            if (!out[r] || eq_read_all(fds[r][0], out[r], len * sizeof(float)) < 0 ||
+                eq_read_all(fds[r][0], st, sizeof st) < 0)
                 rc = -1;
+            else if (stats)
+                memcpy(stats[r], st, sizeof st);
         }
         close(fds[r][0]);
     }
@@ -329,7 +353,7 @@ static float *eq_reference(const struct eq_case *k, size_t *n, char *why, size_t
                           .batch = k->batch * k->world * k->accumulate, .accumulate = 1,
                           .bucket_bytes = k->bucket_bytes};
     float *p[1] = {NULL};
-    if (eq_run(&ref, p, n, why, whylen) < 0) {
+    if (eq_run(&ref, p, n, NULL, why, whylen) < 0) {
         free(p[0]);
         return NULL;
     }
@@ -368,7 +392,7 @@ static void eq_check(struct eq_case k, double atol)
     float *p[MAX_W] = {0};
     float *ref = eq_reference(&k, &nref, why, sizeof why);
     T_CHECK_MSG(ref, "reference: %s", why);
-    int rc = eq_run(&k, p, &n, why, sizeof why);
+    int rc = eq_run(&k, p, &n, NULL, why, sizeof why);
     double maxdiff = 0;
     if (rc == 0 && n != nref) {
         snprintf(why, sizeof why, "%zu parameters against %zu", n, nref);
@@ -448,10 +472,10 @@ static void test_ddp_device_mode_matches_host(void)
         size_t n_host = 0, n_dev = 0;
         float *host[MAX_W] = {0}, *dev[MAX_W] = {0};
         struct eq_case k = cases[i];
-        int rc = eq_run(&k, host, &n_host, why, sizeof why);
+        int rc = eq_run(&k, host, &n_host, NULL, why, sizeof why);
         k.device = true;
         if (rc == 0)
-            rc = eq_run(&k, dev, &n_dev, why, sizeof why);
+            rc = eq_run(&k, dev, &n_dev, NULL, why, sizeof why);
         T_CHECK_MSG(rc == 0, "%s: %s", ddp_strategy_name(k.strategy), why);
         if (rc == 0) {
             T_EQ_INT((long)n_dev, (long)n_host);
@@ -462,6 +486,72 @@ static void test_ddp_device_mode_matches_host(void)
         }
         eq_free(host, MAX_W);
         eq_free(dev, MAX_W);
+    }
+}
+
+/* Exposed and total communication (ddp.h "Timing") per strategy at 2 ranks over TCP, on
+ * lenet5 in a few buckets (some compressed) and ddp on the wide MLP: every step of every
+ * rank has 0 < exposed <= total; naive, which launches and waits back to back, has
+ * exposed == total to the nanosecond (overlap exactly 0); zero1, which launches
+ * everything after backward and waits at once, overlaps only its launches' copies with
+ * the operations before them (under half, loosely); ddp and zero2, whose buckets are in
+ * flight while backward computes, have some overlap over the steps of a rank. The bounds
+ * on the overlapping strategies are loose and summed over steps, as the machine may be
+ * loaded: a bucket launched mid-backward is in flight at least until its peer launches it
+ * too, while this rank goes on computing, so the summed overlap is positive on any
+ * schedule. */
+static void test_ddp_exposed_within_total(void)
+{
+    struct eq_case cases[] = {
+        {.strategy = DDP_NAIVE, .world = 2, .batch = 8, .accumulate = 1,
+         .bucket_bytes = SMALL_BUCKETS},
+        {.strategy = DDP_DDP, .world = 2, .batch = 32, .accumulate = 1,
+         .bucket_bytes = 25u << 20, .wide = true},
+        {.strategy = DDP_HOROVOD, .world = 2, .batch = 8, .accumulate = 1,
+         .bucket_bytes = SMALL_BUCKETS},
+        {.strategy = DDP_ZERO1, .world = 2, .batch = 8, .accumulate = 2,
+         .bucket_bytes = SMALL_BUCKETS},
+        {.strategy = DDP_ZERO2, .compression = DDP_COMPRESS_BF16, .world = 2, .batch = 8,
+         .accumulate = 1, .bucket_bytes = SMALL_BUCKETS},
+        {.strategy = DDP_NAIVE, .compression = DDP_COMPRESS_FP16, .world = 2, .batch = 8,
+         .accumulate = 1, .bucket_bytes = SMALL_BUCKETS},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct eq_case *k = &cases[i];
+        const char *name = ddp_strategy_name(k->strategy);
+        char why[600] = "";
+        size_t n = 0;
+        float *p[MAX_W] = {0};
+        struct ddp_step_stats st[MAX_W][STEPS];
+        memset(st, 0, sizeof st);
+        int rc = eq_run(k, p, &n, st, why, sizeof why);
+        eq_free(p, MAX_W);
+        T_CHECK_MSG(rc == 0, "%s: %s", name, why);
+        if (rc < 0)
+            continue;
+        for (int r = 0; r < k->world; r++) {
+            int64_t total = 0, exposed = 0;
+            for (int s = 0; s < STEPS; s++) {
+                const struct ddp_step_stats *x = &st[r][s];
+                T_CHECK_MSG(x->ops > 0 && x->exposed_ns > 0 && x->exposed_ns <= x->comm_ns,
+                            "%s rank %d step %d: %d ops, exposed %lld ns of %lld", name, r,
+                            s, x->ops, (long long)x->exposed_ns, (long long)x->comm_ns);
+                if (k->strategy == DDP_NAIVE)
+                    T_CHECK_MSG(x->exposed_ns == x->comm_ns,
+                                "naive rank %d step %d: exposed %lld ns of %lld", r, s,
+                                (long long)x->exposed_ns, (long long)x->comm_ns);
+                total += x->comm_ns;
+                exposed += x->exposed_ns;
+            }
+            double overlap = 1.0 - (double)exposed / (double)total;
+            fprintf(stderr, "    %s%s rank %d: comm %.3f ms, exposed %.3f ms, overlap %.3f\n",
+                    name, k->compression ? " compressed" : "", r, total / 1e6 / STEPS,
+                    exposed / 1e6 / STEPS, overlap);
+            if (k->strategy == DDP_ZERO1)
+                T_CHECK_MSG(overlap < 0.5, "zero1 rank %d: overlap %.3f", r, overlap);
+            if (k->strategy == DDP_DDP || k->strategy == DDP_ZERO2)
+                T_CHECK_MSG(overlap > 0, "%s rank %d: overlap %.3f", name, r, overlap);
+        }
     }
 }
 
@@ -562,6 +652,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_ddp_accumulation);
     TEST_RUN(test_ddp_compression);
     TEST_RUN(test_ddp_device_mode_matches_host);
+    TEST_RUN(test_ddp_exposed_within_total);
     TEST_RUN(test_ddp_device_mode_refusals);
     unlink(eq_images);
     unlink(eq_labels);

@@ -195,9 +195,10 @@ bool comm_test(const struct comm_handle *h);
  * no data has moved for the communicator's timeout (or on the abort flag), and once one
  * has failed, every operation queued behind it fails at once. */
 int comm_wait(struct comm_handle *h, struct err *e);
-/* comm_wait that also returns how long the operation ran on the communication thread
- * (from when the thread took it off the queue), for compute/communication overlap. */
-int comm_wait_timed(struct comm_handle *h, int64_t *run_ns, struct err *e);
+/* comm_wait that also returns when the communication thread finished the operation
+ * (clock_mono_ns, the clock every thread shares), so the caller can place the operation
+ * on its own timeline beside its computation (ddp.h "Timing"). */
+int comm_wait_timed(struct comm_handle *h, int64_t *end_ns, struct err *e);
 
 /* Stops the communication thread (an operation in flight ends with ERR_ABORTED, queued
  * ones are failed), frees handles never waited for, then the backend. NULL is a no-op. */

@@ -27,7 +27,7 @@ struct comm_handle {
     struct comm_handle *live_prev, *live_next; /* not yet waited for */
     atomic_bool done;
     int rc;
-    int64_t run_ns; /* how long the operation ran on the thread */
+    int64_t end_ns; /* clock_mono_ns when the thread finished the operation */
     struct err err;
 };
 
@@ -69,11 +69,10 @@ static void *comm_async_main(void *arg)
             q->tail = NULL;
         bool stopping = q->stopping;
         pthread_mutex_unlock(&q->mu);
-        int64_t t0 = clock_mono_ns();
         int rc = stopping ? err_set(&h->err, ERR_ABORTED, NULL, "%s: the communicator was "
                                     "destroyed before it ran", comm_op_name(h->args.op))
                           : comm_execute(q->c, &h->args, &h->err);
-        h->run_ns = clock_mono_ns() - t0;
+        h->end_ns = clock_mono_ns(); /* before done is raised: a waiter sees it set */
         comm_async_finish(q, h, rc);
         pthread_mutex_lock(&q->mu);
     }
@@ -187,7 +186,7 @@ int comm_wait(struct comm_handle *h, struct err *e)
     return comm_wait_timed(h, NULL, e);
 }
 
-int comm_wait_timed(struct comm_handle *h, int64_t *run_ns, struct err *e)
+int comm_wait_timed(struct comm_handle *h, int64_t *end_ns, struct err *e)
 {
     struct comm_async *q = h->owner;
     pthread_mutex_lock(&q->mu);
@@ -198,8 +197,8 @@ int comm_wait_timed(struct comm_handle *h, int64_t *run_ns, struct err *e)
     int rc = h->rc;
     if (rc < 0 && e)
         *e = h->err;
-    if (run_ns)
-        *run_ns = h->run_ns;
+    if (end_ns)
+        *end_ns = h->end_ns;
     free(h);
     return rc;
 }

@@ -1,6 +1,8 @@
 /* ddp: the data-parallel strategies (ddp.h): bucket and shard layout, the backward hook
- * that launches gradient exchanges, the waits that measure exposed communication, and the
- * ZeRO optimizer step with its all-gather. */
+ * that launches gradient exchanges, the step's communication timeline (ddp.h "Timing":
+ * every launch, wait and operation is an interval on one clock; exposed and total
+ * communication are measured from those intervals), and the ZeRO optimizer step with its
+ * all-gather. */
 #include "worker/ddp/ddp.h"
 
 #include <stdlib.h>
@@ -210,6 +212,7 @@ void ddp_cleanup(struct ddp *d)
     free(d->ready_ns);
     free(d->wire);
     free(d->stage);
+    free(d->spans);
     memset(d, 0, sizeof *d);
 }
 
@@ -274,6 +277,73 @@ static void ddp_fail(struct ddp *d, const struct err *e)
     }
 }
 
+/* ---- the step's communication timeline (ddp.h "Timing") ------------------------------ */
+
+/* Adds [from, to) to the step's intervals. The array grows in the first steps only. */
+static void ddp_span_add(struct ddp *d, int64_t from, int64_t to)
+{
+    if (d->nspans == d->spans_cap) {
+        int cap = d->spans_cap > 0 ? 2 * d->spans_cap : 64;
+        struct ddp_span *s = realloc(d->spans, (size_t)cap * sizeof *s);
+        if (!s) {
+            struct err e;
+            err_set(&e, ERR_NOMEM, NULL, "ddp: out of memory for the step's timeline");
+            ddp_fail(d, &e);
+            return;
+        }
+        d->spans = s;
+        d->spans_cap = cap;
+    }
+    d->spans[d->nspans++] = (struct ddp_span){.from_ns = from, .to_ns = to};
+}
+
+/* The training thread did communication work from `from` until now: exposed, and part
+ * of the union. Returns now, where the caller's next communication call starts (naive
+ * chains them, so nothing between its calls escapes either figure). */
+static int64_t ddp_exposed(struct ddp *d, int64_t from)
+{
+    int64_t now = clock_mono_ns();
+    d->st.exposed_ns += now - from;
+    ddp_span_add(d, from, now);
+    return now;
+}
+
+static int ddp_span_cmp(const void *a, const void *b)
+{
+    const struct ddp_span *x = a, *y = b;
+    return (x->from_ns > y->from_ns) - (x->from_ns < y->from_ns);
+}
+
+/* st.comm_ns = the length of the union of the step's intervals (sorted in place). */
+static void ddp_comm_total(struct ddp *d)
+{
+    qsort(d->spans, (size_t)d->nspans, sizeof *d->spans, ddp_span_cmp);
+    int64_t total = 0, from = 0, to = 0;
+    for (int i = 0; i < d->nspans; i++) {
+        const struct ddp_span *s = &d->spans[i];
+        if (i == 0 || s->from_ns > to) {
+            total += to - from;
+            from = s->from_ns;
+            to = s->to_ns;
+        } else if (s->to_ns > to) {
+            to = s->to_ns;
+        }
+    }
+    d->st.comm_ns = total + (to - from);
+}
+
+/* Waits for bucket b's operation and adds its flight, from the start of its launch until
+ * the communication thread finished it. Returns the operation's result. */
+static int ddp_wait(struct ddp *d, int b, struct err *e)
+{
+    struct ddp_bucket *bk = &d->b[b];
+    int64_t end = 0;
+    int rc = comm_wait_timed(bk->h, &end, e);
+    bk->h = NULL;
+    ddp_span_add(d, bk->launch_ns, end);
+    return rc;
+}
+
 /* Where bucket b is exchanged: its place in the arenas, or for zero its padded place in
  * the staging / wire buffers (ddp_launch reduce-scatters a divisible, uncompressed zero
  * bucket in place in the arena instead). */
@@ -282,8 +352,9 @@ static size_t ddp_exchange_at(const struct ddp *d, int b)
     return ddp_is_zero(d) ? d->b[b].pad_off : d->b[b].offset;
 }
 
-/* Queues the exchange of bucket b (allreduce; zero: reduce-scatter). */
-static void ddp_launch(struct ddp *d, int b)
+/* Queues the exchange of bucket b (allreduce; zero: reduce-scatter), its launch starting
+ * at t0 (a clock reading); returns the reading that ends it. */
+static int64_t ddp_launch(struct ddp *d, int b, int64_t t0)
 {
     struct ddp_bucket *bk = &d->b[b];
     float *g = ddp_grads(d);
@@ -291,8 +362,9 @@ static void ddp_launch(struct ddp *d, int b)
                           .ready_event = d->ready_event};
     struct err e = {0};
     bk->launched = true;
+    bk->launch_ns = t0;
     if (d->failed)
-        return;
+        return t0;
     bool zero = ddp_is_zero(d), pad = zero && bk->len % (size_t)d->world != 0;
     size_t at = ddp_exchange_at(d, b);
     if (zero) {
@@ -332,25 +404,14 @@ static void ddp_launch(struct ddp *d, int b)
     if (!bk->h)
         ddp_fail(d, &e);
     d->st.ops++;
+    return ddp_exposed(d, t0);
 }
 
-/* Waits for bucket b and moves its result into the gradient arena. */
-static void ddp_complete(struct ddp *d, int b)
+/* Moves bucket b's exchanged values into the gradient arena. */
+static void ddp_unstage(struct ddp *d, int b)
 {
     struct ddp_bucket *bk = &d->b[b];
     float *g = ddp_grads(d);
-    if (!bk->h)
-        return;
-    int64_t run = 0, t0 = clock_mono_ns();
-    struct err e = {0};
-    int rc = comm_wait_timed(bk->h, &run, &e);
-    d->st.exposed_ns += clock_mono_ns() - t0;
-    d->st.comm_ns += run;
-    bk->h = NULL;
-    if (rc < 0) {
-        ddp_fail(d, &e);
-        return;
-    }
     size_t at = ddp_exchange_at(d, b);
     if (ddp_is_zero(d)) {
         size_t mine = at + (size_t)d->rank * bk->chunk;
@@ -366,12 +427,27 @@ static void ddp_complete(struct ddp *d, int b)
         memcpy(g + at, d->stage + at, bk->len * sizeof(float));
 }
 
+/* Waits for bucket b and moves its result into the gradient arena, starting at t0 (a
+ * clock reading); returns the reading that ends it. */
+static int64_t ddp_complete(struct ddp *d, int b, int64_t t0)
+{
+    if (!d->b[b].h)
+        return t0;
+    struct err e = {0};
+    if (ddp_wait(d, b, &e) < 0)
+        ddp_fail(d, &e);
+    else
+        ddp_unstage(d, b);
+    return ddp_exposed(d, t0);
+}
+
 /* ---- the step ---------------------------------------------------------------------- */
 
 void ddp_begin_step(struct ddp *d, bool sync)
 {
     if (d->sync) { /* the previous micro-batch ended a step: a new step's figures */
         memset(&d->st, 0, sizeof d->st);
+        d->nspans = 0;
         d->bytes_at_start = d->comm->bytes_sent;
     }
     d->sync = sync;
@@ -388,7 +464,7 @@ void ddp_begin_step(struct ddp *d, bool sync)
 static void ddp_launch_ready(struct ddp *d)
 {
     while (d->fused_from < d->nb && d->b[d->fused_from].pending == 0)
-        ddp_launch(d, d->fused_from++);
+        ddp_launch(d, d->fused_from++, clock_mono_ns());
 }
 
 void ddp_grad_hook(void *ctx, const struct nn_grad_ready *r)
@@ -454,8 +530,8 @@ static int ddp_fix_plan(struct ddp *d, struct err *e)
     }
     int64_t t0 = clock_mono_ns();
     int rc = comm_broadcast(d->comm, wire, wire, (size_t)d->nt + 2, COMM_INT32, 0, e);
-    d->st.comm_ns += clock_mono_ns() - t0;
-    d->st.exposed_ns += clock_mono_ns() - t0;
+    ddp_exposed(d, t0); /* blocking: its flight is the training thread's wait */
+    ddp_comm_total(d);
     if (rc == 0) {
         d->nb = wire[0];
         for (int i = 0; i <= d->nb; i++)
@@ -491,18 +567,19 @@ int ddp_finish(struct ddp *d, int accumulate, struct err *e)
     if (!d->sync)
         return 0;
     if (d->cfg.strategy == DDP_NAIVE) {
-        /* one blocking exchange per tensor, nothing overlapped */
-        for (int b = 0; b < d->nb; b++) {
-            ddp_launch(d, b);
-            ddp_complete(d, b);
-        }
+        /* one blocking exchange per tensor, nothing overlapped: each call starts at the
+         * reading that ended the last, so exposed == comm to the nanosecond */
+        int64_t t = clock_mono_ns();
+        for (int b = 0; b < d->nb; b++)
+            t = ddp_complete(d, b, ddp_launch(d, b, t));
     } else {
         for (int b = 0; b < d->nb; b++) /* what backward did not launch */
             d->b[b].pending = 0;
         ddp_launch_ready(d);
         for (int b = 0; b < d->nb; b++)
-            ddp_complete(d, b);
+            ddp_complete(d, b, clock_mono_ns());
     }
+    ddp_comm_total(d);
     d->st.bytes_sent = d->comm->bytes_sent - d->bytes_at_start;
     if (d->failed) {
         *e = d->err;
@@ -536,6 +613,8 @@ int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e)
     int rc = 0;
     for (int b = 0; b < d->nb; b++) {
         struct ddp_bucket *bk = &d->b[b];
+        int64_t t0 = clock_mono_ns();
+        bk->launch_ns = t0;
         bool pad = bk->len % (size_t)d->world != 0;
         float *buf = pad ? d->stage + bk->pad_off : p + bk->offset;
         if (pad)
@@ -547,24 +626,28 @@ int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e)
         if (rc == 0 && !(bk->h = comm_start(d->comm, &a, e)))
             rc = -1;
         d->st.ops++;
+        ddp_exposed(d, t0);
     }
     for (int b = 0; b < d->nb; b++) {
         struct ddp_bucket *bk = &d->b[b];
         if (bk->h) {
-            int64_t run = 0, t0 = clock_mono_ns();
+            int64_t t0 = clock_mono_ns();
             struct err we = {0};
-            if (comm_wait_timed(bk->h, &run, &we) < 0 && rc == 0) {
+            if (ddp_wait(d, b, &we) < 0 && rc == 0) {
                 *e = we;
                 rc = -1;
             }
-            bk->h = NULL;
-            d->st.comm_ns += run;
-            d->st.exposed_ns += clock_mono_ns() - t0;
             if (rc == 0 && bk->len % (size_t)d->world != 0)
                 memcpy(p + bk->offset, d->stage + bk->pad_off, bk->len * sizeof(float));
+            ddp_exposed(d, t0);
         }
     }
+    ddp_comm_total(d);
     d->st.bytes_sent = d->comm->bytes_sent - d->bytes_at_start;
+    if (rc == 0 && d->failed) { /* the timeline ran out of memory */
+        *e = d->err;
+        rc = -1;
+    }
     return rc;
 }
 

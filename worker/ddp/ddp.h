@@ -32,9 +32,24 @@
  * - fp16 / bf16 compression: each bucket is converted into a 2-byte wire buffer, reduced
  *   in that dtype (the backend sums through float and rounds to the dtype after every
  *   combine, as NCCL and Gloo do), converted back and divided by the world size.
- * - Timing, per step: comm_ns is the time communication operations ran on the
- *   communication thread (or inline for the synchronous ones), exposed_ns the time the
- *   training thread waited for them; overlap = 1 - exposed / comm.
+ * - Timing, per step, both on the training thread's clock (clock_mono_ns, which the
+ *   communication thread shares), defined here once:
+ *     exposed_ns  the time the training thread spent on communication instead of
+ *                 computing: inside a launch (compression, copies into the fusion or
+ *                 staging buffer, the hand-off), inside a wait and the copy or
+ *                 decompression after it, inside a blocking collective;
+ *     comm_ns     the length of the union of those intervals and of each operation's
+ *                 flight, from the start of its launch until the communication thread
+ *                 finished it (queued behind another operation counts as in flight).
+ *   Every exposed interval is part of the union, so 0 <= exposed <= comm, and overlap =
+ *   1 - exposed / comm is the share of the communication the training thread computed
+ *   through. naive launches and waits back to back, each call starting at the clock
+ *   reading that ended the previous one, so its exposed time is its whole flight: overlap
+ *   is exactly 0 by construction. One clock for both is the point: an operation's run
+ *   on its own thread against the training thread's waits after a launch returned left
+ *   the launch's work out of exposed, so naive showed overlap 0.44 and exposed could
+ *   exceed comm. On a device the clock is the host's: a wait that covers the kernels an
+ *   operation waits for counts them.
  * - Gradient accumulation: ddp_begin_step(sync = false) makes backward accumulate
  *   locally with no communication (DDP's no_sync); the last micro-batch synchronises.
  *
@@ -82,12 +97,17 @@ struct ddp_device {
                    double lr);
 };
 
-/* One step's communication figures of this rank. */
+/* One step's communication figures of this rank ("Timing" above). */
 struct ddp_step_stats {
-    int64_t comm_ns;     /* time operations ran */
-    int64_t exposed_ns;  /* time the training thread waited for them */
+    int64_t comm_ns;     /* wall time with communication in flight */
+    int64_t exposed_ns;  /* the part of it the training thread spent on communication */
     uint64_t bytes_sent; /* payload bytes this rank sent */
     int ops;             /* collective operations issued */
+};
+
+/* [from_ns, to_ns) on clock_mono_ns */
+struct ddp_span {
+    int64_t from_ns, to_ns;
 };
 
 struct ddp_bucket {
@@ -99,6 +119,7 @@ struct ddp_bucket {
     size_t pad_off;          /* zero: where the bucket, padded to chunk * world, lies in
                                 the staging and wire buffers */
     struct comm_handle *h;   /* in flight, or NULL */
+    int64_t launch_ns;       /* when its launch began (clock_mono_ns) */
     bool launched;
 };
 
@@ -128,6 +149,9 @@ struct ddp {
     int64_t step_start_ns;
     uint64_t bytes_at_start; /* comm->bytes_sent when the step began */
     struct ddp_step_stats st;
+    /* this step's communication intervals, whose union is st.comm_ns */
+    struct ddp_span *spans; /* owned; grows to what one step adds, then is reused */
+    int nspans, spans_cap;
     struct err err;        /* the first failure inside the hook (it cannot return one) */
     bool failed;
     struct ddp_device dev; /* device mode (on_device): borrowed arenas and hooks */
