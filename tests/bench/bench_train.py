@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Training benchmarks against PyTorch (Debian's python3-torch), in one run on one machine.
 
-  tests/bench/bench_train.py --build build [--rounds 3] [--part single|ddp|all] [--json F]
+  tests/bench/bench_train.py --build build [--rounds 3] [--part single|ddp|overlap|all]
+                             [--models M,...] [--json F]
 
 single (CPU training issue): images/s of training, 1 rank, one fixed synthetic batch, SGD
   momentum 0.9: mnist-cnn 1x28x28 batch 64 1 thread, resnet18 and resnet18-cifar 3x32x32
@@ -13,6 +14,10 @@ ddp (DDP strategies issue): mnist-cnn (batch 64) and resnet18 (3x32x32, batch 32
   against PyTorch DDP over gloo (ddp_torch.py, bucket_cap_mb 25). Scaling efficiency =
   throughput(N) / (N * throughput(1)) of the same implementation; overlap and exposed
   communication from ddpbench's per-step breakdown show what ddp hides that naive exposes.
+overlap (issue 13): ddpbench alone, every strategy at 2 ranks of 1 thread (the DDP models,
+  strategies interleaved round by round): total and exposed communication per step and
+  overlap = 1 - exposed / total, both measured on the training thread's clock
+  (worker/ddp/ddp.h "Timing"), so naive is 0 by construction. Not part of "all".
 
 Every ddpbench run is its own experiment, one at a time. Both peers run under the same
 conditions: ranks unpinned (the daemon gets more CPU slots
@@ -26,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SINGLE = [("mnist-cnn", 64, 1, [1, 28, 28], 100), ("resnet18", 32, 2, [3, 32, 32], 60),
           ("resnet18-cifar", 32, 2, [3, 32, 32], 20)]
 DDP = [("mnist-cnn", 64, [1, 28, 28], 60), ("resnet18", 32, [3, 32, 32], 20)]
+STRATEGIES = ["naive", "ddp", "horovod", "zero1", "zero2"]
 WARMUP = 5
 
 
@@ -116,8 +122,41 @@ def part_ddp(d, rounds, res):
                            "torch": theirs})
 
 
+def part_overlap(d, rounds, res):
+    for model, batch, shape, steps in DDP:
+        rows = {}  # strategy -> one results row per round
+        for r in range(rounds):
+            # rotate the order so no strategy always runs first (or last) in a round
+            order = STRATEGIES[r % len(STRATEGIES):] + STRATEGIES[:r % len(STRATEGIES)]
+            for strat in order:
+                spec = train_spec(model, batch, shape, steps)
+                spec.update(world_size=2, strategy=strat)
+                rows.setdefault(strat, []).append(d.run(spec)[0])
+            print(f"  {model} round {r}: " + ", ".join(
+                f"{s} {rows[s][-1]['comm_ms']:.2f}/{rows[s][-1]['comm_exposed_ms']:.2f} ms"
+                for s in STRATEGIES), flush=True)
+        res["overlap"].append({"model": model, "batch": batch, "shape": shape, "rows": rows})
+
+
 def med(v):
     return statistics.median(v)
+
+
+def report_overlap(res):
+    for m in res["overlap"]:
+        print(f"\n### Overlap, {m['model']} {'x'.join(map(str, m['shape']))}, batch "
+              f"{m['batch']}, 2 ranks (median of rounds)\n")
+        print("| strategy | img/s | step ms | comm ms | exposed ms | overlap | overlap per round |")
+        print("|---|---|---|---|---|---|---|")
+        for strat in STRATEGIES:
+            rows = m["rows"][strat]
+            ov = [r["overlap"] for r in rows if r["overlap"] is not None]
+            print(f"| {strat} | {med([r['throughput_mean'] for r in rows]):.1f} | "
+                  f"{med([r['step_ms_mean'] for r in rows]):.2f} | "
+                  f"{med([r['comm_ms'] for r in rows]):.2f} | "
+                  f"{med([r['comm_exposed_ms'] for r in rows]):.2f} | "
+                  + (f"{med(ov):.3f}" if ov else "-") + " | "
+                  + ", ".join(f"{v:.3f}" for v in ov) + " |")
 
 
 def report(res):
@@ -156,7 +195,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--part", default="all", choices=["single", "ddp", "all"])
+    ap.add_argument("--part", default="all", choices=["single", "ddp", "overlap", "all"])
     ap.add_argument("--models", default=None, help="comma-separated subset of the models")
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -166,15 +205,18 @@ def main():
         SINGLE[:] = [m for m in SINGLE if m[0] in keep]
         DDP[:] = [m for m in DDP if m[0] in keep]
     d = Daemon(a.build, 4 * os.cpu_count())
-    res = {"single": [], "ddp": [], "date": time.strftime("%Y-%m-%d %H:%M")}
+    res = {"single": [], "ddp": [], "overlap": [], "date": time.strftime("%Y-%m-%d %H:%M")}
     try:
         if a.part in ("single", "all"):
             part_single(d, a.rounds, res)
         if a.part in ("ddp", "all"):
             part_ddp(d, a.rounds, res)
+        if a.part == "overlap":
+            part_overlap(d, a.rounds, res)
     finally:
         d.close()
     report(res)
+    report_overlap(res)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
