@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 
 /* One decoded event; strings and the env object are borrowed from the parsed line. */
@@ -30,7 +31,10 @@ union ingest_record {
         const char *code, *message, *where;
         int peer; /* -1: none named */
     } error;
-    const char *phase; /* heartbeat */
+    struct {
+        const char *phase;
+        int64_t progress;
+    } heartbeat;
     struct report_step step;
     struct report_epoch epoch;
 };
@@ -211,11 +215,25 @@ static void ingest_done_track(struct ingest_ctx *x) { x->state->said_done = true
 static int ingest_heartbeat_from_json(struct ingest_ctx *x, struct err *e)
 {
     (void)e;
-    x->rec.phase = ingest_str(x->ev, "phase");
+    x->rec.heartbeat.phase = ingest_str(x->ev, "phase");
+    x->rec.heartbeat.progress = json_integer_value(json_object_get(x->ev, "progress"));
     return 0;
 }
 
-static void ingest_heartbeat_track(struct ingest_ctx *x) { ingest_set_phase(x, x->rec.phase); }
+/* The phase, and since when the rank has been in it: a rank blocked on a frozen peer
+ * keeps sending the same phase and progress, so "since" tells how long it has waited. */
+static void ingest_heartbeat_track(struct ingest_ctx *x)
+{
+    struct ingest_rank *k = x->state;
+    int64_t now = clock_mono_ms();
+    if (!k->heartbeat_ms || strcmp(k->heartbeat, x->rec.heartbeat.phase) != 0 ||
+        k->heartbeat_progress != x->rec.heartbeat.progress)
+        k->heartbeat_since_ms = now;
+    snprintf(k->heartbeat, sizeof k->heartbeat, "%s", x->rec.heartbeat.phase);
+    k->heartbeat_progress = x->rec.heartbeat.progress;
+    k->heartbeat_ms = now;
+    ingest_set_phase(x, x->rec.heartbeat.phase);
+}
 
 /* --- step, epoch ------------------------------------------------------------------------- */
 
@@ -227,6 +245,13 @@ static int ingest_step_from_json(struct ingest_ctx *x, struct err *e)
 static int ingest_step_store(struct ingest_ctx *x, struct err *e)
 {
     return db_insert_step(x->run->db, x->run->run_id, x->rank, &x->rec.step, e);
+}
+
+static void ingest_step_track(struct ingest_ctx *x)
+{
+    x->state->stepped = true;
+    x->state->last_repeat = x->rec.step.repeat;
+    x->state->last_step = x->rec.step.step;
 }
 
 static json_t *ingest_step_publish(const struct ingest_ctx *x)
@@ -258,7 +283,8 @@ static const struct ingest_type ingest_types[] = {
     [REPORT_ERROR] = {ingest_error_from_json, NULL, ingest_error_track, NULL},
     [REPORT_DONE] = {ingest_nothing_from_json, NULL, ingest_done_track, NULL},
     [REPORT_HEARTBEAT] = {ingest_heartbeat_from_json, NULL, ingest_heartbeat_track, NULL},
-    [REPORT_STEP] = {ingest_step_from_json, ingest_step_store, NULL, ingest_step_publish},
+    [REPORT_STEP] = {ingest_step_from_json, ingest_step_store, ingest_step_track,
+                      ingest_step_publish},
     [REPORT_EPOCH] = {ingest_epoch_from_json, ingest_epoch_store, NULL, ingest_epoch_publish},
 };
 

@@ -28,6 +28,17 @@ struct ingest_rank {
     char error_code[24];  /* its first error event (later ones are consequences): code, */
     char error[512];      /* "message (file:line)" and the peer it blames (-1: none); */
     int error_peer;       /* error[0] == '\0' while it reported none */
+    /* Where it was, to name what a frozen run was doing (daemon/monitor.c). A heartbeat
+     * comes every second from a thread of its own, so it can lag the rank's work by up
+     * to a second; a step line is written as the step ends. Times are the daemon's
+     * monotonic milliseconds when the line arrived. */
+    char heartbeat[128];        /* phase of its last heartbeat; "" = none yet */
+    int64_t heartbeat_progress; /* ... and its progress counter */
+    int64_t heartbeat_ms;       /* when it arrived; 0 = none yet */
+    int64_t heartbeat_since_ms; /* when that phase and progress were first heard */
+    bool stepped;               /* it reported a step: the last one's repeat and step */
+    int last_repeat;
+    int64_t last_step;
 };
 
 /* Ingestion state of one run; the lifecycle owns it (ingest_run_init/cleanup). */

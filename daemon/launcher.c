@@ -177,6 +177,23 @@ void launcher_signal(pid_t pid, int sig)
         kill(pid, sig);
 }
 
+bool launcher_is_stopped(pid_t pid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = pid > 0 ? fopen(path, "re") : NULL;
+    if (!f)
+        return false;
+    size_t n = fread(line, 1, sizeof line - 1, f);
+    fclose(f);
+    line[n] = '\0';
+    /* "pid (comm) S ...": comm may hold spaces and ')', so the state follows the last ')' */
+    const char *close_paren = strrchr(line, ')');
+    if (!close_paren || close_paren[1] != ' ')
+        return false;
+    return close_paren[2] == 'T' || close_paren[2] == 't';
+}
+
 /* True when /proc/pid/environ holds the NUL-terminated entry want. */
 static bool launcher_environ_has(pid_t pid, const char *want)
 {

@@ -8,6 +8,7 @@
 #ifndef DDPB_LAUNCHER_H
 #define DDPB_LAUNCHER_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
 #include "common/err.h"
@@ -41,6 +42,10 @@ struct launched {
 int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct err *e);
 /* Sends sig to the rank's process group (falls back to the pid). */
 void launcher_signal(pid_t pid, int sig);
+/* True when pid is stopped (SIGSTOP, SIGTSTP, a tracer: /proc/PID/stat state T or t).
+ * Such a process does not act on SIGTERM until it is continued, so a grace period spent
+ * waiting for it is wasted; false when it runs, sleeps, is gone or cannot be read. */
+bool launcher_is_stopped(pid_t pid);
 /* After a daemon restart: SIGKILLs pid's process group when, and only when, the process
  * is still the worker it was (its environment carries DDPB_RUN=run and DDPB_RANK=rank),
  * so a recycled pid is never touched. Returns 1 when it killed, 0 otherwise. */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,7 @@ struct active_run {
     int stop_rank;
     bool stopping, finished, store_registered;
     enum db_run_status stop_status;
-    char stop_reason[512];
+    char stop_reason[1024];
 };
 
 /* --- helpers -------------------------------------------------------------------- */
@@ -132,13 +133,32 @@ static bool monitor_rank_ok(const struct run_rank *k)
            k->said->said_done && !k->bad_report[0];
 }
 
+/* Sends sig to every live rank. A stopped rank (SIGSTOP, a tracer) gets SIGKILL instead
+ * of SIGTERM: it would act on SIGTERM only once continued, so the grace period would
+ * pass in vain. SIGCONT then SIGTERM was the alternative, and rejected: a rank frozen
+ * past its heartbeat timeout has already been declared failed, continuing it would let
+ * it run (and report) after that, and a traced stop ('t') ignores SIGCONT anyway. */
 static void monitor_send_all(struct active_run *r, int sig)
 {
     for (int i = 0; i < r->world_size; i++) {
         struct run_rank *k = &r->ranks[i];
-        if (k->spawned && !k->exited) {
-            launcher_signal(k->pid, sig);
-            k->signal_sent = sig;
+        if (!k->spawned || k->exited)
+            continue;
+        int s = sig == SIGTERM && launcher_is_stopped(k->pid) ? SIGKILL : sig;
+        launcher_signal(k->pid, s);
+        k->signal_sent = s;
+    }
+}
+
+/* While stopping: a rank stopped after it was sent SIGTERM is killed now too. */
+static void monitor_kill_stopped(struct active_run *r)
+{
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *k = &r->ranks[i];
+        if (k->spawned && !k->exited && k->signal_sent == SIGTERM &&
+            launcher_is_stopped(k->pid)) {
+            launcher_signal(k->pid, SIGKILL);
+            k->signal_sent = SIGKILL;
         }
     }
 }
@@ -579,6 +599,76 @@ void monitor_stop_run(struct active_run *r, enum db_run_status status, int rank,
     }
 }
 
+/* Appends printf-style text to out (cap bytes, NUL-terminated), truncating quietly. */
+__attribute__((format(printf, 4, 5))) static void monitor_append(char *out, size_t cap,
+                                                                size_t *len, const char *fmt,
+                                                                ...)
+{
+    if (*len >= cap - 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    *len = n < 0 ? *len : (size_t)n >= cap - *len ? cap - 1 : *len + (size_t)n;
+}
+
+static double monitor_ago_s(int64_t now_ms, int64_t then_ms)
+{
+    return (double)(now_ms - then_ms) / 1000.0;
+}
+
+/* Peers listed by name in a frozen rank's failure; the rest are counted. */
+#define MONITOR_PEERS_NAMED 3
+
+/* Why frozen rank k failed, in words: its last heartbeat (phase, progress, age; it can
+ * lag the rank by up to a second, so its last step report is named too) and what each
+ * live peer has been doing since (its heartbeat phase and how long it has not changed:
+ * a peer blocked on k keeps sending the phase it waits in). */
+static void monitor_describe_frozen(const struct active_run *r, const struct run_rank *k,
+                                    int64_t now_ms, char *out, size_t cap)
+{
+    const struct ingest_rank *s = k->said;
+    size_t len = 0;
+    out[0] = '\0';
+    monitor_append(out, cap, &len, "rank %d stopped reporting for %lld s", k->rank,
+                   (long long)((now_ms - k->last_seen_ms) / 1000));
+    if (s->heartbeat_ms)
+        monitor_append(out, cap, &len,
+                       "; its last heartbeat, %.1f s ago, said '%s' (progress %lld)",
+                       monitor_ago_s(now_ms, s->heartbeat_ms), s->heartbeat,
+                       (long long)s->heartbeat_progress);
+    else
+        monitor_append(out, cap, &len, "; it sent no heartbeat (last: %s)",
+                       s->phase[0] ? s->phase : "starting");
+    if (s->stepped)
+        monitor_append(out, cap, &len, " and its last step report was step %lld of repeat %d",
+                       (long long)s->last_step, s->last_repeat);
+    int named = 0, more = 0;
+    for (int i = 0; i < r->world_size; i++) {
+        const struct run_rank *p = &r->ranks[i];
+        if (p == k || !p->spawned || p->exited)
+            continue;
+        if (named == MONITOR_PEERS_NAMED) {
+            more++;
+            continue;
+        }
+        const struct ingest_rank *ps = p->said;
+        monitor_append(out, cap, &len, "%s", named++ ? "; " : "; meanwhile ");
+        if (ps->heartbeat_ms)
+            monitor_append(out, cap, &len,
+                           "rank %d had been in '%s' (progress %lld) for %.1f s (last "
+                           "heartbeat %.1f s ago)",
+                           p->rank, ps->heartbeat, (long long)ps->heartbeat_progress,
+                           monitor_ago_s(now_ms, ps->heartbeat_since_ms),
+                           monitor_ago_s(now_ms, ps->heartbeat_ms));
+        else
+            monitor_append(out, cap, &len, "rank %d had sent no heartbeat", p->rank);
+    }
+    if (more)
+        monitor_append(out, cap, &len, "; and %d more rank(s)", more);
+}
+
 /* A rank that sent nothing for heartbeat_timeout_s is frozen (stopped, swapped out,
  * wedged in the kernel): its heartbeat thread would otherwise speak every second. */
 static void monitor_check_heartbeats(struct active_run *r, int64_t now_ms)
@@ -590,10 +680,8 @@ static void monitor_check_heartbeats(struct active_run *r, int64_t now_ms)
         int64_t silent = now_ms - k->last_seen_ms;
         if (silent < (int64_t)r->heartbeat_timeout_s * 1000)
             continue;
-        char reason[512];
-        snprintf(reason, sizeof reason, "rank %d stopped reporting for %lld s (last: %s)",
-                 k->rank, (long long)(silent / 1000),
-                 k->said->phase[0] ? k->said->phase : "starting");
+        char reason[sizeof r->stop_reason];
+        monitor_describe_frozen(r, k, now_ms, reason, sizeof reason);
         monitor_stop_run(r, DB_RUN_FAILED, k->rank, reason);
         return;
     }
@@ -613,6 +701,8 @@ void monitor_tick(struct active_run *r, int64_t now_ms)
     if (r->stopping && now_ms >= r->kill_at_ms) {
         monitor_send_all(r, SIGKILL);
         r->kill_at_ms = now_ms + 1000; /* repeat until they are gone */
+    } else if (r->stopping) {
+        monitor_kill_stopped(r);
     }
     /* A pidfd event can be missed only if epoll registration failed; reap anyway. */
     for (int i = 0; i < r->world_size && !r->finished; i++)

@@ -92,19 +92,28 @@ def test_cancel_one_run_and_delete():
 
 
 def test_frozen_worker_is_named():
-    d = Daemon(cpu_slots=2)
+    # A long kill grace: a stopped rank never acts on SIGTERM, so the daemon must SIGKILL
+    # it at once instead of waiting the grace out.
+    d = Daemon(cpu_slots=2, extra_args=["--kill-grace-ms", "30000"])
     try:
-        exp = d.submit(dict(LONG, name="frozen", world_size=2, heartbeat_timeout_s=3))
+        hb_timeout = 3
+        exp = d.submit(dict(LONG, name="frozen", world_size=2, heartbeat_timeout_s=hb_timeout))
         run_id = exp["runs"][0]["id"]
         pids = running_pids(d, run_id)
+        time.sleep(1.5)  # a heartbeat of each rank in its benchmark phase
         os.kill(pids[1], signal.SIGSTOP)
         t0 = time.time()
         exp = d.wait_experiment(exp["id"], timeout=60)
+        took = time.time() - t0
         run = d.get(f"/v1/runs/{run_id}")
         check(run["status"] == "failed", run)
-        check(run["error_rank"] == 1 and "rank 1" in run["error"], run["error"])
-        check(time.time() - t0 < 30, "detected within the heartbeat timeout (plus grace)")
-        wait_gone(pids)
+        check(took < hb_timeout + 4, f"failed {took:.1f} s after the stop: waited the grace?")
+        wait_gone(pids, timeout=2)
+        err = run["error"]
+        check(run["error_rank"] == 1 and err.startswith("rank 1 stopped reporting"), err)
+        check("its last heartbeat" in err and "'collective benchmark'" in err, err)
+        # what the healthy peer was doing: its heartbeat phase, unchanged since the freeze
+        check("meanwhile rank 0 had been in 'collective benchmark'" in err, err)
     finally:
         d.close()
 

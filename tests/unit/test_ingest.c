@@ -153,9 +153,13 @@ static void test_ingest_every_type(void)
     T_OK(report_emit_step(&x.w[0], &st, &e));
     T_OK(fx_ingest(&x, 0, &res, &e));
     st.step_ms = 12;
+    st.step = 5;
+    T_CHECK(!ingest_rank_state(&x.in, 1)->stepped);
     T_OK(report_emit_step(&x.w[1], &st, &e));
     T_OK(fx_ingest(&x, 1, &res, &e));
     T_EQ_INT(res.type, REPORT_STEP);
+    T_CHECK(ingest_rank_state(&x.in, 1)->stepped); /* its last step, for a frozen rank */
+    T_EQ_INT(ingest_rank_state(&x.in, 1)->last_step, 5);
 
     /* epoch */
     struct report_epoch ep = {.samples = 16, .train_loss = 1.5, .train_acc = 0.5,
@@ -163,11 +167,25 @@ static void test_ingest_every_type(void)
     T_OK(report_emit_epoch(&x.w[0], &ep, &e));
     T_OK(fx_ingest(&x, 0, &res, &e));
 
-    /* heartbeat: phase only */
+    /* heartbeat: phase and progress, and since when they have not changed */
+    const struct ingest_rank *hb = ingest_rank_state(&x.in, 1);
+    T_CHECK(!hb->heartbeat_ms && !hb->heartbeat[0]);
     T_OK(report_emit_heartbeat(&x.w[1], "allreduce 4096", 3, &e));
     T_OK(fx_ingest(&x, 1, &res, &e));
     T_EQ_INT(res.type, REPORT_HEARTBEAT);
-    T_EQ_STR(ingest_rank_state(&x.in, 1)->phase, "allreduce 4096");
+    T_EQ_STR(hb->phase, "allreduce 4096");
+    T_EQ_STR(hb->heartbeat, "allreduce 4096");
+    T_EQ_INT(hb->heartbeat_progress, 3);
+    int64_t first = hb->heartbeat_ms;
+    T_CHECK(first > 0 && hb->heartbeat_since_ms == first);
+    usleep(20000);
+    T_OK(report_emit_heartbeat(&x.w[1], "allreduce 4096", 3, &e)); /* still there */
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    T_CHECK(hb->heartbeat_ms >= first + 20 && hb->heartbeat_since_ms == first);
+    usleep(20000);
+    T_OK(report_emit_heartbeat(&x.w[1], "allreduce 4096", 4, &e)); /* moved on */
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    T_CHECK(hb->heartbeat_since_ms == hb->heartbeat_ms && hb->heartbeat_ms >= first + 40);
 
     /* error: the first one is the rank's cause, a later one does not replace it */
     struct err cause = {0};

@@ -3,7 +3,7 @@
  * dropped), the report pipe on fd 3 and no other inherited fd, /dev/null as stdin, its
  * output in its log file, a process group of its own and a pidfd that reports its exit;
  * a missing binary is an error; orphans are killed only when they are the worker they
- * were; and the daemon's options are validated. */
+ * were; a stopped rank is seen as stopped; and the daemon's options are validated. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -133,6 +133,37 @@ static void test_launcher_kills_only_real_orphans(void)
     close(out.pidfd);
 }
 
+/* launcher_is_stopped sees SIGSTOP (the monitor kills such a rank without a grace). */
+static void test_launcher_sees_stopped_rank(void)
+{
+    struct err e = {0};
+    char log[128];
+    snprintf(log, sizeof log, "%s/stopped.log", dir);
+    setenv("PROBE_SLEEP", "1", 1);
+    struct launch_rank lr = test_rank(log);
+    struct launched out;
+    T_OK(launcher_spawn(&lr, &out, &e));
+    unsetenv("PROBE_SLEEP");
+    json_decref(test_read_report(out.report_fd)); /* it is up */
+    T_CHECK(!launcher_is_stopped(out.pid));
+    launcher_signal(out.pid, SIGSTOP);
+    bool stopped = false;
+    for (int i = 0; i < 200 && !stopped; i++) { /* the stop is asynchronous */
+        stopped = launcher_is_stopped(out.pid);
+        if (!stopped)
+            usleep(10000);
+    }
+    T_CHECK(stopped);
+    launcher_signal(out.pid, SIGKILL);
+    int st;
+    T_EQ_INT(waitpid(out.pid, &st, 0), out.pid);
+    T_CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    T_CHECK(!launcher_is_stopped(out.pid)); /* gone */
+    T_CHECK(!launcher_is_stopped(-1));
+    close(out.report_fd);
+    close(out.pidfd);
+}
+
 static int test_parse(struct config *c, struct err *e, const char *a, const char *b)
 {
     char *argv[] = {(char *)"ddpbenchd", (char *)a, (char *)b, NULL};
@@ -187,6 +218,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_launcher_environment_and_fds);
     TEST_RUN(test_launcher_missing_binary);
     TEST_RUN(test_launcher_kills_only_real_orphans);
+    TEST_RUN(test_launcher_sees_stopped_rank);
     TEST_RUN(test_config_options);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
