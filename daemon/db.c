@@ -1156,12 +1156,23 @@ json_t *db_get_steps(struct db *db, int64_t run_id, int rank, bool include_warmu
 {
     struct db_conn *c = db_reader_acquire(db);
     json_t *out = NULL;
-    if (!db_exists(c, SQL_RUN_EXISTS, run_id, e)) {
-        if (!e || e->code == ERR_OK)
-            err_set(e, ERR_NOT_FOUND, NULL, "run %lld not found", (long long)run_id);
+    sqlite3_stmt *st = db_stmt(c, SQL_RUN_WORLD, e);
+    if (!st)
+        goto done;
+    sqlite3_bind_int64(st, 1, run_id);
+    int world = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_reset(st);
+    if (world < 0) {
+        err_set(e, ERR_NOT_FOUND, NULL, "run %lld not found", (long long)run_id);
         goto done;
     }
-    sqlite3_stmt *st = db_stmt(c, SQL_RUN_STEPS, e);
+    /* a rank the run does not have is not an empty list: it names a missing resource */
+    if (rank >= world) {
+        err_set(e, ERR_NOT_FOUND, "rank", "run %lld has no rank %d: its world size is %d",
+                (long long)run_id, rank, world);
+        goto done;
+    }
+    st = db_stmt(c, SQL_RUN_STEPS, e);
     if (!st)
         goto done;
     sqlite3_bind_int64(st, 1, run_id);

@@ -67,7 +67,8 @@ json_t *db_get_experiment(struct db *db, int64_t id, struct err *e);
 /* The run with "spec", "params", "ranks", "collectives", "epochs", "env". ERR_NOT_FOUND. */
 json_t *db_get_run(struct db *db, int64_t id, struct err *e);
 /* Steps of a run: {"columns": [...], "rows": [[...], ...]} (compact: runs have many),
- * optionally one rank (rank < 0 = all) and without warm-up steps. ERR_NOT_FOUND. */
+ * optionally one rank (rank < 0 = all) and without warm-up steps. ERR_NOT_FOUND for a
+ * missing run, and (field "rank") for a rank at or above the run's world size. */
 json_t *db_get_steps(struct db *db, int64_t run_id, int rank, bool include_warmup,
                      struct err *e);
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """REST API contract: validation errors name their field (400), oversized bodies are 413
-before the body is read, unknown ids 404, wrong methods 405, listing filters and pages,
+before the body is read, unknown ids 404 (and a rank a run lacks), wrong methods 405, listing filters and pages,
 health, the spec schema, and the static files that cannot be escaped."""
 import json
 import socket
@@ -122,6 +122,18 @@ def test_create_get_list_and_filters():
     expect_error("GET", "/v1/experiments?colour=red", 400, "invalid", "colour")
 
 
+def test_steps_of_a_rank_the_run_lacks():
+    exp = D.submit(dict(TINY, name="two-ranks", world_size=2))
+    run_id = exp["runs"][0]["id"]
+    D.wait_experiment(exp["id"], timeout=60)
+    got = D.get(f"/v1/runs/{run_id}/steps?rank=1")
+    check(got["rows"] == [] and "rank" in got["columns"], got)  # a rank it has: a table
+    for rank in (2, 99):  # not an empty table: a rank the run does not have
+        err = expect_error("GET", f"/v1/runs/{run_id}/steps?rank={rank}", 404, "not_found",
+                           "rank")
+        check(f"no rank {rank}" in err["message"] and "world size is 2" in err["message"], err)
+
+
 def test_health_and_schema():
     h = D.get("/healthz")
     check(h["status"] == "ok" and h["slots"]["total"] >= 1 and h["store"]["port"] > 0, h)
@@ -159,6 +171,7 @@ def main():
             test_body_over_cap_is_413,
             test_not_found_and_methods,
             test_create_get_list_and_filters,
+            test_steps_of_a_rank_the_run_lacks,
             test_health_and_schema,
             test_static_files_stay_inside_web,
         ])

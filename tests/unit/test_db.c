@@ -569,6 +569,11 @@ static void test_db_steps_epochs_and_data(void)
     json_decref(steps);
     T_CHECK(db_get_steps(db, 999, -1, true, &e) == NULL);
     T_EQ_INT(e.code, ERR_NOT_FOUND);
+    e = (struct err){0};
+    T_CHECK(db_get_steps(db, r, 2, true, &e) == NULL); /* a rank the 2-rank run lacks */
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    T_EQ_STR(e.field, "rank");
+    T_CHECK(strstr(e.msg, "world size is 2") != NULL);
     struct db_experiment_data data;
     T_OK(db_get_experiment_data(db, id, &data, &e));
     T_EQ_INT(data.id, id);
