@@ -4,16 +4,28 @@
  *
  * Decision: a thread pool with epoll; handlers are short (SQLite reads, a spec parse),
  * so no handler blocks a thread for long, and slow operations (runs) never happen on an
- * HTTP thread: they are queued for the scheduler. */
+ * HTTP thread: they are queued for the scheduler.
+ *
+ * Decision: a request's head has a deadline. libmicrohttpd's only timeout is an idle
+ * one that every received byte resets, so bytes that never make a request (a TLS
+ * hello, a port scan) held a connection for the full idle time and a client sending
+ * its header a byte a second held one forever. Until its head is complete a connection
+ * gets a short idle timeout (HTTP_HEAD_IDLE_S), and a reaper thread shuts down the
+ * socket of any connection whose head took longer than HTTP_HEAD_CAP_S in total (its
+ * thread then sees end of file and closes it). Once the head is in, the normal idle
+ * timeout applies: bodies, keep-alive and event streams are not affected. */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include "api/api.h"
 #include "common/buf.h"
@@ -22,11 +34,31 @@
 
 #define HTTP_MAX_QUERY 32
 #define HTTP_DISCARD_FACTOR 8
+#define HTTP_IDLE_S 60     /* idle timeout once a request's head is in, and keep-alive */
+#define HTTP_HEAD_IDLE_S 2 /* idle timeout of a new connection before its first head */
+#define HTTP_HEAD_CAP_S 10 /* total time a request's head may take */
+
+/* One open connection, for the head deadline. Created when libmicrohttpd accepts it,
+ * freed when it closes (http_on_connection); libmicrohttpd keeps the pointer as the
+ * connection's socket context. */
+struct http_sock {
+    int fd;
+    /* monotonic ms by which the head must be complete; 0: not waiting for one. Set by
+     * the connection's thread, read (and cleared) by the reaper. */
+    _Atomic int64_t head_deadline_ms;
+    bool idle_short;                /* its idle timeout is HTTP_HEAD_IDLE_S (its thread) */
+    struct http_sock *prev, *next;  /* in api_server.socks, under socks_lock */
+};
 
 struct api_server {
     struct MHD_Daemon *mhd;
     struct api_ctx *ctx;
     int port;
+    pthread_mutex_t socks_lock;    /* guards socks and the reaper's state */
+    pthread_cond_t reaper_wake;
+    struct http_sock *socks;       /* every open connection */
+    pthread_t reaper;
+    bool reaper_started, reaper_stop;
 };
 
 struct http_conn {
@@ -325,6 +357,149 @@ static bool http_declared_too_large(struct MHD_Connection *conn, size_t max)
     return *end == '\0' && v > max;
 }
 
+/* --- the head deadline ------------------------------------------------------------- */
+
+static struct http_sock *http_sock_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void http_sock_idle(struct MHD_Connection *conn, struct http_sock *sk, bool head)
+{
+    if (sk->idle_short == head)
+        return;
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                              head ? HTTP_HEAD_IDLE_S : HTTP_IDLE_S);
+    sk->idle_short = head;
+}
+
+/* libmicrohttpd accepted (socket_context NULL: allocates the owned struct http_sock) or
+ * is about to close a connection (frees it, before the fd is closed, so the reaper never
+ * shuts down a descriptor number that was reused). */
+static void http_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                               enum MHD_ConnectionNotificationCode code)
+{
+    struct api_server *srv = cls;
+    struct http_sock *sk = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        if (!sk)
+            return;
+        pthread_mutex_lock(&srv->socks_lock);
+        if (sk->prev)
+            sk->prev->next = sk->next;
+        else
+            srv->socks = sk->next;
+        if (sk->next)
+            sk->next->prev = sk->prev;
+        pthread_mutex_unlock(&srv->socks_lock);
+        free(sk);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    sk = ci ? calloc(1, sizeof *sk) : NULL;
+    if (!sk)
+        return; /* not watched: the idle timeout still applies */
+    sk->fd = ci->connect_fd;
+    atomic_store(&sk->head_deadline_ms, clock_mono_ms() + HTTP_HEAD_CAP_S * 1000);
+    http_sock_idle(conn, sk, true);
+    pthread_mutex_lock(&srv->socks_lock);
+    sk->next = srv->socks;
+    if (srv->socks)
+        srv->socks->prev = sk;
+    srv->socks = sk;
+    pthread_mutex_unlock(&srv->socks_lock);
+    *socket_context = sk;
+}
+
+/* A request's head is complete: the normal idle timeout, no deadline. */
+static void http_head_done(struct MHD_Connection *conn)
+{
+    struct http_sock *sk = http_sock_of(conn);
+    if (!sk)
+        return;
+    atomic_store(&sk->head_deadline_ms, 0);
+    http_sock_idle(conn, sk, false);
+}
+
+/* A request ended; the connection may carry another. Its head must then arrive within
+ * the keep-alive idle time, and take no longer than that in total either. */
+static void http_head_rearm(struct MHD_Connection *conn)
+{
+    struct http_sock *sk = http_sock_of(conn);
+    if (sk)
+        atomic_store(&sk->head_deadline_ms, clock_mono_ms() + HTTP_IDLE_S * 1000);
+}
+
+/* Once a second: shuts down every connection past its head deadline. */
+static void *http_reaper_main(void *arg)
+{
+    struct api_server *srv = arg;
+    pthread_mutex_lock(&srv->socks_lock);
+    while (!srv->reaper_stop) {
+        int64_t now = clock_mono_ms();
+        for (struct http_sock *sk = srv->socks; sk; sk = sk->next) {
+            int64_t due = atomic_load(&sk->head_deadline_ms);
+            if (due == 0 || now < due)
+                continue;
+            /* a compare-exchange: the connection's thread may finish its head just now */
+            if (atomic_compare_exchange_strong(&sk->head_deadline_ms, &due, 0)) {
+                log_info("http: closing a connection whose request head took over %d s",
+                         HTTP_HEAD_CAP_S);
+                shutdown(sk->fd, SHUT_RDWR);
+            }
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&srv->reaper_wake, &srv->socks_lock, &until);
+    }
+    pthread_mutex_unlock(&srv->socks_lock);
+    return NULL;
+}
+
+static int http_reaper_start(struct api_server *srv, struct err *e)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&srv->reaper_wake, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&srv->socks_lock, NULL);
+    int rc = pthread_create(&srv->reaper, NULL, http_reaper_main, srv);
+    if (rc != 0) {
+        errno = rc;
+        return err_errno(e, "http: pthread_create");
+    }
+    srv->reaper_started = true;
+    return 0;
+}
+
+static void http_reaper_stop(struct api_server *srv)
+{
+    if (!srv->reaper_started)
+        return;
+    pthread_mutex_lock(&srv->socks_lock);
+    srv->reaper_stop = true;
+    pthread_cond_signal(&srv->reaper_wake);
+    pthread_mutex_unlock(&srv->socks_lock);
+    pthread_join(srv->reaper, NULL);
+    srv->reaper_started = false;
+}
+
+/* Frees srv once libmicrohttpd is stopped (or never started) and the reaper joined. */
+static void http_server_free(struct api_server *srv)
+{
+    pthread_cond_destroy(&srv->reaper_wake);
+    pthread_mutex_destroy(&srv->socks_lock);
+    free(srv);
+}
+
+/* --- requests -------------------------------------------------------------------------- */
+
 static enum MHD_Result http_handle(void *cls, struct MHD_Connection *conn, const char *url,
                                    const char *method, const char *version,
                                    const char *upload_data, size_t *upload_data_size,
@@ -340,6 +515,7 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *conn, const
         buf_init(&hc->body);
         hc->started_ns = clock_mono_ns();
         *con_cls = hc;
+        http_head_done(conn);
         atomic_fetch_add(&srv->ctx->requests, 1);
         if (http_declared_too_large(conn, srv->ctx->cfg->max_body)) {
             hc->too_large = true;
@@ -373,8 +549,8 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
 {
     struct http_conn *hc = *con_cls;
     (void)cls;
-    (void)conn;
     (void)toe;
+    http_head_rearm(conn);
     if (!hc)
         return;
     buf_free(&hc->body);
@@ -413,6 +589,11 @@ struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
         return NULL;
     }
     srv->ctx = ctx;
+    if (http_reaper_start(srv, e) < 0) {
+        freeaddrinfo(ai);
+        http_server_free(srv);
+        return NULL;
+    }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
                      MHD_ALLOW_SUSPEND_RESUME | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     srv->mhd = MHD_start_daemon(
@@ -420,17 +601,19 @@ struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
         MHD_OPTION_EXTERNAL_LOGGER, http_log, srv,
         MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)ctx->cfg->http_threads,
-        MHD_OPTION_CONNECTION_TIMEOUT, 60u,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
         MHD_OPTION_CONNECTION_LIMIT, 4096u,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_NOTIFY_COMPLETED, http_completed, srv,
+        MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, srv,
         MHD_OPTION_UNESCAPE_CALLBACK, http_unescape, srv,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->mhd) {
         err_set(e, ERR_IO, "port", "cannot listen on %s:%d (in use, or not an address of this "
                 "host)", ctx->cfg->host, ctx->cfg->port);
-        free(srv);
+        http_reaper_stop(srv);
+        http_server_free(srv);
         return NULL;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
@@ -444,6 +627,7 @@ void api_server_stop(struct api_server *s)
 {
     if (!s)
         return;
-    MHD_stop_daemon(s->mhd);
-    free(s);
+    http_reaper_stop(s);
+    MHD_stop_daemon(s->mhd); /* closes every connection: the list empties */
+    http_server_free(s);
 }

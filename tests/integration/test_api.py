@@ -1,11 +1,17 @@
 #!/usr/bin/env python3
 """REST API contract: validation errors name their field (400), oversized bodies are 413
-before the body is read, unknown ids 404 (and a rank a run lacks), wrong methods 405, listing filters and pages,
-health, the spec schema, and the static files that cannot be escaped."""
+before the body is read, unknown ids 404 (and a rank a run lacks), wrong methods 405,
+listing filters and pages, health, the spec schema, the static files that cannot be
+escaped, and connections that never complete a request head (garbage, a trickle) cut off
+without harming event streams or keep-alive."""
+import http.client
 import json
+import re
+import select
 import socket
 import subprocess
 import sys
+import time
 
 from harness import Daemon, check, run_cases
 
@@ -134,6 +140,81 @@ def test_steps_of_a_rank_the_run_lacks():
         check(f"no rank {rank}" in err["message"] and "world size is 2" in err["message"], err)
 
 
+HEAD_CAP_S = 10  # api/http.c: HTTP_HEAD_CAP_S, the total time a request head may take
+
+
+def raw_connect():
+    return socket.create_connection(("127.0.0.1", D.info["http_port"]), timeout=30)
+
+
+def wait_closed(s, limit):
+    """Seconds until the server answers or closes s (reading what it sends), at most limit."""
+    t0 = time.time()
+    s.settimeout(limit)
+    try:
+        while s.recv(4096):
+            pass
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return time.time() - t0
+
+
+def test_garbage_is_cut_off_quickly():
+    for junk in (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03",  # a TLS hello
+                 b"\x00\xffnot http at all\r\n\r\n", b"GET"):
+        s = raw_connect()
+        s.sendall(junk)
+        took = wait_closed(s, 30)
+        s.close()
+        check(took < 5, f"{junk!r} held the connection {took:.1f} s")
+    check(D.get("/healthz")["status"] == "ok")
+
+
+def test_slow_head_is_cut_off_but_streams_and_keepalive_live():
+    # an event stream opened first must outlive the head cap: its head was complete
+    sse = raw_connect()
+    sse.sendall(b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    check(sse.recv(4096).startswith(b"HTTP/1.1 200"), "stream opened")
+    # a keep-alive connection idle longer than a head may be idle still takes a request
+    ka = http.client.HTTPConnection("127.0.0.1", D.info["http_port"], timeout=10)
+    ka.request("GET", "/healthz")
+    first = ka.getresponse()
+    check(first.status == 200 and first.read(), "first request")
+    # a head trickled a byte every half second: each byte resets the idle timer, the
+    # total cap still ends it
+    s = raw_connect()
+    s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+    t0, closed = time.time(), False
+    while not closed and time.time() - t0 < HEAD_CAP_S + 10:
+        try:
+            s.sendall(b"a")
+        except OSError:
+            closed = True
+            break
+        readable, _, _ = select.select([s], [], [], 0.5)
+        if readable:
+            try:
+                closed = s.recv(4096) == b""
+            except OSError:
+                closed = True
+    took = time.time() - t0
+    s.close()
+    check(closed and took < HEAD_CAP_S + 5, f"trickle still open after {took:.1f} s")
+    check(took > HEAD_CAP_S - 2, f"cut after {took:.1f} s: by the idle timer, not the cap")
+    ka.request("GET", "/healthz")
+    check(ka.getresponse().status == 200, "keep-alive connection still serves")
+    ka.close()
+    exp = D.submit(dict(TINY, name="seen-by-stream"))
+    sse.settimeout(30)
+    seen = b""
+    mine = re.compile(rb'"id": ?%d\b' % exp["id"])
+    while not mine.search(seen):
+        chunk = sse.recv(65536)
+        check(chunk, f"stream closed: {seen[-300:]!r}")
+        seen += chunk
+    sse.close()
+
+
 def test_health_and_schema():
     h = D.get("/healthz")
     check(h["status"] == "ok" and h["slots"]["total"] >= 1 and h["store"]["port"] > 0, h)
@@ -172,6 +253,8 @@ def main():
             test_not_found_and_methods,
             test_create_get_list_and_filters,
             test_steps_of_a_rank_the_run_lacks,
+            test_garbage_is_cut_off_quickly,
+            test_slow_head_is_cut_off_but_streams_and_keepalive_live,
             test_health_and_schema,
             test_static_files_stay_inside_web,
         ])
