@@ -642,7 +642,8 @@ static void monitor_describe_frozen(const struct active_run *r, const struct run
         monitor_append(out, cap, &len, "; it sent no heartbeat (last: %s)",
                        s->phase[0] ? s->phase : "starting");
     if (s->stepped)
-        monitor_append(out, cap, &len, " and its last step report was step %lld of repeat %d",
+        monitor_append(out, cap, &len,
+                       " and its last step report was step index %lld of repeat %d",
                        (long long)s->last_step, s->last_repeat);
     int named = 0, more = 0;
     for (int i = 0; i < r->world_size; i++) {

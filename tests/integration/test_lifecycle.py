@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -91,29 +92,40 @@ def test_cancel_one_run_and_delete():
         d.close()
 
 
+FROZEN_TRAIN = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "steps": 100000,
+                "timeout_s": 300}
+
+
 def test_frozen_worker_is_named():
     # A long kill grace: a stopped rank never acts on SIGTERM, so the daemon must SIGKILL
     # it at once instead of waiting the grace out.
     d = Daemon(cpu_slots=2, extra_args=["--kill-grace-ms", "30000"])
     try:
         hb_timeout = 3
-        exp = d.submit(dict(LONG, name="frozen", world_size=2, heartbeat_timeout_s=hb_timeout))
-        run_id = exp["runs"][0]["id"]
-        pids = running_pids(d, run_id)
-        time.sleep(1.5)  # a heartbeat of each rank in its benchmark phase
-        os.kill(pids[1], signal.SIGSTOP)
-        t0 = time.time()
-        exp = d.wait_experiment(exp["id"], timeout=60)
-        took = time.time() - t0
-        run = d.get(f"/v1/runs/{run_id}")
-        check(run["status"] == "failed", run)
-        check(took < hb_timeout + 4, f"failed {took:.1f} s after the stop: waited the grace?")
-        wait_gone(pids, timeout=2)
-        err = run["error"]
-        check(run["error_rank"] == 1 and err.startswith("rank 1 stopped reporting"), err)
-        check("its last heartbeat" in err and "'collective benchmark'" in err, err)
-        # what the healthy peer was doing: its heartbeat phase, unchanged since the freeze
-        check("meanwhile rank 0 had been in 'collective benchmark'" in err, err)
+        for spec, phase in ((LONG, "collective benchmark"), (FROZEN_TRAIN, "train repeat 0")):
+            exp = d.submit(dict(spec, name="frozen", world_size=2, heartbeat_timeout_s=hb_timeout))
+            run_id = exp["runs"][0]["id"]
+            pids = running_pids(d, run_id)
+            time.sleep(1.5)  # a heartbeat of each rank in its working phase
+            os.kill(pids[1], signal.SIGSTOP)
+            t0 = time.time()
+            exp = d.wait_experiment(exp["id"], timeout=60)
+            took = time.time() - t0
+            run = d.get(f"/v1/runs/{run_id}")
+            check(run["status"] == "failed", run)
+            check(took < hb_timeout + 4, f"failed {took:.1f} s after the stop: waited the grace?")
+            wait_gone(pids, timeout=2)
+            err = run["error"]
+            check(run["error_rank"] == 1 and err.startswith("rank 1 stopped reporting"), err)
+            check("its last heartbeat" in err and f"said '{phase}" in err, err)
+            # what the healthy peer was doing: its heartbeat phase, unchanged since the freeze
+            check(f"meanwhile rank 0 had been in '{phase}" in err, err)
+            if spec is FROZEN_TRAIN:
+                # the frozen rank's last step is named from its step lines, which do not lag
+                # like its heartbeat: within a step or two of where its peer waits
+                last = int(re.search(r"last step report was step index (\d+)", err).group(1))
+                peer = int(re.search(r"rank 0 had been in 'train repeat 0 step (\d+)/", err).group(1))
+                check(0 <= peer - last <= 2, err)
     finally:
         d.close()
 
