@@ -1,7 +1,7 @@
-/* Unit tests for daemon/results: the statistics (median, nearest-rank p95, Student-t
- * interval), grouping and per-size rows of collectives, the training metrics (step time
- * = slowest rank, throughput per repeat, speed-up and efficiency against the world_size 1
- * group, overlap, straggler spread, final accuracy), and CSV quoting. Inputs are built
+/* Unit tests for daemon/results (the statistics themselves are test_stats.c's): grouping
+ * and per-size rows of collectives, the training metrics (step time = slowest rank,
+ * throughput per repeat, speed-up and efficiency against the world_size 1 group, overlap,
+ * straggler spread, final accuracy), and CSV quoting. Inputs are built
  * by hand as the typed rows db_get_experiment_data returns, so every expected value is
  * known. */
 #include <math.h>
@@ -10,32 +10,6 @@
 
 #include "daemon/results.h"
 #include "tests/unit/test.h"
-
-static void test_stats_summarize(void)
-{
-    double v[] = {5, 1, 4, 2, 3};
-    struct stats_summary s;
-    stats_summarize(v, 5, &s);
-    T_EQ_INT(s.n, 5);
-    T_NEAR(s.mean, 3.0, 1e-12);
-    T_NEAR(s.median, 3.0, 1e-12);
-    T_NEAR(s.p95, 5.0, 1e-12); /* nearest rank: ceil(0.95*5) = 5th */
-    T_NEAR(s.min, 1.0, 1e-12);
-    T_NEAR(s.max, 5.0, 1e-12);
-    /* sd = sqrt(2.5); t(4) = 2.776 */
-    T_NEAR(s.ci95, 2.776 * sqrt(2.5) / sqrt(5.0), 1e-9);
-    double w[] = {1, 2, 3, 4};
-    stats_summarize(w, 4, &s);
-    T_NEAR(s.median, 2.5, 1e-12);
-    double one[] = {7};
-    stats_summarize(one, 1, &s);
-    T_NEAR(s.ci95, 0.0, 0);
-    T_NEAR(s.p95, 7.0, 0);
-    stats_summarize(NULL, 0, &s);
-    T_EQ_INT(s.n, 0);
-    T_NEAR(stats_t95(1), 12.706, 1e-9);
-    T_NEAR(stats_t95(1000), 1.96, 1e-9);
-}
 
 static struct report_collective coll(int repeat, int64_t bytes, double busbw)
 {
@@ -89,7 +63,7 @@ static void test_results_collectives(void)
     T_NEAR(json_real_value(json_object_get(r, "busbw_gbs_mean")), 2.0, 1e-12);
     T_EQ_INT(json_integer_value(json_object_get(r, "busbw_gbs_n")), 2);
     T_NEAR(json_real_value(json_object_get(r, "busbw_gbs_ci95")),
-           12.706 * sqrt(2.0) / sqrt(2.0), 1e-9);
+           stats_t95(1) * sqrt(2.0) / sqrt(2.0), 1e-9);
     T_EQ_STR(json_string_value(json_object_get(r, "algorithm")), "ring");
     T_EQ_STR(json_string_value(json_object_get(r, "op")), "allreduce");
     T_CHECK(json_is_false(json_object_get(r, "inplace")));
@@ -216,7 +190,6 @@ static void test_results_emulated_apart(void)
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
-    TEST_RUN(test_stats_summarize);
     TEST_RUN(test_results_collectives);
     TEST_RUN(test_results_training);
     TEST_RUN(test_results_csv_quoting);
