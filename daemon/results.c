@@ -10,26 +10,45 @@
 #include "common/buf.h"
 #include "common/stats.h"
 
-/* --- statistics ------------------------------------------------------------------------ */
-
-/* --- a growable vector of doubles --------------------------------------------------------- */
+/* --- growable vectors (of doubles, and of step indexes) ---------------------------------- */
 
 struct results_vec {
     double *v;
     size_t n, cap;
 };
 
+struct results_idx {
+    size_t *v;
+    size_t n, cap;
+};
+
+/* Makes room for one more element of size `size` in *v (n used of cap). */
+static int results_grow(void **v, size_t n, size_t *cap, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? 2 * *cap : 16;
+    void *g = realloc(*v, c * size);
+    if (!g)
+        return -1;
+    *v = g;
+    *cap = c;
+    return 0;
+}
+
 static int results_push(struct results_vec *x, double d)
 {
-    if (x->n == x->cap) {
-        size_t cap = x->cap ? 2 * x->cap : 16;
-        double *g = realloc(x->v, cap * sizeof *g);
-        if (!g)
-            return -1;
-        x->v = g;
-        x->cap = cap;
-    }
+    if (results_grow((void **)&x->v, x->n, &x->cap, sizeof *x->v) < 0)
+        return -1;
     x->v[x->n++] = d;
+    return 0;
+}
+
+static int results_push_idx(struct results_idx *x, size_t i)
+{
+    if (results_grow((void **)&x->v, x->n, &x->cap, sizeof *x->v) < 0)
+        return -1;
+    x->v[x->n++] = i;
     return 0;
 }
 
@@ -121,6 +140,7 @@ static void results_groups_free(struct results_groups *gs)
     free(gs->g);
 }
 
+/* run NULL: the key of no run (every field null), for a table's columns alone. */
 static json_t *results_key_of(const struct db_data_run *run, const json_t *fields)
 {
     json_t *key = json_object();
@@ -128,12 +148,12 @@ static json_t *results_key_of(const struct db_data_run *run, const json_t *field
     json_t *f;
     json_array_foreach(fields, i, f)
     {
-        json_t *v = json_object_get(run->spec, json_string_value(f));
+        json_t *v = run ? json_object_get(run->spec, json_string_value(f)) : NULL;
         json_object_set(key, json_string_value(f), v ? v : json_null());
     }
     /* always part of the key, whatever group_by says: figures of ranks sharing one GPU
      * are never pooled with one-rank-per-GPU figures (nor used as their baseline) */
-    json_object_set_new(key, "emulated", json_boolean(run->emulated));
+    json_object_set_new(key, "emulated", json_boolean(run && run->emulated));
     return key;
 }
 
@@ -275,6 +295,7 @@ static int results_collectives(struct results_table *t, const struct results_gro
 
 struct results_train {
     struct results_vec thr, step, acc, loss;
+    struct results_idx starts; /* where each repeat (of each run) begins in step */
     double phase[DB_NPHASES], straggler;
     size_t nsteps;
     int64_t world; /* -1: differs across the group's runs */
@@ -294,8 +315,10 @@ static void results_train_run(struct results_train *r, const struct db_data_run 
         const struct db_step_row *s = &run->steps[i];
         if (s->repeat != repeat && ms > 0)
             results_push(&r->thr, samples / (ms / 1000.0));
-        if (s->repeat != repeat)
+        if (s->repeat != repeat) {
             samples = ms = 0;
+            results_push_idx(&r->starts, r->step.n);
+        }
         repeat = s->repeat;
         samples += (double)s->samples;
         ms += s->step_ms;
@@ -314,7 +337,8 @@ static void results_train_run(struct results_train *r, const struct db_data_run 
             continue;
         if (ep->test_acc >= 0) /* -1: no test split was evaluated */
             results_push(&r->acc, ep->test_acc);
-        results_push(&r->loss, ep->train_loss);
+        if (ep->train_loss >= 0) /* -1: the epoch trained on no sample */
+            results_push(&r->loss, ep->train_loss);
     }
 }
 
@@ -323,12 +347,36 @@ struct results_train_group {
     int64_t world;
 };
 
+/* Speed-up against base and its 95% half-width into *ci. is_base: g is its own baseline
+ * (world_size 1), whose speed-up is exactly 1 by definition: its interval is null, not 0,
+ * because no interval was computed (0 would read as "measured with no spread"), and never
+ * the nonzero width that comparing a throughput with itself as if independent would give.
+ * Null too where either throughput has no interval (one repeat): hypot(0, 0) is no CI. */
+static double results_speedup(const struct stats_summary *thr,
+                              const struct results_train_group *base, bool is_base, double *ci)
+{
+    *ci = NAN;
+    if (!base || base->thr.n == 0 || thr->n == 0)
+        return NAN;
+    if (is_base)
+        return 1.0;
+    double speedup = thr->mean / base->thr.mean;
+    /* relative 95% half-widths add in quadrature for a ratio of independent means */
+    if (isfinite(thr->ci95) && isfinite(base->thr.ci95))
+        *ci = speedup * hypot(thr->ci95 / thr->mean, base->thr.ci95 / base->thr.mean);
+    return speedup;
+}
+
 static void results_train_row(struct results_table *t, const struct results_group *g,
-                              struct results_train *r, const struct results_train_group *base)
+                              struct results_train *r, const struct results_train_group *base,
+                              bool is_base)
 {
     struct stats_summary thr, step, acc, loss;
     results_stats_of(&r->thr, &thr);
+    /* before summarizing sorts the steps: the interval needs them in order (stats.h) */
+    double step_ci = stats_ci95_series(r->step.v, r->step.n, r->starts.v, r->starts.n);
     results_stats_of(&r->step, &step);
+    step.ci95 = step_ci;
     results_stats_of(&r->acc, &acc);
     results_stats_of(&r->loss, &loss);
     results_begin_row(t, g->key);
@@ -341,17 +389,17 @@ static void results_train_row(struct results_table *t, const struct results_grou
         results_put(t, results_phases[p], results_num(r->phase[p] / n));
     /* exposed includes the hand-off to the communication thread, so it can exceed the
      * time the operations ran by a few microseconds: nothing overlapped is 0, not less */
+    /* one rank exchanges nothing: whatever its comm phases timed (hand-offs) is no
+     * communication that could overlap, so its overlap is null, not a percentage */
     double comm = r->phase[DB_PHASE_COMM], exposed = r->phase[DB_PHASE_COMM_EXPOSED];
-    double overlap = comm > 0 ? fmax(0.0, 1.0 - exposed / comm) : NAN;
+    double overlap = comm > 0 && r->world != 1 ? fmax(0.0, 1.0 - exposed / comm) : NAN;
     results_put(t, "overlap", results_num(overlap));
     results_put(t, "straggler_ms", results_num(r->straggler / n));
-    bool have_base = base && base->thr.n > 0 && thr.n > 0 && r->world > 0;
-    double speedup = have_base ? thr.mean / base->thr.mean : NAN;
-    /* relative 95% half-widths add in quadrature for a ratio of independent means */
-    double rel = have_base ? hypot(thr.ci95 / thr.mean, base->thr.ci95 / base->thr.mean) : NAN;
+    double speedup_ci = NAN;
+    double speedup = r->world > 0 ? results_speedup(&thr, base, is_base, &speedup_ci) : NAN;
     results_put(t, "speedup", results_num(speedup));
-    results_put(t, "speedup_ci95", results_num(speedup * rel));
-    results_put(t, "efficiency", results_num(have_base ? speedup / (double)r->world : NAN));
+    results_put(t, "speedup_ci95", results_num(speedup_ci));
+    results_put(t, "efficiency", results_num(speedup / (double)r->world));
     results_put_stats(t, "test_acc", &acc, false);
     results_put_stats(t, "train_loss", &loss, false);
     results_end_row(t);
@@ -397,13 +445,14 @@ static int results_training(struct results_table *t, const struct results_groups
     }
     for (size_t k = 0; k < gs->n; k++) {
         size_t b = results_find_base(gs, gs->g[k].key, tg);
-        results_train_row(t, &gs->g[k], &rs[k], b < gs->n ? &tg[b] : NULL);
+        results_train_row(t, &gs->g[k], &rs[k], b < gs->n ? &tg[b] : NULL, b == k);
     }
     for (size_t k = 0; k < gs->n; k++) {
         free(rs[k].thr.v);
         free(rs[k].step.v);
         free(rs[k].acc.v);
         free(rs[k].loss.v);
+        free(rs[k].starts.v);
     }
     free(rs);
     free(tg);
@@ -411,6 +460,25 @@ static int results_training(struct results_table *t, const struct results_groups
 }
 
 /* --- entry points ------------------------------------------------------------------------- */
+
+/* A table with no row (a collective experiment none of whose runs has finished) still has
+ * all its columns, so its CSV has a header (pandas and csv readers fail on an empty file):
+ * they are those of a row built from no figures, which is then dropped. One row builder
+ * for both, so the columns cannot disagree with a real row's. */
+static void results_columns_only(struct results_table *t, const json_t *fields,
+                                 bool collective)
+{
+    struct results_group g = {results_key_of(NULL, fields), NULL, 0};
+    if (collective) {
+        struct report_collective none = {0};
+        results_collective_row(t, &g, &none);
+    } else {
+        struct results_train none = {0};
+        results_train_row(t, &g, &none, NULL, false);
+    }
+    json_array_clear(t->rows);
+    json_decref(g.key);
+}
 
 json_t *results_build(const struct db_experiment_data *data, const char *const *group_by,
                       size_t ngroup, struct err *e)
@@ -423,11 +491,14 @@ json_t *results_build(const struct db_experiment_data *data, const char *const *
     size_t i;
     json_t *f;
     json_array_foreach(fields, i, f) json_array_append(t.columns, f);
+    bool collective = strcmp(data->workload, "collective") == 0;
     int rc = results_group_runs(data, fields, &gs, e);
-    if (rc == 0 && strcmp(data->workload, "collective") == 0)
+    if (rc == 0 && collective)
         rc = results_collectives(&t, &gs, e);
     else if (rc == 0)
         rc = results_training(&t, &gs, e);
+    if (rc == 0 && json_array_size(t.rows) == 0)
+        results_columns_only(&t, fields, collective);
     results_groups_free(&gs);
     if (rc < 0) {
         json_decref(fields);

@@ -10,11 +10,17 @@
  * its SQL's column names, so no figure is looked up here by a column's name.
  *
  * Training metrics (per run and repeat, non-warm-up steps only):
- *   step time  = the slowest rank's time of each step
+ *   step time  = the slowest rank's time of each step; its median and p95 over the steps,
+ *                its 95% CI over one mean per repeat, or batch means within a single
+ *                repeat (common/stats.h: steps are autocorrelated, never pooled)
  *   throughput = samples of all ranks / total step time (images/s), one value per repeat
  *   speed-up   = throughput / throughput of the group that differs only by world_size 1
  *   efficiency = speed-up / world_size
- *   overlap    = 1 - exposed communication / total communication */
+ *   overlap    = 1 - exposed communication / total communication
+ * A figure that cannot be computed is null, never 0: an interval from one repeat (and a
+ * speed-up interval when either throughput has one), the world_size 1 group's own
+ * speed-up interval (it is 1 by definition), the overlap of one rank (it exchanges
+ * nothing), a loss no sample was trained on. */
 #ifndef DDPB_RESULTS_H
 #define DDPB_RESULTS_H
 
@@ -32,7 +38,8 @@
  *   {"experiment": id, "workload": w, "group_by": [...], "columns": [...], "rows": [{...}]}
  * where every row has exactly the keys in "columns", in that order. Rows are keyed by the
  * group_by fields and "emulated" (a column of every table): runs whose ranks shared one GPU
- * (runs.emulated) form groups of their own, never mixed with real ones. ERR_INVALID naming
+ * (runs.emulated) form groups of their own, never mixed with real ones. A table with no
+ * row (no run has finished) still has all its columns. ERR_INVALID naming
  * "group_by" for a field no run's spec has. */
 json_t *results_build(const struct db_experiment_data *data, const char *const *group_by,
                       size_t ngroup, struct err *e);

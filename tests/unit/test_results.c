@@ -1,9 +1,11 @@
 /* Unit tests for daemon/results (the statistics themselves are test_stats.c's): grouping
  * and per-size rows of collectives, the training metrics (step time = slowest rank,
  * throughput per repeat, speed-up and efficiency against the world_size 1 group, overlap,
- * straggler spread, final accuracy), and CSV quoting. Inputs are built
- * by hand as the typed rows db_get_experiment_data returns, so every expected value is
- * known. */
+ * straggler spread, final accuracy), the nulls where a figure cannot be computed (an
+ * interval from one repeat, the baseline's own speed-up interval, one rank's overlap, a
+ * loss never measured), the header of a table with no row, and CSV quoting. Inputs are
+ * built by hand as the typed rows db_get_experiment_data returns, so every expected value
+ * is known. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -103,20 +105,30 @@ static struct db_step_row *steps(int repeats, int n, double step_ms, double fast
     return a;
 }
 
-static void test_results_training(void)
+/* The table of two training runs: world size wa with steps sa (owned, freed here) and
+ * epochs ep, then wb with sb (owned, freed here). Owned table, NULL on error. */
+static json_t *train_table(int wa, struct db_step_row *sa, size_t na, struct report_epoch *ep,
+                           size_t ne, int wb, struct db_step_row *sb, size_t nb)
 {
     struct err e;
+    struct db_data_run runs[] = {run(wa, NULL, 0, sa, na, ep, ne),
+                                 run(wb, NULL, 0, sb, nb, NULL, 0)};
+    struct db_experiment_data data = {.id = 3, .workload = "train", .runs = runs, .nruns = 2};
+    json_t *t = results_build(&data, NULL, 0, &e);
+    free(sa);
+    free(sb);
+    runs_free(runs, 2);
+    return t;
+}
+
+static void test_results_training(void)
+{
     struct report_epoch ep[] = {
         {.repeat = 0, .epoch = 0, .test_acc = 0.5, .train_loss = 1.0},
         {.repeat = 0, .epoch = 1, .test_acc = 0.8, .train_loss = 0.4},
     };
-    struct db_step_row *s1 = steps(2, 4, 100.0, 100.0, 32), *s4 = steps(2, 4, 125.0, 100.0, 128);
-    struct db_data_run runs[] = {run(1, NULL, 0, s1, 8, ep, 2), run(4, NULL, 0, s4, 8, NULL, 0)};
-    struct db_experiment_data data = {.id = 3, .workload = "train", .runs = runs, .nruns = 2};
-    json_t *t = results_build(&data, NULL, 0, &e);
-    free(s1);
-    free(s4);
-    runs_free(runs, 2);
+    json_t *t = train_table(1, steps(2, 4, 100.0, 100.0, 32), 8, ep, 2, 4,
+                            steps(2, 4, 125.0, 100.0, 128), 8);
     T_CHECK(t != NULL);
     json_t *rows = json_object_get(t, "rows");
     T_EQ_INT(json_array_size(rows), 2);
@@ -129,7 +141,19 @@ static void test_results_training(void)
     T_NEAR(json_real_value(json_object_get(one, "speedup")), 1.0, 1e-12);
     T_NEAR(json_real_value(json_object_get(four, "speedup")), t4 / t1, 1e-9);
     T_NEAR(json_real_value(json_object_get(four, "efficiency")), t4 / t1 / 4, 1e-9);
-    T_CHECK(json_real_value(json_object_get(four, "speedup_ci95")) > 0);
+    /* two repeats each: t(1) over the relative half-widths of both throughputs */
+    double ci1 = stats_t95(1) * fabs(320.0 - 32.0 / 0.11) / 2, ci4 = stats_t95(1) *
+                 fabs(128 / 0.125 - 128 / 0.1375) / 2;
+    T_NEAR(json_real_value(json_object_get(four, "speedup_ci95")),
+           t4 / t1 * hypot(ci1 / t1, ci4 / t4), 1e-9);
+    /* the baseline is 1 by definition: no interval, and exactly 1 */
+    T_CHECK(json_is_null(json_object_get(one, "speedup_ci95")));
+    T_NEAR(json_real_value(json_object_get(one, "efficiency")), 1.0, 0);
+    /* step time: one mean per repeat (125 and 137.5 ms), not 8 pooled steps */
+    T_NEAR(json_real_value(json_object_get(four, "step_ms_ci95")),
+           stats_t95(1) * (137.5 - 125.0) / 2, 1e-9);
+    /* one rank exchanges nothing: no overlap, whatever its comm phases timed */
+    T_CHECK(json_is_null(json_object_get(one, "overlap")));
     T_NEAR(json_real_value(json_object_get(four, "overlap")), 0.75, 1e-12); /* 1 - 1/4 */
     T_NEAR(json_real_value(json_object_get(four, "straggler_ms")), (25.0 + 37.5) / 2, 1e-9);
     T_NEAR(json_real_value(json_object_get(four, "backward_ms")), 3.0, 1e-12);
@@ -137,6 +161,72 @@ static void test_results_training(void)
     T_NEAR(json_real_value(json_object_get(one, "test_acc_mean")), 0.8, 1e-12); /* last epoch */
     T_CHECK(json_is_null(json_object_get(four, "test_acc_mean")));
     json_decref(t);
+}
+
+/* One repeat per world size: intervals that cannot be computed are null, never "± 0";
+ * the step-time interval of a single repeat comes from batch means; a loss that was not
+ * measured (-1) is left out, not averaged as 0. */
+static void test_results_one_repeat_nulls(void)
+{
+    struct report_epoch ep[] = {
+        {.repeat = 0, .epoch = 0, .test_acc = 0.5, .train_loss = -1},
+    };
+    struct db_step_row *s1 = steps(1, 4, 100.0, 100.0, 32);
+    s1[2].step_ms = s1[3].step_ms = 110.0; /* batches {100, 100} and {110, 110} */
+    json_t *t = train_table(1, s1, 4, ep, 1, 2, steps(1, 4, 60.0, 55.0, 64), 4);
+    T_CHECK(t != NULL);
+    json_t *one = json_array_get(json_object_get(t, "rows"), 0);
+    json_t *two = json_array_get(json_object_get(t, "rows"), 1);
+    T_EQ_INT(json_integer_value(json_object_get(two, "throughput_n")), 1);
+    T_CHECK(json_is_null(json_object_get(two, "throughput_ci95")));
+    T_CHECK(json_real_value(json_object_get(two, "speedup")) > 1);
+    T_CHECK(json_is_null(json_object_get(two, "speedup_ci95")));
+    T_CHECK(json_is_null(json_object_get(one, "speedup_ci95")));
+    T_NEAR(json_real_value(json_object_get(one, "speedup")), 1.0, 0);
+    T_CHECK(json_is_null(json_object_get(one, "overlap")));
+    T_NEAR(json_real_value(json_object_get(two, "overlap")), 0.75, 1e-12);
+    T_NEAR(json_real_value(json_object_get(one, "step_ms_ci95")), stats_t95(1) * 10.0 / 2,
+           1e-9);
+    T_CHECK(json_is_null(json_object_get(one, "train_loss_mean")));
+    T_EQ_INT(json_integer_value(json_object_get(one, "train_loss_n")), 0);
+    T_NEAR(json_real_value(json_object_get(one, "test_acc_mean")), 0.5, 0);
+    json_decref(t);
+}
+
+/* An experiment none of whose runs has finished has no row, and still every column: the
+ * CSV is a header (that of a table with rows), never an empty line. */
+static void test_results_no_rows_header(void)
+{
+    struct err e;
+    struct report_collective c[] = {coll(0, 1024, 1.0)};
+    struct db_data_run runs[] = {run(2, NULL, 0, NULL, 0, NULL, 0),
+                                 run(2, c, 1, NULL, 0, NULL, 0)};
+    struct db_experiment_data data = {.id = 5, .workload = "collective", .runs = runs,
+                                      .nruns = 1};
+    json_t *empty = results_build(&data, NULL, 0, &e);
+    data.nruns = 2;
+    json_t *full = results_build(&data, NULL, 0, &e);
+    runs_free(runs, 2);
+    T_CHECK(empty != NULL && full != NULL);
+    T_EQ_INT(json_array_size(json_object_get(empty, "rows")), 0);
+    T_EQ_INT(json_array_size(json_object_get(full, "rows")), 1);
+    T_CHECK(json_equal(json_object_get(empty, "columns"), json_object_get(full, "columns")));
+    size_t len;
+    char *csv = results_csv(empty, &len, &e);
+    T_CHECK(csv != NULL);
+    T_CHECK(strncmp(csv, "world_size,emulated,op,", 23) == 0);
+    T_CHECK(strstr(csv, "busbw_gbs_mean") != NULL);
+    T_EQ_INT(strchr(csv, '\n') - csv, (long)len - 1); /* one line: the header */
+    free(csv);
+    /* a training table with no run at all has its columns too */
+    struct db_experiment_data none = {.id = 6, .workload = "train", .runs = NULL, .nruns = 0};
+    json_t *tt = results_build(&none, NULL, 0, &e);
+    T_CHECK(tt != NULL);
+    T_CHECK(json_array_size(json_object_get(tt, "columns")) > 20);
+    T_EQ_STR(json_string_value(json_array_get(json_object_get(tt, "columns"), 0)), "emulated");
+    json_decref(tt);
+    json_decref(empty);
+    json_decref(full);
 }
 
 static void test_results_csv_quoting(void)
@@ -192,6 +282,8 @@ int main(int argc, char **argv)
     test_begin(argc, argv);
     TEST_RUN(test_results_collectives);
     TEST_RUN(test_results_training);
+    TEST_RUN(test_results_one_repeat_nulls);
+    TEST_RUN(test_results_no_rows_header);
     TEST_RUN(test_results_csv_quoting);
     TEST_RUN(test_results_emulated_apart);
     return test_end();
