@@ -78,8 +78,9 @@ struct report_step {
     int64_t bytes_sent; /* gradient bytes this rank sent in this step */
 };
 
-/* One epoch, reported by rank 0; test figures are -1 when no test split was evaluated
- * (omitted from the event). Accuracies are fractions in [0, 1]. */
+/* One epoch, reported by rank 0; test figures are -1 when no test split was evaluated,
+ * train figures -1 when no sample was trained on (omitted from the event, stored as NULL:
+ * a loss never measured is not a loss of 0). Accuracies are fractions in [0, 1]. */
 struct report_epoch {
     int repeat;
     int epoch;

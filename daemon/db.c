@@ -1104,7 +1104,8 @@ static const char SQL_INSERT_EPOCH[] =
 
 int db_insert_epoch(struct db *db, int64_t run_id, const struct report_epoch *r, struct err *e)
 {
-    return db_write_one(db, e, SQL_INSERT_EPOCH, "IiiIddDDd", run_id, r->repeat, r->epoch,
+    /* D: a figure below 0 (not measured) is stored as NULL */
+    return db_write_one(db, e, SQL_INSERT_EPOCH, "IiiIDDDDd", run_id, r->repeat, r->epoch,
                         r->samples, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
                         r->time_s);
 }
@@ -1253,8 +1254,8 @@ static const struct db_col db_data_epoch_cols[] = {
     DB_COL("repeat", DB_COL_INT, struct report_epoch, repeat),
     DB_COL("epoch", DB_COL_INT, struct report_epoch, epoch),
     DB_COL("samples", DB_COL_INT64, struct report_epoch, samples),
-    DB_COL("train_loss", DB_COL_REAL, struct report_epoch, train_loss),
-    DB_COL("train_acc", DB_COL_REAL, struct report_epoch, train_acc),
+    DB_COL("train_loss", DB_COL_REAL_OR_NEG1, struct report_epoch, train_loss),
+    DB_COL("train_acc", DB_COL_REAL_OR_NEG1, struct report_epoch, train_acc),
     DB_COL("test_loss", DB_COL_REAL_OR_NEG1, struct report_epoch, test_loss),
     DB_COL("test_acc", DB_COL_REAL_OR_NEG1, struct report_epoch, test_acc),
     DB_COL("time_s", DB_COL_REAL, struct report_epoch, time_s),

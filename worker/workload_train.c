@@ -263,8 +263,8 @@ static int train_end_epoch(struct trainer *tr, int epoch, struct train_tally *ta
         return -1;
     struct report_epoch ep = {
         .repeat = tr->repeat, .epoch = epoch, .samples = (int64_t)tally->count,
-        .train_loss = tally->count > 0 ? tally->loss_sum / tally->count : 0,
-        .train_acc = tally->count > 0 ? tally->correct / tally->count : 0,
+        .train_loss = tally->count > 0 ? tally->loss_sum / tally->count : -1,
+        .train_acc = tally->count > 0 ? tally->correct / tally->count : -1,
         .test_loss = test.count > 0 ? test.loss_sum / test.count : -1,
         .test_acc = test.count > 0 ? test.correct / test.count : -1,
         .time_s = time_s};

@@ -1,6 +1,7 @@
 /* Unit tests for daemon/db: migrations, the experiment/run life cycle, the experiment
- * status that follows its runs, queue order, results round trip, restart repair, and a
- * database from a newer ddpbenchd being refused. */
+ * status that follows its runs, queue order, results round trip, an epoch's unmeasured
+ * train figures stored and served as null, restart repair, and a database from a newer
+ * ddpbenchd being refused. */
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -59,7 +60,7 @@ static void test_db_lifecycle(void)
     struct err e = {0};
     struct db *db = test_db_fresh();
     T_CHECK(db != NULL);
-    T_EQ_INT(db_schema_version(db), 5);
+    T_EQ_INT(db_schema_version(db), 6);
     int64_t id = test_db_experiment(db, 2);
     T_CHECK(id > 0);
     json_t *exp;
@@ -393,7 +394,7 @@ static void test_db_experiment_summary(void)
     sqlite3_close(h);
     db = db_open(db_path, &e);
     T_CHECK_MSG(db != NULL, "%s", e.msg);
-    T_EQ_INT(db_schema_version(db), 5);
+    T_EQ_INT(db_schema_version(db), 6);
     list = db_list_experiments(db, &f, &e);
     got = json_object_get(json_array_get(json_object_get(list, "items"), 0), "summary");
     T_CHECK_MSG(json_equal(got, w), "summary as migrated");
@@ -595,10 +596,85 @@ static void test_db_steps_epochs_and_data(void)
     test_db_cleanup(db);
 }
 
+/* An epoch that trained on no sample has no train loss or accuracy: stored NULL, served
+ * null, read back as -1 (not measured); migration 006 turns the zeros older databases
+ * stored for such epochs into NULL and keeps every measured figure. */
+static void test_db_epoch_train_null(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 1);
+    int64_t r = test_db_run_id(db, id, 0);
+    struct report_epoch none = {.epoch = 0, .samples = 0, .train_loss = -1, .train_acc = -1,
+                                .test_loss = 0.7, .test_acc = 0.6, .time_s = 0.1};
+    struct report_epoch some = {.epoch = 1, .samples = 64, .train_loss = 1.5,
+                                .train_acc = 0.5, .test_loss = -1, .test_acc = -1,
+                                .time_s = 0.2};
+    T_OK(db_insert_epoch(db, r, &none, &e));
+    T_OK(db_insert_epoch(db, r, &some, &e));
+    json_t *run = db_get_run(db, r, &e);
+    T_CHECK(run != NULL);
+    json_t *eps = json_object_get(run, "epochs");
+    T_CHECK(json_is_null(json_object_get(json_array_get(eps, 0), "train_loss")));
+    T_CHECK(json_is_null(json_object_get(json_array_get(eps, 0), "train_acc")));
+    T_NEAR(json_number_value(json_object_get(json_array_get(eps, 0), "test_acc")), 0.6, 1e-12);
+    T_NEAR(json_number_value(json_object_get(json_array_get(eps, 1), "train_loss")), 1.5, 0);
+    json_decref(run);
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    T_NEAR(data.runs[0].epochs[0].train_loss, -1.0, 0);
+    T_NEAR(data.runs[0].epochs[1].train_acc, 0.5, 0);
+    db_experiment_data_free(&data);
+
+    /* a database from before 006: 002's NOT NULL table holding a 0 for the empty epoch */
+    db_close(db);
+    sqlite3 *h;
+    T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "DROP TABLE epochs; CREATE TABLE epochs (run_id INTEGER NOT NULL REFERENCES "
+             "runs (id) ON DELETE CASCADE, repeat INTEGER NOT NULL, epoch INTEGER NOT NULL, "
+             "samples INTEGER NOT NULL, train_loss REAL NOT NULL, train_acc REAL NOT NULL, "
+             "test_loss REAL, test_acc REAL, time_s REAL NOT NULL, PRIMARY KEY (run_id, "
+             "repeat, epoch)) WITHOUT ROWID; INSERT INTO epochs VALUES "
+             "(%lld, 0, 0, 0, 0, 0, 0.7, 0.6, 0.1), (%lld, 0, 1, 64, 1.5, 0.5, NULL, NULL, 0.2);"
+             "PRAGMA user_version=5",
+             (long long)r, (long long)r);
+    T_CHECK(sqlite3_exec(h, sql, NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(h);
+    db = db_open(db_path, &e);
+    T_CHECK_MSG(db != NULL, "%s", e.msg);
+    T_EQ_INT(db_schema_version(db), 6);
+    run = db_get_run(db, r, &e);
+    T_CHECK(run != NULL);
+    eps = json_object_get(run, "epochs");
+    T_EQ_INT(json_array_size(eps), 2);
+    T_CHECK(json_is_null(json_object_get(json_array_get(eps, 0), "train_loss")));
+    T_CHECK(json_is_null(json_object_get(json_array_get(eps, 0), "train_acc")));
+    T_NEAR(json_number_value(json_object_get(json_array_get(eps, 0), "test_loss")), 0.7, 0);
+    T_NEAR(json_number_value(json_object_get(json_array_get(eps, 1), "train_loss")), 1.5, 0);
+    T_NEAR(json_number_value(json_object_get(json_array_get(eps, 1), "train_acc")), 0.5, 0);
+    json_decref(run);
+    /* still cascades from its run */
+    T_OK(test_db_drop(db, id, &e));
+    sqlite3 *h2;
+    T_CHECK(sqlite3_open(db_path, &h2) == SQLITE_OK);
+    sqlite3_stmt *st;
+    T_CHECK(sqlite3_prepare_v2(h2, "SELECT count(*) FROM epochs", -1, &st, NULL) == SQLITE_OK);
+    T_CHECK(sqlite3_step(st) == SQLITE_ROW);
+    int left = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(h2);
+    T_EQ_INT(left, 0);
+    test_db_cleanup(db);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_db_lifecycle);
+    TEST_RUN(test_db_epoch_train_null);
     TEST_RUN(test_db_queued_spec_parsed);
     TEST_RUN(test_db_results_roundtrip);
     TEST_RUN(test_db_reader_checks_aliases);

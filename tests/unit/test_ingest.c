@@ -166,6 +166,12 @@ static void test_ingest_every_type(void)
                               .test_loss = -1, .test_acc = -1, .time_s = 0.1};
     T_OK(report_emit_epoch(&x.w[0], &ep, &e));
     T_OK(fx_ingest(&x, 0, &res, &e));
+    /* an epoch that trained on no sample: its train figures are left out, stored NULL */
+    struct report_epoch empty = {.epoch = 1, .samples = 0, .train_loss = -1,
+                                 .train_acc = -1, .test_loss = -1, .test_acc = -1,
+                                 .time_s = 0.0};
+    T_OK(report_emit_epoch(&x.w[0], &empty, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
 
     /* heartbeat: phase and progress, and since when they have not changed */
     const struct ingest_rank *hb = ingest_rank_state(&x.in, 1);
@@ -221,7 +227,11 @@ static void test_ingest_every_type(void)
     T_EQ_INT(json_array_size(json_object_get(run, "collectives")), 1);
     T_EQ_STR(json_string_value(json_object_get(coll, "op")), "allreduce");
     T_EQ_INT(json_integer_value(json_object_get(coll, "bytes")), 4096);
-    T_EQ_INT(json_array_size(json_object_get(run, "epochs")), 1);
+    json_t *eps = json_object_get(run, "epochs");
+    T_EQ_INT(json_array_size(eps), 2);
+    T_NEAR(json_number_value(json_object_get(json_array_get(eps, 0), "train_loss")), 1.5, 0);
+    T_CHECK(json_is_null(json_object_get(json_array_get(eps, 1), "train_loss")));
+    T_CHECK(json_is_null(json_object_get(json_array_get(eps, 1), "train_acc")));
     char *env = json_dumps(json_object_get(run, "env"), JSON_COMPACT);
     T_CHECK_MSG(strstr(env, "\"kernel\":\"6.1\"") != NULL, "%s", env);
     free(env);
@@ -236,11 +246,11 @@ static void test_ingest_every_type(void)
     T_EQ_INT(fx_count(text, "event: progress\n"), 1);
     T_EQ_INT(fx_count(text, "event: collective\n"), 1);
     T_EQ_INT(fx_count(text, "event: step\n"), 1);
-    T_EQ_INT(fx_count(text, "event: epoch\n"), 1);
-    T_EQ_INT(fx_count(text, "event: "), 4); /* hello, env, heartbeat, error, done: none */
+    T_EQ_INT(fx_count(text, "event: epoch\n"), 2);
+    T_EQ_INT(fx_count(text, "event: "), 5); /* hello, env, heartbeat, error, done: none */
     char run_key[64];
     snprintf(run_key, sizeof run_key, "\"run\":%lld", (long long)x.run);
-    T_EQ_INT(fx_count(text, run_key), 4);
+    T_EQ_INT(fx_count(text, run_key), 5);
     T_CHECK_MSG(strstr(text, "\"progress\":0.25") != NULL, "%s", text);
     fx_close(&x);
 }
