@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Control plane through the REST API: cancel an experiment or a run (workers stopped,
 what was measured kept), delete an experiment and its files, a frozen worker (SIGSTOP)
-detected by its missing heartbeat and named, results grouped and exported as CSV, live
+detected by its missing heartbeat and named, results grouped and exported as CSV (a
+header even before any run finished), live
 events over Server-Sent Events, Prometheus metrics, bearer-token protection and CORS."""
 import csv
 import io
@@ -133,6 +134,19 @@ def test_frozen_worker_is_named():
 def test_results_grouped_and_csv():
     d = Daemon(cpu_slots=2)
     try:
+        # an experiment none of whose runs has finished (queued behind a blocker): no row,
+        # and the CSV is still its header, which csv readers (and pandas) need
+        blocker = d.submit(dict(LONG, name="blocker", world_size=2))
+        queued = d.submit(dict(SMALL, name="queued", world_size=2))
+        table = d.get(f"/v1/experiments/{queued['id']}/results")
+        check(table["rows"] == [] and "busbw_gbs_mean" in table["columns"], table)
+        status, text, _ = d.request("GET", f"/v1/experiments/{queued['id']}/results?format=csv")
+        reader = csv.DictReader(io.StringIO(text))
+        check(status == 200 and list(reader) == [] and reader.fieldnames == table["columns"],
+              repr(text[:200]))
+        for e in (queued, blocker):
+            d.request("POST", f"/v1/experiments/{e['id']}/cancel")
+        d.wait_experiment(blocker["id"], timeout=60)
         exp = d.submit(dict(SMALL, name="grouped", repeats=3, sweep={"world_size": [1, 2]}))
         d.wait_experiment(exp["id"], timeout=120)
         table = d.get(f"/v1/experiments/{exp['id']}/results")
