@@ -99,8 +99,9 @@ static inline uint16_t reduce_f2h(float f) { return reduce_float_to_half(f); }
 #define REDUCE_ISUM64(x, y) ((int64_t)((uint64_t)(x) + (uint64_t)(y)))
 
 /* AVX2 versions next to the baseline ones, picked once at load time (ifunc): the loops
- * are the same, only the vector width differs. */
-#if defined(__x86_64__) && defined(__has_attribute)
+ * are the same, only the vector width differs. Not under ThreadSanitizer: gcc instruments
+ * the ifunc resolver, which the loader runs before TSan's runtime is up (a crash at start). */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define REDUCE_CLONES __attribute__((target_clones("avx2", "default")))
 #endif
