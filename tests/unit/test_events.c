@@ -12,8 +12,15 @@ struct probe {
     int suspended, resumed;
 };
 
-static void on_suspend(void *arg) { ((struct probe *)arg)->suspended++; }
-static void on_resume(void *arg) { ((struct probe *)arg)->resumed++; }
+/* atomic: test_events_concurrent polls them from the reader while publishers resume */
+static void on_suspend(void *arg)
+{
+    __atomic_add_fetch(&((struct probe *)arg)->suspended, 1, __ATOMIC_SEQ_CST);
+}
+static void on_resume(void *arg)
+{
+    __atomic_add_fetch(&((struct probe *)arg)->resumed, 1, __ATOMIC_SEQ_CST);
+}
 
 static void test_events_routing_and_format(void)
 {
