@@ -9,7 +9,7 @@ PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates 
       libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 zlib1g-dev
       libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin libdnnl-dev
       dataset-fashion-mnist
-      clang libclang-rt-14-dev prometheus python3-jsonschema python3-yaml
+      clang libclang-rt-14-dev clang-format prometheus python3-jsonschema python3-yaml
       chromium chromium-driver python3-selenium"
 BENCH_PKGS="python3-torch iperf3 hyperfine wrk"
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The whole test suite, as README.md and .ci/run call it.
 #
-# Three build trees: build-san/ (ASan + UBSan, GPU code off) runs the unit tests, build/
+# Three build trees: build-san/ (ASan + UBSan, GPU code off) runs the unit tests and the
+# checks of the tree (suite 'lint': format, include layering), build/
 # (the optimized tree the quickstart uses; GPU code compiled when nvcc is present) runs
 # the integration tests against the real programs, and build-fuzz/ (clang, libFuzzer,
 # ASan + UBSan) runs each fuzz target for FUZZ_SECONDS over its committed corpus. The
@@ -42,11 +43,14 @@ CC=clang setup build-fuzz -Dfuzz=true -Dfuzz_seconds="${FUZZ_SECONDS:-20}" -Dcud
 ninja -C build-fuzz tests/fuzz/fuzz_spec tests/fuzz/fuzz_store_proto tests/fuzz/fuzz_report ||
     fail_build build-fuzz
 
-rm -f build-san/meson-logs/testlog.json build/meson-logs/testlog.json \
-    build-fuzz/meson-logs/testlog.json
+rm -f build-san/meson-logs/testlog.json build-san/meson-logs/lint.json \
+    build/meson-logs/testlog.json build-fuzz/meson-logs/testlog.json
 meson test -C build-san --suite unit --print-errorlogs --num-processes 2 ${TEST_ARGS:-}
+# its own log name: a second run in build-san would overwrite testlog.json
+meson test -C build-san --suite lint --no-rebuild --print-errorlogs --logbase lint
 meson test -C build --suite integration --print-errorlogs --num-processes 1 ${TEST_ARGS:-}
 meson test -C build-fuzz --suite fuzz --no-rebuild --print-errorlogs --num-processes 2
 
-exec python3 tests/summarize.py build-san/meson-logs/testlog.json build/meson-logs/testlog.json \
+exec python3 tests/summarize.py build-san/meson-logs/testlog.json \
+    build-san/meson-logs/lint.json build/meson-logs/testlog.json \
     build-fuzz/meson-logs/testlog.json
