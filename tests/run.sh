@@ -5,9 +5,10 @@
 # checks of the tree (suite 'lint': format, include layering), build/
 # (the optimized tree the quickstart uses; GPU code compiled when nvcc is present) runs
 # the integration tests against the real programs, and build-fuzz/ (clang, libFuzzer,
-# ASan + UBSan) runs each fuzz target for FUZZ_SECONDS over its committed corpus. The
-# last line printed is "N passed, N failed", summed over every test case of every
-# binary and script.
+# ASan + UBSan) runs each fuzz target for FUZZ_SECONDS over its committed corpus. Every
+# tree is built with -Dwerror=true (the project's default is off, for people building a
+# release). The last line printed is "N passed, N failed", summed over every test case
+# of every binary and script.
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -33,13 +34,13 @@ fail_build() {
 }
 
 setup build-san -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
-    -Dbuildtype=debugoptimized || fail_build build-san
+    -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-san
 ninja -C build-san || fail_build build-san
-setup build -Dbuildtype=release || fail_build build
+setup build -Dbuildtype=release -Dwerror=true || fail_build build
 ninja -C build || fail_build build
 CC=clang setup build-fuzz -Dfuzz=true -Dfuzz_seconds="${FUZZ_SECONDS:-20}" -Dcuda=disabled \
-    -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link ||
-    fail_build build-fuzz
+    -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link \
+    -Dwerror=true || fail_build build-fuzz
 ninja -C build-fuzz tests/fuzz/fuzz_spec tests/fuzz/fuzz_store_proto tests/fuzz/fuzz_report ||
     fail_build build-fuzz
 
