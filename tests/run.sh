@@ -1,14 +1,15 @@
 #!/bin/sh
 # The whole test suite, as README.md and .ci/run call it.
 #
-# Three build trees: build-san/ (ASan + UBSan, GPU code off) runs the unit tests and the
-# checks of the tree (suite 'lint': format, include layering), build/
-# (the optimized tree the quickstart uses; GPU code compiled when nvcc is present) runs
-# the integration tests against the real programs, and build-fuzz/ (clang, libFuzzer,
-# ASan + UBSan) runs each fuzz target for FUZZ_SECONDS over its committed corpus. Every
-# tree is built with -Dwerror=true (the project's default is off, for people building a
-# release). The last line printed is "N passed, N failed", summed over every test case
-# of every binary and script.
+# Four build trees: build-san/ (ASan + UBSan, GPU code off) runs the unit tests and the
+# checks of the tree (suite 'lint': format, include layering), build/ (the optimized tree
+# the quickstart uses; GPU code compiled when nvcc is present) runs the integration tests
+# against the real programs, build-tsan/ (ThreadSanitizer, GPU code off) runs the threaded
+# unit tests (suite 'tsan'), and build-fuzz/ (clang, libFuzzer, ASan + UBSan) runs each
+# fuzz target for FUZZ_SECONDS over its committed corpus. Every tree is built with
+# -Dwerror=true (the project's default is off, for people building a release). The last
+# line printed is "N passed, N failed", summed over every test case of every binary and
+# script.
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -38,6 +39,9 @@ setup build-san -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled 
 ninja -C build-san || fail_build build-san
 setup build -Dbuildtype=release -Dwerror=true || fail_build build
 ninja -C build || fail_build build
+setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled \
+    -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-tsan
+ninja -C build-tsan || fail_build build-tsan
 CC=clang setup build-fuzz -Dfuzz=true -Dfuzz_seconds="${FUZZ_SECONDS:-20}" -Dcuda=disabled \
     -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link \
     -Dwerror=true || fail_build build-fuzz
@@ -45,13 +49,18 @@ ninja -C build-fuzz tests/fuzz/fuzz_spec tests/fuzz/fuzz_store_proto tests/fuzz/
     fail_build build-fuzz
 
 rm -f build-san/meson-logs/testlog.json build-san/meson-logs/lint.json \
-    build/meson-logs/testlog.json build-fuzz/meson-logs/testlog.json
+    build/meson-logs/testlog.json build-tsan/meson-logs/testlog-tsan.json \
+    build-fuzz/meson-logs/testlog.json
 meson test -C build-san --suite unit --print-errorlogs --num-processes 2 ${TEST_ARGS:-}
 # its own log name: a second run in build-san would overwrite testlog.json
 meson test -C build-san --suite lint --no-rebuild --print-errorlogs --logbase lint
+# the 'tsan' setup sets TSAN_OPTIONS and one OpenMP thread (tests/meson.build says why);
+# meson names the log after the setup: testlog-tsan.json
+meson test -C build-tsan --suite tsan --setup tsan --print-errorlogs --num-processes 2 \
+    ${TEST_ARGS:-}
 meson test -C build --suite integration --print-errorlogs --num-processes 1 ${TEST_ARGS:-}
 meson test -C build-fuzz --suite fuzz --no-rebuild --print-errorlogs --num-processes 2
 
 exec python3 tests/summarize.py build-san/meson-logs/testlog.json \
-    build-san/meson-logs/lint.json build/meson-logs/testlog.json \
-    build-fuzz/meson-logs/testlog.json
+    build-san/meson-logs/lint.json build-tsan/meson-logs/testlog-tsan.json \
+    build/meson-logs/testlog.json build-fuzz/meson-logs/testlog.json
