@@ -361,6 +361,49 @@ static void test_model_errors(void)
     nn_model_destroy(&m);
 }
 
+/* Sizes are checked before memory, in 64-bit arithmetic: a batch of 65536 on 3x4096x4096
+ * (batch norm sees 2^40 values per channel, which an int product overflowed into a
+ * misleading "one value per channel" message) is refused naming batch_size with the size
+ * it needs, on both backends, and the model can still be prepared for a batch that fits.
+ * Runs under UBSan in build-san, so an overflow left anywhere on this path fails here. */
+static void test_model_huge_batch(void)
+{
+    struct err e;
+    struct nn_model m;
+    nn_model_init(&m);
+    struct nn_conv2d_cfg c = {.cin = 3, .cout = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1,
+                              .pw = 1, .dh = 1, .dw = 1, .groups = 1};
+    int x = nn_model_input(&m, 3, 4096, 4096);
+    x = nn_model_conv2d(&m, "conv", x, &c);
+    x = nn_model_batchnorm(&m, "bn", x, 1);
+    x = nn_model_global_avgpool(&m, "avg", x);
+    x = nn_model_flatten(&m, "flatten", x);
+    nn_model_linear(&m, "fc", x, 2, 1);
+    T_OK(nn_model_finish(&m, &e));
+    T_OK(nn_model_init_params(&m, 1, &e));
+    enum nn_backend backends[] = {NN_BACKEND_REF, NN_BACKEND_FAST};
+    for (int b = 0; b < 2; b++) {
+        memset(&e, 0, sizeof e);
+        T_CHECK(nn_model_prepare(&m, 65536, backends[b], 1, &e) != 0);
+        T_EQ_INT(e.code, ERR_TOO_LARGE);
+        T_EQ_STR(e.field, "batch_size");
+        T_CHECK_MSG(strstr(e.msg, "GiB") && !strstr(e.msg, "batch norm"), "%s", e.msg);
+        T_CHECK(nn_model_prepare(&m, 65536, backends[b], 0, &e) != 0); /* evaluation too */
+        T_EQ_STR(e.field, "batch_size");
+    }
+    T_OK(nn_model_prepare(&m, 1, NN_BACKEND_REF, 0, &e)); /* 200 MB: fits */
+    nn_model_destroy(&m);
+
+    /* a workspace plan past SIZE_MAX saturates and its commit fails cleanly */
+    struct nn_workspace ws = {0};
+    nn_ws_reserve(&ws, SIZE_MAX - 100);
+    nn_ws_reserve(&ws, 1000);
+    T_CHECK(ws.size == SIZE_MAX);
+    T_CHECK(nn_ws_commit(&ws, &e) != 0);
+    T_EQ_INT(e.code, ERR_TOO_LARGE);
+    nn_ws_free(&ws);
+}
+
 /* Re-preparing for another batch size and reading tensors back in plain layout. */
 static void test_model_reprepare_and_read(void)
 {
@@ -467,6 +510,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_model_accumulate_and_zero);
     TEST_RUN(test_model_train_eval_dropout);
     TEST_RUN(test_model_errors);
+    TEST_RUN(test_model_huge_batch);
     TEST_RUN(test_model_reprepare_and_read);
     TEST_RUN(test_model_mnist_cnn_learns);
     return test_end();

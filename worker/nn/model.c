@@ -196,7 +196,7 @@ int nn_model_input(struct nn_model *m, int c, int h, int w)
         return -1;
     if (m->ntensors > 0)
         return model_fail(m, ERR_INVALID, "input", "the model has an input already");
-    if (c < 1 || h < 1 || w < 1 || (long)c * h * w > (1L << 30))
+    if (c < 1 || h < 1 || w < 1 || (int64_t)c * h * w > (INT64_C(1) << 30))
         return model_fail(m, ERR_INVALID, "input", "bad input shape");
     return model_add_tensor(m, nn_shape4(1, c, h, w), -1, 0);
 }
@@ -348,6 +348,8 @@ int nn_model_flatten(struct nn_model *m, const char *name, int x)
     if (!n)
         return -1;
     struct nn_shape s = m->tensors[x].shape;
+    if (nn_shape_sample(s) > INT32_MAX) /* a 2-D shape's features are an int */
+        return model_fail(m, ERR_TOO_LARGE, n->name, "more than 2^31 features per sample");
     return model_node_output(m, n, nn_shape2(s.n, (int)nn_shape_sample(s)));
 }
 
@@ -605,7 +607,7 @@ static int node_prepare(struct nn_model *m, struct nn_node *n, int train, struct
     struct nn_tensor *x = &m->tensors[n->in[0]], *y = &m->tensors[n->out];
     n->fast_pool = 0; /* decided anew for this batch and mode */
     n->save = NULL;
-    if (train && n->op == NN_OP_BN && x->shape.n * x->shape.h * x->shape.w < 2)
+    if (train && n->op == NN_OP_BN && (int64_t)x->shape.n * x->shape.h * x->shape.w < 2)
         return err_set(e, ERR_INVALID, "batch_size",
                        "%s: batch norm needs more than one value per channel in training",
                        n->name);
@@ -623,6 +625,47 @@ static int node_prepare(struct nn_model *m, struct nn_node *n, int train, struct
     return 0;
 }
 
+/* *total += bytes of t at batch n in plain float32 layout; -1 when it would pass SIZE_MAX. */
+static int model_add_bytes(struct nn_shape s, int n, size_t *total)
+{
+    size_t sample = nn_shape_sample(s), floats, bytes;
+    if (n < 1 || sample > SIZE_MAX / (size_t)n)
+        return -1;
+    floats = sample * (size_t)n;
+    if (floats > SIZE_MAX / sizeof(float))
+        return -1;
+    bytes = floats * sizeof(float);
+    if (bytes > SIZE_MAX - *total)
+        return -1;
+    *total += bytes;
+    return 0;
+}
+
+/* Sizes are checked before memory: the activations (and their gradients when training) of
+ * a batch in plain layout, in 64-bit arithmetic, against this node's memory, before any
+ * primitive or workspace is made. A blocked layout pads channels to 8 or 16, so the real
+ * workspace is somewhat larger; nn_ws_commit checks that one. */
+static int model_check_batch(const struct nn_model *m, int batch, int train, struct err *e)
+{
+    size_t total = 0;
+    int over = 0;
+    for (int t = 0; t < m->ntensors && !over; t++) {
+        over = model_add_bytes(m->tensors[t].shape, batch, &total);
+        if (!over && train && m->tensors[t].needs_grad)
+            over = model_add_bytes(m->tensors[t].shape, batch, &total);
+    }
+    double gib = 1024.0 * 1024.0 * 1024.0, have = (double)nn_memory_total() / gib;
+    if (over)
+        return err_set(e, ERR_TOO_LARGE, "batch_size", "batch %d: the activations need more "
+                       "than 2^64 bytes; lower batch_size or the input shape", batch);
+    if (total > nn_memory_total())
+        return err_set(e, ERR_TOO_LARGE, "batch_size", "batch %d: the activations%s need "
+                       "%.1f GiB, more than this node's %.1f GiB of memory; lower batch_size "
+                       "or the input shape", batch, train ? " and their gradients" : "",
+                       (double)total / gib, have);
+    return 0;
+}
+
 void nn_model_set_conv_algo(struct nn_model *m, enum nn_conv_algo algo)
 {
     m->conv_algo = algo;
@@ -635,6 +678,8 @@ int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int
         return err_set(e, ERR_INVALID, "model", "prepare before finish and init_params");
     if (batch < 1)
         return err_set(e, ERR_INVALID, "batch_size", "batch size must be >= 1");
+    if (model_check_batch(m, batch, train, e))
+        return -1;
     model_unprepare(m);
     m->batch = batch;
     m->backend = backend;

@@ -171,7 +171,9 @@ void nn_model_zero_grad(struct nn_model *m);
  * it (resnet18-cifar trains ~1.5x faster; results within ~1e-6 of the scale of direct's),
  * direct on the rest; NN_CONV_DIRECT is PyTorch's own algorithm everywhere. */
 void nn_model_set_conv_algo(struct nn_model *m, enum nn_conv_algo algo);
-/* Makes layouts, primitives and the workspace for batch; train: also backward. */
+/* Makes layouts, primitives and the workspace for batch; train: also backward. Sizes are
+ * 64-bit and checked first: a batch whose activations cannot fit in this node's memory
+ * fails with ERR_TOO_LARGE naming "batch_size" before anything is made. */
 int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int train,
                      struct err *e);
 /* x: (batch, C, H, W) plain, borrowed until backward. train: batch statistics and dropout

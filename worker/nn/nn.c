@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -55,6 +56,14 @@ void *nn_alloc(size_t bytes)
     return p;
 }
 
+size_t nn_memory_total(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0 || (unsigned long)pages > SIZE_MAX / (unsigned long)page)
+        return SIZE_MAX;
+    return (size_t)pages * (size_t)page;
+}
+
 int nn_arena_alloc(struct nn_arena *a, size_t len, struct err *e)
 {
     a->len = 0;
@@ -77,6 +86,10 @@ void nn_arena_free(struct nn_arena *a)
 
 size_t nn_ws_reserve(struct nn_workspace *ws, size_t bytes)
 {
+    if (ws->size > SIZE_MAX - 128 || bytes > SIZE_MAX - 64 - ws->size - 128) {
+        ws->size = SIZE_MAX; /* nn_ws_commit refuses it */
+        return 0;
+    }
     size_t off = (ws->size + 63) / 64 * 64;
     ws->size = off + (bytes + 63) / 64 * 64;
     return off;
@@ -85,6 +98,10 @@ size_t nn_ws_reserve(struct nn_workspace *ws, size_t bytes)
 int nn_ws_commit(struct nn_workspace *ws, struct err *e)
 {
     free(ws->base);
+    ws->base = NULL;
+    if (ws->size > nn_memory_total())
+        return err_set(e, ERR_TOO_LARGE, "", "workspace of %zu bytes: more than this node's "
+                       "%zu bytes of memory", ws->size, nn_memory_total());
     ws->base = nn_alloc(ws->size);
     if (!ws->base)
         return err_set(e, ERR_NOMEM, "", "workspace of %zu bytes: out of memory", ws->size);

@@ -59,6 +59,10 @@ const char *nn_shape_str(struct nn_shape s, char *buf, size_t cap);
  * Caller owns the result: free() it. NULL on overflow or out of memory. */
 void *nn_alloc(size_t bytes);
 
+/* Bytes of physical memory on this node (sysconf), SIZE_MAX when unknown: the most one
+ * allocation plan may ask for, since pages beyond it can never all be touched. */
+size_t nn_memory_total(void);
+
 /* One contiguous float allocation: parameters, gradients or optimizer state. A DDP bucket
  * is a slice [offset, offset + len) of it. */
 struct nn_arena {
@@ -76,7 +80,9 @@ struct nn_workspace {
     size_t size;         /* bytes reserved so far */
 };
 
-size_t nn_ws_reserve(struct nn_workspace *ws, size_t bytes); /* 64-byte aligned offset */
+/* 64-byte aligned offset. A size past SIZE_MAX saturates ws->size at SIZE_MAX, so the
+ * commit fails cleanly instead of wrapping. */
+size_t nn_ws_reserve(struct nn_workspace *ws, size_t bytes);
 int nn_ws_commit(struct nn_workspace *ws, struct err *e);
 void *nn_ws_ptr(const struct nn_workspace *ws, size_t offset);
 void nn_ws_free(struct nn_workspace *ws);

@@ -281,6 +281,12 @@ struct gmodel *gmodel_create(struct nn_model *m, int batch, const char *precisio
         x->s.n = batch;
         x->numel = nn_shape_numel(x->s);
         x->needs_grad = nn_model_tensor_needs_grad(m, i);
+        if (x->numel > INT32_MAX) { /* sizes before memory: cuDNN's per-tensor limit */
+            err_set(e, ERR_TOO_LARGE, "batch_size", "gpu: batch %d makes a %zu-element "
+                    "tensor; cuDNN's legacy API takes at most 2^31 - 1 elements per tensor; "
+                    "lower batch_size or the input shape", batch, x->numel);
+            goto fail;
+        }
     }
     if (cudnnCreate(&g->dnn) != CUDNN_STATUS_SUCCESS) {
         g->dnn = NULL;
