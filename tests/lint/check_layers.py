@@ -37,12 +37,7 @@ COMPOSITION_ROOTS = {"daemon/main.c", "worker/main.c", "cli/main.c"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 
 # (file, included file): arrows that break a rule and are accepted until a named change.
-ALLOWED = {
-    # worker/nn/cuda/gmodel.c takes the NCCL communicator for its in-step gradient
-    # all-reduce; the worker refactor of issue 12 is moving that call out of nn/. Delete
-    # this entry when that branch is merged.
-    ("worker/nn/cuda/gmodel.c", "worker/comm/comm.h"),
-}
+ALLOWED = set()  # (file, include) pairs; empty: every arrow in the tree follows the rules
 
 # folder -> top-level folders it may include (besides itself, and worker's special rules)
 TOP_ALLOWED = {
