@@ -6,10 +6,13 @@
 # the quickstart uses; GPU code compiled when nvcc is present) runs the integration tests
 # against the real programs, build-tsan/ (ThreadSanitizer, GPU code off) runs the threaded
 # unit tests (suite 'tsan'), and build-fuzz/ (clang, libFuzzer, ASan + UBSan) runs each
-# fuzz target for FUZZ_SECONDS over its committed corpus. Every tree is built with
-# -Dwerror=true (the project's default is off, for people building a release). The last
-# line printed is "N passed, N failed", summed over every test case of every binary and
-# script.
+# fuzz target for FUZZ_SECONDS over its committed corpus. build/ also runs the unit tests
+# whose behaviour depends on CUDA (suite 'unit-cuda') and the GPU suite, whose cases
+# report skipped without a device. Every tree is built with -Dwerror=true (the project's
+# default is off, for people building a release). The last line printed is "N passed,
+# N failed, N skipped", summed over every test case of every binary and script by
+# tests/summarize.py, which also fails the run for a declared test that did not run and
+# for any skip outside its short allowed list.
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -37,7 +40,14 @@ fail_build() {
 setup build-san -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
     -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-san
 ninja -C build-san || fail_build build-san
-setup build -Dbuildtype=release -Dwerror=true || fail_build build
+# Where the CUDA toolkit is, its GPU parts are required, not "auto": a build that lost NCCL
+# or cuDNN would otherwise drop their tests without a word.
+gpu_opts=""
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+    gpu_opts="-Dcuda=enabled -Dnccl=enabled -Dcudnn=enabled"
+fi
+# shellcheck disable=SC2086
+setup build -Dbuildtype=release -Dwerror=true $gpu_opts || fail_build build
 ninja -C build || fail_build build
 setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled \
     -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-tsan
@@ -49,8 +59,8 @@ ninja -C build-fuzz tests/fuzz/fuzz_spec tests/fuzz/fuzz_store_proto tests/fuzz/
     fail_build build-fuzz
 
 rm -f build-san/meson-logs/testlog.json build-san/meson-logs/lint.json \
-    build/meson-logs/testlog.json build-tsan/meson-logs/testlog-tsan.json \
-    build-fuzz/meson-logs/testlog.json
+    build/meson-logs/testlog.json build/meson-logs/unit-cuda.json build/meson-logs/gpu.json \
+    build-tsan/meson-logs/testlog-tsan.json build-fuzz/meson-logs/testlog.json
 meson test -C build-san --suite unit --print-errorlogs --num-processes 2 ${TEST_ARGS:-}
 # its own log name: a second run in build-san would overwrite testlog.json
 meson test -C build-san --suite lint --no-rebuild --print-errorlogs --logbase lint
@@ -59,8 +69,20 @@ meson test -C build-san --suite lint --no-rebuild --print-errorlogs --logbase li
 meson test -C build-tsan --suite tsan --setup tsan --print-errorlogs --num-processes 2 \
     ${TEST_ARGS:-}
 meson test -C build --suite integration --print-errorlogs --num-processes 1 ${TEST_ARGS:-}
+if grep -q "DDPB_HAVE_CUDA 1" build/ddpb_config.h; then
+    meson test -C build --suite unit-cuda --no-rebuild --print-errorlogs --logbase unit-cuda
+    meson test -C build --suite gpu --no-rebuild --print-errorlogs --logbase gpu
+    cuda_logs="build:unit-cuda:build/meson-logs/unit-cuda.json build:gpu:build/meson-logs/gpu.json"
+else
+    cuda_logs=""
+    echo "build/ has no CUDA (no nvcc here): the unit-cuda and gpu suites are not built"
+fi
 meson test -C build-fuzz --suite fuzz --no-rebuild --print-errorlogs --num-processes 2
 
-exec python3 tests/summarize.py build-san/meson-logs/testlog.json \
-    build-san/meson-logs/lint.json build-tsan/meson-logs/testlog-tsan.json \
-    build/meson-logs/testlog.json build-fuzz/meson-logs/testlog.json
+# every suite's declared tests must have run; the last line is "N passed, N failed, N skipped"
+# shellcheck disable=SC2086
+exec python3 tests/summarize.py build-san:unit:build-san/meson-logs/testlog.json \
+    build-san:lint:build-san/meson-logs/lint.json \
+    build-tsan:tsan:build-tsan/meson-logs/testlog-tsan.json \
+    build:integration:build/meson-logs/testlog.json $cuda_logs \
+    build-fuzz:fuzz:build-fuzz/meson-logs/testlog.json

@@ -12,6 +12,7 @@
 #include "worker/nn/cuda/gpu_layers.h"
 #include "worker/nn/layers.h"
 #include "worker/nn/optim.h"
+#include "tests/gpu/gpu_test.h"
 #include "tests/unit/test.h"
 
 static const enum gpu_dtype dtypes[] = {GPU_F32, GPU_F16, GPU_BF16};
@@ -276,6 +277,7 @@ static void test_train_smoke(void)
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
+    gpu_test_require_device();
     TEST_RUN(test_relu);
     TEST_RUN(test_linear);
     TEST_RUN(test_xent);

@@ -25,6 +25,7 @@
 #include "common/spec.h"
 #include "worker/store/store_client.h"
 #include "daemon/store_server.h"
+#include "tests/gpu/gpu_test.h"
 #include "tests/unit/test.h"
 #include "worker/worker_gpu.h"
 #include "worker/workload_collective.h"
@@ -238,6 +239,7 @@ static void test_watchdog_killed_rank(void)
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
+    gpu_test_require_device();
     struct err e = {0};
     srv = store_server_create("127.0.0.1", 0, &e);
     if (!srv) {

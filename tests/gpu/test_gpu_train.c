@@ -30,6 +30,7 @@
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
+#include "tests/gpu/gpu_test.h"
 #include "tests/unit/test.h"
 
 struct hook_log {
@@ -280,6 +281,7 @@ static void test_gpu_train_refusals(void)
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
+    gpu_test_require_device();
     TEST_RUN(test_gpu_train_refusals);
     TEST_RUN(test_gpu_train_lenet5_fp32);
     TEST_RUN(test_gpu_train_mnist_cnn_dropout);

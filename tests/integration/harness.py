@@ -1,7 +1,7 @@
 """Integration-test harness: runs the real ddpbenchd (and through it the real workers)
 on free ports with a temporary state directory, talks to it over HTTP with the standard
 library only, and counts cases the way tests/run.sh expects ("TEST-SUMMARY passed=P
-failed=F" as the last line).
+failed=F skipped=S" as the last line; a case raises Skip when it cannot run here).
 
 Decision: no test framework beyond this file and no third-party packages, so the suite
 runs wherever python3 does; every wait is bounded and every daemon started is stopped.
@@ -184,10 +184,15 @@ def worker_pids():
     return out
 
 
+class Skip(Exception):
+    """Raised by a case that cannot run here, with the reason: counted as skipped, never
+    as passed (tests/summarize.py fails the run for a skip it does not allow)."""
+
+
 def run_cases(cases):
     """Runs functions named test_* in order; prints the summary line."""
     only = sys.argv[1] if len(sys.argv) > 1 else None
-    passed = failed = 0
+    passed = failed = skipped = 0
     for fn in cases:
         if only and only not in fn.__name__:
             continue
@@ -196,9 +201,12 @@ def run_cases(cases):
             fn()
             passed += 1
             print(f"ok {fn.__name__} ({time.time() - t0:.1f}s)", flush=True)
+        except Skip as why:
+            skipped += 1
+            print(f"skip {fn.__name__}: {why}", flush=True)
         except Exception:  # a failed case must not stop the others
             failed += 1
             print(f"not ok {fn.__name__} ({time.time() - t0:.1f}s)", flush=True)
             traceback.print_exc(file=sys.stdout)
-    print(f"TEST-SUMMARY passed={passed} failed={failed}", flush=True)
+    print(f"TEST-SUMMARY passed={passed} failed={failed} skipped={skipped}", flush=True)
     return 1 if failed else 0

@@ -1,7 +1,9 @@
 /* test: the unit-test harness. Each test binary lists its cases in main() with
  * TEST_RUN; a failed check prints file:line and the expression, ends that case and the
- * run goes on. The last line a binary prints is "TEST-SUMMARY passed=P failed=F", which
- * tests/run.sh adds up into the suite's "N passed, N failed".
+ * run goes on. A case that cannot run here says so with T_SKIP (or the whole binary with
+ * test_skip_all) and is counted as skipped, never as passed. The last line a binary
+ * prints is "TEST-SUMMARY passed=P failed=F skipped=S", which tests/summarize.py adds up
+ * into "N passed, N failed, N skipped" (and fails the run for a skip it does not allow).
  *
  * Decision: header-only with one static state per binary (each test binary is one
  * translation unit plus the libraries under test), so there is nothing to link. */
@@ -15,8 +17,10 @@
 #include <string.h>
 
 struct test_state {
-    int passed, failed;
-    int case_failed;
+    int passed, failed, skipped;
+    int case_failed, case_skipped;
+    const char *skip_all; /* set by test_skip_all: every later case is skipped for this */
+    char skip_reason[256];  /* the current case's, from T_SKIP */
     const char *only; /* run only cases whose name contains this (argv[1]) */
 };
 
@@ -86,6 +90,14 @@ test_fail(const char *file, int line, const char *fmt, ...)
         }                                                                                \
     } while (0)
 
+/* Ends the case as skipped, with the reason (printf-style) on its "skip" line. */
+#define T_SKIP(...)                                                                      \
+    do {                                                                                 \
+        snprintf(test_state.skip_reason, sizeof test_state.skip_reason, __VA_ARGS__);    \
+        test_state.case_skipped = 1;                                                     \
+        return;                                                                          \
+    } while (0)
+
 /* A call returning 0 on success with a struct err named e in scope. */
 #define T_OK(call)                                                                       \
     do {                                                                                 \
@@ -99,9 +111,17 @@ test_fail(const char *file, int line, const char *fmt, ...)
     do {                                                                                 \
         if (test_state.only && !strstr(#fn, test_state.only))                            \
             break;                                                                       \
-        test_state.case_failed = 0;                                                      \
+        test_state.case_failed = test_state.case_skipped = 0;                            \
+        if (test_state.skip_all) {                                                       \
+            test_state.skipped++;                                                        \
+            fprintf(stderr, "skip %s: %s\n", #fn, test_state.skip_all);                  \
+            break;                                                                       \
+        }                                                                                \
         fn();                                                                            \
-        if (test_state.case_failed) {                                                    \
+        if (test_state.case_skipped && !test_state.case_failed) {                        \
+            test_state.skipped++;                                                        \
+            fprintf(stderr, "skip %s: %s\n", #fn, test_state.skip_reason);               \
+        } else if (test_state.case_failed) {                                             \
             test_state.failed++;                                                         \
             fprintf(stderr, "not ok %s\n", #fn);                                         \
         } else {                                                                         \
@@ -117,9 +137,14 @@ static inline void test_begin(int argc, char **argv)
     setvbuf(stderr, NULL, _IONBF, 0);
 }
 
+/* Every case after this is skipped with reason (a string that outlives the run): for a
+ * binary none of whose cases can run here, e.g. the GPU tests without a device. */
+static inline void test_skip_all(const char *reason) { test_state.skip_all = reason; }
+
 static inline int test_end(void)
 {
-    printf("TEST-SUMMARY passed=%d failed=%d\n", test_state.passed, test_state.failed);
+    printf("TEST-SUMMARY passed=%d failed=%d skipped=%d\n", test_state.passed,
+           test_state.failed, test_state.skipped);
     return test_state.failed ? 1 : 0;
 }
 

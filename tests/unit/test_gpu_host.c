@@ -33,15 +33,13 @@ static void test_nvml_not_nvml(void)
     T_CHECK_MSG(strstr(why, "nvmlInit_v2") != NULL, "why: %s", why);
 }
 
+/* The driver's own library: opens and counts where there is one (a GPU machine). */
 static void test_nvml_default_library(void)
 {
-    /* whatever this machine has: either it opens and counts, or it says why not */
     char why[256] = "";
     struct gpu_nvml *n = gpu_nvml_open(NULL, why, sizeof why);
-    if (!n) {
-        T_CHECK(strncmp(why, "nvml unavailable", 16) == 0);
-        return;
-    }
+    if (!n)
+        T_SKIP("NVML unavailable here (%s)", why);
     int count = -1;
     struct err e = {0};
     T_OK(gpu_nvml_count(n, &count, &e));
