@@ -1,7 +1,7 @@
 /* h_experiments: create, list and get experiments.
  *
  * Decision: a submission is validated completely (spec, sweep expansion, every point's
- * slot needs) before anything is stored, and stored in one transaction with all its
+ * slot and memory needs) before anything is stored, and stored in one transaction with all its
  * runs, so an experiment either exists whole or not at all. */
 #include <errno.h>
 #include <ftw.h>
@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "daemon/gpu_slots.h"
 #include "api/handlers.h"
@@ -38,6 +39,34 @@ static int h_check_gpus(struct api_ctx *ctx, const json_t *spec, struct err *e)
     return rc < 0 ? -1 : 0;
 }
 
+/* A device "cpu" point whose ranks (all on this node) are estimated to need more memory
+ * than the node has can never run: ERR_CONFLICT naming "batch_size", with the estimate.
+ * The node's physical memory (sysconf), not MemAvailable: runs wait in the queue, so what
+ * is free at submit says nothing about when one starts, and a limit that moves with the
+ * load would refuse the same spec one minute and take it the next; like the slot check,
+ * this refuses only what cannot fit even on an idle node. Device "cuda" keeps activations
+ * on the GPU, whose memory the GPU runner checks when it allocates. */
+static int h_check_memory(const json_t *spec, struct err *e)
+{
+    struct spec_memory m;
+    const char *device = json_string_value(json_object_get(spec, "device"));
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (!device || strcmp(device, "cpu") != 0 || spec_memory_estimate(spec, &m) < 0 ||
+        pages <= 0 || page <= 0)
+        return 0;
+    double gib = 1024.0 * 1024.0 * 1024.0, node = (double)pages * (double)page;
+    json_int_t ws = json_integer_value(json_object_get(spec, "world_size"));
+    if (m.total * (double)ws <= node)
+        return 0;
+    char text[256];
+    spec_memory_text(&m, text, sizeof text);
+    return err_set(e, ERR_CONFLICT, "batch_size",
+                   "batch_size: %lld rank%s of %s need%s %.4g GiB, more than this node's %.4g "
+                   "GiB of memory; lower batch_size or world_size", (long long)ws,
+                   ws == 1 ? "" : "s", text, ws == 1 ? "s" : "", m.total * (double)ws / gib,
+                   node / gib);
+}
+
 /* Every point must fit on this node, or the run would wait forever. */
 static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
 {
@@ -55,7 +84,7 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
                            "but this node has %d (start ddpbenchd with --cpu-slots to allow "
                            "oversubscription)",
                            (long long)ws, (long long)need, total);
-        if (h_check_gpus(ctx, spec, e) < 0)
+        if (h_check_gpus(ctx, spec, e) < 0 || h_check_memory(spec, e) < 0)
             return -1;
     }
     return 0;

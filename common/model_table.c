@@ -8,23 +8,32 @@
 
 static const struct model_info model_rows[] = {
     {"mnist-cnn", 1, 28, 28, 10, 21840,
-     "PyTorch examples' MNIST network: two 5x5 convolutions, two linear layers"},
+     "PyTorch examples' MNIST network: two 5x5 convolutions, two linear layers",
+     250, 20, 4, 3, 50, 50, 13104, 5771724},
     {"lenet5", 1, 28, 28, 10, 61706,
-     "LeNet-5 as the PyTorch tutorials write it (padding 2 on the first convolution)"},
+     "LeNet-5 as the PyTorch tutorials write it (padding 2 on the first convolution)",
+     150, 16, 4, 2, 120, 84, 15786, 4846626},
     {"alexnet", 3, 224, 224, 1000, 61100840,
-     "torchvision's AlexNet (11x11/4 stem, 4096-wide classifier); at least 63x63 input"},
+     "torchvision's AlexNet (11x11/4 stem, 4096-wide classifier); at least 63x63 input",
+     7744, 9216, 0, 0, 4096, 4096, 1257960, 332446440},
     {"alexnet-cifar", 3, 32, 32, 10, 2472266,
-     "the CIFAR AlexNet of pytorch-classification: five convolutions, one linear layer"},
+     "the CIFAR AlexNet of pytorch-classification: five convolutions, one linear layer",
+     7744, 256, 32, 0, 0, 0, 26890, 6881290},
     {"vgg16", 3, 224, 224, 1000, 138357544,
-     "torchvision's VGG-16 without batch norm"},
+     "torchvision's VGG-16 without batch norm",
+     576, 25088, 0, 0, 4096, 4096, 28851688, 7366715368},
     {"resnet18", 3, 224, 224, 1000, 11689512,
-     "torchvision's ResNet-18 (BasicBlocks, 7x7 stride-2 stem, max pool)"},
+     "torchvision's ResNet-18 (BasicBlocks, 7x7 stride-2 stem, max pool)",
+     3136, 512, 0, 0, 0, 0, 6073320, 1554253800},
     {"resnet18-cifar", 3, 32, 32, 10, 11173962,
-     "ResNet-18 with a 3x3 stride-1 stem and no max pool, the usual CIFAR form"},
+     "ResNet-18 with a 3x3 stride-1 stem and no max pool, the usual CIFAR form",
+     576, 512, 0, 0, 0, 0, 1478666, 378274826},
     {"resnet50", 3, 224, 224, 1000, 25557032,
-     "torchvision's ResNet-50 (Bottlenecks, stride on the 3x3: v1.5)"},
+     "torchvision's ResNet-50 (Bottlenecks, stride on the 3x3: v1.5)",
+     3136, 2048, 0, 0, 0, 0, 28103656, 7193236456},
     {"mobilenetv2", 3, 224, 224, 1000, 3504872,
-     "torchvision's MobileNetV2, width 1.0, dropout 0.2"},
+     "torchvision's MobileNetV2, width 1.0, dropout 0.2",
+     288, 1280, 0, 0, 0, 0, 19833768, 5076210408},
 };
 
 size_t model_table_count(void)
@@ -35,6 +44,46 @@ size_t model_table_count(void)
 const struct model_info *model_table_at(size_t i)
 {
     return i < model_table_count() ? &model_rows[i] : NULL;
+}
+
+static double model_table_linear(double in, double out)
+{
+    return in * out + out; /* weight and bias */
+}
+
+/* Features the flatten yields at (h, w). */
+static double model_table_flat(const struct model_info *mi, int h, int w)
+{
+    if (mi->flat_stride == 0)
+        return mi->flat_c;
+    double fh = h / mi->flat_stride - mi->flat_border, fw = w / mi->flat_stride - mi->flat_border;
+    return (double)mi->flat_c * (fh < 1 ? 1 : fh) * (fw < 1 ? 1 : fw);
+}
+
+/* Parameters that depend on (h, w, classes): the linear layer after the flatten, and the
+ * head when that is another layer. */
+static double model_table_varying(const struct model_info *mi, int h, int w, int classes)
+{
+    double flat = model_table_flat(mi, h, w);
+    if (mi->flat_out == 0)
+        return model_table_linear(flat, classes);
+    return model_table_linear(flat, mi->flat_out) + model_table_linear(mi->head_in, classes);
+}
+
+double model_table_params(const struct model_info *mi, int c, int h, int w, int classes)
+{
+    return (double)mi->params + (double)mi->in_params * (c - mi->c) +
+           model_table_varying(mi, h, w, classes) -
+           model_table_varying(mi, mi->h, mi->w, mi->classes);
+}
+
+double model_table_activations(const struct model_info *mi, int c, int h, int w)
+{
+    double area = (double)h * w, area0 = (double)mi->h * mi->w, area16 = 256 * area0;
+    double layers0 = (double)mi->act_floats - mi->c * area0; /* without the input */
+    double layers16 = (double)mi->act_floats_x16 - mi->c * area16;
+    double layers = layers0 + (layers16 - layers0) / (area16 - area0) * (area - area0);
+    return (layers > 0 ? layers : 0) + (double)c * area;
 }
 
 const struct model_info *model_table_find(const char *name)

@@ -4,7 +4,8 @@
  * "buckets_of" against it (common/spec.c), the JSON Schema's enums are generated from it,
  * the worker's zoo (worker/nn/models.c) builds exactly these names, and a spec without a
  * dataset shape trains at the row's shape (worker/workload_train.c), as the collective
- * workload's "buckets_of" replays the row's shape and classes.
+ * workload's "buckets_of" replays the row's shape and classes. The spec's memory estimate
+ * (spec_memory_estimate) reads the parameter and activation sizes from here.
  *
  * Decision: the table lives in common/ and holds nothing the daemon cannot link (no
  * builder pointers); the worker keeps its builders in its own table, and
@@ -24,6 +25,18 @@ struct model_info {
     int classes;       /* the usual head: 10 for the MNIST and CIFAR forms, 1000 ImageNet */
     int64_t params;    /* parameters at (c, h, w) and classes, PyTorch's count */
     const char *desc;  /* one line */
+    /* How the parameter count moves away from (c, h, w, classes), for model_table_params:
+     * the first convolution has in_params weights per input channel; the flatten yields
+     * flat_c features (flat_stride 0: global or adaptive pooling before it fixes them) or
+     * flat_c channels of (side / flat_stride - flat_border) per side; the linear layer
+     * after it has flat_out outputs (0: it is the head, with `classes` outputs), and the
+     * head then reads head_in features. */
+    int in_params;
+    int flat_c, flat_stride, flat_border, flat_out, head_in;
+    /* Floats of every tensor of one sample's forward pass (the input and each layer's
+     * output) at (c, h, w), and at (c, 16 h, 16 w): model_table_activations interpolates
+     * between them by input area. */
+    int64_t act_floats, act_floats_x16;
 };
 
 /* Number of rows. */
@@ -32,5 +45,20 @@ size_t model_table_count(void);
 const struct model_info *model_table_at(size_t i);
 /* The row named name, or NULL when no model has that name. */
 const struct model_info *model_table_find(const char *name);
+
+/* Parameters of mi's network for input (c, h, w) and `classes` outputs: the row's count,
+ * moved by the layers whose size depends on them (the first convolution's input channels,
+ * the linear layer after a flatten, the head). Exact at the row's shape and wherever the
+ * flatten's side is side / flat_stride - flat_border (every shape tests/unit/
+ * test_nn_models.c checks); an estimate where strided layers round otherwise. A double, so
+ * no product overflows. */
+double model_table_params(const struct model_info *mi, int c, int h, int w, int classes);
+/* Floats of one sample's forward tensors at (c, h, w): the row's act_floats plus, per
+ * input pixel beyond the row's area, the rate measured between the row's shape and 16
+ * times its side (the input itself counted at its own size). An estimate, exact at those
+ * two shapes: borders and pooling tails make small inputs of the MNIST forms come out up
+ * to about 15 % high and shapes below the row's a little low (tests/unit/test_nn_models.c
+ * bounds it). */
+double model_table_activations(const struct model_info *mi, int c, int h, int w);
 
 #endif

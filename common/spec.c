@@ -1195,6 +1195,123 @@ static const struct spec_rule *spec_rule_broken(const json_t *spec, enum spec_wo
     return NULL;
 }
 
+/* --- memory estimate ------------------------------------------------------------------ */
+
+#define SPEC_GIB (1024.0 * 1024.0 * 1024.0)
+
+/* The shape and classes of the real datasets (their files decide; dataset.shape and
+ * dataset.classes are synthetic's). */
+struct spec_data_shape {
+    const char *name;
+    int c, h, w, classes;
+};
+
+static const struct spec_data_shape spec_data_shapes[] = {
+    {"mnist", 1, 28, 28, 10},
+    {"fashion-mnist", 1, 28, 28, 10},
+    {"cifar10", 3, 32, 32, 10},
+};
+
+/* The input (c, h, w) and classes a resolved train spec trains on. */
+static void spec_train_input(const json_t *spec, const struct model_info *mi, int dims[3],
+                             int *classes)
+{
+    const char *data = json_string_value(spec_field_value(spec, "dataset.name"));
+    const json_t *shape = spec_field_value(spec, "dataset.shape");
+    dims[0] = mi->c, dims[1] = mi->h, dims[2] = mi->w;
+    *classes = (int)json_integer_value(spec_field_value(spec, "dataset.classes"));
+    for (size_t i = 0; data && i < SPEC_COUNT(spec_data_shapes); i++) {
+        const struct spec_data_shape *d = &spec_data_shapes[i];
+        if (strcmp(d->name, data) == 0) {
+            dims[0] = d->c, dims[1] = d->h, dims[2] = d->w;
+            *classes = d->classes;
+            return;
+        }
+    }
+    if (json_array_size(shape) == 3)
+        for (size_t i = 0; i < 3; i++)
+            dims[i] = (int)json_integer_value(json_array_get(shape, i));
+}
+
+/* Bytes of optimizer state per parameter. */
+static double spec_optimizer_bytes(const json_t *spec)
+{
+    const char *type = json_string_value(spec_field_value(spec, "optimizer.type"));
+    if (type && strcmp(type, "sgd") != 0)
+        return 8; /* adam, adamw: two moments */
+    return json_number_value(spec_field_value(spec, "optimizer.momentum")) > 0 ? 4 : 0;
+}
+
+/* Bytes of communication buffers per parameter, by strategy (worker/ddp/ddp.c). */
+static double spec_comm_bytes(const json_t *spec)
+{
+    const char *strategy = json_string_value(spec_field_value(spec, "strategy"));
+    const char *compression = json_string_value(spec_field_value(spec, "compression"));
+    double b = 0;
+    if (strategy && (strcmp(strategy, "horovod") == 0 || strncmp(strategy, "zero", 4) == 0))
+        b += 4; /* the fusion buffer / the padded staging copy */
+    if (compression && strcmp(compression, "none") != 0)
+        b += 2; /* the 16-bit wire copy */
+    return b;
+}
+
+int spec_memory_estimate(const json_t *resolved, struct spec_memory *out)
+{
+    memset(out, 0, sizeof *out);
+    const char *wl = json_string_value(json_object_get(resolved, "workload"));
+    const struct model_info *mi =
+        model_table_find(json_string_value(spec_field_value(resolved, "model")));
+    if (!wl || strcmp(wl, "train") != 0 || !mi)
+        return -1;
+    int dims[3], classes;
+    spec_train_input(resolved, mi, dims, &classes);
+    double batch = (double)json_integer_value(spec_field_value(resolved, "batch_size"));
+    double world = (double)json_integer_value(spec_field_value(resolved, "world_size"));
+    double prefetch = (double)json_integer_value(spec_field_value(resolved, "prefetch"));
+    const char *strategy = json_string_value(spec_field_value(resolved, "strategy"));
+    double p = model_table_params(mi, dims[0], dims[1], dims[2], classes);
+    bool zero = strategy && strncmp(strategy, "zero", 4) == 0;
+    out->params = 4 * p;
+    out->grads = 4 * p;
+    out->optimizer = spec_optimizer_bytes(resolved) * p / (zero && world > 1 ? world : 1);
+    out->comm = spec_comm_bytes(resolved) * p;
+    out->activations = 2 * 4 * batch * model_table_activations(mi, dims[0], dims[1], dims[2]);
+    out->data = (prefetch + 1) * batch * 4 * (double)dims[0] * dims[1] * dims[2];
+    out->total = out->params + out->grads + out->optimizer + out->comm + out->activations +
+                 out->data;
+    return 0;
+}
+
+void spec_memory_text(const struct spec_memory *m, char *buf, size_t n)
+{
+    snprintf(buf, n, "about %.4g GiB (parameters %.3g, gradients %.3g, optimizer %.3g, "
+             "buffers %.3g, activations %.3g, input %.3g GiB; an estimate)",
+             m->total / SPEC_GIB, m->params / SPEC_GIB,
+             m->grads / SPEC_GIB, m->optimizer / SPEC_GIB, m->comm / SPEC_GIB,
+             m->activations / SPEC_GIB, m->data / SPEC_GIB);
+}
+
+/* A train spec whose rank is estimated past SPEC_MAX_RANK_BYTES: true with the field to
+ * name (dataset.shape when one sample alone is too much, else batch_size) and why. */
+static bool spec_memory_broken(const json_t *spec, enum spec_workload wl, const char **field,
+                               char *why, size_t n)
+{
+    struct spec_memory m;
+    if (wl != SPEC_WORKLOAD_TRAIN || spec_memory_estimate(spec, &m) < 0 ||
+        m.total <= (double)SPEC_MAX_RANK_BYTES)
+        return false;
+    double batch = (double)json_integer_value(spec_field_value(spec, "batch_size"));
+    double one = m.total - (m.activations + m.data) * (batch - 1) / (batch > 0 ? batch : 1);
+    *field = one > (double)SPEC_MAX_RANK_BYTES ? "dataset.shape" : "batch_size";
+    char text[320];
+    spec_memory_text(&m, text, sizeof text);
+    snprintf(why, n, "one rank needs %s, more than the %.0f GiB a rank may use; lower %s",
+             text, (double)SPEC_MAX_RANK_BYTES / SPEC_GIB,
+             strcmp(*field, "batch_size") == 0 ? "batch_size or dataset.shape"
+                                               : "dataset.shape or the model");
+    return true;
+}
+
 /* --- sweeps -------------------------------------------------------------------------- */
 
 /* Called for each point: params and resolved are borrowed for the call. */
@@ -1287,8 +1404,10 @@ static int spec_point_check(void *arg, size_t index, const json_t *params,
                             const json_t *resolved, struct err *e)
 {
     const struct spec_check_arg *a = arg;
-    char why[256], p[96];
-    if (!spec_rule_broken(resolved, a->wl, NULL, why, sizeof why))
+    char why[512], p[96];
+    const char *field;
+    if (!spec_rule_broken(resolved, a->wl, NULL, why, sizeof why) &&
+        !spec_memory_broken(resolved, a->wl, &field, why, sizeof why))
         return 0;
     spec_value_text(params, p, sizeof p);
     return err_set(e, ERR_INVALID, "sweep", "sweep point %zu of %zu %s: %s", index + 1,
@@ -1297,13 +1416,16 @@ static int spec_point_check(void *arg, size_t index, const json_t *params,
 
 static int spec_check_rules(const json_t *norm, enum spec_workload wl, struct err *e)
 {
-    char why[256];
+    char why[512];
     const json_t *sweep = json_object_get(norm, "sweep");
     const struct spec_rule *r = spec_rule_broken(norm, wl, sweep, why, sizeof why);
+    const char *field;
     if (r)
         return err_set(e, ERR_INVALID, r->b, "%s: %s", r->b, why);
-    if (!sweep)
-        return 0;
+    if (!sweep) /* with a sweep, each point's estimate is checked below instead */
+        return spec_memory_broken(norm, wl, &field, why, sizeof why)
+                   ? err_set(e, ERR_INVALID, field, "%s: %s", field, why)
+                   : 0;
     struct spec_check_arg a = {.wl = wl};
     if (spec_count_runs(norm, SPEC_MAX_RUNS, &a.total, e) < 0)
         return -1;

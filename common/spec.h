@@ -24,6 +24,8 @@
 #define SPEC_MAX_SWEEP_VALUES 64    /* values per swept field */
 #define SPEC_MAX_WORLD 1024
 #define SPEC_MAX_SIZES 256          /* entries of an explicit "sizes" list */
+#define SPEC_MAX_RANK_BYTES (INT64_C(1) << 40) /* 1 TiB: the most memory one rank of a
+                                                   train spec may be estimated to need */
 
 enum spec_workload { SPEC_WORKLOAD_COLLECTIVE = 0, SPEC_WORKLOAD_TRAIN };
 
@@ -150,6 +152,26 @@ int spec_parse_size(const json_t *v, int64_t *out, struct err *e);
 
 /* The JSON Schema (draft 2020-12) of specs, generated from the field table. Owned. */
 json_t *spec_schema_json(void);
+
+/* One rank's memory, in bytes, as spec_memory_estimate sees it. */
+struct spec_memory {
+    double params, grads, optimizer, comm, activations, data;
+    double total;
+};
+
+/* Estimates one rank's memory for a resolved "train" spec (borrowed), in doubles so no
+ * product overflows: parameters and gradients (model_table_params at the run's input and
+ * classes), optimizer state (sgd with momentum one copy of the parameters, adam / adamw
+ * two; zero1 / zero2 shard it over world_size), communication buffers (horovod's fusion
+ * buffer and zero's staging copy of the gradients; 2 bytes a parameter more with
+ * compression), activations and their gradients (model_table_activations x batch_size x
+ * 2 floats) and the loader's prefetch + 1 input batches. The input is dataset.shape, else
+ * the real dataset's own (mnist, fashion-mnist 1x28x28; cifar10 3x32x32), else the
+ * model's usual one. An estimate, in fp32 (an upper bound for fp16 / bf16). Returns 0, or
+ * -1 with out zeroed for a spec that is not "train". */
+int spec_memory_estimate(const json_t *resolved, struct spec_memory *out);
+/* "about 12.3 GiB (parameters 0.1, ... GiB; an estimate)" into buf. */
+void spec_memory_text(const struct spec_memory *m, char *buf, size_t n);
 
 /* Message sizes a collective spec visits, in order: the "sizes" list when given, else
  * min_bytes to max_bytes by factor or step. Returns the count written (at most max). */

@@ -98,6 +98,40 @@ def test_body_over_cap_is_413():
     check(D.get("/healthz")["status"] == "ok")
 
 
+def mem_total_gib():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 2**20
+    raise AssertionError("no MemTotal in /proc/meminfo")
+
+
+def test_memory_checked_at_submit():
+    """Sizes before memory: the issue's resnet50 on 3x4096x4096 with batch 65536 is refused
+    (400, over the 1 TiB a rank may use, naming batch_size, the estimate in the message), and
+    a point under that cap but over this node's physical memory is a 409 naming batch_size;
+    neither stores anything."""
+    before = D.get("/v1/experiments?limit=1")["total"]
+    huge = {"workload": "train", "model": "resnet50", "batch_size": 65536,
+            "dataset": {"name": "synthetic", "shape": [3, 4096, 4096]}}
+    err = expect_error("POST", "/v1/experiments", 400, "invalid", "batch_size", body=huge)
+    check("GiB" in err["message"] and "an estimate" in err["message"]
+          and "1024 GiB a rank may use" in err["message"], err)
+    big = {"workload": "train", "model": "resnet50", "batch_size": 4096,
+           "dataset": {"name": "synthetic", "classes": 1000}}  # about 870 GiB a rank
+    status, body, _ = D.request("POST", "/v1/experiments", body=big)
+    if status == 409:
+        err = body["error"]
+        check(err["code"] == "conflict" and err["field"] == "batch_size", err)
+        check("GiB of memory" in err["message"] and "an estimate" in err["message"], err)
+        check(mem_total_gib() < 1024, f"refused on a node with {mem_total_gib():.0f} GiB")
+        check(D.get("/v1/experiments?limit=1")["total"] == before, "nothing stored")
+    else:  # only a node with that much memory takes it
+        check(status == 201 and mem_total_gib() >= 800, (status, body, mem_total_gib()))
+        D.request("POST", f"/v1/experiments/{body['id']}/cancel")
+        D.request("DELETE", f"/v1/experiments/{body['id']}")
+
+
 def test_not_found_and_methods():
     expect_error("GET", "/v1/experiments/999999", 404, "not_found")
     expect_error("GET", "/v1/experiments/abc", 404, "not_found")
@@ -250,6 +284,7 @@ def main():
             test_invalid_specs_name_the_field,
             test_malformed_bodies,
             test_body_over_cap_is_413,
+            test_memory_checked_at_submit,
             test_not_found_and_methods,
             test_create_get_list_and_filters,
             test_steps_of_a_rank_the_run_lacks,

@@ -90,6 +90,59 @@ static void test_models_table_rows(void)
     T_CHECK(model_table_find(NULL) == NULL);
 }
 
+/* Floats of every tensor of one sample (the input and each layer's output). */
+static double models_act_floats(const struct nn_model *m)
+{
+    double sum = 0;
+    for (int t = 0; t < m->ntensors; t++)
+        sum += (double)nn_shape_sample(nn_model_tensor_shape(m, t));
+    return sum;
+}
+
+/* What the spec's memory estimate reads from the table: the parameter count at another
+ * shape and class count equals PyTorch's at every zoo case; the activation floats are the
+ * built model's at the row's shape and at 16 times its side, and within -15 % / +20 % of
+ * them at half, twice and four times the side (the estimate interpolates by area), where
+ * the parameter estimate stays within 2 %. */
+static void test_models_estimates(void)
+{
+    struct err e;
+    for (size_t i = 0; i < sizeof zoo_cases / sizeof *zoo_cases; i++) {
+        const struct zoo_case *z = &zoo_cases[i];
+        const struct model_info *mi = model_table_find(z->name);
+        T_CHECK(mi != NULL);
+        double est = model_table_params(mi, z->c, z->h, z->w, z->classes);
+        T_CHECK_MSG(est == (double)z->params, "%s %dx%dx%d/%d: estimate %.0f, PyTorch %zu",
+                    z->name, z->c, z->h, z->w, z->classes, est, z->params);
+    }
+    for (size_t i = 0; i < model_table_count(); i++) {
+        const struct model_info *mi = model_table_at(i);
+        static const int times4[] = {4, 64, 8, 2, 16}; /* side x 1, x 16, x 2, x 1/2, x 4 */
+        for (int scale = 0; scale < 5; scale++) {
+            int side = mi->h * times4[scale] / 4;
+            if (side < 28)
+                continue; /* below what the CIFAR and MNIST forms take */
+            struct nn_model m;
+            nn_model_init(&m);
+            int rc = nn_models_build(&m, mi->name, mi->c, side, side, mi->classes, NULL, &e);
+            double got = models_act_floats(&m), params = (double)nn_model_param_count(&m);
+            nn_model_destroy(&m);
+            T_CHECK_MSG(rc == 0, "%s at %d: %s", mi->name, side, e.msg);
+            double est = model_table_activations(mi, mi->c, side, side);
+            if (scale < 2) {
+                T_CHECK_MSG(fabs(est - got) < 0.5, "%s at %d: %.0f activation floats, the "
+                            "table gives %.0f", mi->name, side, got, est);
+            } else {
+                T_CHECK_MSG(est >= 0.85 * got && est <= 1.2 * got, "%s at %d: %.0f activation "
+                            "floats, estimate %.0f", mi->name, side, got, est);
+                double pe = model_table_params(mi, mi->c, side, side, mi->classes);
+                T_CHECK_MSG(fabs(pe - params) <= 0.02 * params, "%s at %d: %.0f parameters, "
+                            "estimate %.0f", mi->name, side, params, pe);
+            }
+        }
+    }
+}
+
 static void test_models_errors(void)
 {
     struct err e;
@@ -238,6 +291,7 @@ int main(int argc, char **argv)
     test_begin(argc, argv);
     TEST_RUN(test_models_param_counts);
     TEST_RUN(test_models_table_rows);
+    TEST_RUN(test_models_estimates);
     TEST_RUN(test_models_errors);
     TEST_RUN(test_models_resnet_init);
     TEST_RUN(test_models_forward_all);

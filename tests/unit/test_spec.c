@@ -763,6 +763,86 @@ static void test_spec_device_compat(void)
 #undef CUDA
 }
 
+/* The memory estimate: its parts from the model table and the spec's knobs, and the 1 TiB
+ * per-rank cap refusing (400 naming batch_size, the estimate in the message) the issue's
+ * resnet50 at 3x4096x4096 with batch 65536, at the top level and at a sweep point. */
+static void test_spec_memory_estimate(void)
+{
+    struct err e;
+    const struct model_info *r50 = model_table_find("resnet50");
+    json_t *s = parse_ok(TR ", \"model\": \"resnet50\", \"batch_size\": 32, \"prefetch\": 2, "
+                            "\"optimizer\": {\"momentum\": 0.9}, \"dataset\": {\"classes\": "
+                            "1000}}");
+    T_CHECK(s);
+    struct spec_memory m;
+    T_OK(spec_memory_estimate(s, &m));
+    json_decref(s);
+    double p = (double)r50->params, act = (double)r50->act_floats;
+    T_NEAR(m.params, 4 * p, 0.5);
+    T_NEAR(m.grads, 4 * p, 0.5);
+    T_NEAR(m.optimizer, 4 * p, 0.5); /* sgd with momentum: one buffer */
+    T_NEAR(m.comm, 0, 0);            /* ddp reduces in place */
+    T_NEAR(m.activations, 8.0 * 32 * act, 0.5);
+    T_NEAR(m.data, 3.0 * 32 * 4 * 3 * 224 * 224, 0.5);
+    T_NEAR(m.total, m.params + m.grads + m.optimizer + m.activations + m.data, 1);
+    char text[320];
+    spec_memory_text(&m, text, sizeof text);
+    T_CHECK_MSG(strstr(text, "GiB") && strstr(text, "an estimate"), "%s", text);
+
+    /* adam sharded by zero1 over 4 ranks, a staging copy, 16-bit wire copies; 100 classes */
+    s = parse_ok(TR ", \"model\": \"resnet50\", \"world_size\": 4, \"strategy\": \"zero1\", "
+                    "\"compression\": \"bf16\", \"optimizer\": {\"type\": \"adam\"}, "
+                    "\"dataset\": {\"classes\": 100}}");
+    T_CHECK(s);
+    T_OK(spec_memory_estimate(s, &m));
+    json_decref(s);
+    p = model_table_params(r50, 3, 224, 224, 100);
+    T_NEAR(p, r50->params - 900.0 * 2049, 0.5); /* the head: 2048 x 900 weights + 900 bias */
+    T_NEAR(m.optimizer, 8 * p / 4, 0.5);
+    T_NEAR(m.comm, 6 * p, 0.5);
+
+    /* a real dataset trains on its own shape: dataset.shape is synthetic's */
+    s = parse_ok(TR ", \"model\": \"mnist-cnn\", \"batch_size\": 65536, \"dataset\": "
+                    "{\"name\": \"mnist\", \"shape\": [3, 4096, 4096]}}");
+    T_CHECK(s);
+    T_OK(spec_memory_estimate(s, &m));
+    json_decref(s);
+    T_NEAR(m.data, 3.0 * 65536 * 4 * 28 * 28, 0.5);
+    s = parse_ok(W "}");
+    T_CHECK(s && spec_memory_estimate(s, &m) < 0);
+    json_decref(s);
+
+    /* the example: refused at submit, naming the field, with the estimate */
+    T_CHECK(spec_rejects(TR ", \"model\": \"resnet50\", \"batch_size\": 65536, \"dataset\": "
+                            "{\"shape\": [3, 4096, 4096]}}", ERR_INVALID, "batch_size",
+                         "more than the 1024 GiB a rank may use"));
+    T_CHECK(!parse_text(TR ", \"model\": \"resnet50\", \"batch_size\": 65536, \"dataset\": "
+                           "{\"shape\": [3, 4096, 4096]}}", &e));
+    T_CHECK_MSG(strstr(e.msg, "batch_size: one rank needs about") &&
+                strstr(e.msg, "activations") && strstr(e.msg, "an estimate"), "%s", e.msg);
+    /* one sample of it is about 75 GiB: valid here, for the node to judge (409) */
+    s = parse_ok(TR ", \"model\": \"resnet50\", \"batch_size\": 1, \"dataset\": {\"shape\": "
+                    "[3, 4096, 4096]}}");
+    T_CHECK(s);
+    T_OK(spec_memory_estimate(s, &m));
+    json_decref(s);
+    T_CHECK_MSG(m.total > 50.0 * (1 << 30) && m.total < 100.0 * (1 << 30), "%g", m.total);
+    /* at a sweep point: the top level (batch 32) is never run alone */
+    T_CHECK(spec_rejects(TR ", \"model\": \"resnet50\", \"dataset\": {\"shape\": [3, 4096, "
+                            "4096]}, \"sweep\": {\"batch_size\": [1, 65536]}}",
+                         ERR_INVALID, "sweep",
+                         "sweep point 2 of 2 {\"batch_size\":65536}: one rank needs about"));
+    /* the worker is held to the same cap */
+    struct spec sp;
+    json_t *raw = json_loads(TR ", \"model\": \"resnet50\", \"batch_size\": 65536, "
+                                "\"dataset\": {\"shape\": [3, 4096, 4096]}}", 0, NULL);
+    T_CHECK(raw);
+    int rc = spec_from_json(raw, &sp, &e);
+    json_decref(raw);
+    T_CHECK(rc < 0);
+    T_EQ_STR(e.field, "batch_size");
+}
+
 static void test_spec_train_sweep_nested(void)
 {
     struct err e;
@@ -1127,6 +1207,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_train_defaults_and_struct);
     TEST_RUN(test_spec_train_rejects);
     TEST_RUN(test_spec_train_sweep_nested);
+    TEST_RUN(test_spec_memory_estimate);
     TEST_RUN(test_spec_device_compat);
     TEST_RUN(test_spec_collective_sizes);
     TEST_RUN(test_spec_sizes_from_parsed_spec);
