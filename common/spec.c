@@ -1807,10 +1807,15 @@ json_t *spec_schema_json(void)
                                           "minItems", 1, "maxItems", SPEC_MAX_SWEEP_VALUES,
                                           "uniqueItems", 1, "items", spec_schema_value(f)));
     }
+    char sweep_desc[512];
+    snprintf(sweep_desc, sizeof sweep_desc,
+             "Fields to sweep, each with a list of 1 to %d distinct values: the experiment "
+             "runs every combination (the cross product, last field varying fastest). The "
+             "product of the lists' lengths may be at most %d runs; a larger sweep is refused "
+             "(400, field \"sweep\"): sweep fewer values or split the experiment.",
+             SPEC_MAX_SWEEP_VALUES, SPEC_MAX_RUNS);
     json_object_set_new(props, "sweep", json_pack(
-        "{s:s, s:s, s:o, s:b}", "description",
-        "Fields to sweep, each with a list of values: the experiment runs every combination "
-        "(the cross product, last field varying fastest), at most 1024 runs.",
+        "{s:s, s:s, s:o, s:b}", "description", sweep_desc,
         "type", "object", "properties", swept, "additionalProperties", 0));
     json_t *schema = json_pack(
         "{s:s, s:s, s:s, s:s, s:o, s:o, s:b}",

@@ -1100,6 +1100,17 @@ static void test_spec_schema_content(void)
     T_EQ_STR(get_str(sws, "type"), "array");
     T_EQ_INT(get_int(sws, "maxItems"), SPEC_MAX_SWEEP_VALUES);
     T_EQ_INT(get_int(json_object_get(sws, "items"), "maximum"), SPEC_MAX_WORLD);
+    /* the sweep limits are in the schema: per list as maxItems, the runs in the text */
+    json_object_foreach(sp, key, v) {
+        T_EQ_INT(get_int(v, "minItems"), 1);
+        T_EQ_INT(get_int(v, "maxItems"), SPEC_MAX_SWEEP_VALUES);
+    }
+    char runs[64], values[64];
+    snprintf(runs, sizeof runs, "at most %d runs", SPEC_MAX_RUNS);
+    snprintf(values, sizeof values, "1 to %d distinct values", SPEC_MAX_SWEEP_VALUES);
+    T_CHECK_MSG(strstr(get_str(sweep, "description"), runs) &&
+                strstr(get_str(sweep, "description"), values), "%s",
+                get_str(sweep, "description"));
     json_decref(s);
 }
 
