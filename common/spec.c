@@ -306,9 +306,13 @@ static const struct spec_field spec_fields[] = {
      .flags = SPEC_F_SWEEP, .min = 2, .max = 100000, .def = "10",
      SPEC_AT(train.dataset.classes), .desc = "synthetic: number of classes."},
     {.name = "dataset.samples", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = INT32_MAX, .def = "50000",
+     .flags = SPEC_F_SWEEP, .min = 0, .max = INT32_MAX, .def = "0",
      SPEC_AT(train.dataset.samples),
-     .desc = "synthetic: samples in one epoch of the training split."},
+     .desc = "Samples in one epoch of the training split. mnist, fashion-mnist, cifar10: the "
+             "first N samples of the training files, in file order, the same subset for "
+             "every seed (each epoch shuffles those N); more than the files hold is an error "
+             "naming this field when the run starts; the test split is always whole. "
+             "synthetic: the dataset's size. 0: the whole training split (synthetic: 50000)."},
     {.name = "dataset.fresh", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.dataset.fresh),
      .desc = "synthetic: new values every step instead of one fixed batch (Horovod's and "

@@ -62,7 +62,8 @@ struct spec_dataset {
     char path[512];     /* "" = the dataset's default place */
     struct spec_shape shape; /* synthetic; n = 0: the model's usual input */
     int classes;        /* synthetic */
-    int samples;        /* synthetic: one epoch */
+    int samples;        /* one epoch: the first N training samples; 0 = all (synthetic:
+                           DATA_SYNTHETIC_SAMPLES) */
     bool fresh;         /* synthetic: new values per step */
     bool augment;       /* cifar10: crop + flip */
 };

@@ -72,8 +72,12 @@ static int train_open_data(struct trainer *tr, struct err *e)
         c = sd->shape.dims[0], h = sd->shape.dims[1], w = sd->shape.dims[2];
     dc.synthetic = (struct data_synthetic_config){.c = c, .h = h, .w = w,
                                                   .classes = sd->classes,
-                                                  .samples = sd->samples, .fresh = sd->fresh};
+                                                  .samples = sd->samples > 0
+                                                                 ? sd->samples
+                                                                 : DATA_SYNTHETIC_SAMPLES,
+                                                  .fresh = sd->fresh};
     dc.augment = sd->augment;
+    dc.samples = sd->samples; /* real datasets: the first N training samples; 0 = all */
     if (dataset_open(&dc, DATA_SPLIT_TRAIN, &tr->train, e) < 0)
         return err_prefix(e, "dataset %s (train split)", sd->name);
     if (tr->t->eval && strcmp(sd->name, "synthetic") != 0 &&

@@ -14,6 +14,7 @@
 
 #include "worker/data/dataset.h"
 #include "worker/data/images.h"
+#include "worker/data/loader.h"
 #include "tests/unit/test.h"
 
 static char tdir[64]; /* this run's scratch directory, removed at the end */
@@ -211,6 +212,74 @@ static void test_idx_directory(void)
     T_CHECK(ok);
     T_CHECK(dataset_idx_open_dir(img, "mnist", DATA_SPLIT_TRAIN, &o, &ds, &e) < 0);
     T_EQ_INT(e.code, ERR_NOT_FOUND);
+}
+
+/* dataset.samples on a real dataset: a 2,048-sample request on a 3,000-sample train split
+ * trains on exactly the first 2,048 samples in file order (an epoch of the loader, as the
+ * trainer configures it, delivers 2,048 and never an index past them), the test split
+ * stays whole, 0 keeps everything, and asking for more than the file has is refused naming
+ * the field. */
+static void test_idx_samples_subset(void)
+{
+    struct err e;
+    char dir[128], img[256], lab[256];
+    tpath(dir, sizeof dir, "subsetdir");
+    T_CHECK(mkdir(dir, 0700) == 0);
+    struct idx_spec i = idx_good_images, l = idx_good_labels;
+    i.dims[0] = l.dims[0] = 3000;
+    snprintf(img, sizeof img, "%s/train-images-idx3-ubyte", dir);
+    snprintf(lab, sizeof lab, "%s/train-labels-idx1-ubyte", dir);
+    T_CHECK(idx_write(img, &i) == 0 && idx_write(lab, &l) == 0);
+    snprintf(img, sizeof img, "%s/t10k-images-idx3-ubyte", dir);
+    snprintf(lab, sizeof lab, "%s/t10k-labels-idx1-ubyte", dir);
+    T_CHECK(idx_write_pair(img, lab, false, false) == 0);
+    struct data_config cfg = {.name = "mnist", .samples = 2048};
+    snprintf(cfg.path, sizeof cfg.path, "%s", dir);
+    struct dataset *ds;
+    T_OK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e));
+    T_EQ_INT(ds->n, 2048);
+    struct data_norm mnist;
+    bool ok = data_norm_preset("mnist", &mnist, &e) == 0 &&
+              idx_content_ok(ds, &mnist); /* the first 2,048 of the file, in its order */
+    struct loader_config lc;
+    loader_config_default(&lc);
+    lc.batch_size = 64;
+    lc.epochs = 1;
+    lc.prefetch = 0;
+    lc.drop_last_batch = true;
+    struct loader *ld = NULL;
+    int64_t seen = 0, max_index = -1;
+    const struct data_batch *b;
+    if (loader_create(ds, &lc, &ld, &e) == 0) {
+        while (loader_next(ld, &b, &e) == 1) {
+            seen += b->n;
+            for (int k = 0; k < b->n; k++)
+                max_index = b->index[k] > max_index ? b->index[k] : max_index;
+        }
+    }
+    loader_destroy(ld);
+    int64_t outside = 2048;
+    struct data_draw d = {1, 0, 0};
+    float x[20];
+    int32_t y;
+    int fill_rc = dataset_fill(ds, &outside, 1, &d, x, &y, &e);
+    dataset_destroy(ds);
+    T_CHECK(ok);
+    T_EQ_INT(seen, 2048);
+    T_EQ_INT(max_index, 2047);
+    T_CHECK(fill_rc != 0);
+    T_OK(dataset_open(&cfg, DATA_SPLIT_TEST, &ds, &e));
+    T_EQ_INT(ds->n, 20);
+    dataset_destroy(ds);
+    cfg.samples = 0;
+    T_OK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e));
+    T_EQ_INT(ds->n, 3000);
+    dataset_destroy(ds);
+    cfg.samples = 3001;
+    T_CHECK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e) < 0);
+    T_CHECK(ds == NULL);
+    T_EQ_STR(e.field, "dataset.samples");
+    T_CHECK_MSG(strstr(e.msg, "3001") && strstr(e.msg, "3000"), "%s", e.msg);
 }
 
 struct idx_bad {
@@ -698,6 +767,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_idx_plain_and_gz);
     TEST_RUN(test_idx_gzip_by_magic_not_name);
     TEST_RUN(test_idx_directory);
+    TEST_RUN(test_idx_samples_subset);
     TEST_RUN(test_idx_malformed);
     TEST_RUN(test_idx_gzip_corrupt);
     TEST_RUN(test_read_file_limits);

@@ -156,6 +156,25 @@ static const char *data_open_dir(const struct data_config *cfg, struct err *e)
     return NULL;
 }
 
+/* Keeps the first cfg->samples samples of an opened train split (the rest stay loaded but
+ * are never indexed: dataset_fill checks against n). Frees *out on error. */
+static int data_open_subset(const struct data_config *cfg, struct dataset **out,
+                            struct err *e)
+{
+    if (cfg->samples <= 0 || cfg->samples == (*out)->n)
+        return 0;
+    if (cfg->samples > (*out)->n) {
+        err_set(e, ERR_INVALID, "dataset.samples", "dataset.samples: %lld, but the train "
+                "split of %s has %lld samples", (long long)cfg->samples, cfg->name,
+                (long long)(*out)->n);
+        dataset_destroy(*out);
+        *out = NULL;
+        return -1;
+    }
+    (*out)->n = cfg->samples;
+    return 0;
+}
+
 int dataset_open(const struct data_config *cfg, enum data_split split, struct dataset **out,
                  struct err *e)
 {
@@ -177,7 +196,9 @@ int dataset_open(const struct data_config *cfg, enum data_split split, struct da
     const char *dir = data_open_dir(cfg, e);
     if (!dir)
         return -1;
-    if (idx)
-        return dataset_idx_open_dir(dir, cfg->name, split, &opts, out, e);
-    return dataset_cifar_open_dir(dir, split, &opts, out, e);
+    int rc = idx ? dataset_idx_open_dir(dir, cfg->name, split, &opts, out, e)
+                 : dataset_cifar_open_dir(dir, split, &opts, out, e);
+    if (rc < 0 || split != DATA_SPLIT_TRAIN)
+        return rc;
+    return data_open_subset(cfg, out, e);
 }

@@ -27,6 +27,7 @@
 #define DATA_MAX_CLASSES 100000
 #define DATA_MAX_SAMPLES ((int64_t)1 << 31)
 #define DATA_FILE_MAX_BYTES ((size_t)2 << 30)      /* per file, after decompression */
+#define DATA_SYNTHETIC_SAMPLES 50000             /* a synthetic epoch when none is given */
 #define DATA_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist" /* dataset-fashion-mnist */
 
 enum data_split { DATA_SPLIT_TRAIN = 0, DATA_SPLIT_TEST = 1 };
@@ -162,9 +163,17 @@ struct data_config {
     struct data_synthetic_config synthetic; /* synthetic only */
     struct data_norm norm;  /* channels 0 = the name's published constants */
     bool augment;           /* the CIFAR recipe (pad 4 + flip) on the train split */
+    int64_t samples;        /* train split: its first `samples` samples in file order; 0 =
+                               all (synthetic: its own synthetic.samples) */
 };
 /* Opens the split of the named dataset. Caller owns *out. ERR_INVALID names field
- * "dataset.name" for an unknown name; ERR_NOT_FOUND when the files are missing. */
+ * "dataset.name" for an unknown name, "dataset.samples" for a train split shorter than
+ * cfg->samples; ERR_NOT_FOUND when the files are missing.
+ *
+ * Decision: samples keeps the first N of the files, not N drawn by the seed, so runs that
+ * differ only in seed, world_size or strategy train on the same subset (as
+ * torch.utils.data.Subset(ds, range(N)) does); the epoch shuffle then permutes those N.
+ * The test split is always whole, so accuracies stay comparable. */
 int dataset_open(const struct data_config *cfg, enum data_split split, struct dataset **out,
                  struct err *e);
 
