@@ -128,6 +128,30 @@ def test_fashion_mnist_reaches_pytorch_accuracy():
         d.close()
 
 
+def test_dataset_samples_on_real_data():
+    """dataset.samples applies to a real dataset: a 2,048-sample request on Fashion-MNIST
+    (60,000 in its files) trains an epoch of exactly 2,048 samples and still evaluates on the
+    whole test split; asking for more than the files hold fails the run naming the field."""
+    d = Daemon(cpu_slots=1)
+    try:
+        spec = example("train-fashion-mnist.json")
+        spec.update(epochs=1, warmup_steps=1)
+        spec["dataset"] = {"name": "fashion-mnist", "samples": 2048}
+        too_many = dict(spec, dataset={"name": "fashion-mnist", "samples": 60001})
+        exp = d.wait_experiment(d.submit(spec)["id"], timeout=300)
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        check(run["status"] == "succeeded", run["error"])
+        ep = run["epochs"]
+        check(len(ep) == 1 and ep[0]["samples"] == 2048, ep)
+        check(ep[0]["test_acc"] is not None and 0 <= ep[0]["test_acc"] <= 1, ep)
+        exp = d.wait_experiment(d.submit(too_many)["id"], timeout=300)
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        check(run["status"] == "failed" and "dataset.samples" in (run["error"] or "")
+              and "60000" in run["error"], run["error"])
+    finally:
+        d.close()
+
+
 def test_same_seed_same_run():
     d = Daemon(cpu_slots=2)
     try:
@@ -230,5 +254,6 @@ def test_rank_killed_mid_training():
 
 if __name__ == "__main__":
     sys.exit(run_cases([test_strategies_end_to_end, test_fashion_mnist_reaches_pytorch_accuracy,
+               test_dataset_samples_on_real_data,
                test_same_seed_same_run, test_accumulation_and_compression_through_the_api,
                test_bad_training_inputs, test_rank_killed_mid_training]))
