@@ -1,6 +1,8 @@
 /* workload_collective: see workload_collective.h. Per size: inputs once, warmup, timed
- * iterations back to back (no barrier between them, as nccl-tests times), times to the
- * store, optional check, one comm barrier, then rank 0 combines and reports. */
+ * iterations back to back (no barrier between them, as nccl-tests times) except that the
+ * checked first and last ones are poisoned before and verified after, with a barrier
+ * realigning the ranks after that untimed work; times and wrong counts to the store, one
+ * comm barrier, then rank 0 combines and reports. */
 #include "worker/workload_collective.h"
 
 #include <math.h>
@@ -50,9 +52,12 @@ static uint64_t collective_index_hash(int64_t seed, size_t i)
     return collective_mix((uint64_t)seed * 0x100000001b3ull ^ (uint64_t)i);
 }
 
-static unsigned collective_rank_residue(int64_t seed, int rank, int q)
+/* The rotation of rank's values: consecutive ranks differ at every index (a hashed one
+ * let two ranks of a world of 2 share every value one seed in 17, and then an in-place
+ * average or broadcast that never wrote passed its check). */
+static unsigned collective_rank_residue(int rank, int q)
 {
-    return (unsigned)(collective_mix(~(uint64_t)seed ^ ((uint64_t)rank << 40)) % (unsigned)q);
+    return (unsigned)rank % (unsigned)q;
 }
 
 /* Largest integer magnitude up to which every integer is exact in t (and far from
@@ -90,14 +95,16 @@ void collective_data_init(struct collective_data *d, int64_t seed, enum comm_op 
         d->off = (int64_t)d->levels * d->world / 2;
         return;
     }
-    d->m = (int)(reducing ? collective_clamp(limit / d->world, 0, 8) : 8);
-    d->q = 2 * d->m + 1;
+    /* values lo..q: a sum over the world stays within world * q <= limit; beyond limit
+     * ranks only zeros are exact */
+    d->q = (int)(reducing ? collective_clamp(limit / d->world, 1, 17) : 17);
+    d->lo = !reducing || limit >= d->world;
     int per_residue[17] = {0};
     for (int r = 0; r < d->world; r++)
-        per_residue[collective_rank_residue(seed, r, d->q)]++;
+        per_residue[collective_rank_residue(r, d->q)]++;
     for (int h = 0; h < d->q; h++)
         for (int v = 0; v < d->q; v++)
-            d->sum_by_residue[h] += (int64_t)per_residue[v] * (((h + v) % d->q) - d->m);
+            d->sum_by_residue[h] += (int64_t)per_residue[v] * (((h + v) % d->q) + d->lo);
 }
 
 static int64_t collective_input_h(const struct collective_data *d, int rank, uint64_t h,
@@ -107,12 +114,12 @@ static int64_t collective_input_h(const struct collective_data *d, int rank, uin
         return (int64_t)(h % (uint64_t)d->levels) * d->world +
                (int64_t)(((h >> 32) % (uint64_t)d->world + (uint64_t)rank) % (uint64_t)d->world) -
                d->off;
-    return (int64_t)((h % (uint64_t)d->q + rank_residue) % (uint64_t)d->q) - d->m;
+    return (int64_t)((h % (uint64_t)d->q + rank_residue) % (uint64_t)d->q) + d->lo;
 }
 
 int64_t collective_input(const struct collective_data *d, int rank, size_t i)
 {
-    unsigned rr = d->minmax ? 0 : collective_rank_residue(d->seed, rank, d->q);
+    unsigned rr = d->minmax ? 0 : collective_rank_residue(rank, d->q);
     return collective_input_h(d, rank, collective_index_hash(d->seed, i), rr);
 }
 
@@ -120,7 +127,7 @@ void collective_fill(const struct collective_data *d, void *buf, size_t n, int r
 {
     uint8_t *p = buf;
     size_t es = comm_dtype_size(d->dtype);
-    unsigned rr = d->minmax ? 0 : collective_rank_residue(d->seed, rank, d->q);
+    unsigned rr = d->minmax ? 0 : collective_rank_residue(rank, d->q);
     for (size_t i = 0; i < n; i++)
         reduce_store(p + i * es, d->dtype,
                      (double)collective_input_h(d, rank, collective_index_hash(d->seed, i), rr));
@@ -339,59 +346,87 @@ static void collective_times_decode(const uint8_t *in, size_t n, double *t)
     }
 }
 
-/* Warmup and timed iterations; b->times gets each timed iteration's seconds. */
-/* Warmup and timed iterations of a; b->times gets each timed iteration's seconds. */
+/* The buffer an operation's output lies in, poisoned whole before a checked iteration:
+ * out of place the receive side; in place the one buffer, whose larger side is the
+ * world-sized one (coll_ops.h). */
+static size_t collective_span(const struct collective_bench *b, const struct comm_args *a,
+                              uint8_t **base)
+{
+    int n = b->comm->world_size;
+    size_t recv = coll_op_elems(b->opi->recv, a->count, n);
+    size_t send = coll_op_elems(b->opi->send, a->count, n);
+    if (!b->cfg->inplace) {
+        *base = a->recv;
+        return recv * b->esize;
+    }
+    *base = b->recv;
+    return (recv > send ? recv : send) * b->esize;
+}
+
+/* Before a checked iteration: poison the output's buffer (0xa5 bytes, the header says
+ * why no expected value has them), then write fresh inputs over their part, so the
+ * iteration starts from known data whatever the warmup or the earlier timed runs left. */
+static int collective_arm(const struct collective_bench *b, const struct comm_args *a,
+                          const struct collective_data *d, struct err *e)
+{
+    uint8_t *base;
+    size_t bytes = collective_span(b, a, &base);
+    if (!b->mem)
+        memset(base, 0xa5, bytes);
+    else {
+        memset(b->host, 0xa5, bytes);
+        if (b->mem->upload(b->mem->ctx, base, b->host, bytes, e) < 0)
+            return err_prefix(e, "collective: poisoning the output");
+    }
+    return collective_point_inputs(b, a, d, e);
+}
+
+/* After a checked iteration: the output elements that differ from the expected ones
+ * (downloaded into the host copy first with hooks). */
+static int collective_verify(const struct collective_bench *b, const struct comm_args *a,
+                             const struct collective_data *d, int64_t *wrong, struct err *e)
+{
+    const void *out = a->recv;
+    if (b->mem) {
+        size_t bytes = coll_op_elems(b->opi->recv, a->count, b->comm->world_size) * b->esize;
+        if (b->mem->download(b->mem->ctx, b->host, a->recv, bytes, e) < 0)
+            return err_prefix(e, "collective: downloading the output");
+        out = b->host;
+    }
+    *wrong = collective_count_wrong(d, out, b->comm->rank, a->count);
+    return 0;
+}
+
+/* Warmup and timed iterations of a; b->times gets each timed iteration's seconds and
+ * *wrong the wrong elements of the checked ones (the first and last, when the spec
+ * checks). A barrier ends the untimed work around a checked iteration, so that one rank's
+ * arming or verifying is not timed as another rank's wait. */
 static int collective_bench_time(struct collective_bench *b, const struct comm_args *a,
+                                 const struct collective_data *d, int64_t *wrong,
                                  struct err *e)
 {
+    *wrong = 0;
     for (int i = 0; i < b->cfg->warmup; i++)
         if (comm_run(b->comm, a, e) < 0)
             return -1;
+    bool realign = false;
     for (int i = 0; i < b->cfg->iters; i++) {
+        bool checked = b->cfg->check && (i == 0 || i == b->cfg->iters - 1);
+        if (checked && collective_arm(b, a, d, e) < 0)
+            return -1;
+        if ((checked || realign) && comm_barrier(b->comm, e) < 0)
+            return -1;
         int64_t t0 = clock_mono_ns();
         if (comm_run(b->comm, a, e) < 0)
             return -1;
         b->times[i] = collective_op_seconds(b, t0);
+        int64_t w = 0;
+        if (checked && collective_verify(b, a, d, &w, e) < 0)
+            return -1;
+        *wrong += w;
+        realign = checked;
     }
     snprintf(b->algorithm_used, sizeof b->algorithm_used, "%s", b->comm->last_algorithm);
-    return 0;
-}
-
-/* Whether the check poisons the output before its run: always out of place; in place
- * only where the inputs fill just this rank's block of it (all_gather), since the inputs
- * written after the poison overwrite the rest. */
-static bool collective_poisons_output(const struct collective_bench *b)
-{
-    return !b->cfg->inplace || coll_op_inplace_block(b->opi) < 0;
-}
-
-/* One more run on fresh inputs, into an output poisoned first (so that a run that wrote
- * nothing cannot pass on the timed runs' results), counted against the expected one. */
-static int collective_bench_check(struct collective_bench *b, const struct comm_args *a,
-                                  const struct collective_data *d, int64_t *wrong,
-                                  struct err *e)
-{
-    *wrong = 0;
-    if (!b->cfg->check)
-        return 0;
-    size_t out = coll_op_elems(b->opi->recv, a->count, b->comm->world_size) * b->esize;
-    if (b->mem) { /* poison, inputs, run, then the whole output back to the host */
-        memset(b->host, 0xa5, out);
-        if (collective_poisons_output(b) &&
-            b->mem->upload(b->mem->ctx, a->recv, b->host, out, e) < 0)
-            return err_prefix(e, "collective: poisoning the output");
-        if (collective_point_inputs(b, a, d, e) < 0 || comm_run(b->comm, a, e) < 0)
-            return -1;
-        if (b->mem->download(b->mem->ctx, b->host, a->recv, out, e) < 0)
-            return err_prefix(e, "collective: downloading the output");
-        *wrong = collective_count_wrong(d, b->host, b->comm->rank, a->count);
-        return 0;
-    }
-    if (collective_poisons_output(b))
-        memset(a->recv, 0xa5, out);
-    if (collective_point_inputs(b, a, d, e) < 0 || comm_run(b->comm, a, e) < 0)
-        return -1;
-    *wrong = collective_count_wrong(d, a->recv, b->comm->rank, a->count);
     return 0;
 }
 
@@ -490,8 +525,8 @@ static int collective_bench_point(struct collective_bench *b, int repeat, size_t
     collective_point_args(b, count, &a);
     collective_data_init(&d, b->seed, b->op, b->dtype, b->redop, b->comm->world_size);
     int64_t wrong;
-    if (collective_point_inputs(b, &a, &d, e) < 0 || collective_bench_time(b, &a, e) < 0 ||
-        collective_bench_check(b, &a, &d, &wrong, e) < 0 ||
+    if (collective_point_inputs(b, &a, &d, e) < 0 ||
+        collective_bench_time(b, &a, &d, &wrong, e) < 0 ||
         collective_publish(b, repeat, idx, wrong, e) < 0)
         return -1;
     /* Every rank stored its times before entering the barrier, so rank 0's reads below

@@ -17,11 +17,36 @@
  *   them after a comm barrier, so it never waits on the store for a rank that died.
  * - Exact checks (struct collective_data): inputs are small integers, a function of
  *   (seed, rank, index), chosen per dtype and world size so that every partial result is
- *   exactly representable: sums use values in -m..m with m = min(8, M / world_size)
+ *   exactly representable: sums use values in 1..q with q = min(17, M / world_size)
  *   (M = 256 for bfloat16, 2048 for float16, 2^24 for float32), so any summation order
  *   gives the same result; min and max use values distinct across ranks (a rotation of
  *   0..world_size-1 on top of a per-index base), so the result comes from one known rank.
  *   Every rank therefore knows every expected element in O(1).
+ * - Inputs are chosen so that an operation that does not write its output is caught:
+ *   sum inputs are positive, so a sum over two or more ranks exceeds each rank's own
+ *   input; the other inputs are a rotation by rank (value ((h(i) + rank) mod q) + 1), so
+ *   ranks 0..q-1 hold different values at every index, and an average, minimum, maximum,
+ *   broadcast or sendrecv result differs from what at least one rank held (this is what
+ *   an in-place run, whose output overlays its input, is checked against; an in-place
+ *   reduce_scatter with avg, min or max, whose ranks each hold only their own block, is
+ *   caught only where that rank's input is not the result). When
+ *   world_size exceeds M (bfloat16 beyond 256 ranks) no positive sum stays exact and the
+ *   inputs are all 0.
+ * - The check poisons and verifies timed iterations, not an extra run: before the first
+ *   and before the last timed iteration the output is filled with 0xa5 bytes (no
+ *   expected value has that pattern: every expected value is a small integer, and 0xa5a5..
+ *   is a non-integer float or an int far outside the range) and the inputs are written
+ *   again; after each the output is counted against the expected one. In place the
+ *   whole buffer is poisoned and then the inputs written over their part, so what the
+ *   output holds before the run is poison or an input the operation must change (above).
+ *   The first iteration catches an operation that skips the early runs, the last one an
+ *   operation that stops writing after them (or whose in-place data drifted); the
+ *   poisoning and the check lie outside each iteration's timer.
+ * - World size 1: out of place every operation must still copy its input into the
+ *   poisoned output, so the check catches a backend that skips it. In place every
+ *   operation on one rank is the identity on its buffer (a sum over one rank is the
+ *   input, the root broadcasts to itself, the one block gathered is the block), so there
+ *   it is trivially exact: a backend that does nothing is correct there.
  * - What differs from one operation to the next (name, buffer sizes, message size as
  *   nccl-tests counts it, busbw factor, which input each output element equals, peers) is
  *   a row of worker/coll_ops.h, keyed by enum comm_op; this file asks the row. */
@@ -61,8 +86,8 @@ struct collective_data {
     enum comm_redop redop;
     int world;
     bool minmax; /* inputs distinct across ranks (min, max) */
-    int m, q;    /* sums: values ((h(i) + g(rank)) mod q) - m, q = 2m + 1 */
-    int64_t sum_by_residue[17]; /* the sum over ranks for each h(i) */
+    int lo, q;   /* others: values ((h(i) + rank) mod q) + lo, lo 1 (0: too many ranks) */
+    int64_t sum_by_residue[17]; /* the sum over ranks for each h(i) mod q */
     int levels;  /* min/max: values base(i) * world + ((t(i) + rank) mod world) - off */
     int64_t off;
 };

@@ -3,8 +3,11 @@
  * iteration as slow as its slowest rank, the per-op table of worker/coll_ops.h (nccl-tests
  * bus bandwidth factors, buffer sizes, peers, names agreeing with the spec), and the
  * input/expected functions (expected == sum over ranks of the inputs, exactly, and a
- * wrong or shifted result is counted). Also a one-rank benchmark run through a real
- * store and communicator, checking the collective event rank 0 writes. */
+ * wrong or shifted result is counted; in place, what the output holds before the run
+ * differs from the result on some rank at every element). Also a one-rank benchmark run
+ * through a real store and communicator, checking the collective event rank 0 writes, and
+ * benchmarks over a fake backend whose operations skip their writes (never, after the
+ * first timed iteration, or in it), which the check must count wrong. */
 #include <fcntl.h>
 #include <jansson.h>
 #include <unistd.h>
@@ -218,9 +221,12 @@ static void test_inputs_exact_and_varied(void)
 {
     struct collective_data d;
     collective_data_init(&d, 5, COMM_OP_ALLREDUCE, COMM_BFLOAT16, COMM_SUM, 40);
-    T_CHECK(d.m * 40 <= 256);
+    T_CHECK(d.q * 40 <= 256 && d.q >= 2 && d.lo == 1);
+    collective_data_init(&d, 5, COMM_OP_ALLREDUCE, COMM_BFLOAT16, COMM_SUM, 300);
+    T_CHECK(d.lo == 0 && d.q == 1); /* no positive sum over 300 ranks is exact */
+    T_EQ_INT((int)collective_expected(&d, 0, 4, 3), 0);
     collective_data_init(&d, 5, COMM_OP_ALLREDUCE, COMM_FLOAT16, COMM_SUM, 40);
-    T_EQ_INT(d.m, 8);
+    T_EQ_INT(d.q, 17);
     uint16_t h[100];
     collective_fill(&d, h, 100, 3);
     for (size_t i = 0; i < 100; i++)
@@ -245,6 +251,67 @@ static void test_inputs_exact_and_varied(void)
     for (int r = 0; r < 4; r++)
         T_CHECK_MSG(which[r] > 20, "rank %d holds the min %d times", r, which[r]);
     T_CHECK(levels > 100);
+}
+
+/* What the output of rank holds before an in-place run, at output element i: its own
+ * input where the output overlays it, the bench's poison elsewhere (all_gather's other
+ * blocks), returned as NAN. */
+static double inplace_before(const struct collective_data *d, int rank, size_t count, size_t i)
+{
+    switch (d->op) {
+    case COMM_OP_REDUCE_SCATTER:
+        return (double)collective_input(d, rank, (size_t)rank * count + i);
+    case COMM_OP_ALL_GATHER:
+        return i / count == (size_t)rank ? (double)collective_input(d, rank, i % count) : NAN;
+    default: return (double)collective_input(d, rank, i);
+    }
+}
+
+/* In place the output overlays the input, so an operation that never writes is caught
+ * only where the result differs from what was there: for sums at every element of every
+ * rank; for the other ops at every element on some rank, while ranks 0 and 1 hold
+ * different values; for reduce_scatter with avg, min or max, whose ranks each see only
+ * their own block, at some elements. On one rank everything is the identity (trivially
+ * exact). */
+static void test_inplace_inputs_must_change(void)
+{
+    static const enum comm_op ops[] = {COMM_OP_ALLREDUCE, COMM_OP_REDUCE_SCATTER,
+                                       COMM_OP_ALL_GATHER, COMM_OP_BROADCAST,
+                                       COMM_OP_SENDRECV};
+    static const int worlds[] = {1, 2, 3, 5, 16, 40};
+    char why[200] = "";
+    for (size_t o = 0; o < 5; o++)
+        for (int t = COMM_FLOAT32; t <= COMM_INT64; t++)
+            for (int op = COMM_SUM; op <= COMM_MAX; op++)
+                for (size_t w = 0; w < 6; w++) {
+                    struct collective_data d;
+                    int n = worlds[w];
+                    size_t count = 64;
+                    collective_data_init(&d, 21, ops[o], (enum comm_dtype)t,
+                                         (enum comm_redop)op, n);
+                    size_t out = ops[o] == COMM_OP_ALL_GATHER ? count * (size_t)n : count;
+                    bool sum = ops[o] == COMM_OP_ALLREDUCE || ops[o] == COMM_OP_REDUCE_SCATTER;
+                    sum = sum && op == COMM_SUM;
+                    bool own_block = ops[o] == COMM_OP_REDUCE_SCATTER && !sum;
+                    int anywhere = 0;
+                    for (size_t i = 0; i < out; i++) {
+                        int caught = 0;
+                        for (int r = 0; r < n; r++)
+                            caught += inplace_before(&d, r, count, i) !=
+                                      collective_expected(&d, r, count, i);
+                        anywhere += caught;
+                        bool ok = n == 1 ? caught == 0 : sum ? caught == n
+                                                              : own_block || caught > 0;
+                        if (!ok && !why[0])
+                            snprintf(why, sizeof why, "op %d dtype %d redop %d world %d "
+                                     "element %zu: caught on %d ranks", (int)ops[o], t, op, n,
+                                     i, caught);
+                    }
+                    if (own_block && n > 1 && anywhere < (int)count / 4 && !why[0])
+                        snprintf(why, sizeof why, "reduce_scatter dtype %d redop %d world %d:"
+                                 " caught %d times", t, op, n, anywhere);
+                }
+    T_CHECK_MSG(!why[0], "%s", why);
 }
 
 static void test_count_wrong(void)
@@ -349,6 +416,136 @@ static void test_bench_single_rank_reports(void)
     T_CHECK_MSG(!why[0], "%s", why);
 }
 
+/* A fake backend: each operation writes the expected result (collective_expected of the
+ * same value model) or, depending on mode, skips the write, as a broken backend would. */
+enum fake_mode {
+    FAKE_RIGHT,      /* always writes */
+    FAKE_NEVER,      /* never writes */
+    FAKE_STOPS,      /* writes in the warmup and the first timed iteration only */
+    FAKE_LATE,       /* skips the first timed iteration, writes every other run */
+};
+
+struct fake_comm {
+    struct comm c; /* first: the bench's struct comm * is this */
+    struct collective_data d;
+    enum fake_mode mode;
+    int calls, warmup;
+};
+
+static int fake_op(struct comm *c, const struct comm_args *a, struct err *e)
+{
+    struct fake_comm *f = (struct fake_comm *)c;
+    int call = f->calls++;
+    bool write = f->mode == FAKE_RIGHT || (f->mode == FAKE_STOPS && call <= f->warmup) ||
+                 (f->mode == FAKE_LATE && call != f->warmup);
+    size_t n = coll_op_elems(f->d.opi->recv, a->count, c->world_size);
+    size_t es = comm_dtype_size(a->dtype);
+    for (size_t i = 0; write && i < n; i++)
+        reduce_store((uint8_t *)a->recv + i * es, a->dtype,
+                     collective_expected(&f->d, c->rank, a->count, i));
+    snprintf(c->last_algorithm, sizeof c->last_algorithm, "fake");
+    return 0;
+}
+
+static int fake_barrier(struct comm *c, const struct comm_args *a, struct err *e)
+{
+    return 0;
+}
+
+static const struct comm_ops fake_ops = {
+    .allreduce = fake_op, .reduce_scatter = fake_op, .all_gather = fake_op,
+    .broadcast = fake_op, .sendrecv = fake_op, .barrier = fake_barrier,
+};
+
+/* Runs op (sum) at sizes 8 and 4096 bytes as rank of world over the fake backend in mode,
+ * as repeat number rep; wrong[k] gets the wrong count rank stored for size k. */
+static int fake_bench(struct one_rank *o, const char *op, bool inplace, int rank, int world,
+                      enum fake_mode mode, int rep, int64_t wrong[2], struct err *e)
+{
+    struct spec s;
+    memset(&s, 0, sizeof s);
+    s.world_size = world;
+    s.repeats = 1;
+    s.seed = 8;
+    snprintf(s.coll.op, sizeof s.coll.op, "%s", op);
+    snprintf(s.coll.dtype, sizeof s.coll.dtype, "float32");
+    snprintf(s.coll.redop, sizeof s.coll.redop, "sum");
+    snprintf(s.coll.algorithm, sizeof s.coll.algorithm, "auto");
+    s.coll.iters = 4;
+    s.coll.warmup = 2;
+    s.coll.check = true;
+    s.coll.inplace = inplace;
+    struct fake_comm f = {.c = {.ops = &fake_ops, .backend = "fake", .rank = rank,
+                                .world_size = world, .timeout_ms = 2000},
+                          .mode = mode, .warmup = s.coll.warmup};
+    const struct coll_op *row = coll_op_find(op);
+    collective_data_init(&f.d, s.seed, row->op, COMM_FLOAT32, COMM_SUM, world);
+    int devnull = open("/dev/null", O_WRONLY);
+    struct report_writer w;
+    report_writer_init(&w, devnull, 0);
+    int64_t sizes[] = {8, 4096};
+    struct collective_bench b;
+    int rc = collective_bench_init(&b, &s, &f.c, o->sc, &w, 4096, 2, e);
+    for (int k = 0; rc == 0 && k < 2; k++) { /* one size at a time: each from call 0 */
+        f.calls = 0;
+        rc = collective_bench_run_sizes(&b, rep * 2 + k, &sizes[k], 1, e);
+    }
+    collective_bench_cleanup(&b);
+    close(devnull);
+    for (int k = 0; rc == 0 && k < 2; k++) {
+        char key[64], *val = NULL;
+        size_t len;
+        snprintf(key, sizeof key, "coll/r%d/s0/wrong/%d", rep * 2 + k, rank);
+        rc = store_client_get(o->sc, key, 1000, &val, &len, e);
+        wrong[k] = rc == 0 ? strtoll(val, NULL, 10) : -1;
+        free(val);
+    }
+    return rc;
+}
+
+/* The check counts what a broken backend leaves: every op, in and out of place, on a
+ * non-root rank of two; an operation that never writes, one that stops after the first
+ * timed iteration (caught by the last) and one that misses the first (caught by the
+ * first) are wrong at both sizes, a right one is not. On one rank, out of place the
+ * skipped copy is caught, in place nothing can be (the identity, documented). */
+static void test_bench_catches_skipped_writes(void)
+{
+    struct err e = {0};
+    struct one_rank o;
+    T_CHECK_MSG(one_rank_open(&o, &e) == 0, "%s", e.msg);
+    static const char *ops[] = {"allreduce", "reduce_scatter", "all_gather", "broadcast",
+                                "sendrecv"};
+    static const char *modes[] = {"right", "never", "stops", "late"};
+    char why[200] = "";
+    int rep = 0;
+    for (int i = 0; i < 10 && !why[0]; i++) {
+        bool inplace = i >= 5;
+        for (int m = FAKE_RIGHT; m <= FAKE_LATE && !why[0]; m++) {
+            int64_t wrong[2];
+            if (fake_bench(&o, ops[i % 5], inplace, 1, 2, (enum fake_mode)m, rep++, wrong,
+                           &e) < 0) {
+                snprintf(why, sizeof why, "%s: %s", ops[i % 5], e.msg);
+                break;
+            }
+            for (int k = 0; k < 2; k++)
+                if ((m == FAKE_RIGHT) != (wrong[k] == 0))
+                    snprintf(why, sizeof why, "%s%s world 2 %s size %d: %lld wrong",
+                             ops[i % 5], inplace ? " in place" : "", modes[m], k,
+                             (long long)wrong[k]);
+            int64_t one[2];
+            if (m != FAKE_NEVER || why[0])
+                continue;
+            if (fake_bench(&o, ops[i % 5], inplace, 0, 1, FAKE_NEVER, rep++, one, &e) < 0)
+                snprintf(why, sizeof why, "%s world 1: %s", ops[i % 5], e.msg);
+            else if ((one[0] > 0) != !inplace || (one[1] > 0) != !inplace)
+                snprintf(why, sizeof why, "%s%s world 1 never: %lld, %lld wrong", ops[i % 5],
+                         inplace ? " in place" : "", (long long)one[0], (long long)one[1]);
+        }
+    }
+    one_rank_close(&o);
+    T_CHECK_MSG(!why[0], "%s", why);
+}
+
 static void test_bench_rejects_unsupported(void)
 {
     struct spec s;
@@ -382,8 +579,10 @@ int main(int argc, char **argv)
     TEST_RUN(test_op_names_match_spec);
     TEST_RUN(test_expected_matches_reference);
     TEST_RUN(test_inputs_exact_and_varied);
+    TEST_RUN(test_inplace_inputs_must_change);
     TEST_RUN(test_count_wrong);
     TEST_RUN(test_bench_single_rank_reports);
+    TEST_RUN(test_bench_catches_skipped_writes);
     TEST_RUN(test_bench_rejects_unsupported);
     return test_end();
 }
