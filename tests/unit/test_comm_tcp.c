@@ -14,6 +14,7 @@
  * that joins late (in time, and never). */
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
@@ -1237,6 +1238,63 @@ static void test_comm_tcp_late_rank_and_timeout(void)
     T_CHECK_MSG(strstr(e.msg, "rank(s) 0 to connect") != NULL, "%s", e.msg);
 }
 
+/* The polling policy of a 2-rank communicator made by the calling thread (whose
+ * affinity the policy reads). */
+static int polling_of(int spin_cfg, int *spin_us, bool *yields, size_t *ring_block)
+{
+    struct err e;
+    struct comm_tcp_config cfg = mesh_config(0, 2, 1000, NULL, "s3cret");
+    cfg.spin_us = spin_cfg;
+    struct comm_tcp *t = comm_tcp_listen(&cfg, &e);
+    if (!t)
+        return -1;
+    comm_tcp_polling(t, spin_us, yields, ring_block);
+    comm_tcp_discard(t);
+    return 0;
+}
+
+/* Unpinned, a rank may share its CPU with the rank it waits for (the scheduler often
+ * puts two talking processes on one CPU), so it yields between polls; pinned to CPUs of
+ * its own it polls without yielding; ranks outnumbering the CPUs yield with a shorter
+ * budget and larger ring blocks; an explicit spin_us never yields. The ring block does
+ * not follow the yielding (2 ranks on 2 CPUs keep 512 KiB chunks, pinned or not). */
+static void test_comm_tcp_yields_unless_pinned(void)
+{
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    cpu_set_t all, one;
+    T_CHECK(sched_getaffinity(0, sizeof all, &all) == 0);
+    int spin, spin_pinned;
+    bool yields, yields_pinned;
+    size_t block, block_pinned;
+    T_CHECK(polling_of(0, &spin, &yields, &block) == 0);
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &all)) {
+            CPU_SET(c, &one);
+            break;
+        }
+    T_CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
+    int rc = polling_of(0, &spin_pinned, &yields_pinned, &block_pinned);
+    T_CHECK(sched_setaffinity(0, sizeof all, &all) == 0);
+    T_CHECK(rc == 0);
+    if (online >= 2) {
+        T_CHECK_MSG(CPU_COUNT(&all) < online || yields, "unpinned rank does not yield");
+        T_CHECK(!yields_pinned);
+        T_EQ_INT(spin, 200);
+        T_EQ_INT(spin_pinned, 200);
+        T_EQ_INT((int)block, 2 * (512 << 10));
+        T_EQ_INT((int)block_pinned, 2 * (512 << 10));
+    } else { /* one CPU: the ranks outnumber it, pinned or not */
+        T_CHECK(yields && yields_pinned);
+        T_EQ_INT(spin, 50);
+        T_EQ_INT((int)block, 2 * (2 << 20));
+    }
+    T_CHECK(polling_of(150, &spin, &yields, &block) == 0);
+    T_CHECK(spin == 150 && !yields);
+    T_CHECK(polling_of(-1, &spin, &yields, &block) == 0);
+    T_CHECK(spin == 0 && !yields);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -1263,5 +1321,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_comm_tcp_wrong_secret_fails_setup);
     TEST_RUN(test_comm_tcp_late_rank_joins);
     TEST_RUN(test_comm_tcp_late_rank_and_timeout);
+    TEST_RUN(test_comm_tcp_yields_unless_pinned);
     return test_end();
 }

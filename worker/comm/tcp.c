@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,8 +36,8 @@
 #define TCP_HELLO_LEN 24
 #define TCP_MAX_PENDING 64
 #define TCP_HANDSHAKE_MS 5000
-#define TCP_SPIN_US_DEFAULT 200 /* busy-poll budget when every rank has a CPU */
-#define TCP_YIELD_US_DEFAULT 50 /* polls with sched_yield(2) when ranks share CPUs */
+#define TCP_SPIN_US_DEFAULT 200 /* poll budget when every rank can have a CPU */
+#define TCP_YIELD_US_DEFAULT 50 /* poll budget when ranks outnumber the CPUs */
 #define TCP_SOCKBUF_DEFAULT 0   /* 0: leave the kernel's autotuning alone */
 /* Ring allreduce blocks: world_size chunks of this many bytes (measured on loopback,
  * tests/bench/RESULTS.md): small enough to stay in a core's L2 between being reduced,
@@ -186,10 +187,28 @@ static int tcp_config_check(const struct comm_tcp_config *cfg, enum comm_algorit
     return 0;
 }
 
-/* Automatic busy-polling when every rank can have a CPU of its own; ranks that share CPUs
- * yield between polls instead, since spinning would steal the time of the rank they
- * wait for (measured: tests/bench/RESULTS.md). */
-static void tcp_spin_policy(struct comm_tcp *t, const struct comm_tcp_config *cfg)
+/* Whether this process is pinned: its affinity leaves out some online CPUs (the daemon
+ * pins each rank to slots of its own). */
+static bool tcp_pinned(long online)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) < 0)
+        return false;
+    return CPU_COUNT(&set) < online;
+}
+
+/* Automatic polling before poll(2) sleeps: 200 us when every rank can have a CPU of its
+ * own, 50 us when the ranks outnumber the CPUs. Between those polls the rank yields the
+ * CPU (sched_yield) unless it is pinned: an unpinned rank may share its CPU with the rank
+ * it waits for, since the scheduler starts a child beside its parent and pulls a rank
+ * woken by a message beside the waker; spinning there without yielding made the peer
+ * wait out the whole budget before it could answer, so an 8-byte allreduce of 2 unpinned
+ * ranks took 425 us instead of 6 until the scheduler spread them apart (measured:
+ * tests/bench/RESULTS.md, "8-byte latency"). A pinned rank spins without yielding:
+ * yielding would hand its CPU to whatever else runs there. Returns whether the automatic
+ * policy found the ranks outnumbering the CPUs. */
+static bool tcp_spin_policy(struct comm_tcp *t, const struct comm_tcp_config *cfg)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     t->spin_yield = false;
@@ -197,10 +216,13 @@ static void tcp_spin_policy(struct comm_tcp *t, const struct comm_tcp_config *cf
         t->spin_us = cfg->spin_us > 0 ? cfg->spin_us : 0;
     } else if (cpus >= cfg->world_size) {
         t->spin_us = TCP_SPIN_US_DEFAULT;
+        t->spin_yield = !tcp_pinned(cpus);
     } else {
         t->spin_us = TCP_YIELD_US_DEFAULT;
         t->spin_yield = true;
+        return true;
     }
+    return false;
 }
 
 static struct comm_tcp *tcp_alloc(int n)
@@ -245,10 +267,10 @@ struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *
     atomic_init(&t->base.stop, false);
     t->base.error_peer = -1;
     t->algorithm = alg;
-    tcp_spin_policy(t, cfg);
+    bool crowded = tcp_spin_policy(t, cfg);
     size_t chunk = cfg->ring_chunk_bytes > 0 ? (size_t)cfg->ring_chunk_bytes
-                   : !t->spin_yield          ? TCP_RING_CHUNK_OWN_CPU
-                                             : TCP_RING_CHUNK_SHARED;
+                   : crowded                  ? TCP_RING_CHUNK_SHARED
+                                              : TCP_RING_CHUNK_OWN_CPU;
     t->ring_block = (size_t)n * chunk;
     t->sockbuf = cfg->sockbuf_bytes != 0 ? cfg->sockbuf_bytes : TCP_SOCKBUF_DEFAULT;
     snprintf(t->host, sizeof t->host, "%s", cfg->listen_host);
@@ -269,6 +291,14 @@ struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *
 }
 
 const char *comm_tcp_address(const struct comm_tcp *t) { return t->addr; }
+
+void comm_tcp_polling(const struct comm_tcp *t, int *spin_us, bool *yields,
+                      size_t *ring_block)
+{
+    *spin_us = t->spin_us;
+    *yields = t->spin_yield;
+    *ring_block = t->ring_block;
+}
 
 /* Connects to rank j and sends the hello; the ack is read after accepting. */
 static int tcp_connect_peer(struct comm_tcp *t, int j, const char *addr, int64_t deadline,

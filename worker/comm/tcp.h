@@ -27,9 +27,9 @@ struct comm_tcp_config {
                                       NULL = "auto" */
     const char *secret;            /* the run secret (only its hash travels); NULL = "" */
     int spin_us;       /* poll without sleeping before poll(2) sleeps: 0 = automatic
-                          (busy when world_size <= online CPUs, else yielding the CPU
-                          between polls), > 0 = busy for that many microseconds,
-                          < 0 = never */
+                          (200 us when world_size <= online CPUs, else 50 us; yielding
+                          the CPU between polls unless this process is pinned, tcp.c),
+                          > 0 = busy for that many microseconds, < 0 = never */
     int sockbuf_bytes; /* SO_SNDBUF/SO_RCVBUF: 0 = the backend's default, > 0 = this,
                           < 0 = the kernel's autotuning */
     int ring_chunk_bytes; /* ring allreduce: bytes per rank per block; 0 = automatic */
@@ -43,6 +43,11 @@ struct comm_tcp;
 struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *e);
 /* "host:port" (IPv6 as "[v6]:port") peers connect to; borrowed from t. */
 const char *comm_tcp_address(const struct comm_tcp *t);
+/* How t waits for data (the automatic policy of comm_tcp_config.spin_us): polls for
+ * *spin_us before poll(2) sleeps, yielding the CPU between those polls when *yields;
+ * *ring_block: bytes a ring allreduce moves per block. */
+void comm_tcp_polling(const struct comm_tcp *t, int *spin_us, bool *yields,
+                      size_t *ring_block);
 /* Frees a listener comm_tcp_connect never took. NULL is a no-op. */
 void comm_tcp_discard(struct comm_tcp *t);
 

@@ -9,8 +9,9 @@
  *   already on the wire: reduction overlaps the transfer, and the received data is
  *   never written to memory and read back.
  * - Latency: before sleeping in poll(2) the loop polls without sleeping for spin_us,
- *   because a wake-up costs more than a small message's round trip; when ranks share
- *   CPUs it yields the CPU between polls (the rank it waits for may need it).
+ *   because a wake-up costs more than a small message's round trip; when ranks may
+ *   share CPUs (unpinned, or more ranks than CPUs) it yields the CPU between polls (the
+ *   rank it waits for may need it; tcp.c decides).
  * - Timeout: an operation fails when no byte has moved for the communicator's timeout,
  *   so a large transfer over a slow link is not killed while a stopped peer is.
  * - Blame: peers that send nothing to this rank in the current plan are watched for
