@@ -31,7 +31,9 @@ ALLOWED_SKIPS = [
     # the GPU suite compiles everywhere and runs on a machine with a CUDA device
     ("gpu", "*", "*", "no CUDA device"),
     # NVML ships with the NVIDIA driver, which a machine without a GPU does not have
+    # (gpu_host runs in build-san's unit suite and in build/'s unit-cuda suite)
     ("unit", "gpu_host", "test_nvml_default_library", "NVML unavailable"),
+    ("unit-cuda", "gpu_host", "test_nvml_default_library", "NVML unavailable"),
 ]
 
 
