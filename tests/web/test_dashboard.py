@@ -23,7 +23,9 @@ import time
 import jsonschema
 import yaml
 
-from harness import BUILD, SOURCE, Daemon, check, example, run_cases
+# the integration harness (one daemon, one HTTP helper, one way of counting cases)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+from harness import BUILD, SOURCE, Daemon, check, example, run_cases  # noqa: E402
 
 D = None
 B = None
