@@ -114,6 +114,15 @@ class Daemon:
             time.sleep(0.05)
         raise AssertionError(f"run {run_id}: {what} not reached in {timeout}s: {run}")
 
+    def freeze_rank(self, exp_id, run_id, pid, timeout=60):
+        """SIGSTOPs a rank's process and waits for its experiment to end: returns the run
+        as stored and the seconds from the stop to the end (frozen-rank tests)."""
+        os.kill(pid, signal.SIGSTOP)
+        t0 = time.time()
+        self.wait_experiment(exp_id, timeout=timeout)
+        took = time.time() - t0
+        return self.get(f"/v1/runs/{run_id}"), took
+
     def wait_slots_free(self, n, timeout=10):
         """Slots are released just after a run's end is stored: allow that moment."""
         deadline = time.time() + timeout

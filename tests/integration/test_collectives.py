@@ -106,11 +106,7 @@ def test_stopped_worker_fails_within_comm_timeout():
                          and all(k["pid"] for k in r["ranks"]), what="running")
         d.wait_run(run_id, lambda r: r["progress"] > 0, what="first size measured")
         pids = [k["pid"] for k in run["ranks"]]
-        os.kill(pids[1], signal.SIGSTOP)
-        t0 = time.time()
-        exp = d.wait_experiment(exp["id"], timeout=60)
-        took = time.time() - t0
-        run = d.get(f"/v1/runs/{run_id}")
+        run, took = d.freeze_rank(exp["id"], run_id, pids[1])
         check(run["status"] == "failed", run)
         check(run["error_rank"] == 1 and "rank 1" in run["error"], run["error"])
         # 3 s of silence, the blame exchange and the daemon's bookkeeping; far from the

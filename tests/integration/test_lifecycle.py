@@ -108,11 +108,7 @@ def test_frozen_worker_is_named():
             run_id = exp["runs"][0]["id"]
             pids = running_pids(d, run_id)
             time.sleep(1.5)  # a heartbeat of each rank in its working phase
-            os.kill(pids[1], signal.SIGSTOP)
-            t0 = time.time()
-            exp = d.wait_experiment(exp["id"], timeout=60)
-            took = time.time() - t0
-            run = d.get(f"/v1/runs/{run_id}")
+            run, took = d.freeze_rank(exp["id"], run_id, pids[1])
             check(run["status"] == "failed", run)
             check(took < hb_timeout + 4, f"failed {took:.1f} s after the stop: waited the grace?")
             wait_gone(pids, timeout=2)

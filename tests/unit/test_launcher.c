@@ -109,18 +109,26 @@ static void test_launcher_missing_binary(void)
     T_CHECK(launcher_spawn(&lr, &out, &e) < 0); /* unwritable log: error, nothing runs */
 }
 
+/* Spawns a probe that reports once and then sleeps, logging to DIR/name; 0 once it is
+ * up (its first report read), -1 with e set. */
+static int test_spawn_sleeper(const char *name, struct launched *out, struct err *e)
+{
+    char log[128];
+    snprintf(log, sizeof log, "%s/%s", dir, name);
+    setenv("PROBE_SLEEP", "1", 1);
+    struct launch_rank lr = test_rank(log);
+    int rc = launcher_spawn(&lr, out, e);
+    unsetenv("PROBE_SLEEP");
+    if (rc == 0)
+        json_decref(test_read_report(out->report_fd));
+    return rc;
+}
+
 static void test_launcher_kills_only_real_orphans(void)
 {
     struct err e = {0};
-    char log[128];
-    snprintf(log, sizeof log, "%s/orphan.log", dir);
-    setenv("PROBE_SLEEP", "1", 1);
-    struct launch_rank lr = test_rank(log);
     struct launched out;
-    T_OK(launcher_spawn(&lr, &out, &e));
-    unsetenv("PROBE_SLEEP");
-    json_t *rep = test_read_report(out.report_fd); /* it is up */
-    json_decref(rep);
+    T_OK(test_spawn_sleeper("orphan.log", &out, &e));
     T_EQ_INT(launcher_kill_orphan(out.pid, "run-7", 2), 0); /* another rank's pid: no */
     T_EQ_INT(launcher_kill_orphan(out.pid, "run-8", 1), 0); /* another run: no */
     T_CHECK(kill(out.pid, 0) == 0);
@@ -137,14 +145,8 @@ static void test_launcher_kills_only_real_orphans(void)
 static void test_launcher_sees_stopped_rank(void)
 {
     struct err e = {0};
-    char log[128];
-    snprintf(log, sizeof log, "%s/stopped.log", dir);
-    setenv("PROBE_SLEEP", "1", 1);
-    struct launch_rank lr = test_rank(log);
     struct launched out;
-    T_OK(launcher_spawn(&lr, &out, &e));
-    unsetenv("PROBE_SLEEP");
-    json_decref(test_read_report(out.report_fd)); /* it is up */
+    T_OK(test_spawn_sleeper("stopped.log", &out, &e));
     T_CHECK(!launcher_is_stopped(out.pid));
     launcher_signal(out.pid, SIGSTOP);
     bool stopped = false;
