@@ -177,7 +177,7 @@ static void monitor_read_reports(struct active_run *r, struct run_rank *k)
             continue;
         if (n <= 0) {
             if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-                epoll_ctl(r->ctx->epfd, EPOLL_CTL_DEL, k->report_fd, NULL);
+                loop_watch_remove(r->ctx->loop, &k->wreport.lw);
                 close(k->report_fd);
                 k->report_fd = -1;
                 if (k->line.len > 0 && !k->bad_report[0])
@@ -335,7 +335,7 @@ static void monitor_settle(struct active_run *r, struct run_rank *k)
     k->settled = true;
     r->n_settled++;
     if (k->pidfd >= 0) {
-        epoll_ctl(r->ctx->epfd, EPOLL_CTL_DEL, k->pidfd, NULL);
+        loop_watch_remove(r->ctx->loop, &k->wexit.lw);
         close(k->pidfd);
         k->pidfd = -1;
     }
@@ -389,8 +389,10 @@ static void monitor_handle_line(struct active_run *r, struct run_rank *k, const 
         monitor_publish_status(r, DB_RUN_RUNNING, NULL, -1);
 }
 
-void monitor_handle_event(struct monitor_watch *w, uint32_t events)
+/* The loop's callback for a rank's pidfd or report pipe (ctx: its struct monitor_watch). */
+static void monitor_on_fd(void *ctx, uint32_t events)
 {
+    struct monitor_watch *w = ctx;
     struct active_run *r = w->run;
     struct run_rank *k = &r->ranks[w->rank];
     if (r->finished)
@@ -407,10 +409,7 @@ void monitor_handle_event(struct monitor_watch *w, uint32_t events)
 static int monitor_watch_fd(struct active_run *r, int fd, struct monitor_watch *w,
                             struct err *e)
 {
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
-    if (epoll_ctl(r->ctx->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
-        return err_errno(e, "epoll_ctl");
-    return 0;
+    return loop_watch_add(r->ctx->loop, &w->lw, fd, EPOLLIN, monitor_on_fd, w, e);
 }
 
 int monitor_slots_per_rank(const struct db_queued_run *q) { return spec_rank_slots(&q->spec); }
@@ -504,8 +503,8 @@ static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
         k->report_fd = k->pidfd = -1;
         k->said = ingest_rank_state(&r->ingest, i);
         buf_init(&k->line);
-        k->wreport = (struct monitor_watch){r, i, false};
-        k->wexit = (struct monitor_watch){r, i, true};
+        k->wreport = (struct monitor_watch){.run = r, .rank = i, .is_exit = false};
+        k->wexit = (struct monitor_watch){.run = r, .rank = i, .is_exit = true};
     }
     snprintf(r->ns, sizeof r->ns, "run-%lld", (long long)q->id);
     snprintf(r->dir, sizeof r->dir, "%s/runs/%lld", ctx->cfg->state_dir, (long long)q->id);
@@ -705,7 +704,7 @@ void monitor_tick(struct active_run *r, int64_t now_ms)
     } else if (r->stopping) {
         monitor_kill_stopped(r);
     }
-    /* A pidfd event can be missed only if epoll registration failed; reap anyway. */
+    /* A pidfd event can be missed only if its watch failed to register; reap anyway. */
     for (int i = 0; i < r->world_size && !r->finished; i++)
         monitor_rank_exited(r, &r->ranks[i]);
 }
@@ -721,11 +720,11 @@ void monitor_free_run(struct active_run *r)
     for (int i = 0; i < r->world_size; i++) {
         struct run_rank *k = &r->ranks[i];
         if (k->report_fd >= 0) {
-            epoll_ctl(r->ctx->epfd, EPOLL_CTL_DEL, k->report_fd, NULL);
+            loop_watch_remove(r->ctx->loop, &k->wreport.lw);
             close(k->report_fd);
         }
         if (k->pidfd >= 0) {
-            epoll_ctl(r->ctx->epfd, EPOLL_CTL_DEL, k->pidfd, NULL);
+            loop_watch_remove(r->ctx->loop, &k->wexit.lw);
             close(k->pidfd);
         }
         buf_free(&k->line);

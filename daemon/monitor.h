@@ -4,9 +4,9 @@
  * monitor frames the lines of each rank's pipe and hands each to ingest_line.
  *
  * Decision: the monitor owns no thread. Its file descriptors (each rank's report pipe
- * and pidfd) are registered in the scheduler's epoll set with a struct monitor_watch as
- * the event's data, and the scheduler's loop calls back here, so all run state is
- * touched by one thread and needs no locks. When a rank fails the others are stopped
+ * and pidfd) are watched on the scheduler's loop (daemon/loop.h) with a struct
+ * monitor_watch as the callback's context, so all run state is touched by one thread
+ * and needs no locks. When a rank fails the others are stopped
  * (SIGTERM, SIGKILL after a grace period) and, once every rank has exited, the failure
  * is attributed to the rank that caused it: a rank that died on its own outranks one
  * that exited with an error of its own, which outranks ranks that merely saw a peer go
@@ -19,6 +19,7 @@
 
 #include "daemon/config.h"
 #include "daemon/db.h"
+#include "daemon/loop.h"
 #include "daemon/events.h"
 #include "common/err.h"
 #include "daemon/gpu_slots.h"
@@ -29,13 +30,15 @@ struct monitor_ctx {
     struct store_server *store;   /* borrowed */
     struct events *events;        /* borrowed; live events for SSE streams */
     const struct config *cfg;     /* borrowed */
-    int epfd;                     /* the scheduler's epoll set */
+    struct loop *loop;            /* borrowed: the scheduler's loop, where a run's fds are
+                                     watched (callbacks run on its thread) */
 };
 
 struct active_run;
 
-/* What a fd registered by the monitor stands for; epoll_event.data.ptr points here. */
+/* What a fd watched by the monitor stands for: the loop calls back with it. */
 struct monitor_watch {
+    struct loop_watch lw; /* the loop's registration, removed before the fd closes */
     struct active_run *run;
     int rank;
     bool is_exit; /* pidfd (exit) or report pipe */
@@ -60,7 +63,6 @@ struct monitor_gpu {
 struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
                                      const struct db_queued_run *q, const int *cpus,
                                      const struct monitor_gpu *gpu, struct err *e);
-void monitor_handle_event(struct monitor_watch *w, uint32_t events);
 /* Deadline and SIGKILL escalation; call at least every few hundred ms. */
 void monitor_tick(struct active_run *r, int64_t now_ms);
 /* Stops the run (SIGTERM now, SIGKILL after the grace period) and records why, with

@@ -1,10 +1,10 @@
 /* scheduler: see scheduler.h.
  *
- * Decision: the scheduler runs on its own daemon/loop. The monitors register their fds
- * (report pipes, pidfds) in an epoll set of their own (monitor_ctx.epfd) that is one
- * watch of the loop, so the monitor keeps its epoll contract and every run's events are
- * still handled on the loop's thread; finished runs are freed only in the iteration hook,
- * after the whole batch, because later events of the batch may still point at them.
+ * Decision: the scheduler runs on its own daemon/loop, and the monitors watch their runs'
+ * fds (report pipes, pidfds) on that same loop, so every run's events are handled on the
+ * loop's thread; finished runs are freed only in the iteration hook, after the whole
+ * batch (a monitor removes its watches before closing, which also drops their events
+ * still pending in the batch).
  * Cancels are closures posted by the HTTP threads; scheduler_wake only sets a flag and
  * wakes the loop, which keeps it async-signal-safe. */
 #include "daemon/scheduler.h"
@@ -16,7 +16,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -30,7 +29,6 @@
 
 #define SCHED_TICK_MS 100       /* monitor deadlines and kill escalation */
 #define SCHED_POLL_MS 1000      /* the database is the queue: look at it this often too */
-#define SCHED_MAX_EVENTS 64
 #define SCHED_KEEPALIVE_MS 15000
 
 struct sched_active {
@@ -54,8 +52,6 @@ struct scheduler {
     struct db *db;
     struct monitor_ctx mctx;
     struct loop *loop;  /* owned */
-    int mon_epfd;       /* owned: the monitors' epoll set, watched by the loop */
-    struct loop_watch mon_watch;
     struct loop_timer tick, poll, keepalive;
     struct loop_call stop_call;
     atomic_bool wake_pending; /* set by scheduler_wake, taken by the loop */
@@ -319,17 +315,6 @@ int scheduler_cancel_runs(struct scheduler *s, const int64_t *ids, size_t n, str
     return 0;
 }
 
-/* The monitors' epoll set is readable: hand its events to their runs. */
-static void sched_on_monitor_fds(void *arg, uint32_t events)
-{
-    (void)events;
-    struct scheduler *s = arg;
-    struct epoll_event ev[SCHED_MAX_EVENTS];
-    int n = epoll_wait(s->mon_epfd, ev, SCHED_MAX_EVENTS, 0);
-    for (int i = 0; i < n; i++)
-        monitor_handle_event(ev[i].data.ptr, ev[i].events);
-}
-
 /* Only bounds the loop's sleep: the iteration hook ticks the monitors. */
 static void sched_on_tick(void *arg)
 {
@@ -381,17 +366,11 @@ static void sched_after_iteration(void *arg)
     }
 }
 
-/* The loop with its watch and timers, not started yet. */
+/* The loop with its timers, not started yet. */
 static int sched_open_loop(struct scheduler *s, struct err *e)
 {
     s->loop = loop_create("ddpb-sched", e);
     if (!s->loop)
-        return -1;
-    s->mon_epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (s->mon_epfd < 0)
-        return err_errno(e, "scheduler: epoll_create1");
-    if (loop_watch_add(s->loop, &s->mon_watch, s->mon_epfd, EPOLLIN, sched_on_monitor_fds, s,
-                       e) < 0)
         return -1;
     int64_t now = clock_mono_ms();
     if (loop_timer_start(s->loop, &s->poll, now, sched_on_poll, s) < 0 ||
@@ -413,7 +392,6 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
     }
     s->cfg = cfg;
     s->db = db;
-    s->mon_epfd = -1;
     pthread_mutex_init(&s->lock, NULL);
     s->nslots = cfg->cpu_slots;
     s->slot_used = calloc((size_t)s->nslots, sizeof *s->slot_used);
@@ -432,7 +410,7 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
     if (sched_open_loop(s, e) < 0)
         goto fail;
     s->mctx = (struct monitor_ctx){
-        .db = db, .store = store, .events = events, .cfg = cfg, .epfd = s->mon_epfd};
+        .db = db, .store = store, .events = events, .cfg = cfg, .loop = s->loop};
     sched_publish_stats(s);
     if (loop_start(s->loop, sched_after_iteration, s, e) < 0)
         goto fail;
@@ -450,8 +428,6 @@ void scheduler_destroy(struct scheduler *s)
     if (s->loop && loop_post(s->loop, &s->stop_call, sched_begin_stop, s, NULL) == 0)
         loop_wait(s->loop); /* until the active runs ended and the hook stopped it */
     loop_destroy(s->loop); /* forgets our timers and watch, which die with s */
-    if (s->mon_epfd >= 0)
-        close(s->mon_epfd);
     free(s->active);
     free(s->slot_used);
     free(s->slot_cpu);
