@@ -64,8 +64,24 @@ static struct addrinfo *net_resolve(const char *host, int port, bool passive, st
     return res;
 }
 
+/* The kernel's cap on a listen backlog (net.core.somaxconn): listen(2) silently cuts a
+ * larger request down to it, so asking for it is asking for the most we can get. */
+static int net_backlog_max(void)
+{
+    int v = 0;
+    FILE *f = fopen("/proc/sys/net/core/somaxconn", "r");
+    if (f) {
+        if (fscanf(f, "%d", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v > 0 ? v : SOMAXCONN;
+}
+
 int net_listen(const char *host, int port, int backlog, struct err *e)
 {
+    if (backlog <= 0)
+        backlog = net_backlog_max();
     struct addrinfo *res = net_resolve(host, port, true, e);
     if (!res)
         return -1;

@@ -21,7 +21,9 @@
 int net_split_hostport(const char *s, char *host, size_t hostlen, int *port, bool allow_zero,
                        struct err *e);
 /* Listening socket bound to host:port (port 0 = ephemeral). Returns the fd (caller
- * owns it) or -1. SO_REUSEADDR, close-on-exec, blocking. */
+ * owns it) or -1. SO_REUSEADDR, close-on-exec, blocking. backlog <= 0 asks for the
+ * system's maximum (net.core.somaxconn): a server thousands of clients dial at once
+ * needs it, since a full accept queue drops SYNs and the client retries only after 1 s. */
 int net_listen(const char *host, int port, int backlog, struct err *e);
 /* Port a bound socket listens on, -1 on error. */
 int net_local_port(int fd);

@@ -94,6 +94,20 @@ static int daemon_recover(struct daemon *d, struct err *e)
     return 0;
 }
 
+/* Every rank holds a store connection (and its pipes), so the open-file limit caps the
+ * world the store can gather: raise the soft limit to the hard one, and say so when even
+ * that is short of a large world (deploy/systemd/ddpbenchd.service sets 65536). */
+#define DAEMON_NOFILE_WANT 16384 /* an 8,192-rank barrier, with room for everything else */
+static void daemon_check_nofile(void)
+{
+    long nofile = net_raise_nofile();
+    if (nofile >= 0 && nofile < DAEMON_NOFILE_WANT)
+        log_warn("open files are limited to %ld (the hard limit): the store cannot gather "
+                 "that many ranks at once; raise it (ulimit -Hn, LimitNOFILE=) for larger "
+                 "worlds",
+                 nofile);
+}
+
 static int daemon_start(struct daemon *d, struct err *e)
 {
     char path[PATH_MAX];
@@ -157,7 +171,7 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* inherited by every thread */
     signal(SIGPIPE, SIG_IGN);
-    net_raise_nofile();
+    daemon_check_nofile();
 
     if (daemon_start(&d, &e) < 0) {
         log_error("cannot start: %s", e.msg);

@@ -30,7 +30,6 @@
 #include "daemon/store/keys.h"
 
 #define STORE_ACCEPT_PAUSE_MS 100
-#define STORE_ACCEPT_BATCH 256 /* connections taken per readiness event */
 
 /* ---- accepting ------------------------------------------------------------------- */
 
@@ -73,12 +72,16 @@ static void store_accept_shed(struct store_server *s, int64_t now)
         store_accept_pause(s, now);
 }
 
+/* Takes every pending connection (until EAGAIN): a world of thousands of ranks dials in
+ * at once, and each connection left in the queue is one fewer slot for the SYNs still
+ * coming; a connection costs only an accept and an epoll registration here, its
+ * requests are served by the following iterations. */
 static void store_on_listen(void *arg, uint32_t events)
 {
     (void)events;
     struct store_server *s = arg;
     int64_t now = clock_mono_ms();
-    for (int i = 0; i < STORE_ACCEPT_BATCH; i++) {
+    for (;;) {
         int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED || errno == EPROTO)
@@ -181,7 +184,7 @@ static void store_close_fds(struct store_server *s)
 
 static int store_open_fds(struct store_server *s, const char *host, int port, struct err *e)
 {
-    s->lfd = net_listen(host, port, 1024, e);
+    s->lfd = net_listen(host, port, 0, e); /* 0: somaxconn; a world dials in at once */
     if (s->lfd < 0)
         return err_prefix(e, "store server");
     net_set_nonblock(s->lfd, true);
