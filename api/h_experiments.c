@@ -20,6 +20,11 @@
 
 static const char *const h_no_args[] = {NULL};
 
+/* Runs per experiment reply unless ?runs_limit= says otherwise: a sweep has up to
+ * SPEC_MAX_RUNS (1,024) runs, and a reply that always carried them all cost every
+ * client (and the list-then-open dashboard) the largest experiment's size. */
+#define H_RUNS_PAGE 100
+
 /* A device "cuda" point must fit on this node's GPUs (gpu_slots_plan with all of them
  * free): ERR_CONFLICT naming "device" (no GPU) or "world_size" (more ranks than GPUs
  * without emulate_multi_rank). */
@@ -147,7 +152,7 @@ int h_experiments_create(struct api_ctx *ctx, const struct api_request *req,
     int rc = -1;
     if (runs && h_check_slots(ctx, runs, e) == 0 && h_store_experiment(ctx, spec, runs, &id, e) == 0) {
         scheduler_wake(ctx->sched);
-        rep->json = db_get_experiment(ctx->db, id, e);
+        rep->json = db_get_experiment_page(ctx->db, id, H_RUNS_PAGE, 0, e);
         rep->status = 201;
         snprintf(rep->location, sizeof rep->location, "/v1/experiments/%lld", (long long)id);
         rc = rep->json ? 0 : -1;
@@ -227,9 +232,13 @@ int h_experiments_list(struct api_ctx *ctx, const struct api_request *req,
 int h_experiments_get(struct api_ctx *ctx, const struct api_request *req,
                       struct api_reply *rep, struct err *e)
 {
-    if (api_query_check(req, h_no_args, e) < 0)
+    static const char *const args[] = {"runs_limit", "runs_offset", NULL};
+    int64_t limit, offset;
+    if (api_query_check(req, args, e) < 0 ||
+        api_query_int(req, "runs_limit", 1, SPEC_MAX_RUNS, H_RUNS_PAGE, &limit, e) < 0 ||
+        api_query_int(req, "runs_offset", 0, SPEC_MAX_RUNS, 0, &offset, e) < 0)
         return -1;
-    rep->json = db_get_experiment(ctx->db, req->ids[0], e);
+    rep->json = db_get_experiment_page(ctx->db, req->ids[0], limit, offset, e);
     return rep->json ? 0 : -1;
 }
 
@@ -275,7 +284,7 @@ int h_experiments_cancel(struct api_ctx *ctx, const struct api_request *req,
     if (api_query_check(req, h_no_args, e) < 0 || h_cancel(ctx, req->ids[0], 0, e) < 0)
         return -1;
     rep->status = 202; /* active runs stop within the kill grace period */
-    rep->json = db_get_experiment(ctx->db, req->ids[0], e);
+    rep->json = db_get_experiment_page(ctx->db, req->ids[0], H_RUNS_PAGE, 0, e);
     return rep->json ? 0 : -1;
 }
 

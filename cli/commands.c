@@ -122,6 +122,14 @@ static json_t *cmd_get(struct cli *cli, const char *prefix, int64_t id, struct e
     return client_json(&cli->client, "GET", path, e);
 }
 
+/* GET an experiment with every run. */
+static json_t *cmd_get_experiment(struct cli *cli, int64_t id, struct err *e)
+{
+    char path[96];
+    watch_experiment_path(path, sizeof path, id);
+    return client_json(&cli->client, "GET", path, e);
+}
+
 static json_t *cmd_get_results(struct cli *cli, int64_t id, struct err *e)
 {
     char *path = cmd_results_path(cli, id, NULL);
@@ -177,7 +185,7 @@ static int cmd_read_spec(struct cli *cli, struct buf *spec)
 static int cmd_watch_report(struct cli *cli, int64_t id, const char *status)
 {
     struct err e = {0};
-    json_t *exp = cmd_get(cli, "/v1/experiments/", id, &e);
+    json_t *exp = cmd_get_experiment(cli, id, &e);
     json_t *res = exp ? cmd_get_results(cli, id, &e) : NULL;
     if (!res) {
         json_decref(exp);
@@ -220,9 +228,9 @@ static int cmd_watch(struct cli *cli, const json_t *created)
     FILE *disp = cli->args.json ? cli->err : cli->out;
     bool tty = isatty(fileno(disp));
     if (!cli->args.json)
-        fprintf(disp, "experiment %lld submitted: %zu run%s\n", (long long)id,
-                json_array_size(json_object_get(created, "runs")),
-                json_array_size(json_object_get(created, "runs")) == 1 ? "" : "s");
+        fprintf(disp, "experiment %lld submitted: %lld run%s\n", (long long)id,
+                (long long)json_integer_value(json_object_get(created, "n_runs")),
+                json_integer_value(json_object_get(created, "n_runs")) == 1 ? "" : "s");
     fflush(disp); /* scripts reading a pipe learn the id before the experiment ends */
     struct watch w;
     watch_init(&w, &cli->client, id, disp, tty, cli->args.timeout_s);
@@ -297,7 +305,7 @@ static int cmd_show(struct cli *cli)
 {
     struct err e = {0};
     int64_t id = cli->args.ids[0];
-    json_t *exp = cmd_get(cli, "/v1/experiments/", id, &e);
+    json_t *exp = cmd_get_experiment(cli, id, &e);
     json_t *res = exp ? cmd_get_results(cli, id, &e) : NULL;
     if (!res) {
         json_decref(exp);
@@ -360,7 +368,7 @@ static int cmd_compare_fetch(struct cli *cli, json_t *exps, json_t *tables, stru
 {
     for (size_t i = 0; i < cli->args.nids; i++) {
         json_t *exp = cli->args.json ? json_null()
-                                     : cmd_get(cli, "/v1/experiments/", cli->args.ids[i], e);
+                                     : cmd_get_experiment(cli, cli->args.ids[i], e);
         json_t *t = exp ? cmd_get_results(cli, cli->args.ids[i], e) : NULL;
         if (!t) {
             json_decref(exp);

@@ -10,8 +10,14 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/spec.h"
 
 static const char *const watch_final[] = {"succeeded", "failed", "cancelled", "interrupted"};
+
+void watch_experiment_path(char *out, size_t cap, int64_t id)
+{
+    snprintf(out, cap, "/v1/experiments/%lld?runs_limit=%d", (long long)id, SPEC_MAX_RUNS);
+}
 
 bool watch_is_final(const char *status)
 {
@@ -267,8 +273,8 @@ static void watch_sleep_ms(int ms)
 /* GET the experiment. 1: got it; 0: no answer (yet); -1: refused (4xx), stop. */
 static int watch_poll(struct watch *w, int64_t *unreachable_since_ms, struct err *e)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/v1/experiments/%lld", (long long)w->st.id);
+    char path[96];
+    watch_experiment_path(path, sizeof path, w->st.id);
     json_t *exp = client_json(w->client, "GET", path, e);
     if (!exp && cli_exit_for_http(w->client->status) == CLI_EXIT_REFUSED)
         return -1;

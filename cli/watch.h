@@ -53,6 +53,9 @@ size_t watch_runs_done(const struct watch_state *w);
 /* The progress line: "[#####.....] 2/3 runs  run 14 running  45%  phase". */
 void watch_bar(const struct watch_state *w, char *out, size_t cap, int width);
 bool watch_is_final(const char *status);
+/* The GET path of experiment id with all its runs: the daemon pages them (100 by
+ * default), and an experiment has at most SPEC_MAX_RUNS, which one page may ask for. */
+void watch_experiment_path(char *out, size_t cap, int64_t id);
 
 /* Live following; what it prints goes to f (a bar when tty, else lines). */
 struct watch {

@@ -12,6 +12,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/spec.h"
 #include "daemon/db_rows.h"
 #include "daemon/migrations.h"
 
@@ -533,7 +534,9 @@ static const char SQL_GET_EXPERIMENT[] =
 static const char SQL_EXPERIMENT_RUNS[] =
     "SELECT id, point, params, world_size, status, progress, created_at, started_at, "
     "finished_at, finished_at - started_at AS duration_s, error, error_rank "
-    "FROM runs WHERE experiment_id = ?1 ORDER BY point";
+    "FROM runs WHERE experiment_id = ?1 ORDER BY point LIMIT ?2 OFFSET ?3";
+static const char SQL_COUNT_EXPERIMENT_RUNS[] =
+    "SELECT count(*) AS total FROM runs WHERE experiment_id = ?1";
 
 static void db_bind_filter(sqlite3_stmt *st, const struct db_experiment_filter *f)
 {
@@ -579,7 +582,35 @@ done:
     return out;
 }
 
-json_t *db_get_experiment(struct db *db, int64_t id, struct err *e)
+/* Sets exp's "runs" to its page and the page's figures. Returns 0 or -1 with e set. */
+static int db_attach_runs_page(struct db_conn *c, json_t *exp, int64_t id, int64_t limit,
+                               int64_t offset, struct err *e)
+{
+    sqlite3_stmt *st = db_stmt(c, SQL_COUNT_EXPERIMENT_RUNS, e);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, id);
+    json_t *total = db_one_json(c, st, "count", 0, e);
+    if (!total || !(st = db_stmt(c, SQL_EXPERIMENT_RUNS, e))) {
+        json_decref(total);
+        return -1;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, limit);
+    sqlite3_bind_int64(st, 3, offset);
+    json_t *runs = db_rows_json(c, st, e);
+    if (runs) {
+        json_object_set_new(exp, "runs", runs);
+        json_object_set(exp, "runs_total", json_object_get(total, "total"));
+        json_object_set_new(exp, "runs_limit", json_integer(limit));
+        json_object_set_new(exp, "runs_offset", json_integer(offset));
+    }
+    json_decref(total);
+    return runs ? 0 : -1;
+}
+
+json_t *db_get_experiment_page(struct db *db, int64_t id, int64_t runs_limit,
+                               int64_t runs_offset, struct err *e)
 {
     struct db_conn *c = db_reader_acquire(db);
     json_t *exp = NULL;
@@ -588,19 +619,18 @@ json_t *db_get_experiment(struct db *db, int64_t id, struct err *e)
         goto done;
     sqlite3_bind_int64(st, 1, id);
     exp = db_one_json(c, st, "experiment", id, e);
-    if (!exp)
-        goto done;
-    st = db_stmt(c, SQL_EXPERIMENT_RUNS, e);
-    json_t *runs = st ? (sqlite3_bind_int64(st, 1, id), db_rows_json(c, st, e)) : NULL;
-    if (!runs) {
+    if (exp && db_attach_runs_page(c, exp, id, runs_limit, runs_offset, e) < 0) {
         json_decref(exp);
         exp = NULL;
-        goto done;
     }
-    json_object_set_new(exp, "runs", runs);
 done:
     db_reader_release(db, c);
     return exp;
+}
+
+json_t *db_get_experiment(struct db *db, int64_t id, struct err *e)
+{
+    return db_get_experiment_page(db, id, SPEC_MAX_RUNS, 0, e);
 }
 
 /* --- runs ------------------------------------------------------------------------------ */

@@ -62,7 +62,13 @@ struct db_experiment_filter {
 /* {"items": [experiment...], "total": N, "limit": L, "offset": O}, newest first. */
 json_t *db_list_experiments(struct db *db, const struct db_experiment_filter *f,
                             struct err *e);
-/* The experiment with "spec" and "runs" (each run without its results). ERR_NOT_FOUND. */
+/* The experiment with "spec" and a page of its "runs" (each run without its results,
+ * ordered by point): at most runs_limit from runs_offset, with "runs_total",
+ * "runs_limit" and "runs_offset" beside them, so a client knows what it has not seen.
+ * Returns owned JSON, or NULL with ERR_NOT_FOUND. */
+json_t *db_get_experiment_page(struct db *db, int64_t id, int64_t runs_limit,
+                               int64_t runs_offset, struct err *e);
+/* The same with every run (runs_limit SPEC_MAX_RUNS, the most an experiment has). */
 json_t *db_get_experiment(struct db *db, int64_t id, struct err *e);
 /* The run with "spec", "params", "ranks", "collectives", "epochs", "env". ERR_NOT_FOUND. */
 json_t *db_get_run(struct db *db, int64_t id, struct err *e);

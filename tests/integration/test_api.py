@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """REST API contract: validation errors name their field (400), oversized bodies are 413
 before the body is read, unknown ids 404 (and a rank a run lacks), wrong methods 405,
-listing filters and pages, health, the spec schema, the static files that cannot be
-escaped, and connections that never complete a request head (garbage, a trickle) cut off
-without harming event streams or keep-alive."""
+listing filters and pages, the pages of an experiment's runs, health, the spec schema,
+the static files that cannot be escaped, and connections that never complete a request
+head (garbage, a trickle) cut off without harming event streams or keep-alive."""
 import http.client
 import json
 import re
@@ -249,6 +249,30 @@ def test_slow_head_is_cut_off_but_streams_and_keepalive_live():
     sse.close()
 
 
+def test_experiment_runs_paged():
+    n = 250  # more than the default page of 100: 50 seeds x 5 repeat counts
+    created = D.submit(dict(TINY, name="paged",
+                            sweep={"seed": list(range(50)), "repeats": [1, 2, 3, 4, 5]}))
+    eid = created["id"]
+    D.request("POST", f"/v1/experiments/{eid}/cancel")
+    check(len(created["runs"]) == 100 and created["runs_total"] == n, "201 carries page 1")
+    check((created["runs_limit"], created["runs_offset"]) == (100, 0), created["runs_limit"])
+    first = D.get(f"/v1/experiments/{eid}")
+    check([r["point"] for r in first["runs"]] == list(range(100)), "default page, point order")
+    check(first["runs_total"] == n == first["n_runs"], first["runs_total"])
+    every = D.get(f"/v1/experiments/{eid}?runs_limit=1024")
+    check([r["point"] for r in every["runs"]] == list(range(n)), "runs_limit=1024: all")
+    check([r["id"] for r in every["runs"][:100]] == [r["id"] for r in first["runs"]],
+          "a page is a slice of the whole")
+    tail = D.get(f"/v1/experiments/{eid}?runs_limit=100&runs_offset=200")
+    check([r["point"] for r in tail["runs"]] == list(range(200, n)), "last page is short")
+    check((tail["runs_limit"], tail["runs_offset"], tail["runs_total"]) == (100, 200, n), tail)
+    check(D.get(f"/v1/experiments/{eid}?runs_offset={n}")["runs"] == [], "past the end: empty")
+    for bad in ("runs_limit=0", "runs_limit=1025", "runs_limit=abc", "runs_offset=-1"):
+        expect_error("GET", f"/v1/experiments/{eid}?{bad}", 400, "invalid", bad.split("=")[0])
+    expect_error("GET", f"/v1/experiments/{eid}?limit=5", 400, "invalid", "limit")
+
+
 def test_health_and_schema():
     h = D.get("/healthz")
     check(h["status"] == "ok" and h["slots"]["total"] >= 1 and h["store"]["port"] > 0, h)
@@ -290,6 +314,7 @@ def main():
             test_steps_of_a_rank_the_run_lacks,
             test_garbage_is_cut_off_quickly,
             test_slow_head_is_cut_off_but_streams_and_keepalive_live,
+            test_experiment_runs_paged,
             test_health_and_schema,
             test_static_files_stay_inside_web,
         ])

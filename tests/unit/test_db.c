@@ -1,7 +1,7 @@
 /* Unit tests for daemon/db: migrations, the experiment/run life cycle, the experiment
  * status that follows its runs, queue order, results round trip, an epoch's unmeasured
- * train figures stored and served as null, restart repair, and a database from a newer
- * ddpbenchd being refused. */
+ * train figures stored and served as null, restart repair, a database from a newer
+ * ddpbenchd being refused, and the pages of an experiment's runs. */
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -278,6 +278,51 @@ static void test_db_list_filters_and_paging(void)
     T_EQ_INT(json_integer_value(json_object_get(page, "total")), 5);
     json_decref(page);
     T_EQ_INT(db_count_runs(db, DB_RUN_QUEUED), 5);
+    test_db_cleanup(db);
+}
+
+/* GET /v1/experiments/ID's runs come in pages: in point order, runs_total always the
+ * whole count, an offset past the end an empty page, and every run of an experiment
+ * from db_get_experiment. */
+static void test_db_experiment_runs_paged(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    enum { N = 7 };
+    struct db_new_run runs[N];
+    for (int i = 0; i < N; i++)
+        runs[i] = (struct db_new_run){"{}", "{\"world_size\":1}", 1};
+    int64_t id = 0;
+    T_OK(db_create_experiment(db, "paged", "collective", "{\"workload\":\"collective\"}", runs,
+                              N, &id, &e));
+    json_t *all = db_get_experiment(db, id, &e);
+    T_EQ_INT(json_array_size(json_object_get(all, "runs")), N);
+    T_EQ_INT(json_integer_value(json_object_get(all, "runs_total")), N);
+    T_EQ_INT(json_integer_value(json_object_get(all, "runs_offset")), 0);
+    struct { int64_t limit, offset; size_t want; } pages[] = {
+        {3, 0, 3}, {3, 3, 3}, {3, 6, 1}, {3, 7, 0}, {100, 0, N}, {1, 4, 1},
+    };
+    for (size_t p = 0; p < sizeof pages / sizeof *pages; p++) {
+        json_t *exp = db_get_experiment_page(db, id, pages[p].limit, pages[p].offset, &e);
+        T_CHECK(exp != NULL);
+        json_t *got = json_object_get(exp, "runs");
+        T_EQ_INT(json_array_size(got), pages[p].want);
+        T_EQ_INT(json_integer_value(json_object_get(exp, "runs_total")), N);
+        T_EQ_INT(json_integer_value(json_object_get(exp, "runs_limit")), pages[p].limit);
+        T_EQ_INT(json_integer_value(json_object_get(exp, "runs_offset")), pages[p].offset);
+        for (size_t k = 0; k < json_array_size(got); k++) {
+            json_t *r = json_array_get(got, k);
+            T_EQ_INT(json_integer_value(json_object_get(r, "point")),
+                     pages[p].offset + (int64_t)k);
+            T_CHECK(json_equal(r, json_array_get(json_object_get(all, "runs"),
+                                                 (size_t)pages[p].offset + k)));
+        }
+        json_decref(exp);
+    }
+    json_decref(all);
+    T_CHECK(db_get_experiment_page(db, id + 1, 10, 0, &e) == NULL);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
     test_db_cleanup(db);
 }
 
@@ -679,6 +724,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_results_roundtrip);
     TEST_RUN(test_db_reader_checks_aliases);
     TEST_RUN(test_db_list_filters_and_paging);
+    TEST_RUN(test_db_experiment_runs_paged);
     TEST_RUN(test_db_recover_and_reopen);
     TEST_RUN(test_db_experiment_summary);
     TEST_RUN(test_db_refuses_newer_schema);

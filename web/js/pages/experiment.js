@@ -10,8 +10,13 @@
 import { api, el, fmtAge, fmtDuration, fmtNum, statusBadge, dataTable, downloadButtons, errorBox, mapLimit, announce, TERMINAL } from '../util.js';
 import { collectiveCharts, trainingCharts, epochCharts, stragglers, mainColumns, COLUMN_FORMAT, describeRun } from '../figures.js';
 
+// The daemon pages an experiment's runs (100 by default); this page shows them all, and an
+// experiment has at most 1,024 (the sweep limit), which one page may ask for.
+const ALL_RUNS = 'runs_limit=1024';
+
 export async function renderExperiment(main, id, query) {
-  let exp = await api(`/v1/experiments/${id}`);
+  const expPath = `/v1/experiments/${id}?${ALL_RUNS}`;
+  let exp = await api(expPath);
   let table = null, allCols = query.get('all') === '1', groupBy = query.get('group_by') || '';
   let refreshing = false, again = false, timer = null, lastRefresh = 0, stepsRun = null;
   const selected = new Set();
@@ -63,7 +68,7 @@ export async function renderExperiment(main, id, query) {
   }
 
   async function cancel() {
-    try { exp = await api(`/v1/experiments/${id}/cancel`, { method: 'POST' }); drawHeader(); drawRuns(); }
+    try { await api(`/v1/experiments/${id}/cancel`, { method: 'POST' }); exp = await api(expPath); drawHeader(); drawRuns(); }
     catch (e) { failures.prepend(errorBox('Cancel failed', e)); }
   }
 
@@ -156,7 +161,7 @@ export async function renderExperiment(main, id, query) {
     Object.assign(r, { status: d.status, error: d.error || r.error || null, error_rank: d.error_rank !== undefined ? d.error_rank : r.error_rank });
     if (TERMINAL.includes(d.status)) {
       // duration and final progress are the API's: refetch the experiment
-      api(`/v1/experiments/${id}`).then((x) => { exp = x; drawHeader(); drawRuns(); }).catch(() => {});
+      api(expPath).then((x) => { exp = x; drawHeader(); drawRuns(); }).catch(() => {});
       refreshSoon(0);
       announce(`Run ${r.id} ${d.status}`);
     }
@@ -174,7 +179,7 @@ export async function renderExperiment(main, id, query) {
   es.addEventListener('experiment', (ev) => {
     const d = JSON.parse(ev.data);
     exp.status = d.status; exp.runs_finished = d.runs_finished;
-    if (TERMINAL.includes(d.status)) api(`/v1/experiments/${id}`).then((x) => { exp = x; drawHeader(); drawRuns(); refreshSoon(0); }).catch(() => {});
+    if (TERMINAL.includes(d.status)) api(expPath).then((x) => { exp = x; drawHeader(); drawRuns(); refreshSoon(0); }).catch(() => {});
     drawHeader();
     announce(`Experiment ${d.status}`);
   });
