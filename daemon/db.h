@@ -59,9 +59,10 @@ struct db_experiment_filter {
     int64_t limit;        /* 1..1000 */
     int64_t offset;       /* >= 0 */
 };
-/* {"items": [experiment...], "total": N, "limit": L, "offset": O}, newest first. */
-json_t *db_list_experiments(struct db *db, const struct db_experiment_filter *f,
-                            struct err *e);
+/* {"items": [experiment...], "total": N, "limit": L, "offset": O}, newest first, as
+ * compact JSON text (owned, free()), built by SQLite: the list is the most polled reply
+ * and its rows are sent as they are stored. */
+char *db_list_experiments(struct db *db, const struct db_experiment_filter *f, struct err *e);
 /* The experiment with "spec" and a page of its "runs" (each run without its results,
  * ordered by point): at most runs_limit from runs_offset, with "runs_total",
  * "runs_limit" and "runs_offset" beside them, so a client knows what it has not seen.

@@ -1,13 +1,22 @@
 #!/usr/bin/env python3
 """Benchmark (not a test): ddpbenchd's REST API under wrk with 10,000 runs stored.
 
-Starts the release build's ddpbenchd on a fresh state directory, stores 10 experiments
-of 1,000 runs each (a sweep of seed x repeats; cancelled as soon as they are submitted,
-so nothing runs and every run row is real), then drives each endpoint with wrk for a
-fixed time and prints requests/s and latency percentiles as a Markdown table.
+Starts the release build's ddpbenchd on a fresh state directory and builds the database
+through the real API: 1,000 experiments of 10 runs each (a sweep over 10 seeds, each
+experiment cancelled as soon as it is submitted, so nothing runs and every row is what a
+submission stores; about 3 s). Then drives each endpoint with wrk (-t2, CONNECTIONS
+connections) for SECONDS, ROUNDS rounds, and prints a Markdown table: the median round of
+each endpoint (by requests/s) with its latency percentiles, and the daemon's CPU time per
+request (user + system from /proc/PID/stat over the round, divided by the requests wrk
+counted), which a loaded machine disturbs far less than requests/s or p99.
+
+With DDPB_BASE_BUILD_DIR set (another build, e.g. of main), a second daemon from that
+build gets its own identical database and every round measures both, endpoint by
+endpoint, alternating which goes first: a before/after in one run.
 
     deploy/install-deps.sh --bench && ninja -C build && \\
-        flock /tmp/ddpb-bench.lock python3 tests/bench/bench_api.py [SECONDS] [CONNECTIONS]
+        flock /tmp/ddpb-bench.lock python3 tests/bench/bench_api.py [SECONDS] [CONNECTIONS] \\
+            [ROUNDS] [EXPERIMENTS] [RUNS_PER_EXPERIMENT]
 """
 import json
 import os
@@ -20,20 +29,22 @@ import time
 import urllib.request
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-DAEMON = os.path.join(ROOT, os.environ.get("DDPB_BUILD_DIR", "build"), "daemon", "ddpbenchd")
+BUILDS = {"this": os.environ.get("DDPB_BUILD_DIR", "build")}
+if os.environ.get("DDPB_BASE_BUILD_DIR"):
+    BUILDS["base"] = os.environ["DDPB_BASE_BUILD_DIR"]
 
 
 def call(url, method="GET", body=None):
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method)
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
         return json.load(r)
 
 
-def populate(url, experiments=10):
+def populate(url, experiments, runs_each):
     spec = {"workload": "collective", "world_size": 1, "min_bytes": "8", "max_bytes": "8",
-            "iters": 1, "warmup": 0,
-            "sweep": {"seed": list(range(50)), "repeats": list(range(1, 21))}}
+            "iters": 1, "warmup": 0, "sweep": {"seed": list(range(runs_each))}}
     ids = []
     t0 = time.time()
     for i in range(experiments):
@@ -45,48 +56,86 @@ def populate(url, experiments=10):
     return ids, time.time() - t0
 
 
-def wrk(url, seconds, conns):
+def cpu_ticks(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def wrk(url, seconds, conns, pid):
+    t0 = cpu_ticks(pid)
     out = subprocess.run(["wrk", "-t2", f"-c{conns}", f"-d{seconds}s", "--latency", url],
                          capture_output=True, text=True, check=True).stdout
+    ticks = cpu_ticks(pid) - t0
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
     lat = dict(re.findall(r"^\s+(50|90|99)%\s+(\S+)", out, re.M))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return rps, lat, int(errors.group(1)) if errors else 0
+    cpu_us = ticks / os.sysconf("SC_CLK_TCK") * 1e6 / max(total, 1)
+    return {"rps": rps, "lat": lat, "bad": int(errors.group(1)) if errors else 0,
+            "cpu_us": cpu_us}
 
 
-def main(seconds=10, conns=16):
+def start(build, experiments, runs_each):
+    """A daemon of `build` with its database built; returns (process, url, state, ids, s)."""
     state = tempfile.mkdtemp(prefix="ddpb-bench-api-")
     env = dict(os.environ, MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_="4294967296")
-    proc = subprocess.Popen([DAEMON, "--port", "0", "--state-dir", state, "--cpu-slots", "1",
-                             "--log-level", "warn"], env=env, stdout=subprocess.DEVNULL)
+    daemon = os.path.join(ROOT, build, "daemon", "ddpbenchd")
+    proc = subprocess.Popen([daemon, "--port", "0", "--store-port", "0", "--state-dir", state,
+                             "--cpu-slots", "1", "--log-level", "warn"], env=env,
+                            stdout=subprocess.DEVNULL)
+    for _ in range(100):
+        if os.path.exists(f"{state}/ddpbenchd.json"):
+            break
+        time.sleep(0.05)
+    info = json.load(open(f"{state}/ddpbenchd.json"))
+    url = f"http://127.0.0.1:{info['http_port']}"
+    ids, took = populate(url, experiments, runs_each)
+    return proc, url, state, ids, took
+
+
+def main(seconds=10, conns=32, rounds=3, experiments=1000, runs_each=10):
+    daemons = {}
     try:
-        for _ in range(100):
-            if os.path.exists(f"{state}/ddpbenchd.json"):
-                break
-            time.sleep(0.05)
-        info = json.load(open(f"{state}/ddpbenchd.json"))
-        url = f"http://127.0.0.1:{info['http_port']}"
-        ids, took = populate(url)
-        runs = sum(len(call(f"{url}/v1/experiments/{i}")["runs"]) for i in ids)
-        run_id = call(f"{url}/v1/experiments/{ids[3]}")["runs"][500]["id"]
-        print(f"stored {runs} runs in {len(ids)} experiments in {took:.1f}s; wrk -t2 -c{conns} "
-              f"-d{seconds}s per endpoint")
+        for name, build in BUILDS.items():
+            daemons[name] = start(build, experiments, runs_each)
+        _, url, _, ids, took = daemons["this"]
+        run_id = call(f"{url}/v1/experiments/{ids[0]}")["runs"][0]["id"]
+        mid = ids[len(ids) // 2]
+        print(f"stored {experiments * runs_each:,} runs in {len(ids):,} experiments through the "
+              f"API in {took:.1f}s per daemon; wrk -t2 -c{conns} -d{seconds}s per endpoint, "
+              f"{rounds} rounds, builds {BUILDS}")
         print()
-        print("| endpoint | requests/s | p50 | p90 | p99 | non-2xx |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for name, path in (("list (50 per page)", "/v1/experiments?limit=50"),
-                           ("list filtered", "/v1/experiments?status=cancelled&name=bench-7"),
-                           ("get experiment (1,000 runs)", f"/v1/experiments/{ids[3]}"),
-                           ("get run", f"/v1/runs/{run_id}"),
-                           ("healthz", "/healthz")):
-            rps, lat, bad = wrk(url + path, seconds, conns)
-            print(f"| {name} `{path}` | {rps:,.0f} | {lat.get('50')} | {lat.get('90')} | "
-                  f"{lat.get('99')} | {bad} |")
+        endpoints = (("list (20 per page)", "/v1/experiments?limit=20"),
+                     ("list (50 per page)", "/v1/experiments?limit=50"),
+                     ("list filtered", "/v1/experiments?status=cancelled&name=bench-7"),
+                     ("get experiment (10 runs)", f"/v1/experiments/{mid}"),
+                     ("get run", f"/v1/runs/{run_id}"),
+                     ("healthz", "/healthz"))
+        got = {(d, path): [] for d in daemons for _, path in endpoints}
+        for r in range(rounds):
+            order = list(daemons) if r % 2 == 0 else list(reversed(daemons))
+            for _, path in endpoints:
+                for d in order:
+                    proc, durl = daemons[d][0], daemons[d][1]
+                    got[(d, path)].append(wrk(durl + path, seconds, conns, proc.pid))
+        print("| build | endpoint | requests/s (median round) | p50 | p90 | p99 | "
+              "daemon CPU µs/request | non-2xx | requests/s of each round |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+        for name, path in endpoints:
+            for d in daemons:
+                res = sorted(got[(d, path)], key=lambda x: x["rps"])
+                m = res[len(res) // 2]
+                cpu = sorted(x["cpu_us"] for x in res)[len(res) // 2]
+                each = " / ".join(f"{x['rps']:,.0f}" for x in got[(d, path)])
+                print(f"| {d} | {name} `{path}` | {m['rps']:,.0f} | {m['lat'].get('50')} | "
+                      f"{m['lat'].get('90')} | {m['lat'].get('99')} | {cpu:.0f} | "
+                      f"{sum(x['bad'] for x in res)} | {each} |")
     finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(state, ignore_errors=True)
+        for proc, _, state, _, _ in daemons.values():
+            proc.terminate()
+            proc.wait(30)
+            shutil.rmtree(state, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:3]))
+    main(*(int(a) for a in sys.argv[1:6]))

@@ -1,7 +1,8 @@
 /* Unit tests for daemon/db: migrations, the experiment/run life cycle, the experiment
  * status that follows its runs, queue order, results round trip, an epoch's unmeasured
  * train figures stored and served as null, restart repair, a database from a newer
- * ddpbenchd being refused, and the pages of an experiment's runs. */
+ * ddpbenchd being refused, the list page (built by SQLite) against the experiment (built
+ * by jansson), and the pages of an experiment's runs. */
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -46,6 +47,23 @@ static int64_t test_db_experiment(struct db *db, int nruns)
                              (size_t)nruns, &id, &e) < 0)
         return -1;
     return id;
+}
+
+/* The list page, parsed (db_list_experiments returns its JSON text). Owned, or NULL. */
+static json_t *test_db_list(struct db *db, const struct db_experiment_filter *f)
+{
+    struct err e = {0};
+    char *text = db_list_experiments(db, f, &e);
+    if (!text) {
+        fprintf(stderr, "db_list_experiments: %s\n", e.msg);
+        return NULL;
+    }
+    json_error_t je;
+    json_t *page = json_loads(text, 0, &je);
+    if (!page)
+        fprintf(stderr, "list is not JSON: %s: %s\n", je.text, text);
+    free(text);
+    return page;
 }
 
 static const char *test_db_exp_status(struct db *db, int64_t id, json_t **keep)
@@ -252,13 +270,12 @@ static void test_db_reader_checks_aliases(void)
 
 static void test_db_list_filters_and_paging(void)
 {
-    struct err e = {0};
     struct db *db = test_db_fresh();
     T_CHECK(db != NULL);
     for (int i = 0; i < 5; i++)
         T_CHECK(test_db_experiment(db, 1) > 0);
     struct db_experiment_filter f = {.limit = 2, .offset = 0};
-    json_t *page = db_list_experiments(db, &f, &e);
+    json_t *page = test_db_list(db, &f);
     T_CHECK(page != NULL);
     T_EQ_INT(json_integer_value(json_object_get(page, "total")), 5);
     json_t *items = json_object_get(page, "items");
@@ -266,18 +283,66 @@ static void test_db_list_filters_and_paging(void)
     T_EQ_INT(json_integer_value(json_object_get(json_array_get(items, 0), "id")), 5);
     json_decref(page);
     f.offset = 4;
-    page = db_list_experiments(db, &f, &e);
+    page = test_db_list(db, &f);
     T_EQ_INT(json_array_size(json_object_get(page, "items")), 1);
     json_decref(page);
     f = (struct db_experiment_filter){.status = "failed", .limit = 10};
-    page = db_list_experiments(db, &f, &e);
+    page = test_db_list(db, &f);
     T_EQ_INT(json_integer_value(json_object_get(page, "total")), 0);
     json_decref(page);
     f = (struct db_experiment_filter){.name = "ex", .workload = "collective", .limit = 10};
-    page = db_list_experiments(db, &f, &e);
+    page = test_db_list(db, &f);
     T_EQ_INT(json_integer_value(json_object_get(page, "total")), 5);
     json_decref(page);
     T_EQ_INT(db_count_runs(db, DB_RUN_QUEUED), 5);
+    test_db_cleanup(db);
+}
+
+/* The list (SQLite's JSON) shows each experiment exactly as the experiment's own reply
+ * (jansson over the rows) does: the same keys, times, duration and summary. */
+static void test_db_list_item_matches_experiment(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t done = test_db_experiment(db, 2), queued = test_db_experiment(db, 1);
+    T_CHECK(done > 0 && queued > 0);
+    json_t *exp = db_get_experiment(db, done, &e);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *r = json_array_get(json_object_get(exp, "runs"), i);
+        int64_t run = json_integer_value(json_object_get(r, "id"));
+        T_OK(db_run_starting(db, run, &e));
+        usleep(2000);
+        T_OK(db_run_finish(db, run, DB_RUN_SUCCEEDED, NULL, -1, &e));
+    }
+    json_decref(exp);
+    struct db_experiment_filter f = {.limit = 10};
+    json_t *page = test_db_list(db, &f);
+    T_CHECK(page != NULL);
+    T_EQ_INT(json_array_size(json_object_get(page, "items")), 2);
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(page, "items"), i, item)
+    {
+        int64_t id = json_integer_value(json_object_get(item, "id"));
+        exp = db_get_experiment(db, id, &e);
+        T_CHECK(exp != NULL);
+        const char *key;
+        json_t *v;
+        json_object_foreach(item, key, v)
+            T_CHECK_MSG(json_equal(v, json_object_get(exp, key)), "experiment %lld: %s differs",
+                        (long long)id, key);
+        T_EQ_INT(json_object_size(item) + 5, json_object_size(exp)); /* + spec, runs, runs_* */
+        if (id == done) {
+            T_CHECK(json_real_value(json_object_get(item, "duration_s")) >= 0.002);
+            T_CHECK(json_is_string(json_object_get(item, "finished_at")));
+        } else {
+            T_CHECK(json_is_null(json_object_get(item, "duration_s")));
+            T_CHECK(json_is_null(json_object_get(item, "started_at")));
+        }
+        json_decref(exp);
+    }
+    json_decref(page);
     test_db_cleanup(db);
 }
 
@@ -426,7 +491,7 @@ static void test_db_experiment_summary(void)
                        "\"strategies\":[\"ddp\",\"naive\"],\"world_sizes\":[1,2,4]}";
     json_t *w = json_loads(want, 0, NULL);
     struct db_experiment_filter f = {.limit = 10};
-    json_t *list = db_list_experiments(db, &f, &e);
+    json_t *list = test_db_list(db, &f);
     json_t *got = json_object_get(json_array_get(json_object_get(list, "items"), 0), "summary");
     T_CHECK_MSG(json_equal(got, w), "summary as created");
     json_decref(list);
@@ -440,7 +505,7 @@ static void test_db_experiment_summary(void)
     db = db_open(db_path, &e);
     T_CHECK_MSG(db != NULL, "%s", e.msg);
     T_EQ_INT(db_schema_version(db), 6);
-    list = db_list_experiments(db, &f, &e);
+    list = test_db_list(db, &f);
     got = json_object_get(json_array_get(json_object_get(list, "items"), 0), "summary");
     T_CHECK_MSG(json_equal(got, w), "summary as migrated");
     json_decref(list);
@@ -724,6 +789,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_results_roundtrip);
     TEST_RUN(test_db_reader_checks_aliases);
     TEST_RUN(test_db_list_filters_and_paging);
+    TEST_RUN(test_db_list_item_matches_experiment);
     TEST_RUN(test_db_experiment_runs_paged);
     TEST_RUN(test_db_recover_and_reopen);
     TEST_RUN(test_db_experiment_summary);
