@@ -80,9 +80,10 @@ def start(build, experiments, runs_each):
     state = tempfile.mkdtemp(prefix="ddpb-bench-api-")
     env = dict(os.environ, MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_="4294967296")
     daemon = os.path.join(ROOT, build, "daemon", "ddpbenchd")
+    worker = os.path.join(ROOT, BUILDS["this"], "worker", "ddpbench-worker")  # the same for all
     proc = subprocess.Popen([daemon, "--port", "0", "--store-port", "0", "--state-dir", state,
-                             "--cpu-slots", "1", "--log-level", "warn"], env=env,
-                            stdout=subprocess.DEVNULL)
+                             "--cpu-slots", "1", "--worker", worker, "--log-level", "warn"],
+                            env=env, stdout=subprocess.DEVNULL)
     for _ in range(100):
         if os.path.exists(f"{state}/ddpbenchd.json"):
             break
