@@ -14,7 +14,11 @@ ddpbenchd's store is its own code (daemon/store/) run by `store_bench serve`; Py
 is torch.distributed.TCPStore (Debian's python3-torch 1.13: no libuv server in this
 version; its only server is the one measured, master with wait_for_workers=False).
 With DDPB_BASE_BUILD_DIR set (another build's tree, e.g. of main with store_bench.c
-added), that build's store is a third server in the same rounds: a before/after.
+added), that build's store is a third server in the same rounds: a before/after. With
+DDPB_STORE_STALL_MS set, each server is stopped while the clients start dialling and
+continued that much later (included in the time), so that only its listen queue holds
+the connections: the case of a daemon descheduled on a busy node, which a loaded
+benchmark machine otherwise hides by slowing the clients as much as the server.
 
     deploy/install-deps.sh --bench && ninja -C build && \\
         flock /tmp/ddpb-bench.lock /usr/bin/python3 tests/bench/bench_store.py [ROUNDS] [N ...]
@@ -22,9 +26,11 @@ added), that build's store is a third server in the same rounds: a before/after.
 import datetime
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
+import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 DRIVER = os.path.join(ROOT, os.environ.get("DDPB_BUILD_DIR", "build"), "tests", "store_bench")
@@ -40,6 +46,7 @@ sys.stdin.read()
 
 
 BASE = os.environ.get("DDPB_BASE_BUILD_DIR")
+STALL_MS = int(os.environ.get("DDPB_STORE_STALL_MS", "0"))
 
 
 def start_servers():
@@ -64,11 +71,20 @@ def listen_overflows():
     return int(dict(zip(lines[0], lines[1]))["ListenOverflows"])
 
 
-def barrier(proto, port, n, rnd):
+def barrier(server, n, rnd):
+    """One barrier of n clients; with STALL_MS the server is stopped (SIGSTOP) while the
+    clients start dialling and continued STALL_MS later, as a daemon descheduled on a
+    busy node would be: then only its listen queue holds the connections."""
+    proc, port, proto = server
     before = listen_overflows()
-    out = subprocess.run([DRIVER, "barrier", proto, str(port), str(n), str(rnd),
-                          str(TIMEOUT_S)], capture_output=True, text=True)
-    res = json.loads(out.stdout)
+    if STALL_MS:
+        os.kill(proc.pid, signal.SIGSTOP)
+    drv = subprocess.Popen([DRIVER, "barrier", proto, str(port), str(n), str(rnd),
+                            str(TIMEOUT_S)], stdout=subprocess.PIPE, text=True)
+    if STALL_MS:
+        time.sleep(STALL_MS / 1000)
+        os.kill(proc.pid, signal.SIGCONT)
+    res = json.loads(drv.communicate()[0])
     res["overflows"] = listen_overflows() - before
     return res
 
@@ -94,7 +110,7 @@ def main(rounds=5, sizes=(1024, 4096, 8192)):
             for n in sizes:
                 order = list(servers) if r % 2 == 0 else list(reversed(servers))
                 for p in order:
-                    res = barrier(servers[p][2], servers[p][1], n, r)
+                    res = barrier(servers[p], n, r)
                     results[(p, n)].append(res)
                     if res["ok"] != n:
                         print(f"round {r} {p} {n}: {res}", file=sys.stderr)
@@ -103,7 +119,9 @@ def main(rounds=5, sizes=(1024, 4096, 8192)):
             proc.stdin.close()
             proc.wait(30)
     print(f"{datetime.date.today()}, {os.cpu_count()} CPUs, somaxconn "
-          f"{open('/proc/sys/net/core/somaxconn').read().strip()}, {rounds} interleaved rounds")
+          f"{open('/proc/sys/net/core/somaxconn').read().strip()}, {rounds} interleaved rounds"
+          + (f", each server stopped for the first {STALL_MS} ms of each barrier"
+             if STALL_MS else ""))
     print()
     print("| clients | ddpbench median s | PyTorch TCPStore median s | ratio (torch / ddpbench) "
           "| ddpbench best | TCPStore best | all connected (ddpb / torch, median s) "
