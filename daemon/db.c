@@ -281,7 +281,8 @@ static json_t *db_col_json(sqlite3_stmt *st, int i)
         clock_format_iso(sqlite3_column_double(st, i), iso, sizeof iso);
         return json_string(iso);
     }
-    if (strcmp(name, "inplace") == 0 || strcmp(name, "emulated") == 0)
+    if (strcmp(name, "inplace") == 0 || strcmp(name, "emulated") == 0 ||
+        strcmp(name, "oversubscribed") == 0)
         return json_boolean(sqlite3_column_int(st, i));
     switch (type) {
     case SQLITE_INTEGER:
@@ -672,7 +673,7 @@ json_t *db_get_experiment(struct db *db, int64_t id, struct err *e)
 static const char SQL_GET_RUN[] =
     "SELECT id, experiment_id, point, params, world_size, status, progress, created_at, "
     "started_at, finished_at, finished_at - started_at AS duration_s, error, error_rank, spec, "
-    "emulated FROM runs WHERE id = ?1";
+    "emulated, oversubscribed FROM runs WHERE id = ?1";
 static const char SQL_RUN_RANKS[] =
     "SELECT rank, node, host, pid, cpus, gpu, status, exit_code, signal, error, started_at, "
     "finished_at FROM run_ranks WHERE run_id = ?1 ORDER BY rank";
@@ -851,6 +852,14 @@ int db_rank_spawned(struct db *db, int64_t run_id, int rank, const char *node, i
 {
     return db_write_one(db, e, SQL_RANK_SPAWNED, "Iititd", run_id, rank, node, pid, cpus,
                         clock_wall_s());
+}
+
+static const char SQL_RUN_OVERSUBSCRIBED[] =
+    "UPDATE runs SET oversubscribed = 1 WHERE id = ?1";
+
+int db_run_oversubscribed(struct db *db, int64_t run_id, struct err *e)
+{
+    return db_write_one(db, e, SQL_RUN_OVERSUBSCRIBED, "I", run_id);
 }
 
 static const char SQL_RUN_EMULATED[] = "UPDATE runs SET emulated = ?2 WHERE id = ?1";
@@ -1258,7 +1267,7 @@ static const struct db_col db_data_experiment_cols[] = {
 };
 
 static const char SQL_DATA_RUNS[] =
-    "SELECT id, params, spec, world_size, emulated FROM runs "
+    "SELECT id, params, spec, world_size, emulated, oversubscribed FROM runs "
     "WHERE experiment_id = ?1 ORDER BY point";
 static const struct db_col db_data_run_cols[] = {
     DB_COL("id", DB_COL_INT64, struct db_data_run, id),
@@ -1266,6 +1275,7 @@ static const struct db_col db_data_run_cols[] = {
     DB_COL("spec", DB_COL_JSON, struct db_data_run, spec),
     DB_COL("world_size", DB_COL_INT, struct db_data_run, world_size),
     DB_COL("emulated", DB_COL_BOOL, struct db_data_run, emulated),
+    DB_COL("oversubscribed", DB_COL_BOOL, struct db_data_run, oversubscribed),
 };
 
 /* Per step of a run: the slowest rank's time (the step time), the mean phases over

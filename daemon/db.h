@@ -106,6 +106,7 @@ struct db_data_run {
     json_t *params, *spec; /* owned: the swept values and the resolved spec */
     int world_size;
     bool emulated;         /* its ranks shared one GPU */
+    bool oversubscribed;   /* it shared CPUs with other ranks (migration 007) */
     struct report_collective *collectives; /* owned arrays, in (repeat, op, inplace, */
     size_t ncollectives;                   /* bytes) order */
     struct db_step_row *steps;             /* (repeat, step) order */
@@ -167,6 +168,9 @@ int db_run_starting(struct db *db, int64_t run_id, struct err *e);
 /* Records a spawned rank. */
 int db_rank_spawned(struct db *db, int64_t run_id, int rank, const char *node, int pid,
                     const char *cpus, struct err *e);
+/* Marks a run as having shared CPUs (migration 007): set by the scheduler when the
+ * node's active CPU slots exceed its CPUs while the run is active. */
+int db_run_oversubscribed(struct db *db, int64_t run_id, struct err *e);
 /* A device "cuda" run's placement (migration 003): whether its ranks share one GPU
  * (emulated) and the GPU index of each of ranks 0..n-1 already recorded as spawned. */
 int db_run_gpu_placement(struct db *db, int64_t run_id, bool emulated, const int *gpu, int n,

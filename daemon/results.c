@@ -121,7 +121,8 @@ static void results_end_row(struct results_table *t)
 /* --- groups ------------------------------------------------------------------------------- */
 
 struct results_group {
-    json_t *key;                       /* owned: {field: value, ..., "emulated": bool} */
+    json_t *key;                       /* owned: {field: value, ..., "emulated": bool,
+                                          "oversubscribed": bool} */
     const struct db_data_run **runs;   /* owned array of borrowed runs */
     size_t n;
 };
@@ -154,6 +155,8 @@ static json_t *results_key_of(const struct db_data_run *run, const json_t *field
     /* always part of the key, whatever group_by says: figures of ranks sharing one GPU
      * are never pooled with one-rank-per-GPU figures (nor used as their baseline) */
     json_object_set_new(key, "emulated", json_boolean(run && run->emulated));
+    /* likewise figures of ranks that shared CPUs (--cpu-slots above the CPU count) */
+    json_object_set_new(key, "oversubscribed", json_boolean(run && run->oversubscribed));
     return key;
 }
 

@@ -61,7 +61,9 @@ struct scheduler {
     bool stopping, stopping_runs;
     int nslots;
     bool *slot_used;
-    int *slot_cpu; /* CPU a slot pins to, -1 = unpinned */
+    int *slot_cpu;  /* the CPU a slot stands for: slot i is CPU i mod ncpus */
+    int ncpus;      /* CPUs of the daemon's affinity set */
+    int *cpu_load;  /* per CPU (by slot_cpu's position, i mod ncpus): slots in use on it */
     int ngpus;     /* GPU slots (cfg->gpus), gpu_used[i] while a run holds GPU i */
     bool *gpu_used;
     struct gpu_plan plan; /* the placement being started (4 KiB: not on the stack) */
@@ -84,8 +86,10 @@ static void sched_publish_stats(struct scheduler *s)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Slot i pins to the i-th CPU of the daemon's affinity set when there are enough. */
-static void sched_init_slot_cpus(struct scheduler *s)
+/* Slot i stands for the (i mod n)-th CPU of the daemon's affinity set: with more slots
+ * than CPUs (--cpu-slots oversubscribes) several slots share a CPU. Returns -1 when the
+ * affinity set cannot be read. */
+static int sched_init_slot_cpus(struct scheduler *s)
 {
     cpu_set_t set;
     int cpus[CPU_SETSIZE], n = 0;
@@ -93,26 +97,72 @@ static void sched_init_slot_cpus(struct scheduler *s)
         for (int c = 0; c < CPU_SETSIZE; c++)
             if (CPU_ISSET(c, &set))
                 cpus[n++] = c;
-    bool pin = n >= s->nslots;
+    if (n == 0)
+        return -1;
+    s->ncpus = n;
     for (int i = 0; i < s->nslots; i++)
-        s->slot_cpu[i] = pin ? cpus[i] : -1;
-    if (!pin)
-        log_warn("%d CPU slots but %d CPUs: ranks will not be pinned (oversubscribed timings "
-                 "are not comparable)", s->nslots, n);
+        s->slot_cpu[i] = cpus[i % n];
+    if (s->nslots > n)
+        log_warn("%d CPU slots but %d CPUs: a run is pinned while its ranks fit on CPUs of "
+                 "their own, and marked oversubscribed in its results when they do not",
+                 s->nslots, n);
+    return 0;
 }
 
-/* Takes n free slots (lowest first) into out; false when fewer are free. */
-static bool sched_take_slots(struct scheduler *s, int n, int *out)
+/* Takes n free slots into out, those on idle CPUs first (each CPU once), then any;
+ * false when fewer are free. Sets *pinned when every slot taken is on a CPU of its own
+ * that no other active slot uses: only then are its ranks pinned. */
+static bool sched_take_slots(struct scheduler *s, int n, int *out, bool *pinned)
 {
     int k = 0;
-    for (int i = 0; i < s->nslots && k < n; i++)
-        if (!s->slot_used[i])
+    for (int i = 0; i < s->nslots && k < n; i++) {
+        int c = i % s->ncpus;
+        if (s->slot_used[i] || s->cpu_load[c] > 0)
+            continue;
+        bool dup = false;
+        for (int j = 0; j < k && !dup; j++)
+            dup = out[j] % s->ncpus == c;
+        if (!dup)
             out[k++] = i;
+    }
+    *pinned = k == n;
+    for (int i = 0; i < s->nslots && k < n; i++) {
+        bool taken = s->slot_used[i];
+        for (int j = 0; j < k && !taken; j++)
+            taken = out[j] == i;
+        if (!taken)
+            out[k++] = i;
+    }
     if (k < n)
         return false;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         s->slot_used[out[i]] = true;
+        s->cpu_load[out[i] % s->ncpus]++;
+    }
     return true;
+}
+
+/* Slots in use: above the CPU count, every active run shares CPUs. */
+static int sched_slots_in_use(const struct scheduler *s)
+{
+    int used = 0;
+    for (int i = 0; i < s->nslots; i++)
+        used += s->slot_used[i];
+    return used;
+}
+
+/* While more slots are in use than there are CPUs, every active run is marked as having
+ * shared CPUs: the ones that were pinned share with the newcomer's unpinned ranks. */
+static void sched_mark_oversubscribed(struct scheduler *s)
+{
+    if (sched_slots_in_use(s) <= s->ncpus)
+        return;
+    for (int i = 0; i < s->nactive; i++) {
+        struct err e = {0};
+        int64_t id = monitor_run_id(s->active[i].run);
+        if (db_run_oversubscribed(s->db, id, &e) < 0)
+            log_warn("run %lld: cannot mark it oversubscribed: %s", (long long)id, e.msg);
+    }
 }
 
 static int sched_add_active(struct scheduler *s, struct active_run *run, int *slots, int n,
@@ -191,8 +241,10 @@ static int *sched_take_gpus(struct scheduler *s, const struct gpu_plan *plan, in
 
 static void sched_release(struct scheduler *s, int *slots, int n, int *gpus, int ngpus)
 {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         s->slot_used[slots[i]] = false;
+        s->cpu_load[slots[i] % s->ncpus]--;
+    }
     for (int i = 0; i < ngpus; i++)
         s->gpu_used[gpus[i]] = false;
     free(slots);
@@ -225,14 +277,15 @@ static void sched_start_queued(struct scheduler *s)
         int need = q->world_size * monitor_slots_per_rank(q);
         int *slots = calloc((size_t)need, sizeof *slots);
         int *cpus = calloc((size_t)need, sizeof *cpus);
-        if (placed == 0 || !slots || !cpus || !sched_take_slots(s, need, slots)) {
+        bool pinned = false;
+        if (placed == 0 || !slots || !cpus || !sched_take_slots(s, need, slots, &pinned)) {
             free(slots);
             free(cpus);
             db_queued_runs_free(q, n);
             return; /* strict FIFO: the head waits for slots */
         }
-        for (int i = 0; i < need; i++)
-            cpus[i] = s->slot_cpu[slots[i]];
+        for (int i = 0; i < need; i++) /* -1: unpinned, where CPUs are shared anyway */
+            cpus[i] = pinned ? s->slot_cpu[slots[i]] : -1;
         int ngpus = 0, *gpus = cuda ? sched_take_gpus(s, plan, &ngpus) : NULL;
         struct monitor_gpu mg = {plan, DDPB_NCCL_VERSION_CODE};
         struct active_run *run = NULL;
@@ -258,6 +311,7 @@ static void sched_start_queued(struct scheduler *s)
             return;
         }
         db_queued_runs_free(q, n);
+        sched_mark_oversubscribed(s);
         sched_publish_stats(s);
     }
 }
@@ -396,11 +450,15 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
     s->nslots = cfg->cpu_slots;
     s->slot_used = calloc((size_t)s->nslots, sizeof *s->slot_used);
     s->slot_cpu = calloc((size_t)s->nslots, sizeof *s->slot_cpu);
-    if (!s->slot_used || !s->slot_cpu) {
+    s->cpu_load = calloc((size_t)s->nslots, sizeof *s->cpu_load); /* ncpus <= nslots used */
+    if (!s->slot_used || !s->slot_cpu || !s->cpu_load) {
         err_set(e, ERR_NOMEM, NULL, "out of memory");
         goto fail;
     }
-    sched_init_slot_cpus(s);
+    if (sched_init_slot_cpus(s) < 0) {
+        err_errno(e, "scheduler: sched_getaffinity");
+        goto fail;
+    }
     s->ngpus = cfg->gpus > 0 ? cfg->gpus : 0;
     s->gpu_used = calloc((size_t)s->ngpus + 1, sizeof *s->gpu_used);
     if (!s->gpu_used) {
@@ -431,6 +489,7 @@ void scheduler_destroy(struct scheduler *s)
     free(s->active);
     free(s->slot_used);
     free(s->slot_cpu);
+    free(s->cpu_load);
     free(s->gpu_used);
     pthread_mutex_destroy(&s->lock);
     free(s);

@@ -97,6 +97,37 @@ FROZEN_TRAIN = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "st
                 "timeout_s": 300}
 
 
+def test_pinned_while_it_fits_marked_when_oversubscribed():
+    n = len(os.sched_getaffinity(0))
+    d = Daemon(cpu_slots=2 * n)  # twice the node's CPUs: oversubscription allowed
+    exps = []
+    try:
+        # one 1-rank run per CPU: each pinned to a CPU of its own, nothing shared yet
+        for i in range(n):
+            exps.append(d.submit(dict(LONG, name=f"fits-{i}", world_size=1)))
+        runs = [d.wait_run(e["runs"][0]["id"], lambda r: r["status"] == "running" and
+                           r["ranks"] and r["ranks"][0]["pid"], what="running") for e in exps]
+        cpus = [r["ranks"][0]["cpus"] for r in runs]
+        check(all(cpus) and len(set(cpus)) == n, f"pinned to distinct CPUs: {cpus}")
+        check(not any(d.get(f"/v1/runs/{r['id']}")["oversubscribed"] for r in runs), "clean")
+        # one more rank than CPUs: the newcomer runs unpinned, and every active run shares
+        extra = d.submit(dict(LONG, name="extra", world_size=1))
+        over = d.wait_run(extra["runs"][0]["id"], lambda r: r["status"] == "running" and
+                          r["ranks"] and r["ranks"][0]["pid"], what="running")
+        check(not over["ranks"][0]["cpus"], f"unpinned: {over['ranks'][0]}")
+        for r in runs + [over]:
+            got = d.wait_run(r["id"], lambda x: x["oversubscribed"], timeout=10,
+                             what="marked oversubscribed")
+            check(got["oversubscribed"] is True, got)
+        exps.append(extra)
+    finally:  # stop every worker before the next test measures anything
+        for e in exps:
+            d.request("POST", f"/v1/experiments/{e['id']}/cancel")
+        for e in exps:
+            d.wait_experiment(e["id"], timeout=60)
+        d.close()
+
+
 def test_frozen_worker_is_named():
     # A long kill grace: a stopped rank never acts on SIGTERM, so the daemon must SIGKILL
     # it at once instead of waiting the grace out.
@@ -301,6 +332,7 @@ def test_token_and_cors():
 
 if __name__ == "__main__":
     sys.exit(run_cases([
+        test_pinned_while_it_fits_marked_when_oversubscribed,
         test_cancel_experiment_keeps_measurements,
         test_cancel_one_run_and_delete,
         test_frozen_worker_is_named,

@@ -214,7 +214,7 @@ static void test_results_no_rows_header(void)
     size_t len;
     char *csv = results_csv(empty, &len, &e);
     T_CHECK(csv != NULL);
-    T_CHECK(strncmp(csv, "world_size,emulated,op,", 23) == 0);
+    T_CHECK(strncmp(csv, "world_size,emulated,oversubscribed,op,", 38) == 0);
     T_CHECK(strstr(csv, "busbw_gbs_mean") != NULL);
     T_EQ_INT(strchr(csv, '\n') - csv, (long)len - 1); /* one line: the header */
     free(csv);
@@ -273,7 +273,36 @@ static void test_results_emulated_apart(void)
     json_t *cols = json_object_get(t, "columns");
     T_EQ_STR(json_string_value(json_array_get(cols, 0)), "op");
     T_EQ_STR(json_string_value(json_array_get(cols, 1)), "emulated");
+    T_EQ_STR(json_string_value(json_array_get(cols, 2)), "oversubscribed");
     T_EQ_INT(json_array_size(json_object_get(t, "group_by")), 1);
+    json_decref(t);
+}
+
+/* Runs that shared CPUs (oversubscribed) are kept apart from clean ones the same way. */
+static void test_results_oversubscribed_apart(void)
+{
+    struct err e;
+    struct report_collective c1[] = {coll(0, 1024, 8.0)}, c2[] = {coll(0, 1024, 3.0)},
+                             c3[] = {coll(0, 1024, 6.0)};
+    struct db_data_run runs[] = {run(2, c1, 1, NULL, 0, NULL, 0), run(2, c2, 1, NULL, 0, NULL, 0),
+                                 run(2, c3, 1, NULL, 0, NULL, 0)};
+    runs[1].oversubscribed = true;
+    struct db_experiment_data data = {.id = 4, .workload = "collective", .runs = runs,
+                                      .nruns = 3};
+    const char *by[] = {"op"};
+    json_t *t = results_build(&data, by, 1, &e);
+    runs_free(runs, 3);
+    T_CHECK(t != NULL);
+    json_t *rows = json_object_get(t, "rows");
+    T_EQ_INT(json_array_size(rows), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *r = json_array_get(rows, i);
+        bool over = json_is_true(json_object_get(r, "oversubscribed"));
+        T_CHECK(json_is_boolean(json_object_get(r, "oversubscribed")));
+        /* the clean runs pool (8 and 6), the oversubscribed one stands alone */
+        T_NEAR(json_real_value(json_object_get(r, "busbw_gbs_mean")), over ? 3.0 : 7.0, 1e-12);
+        T_EQ_INT(json_integer_value(json_object_get(r, "busbw_gbs_n")), over ? 1 : 2);
+    }
     json_decref(t);
 }
 
@@ -286,5 +315,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_results_no_rows_header);
     TEST_RUN(test_results_csv_quoting);
     TEST_RUN(test_results_emulated_apart);
+    TEST_RUN(test_results_oversubscribed_apart);
     return test_end();
 }
