@@ -3,9 +3,11 @@
  * Decision: a submission is validated completely (spec, sweep expansion, every point's
  * slot and memory needs) before anything is stored, and stored in one transaction with all its
  * runs, so an experiment either exists whole or not at all. */
+#include <ctype.h>
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,31 +180,61 @@ static int h_check_enum(const char *key, const char *value, const char *const *a
                                         "cancelled, interrupted; got '%s'", key, value);
 }
 
-/* A time bound: Unix seconds, or ISO-8601 "2026-11-22", "2026-11-22T10:00:00[Z]" (UTC). */
+/* The fixed-width number at s (digits already checked). */
+static int h_fixed_num(const char *s, int width)
+{
+    int v = 0;
+    for (int i = 0; i < width; i++)
+        v = v * 10 + (s[i] - '0');
+    return v;
+}
+
+/* "2026-11-22", "2026-11-22T10:00:00" or with a final "Z" (UTC), fields in range. */
+static bool h_parse_iso_time(const char *s, double *out)
+{
+    static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
+    size_t n = strlen(s);
+    if (n != 10 && n != 19 && n != 20)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (shape[i] == 'd' ? !isdigit((unsigned char)s[i]) : s[i] != shape[i])
+            return false;
+    struct tm tm = {.tm_year = h_fixed_num(s, 4) - 1900, .tm_mon = h_fixed_num(s + 5, 2) - 1,
+                    .tm_mday = h_fixed_num(s + 8, 2)};
+    if (n > 10) {
+        tm.tm_hour = h_fixed_num(s + 11, 2);
+        tm.tm_min = h_fixed_num(s + 14, 2);
+        tm.tm_sec = h_fixed_num(s + 17, 2);
+    }
+    if (tm.tm_mon > 11 || tm.tm_mon < 0 || tm.tm_mday < 1 || tm.tm_mday > 31 ||
+        tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 59)
+        return false;
+    *out = (double)timegm(&tm);
+    return true;
+}
+
+/* Unix seconds: 1 to 12 digits, optionally '.' and 1 to 9 digits. */
+static bool h_parse_unix_time(const char *s, double *out)
+{
+    size_t whole = strspn(s, "0123456789");
+    size_t frac = s[whole] == '.' ? strspn(s + whole + 1, "0123456789") : 0;
+    size_t end = whole + (s[whole] == '.' ? 1 + frac : 0);
+    if (whole < 1 || whole > 12 || (s[whole] == '.' && (frac < 1 || frac > 9)) || s[end])
+        return false;
+    *out = strtod(s, NULL);
+    return true;
+}
+
+/* A time bound, exactly the contract's TimeBound: Unix seconds or ISO-8601 UTC. 0 is no
+ * bound. Strict by design: strtod and strptime would also take " 5", "1e3", "inf" or
+ * "2026-1-1", which the contract cannot state. */
 static int h_parse_time(const struct api_request *req, const char *key, double *out,
                         struct err *e)
 {
     const char *s = api_query_get(req, key);
     *out = 0;
-    if (!s)
+    if (!s || h_parse_unix_time(s, out) || h_parse_iso_time(s, out))
         return 0;
-    char *end;
-    double v = strtod(s, &end);
-    if (end != s && *end == '\0' && v > 0) {
-        *out = v;
-        return 0;
-    }
-    static const char *const formats[] = {"%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S",
-                                          "%Y-%m-%d"};
-    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
-        struct tm tm;
-        memset(&tm, 0, sizeof tm);
-        const char *rest = strptime(s, formats[i], &tm);
-        if (rest && *rest == '\0') {
-            *out = (double)timegm(&tm);
-            return 0;
-        }
-    }
     return err_set(e, ERR_INVALID, key, "%s must be Unix seconds or an ISO-8601 date or time "
                    "(2026-11-22, 2026-11-22T10:00:00Z), got '%s'", key, s);
 }

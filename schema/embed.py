@@ -2,13 +2,28 @@
 """Build step: embeds text files into C sources.
 
   embed.py migrations OUT.c IN.sql...   schema/NNN_name.sql files as db_migrations[]
-  embed.py text SYMBOL OUT.c IN         one file as const char SYMBOL[] (+ SYMBOL_len)
+  embed.py openapi SYMBOL OUT.c API.yaml SPEC.json
+                                        the API contract, with the spec's JSON Schema
+                                        inlined, as const char SYMBOL[] (+ SYMBOL_len)
 
 The daemon carries its migrations and its API contract in its binary, so a database is
 always upgraded by exactly the schema the binary was built with and /v1/openapi.yaml
 always describes the binary that serves it. Migration files must be named NNN_name.sql
 with NNN = 001, 002, ... without gaps.
+
+The contract's components.schemas.Spec is, in api/openapi.yaml, a $ref to
+schema/spec.schema.json (JSON Schema 2020-12, generated from common/spec.c's field table).
+The served contract must stand alone, so the build replaces that one line by the schema
+itself, translated to OpenAPI 3.0's schema dialect, and fills in SpecField (the spec's
+field names, what group_by takes) from it (openapi_document below).
+Decision: the contract stays OpenAPI 3.0.3 rather than becoming 3.1 (which takes 2020-12
+as is), because 3.0 is what client generators (openapi-generator, oapi-codegen, NSwag)
+support fully, and schemathesis handles both alike. The translation is exact: const is a
+one-value enum, a numeric exclusive bound is minimum/maximum with exclusiveMinimum/
+exclusiveMaximum: true, "if A then B" is anyOf [not A, B], a boolean schema is {} or
+{not: {}}; a keyword 3.0 lacks fails the build instead of being dropped silently.
 """
+import json
 import os
 import re
 import sys
@@ -24,9 +39,146 @@ def c_bytes(text):
     return "{\n" + "\n".join(lines) + "\n}"
 
 
-def embed_text(symbol, out_path, path):
-    with open(path, encoding="utf-8") as f:
+SPEC_REF_LINE = '    Spec: {$ref: "../schema/spec.schema.json"}\n'
+SPEC_FIELD_LINE = "    SpecField: {type: string}\n"
+# 2020-12 keywords with no OpenAPI 3.0 equivalent: a schema using one cannot be published
+UNSUPPORTED = {"prefixItems", "dependentRequired", "dependentSchemas", "unevaluatedItems",
+               "unevaluatedProperties", "patternProperties", "propertyNames", "contains",
+               "$defs", "$ref", "$dynamicRef", "$anchor"}
+
+
+def to_oas30(node):
+    """A JSON Schema 2020-12 node as an OpenAPI 3.0 Schema Object (same instances valid)."""
+    if node is True:
+        return {}
+    if node is False:
+        return {"not": {}}
+    if not isinstance(node, dict):
+        raise ValueError(f"not a schema: {node!r}")
+    bad = UNSUPPORTED & set(node)
+    if bad:
+        raise ValueError(f"keywords without an OpenAPI 3.0 form: {sorted(bad)}")
+    out, rules = {}, []
+    for key, value in node.items():
+        if key in ("$schema", "$id", "$comment", "if", "then", "else"):
+            continue
+        if key == "const":
+            out["enum"] = [value]
+        elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
+        elif key == "type" and isinstance(value, list):
+            kinds = [t for t in value if t != "null"]
+            if len(kinds) != 1:
+                raise ValueError(f"type {value}: OpenAPI 3.0 has one type (and nullable)")
+            out["type"], out["nullable"] = kinds[0], "null" in value
+        elif key == "examples":
+            out["example"] = value[0]
+        elif key == "properties":
+            out[key] = {k: to_oas30(v) for k, v in value.items()}
+        elif key == "additionalProperties" and isinstance(value, bool):
+            out[key] = value  # 3.0 takes a boolean here
+        elif key in ("items", "additionalProperties", "not"):
+            out[key] = to_oas30(value)
+        elif key == "allOf":
+            out[key] = allof_to_oas30(value, node.get("required", []))
+        elif key in ("anyOf", "oneOf"):
+            out[key] = [to_oas30(v) for v in value]
+        else:
+            out[key] = value
+    if "if" in node:
+        cond = to_oas30(node["if"])
+        if "then" in node:
+            rules.append({"anyOf": [negate(cond), to_oas30(node["then"])]})
+        if "else" in node:
+            rules.append({"anyOf": [cond, to_oas30(node["else"])]})
+    if rules:
+        out["allOf"] = out.get("allOf", []) + rules
+    return out
+
+
+def switch_field(rule, required):
+    """f when rule is {if: {properties: {f: {const: c}}, required: [f]}, then: ...} (the
+    required may be left out when the enclosing schema requires f): rules on one field with
+    different constants exclude each other."""
+    cond = rule.get("if")
+    if set(rule) != {"if", "then"} or not isinstance(cond, dict):
+        return None
+    props = cond.get("properties", {})
+    if len(props) != 1 or set(cond) - {"properties", "required"}:
+        return None
+    if cond.get("required", [f for f in props if f in required]) != list(props):
+        return None
+    (name, schema), = props.items()
+    return name if set(schema) == {"const"} else None
+
+
+def allof_to_oas30(items, required):
+    """allOf items, the if/then rules on one field merged into one anyOf ("switch"):
+    n rules "if f = c_i then T_i" with distinct c_i hold exactly when f is none of the c_i,
+    or f = c_i and T_i for some i. Decision: n anyOfs of 2 would make a generator try 2^n
+    combinations (schemathesis's gives up on 5 or more); one anyOf of n+1 does not. (The
+    spec's 4 switches together are still too many for it: test_schemathesis narrows one.)"""
+    out, switches = [], {}
+    for item in items:
+        name = isinstance(item, dict) and switch_field(item, required)
+        if not name:
+            out.append(to_oas30(item))
+            continue
+        value = item["if"]["properties"][name]["const"]
+        cases = switches.setdefault(name, {})
+        cases.setdefault(json.dumps(value), []).append(to_oas30(item["then"]))
+    return out + [{"anyOf": switch_branches(name, cases)} for name, cases in switches.items()]
+
+
+def switch_branches(name, cases):
+    """The anyOf branches of one switch: f is none of the constants, or f = c_i and T_i."""
+    values = [json.loads(v) for v in cases]
+    branches = [{"properties": {name: {"not": {"enum": values}}}}]
+    for v, thens in cases.items():
+        branch = {"required": [name], "properties": {name: {"enum": [json.loads(v)]}}}
+        for then in thens:  # merged into one object schema where they only add properties
+            props = then.get("properties", {}) if set(then) == {"properties"} else None
+            if props is None or set(props) & set(branch["properties"]):
+                branch.setdefault("allOf", []).append(then)
+            else:
+                branch["properties"].update(props)
+        branches.append(branch)
+    return branches
+
+
+def negate(cond):
+    """{not: cond}, with the negation moved inside when cond tests one property
+    ({properties: {f: S}}, optionally required [f]): a generator (schemathesis's) builds
+    objects from a negated property schema far more easily than from a negated object."""
+    props = cond.get("properties", {})
+    if set(cond) <= {"properties", "required"} and len(props) == 1:
+        (name, schema), = props.items()
+        if cond.get("required", [name]) == [name]:
+            neg = {"properties": {name: {"not": schema}}}  # absent, or present and not S
+            if "required" not in cond:  # then absent satisfies cond: present and not S
+                neg["required"] = [name]
+            return neg
+    return {"not": cond}
+
+
+def openapi_document(api_path, spec_schema_path):
+    """api/openapi.yaml's text with its Spec line replaced by the translated spec schema,
+    indented JSON (a YAML flow mapping), so the rest of the file is served byte for byte."""
+    with open(api_path, encoding="utf-8") as f:
         text = f.read()
+    with open(spec_schema_path, encoding="utf-8") as f:
+        schema = to_oas30(json.load(f))
+    for line in (SPEC_REF_LINE, SPEC_FIELD_LINE):
+        if text.count(line) != 1:
+            raise ValueError(f"{api_path}: expected the line {line.strip()!r} once")
+    body = json.dumps(schema, indent=2).replace("\n", "\n      ")
+    fields = {"type": "string", "enum": [f for f in schema["properties"] if f != "sweep"]}
+    return text.replace(SPEC_REF_LINE, "    Spec:\n      " + body + "\n").replace(
+        SPEC_FIELD_LINE, f"    SpecField: {json.dumps(fields)}\n")
+
+
+def write_c_text(symbol, out_path, text):
     with open(out_path, "w", encoding="utf-8") as f:
         f.write("/* Generated by schema/embed.py. Do not edit. */\n#include <stddef.h>\n\n")
         f.write(f"extern const char {symbol}[];\nextern const size_t {symbol}_len;\n")
@@ -60,7 +212,10 @@ def embed_migrations(out_path, paths):
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "migrations":
         embed_migrations(sys.argv[2], sys.argv[3:])
-    elif len(sys.argv) == 5 and sys.argv[1] == "text":
-        embed_text(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) == 6 and sys.argv[1] == "openapi":
+        try:
+            write_c_text(sys.argv[2], sys.argv[3], openapi_document(sys.argv[4], sys.argv[5]))
+        except ValueError as ex:
+            sys.exit(f"embed.py: {ex}")
     else:
         sys.exit(__doc__)

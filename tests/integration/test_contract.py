@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""The API contract holds: api/openapi.yaml is a well-formed OpenAPI 3.0 document whose
-every $ref resolves; it lists exactly the routes api/routes.c serves; live responses of
-the running daemon validate against the schemas it declares (python3-jsonschema); and
-every curl example in README.md runs against a real daemon and succeeds."""
+"""The API contract holds: the served contract (api/openapi.yaml with the spec's JSON
+Schema inlined by schema/embed.py) is a well-formed OpenAPI 3.0 document whose every $ref
+resolves; its Spec accepts and refuses exactly what schema/spec.schema.json does; it
+lists exactly the routes api/routes.c serves; live responses of the running daemon
+validate against the schemas it declares (python3-jsonschema); and every curl example in
+README.md runs against a real daemon and succeeds."""
+import copy
+import glob
 import json
 import os
 import re
@@ -15,11 +19,19 @@ import yaml
 
 from harness import SOURCE, Daemon, check, run_cases
 
-SPEC = yaml.safe_load(open(os.path.join(SOURCE, "api", "openapi.yaml")))
+sys.path.insert(0, os.path.join(SOURCE, "schema"))
+import embed  # noqa: E402  (the build step that makes the served contract)
+
+SPEC_SCHEMA_PATH = os.path.join(SOURCE, "schema", "spec.schema.json")
+CONTRACT_TEXT = embed.openapi_document(os.path.join(SOURCE, "api", "openapi.yaml"),
+                                       SPEC_SCHEMA_PATH)
+SPEC = yaml.safe_load(CONTRACT_TEXT)
 METHODS = ("get", "post", "put", "delete", "patch", "options", "head")
 SCHEMA_KEYS = {"type", "properties", "required", "items", "enum", "format", "minimum",
                "maximum", "default", "description", "nullable", "allOf", "oneOf", "anyOf",
-               "$ref", "additionalProperties", "title", "example"}
+               "$ref", "additionalProperties", "title", "example", "not", "minLength",
+               "maxLength", "pattern", "minItems", "maxItems", "uniqueItems",
+               "exclusiveMinimum", "exclusiveMaximum"}
 
 
 def resolve(ref):
@@ -66,6 +78,39 @@ def test_document_is_well_formed():
             if "type" in node and isinstance(node["type"], str) and path.split("/")[-1] != "properties":
                 check(set(node) <= SCHEMA_KEYS, f"{path}: unknown keys {set(node) - SCHEMA_KEYS}")
     check(ops >= 14, f"{ops} operations")
+
+
+def spec_cases():
+    """Example specs and, from each, specs that break one rule of the schema."""
+    cases = []
+    for path in sorted(glob.glob(os.path.join(SOURCE, "schema", "examples", "*.json"))):
+        with open(path) as f:
+            spec = json.load(f)
+        cases.append(spec)
+        for change in ({"workload": None}, {"model": "mnist-cnn"}, {"op": "allreduce"},
+                       {"op": "allreduce", "algorithm": "tree"}, {"device": "cpu", "backend": "nccl"},
+                       {"device": "cuda", "backend": "tcp"}, {"device": "cuda", "compression": "fp16"},
+                       {"backend": "nccl", "algorithm": "direct"}, {"lr_schedule": {"gamma": 0}},
+                       {"world_size": 0}, {"name": ""}, {"sweep": {"world_size": []}}):
+            cases.append(dict(copy.deepcopy(spec), **change))
+        cases.append({k: v for k, v in spec.items() if k != "workload"})
+    return cases
+
+
+def test_spec_schema_inlined_exactly():
+    """The contract's Spec (OpenAPI 3.0, draft 4 semantics) decides every case as the
+    2020-12 original does: embed.py's translation loses and adds nothing."""
+    with open(SPEC_SCHEMA_PATH) as f:
+        original = jsonschema.Draft202012Validator(json.load(f))
+    inlined = jsonschema.Draft4Validator(to_json_schema({"$ref": "#/components/schemas/Spec"}))
+    cases = spec_cases()
+    verdicts = [original.is_valid(c) for c in cases]
+    check(len(cases) > 50 and any(verdicts) and not all(verdicts), f"{len(cases)} cases")
+    for case, verdict in zip(cases, verdicts):
+        check(inlined.is_valid(case) == verdict,
+              f"2020-12 schema says {verdict}, the contract's Spec the opposite: {case}")
+    fields = SPEC["components"]["schemas"]["SpecField"]["enum"]
+    check("workload" in fields and "sweep" not in fields, fields)
 
 
 def routes_in_code():
@@ -137,7 +182,8 @@ def test_live_responses_match_schemas():
         status, body, _ = d.request("DELETE", f"/v1/experiments/{exp['id']}")
         validate("delete", "/v1/experiments/{id}", status, body)
         status, text, _ = d.request("GET", "/v1/openapi.yaml")
-        check(status == 200 and yaml.safe_load(text) == SPEC, "served contract is the file")
+        check(status == 200 and text == CONTRACT_TEXT,
+              "served contract is api/openapi.yaml with schema/spec.schema.json inlined")
         schema = d.get("/v1/spec/schema")
         with open(os.path.join(SOURCE, "schema", "spec.schema.json")) as f:
             check(schema == json.load(f), "served spec schema is the committed file")
@@ -181,6 +227,7 @@ def test_readme_curl_examples_run():
 if __name__ == "__main__":
     sys.exit(run_cases([
         test_document_is_well_formed,
+        test_spec_schema_inlined_exactly,
         test_document_lists_exactly_the_routes,
         test_live_responses_match_schemas,
         test_readme_curl_examples_run,
