@@ -10,6 +10,7 @@ PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates 
       libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin libdnnl-dev
       dataset-fashion-mnist
       clang libclang-rt-14-dev clang-format prometheus python3-jsonschema python3-yaml
+      python3-venv
       chromium chromium-driver python3-selenium"
 BENCH_PKGS="python3-torch iperf3 hyperfine wrk"
 
