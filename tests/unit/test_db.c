@@ -11,6 +11,9 @@
 #include "daemon/db_rows.h"
 #include "tests/unit/test.h"
 
+/* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
+#define TEST_DB_VERSION 7
+
 static char db_dir[64];
 static char db_path[128];
 
@@ -78,7 +81,7 @@ static void test_db_lifecycle(void)
     struct err e = {0};
     struct db *db = test_db_fresh();
     T_CHECK(db != NULL);
-    T_EQ_INT(db_schema_version(db), 6);
+    T_EQ_INT(db_schema_version(db), TEST_DB_VERSION);
     int64_t id = test_db_experiment(db, 2);
     T_CHECK(id > 0);
     json_t *exp;
@@ -504,7 +507,7 @@ static void test_db_experiment_summary(void)
     sqlite3_close(h);
     db = db_open(db_path, &e);
     T_CHECK_MSG(db != NULL, "%s", e.msg);
-    T_EQ_INT(db_schema_version(db), 6);
+    T_EQ_INT(db_schema_version(db), TEST_DB_VERSION);
     list = test_db_list(db, &f);
     got = json_object_get(json_array_get(json_object_get(list, "items"), 0), "summary");
     T_CHECK_MSG(json_equal(got, w), "summary as migrated");
@@ -512,7 +515,17 @@ static void test_db_experiment_summary(void)
     /* 005 rebuilt experiments and runs: every run kept its id and its parent */
     json_t *exp = db_get_experiment(db, id, &e);
     T_EQ_INT(json_array_size(json_object_get(exp, "runs")), 3);
+    /* and 007 left every existing run clean (not oversubscribed) */
+    int64_t rid = json_integer_value(
+        json_object_get(json_array_get(json_object_get(exp, "runs"), 0), "id"));
     json_decref(exp);
+    json_t *one = db_get_run(db, rid, &e);
+    T_CHECK(one && json_is_false(json_object_get(one, "oversubscribed")));
+    json_decref(one);
+    T_OK(db_run_oversubscribed(db, rid, &e));
+    one = db_get_run(db, rid, &e);
+    T_CHECK(one && json_is_true(json_object_get(one, "oversubscribed")));
+    json_decref(one);
     json_decref(w);
     test_db_cleanup(db);
 }
@@ -749,13 +762,13 @@ static void test_db_epoch_train_null(void)
              "test_loss REAL, test_acc REAL, time_s REAL NOT NULL, PRIMARY KEY (run_id, "
              "repeat, epoch)) WITHOUT ROWID; INSERT INTO epochs VALUES "
              "(%lld, 0, 0, 0, 0, 0, 0.7, 0.6, 0.1), (%lld, 0, 1, 64, 1.5, 0.5, NULL, NULL, 0.2);"
-             "PRAGMA user_version=5",
+             "ALTER TABLE runs DROP COLUMN oversubscribed; PRAGMA user_version=5",
              (long long)r, (long long)r);
     T_CHECK(sqlite3_exec(h, sql, NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(h);
     db = db_open(db_path, &e);
     T_CHECK_MSG(db != NULL, "%s", e.msg);
-    T_EQ_INT(db_schema_version(db), 6);
+    T_EQ_INT(db_schema_version(db), TEST_DB_VERSION);
     run = db_get_run(db, r, &e);
     T_CHECK(run != NULL);
     eps = json_object_get(run, "epochs");
