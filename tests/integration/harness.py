@@ -178,6 +178,14 @@ def pid_alive(pid):
         return False
 
 
+def wait_gone(pids, timeout=15):
+    """Waits until none of pids is alive; fails naming those still alive after timeout."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and any(pid_alive(p) for p in pids):
+        time.sleep(0.05)
+    check(not any(pid_alive(p) for p in pids), f"workers left behind: {[p for p in pids if pid_alive(p)]}")
+
+
 def worker_pids():
     """PIDs of every ddpbench-worker process on the machine."""
     out = []

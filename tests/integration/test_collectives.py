@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from harness import Daemon, check, pid_alive, run_cases
+from harness import Daemon, check, pid_alive, run_cases, wait_gone
 
 ALGORITHMS = {
     "allreduce": {"ring", "rd", "hd"},
@@ -84,13 +84,6 @@ def test_every_op_stores_no_wrong():
         check(status == 400 and body["error"]["field"] == "algorithm", (status, body))
     finally:
         d.close()
-
-
-def wait_gone(pids, timeout=15):
-    deadline = time.time() + timeout
-    while time.time() < deadline and any(pid_alive(p) for p in pids):
-        time.sleep(0.05)
-    check(not any(pid_alive(p) for p in pids), f"workers left behind: {[p for p in pids if pid_alive(p)]}")
 
 
 def test_stopped_worker_fails_within_comm_timeout():

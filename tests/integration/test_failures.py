@@ -7,17 +7,10 @@ import signal
 import sys
 import time
 
-from harness import Daemon, check, pid_alive, run_cases
+from harness import Daemon, check, run_cases, wait_gone
 
 LONG = {"workload": "collective", "min_bytes": "32M", "max_bytes": "32M", "iters": 5000,
         "warmup": 0, "timeout_s": 300}
-
-
-def wait_gone(pids, timeout=15):
-    deadline = time.time() + timeout
-    while time.time() < deadline and any(pid_alive(p) for p in pids):
-        time.sleep(0.05)
-    check(not any(pid_alive(p) for p in pids), f"workers left behind: {[p for p in pids if pid_alive(p)]}")
 
 
 def test_killed_worker_fails_run_naming_rank():

@@ -17,19 +17,12 @@ import sys
 import threading
 import time
 
-from harness import Daemon, check, pid_alive, run_cases
+from harness import Daemon, check, run_cases, wait_gone
 
 LONG = {"workload": "collective", "min_bytes": "16M", "max_bytes": "16M", "iters": 5000,
         "warmup": 0, "timeout_s": 300}
 SMALL = {"workload": "collective", "min_bytes": "4K", "max_bytes": "64K", "factor": 4,
          "iters": 5, "warmup": 1}
-
-
-def wait_gone(pids, timeout=15):
-    deadline = time.time() + timeout
-    while time.time() < deadline and any(pid_alive(p) for p in pids):
-        time.sleep(0.05)
-    check(not any(pid_alive(p) for p in pids), f"workers left: {pids}")
 
 
 def running_pids(d, run_id):
