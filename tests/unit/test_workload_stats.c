@@ -168,51 +168,68 @@ static double ref_reduced(const struct collective_data *d, size_t j)
     return reduce_load(tmp, d->dtype);
 }
 
-/* Every input is exact in its dtype; every expected element equals the naive
- * reference; min/max inputs are distinct across ranks; avg sums stay exact. */
-static void test_expected_matches_reference(void)
+/* The benchmark ops, in the order the exhaustive tests walk them. */
+static const enum comm_op bench_ops[] = {COMM_OP_ALLREDUCE, COMM_OP_REDUCE_SCATTER,
+                                         COMM_OP_ALL_GATHER, COMM_OP_BROADCAST,
+                                         COMM_OP_SENDRECV};
+
+/* Calls check for every op x dtype x redop x world of worlds[6], with the data chosen
+ * from seed; one walk for the tests that must hold over the whole space. */
+static void each_data_case(int64_t seed, const int worlds[6], size_t count,
+                           void (*check)(const struct collective_data *d, size_t count,
+                                         void *ctx),
+                           void *ctx)
 {
-    static const enum comm_op ops[] = {COMM_OP_ALLREDUCE, COMM_OP_REDUCE_SCATTER,
-                                       COMM_OP_ALL_GATHER, COMM_OP_BROADCAST,
-                                       COMM_OP_SENDRECV};
-    static const int worlds[] = {1, 2, 3, 5, 7, 40};
     for (size_t o = 0; o < 5; o++)
         for (int t = COMM_FLOAT32; t <= COMM_INT64; t++)
             for (int op = COMM_SUM; op <= COMM_MAX; op++)
                 for (size_t w = 0; w < 6; w++) {
                     struct collective_data d;
-                    int n = worlds[w];
-                    size_t count = 13;
-                    collective_data_init(&d, 77, ops[o], (enum comm_dtype)t,
-                                         (enum comm_redop)op, n);
-                    size_t out = ops[o] == COMM_OP_ALL_GATHER ? count * (size_t)n : count;
-                    for (int rank = 0; rank < n; rank += (n > 3 ? 3 : 1)) {
-                        for (size_t i = 0; i < out; i++) {
-                            double want;
-                            switch (ops[o]) {
-                            case COMM_OP_ALLREDUCE: want = ref_reduced(&d, i); break;
-                            case COMM_OP_REDUCE_SCATTER:
-                                want = ref_reduced(&d, (size_t)rank * count + i);
-                                break;
-                            case COMM_OP_ALL_GATHER:
-                                want = (double)collective_input(&d, (int)(i / count), i % count);
-                                break;
-                            case COMM_OP_BROADCAST: want = (double)collective_input(&d, 0, i); break;
-                            default:
-                                want = (double)collective_input(&d, (rank + n - 1) % n, i);
-                            }
-                            double got = collective_expected(&d, rank, count, i);
-                            T_CHECK_MSG(got == want, "op %d dtype %d redop %d world %d rank %d "
-                                        "i %zu: %g vs %g", (int)ops[o], t, op, n, rank, i, got,
-                                        want);
-                        }
-                    }
-                    if (!d.minmax)
-                        continue;
-                    for (size_t i = 0; i < count && n <= 256; i++) /* distinct per index */
-                        for (int r = 1; r < n; r++)
-                            T_CHECK(collective_input(&d, r, i) != collective_input(&d, r - 1, i));
+                    collective_data_init(&d, seed, bench_ops[o], (enum comm_dtype)t,
+                                         (enum comm_redop)op, worlds[w]);
+                    check(&d, count, ctx);
                 }
+}
+
+/* The reference value of output element i of rank for d's op. */
+static double ref_output(const struct collective_data *d, int rank, size_t count, size_t i)
+{
+    int n = d->world;
+    switch (d->op) {
+    case COMM_OP_ALLREDUCE: return ref_reduced(d, i);
+    case COMM_OP_REDUCE_SCATTER: return ref_reduced(d, (size_t)rank * count + i);
+    case COMM_OP_ALL_GATHER: return (double)collective_input(d, (int)(i / count), i % count);
+    case COMM_OP_BROADCAST: return (double)collective_input(d, 0, i);
+    default: return (double)collective_input(d, (rank + n - 1) % n, i);
+    }
+}
+
+static void check_expected(const struct collective_data *d, size_t count, void *ctx)
+{
+    (void)ctx;
+    int n = d->world;
+    size_t out = d->op == COMM_OP_ALL_GATHER ? count * (size_t)n : count;
+    for (int rank = 0; rank < n; rank += (n > 3 ? 3 : 1)) {
+        for (size_t i = 0; i < out; i++) {
+            double want = ref_output(d, rank, count, i);
+            double got = collective_expected(d, rank, count, i);
+            T_CHECK_MSG(got == want, "op %d dtype %d redop %d world %d rank %d i %zu: %g vs %g",
+                        (int)d->op, (int)d->dtype, (int)d->redop, n, rank, i, got, want);
+        }
+    }
+    if (!d->minmax)
+        return;
+    for (size_t i = 0; i < count && n <= 256; i++) /* distinct per index */
+        for (int r = 1; r < n; r++)
+            T_CHECK(collective_input(d, r, i) != collective_input(d, r - 1, i));
+}
+
+/* Every input is exact in its dtype; every expected element equals the naive
+ * reference; min/max inputs are distinct across ranks; avg sums stay exact. */
+static void test_expected_matches_reference(void)
+{
+    static const int worlds[] = {1, 2, 3, 5, 7, 40};
+    each_data_case(77, worlds, 13, check_expected, NULL);
 }
 
 /* Inputs are small: a float16 or bfloat16 sum over many ranks never leaves the exact
@@ -267,6 +284,31 @@ static double inplace_before(const struct collective_data *d, int rank, size_t c
     }
 }
 
+/* ctx: a char[200] that gets the first failure. */
+static void check_inplace_changes(const struct collective_data *d, size_t count, void *ctx)
+{
+    char *why = ctx;
+    int n = d->world, t = (int)d->dtype, op = (int)d->redop;
+    size_t out = d->op == COMM_OP_ALL_GATHER ? count * (size_t)n : count;
+    bool sum = d->op == COMM_OP_ALLREDUCE || d->op == COMM_OP_REDUCE_SCATTER;
+    sum = sum && d->redop == COMM_SUM;
+    bool own_block = d->op == COMM_OP_REDUCE_SCATTER && !sum;
+    int anywhere = 0;
+    for (size_t i = 0; i < out; i++) {
+        int caught = 0;
+        for (int r = 0; r < n; r++)
+            caught += inplace_before(d, r, count, i) != collective_expected(d, r, count, i);
+        anywhere += caught;
+        bool ok = n == 1 ? caught == 0 : sum ? caught == n : own_block || caught > 0;
+        if (!ok && !why[0])
+            snprintf(why, 200, "op %d dtype %d redop %d world %d element %zu: caught on %d ranks",
+                     (int)d->op, t, op, n, i, caught);
+    }
+    if (own_block && n > 1 && anywhere < (int)count / 4 && !why[0])
+        snprintf(why, 200, "reduce_scatter dtype %d redop %d world %d: caught %d times", t, op, n,
+                 anywhere);
+}
+
 /* In place the output overlays the input, so an operation that never writes is caught
  * only where the result differs from what was there: for sums at every element of every
  * rank; for the other ops at every element on some rank, while ranks 0 and 1 hold
@@ -275,42 +317,9 @@ static double inplace_before(const struct collective_data *d, int rank, size_t c
  * exact). */
 static void test_inplace_inputs_must_change(void)
 {
-    static const enum comm_op ops[] = {COMM_OP_ALLREDUCE, COMM_OP_REDUCE_SCATTER,
-                                       COMM_OP_ALL_GATHER, COMM_OP_BROADCAST,
-                                       COMM_OP_SENDRECV};
     static const int worlds[] = {1, 2, 3, 5, 16, 40};
     char why[200] = "";
-    for (size_t o = 0; o < 5; o++)
-        for (int t = COMM_FLOAT32; t <= COMM_INT64; t++)
-            for (int op = COMM_SUM; op <= COMM_MAX; op++)
-                for (size_t w = 0; w < 6; w++) {
-                    struct collective_data d;
-                    int n = worlds[w];
-                    size_t count = 64;
-                    collective_data_init(&d, 21, ops[o], (enum comm_dtype)t,
-                                         (enum comm_redop)op, n);
-                    size_t out = ops[o] == COMM_OP_ALL_GATHER ? count * (size_t)n : count;
-                    bool sum = ops[o] == COMM_OP_ALLREDUCE || ops[o] == COMM_OP_REDUCE_SCATTER;
-                    sum = sum && op == COMM_SUM;
-                    bool own_block = ops[o] == COMM_OP_REDUCE_SCATTER && !sum;
-                    int anywhere = 0;
-                    for (size_t i = 0; i < out; i++) {
-                        int caught = 0;
-                        for (int r = 0; r < n; r++)
-                            caught += inplace_before(&d, r, count, i) !=
-                                      collective_expected(&d, r, count, i);
-                        anywhere += caught;
-                        bool ok = n == 1 ? caught == 0 : sum ? caught == n
-                                                              : own_block || caught > 0;
-                        if (!ok && !why[0])
-                            snprintf(why, sizeof why, "op %d dtype %d redop %d world %d "
-                                     "element %zu: caught on %d ranks", (int)ops[o], t, op, n,
-                                     i, caught);
-                    }
-                    if (own_block && n > 1 && anywhere < (int)count / 4 && !why[0])
-                        snprintf(why, sizeof why, "reduce_scatter dtype %d redop %d world %d:"
-                                 " caught %d times", t, op, n, anywhere);
-                }
+    each_data_case(21, worlds, 64, check_inplace_changes, why);
     T_CHECK_MSG(!why[0], "%s", why);
 }
 
