@@ -25,6 +25,16 @@ static int test_call(const char *method, const char *path, struct api_reply *rep
     return api_dispatch(&test_ctx, &req, rep, e);
 }
 
+/* A request the router must refuse with code; rep and e keep the refusal for further
+ * checks. */
+static void test_refused(const char *method, const char *path, enum err_code code,
+                         struct api_reply *rep, struct err *e)
+{
+    T_CHECK_MSG(test_call(method, path, rep, e) < 0, "%s %s was served", method, path);
+    T_CHECK_MSG(e->code == code, "%s %s: code %d, want %d", method, path, (int)e->code,
+                (int)code);
+}
+
 static void test_write(const char *path, const char *text)
 {
     FILE *f = fopen(path, "w");
@@ -38,23 +48,16 @@ static void test_routes_errors(void)
 {
     struct api_reply rep;
     struct err e;
-    T_CHECK(test_call("GET", "/v1/experiments/abc", &rep, &e) < 0);
-    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    test_refused("GET", "/v1/experiments/abc", ERR_NOT_FOUND, &rep, &e);
     T_CHECK(strstr(e.msg, "experiment 'abc'") != NULL);
-    T_CHECK(test_call("GET", "/v1/runs/0", &rep, &e) < 0);
-    T_EQ_INT(e.code, ERR_NOT_FOUND);
-    T_CHECK(test_call("GET", "/v1/runs/99999999999999999999", &rep, &e) < 0);
-    T_EQ_INT(e.code, ERR_NOT_FOUND);
-    T_CHECK(test_call("DELETE", "/v1/experiments", &rep, &e) < 0);
-    T_EQ_INT(e.code, ERR_NOT_ALLOWED);
+    test_refused("GET", "/v1/runs/0", ERR_NOT_FOUND, &rep, &e);
+    test_refused("GET", "/v1/runs/99999999999999999999", ERR_NOT_FOUND, &rep, &e);
+    test_refused("DELETE", "/v1/experiments", ERR_NOT_ALLOWED, &rep, &e);
     T_CHECK(strstr(e.msg, "GET, POST") != NULL);
     T_EQ_STR(rep.allow, "GET, POST");
-    T_CHECK(test_call("PUT", "/v1/runs/7", &rep, &e) < 0);
-    T_EQ_INT(e.code, ERR_NOT_ALLOWED);
-    T_CHECK(test_call("GET", "/v1/experiments/1/2/3", &rep, &e) < 0);
-    T_EQ_INT(e.code, ERR_NOT_FOUND);
-    T_CHECK(test_call("POST", "/elsewhere", &rep, &e) < 0);
-    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    test_refused("PUT", "/v1/runs/7", ERR_NOT_ALLOWED, &rep, &e);
+    test_refused("GET", "/v1/experiments/1/2/3", ERR_NOT_FOUND, &rep, &e);
+    test_refused("POST", "/elsewhere", ERR_NOT_FOUND, &rep, &e);
 }
 
 /* A request as http.c builds it: method, path, headers, body. */
@@ -224,8 +227,7 @@ static void test_routes_static_files(void)
                              "/link/secret.txt", "/link", "/sub/../index.html",
                              "/..\\secret.txt", "/missing.css"};
     for (size_t i = 0; i < sizeof escapes / sizeof *escapes; i++) {
-        T_CHECK_MSG(test_call("GET", escapes[i], &rep, &e) < 0, "%s served", escapes[i]);
-        T_EQ_INT(e.code, ERR_NOT_FOUND);
+        test_refused("GET", escapes[i], ERR_NOT_FOUND, &rep, &e);
         T_CHECK(rep.body == NULL);
     }
 }
