@@ -109,6 +109,21 @@ static json_t *fx_wait_finished(struct fx *x, int64_t id)
     return NULL;
 }
 
+/* Submits the runs of specs as one experiment, starts the scheduler and waits for each
+ * run to finish: ids and runs (owned; NULL: not finished in 20 s) get n entries each. */
+static int fx_run_all(struct fx *x, const char *const *specs, int n, int64_t *ids,
+                      json_t **runs, struct err *e)
+{
+    if (fx_submit(x, specs, n, ids, e) < 0)
+        return -1;
+    x->sched = scheduler_create(&x->cfg, x->db, x->store, x->events, e);
+    if (!x->sched)
+        return -1;
+    for (int i = 0; i < n; i++)
+        runs[i] = fx_wait_finished(x, ids[i]);
+    return 0;
+}
+
 static const char *rank_log(const struct fx *x, int64_t run, int rank, char *buf, size_t len)
 {
     char path[160];
@@ -133,14 +148,13 @@ static void test_gpu_runs_queue_for_the_gpu(void)
         "\"world_size\":1,\"timeout_s\":20}",
     };
     int64_t ids[2];
-    T_OK(fx_submit(&x, specs, 2, ids, &e));
+    json_t *runs[2];
     setenv("PROBE_ECHO", "1", 1); /* the probe copies its environment to the rank log */
-    x.sched = scheduler_create(&x.cfg, x.db, x.store, x.events, &e);
-    T_CHECK(x.sched != NULL);
-    T_EQ_INT(scheduler_gpus_total(x.sched), 1);
     /* the probe's line is no report, so each run fails at once and frees the GPU */
-    json_t *a = fx_wait_finished(&x, ids[0]), *b = fx_wait_finished(&x, ids[1]);
+    T_OK(fx_run_all(&x, specs, 2, ids, runs, &e));
     unsetenv("PROBE_ECHO");
+    T_EQ_INT(scheduler_gpus_total(x.sched), 1);
+    json_t *a = runs[0], *b = runs[1];
     T_CHECK(a != NULL && b != NULL);
     T_CHECK(json_is_true(json_object_get(a, "emulated")));
     T_CHECK(json_is_false(json_object_get(b, "emulated")));
@@ -183,10 +197,9 @@ static void test_unplaceable_run_fails(void)
         "{\"workload\":\"collective\",\"world_size\":1,\"timeout_s\":20}",
     };
     int64_t ids[2];
-    T_OK(fx_submit(&x, specs, 2, ids, &e));
-    x.sched = scheduler_create(&x.cfg, x.db, x.store, x.events, &e);
-    T_CHECK(x.sched != NULL);
-    json_t *a = fx_wait_finished(&x, ids[0]), *b = fx_wait_finished(&x, ids[1]);
+    json_t *runs[2];
+    T_OK(fx_run_all(&x, specs, 2, ids, runs, &e));
+    json_t *a = runs[0], *b = runs[1];
     T_CHECK(a != NULL && b != NULL);
     T_EQ_STR(json_string_value(json_object_get(a, "status")), "failed");
     const char *why = json_string_value(json_object_get(a, "error"));
