@@ -13,6 +13,15 @@ static json_t *snapshot(const char *status, const char *s1, const char *s2)
                      "status", s2, "progress", 0.0);
 }
 
+/* Applies the snapshot() of these statuses as a resynchronising GET's answer. */
+static void apply_snapshot(struct watch_state *w, const char *status, const char *s1,
+                           const char *s2, struct buf *log)
+{
+    json_t *snap = snapshot(status, s1, s2);
+    watch_apply_snapshot(w, snap, log);
+    json_decref(snap);
+}
+
 static int apply(struct watch_state *w, const char *type, const char *data, struct buf *log)
 {
     json_t *d = json_loads(data, 0, NULL);
@@ -75,9 +84,7 @@ static void test_watch_plain_lines_every_change(void)
     struct buf log;
     buf_init(&log);
     watch_state_init(&w, 4, true);
-    json_t *snap = snapshot("running", "running", "queued");
-    watch_apply_snapshot(&w, snap, &log);
-    json_decref(snap);
+    apply_snapshot(&w, "running", "running", "queued", &log);
     T_EQ_INT(w.cur_run, 10);
     T_EQ_INT(apply(&w, "run", "{\"run\": 10, \"status\": \"succeeded\"}", &log), 0);
     T_EQ_INT(apply(&w, "run", "{\"run\": 11, \"status\": \"starting\"}", &log), 0);
@@ -99,15 +106,11 @@ static void test_watch_snapshot_catches_up(void)
     struct buf log;
     buf_init(&log);
     watch_state_init(&w, 4, false);
-    json_t *snap = snapshot("queued", "queued", "queued");
-    watch_apply_snapshot(&w, snap, &log);
-    json_decref(snap);
+    apply_snapshot(&w, "queued", "queued", "queued", &log);
     buf_reset(&log);
     T_EQ_INT(apply(&w, "lagged", "{\"lost\": true}", &log), 0);
     T_CHECK(w.resync);
-    snap = snapshot("cancelled", "cancelled", "cancelled");
-    watch_apply_snapshot(&w, snap, &log);
-    json_decref(snap);
+    apply_snapshot(&w, "cancelled", "cancelled", "cancelled", &log);
     T_CHECK(w.ended);
     T_EQ_INT(watch_runs_done(&w), 2);
     T_EQ_STR(lines(&log), "run 10 cancelled [1/2]\nrun 11 cancelled [2/2]\n"
