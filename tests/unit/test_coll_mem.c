@@ -67,44 +67,6 @@ static double fake_seconds(void *ctx, struct comm *c)
     return 250e-6;
 }
 
-static void spec_for(struct spec *s, const char *op, const char *dtype, bool inplace)
-{
-    memset(s, 0, sizeof *s);
-    s->world_size = 1;
-    s->repeats = 1;
-    s->seed = 11;
-    snprintf(s->coll.op, sizeof s->coll.op, "%s", op);
-    snprintf(s->coll.dtype, sizeof s->coll.dtype, "%s", dtype);
-    snprintf(s->coll.redop, sizeof s->coll.redop, "sum");
-    snprintf(s->coll.algorithm, sizeof s->coll.algorithm, "auto");
-    s->coll.iters = 3;
-    s->coll.warmup = 1;
-    s->coll.check = true;
-    s->coll.inplace = inplace;
-}
-
-/* The collective events of one bench over sizes, through the fake device. */
-static int run_bench(struct one_rank *o, const struct spec *s, struct fake_dev *f,
-                     const int64_t *sizes, int n, struct report_collective *out, struct err *e)
-{
-    struct collective_mem mem = {f, fake_alloc, fake_free, fake_upload, fake_download,
-                                 fake_seconds};
-    int pfd[2];
-    if (pipe(pfd) < 0)
-        return err_errno(e, "pipe");
-    struct report_writer w;
-    report_writer_init(&w, pfd[1], 0);
-    struct collective_bench b;
-    int rc = collective_bench_init_mem(&b, s, o->c, o->sc, &w, 4096, n, &mem, e);
-    if (rc == 0)
-        rc = collective_bench_run_sizes(&b, 0, sizes, (size_t)n, e);
-    collective_bench_cleanup(&b);
-    close(pfd[1]);
-    int got = rc < 0 ? -1 : one_rank_read_reports(pfd[0], out, n, NULL, e);
-    close(pfd[0]);
-    return got;
-}
-
 static void test_hooks_carry_every_op(void)
 {
     struct err e = {0};
@@ -116,11 +78,13 @@ static void test_hooks_carry_every_op(void)
     for (int i = 0; i < 10; i++) {
         struct spec s;
         bool inplace = i >= 5;
-        spec_for(&s, ops[i % 5], dtypes[i % 5], inplace);
+        one_rank_coll_spec(&s, 11, ops[i % 5], dtypes[i % 5], "sum", 3, inplace);
         struct fake_dev f = {0};
+        struct collective_mem mem = {&f, fake_alloc, fake_free, fake_upload, fake_download,
+                                     fake_seconds};
         int64_t sizes[] = {8, 1024, 4096};
         struct report_collective rc[3];
-        int n = run_bench(&o, &s, &f, sizes, 3, rc, &e);
+        int n = one_rank_run_bench(&o, &s, &mem, sizes, 3, rc, NULL, &e);
         T_CHECK_MSG(n == 3, "%s: %d events: %s", ops[i % 5], n, e.msg);
         for (int j = 0; j < 3; j++) {
             T_CHECK_MSG(rc[j].wrong == 0, "%s %s size %d: %lld wrong", ops[i % 5],
@@ -145,7 +109,7 @@ static void test_alloc_failure_named(void)
     struct one_rank o;
     T_CHECK_MSG(one_rank_open(&o, &e) == 0, "%s", e.msg);
     struct spec s;
-    spec_for(&s, "allreduce", "float32", false);
+    one_rank_coll_spec(&s, 11, "allreduce", "float32", "sum", 3, false);
     struct fake_dev f = {.fail_alloc = true};
     struct collective_mem mem = {&f, fake_alloc, fake_free, fake_upload, fake_download, NULL};
     struct collective_bench b;

@@ -350,40 +350,6 @@ static void test_count_wrong(void)
     T_CHECK(collective_count_wrong(&d, g, 1, 4) >= 2);
 }
 
-/* Runs sizes of one op on one rank; returns the collective events' counts. */
-static int one_rank_bench(struct one_rank *o, const char *op, const char *dtype,
-                          const char *redop, bool inplace, const int64_t *sizes, int n,
-                          struct report_collective *out, int *progress, struct err *e)
-{
-    int pfd[2];
-    if (pipe(pfd) < 0)
-        return err_errno(e, "pipe");
-    struct report_writer w;
-    report_writer_init(&w, pfd[1], 0);
-    struct spec s;
-    memset(&s, 0, sizeof s);
-    s.world_size = 1;
-    s.repeats = 1;
-    s.seed = 3;
-    snprintf(s.coll.op, sizeof s.coll.op, "%s", op);
-    snprintf(s.coll.dtype, sizeof s.coll.dtype, "%s", dtype);
-    snprintf(s.coll.redop, sizeof s.coll.redop, "%s", redop);
-    snprintf(s.coll.algorithm, sizeof s.coll.algorithm, "auto");
-    s.coll.iters = 4;
-    s.coll.warmup = 1;
-    s.coll.check = true;
-    s.coll.inplace = inplace;
-    struct collective_bench b;
-    int rc = collective_bench_init(&b, &s, o->c, o->sc, &w, 4096, n, e);
-    if (rc == 0)
-        rc = collective_bench_run_sizes(&b, 0, sizes, (size_t)n, e);
-    collective_bench_cleanup(&b);
-    close(pfd[1]);
-    int got = rc < 0 ? -1 : one_rank_read_reports(pfd[0], out, n, progress, e);
-    close(pfd[0]);
-    return got;
-}
-
 /* One rank, real store and communicator, every op in and out of place: a checked
  * collective event and a progress event per size. */
 static void test_bench_single_rank_reports(void)
@@ -401,8 +367,9 @@ static void test_bench_single_rank_reports(void)
         bool inplace = i >= 5;
         int64_t sizes[] = {1, 6, 4096}; /* 1 byte rounds up to one element */
         struct report_collective rc[3];
-        int n = one_rank_bench(&o, ops[k], dtypes[(i + 2) % 5], redops[k], inplace, sizes, 3,
-                               rc, &progress, &e);
+        struct spec s;
+        one_rank_coll_spec(&s, 3, ops[k], dtypes[(i + 2) % 5], redops[k], 4, inplace);
+        int n = one_rank_run_bench(&o, &s, NULL, sizes, 3, rc, &progress, &e);
         size_t es = strcmp(dtypes[(i + 2) % 5], "int64") == 0 ? 8
                     : dtypes[(i + 2) % 5][5] == '3' || dtypes[(i + 2) % 5][3] == '3' ? 4 : 2;
         if (n != 3 || progress != 3)
