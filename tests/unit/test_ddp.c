@@ -4,7 +4,8 @@
  * parameters as one rank with batch N*B (and with `accumulate` A micro-batches, as one
  * rank with batch N*B*A), over the real TCP backend. Ranks are forked processes (each
  * with its own oneDNN / OpenMP state, as in a run) that build their mesh with
- * comm_tcp_listen/connect and send their final parameter arena back through a pipe.
+ * comm_tcp_listen/connect and send their final parameter arena back through a socket pair
+ * (common/net.h's send/recv-all rather than read/write loops of its own).
  *
  * The model is lenet5 (convolutions, ReLU, max pooling, linear layers): no batch norm,
  * whose statistics are per rank in data-parallel training, and no dropout, whose masks
@@ -32,9 +33,11 @@
  * the scale and the update, never the arithmetic. */
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/net.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
 #include "worker/ddp/ddp.h"
@@ -220,30 +223,6 @@ out:
     return out;
 }
 
-static int eq_write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t k = write(fd, c, n);
-        if (k <= 0)
-            return -1;
-        c += k, n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int eq_read_all(int fd, void *p, size_t n)
-{
-    char *c = p;
-    while (n > 0) {
-        ssize_t k = read(fd, c, n);
-        if (k <= 0)
-            return -1;
-        c += k, n -= (size_t)k;
-    }
-    return 0;
-}
-
 /* Child: connect, train, send [n][params][step stats] or [0][message]. */
 static void eq_child(const struct eq_case *k, struct comm_tcp *t, const char *const *addrs,
                      int fd)
@@ -265,12 +244,13 @@ static void eq_child(const struct eq_case *k, struct comm_tcp *t, const char *co
      * rank's socket, and a hang-up with no goodbye before it reads as a rank that died */
     comm_destroy(c);
     uint64_t len = p ? n : 0;
-    eq_write_all(fd, &len, sizeof len);
+    struct err io; /* a failed send shows as a short read in the parent */
+    net_send_all(fd, &len, sizeof len, -1, NULL, &io);
     if (p) {
-        eq_write_all(fd, p, n * sizeof *p);
-        eq_write_all(fd, st, sizeof st);
+        net_send_all(fd, p, n * sizeof *p, -1, NULL, &io);
+        net_send_all(fd, st, sizeof st, -1, NULL, &io);
     } else
-        eq_write_all(fd, e.msg, sizeof e.msg);
+        net_send_all(fd, e.msg, sizeof e.msg, -1, NULL, &io);
     _exit(p ? 0 : 1);
 }
 
@@ -298,7 +278,7 @@ static int eq_run(const struct eq_case *k, float **out, size_t *n,
         ap[r] = addrs[r];
     }
     for (int r = 0; r < k->world; r++) {
-        if (pipe(fds[r]) < 0)
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds[r]) < 0)
             return -1;
         pid[r] = fork();
         if (pid[r] == 0) {
@@ -311,12 +291,12 @@ static int eq_run(const struct eq_case *k, float **out, size_t *n,
     for (int r = 0; r < k->world; r++) {
         uint64_t len = 0;
         out[r] = NULL;
-        if (eq_read_all(fds[r][0], &len, sizeof len) < 0) {
+        if (net_recv_all(fds[r][0], &len, sizeof len, -1, NULL, &e) < 0) {
             snprintf(why, whylen, "rank %d sent nothing", r);
             rc = -1;
         } else if (len == 0) {
             char msg[sizeof e.msg] = "";
-            eq_read_all(fds[r][0], msg, sizeof msg);
+            net_recv_all(fds[r][0], msg, sizeof msg, -1, NULL, &e);
             msg[sizeof msg - 1] = '\0';
             snprintf(why, whylen, "rank %d: %s", r, msg);
             rc = -1;
@@ -324,8 +304,8 @@ static int eq_run(const struct eq_case *k, float **out, size_t *n,
             struct ddp_step_stats st[STEPS];
             *n = len;
             out[r] = malloc(len * sizeof(float));
-            if (!out[r] || eq_read_all(fds[r][0], out[r], len * sizeof(float)) < 0 ||
-                eq_read_all(fds[r][0], st, sizeof st) < 0)
+            if (!out[r] || net_recv_all(fds[r][0], out[r], len * sizeof(float), -1, NULL, &e) < 0 ||
+                net_recv_all(fds[r][0], st, sizeof st, -1, NULL, &e) < 0)
                 rc = -1;
             else if (stats)
                 memcpy(stats[r], st, sizeof st);
