@@ -8,26 +8,33 @@
 
 #include <string.h>
 
-void gmodel_conv_weight_to_device(float *dst, const float *src, const struct nn_conv2d_cfg *c)
+/* One loop for both directions: element (o,i,y,x) sits at host index h and device index d;
+ * to_device copies src[h] to dst[d], else src[d] to dst[h]. */
+static void gmodel_conv_permute(float *dst, const float *src, const struct nn_conv2d_cfg *c,
+                                int to_device)
 {
     int ci = c->cin / c->groups, kh = c->kh, kw = c->kw;
     for (int o = 0; o < c->cout; o++)
         for (int i = 0; i < ci; i++)
             for (int y = 0; y < kh; y++)
-                for (int x = 0; x < kw; x++)
-                    dst[(((size_t)o * kh + y) * kw + x) * ci + i] =
-                        src[(((size_t)o * ci + i) * kh + y) * kw + x];
+                for (int x = 0; x < kw; x++) {
+                    size_t h = (((size_t)o * ci + i) * kh + y) * kw + x;
+                    size_t d = (((size_t)o * kh + y) * kw + x) * ci + i;
+                    if (to_device)
+                        dst[d] = src[h];
+                    else
+                        dst[h] = src[d];
+                }
+}
+
+void gmodel_conv_weight_to_device(float *dst, const float *src, const struct nn_conv2d_cfg *c)
+{
+    gmodel_conv_permute(dst, src, c, 1);
 }
 
 void gmodel_conv_weight_to_host(float *dst, const float *src, const struct nn_conv2d_cfg *c)
 {
-    int ci = c->cin / c->groups, kh = c->kh, kw = c->kw;
-    for (int o = 0; o < c->cout; o++)
-        for (int i = 0; i < ci; i++)
-            for (int y = 0; y < kh; y++)
-                for (int x = 0; x < kw; x++)
-                    dst[(((size_t)o * ci + i) * kh + y) * kw + x] =
-                        src[(((size_t)o * kh + y) * kw + x) * ci + i];
+    gmodel_conv_permute(dst, src, c, 0);
 }
 
 /* Copies the arena, then permutes each convolution's weight (its first parameter). */
@@ -40,10 +47,7 @@ static void gmodel_arena_permute(const struct nn_model *m, float *dst, const flo
         nn_model_node_info(m, i, &n);
         if (n.op != NN_OP_CONV)
             continue;
-        if (to_device)
-            gmodel_conv_weight_to_device(dst + n.param_off, src + n.param_off, &n.cfg.conv);
-        else
-            gmodel_conv_weight_to_host(dst + n.param_off, src + n.param_off, &n.cfg.conv);
+        gmodel_conv_permute(dst + n.param_off, src + n.param_off, &n.cfg.conv, to_device);
     }
 }
 
