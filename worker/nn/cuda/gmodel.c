@@ -94,22 +94,25 @@ static int gm_cuda(cudaError_t rc, const char *what, struct err *e)
 
 /* ---- creation ------------------------------------------------------------------------ */
 
-static float *gm_param(struct gmodel *g, const struct gm_node *n, int k)
+/* Node n's parameter k within arena (the parameters' or the gradients': one layout);
+ * NULL when n has no parameter k. */
+static float *gm_slice(struct gmodel *g, float *arena, const struct gm_node *n, int k)
 {
     if (k >= n->info.nparams)
         return NULL;
     int count = 0;
     const struct nn_param *p = nn_model_param_info(g->m, &count);
-    return g->params + p[n->info.first_param + k].offset;
+    return arena + p[n->info.first_param + k].offset;
+}
+
+static float *gm_param(struct gmodel *g, const struct gm_node *n, int k)
+{
+    return gm_slice(g, g->params, n, k);
 }
 
 static float *gm_grad(struct gmodel *g, const struct gm_node *n, int k)
 {
-    if (k >= n->info.nparams)
-        return NULL;
-    int count = 0;
-    const struct nn_param *p = nn_model_param_info(g->m, &count);
-    return g->grads + p[n->info.first_param + k].offset;
+    return gm_slice(g, g->grads, n, k);
 }
 
 /* A convolution's or linear layer's weight in the activations' dtype. */
