@@ -27,6 +27,17 @@ static int config_parse_long(const char *opt, const char *s, long lo, long hi, l
     return 0;
 }
 
+/* config_parse_long into an int field: every bounded option but --max-body is one. */
+static int config_parse_int(const char *opt, const char *s, long lo, long hi, int *out,
+                            struct err *e)
+{
+    long v;
+    if (config_parse_long(opt, s, lo, hi, &v, e) < 0)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
 static int config_copy(char *dst, size_t cap, const char *opt, const char *s, struct err *e)
 {
     if (strlen(s) >= cap || s[0] == '\0')
@@ -179,41 +190,20 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
     case OPT_WORKER: return config_copy(c->worker_path, sizeof c->worker_path, "worker", arg, e);
     case OPT_WEB_DIR: return config_copy(c->web_dir, sizeof c->web_dir, "web-dir", arg, e);
     case OPT_NODE: return config_copy(c->node, sizeof c->node, "node", arg, e);
-    case OPT_PORT:
-        if (config_parse_long("port", arg, 0, 65535, &v, e) < 0)
-            return -1;
-        c->port = (int)v;
-        return 0;
+    case OPT_PORT: return config_parse_int("port", arg, 0, 65535, &c->port, e);
     case OPT_STORE_PORT:
-        if (config_parse_long("store-port", arg, 0, 65535, &v, e) < 0)
-            return -1;
-        c->store_port = (int)v;
-        return 0;
-    case OPT_CPU_SLOTS:
-        if (config_parse_long("cpu-slots", arg, 1, 4096, &v, e) < 0)
-            return -1;
-        c->cpu_slots = (int)v;
-        return 0;
-    case OPT_GPUS:
-        if (config_parse_long("gpus", arg, 0, GPU_SLOTS_MAX, &v, e) < 0)
-            return -1;
-        c->gpus = (int)v;
-        return 0;
+        return config_parse_int("store-port", arg, 0, 65535, &c->store_port, e);
+    case OPT_CPU_SLOTS: return config_parse_int("cpu-slots", arg, 1, 4096, &c->cpu_slots, e);
+    case OPT_GPUS: return config_parse_int("gpus", arg, 0, GPU_SLOTS_MAX, &c->gpus, e);
     case OPT_MAX_BODY:
         if (config_parse_long("max-body", arg, 1024, 64L << 20, &v, e) < 0)
             return -1;
         c->max_body = (size_t)v;
         return 0;
     case OPT_HTTP_THREADS:
-        if (config_parse_long("http-threads", arg, 1, 256, &v, e) < 0)
-            return -1;
-        c->http_threads = (int)v;
-        return 0;
+        return config_parse_int("http-threads", arg, 1, 256, &c->http_threads, e);
     case OPT_KILL_GRACE:
-        if (config_parse_long("kill-grace-ms", arg, 0, 600000, &v, e) < 0)
-            return -1;
-        c->kill_grace_ms = (int)v;
-        return 0;
+        return config_parse_int("kill-grace-ms", arg, 0, 600000, &c->kill_grace_ms, e);
     case OPT_TOKEN_FILE:
         return config_read_token(c, arg, e);
     case OPT_CORS:
