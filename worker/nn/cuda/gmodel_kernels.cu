@@ -28,18 +28,54 @@ __device__ __forceinline__ double hash_uniform(uint64_t key, uint64_t index)
     return (double)(hash64(key ^ hash64(index)) >> 11) * 0x1.0p-53;
 }
 
+/* An element's (batch, channel, row, column), and its flat index in either layout: one
+ * place for the index arithmetic every layout kernel below does. */
+struct pos4 {
+    int b, ch, y, x;
+};
+
+/* Splits i into its digits in the radices r0 (innermost), r1, r2; the rest is *d3. */
+__device__ __forceinline__ void unravel4(size_t i, int r0, int r1, int r2, int *d0, int *d1,
+                                         int *d2, int *d3)
+{
+    *d0 = (int)(i % r0);
+    i /= r0;
+    *d1 = (int)(i % r1);
+    i /= r1;
+    *d2 = (int)(i % r2);
+    *d3 = (int)(i / r2);
+}
+
+__device__ __forceinline__ pos4 nhwc_pos(size_t i, int c, int h, int w)
+{
+    pos4 q;
+    unravel4(i, c, w, h, &q.ch, &q.x, &q.y, &q.b);
+    return q;
+}
+
+__device__ __forceinline__ pos4 nchw_pos(size_t i, int c, int h, int w)
+{
+    pos4 q;
+    unravel4(i, w, h, c, &q.x, &q.y, &q.ch, &q.b);
+    return q;
+}
+
+__device__ __forceinline__ size_t nchw_at(pos4 q, int c, int h, int w)
+{
+    return (((size_t)q.b * c + q.ch) * h + q.y) * w + q.x;
+}
+
+__device__ __forceinline__ size_t nhwc_at(pos4 q, int c, int h, int w)
+{
+    return (((size_t)q.b * h + q.y) * w + q.x) * c + q.ch;
+}
+
 template <typename T>
 __global__ void input_k(T *dst, const float *src, int n, int c, int h, int w)
 {
     size_t total = (size_t)n * c * h * w;
     GRID_STRIDE(i, total) { /* i indexes dst (n,h,w,c) */
-        int ch = (int)(i % c);
-        size_t r = i / c;
-        int x = (int)(r % w);
-        r /= w;
-        int y = (int)(r % h);
-        int b = (int)(r / h);
-        dst[i] = st<T>(src[(((size_t)b * c + ch) * h + y) * w + x]);
+        dst[i] = st<T>(src[nchw_at(nhwc_pos(i, c, h, w), c, h, w)]);
     }
 }
 
@@ -49,23 +85,10 @@ __global__ void transpose_k(T *dst, const T *src, int n, int c, int h, int w, in
 {
     size_t total = (size_t)n * c * h * w;
     GRID_STRIDE(i, total) {
-        if (to_nchw) {
-            int x = (int)(i % w);
-            size_t r = i / w;
-            int y = (int)(r % h);
-            r /= h;
-            int ch = (int)(r % c);
-            int b = (int)(r / c);
-            dst[i] = src[(((size_t)b * h + y) * w + x) * c + ch];
-        } else {
-            int ch = (int)(i % c);
-            size_t r = i / c;
-            int x = (int)(r % w);
-            r /= w;
-            int y = (int)(r % h);
-            int b = (int)(r / h);
-            dst[i] = src[(((size_t)b * c + ch) * h + y) * w + x];
-        }
+        if (to_nchw)
+            dst[i] = src[nhwc_at(nchw_pos(i, c, h, w), c, h, w)];
+        else
+            dst[i] = src[nchw_at(nhwc_pos(i, c, h, w), c, h, w)];
     }
 }
 
@@ -75,14 +98,9 @@ __global__ void dropout_k(T *out, const T *inp, int n, int c, int h, int w, floa
 {
     size_t total = (size_t)n * c * h * w;
     GRID_STRIDE(i, total) { /* NHWC storage, logical (n,c,h,w) index for the hash */
-        int ch = (int)(i % c);
-        size_t r = i / c;
-        int x = (int)(r % w);
-        r /= w;
-        int y = (int)(r % h);
-        uint64_t b = (uint64_t)(r / h);
-        uint64_t plane = b * (uint64_t)c + (uint64_t)ch;
-        uint64_t index = channelwise ? plane : (plane * (uint64_t)h + (uint64_t)y) * w + x;
+        pos4 q = nhwc_pos(i, c, h, w);
+        uint64_t plane = (uint64_t)q.b * (uint64_t)c + (uint64_t)q.ch;
+        uint64_t index = channelwise ? plane : (plane * (uint64_t)h + (uint64_t)q.y) * w + q.x;
         bool keep = hash_uniform(key, index) >= (double)p;
         out[i] = st<T>(keep ? ld(inp[i]) * scale : 0.f);
     }
