@@ -105,6 +105,10 @@ class Daemon:
         raise AssertionError(f"experiment {exp_id} still {exp['status']} after {timeout}s; "
                              f"log: {self.daemon_log()}")
 
+    def run_experiment(self, spec, timeout=120):
+        """Submits spec and returns the experiment once it has ended."""
+        return self.wait_experiment(self.submit(spec)["id"], timeout=timeout)
+
     def wait_run(self, run_id, cond, timeout=60, what="condition"):
         deadline = time.time() + timeout
         while time.time() < deadline:

@@ -245,8 +245,7 @@ def test_garbage_on_data_ports_does_not_break_run():
                 "iters": 5, "warmup": 1, "check": True, "comm_timeout_s": 20}
         spam = Spammer(d.proc.pid, spec["world_size"])
         spam.start()
-        exp = d.submit(spec)
-        exp = d.wait_experiment(exp["id"], timeout=120)
+        exp = d.run_experiment(spec, timeout=120)
         spam.close()
         run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
         check(run["status"] == "succeeded", f"{run['status']}: {run.get('error')}")

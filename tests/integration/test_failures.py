@@ -38,8 +38,8 @@ def test_killed_worker_fails_run_naming_rank():
 def test_worker_that_cannot_start():
     d = Daemon(cpu_slots=2, extra_args=["--worker", "/nonexistent/ddpbench-worker"])
     try:
-        exp = d.submit({"name": "nostart", "workload": "collective", "world_size": 2})
-        exp = d.wait_experiment(exp["id"], timeout=30)
+        exp = d.run_experiment({"name": "nostart", "workload": "collective", "world_size": 2},
+                               timeout=30)
         run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
         check(run["status"] == "failed" and "could not start rank 0" in run["error"], run)
         d.wait_slots_free(2)

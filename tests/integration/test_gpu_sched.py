@@ -58,8 +58,7 @@ def test_more_ranks_than_gpus():
 def test_emulated_run_placed_and_flagged():
     d = Daemon(cpu_slots=4, extra_args=["--gpus", "1"])
     try:
-        exp = d.submit(dict(SPEC, world_size=2, emulate_multi_rank=True))
-        exp = d.wait_experiment(exp["id"], timeout=120)
+        exp = d.run_experiment(dict(SPEC, world_size=2, emulate_multi_rank=True), timeout=120)
         run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
         check(run["emulated"] is True, run)
         check([k["gpu"] for k in run["ranks"]] == [0, 0], run["ranks"])

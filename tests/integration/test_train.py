@@ -35,8 +35,7 @@ def test_strategies_end_to_end():
     try:
         spec = example("train-strategies.json")
         spec["steps"] = 16
-        exp = d.submit(spec)
-        exp = d.wait_experiment(exp["id"], timeout=240)
+        exp = d.run_experiment(spec, timeout=240)
         check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
         check(len(exp["runs"]) == 10, len(exp["runs"]))
         throughput = {}
@@ -111,8 +110,7 @@ def test_fashion_mnist_reaches_pytorch_accuracy():
     try:
         spec = example("train-fashion-mnist.json")
         spec["epochs"] = 1
-        exp = d.submit(spec)
-        exp = d.wait_experiment(exp["id"], timeout=300)
+        exp = d.run_experiment(spec, timeout=300)
         run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
         check(run["status"] == "succeeded", run["error"])
         ep = run["epochs"]
@@ -138,13 +136,13 @@ def test_dataset_samples_on_real_data():
         spec.update(epochs=1, warmup_steps=1)
         spec["dataset"] = {"name": "fashion-mnist", "samples": 2048}
         too_many = dict(spec, dataset={"name": "fashion-mnist", "samples": 60001})
-        exp = d.wait_experiment(d.submit(spec)["id"], timeout=300)
+        exp = d.run_experiment(spec, timeout=300)
         run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
         check(run["status"] == "succeeded", run["error"])
         ep = run["epochs"]
         check(len(ep) == 1 and ep[0]["samples"] == 2048, ep)
         check(ep[0]["test_acc"] is not None and 0 <= ep[0]["test_acc"] <= 1, ep)
-        exp = d.wait_experiment(d.submit(too_many)["id"], timeout=300)
+        exp = d.run_experiment(too_many, timeout=300)
         run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
         check(run["status"] == "failed" and "dataset.samples" in (run["error"] or "")
               and "60000" in run["error"], run["error"])
@@ -157,7 +155,7 @@ def test_same_seed_same_run():
     try:
         spec = dict(SMALL, world_size=2, strategy="ddp", dataset={"name": "synthetic", "fresh": True},
                     sweep={"repeats": [1, 2]})
-        exp = d.wait_experiment(d.submit(spec)["id"], timeout=120)
+        exp = d.run_experiment(spec, timeout=120)
         check(exp["status"] == "succeeded", exp["runs"])
         losses = []
         for r in exp["runs"]:
@@ -184,7 +182,7 @@ def test_accumulation_and_compression_through_the_api():
         spec = dict(SMALL, world_size=2, strategy="ddp", accumulate=2, steps=6, warmup_steps=1,
                     dataset={"name": "synthetic", "fresh": True},
                     sweep={"compression": ["none", "fp16"]})
-        exp = d.wait_experiment(d.submit(spec)["id"], timeout=120)
+        exp = d.run_experiment(spec, timeout=120)
         check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
         sent = {}
         for r in exp["runs"]:
@@ -215,12 +213,12 @@ def test_bad_training_inputs():
             want = 409 if field == "world_size" else 400
             check(status == want and body["error"]["field"] == field, (bad, status, body))
         # a dataset directory that does not exist: the run fails naming the path
-        exp = d.submit(dict(SMALL, dataset={"name": "mnist", "path": "/nonexistent/mnist"}))
-        exp = d.wait_experiment(exp["id"], timeout=60)
+        exp = d.run_experiment(dict(SMALL, dataset={"name": "mnist", "path": "/nonexistent/mnist"}),
+                               timeout=60)
         run = exp["runs"][0]
         check(run["status"] == "failed" and "/nonexistent/mnist" in run["error"], run)
         # all steps are warm-up: nothing would be measured
-        exp = d.wait_experiment(d.submit(dict(SMALL, warmup_steps=12))["id"], timeout=60)
+        exp = d.run_experiment(dict(SMALL, warmup_steps=12), timeout=60)
         run = exp["runs"][0]
         check(run["status"] == "failed" and "warmup_steps" in run["error"], run)
     finally:
