@@ -56,9 +56,9 @@ struct api_query_arg {
 };
 
 struct api_request {
-    const char *method;          /* "GET", "POST", ... */
-    const char *path;            /* without the query string */
-    const char *body;            /* NUL-terminated, may be NULL */
+    const char *method; /* "GET", "POST", ... */
+    const char *path;   /* without the query string */
+    const char *body;   /* NUL-terminated, may be NULL */
     size_t body_len;
     int64_t ids[API_MAX_PATH_IDS]; /* {id} path segments, in order */
     const struct api_query_arg *query;
@@ -72,13 +72,13 @@ struct api_request {
 struct api_stream;
 
 struct api_reply {
-    int status;               /* 200 when left 0 */
-    json_t *json;             /* owned: sent as application/json */
-    char *body;               /* owned (malloc): sent as is when json is NULL */
+    int status;   /* 200 when left 0 */
+    json_t *json; /* owned: sent as application/json */
+    char *body;   /* owned (malloc): sent as is when json is NULL */
     size_t body_len;
-    const char *content_type; /* for body; static string */
-    char location[128];       /* Location header when non-empty */
-    char allow[64];           /* Allow header when non-empty (405: the methods that work) */
+    const char *content_type;  /* for body; static string */
+    char location[128];        /* Location header when non-empty */
+    char allow[64];            /* Allow header when non-empty (405: the methods that work) */
     struct api_stream *stream; /* owned: an event stream (text/event-stream) */
 };
 

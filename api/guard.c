@@ -83,8 +83,8 @@ static bool guard_is_mutation(const char *method)
  * configured CORS origin? */
 static bool guard_origin_allowed(const struct config *c, const char *origin, const char *host)
 {
-    if (c->cors_origin[0] && (strcmp(c->cors_origin, "*") == 0 ||
-                              strcasecmp(c->cors_origin, origin) == 0))
+    if (c->cors_origin[0] &&
+        (strcmp(c->cors_origin, "*") == 0 || strcasecmp(c->cors_origin, origin) == 0))
         return true;
     const char *sep = strstr(origin, "://");
     char want[GUARD_NAME_MAX], got[GUARD_NAME_MAX];
@@ -132,23 +132,29 @@ static int guard_authorize(const struct config *c, const struct api_request *req
         if (guard_token_equal(t, c->token))
             return 0;
     }
-    return err_set(e, ERR_UNAUTHORIZED, NULL, "%s needs 'Authorization: Bearer <token>' (the "
-                   "daemon was started with a token)", req->method);
+    return err_set(e, ERR_UNAUTHORIZED, NULL,
+                   "%s needs 'Authorization: Bearer <token>' (the "
+                   "daemon was started with a token)",
+                   req->method);
 }
 
 int guard_check(const struct config *c, const struct api_request *req, struct err *e)
 {
     if (!guard_host_allowed(c, req->host))
-        return err_set(e, ERR_FORBIDDEN, "Host", "Host '%s' is not a name of this daemon: use "
+        return err_set(e, ERR_FORBIDDEN, "Host",
+                       "Host '%s' is not a name of this daemon: use "
                        "its address, localhost or %s, or start ddpbenchd with --allow-host "
-                       "NAME", req->host, c->node);
+                       "NAME",
+                       req->host, c->node);
     if (guard_is_mutation(req->method) && req->origin &&
         !guard_origin_allowed(c, req->origin, req->host))
-        return err_set(e, ERR_FORBIDDEN, "Origin", "cross-origin %s from %s refused: start "
-                       "ddpbenchd with --cors-origin %s to allow that page", req->method,
-                       req->origin, req->origin);
+        return err_set(e, ERR_FORBIDDEN, "Origin",
+                       "cross-origin %s from %s refused: start "
+                       "ddpbenchd with --cors-origin %s to allow that page",
+                       req->method, req->origin, req->origin);
     if (req->body_len > 0 && !guard_is_json(req->content_type))
-        return err_set(e, ERR_MEDIA_TYPE, "Content-Type", "a request body must be "
+        return err_set(e, ERR_MEDIA_TYPE, "Content-Type",
+                       "a request body must be "
                        "'Content-Type: application/json', got '%s' (curl: --json @spec.json)",
                        req->content_type ? req->content_type : "none");
     return guard_authorize(c, req, e);

@@ -69,9 +69,9 @@ static int h_check_memory(const json_t *spec, struct err *e)
     spec_memory_text(&m, text, sizeof text);
     return err_set(e, ERR_CONFLICT, "batch_size",
                    "batch_size: %lld rank%s of %s need%s %.4g GiB, more than this node's %.4g "
-                   "GiB of memory; lower batch_size or world_size", (long long)ws,
-                   ws == 1 ? "" : "s", text, ws == 1 ? "s" : "", m.total * (double)ws / gib,
-                   node / gib);
+                   "GiB of memory; lower batch_size or world_size",
+                   (long long)ws, ws == 1 ? "" : "s", text, ws == 1 ? "s" : "",
+                   m.total * (double)ws / gib, node / gib);
 }
 
 /* Every point must fit on this node, or the run would wait forever. */
@@ -106,12 +106,14 @@ static int h_encode_runs(const json_t *runs, struct db_new_run *out, char **text
     json_array_foreach(runs, i, run)
     {
         json_t *spec = json_object_get(run, "spec");
-        texts[2 * i] = json_dumps(json_object_get(run, "params"), JSON_COMPACT | JSON_SORT_KEYS);
+        texts[2 * i] = json_dumps(json_object_get(run, "params"),
+                                  JSON_COMPACT | JSON_SORT_KEYS);
         texts[2 * i + 1] = json_dumps(spec, JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (!texts[2 * i] || !texts[2 * i + 1])
             return err_set(e, ERR_NOMEM, NULL, "out of memory");
-        out[i] = (struct db_new_run){texts[2 * i], texts[2 * i + 1],
-                                     (int)json_integer_value(json_object_get(spec, "world_size"))};
+        out[i] = (struct db_new_run){
+            texts[2 * i], texts[2 * i + 1],
+            (int)json_integer_value(json_object_get(spec, "world_size"))};
     }
     return 0;
 }
@@ -144,15 +146,17 @@ int h_experiments_create(struct api_ctx *ctx, const struct api_request *req,
     if (api_query_check(req, h_no_args, e) < 0)
         return -1;
     if (!req->body || req->body_len == 0)
-        return err_set(e, ERR_INVALID, NULL, "the request body must be an experiment spec "
-                                             "(JSON object); see GET /v1/spec/schema");
+        return err_set(e, ERR_INVALID, NULL,
+                       "the request body must be an experiment spec "
+                       "(JSON object); see GET /v1/spec/schema");
     json_t *spec = spec_parse(req->body, req->body_len, e);
     if (!spec)
         return -1;
     json_t *runs = spec_expand(spec, SPEC_MAX_RUNS, e);
     int64_t id = 0;
     int rc = -1;
-    if (runs && h_check_slots(ctx, runs, e) == 0 && h_store_experiment(ctx, spec, runs, &id, e) == 0) {
+    if (runs && h_check_slots(ctx, runs, e) == 0 &&
+        h_store_experiment(ctx, spec, runs, &id, e) == 0) {
         scheduler_wake(ctx->sched);
         rep->json = db_get_experiment_page(ctx->db, id, H_RUNS_PAGE, 0, e);
         rep->status = 201;
@@ -176,8 +180,10 @@ static int h_check_enum(const char *key, const char *value, const char *const *a
     for (const char *const *a = allowed; *a; a++)
         if (strcmp(*a, value) == 0)
             return 0;
-    return err_set(e, ERR_INVALID, key, "%s must be one of queued, running, succeeded, failed, "
-                                        "cancelled, interrupted; got '%s'", key, value);
+    return err_set(e, ERR_INVALID, key,
+                   "%s must be one of queued, running, succeeded, failed, "
+                   "cancelled, interrupted; got '%s'",
+                   key, value);
 }
 
 /* The fixed-width number at s (digits already checked). */
@@ -199,7 +205,8 @@ static bool h_parse_iso_time(const char *s, double *out)
     for (size_t i = 0; i < n; i++)
         if (shape[i] == 'd' ? !isdigit((unsigned char)s[i]) : s[i] != shape[i])
             return false;
-    struct tm tm = {.tm_year = h_fixed_num(s, 4) - 1900, .tm_mon = h_fixed_num(s + 5, 2) - 1,
+    struct tm tm = {.tm_year = h_fixed_num(s, 4) - 1900,
+                    .tm_mon = h_fixed_num(s + 5, 2) - 1,
                     .tm_mday = h_fixed_num(s + 8, 2)};
     if (n > 10) {
         tm.tm_hour = h_fixed_num(s + 11, 2);
@@ -235,15 +242,18 @@ static int h_parse_time(const struct api_request *req, const char *key, double *
     *out = 0;
     if (!s || h_parse_unix_time(s, out) || h_parse_iso_time(s, out))
         return 0;
-    return err_set(e, ERR_INVALID, key, "%s must be Unix seconds or an ISO-8601 date or time "
-                   "(2026-11-22, 2026-11-22T10:00:00Z), got '%s'", key, s);
+    return err_set(e, ERR_INVALID, key,
+                   "%s must be Unix seconds or an ISO-8601 date or time "
+                   "(2026-11-22, 2026-11-22T10:00:00Z), got '%s'",
+                   key, s);
 }
 
 int h_experiments_list(struct api_ctx *ctx, const struct api_request *req,
                        struct api_reply *rep, struct err *e)
 {
-    static const char *const args[] = {"status", "name", "workload", "model", "created_after",
-                                       "created_before", "limit", "offset", NULL};
+    static const char *const args[] = {"status", "name",          "workload",
+                                       "model",  "created_after", "created_before",
+                                       "limit",  "offset",        NULL};
     struct db_experiment_filter f = {0};
     if (api_query_check(req, args, e) < 0 ||
         api_query_int(req, "limit", 1, 1000, 50, &f.limit, e) < 0 ||
@@ -273,8 +283,8 @@ int h_experiments_list(struct api_ctx *ctx, const struct api_request *req,
     return 0;
 }
 
-int h_experiments_get(struct api_ctx *ctx, const struct api_request *req,
-                      struct api_reply *rep, struct err *e)
+int h_experiments_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                      struct err *e)
 {
     static const char *const args[] = {"runs_limit", "runs_offset", NULL};
     int64_t limit, offset;
@@ -292,8 +302,8 @@ static void h_publish_cancelled(struct api_ctx *ctx, const struct db_cancel_resu
 {
     for (size_t i = 0; i < r->n_cancelled; i++) {
         json_t *d = json_pack("{s:I, s:I, s:s, s:s}", "run", (json_int_t)r->cancelled[i],
-                              "experiment", (json_int_t)r->experiment_id, "status",
-                              "cancelled", "error", "cancelled before it started");
+                              "experiment", (json_int_t)r->experiment_id, "status", "cancelled",
+                              "error", "cancelled before it started");
         if (d)
             events_publish(ctx->events, r->experiment_id, "run", d);
         json_decref(d);
@@ -363,15 +373,16 @@ int h_experiments_delete(struct api_ctx *ctx, const struct api_request *req,
     for (size_t i = 0; i < n; i++)
         h_remove_run_files(ctx->cfg, runs[i]);
     free(runs);
-    rep->json = json_pack("{s:I, s:I}", "deleted", (json_int_t)req->ids[0], "runs", (json_int_t)n);
+    rep->json = json_pack("{s:I, s:I}", "deleted", (json_int_t)req->ids[0], "runs",
+                          (json_int_t)n);
     return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }
 
 #define H_MAX_GROUP_BY 8
 
 /* Splits "a,b,c" into at most H_MAX_GROUP_BY names held in buf. */
-static int h_split_group_by(const char *s, char *buf, size_t cap, const char **names,
-                            size_t *n, struct err *e)
+static int h_split_group_by(const char *s, char *buf, size_t cap, const char **names, size_t *n,
+                            struct err *e)
 {
     *n = 0;
     if (!s || !*s)
@@ -379,7 +390,8 @@ static int h_split_group_by(const char *s, char *buf, size_t cap, const char **n
     if (strlen(s) >= cap)
         return err_set(e, ERR_INVALID, "group_by", "group_by is too long");
     memcpy(buf, s, strlen(s) + 1);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
         if (*n == H_MAX_GROUP_BY)
             return err_set(e, ERR_INVALID, "group_by", "group_by takes at most %d fields",
                            H_MAX_GROUP_BY);
@@ -400,7 +412,8 @@ int h_experiments_results(struct api_ctx *ctx, const struct api_request *req,
         h_split_group_by(api_query_get(req, "group_by"), buf, sizeof buf, names, &n, e) < 0)
         return -1;
     if (format && strcmp(format, "json") != 0 && strcmp(format, "csv") != 0)
-        return err_set(e, ERR_INVALID, "format", "format must be json or csv, got '%s'", format);
+        return err_set(e, ERR_INVALID, "format", "format must be json or csv, got '%s'",
+                       format);
     struct db_experiment_data data;
     json_t *table = NULL;
     if (db_get_experiment_data(ctx->db, req->ids[0], &data, e) == 0)

@@ -39,4 +39,3 @@ int h_runs_cancel(struct api_ctx *ctx, const struct api_request *req, struct api
     rep->json = db_get_run(ctx->db, req->ids[0], e);
     return rep->json ? 0 : -1;
 }
-

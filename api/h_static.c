@@ -25,10 +25,15 @@ static const char *static_content_type(const char *path)
     static const struct {
         const char *ext, *type;
     } types[] = {
-        {".html", "text/html; charset=utf-8"}, {".css", "text/css; charset=utf-8"},
-        {".js", "text/javascript; charset=utf-8"}, {".json", "application/json"},
-        {".svg", "image/svg+xml"}, {".png", "image/png"}, {".ico", "image/x-icon"},
-        {".yaml", "application/yaml"}, {".txt", "text/plain; charset=utf-8"},
+        {".html", "text/html; charset=utf-8"},
+        {".css", "text/css; charset=utf-8"},
+        {".js", "text/javascript; charset=utf-8"},
+        {".json", "application/json"},
+        {".svg", "image/svg+xml"},
+        {".png", "image/png"},
+        {".ico", "image/x-icon"},
+        {".yaml", "application/yaml"},
+        {".txt", "text/plain; charset=utf-8"},
     };
     const char *dot = strrchr(path, '.');
     for (size_t i = 0; dot && i < sizeof types / sizeof *types; i++)
@@ -134,16 +139,18 @@ static json_t *static_example(const char *dir, const char *file)
     return item;
 }
 
-int h_static_examples(struct api_ctx *ctx, const struct api_request *req,
-                      struct api_reply *rep, struct err *e)
+int h_static_examples(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                      struct err *e)
 {
     static const char *const args[] = {NULL};
     if (api_query_check(req, args, e) < 0)
         return -1;
     char root[PATH_MAX], dir[PATH_MAX];
     if (!realpath(ctx->cfg->web_dir, root))
-        return err_set(e, ERR_NOT_FOUND, NULL, "no example specs: the dashboard directory "
-                       "(--web-dir %s) does not exist", ctx->cfg->web_dir);
+        return err_set(e, ERR_NOT_FOUND, NULL,
+                       "no example specs: the dashboard directory "
+                       "(--web-dir %s) does not exist",
+                       ctx->cfg->web_dir);
     snprintf(dir, sizeof dir, "%s/../schema/examples", root);
     struct dirent **names = NULL;
     int n = scandir(dir, &names, static_is_json_name, alphasort);

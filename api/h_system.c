@@ -19,15 +19,13 @@ int h_system_health(struct api_ctx *ctx, const struct api_request *req, struct a
     (void)e;
     scheduler_get_stats(ctx->sched, &ss);
     store_server_get_stats(ctx->store, &st);
-    rep->json = json_pack(
-        "{s:s, s:s, s:s, s:f, s:{s:i, s:i}, s:{s:I, s:i}, s:{s:i, s:I, s:I}}",
-        "status", "ok", "version", DDPB_VERSION, "node", ctx->cfg->node,
-        "uptime_s", clock_wall_s() - ctx->started_at,
-        "slots", "total", ss.slots_total, "free", ss.slots_free,
-        "runs", "queued", (json_int_t)db_count_runs(ctx->db, DB_RUN_QUEUED),
-        "active", ss.runs_active,
-        "store", "port", store_server_port(ctx->store), "clients", (json_int_t)st.clients,
-        "runs", (json_int_t)st.runs);
+    rep->json = json_pack("{s:s, s:s, s:s, s:f, s:{s:i, s:i}, s:{s:I, s:i}, s:{s:i, s:I, s:I}}",
+                          "status", "ok", "version", DDPB_VERSION, "node", ctx->cfg->node,
+                          "uptime_s", clock_wall_s() - ctx->started_at, "slots", "total",
+                          ss.slots_total, "free", ss.slots_free, "runs", "queued",
+                          (json_int_t)db_count_runs(ctx->db, DB_RUN_QUEUED), "active",
+                          ss.runs_active, "store", "port", store_server_port(ctx->store),
+                          "clients", (json_int_t)st.clients, "runs", (json_int_t)st.runs);
     return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }
 
@@ -91,7 +89,8 @@ static void metrics_store(struct api_ctx *ctx, struct buf *b)
 {
     struct store_server_stats st;
     store_server_get_stats(ctx->store, &st);
-    metrics_family(b, "ddpbench_store_clients", "gauge", "Connections to the rendezvous store.");
+    metrics_family(b, "ddpbench_store_clients", "gauge",
+                   "Connections to the rendezvous store.");
     metrics_value(b, "ddpbench_store_clients", "", (double)st.clients);
     metrics_family(b, "ddpbench_store_requests_total", "counter", "Store requests served.");
     metrics_value(b, "ddpbench_store_requests_total", "", (double)st.requests);
@@ -105,7 +104,8 @@ static void metrics_store(struct api_ctx *ctx, struct buf *b)
 static void metrics_http(struct api_ctx *ctx, struct buf *b)
 {
     struct api_metrics *m = &ctx->metrics;
-    metrics_family(b, "ddpbench_http_requests_total", "counter", "HTTP requests by method and status.");
+    metrics_family(b, "ddpbench_http_requests_total", "counter",
+                   "HTTP requests by method and status.");
     for (int mi = 0; mi < API_METHODS; mi++)
         for (int ci = 0; ci < API_CODES; ci++) {
             uint64_t n = atomic_load(&m->requests[mi][ci]);
@@ -127,7 +127,8 @@ static void metrics_http(struct api_ctx *ctx, struct buf *b)
         metrics_value(b, "ddpbench_http_request_duration_seconds_bucket", labels, (double)cum);
     }
     uint64_t count = atomic_load(&m->latency_count);
-    metrics_value(b, "ddpbench_http_request_duration_seconds_bucket", "le=\"+Inf\"", (double)count);
+    metrics_value(b, "ddpbench_http_request_duration_seconds_bucket", "le=\"+Inf\"",
+                  (double)count);
     metrics_value(b, "ddpbench_http_request_duration_seconds_sum", "",
                   (double)atomic_load(&m->latency_sum_us) * 1e-6);
     metrics_value(b, "ddpbench_http_request_duration_seconds_count", "", (double)count);

@@ -13,8 +13,8 @@ int h_experiments_create(struct api_ctx *ctx, const struct api_request *req,
                          struct api_reply *rep, struct err *e);
 int h_experiments_list(struct api_ctx *ctx, const struct api_request *req,
                        struct api_reply *rep, struct err *e);
-int h_experiments_get(struct api_ctx *ctx, const struct api_request *req,
-                      struct api_reply *rep, struct err *e);
+int h_experiments_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                      struct err *e);
 int h_experiments_cancel(struct api_ctx *ctx, const struct api_request *req,
                          struct api_reply *rep, struct err *e);
 int h_experiments_delete(struct api_ctx *ctx, const struct api_request *req,
@@ -48,7 +48,7 @@ int h_system_openapi(struct api_ctx *ctx, const struct api_request *req, struct 
 int h_static_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                  struct err *e);
 /* GET /v1/examples: every .json file of schema/examples beside the web directory */
-int h_static_examples(struct api_ctx *ctx, const struct api_request *req,
-                      struct api_reply *rep, struct err *e);
+int h_static_examples(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                      struct err *e);
 
 #endif

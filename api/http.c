@@ -46,17 +46,17 @@ struct http_sock {
     /* monotonic ms by which the head must be complete; 0: not waiting for one. Set by
      * the connection's thread, read (and cleared) by the reaper. */
     _Atomic int64_t head_deadline_ms;
-    bool idle_short;                /* its idle timeout is HTTP_HEAD_IDLE_S (its thread) */
-    struct http_sock *prev, *next;  /* in api_server.socks, under socks_lock */
+    bool idle_short;               /* its idle timeout is HTTP_HEAD_IDLE_S (its thread) */
+    struct http_sock *prev, *next; /* in api_server.socks, under socks_lock */
 };
 
 struct api_server {
     struct MHD_Daemon *mhd;
     struct api_ctx *ctx;
     int port;
-    pthread_mutex_t socks_lock;    /* guards socks and the reaper's state */
+    pthread_mutex_t socks_lock; /* guards socks and the reaper's state */
     pthread_cond_t reaper_wake;
-    struct http_sock *socks;       /* every open connection */
+    struct http_sock *socks; /* every open connection */
     pthread_t reaper;
     bool reaper_started, reaper_stop;
 };
@@ -91,8 +91,11 @@ int api_http_status(enum err_code code)
 static size_t http_utf8_len(const unsigned char *s)
 {
     unsigned c = s[0];
-    size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-             : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    size_t n = c < 0x80                 ? 1
+               : c >= 0xC2 && c <= 0xDF ? 2
+               : c >= 0xE0 && c <= 0xEF ? 3
+               : c >= 0xF0 && c <= 0xF4 ? 4
+                                        : 0;
     for (size_t i = 1; i < n; i++)
         if ((s[i] & 0xC0) != 0x80)
             return 0;
@@ -207,7 +210,8 @@ static struct MHD_Response *http_body_response(struct api_reply *rep)
     size_t len = 0;
     const char *ctype = rep->content_type ? rep->content_type : "text/plain; charset=utf-8";
     if (rep->json) {
-        text = json_dumps(rep->json, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+        text = json_dumps(rep->json,
+                          JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
         if (text) {
             len = strlen(text);
             char *grown = realloc(text, len + 2);
@@ -240,7 +244,8 @@ static struct MHD_Response *http_body_response(struct api_reply *rep)
 }
 
 static enum MHD_Result http_send(struct api_server *srv, struct MHD_Connection *conn,
-                                 struct http_conn *hc, const char *method, struct api_reply *rep)
+                                 struct http_conn *hc, const char *method,
+                                 struct api_reply *rep)
 {
     struct MHD_Response *resp = rep->stream ? http_stream_response(conn, rep)
                                             : http_body_response(rep);
@@ -273,7 +278,8 @@ static enum MHD_Result http_preflight(struct api_server *srv, struct MHD_Connect
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            "Authorization, Content-Type");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     return http_queue(srv, conn, hc, "OPTIONS", MHD_HTTP_NO_CONTENT, resp);
 }
@@ -361,8 +367,8 @@ static bool http_declared_too_large(struct MHD_Connection *conn, size_t max)
 
 static struct http_sock *http_sock_of(struct MHD_Connection *conn)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
 }
 
@@ -398,8 +404,8 @@ static void http_on_connection(void *cls, struct MHD_Connection *conn, void **so
         *socket_context = NULL;
         return;
     }
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+        conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     sk = ci ? calloc(1, sizeof *sk) : NULL;
     if (!sk)
         return; /* not watched: the idle timeout still applies */
@@ -571,7 +577,8 @@ static void http_log(void *cls, const char *fmt, va_list ap)
 
 struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *ai = NULL;
     char port[16];
@@ -598,20 +605,18 @@ struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
                      MHD_ALLOW_SUSPEND_RESUME | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     srv->mhd = MHD_start_daemon(
         flags, (uint16_t)ctx->cfg->port, NULL, NULL, http_handle, srv,
-        MHD_OPTION_EXTERNAL_LOGGER, http_log, srv,
-        MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_EXTERNAL_LOGGER, http_log, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)ctx->cfg->http_threads,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S,
-        MHD_OPTION_CONNECTION_LIMIT, 4096u,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-        MHD_OPTION_NOTIFY_COMPLETED, http_completed, srv,
-        MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, srv,
-        MHD_OPTION_UNESCAPE_CALLBACK, http_unescape, srv,
-        MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S, MHD_OPTION_CONNECTION_LIMIT,
+        4096u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_NOTIFY_COMPLETED,
+        http_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, srv,
+        MHD_OPTION_UNESCAPE_CALLBACK, http_unescape, srv, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->mhd) {
-        err_set(e, ERR_IO, "port", "cannot listen on %s:%d (in use, or not an address of this "
-                "host)", ctx->cfg->host, ctx->cfg->port);
+        err_set(e, ERR_IO, "port",
+                "cannot listen on %s:%d (in use, or not an address of this "
+                "host)",
+                ctx->cfg->host, ctx->cfg->port);
         http_reaper_stop(srv);
         http_server_free(srv);
         return NULL;
@@ -621,7 +626,10 @@ struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
     return srv;
 }
 
-int api_server_port(const struct api_server *s) { return s->port; }
+int api_server_port(const struct api_server *s)
+{
+    return s->port;
+}
 
 void api_server_stop(struct api_server *s)
 {

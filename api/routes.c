@@ -134,7 +134,7 @@ int api_dispatch(struct api_ctx *ctx, struct api_request *req, struct api_reply 
 }
 
 const double api_latency_bounds[API_LATENCY_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                        0.025, 0.05, 0.1, 0.5, 2.5};
+                                                        0.025,  0.05,  0.1,    0.5,   2.5};
 const int api_metric_codes[API_CODES] = {200, 201, 202, 204, 400, 401, 403, 404,
                                          405, 409, 413, 415, 500, 503, 504, 0};
 const char *const api_metric_methods[API_METHODS] = {"GET", "POST", "DELETE", "OPTIONS",

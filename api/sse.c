@@ -9,8 +9,8 @@
 #include "daemon/events.h"
 
 struct api_stream {
-    struct events_sub *sub;       /* owned */
-    struct MHD_Connection *conn;  /* borrowed; set when the response is queued */
+    struct events_sub *sub;      /* owned */
+    struct MHD_Connection *conn; /* borrowed; set when the response is queued */
 };
 
 static void sse_suspend(void *arg)
@@ -33,7 +33,10 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
     return n < 0 ? MHD_CONTENT_READER_END_OF_STREAM : (ssize_t)n;
 }
 
-static void sse_free(void *cls) { api_stream_close(cls); }
+static void sse_free(void *cls)
+{
+    api_stream_close(cls);
+}
 
 struct api_stream *api_stream_open(struct events *hub, int64_t experiment_id)
 {

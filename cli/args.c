@@ -11,9 +11,25 @@
 #include <string.h>
 
 enum args_opt_id {
-    O_URL, O_TOKEN, O_TOKEN_FILE, O_JSON, O_TIMEOUT, O_HELP, O_VERSION,
-    O_WATCH, O_STATUS, O_NAME, O_WORKLOAD, O_MODEL, O_LIMIT, O_OFFSET,
-    O_GROUP_BY, O_CSV, O_OUTPUT, O_RUN, O_WAIT,
+    O_URL,
+    O_TOKEN,
+    O_TOKEN_FILE,
+    O_JSON,
+    O_TIMEOUT,
+    O_HELP,
+    O_VERSION,
+    O_WATCH,
+    O_STATUS,
+    O_NAME,
+    O_WORKLOAD,
+    O_MODEL,
+    O_LIMIT,
+    O_OFFSET,
+    O_GROUP_BY,
+    O_CSV,
+    O_OUTPUT,
+    O_RUN,
+    O_WAIT,
 };
 
 #define ON(cmd) (1u << (cmd))
@@ -52,10 +68,10 @@ static const struct {
     const char *name;
     enum args_cmd cmd;
 } args_cmds[] = {
-    {"submit", CMD_SUBMIT}, {"ls", CMD_LS},       {"list", CMD_LS},
-    {"show", CMD_SHOW},     {"compare", CMD_COMPARE}, {"export", CMD_EXPORT},
-    {"cancel", CMD_CANCEL}, {"rm", CMD_RM},       {"delete", CMD_RM},
-    {"runs", CMD_RUNS},     {"run", CMD_RUNS},    {"help", CMD_HELP},
+    {"submit", CMD_SUBMIT},   {"ls", CMD_LS},           {"list", CMD_LS},
+    {"show", CMD_SHOW},       {"compare", CMD_COMPARE}, {"export", CMD_EXPORT},
+    {"cancel", CMD_CANCEL},   {"rm", CMD_RM},           {"delete", CMD_RM},
+    {"runs", CMD_RUNS},       {"run", CMD_RUNS},        {"help", CMD_HELP},
     {"version", CMD_VERSION},
 };
 
@@ -109,8 +125,10 @@ static int args_set_value(struct cli_args *a, const struct args_opt *o, const ch
     switch (o->id) {
     case O_URL:
         if (strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0)
-            return err_set(e, ERR_INVALID, "--url", "--url: '%s' is not an http:// or "
-                           "https:// URL", v);
+            return err_set(e, ERR_INVALID, "--url",
+                           "--url: '%s' is not an http:// or "
+                           "https:// URL",
+                           v);
         a->url = v;
         return 0;
     case O_TOKEN: a->token = v; return 0;
@@ -195,8 +213,8 @@ static int args_take_option(struct cli_args *a, struct args_state *st, struct ar
     return args_set_value(a, o, value, e);
 }
 
-static int args_scan(struct cli_args *a, struct args_state *st, struct args_flags *f,
-                     int argc, char **argv, struct err *e)
+static int args_scan(struct cli_args *a, struct args_state *st, struct args_flags *f, int argc,
+                     char **argv, struct err *e)
 {
     bool only_positional = false;
     for (int i = 1; i < argc; i++) {
@@ -221,8 +239,10 @@ static int args_check_options(const struct cli_args *a, const struct args_state 
 {
     for (size_t i = 0; i < st->nseen; i++)
         if (st->seen[i]->cmds && !(st->seen[i]->cmds & ON(a->cmd)))
-            return err_set(e, ERR_INVALID, st->seen_as[i], "option '%s' does not apply to "
-                           "'%s'", st->seen_as[i], args_cmd_name(a->cmd));
+            return err_set(e, ERR_INVALID, st->seen_as[i],
+                           "option '%s' does not apply to "
+                           "'%s'",
+                           st->seen_as[i], args_cmd_name(a->cmd));
     return 0;
 }
 
@@ -234,8 +254,8 @@ static int args_positionals(struct cli_args *a, const struct args_state *st, siz
     size_t n = st->npos - 1;
     if (n < min || n > max) {
         if (min == max)
-            return err_set(e, ERR_INVALID, cmd, "'%s' takes %zu argument%s, got %zu", cmd,
-                           min, min == 1 ? "" : "s", n);
+            return err_set(e, ERR_INVALID, cmd, "'%s' takes %zu argument%s, got %zu", cmd, min,
+                           min == 1 ? "" : "s", n);
         return err_set(e, ERR_INVALID, cmd, "'%s' takes %zu to %zu arguments, got %zu", cmd,
                        min, max, n);
     }
@@ -260,7 +280,8 @@ static int args_check_command(struct cli_args *a, const struct args_state *st, s
     case CMD_COMPARE: return args_positionals(a, st, 1, ARGS_MAX_IDS, e);
     case CMD_EXPORT:
         if (a->csv == a->json)
-            return err_set(e, ERR_INVALID, "export", "'export' needs exactly one of --csv "
+            return err_set(e, ERR_INVALID, "export",
+                           "'export' needs exactly one of --csv "
                            "and --json");
         return args_positionals(a, st, 1, 1, e);
     case CMD_CANCEL:
@@ -315,39 +336,38 @@ void args_apply_env(struct cli_args *a, const char *env_url, const char *env_tok
 
 const char *args_usage(void)
 {
-    return
-        "usage: ddpbench [--url URL] [--token T | --token-file F] [--json] [--timeout S]\n"
-        "                COMMAND [ARGS]\n"
-        "\n"
-        "Commands:\n"
-        "  submit SPEC.json|- [--watch]   submit an experiment; prints its id. --watch follows\n"
-        "                                 it live and prints its results when it ends\n"
-        "  ls [--status S] [--name N] [--workload W] [--model M] [--limit N] [--offset N]\n"
-        "                                 list experiments, newest first\n"
-        "  show ID [--group-by F,...]     an experiment, its runs and its results\n"
-        "  compare ID [ID...] [--group-by F,...]\n"
-        "                                 results of several experiments in one table\n"
-        "  export ID --csv|--json [--group-by F,...] [-o FILE]\n"
-        "                                 the results table as CSV (byte for byte as the\n"
-        "                                 daemon sends it) or JSON\n"
-        "  cancel ID [--wait]             cancel an experiment's unfinished runs\n"
-        "  cancel --run ID [--wait]       cancel one run\n"
-        "  rm ID                          delete an experiment and its data\n"
-        "  runs ID                        one run: ranks, environment, results\n"
-        "\n"
-        "Options:\n"
-        "  --url URL        the daemon (default: $DDPB_URL, else " ARGS_DEFAULT_URL ")\n"
-        "  --token T        bearer token sent with mutations (else --token-file F, else\n"
-        "                   $DDPB_TOKEN)\n"
-        "  --json           print the API's JSON instead of tables (show: {experiment,\n"
-        "                   results}; compare: an array of result tables)\n"
-        "  --timeout S      seconds allowed per request (default 30); submit --watch\n"
-        "                   gives up when the daemon is unreachable that long\n"
-        "\n"
-        "Exit status:\n"
-        "  0  success (submit --watch: the experiment succeeded)\n"
-        "  1  the experiment or run ended failed, cancelled or interrupted\n"
-        "  2  usage error (bad command line, unreadable spec or token file)\n"
-        "  3  the daemon refused the request (4xx); its message and field on stderr\n"
-        "  4  the daemon cannot be reached, answered 5xx, or timed out\n";
+    return "usage: ddpbench [--url URL] [--token T | --token-file F] [--json] [--timeout S]\n"
+           "                COMMAND [ARGS]\n"
+           "\n"
+           "Commands:\n"
+           "  submit SPEC.json|- [--watch]   submit an experiment; prints its id. --watch follows\n"
+           "                                 it live and prints its results when it ends\n"
+           "  ls [--status S] [--name N] [--workload W] [--model M] [--limit N] [--offset N]\n"
+           "                                 list experiments, newest first\n"
+           "  show ID [--group-by F,...]     an experiment, its runs and its results\n"
+           "  compare ID [ID...] [--group-by F,...]\n"
+           "                                 results of several experiments in one table\n"
+           "  export ID --csv|--json [--group-by F,...] [-o FILE]\n"
+           "                                 the results table as CSV (byte for byte as the\n"
+           "                                 daemon sends it) or JSON\n"
+           "  cancel ID [--wait]             cancel an experiment's unfinished runs\n"
+           "  cancel --run ID [--wait]       cancel one run\n"
+           "  rm ID                          delete an experiment and its data\n"
+           "  runs ID                        one run: ranks, environment, results\n"
+           "\n"
+           "Options:\n"
+           "  --url URL        the daemon (default: $DDPB_URL, else " ARGS_DEFAULT_URL ")\n"
+           "  --token T        bearer token sent with mutations (else --token-file F, else\n"
+           "                   $DDPB_TOKEN)\n"
+           "  --json           print the API's JSON instead of tables (show: {experiment,\n"
+           "                   results}; compare: an array of result tables)\n"
+           "  --timeout S      seconds allowed per request (default 30); submit --watch\n"
+           "                   gives up when the daemon is unreachable that long\n"
+           "\n"
+           "Exit status:\n"
+           "  0  success (submit --watch: the experiment succeeded)\n"
+           "  1  the experiment or run ended failed, cancelled or interrupted\n"
+           "  2  usage error (bad command line, unreadable spec or token file)\n"
+           "  3  the daemon refused the request (4xx); its message and field on stderr\n"
+           "  4  the daemon cannot be reached, answered 5xx, or timed out\n";
 }

@@ -46,14 +46,14 @@ struct cli_args {
     int64_t ids[ARGS_MAX_IDS];
     size_t nids;
     /* command options */
-    bool watch;            /* submit */
-    bool csv;              /* export */
-    bool run;              /* cancel: the id is a run's */
-    bool wait;             /* cancel: wait until nothing is live */
+    bool watch;                                   /* submit */
+    bool csv;                                     /* export */
+    bool run;                                     /* cancel: the id is a run's */
+    bool wait;                                    /* cancel: wait until nothing is live */
     const char *status, *name, *workload, *model; /* ls filters, NULL when not given */
-    int64_t limit, offset; /* ls; -1 when not given */
-    const char *group_by;  /* show, compare, export */
-    const char *output;    /* export -o */
+    int64_t limit, offset;                        /* ls; -1 when not given */
+    const char *group_by;                         /* show, compare, export */
+    const char *output;                           /* export -o */
 };
 
 /* Parses argv[1..argc). Returns 0, or -1 with e (ERR_INVALID) saying what is wrong. */

@@ -147,8 +147,10 @@ static int client_api_error(struct client *c, const char *method, const char *pa
     if (msg)
         err_set(e, client_code_of(code, c->status), field, "%s", msg);
     else
-        err_set(e, client_code_of(NULL, c->status), NULL, "%s %s: HTTP %ld without an "
-                "error body", method, path, c->status);
+        err_set(e, client_code_of(NULL, c->status), NULL,
+                "%s %s: HTTP %ld without an "
+                "error body",
+                method, path, c->status);
     json_decref(root);
     return -1;
 }
@@ -227,7 +229,9 @@ int client_stream(struct client *c, const char *path, int idle_ms, client_data_f
     struct client_xfer x = {.on_data = on_data, .arg = arg, .idle_ms = idle_ms};
     if (client_perform(c, &x, "GET", path, NULL, 0, e) < 0)
         return -1;
-    *how = x.stopped ? CLIENT_STREAM_STOPPED : x.idle ? CLIENT_STREAM_IDLE : CLIENT_STREAM_CLOSED;
+    *how = x.stopped ? CLIENT_STREAM_STOPPED
+           : x.idle  ? CLIENT_STREAM_IDLE
+                     : CLIENT_STREAM_CLOSED;
     return 0;
 }
 

@@ -21,20 +21,20 @@
 /* Exit statuses scripts rely on (also in `ddpbench --help` and cli/main.c). */
 enum cli_exit {
     CLI_EXIT_OK = 0,
-    CLI_EXIT_FAILED = 1,      /* the experiment/run ended failed, cancelled, interrupted */
+    CLI_EXIT_FAILED = 1, /* the experiment/run ended failed, cancelled, interrupted */
     CLI_EXIT_USAGE = 2,
     CLI_EXIT_REFUSED = 3,     /* the daemon answered 4xx */
     CLI_EXIT_UNREACHABLE = 4, /* no answer, a 5xx, or a timeout */
 };
 
 struct client {
-    void *curl;          /* owned CURL *: kept opaque so users need not include curl.h */
-    char url[512];       /* base URL, no trailing '/' */
-    char auth[1024];     /* "Authorization: Bearer ..." or "" */
+    void *curl;      /* owned CURL *: kept opaque so users need not include curl.h */
+    char url[512];   /* base URL, no trailing '/' */
+    char auth[1024]; /* "Authorization: Bearer ..." or "" */
     long timeout_ms;
-    long status;         /* HTTP status of the last request; 0 when none came back */
+    long status; /* HTTP status of the last request; 0 when none came back */
     char content_type[128];
-    struct buf body;     /* owned: the last response body, NUL-terminated (len excludes it) */
+    struct buf body; /* owned: the last response body, NUL-terminated (len excludes it) */
 };
 
 /* url and token (NULL = none) are copied. Returns 0 or -1 (ERR_INVALID: URL too long;

@@ -194,7 +194,8 @@ static int cmd_watch_report(struct cli *cli, int64_t id, const char *status)
     const char *final = json_string_value(json_object_get(exp, "status"));
     int outcome = cli_exit_for_outcome(final ? final : status);
     if (cli->args.json) {
-        int rc = cmd_print_json(cli, json_pack("{s:o, s:o}", "experiment", exp, "results", res));
+        int rc = cmd_print_json(cli,
+                                json_pack("{s:o, s:o}", "experiment", exp, "results", res));
         return rc ? rc : outcome;
     }
     struct buf out, errs;
@@ -203,9 +204,9 @@ static int cmd_watch_report(struct cli *cli, int64_t id, const char *status)
     json_t *failed = json_array(); /* why runs failed; a cancel needs no explanation */
     size_t i;
     json_t *run;
-    json_array_foreach(json_object_get(exp, "runs"), i, run)
-        if (strcmp(cmd_str(run, "status"), "cancelled") != 0)
-            json_array_append(failed, run);
+    json_array_foreach(json_object_get(exp, "runs"), i,
+                       run) if (strcmp(cmd_str(run, "status"), "cancelled") != 0)
+        json_array_append(failed, run);
     int rc = !failed || cmd_results_heading(res, &out) < 0 || view_results(res, &out) < 0 ||
              view_errors(failed, &errs) < 0;
     json_decref(failed);
@@ -257,8 +258,8 @@ static int cmd_submit(struct cli *cli)
     buf_free(&spec);
     if (rc != CLI_EXIT_OK)
         return rc;
-    json_t *created = json_loadb((const char *)cli->client.body.data, cli->client.body.len,
-                                 0, NULL);
+    json_t *created = json_loadb((const char *)cli->client.body.data, cli->client.body.len, 0,
+                                 NULL);
     if (!json_is_integer(json_object_get(created, "id"))) {
         json_decref(created);
         return cmd_fail_local(cli, CLI_EXIT_UNREACHABLE, "the daemon's reply has no id");
@@ -268,7 +269,8 @@ static int cmd_submit(struct cli *cli)
     else if (cli->args.json)
         rc = cmd_print_body(cli);
     else
-        fprintf(cli->out, "%lld\n", (long long)json_integer_value(json_object_get(created, "id")));
+        fprintf(cli->out, "%lld\n",
+                (long long)json_integer_value(json_object_get(created, "id")));
     json_decref(created);
     return rc;
 }
@@ -328,7 +330,8 @@ static int cmd_compare_legend(const json_t *exps, struct buf *out)
 {
     size_t i;
     const json_t *exp;
-    json_array_foreach(exps, i, exp) {
+    json_array_foreach(exps, i, exp)
+    {
         char line[400];
         snprintf(line, sizeof line, "#%lld  %s  (%s, %s)\n",
                  (long long)json_integer_value(json_object_get(exp, "id")),
@@ -357,8 +360,8 @@ static int cmd_compare_render(struct cli *cli, const json_t *exps, const json_t 
     }
     if (view_compare(src, cli->args.nids, &out, &e) < 0) {
         buf_free(&out);
-        return cmd_fail_local(cli, e.code == ERR_INVALID ? CLI_EXIT_USAGE : CLI_EXIT_UNREACHABLE,
-                              e.msg);
+        return cmd_fail_local(
+            cli, e.code == ERR_INVALID ? CLI_EXIT_USAGE : CLI_EXIT_UNREACHABLE, e.msg);
     }
     return cmd_print_buf(cli, &out);
 }

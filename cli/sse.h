@@ -29,8 +29,8 @@ struct sse_event {
 typedef int (*sse_event_fn)(void *arg, const struct sse_event *ev);
 
 struct sse_parser {
-    struct buf line;  /* owned: the unfinished line */
-    struct buf data;  /* owned: data lines of the event being built */
+    struct buf line; /* owned: the unfinished line */
+    struct buf data; /* owned: data lines of the event being built */
     char type[64];
     char id[64];      /* id of the event being built */
     char last_id[64]; /* last id dispatched (for a reconnect's Last-Event-ID) */

@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-void table_init(struct table *t) { memset(t, 0, sizeof *t); }
+void table_init(struct table *t)
+{
+    memset(t, 0, sizeof *t);
+}
 
 void table_free(struct table *t)
 {

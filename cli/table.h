@@ -19,18 +19,18 @@
 enum table_align { TABLE_LEFT, TABLE_RIGHT };
 
 struct table_col {
-    char *head;           /* owned */
+    char *head; /* owned */
     enum table_align align;
-    size_t max_width;     /* 0 = unlimited */
+    size_t max_width; /* 0 = unlimited */
     bool drop_if_empty;
 };
 
 struct table {
     struct table_col cols[TABLE_MAX_COLS];
     size_t ncols;
-    char **cells;         /* owned, nrows * ncols (NULL cells print as "") */
+    char **cells; /* owned, nrows * ncols (NULL cells print as "") */
     size_t nrows, cap_rows;
-    bool bare;            /* render rows only: no heading line and no rule */
+    bool bare; /* render rows only: no heading line and no rule */
 };
 
 void table_init(struct table *t);

@@ -12,7 +12,12 @@
 #include "cli/table.h"
 
 enum view_kind {
-    VK_VALUE, VK_BYTES, VK_STAT, VK_INT, VK_NUM, VK_PCT,
+    VK_VALUE,
+    VK_BYTES,
+    VK_STAT,
+    VK_INT,
+    VK_NUM,
+    VK_PCT,
     VK_TIME,     /* ISO-8601 shown as "2026-11-22 10:04:05" */
     VK_DURATION, /* seconds */
     VK_PAIRS,    /* an object as "k=v, k=v" */
@@ -100,9 +105,9 @@ static bool view_table_has(const json_t *table, const char *key)
 {
     size_t i;
     const json_t *c;
-    json_array_foreach(json_object_get(table, "columns"), i, c)
-        if (json_is_string(c) && strcmp(json_string_value(c), key) == 0)
-            return true;
+    json_array_foreach(json_object_get(table, "columns"), i,
+                       c) if (json_is_string(c) &&
+                              strcmp(json_string_value(c), key) == 0) return true;
     return false;
 }
 
@@ -113,7 +118,8 @@ static void view_pairs(const json_t *obj, const char *sep, char *out, size_t cap
     const json_t *v;
     size_t n = 0;
     out[0] = '\0';
-    json_object_foreach((json_t *)obj, k, v) {
+    json_object_foreach((json_t *)obj, k, v)
+    {
         char val[128];
         view_scalar(v, val, sizeof val);
         n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, "%s%s=%s", n ? sep : "", k, val);
@@ -176,10 +182,10 @@ static void view_collect_keys(struct view_build *b)
     for (size_t i = 0; i < b->n; i++) {
         size_t j;
         const json_t *k;
-        json_array_foreach(json_object_get(b->src[i].table, "group_by"), j, k)
-            if (json_is_string(k) && !view_is_key(b, json_string_value(k)) &&
-                b->nkeys < TABLE_MAX_COLS / 2)
-                b->keys[b->nkeys++] = json_string_value(k);
+        json_array_foreach(json_object_get(b->src[i].table, "group_by"), j,
+                           k) if (json_is_string(k) && !view_is_key(b, json_string_value(k)) &&
+                                  b->nkeys < TABLE_MAX_COLS / 2)
+            b->keys[b->nkeys++] = json_string_value(k);
     }
 }
 
@@ -266,7 +272,8 @@ static int view_collect_rows(struct view_build *b)
     for (size_t i = 0; i < b->n; i++) {
         size_t j;
         const json_t *row;
-        json_array_foreach(json_object_get(b->src[i].table, "rows"), j, row) {
+        json_array_foreach(json_object_get(b->src[i].table, "rows"), j, row)
+        {
             struct view_rowref *r = &b->rows[b->nrows];
             *r = (struct view_rowref){.src = i, .row = row, .order = b->nrows};
             r->group = b->nrows++;
@@ -348,8 +355,8 @@ static int view_add_cols(struct view_build *b, struct table *t)
     if (b->compare)
         rc |= table_add_col(t, "exp", TABLE_RIGHT, 0, false);
     for (size_t i = 0; i < b->nkeys; i++)
-        rc |= table_add_col(t, b->keys[i], view_numeric_key(b, b->keys[i]) ? TABLE_RIGHT
-                                                                           : TABLE_LEFT, 40,
+        rc |= table_add_col(t, b->keys[i],
+                            view_numeric_key(b, b->keys[i]) ? TABLE_RIGHT : TABLE_LEFT, 40,
                             false);
     for (size_t i = 0; i < b->ncols; i++) {
         enum table_align a = b->cols[i]->kind == VK_VALUE ? TABLE_LEFT : TABLE_RIGHT;
@@ -434,7 +441,8 @@ static int view_build(const struct view_src *src, size_t n, bool compare, struct
 int view_results(const json_t *table, struct buf *out)
 {
     struct view_src src = {.id = json_integer_value(json_object_get(table, "experiment")),
-                           .table = table, .spec = NULL};
+                           .table = table,
+                           .spec = NULL};
     return view_build(&src, 1, false, out);
 }
 
@@ -444,7 +452,8 @@ int view_compare(const struct view_src *src, size_t n, struct buf *out, struct e
         const char *w0 = view_str(src[0].table, "workload");
         const char *wi = view_str(src[i].table, "workload");
         if (strcmp(w0, wi) != 0)
-            return err_set(e, ERR_INVALID, "id", "experiments %lld (%s) and %lld (%s) have "
+            return err_set(e, ERR_INVALID, "id",
+                           "experiments %lld (%s) and %lld (%s) have "
                            "different workloads; compare needs one kind",
                            (long long)src[0].id, w0, (long long)src[i].id, wi);
     }
@@ -473,7 +482,8 @@ static int view_rows(const json_t *rows, const struct view_col *cols, size_t nco
     size_t i;
     const json_t *r;
     int rc = 0;
-    json_array_foreach(rows, i, r) {
+    json_array_foreach(rows, i, r)
+    {
         rc |= table_add_row(&t);
         for (size_t c = 0; c < ncols; c++) {
             char cell[512];
@@ -507,10 +517,10 @@ static const struct view_col view_run_cols[] = {
 };
 
 static const struct view_col view_rank_cols[] = {
-    {"rank", "rank", VK_INT, NULL, 0},        {"node", "node", VK_VALUE, NULL, 0},
-    {"host", "host", VK_VALUE, NULL, 0},      {"pid", "pid", VK_INT, NULL, 0},
-    {"cpus", "cpus", VK_VALUE, NULL, 0},      {"status", "status", VK_VALUE, NULL, 0},
-    {"exit_code", "exit", VK_INT, NULL, 0},   {"signal", "signal", VK_INT, NULL, 0},
+    {"rank", "rank", VK_INT, NULL, 0},      {"node", "node", VK_VALUE, NULL, 0},
+    {"host", "host", VK_VALUE, NULL, 0},    {"pid", "pid", VK_INT, NULL, 0},
+    {"cpus", "cpus", VK_VALUE, NULL, 0},    {"status", "status", VK_VALUE, NULL, 0},
+    {"exit_code", "exit", VK_INT, NULL, 0}, {"signal", "signal", VK_INT, NULL, 0},
     {"error", "error", VK_VALUE, NULL, 0},
 };
 
@@ -529,9 +539,9 @@ static const struct view_col view_collective_cols[] = {
 };
 
 static const struct view_col view_epoch_cols[] = {
-    {"repeat", "repeat", VK_INT, NULL, 0},    {"epoch", "epoch", VK_INT, NULL, 0},
-    {"samples", "samples", VK_INT, NULL, 0},  {"train_loss", "loss", VK_NUM, NULL, 0},
-    {"train_acc", "acc", VK_PCT, NULL, 0},    {"test_loss", "test loss", VK_NUM, NULL, 0},
+    {"repeat", "repeat", VK_INT, NULL, 0},     {"epoch", "epoch", VK_INT, NULL, 0},
+    {"samples", "samples", VK_INT, NULL, 0},   {"train_loss", "loss", VK_NUM, NULL, 0},
+    {"train_acc", "acc", VK_PCT, NULL, 0},     {"test_loss", "test loss", VK_NUM, NULL, 0},
     {"test_acc", "test acc", VK_PCT, NULL, 0}, {"time_s", "seconds", VK_NUM, NULL, 0},
 };
 
@@ -563,7 +573,8 @@ int view_errors(const json_t *runs, struct buf *out)
     table_init(&t);
     t.bare = true;
     table_add_col(&t, "errors", TABLE_LEFT, 0, false);
-    json_array_foreach(runs, i, r) {
+    json_array_foreach(runs, i, r)
+    {
         const char *why = json_string_value(json_object_get(r, "error"));
         if (!why)
             continue;
@@ -595,13 +606,19 @@ int view_experiment(const json_t *exp, struct buf *out)
     table_add_col(&h, "experiment", TABLE_LEFT, 0, false);
     table_add_col(&h, "", TABLE_LEFT, 100, false);
     int rc = 0;
-    const char *labels[] = {"name", "workload", "status", "runs", "created", "started",
-                            "duration", "sweep"};
+    const char *labels[] = {"name",    "workload", "status",   "runs",
+                            "created", "started",  "duration", "sweep"};
     snprintf(line, sizeof line, "%lld of %lld finished",
              (long long)json_integer_value(json_object_get(exp, "runs_finished")),
              (long long)json_integer_value(json_object_get(exp, "n_runs")));
-    const char *values[] = {view_str(exp, "name"), view_str(exp, "workload"),
-                            view_str(exp, "status"), line, created, started, dur, NULL};
+    const char *values[] = {view_str(exp, "name"),
+                            view_str(exp, "workload"),
+                            view_str(exp, "status"),
+                            line,
+                            created,
+                            started,
+                            dur,
+                            NULL};
     char sweep[512];
     view_scalar(json_object_get(json_object_get(exp, "spec"), "sweep"), sweep, sizeof sweep);
     values[7] = sweep;
@@ -647,7 +664,8 @@ static int view_env(const json_t *envs, struct buf *out)
     const json_t *v;
     int rc = 0;
     char cell[1024];
-    json_object_foreach((json_t *)base, k, v) {
+    json_object_foreach((json_t *)base, k, v)
+    {
         view_scalar(v, cell, sizeof cell);
         rc |= table_add_row(&t);
         rc |= table_set(&t, 0, k);
@@ -655,11 +673,12 @@ static int view_env(const json_t *envs, struct buf *out)
     }
     size_t i;
     const json_t *other;
-    json_array_foreach(envs, i, other) {
+    json_array_foreach(envs, i, other)
+    {
         json_t *diff = json_object();
-        json_object_foreach(json_object_get(other, "env"), k, v)
-            if (i > 0 && diff && !json_equal(v, json_object_get(base, k)))
-                json_object_set(diff, k, (json_t *)v);
+        json_object_foreach(json_object_get(other, "env"), k,
+                            v) if (i > 0 && diff && !json_equal(v, json_object_get(base, k)))
+            json_object_set(diff, k, (json_t *)v);
         if (json_object_size(diff) > 0) {
             view_pairs(diff, ", ", cell, sizeof cell);
             rc |= table_add_row(&t);
@@ -677,7 +696,8 @@ int view_run(const json_t *run, struct buf *out)
     char params[512], dur[32], line[1200];
     view_pairs(json_object_get(run, "params"), ", ", params, sizeof params);
     table_fmt_duration(view_num(run, "duration_s"), dur, sizeof dur);
-    snprintf(line, sizeof line, "run %lld  experiment %lld  point %lld  status %s  "
+    snprintf(line, sizeof line,
+             "run %lld  experiment %lld  point %lld  status %s  "
              "ranks %lld  duration %s\nparams: %s\n",
              (long long)json_integer_value(json_object_get(run, "id")),
              (long long)json_integer_value(json_object_get(run, "experiment_id")),

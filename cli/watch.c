@@ -68,7 +68,8 @@ size_t watch_runs_done(const struct watch_state *w)
     return n;
 }
 
-static int watch_line(struct buf *log, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int watch_line(struct buf *log, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static int watch_line(struct buf *log, const char *fmt, ...)
 {
@@ -123,7 +124,8 @@ int watch_apply_snapshot(struct watch_state *w, const json_t *exp, struct buf *l
     bool first = w->status[0] == '\0';
     size_t i;
     const json_t *r;
-    json_array_foreach(json_object_get(exp, "runs"), i, r) {
+    json_array_foreach(json_object_get(exp, "runs"), i, r)
+    {
         int64_t id = json_integer_value(json_object_get(r, "id"));
         const char *st = json_string_value(json_object_get(r, "status"));
         if (watch_run_status(w, id, st, json_string_value(json_object_get(r, "error")), !first,

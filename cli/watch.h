@@ -30,13 +30,13 @@ struct watch_run {
 
 struct watch_state {
     int64_t id;
-    char status[16];          /* the experiment's; "" before anything was heard */
-    struct watch_run *runs;   /* owned */
+    char status[16];        /* the experiment's; "" before anything was heard */
+    struct watch_run *runs; /* owned */
     size_t nruns, cap_runs;
-    int64_t cur_run;          /* the run progress was last heard of; 0 = none */
-    double cur_progress;      /* 0..1 */
+    int64_t cur_run;     /* the run progress was last heard of; 0 = none */
+    double cur_progress; /* 0..1 */
     char cur_phase[48];
-    bool verbose;             /* a line for every change, not only for runs that end */
+    bool verbose; /* a line for every change, not only for runs that end */
     bool ended, resync;
 };
 
@@ -61,11 +61,11 @@ void watch_experiment_path(char *out, size_t cap, int64_t id);
 struct watch {
     struct watch_state st;
     struct sse_parser sse;
-    struct client *client;    /* borrowed */
-    FILE *f;                  /* borrowed */
+    struct client *client; /* borrowed */
+    FILE *f;               /* borrowed */
     bool tty, bar_shown;
     int64_t last_draw_ms;
-    double give_up_s;         /* unreachable this long in a row: stop */
+    double give_up_s; /* unreachable this long in a row: stop */
 };
 
 /* client and f are borrowed. */

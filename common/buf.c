@@ -18,7 +18,10 @@ void buf_free(struct buf *b)
     buf_init(b);
 }
 
-void buf_reset(struct buf *b) { b->len = 0; }
+void buf_reset(struct buf *b)
+{
+    b->len = 0;
+}
 
 int buf_reserve(struct buf *b, size_t extra)
 {
@@ -49,7 +52,10 @@ int buf_append(struct buf *b, const void *p, size_t n)
     return 0;
 }
 
-int buf_append_str(struct buf *b, const char *s) { return buf_append(b, s, strlen(s)); }
+int buf_append_str(struct buf *b, const char *s)
+{
+    return buf_append(b, s, strlen(s));
+}
 
 static int buf_put_le(struct buf *b, uint64_t v, int nbytes)
 {
@@ -59,11 +65,26 @@ static int buf_put_le(struct buf *b, uint64_t v, int nbytes)
     return buf_append(b, tmp, (size_t)nbytes);
 }
 
-int buf_put_u8(struct buf *b, uint8_t v) { return buf_put_le(b, v, 1); }
-int buf_put_u16(struct buf *b, uint16_t v) { return buf_put_le(b, v, 2); }
-int buf_put_u32(struct buf *b, uint32_t v) { return buf_put_le(b, v, 4); }
-int buf_put_u64(struct buf *b, uint64_t v) { return buf_put_le(b, v, 8); }
-int buf_put_i64(struct buf *b, int64_t v) { return buf_put_le(b, (uint64_t)v, 8); }
+int buf_put_u8(struct buf *b, uint8_t v)
+{
+    return buf_put_le(b, v, 1);
+}
+int buf_put_u16(struct buf *b, uint16_t v)
+{
+    return buf_put_le(b, v, 2);
+}
+int buf_put_u32(struct buf *b, uint32_t v)
+{
+    return buf_put_le(b, v, 4);
+}
+int buf_put_u64(struct buf *b, uint64_t v)
+{
+    return buf_put_le(b, v, 8);
+}
+int buf_put_i64(struct buf *b, int64_t v)
+{
+    return buf_put_le(b, (uint64_t)v, 8);
+}
 
 void buf_consume(struct buf *b, size_t n)
 {
@@ -82,7 +103,10 @@ void buf_reader_init(struct buf_reader *r, const void *p, size_t len)
     r->off = 0;
 }
 
-size_t buf_reader_left(const struct buf_reader *r) { return r->len - r->off; }
+size_t buf_reader_left(const struct buf_reader *r)
+{
+    return r->len - r->off;
+}
 
 static bool buf_get_le(struct buf_reader *r, int nbytes, uint64_t *v)
 {
@@ -123,7 +147,10 @@ bool buf_get_u32(struct buf_reader *r, uint32_t *v)
     return true;
 }
 
-bool buf_get_u64(struct buf_reader *r, uint64_t *v) { return buf_get_le(r, 8, v); }
+bool buf_get_u64(struct buf_reader *r, uint64_t *v)
+{
+    return buf_get_le(r, 8, v);
+}
 
 bool buf_get_i64(struct buf_reader *r, int64_t *v)
 {

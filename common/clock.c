@@ -12,7 +12,10 @@ int64_t clock_mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-int64_t clock_mono_ms(void) { return clock_mono_ns() / 1000000LL; }
+int64_t clock_mono_ms(void)
+{
+    return clock_mono_ns() / 1000000LL;
+}
 
 double clock_wall_s(void)
 {

@@ -27,12 +27,12 @@ enum err_code {
     ERR_PROTOCOL,     /* bytes on a wire that do not follow the protocol */
     ERR_IO,           /* system call or file failure */
     ERR_NOMEM,
-    ERR_INTERNAL,     /* a bug: an invariant did not hold */
+    ERR_INTERNAL, /* a bug: an invariant did not hold */
 };
 
 struct err {
     enum err_code code;
-    char field[64];   /* the offending input field, "" when none */
+    char field[64]; /* the offending input field, "" when none */
     char msg[384];
 };
 

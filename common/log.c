@@ -10,7 +10,10 @@
 static enum log_level log_level_now = LOG_INFO;
 static char log_tag[32] = "ddpbench";
 
-void log_set_level(enum log_level level) { log_level_now = level; }
+void log_set_level(enum log_level level)
+{
+    log_level_now = level;
+}
 
 int log_parse_level(const char *s, enum log_level *out)
 {
@@ -24,7 +27,10 @@ int log_parse_level(const char *s, enum log_level *out)
     return -1;
 }
 
-void log_set_tag(const char *tag) { snprintf(log_tag, sizeof log_tag, "%s", tag); }
+void log_set_tag(const char *tag)
+{
+    snprintf(log_tag, sizeof log_tag, "%s", tag);
+}
 
 void log_write(enum log_level level, const char *file, int line, const char *fmt, ...)
 {
@@ -39,8 +45,8 @@ void log_write(enum log_level level, const char *file, int line, const char *fmt
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
     int n = snprintf(out, sizeof out, "%02d:%02d:%02d.%03ld %c %s %s:%d ", tm.tm_hour,
-                     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000L, letters[level], log_tag,
-                     base, line);
+                     tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000L, letters[level], log_tag, base,
+                     line);
     if (n < 0)
         return;
     va_list ap;

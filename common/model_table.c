@@ -8,32 +8,31 @@
 
 static const struct model_info model_rows[] = {
     {"mnist-cnn", 1, 28, 28, 10, 21840,
-     "PyTorch examples' MNIST network: two 5x5 convolutions, two linear layers",
-     250, 20, 4, 3, 50, 50, 13104, 5771724},
+     "PyTorch examples' MNIST network: two 5x5 convolutions, two linear layers", 250, 20, 4, 3,
+     50, 50, 13104, 5771724},
     {"lenet5", 1, 28, 28, 10, 61706,
-     "LeNet-5 as the PyTorch tutorials write it (padding 2 on the first convolution)",
-     150, 16, 4, 2, 120, 84, 15786, 4846626},
+     "LeNet-5 as the PyTorch tutorials write it (padding 2 on the first convolution)", 150, 16,
+     4, 2, 120, 84, 15786, 4846626},
     {"alexnet", 3, 224, 224, 1000, 61100840,
-     "torchvision's AlexNet (11x11/4 stem, 4096-wide classifier); at least 63x63 input",
-     7744, 9216, 0, 0, 4096, 4096, 1257960, 332446440},
+     "torchvision's AlexNet (11x11/4 stem, 4096-wide classifier); at least 63x63 input", 7744,
+     9216, 0, 0, 4096, 4096, 1257960, 332446440},
     {"alexnet-cifar", 3, 32, 32, 10, 2472266,
-     "the CIFAR AlexNet of pytorch-classification: five convolutions, one linear layer",
-     7744, 256, 32, 0, 0, 0, 26890, 6881290},
-    {"vgg16", 3, 224, 224, 1000, 138357544,
-     "torchvision's VGG-16 without batch norm",
-     576, 25088, 0, 0, 4096, 4096, 28851688, 7366715368},
+     "the CIFAR AlexNet of pytorch-classification: five convolutions, one linear layer", 7744,
+     256, 32, 0, 0, 0, 26890, 6881290},
+    {"vgg16", 3, 224, 224, 1000, 138357544, "torchvision's VGG-16 without batch norm", 576,
+     25088, 0, 0, 4096, 4096, 28851688, 7366715368},
     {"resnet18", 3, 224, 224, 1000, 11689512,
-     "torchvision's ResNet-18 (BasicBlocks, 7x7 stride-2 stem, max pool)",
-     3136, 512, 0, 0, 0, 0, 6073320, 1554253800},
+     "torchvision's ResNet-18 (BasicBlocks, 7x7 stride-2 stem, max pool)", 3136, 512, 0, 0, 0,
+     0, 6073320, 1554253800},
     {"resnet18-cifar", 3, 32, 32, 10, 11173962,
-     "ResNet-18 with a 3x3 stride-1 stem and no max pool, the usual CIFAR form",
-     576, 512, 0, 0, 0, 0, 1478666, 378274826},
+     "ResNet-18 with a 3x3 stride-1 stem and no max pool, the usual CIFAR form", 576, 512, 0, 0,
+     0, 0, 1478666, 378274826},
     {"resnet50", 3, 224, 224, 1000, 25557032,
-     "torchvision's ResNet-50 (Bottlenecks, stride on the 3x3: v1.5)",
-     3136, 2048, 0, 0, 0, 0, 28103656, 7193236456},
+     "torchvision's ResNet-50 (Bottlenecks, stride on the 3x3: v1.5)", 3136, 2048, 0, 0, 0, 0,
+     28103656, 7193236456},
     {"mobilenetv2", 3, 224, 224, 1000, 3504872,
-     "torchvision's MobileNetV2, width 1.0, dropout 0.2",
-     288, 1280, 0, 0, 0, 0, 19833768, 5076210408},
+     "torchvision's MobileNetV2, width 1.0, dropout 0.2", 288, 1280, 0, 0, 0, 0, 19833768,
+     5076210408},
 };
 
 size_t model_table_count(void)
@@ -56,7 +55,8 @@ static double model_table_flat(const struct model_info *mi, int h, int w)
 {
     if (mi->flat_stride == 0)
         return mi->flat_c;
-    double fh = h / mi->flat_stride - mi->flat_border, fw = w / mi->flat_stride - mi->flat_border;
+    double fh = h / mi->flat_stride - mi->flat_border,
+           fw = w / mi->flat_stride - mi->flat_border;
     return (double)mi->flat_c * (fh < 1 ? 1 : fh) * (fw < 1 ? 1 : fw);
 }
 

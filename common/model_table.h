@@ -20,11 +20,11 @@
 #include <stdint.h>
 
 struct model_info {
-    const char *name;  /* as a spec names it: "resnet18" */
-    int c, h, w;       /* the usual input: 1x28x28 (MNIST), 3x32x32 (CIFAR), 3x224x224 */
-    int classes;       /* the usual head: 10 for the MNIST and CIFAR forms, 1000 ImageNet */
-    int64_t params;    /* parameters at (c, h, w) and classes, PyTorch's count */
-    const char *desc;  /* one line */
+    const char *name; /* as a spec names it: "resnet18" */
+    int c, h, w;      /* the usual input: 1x28x28 (MNIST), 3x32x32 (CIFAR), 3x224x224 */
+    int classes;      /* the usual head: 10 for the MNIST and CIFAR forms, 1000 ImageNet */
+    int64_t params;   /* parameters at (c, h, w) and classes, PyTorch's count */
+    const char *desc; /* one line */
     /* How the parameter count moves away from (c, h, w, classes), for model_table_params:
      * the first convolution has in_params weights per input channel; the flatten yields
      * flat_c features (flat_stride 0: global or adaptive pooling before it fixes them) or

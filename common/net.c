@@ -149,7 +149,7 @@ static int net_wait_fd(int fd, short events, int64_t deadline_ms, const atomic_b
         if (left == 0)
             return err_set(e, ERR_TIMEOUT, NULL, "%s: timed out", what);
         int slice = abort_flag && (left < 0 || left > NET_ABORT_POLL_MS) ? NET_ABORT_POLL_MS
-                                                                          : left;
+                                                                         : left;
         struct pollfd pfd = {.fd = fd, .events = events};
         int rc = poll(&pfd, 1, slice);
         if (rc > 0)

@@ -11,8 +11,12 @@
 /* NVML's ABI, as nvml.h (driver package) declares it */
 typedef int nvml_ret;
 typedef struct nvml_device_st *nvml_device;
-struct nvml_util { unsigned gpu, memory; };
-struct nvml_memory { unsigned long long total, free, used; };
+struct nvml_util {
+    unsigned gpu, memory;
+};
+struct nvml_memory {
+    unsigned long long total, free, used;
+};
 #define NVML_SUCCESS 0
 #define NVML_CLOCK_SM 1
 #define NVML_CLOCK_MEM 2
@@ -109,8 +113,7 @@ int gpu_nvml_count(struct gpu_nvml *n, int *count, struct err *e)
     return 0;
 }
 
-int gpu_nvml_sample(struct gpu_nvml *n, int index, struct gpu_nvml_sample *out,
-                    struct err *e)
+int gpu_nvml_sample(struct gpu_nvml *n, int index, struct gpu_nvml_sample *out, struct err *e)
 {
     memset(out, 0, sizeof *out);
     nvml_device d;
@@ -177,8 +180,7 @@ json_t *gpu_nvml_json(struct gpu_nvml *n, int index, const char *why)
         return json_pack("{s:s}", "nvml", e.msg);
     return json_pack("{s:s, s:{s:i, s:s, s:i, s:i, s:f, s:i, s:i, s:i, s:I, s:I}}", "nvml",
                      "ok", "gpu", "index", index, "name", s.name, "util_gpu", (int)s.util_gpu,
-                     "util_mem", (int)s.util_mem, "power_w", s.power_w, "sm_mhz",
-                     (int)s.sm_mhz, "mem_mhz", (int)s.mem_mhz, "temp_c", (int)s.temp_c,
-                     "mem_used", (json_int_t)s.mem_used, "mem_total",
-                     (json_int_t)s.mem_total);
+                     "util_mem", (int)s.util_mem, "power_w", s.power_w, "sm_mhz", (int)s.sm_mhz,
+                     "mem_mhz", (int)s.mem_mhz, "temp_c", (int)s.temp_c, "mem_used",
+                     (json_int_t)s.mem_used, "mem_total", (json_int_t)s.mem_total);
 }

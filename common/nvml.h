@@ -41,8 +41,7 @@ void gpu_nvml_close(struct gpu_nvml *n); /* NULL is a no-op */
 int gpu_nvml_count(struct gpu_nvml *n, int *count, struct err *e);
 /* Samples the GPU of NVML index `index` (all GPUs, whatever CUDA_VISIBLE_DEVICES says).
  * A counter the GPU does not support is left 0. */
-int gpu_nvml_sample(struct gpu_nvml *n, int index, struct gpu_nvml_sample *out,
-                    struct err *e);
+int gpu_nvml_sample(struct gpu_nvml *n, int index, struct gpu_nvml_sample *out, struct err *e);
 
 /* The node's GPU count for the daemon: NVML's count, 0 when NVML is unavailable (why
  * filled, may be NULL). */

@@ -141,7 +141,10 @@ struct report_shape {
     size_t n;
 };
 
-#define REPORT_SHAPE(name, fields) {name, fields, REPORT_COUNT(fields)}
+#define REPORT_SHAPE(name, fields)                                                             \
+    {                                                                                          \
+        name, fields, REPORT_COUNT(fields)                                                     \
+    }
 
 /* Indexed by enum report_type. */
 static const struct report_shape report_shapes[] = {
@@ -165,8 +168,8 @@ const char *report_type_name(enum report_type t)
 
 /* --- validation ---------------------------------------------------------------------- */
 
-static const struct report_field *report_field_find(const struct report_field *fields,
-                                                    size_t n, const char *name)
+static const struct report_field *report_field_find(const struct report_field *fields, size_t n,
+                                                    const char *name)
 {
     for (size_t i = 0; i < n; i++)
         if (strcmp(fields[i].name, name) == 0)
@@ -199,12 +202,12 @@ static int report_check_env(const json_t *v, struct err *e)
     if (!json_is_object(v))
         return err_set(e, ERR_INVALID, "env", "env: must be an object");
     /* jansson's iterators take a non-const object; nothing is modified. */
-    json_object_foreach((json_t *)v, key, x) {
+    json_object_foreach((json_t *)v, key, x)
+    {
         char name[48];
         report_ascii(key, name, sizeof name);
         if (!json_is_string(x) && !json_is_number(x))
-            return err_set(e, ERR_INVALID, "env", "env.%s: must be a string or a number",
-                           name);
+            return err_set(e, ERR_INVALID, "env", "env.%s: must be a string or a number", name);
     }
     return 0;
 }
@@ -234,12 +237,13 @@ static int report_check_value(const struct report_field *f, const json_t *v, str
         if (!json_is_boolean(v))
             return err_set(e, ERR_INVALID, f->name, "%s: must be true or false", f->name);
         return 0;
-    case REPORT_K_ENV:
-        return report_check_env(v, e);
+    case REPORT_K_ENV: return report_check_env(v, e);
     case REPORT_K_ERRCODE:
         if (!json_is_string(v) || !report_is_errcode(json_string_value(v)))
-            return err_set(e, ERR_INVALID, f->name, "%s: must name an error code (\"io\", "
-                           "\"timeout\", ...)", f->name);
+            return err_set(e, ERR_INVALID, f->name,
+                           "%s: must name an error code (\"io\", "
+                           "\"timeout\", ...)",
+                           f->name);
         return 0;
     }
     return err_set(e, ERR_INTERNAL, f->name, "%s: unknown kind", f->name);
@@ -265,7 +269,8 @@ static int report_check_extra(const json_t *obj, const struct report_field *fiel
 {
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)obj, key, v) {
+    json_object_foreach((json_t *)obj, key, v)
+    {
         if (report_field_find(fields, n, key))
             continue;
         if (with_common &&
@@ -287,7 +292,8 @@ static int report_check_event(const json_t *ev, enum report_type *type, struct e
     if (!json_is_string(t))
         return err_set(e, ERR_INVALID, "type", "type: missing or not a string");
     size_t k = 0;
-    while (k < REPORT_COUNT(report_shapes) && strcmp(report_shapes[k].name, json_string_value(t)))
+    while (k < REPORT_COUNT(report_shapes) &&
+           strcmp(report_shapes[k].name, json_string_value(t)))
         k++;
     if (k == REPORT_COUNT(report_shapes)) {
         char name[48];
@@ -329,8 +335,7 @@ json_t *report_parse_line(const char *line, size_t len, enum report_type *type, 
 /* Fills the struct at out from obj through the members named in fields. An optional
  * number that is absent reads as -1. */
 static int report_struct_from_json(const struct report_field *fs, size_t n, const char *type,
-                                   const json_t *obj, void *out, size_t out_size,
-                                   struct err *e)
+                                   const json_t *obj, void *out, size_t out_size, struct err *e)
 {
     if (!json_is_object(obj))
         return err_set(e, ERR_INVALID, "", "%s: must be a JSON object", type);
@@ -358,8 +363,7 @@ static int report_struct_from_json(const struct report_field *fs, size_t n, cons
     return 0;
 }
 
-int report_collective_from_json(const json_t *obj, struct report_collective *out,
-                                struct err *e)
+int report_collective_from_json(const json_t *obj, struct report_collective *out, struct err *e)
 {
     return report_struct_from_json(report_collective_fields,
                                    REPORT_COUNT(report_collective_fields), "collective", obj,
@@ -397,14 +401,10 @@ static json_t *report_member_json(const void *c, const struct report_field *f)
     case REPORT_K_NUM:
         memcpy(&d, src, sizeof d);
         return isfinite(d) && d >= 0 ? json_real(d) : NULL;
-    case REPORT_K_BOOL:
-        memcpy(&b, src, sizeof b);
-        return json_boolean(b);
-    case REPORT_K_STR:
-        return strnlen(src, f->size) < f->size ? json_string(src) : NULL;
+    case REPORT_K_BOOL: memcpy(&b, src, sizeof b); return json_boolean(b);
+    case REPORT_K_STR: return strnlen(src, f->size) < f->size ? json_string(src) : NULL;
     case REPORT_K_ENV:
-    case REPORT_K_ERRCODE:
-        break;
+    case REPORT_K_ERRCODE: break;
     }
     return NULL;
 }
@@ -428,8 +428,10 @@ static json_t *report_struct_build(const struct report_field *fs, size_t n, cons
             continue;
         json_t *v = report_member_json(c, f);
         if (!v || json_object_set_new(obj, f->name, v) < 0) {
-            err_set(e, ERR_INVALID, f->name, "%s: not a valid value (finite, >= 0, a short "
-                    "terminated string)", f->name);
+            err_set(e, ERR_INVALID, f->name,
+                    "%s: not a valid value (finite, >= 0, a short "
+                    "terminated string)",
+                    f->name);
             json_decref(obj);
             return NULL;
         }
@@ -457,7 +459,10 @@ void report_writer_init(struct report_writer *w, int fd, int rank)
     pthread_mutex_init(&w->lock, NULL);
 }
 
-void report_writer_cleanup(struct report_writer *w) { pthread_mutex_destroy(&w->lock); }
+void report_writer_cleanup(struct report_writer *w)
+{
+    pthread_mutex_destroy(&w->lock);
+}
 
 static int report_write_all(int fd, const uint8_t *p, size_t n, struct err *e)
 {
@@ -490,13 +495,14 @@ static int report_dump_cb(const char *chunk, size_t n, void *data)
 static json_t *report_event_build(const struct report_writer *w, enum report_type type,
                                   json_t *fields, struct err *e)
 {
-    json_t *ev = json_pack("{s:s, s:i, s:f}", "type", report_type_name(type), "rank",
-                           w->rank, "t", clock_wall_s());
+    json_t *ev = json_pack("{s:s, s:i, s:f}", "type", report_type_name(type), "rank", w->rank,
+                           "t", clock_wall_s());
     const char *key;
     json_t *v;
     if (!ev)
         err_set(e, ERR_NOMEM, "", "report: out of memory");
-    json_object_foreach(fields, key, v) {
+    json_object_foreach(fields, key, v)
+    {
         if (!ev)
             break;
         if (json_object_get(ev, key)) {
@@ -533,8 +539,10 @@ int report_emit(struct report_writer *w, enum report_type type, json_t *fields, 
         rc = err_set(e, ERR_NOMEM, "", "report: cannot encode a %s event",
                      report_type_name(type));
     else if (b.len - 1 > REPORT_MAX_LINE)
-        rc = err_set(e, ERR_TOO_LARGE, "", "report: a %s event of %zu bytes is over the "
-                     "line limit of %u", report_type_name(type), b.len - 1, REPORT_MAX_LINE);
+        rc = err_set(e, ERR_TOO_LARGE, "",
+                     "report: a %s event of %zu bytes is over the "
+                     "line limit of %u",
+                     report_type_name(type), b.len - 1, REPORT_MAX_LINE);
     else if (w->fd >= 0) {
         pthread_mutex_lock(&w->lock);
         rc = report_write_all(w->fd, b.data, b.len, e);
@@ -550,8 +558,10 @@ static int report_emit_built(struct report_writer *w, enum report_type type, jso
                              struct err *e)
 {
     if (!fields)
-        return err_set(e, ERR_INVALID, "", "report: cannot build a %s event (a string "
-                       "argument is NULL or not UTF-8)", report_type_name(type));
+        return err_set(e, ERR_INVALID, "",
+                       "report: cannot build a %s event (a string "
+                       "argument is NULL or not UTF-8)",
+                       report_type_name(type));
     return report_emit(w, type, fields, e);
 }
 
@@ -563,10 +573,10 @@ int report_emit_hello(struct report_writer *w, int world_size, struct err *e)
     host[sizeof host - 1] = '\0';
     json_t *host_v = json_string(host);
     return report_emit_built(w, REPORT_HELLO,
-                       json_pack("{s:i, s:o, s:i}", "pid", (int)getpid(), "host",
-                                 host_v ? host_v : json_string("unknown"), "world_size",
-                                 world_size),
-                       e);
+                             json_pack("{s:i, s:o, s:i}", "pid", (int)getpid(), "host",
+                                       host_v ? host_v : json_string("unknown"), "world_size",
+                                       world_size),
+                             e);
 }
 
 /* Emits an event whose fields are the members of a struct, through its table. */
@@ -591,9 +601,9 @@ int report_emit_progress(struct report_writer *w, const char *phase, int64_t don
                          int64_t total, struct err *e)
 {
     return report_emit_built(w, REPORT_PROGRESS,
-                       json_pack("{s:I, s:I, s:s}", "done", (json_int_t)done, "total",
-                                 (json_int_t)total, "phase", phase),
-                       e);
+                             json_pack("{s:I, s:I, s:s}", "done", (json_int_t)done, "total",
+                                       (json_int_t)total, "phase", phase),
+                             e);
 }
 
 /* A string value that always exists: text that is not UTF-8 gets '?' for its non-ASCII
@@ -603,7 +613,7 @@ static json_t *report_text(const char *s)
     json_t *v = json_string(s);
     if (v)
         return v;
-    char safe[sizeof ((struct err *)0)->msg];
+    char safe[sizeof((struct err *)0)->msg];
     snprintf(safe, sizeof safe, "%s", s);
     for (char *p = safe; *p; p++)
         if ((unsigned char)*p > 0x7e)

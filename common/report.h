@@ -70,9 +70,9 @@ struct report_collective {
 struct report_step {
     int repeat;
     int epoch;
-    int64_t step;      /* global step index within the repeat, from 0 */
-    bool warmup;       /* excluded from statistics */
-    int samples;       /* this rank's batch size */
+    int64_t step; /* global step index within the repeat, from 0 */
+    bool warmup;  /* excluded from statistics */
+    int samples;  /* this rank's batch size */
     double loss;
     double data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms;
     int64_t bytes_sent; /* gradient bytes this rank sent in this step */
@@ -87,7 +87,7 @@ struct report_epoch {
     int64_t samples; /* training samples over all ranks */
     double train_loss, train_acc;
     double test_loss, test_acc;
-    double time_s;   /* wall time of the epoch's training steps */
+    double time_s; /* wall time of the epoch's training steps */
 };
 
 const char *report_type_name(enum report_type t);
@@ -108,7 +108,7 @@ int report_epoch_from_json(const json_t *obj, struct report_epoch *out, struct e
 /* Worker side: writes events as single lines to fd. Thread-safe: a lock keeps lines
  * from two threads (the worker and its heartbeat) whole. */
 struct report_writer {
-    int fd;   /* borrowed; -1 = discard */
+    int fd; /* borrowed; -1 = discard */
     int rank;
     pthread_mutex_t lock;
 };

@@ -38,10 +38,16 @@
 #define SPEC_WL_COLLECTIVE (1u << SPEC_WORKLOAD_COLLECTIVE)
 #define SPEC_WL_TRAIN (1u << SPEC_WORKLOAD_TRAIN)
 
-enum spec_type { SPEC_T_STRING, SPEC_T_ENUM, SPEC_T_INT, SPEC_T_SIZE, SPEC_T_BOOL,
-                 SPEC_T_SIZE_LIST, /* distinct sizes, at most SPEC_MAX_SIZES */
-                 SPEC_T_NUMBER,    /* a real number in [dmin, dmax] */
-                 SPEC_T_SHAPE      /* [] or [c, h, w], each from min to max */ };
+enum spec_type {
+    SPEC_T_STRING,
+    SPEC_T_ENUM,
+    SPEC_T_INT,
+    SPEC_T_SIZE,
+    SPEC_T_BOOL,
+    SPEC_T_SIZE_LIST, /* distinct sizes, at most SPEC_MAX_SIZES */
+    SPEC_T_NUMBER,    /* a real number in [dmin, dmax] */
+    SPEC_T_SHAPE      /* [] or [c, h, w], each from min to max */
+};
 
 enum spec_flag {
     SPEC_F_REQUIRED = 1 << 0,
@@ -54,18 +60,18 @@ enum spec_flag {
 struct spec_field {
     const char *name;
     enum spec_type type;
-    unsigned workloads;         /* bit (1 << enum spec_workload) per workload having it */
-    unsigned flags;             /* enum spec_flag */
-    int64_t min, max;           /* INT, SIZE, SHAPE: value range; STRING: length in
+    unsigned workloads; /* bit (1 << enum spec_workload) per workload having it */
+    unsigned flags;     /* enum spec_flag */
+    int64_t min, max;   /* INT, SIZE, SHAPE: value range; STRING: length in
                                    characters */
-    double dmin, dmax;          /* NUMBER: value range (dmin excluded when dmin_open) */
+    double dmin, dmax;  /* NUMBER: value range (dmin excluded when dmin_open) */
     bool dmin_open;
-    const char *const *choices; /* ENUM: NULL-terminated (workload: in enum order) */
+    const char *const *choices;      /* ENUM: NULL-terminated (workload: in enum order) */
     const char *(*choice_at)(int i); /* ENUM without choices: the i-th value, NULL after
                                         the last (the model table's names) */
-    const char *def;            /* default as JSON text; NULL: none, or for a string
+    const char *def;                 /* default as JSON text; NULL: none, or for a string
                                    that is not required, the workload's name */
-    size_t off, size;           /* struct spec member it fills; size 0: none */
+    size_t off, size;                /* struct spec member it fills; size 0: none */
     const char *desc;
 };
 
@@ -75,14 +81,14 @@ static const char *const spec_workload_names[] = {"collective", "train", NULL};
 static const char *const spec_devices[] = {"cpu", "cuda", NULL};
 static const char *const spec_backends[] = {"tcp", "nccl", NULL};
 static const char *const spec_ops[] = {"allreduce", "reduce_scatter", "all_gather",
-                                       "broadcast", "sendrecv", NULL};
-static const char *const spec_dtypes[] = {"float32", "float16", "bfloat16", "int32", "int64",
-                                          NULL};
+                                       "broadcast", "sendrecv",       NULL};
+static const char *const spec_dtypes[] = {"float32", "float16", "bfloat16",
+                                          "int32",   "int64",   NULL};
 static const char *const spec_redops[] = {"sum", "avg", "min", "max", NULL};
-static const char *const spec_algorithms[] = {"auto", "ring", "rd", "hd", "direct", "tree",
-                                              NULL};
-static const char *const spec_strategies[] = {"naive", "ddp", "horovod", "zero1", "zero2",
-                                              NULL};
+static const char *const spec_algorithms[] = {"auto",   "ring", "rd", "hd",
+                                              "direct", "tree", NULL};
+static const char *const spec_strategies[] = {"naive", "ddp",   "horovod",
+                                              "zero1", "zero2", NULL};
 
 /* "model": the names of common/model_table.h, in its order. */
 static const char *spec_model_at(int i)
@@ -106,262 +112,573 @@ static const char *const spec_optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const spec_decays[] = {"constant", "step", "cosine", NULL};
 
 static const struct spec_field spec_fields[] = {
-    {.name = "name", .type = SPEC_T_STRING, .workloads = SPEC_WL_ANY,
-     .flags = SPEC_F_PRINTABLE, .min = 1, .max = 128, SPEC_AT(name),
+    {.name = "name",
+     .type = SPEC_T_STRING,
+     .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_PRINTABLE,
+     .min = 1,
+     .max = 128,
+     SPEC_AT(name),
      .desc = "Label shown in lists, reports and the dashboard: 1 to 128 printable ASCII "
              "characters. Default: the workload's name."},
-    {.name = "description", .type = SPEC_T_STRING, .workloads = SPEC_WL_ANY, .min = 0,
-     .max = 4096, .def = "\"\"",
+    {.name = "description",
+     .type = SPEC_T_STRING,
+     .workloads = SPEC_WL_ANY,
+     .min = 0,
+     .max = 4096,
+     .def = "\"\"",
      .desc = "Free text kept with the experiment (at most 4096 characters)."},
-    {.name = "workload", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY,
-     .flags = SPEC_F_REQUIRED | SPEC_F_WORKLOAD, .choices = spec_workload_names,
+    {.name = "workload",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_REQUIRED | SPEC_F_WORKLOAD,
+     .choices = spec_workload_names,
      SPEC_AT(workload),
      .desc = "What the workers run: \"collective\" measures one collective operation over "
              "a range of message sizes; \"train\" trains a model data-parallel."},
-    {.name = "device", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
-     .choices = spec_devices, .def = "\"cpu\"", SPEC_AT(device),
+    {.name = "device",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_devices,
+     .def = "\"cpu\"",
+     SPEC_AT(device),
      .desc = "Where each rank's buffers live. \"cpu\" goes with backend \"tcp\" (and trains "
              "in fp32); \"cuda\" with backend \"nccl\" (training with strategy naive or ddp, "
              "no compression). Other combinations are refused naming the field."},
-    {.name = "backend", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
-     .choices = spec_backends, .def = "\"tcp\"", SPEC_AT(backend),
+    {.name = "backend",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_backends,
+     .def = "\"tcp\"",
+     SPEC_AT(backend),
      .desc = "How ranks communicate: \"tcp\" is ddpbench's own TCP collectives (device "
              "\"cpu\"); \"nccl\" is NVIDIA's NCCL on GPU buffers (device \"cuda\")."},
-    {.name = "world_size", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_MAX_WORLD, .def = "1", SPEC_AT(world_size),
+    {.name = "world_size",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = SPEC_MAX_WORLD,
+     .def = "1",
+     SPEC_AT(world_size),
      .desc = "Number of ranks, one worker process each."},
-    {.name = "repeats", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
-     .min = 1, .max = 100, .def = "1", SPEC_AT(repeats),
+    {.name = "repeats",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = 100,
+     .def = "1",
+     SPEC_AT(repeats),
      .desc = "How many times a run repeats its whole measurement, for the spread across "
              "repeats."},
-    {.name = "seed", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
-     .min = 0, .max = INT32_MAX, .def = "1", SPEC_AT(seed),
+    {.name = "seed",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP,
+     .min = 0,
+     .max = INT32_MAX,
+     .def = "1",
+     SPEC_AT(seed),
      .desc = "Seed of every random choice (data, initial values), so a run can be "
              "reproduced."},
-    {.name = "timeout_s", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
-     .min = 1, .max = 86400, .def = "600", SPEC_AT(timeout_s),
+    {.name = "timeout_s",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = 86400,
+     .def = "600",
+     SPEC_AT(timeout_s),
      .desc = "Wall-clock limit of one run in seconds; the daemon stops a run that takes "
              "longer."},
-    {.name = "heartbeat_timeout_s", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
-     .flags = SPEC_F_SWEEP, .min = 2, .max = 3600, .def = "30",
+    {.name = "heartbeat_timeout_s",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP,
+     .min = 2,
+     .max = 3600,
+     .def = "30",
      SPEC_AT(heartbeat_timeout_s),
      .desc = "A rank that sends nothing (not even its once-a-second heartbeat) for this many "
              "seconds is taken as frozen, and the daemon fails the run naming it."},
-    {.name = "comm_timeout_s", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = 3600, .def = "60", SPEC_AT(comm_timeout_s),
+    {.name = "comm_timeout_s",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = 3600,
+     .def = "60",
+     SPEC_AT(comm_timeout_s),
      .desc = "A communication operation in which no data moves for this many seconds "
              "fails, naming the rank it waited for (a stopped or hung peer)."},
-    {.name = "emulate_multi_rank", .type = SPEC_T_BOOL, .workloads = SPEC_WL_ANY,
-     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(emulate_multi_rank),
+    {.name = "emulate_multi_rank",
+     .type = SPEC_T_BOOL,
+     .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP,
+     .def = "false",
+     SPEC_AT(emulate_multi_rank),
      .desc = "device \"cuda\": run several ranks on one GPU (each rank with its own "
              "NCCL_HOSTID, or NCCL_MULTI_RANK_GPU_ENABLE=1 with NCCL 2.30 or newer) so "
              "multi-rank NCCL can be exercised on a single-GPU node. Results are flagged "
              "as emulated and are not comparable with one rank per GPU."},
-    {.name = "op", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .choices = spec_ops, .def = "\"allreduce\"", SPEC_AT(coll.op),
+    {.name = "op",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_ops,
+     .def = "\"allreduce\"",
+     SPEC_AT(coll.op),
      .desc = "Collective operation to measure. reduce_scatter and all_gather sizes are "
              "the whole buffer (all ranks' blocks), as nccl-tests counts them; sendrecv "
              "sends to the next rank while receiving from the previous one."},
-    {.name = "dtype", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .choices = spec_dtypes, .def = "\"float32\"",
+    {.name = "dtype",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_dtypes,
+     .def = "\"float32\"",
      SPEC_AT(coll.dtype),
      .desc = "Element type of the buffers. float16 and bfloat16 reduce through float, "
              "rounded to nearest-even."},
-    {.name = "redop", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .choices = spec_redops, .def = "\"sum\"", SPEC_AT(coll.redop),
+    {.name = "redop",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_redops,
+     .def = "\"sum\"",
+     SPEC_AT(coll.redop),
      .desc = "Reduction operator (allreduce, reduce_scatter). avg is the sum divided once "
              "by world_size; integer dtypes divide toward zero."},
-    {.name = "algorithm", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .choices = spec_algorithms, .def = "\"auto\"",
+    {.name = "algorithm",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_algorithms,
+     .def = "\"auto\"",
      SPEC_AT(coll.algorithm),
      .desc = "\"auto\" lets the backend choose the algorithm by message size; any other "
              "value forces that algorithm, which the op must have: allreduce ring, rd "
              "(recursive doubling) or hd (halving-doubling), reduce_scatter and all_gather "
              "ring or direct, "
              "broadcast ring or tree, sendrecv direct."},
-    {.name = "min_bytes", .type = SPEC_T_SIZE, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_SIZE_LIMIT, .def = "\"4K\"",
+    {.name = "min_bytes",
+     .type = SPEC_T_SIZE,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = SPEC_SIZE_LIMIT,
+     .def = "\"4K\"",
      SPEC_AT(coll.min_bytes),
      .desc = "Smallest message per rank: bytes, or a string with a binary unit (\"4K\" = "
              "4096 bytes)."},
-    {.name = "max_bytes", .type = SPEC_T_SIZE, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_SIZE_LIMIT, .def = "\"64M\"",
+    {.name = "max_bytes",
+     .type = SPEC_T_SIZE,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = SPEC_SIZE_LIMIT,
+     .def = "\"64M\"",
      SPEC_AT(coll.max_bytes),
      .desc = "Largest message per rank, at least min_bytes: bytes, or a string with a "
              "binary unit."},
-    {.name = "factor", .type = SPEC_T_INT, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET, .min = 2, .max = 1024, .def = "2",
+    {.name = "factor",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET,
+     .min = 2,
+     .max = 1024,
+     .def = "2",
      SPEC_AT(coll.factor),
      .desc = "Each message size is the previous one times factor. 0 when step is used."},
-    {.name = "step", .type = SPEC_T_SIZE, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET, .min = 1, .max = SPEC_SIZE_LIMIT,
-     .def = "0", SPEC_AT(coll.step),
+    {.name = "step",
+     .type = SPEC_T_SIZE,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET,
+     .min = 1,
+     .max = SPEC_SIZE_LIMIT,
+     .def = "0",
+     SPEC_AT(coll.step),
      .desc = "Each message size is the previous one plus step bytes, instead of factor. "
              "0 when factor is used."},
-    {.name = "sizes", .type = SPEC_T_SIZE_LIST, .workloads = SPEC_WL_COLLECTIVE,
-     .min = 1, .max = SPEC_SIZE_LIMIT, .def = "[]", SPEC_AT(coll.sizes),
+    {.name = "sizes",
+     .type = SPEC_T_SIZE_LIST,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .min = 1,
+     .max = SPEC_SIZE_LIMIT,
+     .def = "[]",
+     SPEC_AT(coll.sizes),
      .desc = "Explicit message sizes, visited in this order instead of min_bytes to "
              "max_bytes (which, with factor and step, are then ignored): for example a "
              "model's gradient bucket sizes. Empty: not used."},
-    {.name = "buckets_of", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .choice_at = spec_bucket_model_at, .def = "\"none\"",
+    {.name = "buckets_of",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .choice_at = spec_bucket_model_at,
+     .def = "\"none\"",
      SPEC_AT(coll.buckets_of),
      .desc = "Model-shaped replay: measure the gradient buckets a DDP run of this model would "
              "allreduce (a 1 MiB first bucket, then bucket_mb; float32; 1000 classes for the "
              "ImageNet models, 10 for the others), each bucket size as one point, in launch "
              "order, instead of min_bytes to max_bytes (tf_cnn_benchmarks' "
              "all_reduce_benchmark). \"none\": not used."},
-    {.name = "iters", .type = SPEC_T_INT, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = 100000, .def = "20", SPEC_AT(coll.iters),
+    {.name = "iters",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = 100000,
+     .def = "20",
+     SPEC_AT(coll.iters),
      .desc = "Timed iterations per message size."},
-    {.name = "warmup", .type = SPEC_T_INT, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .min = 0, .max = 10000, .def = "5", SPEC_AT(coll.warmup),
+    {.name = "warmup",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .min = 0,
+     .max = 10000,
+     .def = "5",
+     SPEC_AT(coll.warmup),
      .desc = "Untimed iterations per message size before the timed ones."},
-    {.name = "check", .type = SPEC_T_BOOL, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .def = "true", SPEC_AT(coll.check),
+    {.name = "check",
+     .type = SPEC_T_BOOL,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .def = "true",
+     SPEC_AT(coll.check),
      .desc = "Verify every result and report how many elements are wrong."},
-    {.name = "inplace", .type = SPEC_T_BOOL, .workloads = SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(coll.inplace),
+    {.name = "inplace",
+     .type = SPEC_T_BOOL,
+     .workloads = SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .def = "false",
+     SPEC_AT(coll.inplace),
      .desc = "Use one buffer as both input and output."},
     /* ---- train ---- */
-    {.name = "model", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
-     .choice_at = spec_model_at, .def = "\"mnist-cnn\"", SPEC_AT(train.model),
+    {.name = "model",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .choice_at = spec_model_at,
+     .def = "\"mnist-cnn\"",
+     SPEC_AT(train.model),
      .desc = "Network to train, as PyTorch / torchvision define it (resnet18-cifar: 3x3 stem, "
              "no max pool). Input shape and class count come from the dataset."},
-    {.name = "strategy", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .choices = spec_strategies, .def = "\"ddp\"",
+    {.name = "strategy",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_strategies,
+     .def = "\"ddp\"",
      SPEC_AT(train.strategy),
      .desc = "How gradients are exchanged: naive (allreduce every gradient after backward), "
              "ddp (PyTorch DDP's buckets, overlapping backward), horovod (tensor fusion), "
              "zero1 / zero2 (DeepSpeed ZeRO stages 1 and 2)."},
-    {.name = "batch_size", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = 65536, .def = "32", SPEC_AT(train.batch_size),
+    {.name = "batch_size",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = 65536,
+     .def = "32",
+     SPEC_AT(train.batch_size),
      .desc = "Samples per rank per step (the global batch is world_size times this)."},
-    {.name = "precision", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .choices = spec_precisions, .def = "\"fp32\"",
+    {.name = "precision",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_precisions,
+     .def = "\"fp32\"",
      SPEC_AT(train.precision),
      .desc = "Arithmetic of the training step: fp32 everywhere; fp16 (dynamic loss scaling) "
              "and bf16 mixed precision on device cuda."},
-    {.name = "steps", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET, .min = 1, .max = 10000000, .def = "100",
+    {.name = "steps",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET,
+     .min = 1,
+     .max = 10000000,
+     .def = "100",
      SPEC_AT(train.steps),
      .desc = "Optimizer steps per repeat, warm-up steps included. 0 when epochs is used."},
-    {.name = "epochs", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET, .min = 1, .max = 10000, .def = "0",
+    {.name = "epochs",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET,
+     .min = 1,
+     .max = 10000,
+     .def = "0",
      SPEC_AT(train.epochs),
      .desc = "Passes over the training split per repeat, instead of steps; each ends with an "
              "evaluation on the test split when eval is set. 0 when steps is used."},
-    {.name = "warmup_steps", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .min = 0, .max = 100000, .def = "5", SPEC_AT(train.warmup_steps),
+    {.name = "warmup_steps",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .min = 0,
+     .max = 100000,
+     .def = "5",
+     SPEC_AT(train.warmup_steps),
      .desc = "Steps at the start of each repeat that are run and reported but excluded from "
              "the statistics (caches, allocations, primitive creation)."},
-    {.name = "threads", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
-     .min = 1, .max = 256, .def = "1", SPEC_AT(train.threads),
+    {.name = "threads",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = 256,
+     .def = "1",
+     SPEC_AT(train.threads),
      .desc = "Compute threads per rank; the daemon reserves this many CPU slots per rank."},
-    {.name = "accumulate", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = 1024, .def = "1", SPEC_AT(train.accumulate),
+    {.name = "accumulate",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = 1024,
+     .def = "1",
+     SPEC_AT(train.accumulate),
      .desc = "Gradient accumulation: micro-batches of batch_size per optimizer step; "
              "gradients are exchanged once per step, after the last one."},
-    {.name = "compression", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .choices = spec_compressions, .def = "\"none\"",
+    {.name = "compression",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_compressions,
+     .def = "\"none\"",
      SPEC_AT(train.compression),
      .desc = "Gradients travel as float16 or bfloat16 (halving the bytes) and are reduced "
              "through float; none keeps float32."},
-    {.name = "bucket_mb", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN | SPEC_WL_COLLECTIVE,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = 1024, .def = "25", SPEC_AT(train.bucket_mb),
+    {.name = "bucket_mb",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN | SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = 1024,
+     .def = "25",
+     SPEC_AT(train.bucket_mb),
      .desc = "ddp (and the collective workload's buckets_of): bucket size in MiB after the "
              "1 MiB first bucket (PyTorch's bucket_cap_mb); zero1 / zero2: the bucket size."},
-    {.name = "fusion_mb", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = 1024, .def = "64", SPEC_AT(train.fusion_mb),
+    {.name = "fusion_mb",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = 1024,
+     .def = "64",
+     SPEC_AT(train.fusion_mb),
      .desc = "horovod: fusion buffer size in MiB (HOROVOD_FUSION_THRESHOLD)."},
-    {.name = "cycle_ms", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 1000, .def = "1", SPEC_AT(train.cycle_ms),
+    {.name = "cycle_ms",
+     .type = SPEC_T_NUMBER,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .dmin = 0,
+     .dmax = 1000,
+     .def = "1",
+     SPEC_AT(train.cycle_ms),
      .desc = "horovod: how long ready gradients wait for more to join a fusion buffer, in "
              "milliseconds (HOROVOD_CYCLE_TIME)."},
-    {.name = "broadcast_init", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .def = "true", SPEC_AT(train.broadcast_init),
+    {.name = "broadcast_init",
+     .type = SPEC_T_BOOL,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .def = "true",
+     SPEC_AT(train.broadcast_init),
      .desc = "Broadcast rank 0's initial parameters to every rank before training (ranks "
              "initialise from the same seed anyway; this is what DDP does)."},
-    {.name = "eval", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
-     .def = "true", SPEC_AT(train.eval),
+    {.name = "eval",
+     .type = SPEC_T_BOOL,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .def = "true",
+     SPEC_AT(train.eval),
      .desc = "Evaluate on the test split at the end of every epoch (datasets with one)."},
-    {.name = "prefetch", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .min = 0, .max = 16, .def = "2", SPEC_AT(train.prefetch),
+    {.name = "prefetch",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .min = 0,
+     .max = 16,
+     .def = "2",
+     SPEC_AT(train.prefetch),
      .desc = "Batches the loader thread prepares ahead; 0 loads each batch inside the step."},
-    {.name = "dataset.name", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .choices = spec_datasets, .def = "\"synthetic\"",
+    {.name = "dataset.name",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_datasets,
+     .def = "\"synthetic\"",
      SPEC_AT(train.dataset.name),
      .desc = "synthetic (random values), mnist / fashion-mnist (idx files; fashion-mnist "
              "defaults to Debian's dataset-fashion-mnist) or cifar10 (binary batches)."},
-    {.name = "dataset.path", .type = SPEC_T_STRING, .workloads = SPEC_WL_TRAIN, .min = 0,
-     .max = 511, .def = "\"\"", SPEC_AT(train.dataset.path),
+    {.name = "dataset.path",
+     .type = SPEC_T_STRING,
+     .workloads = SPEC_WL_TRAIN,
+     .min = 0,
+     .max = 511,
+     .def = "\"\"",
+     SPEC_AT(train.dataset.path),
      .desc = "Directory holding the dataset's files on the node; \"\": the default place."},
-    {.name = "dataset.shape", .type = SPEC_T_SHAPE, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = 4096, .def = "[]",
+    {.name = "dataset.shape",
+     .type = SPEC_T_SHAPE,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = 4096,
+     .def = "[]",
      SPEC_AT(train.dataset.shape),
      .desc = "synthetic: [channels, height, width] of a sample; []: the model's usual input "
              "(1x28x28 for mnist-cnn and lenet5, 3x32x32 for the CIFAR forms, 3x224x224 "
              "otherwise)."},
-    {.name = "dataset.classes", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .min = 2, .max = 100000, .def = "10",
-     SPEC_AT(train.dataset.classes), .desc = "synthetic: number of classes."},
-    {.name = "dataset.samples", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .min = 0, .max = INT32_MAX, .def = "0",
+    {.name = "dataset.classes",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .min = 2,
+     .max = 100000,
+     .def = "10",
+     SPEC_AT(train.dataset.classes),
+     .desc = "synthetic: number of classes."},
+    {.name = "dataset.samples",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .min = 0,
+     .max = INT32_MAX,
+     .def = "0",
      SPEC_AT(train.dataset.samples),
      .desc = "Samples in one epoch of the training split. mnist, fashion-mnist, cifar10: the "
              "first N samples of the training files, in file order, the same subset for "
              "every seed (each epoch shuffles those N); more than the files hold is an error "
              "naming this field when the run starts; the test split is always whole. "
              "synthetic: the dataset's size. 0: the whole training split (synthetic: 50000)."},
-    {.name = "dataset.fresh", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.dataset.fresh),
+    {.name = "dataset.fresh",
+     .type = SPEC_T_BOOL,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .def = "false",
+     SPEC_AT(train.dataset.fresh),
      .desc = "synthetic: new values every step instead of one fixed batch (Horovod's and "
              "tf_cnn_benchmarks' synthetic mode)."},
-    {.name = "dataset.augment", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.dataset.augment),
+    {.name = "dataset.augment",
+     .type = SPEC_T_BOOL,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .def = "false",
+     SPEC_AT(train.dataset.augment),
      .desc = "cifar10: random crop (padding 4) and horizontal flip on the training split."},
-    {.name = "optimizer.type", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .choices = spec_optimizers, .def = "\"sgd\"",
+    {.name = "optimizer.type",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_optimizers,
+     .def = "\"sgd\"",
      SPEC_AT(train.optimizer.type),
      .desc = "torch.optim.SGD, Adam or AdamW, with PyTorch 1.13's update rules."},
-    {.name = "optimizer.lr", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .dmin = 0, .dmin_open = true, .dmax = 100, .def = "0.01",
-     SPEC_AT(train.optimizer.lr), .desc = "Learning rate (the schedule's base rate)."},
-    {.name = "optimizer.momentum", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 0.999999, .def = "0",
-     SPEC_AT(train.optimizer.momentum), .desc = "SGD momentum."},
-    {.name = "optimizer.nesterov", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.optimizer.nesterov),
+    {.name = "optimizer.lr",
+     .type = SPEC_T_NUMBER,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .dmin = 0,
+     .dmin_open = true,
+     .dmax = 100,
+     .def = "0.01",
+     SPEC_AT(train.optimizer.lr),
+     .desc = "Learning rate (the schedule's base rate)."},
+    {.name = "optimizer.momentum",
+     .type = SPEC_T_NUMBER,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .dmin = 0,
+     .dmax = 0.999999,
+     .def = "0",
+     SPEC_AT(train.optimizer.momentum),
+     .desc = "SGD momentum."},
+    {.name = "optimizer.nesterov",
+     .type = SPEC_T_BOOL,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .def = "false",
+     SPEC_AT(train.optimizer.nesterov),
      .desc = "SGD: Nesterov momentum (needs momentum > 0)."},
-    {.name = "optimizer.weight_decay", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 1, .def = "0",
+    {.name = "optimizer.weight_decay",
+     .type = SPEC_T_NUMBER,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .dmin = 0,
+     .dmax = 1,
+     .def = "0",
      SPEC_AT(train.optimizer.weight_decay),
      .desc = "L2 penalty added to the gradient (SGD, Adam) or decoupled decay (AdamW)."},
-    {.name = "optimizer.beta1", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 0.999999, .def = "0.9",
-     SPEC_AT(train.optimizer.beta1), .desc = "Adam / AdamW first-moment decay."},
-    {.name = "optimizer.beta2", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 0.999999, .def = "0.999",
-     SPEC_AT(train.optimizer.beta2), .desc = "Adam / AdamW second-moment decay."},
-    {.name = "optimizer.eps", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .dmin = 0, .dmin_open = true, .dmax = 1, .def = "1e-08",
-     SPEC_AT(train.optimizer.eps), .desc = "Adam / AdamW denominator term."},
-    {.name = "lr_schedule.decay", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .choices = spec_decays, .def = "\"constant\"",
+    {.name = "optimizer.beta1",
+     .type = SPEC_T_NUMBER,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .dmin = 0,
+     .dmax = 0.999999,
+     .def = "0.9",
+     SPEC_AT(train.optimizer.beta1),
+     .desc = "Adam / AdamW first-moment decay."},
+    {.name = "optimizer.beta2",
+     .type = SPEC_T_NUMBER,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .dmin = 0,
+     .dmax = 0.999999,
+     .def = "0.999",
+     SPEC_AT(train.optimizer.beta2),
+     .desc = "Adam / AdamW second-moment decay."},
+    {.name = "optimizer.eps",
+     .type = SPEC_T_NUMBER,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .dmin = 0,
+     .dmin_open = true,
+     .dmax = 1,
+     .def = "1e-08",
+     SPEC_AT(train.optimizer.eps),
+     .desc = "Adam / AdamW denominator term."},
+    {.name = "lr_schedule.decay",
+     .type = SPEC_T_ENUM,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .choices = spec_decays,
+     .def = "\"constant\"",
      SPEC_AT(train.lr_schedule.decay),
      .desc = "After the warm-up: constant, step (StepLR: times gamma every step_size steps) "
              "or cosine (CosineAnnealingLR to 0 over the remaining steps)."},
-    {.name = "lr_schedule.warmup_steps", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .min = 0, .max = 10000000, .def = "0",
+    {.name = "lr_schedule.warmup_steps",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .min = 0,
+     .max = 10000000,
+     .def = "0",
      SPEC_AT(train.lr_schedule.warmup_steps),
      .desc = "Linear learning-rate warm-up from lr/3 over this many optimizer steps "
              "(LinearLR)."},
-    {.name = "lr_schedule.step_size", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .min = 1, .max = 10000000, .def = "1000",
-     SPEC_AT(train.lr_schedule.step_size), .desc = "step: optimizer steps between decays."},
-    {.name = "lr_schedule.gamma", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .dmin = 0, .dmin_open = true, .dmax = 1, .def = "0.1",
-     SPEC_AT(train.lr_schedule.gamma), .desc = "step: factor of each decay."},
+    {.name = "lr_schedule.step_size",
+     .type = SPEC_T_INT,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .min = 1,
+     .max = 10000000,
+     .def = "1000",
+     SPEC_AT(train.lr_schedule.step_size),
+     .desc = "step: optimizer steps between decays."},
+    {.name = "lr_schedule.gamma",
+     .type = SPEC_T_NUMBER,
+     .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP,
+     .dmin = 0,
+     .dmin_open = true,
+     .dmax = 1,
+     .def = "0.1",
+     SPEC_AT(train.lr_schedule.gamma),
+     .desc = "step: factor of each decay."},
 };
 
 #define SPEC_NFIELDS SPEC_COUNT(spec_fields)
@@ -395,12 +712,9 @@ static const char *const spec_algs_p2p[] = {"auto", "direct", NULL};
 
 /* The algorithms each collective op has (worker/comm/tcp_algo.c implements them). */
 static const struct spec_allowed spec_op_algorithms[] = {
-    {"allreduce", spec_algs_allreduce, NULL},
-    {"reduce_scatter", spec_algs_gather, NULL},
-    {"all_gather", spec_algs_gather, NULL},
-    {"broadcast", spec_algs_broadcast, NULL},
-    {"sendrecv", spec_algs_p2p, NULL},
-    {NULL, NULL, NULL},
+    {"allreduce", spec_algs_allreduce, NULL}, {"reduce_scatter", spec_algs_gather, NULL},
+    {"all_gather", spec_algs_gather, NULL},   {"broadcast", spec_algs_broadcast, NULL},
+    {"sendrecv", spec_algs_p2p, NULL},        {NULL, NULL, NULL},
 };
 
 /* What runs where (the worker's engines; worker/device_check.h keeps only what depends on
@@ -416,8 +730,9 @@ static const char *const spec_algs_nccl[] = {"auto", "ring", "tree", NULL};
 
 static const struct spec_allowed spec_device_backends[] = {
     {"cpu", spec_only_tcp, "NCCL moves GPU buffers"},
-    {"cuda", spec_only_nccl, "tcp on GPU buffers, staging through pinned host memory, is not "
-                             "implemented yet"},
+    {"cuda", spec_only_nccl,
+     "tcp on GPU buffers, staging through pinned host memory, is not "
+     "implemented yet"},
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_device_emulation[] = {
@@ -425,18 +740,21 @@ static const struct spec_allowed spec_device_emulation[] = {
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_device_precisions[] = {
-    {"cpu", spec_only_fp32, "the CPU trains in fp32; fp16 and bf16 are mixed precision on "
-                            "device cuda"},
+    {"cpu", spec_only_fp32,
+     "the CPU trains in fp32; fp16 and bf16 are mixed precision on "
+     "device cuda"},
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_device_strategies[] = {
-    {"cuda", spec_gpu_strategies, "the others stage through host memory, not implemented "
-                                  "on the GPU yet"},
+    {"cuda", spec_gpu_strategies,
+     "the others stage through host memory, not implemented "
+     "on the GPU yet"},
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_device_compressions[] = {
-    {"cuda", spec_only_none, "compression converts on the host, not implemented on the GPU "
-                             "yet"},
+    {"cuda", spec_only_none,
+     "compression converts on the host, not implemented on the GPU "
+     "yet"},
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_backend_algorithms[] = {
@@ -654,11 +972,10 @@ static void spec_requirement(const struct spec_field *f, char *out, size_t n)
         spec_size_text(f->max, hi, sizeof hi);
         len = (size_t)snprintf(out, n,
                                "a size from %s to %s (bytes as an integer, or a string "
-                               "such as \"4K\", \"64M\", \"1G\")", lo, hi);
+                               "such as \"4K\", \"64M\", \"1G\")",
+                               lo, hi);
         break;
-    case SPEC_T_BOOL:
-        len = (size_t)snprintf(out, n, "%s", "true or false");
-        break;
+    case SPEC_T_BOOL: len = (size_t)snprintf(out, n, "%s", "true or false"); break;
     case SPEC_T_SIZE_LIST:
         spec_size_text(f->min, lo, sizeof lo);
         spec_size_text(f->max, hi, sizeof hi);
@@ -672,9 +989,9 @@ static void spec_requirement(const struct spec_field *f, char *out, size_t n)
                                f->dmin_open ? "greater than" : "at least", f->dmin, f->dmax);
         break;
     case SPEC_T_SHAPE:
-        len = (size_t)snprintf(out, n,
-                               "[] or [channels, height, width], integers from %" PRId64
-                               " to %" PRId64, f->min, f->max);
+        len = (size_t)snprintf(
+            out, n, "[] or [channels, height, width], integers from %" PRId64 " to %" PRId64,
+            f->min, f->max);
         break;
     }
     if ((f->flags & SPEC_F_ZERO_UNSET) && len < n)
@@ -747,7 +1064,8 @@ int spec_parse_size(const json_t *v, int64_t *out, struct err *e)
     return err_set(e, ERR_INVALID, "",
                    "a size is a non-negative integer or digits with an optional binary unit "
                    "K, M, G or T and an optional B or iB (\"4096\", \"4K\", \"64MiB\"), "
-                   "got %s", got);
+                   "got %s",
+                   got);
 }
 
 static bool spec_string_ok(const struct spec_field *f, const json_t *v)
@@ -855,12 +1173,9 @@ static int spec_convert(const struct spec_field *f, const json_t *v, json_t **ou
             return -1;
         *out = json_boolean(json_is_true(v));
         return 0;
-    case SPEC_T_SIZE_LIST:
-        return spec_convert_sizes(f, v, out);
-    case SPEC_T_NUMBER:
-        return spec_convert_number(f, v, out);
-    case SPEC_T_SHAPE:
-        return spec_convert_shape(f, v, out);
+    case SPEC_T_SIZE_LIST: return spec_convert_sizes(f, v, out);
+    case SPEC_T_NUMBER: return spec_convert_number(f, v, out);
+    case SPEC_T_SHAPE: return spec_convert_shape(f, v, out);
     }
     if (!(n >= f->min && n <= f->max) && !(n == 0 && (f->flags & SPEC_F_ZERO_UNSET)))
         return -1;
@@ -953,7 +1268,8 @@ static int spec_check_group(const char *group, const json_t *obj, enum spec_work
     }
     const char *key;
     json_t *v;
-    json_object_foreach((json_t *)obj, key, v) {
+    json_object_foreach((json_t *)obj, key, v)
+    {
         snprintf(name, sizeof name, "%s%s", prefix, key);
         const struct spec_field *f = strlen(key) < 64 ? spec_field_find(name) : NULL;
         if (!f)
@@ -971,7 +1287,8 @@ static int spec_check_keys(const json_t *in, enum spec_workload wl, struct err *
     const char *key;
     json_t *v;
     /* jansson's iterators take a non-const object; nothing is modified. */
-    json_object_foreach((json_t *)in, key, v) {
+    json_object_foreach((json_t *)in, key, v)
+    {
         if (strcmp(key, "sweep") == 0)
             continue;
         const struct spec_field *f = strchr(key, '.') ? NULL : spec_field_find(key);
@@ -989,16 +1306,16 @@ static int spec_check_keys(const json_t *in, enum spec_workload wl, struct err *
 }
 
 /* Validates one swept field's array into an owned array of normalized values. */
-static json_t *spec_sweep_values(const struct spec_field *f, const json_t *arr,
-                                 struct err *e)
+static json_t *spec_sweep_values(const struct spec_field *f, const json_t *arr, struct err *e)
 {
     char path[64], got[96];
     snprintf(path, sizeof path, "sweep.%s", f->name);
     size_t n = json_array_size(arr);
     if (!json_is_array(arr) || n == 0 || n > SPEC_MAX_SWEEP_VALUES) {
         spec_value_text(arr, got, sizeof got);
-        err_set(e, ERR_INVALID, path, "%s: must be a non-empty array of at most %d values, got %s",
-                path, SPEC_MAX_SWEEP_VALUES, got);
+        err_set(e, ERR_INVALID, path,
+                "%s: must be a non-empty array of at most %d values, got %s", path,
+                SPEC_MAX_SWEEP_VALUES, got);
         return NULL;
     }
     json_t *out = json_array();
@@ -1029,8 +1346,7 @@ static json_t *spec_sweep_values(const struct spec_field *f, const json_t *arr,
 }
 
 /* Returns the owned normalized sweep (same field order) or NULL with e set. */
-static json_t *spec_sweep_normalize(const json_t *sweep, enum spec_workload wl,
-                                    struct err *e)
+static json_t *spec_sweep_normalize(const json_t *sweep, enum spec_workload wl, struct err *e)
 {
     if (!json_is_object(sweep)) {
         char got[96];
@@ -1046,7 +1362,8 @@ static json_t *spec_sweep_normalize(const json_t *sweep, enum spec_workload wl,
         err_set(e, ERR_NOMEM, "sweep", "sweep: out of memory");
         return NULL;
     }
-    json_object_foreach((json_t *)sweep, key, arr) {
+    json_object_foreach((json_t *)sweep, key, arr)
+    {
         const struct spec_field *f = spec_field_find(key);
         json_t *vals = NULL;
         if (!f || !spec_field_in(f, wl))
@@ -1086,13 +1403,14 @@ static int spec_apply_one_of(json_t *out, const json_t *in, const json_t *sweep,
         bool ga = spec_given(in, out, sweep, r->a), gb = spec_given(in, out, sweep, r->b);
         if (ga && gb)
             return err_set(e, ERR_INVALID, r->b,
-                           "%s: %s and %s are mutually exclusive (set or sweep only one)",
-                           r->b, r->a, r->b);
+                           "%s: %s and %s are mutually exclusive (set or sweep only one)", r->b,
+                           r->a, r->b);
         if (spec_set_path(out, gb ? r->a : r->b, json_integer(0)) < 0)
             return err_set(e, ERR_NOMEM, r->b, "%s: out of memory", r->b);
         json_t *def = NULL;
-        if (!ga && !gb && (!(def = spec_default(spec_field_find(r->a), wl, e)) ||
-                           spec_set_path(out, r->a, def) < 0))
+        if (!ga && !gb &&
+            (!(def = spec_default(spec_field_find(r->a), wl, e)) ||
+             spec_set_path(out, r->a, def) < 0))
             return def ? err_set(e, ERR_NOMEM, r->a, "%s: out of memory", r->a) : -1;
     }
     return 0;
@@ -1183,14 +1501,15 @@ static const struct spec_rule *spec_rule_broken(const json_t *spec, enum spec_wo
         json_int_t a = json_integer_value(spec_field_value(spec, r->a));
         json_int_t b = json_integer_value(spec_field_value(spec, r->b));
         if (r->kind == SPEC_RULE_LE && a > b) {
-            snprintf(why, n, "%s (%" JSON_INTEGER_FORMAT ") must not exceed %s (%"
-                     JSON_INTEGER_FORMAT ")", r->a, a, r->b, b);
+            snprintf(why, n,
+                     "%s (%" JSON_INTEGER_FORMAT ") must not exceed %s (%" JSON_INTEGER_FORMAT
+                     ")",
+                     r->a, a, r->b, b);
             return r;
         }
         if (r->kind == SPEC_RULE_ONE_OF && (a != 0) == (b != 0)) {
             if (a)
-                snprintf(why, n, "%s and %s are mutually exclusive; give only one", r->a,
-                         r->b);
+                snprintf(why, n, "%s and %s are mutually exclusive; give only one", r->a, r->b);
             else
                 snprintf(why, n, "one of %s and %s must be non-zero", r->a, r->b);
             return r;
@@ -1263,8 +1582,8 @@ int spec_memory_estimate(const json_t *resolved, struct spec_memory *out)
 {
     memset(out, 0, sizeof *out);
     const char *wl = json_string_value(json_object_get(resolved, "workload"));
-    const struct model_info *mi =
-        model_table_find(json_string_value(spec_field_value(resolved, "model")));
+    const struct model_info *mi = model_table_find(
+        json_string_value(spec_field_value(resolved, "model")));
     if (!wl || strcmp(wl, "train") != 0 || !mi)
         return -1;
     int dims[3], classes;
@@ -1288,11 +1607,12 @@ int spec_memory_estimate(const json_t *resolved, struct spec_memory *out)
 
 void spec_memory_text(const struct spec_memory *m, char *buf, size_t n)
 {
-    snprintf(buf, n, "about %.4g GiB (parameters %.3g, gradients %.3g, optimizer %.3g, "
+    snprintf(buf, n,
+             "about %.4g GiB (parameters %.3g, gradients %.3g, optimizer %.3g, "
              "buffers %.3g, activations %.3g, input %.3g GiB; an estimate)",
-             m->total / SPEC_GIB, m->params / SPEC_GIB,
-             m->grads / SPEC_GIB, m->optimizer / SPEC_GIB, m->comm / SPEC_GIB,
-             m->activations / SPEC_GIB, m->data / SPEC_GIB);
+             m->total / SPEC_GIB, m->params / SPEC_GIB, m->grads / SPEC_GIB,
+             m->optimizer / SPEC_GIB, m->comm / SPEC_GIB, m->activations / SPEC_GIB,
+             m->data / SPEC_GIB);
 }
 
 /* A train spec whose rank is estimated past SPEC_MAX_RANK_BYTES: true with the field to
@@ -1309,8 +1629,8 @@ static bool spec_memory_broken(const json_t *spec, enum spec_workload wl, const 
     *field = one > (double)SPEC_MAX_RANK_BYTES ? "dataset.shape" : "batch_size";
     char text[320];
     spec_memory_text(&m, text, sizeof text);
-    snprintf(why, n, "one rank needs %s, more than the %.0f GiB a rank may use; lower %s",
-             text, (double)SPEC_MAX_RANK_BYTES / SPEC_GIB,
+    snprintf(why, n, "one rank needs %s, more than the %.0f GiB a rank may use; lower %s", text,
+             (double)SPEC_MAX_RANK_BYTES / SPEC_GIB,
              strcmp(*field, "batch_size") == 0 ? "batch_size or dataset.shape"
                                                : "dataset.shape or the model");
     return true;
@@ -1341,7 +1661,8 @@ static int spec_walk(const json_t *norm, spec_point_fn fn, void *arg, struct err
     const char *key;
     json_t *arr, *sweep = json_object_get(norm, "sweep");
     if (sweep) {
-        json_object_foreach(sweep, key, arr) {
+        json_object_foreach(sweep, key, arr)
+        {
             if (n == SPEC_NFIELDS)
                 return err_set(e, ERR_INTERNAL, "sweep", "sweep: more fields than exist");
             keys[n] = key;
@@ -1379,7 +1700,8 @@ static int spec_count_runs(const json_t *norm, size_t cap, size_t *total, struct
     json_t *arr, *sweep = json_object_get(norm, "sweep");
     size_t p = 1;
     if (sweep) {
-        json_object_foreach(sweep, key, arr) {
+        json_object_foreach(sweep, key, arr)
+        {
             size_t s = json_array_size(arr);
             if (s && p > SIZE_MAX / s) {
                 p = SIZE_MAX;
@@ -1396,7 +1718,8 @@ static int spec_count_runs(const json_t *norm, size_t cap, size_t *total, struct
         snprintf(runs, sizeof runs, "%zu", p);
     return err_set(e, ERR_INVALID, "sweep",
                    "sweep: expands to %s runs, more than the limit of %zu; sweep fewer "
-                   "values or split the experiment", runs, cap);
+                   "values or split the experiment",
+                   runs, cap);
 }
 
 struct spec_check_arg {
@@ -1521,8 +1844,7 @@ static int spec_store(const struct spec_field *f, const json_t *v, struct spec *
 {
     char *dst = (char *)s + f->off;
     if (f->flags & SPEC_F_WORKLOAD) {
-        enum spec_workload wl =
-            (enum spec_workload)spec_choice_index(f, json_string_value(v));
+        enum spec_workload wl = (enum spec_workload)spec_choice_index(f, json_string_value(v));
         if (f->size != sizeof wl)
             goto bad;
         memcpy(dst, &wl, sizeof wl);
@@ -1589,14 +1911,20 @@ bad:
 
 /* threads is validated (1 to 256) for the workloads that have it, absent or 0 for the
  * others, which take one slot a rank */
-static int spec_slots_of_threads(json_int_t t) { return t >= 1 && t <= 256 ? (int)t : 1; }
+static int spec_slots_of_threads(json_int_t t)
+{
+    return t >= 1 && t <= 256 ? (int)t : 1;
+}
 
 int spec_slots_per_rank(const json_t *resolved)
 {
     return spec_slots_of_threads(json_integer_value(json_object_get(resolved, "threads")));
 }
 
-int spec_rank_slots(const struct spec *s) { return spec_slots_of_threads(s->train.threads); }
+int spec_rank_slots(const struct spec *s)
+{
+    return spec_slots_of_threads(s->train.threads);
+}
 
 int spec_from_json(const json_t *resolved, struct spec *out, struct err *e)
 {
@@ -1668,12 +1996,10 @@ static json_t *spec_schema_value(const struct spec_field *f)
             json_array_append_new(alts, json_pack("{s:i}", "const", 0));
         json_array_append_new(alts, spec_schema_range(f->min, f->max));
         if (f->type == SPEC_T_SIZE)
-            json_array_append_new(alts, json_pack("{s:s, s:s}", "type", "string", "pattern",
-                                                  SPEC_SIZE_PATTERN));
+            json_array_append_new(
+                alts, json_pack("{s:s, s:s}", "type", "string", "pattern", SPEC_SIZE_PATTERN));
         break;
-    case SPEC_T_BOOL:
-        json_object_set_new(s, "type", json_string("boolean"));
-        break;
+    case SPEC_T_BOOL: json_object_set_new(s, "type", json_string("boolean")); break;
     case SPEC_T_NUMBER:
         json_object_set_new(s, "type", json_string("number"));
         json_object_set_new(s, f->dmin_open ? "exclusiveMinimum" : "minimum",
@@ -1688,8 +2014,8 @@ static json_t *spec_schema_value(const struct spec_field *f)
         break;
     case SPEC_T_SIZE_LIST: {
         json_t *item = json_pack("{s:[o, {s:s, s:s}]}", "anyOf",
-                                 spec_schema_range(f->min, f->max), "type", "string",
-                                 "pattern", SPEC_SIZE_PATTERN);
+                                 spec_schema_range(f->min, f->max), "type", "string", "pattern",
+                                 SPEC_SIZE_PATTERN);
         json_object_set_new(s, "type", json_string("array"));
         json_object_set_new(s, "maxItems", json_integer(SPEC_MAX_SIZES));
         json_object_set_new(s, "uniqueItems", json_true());
@@ -1782,10 +2108,10 @@ static void spec_schema_allowed_rules(json_t *all)
             for (int k = 0; al->b[k]; k++)
                 json_array_append_new(values, boolean ? json_boolean(!strcmp(al->b[k], "true"))
                                                       : json_string(al->b[k]));
-            json_array_append_new(all, json_pack("{s:{s:{s:{s:s}}, s:[s]}, s:{s:{s:{s:o}}}}",
-                                                 "if", "properties", r->a, "const", al->a,
-                                                 "required", r->a, "then", "properties", r->b,
-                                                 "enum", values));
+            json_array_append_new(all,
+                                  json_pack("{s:{s:{s:{s:s}}, s:[s]}, s:{s:{s:{s:o}}}}", "if",
+                                            "properties", r->a, "const", al->a, "required",
+                                            r->a, "then", "properties", r->b, "enum", values));
         }
     }
 }
@@ -1818,17 +2144,16 @@ json_t *spec_schema_json(void)
              "product of the lists' lengths may be at most %d runs; a larger sweep is refused "
              "(400, field \"sweep\"): sweep fewer values or split the experiment.",
              SPEC_MAX_SWEEP_VALUES, SPEC_MAX_RUNS);
-    json_object_set_new(props, "sweep", json_pack(
-        "{s:s, s:s, s:o, s:b}", "description", sweep_desc,
-        "type", "object", "properties", swept, "additionalProperties", 0));
+    json_object_set_new(props, "sweep",
+                        json_pack("{s:s, s:s, s:o, s:b}", "description", sweep_desc, "type",
+                                  "object", "properties", swept, "additionalProperties", 0));
     json_t *schema = json_pack(
-        "{s:s, s:s, s:s, s:s, s:o, s:o, s:b}",
-        "$schema", "https://json-schema.org/draft/2020-12/schema",
-        "title", "ddpbench experiment spec",
-        "description", "An experiment for ddpbenchd (POST /v1/experiments). Generated from "
-                       "the field table in common/spec.c; do not edit by hand.",
-        "type", "object", "required", required, "properties", props,
-        "additionalProperties", 0);
+        "{s:s, s:s, s:s, s:s, s:o, s:o, s:b}", "$schema",
+        "https://json-schema.org/draft/2020-12/schema", "title", "ddpbench experiment spec",
+        "description",
+        "An experiment for ddpbenchd (POST /v1/experiments). Generated from "
+        "the field table in common/spec.c; do not edit by hand.",
+        "type", "object", "required", required, "properties", props, "additionalProperties", 0);
     json_t *rules = spec_schema_workload_rules();
     spec_schema_allowed_rules(rules);
     if (schema && json_array_size(rules) > 0)

@@ -19,12 +19,13 @@
 
 #include "common/err.h"
 
-#define SPEC_MAX_BODY (1u << 20)    /* largest accepted spec text */
-#define SPEC_MAX_RUNS 1024          /* largest sweep cross product */
-#define SPEC_MAX_SWEEP_VALUES 64    /* values per swept field */
+#define SPEC_MAX_BODY (1u << 20) /* largest accepted spec text */
+#define SPEC_MAX_RUNS 1024       /* largest sweep cross product */
+#define SPEC_MAX_SWEEP_VALUES 64 /* values per swept field */
 #define SPEC_MAX_WORLD 1024
-#define SPEC_MAX_SIZES 256          /* entries of an explicit "sizes" list */
-#define SPEC_MAX_RANK_BYTES (INT64_C(1) << 40) /* 1 TiB: the most memory one rank of a
+#define SPEC_MAX_SIZES 256 /* entries of an explicit "sizes" list */
+#define SPEC_MAX_RANK_BYTES                                                                    \
+    (INT64_C(1) << 40) /* 1 TiB: the most memory one rank of a
                                                    train spec may be estimated to need */
 
 enum spec_workload { SPEC_WORKLOAD_COLLECTIVE = 0, SPEC_WORKLOAD_TRAIN };
@@ -44,10 +45,10 @@ struct spec_collective {
     struct spec_sizes sizes; /* when n > 0, the sizes visited instead of min..max */
     char buckets_of[24];     /* "none" or a model whose DDP bucket sizes are visited */
     int64_t min_bytes, max_bytes;
-    int factor;         /* multiplicative step; 0 when step is used */
-    int64_t step;       /* additive step in bytes; 0 when factor is used */
+    int factor;   /* multiplicative step; 0 when step is used */
+    int64_t step; /* additive step in bytes; 0 when factor is used */
     int iters, warmup;
-    bool check;         /* verify results (#wrong) */
+    bool check; /* verify results (#wrong) */
     bool inplace;
 };
 
@@ -58,24 +59,24 @@ struct spec_shape {
 };
 
 struct spec_dataset {
-    char name[16];      /* "synthetic", "mnist", "fashion-mnist", "cifar10" */
-    char path[512];     /* "" = the dataset's default place */
+    char name[16];           /* "synthetic", "mnist", "fashion-mnist", "cifar10" */
+    char path[512];          /* "" = the dataset's default place */
     struct spec_shape shape; /* synthetic; n = 0: the model's usual input */
-    int classes;        /* synthetic */
-    int samples;        /* one epoch: the first N training samples; 0 = all (synthetic:
+    int classes;             /* synthetic */
+    int samples;             /* one epoch: the first N training samples; 0 = all (synthetic:
                            DATA_SYNTHETIC_SAMPLES) */
-    bool fresh;         /* synthetic: new values per step */
-    bool augment;       /* cifar10: crop + flip */
+    bool fresh;              /* synthetic: new values per step */
+    bool augment;            /* cifar10: crop + flip */
 };
 
 struct spec_optimizer {
-    char type[8];       /* "sgd", "adam", "adamw" */
+    char type[8]; /* "sgd", "adam", "adamw" */
     double lr, momentum, weight_decay, beta1, beta2, eps;
     bool nesterov;
 };
 
 struct spec_lr_schedule {
-    char decay[12];     /* "constant", "step", "cosine" */
+    char decay[12]; /* "constant", "step", "cosine" */
     int warmup_steps, step_size;
     double gamma;
 };
@@ -84,11 +85,11 @@ struct spec_lr_schedule {
  * "lr_schedule" in JSON, whose fields are named "dataset.name" etc. in errors and sweeps. */
 struct spec_train {
     char model[24];
-    char strategy[12];  /* "naive", "ddp", "horovod", "zero1", "zero2" */
-    char precision[8];  /* "fp32", "fp16", "bf16" (the last two on device cuda) */
+    char strategy[12];   /* "naive", "ddp", "horovod", "zero1", "zero2" */
+    char precision[8];   /* "fp32", "fp16", "bf16" (the last two on device cuda) */
     char compression[8]; /* "none", "fp16", "bf16" */
-    int batch_size;     /* per rank */
-    int steps, epochs;  /* exactly one non-zero */
+    int batch_size;      /* per rank */
+    int steps, epochs;   /* exactly one non-zero */
     int warmup_steps;
     int threads;
     int accumulate;
@@ -102,16 +103,16 @@ struct spec_train {
 };
 
 struct spec {
-    char name[129];  /* 1 to 128 printable ASCII characters + NUL */
+    char name[129]; /* 1 to 128 printable ASCII characters + NUL */
     enum spec_workload workload;
     char device[8];  /* "cpu" or "cuda" */
     char backend[8]; /* "tcp" (device cpu) or "nccl" (device cuda) */
     int world_size;
     int repeats;
     int64_t seed;
-    int timeout_s;   /* whole-run limit enforced by the daemon */
+    int timeout_s;           /* whole-run limit enforced by the daemon */
     int heartbeat_timeout_s; /* silence after which the daemon fails the run */
-    int comm_timeout_s; /* a communication operation with no progress this long fails */
+    int comm_timeout_s;      /* a communication operation with no progress this long fails */
     bool emulate_multi_rank; /* device cuda: several ranks share a GPU (flagged) */
     struct spec_collective coll;
     struct spec_train train;

@@ -52,8 +52,8 @@ static double stats_ibeta(double a, double b, double x, double y)
         return 0;
     if (y <= 0)
         return 1;
-    double front = exp(stats_lgamma(a + b) - stats_lgamma(a) - stats_lgamma(b) +
-                       a * log(x) + b * log(y));
+    double front = exp(stats_lgamma(a + b) - stats_lgamma(a) - stats_lgamma(b) + a * log(x) +
+                       b * log(y));
     if (x < (a + 1) / (a + b + 2))
         return front * stats_beta_cf(a, b, x) / a;
     return 1 - front * stats_beta_cf(b, a, y) / b;

@@ -63,8 +63,8 @@ static int proto_get_keys(struct buf_reader *r, struct store_request *req, struc
     if (proto_get_u32(r, &req->nkeys, "nkeys", e) < 0)
         return -1;
     if (req->nkeys == 0 || req->nkeys > STORE_MAX_WAIT_KEYS)
-        return err_set(e, ERR_PROTOCOL, "nkeys", "key count %u out of range 1..%u",
-                       req->nkeys, STORE_MAX_WAIT_KEYS);
+        return err_set(e, ERR_PROTOCOL, "nkeys", "key count %u out of range 1..%u", req->nkeys,
+                       STORE_MAX_WAIT_KEYS);
     size_t start = r->off;
     for (uint32_t i = 0; i < req->nkeys; i++) {
         struct store_bytes key;
@@ -91,8 +91,7 @@ static int proto_decode_hello(struct buf_reader *r, struct store_request *req, s
 static int proto_decode_fields(struct buf_reader *r, struct store_request *req, struct err *e)
 {
     switch (req->op) {
-    case STORE_OP_HELLO:
-        return proto_decode_hello(r, req, e);
+    case STORE_OP_HELLO: return proto_decode_hello(r, req, e);
     case STORE_OP_SET:
         if (proto_get_key(r, &req->key, e) < 0)
             return -1;
@@ -110,16 +109,13 @@ static int proto_decode_fields(struct buf_reader *r, struct store_request *req, 
             proto_get_value(r, &req->expected, "expected", e) < 0)
             return -1;
         return proto_get_value(r, &req->value, "desired", e);
-    case STORE_OP_CHECK:
-        return proto_get_keys(r, req, e);
+    case STORE_OP_CHECK: return proto_get_keys(r, req, e);
     case STORE_OP_WAIT:
         if (proto_get_keys(r, req, e) < 0)
             return -1;
         return proto_get_u32(r, &req->timeout_ms, "timeout_ms", e);
-    case STORE_OP_DELETE:
-        return proto_get_key(r, &req->key, e);
-    case STORE_OP_PING:
-        return 0;
+    case STORE_OP_DELETE: return proto_get_key(r, &req->key, e);
+    case STORE_OP_PING: return 0;
     }
     return err_set(e, ERR_PROTOCOL, "op", "unknown op %d", (int)req->op);
 }
@@ -175,13 +171,10 @@ static int proto_decode_ok_fields(enum store_op op, struct buf_reader *r,
     case STORE_OP_HELLO:
     case STORE_OP_SET:
     case STORE_OP_WAIT:
-    case STORE_OP_PING:
-        return 0;
+    case STORE_OP_PING: return 0;
     case STORE_OP_GET:
-    case STORE_OP_COMPARE_SET:
-        return proto_get_value(r, &resp->value, "value", e);
-    case STORE_OP_ADD:
-        return proto_get_i64(r, &resp->number, "value", e);
+    case STORE_OP_COMPARE_SET: return proto_get_value(r, &resp->value, "value", e);
+    case STORE_OP_ADD: return proto_get_i64(r, &resp->number, "value", e);
     case STORE_OP_CHECK:
     case STORE_OP_DELETE:
         if (!buf_get_u8(r, &resp->flag))
@@ -205,9 +198,9 @@ int store_proto_decode_response(enum store_op op, const uint8_t *body, uint32_t 
     if (status > STORE_E_CONFLICT)
         return err_set(e, ERR_PROTOCOL, "status", "unknown status %u", status);
     resp->status = (enum store_status)status;
-    int rc = status == STORE_OK ? proto_decode_ok_fields(op, &r, resp, e)
-                                : proto_get_str(&r, &resp->value, 0, STORE_MAX_FRAME,
-                                                "message", e);
+    int rc = status == STORE_OK
+                 ? proto_decode_ok_fields(op, &r, resp, e)
+                 : proto_get_str(&r, &resp->value, 0, STORE_MAX_FRAME, "message", e);
     if (rc < 0)
         return -1;
     return proto_check_end(&r, e);
@@ -314,8 +307,7 @@ int store_proto_encode_add(struct buf *out, const char *key, int64_t delta)
 }
 
 int store_proto_encode_compare_set(struct buf *out, const char *key, const void *expected,
-                                   size_t expected_len, const void *desired,
-                                   size_t desired_len)
+                                   size_t expected_len, const void *desired, size_t desired_len)
 {
     size_t start;
     int rc = proto_begin_body(out, STORE_OP_COMPARE_SET, &start);

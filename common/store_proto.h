@@ -151,7 +151,8 @@ int store_proto_encode_compare_set(struct buf *out, const char *key, const void 
                                    size_t expected_len, const void *desired,
                                    size_t desired_len);
 int store_proto_encode_keys(struct buf *out, enum store_op op, const char *const *keys,
-                            uint32_t n, uint32_t timeout_ms); /* CHECK (timeout ignored), WAIT */
+                            uint32_t n,
+                            uint32_t timeout_ms); /* CHECK (timeout ignored), WAIT */
 int store_proto_encode_delete(struct buf *out, const char *key);
 int store_proto_encode_ping(struct buf *out);
 

@@ -73,12 +73,15 @@ static int config_set_token(struct config *c, const char *tok, const char *from,
 {
     size_t n = strlen(tok);
     if (n < 16 || n >= sizeof c->token)
-        return err_set(e, ERR_INVALID, "token", "the token from %s must be 16 to %zu characters",
-                       from, sizeof c->token - 1);
+        return err_set(e, ERR_INVALID, "token",
+                       "the token from %s must be 16 to %zu characters", from,
+                       sizeof c->token - 1);
     for (size_t i = 0; i < n; i++)
         if (tok[i] <= 0x20 || tok[i] > 0x7e)
-            return err_set(e, ERR_INVALID, "token", "the token from %s must be printable ASCII "
-                           "without spaces", from);
+            return err_set(e, ERR_INVALID, "token",
+                           "the token from %s must be printable ASCII "
+                           "without spaces",
+                           from);
     memcpy(c->token, tok, n + 1);
     return 0;
 }
@@ -150,9 +153,25 @@ void config_print_usage(const char *prog)
 }
 
 enum {
-    OPT_HOST = 1000, OPT_PORT, OPT_STORE_HOST, OPT_STORE_PORT, OPT_STATE_DIR, OPT_WORKER,
-    OPT_WEB_DIR, OPT_NODE, OPT_CPU_SLOTS, OPT_GPUS, OPT_MAX_BODY, OPT_HTTP_THREADS, OPT_KILL_GRACE,
-    OPT_LOG_LEVEL, OPT_TOKEN_FILE, OPT_CORS, OPT_ALLOW_HOST, OPT_VERSION, OPT_HELP,
+    OPT_HOST = 1000,
+    OPT_PORT,
+    OPT_STORE_HOST,
+    OPT_STORE_PORT,
+    OPT_STATE_DIR,
+    OPT_WORKER,
+    OPT_WEB_DIR,
+    OPT_NODE,
+    OPT_CPU_SLOTS,
+    OPT_GPUS,
+    OPT_MAX_BODY,
+    OPT_HTTP_THREADS,
+    OPT_KILL_GRACE,
+    OPT_LOG_LEVEL,
+    OPT_TOKEN_FILE,
+    OPT_CORS,
+    OPT_ALLOW_HOST,
+    OPT_VERSION,
+    OPT_HELP,
 };
 
 static const struct option config_options[] = {
@@ -187,7 +206,8 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
         return config_copy(c->store_host, sizeof c->store_host, "store-host", arg, e);
     case OPT_STATE_DIR:
         return config_copy(c->state_dir, sizeof c->state_dir, "state-dir", arg, e);
-    case OPT_WORKER: return config_copy(c->worker_path, sizeof c->worker_path, "worker", arg, e);
+    case OPT_WORKER:
+        return config_copy(c->worker_path, sizeof c->worker_path, "worker", arg, e);
     case OPT_WEB_DIR: return config_copy(c->web_dir, sizeof c->web_dir, "web-dir", arg, e);
     case OPT_NODE: return config_copy(c->node, sizeof c->node, "node", arg, e);
     case OPT_PORT: return config_parse_int("port", arg, 0, 65535, &c->port, e);
@@ -204,8 +224,7 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
         return config_parse_int("http-threads", arg, 1, 256, &c->http_threads, e);
     case OPT_KILL_GRACE:
         return config_parse_int("kill-grace-ms", arg, 0, 600000, &c->kill_grace_ms, e);
-    case OPT_TOKEN_FILE:
-        return config_read_token(c, arg, e);
+    case OPT_TOKEN_FILE: return config_read_token(c, arg, e);
     case OPT_CORS:
         return config_copy(c->cors_origin, sizeof c->cors_origin, "cors-origin", arg, e);
     case OPT_ALLOW_HOST:
@@ -215,8 +234,7 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
             return err_set(e, ERR_INVALID, "log-level",
                            "--log-level must be debug, info, warn or error, got '%s'", arg);
         return 0;
-    default:
-        return err_set(e, ERR_INVALID, NULL, "unknown option");
+    default: return err_set(e, ERR_INVALID, NULL, "unknown option");
     }
 }
 
@@ -239,8 +257,8 @@ int config_parse_args(struct config *c, int argc, char **argv, struct err *e)
             return 1;
         }
         if (opt == '?' || opt == ':')
-            return err_set(e, ERR_INVALID, NULL, "unknown or incomplete option '%s' (see --help)",
-                           argv[optind - 1]);
+            return err_set(e, ERR_INVALID, NULL,
+                           "unknown or incomplete option '%s' (see --help)", argv[optind - 1]);
         if (config_apply(c, opt, optarg, e) < 0)
             return -1;
     }

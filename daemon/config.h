@@ -23,15 +23,15 @@ struct config {
     char state_dir[PATH_MAX];
     char worker_path[PATH_MAX];
     char web_dir[PATH_MAX];
-    char node[64];        /* this node's name (hostname by default) */
-    int cpu_slots;        /* ranks that may run at once on this node */
-    int gpus;             /* GPU slots (daemon/gpu_slots.h): --gpus N, else NVML's count
+    char node[64];   /* this node's name (hostname by default) */
+    int cpu_slots;   /* ranks that may run at once on this node */
+    int gpus;        /* GPU slots (daemon/gpu_slots.h): --gpus N, else NVML's count
                              (0 where NVML is unavailable) */
-    size_t max_body;      /* largest accepted request body */
+    size_t max_body; /* largest accepted request body */
     int http_threads;
-    int kill_grace_ms;    /* SIGTERM → SIGKILL delay when stopping workers */
+    int kill_grace_ms; /* SIGTERM → SIGKILL delay when stopping workers */
     enum log_level log_level;
-    char token[256];      /* bearer token every mutation needs; "" = none */
+    char token[256];       /* bearer token every mutation needs; "" = none */
     char cors_origin[256]; /* Access-Control-Allow-Origin; "" = no CORS */
     char allow_hosts[512]; /* further names the Host header may carry, comma-separated
                               ("*": any); api/guard.h says why Host is checked */

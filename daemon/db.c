@@ -45,7 +45,7 @@ static const char *const db_status_names[] = {
 const char *db_run_status_name(enum db_run_status s)
 {
     return (unsigned)s < sizeof db_status_names / sizeof *db_status_names ? db_status_names[s]
-                                                                           : "unknown";
+                                                                          : "unknown";
 }
 
 static int db_fail(struct err *e, sqlite3 *h, const char *what)
@@ -85,8 +85,8 @@ static void db_iso_time(sqlite3_context *ctx, int argc, sqlite3_value **argv)
 static int db_conn_open(struct db_conn *c, const char *path, bool writer, struct err *e)
 {
     memset(c, 0, sizeof *c);
-    int flags = SQLITE_OPEN_NOMUTEX | (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
-                                              : SQLITE_OPEN_READONLY);
+    int flags = SQLITE_OPEN_NOMUTEX |
+                (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY);
     if (sqlite3_open_v2(path, &c->h, flags, NULL) != SQLITE_OK) {
         err_set(e, ERR_IO, NULL, "database %s: %s", path,
                 c->h ? sqlite3_errmsg(c->h) : "out of memory");
@@ -101,8 +101,10 @@ static int db_conn_open(struct db_conn *c, const char *path, bool writer, struct
                                 db_iso_time, NULL, NULL) != SQLITE_OK)
         return db_fail(e, c->h, "register ddpb_iso_time");
     if (writer)
-        return db_exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
-                          "PRAGMA foreign_keys=ON;", e);
+        return db_exec(c,
+                       "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+                       "PRAGMA foreign_keys=ON;",
+                       e);
     return db_exec(c, "PRAGMA foreign_keys=ON;", e);
 }
 
@@ -285,10 +287,8 @@ static json_t *db_col_json(sqlite3_stmt *st, int i)
         strcmp(name, "oversubscribed") == 0)
         return json_boolean(sqlite3_column_int(st, i));
     switch (type) {
-    case SQLITE_INTEGER:
-        return json_integer(sqlite3_column_int64(st, i));
-    case SQLITE_FLOAT:
-        return json_real(sqlite3_column_double(st, i));
+    case SQLITE_INTEGER: return json_integer(sqlite3_column_int64(st, i));
+    case SQLITE_FLOAT: return json_real(sqlite3_column_double(st, i));
     default: {
         const char *text = (const char *)sqlite3_column_text(st, i);
         if (db_col_is_json(name)) {
@@ -369,8 +369,7 @@ static int db_foreign_keys_hold(struct db_conn *c, struct err *e)
         snprintf(table, sizeof table, "%s", (const char *)sqlite3_column_text(st, 0));
     sqlite3_finalize(st);
     if (rc == SQLITE_ROW)
-        return err_set(e, ERR_INTERNAL, NULL, "a row of %s references a missing parent",
-                       table);
+        return err_set(e, ERR_INTERNAL, NULL, "a row of %s references a missing parent", table);
     return rc == SQLITE_DONE ? 0 : db_fail(e, c->h, "foreign_key_check");
 }
 
@@ -473,15 +472,20 @@ static const char SQL_INSERT_EXPERIMENT[] =
 /* The distinct values an experiment's runs cover; the same expression as
  * schema/004_experiment_summary.sql, which fills it for experiments made before. */
 #define DB_SUMMARY_OF(field)                                                                   \
-    "json((SELECT json_group_array(v) FROM (SELECT DISTINCT " field " AS v FROM runs r "      \
+    "json((SELECT json_group_array(v) FROM (SELECT DISTINCT " field " AS v FROM runs r "       \
     "WHERE r.experiment_id = ?1 AND v IS NOT NULL ORDER BY v)))"
 static const char SQL_EXPERIMENT_SUMMARY[] =
     "UPDATE experiments SET summary = json_object("
-    "'models', " DB_SUMMARY_OF("json_extract(r.spec, '$.model')") ", "
-    "'ops', " DB_SUMMARY_OF("json_extract(r.spec, '$.op')") ", "
-    "'backends', " DB_SUMMARY_OF("json_extract(r.spec, '$.backend')") ", "
-    "'strategies', " DB_SUMMARY_OF("json_extract(r.spec, '$.strategy')") ", "
-    "'world_sizes', " DB_SUMMARY_OF("r.world_size") ") WHERE id = ?1";
+    "'models', " DB_SUMMARY_OF(
+        "json_extract(r.spec, '$.model')") ", "
+                                           "'ops', " DB_SUMMARY_OF(
+                                               "json_extract(r.spec, '$.op')") ", "
+                                                                               "'backends', " DB_SUMMARY_OF(
+                                                                                   "json_extract(r.spec, '$.backend')") ", "
+                                                                                                                        "'strategies', " DB_SUMMARY_OF(
+                                                                                                                            "json_extract(r.spec, '$.strategy')") ", "
+                                                                                                                                                                  "'world_sizes', " DB_SUMMARY_OF(
+                                                                                                                                                                      "r.world_size") ") WHERE id = ?1";
 static const char SQL_INSERT_RUN[] =
     "INSERT INTO runs (experiment_id, point, params, spec, world_size, status, created_at) "
     "VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)";
@@ -534,41 +538,40 @@ out:
 /* Seconds at the millisecond resolution the timestamps are shown with, so the list (built
  * by SQLite's JSON functions) and the experiment (by jansson) print the same number. */
 #define DB_EXPERIMENT_DURATION "round(e.finished_at - e.started_at, 3)"
-#define DB_EXPERIMENT_SELECT                                                                \
-    "SELECT e.id, e.name, e.workload, e.status, e.n_runs, e.runs_finished, "                \
-    "e.created_at, e.started_at, e.finished_at, " DB_EXPERIMENT_DURATION " AS duration_s, "   \
+#define DB_EXPERIMENT_SELECT                                                                   \
+    "SELECT e.id, e.name, e.workload, e.status, e.n_runs, e.runs_finished, "                   \
+    "e.created_at, e.started_at, e.finished_at, " DB_EXPERIMENT_DURATION " AS duration_s, "    \
     "e.summary"
 /* A row of DB_EXPERIMENT_SELECT as one JSON object of the list page; times through
  * db_iso_time, the formatter db_col_json uses. */
-#define DB_EXPERIMENT_ITEM_JSON                                                             \
-    "json_object('id', e.id, 'name', e.name, 'workload', e.workload, 'status', e.status, "  \
-    "'n_runs', e.n_runs, 'runs_finished', e.runs_finished, "                                \
-    "'created_at', ddpb_iso_time(e.created_at), 'started_at', ddpb_iso_time(e.started_at), " \
-    "'finished_at', ddpb_iso_time(e.finished_at), 'duration_s', e.duration_s, "             \
+#define DB_EXPERIMENT_ITEM_JSON                                                                \
+    "json_object('id', e.id, 'name', e.name, 'workload', e.workload, 'status', e.status, "     \
+    "'n_runs', e.n_runs, 'runs_finished', e.runs_finished, "                                   \
+    "'created_at', ddpb_iso_time(e.created_at), 'started_at', ddpb_iso_time(e.started_at), "   \
+    "'finished_at', ddpb_iso_time(e.finished_at), 'duration_s', e.duration_s, "                \
     "'summary', json(e.summary))"
 
-#define DB_EXPERIMENT_WHERE                                                                 \
-    " WHERE (?1 IS NULL OR e.status = ?1) AND (?2 IS NULL OR instr(e.name, ?2) > 0) "       \
-    "AND (?3 IS NULL OR e.workload = ?3) "                                                   \
+#define DB_EXPERIMENT_WHERE                                                                    \
+    " WHERE (?1 IS NULL OR e.status = ?1) AND (?2 IS NULL OR instr(e.name, ?2) > 0) "          \
+    "AND (?3 IS NULL OR e.workload = ?3) "                                                     \
     "AND (?4 IS NULL OR json_extract(e.spec, '$.model') = ?4 OR EXISTS (SELECT 1 FROM runs r " \
-    "  WHERE r.experiment_id = e.id AND json_extract(r.spec, '$.model') = ?4)) "            \
+    "  WHERE r.experiment_id = e.id AND json_extract(r.spec, '$.model') = ?4)) "               \
     "AND (?5 IS NULL OR e.created_at >= ?5) AND (?6 IS NULL OR e.created_at < ?6)"
 
 /* The list page, reply and all, as one JSON text built by SQLite: with thousands of
  * experiments stored, building it through jansson (a parse of every summary, a
  * formatted row, a dump) cost more than the queries (tests/bench/RESULTS.md). The count
  * of an unfiltered list reads an index instead of every row. */
-#define DB_LIST_JSON(total)                                                                 \
-    "SELECT json_object('items', (SELECT json_group_array(" DB_EXPERIMENT_ITEM_JSON ") "   \
-    "FROM (" DB_EXPERIMENT_SELECT " FROM experiments e" DB_EXPERIMENT_WHERE                 \
-    " ORDER BY e.id DESC LIMIT ?7 OFFSET ?8) e), 'total', (" total "), 'limit', ?7, "         \
+#define DB_LIST_JSON(total)                                                                    \
+    "SELECT json_object('items', (SELECT json_group_array(" DB_EXPERIMENT_ITEM_JSON ") "       \
+    "FROM (" DB_EXPERIMENT_SELECT " FROM experiments e" DB_EXPERIMENT_WHERE                    \
+    " ORDER BY e.id DESC LIMIT ?7 OFFSET ?8) e), 'total', (" total "), 'limit', ?7, "          \
     "'offset', ?8)"
-static const char SQL_LIST_EXPERIMENTS[] =
-    DB_LIST_JSON("SELECT count(*) FROM experiments e" DB_EXPERIMENT_WHERE);
-static const char SQL_LIST_ALL_EXPERIMENTS[] =
-    DB_LIST_JSON("SELECT count(*) FROM experiments");
-static const char SQL_GET_EXPERIMENT[] =
-    DB_EXPERIMENT_SELECT ", e.spec FROM experiments e WHERE e.id = ?1";
+static const char SQL_LIST_EXPERIMENTS[] = DB_LIST_JSON(
+    "SELECT count(*) FROM experiments e" DB_EXPERIMENT_WHERE);
+static const char SQL_LIST_ALL_EXPERIMENTS[] = DB_LIST_JSON("SELECT count(*) FROM experiments");
+static const char SQL_GET_EXPERIMENT[] = DB_EXPERIMENT_SELECT
+    ", e.spec FROM experiments e WHERE e.id = ?1";
 static const char SQL_EXPERIMENT_RUNS[] =
     "SELECT id, point, params, world_size, status, progress, created_at, started_at, "
     "finished_at, finished_at - started_at AS duration_s, error, error_rank "
@@ -681,7 +684,8 @@ static const char SQL_RUN_COLLECTIVES[] =
     "SELECT repeat, op, dtype, redop, algorithm, inplace, bytes, count, iters, time_us_min, "
     "time_us_median, time_us_p95, time_us_mean, time_us_max, algbw_gbs, busbw_gbs, wrong "
     "FROM collectives WHERE run_id = ?1 ORDER BY repeat, op, inplace, bytes";
-static const char SQL_RUN_ENV[] = "SELECT rank, env FROM run_env WHERE run_id = ?1 ORDER BY rank";
+static const char SQL_RUN_ENV[] =
+    "SELECT rank, env FROM run_env WHERE run_id = ?1 ORDER BY rank";
 static const char SQL_RUN_EPOCHS[] =
     "SELECT repeat, epoch, samples, train_loss, train_acc, test_loss, test_acc, time_s "
     "FROM epochs WHERE run_id = ?1 ORDER BY repeat, epoch";
@@ -854,8 +858,7 @@ int db_rank_spawned(struct db *db, int64_t run_id, int rank, const char *node, i
                         clock_wall_s());
 }
 
-static const char SQL_RUN_OVERSUBSCRIBED[] =
-    "UPDATE runs SET oversubscribed = 1 WHERE id = ?1";
+static const char SQL_RUN_OVERSUBSCRIBED[] = "UPDATE runs SET oversubscribed = 1 WHERE id = ?1";
 
 int db_run_oversubscribed(struct db *db, int64_t run_id, struct err *e)
 {
@@ -863,7 +866,8 @@ int db_run_oversubscribed(struct db *db, int64_t run_id, struct err *e)
 }
 
 static const char SQL_RUN_EMULATED[] = "UPDATE runs SET emulated = ?2 WHERE id = ?1";
-static const char SQL_RANK_GPU[] = "UPDATE run_ranks SET gpu = ?3 WHERE run_id = ?1 AND rank = ?2";
+static const char SQL_RANK_GPU[] =
+    "UPDATE run_ranks SET gpu = ?3 WHERE run_id = ?1 AND rank = ?2";
 
 int db_run_gpu_placement(struct db *db, int64_t run_id, bool emulated, const int *gpu, int n,
                          struct err *e)
@@ -964,8 +968,8 @@ static const char SQL_RANK_EXITED[] =
     "UPDATE run_ranks SET status = ?3, exit_code = ?4, signal = ?5, "
     "error = coalesce(?6, error), finished_at = ?7 WHERE run_id = ?1 AND rank = ?2";
 
-int db_rank_exited(struct db *db, int64_t run_id, int rank, const char *status,
-                   int exit_code, int signal, const char *error, struct err *e)
+int db_rank_exited(struct db *db, int64_t run_id, int rank, const char *status, int exit_code,
+                   int signal, const char *error, struct err *e)
 {
     return db_write_one(db, e, SQL_RANK_EXITED, "Iitootd", run_id, rank, status, exit_code,
                         signal > 0 ? signal : -1, error, clock_wall_s());
@@ -976,7 +980,9 @@ static const char SQL_RUN_PROGRESS[] = "UPDATE runs SET progress = ?2 WHERE id =
 int db_run_progress(struct db *db, int64_t run_id, double fraction, struct err *e)
 {
     return db_write_one(db, e, SQL_RUN_PROGRESS, "Id", run_id,
-                        fraction < 0 ? 0.0 : fraction > 1 ? 1.0 : fraction);
+                        fraction < 0   ? 0.0
+                        : fraction > 1 ? 1.0
+                                       : fraction);
 }
 
 static const char SQL_INSERT_COLLECTIVE[] =
@@ -1099,8 +1105,8 @@ static int db_collect_orphans(struct db_conn *c, struct db_orphan **out, size_t 
             }
             *out = grown;
         }
-        (*out)[(*n)++] = (struct db_orphan){sqlite3_column_int64(st, 0),
-                                            sqlite3_column_int(st, 1), sqlite3_column_int(st, 2)};
+        (*out)[(*n)++] = (struct db_orphan){
+            sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1), sqlite3_column_int(st, 2)};
     }
     sqlite3_reset(st);
     return rc == SQLITE_DONE ? 0 : db_fail(e, c->h, "orphans");
@@ -1119,7 +1125,8 @@ int db_recover(struct db *db, int64_t *n_out, struct db_orphan **orphans, size_t
     double now = clock_wall_s();
     json_t *exps = NULL;
     sqlite3_stmt *st = db_stmt(c, SQL_RECOVER_EXPERIMENTS, e);
-    if (!st || !(exps = db_rows_json(c, st, e)) || db_collect_orphans(c, orphans, n_orphans, e) < 0)
+    if (!st || !(exps = db_rows_json(c, st, e)) ||
+        db_collect_orphans(c, orphans, n_orphans, e) < 0)
         goto out;
     st = db_stmt(c, SQL_RECOVER_RANKS, e);
     if (!st)
@@ -1297,8 +1304,7 @@ static const struct db_col db_data_step_cols[] = {
     DB_COL("forward_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_FORWARD]),
     DB_COL("backward_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_BACKWARD]),
     DB_COL("comm_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_COMM]),
-    DB_COL("comm_exposed_ms", DB_COL_REAL, struct db_step_row,
-           phase_ms[DB_PHASE_COMM_EXPOSED]),
+    DB_COL("comm_exposed_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_COMM_EXPOSED]),
     DB_COL("optimizer_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_OPTIMIZER]),
     DB_COL("bytes_sent", DB_COL_INT64, struct db_step_row, bytes_sent),
     DB_COL("ranks", DB_COL_INT, struct db_step_row, ranks),
@@ -1335,21 +1341,24 @@ static const struct db_col db_data_epoch_cols[] = {
     DB_COL("time_s", DB_COL_REAL, struct report_epoch, time_s),
 };
 
-#define DB_READER(sql, cols, type) {sql, cols, sizeof cols / sizeof cols[0], sizeof(type)}
-static const struct db_reader db_data_experiment_reader =
-    DB_READER(SQL_DATA_EXPERIMENT, db_data_experiment_cols, struct db_experiment_data);
-static const struct db_reader db_data_run_reader =
-    DB_READER(SQL_DATA_RUNS, db_data_run_cols, struct db_data_run);
-static const struct db_reader db_data_step_reader =
-    DB_READER(SQL_DATA_STEPS, db_data_step_cols, struct db_step_row);
-static const struct db_reader db_data_collective_reader =
-    DB_READER(SQL_RUN_COLLECTIVES, db_data_collective_cols, struct report_collective);
-static const struct db_reader db_data_epoch_reader =
-    DB_READER(SQL_RUN_EPOCHS, db_data_epoch_cols, struct report_epoch);
+#define DB_READER(sql, cols, type)                                                             \
+    {                                                                                          \
+        sql, cols, sizeof cols / sizeof cols[0], sizeof(type)                                  \
+    }
+static const struct db_reader db_data_experiment_reader = DB_READER(
+    SQL_DATA_EXPERIMENT, db_data_experiment_cols, struct db_experiment_data);
+static const struct db_reader db_data_run_reader = DB_READER(SQL_DATA_RUNS, db_data_run_cols,
+                                                             struct db_data_run);
+static const struct db_reader db_data_step_reader = DB_READER(SQL_DATA_STEPS, db_data_step_cols,
+                                                              struct db_step_row);
+static const struct db_reader db_data_collective_reader = DB_READER(
+    SQL_RUN_COLLECTIVES, db_data_collective_cols, struct report_collective);
+static const struct db_reader db_data_epoch_reader = DB_READER(
+    SQL_RUN_EPOCHS, db_data_epoch_cols, struct report_epoch);
 
 /* Every typed reader, checked against its statement when the database opens. */
 static const struct db_reader *const db_readers[] = {
-    &db_data_experiment_reader, &db_data_run_reader, &db_data_step_reader,
+    &db_data_experiment_reader, &db_data_run_reader,   &db_data_step_reader,
     &db_data_collective_reader, &db_data_epoch_reader,
 };
 
@@ -1378,8 +1387,7 @@ static int db_read_typed(struct db_conn *c, const struct db_reader *r, int64_t i
 static int db_read_run_figures(struct db_conn *c, struct db_data_run *run, struct err *e)
 {
     void *rows;
-    if (db_read_typed(c, &db_data_collective_reader, run->id, &rows, &run->ncollectives,
-                      e) < 0)
+    if (db_read_typed(c, &db_data_collective_reader, run->id, &rows, &run->ncollectives, e) < 0)
         return -1;
     run->collectives = rows;
     if (db_read_typed(c, &db_data_step_reader, run->id, &rows, &run->nsteps, e) < 0)
@@ -1546,8 +1554,10 @@ int db_delete_experiment(struct db *db, int64_t id, int64_t **run_ids, size_t *n
         db_select_ids(c, SQL_ANY_ACTIVE, id, 0, &busy, &nbusy, e) < 0)
         goto out;
     if (nbusy > 0) {
-        err_set(e, ERR_CONFLICT, NULL, "experiment %lld has %zu run(s) queued or running: "
-                "cancel it first", (long long)id, nbusy);
+        err_set(e, ERR_CONFLICT, NULL,
+                "experiment %lld has %zu run(s) queued or running: "
+                "cancel it first",
+                (long long)id, nbusy);
         goto out;
     }
     if (db_select_ids(c, SQL_EXPERIMENT_RUN_IDS, id, 0, run_ids, n, e) < 0)

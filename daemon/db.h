@@ -51,13 +51,13 @@ int db_create_experiment(struct db *db, const char *name, const char *workload,
                          int64_t *id_out, struct err *e);
 
 struct db_experiment_filter {
-    const char *status;   /* NULL = any */
-    const char *name;     /* substring, NULL = any */
-    const char *workload; /* NULL = any */
-    const char *model;    /* spec's model, NULL = any */
+    const char *status;                   /* NULL = any */
+    const char *name;                     /* substring, NULL = any */
+    const char *workload;                 /* NULL = any */
+    const char *model;                    /* spec's model, NULL = any */
     double created_after, created_before; /* Unix seconds; 0 = unbounded */
-    int64_t limit;        /* 1..1000 */
-    int64_t offset;       /* >= 0 */
+    int64_t limit;                        /* 1..1000 */
+    int64_t offset;                       /* >= 0 */
 };
 /* {"items": [experiment...], "total": N, "limit": L, "offset": O}, newest first, as
  * compact JSON text (owned, free()), built by SQLite: the list is the most polled reply
@@ -82,37 +82,37 @@ json_t *db_get_steps(struct db *db, int64_t run_id, int rank, bool include_warmu
 /* An experiment's figures as daemon/results.c aggregates them: typed rows, each filled
  * through a column table checked against its statement's column names (db_rows.h). */
 enum db_phase { /* a step's phases, in report_step's order */
-    DB_PHASE_DATA,
-    DB_PHASE_FORWARD,
-    DB_PHASE_BACKWARD,
-    DB_PHASE_COMM,
-    DB_PHASE_COMM_EXPOSED,
-    DB_PHASE_OPTIMIZER,
-    DB_NPHASES
+                DB_PHASE_DATA,
+                DB_PHASE_FORWARD,
+                DB_PHASE_BACKWARD,
+                DB_PHASE_COMM,
+                DB_PHASE_COMM_EXPOSED,
+                DB_PHASE_OPTIMIZER,
+                DB_NPHASES
 };
 /* One non-warm-up training step of a run, over its ranks. */
 struct db_step_row {
     int repeat;
     int64_t step;
-    double step_ms;             /* the slowest rank's: the step's time */
-    double fastest_ms;          /* the fastest rank's */
-    int64_t samples;            /* all ranks' */
+    double step_ms;              /* the slowest rank's: the step's time */
+    double fastest_ms;           /* the fastest rank's */
+    int64_t samples;             /* all ranks' */
     double phase_ms[DB_NPHASES]; /* mean over ranks */
-    int64_t bytes_sent;         /* all ranks' */
-    int ranks;                  /* ranks that reported the step */
+    int64_t bytes_sent;          /* all ranks' */
+    int ranks;                   /* ranks that reported the step */
 };
 struct db_data_run {
     int64_t id;
     json_t *params, *spec; /* owned: the swept values and the resolved spec */
     int world_size;
-    bool emulated;         /* its ranks shared one GPU */
-    bool oversubscribed;   /* it shared CPUs with other ranks (migration 007) */
+    bool emulated;                         /* its ranks shared one GPU */
+    bool oversubscribed;                   /* it shared CPUs with other ranks (migration 007) */
     struct report_collective *collectives; /* owned arrays, in (repeat, op, inplace, */
     size_t ncollectives;                   /* bytes) order */
     struct db_step_row *steps;             /* (repeat, step) order */
     size_t nsteps;
-    struct report_epoch *epochs;           /* (repeat, epoch) order; test figures -1 */
-    size_t nepochs;                        /* when not evaluated */
+    struct report_epoch *epochs; /* (repeat, epoch) order; test figures -1 */
+    size_t nepochs;              /* when not evaluated */
 };
 struct db_experiment_data {
     int64_t id;
@@ -131,7 +131,7 @@ struct db_cancel_result {
     int64_t experiment_id;
     int64_t *cancelled; /* queued runs now cancelled */
     size_t n_cancelled;
-    int64_t *active;    /* starting or running: for the scheduler to stop */
+    int64_t *active; /* starting or running: for the scheduler to stop */
     size_t n_active;
 };
 /* Cancels: every queued run of experiment exp_id (run_id 0) or the one run run_id becomes
@@ -142,7 +142,8 @@ int db_cancel(struct db *db, int64_t exp_id, int64_t run_id, struct db_cancel_re
 void db_cancel_result_free(struct db_cancel_result *r);
 /* Deletes an experiment and everything stored for it. ERR_CONFLICT while any of its runs
  * is queued, starting or running; *run_ids (owned) lists its runs (for their files). */
-int db_delete_experiment(struct db *db, int64_t id, int64_t **run_ids, size_t *n, struct err *e);
+int db_delete_experiment(struct db *db, int64_t id, int64_t **run_ids, size_t *n,
+                         struct err *e);
 
 /* --- the scheduler's queue ----------------------------------------------------------- */
 struct db_queued_run {
@@ -180,8 +181,8 @@ int db_run_gpu_placement(struct db *db, int64_t run_id, bool emulated, const int
 int db_rank_hello(struct db *db, int64_t run_id, int rank, const char *host, int world_size,
                   struct err *e);
 int db_rank_env(struct db *db, int64_t run_id, int rank, const json_t *env, struct err *e);
-int db_rank_exited(struct db *db, int64_t run_id, int rank, const char *status,
-                   int exit_code, int signal, const char *error, struct err *e);
+int db_rank_exited(struct db *db, int64_t run_id, int rank, const char *status, int exit_code,
+                   int signal, const char *error, struct err *e);
 int db_run_progress(struct db *db, int64_t run_id, double fraction, struct err *e);
 int db_insert_collective(struct db *db, int64_t run_id, const struct report_collective *c,
                          struct err *e);

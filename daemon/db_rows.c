@@ -115,8 +115,8 @@ int db_rows_read(sqlite3_stmt *st, const struct db_reader *r, void **rows, size_
             }
     }
     if (rc != SQLITE_DONE) {
-        const char *msg =
-            rc == SQLITE_NOMEM ? "out of memory" : sqlite3_errmsg(sqlite3_db_handle(st));
+        const char *msg = rc == SQLITE_NOMEM ? "out of memory"
+                                             : sqlite3_errmsg(sqlite3_db_handle(st));
         err_set(e, rc == SQLITE_NOMEM ? ERR_NOMEM : ERR_IO, NULL, "database: query: %s", msg);
         sqlite3_reset(st);
         db_rows_free(r, out, k);

@@ -32,7 +32,10 @@ struct db_col {
 };
 
 /* A column filling member m of struct type t. */
-#define DB_COL(name, kind, t, m) {name, kind, offsetof(t, m), sizeof(((t *)0)->m)}
+#define DB_COL(name, kind, t, m)                                                               \
+    {                                                                                          \
+        name, kind, offsetof(t, m), sizeof(((t *)0)->m)                                        \
+    }
 
 struct db_reader {
     const char *sql; /* the statement (a static string of db.c: the statement cache key) */

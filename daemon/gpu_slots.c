@@ -16,7 +16,8 @@ int gpu_slots_plan(int ngpus, const bool *used, int world_size, bool emulate,
     if (!emulate && world_size > ngpus)
         return err_set(e, ERR_CONFLICT, "world_size",
                        "world_size %d needs %d GPUs, this node has %d (emulate_multi_rank "
-                       "puts several ranks on one GPU)", world_size, world_size, ngpus);
+                       "puts several ranks on one GPU)",
+                       world_size, world_size, ngpus);
     plan->world_size = world_size;
     plan->emulated = emulate && world_size > 1;
     int need = emulate ? 1 : world_size, k = 0;
@@ -31,8 +32,8 @@ int gpu_slots_plan(int ngpus, const bool *used, int world_size, bool emulate,
     return 1;
 }
 
-int gpu_slots_env(const struct gpu_plan *plan, int rank, int nccl_version,
-                  const char *run_tag, char out[][64])
+int gpu_slots_env(const struct gpu_plan *plan, int rank, int nccl_version, const char *run_tag,
+                  char out[][64])
 {
     int n = 0;
     snprintf(out[n++], 64, "CUDA_VISIBLE_DEVICES=%d", plan->gpu[rank]);

@@ -40,7 +40,7 @@ int gpu_slots_plan(int ngpus, const bool *used, int world_size, bool emulate,
  * 64 bytes); returns how many. nccl_version: NCCL_VERSION_CODE the workers load (0 when
  * unknown: the NCCL_HOSTID way, which every version has). run_tag makes host ids unique
  * per run. */
-int gpu_slots_env(const struct gpu_plan *plan, int rank, int nccl_version,
-                  const char *run_tag, char out[][64]);
+int gpu_slots_env(const struct gpu_plan *plan, int rank, int nccl_version, const char *run_tag,
+                  char out[][64]);
 
 #endif

@@ -41,7 +41,10 @@ static void heap_sift_down(struct heap *h, size_t i)
     heap_place(h, i, n);
 }
 
-void heap_init(struct heap *h) { *h = (struct heap){0}; }
+void heap_init(struct heap *h)
+{
+    *h = (struct heap){0};
+}
 
 void heap_cleanup(struct heap *h)
 {
@@ -87,4 +90,7 @@ void heap_remove(struct heap *h, struct heap_node *n)
     heap_sift_down(h, last->pos - 1);
 }
 
-struct heap_node *heap_top(const struct heap *h) { return h->len ? h->v[0] : NULL; }
+struct heap_node *heap_top(const struct heap *h)
+{
+    return h->len ? h->v[0] : NULL;
+}

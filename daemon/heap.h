@@ -37,6 +37,9 @@ int heap_push(struct heap *h, struct heap_node *n, int64_t key);
 void heap_remove(struct heap *h, struct heap_node *n);
 /* The node with the smallest key (ties: any), or NULL when empty. */
 struct heap_node *heap_top(const struct heap *h);
-static inline bool heap_node_linked(const struct heap_node *n) { return n->pos != 0; }
+static inline bool heap_node_linked(const struct heap_node *n)
+{
+    return n->pos != 0;
+}
 
 #endif

@@ -91,8 +91,9 @@ static int ingest_hello_from_json(struct ingest_ctx *x, struct err *e)
     x->rec.hello.host = ingest_str(x->ev, "host");
     x->rec.hello.world_size = (int)json_integer_value(json_object_get(x->ev, "world_size"));
     if (x->rec.hello.world_size != x->run->world_size)
-        return err_set(e, ERR_INVALID, "world_size", "rank %d reported world_size %d, run has %d",
-                       x->rank, x->rec.hello.world_size, x->run->world_size);
+        return err_set(e, ERR_INVALID, "world_size",
+                       "rank %d reported world_size %d, run has %d", x->rank,
+                       x->rec.hello.world_size, x->run->world_size);
     return 0;
 }
 
@@ -210,7 +211,10 @@ static int ingest_nothing_from_json(struct ingest_ctx *x, struct err *e)
     return 0;
 }
 
-static void ingest_done_track(struct ingest_ctx *x) { x->state->said_done = true; }
+static void ingest_done_track(struct ingest_ctx *x)
+{
+    x->state->said_done = true;
+}
 
 static int ingest_heartbeat_from_json(struct ingest_ctx *x, struct err *e)
 {
@@ -269,7 +273,10 @@ static int ingest_epoch_store(struct ingest_ctx *x, struct err *e)
     return db_insert_epoch(x->run->db, x->run->run_id, &x->rec.epoch, e);
 }
 
-static json_t *ingest_epoch_publish(const struct ingest_ctx *x) { return ingest_event_data(x); }
+static json_t *ingest_epoch_publish(const struct ingest_ctx *x)
+{
+    return ingest_event_data(x);
+}
 
 /* --- the table --------------------------------------------------------------------------- */
 
@@ -284,7 +291,7 @@ static const struct ingest_type ingest_types[] = {
     [REPORT_DONE] = {ingest_nothing_from_json, NULL, ingest_done_track, NULL},
     [REPORT_HEARTBEAT] = {ingest_heartbeat_from_json, NULL, ingest_heartbeat_track, NULL},
     [REPORT_STEP] = {ingest_step_from_json, ingest_step_store, ingest_step_track,
-                      ingest_step_publish},
+                     ingest_step_publish},
     [REPORT_EPOCH] = {ingest_epoch_from_json, ingest_epoch_store, NULL, ingest_epoch_publish},
 };
 
@@ -292,8 +299,8 @@ static const struct ingest_type ingest_types[] = {
 
 /* --- entry points ------------------------------------------------------------------------ */
 
-int ingest_run_init(struct ingest_run *r, struct db *db, struct events *events,
-                    int64_t run_id, int64_t experiment_id, int world_size, struct err *e)
+int ingest_run_init(struct ingest_run *r, struct db *db, struct events *events, int64_t run_id,
+                    int64_t experiment_id, int world_size, struct err *e)
 {
     memset(r, 0, sizeof *r);
     r->ranks = calloc(world_size > 0 ? (size_t)world_size : 1, sizeof *r->ranks);
@@ -369,8 +376,8 @@ int ingest_line(struct ingest_run *r, int rank, const char *line, size_t len,
     if (t->track)
         t->track(&x);
     if (t->publish)
-        events_publish_run(r->events, r->experiment_id, r->run_id,
-                           report_type_name(out->type), t->publish(&x));
+        events_publish_run(r->events, r->experiment_id, r->run_id, report_type_name(out->type),
+                           t->publish(&x));
     json_decref(ev);
     return 0;
 }

@@ -24,10 +24,10 @@
 /* What one rank has said about itself so far. */
 struct ingest_rank {
     bool said_hello, said_done;
-    char phase[128];      /* what it last said it was doing; "" = nothing yet */
-    char error_code[24];  /* its first error event (later ones are consequences): code, */
-    char error[512];      /* "message (file:line)" and the peer it blames (-1: none); */
-    int error_peer;       /* error[0] == '\0' while it reported none */
+    char phase[128];     /* what it last said it was doing; "" = nothing yet */
+    char error_code[24]; /* its first error event (later ones are consequences): code, */
+    char error[512];     /* "message (file:line)" and the peer it blames (-1: none); */
+    int error_peer;      /* error[0] == '\0' while it reported none */
     /* Where it was, to name what a frozen run was doing (daemon/monitor.c). A heartbeat
      * comes every second from a thread of its own, so it can lag the rank's work by up
      * to a second; a step line is written as the step ends. Times are the daemon's
@@ -43,8 +43,8 @@ struct ingest_rank {
 
 /* Ingestion state of one run; the lifecycle owns it (ingest_run_init/cleanup). */
 struct ingest_run {
-    struct db *db;             /* borrowed */
-    struct events *events;     /* borrowed */
+    struct db *db;         /* borrowed */
+    struct events *events; /* borrowed */
     int64_t run_id, experiment_id;
     int world_size;
     int n_hello;               /* ranks that said hello */
@@ -59,8 +59,8 @@ struct ingest_result {
                           nothing published */
 };
 
-int ingest_run_init(struct ingest_run *r, struct db *db, struct events *events,
-                    int64_t run_id, int64_t experiment_id, int world_size, struct err *e);
+int ingest_run_init(struct ingest_run *r, struct db *db, struct events *events, int64_t run_id,
+                    int64_t experiment_id, int world_size, struct err *e);
 void ingest_run_cleanup(struct ingest_run *r);
 
 /* Ingests one line (without its newline) that rank `rank` of r sent. Returns 0 when the

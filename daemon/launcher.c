@@ -225,7 +225,8 @@ int launcher_kill_orphan(pid_t pid, const char *run, int rank)
     char want_run[128], want_rank[64];
     snprintf(want_run, sizeof want_run, "DDPB_RUN=%s", run);
     snprintf(want_rank, sizeof want_rank, "DDPB_RANK=%d", rank);
-    if (pid <= 0 || !launcher_environ_has(pid, want_run) || !launcher_environ_has(pid, want_rank))
+    if (pid <= 0 || !launcher_environ_has(pid, want_run) ||
+        !launcher_environ_has(pid, want_rank))
         return 0;
     launcher_signal(pid, SIGKILL);
     return 1;

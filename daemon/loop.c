@@ -35,9 +35,9 @@ struct loop {
 
     /* Shared with other threads, under mu. */
     pthread_mutex_t mu;
-    pthread_cond_t cv;              /* loop_call_sync waiters; the thread's start */
-    bool running;                   /* posts accepted; thread is valid */
-    struct loop_call *head, *tail;  /* posted, not yet taken */
+    pthread_cond_t cv;             /* loop_call_sync waiters; the thread's start */
+    bool running;                  /* posts accepted; thread is valid */
+    struct loop_call *head, *tail; /* posted, not yet taken */
 
     /* The loop thread's. */
     struct heap timers;
@@ -47,7 +47,7 @@ struct loop {
     int64_t fire_now;
 };
 
-#define LOOP_TIMER_OF(n) ((struct loop_timer *)((char *)(n) - offsetof(struct loop_timer, node)))
+#define LOOP_TIMER_OF(n) ((struct loop_timer *)((char *)(n)-offsetof(struct loop_timer, node)))
 
 /* Takes the whole queue (FIFO) under the lock; with closing, also stops accepting. */
 static struct loop_call *loop_take_calls(struct loop *l, bool closing)
@@ -222,8 +222,8 @@ void loop_destroy(struct loop *l)
     free(l);
 }
 
-int loop_watch_add(struct loop *l, struct loop_watch *w, int fd, uint32_t events,
-                   loop_fd_fn fn, void *ctx, struct err *e)
+int loop_watch_add(struct loop *l, struct loop_watch *w, int fd, uint32_t events, loop_fd_fn fn,
+                   void *ctx, struct err *e)
 {
     *w = (struct loop_watch){.fd = fd, .events = events, .fn = fn, .ctx = ctx};
     struct epoll_event ev = {.events = events, .data.ptr = w};
@@ -264,7 +264,10 @@ int loop_timer_start(struct loop *l, struct loop_timer *t, int64_t deadline_ms, 
     return 0;
 }
 
-void loop_timer_stop(struct loop *l, struct loop_timer *t) { heap_remove(&l->timers, &t->node); }
+void loop_timer_stop(struct loop *l, struct loop_timer *t)
+{
+    heap_remove(&l->timers, &t->node);
+}
 
 int loop_post(struct loop *l, struct loop_call *call, loop_fn fn, void *ctx, struct err *e)
 {

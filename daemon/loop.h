@@ -77,8 +77,8 @@ void loop_wake(struct loop *l);
 
 /* Watches fd for events (EPOLLIN, EPOLLOUT, EPOLLRDHUP; level-triggered); w is
  * borrowed until loop_watch_remove. */
-int loop_watch_add(struct loop *l, struct loop_watch *w, int fd, uint32_t events,
-                   loop_fd_fn fn, void *ctx, struct err *e);
+int loop_watch_add(struct loop *l, struct loop_watch *w, int fd, uint32_t events, loop_fd_fn fn,
+                   void *ctx, struct err *e);
 int loop_watch_modify(struct loop *l, struct loop_watch *w, uint32_t events, struct err *e);
 /* Stops watching (call it before closing the fd: a forked child may hold a copy, which
  * would keep the registration alive). w may be freed afterwards. */
@@ -94,7 +94,10 @@ static inline bool loop_timer_armed(const struct loop_timer *t)
 {
     return heap_node_linked(&t->node);
 }
-static inline int64_t loop_timer_deadline(const struct loop_timer *t) { return t->node.key; }
+static inline int64_t loop_timer_deadline(const struct loop_timer *t)
+{
+    return t->node.key;
+}
 
 /* Queues fn(ctx) to run on the loop's thread, with call (borrowed until fn ran) as its
  * node; ERR_UNAVAILABLE when the loop is not running. Thread-safe. */

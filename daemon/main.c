@@ -138,9 +138,9 @@ static int daemon_start(struct daemon *d, struct err *e)
 static void daemon_stop(struct daemon *d)
 {
     if (d->events)
-        events_shutdown(d->events);  /* event streams end (resumed, then closed) */
-    api_server_stop(d->http);        /* no new requests */
-    scheduler_destroy(d->sched);     /* active runs end interrupted */
+        events_shutdown(d->events); /* event streams end (resumed, then closed) */
+    api_server_stop(d->http);       /* no new requests */
+    scheduler_destroy(d->sched);    /* active runs end interrupted */
     store_server_destroy(d->store);
     events_destroy(d->events);
     db_close(d->db);

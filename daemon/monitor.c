@@ -26,14 +26,14 @@ struct run_rank {
     pid_t pid;
     int report_fd, pidfd;
     struct monitor_watch wreport, wexit;
-    struct buf line;       /* partial report line */
+    struct buf line; /* partial report line */
     bool spawned, exited;
-    bool settled;          /* exit recorded, fds closed */
+    bool settled; /* exit recorded, fds closed */
     int wstatus;
-    int signal_sent;       /* last signal the daemon sent, 0 = none */
-    int64_t exit_order;    /* order in which exits were seen */
-    char bad_report[256];  /* set when the rank broke the report protocol */
-    int64_t last_seen_ms;  /* monotonic time of its last report line (or its spawn) */
+    int signal_sent;                /* last signal the daemon sent, 0 = none */
+    int64_t exit_order;             /* order in which exits were seen */
+    char bad_report[256];           /* set when the rank broke the report protocol */
+    int64_t last_seen_ms;           /* monotonic time of its last report line (or its spawn) */
     const struct ingest_rank *said; /* borrowed from the run's ingest: what it reported
                                        (error, done, phase) */
 };
@@ -323,8 +323,8 @@ static void monitor_finish(struct active_run *r)
     r->store_registered = false;
     r->finished = true;
     monitor_publish_status(r, status, msg[0] ? msg : NULL, rank);
-    log_info("run %lld %s%s%s", (long long)r->id, db_run_status_name(status), msg[0] ? ": " : "",
-             msg);
+    log_info("run %lld %s%s%s", (long long)r->id, db_run_status_name(status),
+             msg[0] ? ": " : "", msg);
 }
 
 /* Once a rank has exited: close its pidfd, drain its reports, record its end. */
@@ -412,7 +412,10 @@ static int monitor_watch_fd(struct active_run *r, int fd, struct monitor_watch *
     return loop_watch_add(r->ctx->loop, &w->lw, fd, EPOLLIN, monitor_on_fd, w, e);
 }
 
-int monitor_slots_per_rank(const struct db_queued_run *q) { return spec_rank_slots(&q->spec); }
+int monitor_slots_per_rank(const struct db_queued_run *q)
+{
+    return spec_rank_slots(&q->spec);
+}
 
 /* "3,4,5": rank's CPUs out of cpus (per entries each) into out; false when unpinned. */
 static bool monitor_cpu_list(const int *cpus, int rank, int per, char *out, size_t n)
@@ -438,8 +441,7 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
     struct run_rank *k = &r->ranks[rank];
     char gpu_env[LAUNCH_MAX_GPU_ENV][64];
     const char *gpu_envp[LAUNCH_MAX_GPU_ENV];
-    int ngpu_env = gpu ? gpu_slots_env(gpu->plan, rank, gpu->nccl_version, r->ns, gpu_env)
-                       : 0;
+    int ngpu_env = gpu ? gpu_slots_env(gpu->plan, rank, gpu->nccl_version, r->ns, gpu_env) : 0;
     for (int i = 0; i < ngpu_env; i++)
         gpu_envp[i] = gpu_env[i];
     char spec_path[PATH_MAX], log_path[PATH_MAX], cpu[200];
@@ -486,8 +488,8 @@ static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
     if (!r)
         return NULL;
     r->ranks = calloc((size_t)q->world_size, sizeof *r->ranks);
-    if (!r->ranks || ingest_run_init(&r->ingest, ctx->db, ctx->events, q->id,
-                                     q->experiment_id, q->world_size, NULL) < 0) {
+    if (!r->ranks || ingest_run_init(&r->ingest, ctx->db, ctx->events, q->id, q->experiment_id,
+                                     q->world_size, NULL) < 0) {
         free(r->ranks);
         free(r);
         return NULL;
@@ -574,8 +576,8 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
             }
         monitor_check_done(r);
     } else {
-        log_info("run %lld started: %d rank(s), timeout %d s", (long long)r->id,
-                 r->world_size, r->timeout_s);
+        log_info("run %lld started: %d rank(s), timeout %d s", (long long)r->id, r->world_size,
+                 r->timeout_s);
         monitor_publish_status(r, DB_RUN_STARTING, NULL, -1);
     }
     return r;
@@ -599,9 +601,8 @@ void monitor_stop_run(struct active_run *r, enum db_run_status status, int rank,
 }
 
 /* Appends printf-style text to out (cap bytes, NUL-terminated), truncating quietly. */
-__attribute__((format(printf, 4, 5))) static void monitor_append(char *out, size_t cap,
-                                                                size_t *len, const char *fmt,
-                                                                ...)
+__attribute__((format(printf, 4, 5))) static void
+monitor_append(char *out, size_t cap, size_t *len, const char *fmt, ...)
 {
     if (*len >= cap - 1)
         return;
@@ -709,9 +710,18 @@ void monitor_tick(struct active_run *r, int64_t now_ms)
         monitor_rank_exited(r, &r->ranks[i]);
 }
 
-bool monitor_run_finished(const struct active_run *r) { return r->finished; }
-int64_t monitor_run_id(const struct active_run *r) { return r->id; }
-int monitor_run_world_size(const struct active_run *r) { return r->world_size; }
+bool monitor_run_finished(const struct active_run *r)
+{
+    return r->finished;
+}
+int64_t monitor_run_id(const struct active_run *r)
+{
+    return r->id;
+}
+int monitor_run_world_size(const struct active_run *r)
+{
+    return r->world_size;
+}
 
 void monitor_free_run(struct active_run *r)
 {

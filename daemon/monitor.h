@@ -26,11 +26,11 @@
 #include "daemon/store_server.h"
 
 struct monitor_ctx {
-    struct db *db;                /* borrowed */
-    struct store_server *store;   /* borrowed */
-    struct events *events;        /* borrowed; live events for SSE streams */
-    const struct config *cfg;     /* borrowed */
-    struct loop *loop;            /* borrowed: the scheduler's loop, where a run's fds are
+    struct db *db;              /* borrowed */
+    struct store_server *store; /* borrowed */
+    struct events *events;      /* borrowed; live events for SSE streams */
+    const struct config *cfg;   /* borrowed */
+    struct loop *loop;          /* borrowed: the scheduler's loop, where a run's fds are
                                      watched (callbacks run on its thread) */
 };
 

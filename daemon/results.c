@@ -66,14 +66,18 @@ static void results_put(struct results_table *t, const char *name, json_t *v)
         bool known = false;
         size_t i;
         json_t *c;
-        json_array_foreach(t->columns, i, c) known = known || strcmp(json_string_value(c), name) == 0;
+        json_array_foreach(t->columns, i, c)
+            known = known || strcmp(json_string_value(c), name) == 0;
         if (!known)
             json_array_append_new(t->columns, json_string(name));
     }
     json_object_set_new(t->row, name, v ? v : json_null());
 }
 
-static json_t *results_num(double d) { return isfinite(d) ? json_real(d) : json_null(); }
+static json_t *results_num(double d)
+{
+    return isfinite(d) ? json_real(d) : json_null();
+}
 
 /* name_mean, name_ci95, name_median, name_p95, name_min, name_max, name_n (as chosen). */
 static void results_put_stats(struct results_table *t, const char *name,
@@ -121,9 +125,9 @@ static void results_end_row(struct results_table *t)
 /* --- groups ------------------------------------------------------------------------------- */
 
 struct results_group {
-    json_t *key;                       /* owned: {field: value, ..., "emulated": bool,
+    json_t *key;                     /* owned: {field: value, ..., "emulated": bool,
                                           "oversubscribed": bool} */
-    const struct db_data_run **runs;   /* owned array of borrowed runs */
+    const struct db_data_run **runs; /* owned array of borrowed runs */
     size_t n;
 };
 
@@ -205,8 +209,10 @@ static json_t *results_fields(const struct db_experiment_data *data,
     for (size_t i = 0; i < ngroup; i++) {
         if (first && !json_object_get(first->spec, group_by[i])) {
             json_decref(fields);
-            err_set(e, ERR_INVALID, "group_by", "group_by: '%s' is not a field of this "
-                    "experiment's specs", group_by[i]);
+            err_set(e, ERR_INVALID, "group_by",
+                    "group_by: '%s' is not a field of this "
+                    "experiment's specs",
+                    group_by[i]);
             return NULL;
         }
         json_array_append_new(fields, json_string(group_by[i]));
@@ -468,8 +474,7 @@ static int results_training(struct results_table *t, const struct results_groups
  * all its columns, so its CSV has a header (pandas and csv readers fail on an empty file):
  * they are those of a row built from no figures, which is then dropped. One row builder
  * for both, so the columns cannot disagree with a real row's. */
-static void results_columns_only(struct results_table *t, const json_t *fields,
-                                 bool collective)
+static void results_columns_only(struct results_table *t, const json_t *fields, bool collective)
 {
     struct results_group g = {results_key_of(NULL, fields), NULL, 0};
     if (collective) {

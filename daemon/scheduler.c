@@ -27,15 +27,15 @@
 #include "daemon/loop.h"
 #include "daemon/monitor.h"
 
-#define SCHED_TICK_MS 100       /* monitor deadlines and kill escalation */
-#define SCHED_POLL_MS 1000      /* the database is the queue: look at it this often too */
+#define SCHED_TICK_MS 100  /* monitor deadlines and kill escalation */
+#define SCHED_POLL_MS 1000 /* the database is the queue: look at it this often too */
 #define SCHED_KEEPALIVE_MS 15000
 
 struct sched_active {
     struct active_run *run;
     int *slots; /* owned: the slot indices this run holds */
     int n;
-    int *gpus;  /* owned: the GPU indices it holds (one when emulated); NULL: none */
+    int *gpus; /* owned: the GPU indices it holds (one when emulated); NULL: none */
     int ngpus;
 };
 
@@ -51,19 +51,19 @@ struct scheduler {
     const struct config *cfg;
     struct db *db;
     struct monitor_ctx mctx;
-    struct loop *loop;  /* owned */
+    struct loop *loop; /* owned */
     struct loop_timer tick, poll, keepalive;
     struct loop_call stop_call;
     atomic_bool wake_pending; /* set by scheduler_wake, taken by the loop */
 
     /* owned by the loop's thread; stats mirrored under the lock for other threads */
-    bool scan_now;      /* look at the queue after this iteration */
+    bool scan_now; /* look at the queue after this iteration */
     bool stopping, stopping_runs;
     int nslots;
     bool *slot_used;
-    int *slot_cpu;  /* the CPU a slot stands for: slot i is CPU i mod ncpus */
-    int ncpus;      /* CPUs of the daemon's affinity set */
-    int *cpu_load;  /* per CPU (by slot_cpu's position, i mod ncpus): slots in use on it */
+    int *slot_cpu; /* the CPU a slot stands for: slot i is CPU i mod ncpus */
+    int ncpus;     /* CPUs of the daemon's affinity set */
+    int *cpu_load; /* per CPU (by slot_cpu's position, i mod ncpus): slots in use on it */
     int ngpus;     /* GPU slots (cfg->gpus), gpu_used[i] while a run holds GPU i */
     bool *gpu_used;
     struct gpu_plan plan; /* the placement being started (4 KiB: not on the stack) */
@@ -347,7 +347,8 @@ static void sched_apply_cancel(void *arg)
         for (int i = 0; i < s->nactive; i++)
             if (monitor_run_id(s->active[i].run) == c->ids[k]) {
                 log_info("run %lld: cancel requested", (long long)c->ids[k]);
-                monitor_stop_run(s->active[i].run, DB_RUN_CANCELLED, -1, "cancelled by request");
+                monitor_stop_run(s->active[i].run, DB_RUN_CANCELLED, -1,
+                                 "cancelled by request");
             }
     s->scan_now = true;
     free(c);
@@ -485,7 +486,7 @@ void scheduler_destroy(struct scheduler *s)
     /* Refused when the loop never started: then there is nothing to wind down. */
     if (s->loop && loop_post(s->loop, &s->stop_call, sched_begin_stop, s, NULL) == 0)
         loop_wait(s->loop); /* until the active runs ended and the hook stopped it */
-    loop_destroy(s->loop); /* forgets our timers and watch, which die with s */
+    loop_destroy(s->loop);  /* forgets our timers and watch, which die with s */
     free(s->active);
     free(s->slot_used);
     free(s->slot_cpu);
@@ -508,6 +509,12 @@ void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out)
     pthread_mutex_unlock(&s->lock);
 }
 
-int scheduler_slots_total(const struct scheduler *s) { return s->nslots; }
+int scheduler_slots_total(const struct scheduler *s)
+{
+    return s->nslots;
+}
 
-int scheduler_gpus_total(const struct scheduler *s) { return s->ngpus; }
+int scheduler_gpus_total(const struct scheduler *s)
+{
+    return s->ngpus;
+}

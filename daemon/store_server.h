@@ -19,10 +19,10 @@
 struct store_server;
 
 struct store_server_stats {
-    uint64_t clients;     /* connected now */
-    uint64_t runs;        /* registered now */
-    uint64_t requests;    /* served since start */
-    uint64_t rejected;    /* connections closed for protocol or auth errors */
+    uint64_t clients;  /* connected now */
+    uint64_t runs;     /* registered now */
+    uint64_t requests; /* served since start */
+    uint64_t rejected; /* connections closed for protocol or auth errors */
 };
 
 /* Binds host:port (port 0 = ephemeral) and starts its thread. Returns an owned

@@ -43,8 +43,8 @@ struct coll_source {
 
 struct coll_op {
     enum comm_op op;
-    const char *name;         /* the spec's "op" */
-    bool reduces;             /* takes a redop (the inputs must reduce exactly) */
+    const char *name; /* the spec's "op" */
+    bool reduces;     /* takes a redop (the inputs must reduce exactly) */
     enum coll_extent send, recv;
     double (*busbw_factor)(double n);
     /* output element i of rank, for count elements per block */

@@ -35,8 +35,7 @@ static void *heartbeat_main(void *arg)
     return NULL;
 }
 
-int heartbeat_start(struct heartbeat *hb, struct report_writer *w, int period_ms,
-                    struct err *e)
+int heartbeat_start(struct heartbeat *hb, struct report_writer *w, int period_ms, struct err *e)
 {
     memset(hb, 0, sizeof *hb);
     hb->w = w;
@@ -69,7 +68,10 @@ void heartbeat_set_phase(struct heartbeat *hb, const char *fmt, ...)
     pthread_mutex_unlock(&hb->lock);
 }
 
-void heartbeat_advance(struct heartbeat *hb) { atomic_fetch_add(&hb->progress, 1); }
+void heartbeat_advance(struct heartbeat *hb)
+{
+    atomic_fetch_add(&hb->progress, 1);
+}
 
 void heartbeat_stop(struct heartbeat *hb)
 {

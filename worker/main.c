@@ -62,9 +62,11 @@ static const char *worker_hint(enum err_code code)
 {
     switch (code) {
     case ERR_PEER: return "another rank failed or was killed; its own error says why";
-    case ERR_TIMEOUT: return "a rank is stuck, slow or missing; check the other ranks or raise the spec's comm_timeout_s";
+    case ERR_TIMEOUT:
+        return "a rank is stuck, slow or missing; check the other ranks or raise the spec's comm_timeout_s";
     case ERR_INVALID: return "check the launch environment and the spec";
-    case ERR_UNAUTHORIZED: return "the run is not registered in the store or DDPB_SECRET is wrong";
+    case ERR_UNAUTHORIZED:
+        return "the run is not registered in the store or DDPB_SECRET is wrong";
     case ERR_ABORTED: return "the worker was asked to stop";
     case ERR_NOMEM: return "not enough memory for the requested message sizes";
     case ERR_PROTOCOL: return "a peer or the store does not speak this version's protocol";
@@ -117,13 +119,16 @@ __attribute__((noreturn)) static void worker_fail(struct worker *wk, const char 
     exit(1);
 }
 
-#define WORKER_FAIL_IF(wk, cond)                                                         \
-    do {                                                                                 \
-        if (cond)                                                                        \
-            worker_fail((wk), __FILE__, __LINE__);                                       \
+#define WORKER_FAIL_IF(wk, cond)                                                               \
+    do {                                                                                       \
+        if (cond)                                                                              \
+            worker_fail((wk), __FILE__, __LINE__);                                             \
     } while (0)
 
-static void worker_on_signal(int sig) { atomic_store(&worker_abort_flag, true); }
+static void worker_on_signal(int sig)
+{
+    atomic_store(&worker_abort_flag, true);
+}
 
 static void worker_signals(void)
 {
@@ -229,12 +234,11 @@ static json_t *worker_env_object(void)
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0)
         rendezvous_cpus_format(&set, affinity, sizeof affinity);
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:i}",
-                     "ddpbench_version", DDPB_VERSION, "compiler", DDPB_COMPILER,
-                     "kernel", kernel, "cpu_model", cpu,
-                     "cpus_online", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN),
-                     "glibc", gnu_get_libc_version(), "jansson", jansson_version_str(),
-                     "hostname", host, "affinity", affinity, "pid", (int)getpid());
+    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:i}", "ddpbench_version",
+                     DDPB_VERSION, "compiler", DDPB_COMPILER, "kernel", kernel, "cpu_model",
+                     cpu, "cpus_online", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN), "glibc",
+                     gnu_get_libc_version(), "jansson", jansson_version_str(), "hostname", host,
+                     "affinity", affinity, "pid", (int)getpid());
 }
 
 /* peak_bytes >= 0 adds "gpu_peak_mem_bytes" (a GPU training run's, sent again at its
@@ -299,8 +303,8 @@ static void worker_run_workload(struct worker *wk)
     if (wk->spec.workload == SPEC_WORKLOAD_TRAIN) {
         heartbeat_set_phase(&wk->hb, "training");
         struct train_outcome out;
-        WORKER_FAIL_IF(wk, workload_train_run(&wk->spec, wk->comm, &wk->w, &wk->hb, &out,
-                                              &wk->e) < 0);
+        WORKER_FAIL_IF(
+            wk, workload_train_run(&wk->spec, wk->comm, &wk->w, &wk->hb, &out, &wk->e) < 0);
         if (out.device_peak_bytes >= 0) /* a GPU run's peak memory goes out with the env */
             WORKER_FAIL_IF(wk, worker_emit_env_peak(wk, out.device_peak_bytes, &wk->e) < 0);
     } else {

@@ -68,8 +68,7 @@ static int train_cpu_backward(struct train_engine *en, nn_grad_hook_fn hook, voi
     return nn_model_backward(train_cpu_of(en)->m, hook, ctx, e);
 }
 
-static int train_cpu_wait_loss(struct train_engine *en, double *loss, int *right,
-                               struct err *e)
+static int train_cpu_wait_loss(struct train_engine *en, double *loss, int *right, struct err *e)
 {
     *loss = train_cpu_of(en)->loss;
     *right = train_cpu_of(en)->right;
@@ -84,8 +83,7 @@ static int train_cpu_begin_update(struct train_engine *en, bool *apply, struct e
 
 static void train_cpu_end_update(struct train_engine *en, bool applied) {}
 
-static int train_cpu_end_step(struct train_engine *en, struct train_phases *ph,
-                              struct err *e)
+static int train_cpu_end_step(struct train_engine *en, struct train_phases *ph, struct err *e)
 {
     return 0; /* the host clock measured it all */
 }
@@ -96,9 +94,15 @@ static int train_cpu_allreduce_host(struct train_engine *en, struct comm *c, flo
     return comm_allreduce(c, v, v, (size_t)n, COMM_FLOAT32, COMM_SUM, e);
 }
 
-static int64_t train_cpu_peak_bytes(const struct train_engine *en) { return -1; }
+static int64_t train_cpu_peak_bytes(const struct train_engine *en)
+{
+    return -1;
+}
 
-static void train_cpu_destroy(struct train_engine *en) { free(train_cpu_of(en)); }
+static void train_cpu_destroy(struct train_engine *en)
+{
+    free(train_cpu_of(en));
+}
 
 const struct train_engine_ops train_engine_cpu = {
     .device = "cpu",

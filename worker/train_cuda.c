@@ -23,9 +23,9 @@
 
 struct train_cuda {
     struct train_engine base;
-    struct gmodel *gm;     /* owned */
-    struct loss_scale ls;  /* fp16: dynamic; else a fixed 1 */
-    int64_t peak;          /* the most device memory in use after a step; -1 before one */
+    struct gmodel *gm;    /* owned */
+    struct loss_scale ls; /* fp16: dynamic; else a fixed 1 */
+    int64_t peak;         /* the most device memory in use after a step; -1 before one */
 };
 
 static struct train_cuda *train_cuda_of(struct train_engine *en)
@@ -67,9 +67,12 @@ static int train_cuda_attach(struct train_engine *en, struct ddp *ddp,
                              const struct nn_optim_cfg *oc, struct err *e)
 {
     struct gmodel *gm = train_cuda_of(en)->gm;
-    struct ddp_device dev = {.params = gmodel_params(gm), .grads = gmodel_grads(gm),
-                             .buffers = gmodel_buffers(gm), .ctx = gm,
-                             .scale = train_cuda_scale, .update = train_cuda_update};
+    struct ddp_device dev = {.params = gmodel_params(gm),
+                             .grads = gmodel_grads(gm),
+                             .buffers = gmodel_buffers(gm),
+                             .ctx = gm,
+                             .scale = train_cuda_scale,
+                             .update = train_cuda_update};
     if (ddp_set_device(ddp, &dev, e) < 0)
         return -1;
     return gmodel_optim_init(gm, oc, e);
@@ -88,8 +91,8 @@ static void train_cuda_begin_step(struct train_engine *en)
 }
 
 /* An evaluation batch is a record of its own (its events are not a training step's). */
-static int train_cuda_forward(struct train_engine *en, const float *x, const int32_t *y,
-                              int n, int train, uint64_t step, bool reuse, struct err *e)
+static int train_cuda_forward(struct train_engine *en, const float *x, const int32_t *y, int n,
+                              int train, uint64_t step, bool reuse, struct err *e)
 {
     struct train_cuda *c = train_cuda_of(en);
     if (!train)
@@ -130,8 +133,7 @@ static void train_cuda_end_update(struct train_engine *en, bool applied)
 
 /* naive and ddp have no communication in the update, so the optimizer's device time is
  * the phase as it stands. */
-static int train_cuda_end_step(struct train_engine *en, struct train_phases *ph,
-                               struct err *e)
+static int train_cuda_end_step(struct train_engine *en, struct train_phases *ph, struct err *e)
 {
     struct train_cuda *c = train_cuda_of(en);
     if (gmodel_phase_ms(c->gm, &ph->forward_ms, &ph->backward_ms, &ph->optimizer_ms, e) < 0)
@@ -142,8 +144,8 @@ static int train_cuda_end_step(struct train_engine *en, struct train_phases *ph,
     return 0;
 }
 
-static int train_cuda_allreduce_host(struct train_engine *en, struct comm *c, float *v,
-                                     int n, struct err *e)
+static int train_cuda_allreduce_host(struct train_engine *en, struct comm *c, float *v, int n,
+                                     struct err *e)
 {
     struct gmodel *gm = train_cuda_of(en)->gm;
     float *d = gmodel_scratch_put(gm, v, n, e); /* NCCL moves device buffers only */

@@ -64,12 +64,11 @@ struct train_engine_ops {
      * backward. train: batch statistics and dropout keyed by step, else evaluation.
      * reuse: x and y hold what they held at the previous training call (skip an
      * upload). */
-    int (*forward)(struct train_engine *en, const float *x, const int32_t *y, int n,
-                   int train, uint64_t step, bool reuse, struct err *e);
+    int (*forward)(struct train_engine *en, const float *x, const int32_t *y, int n, int train,
+                   uint64_t step, bool reuse, struct err *e);
     /* Backward, gradients accumulating; hook once per layer with parameters, reverse
      * order, as soon as that layer's gradient is final (or queued). */
-    int (*backward)(struct train_engine *en, nn_grad_hook_fn hook, void *ctx,
-                    struct err *e);
+    int (*backward)(struct train_engine *en, nn_grad_hook_fn hook, void *ctx, struct err *e);
     /* The mean loss and correct count of the last forward, once it is done. */
     int (*wait_loss)(struct train_engine *en, double *loss, int *right, struct err *e);
     /* After the exchange, before the optimizer: *apply = false skips this step's update

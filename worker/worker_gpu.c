@@ -20,7 +20,10 @@ static void *worker_gpu_alloc(void *ctx, size_t bytes, struct err *e)
     return gpu_alloc(bytes, e);
 }
 
-static void worker_gpu_free(void *ctx, void *p) { gpu_free(p); }
+static void worker_gpu_free(void *ctx, void *p)
+{
+    gpu_free(p);
+}
 
 static int worker_gpu_upload(void *ctx, void *dst, const void *src, size_t bytes, struct err *e)
 {
@@ -44,8 +47,12 @@ static double worker_gpu_op_seconds(void *ctx, struct comm *c)
 
 void worker_gpu_collective_mem(struct collective_mem *out)
 {
-    *out = (struct collective_mem){NULL, worker_gpu_alloc, worker_gpu_free, worker_gpu_upload,
-                                   worker_gpu_download, worker_gpu_op_seconds};
+    *out = (struct collective_mem){NULL,
+                                   worker_gpu_alloc,
+                                   worker_gpu_free,
+                                   worker_gpu_upload,
+                                   worker_gpu_download,
+                                   worker_gpu_op_seconds};
 }
 
 /* The env event holds only strings and numbers: gpu_nvml_json's {"nvml": "ok", "gpu":
@@ -54,11 +61,13 @@ static void worker_gpu_env_flatten(json_t *env, json_t *obj)
 {
     const char *k, *k2;
     json_t *v, *v2;
-    json_object_foreach(obj, k, v) {
+    json_object_foreach(obj, k, v)
+    {
         if (json_is_string(v) || json_is_number(v))
             json_object_set(env, k, v);
         else if (json_is_object(v))
-            json_object_foreach(v, k2, v2) {
+            json_object_foreach(v, k2, v2)
+            {
                 char key[128];
                 snprintf(key, sizeof key, "nvml_%s_%s", k, k2);
                 if (json_is_string(v2) || json_is_number(v2))
@@ -72,8 +81,8 @@ void worker_gpu_env_add(json_t *env)
 {
     char desc[256];
     struct err e = {0};
-    json_object_set_new(env, "gpu", json_string(gpu_describe(0, desc, sizeof desc, &e) == 0
-                                                    ? desc : e.msg));
+    json_object_set_new(
+        env, "gpu", json_string(gpu_describe(0, desc, sizeof desc, &e) == 0 ? desc : e.msg));
     char why[256] = "";
     struct gpu_nvml *n = gpu_nvml_open(NULL, why, sizeof why);
     int index = gpu_nvml_index_from_visible(getenv("CUDA_VISIBLE_DEVICES"));

@@ -23,8 +23,10 @@ void collective_stats_compute(double *times_s, size_t n, struct collective_stats
 {
     struct stats_summary s;
     stats_summarize(times_s, n, &s);
-    *out = (struct collective_stats){.min_us = s.min * 1e6, .median_us = s.median * 1e6,
-                                     .p95_us = s.p95 * 1e6, .mean_us = s.mean * 1e6,
+    *out = (struct collective_stats){.min_us = s.min * 1e6,
+                                     .median_us = s.median * 1e6,
+                                     .p95_us = s.p95 * 1e6,
+                                     .mean_us = s.mean * 1e6,
                                      .max_us = s.max * 1e6};
 }
 
@@ -112,7 +114,8 @@ static int64_t collective_input_h(const struct collective_data *d, int rank, uin
 {
     if (d->minmax)
         return (int64_t)(h % (uint64_t)d->levels) * d->world +
-               (int64_t)(((h >> 32) % (uint64_t)d->world + (uint64_t)rank) % (uint64_t)d->world) -
+               (int64_t)(((h >> 32) % (uint64_t)d->world + (uint64_t)rank) %
+                         (uint64_t)d->world) -
                d->off;
     return (int64_t)((h % (uint64_t)d->q + rank_residue) % (uint64_t)d->q) + d->lo;
 }
@@ -129,8 +132,9 @@ void collective_fill(const struct collective_data *d, void *buf, size_t n, int r
     size_t es = comm_dtype_size(d->dtype);
     unsigned rr = d->minmax ? 0 : collective_rank_residue(rank, d->q);
     for (size_t i = 0; i < n; i++)
-        reduce_store(p + i * es, d->dtype,
-                     (double)collective_input_h(d, rank, collective_index_hash(d->seed, i), rr));
+        reduce_store(
+            p + i * es, d->dtype,
+            (double)collective_input_h(d, rank, collective_index_hash(d->seed, i), rr));
 }
 
 /* The reduction over ranks of element j, as the dtype stores it. */
@@ -280,8 +284,13 @@ static void collective_point_args(const struct collective_bench *b, size_t count
 {
     int r = b->comm->rank, n = b->comm->world_size;
     size_t block = (size_t)r * count * b->esize;
-    *a = (struct comm_args){.op = b->op, .count = count, .dtype = b->dtype, .redop = b->redop,
-                            .algorithm = b->algorithm, .send = b->send, .recv = b->recv};
+    *a = (struct comm_args){.op = b->op,
+                            .count = count,
+                            .dtype = b->dtype,
+                            .redop = b->redop,
+                            .algorithm = b->algorithm,
+                            .send = b->send,
+                            .recv = b->recv};
     if (b->opi->peers)
         b->opi->peers(a, r, n);
     if (!b->cfg->inplace)
@@ -402,8 +411,7 @@ static int collective_verify(const struct collective_bench *b, const struct comm
  * checks). A barrier ends the untimed work around a checked iteration, so that one rank's
  * arming or verifying is not timed as another rank's wait. */
 static int collective_bench_time(struct collective_bench *b, const struct comm_args *a,
-                                 const struct collective_data *d, int64_t *wrong,
-                                 struct err *e)
+                                 const struct collective_data *d, int64_t *wrong, struct err *e)
 {
     *wrong = 0;
     for (int i = 0; i < b->cfg->warmup; i++)
@@ -430,8 +438,8 @@ static int collective_bench_time(struct collective_bench *b, const struct comm_a
     return 0;
 }
 
-static int collective_publish(struct collective_bench *b, int repeat, size_t idx,
-                              int64_t wrong, struct err *e)
+static int collective_publish(struct collective_bench *b, int repeat, size_t idx, int64_t wrong,
+                              struct err *e)
 {
     char key[96], val[32];
     size_t iters = (size_t)b->cfg->iters;
@@ -518,8 +526,8 @@ static int collective_bench_point(struct collective_bench *b, int repeat, size_t
     size_t total = count * blocks * b->esize;
     if (total > b->cap_bytes)
         return err_set(e, ERR_INVALID, "max_bytes",
-                       "collective: size %lld is over the %zu bytes allocated", (long long)bytes,
-                       b->cap_bytes);
+                       "collective: size %lld is over the %zu bytes allocated",
+                       (long long)bytes, b->cap_bytes);
     struct comm_args a;
     struct collective_data d;
     collective_point_args(b, count, &a);
@@ -554,8 +562,8 @@ int collective_bench_run_sizes(struct collective_bench *b, int repeat, const int
 
 /* The gradient bucket sizes (bytes, launch order) of a DDP run of s->coll.buckets_of at
  * its usual input and classes (common/model_table.h). */
-static int collective_model_buckets(const struct spec *s, int64_t *sizes, size_t cap,
-                                    size_t *n, struct err *e)
+static int collective_model_buckets(const struct spec *s, int64_t *sizes, size_t cap, size_t *n,
+                                    struct err *e)
 {
     const struct model_info *mi = model_table_find(s->coll.buckets_of);
     if (!mi)
@@ -597,14 +605,15 @@ int workload_collective_run_mem(const struct spec *s, struct comm *c,
     else if (rc == 0 && n > COLLECTIVE_MAX_SIZES)
         rc = err_set(e, ERR_INVALID, "step",
                      "collective: the spec visits more than %d sizes; use a larger step "
-                     "or factor", COLLECTIVE_MAX_SIZES);
+                     "or factor",
+                     COLLECTIVE_MAX_SIZES);
     int64_t max_bytes = 0;
     for (size_t i = 0; rc == 0 && i < n; i++)
         max_bytes = sizes[i] > max_bytes ? sizes[i] : max_bytes;
     struct collective_bench b = {0}; /* cleanup of a zeroed bench is a no-op */
     if (rc == 0)
-        rc = collective_bench_init_mem(&b, s, c, store, w, max_bytes,
-                                       (int64_t)n * s->repeats, mem, e);
+        rc = collective_bench_init_mem(&b, s, c, store, w, max_bytes, (int64_t)n * s->repeats,
+                                       mem, e);
     for (int rep = 0; rc == 0 && rep < s->repeats; rep++)
         rc = collective_bench_run_sizes(&b, rep, sizes, n, e);
     collective_bench_cleanup(&b);

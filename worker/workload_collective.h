@@ -88,7 +88,7 @@ struct collective_data {
     bool minmax; /* inputs distinct across ranks (min, max) */
     int lo, q;   /* others: values ((h(i) + rank) mod q) + lo, lo 1 (0: too many ranks) */
     int64_t sum_by_residue[17]; /* the sum over ranks for each h(i) mod q */
-    int levels;  /* min/max: values base(i) * world + ((t(i) + rank) mod world) - off */
+    int levels; /* min/max: values base(i) * world + ((t(i) + rank) mod world) - off */
     int64_t off;
 };
 

@@ -31,14 +31,14 @@ struct train_tally {
 };
 
 struct trainer {
-    const struct spec *s;      /* borrowed */
+    const struct spec *s; /* borrowed */
     const struct spec_train *t;
-    struct comm *comm;         /* borrowed */
-    struct report_writer *w;   /* borrowed */
-    struct heartbeat *hb;      /* borrowed, may be NULL */
+    struct comm *comm;       /* borrowed */
+    struct report_writer *w; /* borrowed */
+    struct heartbeat *hb;    /* borrowed, may be NULL */
     int repeat;
     uint64_t seed;
-    struct nn_model m;         /* owned from here down */
+    struct nn_model m; /* owned from here down */
     bool have_model;
     struct dataset *train, *test;
     struct loader *ld;
@@ -47,13 +47,13 @@ struct trainer {
     struct nn_optim opt;
     bool have_opt;
     struct nn_lr_schedule sched;
-    float *pad_x;              /* evaluation: one padded batch */
+    float *pad_x; /* evaluation: one padded batch */
     int32_t *pad_y;
     size_t sample_floats;
     int64_t total_steps;
     int64_t last_progress_ns;
     const struct train_engine_ops *ops; /* the spec's device's engine */
-    struct train_engine *eng;  /* owned: the model's compute */
+    struct train_engine *eng;           /* owned: the model's compute */
 };
 
 /* ---- setting up a repeat -------------------------------------------------------- */
@@ -70,12 +70,13 @@ static int train_open_data(struct trainer *tr, struct err *e)
     int c = mi->c, h = mi->h, w = mi->w; /* no shape given: the model's usual input */
     if (sd->shape.n == 3)
         c = sd->shape.dims[0], h = sd->shape.dims[1], w = sd->shape.dims[2];
-    dc.synthetic = (struct data_synthetic_config){.c = c, .h = h, .w = w,
-                                                  .classes = sd->classes,
-                                                  .samples = sd->samples > 0
-                                                                 ? sd->samples
-                                                                 : DATA_SYNTHETIC_SAMPLES,
-                                                  .fresh = sd->fresh};
+    dc.synthetic = (struct data_synthetic_config){
+        .c = c,
+        .h = h,
+        .w = w,
+        .classes = sd->classes,
+        .samples = sd->samples > 0 ? sd->samples : DATA_SYNTHETIC_SAMPLES,
+        .fresh = sd->fresh};
     dc.augment = sd->augment;
     dc.samples = sd->samples; /* real datasets: the first N training samples; 0 = all */
     if (dataset_open(&dc, DATA_SPLIT_TRAIN, &tr->train, e) < 0)
@@ -118,8 +119,9 @@ static int train_make_loader(struct trainer *tr, struct err *e)
     if (tr->total_steps < 1)
         return err_set(e, ERR_INVALID, "batch_size",
                        "an epoch of %lld samples gives rank %d no full step of batch_size %d "
-                       "x accumulate %d", (long long)tr->train->n, tr->comm->rank,
-                       tr->t->batch_size, tr->t->accumulate);
+                       "x accumulate %d",
+                       (long long)tr->train->n, tr->comm->rank, tr->t->batch_size,
+                       tr->t->accumulate);
     if (tr->t->warmup_steps >= tr->total_steps)
         return err_set(e, ERR_INVALID, "warmup_steps",
                        "warmup_steps (%d) leaves none of the run's %lld steps to measure",
@@ -156,15 +158,19 @@ static int train_make_strategy(struct trainer *tr, struct err *e)
     if (tr->ops->attach(tr->eng, &tr->ddp, &oc, e) < 0)
         return err_prefix(e, "strategy %s on device %s", t->strategy, tr->ops->device);
     const struct spec_lr_schedule *ls = &t->lr_schedule;
-    tr->sched = (struct nn_lr_schedule){
-        .base_lr = so->lr, .warmup_steps = ls->warmup_steps, .warmup_start_factor = 1.0 / 3,
-        .decay = strcmp(ls->decay, "step") == 0     ? NN_LR_STEP
-                 : strcmp(ls->decay, "cosine") == 0 ? NN_LR_COSINE
-                                                    : NN_LR_CONSTANT,
-        .step_size = ls->step_size, .gamma = ls->gamma,
-        .t_max = (int)(tr->total_steps - ls->warmup_steps > 0
-                           ? tr->total_steps - ls->warmup_steps : 1),
-        .eta_min = 0};
+    tr->sched = (struct nn_lr_schedule){.base_lr = so->lr,
+                                        .warmup_steps = ls->warmup_steps,
+                                        .warmup_start_factor = 1.0 / 3,
+                                        .decay = strcmp(ls->decay, "step") == 0 ? NN_LR_STEP
+                                                 : strcmp(ls->decay, "cosine") == 0
+                                                     ? NN_LR_COSINE
+                                                     : NN_LR_CONSTANT,
+                                        .step_size = ls->step_size,
+                                        .gamma = ls->gamma,
+                                        .t_max = (int)(tr->total_steps - ls->warmup_steps > 0
+                                                           ? tr->total_steps - ls->warmup_steps
+                                                           : 1),
+                                        .eta_min = 0};
     if (nn_lr_validate(&tr->sched, e) < 0)
         return err_prefix(e, "lr_schedule");
     if (t->broadcast_init && ddp_broadcast_params(&tr->ddp, e) < 0)
@@ -266,7 +272,9 @@ static int train_end_epoch(struct trainer *tr, int epoch, struct train_tally *ta
         (tr->test && tr->t->eval && train_evaluate(tr, &test, e) < 0))
         return -1;
     struct report_epoch ep = {
-        .repeat = tr->repeat, .epoch = epoch, .samples = (int64_t)tally->count,
+        .repeat = tr->repeat,
+        .epoch = epoch,
+        .samples = (int64_t)tally->count,
         .train_loss = tally->count > 0 ? tally->loss_sum / tally->count : -1,
         .train_acc = tally->count > 0 ? tally->correct / tally->count : -1,
         .test_loss = test.count > 0 ? test.loss_sum / test.count : -1,
@@ -274,8 +282,9 @@ static int train_end_epoch(struct trainer *tr, int epoch, struct train_tally *ta
         .time_s = time_s};
     if (tr->comm->rank == 0) {
         log_info("repeat %d epoch %d: train loss %.4f acc %.4f, test loss %.4f acc %.4f, "
-                 "%.1f s", tr->repeat, epoch, ep.train_loss, ep.train_acc, ep.test_loss,
-                 ep.test_acc, time_s);
+                 "%.1f s",
+                 tr->repeat, epoch, ep.train_loss, ep.train_acc, ep.test_loss, ep.test_acc,
+                 time_s);
         if (report_emit_epoch(tr->w, &ep, e) < 0)
             return -1;
     }
@@ -314,7 +323,8 @@ static int train_count_micro(int64_t step, double loss, int right, int n,
     if (!isfinite(loss))
         return err_set(e, ERR_INVALID, "optimizer.lr",
                        "the loss of step %lld is %g: training diverged (lower the "
-                       "learning rate)", (long long)step, loss);
+                       "learning rate)",
+                       (long long)step, loss);
     *loss_sum += loss;
     tally->loss_sum += loss * n;
     tally->correct += right;
@@ -324,7 +334,10 @@ static int train_count_micro(int64_t step, double loss, int right, int n,
 
 /* ---- one optimizer step ------------------------------------------------------------- */
 
-static double train_ms(int64_t ns) { return (double)ns / 1e6; }
+static double train_ms(int64_t ns)
+{
+    return (double)ns / 1e6;
+}
 
 /* Runs step `step` (accumulate micro-batches, the exchange, the update) and reports it.
  * *epoch_done is set to the epoch that ended in it, or -1. Phases are the host clock's
@@ -338,7 +351,8 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
     const struct spec_train *t = tr->t;
     const struct train_engine_ops *ops = tr->ops;
     struct train_engine *en = tr->eng;
-    struct report_step rs = {.repeat = tr->repeat, .step = step,
+    struct report_step rs = {.repeat = tr->repeat,
+                             .step = step,
                              .warmup = step < t->warmup_steps,
                              .samples = t->batch_size * t->accumulate};
     int64_t t_start = clock_mono_ns(), data_ns = 0, fwd_ns = 0, bwd_ns = 0;
@@ -376,7 +390,8 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
     ops->end_update(en, apply);
     const struct ddp_step_stats *st = &tr->ddp.st;
     struct train_phases ph = {
-        .forward_ms = train_ms(fwd_ns), .backward_ms = train_ms(bwd_ns),
+        .forward_ms = train_ms(fwd_ns),
+        .backward_ms = train_ms(bwd_ns),
         .optimizer_ms = train_ms((clock_mono_ns() - t2) - (st->exposed_ns - exposed_before))};
     if (ops->end_step(en, &ph, e) < 0)
         return err_prefix(e, "step %lld on device %s", (long long)step, ops->device);
@@ -402,8 +417,8 @@ static int train_progress(struct trainer *tr, int64_t done, struct err *e)
         heartbeat_advance(tr->hb);
     }
     int64_t now = clock_mono_ns();
-    if (tr->comm->rank != 0 || (now - tr->last_progress_ns < TRAIN_PROGRESS_NS &&
-                                done < tr->total_steps))
+    if (tr->comm->rank != 0 ||
+        (now - tr->last_progress_ns < TRAIN_PROGRESS_NS && done < tr->total_steps))
         return 0;
     tr->last_progress_ns = now;
     int64_t all = tr->total_steps * tr->s->repeats;
@@ -417,9 +432,10 @@ static int train_repeat(struct trainer *tr, struct err *e)
         return -1;
     if (tr->comm->rank == 0 && tr->repeat == 0)
         log_info("training %s (%zu parameters) on %s %dx%dx%d, %s, batch %d x %d ranks, "
-                 "%lld steps", tr->t->model, nn_model_param_count(&tr->m), tr->train->name,
-                 tr->train->c, tr->train->h, tr->train->w, tr->t->strategy,
-                 tr->t->batch_size, tr->comm->world_size, (long long)tr->total_steps);
+                 "%lld steps",
+                 tr->t->model, nn_model_param_count(&tr->m), tr->train->name, tr->train->c,
+                 tr->train->h, tr->train->w, tr->t->strategy, tr->t->batch_size,
+                 tr->comm->world_size, (long long)tr->total_steps);
     struct train_tally tally = {0};
     int64_t epoch_start = clock_mono_ns();
     int epoch = 0;
@@ -458,8 +474,13 @@ int workload_train_run(const struct spec *s, struct comm *c, struct report_write
     nn_set_threads(s->train.threads);
     int rc = 0;
     for (int r = 0; rc == 0 && r < s->repeats; r++) {
-        struct trainer tr = {.s = s, .t = &s->train, .comm = c, .w = w, .hb = hb,
-                             .repeat = r, .seed = (uint64_t)s->seed + (uint64_t)r,
+        struct trainer tr = {.s = s,
+                             .t = &s->train,
+                             .comm = c,
+                             .w = w,
+                             .hb = hb,
+                             .repeat = r,
+                             .seed = (uint64_t)s->seed + (uint64_t)r,
                              .ops = ops};
         rc = train_repeat(&tr, e);
         int64_t peak = tr.eng ? ops->peak_bytes(tr.eng) : -1;

@@ -15,12 +15,12 @@
 #include "daemon/store/server.h"
 
 #define STORE_HELLO_TIMEOUT_MS 10000
-#define STORE_OUT_CAP ((size_t)64 << 20)          /* unread replies before a client is dropped */
+#define STORE_OUT_CAP ((size_t)64 << 20) /* unread replies before a client is dropped */
 #define STORE_PARKED_IN_CAP (STORE_MAX_FRAME + 4 + 65536) /* input buffered while blocked */
 #define STORE_HELLO_MAX_BODY (1 + 4 + 2 + 4 + STORE_MAX_RUN + 4 + STORE_MAX_SECRET + 8)
 #define STORE_READ_CHUNK 65536
-#define STORE_KEEP_BUF ((size_t)1 << 20) /* larger idle buffers go back to the allocator */
-#define STORE_READ_BUDGET ((size_t)1 << 20)      /* per readiness event, for fairness */
+#define STORE_KEEP_BUF ((size_t)1 << 20)    /* larger idle buffers go back to the allocator */
+#define STORE_READ_BUDGET ((size_t)1 << 20) /* per readiness event, for fairness */
 #define STORE_CONN_EVENTS (EPOLLIN | EPOLLRDHUP)
 
 static void store_conn_set_out(struct store_server *s, struct store_conn *c, bool on)
@@ -74,8 +74,8 @@ void store_conn_sent(struct store_server *s, struct store_conn *c, int rc)
     store_conn_flush(s, c);
 }
 
-void store_conn_error(struct store_server *s, struct store_conn *c,
-                             enum store_status st, const char *msg)
+void store_conn_error(struct store_server *s, struct store_conn *c, enum store_status st,
+                      const char *msg)
 {
     store_conn_sent(s, c, store_proto_encode_error(&c->out, st, msg));
 }
@@ -90,8 +90,8 @@ static void store_conn_drain(int fd)
             return;
 }
 
-void store_conn_fail(struct store_server *s, struct store_conn *c,
-                            enum store_status st, const char *msg)
+void store_conn_fail(struct store_server *s, struct store_conn *c, enum store_status st,
+                     const char *msg)
 {
     if (c->dead)
         return;
@@ -255,7 +255,8 @@ int store_conn_add(struct store_server *s, int fd, int64_t now)
         free(c);
         return -1;
     }
-    if (loop_watch_add(s->loop, &c->watch, fd, STORE_CONN_EVENTS, store_conn_event, c, NULL) < 0) {
+    if (loop_watch_add(s->loop, &c->watch, fd, STORE_CONN_EVENTS, store_conn_event, c, NULL) <
+        0) {
         loop_timer_stop(s->loop, &c->timer);
         free(c);
         return -1;

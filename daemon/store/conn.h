@@ -29,11 +29,11 @@ struct store_conn {
     struct store_server *srv; /* borrowed */
     int fd;
     struct loop_watch watch; /* EPOLLOUT in its events while replies wait */
-    bool dead;       /* closed, waiting to be reaped at the end of the loop iteration */
-    bool in_ready;   /* on the server's ready list */
-    struct buf in;   /* bytes received; frames start at in_off */
+    bool dead;               /* closed, waiting to be reaped at the end of the loop iteration */
+    bool in_ready;           /* on the server's ready list */
+    struct buf in;           /* bytes received; frames start at in_off */
     size_t in_off;
-    struct buf out;  /* replies not yet sent start at out_off */
+    struct buf out; /* replies not yet sent start at out_off */
     size_t out_off;
     struct store_run *run; /* NULL until HELLO succeeded */
     struct store_conn *run_prev, *run_next;

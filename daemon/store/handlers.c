@@ -259,8 +259,9 @@ static void store_handle_compare_set(struct store_server *s, struct store_conn *
         store_conn_error(s, c, STORE_E_NOT_FOUND, "key does not exist");
         return;
     }
-    bool match = !present || (kv->vlen == req->expected.len &&
-                              (kv->vlen == 0 || memcmp(kv->val, req->expected.p, kv->vlen) == 0));
+    bool match = !present ||
+                 (kv->vlen == req->expected.len &&
+                  (kv->vlen == 0 || memcmp(kv->val, req->expected.p, kv->vlen) == 0));
     if (match) {
         kv = store_put(s, c, &req->key, req->value.p, req->value.len);
         if (!kv)
@@ -316,7 +317,7 @@ static void store_handle_delete(struct store_server *s, struct store_conn *c,
 }
 
 void store_handle_request(struct store_server *s, struct store_conn *c,
-                                 const struct store_request *req, int64_t now)
+                          const struct store_request *req, int64_t now)
 {
     atomic_fetch_add(&s->n_requests, 1);
     if (!c->run) {

@@ -83,7 +83,7 @@ static void store_run_free(struct store_run *run)
 {
     struct store_kv *kv, *tmp;
     HASH_ITER(hh, run->keys, kv, tmp)
-        store_kv_free(run, kv);
+    store_kv_free(run, kv);
     free(run);
 }
 
@@ -100,8 +100,7 @@ static bool store_secret_equal(const char *want, size_t want_len, const struct s
     return diff == 0;
 }
 
-int store_runs_add(struct store_run **runs, const char *name, const char *secret,
-                   struct err *e)
+int store_runs_add(struct store_run **runs, const char *name, const char *secret, struct err *e)
 {
     if (store_runs_find(*runs, name))
         return err_set(e, ERR_CONFLICT, "run", "store run '%s' already exists", name);
@@ -147,5 +146,5 @@ void store_runs_free(struct store_run **runs)
 {
     struct store_run *run, *tmp;
     HASH_ITER(hh, *runs, run, tmp)
-        store_runs_remove(runs, run);
+    store_runs_remove(runs, run);
 }

@@ -229,14 +229,18 @@ void store_server_destroy(struct store_server *s)
     free(s);
 }
 
-int store_server_port(const struct store_server *s) { return s->port; }
+int store_server_port(const struct store_server *s)
+{
+    return s->port;
+}
 
 int store_server_add_run(struct store_server *s, const char *run, const char *secret,
                          struct err *e)
 {
     size_t rl = strlen(run), sl = strlen(secret);
     if (rl == 0 || rl > STORE_MAX_RUN)
-        return err_set(e, ERR_INVALID, "run", "store run name must be 1..%u bytes", STORE_MAX_RUN);
+        return err_set(e, ERR_INVALID, "run", "store run name must be 1..%u bytes",
+                       STORE_MAX_RUN);
     if (sl > STORE_MAX_SECRET)
         return err_set(e, ERR_INVALID, "secret", "store secret longer than %u bytes",
                        STORE_MAX_SECRET);

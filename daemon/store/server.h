@@ -20,14 +20,14 @@ struct store_server {
     int lfd;
     struct loop_watch listen;
     struct loop_timer accept_resume; /* armed while accepting is paused */
-    int reserve_fd;          /* spare fd given up to shed connections on EMFILE */
+    int reserve_fd;                  /* spare fd given up to shed connections on EMFILE */
     int port;
     int64_t emfile_logged_ms;
     /* Owned by the loop's thread. */
-    struct store_run *runs;      /* uthash by name; store/keys.h */
-    struct store_conn *conns;    /* owned; utlist DL through all_prev/all_next */
-    struct store_conn *ready;    /* borrowed: woken, to be served after the batch */
-    struct store_conn *dead;     /* owned: killed, to be freed after the batch */
+    struct store_run *runs;   /* uthash by name; store/keys.h */
+    struct store_conn *conns; /* owned; utlist DL through all_prev/all_next */
+    struct store_conn *ready; /* borrowed: woken, to be served after the batch */
+    struct store_conn *dead;  /* owned: killed, to be freed after the batch */
     /* Stats, read by any thread. */
     atomic_uint_fast64_t n_clients, n_runs, n_requests, n_rejected;
 };

@@ -20,12 +20,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define CHECK(what, ok)                                                                  \
-    do {                                                                                 \
-        if (!(ok)) {                                                                     \
-            fprintf(stderr, "rank %d: %s failed\n", rank, what);                         \
-            _exit(1);                                                                    \
-        }                                                                                \
+#define CHECK(what, ok)                                                                        \
+    do {                                                                                       \
+        if (!(ok)) {                                                                           \
+            fprintf(stderr, "rank %d: %s failed\n", rank, what);                               \
+            _exit(1);                                                                          \
+        }                                                                                      \
     } while (0)
 
 static int rank_main(int rank, int n, int idfd[][2], size_t min_b, size_t max_b, int iters,
@@ -52,19 +52,20 @@ static int rank_main(int rank, int n, int idfd[][2], size_t min_b, size_t max_b,
     cudaStream_t s;
     cudaEvent_t t0, t1;
     CHECK("stream", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess &&
-                        cudaEventCreate(&t0) == cudaSuccess && cudaEventCreate(&t1) == cudaSuccess);
+                        cudaEventCreate(&t0) == cudaSuccess &&
+                        cudaEventCreate(&t1) == cudaSuccess);
     if (rank == 0)
         printf("# bytes busbw_gbs time_us (ranks %d, iters %d)\n", n, iters);
     for (size_t bytes = min_b; bytes <= max_b; bytes *= 4) {
         size_t count = bytes / sizeof(float);
         for (int i = 0; i < warmup; i++)
-            CHECK("allreduce", ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, comm, s) ==
-                                   ncclSuccess);
+            CHECK("allreduce", ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, comm,
+                                             s) == ncclSuccess);
         CHECK("sync", cudaStreamSynchronize(s) == cudaSuccess);
         cudaEventRecord(t0, s);
         for (int i = 0; i < iters; i++)
-            CHECK("allreduce", ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, comm, s) ==
-                                   ncclSuccess);
+            CHECK("allreduce", ncclAllReduce(send, recv, count, ncclFloat32, ncclSum, comm,
+                                             s) == ncclSuccess);
         cudaEventRecord(t1, s);
         CHECK("sync", cudaStreamSynchronize(s) == cudaSuccess);
         float ms = 0;
@@ -86,7 +87,8 @@ int main(int argc, char **argv)
     size_t max_b = argc > 3 ? strtoull(argv[3], NULL, 10) : (size_t)256 << 20;
     int iters = argc > 4 ? atoi(argv[4]) : 20, warmup = argc > 5 ? atoi(argv[5]) : 5;
     if (n < 1 || n > 64 || min_b < 4 || max_b < min_b || iters < 1 || warmup < 0) {
-        fprintf(stderr, "usage: %s [ranks] [min_bytes] [max_bytes] [iters] [warmup]\n", argv[0]);
+        fprintf(stderr, "usage: %s [ranks] [min_bytes] [max_bytes] [iters] [warmup]\n",
+                argv[0]);
         return 2;
     }
     int idfd[64][2];

@@ -155,12 +155,12 @@ int main(int argc, char **argv)
     }
     char info[128];
     static const char *const conv_names[] = {"direct", "auto", "winograd"};
-    printf("ddpbench %s %dx%dx%d batch %d threads %d conv %s%s: median %.2f ms/step, %.1f img/s "
-           "(forward %.2f, loss+backward %.2f, optimizer %.2f ms; %d steps; loss %.4f) [%s]\n",
-           a.model, a.c, a.h, a.w, a.batch, a.threads, conv_names[a.conv],
-           a.ref ? " (reference)" : "",
-           med[0] * 1e3, a.batch / med[0], med[1] * 1e3, med[2] * 1e3, med[3] * 1e3, a.steps,
-           loss, nn_runtime_info(info, sizeof info));
+    printf(
+        "ddpbench %s %dx%dx%d batch %d threads %d conv %s%s: median %.2f ms/step, %.1f img/s "
+        "(forward %.2f, loss+backward %.2f, optimizer %.2f ms; %d steps; loss %.4f) [%s]\n",
+        a.model, a.c, a.h, a.w, a.batch, a.threads, conv_names[a.conv],
+        a.ref ? " (reference)" : "", med[0] * 1e3, a.batch / med[0], med[1] * 1e3, med[2] * 1e3,
+        med[3] * 1e3, a.steps, loss, nn_runtime_info(info, sizeof info));
     free(col);
     free(t);
     free(x);

@@ -159,8 +159,10 @@ static bool bench_reply_ok(const struct bench *B, const struct client *c, long l
             memcpy(number, c->in, sizeof *number);
         return c->phase == PH_ADD || c->in[0] == 0;
     }
-    static const enum store_op ops[] = {[PH_HELLO] = STORE_OP_HELLO, [PH_ADD] = STORE_OP_ADD,
-                                        [PH_SET] = STORE_OP_SET, [PH_WAIT] = STORE_OP_WAIT};
+    static const enum store_op ops[] = {[PH_HELLO] = STORE_OP_HELLO,
+                                        [PH_ADD] = STORE_OP_ADD,
+                                        [PH_SET] = STORE_OP_SET,
+                                        [PH_WAIT] = STORE_OP_WAIT};
     struct store_response r;
     struct err e = {0};
     if (store_proto_decode_response(ops[c->phase], c->in + 4, (uint32_t)(len - 4), &r, &e) <
@@ -175,7 +177,10 @@ static bool bench_reply_ok(const struct bench *B, const struct client *c, long l
 static void bench_advance(struct bench *B, struct client *c, int64_t number)
 {
     switch (c->phase) {
-    case PH_HELLO: c->phase = PH_ADD; bench_req_add(B, c); break;
+    case PH_HELLO:
+        c->phase = PH_ADD;
+        bench_req_add(B, c);
+        break;
     case PH_ADD:
         if (number == B->n && B->proto == PROTO_DDPB) {
             c->phase = PH_SET;
@@ -187,7 +192,10 @@ static void bench_advance(struct bench *B, struct client *c, int64_t number)
         c->phase = PH_WAIT;
         bench_req_wait(B, c);
         break;
-    case PH_SET: c->phase = PH_WAIT; bench_req_wait(B, c); break;
+    case PH_SET:
+        c->phase = PH_WAIT;
+        bench_req_wait(B, c);
+        break;
     case PH_WAIT:
         c->phase = PH_DONE;
         B->done++;
@@ -338,7 +346,8 @@ int main(int argc, char **argv)
         return 2;
     }
     struct bench B = {.proto = strcmp(argv[2], "ddpb") ? PROTO_TORCH : PROTO_DDPB,
-                      .n = atoi(argv[4]), .round = atol(argv[5])};
+                      .n = atoi(argv[4]),
+                      .round = atol(argv[5])};
     B.cl = calloc((size_t)B.n, sizeof *B.cl);
     if (!B.cl || B.n < 1)
         return 2;

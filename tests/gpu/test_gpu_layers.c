@@ -134,7 +134,8 @@ static void test_linear(void)
         T_OK(gpu_linear_init(&f, h, &cfg, B, t, &e));
         void *dx = upload_as(x, B * I, t, &e), *dw = upload_as(w, O * I, t, &e);
         void *ddo = upload_as(dout, B * O, t, &e);
-        float *db = gpu_alloc(O * sizeof(float), &e), *dwg = gpu_alloc(O * I * sizeof(float), &e);
+        float *db = gpu_alloc(O * sizeof(float), &e),
+              *dwg = gpu_alloc(O * I * sizeof(float), &e);
         float *dbg = gpu_alloc(O * sizeof(float), &e);
         void *dy = gpu_alloc(B * O * gpu_dtype_size(t), &e);
         void *ddx = gpu_alloc(B * I * gpu_dtype_size(t), &e);
@@ -177,13 +178,16 @@ static void test_xent(void)
         int correct_ref;
         T_OK(nn_xent_forward(probs_ref, &loss_ref, &correct_ref, logits, labels, N, K, N, &e));
         nn_xent_backward(dl_ref, probs_ref, labels, N, K, N);
-        void *dlog = upload_as(logits, N * K, t, &e), *ddl = gpu_alloc(N * K * gpu_dtype_size(t), &e);
-        float *probs = gpu_alloc(N * K * sizeof(float), &e), *rows = gpu_alloc(N * sizeof(float), &e);
+        void *dlog = upload_as(logits, N * K, t, &e),
+             *ddl = gpu_alloc(N * K * gpu_dtype_size(t), &e);
+        float *probs = gpu_alloc(N * K * sizeof(float), &e),
+              *rows = gpu_alloc(N * sizeof(float), &e);
         int *rc = gpu_alloc(N * sizeof(int), &e), *bad = gpu_alloc(sizeof(int), &e);
         int *correct = gpu_alloc(sizeof(int), &e);
         double *loss = gpu_alloc(sizeof(double), &e);
         int32_t *dlab = gpu_alloc(sizeof labels, &e);
-        T_CHECK_MSG(dlog && ddl && probs && rows && rc && bad && correct && loss && dlab, "%s", e.msg);
+        T_CHECK_MSG(dlog && ddl && probs && rows && rc && bad && correct && loss && dlab, "%s",
+                    e.msg);
         T_OK(gpu_upload(dlab, labels, sizeof labels, &e));
         gpu_xent_forward(probs, rows, rc, bad, dlog, t, dlab, N, K, N, 0);
         gpu_xent_reduce(loss, correct, rows, rc, N, N, 0);
@@ -225,19 +229,23 @@ static void test_train_smoke(void)
     for (int n = 0; n < N; n++) { /* class k: feature block k is large */
         hl[n] = n % K;
         for (int i = 0; i < I; i++)
-            hx[n * I + i] = (i / (I / K) == hl[n] ? 1.0f : 0.0f) + 0.1f * ((float)rand_r(&seed) / (float)RAND_MAX - 0.5f);
+            hx[n * I + i] = (i / (I / K) == hl[n] ? 1.0f : 0.0f) +
+                            0.1f * ((float)rand_r(&seed) / (float)RAND_MAX - 0.5f);
     }
     float *p = gpu_alloc(np * sizeof(float), &e), *g = gpu_alloc(np * sizeof(float), &e);
     float *x = gpu_alloc(sizeof hx, &e), *a1 = gpu_alloc(N * H * sizeof(float), &e);
-    float *lg = gpu_alloc(N * K * sizeof(float), &e), *dlg = gpu_alloc(N * K * sizeof(float), &e);
-    float *da1 = gpu_alloc(N * H * sizeof(float), &e), *probs = gpu_alloc(N * K * sizeof(float), &e);
+    float *lg = gpu_alloc(N * K * sizeof(float), &e),
+          *dlg = gpu_alloc(N * K * sizeof(float), &e);
+    float *da1 = gpu_alloc(N * H * sizeof(float), &e),
+          *probs = gpu_alloc(N * K * sizeof(float), &e);
     float *rows = gpu_alloc(N * sizeof(float), &e);
     int *rc = gpu_alloc(N * sizeof(int), &e), *bad = gpu_alloc(sizeof(int), &e);
     int *corr = gpu_alloc(sizeof(int), &e);
     double *loss = gpu_alloc(sizeof(double), &e);
     int32_t *lab = gpu_alloc(sizeof hl, &e);
     T_CHECK_MSG(p && g && x && a1 && lg && dlg && da1 && probs && rows && rc && bad && corr &&
-                loss && lab, "%s", e.msg);
+                    loss && lab,
+                "%s", e.msg);
     T_OK(gpu_upload(p, hp, np * sizeof(float), &e));
     T_OK(gpu_upload(x, hx, sizeof hx, &e));
     T_OK(gpu_upload(lab, hl, sizeof hl, &e));

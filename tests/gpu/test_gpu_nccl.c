@@ -33,8 +33,8 @@
 #define WORLD 2
 
 static char store_addr[64];
-static char store_run[32];        /* a store namespace per case: no stale NCCL id */
-static struct store_server *srv;  /* the parent's; children only connect */
+static char store_run[32];       /* a store namespace per case: no stale NCCL id */
+static struct store_server *srv; /* the parent's; children only connect */
 
 static int next_run(void)
 {
@@ -170,8 +170,8 @@ static void test_every_op_and_dtype(void)
                     int64_t wrong;
                     double busbw;
                     int n = run_ranks(&s, &wrong, &busbw);
-                    T_CHECK_MSG(n == 4, "%s %s %s%s: %d points", ops[o], dtypes[d],
-                                redops[rd], inplace ? " in place" : "", n);
+                    T_CHECK_MSG(n == 4, "%s %s %s%s: %d points", ops[o], dtypes[d], redops[rd],
+                                inplace ? " in place" : "", n);
                     T_CHECK_MSG(wrong == 0, "%s %s %s%s: %lld wrong", ops[o], dtypes[d],
                                 redops[rd], inplace ? " in place" : "", (long long)wrong);
                     T_CHECK(busbw > 0);

@@ -249,18 +249,24 @@ static void loss_falls(const char *precision)
     }
     fprintf(stderr, "    lenet5 %s: loss %.4f -> %.4f, scale %g, %ld skipped\n", precision,
             first, last, (double)ls.scale, ls.skipped);
-    T_CHECK_MSG(isfinite(last) && last < 0.5 * first, "%s: loss %.4f -> %.4f", precision,
-                first, last);
+    T_CHECK_MSG(isfinite(last) && last < 0.5 * first, "%s: loss %.4f -> %.4f", precision, first,
+                last);
     T_EQ_INT(skipped_late, 0);
-    T_CHECK(strcmp(gmodel_dtype_name(g), strcmp(precision, "bf16") == 0 ? "bfloat16"
-                                                                         : "float16") == 0);
+    T_CHECK(strcmp(gmodel_dtype_name(g),
+                   strcmp(precision, "bf16") == 0 ? "bfloat16" : "float16") == 0);
     gmodel_destroy(g);
     nn_optim_cleanup(&o);
     nn_model_destroy(&m);
 }
 
-static void test_gpu_train_bf16_loss_falls(void) { loss_falls("bf16"); }
-static void test_gpu_train_fp16_loss_falls(void) { loss_falls("fp16"); }
+static void test_gpu_train_bf16_loss_falls(void)
+{
+    loss_falls("bf16");
+}
+static void test_gpu_train_fp16_loss_falls(void)
+{
+    loss_falls("fp16");
+}
 
 static void test_gpu_train_refusals(void)
 {

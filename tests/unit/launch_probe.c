@@ -33,8 +33,8 @@ int main(void)
         open_fds += fcntl(fd, F_GETFD) >= 0;
     struct stat st;
     int devnull = fstat(0, &st) == 0 && S_ISCHR(st.st_mode);
-    n += snprintf(line + n, sizeof line - (size_t)n, "},\"open_fds\":%d,\"stdin_devnull\":%d}\n",
-                  open_fds, devnull);
+    n += snprintf(line + n, sizeof line - (size_t)n,
+                  "},\"open_fds\":%d,\"stdin_devnull\":%d}\n", open_fds, devnull);
     if (getenv("PROBE_ECHO")) { /* the same line in the rank's log, for tests of the
                                    monitor: first, since the report may get it killed */
         fputs(line, stdout);

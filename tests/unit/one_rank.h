@@ -36,8 +36,12 @@ static int one_rank_open(struct one_rank *o, struct err *e)
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", store_server_port(o->srv));
     o->sc = store_client_connect(addr, "bench", "pw", 0, 2000, NULL, e);
-    struct comm_tcp_config cfg = {.rank = 0, .world_size = 1, .listen_host = "127.0.0.1",
-                                  .timeout_ms = 5000, .algorithm = "auto", .secret = "pw"};
+    struct comm_tcp_config cfg = {.rank = 0,
+                                  .world_size = 1,
+                                  .listen_host = "127.0.0.1",
+                                  .timeout_ms = 5000,
+                                  .algorithm = "auto",
+                                  .secret = "pw"};
     o->c = o->sc ? comm_tcp_create(&cfg, o->sc, e) : NULL;
     return o->c ? 0 : -1;
 }

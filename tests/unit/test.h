@@ -19,15 +19,15 @@
 struct test_state {
     int passed, failed, skipped;
     int case_failed, case_skipped;
-    const char *skip_all; /* set by test_skip_all: every later case is skipped for this */
-    char skip_reason[256];  /* the current case's, from T_SKIP */
-    const char *only; /* run only cases whose name contains this (argv[1]) */
+    const char *skip_all;  /* set by test_skip_all: every later case is skipped for this */
+    char skip_reason[256]; /* the current case's, from T_SKIP */
+    const char *only;      /* run only cases whose name contains this (argv[1]) */
 };
 
 static struct test_state test_state;
 
-__attribute__((format(printf, 3, 4))) static inline void
-test_fail(const char *file, int line, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static inline void test_fail(const char *file, int line,
+                                                                   const char *fmt, ...)
 {
     va_list ap;
     fprintf(stderr, "  FAIL %s:%d: ", file, line);
@@ -38,96 +38,96 @@ test_fail(const char *file, int line, const char *fmt, ...)
     test_state.case_failed = 1;
 }
 
-#define T_CHECK(cond)                                                                    \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            test_fail(__FILE__, __LINE__, "%s", #cond);                            \
-            return;                                                                      \
-        }                                                                                \
+#define T_CHECK(cond)                                                                          \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            test_fail(__FILE__, __LINE__, "%s", #cond);                                        \
+            return;                                                                            \
+        }                                                                                      \
     } while (0)
 
-#define T_CHECK_MSG(cond, ...)                                                           \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            char test_msg_[512];                                                         \
-            snprintf(test_msg_, sizeof test_msg_, __VA_ARGS__);                          \
-            test_fail(__FILE__, __LINE__, "%s: %s", #cond, test_msg_);                   \
-            return;                                                                      \
-        }                                                                                \
+#define T_CHECK_MSG(cond, ...)                                                                 \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            char test_msg_[512];                                                               \
+            snprintf(test_msg_, sizeof test_msg_, __VA_ARGS__);                                \
+            test_fail(__FILE__, __LINE__, "%s: %s", #cond, test_msg_);                         \
+            return;                                                                            \
+        }                                                                                      \
     } while (0)
 
-#define T_EQ_INT(a, b)                                                                   \
-    do {                                                                                 \
-        long long test_a_ = (long long)(a), test_b_ = (long long)(b);                    \
-        if (test_a_ != test_b_) {                                                        \
-            char test_x_[64], test_y_[64];                                               \
-            snprintf(test_x_, sizeof test_x_, "%lld", test_a_);                          \
-            snprintf(test_y_, sizeof test_y_, "%lld", test_b_);                          \
-            test_fail(__FILE__, __LINE__, "%s == %s (%s vs %s)", #a, #b, test_x_, test_y_); \
-            return;                                                                      \
-        }                                                                                \
+#define T_EQ_INT(a, b)                                                                         \
+    do {                                                                                       \
+        long long test_a_ = (long long)(a), test_b_ = (long long)(b);                          \
+        if (test_a_ != test_b_) {                                                              \
+            char test_x_[64], test_y_[64];                                                     \
+            snprintf(test_x_, sizeof test_x_, "%lld", test_a_);                                \
+            snprintf(test_y_, sizeof test_y_, "%lld", test_b_);                                \
+            test_fail(__FILE__, __LINE__, "%s == %s (%s vs %s)", #a, #b, test_x_, test_y_);    \
+            return;                                                                            \
+        }                                                                                      \
     } while (0)
 
-#define T_EQ_STR(a, b)                                                                   \
-    do {                                                                                 \
-        const char *test_a_ = (a), *test_b_ = (b);                                       \
-        if (!test_a_ || !test_b_ || strcmp(test_a_, test_b_) != 0) {                     \
-            test_fail(__FILE__, __LINE__, "%s == %s (\"%s\" vs \"%s\")", #a, #b,      \
-                      test_a_ ? test_a_ : "(null)", test_b_ ? test_b_ : "(null)");       \
-            return;                                                                      \
-        }                                                                                \
+#define T_EQ_STR(a, b)                                                                         \
+    do {                                                                                       \
+        const char *test_a_ = (a), *test_b_ = (b);                                             \
+        if (!test_a_ || !test_b_ || strcmp(test_a_, test_b_) != 0) {                           \
+            test_fail(__FILE__, __LINE__, "%s == %s (\"%s\" vs \"%s\")", #a, #b,               \
+                      test_a_ ? test_a_ : "(null)", test_b_ ? test_b_ : "(null)");             \
+            return;                                                                            \
+        }                                                                                      \
     } while (0)
 
-#define T_NEAR(a, b, tol)                                                                \
-    do {                                                                                 \
-        double test_a_ = (double)(a), test_b_ = (double)(b);                             \
-        if (!(fabs(test_a_ - test_b_) <= (double)(tol))) {                               \
-            char test_x_[64], test_y_[64];                                               \
-            snprintf(test_x_, sizeof test_x_, "%.9g", test_a_);                          \
-            snprintf(test_y_, sizeof test_y_, "%.9g", test_b_);                          \
-            test_fail(__FILE__, __LINE__, "%s ~= %s (%s vs %s)", #a, #b, test_x_, test_y_); \
-            return;                                                                      \
-        }                                                                                \
+#define T_NEAR(a, b, tol)                                                                      \
+    do {                                                                                       \
+        double test_a_ = (double)(a), test_b_ = (double)(b);                                   \
+        if (!(fabs(test_a_ - test_b_) <= (double)(tol))) {                                     \
+            char test_x_[64], test_y_[64];                                                     \
+            snprintf(test_x_, sizeof test_x_, "%.9g", test_a_);                                \
+            snprintf(test_y_, sizeof test_y_, "%.9g", test_b_);                                \
+            test_fail(__FILE__, __LINE__, "%s ~= %s (%s vs %s)", #a, #b, test_x_, test_y_);    \
+            return;                                                                            \
+        }                                                                                      \
     } while (0)
 
 /* Ends the case as skipped, with the reason (printf-style) on its "skip" line. */
-#define T_SKIP(...)                                                                      \
-    do {                                                                                 \
-        snprintf(test_state.skip_reason, sizeof test_state.skip_reason, __VA_ARGS__);    \
-        test_state.case_skipped = 1;                                                     \
-        return;                                                                          \
+#define T_SKIP(...)                                                                            \
+    do {                                                                                       \
+        snprintf(test_state.skip_reason, sizeof test_state.skip_reason, __VA_ARGS__);          \
+        test_state.case_skipped = 1;                                                           \
+        return;                                                                                \
     } while (0)
 
 /* A call returning 0 on success with a struct err named e in scope. */
-#define T_OK(call)                                                                       \
-    do {                                                                                 \
-        if ((call) != 0) {                                                               \
-            test_fail(__FILE__, __LINE__, "%s failed: %s", #call, e.msg);             \
-            return;                                                                      \
-        }                                                                                \
+#define T_OK(call)                                                                             \
+    do {                                                                                       \
+        if ((call) != 0) {                                                                     \
+            test_fail(__FILE__, __LINE__, "%s failed: %s", #call, e.msg);                      \
+            return;                                                                            \
+        }                                                                                      \
     } while (0)
 
-#define TEST_RUN(fn)                                                                     \
-    do {                                                                                 \
-        if (test_state.only && !strstr(#fn, test_state.only))                            \
-            break;                                                                       \
-        test_state.case_failed = test_state.case_skipped = 0;                            \
-        if (test_state.skip_all) {                                                       \
-            test_state.skipped++;                                                        \
-            fprintf(stderr, "skip %s: %s\n", #fn, test_state.skip_all);                  \
-            break;                                                                       \
-        }                                                                                \
-        fn();                                                                            \
-        if (test_state.case_skipped && !test_state.case_failed) {                        \
-            test_state.skipped++;                                                        \
-            fprintf(stderr, "skip %s: %s\n", #fn, test_state.skip_reason);               \
-        } else if (test_state.case_failed) {                                             \
-            test_state.failed++;                                                         \
-            fprintf(stderr, "not ok %s\n", #fn);                                         \
-        } else {                                                                         \
-            test_state.passed++;                                                         \
-            fprintf(stderr, "ok %s\n", #fn);                                             \
-        }                                                                                \
+#define TEST_RUN(fn)                                                                           \
+    do {                                                                                       \
+        if (test_state.only && !strstr(#fn, test_state.only))                                  \
+            break;                                                                             \
+        test_state.case_failed = test_state.case_skipped = 0;                                  \
+        if (test_state.skip_all) {                                                             \
+            test_state.skipped++;                                                              \
+            fprintf(stderr, "skip %s: %s\n", #fn, test_state.skip_all);                        \
+            break;                                                                             \
+        }                                                                                      \
+        fn();                                                                                  \
+        if (test_state.case_skipped && !test_state.case_failed) {                              \
+            test_state.skipped++;                                                              \
+            fprintf(stderr, "skip %s: %s\n", #fn, test_state.skip_reason);                     \
+        } else if (test_state.case_failed) {                                                   \
+            test_state.failed++;                                                               \
+            fprintf(stderr, "not ok %s\n", #fn);                                               \
+        } else {                                                                               \
+            test_state.passed++;                                                               \
+            fprintf(stderr, "ok %s\n", #fn);                                                   \
+        }                                                                                      \
     } while (0)
 
 static inline void test_begin(int argc, char **argv)
@@ -139,7 +139,10 @@ static inline void test_begin(int argc, char **argv)
 
 /* Every case after this is skipped with reason (a string that outlives the run): for a
  * binary none of whose cases can run here, e.g. the GPU tests without a device. */
-static inline void test_skip_all(const char *reason) { test_state.skip_all = reason; }
+static inline void test_skip_all(const char *reason)
+{
+    test_state.skip_all = reason;
+}
 
 static inline int test_end(void)
 {

@@ -16,8 +16,7 @@ static struct config test_cfg;
 static struct api_ctx test_ctx;
 static char web[64], outside[64];
 
-static int test_call(const char *method, const char *path, struct api_reply *rep,
-                     struct err *e)
+static int test_call(const char *method, const char *path, struct api_reply *rep, struct err *e)
 {
     struct api_request req = {.method = method, .path = path};
     memset(rep, 0, sizeof *rep);
@@ -64,9 +63,14 @@ static void test_routes_errors(void)
 static int test_guarded(const char *method, const char *host, const char *origin,
                         const char *ctype, const char *body, const char *auth, struct err *e)
 {
-    struct api_request req = {.method = method, .path = "/v1/experiments", .host = host,
-                              .origin = origin, .content_type = ctype, .body = body,
-                              .body_len = body ? strlen(body) : 0, .authorization = auth};
+    struct api_request req = {.method = method,
+                              .path = "/v1/experiments",
+                              .host = host,
+                              .origin = origin,
+                              .content_type = ctype,
+                              .body = body,
+                              .body_len = body ? strlen(body) : 0,
+                              .authorization = auth};
     err_clear(e);
     return guard_check(&test_cfg, &req, e);
 }
@@ -75,12 +79,12 @@ static void test_guard_host(void)
 {
     snprintf(test_cfg.node, sizeof test_cfg.node, "node7");
     snprintf(test_cfg.host, sizeof test_cfg.host, "127.0.0.1");
-    T_CHECK(guard_host_allowed(&test_cfg, NULL));            /* HTTP/1.0 */
+    T_CHECK(guard_host_allowed(&test_cfg, NULL)); /* HTTP/1.0 */
     T_CHECK(guard_host_allowed(&test_cfg, "127.0.0.1:7480"));
-    T_CHECK(guard_host_allowed(&test_cfg, "10.1.2.3"));      /* any literal: not rebindable */
+    T_CHECK(guard_host_allowed(&test_cfg, "10.1.2.3")); /* any literal: not rebindable */
     T_CHECK(guard_host_allowed(&test_cfg, "[::1]:7480"));
     T_CHECK(guard_host_allowed(&test_cfg, "LOCALHOST:1"));
-    T_CHECK(guard_host_allowed(&test_cfg, "node7.:80"));     /* trailing dot, any case */
+    T_CHECK(guard_host_allowed(&test_cfg, "node7.:80")); /* trailing dot, any case */
     T_CHECK(guard_host_allowed(&test_cfg, "Node7"));
     T_CHECK(!guard_host_allowed(&test_cfg, "evil.example:7480"));
     T_CHECK(!guard_host_allowed(&test_cfg, "127.0.0.1.evil.example"));
@@ -106,8 +110,8 @@ static void test_guard_origin_and_media_type(void)
     struct err e;
     const char *json = "application/json";
     /* a cross-site "simple" POST: refused before its body is looked at */
-    T_CHECK(test_guarded("POST", "127.0.0.1:7480", "http://evil.example", "text/plain",
-                         "{}", NULL, &e) < 0);
+    T_CHECK(test_guarded("POST", "127.0.0.1:7480", "http://evil.example", "text/plain", "{}",
+                         NULL, &e) < 0);
     T_EQ_INT(e.code, ERR_FORBIDDEN);
     T_EQ_STR(e.field, "Origin");
     T_CHECK(test_guarded("DELETE", "127.0.0.1:7480", "null", NULL, NULL, NULL, &e) < 0);
@@ -118,7 +122,8 @@ static void test_guard_origin_and_media_type(void)
     T_OK(test_guarded("POST", "node7:7480", "https://NODE7:7480", json, "{}", NULL, &e));
     /* a configured CORS origin may mutate too */
     snprintf(test_cfg.cors_origin, sizeof test_cfg.cors_origin, "http://lab.example:8080");
-    T_OK(test_guarded("POST", "127.0.0.1:7480", "http://lab.example:8080", json, "{}", NULL, &e));
+    T_OK(test_guarded("POST", "127.0.0.1:7480", "http://lab.example:8080", json, "{}", NULL,
+                      &e));
     T_CHECK(test_guarded("POST", "127.0.0.1:7480", "http://lab.example:9", json, "{}", NULL,
                          &e) < 0);
     test_cfg.cors_origin[0] = '\0';
@@ -147,11 +152,13 @@ static void test_guard_token(void)
     T_CHECK(test_guarded("POST", NULL, NULL, json, "{}", "Bearer s3cret-token2", &e) < 0);
     T_CHECK(test_guarded("POST", NULL, NULL, json, "{}", "Basic s3cret-token", &e) < 0);
     T_OK(test_guarded("POST", NULL, NULL, json, "{}", "Bearer s3cret-token", &e));
-    T_OK(test_guarded("DELETE", NULL, NULL, NULL, NULL, "bearer s3cret-token", &e)); /* RFC 7235 */
+    T_OK(test_guarded("DELETE", NULL, NULL, NULL, NULL, "bearer s3cret-token",
+                      &e)); /* RFC 7235 */
     T_OK(test_guarded("POST", NULL, NULL, json, "{}", "BEARER  s3cret-token", &e));
     T_OK(test_guarded("GET", NULL, NULL, NULL, NULL, NULL, &e)); /* reads stay open */
     /* the foreign Host is refused before the token is looked at */
-    T_CHECK(test_guarded("POST", "evil.example", NULL, json, "{}", "Bearer s3cret-token", &e) < 0);
+    T_CHECK(test_guarded("POST", "evil.example", NULL, json, "{}", "Bearer s3cret-token", &e) <
+            0);
     T_EQ_INT(e.code, ERR_FORBIDDEN);
     test_cfg.token[0] = '\0';
 }
@@ -223,9 +230,9 @@ static void test_routes_static_files(void)
     T_OK(test_call("GET", "/app.js", &rep, &e));
     T_EQ_STR(rep.content_type, "text/javascript; charset=utf-8");
     free(rep.body);
-    const char *escapes[] = {"/../secret.txt", "/./index.html", "//secret.txt",
-                             "/link/secret.txt", "/link", "/sub/../index.html",
-                             "/..\\secret.txt", "/missing.css"};
+    const char *escapes[] = {"/../secret.txt",   "/./index.html", "//secret.txt",
+                             "/link/secret.txt", "/link",         "/sub/../index.html",
+                             "/..\\secret.txt",  "/missing.css"};
     for (size_t i = 0; i < sizeof escapes / sizeof *escapes; i++) {
         test_refused("GET", escapes[i], ERR_NOT_FOUND, &rep, &e);
         T_CHECK(rep.body == NULL);

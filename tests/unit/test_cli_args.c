@@ -5,7 +5,11 @@
 #include "cli/client.h"
 #include "tests/unit/test.h"
 
-#define ARGV(...) (char *[]){"ddpbench", __VA_ARGS__, NULL}
+#define ARGV(...)                                                                              \
+    (char *[])                                                                                 \
+    {                                                                                          \
+        "ddpbench", __VA_ARGS__, NULL                                                          \
+    }
 
 static int parse(struct cli_args *a, struct err *e, char **argv)
 {
@@ -39,8 +43,9 @@ static void test_args_globals_anywhere(void)
 {
     struct cli_args a;
     struct err e;
-    T_OK(parse(&a, &e, ARGV("--url", "http://h:1", "--token", "t0k", "--timeout", "2.5",
-                            "ls", "--json")));
+    T_OK(parse(
+        &a, &e,
+        ARGV("--url", "http://h:1", "--token", "t0k", "--timeout", "2.5", "ls", "--json")));
     T_EQ_INT(a.cmd, CMD_LS);
     T_EQ_STR(a.url, "http://h:1");
     T_EQ_STR(a.token, "t0k");
@@ -62,8 +67,9 @@ static void test_args_ls(void)
     T_EQ_INT(a.limit, -1);
     T_EQ_INT(a.offset, -1);
     T_CHECK(!a.status && !a.name && !a.workload && !a.model);
-    T_OK(parse(&a, &e, ARGV("list", "--status", "running", "--name", "res net", "--workload",
-                            "train", "--model=resnet18", "--limit", "10", "--offset=20")));
+    T_OK(parse(&a, &e,
+               ARGV("list", "--status", "running", "--name", "res net", "--workload", "train",
+                    "--model=resnet18", "--limit", "10", "--offset=20")));
     T_EQ_INT(a.cmd, CMD_LS);
     T_EQ_STR(a.status, "running");
     T_EQ_STR(a.name, "res net");
@@ -171,8 +177,8 @@ static void test_args_usage_errors(void)
         int rc = parse(&a, &e, argv);
         T_CHECK_MSG(rc == -1, "case %zu accepted", i);
         T_CHECK_MSG(e.code == ERR_INVALID, "case %zu: code %d", i, (int)e.code);
-        T_CHECK_MSG(strstr(e.msg, bad[i].names) != NULL, "case %zu: '%s' lacks '%s'", i,
-                    e.msg, bad[i].names);
+        T_CHECK_MSG(strstr(e.msg, bad[i].names) != NULL, "case %zu: '%s' lacks '%s'", i, e.msg,
+                    bad[i].names);
     }
 }
 
@@ -243,11 +249,25 @@ static void test_exit_codes(void)
 static void test_usage_documents_everything(void)
 {
     const char *u = args_usage();
-    static const char *const words[] = {"submit", "ls", "show", "compare", "export", "cancel",
-                                        "rm", "runs", "--watch", "--json", "--csv",
-                                        "--token-file", "DDPB_URL", "DDPB_TOKEN",
-                                        "0  success", "1  the experiment", "2  usage",
-                                        "3  the daemon refused", "4  the daemon cannot"};
+    static const char *const words[] = {"submit",
+                                        "ls",
+                                        "show",
+                                        "compare",
+                                        "export",
+                                        "cancel",
+                                        "rm",
+                                        "runs",
+                                        "--watch",
+                                        "--json",
+                                        "--csv",
+                                        "--token-file",
+                                        "DDPB_URL",
+                                        "DDPB_TOKEN",
+                                        "0  success",
+                                        "1  the experiment",
+                                        "2  usage",
+                                        "3  the daemon refused",
+                                        "4  the daemon cannot"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         T_CHECK_MSG(strstr(u, words[i]) != NULL, "usage lacks '%s'", words[i]);
     for (const char *p = u; *p; p++)

@@ -70,9 +70,11 @@ static void fake_wait_close(int fd, int ms)
         (void)!recv(fd, &c, 1, 0);
 }
 
-#define JSON_HEAD(status) "HTTP/1.1 " status "\r\nContent-Type: application/json\r\n" \
-                          "Connection: close\r\n"
-#define SSE_HEAD "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+#define JSON_HEAD(status)                                                                      \
+    "HTTP/1.1 " status "\r\nContent-Type: application/json\r\n"                                \
+    "Connection: close\r\n"
+#define SSE_HEAD                                                                               \
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 
 static void fake_reply(const char *req, int fd)
 {

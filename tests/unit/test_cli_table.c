@@ -56,7 +56,7 @@ static void test_table_cells_cleaned_cut_dropped(void)
     table_set(&t, 1, "-");
     table_set(&t, 2, "1");
     table_add_row(&t);
-    table_set(&t, 0, "evil\x1b[31mred");    /* an escape sequence from a spec name */
+    table_set(&t, 0, "evil\x1b[31mred"); /* an escape sequence from a spec name */
     table_set(&t, 2, "22");
     table_add_row(&t);
     table_set(&t, 0, "a-very-long-name-indeed");
@@ -77,9 +77,10 @@ static void test_fmt_numbers(void)
     struct {
         double v;
         const char *want;
-    } nums[] = {{0, "0"}, {1234.6, "1235"}, {1234.4, "1234"}, {98765.4, "98765"}, {12.345, "12.35"},
-                {1.5, "1.500"}, {0.5, "0.5000"}, {0.01234, "0.01234"}, {-3.25, "-3.250"},
-                {0.00001234, "1.2e-05"}, {NAN, "-"}, {INFINITY, "-"}};
+    } nums[] = {
+        {0, "0"},          {1234.6, "1235"},        {1234.4, "1234"}, {98765.4, "98765"},
+        {12.345, "12.35"}, {1.5, "1.500"},          {0.5, "0.5000"},  {0.01234, "0.01234"},
+        {-3.25, "-3.250"}, {0.00001234, "1.2e-05"}, {NAN, "-"},       {INFINITY, "-"}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
         table_fmt_num(nums[i].v, s, sizeof s);
         T_CHECK_MSG(strcmp(s, nums[i].want) == 0, "%g -> '%s', want '%s'", nums[i].v, s,
@@ -164,8 +165,11 @@ static void test_view_collective_results(void)
     T_EQ_INT(view_results(t, &b), 0);
     const char *s = text(&b);
     /* constant descriptive columns become one line above the table */
-    T_CHECK_MSG(strncmp(s, "op=allreduce  dtype=float32  redop=sum  inplace=false  "
-                           "algorithm=ring\n", 70) == 0, "%s", s);
+    T_CHECK_MSG(strncmp(s,
+                        "op=allreduce  dtype=float32  redop=sum  inplace=false  "
+                        "algorithm=ring\n",
+                        70) == 0,
+                "%s", s);
     T_CHECK_MSG(strstr(s, "world_size  size      busbw GB/s  n  algbw GB/s  median us"), "%s",
                 s);
     T_CHECK_MSG(strstr(s, "         2    4K  1.234 +- 0.051  3      0.6172") != NULL, "%s", s);
@@ -195,9 +199,9 @@ static json_t *train_row(int ws, double thr, double ci, double speedup, double e
 
 static void test_view_training_results(void)
 {
-    json_t *t = json_pack("{s:i, s:s, s:[s], s:[s,s,s,s,s,s,s,s,s,s,s], s:[o,o]}",
-                          "experiment", 9, "workload", "train", "group_by", "world_size",
-                          "columns", "world_size", "runs", "throughput_mean", "throughput_ci95",
+    json_t *t = json_pack("{s:i, s:s, s:[s], s:[s,s,s,s,s,s,s,s,s,s,s], s:[o,o]}", "experiment",
+                          9, "workload", "train", "group_by", "world_size", "columns",
+                          "world_size", "runs", "throughput_mean", "throughput_ci95",
                           "throughput_n", "step_ms_median", "speedup", "speedup_ci95",
                           "efficiency", "test_acc_mean", "overlap", "rows",
                           train_row(1, 1000, 10, 1.0, 1.0), train_row(2, 1900, 20, 1.9, 0.95));
@@ -205,8 +209,8 @@ static void test_view_training_results(void)
     buf_init(&b);
     T_EQ_INT(view_results(t, &b), 0);
     const char *s = text(&b);
-    T_CHECK_MSG(strstr(s, "samples/s") && strstr(s, "speedup") && strstr(s, "efficiency"),
-                "%s", s);
+    T_CHECK_MSG(strstr(s, "samples/s") && strstr(s, "speedup") && strstr(s, "efficiency"), "%s",
+                s);
     T_CHECK_MSG(strstr(s, "1900 +- 20") && strstr(s, "1.900 +- 0.050") && strstr(s, "95.0%"),
                 "%s", s);
     T_CHECK_MSG(strstr(s, "test acc") == NULL, "%s", s); /* all null: dropped */
@@ -253,7 +257,8 @@ static void test_view_compare(void)
     T_OK(view_compare(single, 2, &b, &e));
     s = text(&b);
     T_CHECK_MSG(strstr(s, "  3           2   64K  2.000 +- 0.100  3  1.00x\n"
-                          "  6           2   64K  4.000 +- 0.100  3  2.00x\n"), "%s", s);
+                          "  6           2   64K  4.000 +- 0.100  3  2.00x\n"),
+                "%s", s);
     buf_free(&b);
     json_decref(c);
     json_decref(spec);
@@ -285,9 +290,11 @@ static void test_view_experiment_list(void)
     T_EQ_INT(view_experiments(page, &b), 0);
     const char *s = text(&b);
     T_CHECK_MSG(strstr(s, "id  name         workload    status     runs  created              "
-                          "duration\n") != NULL, "%s", s);
+                          "duration\n") != NULL,
+                "%s", s);
     T_CHECK_MSG(strstr(s, "12  allreduce-2  collective  succeeded   3/3  2026-11-22 10:04:05  "
-                          "   12.3s\n") != NULL, "%s", s);
+                          "   12.3s\n") != NULL,
+                "%s", s);
     T_CHECK_MSG(strstr(s, "1/4") && strstr(s, "1-2 of 5 (--offset 2 for more)"), "%s", s);
     buf_free(&b);
     json_decref(page);
@@ -334,12 +341,12 @@ static void test_view_experiment_and_run(void)
     T_EQ_INT(view_run(run, &b), 0);
     s = text(&b);
     T_CHECK_MSG(strstr(s, "run 21  experiment 7  point 1  status succeeded  ranks 2  "
-                          "duration 2.5s\nparams: -\n"), "%s", s);
-    T_CHECK_MSG(strstr(s, "rank  node  pid  status\n") && strstr(s, "   1  n0    101  done\n"),
-                "%s",
-                s);
-    T_CHECK_MSG(strstr(s, "compiler     gcc 12") && strstr(s, "rank 1       hostname=h1"),
+                          "duration 2.5s\nparams: -\n"),
                 "%s", s);
+    T_CHECK_MSG(strstr(s, "rank  node  pid  status\n") && strstr(s, "   1  n0    101  done\n"),
+                "%s", s);
+    T_CHECK_MSG(strstr(s, "compiler     gcc 12") && strstr(s, "rank 1       hostname=h1"), "%s",
+                s);
     T_CHECK_MSG(strstr(s, "1M") && strstr(s, "512.2") && strstr(s, "2.047"), "%s", s);
     T_CHECK(ascii_only(&b));
     buf_free(&b);

@@ -49,12 +49,12 @@ static void test_watch_terminal_events(void)
     T_EQ_INT(w.nruns, 2);
     T_EQ_STR(lines(&log), "experiment 4 queued: 0/2 runs finished\n");
     buf_reset(&log);
-    T_EQ_INT(apply(&w, "run", "{\"run\": 10, \"status\": \"running\", \"experiment\": 4}",
-                   &log), 0);
+    T_EQ_INT(
+        apply(&w, "run", "{\"run\": 10, \"status\": \"running\", \"experiment\": 4}", &log), 0);
     T_EQ_INT(w.cur_run, 10);
     T_EQ_INT(log.len, 0); /* on a terminal the bar shows it */
-    T_EQ_INT(apply(&w, "progress", "{\"run\": 10, \"progress\": 0.5, \"phase\": \"64K\"}",
-                   &log), 0);
+    T_EQ_INT(
+        apply(&w, "progress", "{\"run\": 10, \"progress\": 0.5, \"phase\": \"64K\"}", &log), 0);
     T_NEAR(w.cur_progress, 0.5, 1e-9);
     char bar[256];
     watch_bar(&w, bar, sizeof bar, 10);
@@ -67,8 +67,9 @@ static void test_watch_terminal_events(void)
     watch_bar(&w, bar, sizeof bar, 10);
     T_EQ_STR(bar, "[#####.....] 1/2 runs");
     buf_reset(&log);
-    T_EQ_INT(apply(&w, "run", "{\"run\": 11, \"status\": \"failed\", \"error\": \"rank 1: boom\"}",
-                   &log), 0);
+    T_EQ_INT(apply(&w, "run",
+                   "{\"run\": 11, \"status\": \"failed\", \"error\": \"rank 1: boom\"}", &log),
+             0);
     T_EQ_STR(lines(&log), "run 11 failed: rank 1: boom [2/2]\n");
     T_EQ_INT(apply(&w, "experiment", "{\"id\": 4, \"status\": \"failed\"}", &log), 0);
     T_CHECK(w.ended);
@@ -88,7 +89,8 @@ static void test_watch_plain_lines_every_change(void)
     T_EQ_INT(w.cur_run, 10);
     T_EQ_INT(apply(&w, "run", "{\"run\": 10, \"status\": \"succeeded\"}", &log), 0);
     T_EQ_INT(apply(&w, "run", "{\"run\": 11, \"status\": \"starting\"}", &log), 0);
-    T_EQ_INT(apply(&w, "run", "{\"run\": 11, \"status\": \"starting\"}", &log), 0); /* no change */
+    T_EQ_INT(apply(&w, "run", "{\"run\": 11, \"status\": \"starting\"}", &log),
+             0); /* no change */
     T_EQ_INT(apply(&w, "run", "{\"run\": 11, \"status\": \"running\"}", &log), 0);
     T_EQ_INT(apply(&w, "progress", "{\"run\": 11, \"progress\": 0.25}", &log), 0);
     T_EQ_STR(lines(&log), "experiment 4 running: 0/2 runs finished\n"
@@ -125,7 +127,7 @@ static void test_watch_ignores_malformed(void)
     struct buf log;
     buf_init(&log);
     watch_state_init(&w, 4, true);
-    T_EQ_INT(apply(&w, "run", "{\"status\": \"running\"}", &log), 0);   /* no run id */
+    T_EQ_INT(apply(&w, "run", "{\"status\": \"running\"}", &log), 0); /* no run id */
     T_EQ_INT(apply(&w, "run", "{\"run\": \"x\"}", &log), 0);
     T_EQ_INT(apply(&w, "progress", "{\"run\": 3, \"progress\": \"half\"}", &log), 0);
     T_EQ_INT(apply(&w, "experiment", "{\"status\": 5}", &log), 0);

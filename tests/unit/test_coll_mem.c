@@ -80,8 +80,8 @@ static void test_hooks_carry_every_op(void)
         bool inplace = i >= 5;
         one_rank_coll_spec(&s, 11, ops[i % 5], dtypes[i % 5], "sum", 3, inplace);
         struct fake_dev f = {0};
-        struct collective_mem mem = {&f, fake_alloc, fake_free, fake_upload, fake_download,
-                                     fake_seconds};
+        struct collective_mem mem = {&f,          fake_alloc,    fake_free,
+                                     fake_upload, fake_download, fake_seconds};
         int64_t sizes[] = {8, 1024, 4096};
         struct report_collective rc[3];
         int n = one_rank_run_bench(&o, &s, &mem, sizes, 3, rc, NULL, &e);

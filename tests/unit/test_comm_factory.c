@@ -59,7 +59,7 @@ static struct rendezvous_env env_for(int rank, int world_size)
 struct rank_job {
     const struct world *w;
     int rank, world_size;
-    float sum;                /* what the allreduce gave element 0 */
+    float sum; /* what the allreduce gave element 0 */
     char backend[8], algorithm[16];
     int rc;
     struct err e;
@@ -74,8 +74,8 @@ static void *rank_main(void *arg)
     struct comm_factory *f = comm_factory_begin(&s, &env, NULL, &j->e);
     if (!f)
         return NULL;
-    struct store_client *sc = store_client_connect(j->w->addr, RUN, SECRET, j->rank, 5000,
-                                                   NULL, &j->e);
+    struct store_client *sc = store_client_connect(j->w->addr, RUN, SECRET, j->rank, 5000, NULL,
+                                                   &j->e);
     if (!sc) {
         comm_factory_discard(f);
         return NULL;
@@ -118,8 +118,14 @@ static void run_world(int n)
     }
 }
 
-static void test_tcp_world_of_one(void) { run_world(1); }
-static void test_tcp_world_of_two(void) { run_world(2); }
+static void test_tcp_world_of_one(void)
+{
+    run_world(1);
+}
+static void test_tcp_world_of_two(void)
+{
+    run_world(2);
+}
 
 /* comm_create_from_spec is the two steps in one, for a caller that has joined. */
 static void test_create_from_spec_one_rank(void)
@@ -154,7 +160,8 @@ static void test_backend_unavailable_named(void)
         T_EQ_INT(e.code, ERR_INVALID);
         T_EQ_STR(e.field, "backend");
         T_CHECK_MSG(strstr(e.msg, "\"nccl\"") && strstr(e.msg, "built without NCCL") &&
-                        strstr(e.msg, "-Dnccl=enabled"), "%s", e.msg);
+                        strstr(e.msg, "-Dnccl=enabled"),
+                    "%s", e.msg);
     }
     memset(&e, 0, sizeof e);
     s = spec_for("mpi", "");

@@ -48,8 +48,8 @@ static void test_nccl_config_refused(void)
     T_CHECK(comm_nccl_create(&cfg, NULL, &e) == NULL);
     T_EQ_INT(e.code, ERR_INVALID);
     T_EQ_STR(e.field, "rank");
-    cfg = (struct comm_nccl_config){.rank = 0, .world_size = 1, .timeout_ms = 1000,
-                                    .algorithm = "hd"};
+    cfg = (struct comm_nccl_config){
+        .rank = 0, .world_size = 1, .timeout_ms = 1000, .algorithm = "hd"};
     T_CHECK(comm_nccl_create(&cfg, NULL, &e) == NULL);
     T_EQ_STR(e.field, "algorithm");
     cfg.algorithm = NULL;

@@ -79,12 +79,13 @@ static void test_float_to_half_rounding(void)
     T_EQ_INT(reduce_float_to_half(65520.0f), 0x7c00); /* ties away from the odd 0x7bff */
     T_EQ_INT(reduce_float_to_half(1e10f), 0x7c00);
     T_EQ_INT(reduce_float_to_half(-1e10f), 0xfc00);
-    T_EQ_INT(reduce_float_to_half(0x1p-25f), 0);      /* tie between 0 and 2^-24: even */
+    T_EQ_INT(reduce_float_to_half(0x1p-25f), 0); /* tie between 0 and 2^-24: even */
     T_EQ_INT(reduce_float_to_half(0x1.000002p-25f), 1);
     T_EQ_INT(reduce_float_to_half(0x1p-30f), 0);
     T_EQ_INT(reduce_float_to_half(-0.0f), 0x8000);
     T_EQ_INT(reduce_float_to_half(0x1.ffcp-15f), 0x0400); /* subnormal rounding up to normal */
-    T_CHECK((reduce_float_to_half(NAN) & 0x7c00) == 0x7c00 && (reduce_float_to_half(NAN) & 0x3ff));
+    T_CHECK((reduce_float_to_half(NAN) & 0x7c00) == 0x7c00 &&
+            (reduce_float_to_half(NAN) & 0x3ff));
 }
 
 #if defined(__x86_64__)
@@ -132,7 +133,7 @@ static void test_bf16_conversions(void)
         T_EQ_INT(reduce_float_to_bf16(bits_f32(mid + 1)), a + 1);
     }
     T_EQ_INT(reduce_float_to_bf16(bits_f32(0x7f7fffffu)), 0x7f80); /* rounds to infinity */
-    uint16_t qnan = reduce_float_to_bf16(bits_f32(0x7f800001u)); /* payload in low bits */
+    uint16_t qnan = reduce_float_to_bf16(bits_f32(0x7f800001u));   /* payload in low bits */
     T_CHECK((qnan & 0x7f80) == 0x7f80 && (qnan & 0x7f));
 }
 

@@ -55,9 +55,13 @@ static void *setup_thread(void *p)
 static struct comm_tcp_config mesh_config(int rank, int n, int timeout_ms,
                                           const atomic_bool *abort_flag, const char *secret)
 {
-    return (struct comm_tcp_config){.rank = rank, .world_size = n, .listen_host = "127.0.0.1",
-                                    .timeout_ms = timeout_ms, .abort_flag = abort_flag,
-                                    .algorithm = "auto", .secret = secret};
+    return (struct comm_tcp_config){.rank = rank,
+                                    .world_size = n,
+                                    .listen_host = "127.0.0.1",
+                                    .timeout_ms = timeout_ms,
+                                    .abort_flag = abort_flag,
+                                    .algorithm = "auto",
+                                    .secret = secret};
 }
 
 /* Listens all ranks. */
@@ -66,8 +70,8 @@ static int mesh_listen(struct comm_tcp **t, char addrs[][64], int n, int timeout
 {
     struct err e;
     for (int r = 0; r < n; r++) {
-        struct comm_tcp_config cfg =
-            mesh_config(r, n, timeout_ms, abort_flag, secrets ? secrets[r] : "s3cret");
+        struct comm_tcp_config cfg = mesh_config(r, n, timeout_ms, abort_flag,
+                                                 secrets ? secrets[r] : "s3cret");
         t[r] = comm_tcp_listen(&cfg, &e);
         if (!t[r])
             return -1;
@@ -178,8 +182,9 @@ static double case_reduced(const struct op_case *k, int world, size_t j)
     double acc = case_input(k, world, 0, j);
     for (int r = 1; r < world; r++) {
         double v = case_input(k, world, r, j);
-        acc = k->redop == COMM_MIN ? (v < acc ? v : acc)
-            : k->redop == COMM_MAX ? (v > acc ? v : acc) : acc + v;
+        acc = k->redop == COMM_MIN   ? (v < acc ? v : acc)
+              : k->redop == COMM_MAX ? (v > acc ? v : acc)
+                                     : acc + v;
     }
     if (k->redop != COMM_AVG)
         return acc;
@@ -230,9 +235,15 @@ static void case_setup(const struct op_case *k, const struct comm *c, struct cas
     memset(cb->b, 0x5a, big);
     for (size_t i = 0; i < cb->in_n; i++)
         reduce_store(send + i * es, k->dtype, case_input(k, n, r, i));
-    cb->args = (struct comm_args){.op = k->op, .send = send, .recv = recv, .count = k->count,
-                                  .dtype = k->dtype, .redop = k->redop, .algorithm = k->alg,
-                                  .peer = k->root, .count2 = k->count};
+    cb->args = (struct comm_args){.op = k->op,
+                                  .send = send,
+                                  .recv = recv,
+                                  .count = k->count,
+                                  .dtype = k->dtype,
+                                  .redop = k->redop,
+                                  .algorithm = k->alg,
+                                  .peer = k->root,
+                                  .count2 = k->count};
     if (k->op == COMM_OP_SENDRECV) {
         cb->args.peer = (r + 1) % n;
         cb->args.peer2 = (r + n - 1) % n;
@@ -249,10 +260,13 @@ static int case_check(const struct op_case *k, const struct comm *c, const struc
         double got = reduce_load((const uint8_t *)cb->args.recv + i * es, k->dtype);
         double want = case_expected(k, c->world_size, c->rank, i);
         if (got != want && !bad++)
-            snprintf(why, whylen, "%s/%s %s %s%s count %zu off %zu: rank %d element %zu is "
-                     "%g, want %g", comm_op_name(k->op), comm_algorithm_name(k->alg),
+            snprintf(why, whylen,
+                     "%s/%s %s %s%s count %zu off %zu: rank %d element %zu is "
+                     "%g, want %g",
+                     comm_op_name(k->op), comm_algorithm_name(k->alg),
                      comm_dtype_name(k->dtype), comm_redop_name(k->redop),
-                     k->inplace ? " in place" : "", k->count, k->misalign, c->rank, i, got, want);
+                     k->inplace ? " in place" : "", k->count, k->misalign, c->rank, i, got,
+                     want);
     }
     return bad;
 }
@@ -361,11 +375,15 @@ static int reducing_cases(struct op_case *out, int max)
         for (int a = 0; a < 3 + !o; a++)
             for (int t = COMM_FLOAT32; t <= COMM_INT64; t++)
                 for (int op = COMM_SUM; op <= COMM_MAX; op++, i++)
-                    n = add_case(out, n, max, (struct op_case){
-                        .op = o ? COMM_OP_REDUCE_SCATTER : COMM_OP_ALLREDUCE,
-                        .alg = o ? rs[a] : ar[a], .dtype = (enum comm_dtype)t,
-                        .redop = (enum comm_redop)op, .inplace = i % 2,
-                        .count = small_counts[i % 6], .misalign = (size_t)(i * 3) % 8});
+                    n = add_case(
+                        out, n, max,
+                        (struct op_case){.op = o ? COMM_OP_REDUCE_SCATTER : COMM_OP_ALLREDUCE,
+                                         .alg = o ? rs[a] : ar[a],
+                                         .dtype = (enum comm_dtype)t,
+                                         .redop = (enum comm_redop)op,
+                                         .inplace = i % 2,
+                                         .count = small_counts[i % 6],
+                                         .misalign = (size_t)(i * 3) % 8});
     return n;
 }
 
@@ -377,19 +395,30 @@ static int moving_cases(struct op_case *out, int max, int world)
     int n = 0, i = 0;
     for (int a = 0; a < 3; a++)
         for (int t = COMM_FLOAT32; t <= COMM_INT64; t++, i++)
-            n = add_case(out, n, max, (struct op_case){
-                .op = COMM_OP_ALL_GATHER, .alg = ag[a], .dtype = (enum comm_dtype)t,
-                .inplace = i % 2, .count = small_counts[i % 6], .misalign = (size_t)i % 8});
+            n = add_case(out, n, max,
+                         (struct op_case){.op = COMM_OP_ALL_GATHER,
+                                          .alg = ag[a],
+                                          .dtype = (enum comm_dtype)t,
+                                          .inplace = i % 2,
+                                          .count = small_counts[i % 6],
+                                          .misalign = (size_t)i % 8});
     for (int a = 0; a < 3; a++)
         for (int root = 0; root < world; root++, i++)
-            n = add_case(out, n, max, (struct op_case){
-                .op = COMM_OP_BROADCAST, .alg = bc[a], .dtype = (enum comm_dtype)(i % 5),
-                .inplace = i % 2, .count = small_counts[i % 6], .misalign = (size_t)i % 8,
-                .root = root});
+            n = add_case(out, n, max,
+                         (struct op_case){.op = COMM_OP_BROADCAST,
+                                          .alg = bc[a],
+                                          .dtype = (enum comm_dtype)(i % 5),
+                                          .inplace = i % 2,
+                                          .count = small_counts[i % 6],
+                                          .misalign = (size_t)i % 8,
+                                          .root = root});
     for (int t = COMM_FLOAT32; t <= COMM_INT64; t++, i++)
-        n = add_case(out, n, max, (struct op_case){
-            .op = COMM_OP_SENDRECV, .dtype = (enum comm_dtype)t, .count = small_counts[i % 6],
-            .inplace = t % 2, .misalign = (size_t)i % 8});
+        n = add_case(out, n, max,
+                     (struct op_case){.op = COMM_OP_SENDRECV,
+                                      .dtype = (enum comm_dtype)t,
+                                      .count = small_counts[i % 6],
+                                      .inplace = t % 2,
+                                      .misalign = (size_t)i % 8});
     return n;
 }
 
@@ -410,8 +439,7 @@ static int large_cases(struct op_case *out, int max, int world)
         {COMM_OP_REDUCE_SCATTER, COMM_ALG_RING, COMM_BFLOAT16, COMM_MIN, false, 50021, 1, 0},
         {COMM_OP_ALL_GATHER, COMM_ALG_RING, COMM_INT32, COMM_SUM, false, 100003, 7, 0},
         {COMM_OP_ALL_GATHER, COMM_ALG_RING, COMM_FLOAT16, COMM_SUM, true, 90001, 0, 0},
-        {COMM_OP_BROADCAST, COMM_ALG_RING, COMM_FLOAT32, COMM_SUM, false, 300007, 1,
-         world - 1},
+        {COMM_OP_BROADCAST, COMM_ALG_RING, COMM_FLOAT32, COMM_SUM, false, 300007, 1, world - 1},
         {COMM_OP_BROADCAST, COMM_ALG_TREE, COMM_INT64, COMM_SUM, true, 100003, 0, 0},
         {COMM_OP_SENDRECV, COMM_ALG_AUTO, COMM_FLOAT32, COMM_SUM, false, 1000003, 4, 0},
         {COMM_OP_SENDRECV, COMM_ALG_DIRECT, COMM_INT64, COMM_SUM, true, 500009, 3, 0},
@@ -442,7 +470,10 @@ static int reducing_cases_w(struct op_case *out, int max, int world)
     return reducing_cases(out, max);
 }
 
-static void test_comm_reducing_ops_exact(void) { check_world_cases(reducing_cases_w); }
+static void test_comm_reducing_ops_exact(void)
+{
+    check_world_cases(reducing_cases_w);
+}
 
 /* The ring allreduce in many small blocks (chunks of 1000 bytes): blocks of uneven
  * lengths, the last one short, elements split across blocks never. */
@@ -463,8 +494,14 @@ static void test_comm_ring_blocks_exact(void)
         T_CHECK_MSG(failures == 0, "world %d: %s", n, why);
     }
 }
-static void test_comm_moving_ops_exact(void) { check_world_cases(moving_cases); }
-static void test_comm_large_ops_exact(void) { check_world_cases(large_cases); }
+static void test_comm_moving_ops_exact(void)
+{
+    check_world_cases(moving_cases);
+}
+static void test_comm_large_ops_exact(void)
+{
+    check_world_cases(large_cases);
+}
 
 /* The algorithm used is recorded per operation, and auto picks by size. */
 static void *algo_names_job(void *p)
@@ -505,8 +542,12 @@ static void *bytes_job(void *p)
     struct case_job *j = p;
     struct err e;
     float buf[10] = {0};
-    struct comm_args a = {.op = COMM_OP_ALLREDUCE, .send = buf, .recv = buf, .count = 10,
-                          .dtype = COMM_FLOAT32, .algorithm = COMM_ALG_RING};
+    struct comm_args a = {.op = COMM_OP_ALLREDUCE,
+                          .send = buf,
+                          .recv = buf,
+                          .count = 10,
+                          .dtype = COMM_FLOAT32,
+                          .algorithm = COMM_ALG_RING};
     j->failures = comm_run(j->c, &a, &e) != 0;
     return NULL;
 }
@@ -599,7 +640,8 @@ static void *p2p_job_run(void *p)
         j->bad = comm_send(j->c, buf, 5, COMM_INT32, 0, &j->e) != 0;
     else if (!j->bad && r == 0)
         j->bad = comm_recv(j->c, buf, 4, COMM_INT32, 1, &j->e) == 0 ||
-                 j->e.code != ERR_PROTOCOL || !strstr(j->e.msg, "rank 1 sent a 20-byte message");
+                 j->e.code != ERR_PROTOCOL ||
+                 !strstr(j->e.msg, "rank 1 sent a 20-byte message");
     free(buf);
     return NULL;
 }
@@ -644,14 +686,18 @@ static void test_comm_bad_arguments(void)
     /* in place as NCCL lays it out is fine; reduce_scatter's recv elsewhere in send is not */
     T_OK(comm_reduce_scatter(c, f, f, 4, COMM_FLOAT32, COMM_SUM, &e));
     T_OK(comm_all_gather(c, f, f, 4, COMM_FLOAT32, &e));
-    struct comm_args a = {.op = COMM_OP_ALLREDUCE, .send = f, .recv = f, .count = 4,
-                          .dtype = COMM_FLOAT32, .algorithm = COMM_ALG_TREE};
+    struct comm_args a = {.op = COMM_OP_ALLREDUCE,
+                          .send = f,
+                          .recv = f,
+                          .count = 4,
+                          .dtype = COMM_FLOAT32,
+                          .algorithm = COMM_ALG_TREE};
     mesh_destroy(&m);
     T_CHECK(mesh_build(&m, 2, 2000, NULL) == 0);
     T_CHECK(comm_run(m.c[0], &a, &e) < 0); /* checked before any byte moves */
     T_EQ_STR(e.field, "algorithm");
-    T_CHECK_MSG(strstr(e.msg, "allreduce has no algorithm 'tree' (it has ring, rd, hd)"),
-                "%s", e.msg);
+    T_CHECK_MSG(strstr(e.msg, "allreduce has no algorithm 'tree' (it has ring, rd, hd)"), "%s",
+                e.msg);
     a.op = COMM_OP_REDUCE_SCATTER;
     a.recv = f + 1; /* inside send but not rank 0's block */
     T_CHECK(comm_run(m.c[0], &a, &e) < 0);
@@ -736,7 +782,8 @@ static void *async_job_run(void *p)
     }
     /* a synchronous call queues behind whatever is pending */
     float one = 1;
-    if (comm_allreduce(j->c, &one, &one, 1, COMM_FLOAT32, COMM_SUM, &e) != 0 || one != (float)n) {
+    if (comm_allreduce(j->c, &one, &one, 1, COMM_FLOAT32, COMM_SUM, &e) != 0 ||
+        one != (float)n) {
         snprintf(j->why, sizeof j->why, "sync after async: %s (%g)", e.msg, (double)one);
         j->bad++;
     }
@@ -851,7 +898,10 @@ static void run_with_victim(struct mesh *m, int victim, size_t count, int delay_
             pthread_join(th[r], NULL);
 }
 
-static void drop_victim(struct mesh *m, int victim) { comm_tcp_drop_connections(m->c[victim]); }
+static void drop_victim(struct mesh *m, int victim)
+{
+    comm_tcp_drop_connections(m->c[victim]);
+}
 
 static void test_comm_tcp_peer_closes_mid_operation(void)
 {
@@ -901,14 +951,17 @@ static void test_comm_tcp_silent_peer_times_out(void)
     /* rank 2 receives from the silent rank 1 (rd pairs 0 with 1 and 2 folds onto... the
      * plan does not matter: whoever waits on rank 1 names it) */
     T_CHECK_MSG(strstr(jobs[0].e.msg, "waiting for rank 1") ||
-                strstr(jobs[2].e.msg, "waiting for rank 1"), "%s | %s", jobs[0].e.msg,
-                jobs[2].e.msg);
+                    strstr(jobs[2].e.msg, "waiting for rank 1"),
+                "%s | %s", jobs[0].e.msg, jobs[2].e.msg);
     mesh_destroy(&m);
 }
 
 static atomic_bool abort_flag_for_test;
 
-static void raise_abort(struct mesh *m, int victim) { atomic_store(&abort_flag_for_test, true); }
+static void raise_abort(struct mesh *m, int victim)
+{
+    atomic_store(&abort_flag_for_test, true);
+}
 
 static void test_comm_tcp_abort_flag(void)
 {
@@ -953,8 +1006,12 @@ static void proc_child(struct comm_tcp **t, char addrs[][64], int n, int r, int 
     struct comm *c = comm_tcp_connect(t[r], ap, &e);
     size_t count = 1 << 18;
     float *buf = calloc(count, sizeof *buf);
-    struct comm_args a = {.op = COMM_OP_ALLREDUCE, .send = buf, .recv = buf, .count = count,
-                          .dtype = COMM_FLOAT32, .algorithm = COMM_ALG_RING};
+    struct comm_args a = {.op = COMM_OP_ALLREDUCE,
+                          .send = buf,
+                          .recv = buf,
+                          .count = count,
+                          .dtype = COMM_FLOAT32,
+                          .algorithm = COMM_ALG_RING};
     res.rc = c ? 0 : -1;
     for (int i = 0; c && res.rc == 0 && i < 100000; i++) {
         res.rc = comm_run(c, &a, &e);
@@ -1064,7 +1121,8 @@ static void test_comm_tcp_stopped_peer_times_out(void)
         T_CHECK_MSG(res[r].rc < 0 && res[r].code == ERR_TIMEOUT, "rank %d: %s", r, res[r].msg);
         T_CHECK_MSG(ms[r] >= 700 && ms[r] < 1500 + 8000, "rank %d failed after %lld ms", r,
                     (long long)ms[r]);
-        T_CHECK_MSG(res[r].peer == 1 || res[r].peer == 2 - r, "rank %d blames %d", r, res[r].peer);
+        T_CHECK_MSG(res[r].peer == 1 || res[r].peer == 2 - r, "rank %d blames %d", r,
+                    res[r].peer);
     }
     /* rank 2 receives from rank 1 in the ring */
     T_EQ_INT(res[2].peer, 1);
@@ -1125,7 +1183,7 @@ static void test_comm_tcp_setup_ignores_strays(void)
     fds[nfds++] = poke_port(addrs[2], garbage, sizeof garbage);
     fds[nfds++] = poke_port(addrs[2], bad_magic, sizeof bad_magic);
     fds[nfds++] = poke_port(addrs[1], wrong_secret, sizeof wrong_secret);
-    fds[nfds++] = poke_port(addrs[1], NULL, 0); /* silent, held open */
+    fds[nfds++] = poke_port(addrs[1], NULL, 0);    /* silent, held open */
     fds[nfds++] = poke_port(addrs[2], garbage, 5); /* partial, held open */
     fds[nfds++] = poke_port(addrs[1], high_rank, sizeof high_rank);
     int closed = poke_port(addrs[2], garbage, 3);
@@ -1138,8 +1196,8 @@ static void test_comm_tcp_setup_ignores_strays(void)
             close(fds[i]);
     for (int r = 0; r < 3; r++)
         T_CHECK_MSG(m.c[r] != NULL, "rank %d: %s", r, m.e[r].msg);
-    struct op_case k = {COMM_OP_ALLREDUCE, COMM_ALG_AUTO, COMM_FLOAT32, COMM_SUM, false, 1000,
-                        0, 0};
+    struct op_case k = {
+        COMM_OP_ALLREDUCE, COMM_ALG_AUTO, COMM_FLOAT32, COMM_SUM, false, 1000, 0, 0};
     char why[512] = "";
     int failures = run_cases_on(&m, &k, 1, why, sizeof why);
     mesh_destroy(&m);
@@ -1170,8 +1228,8 @@ static void test_comm_tcp_port_closed_after_setup(void)
         }
         T_CHECK_MSG(e.code != ERR_OK, "connect to a closed peer port succeeded");
     }
-    struct op_case k = {COMM_OP_ALLREDUCE, COMM_ALG_RING, COMM_INT32, COMM_MAX, false, 4099,
-                        1, 0};
+    struct op_case k = {
+        COMM_OP_ALLREDUCE, COMM_ALG_RING, COMM_INT32, COMM_MAX, false, 4099, 1, 0};
     char why[512] = "";
     int failures = run_cases_on(&m, &k, 1, why, sizeof why);
     mesh_destroy(&m);
@@ -1207,8 +1265,8 @@ static void test_comm_tcp_late_rank_joins(void)
     mesh_connect_late(&m, t, addrs, 0, 1000);
     for (int r = 0; r < 3; r++)
         T_CHECK_MSG(m.c[r] != NULL, "rank %d: %s", r, m.e[r].msg);
-    struct op_case k = {COMM_OP_ALL_GATHER, COMM_ALG_AUTO, COMM_FLOAT16, COMM_SUM, true, 77, 0,
-                        0};
+    struct op_case k = {
+        COMM_OP_ALL_GATHER, COMM_ALG_AUTO, COMM_FLOAT16, COMM_SUM, true, 77, 0, 0};
     char why[512] = "";
     int failures = run_cases_on(&m, &k, 1, why, sizeof why);
     mesh_destroy(&m);

@@ -85,8 +85,8 @@ static void test_fashion_test(void)
     struct err e;
     struct data_image_opts o = {0};
     struct dataset *ds;
-    T_OK(dataset_idx_open_dir(DATA_FASHION_MNIST_DIR, "fashion-mnist", DATA_SPLIT_TEST, &o,
-                              &ds, &e));
+    T_OK(dataset_idx_open_dir(DATA_FASHION_MNIST_DIR, "fashion-mnist", DATA_SPLIT_TEST, &o, &ds,
+                              &e));
     struct fashion_scan s;
     char why[400] = "";
     T_CHECK_MSG(fashion_check(ds, 10000, 1000, &s, why, sizeof why), "%s", why);

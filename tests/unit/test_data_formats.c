@@ -48,11 +48,11 @@ static uint8_t img_byte(size_t sample, size_t k)
 /* --- idx files --------------------------------------------------------------------- */
 
 struct idx_spec {
-    uint8_t magic[4];     /* magic[3] = how many dims are written */
+    uint8_t magic[4]; /* magic[3] = how many dims are written */
     uint32_t dims[4];
-    long delta;           /* payload bytes beyond product(dims) (negative: fewer) */
-    long keep;            /* >= 0: cut the file to this many bytes */
-    int bad_label_at;     /* >= 0: that label becomes 10 */
+    long delta;       /* payload bytes beyond product(dims) (negative: fewer) */
+    long keep;        /* >= 0: cut the file to this many bytes */
+    int bad_label_at; /* >= 0: that label becomes 10 */
     bool gz;
 };
 
@@ -284,50 +284,103 @@ static void test_idx_samples_subset(void)
 
 struct idx_bad {
     const char *what;
-    bool labels;           /* the bad file is the labels file */
+    bool labels; /* the bad file is the labels file */
     struct idx_spec spec;
     enum err_code code;
     const char *needle;
 };
 
 static const struct idx_bad idx_bad_cases[] = {
-    {"bad magic", false, {{1, 2, 8, 3}, {20, 5, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+    {"bad magic",
+     false,
+     {{1, 2, 8, 3}, {20, 5, 4, 0}, 0, -1, -1, false},
+     ERR_INVALID,
      "not an idx file"},
-    {"float elements", false, {{0, 0, 0x0d, 3}, {20, 5, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+    {"float elements",
+     false,
+     {{0, 0, 0x0d, 3}, {20, 5, 4, 0}, 0, -1, -1, false},
+     ERR_INVALID,
      "0x0d (float)"},
-    {"labels as images", false, {{0, 0, 8, 1}, {20, 0, 0, 0}, 0, -1, -1, false}, ERR_INVALID,
+    {"labels as images",
+     false,
+     {{0, 0, 8, 1}, {20, 0, 0, 0}, 0, -1, -1, false},
+     ERR_INVALID,
      "1 dimensions where images"},
-    {"four dims", false, {{0, 0, 8, 4}, {20, 5, 4, 1}, 0, -1, -1, false}, ERR_INVALID,
+    {"four dims",
+     false,
+     {{0, 0, 8, 4}, {20, 5, 4, 1}, 0, -1, -1, false},
+     ERR_INVALID,
      "4 dimensions"},
-    {"images as labels", true, {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+    {"images as labels",
+     true,
+     {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, -1, -1, false},
+     ERR_INVALID,
      "3 dimensions where labels"},
-    {"no images", false, {{0, 0, 8, 3}, {0, 5, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+    {"no images",
+     false,
+     {{0, 0, 8, 3}, {0, 5, 4, 0}, 0, -1, -1, false},
+     ERR_INVALID,
      "0 images"},
-    {"zero side", false, {{0, 0, 8, 3}, {20, 0, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+    {"zero side",
+     false,
+     {{0, 0, 8, 3}, {20, 0, 4, 0}, 0, -1, -1, false},
+     ERR_INVALID,
      "image side 0"},
-    {"huge side", false, {{0, 0, 8, 3}, {20, 5000, 4, 0}, 0, -1, -1, false}, ERR_INVALID,
+    {"huge side",
+     false,
+     {{0, 0, 8, 3}, {20, 5000, 4, 0}, 0, -1, -1, false},
+     ERR_INVALID,
      "image side 5000"},
-    {"absurd bytes", false, {{0, 0, 8, 3}, {0x7fffffff, 4096, 4096, 0}, 0, -1, -1, false},
-     ERR_TOO_LARGE, "over the"},
-    {"absurd count", false, {{0, 0, 8, 3}, {0xffffffff, 28, 28, 0}, 0, -1, -1, false},
-     ERR_INVALID, "expected 1 to"},
-    {"truncated pixels", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, -7, -1, -1, false}, ERR_INVALID,
+    {"absurd bytes",
+     false,
+     {{0, 0, 8, 3}, {0x7fffffff, 4096, 4096, 0}, 0, -1, -1, false},
+     ERR_TOO_LARGE,
+     "over the"},
+    {"absurd count",
+     false,
+     {{0, 0, 8, 3}, {0xffffffff, 28, 28, 0}, 0, -1, -1, false},
+     ERR_INVALID,
+     "expected 1 to"},
+    {"truncated pixels",
+     false,
+     {{0, 0, 8, 3}, {20, 5, 4, 0}, -7, -1, -1, false},
+     ERR_INVALID,
      "truncated"},
-    {"truncated pixels gz", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, -7, -1, -1, true},
-     ERR_INVALID, "truncated"},
-    {"trailing bytes", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, 3, -1, -1, false}, ERR_INVALID,
+    {"truncated pixels gz",
+     false,
+     {{0, 0, 8, 3}, {20, 5, 4, 0}, -7, -1, -1, true},
+     ERR_INVALID,
+     "truncated"},
+    {"trailing bytes",
+     false,
+     {{0, 0, 8, 3}, {20, 5, 4, 0}, 3, -1, -1, false},
+     ERR_INVALID,
      "3 bytes of trailing data"},
-    {"truncated header", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, 10, -1, false}, ERR_INVALID,
+    {"truncated header",
+     false,
+     {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, 10, -1, false},
+     ERR_INVALID,
      "truncated idx header"},
-    {"two bytes", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, 2, -1, false}, ERR_INVALID,
+    {"two bytes",
+     false,
+     {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, 2, -1, false},
+     ERR_INVALID,
      "too short"},
-    {"empty", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, 0, -1, false}, ERR_INVALID,
-     "0 bytes"},
-    {"count mismatch", true, {{0, 0, 8, 1}, {19, 0, 0, 0}, 0, -1, -1, false}, ERR_INVALID,
+    {"empty", false, {{0, 0, 8, 3}, {20, 5, 4, 0}, 0, 0, -1, false}, ERR_INVALID, "0 bytes"},
+    {"count mismatch",
+     true,
+     {{0, 0, 8, 1}, {19, 0, 0, 0}, 0, -1, -1, false},
+     ERR_INVALID,
      "holds 19 labels but"},
-    {"truncated labels", true, {{0, 0, 8, 1}, {20, 0, 0, 0}, -1, -1, -1, false}, ERR_INVALID,
+    {"truncated labels",
+     true,
+     {{0, 0, 8, 1}, {20, 0, 0, 0}, -1, -1, -1, false},
+     ERR_INVALID,
      "truncated"},
-    {"label out of range", true, {{0, 0, 8, 1}, {20, 0, 0, 0}, 0, -1, 7, true}, ERR_INVALID,
+    {"label out of range",
+     true,
+     {{0, 0, 8, 1}, {20, 0, 0, 0}, 0, -1, 7, true},
+     ERR_INVALID,
      "sample 7 has label 10"},
 };
 
@@ -347,7 +400,8 @@ static void test_idx_malformed(void)
         int rc = dataset_idx_open(img, lab, "bad", DATA_SPLIT_TRAIN, &o, &ds, &e);
         dataset_destroy(ds);
         T_CHECK_MSG(rc < 0 && ds == NULL, "%s: accepted", c->what);
-        T_CHECK_MSG(e.code == c->code, "%s: code %s: %s", c->what, err_code_name(e.code), e.msg);
+        T_CHECK_MSG(e.code == c->code, "%s: code %s: %s", c->what, err_code_name(e.code),
+                    e.msg);
         T_CHECK_MSG(strstr(e.msg, c->needle), "%s: \"%s\" not in: %s", c->what, c->needle,
                     e.msg);
         T_CHECK_MSG(strstr(e.msg, c->labels ? lab : img), "%s: no file name in: %s", c->what,
@@ -676,8 +730,8 @@ static bool aug_sample_ok(const float *x, size_t sample, const struct data_draw 
     for (int c = 0; c < 3; c++)
         for (int y = 0; y < 32; y++)
             for (int xx = 0; xx < 32; xx++)
-                if (x[c * 1024 + y * 32 + xx] != aug_expect(sample, c, y, xx, dy, dx, flip,
-                                                          &o->norm))
+                if (x[c * 1024 + y * 32 + xx] !=
+                    aug_expect(sample, c, y, xx, dy, dx, flip, &o->norm))
                     return false;
     return true;
 }

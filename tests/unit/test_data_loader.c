@@ -21,8 +21,8 @@
 
 struct probe {
     struct dataset ds;
-    int sleep_ms;        /* per fill */
-    int fail_at;         /* the fill number that fails; -1 never */
+    int sleep_ms; /* per fill */
+    int fail_at;  /* the fill number that fails; -1 never */
     atomic_int fills;
 };
 
@@ -53,8 +53,14 @@ static const struct dataset_ops probe_ops = {.fill = probe_fill, .destroy = NULL
 static void probe_init(struct probe *p, int64_t n, int sleep_ms, int fail_at)
 {
     memset(p, 0, sizeof *p);
-    p->ds = (struct dataset){.ops = &probe_ops, .impl = p, .name = "probe", .n = n, .c = 1,
-                             .h = 2, .w = 2, .classes = 7};
+    p->ds = (struct dataset){.ops = &probe_ops,
+                             .impl = p,
+                             .name = "probe",
+                             .n = n,
+                             .c = 1,
+                             .h = 2,
+                             .w = 2,
+                             .classes = 7};
     p->sleep_ms = sleep_ms;
     p->fail_at = fail_at;
     atomic_init(&p->fills, 0);
@@ -84,8 +90,8 @@ static bool threads_back_to(int n)
     return false;
 }
 
-static struct loader_config cfg_of(int rank, int world, int batch, int64_t epochs,
-                                   int prefetch, enum loader_remainder rem)
+static struct loader_config cfg_of(int rank, int world, int batch, int64_t epochs, int prefetch,
+                                   enum loader_remainder rem)
 {
     struct loader_config c;
     loader_config_default(&c);
@@ -174,8 +180,9 @@ static bool shard_epoch_ok(int64_t n, int world, enum loader_remainder rem, int6
     int64_t want_sum = rem == LOADER_DROP  ? n - n % world
                        : rem == LOADER_PAD ? (n + world - 1) / world * world
                                            : n;
-    bool shape = rem == LOADER_DROP ? hi <= 1 : rem == LOADER_UNEVEN ? lo == 1 && hi == 1
-                                                                    : lo >= 1 && hi - lo <= 1;
+    bool shape = rem == LOADER_DROP     ? hi <= 1
+                 : rem == LOADER_UNEVEN ? lo == 1 && hi == 1
+                                        : lo >= 1 && hi - lo <= 1;
     if (ok && (sum != want_sum || !shape)) {
         ok = false;
         snprintf(why, whylen, "%lld samples in the union (want %lld), seen %lld to %lld times",
@@ -373,8 +380,8 @@ static void test_prefetch_matches_sync(void)
     struct err e;
     struct probe p;
     probe_init(&p, 37, 0, -1);
-    struct data_synthetic_config sc = {.c = 3, .h = 5, .w = 4, .classes = 10, .samples = 37,
-                                       .fresh = true};
+    struct data_synthetic_config sc = {
+        .c = 3, .h = 5, .w = 4, .classes = 10, .samples = 37, .fresh = true};
     struct dataset *syn;
     T_OK(dataset_synthetic_create(&sc, &syn, &e));
     struct dataset *sets[] = {&p.ds, syn};
@@ -404,8 +411,8 @@ static void test_prefetch_matches_sync(void)
 static int synth_loader(bool fresh, int64_t samples, int batch, int64_t epochs, bool shuffle,
                         struct dataset **ds, struct loader **l, struct err *e)
 {
-    struct data_synthetic_config sc = {.c = 3, .h = 8, .w = 8, .classes = 10,
-                                       .samples = samples, .fresh = fresh};
+    struct data_synthetic_config sc = {
+        .c = 3, .h = 8, .w = 8, .classes = 10, .samples = samples, .fresh = fresh};
     if (dataset_synthetic_create(&sc, ds, e) < 0)
         return -1;
     struct loader_config c = cfg_of(0, 1, batch, epochs, 2, LOADER_DROP);
@@ -480,8 +487,8 @@ static void test_synthetic_fresh_per_step(void)
 static void test_synthetic_values(void)
 {
     struct err e;
-    struct data_synthetic_config sc = {.c = 1, .h = 1, .w = 3, .classes = 10,
-                                       .samples = 100000, .fresh = true};
+    struct data_synthetic_config sc = {
+        .c = 1, .h = 1, .w = 3, .classes = 10, .samples = 100000, .fresh = true};
     struct dataset *ds;
     T_OK(dataset_synthetic_create(&sc, &ds, &e));
     enum { N = 100000 };

@@ -172,13 +172,27 @@ static void test_db_results_roundtrip(void)
     T_CHECK(db != NULL);
     int64_t id = test_db_experiment(db, 1);
     json_t *exp = db_get_experiment(db, id, &e);
-    int64_t r = json_integer_value(json_object_get(json_array_get(json_object_get(exp, "runs"), 0), "id"));
+    int64_t r = json_integer_value(
+        json_object_get(json_array_get(json_object_get(exp, "runs"), 0), "id"));
     json_decref(exp);
     struct report_collective c = {
-        .repeat = 0, .op = "allreduce", .dtype = "float32", .redop = "sum",
-        .algorithm = "ring", .inplace = true, .bytes = 4096, .count = 1024, .iters = 20,
-        .time_us_min = 10, .time_us_median = 12.5, .time_us_p95 = 20, .time_us_mean = 13,
-        .time_us_max = 30, .algbw_gbs = 0.32768, .busbw_gbs = 0.32768, .wrong = 0,
+        .repeat = 0,
+        .op = "allreduce",
+        .dtype = "float32",
+        .redop = "sum",
+        .algorithm = "ring",
+        .inplace = true,
+        .bytes = 4096,
+        .count = 1024,
+        .iters = 20,
+        .time_us_min = 10,
+        .time_us_median = 12.5,
+        .time_us_p95 = 20,
+        .time_us_mean = 13,
+        .time_us_max = 30,
+        .algbw_gbs = 0.32768,
+        .busbw_gbs = 0.32768,
+        .wrong = 0,
     };
     T_OK(db_insert_collective(db, r, &c, &e));
     c.bytes = 1024;
@@ -368,7 +382,10 @@ static void test_db_experiment_runs_paged(void)
     T_EQ_INT(json_array_size(json_object_get(all, "runs")), N);
     T_EQ_INT(json_integer_value(json_object_get(all, "runs_total")), N);
     T_EQ_INT(json_integer_value(json_object_get(all, "runs_offset")), 0);
-    struct { int64_t limit, offset; size_t want; } pages[] = {
+    struct {
+        int64_t limit, offset;
+        size_t want;
+    } pages[] = {
         {3, 0, 3}, {3, 3, 3}, {3, 6, 1}, {3, 7, 0}, {100, 0, N}, {1, 4, 1},
     };
     for (size_t p = 0; p < sizeof pages / sizeof *pages; p++) {
@@ -383,8 +400,8 @@ static void test_db_experiment_runs_paged(void)
             json_t *r = json_array_get(got, k);
             T_EQ_INT(json_integer_value(json_object_get(r, "point")),
                      pages[p].offset + (int64_t)k);
-            T_CHECK(json_equal(r, json_array_get(json_object_get(all, "runs"),
-                                                 (size_t)pages[p].offset + k)));
+            T_CHECK(json_equal(
+                r, json_array_get(json_object_get(all, "runs"), (size_t)pages[p].offset + k)));
         }
         json_decref(exp);
     }
@@ -401,7 +418,8 @@ static void test_db_recover_and_reopen(void)
     T_CHECK(db != NULL);
     int64_t id = test_db_experiment(db, 2);
     json_t *exp = db_get_experiment(db, id, &e);
-    int64_t r0 = json_integer_value(json_object_get(json_array_get(json_object_get(exp, "runs"), 0), "id"));
+    int64_t r0 = json_integer_value(
+        json_object_get(json_array_get(json_object_get(exp, "runs"), 0), "id"));
     json_decref(exp);
     T_OK(db_run_starting(db, r0, &e));
     T_OK(db_rank_spawned(db, r0, 0, "node", 1234, NULL, &e));
@@ -464,8 +482,8 @@ static void test_db_gpu_placement(void)
     json_decref(run);
     run = db_get_run(db, r1, &e);
     T_CHECK(json_is_false(json_object_get(run, "emulated")));
-    T_CHECK(json_is_null(json_object_get(json_array_get(json_object_get(run, "ranks"), 0),
-                                         "gpu")));
+    T_CHECK(
+        json_is_null(json_object_get(json_array_get(json_object_get(run, "ranks"), 0), "gpu")));
     json_decref(run);
     struct db_experiment_data data;
     T_OK(db_get_experiment_data(db, id, &data, &e));
@@ -489,7 +507,8 @@ static void test_db_experiment_summary(void)
         {"{}", "{\"model\":\"lenet5\",\"backend\":\"tcp\",\"strategy\":\"ddp\"}", 2},
     };
     int64_t id = 0;
-    T_OK(db_create_experiment(db, "sum", "train", "{\"workload\":\"train\"}", runs, 3, &id, &e));
+    T_OK(
+        db_create_experiment(db, "sum", "train", "{\"workload\":\"train\"}", runs, 3, &id, &e));
     const char *want = "{\"models\":[\"lenet5\"],\"ops\":[],\"backends\":[\"tcp\"],"
                        "\"strategies\":[\"ddp\",\"naive\"],\"world_sizes\":[1,2,4]}";
     json_t *w = json_loads(want, 0, NULL);
@@ -502,7 +521,8 @@ static void test_db_experiment_summary(void)
     db_close(db);
     sqlite3 *h;
     T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
-    T_CHECK(sqlite3_exec(h, "ALTER TABLE experiments DROP COLUMN summary; PRAGMA user_version=3",
+    T_CHECK(sqlite3_exec(h,
+                         "ALTER TABLE experiments DROP COLUMN summary; PRAGMA user_version=3",
                          NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(h);
     db = db_open(db_path, &e);
@@ -651,8 +671,13 @@ static void test_db_cancel_and_delete(void)
     T_CHECK(db_cancel(db, 0, 777, &cr, &e) < 0);
     T_EQ_INT(e.code, ERR_NOT_FOUND);
     /* deletion removes the experiment and its runs' rows */
-    struct report_collective c = {.op = "allreduce", .dtype = "float32", .redop = "sum",
-                                  .algorithm = "ring", .bytes = 8, .count = 2, .iters = 1};
+    struct report_collective c = {.op = "allreduce",
+                                  .dtype = "float32",
+                                  .redop = "sum",
+                                  .algorithm = "ring",
+                                  .bytes = 8,
+                                  .count = 2,
+                                  .iters = 1};
     T_OK(db_insert_collective(db, r0, &c, &e));
     T_OK(db_delete_experiment(db, id, &ids, &n, &e));
     T_EQ_INT(n, 3);
@@ -674,14 +699,25 @@ static void test_db_steps_epochs_and_data(void)
     int64_t r = test_db_run_id(db, id, 0);
     for (int step = 0; step < 3; step++)
         for (int rank = 0; rank < 2; rank++) {
-            struct report_step st = {.step = step, .warmup = step == 0, .samples = 32,
-                                     .loss = 2.0 - 0.1 * step, .forward_ms = 1,
-                                     .backward_ms = 2, .comm_ms = 1.5, .comm_exposed_ms = 0.5,
-                                     .step_ms = 10 + rank * 2 + step, .bytes_sent = 100};
+            struct report_step st = {.step = step,
+                                     .warmup = step == 0,
+                                     .samples = 32,
+                                     .loss = 2.0 - 0.1 * step,
+                                     .forward_ms = 1,
+                                     .backward_ms = 2,
+                                     .comm_ms = 1.5,
+                                     .comm_exposed_ms = 0.5,
+                                     .step_ms = 10 + rank * 2 + step,
+                                     .bytes_sent = 100};
             T_OK(db_insert_step(db, r, rank, &st, &e));
         }
-    struct report_epoch ep = {.epoch = 0, .samples = 192, .train_loss = 1.9, .train_acc = 0.3,
-                              .test_loss = -1, .test_acc = -1, .time_s = 0.1};
+    struct report_epoch ep = {.epoch = 0,
+                              .samples = 192,
+                              .train_loss = 1.9,
+                              .train_acc = 0.3,
+                              .test_loss = -1,
+                              .test_acc = -1,
+                              .time_s = 0.1};
     T_OK(db_insert_epoch(db, r, &ep, &e));
     json_t *steps = db_get_steps(db, r, -1, false, &e);
     T_CHECK(steps != NULL);
@@ -729,10 +765,19 @@ static void test_db_epoch_train_null(void)
     T_CHECK(db != NULL);
     int64_t id = test_db_experiment(db, 1);
     int64_t r = test_db_run_id(db, id, 0);
-    struct report_epoch none = {.epoch = 0, .samples = 0, .train_loss = -1, .train_acc = -1,
-                                .test_loss = 0.7, .test_acc = 0.6, .time_s = 0.1};
-    struct report_epoch some = {.epoch = 1, .samples = 64, .train_loss = 1.5,
-                                .train_acc = 0.5, .test_loss = -1, .test_acc = -1,
+    struct report_epoch none = {.epoch = 0,
+                                .samples = 0,
+                                .train_loss = -1,
+                                .train_acc = -1,
+                                .test_loss = 0.7,
+                                .test_acc = 0.6,
+                                .time_s = 0.1};
+    struct report_epoch some = {.epoch = 1,
+                                .samples = 64,
+                                .train_loss = 1.5,
+                                .train_acc = 0.5,
+                                .test_loss = -1,
+                                .test_acc = -1,
                                 .time_s = 0.2};
     T_OK(db_insert_epoch(db, r, &none, &e));
     T_OK(db_insert_epoch(db, r, &some, &e));
@@ -755,15 +800,16 @@ static void test_db_epoch_train_null(void)
     sqlite3 *h;
     T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
     char sql[1024];
-    snprintf(sql, sizeof sql,
-             "DROP TABLE epochs; CREATE TABLE epochs (run_id INTEGER NOT NULL REFERENCES "
-             "runs (id) ON DELETE CASCADE, repeat INTEGER NOT NULL, epoch INTEGER NOT NULL, "
-             "samples INTEGER NOT NULL, train_loss REAL NOT NULL, train_acc REAL NOT NULL, "
-             "test_loss REAL, test_acc REAL, time_s REAL NOT NULL, PRIMARY KEY (run_id, "
-             "repeat, epoch)) WITHOUT ROWID; INSERT INTO epochs VALUES "
-             "(%lld, 0, 0, 0, 0, 0, 0.7, 0.6, 0.1), (%lld, 0, 1, 64, 1.5, 0.5, NULL, NULL, 0.2);"
-             "ALTER TABLE runs DROP COLUMN oversubscribed; PRAGMA user_version=5",
-             (long long)r, (long long)r);
+    snprintf(
+        sql, sizeof sql,
+        "DROP TABLE epochs; CREATE TABLE epochs (run_id INTEGER NOT NULL REFERENCES "
+        "runs (id) ON DELETE CASCADE, repeat INTEGER NOT NULL, epoch INTEGER NOT NULL, "
+        "samples INTEGER NOT NULL, train_loss REAL NOT NULL, train_acc REAL NOT NULL, "
+        "test_loss REAL, test_acc REAL, time_s REAL NOT NULL, PRIMARY KEY (run_id, "
+        "repeat, epoch)) WITHOUT ROWID; INSERT INTO epochs VALUES "
+        "(%lld, 0, 0, 0, 0, 0, 0.7, 0.6, 0.1), (%lld, 0, 1, 64, 1.5, 0.5, NULL, NULL, 0.2);"
+        "ALTER TABLE runs DROP COLUMN oversubscribed; PRAGMA user_version=5",
+        (long long)r, (long long)r);
     T_CHECK(sqlite3_exec(h, sql, NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(h);
     db = db_open(db_path, &e);

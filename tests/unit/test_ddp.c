@@ -156,27 +156,31 @@ static float *eq_train(const struct eq_case *k, struct comm *c, size_t *n,
     lc.batch_size = k->batch;
     lc.seed = 7;
     lc.prefetch = 0;
-    struct ddp_config dc = {.strategy = k->strategy, .compression = k->compression,
-                            .bucket_bytes = k->bucket_bytes, .fusion_bytes = k->bucket_bytes,
+    struct ddp_config dc = {.strategy = k->strategy,
+                            .compression = k->compression,
+                            .bucket_bytes = k->bucket_bytes,
+                            .fusion_bytes = k->bucket_bytes,
                             .cycle_ms = 0};
     struct nn_optim_cfg oc = nn_optim_defaults(NN_OPTIM_SGD);
     oc.lr = 0.05;
     oc.momentum = 0.9;
-    if ((k->wide ? eq_build_wide(&m, e) : nn_models_build(&m, "lenet5", 1, 28, 28, 10, NULL,
-                                                           e)) < 0 ||
+    if ((k->wide ? eq_build_wide(&m, e)
+                 : nn_models_build(&m, "lenet5", 1, 28, 28, 10, NULL, e)) < 0 ||
         nn_model_init_params(&m, 42, e) < 0 ||
         nn_model_prepare(&m, k->batch, NN_BACKEND_FAST, 1, e) < 0 ||
         dataset_idx_open(eq_images, eq_labels, "eq", DATA_SPLIT_TRAIN, &io, &ds, e) < 0 ||
-        loader_create(ds, &lc, &ld, e) < 0 ||
-        ddp_init(&d, &dc, c, &m, e) < 0)
+        loader_create(ds, &lc, &ld, e) < 0 || ddp_init(&d, &dc, c, &m, e) < 0)
         goto out;
     have_ddp = true;
     if (ddp_optim_init(&d, &o, &oc, e) < 0)
         goto out;
     have_opt = true;
     struct eq_dev dv = {.p = m.params.data, .g = m.grads.data};
-    struct ddp_device dev = {.params = m.params.data, .grads = m.grads.data,
-                             .buffers = m.buffers.data, .ctx = &dv, .scale = eq_dev_scale,
+    struct ddp_device dev = {.params = m.params.data,
+                             .grads = m.grads.data,
+                             .buffers = m.buffers.data,
+                             .ctx = &dv,
+                             .scale = eq_dev_scale,
                              .update = eq_dev_update};
     if (k->device && ddp_set_device(&d, &dev, e) < 0)
         goto out;
@@ -266,9 +270,12 @@ static int eq_run(const struct eq_case *k, float **out, size_t *n,
     pid_t pid[MAX_W];
     struct err e = {0};
     for (int r = 0; r < k->world; r++) {
-        struct comm_tcp_config cfg = {.rank = r, .world_size = k->world,
-                                      .listen_host = "127.0.0.1", .timeout_ms = 20000,
-                                      .algorithm = "auto", .secret = "eq"};
+        struct comm_tcp_config cfg = {.rank = r,
+                                      .world_size = k->world,
+                                      .listen_host = "127.0.0.1",
+                                      .timeout_ms = 20000,
+                                      .algorithm = "auto",
+                                      .secret = "eq"};
         t[r] = comm_tcp_listen(&cfg, &e);
         if (!t[r]) {
             snprintf(why, whylen, "listen: %s", e.msg);
@@ -304,7 +311,8 @@ static int eq_run(const struct eq_case *k, float **out, size_t *n,
             struct ddp_step_stats st[STEPS];
             *n = len;
             out[r] = malloc(len * sizeof(float));
-            if (!out[r] || net_recv_all(fds[r][0], out[r], len * sizeof(float), -1, NULL, &e) < 0 ||
+            if (!out[r] ||
+                net_recv_all(fds[r][0], out[r], len * sizeof(float), -1, NULL, &e) < 0 ||
                 net_recv_all(fds[r][0], st, sizeof st, -1, NULL, &e) < 0)
                 rc = -1;
             else if (stats)
@@ -329,8 +337,10 @@ static void eq_free(float **p, int n)
 /* The single-rank reference of k: batch world * batch * accumulate, plain ddp. */
 static float *eq_reference(const struct eq_case *k, size_t *n, char *why, size_t whylen)
 {
-    struct eq_case ref = {.strategy = DDP_NAIVE, .world = 1,
-                          .batch = k->batch * k->world * k->accumulate, .accumulate = 1,
+    struct eq_case ref = {.strategy = DDP_NAIVE,
+                          .world = 1,
+                          .batch = k->batch * k->world * k->accumulate,
+                          .accumulate = 1,
                           .bucket_bytes = k->bucket_bytes};
     float *p[1] = {NULL};
     if (eq_run(&ref, p, n, NULL, why, whylen) < 0) {
@@ -356,8 +366,8 @@ static int eq_compare(const struct eq_case *k, float **p, const float *ref, size
             if (d > *maxdiff)
                 *maxdiff = d;
             if (!(d <= atol + rtol * fabs(ref[i]))) {
-                snprintf(why, whylen, "rank %d parameter %zu: %.9g against %.9g", r, i,
-                         p[r][i], ref[i]);
+                snprintf(why, whylen, "rank %d parameter %zu: %.9g against %.9g", r, i, p[r][i],
+                         ref[i]);
                 return -1;
             }
         }
@@ -398,41 +408,76 @@ static void test_ddp_strategies_match_one_rank(void)
 {
     for (int s = DDP_NAIVE; s <= DDP_ZERO2; s++)
         for (int w = 2; w <= 3; w++)
-            eq_check((struct eq_case){.strategy = (enum ddp_strategy)s, .world = w, .batch = 4,
-                                      .accumulate = 1, .bucket_bytes = SMALL_BUCKETS},
+            eq_check((struct eq_case){.strategy = (enum ddp_strategy)s,
+                                      .world = w,
+                                      .batch = 4,
+                                      .accumulate = 1,
+                                      .bucket_bytes = SMALL_BUCKETS},
                      2e-5);
 }
 
 static void test_ddp_four_ranks_and_large_buckets(void)
 {
     /* one bucket holding everything (the 25 MiB default), and ddp's 1 MiB first bucket */
-    eq_check((struct eq_case){.strategy = DDP_DDP, .world = 4, .batch = 2, .accumulate = 1,
-                              .bucket_bytes = 25u << 20}, 2e-5);
-    eq_check((struct eq_case){.strategy = DDP_ZERO2, .world = 4, .batch = 2, .accumulate = 1,
-                              .bucket_bytes = SMALL_BUCKETS}, 2e-5);
+    eq_check((struct eq_case){.strategy = DDP_DDP,
+                              .world = 4,
+                              .batch = 2,
+                              .accumulate = 1,
+                              .bucket_bytes = 25u << 20},
+             2e-5);
+    eq_check((struct eq_case){.strategy = DDP_ZERO2,
+                              .world = 4,
+                              .batch = 2,
+                              .accumulate = 1,
+                              .bucket_bytes = SMALL_BUCKETS},
+             2e-5);
 }
 
 static void test_ddp_accumulation(void)
 {
-    eq_check((struct eq_case){.strategy = DDP_DDP, .world = 2, .batch = 2, .accumulate = 3,
-                              .bucket_bytes = SMALL_BUCKETS}, 2e-5);
-    eq_check((struct eq_case){.strategy = DDP_ZERO1, .world = 3, .batch = 2, .accumulate = 2,
-                              .bucket_bytes = SMALL_BUCKETS}, 2e-5);
-    eq_check((struct eq_case){.strategy = DDP_HOROVOD, .world = 2, .batch = 2, .accumulate = 2,
-                              .bucket_bytes = SMALL_BUCKETS}, 2e-5);
+    eq_check((struct eq_case){.strategy = DDP_DDP,
+                              .world = 2,
+                              .batch = 2,
+                              .accumulate = 3,
+                              .bucket_bytes = SMALL_BUCKETS},
+             2e-5);
+    eq_check((struct eq_case){.strategy = DDP_ZERO1,
+                              .world = 3,
+                              .batch = 2,
+                              .accumulate = 2,
+                              .bucket_bytes = SMALL_BUCKETS},
+             2e-5);
+    eq_check((struct eq_case){.strategy = DDP_HOROVOD,
+                              .world = 2,
+                              .batch = 2,
+                              .accumulate = 2,
+                              .bucket_bytes = SMALL_BUCKETS},
+             2e-5);
 }
 
 static void test_ddp_compression(void)
 {
-    eq_check((struct eq_case){.strategy = DDP_DDP, .compression = DDP_COMPRESS_FP16,
-                              .world = 3, .batch = 4, .accumulate = 1,
-                              .bucket_bytes = SMALL_BUCKETS}, 5e-4);
-    eq_check((struct eq_case){.strategy = DDP_ZERO2, .compression = DDP_COMPRESS_BF16,
-                              .world = 3, .batch = 4, .accumulate = 1,
-                              .bucket_bytes = SMALL_BUCKETS}, 3e-3);
-    eq_check((struct eq_case){.strategy = DDP_HOROVOD, .compression = DDP_COMPRESS_BF16,
-                              .world = 2, .batch = 4, .accumulate = 1,
-                              .bucket_bytes = SMALL_BUCKETS}, 3e-3);
+    eq_check((struct eq_case){.strategy = DDP_DDP,
+                              .compression = DDP_COMPRESS_FP16,
+                              .world = 3,
+                              .batch = 4,
+                              .accumulate = 1,
+                              .bucket_bytes = SMALL_BUCKETS},
+             5e-4);
+    eq_check((struct eq_case){.strategy = DDP_ZERO2,
+                              .compression = DDP_COMPRESS_BF16,
+                              .world = 3,
+                              .batch = 4,
+                              .accumulate = 1,
+                              .bucket_bytes = SMALL_BUCKETS},
+             3e-3);
+    eq_check((struct eq_case){.strategy = DDP_HOROVOD,
+                              .compression = DDP_COMPRESS_BF16,
+                              .world = 2,
+                              .batch = 4,
+                              .accumulate = 1,
+                              .bucket_bytes = SMALL_BUCKETS},
+             3e-3);
 }
 
 /* Bucket layout: PyTorch's rule on real models; sizes cover the arena exactly. */
@@ -442,9 +487,15 @@ static void test_ddp_compression(void)
 static void test_ddp_device_mode_matches_host(void)
 {
     struct eq_case cases[] = {
-        {.strategy = DDP_NAIVE, .world = 2, .batch = 4, .accumulate = 1,
+        {.strategy = DDP_NAIVE,
+         .world = 2,
+         .batch = 4,
+         .accumulate = 1,
          .bucket_bytes = SMALL_BUCKETS},
-        {.strategy = DDP_DDP, .world = 2, .batch = 2, .accumulate = 2,
+        {.strategy = DDP_DDP,
+         .world = 2,
+         .batch = 2,
+         .accumulate = 2,
          .bucket_bytes = SMALL_BUCKETS},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -483,18 +534,39 @@ static void test_ddp_device_mode_matches_host(void)
 static void test_ddp_exposed_within_total(void)
 {
     struct eq_case cases[] = {
-        {.strategy = DDP_NAIVE, .world = 2, .batch = 8, .accumulate = 1,
+        {.strategy = DDP_NAIVE,
+         .world = 2,
+         .batch = 8,
+         .accumulate = 1,
          .bucket_bytes = SMALL_BUCKETS},
-        {.strategy = DDP_DDP, .world = 2, .batch = 32, .accumulate = 1,
-         .bucket_bytes = 25u << 20, .wide = true},
-        {.strategy = DDP_HOROVOD, .world = 2, .batch = 8, .accumulate = 1,
+        {.strategy = DDP_DDP,
+         .world = 2,
+         .batch = 32,
+         .accumulate = 1,
+         .bucket_bytes = 25u << 20,
+         .wide = true},
+        {.strategy = DDP_HOROVOD,
+         .world = 2,
+         .batch = 8,
+         .accumulate = 1,
          .bucket_bytes = SMALL_BUCKETS},
-        {.strategy = DDP_ZERO1, .world = 2, .batch = 8, .accumulate = 2,
+        {.strategy = DDP_ZERO1,
+         .world = 2,
+         .batch = 8,
+         .accumulate = 2,
          .bucket_bytes = SMALL_BUCKETS},
-        {.strategy = DDP_ZERO2, .compression = DDP_COMPRESS_BF16, .world = 2, .batch = 8,
-         .accumulate = 1, .bucket_bytes = SMALL_BUCKETS},
-        {.strategy = DDP_NAIVE, .compression = DDP_COMPRESS_FP16, .world = 2, .batch = 8,
-         .accumulate = 1, .bucket_bytes = SMALL_BUCKETS},
+        {.strategy = DDP_ZERO2,
+         .compression = DDP_COMPRESS_BF16,
+         .world = 2,
+         .batch = 8,
+         .accumulate = 1,
+         .bucket_bytes = SMALL_BUCKETS},
+        {.strategy = DDP_NAIVE,
+         .compression = DDP_COMPRESS_FP16,
+         .world = 2,
+         .batch = 8,
+         .accumulate = 1,
+         .bucket_bytes = SMALL_BUCKETS},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct eq_case *k = &cases[i];
@@ -514,8 +586,8 @@ static void test_ddp_exposed_within_total(void)
             for (int s = 0; s < STEPS; s++) {
                 const struct ddp_step_stats *x = &st[r][s];
                 T_CHECK_MSG(x->ops > 0 && x->exposed_ns > 0 && x->exposed_ns <= x->comm_ns,
-                            "%s rank %d step %d: %d ops, exposed %lld ns of %lld", name, r,
-                            s, x->ops, (long long)x->exposed_ns, (long long)x->comm_ns);
+                            "%s rank %d step %d: %d ops, exposed %lld ns of %lld", name, r, s,
+                            x->ops, (long long)x->exposed_ns, (long long)x->comm_ns);
                 if (k->strategy == DDP_NAIVE)
                     T_CHECK_MSG(x->exposed_ns == x->comm_ns,
                                 "naive rank %d step %d: exposed %lld ns of %lld", r, s,
@@ -546,14 +618,17 @@ static void test_ddp_device_mode_refusals(void)
     T_OK(nn_model_init_params(&m, 1, &e));
     struct comm c = {.rank = 0, .world_size = 1};
     struct eq_dev dv = {.p = m.params.data, .g = m.grads.data};
-    struct ddp_device dev = {.params = m.params.data, .grads = m.grads.data,
-                             .buffers = m.buffers.data, .ctx = &dv, .scale = eq_dev_scale,
+    struct ddp_device dev = {.params = m.params.data,
+                             .grads = m.grads.data,
+                             .buffers = m.buffers.data,
+                             .ctx = &dv,
+                             .scale = eq_dev_scale,
                              .update = eq_dev_update};
     enum ddp_strategy refused[] = {DDP_HOROVOD, DDP_ZERO1, DDP_ZERO2};
     for (size_t i = 0; i < 3; i++) {
         struct ddp d;
-        struct ddp_config cfg = {.strategy = refused[i], .bucket_bytes = 1 << 20,
-                                 .fusion_bytes = 1 << 20};
+        struct ddp_config cfg = {
+            .strategy = refused[i], .bucket_bytes = 1 << 20, .fusion_bytes = 1 << 20};
         T_OK(ddp_init(&d, &cfg, &c, &m, &e));
         T_CHECK(ddp_set_device(&d, &dev, &e) < 0);
         T_EQ_STR(e.field, "strategy");
@@ -561,8 +636,8 @@ static void test_ddp_device_mode_refusals(void)
         ddp_cleanup(&d);
     }
     struct ddp d;
-    struct ddp_config cfg = {.strategy = DDP_DDP, .compression = DDP_COMPRESS_BF16,
-                             .bucket_bytes = 1 << 20};
+    struct ddp_config cfg = {
+        .strategy = DDP_DDP, .compression = DDP_COMPRESS_BF16, .bucket_bytes = 1 << 20};
     T_OK(ddp_init(&d, &cfg, &c, &m, &e));
     T_CHECK(ddp_set_device(&d, &dev, &e) < 0);
     T_EQ_STR(e.field, "compression");

@@ -146,7 +146,8 @@ static void test_events_concurrent(void)
         }
         int waited = 0; /* suspended: wait for the resume */
         while (__atomic_load_n(&p.resumed, __ATOMIC_SEQ_CST) <
-                   __atomic_load_n(&p.suspended, __ATOMIC_SEQ_CST) && waited < 3000) {
+                   __atomic_load_n(&p.suspended, __ATOMIC_SEQ_CST) &&
+               waited < 3000) {
             usleep(1000);
             waited++;
         }

@@ -86,8 +86,11 @@ static void test_gmodel_check(void)
     struct err e = {0};
     struct nn_model m;
     /* the zoo at its usual inputs: adaptive pools that are ordinary poolings */
-    const char *ok[][2] = {{"resnet50", "224"}, {"alexnet", "224"}, {"lenet5", "28"},
-                           {"mobilenetv2", "224"}, {"resnet18-cifar", "32"}};
+    const char *ok[][2] = {{"resnet50", "224"},
+                           {"alexnet", "224"},
+                           {"lenet5", "28"},
+                           {"mobilenetv2", "224"},
+                           {"resnet18-cifar", "32"}};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         int hw = atoi(ok[i][1]), c = hw == 28 ? 1 : 3;
         nn_model_init(&m);
@@ -100,8 +103,7 @@ static void test_gmodel_check(void)
     T_OK(nn_models_build(&m, "alexnet", 3, 64, 64, 10, NULL, &e));
     T_CHECK(gmodel_check(&m, &e) < 0);
     T_EQ_STR(e.field, "model");
-    T_CHECK_MSG(strstr(e.msg, "avgpool") != NULL && strstr(e.msg, "6x6") != NULL, "%s",
-                e.msg);
+    T_CHECK_MSG(strstr(e.msg, "avgpool") != NULL && strstr(e.msg, "6x6") != NULL, "%s", e.msg);
     nn_model_destroy(&m);
     /* an unfinished model */
     nn_model_init(&m);

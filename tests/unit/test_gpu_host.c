@@ -20,7 +20,8 @@ static void test_nvml_missing_library(void)
     T_EQ_INT(gpu_nvml_detect_count("/nonexistent/libnvidia-ml.so.1", why, sizeof why), 0);
     json_t *j = gpu_nvml_json(NULL, 0, why);
     T_CHECK(j != NULL);
-    T_CHECK(strncmp(json_string_value(json_object_get(j, "nvml")), "nvml unavailable", 16) == 0);
+    T_CHECK(strncmp(json_string_value(json_object_get(j, "nvml")), "nvml unavailable", 16) ==
+            0);
     json_decref(j);
 }
 

@@ -82,12 +82,20 @@ static void test_launcher_gpu_env(void)
     char log[128];
     snprintf(log, sizeof log, "%s/rank0.log", dir);
     setenv("NCCL_HOSTID", "stale-daemon-value", 1);
-    const char *genv[] = {"CUDA_VISIBLE_DEVICES=2", "NCCL_HOSTID=ddpb-r9-r0", "DDPB_EMULATED=1"};
-    struct launch_rank lr = {
-        .worker_path = getenv("DDPB_PROBE_BIN"), .run = "r9", .secret = "s",
-        .store_addr = "127.0.0.1:1", .spec_path = "/nonexistent", .log_path = log,
-        .peer_host = "127.0.0.1", .rank = 0, .world_size = 2, .local_rank = 0,
-        .gpu_env = genv, .ngpu_env = 3};
+    const char *genv[] = {"CUDA_VISIBLE_DEVICES=2", "NCCL_HOSTID=ddpb-r9-r0",
+                          "DDPB_EMULATED=1"};
+    struct launch_rank lr = {.worker_path = getenv("DDPB_PROBE_BIN"),
+                             .run = "r9",
+                             .secret = "s",
+                             .store_addr = "127.0.0.1:1",
+                             .spec_path = "/nonexistent",
+                             .log_path = log,
+                             .peer_host = "127.0.0.1",
+                             .rank = 0,
+                             .world_size = 2,
+                             .local_rank = 0,
+                             .gpu_env = genv,
+                             .ngpu_env = 3};
     struct launched out;
     struct err e = {0};
     T_OK(launcher_spawn(&lr, &out, &e));

@@ -24,7 +24,10 @@ struct fx {
     struct report_writer w[2]; /* rank 0's and rank 1's writers, both into pipefd[1] */
 };
 
-static void fx_nop(void *arg) { (void)arg; }
+static void fx_nop(void *arg)
+{
+    (void)arg;
+}
 
 /* A run of world size 2, starting, both ranks recorded as spawned; a subscriber to its
  * experiment's events. */
@@ -139,11 +142,20 @@ static void test_ingest_every_type(void)
     T_EQ_STR(ingest_rank_state(&x.in, 0)->phase, "warming up");
 
     /* collective */
-    struct report_collective c = {.op = "allreduce", .dtype = "float32", .redop = "sum",
-                                  .algorithm = "ring", .bytes = 4096, .count = 1024,
-                                  .iters = 5, .time_us_min = 1, .time_us_median = 2,
-                                  .time_us_p95 = 3, .time_us_mean = 2, .time_us_max = 4,
-                                  .algbw_gbs = 2.048, .busbw_gbs = 2.048};
+    struct report_collective c = {.op = "allreduce",
+                                  .dtype = "float32",
+                                  .redop = "sum",
+                                  .algorithm = "ring",
+                                  .bytes = 4096,
+                                  .count = 1024,
+                                  .iters = 5,
+                                  .time_us_min = 1,
+                                  .time_us_median = 2,
+                                  .time_us_p95 = 3,
+                                  .time_us_mean = 2,
+                                  .time_us_max = 4,
+                                  .algbw_gbs = 2.048,
+                                  .busbw_gbs = 2.048};
     T_OK(report_emit_collective(&x.w[0], &c, &e));
     T_OK(fx_ingest(&x, 0, &res, &e));
     T_EQ_INT(res.type, REPORT_COLLECTIVE);
@@ -162,13 +174,21 @@ static void test_ingest_every_type(void)
     T_EQ_INT(ingest_rank_state(&x.in, 1)->last_step, 5);
 
     /* epoch */
-    struct report_epoch ep = {.samples = 16, .train_loss = 1.5, .train_acc = 0.5,
-                              .test_loss = -1, .test_acc = -1, .time_s = 0.1};
+    struct report_epoch ep = {.samples = 16,
+                              .train_loss = 1.5,
+                              .train_acc = 0.5,
+                              .test_loss = -1,
+                              .test_acc = -1,
+                              .time_s = 0.1};
     T_OK(report_emit_epoch(&x.w[0], &ep, &e));
     T_OK(fx_ingest(&x, 0, &res, &e));
     /* an epoch that trained on no sample: its train figures are left out, stored NULL */
-    struct report_epoch empty = {.epoch = 1, .samples = 0, .train_loss = -1,
-                                 .train_acc = -1, .test_loss = -1, .test_acc = -1,
+    struct report_epoch empty = {.epoch = 1,
+                                 .samples = 0,
+                                 .train_loss = -1,
+                                 .train_acc = -1,
+                                 .test_loss = -1,
+                                 .test_acc = -1,
                                  .time_s = 0.0};
     T_OK(report_emit_epoch(&x.w[0], &empty, &e));
     T_OK(fx_ingest(&x, 0, &res, &e));

@@ -24,9 +24,17 @@ static char dir[64];
 static struct launch_rank test_rank(const char *log)
 {
     return (struct launch_rank){
-        .worker_path = getenv("DDPB_PROBE_BIN"), .run = "run-7", .secret = "s3cr3t",
-        .store_addr = "127.0.0.1:1", .spec_path = "/nonexistent/spec.json", .log_path = log,
-        .peer_host = "127.0.0.1", .cpus = "0", .rank = 1, .world_size = 3, .local_rank = 1,
+        .worker_path = getenv("DDPB_PROBE_BIN"),
+        .run = "run-7",
+        .secret = "s3cr3t",
+        .store_addr = "127.0.0.1:1",
+        .spec_path = "/nonexistent/spec.json",
+        .log_path = log,
+        .peer_host = "127.0.0.1",
+        .cpus = "0",
+        .rank = 1,
+        .world_size = 3,
+        .local_rank = 1,
     };
 }
 

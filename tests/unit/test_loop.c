@@ -35,7 +35,7 @@ static void test_heap_order_and_removal(void)
         T_CHECK(heap_push(&h, &nodes[i], rand() % 1000) == 0);
     for (int i = 0; i < N; i += 3) /* remove a third from anywhere */
         heap_remove(&h, &nodes[i]);
-    heap_remove(&h, &nodes[0]); /* again: a no-op */
+    heap_remove(&h, &nodes[0]);    /* again: a no-op */
     for (int i = 1; i < N; i += 7) /* move some keys in the heap: up and down */
         if (heap_node_linked(&nodes[i]))
             T_CHECK(heap_push(&h, &nodes[i], i % 2 ? -i : 5000 + i) == 0);
@@ -157,7 +157,10 @@ static void remove_pipe_watch(void *arg)
     loop_watch_remove(pp->p->l, &pp->w);
 }
 
-static bool got_three_bytes(const struct probe *p) { return p->fd_bytes == 3; }
+static bool got_three_bytes(const struct probe *p)
+{
+    return p->fd_bytes == 3;
+}
 
 static void test_loop_fd_readiness(void)
 {
@@ -230,9 +233,18 @@ static void on_timer(struct probe *p, int i)
     p->fired[p->nfired++] = i;
 }
 
-static void on_timer0(void *arg) { on_timer(arg, 0); }
-static void on_timer1(void *arg) { on_timer(arg, 1); }
-static void on_timer2(void *arg) { on_timer(arg, 2); }
+static void on_timer0(void *arg)
+{
+    on_timer(arg, 0);
+}
+static void on_timer1(void *arg)
+{
+    on_timer(arg, 1);
+}
+static void on_timer2(void *arg)
+{
+    on_timer(arg, 2);
+}
 
 /* Re-arms itself every 5 ms until it ticked 5 times. */
 static void on_tick(void *arg)
@@ -254,12 +266,15 @@ static void arm_timers(void *arg)
     loop_timer_start(p->l, &p->timers[0], tp->t0 + 60, on_timer0, p);
     loop_timer_start(p->l, &p->timers[1], tp->t0 + 20, on_timer1, p);
     loop_timer_start(p->l, &p->timers[2], tp->t0 + 40, on_timer2, p);
-    loop_timer_start(p->l, &p->timers[3], tp->t0, on_tick, p); /* already due */
+    loop_timer_start(p->l, &p->timers[3], tp->t0, on_tick, p);        /* already due */
     loop_timer_start(p->l, &p->timers[0], tp->t0 + 80, on_timer0, p); /* re-armed later */
     loop_timer_stop(p->l, &p->timers[2]);
 }
 
-static bool timers_done(const struct probe *p) { return p->nfired == 2 && p->ticks == 5; }
+static bool timers_done(const struct probe *p)
+{
+    return p->nfired == 2 && p->ticks == 5;
+}
 
 static void test_loop_timers(void)
 {
@@ -330,7 +345,10 @@ static void count_hook(void *arg)
         p->hook_saw = p->fd_calls; /* the hook runs after the batch it belongs to */
 }
 
-static bool one_twin_ran(const struct probe *p) { return p->fd_calls >= 1; }
+static bool one_twin_ran(const struct probe *p)
+{
+    return p->fd_calls >= 1;
+}
 
 static void test_loop_remove_mid_batch_and_hook(void)
 {

@@ -13,15 +13,18 @@
 
 struct fake {
     int64_t now;
-    int tick_ms;       /* the clock advances this much per pause */
-    int async_state;   /* 0 ok, 1 in progress, -1 error */
+    int tick_ms;           /* the clock advances this much per pause */
+    int async_state;       /* 0 ok, 1 in progress, -1 error */
     int in_progress_polls; /* async_state 1 turns 0 after this many queries */
-    int64_t done_at;   /* op_done says 1 from this time on; -1: never */
+    int64_t done_at;       /* op_done says 1 from this time on; -1: never */
     int aborts;
     int queries;
 };
 
-static int64_t fake_now(void *ctx) { return ((struct fake *)ctx)->now; }
+static int64_t fake_now(void *ctx)
+{
+    return ((struct fake *)ctx)->now;
+}
 
 static int fake_async(void *ctx, char *msg, size_t len)
 {
@@ -40,7 +43,10 @@ static int fake_done(void *ctx, char *msg, size_t len)
     return f->done_at >= 0 && f->now >= f->done_at ? 1 : 0;
 }
 
-static void fake_abort(void *ctx) { ((struct fake *)ctx)->aborts++; }
+static void fake_abort(void *ctx)
+{
+    ((struct fake *)ctx)->aborts++;
+}
 
 static void fake_pause(void *ctx)
 {

@@ -83,7 +83,8 @@ static void md_blocked(dnnl_memory_desc_t *md, struct nn_shape s)
 }
 
 /* max |got - want| <= tol * max |want| (see the file comment); prints the worst element */
-static int close_rel(const char *what, const float *got, const float *want, size_t n, double tol)
+static int close_rel(const char *what, const float *got, const float *want, size_t n,
+                     double tol)
 {
     double scale = 0, worst = 0;
     size_t at = 0;
@@ -163,9 +164,11 @@ struct conv_case {
     int n, h, w;
 };
 
-#define CONV(ci, co, k, s, p, d, g, b) \
-    {.cin = ci, .cout = co, .kh = k, .kw = k, .sh = s, .sw = s, .ph = p, .pw = p, .dh = d, \
-     .dw = d, .groups = g, .bias = b}
+#define CONV(ci, co, k, s, p, d, g, b)                                                         \
+    {                                                                                          \
+        .cin = ci, .cout = co, .kh = k, .kw = k, .sh = s, .sw = s, .ph = p, .pw = p, .dh = d,  \
+        .dw = d, .groups = g, .bias = b                                                        \
+    }
 
 static const struct conv_case conv_cases[] = {
     {CONV(3, 8, 3, 1, 1, 1, 1, 1), 2, 10, 10},   /* 3x3 same */
@@ -178,9 +181,21 @@ static const struct conv_case conv_cases[] = {
     {CONV(1, 10, 5, 1, 0, 1, 1, 1), 3, 12, 12},  /* mnist conv1 */
     {CONV(10, 20, 5, 1, 0, 1, 1, 1), 3, 12, 12}, /* mnist conv2: 10 channels */
     {CONV(3, 16, 7, 2, 3, 1, 1, 0), 2, 16, 16},  /* ResNet stem */
-    {{.cin = 5, .cout = 7, .kh = 3, .kw = 5, .sh = 1, .sw = 2, .ph = 1, .pw = 2, .dh = 2,
-      .dw = 1, .groups = 1, .bias = 1},
-     2, 9, 10}, /* asymmetric everything */
+    {{.cin = 5,
+      .cout = 7,
+      .kh = 3,
+      .kw = 5,
+      .sh = 1,
+      .sw = 2,
+      .ph = 1,
+      .pw = 2,
+      .dh = 2,
+      .dw = 1,
+      .groups = 1,
+      .bias = 1},
+     2,
+     9,
+     10}, /* asymmetric everything */
 };
 
 /* fast vs reference for one case, the input arriving in layout src_md */
@@ -193,7 +208,8 @@ static int conv_compare(struct nn_dnnl *d, const struct conv_case *k,
         return 0;
     size_t nx = nn_shape_numel(in), ny = nn_shape_numel(out), nw = nn_conv2d_weight_len(&k->c);
     float *x = rnd(nx, seed, 1), *w = rnd(nw, seed + 1, 0.3f), *b = rnd(k->c.cout, seed + 2, 1);
-    float *dy = rnd(ny, seed + 3, 1), *y = malloc(ny * sizeof *y), *dx = malloc(nx * sizeof *dx);
+    float *dy = rnd(ny, seed + 3, 1), *y = malloc(ny * sizeof *y),
+          *dx = malloc(nx * sizeof *dx);
     float *dw = filled(nw, 0.5f), *db = filled(k->c.cout, 0.5f);
     float *fdw = filled(nw, 0.5f), *fdb = filled(k->c.cout, 0.5f);
     const float *bias = k->c.bias ? b : NULL;
@@ -296,10 +312,16 @@ static void test_conv2d_gradcheck(void)
         struct nn_shape in = nn_shape4(k->n, k->c.cin, k->h, k->w), out;
         struct err e;
         T_OK(nn_conv2d_shape(&k->c, in, &out, &e));
-        size_t nx = nn_shape_numel(in), ny = nn_shape_numel(out), nw = nn_conv2d_weight_len(&k->c);
-        struct conv_ctx c = {.c = &k->c, .in = in, .x = rnd(nx, 1, 1), .w = rnd(nw, 2, 0.3f),
-                             .b = k->c.bias ? rnd(k->c.cout, 3, 1) : NULL, .r = rnd(ny, 4, 1),
-                             .y = malloc(ny * sizeof(float)), .ny = ny};
+        size_t nx = nn_shape_numel(in), ny = nn_shape_numel(out),
+               nw = nn_conv2d_weight_len(&k->c);
+        struct conv_ctx c = {.c = &k->c,
+                             .in = in,
+                             .x = rnd(nx, 1, 1),
+                             .w = rnd(nw, 2, 0.3f),
+                             .b = k->c.bias ? rnd(k->c.cout, 3, 1) : NULL,
+                             .r = rnd(ny, 4, 1),
+                             .y = malloc(ny * sizeof(float)),
+                             .ny = ny};
         float *dx = malloc(nx * sizeof *dx), *dw = filled(nw, 0), *db = filled(k->c.cout, 0);
         nn_conv2d_backward(dx, dw, c.b ? db : NULL, c.r, c.x, c.w, &k->c, in);
         int ok = fd_check("conv x", c.x, nx, dx, conv_loss, &c, 1e-2f) &&
@@ -364,11 +386,13 @@ static int bn_compare(struct nn_dnnl *d, int relu, int blocked)
         ok = nn_dnnl_check(d, &e) == 0;
         float *py = to_plain(d, &md, s, fy), *pdx = to_plain(d, &md, s, fdx);
         float *pye = to_plain(d, &md, s, fye);
-        ok = ok && close_rel("bn out", py, y, n, 1e-4) && close_rel("bn mean", f.mean, mean, C, 1e-4) &&
+        ok = ok && close_rel("bn out", py, y, n, 1e-4) &&
+             close_rel("bn mean", f.mean, mean, C, 1e-4) &&
              close_rel("bn var", f.var, var, C, 1e-4) &&
              close_rel("bn running mean", frm, rm, C, 1e-4) &&
              close_rel("bn running var", frv, rv, C, 1e-4) &&
-             close_rel("bn dinp", pdx, dx, n, 1e-4) && close_acc("bn dweight", fdw, dw, C, 0.5f, 1e-4) &&
+             close_rel("bn dinp", pdx, dx, n, 1e-4) &&
+             close_acc("bn dweight", fdw, dw, C, 0.5f, 1e-4) &&
              close_acc("bn dbias", fdb, db, C, 0.5f, 1e-4) &&
              close_rel("bn eval out", pye, ye, n, 1e-4);
         free(py);
@@ -376,8 +400,8 @@ static int bn_compare(struct nn_dnnl *d, int relu, int blocked)
         free(pye);
     }
     nn_bn_fast_destroy(&f);
-    float *bufs[] = {x, w, b, dy, y, dx, mean, var, rm, rv, frm, frv, dw, db, fdw, fdb, ye,
-                     fx, fdy, fy, fdx, fye};
+    float *bufs[] = {x,   w,  b,  dy,  y,   dx, mean, var, rm, rv,  frm,
+                     frv, dw, db, fdw, fdb, ye, fx,   fdy, fy, fdx, fye};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
     return ok;
@@ -413,10 +437,17 @@ static void test_bn_gradcheck(void)
 {
     struct nn_shape s = nn_shape4(3, 4, 3, 5);
     size_t n = nn_shape_numel(s);
-    struct bn_ctx k = {.c = {.c = 4, .eps = 1e-5f, .momentum = 0.1f}, .s = s, .x = rnd(n, 1, 1),
-                       .w = rnd(4, 2, 1), .b = rnd(4, 3, 1), .r = rnd(n, 4, 1),
-                       .y = malloc(n * 4), .mean = malloc(16), .var = malloc(16),
-                       .rm = filled(4, 0), .rv = filled(4, 1)};
+    struct bn_ctx k = {.c = {.c = 4, .eps = 1e-5f, .momentum = 0.1f},
+                       .s = s,
+                       .x = rnd(n, 1, 1),
+                       .w = rnd(4, 2, 1),
+                       .b = rnd(4, 3, 1),
+                       .r = rnd(n, 4, 1),
+                       .y = malloc(n * 4),
+                       .mean = malloc(16),
+                       .var = malloc(16),
+                       .rm = filled(4, 0),
+                       .rv = filled(4, 1)};
     bn_loss(&k);
     float *dx = malloc(n * 4), *dw = filled(4, 0), *db = filled(4, 0);
     nn_bn_backward(dx, dw, db, k.r, k.x, k.y, k.mean, k.var, k.w, &k.c, s);
@@ -438,9 +469,9 @@ static void test_bn_train_vs_eval(void)
     struct nn_bn_cfg c = {.c = 1, .eps = 1e-5f, .momentum = 0.1f};
     nn_bn_forward_train(y, &mean, &var, &rm, &rv, x, &w, &b, &c, s);
     T_NEAR(mean, 3.5, 1e-6);
-    T_NEAR(var, 17.5 / 6, 1e-6);           /* biased, for normalisation */
-    T_NEAR(rm, 0.35, 1e-6);                /* 0.9*0 + 0.1*3.5 */
-    T_NEAR(rv, 0.9 + 0.1 * 3.5, 1e-6);     /* unbiased: 17.5/5 */
+    T_NEAR(var, 17.5 / 6, 1e-6);       /* biased, for normalisation */
+    T_NEAR(rm, 0.35, 1e-6);            /* 0.9*0 + 0.1*3.5 */
+    T_NEAR(rv, 0.9 + 0.1 * 3.5, 1e-6); /* unbiased: 17.5/5 */
     T_NEAR(y[0], 2 * (1 - 3.5) / sqrt(17.5 / 6 + 1e-5) + 1, 1e-5);
     nn_bn_forward_eval(ye, x, &w, &b, &rm, &rv, &c, s);
     T_NEAR(ye[0], 2 * (1 - 0.35) / sqrt(1.25 + 1e-5) + 1, 1e-5);
@@ -539,7 +570,7 @@ static const struct pool_case pool_cases[] = {
     {0, {3, 3, 2, 2, 1, 1, 1}, 2, 20, 9, 9},   /* average, count_include_pad */
     {0, {3, 3, 2, 2, 1, 1, 0}, 2, 20, 9, 9},   /* average, exclude padding */
     {0, {2, 2, 2, 2, 0, 0, 1}, 2, 18, 6, 6},
-    {0, {5, 4, 1, 1, 0, 0, 1}, 2, 33, 5, 4},   /* global */
+    {0, {5, 4, 1, 1, 0, 0, 1}, 2, 33, 5, 4}, /* global */
 };
 
 /* The fast path of pooling against the reference, on a channel-blocked layout (tag
@@ -552,7 +583,8 @@ static int pool_compare(struct nn_dnnl *d, const struct pool_case *k, const floa
     if (nn_pool_shape(&k->c, in, &out, &e))
         return 0;
     size_t nx = nn_shape_numel(in), ny = nn_shape_numel(out);
-    float *x = malloc(nx * 4), *dy = rnd(ny, seed, 1), *y = malloc(ny * 4), *dx = malloc(nx * 4);
+    float *x = malloc(nx * 4), *dy = rnd(ny, seed, 1), *y = malloc(ny * 4),
+          *dx = malloc(nx * 4);
     memcpy(x, x_in, nx * 4);
     if (k->max) {
         nn_maxpool_forward(y, x, &k->c, in);
@@ -637,8 +669,12 @@ static void test_pool_gradcheck(void)
         struct nn_shape in = nn_shape4(k->n, k->ch, k->h, k->w), out;
         T_OK(nn_pool_shape(&k->c, in, &out, &e));
         size_t nx = nn_shape_numel(in), ny = nn_shape_numel(out);
-        struct pool_ctx c = {.k = k, .in = in, .x = rnd_distinct(nx, i), .r = rnd(ny, i, 1),
-                             .y = malloc(ny * 4), .ny = ny};
+        struct pool_ctx c = {.k = k,
+                             .in = in,
+                             .x = rnd_distinct(nx, i),
+                             .r = rnd(ny, i, 1),
+                             .y = malloc(ny * 4),
+                             .ny = ny};
         float *dx = malloc(nx * 4);
         if (k->max)
             nn_maxpool_backward(dx, c.r, c.x, &k->c, in);
@@ -753,7 +789,7 @@ static void test_dropout(void)
     size_t dropped = 0, differ = 0;
     for (size_t i = 0; i < n; i++) {
         T_CHECK(y1[i] == 0 || fabsf(y1[i] - 1 / 0.7f) < 1e-6f); /* scaled by 1/(1-p) */
-        T_CHECK(y1[i] == y2[i]);                               /* same seed, step, layer */
+        T_CHECK(y1[i] == y2[i]);                                /* same seed, step, layer */
         dropped += y1[i] == 0;
         differ += y1[i] != y3[i];
     }
@@ -869,7 +905,7 @@ static void test_xent(void)
     int right;
     T_OK(nn_xent_forward(p, &loss, &right, z, labels, 2, 3, 2, &e));
     double l0 = log(exp(1.0) + exp(2.0) + exp(3.0)) - 3; /* row 0 */
-    T_NEAR(loss, (l0 + 1000) / 2, 1e-9);                  /* row 1: no overflow */
+    T_NEAR(loss, (l0 + 1000) / 2, 1e-9);                 /* row 1: no overflow */
     T_EQ_INT(right, 1);
     T_NEAR(p[2], exp(3.0) / (exp(1.0) + exp(2.0) + exp(3.0)), 1e-6);
     nn_xent_backward(dz, p, labels, 2, 3, 2);

@@ -19,29 +19,73 @@
 static int tiny_build(struct nn_model *m, int dropout, struct err *e)
 {
     nn_model_init(m);
-    struct nn_conv2d_cfg c = {.cin = 3, .cout = 8, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1,
-                              .pw = 1, .dh = 1, .dw = 1, .groups = 1};
+    struct nn_conv2d_cfg c = {.cin = 3,
+                              .cout = 8,
+                              .kh = 3,
+                              .kw = 3,
+                              .sh = 1,
+                              .sw = 1,
+                              .ph = 1,
+                              .pw = 1,
+                              .dh = 1,
+                              .dw = 1,
+                              .groups = 1};
     int x = nn_model_input(m, 3, 12, 12);
     x = nn_model_conv2d(m, "conv1", x, &c);
     x = nn_model_batchnorm(m, "bn1", x, 1);
     x = nn_model_maxpool(m, "pool", x, 3, 2, 1); /* 6x6 */
     /* block with downsample: 8 -> 16, stride 2 */
-    c = (struct nn_conv2d_cfg){.cin = 8, .cout = 16, .kh = 3, .kw = 3, .sh = 2, .sw = 2, .ph = 1,
-                               .pw = 1, .dh = 1, .dw = 1, .groups = 1};
+    c = (struct nn_conv2d_cfg){.cin = 8,
+                               .cout = 16,
+                               .kh = 3,
+                               .kw = 3,
+                               .sh = 2,
+                               .sw = 2,
+                               .ph = 1,
+                               .pw = 1,
+                               .dh = 1,
+                               .dw = 1,
+                               .groups = 1};
     int y = nn_model_conv2d(m, "b1.conv1", x, &c);
     y = nn_model_batchnorm(m, "b1.bn1", y, 1);
-    c = (struct nn_conv2d_cfg){.cin = 16, .cout = 16, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1,
-                               .pw = 1, .dh = 1, .dw = 1, .groups = 1};
+    c = (struct nn_conv2d_cfg){.cin = 16,
+                               .cout = 16,
+                               .kh = 3,
+                               .kw = 3,
+                               .sh = 1,
+                               .sw = 1,
+                               .ph = 1,
+                               .pw = 1,
+                               .dh = 1,
+                               .dw = 1,
+                               .groups = 1};
     y = nn_model_conv2d(m, "b1.conv2", y, &c);
     y = nn_model_batchnorm(m, "b1.bn2", y, 0);
-    c = (struct nn_conv2d_cfg){.cin = 8, .cout = 16, .kh = 1, .kw = 1, .sh = 2, .sw = 2, .dh = 1,
-                               .dw = 1, .groups = 1};
+    c = (struct nn_conv2d_cfg){.cin = 8,
+                               .cout = 16,
+                               .kh = 1,
+                               .kw = 1,
+                               .sh = 2,
+                               .sw = 2,
+                               .dh = 1,
+                               .dw = 1,
+                               .groups = 1};
     int s = nn_model_conv2d(m, "b1.down", x, &c);
     s = nn_model_batchnorm(m, "b1.downbn", s, 0);
     x = nn_model_add(m, "b1.add", y, s, 1); /* 16x3x3 */
     /* identity block with a depthwise conv and relu6 */
-    c = (struct nn_conv2d_cfg){.cin = 16, .cout = 16, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1,
-                               .pw = 1, .dh = 1, .dw = 1, .groups = 16, .bias = 1};
+    c = (struct nn_conv2d_cfg){.cin = 16,
+                               .cout = 16,
+                               .kh = 3,
+                               .kw = 3,
+                               .sh = 1,
+                               .sw = 1,
+                               .ph = 1,
+                               .pw = 1,
+                               .dh = 1,
+                               .dw = 1,
+                               .groups = 16,
+                               .bias = 1};
     y = nn_model_conv2d(m, "b2.dw", x, &c);
     y = nn_model_act(m, "b2.relu6", y, NN_ACT_RELU6);
     x = nn_model_add(m, "b2.add", x, y, 0);
@@ -49,8 +93,16 @@ static int tiny_build(struct nn_model *m, int dropout, struct err *e)
      * output is plain) added to a 2x2 convolution's blocked output: the add converts its
      * second input and that input's gradient */
     int a = nn_model_adaptive_avgpool(m, "adapt", x, 2, 2);
-    c = (struct nn_conv2d_cfg){.cin = 16, .cout = 16, .kh = 2, .kw = 2, .sh = 1, .sw = 1,
-                               .dh = 1, .dw = 1, .groups = 1, .bias = 1};
+    c = (struct nn_conv2d_cfg){.cin = 16,
+                               .cout = 16,
+                               .kh = 2,
+                               .kw = 2,
+                               .sh = 1,
+                               .sw = 1,
+                               .dh = 1,
+                               .dw = 1,
+                               .groups = 1,
+                               .bias = 1};
     y = nn_model_conv2d(m, "b3.conv", x, &c);
     x = nn_model_add(m, "b3.add", y, a, 0);
     x = nn_model_global_avgpool(m, "avg", x); /* 1x1 */
@@ -88,8 +140,8 @@ static int tiny_setup(struct nn_model *m, int dropout, enum nn_backend backend, 
 }
 
 /* forward, loss and backward (gradients accumulate) */
-static int tiny_backward(struct nn_model *m, const float *x, const int32_t *labels, double *loss,
-                         struct err *e)
+static int tiny_backward(struct nn_model *m, const float *x, const int32_t *labels,
+                         double *loss, struct err *e)
 {
     return tiny_loss(m, x, labels, loss, e) || nn_model_backward(m, NULL, NULL, e);
 }
@@ -171,14 +223,16 @@ static void test_model_backends_agree(void)
         for (size_t k = 0; k < pi->len; k++)
             scale = fmax(scale, fabs(a.grads.data[pi->offset + k]));
         for (size_t k = 0; k < pi->len; k++)
-            worst = fmax(worst, fabs(a.grads.data[pi->offset + k] - b.grads.data[pi->offset + k]));
+            worst = fmax(worst,
+                         fabs(a.grads.data[pi->offset + k] - b.grads.data[pi->offset + k]));
         if (worst > 2e-3 * scale + 1e-7) {
             fprintf(stderr, "    %s: differs by %.3g (scale %.3g)\n", pi->name, worst, scale);
             bad = 1;
         }
     }
     for (size_t k = 0; k < a.nbuffers; k++)
-        if (fabsf(a.buffers.data[k] - b.buffers.data[k]) > 1e-4f * fmaxf(1, fabsf(a.buffers.data[k])))
+        if (fabsf(a.buffers.data[k] - b.buffers.data[k]) >
+            1e-4f * fmaxf(1, fabsf(a.buffers.data[k])))
             bad = 1;
     nn_model_destroy(&a);
     nn_model_destroy(&b);
@@ -232,8 +286,8 @@ static void test_model_hook_order(void)
     size_t sizes[64];
     int n = nn_model_grad_sizes_reverse(&m, sizes, 64);
     T_EQ_INT(n, m.nparam_tensors);
-    T_EQ_INT(sizes[0], 5);      /* fc.bias */
-    T_EQ_INT(sizes[1], 5 * 16); /* fc.weight */
+    T_EQ_INT(sizes[0], 5);                 /* fc.bias */
+    T_EQ_INT(sizes[1], 5 * 16);            /* fc.weight */
     T_EQ_INT(sizes[n - 1], 8 * 3 * 3 * 3); /* conv1.weight */
     int count;
     const struct nn_param *info = nn_model_param_info(&m, &count);
@@ -371,8 +425,17 @@ static void test_model_huge_batch(void)
     struct err e;
     struct nn_model m;
     nn_model_init(&m);
-    struct nn_conv2d_cfg c = {.cin = 3, .cout = 4, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1,
-                              .pw = 1, .dh = 1, .dw = 1, .groups = 1};
+    struct nn_conv2d_cfg c = {.cin = 3,
+                              .cout = 4,
+                              .kh = 3,
+                              .kw = 3,
+                              .sh = 1,
+                              .sw = 1,
+                              .ph = 1,
+                              .pw = 1,
+                              .dh = 1,
+                              .dw = 1,
+                              .groups = 1};
     int x = nn_model_input(&m, 3, 4096, 4096);
     x = nn_model_conv2d(&m, "conv", x, &c);
     x = nn_model_batchnorm(&m, "bn", x, 1);
@@ -497,8 +560,8 @@ static void test_model_mnist_cnn_learns(void)
     double after = mnist_eval_loss(&m, x[0], labels[0], NB, B, &e);
     nn_optim_cleanup(&o);
     nn_model_destroy(&m);
-    T_CHECK_MSG(before > 2.0 && after >= 0 && after < 0.25 * before, "loss %.3f -> %.3f", before,
-                after);
+    T_CHECK_MSG(before > 2.0 && after >= 0 && after < 0.25 * before, "loss %.3f -> %.3f",
+                before, after);
 }
 
 int main(int argc, char **argv)

@@ -82,8 +82,10 @@ static void test_models_table_rows(void)
         int classes = nn_model_classes(&m);
         nn_model_destroy(&m);
         T_CHECK_MSG(rc == 0, "%s: %s", mi->name, e.msg);
-        T_CHECK_MSG((int64_t)got == mi->params, "%s %dx%dx%d: %zu parameters, the table says "
-                    "%lld", mi->name, mi->c, mi->h, mi->w, got, (long long)mi->params);
+        T_CHECK_MSG((int64_t)got == mi->params,
+                    "%s %dx%dx%d: %zu parameters, the table says "
+                    "%lld",
+                    mi->name, mi->c, mi->h, mi->w, got, (long long)mi->params);
         T_EQ_INT(classes, mi->classes);
     }
     T_CHECK(model_table_find("resnet1000") == NULL);
@@ -130,14 +132,20 @@ static void test_models_estimates(void)
             T_CHECK_MSG(rc == 0, "%s at %d: %s", mi->name, side, e.msg);
             double est = model_table_activations(mi, mi->c, side, side);
             if (scale < 2) {
-                T_CHECK_MSG(fabs(est - got) < 0.5, "%s at %d: %.0f activation floats, the "
-                            "table gives %.0f", mi->name, side, got, est);
+                T_CHECK_MSG(fabs(est - got) < 0.5,
+                            "%s at %d: %.0f activation floats, the "
+                            "table gives %.0f",
+                            mi->name, side, got, est);
             } else {
-                T_CHECK_MSG(est >= 0.85 * got && est <= 1.2 * got, "%s at %d: %.0f activation "
-                            "floats, estimate %.0f", mi->name, side, got, est);
+                T_CHECK_MSG(est >= 0.85 * got && est <= 1.2 * got,
+                            "%s at %d: %.0f activation "
+                            "floats, estimate %.0f",
+                            mi->name, side, got, est);
                 double pe = model_table_params(mi, mi->c, side, side, mi->classes);
-                T_CHECK_MSG(fabs(pe - params) <= 0.02 * params, "%s at %d: %.0f parameters, "
-                            "estimate %.0f", mi->name, side, params, pe);
+                T_CHECK_MSG(fabs(pe - params) <= 0.02 * params,
+                            "%s at %d: %.0f parameters, "
+                            "estimate %.0f",
+                            mi->name, side, params, pe);
             }
         }
     }

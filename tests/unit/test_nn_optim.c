@@ -226,26 +226,34 @@ static void test_optim_lr_schedules(void)
     static const double warm[12] = {0.025, 0.04375, 0.0625, 0.08125, 0.1, 0.1,
                                     0.1,   0.1,     0.1,    0.1,     0.1, 0.1};
     T_CHECK(lr_check(&s, warm) == 0);
-    s = (struct nn_lr_schedule){.base_lr = 0.1, .decay = NN_LR_STEP, .step_size = 3, .gamma = 0.5};
+    s = (struct nn_lr_schedule){
+        .base_lr = 0.1, .decay = NN_LR_STEP, .step_size = 3, .gamma = 0.5};
     static const double step[12] = {0.1,   0.1,   0.1,   0.05,   0.05,   0.05,
                                     0.025, 0.025, 0.025, 0.0125, 0.0125, 0.0125};
     T_CHECK(lr_check(&s, step) == 0);
-    s = (struct nn_lr_schedule){.base_lr = 0.1, .decay = NN_LR_COSINE, .t_max = 10,
-                                .eta_min = 0.001};
+    s = (struct nn_lr_schedule){
+        .base_lr = 0.1, .decay = NN_LR_COSINE, .t_max = 10, .eta_min = 0.001};
     static const double cosine[12] = {
-        0.1,             0.0975772975566, 0.0905463412216, 0.0795953699885,
-        0.0657963412216, 0.0505,          0.0352036587784, 0.0214046300115,
-        0.0104536587784, 0.00342270244339, 0.001,          0.00342270244339};
+        0.1,    0.0975772975566, 0.0905463412216, 0.0795953699885, 0.0657963412216,
+        0.0505, 0.0352036587784, 0.0214046300115, 0.0104536587784, 0.00342270244339,
+        0.001,  0.00342270244339};
     T_CHECK(lr_check(&s, cosine) == 0);
-    s = (struct nn_lr_schedule){.base_lr = 0.1, .warmup_steps = 3, .warmup_start_factor = 1.0 / 3,
-                                .decay = NN_LR_COSINE, .t_max = 8};
+    s = (struct nn_lr_schedule){.base_lr = 0.1,
+                                .warmup_steps = 3,
+                                .warmup_start_factor = 1.0 / 3,
+                                .decay = NN_LR_COSINE,
+                                .t_max = 8};
     static const double warm_cos[12] = {
-        0.0333333333333, 0.0555555555556, 0.0777777777778, 0.1,
-        0.0961939766256, 0.0853553390593, 0.0691341716183, 0.05,
+        0.0333333333333, 0.0555555555556, 0.0777777777778,  0.1,
+        0.0961939766256, 0.0853553390593, 0.0691341716183,  0.05,
         0.0308658283817, 0.0146446609407, 0.00380602337444, 0};
     T_CHECK(lr_check(&s, warm_cos) == 0);
-    s = (struct nn_lr_schedule){.base_lr = 0.1, .warmup_steps = 2, .warmup_start_factor = 0.5,
-                                .decay = NN_LR_STEP, .step_size = 4, .gamma = 0.1};
+    s = (struct nn_lr_schedule){.base_lr = 0.1,
+                                .warmup_steps = 2,
+                                .warmup_start_factor = 0.5,
+                                .decay = NN_LR_STEP,
+                                .step_size = 4,
+                                .gamma = 0.1};
     static const double warm_step[12] = {0.05, 0.075, 0.1,  0.1,  0.1,   0.1,
                                          0.01, 0.01,  0.01, 0.01, 0.001, 0.001};
     T_CHECK(lr_check(&s, warm_step) == 0);

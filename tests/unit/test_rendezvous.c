@@ -13,10 +13,9 @@
 #include "daemon/store_server.h"
 #include "tests/unit/test.h"
 
-static const char *const env_names[] = {"DDPB_RUN",   "DDPB_RANK",   "DDPB_WORLD_SIZE",
-                                        "DDPB_LOCAL_RANK", "DDPB_STORE", "DDPB_SECRET",
-                                        "DDPB_SPEC",  "DDPB_HOST",   "DDPB_CPUS",
-                                        "DDPB_TIMEOUT_MS"};
+static const char *const env_names[] = {
+    "DDPB_RUN",    "DDPB_RANK", "DDPB_WORLD_SIZE", "DDPB_LOCAL_RANK", "DDPB_STORE",
+    "DDPB_SECRET", "DDPB_SPEC", "DDPB_HOST",       "DDPB_CPUS",       "DDPB_TIMEOUT_MS"};
 
 static void env_set_valid(void)
 {
@@ -58,7 +57,7 @@ static void test_rdzv_env_valid_and_defaults(void)
 
 static void test_rdzv_env_missing_names_variable(void)
 {
-    const char *required[] = {"DDPB_RUN",    "DDPB_RANK",   "DDPB_WORLD_SIZE", "DDPB_LOCAL_RANK",
+    const char *required[] = {"DDPB_RUN",   "DDPB_RANK",   "DDPB_WORLD_SIZE", "DDPB_LOCAL_RANK",
                               "DDPB_STORE", "DDPB_SECRET", "DDPB_SPEC"};
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
         struct rendezvous_env env;
@@ -77,12 +76,12 @@ static void test_rdzv_env_malformed_names_variable(void)
     struct {
         const char *name, *value;
     } bad[] = {
-        {"DDPB_RANK", "abc"},         {"DDPB_RANK", "-1"},       {"DDPB_RANK", "4"},
-        {"DDPB_RANK", "1x"},          {"DDPB_RANK", ""},         {"DDPB_WORLD_SIZE", "0"},
-        {"DDPB_WORLD_SIZE", "1025"},  {"DDPB_WORLD_SIZE", "two"}, {"DDPB_LOCAL_RANK", "-3"},
-        {"DDPB_STORE", "nohost"},     {"DDPB_STORE", "h:0"},     {"DDPB_STORE", "h:99999"},
-        {"DDPB_CPUS", "0-"},          {"DDPB_CPUS", "x"},        {"DDPB_TIMEOUT_MS", "0"},
-        {"DDPB_TIMEOUT_MS", "soon"},  {"DDPB_RUN", ""},          {"DDPB_SPEC", ""},
+        {"DDPB_RANK", "abc"},        {"DDPB_RANK", "-1"},        {"DDPB_RANK", "4"},
+        {"DDPB_RANK", "1x"},         {"DDPB_RANK", ""},          {"DDPB_WORLD_SIZE", "0"},
+        {"DDPB_WORLD_SIZE", "1025"}, {"DDPB_WORLD_SIZE", "two"}, {"DDPB_LOCAL_RANK", "-3"},
+        {"DDPB_STORE", "nohost"},    {"DDPB_STORE", "h:0"},      {"DDPB_STORE", "h:99999"},
+        {"DDPB_CPUS", "0-"},         {"DDPB_CPUS", "x"},         {"DDPB_TIMEOUT_MS", "0"},
+        {"DDPB_TIMEOUT_MS", "soon"}, {"DDPB_RUN", ""},           {"DDPB_SPEC", ""},
         {"DDPB_HOST", ""},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -130,8 +129,8 @@ static void test_rdzv_cpus_parse_and_format(void)
     CPU_ZERO(&set);
     rendezvous_cpus_format(&set, out, sizeof out);
     T_EQ_STR(out, "");
-    const char *bad[] = {"", ",", "3-1", "a", "0-3,", ",1", "-1", "1024", " 1", "+1",
-                         "1-2-3", "0--2", "1-", "99999999999999999999"};
+    const char *bad[] = {"",     ",",  "3-1", "a",     "0-3,", ",1", "-1",
+                         "1024", " 1", "+1",  "1-2-3", "0--2", "1-", "99999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         T_CHECK_MSG(rendezvous_cpus_parse(bad[i], &set, &e) < 0, "'%s' accepted", bad[i]);
         T_EQ_INT(e.code, ERR_INVALID);
@@ -259,8 +258,8 @@ static void test_rdzv_join_missing_rank_is_named(void)
     for (int r = 0; r < 3; r++) {
         if (r == 1)
             continue;
-        if (!args[r].c && args[r].e.code == ERR_TIMEOUT && strstr(args[r].e.msg, "rank(s) 1 ") &&
-            args[r].ms < 8000)
+        if (!args[r].c && args[r].e.code == ERR_TIMEOUT &&
+            strstr(args[r].e.msg, "rank(s) 1 ") && args[r].ms < 8000)
             failed++;
         else
             snprintf(msg, sizeof msg, "rank %d: %s", r, args[r].e.msg);

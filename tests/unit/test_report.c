@@ -79,8 +79,8 @@ static bool line_rejected(const char *line, size_t len, enum err_code code, cons
         return false;
     }
     if (e.code != code || strcmp(e.field, field) != 0) {
-        fprintf(stderr, "    %.200s\n    -> %s field \"%s\": %s\n", line,
-                err_code_name(e.code), e.field, e.msg);
+        fprintf(stderr, "    %.200s\n    -> %s field \"%s\": %s\n", line, err_code_name(e.code),
+                e.field, e.msg);
         return false;
     }
     return true;
@@ -114,10 +114,10 @@ static void test_report_emit_parse_every_type(void)
     struct err e, cause;
     struct report_collective c = sample_collective();
     T_OK(report_emit_hello(&w, 4, &e));
-    T_OK(report_emit(&w, REPORT_ENV,
-                     json_pack("{s:{s:s, s:i, s:f}}", "env", "kernel", "6.1.0", "cpus", 16,
-                               "ghz", 2.5),
-                     &e));
+    T_OK(report_emit(
+        &w, REPORT_ENV,
+        json_pack("{s:{s:s, s:i, s:f}}", "env", "kernel", "6.1.0", "cpus", 16, "ghz", 2.5),
+        &e));
     T_OK(report_emit_progress(&w, "sizes", 3, 8, &e));
     T_OK(report_emit_collective(&w, &c, &e));
     err_set(&cause, ERR_TIMEOUT, "", "allreduce: peer 2 silent for 30 s");
@@ -133,7 +133,7 @@ static void test_report_emit_parse_every_type(void)
     const char *lines[16];
     size_t lens[16];
     size_t n = split_lines(&b, lines, lens, 16);
-    static const enum report_type want[] = {REPORT_HELLO, REPORT_ENV, REPORT_PROGRESS,
+    static const enum report_type want[] = {REPORT_HELLO,      REPORT_ENV,   REPORT_PROGRESS,
                                             REPORT_COLLECTIVE, REPORT_ERROR, REPORT_ERROR,
                                             REPORT_DONE};
     json_t *ev[7] = {0};
@@ -217,11 +217,13 @@ static void test_report_rejects_malformed_lines(void)
         {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"host\":\"h\",\"world_size\":2}", "pid"},
         {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":\"9\",\"host\":\"h\",\"world_size\":2}",
          "pid"},
-        {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":9,\"host\":5,\"world_size\":2}", "host"},
+        {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":9,\"host\":5,\"world_size\":2}",
+         "host"},
         {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":9,\"host\":\"h\",\"world_size\":0}",
          "world_size"},
         {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":9,\"host\":\"h\",\"world_size\":2,"
-         "\"gpu\":0}", "gpu"},
+         "\"gpu\":0}",
+         "gpu"},
         {"{\"type\":\"env\",\"rank\":0,\"t\":1}", "env"},
         {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":5}", "env"},
         {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":{\"a\":{}}}", "env"},
@@ -233,20 +235,24 @@ static void test_report_rejects_malformed_lines(void)
          "total"},
         {"{\"type\":\"progress\",\"rank\":0,\"t\":1,\"done\":1,\"total\":2}", "phase"},
         {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"nope\",\"message\":\"m\","
-         "\"where\":\"w\"}", "code"},
+         "\"where\":\"w\"}",
+         "code"},
         {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"where\":\"w\"}", "message"},
         {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"message\":\"m\"}", "where"},
         {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"message\":\"m\","
-         "\"where\":\"w\",\"peer\":-1}", "peer"},
+         "\"where\":\"w\",\"peer\":-1}",
+         "peer"},
         {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"message\":\"m\","
-         "\"where\":\"w\",\"op\":5}", "op"},
+         "\"where\":\"w\",\"op\":5}",
+         "op"},
         {"{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"message\":\"m\","
-         "\"where\":\"w\",\"field\":\"x\"}", "field"},
+         "\"where\":\"w\",\"field\":\"x\"}",
+         "field"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        T_CHECK_MSG(line_rejected(cases[i].line, strlen(cases[i].line), ERR_INVALID,
-                                  cases[i].field),
-                    "case %zu", i);
+        T_CHECK_MSG(
+            line_rejected(cases[i].line, strlen(cases[i].line), ERR_INVALID, cases[i].field),
+            "case %zu", i);
     /* Optional fields are optional: the same error line without them is fine. */
     const char *ok = "{\"type\":\"error\",\"rank\":0,\"t\":1,\"code\":\"io\",\"message\":\"m\","
                      "\"where\":\"w\"}";
@@ -267,17 +273,25 @@ static void test_report_rejects_bad_collective_fields(void)
         const char *key;
         json_t *bad;
     } cases[] = {
-        {"bytes", json_integer(-1)},       {"bytes", json_real(1.0)},
-        {"count", json_string("1")},       {"iters", json_integer(-1)},
+        {"bytes", json_integer(-1)},
+        {"bytes", json_real(1.0)},
+        {"count", json_string("1")},
+        {"iters", json_integer(-1)},
         {"iters", json_integer(INT64_C(1) << 31)},
-        {"wrong", NULL},                   {"wrong", json_integer(-3)},
-        {"repeat", json_null()},           {"op", json_string(op)},
-        {"op", NULL},                      {"dtype", json_integer(32)},
+        {"wrong", NULL},
+        {"wrong", json_integer(-3)},
+        {"repeat", json_null()},
+        {"op", json_string(op)},
+        {"op", NULL},
+        {"dtype", json_integer(32)},
         {"algorithm", json_string("0123456789abcdef")},
-        {"inplace", json_integer(1)},      {"time_us_min", json_integer(-1)},
+        {"inplace", json_integer(1)},
+        {"time_us_min", json_integer(-1)},
         {"time_us_median", json_string("5")},
-        {"time_us_p95", NULL},             {"busbw_gbs", json_real(-0.5)},
-        {"algbw_gbs", json_true()},        {"bogus", json_integer(1)},
+        {"time_us_p95", NULL},
+        {"busbw_gbs", json_real(-0.5)},
+        {"algbw_gbs", json_true()},
+        {"bogus", json_integer(1)},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *line = collective_line_with(cases[i].key, cases[i].bad);
@@ -357,7 +371,7 @@ static bool broken_collective(int i, struct report_collective *c)
     case 3: c->bytes = -1; break;
     case 4: c->wrong = -1; break;
     case 5: c->iters = -1; break;
-    case 6: memset(c->dtype, 'f', sizeof c->dtype); break; /* unterminated */
+    case 6: memset(c->dtype, 'f', sizeof c->dtype); break;          /* unterminated */
     case 7: snprintf(c->op, sizeof c->op, "%s", "\xff\xfe"); break; /* not UTF-8 */
     default: return false;
     }
@@ -489,7 +503,10 @@ static void *slow_reader_main(void *p)
     return NULL;
 }
 
-static void on_alarm(int sig) { (void)sig; }
+static void on_alarm(int sig)
+{
+    (void)sig;
+}
 
 /* A line several times the pipe's capacity, written while a timer keeps interrupting the
  * writer (no SA_RESTART): write() returns short counts or EINTR and the loop must still

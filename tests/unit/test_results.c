@@ -15,10 +15,17 @@
 
 static struct report_collective coll(int repeat, int64_t bytes, double busbw)
 {
-    return (struct report_collective){
-        .repeat = repeat, .op = "allreduce", .dtype = "float32", .redop = "sum",
-        .inplace = false, .bytes = bytes, .algorithm = "ring", .busbw_gbs = busbw,
-        .algbw_gbs = busbw / 2, .time_us_median = 10.0, .wrong = 0};
+    return (struct report_collective){.repeat = repeat,
+                                      .op = "allreduce",
+                                      .dtype = "float32",
+                                      .redop = "sum",
+                                      .inplace = false,
+                                      .bytes = bytes,
+                                      .algorithm = "ring",
+                                      .busbw_gbs = busbw,
+                                      .algbw_gbs = busbw / 2,
+                                      .time_us_median = 10.0,
+                                      .wrong = 0};
 }
 
 /* A run as db_get_experiment_data returns it; the row arrays are borrowed from the test
@@ -31,8 +38,12 @@ static struct db_data_run run(int world, struct report_collective *c, size_t nc,
         .world_size = world,
         .params = json_pack("{s:i}", "world_size", world),
         .spec = json_pack("{s:i, s:s}", "world_size", world, "op", "allreduce"),
-        .collectives = c, .ncollectives = nc, .steps = st, .nsteps = ns,
-        .epochs = ep, .nepochs = ne};
+        .collectives = c,
+        .ncollectives = nc,
+        .steps = st,
+        .nsteps = ns,
+        .epochs = ep,
+        .nepochs = ne};
 }
 
 static void runs_free(struct db_data_run *runs, size_t n)
@@ -48,18 +59,18 @@ static void test_results_collectives(void)
     struct err e;
     struct report_collective c1[] = {coll(0, 1024, 0), coll(0, 4096, 0), coll(1, 1024, 0),
                                      coll(1, 4096, 0)};
-    struct report_collective c2[] = {coll(0, 1024, 1.0), coll(0, 4096, 2.0),
-                                     coll(1, 1024, 3.0), coll(1, 4096, 4.0)};
+    struct report_collective c2[] = {coll(0, 1024, 1.0), coll(0, 4096, 2.0), coll(1, 1024, 3.0),
+                                     coll(1, 4096, 4.0)};
     struct db_data_run runs[] = {run(1, c1, 4, NULL, 0, NULL, 0),
                                  run(2, c2, 4, NULL, 0, NULL, 0)};
-    struct db_experiment_data data = {.id = 9, .workload = "collective", .runs = runs,
-                                      .nruns = 2};
+    struct db_experiment_data data = {
+        .id = 9, .workload = "collective", .runs = runs, .nruns = 2};
     json_t *t = results_build(&data, NULL, 0, &e);
     T_CHECK(t != NULL);
     T_EQ_INT(json_integer_value(json_object_get(t, "experiment")), 9);
     json_t *rows = json_object_get(t, "rows");
-    T_EQ_INT(json_array_size(rows), 4); /* 2 world sizes x 2 sizes */
-    json_t *r = json_array_get(rows, 2);  /* world_size 2, 1024 bytes */
+    T_EQ_INT(json_array_size(rows), 4);  /* 2 world sizes x 2 sizes */
+    json_t *r = json_array_get(rows, 2); /* world_size 2, 1024 bytes */
     T_EQ_INT(json_integer_value(json_object_get(r, "world_size")), 2);
     T_EQ_INT(json_integer_value(json_object_get(r, "bytes")), 1024);
     T_NEAR(json_real_value(json_object_get(r, "busbw_gbs_mean")), 2.0, 1e-12);
@@ -80,8 +91,9 @@ static void test_results_collectives(void)
     const char *by[] = {"op"};
     t = results_build(&data, by, 1, &e);
     T_EQ_INT(json_array_size(json_object_get(t, "rows")), 2);
-    T_EQ_INT(json_integer_value(json_object_get(json_array_get(json_object_get(t, "rows"), 0),
-                                                "busbw_gbs_n")), 4);
+    T_EQ_INT(json_integer_value(
+                 json_object_get(json_array_get(json_object_get(t, "rows"), 0), "busbw_gbs_n")),
+             4);
     json_decref(t);
     const char *bad[] = {"nope"};
     T_CHECK(results_build(&data, bad, 1, &e) == NULL);
@@ -96,12 +108,17 @@ static struct db_step_row *steps(int repeats, int n, double step_ms, double fast
     struct db_step_row *a = calloc((size_t)(repeats * n), sizeof *a);
     for (int r = 0; r < repeats; r++)
         for (int s = 0; s < n; s++)
-            a[r * n + s] = (struct db_step_row){
-                .repeat = r, .step = s, .step_ms = step_ms * (1 + 0.1 * r),
-                .fastest_ms = fastest_ms, .samples = samples,
-                .phase_ms = {[DB_PHASE_DATA] = 1.0, [DB_PHASE_FORWARD] = 2.0,
-                             [DB_PHASE_BACKWARD] = 3.0, [DB_PHASE_COMM] = 4.0,
-                             [DB_PHASE_COMM_EXPOSED] = 1.0, [DB_PHASE_OPTIMIZER] = 0.5}};
+            a[r * n + s] = (struct db_step_row){.repeat = r,
+                                                .step = s,
+                                                .step_ms = step_ms * (1 + 0.1 * r),
+                                                .fastest_ms = fastest_ms,
+                                                .samples = samples,
+                                                .phase_ms = {[DB_PHASE_DATA] = 1.0,
+                                                             [DB_PHASE_FORWARD] = 2.0,
+                                                             [DB_PHASE_BACKWARD] = 3.0,
+                                                             [DB_PHASE_COMM] = 4.0,
+                                                             [DB_PHASE_COMM_EXPOSED] = 1.0,
+                                                             [DB_PHASE_OPTIMIZER] = 0.5}};
     return a;
 }
 
@@ -142,8 +159,8 @@ static void test_results_training(void)
     T_NEAR(json_real_value(json_object_get(four, "speedup")), t4 / t1, 1e-9);
     T_NEAR(json_real_value(json_object_get(four, "efficiency")), t4 / t1 / 4, 1e-9);
     /* two repeats each: t(1) over the relative half-widths of both throughputs */
-    double ci1 = stats_t95(1) * fabs(320.0 - 32.0 / 0.11) / 2, ci4 = stats_t95(1) *
-                 fabs(128 / 0.125 - 128 / 0.1375) / 2;
+    double ci1 = stats_t95(1) * fabs(320.0 - 32.0 / 0.11) / 2,
+           ci4 = stats_t95(1) * fabs(128 / 0.125 - 128 / 0.1375) / 2;
     T_NEAR(json_real_value(json_object_get(four, "speedup_ci95")),
            t4 / t1 * hypot(ci1 / t1, ci4 / t4), 1e-9);
     /* the baseline is 1 by definition: no interval, and exactly 1 */
@@ -201,8 +218,8 @@ static void test_results_no_rows_header(void)
     struct report_collective c[] = {coll(0, 1024, 1.0)};
     struct db_data_run runs[] = {run(2, NULL, 0, NULL, 0, NULL, 0),
                                  run(2, c, 1, NULL, 0, NULL, 0)};
-    struct db_experiment_data data = {.id = 5, .workload = "collective", .runs = runs,
-                                      .nruns = 1};
+    struct db_experiment_data data = {
+        .id = 5, .workload = "collective", .runs = runs, .nruns = 1};
     json_t *empty = results_build(&data, NULL, 0, &e);
     data.nruns = 2;
     json_t *full = results_build(&data, NULL, 0, &e);
@@ -252,8 +269,8 @@ static void test_results_emulated_apart(void)
     struct db_data_run runs[] = {run(2, cr, 1, NULL, 0, NULL, 0),
                                  run(2, ce, 1, NULL, 0, NULL, 0)};
     runs[1].emulated = true;
-    struct db_experiment_data data = {.id = 3, .workload = "collective", .runs = runs,
-                                      .nruns = 2};
+    struct db_experiment_data data = {
+        .id = 3, .workload = "collective", .runs = runs, .nruns = 2};
     const char *by[] = {"op"};
     json_t *t = results_build(&data, by, 1, &e);
     runs_free(runs, 2);
@@ -284,11 +301,12 @@ static void test_results_oversubscribed_apart(void)
     struct err e;
     struct report_collective c1[] = {coll(0, 1024, 8.0)}, c2[] = {coll(0, 1024, 3.0)},
                              c3[] = {coll(0, 1024, 6.0)};
-    struct db_data_run runs[] = {run(2, c1, 1, NULL, 0, NULL, 0), run(2, c2, 1, NULL, 0, NULL, 0),
+    struct db_data_run runs[] = {run(2, c1, 1, NULL, 0, NULL, 0),
+                                 run(2, c2, 1, NULL, 0, NULL, 0),
                                  run(2, c3, 1, NULL, 0, NULL, 0)};
     runs[1].oversubscribed = true;
-    struct db_experiment_data data = {.id = 4, .workload = "collective", .runs = runs,
-                                      .nruns = 3};
+    struct db_experiment_data data = {
+        .id = 4, .workload = "collective", .runs = runs, .nruns = 3};
     const char *by[] = {"op"};
     json_t *t = results_build(&data, by, 1, &e);
     runs_free(runs, 3);

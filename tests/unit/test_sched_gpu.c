@@ -37,8 +37,18 @@ static int fx_open(struct fx *x, struct err *e)
     snprintf(x->dir, sizeof x->dir, "/tmp/ddpb-sched-gpu-XXXXXX");
     if (!mkdtemp(x->dir))
         return err_errno(e, "mkdtemp");
-    char *argv[] = {"ddpbenchd", "--gpus", "1", "--cpu-slots", "8", "--kill-grace-ms", "200",
-                    "--state-dir", x->dir, "--worker", getenv("DDPB_PROBE_BIN"), NULL};
+    char *argv[] = {"ddpbenchd",
+                    "--gpus",
+                    "1",
+                    "--cpu-slots",
+                    "8",
+                    "--kill-grace-ms",
+                    "200",
+                    "--state-dir",
+                    x->dir,
+                    "--worker",
+                    getenv("DDPB_PROBE_BIN"),
+                    NULL};
     optind = 0;
     if (config_parse_args(&x->cfg, 11, argv, e) < 0)
         return -1;
@@ -70,19 +80,20 @@ static int fx_submit(struct fx *x, const char *const *specs, int n, int64_t *ids
     struct db_new_run rows[4];
     for (int i = 0; i < n; i++) {
         json_t *s = json_loads(specs[i], 0, NULL);
-        rows[i] = (struct db_new_run){"{}", specs[i],
-                                      (int)json_integer_value(json_object_get(s, "world_size"))};
+        rows[i] = (struct db_new_run){
+            "{}", specs[i], (int)json_integer_value(json_object_get(s, "world_size"))};
         json_decref(s);
     }
     int64_t exp;
-    if (db_create_experiment(x->db, "gpu", "collective", specs[0], rows, (size_t)n, &exp, e) < 0)
+    if (db_create_experiment(x->db, "gpu", "collective", specs[0], rows, (size_t)n, &exp, e) <
+        0)
         return -1;
     json_t *got = db_get_experiment(x->db, exp, e);
     if (!got)
         return -1;
     for (int i = 0; i < n; i++)
-        ids[i] = json_integer_value(json_object_get(json_array_get(json_object_get(got, "runs"),
-                                                                   (size_t)i), "id"));
+        ids[i] = json_integer_value(
+            json_object_get(json_array_get(json_object_get(got, "runs"), (size_t)i), "id"));
     json_decref(got);
     return 0;
 }
@@ -162,8 +173,9 @@ static void test_gpu_runs_queue_for_the_gpu(void)
     T_EQ_INT(json_array_size(ra), 2);
     for (size_t r = 0; r < 2; r++)
         T_EQ_INT(json_integer_value(json_object_get(json_array_get(ra, r), "gpu")), 0);
-    T_EQ_INT(json_integer_value(json_object_get(json_array_get(json_object_get(b, "ranks"), 0),
-                                                "gpu")), 0);
+    T_EQ_INT(json_integer_value(
+                 json_object_get(json_array_get(json_object_get(b, "ranks"), 0), "gpu")),
+             0);
     /* the second waited for the GPU: it started once the first had ended */
     T_CHECK(strcmp(json_string_value(json_object_get(b, "started_at")),
                    json_string_value(json_object_get(a, "finished_at"))) >= 0);
@@ -176,7 +188,8 @@ static void test_gpu_runs_queue_for_the_gpu(void)
     T_CHECK_MSG(strstr(log, "\"CUDA_VISIBLE_DEVICES\":\"0\"") != NULL, "%s", log);
     T_CHECK_MSG(strstr(log, "\"DDPB_EMULATED\":\"1\"") != NULL, "%s", log);
     T_CHECK_MSG(strstr(log, "\"NCCL_HOSTID\":\"ddpb-run-") /* the run's, rank 0's */ ||
-                strstr(log, "\"NCCL_MULTI_RANK_GPU_ENABLE\":\"1\""), "%s", log);
+                    strstr(log, "\"NCCL_MULTI_RANK_GPU_ENABLE\":\"1\""),
+                "%s", log);
     rank_log(&x, ids[1], 0, log, sizeof log);
     T_CHECK_MSG(strstr(log, "\"CUDA_VISIBLE_DEVICES\":\"0\"") != NULL, "%s", log);
     T_CHECK_MSG(strstr(log, "DDPB_EMULATED") == NULL, "%s", log);
@@ -207,8 +220,8 @@ static void test_unplaceable_run_fails(void)
     T_EQ_INT(json_array_size(json_object_get(a, "ranks")), 0); /* nothing was spawned */
     /* the CPU run behind it was not blocked: it ran (and failed on the probe's line) */
     T_CHECK(json_array_size(json_object_get(b, "ranks")) == 1);
-    T_CHECK(json_is_null(json_object_get(json_array_get(json_object_get(b, "ranks"), 0),
-                                         "gpu")));
+    T_CHECK(
+        json_is_null(json_object_get(json_array_get(json_object_get(b, "ranks"), 0), "gpu")));
     json_decref(a);
     json_decref(b);
     fx_close(&x);

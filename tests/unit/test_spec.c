@@ -116,27 +116,26 @@ static void test_spec_defaults(void)
     T_CHECK(s);
     char *text = json_dumps(s, JSON_COMPACT);
     json_decref(s);
-    T_EQ_STR(text,
-             "{\"name\":\"collective\",\"description\":\"\",\"workload\":\"collective\","
-             "\"device\":\"cpu\",\"backend\":\"tcp\",\"world_size\":1,\"repeats\":1,"
-             "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
-             "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,"
-             "\"op\":\"allreduce\",\"dtype\":\"float32\","
-             "\"redop\":\"sum\",\"algorithm\":\"auto\",\"min_bytes\":4096,"
-             "\"max_bytes\":67108864,\"factor\":2,\"step\":0,\"sizes\":[],"
-             "\"buckets_of\":\"none\",\"iters\":20,"
-             "\"warmup\":5,\"check\":true,\"inplace\":false,\"bucket_mb\":25}");
+    T_EQ_STR(text, "{\"name\":\"collective\",\"description\":\"\",\"workload\":\"collective\","
+                   "\"device\":\"cpu\",\"backend\":\"tcp\",\"world_size\":1,\"repeats\":1,"
+                   "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
+                   "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,"
+                   "\"op\":\"allreduce\",\"dtype\":\"float32\","
+                   "\"redop\":\"sum\",\"algorithm\":\"auto\",\"min_bytes\":4096,"
+                   "\"max_bytes\":67108864,\"factor\":2,\"step\":0,\"sizes\":[],"
+                   "\"buckets_of\":\"none\",\"iters\":20,"
+                   "\"warmup\":5,\"check\":true,\"inplace\":false,\"bucket_mb\":25}");
     free(text);
 }
 
 static void test_spec_given_values_kept(void)
 {
     json_t *s = parse_ok(W ", \"name\": \"my run\", \"description\": \"two\\nlines\", "
-                             "\"world_size\": 1024, \"repeats\": 100, \"seed\": 2147483647, "
-                             "\"timeout_s\": 86400, \"algorithm\": \"ring\", "
-                             "\"min_bytes\": \"1\", \"max_bytes\": \"2G\", \"factor\": 1024, "
-                             "\"iters\": 100000, \"warmup\": 0, \"check\": false, "
-                             "\"inplace\": true}");
+                           "\"world_size\": 1024, \"repeats\": 100, \"seed\": 2147483647, "
+                           "\"timeout_s\": 86400, \"algorithm\": \"ring\", "
+                           "\"min_bytes\": \"1\", \"max_bytes\": \"2G\", \"factor\": 1024, "
+                           "\"iters\": 100000, \"warmup\": 0, \"check\": false, "
+                           "\"inplace\": true}");
     T_CHECK(s);
     T_EQ_STR(get_str(s, "name"), "my run");
     T_EQ_STR(get_str(s, "description"), "two\nlines");
@@ -249,7 +248,8 @@ static void test_spec_rejects_bad_fields(void)
         {"{\"workload\": \"training\"}", "workload", "got \"training\""},
         {"{\"workload\": 1}", "workload", "must be one of \"collective\""},
         {W ", \"world_size\": 1025}", "world_size", "got 1025"},
-        {W ", \"world_size\": 2.0}", "world_size", "must be an integer from 1 to 1024, got 2.0"},
+        {W ", \"world_size\": 2.0}", "world_size",
+         "must be an integer from 1 to 1024, got 2.0"},
         {W ", \"world_size\": 2.5}", "world_size", "got 2.5"},
         {W ", \"world_size\": \"2\"}", "world_size", "got \"2\""},
         {W ", \"world_size\": true}", "world_size", "got true"},
@@ -266,13 +266,16 @@ static void test_spec_rejects_bad_fields(void)
         {W ", \"warmup\": 10001}", "warmup", "from 0 to 10000"},
         {W ", \"factor\": 1025}", "factor", "from 2 to 1024"},
         {W ", \"factor\": 2.0}", "factor", "got 2.0"},
-        {W ", \"op\": \"allgather\"}", "op", "must be one of \"allreduce\", \"reduce_scatter\""},
-        {W ", \"redop\": \"prod\"}", "redop", "must be one of \"sum\", \"avg\", \"min\", \"max\""},
+        {W ", \"op\": \"allgather\"}", "op",
+         "must be one of \"allreduce\", \"reduce_scatter\""},
+        {W ", \"redop\": \"prod\"}", "redop",
+         "must be one of \"sum\", \"avg\", \"min\", \"max\""},
         {W ", \"op\": \"sendrecv\", \"algorithm\": \"ring\"}", "algorithm",
          "op \"sendrecv\" has no algorithm \"ring\""},
         {W ", \"op\": \"allreduce\", \"algorithm\": \"tree\"}", "algorithm",
          "it has \"auto\", \"ring\", \"rd\", \"hd\""},
-        {W ", \"sweep\": {\"algorithm\": [\"ring\", \"rd\"], \"op\": [\"allreduce\", \"all_gather\"]}}",
+        {W
+         ", \"sweep\": {\"algorithm\": [\"ring\", \"rd\"], \"op\": [\"allreduce\", \"all_gather\"]}}",
          "sweep", "op \"all_gather\" has no algorithm \"rd\""},
         {W ", \"comm_timeout_s\": 0}", "comm_timeout_s", "from 1 to 3600"},
         {W ", \"comm_timeout_s\": 3601}", "comm_timeout_s", "from 1 to 3600"},
@@ -400,14 +403,35 @@ static void test_spec_parse_size(void)
         const char *text;
         int64_t want; /* -1: rejected */
     } cases[] = {
-        {"0", 0},           {"4096", 4096},       {"4K", 4096},     {"4k", 4096},
-        {"4KB", 4096},      {"4KiB", 4096},       {"4kib", 4096},   {"64M", 64 << 20},
-        {"1G", 1 << 30},    {"2g", INT64_C(2) << 30}, {"1T", INT64_C(1) << 40},
-        {"4096B", 4096},    {"4096b", 4096},      {"007", 7},
-        {"", -1},           {"K", -1},            {"4X", -1},       {"4.5K", -1},
-        {"-1", -1},         {" 4K", -1},          {"4K ", -1},      {"4KiBB", -1},
-        {"4iB", -1},        {"4Ki", -1},          {"4BK", -1},      {"1e3", -1},
-        {"0x10", -1},       {"+4", -1},           {"99999999999999999999", -1},
+        {"0", 0},
+        {"4096", 4096},
+        {"4K", 4096},
+        {"4k", 4096},
+        {"4KB", 4096},
+        {"4KiB", 4096},
+        {"4kib", 4096},
+        {"64M", 64 << 20},
+        {"1G", 1 << 30},
+        {"2g", INT64_C(2) << 30},
+        {"1T", INT64_C(1) << 40},
+        {"4096B", 4096},
+        {"4096b", 4096},
+        {"007", 7},
+        {"", -1},
+        {"K", -1},
+        {"4X", -1},
+        {"4.5K", -1},
+        {"-1", -1},
+        {" 4K", -1},
+        {"4K ", -1},
+        {"4KiBB", -1},
+        {"4iB", -1},
+        {"4Ki", -1},
+        {"4BK", -1},
+        {"1e3", -1},
+        {"0x10", -1},
+        {"+4", -1},
+        {"99999999999999999999", -1},
         {"9999999999999T", -1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -441,7 +465,7 @@ static void test_spec_parse_size(void)
 static void test_spec_sizes_in_spec(void)
 {
     json_t *s = parse_ok(W ", \"min_bytes\": \"64KiB\", \"max_bytes\": \"1g\", "
-                             "\"sweep\": {\"min_bytes\": [\"1K\", 8192, \"1M\"]}}");
+                           "\"sweep\": {\"min_bytes\": [\"1K\", 8192, \"1M\"]}}");
     T_CHECK(s);
     T_EQ_INT(get_int(s, "min_bytes"), 65536);
     T_EQ_INT(get_int(s, "max_bytes"), 1 << 30);
@@ -498,7 +522,7 @@ static void test_spec_sweep_expand_order(void)
 {
     struct err e;
     json_t *s = parse_ok(W ", \"world_size\": 8, \"sweep\": {\"world_size\": [1, 2, 4], "
-                             "\"algorithm\": [\"auto\", \"ring\"]}}");
+                           "\"algorithm\": [\"auto\", \"ring\"]}}");
     T_CHECK(s);
     json_t *runs = spec_expand(s, SPEC_MAX_RUNS, &e);
     T_CHECK_MSG(runs, "%s", e.msg);
@@ -609,7 +633,7 @@ static void test_spec_sweep_point_rule(void)
     /* A top-level rule on a swept field is judged at the points only: max_bytes 1K with
      * the default min_bytes 4K is fine when min_bytes is swept below it. */
     json_t *s = parse_ok(W ", \"max_bytes\": \"1K\", \"sweep\": {\"min_bytes\": [512, "
-                             "1024]}}");
+                           "1024]}}");
     T_CHECK(s);
     json_t *runs = spec_expand(s, SPEC_MAX_RUNS, &e);
     T_CHECK_MSG(runs && json_array_size(runs) == 2, "%s", e.msg);
@@ -628,7 +652,8 @@ static void test_spec_train_defaults_and_struct(void)
                               "\"epochs\": 3, \"threads\": 2, \"dataset\": {\"name\": "
                               "\"cifar10\", \"augment\": true}, \"optimizer\": {\"type\": "
                               "\"sgd\", \"lr\": 1, \"momentum\": 0.9, \"nesterov\": true}, "
-                              "\"lr_schedule\": {\"decay\": \"cosine\"}}", &e);
+                              "\"lr_schedule\": {\"decay\": \"cosine\"}}",
+                           &e);
     T_CHECK_MSG(s, "%s", e.msg);
     /* every nested field present after normalization; numbers as reals */
     T_CHECK(json_is_real(json_object_get(json_object_get(s, "optimizer"), "lr")));
@@ -681,7 +706,8 @@ static void test_spec_train_rejects(void)
         {TR ", \"dataset\": \"mnist\"}", "dataset", "must be an object of dataset.* fields"},
         {TR ", \"dataset\": {\"nmae\": \"mnist\"}}", "dataset.nmae", "unknown field"},
         {TR ", \"dataset\": {\"name\": \"imagenet\"}}", "dataset.name", "got \"imagenet\""},
-        {TR ", \"dataset\": {\"shape\": [3, 32]}}", "dataset.shape", "[channels, height, width]"},
+        {TR ", \"dataset\": {\"shape\": [3, 32]}}", "dataset.shape",
+         "[channels, height, width]"},
         {TR ", \"dataset\": {\"shape\": [3, 0, 32]}}", "dataset.shape", "from 1 to 4096"},
         {TR ", \"optimizer\": {\"lr\": 0}}", "optimizer.lr", "a number greater than 0"},
         {TR ", \"optimizer\": {\"lr\": \"0.1\"}}", "optimizer.lr", "got \"0.1\""},
@@ -814,12 +840,14 @@ static void test_spec_memory_estimate(void)
 
     /* the example: refused at submit, naming the field, with the estimate */
     T_CHECK(spec_rejects(TR ", \"model\": \"resnet50\", \"batch_size\": 65536, \"dataset\": "
-                            "{\"shape\": [3, 4096, 4096]}}", ERR_INVALID, "batch_size",
-                         "more than the 1024 GiB a rank may use"));
+                            "{\"shape\": [3, 4096, 4096]}}",
+                         ERR_INVALID, "batch_size", "more than the 1024 GiB a rank may use"));
     T_CHECK(!parse_text(TR ", \"model\": \"resnet50\", \"batch_size\": 65536, \"dataset\": "
-                           "{\"shape\": [3, 4096, 4096]}}", &e));
+                           "{\"shape\": [3, 4096, 4096]}}",
+                        &e));
     T_CHECK_MSG(strstr(e.msg, "batch_size: one rank needs about") &&
-                strstr(e.msg, "activations") && strstr(e.msg, "an estimate"), "%s", e.msg);
+                    strstr(e.msg, "activations") && strstr(e.msg, "an estimate"),
+                "%s", e.msg);
     /* one sample of it is about 75 GiB: valid here, for the node to judge (409) */
     s = parse_ok(TR ", \"model\": \"resnet50\", \"batch_size\": 1, \"dataset\": {\"shape\": "
                     "[3, 4096, 4096]}}");
@@ -835,7 +863,8 @@ static void test_spec_memory_estimate(void)
     /* the worker is held to the same cap */
     struct spec sp;
     json_t *raw = json_loads(TR ", \"model\": \"resnet50\", \"batch_size\": 65536, "
-                                "\"dataset\": {\"shape\": [3, 4096, 4096]}}", 0, NULL);
+                                "\"dataset\": {\"shape\": [3, 4096, 4096]}}",
+                             0, NULL);
     T_CHECK(raw);
     int rc = spec_from_json(raw, &sp, &e);
     json_decref(raw);
@@ -848,7 +877,8 @@ static void test_spec_train_sweep_nested(void)
     struct err e;
     json_t *s = parse_text(TR ", \"optimizer\": {\"momentum\": 0.5}, \"sweep\": "
                               "{\"strategy\": [\"naive\", \"ddp\"], \"optimizer.lr\": "
-                              "[0.1, 0.01]}}", &e);
+                              "[0.1, 0.01]}}",
+                           &e);
     T_CHECK_MSG(s, "%s", e.msg);
     json_t *runs = spec_expand(s, SPEC_MAX_RUNS, &e);
     T_CHECK_MSG(runs, "%s", e.msg);
@@ -871,10 +901,11 @@ static void test_spec_train_sweep_nested(void)
 static void test_spec_from_json(void)
 {
     struct err e;
-    json_t *s = parse_text(W ", \"name\": \"x\", \"world_size\": 4, \"repeats\": 3, "
-                             "\"seed\": 2147483647, \"timeout_s\": 60, \"algorithm\": \"ring\", "
-                             "\"min_bytes\": \"1K\", \"max_bytes\": \"1G\", \"step\": \"4K\", "
-                             "\"iters\": 7, \"warmup\": 0, \"check\": false, \"inplace\": true}",
+    json_t *s = parse_text(W
+                           ", \"name\": \"x\", \"world_size\": 4, \"repeats\": 3, "
+                           "\"seed\": 2147483647, \"timeout_s\": 60, \"algorithm\": \"ring\", "
+                           "\"min_bytes\": \"1K\", \"max_bytes\": \"1G\", \"step\": \"4K\", "
+                           "\"iters\": 7, \"warmup\": 0, \"check\": false, \"inplace\": true}",
                            &e);
     T_CHECK_MSG(s, "%s", e.msg);
     struct spec sp;
@@ -959,8 +990,8 @@ static void test_spec_sizes_list_and_collective_fields(void)
 {
     struct err e;
     json_t *s = parse_ok(W ", \"sizes\": [\"1M\", 8, \"25MiB\", 4096], \"comm_timeout_s\": 7,"
-                         " \"op\": \"reduce_scatter\", \"dtype\": \"bfloat16\","
-                         " \"redop\": \"avg\", \"algorithm\": \"direct\"}");
+                           " \"op\": \"reduce_scatter\", \"dtype\": \"bfloat16\","
+                           " \"redop\": \"avg\", \"algorithm\": \"direct\"}");
     T_CHECK(s);
     char *text = json_dumps(json_object_get(s, "sizes"), JSON_COMPACT);
     T_EQ_STR(text, "[1048576,8,26214400,4096]");
@@ -1004,7 +1035,7 @@ static void test_spec_sizes_from_parsed_spec(void)
 {
     struct err e;
     json_t *s = parse_ok(W ", \"min_bytes\": \"4K\", \"max_bytes\": \"64M\", "
-                             "\"factor\": 4}");
+                           "\"factor\": 4}");
     T_CHECK(s);
     struct spec sp;
     T_OK(spec_from_json(s, &sp, &e));
@@ -1029,10 +1060,12 @@ static void test_spec_schema_file_in_sync(void)
     T_CHECK(now);
     bool same = file && strcmp(file, now) == 0;
     if (!same)
-        fprintf(stderr, "    %s is not what spec_schema_json() generates.\n"
-                        "    The field table in common/spec.c changed: regenerate with\n"
-                        "      <build>/tests/test_spec --write-schema %s\n"
-                        "    and commit the result.\n", path, path);
+        fprintf(stderr,
+                "    %s is not what spec_schema_json() generates.\n"
+                "    The field table in common/spec.c changed: regenerate with\n"
+                "      <build>/tests/test_spec --write-schema %s\n"
+                "    and commit the result.\n",
+                path, path);
     free(file);
     free(now);
     T_CHECK(same);
@@ -1064,9 +1097,10 @@ static void test_spec_schema_content(void)
     int allowed = 0;
     size_t i;
     json_t *clause;
-    json_array_foreach(json_object_get(s, "allOf"), i, clause) {
-        json_t *then_alg = json_object_get(json_object_get(json_object_get(clause, "then"),
-                                                           "properties"), "algorithm");
+    json_array_foreach(json_object_get(s, "allOf"), i, clause)
+    {
+        json_t *then_alg = json_object_get(
+            json_object_get(json_object_get(clause, "then"), "properties"), "algorithm");
         allowed += json_object_get(then_alg, "enum") != NULL; /* not the train rule's false */
     }
     T_EQ_INT(allowed, 6);
@@ -1074,12 +1108,12 @@ static void test_spec_schema_content(void)
     json_t *ds = json_object_get(props, "dataset");
     T_EQ_STR(get_str(ds, "type"), "object");
     T_CHECK(json_is_false(json_object_get(ds, "additionalProperties")));
-    json_t *lr = json_object_get(json_object_get(json_object_get(props, "optimizer"),
-                                                 "properties"), "lr");
+    json_t *lr = json_object_get(
+        json_object_get(json_object_get(props, "optimizer"), "properties"), "lr");
     T_EQ_STR(get_str(lr, "type"), "number");
     T_CHECK(json_object_get(lr, "exclusiveMinimum"));
-    json_t *swept_lr = json_object_get(json_object_get(json_object_get(props, "sweep"),
-                                                       "properties"), "optimizer.lr");
+    json_t *swept_lr = json_object_get(
+        json_object_get(json_object_get(props, "sweep"), "properties"), "optimizer.lr");
     T_EQ_STR(get_str(swept_lr, "type"), "array");
     json_t *minb = json_object_get(props, "min_bytes");
     T_EQ_STR(get_str(minb, "default"), "4K");
@@ -1101,7 +1135,8 @@ static void test_spec_schema_content(void)
     T_EQ_INT(get_int(sws, "maxItems"), SPEC_MAX_SWEEP_VALUES);
     T_EQ_INT(get_int(json_object_get(sws, "items"), "maximum"), SPEC_MAX_WORLD);
     /* the sweep limits are in the schema: per list as maxItems, the runs in the text */
-    json_object_foreach(sp, key, v) {
+    json_object_foreach(sp, key, v)
+    {
         T_EQ_INT(get_int(v, "minItems"), 1);
         T_EQ_INT(get_int(v, "maxItems"), SPEC_MAX_SWEEP_VALUES);
     }
@@ -1109,8 +1144,8 @@ static void test_spec_schema_content(void)
     snprintf(runs, sizeof runs, "at most %d runs", SPEC_MAX_RUNS);
     snprintf(values, sizeof values, "1 to %d distinct values", SPEC_MAX_SWEEP_VALUES);
     T_CHECK_MSG(strstr(get_str(sweep, "description"), runs) &&
-                strstr(get_str(sweep, "description"), values), "%s",
-                get_str(sweep, "description"));
+                    strstr(get_str(sweep, "description"), values),
+                "%s", get_str(sweep, "description"));
     json_decref(s);
 }
 

@@ -579,7 +579,8 @@ static void test_store_remove_run(void)
     T_OK(fx_start(&fx, &e));
     T_OK(store_server_add_run(fx.s, "doomed", "pw", &e));
     struct store_client *keep = fx_client(&fx, &e);
-    struct store_client *idle = store_client_connect(fx.addr, "doomed", "pw", 0, 5000, NULL, &e);
+    struct store_client *idle = store_client_connect(fx.addr, "doomed", "pw", 0, 5000, NULL,
+                                                     &e);
     struct getter g = {.key = "never", .timeout_ms = 30000};
     g.c = store_client_connect(fx.addr, "doomed", "pw", 1, 5000, NULL, &e);
     T_CHECK(keep && idle && g.c);
@@ -603,7 +604,8 @@ static void test_store_remove_run(void)
     store_server_remove_run(fx.s, "doomed"); /* unknown now: ignored */
     /* Re-created, the run starts empty; the other run is untouched. */
     T_OK(store_server_add_run(fx.s, "doomed", "pw2", &e));
-    struct store_client *fresh = store_client_connect(fx.addr, "doomed", "pw2", 0, 5000, NULL, &e);
+    struct store_client *fresh = store_client_connect(fx.addr, "doomed", "pw2", 0, 5000, NULL,
+                                                      &e);
     T_CHECK(fresh != NULL);
     char *v;
     size_t len;
@@ -885,8 +887,8 @@ struct barrier_member {
 static void *barrier_member_main(void *p)
 {
     struct barrier_member *m = p;
-    struct store_client *c =
-        store_client_connect(m->fx->addr, RUN, SECRET, m->rank, 5000, NULL, &m->e);
+    struct store_client *c = store_client_connect(m->fx->addr, RUN, SECRET, m->rank, 5000, NULL,
+                                                  &m->e);
     m->rc = -1;
     if (!c)
         return NULL;
@@ -954,9 +956,8 @@ static int big_request(int fd, struct buf *out, enum store_op op, struct buf *bo
     if (raw_send(fd, out) < 0)
         return -1;
     buf_reset(out);
-    return raw_recv(fd, op, body, r, clock_mono_ms() + 30000) < 0 || r->status != STORE_OK
-               ? -1
-               : 0;
+    return raw_recv(fd, op, body, r, clock_mono_ms() + 30000) < 0 || r->status != STORE_OK ? -1
+                                                                                           : 0;
 }
 
 /* ADD, SET done when last, then WAIT without reading the reply (collected later). */
@@ -1035,8 +1036,8 @@ struct big_real {
 static void *big_real_main(void *p)
 {
     struct big_real *m = p;
-    struct store_client *c =
-        store_client_connect(m->ctx->fx->addr, RUN, SECRET, m->rank, 5000, NULL, &m->e);
+    struct store_client *c = store_client_connect(m->ctx->fx->addr, RUN, SECRET, m->rank, 5000,
+                                                  NULL, &m->e);
     pthread_barrier_wait(&m->ctx->connected);
     pthread_barrier_wait(&m->ctx->go);
     m->rc = c ? store_client_barrier(c, "big", BIG_WORLD, 30000, &m->e) : -1;

@@ -67,7 +67,7 @@ static void test_keys_are_per_run_placeholders_and_copies(void)
     T_CHECK(store_kv_present(a, &key));
     T_CHECK(kv->vlen == 13 && memcmp(kv->val, "10.0.0.1:4000", 13) == 0);
     T_CHECK(store_kv_get(a, &key) == kv); /* get finds, does not duplicate */
-    store_kv_release_if_unused(a, kv);   /* present: kept */
+    store_kv_release_if_unused(a, kv);    /* present: kept */
     T_CHECK(store_kv_find(a, &key) == kv);
 
     T_CHECK(!store_kv_present(b, &key)); /* the other namespace does not see it */

@@ -116,7 +116,8 @@ static int ref_loss(const float *x, const int32_t *y, int train, double *loss, s
     int rc = mlp_build(&r, e) < 0 || nn_model_prepare(&r, B, NN_BACKEND_REF, 1, e) < 0 ||
                      nn_model_forward(&r, x, train, 0, e) < 0 ||
                      nn_model_loss(&r, y, B, loss, &right, e) < 0
-                 ? -1 : 0;
+                 ? -1
+                 : 0;
     nn_model_destroy(&r);
     return rc;
 }
@@ -217,8 +218,11 @@ static void test_cpu_engine_allreduce_host(void)
     char addrs[2][64];
     const char *ap[2] = {addrs[0], addrs[1]};
     for (int r = 0; r < 2; r++) {
-        struct comm_tcp_config cfg = {.rank = r, .world_size = 2, .listen_host = "127.0.0.1",
-                                      .timeout_ms = 10000, .secret = "pw"};
+        struct comm_tcp_config cfg = {.rank = r,
+                                      .world_size = 2,
+                                      .listen_host = "127.0.0.1",
+                                      .timeout_ms = 10000,
+                                      .secret = "pw"};
         jobs[r] = (struct reduce_job){.rank = r, .addrs = ap, .t = comm_tcp_listen(&cfg, &e)};
         T_CHECK_MSG(jobs[r].t != NULL, "%s", e.msg);
         snprintf(addrs[r], sizeof addrs[r], "%s", comm_tcp_address(jobs[r].t));

@@ -67,12 +67,15 @@ static void test_worker_spec_refuses_combinations(void)
         {"{\"workload\":\"collective\",\"device\":\"cuda\",\"backend\":\"tcp\"}", "backend"},
         {"{\"workload\":\"collective\",\"emulate_multi_rank\":true}", "emulate_multi_rank"},
         {"{\"workload\":\"collective\",\"device\":\"cuda\",\"backend\":\"nccl\","
-         "\"algorithm\":\"hd\"}", "algorithm"},
+         "\"algorithm\":\"hd\"}",
+         "algorithm"},
         {"{\"workload\":\"train\",\"precision\":\"fp16\"}", "precision"},
         {"{\"workload\":\"train\",\"device\":\"cuda\",\"backend\":\"nccl\","
-         "\"strategy\":\"horovod\"}", "strategy"},
+         "\"strategy\":\"horovod\"}",
+         "strategy"},
         {"{\"workload\":\"train\",\"device\":\"cuda\",\"backend\":\"nccl\","
-         "\"compression\":\"bf16\"}", "compression"},
+         "\"compression\":\"bf16\"}",
+         "compression"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct err e = {0};
@@ -89,7 +92,8 @@ static void test_worker_spec_refuses_combinations(void)
     struct err e = {0};
     struct spec s;
     json_t *j = json_loads("{\"workload\":\"train\",\"device\":\"cuda\",\"backend\":\"nccl\","
-                           "\"strategy\":\"naive\",\"precision\":\"bf16\"}", 0, NULL);
+                           "\"strategy\":\"naive\",\"precision\":\"bf16\"}",
+                           0, NULL);
     T_OK(spec_from_json(j, &s, &e));
     T_EQ_STR(s.train.precision, "bf16");
     json_decref(j);

@@ -55,10 +55,10 @@ struct e2e {
     struct store_server *srv;
     char dir[64], spec_path[128], store_addr[64], run[32];
     struct e2e_rank r[E2E_WORLD];
-    int victim;        /* rank to signal after rank 0's first progress event, -1: none */
-    int victim_sig;    /* SIGKILL or SIGSTOP */
+    int victim;         /* rank to signal after rank 0's first progress event, -1: none */
+    int victim_sig;     /* SIGKILL or SIGSTOP */
     int timeout_env_ms; /* DDPB_TIMEOUT_MS for the workers; 0: not set (the spec's) */
-    int64_t killed_at; /* monotonic ms, 0 before the kill */
+    int64_t killed_at;  /* monotonic ms, 0 before the kill */
 };
 
 static int e2e_write_spec(struct e2e *x, const char *spec_text, struct err *e)
@@ -299,9 +299,10 @@ static void test_e2e_healthy_run(void)
     struct e2e x;
     struct err e;
     /* sizes 4K, 32K, 256K, 2M: ring chunks of uneven and even lengths */
-    const char *spec = "{\"workload\": \"collective\", \"world_size\": 3, \"min_bytes\": \"4K\","
-                       " \"max_bytes\": \"2M\", \"factor\": 8, \"iters\": 5, \"warmup\": 2,"
-                       " \"check\": true, \"seed\": 7}";
+    const char *spec =
+        "{\"workload\": \"collective\", \"world_size\": 3, \"min_bytes\": \"4K\","
+        " \"max_bytes\": \"2M\", \"factor\": 8, \"iters\": 5, \"warmup\": 2,"
+        " \"check\": true, \"seed\": 7}";
     int rc = e2e_run(&x, "e2e-ok", spec, -1, 0, 30000, &e);
     T_CHECK_MSG(rc == 0, "%s", e.msg);
     char why[600] = "";
@@ -330,9 +331,10 @@ static void test_e2e_killed_rank_is_named(void)
     struct e2e x;
     struct err e;
     /* many repeats of one size: the run is far from over when rank 0 reports the first */
-    const char *spec = "{\"workload\": \"collective\", \"world_size\": 3, \"min_bytes\": \"1M\","
-                       " \"max_bytes\": \"1M\", \"iters\": 20, \"warmup\": 1,"
-                       " \"repeats\": 100, \"check\": false}";
+    const char *spec =
+        "{\"workload\": \"collective\", \"world_size\": 3, \"min_bytes\": \"1M\","
+        " \"max_bytes\": \"1M\", \"iters\": 20, \"warmup\": 1,"
+        " \"repeats\": 100, \"check\": false}";
     int64_t t0 = clock_mono_ms();
     int rc = e2e_run(&x, "e2e-kill", spec, 1, SIGKILL, 30000, &e);
     int64_t after_kill = clock_mono_ms() - (x.killed_at ? x.killed_at : t0);
@@ -347,8 +349,8 @@ static void test_e2e_killed_rank_is_named(void)
         if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) == 0 || r->errors != 1 ||
             r->done != 0 || r->err_peer != 1 || strcmp(r->err_code, "peer") != 0 ||
             !strstr(r->err_msg, "rank "))
-            snprintf(why, sizeof why, "rank %d: status %d errors %d done %d peer %d: %s: %s",
-                     i, r->status, r->errors, r->done, r->err_peer, r->err_code, r->err_msg);
+            snprintf(why, sizeof why, "rank %d: status %d errors %d done %d peer %d: %s: %s", i,
+                     r->status, r->errors, r->done, r->err_peer, r->err_code, r->err_msg);
     }
     e2e_cleanup(&x);
     T_CHECK_MSG(!why[0], "%s", why);
@@ -369,8 +371,10 @@ static void test_e2e_every_op(void)
     static const char *const algs[] = {NULL, NULL, "tree", "direct", "rd"};
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
         char spec[512], run[32];
-        snprintf(spec, sizeof spec, "{\"workload\": \"collective\", \"world_size\": 3, %s, "
-                 "\"sizes\": [\"24\", \"96K\", \"3M\"], \"iters\": 3, \"warmup\": 1}", specs[k]);
+        snprintf(spec, sizeof spec,
+                 "{\"workload\": \"collective\", \"world_size\": 3, %s, "
+                 "\"sizes\": [\"24\", \"96K\", \"3M\"], \"iters\": 3, \"warmup\": 1}",
+                 specs[k]);
         snprintf(run, sizeof run, "e2e-op%zu", k);
         struct e2e x;
         struct err e;
@@ -398,9 +402,10 @@ static void test_e2e_stopped_rank_times_out(void)
 {
     struct e2e x;
     struct err e;
-    const char *spec = "{\"workload\": \"collective\", \"world_size\": 3, \"min_bytes\": \"1M\","
-                       " \"max_bytes\": \"1M\", \"iters\": 20, \"warmup\": 1,"
-                       " \"repeats\": 100, \"check\": false, \"comm_timeout_s\": 2}";
+    const char *spec =
+        "{\"workload\": \"collective\", \"world_size\": 3, \"min_bytes\": \"1M\","
+        " \"max_bytes\": \"1M\", \"iters\": 20, \"warmup\": 1,"
+        " \"repeats\": 100, \"check\": false, \"comm_timeout_s\": 2}";
     int rc = e2e_run(&x, "e2e-stop", spec, 1, SIGSTOP, 0, &e);
     int64_t after_stop = clock_mono_ms() - x.killed_at;
     T_CHECK_MSG(rc == 0, "%s", e.msg);

@@ -136,13 +136,12 @@ static void test_op_buffers(void)
 static void test_op_names_match_spec(void)
 {
     json_t *schema = spec_schema_json();
-    json_t *ops = json_object_get(json_object_get(json_object_get(schema, "properties"),
-                                                  "op"), "enum");
+    json_t *ops = json_object_get(json_object_get(json_object_get(schema, "properties"), "op"),
+                                  "enum");
     size_t i, rows = 0;
     json_t *v;
-    json_array_foreach(ops, i, v)
-        T_CHECK_MSG(coll_op_find(json_string_value(v)), "spec op %s has no row",
-                    json_string_value(v));
+    json_array_foreach(ops, i, v) T_CHECK_MSG(coll_op_find(json_string_value(v)),
+                                              "spec op %s has no row", json_string_value(v));
     for (int op = 0; op <= COMM_OP_BARRIER; op++)
         rows += coll_op_get((enum comm_op)op) != NULL;
     T_EQ_INT((int)rows, (int)json_array_size(ops));
@@ -156,8 +155,9 @@ static double ref_reduced(const struct collective_data *d, size_t j)
     int64_t acc = collective_input(d, 0, j);
     for (int r = 1; r < d->world; r++) {
         int64_t v = collective_input(d, r, j);
-        acc = d->redop == COMM_MIN ? (v < acc ? v : acc)
-            : d->redop == COMM_MAX ? (v > acc ? v : acc) : acc + v;
+        acc = d->redop == COMM_MIN   ? (v < acc ? v : acc)
+              : d->redop == COMM_MAX ? (v > acc ? v : acc)
+                                     : acc + v;
     }
     if (d->redop != COMM_AVG)
         return (double)acc;
@@ -262,7 +262,8 @@ static void test_inputs_exact_and_varied(void)
     int which[4] = {0}, levels = 0;
     for (size_t i = 0; i < 200; i++) {
         for (int r = 0; r < 4; r++)
-            which[r] += collective_input(&d, r, i) == (int64_t)collective_expected(&d, 0, 200, i);
+            which[r] += collective_input(&d, r, i) ==
+                        (int64_t)collective_expected(&d, 0, 200, i);
         levels += collective_expected(&d, 0, 200, i) != collective_expected(&d, 0, 200, i + 1);
     }
     for (int r = 0; r < 4; r++)
@@ -301,12 +302,13 @@ static void check_inplace_changes(const struct collective_data *d, size_t count,
         anywhere += caught;
         bool ok = n == 1 ? caught == 0 : sum ? caught == n : own_block || caught > 0;
         if (!ok && !why[0])
-            snprintf(why, 200, "op %d dtype %d redop %d world %d element %zu: caught on %d ranks",
+            snprintf(why, 200,
+                     "op %d dtype %d redop %d world %d element %zu: caught on %d ranks",
                      (int)d->op, t, op, n, i, caught);
     }
     if (own_block && n > 1 && anywhere < (int)count / 4 && !why[0])
-        snprintf(why, 200, "reduce_scatter dtype %d redop %d world %d: caught %d times", t, op, n,
-                 anywhere);
+        snprintf(why, 200, "reduce_scatter dtype %d redop %d world %d: caught %d times", t, op,
+                 n, anywhere);
 }
 
 /* In place the output overlays the input, so an operation that never writes is caught
@@ -370,8 +372,9 @@ static void test_bench_single_rank_reports(void)
         struct spec s;
         one_rank_coll_spec(&s, 3, ops[k], dtypes[(i + 2) % 5], redops[k], 4, inplace);
         int n = one_rank_run_bench(&o, &s, NULL, sizes, 3, rc, &progress, &e);
-        size_t es = strcmp(dtypes[(i + 2) % 5], "int64") == 0 ? 8
-                    : dtypes[(i + 2) % 5][5] == '3' || dtypes[(i + 2) % 5][3] == '3' ? 4 : 2;
+        size_t es = strcmp(dtypes[(i + 2) % 5], "int64") == 0                        ? 8
+                    : dtypes[(i + 2) % 5][5] == '3' || dtypes[(i + 2) % 5][3] == '3' ? 4
+                                                                                     : 2;
         if (n != 3 || progress != 3)
             snprintf(why, sizeof why, "%s: %d events, %d progress: %s", ops[k], n, progress,
                      n < 0 ? e.msg : "");
@@ -395,10 +398,10 @@ static void test_bench_single_rank_reports(void)
 /* A fake backend: each operation writes the expected result (collective_expected of the
  * same value model) or, depending on mode, skips the write, as a broken backend would. */
 enum fake_mode {
-    FAKE_RIGHT,      /* always writes */
-    FAKE_NEVER,      /* never writes */
-    FAKE_STOPS,      /* writes in the warmup and the first timed iteration only */
-    FAKE_LATE,       /* skips the first timed iteration, writes every other run */
+    FAKE_RIGHT, /* always writes */
+    FAKE_NEVER, /* never writes */
+    FAKE_STOPS, /* writes in the warmup and the first timed iteration only */
+    FAKE_LATE,  /* skips the first timed iteration, writes every other run */
 };
 
 struct fake_comm {
@@ -429,8 +432,12 @@ static int fake_barrier(struct comm *c, const struct comm_args *a, struct err *e
 }
 
 static const struct comm_ops fake_ops = {
-    .allreduce = fake_op, .reduce_scatter = fake_op, .all_gather = fake_op,
-    .broadcast = fake_op, .sendrecv = fake_op, .barrier = fake_barrier,
+    .allreduce = fake_op,
+    .reduce_scatter = fake_op,
+    .all_gather = fake_op,
+    .broadcast = fake_op,
+    .sendrecv = fake_op,
+    .barrier = fake_barrier,
 };
 
 /* Runs op (sum) at sizes 8 and 4096 bytes as rank of world over the fake backend in mode,
@@ -451,9 +458,13 @@ static int fake_bench(struct one_rank *o, const char *op, bool inplace, int rank
     s.coll.warmup = 2;
     s.coll.check = true;
     s.coll.inplace = inplace;
-    struct fake_comm f = {.c = {.ops = &fake_ops, .backend = "fake", .rank = rank,
-                                .world_size = world, .timeout_ms = 2000},
-                          .mode = mode, .warmup = s.coll.warmup};
+    struct fake_comm f = {.c = {.ops = &fake_ops,
+                                .backend = "fake",
+                                .rank = rank,
+                                .world_size = world,
+                                .timeout_ms = 2000},
+                          .mode = mode,
+                          .warmup = s.coll.warmup};
     const struct coll_op *row = coll_op_find(op);
     collective_data_init(&f.d, s.seed, row->op, COMM_FLOAT32, COMM_SUM, world);
     int devnull = open("/dev/null", O_WRONLY);
@@ -498,16 +509,15 @@ static void test_bench_catches_skipped_writes(void)
         bool inplace = i >= 5;
         for (int m = FAKE_RIGHT; m <= FAKE_LATE && !why[0]; m++) {
             int64_t wrong[2];
-            if (fake_bench(&o, ops[i % 5], inplace, 1, 2, (enum fake_mode)m, rep++, wrong,
-                           &e) < 0) {
+            if (fake_bench(&o, ops[i % 5], inplace, 1, 2, (enum fake_mode)m, rep++, wrong, &e) <
+                0) {
                 snprintf(why, sizeof why, "%s: %s", ops[i % 5], e.msg);
                 break;
             }
             for (int k = 0; k < 2; k++)
                 if ((m == FAKE_RIGHT) != (wrong[k] == 0))
-                    snprintf(why, sizeof why, "%s%s world 2 %s size %d: %lld wrong",
-                             ops[i % 5], inplace ? " in place" : "", modes[m], k,
-                             (long long)wrong[k]);
+                    snprintf(why, sizeof why, "%s%s world 2 %s size %d: %lld wrong", ops[i % 5],
+                             inplace ? " in place" : "", modes[m], k, (long long)wrong[k]);
             int64_t one[2];
             if (m != FAKE_NEVER || why[0])
                 continue;

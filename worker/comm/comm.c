@@ -20,10 +20,8 @@ struct comm_dtype_info {
 };
 
 static const struct comm_dtype_info comm_dtypes[] = {
-    [COMM_FLOAT32] = {"float32", 4},
-    [COMM_FLOAT16] = {"float16", 2},
-    [COMM_BFLOAT16] = {"bfloat16", 2},
-    [COMM_INT32] = {"int32", 4},
+    [COMM_FLOAT32] = {"float32", 4},   [COMM_FLOAT16] = {"float16", 2},
+    [COMM_BFLOAT16] = {"bfloat16", 2}, [COMM_INT32] = {"int32", 4},
     [COMM_INT64] = {"int64", 8},
 };
 
@@ -46,12 +44,8 @@ static const char *const comm_ops_names[] = {
 };
 
 static const char *const comm_algorithms[] = {
-    [COMM_ALG_AUTO] = "auto",
-    [COMM_ALG_RING] = "ring",
-    [COMM_ALG_RD] = "rd",
-    [COMM_ALG_DIRECT] = "direct",
-    [COMM_ALG_TREE] = "tree",
-    [COMM_ALG_HD] = "hd",
+    [COMM_ALG_AUTO] = "auto",     [COMM_ALG_RING] = "ring", [COMM_ALG_RD] = "rd",
+    [COMM_ALG_DIRECT] = "direct", [COMM_ALG_TREE] = "tree", [COMM_ALG_HD] = "hd",
 };
 
 #define COMM_COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -176,8 +170,7 @@ static int comm_extent_of(const struct comm *c, const struct comm_args *a,
             return err_set(e, ERR_INVALID, "count", "%s: count %zu is too large", name,
                            a->count2);
         break;
-    case COMM_OP_BARRIER:
-        break;
+    case COMM_OP_BARRIER: break;
     }
     return 0;
 }
@@ -215,7 +208,8 @@ static int comm_check_buffers(const struct comm *c, const struct comm_args *a,
         return 0;
     return err_set(e, ERR_INVALID, "recv",
                    "%s: send and recv buffers overlap in a way that is not the in-place "
-                   "layout", name);
+                   "layout",
+                   name);
 }
 
 static int comm_check_peers(const struct comm *c, const struct comm_args *a, struct err *e)
@@ -303,57 +297,77 @@ int comm_run(struct comm *c, const struct comm_args *a, struct err *e)
 int comm_allreduce(struct comm *c, const void *send, void *recv, size_t count,
                    enum comm_dtype dtype, enum comm_redop op, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_ALLREDUCE, .send = send, .recv = recv,
-                          .count = count, .dtype = dtype, .redop = op};
+    struct comm_args a = {.op = COMM_OP_ALLREDUCE,
+                          .send = send,
+                          .recv = recv,
+                          .count = count,
+                          .dtype = dtype,
+                          .redop = op};
     return comm_run(c, &a, e);
 }
 
 int comm_reduce_scatter(struct comm *c, const void *send, void *recv, size_t recv_count,
                         enum comm_dtype dtype, enum comm_redop op, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_REDUCE_SCATTER, .send = send, .recv = recv,
-                          .count = recv_count, .dtype = dtype, .redop = op};
+    struct comm_args a = {.op = COMM_OP_REDUCE_SCATTER,
+                          .send = send,
+                          .recv = recv,
+                          .count = recv_count,
+                          .dtype = dtype,
+                          .redop = op};
     return comm_run(c, &a, e);
 }
 
 int comm_all_gather(struct comm *c, const void *send, void *recv, size_t send_count,
                     enum comm_dtype dtype, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_ALL_GATHER, .send = send, .recv = recv,
-                          .count = send_count, .dtype = dtype};
+    struct comm_args a = {.op = COMM_OP_ALL_GATHER,
+                          .send = send,
+                          .recv = recv,
+                          .count = send_count,
+                          .dtype = dtype};
     return comm_run(c, &a, e);
 }
 
 int comm_broadcast(struct comm *c, const void *send, void *recv, size_t count,
                    enum comm_dtype dtype, int root, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_BROADCAST, .send = send, .recv = recv,
-                          .count = count, .dtype = dtype, .peer = root};
+    struct comm_args a = {.op = COMM_OP_BROADCAST,
+                          .send = send,
+                          .recv = recv,
+                          .count = count,
+                          .dtype = dtype,
+                          .peer = root};
     return comm_run(c, &a, e);
 }
 
 int comm_send(struct comm *c, const void *buf, size_t count, enum comm_dtype dtype, int peer,
               struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_SEND, .send = buf, .count = count, .dtype = dtype,
-                          .peer = peer};
+    struct comm_args a = {
+        .op = COMM_OP_SEND, .send = buf, .count = count, .dtype = dtype, .peer = peer};
     return comm_run(c, &a, e);
 }
 
 int comm_recv(struct comm *c, void *buf, size_t count, enum comm_dtype dtype, int peer,
               struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_RECV, .recv = buf, .count = count, .dtype = dtype,
-                          .peer = peer};
+    struct comm_args a = {
+        .op = COMM_OP_RECV, .recv = buf, .count = count, .dtype = dtype, .peer = peer};
     return comm_run(c, &a, e);
 }
 
 int comm_sendrecv(struct comm *c, const void *send, size_t send_count, int dst, void *recv,
                   size_t recv_count, int src, enum comm_dtype dtype, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_SENDRECV, .send = send, .recv = recv,
-                          .count = send_count, .count2 = recv_count, .dtype = dtype,
-                          .peer = dst, .peer2 = src};
+    struct comm_args a = {.op = COMM_OP_SENDRECV,
+                          .send = send,
+                          .recv = recv,
+                          .count = send_count,
+                          .count2 = recv_count,
+                          .dtype = dtype,
+                          .peer = dst,
+                          .peer2 = src};
     return comm_run(c, &a, e);
 }
 

@@ -78,11 +78,11 @@ struct comm_args {
     void *recv;
     size_t count;
     enum comm_dtype dtype;
-    enum comm_redop redop;         /* reducing operations only */
+    enum comm_redop redop; /* reducing operations only */
     int peer, peer2;
     size_t count2;
     enum comm_algorithm algorithm; /* AUTO: the communicator's configured choice */
-    void *ready_event; /* nccl: a cudaEvent_t (borrowed) after which the inputs are
+    void *ready_event;             /* nccl: a cudaEvent_t (borrowed) after which the inputs are
                           final on the compute stream; the operation waits for it instead
                           of for everything queued on compute when it starts (a DDP bucket
                           need not wait for the rest of backward). NULL: that fence. Other
@@ -104,22 +104,22 @@ struct comm_ops {
     comm_op_fn all_gather;     /* recv[r * count + i] = send[i] of rank r */
     comm_op_fn broadcast;      /* recv[i] = send[i] of the root */
     comm_op_fn send, recv, sendrecv;
-    comm_op_fn barrier;        /* returns once every rank has entered it */
+    comm_op_fn barrier; /* returns once every rank has entered it */
     /* Frees the backend state and c itself (comm_destroy has stopped the thread). */
     void (*destroy)(struct comm *c);
 };
 
 struct comm {
     const struct comm_ops *ops;
-    const char *backend;      /* "tcp", "nccl" */
+    const char *backend; /* "tcp", "nccl" */
     int rank, world_size;
-    int timeout_ms;           /* an operation fails when nothing moved for this long */
+    int timeout_ms;                /* an operation fails when nothing moved for this long */
     const atomic_bool *abort_flag; /* borrowed; may be NULL */
-    atomic_bool stop;         /* raised by comm_destroy: ends an operation in flight */
+    atomic_bool stop;              /* raised by comm_destroy: ends an operation in flight */
     /* Written by the operation that runs; read them only when no operation is in
      * flight (after comm_wait of the last one). */
-    char last_algorithm[16];  /* what the last operation used, for reports */
-    uint64_t bytes_sent;      /* payload bytes this rank sent, cumulative */
+    char last_algorithm[16]; /* what the last operation used, for reports */
+    uint64_t bytes_sent;     /* payload bytes this rank sent, cumulative */
     /* What the last failed operation blames, for the worker's error event: the
      * operation ("allreduce", "barrier") and the peer rank (-1 when no single peer). */
     char error_op[24];
@@ -177,17 +177,15 @@ struct comm_handle;
 /* Validates a, starts the communication thread if needed and queues a. Returns an owned
  * handle, or NULL with e set (invalid arguments, out of memory, thread start failed). */
 struct comm_handle *comm_start(struct comm *c, const struct comm_args *a, struct err *e);
-struct comm_handle *comm_iallreduce(struct comm *c, const void *send, void *recv,
-                                    size_t count, enum comm_dtype dtype, enum comm_redop op,
-                                    struct err *e);
+struct comm_handle *comm_iallreduce(struct comm *c, const void *send, void *recv, size_t count,
+                                    enum comm_dtype dtype, enum comm_redop op, struct err *e);
 struct comm_handle *comm_ireduce_scatter(struct comm *c, const void *send, void *recv,
                                          size_t recv_count, enum comm_dtype dtype,
                                          enum comm_redop op, struct err *e);
 struct comm_handle *comm_iall_gather(struct comm *c, const void *send, void *recv,
                                      size_t send_count, enum comm_dtype dtype, struct err *e);
-struct comm_handle *comm_ibroadcast(struct comm *c, const void *send, void *recv,
-                                    size_t count, enum comm_dtype dtype, int root,
-                                    struct err *e);
+struct comm_handle *comm_ibroadcast(struct comm *c, const void *send, void *recv, size_t count,
+                                    enum comm_dtype dtype, int root, struct err *e);
 /* True once h's operation has finished (successfully or not). Never blocks. */
 bool comm_test(const struct comm_handle *h);
 /* Blocks until h's operation has finished and returns its result (0, or -1 with e set

@@ -23,7 +23,7 @@
 struct comm_handle {
     struct comm_args args;
     struct comm_async *owner;
-    struct comm_handle *next;                /* queue */
+    struct comm_handle *next;                  /* queue */
     struct comm_handle *live_prev, *live_next; /* not yet waited for */
     atomic_bool done;
     int rc;
@@ -69,8 +69,10 @@ static void *comm_async_main(void *arg)
             q->tail = NULL;
         bool stopping = q->stopping;
         pthread_mutex_unlock(&q->mu);
-        int rc = stopping ? err_set(&h->err, ERR_ABORTED, NULL, "%s: the communicator was "
-                                    "destroyed before it ran", comm_op_name(h->args.op))
+        int rc = stopping ? err_set(&h->err, ERR_ABORTED, NULL,
+                                    "%s: the communicator was "
+                                    "destroyed before it ran",
+                                    comm_op_name(h->args.op))
                           : comm_execute(q->c, &h->args, &h->err);
         h->end_ns = clock_mono_ns(); /* before done is raised: a waiter sees it set */
         comm_async_finish(q, h, rc);
@@ -133,12 +135,15 @@ struct comm_handle *comm_start(struct comm *c, const struct comm_args *a, struct
     return h;
 }
 
-struct comm_handle *comm_iallreduce(struct comm *c, const void *send, void *recv,
-                                    size_t count, enum comm_dtype dtype, enum comm_redop op,
-                                    struct err *e)
+struct comm_handle *comm_iallreduce(struct comm *c, const void *send, void *recv, size_t count,
+                                    enum comm_dtype dtype, enum comm_redop op, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_ALLREDUCE, .send = send, .recv = recv,
-                          .count = count, .dtype = dtype, .redop = op};
+    struct comm_args a = {.op = COMM_OP_ALLREDUCE,
+                          .send = send,
+                          .recv = recv,
+                          .count = count,
+                          .dtype = dtype,
+                          .redop = op};
     return comm_start(c, &a, e);
 }
 
@@ -146,29 +151,42 @@ struct comm_handle *comm_ireduce_scatter(struct comm *c, const void *send, void 
                                          size_t recv_count, enum comm_dtype dtype,
                                          enum comm_redop op, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_REDUCE_SCATTER, .send = send, .recv = recv,
-                          .count = recv_count, .dtype = dtype, .redop = op};
+    struct comm_args a = {.op = COMM_OP_REDUCE_SCATTER,
+                          .send = send,
+                          .recv = recv,
+                          .count = recv_count,
+                          .dtype = dtype,
+                          .redop = op};
     return comm_start(c, &a, e);
 }
 
 struct comm_handle *comm_iall_gather(struct comm *c, const void *send, void *recv,
                                      size_t send_count, enum comm_dtype dtype, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_ALL_GATHER, .send = send, .recv = recv,
-                          .count = send_count, .dtype = dtype};
+    struct comm_args a = {.op = COMM_OP_ALL_GATHER,
+                          .send = send,
+                          .recv = recv,
+                          .count = send_count,
+                          .dtype = dtype};
     return comm_start(c, &a, e);
 }
 
-struct comm_handle *comm_ibroadcast(struct comm *c, const void *send, void *recv,
-                                    size_t count, enum comm_dtype dtype, int root,
-                                    struct err *e)
+struct comm_handle *comm_ibroadcast(struct comm *c, const void *send, void *recv, size_t count,
+                                    enum comm_dtype dtype, int root, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_BROADCAST, .send = send, .recv = recv,
-                          .count = count, .dtype = dtype, .peer = root};
+    struct comm_args a = {.op = COMM_OP_BROADCAST,
+                          .send = send,
+                          .recv = recv,
+                          .count = count,
+                          .dtype = dtype,
+                          .peer = root};
     return comm_start(c, &a, e);
 }
 
-bool comm_test(const struct comm_handle *h) { return atomic_load(&h->done); }
+bool comm_test(const struct comm_handle *h)
+{
+    return atomic_load(&h->done);
+}
 
 /* Takes h off the list of handles not waited for; the caller holds q->mu. */
 static void comm_async_unlink(struct comm_async *q, struct comm_handle *h)

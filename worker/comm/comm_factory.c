@@ -17,7 +17,7 @@ enum comm_factory_backend { COMM_FACTORY_TCP, COMM_FACTORY_NCCL };
 
 struct comm_factory {
     enum comm_factory_backend backend;
-    struct comm_tcp *listener;     /* owned (tcp): the open data port */
+    struct comm_tcp *listener; /* owned (tcp): the open data port */
     int rank, world_size, timeout_ms;
     const atomic_bool *abort_flag; /* borrowed */
     char algorithm[16];            /* "" = the backend's automatic choice */
@@ -61,19 +61,24 @@ struct comm_factory *comm_factory_begin(const struct spec *s, const struct rende
         err_set(e, ERR_NOMEM, NULL, "backend %s: out of memory", s->backend);
         return NULL;
     }
-    *f = (struct comm_factory){
-        .backend = strcmp(s->backend, "nccl") == 0 ? COMM_FACTORY_NCCL : COMM_FACTORY_TCP,
-        .rank = env->rank, .world_size = env->world_size, .timeout_ms = env->timeout_ms,
-        .abort_flag = abort_flag};
+    *f = (struct comm_factory){.backend = strcmp(s->backend, "nccl") == 0 ? COMM_FACTORY_NCCL
+                                                                          : COMM_FACTORY_TCP,
+                               .rank = env->rank,
+                               .world_size = env->world_size,
+                               .timeout_ms = env->timeout_ms,
+                               .abort_flag = abort_flag};
     /* only the collective benchmark forces an algorithm (spec.c allows it nowhere else) */
     if (s->workload == SPEC_WORKLOAD_COLLECTIVE)
         snprintf(f->algorithm, sizeof f->algorithm, "%s", s->coll.algorithm);
     if (f->backend == COMM_FACTORY_TCP) {
-        struct comm_tcp_config cfg = {
-            .rank = env->rank, .world_size = env->world_size, .listen_host = env->host,
-            .timeout_ms = env->timeout_ms, .abort_flag = abort_flag,
-            .algorithm = f->algorithm[0] ? f->algorithm : NULL, .secret = env->secret,
-            .spin_us = comm_factory_spin_us(s)};
+        struct comm_tcp_config cfg = {.rank = env->rank,
+                                      .world_size = env->world_size,
+                                      .listen_host = env->host,
+                                      .timeout_ms = env->timeout_ms,
+                                      .abort_flag = abort_flag,
+                                      .algorithm = f->algorithm[0] ? f->algorithm : NULL,
+                                      .secret = env->secret,
+                                      .spin_us = comm_factory_spin_us(s)};
         f->listener = comm_tcp_listen(&cfg, e);
         if (!f->listener) {
             free(f);
@@ -90,10 +95,14 @@ struct comm_factory *comm_factory_begin(const struct spec *s, const struct rende
 static struct comm *comm_factory_nccl(const struct comm_factory *f, struct store_client *store,
                                       struct err *e)
 {
-    struct comm_nccl_config cfg = {
-        .rank = f->rank, .world_size = f->world_size, .timeout_ms = f->timeout_ms,
-        .abort_flag = f->abort_flag, .device = 0, .compute_stream = NULL,
-        .algorithm = f->algorithm[0] ? f->algorithm : "auto", .tag = "0"};
+    struct comm_nccl_config cfg = {.rank = f->rank,
+                                   .world_size = f->world_size,
+                                   .timeout_ms = f->timeout_ms,
+                                   .abort_flag = f->abort_flag,
+                                   .device = 0,
+                                   .compute_stream = NULL,
+                                   .algorithm = f->algorithm[0] ? f->algorithm : "auto",
+                                   .tag = "0"};
     return comm_nccl_create(&cfg, store, e);
 }
 #else

@@ -27,16 +27,16 @@
 #define NCCL_SLEEP_NS 20000  /* then 20 us between polls */
 
 struct comm_nccl {
-    struct comm base; /* first: comm.c sees struct comm */
-    ncclComm_t nc;    /* owned; NULL once aborted */
-    cudaStream_t stream;  /* owned: the communication stream */
-    cudaStream_t compute; /* borrowed */
+    struct comm base;        /* first: comm.c sees struct comm */
+    ncclComm_t nc;           /* owned; NULL once aborted */
+    cudaStream_t stream;     /* owned: the communication stream */
+    cudaStream_t compute;    /* borrowed */
     cudaEvent_t ready, done; /* owned: compute -> comm fence, completion of the last op */
     cudaEvent_t t0, t1;      /* owned, timing: around the last operation on the stream */
     double last_op_s;        /* the last operation's device time; -1 before the first */
-    float *scratch;   /* owned device float: the barrier's payload */
+    float *scratch;          /* owned device float: the barrier's payload */
     int device;
-    int polls;        /* polls of the current wait, for the spin-then-sleep pause */
+    int polls; /* polls of the current wait, for the spin-then-sleep pause */
     struct nccl_watch watch;
     bool broken;
     struct err first_err;
@@ -97,7 +97,10 @@ const char *comm_nccl_version(char *buf, size_t len)
 
 /* ---- watch hooks ------------------------------------------------------------------ */
 
-static int64_t nccl_now_ms(void *ctx) { return clock_mono_ms(); }
+static int64_t nccl_now_ms(void *ctx)
+{
+    return clock_mono_ms();
+}
 
 static int nccl_async_error(void *ctx, char *msg, size_t len)
 {
@@ -147,13 +150,15 @@ static void nccl_pause(void *ctx)
     nanosleep(&ts, NULL);
 }
 
-static const struct nccl_watch_ops nccl_watch_ops_real = {
-    .now_ms = nccl_now_ms, .async_error = nccl_async_error, .op_done = nccl_op_done,
-    .abort = nccl_abort};
+static const struct nccl_watch_ops nccl_watch_ops_real = {.now_ms = nccl_now_ms,
+                                                          .async_error = nccl_async_error,
+                                                          .op_done = nccl_op_done,
+                                                          .abort = nccl_abort};
 /* initialisation and enqueues: wait for "not in progress" instead of an event */
-static const struct nccl_watch_ops nccl_watch_ops_init = {
-    .now_ms = nccl_now_ms, .async_error = nccl_async_error, .op_done = NULL,
-    .abort = nccl_abort};
+static const struct nccl_watch_ops nccl_watch_ops_init = {.now_ms = nccl_now_ms,
+                                                          .async_error = nccl_async_error,
+                                                          .op_done = NULL,
+                                                          .abort = nccl_abort};
 
 /* ---- failures --------------------------------------------------------------------- */
 
@@ -206,8 +211,9 @@ static int nccl_settle(struct comm_nccl *n, ncclResult_t rc, const char *op, str
         snprintf(msg, sizeof msg, "%s: %s (%s)", op, ncclGetErrorString(rc),
                  n->nc ? ncclGetLastError(n->nc) : "");
         nccl_abort(n);
-        return nccl_fail(n, e, rc == ncclInvalidArgument || rc == ncclInvalidUsage
-                                   ? ERR_INVALID : ERR_PEER, op, msg);
+        return nccl_fail(
+            n, e, rc == ncclInvalidArgument || rc == ncclInvalidUsage ? ERR_INVALID : ERR_PEER,
+            op, msg);
     }
     struct nccl_watch_ops const *saved = n->watch.ops;
     n->watch.ops = &nccl_watch_ops_init;
@@ -242,8 +248,8 @@ static int nccl_id_exchange(const struct comm_nccl_config *cfg, struct store_cli
         return err_prefix(e, "nccl setup: unique id from rank 0");
     int rc = 0;
     if (len != sizeof *id)
-        rc = err_set(e, ERR_PROTOCOL, NULL, "nccl setup: unique id of %zu bytes, want %zu",
-                     len, sizeof *id);
+        rc = err_set(e, ERR_PROTOCOL, NULL, "nccl setup: unique id of %zu bytes, want %zu", len,
+                     sizeof *id);
     else
         memcpy(id, val, sizeof *id);
     free(val);
@@ -266,7 +272,8 @@ static int nccl_config_check(const struct comm_nccl_config *cfg, struct err *e)
         return setenv("NCCL_ALGO", "Tree", 1), 0;
     return err_set(e, ERR_INVALID, "algorithm",
                    "nccl: algorithm \"%s\" is not one NCCL can be told to use (auto, ring, "
-                   "tree)", alg);
+                   "tree)",
+                   alg);
 }
 
 static void nccl_free(struct comm_nccl *n)
@@ -309,9 +316,13 @@ struct comm *comm_nccl_create(const struct comm_nccl_config *cfg, struct store_c
         err_set(e, ERR_NOMEM, NULL, "nccl setup: out of memory");
         return NULL;
     }
-    n->base = (struct comm){.ops = &nccl_ops, .backend = "nccl", .rank = cfg->rank,
-                            .world_size = cfg->world_size, .timeout_ms = cfg->timeout_ms,
-                            .abort_flag = cfg->abort_flag, .error_peer = -1};
+    n->base = (struct comm){.ops = &nccl_ops,
+                            .backend = "nccl",
+                            .rank = cfg->rank,
+                            .world_size = cfg->world_size,
+                            .timeout_ms = cfg->timeout_ms,
+                            .abort_flag = cfg->abort_flag,
+                            .error_peer = -1};
     snprintf(n->base.last_algorithm, sizeof n->base.last_algorithm, "nccl");
     n->device = cfg->device;
     n->last_op_s = -1;
@@ -328,10 +339,10 @@ struct comm *comm_nccl_create(const struct comm_nccl_config *cfg, struct store_c
     }
     if (nccl_cuda(n, cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking), op,
                   "communication stream", e) < 0 ||
-        nccl_cuda(n, cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming), op,
-                  "event", e) < 0 ||
-        nccl_cuda(n, cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming), op,
-                  "event", e) < 0 ||
+        nccl_cuda(n, cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming), op, "event",
+                  e) < 0 ||
+        nccl_cuda(n, cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming), op, "event",
+                  e) < 0 ||
         nccl_cuda(n, cudaEventCreate(&n->t0), op, "timing event", e) < 0 ||
         nccl_cuda(n, cudaEventCreate(&n->t1), op, "timing event", e) < 0 ||
         nccl_cuda(n, cudaMalloc((void **)&n->scratch, sizeof(float)), op, "scratch", e) < 0)
@@ -381,7 +392,8 @@ static int nccl_check_device_ptr(struct comm_nccl *n, const void *p, const char 
         return 0;
     return err_set(e, ERR_INVALID, which,
                    "%s: the %s buffer is host memory; the nccl backend needs device buffers "
-                   "(spec device \"cuda\")", op, which);
+                   "(spec device \"cuda\")",
+                   op, which);
 }
 
 /* Enqueues a on the communication stream. */
@@ -399,17 +411,17 @@ static ncclResult_t nccl_enqueue(struct comm_nccl *n, const struct comm_args *a)
         return ncclAllGather(a->send, a->recv, a->count, dt, n->nc, n->stream);
     case COMM_OP_BROADCAST:
         /* non-roots pass recv as send: NCCL reads sendbuff on the root only */
-        return ncclBroadcast(a->peer == n->base.rank ? a->send : a->recv, a->recv, a->count,
-                             dt, a->peer, n->nc, n->stream);
-    case COMM_OP_SEND:
-        return ncclSend(a->send, a->count, dt, a->peer, n->nc, n->stream);
-    case COMM_OP_RECV:
-        return ncclRecv(a->recv, a->count, dt, a->peer, n->nc, n->stream);
+        return ncclBroadcast(a->peer == n->base.rank ? a->send : a->recv, a->recv, a->count, dt,
+                             a->peer, n->nc, n->stream);
+    case COMM_OP_SEND: return ncclSend(a->send, a->count, dt, a->peer, n->nc, n->stream);
+    case COMM_OP_RECV: return ncclRecv(a->recv, a->count, dt, a->peer, n->nc, n->stream);
     case COMM_OP_SENDRECV:
         if (a->peer == n->base.rank) { /* to itself: a device copy (comm.c: counts equal) */
-            cudaError_t cr = a->send == a->recv ? cudaSuccess
-                : cudaMemcpyAsync(a->recv, a->send, a->count * comm_dtype_size(a->dtype),
-                                  cudaMemcpyDeviceToDevice, n->stream);
+            cudaError_t cr = a->send == a->recv
+                                 ? cudaSuccess
+                                 : cudaMemcpyAsync(a->recv, a->send,
+                                                   a->count * comm_dtype_size(a->dtype),
+                                                   cudaMemcpyDeviceToDevice, n->stream);
             return cr == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
         }
         rc = ncclGroupStart();
@@ -420,8 +432,7 @@ static ncclResult_t nccl_enqueue(struct comm_nccl *n, const struct comm_args *a)
         ncclResult_t end = ncclGroupEnd();
         return rc != ncclSuccess ? rc : end;
     case COMM_OP_BARRIER:
-        return ncclAllReduce(n->scratch, n->scratch, 1, ncclFloat32, ncclSum, n->nc,
-                             n->stream);
+        return ncclAllReduce(n->scratch, n->scratch, 1, ncclFloat32, ncclSum, n->nc, n->stream);
     }
     return ncclInvalidArgument;
 }
@@ -432,8 +443,8 @@ static int nccl_op(struct comm *c, const struct comm_args *a, struct err *e)
     const char *name = comm_op_name(a->op);
     if (n->broken) {
         snprintf(c->error_op, sizeof c->error_op, "%s", name);
-        return err_set(e, n->first_err.code, NULL, "%s: communicator unusable after: %s",
-                       name, n->first_err.msg);
+        return err_set(e, n->first_err.code, NULL, "%s: communicator unusable after: %s", name,
+                       n->first_err.msg);
     }
     if (a->algorithm != COMM_ALG_AUTO)
         return err_set(e, ERR_INVALID, "algorithm",
@@ -451,8 +462,8 @@ static int nccl_op(struct comm *c, const struct comm_args *a, struct err *e)
     cudaEvent_t fence = (cudaEvent_t)a->ready_event;
     if (!fence && nccl_cuda(n, cudaEventRecord(n->ready, n->compute), name, "fence", e) < 0)
         return -1;
-    if (nccl_cuda(n, cudaStreamWaitEvent(n->stream, fence ? fence : n->ready, 0), name,
-                  "fence", e) < 0)
+    if (nccl_cuda(n, cudaStreamWaitEvent(n->stream, fence ? fence : n->ready, 0), name, "fence",
+                  e) < 0)
         return -1;
     n->last_op_s = -1;
     if (nccl_cuda(n, cudaEventRecord(n->t0, n->stream), name, "timing event", e) < 0)
@@ -488,7 +499,10 @@ int comm_nccl_compute_wait(struct comm *c, struct err *e)
                      "stream wait", e);
 }
 
-static void nccl_destroy(struct comm *c) { nccl_free((struct comm_nccl *)c); }
+static void nccl_destroy(struct comm *c)
+{
+    nccl_free((struct comm_nccl *)c);
+}
 
 static const struct comm_ops nccl_ops = {
     .allreduce = nccl_op,

@@ -27,7 +27,10 @@ void nccl_watch_begin(struct nccl_watch *w, const char *what)
     w->started_ms = w->ops->now_ms(w->ctx);
 }
 
-void nccl_watch_end(struct nccl_watch *w) { w->started_ms = -1; }
+void nccl_watch_end(struct nccl_watch *w)
+{
+    w->started_ms = -1;
+}
 
 const char *nccl_watch_verdict_name(enum nccl_watch_verdict v)
 {

@@ -22,10 +22,10 @@
 #include <stdint.h>
 
 enum nccl_watch_verdict {
-    NCCL_WATCH_OK = 0,   /* nothing wrong: the operation runs or is done */
-    NCCL_WATCH_ERROR,    /* the communicator reported an asynchronous error */
-    NCCL_WATCH_TIMEOUT,  /* the operation ran longer than the timeout */
-    NCCL_WATCH_ABORTED,  /* the abort flag was raised (SIGTERM, cancel) */
+    NCCL_WATCH_OK = 0,  /* nothing wrong: the operation runs or is done */
+    NCCL_WATCH_ERROR,   /* the communicator reported an asynchronous error */
+    NCCL_WATCH_TIMEOUT, /* the operation ran longer than the timeout */
+    NCCL_WATCH_ABORTED, /* the abort flag was raised (SIGTERM, cancel) */
 };
 
 /* What the watcher asks of the backend; ctx is the backend's communicator. */

@@ -35,7 +35,10 @@ static inline float reduce_bits_f32(uint32_t u)
     return f;
 }
 
-static inline float reduce_bf2f(uint16_t h) { return reduce_bits_f32((uint32_t)h << 16); }
+static inline float reduce_bf2f(uint16_t h)
+{
+    return reduce_bits_f32((uint32_t)h << 16);
+}
 
 static inline uint16_t reduce_f2bf(float f)
 {
@@ -45,8 +48,14 @@ static inline uint16_t reduce_f2bf(float f)
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
-float reduce_bf16_to_float(uint16_t h) { return reduce_bf2f(h); }
-uint16_t reduce_float_to_bf16(float f) { return reduce_f2bf(f); }
+float reduce_bf16_to_float(uint16_t h)
+{
+    return reduce_bf2f(h);
+}
+uint16_t reduce_float_to_bf16(float f)
+{
+    return reduce_f2bf(f);
+}
 
 float reduce_half_to_float(uint16_t h)
 {
@@ -87,8 +96,14 @@ uint16_t reduce_float_to_half(float f)
     return (uint16_t)(sign | reduce_shift_rne(m, 126u - (x >> 23)));
 }
 
-static inline float reduce_h2f(uint16_t h) { return reduce_half_to_float(h); }
-static inline uint16_t reduce_f2h(float f) { return reduce_float_to_half(f); }
+static inline float reduce_h2f(uint16_t h)
+{
+    return reduce_half_to_float(h);
+}
+static inline uint16_t reduce_f2h(float f)
+{
+    return reduce_float_to_half(f);
+}
 
 /* ---- operators ---------------------------------------------------------------------- */
 
@@ -111,43 +126,41 @@ static inline uint16_t reduce_f2h(float f) { return reduce_float_to_half(f); }
 #endif
 
 /* Element types computed natively: one expression per element. */
-#define REDUCE_NATIVE(name, T, OP)                                                      \
-    REDUCE_CLONES static void name##_abd(T *restrict d, const T *restrict a, const T *restrict b,     \
-                           size_t n)                                                    \
-    {                                                                                   \
-        for (size_t i = 0; i < n; i++)                                                  \
-            d[i] = OP(a[i], b[i]);                                                      \
-    }                                                                                   \
-    REDUCE_CLONES static void name##_db(T *restrict d, const T *restrict b, size_t n)   \
-    {                                                                                   \
-        for (size_t i = 0; i < n; i++)                                                  \
-            d[i] = OP(d[i], b[i]);                                                      \
-    }                                                                                   \
-    REDUCE_CLONES static void name##_ad(T *restrict d, const T *restrict a, size_t n)   \
-    {                                                                                   \
-        for (size_t i = 0; i < n; i++)                                                  \
-            d[i] = OP(a[i], d[i]);                                                      \
+#define REDUCE_NATIVE(name, T, OP)                                                             \
+    REDUCE_CLONES static void name##_abd(T *restrict d, const T *restrict a,                   \
+                                         const T *restrict b, size_t n)                        \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = OP(a[i], b[i]);                                                             \
+    }                                                                                          \
+    REDUCE_CLONES static void name##_db(T *restrict d, const T *restrict b, size_t n)          \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = OP(d[i], b[i]);                                                             \
+    }                                                                                          \
+    REDUCE_CLONES static void name##_ad(T *restrict d, const T *restrict a, size_t n)          \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = OP(a[i], d[i]);                                                             \
     }
 
 /* 16-bit types computed through float. */
-#define REDUCE_VIA_FLOAT(name, OP, TOF, FROMF)                                          \
-    REDUCE_CLONES static void name##_abd(u16u *restrict d, const u16u *restrict a,                    \
-                           const u16u *restrict b, size_t n)                            \
-    {                                                                                   \
-        for (size_t i = 0; i < n; i++)                                                  \
-            d[i] = FROMF(OP(TOF(a[i]), TOF(b[i])));                                     \
-    }                                                                                   \
-    REDUCE_CLONES static void name##_db(u16u *restrict d, const u16u *restrict b,       \
-                                        size_t n)                                       \
-    {                                                                                   \
-        for (size_t i = 0; i < n; i++)                                                  \
-            d[i] = FROMF(OP(TOF(d[i]), TOF(b[i])));                                     \
-    }                                                                                   \
-    REDUCE_CLONES static void name##_ad(u16u *restrict d, const u16u *restrict a,       \
-                                        size_t n)                                       \
-    {                                                                                   \
-        for (size_t i = 0; i < n; i++)                                                  \
-            d[i] = FROMF(OP(TOF(a[i]), TOF(d[i])));                                     \
+#define REDUCE_VIA_FLOAT(name, OP, TOF, FROMF)                                                 \
+    REDUCE_CLONES static void name##_abd(u16u *restrict d, const u16u *restrict a,             \
+                                         const u16u *restrict b, size_t n)                     \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = FROMF(OP(TOF(a[i]), TOF(b[i])));                                            \
+    }                                                                                          \
+    REDUCE_CLONES static void name##_db(u16u *restrict d, const u16u *restrict b, size_t n)    \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = FROMF(OP(TOF(d[i]), TOF(b[i])));                                            \
+    }                                                                                          \
+    REDUCE_CLONES static void name##_ad(u16u *restrict d, const u16u *restrict a, size_t n)    \
+    {                                                                                          \
+        for (size_t i = 0; i < n; i++)                                                         \
+            d[i] = FROMF(OP(TOF(a[i]), TOF(d[i])));                                            \
     }
 
 REDUCE_NATIVE(reduce_f32_sum, f32u, REDUCE_SUM)
@@ -170,7 +183,7 @@ REDUCE_VIA_FLOAT(reduce_f16_max, REDUCE_MAX, reduce_h2f, reduce_f2h)
 
 #if REDUCE_HAVE_F16C
 __attribute__((target("avx,f16c"))) static __m256 reduce_f16c_op(__m256 x, __m256 y,
-                                                                  enum comm_redop op)
+                                                                 enum comm_redop op)
 {
     switch (op) {
     case COMM_MIN: return _mm256_min_ps(x, y); /* x < y ? x : y, as REDUCE_MIN */
@@ -210,14 +223,23 @@ struct reduce_kernel {
 };
 
 /* void * wrappers around the typed loops: the table holds one function type. */
-#define REDUCE_WRAP(name)                                                               \
-    static void name##_v3(void *d, const void *a, const void *b, size_t n)              \
-    {                                                                                   \
-        name##_abd(d, a, b, n);                                                         \
-    }                                                                                   \
-    static void name##_vdb(void *d, const void *b, size_t n) { name##_db(d, b, n); }    \
-    static void name##_vad(void *d, const void *a, size_t n) { name##_ad(d, a, n); }
-#define REDUCE_ENTRY(name) {name##_v3, name##_vdb, name##_vad}
+#define REDUCE_WRAP(name)                                                                      \
+    static void name##_v3(void *d, const void *a, const void *b, size_t n)                     \
+    {                                                                                          \
+        name##_abd(d, a, b, n);                                                                \
+    }                                                                                          \
+    static void name##_vdb(void *d, const void *b, size_t n)                                   \
+    {                                                                                          \
+        name##_db(d, b, n);                                                                    \
+    }                                                                                          \
+    static void name##_vad(void *d, const void *a, size_t n)                                   \
+    {                                                                                          \
+        name##_ad(d, a, n);                                                                    \
+    }
+#define REDUCE_ENTRY(name)                                                                     \
+    {                                                                                          \
+        name##_v3, name##_vdb, name##_vad                                                      \
+    }
 
 REDUCE_WRAP(reduce_f32_sum)
 REDUCE_WRAP(reduce_f32_min)

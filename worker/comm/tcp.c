@@ -64,7 +64,7 @@ static uint64_t tcp_hash_secret(const char *secret)
 /* Records a failure of operation `op` blaming `peer` (-1: none), breaks the
  * communicator and fills e with "op: message". Returns -1. */
 int tcp_fail(struct comm_tcp *t, struct err *e, enum err_code code, const char *op, int peer,
-         const char *fmt, ...)
+             const char *fmt, ...)
 {
     char msg[300];
     va_list ap;
@@ -107,8 +107,8 @@ static void tcp_hello_encode(const struct comm_tcp *t, int kind, uint8_t out[TCP
 }
 
 /* Checks a peer's hello/ack; returns the sender rank or -1 with the reason in why. */
-static int tcp_hello_check(const struct comm_tcp *t, const uint8_t in[TCP_HELLO_LEN],
-                           int kind, char *why, size_t whylen)
+static int tcp_hello_check(const struct comm_tcp *t, const uint8_t in[TCP_HELLO_LEN], int kind,
+                           char *why, size_t whylen)
 {
     struct buf_reader r;
     buf_reader_init(&r, in, TCP_HELLO_LEN);
@@ -171,8 +171,7 @@ static int tcp_config_check(const struct comm_tcp_config *cfg, enum comm_algorit
                             struct err *e)
 {
     if (cfg->world_size < 1)
-        return err_set(e, ERR_INVALID, "world_size", "tcp: world_size %d < 1",
-                       cfg->world_size);
+        return err_set(e, ERR_INVALID, "world_size", "tcp: world_size %d < 1", cfg->world_size);
     if (cfg->rank < 0 || cfg->rank >= cfg->world_size)
         return err_set(e, ERR_INVALID, "rank", "tcp: rank %d outside 0..%d", cfg->rank,
                        cfg->world_size - 1);
@@ -183,7 +182,8 @@ static int tcp_config_check(const struct comm_tcp_config *cfg, enum comm_algorit
     const char *name = cfg->algorithm ? cfg->algorithm : "auto";
     if (comm_algorithm_parse(name, alg) < 0)
         return err_set(e, ERR_INVALID, "algorithm",
-                       "tcp: unknown algorithm '%.32s' (auto, ring, rd, hd, direct, tree)", name);
+                       "tcp: unknown algorithm '%.32s' (auto, ring, rd, hd, direct, tree)",
+                       name);
     return 0;
 }
 
@@ -269,8 +269,8 @@ struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *
     t->algorithm = alg;
     bool crowded = tcp_spin_policy(t, cfg);
     size_t chunk = cfg->ring_chunk_bytes > 0 ? (size_t)cfg->ring_chunk_bytes
-                   : crowded                  ? TCP_RING_CHUNK_SHARED
-                                              : TCP_RING_CHUNK_OWN_CPU;
+                   : crowded                 ? TCP_RING_CHUNK_SHARED
+                                             : TCP_RING_CHUNK_OWN_CPU;
     t->ring_block = (size_t)n * chunk;
     t->sockbuf = cfg->sockbuf_bytes != 0 ? cfg->sockbuf_bytes : TCP_SOCKBUF_DEFAULT;
     snprintf(t->host, sizeof t->host, "%s", cfg->listen_host);
@@ -290,10 +290,12 @@ struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *
     return t;
 }
 
-const char *comm_tcp_address(const struct comm_tcp *t) { return t->addr; }
+const char *comm_tcp_address(const struct comm_tcp *t)
+{
+    return t->addr;
+}
 
-void comm_tcp_polling(const struct comm_tcp *t, int *spin_us, bool *yields,
-                      size_t *ring_block)
+void comm_tcp_polling(const struct comm_tcp *t, int *spin_us, bool *yields, size_t *ring_block)
 {
     *spin_us = t->spin_us;
     *yields = t->spin_yield;
@@ -330,7 +332,8 @@ static int tcp_recv_ack(struct comm_tcp *t, int j, int64_t deadline, struct err 
         if (e && e->code == ERR_PEER)
             return tcp_fail(t, e, ERR_PEER, "setup", j,
                             "rank %d closed the connection during the handshake (different "
-                            "run secret or world size?)", j);
+                            "run secret or world size?)",
+                            j);
         return tcp_fail(t, e, e ? e->code : ERR_IO, "setup", j,
                         "waiting for the handshake of rank %d: %s", j, e ? e->msg : "failed");
     }
@@ -431,8 +434,7 @@ static void tcp_pending_accept(struct comm_tcp *t, struct tcp_pending *p, int *n
 
 /* Polls the listening socket and the unidentified connections together, so a stray
  * client that connects and stays silent cannot hold up the real peers. */
-static int tcp_accept_step(struct comm_tcp *t, struct tcp_pending *p, int *np,
-                           int64_t deadline)
+static int tcp_accept_step(struct comm_tcp *t, struct tcp_pending *p, int *np, int64_t deadline)
 {
     struct pollfd pfd[TCP_MAX_PENDING + 1];
     pfd[0] = (struct pollfd){.fd = t->lfd, .events = POLLIN};
@@ -494,8 +496,7 @@ static void tcp_tune_socket(const struct comm_tcp *t, int fd)
         log_debug("tcp: socket buffers of %d bytes refused: %s", v, strerror(errno));
 }
 
-struct comm *comm_tcp_connect(struct comm_tcp *t, const char *const *peer_addrs,
-                              struct err *e)
+struct comm *comm_tcp_connect(struct comm_tcp *t, const char *const *peer_addrs, struct err *e)
 {
     int n = t->base.world_size, r = t->base.rank;
     int64_t deadline = clock_mono_ms() + t->base.timeout_ms;

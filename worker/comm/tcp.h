@@ -26,11 +26,11 @@ struct comm_tcp_config {
                                       "auto" (by size), "ring", "rd", "direct", "tree";
                                       NULL = "auto" */
     const char *secret;            /* the run secret (only its hash travels); NULL = "" */
-    int spin_us;       /* poll without sleeping before poll(2) sleeps: 0 = automatic
+    int spin_us;                   /* poll without sleeping before poll(2) sleeps: 0 = automatic
                           (200 us when world_size <= online CPUs, else 50 us; yielding
                           the CPU between polls unless this process is pinned, tcp.c),
                           > 0 = busy for that many microseconds, < 0 = never */
-    int sockbuf_bytes; /* SO_SNDBUF/SO_RCVBUF: 0 = the backend's default, > 0 = this,
+    int sockbuf_bytes;    /* SO_SNDBUF/SO_RCVBUF: 0 = the backend's default, > 0 = this,
                           < 0 = the kernel's autotuning */
     int ring_chunk_bytes; /* ring allreduce: bytes per rank per block; 0 = automatic */
 };
@@ -46,8 +46,7 @@ const char *comm_tcp_address(const struct comm_tcp *t);
 /* How t waits for data (the automatic policy of comm_tcp_config.spin_us): polls for
  * *spin_us before poll(2) sleeps, yielding the CPU between those polls when *yields;
  * *ring_block: bytes a ring allreduce moves per block. */
-void comm_tcp_polling(const struct comm_tcp *t, int *spin_us, bool *yields,
-                      size_t *ring_block);
+void comm_tcp_polling(const struct comm_tcp *t, int *spin_us, bool *yields, size_t *ring_block);
 /* Frees a listener comm_tcp_connect never took. NULL is a no-op. */
 void comm_tcp_discard(struct comm_tcp *t);
 
@@ -56,8 +55,7 @@ void comm_tcp_discard(struct comm_tcp *t);
  * timeout passes. peer_addrs[r] for every rank r (the own entry is ignored; borrowed).
  * Takes t in every case: on success the returned communicator owns it (comm_destroy),
  * on failure it is freed and NULL returned with e set. */
-struct comm *comm_tcp_connect(struct comm_tcp *t, const char *const *peer_addrs,
-                              struct err *e);
+struct comm *comm_tcp_connect(struct comm_tcp *t, const char *const *peer_addrs, struct err *e);
 
 /* SET "tcp/addr/<rank>" + GET every other rank's address (the timeout) + connect.
  * Takes t as comm_tcp_connect does; store is borrowed. A worker listens before it joins

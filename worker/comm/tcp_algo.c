@@ -38,7 +38,10 @@
 #define TCP_AUTO_GATHER_RING (64u << 10) /* reduce_scatter, all_gather: total bytes */
 #define TCP_AUTO_BROADCAST_RING (64u << 10)
 
-static int tcp_mod(int a, int n) { return ((a % n) + n) % n; }
+static int tcp_mod(int a, int n)
+{
+    return ((a % n) + n) % n;
+}
 
 /* ---- plans ---------------------------------------------------------------------- */
 
@@ -52,8 +55,11 @@ struct tcp_plan {
 static void tcp_plan_init(struct tcp_plan *pl, struct comm_tcp *t, const char *op,
                           const struct comm_args *a)
 {
-    pl->run = (struct tcp_run){.op = op, .dtype = a->dtype, .redop = a->redop,
-                               .esize = comm_dtype_size(a->dtype), .lanes = t->lanes};
+    pl->run = (struct tcp_run){.op = op,
+                               .dtype = a->dtype,
+                               .redop = a->redop,
+                               .esize = comm_dtype_size(a->dtype),
+                               .lanes = t->lanes};
     pl->pool = t->pieces;
     pl->used = 0;
 }
@@ -131,7 +137,8 @@ static int tcp_ring_allreduce(struct comm_tcp *t, const struct comm_args *a, str
         per_block = (size_t)n;
     size_t nblocks = (a->count + per_block - 1) / per_block;
     if (nblocks > (size_t)(INT32_MAX / 2 / steps))
-        return err_set(e, ERR_INVALID, "count", "allreduce: %zu elements are too many", a->count);
+        return err_set(e, ERR_INVALID, "count", "allreduce: %zu elements are too many",
+                       a->count);
     struct tcp_plan pl;
     if (tcp_plan_reserve(t, comm_op_name(a->op), 2, 2 * steps * (int)nblocks, e) < 0)
         return -1;
@@ -140,8 +147,8 @@ static int tcp_ring_allreduce(struct comm_tcp *t, const struct comm_args *a, str
     struct tcp_lane *in = tcp_plan_lane(&pl, tcp_mod(r - 1, n), false, steps * (int)nblocks);
     out->gate_lane = 1;
     for (size_t b = 0; b < nblocks; b++) {
-        size_t first = b * per_block, cnt = a->count - first < per_block ? a->count - first
-                                                                         : per_block;
+        size_t first = b * per_block,
+               cnt = a->count - first < per_block ? a->count - first : per_block;
         struct tcp_chunks ch = {cnt / (size_t)n, cnt % (size_t)n, es};
         const uint8_t *send = (const uint8_t *)a->send + first * es;
         uint8_t *recv = (uint8_t *)a->recv + first * es;
@@ -193,7 +200,10 @@ static int tcp_fold_in(struct comm_tcp *t, const struct comm_args *a, const char
 }
 
 /* The rank that plays power-of-two rank pn. */
-static int tcp_fold_rank(int pn, int extra) { return pn < extra ? pn * 2 + 1 : pn + extra; }
+static int tcp_fold_rank(int pn, int extra)
+{
+    return pn < extra ? pn * 2 + 1 : pn + extra;
+}
 
 /* The end of folding: the odd rank of a pair hands the result back. */
 static int tcp_fold_out(struct comm_tcp *t, const struct comm_args *a, const char *op,
@@ -625,8 +635,12 @@ int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e)
                        a->count2 * comm_dtype_size(a->dtype), e);
     case COMM_OP_BARRIER: {
         int32_t one = 1;
-        struct comm_args b = {.op = COMM_OP_BARRIER, .send = &one, .recv = &one, .count = 1,
-                              .dtype = COMM_INT32, .redop = COMM_SUM};
+        struct comm_args b = {.op = COMM_OP_BARRIER,
+                              .send = &one,
+                              .recv = &one,
+                              .count = 1,
+                              .dtype = COMM_INT32,
+                              .redop = COMM_SUM};
         return tcp_rd_allreduce(t, &b, "barrier", e);
     }
     }

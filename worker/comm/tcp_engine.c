@@ -30,8 +30,7 @@
 #include "worker/comm/reduce.h"
 #include "worker/comm/tcp_internal.h"
 
-int tcp_plan_reserve(struct comm_tcp *t, const char *op, int nlanes, int npieces,
-                     struct err *e)
+int tcp_plan_reserve(struct comm_tcp *t, const char *op, int nlanes, int npieces, struct err *e)
 {
     if ((size_t)nlanes > t->lanes_cap) {
         struct tcp_lane *l = realloc(t->lanes, (size_t)nlanes * sizeof *l);
@@ -58,8 +57,7 @@ int tcp_scratch_reserve(struct comm_tcp *t, const char *op, size_t bytes, struct
         return 0;
     uint8_t *p = realloc(t->scratch, bytes);
     if (!p)
-        return tcp_fail(t, e, ERR_NOMEM, op, -1, "no memory for %zu bytes of scratch",
-                        bytes);
+        return tcp_fail(t, e, ERR_NOMEM, op, -1, "no memory for %zu bytes of scratch", bytes);
     t->scratch = p;
     t->scratch_cap = bytes;
     return 0;
@@ -149,7 +147,8 @@ static int tcp_header_check(struct comm_tcp *t, struct tcp_run *r, struct tcp_la
     if (magic != TCP_P2P_MAGIC)
         return tcp_fail(t, e, ERR_PROTOCOL, r->op, l->peer,
                         "rank %d sent bytes that are not a message header (operations out "
-                        "of step?)", l->peer);
+                        "of step?)",
+                        l->peer);
     if (len != want)
         return tcp_fail(t, e, ERR_PROTOCOL, r->op, l->peer,
                         "rank %d sent a %llu-byte message, this rank expects %zu bytes",
@@ -216,7 +215,8 @@ static int tcp_lane_recv(struct comm_tcp *t, struct tcp_run *r, struct tcp_lane 
         l->done += (size_t)got;
         moved = 1;
         if ((size_t)got < want) {
-            l->blocked = true; /* drained what the socket had: poll(2) says when there is more */
+            l->blocked =
+                true; /* drained what the socket had: poll(2) says when there is more */
             break;
         }
     }
@@ -231,7 +231,8 @@ static int tcp_check_watched(struct comm_tcp *t, int p, const char *op, struct e
     if (n < 0 && tcp_again())
         return 0;
     if (n == 0 || (n < 0 && errno == ECONNRESET))
-        return tcp_fail(t, e, ERR_PEER, op, p, "rank %d %s", p, tcp_io_verb(n == 0 ? 0 : errno));
+        return tcp_fail(t, e, ERR_PEER, op, p, "rank %d %s", p,
+                        tcp_io_verb(n == 0 ? 0 : errno));
     if (n < 0)
         return tcp_fail(t, e, ERR_IO, op, p, "recv from rank %d: %s", p, strerror(errno));
     if (n == 1 && b[0] == TCP_BYE) {
@@ -335,7 +336,8 @@ static int tcp_wait(struct comm_tcp *t, struct tcp_run *r, int64_t deadline, boo
     for (nfds_t i = 0; rc > 0 && i < n; i++) {
         int p = t->pfd_peer[i];
         short bad = POLLRDHUP | POLLHUP | POLLERR;
-        if (!t->reading[p] && (t->pfds[i].revents & bad) && tcp_check_watched(t, p, r->op, e) < 0)
+        if (!t->reading[p] && (t->pfds[i].revents & bad) &&
+            tcp_check_watched(t, p, r->op, e) < 0)
             return -1;
     }
     if (rc > 0)

@@ -20,11 +20,11 @@
 #include "worker/comm/comm.h"
 #include "worker/comm/tcp.h"
 
-#define TCP_BYE 0xB7u               /* goodbye byte sent by comm_destroy */
-#define TCP_SEG_BYTES (256u << 10)  /* receive segment of a streamed reduction: fits L2 */
-#define TCP_SEND_MIN (64u << 10)    /* gated sends wait for at least this much data */
-#define TCP_P2P_MAGIC 0x50504444u   /* "DDPP": header of a point-to-point message */
-#define TCP_P2P_HEADER 16           /* u32 magic | u32 zero | u64 payload bytes */
+#define TCP_BYE 0xB7u              /* goodbye byte sent by comm_destroy */
+#define TCP_SEG_BYTES (256u << 10) /* receive segment of a streamed reduction: fits L2 */
+#define TCP_SEND_MIN (64u << 10)   /* gated sends wait for at least this much data */
+#define TCP_P2P_MAGIC 0x50504444u  /* "DDPP": header of a point-to-point message */
+#define TCP_P2P_HEADER 16          /* u32 magic | u32 zero | u64 payload bytes */
 
 struct tcp_peer {
     int fd;        /* -1: self, not connected, or dropped */
@@ -51,7 +51,7 @@ struct comm_tcp {
     uint8_t *seg;                  /* TCP_SEG_BYTES, owned */
     uint8_t *scratch;              /* algorithm temporaries, owned, grows, kept */
     size_t scratch_cap;
-    struct tcp_lane *lanes;        /* plan storage, owned, grows, kept */
+    struct tcp_lane *lanes; /* plan storage, owned, grows, kept */
     size_t lanes_cap;
     struct tcp_piece *pieces;
     size_t pieces_cap;
@@ -77,12 +77,12 @@ struct tcp_lane {
     struct tcp_piece *pieces;
     int n;
     /* progress */
-    int cur;          /* current piece; n when the lane is done */
-    size_t done;      /* bytes of the current piece moved */
-    size_t ready;     /* bytes of the current piece final (received and reduced) */
-    size_t carry;     /* received bytes of a partial element, waiting in carry_buf */
+    int cur;      /* current piece; n when the lane is done */
+    size_t done;  /* bytes of the current piece moved */
+    size_t ready; /* bytes of the current piece final (received and reduced) */
+    size_t carry; /* received bytes of a partial element, waiting in carry_buf */
     uint8_t carry_buf[8];
-    bool blocked;     /* the socket would block: retried once poll(2) finds it ready */
+    bool blocked; /* the socket would block: retried once poll(2) finds it ready */
 };
 
 /* One engine run: the lanes of a plan for one step of an operation. */
@@ -97,8 +97,8 @@ struct tcp_run {
 
 /* tcp.c */
 __attribute__((format(printf, 6, 7))) int tcp_fail(struct comm_tcp *t, struct err *e,
-                                                   enum err_code code, const char *op,
-                                                   int peer, const char *fmt, ...);
+                                                   enum err_code code, const char *op, int peer,
+                                                   const char *fmt, ...);
 bool tcp_aborted(const struct comm_tcp *t);
 
 /* tcp_engine.c */

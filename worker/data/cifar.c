@@ -25,13 +25,16 @@ static int cifar_check_file(const char *path, const uint8_t *buf, size_t len, in
     if (len == 0)
         return err_set(e, ERR_INVALID, "dataset", "%s: empty file, no CIFAR records", path);
     if (len % CIFAR_RECORD)
-        return err_set(e, ERR_INVALID, "dataset", "%s: %zu bytes is not a whole number of "
+        return err_set(e, ERR_INVALID, "dataset",
+                       "%s: %zu bytes is not a whole number of "
                        "%d-byte CIFAR records (%zu records and %zu bytes over: truncated?)",
                        path, len, CIFAR_RECORD, len / CIFAR_RECORD, len % CIFAR_RECORD);
     for (size_t r = 0; r < len / CIFAR_RECORD; r++)
         if (buf[r * CIFAR_RECORD] >= classes)
-            return err_set(e, ERR_INVALID, "dataset", "%s: record %zu has label %u, outside "
-                           "[0, %d)", path, r, buf[r * CIFAR_RECORD], classes);
+            return err_set(e, ERR_INVALID, "dataset",
+                           "%s: record %zu has label %u, outside "
+                           "[0, %d)",
+                           path, r, buf[r * CIFAR_RECORD], classes);
     return 0;
 }
 
@@ -59,8 +62,7 @@ static int cifar_append(struct data_images_src *src, const uint8_t *buf, size_t 
     return 0;
 }
 
-static int cifar_load(struct data_images_src *src, const char *path, int classes,
-                      struct err *e)
+static int cifar_load(struct data_images_src *src, const char *path, int classes, struct err *e)
 {
     uint8_t *buf;
     size_t len;
@@ -74,16 +76,15 @@ static int cifar_load(struct data_images_src *src, const char *path, int classes
 }
 
 int dataset_cifar_open(const char *const *paths, int npaths, enum data_split split,
-                       const struct data_image_opts *opts, struct dataset **out,
-                       struct err *e)
+                       const struct data_image_opts *opts, struct dataset **out, struct err *e)
 {
     *out = NULL;
     if (npaths < 1 || npaths > CIFAR_MAX_FILES)
         return err_set(e, ERR_INVALID, "dataset.path", "%d CIFAR files, expected 1 to %d",
                        npaths, CIFAR_MAX_FILES);
     int classes = opts->classes ? opts->classes : CIFAR_CLASSES;
-    struct data_images_src src = {.c = CIFAR_CHANNELS, .h = CIFAR_SIDE, .w = CIFAR_SIDE,
-                                  .classes = CIFAR_CLASSES};
+    struct data_images_src src = {
+        .c = CIFAR_CHANNELS, .h = CIFAR_SIDE, .w = CIFAR_SIDE, .classes = CIFAR_CLASSES};
     for (int i = 0; i < npaths; i++) {
         if (cifar_load(&src, paths[i], classes, e) < 0) {
             free(src.block);

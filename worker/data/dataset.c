@@ -58,9 +58,9 @@ int data_norm_preset(const char *name, struct data_norm *out, struct err *e)
             return 0;
         }
     }
-    return err_set(e, ERR_NOT_FOUND, "dataset.norm",
-                   "no published normalization for \"%s\" (mnist, fashion-mnist, cifar10, none)",
-                   name);
+    return err_set(
+        e, ERR_NOT_FOUND, "dataset.norm",
+        "no published normalization for \"%s\" (mnist, fashion-mnist, cifar10, none)", name);
 }
 
 int data_norm_check(const struct data_norm *norm, int channels, struct err *e)
@@ -158,15 +158,15 @@ static const char *data_open_dir(const struct data_config *cfg, struct err *e)
 
 /* Keeps the first cfg->samples samples of an opened train split (the rest stay loaded but
  * are never indexed: dataset_fill checks against n). Frees *out on error. */
-static int data_open_subset(const struct data_config *cfg, struct dataset **out,
-                            struct err *e)
+static int data_open_subset(const struct data_config *cfg, struct dataset **out, struct err *e)
 {
     if (cfg->samples <= 0 || cfg->samples == (*out)->n)
         return 0;
     if (cfg->samples > (*out)->n) {
-        err_set(e, ERR_INVALID, "dataset.samples", "dataset.samples: %lld, but the train "
-                "split of %s has %lld samples", (long long)cfg->samples, cfg->name,
-                (long long)(*out)->n);
+        err_set(e, ERR_INVALID, "dataset.samples",
+                "dataset.samples: %lld, but the train "
+                "split of %s has %lld samples",
+                (long long)cfg->samples, cfg->name, (long long)(*out)->n);
         dataset_destroy(*out);
         *out = NULL;
         return -1;

@@ -23,11 +23,11 @@
 #include "common/err.h"
 
 #define DATA_MAX_CHANNELS 4
-#define DATA_MAX_SIDE 4096                        /* largest height or width */
+#define DATA_MAX_SIDE 4096 /* largest height or width */
 #define DATA_MAX_CLASSES 100000
 #define DATA_MAX_SAMPLES ((int64_t)1 << 31)
-#define DATA_FILE_MAX_BYTES ((size_t)2 << 30)      /* per file, after decompression */
-#define DATA_SYNTHETIC_SAMPLES 50000             /* a synthetic epoch when none is given */
+#define DATA_FILE_MAX_BYTES ((size_t)2 << 30) /* per file, after decompression */
+#define DATA_SYNTHETIC_SAMPLES 50000          /* a synthetic epoch when none is given */
 #define DATA_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist" /* dataset-fashion-mnist */
 
 enum data_split { DATA_SPLIT_TRAIN = 0, DATA_SPLIT_TEST = 1 };
@@ -54,14 +54,14 @@ struct data_augment {
 struct data_image_opts {
     struct data_norm norm;
     struct data_augment augment;
-    int classes;     /* labels must lie in [0, classes); 0 = the format's (10 for both) */
+    int classes; /* labels must lie in [0, classes); 0 = the format's (10 for both) */
 };
 
 /* What a fill's random choices derive from; the loader sets it per batch. */
 struct data_draw {
     uint64_t seed;
-    int64_t epoch;   /* augmentation varies per epoch */
-    int64_t step;    /* batches since the loader started; fresh synthetic data varies per step */
+    int64_t epoch; /* augmentation varies per epoch */
+    int64_t step;  /* batches since the loader started; fresh synthetic data varies per step */
 };
 
 struct dataset;
@@ -77,11 +77,11 @@ struct dataset_ops {
 
 struct dataset {
     const struct dataset_ops *ops;
-    void *impl;              /* the format's state, owned by the dataset */
-    char name[32];           /* "fashion-mnist", "cifar10", "synthetic", ... */
+    void *impl;    /* the format's state, owned by the dataset */
+    char name[32]; /* "fashion-mnist", "cifar10", "synthetic", ... */
     enum data_split split;
-    int64_t n;               /* samples */
-    int c, h, w;             /* shape of one sample */
+    int64_t n;   /* samples */
+    int c, h, w; /* shape of one sample */
     int classes;
     /* Set by the fixed synthetic mode: the loader fills one batch once and hands the same
      * memory out at every step (no data cost after the first fill). */
@@ -119,8 +119,8 @@ void data_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);
 
 struct data_synthetic_config {
     int c, h, w, classes;
-    int64_t samples;  /* dataset size (an epoch's length) */
-    bool fresh;       /* false: one fixed batch reused at every step (Horovod's and
+    int64_t samples; /* dataset size (an epoch's length) */
+    bool fresh;      /* false: one fixed batch reused at every step (Horovod's and
                          tf_cnn_benchmarks' synthetic mode); true: new values per step */
 };
 /* Values uniform in [-1, 1), labels uniform in [0, classes). Fixed mode: a sample's values
@@ -147,8 +147,7 @@ int dataset_idx_open_dir(const char *dir, const char *name, enum data_split spli
  * planes R, G, B), any number of records per file, read in the order given. Validated
  * strictly (whole records only, labels < classes, non-empty). Caller owns *out. */
 int dataset_cifar_open(const char *const *paths, int npaths, enum data_split split,
-                       const struct data_image_opts *opts, struct dataset **out,
-                       struct err *e);
+                       const struct data_image_opts *opts, struct dataset **out, struct err *e);
 /* The same from a directory: data_batch_1.bin .. data_batch_5.bin (all five) for the
  * train split, test_batch.bin for the test split. */
 int dataset_cifar_open_dir(const char *dir, enum data_split split,
@@ -158,12 +157,12 @@ int dataset_cifar_open_dir(const char *dir, enum data_split split,
 /* --- by name: what a spec's "dataset" object maps to ---------------------------------- */
 
 struct data_config {
-    char name[32];        /* "synthetic", "mnist", "fashion-mnist", "cifar10" */
-    char path[512];       /* directory; "" = DATA_FASHION_MNIST_DIR for fashion-mnist */
+    char name[32];  /* "synthetic", "mnist", "fashion-mnist", "cifar10" */
+    char path[512]; /* directory; "" = DATA_FASHION_MNIST_DIR for fashion-mnist */
     struct data_synthetic_config synthetic; /* synthetic only */
-    struct data_norm norm;  /* channels 0 = the name's published constants */
-    bool augment;           /* the CIFAR recipe (pad 4 + flip) on the train split */
-    int64_t samples;        /* train split: its first `samples` samples in file order; 0 =
+    struct data_norm norm;                  /* channels 0 = the name's published constants */
+    bool augment;    /* the CIFAR recipe (pad 4 + flip) on the train split */
+    int64_t samples; /* train split: its first `samples` samples in file order; 0 =
                                all (synthetic: its own synthetic.samples) */
 };
 /* Opens the split of the named dataset. Caller owns *out. ERR_INVALID names field

@@ -17,10 +17,10 @@
 #define IDX_CLASSES 10
 
 struct idx_file {
-    const char *path;  /* borrowed */
-    const char *kind;  /* "images" or "labels" */
+    const char *path; /* borrowed */
+    const char *kind; /* "images" or "labels" */
     int ndims;
-    uint8_t *buf;      /* owned */
+    uint8_t *buf; /* owned */
     size_t len;
     uint32_t dims[3];
     size_t data_off;
@@ -46,16 +46,20 @@ static int idx_parse_magic(const struct idx_file *f, struct err *e)
         return err_set(e, ERR_INVALID, "dataset", "%s: %zu bytes, too short for an idx header",
                        f->path, f->len);
     if (p[0] != 0 || p[1] != 0)
-        return err_set(e, ERR_INVALID, "dataset", "%s: not an idx file: magic bytes "
-                       "%02x %02x %02x %02x, expected 00 00 08 %02x", f->path, p[0], p[1],
-                       p[2], p[3], (unsigned)f->ndims);
+        return err_set(e, ERR_INVALID, "dataset",
+                       "%s: not an idx file: magic bytes "
+                       "%02x %02x %02x %02x, expected 00 00 08 %02x",
+                       f->path, p[0], p[1], p[2], p[3], (unsigned)f->ndims);
     if (p[2] != IDX_TYPE_UBYTE)
-        return err_set(e, ERR_INVALID, "dataset", "%s: idx element type 0x%02x (%s) is not "
-                       "supported, expected 0x08 (unsigned byte)", f->path, p[2],
-                       idx_type_name(p[2]));
+        return err_set(e, ERR_INVALID, "dataset",
+                       "%s: idx element type 0x%02x (%s) is not "
+                       "supported, expected 0x08 (unsigned byte)",
+                       f->path, p[2], idx_type_name(p[2]));
     if (p[3] != f->ndims)
-        return err_set(e, ERR_INVALID, "dataset", "%s: idx file of %u dimensions where %s "
-                       "(%d dimensions) were expected", f->path, p[3], f->kind, f->ndims);
+        return err_set(e, ERR_INVALID, "dataset",
+                       "%s: idx file of %u dimensions where %s "
+                       "(%d dimensions) were expected",
+                       f->path, p[3], f->kind, f->ndims);
     return 0;
 }
 
@@ -81,18 +85,21 @@ static int idx_parse_dims(struct idx_file *f, struct err *e)
     for (int i = 0; i < f->ndims; i++)
         bytes *= f->dims[i];
     if (bytes > DATA_FILE_MAX_BYTES)
-        return err_set(e, ERR_TOO_LARGE, "dataset", "%s: header declares %llu bytes of %s, "
-                       "over the %zu-byte limit", f->path, (unsigned long long)bytes, f->kind,
-                       DATA_FILE_MAX_BYTES);
+        return err_set(e, ERR_TOO_LARGE, "dataset",
+                       "%s: header declares %llu bytes of %s, "
+                       "over the %zu-byte limit",
+                       f->path, (unsigned long long)bytes, f->kind, DATA_FILE_MAX_BYTES);
     size_t have = f->len - f->data_off;
     if (have < bytes)
-        return err_set(e, ERR_INVALID, "dataset", "%s: truncated: the header declares %u %s "
-                       "(%llu bytes) but only %zu bytes follow it", f->path, f->dims[0],
-                       f->kind, (unsigned long long)bytes, have);
+        return err_set(e, ERR_INVALID, "dataset",
+                       "%s: truncated: the header declares %u %s "
+                       "(%llu bytes) but only %zu bytes follow it",
+                       f->path, f->dims[0], f->kind, (unsigned long long)bytes, have);
     if (have > bytes)
-        return err_set(e, ERR_INVALID, "dataset", "%s: %llu bytes of trailing data after the "
-                       "%u %s the header declares", f->path,
-                       (unsigned long long)(have - bytes), f->dims[0], f->kind);
+        return err_set(e, ERR_INVALID, "dataset",
+                       "%s: %llu bytes of trailing data after the "
+                       "%u %s the header declares",
+                       f->path, (unsigned long long)(have - bytes), f->dims[0], f->kind);
     return 0;
 }
 
@@ -132,16 +139,20 @@ int dataset_idx_open(const char *images_path, const char *labels_path, const cha
     /* Keep only the labels (n bytes), not the label file's header. */
     memmove(lab.buf, lab.buf + lab.data_off, lab.dims[0]);
     struct data_images_src src = {
-        .block = img.buf, .pixels = img.buf + img.data_off, .labels = lab.buf,
-        .n = img.dims[0], .c = 1, .h = (int)img.dims[1], .w = (int)img.dims[2],
+        .block = img.buf,
+        .pixels = img.buf + img.data_off,
+        .labels = lab.buf,
+        .n = img.dims[0],
+        .c = 1,
+        .h = (int)img.dims[1],
+        .w = (int)img.dims[2],
         .classes = IDX_CLASSES,
     };
     return data_images_create(&src, name ? name : "idx", split, opts, labels_path, out, e);
 }
 
 /* Finds dir/base or dir/base.gz (plain first) into out. */
-static int idx_find(const char *dir, const char *base, char *out, size_t outlen,
-                    struct err *e)
+static int idx_find(const char *dir, const char *base, char *out, size_t outlen, struct err *e)
 {
     struct stat st;
     static const char *const suffixes[] = {"", ".gz"};

@@ -16,10 +16,10 @@
 #include <zlib.h>
 
 struct data_images {
-    uint8_t *block;               /* owned */
-    const uint8_t *pixels;        /* inside block */
-    uint8_t *labels;              /* owned */
-    struct data_augment augment;  /* zero on the test split */
+    uint8_t *block;              /* owned */
+    const uint8_t *pixels;       /* inside block */
+    uint8_t *labels;             /* owned */
+    struct data_augment augment; /* zero on the test split */
     float lut[DATA_MAX_CHANNELS * 256];
 };
 
@@ -51,8 +51,8 @@ static void data_images_row(const uint8_t *srow, int w, const float *lut, int pa
     }
 }
 
-void data_images_transform(const uint8_t *src, int c, int h, int w, const float *lut,
-                           int pad, int dy, int dx, bool flip, float *out)
+void data_images_transform(const uint8_t *src, int c, int h, int w, const float *lut, int pad,
+                           int dy, int dx, bool flip, float *out)
 {
     size_t plane = (size_t)h * (size_t)w;
     for (int ch = 0; ch < c; ch++) {
@@ -86,8 +86,8 @@ static int data_images_fill(const struct dataset *ds, const int64_t *idx, int n,
         int dy, dx;
         bool flip;
         data_augment_draw(&im->augment, draw, idx[i], &dy, &dx, &flip);
-        data_images_transform(im->pixels + (size_t)idx[i] * per, ds->c, ds->h, ds->w,
-                              im->lut, im->augment.pad, dy, dx, flip, x + (size_t)i * per);
+        data_images_transform(im->pixels + (size_t)idx[i] * per, ds->c, ds->h, ds->w, im->lut,
+                              im->augment.pad, dy, dx, flip, x + (size_t)i * per);
         y[i] = im->labels[idx[i]];
     }
     return 0;
@@ -127,8 +127,10 @@ static int data_images_check(const struct data_images_src *src, int classes,
         return -1;
     for (int64_t i = 0; i < src->n; i++)
         if (src->labels[i] >= classes)
-            return err_set(e, ERR_INVALID, "dataset", "%s: sample %lld has label %u, outside "
-                           "[0, %d)", what, (long long)i, src->labels[i], classes);
+            return err_set(e, ERR_INVALID, "dataset",
+                           "%s: sample %lld has label %u, outside "
+                           "[0, %d)",
+                           what, (long long)i, src->labels[i], classes);
     return 0;
 }
 
@@ -164,8 +166,14 @@ int data_images_create(struct data_images_src *src, const char *name, enum data_
     if (split == DATA_SPLIT_TRAIN)
         im->augment = opts->augment;
     data_images_lut(&opts->norm, src->c, im->lut);
-    *ds = (struct dataset){.ops = &data_images_ops, .impl = im, .split = split, .n = src->n,
-                           .c = src->c, .h = src->h, .w = src->w, .classes = classes};
+    *ds = (struct dataset){.ops = &data_images_ops,
+                           .impl = im,
+                           .split = split,
+                           .n = src->n,
+                           .c = src->c,
+                           .h = src->h,
+                           .w = src->w,
+                           .classes = classes};
     snprintf(ds->name, sizeof ds->name, "%s", name);
     *out = ds;
     return 0;

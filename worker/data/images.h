@@ -17,9 +17,9 @@
 
 /* What data_images_create takes over. */
 struct data_images_src {
-    uint8_t *block;          /* owned heap block holding the pixels (freed with the set) */
-    const uint8_t *pixels;   /* [n][c][h][w] inside block */
-    uint8_t *labels;         /* owned [n] */
+    uint8_t *block;        /* owned heap block holding the pixels (freed with the set) */
+    const uint8_t *pixels; /* [n][c][h][w] inside block */
+    uint8_t *labels;       /* owned [n] */
     int64_t n;
     int c, h, w, classes;
 };
@@ -34,8 +34,8 @@ int data_images_create(struct data_images_src *src, const char *name, enum data_
 /* One augmented sample: out[ch][y][x] = lut[ch][byte] of source pixel
  * (y + dy - pad, (flip ? w-1-x : x) + dx - pad), or lut[ch][0] outside the image.
  * dy, dx in [0, 2 pad]. lut is [c][256]. */
-void data_images_transform(const uint8_t *src, int c, int h, int w, const float *lut,
-                           int pad, int dy, int dx, bool flip, float *out);
+void data_images_transform(const uint8_t *src, int c, int h, int w, const float *lut, int pad,
+                           int dy, int dx, bool flip, float *out);
 /* The crop offsets and flip a fill draws for (draw, sample index). */
 void data_augment_draw(const struct data_augment *aug, const struct data_draw *draw,
                        int64_t index, int *dy, int *dx, bool *flip);

@@ -20,31 +20,31 @@
 #define LOADER_MAX_WORLD (1 << 20)
 
 struct loader_slot {
-    float *x;        /* owned */
-    int32_t *y;      /* owned */
-    int64_t *index;  /* owned */
+    float *x;       /* owned */
+    int32_t *y;     /* owned */
+    int64_t *index; /* owned */
     struct data_batch b;
 };
 
 struct loader {
-    struct dataset *ds;      /* borrowed */
+    struct dataset *ds; /* borrowed */
     struct loader_config cfg;
     int64_t shard_len, per_epoch;
-    int64_t total;           /* batches in all; -1 = no end */
+    int64_t total; /* batches in all; -1 = no end */
     int nslots;
     bool threaded;
-    int reuse_n;             /* samples in the reused batch (ds->reuse_batch) */
+    int reuse_n; /* samples in the reused batch (ds->reuse_batch) */
     struct loader_slot slots[LOADER_MAX_PREFETCH + 1];
     /* Used only by the filling side (the thread, or loader_next without one). */
-    int64_t *perm;           /* owned; NULL when shuffle is off */
+    int64_t *perm; /* owned; NULL when shuffle is off */
     int64_t perm_epoch;
     pthread_t thread;
     bool thread_started;
-    pthread_mutex_t mu;      /* guards everything below */
+    pthread_mutex_t mu; /* guards everything below */
     pthread_cond_t ready, freed;
-    int64_t produced;        /* batches [0, produced) are filled */
-    int64_t consumed;        /* batches [0, consumed) were handed out */
-    int64_t released;        /* batches [0, released) may be overwritten */
+    int64_t produced; /* batches [0, produced) are filled */
+    int64_t consumed; /* batches [0, consumed) were handed out */
+    int64_t released; /* batches [0, released) may be overwritten */
     bool stop, failed;
     struct err fail_err;
     struct loader_stats stats;
@@ -52,8 +52,13 @@ struct loader {
 
 void loader_config_default(struct loader_config *cfg)
 {
-    *cfg = (struct loader_config){.rank = 0, .world_size = 1, .batch_size = 32, .seed = 1,
-                                  .shuffle = true, .remainder = LOADER_DROP, .epochs = 0,
+    *cfg = (struct loader_config){.rank = 0,
+                                  .world_size = 1,
+                                  .batch_size = 32,
+                                  .seed = 1,
+                                  .shuffle = true,
+                                  .remainder = LOADER_DROP,
+                                  .epochs = 0,
                                   .prefetch = 2};
 }
 
@@ -83,8 +88,7 @@ static void loader_plan(const struct loader *l, int64_t seq, int64_t *epoch, int
 }
 
 /* The dataset indices of this rank's batch: strided positions of the epoch's order. */
-static void loader_indices(struct loader *l, int64_t epoch, int64_t bie, int n,
-                           int64_t *index)
+static void loader_indices(struct loader *l, int64_t epoch, int64_t bie, int n, int64_t *index)
 {
     const struct loader_config *c = &l->cfg;
     int64_t nsamples = l->ds->n;
@@ -114,8 +118,13 @@ static int loader_produce(struct loader *l, int64_t seq, int64_t *fill_ns, struc
     *fill_ns = clock_mono_ns() - t0;
     if (rc < 0)
         err_prefix(e, "data loader, batch %lld (epoch %lld)", (long long)seq, (long long)epoch);
-    s->b = (struct data_batch){.x = s->x, .y = s->y, .index = s->index, .n = n, .step = seq,
-                               .epoch = epoch, .batch_in_epoch = bie,
+    s->b = (struct data_batch){.x = s->x,
+                               .y = s->y,
+                               .index = s->index,
+                               .n = n,
+                               .step = seq,
+                               .epoch = epoch,
+                               .batch_in_epoch = bie,
                                .last_in_epoch = bie == l->per_epoch - 1};
     return rc;
 }
@@ -149,8 +158,7 @@ static void *loader_thread_main(void *arg)
     return NULL;
 }
 
-static int loader_check(const struct dataset *ds, const struct loader_config *c,
-                        struct err *e)
+static int loader_check(const struct dataset *ds, const struct loader_config *c, struct err *e)
 {
     if (c->world_size < 1 || c->world_size > LOADER_MAX_WORLD || c->rank < 0 ||
         c->rank >= c->world_size)
@@ -182,10 +190,11 @@ static int loader_count(struct loader *l, struct err *e)
     l->per_epoch = c->drop_last_batch ? l->shard_len / c->batch_size
                                       : (l->shard_len + c->batch_size - 1) / c->batch_size;
     if (l->per_epoch == 0 && (c->epochs == 0 || c->remainder != LOADER_UNEVEN))
-        return err_set(e, ERR_INVALID, "batch_size", "%s: rank %d's share of %lld of %lld "
-                       "samples over %d ranks gives no batch of %d", l->ds->name, c->rank,
-                       (long long)l->shard_len, (long long)l->ds->n, c->world_size,
-                       c->batch_size);
+        return err_set(e, ERR_INVALID, "batch_size",
+                       "%s: rank %d's share of %lld of %lld "
+                       "samples over %d ranks gives no batch of %d",
+                       l->ds->name, c->rank, (long long)l->shard_len, (long long)l->ds->n,
+                       c->world_size, c->batch_size);
     l->total = c->epochs == 0 ? -1 : c->epochs * l->per_epoch;
     if (l->per_epoch == 0)
         l->per_epoch = 1; /* no batch is ever planned; keeps the division defined */
@@ -201,14 +210,18 @@ static int loader_alloc(struct loader *l, struct err *e)
         s->y = malloc(b * sizeof *s->y);
         s->index = malloc(b * sizeof *s->index);
         if (!s->x || !s->y || !s->index)
-            return err_set(e, ERR_NOMEM, "batch_size", "%s: out of memory for %d batches of "
-                           "%zu x %zu floats", l->ds->name, l->nslots, b, per);
+            return err_set(e, ERR_NOMEM, "batch_size",
+                           "%s: out of memory for %d batches of "
+                           "%zu x %zu floats",
+                           l->ds->name, l->nslots, b, per);
     }
     if (l->cfg.shuffle) {
         l->perm = malloc((size_t)l->ds->n * sizeof *l->perm);
         if (!l->perm)
-            return err_set(e, ERR_NOMEM, "dataset", "%s: out of memory for a permutation of "
-                           "%lld", l->ds->name, (long long)l->ds->n);
+            return err_set(e, ERR_NOMEM, "dataset",
+                           "%s: out of memory for a permutation of "
+                           "%lld",
+                           l->ds->name, (long long)l->ds->n);
     }
     return 0;
 }

@@ -45,33 +45,33 @@
 enum loader_remainder { LOADER_DROP = 0, LOADER_PAD, LOADER_UNEVEN };
 
 struct loader_config {
-    int rank, world_size;    /* 0 <= rank < world_size */
-    int batch_size;          /* per rank */
+    int rank, world_size; /* 0 <= rank < world_size */
+    int batch_size;       /* per rank */
     uint64_t seed;
-    bool shuffle;            /* false: the dataset's order every epoch (evaluation) */
+    bool shuffle; /* false: the dataset's order every epoch (evaluation) */
     enum loader_remainder remainder;
-    bool drop_last_batch;    /* drop an epoch's short last batch */
-    int64_t epochs;          /* 0 = no end: loader_next never reports the end */
-    int prefetch;            /* batches the thread fills ahead; 0 = no thread, each batch
+    bool drop_last_batch; /* drop an epoch's short last batch */
+    int64_t epochs;       /* 0 = no end: loader_next never reports the end */
+    int prefetch;         /* batches the thread fills ahead; 0 = no thread, each batch
                                 is filled inside loader_next (the synchronous path) */
 };
 
 struct data_batch {
-    float *x;                /* [n][c][h][w], owned by the loader */
-    int32_t *y;              /* [n] labels, owned by the loader */
-    int64_t *index;          /* [n] the dataset indices in x, owned by the loader */
-    int n;                   /* samples; batch_size except an epoch's short last batch */
-    int64_t step;            /* batches before this one since the loader started */
+    float *x;       /* [n][c][h][w], owned by the loader */
+    int32_t *y;     /* [n] labels, owned by the loader */
+    int64_t *index; /* [n] the dataset indices in x, owned by the loader */
+    int n;          /* samples; batch_size except an epoch's short last batch */
+    int64_t step;   /* batches before this one since the loader started */
     int64_t epoch;
     int64_t batch_in_epoch;
     bool last_in_epoch;
-    int64_t wait_ns;         /* how long loader_next blocked to deliver this batch */
+    int64_t wait_ns; /* how long loader_next blocked to deliver this batch */
 };
 
 struct loader_stats {
-    int64_t batches;         /* delivered */
-    int64_t wait_ns;         /* total data wait over those batches */
-    int64_t fill_ns;         /* time spent filling (by the thread or inline) */
+    int64_t batches; /* delivered */
+    int64_t wait_ns; /* total data wait over those batches */
+    int64_t fill_ns; /* time spent filling (by the thread or inline) */
 };
 
 struct loader;

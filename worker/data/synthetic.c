@@ -61,9 +61,10 @@ static int synth_check(const struct data_synthetic_config *cfg, struct err *e)
     if (cfg->c < 1 || cfg->h < 1 || cfg->w < 1 || cfg->c > DATA_MAX_SIDE ||
         cfg->h > DATA_MAX_SIDE || cfg->w > DATA_MAX_SIDE ||
         (size_t)cfg->c * (size_t)cfg->h * (size_t)cfg->w > SYNTH_MAX_SAMPLE_FLOATS)
-        return err_set(e, ERR_INVALID, "dataset.shape", "shape %dx%dx%d out of range (each "
-                       "side 1 to %d, at most %zu values)", cfg->c, cfg->h, cfg->w,
-                       DATA_MAX_SIDE, SYNTH_MAX_SAMPLE_FLOATS);
+        return err_set(e, ERR_INVALID, "dataset.shape",
+                       "shape %dx%dx%d out of range (each "
+                       "side 1 to %d, at most %zu values)",
+                       cfg->c, cfg->h, cfg->w, DATA_MAX_SIDE, SYNTH_MAX_SAMPLE_FLOATS);
     if (cfg->classes < 1 || cfg->classes > DATA_MAX_CLASSES)
         return err_set(e, ERR_INVALID, "dataset.classes", "%d classes out of [1, %d]",
                        cfg->classes, DATA_MAX_CLASSES);
@@ -87,9 +88,15 @@ int dataset_synthetic_create(const struct data_synthetic_config *cfg, struct dat
         return err_set(e, ERR_NOMEM, "", "synthetic dataset: out of memory");
     }
     sy->fresh = cfg->fresh;
-    *ds = (struct dataset){.ops = &synth_ops, .impl = sy, .split = DATA_SPLIT_TRAIN,
-                           .n = cfg->samples, .c = cfg->c, .h = cfg->h, .w = cfg->w,
-                           .classes = cfg->classes, .reuse_batch = !cfg->fresh};
+    *ds = (struct dataset){.ops = &synth_ops,
+                           .impl = sy,
+                           .split = DATA_SPLIT_TRAIN,
+                           .n = cfg->samples,
+                           .c = cfg->c,
+                           .h = cfg->h,
+                           .w = cfg->w,
+                           .classes = cfg->classes,
+                           .reuse_batch = !cfg->fresh};
     snprintf(ds->name, sizeof ds->name, "synthetic");
     *out = ds;
     return 0;

@@ -11,8 +11,8 @@
 #include "common/clock.h"
 #include "worker/comm/reduce.h"
 
-static const char *const ddp_strategy_names[] = {"naive", "ddp", "horovod", "zero1", "zero2",
-                                                 NULL};
+static const char *const ddp_strategy_names[] = {"naive", "ddp",   "horovod",
+                                                 "zero1", "zero2", NULL};
 static const char *const ddp_compression_names[] = {"none", "fp16", "bf16", NULL};
 
 static int ddp_name_index(const char *const *names, const char *s)
@@ -23,14 +23,20 @@ static int ddp_name_index(const char *const *names, const char *s)
     return -1;
 }
 
-int ddp_strategy_parse(const char *s) { return ddp_name_index(ddp_strategy_names, s); }
+int ddp_strategy_parse(const char *s)
+{
+    return ddp_name_index(ddp_strategy_names, s);
+}
 
 const char *ddp_strategy_name(enum ddp_strategy s)
 {
     return (unsigned)s <= DDP_ZERO2 ? ddp_strategy_names[s] : "?";
 }
 
-int ddp_compression_parse(const char *s) { return ddp_name_index(ddp_compression_names, s); }
+int ddp_compression_parse(const char *s)
+{
+    return ddp_name_index(ddp_compression_names, s);
+}
 
 static bool ddp_is_zero(const struct ddp *d)
 {
@@ -221,11 +227,13 @@ int ddp_set_device(struct ddp *d, const struct ddp_device *dev, struct err *e)
     if (d->cfg.strategy != DDP_NAIVE && d->cfg.strategy != DDP_DDP)
         return err_set(e, ERR_INVALID, "strategy",
                        "strategy %s on device \"cuda\" is not implemented (its staging is "
-                       "host memory): use naive or ddp", ddp_strategy_name(d->cfg.strategy));
+                       "host memory): use naive or ddp",
+                       ddp_strategy_name(d->cfg.strategy));
     if (d->cfg.compression != DDP_COMPRESS_NONE)
         return err_set(e, ERR_INVALID, "compression",
                        "compression %s on device \"cuda\" is not implemented (it converts "
-                       "on the host): use none", ddp_compression_names[d->cfg.compression]);
+                       "on the host): use none",
+                       ddp_compression_names[d->cfg.compression]);
     if (!dev->params || !dev->grads || !dev->scale || !dev->update ||
         (d->m->nbuffers > 0 && !dev->buffers))
         return err_set(e, ERR_INVALID, NULL, "ddp: device mode needs arenas and hooks");
@@ -358,8 +366,8 @@ static int64_t ddp_launch(struct ddp *d, int b, int64_t t0)
 {
     struct ddp_bucket *bk = &d->b[b];
     float *g = ddp_grads(d);
-    struct comm_args a = {.op = COMM_OP_ALLREDUCE, .count = bk->len,
-                          .ready_event = d->ready_event};
+    struct comm_args a = {
+        .op = COMM_OP_ALLREDUCE, .count = bk->len, .ready_event = d->ready_event};
     struct err e = {0};
     bk->launched = true;
     bk->launch_ns = t0;
@@ -606,8 +614,8 @@ int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e)
     nn_optim_begin_step(o);
     for (int b = 0; b < d->nb; b++) {
         struct ddp_bucket *bk = &d->b[b];
-        nn_optim_update_slice(o, p + bk->own_off, g + bk->own_off, bk->state_off,
-                              bk->own_len, lr);
+        nn_optim_update_slice(o, p + bk->own_off, g + bk->own_off, bk->state_off, bk->own_len,
+                              lr);
     }
     /* every rank's updated chunks to every rank, bucket by bucket, in flight together */
     int rc = 0;
@@ -620,9 +628,11 @@ int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e)
         if (pad)
             memcpy(buf + (size_t)d->rank * bk->chunk, p + bk->own_off,
                    bk->own_len * sizeof(float));
-        struct comm_args a = {.op = COMM_OP_ALL_GATHER, .count = bk->chunk,
+        struct comm_args a = {.op = COMM_OP_ALL_GATHER,
+                              .count = bk->chunk,
                               .dtype = COMM_FLOAT32,
-                              .send = buf + (size_t)d->rank * bk->chunk, .recv = buf};
+                              .send = buf + (size_t)d->rank * bk->chunk,
+                              .recv = buf};
         if (rc == 0 && !(bk->h = comm_start(d->comm, &a, e)))
             rc = -1;
         d->st.ops++;
@@ -657,8 +667,8 @@ int ddp_broadcast_params(struct ddp *d, struct err *e)
     float *p = ddp_params(d), *buf = d->on_device ? d->dev.buffers : m->buffers.data;
     if (comm_broadcast(d->comm, p, p, m->nparams, COMM_FLOAT32, 0, e) < 0)
         return -1;
-    if (m->nbuffers > 0 && comm_broadcast(d->comm, buf, buf, m->nbuffers, COMM_FLOAT32, 0,
-                                          e) < 0)
+    if (m->nbuffers > 0 &&
+        comm_broadcast(d->comm, buf, buf, m->nbuffers, COMM_FLOAT32, 0, e) < 0)
         return -1;
     return 0;
 }

@@ -75,9 +75,9 @@ enum ddp_compression { DDP_COMPRESS_NONE = 0, DDP_COMPRESS_FP16, DDP_COMPRESS_BF
 struct ddp_config {
     enum ddp_strategy strategy;
     enum ddp_compression compression;
-    size_t bucket_bytes;  /* ddp, zero1, zero2: bucket cap (after the first, for ddp) */
-    size_t fusion_bytes;  /* horovod */
-    double cycle_ms;      /* horovod */
+    size_t bucket_bytes; /* ddp, zero1, zero2: bucket cap (after the first, for ddp) */
+    size_t fusion_bytes; /* horovod */
+    double cycle_ms;     /* horovod */
 };
 
 /* Device mode (spec device "cuda"): the arenas live on the GPU (worker/nn/cuda/gmodel.h) at
@@ -125,38 +125,38 @@ struct ddp_bucket {
 
 struct ddp {
     struct ddp_config cfg;
-    struct comm *comm;     /* borrowed */
-    struct nn_model *m;    /* borrowed */
+    struct comm *comm;  /* borrowed */
+    struct nn_model *m; /* borrowed */
     int rank, world;
-    size_t n;              /* floats in the parameter arena */
-    struct ddp_bucket *b;  /* owned; in launch order (from the arena's end) */
+    size_t n;             /* floats in the parameter arena */
+    struct ddp_bucket *b; /* owned; in launch order (from the arena's end) */
     int nb;
     /* per-tensor view for naive and horovod: parameter tensors in reverse order */
     size_t *t_off, *t_len; /* owned */
     int nt;
-    uint16_t *wire;        /* owned: n 2-byte values (compression), or NULL */
-    float *stage;          /* owned: staging (horovod fusion buffer, zero padding) */
+    uint16_t *wire; /* owned: n 2-byte values (compression), or NULL */
+    float *stage;   /* owned: staging (horovod fusion buffer, zero padding) */
     size_t stage_len;
     /* horovod: the fusion plan, as tensor index ranges [plan[i], plan[i+1]) */
-    int *plan;             /* owned, nt + 1 entries */
+    int *plan; /* owned, nt + 1 entries */
     int nplan;
-    bool plan_fixed;       /* after the first synchronising step */
-    int64_t *ready_ns;     /* owned: rank 0's readiness times in the first step */
+    bool plan_fixed;          /* after the first synchronising step */
+    int64_t *ready_ns;        /* owned: rank 0's readiness times in the first step */
     int fused_from, fused_to; /* horovod: tensors queued but not launched yet */
     int64_t cycle_start_ns;
-    size_t own_total;      /* zero: floats this rank owns (its optimizer state size) */
-    bool sync;             /* this micro-batch exchanges gradients */
+    size_t own_total; /* zero: floats this rank owns (its optimizer state size) */
+    bool sync;        /* this micro-batch exchanges gradients */
     int64_t step_start_ns;
     uint64_t bytes_at_start; /* comm->bytes_sent when the step began */
     struct ddp_step_stats st;
     /* this step's communication intervals, whose union is st.comm_ns */
     struct ddp_span *spans; /* owned; grows to what one step adds, then is reused */
     int nspans, spans_cap;
-    struct err err;        /* the first failure inside the hook (it cannot return one) */
+    struct err err; /* the first failure inside the hook (it cannot return one) */
     bool failed;
     struct ddp_device dev; /* device mode (on_device): borrowed arenas and hooks */
     bool on_device;
-    void *ready_event;     /* the hook's layer event while it launches (device mode) */
+    void *ready_event; /* the hook's layer event while it launches (device mode) */
 };
 
 /* "naive", "ddp", ... -> strategy; -1 when unknown. */

@@ -100,19 +100,18 @@ static int bn_prim(struct nn_prim *p, struct nn_bn_fast *f, dnnl_prop_kind_t pro
                    unsigned flags, const char *what, struct err *e)
 {
     dnnl_batch_normalization_desc_t bd;
-    dnnl_status_t st =
-        prop == dnnl_backward
-            ? dnnl_batch_normalization_backward_desc_init(&bd, prop, &f->md, &f->md,
-                                                          f->cfg.eps, flags)
-            : dnnl_batch_normalization_forward_desc_init(&bd, prop, &f->md, f->cfg.eps, flags);
+    dnnl_status_t st = prop == dnnl_backward ? dnnl_batch_normalization_backward_desc_init(
+                                                   &bd, prop, &f->md, &f->md, f->cfg.eps, flags)
+                                             : dnnl_batch_normalization_forward_desc_init(
+                                                   &bd, prop, &f->md, f->cfg.eps, flags);
     if (st != dnnl_success)
         return nn_dnnl_err(e, st, what);
-    return nn_prim_create(p, f->d, &bd, prop == dnnl_backward ? f->fwd_train.pd : NULL, what, e);
+    return nn_prim_create(p, f->d, &bd, prop == dnnl_backward ? f->fwd_train.pd : NULL, what,
+                          e);
 }
 
 int nn_bn_fast_init(struct nn_bn_fast *f, struct nn_dnnl *d, const struct nn_bn_cfg *c,
-                    struct nn_shape s, const dnnl_memory_desc_t *md, int train,
-                    struct err *e)
+                    struct nn_shape s, const dnnl_memory_desc_t *md, int train, struct err *e)
 {
     memset(f, 0, sizeof *f);
     f->d = d;
@@ -144,7 +143,8 @@ int nn_bn_fast_init(struct nn_bn_fast *f, struct nn_dnnl *d, const struct nn_bn_
         if (!f->mean || !f->var || !f->dscale || !f->dshift)
             goto nomem;
         if (c->relu) {
-            const dnnl_memory_desc_t *ws = nn_prim_md(&f->fwd_train, dnnl_query_workspace_md, 0);
+            const dnnl_memory_desc_t *ws = nn_prim_md(&f->fwd_train, dnnl_query_workspace_md,
+                                                      0);
             f->ws = nn_alloc(nn_md_bytes(ws));
             if (!f->ws)
                 goto nomem;
@@ -219,8 +219,8 @@ void nn_bn_fast_destroy(struct nn_bn_fast *f)
     nn_prim_destroy(&f->fwd_train);
     nn_prim_destroy(&f->fwd_eval);
     nn_prim_destroy(&f->bwd);
-    struct nn_mem *ms[] = {&f->m_src,   &f->m_dst,   &f->m_scale, &f->m_shift, &f->m_mean,
-                           &f->m_var,   &f->m_ws,    &f->m_ddst,  &f->m_dsrc,  &f->m_dscale,
+    struct nn_mem *ms[] = {&f->m_src,    &f->m_dst,   &f->m_scale, &f->m_shift, &f->m_mean,
+                           &f->m_var,    &f->m_ws,    &f->m_ddst,  &f->m_dsrc,  &f->m_dscale,
                            &f->m_dshift, &f->m_rmean, &f->m_rvar};
     for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
         nn_mem_destroy(ms[i]);

@@ -34,10 +34,10 @@ int nn_conv2d_shape(const struct nn_conv2d_cfg *c, struct nn_shape in, struct nn
                        in.c, c->cin);
     int oh = conv_out_dim(in.h, c->kh, c->sh, c->ph, c->dh);
     int ow = conv_out_dim(in.w, c->kw, c->sw, c->pw, c->dw);
-    if (in.h + 2 * c->ph < c->dh * (c->kh - 1) + 1 || in.w + 2 * c->pw < c->dw * (c->kw - 1) + 1 ||
-        oh < 1 || ow < 1)
-        return err_set(e, ERR_INVALID, "shape", "conv2d: input %dx%d is smaller than the kernel",
-                       in.h, in.w);
+    if (in.h + 2 * c->ph < c->dh * (c->kh - 1) + 1 ||
+        in.w + 2 * c->pw < c->dw * (c->kw - 1) + 1 || oh < 1 || ow < 1)
+        return err_set(e, ERR_INVALID, "shape",
+                       "conv2d: input %dx%d is smaller than the kernel", in.h, in.w);
     *out = nn_shape4(in.n, c->cout, oh, ow);
     return 0;
 }
@@ -207,11 +207,11 @@ static int conv_make_alg(struct nn_prim *p, struct nn_conv2d_fast *f, const stru
     dnnl_status_t st;
     if (k == CONV_FWD)
         st = dnnl_dilated_convolution_forward_desc_init(
-            &cd, train ? dnnl_forward_training : dnnl_forward_inference, alg, a, &g->w_any, bias,
-            c, g->strides, g->dilates, g->pad, g->pad);
+            &cd, train ? dnnl_forward_training : dnnl_forward_inference, alg, a, &g->w_any,
+            bias, c, g->strides, g->dilates, g->pad, g->pad);
     else if (k == CONV_BWD_DATA)
-        st = dnnl_dilated_convolution_backward_data_desc_init(&cd, alg, a, &g->w_any, c, g->strides,
-                                                              g->dilates, g->pad, g->pad);
+        st = dnnl_dilated_convolution_backward_data_desc_init(
+            &cd, alg, a, &g->w_any, c, g->strides, g->dilates, g->pad, g->pad);
     else
         st = dnnl_dilated_convolution_backward_weights_desc_init(
             &cd, alg, a, &g->w_any, bias, c, g->strides, g->dilates, g->pad, g->pad);
@@ -248,9 +248,10 @@ static int conv_make(struct nn_prim *p, struct nn_conv2d_fast *f, const struct c
 /* First with the layouts the tensors already have (no reorders at all); if oneDNN has only
  * its reference implementation for those (say plain diff_src with blocked diff_dst), again
  * with format any, and the caller converts. */
-static int conv_make_fast(struct nn_prim *p, struct nn_conv2d_fast *f, const struct conv_geom *g,
-                          enum conv_kind k, const dnnl_memory_desc_t *a,
-                          const dnnl_memory_desc_t *c, int train, struct err *e)
+static int conv_make_fast(struct nn_prim *p, struct nn_conv2d_fast *f,
+                          const struct conv_geom *g, enum conv_kind k,
+                          const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *c, int train,
+                          struct err *e)
 {
     if (conv_make(p, f, g, k, a, c, train, e))
         return -1;
@@ -280,8 +281,9 @@ static int conv_fast_backward_init(struct nn_conv2d_fast *f, const struct conv_g
     if (nn_convert_in_init(&f->src_bw, d, fwd_src, bw_src, e) ||
         nn_convert_in_init(&f->ddst_bw, d, &f->dst_md, bw_ddst, e) ||
         nn_convert_out_init(&f->dw_out, d, bw_dw, &g->w_plain, 1, e) ||
-        nn_mem_create(&f->m_src_bw, d, bw_src, e) || nn_mem_create(&f->m_ddst_bw, d, bw_ddst, e) ||
-        nn_mem_create(&f->m_dw, d, bw_dw, e) || nn_mem_create(&f->m_db, d, &g->b_md, e))
+        nn_mem_create(&f->m_src_bw, d, bw_src, e) ||
+        nn_mem_create(&f->m_ddst_bw, d, bw_ddst, e) || nn_mem_create(&f->m_dw, d, bw_dw, e) ||
+        nn_mem_create(&f->m_db, d, &g->b_md, e))
         return -1;
     if (!need_dinp)
         return 0;
@@ -291,7 +293,8 @@ static int conv_fast_backward_init(struct nn_conv2d_fast *f, const struct conv_g
     const dnnl_memory_desc_t *bd_w = nn_prim_md(bd, dnnl_query_weights_md, 0);
     const dnnl_memory_desc_t *bd_dsrc = nn_prim_md(bd, dnnl_query_diff_src_md, 0);
     const dnnl_memory_desc_t *bd_ddst = nn_prim_md(bd, dnnl_query_diff_dst_md, 0);
-    f->w_bwd_shared = f->w_fwd.active && nn_md_same(bd_w, nn_prim_md(&f->fwd, dnnl_query_weights_md, 0));
+    f->w_bwd_shared = f->w_fwd.active &&
+                      nn_md_same(bd_w, nn_prim_md(&f->fwd, dnnl_query_weights_md, 0));
     if ((!f->w_bwd_shared && nn_convert_in_init(&f->w_bwd, d, &g->w_plain, bd_w, e)) ||
         nn_convert_in_init(&f->ddst_bd, d, &f->dst_md, bd_ddst, e) ||
         nn_convert_out_init(&f->dsrc_out, d, bd_dsrc, &f->src_md, 0, e) ||
@@ -385,13 +388,13 @@ void nn_conv2d_fast_destroy(struct nn_conv2d_fast *f)
     nn_prim_destroy(&f->fwd);
     nn_prim_destroy(&f->bwd_data);
     nn_prim_destroy(&f->bwd_weights);
-    struct nn_convert *cs[] = {&f->src_in, &f->w_fwd,  &f->w_bwd,   &f->ddst_bd,
+    struct nn_convert *cs[] = {&f->src_in,   &f->w_fwd,  &f->w_bwd,   &f->ddst_bd,
                                &f->dsrc_out, &f->src_bw, &f->ddst_bw, &f->dw_out};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++)
         nn_convert_destroy(cs[i]);
-    struct nn_mem *ms[] = {&f->m_src,    &f->m_w,      &f->m_b,       &f->m_dst,
-                           &f->m_ddst,   &f->m_wbwd,   &f->m_dsrc_bwd, &f->m_src_bw,
-                           &f->m_ddst_bw, &f->m_dw,    &f->m_db};
+    struct nn_mem *ms[] = {&f->m_src,     &f->m_w,    &f->m_b,        &f->m_dst,
+                           &f->m_ddst,    &f->m_wbwd, &f->m_dsrc_bwd, &f->m_src_bw,
+                           &f->m_ddst_bw, &f->m_dw,   &f->m_db};
     for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
         nn_mem_destroy(ms[i]);
     free(f->db_buf);

@@ -57,8 +57,7 @@ static void dropout_apply_blocked(float *out, const float *inp, const struct nn_
 
 /* out = inp * mask * scale over the logical elements; mask = 1 everywhere when !train */
 static void dropout_apply(float *out, const float *inp, const struct nn_dropout_cfg *c,
-                          struct nn_shape s, const struct nn_layout *l, uint64_t key,
-                          int train)
+                          struct nn_shape s, const struct nn_layout *l, uint64_t key, int train)
 {
     float scale = !train ? 1.0f : c->p >= 1.0f ? 0.0f : 1.0f / (1.0f - c->p);
     if (l->blk > 1 && l->blk <= 64) {
@@ -68,7 +67,8 @@ static void dropout_apply(float *out, const float *inp, const struct nn_dropout_
 #pragma omp parallel for collapse(2) schedule(static)
     for (int n = 0; n < s.n; n++)
         for (int ch = 0; ch < s.c; ch++) {
-            int keep_plane = !train || !c->channelwise || nn_dropout_keep(c, s, key, n, ch, 0, 0);
+            int keep_plane = !train || !c->channelwise ||
+                             nn_dropout_keep(c, s, key, n, ch, 0, 0);
             for (int h = 0; h < s.h; h++)
                 for (int w = 0; w < s.w; w++) {
                     size_t k = nn_layout_off(l, n, ch, h, w);

@@ -55,14 +55,14 @@ struct nn_conv2d_fast {
     dnnl_memory_desc_t src_md, dst_md; /* the incoming tensor's layout, the produced one's */
     struct nn_prim fwd, bwd_data, bwd_weights;
     /* where a primitive wants another layout than the tensor (or arena) has */
-    struct nn_convert src_in, w_fwd;          /* forward */
+    struct nn_convert src_in, w_fwd;            /* forward */
     struct nn_convert w_bwd, ddst_bd, dsrc_out; /* backward data */
-    struct nn_convert src_bw, ddst_bw, dw_out; /* backward weights (dw_out accumulates) */
+    struct nn_convert src_bw, ddst_bw, dw_out;  /* backward weights (dw_out accumulates) */
     int w_bwd_shared; /* backward data reads the forward's converted weights */
     struct nn_mem m_src, m_w, m_b, m_dst;          /* forward */
     struct nn_mem m_ddst, m_wbwd, m_dsrc_bwd;      /* backward data */
     struct nn_mem m_src_bw, m_ddst_bw, m_dw, m_db; /* backward weights */
-    float *db_buf; /* owned */
+    float *db_buf;                                 /* owned */
 };
 
 /* train: also the backward primitives; need_dinp: also the input gradient. */
@@ -106,15 +106,14 @@ struct nn_bn_fast {
     struct nn_shape s;
     dnnl_memory_desc_t md;
     struct nn_prim fwd_train, fwd_eval, bwd;
-    struct nn_mem m_src, m_dst, m_scale, m_shift, m_mean, m_var, m_ws, m_ddst, m_dsrc,
-        m_dscale, m_dshift, m_rmean, m_rvar;
+    struct nn_mem m_src, m_dst, m_scale, m_shift, m_mean, m_var, m_ws, m_ddst, m_dsrc, m_dscale,
+        m_dshift, m_rmean, m_rvar;
     float *mean, *var, *dscale, *dshift; /* owned, (C) each */
     void *ws;                            /* owned: the fused ReLU's mask */
 };
 
 int nn_bn_fast_init(struct nn_bn_fast *f, struct nn_dnnl *d, const struct nn_bn_cfg *c,
-                    struct nn_shape s, const dnnl_memory_desc_t *md, int train,
-                    struct err *e);
+                    struct nn_shape s, const dnnl_memory_desc_t *md, int train, struct err *e);
 void nn_bn_fast_forward(struct nn_bn_fast *f, float *out, float *running_mean,
                         float *running_var, const float *inp, const float *weight,
                         const float *bias, int train);

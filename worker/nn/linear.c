@@ -96,8 +96,8 @@ static int linear_fast_backward_init(struct nn_linear_fast *f, const struct line
     if (st != dnnl_success)
         return nn_dnnl_err(e, st, "linear backward data");
     return nn_prim_create(&f->bwd_data, d, &ipd, f->fwd.pd, "linear backward data", e) ||
-           nn_mem_create(&f->m_ddst, d, &m->dst, e) || nn_mem_create(&f->m_dsrc, d, &m->src, e) ||
-           nn_mem_create(&f->m_bw, d, &m->w, e);
+           nn_mem_create(&f->m_ddst, d, &m->dst, e) ||
+           nn_mem_create(&f->m_dsrc, d, &m->src, e) || nn_mem_create(&f->m_bw, d, &m->w, e);
 }
 
 int nn_linear_fast_init(struct nn_linear_fast *f, struct nn_dnnl *d,
@@ -172,9 +172,9 @@ void nn_linear_fast_destroy(struct nn_linear_fast *f)
     nn_prim_destroy(&f->fwd);
     nn_prim_destroy(&f->bwd_data);
     nn_prim_destroy(&f->bwd_weights);
-    struct nn_mem *ms[] = {&f->m_src,  &f->m_w,    &f->m_b,     &f->m_dst,
-                           &f->m_ddst, &f->m_dsrc, &f->m_bw,    &f->m_bsrc,
-                           &f->m_bddst, &f->m_dw,  &f->m_db};
+    struct nn_mem *ms[] = {&f->m_src,   &f->m_w,    &f->m_b,  &f->m_dst,
+                           &f->m_ddst,  &f->m_dsrc, &f->m_bw, &f->m_bsrc,
+                           &f->m_bddst, &f->m_dw,   &f->m_db};
     for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
         nn_mem_destroy(ms[i]);
     free(f->dw_buf);

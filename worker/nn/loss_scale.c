@@ -10,8 +10,11 @@
 
 void loss_scale_init(struct loss_scale *ls, bool dynamic)
 {
-    *ls = (struct loss_scale){.dynamic = dynamic, .scale = dynamic ? 65536.0f : 1.0f,
-                              .growth = 2.0f, .backoff = 0.5f, .growth_interval = 2000};
+    *ls = (struct loss_scale){.dynamic = dynamic,
+                              .scale = dynamic ? 65536.0f : 1.0f,
+                              .growth = 2.0f,
+                              .backoff = 0.5f,
+                              .growth_interval = 2000};
 }
 
 int loss_scale_validate(const struct loss_scale *ls, struct err *e)
@@ -48,4 +51,7 @@ bool loss_scale_update(struct loss_scale *ls, bool found_inf)
     return true;
 }
 
-float loss_scale_inverse(const struct loss_scale *ls) { return 1.0f / ls->scale; }
+float loss_scale_inverse(const struct loss_scale *ls)
+{
+    return 1.0f / ls->scale;
+}

@@ -17,10 +17,10 @@
 struct loss_scale {
     bool dynamic;
     float scale;
-    float growth, backoff;   /* PyTorch: 2.0 and 0.5 */
-    int growth_interval;     /* PyTorch: 2000 */
-    int good_steps;          /* finite steps since the last change */
-    long skipped, applied;   /* steps so far, for the report */
+    float growth, backoff; /* PyTorch: 2.0 and 0.5 */
+    int growth_interval;   /* PyTorch: 2000 */
+    int good_steps;        /* finite steps since the last change */
+    long skipped, applied; /* steps so far, for the report */
 };
 
 /* PyTorch's defaults: init 65536, growth 2, backoff 0.5, interval 2000. */

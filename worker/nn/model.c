@@ -223,8 +223,8 @@ int nn_model_conv2d(struct nn_model *m, const char *name, int x, const struct nn
     int fan_in = c->cin / c->groups * rf, fan_out = c->cout / c->groups * rf;
     if (model_add_param(m, n, "weight", nn_conv2d_weight_len(c), fan_in, fan_out,
                         NN_INIT_DEFAULT, 0) ||
-        (c->bias && model_add_param(m, n, "bias", (size_t)c->cout, fan_in, fan_out,
-                                    NN_INIT_DEFAULT, 0)))
+        (c->bias &&
+         model_add_param(m, n, "bias", (size_t)c->cout, fan_in, fan_out, NN_INIT_DEFAULT, 0)))
         return -1;
     return model_node_output(m, n, out);
 }
@@ -277,8 +277,8 @@ int nn_model_maxpool(struct nn_model *m, const char *name, int x, int k, int s, 
 
 int nn_model_avgpool(struct nn_model *m, const char *name, int x, int k, int s, int p)
 {
-    struct nn_pool_cfg c = {.kh = k, .kw = k, .sh = s, .sw = s, .ph = p, .pw = p,
-                            .count_include_pad = 1};
+    struct nn_pool_cfg c = {
+        .kh = k, .kw = k, .sh = s, .sw = s, .ph = p, .pw = p, .count_include_pad = 1};
     return model_pool(m, NN_OP_AVGPOOL, name, x, c);
 }
 
@@ -373,15 +373,11 @@ static void model_init_chunk(const struct nn_param *p, float *w, size_t n, struc
 {
     double bound = 1.0 / sqrt((double)(p->fan_in > 0 ? p->fan_in : 1));
     switch (p->init) {
-    case NN_INIT_DEFAULT:
-        nn_rng_fill_uniform(r, w, n, (float)-bound, (float)bound);
-        break;
+    case NN_INIT_DEFAULT: nn_rng_fill_uniform(r, w, n, (float)-bound, (float)bound); break;
     case NN_INIT_KAIMING_NORMAL_OUT:
         nn_rng_fill_normal(r, w, n, 0, (float)sqrt(2.0 / (p->fan_out > 0 ? p->fan_out : 1)));
         break;
-    case NN_INIT_NORMAL:
-        nn_rng_fill_normal(r, w, n, 0, p->value);
-        break;
+    case NN_INIT_NORMAL: nn_rng_fill_normal(r, w, n, 0, p->value); break;
     case NN_INIT_CONST:
         for (size_t i = 0; i < n; i++)
             w[i] = p->value;
@@ -399,7 +395,8 @@ static void model_init_param(const struct nn_param *p, int index, float *w, uint
 #pragma omp parallel for schedule(static)
     for (long c = 0; c < chunks; c++) {
         struct nn_rng r;
-        nn_rng_seed(&r, nn_hash64(seed) ^ nn_hash64(((uint64_t)(unsigned)index << 32) | (uint64_t)c));
+        nn_rng_seed(&r, nn_hash64(seed) ^
+                            nn_hash64(((uint64_t)(unsigned)index << 32) | (uint64_t)c));
         size_t off = (size_t)c * CHUNK, n = p->len - off < CHUNK ? p->len - off : CHUNK;
         model_init_chunk(p, w + off, n, &r);
     }
@@ -465,19 +462,11 @@ static void node_fast_destroy(struct nn_node *n)
     if (!f)
         return;
     switch (n->op) {
-    case NN_OP_CONV:
-        nn_conv2d_fast_destroy(&f->conv);
-        break;
-    case NN_OP_BN:
-        nn_bn_fast_destroy(&f->bn);
-        break;
-    case NN_OP_ACT:
-        nn_act_fast_destroy(&f->act);
-        break;
+    case NN_OP_CONV: nn_conv2d_fast_destroy(&f->conv); break;
+    case NN_OP_BN: nn_bn_fast_destroy(&f->bn); break;
+    case NN_OP_ACT: nn_act_fast_destroy(&f->act); break;
     case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL:
-        nn_pool_fast_destroy(&f->pool);
-        break;
+    case NN_OP_AVGPOOL: nn_pool_fast_destroy(&f->pool); break;
     case NN_OP_ADAPTIVE_AVGPOOL:
         if (n->fast_pool) {
             nn_pool_fast_destroy(&f->pool);
@@ -486,18 +475,13 @@ static void node_fast_destroy(struct nn_node *n)
             nn_convert_destroy(&f->adapt.dx_out);
         }
         break;
-    case NN_OP_LINEAR:
-        nn_linear_fast_destroy(&f->linear);
-        break;
-    case NN_OP_FLATTEN:
-        nn_flatten_fast_destroy(&f->flatten);
-        break;
+    case NN_OP_LINEAR: nn_linear_fast_destroy(&f->linear); break;
+    case NN_OP_FLATTEN: nn_flatten_fast_destroy(&f->flatten); break;
     case NN_OP_ADD:
         nn_convert_destroy(&f->add.b_in);
         nn_convert_destroy(&f->add.db_out);
         break;
-    case NN_OP_DROPOUT:
-        break;
+    case NN_OP_DROPOUT: break;
     }
     free(f);
     n->fast = NULL;
@@ -585,19 +569,15 @@ static int node_fast_init(struct nn_model *m, struct nn_node *n, int train, stru
             return -1;
         y->md = f->pool.dst_md;
         return 0;
-    case NN_OP_ADAPTIVE_AVGPOOL:
-        return adapt_fast_init(m, n, x, y, train, e);
+    case NN_OP_ADAPTIVE_AVGPOOL: return adapt_fast_init(m, n, x, y, train, e);
     case NN_OP_LINEAR:
         nn_md_plain(&y->md, y->shape);
         return nn_linear_fast_init(&f->linear, d, &n->cfg.linear, x->shape.n, train, dinp, e);
     case NN_OP_FLATTEN:
         nn_md_plain(&y->md, y->shape);
         return nn_flatten_fast_init(&f->flatten, d, x->shape, &x->md, train, e);
-    case NN_OP_DROPOUT:
-        y->md = x->md;
-        return nn_layout_from_md(&n->layout, &x->md, e);
-    case NN_OP_ADD:
-        return add_fast_init(m, n, y, train, e);
+    case NN_OP_DROPOUT: y->md = x->md; return nn_layout_from_md(&n->layout, &x->md, e);
+    case NN_OP_ADD: return add_fast_init(m, n, y, train, e);
     }
     return 0;
 }
@@ -656,13 +636,16 @@ static int model_check_batch(const struct nn_model *m, int batch, int train, str
     }
     double gib = 1024.0 * 1024.0 * 1024.0, have = (double)nn_memory_total() / gib;
     if (over)
-        return err_set(e, ERR_TOO_LARGE, "batch_size", "batch %d: the activations need more "
-                       "than 2^64 bytes; lower batch_size or the input shape", batch);
+        return err_set(e, ERR_TOO_LARGE, "batch_size",
+                       "batch %d: the activations need more "
+                       "than 2^64 bytes; lower batch_size or the input shape",
+                       batch);
     if (total > nn_memory_total())
-        return err_set(e, ERR_TOO_LARGE, "batch_size", "batch %d: the activations%s need "
+        return err_set(e, ERR_TOO_LARGE, "batch_size",
+                       "batch %d: the activations%s need "
                        "%.1f GiB, more than this node's %.1f GiB of memory; lower batch_size "
-                       "or the input shape", batch, train ? " and their gradients" : "",
-                       (double)total / gib, have);
+                       "or the input shape",
+                       batch, train ? " and their gradients" : "", (double)total / gib, have);
     return 0;
 }
 
@@ -756,13 +739,11 @@ static void node_forward_ref(struct nn_model *m, struct nn_node *n, int train, u
     float *w = model_param(m, n, 0), *b = model_param(m, n, 1);
     float *run = m->buffers.data + n->buf_off;
     switch (n->op) {
-    case NN_OP_CONV:
-        nn_conv2d_forward(y->data, x->data, w, b, &n->cfg.conv, x->shape);
-        break;
+    case NN_OP_CONV: nn_conv2d_forward(y->data, x->data, w, b, &n->cfg.conv, x->shape); break;
     case NN_OP_BN:
         if (train)
-            nn_bn_forward_train(y->data, n->save, n->save + n->cfg.bn.c, run,
-                                run + n->cfg.bn.c, x->data, w, b, &n->cfg.bn, x->shape);
+            nn_bn_forward_train(y->data, n->save, n->save + n->cfg.bn.c, run, run + n->cfg.bn.c,
+                                x->data, w, b, &n->cfg.bn, x->shape);
         else
             nn_bn_forward_eval(y->data, x->data, w, b, run, run + n->cfg.bn.c, &n->cfg.bn,
                                x->shape);
@@ -770,12 +751,8 @@ static void node_forward_ref(struct nn_model *m, struct nn_node *n, int train, u
     case NN_OP_ACT:
         nn_act_forward(y->data, x->data, nn_shape_numel(x->shape), n->cfg.act);
         break;
-    case NN_OP_MAXPOOL:
-        nn_maxpool_forward(y->data, x->data, &n->cfg.pool, x->shape);
-        break;
-    case NN_OP_AVGPOOL:
-        nn_avgpool_forward(y->data, x->data, &n->cfg.pool, x->shape);
-        break;
+    case NN_OP_MAXPOOL: nn_maxpool_forward(y->data, x->data, &n->cfg.pool, x->shape); break;
+    case NN_OP_AVGPOOL: nn_avgpool_forward(y->data, x->data, &n->cfg.pool, x->shape); break;
     case NN_OP_ADAPTIVE_AVGPOOL:
         nn_adaptive_avgpool_forward(y->data, x->data, n->cfg.adapt.oh, n->cfg.adapt.ow,
                                     x->shape);
@@ -790,9 +767,7 @@ static void node_forward_ref(struct nn_model *m, struct nn_node *n, int train, u
         nn_add_forward(y->data, x->data, m->tensors[n->in[1]].data, nn_shape_numel(x->shape),
                        n->cfg.add_relu);
         break;
-    case NN_OP_FLATTEN:
-        nn_flatten_forward(y->data, x->data, x->shape);
-        break;
+    case NN_OP_FLATTEN: nn_flatten_forward(y->data, x->data, x->shape); break;
     }
 }
 
@@ -804,29 +779,22 @@ static void node_forward_fast(struct nn_model *m, struct nn_node *n, int train, 
     float *run = m->buffers.data + n->buf_off;
     union nn_node_fast *f = n->fast;
     switch (n->op) {
-    case NN_OP_CONV:
-        nn_conv2d_fast_forward(&f->conv, y->data, x->data, w, b);
-        break;
+    case NN_OP_CONV: nn_conv2d_fast_forward(&f->conv, y->data, x->data, w, b); break;
     case NN_OP_BN:
         nn_bn_fast_forward(&f->bn, y->data, run, run + n->cfg.bn.c, x->data, w, b, train);
         break;
-    case NN_OP_ACT:
-        nn_act_fast_forward(&f->act, y->data, x->data);
-        break;
+    case NN_OP_ACT: nn_act_fast_forward(&f->act, y->data, x->data); break;
     case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL:
-        nn_pool_fast_forward(&f->pool, y->data, x->data);
-        break;
+    case NN_OP_AVGPOOL: nn_pool_fast_forward(&f->pool, y->data, x->data); break;
     case NN_OP_ADAPTIVE_AVGPOOL:
         if (n->fast_pool)
             nn_pool_fast_forward(&f->pool, y->data, x->data);
         else
-            nn_adaptive_avgpool_forward(y->data, nn_convert_in(&f->adapt.x_in, &m->dnnl, x->data),
+            nn_adaptive_avgpool_forward(y->data,
+                                        nn_convert_in(&f->adapt.x_in, &m->dnnl, x->data),
                                         n->cfg.adapt.oh, n->cfg.adapt.ow, x->shape);
         break;
-    case NN_OP_LINEAR:
-        nn_linear_fast_forward(&f->linear, y->data, x->data, w, b);
-        break;
+    case NN_OP_LINEAR: nn_linear_fast_forward(&f->linear, y->data, x->data, w, b); break;
     case NN_OP_DROPOUT:
         nn_dropout_forward(y->data, x->data, &n->cfg.dropout, x->shape, &n->layout, key, train);
         break;
@@ -835,9 +803,7 @@ static void node_forward_fast(struct nn_model *m, struct nn_node *n, int train, 
                        nn_convert_in(&f->add.b_in, &m->dnnl, m->tensors[n->in[1]].data),
                        y->bytes / sizeof(float), n->cfg.add_relu);
         break;
-    case NN_OP_FLATTEN:
-        nn_flatten_fast_forward(&f->flatten, y->data, x->data);
-        break;
+    case NN_OP_FLATTEN: nn_flatten_fast_forward(&f->flatten, y->data, x->data); break;
     }
 }
 
@@ -847,8 +813,9 @@ int nn_model_forward(struct nn_model *m, const float *x, int train, uint64_t ste
     if (!m->prepared || !x)
         return err_set(e, ERR_INVALID, "model", "forward needs a prepared model and input");
     if (train && !m->train_ready)
-        return err_set(e, ERR_INVALID, "model", "training forward on a model prepared for "
-                                                "evaluation");
+        return err_set(e, ERR_INVALID, "model",
+                       "training forward on a model prepared for "
+                       "evaluation");
     m->tensors[0].data = (float *)(uintptr_t)x; /* only read */
     m->labels = NULL;
     for (int i = 0; i < m->nnodes; i++) {
@@ -937,7 +904,8 @@ static void node_backward_ref(struct nn_model *m, struct nn_node *n, float *din0
             nn_dropout_backward(din0, y->grad, &n->cfg.dropout, x->shape, &n->layout, key);
         break;
     case NN_OP_ADD:
-        nn_add_backward(din0, din1, y->grad, y->data, nn_shape_numel(x->shape), n->cfg.add_relu);
+        nn_add_backward(din0, din1, y->grad, y->data, nn_shape_numel(x->shape),
+                        n->cfg.add_relu);
         break;
     case NN_OP_FLATTEN:
         if (din0)
@@ -961,13 +929,9 @@ static void node_backward_fast(struct nn_model *m, struct nn_node *n, float *din
     case NN_OP_BN: /* oneDNN always writes diff_src */
         nn_bn_fast_backward(&f->bn, din0 ? din0 : m->scratch[0], dw, db, y->grad, x->data, w);
         break;
-    case NN_OP_ACT:
-        nn_act_fast_backward(&f->act, din0, y->grad, y->data);
-        break;
+    case NN_OP_ACT: nn_act_fast_backward(&f->act, din0, y->grad, y->data); break;
     case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL:
-        nn_pool_fast_backward(&f->pool, din0, y->grad);
-        break;
+    case NN_OP_AVGPOOL: nn_pool_fast_backward(&f->pool, din0, y->grad); break;
     case NN_OP_ADAPTIVE_AVGPOOL:
         if (n->fast_pool) {
             nn_pool_fast_backward(&f->pool, din0, y->grad);
@@ -989,9 +953,7 @@ static void node_backward_fast(struct nn_model *m, struct nn_node *n, float *din
         if (din1)
             nn_convert_out_end(&f->add.db_out, &m->dnnl, din1);
         break;
-    case NN_OP_FLATTEN:
-        nn_flatten_fast_backward(&f->flatten, din0, y->grad);
-        break;
+    case NN_OP_FLATTEN: nn_flatten_fast_backward(&f->flatten, din0, y->grad); break;
     }
 }
 
@@ -1042,8 +1004,11 @@ int nn_model_backward(struct nn_model *m, nn_grad_hook_fn hook, void *ctx, struc
                 x->grad_written = 1;
         }
         if (hook && n->nparams > 0) {
-            struct nn_grad_ready r = {.node = i, .name = n->name, .offset = n->param_off,
-                                      .len = n->param_len, .first_param = n->first_param,
+            struct nn_grad_ready r = {.node = i,
+                                      .name = n->name,
+                                      .offset = n->param_off,
+                                      .len = n->param_len,
+                                      .first_param = n->first_param,
                                       .nparams = n->nparams};
             hook(ctx, &r);
         }
@@ -1066,7 +1031,8 @@ int nn_model_read_tensor(struct nn_model *m, int tensor, int grad, float *out, s
     const struct nn_tensor *t = &m->tensors[tensor];
     const float *src = grad ? t->grad : t->data;
     if (!src)
-        return err_set(e, ERR_INVALID, "tensor", "tensor has no %s", grad ? "gradient" : "data");
+        return err_set(e, ERR_INVALID, "tensor", "tensor has no %s",
+                       grad ? "gradient" : "data");
     if (m->backend == NN_BACKEND_REF) {
         memcpy(out, src, nn_shape_numel(t->shape) * sizeof(float));
         return 0;
@@ -1132,25 +1098,17 @@ static const char *node_impl(const struct nn_node *n)
     if (!f)
         return "";
     switch (n->op) {
-    case NN_OP_CONV:
-        return nn_prim_impl(&f->conv.fwd);
-    case NN_OP_BN:
-        return nn_prim_impl(&f->bn.fwd_eval);
-    case NN_OP_ACT:
-        return nn_prim_impl(&f->act.fwd);
+    case NN_OP_CONV: return nn_prim_impl(&f->conv.fwd);
+    case NN_OP_BN: return nn_prim_impl(&f->bn.fwd_eval);
+    case NN_OP_ACT: return nn_prim_impl(&f->act.fwd);
     case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL:
-        return nn_prim_impl(&f->pool.fwd);
+    case NN_OP_AVGPOOL: return nn_prim_impl(&f->pool.fwd);
     case NN_OP_ADAPTIVE_AVGPOOL:
         return n->fast_pool ? nn_prim_impl(&f->pool.fwd) : "plain loops";
-    case NN_OP_LINEAR:
-        return nn_prim_impl(&f->linear.fwd);
-    case NN_OP_FLATTEN:
-        return "reorder";
-    case NN_OP_DROPOUT:
-        return "own loop";
-    case NN_OP_ADD:
-        return f->add.b_in.active ? "own loop + reorder" : "own loop";
+    case NN_OP_LINEAR: return nn_prim_impl(&f->linear.fwd);
+    case NN_OP_FLATTEN: return "reorder";
+    case NN_OP_DROPOUT: return "own loop";
+    case NN_OP_ADD: return f->add.b_in.active ? "own loop + reorder" : "own loop";
     }
     return "";
 }

@@ -79,16 +79,16 @@ struct nn_param {
     float value;
 };
 
-struct nn_node;    /* model.c */
-struct nn_tensor;  /* model.c */
+struct nn_node;   /* model.c */
+struct nn_tensor; /* model.c */
 
 /* What the backward hook receives: one layer's gradients are final. */
 struct nn_grad_ready {
-    int node;           /* layer index (forward order) */
-    const char *name;   /* layer name, borrowed */
-    size_t offset, len; /* its slice of the gradient arena */
+    int node;                 /* layer index (forward order) */
+    const char *name;         /* layer name, borrowed */
+    size_t offset, len;       /* its slice of the gradient arena */
     int first_param, nparams; /* its entries in m->param_info */
-    void *ready_event;  /* GPU runner (worker/nn/cuda/gmodel.h): a cudaEvent_t recorded on the
+    void *ready_event; /* GPU runner (worker/nn/cuda/gmodel.h): a cudaEvent_t recorded on the
                            compute stream right after the layer's backward, which a
                            communication stream waits for; NULL from this file's engine */
 };

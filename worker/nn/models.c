@@ -15,9 +15,18 @@ static int zoo_conv(struct nn_model *m, const char *name, int x, int cout, int k
 {
     if (x < 0)
         return -1;
-    struct nn_conv2d_cfg c = {.cin = nn_model_tensor_shape(m, x).c, .cout = cout, .kh = k,
-                              .kw = k, .sh = s, .sw = s, .ph = p, .pw = p, .dh = 1, .dw = 1,
-                              .groups = groups, .bias = bias};
+    struct nn_conv2d_cfg c = {.cin = nn_model_tensor_shape(m, x).c,
+                              .cout = cout,
+                              .kh = k,
+                              .kw = k,
+                              .sh = s,
+                              .sw = s,
+                              .ph = p,
+                              .pw = p,
+                              .dh = 1,
+                              .dw = 1,
+                              .groups = groups,
+                              .bias = bias};
     return nn_model_conv2d(m, name, x, &c);
 }
 
@@ -142,8 +151,8 @@ static int zoo_alexnet_cifar(struct nn_model *m, int x, int classes)
 
 static int zoo_vgg16(struct nn_model *m, int x, int classes)
 {
-    static const int cfg[] = {64,  64,  0,   128, 128, 0,   256, 256, 256,
-                              0,   512, 512, 512, 0,   512, 512, 512, 0};
+    static const int cfg[] = {64, 64,  0,   128, 128, 0,   256, 256, 256,
+                              0,  512, 512, 512, 0,   512, 512, 512, 0};
     int i = 0;
     for (size_t k = 0; k < sizeof cfg / sizeof *cfg; k++)
         x = cfg[k] ? zoo_conv_relu(m, x, &i, cfg[k], 3, 1, 1) : zoo_maxpool(m, x, &i, 2, 2);
@@ -159,8 +168,8 @@ static int zoo_shortcut(struct nn_model *m, const char *prefix, int x, int cout,
     char name[64];
     if (stride == 1 && zoo_channels(m, x) == cout)
         return x;
-    int y = zoo_conv(m, zoo_name(name, sizeof name, prefix, "downsample.0"), x, cout, 1,
-                     stride, 0, 1, 0);
+    int y = zoo_conv(m, zoo_name(name, sizeof name, prefix, "downsample.0"), x, cout, 1, stride,
+                     0, 1, 0);
     return nn_model_batchnorm(m, zoo_name(name, sizeof name, prefix, "downsample.1"), y, 0);
 }
 
@@ -182,7 +191,8 @@ static int zoo_bottleneck(struct nn_model *m, const char *prefix, int x, int pla
     char name[64];
     int y = zoo_conv(m, zoo_name(name, sizeof name, prefix, "conv1"), x, planes, 1, 1, 0, 1, 0);
     y = nn_model_batchnorm(m, zoo_name(name, sizeof name, prefix, "bn1"), y, 1);
-    y = zoo_conv(m, zoo_name(name, sizeof name, prefix, "conv2"), y, planes, 3, stride, 1, 1, 0);
+    y = zoo_conv(m, zoo_name(name, sizeof name, prefix, "conv2"), y, planes, 3, stride, 1, 1,
+                 0);
     y = nn_model_batchnorm(m, zoo_name(name, sizeof name, prefix, "bn2"), y, 1);
     y = zoo_conv(m, zoo_name(name, sizeof name, prefix, "conv3"), y, planes * 4, 1, 1, 0, 1, 0);
     y = nn_model_batchnorm(m, zoo_name(name, sizeof name, prefix, "bn3"), y, 0);
@@ -221,8 +231,8 @@ static int zoo_conv_bn(struct nn_model *m, const char *prefix, int x, int cout, 
                        int groups, int act)
 {
     char name[64];
-    x = zoo_conv(m, zoo_name(name, sizeof name, prefix, "0"), x, cout, k, s, (k - 1) / 2, groups,
-                 0);
+    x = zoo_conv(m, zoo_name(name, sizeof name, prefix, "0"), x, cout, k, s, (k - 1) / 2,
+                 groups, 0);
     x = nn_model_batchnorm(m, zoo_name(name, sizeof name, prefix, "1"), x, 0);
     return act ? nn_model_act(m, zoo_name(name, sizeof name, prefix, "2"), x, NN_ACT_RELU6) : x;
 }
@@ -250,8 +260,8 @@ static int zoo_inverted_residual(struct nn_model *m, int idx, int x, int oup, in
 
 static int zoo_mobilenetv2(struct nn_model *m, int x, int classes)
 {
-    static const int settings[][4] = {{1, 16, 1, 1},  {6, 24, 2, 2},  {6, 32, 3, 2},
-                                      {6, 64, 4, 2},  {6, 96, 3, 1},  {6, 160, 3, 2},
+    static const int settings[][4] = {{1, 16, 1, 1}, {6, 24, 2, 2}, {6, 32, 3, 2},
+                                      {6, 64, 4, 2}, {6, 96, 3, 1}, {6, 160, 3, 2},
                                       {6, 320, 1, 1}};
     int idx = 0;
     x = zoo_conv_bn(m, "features.0", x, 32, 3, 2, 1, 1);

@@ -100,8 +100,10 @@ int nn_ws_commit(struct nn_workspace *ws, struct err *e)
     free(ws->base);
     ws->base = NULL;
     if (ws->size > nn_memory_total())
-        return err_set(e, ERR_TOO_LARGE, "", "workspace of %zu bytes: more than this node's "
-                       "%zu bytes of memory", ws->size, nn_memory_total());
+        return err_set(e, ERR_TOO_LARGE, "",
+                       "workspace of %zu bytes: more than this node's "
+                       "%zu bytes of memory",
+                       ws->size, nn_memory_total());
     ws->base = nn_alloc(ws->size);
     if (!ws->base)
         return err_set(e, ERR_NOMEM, "", "workspace of %zu bytes: out of memory", ws->size);

@@ -97,8 +97,8 @@ struct nn_rng {
 
 void nn_rng_seed(struct nn_rng *r, uint64_t seed);
 uint64_t nn_rng_next(struct nn_rng *r);
-double nn_rng_uniform(struct nn_rng *r);                 /* [0, 1) */
-double nn_rng_normal(struct nn_rng *r);                  /* N(0, 1), Box-Muller */
+double nn_rng_uniform(struct nn_rng *r); /* [0, 1) */
+double nn_rng_normal(struct nn_rng *r);  /* N(0, 1), Box-Muller */
 void nn_rng_fill_uniform(struct nn_rng *r, float *x, size_t n, float lo, float hi);
 void nn_rng_fill_normal(struct nn_rng *r, float *x, size_t n, float mean, float std);
 

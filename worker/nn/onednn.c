@@ -9,12 +9,12 @@
 
 int nn_dnnl_err(struct err *e, dnnl_status_t st, const char *what)
 {
-    const char *why = st == dnnl_out_of_memory    ? "out of memory"
+    const char *why = st == dnnl_out_of_memory       ? "out of memory"
                       : st == dnnl_invalid_arguments ? "invalid arguments"
-                      : st == dnnl_unimplemented  ? "unimplemented"
-                      : st == dnnl_iterator_ends  ? "no implementation"
-                      : st == dnnl_runtime_error  ? "runtime error"
-                                                  : "failure";
+                      : st == dnnl_unimplemented     ? "unimplemented"
+                      : st == dnnl_iterator_ends     ? "no implementation"
+                      : st == dnnl_runtime_error     ? "runtime error"
+                                                     : "failure";
     return err_set(e, st == dnnl_out_of_memory ? ERR_NOMEM : ERR_INTERNAL, "",
                    "oneDNN %s: %s (status %d)", what, why, (int)st);
 }
@@ -91,7 +91,8 @@ int nn_prim_create_from_pd(struct nn_prim *p, struct nn_dnnl *d, dnnl_primitive_
     memset(p, 0, sizeof *p);
     p->pd = pd;
     p->what = what;
-    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md,
+                                                                 0);
     size_t need = smd ? dnnl_memory_desc_get_size(smd) : 0;
     if (need > d->scratch_size) {
         void *grown = nn_alloc(need);
@@ -132,8 +133,8 @@ const dnnl_memory_desc_t *nn_prim_md(const struct nn_prim *p, dnnl_query_t q, in
 const char *nn_prim_impl(const struct nn_prim *p)
 {
     const char *s = NULL;
-    if (!p->pd || dnnl_primitive_desc_query(p->pd, dnnl_query_impl_info_str, 0, &s) !=
-                      dnnl_success || !s)
+    if (!p->pd ||
+        dnnl_primitive_desc_query(p->pd, dnnl_query_impl_info_str, 0, &s) != dnnl_success || !s)
         return "?";
     return s;
 }
@@ -211,8 +212,8 @@ int nn_reorder_init(struct nn_reorder *r, struct nn_dnnl *d, const dnnl_memory_d
 {
     dnnl_primitive_desc_t pd;
     memset(r, 0, sizeof *r);
-    dnnl_status_t st = dnnl_reorder_primitive_desc_create(
-        &pd, src, d->engine, dst, d->engine, accumulate ? d->attr_sum : d->attr);
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, src, d->engine, dst, d->engine,
+                                                          accumulate ? d->attr_sum : d->attr);
     if (st != dnnl_success)
         return nn_dnnl_err(e, st, "reorder");
     if (nn_prim_create_from_pd(&r->p, d, pd, "reorder", e) ||
@@ -261,9 +262,8 @@ int nn_convert_in_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memor
     return convert_init(c, d, ours, prim, prim, 0, e);
 }
 
-int nn_convert_out_init(struct nn_convert *c, struct nn_dnnl *d,
-                        const dnnl_memory_desc_t *prim, const dnnl_memory_desc_t *ours,
-                        int accumulate, struct err *e)
+int nn_convert_out_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memory_desc_t *prim,
+                        const dnnl_memory_desc_t *ours, int accumulate, struct err *e)
 {
     return convert_init(c, d, prim, ours, prim, accumulate, e);
 }
@@ -309,8 +309,7 @@ static void md_dims(dnnl_dims_t dims, struct nn_shape s)
     dims[3] = s.w;
 }
 
-void nn_md_tag(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
-               dnnl_format_tag_t tag)
+void nn_md_tag(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims, dnnl_format_tag_t tag)
 {
     dnnl_memory_desc_init_by_tag(md, ndims, dims, dnnl_f32, tag);
 }

@@ -42,8 +42,8 @@ struct nn_dnnl {
     void *scratch;                  /* owned, shared by every primitive */
     size_t scratch_size;
     enum nn_conv_algo conv_algo; /* set before creating convolutions; 0 = DIRECT */
-    dnnl_status_t status; /* first execution failure, dnnl_success when none */
-    char failed[48];      /* what failed */
+    dnnl_status_t status;        /* first execution failure, dnnl_success when none */
+    char failed[48];             /* what failed */
 };
 
 int nn_dnnl_init(struct nn_dnnl *d, struct err *e);
@@ -60,7 +60,7 @@ struct nn_prim {
     dnnl_primitive_t prim;    /* owned */
     dnnl_memory_t scratch;    /* owned; bound to the context's scratchpad at run */
     void *bound;
-    const char *what;         /* static string naming the primitive, for errors */
+    const char *what; /* static string naming the primitive, for errors */
 };
 
 /* Creates the primitive for op (hint: the forward pd for backward primitives, or NULL)
@@ -118,9 +118,8 @@ struct nn_convert {
 int nn_convert_in_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memory_desc_t *ours,
                        const dnnl_memory_desc_t *prim, struct err *e);
 /* prim -> ours after a primitive wrote it; accumulate: ours += (always active) */
-int nn_convert_out_init(struct nn_convert *c, struct nn_dnnl *d,
-                        const dnnl_memory_desc_t *prim, const dnnl_memory_desc_t *ours,
-                        int accumulate, struct err *e);
+int nn_convert_out_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memory_desc_t *prim,
+                        const dnnl_memory_desc_t *ours, int accumulate, struct err *e);
 /* The pointer the primitive reads: ours itself or buf after a reorder. */
 const float *nn_convert_in(struct nn_convert *c, struct nn_dnnl *d, const float *ours);
 /* The pointer the primitive writes (ours or buf), then the reorder into ours. */

@@ -10,8 +10,8 @@
 
 struct nn_optim_cfg nn_optim_defaults(enum nn_optim_type type)
 {
-    struct nn_optim_cfg c = {.type = type, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999,
-                             .eps = 1e-8};
+    struct nn_optim_cfg c = {
+        .type = type, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
     if (type != NN_OPTIM_SGD)
         c.lr = 1e-3;
     if (type == NN_OPTIM_ADAMW)
@@ -177,12 +177,11 @@ double nn_lr_at(const struct nn_lr_schedule *s, long t)
     }
     long e = t - s->warmup_steps;
     switch (s->decay) {
-    case NN_LR_STEP:
-        return base * pow(s->gamma, (double)(e / s->step_size));
+    case NN_LR_STEP: return base * pow(s->gamma, (double)(e / s->step_size));
     case NN_LR_COSINE:
-        return s->eta_min + (base - s->eta_min) * (1.0 + cos(M_PI * (double)e / s->t_max)) / 2.0;
-    case NN_LR_CONSTANT:
-        break;
+        return s->eta_min +
+               (base - s->eta_min) * (1.0 + cos(M_PI * (double)e / s->t_max)) / 2.0;
+    case NN_LR_CONSTANT: break;
     }
     return base;
 }

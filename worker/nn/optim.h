@@ -25,10 +25,10 @@ struct nn_optim_cfg {
     /* double, as PyTorch's hyper-parameters are Python floats: factors such as 1 - beta2
      * are formed in double and only then rounded to float, as PyTorch rounds them */
     double lr;
-    double weight_decay;            /* SGD/Adam: added to the gradient; AdamW: decoupled */
-    double momentum, dampening;     /* SGD */
-    int nesterov;                   /* SGD; needs momentum > 0 and dampening 0 */
-    double beta1, beta2, eps;       /* Adam, AdamW */
+    double weight_decay;        /* SGD/Adam: added to the gradient; AdamW: decoupled */
+    double momentum, dampening; /* SGD */
+    int nesterov;               /* SGD; needs momentum > 0 and dampening 0 */
+    double beta1, beta2, eps;   /* Adam, AdamW */
 };
 
 /* PyTorch's defaults for type: SGD lr 0.01 (PyTorch has none), momentum 0, dampening 0;

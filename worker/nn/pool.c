@@ -35,8 +35,8 @@ int nn_pool_shape(const struct nn_pool_cfg *c, struct nn_shape in, struct nn_sha
 
 struct nn_pool_cfg nn_pool_global(struct nn_shape in)
 {
-    return (struct nn_pool_cfg){.kh = in.h, .kw = in.w, .sh = 1, .sw = 1,
-                                .count_include_pad = 1};
+    return (struct nn_pool_cfg){
+        .kh = in.h, .kw = in.w, .sh = 1, .sw = 1, .count_include_pad = 1};
 }
 
 int nn_adaptive_as_pool(struct nn_pool_cfg *c, int oh, int ow, struct nn_shape in)
@@ -248,8 +248,8 @@ static void pool_own_forward(struct nn_pool_fast *f, float *out, const float *in
             size_t xb = (size_t)n * lx->sn + (size_t)cb * lx->sc;
             for (int oh = 0; oh < o.h; oh++)
                 for (int ow = 0; ow < o.w; ow++) {
-                    size_t yo = (size_t)n * ly->sn + (size_t)cb * ly->sc +
-                                (size_t)oh * ly->sh + (size_t)ow * ly->sw;
+                    size_t yo = (size_t)n * ly->sn + (size_t)cb * ly->sc + (size_t)oh * ly->sh +
+                                (size_t)ow * ly->sw;
                     if (B == 8)
                         pool_own_window(f, inp, out, f->argmax, xb, yo, oh, ow, 8);
                     else
@@ -275,8 +275,8 @@ static void pool_own_backward(struct nn_pool_fast *f, float *dinp, const float *
         for (int cb = 0; cb < nblk; cb++)
             for (int oh = 0; oh < o.h; oh++)
                 for (int ow = 0; ow < o.w; ow++) {
-                    size_t yo = (size_t)n * ly->sn + (size_t)cb * ly->sc +
-                                (size_t)oh * ly->sh + (size_t)ow * ly->sw;
+                    size_t yo = (size_t)n * ly->sn + (size_t)cb * ly->sc + (size_t)oh * ly->sh +
+                                (size_t)ow * ly->sw;
                     int y0 = oh * c->sh - c->ph, x0 = ow * c->sw - c->pw;
                     /* the corner may lie in the padding; the maxima never do */
                     ptrdiff_t corner = (ptrdiff_t)(n * lx->sn + cb * lx->sc) +

@@ -47,6 +47,7 @@ void nn_xent_backward(float *dlogits, const float *probs, const int32_t *labels,
     memset(dlogits, 0, (size_t)n * k * sizeof *dlogits);
     for (int b = 0; b < n_valid; b++)
         for (int j = 0; j < k; j++)
-            dlogits[(size_t)b * k + j] =
-                (probs[(size_t)b * k + j] - (j == labels[b] ? 1.0f : 0.0f)) / (float)n_valid;
+            dlogits[(size_t)b * k + j] = (probs[(size_t)b * k + j] -
+                                          (j == labels[b] ? 1.0f : 0.0f)) /
+                                         (float)n_valid;
 }

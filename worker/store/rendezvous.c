@@ -66,20 +66,20 @@ int rendezvous_env_read(struct rendezvous_env *out, struct err *e)
     int port;
     cpu_set_t set;
     if (rendezvous_env_str("DDPB_RUN", out->run, sizeof out->run, true, NULL, e) < 0 ||
-        rendezvous_env_int("DDPB_WORLD_SIZE", 1, SPEC_MAX_WORLD, true, 0, &out->world_size,
-                           e) < 0 ||
+        rendezvous_env_int("DDPB_WORLD_SIZE", 1, SPEC_MAX_WORLD, true, 0, &out->world_size, e) <
+            0 ||
         rendezvous_env_int("DDPB_RANK", 0, out->world_size - 1, true, 0, &out->rank, e) < 0 ||
-        rendezvous_env_int("DDPB_LOCAL_RANK", 0, SPEC_MAX_WORLD - 1, true, 0,
-                           &out->local_rank, e) < 0 ||
+        rendezvous_env_int("DDPB_LOCAL_RANK", 0, SPEC_MAX_WORLD - 1, true, 0, &out->local_rank,
+                           e) < 0 ||
         rendezvous_env_str("DDPB_STORE", out->store, sizeof out->store, true, NULL, e) < 0 ||
         rendezvous_env_str("DDPB_SECRET", out->secret, sizeof out->secret, true, NULL, e) < 0 ||
-        rendezvous_env_str("DDPB_SPEC", out->spec_path, sizeof out->spec_path, true, NULL,
-                           e) < 0 ||
+        rendezvous_env_str("DDPB_SPEC", out->spec_path, sizeof out->spec_path, true, NULL, e) <
+            0 ||
         rendezvous_env_str("DDPB_HOST", out->host, sizeof out->host, false,
                            RENDEZVOUS_DEFAULT_HOST, e) < 0 ||
         rendezvous_env_str("DDPB_CPUS", out->cpus, sizeof out->cpus, false, "", e) < 0 ||
-        rendezvous_env_int("DDPB_TIMEOUT_MS", 1, 86400000, false,
-                           RENDEZVOUS_DEFAULT_TIMEOUT_MS, &out->timeout_ms, e) < 0)
+        rendezvous_env_int("DDPB_TIMEOUT_MS", 1, 86400000, false, RENDEZVOUS_DEFAULT_TIMEOUT_MS,
+                           &out->timeout_ms, e) < 0)
         return -1;
     if (!out->run[0])
         return err_set(e, ERR_INVALID, "DDPB_RUN", "DDPB_RUN is empty");
@@ -247,8 +247,8 @@ void rendezvous_record_failure(struct store_client *c, int rank, int peer, const
 }
 
 /* Reads rank p's failure record: 1 with *blamed and msg filled, 0 when there is none. */
-static int rendezvous_read_failure(struct store_client *c, int p, int64_t deadline,
-                                   int *blamed, char *msg, size_t msglen)
+static int rendezvous_read_failure(struct store_client *c, int p, int64_t deadline, int *blamed,
+                                   char *msg, size_t msglen)
 {
     char key[48], *val = NULL;
     size_t len;
@@ -268,8 +268,8 @@ static int rendezvous_read_failure(struct store_client *c, int p, int64_t deadli
     return 1;
 }
 
-int rendezvous_origin(struct store_client *c, int self, int peer, int world_size,
-                      int wait_ms, char *why, size_t whylen)
+int rendezvous_origin(struct store_client *c, int self, int peer, int world_size, int wait_ms,
+                      char *why, size_t whylen)
 {
     int64_t deadline = clock_mono_ms() + (wait_ms > 0 ? wait_ms : 0);
     int origin = peer;

@@ -32,9 +32,9 @@ struct rendezvous_env {
     char store[300];                   /* DDPB_STORE, "host:port" */
     char secret[STORE_MAX_SECRET + 1]; /* DDPB_SECRET */
     char spec_path[4096];              /* DDPB_SPEC */
-    char host[256];  /* DDPB_HOST: address peers reach this rank at; default 127.0.0.1 */
-    char cpus[256];  /* DDPB_CPUS: CPU list to pin to; "" = not pinned */
-    int timeout_ms;  /* DDPB_TIMEOUT_MS: join, store and comm timeout; default 60000 */
+    char host[256]; /* DDPB_HOST: address peers reach this rank at; default 127.0.0.1 */
+    char cpus[256]; /* DDPB_CPUS: CPU list to pin to; "" = not pinned */
+    int timeout_ms; /* DDPB_TIMEOUT_MS: join, store and comm timeout; default 60000 */
 };
 
 /* Reads and validates the launch environment (getenv). Errors are ERR_INVALID with
@@ -65,7 +65,7 @@ void rendezvous_record_failure(struct store_client *c, int rank, int peer, const
  * back to self or loop. Waits at most wait_ms for records that
  * may still be on their way (0 when the blamed peer is known to have exited). Returns
  * the origin rank and, when it differs from peer, writes the chain's story to why. */
-int rendezvous_origin(struct store_client *c, int self, int peer, int world_size,
-                      int wait_ms, char *why, size_t whylen);
+int rendezvous_origin(struct store_client *c, int self, int peer, int world_size, int wait_ms,
+                      char *why, size_t whylen);
 
 #endif

@@ -53,11 +53,23 @@ static int store_client_status_error(struct store_client *c, const struct store_
     case STORE_E_TIMEOUT: code = ERR_TIMEOUT; break;
     case STORE_E_NOT_FOUND: code = ERR_NOT_FOUND; break;
     case STORE_E_CONFLICT: code = ERR_CONFLICT; break;
-    case STORE_E_AUTH: code = ERR_UNAUTHORIZED; closes = true; break;
-    case STORE_E_TOO_LARGE: code = ERR_TOO_LARGE; closes = true; break;
-    case STORE_E_CLOSED: code = ERR_PEER; closes = true; break;
+    case STORE_E_AUTH:
+        code = ERR_UNAUTHORIZED;
+        closes = true;
+        break;
+    case STORE_E_TOO_LARGE:
+        code = ERR_TOO_LARGE;
+        closes = true;
+        break;
+    case STORE_E_CLOSED:
+        code = ERR_PEER;
+        closes = true;
+        break;
     case STORE_E_PROTOCOL:
-    case STORE_E_VERSION: code = ERR_PROTOCOL; closes = true; break;
+    case STORE_E_VERSION:
+        code = ERR_PROTOCOL;
+        closes = true;
+        break;
     default: code = ERR_INTERNAL; break;
     }
     if (closes)
@@ -174,7 +186,8 @@ static int store_client_check_identity(const char *run, const char *secret, stru
 {
     size_t rl = run ? strlen(run) : 0;
     if (rl == 0 || rl > STORE_MAX_RUN)
-        return err_set(e, ERR_INVALID, "run", "store run name must be 1..%u bytes", STORE_MAX_RUN);
+        return err_set(e, ERR_INVALID, "run", "store run name must be 1..%u bytes",
+                       STORE_MAX_RUN);
     if (!secret || strlen(secret) > STORE_MAX_SECRET)
         return err_set(e, ERR_INVALID, "secret", "store secret must be at most %u bytes",
                        STORE_MAX_SECRET);
@@ -183,8 +196,8 @@ static int store_client_check_identity(const char *run, const char *secret, stru
 
 struct store_client *store_client_connect(const char *hostport, const char *run,
                                           const char *secret, int64_t rank,
-                                          int connect_timeout_ms,
-                                          const atomic_bool *abort_flag, struct err *e)
+                                          int connect_timeout_ms, const atomic_bool *abort_flag,
+                                          struct err *e)
 {
     char host[256];
     int port;
@@ -204,8 +217,9 @@ struct store_client *store_client_connect(const char *hostport, const char *run,
     c->fd = net_connect(host, port, connect_timeout_ms, true, abort_flag, e);
     /* The handshake gets what is left of the connect budget, but at least a second. */
     int left = clock_ms_left(deadline);
-    int hello_ms = left < 0 ? c->io_timeout_ms
-                            : (left < STORE_CLIENT_MIN_HELLO_MS ? STORE_CLIENT_MIN_HELLO_MS : left);
+    int hello_ms = left < 0
+                       ? c->io_timeout_ms
+                       : (left < STORE_CLIENT_MIN_HELLO_MS ? STORE_CLIENT_MIN_HELLO_MS : left);
     if (c->fd < 0 || store_client_hello(c, run, secret, rank, hello_ms, e) < 0) {
         err_prefix(e, "store %s run '%s'", hostport, run);
         store_client_destroy(c);
@@ -362,8 +376,8 @@ int store_client_barrier(struct store_client *c, const char *name, int64_t world
 {
     char count_key[STORE_MAX_KEY + 2], done_key[STORE_MAX_KEY + 2];
     if (world_size < 1)
-        return err_set(e, ERR_INVALID, "world_size", "barrier '%s': world size %lld < 1",
-                       name, (long long)world_size);
+        return err_set(e, ERR_INVALID, "world_size", "barrier '%s': world size %lld < 1", name,
+                       (long long)world_size);
     if (snprintf(count_key, sizeof count_key, "%s/count", name) > (int)STORE_MAX_KEY ||
         snprintf(done_key, sizeof done_key, "%s/done", name) > (int)STORE_MAX_KEY)
         return err_set(e, ERR_INVALID, "name", "barrier name too long");

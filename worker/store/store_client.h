@@ -24,8 +24,8 @@ struct store_client;
  * unknown run). abort_flag is borrowed and may be NULL. */
 struct store_client *store_client_connect(const char *hostport, const char *run,
                                           const char *secret, int64_t rank,
-                                          int connect_timeout_ms,
-                                          const atomic_bool *abort_flag, struct err *e);
+                                          int connect_timeout_ms, const atomic_bool *abort_flag,
+                                          struct err *e);
 void store_client_destroy(struct store_client *c);
 
 /* Default per-operation timeout for SET/ADD/... that do not block (ms). */

@@ -23,7 +23,9 @@ static int cudnn_check(cudnnStatus_t rc, const char *what, struct err *e)
 
 static cudnnDataType_t cudnn_type(enum gpu_dtype t)
 {
-    return t == GPU_F16 ? CUDNN_DATA_HALF : t == GPU_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    return t == GPU_F16    ? CUDNN_DATA_HALF
+           : t == GPU_BF16 ? CUDNN_DATA_BFLOAT16
+                           : CUDNN_DATA_FLOAT;
 }
 
 static const float cudnn_one = 1.0f, cudnn_zero = 0.0f;
@@ -63,8 +65,8 @@ int gpu_conv_init(struct gpu_conv *f, cudnnHandle_t h, const struct nn_conv2d_cf
                                                c->cin / c->groups, c->kh, c->kw),
                     "filter", e) < 0 ||
         cudnn_check(cudnnCreateConvolutionDescriptor(&f->conv), "convolution", e) < 0 ||
-        cudnn_check(cudnnSetConvolution2dDescriptor(f->conv, c->ph, c->pw, c->sh, c->sw,
-                                                    c->dh, c->dw, CUDNN_CROSS_CORRELATION,
+        cudnn_check(cudnnSetConvolution2dDescriptor(f->conv, c->ph, c->pw, c->sh, c->sw, c->dh,
+                                                    c->dw, CUDNN_CROSS_CORRELATION,
                                                     CUDNN_DATA_FLOAT),
                     "convolution", e) < 0 ||
         cudnn_check(cudnnSetConvolutionGroupCount(f->conv, c->groups), "groups", e) < 0 ||
@@ -74,26 +76,32 @@ int gpu_conv_init(struct gpu_conv *f, cudnnHandle_t h, const struct nn_conv2d_cf
         return -1;
     /* the output shape cuDNN computes must be the reference's */
     int on, oc, oh, ow;
-    if (cudnn_check(cudnnGetConvolution2dForwardOutputDim(f->conv, f->x, f->w, &on, &oc, &oh,
-                                                          &ow), "output shape", e) < 0)
+    if (cudnn_check(
+            cudnnGetConvolution2dForwardOutputDim(f->conv, f->x, f->w, &on, &oc, &oh, &ow),
+            "output shape", e) < 0)
         return -1;
     if (on != f->out.n || oc != f->out.c || oh != f->out.h || ow != f->out.w)
-        return err_set(e, ERR_INTERNAL, NULL, "conv: cuDNN output %dx%dx%dx%d differs from "
-                       "the reference's", on, oc, oh, ow);
+        return err_set(e, ERR_INTERNAL, NULL,
+                       "conv: cuDNN output %dx%dx%dx%d differs from "
+                       "the reference's",
+                       on, oc, oh, ow);
     size_t ws = 0;
     int found = 0;
     cudnnConvolutionFwdAlgoPerf_t fp[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     if (cudnn_check(cudnnGetConvolutionForwardAlgorithm_v7(h, f->x, f->w, f->conv, f->y,
                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                           &found, fp), "forward algorithm",
-                    e) < 0)
+                                                           &found, fp),
+                    "forward algorithm", e) < 0)
         return -1;
     int k = 0;
-    while (k < found && (fp[k].status != CUDNN_STATUS_SUCCESS || fp[k].memory > GPU_CONV_WS_LIMIT))
+    while (k < found &&
+           (fp[k].status != CUDNN_STATUS_SUCCESS || fp[k].memory > GPU_CONV_WS_LIMIT))
         k++;
     if (k == found)
-        return err_set(e, ERR_INVALID, NULL, "conv: cuDNN has no forward algorithm for %s "
-                       "in %s", nn_shape_str(in, (char[48]){0}, 48), gpu_dtype_name(t));
+        return err_set(e, ERR_INVALID, NULL,
+                       "conv: cuDNN has no forward algorithm for %s "
+                       "in %s",
+                       nn_shape_str(in, (char[48]){0}, 48), gpu_dtype_name(t));
     f->fwd_algo = fp[k].algo;
     ws = fp[k].memory;
     if (train) {
@@ -101,10 +109,12 @@ int gpu_conv_init(struct gpu_conv *f, cudnnHandle_t h, const struct nn_conv2d_cf
         cudnnConvolutionBwdFilterAlgoPerf_t wp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         if (cudnn_check(cudnnGetConvolutionBackwardDataAlgorithm_v7(
                             h, f->w, f->y, f->conv, f->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                            &found, dp), "backward data algorithm", e) < 0)
+                            &found, dp),
+                        "backward data algorithm", e) < 0)
             return -1;
-        for (k = 0; k < found && (dp[k].status != CUDNN_STATUS_SUCCESS ||
-                                  dp[k].memory > GPU_CONV_WS_LIMIT); k++)
+        for (k = 0; k < found &&
+                    (dp[k].status != CUDNN_STATUS_SUCCESS || dp[k].memory > GPU_CONV_WS_LIMIT);
+             k++)
             ;
         if (k == found)
             return err_set(e, ERR_INVALID, NULL, "conv: no backward-data algorithm");
@@ -115,8 +125,9 @@ int gpu_conv_init(struct gpu_conv *f, cudnnHandle_t h, const struct nn_conv2d_cf
                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &found, wp),
                         "backward filter algorithm", e) < 0)
             return -1;
-        for (k = 0; k < found && (wp[k].status != CUDNN_STATUS_SUCCESS ||
-                                  wp[k].memory > GPU_CONV_WS_LIMIT); k++)
+        for (k = 0; k < found &&
+                    (wp[k].status != CUDNN_STATUS_SUCCESS || wp[k].memory > GPU_CONV_WS_LIMIT);
+             k++)
             ;
         if (k == found)
             return err_set(e, ERR_INVALID, NULL, "conv: no backward-filter algorithm");
@@ -138,7 +149,8 @@ int gpu_conv_forward(struct gpu_conv *f, void *out, const void *inp, const void 
     if (cudnn_check(cudnnSetStream(f->h, s), "conv forward", e) < 0 ||
         cudnn_check(cudnnConvolutionForward(f->h, &cudnn_one, f->x, inp, f->w, weight, f->conv,
                                             f->fwd_algo, f->ws, f->ws_bytes, &cudnn_zero, f->y,
-                                            out), "conv forward", e) < 0)
+                                            out),
+                    "conv forward", e) < 0)
         return -1;
     if (bias)
         gpu_bias_add(out, bias, f->out.n * f->out.h * f->out.w, f->out.c, f->t, s);
@@ -188,8 +200,8 @@ void gpu_conv_destroy(struct gpu_conv *f)
 
 /* ==== batch normalization ================================================================= */
 
-int gpu_bn_init(struct gpu_bn *f, cudnnHandle_t h, const struct nn_bn_cfg *c,
-                struct nn_shape s, enum gpu_dtype t, struct err *e)
+int gpu_bn_init(struct gpu_bn *f, cudnnHandle_t h, const struct nn_bn_cfg *c, struct nn_shape s,
+                enum gpu_dtype t, struct err *e)
 {
     memset(f, 0, sizeof *f);
     f->h = h;
@@ -218,14 +230,15 @@ int gpu_bn_forward(struct gpu_bn *f, void *out, float *running_mean, float *runn
 {
     if (cudnn_check(cudnnSetStream(f->h, s), "bn forward", e) < 0)
         return -1;
-    cudnnStatus_t rc = train
-        ? cudnnBatchNormalizationForwardTraining(
-              f->h, CUDNN_BATCHNORM_SPATIAL, &cudnn_one, &cudnn_zero, f->x, inp, f->x, out,
-              f->p, weight, bias, f->cfg.momentum, running_mean, running_var, f->cfg.eps,
-              f->save_mean, f->save_invstd)
-        : cudnnBatchNormalizationForwardInference(
-              f->h, CUDNN_BATCHNORM_SPATIAL, &cudnn_one, &cudnn_zero, f->x, inp, f->x, out,
-              f->p, weight, bias, running_mean, running_var, f->cfg.eps);
+    cudnnStatus_t rc = train ? cudnnBatchNormalizationForwardTraining(
+                                   f->h, CUDNN_BATCHNORM_SPATIAL, &cudnn_one, &cudnn_zero, f->x,
+                                   inp, f->x, out, f->p, weight, bias, f->cfg.momentum,
+                                   running_mean, running_var, f->cfg.eps, f->save_mean,
+                                   f->save_invstd)
+                             : cudnnBatchNormalizationForwardInference(
+                                   f->h, CUDNN_BATCHNORM_SPATIAL, &cudnn_one, &cudnn_zero, f->x,
+                                   inp, f->x, out, f->p, weight, bias, running_mean,
+                                   running_var, f->cfg.eps);
     if (cudnn_check(rc, "bn forward", e) < 0)
         return -1;
     if (f->cfg.relu)
@@ -243,8 +256,8 @@ int gpu_bn_backward(struct gpu_bn *f, void *dinp, float *dweight, float *dbias, 
         return -1;
     return cudnn_check(cudnnBatchNormalizationBackward(
                            f->h, CUDNN_BATCHNORM_SPATIAL, &cudnn_one, &cudnn_zero, &cudnn_one,
-                           &cudnn_one, f->x, inp, f->x, dout, f->x, dinp, f->p, weight,
-                           dweight, dbias, f->cfg.eps, f->save_mean, f->save_invstd),
+                           &cudnn_one, f->x, inp, f->x, dout, f->x, dinp, f->p, weight, dweight,
+                           dbias, f->cfg.eps, f->save_mean, f->save_invstd),
                        "bn backward", e);
 }
 
@@ -271,8 +284,9 @@ int gpu_pool_init(struct gpu_pool *f, cudnnHandle_t h, int max, const struct nn_
     if (nn_pool_shape(c, in, &f->out, e) < 0)
         return -1;
     cudnnPoolingMode_t mode = max ? CUDNN_POOLING_MAX_DETERMINISTIC
-                              : c->count_include_pad ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
-                                                     : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+                              : c->count_include_pad
+                                  ? CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING
+                                  : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
     if (cudnn_nhwc(&f->x, in, cudnn_type(t), e) < 0 ||
         cudnn_nhwc(&f->y, f->out, cudnn_type(t), e) < 0 ||
         cudnn_check(cudnnCreatePoolingDescriptor(&f->pool), "pooling", e) < 0 ||
@@ -285,8 +299,10 @@ int gpu_pool_init(struct gpu_pool *f, cudnnHandle_t h, int max, const struct nn_
                     "pooling shape", e) < 0)
         return -1;
     if (oh != f->out.h || ow != f->out.w)
-        return err_set(e, ERR_INTERNAL, NULL, "pool: cuDNN output %dx%d differs from the "
-                       "reference's %dx%d", oh, ow, f->out.h, f->out.w);
+        return err_set(e, ERR_INTERNAL, NULL,
+                       "pool: cuDNN output %dx%d differs from the "
+                       "reference's %dx%d",
+                       oh, ow, f->out.h, f->out.w);
     return 0;
 }
 
@@ -295,8 +311,9 @@ int gpu_pool_forward(struct gpu_pool *f, void *out, const void *inp, cudaStream_
 {
     if (cudnn_check(cudnnSetStream(f->h, s), "pool forward", e) < 0)
         return -1;
-    return cudnn_check(cudnnPoolingForward(f->h, f->pool, &cudnn_one, f->x, inp, &cudnn_zero,
-                                           f->y, out), "pool forward", e);
+    return cudnn_check(
+        cudnnPoolingForward(f->h, f->pool, &cudnn_one, f->x, inp, &cudnn_zero, f->y, out),
+        "pool forward", e);
 }
 
 int gpu_pool_backward(struct gpu_pool *f, void *dinp, const void *dout, const void *out,

@@ -57,13 +57,13 @@ struct gmodel {
     cudnnHandle_t dnn;
     cublasHandle_t blas;
     int nnodes, ntensors;
-    struct gm_node *nodes;     /* owned */
-    struct gm_tensor *tensors; /* owned */
+    struct gm_node *nodes;           /* owned */
+    struct gm_tensor *tensors;       /* owned */
     float *params, *grads, *buffers; /* owned device arenas */
     void *wh;                        /* owned: half-precision parameters (fp16/bf16) */
     float *state;                    /* owned: optimizer state */
     size_t state_stride;
-    char *ws;                        /* owned: the workspace */
+    char *ws;                             /* owned: the workspace */
     float *x32, *probs, *row_loss, *xfer; /* xfer: gmodel_scratch_put */
     int32_t *labels;
     int *row_correct, *flags; /* flags[0]: bad label, flags[1]: non-finite gradient */
@@ -134,9 +134,7 @@ static int gm_node_init(struct gmodel *g, struct gm_node *n, struct err *e)
     case NN_OP_CONV:
         rc = gpu_conv_init(&n->L.conv, g->dnn, &i->cfg.conv, in, g->t, 1, e);
         break;
-    case NN_OP_BN:
-        rc = gpu_bn_init(&n->L.bn, g->dnn, &i->cfg.bn, in, g->t, e);
-        break;
+    case NN_OP_BN: rc = gpu_bn_init(&n->L.bn, g->dnn, &i->cfg.bn, in, g->t, e); break;
     case NN_OP_MAXPOOL:
     case NN_OP_AVGPOOL:
         rc = gpu_pool_init(&n->L.pool, g->dnn, i->op == NN_OP_MAXPOOL, &i->cfg.pool, in, g->t,
@@ -144,15 +142,16 @@ static int gm_node_init(struct gmodel *g, struct gm_node *n, struct err *e)
         break;
     case NN_OP_ADAPTIVE_AVGPOOL:
         if (!nn_adaptive_as_pool(&pc, i->cfg.adapt.oh, i->cfg.adapt.ow, in))
-            return err_set(e, ERR_INVALID, "model", "gpu: %s: adaptive pooling that is no "
-                           "ordinary pooling", i->name); /* gmodel_check said so first */
+            return err_set(e, ERR_INVALID, "model",
+                           "gpu: %s: adaptive pooling that is no "
+                           "ordinary pooling",
+                           i->name); /* gmodel_check said so first */
         rc = gpu_pool_init(&n->L.pool, g->dnn, 0, &pc, in, g->t, e);
         break;
     case NN_OP_LINEAR:
         rc = gpu_linear_init(&n->L.lin, g->blas, &i->cfg.linear, in.n, g->t, e);
         break;
-    default:
-        return 0;
+    default: return 0;
     }
     n->have_layer = 1; /* the _destroy functions accept a half-made state */
     if (rc < 0)
@@ -240,13 +239,15 @@ static int gm_upload_params(struct gmodel *g, struct err *e)
     return rc;
 }
 
-struct gmodel *gmodel_create(struct nn_model *m, int batch, const char *precision,
-                             void *stream, struct err *e)
+struct gmodel *gmodel_create(struct nn_model *m, int batch, const char *precision, void *stream,
+                             struct err *e)
 {
     int t = gpu_dtype_parse(precision ? precision : "");
     if (t < 0) {
-        err_set(e, ERR_INVALID, "precision", "gpu: precision \"%s\" is not fp32, fp16 or "
-                "bf16", precision ? precision : "");
+        err_set(e, ERR_INVALID, "precision",
+                "gpu: precision \"%s\" is not fp32, fp16 or "
+                "bf16",
+                precision ? precision : "");
         return NULL;
     }
     if (batch < 1) {
@@ -285,9 +286,11 @@ struct gmodel *gmodel_create(struct nn_model *m, int batch, const char *precisio
         x->numel = nn_shape_numel(x->s);
         x->needs_grad = nn_model_tensor_needs_grad(m, i);
         if (x->numel > INT32_MAX) { /* sizes before memory: cuDNN's per-tensor limit */
-            err_set(e, ERR_TOO_LARGE, "batch_size", "gpu: batch %d makes a %zu-element "
+            err_set(e, ERR_TOO_LARGE, "batch_size",
+                    "gpu: batch %d makes a %zu-element "
                     "tensor; cuDNN's legacy API takes at most 2^31 - 1 elements per tensor; "
-                    "lower batch_size or the input shape", batch, x->numel);
+                    "lower batch_size or the input shape",
+                    batch, x->numel);
             goto fail;
         }
     }
@@ -313,9 +316,8 @@ struct gmodel *gmodel_create(struct nn_model *m, int batch, const char *precisio
     if (!(g->params = gpu_alloc(np * sizeof(float), e)) ||
         !(g->grads = gpu_alloc(np * sizeof(float), e)) ||
         !(g->buffers = gpu_alloc((m->nbuffers ? m->nbuffers : 1) * sizeof(float), e)) ||
-        (g->t != GPU_F32 && !(g->wh = gpu_alloc(np * g->dsz, e))) ||
-        gm_workspace(g, e) < 0 || gm_upload_params(g, e) < 0 ||
-        gm_cuda(cudaEventCreate(&g->o0), "timing event", e) < 0 ||
+        (g->t != GPU_F32 && !(g->wh = gpu_alloc(np * g->dsz, e))) || gm_workspace(g, e) < 0 ||
+        gm_upload_params(g, e) < 0 || gm_cuda(cudaEventCreate(&g->o0), "timing event", e) < 0 ||
         gm_cuda(cudaEventCreate(&g->o1), "timing event", e) < 0)
         goto fail;
     gmodel_after_update(g);
@@ -361,11 +363,26 @@ void gmodel_destroy(struct gmodel *g)
     free(g);
 }
 
-float *gmodel_params(struct gmodel *g) { return g->params; }
-float *gmodel_grads(struct gmodel *g) { return g->grads; }
-float *gmodel_buffers(struct gmodel *g) { return g->buffers; }
-const char *gmodel_dtype_name(const struct gmodel *g) { return gpu_dtype_name(g->t); }
-bool gmodel_wants_loss_scale(const struct gmodel *g) { return g->t == GPU_F16; }
+float *gmodel_params(struct gmodel *g)
+{
+    return g->params;
+}
+float *gmodel_grads(struct gmodel *g)
+{
+    return g->grads;
+}
+float *gmodel_buffers(struct gmodel *g)
+{
+    return g->buffers;
+}
+const char *gmodel_dtype_name(const struct gmodel *g)
+{
+    return gpu_dtype_name(g->t);
+}
+bool gmodel_wants_loss_scale(const struct gmodel *g)
+{
+    return g->t == GPU_F16;
+}
 
 void gmodel_zero_grad(struct gmodel *g)
 {
@@ -468,8 +485,7 @@ static int gm_node_forward(struct gmodel *g, struct gm_node *n, int node, int tr
         return 0;
     case NN_OP_MAXPOOL:
     case NN_OP_AVGPOOL:
-    case NN_OP_ADAPTIVE_AVGPOOL:
-        return gpu_pool_forward(&n->L.pool, y->data, x->data, g->s, e);
+    case NN_OP_ADAPTIVE_AVGPOOL: return gpu_pool_forward(&n->L.pool, y->data, x->data, g->s, e);
     case NN_OP_LINEAR:
         return gpu_linear_forward(&n->L.lin, y->data, x->data, gm_weight(g, n),
                                   gm_param(g, n, 1), g->s, e);
@@ -482,8 +498,8 @@ static int gm_node_forward(struct gmodel *g, struct gm_node *n, int node, int tr
                             g->s);
         return 0;
     case NN_OP_ADD:
-        gpu_add_forward(y->data, x->data, g->tensors[i->in[1]].data, x->numel,
-                        i->cfg.add_relu, g->t, g->s);
+        gpu_add_forward(y->data, x->data, g->tensors[i->in[1]].data, x->numel, i->cfg.add_relu,
+                        g->t, g->s);
         return 0;
     case NN_OP_FLATTEN:
         if (xs.ndims == 4)
@@ -505,9 +521,11 @@ int gmodel_forward(struct gmodel *g, const float *x, const int32_t *y, int n_val
     struct gm_tensor *in = &g->tensors[0];
     if (!(reuse && x == g->last_x && y == g->last_y)) {
         if (gm_cuda(cudaMemcpyAsync(g->x32, x, in->numel * sizeof(float),
-                                    cudaMemcpyHostToDevice, g->s), "input upload", e) < 0 ||
+                                    cudaMemcpyHostToDevice, g->s),
+                    "input upload", e) < 0 ||
             gm_cuda(cudaMemcpyAsync(g->labels, y, (size_t)g->batch * sizeof(int32_t),
-                                    cudaMemcpyHostToDevice, g->s), "label upload", e) < 0)
+                                    cudaMemcpyHostToDevice, g->s),
+                    "label upload", e) < 0)
             return -1;
         gmodel_k_input(in->data, g->t, g->x32, in->s.n, in->s.c, in->s.h, in->s.w, g->s);
         g->last_x = reuse ? x : NULL;
@@ -548,8 +566,8 @@ static int gm_node_backward(struct gmodel *g, struct gm_node *n, int node, void 
         return 0;
     switch (i->op) {
     case NN_OP_CONV:
-        return gpu_conv_backward(&n->L.conv, din0, gm_grad(g, n, 0), gm_grad(g, n, 1),
-                                 y->grad, x->data, gm_weight(g, n), g->s, e);
+        return gpu_conv_backward(&n->L.conv, din0, gm_grad(g, n, 0), gm_grad(g, n, 1), y->grad,
+                                 x->data, gm_weight(g, n), g->s, e);
     case NN_OP_BN: /* cuDNN always writes the input gradient */
         return gpu_bn_backward(&n->L.bn, din0 ? din0 : g->scratch[0], gm_grad(g, n, 0),
                                gm_grad(g, n, 1), y->grad, x->data, y->data, gm_param(g, n, 0),
@@ -563,8 +581,8 @@ static int gm_node_backward(struct gmodel *g, struct gm_node *n, int node, void 
     case NN_OP_ADAPTIVE_AVGPOOL:
         return gpu_pool_backward(&n->L.pool, din0, y->grad, y->data, x->data, g->s, e);
     case NN_OP_LINEAR:
-        return gpu_linear_backward(&n->L.lin, din0, gm_grad(g, n, 0), gm_grad(g, n, 1),
-                                   y->grad, x->data, gm_weight(g, n), g->s, e);
+        return gpu_linear_backward(&n->L.lin, din0, gm_grad(g, n, 0), gm_grad(g, n, 1), y->grad,
+                                   x->data, gm_weight(g, n), g->s, e);
     case NN_OP_DROPOUT:
         gmodel_k_dropout(din0, y->grad, g->t, xs.n, xs.c, xs.h, xs.w, i->cfg.dropout.p,
                          i->cfg.dropout.channelwise, gm_dropout_key(g, node, g->step), g->s);
@@ -620,10 +638,13 @@ int gmodel_backward(struct gmodel *g, nn_grad_hook_fn hook, void *ctx, struct er
         if (n->info.nparams > 0) {
             cudaEventRecord(n->ready, g->s);
             if (hook) {
-                struct nn_grad_ready r = {
-                    .node = i, .name = n->info.name, .offset = n->info.param_off,
-                    .len = n->info.param_len, .first_param = n->info.first_param,
-                    .nparams = n->info.nparams, .ready_event = (void *)n->ready};
+                struct nn_grad_ready r = {.node = i,
+                                          .name = n->info.name,
+                                          .offset = n->info.param_off,
+                                          .len = n->info.param_len,
+                                          .first_param = n->info.first_param,
+                                          .nparams = n->info.nparams,
+                                          .ready_event = (void *)n->ready};
                 hook(ctx, &r);
             }
         }

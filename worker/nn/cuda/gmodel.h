@@ -74,8 +74,8 @@ struct gmodel;
 /* precision: "fp32", "fp16" or "bf16"; stream: a cudaStream_t (borrowed), NULL for the
  * legacy default stream. Prepares every layer for `batch` in training mode, allocates
  * the arenas and the workspace, uploads m's parameters and buffers. NULL with e set. */
-struct gmodel *gmodel_create(struct nn_model *m, int batch, const char *precision,
-                             void *stream, struct err *e);
+struct gmodel *gmodel_create(struct nn_model *m, int batch, const char *precision, void *stream,
+                             struct err *e);
 void gmodel_destroy(struct gmodel *g);
 
 /* Device arenas (float32, nparams / nbuffers floats) and the optimizer state. */

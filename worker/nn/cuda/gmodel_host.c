@@ -75,8 +75,9 @@ int gmodel_check(const struct nn_model *m, struct err *e)
             return err_set(e, ERR_INVALID, "model",
                            "gpu: %s pools %dx%d adaptively to %dx%d, which is no ordinary "
                            "pooling (cuDNN has none): use an input size whose %dx%d divides "
-                           "evenly, or device cpu", n.name, in.h, in.w, n.cfg.adapt.oh,
-                           n.cfg.adapt.ow, n.cfg.adapt.oh, n.cfg.adapt.ow);
+                           "evenly, or device cpu",
+                           n.name, in.h, in.w, n.cfg.adapt.oh, n.cfg.adapt.ow, n.cfg.adapt.oh,
+                           n.cfg.adapt.ow);
     }
     return 0;
 }

@@ -12,7 +12,8 @@
 
 #include "worker/nn/cuda/kernels_common.cuh"
 
-namespace {
+namespace
+{
 
 /* nn/nn.c's nn_hash64 and nn_hash_uniform */
 __device__ __forceinline__ uint64_t hash64(uint64_t x)
@@ -74,7 +75,8 @@ template <typename T>
 __global__ void input_k(T *dst, const float *src, int n, int c, int h, int w)
 {
     size_t total = (size_t)n * c * h * w;
-    GRID_STRIDE(i, total) { /* i indexes dst (n,h,w,c) */
+    GRID_STRIDE(i, total)
+    { /* i indexes dst (n,h,w,c) */
         dst[i] = st<T>(src[nchw_at(nhwc_pos(i, c, h, w), c, h, w)]);
     }
 }
@@ -84,7 +86,8 @@ template <typename T>
 __global__ void transpose_k(T *dst, const T *src, int n, int c, int h, int w, int to_nchw)
 {
     size_t total = (size_t)n * c * h * w;
-    GRID_STRIDE(i, total) {
+    GRID_STRIDE(i, total)
+    {
         if (to_nchw)
             dst[i] = src[nhwc_at(nchw_pos(i, c, h, w), c, h, w)];
         else
@@ -97,7 +100,8 @@ __global__ void dropout_k(T *out, const T *inp, int n, int c, int h, int w, floa
                           int channelwise, uint64_t key, float scale)
 {
     size_t total = (size_t)n * c * h * w;
-    GRID_STRIDE(i, total) { /* NHWC storage, logical (n,c,h,w) index for the hash */
+    GRID_STRIDE(i, total)
+    { /* NHWC storage, logical (n,c,h,w) index for the hash */
         pos4 q = nhwc_pos(i, c, h, w);
         uint64_t plane = (uint64_t)q.b * (uint64_t)c + (uint64_t)q.ch;
         uint64_t index = channelwise ? plane : (plane * (uint64_t)h + (uint64_t)q.y) * w + q.x;
@@ -114,8 +118,8 @@ void gmodel_k_input(void *dst, enum gpu_dtype t, const float *src, int n, int c,
                     cudaStream_t s)
 {
     size_t total = (size_t)n * c * h * w;
-    GPU_DISPATCH(t, input_k<T><<<grid_for(total), GPU_THREADS, 0, s>>>((T *)dst, src, n, c, h,
-                                                                      w));
+    GPU_DISPATCH(t,
+                 input_k<T><<<grid_for(total), GPU_THREADS, 0, s>>>((T *)dst, src, n, c, h, w));
 }
 
 void gmodel_k_nhwc_to_nchw(void *dst, const void *src, int n, int c, int h, int w,
@@ -123,7 +127,7 @@ void gmodel_k_nhwc_to_nchw(void *dst, const void *src, int n, int c, int h, int 
 {
     size_t total = (size_t)n * c * h * w;
     GPU_DISPATCH(t, transpose_k<T><<<grid_for(total), GPU_THREADS, 0, s>>>(
-                       (T *)dst, (const T *)src, n, c, h, w, 1));
+                        (T *)dst, (const T *)src, n, c, h, w, 1));
 }
 
 void gmodel_k_nchw_to_nhwc(void *dst, const void *src, int n, int c, int h, int w,
@@ -131,7 +135,7 @@ void gmodel_k_nchw_to_nhwc(void *dst, const void *src, int n, int c, int h, int 
 {
     size_t total = (size_t)n * c * h * w;
     GPU_DISPATCH(t, transpose_k<T><<<grid_for(total), GPU_THREADS, 0, s>>>(
-                       (T *)dst, (const T *)src, n, c, h, w, 0));
+                        (T *)dst, (const T *)src, n, c, h, w, 0));
 }
 
 void gmodel_k_dropout(void *out, const void *inp, enum gpu_dtype t, int n, int c, int h, int w,
@@ -140,7 +144,7 @@ void gmodel_k_dropout(void *out, const void *inp, enum gpu_dtype t, int n, int c
     size_t total = (size_t)n * c * h * w;
     float scale = p >= 1.0f ? 0.0f : 1.0f / (1.0f - p);
     GPU_DISPATCH(t, dropout_k<T><<<grid_for(total), GPU_THREADS, 0, s>>>(
-                       (T *)out, (const T *)inp, n, c, h, w, p, channelwise, key, scale));
+                        (T *)out, (const T *)inp, n, c, h, w, p, channelwise, key, scale));
 }
 
 } // extern "C"

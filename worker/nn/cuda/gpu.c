@@ -16,7 +16,10 @@
 static const char *const gpu_dtype_names[] = {"float32", "float16", "bfloat16"};
 static const char *const gpu_precisions[] = {"fp32", "fp16", "bf16"};
 
-size_t gpu_dtype_size(enum gpu_dtype t) { return t == GPU_F32 ? 4 : 2; }
+size_t gpu_dtype_size(enum gpu_dtype t)
+{
+    return t == GPU_F32 ? 4 : 2;
+}
 
 const char *gpu_dtype_name(enum gpu_dtype t)
 {

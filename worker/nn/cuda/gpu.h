@@ -63,8 +63,8 @@ void gpu_act_backward(void *dinp, const void *dout, const void *out, size_t n, e
 /* out = a + b, then ReLU when relu; da = db = dout masked by out > 0 when relu. */
 void gpu_add_forward(void *out, const void *a, const void *b, size_t n, int relu,
                      enum gpu_dtype t, cudaStream_t s);
-void gpu_add_backward(void *da, void *db, const void *dout, const void *out, size_t n,
-                      int relu, enum gpu_dtype t, cudaStream_t s);
+void gpu_add_backward(void *da, void *db, const void *dout, const void *out, size_t n, int relu,
+                      enum gpu_dtype t, cudaStream_t s);
 /* dst (n, type dt) = src (n, type st), round to nearest even. */
 void gpu_cast(void *dst, enum gpu_dtype dt, const void *src, enum gpu_dtype st, size_t n,
               cudaStream_t s);
@@ -87,11 +87,11 @@ void gpu_bias_grad(float *dbias, const void *dout, int rows, int cols, enum gpu_
  * row_correct (N) = label is the first arg max; rows >= n_valid get 0. A label outside
  * [0, K) sets *bad_label (device int) to 1. */
 void gpu_xent_forward(float *probs, float *row_loss, int *row_correct, int *bad_label,
-                      const void *logits, enum gpu_dtype t, const int32_t *labels, int n,
-                      int k, int n_valid, cudaStream_t s);
+                      const void *logits, enum gpu_dtype t, const int32_t *labels, int n, int k,
+                      int n_valid, cudaStream_t s);
 /* *loss (device double) = sum(row_loss[0..n)) / n_valid, *correct = sum(row_correct). */
-void gpu_xent_reduce(double *loss, int *correct, const float *row_loss,
-                     const int *row_correct, int n, int n_valid, cudaStream_t s);
+void gpu_xent_reduce(double *loss, int *correct, const float *row_loss, const int *row_correct,
+                     int n, int n_valid, cudaStream_t s);
 /* dlogits (N,K, type t) = (probs - onehot) / n_valid * scale for valid rows, else 0
  * (scale: the loss scale of mixed precision, 1 otherwise). */
 void gpu_xent_backward(void *dlogits, enum gpu_dtype t, const float *probs,
@@ -103,12 +103,12 @@ void gpu_xent_backward(void *dlogits, enum gpu_dtype t, const float *probs,
 /* The per-step scalars of nn/optim.c's update, formed on the host in the same order and
  * precision as the CPU path so both round alike. */
 struct gpu_optim_scalars {
-    int type;          /* enum nn_optim_type */
+    int type;                     /* enum nn_optim_type */
     float lr, wd, momentum, damp; /* SGD: damp = 1 - dampening */
     int nesterov, first;          /* SGD: first step clones the gradient */
     float w1, b2, w2, eps;        /* Adam: 1-beta1, beta2, 1-beta2 */
     float step_size, bc2_sqrt, shrink;
-    int decoupled;                /* AdamW */
+    int decoupled; /* AdamW */
 };
 
 struct nn_optim;

@@ -70,12 +70,12 @@ struct gpu_bn {
     struct nn_bn_cfg cfg;
     struct nn_shape s;
     enum gpu_dtype t;
-    cudnnTensorDescriptor_t x, p; /* activations, per-channel parameters (float) */
+    cudnnTensorDescriptor_t x, p;   /* activations, per-channel parameters (float) */
     float *save_mean, *save_invstd; /* owned (C): cuDNN's saved statistics */
 };
 
-int gpu_bn_init(struct gpu_bn *f, cudnnHandle_t h, const struct nn_bn_cfg *c,
-                struct nn_shape s, enum gpu_dtype t, struct err *e);
+int gpu_bn_init(struct gpu_bn *f, cudnnHandle_t h, const struct nn_bn_cfg *c, struct nn_shape s,
+                enum gpu_dtype t, struct err *e);
 /* Training (train = 1): batch statistics, running_mean/var (C float) updated as PyTorch
  * does; evaluation: the running statistics. out may not be inp. relu per the config. */
 int gpu_bn_forward(struct gpu_bn *f, void *out, float *running_mean, float *running_var,

@@ -15,12 +15,13 @@
 #include "worker/nn/cuda/gpu.h"
 #include "worker/nn/cuda/kernels_common.cuh"
 
-namespace {
-
-template <typename T>
-__global__ void act_fwd(T *out, const T *inp, size_t n, int relu6)
+namespace
 {
-    GRID_STRIDE(i, n) {
+
+template <typename T> __global__ void act_fwd(T *out, const T *inp, size_t n, int relu6)
+{
+    GRID_STRIDE(i, n)
+    {
         float x = ld(inp[i]);
         x = x > 0.f ? x : 0.f;
         if (relu6)
@@ -32,7 +33,8 @@ __global__ void act_fwd(T *out, const T *inp, size_t n, int relu6)
 template <typename T>
 __global__ void act_bwd(T *dinp, const T *dout, const T *out, size_t n, int relu6)
 {
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         float o = ld(out[i]);
         bool pass = o > 0.f && (!relu6 || o < 6.f);
         dinp[i] = st<T>(pass ? ld(dout[i]) : 0.f);
@@ -42,7 +44,8 @@ __global__ void act_bwd(T *dinp, const T *dout, const T *out, size_t n, int relu
 template <typename T>
 __global__ void add_fwd(T *out, const T *a, const T *b, size_t n, int relu)
 {
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         float x = ld(a[i]) + ld(b[i]);
         out[i] = st<T>(relu && x < 0.f ? 0.f : x);
     }
@@ -51,7 +54,8 @@ __global__ void add_fwd(T *out, const T *a, const T *b, size_t n, int relu)
 template <typename T>
 __global__ void add_bwd(T *da, T *db, const T *dout, const T *out, size_t n, int relu)
 {
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         float g = relu && !(ld(out[i]) > 0.f) ? 0.f : ld(dout[i]);
         if (da)
             da[i] = st<T>(g);
@@ -60,14 +64,12 @@ __global__ void add_bwd(T *da, T *db, const T *dout, const T *out, size_t n, int
     }
 }
 
-template <typename D, typename S>
-__global__ void cast_k(D *dst, const S *src, size_t n)
+template <typename D, typename S> __global__ void cast_k(D *dst, const S *src, size_t n)
 {
     GRID_STRIDE(i, n) dst[i] = st<D>(ld(src[i]));
 }
 
-template <typename S>
-__global__ void accumulate_k(float *dst, const S *src, size_t n)
+template <typename S> __global__ void accumulate_k(float *dst, const S *src, size_t n)
 {
     GRID_STRIDE(i, n) dst[i] += ld(src[i]);
 }
@@ -85,8 +87,7 @@ __global__ void nonfinite_k(int *found, const float *x, size_t n)
         atomicOr(found, 1);
 }
 
-template <typename T>
-__global__ void bias_add_k(T *out, const float *bias, int rows, int cols)
+template <typename T> __global__ void bias_add_k(T *out, const float *bias, int rows, int cols)
 {
     size_t n = (size_t)rows * cols;
     GRID_STRIDE(i, n) out[i] = st<T>(ld(out[i]) + bias[i % cols]);
@@ -131,7 +132,8 @@ __global__ void xent_fwd(float *probs, float *row_loss, int *row_correct, int *b
         if (threadIdx.x < w) {
             float o = s_val[threadIdx.x + w];
             int oi = s_idx[threadIdx.x + w];
-            if (o > s_val[threadIdx.x] || (o == s_val[threadIdx.x] && oi < s_idx[threadIdx.x])) {
+            if (o > s_val[threadIdx.x] ||
+                (o == s_val[threadIdx.x] && oi < s_idx[threadIdx.x])) {
                 s_val[threadIdx.x] = o;
                 s_idx[threadIdx.x] = oi;
             }
@@ -199,7 +201,8 @@ __global__ void xent_bwd(T *dlogits, const float *probs, const int32_t *labels, 
                          int n_valid, float scale)
 {
     size_t total = (size_t)n * k;
-    GRID_STRIDE(i, total) {
+    GRID_STRIDE(i, total)
+    {
         int row = (int)(i / k), j = (int)(i % k);
         float g = 0.f;
         if (row < n_valid)
@@ -210,7 +213,8 @@ __global__ void xent_bwd(T *dlogits, const float *probs, const int32_t *labels, 
 
 __global__ void sgd_k(float *p, const float *g, float *buf, size_t len, gpu_optim_scalars c)
 {
-    GRID_STRIDE(i, len) {
+    GRID_STRIDE(i, len)
+    {
         float d = g[i];
         if (c.wd != 0)
             d = d + c.wd * p[i];
@@ -226,7 +230,8 @@ __global__ void sgd_k(float *p, const float *g, float *buf, size_t len, gpu_opti
 __global__ void adam_k(float *p, const float *g, float *m, float *v, size_t len,
                        gpu_optim_scalars c)
 {
-    GRID_STRIDE(i, len) {
+    GRID_STRIDE(i, len)
+    {
         float pi = p[i], gi = g[i];
         if (c.decoupled)
             pi = pi * c.shrink;
@@ -248,8 +253,8 @@ extern "C" {
 void gpu_act_forward(void *out, const void *inp, size_t n, enum gpu_act a, enum gpu_dtype t,
                      cudaStream_t s)
 {
-    GPU_DISPATCH(t, act_fwd<T><<<grid_for(n), GPU_THREADS, 0, s>>>(
-                        (T *)out, (const T *)inp, n, a == GPU_ACT_RELU6));
+    GPU_DISPATCH(t, act_fwd<T><<<grid_for(n), GPU_THREADS, 0, s>>>((T *)out, (const T *)inp, n,
+                                                                   a == GPU_ACT_RELU6));
 }
 
 void gpu_act_backward(void *dinp, const void *dout, const void *out, size_t n, enum gpu_act a,
@@ -262,12 +267,12 @@ void gpu_act_backward(void *dinp, const void *dout, const void *out, size_t n, e
 void gpu_add_forward(void *out, const void *a, const void *b, size_t n, int relu,
                      enum gpu_dtype t, cudaStream_t s)
 {
-    GPU_DISPATCH(t, add_fwd<T><<<grid_for(n), GPU_THREADS, 0, s>>>(
-                        (T *)out, (const T *)a, (const T *)b, n, relu));
+    GPU_DISPATCH(t, add_fwd<T><<<grid_for(n), GPU_THREADS, 0, s>>>((T *)out, (const T *)a,
+                                                                   (const T *)b, n, relu));
 }
 
-void gpu_add_backward(void *da, void *db, const void *dout, const void *out, size_t n,
-                      int relu, enum gpu_dtype t, cudaStream_t s)
+void gpu_add_backward(void *da, void *db, const void *dout, const void *out, size_t n, int relu,
+                      enum gpu_dtype t, cudaStream_t s)
 {
     GPU_DISPATCH(t, add_bwd<T><<<grid_for(n), GPU_THREADS, 0, s>>>(
                         (T *)da, (T *)db, (const T *)dout, (const T *)out, n, relu));
@@ -278,15 +283,15 @@ void gpu_cast(void *dst, enum gpu_dtype dt, const void *src, enum gpu_dtype st_,
 {
     GPU_DISPATCH(dt, {
         typedef T D;
-        GPU_DISPATCH(st_, cast_k<D, T><<<grid_for(n), GPU_THREADS, 0, s>>>(
-                              (D *)dst, (const T *)src, n));
+        GPU_DISPATCH(st_, cast_k<D, T>
+                     <<<grid_for(n), GPU_THREADS, 0, s>>>((D *)dst, (const T *)src, n));
     });
 }
 
 void gpu_accumulate(float *dst, const void *src, enum gpu_dtype st_, size_t n, cudaStream_t s)
 {
-    GPU_DISPATCH(st_, accumulate_k<T><<<grid_for(n), GPU_THREADS, 0, s>>>(dst, (const T *)src,
-                                                                         n));
+    GPU_DISPATCH(st_,
+                 accumulate_k<T><<<grid_for(n), GPU_THREADS, 0, s>>>(dst, (const T *)src, n));
 }
 
 void gpu_scale(float *x, size_t n, float factor, cudaStream_t s)
@@ -303,8 +308,8 @@ void gpu_bias_add(void *out, const float *bias, int rows, int cols, enum gpu_dty
                   cudaStream_t s)
 {
     size_t n = (size_t)rows * cols;
-    GPU_DISPATCH(t, bias_add_k<T><<<grid_for(n), GPU_THREADS, 0, s>>>((T *)out, bias, rows,
-                                                                     cols));
+    GPU_DISPATCH(t,
+                 bias_add_k<T><<<grid_for(n), GPU_THREADS, 0, s>>>((T *)out, bias, rows, cols));
 }
 
 void gpu_bias_grad(float *dbias, const void *dout, int rows, int cols, enum gpu_dtype t,
@@ -312,23 +317,23 @@ void gpu_bias_grad(float *dbias, const void *dout, int rows, int cols, enum gpu_
 {
     dim3 grid((unsigned)((cols + GPU_THREADS - 1) / GPU_THREADS),
               (unsigned)(rows < 256 ? (rows > 0 ? rows : 1) : 256));
-    GPU_DISPATCH(t, bias_grad_k<T><<<grid, GPU_THREADS, 0, s>>>(dbias, (const T *)dout, rows,
-                                                               cols));
+    GPU_DISPATCH(t, bias_grad_k<T>
+                 <<<grid, GPU_THREADS, 0, s>>>(dbias, (const T *)dout, rows, cols));
 }
 
 void gpu_xent_forward(float *probs, float *row_loss, int *row_correct, int *bad_label,
-                      const void *logits, enum gpu_dtype t, const int32_t *labels, int n,
-                      int k, int n_valid, cudaStream_t s)
+                      const void *logits, enum gpu_dtype t, const int32_t *labels, int n, int k,
+                      int n_valid, cudaStream_t s)
 {
     if (n <= 0)
         return;
-    GPU_DISPATCH(t, xent_fwd<T><<<(unsigned)n, GPU_THREADS, 0, s>>>(
-                        probs, row_loss, row_correct, bad_label, (const T *)logits, labels, k,
-                        n_valid));
+    GPU_DISPATCH(t, xent_fwd<T>
+                 <<<(unsigned)n, GPU_THREADS, 0, s>>>(probs, row_loss, row_correct, bad_label,
+                                                      (const T *)logits, labels, k, n_valid));
 }
 
-void gpu_xent_reduce(double *loss, int *correct, const float *row_loss,
-                     const int *row_correct, int n, int n_valid, cudaStream_t s)
+void gpu_xent_reduce(double *loss, int *correct, const float *row_loss, const int *row_correct,
+                     int n, int n_valid, cudaStream_t s)
 {
     xent_reduce_k<<<1, GPU_THREADS, 0, s>>>(loss, correct, row_loss, row_correct, n, n_valid);
 }
@@ -348,8 +353,8 @@ void gpu_optim_update(float *params, const float *grads, float *state, size_t st
     if (sc->type == 0) /* NN_OPTIM_SGD */
         sgd_k<<<grid_for(len), GPU_THREADS, 0, s>>>(params, grads, state, len, *sc);
     else
-        adam_k<<<grid_for(len), GPU_THREADS, 0, s>>>(params, grads, state, state + stride,
-                                                      len, *sc);
+        adam_k<<<grid_for(len), GPU_THREADS, 0, s>>>(params, grads, state, state + stride, len,
+                                                     *sc);
 }
 
 } // extern "C"

@@ -18,14 +18,30 @@
 #define GPU_THREADS 256
 #define GPU_MAX_BLOCKS 4096
 
-namespace {
+namespace
+{
 
-__device__ __forceinline__ float ld(float x) { return x; }
-__device__ __forceinline__ float ld(__half x) { return __half2float(x); }
-__device__ __forceinline__ float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ld(float x)
+{
+    return x;
+}
+__device__ __forceinline__ float ld(__half x)
+{
+    return __half2float(x);
+}
+__device__ __forceinline__ float ld(__nv_bfloat16 x)
+{
+    return __bfloat162float(x);
+}
 template <typename T> __device__ __forceinline__ T st(float x);
-template <> __device__ __forceinline__ float st<float>(float x) { return x; }
-template <> __device__ __forceinline__ __half st<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ float st<float>(float x)
+{
+    return x;
+}
+template <> __device__ __forceinline__ __half st<__half>(float x)
+{
+    return __float2half_rn(x);
+}
 template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float x)
 {
     return __float2bfloat16_rn(x);
@@ -40,18 +56,27 @@ inline unsigned grid_for(size_t n)
 
 } // namespace
 
-#define GRID_STRIDE(i, n)                                                                \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);              \
+#define GRID_STRIDE(i, n)                                                                      \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
          i += (size_t)gridDim.x * blockDim.x)
 
 /* Runs the statements with T the C++ type of enum gpu_dtype t. */
-#define GPU_DISPATCH(t, ...)                                                             \
-    do {                                                                                 \
-        switch (t) {                                                                     \
-        case GPU_F32: { typedef float T; __VA_ARGS__; } break;                           \
-        case GPU_F16: { typedef __half T; __VA_ARGS__; } break;                          \
-        case GPU_BF16: { typedef __nv_bfloat16 T; __VA_ARGS__; } break;                  \
-        }                                                                                \
+#define GPU_DISPATCH(t, ...)                                                                   \
+    do {                                                                                       \
+        switch (t) {                                                                           \
+        case GPU_F32: {                                                                        \
+            typedef float T;                                                                   \
+            __VA_ARGS__;                                                                       \
+        } break;                                                                               \
+        case GPU_F16: {                                                                        \
+            typedef __half T;                                                                  \
+            __VA_ARGS__;                                                                       \
+        } break;                                                                               \
+        case GPU_BF16: {                                                                       \
+            typedef __nv_bfloat16 T;                                                           \
+            __VA_ARGS__;                                                                       \
+        } break;                                                                               \
+        }                                                                                      \
     } while (0)
 
 #endif

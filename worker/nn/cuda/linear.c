@@ -46,7 +46,8 @@ int gpu_linear_forward(struct gpu_linear *f, void *out, const void *inp, const v
     if (blas_check(cublasSetStream(f->h, s), "linear forward", e) < 0 ||
         blas_check(cublasGemmEx(f->h, CUBLAS_OP_T, CUBLAS_OP_N, O, N, I, &one, weight, dt, I,
                                 inp, dt, I, &zero, out, dt, O, blas_compute(f->t),
-                                CUBLAS_GEMM_DEFAULT), "linear forward", e) < 0)
+                                CUBLAS_GEMM_DEFAULT),
+                   "linear forward", e) < 0)
         return -1;
     if (bias && f->cfg.bias)
         gpu_bias_add(out, bias, N, O, f->t, s);
@@ -69,9 +70,10 @@ int gpu_linear_backward(struct gpu_linear *f, void *dinp, float *dweight, float 
                            "linear backward data", e) < 0)
         return -1;
     /* dW^T (I,O) += inp^T (I,N) dout (N,O) */
-    if (blas_check(cublasGemmEx(f->h, CUBLAS_OP_N, CUBLAS_OP_T, I, O, N, &one, inp, dt, I,
-                                dout, dt, O, &one, dweight, CUDA_R_32F, I, blas_compute(f->t),
-                                CUBLAS_GEMM_DEFAULT), "linear backward weights", e) < 0)
+    if (blas_check(cublasGemmEx(f->h, CUBLAS_OP_N, CUBLAS_OP_T, I, O, N, &one, inp, dt, I, dout,
+                                dt, O, &one, dweight, CUDA_R_32F, I, blas_compute(f->t),
+                                CUBLAS_GEMM_DEFAULT),
+                   "linear backward weights", e) < 0)
         return -1;
     if (dbias && f->cfg.bias)
         gpu_bias_grad(dbias, dout, N, O, f->t, s);
