@@ -31,7 +31,7 @@ static int config_parse_long(const char *opt, const char *s, long lo, long hi, l
 static int config_parse_int(const char *opt, const char *s, long lo, long hi, int *out,
                             struct err *e)
 {
-    long v;
+    long v = 0; /* set by config_parse_long on success; 0 keeps -O3 from guessing */
     if (config_parse_long(opt, s, lo, hi, &v, e) < 0)
         return -1;
     *out = (int)v;
