@@ -12,10 +12,13 @@ only): PyTorch's single-process speed. Prints one JSON line: throughput in image
 the timed steps = WORLD * BATCH * STEPS / wall time of rank 0 (every DDP step ends in an
 allreduce, so rank 0's time is the slowest rank's), and the median step time.
 Run it with Debian's interpreter and the glibc settings that keep freed memory
-(MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296), as the other peers."""
+(MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296), as the other peers. Every process
+gets T in OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS before torch is imported
+(tests/bench/torch_threads.py), besides torch.set_num_threads(T)."""
 import argparse, json, os, socket, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_threads
 
 
 def worker(rank, a, port, out):
@@ -64,6 +67,7 @@ def main():
     a = ap.parse_args()
     if not a.shape:
         a.shape = "1,28,28" if a.model in ("mnist-cnn", "lenet5") else "3,32,32"
+    torch_threads.set_before_import(a.threads)  # inherited by the spawned ranks
     import torch.multiprocessing as mp
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

@@ -9,7 +9,10 @@ iteration takes as long as its slowest rank (max over ranks), the figure is the 
 Rank 0 prints one JSON object per size: {"bytes": B, "median_us": T, "busbw_gbs": X}.
 
 Usage: gloo_allreduce.py WORLD ITERS WARMUP SIZE...   (spawns WORLD processes itself;
-CPUs to pin rank r to come from BENCH_CPUS="0,1,..." when set)
+CPUs to pin rank r to come from BENCH_CPUS="0,1,..." when set, else ranks are unpinned).
+Each rank gets one thread: OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS in
+its environment before torch is imported (tests/bench/torch_threads.py), and
+torch.set_num_threads(1).
 """
 import json
 import os
@@ -17,6 +20,9 @@ import socket
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_threads
 
 
 def free_port():
@@ -72,7 +78,7 @@ def main():
     world, iters, warmup = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     sizes = sys.argv[4:]
     port = free_port()
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    env = torch_threads.thread_env(1, dict(os.environ, GLOO_SOCKET_IFNAME="lo"))
     procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), str(world), str(port),
                                str(iters), str(warmup)] + sizes, env=env)
              for r in range(world)]

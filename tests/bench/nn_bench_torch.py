@@ -9,10 +9,33 @@ step on one fixed random batch, median over the timed steps.
 Run it with Debian's interpreter (/usr/bin/python3, python3-torch) under the same lock and
 glibc settings as nn_bench (MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296), which keep
 PyTorch from handing freed activation memory back to the OS every step. --count prints the
-parameter count (the numbers tests/unit/test_nn_models.c checks against).
+parameter count (the numbers tests/unit/test_nn_models.c checks against). Run as a script it
+parses its arguments before importing torch, so THREADS reaches OMP_NUM_THREADS and
+OPENBLAS_NUM_THREADS too (tests/bench/torch_threads.py says why).
 """
-import argparse, sys, time
-import torch, torch.nn as nn, torch.nn.functional as F
+import argparse, os, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_threads
+
+
+def parse_args():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("batch", type=int)
+    ap.add_argument("threads", type=int)
+    ap.add_argument("steps", type=int, nargs="?", default=20)
+    ap.add_argument("--shape", default=None)
+    ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--count", action="store_true", help="print the parameter count only")
+    return ap.parse_args()
+
+
+if __name__ == "__main__":
+    ARGS = parse_args()
+    torch_threads.set_before_import(ARGS.threads)
+import torch, torch.nn as nn, torch.nn.functional as F  # noqa: E402 (after the thread env)
 
 
 class MnistCnn(nn.Module):  # pytorch/examples mnist, the classic version
@@ -260,16 +283,7 @@ def build(name, c, h, w, k):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model")
-    ap.add_argument("batch", type=int)
-    ap.add_argument("threads", type=int)
-    ap.add_argument("steps", type=int, nargs="?", default=20)
-    ap.add_argument("--shape", default=None)
-    ap.add_argument("--classes", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--count", action="store_true", help="print the parameter count only")
-    a = ap.parse_args()
+    a = ARGS
     shape = a.shape or ("1,28,28" if a.model in ("mnist-cnn", "lenet5") else "3,32,32")
     c, h, w = (int(v) for v in shape.split(","))
     torch.set_num_threads(a.threads)
