@@ -15,7 +15,11 @@ doubling; --out-of-place runs ddpbench and MPI out of place, Gloo cannot):
              API. The daemon pins ranks to CPUs when there are enough (2 ranks here);
              4 ranks on 2 CPUs run unpinned.
   gloo       tests/bench/gloo_allreduce.py on Debian's python3-torch (gloo backend,
-             loopback), pinned like ours.
+             loopback, one thread per rank in OMP_NUM_THREADS / OPENBLAS_NUM_THREADS and
+             torch.set_num_threads), run twice each round: pinned one rank per CPU
+             (sched_setaffinity, like ddpbench's ranks; only where the ranks fit on
+             distinct CPUs) and unpinned. The peer is the better of the two, chosen per
+             size and per view (median or best of rounds); both are in the detail table.
   mpi-tcp    tests/bench/mpi_allreduce.c built with mpicc, mpirun --mca pml ob1
              --mca btl tcp,self (bound to cores for 2 ranks).
   mpi-shm    the same program with OpenMPI's defaults (shared memory between ranks of
@@ -25,10 +29,10 @@ Every peer gets MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296 (freed memo
 kept, so nothing re-faults pages), warmup iterations, the same iterations, buffers
 allocated once, and the same timing: each iteration timed on its own, an iteration takes
 as long as its slowest rank, the median over iterations. Peers run interleaved, round by
-round in alternating order, so outside load hits them alike. Other processes on a shared
-machine only ever slow a peer down, so a size's figure is the best round (the median
-over rounds is printed too), and each run's "foreign" CPU time (CPU used meanwhile by
-processes other than the peer) is recorded. The whole run holds /tmp/ddpb-bench.lock.
+round in alternating order, so outside load hits them alike. The headline figure of a size
+is the median over rounds; the best round (other processes on a shared machine only ever
+slow a peer down) is a second view, and each run's "foreign" CPU time (CPU used meanwhile
+by processes other than the peer) is recorded. The whole run holds /tmp/ddpb-bench.lock.
 
 --threshold measures ddpbench's allreduce with the algorithm forced to rd, ring and hd
 at 2 and 4 ranks from 4 KiB to 1 MiB (the automatic choice's crossovers) instead.
@@ -151,9 +155,18 @@ def parse_lines(text):
     return out
 
 
-def run_gloo(world, sizes, iters, warmup):
+GLOO_VARIANTS = ("gloo-pinned", "gloo-unpinned")
+
+
+def gloo_runs(world, variant):
+    """Whether this Gloo variant runs at this world size: pinning needs a CPU per rank."""
+    return variant != "gloo-pinned" or world <= os.cpu_count()
+
+
+def run_gloo(world, sizes, iters, warmup, pinned):
     env = dict(os.environ, **MALLOC_ENV)
-    if world <= os.cpu_count():
+    env.pop("BENCH_CPUS", None)
+    if pinned:
         env["BENCH_CPUS"] = ",".join(str(c) for c in range(world))
     p = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "gloo_allreduce.py"), str(world),
                         str(iters), str(warmup)] + [str(s) for s in sizes],
@@ -234,14 +247,45 @@ def times_of(results, peer, world, size):
     return [r[peer][world][size]["us"] for r in results if size in r.get(peer, {}).get(world, {})]
 
 
-def best_of(results, peer, world, size):
+def stat_of(results, peer, world, size, fn):
+    """fn (min or median) over the rounds of peer's time at size. "gloo" is the faster of
+    its pinned and unpinned variants, each taken over the rounds first: the better
+    configuration, not the luckier round of either."""
+    if peer == "gloo":
+        vals = [stat_of(results, g, world, size, fn) for g in GLOO_VARIANTS]
+        vals = [v for v in vals if v is not None]
+        return min(vals) if vals else None
     vals = times_of(results, peer, world, size)
-    return min(vals) if vals else None
+    return fn(vals) if vals else None
+
+
+def best_of(results, peer, world, size):
+    return stat_of(results, peer, world, size, min)
 
 
 def median_of(results, peer, world, size):
-    vals = times_of(results, peer, world, size)
-    return statistics.median(vals) if vals else None
+    return stat_of(results, peer, world, size, statistics.median)
+
+
+def gloo_table(results, world):
+    """Both Gloo variants, median and best of rounds, and which one the peer is."""
+    print("| size | pinned, median | unpinned, median | peer (median) | pinned, best | "
+          "unpinned, best |")
+    print("|---|---|---|---|---|---|")
+    for size in SIZES[1:]:
+        med = {g: median_of(results, g, world, size) for g in GLOO_VARIANTS}
+        best = {g: best_of(results, g, world, size) for g in GLOO_VARIANTS}
+        cells = [fmt_size(size)]
+        for view in (med, best):
+            for g in GLOO_VARIANTS:
+                cells.append(f"{busbw(size, view[g], world):.3f}" if view[g] else "-")
+            if view is med:
+                ran = [g for g in GLOO_VARIANTS if med[g]]
+                cells.append(min(ran, key=lambda g: med[g]).split("-")[1] if ran else "-")
+        print("| " + " | ".join(cells) + " |")
+    lat = {g: median_of(results, g, world, 8) for g in GLOO_VARIANTS}
+    print(f"\n8-byte latency, {world} ranks, median of rounds (us): " +
+          ", ".join(f"{g} {lat[g]:.1f}" for g in GLOO_VARIANTS if lat[g]))
 
 
 def table(results, world, peers, pick):
@@ -274,17 +318,21 @@ def report(results, worlds, peers, iperf, args):
           f"round's figure is the median iteration (each iteration as slow as its slowest "
           f"rank).")
     if iperf:
-        print(f"\niperf3 loopback, one stream: best {max(iperf):.2f} GB/s, median "
-              f"{statistics.median(iperf):.2f} (runs: {', '.join(f'{v:.2f}' for v in iperf)})")
+        print(f"\niperf3 loopback, one stream: median {statistics.median(iperf):.2f} GB/s, best "
+              f"{max(iperf):.2f} (runs: {', '.join(f'{v:.2f}' for v in iperf)})")
     foreign = [v for r in results for v in r.get("foreign_cpu_s", {}).values()]
     if foreign:
         print(f"\nCPU used by other processes during a peer's run: median {statistics.median(foreign):.1f} s, "
               f"max {max(foreign):.1f} s")
     for world in worlds:
-        print(f"\n### {world} ranks: bus bandwidth (GB/s), best of {len(results)} rounds\n")
-        table(results, world, peers, best_of)
         print(f"\n### {world} ranks: bus bandwidth (GB/s), median of {len(results)} rounds\n")
         table(results, world, peers, median_of)
+        print(f"\n### {world} ranks: bus bandwidth (GB/s), best of {len(results)} rounds "
+              "(second view)\n")
+        table(results, world, peers, best_of)
+        if "gloo" in peers:
+            print(f"\n### {world} ranks: Gloo pinned and unpinned, bus bandwidth (GB/s)\n")
+            gloo_table(results, world)
 
 
 def report_threshold(results, worlds):
@@ -339,15 +387,19 @@ def main():
             return 0
         runners = {
             "ddpbench": lambda w: run_ddpbench(daemons, w, SIZES, args.iters, args.warmup, inplace),
-            "gloo": lambda w: run_gloo(w, SIZES, args.iters, args.warmup),
+            "gloo-pinned": lambda w: run_gloo(w, SIZES, args.iters, args.warmup, True),
+            "gloo-unpinned": lambda w: run_gloo(w, SIZES, args.iters, args.warmup, False),
             "mpi-tcp": lambda w: run_mpi(mpi, w, SIZES, args.iters, args.warmup, True, inplace),
             "mpi-shm": lambda w: run_mpi(mpi, w, SIZES, args.iters, args.warmup, False, inplace),
         }
+        timed = [v for p in peers for v in (GLOO_VARIANTS if p == "gloo" else (p,))]
         for rnd in range(args.rounds):
             res = {}
-            order = peers if rnd % 2 == 0 else peers[::-1]
+            order = timed if rnd % 2 == 0 else timed[::-1]
             for world in worlds:
                 for p in order:
+                    if not gloo_runs(world, p):
+                        continue
                     busy0, own0 = cpu_busy(), own_cpu(daemons)
                     res.setdefault(p, {})[world] = runners[p](world)
                     foreign = cpu_busy() - busy0 - (own_cpu(daemons) - own0)
