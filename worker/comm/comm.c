@@ -297,47 +297,32 @@ int comm_run(struct comm *c, const struct comm_args *a, struct err *e)
 int comm_allreduce(struct comm *c, const void *send, void *recv, size_t count,
                    enum comm_dtype dtype, enum comm_redop op, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_ALLREDUCE,
-                          .send = send,
-                          .recv = recv,
-                          .count = count,
-                          .dtype = dtype,
-                          .redop = op};
+    struct comm_args a = comm_args_collective(COMM_OP_ALLREDUCE, send, recv, count, dtype, op,
+                                              0);
     return comm_run(c, &a, e);
 }
 
 int comm_reduce_scatter(struct comm *c, const void *send, void *recv, size_t recv_count,
                         enum comm_dtype dtype, enum comm_redop op, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_REDUCE_SCATTER,
-                          .send = send,
-                          .recv = recv,
-                          .count = recv_count,
-                          .dtype = dtype,
-                          .redop = op};
+    struct comm_args a = comm_args_collective(COMM_OP_REDUCE_SCATTER, send, recv, recv_count,
+                                              dtype, op, 0);
     return comm_run(c, &a, e);
 }
 
 int comm_all_gather(struct comm *c, const void *send, void *recv, size_t send_count,
                     enum comm_dtype dtype, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_ALL_GATHER,
-                          .send = send,
-                          .recv = recv,
-                          .count = send_count,
-                          .dtype = dtype};
+    struct comm_args a = comm_args_collective(COMM_OP_ALL_GATHER, send, recv, send_count, dtype,
+                                              COMM_SUM, 0);
     return comm_run(c, &a, e);
 }
 
 int comm_broadcast(struct comm *c, const void *send, void *recv, size_t count,
                    enum comm_dtype dtype, int root, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_BROADCAST,
-                          .send = send,
-                          .recv = recv,
-                          .count = count,
-                          .dtype = dtype,
-                          .peer = root};
+    struct comm_args a = comm_args_collective(COMM_OP_BROADCAST, send, recv, count, dtype,
+                                              COMM_SUM, root);
     return comm_run(c, &a, e);
 }
 

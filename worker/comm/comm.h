@@ -82,12 +82,28 @@ struct comm_args {
     int peer, peer2;
     size_t count2;
     enum comm_algorithm algorithm; /* AUTO: the communicator's configured choice */
-    void *ready_event;             /* nccl: a cudaEvent_t (borrowed) after which the inputs are
-                          final on the compute stream; the operation waits for it instead
-                          of for everything queued on compute when it starts (a DDP bucket
-                          need not wait for the rest of backward). NULL: that fence. Other
-                          backends ignore it. */
+    /* nccl: a cudaEvent_t (borrowed) after which the inputs are final on the compute
+     * stream; the operation waits for it instead of for everything queued on compute when
+     * it starts (a DDP bucket need not wait for the rest of backward). NULL: that fence.
+     * Other backends ignore it. */
+    void *ready_event;
 };
+
+/* The arguments of a collective as the blocking (comm.c) and the async (comm_async.c)
+ * entry points pass them: one mapping for both. peer is broadcast's root. */
+static inline struct comm_args comm_args_collective(enum comm_op op, const void *send,
+                                                    void *recv, size_t count,
+                                                    enum comm_dtype dtype,
+                                                    enum comm_redop redop, int peer)
+{
+    return (struct comm_args){.op = op,
+                              .send = send,
+                              .recv = recv,
+                              .count = count,
+                              .dtype = dtype,
+                              .redop = redop,
+                              .peer = peer};
+}
 
 struct comm;
 struct comm_async;

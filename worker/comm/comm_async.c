@@ -138,12 +138,8 @@ struct comm_handle *comm_start(struct comm *c, const struct comm_args *a, struct
 struct comm_handle *comm_iallreduce(struct comm *c, const void *send, void *recv, size_t count,
                                     enum comm_dtype dtype, enum comm_redop op, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_ALLREDUCE,
-                          .send = send,
-                          .recv = recv,
-                          .count = count,
-                          .dtype = dtype,
-                          .redop = op};
+    struct comm_args a = comm_args_collective(COMM_OP_ALLREDUCE, send, recv, count, dtype, op,
+                                              0);
     return comm_start(c, &a, e);
 }
 
@@ -151,35 +147,24 @@ struct comm_handle *comm_ireduce_scatter(struct comm *c, const void *send, void 
                                          size_t recv_count, enum comm_dtype dtype,
                                          enum comm_redop op, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_REDUCE_SCATTER,
-                          .send = send,
-                          .recv = recv,
-                          .count = recv_count,
-                          .dtype = dtype,
-                          .redop = op};
+    struct comm_args a = comm_args_collective(COMM_OP_REDUCE_SCATTER, send, recv, recv_count,
+                                              dtype, op, 0);
     return comm_start(c, &a, e);
 }
 
 struct comm_handle *comm_iall_gather(struct comm *c, const void *send, void *recv,
                                      size_t send_count, enum comm_dtype dtype, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_ALL_GATHER,
-                          .send = send,
-                          .recv = recv,
-                          .count = send_count,
-                          .dtype = dtype};
+    struct comm_args a = comm_args_collective(COMM_OP_ALL_GATHER, send, recv, send_count, dtype,
+                                              COMM_SUM, 0);
     return comm_start(c, &a, e);
 }
 
 struct comm_handle *comm_ibroadcast(struct comm *c, const void *send, void *recv, size_t count,
                                     enum comm_dtype dtype, int root, struct err *e)
 {
-    struct comm_args a = {.op = COMM_OP_BROADCAST,
-                          .send = send,
-                          .recv = recv,
-                          .count = count,
-                          .dtype = dtype,
-                          .peer = root};
+    struct comm_args a = comm_args_collective(COMM_OP_BROADCAST, send, recv, count, dtype,
+                                              COMM_SUM, root);
     return comm_start(c, &a, e);
 }
 
