@@ -42,6 +42,15 @@ def raw(d, method, path, body=None, headers=()):
     return r.status, text, r
 
 
+def submit_as_browser(d, origin, ctype="application/json"):
+    """POST the spec as a page at origin (None: no Origin header) would make a browser send
+    it to the daemon's own address: (status, body, response)."""
+    headers = {"Host": f"127.0.0.1:{d.info['http_port']}", "Content-Type": ctype}
+    if origin:
+        headers["Origin"] = origin
+    return raw(d, "POST", "/v1/experiments", json.dumps(SPEC), headers)
+
+
 def experiment_count(d):
     return len(d.get("/v1/experiments")["items"])
 
@@ -51,19 +60,14 @@ def test_cross_site_simple_post_is_refused_and_stores_nothing():
     try:
         port = d.info["http_port"]
         before = experiment_count(d)
-        status, body, _ = raw(d, "POST", "/v1/experiments", json.dumps(SPEC),
-                              {"Host": f"127.0.0.1:{port}", "Origin": "http://evil.example",
-                               "Content-Type": "text/plain"})
+        status, body, _ = submit_as_browser(d, "http://evil.example", "text/plain")
         check(status == 403 and body["error"]["field"] == "Origin", (status, body))
         check("--cors-origin" in body["error"]["message"], body)
-        status, body, _ = raw(d, "POST", "/v1/experiments", json.dumps(SPEC),
-                              {"Host": f"127.0.0.1:{port}", "Content-Type": "text/plain"})
+        status, body, _ = submit_as_browser(d, None, "text/plain")
         check(status == 415 and body["error"]["code"] == "unsupported_media_type", (status, body))
         check(experiment_count(d) == before, "a refused request stored an experiment")
         # the dashboard's own origin, with JSON, is a normal submit
-        status, body, _ = raw(d, "POST", "/v1/experiments", json.dumps(SPEC),
-                              {"Host": f"127.0.0.1:{port}", "Origin": f"http://127.0.0.1:{port}",
-                               "Content-Type": "application/json"})
+        status, body, _ = submit_as_browser(d, f"http://127.0.0.1:{port}")
         check(status == 201, (status, body))
         exp_id = body["id"]
         d.wait_experiment(exp_id)
@@ -78,10 +82,7 @@ def test_cross_site_simple_post_is_refused_and_stores_nothing():
 def test_cors_origin_may_mutate():
     d = Daemon(cpu_slots=1, extra_args=["--cors-origin", "http://lab.example:8080"])
     try:
-        port = d.info["http_port"]
-        status, body, r = raw(d, "POST", "/v1/experiments", json.dumps(SPEC),
-                              {"Host": f"127.0.0.1:{port}", "Origin": "http://lab.example:8080",
-                               "Content-Type": "application/json"})
+        status, body, r = submit_as_browser(d, "http://lab.example:8080")
         check(status == 201, (status, body))
         check(r.getheader("Access-Control-Allow-Origin") == "http://lab.example:8080", r.getheaders())
         d.wait_experiment(body["id"])

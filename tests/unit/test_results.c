@@ -260,33 +260,50 @@ static void test_results_csv_quoting(void)
     json_decref(t);
 }
 
+/* Three runs of one op and size, the middle one flagged (runs.emulated or
+ * runs.oversubscribed): the table must split them by the flag alone, the clean ones
+ * pooled (8 and 6) and the flagged one on its own (3), and say which row is which. The
+ * table is returned for further checks (owned), NULL after a failed check. */
+static json_t *results_check_flag_apart(const char *flag)
+{
+    struct err e;
+    struct report_collective c1[] = {coll(0, 1024, 8.0)}, c2[] = {coll(0, 1024, 3.0)},
+                             c3[] = {coll(0, 1024, 6.0)};
+    struct db_data_run runs[] = {run(2, c1, 1, NULL, 0, NULL, 0),
+                                 run(2, c2, 1, NULL, 0, NULL, 0),
+                                 run(2, c3, 1, NULL, 0, NULL, 0)};
+    bool emulated = strcmp(flag, "emulated") == 0;
+    runs[1].emulated = emulated;
+    runs[1].oversubscribed = !emulated;
+    struct db_experiment_data data = {
+        .id = 3, .workload = "collective", .runs = runs, .nruns = 3};
+    const char *by[] = {"op"};
+    json_t *t = results_build(&data, by, 1, &e);
+    runs_free(runs, 3);
+    json_t *rows = json_object_get(t, "rows");
+    bool ok = t && json_array_size(rows) == 2;
+    for (size_t i = 0; ok && i < 2; i++) {
+        json_t *r = json_array_get(rows, i);
+        bool flagged = json_is_true(json_object_get(r, flag));
+        double mean = json_real_value(json_object_get(r, "busbw_gbs_mean"));
+        ok = json_is_boolean(json_object_get(r, flag)) &&
+             fabs(mean - (flagged ? 3.0 : 7.0)) < 1e-12 &&
+             json_integer_value(json_object_get(r, "busbw_gbs_n")) == (flagged ? 1 : 2);
+    }
+    if (!ok) {
+        json_decref(t);
+        return NULL;
+    }
+    return t;
+}
+
 /* Runs whose ranks shared one GPU (emulated) are never pooled with real ones, whatever
  * the grouping, and every table says which rows are which. */
 static void test_results_emulated_apart(void)
 {
-    struct err e;
-    struct report_collective cr[] = {coll(0, 1024, 8.0)}, ce[] = {coll(0, 1024, 2.0)};
-    struct db_data_run runs[] = {run(2, cr, 1, NULL, 0, NULL, 0),
-                                 run(2, ce, 1, NULL, 0, NULL, 0)};
-    runs[1].emulated = true;
-    struct db_experiment_data data = {
-        .id = 3, .workload = "collective", .runs = runs, .nruns = 2};
-    const char *by[] = {"op"};
-    json_t *t = results_build(&data, by, 1, &e);
-    runs_free(runs, 2);
-    T_CHECK(t != NULL);
-    json_t *rows = json_object_get(t, "rows");
-    T_EQ_INT(json_array_size(rows), 2); /* same op and size: split by emulated only */
-    for (size_t i = 0; i < 2; i++) {
-        json_t *r = json_array_get(rows, i);
-        bool emulated = json_is_true(json_object_get(r, "emulated"));
-        T_CHECK(json_is_boolean(json_object_get(r, "emulated")));
-        T_NEAR(json_real_value(json_object_get(r, "busbw_gbs_mean")), emulated ? 2.0 : 8.0,
-               1e-12);
-        T_EQ_INT(json_integer_value(json_object_get(r, "busbw_gbs_n")), 1);
-    }
-    T_CHECK(json_is_true(json_object_get(json_array_get(rows, 1), "emulated")));
-    /* a column of the table, after the group_by fields; group_by is what was asked */
+    json_t *t = results_check_flag_apart("emulated");
+    T_CHECK_MSG(t != NULL, "emulated runs pooled with real ones");
+    /* columns of the table, after the group_by fields; group_by is what was asked */
     json_t *cols = json_object_get(t, "columns");
     T_EQ_STR(json_string_value(json_array_get(cols, 0)), "op");
     T_EQ_STR(json_string_value(json_array_get(cols, 1)), "emulated");
@@ -298,29 +315,8 @@ static void test_results_emulated_apart(void)
 /* Runs that shared CPUs (oversubscribed) are kept apart from clean ones the same way. */
 static void test_results_oversubscribed_apart(void)
 {
-    struct err e;
-    struct report_collective c1[] = {coll(0, 1024, 8.0)}, c2[] = {coll(0, 1024, 3.0)},
-                             c3[] = {coll(0, 1024, 6.0)};
-    struct db_data_run runs[] = {run(2, c1, 1, NULL, 0, NULL, 0),
-                                 run(2, c2, 1, NULL, 0, NULL, 0),
-                                 run(2, c3, 1, NULL, 0, NULL, 0)};
-    runs[1].oversubscribed = true;
-    struct db_experiment_data data = {
-        .id = 4, .workload = "collective", .runs = runs, .nruns = 3};
-    const char *by[] = {"op"};
-    json_t *t = results_build(&data, by, 1, &e);
-    runs_free(runs, 3);
-    T_CHECK(t != NULL);
-    json_t *rows = json_object_get(t, "rows");
-    T_EQ_INT(json_array_size(rows), 2);
-    for (size_t i = 0; i < 2; i++) {
-        json_t *r = json_array_get(rows, i);
-        bool over = json_is_true(json_object_get(r, "oversubscribed"));
-        T_CHECK(json_is_boolean(json_object_get(r, "oversubscribed")));
-        /* the clean runs pool (8 and 6), the oversubscribed one stands alone */
-        T_NEAR(json_real_value(json_object_get(r, "busbw_gbs_mean")), over ? 3.0 : 7.0, 1e-12);
-        T_EQ_INT(json_integer_value(json_object_get(r, "busbw_gbs_n")), over ? 1 : 2);
-    }
+    json_t *t = results_check_flag_apart("oversubscribed");
+    T_CHECK_MSG(t != NULL, "oversubscribed runs pooled with clean ones");
     json_decref(t);
 }
 
