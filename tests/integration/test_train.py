@@ -173,6 +173,30 @@ def test_same_seed_same_run():
         d.close()
 
 
+def test_step_times_against_the_daemons_clock():
+    """The workers time steps on their own monotonic clocks; the daemon stamps the run's
+    start and end on its wall clock, independently. Every step (warm-up included) of a
+    1-rank run falls inside the run, so their sum cannot exceed the run's duration; and on
+    a run of 150 steps the steps are most of it, so a unit slip (ms read as us, a phase
+    counted twice) cannot pass either way."""
+    d = Daemon(cpu_slots=1)
+    try:
+        spec = dict(SMALL, steps=150, warmup_steps=5, dataset={"name": "synthetic"})
+        exp = d.run_experiment(spec, timeout=180)
+        check(exp["status"] == "succeeded", exp["runs"])
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        steps = d.get(f"/v1/runs/{run['id']}/steps?warmup=true")
+        at = {c: i for i, c in enumerate(steps["columns"])}
+        total_s = sum(row[at["step_ms"]] for row in steps["rows"]) / 1e3
+        check(len(steps["rows"]) == spec["steps"], len(steps["rows"]))  # warm-up among them
+        # the run also spawns the process, joins, builds the model and reports: the steps
+        # are under its duration, and more than a fifth of it (measured: about 0.7)
+        check(total_s <= run["duration_s"], (total_s, run["duration_s"]))
+        check(total_s >= 0.2 * run["duration_s"], (total_s, run["duration_s"]))
+    finally:
+        d.close()
+
+
 def test_accumulation_and_compression_through_the_api():
     """The strategy knobs reach the workers: accumulate 2 makes every step train 2 batches,
     and fp16 compression halves the gradient bytes each rank sends per step (recursive
@@ -253,5 +277,6 @@ def test_rank_killed_mid_training():
 if __name__ == "__main__":
     sys.exit(run_cases([test_strategies_end_to_end, test_fashion_mnist_reaches_pytorch_accuracy,
                test_dataset_samples_on_real_data,
-               test_same_seed_same_run, test_accumulation_and_compression_through_the_api,
+               test_same_seed_same_run, test_step_times_against_the_daemons_clock,
+               test_accumulation_and_compression_through_the_api,
                test_bad_training_inputs, test_rank_killed_mid_training]))
