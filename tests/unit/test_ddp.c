@@ -375,6 +375,18 @@ static int eq_compare(const struct eq_case *k, float **p, const float *ref, size
     return 0;
 }
 
+/* A case of the equivalence tests on lenet5, in host mode. */
+static struct eq_case eq_case_of(enum ddp_strategy strategy, enum ddp_compression compression,
+                                 int world, int batch, int accumulate, size_t bucket_bytes)
+{
+    return (struct eq_case){.strategy = strategy,
+                            .compression = compression,
+                            .world = world,
+                            .batch = batch,
+                            .accumulate = accumulate,
+                            .bucket_bytes = bucket_bytes};
+}
+
 static void eq_check(struct eq_case k, double atol)
 {
     char why[600] = "";
@@ -408,76 +420,30 @@ static void test_ddp_strategies_match_one_rank(void)
 {
     for (int s = DDP_NAIVE; s <= DDP_ZERO2; s++)
         for (int w = 2; w <= 3; w++)
-            eq_check((struct eq_case){.strategy = (enum ddp_strategy)s,
-                                      .world = w,
-                                      .batch = 4,
-                                      .accumulate = 1,
-                                      .bucket_bytes = SMALL_BUCKETS},
-                     2e-5);
+            eq_check(
+                eq_case_of((enum ddp_strategy)s, DDP_COMPRESS_NONE, w, 4, 1, SMALL_BUCKETS),
+                2e-5);
 }
 
 static void test_ddp_four_ranks_and_large_buckets(void)
 {
     /* one bucket holding everything (the 25 MiB default), and ddp's 1 MiB first bucket */
-    eq_check((struct eq_case){.strategy = DDP_DDP,
-                              .world = 4,
-                              .batch = 2,
-                              .accumulate = 1,
-                              .bucket_bytes = 25u << 20},
-             2e-5);
-    eq_check((struct eq_case){.strategy = DDP_ZERO2,
-                              .world = 4,
-                              .batch = 2,
-                              .accumulate = 1,
-                              .bucket_bytes = SMALL_BUCKETS},
-             2e-5);
+    eq_check(eq_case_of(DDP_DDP, DDP_COMPRESS_NONE, 4, 2, 1, 25u << 20), 2e-5);
+    eq_check(eq_case_of(DDP_ZERO2, DDP_COMPRESS_NONE, 4, 2, 1, SMALL_BUCKETS), 2e-5);
 }
 
 static void test_ddp_accumulation(void)
 {
-    eq_check((struct eq_case){.strategy = DDP_DDP,
-                              .world = 2,
-                              .batch = 2,
-                              .accumulate = 3,
-                              .bucket_bytes = SMALL_BUCKETS},
-             2e-5);
-    eq_check((struct eq_case){.strategy = DDP_ZERO1,
-                              .world = 3,
-                              .batch = 2,
-                              .accumulate = 2,
-                              .bucket_bytes = SMALL_BUCKETS},
-             2e-5);
-    eq_check((struct eq_case){.strategy = DDP_HOROVOD,
-                              .world = 2,
-                              .batch = 2,
-                              .accumulate = 2,
-                              .bucket_bytes = SMALL_BUCKETS},
-             2e-5);
+    eq_check(eq_case_of(DDP_DDP, DDP_COMPRESS_NONE, 2, 2, 3, SMALL_BUCKETS), 2e-5);
+    eq_check(eq_case_of(DDP_ZERO1, DDP_COMPRESS_NONE, 3, 2, 2, SMALL_BUCKETS), 2e-5);
+    eq_check(eq_case_of(DDP_HOROVOD, DDP_COMPRESS_NONE, 2, 2, 2, SMALL_BUCKETS), 2e-5);
 }
 
 static void test_ddp_compression(void)
 {
-    eq_check((struct eq_case){.strategy = DDP_DDP,
-                              .compression = DDP_COMPRESS_FP16,
-                              .world = 3,
-                              .batch = 4,
-                              .accumulate = 1,
-                              .bucket_bytes = SMALL_BUCKETS},
-             5e-4);
-    eq_check((struct eq_case){.strategy = DDP_ZERO2,
-                              .compression = DDP_COMPRESS_BF16,
-                              .world = 3,
-                              .batch = 4,
-                              .accumulate = 1,
-                              .bucket_bytes = SMALL_BUCKETS},
-             3e-3);
-    eq_check((struct eq_case){.strategy = DDP_HOROVOD,
-                              .compression = DDP_COMPRESS_BF16,
-                              .world = 2,
-                              .batch = 4,
-                              .accumulate = 1,
-                              .bucket_bytes = SMALL_BUCKETS},
-             3e-3);
+    eq_check(eq_case_of(DDP_DDP, DDP_COMPRESS_FP16, 3, 4, 1, SMALL_BUCKETS), 5e-4);
+    eq_check(eq_case_of(DDP_ZERO2, DDP_COMPRESS_BF16, 3, 4, 1, SMALL_BUCKETS), 3e-3);
+    eq_check(eq_case_of(DDP_HOROVOD, DDP_COMPRESS_BF16, 2, 4, 1, SMALL_BUCKETS), 3e-3);
 }
 
 /* Bucket layout: PyTorch's rule on real models; sizes cover the arena exactly. */
@@ -487,16 +453,8 @@ static void test_ddp_compression(void)
 static void test_ddp_device_mode_matches_host(void)
 {
     struct eq_case cases[] = {
-        {.strategy = DDP_NAIVE,
-         .world = 2,
-         .batch = 4,
-         .accumulate = 1,
-         .bucket_bytes = SMALL_BUCKETS},
-        {.strategy = DDP_DDP,
-         .world = 2,
-         .batch = 2,
-         .accumulate = 2,
-         .bucket_bytes = SMALL_BUCKETS},
+        eq_case_of(DDP_NAIVE, DDP_COMPRESS_NONE, 2, 4, 1, SMALL_BUCKETS),
+        eq_case_of(DDP_DDP, DDP_COMPRESS_NONE, 2, 2, 2, SMALL_BUCKETS),
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char why[600] = "";
