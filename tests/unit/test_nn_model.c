@@ -19,73 +19,24 @@
 static int tiny_build(struct nn_model *m, int dropout, struct err *e)
 {
     nn_model_init(m);
-    struct nn_conv2d_cfg c = {.cin = 3,
-                              .cout = 8,
-                              .kh = 3,
-                              .kw = 3,
-                              .sh = 1,
-                              .sw = 1,
-                              .ph = 1,
-                              .pw = 1,
-                              .dh = 1,
-                              .dw = 1,
-                              .groups = 1};
+    struct nn_conv2d_cfg c = nn_conv2d_square(3, 8, 3, 1, 1, 1, 0);
     int x = nn_model_input(m, 3, 12, 12);
     x = nn_model_conv2d(m, "conv1", x, &c);
     x = nn_model_batchnorm(m, "bn1", x, 1);
     x = nn_model_maxpool(m, "pool", x, 3, 2, 1); /* 6x6 */
     /* block with downsample: 8 -> 16, stride 2 */
-    c = (struct nn_conv2d_cfg){.cin = 8,
-                               .cout = 16,
-                               .kh = 3,
-                               .kw = 3,
-                               .sh = 2,
-                               .sw = 2,
-                               .ph = 1,
-                               .pw = 1,
-                               .dh = 1,
-                               .dw = 1,
-                               .groups = 1};
+    c = nn_conv2d_square(8, 16, 3, 2, 1, 1, 0);
     int y = nn_model_conv2d(m, "b1.conv1", x, &c);
     y = nn_model_batchnorm(m, "b1.bn1", y, 1);
-    c = (struct nn_conv2d_cfg){.cin = 16,
-                               .cout = 16,
-                               .kh = 3,
-                               .kw = 3,
-                               .sh = 1,
-                               .sw = 1,
-                               .ph = 1,
-                               .pw = 1,
-                               .dh = 1,
-                               .dw = 1,
-                               .groups = 1};
+    c = nn_conv2d_square(16, 16, 3, 1, 1, 1, 0);
     y = nn_model_conv2d(m, "b1.conv2", y, &c);
     y = nn_model_batchnorm(m, "b1.bn2", y, 0);
-    c = (struct nn_conv2d_cfg){.cin = 8,
-                               .cout = 16,
-                               .kh = 1,
-                               .kw = 1,
-                               .sh = 2,
-                               .sw = 2,
-                               .dh = 1,
-                               .dw = 1,
-                               .groups = 1};
+    c = nn_conv2d_square(8, 16, 1, 2, 0, 1, 0);
     int s = nn_model_conv2d(m, "b1.down", x, &c);
     s = nn_model_batchnorm(m, "b1.downbn", s, 0);
     x = nn_model_add(m, "b1.add", y, s, 1); /* 16x3x3 */
     /* identity block with a depthwise conv and relu6 */
-    c = (struct nn_conv2d_cfg){.cin = 16,
-                               .cout = 16,
-                               .kh = 3,
-                               .kw = 3,
-                               .sh = 1,
-                               .sw = 1,
-                               .ph = 1,
-                               .pw = 1,
-                               .dh = 1,
-                               .dw = 1,
-                               .groups = 16,
-                               .bias = 1};
+    c = nn_conv2d_square(16, 16, 3, 1, 1, 16, 1);
     y = nn_model_conv2d(m, "b2.dw", x, &c);
     y = nn_model_act(m, "b2.relu6", y, NN_ACT_RELU6);
     x = nn_model_add(m, "b2.add", x, y, 0);
@@ -93,16 +44,7 @@ static int tiny_build(struct nn_model *m, int dropout, struct err *e)
      * output is plain) added to a 2x2 convolution's blocked output: the add converts its
      * second input and that input's gradient */
     int a = nn_model_adaptive_avgpool(m, "adapt", x, 2, 2);
-    c = (struct nn_conv2d_cfg){.cin = 16,
-                               .cout = 16,
-                               .kh = 2,
-                               .kw = 2,
-                               .sh = 1,
-                               .sw = 1,
-                               .dh = 1,
-                               .dw = 1,
-                               .groups = 1,
-                               .bias = 1};
+    c = nn_conv2d_square(16, 16, 2, 1, 0, 1, 1);
     y = nn_model_conv2d(m, "b3.conv", x, &c);
     x = nn_model_add(m, "b3.add", y, a, 0);
     x = nn_model_global_avgpool(m, "avg", x); /* 1x1 */
@@ -425,17 +367,7 @@ static void test_model_huge_batch(void)
     struct err e;
     struct nn_model m;
     nn_model_init(&m);
-    struct nn_conv2d_cfg c = {.cin = 3,
-                              .cout = 4,
-                              .kh = 3,
-                              .kw = 3,
-                              .sh = 1,
-                              .sw = 1,
-                              .ph = 1,
-                              .pw = 1,
-                              .dh = 1,
-                              .dw = 1,
-                              .groups = 1};
+    struct nn_conv2d_cfg c = nn_conv2d_square(3, 4, 3, 1, 1, 1, 0);
     int x = nn_model_input(&m, 3, 4096, 4096);
     x = nn_model_conv2d(&m, "conv", x, &c);
     x = nn_model_batchnorm(&m, "bn", x, 1);

@@ -35,6 +35,24 @@ struct nn_conv2d_cfg {
     int bias;   /* 1: a bias of cout */
 };
 
+/* The usual case: a k x k kernel, the same stride and padding both ways, no dilation. */
+static inline struct nn_conv2d_cfg nn_conv2d_square(int cin, int cout, int k, int stride,
+                                                    int pad, int groups, int bias)
+{
+    return (struct nn_conv2d_cfg){.cin = cin,
+                                  .cout = cout,
+                                  .kh = k,
+                                  .kw = k,
+                                  .sh = stride,
+                                  .sw = stride,
+                                  .ph = pad,
+                                  .pw = pad,
+                                  .dh = 1,
+                                  .dw = 1,
+                                  .groups = groups,
+                                  .bias = bias};
+}
+
 /* Checks the config against the input (N,Cin,H,W); out gets (N,Cout,OH,OW). */
 int nn_conv2d_shape(const struct nn_conv2d_cfg *c, struct nn_shape in, struct nn_shape *out,
                     struct err *e);

@@ -15,18 +15,8 @@ static int zoo_conv(struct nn_model *m, const char *name, int x, int cout, int k
 {
     if (x < 0)
         return -1;
-    struct nn_conv2d_cfg c = {.cin = nn_model_tensor_shape(m, x).c,
-                              .cout = cout,
-                              .kh = k,
-                              .kw = k,
-                              .sh = s,
-                              .sw = s,
-                              .ph = p,
-                              .pw = p,
-                              .dh = 1,
-                              .dw = 1,
-                              .groups = groups,
-                              .bias = bias};
+    struct nn_conv2d_cfg c = nn_conv2d_square(nn_model_tensor_shape(m, x).c, cout, k, s, p,
+                                              groups, bias);
     return nn_model_conv2d(m, name, x, &c);
 }
 
