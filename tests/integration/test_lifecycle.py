@@ -82,6 +82,10 @@ def test_cancel_one_run_and_delete():
         check(status == 404, status)
         status, _, _ = d.request("GET", f"/v1/runs/{r0}")
         check(status == 404, status)
+        # the deleted experiment was the newest: its ids are still never handed out again
+        again = d.submit(dict(SMALL, name="after-delete", world_size=1))
+        check(again["id"] > exp["id"] and again["runs"][0]["id"] > r1, (again, exp["id"], r1))
+        d.wait_experiment(again["id"], timeout=60)
     finally:
         d.close()
 
