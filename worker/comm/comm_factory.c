@@ -21,6 +21,7 @@ struct comm_factory {
     int rank, world_size, timeout_ms;
     const atomic_bool *abort_flag; /* borrowed */
     char algorithm[16];            /* "" = the backend's automatic choice */
+    bool time_ops;                 /* the collective benchmark: NCCL times each op */
 };
 
 int comm_backend_check(const char *name, struct err *e)
@@ -70,6 +71,7 @@ struct comm_factory *comm_factory_begin(const struct spec *s, const struct rende
     /* only the collective benchmark forces an algorithm (spec.c allows it nowhere else) */
     if (s->workload == SPEC_WORKLOAD_COLLECTIVE)
         snprintf(f->algorithm, sizeof f->algorithm, "%s", s->coll.algorithm);
+    f->time_ops = s->workload == SPEC_WORKLOAD_COLLECTIVE;
     if (f->backend == COMM_FACTORY_TCP) {
         struct comm_tcp_config cfg = {.rank = env->rank,
                                       .world_size = env->world_size,
@@ -102,7 +104,8 @@ static struct comm *comm_factory_nccl(const struct comm_factory *f, struct store
                                    .device = 0,
                                    .compute_stream = NULL,
                                    .algorithm = f->algorithm[0] ? f->algorithm : "auto",
-                                   .tag = "0"};
+                                   .tag = "0",
+                                   .time_ops = f->time_ops};
     return comm_nccl_create(&cfg, store, e);
 }
 #else

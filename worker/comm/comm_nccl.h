@@ -27,6 +27,7 @@
 #define DDPB_COMM_NCCL_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "worker/comm/comm.h"
@@ -46,6 +47,10 @@ struct comm_nccl_config {
                                       sets NCCL_ALGO before the communicator exists */
     const char *tag;               /* distinguishes communicators of one run in the
                                       store; NULL = "0" */
+    bool time_ops;                 /* time every operation on the device (the
+                                      collective benchmark): a hold on the stream keeps
+                                      host enqueue latency out of it (nccl_gate.h);
+                                      false: no events, comm_nccl_last_op_seconds -1 */
 };
 
 /* Unique id through the store, non-blocking init with the timeout. Returns an owned
@@ -54,9 +59,12 @@ struct comm_nccl_config {
 struct comm *comm_nccl_create(const struct comm_nccl_config *cfg, struct store_client *store,
                               struct err *e);
 
-/* The device time of c's last completed operation in seconds (CUDA events recorded on
- * the communication stream around its enqueue: no launch or host-sync latency), -1 when
- * the last one failed or none ran. Read it when no operation is in flight. */
+/* The device time of c's last completed operation in seconds: CUDA events on the
+ * communication stream, the first behind the compute fence and a hold opened after the
+ * last enqueue call, the second right after the collective, so it holds neither the wait
+ * for compute nor host enqueue or launch latency. -1 when unknown: the communicator is
+ * not timed (time_ops), the last operation failed, none ran, or its hold expired. Read it
+ * when no operation is in flight. */
 double comm_nccl_last_op_seconds(const struct comm *c);
 
 /* The compute stream waits (on the device) for every operation completed or queued so

@@ -8,7 +8,14 @@
  * is where the watchdog runs; overlap with compute comes from comm_start's communication
  * thread doing that wait while the caller keeps launching kernels. The first failure
  * breaks the communicator (an aborted NCCL communicator cannot be used again) and every
- * later operation fails with the first error. */
+ * later operation fails with the first error.
+ *
+ * Timing (comm_nccl_config.time_ops, the collective benchmark): the device time of an
+ * operation is cudaEventElapsedTime between t0 and t1 recorded on the communication
+ * stream, t0 behind the compute fence and behind a hold the host opens only after its
+ * last enqueue call (nccl_gate.h says why an event on an idle stream needs one), t1 right
+ * after the collective. Neither waiting for compute nor the host's enqueue is in it.
+ * Untimed communicators (training) queue neither the hold nor the events. */
 #include "worker/comm/comm_nccl.h"
 
 #include <cuda_runtime_api.h>
@@ -20,11 +27,15 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "worker/comm/nccl_gate.h"
 #include "worker/comm/nccl_watch.h"
 #include "worker/store/store_client.h"
 
 #define NCCL_SPIN_POLLS 2000 /* polls without sleeping: completion latency of small ops */
 #define NCCL_SLEEP_NS 20000  /* then 20 us between polls */
+/* A timed operation's enqueue normally takes microseconds; one that takes longer than this
+ * (or a host that failed before opening the gate) is let through and its time unknown */
+#define NCCL_GATE_LIMIT_MS 1000
 
 struct comm_nccl {
     struct comm base;        /* first: comm.c sees struct comm */
@@ -33,7 +44,9 @@ struct comm_nccl {
     cudaStream_t compute;    /* borrowed */
     cudaEvent_t ready, done; /* owned: compute -> comm fence, completion of the last op */
     cudaEvent_t t0, t1;      /* owned, timing: around the last operation on the stream */
-    double last_op_s;        /* the last operation's device time; -1 before the first */
+    bool time_ops;           /* gate and time every operation (comm_nccl_config) */
+    int64_t gate_limit_ns;   /* how long a hold waits for the host at most */
+    double last_op_s;        /* the last operation's device time; -1: unknown */
     float *scratch;          /* owned device float: the barrier's payload */
     int device;
     int polls; /* polls of the current wait, for the spin-then-sleep pause */
@@ -326,6 +339,9 @@ struct comm *comm_nccl_create(const struct comm_nccl_config *cfg, struct store_c
     snprintf(n->base.last_algorithm, sizeof n->base.last_algorithm, "nccl");
     n->device = cfg->device;
     n->last_op_s = -1;
+    n->time_ops = cfg->time_ops;
+    int gate_ms = cfg->timeout_ms < NCCL_GATE_LIMIT_MS ? cfg->timeout_ms : NCCL_GATE_LIMIT_MS;
+    n->gate_limit_ns = (int64_t)gate_ms * 1000000;
     n->compute = (cudaStream_t)cfg->compute_stream;
     nccl_watch_init(&n->watch, &nccl_watch_ops_real, n, cfg->timeout_ms, cfg->abort_flag,
                     &n->base.stop);
@@ -437,6 +453,43 @@ static ncclResult_t nccl_enqueue(struct comm_nccl *n, const struct comm_args *a)
     return ncclInvalidArgument;
 }
 
+/* The communication stream starts once compute has written the inputs: at the caller's
+ * event (a layer's end in backward), else at everything queued on compute so far. */
+static int nccl_fence(struct comm_nccl *n, const struct comm_args *a, const char *name,
+                      struct err *e)
+{
+    cudaEvent_t fence = (cudaEvent_t)a->ready_event;
+    if (!fence && nccl_cuda(n, cudaEventRecord(n->ready, n->compute), name, "fence", e) < 0)
+        return -1;
+    return nccl_cuda(n, cudaStreamWaitEvent(n->stream, fence ? fence : n->ready, 0), name,
+                     "fence", e);
+}
+
+/* Timed operations: after the fence, the stream is held (nccl_gate.h) and t0 recorded
+ * behind the hold, so t0 fires once the host opens the gate after its last enqueue call,
+ * not while it is still enqueueing, and never while the stream waits for compute.
+ * *out: a gate holding the host's reference (the hold has the other). */
+static int nccl_timing_start(struct comm_nccl *n, struct nccl_gate **out, const char *name,
+                             struct err *e)
+{
+    struct nccl_gate *g = nccl_gate_new(n->gate_limit_ns, NULL, NULL);
+    if (!g)
+        return nccl_fail(n, e, ERR_NOMEM, name, "out of memory for the timing gate");
+    cudaError_t rc = cudaLaunchHostFunc(n->stream, nccl_gate_hold, g);
+    if (rc != cudaSuccess) {
+        nccl_gate_put(g); /* the hold was never queued: both references are ours */
+        nccl_gate_put(g);
+        return nccl_cuda(n, rc, name, "timing gate", e);
+    }
+    if (nccl_cuda(n, cudaEventRecord(n->t0, n->stream), name, "timing event", e) < 0) {
+        nccl_gate_open(g);
+        nccl_gate_put(g);
+        return -1;
+    }
+    *out = g;
+    return 0;
+}
+
 static int nccl_op(struct comm *c, const struct comm_args *a, struct err *e)
 {
     struct comm_nccl *n = (struct comm_nccl *)c;
@@ -457,29 +510,31 @@ static int nccl_op(struct comm *c, const struct comm_args *a, struct err *e)
         return -1;
     c->error_op[0] = '\0';
     c->error_peer = -1;
-    /* the communication stream starts once compute has written the inputs: at the
-     * caller's event (a layer's end in backward), else at everything queued so far */
-    cudaEvent_t fence = (cudaEvent_t)a->ready_event;
-    if (!fence && nccl_cuda(n, cudaEventRecord(n->ready, n->compute), name, "fence", e) < 0)
-        return -1;
-    if (nccl_cuda(n, cudaStreamWaitEvent(n->stream, fence ? fence : n->ready, 0), name, "fence",
-                  e) < 0)
-        return -1;
     n->last_op_s = -1;
-    if (nccl_cuda(n, cudaEventRecord(n->t0, n->stream), name, "timing event", e) < 0)
+    struct nccl_gate *g = NULL;
+    if (nccl_fence(n, a, name, e) < 0 || (n->time_ops && nccl_timing_start(n, &g, name, e) < 0))
         return -1;
     nccl_watch_begin(&n->watch, name);
-    if (nccl_settle(n, nccl_enqueue(n, a), name, e) < 0)
-        return -1;
-    if (nccl_cuda(n, cudaEventRecord(n->t1, n->stream), name, "timing event", e) < 0 ||
-        nccl_cuda(n, cudaEventRecord(n->done, n->stream), name, "completion event", e) < 0)
-        return -1;
+    /* an enqueue that fails aborts the communicator with the hold still closed: if the
+     * abort waits for the device, the hold's limit bounds that wait */
+    int rc = nccl_settle(n, nccl_enqueue(n, a), name, e);
+    if (rc == 0 && g)
+        rc = nccl_cuda(n, cudaEventRecord(n->t1, n->stream), name, "timing event", e);
+    if (rc == 0)
+        rc = nccl_cuda(n, cudaEventRecord(n->done, n->stream), name, "completion event", e);
+    if (g) /* everything is enqueued (or failed): t0 may fire now */
+        nccl_gate_open(g);
     n->polls = 0;
-    if (nccl_watch_wait(&n->watch, nccl_pause) != NCCL_WATCH_OK)
-        return nccl_fail_verdict(n, e, name);
-    float ms = 0; /* t1 precedes done on the stream: complete */
-    if (cudaEventElapsedTime(&ms, n->t0, n->t1) == cudaSuccess)
-        n->last_op_s = (double)ms * 1e-3;
+    if (rc == 0 && nccl_watch_wait(&n->watch, nccl_pause) != NCCL_WATCH_OK)
+        rc = nccl_fail_verdict(n, e, name);
+    if (rc == 0 && g) { /* t1 precedes done on the stream: complete */
+        float ms = 0;
+        bool ok = cudaEventElapsedTime(&ms, n->t0, n->t1) == cudaSuccess;
+        n->last_op_s = nccl_gate_seconds(g, ok, ms);
+    }
+    nccl_gate_put(g);
+    if (rc < 0)
+        return -1;
     size_t bytes = a->count * comm_dtype_size(a->dtype);
     c->bytes_sent += comm_nccl_wire_bytes(a->op, bytes, c->world_size);
     return 0;
