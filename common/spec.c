@@ -161,10 +161,12 @@ static const struct spec_field spec_fields[] = {
              "fails, naming the rank it waited for (a stopped or hung peer)."},
     {.name = "emulate_multi_rank", .type = SPEC_T_BOOL, .workloads = SPEC_WL_ANY,
      .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(emulate_multi_rank),
-     .desc = "device \"cuda\": run several ranks on one GPU (each rank with its own "
-             "NCCL_HOSTID, or NCCL_MULTI_RANK_GPU_ENABLE=1 with NCCL 2.30 or newer) so "
-             "multi-rank NCCL can be exercised on a single-GPU node. Results are flagged "
-             "as emulated and are not comparable with one rank per GPU."},
+     .desc = "Experimental, device \"cuda\": run several ranks on one GPU (each rank "
+             "with its own NCCL_HOSTID, or NCCL_MULTI_RANK_GPU_ENABLE=1 with NCCL 2.30 or "
+             "newer) so multi-rank NCCL can be exercised on a single-GPU node. NCCL does "
+             "not support several ranks on one GPU: a run may hang or measure socket "
+             "copies. Results are flagged as emulated and are not comparable with one "
+             "rank per GPU."},
     {.name = "op", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .choices = spec_ops, .def = "\"allreduce\"", SPEC_AT(coll.op),
      .desc = "Collective operation to measure. reduce_scatter and all_gather sizes are "

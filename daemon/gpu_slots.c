@@ -46,3 +46,22 @@ int gpu_slots_env(const struct gpu_plan *plan, int rank, int nccl_version, const
     snprintf(out[n++], 64, "DDPB_EMULATED=1");
     return n;
 }
+
+const char *gpu_slots_warning(const struct gpu_plan *plan, int nccl_version, char *buf,
+                              size_t len)
+{
+    if (!plan->emulated)
+        return NULL;
+    bool native = nccl_version >= GPU_SLOTS_MULTI_RANK_NCCL;
+    snprintf(buf, len,
+             "emulate_multi_rank is experimental: %d ranks share GPU %d, which NCCL does "
+             "not support (NVIDIA/nccl issue 418); %s. Its figures are flagged emulated "
+             "and never pooled with one-rank-per-GPU runs",
+             plan->world_size, plan->gpu[0],
+             native ? "NCCL_MULTI_RANK_GPU_ENABLE=1 turns on NCCL's own experimental "
+                      "support, which may still hang"
+                    : "a distinct NCCL_HOSTID per rank makes NCCL use its socket transport, "
+                      "so the figures measure socket copies, and the run may hang until "
+                      "comm_timeout_s");
+    return buf;
+}

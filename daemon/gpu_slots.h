@@ -6,7 +6,10 @@
  *   Normally a run takes world_size free GPUs, one rank each, lowest first, and every rank
  *   sees only its own (CUDA_VISIBLE_DEVICES=<index>, device 0 inside the worker).
  * - Emulation (spec emulate_multi_rank) puts all ranks on ONE free GPU, so multi-rank
- *   NCCL can be exercised on a single-GPU node. NCCL refuses two ranks of a communicator
+ *   NCCL can be exercised on a single-GPU node. It is experimental: NCCL does not support
+ *   several ranks on one GPU (NVIDIA/nccl issue 418), so such a run may hang or measure
+ *   socket copies; the daemon logs a warning when one starts (gpu_slots_warning), results
+ *   keep it apart, and no test or benchmark relies on it. NCCL refuses two ranks of a communicator
  *   on one GPU unless told otherwise: with NCCL >= 2.30 NCCL_MULTI_RANK_GPU_ENABLE=1,
  *   before that a distinct NCCL_HOSTID per rank (NCCL then believes the ranks are on
  *   different hosts and uses its socket transport). Emulated runs are flagged
@@ -18,6 +21,7 @@
 #define DDPB_GPU_SLOTS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "common/err.h"
 
@@ -42,5 +46,11 @@ int gpu_slots_plan(int ngpus, const bool *used, int world_size, bool emulate,
  * per run. */
 int gpu_slots_env(const struct gpu_plan *plan, int rank, int nccl_version, const char *run_tag,
                   char out[][64]);
+
+/* The warning the daemon logs when an emulated plan starts, into buf (what the ranks
+ * share, how NCCL is made to accept it for nccl_version, what can go wrong, that the
+ * results are flagged); NULL (buf untouched) when plan is not emulated. */
+const char *gpu_slots_warning(const struct gpu_plan *plan, int nccl_version, char *buf,
+                              size_t len);
 
 #endif

@@ -310,6 +310,9 @@ static void sched_start_queued(struct scheduler *s)
             db_queued_runs_free(q, n);
             return;
         }
+        char warn[400];
+        if (cuda && gpu_slots_warning(plan, DDPB_NCCL_VERSION_CODE, warn, sizeof warn))
+            log_warn("run %lld: %s", (long long)q->id, warn);
         db_queued_runs_free(q, n);
         sched_mark_oversubscribed(s);
         sched_publish_stats(s);

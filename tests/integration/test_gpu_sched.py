@@ -2,7 +2,8 @@
 """GPU scheduling through the real daemon, without needing a GPU: a device "cuda" point
 that can never fit is refused at submit with 409 naming the field (no GPU slots at all:
 "device"; more ranks than GPUs without emulate_multi_rank: "world_size"); an accepted
-emulated run is placed with both ranks on GPU 0, stored as emulated, and its worker either
+emulated run is placed with both ranks on GPU 0, stored as emulated, logged as
+experimental by the daemon, and its worker either
 refuses the device with device_check's message (a worker built without CUDA), fails
 setting up CUDA (a CUDA build on a machine without a GPU), or, on a GPU machine, succeeds
 with every element right; the results table carries the emulated column either way."""
@@ -62,6 +63,9 @@ def test_emulated_run_placed_and_flagged():
         run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
         check(run["emulated"] is True, run)
         check([k["gpu"] for k in run["ranks"]] == [0, 0], run["ranks"])
+        # experimental: the daemon says so when the run starts
+        check(f"run {run['id']}: emulate_multi_rank is experimental" in d.daemon_log(),
+              d.daemon_log())
         table = d.get(f"/v1/experiments/{exp['id']}/results")
         if run["status"] == "succeeded":  # a GPU machine: NCCL between two emulated ranks
             check("emulated" in table["columns"] and table["rows"], table)

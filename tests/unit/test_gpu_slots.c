@@ -2,8 +2,9 @@
  * GPU, lowest first; a run waits while GPUs are busy and is refused when it can never fit;
  * emulation takes one whole free GPU for every rank and flags the run; the environment is
  * CUDA_VISIBLE_DEVICES per rank plus, when emulated, a distinct NCCL_HOSTID per rank
- * (NCCL < 2.30) or NCCL_MULTI_RANK_GPU_ENABLE=1 (>= 2.30); a spawned worker gets exactly
- * that environment, and the daemon's own NCCL_HOSTID does not leak into it. */
+ * (NCCL < 2.30) or NCCL_MULTI_RANK_GPU_ENABLE=1 (>= 2.30); an emulated run (only) starts
+ * with a warning calling it experimental; a spawned worker gets exactly that environment,
+ * and the daemon's own NCCL_HOSTID does not leak into it. */
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +74,31 @@ static void test_env(void)
     T_EQ_INT(gpu_slots_plan(4, free4, 2, false, &p, &e), 1);
     T_EQ_INT(gpu_slots_env(&p, 1, 23000, "run-5", env), 1);
     T_EQ_STR(env[0], "CUDA_VISIBLE_DEVICES=1");
+}
+
+/* An emulated plan starts with a warning naming it experimental, the shared GPU and how
+ * NCCL is made to accept it; a plan of one rank per GPU starts with none. */
+static void test_emulation_warning(void)
+{
+    bool used[2] = {true, false};
+    struct gpu_plan p;
+    struct err e = {0};
+    char buf[400] = "untouched";
+    T_EQ_INT(gpu_slots_plan(2, used, 3, true, &p, &e), 1);
+    const char *w = gpu_slots_warning(&p, 22809, buf, sizeof buf);
+    T_CHECK(w == buf);
+    T_CHECK_MSG(strstr(w, "experimental") && strstr(w, "3 ranks share GPU 1") &&
+                    strstr(w, "NCCL_HOSTID") && strstr(w, "socket") &&
+                    strstr(w, "flagged emulated"),
+                "%s", w);
+    w = gpu_slots_warning(&p, 23000, buf, sizeof buf);
+    T_CHECK_MSG(w && strstr(w, "NCCL_MULTI_RANK_GPU_ENABLE=1") && !strstr(w, "NCCL_HOSTID"),
+                "%s", w);
+    bool free2[2] = {false, false};
+    T_EQ_INT(gpu_slots_plan(2, free2, 2, false, &p, &e), 1);
+    snprintf(buf, sizeof buf, "untouched");
+    T_CHECK(gpu_slots_warning(&p, 23000, buf, sizeof buf) == NULL);
+    T_EQ_STR(buf, "untouched");
 }
 
 static void test_launcher_gpu_env(void)
@@ -154,6 +180,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_plan_one_rank_per_gpu);
     TEST_RUN(test_plan_emulated);
     TEST_RUN(test_env);
+    TEST_RUN(test_emulation_warning);
     TEST_RUN(test_launcher_gpu_env);
     TEST_RUN(test_config_gpus);
     return test_end();
