@@ -13,7 +13,16 @@
  * - fp16 scales the loss dynamically (loss_scale.h): begin_update unscales the gradients
  *   and skips the update of a step whose gradients are not finite.
  * - allreduce_host stages host values through the runner's scratch: nn/ knows no
- *   communicator, the training side that owns one does the exchange. */
+ *   communicator, the training side that owns one does the exchange.
+ * - Where a step waits for the device (accumulate 1), each because the host needs what
+ *   it waits for: wait_loss (the loss, to report it and to stop a diverged run), the
+ *   strategy's finish (each bucket's NCCL completion, observed by the communication
+ *   thread: the update is queued after the exchange by the host, and a failed exchange
+ *   must fail the step), fp16's begin_update (whether the step's gradients are finite,
+ *   to skip its update) and end_step (the phase events). That is 3 waits a step in
+ *   fp32 and bf16, 4 in fp16; the exchange itself is never fenced by a host wait (each
+ *   bucket waits on its layer's event on the device), and the NCCL communicator of a
+ *   training run records no timing events and holds no stream (comm_nccl.h time_ops). */
 #include "worker/train_engine.h"
 
 #include <stdlib.h>
