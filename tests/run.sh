@@ -61,6 +61,7 @@ ninja -C build-fuzz tests/fuzz/fuzz_spec tests/fuzz/fuzz_store_proto tests/fuzz/
 
 rm -f build-san/meson-logs/testlog.json build-san/meson-logs/lint.json \
     build/meson-logs/testlog.json build/meson-logs/unit-cuda.json build/meson-logs/gpu.json \
+    build/meson-logs/packaging.json \
     build-tsan/meson-logs/testlog-tsan.json build-fuzz/meson-logs/testlog.json
 meson test -C build-san --suite unit --print-errorlogs --num-processes 2 ${TEST_ARGS:-}
 # its own log name: a second run in build-san would overwrite testlog.json
@@ -70,6 +71,9 @@ meson test -C build-san --suite lint --no-rebuild --print-errorlogs --logbase li
 meson test -C build-tsan --suite tsan --setup tsan --print-errorlogs --num-processes 2 \
     ${TEST_ARGS:-}
 meson test -C build --suite integration --print-errorlogs --num-processes 1 ${TEST_ARGS:-}
+# what ships to a GPU machine: discovery against a fake wheel tree, the self-contained bundle
+meson test -C build --suite packaging --no-rebuild --print-errorlogs --num-processes 1 \
+    --logbase packaging
 if grep -q "DDPB_HAVE_CUDA 1" build/ddpb_config.h; then
     meson test -C build --suite unit-cuda --no-rebuild --print-errorlogs --logbase unit-cuda
     meson test -C build --suite gpu --no-rebuild --print-errorlogs --logbase gpu
@@ -85,5 +89,6 @@ meson test -C build-fuzz --suite fuzz --no-rebuild --print-errorlogs --num-proce
 exec python3 tests/summarize.py build-san:unit:build-san/meson-logs/testlog.json \
     build-san:lint:build-san/meson-logs/lint.json \
     build-tsan:tsan:build-tsan/meson-logs/testlog-tsan.json \
-    build:integration:build/meson-logs/testlog.json $cuda_logs \
+    build:integration:build/meson-logs/testlog.json \
+    build:packaging:build/meson-logs/packaging.json $cuda_logs \
     build-fuzz:fuzz:build-fuzz/meson-logs/testlog.json

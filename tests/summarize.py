@@ -34,6 +34,9 @@ ALLOWED_SKIPS = [
     # one GPU per rank (NCCL cannot run several ranks on one GPU): a multi-rank GPU case
     # on a machine with fewer GPUs than ranks (tests/gpu/gpu_test.h GPU_TEST_NEED_GPUS)
     ("gpu", "*", "*", re.compile(r"needs (?:[2-9]|[1-9]\d+) GPUs, found \d+")),
+    # discovery is tested against the CUDA toolkit's own files, which a machine without
+    # nvcc does not have (the bundle test needs none and always runs)
+    ("packaging", "test_gpu_libs", "*", "no CUDA toolkit"),
     # NVML ships with the NVIDIA driver, which a machine without a GPU does not have
     # (gpu_host runs in build-san's unit suite and in build/'s unit-cuda suite)
     ("unit", "gpu_host", "test_nvml_default_library", "NVML unavailable"),

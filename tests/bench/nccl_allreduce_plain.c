@@ -12,7 +12,9 @@
  *        -lcudart -o nccl_allreduce_plain
  * Usage: nccl_allreduce_plain [ranks=2] [min_bytes=4096] [max_bytes=268435456] [iters=20]
  *        [warmup=5] */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <stdio.h>
