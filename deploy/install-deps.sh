@@ -7,7 +7,7 @@ set -eu
 
 PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates systemd
       libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 zlib1g-dev
-      libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin libdnnl-dev
+      libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin libdnnl-dev patchelf
       dataset-fashion-mnist
       clang libclang-rt-14-dev clang-format prometheus python3-jsonschema python3-yaml
       python3-venv

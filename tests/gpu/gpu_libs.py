@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gpu_libs.py: where the CUDA libraries ddpbench links are, for meson and every script.
 
-    gpu_libs.py [--toolkit DIR]        shell assignments, one part per block (eval them)
+    gpu_libs.py [--toolkit DIR] [--runtime]   shell assignments, one part per block (eval them)
     gpu_libs.py lib DIR NAME           the file that links libNAME under DIR/lib or lib64
 
 Parts: nccl, cudnn, cublas (and the toolkit itself, CUDA_HOME). Each is looked for, in order:
@@ -9,7 +9,8 @@ Parts: nccl, cudnn, cublas (and the toolkit itself, CUDA_HOME). Each is looked f
   2. the NVIDIA pip wheels of the Python running this file (nvidia-nccl-cu13,
      nvidia-cudnn-cu13, nvidia-cublas: site-packages/nvidia/{nccl,cudnn,cu13});
   3. the CUDA toolkit (--toolkit, else $CUDA_HOME, else /usr/local/cuda).
-A candidate counts only when it holds both the header and the library.
+A candidate counts only when it holds both the header and the library; with --runtime
+(run-on-device.sh, which builds nothing) the library alone is enough.
 
 Decisions:
 - Wheels come before the toolkit: on a device the Python environment's libraries are the
@@ -99,24 +100,25 @@ def version(part, prefix):
     return ".".join(nums)
 
 
-def locate(part, toolkit):
-    """(origin, prefix, library file, version, places looked) for part; prefix None if absent."""
+def locate(part, toolkit, runtime=False):
+    """(origin, prefix, library file, version, places looked) for part; prefix None if absent.
+    runtime: the library alone will do (nothing is compiled against the header)."""
     header, name, _ = PARTS[part]
     looked = []
     for origin, prefix in candidates(part, toolkit):
         looked.append(prefix)
         lib = lib_file(prefix, name)
-        if lib and os.path.isfile(os.path.join(prefix, "include", header)):
+        if lib and (runtime or os.path.isfile(os.path.join(prefix, "include", header))):
             return origin, prefix, lib, version(part, prefix), looked
     return None, None, None, "", looked
 
 
-def assignments(toolkit):
+def assignments(toolkit, runtime):
     """The shell assignments printed by default; GPU_LIB_PATH is what LD_LIBRARY_PATH needs."""
     lines = [f"CUDA_HOME={shlex.quote(toolkit)}"]
     lib_dirs = []
     for part in PARTS:
-        origin, prefix, lib, ver, looked = locate(part, toolkit)
+        origin, prefix, lib, ver, looked = locate(part, toolkit, runtime)
         up = part.upper()
         if prefix is None:
             lines.append(f"# {part}: not found (looked in: {', '.join(looked)})")
@@ -140,6 +142,9 @@ def main(argv):
             sys.exit("gpu_libs.py: --toolkit needs a directory")
         toolkit = args[i + 1]
         del args[i:i + 2]
+    runtime = "--runtime" in args
+    if runtime:
+        args.remove("--runtime")
     if args[:1] == ["lib"]:
         if len(args) != 3:
             sys.exit("usage: gpu_libs.py lib DIR NAME")
@@ -152,7 +157,7 @@ def main(argv):
         return 0
     if args:
         sys.exit(__doc__.split("\n\n")[1])
-    print("\n".join(assignments(toolkit)))
+    print("\n".join(assignments(toolkit, runtime)))
     return 0
 
 

@@ -28,8 +28,9 @@ TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
 class Daemon:
     """A ddpbenchd process. state_dir persists across restart() unless removed."""
 
-    def __init__(self, cpu_slots=None, extra_args=(), state_dir=None, binary=None):
+    def __init__(self, cpu_slots=None, extra_args=(), state_dir=None, binary=None, env=None):
         self.binary = binary or DAEMON  # an installed copy (test_deploy) or the build's
+        self.env = env  # None: this process's; test_bundle gives a cleared one
         self.state_dir = state_dir or tempfile.mkdtemp(prefix="ddpb-it-")
         self.owns_state = state_dir is None
         self.cpu_slots = cpu_slots
@@ -47,7 +48,7 @@ class Daemon:
             args += ["--cpu-slots", str(self.cpu_slots)]
         args += self.extra_args
         self.log = open(os.path.join(self.state_dir, "daemon.log"), "ab")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log, env=self.env)
         deadline = time.time() + 15
         while time.time() < deadline:
             if self.proc.poll() is not None:
