@@ -105,7 +105,7 @@ done
 cat >"$WORK/api.py" <<'PYEOF'
 """api.py URL SPEC_JSON OUT_PREFIX TIMEOUT: submits, waits, saves the experiment, its first
 run and its results as OUT_PREFIX.{experiment,run,results}.json; prints the status."""
-import json, sys, time, urllib.request
+import json, sys, time, urllib.error, urllib.request
 url, spec, prefix, timeout = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
 def call(path, body=None):
     req = urllib.request.Request(url + path, data=body and body.encode(), method="POST" if body else "GET",
