@@ -252,6 +252,12 @@ static const struct spec_field spec_fields[] = {
      SPEC_AT(train.precision),
      .desc = "Arithmetic of the training step: fp32 everywhere; fp16 (dynamic loss scaling) "
              "and bf16 mixed precision on device cuda."},
+    {.name = "cudnn_benchmark", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.cudnn_benchmark),
+     .desc = "device cuda: choose each convolution's algorithms by timing cuDNN's candidates "
+             "once per shape when the model is prepared (cudnnFind*AlgorithmEx, as PyTorch's "
+             "torch.backends.cudnn.benchmark) instead of cuDNN's heuristics. Preparing the "
+             "model takes longer; no step includes that time."},
     {.name = "steps", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP | SPEC_F_ZERO_UNSET, .min = 1, .max = 10000000, .def = "100",
      SPEC_AT(train.steps),
@@ -433,6 +439,10 @@ static const struct spec_allowed spec_device_emulation[] = {
     {"cpu", spec_only_false, "emulation shares one GPU between ranks"},
     {NULL, NULL, NULL},
 };
+static const struct spec_allowed spec_device_cudnn[] = {
+    {"cpu", spec_only_false, "cuDNN runs on device cuda"},
+    {NULL, NULL, NULL},
+};
 static const struct spec_allowed spec_device_precisions[] = {
     {"cpu", spec_only_fp32,
      "the CPU trains in fp32; fp16 and bf16 are mixed precision on "
@@ -464,6 +474,7 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_ALLOWED, SPEC_WL_ANY, "device", "backend", spec_device_backends},
     {SPEC_RULE_ALLOWED, SPEC_WL_ANY, "device", "emulate_multi_rank", spec_device_emulation},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "precision", spec_device_precisions},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "cudnn_benchmark", spec_device_cudnn},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "strategy", spec_device_strategies},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "compression", spec_device_compressions},
     {SPEC_RULE_ALLOWED, SPEC_WL_COLLECTIVE, "backend", "algorithm", spec_backend_algorithms},

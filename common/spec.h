@@ -97,6 +97,7 @@ struct spec_train {
     double cycle_ms;
     int prefetch;
     bool broadcast_init, eval;
+    bool cudnn_benchmark; /* device cuda: convolution algorithms measured once per shape */
     struct spec_dataset dataset;
     struct spec_optimizer optimizer;
     struct spec_lr_schedule lr_schedule;

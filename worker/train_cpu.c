@@ -20,8 +20,8 @@ static struct train_cpu *train_cpu_of(struct train_engine *en)
     return (struct train_cpu *)en;
 }
 
-static struct train_engine *train_cpu_create(struct nn_model *m, int batch,
-                                             const char *precision, struct err *e)
+static struct train_engine *train_cpu_create(struct nn_model *m,
+                                             const struct train_engine_cfg *cfg, struct err *e)
 {
     struct train_cpu *c = calloc(1, sizeof *c);
     if (!c) {
@@ -30,7 +30,7 @@ static struct train_engine *train_cpu_create(struct nn_model *m, int batch,
     }
     c->base.ops = &train_engine_cpu;
     c->m = m;
-    if (nn_model_prepare(m, batch, NN_BACKEND_FAST, 1, e) < 0) {
+    if (nn_model_prepare(m, cfg->batch, NN_BACKEND_FAST, 1, e) < 0) {
         free(c);
         return NULL;
     }

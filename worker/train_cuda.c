@@ -12,6 +12,7 @@
  *   compute alone and comm_exposed the time the step waited for communication alone.
  * - fp16 scales the loss dynamically (loss_scale.h): begin_update unscales the gradients
  *   and skips the update of a step whose gradients are not finite.
+ * - The spec's cudnn_benchmark selects measured convolution algorithms (gmodel_opts).
  * - allreduce_host stages host values through the runner's scratch: nn/ knows no
  *   communicator, the training side that owns one does the exchange.
  * - Where a step waits for the device (accumulate 1), each because the host needs what
@@ -42,8 +43,8 @@ static struct train_cuda *train_cuda_of(struct train_engine *en)
     return (struct train_cuda *)en;
 }
 
-static struct train_engine *train_cuda_create(struct nn_model *m, int batch,
-                                              const char *precision, struct err *e)
+static struct train_engine *train_cuda_create(struct nn_model *m,
+                                              const struct train_engine_cfg *cfg, struct err *e)
 {
     struct train_cuda *c = calloc(1, sizeof *c);
     if (!c) {
@@ -52,7 +53,9 @@ static struct train_engine *train_cuda_create(struct nn_model *m, int batch,
     }
     c->base.ops = &train_engine_cuda;
     c->peak = -1;
-    c->gm = gmodel_create(m, batch, precision, NULL, e); /* NULL: the legacy stream */
+    struct gmodel_opts o = {.cudnn_benchmark = cfg->cudnn_benchmark};
+    /* NULL: the legacy default stream */
+    c->gm = gmodel_create(m, cfg->batch, cfg->precision, NULL, &o, e);
     if (!c->gm) {
         free(c);
         return NULL;

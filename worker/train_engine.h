@@ -46,11 +46,18 @@ struct train_phases {
     double forward_ms, backward_ms, optimizer_ms;
 };
 
+/* What an engine is made for (the spec's train section; borrowed for the call). */
+struct train_engine_cfg {
+    int batch;             /* samples per micro-batch */
+    const char *precision; /* "fp32", "fp16", "bf16" */
+    bool cudnn_benchmark;  /* cuda: convolution algorithms measured once per shape */
+};
+
 struct train_engine_ops {
     const char *device; /* the spec's device it serves: "cpu", "cuda" */
-    /* Prepares m (built, parameters initialised) for training batches of `batch` in
-     * precision ("fp32", "fp16", "bf16"). Owned engine or NULL with e set. */
-    struct train_engine *(*create)(struct nn_model *m, int batch, const char *precision,
+    /* Prepares m (built, parameters initialised) for training batches as cfg says. Owned
+     * engine or NULL with e set. */
+    struct train_engine *(*create)(struct nn_model *m, const struct train_engine_cfg *cfg,
                                    struct err *e);
     /* Once the strategy and its optimizer exist: points the strategy at the engine's
      * arenas (where they are not m's) and sizes the engine's optimizer state for oc. */

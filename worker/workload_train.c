@@ -95,7 +95,12 @@ static int train_build_model(struct trainer *tr, struct err *e)
     tr->have_model = true;
     if (nn_models_build(&tr->m, tr->t->model, ds->c, ds->h, ds->w, ds->classes, NULL, e) < 0 ||
         nn_model_init_params(&tr->m, tr->seed, e) < 0 ||
-        !(tr->eng = tr->ops->create(&tr->m, tr->t->batch_size, tr->t->precision, e)))
+        !(tr->eng = tr->ops->create(
+              &tr->m,
+              &(struct train_engine_cfg){.batch = tr->t->batch_size,
+                                         .precision = tr->t->precision,
+                                         .cudnn_benchmark = tr->t->cudnn_benchmark},
+              e)))
         return err_prefix(e, "model %s on %dx%dx%d", tr->t->model, ds->c, ds->h, ds->w);
     return 0;
 }

@@ -121,7 +121,7 @@ static void compare_with_cpu(const char *name, int c, int hw, int batch, int ste
             loss_cpu = l;
     }
 
-    struct gmodel *g = gmodel_create(&gm_host, batch, "fp32", NULL, &e);
+    struct gmodel *g = gmodel_create(&gm_host, batch, "fp32", NULL, NULL, &e);
     T_CHECK_MSG(g, "%s", e.msg);
     if (!g)
         goto out;
@@ -212,7 +212,7 @@ static void loss_falls(const char *precision)
     static float x[B * 28 * 28];
     static int32_t y[B];
     fill_batch(x, y, B, 28 * 28, 10, 9);
-    struct gmodel *g = gmodel_create(&m, B, precision, NULL, &e);
+    struct gmodel *g = gmodel_create(&m, B, precision, NULL, NULL, &e);
     T_CHECK_MSG(g, "%s", e.msg);
     if (!g) {
         nn_model_destroy(&m);
@@ -274,12 +274,12 @@ static void test_gpu_train_refusals(void)
     struct nn_model m;
     nn_model_init(&m);
     T_OK(nn_models_build(&m, "lenet5", 1, 28, 28, 10, NULL, &e));
-    T_CHECK(gmodel_create(&m, 4, "fp32", NULL, &e) == NULL); /* no parameters yet */
+    T_CHECK(gmodel_create(&m, 4, "fp32", NULL, NULL, &e) == NULL); /* no parameters yet */
     T_EQ_STR(e.field, "model");
     T_OK(nn_model_init_params(&m, 1, &e));
-    T_CHECK(gmodel_create(&m, 4, "fp8", NULL, &e) == NULL);
+    T_CHECK(gmodel_create(&m, 4, "fp8", NULL, NULL, &e) == NULL);
     T_EQ_STR(e.field, "precision");
-    T_CHECK(gmodel_create(&m, 0, "fp32", NULL, &e) == NULL);
+    T_CHECK(gmodel_create(&m, 0, "fp32", NULL, NULL, &e) == NULL);
     T_EQ_STR(e.field, "batch_size");
     nn_model_destroy(&m);
 }

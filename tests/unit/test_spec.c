@@ -748,6 +748,9 @@ static void test_spec_device_compat(void)
         {TR ", \"precision\": \"bf16\"}", "precision",
          "device \"cpu\" has no precision \"bf16\"; it has \"fp32\" (the CPU trains in fp32"},
         {TR ", \"precision\": \"fp16\"}", "precision", "has no precision \"fp16\""},
+        {TR ", \"cudnn_benchmark\": true}", "cudnn_benchmark",
+         "device \"cpu\" has no cudnn_benchmark \"true\"; it has \"false\" (cuDNN runs on "
+         "device cuda)"},
         {TR CUDA ", \"strategy\": \"horovod\"}", "strategy",
          "device \"cuda\" has no strategy \"horovod\"; it has \"naive\", \"ddp\""},
         {TR CUDA ", \"strategy\": \"zero1\"}", "strategy", "has no strategy \"zero1\""},
@@ -773,6 +776,7 @@ static void test_spec_device_compat(void)
         W CUDA ", \"emulate_multi_rank\": true, \"algorithm\": \"ring\"}",
         TR CUDA ", \"strategy\": \"naive\", \"precision\": \"bf16\"}",
         TR CUDA ", \"sweep\": {\"precision\": [\"fp32\", \"fp16\"]}}",
+        TR CUDA ", \"precision\": \"bf16\", \"sweep\": {\"cudnn_benchmark\": [false, true]}}",
         TR ", \"strategy\": \"zero2\", \"compression\": \"bf16\"}",
         W ", \"algorithm\": \"hd\"}",
         /* a rule with a swept field is judged at the points only */
@@ -786,6 +790,14 @@ static void test_spec_device_compat(void)
         json_decref(runs);
         json_decref(s);
     }
+    /* the worker sees the switch (train_engine_cfg.cudnn_benchmark) */
+    struct err e = {0};
+    struct spec sp;
+    json_t *s = parse_ok(TR CUDA ", \"cudnn_benchmark\": true}");
+    T_CHECK(s);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_CHECK(sp.train.cudnn_benchmark);
+    json_decref(s);
 #undef CUDA
 }
 

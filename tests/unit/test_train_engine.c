@@ -173,7 +173,8 @@ static void test_cpu_engine_runs_the_model(void)
     struct err e = {0};
     struct nn_model m;
     T_OK(mlp_build(&m, &e));
-    struct train_engine *en = train_engine_cpu.create(&m, B, "fp32", &e);
+    struct train_engine *en = train_engine_cpu.create(
+        &m, &(struct train_engine_cfg){.batch = B, .precision = "fp32"}, &e);
     if (!en)
         nn_model_destroy(&m);
     T_CHECK_MSG(en != NULL, "%s", e.msg);
@@ -201,7 +202,8 @@ static void *reduce_main(void *arg)
     j->v[0] = (float)(j->rank + 1), j->v[1] = -(float)(j->rank + 1), j->v[2] = 10;
     j->rc = -1;
     if (c && mlp_build(&m, &j->e) == 0) {
-        if ((en = train_engine_cpu.create(&m, B, "fp32", &j->e)))
+        if ((en = train_engine_cpu.create(
+                 &m, &(struct train_engine_cfg){.batch = B, .precision = "fp32"}, &j->e)))
             j->rc = en->ops->allreduce_host(en, c, j->v, 3, &j->e);
         if (en)
             en->ops->destroy(en);

@@ -43,6 +43,15 @@ struct gm_node {
     cudaEvent_t ready; /* layers with parameters: the end of their backward */
 };
 
+/* What the host reads back after a forward (and an unscale): one small copy into pinned
+ * memory, waited on by an event, instead of a stream synchronisation and three blocking
+ * copies. */
+struct gm_tally {
+    double loss;
+    int correct;
+    int flags[2]; /* flags[0]: bad label, flags[1]: non-finite gradient */
+};
+
 struct gm_micro { /* one forward + backward of a step */
     cudaEvent_t f0, f1, b1;
     int have_b1;
@@ -55,6 +64,7 @@ struct gmodel {
     size_t dsz;
     cudaStream_t s; /* borrowed */
     cudnnHandle_t dnn;
+    struct gpu_dnn dl; /* what the cuDNN layers share: workspace, algorithm cache */
     cublasHandle_t blas;
     int nnodes, ntensors;
     struct gm_node *nodes;           /* owned */
@@ -66,8 +76,11 @@ struct gmodel {
     char *ws;                             /* owned: the workspace */
     float *x32, *probs, *row_loss, *xfer; /* xfer: gmodel_scratch_put */
     int32_t *labels;
-    int *row_correct, *flags; /* flags[0]: bad label, flags[1]: non-finite gradient */
-    int *correct;
+    int *row_correct;
+    struct gm_tally *tally;      /* in the workspace */
+    struct gm_tally *host_tally; /* owned, pinned: its copy */
+    cudaEvent_t tally_ready;     /* the copy of the last forward (or unscale) is there */
+    int *flags, *correct;        /* into tally */
     double *loss;
     void *scratch[2];
     const float *last_x; /* the reused batch uploaded last */
@@ -131,10 +144,18 @@ static int gm_node_init(struct gmodel *g, struct gm_node *n, struct err *e)
     struct nn_pool_cfg pc;
     int rc = 0;
     switch (i->op) {
-    case NN_OP_CONV:
-        rc = gpu_conv_init(&n->L.conv, g->dnn, &i->cfg.conv, in, g->t, 1, e);
+    case NN_OP_CONV: { /* benchmark mode measures on the layer's own buffers */
+        struct gm_tensor *x = &g->tensors[i->in[0]], *y = &g->tensors[i->out];
+        struct gpu_conv_bufs b = {.x = x->data,
+                                  .w = gm_weight(g, n),
+                                  .dy = y->grad ? y->grad : g->scratch[1],
+                                  .y = y->data,
+                                  .dx = x->grad ? x->grad : g->scratch[0],
+                                  .dw = gm_grad(g, n, 0)};
+        rc = gpu_conv_init(&n->L.conv, &g->dl, &i->cfg.conv, in, g->t, 1, &b, e);
         break;
-    case NN_OP_BN: rc = gpu_bn_init(&n->L.bn, g->dnn, &i->cfg.bn, in, g->t, e); break;
+    }
+    case NN_OP_BN: rc = gpu_bn_init(&n->L.bn, &g->dl, &i->cfg.bn, in, g->t, e); break;
     case NN_OP_MAXPOOL:
     case NN_OP_AVGPOOL:
         rc = gpu_pool_init(&n->L.pool, g->dnn, i->op == NN_OP_MAXPOOL, &i->cfg.pool, in, g->t,
@@ -198,9 +219,7 @@ static int gm_workspace(struct gmodel *g, struct err *e)
     size_t row_loss = gm_reserve(&at, (size_t)N * sizeof(float));
     size_t row_ok = gm_reserve(&at, (size_t)N * sizeof(int));
     size_t labels = gm_reserve(&at, (size_t)N * sizeof(int32_t));
-    size_t flags = gm_reserve(&at, 2 * sizeof(int));
-    size_t correct = gm_reserve(&at, sizeof(int));
-    size_t loss = gm_reserve(&at, sizeof(double));
+    size_t tally = gm_reserve(&at, sizeof(struct gm_tally));
     size_t xfer = gm_reserve(&at, GMODEL_SCRATCH_FLOATS * sizeof(float));
     size_t scr[2] = {gm_reserve(&at, max_grad), gm_reserve(&at, max_grad)};
     if (!(g->ws = gpu_alloc(at, e)))
@@ -215,9 +234,10 @@ static int gm_workspace(struct gmodel *g, struct err *e)
     g->row_loss = (float *)(g->ws + row_loss);
     g->row_correct = (int *)(g->ws + row_ok);
     g->labels = (int32_t *)(g->ws + labels);
-    g->flags = (int *)(g->ws + flags);
-    g->correct = (int *)(g->ws + correct);
-    g->loss = (double *)(g->ws + loss);
+    g->tally = (struct gm_tally *)(g->ws + tally);
+    g->flags = g->tally->flags;
+    g->correct = &g->tally->correct;
+    g->loss = &g->tally->loss;
     g->xfer = (float *)(g->ws + xfer);
     g->scratch[0] = g->ws + scr[0];
     g->scratch[1] = g->ws + scr[1];
@@ -239,8 +259,37 @@ static int gm_upload_params(struct gmodel *g, struct err *e)
     return rc;
 }
 
+/* The cuDNN layers' shared state, then every layer (benchmark mode measures on the
+ * buffers, so they and the parameters exist first), then the one workspace they asked
+ * for. */
+static int gm_layers_init(struct gmodel *g, const struct gmodel_opts *opts, struct err *e)
+{
+    struct gpu_dnn_opts o = {0};
+    if (opts)
+        o = (struct gpu_dnn_opts){.benchmark = opts->cudnn_benchmark,
+                                  .tf32 = opts->tf32,
+                                  .no_fused_bn = opts->no_fused_bn};
+    gpu_dnn_init(&g->dl, g->dnn, &o);
+    for (int i = 0; i < g->nnodes; i++)
+        if (gm_node_init(g, &g->nodes[i], e) < 0)
+            return -1;
+    return gpu_dnn_fit(&g->dl, e);
+}
+
+static int gm_tally_init(struct gmodel *g, struct err *e)
+{
+    if (gm_cuda(cudaMallocHost((void **)&g->host_tally, sizeof *g->host_tally), "pinned tally",
+                e) < 0) {
+        g->host_tally = NULL;
+        return -1;
+    }
+    memset(g->host_tally, 0, sizeof *g->host_tally);
+    return gm_cuda(cudaEventCreateWithFlags(&g->tally_ready, cudaEventDisableTiming),
+                   "tally event", e);
+}
+
 struct gmodel *gmodel_create(struct nn_model *m, int batch, const char *precision, void *stream,
-                             struct err *e)
+                             const struct gmodel_opts *opts, struct err *e)
 {
     int t = gpu_dtype_parse(precision ? precision : "");
     if (t < 0) {
@@ -307,21 +356,24 @@ struct gmodel *gmodel_create(struct nn_model *m, int batch, const char *precisio
     /* fp32 matches the CPU to float rounding: no TF32 anywhere (gpu_layers.h) */
     if (g->t == GPU_F32)
         cublasSetMathMode(g->blas, CUBLAS_PEDANTIC_MATH);
-    for (int i = 0; i < g->nnodes; i++) {
+    for (int i = 0; i < g->nnodes; i++)
         nn_model_node_info(m, i, &g->nodes[i].info);
-        if (gm_node_init(g, &g->nodes[i], e) < 0)
-            goto fail;
-    }
     size_t np = m->nparams ? m->nparams : 1;
     if (!(g->params = gpu_alloc(np * sizeof(float), e)) ||
         !(g->grads = gpu_alloc(np * sizeof(float), e)) ||
         !(g->buffers = gpu_alloc((m->nbuffers ? m->nbuffers : 1) * sizeof(float), e)) ||
         (g->t != GPU_F32 && !(g->wh = gpu_alloc(np * g->dsz, e))) || gm_workspace(g, e) < 0 ||
-        gm_upload_params(g, e) < 0 || gm_cuda(cudaEventCreate(&g->o0), "timing event", e) < 0 ||
-        gm_cuda(cudaEventCreate(&g->o1), "timing event", e) < 0)
+        gm_upload_params(g, e) < 0)
         goto fail;
     gmodel_after_update(g);
-    if (gpu_sync(g->s, "gpu model setup", e) < 0)
+    if (gpu_sync(g->s, "gpu model setup", e) < 0 || gm_layers_init(g, opts, e) < 0 ||
+        gm_tally_init(g, e) < 0 || gm_cuda(cudaEventCreate(&g->o0), "timing event", e) < 0 ||
+        gm_cuda(cudaEventCreate(&g->o1), "timing event", e) < 0)
+        goto fail;
+    /* benchmark mode wrote into activations and gradients: a clean start */
+    if (gm_cuda(cudaMemsetAsync(g->grads, 0, np * sizeof(float), g->s), "gpu model setup", e) <
+            0 ||
+        gpu_sync(g->s, "gpu model setup", e) < 0)
         goto fail;
     return g;
 fail:
@@ -338,6 +390,11 @@ void gmodel_destroy(struct gmodel *g)
         cudaStreamSynchronize(g->s);
     for (int i = 0; g->nodes && i < g->nnodes; i++)
         gm_node_destroy(&g->nodes[i]);
+    gpu_dnn_destroy(&g->dl); /* after its layers */
+    if (g->tally_ready)
+        cudaEventDestroy(g->tally_ready);
+    if (g->host_tally)
+        cudaFreeHost(g->host_tally);
     for (int i = 0; i < g->cap_micro; i++) {
         cudaEventDestroy(g->micro[i].f0);
         cudaEventDestroy(g->micro[i].f1);
@@ -361,6 +418,21 @@ void gmodel_destroy(struct gmodel *g)
     free(g->nodes);
     free(g->tensors);
     free(g);
+}
+
+void gmodel_cudnn_info(const struct gmodel *g, struct gmodel_cudnn_info *out)
+{
+    memset(out, 0, sizeof *out);
+    for (int i = 0; i < g->nnodes; i++) {
+        const struct gm_node *n = &g->nodes[i];
+        if (n->info.op == NN_OP_BN && n->info.cfg.bn.relu) {
+            out->bn_fused += n->L.bn.fused;
+            out->bn_plain += !n->L.bn.fused;
+        }
+    }
+    out->conv_ranked = g->dl.ranked;
+    out->conv_cached = g->dl.cached;
+    out->workspace_bytes = g->dl.plan.have;
 }
 
 float *gmodel_params(struct gmodel *g)
@@ -439,7 +511,13 @@ int gmodel_phase_ms(struct gmodel *g, double *forward, double *backward, double 
                     struct err *e)
 {
     *forward = *backward = *optim = 0;
-    if (gm_cuda(cudaStreamSynchronize(g->s), "step timing", e) < 0)
+    if (g->nmicro == 0 && !g->have_optim_marks)
+        return 0;
+    /* the step's last mark is its end: waiting for it is waiting for the step */
+    cudaEvent_t last = g->have_optim_marks               ? g->o1
+                       : g->micro[g->nmicro - 1].have_b1 ? g->micro[g->nmicro - 1].b1
+                                                         : g->micro[g->nmicro - 1].f1;
+    if (gm_cuda(cudaEventSynchronize(last), "step timing", e) < 0)
         return -1;
     for (int i = 0; i < g->nmicro; i++) {
         *forward += gm_elapsed(g->micro[i].f0, g->micro[i].f1);
@@ -544,6 +622,8 @@ int gmodel_forward(struct gmodel *g, const float *x, const int32_t *y, int n_val
     gpu_xent_forward(g->probs, g->row_loss, g->row_correct, &g->flags[0], out->data, g->t,
                      g->labels, N, K, n_valid, g->s);
     gpu_xent_reduce(g->loss, g->correct, g->row_loss, g->row_correct, N, n_valid, g->s);
+    cudaMemcpyAsync(g->host_tally, g->tally, sizeof *g->tally, cudaMemcpyDeviceToHost, g->s);
+    cudaEventRecord(g->tally_ready, g->s);
     if (train && out->grad)
         gpu_xent_backward(out->grad, g->t, g->probs, g->labels, N, K, n_valid, loss_scale,
                           g->s);
@@ -571,7 +651,7 @@ static int gm_node_backward(struct gmodel *g, struct gm_node *n, int node, void 
     case NN_OP_BN: /* cuDNN always writes the input gradient */
         return gpu_bn_backward(&n->L.bn, din0 ? din0 : g->scratch[0], gm_grad(g, n, 0),
                                gm_grad(g, n, 1), y->grad, x->data, y->data, gm_param(g, n, 0),
-                               g->s, e);
+                               gm_param(g, n, 1), g->s, e);
     case NN_OP_ACT:
         gpu_act_backward(din0, y->grad, y->data, x->numel, (enum gpu_act)i->cfg.act, g->t,
                          g->s);
@@ -655,15 +735,21 @@ int gmodel_backward(struct gmodel *g, nn_grad_hook_fn hook, void *ctx, struct er
     return gpu_check(cudaGetLastError(), "gpu backward", e);
 }
 
+/* Waits for the tally copy queued last, not for the stream: backward keeps running. */
+static int gm_tally_wait(struct gmodel *g, const char *what, struct err *e)
+{
+    if (gm_cuda(cudaEventSynchronize(g->tally_ready), what, e) < 0)
+        return -1;
+    return gpu_check(cudaGetLastError(), what, e);
+}
+
 int gmodel_wait_loss(struct gmodel *g, double *loss, int *correct, struct err *e)
 {
-    int flags[2] = {0, 0};
-    if (gm_cuda(cudaStreamSynchronize(g->s), "gpu step", e) < 0 ||
-        gpu_download(loss, g->loss, sizeof *loss, e) < 0 ||
-        gpu_download(correct, g->correct, sizeof *correct, e) < 0 ||
-        gpu_download(flags, g->flags, sizeof flags, e) < 0)
+    if (gm_tally_wait(g, "gpu step", e) < 0)
         return -1;
-    if (flags[0])
+    *loss = g->host_tally->loss;
+    *correct = g->host_tally->correct;
+    if (g->host_tally->flags[0])
         return err_set(e, ERR_INVALID, "dataset", "a label is outside the model's %d classes",
                        g->classes);
     return 0;
@@ -672,14 +758,15 @@ int gmodel_wait_loss(struct gmodel *g, double *loss, int *correct, struct err *e
 int gmodel_unscale(struct gmodel *g, float factor, bool *finite, struct err *e)
 {
     size_t n = g->m->nparams;
-    int flags[2] = {0, 0};
-    cudaMemsetAsync(g->flags, 0, 2 * sizeof(int), g->s);
+    cudaMemsetAsync(&g->flags[1], 0, sizeof(int), g->s);
     gpu_find_nonfinite(&g->flags[1], g->grads, n, g->s); /* inf stays inf once unscaled */
     gpu_scale(g->grads, n, factor, g->s);
-    if (gpu_sync(g->s, "gradient unscale", e) < 0 ||
-        gpu_download(flags, g->flags, sizeof flags, e) < 0)
+    cudaMemcpyAsync(&g->host_tally->flags[1], &g->flags[1], sizeof(int), cudaMemcpyDeviceToHost,
+                    g->s);
+    cudaEventRecord(g->tally_ready, g->s);
+    if (gm_tally_wait(g, "gradient unscale", e) < 0)
         return -1;
-    *finite = flags[1] == 0;
+    *finite = g->host_tally->flags[1] == 0;
     return 0;
 }
 

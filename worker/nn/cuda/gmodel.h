@@ -3,7 +3,7 @@
  * on the GPU with worker/nn/cuda's layers: forward, softmax cross-entropy and backward in NHWC,
  * with a per-layer gradient hook as nn_model_backward has, so ddp/ runs unchanged over it.
  *
- *     gmodel_create(&g, m, batch, "bf16", NULL, e);     uploads the host parameters
+ *     gmodel_create(&g, m, batch, "bf16", NULL, &opts, e); uploads the host parameters
  *     gmodel_zero_grad(g);
  *     gmodel_forward(g, x, y, n, 1, step, reuse, e);    x: host NCHW floats
  *     gmodel_backward(g, hook, ctx, e);                  hook per layer, reverse order
@@ -31,9 +31,17 @@
  *   with parameters, an event is recorded on it and handed to the hook (struct
  *   nn_grad_ready.ready_event): an NCCL bucket waits for that layer, not for the rest of
  *   backward.
- * - The whole activation workspace is one allocation made at creation; phases are timed
- *   with CUDA events (gmodel_phase_ms); gmodel_mem_used samples the device's memory in
- *   use for the peak the trainer reports.
+ * - The whole activation workspace is one allocation made at creation, and the cuDNN
+ *   layers share one more (gpu_layers.h: sized to the largest layer's need, allocated
+ *   once); phases are timed with CUDA events (gmodel_phase_ms); gmodel_mem_used samples
+ *   the device's memory in use for the peak the trainer reports.
+ * - The host waits only where it needs a value: gmodel_wait_loss waits for the forward's
+ *   loss (an event after one copy into pinned memory; backward keeps running),
+ *   gmodel_unscale for the non-finite flag (fp16), gmodel_phase_ms for the step's last
+ *   event (the step time needs its end). Nothing else in a step synchronises.
+ * - cuDNN choices (gmodel_opts): convolution algorithms from cuDNN's heuristics, or
+ *   measured once per shape in benchmark mode (the spec's cudnn_benchmark); batch norm
+ *   followed by ReLU fused by cuDNN where it supports it (fp16/bf16).
  * - A reused batch (the synthetic dataset's fixed batch) is uploaded once, as a PyTorch
  *   benchmark keeps its synthetic batch on the GPU; other batches are uploaded per step.
  *
@@ -71,11 +79,29 @@ int gmodel_check(const struct nn_model *m, struct err *e);
 
 struct gmodel;
 
+/* How the cuDNN layers choose (a zeroed struct, or NULL: cuDNN's heuristics, no TF32,
+ * batch norm + ReLU fused where cuDNN supports it). */
+struct gmodel_opts {
+    bool cudnn_benchmark; /* measure each convolution shape's algorithms once
+                             (cudnnFind*AlgorithmEx, PyTorch's cudnn.benchmark) */
+    bool tf32;            /* fp32 convolutions may use TF32 tensor ops */
+    bool no_fused_bn;     /* batch norm + ReLU on the plain path (tests compare both) */
+};
+
 /* precision: "fp32", "fp16" or "bf16"; stream: a cudaStream_t (borrowed), NULL for the
- * legacy default stream. Prepares every layer for `batch` in training mode, allocates
- * the arenas and the workspace, uploads m's parameters and buffers. NULL with e set. */
+ * legacy default stream; opts borrowed for the call (may be NULL). Prepares every layer
+ * for `batch` in training mode, allocates the arenas and the workspaces, uploads m's
+ * parameters and buffers. NULL with e set. */
 struct gmodel *gmodel_create(struct nn_model *m, int batch, const char *precision, void *stream,
-                             struct err *e);
+                             const struct gmodel_opts *opts, struct err *e);
+
+/* What the cuDNN layers chose, for tests and reports. */
+struct gmodel_cudnn_info {
+    int bn_fused, bn_plain;       /* batch norms with a ReLU on each path */
+    int conv_ranked, conv_cached; /* convolution directions ranked anew, taken from cache */
+    size_t workspace_bytes;       /* the shared workspace */
+};
+void gmodel_cudnn_info(const struct gmodel *g, struct gmodel_cudnn_info *out);
 void gmodel_destroy(struct gmodel *g);
 
 /* Device arenas (float32, nparams / nbuffers floats) and the optimizer state. */

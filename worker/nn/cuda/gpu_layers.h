@@ -9,16 +9,27 @@
  *   backward-data, and the weight gradient comes back in float32 (cuDNN/cuBLAS accumulate
  *   it with beta = 1 into the arena for fp32; for half precision through a float scratch
  *   the state owns).
- * - fp32 runs with FMA math (no TF32) so it matches the CPU reference to float rounding;
- *   fp16/bf16 with tensor-op math. Algorithms come from cuDNN's heuristics (_v7 queries)
- *   at init, the first one that fits the workspace limit; the workspace is owned by the
- *   state, allocated once.
- * - A fused ReLU after batch norm is applied by gpu_act_* on the output (in place) and its
- *   mask is applied to dout before the batch-norm backward, as nn_bn_backward does.
+ * - Algorithms and math types are dnn_plan.h's decisions: fp32 queries and runs FMA math
+ *   (no TF32) so it matches the CPU reference to float rounding, unless a model asks for
+ *   TF32; fp16/bf16 tensor-op math; each chosen algorithm runs under the math type cuDNN
+ *   ranked it with, set on the descriptor before every call (PyTorch does the same). The
+ *   ranking is cuDNN's heuristics (cudnnGet*_v7) or, in benchmark mode, measured
+ *   (cudnnFind*AlgorithmEx on the layer's own buffers), once per shape: the struct
+ *   gpu_dnn a model's layers share caches the choices.
+ * - One workspace per model (struct gpu_dnn): each convolution and batch norm requests
+ *   its bytes at init, gpu_dnn_fit allocates the largest once; the layers run one at a
+ *   time on one stream, so they take turns in it.
+ * - Batch norm followed by a ReLU trains through cuDNN's fused BN+ReLU
+ *   (cudnnBatchNormalizationForwardTrainingEx / BackwardEx, CUDNN_BATCHNORM_OPS_BN_ACTIVATION,
+ *   CUDNN_BATCHNORM_SPATIAL_PERSISTENT, a reserve space per layer) where cuDNN supports it
+ *   (dnn_plan_bn_fused, then cuDNN's own answer); otherwise the plain API, the ReLU applied
+ *   by gpu_act_* on the output (in place) and its mask applied to dout before the
+ *   batch-norm backward, as nn_bn_backward does.
  *
- * Ownership: a state borrows its handle; it owns its descriptors and device buffers
- * (saved statistics, workspace, scratch), freed by *_destroy (which accepts a zeroed or
- * half-made state). */
+ * Ownership: a state borrows its struct gpu_dnn (which borrows the handle); it owns its
+ * descriptors and device buffers (saved statistics, reserve space, scratch), freed by
+ * *_destroy (which accepts a zeroed or half-made state). A gpu_dnn owns the workspace and
+ * the cache, and must outlive its layers. */
 #ifndef DDPB_GPU_LAYERS_H
 #define DDPB_GPU_LAYERS_H
 
@@ -30,29 +41,66 @@
 
 #if DDPB_HAVE_CUDNN
 #include <cudnn.h>
+#include <stdbool.h>
+
+#include "worker/nn/cuda/dnn_plan.h"
+
+/* ==== what a model's cuDNN layers share ============================================ */
+
+struct gpu_dnn_opts {
+    bool benchmark;   /* measure the candidates (cudnnFind*AlgorithmEx), once per shape */
+    bool tf32;        /* fp32 convolutions may use TF32 tensor ops */
+    bool no_fused_bn; /* the plain batch-norm path even where the fused one applies (tests) */
+};
+
+struct gpu_dnn {
+    cudnnHandle_t h; /* borrowed */
+    struct gpu_dnn_opts o;
+    void *ws; /* owned: the workspace */
+    struct dnn_ws_plan plan;
+    struct dnn_algo_cache cache; /* owned */
+    void *search;                /* owned until gpu_dnn_fit: cudnnFind's scratch */
+    size_t search_bytes;
+    bool search_tried;
+    int ranked, cached; /* convolution directions ranked by cuDNN, taken from the cache */
+};
+
+void gpu_dnn_init(struct gpu_dnn *d, cudnnHandle_t h, const struct gpu_dnn_opts *o);
+/* Once every layer is initialised: frees Find's scratch and grows the workspace to the
+ * largest request (a later layer may call it again; it grows only when needed). */
+int gpu_dnn_fit(struct gpu_dnn *d, struct err *e);
+void gpu_dnn_destroy(struct gpu_dnn *d);
 
 /* ==== convolution ==================================================================== */
 
+/* The buffers cudnnFind*AlgorithmEx runs the candidates on in benchmark mode (the layer's
+ * own, so measuring allocates no copies): y, dx and dw are overwritten, dw is the float
+ * weight gradient (half precision measures into the layer's scratch). NULL without
+ * benchmark mode; dx and dw only when training. */
+struct gpu_conv_bufs {
+    const void *x, *w, *dy;
+    void *y, *dx;
+    float *dw;
+};
+
 struct gpu_conv {
-    cudnnHandle_t h; /* borrowed */
+    struct gpu_dnn *d; /* borrowed */
     struct nn_conv2d_cfg cfg;
     struct nn_shape in, out;
     enum gpu_dtype t;
-    cudnnTensorDescriptor_t x, y, b;
+    cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
-    cudnnConvolutionFwdAlgo_t fwd_algo;
-    cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
-    cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
-    void *ws; /* owned */
-    size_t ws_bytes;
+    struct dnn_algo_choice algo[DNN_CONV_NDIRS]; /* forward; training: both backwards */
+    int ndirs;                                   /* how many of algo[] are chosen */
     void *dw_half; /* owned: half-precision weight gradient before it is added in float */
 };
 
-/* Checks the config (nn_conv2d_shape), creates descriptors, picks algorithms (train: the
- * backward ones too) and allocates the workspace. */
-int gpu_conv_init(struct gpu_conv *f, cudnnHandle_t h, const struct nn_conv2d_cfg *c,
-                  struct nn_shape in, enum gpu_dtype t, int train, struct err *e);
+/* Checks the config (nn_conv2d_shape), creates descriptors, chooses the algorithms (train:
+ * the backward ones too) and requests their workspace from d. */
+int gpu_conv_init(struct gpu_conv *f, struct gpu_dnn *d, const struct nn_conv2d_cfg *c,
+                  struct nn_shape in, enum gpu_dtype t, int train,
+                  const struct gpu_conv_bufs *b, struct err *e);
 /* out (N,OH,OW,Cout) = conv(inp (N,H,W,Cin), weight (Cout,KH,KW,Cin/G), type t) + bias
  * (Cout float | NULL) */
 int gpu_conv_forward(struct gpu_conv *f, void *out, const void *inp, const void *weight,
@@ -66,26 +114,32 @@ void gpu_conv_destroy(struct gpu_conv *f);
 /* ==== batch normalization ============================================================== */
 
 struct gpu_bn {
-    cudnnHandle_t h;
+    struct gpu_dnn *d; /* borrowed */
     struct nn_bn_cfg cfg;
     struct nn_shape s;
     enum gpu_dtype t;
-    cudnnTensorDescriptor_t x, p;   /* activations, per-channel parameters (float) */
+    cudnnTensorDescriptor_t x, p;    /* activations, per-channel parameters (float) */
+    cudnnActivationDescriptor_t act; /* fused: the ReLU */
+    bool fused;                      /* training through the Ex API, ReLU fused */
+    void *reserve;                   /* owned (fused): forward to backward */
+    size_t reserve_bytes;
     float *save_mean, *save_invstd; /* owned (C): cuDNN's saved statistics */
+    float *dparams;                 /* owned (fused, 2C): cuDNN writes the parameter
+                                       gradients here, then they are added */
 };
 
-int gpu_bn_init(struct gpu_bn *f, cudnnHandle_t h, const struct nn_bn_cfg *c, struct nn_shape s,
-                enum gpu_dtype t, struct err *e);
+int gpu_bn_init(struct gpu_bn *f, struct gpu_dnn *d, const struct nn_bn_cfg *c,
+                struct nn_shape s, enum gpu_dtype t, struct err *e);
 /* Training (train = 1): batch statistics, running_mean/var (C float) updated as PyTorch
  * does; evaluation: the running statistics. out may not be inp. relu per the config. */
 int gpu_bn_forward(struct gpu_bn *f, void *out, float *running_mean, float *running_var,
                    const void *inp, const float *weight, const float *bias, int train,
                    cudaStream_t s, struct err *e);
-/* dinp =, dweight +=, dbias += ; out is the forward's output (the fused ReLU's mask);
- * dout is masked in place when relu. */
+/* dinp =, dweight +=, dbias += ; out is the forward's output (the ReLU's mask); on the
+ * plain path dout is masked in place when relu, the fused path leaves it. */
 int gpu_bn_backward(struct gpu_bn *f, void *dinp, float *dweight, float *dbias, void *dout,
-                    const void *inp, const void *out, const float *weight, cudaStream_t s,
-                    struct err *e);
+                    const void *inp, const void *out, const float *weight, const float *bias,
+                    cudaStream_t s, struct err *e);
 void gpu_bn_destroy(struct gpu_bn *f);
 
 /* ==== pooling ========================================================================== */
