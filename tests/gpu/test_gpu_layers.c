@@ -3,7 +3,9 @@
  * tolerance per precision (relative to the largest magnitude: fp32 1e-5, fp16 2e-3 per
  * operation, bf16 1.6e-2, widened by the reduction length for linear), then a short
  * training run on the GPU kernels (linear -> ReLU -> linear -> softmax cross-entropy, SGD)
- * whose loss must fall. */
+ * whose loss must fall. With cuDNN, its choices against each other: a convolution in
+ * benchmark mode (measured algorithms, then cached per shape) against the heuristics'
+ * choice, and cuDNN's fused BN+ReLU against batch norm then ReLU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,6 +284,228 @@ static void test_train_smoke(void)
     cublasDestroy(h);
 }
 
+#if DDPB_HAVE_CUDNN
+/* Device copies of n random host floats in dtype t (rounded as the device holds them;
+ * owned). */
+static void *random_on_device(float *h, size_t n, enum gpu_dtype t, unsigned *seed,
+                              struct err *e)
+{
+    fill_random(h, n, seed);
+    round_to(h, n, t, e);
+    return upload_as(h, n, t, e);
+}
+
+/* Benchmark mode (cudnnFind*AlgorithmEx) against cuDNN's heuristics on one convolution:
+ * forward, backward-data and backward-filter agree within the precision's tolerance
+ * (different algorithms sum in different orders), strict fp32 runs FMA math in every
+ * direction, and a second layer of the same shape takes all three choices from the
+ * cache instead of measuring again. */
+static void test_conv_benchmark_vs_heuristic(void)
+{
+    struct err e = {0};
+    cudnnHandle_t h;
+    T_CHECK(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS);
+    struct nn_conv2d_cfg c = {.cin = 32,
+                              .cout = 64,
+                              .kh = 3,
+                              .kw = 3,
+                              .sh = 1,
+                              .sw = 1,
+                              .ph = 1,
+                              .pw = 1,
+                              .dh = 1,
+                              .dw = 1,
+                              .groups = 1};
+    struct nn_shape in = nn_shape4(8, 32, 14, 14), out = nn_shape4(8, 64, 14, 14);
+    size_t nx = nn_shape_numel(in), ny = nn_shape_numel(out), nw = nn_conv2d_weight_len(&c);
+    float *hx = malloc(nx * sizeof *hx), *hdy = malloc(ny * sizeof *hdy);
+    float *hw = malloc(nw * sizeof *hw), *a = malloc(ny * sizeof *a),
+          *b = malloc(ny * sizeof *b);
+    T_CHECK(hx && hdy && hw && a && b);
+    for (size_t k = 0; hx && hdy && hw && a && b && k < 3; k++) {
+        enum gpu_dtype t = dtypes[k];
+        size_t dsz = gpu_dtype_size(t);
+        unsigned seed = 17;
+        void *x = random_on_device(hx, nx, t, &seed, &e),
+             *w = random_on_device(hw, nw, t, &seed, &e);
+        void *dy = random_on_device(hdy, ny, t, &seed, &e);
+        void *y0 = gpu_alloc(ny * dsz, &e), *y1 = gpu_alloc(ny * dsz, &e);
+        void *dx0 = gpu_alloc(nx * dsz, &e), *dx1 = gpu_alloc(nx * dsz, &e);
+        float *dw0 = gpu_alloc(nw * sizeof(float), &e),
+              *dw1 = gpu_alloc(nw * sizeof(float), &e);
+        T_CHECK_MSG(x && w && dy && y0 && y1 && dx0 && dx1 && dw0 && dw1, "%s", e.msg);
+        struct gpu_dnn heur, bench;
+        gpu_dnn_init(&heur, h, &(struct gpu_dnn_opts){0});
+        gpu_dnn_init(&bench, h, &(struct gpu_dnn_opts){.benchmark = true});
+        struct gpu_conv_bufs bufs = {.x = x, .w = w, .dy = dy, .y = y1, .dx = dx1, .dw = dw1};
+        struct gpu_conv f0, f1, f2;
+        T_OK(gpu_conv_init(&f0, &heur, &c, in, t, 1, NULL, &e));
+        T_OK(gpu_conv_init(&f1, &bench, &c, in, t, 1, &bufs, &e));
+        T_EQ_INT(bench.ranked, 3);
+        T_OK(gpu_conv_init(&f2, &bench, &c, in, t, 1, &bufs, &e)); /* same shape: cached */
+        T_EQ_INT(bench.ranked, 3);
+        T_EQ_INT(bench.cached, 3);
+        for (int d = 0; d < DNN_CONV_NDIRS; d++) {
+            T_EQ_INT(f2.algo[d].algo, f1.algo[d].algo);
+            if (t == GPU_F32) /* no TF32 unless asked for */
+                T_CHECK_MSG(f0.algo[d].math == DNN_MATH_FMA && f1.algo[d].math == DNN_MATH_FMA,
+                            "fp32 direction %d runs %s / %s", d,
+                            dnn_plan_math_name(f0.algo[d].math),
+                            dnn_plan_math_name(f1.algo[d].math));
+            fprintf(stderr, "    %s %s: heuristic algo %d (%s), measured algo %d (%s)\n",
+                    gpu_dtype_name(t),
+                    d == 0   ? "fwd"
+                    : d == 1 ? "bwd-data"
+                             : "bwd-filter",
+                    f0.algo[d].algo, dnn_plan_math_name(f0.algo[d].math), f1.algo[d].algo,
+                    dnn_plan_math_name(f1.algo[d].math));
+        }
+        T_OK(gpu_dnn_fit(&heur, &e));
+        T_OK(gpu_dnn_fit(&bench, &e));
+        T_CHECK(gpu_check(cudaMemset(dw1, 0, nw * sizeof(float)), "zero", &e) == 0);
+        T_OK(gpu_conv_forward(&f0, y0, x, w, NULL, 0, &e));
+        T_OK(gpu_conv_forward(&f1, y1, x, w, NULL, 0, &e));
+        T_OK(gpu_conv_backward(&f0, dx0, dw0, NULL, dy, x, w, 0, &e));
+        T_OK(gpu_conv_backward(&f1, dx1, dw1, NULL, dy, x, w, 0, &e));
+        T_OK(gpu_sync(0, "conv", &e));
+        double tol = t == GPU_F32 ? 1e-4 : t == GPU_F16 ? 1e-2 : 4e-2;
+        T_OK(download_from(a, y0, ny, t, &e));
+        T_OK(download_from(b, y1, ny, t, &e));
+        T_CHECK_MSG(rel_err(b, a, ny) < tol, "%s forward %g", gpu_dtype_name(t),
+                    rel_err(b, a, ny));
+        T_OK(download_from(a, dx0, nx, t, &e));
+        T_OK(download_from(b, dx1, nx, t, &e));
+        T_CHECK_MSG(rel_err(b, a, nx) < tol, "%s dinp %g", gpu_dtype_name(t),
+                    rel_err(b, a, nx));
+        T_OK(gpu_download(a, dw0, nw * sizeof(float), &e));
+        T_OK(gpu_download(b, dw1, nw * sizeof(float), &e));
+        T_CHECK_MSG(rel_err(b, a, nw) < tol, "%s dweight %g", gpu_dtype_name(t),
+                    rel_err(b, a, nw));
+        gpu_conv_destroy(&f0);
+        gpu_conv_destroy(&f1);
+        gpu_conv_destroy(&f2);
+        gpu_dnn_destroy(&heur);
+        gpu_dnn_destroy(&bench);
+        void *all[] = {x, w, dy, y0, y1, dx0, dx1, dw0, dw1};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+            gpu_free(all[i]);
+    }
+    free(hx);
+    free(hdy);
+    free(hw);
+    free(a);
+    free(b);
+    cudnnDestroy(h);
+}
+
+/* cuDNN's fused BN+ReLU (Ex API) against the plain path (batch norm, then our ReLU) in
+ * dtype t: output, running statistics, input and parameter gradients after two backward
+ * passes (the fused path's parameter gradients are added, not written over). fp16 must
+ * take the fused path (cuDNN documents it); bf16 is skipped with the reason when cuDNN
+ * refuses it. */
+static void bn_fused_vs_plain(enum gpu_dtype t)
+{
+    struct err e = {0};
+    cudnnHandle_t h;
+    T_CHECK(cudnnCreate(&h) == CUDNN_STATUS_SUCCESS);
+    enum { N = 16, C = 64, H = 8, W = 8, NX = N * C * H * W };
+    struct nn_bn_cfg cfg = {.c = C, .eps = 1e-5f, .momentum = 0.1f, .relu = 1};
+    struct nn_shape s = nn_shape4(N, C, H, W);
+    static float hx[NX], hdy[NX], a[NX], b[NX];
+    float hp[4 * C]; /* weight, bias, running mean, running var */
+    unsigned seed = 23;
+    for (int i = 0; i < C; i++) {
+        hp[i] = 1.0f + 0.5f * ((float)rand_r(&seed) / (float)RAND_MAX - 0.5f);
+        hp[C + i] = 0.2f * ((float)rand_r(&seed) / (float)RAND_MAX - 0.5f);
+        hp[2 * C + i] = 0, hp[3 * C + i] = 1;
+    }
+    void *x = random_on_device(hx, NX, t, &seed, &e);
+    fill_random(hdy, NX, &seed);
+    round_to(hdy, NX, t, &e);
+    void *dy0 = upload_as(hdy, NX, t, &e), *dy1 = upload_as(hdy, NX, t, &e);
+    void *y0 = gpu_alloc(NX * gpu_dtype_size(t), &e),
+         *y1 = gpu_alloc(NX * gpu_dtype_size(t), &e);
+    void *dx0 = gpu_alloc(NX * gpu_dtype_size(t), &e),
+         *dx1 = gpu_alloc(NX * gpu_dtype_size(t), &e);
+    float *p0 = gpu_alloc(6 * C * sizeof(float), &e),
+          *p1 = gpu_alloc(6 * C * sizeof(float), &e);
+    T_CHECK_MSG(x && dy0 && dy1 && y0 && y1 && dx0 && dx1 && p0 && p1, "%s", e.msg);
+    struct gpu_dnn plain, fused;
+    gpu_dnn_init(&plain, h, &(struct gpu_dnn_opts){.no_fused_bn = true});
+    gpu_dnn_init(&fused, h, NULL);
+    struct gpu_bn f0, f1;
+    T_OK(gpu_bn_init(&f0, &plain, &cfg, s, t, &e));
+    T_OK(gpu_bn_init(&f1, &fused, &cfg, s, t, &e));
+    T_CHECK(!f0.fused);
+    if (!f1.fused && t == GPU_BF16) {
+        gpu_bn_destroy(&f0);
+        gpu_bn_destroy(&f1);
+        gpu_dnn_destroy(&plain);
+        gpu_dnn_destroy(&fused);
+        void *all[] = {x, dy0, dy1, y0, y1, dx0, dx1, p0, p1};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+            gpu_free(all[i]);
+        cudnnDestroy(h);
+        T_SKIP("cuDNN %d refuses the fused BN+ReLU in bfloat16 (the plain path runs)",
+               (int)cudnnGetVersion());
+    }
+    T_CHECK_MSG(f1.fused, "%s: cuDNN refused the fused BN+ReLU", gpu_dtype_name(t));
+    T_OK(gpu_dnn_fit(&plain, &e));
+    T_OK(gpu_dnn_fit(&fused, &e));
+    T_OK(gpu_upload(p0, hp, sizeof hp, &e)); /* then dweight, dbias: zero */
+    T_OK(gpu_upload(p1, hp, sizeof hp, &e));
+    float *q[2] = {p0, p1};
+    struct gpu_bn *f[2] = {&f0, &f1};
+    void *y[2] = {y0, y1}, *dx[2] = {dx0, dx1}, *dy[2] = {dy0, dy1};
+    for (int k = 0; k < 2; k++) {
+        float *w = q[k], *bias = w + C, *rm = w + 2 * C, *rv = w + 3 * C;
+        T_OK(gpu_bn_forward(f[k], y[k], rm, rv, x, w, bias, 1, 0, &e));
+        for (int rep = 0; rep < 2; rep++) { /* the plain path masks dout in place: same */
+            T_OK(gpu_bn_backward(f[k], dx[k], w + 4 * C, w + 5 * C, dy[k], x, y[k], w, bias, 0,
+                                 &e));
+        }
+    }
+    T_OK(gpu_sync(0, "bn", &e));
+    double tol = t == GPU_F16 ? 1e-2 : 6e-2;
+    T_OK(download_from(a, y0, NX, t, &e));
+    T_OK(download_from(b, y1, NX, t, &e));
+    T_CHECK_MSG(rel_err(b, a, NX) < tol, "%s out %g", gpu_dtype_name(t), rel_err(b, a, NX));
+    size_t zeros = 0;
+    for (size_t i = 0; i < NX; i++)
+        zeros += b[i] == 0;
+    T_CHECK_MSG(zeros > NX / 4 && zeros < 3 * NX / 4, "%s: the ReLU zeroed %zu of %d",
+                gpu_dtype_name(t), zeros, NX);
+    T_OK(download_from(a, dx0, NX, t, &e));
+    T_OK(download_from(b, dx1, NX, t, &e));
+    T_CHECK_MSG(rel_err(b, a, NX) < tol, "%s dinp %g", gpu_dtype_name(t), rel_err(b, a, NX));
+    float g0[6 * C], g1[6 * C];
+    T_OK(gpu_download(g0, p0, sizeof g0, &e));
+    T_OK(gpu_download(g1, p1, sizeof g1, &e));
+    T_CHECK_MSG(rel_err(g1 + 2 * C, g0 + 2 * C, 2 * C) < 1e-3, "%s running stats %g",
+                gpu_dtype_name(t), rel_err(g1 + 2 * C, g0 + 2 * C, 2 * C));
+    T_CHECK_MSG(rel_err(g1 + 4 * C, g0 + 4 * C, 2 * C) < tol, "%s dweight, dbias %g",
+                gpu_dtype_name(t), rel_err(g1 + 4 * C, g0 + 4 * C, 2 * C));
+    gpu_bn_destroy(&f0);
+    gpu_bn_destroy(&f1);
+    gpu_dnn_destroy(&plain);
+    gpu_dnn_destroy(&fused);
+    void *all[] = {x, dy0, dy1, y0, y1, dx0, dx1, p0, p1};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        gpu_free(all[i]);
+    cudnnDestroy(h);
+}
+
+static void test_bn_fused_fp16(void)
+{
+    bn_fused_vs_plain(GPU_F16);
+}
+
+static void test_bn_fused_bf16(void)
+{
+    bn_fused_vs_plain(GPU_BF16);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -290,5 +514,10 @@ int main(int argc, char **argv)
     TEST_RUN(test_linear);
     TEST_RUN(test_xent);
     TEST_RUN(test_train_smoke);
+#if DDPB_HAVE_CUDNN
+    TEST_RUN(test_conv_benchmark_vs_heuristic);
+    TEST_RUN(test_bn_fused_fp16);
+    TEST_RUN(test_bn_fused_bf16);
+#endif
     return test_end();
 }

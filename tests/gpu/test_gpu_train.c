@@ -20,7 +20,12 @@
  *   decreasing offsets and a recorded event (what DDP buckets wait for).
  * - bf16 and fp16 (dynamic loss scaling, loss_scale.h) on lenet5: 40 steps on one fixed
  *   batch must bring the loss below half its first value, with no skipped fp16 step once
- *   the scale has settled. */
+ *   the scale has settled.
+ * - cuDNN's choices against each other on resnet18-cifar, 3 steps: the fused BN+ReLU
+ *   runner (fp16; every conv-bn-relu block on the fused path) against the plain path, and
+ *   benchmark mode (fp32; distinct shapes measured once, the rest from the cache) against
+ *   the heuristics: losses and parameters within 2e-2 (fp16) and 1e-4 (fp32; different
+ *   algorithms sum in different orders, still without TF32). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,6 +273,116 @@ static void test_gpu_train_fp16_loss_falls(void)
     loss_falls("fp16");
 }
 
+/* Trains ALT_STEPS SGD steps of resnet18-cifar (conv-bn-relu blocks) on one batch with
+ * the runner made with opts; the losses and the parameters after. *done = 1 when all of
+ * it ran (a failure is recorded and ends the case). */
+enum { ALT_B = 8, ALT_STEPS = 3 };
+static void train_alt(const char *precision, const struct gmodel_opts *opts,
+                      double losses[ALT_STEPS], float *params, struct gmodel_cudnn_info *info,
+                      int *done)
+{
+    struct err e = {0};
+    struct nn_model m;
+    nn_model_init(&m);
+    *done = 0;
+    T_OK(nn_models_build(&m, "resnet18-cifar", 3, 32, 32, 10, NULL, &e));
+    T_OK(nn_model_init_params(&m, 5, &e));
+    static float x[ALT_B * 3 * 32 * 32];
+    static int32_t y[ALT_B];
+    fill_batch(x, y, ALT_B, 3 * 32 * 32, 10, 13);
+    struct gmodel *g = gmodel_create(&m, ALT_B, precision, NULL, opts, &e);
+    T_CHECK_MSG(g, "%s", e.msg);
+    gmodel_cudnn_info(g, info);
+    struct nn_optim_cfg oc = sgd_cfg();
+    struct nn_optim o;
+    int rc = nn_optim_init(&o, &oc, m.nparams, &e) < 0 || gmodel_optim_init(g, &oc, &e) < 0;
+    for (int s = 0; rc == 0 && s < ALT_STEPS; s++) {
+        int right;
+        gmodel_mark_step_begin(g);
+        gmodel_zero_grad(g);
+        rc = gmodel_forward(g, x, y, ALT_B, 1, (uint64_t)s, true, 1.0f, &e) < 0 ||
+             gmodel_backward(g, NULL, NULL, &e) < 0 ||
+             gmodel_wait_loss(g, &losses[s], &right, &e) < 0;
+        nn_optim_begin_step(&o);
+        gmodel_optim_update(g, &o, oc.lr, 0, 0, m.nparams);
+        gmodel_after_update(g);
+    }
+    rc = rc || gmodel_download(g, params, NULL, &e) < 0;
+    gmodel_destroy(g);
+    nn_optim_cleanup(&o);
+    nn_model_destroy(&m);
+    T_CHECK_MSG(rc == 0, "%s", e.msg);
+    *done = 1;
+}
+
+/* Largest |a - b| over max(1e-3, largest |b|). */
+static double params_err(const float *a, const float *b, size_t n)
+{
+    double d = 0, m = 1e-3;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - b[i]));
+        m = fmax(m, fabs(b[i]));
+    }
+    return d / m;
+}
+
+/* One model, two runners differing in one cuDNN choice: the losses of every step and the
+ * parameters after must agree within tol. */
+static void compare_runners(const char *precision, const struct gmodel_opts *a,
+                            const struct gmodel_opts *b, double tol,
+                            struct gmodel_cudnn_info ia[1], struct gmodel_cudnn_info ib[1])
+{
+    struct nn_model m;
+    struct err e = {0};
+    nn_model_init(&m);
+    T_OK(nn_models_build(&m, "resnet18-cifar", 3, 32, 32, 10, NULL, &e));
+    size_t n = m.nparams;
+    nn_model_destroy(&m);
+    float *pa = malloc(n * sizeof *pa), *pb = malloc(n * sizeof *pb);
+    double la[ALT_STEPS], lb[ALT_STEPS];
+    int done_a = 0, done_b = 0;
+    T_CHECK(pa && pb);
+    train_alt(precision, a, la, pa, ia, &done_a);
+    if (done_a)
+        train_alt(precision, b, lb, pb, ib, &done_b);
+    if (done_a && done_b) {
+        for (int s = 0; s < ALT_STEPS; s++)
+            T_CHECK_MSG(fabs(la[s] - lb[s]) <= tol * fabs(lb[s]),
+                        "%s step %d loss %.6f vs %.6f", precision, s, la[s], lb[s]);
+        T_CHECK_MSG(params_err(pa, pb, n) <= tol, "%s parameters differ by %g", precision,
+                    params_err(pa, pb, n));
+        fprintf(stderr, "    %s: losses %.5f %.5f %.5f vs %.5f %.5f %.5f\n", precision, la[0],
+                la[1], la[2], lb[0], lb[1], lb[2]);
+    }
+    free(pa);
+    free(pb);
+}
+
+/* The runner takes cuDNN's fused BN+ReLU for resnet18's conv-bn-relu blocks in fp16 and
+ * trains as the plain path does. */
+static void test_gpu_train_fused_bn_relu(void)
+{
+    struct gmodel_cudnn_info fused = {0}, plain = {0};
+    compare_runners("fp16", &(struct gmodel_opts){0},
+                    &(struct gmodel_opts){.no_fused_bn = true}, 2e-2, &fused, &plain);
+    T_CHECK_MSG(fused.bn_fused > 0 && fused.bn_plain == 0, "fused runner: %d fused, %d plain",
+                fused.bn_fused, fused.bn_plain);
+    T_EQ_INT(plain.bn_fused, 0);
+}
+
+/* Benchmark mode (measured algorithms, cached per shape) trains resnet18-cifar in fp32 as
+ * the heuristics' choices do, measuring each distinct convolution shape once. */
+static void test_gpu_train_cudnn_benchmark(void)
+{
+    struct gmodel_cudnn_info bench = {0}, heur = {0};
+    compare_runners("fp32", &(struct gmodel_opts){.cudnn_benchmark = true},
+                    &(struct gmodel_opts){0}, 1e-4, &bench, &heur);
+    T_CHECK_MSG(bench.conv_ranked > 0 && bench.conv_cached > 0,
+                "benchmark: %d ranked, %d cached", bench.conv_ranked, bench.conv_cached);
+    T_EQ_INT(bench.conv_ranked + bench.conv_cached, heur.conv_ranked + heur.conv_cached);
+    T_CHECK(bench.workspace_bytes > 0 || heur.workspace_bytes == 0);
+}
+
 static void test_gpu_train_refusals(void)
 {
     struct err e = {0};
@@ -294,5 +409,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_gpu_train_resnet18_cifar);
     TEST_RUN(test_gpu_train_bf16_loss_falls);
     TEST_RUN(test_gpu_train_fp16_loss_falls);
+    TEST_RUN(test_gpu_train_fused_bn_relu);
+    TEST_RUN(test_gpu_train_cudnn_benchmark);
     return test_end();
 }
