@@ -75,17 +75,7 @@ static void test_dnn_plan_cache(void)
 {
     struct err e = {0};
     struct dnn_algo_cache c = {0};
-    struct nn_conv2d_cfg cfg = {.cin = 64,
-                                .cout = 64,
-                                .kh = 3,
-                                .kw = 3,
-                                .sh = 1,
-                                .sw = 1,
-                                .ph = 1,
-                                .pw = 1,
-                                .dh = 1,
-                                .dw = 1,
-                                .groups = 1};
+    struct nn_conv2d_cfg cfg = nn_conv2d_square(64, 64, 3, 1, 1, 1, 0);
     struct nn_shape in = {.ndims = 4, .n = 32, .c = 64, .h = 56, .w = 56};
     struct dnn_conv_key k, kother;
     struct dnn_algo_choice v = {.algo = 1, .math = DNN_MATH_TENSOR_OP, .memory = MiB}, got;
