@@ -735,17 +735,23 @@ int gmodel_backward(struct gmodel *g, nn_grad_hook_fn hook, void *ctx, struct er
     return gpu_check(cudaGetLastError(), "gpu backward", e);
 }
 
-/* Waits for the tally copy queued last, not for the stream: backward keeps running. */
-static int gm_tally_wait(struct gmodel *g, const char *what, struct err *e)
+/* Waits for event ev (after which the tally copy queued last is in host memory), not for
+ * the stream. */
+static int gm_tally_wait(struct gmodel *g, cudaEvent_t ev, const char *what, struct err *e)
 {
-    if (gm_cuda(cudaEventSynchronize(g->tally_ready), what, e) < 0)
+    if (gm_cuda(cudaEventSynchronize(ev), what, e) < 0)
         return -1;
     return gpu_check(cudaGetLastError(), what, e);
 }
 
+/* After a training backward: its end, which the host needs besides the loss, since the
+ * trainer's clock tells compute from the communication it waits for next (ddp.h
+ * "Timing"): returning at the forward's end would count the rest of backward as exposed
+ * communication. After an evaluation forward: the tally copy. */
 int gmodel_wait_loss(struct gmodel *g, double *loss, int *correct, struct err *e)
 {
-    if (gm_tally_wait(g, "gpu step", e) < 0)
+    const struct gm_micro *mc = g->nmicro > 0 ? &g->micro[g->nmicro - 1] : NULL;
+    if (gm_tally_wait(g, mc && mc->have_b1 ? mc->b1 : g->tally_ready, "gpu step", e) < 0)
         return -1;
     *loss = g->host_tally->loss;
     *correct = g->host_tally->correct;
@@ -764,7 +770,7 @@ int gmodel_unscale(struct gmodel *g, float factor, bool *finite, struct err *e)
     cudaMemcpyAsync(&g->host_tally->flags[1], &g->flags[1], sizeof(int), cudaMemcpyDeviceToHost,
                     g->s);
     cudaEventRecord(g->tally_ready, g->s);
-    if (gm_tally_wait(g, "gradient unscale", e) < 0)
+    if (gm_tally_wait(g, g->tally_ready, "gradient unscale", e) < 0)
         return -1;
     *finite = g->host_tally->flags[1] == 0;
     return 0;

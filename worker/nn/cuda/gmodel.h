@@ -35,10 +35,12 @@
  *   layers share one more (gpu_layers.h: sized to the largest layer's need, allocated
  *   once); phases are timed with CUDA events (gmodel_phase_ms); gmodel_mem_used samples
  *   the device's memory in use for the peak the trainer reports.
- * - The host waits only where it needs a value: gmodel_wait_loss waits for the forward's
- *   loss (an event after one copy into pinned memory; backward keeps running),
- *   gmodel_unscale for the non-finite flag (fp16), gmodel_phase_ms for the step's last
- *   event (the step time needs its end). Nothing else in a step synchronises.
+ * - The host waits only where it needs something, each time on an event, never on the
+ *   stream: gmodel_wait_loss for the end of backward (the loss comes back in one async
+ *   copy into pinned memory on the way; the end is what keeps the trainer's exposed
+ *   communication free of compute), gmodel_unscale for the non-finite flag (fp16),
+ *   gmodel_phase_ms for the step's last event (the step time needs its end). Nothing
+ *   else in a step synchronises.
  * - cuDNN choices (gmodel_opts): convolution algorithms from cuDNN's heuristics, or
  *   measured once per shape in benchmark mode (the spec's cudnn_benchmark); batch norm
  *   followed by ReLU fused by cuDNN where it supports it (fp16/bf16).
