@@ -79,34 +79,36 @@ static void test_dnn_plan_cache(void)
     struct nn_shape in = {.ndims = 4, .n = 32, .c = 64, .h = 56, .w = 56};
     struct dnn_conv_key k, kother;
     struct dnn_algo_choice v = {.algo = 1, .math = DNN_MATH_TENSOR_OP, .memory = MiB}, got;
-    dnn_plan_conv_key(&k, DNN_CONV_FWD, &cfg, in, DNN_HALF);
+    dnn_plan_conv_key(&k, DNN_CONV_FWD, &cfg, in, DNN_HALF, 1);
     T_CHECK(!dnn_plan_cache_find(&c, &k, &got));
     T_OK(dnn_plan_cache_put(&c, &k, &v, &e));
     T_CHECK(dnn_plan_cache_find(&c, &k, &got));
     T_EQ_INT(got.algo, 1);
     T_EQ_INT(got.math, DNN_MATH_TENSOR_OP);
     /* any field that makes another problem is another entry */
-    dnn_plan_conv_key(&kother, DNN_CONV_BWD_DATA, &cfg, in, DNN_HALF);
+    dnn_plan_conv_key(&kother, DNN_CONV_BWD_DATA, &cfg, in, DNN_HALF, 1);
     T_CHECK(!dnn_plan_cache_find(&c, &kother, &got));
-    dnn_plan_conv_key(&kother, DNN_CONV_FWD, &cfg, in, DNN_FP32);
+    dnn_plan_conv_key(&kother, DNN_CONV_FWD, &cfg, in, DNN_FP32, 0);
+    T_CHECK(!dnn_plan_cache_find(&c, &kother, &got));
+    dnn_plan_conv_key(&kother, DNN_CONV_FWD, &cfg, in, DNN_HALF, 2); /* bf16, not fp16 */
     T_CHECK(!dnn_plan_cache_find(&c, &kother, &got));
     struct nn_conv2d_cfg strided = cfg;
     strided.sh = strided.sw = 2;
-    dnn_plan_conv_key(&kother, DNN_CONV_FWD, &strided, in, DNN_HALF);
+    dnn_plan_conv_key(&kother, DNN_CONV_FWD, &strided, in, DNN_HALF, 1);
     T_CHECK(!dnn_plan_cache_find(&c, &kother, &got));
     in.n = 64;
-    dnn_plan_conv_key(&kother, DNN_CONV_FWD, &cfg, in, DNN_HALF);
+    dnn_plan_conv_key(&kother, DNN_CONV_FWD, &cfg, in, DNN_HALF, 1);
     T_CHECK(!dnn_plan_cache_find(&c, &kother, &got));
     /* many entries (growth), each found with its own value; a put replaces */
     for (int i = 0; i < 40; i++) {
         in.n = 100 + i;
-        dnn_plan_conv_key(&kother, DNN_CONV_BWD_FILTER, &cfg, in, DNN_HALF);
+        dnn_plan_conv_key(&kother, DNN_CONV_BWD_FILTER, &cfg, in, DNN_HALF, 1);
         struct dnn_algo_choice vi = {.algo = i, .math = DNN_MATH_DEFAULT};
         T_OK(dnn_plan_cache_put(&c, &kother, &vi, &e));
     }
     T_EQ_INT(c.n, 41);
     in.n = 117;
-    dnn_plan_conv_key(&kother, DNN_CONV_BWD_FILTER, &cfg, in, DNN_HALF);
+    dnn_plan_conv_key(&kother, DNN_CONV_BWD_FILTER, &cfg, in, DNN_HALF, 1);
     T_CHECK(dnn_plan_cache_find(&c, &kother, &got));
     T_EQ_INT(got.algo, 17);
     v.algo = 5;

@@ -202,7 +202,7 @@ static int gpu_conv_choose(struct gpu_conv *f, enum dnn_conv_dir dir,
     enum dnn_precision p = cudnn_precision(f->t, d->o.tf32);
     struct dnn_algo_choice *ch = &f->algo[dir];
     struct dnn_conv_key k;
-    dnn_plan_conv_key(&k, dir, &f->cfg, f->in, p);
+    dnn_plan_conv_key(&k, dir, &f->cfg, f->in, p, (int)f->t);
     if (dnn_plan_cache_find(&d->cache, &k, ch)) {
         d->cached++;
     } else {

@@ -78,10 +78,12 @@ size_t dnn_plan_search_bytes(size_t free_bytes, size_t limit)
 /* ---- cache ------------------------------------------------------------------------------ */
 
 void dnn_plan_conv_key(struct dnn_conv_key *k, enum dnn_conv_dir dir,
-                       const struct nn_conv2d_cfg *c, struct nn_shape in, enum dnn_precision p)
+                       const struct nn_conv2d_cfg *c, struct nn_shape in, enum dnn_precision p,
+                       int dtype)
 {
-    int v[DNN_KEY_INTS] = {(int)dir, in.n,  in.c,  in.h,  in.w,  c->cout, c->kh,     c->kw,
-                           c->sh,    c->sw, c->ph, c->pw, c->dh, c->dw,   c->groups, (int)p};
+    int v[DNN_KEY_INTS] = {(int)dir, in.n,  in.c,      in.h,   in.w,  c->cout,
+                           c->kh,    c->kw, c->sh,     c->sw,  c->ph, c->pw,
+                           c->dh,    c->dw, c->groups, (int)p, dtype};
     memcpy(k->v, v, sizeof v);
 }
 

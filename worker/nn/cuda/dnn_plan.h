@@ -17,7 +17,8 @@
  *   largest, and it is allocated once after every layer asked (dnn_plan_ws_grow says by
  *   how much, 0 when what is there suffices).
  * - The cache is keyed by everything that makes two convolutions the same problem for
- *   cuDNN (direction, input shape, filter, strides, padding, dilation, groups, precision),
+ *   cuDNN (direction, input shape, filter, strides, padding, dilation, groups, precision,
+ *   data type),
  *   so ResNet-50's repeated blocks are measured once.
  *
  * Ownership: a cache owns its arrays (dnn_plan_cache_free); everything else is values. */
@@ -89,7 +90,7 @@ size_t dnn_plan_search_bytes(size_t free_bytes, size_t limit);
 
 /* ---- the benchmark cache -------------------------------------------------------------- */
 
-#define DNN_KEY_INTS 16
+#define DNN_KEY_INTS 17
 struct dnn_conv_key {
     int v[DNN_KEY_INTS];
 };
@@ -100,8 +101,11 @@ struct dnn_algo_cache {
     int n, cap;
 };
 
+/* dtype: the layer's data type as its caller numbers it (fp16 and bf16 share a
+ * precision, not their kernels). */
 void dnn_plan_conv_key(struct dnn_conv_key *k, enum dnn_conv_dir dir,
-                       const struct nn_conv2d_cfg *c, struct nn_shape in, enum dnn_precision p);
+                       const struct nn_conv2d_cfg *c, struct nn_shape in, enum dnn_precision p,
+                       int dtype);
 bool dnn_plan_cache_find(const struct dnn_algo_cache *c, const struct dnn_conv_key *k,
                          struct dnn_algo_choice *out);
 /* Adds (or replaces) k's choice; ERR_NOMEM when it cannot grow. */
