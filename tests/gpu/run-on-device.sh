@@ -18,13 +18,14 @@
 #      ddpbench time, which is the busbw ratio. With one GPU both run one rank, where busbw
 #      is 0 by definition: the ratio then compares one rank's per-iteration time only;
 #   4. resnet50 bf16 training, batch 64, synthetic 3x224x224, one GPU: ddpbench's train
-#      workload through the daemon against PyTorch AMP bf16 with channels_last and
-#      cudnn.benchmark (bench/resnet50_torch_amp.py); ratio ddpbench / PyTorch images/s.
+#      workload through the daemon with cudnn_benchmark on, against PyTorch AMP bf16 with
+#      channels_last and cudnn.benchmark (bench/resnet50_torch_amp.py); ratio ddpbench /
+#      PyTorch images/s.
 # Writes OUTDIR/summary.txt (the headlines), OUTDIR/log.txt (every command's output) and
 # OUTDIR/artifacts.tar.gz (daemon logs, results and runs as JSON): three files, since the
 # device tool returns at most eight. Env: PYTHON (default python3, the one with PyTorch),
-# BUDGET_S, TRAIN_SPEC_EXTRA (JSON object merged into the resnet50 spec, e.g. a cuDNN
-# benchmark-mode field).
+# BUDGET_S, TRAIN_SPEC_EXTRA (JSON object merged into the resnet50 spec, e.g.
+# '{"cudnn_benchmark": false}' to compare with cuDNN's heuristic algorithm choice).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUTDIR=${1:-${OUT:-$(mktemp -d)}}
@@ -180,7 +181,7 @@ EXTRA=${TRAIN_SPEC_EXTRA:-}
 SPEC=$("$PY" - "$EXTRA" <<PYEOF
 import json, sys
 spec = {"name": "resnet50-bf16", "workload": "train", "device": "cuda", "backend": "nccl",
-        "model": "resnet50", "precision": "bf16",
+        "model": "resnet50", "precision": "bf16", "cudnn_benchmark": True,
         "dataset": {"name": "synthetic", "shape": [3, 224, 224], "classes": 1000},
         "world_size": 1, "batch_size": $RB, "steps": 50, "warmup_steps": 10, "strategy": "ddp",
         "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}, "timeout_s": 250}
