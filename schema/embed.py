@@ -89,28 +89,37 @@ def to_oas30(node):
     if "if" in node:
         cond = to_oas30(node["if"])
         if "then" in node:
-            rules.append({"anyOf": [negate(cond), to_oas30(node["then"])]})
+            rules.append({"anyOf": [negate(cond)] + alternatives(to_oas30(node["then"]))})
         if "else" in node:
-            rules.append({"anyOf": [cond, to_oas30(node["else"])]})
+            rules.append({"anyOf": [cond] + alternatives(to_oas30(node["else"]))})
+    if rules and not out:
+        return rules[0] if len(rules) == 1 else {"allOf": rules}
     if rules:
         out["allOf"] = out.get("allOf", []) + rules
     return out
 
 
+def alternatives(schema):
+    """schema as a list of anyOf branches: its own when it is only an anyOf (one level
+    fewer for a generator to combine), else [schema]."""
+    return schema["anyOf"] if set(schema) == {"anyOf"} else [schema]
+
+
 def switch_field(rule, required):
-    """f when rule is {if: {properties: {f: {const: c}}, required: [f]}, then: ...} (the
-    required may be left out when the enclosing schema requires f): rules on one field with
-    different constants exclude each other."""
+    """(f, absent) when rule is {if: {properties: {f: {const: c}}, required: [f]}, then: ...}
+    (absent False) or the same without required (absent True: an absent f, which takes its
+    default c, counts as c; False again when the enclosing schema requires f): rules on one
+    field with different constants exclude each other. None for any other rule."""
     cond = rule.get("if")
     if set(rule) != {"if", "then"} or not isinstance(cond, dict):
         return None
     props = cond.get("properties", {})
     if len(props) != 1 or set(cond) - {"properties", "required"}:
         return None
-    if cond.get("required", [f for f in props if f in required]) != list(props):
-        return None
     (name, schema), = props.items()
-    return name if set(schema) == {"const"} else None
+    if cond.get("required", [name]) != [name] or set(schema) != {"const"}:
+        return None
+    return name, "required" not in cond and name not in required
 
 
 def allof_to_oas30(items, required):
@@ -121,22 +130,31 @@ def allof_to_oas30(items, required):
     spec's 4 switches together are still too many for it: test_schemathesis narrows one.)"""
     out, switches = [], {}
     for item in items:
-        name = isinstance(item, dict) and switch_field(item, required)
-        if not name:
+        found = isinstance(item, dict) and switch_field(item, required)
+        if not found:
             out.append(to_oas30(item))
             continue
+        name, absent = found
         value = item["if"]["properties"][name]["const"]
-        cases = switches.setdefault(name, {})
-        cases.setdefault(json.dumps(value), []).append(to_oas30(item["then"]))
+        case = switches.setdefault(name, {}).setdefault(json.dumps(value), [absent, []])
+        if case[0] != absent:
+            raise ValueError(f"rules on {name} = {value} disagree on an absent {name}")
+        case[1].append(to_oas30(item["then"]))
     return out + [{"anyOf": switch_branches(name, cases)} for name, cases in switches.items()]
 
 
 def switch_branches(name, cases):
-    """The anyOf branches of one switch: f is none of the constants, or f = c_i and T_i."""
+    """The anyOf branches of one switch: f is none of the constants (or absent, unless a
+    constant stands for an absent f), or f = c_i (or absent, for that constant) and T_i."""
     values = [json.loads(v) for v in cases]
-    branches = [{"properties": {name: {"not": {"enum": values}}}}]
-    for v, thens in cases.items():
-        branch = {"required": [name], "properties": {name: {"enum": [json.loads(v)]}}}
+    other = {"properties": {name: {"not": {"enum": values}}}}
+    if any(absent for absent, _ in cases.values()):
+        other["required"] = [name]
+    branches = [other]
+    for v, (absent, thens) in cases.items():
+        branch = {"properties": {name: {"enum": [json.loads(v)]}}}
+        if not absent:
+            branch["required"] = [name]
         for then in thens:  # merged into one object schema where they only add properties
             props = then.get("properties", {}) if set(then) == {"properties"} else None
             if props is None or set(props) & set(branch["properties"]):
@@ -149,17 +167,29 @@ def switch_branches(name, cases):
 
 def negate(cond):
     """{not: cond}, with the negation moved inside when cond tests one property
-    ({properties: {f: S}}, optionally required [f]): a generator (schemathesis's) builds
-    objects from a negated property schema far more easily than from a negated object."""
+    ({properties: {f: S}}, optionally required [f]), and on into S when S is such a test
+    of an object or {not: X}: a generator (schemathesis's) builds objects from a negated
+    property schema far more easily than from a negated object."""
     props = cond.get("properties", {})
     if set(cond) <= {"properties", "required"} and len(props) == 1:
         (name, schema), = props.items()
         if cond.get("required", [name]) == [name]:
-            neg = {"properties": {name: {"not": schema}}}  # absent, or present and not S
+            neg = {"properties": {name: negate_value(schema)}}  # absent, or present, not S
             if "required" not in cond:  # then absent satisfies cond: present and not S
                 neg["required"] = [name]
             return neg
     return {"not": cond}
+
+
+def negate_value(schema):
+    """{not: schema} for a property's value: X for {not: X}; for a one-property test of an
+    object, the object whose property fails it (negate); else {not: schema}."""
+    if set(schema) == {"not"}:
+        return schema["not"]
+    neg = negate(schema)
+    if "not" not in neg:
+        neg["type"] = "object"  # a value that is no object passes the test, so fails this
+    return neg
 
 
 def openapi_document(api_path, spec_schema_path):

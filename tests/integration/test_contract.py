@@ -113,6 +113,67 @@ def test_spec_schema_inlined_exactly():
     check("workload" in fields and "sweep" not in fields, fields)
 
 
+# Specs at the edge of each rule the spec schema states between fields or through a
+# pattern, with the verdict both the schema and the server must give (True: accepted;
+# the node has no GPU, so an accepted device "cuda" spec meets 409, not 400).
+C, TR = {"workload": "collective"}, {"workload": "train"}
+EDGE_SPECS = [
+    (dict(C, backend="nccl"), False),  # device's default, cpu, has only tcp
+    (dict(C, device="cuda"), False),  # backend's default, tcp, is not cuda's
+    (dict(C, device="cuda", backend="nccl"), True),
+    (dict(C, sweep={"device": ["cuda"]}), False),
+    (dict(C, sweep={"device": ["cuda"], "backend": ["nccl"]}), True),
+    (dict(C, sweep={"device": ["cpu", "cuda"], "backend": ["tcp"]}), False),
+    (dict(C, device="cuda", backend="tcp", sweep={"backend": ["nccl"]}), True),
+    (dict(C, device="cpu", backend="nccl", sweep={"device": ["cuda"]}), True),
+    (dict(C, emulate_multi_rank=True), False),
+    (dict(C, op="broadcast", sweep={"algorithm": ["tree"]}), True),
+    (dict(C, op="broadcast", sweep={"algorithm": ["tree", "rd"]}), False),
+    (dict(C, algorithm="rd", sweep={"op": ["allreduce"]}), True),
+    (dict(C, algorithm="rd", sweep={"op": ["allreduce", "broadcast"]}), False),
+    (dict(C, factor=4, step=1024), False),
+    (dict(C, factor=0, step="0K"), True),
+    (dict(C, step="4K", sweep={"factor": [2]}), False),
+    (dict(C, sweep={"factor": [0]}), False),
+    (dict(C, factor=0, sweep={"step": [4096]}), True),
+    (dict(TR, steps=10, epochs=1), False),
+    (dict(TR, epochs=1), True),
+    (dict(TR, sweep={"steps": [0]}), False),
+    (dict(TR, device="cuda", backend="nccl", strategy="zero1"), False),
+    (dict(TR, backend="nccl", sweep={"device": ["cuda"]}), True),
+    (dict(TR, device="cuda", backend="nccl", sweep={"strategy": ["ddp", "zero2"]}), False),
+    (dict(C, max_bytes="2G"), True),
+    (dict(C, max_bytes="0002GiB"), True),
+    (dict(C, max_bytes="2097152K"), True),
+    (dict(C, max_bytes="2097153KiB"), False),
+    (dict(C, max_bytes="2049M"), False),
+    (dict(C, max_bytes=2147483649), False),
+    (dict(C, min_bytes="0K"), False),
+    (dict(C, step="0"), True),
+    (dict(C, factor=0, step="3G"), False),
+    (dict(C, sizes=["2G", "1T"]), False),
+    (dict(C, description="a\u0000b"), False),
+]
+
+
+def test_spec_schema_decides_as_the_server():
+    """At the edge of every rule the schema states (field switches with defaults and
+    sweeps, one-of pairs, size patterns), the schema and the server give the same verdict,
+    and the expected one."""
+    with open(SPEC_SCHEMA_PATH) as f:
+        schema = jsonschema.Draft202012Validator(json.load(f))
+    stub = os.path.join(os.path.abspath(SOURCE), "tests", "integration", "stub_worker.sh")
+    d = Daemon(cpu_slots=2, extra_args=["--worker", stub, "--gpus", "0"])
+    try:
+        for body, verdict in EDGE_SPECS:
+            status, text, _ = d.request("POST", "/v1/experiments", body)
+            check(status in ((201, 409) if verdict else (400,)),
+                  f"{body}: server {status} {str(text)[:300]}")
+            check(schema.is_valid(body) == verdict, f"{body}: the schema says {not verdict}")
+    finally:
+        d.close()
+
+
 def routes_in_code():
     text = open(os.path.join(SOURCE, "api", "routes.c")).read()
     out = set()
@@ -228,6 +289,7 @@ if __name__ == "__main__":
     sys.exit(run_cases([
         test_document_is_well_formed,
         test_spec_schema_inlined_exactly,
+        test_spec_schema_decides_as_the_server,
         test_document_lists_exactly_the_routes,
         test_live_responses_match_schemas,
         test_readme_curl_examples_run,

@@ -6,6 +6,8 @@
  * The source tree comes from $DDPB_SOURCE_DIR (meson sets it for unit tests) or the
  * current directory. `test_spec --write-schema PATH` regenerates the schema file. */
 #include <dirent.h>
+#include <inttypes.h>
+#include <regex.h>
 #include <unistd.h>
 
 #include "common/model_table.h"
@@ -1105,17 +1107,20 @@ static void test_spec_schema_content(void)
     T_EQ_STR(get_str(sizes, "type"), "array");
     T_EQ_INT(get_int(sizes, "maxItems"), SPEC_MAX_SIZES);
     T_CHECK(json_is_true(json_object_get(sizes, "uniqueItems")));
-    /* op -> algorithm: one if/then per op; backend nccl -> algorithm: one more */
+    /* op -> algorithm: per op, one if/then for the top and one for the sweep; backend
+     * nccl -> algorithm: two more. The last alternative of each then is "algorithm (not
+     * swept) is one of these". */
     int allowed = 0;
     size_t i;
     json_t *clause;
     json_array_foreach(json_object_get(s, "allOf"), i, clause)
     {
-        json_t *then_alg = json_object_get(
-            json_object_get(json_object_get(clause, "then"), "properties"), "algorithm");
-        allowed += json_object_get(then_alg, "enum") != NULL; /* not the train rule's false */
+        json_t *alts = json_object_get(json_object_get(clause, "then"), "anyOf");
+        json_t *last = json_array_get(alts, json_array_size(alts) - 1);
+        json_t *then_alg = json_object_get(json_object_get(last, "properties"), "algorithm");
+        allowed += json_object_get(then_alg, "enum") != NULL;
     }
-    T_EQ_INT(allowed, 6);
+    T_EQ_INT(allowed, 12);
     /* nested groups are objects of their fields, closed to others */
     json_t *ds = json_object_get(props, "dataset");
     T_EQ_STR(get_str(ds, "type"), "object");
@@ -1158,6 +1163,118 @@ static void test_spec_schema_content(void)
     T_CHECK_MSG(strstr(get_str(sweep, "description"), runs) &&
                     strstr(get_str(sweep, "description"), values),
                 "%s", get_str(sweep, "description"));
+    json_decref(s);
+}
+
+/* The string pattern of a size (field `name`, or the items of "sizes" when item is true)
+ * in the schema. Borrowed from s. */
+static const char *size_pattern(const json_t *s, const char *name, bool item)
+{
+    const json_t *f = json_object_get(json_object_get(s, "properties"), name);
+    const json_t *alts = json_object_get(item ? json_object_get(f, "items") : f, "anyOf");
+    return get_str(json_array_get(alts, json_array_size(alts) - 1), "pattern");
+}
+
+/* Whether validation takes text (a JSON value) as field's value, in a spec in which no
+ * rule between fields refuses it. */
+static bool size_accepted(const char *field, const char *text)
+{
+    char spec[256];
+    if (strcmp(field, "min_bytes") == 0)
+        snprintf(spec, sizeof spec, W ", \"max_bytes\": 2147483648, \"min_bytes\": %s}", text);
+    else if (strcmp(field, "max_bytes") == 0)
+        snprintf(spec, sizeof spec, W ", \"min_bytes\": 1, \"max_bytes\": %s}", text);
+    else if (strcmp(field, "step") == 0)
+        snprintf(spec, sizeof spec, W ", \"factor\": 0, \"step\": %s}", text);
+    else
+        snprintf(spec, sizeof spec, W ", \"sizes\": [%s]}", text);
+    struct err e = {0};
+    json_t *out = parse_text(spec, &e);
+    json_decref(out);
+    return out != NULL;
+}
+
+/* Each size field's schema states exactly the range validation applies: its string
+ * pattern (checked with POSIX ERE, which reads it as JSON Schema's ECMA 262 does) matches
+ * a count just inside each unit's range and not one just outside, in every spelling, and
+ * the integer form's bounds are the ones validation keeps. */
+static void test_spec_schema_size_bounds(void)
+{
+    static const char *const fields[] = {"min_bytes", "max_bytes", "step", "sizes"};
+    static const char *const units[] = {"", "K", "M", "G", "T"};
+    static const char *const suffixes[] = {"", "B", "iB", "b"};
+    json_t *s = spec_schema_json();
+    int checked = 0;
+    for (size_t fi = 0; fi < 4; fi++) {
+        bool item = strcmp(fields[fi], "sizes") == 0;
+        const char *pattern = size_pattern(s, fields[fi], item);
+        regex_t re;
+        T_CHECK_MSG(pattern && regcomp(&re, pattern, REG_EXTENDED | REG_NOSUB) == 0, "%s: %s",
+                    fields[fi], pattern ? pattern : "no pattern");
+        for (int u = 0; u < 5; u++) {
+            int64_t hi = (INT64_C(2) << 30) >> (10 * u);
+            int64_t counts[] = {0, 1, 2, hi - 1, hi, hi + 1, hi * 10};
+            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+                for (size_t si = 0; si < 4; si++) {
+                    if ((u == 0 && si == 2) || counts[ci] < 0)
+                        continue; /* "4iB" is no size: the unit comes first */
+                    char text[64], json[80];
+                    snprintf(text, sizeof text, "%s%" PRId64 "%s%s", ci % 2 ? "00" : "",
+                             counts[ci], u ? units[u] : "",
+                             u ? suffixes[si] : suffixes[si % 2]);
+                    snprintf(json, sizeof json, "\"%s\"", text);
+                    bool matches = regexec(&re, text, 0, NULL, 0) == 0;
+                    T_CHECK_MSG(matches == size_accepted(fields[fi], json),
+                                "%s \"%s\": the pattern %s it, validation the opposite",
+                                fields[fi], text, matches ? "takes" : "refuses");
+                    checked++;
+                }
+            }
+        }
+        regfree(&re);
+        /* the integer form: the range alternative's bounds, just inside and outside */
+        const json_t *f = json_object_get(json_object_get(s, "properties"), fields[fi]);
+        const json_t *alts = json_object_get(item ? json_object_get(f, "items") : f, "anyOf");
+        const json_t *range = json_array_get(alts, json_array_size(alts) - 2);
+        json_int_t lo = get_int(range, "minimum"), hi = get_int(range, "maximum");
+        char text[32];
+        snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, lo);
+        T_CHECK_MSG(size_accepted(fields[fi], text), "%s %s", fields[fi], text);
+        snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, hi);
+        T_CHECK_MSG(size_accepted(fields[fi], text), "%s %s", fields[fi], text);
+        snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, hi + 1);
+        T_CHECK_MSG(!size_accepted(fields[fi], text), "%s %s", fields[fi], text);
+        snprintf(text, sizeof text, "%" JSON_INTEGER_FORMAT, lo - 1);
+        T_CHECK_MSG(size_accepted(fields[fi], text) == !strcmp(fields[fi], "step"), "%s %s",
+                    fields[fi], text); /* step's 0 is "not used", its own alternative */
+    }
+    T_CHECK_MSG(checked > 400, "%d spellings", checked);
+    json_decref(s);
+}
+
+/* The rules between fields are if/then and anyOf clauses whose verdicts
+ * tests/integration/test_contract.py compares with the server's at each rule's edge; here,
+ * that a rule's b either belongs to every workload the rule is of or has an allowed
+ * default, which spec_schema_allowed_rules relies on (it never requires b). */
+static void test_spec_schema_allowed_defaults(void)
+{
+    json_t *s = spec_schema_json();
+    size_t i;
+    json_t *clause;
+    int required = 0;
+    json_array_foreach(json_object_get(s, "allOf"), i, clause)
+    {
+        json_t *alts = json_object_get(json_object_get(clause, "then"), "anyOf");
+        json_t *last = json_array_get(alts, json_array_size(alts) - 1);
+        json_t *req = json_object_get(last, "required");
+        if (!req)
+            continue;
+        required++;
+        /* the one such rule today: device "cuda" needs backend "nccl", both of every
+         * workload */
+        T_EQ_STR(json_string_value(json_array_get(req, 0)), "backend");
+    }
+    T_EQ_INT(required, 2);
     json_decref(s);
 }
 
@@ -1272,6 +1389,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_sizes_list_and_collective_fields);
     TEST_RUN(test_spec_schema_file_in_sync);
     TEST_RUN(test_spec_schema_content);
+    TEST_RUN(test_spec_schema_size_bounds);
+    TEST_RUN(test_spec_schema_allowed_defaults);
     TEST_RUN(test_spec_models_from_table);
     TEST_RUN(test_spec_examples_valid);
     return test_end();

@@ -1,0 +1,148 @@
+"""schemathesis hooks, loaded through tests/integration/schemathesis.toml: the one filter of
+generated requests, for POST /v1/experiments (createExperiment).
+
+The spec's JSON Schema (schema/spec.schema.json, generated from common/spec.c) states
+every rule JSON Schema can express; its description lists, numbered, the four the server
+applies that it cannot (relations between two values, counts over the sweep's cross
+product, the memory estimate). A schema-valid body that breaks one of them is refused with
+400, so positive_data_acceptance would count it against the server. filter_case drops
+exactly those bodies from the positive cases (negative ones are refused either way), each
+rule restated here only as a filter, in the order of the schema's list:
+  (1) min_bytes at most max_bytes, at the top and at every sweep point;
+  (2) the sizes of "sizes" and the values of each sweep list distinct once units are read;
+  (3) at most 1024 runs in the sweep's cross product;
+  (4) one rank's memory estimate (common/spec.c spec_memory_estimate) at most 1 TiB at
+      every point of a train spec, over the model facts of common/model_table.c.
+Decision: defaults and the model table are read from the source tree (the generated schema,
+the C table), not copied, so this file follows a change there; a restated limit that no
+longer matches the schema's description fails loudly at load."""
+import itertools
+import json
+import os
+import re
+
+import jsonschema_rs
+import schemathesis
+from schemathesis import GenerationMode
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+with open(os.path.join(SOURCE, "schema", "spec.schema.json"), encoding="utf-8") as _f:
+    SCHEMA = json.load(_f)
+SPEC = jsonschema_rs.validator_for(SCHEMA)
+MAX_RUNS = 1024
+MAX_RANK_BYTES = 1 << 40
+if (f"at most {MAX_RUNS} runs" not in SCHEMA["description"]
+        or "at most 1 TiB" not in SCHEMA["description"]):
+    raise ImportError("schemathesis_hooks.py: the limits differ from the schema's description")
+SIZE_FIELDS = ("min_bytes", "max_bytes", "step")
+UNITS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
+REAL_DATA = {"mnist": (1, 28, 28, 10), "fashion-mnist": (1, 28, 28, 10),
+             "cifar10": (3, 32, 32, 10)}
+
+
+def load_models():
+    """common/model_table.c's rows: name, c, h, w, classes, params, (desc), in_params,
+    flat_c, flat_stride, flat_border, flat_out, head_in, act_floats, act_floats_x16."""
+    with open(os.path.join(SOURCE, "common", "model_table.c"), encoding="utf-8") as f:
+        text = f.read()
+    num = r"\s*(\d+),"
+    row = re.compile(r'\{"([a-z0-9-]+)",' + num * 5 + r'\s*"(?:[^"\\]|\\.)*",' + num * 7
+                     + r"\s*(\d+)\}")
+    models = {m.group(1): [int(x) for x in m.groups()[1:]] for m in row.finditer(text)}
+    if sorted(models) != sorted(SCHEMA["properties"]["model"]["enum"]):
+        raise ImportError("schemathesis_hooks.py: cannot read common/model_table.c's rows")
+    return models
+
+
+MODELS = load_models()
+
+
+def default(name):
+    group, _, key = name.rpartition(".")
+    props = SCHEMA["properties"][group]["properties"] if group else SCHEMA["properties"]
+    return props[key].get("default")
+
+
+def size(v):
+    """spec_parse_size: an integer, or digits with an optional unit and B / iB."""
+    if isinstance(v, int):
+        return v
+    m = re.fullmatch(r"(\d+)([KkMmGgTt]?)(?:[Ii]?[Bb])?", v)
+    return int(m.group(1)) << UNITS[m.group(2).upper()]
+
+
+def points(body):
+    """Every run's fields (name -> value; "dataset.name" for nested ones), as the
+    server's expansion resolves them: given, else swept, else the default."""
+    top = {}
+    for key, value in body.items():
+        if isinstance(value, dict) and key != "sweep":
+            top.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            top[key] = value
+    sweep = body.get("sweep", {})
+    for combo in itertools.product(*sweep.values()):
+        point = dict(top)
+        point.update(zip(sweep, combo))
+        yield lambda name, p=point: p[name] if name in p else default(name)
+
+
+def memory(get):
+    """spec_memory_estimate's total for one point, in bytes."""
+    (c0, h0, w0, classes0, params0, in_params, flat_c, flat_stride, flat_border, flat_out,
+     head_in, act0, act16) = MODELS[get("model")]
+    c, h, w, classes = REAL_DATA.get(get("dataset.name"), (c0, h0, w0, get("dataset.classes")))
+    if get("dataset.name") not in REAL_DATA and len(get("dataset.shape")) == 3:
+        c, h, w = get("dataset.shape")
+
+    def varying(hh, ww, cls):
+        flat = flat_c
+        if flat_stride:
+            flat = flat_c * max(hh // flat_stride - flat_border, 1) * max(
+                ww // flat_stride - flat_border, 1)
+        if flat_out == 0:
+            return flat * cls + cls
+        return flat * flat_out + flat_out + head_in * cls + cls
+
+    p = params0 + in_params * (c - c0) + varying(h, w, classes) - varying(h0, w0, classes0)
+    area, area0 = h * w, h0 * w0
+    layers0, layers16 = act0 - c0 * area0, act16 - c0 * 256 * area0
+    act = max(layers0 + (layers16 - layers0) / (255 * area0) * (area - area0), 0) + c * area
+    strategy, world, batch = get("strategy"), get("world_size"), get("batch_size")
+    zero = strategy.startswith("zero")
+    opt = 8 if get("optimizer.type") != "sgd" else (4 if get("optimizer.momentum") > 0 else 0)
+    comm = (4 if strategy == "horovod" or zero else 0) + (2 if get("compression") != "none"
+                                                          else 0)
+    return (8 * p + opt * p / (world if zero and world > 1 else 1) + comm * p
+            + 8 * batch * act + (get("prefetch") + 1) * batch * 4 * c * h * w)
+
+
+def broken_rule(body):
+    """The number of the schema's inexpressible rule body breaks, or None."""
+    sweep = body.get("sweep", {})
+    sizes = [size(v) for v in body.get("sizes", [])]
+    if len(set(sizes)) != len(sizes) or any(
+            len({size(v) for v in sweep[f]}) != len(sweep[f]) for f in SIZE_FIELDS if f in sweep):
+        return 2
+    runs = 1
+    for values in sweep.values():
+        runs *= len(values)
+    if runs > MAX_RUNS:
+        return 3
+    for get in points(body):
+        if body["workload"] == "collective" and size(get("min_bytes")) > size(get("max_bytes")):
+            return 1
+        if body["workload"] == "train" and memory(get) > MAX_RANK_BYTES:
+            return 4
+    return None
+
+
+@schemathesis.hook("filter_case").apply_to(operation_id="createExperiment")
+def filter_case(context, case):
+    """Keeps every negative case, and a positive one that the whole spec schema takes
+    (test_schemathesis.py generates from a part of it) unless it breaks a rule the schema
+    cannot state (above)."""
+    meta = case.meta
+    if meta is None or meta.generation.mode != GenerationMode.POSITIVE:
+        return True
+    return SPEC.is_valid(case.body) and broken_rule(case.body) is None
