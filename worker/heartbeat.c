@@ -13,9 +13,14 @@ static void *heartbeat_main(void *arg)
     struct heartbeat *hb = arg;
     pthread_mutex_lock(&hb->lock);
     while (!hb->stop) {
-        char phase[sizeof hb->phase];
-        memcpy(phase, hb->phase, sizeof phase);
+        char phase[sizeof hb->phase + 96], wait[80];
+        memcpy(phase, hb->phase, sizeof hb->phase);
         pthread_mutex_unlock(&hb->lock);
+        wait_note_text(&hb->note, wait, sizeof wait);
+        if (wait[0]) {
+            size_t len = strlen(phase);
+            snprintf(phase + len, sizeof phase - len, "; waiting in %s", wait);
+        }
         struct err e = {0};
         if (report_emit_heartbeat(hb->w, phase, atomic_load(&hb->progress), &e) < 0)
             return NULL; /* the daemon is gone; the worker finds out on its own */

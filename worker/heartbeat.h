@@ -5,7 +5,10 @@
  * a rank inside one long operation is not mistaken for a dead one; a rank whose whole
  * process is frozen (SIGSTOP, swapped out, wedged in the kernel) goes silent, and the
  * daemon fails the run after the spec's heartbeat_timeout_s, naming it and its last
- * phase. Hangs inside a live process are the communicator's timeouts' job. */
+ * phase. Hangs inside a live process are the communicator's timeouts' job. A beat
+ * during a blocking communication names it after the phase ("train repeat 0 step 41/100;
+ * waiting in allreduce bucket 3/7"), from the note the waiting code keeps (comm->note
+ * points at hb->note), so a frozen rank's failure says what its peers wait in. */
 #ifndef DDPB_HEARTBEAT_H
 #define DDPB_HEARTBEAT_H
 
@@ -16,6 +19,7 @@
 
 #include "common/err.h"
 #include "common/report.h"
+#include "worker/comm/wait_note.h"
 
 struct heartbeat {
     struct report_writer *w; /* borrowed */
@@ -27,6 +31,7 @@ struct heartbeat {
     bool stop;
     char phase[128];
     atomic_int_fast64_t progress;
+    struct wait_note note; /* what the working thread blocks in; each beat appends it */
 };
 
 /* Starts the thread (first beat at once). w must outlive heartbeat_stop. */

@@ -342,6 +342,7 @@ int main(void)
     heartbeat_set_phase(&wk.hb, "connecting to peers");
     wk.comm = comm_factory_finish(setup, wk.store, &wk.e);
     WORKER_FAIL_IF(&wk, !wk.comm);
+    wk.comm->note = &wk.hb.note; /* what the workload waits in goes out with each beat */
     log_info("joined: %d ranks, %s communicator up", wk.env.world_size, wk.comm->backend);
     worker_run_workload(&wk);
     /* Every rank leaves together, whatever the backend: a rank that exits while a peer

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/model_table.h"
 #include "worker/comm/reduce.h"
+#include "worker/comm/wait_note.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/models.h"
 #include "common/stats.h"
@@ -406,6 +407,15 @@ static int collective_verify(const struct collective_bench *b, const struct comm
     return 0;
 }
 
+/* A barrier of the benchmark's ranks, noted for the heartbeat while it waits. */
+static int collective_barrier(struct collective_bench *b, struct err *e)
+{
+    wait_note_begin(b->comm->note, WAIT_BARRIER, COMM_OP_BARRIER, 0, 0, 0);
+    int rc = comm_barrier(b->comm, e);
+    wait_note_end(b->comm->note);
+    return rc;
+}
+
 /* Warmup and timed iterations of a; b->times gets each timed iteration's seconds and
  * *wrong the wrong elements of the checked ones (the first and last, when the spec
  * checks). A barrier ends the untimed work around a checked iteration, so that one rank's
@@ -414,18 +424,29 @@ static int collective_bench_time(struct collective_bench *b, const struct comm_a
                                  const struct collective_data *d, int64_t *wrong, struct err *e)
 {
     *wrong = 0;
-    for (int i = 0; i < b->cfg->warmup; i++)
-        if (comm_run(b->comm, a, e) < 0)
+    /* the message size as the spec counts it (reduce_scatter, all_gather: every block) */
+    int64_t bytes = (int64_t)(coll_op_message_blocks(b->opi, b->comm->world_size) * a->count *
+                              b->esize);
+    struct wait_note *note = b->comm->note;
+    for (int i = 0; i < b->cfg->warmup; i++) {
+        wait_note_begin(note, WAIT_ITER, a->op, 0, b->cfg->iters, bytes);
+        int rc = comm_run(b->comm, a, e);
+        wait_note_end(note);
+        if (rc < 0)
             return -1;
+    }
     bool realign = false;
     for (int i = 0; i < b->cfg->iters; i++) {
         bool checked = b->cfg->check && (i == 0 || i == b->cfg->iters - 1);
         if (checked && collective_arm(b, a, d, e) < 0)
             return -1;
-        if ((checked || realign) && comm_barrier(b->comm, e) < 0)
+        if ((checked || realign) && collective_barrier(b, e) < 0)
             return -1;
+        wait_note_begin(note, WAIT_ITER, a->op, i + 1, b->cfg->iters, bytes);
         int64_t t0 = clock_mono_ns();
-        if (comm_run(b->comm, a, e) < 0)
+        int rc = comm_run(b->comm, a, e);
+        wait_note_end(note);
+        if (rc < 0)
             return -1;
         b->times[i] = collective_op_seconds(b, t0);
         int64_t w = 0;
@@ -539,7 +560,7 @@ static int collective_bench_point(struct collective_bench *b, int repeat, size_t
         return -1;
     /* Every rank stored its times before entering the barrier, so rank 0's reads below
      * find them at once; a rank that died fails the barrier instead. */
-    if (comm_barrier(b->comm, e) < 0)
+    if (collective_barrier(b, e) < 0)
         return -1;
     b->points_done++;
     if (b->comm->rank != 0)

@@ -13,6 +13,7 @@
 
 #include "common/clock.h"
 #include "common/model_table.h"
+#include "worker/comm/wait_note.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
 #include "worker/ddp/ddp.h"
@@ -213,7 +214,10 @@ static void train_teardown(struct trainer *tr)
 static int train_tally_reduce(struct trainer *tr, struct train_tally *t, struct err *e)
 {
     float v[3] = {(float)t->loss_sum, (float)t->correct, (float)t->count};
-    if (tr->ops->allreduce_host(tr->eng, tr->comm, v, 3, e) < 0)
+    wait_note_begin(tr->comm->note, WAIT_METRICS, COMM_OP_ALLREDUCE, 0, 0, 0);
+    int rc = tr->ops->allreduce_host(tr->eng, tr->comm, v, 3, e);
+    wait_note_end(tr->comm->note);
+    if (rc < 0)
         return -1;
     t->loss_sum = v[0], t->correct = v[1], t->count = v[2];
     return 0;

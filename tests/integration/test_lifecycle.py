@@ -131,7 +131,14 @@ def test_frozen_worker_is_named():
     d = Daemon(cpu_slots=2, extra_args=["--kill-grace-ms", "30000"])
     try:
         hb_timeout = 3
-        for spec, phase in ((LONG, "collective benchmark"), (FROZEN_TRAIN, "train repeat 0")):
+        # each spec, its ranks' working phase, and the waits the healthy rank can be in once
+        # its peer stops (worker/comm/wait_note.c's phrases): LONG's 16 MiB allreduce, or the
+        # barrier before its first checked iteration when the peer stopped while still
+        # setting up; mnist-cnn's one DDP bucket (87 KB of gradients, under the 1 MiB cap)
+        for spec, phase, wait in (
+                (LONG, "collective benchmark",
+                 r"(allreduce of 16777216 bytes, iteration \d+/5000|barrier)'"),
+                (FROZEN_TRAIN, "train repeat 0", r"allreduce bucket 1/1'")):
             exp = d.submit(dict(spec, name="frozen", world_size=2, heartbeat_timeout_s=hb_timeout))
             run_id = exp["runs"][0]["id"]
             pids = running_pids(d, run_id)
@@ -143,8 +150,11 @@ def test_frozen_worker_is_named():
             err = run["error"]
             check(run["error_rank"] == 1 and err.startswith("rank 1 stopped reporting"), err)
             check("its last heartbeat" in err and f"said '{phase}" in err, err)
-            # what the healthy peer was doing: its heartbeat phase, unchanged since the freeze
+            # what the healthy peer was doing: its heartbeat phase, unchanged since the freeze,
+            # naming the collective it waits in for the frozen rank
             check(f"meanwhile rank 0 had been in '{phase}" in err, err)
+            check(re.search(r"meanwhile rank 0 had been in '[^']*; waiting in " + wait, err),
+                  err)
             if spec is FROZEN_TRAIN:
                 # the frozen rank's last step is named from its step lines, which do not lag
                 # like its heartbeat: within a step or two of where its peer waits

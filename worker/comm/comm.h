@@ -125,6 +125,8 @@ struct comm_ops {
     void (*destroy)(struct comm *c);
 };
 
+struct wait_note;
+
 struct comm {
     const struct comm_ops *ops;
     const char *backend; /* "tcp", "nccl" */
@@ -141,6 +143,10 @@ struct comm {
     char error_op[24];
     int error_peer;
     struct comm_async *async; /* owned; NULL until the first asynchronous operation */
+    /* Borrowed, may be NULL: where the code that blocks in an operation of this comm
+     * notes what it waits in, for the heartbeat (worker/comm/wait_note.h). comm itself
+     * never touches it. */
+    struct wait_note *note;
 };
 
 size_t comm_dtype_size(enum comm_dtype t);

@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "worker/comm/reduce.h"
+#include "worker/comm/wait_note.h"
 
 static const char *const ddp_strategy_names[] = {"naive", "ddp",   "horovod",
                                                  "zero1", "zero2", NULL};
@@ -340,13 +341,16 @@ static void ddp_comm_total(struct ddp *d)
     d->st.comm_ns = total + (to - from);
 }
 
-/* Waits for bucket b's operation and adds its flight, from the start of its launch until
- * the communication thread finished it. Returns the operation's result. */
-static int ddp_wait(struct ddp *d, int b, struct err *e)
+/* Waits for bucket b's operation (op, for the heartbeat's note) and adds its flight, from
+ * the start of its launch until the communication thread finished it. Returns the
+ * operation's result. */
+static int ddp_wait(struct ddp *d, int b, enum comm_op op, struct err *e)
 {
     struct ddp_bucket *bk = &d->b[b];
     int64_t end = 0;
+    wait_note_begin(d->comm->note, WAIT_BUCKET, op, b + 1, d->nb, 0);
     int rc = comm_wait_timed(bk->h, &end, e);
+    wait_note_end(d->comm->note);
     bk->h = NULL;
     ddp_span_add(d, bk->launch_ns, end);
     return rc;
@@ -442,7 +446,7 @@ static int64_t ddp_complete(struct ddp *d, int b, int64_t t0)
     if (!d->b[b].h)
         return t0;
     struct err e = {0};
-    if (ddp_wait(d, b, &e) < 0)
+    if (ddp_wait(d, b, ddp_is_zero(d) ? COMM_OP_REDUCE_SCATTER : COMM_OP_ALLREDUCE, &e) < 0)
         ddp_fail(d, &e);
     else
         ddp_unstage(d, b);
@@ -537,7 +541,9 @@ static int ddp_fix_plan(struct ddp *d, struct err *e)
             wire[i + 1] = d->plan[i];
     }
     int64_t t0 = clock_mono_ns();
+    wait_note_begin(d->comm->note, WAIT_PLAN, COMM_OP_BROADCAST, 0, 0, 0);
     int rc = comm_broadcast(d->comm, wire, wire, (size_t)d->nt + 2, COMM_INT32, 0, e);
+    wait_note_end(d->comm->note);
     ddp_exposed(d, t0); /* blocking: its flight is the training thread's wait */
     ddp_comm_total(d);
     if (rc == 0) {
@@ -643,7 +649,7 @@ int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e)
         if (bk->h) {
             int64_t t0 = clock_mono_ns();
             struct err we = {0};
-            if (ddp_wait(d, b, &we) < 0 && rc == 0) {
+            if (ddp_wait(d, b, COMM_OP_ALL_GATHER, &we) < 0 && rc == 0) {
                 *e = we;
                 rc = -1;
             }
@@ -665,10 +671,11 @@ int ddp_broadcast_params(struct ddp *d, struct err *e)
 {
     struct nn_model *m = d->m;
     float *p = ddp_params(d), *buf = d->on_device ? d->dev.buffers : m->buffers.data;
-    if (comm_broadcast(d->comm, p, p, m->nparams, COMM_FLOAT32, 0, e) < 0)
-        return -1;
-    if (m->nbuffers > 0 &&
-        comm_broadcast(d->comm, buf, buf, m->nbuffers, COMM_FLOAT32, 0, e) < 0)
-        return -1;
-    return 0;
+    wait_note_begin(d->comm->note, WAIT_PARAMS, COMM_OP_BROADCAST, 0, 0, 0);
+    int rc = comm_broadcast(d->comm, p, p, m->nparams, COMM_FLOAT32, 0, e);
+    wait_note_begin(d->comm->note, WAIT_BUFFERS, COMM_OP_BROADCAST, 0, 0, 0);
+    if (rc == 0 && m->nbuffers > 0)
+        rc = comm_broadcast(d->comm, buf, buf, m->nbuffers, COMM_FLOAT32, 0, e);
+    wait_note_end(d->comm->note);
+    return rc;
 }
