@@ -7,7 +7,9 @@ applies that it cannot (relations between two values, counts over the sweep's cr
 product, the memory estimate). A schema-valid body that breaks one of them is refused with
 400, so positive_data_acceptance would count it against the server. filter_case drops
 exactly those bodies from the positive cases (negative ones are refused either way), each
-rule restated here only as a filter, in the order of the schema's list:
+rule restated here only as a filter, in the order of the schema's list, and the bodies the
+whole spec schema refuses (test_schemathesis.py generates from a part of it: schemathesis'
+generator cannot take all its rule clauses together):
   (1) min_bytes at most max_bytes, at the top and at every sweep point;
   (2) the sizes of "sizes" and the values of each sweep list distinct once units are read;
   (3) at most 1024 runs in the sweep's cross product;
