@@ -2,7 +2,8 @@
 #include "common/clock.h"
 
 #include <math.h>
-#include <stdio.h>
+#include <stddef.h>
+#include <string.h>
 #include <time.h>
 
 int64_t clock_mono_ns(void)
@@ -34,14 +35,68 @@ int clock_ms_left(int64_t deadline_ms)
     return left > 0x7fffffff ? 0x7fffffff : (int)left;
 }
 
+/* Writes v (0 <= v < 10^width) as exactly width decimal digits at p; returns the end. */
+static char *clock_put_digits(char *p, int64_t v, int width)
+{
+    for (int i = width - 1; i >= 0; i--, v /= 10)
+        p[i] = (char)('0' + v % 10);
+    return p + width;
+}
+
+/* Days since 1970-01-01 → proleptic Gregorian year, month (1-12), day (1-31): Howard
+ * Hinnant's civil_from_days, exact for every day and free of the time-zone lock glibc's
+ * gmtime_r takes on every call. */
+static void clock_civil_from_days(int64_t days, int64_t *y, int *m, int *d)
+{
+    days += 719468;
+    int64_t era = (days >= 0 ? days : days - 146096) / 146097;
+    int64_t doe = days - era * 146097;                                   /* [0, 146096] */
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365; /* [0, 399] */
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);               /* [0, 365] */
+    int64_t mp = (5 * doy + 2) / 153; /* [0, 11], from March */
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+/* Decision: digits written by hand, not snprintf. Every time in every JSON reply passes
+ * through here (a list page of 20 experiments formats 60), and snprintf's format
+ * parsing plus gmtime_r's lock were an eighth of the list's CPU (tests/bench/RESULTS.md).
+ * Times outside years 0000-9999, which no clock here produces, are clamped into them so
+ * the text always has this one shape. */
 void clock_format_iso(double unix_s, char *out, int outlen)
 {
-    time_t sec = (time_t)floor(unix_s);
-    int ms = (int)((unix_s - (double)sec) * 1000.0);
-    if (ms > 999)
-        ms = 999;
-    struct tm tm;
-    gmtime_r(&sec, &tm);
-    snprintf(out, (size_t)outlen, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+    const double lo = -62167219200000.0, hi = 253402300799999.0; /* ms: 0000-01-01, 9999 */
+    double ms_total = floor(unix_s * 1000.0); /* exact: integers below 2^53 */
+    if (!(ms_total >= lo))                    /* NaN too */
+        ms_total = lo;
+    if (ms_total > hi)
+        ms_total = hi;
+    int64_t msi = (int64_t)ms_total;
+    int64_t sec = (msi >= 0 ? msi : msi - 999) / 1000, ms = msi - sec * 1000;
+    int64_t days = (sec >= 0 ? sec : sec - 86399) / 86400, rem = sec - days * 86400;
+    int64_t year;
+    int month, day;
+    clock_civil_from_days(days, &year, &month, &day);
+    char text[sizeof "2026-11-22T10:04:05.123Z"], *p = text;
+    p = clock_put_digits(p, year, 4);
+    *p++ = '-';
+    p = clock_put_digits(p, month, 2);
+    *p++ = '-';
+    p = clock_put_digits(p, day, 2);
+    *p++ = 'T';
+    p = clock_put_digits(p, rem / 3600, 2);
+    *p++ = ':';
+    p = clock_put_digits(p, rem / 60 % 60, 2);
+    *p++ = ':';
+    p = clock_put_digits(p, rem % 60, 2);
+    *p++ = '.';
+    p = clock_put_digits(p, ms, 3);
+    *p++ = 'Z';
+    if (outlen <= 0)
+        return;
+    size_t n = (size_t)(p - text) < (size_t)outlen - 1 ? (size_t)(p - text)
+                                                       : (size_t)outlen - 1;
+    memcpy(out, text, n);
+    out[n] = '\0';
 }

@@ -1,6 +1,10 @@
 /* Unit tests for common/buf and common/err and common/clock: little-endian round trips,
  * bounds-checked reads, consume, error formatting. */
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
@@ -89,6 +93,34 @@ static void test_err_format(void)
     T_EQ_INT(err_set(NULL, ERR_IO, NULL, "ignored"), -1);
 }
 
+/* What clock_format_iso should write for second u and ms milliseconds, by libc. */
+static void iso_by_gmtime(int64_t u, int ms, char *out, size_t cap)
+{
+    time_t tt = (time_t)u;
+    struct tm tm;
+    char date[32];
+    gmtime_r(&tt, &tm);
+    strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, cap, "%s.%03dZ", date, ms);
+}
+
+/* The formatter against libc over 1900-2150, a day and 7 s apart (every month, leap day
+ * and time of day is met), and at every second of the last minute of 2016. */
+static void test_clock_iso_matches_gmtime(void)
+{
+    char want[48], got[40];
+    for (int64_t u = -2208988800LL; u < 5680281600LL; u += 86407) {
+        iso_by_gmtime(u, 250, want, sizeof want);
+        clock_format_iso((double)u + 0.25, got, sizeof got);
+        T_EQ_STR(got, want);
+    }
+    for (int64_t u = 1483228740LL; u < 1483228800LL; u++) {
+        iso_by_gmtime(u, 0, want, sizeof want);
+        clock_format_iso((double)u, got, sizeof got);
+        T_EQ_STR(got, want);
+    }
+}
+
 static void test_clock_iso(void)
 {
     char s[40];
@@ -96,6 +128,14 @@ static void test_clock_iso(void)
     T_EQ_STR(s, "1970-01-01T00:00:00.500Z");
     clock_format_iso(1795000000.25, s, sizeof s);
     T_EQ_STR(s, "2026-11-18T11:06:40.250Z");
+    clock_format_iso(951782400.0, s, sizeof s); /* a leap day of a year divisible by 400 */
+    T_EQ_STR(s, "2000-02-29T00:00:00.000Z");
+    clock_format_iso(-0.5, s, sizeof s);
+    T_EQ_STR(s, "1969-12-31T23:59:59.500Z");
+    clock_format_iso(1e300, s, sizeof s);
+    T_EQ_STR(s, "9999-12-31T23:59:59.999Z");
+    clock_format_iso(1795000000.25, s, 11);
+    T_EQ_STR(s, "2026-11-18");
     T_EQ_INT(clock_ms_left(-1), -1);
     T_EQ_INT(clock_ms_left(clock_mono_ms() - 5), 0);
     T_CHECK(clock_ms_left(clock_mono_ms() + 10000) > 9000);
@@ -108,6 +148,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_buf_reader_never_overreads);
     TEST_RUN(test_buf_consume_and_growth);
     TEST_RUN(test_err_format);
+    TEST_RUN(test_clock_iso_matches_gmtime);
     TEST_RUN(test_clock_iso);
     return test_end();
 }
