@@ -417,8 +417,22 @@ static int db_migrate(struct db_conn *c, struct err *e)
 
 static int db_check_readers(struct db_conn *c, struct err *e);
 
+/* Process-wide SQLite settings, before SQLite initialises (they cannot change after).
+ * Decision: no memory statistics. With them on (SQLite's default) every allocation and
+ * free takes one global mutex to count bytes nobody reads here, and the HTTP threads
+ * reading at once spent a quarter of a list request's CPU contending for it (perf,
+ * tests/bench/RESULTS.md). */
+static pthread_once_t db_process_once = PTHREAD_ONCE_INIT;
+
+static void db_process_config(void)
+{
+    if (sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0) != SQLITE_OK)
+        log_debug("db: SQLite was initialised before db_open; memory statistics stay on");
+}
+
 struct db *db_open(const char *path, struct err *e)
 {
+    pthread_once(&db_process_once, db_process_config);
     struct db *db = calloc(1, sizeof *db);
     if (!db) {
         err_set(e, ERR_NOMEM, NULL, "out of memory");
