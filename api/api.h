@@ -100,6 +100,10 @@ int api_query_check(const struct api_request *req, const char *const *allowed, s
 int api_query_int(const struct api_request *req, const char *key, int64_t lo, int64_t hi,
                   int64_t def, int64_t *out, struct err *e);
 
+/* Sets rep's body to text, compact JSON built elsewhere (SQLite), ending in a newline as
+ * every JSON reply does. Takes text (malloc'd; freed on failure too). */
+int api_reply_json_text(struct api_reply *rep, char *text, struct err *e);
+
 /* The HTTP status for an error code. The one mapping. */
 int api_http_status(enum err_code code);
 /* {"error": {"code", "message", "field"?}}. Owned. */

@@ -268,19 +268,7 @@ int h_experiments_list(struct api_ctx *ctx, const struct api_request *req,
     if (h_check_enum("status", f.status, h_experiment_statuses, e) < 0)
         return -1;
     char *text = db_list_experiments(ctx->db, &f, e); /* compact JSON from SQLite */
-    if (!text)
-        return -1;
-    size_t len = strlen(text);
-    rep->body = realloc(text, len + 2); /* ends in a newline, as every JSON reply does */
-    if (!rep->body) {
-        free(text);
-        return err_set(e, ERR_NOMEM, NULL, "out of memory");
-    }
-    rep->body[len] = '\n';
-    rep->body[len + 1] = '\0';
-    rep->body_len = len + 1;
-    rep->content_type = "application/json";
-    return 0;
+    return text ? api_reply_json_text(rep, text, e) : -1;
 }
 
 int h_experiments_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,

@@ -1,4 +1,5 @@
-/* h_runs: one run with its ranks, environment and results, straight from SQLite. */
+/* h_runs: one run with its ranks, environment and results, straight from SQLite: the
+ * reply text is what db_get_run_text's one statement builds, sent as it is. */
 #include <string.h>
 
 #include "api/handlers.h"
@@ -6,13 +7,18 @@
 
 static const char *const h_runs_no_args[] = {NULL};
 
+static int h_runs_reply(struct api_ctx *ctx, int64_t id, struct api_reply *rep, struct err *e)
+{
+    char *text = db_get_run_text(ctx->db, id, e);
+    return text ? api_reply_json_text(rep, text, e) : -1;
+}
+
 int h_runs_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                struct err *e)
 {
     if (api_query_check(req, h_runs_no_args, e) < 0)
         return -1;
-    rep->json = db_get_run(ctx->db, req->ids[0], e);
-    return rep->json ? 0 : -1;
+    return h_runs_reply(ctx, req->ids[0], rep, e);
 }
 
 int h_runs_steps(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
@@ -36,6 +42,5 @@ int h_runs_cancel(struct api_ctx *ctx, const struct api_request *req, struct api
     if (api_query_check(req, h_runs_no_args, e) < 0 || h_cancel(ctx, 0, req->ids[0], e) < 0)
         return -1;
     rep->status = 202;
-    rep->json = db_get_run(ctx->db, req->ids[0], e);
-    return rep->json ? 0 : -1;
+    return h_runs_reply(ctx, req->ids[0], rep, e);
 }

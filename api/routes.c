@@ -1,4 +1,4 @@
-/* routes: the route table and the query-string helpers.
+/* routes: the route table, the query-string helpers and the reply helper.
  *
  * Decision: a flat table of (method, pattern, handler); patterns are '/'-separated with
  * "{name}" segments that match positive integer ids. A path that matches a pattern with
@@ -193,5 +193,21 @@ int api_query_int(const struct api_request *req, const char *key, int64_t lo, in
         return err_set(e, ERR_INVALID, key, "%s must be an integer from %lld to %lld, got '%s'",
                        key, (long long)lo, (long long)hi, s);
     *out = v;
+    return 0;
+}
+
+int api_reply_json_text(struct api_reply *rep, char *text, struct err *e)
+{
+    size_t len = strlen(text);
+    char *body = realloc(text, len + 2);
+    if (!body) {
+        free(text);
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    }
+    body[len] = '\n';
+    body[len + 1] = '\0';
+    rep->body = body;
+    rep->body_len = len + 1;
+    rep->content_type = "application/json";
     return 0;
 }

@@ -36,6 +36,7 @@ struct db {
     pthread_cond_t pfree;
     struct db_conn readers[DB_READERS];
     bool reader_busy[DB_READERS];
+    char *sql_run_reply; /* generated at open (db_reply_sql_build); sqlite3_free */
 };
 
 static const char *const db_status_names[] = {
@@ -272,6 +273,12 @@ static bool db_col_is_time(const char *name)
     return n > 3 && strcmp(name + n - 3, "_at") == 0;
 }
 
+static bool db_col_is_bool(const char *name)
+{
+    return strcmp(name, "inplace") == 0 || strcmp(name, "emulated") == 0 ||
+           strcmp(name, "oversubscribed") == 0;
+}
+
 static json_t *db_col_json(sqlite3_stmt *st, int i)
 {
     const char *name = sqlite3_column_name(st, i);
@@ -283,8 +290,7 @@ static json_t *db_col_json(sqlite3_stmt *st, int i)
         clock_format_iso(sqlite3_column_double(st, i), iso, sizeof iso);
         return json_string(iso);
     }
-    if (strcmp(name, "inplace") == 0 || strcmp(name, "emulated") == 0 ||
-        strcmp(name, "oversubscribed") == 0)
+    if (db_col_is_bool(name))
         return json_boolean(sqlite3_column_int(st, i));
     switch (type) {
     case SQLITE_INTEGER: return json_integer(sqlite3_column_int64(st, i));
@@ -342,6 +348,135 @@ static json_t *db_one_json(struct db_conn *c, sqlite3_stmt *st, const char *what
     json_t *row = json_incref(json_array_get(rows, 0));
     json_decref(rows);
     return row;
+}
+
+/* --- replies built in SQL ----------------------------------------------------------------
+ *
+ * Decision: the replies clients poll (a run with its ranks and results) are one
+ * statement whose JSON functions write the reply text, generated at open from the
+ * statements that read the rows: every column shows as db_col_json shows it (each rule
+ * has its SQL twin here: ddpb_iso_time, json(), true/false), so the rules and the
+ * column lists are written once. One statement is one read transaction (a run was five,
+ * each taking the WAL's shared lock with fcntl), and no jansson tree is built, no stored
+ * spec parsed and no reply dumped: half of a run request's CPU (perf, RESULTS.md). */
+
+/* Appends "'name', expr" for each result column of sql, expr showing column name of
+ * the row alias t as db_col_json would. */
+static int db_reply_pairs(sqlite3 *h, sqlite3_str *out, const char *sql, struct err *e)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(h, sql, -1, &st, NULL) != SQLITE_OK)
+        return db_fail(e, h, "prepare a reply's rows");
+    for (int i = 0; i < sqlite3_column_count(st); i++) {
+        const char *n = sqlite3_column_name(st, i);
+        sqlite3_str_appendf(out, "%s'%q', ", i ? ", " : "", n);
+        if (db_col_is_time(n))
+            sqlite3_str_appendf(out, "ddpb_iso_time(t.\"%w\")", n);
+        else if (db_col_is_json(n))
+            sqlite3_str_appendf(out, "json(t.\"%w\")", n);
+        else if (db_col_is_bool(n))
+            sqlite3_str_appendf(out,
+                                "CASE WHEN t.\"%w\" IS NULL THEN NULL WHEN t.\"%w\" "
+                                "THEN json('true') ELSE json('false') END",
+                                n, n);
+        else
+            sqlite3_str_appendf(out, "t.\"%w\"", n);
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
+/* Appends ", 'key', [row objects of sql]": the rows in sql's order (a subquery with
+ * ORDER BY under an aggregate is never flattened, so json_group_array sees its order). */
+static int db_reply_rows(sqlite3 *h, sqlite3_str *out, const char *key, const char *sql,
+                         struct err *e)
+{
+    sqlite3_str_appendf(out, ", '%q', (SELECT json_group_array(json_object(", key);
+    if (db_reply_pairs(h, out, sql, e) < 0)
+        return -1;
+    sqlite3_str_appendf(out, ")) FROM (%s) AS t)", sql);
+    return 0;
+}
+
+static const char SQL_GET_RUN[] =
+    "SELECT id, experiment_id, point, params, world_size, status, progress, created_at, "
+    "started_at, finished_at, finished_at - started_at AS duration_s, error, error_rank, spec, "
+    "emulated, oversubscribed FROM runs WHERE id = ?1";
+static const char SQL_RUN_RANKS[] =
+    "SELECT rank, node, host, pid, cpus, gpu, status, exit_code, signal, error, started_at, "
+    "finished_at FROM run_ranks WHERE run_id = ?1 ORDER BY rank";
+static const char SQL_RUN_COLLECTIVES[] =
+    "SELECT repeat, op, dtype, redop, algorithm, inplace, bytes, count, iters, time_us_min, "
+    "time_us_median, time_us_p95, time_us_mean, time_us_max, algbw_gbs, busbw_gbs, wrong "
+    "FROM collectives WHERE run_id = ?1 ORDER BY repeat, op, inplace, bytes";
+static const char SQL_RUN_ENV[] =
+    "SELECT rank, env FROM run_env WHERE run_id = ?1 ORDER BY rank";
+static const char SQL_RUN_EPOCHS[] =
+    "SELECT repeat, epoch, samples, train_loss, train_acc, test_loss, test_acc, time_s "
+    "FROM epochs WHERE run_id = ?1 ORDER BY repeat, epoch";
+
+/* The run reply's statement (?1 the run id): SQL_GET_RUN's row with its ranks,
+ * collectives, epochs and env. Owned (sqlite3_free), or NULL with e set. */
+static char *db_reply_sql_run(sqlite3 *h, struct err *e)
+{
+    sqlite3_str *out = sqlite3_str_new(h);
+    sqlite3_str_appendall(out, "SELECT json_object(");
+    int rc = db_reply_pairs(h, out, SQL_GET_RUN, e);
+    if (rc == 0)
+        rc = db_reply_rows(h, out, "ranks", SQL_RUN_RANKS, e);
+    if (rc == 0)
+        rc = db_reply_rows(h, out, "collectives", SQL_RUN_COLLECTIVES, e);
+    if (rc == 0)
+        rc = db_reply_rows(h, out, "epochs", SQL_RUN_EPOCHS, e);
+    if (rc == 0)
+        rc = db_reply_rows(h, out, "env", SQL_RUN_ENV, e);
+    sqlite3_str_appendf(out, ") FROM (%s) AS t", SQL_GET_RUN);
+    char *sql = sqlite3_str_finish(out);
+    if (rc == 0 && !sql)
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+    if (rc < 0) {
+        sqlite3_free(sql);
+        return NULL;
+    }
+    return sql;
+}
+
+/* Runs a reply statement bound to id; its one row's text is the reply (owned, free()),
+ * no row is ERR_NOT_FOUND naming what and id. */
+static char *db_reply_text(struct db *db, const char *sql, const char *what, int64_t id,
+                           struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    char *out = NULL;
+    sqlite3_stmt *st = db_stmt(c, sql, e);
+    if (!st)
+        goto done;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    const char *text = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+    if (rc == SQLITE_DONE)
+        err_set(e, ERR_NOT_FOUND, NULL, "%s %lld not found", what, (long long)id);
+    else if (!text)
+        db_fail(e, c->h, what);
+    else if (!(out = strdup(text)))
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+    sqlite3_reset(st);
+done:
+    db_reader_release(db, c);
+    return out;
+}
+
+/* A reply text as jansson, for callers that read its fields. Owned, or NULL with e. */
+static json_t *db_reply_json(char *text, struct err *e)
+{
+    if (!text)
+        return NULL;
+    json_error_t je;
+    json_t *v = json_loads(text, 0, &je);
+    free(text);
+    if (!v)
+        err_set(e, ERR_INTERNAL, NULL, "database reply is no JSON: %s", je.text);
+    return v;
 }
 
 /* --- open, migrate, close ------------------------------------------------------------ */
@@ -442,7 +577,8 @@ struct db *db_open(const char *path, struct err *e)
     pthread_mutex_init(&db->plock, NULL);
     pthread_cond_init(&db->pfree, NULL);
     if (db_conn_open(&db->writer, path, true, e) < 0 || db_migrate(&db->writer, e) < 0 ||
-        db_check_readers(&db->writer, e) < 0)
+        db_check_readers(&db->writer, e) < 0 ||
+        !(db->sql_run_reply = db_reply_sql_run(db->writer.h, e)))
         goto fail;
     for (int i = 0; i < DB_READERS; i++)
         if (db_conn_open(&db->readers[i], path, false, e) < 0)
@@ -467,6 +603,7 @@ void db_close(struct db *db)
     pthread_mutex_destroy(&db->wlock);
     pthread_mutex_destroy(&db->plock);
     pthread_cond_destroy(&db->pfree);
+    sqlite3_free(db->sql_run_reply);
     free(db);
 }
 
@@ -687,59 +824,14 @@ json_t *db_get_experiment(struct db *db, int64_t id, struct err *e)
 
 /* --- runs ------------------------------------------------------------------------------ */
 
-static const char SQL_GET_RUN[] =
-    "SELECT id, experiment_id, point, params, world_size, status, progress, created_at, "
-    "started_at, finished_at, finished_at - started_at AS duration_s, error, error_rank, spec, "
-    "emulated, oversubscribed FROM runs WHERE id = ?1";
-static const char SQL_RUN_RANKS[] =
-    "SELECT rank, node, host, pid, cpus, gpu, status, exit_code, signal, error, started_at, "
-    "finished_at FROM run_ranks WHERE run_id = ?1 ORDER BY rank";
-static const char SQL_RUN_COLLECTIVES[] =
-    "SELECT repeat, op, dtype, redop, algorithm, inplace, bytes, count, iters, time_us_min, "
-    "time_us_median, time_us_p95, time_us_mean, time_us_max, algbw_gbs, busbw_gbs, wrong "
-    "FROM collectives WHERE run_id = ?1 ORDER BY repeat, op, inplace, bytes";
-static const char SQL_RUN_ENV[] =
-    "SELECT rank, env FROM run_env WHERE run_id = ?1 ORDER BY rank";
-static const char SQL_RUN_EPOCHS[] =
-    "SELECT repeat, epoch, samples, train_loss, train_acc, test_loss, test_acc, time_s "
-    "FROM epochs WHERE run_id = ?1 ORDER BY repeat, epoch";
-
-/* Attaches the rows of a per-run child query under key. */
-static int db_attach_rows(struct db_conn *c, json_t *obj, const char *key, const char *sql,
-                          int64_t run_id, struct err *e)
+char *db_get_run_text(struct db *db, int64_t id, struct err *e)
 {
-    sqlite3_stmt *st = db_stmt(c, sql, e);
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, run_id);
-    json_t *rows = db_rows_json(c, st, e);
-    if (!rows)
-        return -1;
-    json_object_set_new(obj, key, rows);
-    return 0;
+    return db_reply_text(db, db->sql_run_reply, "run", id, e);
 }
 
 json_t *db_get_run(struct db *db, int64_t id, struct err *e)
 {
-    struct db_conn *c = db_reader_acquire(db);
-    json_t *run = NULL;
-    sqlite3_stmt *st = db_stmt(c, SQL_GET_RUN, e);
-    if (!st)
-        goto done;
-    sqlite3_bind_int64(st, 1, id);
-    run = db_one_json(c, st, "run", id, e);
-    if (!run)
-        goto done;
-    if (db_attach_rows(c, run, "ranks", SQL_RUN_RANKS, id, e) < 0 ||
-        db_attach_rows(c, run, "collectives", SQL_RUN_COLLECTIVES, id, e) < 0 ||
-        db_attach_rows(c, run, "epochs", SQL_RUN_EPOCHS, id, e) < 0 ||
-        db_attach_rows(c, run, "env", SQL_RUN_ENV, id, e) < 0) {
-        json_decref(run);
-        run = NULL;
-    }
-done:
-    db_reader_release(db, c);
-    return run;
+    return db_reply_json(db_get_run_text(db, id, e), e);
 }
 
 static const char SQL_LIST_QUEUED[] =

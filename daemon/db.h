@@ -6,7 +6,9 @@
  * Statements are prepared once per connection and reused. Reads come back as jansson
  * objects built generically from result columns (column name → key; *_at columns as
  * ISO-8601 strings; JSON text columns decoded), so adding a column needs no new C; the
- * figures results aggregate come back as typed rows (db_get_experiment_data, db_rows.h).
+ * replies polled most (the list, a run) are built the same way by SQLite's JSON
+ * functions, as text; the figures results aggregate come back as typed rows
+ * (db_get_experiment_data, db_rows.h).
  * Every function is thread-safe. Returned json_t are new references (caller decrefs). */
 #ifndef DDPB_DB_H
 #define DDPB_DB_H
@@ -71,7 +73,10 @@ json_t *db_get_experiment_page(struct db *db, int64_t id, int64_t runs_limit,
                                int64_t runs_offset, struct err *e);
 /* The same with every run (runs_limit SPEC_MAX_RUNS, the most an experiment has). */
 json_t *db_get_experiment(struct db *db, int64_t id, struct err *e);
-/* The run with "spec", "params", "ranks", "collectives", "epochs", "env". ERR_NOT_FOUND. */
+/* The run with "spec", "params", "ranks", "collectives", "epochs", "env", as compact
+ * JSON text built by SQLite in one statement (owned, free()). ERR_NOT_FOUND. */
+char *db_get_run_text(struct db *db, int64_t id, struct err *e);
+/* The same reply as owned JSON, for callers that read its fields. */
 json_t *db_get_run(struct db *db, int64_t id, struct err *e);
 /* Steps of a run: {"columns": [...], "rows": [[...], ...]} (compact: runs have many),
  * optionally one rank (rank < 0 = all) and without warm-up steps. ERR_NOT_FOUND for a

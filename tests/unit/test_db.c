@@ -121,6 +121,18 @@ static void test_db_lifecycle(void)
     T_OK(db_rank_hello(db, r0, 1, "host", 2, &e));
     run = db_get_run(db, r0, &e);
     T_EQ_STR(json_string_value(json_object_get(run, "status")), "running");
+    /* times as ISO text, booleans as booleans, ranks in order, no results yet */
+    const char *created = json_string_value(json_object_get(run, "created_at"));
+    T_CHECK_MSG(created && strlen(created) == 24 && created[23] == 'Z', "%s", created);
+    T_CHECK(json_is_null(json_object_get(run, "finished_at")));
+    T_CHECK(json_is_false(json_object_get(run, "oversubscribed")));
+    json_t *ranks = json_object_get(run, "ranks");
+    T_EQ_INT(json_array_size(ranks), 2);
+    T_EQ_INT(json_integer_value(json_object_get(json_array_get(ranks, 1), "rank")), 1);
+    T_EQ_INT(json_integer_value(json_object_get(json_array_get(ranks, 1), "pid")), 101);
+    T_CHECK(json_is_string(json_object_get(json_array_get(ranks, 0), "started_at")));
+    T_EQ_INT(json_array_size(json_object_get(run, "collectives")), 0);
+    T_CHECK(json_is_object(json_object_get(run, "spec")));
     json_decref(run);
 
     T_OK(db_run_finish(db, r0, DB_RUN_SUCCEEDED, NULL, -1, &e));
