@@ -140,6 +140,14 @@ static int h_store_experiment(struct api_ctx *ctx, const json_t *spec, const jso
     return rc;
 }
 
+/* The experiment with a page of its runs as the reply, the text SQLite built. */
+static int h_experiment_reply(struct api_ctx *ctx, int64_t id, int64_t runs_limit,
+                              int64_t runs_offset, struct api_reply *rep, struct err *e)
+{
+    char *text = db_get_experiment_text(ctx->db, id, runs_limit, runs_offset, e);
+    return text ? api_reply_json_text(rep, text, e) : -1;
+}
+
 int h_experiments_create(struct api_ctx *ctx, const struct api_request *req,
                          struct api_reply *rep, struct err *e)
 {
@@ -158,10 +166,9 @@ int h_experiments_create(struct api_ctx *ctx, const struct api_request *req,
     if (runs && h_check_slots(ctx, runs, e) == 0 &&
         h_store_experiment(ctx, spec, runs, &id, e) == 0) {
         scheduler_wake(ctx->sched);
-        rep->json = db_get_experiment_page(ctx->db, id, H_RUNS_PAGE, 0, e);
         rep->status = 201;
         snprintf(rep->location, sizeof rep->location, "/v1/experiments/%lld", (long long)id);
-        rc = rep->json ? 0 : -1;
+        rc = h_experiment_reply(ctx, id, H_RUNS_PAGE, 0, rep, e);
     }
     json_decref(runs);
     json_decref(spec);
@@ -280,8 +287,7 @@ int h_experiments_get(struct api_ctx *ctx, const struct api_request *req, struct
         api_query_int(req, "runs_limit", 1, SPEC_MAX_RUNS, H_RUNS_PAGE, &limit, e) < 0 ||
         api_query_int(req, "runs_offset", 0, SPEC_MAX_RUNS, 0, &offset, e) < 0)
         return -1;
-    rep->json = db_get_experiment_page(ctx->db, req->ids[0], limit, offset, e);
-    return rep->json ? 0 : -1;
+    return h_experiment_reply(ctx, req->ids[0], limit, offset, rep, e);
 }
 
 /* Live events for what a cancel changed at once: each queued run that will never start,
@@ -326,8 +332,7 @@ int h_experiments_cancel(struct api_ctx *ctx, const struct api_request *req,
     if (api_query_check(req, h_no_args, e) < 0 || h_cancel(ctx, req->ids[0], 0, e) < 0)
         return -1;
     rep->status = 202; /* active runs stop within the kill grace period */
-    rep->json = db_get_experiment_page(ctx->db, req->ids[0], H_RUNS_PAGE, 0, e);
-    return rep->json ? 0 : -1;
+    return h_experiment_reply(ctx, req->ids[0], H_RUNS_PAGE, 0, rep, e);
 }
 
 static int h_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)

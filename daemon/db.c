@@ -29,6 +29,15 @@ struct db_conn {
     int ncache;
 };
 
+/* The replies built in SQL (db_reply_defs). */
+enum db_reply {
+    DB_REPLY_RUN,
+    DB_REPLY_EXPERIMENT,
+    DB_REPLY_LIST,
+    DB_REPLY_LIST_ALL,
+    DB_REPLY_COUNT
+};
+
 struct db {
     pthread_mutex_t wlock; /* the one writer */
     struct db_conn writer;
@@ -36,7 +45,7 @@ struct db {
     pthread_cond_t pfree;
     struct db_conn readers[DB_READERS];
     bool reader_busy[DB_READERS];
-    char *sql_run_reply; /* generated at open (db_reply_sql_build); sqlite3_free */
+    char *reply_sql[DB_REPLY_COUNT]; /* generated at open (db_reply_sql); sqlite3_free */
 };
 
 static const char *const db_status_names[] = {
@@ -333,32 +342,18 @@ static json_t *db_rows_json(struct db_conn *c, sqlite3_stmt *st, struct err *e)
     return rows;
 }
 
-/* Exactly one row of a bound statement, or ERR_NOT_FOUND naming `what` and id. */
-static json_t *db_one_json(struct db_conn *c, sqlite3_stmt *st, const char *what, int64_t id,
-                           struct err *e)
-{
-    json_t *rows = db_rows_json(c, st, e);
-    if (!rows)
-        return NULL;
-    if (json_array_size(rows) == 0) {
-        json_decref(rows);
-        err_set(e, ERR_NOT_FOUND, NULL, "%s %lld not found", what, (long long)id);
-        return NULL;
-    }
-    json_t *row = json_incref(json_array_get(rows, 0));
-    json_decref(rows);
-    return row;
-}
-
 /* --- replies built in SQL ----------------------------------------------------------------
  *
- * Decision: the replies clients poll (a run with its ranks and results) are one
- * statement whose JSON functions write the reply text, generated at open from the
- * statements that read the rows: every column shows as db_col_json shows it (each rule
- * has its SQL twin here: ddpb_iso_time, json(), true/false), so the rules and the
- * column lists are written once. One statement is one read transaction (a run was five,
- * each taking the WAL's shared lock with fcntl), and no jansson tree is built, no stored
- * spec parsed and no reply dumped: half of a run request's CPU (perf, RESULTS.md). */
+ * Decision: the replies clients poll (the list, an experiment with a page of its runs, a
+ * run with its ranks and results) are one statement each whose JSON functions write the
+ * reply text. With thousands of experiments stored, building them through jansson (a
+ * tree per row, every stored spec and summary parsed, the reply dumped) cost more than
+ * the queries, and a run read in five statements took five read transactions, each
+ * locking the WAL's shared memory with fcntl (perf, tests/bench/RESULTS.md). The
+ * statements are generated at open from the ones that read the rows (db_reply_defs):
+ * every column shows as db_col_json shows it, each rule with its SQL twin here
+ * (ddpb_iso_time, json(), true/false), so the rules and the column lists are written
+ * once. Times go through ddpb_iso_time, the formatter db_col_json uses. */
 
 /* Appends "'name', expr" for each result column of sql, expr showing column name of
  * the row alias t as db_col_json would. */
@@ -386,17 +381,28 @@ static int db_reply_pairs(sqlite3 *h, sqlite3_str *out, const char *sql, struct 
     return 0;
 }
 
-/* Appends ", 'key', [row objects of sql]": the rows in sql's order (a subquery with
- * ORDER BY under an aggregate is never flattened, so json_group_array sees its order). */
-static int db_reply_rows(sqlite3 *h, sqlite3_str *out, const char *key, const char *sql,
-                         struct err *e)
-{
-    sqlite3_str_appendf(out, ", '%q', (SELECT json_group_array(json_object(", key);
-    if (db_reply_pairs(h, out, sql, e) < 0)
-        return -1;
-    sqlite3_str_appendf(out, ")) FROM (%s) AS t)", sql);
-    return 0;
-}
+/* --- the replies' rows --- */
+
+#define DB_EXPERIMENT_SELECT                                                                   \
+    "SELECT e.id, e.name, e.workload, e.status, e.n_runs, e.runs_finished, e.created_at, "     \
+    "e.started_at, e.finished_at, round(e.finished_at - e.started_at, 3) AS duration_s, "      \
+    "e.summary"
+#define DB_EXPERIMENT_WHERE                                                                    \
+    " WHERE (?1 IS NULL OR e.status = ?1) AND (?2 IS NULL OR instr(e.name, ?2) > 0) "          \
+    "AND (?3 IS NULL OR e.workload = ?3) "                                                     \
+    "AND (?4 IS NULL OR json_extract(e.spec, '$.model') = ?4 OR EXISTS (SELECT 1 FROM runs r " \
+    "  WHERE r.experiment_id = e.id AND json_extract(r.spec, '$.model') = ?4)) "               \
+    "AND (?5 IS NULL OR e.created_at >= ?5) AND (?6 IS NULL OR e.created_at < ?6)"
+/* A list page: ?1..?6 the filter (db_bind_filter), ?7 limit, ?8 offset. */
+static const char SQL_LIST_PAGE[] = DB_EXPERIMENT_SELECT
+    " FROM experiments e" DB_EXPERIMENT_WHERE " ORDER BY e.id DESC LIMIT ?7 OFFSET ?8";
+static const char SQL_GET_EXPERIMENT[] = DB_EXPERIMENT_SELECT
+    ", e.spec FROM experiments e WHERE e.id = ?1";
+/* A page of an experiment's runs (?2 limit, ?3 offset), without their specs and results. */
+static const char SQL_EXPERIMENT_RUNS[] =
+    "SELECT id, point, params, world_size, status, progress, created_at, started_at, "
+    "finished_at, finished_at - started_at AS duration_s, error, error_rank "
+    "FROM runs WHERE experiment_id = ?1 ORDER BY point LIMIT ?2 OFFSET ?3";
 
 static const char SQL_GET_RUN[] =
     "SELECT id, experiment_id, point, params, world_size, status, progress, created_at, "
@@ -415,25 +421,66 @@ static const char SQL_RUN_EPOCHS[] =
     "SELECT repeat, epoch, samples, train_loss, train_acc, test_loss, test_acc, time_s "
     "FROM epochs WHERE run_id = ?1 ORDER BY repeat, epoch";
 
-/* The run reply's statement (?1 the run id): SQL_GET_RUN's row with its ranks,
- * collectives, epochs and env. Owned (sqlite3_free), or NULL with e set. */
-static char *db_reply_sql_run(sqlite3 *h, struct err *e)
+/* --- the replies --- */
+
+/* One reply: an object of row's columns (none when row is NULL), then each array of
+ * rows, then tail's pairs ("'key', expr, ..."). */
+struct db_reply_def {
+    const char *row;
+    struct {
+        const char *key, *sql;
+    } arrays[4];
+    const char *tail;
+};
+
+static const struct db_reply_def db_reply_defs[DB_REPLY_COUNT] = {
+    [DB_REPLY_RUN] = {SQL_GET_RUN,
+                      {{"ranks", SQL_RUN_RANKS},
+                       {"collectives", SQL_RUN_COLLECTIVES},
+                       {"epochs", SQL_RUN_EPOCHS},
+                       {"env", SQL_RUN_ENV}},
+                      NULL},
+    [DB_REPLY_EXPERIMENT] =
+        {SQL_GET_EXPERIMENT,
+         {{"runs", SQL_EXPERIMENT_RUNS}},
+         "'runs_total', (SELECT count(*) FROM runs WHERE experiment_id = ?1), "
+         "'runs_limit', ?2, 'runs_offset', ?3"},
+    /* the count of an unfiltered list reads an index instead of every row */
+    [DB_REPLY_LIST] = {NULL,
+                       {{"items", SQL_LIST_PAGE}},
+                       "'total', (SELECT count(*) FROM experiments e" DB_EXPERIMENT_WHERE "), "
+                       "'limit', ?7, 'offset', ?8"},
+    [DB_REPLY_LIST_ALL] = {NULL,
+                           {{"items", SQL_LIST_PAGE}},
+                           "'total', (SELECT count(*) FROM experiments), 'limit', ?7, "
+                           "'offset', ?8"},
+};
+
+/* d's statement: one row (none when d->row matches nothing) of one column, the reply.
+ * Owned (sqlite3_free), or NULL with e set. */
+static char *db_reply_sql(sqlite3 *h, const struct db_reply_def *d, struct err *e)
 {
     sqlite3_str *out = sqlite3_str_new(h);
     sqlite3_str_appendall(out, "SELECT json_object(");
-    int rc = db_reply_pairs(h, out, SQL_GET_RUN, e);
-    if (rc == 0)
-        rc = db_reply_rows(h, out, "ranks", SQL_RUN_RANKS, e);
-    if (rc == 0)
-        rc = db_reply_rows(h, out, "collectives", SQL_RUN_COLLECTIVES, e);
-    if (rc == 0)
-        rc = db_reply_rows(h, out, "epochs", SQL_RUN_EPOCHS, e);
-    if (rc == 0)
-        rc = db_reply_rows(h, out, "env", SQL_RUN_ENV, e);
-    sqlite3_str_appendf(out, ") FROM (%s) AS t", SQL_GET_RUN);
+    int rc = d->row ? db_reply_pairs(h, out, d->row, e) : 0;
+    const char *sep = d->row ? ", " : "";
+    for (size_t i = 0; rc == 0 && i < sizeof d->arrays / sizeof *d->arrays && d->arrays[i].key;
+         i++, sep = ", ") {
+        /* rows in sql's order: a subquery with ORDER BY under an aggregate is never
+         * flattened, so json_group_array sees them in that order */
+        sqlite3_str_appendf(out, "%s'%q', (SELECT json_group_array(json_object(", sep,
+                            d->arrays[i].key);
+        rc = db_reply_pairs(h, out, d->arrays[i].sql, e);
+        sqlite3_str_appendf(out, ")) FROM (%s) AS t)", d->arrays[i].sql);
+    }
+    if (d->tail)
+        sqlite3_str_appendf(out, "%s%s", sep, d->tail);
+    sqlite3_str_appendall(out, ")");
+    if (d->row)
+        sqlite3_str_appendf(out, " FROM (%s) AS t", d->row);
     char *sql = sqlite3_str_finish(out);
     if (rc == 0 && !sql)
-        err_set(e, ERR_NOMEM, NULL, "out of memory");
+        rc = err_set(e, ERR_NOMEM, NULL, "out of memory");
     if (rc < 0) {
         sqlite3_free(sql);
         return NULL;
@@ -441,17 +488,12 @@ static char *db_reply_sql_run(sqlite3 *h, struct err *e)
     return sql;
 }
 
-/* Runs a reply statement bound to id; its one row's text is the reply (owned, free()),
- * no row is ERR_NOT_FOUND naming what and id. */
-static char *db_reply_text(struct db *db, const char *sql, const char *what, int64_t id,
+/* Steps st, a bound reply statement: its one row's text is the reply (owned, free());
+ * no row is ERR_NOT_FOUND naming what and id. Resets st. */
+static char *db_reply_step(struct db_conn *c, sqlite3_stmt *st, const char *what, int64_t id,
                            struct err *e)
 {
-    struct db_conn *c = db_reader_acquire(db);
     char *out = NULL;
-    sqlite3_stmt *st = db_stmt(c, sql, e);
-    if (!st)
-        goto done;
-    sqlite3_bind_int64(st, 1, id);
     int rc = sqlite3_step(st);
     const char *text = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
     if (rc == SQLITE_DONE)
@@ -461,7 +503,22 @@ static char *db_reply_text(struct db *db, const char *sql, const char *what, int
     else if (!(out = strdup(text)))
         err_set(e, ERR_NOMEM, NULL, "out of memory");
     sqlite3_reset(st);
-done:
+    return out;
+}
+
+/* Reply which with ?1.. bound to args[0..nargs); args[0] is the id a missing row names.
+ * Owned text (free()), or NULL with e set. */
+static char *db_reply_text(struct db *db, enum db_reply which, const int64_t *args, int nargs,
+                           const char *what, struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    char *out = NULL;
+    sqlite3_stmt *st = db_stmt(c, db->reply_sql[which], e);
+    if (st) {
+        for (int i = 0; i < nargs; i++)
+            sqlite3_bind_int64(st, i + 1, args[i]);
+        out = db_reply_step(c, st, what, args[0], e);
+    }
     db_reader_release(db, c);
     return out;
 }
@@ -577,9 +634,11 @@ struct db *db_open(const char *path, struct err *e)
     pthread_mutex_init(&db->plock, NULL);
     pthread_cond_init(&db->pfree, NULL);
     if (db_conn_open(&db->writer, path, true, e) < 0 || db_migrate(&db->writer, e) < 0 ||
-        db_check_readers(&db->writer, e) < 0 ||
-        !(db->sql_run_reply = db_reply_sql_run(db->writer.h, e)))
+        db_check_readers(&db->writer, e) < 0)
         goto fail;
+    for (int i = 0; i < DB_REPLY_COUNT; i++)
+        if (!(db->reply_sql[i] = db_reply_sql(db->writer.h, &db_reply_defs[i], e)))
+            goto fail;
     for (int i = 0; i < DB_READERS; i++)
         if (db_conn_open(&db->readers[i], path, false, e) < 0)
             goto fail;
@@ -603,7 +662,8 @@ void db_close(struct db *db)
     pthread_mutex_destroy(&db->wlock);
     pthread_mutex_destroy(&db->plock);
     pthread_cond_destroy(&db->pfree);
-    sqlite3_free(db->sql_run_reply);
+    for (int i = 0; i < DB_REPLY_COUNT; i++)
+        sqlite3_free(db->reply_sql[i]);
     free(db);
 }
 
@@ -688,48 +748,6 @@ out:
 
 /* Seconds at the millisecond resolution the timestamps are shown with, so the list (built
  * by SQLite's JSON functions) and the experiment (by jansson) print the same number. */
-#define DB_EXPERIMENT_DURATION "round(e.finished_at - e.started_at, 3)"
-#define DB_EXPERIMENT_SELECT                                                                   \
-    "SELECT e.id, e.name, e.workload, e.status, e.n_runs, e.runs_finished, "                   \
-    "e.created_at, e.started_at, e.finished_at, " DB_EXPERIMENT_DURATION " AS duration_s, "    \
-    "e.summary"
-/* A row of DB_EXPERIMENT_SELECT as one JSON object of the list page; times through
- * db_iso_time, the formatter db_col_json uses. */
-#define DB_EXPERIMENT_ITEM_JSON                                                                \
-    "json_object('id', e.id, 'name', e.name, 'workload', e.workload, 'status', e.status, "     \
-    "'n_runs', e.n_runs, 'runs_finished', e.runs_finished, "                                   \
-    "'created_at', ddpb_iso_time(e.created_at), 'started_at', ddpb_iso_time(e.started_at), "   \
-    "'finished_at', ddpb_iso_time(e.finished_at), 'duration_s', e.duration_s, "                \
-    "'summary', json(e.summary))"
-
-#define DB_EXPERIMENT_WHERE                                                                    \
-    " WHERE (?1 IS NULL OR e.status = ?1) AND (?2 IS NULL OR instr(e.name, ?2) > 0) "          \
-    "AND (?3 IS NULL OR e.workload = ?3) "                                                     \
-    "AND (?4 IS NULL OR json_extract(e.spec, '$.model') = ?4 OR EXISTS (SELECT 1 FROM runs r " \
-    "  WHERE r.experiment_id = e.id AND json_extract(r.spec, '$.model') = ?4)) "               \
-    "AND (?5 IS NULL OR e.created_at >= ?5) AND (?6 IS NULL OR e.created_at < ?6)"
-
-/* The list page, reply and all, as one JSON text built by SQLite: with thousands of
- * experiments stored, building it through jansson (a parse of every summary, a
- * formatted row, a dump) cost more than the queries (tests/bench/RESULTS.md). The count
- * of an unfiltered list reads an index instead of every row. */
-#define DB_LIST_JSON(total)                                                                    \
-    "SELECT json_object('items', (SELECT json_group_array(" DB_EXPERIMENT_ITEM_JSON ") "       \
-    "FROM (" DB_EXPERIMENT_SELECT " FROM experiments e" DB_EXPERIMENT_WHERE                    \
-    " ORDER BY e.id DESC LIMIT ?7 OFFSET ?8) e), 'total', (" total "), 'limit', ?7, "          \
-    "'offset', ?8)"
-static const char SQL_LIST_EXPERIMENTS[] = DB_LIST_JSON(
-    "SELECT count(*) FROM experiments e" DB_EXPERIMENT_WHERE);
-static const char SQL_LIST_ALL_EXPERIMENTS[] = DB_LIST_JSON("SELECT count(*) FROM experiments");
-static const char SQL_GET_EXPERIMENT[] = DB_EXPERIMENT_SELECT
-    ", e.spec FROM experiments e WHERE e.id = ?1";
-static const char SQL_EXPERIMENT_RUNS[] =
-    "SELECT id, point, params, world_size, status, progress, created_at, started_at, "
-    "finished_at, finished_at - started_at AS duration_s, error, error_rank "
-    "FROM runs WHERE experiment_id = ?1 ORDER BY point LIMIT ?2 OFFSET ?3";
-static const char SQL_COUNT_EXPERIMENT_RUNS[] =
-    "SELECT count(*) AS total FROM runs WHERE experiment_id = ?1";
-
 static void db_bind_filter(sqlite3_stmt *st, const struct db_experiment_filter *f)
 {
     db_bind_text_or_null(st, 1, f->status);
@@ -753,68 +771,28 @@ char *db_list_experiments(struct db *db, const struct db_experiment_filter *f, s
     struct db_conn *c = db_reader_acquire(db);
     char *out = NULL;
     sqlite3_stmt *st = db_stmt(
-        c, db_filter_is_empty(f) ? SQL_LIST_ALL_EXPERIMENTS : SQL_LIST_EXPERIMENTS, e);
-    if (!st)
-        goto done;
-    db_bind_filter(st, f);
-    sqlite3_bind_int64(st, 7, f->limit);
-    sqlite3_bind_int64(st, 8, f->offset);
-    int rc = sqlite3_step(st);
-    const char *text = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
-    if (!text)
-        db_fail(e, c->h, "list experiments");
-    else if (!(out = strdup(text)))
-        err_set(e, ERR_NOMEM, NULL, "out of memory");
-    sqlite3_reset(st);
-done:
+        c, db->reply_sql[db_filter_is_empty(f) ? DB_REPLY_LIST_ALL : DB_REPLY_LIST], e);
+    if (st) {
+        db_bind_filter(st, f);
+        sqlite3_bind_int64(st, 7, f->limit);
+        sqlite3_bind_int64(st, 8, f->offset);
+        out = db_reply_step(c, st, "list experiments", 0, e);
+    }
     db_reader_release(db, c);
     return out;
 }
 
-/* Sets exp's "runs" to its page and the page's figures. Returns 0 or -1 with e set. */
-static int db_attach_runs_page(struct db_conn *c, json_t *exp, int64_t id, int64_t limit,
-                               int64_t offset, struct err *e)
+char *db_get_experiment_text(struct db *db, int64_t id, int64_t runs_limit, int64_t runs_offset,
+                             struct err *e)
 {
-    sqlite3_stmt *st = db_stmt(c, SQL_COUNT_EXPERIMENT_RUNS, e);
-    if (!st)
-        return -1;
-    sqlite3_bind_int64(st, 1, id);
-    json_t *total = db_one_json(c, st, "count", 0, e);
-    if (!total || !(st = db_stmt(c, SQL_EXPERIMENT_RUNS, e))) {
-        json_decref(total);
-        return -1;
-    }
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, limit);
-    sqlite3_bind_int64(st, 3, offset);
-    json_t *runs = db_rows_json(c, st, e);
-    if (runs) {
-        json_object_set_new(exp, "runs", runs);
-        json_object_set(exp, "runs_total", json_object_get(total, "total"));
-        json_object_set_new(exp, "runs_limit", json_integer(limit));
-        json_object_set_new(exp, "runs_offset", json_integer(offset));
-    }
-    json_decref(total);
-    return runs ? 0 : -1;
+    const int64_t args[] = {id, runs_limit, runs_offset};
+    return db_reply_text(db, DB_REPLY_EXPERIMENT, args, 3, "experiment", e);
 }
 
 json_t *db_get_experiment_page(struct db *db, int64_t id, int64_t runs_limit,
                                int64_t runs_offset, struct err *e)
 {
-    struct db_conn *c = db_reader_acquire(db);
-    json_t *exp = NULL;
-    sqlite3_stmt *st = db_stmt(c, SQL_GET_EXPERIMENT, e);
-    if (!st)
-        goto done;
-    sqlite3_bind_int64(st, 1, id);
-    exp = db_one_json(c, st, "experiment", id, e);
-    if (exp && db_attach_runs_page(c, exp, id, runs_limit, runs_offset, e) < 0) {
-        json_decref(exp);
-        exp = NULL;
-    }
-done:
-    db_reader_release(db, c);
-    return exp;
+    return db_reply_json(db_get_experiment_text(db, id, runs_limit, runs_offset, e), e);
 }
 
 json_t *db_get_experiment(struct db *db, int64_t id, struct err *e)
@@ -826,7 +804,7 @@ json_t *db_get_experiment(struct db *db, int64_t id, struct err *e)
 
 char *db_get_run_text(struct db *db, int64_t id, struct err *e)
 {
-    return db_reply_text(db, db->sql_run_reply, "run", id, e);
+    return db_reply_text(db, DB_REPLY_RUN, &id, 1, "run", e);
 }
 
 json_t *db_get_run(struct db *db, int64_t id, struct err *e)

@@ -6,8 +6,8 @@
  * Statements are prepared once per connection and reused. Reads come back as jansson
  * objects built generically from result columns (column name → key; *_at columns as
  * ISO-8601 strings; JSON text columns decoded), so adding a column needs no new C; the
- * replies polled most (the list, a run) are built the same way by SQLite's JSON
- * functions, as text; the figures results aggregate come back as typed rows
+ * replies polled most (the list, an experiment, a run) are built the same way by
+ * SQLite's JSON functions, as text; the figures results aggregate come back as typed rows
  * (db_get_experiment_data, db_rows.h).
  * Every function is thread-safe. Returned json_t are new references (caller decrefs). */
 #ifndef DDPB_DB_H
@@ -71,6 +71,9 @@ char *db_list_experiments(struct db *db, const struct db_experiment_filter *f, s
  * Returns owned JSON, or NULL with ERR_NOT_FOUND. */
 json_t *db_get_experiment_page(struct db *db, int64_t id, int64_t runs_limit,
                                int64_t runs_offset, struct err *e);
+/* The same page as compact JSON text built by SQLite in one statement (owned, free()). */
+char *db_get_experiment_text(struct db *db, int64_t id, int64_t runs_limit, int64_t runs_offset,
+                             struct err *e);
 /* The same with every run (runs_limit SPEC_MAX_RUNS, the most an experiment has). */
 json_t *db_get_experiment(struct db *db, int64_t id, struct err *e);
 /* The run with "spec", "params", "ranks", "collectives", "epochs", "env", as compact
