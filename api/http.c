@@ -203,7 +203,9 @@ static struct MHD_Response *http_stream_response(struct MHD_Connection *conn,
     return resp;
 }
 
-/* The reply's body as a response (JSON pretty-printed, or the raw body). */
+/* The reply's body as a response (JSON, or the raw body). JSON is compact, as the replies
+ * SQLite builds are: indentation made a run's reply half again as long, and clients
+ * (the dashboard, the CLI, jq) lay it out themselves. */
 static struct MHD_Response *http_body_response(struct api_reply *rep)
 {
     char *text = NULL;
@@ -211,7 +213,7 @@ static struct MHD_Response *http_body_response(struct api_reply *rep)
     const char *ctype = rep->content_type ? rep->content_type : "text/plain; charset=utf-8";
     if (rep->json) {
         text = json_dumps(rep->json,
-                          JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
+                          JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
         if (text) {
             len = strlen(text);
             char *grown = realloc(text, len + 2);
