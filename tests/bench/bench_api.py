@@ -5,14 +5,17 @@ Starts the release build's ddpbenchd on a fresh state directory and builds the d
 through the real API: 1,000 experiments of 10 runs each (a sweep over 10 seeds, each
 experiment cancelled as soon as it is submitted, so nothing runs and every row is what a
 submission stores; about 3 s). Then drives each endpoint with wrk (-t2, CONNECTIONS
-connections) for SECONDS, ROUNDS rounds, and prints a Markdown table: the median round of
-each endpoint (by requests/s) with its latency percentiles, and the daemon's CPU time per
-request (user + system from /proc/PID/stat over the round, divided by the requests wrk
-counted), which a loaded machine disturbs far less than requests/s or p99.
+connections) for SECONDS, ROUNDS rounds, and prints a Markdown table whose every figure is
+the median over rounds (requests/s, each latency percentile, and the daemon's CPU time per
+request: user + system from /proc/PID/stat over the round, divided by the requests wrk
+counted, which a loaded machine disturbs far less than requests/s or p99), with each
+round's requests/s and p99 beside it. The load average before and after is printed: on a
+shared machine p99 is mostly other processes' time slices.
 
-With DDPB_BASE_BUILD_DIR set (another build, e.g. of main), a second daemon from that
-build gets its own identical database and every round measures both, endpoint by
-endpoint, alternating which goes first: a before/after in one run.
+With DDPB_BASE_BUILD_DIR set (another build, e.g. of main: the peer), a second daemon from
+that build gets its own identical database and every round measures both, endpoint by
+endpoint, alternating which goes first: a before/after in one run, with the ratios of the
+medians (requests/s this / base, CPU per request base / this).
 
     deploy/install-deps.sh --bench && ninja -C build && \\
         flock /tmp/ddpb-bench.lock python3 tests/bench/bench_api.py [SECONDS] [CONNECTIONS] \\
@@ -22,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,6 +65,12 @@ def cpu_ticks(pid):
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
+def ms(text):
+    """wrk's latency text ("662.00us", "1.49ms", "1.02s") in milliseconds."""
+    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
+    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+
+
 def wrk(url, seconds, conns, pid):
     t0 = cpu_ticks(pid)
     out = subprocess.run(["wrk", "-t2", f"-c{conns}", f"-d{seconds}s", "--latency", url],
@@ -68,11 +78,18 @@ def wrk(url, seconds, conns, pid):
     ticks = cpu_ticks(pid) - t0
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
-    lat = dict(re.findall(r"^\s+(50|90|99)%\s+(\S+)", out, re.M))
+    lat = {p: ms(v) for p, v in re.findall(r"^\s+(50|90|99)%\s+(\S+)", out, re.M)}
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     cpu_us = ticks / os.sysconf("SC_CLK_TCK") * 1e6 / max(total, 1)
     return {"rps": rps, "lat": lat, "bad": int(errors.group(1)) if errors else 0,
             "cpu_us": cpu_us}
+
+
+def medians(rounds):
+    """Each figure's median over rounds."""
+    return {"rps": statistics.median(x["rps"] for x in rounds),
+            "cpu_us": statistics.median(x["cpu_us"] for x in rounds),
+            **{p: statistics.median(x["lat"][p] for x in rounds) for p in ("50", "90", "99")}}
 
 
 def start(build, experiments, runs_each):
@@ -104,7 +121,8 @@ def main(seconds=10, conns=32, rounds=3, experiments=1000, runs_each=10):
         mid = ids[len(ids) // 2]
         print(f"stored {experiments * runs_each:,} runs in {len(ids):,} experiments through the "
               f"API in {took:.1f}s per daemon; wrk -t2 -c{conns} -d{seconds}s per endpoint, "
-              f"{rounds} rounds, builds {BUILDS}")
+              f"{rounds} rounds, builds {BUILDS}; load average before: "
+              f"{' '.join(open('/proc/loadavg').read().split()[:3])}")
         print()
         endpoints = (("list (20 per page)", "/v1/experiments?limit=20"),
                      ("list (50 per page)", "/v1/experiments?limit=50"),
@@ -119,18 +137,26 @@ def main(seconds=10, conns=32, rounds=3, experiments=1000, runs_each=10):
                 for d in order:
                     proc, durl = daemons[d][0], daemons[d][1]
                     got[(d, path)].append(wrk(durl + path, seconds, conns, proc.pid))
-        print("| build | endpoint | requests/s (median round) | p50 | p90 | p99 | "
-              "daemon CPU µs/request | non-2xx | requests/s of each round |")
+        print("| build | endpoint | requests/s | p50 ms | p90 ms | p99 ms | "
+              "daemon CPU µs/request | non-2xx | each round: requests/s (p99 ms) |")
         print("|---|---|---:|---:|---:|---:|---:|---:|---|")
         for name, path in endpoints:
             for d in daemons:
-                res = sorted(got[(d, path)], key=lambda x: x["rps"])
-                m = res[len(res) // 2]
-                cpu = sorted(x["cpu_us"] for x in res)[len(res) // 2]
-                each = " / ".join(f"{x['rps']:,.0f}" for x in got[(d, path)])
-                print(f"| {d} | {name} `{path}` | {m['rps']:,.0f} | {m['lat'].get('50')} | "
-                      f"{m['lat'].get('90')} | {m['lat'].get('99')} | {cpu:.0f} | "
-                      f"{sum(x['bad'] for x in res)} | {each} |")
+                m = medians(got[(d, path)])
+                each = " / ".join(f"{x['rps']:,.0f} ({x['lat']['99']:.1f})"
+                                  for x in got[(d, path)])
+                print(f"| {d} | {name} `{path}` | {m['rps']:,.0f} | {m['50']:.2f} | "
+                      f"{m['90']:.2f} | {m['99']:.2f} | {m['cpu_us']:.0f} | "
+                      f"{sum(x['bad'] for x in got[(d, path)])} | {each} |")
+        if "base" in daemons:
+            print()
+            print("| endpoint | requests/s, this / base | CPU per request, base / this |")
+            print("|---|---:|---:|")
+            for name, path in endpoints:
+                t, b = medians(got[("this", path)]), medians(got[("base", path)])
+                print(f"| {name} | {t['rps'] / b['rps']:.2f} | {b['cpu_us'] / t['cpu_us']:.2f} |")
+        print()
+        print(f"load average after: {' '.join(open('/proc/loadavg').read().split()[:3])}")
     finally:
         for proc, _, state, _, _ in daemons.values():
             proc.terminate()
