@@ -103,6 +103,15 @@ static int config_read_token(struct config *c, const char *path, struct err *e)
     return config_set_token(c, line, path, e);
 }
 
+/* HTTP threads: one per CPU, 2 to 4. Two to a CPU preempt each other with requests
+ * half-served: on 2 CPUs, 4 threads had the list's p99 at 10.8 ms against 4.0 ms for 2,
+ * at the same requests/s (tests/bench/RESULTS.md). Past 4 they would wait for the
+ * database's 4 reader connections. */
+static int config_default_http_threads(long ncpu)
+{
+    return ncpu < 2 ? 2 : ncpu > 4 ? 4 : (int)ncpu;
+}
+
 static void config_defaults(struct config *c)
 {
     memset(c, 0, sizeof *c);
@@ -119,7 +128,7 @@ static void config_defaults(struct config *c)
     c->cpu_slots = ncpu > 0 ? (int)ncpu : 1;
     c->gpus = -1; /* resolved after the options: --gpus, else NVML */
     c->max_body = 1u << 20;
-    c->http_threads = 4;
+    c->http_threads = config_default_http_threads(ncpu);
     c->kill_grace_ms = 3000;
     c->log_level = LOG_INFO;
     config_default_worker(c);
@@ -140,7 +149,7 @@ void config_print_usage(const char *prog)
            "  --gpus N             GPU slots for device cuda runs (default: NVML's count,\n"
            "                       0 when NVML is unavailable)\n"
            "  --max-body BYTES     largest request body (default 1048576)\n"
-           "  --http-threads N     HTTP worker threads (default 4)\n"
+           "  --http-threads N     HTTP worker threads (default: online CPUs, 2 to 4)\n"
            "  --kill-grace-ms N    SIGTERM to SIGKILL delay for workers (default 3000)\n"
            "  --log-level LEVEL    debug, info, warn, error (default info)\n"
            "  --token-file PATH    require 'Authorization: Bearer <token>' on every\n"
