@@ -15,7 +15,9 @@ shared machine p99 is mostly other processes' time slices.
 With DDPB_BASE_BUILD_DIR set (another build, e.g. of main: the peer), a second daemon from
 that build gets its own identical database and every round measures both, endpoint by
 endpoint, alternating which goes first: a before/after in one run, with the ratios of the
-medians (requests/s this / base, CPU per request base / this).
+medians (requests/s this / base, CPU per request base / this). DDPB_FLAGS and
+DDPB_BASE_FLAGS add ddpbenchd flags to each (the same build twice with DDPB_BASE_BUILD_DIR=
+build compares flags, e.g. DDPB_BASE_FLAGS="--http-threads 4").
 
     deploy/install-deps.sh --bench && ninja -C build && \\
         flock /tmp/ddpb-bench.lock python3 tests/bench/bench_api.py [SECONDS] [CONNECTIONS] \\
@@ -36,6 +38,9 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BUILDS = {"this": os.environ.get("DDPB_BUILD_DIR", "build")}
 if os.environ.get("DDPB_BASE_BUILD_DIR"):
     BUILDS["base"] = os.environ["DDPB_BASE_BUILD_DIR"]
+# more ddpbenchd flags for each daemon (e.g. "--http-threads 4"), split on spaces
+FLAGS = {"this": os.environ.get("DDPB_FLAGS", "").split(),
+         "base": os.environ.get("DDPB_BASE_FLAGS", "").split()}
 
 
 def call(url, method="GET", body=None):
@@ -92,15 +97,15 @@ def medians(rounds):
             **{p: statistics.median(x["lat"][p] for x in rounds) for p in ("50", "90", "99")}}
 
 
-def start(build, experiments, runs_each):
+def start(build, flags, experiments, runs_each):
     """A daemon of `build` with its database built; returns (process, url, state, ids, s)."""
     state = tempfile.mkdtemp(prefix="ddpb-bench-api-")
     env = dict(os.environ, MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_="4294967296")
     daemon = os.path.join(ROOT, build, "daemon", "ddpbenchd")
     worker = os.path.join(ROOT, BUILDS["this"], "worker", "ddpbench-worker")  # the same for all
     proc = subprocess.Popen([daemon, "--port", "0", "--store-port", "0", "--state-dir", state,
-                             "--cpu-slots", "1", "--worker", worker, "--log-level", "warn"],
-                            env=env, stdout=subprocess.DEVNULL)
+                             "--cpu-slots", "1", "--worker", worker, "--log-level", "warn",
+                             *flags], env=env, stdout=subprocess.DEVNULL)
     for _ in range(100):
         if os.path.exists(f"{state}/ddpbenchd.json"):
             break
@@ -115,13 +120,13 @@ def main(seconds=10, conns=32, rounds=3, experiments=1000, runs_each=10):
     daemons = {}
     try:
         for name, build in BUILDS.items():
-            daemons[name] = start(build, experiments, runs_each)
+            daemons[name] = start(build, FLAGS[name], experiments, runs_each)
         _, url, _, ids, took = daemons["this"]
         run_id = call(f"{url}/v1/experiments/{ids[0]}")["runs"][0]["id"]
         mid = ids[len(ids) // 2]
         print(f"stored {experiments * runs_each:,} runs in {len(ids):,} experiments through the "
               f"API in {took:.1f}s per daemon; wrk -t2 -c{conns} -d{seconds}s per endpoint, "
-              f"{rounds} rounds, builds {BUILDS}; load average before: "
+              f"{rounds} rounds, builds {BUILDS}, flags {FLAGS}; load average before: "
               f"{' '.join(open('/proc/loadavg').read().split()[:3])}")
         print()
         endpoints = (("list (20 per page)", "/v1/experiments?limit=20"),
