@@ -104,9 +104,9 @@ static int config_read_token(struct config *c, const char *path, struct err *e)
 }
 
 /* HTTP threads: one per CPU, 2 to 4. Two to a CPU preempt each other with requests
- * half-served: on 2 CPUs, 4 threads had the list's p99 at 10.8 ms against 4.0 ms for 2,
- * at the same requests/s (tests/bench/RESULTS.md). Past 4 they would wait for the
- * database's 4 reader connections. */
+ * half served: on 2 CPUs under wrk -c32, 4 threads served 0.95 to 1.35 times the
+ * requests/s of 2 with 1.4 to 2.7 times the p99 (tests/bench/RESULTS.md), and the API's
+ * goal is a tail one. Past 4 they would wait for the database's 4 reader connections. */
 static int config_default_http_threads(long ncpu)
 {
     return ncpu < 2 ? 2 : ncpu > 4 ? 4 : (int)ncpu;
