@@ -445,11 +445,11 @@ static const struct db_reply_def db_reply_defs[DB_REPLY_COUNT] = {
          {{"runs", SQL_EXPERIMENT_RUNS}},
          "'runs_total', (SELECT count(*) FROM runs WHERE experiment_id = ?1), "
          "'runs_limit', ?2, 'runs_offset', ?3"},
-    /* the count of an unfiltered list reads an index instead of every row */
     [DB_REPLY_LIST] = {NULL,
                        {{"items", SQL_LIST_PAGE}},
                        "'total', (SELECT count(*) FROM experiments e" DB_EXPERIMENT_WHERE "), "
                        "'limit', ?7, 'offset', ?8"},
+    /* an unfiltered list: its count reads an index instead of every row */
     [DB_REPLY_LIST_ALL] = {NULL,
                            {{"items", SQL_LIST_PAGE}},
                            "'total', (SELECT count(*) FROM experiments), 'limit', ?7, "
