@@ -97,9 +97,10 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
     return 0;
 }
 
-/* Serializes the expanded runs for db_create_experiment. Strings owned by texts[]. */
-static int h_encode_runs(const json_t *runs, struct db_new_run *out, char **texts,
-                         struct err *e)
+/* Serializes the expanded runs for db_create_experiment, each with this node's network
+ * profile. Strings owned by texts[]; the profile borrowed from cfg. */
+static int h_encode_runs(const struct config *cfg, const json_t *runs, struct db_new_run *out,
+                         char **texts, struct err *e)
 {
     size_t i;
     json_t *run;
@@ -113,7 +114,8 @@ static int h_encode_runs(const json_t *runs, struct db_new_run *out, char **text
             return err_set(e, ERR_NOMEM, NULL, "out of memory");
         out[i] = (struct db_new_run){
             texts[2 * i], texts[2 * i + 1],
-            (int)json_integer_value(json_object_get(spec, "world_size"))};
+            (int)json_integer_value(json_object_get(spec, "world_size")),
+            cfg->network_profile[0] ? cfg->network_profile : NULL};
     }
     return 0;
 }
@@ -128,7 +130,7 @@ static int h_store_experiment(struct api_ctx *ctx, const json_t *spec, const jso
     int rc = -1;
     if (!rows || !texts || !spec_text)
         err_set(e, ERR_NOMEM, NULL, "out of memory");
-    else if (h_encode_runs(runs, rows, texts, e) == 0)
+    else if (h_encode_runs(ctx->cfg, runs, rows, texts, e) == 0)
         rc = db_create_experiment(ctx->db, json_string_value(json_object_get(spec, "name")),
                                   json_string_value(json_object_get(spec, "workload")),
                                   spec_text, rows, n, id, e);

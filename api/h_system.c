@@ -26,6 +26,11 @@ int h_system_health(struct api_ctx *ctx, const struct api_request *req, struct a
                           (json_int_t)db_count_runs(ctx->db, DB_RUN_QUEUED), "active",
                           ss.runs_active, "store", "port", store_server_port(ctx->store),
                           "clients", (json_int_t)st.clients, "runs", (json_int_t)st.runs);
+    if (rep->json) /* netlab's status and a reader of results can tell the hosts apart */
+        json_object_set_new(rep->json, "network_profile",
+                            ctx->cfg->network_profile[0]
+                                ? json_string(ctx->cfg->network_profile)
+                                : json_null());
     return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }
 

@@ -1,6 +1,7 @@
 /* config: see config.h. getopt_long over a table; each option validated with a range. */
 #include "daemon/config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
@@ -86,6 +87,28 @@ static int config_set_token(struct config *c, const char *tok, const char *from,
     return 0;
 }
 
+/* --network-profile: a label (letters, digits, '.', '_', '-'), since it becomes a results
+ * column and a CSV cell; "none" (the default) clears it. */
+static int config_set_network_profile(struct config *c, const char *name, struct err *e)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n >= sizeof c->network_profile)
+        return err_set(e, ERR_INVALID, "network-profile",
+                       "--network-profile must be 1 to %zu characters",
+                       sizeof c->network_profile - 1);
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)name[i]) && !strchr("._-", name[i]))
+            return err_set(e, ERR_INVALID, "network-profile",
+                           "--network-profile must be letters, digits, '.', '_' or '-', "
+                           "got '%s'",
+                           name);
+    if (strcmp(name, "none") == 0)
+        c->network_profile[0] = '\0';
+    else
+        memcpy(c->network_profile, name, n + 1);
+    return 0;
+}
+
 /* The file's first line, trailing whitespace dropped. */
 static int config_read_token(struct config *c, const char *path, struct err *e)
 {
@@ -157,6 +180,8 @@ void config_print_usage(const char *prog)
            "  --cors-origin ORIGIN allow browser pages from ORIGIN (or *) to call the API\n"
            "  --allow-host NAMES   names clients may reach this daemon under besides its\n"
            "                       addresses, localhost and --node (comma-separated; *: any)\n"
+           "  --network-profile NAME  the network runs measure over, stored on each run\n"
+           "                       (deploy/netlab.sh sets it; default none: the host's)\n"
            "  --version, --help\n",
            prog, CONFIG_DEFAULT_PORT);
 }
@@ -179,6 +204,7 @@ enum {
     OPT_TOKEN_FILE,
     OPT_CORS,
     OPT_ALLOW_HOST,
+    OPT_NETWORK_PROFILE,
     OPT_VERSION,
     OPT_HELP,
 };
@@ -201,6 +227,7 @@ static const struct option config_options[] = {
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
     {"cors-origin", required_argument, NULL, OPT_CORS},
     {"allow-host", required_argument, NULL, OPT_ALLOW_HOST},
+    {"network-profile", required_argument, NULL, OPT_NETWORK_PROFILE},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -238,6 +265,7 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
         return config_copy(c->cors_origin, sizeof c->cors_origin, "cors-origin", arg, e);
     case OPT_ALLOW_HOST:
         return config_copy(c->allow_hosts, sizeof c->allow_hosts, "allow-host", arg, e);
+    case OPT_NETWORK_PROFILE: return config_set_network_profile(c, arg, e);
     case OPT_LOG_LEVEL:
         if (log_parse_level(arg, &c->log_level) < 0)
             return err_set(e, ERR_INVALID, "log-level",

@@ -35,11 +35,16 @@ struct config {
     char cors_origin[256]; /* Access-Control-Allow-Origin; "" = no CORS */
     char allow_hosts[512]; /* further names the Host header may carry, comma-separated
                               ("*": any); api/guard.h says why Host is checked */
+    /* the network this node's runs measure over (deploy/netlab.sh names its tc profile,
+     * "1gbe", ...); stored on every run so results never pool runs over different
+     * networks; "" = none: the host network as is */
+    char network_profile[64];
 };
 
 /* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,
  * --worker, --web-dir, --node, --cpu-slots, --gpus, --max-body, --http-threads,
- * --kill-grace-ms, --log-level, --token-file, --cors-origin, --allow-host) and DDPB_TOKEN (a token
+ * --kill-grace-ms, --log-level, --token-file, --cors-origin, --allow-host,
+ * --network-profile) and DDPB_TOKEN (a token
  * given in the environment; --token-file wins). Returns 0; 1 when --help/--version
  * printed; -1 with e naming the bad option. */
 int config_parse_args(struct config *c, int argc, char **argv, struct err *e);

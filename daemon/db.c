@@ -401,13 +401,13 @@ static const char SQL_GET_EXPERIMENT[] = DB_EXPERIMENT_SELECT
 /* A page of an experiment's runs (?2 limit, ?3 offset), without their specs and results. */
 static const char SQL_EXPERIMENT_RUNS[] =
     "SELECT id, point, params, world_size, status, progress, created_at, started_at, "
-    "finished_at, finished_at - started_at AS duration_s, error, error_rank "
+    "finished_at, finished_at - started_at AS duration_s, error, error_rank, network_profile "
     "FROM runs WHERE experiment_id = ?1 ORDER BY point LIMIT ?2 OFFSET ?3";
 
 static const char SQL_GET_RUN[] =
     "SELECT id, experiment_id, point, params, world_size, status, progress, created_at, "
     "started_at, finished_at, finished_at - started_at AS duration_s, error, error_rank, spec, "
-    "emulated, oversubscribed FROM runs WHERE id = ?1";
+    "emulated, oversubscribed, network_profile FROM runs WHERE id = ?1";
 static const char SQL_RUN_RANKS[] =
     "SELECT rank, node, host, pid, cpus, gpu, status, exit_code, signal, error, started_at, "
     "finished_at FROM run_ranks WHERE run_id = ?1 ORDER BY rank";
@@ -698,8 +698,8 @@ static const char SQL_EXPERIMENT_SUMMARY[] =
                                                                                                                                                                   "'world_sizes', " DB_SUMMARY_OF(
                                                                                                                                                                       "r.world_size") ") WHERE id = ?1";
 static const char SQL_INSERT_RUN[] =
-    "INSERT INTO runs (experiment_id, point, params, spec, world_size, status, created_at) "
-    "VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6)";
+    "INSERT INTO runs (experiment_id, point, params, spec, world_size, status, created_at, "
+    "network_profile) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)";
 
 int db_create_experiment(struct db *db, const char *name, const char *workload,
                          const char *spec_json, const struct db_new_run *runs, size_t n_runs,
@@ -731,6 +731,7 @@ int db_create_experiment(struct db *db, const char *name, const char *workload,
         sqlite3_bind_text(st, 4, runs[i].spec_json, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int(st, 5, runs[i].world_size);
         sqlite3_bind_double(st, 6, now);
+        db_bind_text_or_null(st, 7, runs[i].network_profile);
         if (db_step_done(c, st, e) < 0)
             goto out;
     }
@@ -1358,7 +1359,7 @@ static const struct db_col db_data_experiment_cols[] = {
 };
 
 static const char SQL_DATA_RUNS[] =
-    "SELECT id, params, spec, world_size, emulated, oversubscribed FROM runs "
+    "SELECT id, params, spec, world_size, emulated, oversubscribed, network_profile FROM runs "
     "WHERE experiment_id = ?1 ORDER BY point";
 static const struct db_col db_data_run_cols[] = {
     DB_COL("id", DB_COL_INT64, struct db_data_run, id),
@@ -1367,6 +1368,7 @@ static const struct db_col db_data_run_cols[] = {
     DB_COL("world_size", DB_COL_INT, struct db_data_run, world_size),
     DB_COL("emulated", DB_COL_BOOL, struct db_data_run, emulated),
     DB_COL("oversubscribed", DB_COL_BOOL, struct db_data_run, oversubscribed),
+    DB_COL("network_profile", DB_COL_TEXT, struct db_data_run, network_profile),
 };
 
 /* Per step of a run: the slowest rank's time (the step time), the mean phases over

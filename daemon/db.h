@@ -46,6 +46,7 @@ struct db_new_run {
     const char *params_json; /* borrowed */
     const char *spec_json;   /* borrowed */
     int world_size;
+    const char *network_profile; /* borrowed; NULL: the host network as is (migration 008) */
 };
 /* Inserts an experiment and all its runs (queued) in one transaction. */
 int db_create_experiment(struct db *db, const char *name, const char *workload,
@@ -115,6 +116,7 @@ struct db_data_run {
     int world_size;
     bool emulated;                         /* its ranks shared one GPU */
     bool oversubscribed;                   /* it shared CPUs with other ranks (migration 007) */
+    char network_profile[64];              /* the network it measured over; "": the host's */
     struct report_collective *collectives; /* owned arrays, in (repeat, op, inplace, */
     size_t ncollectives;                   /* bytes) order */
     struct db_step_row *steps;             /* (repeat, step) order */

@@ -126,7 +126,8 @@ static void results_end_row(struct results_table *t)
 
 struct results_group {
     json_t *key;                     /* owned: {field: value, ..., "emulated": bool,
-                                          "oversubscribed": bool} */
+                                          "oversubscribed": bool,
+                                          "network_profile": string or null} */
     const struct db_data_run **runs; /* owned array of borrowed runs */
     size_t n;
 };
@@ -161,6 +162,11 @@ static json_t *results_key_of(const struct db_data_run *run, const json_t *field
     json_object_set_new(key, "emulated", json_boolean(run && run->emulated));
     /* likewise figures of ranks that shared CPUs (--cpu-slots above the CPU count) */
     json_object_set_new(key, "oversubscribed", json_boolean(run && run->oversubscribed));
+    /* and figures measured over different networks (ddpbenchd --network-profile): a run
+     * over an emulated 1 GbE link is not a sample of the host network, nor its baseline */
+    json_object_set_new(key, "network_profile",
+                        run && run->network_profile[0] ? json_string(run->network_profile)
+                                                       : json_null());
     return key;
 }
 

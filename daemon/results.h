@@ -37,8 +37,9 @@
  * = the fields the sweep varies). Returns an owned
  *   {"experiment": id, "workload": w, "group_by": [...], "columns": [...], "rows": [{...}]}
  * where every row has exactly the keys in "columns", in that order. Rows are keyed by the
- * group_by fields and "emulated" (a column of every table): runs whose ranks shared one GPU
- * (runs.emulated) form groups of their own, never mixed with real ones. A table with no
+ * group_by fields, "emulated", "oversubscribed" and "network_profile" (columns of every
+ * table): runs whose ranks shared one GPU (runs.emulated), shared CPUs, or measured over
+ * another network form groups of their own, never mixed with the others. A table with no
  * row (no run has finished) still has all its columns. ERR_INVALID naming
  * "group_by" for a field no run's spec has. */
 json_t *results_build(const struct db_experiment_data *data, const char *const *group_by,

@@ -2,15 +2,18 @@
 """REST API contract: validation errors name their field (400), oversized bodies are 413
 before the body is read, unknown ids 404 (and a rank a run lacks), wrong methods 405,
 listing filters and pages, the pages of an experiment's runs, health, the spec schema,
+the network profile stored on each run (--network-profile),
 the static files that cannot be escaped, and connections that never complete a request
 head (garbage, a trickle) cut off without harming event streams or keep-alive."""
 import http.client
 import json
 import re
 import select
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from harness import Daemon, check, run_cases
@@ -281,6 +284,44 @@ def test_health_and_schema():
     check(schema.get("additionalProperties") is False, "closed schema")
 
 
+def test_network_profile_stored_and_shown():
+    """A daemon without --network-profile stores null (the host network); one started with
+    it stores the name on every run it accepts and shows it in the run, its experiment's
+    page of runs, health, and results (JSON and CSV), a column of every table."""
+    h = D.get("/healthz")
+    check("network_profile" in h and h["network_profile"] is None, h)
+    plain = D.submit(dict(TINY, name="host-net"))
+    check(plain["runs"][0]["network_profile"] is None, plain["runs"][0])
+    D.wait_experiment(plain["id"], timeout=60)
+    check(D.get(f"/v1/runs/{plain['runs'][0]['id']}")["network_profile"] is None, "run: null")
+    status, csv, _ = D.request("GET", f"/v1/experiments/{plain['id']}/results?format=csv")
+    check(status == 200 and "network_profile" in csv.splitlines()[0].split(","), csv[:200])
+    shaped = Daemon(cpu_slots=2, extra_args=["--network-profile", "10gbe"])
+    try:
+        check(shaped.get("/healthz")["network_profile"] == "10gbe", "health names the profile")
+        exp = shaped.run_experiment(dict(TINY, name="shaped-net"), timeout=60)
+        check(exp["status"] == "succeeded", exp)
+        check([r["network_profile"] for r in exp["runs"]] == ["10gbe"], exp["runs"])
+        check(shaped.get(f"/v1/runs/{exp['runs'][0]['id']}")["network_profile"] == "10gbe", "run")
+        table = shaped.get(f"/v1/experiments/{exp['id']}/results")
+        check("network_profile" in table["columns"] and table["rows"], table)
+        check(all(r["network_profile"] == "10gbe" for r in table["rows"]), table["rows"])
+        status, csv, _ = shaped.request("GET", f"/v1/experiments/{exp['id']}/results?format=csv")
+        lines = csv.splitlines()
+        col = lines[0].split(",").index("network_profile")
+        check(status == 200 and all(line.split(",")[col] == "10gbe" for line in lines[1:]), csv)
+    finally:
+        shaped.close()
+    state = tempfile.mkdtemp(prefix="ddpb-it-")
+    try:
+        Daemon(state_dir=state, extra_args=["--network-profile", "1 gbe"]).close()
+        raise AssertionError("a profile name with a space was accepted")
+    except RuntimeError as why:
+        check("network-profile" in str(why), why)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def test_static_files_stay_inside_web():
     status, body, hdrs = D.request("GET", "/")
     check(status == 200 and "text/html" in hdrs["Content-Type"] and "ddpbench" in body, body[:200])
@@ -316,6 +357,7 @@ def main():
             test_slow_head_is_cut_off_but_streams_and_keepalive_live,
             test_experiment_runs_paged,
             test_health_and_schema,
+            test_network_profile_stored_and_shown,
             test_static_files_stay_inside_web,
         ])
     finally:

@@ -2,7 +2,7 @@
  * status that follows its runs, queue order, results round trip, an epoch's unmeasured
  * train figures stored and served as null, restart repair, a database from a newer
  * ddpbenchd being refused, the list page (built by SQLite) against the experiment (built
- * by jansson), and the pages of an experiment's runs. */
+ * by jansson), the pages of an experiment's runs, and each run's network profile. */
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include "tests/unit/test.h"
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 7
+#define TEST_DB_VERSION 8
 
 static char db_dir[64];
 static char db_path[128];
@@ -43,7 +43,7 @@ static int64_t test_db_experiment(struct db *db, int nruns)
 {
     struct db_new_run runs[4];
     for (int i = 0; i < nruns; i++)
-        runs[i] = (struct db_new_run){"{\"world_size\":2}", "{\"world_size\":2}", 2};
+        runs[i] = (struct db_new_run){"{\"world_size\":2}", "{\"world_size\":2}", 2, NULL};
     int64_t id = 0;
     struct err e;
     if (db_create_experiment(db, "exp", "collective", "{\"workload\":\"collective\"}", runs,
@@ -126,6 +126,7 @@ static void test_db_lifecycle(void)
     T_CHECK_MSG(created && strlen(created) == 24 && created[23] == 'Z', "%s", created);
     T_CHECK(json_is_null(json_object_get(run, "finished_at")));
     T_CHECK(json_is_false(json_object_get(run, "oversubscribed")));
+    T_CHECK(json_is_null(json_object_get(run, "network_profile"))); /* the host's */
     json_t *ranks = json_object_get(run, "ranks");
     T_EQ_INT(json_array_size(ranks), 2);
     T_EQ_INT(json_integer_value(json_object_get(json_array_get(ranks, 1), "rank")), 1);
@@ -159,7 +160,7 @@ static void test_db_queued_spec_parsed(void)
     T_CHECK(db != NULL);
     const char *spec = "{\"workload\":\"train\",\"model\":\"lenet5\",\"world_size\":2,"
                        "\"threads\":3,\"heartbeat_timeout_s\":7}";
-    struct db_new_run run = {"{}", spec, 2};
+    struct db_new_run run = {"{}", spec, 2, NULL};
     int64_t id;
     T_OK(db_create_experiment(db, "t", "train", spec, &run, 1, &id, &e));
     struct db_queued_run *q;
@@ -386,7 +387,7 @@ static void test_db_experiment_runs_paged(void)
     enum { N = 7 };
     struct db_new_run runs[N];
     for (int i = 0; i < N; i++)
-        runs[i] = (struct db_new_run){"{}", "{\"world_size\":1}", 1};
+        runs[i] = (struct db_new_run){"{}", "{\"world_size\":1}", 1, NULL};
     int64_t id = 0;
     T_OK(db_create_experiment(db, "paged", "collective", "{\"workload\":\"collective\"}", runs,
                               N, &id, &e));
@@ -514,9 +515,9 @@ static void test_db_experiment_summary(void)
     struct db *db = test_db_fresh();
     T_CHECK(db != NULL);
     struct db_new_run runs[3] = {
-        {"{}", "{\"model\":\"lenet5\",\"backend\":\"tcp\",\"strategy\":\"ddp\"}", 4},
-        {"{}", "{\"model\":\"lenet5\",\"backend\":\"tcp\",\"strategy\":\"naive\"}", 1},
-        {"{}", "{\"model\":\"lenet5\",\"backend\":\"tcp\",\"strategy\":\"ddp\"}", 2},
+        {"{}", "{\"model\":\"lenet5\",\"backend\":\"tcp\",\"strategy\":\"ddp\"}", 4, NULL},
+        {"{}", "{\"model\":\"lenet5\",\"backend\":\"tcp\",\"strategy\":\"naive\"}", 1, NULL},
+        {"{}", "{\"model\":\"lenet5\",\"backend\":\"tcp\",\"strategy\":\"ddp\"}", 2, NULL},
     };
     int64_t id = 0;
     T_OK(
@@ -557,6 +558,8 @@ static void test_db_experiment_summary(void)
     T_OK(db_run_oversubscribed(db, rid, &e));
     one = db_get_run(db, rid, &e);
     T_CHECK(one && json_is_true(json_object_get(one, "oversubscribed")));
+    /* and 008 left every existing run on the host network (no profile) */
+    T_CHECK(one && json_is_null(json_object_get(one, "network_profile")));
     json_decref(one);
     json_decref(w);
     test_db_cleanup(db);
@@ -820,7 +823,8 @@ static void test_db_epoch_train_null(void)
         "test_loss REAL, test_acc REAL, time_s REAL NOT NULL, PRIMARY KEY (run_id, "
         "repeat, epoch)) WITHOUT ROWID; INSERT INTO epochs VALUES "
         "(%lld, 0, 0, 0, 0, 0, 0.7, 0.6, 0.1), (%lld, 0, 1, 64, 1.5, 0.5, NULL, NULL, 0.2);"
-        "ALTER TABLE runs DROP COLUMN oversubscribed; PRAGMA user_version=5",
+        "ALTER TABLE runs DROP COLUMN oversubscribed; ALTER TABLE runs DROP COLUMN "
+        "network_profile; PRAGMA user_version=5",
         (long long)r, (long long)r);
     T_CHECK(sqlite3_exec(h, sql, NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(h);
@@ -851,10 +855,49 @@ static void test_db_epoch_train_null(void)
     test_db_cleanup(db);
 }
 
+/* A run's network profile (ddpbenchd --network-profile) is stored at submit and shown
+ * wherever the run is: its reply, its experiment's page of runs (both built by SQLite),
+ * and the typed figures results read; a run submitted without one shows null. */
+static void test_db_network_profile(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    struct db_new_run runs[2] = {{"{}", "{\"world_size\":2}", 2, "1gbe"},
+                                 {"{}", "{\"world_size\":2}", 2, NULL}};
+    int64_t id = 0;
+    T_OK(db_create_experiment(db, "net", "collective", "{\"workload\":\"collective\"}", runs, 2,
+                              &id, &e));
+    json_t *exp = db_get_experiment(db, id, &e);
+    T_CHECK(exp != NULL);
+    json_t *page = json_object_get(exp, "runs");
+    T_EQ_STR(json_string_value(json_object_get(json_array_get(page, 0), "network_profile")),
+             "1gbe");
+    T_CHECK(json_is_null(json_object_get(json_array_get(page, 1), "network_profile")));
+    int64_t r0 = json_integer_value(json_object_get(json_array_get(page, 0), "id"));
+    int64_t r1 = json_integer_value(json_object_get(json_array_get(page, 1), "id"));
+    json_decref(exp);
+    json_t *run = db_get_run(db, r0, &e);
+    T_CHECK(run != NULL);
+    T_EQ_STR(json_string_value(json_object_get(run, "network_profile")), "1gbe");
+    json_decref(run);
+    run = db_get_run(db, r1, &e);
+    T_CHECK(run && json_is_null(json_object_get(run, "network_profile")));
+    json_decref(run);
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    T_EQ_INT(data.nruns, 2);
+    T_EQ_STR(data.runs[0].network_profile, "1gbe");
+    T_EQ_STR(data.runs[1].network_profile, "");
+    db_experiment_data_free(&data);
+    test_db_cleanup(db);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_db_lifecycle);
+    TEST_RUN(test_db_network_profile);
     TEST_RUN(test_db_epoch_train_null);
     TEST_RUN(test_db_queued_spec_parsed);
     TEST_RUN(test_db_results_roundtrip);

@@ -40,7 +40,7 @@ static int fx_open(struct fx *x, struct err *e)
         return err_errno(e, "mkdtemp");
     snprintf(path, sizeof path, "%s/t.db", x->dir);
     const char *spec = "{\"workload\":\"collective\",\"world_size\":2}";
-    struct db_new_run row = {"{}", spec, 2};
+    struct db_new_run row = {"{}", spec, 2, NULL};
     if (!(x->db = db_open(path, e)) ||
         db_create_experiment(x->db, "ingest", "collective", spec, &row, 1, &x->exp, e) < 0)
         return -1;

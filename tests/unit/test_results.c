@@ -231,7 +231,8 @@ static void test_results_no_rows_header(void)
     size_t len;
     char *csv = results_csv(empty, &len, &e);
     T_CHECK(csv != NULL);
-    T_CHECK(strncmp(csv, "world_size,emulated,oversubscribed,op,", 38) == 0);
+    const char head[] = "world_size,emulated,oversubscribed,network_profile,op,";
+    T_CHECK_MSG(strncmp(csv, head, strlen(head)) == 0, "%.80s", csv);
     T_CHECK(strstr(csv, "busbw_gbs_mean") != NULL);
     T_EQ_INT(strchr(csv, '\n') - csv, (long)len - 1); /* one line: the header */
     free(csv);
@@ -260,10 +261,11 @@ static void test_results_csv_quoting(void)
     json_decref(t);
 }
 
-/* Three runs of one op and size, the middle one flagged (runs.emulated or
- * runs.oversubscribed): the table must split them by the flag alone, the clean ones
- * pooled (8 and 6) and the flagged one on its own (3), and say which row is which. The
- * table is returned for further checks (owned), NULL after a failed check. */
+/* Three runs of one op and size, the middle one flagged (runs.emulated,
+ * runs.oversubscribed, or a runs.network_profile the others lack): the table must split
+ * them by the flag alone, the clean ones pooled (8 and 6) and the flagged one on its own
+ * (3), and say which row is which. The table is returned for further checks (owned), NULL
+ * after a failed check. */
 static json_t *results_check_flag_apart(const char *flag)
 {
     struct err e;
@@ -272,9 +274,11 @@ static json_t *results_check_flag_apart(const char *flag)
     struct db_data_run runs[] = {run(2, c1, 1, NULL, 0, NULL, 0),
                                  run(2, c2, 1, NULL, 0, NULL, 0),
                                  run(2, c3, 1, NULL, 0, NULL, 0)};
-    bool emulated = strcmp(flag, "emulated") == 0;
-    runs[1].emulated = emulated;
-    runs[1].oversubscribed = !emulated;
+    bool profile = strcmp(flag, "network_profile") == 0;
+    runs[1].emulated = strcmp(flag, "emulated") == 0;
+    runs[1].oversubscribed = strcmp(flag, "oversubscribed") == 0;
+    if (profile)
+        snprintf(runs[1].network_profile, sizeof runs[1].network_profile, "1gbe");
     struct db_experiment_data data = {
         .id = 3, .workload = "collective", .runs = runs, .nruns = 3};
     const char *by[] = {"op"};
@@ -284,9 +288,11 @@ static json_t *results_check_flag_apart(const char *flag)
     bool ok = t && json_array_size(rows) == 2;
     for (size_t i = 0; ok && i < 2; i++) {
         json_t *r = json_array_get(rows, i);
-        bool flagged = json_is_true(json_object_get(r, flag));
+        json_t *v = json_object_get(r, flag);
+        bool flagged = profile ? json_is_string(v) : json_is_true(v);
         double mean = json_real_value(json_object_get(r, "busbw_gbs_mean"));
-        ok = json_is_boolean(json_object_get(r, flag)) &&
+        ok = (profile ? flagged || json_is_null(v) : json_is_boolean(v)) &&
+             (!flagged || !profile || strcmp(json_string_value(v), "1gbe") == 0) &&
              fabs(mean - (flagged ? 3.0 : 7.0)) < 1e-12 &&
              json_integer_value(json_object_get(r, "busbw_gbs_n")) == (flagged ? 1 : 2);
     }
@@ -308,6 +314,7 @@ static void test_results_emulated_apart(void)
     T_EQ_STR(json_string_value(json_array_get(cols, 0)), "op");
     T_EQ_STR(json_string_value(json_array_get(cols, 1)), "emulated");
     T_EQ_STR(json_string_value(json_array_get(cols, 2)), "oversubscribed");
+    T_EQ_STR(json_string_value(json_array_get(cols, 3)), "network_profile");
     T_EQ_INT(json_array_size(json_object_get(t, "group_by")), 1);
     json_decref(t);
 }
@@ -317,6 +324,15 @@ static void test_results_oversubscribed_apart(void)
 {
     json_t *t = results_check_flag_apart("oversubscribed");
     T_CHECK_MSG(t != NULL, "oversubscribed runs pooled with clean ones");
+    json_decref(t);
+}
+
+/* Runs measured over another network (ddpbenchd --network-profile, deploy/netlab.sh) are
+ * kept apart from the host network's the same way, the row naming its profile. */
+static void test_results_network_profile_apart(void)
+{
+    json_t *t = results_check_flag_apart("network_profile");
+    T_CHECK_MSG(t != NULL, "runs of another network profile pooled with the host's");
     json_decref(t);
 }
 
@@ -330,5 +346,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_results_csv_quoting);
     TEST_RUN(test_results_emulated_apart);
     TEST_RUN(test_results_oversubscribed_apart);
+    TEST_RUN(test_results_network_profile_apart);
     return test_end();
 }

@@ -81,7 +81,7 @@ static int fx_submit(struct fx *x, const char *const *specs, int n, int64_t *ids
     for (int i = 0; i < n; i++) {
         json_t *s = json_loads(specs[i], 0, NULL);
         rows[i] = (struct db_new_run){
-            "{}", specs[i], (int)json_integer_value(json_object_get(s, "world_size"))};
+            "{}", specs[i], (int)json_integer_value(json_object_get(s, "world_size")), NULL};
         json_decref(s);
     }
     int64_t exp;

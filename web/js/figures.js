@@ -16,8 +16,9 @@ export const PHASES = [
 ];
 
 // Columns that name a series (apart from the x column), and how rows are labelled.
+// network_profile is a column of every table: series over different networks never merge.
 function idColumns(table, extra) {
-  return [...new Set([...(table.group_by || []), ...extra])];
+  return [...new Set([...(table.group_by || []), ...extra, ...(table.columns.includes('network_profile') ? ['network_profile'] : [])])];
 }
 
 function keyOf(row, cols) {

@@ -58,7 +58,9 @@ export async function renderExperiment(main, id, query) {
       el('dt', {}, 'Status'), el('dd', { id: 'exp-status', 'data-status': exp.status }, exp.status),
       el('dt', {}, 'Progress'), el('dd', {}, el('progress', { max: exp.n_runs, value: exp.runs_finished, 'aria-label': 'runs finished' }), el('span', { class: 'progress-text', id: 'exp-progress' }, `${exp.runs_finished} / ${exp.n_runs} runs finished`)),
       el('dt', {}, 'Workload'), el('dd', {}, exp.workload + (exp.spec.model ? ` · ${exp.spec.model}` : '') + (exp.spec.op ? ` · ${exp.spec.op}` : '')),
-      el('dt', {}, 'Created'), el('dd', { title: exp.created_at }, fmtAge(exp.created_at) + (exp.duration_s !== null ? ` · took ${fmtDuration(exp.duration_s)}` : ''))),
+      el('dt', {}, 'Created'), el('dd', { title: exp.created_at }, fmtAge(exp.created_at) + (exp.duration_s !== null ? ` · took ${fmtDuration(exp.duration_s)}` : '')),
+      // the daemon's --network-profile (deploy/netlab.sh); absent: the host network as is
+      exp.runs.some((r) => r.network_profile) ? [el('dt', {}, 'Network'), el('dd', { id: 'exp-network' }, [...new Set(exp.runs.map((r) => r.network_profile || 'host'))].join(', '))] : null),
       el('div', { class: 'toolbar' },
         TERMINAL.includes(exp.status) ? null : el('button', { type: 'button', class: 'danger', onclick: cancel }, 'Cancel experiment'),
         el('a', { class: 'button', href: `#/compare?e=${exp.id}` }, 'Compare with other experiments')));

@@ -1,0 +1,53 @@
+/* Unit tests for daemon/config's --network-profile: the default is none (the host network,
+ * stored as null), a label is kept as given, "none" clears it, and a name that could not
+ * be a results column or CSV cell as is (a comma, a space, empty, too long) is refused
+ * naming the option. */
+#include <getopt.h>
+#include <string.h>
+
+#include "daemon/config.h"
+#include "tests/unit/test.h"
+
+/* config_parse_args over {"ddpbenchd", args..., NULL}; getopt restarted each time. */
+static int test_config_parse(struct config *c, char **args, int n, struct err *e)
+{
+    char *argv[8] = {"ddpbenchd"};
+    for (int i = 0; i < n && i < 6; i++)
+        argv[i + 1] = args[i];
+    optind = 0;
+    return config_parse_args(c, n + 1, argv, e);
+}
+
+static void test_config_network_profile(void)
+{
+    struct config c;
+    struct err e = {0};
+    T_EQ_INT(test_config_parse(&c, NULL, 0, &e), 0);
+    T_EQ_STR(c.network_profile, "");
+    char *given[] = {"--network-profile", "10gbe"};
+    T_EQ_INT(test_config_parse(&c, given, 2, &e), 0);
+    T_EQ_STR(c.network_profile, "10gbe");
+    char *none[] = {"--network-profile", "10gbe", "--network-profile", "none"};
+    T_EQ_INT(test_config_parse(&c, none, 4, &e), 0);
+    T_EQ_STR(c.network_profile, "");
+    char long_name[80];
+    memset(long_name, 'a', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    char *bad[][2] = {{"--network-profile", "1gbe,10gbe"},
+                      {"--network-profile", "1 gbe"},
+                      {"--network-profile", ""},
+                      {"--network-profile", long_name}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        e = (struct err){0};
+        T_CHECK_MSG(test_config_parse(&c, bad[i], 2, &e) < 0, "accepted '%s'", bad[i][1]);
+        T_EQ_INT(e.code, ERR_INVALID);
+        T_EQ_STR(e.field, "network-profile");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    TEST_RUN(test_config_network_profile);
+    return test_end();
+}
