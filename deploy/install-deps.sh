@@ -5,7 +5,7 @@
 # Uses sudo only when not root; does nothing when everything is already installed.
 set -eu
 
-PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates systemd
+PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates systemd iproute2
       libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 zlib1g-dev
       libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin libdnnl-dev patchelf
       dataset-fashion-mnist

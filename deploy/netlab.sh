@@ -1,0 +1,295 @@
+#!/bin/bash
+# netlab: one machine as a cluster. Emulated hosts are network namespaces joined by veth
+# links to a bridge in a namespace of its own, each link shaped with tc to a network
+# profile, and one ddpbenchd per host started inside its namespace.
+#
+#   deploy/netlab.sh up --nodes N --profile P [--port-base PORT] [--dir DIR] [--build DIR]
+#   deploy/netlab.sh status [--dir DIR]
+#   deploy/netlab.sh exec HOST_INDEX COMMAND...   (runs COMMAND inside host's namespace)
+#   deploy/netlab.sh down [--dir DIR]
+#
+# Profiles: 1gbe, 10gbe, 25gbe (bandwidth shaped on every host link's egress, both ways:
+# the host's side and the bridge's side) and unshaped (veth as fast as the CPU copies).
+# Runs as root (ip netns, tc). Environment: NETLAB_PREFIX (default ddpbnl) prefixes every
+# namespace, so `down` removes exactly what `up` made; NETLAB_SUBNET (default 10.213.0)
+# the /24 the hosts' addresses come from (host i is .(10+i)).
+#
+# Decisions:
+# - Nothing in the root namespace is touched: no address, route, link or qdisc. Each
+#   veth pair is created inside a host namespace with its peer placed straight into the
+#   bridge namespace, so a crash leaves nothing behind that deleting the namespaces (what
+#   `down` does, idempotently) does not remove. The hosts are reached from the root
+#   namespace only through `netlab.sh exec` (ip netns exec).
+# - Bandwidth only. This kernel may lack netem (delay, loss); `up` reports which qdiscs
+#   it offers (tbf, htb, netem) and says delay emulation is unavailable rather than
+#   faking latency with something else. tbf shapes when present, htb otherwise.
+# - The daemons are independent until ddpbenchd's leader/follower mode exists: host 0 is
+#   the one printed as the leader URL, but each daemon runs only the ranks submitted to
+#   it, on its own host. Each is started with --network-profile P, so every run it stores
+#   names the network it measured over and results never pool it with another's.
+set -eu
+
+PREFIX=${NETLAB_PREFIX:-ddpbnl}
+SUBNET=${NETLAB_SUBNET:-10.213.0}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BR_NS="$PREFIX-br"
+
+die() {
+    echo "netlab: $*" >&2
+    exit 1
+}
+
+usage() {
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    exit "${1:-0}"
+}
+
+host_ns() { echo "$PREFIX-h$1"; }
+host_addr() { echo "$SUBNET.$((10 + $1))"; }
+
+# The rate of a profile (tc's syntax), "" for unshaped; an unknown name fails.
+profile_rate() {
+    case "$1" in
+    1gbe) echo 1gbit ;;
+    10gbe) echo 10gbit ;;
+    25gbe) echo 25gbit ;;
+    unshaped) echo "" ;;
+    *) die "--profile must be 1gbe, 10gbe, 25gbe or unshaped, got '$1'" ;;
+    esac
+}
+
+# Our namespaces, one a line (ip netns list prints "NAME (id: N)").
+our_namespaces() {
+    ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$PREFIX-(br|h[0-9]+)\$" || true
+}
+
+# Which qdiscs the kernel offers, tried on the bridge namespace's own loopback.
+qdisc_offered() {
+    local q=$1 args
+    case "$q" in
+    tbf) args="tbf rate 1gbit burst 64kb latency 10ms" ;;
+    htb) args="htb default 1" ;;
+    netem) args="netem delay 1ms" ;;
+    esac
+    # shellcheck disable=SC2086
+    if ip netns exec "$BR_NS" tc qdisc add dev lo root $args 2>/dev/null; then
+        ip netns exec "$BR_NS" tc qdisc del dev lo root 2>/dev/null || true
+        return 0
+    fi
+    return 1
+}
+
+# Shapes dev's egress in namespace ns to rate with the qdisc given (tbf or htb). tbf's
+# burst is 4 ms at the rate (at least 64 KiB): a kernel tick at HZ=250, so the bucket
+# refills between ticks and the long-run rate is the one asked.
+shape_link() {
+    local ns=$1 dev=$2 rate=$3 qdisc=$4 bits
+    bits=${rate%gbit}000000000
+    if [ "$qdisc" = tbf ]; then
+        local burst=$((bits / 8 / 250))
+        [ "$burst" -ge 65536 ] || burst=65536
+        ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" \
+            latency 50ms
+    else
+        ip netns exec "$ns" tc qdisc add dev "$dev" root handle 1: htb default 10
+        ip netns exec "$ns" tc class add dev "$dev" parent 1: classid 1:10 htb rate "$rate" \
+            ceil "$rate" quantum 60000
+    fi
+}
+
+# Waits up to 15 s for host i's daemon to answer /healthz inside its namespace.
+wait_healthy() {
+    local i=$1 url=$2 pid=$3 log=$4 t=0
+    while [ $t -lt 150 ]; do
+        kill -0 "$pid" 2>/dev/null || die "host $i: ddpbenchd exited: $(tail -n 5 "$log")"
+        if ip netns exec "$(host_ns "$i")" curl -sf -o /dev/null "$url/healthz"; then
+            return 0
+        fi
+        sleep 0.1
+        t=$((t + 1))
+    done
+    die "host $i: ddpbenchd did not answer $url/healthz in 15 s: $(tail -n 5 "$log")"
+}
+
+# Starts host i's daemon inside its namespace; prints nothing, records its pid.
+start_daemon() {
+    local i=$1 port=$2 profile=$3 dir=$4 daemon=$5 ns addr state
+    ns=$(host_ns "$i")
+    addr=$(host_addr "$i")
+    state="$dir/h$i"
+    mkdir -p "$state"
+    # setsid: the daemon outlives this script and a Ctrl-C in the shell that ran it
+    ip netns exec "$ns" setsid "$daemon" --host "$addr" --port "$port" --store-host "$addr" \
+        --state-dir "$state" --node "$ns" --network-profile "$profile" \
+        >"$state/daemon.log" 2>&1 </dev/null &
+    echo $! >"$state/pid"
+    wait_healthy "$i" "http://$addr:$port" "$!" "$state/daemon.log"
+    echo "http://$addr:$port" >"$state/url"
+}
+
+cmd_up() {
+    local nodes="" profile="" port_base=7480 dir="" build="$SRC/build"
+    while [ $# -gt 0 ]; do
+        case "$1" in
+        --nodes) nodes=${2:-}; shift 2 ;;
+        --profile) profile=${2:-}; shift 2 ;;
+        --port-base) port_base=${2:-}; shift 2 ;;
+        --dir) dir=${2:-}; shift 2 ;;
+        --build) build=${2:-}; shift 2 ;;
+        *) die "up: unknown option '$1' (see --help)" ;;
+        esac
+    done
+    case "$nodes" in
+    '' | *[!0-9]*) die "--nodes must be an integer from 1 to 200, got '$nodes'" ;;
+    esac
+    if [ "$nodes" -lt 1 ] || [ "$nodes" -gt 200 ]; then
+        die "--nodes must be 1 to 200, got $nodes"
+    fi
+    case "$port_base" in
+    '' | *[!0-9]*) die "--port-base must be a port number, got '$port_base'" ;;
+    esac
+    [ $((port_base + nodes)) -le 65535 ] || die "--port-base $port_base leaves no port for host $((nodes - 1))"
+    [ -n "$profile" ] || die "up: --profile is required (1gbe, 10gbe, 25gbe, unshaped)"
+    local rate
+    rate=$(profile_rate "$profile")
+    dir=${dir:-/tmp/ddpbench-netlab-$PREFIX}
+    local daemon="$build/daemon/ddpbenchd"
+    [ -x "$daemon" ] || die "no ddpbenchd at $daemon (build first, or give --build DIR)"
+    [ "$(id -u)" -eq 0 ] || die "up needs root (ip netns, tc)"
+    [ -z "$(our_namespaces)" ] || die "namespaces $PREFIX-* exist already: run 'netlab.sh down' first"
+
+    mkdir -p "$dir"
+    echo "$profile" >"$dir/profile"
+    echo "$PREFIX" >"$dir/prefix"
+    # from here a failure (set -e, or die's exit) removes what was made
+    trap 'echo "netlab: up failed; removing what it made" >&2; cmd_down --dir "$dir" >/dev/null 2>&1 || true' EXIT
+    ip netns add "$BR_NS"
+    ip -n "$BR_NS" link set lo up
+    ip -n "$BR_NS" link add br0 type bridge
+    ip -n "$BR_NS" link set br0 up
+
+    local have="" q
+    for q in tbf htb netem; do
+        if qdisc_offered "$q"; then have="$have $q"; fi
+    done
+    echo "netlab: kernel qdiscs:${have:- none of tbf, htb, netem}"
+    case " $have " in
+    *" netem "*) echo "netlab: delay emulation: netem present (profiles shape bandwidth only)" ;;
+    *) echo "netlab: delay emulation: unavailable (no netem in this kernel); bandwidth only" ;;
+    esac
+    local qdisc=""
+    if [ -n "$rate" ]; then
+        case " $have " in
+        *" tbf "*) qdisc=tbf ;;
+        *" htb "*) qdisc=htb ;;
+        *) die "profile $profile needs tbf or htb, and this kernel has neither" ;;
+        esac
+    fi
+
+    local i ns
+    for i in $(seq 0 $((nodes - 1))); do
+        ns=$(host_ns "$i")
+        ip netns add "$ns"
+        ip -n "$ns" link set lo up
+        ip -n "$ns" link add eth0 type veth peer name "h$i" netns "$BR_NS"
+        ip -n "$ns" addr add "$(host_addr "$i")/24" dev eth0
+        ip -n "$ns" link set eth0 up
+        ip -n "$BR_NS" link set "h$i" master br0
+        ip -n "$BR_NS" link set "h$i" up
+        if [ -n "$rate" ]; then
+            shape_link "$ns" eth0 "$rate" "$qdisc"
+            shape_link "$BR_NS" "h$i" "$rate" "$qdisc"
+        fi
+    done
+    echo "netlab: $nodes hosts on $SUBNET.0/24, profile $profile${qdisc:+ ($qdisc $rate each way)}"
+
+    for i in $(seq 0 $((nodes - 1))); do # host 0 first: the leader-to-be
+        start_daemon "$i" $((port_base + i)) "$profile" "$dir" "$daemon"
+    done
+    trap - EXIT
+    echo "leader: $(cat "$dir/h0/url")   (host 0; the daemons are independent until ddpbenchd has leader/follower mode)"
+    for i in $(seq 0 $((nodes - 1))); do
+        echo "host $i: $(host_ns "$i") $(cat "$dir/h$i/url")"
+    done
+    echo "reach them with: $0 exec HOST_INDEX curl URL/healthz"
+}
+
+cmd_down() {
+    local dir=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+        --dir) dir=${2:-}; shift 2 ;;
+        *) die "down: unknown option '$1' (see --help)" ;;
+        esac
+    done
+    dir=${dir:-/tmp/ddpbench-netlab-$PREFIX}
+    local ns pids p
+    for ns in $(our_namespaces); do
+        # the daemons and their workers: every process in our namespaces, by id
+        pids=$(ip netns pids "$ns" 2>/dev/null || true)
+        for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
+    done
+    for _ in $(seq 1 50); do
+        pids=""
+        for ns in $(our_namespaces); do pids="$pids$(ip netns pids "$ns" 2>/dev/null || true)"; done
+        [ -n "$pids" ] || break
+        sleep 0.1
+    done
+    for ns in $(our_namespaces); do
+        for p in $(ip netns pids "$ns" 2>/dev/null || true); do kill -KILL "$p" 2>/dev/null || true; done
+        ip netns del "$ns" # its links (veth ends, the bridge) and qdiscs go with it
+    done
+    rm -f "$dir"/h*/pid "$dir"/h*/url
+    echo "netlab: down (no $PREFIX-* namespace left; state kept under $dir)"
+}
+
+cmd_status() {
+    local dir=""
+    while [ $# -gt 0 ]; do
+        case "$1" in
+        --dir) dir=${2:-}; shift 2 ;;
+        *) die "status: unknown option '$1' (see --help)" ;;
+        esac
+    done
+    dir=${dir:-/tmp/ddpbench-netlab-$PREFIX}
+    local nss
+    nss=$(our_namespaces)
+    if [ -z "$nss" ]; then
+        echo "netlab: down"
+        return 0
+    fi
+    echo "netlab: up, profile $(cat "$dir/profile" 2>/dev/null || echo '?')"
+    local ns i state url
+    for ns in $nss; do
+        [ "$ns" != "$BR_NS" ] || continue
+        i=${ns#"$PREFIX-h"}
+        url=$(cat "$dir/h$i/url" 2>/dev/null || echo "?")
+        if ip netns exec "$ns" curl -sf -o /dev/null --max-time 2 "$url/healthz" 2>/dev/null; then
+            state=up
+        else
+            state=down
+        fi
+        echo "host $i: $ns $(host_addr "$i") daemon $state $url; qdisc:" \
+            "$(ip netns exec "$ns" tc qdisc show dev eth0 2>/dev/null | head -n 1)"
+    done
+}
+
+cmd_exec() {
+    [ $# -ge 2 ] || die "exec: HOST_INDEX COMMAND..."
+    local i=$1
+    shift
+    case "$i" in '' | *[!0-9]*) die "exec: host index must be a number, got '$i'" ;; esac
+    exec ip netns exec "$(host_ns "$i")" "$@"
+}
+
+[ $# -ge 1 ] || usage 2
+sub=$1
+shift
+case "$sub" in
+up) cmd_up "$@" ;;
+down) cmd_down "$@" ;;
+status) cmd_status "$@" ;;
+exec) cmd_exec "$@" ;;
+-h | --help | help) usage 0 ;;
+*) die "unknown command '$sub' (up, down, status, exec)" ;;
+esac
