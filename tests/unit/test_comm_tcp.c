@@ -2,7 +2,9 @@
  * this process (or as forked processes where a signal must hit one rank) and build their
  * mesh with comm_tcp_listen/comm_tcp_connect (no store).
  *
- * Correctness: every operation and algorithm, world sizes 1 to 5, every dtype and
+ * Correctness: every operation and algorithm, world sizes 1 to 5 (the hierarchical
+ * allreduce also on emulated node maps: 2 nodes x 2 ranks, 3+1+2, one node, every rank
+ * its own node, nodes whose ranks interleave), every dtype and
  * reduction, in place and out of place, odd and prime counts, buffers misaligned by 0..7
  * bytes, counts larger than a segment (streamed reductions with partial elements), all
  * checked element by element against a naive reference computed from every rank's
@@ -102,9 +104,10 @@ static void mesh_connect(struct mesh *m, struct comm_tcp **t, char addrs[][64])
     mesh_connect_late(m, t, addrs, -1, 0);
 }
 
-/* Returns 0 when every rank built its communicator; ring_chunk as in the config. */
-static int mesh_build_chunked(struct mesh *m, int n, int timeout_ms,
-                              const atomic_bool *abort_flag, int ring_chunk)
+/* Returns 0 when every rank built its communicator; ring_chunk as in the config; node_of
+ * (NULL: one node) for comm_tcp_set_nodes. */
+static int mesh_build_nodes(struct mesh *m, int n, int timeout_ms,
+                            const atomic_bool *abort_flag, int ring_chunk, const int *node_of)
 {
     struct comm_tcp *t[MAX_WORLD];
     char addrs[MAX_WORLD][64];
@@ -117,6 +120,8 @@ static int mesh_build_chunked(struct mesh *m, int n, int timeout_ms,
         t[r] = comm_tcp_listen(&cfg, &e);
         if (!t[r])
             return -1;
+        if (node_of && comm_tcp_set_nodes(t[r], node_of, &e) < 0)
+            return -1;
         snprintf(addrs[r], 64, "%s", comm_tcp_address(t[r]));
     }
     mesh_connect(m, t, addrs);
@@ -128,7 +133,7 @@ static int mesh_build_chunked(struct mesh *m, int n, int timeout_ms,
 
 static int mesh_build(struct mesh *m, int n, int timeout_ms, const atomic_bool *abort_flag)
 {
-    return mesh_build_chunked(m, n, timeout_ms, abort_flag, 0);
+    return mesh_build_nodes(m, n, timeout_ms, abort_flag, 0, NULL);
 }
 
 static void mesh_destroy(struct mesh *m)
@@ -368,11 +373,11 @@ static int add_case(struct op_case *out, int n, int max, struct op_case k)
 static int reducing_cases(struct op_case *out, int max)
 {
     static const enum comm_algorithm ar[] = {COMM_ALG_RING, COMM_ALG_RD, COMM_ALG_AUTO,
-                                             COMM_ALG_HD};
+                                             COMM_ALG_HD, COMM_ALG_HIER};
     static const enum comm_algorithm rs[] = {COMM_ALG_RING, COMM_ALG_DIRECT, COMM_ALG_AUTO};
     int n = 0, i = 0;
     for (int o = 0; o < 2; o++)
-        for (int a = 0; a < 3 + !o; a++)
+        for (int a = 0; a < (o ? 3 : 5); a++)
             for (int t = COMM_FLOAT32; t <= COMM_INT64; t++)
                 for (int op = COMM_SUM; op <= COMM_MAX; op++, i++)
                     n = add_case(
@@ -487,7 +492,7 @@ static void test_comm_ring_blocks_exact(void)
     };
     for (int n = 2; n <= 5; n++) {
         struct mesh m;
-        T_CHECK_MSG(mesh_build_chunked(&m, n, 20000, NULL, 1000) == 0, "world %d", n);
+        T_CHECK_MSG(mesh_build_nodes(&m, n, 20000, NULL, 1000, NULL) == 0, "world %d", n);
         char why[512] = "";
         int failures = run_cases_on(&m, cases, 4, why, sizeof why);
         mesh_destroy(&m);
@@ -501,6 +506,82 @@ static void test_comm_moving_ops_exact(void)
 static void test_comm_large_ops_exact(void)
 {
     check_world_cases(large_cases);
+}
+
+/* The hierarchical allreduce on emulated node maps: every dtype and operator, counts from
+ * 0 to several MiB (odd ones, larger than a segment and than a ring block, so the
+ * leaders' ring, rd and hd and the intra-node chain and broadcast all stream), in place
+ * and not, misaligned; every element checked against the reference. */
+static int hier_cases(struct op_case *out, int max)
+{
+    static const size_t counts[] = {0, 1, 2, 3, 7, 31, 1009, 20011};
+    int n = 0, i = 0;
+    for (int t = COMM_FLOAT32; t <= COMM_INT64; t++)
+        for (int op = COMM_SUM; op <= COMM_MAX; op++, i++)
+            n = add_case(out, n, max,
+                         (struct op_case){.op = COMM_OP_ALLREDUCE,
+                                          .alg = COMM_ALG_HIER,
+                                          .dtype = (enum comm_dtype)t,
+                                          .redop = (enum comm_redop)op,
+                                          .inplace = i % 2,
+                                          .count = counts[i % 8],
+                                          .misalign = (size_t)(i * 3) % 8});
+    const struct op_case big[] = {
+        {COMM_OP_ALLREDUCE, COMM_ALG_HIER, COMM_FLOAT32, COMM_SUM, false, 786433, 3, 0},
+        {COMM_OP_ALLREDUCE, COMM_ALG_HIER, COMM_FLOAT32, COMM_AVG, true, 300007, 0, 0},
+        {COMM_OP_ALLREDUCE, COMM_ALG_HIER, COMM_BFLOAT16, COMM_SUM, true, 1048579, 1, 0},
+        {COMM_OP_ALLREDUCE, COMM_ALG_HIER, COMM_INT64, COMM_MAX, false, 400009, 5, 0},
+        {COMM_OP_ALLREDUCE, COMM_ALG_HIER, COMM_FLOAT16, COMM_AVG, false, 70001, 7, 0},
+    };
+    for (size_t k = 0; k < sizeof big / sizeof big[0]; k++)
+        n = add_case(out, n, max, big[k]);
+    return n;
+}
+
+static void test_comm_hier_node_maps_exact(void)
+{
+    static const struct {
+        int n;
+        int node_of[MAX_WORLD];
+        const char *what;
+    } maps[] = {
+        {4, {0, 0, 1, 1}, "2 nodes x 2 ranks"},
+        {6, {0, 0, 0, 1, 2, 2}, "3 nodes of 3, 1 and 2 ranks"},
+        {5, {0, 0, 0, 0, 0}, "one node"},
+        {5, {0, 1, 2, 3, 4}, "every rank its own node (5)"},
+        {4, {3, 2, 1, 0}, "every rank its own node (4)"},
+        {4, {1, 0, 1, 0}, "2 nodes with interleaved ranks"},
+    };
+    struct op_case cases[64];
+    int nc = hier_cases(cases, 64);
+    T_CHECK(nc <= 64);
+    for (size_t k = 0; k < sizeof maps / sizeof maps[0]; k++) {
+        struct mesh m;
+        T_CHECK_MSG(mesh_build_nodes(&m, maps[k].n, 20000, NULL, 0, maps[k].node_of) == 0,
+                    "%s: setup failed", maps[k].what);
+        char why[512] = "";
+        int failures = run_cases_on(&m, cases, nc <= 64 ? nc : 64, why, sizeof why);
+        bool named = true;
+        for (int r = 0; r < m.n; r++)
+            named = named && strcmp(m.c[r]->last_algorithm, "hier") == 0;
+        mesh_destroy(&m);
+        T_CHECK_MSG(failures == 0, "%s: %d failures: %s", maps[k].what, failures, why);
+        T_CHECK_MSG(named, "%s: the last operation is not recorded as hier", maps[k].what);
+    }
+}
+
+/* A node map with a negative node is refused naming the rank. */
+static void test_comm_hier_bad_map(void)
+{
+    struct err e;
+    struct comm_tcp_config cfg = mesh_config(0, 3, 1000, NULL, "s");
+    struct comm_tcp *t = comm_tcp_listen(&cfg, &e);
+    T_CHECK(t != NULL);
+    const int bad[3] = {0, -1, 0};
+    T_CHECK(comm_tcp_set_nodes(t, bad, &e) < 0);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_CHECK_MSG(strstr(e.msg, "rank 1") != NULL, "%s", e.msg);
+    comm_tcp_discard(t);
 }
 
 /* The algorithm used is recorded per operation, and auto picks by size. */
@@ -696,8 +777,8 @@ static void test_comm_bad_arguments(void)
     T_CHECK(mesh_build(&m, 2, 2000, NULL) == 0);
     T_CHECK(comm_run(m.c[0], &a, &e) < 0); /* checked before any byte moves */
     T_EQ_STR(e.field, "algorithm");
-    T_CHECK_MSG(strstr(e.msg, "allreduce has no algorithm 'tree' (it has ring, rd, hd)"), "%s",
-                e.msg);
+    T_CHECK_MSG(strstr(e.msg, "allreduce has no algorithm 'tree' (it has ring, rd, hd, hier)"),
+                "%s", e.msg);
     a.op = COMM_OP_REDUCE_SCATTER;
     a.recv = f + 1; /* inside send but not rank 0's block */
     T_CHECK(comm_run(m.c[0], &a, &e) < 0);
@@ -1362,6 +1443,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_comm_ring_blocks_exact);
     TEST_RUN(test_comm_moving_ops_exact);
     TEST_RUN(test_comm_large_ops_exact);
+    TEST_RUN(test_comm_hier_node_maps_exact);
+    TEST_RUN(test_comm_hier_bad_map);
     TEST_RUN(test_comm_algorithm_recorded);
     TEST_RUN(test_comm_tcp_bytes_sent);
     TEST_RUN(test_comm_tcp_barrier);

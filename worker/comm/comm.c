@@ -46,6 +46,7 @@ static const char *const comm_ops_names[] = {
 static const char *const comm_algorithms[] = {
     [COMM_ALG_AUTO] = "auto",     [COMM_ALG_RING] = "ring", [COMM_ALG_RD] = "rd",
     [COMM_ALG_DIRECT] = "direct", [COMM_ALG_TREE] = "tree", [COMM_ALG_HD] = "hd",
+    [COMM_ALG_HIER] = "hier",
 };
 
 #define COMM_COUNT(a) (sizeof(a) / sizeof((a)[0]))

@@ -57,6 +57,9 @@ enum comm_algorithm {
                         all_gather, point-to-point) */
     COMM_ALG_TREE,   /* binomial tree (broadcast) */
     COMM_ALG_HD,     /* recursive halving then doubling, Rabenseifner's (allreduce) */
+    COMM_ALG_HIER,   /* hierarchical (allreduce): reduce inside each node to its leader,
+                        allreduce between node leaders, broadcast inside each node (tcp.h
+                        comm_tcp_set_nodes says where the node map comes from) */
 };
 
 /* One operation and its arguments: what the synchronous calls build and the
@@ -158,7 +161,7 @@ int comm_redop_parse(const char *s, enum comm_redop *out);
  * "barrier" */
 const char *comm_op_name(enum comm_op op);
 int comm_op_parse(const char *s, enum comm_op *out);
-/* "auto", "ring", "rd", "direct", "tree", "hd" */
+/* "auto", "ring", "rd", "direct", "tree", "hd", "hier" */
 const char *comm_algorithm_name(enum comm_algorithm a);
 int comm_algorithm_parse(const char *s, enum comm_algorithm *out);
 

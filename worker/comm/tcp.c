@@ -158,6 +158,8 @@ static void tcp_free(struct comm_tcp *t)
     free(t->scratch);
     free(t->lanes);
     free(t->pieces);
+    free(t->local);
+    free(t->leaders);
     free(t);
 }
 
@@ -181,9 +183,9 @@ static int tcp_config_check(const struct comm_tcp_config *cfg, enum comm_algorit
         return err_set(e, ERR_INVALID, "listen_host", "tcp: listen host empty or too long");
     const char *name = cfg->algorithm ? cfg->algorithm : "auto";
     if (comm_algorithm_parse(name, alg) < 0)
-        return err_set(e, ERR_INVALID, "algorithm",
-                       "tcp: unknown algorithm '%.32s' (auto, ring, rd, hd, direct, tree)",
-                       name);
+        return err_set(
+            e, ERR_INVALID, "algorithm",
+            "tcp: unknown algorithm '%.32s' (auto, ring, rd, hd, direct, tree, hier)", name);
     return 0;
 }
 
@@ -225,6 +227,47 @@ static bool tcp_spin_policy(struct comm_tcp *t, const struct comm_tcp_config *cf
     return false;
 }
 
+/* The node of rank r in node_of (NULL: every rank on node 0). */
+static int tcp_node(const int *node_of, int r)
+{
+    return node_of ? node_of[r] : 0;
+}
+
+/* Fills t's hierarchical groups from node_of (see tcp_internal.h). Quadratic in the
+ * world size, once per communicator. */
+static void tcp_nodes_group(struct comm_tcp *t, const int *node_of)
+{
+    int n = t->base.world_size, me = t->base.rank, mine = tcp_node(node_of, me);
+    t->nlocal = t->nleaders = 0;
+    t->local_me = t->leader_me = -1;
+    for (int r = 0; r < n; r++) {
+        int node = tcp_node(node_of, r);
+        if (node == mine) {
+            if (r == me)
+                t->local_me = t->nlocal;
+            t->local[t->nlocal++] = r;
+        }
+        bool first = true;
+        for (int q = 0; q < r && first; q++)
+            first = tcp_node(node_of, q) != node;
+        if (first) {
+            if (r == me)
+                t->leader_me = t->nleaders;
+            t->leaders[t->nleaders++] = r;
+        }
+    }
+}
+
+int comm_tcp_set_nodes(struct comm_tcp *t, const int *node_of, struct err *e)
+{
+    for (int r = 0; r < t->base.world_size; r++)
+        if (node_of[r] < 0)
+            return err_set(e, ERR_INVALID, "node", "tcp: rank %d has node %d (want >= 0)", r,
+                           node_of[r]);
+    tcp_nodes_group(t, node_of);
+    return 0;
+}
+
 static struct comm_tcp *tcp_alloc(int n)
 {
     struct comm_tcp *t = calloc(1, sizeof *t);
@@ -241,7 +284,10 @@ static struct comm_tcp *tcp_alloc(int n)
     t->reading = calloc((size_t)n, sizeof *t->reading);
     t->pfd_index = calloc((size_t)n, sizeof *t->pfd_index);
     t->seg = malloc(TCP_SEG_BYTES);
-    if (!t->peers || !t->pfds || !t->pfd_peer || !t->reading || !t->pfd_index || !t->seg) {
+    t->local = calloc((size_t)n, sizeof *t->local);
+    t->leaders = calloc((size_t)n, sizeof *t->leaders);
+    if (!t->peers || !t->pfds || !t->pfd_peer || !t->reading || !t->pfd_index || !t->seg ||
+        !t->local || !t->leaders) {
         tcp_free(t);
         return NULL;
     }
@@ -267,6 +313,7 @@ struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *
     atomic_init(&t->base.stop, false);
     t->base.error_peer = -1;
     t->algorithm = alg;
+    tcp_nodes_group(t, NULL);
     bool crowded = tcp_spin_policy(t, cfg);
     size_t chunk = cfg->ring_chunk_bytes > 0 ? (size_t)cfg->ring_chunk_bytes
                    : crowded                 ? TCP_RING_CHUNK_SHARED

@@ -23,8 +23,8 @@ struct comm_tcp_config {
     int timeout_ms;                /* setup and every operation; > 0 */
     const atomic_bool *abort_flag; /* borrowed, may be NULL; must outlive the comm */
     const char *algorithm;         /* default algorithm of operations that have it:
-                                      "auto" (by size), "ring", "rd", "direct", "tree";
-                                      NULL = "auto" */
+                                      "auto" (by size), "ring", "rd", "hd", "direct",
+                                      "tree", "hier"; NULL = "auto" */
     const char *secret;            /* the run secret (only its hash travels); NULL = "" */
     int spin_us;                   /* poll without sleeping before poll(2) sleeps: 0 = automatic
                           (200 us when world_size <= online CPUs, else 50 us; yielding
@@ -49,6 +49,14 @@ const char *comm_tcp_address(const struct comm_tcp *t);
 void comm_tcp_polling(const struct comm_tcp *t, int *spin_us, bool *yields, size_t *ring_block);
 /* Frees a listener comm_tcp_connect never took. NULL is a no-op. */
 void comm_tcp_discard(struct comm_tcp *t);
+
+/* Tells a listener which node every rank runs on, for the hierarchical allreduce:
+ * node_of[r] for each of the world_size ranks (borrowed, copied; ranks with equal
+ * values share a node; values >= 0). A node's leader is its lowest rank. Every rank of
+ * the run must be given the same map (worker/store/rendezvous.h rendezvous_nodes reads
+ * it from the store). Never called: every rank on one node. ERR_INVALID naming the rank
+ * with a negative node. */
+int comm_tcp_set_nodes(struct comm_tcp *t, const int *node_of, struct err *e);
 
 /* Builds the mesh: connects to every higher rank, accepts every lower one (a connection
  * with a bad handshake is dropped and accepting goes on) until all peers are in or the

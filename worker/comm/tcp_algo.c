@@ -3,7 +3,8 @@
  *
  *   allreduce       ring (reduce-scatter + all-gather as one pipelined stream) | rd
  *                   (recursive doubling) | hd (Rabenseifner: recursive halving, then
- *                   doubling)
+ *                   doubling) | hier (chain reduce inside each node to its leader, ring,
+ *                   rd or hd between the leaders, broadcast inside each node)
  *   reduce_scatter  ring | direct          all_gather  ring | direct
  *   broadcast       ring (a pipelined chain from the root) | tree (binomial)
  *   send, recv, sendrecv  direct (16-byte header announcing the length)
@@ -22,7 +23,14 @@
  *   are combined lower rank first on every rank, so every rank computes bit-identical
  *   results; in the others every element is reduced by one rank only.
  * - Automatic choice by message size, thresholds measured on loopback
- *   (tests/bench/RESULTS.md): latency-bound algorithms below, bandwidth-bound above. */
+ *   (tests/bench/RESULTS.md): latency-bound algorithms below, bandwidth-bound above.
+ *   auto never chooses hier: it has not been measured to win yet (that needs ranks on
+ *   real or emulated nodes with a slower link between them); it runs when asked for.
+ * - The algorithms run on a group of ranks (struct tcp_group): the whole communicator,
+ *   or, for hier, the ranks of one node or the node leaders. The mesh already connects
+ *   every pair, so a group needs no sockets of its own, and hier reuses ring, rd, hd and
+ *   broadcast as they are instead of copies. A group other than the whole communicator
+ *   runs sum, min or max only: avg divides by the communicator's world size. */
 #include <stdio.h>
 #include <string.h>
 
@@ -41,6 +49,24 @@
 static int tcp_mod(int a, int n)
 {
     return ((a % n) + n) % n;
+}
+
+/* The ranks an algorithm runs among: n members, this rank is member me, member i is
+ * communicator rank ranks[i] (ranks NULL: member i is rank i). Ranks ascend with the
+ * members, so "lower member first" is "lower rank first". */
+struct tcp_group {
+    int n, me;
+    const int *ranks; /* borrowed */
+};
+
+static int tcp_grp_rank(const struct tcp_group *g, int member)
+{
+    return g->ranks ? g->ranks[member] : member;
+}
+
+static struct tcp_group tcp_group_all(const struct comm_tcp *t)
+{
+    return (struct tcp_group){t->base.world_size, t->base.rank, NULL};
 }
 
 /* ---- plans ---------------------------------------------------------------------- */
@@ -129,9 +155,10 @@ static size_t tcp_chunk_len(const struct tcp_chunks *c, int k)
  * the wire): a block's data is still in cache when it is reduced, forwarded and
  * overwritten by the result, so each byte crosses the memory bus once each way instead
  * of up to three times. */
-static int tcp_ring_allreduce(struct comm_tcp *t, const struct comm_args *a, struct err *e)
+static int tcp_ring_allreduce(struct comm_tcp *t, const struct comm_args *a,
+                              const struct tcp_group *g, struct err *e)
 {
-    int n = t->base.world_size, r = t->base.rank, steps = 2 * n - 2;
+    int n = g->n, r = g->me, steps = 2 * n - 2;
     size_t es = comm_dtype_size(a->dtype), per_block = t->ring_block / es;
     if (per_block < (size_t)n)
         per_block = (size_t)n;
@@ -143,8 +170,10 @@ static int tcp_ring_allreduce(struct comm_tcp *t, const struct comm_args *a, str
     if (tcp_plan_reserve(t, comm_op_name(a->op), 2, 2 * steps * (int)nblocks, e) < 0)
         return -1;
     tcp_plan_init(&pl, t, "allreduce", a);
-    struct tcp_lane *out = tcp_plan_lane(&pl, tcp_mod(r + 1, n), true, steps * (int)nblocks);
-    struct tcp_lane *in = tcp_plan_lane(&pl, tcp_mod(r - 1, n), false, steps * (int)nblocks);
+    struct tcp_lane *out = tcp_plan_lane(&pl, tcp_grp_rank(g, tcp_mod(r + 1, n)), true,
+                                         steps * (int)nblocks);
+    struct tcp_lane *in = tcp_plan_lane(&pl, tcp_grp_rank(g, tcp_mod(r - 1, n)), false,
+                                        steps * (int)nblocks);
     out->gate_lane = 1;
     for (size_t b = 0; b < nblocks; b++) {
         size_t first = b * per_block,
@@ -183,39 +212,41 @@ static void tcp_combine(const struct comm_args *a, uint8_t *buf, const uint8_t *
  * and takes part in the power-of-two exchange as rank r/2; the other ranks as r - extra.
  * Returns the rank in the power-of-two group, or -1 for a rank that handed its data
  * over and waits for the result. */
-static int tcp_fold_in(struct comm_tcp *t, const struct comm_args *a, const char *op,
-                       uint8_t *buf, int extra, struct err *e)
+static int tcp_fold_in(struct comm_tcp *t, const struct comm_args *a, const struct tcp_group *g,
+                       const char *op, uint8_t *buf, int extra, struct err *e)
 {
-    int r = t->base.rank;
+    int r = g->me;
     size_t bytes = a->count * comm_dtype_size(a->dtype);
     if (r >= 2 * extra)
         return r - extra;
     if (r % 2 == 0)
-        return tcp_xchg(t, a, op, r + 1, buf, bytes, -1, NULL, 0, e) < 0 ? -2 : -1;
+        return tcp_xchg(t, a, op, tcp_grp_rank(g, r + 1), buf, bytes, -1, NULL, 0, e) < 0 ? -2
+                                                                                          : -1;
     if (tcp_scratch_reserve(t, op, bytes, e) < 0 ||
-        tcp_xchg(t, a, op, -1, NULL, 0, r - 1, t->scratch, bytes, e) < 0)
+        tcp_xchg(t, a, op, -1, NULL, 0, tcp_grp_rank(g, r - 1), t->scratch, bytes, e) < 0)
         return -2;
     tcp_combine(a, buf, t->scratch, true);
     return r / 2;
 }
 
-/* The rank that plays power-of-two rank pn. */
+/* The member that plays power-of-two rank pn. */
 static int tcp_fold_rank(int pn, int extra)
 {
     return pn < extra ? pn * 2 + 1 : pn + extra;
 }
 
 /* The end of folding: the odd rank of a pair hands the result back. */
-static int tcp_fold_out(struct comm_tcp *t, const struct comm_args *a, const char *op,
-                        uint8_t *buf, int extra, struct err *e)
+static int tcp_fold_out(struct comm_tcp *t, const struct comm_args *a,
+                        const struct tcp_group *g, const char *op, uint8_t *buf, int extra,
+                        struct err *e)
 {
-    int r = t->base.rank;
+    int r = g->me;
     size_t bytes = a->count * comm_dtype_size(a->dtype);
     if (r >= 2 * extra)
         return 0;
     if (r % 2)
-        return tcp_xchg(t, a, op, r - 1, buf, bytes, -1, NULL, 0, e);
-    return tcp_xchg(t, a, op, -1, NULL, 0, r + 1, buf, bytes, e);
+        return tcp_xchg(t, a, op, tcp_grp_rank(g, r - 1), buf, bytes, -1, NULL, 0, e);
+    return tcp_xchg(t, a, op, -1, NULL, 0, tcp_grp_rank(g, r + 1), buf, bytes, e);
 }
 
 static int tcp_pow2_below(int n)
@@ -227,26 +258,26 @@ static int tcp_pow2_below(int n)
 }
 
 /* Every step exchanges the whole buffer with the partner at distance 1, 2, 4, ... */
-static int tcp_rd_allreduce(struct comm_tcp *t, const struct comm_args *a, const char *op,
-                            struct err *e)
+static int tcp_rd_allreduce(struct comm_tcp *t, const struct comm_args *a,
+                            const struct tcp_group *g, const char *op, struct err *e)
 {
-    int p = tcp_pow2_below(t->base.world_size), extra = t->base.world_size - p;
+    int p = tcp_pow2_below(g->n), extra = g->n - p;
     size_t bytes = a->count * comm_dtype_size(a->dtype);
     uint8_t *buf = a->recv;
     if (a->send != a->recv)
         memcpy(buf, a->send, bytes);
-    int me = tcp_fold_in(t, a, op, buf, extra, e);
+    int me = tcp_fold_in(t, a, g, op, buf, extra, e);
     if (me == -2 || tcp_scratch_reserve(t, op, bytes, e) < 0)
         return -1;
     for (int mask = 1; me >= 0 && mask < p; mask <<= 1) {
-        int partner = tcp_fold_rank(me ^ mask, extra);
-        if (tcp_xchg(t, a, op, partner, buf, bytes, partner, t->scratch, bytes, e) < 0)
+        int partner = tcp_fold_rank(me ^ mask, extra), peer = tcp_grp_rank(g, partner);
+        if (tcp_xchg(t, a, op, peer, buf, bytes, peer, t->scratch, bytes, e) < 0)
             return -1;
-        tcp_combine(a, buf, t->scratch, partner < t->base.rank);
+        tcp_combine(a, buf, t->scratch, partner < g->me);
     }
     if (me >= 0 && a->redop == COMM_AVG)
         reduce_divide(buf, a->count, a->dtype, t->base.world_size);
-    return tcp_fold_out(t, a, op, buf, extra, e);
+    return tcp_fold_out(t, a, g, op, buf, extra, e);
 }
 
 /* One halving-doubling step: send chunks [glo, ghi) to the partner while receiving
@@ -273,22 +304,23 @@ static int tcp_hd_step(struct comm_tcp *t, const struct comm_args *a, uint8_t *b
  * the half of the chunk range this rank's bit selects, reducing what the partner sends
  * for it), then all-gather by recursive doubling back out. Moves as many bytes as the
  * ring in log2(p) steps each way instead of p-1. a is one block (see below). */
-static int tcp_hd_block(struct comm_tcp *t, const struct comm_args *a, struct err *e)
+static int tcp_hd_block(struct comm_tcp *t, const struct comm_args *a,
+                        const struct tcp_group *g, struct err *e)
 {
-    int p = tcp_pow2_below(t->base.world_size), extra = t->base.world_size - p;
+    int p = tcp_pow2_below(g->n), extra = g->n - p;
     size_t es = comm_dtype_size(a->dtype);
     uint8_t *buf = a->recv;
     if (a->send != a->recv)
         memcpy(buf, a->send, a->count * es);
-    int me = tcp_fold_in(t, a, "allreduce", buf, extra, e);
+    int me = tcp_fold_in(t, a, g, "allreduce", buf, extra, e);
     if (me == -2)
         return -1;
     struct tcp_chunks ch = {a->count / (size_t)p, a->count % (size_t)p, es};
     int lo = 0, hi = p;
     for (int d = p / 2; me >= 0 && d >= 1; d /= 2) {
         int mid = lo + (hi - lo) / 2, up = me & d;
-        if (tcp_hd_step(t, a, buf, &ch, tcp_fold_rank(me ^ d, extra), up ? lo : mid,
-                        up ? mid : hi, up ? mid : lo, up ? hi : mid, true,
+        if (tcp_hd_step(t, a, buf, &ch, tcp_grp_rank(g, tcp_fold_rank(me ^ d, extra)),
+                        up ? lo : mid, up ? mid : hi, up ? mid : lo, up ? hi : mid, true,
                         d == 1 && a->redop == COMM_AVG, e) < 0)
             return -1;
         lo = up ? mid : lo;
@@ -296,28 +328,29 @@ static int tcp_hd_block(struct comm_tcp *t, const struct comm_args *a, struct er
     }
     for (int d = 1; me >= 0 && d < p; d *= 2) {
         int size = hi - lo, up = me & d;
-        if (tcp_hd_step(t, a, buf, &ch, tcp_fold_rank(me ^ d, extra), lo, hi,
+        if (tcp_hd_step(t, a, buf, &ch, tcp_grp_rank(g, tcp_fold_rank(me ^ d, extra)), lo, hi,
                         up ? lo - size : hi, up ? lo : hi + size, false, false, e) < 0)
             return -1;
         lo = up ? lo - size : lo;
         hi = up ? hi : hi + size;
     }
-    return tcp_fold_out(t, a, "allreduce", buf, extra, e);
+    return tcp_fold_out(t, a, g, "allreduce", buf, extra, e);
 }
 
 /* Large messages in blocks of t->ring_block bytes, one whole halving-doubling each, so
  * that a block stays in cache from being reduced to being sent on and overwritten. */
-static int tcp_hd_allreduce(struct comm_tcp *t, const struct comm_args *a, struct err *e)
+static int tcp_hd_allreduce(struct comm_tcp *t, const struct comm_args *a,
+                            const struct tcp_group *g, struct err *e)
 {
     size_t es = comm_dtype_size(a->dtype), per_block = t->ring_block / es;
-    if (per_block < (size_t)t->base.world_size)
-        per_block = (size_t)t->base.world_size;
+    if (per_block < (size_t)g->n)
+        per_block = (size_t)g->n;
     for (size_t first = 0; first < a->count; first += per_block) {
         struct comm_args b = *a;
         b.count = a->count - first < per_block ? a->count - first : per_block;
         b.send = (const uint8_t *)a->send + first * es;
         b.recv = (uint8_t *)a->recv + first * es;
-        if (tcp_hd_block(t, &b, e) < 0)
+        if (tcp_hd_block(t, &b, g, e) < 0)
             return -1;
     }
     return 0;
@@ -441,10 +474,10 @@ static int tcp_direct_all_gather(struct comm_tcp *t, const struct comm_args *a, 
  * child v+1; the binomial tree's parent clears v's lowest set bit and its children are
  * v + m for the powers of two m below that bit. Every forward is gated on the bytes
  * received, so data moves on while it arrives. */
-static int tcp_broadcast(struct comm_tcp *t, const struct comm_args *a, bool tree,
-                         struct err *e)
+static int tcp_broadcast(struct comm_tcp *t, const struct comm_args *a,
+                         const struct tcp_group *g, bool tree, struct err *e)
 {
-    int n = t->base.world_size, r = t->base.rank, root = a->peer;
+    int n = g->n, r = g->me, root = a->peer; /* root: a member of g */
     int v = tcp_mod(r - root, n), low = v ? v & -v : n, kids[32], nk = 0;
     size_t bytes = a->count * comm_dtype_size(a->dtype);
     for (int m = 1; tree && m < low && v + m < n; m *= 2)
@@ -457,11 +490,13 @@ static int tcp_broadcast(struct comm_tcp *t, const struct comm_args *a, bool tre
     tcp_plan_init(&pl, t, "broadcast", a);
     if (v > 0) {
         int parent = tree ? v - low : v - 1;
-        tcp_piece_set(&tcp_plan_lane(&pl, tcp_mod(parent + root, n), false, 1)->pieces[0],
+        tcp_piece_set(&tcp_plan_lane(&pl, tcp_grp_rank(g, tcp_mod(parent + root, n)), false, 1)
+                           ->pieces[0],
                       a->recv, bytes);
     }
     for (int k = 0; k < nk; k++) {
-        struct tcp_lane *l = tcp_plan_lane(&pl, tcp_mod(kids[k] + root, n), true, 1);
+        struct tcp_lane *l = tcp_plan_lane(&pl, tcp_grp_rank(g, tcp_mod(kids[k] + root, n)),
+                                           true, 1);
         tcp_piece_set(&l->pieces[0], v == 0 ? a->send : a->recv, bytes);
         l->gate_lane = v > 0 ? 0 : -1;
         l->pieces[0].gate = v > 0 ? 0 : -1;
@@ -531,7 +566,8 @@ static int tcp_algo_has(enum comm_op op, enum comm_algorithm alg)
         return 1;
     switch (op) {
     case COMM_OP_ALLREDUCE:
-        return alg == COMM_ALG_RING || alg == COMM_ALG_RD || alg == COMM_ALG_HD;
+        return alg == COMM_ALG_RING || alg == COMM_ALG_RD || alg == COMM_ALG_HD ||
+               alg == COMM_ALG_HIER;
     case COMM_OP_REDUCE_SCATTER:
     case COMM_OP_ALL_GATHER: return alg == COMM_ALG_RING || alg == COMM_ALG_DIRECT;
     case COMM_OP_BROADCAST: return alg == COMM_ALG_RING || alg == COMM_ALG_TREE;
@@ -572,7 +608,7 @@ static int tcp_algo_choose(const struct comm_tcp *t, const struct comm_args *a,
     if (a->algorithm != COMM_ALG_AUTO && !tcp_algo_has(a->op, a->algorithm)) {
         char have[64] = "";
         size_t len = 0;
-        for (int g = COMM_ALG_RING; g <= COMM_ALG_HD; g++)
+        for (int g = COMM_ALG_RING; g <= COMM_ALG_HIER; g++)
             if (tcp_algo_has(a->op, (enum comm_algorithm)g) && len < sizeof have)
                 len += (size_t)snprintf(have + len, sizeof have - len, "%s%s", len ? ", " : "",
                                         comm_algorithm_name((enum comm_algorithm)g));
@@ -587,6 +623,85 @@ static int tcp_algo_choose(const struct comm_tcp *t, const struct comm_args *a,
         *out = tcp_algo_by_size(t, a);
     return 0;
 }
+
+/* ---- hierarchical allreduce ----------------------------------------------------------- */
+
+/* Reduces to member 0 of g along a chain: member v receives the reduction of members
+ * v+1 .. n-1 from v+1, stores op(own, incoming) in recv and forwards it to v-1 as it is
+ * reduced (the send is gated on the receive), so segments move on while later ones still
+ * arrive and every byte crosses each link once. The last member sends its input as it
+ * is. Member 0 ends with the reduction in recv; the others' recv holds a partial one. */
+static int tcp_chain_reduce(struct comm_tcp *t, const struct comm_args *a,
+                            const struct tcp_group *g, struct err *e)
+{
+    int n = g->n, v = g->me;
+    size_t bytes = a->count * comm_dtype_size(a->dtype);
+    bool last = v == n - 1;
+    if (n == 1) {
+        if (a->send != a->recv)
+            memcpy(a->recv, a->send, bytes);
+        return 0;
+    }
+    struct tcp_plan pl;
+    if (tcp_plan_reserve(t, "allreduce", 2, 2, e) < 0)
+        return -1;
+    tcp_plan_init(&pl, t, "allreduce", a);
+    if (!last) {
+        struct tcp_piece *pc = &tcp_plan_lane(&pl, tcp_grp_rank(g, v + 1), false, 1)->pieces[0];
+        tcp_piece_set(pc, a->recv, bytes);
+        pc->a = a->send;
+    }
+    if (v > 0) {
+        struct tcp_lane *l = tcp_plan_lane(&pl, tcp_grp_rank(g, v - 1), true, 1);
+        tcp_piece_set(&l->pieces[0], last ? a->send : a->recv, bytes);
+        l->gate_lane = last ? -1 : 0;
+        l->pieces[0].gate = last ? -1 : 0;
+    }
+    return tcp_engine_run(t, &pl.run, e);
+}
+
+/* Allreduce of a (sum, min or max; in place or not) among the members of g with the flat
+ * algorithm alg (ring, rd or hd). */
+static int tcp_flat_allreduce(struct comm_tcp *t, const struct comm_args *a,
+                              const struct tcp_group *g, enum comm_algorithm alg, struct err *e)
+{
+    if (alg == COMM_ALG_RD)
+        return tcp_rd_allreduce(t, a, g, "allreduce", e);
+    return alg == COMM_ALG_HD ? tcp_hd_allreduce(t, a, g, e) : tcp_ring_allreduce(t, a, g, e);
+}
+
+/* Chain reduce inside the node to its leader, allreduce between the node leaders (the
+ * algorithm chosen by size for that many leaders), broadcast inside the node from its
+ * leader. avg runs as a sum divided once by the world size on each leader before the
+ * broadcast, so it rounds once, as the flat algorithms do. One node: a reduce and a
+ * broadcast; every rank its own node: the leaders' allreduce alone. Every rank of a node
+ * gets the bytes its leader computed, and the leaders' algorithms give every leader the
+ * same bytes, so results are identical on every rank. */
+static int tcp_hier_allreduce(struct comm_tcp *t, const struct comm_args *a, struct err *e)
+{
+    size_t bytes = a->count * comm_dtype_size(a->dtype);
+    struct comm_args s = *a;
+    s.redop = a->redop == COMM_AVG ? COMM_SUM : a->redop;
+    const struct tcp_group local = {t->nlocal, t->local_me, t->local};
+    if (tcp_chain_reduce(t, &s, &local, e) < 0)
+        return -1;
+    if (local.me == 0) {
+        const struct tcp_group leaders = {t->nleaders, t->leader_me, t->leaders};
+        s.send = s.recv;
+        if (leaders.n > 1 &&
+            tcp_flat_allreduce(t, &s, &leaders, tcp_allreduce_by_size(leaders.n, bytes), e) < 0)
+            return -1;
+        if (a->redop == COMM_AVG)
+            reduce_divide(a->recv, a->count, a->dtype, t->base.world_size);
+    }
+    if (local.n == 1)
+        return 0;
+    struct comm_args b = comm_args_collective(COMM_OP_BROADCAST, a->recv, a->recv, a->count,
+                                              a->dtype, COMM_SUM, 0);
+    return tcp_broadcast(t, &b, &local, bytes < TCP_AUTO_BROADCAST_RING, e);
+}
+
+/* ---- dispatch ----------------------------------------------------------------------- */
 
 /* One rank, or a rank exchanging with itself: copies (an average over one rank is the
  * value itself). */
@@ -610,13 +725,14 @@ int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e)
     snprintf(t->base.last_algorithm, sizeof t->base.last_algorithm, "%s",
              comm_algorithm_name(alg));
     size_t bytes = a->count * comm_dtype_size(a->dtype);
+    struct tcp_group all = tcp_group_all(t);
     switch (a->op) {
     case COMM_OP_ALLREDUCE:
         if (a->count == 0)
             return 0;
-        if (alg == COMM_ALG_RD)
-            return tcp_rd_allreduce(t, a, "allreduce", e);
-        return alg == COMM_ALG_HD ? tcp_hd_allreduce(t, a, e) : tcp_ring_allreduce(t, a, e);
+        if (alg == COMM_ALG_HIER)
+            return tcp_hier_allreduce(t, a, e);
+        return tcp_flat_allreduce(t, a, &all, alg, e);
     case COMM_OP_REDUCE_SCATTER:
         if (a->count == 0)
             return 0;
@@ -627,7 +743,7 @@ int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e)
             return 0;
         return alg == COMM_ALG_RING ? tcp_ring_all_gather(t, a, e)
                                     : tcp_direct_all_gather(t, a, e);
-    case COMM_OP_BROADCAST: return tcp_broadcast(t, a, alg == COMM_ALG_TREE, e);
+    case COMM_OP_BROADCAST: return tcp_broadcast(t, a, &all, alg == COMM_ALG_TREE, e);
     case COMM_OP_SEND: return tcp_p2p(t, a, a->peer, a->send, bytes, -1, NULL, 0, e);
     case COMM_OP_RECV: return tcp_p2p(t, a, -1, NULL, 0, a->peer, a->recv, bytes, e);
     case COMM_OP_SENDRECV:
@@ -641,7 +757,7 @@ int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e)
                               .count = 1,
                               .dtype = COMM_INT32,
                               .redop = COMM_SUM};
-        return tcp_rd_allreduce(t, &b, "barrier", e);
+        return tcp_rd_allreduce(t, &b, &all, "barrier", e);
     }
     }
     return err_set(e, ERR_INTERNAL, NULL, "tcp: operation %d", (int)a->op);

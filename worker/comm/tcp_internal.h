@@ -55,6 +55,12 @@ struct comm_tcp {
     size_t lanes_cap;
     struct tcp_piece *pieces;
     size_t pieces_cap;
+    /* The hierarchical allreduce's groups (comm_tcp_set_nodes), in rank order: the ranks
+     * of this rank's node (local: nlocal of them, this rank is local[local_me]) and the
+     * node leaders, the lowest rank of each node (leaders: nleaders, this rank is
+     * leaders[leader_me], or leader_me is -1). Owned, world_size entries each. */
+    int *local, nlocal, local_me;
+    int *leaders, nleaders, leader_me;
     bool broken;
     struct err first_err; /* why it broke */
 };
