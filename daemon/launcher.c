@@ -15,10 +15,10 @@
 
 extern char **environ;
 
-#define LAUNCH_ENV_EXTRA (12 + LAUNCH_MAX_GPU_ENV)
+#define LAUNCH_ENV_EXTRA (14 + LAUNCH_MAX_GPU_ENV)
 
-/* Owned NULL-terminated environment: the daemon's own minus DDPB_* and
- * CUDA_VISIBLE_DEVICES, plus the rank's. Strings in `own` are owned by the caller's
+/* Owned NULL-terminated environment: the daemon's own minus DDPB_* (but
+ * DDPB_EMULATE_NODES, launcher.h) and CUDA_VISIBLE_DEVICES, plus the rank's. Strings in `own` are owned by the caller's
  * array too (freed by launcher_env_free). */
 struct launch_env {
     char **vars;
@@ -56,7 +56,8 @@ static int launcher_env_build(const struct launch_rank *lr, struct launch_env *e
     if (!env->vars)
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
     for (size_t i = 0; i < count; i++) {
-        if (strncmp(environ[i], "DDPB_", 5) == 0 ||
+        bool emulate = strncmp(environ[i], "DDPB_EMULATE_NODES=", 19) == 0;
+        if ((strncmp(environ[i], "DDPB_", 5) == 0 && !emulate) ||
             strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) == 0 ||
             strncmp(environ[i], "NCCL_HOSTID=", 12) == 0 ||
             strncmp(environ[i], "NCCL_MULTI_RANK_GPU_ENABLE=", 27) == 0)
@@ -64,20 +65,24 @@ static int launcher_env_build(const struct launch_rank *lr, struct launch_env *e
         env->vars[env->n++] = environ[i];
     }
     env->own_from = env->n;
-    char num[3][24];
+    char num[4][24];
     snprintf(num[0], sizeof num[0], "%d", lr->rank);
     snprintf(num[1], sizeof num[1], "%d", lr->world_size);
     snprintf(num[2], sizeof num[2], "%d", lr->local_rank);
+    snprintf(num[3], sizeof num[3], "%d", lr->node_rank);
     int rc = launcher_env_add(env, "DDPB_RUN", lr->run) |
              launcher_env_add(env, "DDPB_RANK", num[0]) |
              launcher_env_add(env, "DDPB_WORLD_SIZE", num[1]) |
              launcher_env_add(env, "DDPB_LOCAL_RANK", num[2]) |
+             launcher_env_add(env, "DDPB_NODE_RANK", num[3]) |
              launcher_env_add(env, "DDPB_STORE", lr->store_addr) |
              launcher_env_add(env, "DDPB_SECRET", lr->secret) |
              launcher_env_add(env, "DDPB_SPEC", lr->spec_path) |
              launcher_env_add(env, "DDPB_HOST", lr->peer_host);
     if (lr->cpus)
         rc |= launcher_env_add(env, "DDPB_CPUS", lr->cpus);
+    if (lr->node_name)
+        rc |= launcher_env_add(env, "DDPB_NODE_NAME", lr->node_name);
     if (lr->ngpu_env < 0 || lr->ngpu_env > LAUNCH_MAX_GPU_ENV)
         return err_set(e, ERR_INVALID, NULL, "launch: %d GPU environment entries",
                        lr->ngpu_env);

@@ -4,7 +4,10 @@
  * DESIGN.md §3 (DDPB_* variables replace any inherited ones), the report pipe's write
  * end on fd 3, stdout and stderr into the rank's log file, every other fd closed, and a
  * process group of its own so the daemon can signal the rank and anything it spawned.
- * A pidfd per child lets the monitor's epoll loop see exits without SIGCHLD handlers. */
+ * A pidfd per child lets the monitor's epoll loop see exits without SIGCHLD handlers.
+ * The daemon's own DDPB_EMULATE_NODES is the one DDPB_* variable a rank inherits: tests
+ * and benchmarks on one machine set it on the daemon to split its ranks into emulated
+ * nodes (worker/store/rendezvous.h). */
 #ifndef DDPB_LAUNCHER_H
 #define DDPB_LAUNCHER_H
 
@@ -27,6 +30,8 @@ struct launch_rank {
     const char *const *gpu_env;
     int ngpu_env;
     int rank, world_size, local_rank;
+    int node_rank;         /* DDPB_NODE_RANK: the node the rank runs on (0 on one node) */
+    const char *node_name; /* DDPB_NODE_NAME; NULL = the worker uses its host name */
 };
 
 #define LAUNCH_MAX_GPU_ENV 4

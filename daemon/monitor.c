@@ -462,6 +462,8 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
         .rank = rank,
         .world_size = r->world_size,
         .local_rank = rank,
+        .node_rank = 0, /* one node until runs span nodes (issue 15) */
+        .node_name = r->ctx->cfg->node,
     };
     struct launched out;
     if (launcher_spawn(&lr, &out, e) < 0)

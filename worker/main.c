@@ -52,9 +52,10 @@ struct worker {
     bool env_ok;
     struct report_writer w;
     struct spec spec;
-    struct store_client *store; /* owned */
-    struct comm *comm;          /* owned */
-    struct heartbeat hb;        /* liveness for the daemon, once hello is out */
+    struct store_client *store;  /* owned */
+    struct comm *comm;           /* owned */
+    int node_of[SPEC_MAX_WORLD]; /* the node of each rank (rendezvous_nodes) */
+    struct heartbeat hb;         /* liveness for the daemon, once hello is out */
     struct err e;
 };
 
@@ -339,8 +340,9 @@ int main(void)
     WORKER_FAIL_IF(&wk, !setup);
     wk.store = rendezvous_join(&wk.env, &worker_abort_flag, &wk.e);
     WORKER_FAIL_IF(&wk, !wk.store);
+    WORKER_FAIL_IF(&wk, rendezvous_nodes(wk.store, &wk.env, wk.node_of, &wk.e) < 0);
     heartbeat_set_phase(&wk.hb, "connecting to peers");
-    wk.comm = comm_factory_finish(setup, wk.store, &wk.e);
+    wk.comm = comm_factory_finish(setup, wk.store, wk.node_of, &wk.e);
     WORKER_FAIL_IF(&wk, !wk.comm);
     wk.comm->note = &wk.hb.note; /* what the workload waits in goes out with each beat */
     log_info("joined: %d ranks, %s communicator up", wk.env.world_size, wk.comm->backend);

@@ -80,7 +80,7 @@ static void *rank_main(void *arg)
         comm_factory_discard(f);
         return NULL;
     }
-    struct comm *c = comm_factory_finish(f, sc, &j->e);
+    struct comm *c = comm_factory_finish(f, sc, NULL, &j->e);
     float v[8];
     for (int i = 0; i < 8; i++)
         v[i] = (float)(j->rank + 1);

@@ -61,9 +61,12 @@ static void test_launcher_environment_and_fds(void)
     char log[128];
     snprintf(log, sizeof log, "%s/rank1.log", dir);
     setenv("DDPB_STALE", "leak", 1);
+    setenv("DDPB_EMULATE_NODES", "2", 1); /* the one DDPB_* a rank inherits */
     setenv("CUDA_VISIBLE_DEVICES", "7", 1);
     int stray = open("/dev/null", O_RDONLY); /* not close-on-exec: must not leak */
     struct launch_rank lr = test_rank(log);
+    lr.node_rank = 2;
+    lr.node_name = "node-b";
     struct launched out;
     T_OK(launcher_spawn(&lr, &out, &e));
     close(stray);
@@ -78,6 +81,9 @@ static void test_launcher_environment_and_fds(void)
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_SECRET")), "s3cr3t");
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_SPEC")), "/nonexistent/spec.json");
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_CPUS")), "0");
+    T_EQ_STR(json_string_value(json_object_get(env, "DDPB_NODE_RANK")), "2");
+    T_EQ_STR(json_string_value(json_object_get(env, "DDPB_NODE_NAME")), "node-b");
+    T_EQ_STR(json_string_value(json_object_get(env, "DDPB_EMULATE_NODES")), "2");
     T_CHECK(json_object_get(env, "DDPB_STALE") == NULL);
     T_CHECK(json_object_get(env, "CUDA_VISIBLE_DEVICES") == NULL);
     T_EQ_INT(json_integer_value(json_object_get(rep, "open_fds")), 0);
@@ -99,6 +105,7 @@ static void test_launcher_environment_and_fds(void)
     text[n] = '\0';
     T_CHECK(strstr(text, "probe stdout") && strstr(text, "probe stderr"));
     unsetenv("DDPB_STALE");
+    unsetenv("DDPB_EMULATE_NODES");
     unsetenv("CUDA_VISIBLE_DEVICES");
 }
 

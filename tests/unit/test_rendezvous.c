@@ -14,8 +14,10 @@
 #include "tests/unit/test.h"
 
 static const char *const env_names[] = {
-    "DDPB_RUN",    "DDPB_RANK", "DDPB_WORLD_SIZE", "DDPB_LOCAL_RANK", "DDPB_STORE",
-    "DDPB_SECRET", "DDPB_SPEC", "DDPB_HOST",       "DDPB_CPUS",       "DDPB_TIMEOUT_MS"};
+    "DDPB_RUN",          "DDPB_RANK",       "DDPB_WORLD_SIZE", "DDPB_LOCAL_RANK",
+    "DDPB_STORE",        "DDPB_SECRET",     "DDPB_SPEC",       "DDPB_HOST",
+    "DDPB_CPUS",         "DDPB_TIMEOUT_MS", "DDPB_NODE_RANK",  "DDPB_NODE_NAME",
+    "DDPB_EMULATE_NODES"};
 
 static void env_set_valid(void)
 {
@@ -46,6 +48,15 @@ static void test_rdzv_env_valid_and_defaults(void)
     T_EQ_STR(env.host, "127.0.0.1");
     T_EQ_STR(env.cpus, "");
     T_EQ_INT(env.timeout_ms, RENDEZVOUS_DEFAULT_TIMEOUT_MS);
+    T_EQ_INT(env.node_rank, 0); /* one node unless the launcher says otherwise */
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    T_EQ_STR(env.node_name, host);
+    setenv("DDPB_NODE_RANK", "3", 1);
+    setenv("DDPB_NODE_NAME", "node-d", 1);
+    T_OK(rendezvous_env_read(&env, &e));
+    T_EQ_INT(env.node_rank, 3);
+    T_EQ_STR(env.node_name, "node-d");
     setenv("DDPB_HOST", "10.0.0.5", 1);
     setenv("DDPB_CPUS", "0-3,6", 1);
     setenv("DDPB_TIMEOUT_MS", "1500", 1);
@@ -82,7 +93,7 @@ static void test_rdzv_env_malformed_names_variable(void)
         {"DDPB_STORE", "nohost"},    {"DDPB_STORE", "h:0"},      {"DDPB_STORE", "h:99999"},
         {"DDPB_CPUS", "0-"},         {"DDPB_CPUS", "x"},         {"DDPB_TIMEOUT_MS", "0"},
         {"DDPB_TIMEOUT_MS", "soon"}, {"DDPB_RUN", ""},           {"DDPB_SPEC", ""},
-        {"DDPB_HOST", ""},
+        {"DDPB_HOST", ""},           {"DDPB_NODE_RANK", "-1"},   {"DDPB_NODE_RANK", "n1"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct rendezvous_env env;
@@ -315,6 +326,87 @@ static void test_rdzv_failure_chain(void)
     store_server_destroy(fx.s);
 }
 
+/* DDPB_EMULATE_NODES: blocks of k ranks, or each node's ranks; anything else is refused
+ * naming the variable. */
+static void test_rdzv_emulate_nodes(void)
+{
+    struct {
+        const char *value;
+        int world;
+        int want[6];
+    } ok[] = {
+        {"2", 4, {0, 0, 1, 1}},       {"3,1,2", 6, {0, 0, 0, 1, 2, 2}},
+        {"1", 3, {0, 1, 2}},          {"4", 4, {0, 0, 0, 0}},
+        {"4", 6, {0, 0, 0, 0, 1, 1}}, {"6", 6, {0, 0, 0, 0, 0, 0}},
+        {"1,1,1,1", 4, {0, 1, 2, 3}},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int got[6] = {-1, -1, -1, -1, -1, -1};
+        struct err e;
+        T_CHECK_MSG(rendezvous_nodes_emulate(ok[i].value, ok[i].world, got, &e) == 0,
+                    "'%s' refused: %s", ok[i].value, e.msg);
+        for (int r = 0; r < ok[i].world; r++)
+            T_CHECK_MSG(got[r] == ok[i].want[r], "'%s': rank %d on node %d, want %d",
+                        ok[i].value, r, got[r], ok[i].want[r]);
+    }
+    const char *bad[] = {"0", "", "3,1", "3,4", "a", "2,", ",2", "2,-1", "7", "1,,3", "+2"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int got[6];
+        struct err e;
+        T_CHECK_MSG(rendezvous_nodes_emulate(bad[i], 6, got, &e) < 0, "'%s' accepted", bad[i]);
+        T_EQ_STR(e.field, "DDPB_EMULATE_NODES");
+    }
+}
+
+/* Every rank publishes its node when it joins; afterwards each reads the same map, which
+ * DDPB_EMULATE_NODES replaces. */
+static void test_rdzv_node_map(void)
+{
+    struct store_fx fx;
+    T_CHECK(store_fx_start(&fx, "nodes") == 0);
+    struct join_arg args[4];
+    pthread_t th[4];
+    for (int r = 0; r < 4; r++) {
+        args[r] = (struct join_arg){.env = fx_env(&fx, "nodes", r, 4, 10000)};
+        args[r].env.node_rank = 3 - r / 2; /* nodes numbered any way the launcher likes */
+        pthread_create(&th[r], NULL, join_thread, &args[r]);
+    }
+    for (int r = 0; r < 4; r++)
+        pthread_join(th[r], NULL);
+    unsetenv("DDPB_EMULATE_NODES");
+    int bad = 0;
+    char why[256] = "";
+    for (int r = 0; r < 4; r++) {
+        int map[4] = {-1, -1, -1, -1};
+        struct err e;
+        if (!args[r].c || rendezvous_nodes(args[r].c, &args[r].env, map, &e) < 0) {
+            bad++;
+            snprintf(why, sizeof why, "rank %d: %s", r, args[r].c ? e.msg : args[r].e.msg);
+            continue;
+        }
+        for (int q = 0; q < 4; q++)
+            if (map[q] != 3 - q / 2 && !bad++)
+                snprintf(why, sizeof why, "rank %d sees rank %d on node %d", r, q, map[q]);
+    }
+    T_CHECK_MSG(bad == 0, "%s", why);
+    setenv("DDPB_EMULATE_NODES", "1", 1);
+    int map[4] = {-1, -1, -1, -1};
+    struct err e;
+    T_CHECK(args[0].c && rendezvous_nodes(args[0].c, &args[0].env, map, &e) == 0);
+    for (int q = 0; q < 4; q++)
+        T_EQ_INT(map[q], q);
+    setenv("DDPB_EMULATE_NODES", "3", 1); /* 3 + 1 */
+    T_CHECK(args[0].c && rendezvous_nodes(args[0].c, &args[0].env, map, &e) == 0);
+    T_CHECK(map[0] == 0 && map[2] == 0 && map[3] == 1);
+    setenv("DDPB_EMULATE_NODES", "3,3", 1);
+    T_CHECK(args[0].c && rendezvous_nodes(args[0].c, &args[0].env, map, &e) < 0);
+    T_EQ_STR(e.field, "DDPB_EMULATE_NODES");
+    unsetenv("DDPB_EMULATE_NODES");
+    for (int r = 0; r < 4; r++)
+        store_client_destroy(args[r].c);
+    store_server_destroy(fx.s);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -327,5 +419,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_rdzv_join_missing_rank_is_named);
     TEST_RUN(test_rdzv_join_bad_secret);
     TEST_RUN(test_rdzv_failure_chain);
+    TEST_RUN(test_rdzv_emulate_nodes);
+    TEST_RUN(test_rdzv_node_map);
     return test_end();
 }

@@ -118,10 +118,14 @@ static struct comm *comm_factory_nccl(const struct comm_factory *f, struct store
 #endif
 
 struct comm *comm_factory_finish(struct comm_factory *f, struct store_client *store,
-                                 struct err *e)
+                                 const int *node_of, struct err *e)
 {
     struct comm *c = NULL;
     if (f->backend == COMM_FACTORY_TCP) {
+        if (node_of && comm_tcp_set_nodes(f->listener, node_of, e) < 0) {
+            comm_factory_discard(f);
+            return NULL;
+        }
         c = comm_tcp_connect_store(f->listener, store, e); /* takes the listener */
         f->listener = NULL;
     } else {
@@ -144,5 +148,5 @@ struct comm *comm_create_from_spec(const struct spec *s, const struct rendezvous
                                    struct err *e)
 {
     struct comm_factory *f = comm_factory_begin(s, env, abort_flag, e);
-    return f ? comm_factory_finish(f, store, e) : NULL;
+    return f ? comm_factory_finish(f, store, NULL, e) : NULL;
 }

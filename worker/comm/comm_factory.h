@@ -42,13 +42,16 @@ int comm_backend_check(const char *name, struct err *e);
 struct comm_factory *comm_factory_begin(const struct spec *s, const struct rendezvous_env *env,
                                         const atomic_bool *abort_flag, struct err *e);
 /* The second step, through the run's store (tcp: trades addresses and connects the
- * mesh; nccl: the unique id and the communicator on device 0). Takes f. */
+ * mesh; nccl: the unique id and the communicator on device 0). node_of: the node of each
+ * rank (rendezvous_nodes; borrowed, world_size entries) for tcp's hierarchical allreduce,
+ * NULL for one node. Takes f. */
 struct comm *comm_factory_finish(struct comm_factory *f, struct store_client *store,
-                                 struct err *e);
+                                 const int *node_of, struct err *e);
 /* Frees a setup comm_factory_finish never took. NULL is a no-op. */
 void comm_factory_discard(struct comm_factory *f);
 
-/* comm_factory_begin + comm_factory_finish. Owned communicator, or NULL with e set. */
+/* comm_factory_begin + comm_factory_finish (one node). Owned communicator, or NULL with
+ * e set. */
 struct comm *comm_create_from_spec(const struct spec *s, const struct rendezvous_env *env,
                                    const atomic_bool *abort_flag, struct store_client *store,
                                    struct err *e);

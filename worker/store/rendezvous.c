@@ -1,6 +1,6 @@
-/* rendezvous: see rendezvous.h. Environment parsing, CPU lists, the join barrier and
- * failure records. The only store keys written here are "join/rank/<r>", the "join"
- * barrier's keys and "fail/<r>". */
+/* rendezvous: see rendezvous.h. Environment parsing, CPU lists, the join barrier, the
+ * node map and failure records. The only store keys written here are "join/rank/<r>",
+ * "node/<r>", the "join" barrier's keys and "fail/<r>". */
 #include "worker/store/rendezvous.h"
 
 #include <errno.h>
@@ -78,9 +78,15 @@ int rendezvous_env_read(struct rendezvous_env *out, struct err *e)
         rendezvous_env_str("DDPB_HOST", out->host, sizeof out->host, false,
                            RENDEZVOUS_DEFAULT_HOST, e) < 0 ||
         rendezvous_env_str("DDPB_CPUS", out->cpus, sizeof out->cpus, false, "", e) < 0 ||
+        rendezvous_env_int("DDPB_NODE_RANK", 0, SPEC_MAX_WORLD - 1, false, 0, &out->node_rank,
+                           e) < 0 ||
+        rendezvous_env_str("DDPB_NODE_NAME", out->node_name, sizeof out->node_name, false, "",
+                           e) < 0 ||
         rendezvous_env_int("DDPB_TIMEOUT_MS", 1, 86400000, false, RENDEZVOUS_DEFAULT_TIMEOUT_MS,
                            &out->timeout_ms, e) < 0)
         return -1;
+    if (!out->node_name[0] && gethostname(out->node_name, sizeof out->node_name - 1) < 0)
+        snprintf(out->node_name, sizeof out->node_name, "localhost");
     if (!out->run[0])
         return err_set(e, ERR_INVALID, "DDPB_RUN", "DDPB_RUN is empty");
     if (!out->spec_path[0])
@@ -200,10 +206,13 @@ static int rendezvous_join_barrier(struct store_client *c, const struct rendezvo
                                    struct err *e)
 {
     char key[48], me[300];
+    snprintf(key, sizeof key, "node/%d", env->rank);
+    snprintf(me, sizeof me, "%d", env->node_rank);
+    if (store_client_set_str(c, key, me, e) < 0)
+        return err_prefix(e, "join");
     snprintf(key, sizeof key, "join/rank/%d", env->rank);
-    char host[256] = "?";
-    gethostname(host, sizeof host - 1);
-    snprintf(me, sizeof me, "%s pid %ld", host, (long)getpid());
+    snprintf(me, sizeof me, "%.255s pid %ld", env->node_name[0] ? env->node_name : "?",
+             (long)getpid());
     if (store_client_set_str(c, key, me, e) < 0)
         return err_prefix(e, "join");
     if (store_client_barrier(c, "join", env->world_size, env->timeout_ms, e) == 0)
@@ -235,6 +244,75 @@ struct store_client *rendezvous_join(const struct rendezvous_env *env,
         return NULL;
     }
     return c;
+}
+
+/* One item of DDPB_EMULATE_NODES: a block size 1..world. */
+static int rendezvous_block(const char *s, size_t len, int world, long *out)
+{
+    char tmp[16];
+    if (len == 0 || len >= sizeof tmp)
+        return -1;
+    memcpy(tmp, s, len);
+    tmp[len] = '\0';
+    for (size_t i = 0; i < len; i++)
+        if (tmp[i] < '0' || tmp[i] > '9')
+            return -1;
+    return rendezvous_parse_int(tmp, 1, world, out);
+}
+
+static int rendezvous_emulate_bad(const char *value, int world, struct err *e)
+{
+    return err_set(e, ERR_INVALID, "DDPB_EMULATE_NODES",
+                   "DDPB_EMULATE_NODES='%.64s': want ranks per node (\"2\") or each node's "
+                   "ranks (\"3,1,2\", adding up to the world size %d)",
+                   value, world);
+}
+
+int rendezvous_nodes_emulate(const char *value, int world, int *node_of, struct err *e)
+{
+    long k;
+    if (!strchr(value, ',')) {
+        if (rendezvous_block(value, strlen(value), world, &k) < 0)
+            return rendezvous_emulate_bad(value, world, e);
+        for (int r = 0; r < world; r++)
+            node_of[r] = r / (int)k;
+        return 0;
+    }
+    int rank = 0, node = 0;
+    for (const char *p = value;; node++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (rendezvous_block(p, len, world, &k) < 0 || rank + k > world)
+            return rendezvous_emulate_bad(value, world, e);
+        for (long i = 0; i < k; i++)
+            node_of[rank++] = node;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return rank == world ? 0 : rendezvous_emulate_bad(value, world, e);
+}
+
+int rendezvous_nodes(struct store_client *c, const struct rendezvous_env *env, int *node_of,
+                     struct err *e)
+{
+    const char *emulate = getenv("DDPB_EMULATE_NODES");
+    if (emulate && emulate[0])
+        return rendezvous_nodes_emulate(emulate, env->world_size, node_of, e);
+    for (int r = 0; r < env->world_size; r++) {
+        char key[48], *val = NULL;
+        size_t len;
+        long node;
+        snprintf(key, sizeof key, "node/%d", r);
+        if (store_client_get(c, key, env->timeout_ms, &val, &len, e) < 0)
+            return err_prefix(e, "node map: node of rank %d", r);
+        int bad = rendezvous_parse_int(val, 0, SPEC_MAX_WORLD - 1, &node);
+        free(val);
+        if (bad < 0)
+            return err_set(e, ERR_PROTOCOL, NULL, "node map: rank %d published a bad node", r);
+        node_of[r] = (int)node;
+    }
+    return 0;
 }
 
 void rendezvous_record_failure(struct store_client *c, int rank, int peer, const char *msg)

@@ -7,6 +7,14 @@
  * must say what is wrong before it touches the network. Joining is a store barrier with
  * a deadline; on timeout the per-rank "join/rank/<r>" keys tell which ranks never came.
  *
+ * Node map: every rank publishes the node it runs on ("node/<rank>" = DDPB_NODE_RANK)
+ * before the join barrier, so after it rendezvous_nodes reads every rank's node without
+ * waiting. The map feeds the TCP backend's hierarchical allreduce (comm/tcp.h).
+ * DDPB_EMULATE_NODES, for tests and benchmarks on one machine only, replaces the
+ * published map to split the ranks of one machine into emulated nodes; it is read here
+ * and nowhere else, and is not a spec field because a real cluster's map comes from
+ * where the ranks run, never from the experiment.
+ *
  * Failure records: a rank that fails SETs "fail/<rank>" = "<peer> <message>" before it
  * exits (its sockets close only at exit), so a rank that saw that peer's connection
  * close can read why and follow the chain back to the rank that failed first. */
@@ -29,6 +37,8 @@ struct rendezvous_env {
     int rank;                          /* DDPB_RANK, 0..world_size-1 */
     int world_size;                    /* DDPB_WORLD_SIZE, 1..SPEC_MAX_WORLD */
     int local_rank;                    /* DDPB_LOCAL_RANK, >= 0 */
+    int node_rank;                     /* DDPB_NODE_RANK, >= 0; default 0 (one node) */
+    char node_name[256];               /* DDPB_NODE_NAME; default the host name */
     char store[300];                   /* DDPB_STORE, "host:port" */
     char secret[STORE_MAX_SECRET + 1]; /* DDPB_SECRET */
     char spec_path[4096];              /* DDPB_SPEC */
@@ -55,6 +65,17 @@ int rendezvous_pin_cpus(const char *list, struct err *e);
  * that never joined. abort_flag is borrowed and may be NULL. */
 struct store_client *rendezvous_join(const struct rendezvous_env *env,
                                      const atomic_bool *abort_flag, struct err *e);
+
+/* The node map (see above): node_of[r] for each of env->world_size ranks (caller-owned
+ * array), from DDPB_EMULATE_NODES when it is set, else from every rank's "node/<r>" key
+ * (published by rendezvous_join; waits up to env->timeout_ms for each). ERR_INVALID
+ * naming DDPB_EMULATE_NODES when it is malformed. */
+int rendezvous_nodes(struct store_client *c, const struct rendezvous_env *env, int *node_of,
+                     struct err *e);
+/* DDPB_EMULATE_NODES's value for world ranks: "k" puts consecutive blocks of k ranks on
+ * a node each (the last block may be shorter); "a,b,c" blocks of a, b and c ranks, which
+ * must add up to world. Fills node_of (world entries) with node 0, 1, ... */
+int rendezvous_nodes_emulate(const char *value, int world, int *node_of, struct err *e);
 
 /* Best effort: records this rank's failure (peer it blames or -1, message). */
 void rendezvous_record_failure(struct store_client *c, int rank, int peer, const char *msg);
