@@ -83,8 +83,8 @@ static const char *const spec_ops[] = {"allreduce", "reduce_scatter", "all_gathe
 static const char *const spec_dtypes[] = {"float32", "float16", "bfloat16",
                                           "int32",   "int64",   NULL};
 static const char *const spec_redops[] = {"sum", "avg", "min", "max", NULL};
-static const char *const spec_algorithms[] = {"auto",   "ring", "rd", "hd",
-                                              "direct", "tree", NULL};
+static const char *const spec_algorithms[] = {"auto",   "ring", "rd",   "hd",
+                                              "direct", "tree", "hier", NULL};
 static const char *const spec_strategies[] = {"naive", "ddp",   "horovod",
                                               "zero1", "zero2", NULL};
 
@@ -184,7 +184,9 @@ static const struct spec_field spec_fields[] = {
      SPEC_AT(coll.algorithm),
      .desc = "\"auto\" lets the backend choose the algorithm by message size; any other "
              "value forces that algorithm, which the op must have: allreduce ring, rd "
-             "(recursive doubling) or hd (halving-doubling), reduce_scatter and all_gather "
+             "(recursive doubling), hd (halving-doubling) or hier (reduce inside each node, "
+             "allreduce between node leaders, broadcast inside each node; auto never "
+             "chooses it), reduce_scatter and all_gather "
              "ring or direct, "
              "broadcast ring or tree, sendrecv direct."},
     {.name = "min_bytes", .type = SPEC_T_SIZE, .workloads = SPEC_WL_COLLECTIVE,
@@ -403,7 +405,7 @@ struct spec_rule {
     const struct spec_allowed *allowed; /* SPEC_RULE_ALLOWED: NULL-terminated */
 };
 
-static const char *const spec_algs_allreduce[] = {"auto", "ring", "rd", "hd", NULL};
+static const char *const spec_algs_allreduce[] = {"auto", "ring", "rd", "hd", "hier", NULL};
 static const char *const spec_algs_gather[] = {"auto", "ring", "direct", NULL};
 static const char *const spec_algs_broadcast[] = {"auto", "ring", "tree", NULL};
 static const char *const spec_algs_p2p[] = {"auto", "direct", NULL};

@@ -3,7 +3,8 @@
 workers and stores rows with #wrong == 0, the algorithm used and nccl-tests' bus
 bandwidth; a worker stopped with SIGSTOP makes the run fail within the spec's
 comm_timeout_s, naming that rank, with no worker left behind; garbage sent to the
-workers' data ports while the mesh forms does not break the run."""
+workers' data ports while the mesh forms does not break the run; the hierarchical allreduce
+on ranks split into emulated nodes (DDPB_EMULATE_NODES on the daemon) stores verified rows."""
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ import time
 from harness import Daemon, check, pid_alive, run_cases, wait_gone
 
 ALGORITHMS = {
-    "allreduce": {"ring", "rd", "hd"},
+    "allreduce": {"ring", "rd", "hd", "hier"},
     "reduce_scatter": {"ring", "direct"},
     "all_gather": {"ring", "direct"},
     "broadcast": {"ring", "tree"},
@@ -256,6 +257,35 @@ def test_garbage_on_data_ports_does_not_break_run():
         d.close()
 
 
+def test_hier_on_emulated_nodes():
+    """algorithm "hier" through REST with the daemon's 4 ranks split into 2 emulated nodes
+    of 2: every dtype, results checked (#wrong == 0 on poisoned outputs) and recorded as
+    hier; a node map that does not fit the run fails it naming DDPB_EMULATE_NODES, which
+    shows the variable reaches the workers' rendezvous."""
+    d = Daemon(cpu_slots=4, env=dict(os.environ, DDPB_EMULATE_NODES="2"))
+    try:
+        base = {"workload": "collective", "op": "allreduce", "algorithm": "hier",
+                "world_size": 4, "sizes": [8, "96K", "3M"], "iters": 3, "warmup": 1,
+                "check": True}
+        runs = run_sweep(d, dict(base, name="hier-2x2", redop="avg",
+                                 sweep={"dtype": ["float32", "bfloat16", "int64"]}), 3)
+        runs += run_sweep(d, dict(base, name="hier-inplace", redop="max", inplace=True), 1)
+        for run in runs:
+            algs = {r["algorithm"] for r in run["collectives"]}
+            check(algs == {"hier"}, algs)
+    finally:
+        d.close()
+    d = Daemon(cpu_slots=4, env=dict(os.environ, DDPB_EMULATE_NODES="3,3"))
+    try:
+        exp = d.submit(dict(base, name="hier-bad-map"))
+        exp = d.wait_experiment(exp["id"], timeout=120)
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        check(run["status"] == "failed", run["status"])
+        check("DDPB_EMULATE_NODES" in json.dumps(run.get("error")), run.get("error"))
+    finally:
+        d.close()
+
+
 def test_model_bucket_replay():
     """buckets_of replays a DDP run's gradient buckets: ResNet-50 (25,557,032 float32
     parameters, torchvision's count) launches its fc layer (2048 x 1000 + 1000) first, then
@@ -284,4 +314,5 @@ if __name__ == "__main__":
         test_every_op_stores_no_wrong,
         test_stopped_worker_fails_within_comm_timeout,
         test_garbage_on_data_ports_does_not_break_run,
+        test_hier_on_emulated_nodes,
     ]))

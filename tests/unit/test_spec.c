@@ -235,12 +235,18 @@ static void test_spec_exact_messages(void)
     T_EQ_STR(e.field, "dtype");
     T_CHECK(!parse_text(W ", \"algorithm\": \"bogus\"}", &e));
     T_EQ_STR(e.msg, "algorithm: must be one of \"auto\", \"ring\", \"rd\", \"hd\", "
-                    "\"direct\", \"tree\", got \"bogus\"");
+                    "\"direct\", \"tree\", \"hier\", got \"bogus\"");
     /* an algorithm the op does not have */
     T_CHECK(!parse_text(W ", \"op\": \"broadcast\", \"algorithm\": \"rd\"}", &e));
     T_EQ_STR(e.field, "algorithm");
-    T_EQ_STR(e.msg, "algorithm: op \"broadcast\" has no algorithm \"rd\"; it has \"auto\", "
-                    "\"ring\", \"tree\"");
+    T_EQ_STR(e.msg,
+             "algorithm: op \"broadcast\" has no algorithm \"rd\"; it has \"auto\", "
+             "\"ring\", \"tree\""); /* hier is allreduce's only, and nccl chooses its own */
+    T_CHECK(!parse_text(W ", \"op\": \"all_gather\", \"algorithm\": \"hier\"}", &e));
+    T_EQ_STR(e.field, "algorithm");
+    json_t *hier = parse_text(W ", \"algorithm\": \"hier\"}", &e);
+    T_CHECK_MSG(hier != NULL, "algorithm hier refused: %s", e.msg);
+    json_decref(hier);
 }
 
 static void test_spec_rejects_bad_fields(void)
@@ -1102,7 +1108,7 @@ static void test_spec_schema_content(void)
     T_EQ_INT(get_int(ws, "maximum"), SPEC_MAX_WORLD);
     T_EQ_INT(get_int(ws, "default"), 1);
     json_t *alg = json_object_get(props, "algorithm");
-    T_EQ_INT(json_array_size(json_object_get(alg, "enum")), 6);
+    T_EQ_INT(json_array_size(json_object_get(alg, "enum")), 7);
     json_t *sizes = json_object_get(props, "sizes");
     T_EQ_STR(get_str(sizes, "type"), "array");
     T_EQ_INT(get_int(sizes, "maxItems"), SPEC_MAX_SIZES);
