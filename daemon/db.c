@@ -990,6 +990,23 @@ static const char SQL_RUN_RUNNING[] =
     "= world_size";
 static const char SQL_RUN_WORLD[] = "SELECT world_size FROM runs WHERE id = ?1";
 
+/* One integer column of run run_id, read by sql (a SELECT of one column by ?1 = id).
+ * Returns 0 and *out, or -1 with e set: ERR_NOT_FOUND naming the run when it has no row. */
+static int db_run_column(struct db_conn *c, const char *sql, int64_t run_id, int64_t *out,
+                         struct err *e)
+{
+    sqlite3_stmt *st = db_stmt(c, sql, e);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, run_id);
+    bool found = sqlite3_step(st) == SQLITE_ROW;
+    *out = found ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_reset(st);
+    if (!found)
+        return err_set(e, ERR_NOT_FOUND, NULL, "run %lld not found", (long long)run_id), -1;
+    return 0;
+}
+
 int db_rank_hello(struct db *db, int64_t run_id, int rank, const char *host, int world_size,
                   struct err *e)
 {
@@ -997,18 +1014,15 @@ int db_rank_hello(struct db *db, int64_t run_id, int rank, const char *host, int
     if (!c)
         return -1;
     int rc = -1;
-    sqlite3_stmt *st = db_stmt(c, SQL_RUN_WORLD, e);
-    if (!st)
+    int64_t have = -1;
+    if (db_run_column(c, SQL_RUN_WORLD, run_id, &have, e) < 0)
         goto out;
-    sqlite3_bind_int64(st, 1, run_id);
-    int have = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
-    sqlite3_reset(st);
     if (have != world_size) {
-        err_set(e, ERR_INVALID, "world_size", "rank %d reported world_size %d, run has %d",
-                rank, world_size, have);
+        err_set(e, ERR_INVALID, "world_size", "rank %d reported world_size %d, run has %lld",
+                rank, world_size, (long long)have);
         goto out;
     }
-    st = db_stmt(c, SQL_RANK_HELLO, e);
+    sqlite3_stmt *st = db_stmt(c, SQL_RANK_HELLO, e);
     if (!st)
         goto out;
     sqlite3_bind_int64(st, 1, run_id);
@@ -1129,17 +1143,10 @@ int db_run_finish(struct db *db, int64_t run_id, enum db_run_status status, cons
         return -1;
     int rc = -1;
     double now = clock_wall_s();
-    sqlite3_stmt *st = db_stmt(c, SQL_RUN_EXPERIMENT, e);
-    if (!st)
+    int64_t exp_id = -1;
+    if (db_run_column(c, SQL_RUN_EXPERIMENT, run_id, &exp_id, e) < 0)
         goto out;
-    sqlite3_bind_int64(st, 1, run_id);
-    int64_t exp_id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-    sqlite3_reset(st);
-    if (exp_id < 0) {
-        err_set(e, ERR_NOT_FOUND, NULL, "run %lld not found", (long long)run_id);
-        goto out;
-    }
-    st = db_stmt(c, SQL_RUN_FINISH, e);
+    sqlite3_stmt *st = db_stmt(c, SQL_RUN_FINISH, e);
     if (!st)
         goto out;
     sqlite3_bind_int64(st, 1, run_id);
@@ -1322,23 +1329,16 @@ json_t *db_get_steps(struct db *db, int64_t run_id, int rank, bool include_warmu
 {
     struct db_conn *c = db_reader_acquire(db);
     json_t *out = NULL;
-    sqlite3_stmt *st = db_stmt(c, SQL_RUN_WORLD, e);
-    if (!st)
+    int64_t world = -1;
+    if (db_run_column(c, SQL_RUN_WORLD, run_id, &world, e) < 0)
         goto done;
-    sqlite3_bind_int64(st, 1, run_id);
-    int world = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
-    sqlite3_reset(st);
-    if (world < 0) {
-        err_set(e, ERR_NOT_FOUND, NULL, "run %lld not found", (long long)run_id);
-        goto done;
-    }
     /* a rank the run does not have is not an empty list: it names a missing resource */
     if (rank >= world) {
-        err_set(e, ERR_NOT_FOUND, "rank", "run %lld has no rank %d: its world size is %d",
-                (long long)run_id, rank, world);
+        err_set(e, ERR_NOT_FOUND, "rank", "run %lld has no rank %d: its world size is %lld",
+                (long long)run_id, rank, (long long)world);
         goto done;
     }
-    st = db_stmt(c, SQL_RUN_STEPS, e);
+    sqlite3_stmt *st = db_stmt(c, SQL_RUN_STEPS, e);
     if (!st)
         goto done;
     sqlite3_bind_int64(st, 1, run_id);

@@ -214,15 +214,23 @@ cmd_up() {
     echo "reach them with: $0 exec HOST_INDEX curl URL/healthz"
 }
 
-cmd_down() {
-    local dir=""
+# The state folder of `down` and `status`, whose only option is --dir: printed on stdout
+# (default /tmp/ddpbench-netlab-PREFIX); anything else is refused naming the command.
+state_dir_option() {
+    local cmd=$1 dir=""
+    shift
     while [ $# -gt 0 ]; do
         case "$1" in
         --dir) dir=${2:-}; shift 2 ;;
-        *) die "down: unknown option '$1' (see --help)" ;;
+        *) die "$cmd: unknown option '$1' (see --help)" ;;
         esac
     done
-    dir=${dir:-/tmp/ddpbench-netlab-$PREFIX}
+    echo "${dir:-/tmp/ddpbench-netlab-$PREFIX}"
+}
+
+cmd_down() {
+    local dir
+    dir=$(state_dir_option down "$@") || exit 1
     local ns pids p
     for ns in $(our_namespaces); do
         # the daemons and their workers: every process in our namespaces, by id
@@ -244,14 +252,8 @@ cmd_down() {
 }
 
 cmd_status() {
-    local dir=""
-    while [ $# -gt 0 ]; do
-        case "$1" in
-        --dir) dir=${2:-}; shift 2 ;;
-        *) die "status: unknown option '$1' (see --help)" ;;
-        esac
-    done
-    dir=${dir:-/tmp/ddpbench-netlab-$PREFIX}
+    local dir
+    dir=$(state_dir_option status "$@") || exit 1
     local nss
     nss=$(our_namespaces)
     if [ -z "$nss" ]; then
