@@ -136,6 +136,15 @@ static const struct spec_field spec_fields[] = {
     {.name = "world_size", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
      .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_MAX_WORLD, .def = "1", SPEC_AT(world_size),
      .desc = "Number of ranks, one worker process each."},
+    {.name = "nodes", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
+     .min = 0, .max = SPEC_MAX_WORLD, .def = "0", SPEC_AT(nodes),
+     .desc = "How many nodes of the cluster the ranks span, spread evenly (ranks contiguous "
+             "per node). 0: as few as fit (the leader first, then followers in join order)."},
+    {.name = "ranks_per_node", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP, .min = 0, .max = SPEC_MAX_WORLD, .def = "0",
+     SPEC_AT(ranks_per_node),
+     .desc = "Ranks on each node (the last may hold fewer). 0: decided by nodes, or packed. "
+             "With nodes, nodes times ranks_per_node must be world_size."},
     {.name = "repeats", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
      .min = 1, .max = 100, .def = "1", SPEC_AT(repeats),
      .desc = "How many times a run repeats its whole measurement, for the spread across "
@@ -387,6 +396,7 @@ enum spec_rule_kind {
     SPEC_RULE_LE,      /* a <= b */
     SPEC_RULE_ONE_OF,  /* exactly one of a and b is non-zero; a is the default one */
     SPEC_RULE_ALLOWED, /* b's value is one the table allows for a's value */
+    SPEC_RULE_FILLS,   /* a x b = world_size when both are non-zero (placement) */
 };
 
 /* For SPEC_RULE_ALLOWED: the values of b allowed with a value of a (values as text: a
@@ -478,6 +488,9 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "strategy", spec_device_strategies},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "compression", spec_device_compressions},
     {SPEC_RULE_ALLOWED, SPEC_WL_COLLECTIVE, "backend", "algorithm", spec_backend_algorithms},
+    {SPEC_RULE_LE, SPEC_WL_ANY, "nodes", "world_size", NULL},
+    {SPEC_RULE_LE, SPEC_WL_ANY, "ranks_per_node", "world_size", NULL},
+    {SPEC_RULE_FILLS, SPEC_WL_ANY, "nodes", "ranks_per_node", NULL},
 };
 
 /* --- table lookups ------------------------------------------------------------------- */
@@ -1210,6 +1223,14 @@ static const struct spec_rule *spec_rule_broken(const json_t *spec, enum spec_wo
                      "%s (%" JSON_INTEGER_FORMAT ") must not exceed %s (%" JSON_INTEGER_FORMAT
                      ")",
                      r->a, a, r->b, b);
+            return r;
+        }
+        json_int_t w = json_integer_value(spec_field_value(spec, "world_size"));
+        if (r->kind == SPEC_RULE_FILLS && a != 0 && b != 0 && a * b != w) {
+            snprintf(why, n,
+                     "%s (%" JSON_INTEGER_FORMAT ") times %s (%" JSON_INTEGER_FORMAT
+                     ") must be world_size (%" JSON_INTEGER_FORMAT ")",
+                     r->a, a, r->b, b, w);
             return r;
         }
         if (r->kind == SPEC_RULE_ONE_OF && (a != 0) == (b != 0)) {

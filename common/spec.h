@@ -109,6 +109,8 @@ struct spec {
     char device[8];  /* "cpu" or "cuda" */
     char backend[8]; /* "tcp" (device cpu) or "nccl" (device cuda) */
     int world_size;
+    int nodes;          /* nodes the ranks span; 0 = as few as fit */
+    int ranks_per_node; /* 0 = from nodes, or packed */
     int repeats;
     int64_t seed;
     int timeout_s;           /* whole-run limit enforced by the daemon */

@@ -273,7 +273,8 @@ static int db_write_one(struct db *db, struct err *e, const char *sql, const cha
 static bool db_col_is_json(const char *name)
 {
     return strcmp(name, "spec") == 0 || strcmp(name, "params") == 0 ||
-           strcmp(name, "env") == 0 || strcmp(name, "summary") == 0;
+           strcmp(name, "env") == 0 || strcmp(name, "summary") == 0 ||
+           strcmp(name, "engines") == 0;
 }
 
 static bool db_col_is_time(const char *name)
@@ -401,13 +402,13 @@ static const char SQL_GET_EXPERIMENT[] = DB_EXPERIMENT_SELECT
 /* A page of an experiment's runs (?2 limit, ?3 offset), without their specs and results. */
 static const char SQL_EXPERIMENT_RUNS[] =
     "SELECT id, point, params, world_size, status, progress, created_at, started_at, "
-    "finished_at, finished_at - started_at AS duration_s, error, error_rank, network_profile "
-    "FROM runs WHERE experiment_id = ?1 ORDER BY point LIMIT ?2 OFFSET ?3";
+    "finished_at, finished_at - started_at AS duration_s, error, error_rank, network_profile, "
+    "nodes, ranks_per_node FROM runs WHERE experiment_id = ?1 ORDER BY point LIMIT ?2 OFFSET ?3";
 
 static const char SQL_GET_RUN[] =
     "SELECT id, experiment_id, point, params, world_size, status, progress, created_at, "
     "started_at, finished_at, finished_at - started_at AS duration_s, error, error_rank, spec, "
-    "emulated, oversubscribed, network_profile FROM runs WHERE id = ?1";
+    "emulated, oversubscribed, network_profile, nodes, ranks_per_node FROM runs WHERE id = ?1";
 static const char SQL_RUN_RANKS[] =
     "SELECT rank, node, host, pid, cpus, gpu, status, exit_code, signal, error, started_at, "
     "finished_at FROM run_ranks WHERE run_id = ?1 ORDER BY rank";
@@ -1175,7 +1176,7 @@ static const char SQL_RECOVER_RUNS[] =
     "WHERE status IN ('starting', 'running')";
 
 static const char SQL_RECOVER_ORPHANS[] =
-    "SELECT k.run_id, k.rank, k.pid FROM run_ranks k JOIN runs r ON r.id = k.run_id "
+    "SELECT k.run_id, k.rank, k.pid, k.node FROM run_ranks k JOIN runs r ON r.id = k.run_id "
     "WHERE r.status IN ('starting', 'running') AND k.status IN ('starting', 'running') "
     "AND k.pid IS NOT NULL";
 
@@ -1197,8 +1198,11 @@ static int db_collect_orphans(struct db_conn *c, struct db_orphan **out, size_t 
             }
             *out = grown;
         }
-        (*out)[(*n)++] = (struct db_orphan){
-            sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1), sqlite3_column_int(st, 2)};
+        struct db_orphan *o = &(*out)[(*n)++];
+        *o = (struct db_orphan){sqlite3_column_int64(st, 0), sqlite3_column_int(st, 1),
+                                sqlite3_column_int(st, 2), ""};
+        const unsigned char *node = sqlite3_column_text(st, 3);
+        snprintf(o->node, sizeof o->node, "%s", node ? (const char *)node : "");
     }
     sqlite3_reset(st);
     return rc == SQLITE_DONE ? 0 : db_fail(e, c->h, "orphans");
@@ -1350,6 +1354,53 @@ done:
     return out;
 }
 
+/* --- nodes of a cluster (migration 009; the leader is their only writer) ------------------ */
+
+static const char SQL_NODE_UPSERT[] =
+    "INSERT INTO nodes (name, address, role, cpu_slots, gpus, engines, network_profile, state, "
+    "joined_at, last_heartbeat_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) "
+    "ON CONFLICT (name) DO UPDATE SET address = ?2, role = ?3, cpu_slots = ?4, gpus = ?5, "
+    "engines = ?6, network_profile = ?7, state = ?8, joined_at = ?9, last_heartbeat_at = ?9";
+static const char SQL_NODE_STATE[] =
+    "UPDATE nodes SET state = ?2, last_heartbeat_at = coalesce(?3, last_heartbeat_at) "
+    "WHERE name = ?1";
+static const char SQL_NODES_ALL[] =
+    "SELECT name, address, role, cpu_slots, gpus, engines, network_profile, state, joined_at, "
+    "last_heartbeat_at FROM nodes ORDER BY joined_at, name";
+
+int db_node_upsert(struct db *db, const struct db_node *n, struct err *e)
+{
+    return db_write_one(db, e, SQL_NODE_UPSERT, "tttiitttd", n->name, n->address, n->role,
+                        n->cpu_slots, n->gpus, n->engines, n->network_profile, n->state,
+                        n->joined_at);
+}
+
+int db_node_set_state(struct db *db, const char *name, const char *state, double heartbeat_at,
+                      struct err *e)
+{
+    return db_write_one(db, e, SQL_NODE_STATE, "ttD", name, state, heartbeat_at);
+}
+
+json_t *db_list_nodes(struct db *db, struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    json_t *out = NULL;
+    sqlite3_stmt *st = db_stmt(c, SQL_NODES_ALL, e);
+    if (st)
+        out = db_rows_json(c, st, e);
+    db_reader_release(db, c);
+    return out;
+}
+
+static const char SQL_RUN_PLACEMENT[] =
+    "UPDATE runs SET nodes = ?2, ranks_per_node = ?3 WHERE id = ?1";
+
+int db_run_placement(struct db *db, int64_t run_id, int nodes, int ranks_per_node,
+                     struct err *e)
+{
+    return db_write_one(db, e, SQL_RUN_PLACEMENT, "Iii", run_id, nodes, ranks_per_node);
+}
+
 /* --- an experiment's figures, typed (db_rows.h) ---------------------------------------- */
 
 static const char SQL_DATA_EXPERIMENT[] = "SELECT id, workload FROM experiments WHERE id = ?1";
@@ -1359,8 +1410,9 @@ static const struct db_col db_data_experiment_cols[] = {
 };
 
 static const char SQL_DATA_RUNS[] =
-    "SELECT id, params, spec, world_size, emulated, oversubscribed, network_profile FROM runs "
-    "WHERE experiment_id = ?1 ORDER BY point";
+    "SELECT id, params, spec, world_size, emulated, oversubscribed, network_profile, "
+    "coalesce(nodes, 1) AS nodes, coalesce(ranks_per_node, world_size) AS ranks_per_node "
+    "FROM runs WHERE experiment_id = ?1 ORDER BY point";
 static const struct db_col db_data_run_cols[] = {
     DB_COL("id", DB_COL_INT64, struct db_data_run, id),
     DB_COL("params", DB_COL_JSON, struct db_data_run, params),
@@ -1369,6 +1421,8 @@ static const struct db_col db_data_run_cols[] = {
     DB_COL("emulated", DB_COL_BOOL, struct db_data_run, emulated),
     DB_COL("oversubscribed", DB_COL_BOOL, struct db_data_run, oversubscribed),
     DB_COL("network_profile", DB_COL_TEXT, struct db_data_run, network_profile),
+    DB_COL("nodes", DB_COL_INT, struct db_data_run, nodes),
+    DB_COL("ranks_per_node", DB_COL_INT, struct db_data_run, ranks_per_node),
 };
 
 /* Per step of a run: the slowest rank's time (the step time), the mean phases over

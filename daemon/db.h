@@ -117,6 +117,7 @@ struct db_data_run {
     bool emulated;                         /* its ranks shared one GPU */
     bool oversubscribed;                   /* it shared CPUs with other ranks (migration 007) */
     char network_profile[64];              /* the network it measured over; "": the host's */
+    int nodes, ranks_per_node;             /* its placement (1 and world_size before 009) */
     struct report_collective *collectives; /* owned arrays, in (repeat, op, inplace, */
     size_t ncollectives;                   /* bytes) order */
     struct db_step_row *steps;             /* (repeat, step) order */
@@ -208,6 +209,7 @@ int db_run_finish(struct db *db, int64_t run_id, enum db_run_status status, cons
 struct db_orphan {
     int64_t run_id;
     int rank, pid;
+    char node[64]; /* the node that spawned it: only its own daemon may kill it */
 };
 /* Start-up repair: runs left starting/running by a daemon that stopped become
  * interrupted (with a message), their experiments updated. *n_out = how many runs;
@@ -215,5 +217,25 @@ struct db_orphan {
  * sure they are gone. */
 int db_recover(struct db *db, int64_t *n_out, struct db_orphan **orphans, size_t *n_orphans,
                struct err *e);
+
+/* A node of a cluster as the leader records it (daemon/cluster.h); strings borrowed. */
+struct db_node {
+    const char *name, *address, *role; /* role: "leader" or "follower" */
+    int cpu_slots, gpus;
+    const char *engines;         /* JSON object text */
+    const char *network_profile; /* NULL: none */
+    const char *state;           /* up, draining, lost, left */
+    double joined_at;
+};
+/* Inserts or replaces the row of n->name (a node joining again replaces its offer). */
+int db_node_upsert(struct db *db, const struct db_node *n, struct err *e);
+/* Sets a node's state, and its last heartbeat when heartbeat_at >= 0. */
+int db_node_set_state(struct db *db, const char *name, const char *state, double heartbeat_at,
+                      struct err *e);
+/* Every stored node as an owned array of row objects (engines as an object). */
+json_t *db_list_nodes(struct db *db, struct err *e);
+/* The placement a run got: how many nodes its ranks spanned, the most on any one. */
+int db_run_placement(struct db *db, int64_t run_id, int nodes, int ranks_per_node,
+                     struct err *e);
 
 #endif

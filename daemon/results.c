@@ -127,7 +127,8 @@ static void results_end_row(struct results_table *t)
 struct results_group {
     json_t *key;                     /* owned: {field: value, ..., "emulated": bool,
                                           "oversubscribed": bool,
-                                          "network_profile": string or null} */
+                                          "network_profile": string or null,
+                                          "nodes", "ranks_per_node": the placement} */
     const struct db_data_run **runs; /* owned array of borrowed runs */
     size_t n;
 };
@@ -167,6 +168,11 @@ static json_t *results_key_of(const struct db_data_run *run, const json_t *field
     json_object_set_new(key, "network_profile",
                         run && run->network_profile[0] ? json_string(run->network_profile)
                                                        : json_null());
+    /* and where the ranks ran: 4 ranks on 2 nodes cross the network, 4 on 1 do not (the
+     * spec's nodes/ranks_per_node may say 0, "as few as fit": this is what they got) */
+    json_object_set_new(key, "nodes", run ? json_integer(run->nodes) : json_null());
+    json_object_set_new(key, "ranks_per_node",
+                        run ? json_integer(run->ranks_per_node) : json_null());
     return key;
 }
 
@@ -420,16 +426,20 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_end_row(t);
 }
 
-/* The group that differs from key only by having world_size 1. */
+/* The group that differs from key only by having world_size 1 (and so one node with one
+ * rank: the placement of N ranks across nodes is what speed-up measures against it). */
 static size_t results_find_base(const struct results_groups *gs, const json_t *key,
                                 const struct results_train_group *tg)
 {
+    static const char *const scale[] = {"world_size", "nodes", "ranks_per_node"};
     for (size_t b = 0; b < gs->n; b++) {
         if (tg[b].world != 1)
             continue;
         json_t *k1 = json_deep_copy(gs->g[b].key), *k2 = json_deep_copy(key);
-        json_object_del(k1, "world_size");
-        json_object_del(k2, "world_size");
+        for (size_t i = 0; i < sizeof scale / sizeof *scale; i++) {
+            json_object_del(k1, scale[i]);
+            json_object_del(k2, scale[i]);
+        }
         bool same = json_equal(k1, k2);
         json_decref(k1);
         json_decref(k2);

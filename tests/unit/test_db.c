@@ -12,7 +12,11 @@
 #include "tests/unit/test.h"
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 8
+#define TEST_DB_VERSION 9
+/* what migration 009 added, undone for a test that sets the version back below it */
+#define TEST_DB_UNDO_009                                                                       \
+    "DROP TABLE nodes; ALTER TABLE runs DROP COLUMN nodes; ALTER TABLE runs DROP COLUMN "      \
+    "ranks_per_node; "
 
 static char db_dir[64];
 static char db_path[128];
@@ -535,7 +539,8 @@ static void test_db_experiment_summary(void)
     sqlite3 *h;
     T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
     T_CHECK(sqlite3_exec(h,
-                         "ALTER TABLE experiments DROP COLUMN summary; PRAGMA user_version=3",
+                         "ALTER TABLE experiments DROP COLUMN summary; " TEST_DB_UNDO_009
+                         "PRAGMA user_version=3",
                          NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(h);
     db = db_open(db_path, &e);
@@ -824,7 +829,7 @@ static void test_db_epoch_train_null(void)
         "repeat, epoch)) WITHOUT ROWID; INSERT INTO epochs VALUES "
         "(%lld, 0, 0, 0, 0, 0, 0.7, 0.6, 0.1), (%lld, 0, 1, 64, 1.5, 0.5, NULL, NULL, 0.2);"
         "ALTER TABLE runs DROP COLUMN oversubscribed; ALTER TABLE runs DROP COLUMN "
-        "network_profile; PRAGMA user_version=5",
+        "network_profile; " TEST_DB_UNDO_009 "PRAGMA user_version=5",
         (long long)r, (long long)r);
     T_CHECK(sqlite3_exec(h, sql, NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(h);

@@ -119,7 +119,8 @@ static void test_spec_defaults(void)
     char *text = json_dumps(s, JSON_COMPACT);
     json_decref(s);
     T_EQ_STR(text, "{\"name\":\"collective\",\"description\":\"\",\"workload\":\"collective\","
-                   "\"device\":\"cpu\",\"backend\":\"tcp\",\"world_size\":1,\"repeats\":1,"
+                   "\"device\":\"cpu\",\"backend\":\"tcp\",\"world_size\":1,\"nodes\":0,"
+                   "\"ranks_per_node\":0,\"repeats\":1,"
                    "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
                    "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,"
                    "\"op\":\"allreduce\",\"dtype\":\"float32\","
