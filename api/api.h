@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
 #include "common/err.h"
@@ -41,7 +42,8 @@ void api_metrics_record(struct api_metrics *m, const char *method, int status, d
 struct api_ctx {
     const struct config *cfg;
     struct db *db;
-    struct scheduler *sched;
+    struct scheduler *sched; /* NULL on a follower, as are db and store */
+    struct cluster *cluster; /* the leader's registry; NULL on a follower */
     struct store_server *store;
     struct events *events;
     double started_at; /* Unix seconds */
@@ -77,7 +79,7 @@ struct api_reply {
     char *body;   /* owned (malloc): sent as is when json is NULL */
     size_t body_len;
     const char *content_type;  /* for body; static string */
-    char location[128];        /* Location header when non-empty */
+    char location[1024];       /* Location header when non-empty */
     char allow[64];            /* Allow header when non-empty (405: the methods that work) */
     struct api_stream *stream; /* owned: an event stream (text/event-stream) */
 };

@@ -74,7 +74,29 @@ static int h_check_memory(const json_t *spec, struct err *e)
                    m.total * (double)ws / gib, node / gib);
 }
 
-/* Every point must fit on this node, or the run would wait forever. */
+/* A point placed on several nodes must fit the cluster's nodes up now (each node's
+ * whole CPU slots), or it would wait forever: ERR_CONFLICT naming "nodes". */
+static int h_check_nodes(struct api_ctx *ctx, const json_t *spec, struct err *e)
+{
+    struct cluster_slot_view v[CLUSTER_MAX_NODES];
+    int cap[CLUSTER_MAX_NODES], count[CLUSTER_MAX_NODES];
+    int n = cluster_capacity(ctx->cluster, v, CLUSTER_MAX_NODES);
+    for (int i = 0; i < n; i++)
+        cap[i] = v[i].free_slots;
+    int ws = (int)json_integer_value(json_object_get(spec, "world_size"));
+    int want = (int)json_integer_value(json_object_get(spec, "nodes"));
+    int rpn = (int)json_integer_value(json_object_get(spec, "ranks_per_node"));
+    int per = spec_slots_per_rank(spec);
+    if (cluster_place(ws, per, want, rpn, cap, n, count) > 0)
+        return 0;
+    return err_set(e, ERR_CONFLICT, "nodes",
+                   "world_size %d with nodes %d and ranks_per_node %d (%d CPU slot(s) a rank) "
+                   "cannot be placed: the cluster has %d node(s) up (GET /v1/nodes); start "
+                   "more followers or lower nodes",
+                   ws, want, rpn, per, n);
+}
+
+/* Every point must fit on this node (or the cluster's), or it would wait forever. */
 static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
 {
     int total = scheduler_slots_total(ctx->sched);
@@ -85,12 +107,26 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
         json_t *spec = json_object_get(run, "spec");
         json_int_t ws = json_integer_value(json_object_get(spec, "world_size"));
         json_int_t need = ws * spec_slots_per_rank(spec);
-        if (need > total)
+        bool spread = json_integer_value(json_object_get(spec, "nodes")) > 1 ||
+                      (json_integer_value(json_object_get(spec, "ranks_per_node")) > 0 &&
+                       json_integer_value(json_object_get(spec, "ranks_per_node")) < ws);
+        int up = 0, known = 0;
+        cluster_count(ctx->cluster, &up, &known);
+        const char *device = json_string_value(json_object_get(spec, "device"));
+        if (spread && device && strcmp(device, "cuda") == 0)
+            return err_set(e, ERR_CONFLICT, "nodes",
+                           "device cuda runs stay on one node for now: NCCL across ddpbench "
+                           "nodes is not built (leave nodes and ranks_per_node at 0)");
+        if (spread || (need > total && up > 1)) {
+            if (h_check_nodes(ctx, spec, e) < 0)
+                return -1;
+        } else if (need > total) {
             return err_set(e, ERR_CONFLICT, "world_size",
                            "world_size %lld needs %lld CPU slots (threads per rank included) "
                            "but this node has %d (start ddpbenchd with --cpu-slots to allow "
                            "oversubscription)",
                            (long long)ws, (long long)need, total);
+        }
         if (h_check_gpus(ctx, spec, e) < 0 || h_check_memory(spec, e) < 0)
             return -1;
     }

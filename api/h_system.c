@@ -10,13 +10,33 @@
 #include "api/handlers.h"
 #include "common/spec.h"
 
+static void h_system_health_common(struct api_ctx *ctx, json_t *o)
+{
+    json_object_set_new(o, "network_profile",
+                        ctx->cfg->network_profile[0] ? json_string(ctx->cfg->network_profile)
+                                                     : json_null());
+}
+
+/* A follower's health: it runs ranks for the leader it names, and holds nothing else. */
+static int h_system_health_follower(struct api_ctx *ctx, struct api_reply *rep, struct err *e)
+{
+    rep->json = json_pack("{s:s, s:s, s:s, s:f, s:s, s:s}", "status", "ok", "version",
+                          DDPB_VERSION, "node", ctx->cfg->node, "uptime_s",
+                          clock_wall_s() - ctx->started_at, "role", "follower", "leader",
+                          ctx->cfg->join);
+    if (rep->json)
+        h_system_health_common(ctx, rep->json);
+    return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
 int h_system_health(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                     struct err *e)
 {
     struct scheduler_stats ss;
     struct store_server_stats st;
     (void)req;
-    (void)e;
+    if (!ctx->sched)
+        return h_system_health_follower(ctx, rep, e);
     scheduler_get_stats(ctx->sched, &ss);
     store_server_get_stats(ctx->store, &st);
     rep->json = json_pack("{s:s, s:s, s:s, s:f, s:{s:i, s:i}, s:{s:I, s:i}, s:{s:i, s:I, s:I}}",
@@ -26,11 +46,14 @@ int h_system_health(struct api_ctx *ctx, const struct api_request *req, struct a
                           (json_int_t)db_count_runs(ctx->db, DB_RUN_QUEUED), "active",
                           ss.runs_active, "store", "port", store_server_port(ctx->store),
                           "clients", (json_int_t)st.clients, "runs", (json_int_t)st.runs);
-    if (rep->json) /* netlab's status and a reader of results can tell the hosts apart */
-        json_object_set_new(rep->json, "network_profile",
-                            ctx->cfg->network_profile[0]
-                                ? json_string(ctx->cfg->network_profile)
-                                : json_null());
+    if (rep->json) { /* netlab's status and a reader of results can tell hosts apart */
+        h_system_health_common(ctx, rep->json);
+        int up = 0, known = 0;
+        cluster_count(ctx->cluster, &up, &known);
+        json_object_set_new(rep->json, "role", json_string("leader"));
+        json_object_set_new(rep->json, "nodes",
+                            json_pack("{s:i, s:i}", "up", up, "known", known));
+    }
     return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }
 
@@ -153,8 +176,10 @@ int h_system_metrics(struct api_ctx *ctx, const struct api_request *req, struct 
     metrics_value(&b, "ddpbench_build_info", labels, 1);
     metrics_family(&b, "ddpbench_uptime_seconds", "gauge", "Seconds since ddpbenchd started.");
     metrics_value(&b, "ddpbench_uptime_seconds", "", clock_wall_s() - ctx->started_at);
-    metrics_runs(ctx, &b);
-    metrics_store(ctx, &b);
+    if (ctx->sched) { /* a follower has no queue, store or database of its own */
+        metrics_runs(ctx, &b);
+        metrics_store(ctx, &b);
+    }
     metrics_http(ctx, &b);
     if (buf_append(&b, "", 1) < 0) {
         buf_free(&b);

@@ -44,6 +44,15 @@ int h_system_metrics(struct api_ctx *ctx, const struct api_request *req, struct 
                      struct err *e);
 int h_system_openapi(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                      struct err *e);
+/* h_cluster.c */
+int h_cluster_join(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                   struct err *e);
+int h_cluster_sync(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                   struct err *e);
+int h_cluster_leave(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                    struct err *e);
+int h_nodes_list(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                 struct err *e);
 /* h_static.c: files under cfg->web_dir for any GET outside /v1 */
 int h_static_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                  struct err *e);

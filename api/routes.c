@@ -38,6 +38,10 @@ static const struct api_route api_routes[] = {
     {"GET", "/v1/runs/{run}", h_runs_get},
     {"POST", "/v1/runs/{run}/cancel", h_runs_cancel},
     {"GET", "/v1/runs/{run}/steps", h_runs_steps},
+    {"GET", "/v1/nodes", h_nodes_list},
+    {"POST", "/v1/cluster/join", h_cluster_join},
+    {"POST", "/v1/cluster/sync", h_cluster_sync},
+    {"POST", "/v1/cluster/leave", h_cluster_leave},
 };
 
 #define API_NROUTES (sizeof api_routes / sizeof *api_routes)
@@ -97,11 +101,52 @@ static enum route_match routes_match(const char *pattern, const char *path, int6
     }
 }
 
+/* Appends s to out percent-encoded (all but RFC 3986's unreserved characters). */
+static void routes_encode(char *out, size_t cap, size_t *len, const char *s)
+{
+    for (; *s && *len + 4 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (isalnum(ch) || strchr("-._~", ch))
+            out[(*len)++] = (char)ch;
+        else
+            *len += (size_t)snprintf(out + *len, cap - *len, "%%%02X", ch);
+    }
+    out[*len] = '\0';
+}
+
+/* A follower holds no experiments: every /v1 request is sent to the leader it joined
+ * (307 keeps the method and body; the bearer token is the cluster's, so a client that
+ * follows it with its token is authorized there too). */
+static int routes_redirect_to_leader(struct api_ctx *ctx, const struct api_request *req,
+                                     struct api_reply *rep, struct err *e)
+{
+    size_t len = 0;
+    int n = snprintf(rep->location, sizeof rep->location, "%s%s", ctx->cfg->join, req->path);
+    if (n < 0 || (size_t)n >= sizeof rep->location)
+        return err_set(e, ERR_INVALID, NULL, "path too long to redirect");
+    len = (size_t)n;
+    for (size_t i = 0; i < req->nquery && len + 2 < sizeof rep->location; i++) {
+        rep->location[len++] = i ? '&' : '?';
+        routes_encode(rep->location, sizeof rep->location, &len, req->query[i].key);
+        if (len + 2 < sizeof rep->location)
+            rep->location[len++] = '=';
+        routes_encode(rep->location, sizeof rep->location, &len, req->query[i].value);
+    }
+    rep->status = 307;
+    rep->json = json_pack("{s:{s:s, s:s}, s:s}", "error", "code", "redirect", "message",
+                          "this node is a follower: experiments live on its leader", "leader",
+                          ctx->cfg->join);
+    return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
 int api_dispatch(struct api_ctx *ctx, struct api_request *req, struct api_reply *rep,
                  struct err *e)
 {
     if (guard_check(ctx->cfg, req, e) < 0)
         return -1;
+    if (ctx->cfg->join[0] && strncmp(req->path, "/v1/", 4) == 0 &&
+        strcmp(req->path, "/v1/openapi.yaml") != 0)
+        return routes_redirect_to_leader(ctx, req, rep, e);
     char allowed[64] = "";
     char bad[128] = "";
     for (size_t i = 0; i < API_NROUTES; i++) {

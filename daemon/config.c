@@ -153,6 +153,8 @@ static void config_defaults(struct config *c)
     c->max_body = 1u << 20;
     c->http_threads = config_default_http_threads(ncpu);
     c->kill_grace_ms = 3000;
+    c->node_timeout_ms = 5000;
+    c->sync_ms = 250;
     c->log_level = LOG_INFO;
     config_default_worker(c);
 }
@@ -182,6 +184,11 @@ void config_print_usage(const char *prog)
            "                       addresses, localhost and --node (comma-separated; *: any)\n"
            "  --network-profile NAME  the network runs measure over, stored on each run\n"
            "                       (deploy/netlab.sh sets it; default none: the host's)\n"
+           "  --join URL           be a follower of the leader at URL (http://HOST:PORT);\n"
+           "                       --token-file then holds the cluster token (the\n"
+           "                       leader's own token)\n"
+           "  --node-timeout-ms N  leader: a follower silent this long is lost (default 5000)\n"
+           "  --sync-ms N          follower: how often it syncs with the leader (default 250)\n"
            "  --version, --help\n",
            prog, CONFIG_DEFAULT_PORT);
 }
@@ -205,6 +212,9 @@ enum {
     OPT_CORS,
     OPT_ALLOW_HOST,
     OPT_NETWORK_PROFILE,
+    OPT_JOIN,
+    OPT_NODE_TIMEOUT,
+    OPT_SYNC_MS,
     OPT_VERSION,
     OPT_HELP,
 };
@@ -228,10 +238,29 @@ static const struct option config_options[] = {
     {"cors-origin", required_argument, NULL, OPT_CORS},
     {"allow-host", required_argument, NULL, OPT_ALLOW_HOST},
     {"network-profile", required_argument, NULL, OPT_NETWORK_PROFILE},
+    {"join", required_argument, NULL, OPT_JOIN},
+    {"node-timeout-ms", required_argument, NULL, OPT_NODE_TIMEOUT},
+    {"sync-ms", required_argument, NULL, OPT_SYNC_MS},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
+
+/* The leader's URL: http://HOST[:PORT] with nothing after it (a trailing '/' is dropped),
+ * since every call appends its own /v1/... path. */
+static int config_set_join(struct config *c, const char *url, struct err *e)
+{
+    size_t n = strlen(url);
+    while (n > 0 && url[n - 1] == '/')
+        n--;
+    if (strncmp(url, "http://", 7) != 0 || n <= 7 || n >= sizeof c->join ||
+        memchr(url + 7, '/', n - 7) || memchr(url, '?', n) || memchr(url, ' ', n))
+        return err_set(e, ERR_INVALID, "join",
+                       "--join must be the leader's URL, http://HOST:PORT, got '%s'", url);
+    memcpy(c->join, url, n);
+    c->join[n] = '\0';
+    return 0;
+}
 
 static int config_apply(struct config *c, int opt, const char *arg, struct err *e)
 {
@@ -266,6 +295,10 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
     case OPT_ALLOW_HOST:
         return config_copy(c->allow_hosts, sizeof c->allow_hosts, "allow-host", arg, e);
     case OPT_NETWORK_PROFILE: return config_set_network_profile(c, arg, e);
+    case OPT_JOIN: return config_set_join(c, arg, e);
+    case OPT_NODE_TIMEOUT:
+        return config_parse_int("node-timeout-ms", arg, 500, 3600000, &c->node_timeout_ms, e);
+    case OPT_SYNC_MS: return config_parse_int("sync-ms", arg, 20, 60000, &c->sync_ms, e);
     case OPT_LOG_LEVEL:
         if (log_parse_level(arg, &c->log_level) < 0)
             return err_set(e, ERR_INVALID, "log-level",
@@ -302,6 +335,10 @@ int config_parse_args(struct config *c, int argc, char **argv, struct err *e)
     if (optind < argc)
         return err_set(e, ERR_INVALID, NULL, "unexpected argument '%s' (see --help)",
                        argv[optind]);
+    if (c->join[0] && !c->token[0])
+        return err_set(e, ERR_INVALID, "join",
+                       "--join needs the cluster token: give the leader's token with "
+                       "--token-file");
     if (c->gpus < 0) { /* not given: NVML's count; a node without NVML has no GPU slots */
         char why[256] = "";
         c->gpus = gpu_nvml_detect_count(NULL, why, sizeof why);

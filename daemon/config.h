@@ -39,12 +39,19 @@ struct config {
      * "1gbe", ...); stored on every run so results never pool runs over different
      * networks; "" = none: the host network as is */
     char network_profile[64];
+    /* a cluster (daemon/cluster.h, daemon/follower.h): join = the leader's URL when this
+     * node is a follower ("" = this node leads, alone or with followers); node_timeout_ms:
+     * silence after which the leader takes a follower as lost; sync_ms: how often a
+     * follower syncs (its heartbeat) */
+    char join[256];
+    int node_timeout_ms;
+    int sync_ms;
 };
 
 /* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,
  * --worker, --web-dir, --node, --cpu-slots, --gpus, --max-body, --http-threads,
  * --kill-grace-ms, --log-level, --token-file, --cors-origin, --allow-host,
- * --network-profile) and DDPB_TOKEN (a token
+ * --network-profile, --join, --node-timeout-ms, --sync-ms) and DDPB_TOKEN (a token
  * given in the environment; --token-file wins). Returns 0; 1 when --help/--version
  * printed; -1 with e naming the bad option. */
 int config_parse_args(struct config *c, int argc, char **argv, struct err *e);

@@ -1,0 +1,85 @@
+/* h_cluster: a cluster's endpoints on the leader (daemon/cluster.h): a follower joins,
+ * syncs (its heartbeat, its ranks' events, the commands for it) and leaves; GET /v1/nodes
+ * lists every node. The guard (api/guard.c) already demands the bearer token on every
+ * POST, so joining needs the cluster token; a leader started without one refuses joins,
+ * since a follower would then obey whoever reached its port. */
+#include <string.h>
+
+#include "api/handlers.h"
+#include "daemon/cluster.h"
+
+/* The body as JSON, or ERR_INVALID naming where it breaks. Owned. */
+static json_t *h_cluster_body(const struct api_request *req, struct err *e)
+{
+    json_error_t je;
+    json_t *b = req->body ? json_loadb(req->body, req->body_len, 0, &je) : NULL;
+    if (!b)
+        err_set(e, ERR_INVALID, NULL, "body is not valid JSON: %s",
+                req->body ? je.text : "empty");
+    return b;
+}
+
+static int h_cluster_leader(struct api_ctx *ctx, struct err *e)
+{
+    if (!ctx->cluster)
+        return err_set(e, ERR_CONFLICT, NULL, "this node is a follower: it has no cluster");
+    if (!ctx->cfg->token[0])
+        return err_set(e, ERR_FORBIDDEN, NULL,
+                       "this leader takes no followers: start it with --token-file (the "
+                       "followers join with the same token)");
+    return 0;
+}
+
+int h_cluster_join(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                   struct err *e)
+{
+    if (h_cluster_leader(ctx, e) < 0)
+        return -1;
+    json_t *b = h_cluster_body(req, e);
+    int rc = b ? cluster_join(ctx->cluster, b, &rep->json, e) : -1;
+    json_decref(b);
+    return rc;
+}
+
+int h_cluster_sync(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                   struct err *e)
+{
+    if (h_cluster_leader(ctx, e) < 0)
+        return -1;
+    json_t *b = h_cluster_body(req, e);
+    int rc = b ? cluster_sync(ctx->cluster, b, &rep->json, e) : -1;
+    json_decref(b);
+    return rc;
+}
+
+int h_cluster_leave(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                    struct err *e)
+{
+    if (h_cluster_leader(ctx, e) < 0)
+        return -1;
+    json_t *b = h_cluster_body(req, e);
+    int rc = b ? cluster_leave(ctx->cluster, b, e) : -1;
+    json_decref(b);
+    if (rc == 0)
+        rep->json = json_pack("{s:s}", "state", "left");
+    return rc;
+}
+
+/* The leader's own row counts the slots its scheduler holds; a follower's, what the
+ * leader placed there. */
+int h_nodes_list(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                 struct err *e)
+{
+    (void)req;
+    if (!ctx->cluster)
+        return err_set(e, ERR_CONFLICT, NULL, "this node is a follower: ask the leader");
+    rep->json = cluster_list(ctx->cluster);
+    json_t *me = json_array_get(json_object_get(rep->json, "nodes"), 0);
+    struct scheduler_stats ss;
+    scheduler_get_stats(ctx->sched, &ss);
+    if (me) {
+        json_object_set_new(me, "slots_used", json_integer(ss.slots_total - ss.slots_free));
+        json_object_set_new(me, "runs", json_integer(ss.runs_active));
+    }
+    return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}

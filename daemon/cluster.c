@@ -1,0 +1,716 @@
+/* cluster: see cluster.h. The registry, the join/sync/leave bodies' validation, the
+ * per-node command queues and wanted runs, and the lost-node clock. */
+#include "daemon/cluster.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/report.h"
+#include "common/spec.h"
+#include "ddpb_config.h"
+
+enum cluster_state { CLUSTER_UP, CLUSTER_DRAINING, CLUSTER_LOST, CLUSTER_LEFT };
+static const char *const cluster_state_names[] = {"up", "draining", "lost", "left"};
+
+struct cluster_node {
+    char name[64], address[128], profile[64];
+    char session[65]; /* "" while it has none (lost, left, never joined this leader) */
+    int port, cpu_slots, gpus, slots_used;
+    enum cluster_state state;
+    json_t *engines;  /* owned object */
+    json_t *commands; /* owned array: queued for the next sync */
+    int64_t *runs;    /* owned: the runs it must keep alive */
+    size_t nruns, cap_runs;
+    double joined_at, heartbeat_at; /* Unix seconds */
+    int64_t last_sync_ms;           /* monotonic */
+    bool lost_pending;              /* its ranks are gone: the loop has not heard yet */
+    char lost_why[160];
+};
+
+struct cluster {
+    pthread_mutex_t lock;
+    const struct config *cfg; /* borrowed */
+    struct db *db;            /* borrowed */
+    struct cluster_node nodes[CLUSTER_MAX_NODES];
+    int n;          /* node 0 is the leader */
+    json_t *events; /* owned array, taken by the loop */
+    void (*wake)(void *);
+    void *wake_ctx;
+};
+
+/* --- small helpers ----------------------------------------------------------------------- */
+
+static void cluster_db_state(struct cluster *c, const struct cluster_node *nd)
+{
+    struct err e = {0};
+    if (db_node_set_state(c->db, nd->name, cluster_state_names[nd->state], nd->heartbeat_at,
+                          &e) < 0)
+        log_warn("cluster: cannot record node %s %s: %s", nd->name,
+                 cluster_state_names[nd->state], e.msg);
+}
+
+static void cluster_db_upsert(struct cluster *c, const struct cluster_node *nd, bool leader)
+{
+    char *engines = json_dumps(nd->engines, JSON_COMPACT);
+    struct db_node row = {nd->name,
+                          nd->address,
+                          leader ? "leader" : "follower",
+                          nd->cpu_slots,
+                          nd->gpus,
+                          engines ? engines : "{}",
+                          nd->profile[0] ? nd->profile : NULL,
+                          cluster_state_names[nd->state],
+                          nd->joined_at};
+    struct err e = {0};
+    if (db_node_upsert(c->db, &row, &e) < 0)
+        log_warn("cluster: cannot record node %s: %s", nd->name, e.msg);
+    free(engines);
+}
+
+static int cluster_make_session(char out[65], struct err *e)
+{
+    unsigned char raw[32];
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+        return err_errno(e, "getrandom");
+    for (size_t i = 0; i < sizeof raw; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    return 0;
+}
+
+static struct cluster_node *cluster_find(struct cluster *c, const char *name)
+{
+    for (int i = 0; i < c->n; i++)
+        if (strcmp(c->nodes[i].name, name) == 0)
+            return &c->nodes[i];
+    return NULL;
+}
+
+static void cluster_wake(struct cluster *c)
+{
+    if (c->wake)
+        c->wake(c->wake_ctx);
+}
+
+/* The node's runs are gone (timed out, joined again, left holding runs): the loop fails
+ * them; it learns through cluster_take_lost. */
+static void cluster_mark_gone(struct cluster_node *nd, const char *why)
+{
+    if (nd->nruns > 0 && !nd->lost_pending) {
+        nd->lost_pending = true;
+        snprintf(nd->lost_why, sizeof nd->lost_why, "%s", why);
+    }
+    nd->nruns = 0;
+    json_array_clear(nd->commands);
+}
+
+/* --- body validation ------------------------------------------------------------------- */
+
+/* Every key of o must be one of names (NULL-terminated). */
+static int cluster_known_keys(const json_t *o, const char *const *names, const char *what,
+                              struct err *e)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)o, k, v)
+    {
+        bool known = false;
+        for (size_t i = 0; names[i] && !known; i++)
+            known = strcmp(names[i], k) == 0;
+        if (!known)
+            return err_set(e, ERR_INVALID, k, "%s: unknown field '%s'", what, k);
+    }
+    return 0;
+}
+
+static int cluster_get_int(const json_t *o, const char *key, json_int_t lo, json_int_t hi,
+                           json_int_t *out, struct err *e)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return err_set(e, ERR_INVALID, key,
+                       "%s must be an integer from %" JSON_INTEGER_FORMAT
+                       " to %" JSON_INTEGER_FORMAT,
+                       key, lo, hi);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/* A name or address: 1 to cap-1 characters of [A-Za-z0-9._:-]. */
+static int cluster_get_name(const json_t *o, const char *key, char *out, size_t cap,
+                            bool required, struct err *e)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!v && !required) {
+        out[0] = '\0';
+        return 0;
+    }
+    const char *s = json_string_value(v);
+    size_t n = s ? strlen(s) : 0;
+    bool ok = s && n > 0 && n < cap;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = isalnum((unsigned char)s[i]) || strchr("._:-", s[i]);
+    if (!ok)
+        return err_set(e, ERR_INVALID, key,
+                       "%s must be a string of 1 to %zu letters, digits, '.', '_', ':' or '-'",
+                       key, cap - 1);
+    memcpy(out, s, n + 1);
+    return 0;
+}
+
+static const char *const cluster_join_keys[] = {
+    "name", "address", "port", "cpu_slots", "gpus", "engines", "network_profile", NULL};
+
+static int cluster_parse_offer(const json_t *b, struct cluster_node *nd, struct err *e)
+{
+    json_int_t port = 0, slots = 0, gpus = 0;
+    if (!json_is_object(b))
+        return err_set(e, ERR_INVALID, NULL, "the join body must be a JSON object");
+    if (cluster_known_keys(b, cluster_join_keys, "join", e) < 0 ||
+        cluster_get_name(b, "name", nd->name, sizeof nd->name, true, e) < 0 ||
+        cluster_get_name(b, "address", nd->address, sizeof nd->address, true, e) < 0 ||
+        cluster_get_int(b, "port", 0, 65535, &port, e) < 0 ||
+        cluster_get_int(b, "cpu_slots", 1, 4096, &slots, e) < 0 ||
+        cluster_get_int(b, "gpus", 0, 64, &gpus, e) < 0)
+        return -1;
+    const json_t *eng = json_object_get(b, "engines");
+    if (eng && !json_is_object(eng))
+        return err_set(e, ERR_INVALID, "engines", "engines must be an object");
+    const json_t *prof = json_object_get(b, "network_profile");
+    if (prof && !json_is_null(prof) &&
+        cluster_get_name(b, "network_profile", nd->profile, sizeof nd->profile, true, e) < 0)
+        return -1;
+    nd->port = (int)port;
+    nd->cpu_slots = (int)slots;
+    nd->gpus = (int)gpus;
+    nd->engines = eng ? json_deep_copy(eng) : json_object();
+    return 0;
+}
+
+/* One event of a sync: {"run", "rank", and exactly one of spawned, line, exit}. */
+static int cluster_check_event(const json_t *ev, size_t i, struct err *e)
+{
+    static const char *const keys[] = {"run", "rank", "spawned", "line", "exit", NULL};
+    json_int_t run = 0, rank = 0;
+    if (!json_is_object(ev))
+        return err_set(e, ERR_INVALID, "events", "events[%zu] must be an object", i);
+    if (cluster_known_keys(ev, keys, "event", e) < 0 ||
+        cluster_get_int(ev, "run", 1, INT64_MAX, &run, e) < 0 ||
+        cluster_get_int(ev, "rank", 0, SPEC_MAX_WORLD - 1, &rank, e) < 0)
+        return err_prefix(e, "events[%zu]", i);
+    const json_t *sp = json_object_get(ev, "spawned"), *ln = json_object_get(ev, "line"),
+                 *ex = json_object_get(ev, "exit");
+    if ((sp != NULL) + (ln != NULL) + (ex != NULL) != 1)
+        return err_set(e, ERR_INVALID, "events",
+                       "events[%zu] must carry exactly one of spawned, line, exit", i);
+    json_int_t v = 0;
+    if (sp && (!json_is_object(sp) || cluster_get_int(sp, "pid", 1, INT32_MAX, &v, e) < 0))
+        return err_set(e, ERR_INVALID, "events", "events[%zu].spawned needs a pid", i);
+    if (ln && (!json_is_string(ln) || json_string_length(ln) > REPORT_MAX_LINE))
+        return err_set(e, ERR_INVALID, "events",
+                       "events[%zu].line must be a string of at most %u bytes", i,
+                       REPORT_MAX_LINE);
+    if (ex) {
+        const json_t *code = json_object_get(ex, "code"), *sig = json_object_get(ex, "signal");
+        if (!json_is_object(ex) || (code && !json_is_integer(code) && !json_is_null(code)) ||
+            (sig && !json_is_integer(sig) && !json_is_null(sig)))
+            return err_set(
+                e, ERR_INVALID, "events",
+                "events[%zu].exit must be {\"code\": int|null, \"signal\": int|null}", i);
+    }
+    return 0;
+}
+
+/* The node a sync or leave names, if its session is current (else ERR_CONFLICT). */
+static struct cluster_node *cluster_session_node(struct cluster *c, const json_t *b,
+                                                 struct err *e)
+{
+    json_int_t id = 0;
+    if (cluster_get_int(b, "node_id", 1, CLUSTER_MAX_NODES - 1, &id, e) < 0)
+        return NULL;
+    const char *session = json_string_value(json_object_get(b, "session"));
+    if (!session)
+        return err_set(e, ERR_INVALID, "session", "session must be a string"), NULL;
+    struct cluster_node *nd = id < c->n ? &c->nodes[id] : NULL;
+    if (!nd || !nd->session[0] || strcmp(nd->session, session) != 0) {
+        err_set(e, ERR_CONFLICT, "session",
+                "rejoin: session of node %lld is not current (the leader restarted, the "
+                "node joined again or was taken as lost)",
+                (long long)id);
+        return NULL;
+    }
+    return nd;
+}
+
+/* --- life ----------------------------------------------------------------------------- */
+
+static void cluster_load_stored(struct cluster *c)
+{
+    struct err e = {0};
+    json_t *rows = db_list_nodes(c->db, &e);
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        if (!name || strcmp(name, c->cfg->node) == 0 || c->n >= CLUSTER_MAX_NODES)
+            continue;
+        struct cluster_node *nd = &c->nodes[c->n++];
+        snprintf(nd->name, sizeof nd->name, "%s", name);
+        snprintf(nd->address, sizeof nd->address, "%s",
+                 json_string_value(json_object_get(row, "address")));
+        const char *prof = json_string_value(json_object_get(row, "network_profile"));
+        snprintf(nd->profile, sizeof nd->profile, "%s", prof ? prof : "");
+        nd->cpu_slots = (int)json_integer_value(json_object_get(row, "cpu_slots"));
+        nd->gpus = (int)json_integer_value(json_object_get(row, "gpus"));
+        json_t *eng = json_object_get(row, "engines");
+        nd->engines = json_is_object(eng) ? json_incref(eng) : json_object();
+        nd->commands = json_array();
+        const char *state = json_string_value(json_object_get(row, "state"));
+        nd->state = state && strcmp(state, "left") == 0 ? CLUSTER_LEFT : CLUSTER_LOST;
+        if (nd->state == CLUSTER_LOST)
+            cluster_db_state(c, nd);
+    }
+    json_decref(rows);
+}
+
+struct cluster *cluster_create(const struct config *cfg, struct db *db, struct err *e)
+{
+    struct cluster *c = calloc(1, sizeof *c);
+    if (!c) {
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    c->cfg = cfg;
+    c->db = db;
+    c->events = json_array();
+    struct cluster_node *me = &c->nodes[c->n++];
+    snprintf(me->name, sizeof me->name, "%s", cfg->node);
+    snprintf(me->address, sizeof me->address, "%s", cfg->store_host);
+    snprintf(me->profile, sizeof me->profile, "%s", cfg->network_profile);
+    me->port = cfg->port;
+    me->cpu_slots = cfg->cpu_slots;
+    me->gpus = cfg->gpus;
+    me->engines = json_pack("{s:s}", "ddpbench", DDPB_VERSION);
+    me->commands = json_array();
+    me->state = CLUSTER_UP;
+    me->joined_at = me->heartbeat_at = clock_wall_s();
+    cluster_db_upsert(c, me, true);
+    cluster_load_stored(c);
+    return c;
+}
+
+void cluster_set_wake(struct cluster *c, void (*wake)(void *), void *ctx)
+{
+    pthread_mutex_lock(&c->lock);
+    c->wake = wake;
+    c->wake_ctx = ctx;
+    pthread_mutex_unlock(&c->lock);
+}
+
+void cluster_destroy(struct cluster *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++) {
+        json_decref(c->nodes[i].engines);
+        json_decref(c->nodes[i].commands);
+        free(c->nodes[i].runs);
+    }
+    json_decref(c->events);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+/* --- HTTP threads -------------------------------------------------------------------- */
+
+static int cluster_join_locked(struct cluster *c, struct cluster_node *offer, json_t **reply,
+                               struct err *e)
+{
+    if (strcmp(offer->name, c->cfg->node) == 0)
+        return err_set(e, ERR_CONFLICT, "name",
+                       "node name '%s' is the leader's own: give the follower another "
+                       "(--node NAME)",
+                       offer->name);
+    struct cluster_node *nd = cluster_find(c, offer->name);
+    if (!nd) {
+        if (c->n >= CLUSTER_MAX_NODES)
+            return err_set(e, ERR_CONFLICT, NULL, "the cluster is full (%d nodes)",
+                           CLUSTER_MAX_NODES);
+        nd = &c->nodes[c->n++];
+        nd->commands = json_array();
+    } else {
+        char why[160];
+        snprintf(why, sizeof why, "node %s joined again (it restarted): its ranks are gone",
+                 nd->name);
+        cluster_mark_gone(nd, why);
+    }
+    if (cluster_make_session(nd->session, e) < 0)
+        return -1;
+    json_decref(nd->engines);
+    memcpy(nd->name, offer->name, sizeof nd->name);
+    memcpy(nd->address, offer->address, sizeof nd->address);
+    memcpy(nd->profile, offer->profile, sizeof nd->profile);
+    nd->engines = offer->engines;
+    offer->engines = NULL;
+    nd->port = offer->port;
+    nd->cpu_slots = offer->cpu_slots;
+    nd->gpus = offer->gpus;
+    nd->state = CLUSTER_UP;
+    nd->joined_at = nd->heartbeat_at = clock_wall_s();
+    nd->last_sync_ms = clock_mono_ms();
+    cluster_db_upsert(c, nd, false);
+    *reply = json_pack("{s:i, s:s, s:s, s:i, s:i, s:[]}", "node_id", (int)(nd - c->nodes),
+                       "session", nd->session, "leader", c->cfg->node, "sync_ms",
+                       c->cfg->sync_ms, "timeout_ms", c->cfg->node_timeout_ms, "runs");
+    log_info("cluster: node %s joined from %s (%d CPU slots, %d GPUs)", nd->name, nd->address,
+             nd->cpu_slots, nd->gpus);
+    return *reply ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
+int cluster_join(struct cluster *c, const json_t *body, json_t **reply, struct err *e)
+{
+    struct cluster_node offer = {0};
+    *reply = NULL;
+    if (cluster_parse_offer(body, &offer, e) < 0) {
+        json_decref(offer.engines);
+        return -1;
+    }
+    pthread_mutex_lock(&c->lock);
+    int rc = cluster_join_locked(c, &offer, reply, e);
+    bool lost = rc == 0 && cluster_find(c, offer.name)->lost_pending;
+    pthread_mutex_unlock(&c->lock);
+    json_decref(offer.engines);
+    if (lost)
+        cluster_wake(c);
+    return rc;
+}
+
+static json_t *cluster_runs_json(const struct cluster_node *nd)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < nd->nruns; i++)
+        json_array_append_new(a, json_integer(nd->runs[i]));
+    return a;
+}
+
+static int cluster_sync_locked(struct cluster *c, const json_t *b, const json_t *events,
+                               json_t **reply, struct err *e)
+{
+    struct cluster_node *nd = cluster_session_node(c, b, e);
+    if (!nd)
+        return -1;
+    const char *state = json_string_value(json_object_get(b, "state"));
+    enum cluster_state st = state && strcmp(state, "draining") == 0 ? CLUSTER_DRAINING
+                                                                    : CLUSTER_UP;
+    nd->last_sync_ms = clock_mono_ms();
+    nd->heartbeat_at = clock_wall_s();
+    if (st != nd->state) {
+        nd->state = st;
+        log_info("cluster: node %s is %s", nd->name, cluster_state_names[st]);
+        cluster_db_state(c, nd);
+    }
+    size_t i;
+    json_t *ev;
+    json_array_foreach(events, i, ev)
+    {
+        json_t *copy = json_copy(ev);
+        json_object_set_new(copy, "node", json_integer(nd - c->nodes));
+        json_array_append_new(c->events, copy);
+    }
+    *reply = json_pack("{s:o, s:o}", "commands", nd->commands, "runs", cluster_runs_json(nd));
+    nd->commands = json_array();
+    return *reply ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
+int cluster_sync(struct cluster *c, const json_t *b, json_t **reply, struct err *e)
+{
+    static const char *const keys[] = {"node_id", "session", "state", "events", NULL};
+    *reply = NULL;
+    if (!json_is_object(b))
+        return err_set(e, ERR_INVALID, NULL, "the sync body must be a JSON object");
+    if (cluster_known_keys(b, keys, "sync", e) < 0)
+        return -1;
+    const json_t *state = json_object_get(b, "state");
+    const char *s = json_string_value(state);
+    if (state && (!s || (strcmp(s, "up") != 0 && strcmp(s, "draining") != 0)))
+        return err_set(e, ERR_INVALID, "state", "state must be \"up\" or \"draining\"");
+    const json_t *events = json_object_get(b, "events");
+    if (events && (!json_is_array(events) || json_array_size(events) > CLUSTER_MAX_EVENTS))
+        return err_set(e, ERR_INVALID, "events", "events must be an array of at most %d",
+                       CLUSTER_MAX_EVENTS);
+    size_t i;
+    json_t *ev;
+    json_array_foreach(events, i, ev)
+    {
+        if (cluster_check_event(ev, i, e) < 0)
+            return -1;
+    }
+    pthread_mutex_lock(&c->lock);
+    int rc = cluster_sync_locked(c, b, events, reply, e);
+    pthread_mutex_unlock(&c->lock);
+    if (rc == 0 && json_array_size(events) > 0)
+        cluster_wake(c);
+    return rc;
+}
+
+int cluster_leave(struct cluster *c, const json_t *b, struct err *e)
+{
+    static const char *const keys[] = {"node_id", "session", NULL};
+    if (!json_is_object(b))
+        return err_set(e, ERR_INVALID, NULL, "the leave body must be a JSON object");
+    if (cluster_known_keys(b, keys, "leave", e) < 0)
+        return -1;
+    pthread_mutex_lock(&c->lock);
+    struct cluster_node *nd = cluster_session_node(c, b, e);
+    bool gone = false;
+    if (nd) {
+        char why[160];
+        snprintf(why, sizeof why, "node %s left while holding ranks", nd->name);
+        cluster_mark_gone(nd, why);
+        gone = nd->lost_pending;
+        nd->state = CLUSTER_LEFT;
+        nd->session[0] = '\0';
+        nd->heartbeat_at = clock_wall_s();
+        cluster_db_state(c, nd);
+        log_info("cluster: node %s left", nd->name);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (gone)
+        cluster_wake(c);
+    return nd ? 0 : -1;
+}
+
+static json_t *cluster_node_json(const struct cluster *c, const struct cluster_node *nd,
+                                 double now)
+{
+    char joined[40] = "", beat[40] = "";
+    if (nd->joined_at > 0)
+        clock_format_iso(nd->joined_at, joined, sizeof joined);
+    if (nd->heartbeat_at > 0)
+        clock_format_iso(nd->heartbeat_at, beat, sizeof beat);
+    bool leader = nd == &c->nodes[0];
+    json_t *o = json_pack(
+        "{s:s, s:s, s:i, s:s, s:s, s:i, s:i, s:i, s:O, s:o, s:o, s:o, s:o, s:i}", "name",
+        nd->name, "address", nd->address, "port", nd->port, "role",
+        leader ? "leader" : "follower", "state", cluster_state_names[nd->state], "cpu_slots",
+        nd->cpu_slots, "slots_used", nd->slots_used, "gpus", nd->gpus, "engines", nd->engines,
+        "network_profile", nd->profile[0] ? json_string(nd->profile) : json_null(), "joined_at",
+        joined[0] ? json_string(joined) : json_null(), "last_heartbeat_at",
+        beat[0] ? json_string(beat) : json_null(), "heartbeat_age_s",
+        nd->heartbeat_at > 0 && !leader ? json_real(now - nd->heartbeat_at) : json_null(),
+        "runs", (int)nd->nruns);
+    return o;
+}
+
+json_t *cluster_list(struct cluster *c)
+{
+    json_t *a = json_array();
+    double now = clock_wall_s();
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->n; i++)
+        json_array_append_new(a, cluster_node_json(c, &c->nodes[i], now));
+    pthread_mutex_unlock(&c->lock);
+    return json_pack("{s:o}", "nodes", a);
+}
+
+void cluster_count(struct cluster *c, int *up, int *known)
+{
+    pthread_mutex_lock(&c->lock);
+    *known = c->n;
+    *up = 0;
+    for (int i = 0; i < c->n; i++)
+        *up += c->nodes[i].state == CLUSTER_UP;
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* --- the loop thread ---------------------------------------------------------------- */
+
+int cluster_followers(struct cluster *c, struct cluster_slot_view *out, int cap)
+{
+    int k = 0;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 1; i < c->n && k < cap; i++) {
+        const struct cluster_node *nd = &c->nodes[i];
+        if (nd->state == CLUSTER_UP && nd->session[0])
+            out[k++] = (struct cluster_slot_view){i, nd->cpu_slots - nd->slots_used};
+    }
+    pthread_mutex_unlock(&c->lock);
+    return k;
+}
+
+int cluster_capacity(struct cluster *c, struct cluster_slot_view *out, int cap)
+{
+    int k = 0;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 0; i < c->n && k < cap; i++) {
+        const struct cluster_node *nd = &c->nodes[i];
+        if (i == 0 || (nd->state == CLUSTER_UP && nd->session[0]))
+            out[k++] = (struct cluster_slot_view){i, nd->cpu_slots};
+    }
+    pthread_mutex_unlock(&c->lock);
+    return k;
+}
+
+/* Ranks each candidate can take. */
+static int cluster_room(const int *free, int i, int per)
+{
+    return free[i] > 0 ? free[i] / per : 0;
+}
+
+/* "As few nodes as fit": the first candidate holding every rank, else candidates by
+ * room, largest first (fewest nodes), ties in order of preference. */
+static int cluster_pack(int world, int per, const int *free, int ncand, int *count)
+{
+    for (int i = 0; i < ncand; i++)
+        if (cluster_room(free, i, per) >= world) {
+            count[i] = world;
+            return 1;
+        }
+    int left = world, used = 0;
+    while (left > 0) {
+        int best = -1;
+        for (int i = 0; i < ncand; i++)
+            if (count[i] == 0 && cluster_room(free, i, per) > 0 &&
+                (best < 0 || cluster_room(free, i, per) > cluster_room(free, best, per)))
+                best = i;
+        if (best < 0)
+            return 0;
+        count[best] = cluster_room(free, best, per) < left ? cluster_room(free, best, per)
+                                                           : left;
+        left -= count[best];
+        used++;
+    }
+    return used;
+}
+
+int cluster_place(int world, int per, int want_nodes, int want_rpn, const int *free, int ncand,
+                  int *count)
+{
+    for (int i = 0; i < ncand; i++)
+        count[i] = 0;
+    if (world < 1 || per < 1)
+        return 0;
+    if (want_nodes == 0 && want_rpn == 0) {
+        int used = cluster_pack(world, per, free, ncand, count);
+        if (used == 0)
+            for (int i = 0; i < ncand; i++)
+                count[i] = 0;
+        return used;
+    }
+    /* node j's share: ranks_per_node each (the last what is left), or world split evenly
+     * over nodes (the first world % nodes one more) */
+    int k = want_nodes ? want_nodes : (world + want_rpn - 1) / want_rpn;
+    int left = world, used = 0;
+    for (int i = 0; i < ncand && used < k; i++) {
+        int share = want_rpn ? (left < want_rpn ? left : want_rpn)
+                             : world / k + (used < world % k ? 1 : 0);
+        if (cluster_room(free, i, per) < share)
+            continue;
+        count[i] = share;
+        left -= share;
+        used++;
+    }
+    if (used < k || left > 0) {
+        for (int i = 0; i < ncand; i++)
+            count[i] = 0;
+        return 0;
+    }
+    return used;
+}
+
+void cluster_reserve(struct cluster *c, int id, int slots)
+{
+    pthread_mutex_lock(&c->lock);
+    if (id > 0 && id < c->n) {
+        struct cluster_node *nd = &c->nodes[id];
+        nd->slots_used += slots;
+        if (nd->slots_used < 0)
+            nd->slots_used = 0;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+void cluster_node_name(struct cluster *c, int id, char *out, size_t cap)
+{
+    pthread_mutex_lock(&c->lock);
+    snprintf(out, cap, "%s", id >= 0 && id < c->n ? c->nodes[id].name : "");
+    pthread_mutex_unlock(&c->lock);
+}
+
+void cluster_send(struct cluster *c, int id, json_t *cmd)
+{
+    pthread_mutex_lock(&c->lock);
+    if (id > 0 && id < c->n && c->nodes[id].session[0])
+        json_array_append(c->nodes[id].commands, cmd);
+    pthread_mutex_unlock(&c->lock);
+    json_decref(cmd);
+}
+
+void cluster_want_run(struct cluster *c, int id, int64_t run, bool want)
+{
+    pthread_mutex_lock(&c->lock);
+    struct cluster_node *nd = id > 0 && id < c->n ? &c->nodes[id] : NULL;
+    size_t at = 0;
+    while (nd && at < nd->nruns && nd->runs[at] != run)
+        at++;
+    if (nd && want && at == nd->nruns && nd->session[0]) {
+        if (nd->nruns == nd->cap_runs) {
+            size_t cap = nd->cap_runs ? 2 * nd->cap_runs : 8;
+            int64_t *grown = realloc(nd->runs, cap * sizeof *grown);
+            if (grown) {
+                nd->runs = grown;
+                nd->cap_runs = cap;
+            }
+        }
+        if (nd->nruns < nd->cap_runs)
+            nd->runs[nd->nruns++] = run;
+    } else if (nd && !want && at < nd->nruns) {
+        nd->runs[at] = nd->runs[--nd->nruns];
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+json_t *cluster_take_events(struct cluster *c)
+{
+    pthread_mutex_lock(&c->lock);
+    json_t *ev = c->events;
+    c->events = json_array();
+    pthread_mutex_unlock(&c->lock);
+    return ev;
+}
+
+int cluster_take_lost(struct cluster *c, int64_t now_ms, int *ids, char (*why)[160], int cap)
+{
+    int k = 0;
+    pthread_mutex_lock(&c->lock);
+    for (int i = 1; i < c->n; i++) {
+        struct cluster_node *nd = &c->nodes[i];
+        bool live = nd->state == CLUSTER_UP || nd->state == CLUSTER_DRAINING;
+        int64_t silent = now_ms - nd->last_sync_ms;
+        if (live && nd->session[0] && silent > c->cfg->node_timeout_ms) {
+            char w[160];
+            snprintf(w, sizeof w, "node %s lost (no sync for %.1f s)", nd->name,
+                     (double)silent / 1000.0);
+            log_warn("cluster: %s", w);
+            cluster_mark_gone(nd, w);
+            nd->state = CLUSTER_LOST;
+            nd->session[0] = '\0';
+            cluster_db_state(c, nd);
+        }
+        if (nd->lost_pending && k < cap) {
+            nd->lost_pending = false;
+            ids[k] = i;
+            snprintf(why[k], sizeof why[k], "%s", nd->lost_why);
+            k++;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return k;
+}
