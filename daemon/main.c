@@ -18,8 +18,10 @@
 
 #include "api/api.h"
 #include "common/clock.h"
+#include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
+#include "daemon/follower.h"
 #include "daemon/launcher.h"
 #include "ddpb_config.h"
 #include "common/log.h"
@@ -33,6 +35,8 @@ struct daemon {
     struct db *db;
     struct store_server *store;
     struct scheduler *sched;
+    struct cluster *cluster;   /* leader: its nodes */
+    struct follower *follower; /* --join: the link to the leader (no db, store, queue) */
     struct events *events;
     struct api_ctx api;
     struct api_server *http;
@@ -61,9 +65,11 @@ static int daemon_write_info(struct daemon *d, struct err *e)
     snprintf(tmp, sizeof tmp, "%s.tmp", d->info_path);
     char url[300];
     snprintf(url, sizeof url, "http://%s:%d", d->cfg.host, api_server_port(d->http));
-    json_t *info = json_pack("{s:i, s:s, s:s, s:i, s:i, s:s}", "pid", (int)getpid(), "version",
-                             DDPB_VERSION, "url", url, "http_port", api_server_port(d->http),
-                             "store_port", store_server_port(d->store), "node", d->cfg.node);
+    json_t *info = json_pack("{s:i, s:s, s:s, s:i, s:i, s:s, s:s}", "pid", (int)getpid(),
+                             "version", DDPB_VERSION, "url", url, "http_port",
+                             api_server_port(d->http), "store_port",
+                             d->store ? store_server_port(d->store) : 0, "node", d->cfg.node,
+                             "role", d->follower ? "follower" : "leader");
     int rc = info ? json_dump_file(info, tmp, JSON_INDENT(2)) : -1;
     json_decref(info);
     if (rc < 0 || rename(tmp, d->info_path) < 0)
@@ -86,6 +92,8 @@ static int daemon_recover(struct daemon *d, struct err *e)
     for (size_t i = 0; i < n; i++) {
         char run[32];
         snprintf(run, sizeof run, "run-%lld", (long long)orphans[i].run_id);
+        if (strcmp(orphans[i].node, d->cfg.node) != 0)
+            continue; /* a follower's rank: its node kills it when it rejoins */
         if (launcher_kill_orphan(orphans[i].pid, run, orphans[i].rank))
             log_warn("killed orphaned worker pid %d (run %lld rank %d)", orphans[i].pid,
                      (long long)orphans[i].run_id, orphans[i].rank);
@@ -108,11 +116,25 @@ static void daemon_check_nofile(void)
                  nofile);
 }
 
+/* A follower: its API (which sends every /v1 request to the leader) and the link. */
+static int daemon_start_follower(struct daemon *d, struct err *e)
+{
+    d->api.cfg = &d->cfg;
+    d->api.started_at = clock_wall_s();
+    if (!(d->http = api_server_start(&d->api, e)))
+        return -1;
+    if (!(d->follower = follower_start(&d->cfg, api_server_port(d->http), e)))
+        return -1;
+    return daemon_write_info(d, e);
+}
+
 static int daemon_start(struct daemon *d, struct err *e)
 {
     char path[PATH_MAX];
     if (daemon_lock_state(d, e) < 0)
         return -1;
+    if (d->cfg.join[0])
+        return daemon_start_follower(d, e);
     snprintf(path, sizeof path, "%s/ddpbench.db", d->cfg.state_dir);
     if (!(d->db = db_open(path, e)))
         return -1;
@@ -122,8 +144,11 @@ static int daemon_start(struct daemon *d, struct err *e)
         return -1;
     if (!(d->events = events_create()))
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
-    if (!(d->sched = scheduler_create(&d->cfg, d->db, d->store, d->events, e)))
+    if (!(d->cluster = cluster_create(&d->cfg, d->db, e)))
         return -1;
+    if (!(d->sched = scheduler_create(&d->cfg, d->db, d->store, d->events, d->cluster, e)))
+        return -1;
+    d->api.cluster = d->cluster;
     d->api.cfg = &d->cfg;
     d->api.db = d->db;
     d->api.sched = d->sched;
@@ -140,7 +165,9 @@ static void daemon_stop(struct daemon *d)
     if (d->events)
         events_shutdown(d->events); /* event streams end (resumed, then closed) */
     api_server_stop(d->http);       /* no new requests */
+    follower_stop(d->follower);     /* its ranks are killed */
     scheduler_destroy(d->sched);    /* active runs end interrupted */
+    cluster_destroy(d->cluster);
     store_server_destroy(d->store);
     events_destroy(d->events);
     db_close(d->db);
@@ -148,6 +175,20 @@ static void daemon_stop(struct daemon *d)
         unlink(d->info_path);
     if (d->lockfd >= 0)
         close(d->lockfd);
+}
+
+/* A follower's first SIGTERM drains it: running ranks finish, then it leaves. Another
+ * SIGTERM or SIGINT meanwhile stops it at once (its ranks are killed). */
+static void daemon_drain(struct daemon *d, const sigset_t *sigs)
+{
+    log_info("SIGTERM: draining (again to stop now)");
+    follower_drain(d->follower);
+    struct timespec tick = {0, 100 * 1000 * 1000};
+    while (!follower_done(d->follower)) {
+        int sig = sigtimedwait(sigs, NULL, &tick);
+        if (sig == SIGTERM || sig == SIGINT)
+            return;
+    }
 }
 
 int main(int argc, char **argv)
@@ -179,15 +220,23 @@ int main(int argc, char **argv)
         daemon_stop(&d);
         return 1;
     }
-    printf("ddpbenchd %s listening on http://%s:%d (store %s:%d, state %s, %d CPU slots)\n",
-           DDPB_VERSION, d.cfg.host, api_server_port(d.http), d.cfg.store_host,
-           store_server_port(d.store), d.cfg.state_dir, scheduler_slots_total(d.sched));
+    if (d.follower)
+        printf("ddpbenchd %s listening on http://%s:%d as a follower of %s (workers on %s, "
+               "%d CPU slots)\n",
+               DDPB_VERSION, d.cfg.host, api_server_port(d.http), d.cfg.join, d.cfg.store_host,
+               d.cfg.cpu_slots);
+    else
+        printf("ddpbenchd %s listening on http://%s:%d (store %s:%d, state %s, %d CPU slots)\n",
+               DDPB_VERSION, d.cfg.host, api_server_port(d.http), d.cfg.store_host,
+               store_server_port(d.store), d.cfg.state_dir, scheduler_slots_total(d.sched));
     fflush(stdout);
     log_info("started (pid %d)", (int)getpid());
 
     int sig = 0;
     while (sigwait(&sigs, &sig) == 0 && sig == SIGHUP)
         log_info("SIGHUP ignored (nothing to reload)");
+    if (d.follower && sig == SIGTERM)
+        daemon_drain(&d, &sigs);
     log_info("signal %d: shutting down", sig);
     daemon_stop(&d);
     log_info("stopped");

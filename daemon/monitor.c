@@ -19,11 +19,14 @@
 #include "daemon/launcher.h"
 #include "common/log.h"
 #include "common/report.h"
+#include "daemon/cluster.h"
 #include "daemon/ingest.h"
 
 struct run_rank {
     int rank;
-    pid_t pid;
+    int node;                  /* the cluster's node id (daemon/cluster.h): 0 = this one */
+    int node_rank, local_rank; /* its node's index in the run, its index on that node */
+    pid_t pid;                 /* 0 for a rank on another node until it says */
     int report_fd, pidfd;
     struct monitor_watch wreport, wexit;
     struct buf line; /* partial report line */
@@ -140,10 +143,21 @@ static bool monitor_rank_ok(const struct run_rank *k)
  * it run (and report) after that, and a traced stop ('t') ignores SIGCONT anyway. */
 static void monitor_send_all(struct active_run *r, int sig)
 {
+    int told = -1; /* the last node sent a command: a node's ranks are contiguous */
     for (int i = 0; i < r->world_size; i++) {
         struct run_rank *k = &r->ranks[i];
         if (!k->spawned || k->exited)
             continue;
+        if (k->node != 0) { /* its follower signals it (daemon/follower.c does the rest) */
+            if (k->node != told)
+                cluster_send(r->ctx->cluster, k->node,
+                             json_pack("{s:s, s:I, s:s}", "op", "signal", "run",
+                                       (json_int_t)r->id, "signal",
+                                       sig == SIGKILL ? "KILL" : "TERM"));
+            told = k->node;
+            k->signal_sent = sig;
+            continue;
+        }
         int s = sig == SIGTERM && launcher_is_stopped(k->pid) ? SIGKILL : sig;
         launcher_signal(k->pid, s);
         k->signal_sent = s;
@@ -155,7 +169,7 @@ static void monitor_kill_stopped(struct active_run *r)
 {
     for (int i = 0; i < r->world_size; i++) {
         struct run_rank *k = &r->ranks[i];
-        if (k->spawned && !k->exited && k->signal_sent == SIGTERM &&
+        if (k->spawned && !k->exited && k->node == 0 && k->signal_sent == SIGTERM &&
             launcher_is_stopped(k->pid)) {
             launcher_signal(k->pid, SIGKILL);
             k->signal_sent = SIGKILL;
@@ -208,7 +222,8 @@ static void monitor_read_reports(struct active_run *r, struct run_rank *k)
 
 static void monitor_reap(struct active_run *r, struct run_rank *k)
 {
-    if (k->spawned && !k->exited && waitpid(k->pid, &k->wstatus, WNOHANG) == k->pid) {
+    if (k->spawned && !k->exited && k->node == 0 &&
+        waitpid(k->pid, &k->wstatus, WNOHANG) == k->pid) {
         k->exited = true;
         k->exit_order = ++r->exits_seen;
     }
@@ -322,6 +337,9 @@ static void monitor_finish(struct active_run *r)
         store_server_remove_run(r->ctx->store, r->ns);
     r->store_registered = false;
     r->finished = true;
+    for (int i = 0; i < r->world_size; i++) /* followers may forget the run now */
+        if (r->ranks[i].node != 0)
+            cluster_want_run(r->ctx->cluster, r->ranks[i].node, r->id, false);
     monitor_publish_status(r, status, msg[0] ? msg : NULL, rank);
     log_info("run %lld %s%s%s", (long long)r->id, db_run_status_name(status),
              msg[0] ? ": " : "", msg);
@@ -461,8 +479,8 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
         .ngpu_env = ngpu_env,
         .rank = rank,
         .world_size = r->world_size,
-        .local_rank = rank,
-        .node_rank = 0, /* one node until runs span nodes (issue 15) */
+        .local_rank = k->local_rank,
+        .node_rank = k->node_rank,
         .node_name = r->ctx->cfg->node,
     };
     struct launched out;
@@ -481,6 +499,57 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
                              pinned ? cpu : NULL, &dbe);
     monitor_db_warn(r, rc, &dbe);
     return 0;
+}
+
+/* The ranks of node `node` (from `first`, contiguous) are started by its follower: one
+ * spawn command with what the leader alone knows (the store, the run's secret, the
+ * placement); the follower builds each rank's argv and environment with its own launcher
+ * (daemon/follower.c), so the leader never names a program to run. */
+static int monitor_spawn_remote(struct active_run *r, const struct db_queued_run *q, int first,
+                                const char *store_addr, struct err *e)
+{
+    json_error_t je;
+    json_t *spec = json_loads(q->spec_json, 0, &je);
+    json_t *ranks = json_array();
+    int node = r->ranks[first].node;
+    for (int i = first; i < r->world_size && r->ranks[i].node == node; i++)
+        json_array_append_new(
+            ranks, json_pack("{s:i, s:i}", "rank", i, "local_rank", r->ranks[i].local_rank));
+    json_t *cmd = spec ? json_pack("{s:s, s:I, s:o, s:s, s:s, s:s, s:i, s:i, s:o}", "op",
+                                   "spawn", "run", (json_int_t)r->id, "spec", spec, "store",
+                                   store_addr, "ns", r->ns, "secret", r->secret, "world_size",
+                                   r->world_size, "node_rank", r->ranks[first].node_rank,
+                                   "ranks", ranks)
+                       : NULL;
+    if (!cmd) {
+        json_decref(ranks);
+        return err_set(e, ERR_NOMEM, NULL, "cannot build the spawn command of node %d", node);
+    }
+    cluster_want_run(r->ctx->cluster, node, r->id, true);
+    cluster_send(r->ctx->cluster, node, cmd);
+    int64_t now = clock_mono_ms();
+    for (int i = first; i < r->world_size && r->ranks[i].node == node; i++) {
+        r->ranks[i].spawned = true; /* from here it is stopped and settled like any */
+        r->ranks[i].last_seen_ms = now;
+    }
+    return 0;
+}
+
+/* Ranks are contiguous per node: node_rank counts the nodes met so far, local_rank the
+ * ranks met on the current one. rank_node NULL: every rank here. */
+static void monitor_place_ranks(struct active_run *r, const int *rank_node)
+{
+    int node_rank = -1, local = 0;
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *k = &r->ranks[i];
+        k->node = rank_node ? rank_node[i] : 0;
+        if (i == 0 || k->node != r->ranks[i - 1].node) {
+            node_rank++;
+            local = 0;
+        }
+        k->node_rank = node_rank;
+        k->local_rank = local++;
+    }
 }
 
 static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
@@ -539,13 +608,15 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
 
 struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
                                      const struct db_queued_run *q, const int *cpus,
-                                     const struct monitor_gpu *gpu, struct err *e)
+                                     const struct monitor_gpu *gpu, const int *rank_node,
+                                     struct err *e)
 {
     struct active_run *r = monitor_alloc_run(ctx, q);
     if (!r) {
         err_set(e, ERR_NOMEM, NULL, "out of memory");
         return NULL;
     }
+    monitor_place_ranks(r, rank_node);
     if (db_run_starting(ctx->db, q->id, e) < 0) {
         monitor_free_run(r);
         return NULL;
@@ -556,9 +627,15 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
              store_server_port(ctx->store));
     int started = 0, per = monitor_slots_per_rank(q);
     if (monitor_prepare(r, q, &se) == 0)
-        for (; started < r->world_size; started++)
-            if (monitor_spawn_rank(r, started, cpus, per, gpu, store_addr, &se) < 0)
+        for (; started < r->world_size; started++) {
+            const struct run_rank *k = &r->ranks[started];
+            if (k->node != 0 && k->local_rank > 0)
+                continue; /* sent with its node's first rank */
+            if (k->node != 0
+                    ? monitor_spawn_remote(r, q, started, store_addr, &se) < 0
+                    : monitor_spawn_rank(r, started, cpus, per, gpu, store_addr, &se) < 0)
                 break;
+        }
     if (gpu && started > 0) { /* the ranks that exist: emulated flag and GPU of each */
         struct err dbe = {0};
         int rc = db_run_gpu_placement(ctx->db, r->id, gpu->plan->emulated, gpu->plan->gpu,
@@ -710,6 +787,82 @@ void monitor_tick(struct active_run *r, int64_t now_ms)
     /* A pidfd event can be missed only if its watch failed to register; reap anyway. */
     for (int i = 0; i < r->world_size && !r->finished; i++)
         monitor_rank_exited(r, &r->ranks[i]);
+}
+
+/* What a follower said about rank `rank` of this run (daemon/cluster.h's events). A
+ * follower speaks only for the ranks placed on it: anything else is dropped. */
+void monitor_remote_event(struct active_run *r, int node, int rank, const json_t *ev)
+{
+    if (r->finished || rank < 0 || rank >= r->world_size || r->ranks[rank].node != node ||
+        node == 0) {
+        log_warn("run %lld: node %d sent an event for rank %d, which is not its own: dropped",
+                 (long long)r->id, node, rank);
+        return;
+    }
+    struct run_rank *k = &r->ranks[rank];
+    const json_t *sp = json_object_get(ev, "spawned"), *ln = json_object_get(ev, "line"),
+                 *ex = json_object_get(ev, "exit");
+    if (sp) {
+        char name[64];
+        cluster_node_name(r->ctx->cluster, node, name, sizeof name);
+        k->pid = (pid_t)json_integer_value(json_object_get(sp, "pid"));
+        struct err e = {0};
+        int rc = db_rank_spawned(r->ctx->db, r->id, rank, name, k->pid,
+                                 json_string_value(json_object_get(sp, "cpus")), &e);
+        monitor_db_warn(r, rc, &e);
+    } else if (ln && !k->exited) {
+        monitor_handle_line(r, k, json_string_value(ln), json_string_length(ln));
+    } else if (ex && !k->exited) {
+        const json_t *code = json_object_get(ex, "code"), *sig = json_object_get(ex, "signal");
+        k->wstatus = json_is_integer(sig) && json_integer_value(sig) > 0
+                         ? (int)(json_integer_value(sig) & 0x7f)
+                         : (int)((json_integer_value(code) & 0xff) << 8);
+        k->exited = true;
+        k->exit_order = ++r->exits_seen;
+        monitor_settle(r, k);
+        monitor_check_done(r);
+    }
+}
+
+/* Node `node` is gone with its ranks: the run fails naming it, its ranks count as
+ * killed (nothing more will come from them), and the others are stopped. */
+void monitor_node_lost(struct active_run *r, int node, const char *why)
+{
+    if (r->finished || node == 0)
+        return;
+    char ranks[256] = "";
+    size_t len = 0;
+    int first = -1;
+    for (int i = 0; i < r->world_size; i++)
+        if (r->ranks[i].node == node && !r->ranks[i].exited) {
+            monitor_append(ranks, sizeof ranks, &len, "%s%d", first < 0 ? "" : ", ", i);
+            if (first < 0)
+                first = i;
+        }
+    if (first < 0)
+        return;
+    char reason[sizeof r->stop_reason];
+    snprintf(reason, sizeof reason, "%s; its ranks %s are gone", why, ranks);
+    log_error("run %lld: %s", (long long)r->id, reason);
+    monitor_stop_run(r, DB_RUN_FAILED, first, reason);
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *k = &r->ranks[i];
+        if (k->node != node || k->exited)
+            continue;
+        k->exited = true;
+        k->wstatus = SIGKILL;
+        k->signal_sent = SIGKILL;
+        k->exit_order = ++r->exits_seen;
+        monitor_settle(r, k);
+    }
+    monitor_check_done(r);
+}
+
+void monitor_forget_remote(struct active_run *r)
+{
+    for (int i = 0; i < r->world_size && !r->finished; i++)
+        if (r->ranks[i].node != 0)
+            monitor_node_lost(r, r->ranks[i].node, "ddpbenchd shut down");
 }
 
 bool monitor_run_finished(const struct active_run *r)

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
 #include "daemon/loop.h"
@@ -32,6 +33,7 @@ struct monitor_ctx {
     const struct config *cfg;   /* borrowed */
     struct loop *loop;          /* borrowed: the scheduler's loop, where a run's fds are
                                      watched (callbacks run on its thread) */
+    struct cluster *cluster;    /* borrowed: the nodes a run's ranks may go to */
 };
 
 struct active_run;
@@ -60,9 +62,21 @@ struct monitor_gpu {
     const struct gpu_plan *plan; /* borrowed */
     int nccl_version;            /* NCCL_VERSION_CODE the workers load; 0 = unknown */
 };
+/* rank_node: the cluster node id of each rank (0 = this node; ranks contiguous per
+ * node), NULL = all here. A follower's ranks get one spawn command through the cluster
+ * (daemon/cluster.h) and are then supervised from its events (monitor_remote_event). */
 struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
                                      const struct db_queued_run *q, const int *cpus,
-                                     const struct monitor_gpu *gpu, struct err *e);
+                                     const struct monitor_gpu *gpu, const int *rank_node,
+                                     struct err *e);
+/* An event a follower sent for one of its ranks: {"spawned": {...}} | {"line": "..."} |
+ * {"exit": {"code", "signal"}} (ev borrowed). */
+void monitor_remote_event(struct active_run *r, int node, int rank, const json_t *ev);
+/* Node `node` was lost or restarted: its ranks are gone, the run fails naming why. */
+void monitor_node_lost(struct active_run *r, int node, const char *why);
+/* The daemon shuts down and will not hear from followers again: their ranks count as
+ * gone (they kill them when they find the leader restarted), so the run can end. */
+void monitor_forget_remote(struct active_run *r);
 /* Deadline and SIGKILL escalation; call at least every few hundred ms. */
 void monitor_tick(struct active_run *r, int64_t now_ms);
 /* Stops the run (SIGTERM now, SIGKILL after the grace period) and records why, with

@@ -37,6 +37,16 @@ struct sched_active {
     int n;
     int *gpus; /* owned: the GPU indices it holds (one when emulated); NULL: none */
     int ngpus;
+    int *remote; /* owned: (follower id, slots) pairs it holds on other nodes; NULL: none */
+    int nremote;
+};
+
+/* Where a queued run's ranks go: candidate nodes (this one first), ranks on each. */
+struct sched_place {
+    struct cluster_slot_view cand[CLUSTER_MAX_NODES];
+    int count[CLUSTER_MAX_NODES];
+    int ncand, nnodes, max_per_node;
+    int *rank_node; /* owned: world_size entries, the node id of each rank */
 };
 
 /* A cancel request posted to the loop; owned by the loop call until it ran. */
@@ -50,6 +60,7 @@ struct sched_cancel {
 struct scheduler {
     const struct config *cfg;
     struct db *db;
+    struct cluster *cluster; /* borrowed: the leader's nodes */
     struct monitor_ctx mctx;
     struct loop *loop; /* owned */
     struct loop_timer tick, poll, keepalive;
@@ -66,7 +77,8 @@ struct scheduler {
     int *cpu_load; /* per CPU (by slot_cpu's position, i mod ncpus): slots in use on it */
     int ngpus;     /* GPU slots (cfg->gpus), gpu_used[i] while a run holds GPU i */
     bool *gpu_used;
-    struct gpu_plan plan; /* the placement being started (4 KiB: not on the stack) */
+    struct gpu_plan plan;     /* the placement being started (4 KiB: not on the stack) */
+    struct sched_place place; /* its nodes (likewise) */
     struct sched_active *active;
     int nactive, cap_active;
 
@@ -166,7 +178,7 @@ static void sched_mark_oversubscribed(struct scheduler *s)
 }
 
 static int sched_add_active(struct scheduler *s, struct active_run *run, int *slots, int n,
-                            int *gpus, int ngpus)
+                            int *gpus, int ngpus, int *remote, int nremote)
 {
     if (s->nactive == s->cap_active) {
         int cap = s->cap_active ? 2 * s->cap_active : 8;
@@ -176,7 +188,8 @@ static int sched_add_active(struct scheduler *s, struct active_run *run, int *sl
         s->active = a;
         s->cap_active = cap;
     }
-    s->active[s->nactive++] = (struct sched_active){run, slots, n, gpus, ngpus};
+    s->active[s->nactive++] = (struct sched_active){run,   slots,  n,      gpus,
+                                                    ngpus, remote, nremote};
     return 0;
 }
 
@@ -239,6 +252,13 @@ static int *sched_take_gpus(struct scheduler *s, const struct gpu_plan *plan, in
     return g;
 }
 
+static void sched_release_remote(struct scheduler *s, int *remote, int nremote)
+{
+    for (int i = 0; i < nremote; i++)
+        cluster_reserve(s->cluster, remote[2 * i], -remote[2 * i + 1]);
+    free(remote);
+}
+
 static void sched_release(struct scheduler *s, int *slots, int n, int *gpus, int ngpus)
 {
     for (int i = 0; i < n; i++) {
@@ -249,6 +269,65 @@ static void sched_release(struct scheduler *s, int *slots, int n, int *gpus, int
         s->gpu_used[gpus[i]] = false;
     free(slots);
     free(gpus);
+}
+
+/* Where q's ranks go: 1 with s->place filled, 0 when it must wait for slots, -1 when q
+ * was failed because it can never be placed. This node is candidate 0 with its free slots,
+ * then the followers taking ranks in join order; a GPU run stays on this node. */
+static int sched_place(struct scheduler *s, const struct db_queued_run *q, bool cuda)
+{
+    struct sched_place *p = &s->place;
+    int per = monitor_slots_per_rank(q);
+    int free_here = s->nslots - sched_slots_in_use(s);
+    p->cand[0] = (struct cluster_slot_view){0, free_here};
+    p->ncand = 1;
+    if (!cuda)
+        p->ncand += cluster_followers(s->cluster, p->cand + 1, CLUSTER_MAX_NODES - 1);
+    else if (q->spec.nodes > 1 ||
+             (q->spec.ranks_per_node > 0 && q->spec.ranks_per_node < q->world_size)) {
+        struct err e;
+        err_set(&e, ERR_CONFLICT, "nodes",
+                "device cuda runs stay on one node for now: NCCL across ddpbench nodes is "
+                "not built");
+        sched_fail_unplaceable(s, q, &e);
+        return -1;
+    }
+    int room[CLUSTER_MAX_NODES];
+    for (int i = 0; i < p->ncand; i++)
+        room[i] = p->cand[i].free_slots;
+    p->nnodes = cluster_place(q->world_size, per, q->spec.nodes, q->spec.ranks_per_node, room,
+                              p->ncand, p->count);
+    if (p->nnodes == 0)
+        return 0;
+    free(p->rank_node);
+    p->rank_node = calloc((size_t)q->world_size, sizeof *p->rank_node);
+    if (!p->rank_node)
+        return 0;
+    int r = 0;
+    p->max_per_node = 0;
+    for (int i = 0; i < p->ncand; i++) { /* this node's block first: node rank 0 */
+        for (int j = 0; j < p->count[i]; j++)
+            p->rank_node[r++] = p->cand[i].id;
+        if (p->count[i] > p->max_per_node)
+            p->max_per_node = p->count[i];
+    }
+    return 1;
+}
+
+/* The followers' slots of the placement, reserved: an owned (id, slots) pair list. */
+static int *sched_take_remote(struct scheduler *s, int per, int *nremote)
+{
+    const struct sched_place *p = &s->place;
+    int *pairs = calloc(2 * (size_t)p->ncand, sizeof *pairs), k = 0;
+    for (int i = 1; pairs && i < p->ncand; i++)
+        if (p->count[i] > 0) {
+            pairs[2 * k] = p->cand[i].id;
+            pairs[2 * k + 1] = p->count[i] * per;
+            cluster_reserve(s->cluster, pairs[2 * k], pairs[2 * k + 1]);
+            k++;
+        }
+    *nremote = k;
+    return pairs;
 }
 
 /* Starts the head of the queue while it fits. */
@@ -274,35 +353,51 @@ static void sched_start_queued(struct scheduler *s)
             db_queued_runs_free(q, n);
             continue;
         }
-        int need = q->world_size * monitor_slots_per_rank(q);
-        int *slots = calloc((size_t)need, sizeof *slots);
-        int *cpus = calloc((size_t)need, sizeof *cpus);
+        int where = placed > 0 ? sched_place(s, q, cuda) : 0;
+        if (where < 0) {
+            db_queued_runs_free(q, n);
+            continue;
+        }
+        int per = monitor_slots_per_rank(q);
+        int need = s->place.count[0] * per; /* this node's share; ranks 0.. are its */
+        int *slots = calloc((size_t)need + 1, sizeof *slots);
+        int *cpus = calloc((size_t)(q->world_size * per), sizeof *cpus);
         bool pinned = false;
-        if (placed == 0 || !slots || !cpus || !sched_take_slots(s, need, slots, &pinned)) {
+        if (placed == 0 || where == 0 || !slots || !cpus ||
+            !sched_take_slots(s, need, slots, &pinned)) {
             free(slots);
             free(cpus);
             db_queued_runs_free(q, n);
             return; /* strict FIFO: the head waits for slots */
         }
-        for (int i = 0; i < need; i++) /* -1: unpinned, where CPUs are shared anyway */
-            cpus[i] = pinned ? s->slot_cpu[slots[i]] : -1;
+        for (int i = 0; i < q->world_size * per; i++) /* -1: unpinned (or elsewhere) */
+            cpus[i] = pinned && i < need ? s->slot_cpu[slots[i]] : -1;
+        int nremote = 0, *remote = sched_take_remote(s, per, &nremote);
         int ngpus = 0, *gpus = cuda ? sched_take_gpus(s, plan, &ngpus) : NULL;
         struct monitor_gpu mg = {plan, DDPB_NCCL_VERSION_CODE};
         struct active_run *run = NULL;
         if (cuda && !gpus)
             err_set(&e, ERR_NOMEM, NULL, "out of memory");
         else
-            run = monitor_start_run(&s->mctx, q, cpus, cuda ? &mg : NULL, &e);
+            run = monitor_start_run(&s->mctx, q, cpus, cuda ? &mg : NULL, s->place.rank_node,
+                                    &e);
         free(cpus);
         if (!run && e.code == ERR_CONFLICT) { /* cancelled between listing and starting */
             sched_release(s, slots, need, gpus, ngpus);
+            sched_release_remote(s, remote, nremote);
             db_queued_runs_free(q, n);
             continue;
         }
-        if (!run || sched_add_active(s, run, slots, need, gpus, ngpus) < 0) {
+        if (run) {
+            struct err pe = {0};
+            if (db_run_placement(s->db, q->id, s->place.nnodes, s->place.max_per_node, &pe) < 0)
+                log_warn("run %lld: cannot store its placement: %s", (long long)q->id, pe.msg);
+        }
+        if (!run || sched_add_active(s, run, slots, need, gpus, ngpus, remote, nremote) < 0) {
             log_error("scheduler: cannot start run %lld: %s", (long long)q->id,
                       run ? "out of memory" : e.msg);
             sched_release(s, slots, need, gpus, ngpus);
+            sched_release_remote(s, remote, nremote);
             if (run) {
                 monitor_stop_run(run, DB_RUN_FAILED, -1, "ddpbenchd ran out of memory");
                 monitor_free_run(run);
@@ -332,6 +427,7 @@ static bool sched_reap_finished(struct scheduler *s)
             continue;
         }
         sched_release(s, a->slots, a->n, a->gpus, a->ngpus);
+        sched_release_remote(s, a->remote, a->nremote);
         monitor_free_run(a->run);
         s->active[i] = s->active[--s->nactive];
         any = true;
@@ -401,18 +497,55 @@ static void sched_begin_stop(void *arg)
     s->stopping = true;
 }
 
+static struct active_run *sched_find_active(struct scheduler *s, int64_t id)
+{
+    for (int i = 0; i < s->nactive; i++)
+        if (monitor_run_id(s->active[i].run) == id)
+            return s->active[i].run;
+    return NULL;
+}
+
+/* What followers said since the last iteration goes to the runs it is about (a run that
+ * already ended hears nothing), and runs with ranks on a node that is gone fail. */
+static void sched_cluster_events(struct scheduler *s)
+{
+    json_t *evs = cluster_take_events(s->cluster);
+    size_t i;
+    json_t *ev;
+    json_array_foreach(evs, i, ev)
+    {
+        struct active_run *run = sched_find_active(
+            s, json_integer_value(json_object_get(ev, "run")));
+        if (run)
+            monitor_remote_event(run, (int)json_integer_value(json_object_get(ev, "node")),
+                                 (int)json_integer_value(json_object_get(ev, "rank")), ev);
+    }
+    json_decref(evs);
+    int ids[16];
+    char why[16][160];
+    int n = cluster_take_lost(s->cluster, clock_mono_ms(), ids, why, 16);
+    for (int k = 0; k < n; k++)
+        for (int j = 0; j < s->nactive; j++)
+            monitor_node_lost(s->active[j].run, ids[k], why[k]);
+    if (n > 0)
+        s->scan_now = true; /* the lost node's slots are no longer offered */
+}
+
 /* After every iteration: reap finished runs, start queued ones, or wind down. */
 static void sched_after_iteration(void *arg)
 {
     struct scheduler *s = arg;
     bool scan = s->scan_now | atomic_exchange(&s->wake_pending, false);
     s->scan_now = false;
+    sched_cluster_events(s);
     scan |= sched_reap_finished(s);
     if (s->stopping) {
         if (!s->stopping_runs)
-            for (int i = 0; i < s->nactive; i++)
+            for (int i = 0; i < s->nactive; i++) {
                 monitor_stop_run(s->active[i].run, DB_RUN_INTERRUPTED, -1,
                                  "ddpbenchd shut down while the run was active");
+                monitor_forget_remote(s->active[i].run);
+            }
         s->stopping_runs = true;
         if (s->nactive == 0)
             loop_stop(s->loop);
@@ -439,9 +572,14 @@ static int sched_open_loop(struct scheduler *s, struct err *e)
     return 0;
 }
 
+static void sched_wake_cb(void *ctx)
+{
+    scheduler_wake(ctx);
+}
+
 struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
                                    struct store_server *store, struct events *events,
-                                   struct err *e)
+                                   struct cluster *cluster, struct err *e)
 {
     struct scheduler *s = calloc(1, sizeof *s);
     if (!s) {
@@ -450,6 +588,7 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
     }
     s->cfg = cfg;
     s->db = db;
+    s->cluster = cluster;
     pthread_mutex_init(&s->lock, NULL);
     s->nslots = cfg->cpu_slots;
     s->slot_used = calloc((size_t)s->nslots, sizeof *s->slot_used);
@@ -471,8 +610,13 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
     }
     if (sched_open_loop(s, e) < 0)
         goto fail;
-    s->mctx = (struct monitor_ctx){
-        .db = db, .store = store, .events = events, .cfg = cfg, .loop = s->loop};
+    s->mctx = (struct monitor_ctx){.db = db,
+                                   .store = store,
+                                   .events = events,
+                                   .cfg = cfg,
+                                   .loop = s->loop,
+                                   .cluster = cluster};
+    cluster_set_wake(cluster, sched_wake_cb, s);
     sched_publish_stats(s);
     if (loop_start(s->loop, sched_after_iteration, s, e) < 0)
         goto fail;
@@ -490,6 +634,9 @@ void scheduler_destroy(struct scheduler *s)
     if (s->loop && loop_post(s->loop, &s->stop_call, sched_begin_stop, s, NULL) == 0)
         loop_wait(s->loop); /* until the active runs ended and the hook stopped it */
     loop_destroy(s->loop);  /* forgets our timers and watch, which die with s */
+    if (s->cluster)
+        cluster_set_wake(s->cluster, NULL, NULL);
+    free(s->place.rank_node);
     free(s->active);
     free(s->slot_used);
     free(s->slot_cpu);

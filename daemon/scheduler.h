@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
 #include "common/err.h"
@@ -30,9 +31,10 @@ struct scheduler_stats {
 /* Starts the supervisor thread. db, store, events and cfg are borrowed and must outlive
  * it. The loop also sends the event streams' keep-alive every SCHED_KEEPALIVE_MS.
  * Returns an owned scheduler (scheduler_destroy) or NULL. */
+/* cluster (borrowed): the leader's nodes, where ranks that do not fit here may go. */
 struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
                                    struct store_server *store, struct events *events,
-                                   struct err *e);
+                                   struct cluster *cluster, struct err *e);
 /* Stops active runs (they end 'interrupted'), joins the thread, frees everything. */
 void scheduler_destroy(struct scheduler *s);
 /* New runs were queued. Thread-safe, async-signal-safe. */

@@ -29,6 +29,7 @@ struct fx {
     struct store_server *store;
     struct events *events;
     struct scheduler *sched;
+    struct cluster *cluster; /* the leader's registry: this node alone */
 };
 
 static int fx_open(struct fx *x, struct err *e)
@@ -63,6 +64,7 @@ static int fx_open(struct fx *x, struct err *e)
 static void fx_close(struct fx *x)
 {
     scheduler_destroy(x->sched);
+    cluster_destroy(x->cluster);
     events_destroy(x->events);
     store_server_destroy(x->store);
     db_close(x->db);
@@ -127,7 +129,10 @@ static int fx_run_all(struct fx *x, const char *const *specs, int n, int64_t *id
 {
     if (fx_submit(x, specs, n, ids, e) < 0)
         return -1;
-    x->sched = scheduler_create(&x->cfg, x->db, x->store, x->events, e);
+    x->cluster = cluster_create(&x->cfg, x->db, e);
+    if (!x->cluster)
+        return -1;
+    x->sched = scheduler_create(&x->cfg, x->db, x->store, x->events, x->cluster, e);
     if (!x->sched)
         return -1;
     for (int i = 0; i < n; i++)

@@ -1,0 +1,605 @@
+/* follower: see follower.h. The join/sync client (libcurl), the command handlers, and
+ * the local ranks' pipes and exits turned into events for the leader. */
+#include "daemon/follower.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/buf.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/report.h"
+#include "common/spec.h"
+#include "daemon/launcher.h"
+#include "daemon/loop.h"
+#include "ddpb_config.h"
+
+#define FOLLOWER_BATCH_BYTES (512u << 10) /* events per sync: under the leader's body cap */
+#define FOLLOWER_OUTBOX_MAX 200000        /* events kept while the leader is unreachable */
+#define FOLLOWER_SOON_MS 20               /* a sync this soon after new events */
+#define FOLLOWER_RETRY_MAX_MS 2000
+
+struct follower;
+
+struct follower_rank {
+    struct follower *f;
+    int64_t run;
+    int rank;
+    pid_t pid;
+    int report_fd, pidfd;
+    struct loop_watch wreport, wexit;
+    struct buf line;
+    bool killed; /* SIGKILL sent: the run is no longer wanted */
+};
+
+struct follower {
+    const struct config *cfg; /* borrowed */
+    int http_port;
+    struct loop *loop; /* owned */
+    CURL *curl;        /* owned; used on the loop thread only */
+    struct curl_slist *headers;
+    struct loop_timer sync_timer;
+    char session[65];
+    int node_id, sync_ms;
+    bool joined, left, said_lost;
+    int64_t retry_ms, last_sync_ms;
+    json_t *outbox;               /* owned array of events not yet accepted */
+    struct follower_rank **ranks; /* owned, live ranks */
+    int nranks, cap_ranks;
+    atomic_bool drain, done;
+    struct loop_call drain_call;
+};
+
+/* --- HTTP to the leader -------------------------------------------------------------- */
+
+static size_t follower_on_body(char *p, size_t size, size_t n, void *ctx)
+{
+    return buf_append(ctx, p, size * n) < 0 ? 0 : size * n;
+}
+
+/* POSTs body to the leader's path. Returns the HTTP status (0: no answer) with the
+ * parsed reply in *reply (owned; NULL when not JSON). */
+static long follower_post(struct follower *f, const char *path, const json_t *body,
+                          json_t **reply)
+{
+    char url[512];
+    snprintf(url, sizeof url, "%s%s", f->cfg->join, path);
+    char *text = json_dumps(body, JSON_COMPACT);
+    struct buf got;
+    buf_init(&got);
+    long status = 0;
+    *reply = NULL;
+    if (!text)
+        return 0;
+    curl_easy_setopt(f->curl, CURLOPT_URL, url);
+    curl_easy_setopt(f->curl, CURLOPT_POSTFIELDS, text);
+    curl_easy_setopt(f->curl, CURLOPT_WRITEDATA, &got);
+    CURLcode rc = curl_easy_perform(f->curl);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(f->curl, CURLINFO_RESPONSE_CODE, &status);
+    else if (!f->said_lost) {
+        log_warn("follower: %s: %s", url, curl_easy_strerror(rc));
+        f->said_lost = true;
+    }
+    if (got.len > 0)
+        *reply = json_loadb((const char *)got.data, got.len, 0, NULL);
+    buf_free(&got);
+    free(text);
+    return status;
+}
+
+/* --- local ranks ------------------------------------------------------------------------ */
+
+static void follower_arm(struct follower *f, int64_t at);
+
+/* Queues ev (stolen) for the leader and brings the next sync forward. */
+static void follower_queue(struct follower *f, json_t *ev)
+{
+    if (!ev)
+        return;
+    if (json_array_size(f->outbox) >= FOLLOWER_OUTBOX_MAX) {
+        log_error("follower: %d events wait for the leader: dropping one", FOLLOWER_OUTBOX_MAX);
+        json_decref(ev);
+        return;
+    }
+    json_array_append_new(f->outbox, ev);
+    int64_t soon = f->last_sync_ms + FOLLOWER_SOON_MS, now = clock_mono_ms();
+    if (soon < now)
+        soon = now;
+    if (!f->retry_ms &&
+        (!loop_timer_armed(&f->sync_timer) || loop_timer_deadline(&f->sync_timer) > soon))
+        follower_arm(f, soon);
+}
+
+static json_t *follower_event(const struct follower_rank *k, const char *key, json_t *v)
+{
+    return json_pack("{s:I, s:i, s:o}", "run", (json_int_t)k->run, "rank", k->rank, key, v);
+}
+
+/* Whole lines of the rank's pipe become line events; a line over the protocol's limit is
+ * replaced by one the leader's ingestion refuses, so the rank fails naming why. */
+static void follower_read(struct follower_rank *k)
+{
+    char chunk[16384];
+    for (;;) {
+        ssize_t n = read(k->report_fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+                loop_watch_remove(k->f->loop, &k->wreport);
+                close(k->report_fd);
+                k->report_fd = -1;
+            }
+            return;
+        }
+        if (buf_append(&k->line, chunk, (size_t)n) < 0)
+            return;
+        size_t start = 0;
+        for (size_t i = 0; i < k->line.len; i++) {
+            if (k->line.data[i] != '\n')
+                continue;
+            follower_queue(k->f, follower_event(k, "line",
+                                                json_stringn((const char *)k->line.data + start,
+                                                             i - start)));
+            start = i + 1;
+        }
+        buf_consume(&k->line, start);
+        if (k->line.len > REPORT_MAX_LINE) {
+            follower_queue(k->f,
+                           follower_event(k, "line",
+                                          json_string("report line too long (over the "
+                                                      "protocol's limit) on a follower")));
+            buf_reset(&k->line);
+        }
+    }
+}
+
+static void follower_remove_rank(struct follower *f, struct follower_rank *k)
+{
+    for (int i = 0; i < f->nranks; i++)
+        if (f->ranks[i] == k) {
+            f->ranks[i] = f->ranks[--f->nranks];
+            break;
+        }
+    if (k->report_fd >= 0) {
+        loop_watch_remove(f->loop, &k->wreport);
+        close(k->report_fd);
+    }
+    if (k->pidfd >= 0) {
+        loop_watch_remove(f->loop, &k->wexit);
+        close(k->pidfd);
+    }
+    buf_free(&k->line);
+    free(k);
+}
+
+/* The rank exited: its last lines, then its exit, go to the leader. */
+static void follower_exited(struct follower_rank *k)
+{
+    int ws = 0;
+    if (waitpid(k->pid, &ws, WNOHANG) != k->pid)
+        return;
+    if (k->report_fd >= 0)
+        follower_read(k); /* the writer is gone: drains to end of file */
+    json_t *ex = json_pack(
+        "{s:o, s:o}", "code", WIFEXITED(ws) ? json_integer(WEXITSTATUS(ws)) : json_null(),
+        "signal", WIFSIGNALED(ws) ? json_integer(WTERMSIG(ws)) : json_null());
+    follower_queue(k->f, follower_event(k, "exit", ex));
+    log_info("follower: run %lld rank %d exited", (long long)k->run, k->rank);
+    follower_remove_rank(k->f, k);
+}
+
+static void follower_on_report(void *ctx, uint32_t events)
+{
+    struct follower_rank *k = ctx;
+    (void)events;
+    if (k->report_fd >= 0)
+        follower_read(k);
+}
+
+static void follower_on_exit(void *ctx, uint32_t events)
+{
+    (void)events;
+    follower_exited(ctx);
+}
+
+static void follower_signal_run(struct follower *f, int64_t run, int sig)
+{
+    for (int i = 0; i < f->nranks; i++) {
+        struct follower_rank *k = f->ranks[i];
+        if (run != 0 && k->run != run)
+            continue;
+        int s = sig == SIGTERM && launcher_is_stopped(k->pid) ? SIGKILL : sig;
+        launcher_signal(k->pid, s);
+        k->killed |= s == SIGKILL;
+    }
+}
+
+/* --- commands --------------------------------------------------------------------------- */
+
+struct follower_spawn {
+    int64_t run;
+    const char *store, *ns, *secret;
+    int world_size, node_rank;
+    const json_t *spec, *ranks;
+};
+
+/* A spawn command's fields, checked before anything runs; false (logged) when malformed. */
+static bool follower_parse_spawn(const json_t *c, struct follower_spawn *s)
+{
+    s->run = json_integer_value(json_object_get(c, "run"));
+    s->store = json_string_value(json_object_get(c, "store"));
+    s->ns = json_string_value(json_object_get(c, "ns"));
+    s->secret = json_string_value(json_object_get(c, "secret"));
+    s->world_size = (int)json_integer_value(json_object_get(c, "world_size"));
+    s->node_rank = (int)json_integer_value(json_object_get(c, "node_rank"));
+    s->spec = json_object_get(c, "spec");
+    s->ranks = json_object_get(c, "ranks");
+    bool ok = s->run > 0 && s->store && strlen(s->store) < 192 && s->ns && strlen(s->ns) < 32 &&
+              s->secret && strlen(s->secret) < 40 && s->world_size >= 1 &&
+              s->world_size <= SPEC_MAX_WORLD && s->node_rank >= 0 &&
+              s->node_rank < SPEC_MAX_WORLD && json_is_object(s->spec) &&
+              json_is_array(s->ranks) && json_array_size(s->ranks) >= 1 &&
+              json_array_size(s->ranks) <= (size_t)s->world_size;
+    size_t i;
+    const json_t *r;
+    json_array_foreach(s->ranks, i, r)
+    {
+        json_int_t rank = json_integer_value(json_object_get(r, "rank"));
+        json_int_t local = json_integer_value(json_object_get(r, "local_rank"));
+        ok = ok && json_is_integer(json_object_get(r, "rank")) && rank >= 0 &&
+             rank < s->world_size && local >= 0 && local < s->world_size;
+    }
+    if (!ok)
+        log_error("follower: malformed spawn command from the leader: ignored");
+    return ok;
+}
+
+/* Writes the run's spec where its ranks read it: STATE/runs/ID/spec.json. */
+static int follower_write_spec(struct follower *f, const struct follower_spawn *s, char *dir,
+                               size_t cap)
+{
+    snprintf(dir, cap, "%s/runs", f->cfg->state_dir);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return -1;
+    snprintf(dir, cap, "%s/runs/%lld", f->cfg->state_dir, (long long)s->run);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return -1;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/spec.json", dir);
+    return json_dump_file(s->spec, path, JSON_COMPACT);
+}
+
+static void follower_spawn_rank(struct follower *f, const struct follower_spawn *s,
+                                const char *dir, int rank, int local)
+{
+    char spec_path[PATH_MAX], log_path[PATH_MAX];
+    snprintf(spec_path, sizeof spec_path, "%s/spec.json", dir);
+    snprintf(log_path, sizeof log_path, "%s/rank%d.log", dir, rank);
+    struct launch_rank lr = {
+        .worker_path = f->cfg->worker_path,
+        .run = s->ns,
+        .secret = s->secret,
+        .store_addr = s->store,
+        .spec_path = spec_path,
+        .log_path = log_path,
+        .peer_host = f->cfg->store_host,
+        .rank = rank,
+        .world_size = s->world_size,
+        .local_rank = local,
+        .node_rank = s->node_rank,
+        .node_name = f->cfg->node,
+    };
+    struct follower_rank *k = calloc(1, sizeof *k);
+    struct launched out;
+    struct err e = {0};
+    json_t *ev = NULL;
+    if (!k || (f->nranks == f->cap_ranks &&
+               !(f->ranks = realloc(f->ranks, (size_t)(f->cap_ranks = f->cap_ranks * 2 + 8) *
+                                                  sizeof *f->ranks)))) {
+        err_set(&e, ERR_NOMEM, NULL, "out of memory");
+    } else if (launcher_spawn(&lr, &out, &e) == 0) {
+        *k = (struct follower_rank){.f = f,
+                                    .run = s->run,
+                                    .rank = rank,
+                                    .pid = out.pid,
+                                    .report_fd = out.report_fd,
+                                    .pidfd = out.pidfd};
+        buf_init(&k->line);
+        f->ranks[f->nranks++] = k;
+        loop_watch_add(f->loop, &k->wreport, k->report_fd, EPOLLIN, follower_on_report, k, &e);
+        loop_watch_add(f->loop, &k->wexit, k->pidfd, EPOLLIN, follower_on_exit, k, &e);
+        follower_queue(f, follower_event(k, "spawned",
+                                         json_pack("{s:i, s:n}", "pid", (int)k->pid, "cpus")));
+        log_info("follower: run %lld rank %d started (pid %d)", (long long)s->run, rank,
+                 (int)k->pid);
+        return;
+    }
+    free(k);
+    /* could not start: the leader hears an exit with the launcher's reason in the log */
+    log_error("follower: run %lld rank %d: %s", (long long)s->run, rank, e.msg);
+    ev = json_pack("{s:I, s:i, s:{s:i, s:n}}", "run", (json_int_t)s->run, "rank", rank, "exit",
+                   "code", 127, "signal");
+    follower_queue(f, ev);
+}
+
+static void follower_do_spawn(struct follower *f, const json_t *c)
+{
+    struct follower_spawn s;
+    if (!follower_parse_spawn(c, &s))
+        return;
+    char dir[PATH_MAX];
+    bool ok = follower_write_spec(f, &s, dir, sizeof dir) == 0;
+    if (!ok)
+        log_error("follower: run %lld: cannot write its spec under %s", (long long)s.run, dir);
+    size_t i;
+    const json_t *r;
+    json_array_foreach(s.ranks, i, r)
+    {
+        int rank = (int)json_integer_value(json_object_get(r, "rank"));
+        if (ok)
+            follower_spawn_rank(f, &s, dir, rank,
+                                (int)json_integer_value(json_object_get(r, "local_rank")));
+        else
+            follower_queue(f, json_pack("{s:I, s:i, s:{s:i, s:n}}", "run", (json_int_t)s.run,
+                                        "rank", rank, "exit", "code", 127, "signal"));
+    }
+}
+
+static void follower_do_commands(struct follower *f, const json_t *cmds)
+{
+    size_t i;
+    const json_t *c;
+    json_array_foreach(cmds, i, c)
+    {
+        const char *op = json_string_value(json_object_get(c, "op"));
+        if (op && strcmp(op, "spawn") == 0) {
+            follower_do_spawn(f, c);
+        } else if (op && strcmp(op, "signal") == 0) {
+            const char *sig = json_string_value(json_object_get(c, "signal"));
+            json_int_t run = json_integer_value(json_object_get(c, "run"));
+            if (run > 0 && sig && (strcmp(sig, "TERM") == 0 || strcmp(sig, "KILL") == 0))
+                follower_signal_run(f, run, strcmp(sig, "KILL") == 0 ? SIGKILL : SIGTERM);
+            else
+                log_error("follower: malformed signal command from the leader: ignored");
+        } else {
+            log_error("follower: unknown command '%s' from the leader: ignored",
+                      op ? op : "(none)");
+        }
+    }
+}
+
+/* Kills every local rank of a run the leader no longer lists. */
+static void follower_reconcile(struct follower *f, const json_t *runs)
+{
+    for (int i = 0; i < f->nranks; i++) {
+        struct follower_rank *k = f->ranks[i];
+        bool wanted = false;
+        size_t j;
+        const json_t *r;
+        json_array_foreach(runs, j, r) wanted |= json_integer_value(r) == k->run;
+        if (!wanted && !k->killed) {
+            log_warn("follower: run %lld is not the leader's any more: killing rank %d",
+                     (long long)k->run, k->rank);
+            launcher_signal(k->pid, SIGKILL);
+            k->killed = true;
+        }
+    }
+}
+
+/* --- join, sync, leave --------------------------------------------------------------------- */
+
+static void follower_join(struct follower *f)
+{
+    json_t *offer = json_pack(
+        "{s:s, s:s, s:i, s:i, s:i, s:{s:s}, s:o}", "name", f->cfg->node, "address",
+        f->cfg->store_host, "port", f->http_port, "cpu_slots", f->cfg->cpu_slots, "gpus",
+        f->cfg->gpus, "engines", "ddpbench", DDPB_VERSION, "network_profile",
+        f->cfg->network_profile[0] ? json_string(f->cfg->network_profile) : json_null());
+    json_t *reply = NULL;
+    long st = follower_post(f, "/v1/cluster/join", offer, &reply);
+    json_decref(offer);
+    const char *session = json_string_value(json_object_get(reply, "session"));
+    if (st == 200 && session && strlen(session) < sizeof f->session) {
+        snprintf(f->session, sizeof f->session, "%s", session);
+        f->node_id = (int)json_integer_value(json_object_get(reply, "node_id"));
+        json_int_t ms = json_integer_value(json_object_get(reply, "sync_ms"));
+        f->sync_ms = ms >= 20 && ms <= 60000 ? (int)ms : f->cfg->sync_ms;
+        f->joined = true;
+        f->said_lost = false;
+        f->retry_ms = 0;
+        json_array_clear(f->outbox); /* events of an earlier session: those runs are over */
+        follower_reconcile(f, json_object_get(reply, "runs"));
+        log_info("follower: joined %s as node %d", f->cfg->join, f->node_id);
+    } else if (st != 0) {
+        const char *why = json_string_value(json_object_get(reply, "error"));
+        log_error("follower: the leader refused the join (HTTP %ld): %s", st,
+                  why ? why : "no reason given");
+    }
+    json_decref(reply);
+}
+
+/* The first events of the outbox, up to FOLLOWER_BATCH_BYTES of lines: a borrowed view
+ * as a new array (owned), and their count in *n. */
+static json_t *follower_batch(struct follower *f, size_t *n)
+{
+    json_t *batch = json_array();
+    size_t bytes = 0, i;
+    for (i = 0; i < json_array_size(f->outbox) && bytes < FOLLOWER_BATCH_BYTES; i++) {
+        json_t *ev = json_array_get(f->outbox, i);
+        bytes += 64 + json_string_length(json_object_get(ev, "line"));
+        json_array_append(batch, ev);
+    }
+    *n = i;
+    return batch;
+}
+
+static void follower_sync(struct follower *f)
+{
+    size_t n = 0;
+    json_t *body = json_pack("{s:i, s:s, s:s, s:o}", "node_id", f->node_id, "session",
+                             f->session, "state", atomic_load(&f->drain) ? "draining" : "up",
+                             "events", follower_batch(f, &n));
+    json_t *reply = NULL;
+    long st = follower_post(f, "/v1/cluster/sync", body, &reply);
+    json_decref(body);
+    f->last_sync_ms = clock_mono_ms();
+    if (st == 200) {
+        for (size_t i = 0; i < n; i++)
+            json_array_remove(f->outbox, 0);
+        f->said_lost = false;
+        f->retry_ms = 0;
+        follower_do_commands(f, json_object_get(reply, "commands"));
+        follower_reconcile(f, json_object_get(reply, "runs"));
+    } else if (st == 409) {
+        log_warn("follower: the leader does not know this session any more: joining again");
+        f->joined = false;
+    } else if (st == 400) { /* never sent again: it would be refused forever */
+        const char *why = json_string_value(json_object_get(reply, "error"));
+        log_error("follower: the leader refused a sync: %s: dropping %zu event(s)",
+                  why ? why : "?", n);
+        for (size_t i = 0; i < n; i++)
+            json_array_remove(f->outbox, 0);
+    } else if (st != 0) {
+        log_error("follower: sync answered HTTP %ld", st);
+    }
+    json_decref(reply);
+    if (st != 200)
+        f->retry_ms = f->retry_ms
+                          ? (f->retry_ms * 2 > FOLLOWER_RETRY_MAX_MS ? FOLLOWER_RETRY_MAX_MS
+                                                                     : f->retry_ms * 2)
+                          : 100;
+}
+
+/* Drained: nothing runs and every event is with the leader. */
+static void follower_leave(struct follower *f)
+{
+    json_t *body = json_pack("{s:i, s:s}", "node_id", f->node_id, "session", f->session);
+    json_t *reply = NULL;
+    long st = f->joined ? follower_post(f, "/v1/cluster/leave", body, &reply) : 0;
+    json_decref(body);
+    json_decref(reply);
+    log_info("follower: drained; %s", st == 200 ? "left the cluster" : "leaving unannounced");
+    f->left = true;
+    atomic_store(&f->done, true);
+    loop_stop(f->loop);
+}
+
+static void follower_on_timer(void *ctx);
+
+static void follower_arm(struct follower *f, int64_t at)
+{
+    loop_timer_start(f->loop, &f->sync_timer, at, follower_on_timer, f);
+}
+
+static void follower_on_timer(void *ctx)
+{
+    struct follower *f = ctx;
+    if (!f->joined)
+        follower_join(f);
+    if (f->joined)
+        follower_sync(f);
+    if (atomic_load(&f->drain) && f->nranks == 0 && json_array_size(f->outbox) == 0 &&
+        f->joined) {
+        follower_leave(f);
+        return;
+    }
+    int64_t next = f->retry_ms ? f->retry_ms
+                               : (json_array_size(f->outbox) ? FOLLOWER_SOON_MS : f->sync_ms);
+    follower_arm(f, clock_mono_ms() + next);
+}
+
+/* --- life ------------------------------------------------------------------------------ */
+
+static void follower_post_drain(void *ctx)
+{
+    struct follower *f = ctx;
+    log_info("follower: draining (%d rank(s) running)", f->nranks);
+    follower_arm(f, clock_mono_ms());
+}
+
+struct follower *follower_start(const struct config *cfg, int http_port, struct err *e)
+{
+    struct follower *f = calloc(1, sizeof *f);
+    if (!f) {
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    f->cfg = cfg;
+    f->http_port = http_port;
+    f->sync_ms = cfg->sync_ms;
+    f->outbox = json_array();
+    char auth[300];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", cfg->token);
+    f->headers = curl_slist_append(NULL, auth);
+    f->headers = curl_slist_append(f->headers, "Content-Type: application/json");
+    f->curl = curl_easy_init();
+    if (!f->curl || !f->headers || !f->outbox) {
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+        follower_stop(f);
+        return NULL;
+    }
+    curl_easy_setopt(f->curl, CURLOPT_HTTPHEADER, f->headers);
+    curl_easy_setopt(f->curl, CURLOPT_WRITEFUNCTION, follower_on_body);
+    curl_easy_setopt(f->curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(f->curl, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
+    curl_easy_setopt(f->curl, CURLOPT_TIMEOUT_MS, 3000L);
+    curl_easy_setopt(f->curl, CURLOPT_FOLLOWLOCATION, 0L); /* obey only the URL joined */
+    if (!(f->loop = loop_create("ddpb-follow", e))) {
+        follower_stop(f);
+        return NULL;
+    }
+    follower_arm(f, clock_mono_ms());
+    if (loop_start(f->loop, NULL, NULL, e) < 0) {
+        follower_stop(f);
+        return NULL;
+    }
+    return f;
+}
+
+void follower_drain(struct follower *f)
+{
+    if (atomic_exchange(&f->drain, true))
+        return; /* the call below is posted once: drain_call is free for it */
+    loop_post(f->loop, &f->drain_call, follower_post_drain, f, NULL);
+}
+
+bool follower_done(struct follower *f)
+{
+    return atomic_load(&f->done);
+}
+
+void follower_stop(struct follower *f)
+{
+    if (!f)
+        return;
+    if (f->loop) {
+        loop_stop(f->loop);
+        loop_wait(f->loop);
+    }
+    follower_signal_run(f, 0, SIGKILL);
+    for (int i = 0; i < f->nranks; i++)
+        waitpid(f->ranks[i]->pid, NULL, 0);
+    while (f->nranks > 0)
+        follower_remove_rank(f, f->ranks[0]);
+    loop_destroy(f->loop);
+    free(f->ranks);
+    json_decref(f->outbox);
+    if (f->curl)
+        curl_easy_cleanup(f->curl);
+    curl_slist_free_all(f->headers);
+    free(f);
+}

@@ -1,0 +1,349 @@
+#!/usr/bin/env python3
+"""A cluster on loopback: one leader and followers (ddpbenchd --join), each its own process
+with its own state directory and ports, as on separate machines but for the addresses.
+Joining and the nodes list, the follower's redirects, refused joins and malformed syncs,
+runs whose ranks span nodes (collective and training: run_ranks.node, the placement in
+results), and the faults: a follower killed with -9 mid-run, a follower draining on
+SIGTERM, the leader restarting under running followers.
+
+deploy/netlab.sh runs the same cluster over shaped links between network namespaces
+(test_netlab); this file needs no root and keeps every case to seconds."""
+import json
+import os
+import signal
+import socket
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from harness import Daemon, check, pid_alive, run_cases, wait_gone
+
+TOKEN = "cluster-test-token-7f3c2a91d0"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+COLL = {"workload": "collective", "op": "allreduce", "min_bytes": 1024, "max_bytes": 65536,
+        "iters": 5, "warmup": 1, "timeout_s": 60}
+TRAIN = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "steps": 12,
+         "warmup_steps": 2, "dataset": {"name": "synthetic"},
+         "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}, "timeout_s": 120}
+
+
+def token_file():
+    fd, path = tempfile.mkstemp(prefix="ddpb-token-")
+    os.write(fd, TOKEN.encode())
+    os.close(fd)
+    return path
+
+
+TOKEN_FILE = token_file()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def leader(**kw):
+    """port: fixed (a restarted leader must come back where its followers look)."""
+    return Daemon(cpu_slots=kw.get("slots", 2),
+                  extra_args=["--token-file", TOKEN_FILE, "--node", "lead",
+                              "--node-timeout-ms", str(kw.get("timeout_ms", 2000)),
+                              "--port", str(kw.get("port", 0))])
+
+
+def follower(lead, name, slots=2, state_dir=None):
+    return Daemon(cpu_slots=slots, state_dir=state_dir,
+                  extra_args=["--join", lead.url, "--token-file", TOKEN_FILE, "--node", name,
+                              "--sync-ms", "100"])
+
+
+def post(d, path, body, headers=AUTH):
+    return d.request("POST", path, body=body, headers=headers)
+
+
+def submit(d, spec):
+    status, body, _ = post(d, "/v1/experiments", spec)
+    check(status == 201, f"submit -> {status}: {body}")
+    return body
+
+
+def nodes(d):
+    return {n["name"]: n for n in d.get("/v1/nodes")["nodes"]}
+
+
+def wait_node(d, name, state, timeout=15):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        n = nodes(d).get(name)
+        if n and n["state"] == state:
+            return n
+        time.sleep(0.05)
+    raise AssertionError(f"node {name} not {state} in {timeout}s: {nodes(d).get(name)}; "
+                         f"log: {d.daemon_log()}")
+
+
+def first_run(d, exp_id):
+    return d.get(f"/v1/experiments/{exp_id}")["runs"][0]["id"]
+
+
+def remote_pids(run, node):
+    return [k["pid"] for k in run["ranks"] if k["node"] == node and k["pid"]]
+
+
+def test_join_and_nodes():
+    lead = leader()
+    f1 = follower(lead, "f1", slots=3)
+    try:
+        n = wait_node(lead, "f1", "up")
+        check(n["role"] == "follower" and n["cpu_slots"] == 3 and n["gpus"] >= 0, n)
+        check(n["engines"].get("ddpbench") and n["heartbeat_age_s"] < 2, n)
+        me = nodes(lead)["lead"]
+        check(me["role"] == "leader" and me["state"] == "up" and me["cpu_slots"] == 2, me)
+        h = lead.get("/healthz")
+        check(h["role"] == "leader" and h["nodes"] == {"up": 2, "known": 2}, h)
+        hf = f1.get("/healthz")
+        check(hf["role"] == "follower" and hf["leader"] == lead.url, hf)
+        # the nodes table records both
+        status, body, _ = lead.request("GET", "/v1/nodes")
+        check(status == 200 and len(body["nodes"]) == 2, body)
+    finally:
+        f1.close()
+        lead.close()
+
+
+def test_follower_redirects_to_leader():
+    lead = leader()
+    f1 = follower(lead, "f1")
+    try:
+        wait_node(lead, "f1", "up")
+        req = urllib.request.Request(f1.url + "/v1/experiments?limit=5&status=running")
+
+        class NoFollow(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *a, **k):
+                return None
+
+        opener = urllib.request.build_opener(NoFollow)
+        try:
+            opener.open(req, timeout=10)
+            raise AssertionError("no redirect")
+        except urllib.error.HTTPError as e:
+            check(e.code == 307, e.code)
+            loc = e.headers["Location"]
+            check(loc == lead.url + "/v1/experiments?limit=5&status=running", loc)
+            body = json.loads(e.read())
+            check(body["leader"] == lead.url and "follower" in body["error"]["message"], body)
+        # a submission is redirected too (307 keeps method and body)
+        status, body, hdrs = post(f1, "/v1/experiments", dict(COLL))
+        check(status == 307 and hdrs["Location"] == lead.url + "/v1/experiments", (status, body))
+    finally:
+        f1.close()
+        lead.close()
+
+
+def test_joins_refused():
+    lead = leader()
+    offer = {"name": "x1", "address": "127.0.0.1", "port": 1, "cpu_slots": 1, "gpus": 0}
+    try:
+        status, body, _ = post(lead, "/v1/cluster/join", offer, headers={})
+        check(status == 401, (status, body))
+        status, body, _ = post(lead, "/v1/cluster/join", offer,
+                               headers={"Authorization": "Bearer wrong"})
+        check(status == 401, (status, body))
+        status, body, _ = post(lead, "/v1/cluster/join", dict(offer, color="red"))
+        check(status == 400 and body["error"]["field"] == "color", (status, body))
+        status, body, _ = post(lead, "/v1/cluster/join", dict(offer, cpu_slots="2"))
+        check(status == 400 and body["error"]["field"] == "cpu_slots", (status, body))
+        status, body, _ = post(lead, "/v1/cluster/join", dict(offer, name="lead"))
+        check(status == 409 and "leader" in body["error"]["message"], (status, body))
+        status, body, _ = post(lead, "/v1/cluster/join", dict(offer, name="a b"))
+        check(status == 400, (status, body))
+        check("x1" not in nodes(lead), nodes(lead))
+    finally:
+        lead.close()
+    # a leader without a token takes no followers
+    bare = Daemon(cpu_slots=1)
+    try:
+        status, body, _ = post(bare, "/v1/cluster/join", offer, headers={})
+        check(status == 403 and "--token-file" in body["error"]["message"], (status, body))
+    finally:
+        bare.close()
+
+
+def test_malformed_syncs_refused():
+    lead = leader(timeout_ms=60000)
+    offer = {"name": "fake", "address": "127.0.0.1", "port": 1, "cpu_slots": 1, "gpus": 0}
+    try:
+        status, j, _ = post(lead, "/v1/cluster/join", offer)
+        check(status == 200 and j["node_id"] >= 1 and len(j["session"]) == 64, j)
+        sid, nid = j["session"], j["node_id"]
+        bad = [
+            ({"node_id": nid, "session": "0" * 64}, 409),
+            ({"node_id": nid, "session": sid, "events": "x"}, 400),
+            ({"node_id": nid, "session": sid, "events": [{"run": 1}]}, 400),
+            ({"node_id": nid, "session": sid, "events": [{"run": 1, "rank": 0}]}, 400),
+            ({"node_id": nid, "session": sid,
+              "events": [{"run": 1, "rank": 0, "line": "x", "exit": {}}]}, 400),
+            ({"node_id": nid, "session": sid, "events": [{"run": -1, "rank": 0, "line": "x"}]},
+             400),
+            ({"node_id": nid, "session": sid, "state": "sleepy"}, 400),
+            ({"node_id": nid, "session": sid, "extra": 1}, 400),
+            ({"node_id": 999, "session": sid}, 400),
+        ]
+        for body, want in bad:
+            status, reply, _ = post(lead, "/v1/cluster/sync", body)
+            check(status == want, f"{body} -> {status} {reply}, want {want}")
+        status, _, _ = lead.request("POST", "/v1/cluster/sync", raw=b"{not json",
+                                    headers=dict(AUTH, **{"Content-Type": "application/json"}))
+        check(status == 400, status)
+        # events for a run the leader never placed there are dropped; the sync is fine
+        status, reply, _ = post(lead, "/v1/cluster/sync",
+                                {"node_id": nid, "session": sid, "state": "draining",
+                                 "events": [{"run": 12345, "rank": 0, "line": "{}"}]})
+        check(status == 200 and reply == {"commands": [], "runs": []}, (status, reply))
+        check(nodes(lead)["fake"]["state"] == "draining", nodes(lead))
+        status, reply, _ = post(lead, "/v1/cluster/leave", {"node_id": nid, "session": sid})
+        check(status == 200, reply)
+        check(nodes(lead)["fake"]["state"] == "left", nodes(lead))
+        status, reply, _ = post(lead, "/v1/cluster/sync", {"node_id": nid, "session": sid})
+        check(status == 409 and reply.get("error"), (status, reply))
+        check(lead.get("/healthz")["status"] == "ok", "leader still serves")
+    finally:
+        lead.close()
+
+
+def test_run_spans_two_nodes():
+    lead = leader()
+    f1 = follower(lead, "f1")
+    try:
+        wait_node(lead, "f1", "up")
+        exp = lead.wait_experiment(submit(lead, dict(COLL, world_size=4, nodes=2))["id"])
+        check(exp["status"] == "succeeded", exp)
+        run = lead.get(f"/v1/runs/{first_run(lead, exp['id'])}")
+        where = {k["rank"]: k["node"] for k in run["ranks"]}
+        check(where == {0: "lead", 1: "lead", 2: "f1", 3: "f1"}, where)
+        check(run["nodes"] == 2 and run["ranks_per_node"] == 2, run)
+        check(all(k["status"] == "done" for k in run["ranks"]), run["ranks"])
+        res = lead.get(f"/v1/experiments/{exp['id']}/results")
+        rows = res["rows"] if "rows" in res else res["tables"][0]["rows"]
+        check(rows and all(r.get("nodes") == 2 and r.get("ranks_per_node") == 2 for r in rows),
+              rows[:1])
+        # training: every rank's steps arrive, the remote ones through the follower
+        exp = lead.wait_experiment(submit(lead, dict(TRAIN, world_size=4, ranks_per_node=2))["id"])
+        check(exp["status"] == "succeeded", exp)
+        rid = first_run(lead, exp["id"])
+        for rank in range(4):
+            steps = lead.get(f"/v1/runs/{rid}/steps?rank={rank}")
+            check(len(steps["rows"]) >= 10, (rank, steps))
+        # the default packs: 2 ranks fit on the leader alone
+        exp = lead.wait_experiment(submit(lead, dict(COLL, world_size=2))["id"])
+        run = lead.get(f"/v1/runs/{first_run(lead, exp['id'])}")
+        check({k["node"] for k in run["ranks"]} == {"lead"} and run["nodes"] == 1, run)
+        # more nodes than the cluster has: refused at submit, naming the field
+        status, body, _ = post(lead, "/v1/experiments", dict(COLL, world_size=3, nodes=3))
+        check(status == 409 and "nodes" in body["error"]["message"], (status, body))
+    finally:
+        f1.close()
+        lead.close()
+
+
+def test_follower_killed_mid_run():
+    lead = leader(timeout_ms=2000)
+    f1 = follower(lead, "f1")
+    try:
+        wait_node(lead, "f1", "up")
+        exp_id = submit(lead, dict(TRAIN, world_size=4, nodes=2, steps=100000))["id"]
+        rid = first_run(lead, exp_id)
+        run = lead.wait_run(rid, lambda r: r["status"] == "running" and
+                            len(remote_pids(r, "f1")) == 2, what="running on both nodes")
+        deadline = time.time() + 30
+        while len(lead.get(f"/v1/runs/{rid}/steps?rank=2")["rows"]) < 3:
+            check(time.time() < deadline, "no steps from rank 2")
+            time.sleep(0.1)
+        before = len(lead.get(f"/v1/runs/{rid}/steps?rank=0")["rows"])
+        pids = remote_pids(run, "f1") + [k["pid"] for k in run["ranks"] if k["node"] == "lead"]
+        t0 = time.time()
+        f1.proc.send_signal(signal.SIGKILL)
+        f1.proc.wait()
+        exp = lead.wait_experiment(exp_id, timeout=30)
+        took = time.time() - t0
+        run = lead.get(f"/v1/runs/{rid}")
+        check(exp["status"] == "failed", exp)
+        check("node f1 lost" in run["error"] and "ranks 2, 3" in run["error"], run["error"])
+        check(took < 2.0 + 5.0, f"failed {took:.1f}s after the kill")
+        check(len(lead.get(f"/v1/runs/{rid}/steps?rank=0")["rows"]) >= before, "steps kept")
+        check(len(lead.get(f"/v1/runs/{rid}/steps?rank=2")["rows"]) >= 3, "remote steps kept")
+        wait_gone(pids)  # the leader's ranks stopped, the follower's died with it
+        check(nodes(lead)["f1"]["state"] == "lost", nodes(lead)["f1"])
+        # it comes back under its name
+        f1b = follower(lead, "f1", state_dir=f1.state_dir)
+        try:
+            wait_node(lead, "f1", "up")
+            exp = lead.wait_experiment(submit(lead, dict(COLL, world_size=4, nodes=2))["id"])
+            check(exp["status"] == "succeeded", exp)
+        finally:
+            f1b.close()
+    finally:
+        f1.close()
+        lead.close()
+
+
+def test_follower_drains_on_sigterm():
+    lead = leader()
+    f1 = follower(lead, "f1")
+    try:
+        wait_node(lead, "f1", "up")
+        exp_id = submit(lead, dict(TRAIN, world_size=4, nodes=2, steps=40))["id"]
+        rid = first_run(lead, exp_id)
+        lead.wait_run(rid, lambda r: len(remote_pids(r, "f1")) == 2, what="remote ranks")
+        f1.proc.send_signal(signal.SIGTERM)
+        wait_node(lead, "f1", "draining", timeout=10)
+        exp = lead.wait_experiment(exp_id, timeout=120)
+        check(exp["status"] == "succeeded", (exp, lead.get(f"/v1/runs/{rid}")))
+        check(f1.proc.wait(timeout=20) == 0, "the follower exits 0 once drained")
+        wait_node(lead, "f1", "left", timeout=10)
+        # a left node takes no ranks: 4 ranks over 2 nodes cannot be placed now
+        status, body, _ = post(lead, "/v1/experiments", dict(COLL, world_size=4, nodes=2))
+        check(status == 409, (status, body))
+    finally:
+        f1.close()
+        lead.close()
+
+
+def test_leader_restart_interrupts_and_followers_rejoin():
+    lead = leader(port=free_port())
+    f1 = follower(lead, "f1")
+    try:
+        wait_node(lead, "f1", "up")
+        exp_id = submit(lead, dict(TRAIN, world_size=4, nodes=2, steps=100000))["id"]
+        rid = first_run(lead, exp_id)
+        run = lead.wait_run(rid, lambda r: r["status"] == "running" and
+                            len(remote_pids(r, "f1")) == 2, what="running on both nodes")
+        remote = remote_pids(run, "f1")
+        lead.restart()
+        run = lead.get(f"/v1/runs/{rid}")
+        check(run["status"] == "interrupted", run)
+        wait_node(lead, "f1", "up", timeout=15)  # rejoined with a new session
+        wait_gone(remote)  # and killed the ranks of the run the leader no longer wants
+        check(not any(pid_alive(p) for p in remote), remote)
+        exp = lead.wait_experiment(submit(lead, dict(COLL, world_size=4, nodes=2))["id"])
+        check(exp["status"] == "succeeded", exp)
+    finally:
+        f1.close()
+        lead.close()
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(run_cases([
+            test_join_and_nodes,
+            test_follower_redirects_to_leader,
+            test_joins_refused,
+            test_malformed_syncs_refused,
+            test_run_spans_two_nodes,
+            test_follower_killed_mid_run,
+            test_follower_drains_on_sigterm,
+            test_leader_restart_interrupts_and_followers_rejoin,
+        ]))
+    finally:
+        os.unlink(TOKEN_FILE)
