@@ -1,0 +1,301 @@
+/* test_cluster: the leader's registry (daemon/cluster.h) without HTTP: placement as a
+ * pure function, joins and rejoins, sessions, malformed syncs refused whole, events
+ * queued in order, the lost clock, drain and leave, the nodes table. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/clock.h"
+#include "daemon/cluster.h"
+#include "daemon/config.h"
+#include "daemon/db.h"
+#include "test.h"
+
+/* --- placement ------------------------------------------------------------------------ */
+
+static void place(int world, int per, int nodes, int rpn, const int *room, int n, int want,
+                  const int *want_count)
+{
+    int count[8];
+    int got = cluster_place(world, per, nodes, rpn, room, n, count);
+    T_EQ_INT(got, want);
+    for (int i = 0; i < n; i++)
+        T_EQ_INT(count[i], want_count ? want_count[i] : 0);
+}
+
+static void test_place_packs_onto_fewest_nodes(void)
+{
+    int room[] = {2, 4, 8};
+    place(2, 1, 0, 0, room, 3, 1, (int[]){2, 0, 0}); /* the first that holds all */
+    place(4, 1, 0, 0, room, 3, 1, (int[]){0, 4, 0}); /* not the leader: it has 2 */
+    place(8, 1, 0, 0, room, 3, 1, (int[]){0, 0, 8});
+    place(12, 1, 0, 0, room, 3, 2, (int[]){0, 4, 8}); /* roomiest first: 2 nodes, not 3 */
+    place(14, 1, 0, 0, room, 3, 3, (int[]){2, 4, 8});
+    place(15, 1, 0, 0, room, 3, 0, NULL);            /* does not fit now */
+    place(4, 2, 0, 0, room, 3, 1, (int[]){0, 0, 4}); /* 2 slots a rank */
+}
+
+static void test_place_by_nodes_and_ranks_per_node(void)
+{
+    int room[] = {4, 4, 4};
+    place(4, 1, 2, 0, room, 3, 2, (int[]){2, 2, 0});
+    place(5, 1, 2, 0, room, 3, 2, (int[]){3, 2, 0}); /* even: the first one more */
+    place(4, 1, 0, 2, room, 3, 2, (int[]){2, 2, 0});
+    place(5, 1, 0, 2, room, 3, 3, (int[]){2, 2, 1}); /* the last takes what is left */
+    place(4, 1, 4, 0, room, 3, 0, NULL);             /* 4 nodes, 3 exist */
+    place(6, 1, 2, 3, room, 3, 2, (int[]){3, 3, 0});
+    int busy[] = {1, 4, 4}; /* the leader is busy: nodes 1 and 2 take the shares */
+    place(4, 1, 2, 0, busy, 3, 2, (int[]){0, 2, 2});
+    place(0, 1, 0, 0, room, 3, 0, NULL);
+}
+
+/* --- the registry ---------------------------------------------------------------------- */
+
+struct fx {
+    char dir[64];
+    struct config cfg;
+    struct db *db;
+    struct cluster *c;
+};
+
+static int fx_open(struct fx *x, int timeout_ms, struct err *e)
+{
+    memset(x, 0, sizeof *x);
+    snprintf(x->dir, sizeof x->dir, "/tmp/ddpb-cluster-XXXXXX");
+    if (!mkdtemp(x->dir))
+        return err_errno(e, "mkdtemp");
+    char timeout[16];
+    snprintf(timeout, sizeof timeout, "%d", timeout_ms);
+    char *argv[] = {"ddpbenchd", "--state-dir",       x->dir,  "--node",
+                    "lead",      "--cpu-slots",       "2",     "--gpus",
+                    "0",         "--node-timeout-ms", timeout, NULL};
+    if (config_parse_args(&x->cfg, 11, argv, e) < 0)
+        return -1;
+    char path[128];
+    snprintf(path, sizeof path, "%s/ddpbench.db", x->dir);
+    if (!(x->db = db_open(path, e)))
+        return -1;
+    x->c = cluster_create(&x->cfg, x->db, e);
+    return x->c ? 0 : -1;
+}
+
+static void fx_close(struct fx *x)
+{
+    cluster_destroy(x->c);
+    db_close(x->db);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", x->dir);
+    T_CHECK(system(cmd) == 0);
+}
+
+static json_t *offer(const char *name, int slots)
+{
+    return json_pack("{s:s, s:s, s:i, s:i, s:i, s:{s:s}, s:s}", "name", name, "address",
+                     "10.0.0.2", "port", 7480, "cpu_slots", slots, "gpus", 0, "engines",
+                     "ddpbench", "0.1.0", "network_profile", "1gbe");
+}
+
+/* Joins name; its id and session into the outputs. */
+static void join(struct fx *x, const char *name, int slots, int *id, char session[65])
+{
+    json_t *o = offer(name, slots), *reply = NULL;
+    struct err e = {0};
+    T_OK(cluster_join(x->c, o, &reply, &e));
+    *id = (int)json_integer_value(json_object_get(reply, "node_id"));
+    snprintf(session, 65, "%s", json_string_value(json_object_get(reply, "session")));
+    T_EQ_INT((int)strlen(session), 64);
+    T_EQ_INT((int)json_array_size(json_object_get(reply, "runs")), 0);
+    json_decref(o);
+    json_decref(reply);
+}
+
+/* Syncs the body printf makes of fmt; the HTTP status the handler would answer (200,
+ * 400, 409; 0 when the test's own text is no JSON) and the reply (owned) when 200. */
+__attribute__((format(printf, 3, 4))) static int sync_text(struct fx *x, json_t **reply,
+                                                           const char *fmt, ...)
+{
+    char text[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    json_t *b = json_loads(text, 0, NULL);
+    *reply = NULL;
+    if (!b)
+        return 0;
+    struct err e = {0};
+    int rc = cluster_sync(x->c, b, reply, &e);
+    json_decref(b);
+    return rc == 0 ? 200 : e.code == ERR_CONFLICT ? 409 : 400;
+}
+
+static const char *state_of(struct fx *x, const char *name)
+{
+    static char state[16]; /* test only: one call's answer at a time */
+    json_t *l = cluster_list(x->c);
+    size_t i;
+    json_t *n;
+    state[0] = '\0';
+    json_array_foreach(json_object_get(l, "nodes"), i, n)
+    {
+        if (strcmp(json_string_value(json_object_get(n, "name")), name) == 0)
+            snprintf(state, sizeof state, "%s", json_string_value(json_object_get(n, "state")));
+    }
+    json_decref(l);
+    return state;
+}
+
+static void test_join_sync_and_malformed_bodies(void)
+{
+    struct fx x;
+    struct err e = {0};
+    T_OK(fx_open(&x, 60000, &e));
+    int id;
+    char s[65];
+    join(&x, "f1", 4, &id, s);
+    T_EQ_INT(id, 1);
+    T_EQ_STR(state_of(&x, "lead"), "up");
+    T_EQ_STR(state_of(&x, "f1"), "up");
+    json_t *r = NULL;
+    /* malformed: refused whole, nothing queued */
+    /* each: the fields added to a valid {node_id, session} */
+    const char *bad[] = {
+        "{\"events\": [{\"run\": 1, \"rank\": 0, \"line\": \"a\"}, {\"run\": 1}]}",
+        "{\"events\": [{\"run\": 1, \"rank\": 0, \"line\": 5}]}",
+        "{\"events\": [{\"run\": 1, \"rank\": 0, \"spawned\": {\"pid\": 0}}]}",
+        "{\"events\": [{\"run\": 1, \"rank\": 0, \"exit\": {\"code\": \"x\"}}]}",
+        "{\"events\": [{\"run\": 1, \"rank\": 1024, \"line\": \"a\"}]}",
+        "{\"events\": [{\"run\": 1, \"rank\": 0, \"line\": \"a\", \"exit\": {}}]}",
+        "{\"events\": {}}",
+        "{\"state\": \"gone\"}",
+        "{\"who\": 1}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        json_t *b = json_loads(bad[i], 0, NULL);
+        T_CHECK_MSG(b != NULL, "%s", bad[i]);
+        json_object_set_new(b, "node_id", json_integer(id));
+        json_object_set_new(b, "session", json_string(s));
+        T_CHECK_MSG(cluster_sync(x.c, b, &r, &e) < 0 && e.code == ERR_INVALID, "%s", bad[i]);
+        json_decref(b);
+    }
+    json_t *none = cluster_take_events(x.c);
+    T_EQ_INT((int)json_array_size(none), 0);
+    json_decref(none);
+    T_EQ_INT(sync_text(&x, &r, "{\"node_id\": %d, \"session\": \"%s\"}", id, "f00"), 409);
+    /* a good one: events in order with the node's id; commands and runs come back */
+    cluster_want_run(x.c, id, 7, true);
+    cluster_send(x.c, id,
+                 json_pack("{s:s, s:i, s:s}", "op", "signal", "run", 7, "signal", "TERM"));
+    T_EQ_INT(sync_text(&x, &r,
+                       "{\"node_id\": %d, \"session\": \"%s\", \"events\": [{\"run\": 7, "
+                       "\"rank\": 2, \"spawned\": {\"pid\": 42, \"cpus\": null}}, {\"run\": "
+                       "7, \"rank\": 2, \"line\": \"{}\"}, {\"run\": 7, \"rank\": 2, "
+                       "\"exit\": {\"code\": 0, \"signal\": null}}]}",
+                       id, s),
+             200);
+    T_EQ_INT((int)json_array_size(json_object_get(r, "commands")), 1);
+    T_EQ_INT((int)json_integer_value(json_array_get(json_object_get(r, "runs"), 0)), 7);
+    json_decref(r);
+    json_t *evs = cluster_take_events(x.c);
+    T_EQ_INT((int)json_array_size(evs), 3);
+    T_CHECK(json_object_get(json_array_get(evs, 0), "spawned") != NULL);
+    T_CHECK(json_object_get(json_array_get(evs, 2), "exit") != NULL);
+    T_EQ_INT((int)json_integer_value(json_object_get(json_array_get(evs, 1), "node")), id);
+    json_decref(evs);
+    /* commands are handed out once */
+    T_EQ_INT(sync_text(&x, &r, "{\"node_id\": %d, \"session\": \"%s\"}", id, s), 200);
+    T_EQ_INT((int)json_array_size(json_object_get(r, "commands")), 0);
+    json_decref(r);
+    /* the leader's name and a bad offer are refused */
+    json_t *o = offer("lead", 1);
+    T_CHECK(cluster_join(x.c, o, &r, &e) < 0 && e.code == ERR_CONFLICT);
+    json_decref(o);
+    o = json_pack("{s:s, s:s, s:i, s:i, s:i}", "name", "f2", "address", "a b", "port", 1,
+                  "cpu_slots", 1, "gpus", 0);
+    T_CHECK(cluster_join(x.c, o, &r, &e) < 0 && e.code == ERR_INVALID);
+    T_EQ_STR(e.field, "address");
+    json_decref(o);
+    fx_close(&x);
+}
+
+static void test_lost_rejoin_drain_and_leave(void)
+{
+    struct fx x;
+    struct err e = {0};
+    T_OK(fx_open(&x, 500, &e));
+    int id;
+    char s[65];
+    join(&x, "f1", 4, &id, s);
+    struct cluster_slot_view v[4];
+    T_EQ_INT(cluster_followers(x.c, v, 4), 1);
+    T_EQ_INT(v[0].free_slots, 4);
+    cluster_reserve(x.c, id, 3);
+    T_EQ_INT(cluster_followers(x.c, v, 4), 1);
+    T_EQ_INT(v[0].free_slots, 1);
+    cluster_want_run(x.c, id, 9, true);
+    int ids[4];
+    char why[4][160];
+    /* within the timeout: nothing lost */
+    T_EQ_INT(cluster_take_lost(x.c, clock_mono_ms(), ids, why, 4), 0);
+    /* past it: lost, with its runs reported once, its session gone */
+    T_EQ_INT(cluster_take_lost(x.c, clock_mono_ms() + 2000, ids, why, 4), 1);
+    T_EQ_INT(ids[0], id);
+    T_CHECK_MSG(strstr(why[0], "node f1 lost") != NULL, "%s", why[0]);
+    T_EQ_INT(cluster_take_lost(x.c, clock_mono_ms() + 4000, ids, why, 4), 0);
+    T_EQ_STR(state_of(&x, "f1"), "lost");
+    T_EQ_INT(cluster_followers(x.c, v, 4), 0);
+    json_t *r = NULL;
+    T_EQ_INT(sync_text(&x, &r, "{\"node_id\": %d, \"session\": \"%s\"}", id, s), 409);
+    /* it rejoins under its name: same id, new session, up */
+    char s2[65];
+    int id2;
+    join(&x, "f1", 4, &id2, s2);
+    T_EQ_INT(id2, id);
+    T_CHECK(strcmp(s, s2) != 0);
+    T_EQ_STR(state_of(&x, "f1"), "up");
+    /* a rejoin while the leader counted runs there is a loss too */
+    cluster_want_run(x.c, id, 10, true);
+    join(&x, "f1", 4, &id2, s2);
+    T_EQ_INT(cluster_take_lost(x.c, clock_mono_ms(), ids, why, 4), 1);
+    T_CHECK_MSG(strstr(why[0], "joined again") != NULL, "%s", why[0]);
+    /* draining: not offered for new ranks; leave: left */
+    T_EQ_INT(sync_text(&x, &r,
+                       "{\"node_id\": %d, \"session\": \"%s\", \"state\": \"draining\"}", id,
+                       s2),
+             200);
+    json_decref(r);
+    T_EQ_STR(state_of(&x, "f1"), "draining");
+    T_EQ_INT(cluster_followers(x.c, v, 4), 0);
+    json_t *b = json_pack("{s:i, s:s}", "node_id", id, "session", s2);
+    T_OK(cluster_leave(x.c, b, &e));
+    json_decref(b);
+    T_EQ_STR(state_of(&x, "f1"), "left");
+    /* the table agrees */
+    json_t *rows = db_list_nodes(x.db, &e);
+    T_EQ_INT((int)json_array_size(rows), 2);
+    json_t *f1 = json_array_get(rows, 1);
+    T_EQ_STR(json_string_value(json_object_get(f1, "state")), "left");
+    T_EQ_STR(json_string_value(json_object_get(f1, "network_profile")), "1gbe");
+    T_CHECK(json_is_object(json_object_get(f1, "engines")));
+    json_decref(rows);
+    /* a restarted leader reads it back (left stays left, others lost) */
+    cluster_destroy(x.c);
+    x.c = cluster_create(&x.cfg, x.db, &e);
+    T_CHECK(x.c != NULL);
+    T_EQ_STR(state_of(&x, "f1"), "left");
+    fx_close(&x);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    TEST_RUN(test_place_packs_onto_fewest_nodes);
+    TEST_RUN(test_place_by_nodes_and_ranks_per_node);
+    TEST_RUN(test_join_sync_and_malformed_bodies);
+    TEST_RUN(test_lost_rejoin_drain_and_leave);
+    return test_end();
+}
