@@ -23,10 +23,12 @@
 # - Bandwidth only. This kernel may lack netem (delay, loss); `up` reports which qdiscs
 #   it offers (tbf, htb, netem) and says delay emulation is unavailable rather than
 #   faking latency with something else. tbf shapes when present, htb otherwise.
-# - The daemons are independent until ddpbenchd's leader/follower mode exists: host 0 is
-#   the one printed as the leader URL, but each daemon runs only the ranks submitted to
-#   it, on its own host. Each is started with --network-profile P, so every run it stores
-#   names the network it measured over and results never pool it with another's.
+# - One cluster: host 0's daemon leads, every other host's daemon joins it (--join) with
+#   a token written to DIR/token (mode 0600, passed by file, never on a command line), and
+#   `up` returns once the leader lists every follower up. Submit to the leader; a spec's
+#   `nodes`/`ranks_per_node` spread its ranks over the hosts, so their traffic crosses the
+#   shaped links. Each daemon has --network-profile P, so every run names the network it
+#   measured over and results never pool it with another's.
 set -eu
 
 PREFIX=${NETLAB_PREFIX:-ddpbnl}
@@ -111,20 +113,36 @@ wait_healthy() {
     die "host $i: ddpbenchd did not answer $url/healthz in 15 s: $(tail -n 5 "$log")"
 }
 
-# Starts host i's daemon inside its namespace; prints nothing, records its pid.
+# Starts host i's daemon inside its namespace (host 0 leads, the others join it); prints
+# nothing, records its pid.
 start_daemon() {
-    local i=$1 port=$2 profile=$3 dir=$4 daemon=$5 ns addr state
+    local i=$1 port=$2 profile=$3 dir=$4 daemon=$5 ns addr state join=()
     ns=$(host_ns "$i")
     addr=$(host_addr "$i")
     state="$dir/h$i"
     mkdir -p "$state"
+    [ "$i" -eq 0 ] || join=(--join "$(cat "$dir/h0/url")")
     # setsid: the daemon outlives this script and a Ctrl-C in the shell that ran it
     ip netns exec "$ns" setsid "$daemon" --host "$addr" --port "$port" --store-host "$addr" \
         --state-dir "$state" --node "$ns" --network-profile "$profile" \
+        --token-file "$dir/token" "${join[@]}" \
         >"$state/daemon.log" 2>&1 </dev/null &
     echo $! >"$state/pid"
     wait_healthy "$i" "http://$addr:$port" "$!" "$state/daemon.log"
     echo "http://$addr:$port" >"$state/url"
+}
+
+# Waits up to 15 s until the leader lists all n nodes up.
+wait_followers() {
+    local n=$1 url=$2 dir=$3 t=0 up
+    while [ $t -lt 150 ]; do
+        up=$(ip netns exec "$(host_ns 0)" curl -sf "$url/v1/nodes" |
+            grep -o '"state":"up"' | wc -l) || up=0
+        [ "$up" -ge "$n" ] && return 0
+        sleep 0.1
+        t=$((t + 1))
+    done
+    die "only $up of $n nodes joined the leader in 15 s: $(tail -n 3 "$dir/h1/daemon.log" 2>/dev/null)"
 }
 
 cmd_up() {
@@ -203,11 +221,13 @@ cmd_up() {
     done
     echo "netlab: $nodes hosts on $SUBNET.0/24, profile $profile${qdisc:+ ($qdisc $rate each way)}"
 
-    for i in $(seq 0 $((nodes - 1))); do # host 0 first: the leader-to-be
+    (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/token")
+    for i in $(seq 0 $((nodes - 1))); do # host 0 first: the leader
         start_daemon "$i" $((port_base + i)) "$profile" "$dir" "$daemon"
     done
+    wait_followers "$nodes" "$(cat "$dir/h0/url")" "$dir"
     trap - EXIT
-    echo "leader: $(cat "$dir/h0/url")   (host 0; the daemons are independent until ddpbenchd has leader/follower mode)"
+    echo "leader: $(cat "$dir/h0/url")   (host 0; $((nodes - 1)) follower(s) joined; token in $dir/token)"
     for i in $(seq 0 $((nodes - 1))); do
         echo "host $i: $(host_ns "$i") $(cat "$dir/h$i/url")"
     done
@@ -271,9 +291,14 @@ cmd_status() {
         else
             state=down
         fi
-        echo "host $i: $ns $(host_addr "$i") daemon $state $url; qdisc:" \
+        echo "host $i: $ns $(host_addr "$i") daemon $state ($([ "$i" -eq 0 ] && echo leader ||
+            echo follower)) $url; qdisc:" \
             "$(ip netns exec "$ns" tc qdisc show dev eth0 2>/dev/null | head -n 1)"
     done
+    url=$(cat "$dir/h0/url" 2>/dev/null || echo "?")
+    echo "cluster (the leader's GET /v1/nodes): $(ip netns exec "$(host_ns 0)" curl -sf \
+        --max-time 2 "$url/v1/nodes" 2>/dev/null | grep -o '"state":"[a-z]*"' |
+        sort | uniq -c | tr -s ' \n' ' ' || echo unreachable)"
 }
 
 cmd_exec() {

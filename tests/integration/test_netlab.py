@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """deploy/netlab.sh, for real: `up --nodes 2 --profile 1gbe` makes a namespace per host
 with its address and a bridge namespace, shapes every host link both ways to 1 Gbit/s
-(tbf or htb), starts a ddpbenchd per host that names its profile; host 1 reaches host 0's
-daemon over REST through the bridge and runs a 2-rank TCP allreduce on it, stored with
-network_profile 1gbe; `down` leaves no namespace and no link behind, and the root
-namespace's links are the same before, during and after.
+(tbf or htb), starts a ddpbenchd per host that names its profile, host 0 the leader and
+host 1 a follower that joined it (GET /v1/nodes lists both up); host 1 reaches the leader
+over REST through the bridge and runs a 2-rank TCP allreduce with one rank on each host
+(`nodes: 2`), so its bytes cross the shaped links, stored with network_profile 1gbe and
+run_ranks.node naming both hosts; `down` leaves no namespace and no link behind, and the
+root namespace's links are the same before, during and after.
 
 Needs root and `ip netns` (CI runs as root): elsewhere every case skips with the reason,
 and tests/summarize.py does not allow that skip, so CI cannot pass without running it."""
@@ -67,10 +69,12 @@ def root_links():
     return sorted(link["ifname"] for link in json.loads(sh("ip", "-j", "link", "show").stdout))
 
 
-def http(ns, method, url, body=None):
+def http(ns, method, url, body=None, token=None):
     """curl inside namespace ns; returns the parsed JSON reply (fails on an HTTP error)."""
     args = ["ip", "netns", "exec", ns, "curl", "-sS", "--fail-with-body", "--max-time", "20",
             "-X", method, url]
+    if token:
+        args += ["-H", f"Authorization: Bearer {token}"]
     if body is not None:
         args += ["-H", "Content-Type: application/json", "--data-binary", json.dumps(body)]
     r = sh(*args, timeout=30)
@@ -131,10 +135,22 @@ def test_up_shape_run_down():
         health = http(H1, "GET", f"{leader}/healthz")
         check(health["network_profile"] == "1gbe" and health["node"] == H0, health)
         check(http(H0, "GET", f"http://{ADDR[1]}:{PORT + 1}/healthz")["node"] == H1, "h0 -> h1")
-        exp = wait_experiment(leader, http(H1, "POST", f"{leader}/v1/experiments", SPEC)["id"])
+        nodes = {n["name"]: n for n in http(H1, "GET", f"{leader}/v1/nodes")["nodes"]}
+        check(nodes[H0]["role"] == "leader" and nodes[H1]["role"] == "follower", nodes)
+        check(all(n["state"] == "up" and n["network_profile"] == "1gbe" for n in nodes.values()),
+              nodes)
+        check(nodes[H1]["address"] == ADDR[1], nodes[H1])
+        with open(os.path.join(state, "token")) as f:
+            token = f.read().strip()
+        check(os.stat(os.path.join(state, "token")).st_mode & 0o077 == 0, "token file private")
+        spec = dict(SPEC, nodes=2)
+        exp = wait_experiment(leader, http(H1, "POST", f"{leader}/v1/experiments", spec,
+                                           token=token)["id"])
         check(exp["status"] == "succeeded", f"{exp}; log: {open(os.path.join(state, 'h0', 'daemon.log')).read()[-3000:]}")
         run = http(H1, "GET", f"{leader}/v1/runs/{exp['runs'][0]['id']}")
         check(run["network_profile"] == "1gbe", run["network_profile"])
+        check({k["rank"]: k["node"] for k in run["ranks"]} == {0: H0, 1: H1}, run["ranks"])
+        check(run["nodes"] == 2 and run["ranks_per_node"] == 1, run)
         check(run["collectives"] and all(c["wrong"] == 0 for c in run["collectives"]), "results")
         table = http(H1, "GET", f"{leader}/v1/experiments/{exp['id']}/results")
         check(table["rows"] and all(r["network_profile"] == "1gbe" for r in table["rows"]), table)
@@ -142,6 +158,7 @@ def test_up_shape_run_down():
         status = netlab("status", "--dir", state)
         check(status.returncode == 0 and "profile 1gbe" in status.stdout, status.stdout)
         check(status.stdout.count("daemon up") == 2, status.stdout)
+        check("2 \"state\":\"up\"" in status.stdout, status.stdout)
         again = netlab("up", "--nodes", "2", "--profile", "1gbe", "--dir", state, "--build", BUILD)
         check(again.returncode != 0 and "down" in again.stderr, "a second up is refused")
     finally:
