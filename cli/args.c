@@ -72,7 +72,7 @@ static const struct {
     {"show", CMD_SHOW},       {"compare", CMD_COMPARE}, {"export", CMD_EXPORT},
     {"cancel", CMD_CANCEL},   {"rm", CMD_RM},           {"delete", CMD_RM},
     {"runs", CMD_RUNS},       {"run", CMD_RUNS},        {"help", CMD_HELP},
-    {"version", CMD_VERSION},
+    {"version", CMD_VERSION}, {"nodes", CMD_NODES},
 };
 
 #define ARGS_MAX_SEEN 64
@@ -288,6 +288,7 @@ static int args_check_command(struct cli_args *a, const struct args_state *st, s
     case CMD_SHOW:
     case CMD_RM:
     case CMD_RUNS: return args_positionals(a, st, 1, 1, e);
+    case CMD_NODES: return args_positionals(a, st, 0, 0, e);
     default: return 0;
     }
 }
@@ -354,6 +355,7 @@ const char *args_usage(void)
            "  cancel --run ID [--wait]       cancel one run\n"
            "  rm ID                          delete an experiment and its data\n"
            "  runs ID                        one run: ranks, environment, results\n"
+           "  nodes                          the cluster's nodes: role, state, slots\n"
            "\n"
            "Options:\n"
            "  --url URL        the daemon (default: $DDPB_URL, else " ARGS_DEFAULT_URL ")\n"

@@ -30,6 +30,7 @@ enum args_cmd {
     CMD_CANCEL,
     CMD_RM,
     CMD_RUNS,
+    CMD_NODES,
 };
 
 /* Every string is borrowed from argv (or from the environment in args_apply_env). */

@@ -436,6 +436,13 @@ static int cmd_runs(struct cli *cli)
     return run ? cmd_render(cli, run, view_run) : cmd_fail(cli, &e);
 }
 
+static int cmd_nodes(struct cli *cli)
+{
+    struct err e = {0};
+    json_t *nodes = client_json(&cli->client, "GET", "/v1/nodes", &e);
+    return nodes ? cmd_render(cli, nodes, view_nodes) : cmd_fail(cli, &e);
+}
+
 /* --- mutations -------------------------------------------------------------------------- */
 
 /* cancel --wait: polls until the experiment or run is no longer live. */
@@ -511,6 +518,7 @@ int cmd_run(struct cli *cli)
     case CMD_CANCEL: return cmd_cancel(cli);
     case CMD_RM: return cmd_rm(cli);
     case CMD_RUNS: return cmd_runs(cli);
+    case CMD_NODES: return cmd_nodes(cli);
     default: return cmd_fail_local(cli, CLI_EXIT_USAGE, "no command");
     }
 }

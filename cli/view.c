@@ -545,6 +545,32 @@ static const struct view_col view_epoch_cols[] = {
     {"test_acc", "test acc", VK_PCT, NULL, 0}, {"time_s", "seconds", VK_NUM, NULL, 0},
 };
 
+static const struct view_col view_node_cols[] = {
+    {"name", "node", VK_VALUE, NULL, 0},
+    {"role", "role", VK_VALUE, NULL, 0},
+    {"state", "state", VK_VALUE, NULL, 0},
+    {"address", "address", VK_VALUE, NULL, 0},
+    {"slots_used", "slots", VK_OF, "cpu_slots", 0},
+    {"gpus", "gpus", VK_INT, NULL, 0},
+    {"network_profile", "profile", VK_VALUE, NULL, 0},
+    {"heartbeat_age_s", "heartbeat s ago", VK_NUM, NULL, 0},
+    {"runs", "runs", VK_INT, NULL, 0},
+};
+
+int view_nodes(const json_t *reply, struct buf *out)
+{
+    const json_t *nodes = json_object_get(reply, "nodes");
+    if (VIEW_ROWS(nodes, view_node_cols, out) < 0)
+        return -1;
+    size_t i, up = 0;
+    const json_t *n;
+    json_array_foreach(nodes, i, n) up += strcmp(view_str(n, "state"), "up") == 0;
+    char foot[96];
+    snprintf(foot, sizeof foot, "%zu of %zu node%s up\n", up, json_array_size(nodes),
+             json_array_size(nodes) == 1 ? "" : "s");
+    return buf_append_str(out, foot);
+}
+
 /* --- experiments ---------------------------------------------------------------------- */
 
 int view_experiments(const json_t *page, struct buf *out)
@@ -698,12 +724,16 @@ int view_run(const json_t *run, struct buf *out)
     table_fmt_duration(view_num(run, "duration_s"), dur, sizeof dur);
     snprintf(line, sizeof line,
              "run %lld  experiment %lld  point %lld  status %s  "
-             "ranks %lld  duration %s\nparams: %s\n",
+             "ranks %lld  nodes %lld  duration %s\nparams: %s\n",
              (long long)json_integer_value(json_object_get(run, "id")),
              (long long)json_integer_value(json_object_get(run, "experiment_id")),
              (long long)json_integer_value(json_object_get(run, "point")),
              view_str(run, "status"),
-             (long long)json_integer_value(json_object_get(run, "world_size")), dur, params);
+             (long long)json_integer_value(json_object_get(run, "world_size")),
+             json_is_integer(json_object_get(run, "nodes"))
+                 ? (long long)json_integer_value(json_object_get(run, "nodes"))
+                 : 1LL,
+             dur, params);
     for (char *p = line; *p; p++) /* status and params come from the daemon */
         if ((unsigned char)*p < 0x20 && *p != '\n')
             *p = '?';

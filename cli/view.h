@@ -45,5 +45,8 @@ int view_results(const json_t *table, struct buf *out);
 int view_compare(const struct view_src *src, size_t n, struct buf *out, struct err *e);
 /* GET /v1/runs/{id} reply: summary, ranks, environment, collectives, epochs. */
 int view_run(const json_t *run, struct buf *out);
+/* GET /v1/nodes: one row a node (role, state, slots used of total, GPUs, profile,
+ * heartbeat age, active runs), then how many are up. */
+int view_nodes(const json_t *reply, struct buf *out);
 
 #endif

@@ -12,12 +12,15 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
 
-from harness import Daemon, check, pid_alive, run_cases, wait_gone
+from harness import BUILD, Daemon, check, pid_alive, run_cases, wait_gone
+
+CLI = os.path.join(BUILD, "cli", "ddpbench")
 
 TOKEN = "cluster-test-token-7f3c2a91d0"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -104,9 +107,19 @@ def test_join_and_nodes():
         check(h["role"] == "leader" and h["nodes"] == {"up": 2, "known": 2}, h)
         hf = f1.get("/healthz")
         check(hf["role"] == "follower" and hf["leader"] == lead.url, hf)
-        # the nodes table records both
-        status, body, _ = lead.request("GET", "/v1/nodes")
-        check(status == 200 and len(body["nodes"]) == 2, body)
+        # `ddpbench nodes`: the same nodes, as a table and as JSON
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DDPB_")}
+        r = subprocess.run([CLI, "--url", lead.url, "nodes"], capture_output=True, text=True,
+                           timeout=30, env=env)
+        check(r.returncode == 0, r.stderr)
+        rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()[1:] if line}
+        check(rows["lead"][1:3] == ["leader", "up"] and rows["f1"][1:3] == ["follower", "up"],
+              r.stdout)
+        check("0/3" in rows["f1"] and "2 of 2 nodes up" in r.stdout, r.stdout)
+        r = subprocess.run([CLI, "--url", lead.url, "--json", "nodes"], capture_output=True,
+                           text=True, timeout=30, env=env)
+        check(r.returncode == 0, r.stderr)
+        check([n["name"] for n in json.loads(r.stdout)["nodes"]] == ["lead", "f1"], r.stdout)
     finally:
         f1.close()
         lead.close()
