@@ -340,7 +340,7 @@ static void test_view_experiment_and_run(void)
     buf_init(&b);
     T_EQ_INT(view_run(run, &b), 0);
     s = text(&b);
-    T_CHECK_MSG(strstr(s, "run 21  experiment 7  point 1  status succeeded  ranks 2  "
+    T_CHECK_MSG(strstr(s, "run 21  experiment 7  point 1  status succeeded  ranks 2  nodes 1  "
                           "duration 2.5s\nparams: -\n"),
                 "%s", s);
     T_CHECK_MSG(strstr(s, "rank  node  pid  status\n") && strstr(s, "   1  n0    101  done\n"),
@@ -351,6 +351,31 @@ static void test_view_experiment_and_run(void)
     T_CHECK(ascii_only(&b));
     buf_free(&b);
     json_decref(run);
+}
+
+static void test_view_nodes(void)
+{
+    json_t *reply = json_pack("{s:[{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:n, s:n, s:i},"
+                              " {s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:s, s:f, s:i}]}",
+                              "nodes", "name", "lead", "role", "leader", "state", "up",
+                              "address", "10.0.0.1", "slots_used", 2, "cpu_slots", 4, "gpus", 0,
+                              "network_profile", "heartbeat_age_s", "runs", 1, "name", "f1",
+                              "role", "follower", "state", "lost", "address", "10.0.0.2",
+                              "slots_used", 0, "cpu_slots", 3, "gpus", 1, "network_profile",
+                              "1gbe", "heartbeat_age_s", 7.25, "runs", 0);
+    struct buf b;
+    buf_init(&b);
+    T_EQ_INT(view_nodes(reply, &b), 0);
+    const char *s = text(&b);
+    T_CHECK_MSG(strstr(s, "node  role      state  address   slots") != NULL, "%s", s);
+    T_CHECK_MSG(strstr(s, "lead  leader    up     10.0.0.1    2/4") != NULL, "%s", s);
+    T_CHECK_MSG(strstr(s, "f1    follower  lost   10.0.0.2    0/3") && strstr(s, "1gbe") &&
+                    strstr(s, "7.25"),
+                "%s", s);
+    T_CHECK_MSG(strstr(s, "1 of 2 nodes up\n") != NULL, "%s", s);
+    T_CHECK(ascii_only(&b));
+    buf_free(&b);
+    json_decref(reply);
 }
 
 int main(int argc, char **argv)
@@ -364,5 +389,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_view_compare);
     TEST_RUN(test_view_experiment_list);
     TEST_RUN(test_view_experiment_and_run);
+    TEST_RUN(test_view_nodes);
     return test_end();
 }
