@@ -394,6 +394,54 @@ def test_training_example_through_the_form():
     check_training_page(int(m.group(1)), "experiment-training")
 
 
+def test_nodes_page_and_where_ranks_ran():
+    """A leader with a follower joined: the Nodes page lists exactly the API's nodes with
+    their states and slots; a run with ranks on both shows each rank's node as the API."""
+    import tempfile
+    fd, token_path = tempfile.mkstemp(prefix="ddpb-dash-token-")
+    os.write(fd, b"dash-cluster-token-1234567890")
+    os.close(fd)
+    auth = {"Authorization": "Bearer dash-cluster-token-1234567890"}
+    lead = Daemon(cpu_slots=2, extra_args=["--token-file", token_path, "--node", "dash-lead"])
+    fol = Daemon(cpu_slots=2, extra_args=["--join", lead.url, "--token-file", token_path,
+                                          "--node", "dash-f1", "--sync-ms", "100"])
+    try:
+        wait(lambda: len([n for n in lead.get("/v1/nodes")["nodes"] if n["state"] == "up"]) == 2,
+             what="the follower joined")
+        B.get(lead.url + "/#/nodes")
+        wait(lambda: count("#nodes-table tbody tr") == 2, what="two node rows")
+        api_nodes = lead.get("/v1/nodes")["nodes"]
+        shown = js("""return [...document.querySelectorAll('#nodes-table tbody tr')].map(tr =>
+                       [tr.dataset.node, tr.dataset.state, tr.querySelector('[data-col=slots]').textContent,
+                        tr.querySelector('.badge').textContent])""")
+        want = [[n["name"], n["state"], f"{n['slots_used']}/{n['cpu_slots']}", n["state"]] for n in api_nodes]
+        check(shown == want, f"nodes page {shown}, API {want}")
+        check("2 of 2 nodes up" in js("return document.getElementById('nodes-count').textContent"), "count")
+        check(js("return document.querySelector('[data-nav=nodes]').getAttribute('aria-current')") == "page",
+              "Nodes is the current page in the nav")
+        screenshot("nodes")
+        spec = {"name": "dash-two-nodes", "workload": "collective", "world_size": 4, "nodes": 2,
+                "min_bytes": "4K", "max_bytes": "16K", "iters": 3, "warmup": 1}
+        status, body, _ = lead.request("POST", "/v1/experiments", body=spec, headers=auth)
+        check(status == 201, body)
+        exp = lead.wait_experiment(body["id"])
+        check(exp["status"] == "succeeded", exp)
+        run = lead.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        B.get(lead.url + f"/#/experiments/{exp['id']}")
+        wait(lambda: count("#ranks-table tbody tr") == 4, what="four rank rows")
+        nodes_shown = js("""return [...document.querySelectorAll('#ranks-table td[data-col=node]')]
+                            .map(td => td.textContent)""")
+        check(nodes_shown == [k["node"] for k in run["ranks"]] == ["dash-lead"] * 2 + ["dash-f1"] * 2,
+              f"ranks' nodes shown {nodes_shown}, API {[k['node'] for k in run['ranks']]}")
+        check(js("return document.querySelector('#runs-table td[data-col=nodes]').textContent") == "2 × 2",
+              "the run's placement in the runs table")
+        screenshot("experiment-two-nodes")
+    finally:
+        fol.close()
+        lead.close()
+        os.unlink(token_path)
+
+
 def test_keyboard_navigation_and_contrast():
     go("/experiments", "main h1")
     from selenium.webdriver.common.action_chains import ActionChains
@@ -456,6 +504,7 @@ def main():
                 test_compare_experiments,
                 test_training_charts_from_stored_rows,
                 *([test_training_example_through_the_form] if train_example() else []),
+                test_nodes_page_and_where_ranks_ran,
                 test_keyboard_navigation_and_contrast,
             ])
         finally:

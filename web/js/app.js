@@ -1,5 +1,5 @@
 // app: the router. The URL's hash names the page (#/experiments, #/submit,
-// #/experiments/ID, #/compare?e=1,2&r=5); each page module renders into <main> and
+// #/experiments/ID, #/compare?e=1,2&r=5, #/nodes); each page module renders into <main> and
 // returns a cleanup function that closes its event streams and timers.
 //
 // Decision: hash routes, so the daemon serves one file for every page and a reload or a
@@ -10,6 +10,7 @@ import { renderList } from './pages/list.js';
 import { renderSubmit } from './pages/submit.js';
 import { renderExperiment } from './pages/experiment.js';
 import { renderCompare } from './pages/compare.js';
+import { renderNodes } from './pages/nodes.js';
 
 let cleanup = null;
 
@@ -34,6 +35,7 @@ async function route() {
     else if (page === 'experiments') cleanup = await renderList(main, query);
     else if (page === 'submit') cleanup = await renderSubmit(main, query);
     else if (page === 'compare') cleanup = await renderCompare(main, query);
+    else if (page === 'nodes') cleanup = await renderNodes(main);
     else main.append(el('h1', {}, 'Not found'), el('p', {}, 'No page ' + location.hash + '. ', el('a', { href: '#/experiments' }, 'Experiments')));
   } catch (e) {
     main.append(errorBox('This page could not be shown', e));

@@ -18,7 +18,7 @@ export async function renderExperiment(main, id, query) {
   const expPath = `/v1/experiments/${id}?${ALL_RUNS}`;
   let exp = await api(expPath);
   let table = null, allCols = query.get('all') === '1', groupBy = query.get('group_by') || '';
-  let refreshing = false, again = false, timer = null, lastRefresh = 0, stepsRun = null;
+  let refreshing = false, again = false, timer = null, lastRefresh = 0, stepsRun = null, ranksRun = null;
   const selected = new Set();
 
   const title = el('h1', {});
@@ -29,6 +29,7 @@ export async function renderExperiment(main, id, query) {
   const chartsBox = el('div', { class: 'charts', id: 'charts' });
   const epochsBox = el('div', { class: 'charts', id: 'epoch-charts' });
   const stragglerBox = el('div', { id: 'stragglers' });
+  const ranksBox = el('div', { id: 'ranks' });
   const groupIn = el('input', { id: 'group-by', type: 'text', value: groupBy, placeholder: 'swept fields', size: 24 });
   const allBox = el('input', { id: 'all-cols', type: 'checkbox', checked: allCols });
   const compareBtn = el('button', { type: 'button', disabled: true, onclick: () => { location.hash = `#/compare?r=${[...selected].join(',')}`; } }, 'Compare selected runs');
@@ -40,6 +41,7 @@ export async function renderExperiment(main, id, query) {
   main.append(title, summary, failures,
     el('details', {}, el('summary', {}, 'Spec (normalized, defaults filled in)'), el('pre', { class: 'spec' }, JSON.stringify(exp.spec, null, 2))),
     el('h2', {}, 'Runs'), runsBox, el('div', { class: 'toolbar' }, compareBtn),
+    el('h2', {}, 'Where each rank ran'), ranksBox,
     el('h2', {}, 'Results'),
     el('form', { class: 'toolbar', onsubmit: (ev) => { ev.preventDefault(); groupBy = groupIn.value.replace(/\s+/g, ''); refresh(); } },
       el('div', { class: 'field' }, el('label', { for: 'group-by' }, 'Group by (spec fields, comma-separated)'), groupIn),
@@ -82,6 +84,8 @@ export async function renderExperiment(main, id, query) {
       el('td', { class: 'num' }, r.id),
       el('td', {}, r.params && Object.keys(r.params).length ? Object.entries(r.params).map(([k, v]) => `${k}=${v}`).join(', ') : '—'),
       el('td', { class: 'num' }, r.world_size),
+      // the placement it got: nodes × the most ranks on one (null until placed)
+      el('td', { class: 'num', 'data-col': 'nodes' }, r.nodes ? `${r.nodes} × ${r.ranks_per_node}` : '—'),
       el('td', {}, statusBadge(r.status)),
       el('td', {}, el('progress', { max: 1, value: r.progress || 0, 'aria-label': `progress of run ${r.id}` }),
         el('span', { class: 'progress-text' }, `${Math.round((r.progress || 0) * 100)}%` + (r.phase && !TERMINAL.includes(r.status) ? ` · ${r.phase}` : ''))),
@@ -92,7 +96,7 @@ export async function renderExperiment(main, id, query) {
   function drawRuns() {
     runsBox.replaceChildren(el('div', { class: 'table-wrap' }, el('table', { class: 'data', id: 'runs-table' },
       el('caption', {}, 'Runs (one per sweep point; live)'),
-      el('thead', {}, el('tr', {}, ['Compare', 'Run', 'Parameters', 'World size', 'Status', 'Progress', 'Duration', 'Error'].map((h) => el('th', { scope: 'col' }, h)))),
+      el('thead', {}, el('tr', {}, ['Compare', 'Run', 'Parameters', 'World size', 'Nodes', 'Status', 'Progress', 'Duration', 'Error'].map((h) => el('th', { scope: 'col' }, h)))),
       el('tbody', {}, exp.runs.map(runRow)))));
   }
 
@@ -125,6 +129,22 @@ export async function renderExperiment(main, id, query) {
       dataTable(s.columns, s.rows, { caption: `Per-rank step time of run ${stepsRun}`, format: { slowest_share: (v) => v === null ? '—' : (v * 100).toFixed(0) + '%' } }));
   }
 
+  // One run's ranks (GET /v1/runs/ID): the node each ran on, its process and how it ended.
+  async function drawRanks() {
+    const candidates = exp.runs.filter((r) => r.status !== 'queued');
+    if (!candidates.length) { ranksBox.replaceChildren(el('p', { class: 'muted' }, 'No run has started yet.')); return; }
+    if (!ranksRun || !candidates.some((r) => r.id === ranksRun)) ranksRun = [...candidates].sort((a, b) => b.world_size - a.world_size)[0].id;
+    const sel = el('select', { id: 'ranks-run' }, candidates.map((r) => el('option', { value: r.id, selected: r.id === ranksRun }, describeRun(r))));
+    sel.addEventListener('change', () => { ranksRun = Number(sel.value); drawRanks(); });
+    let run;
+    try { run = await api(`/v1/runs/${ranksRun}`); } catch (e) { ranksBox.replaceChildren(errorBox('Cannot read the run', e)); return; }
+    const cols = ['rank', 'node', 'host', 'pid', 'cpus', 'gpu', 'status', 'exit_code', 'signal'];
+    ranksBox.replaceChildren(
+      el('div', { class: 'toolbar' }, el('div', { class: 'field' }, el('label', { for: 'ranks-run' }, 'Run'), sel)),
+      dataTable(cols, run.ranks, { caption: `Ranks of run ${run.id}` + (run.nodes ? ` across ${run.nodes} node${run.nodes === 1 ? '' : 's'}` : ''), format: { rank: String, pid: String, exit_code: (v) => v === null ? '—' : String(v), signal: (v) => v === null ? '—' : String(v), gpu: (v) => v === null ? '—' : String(v) } }));
+    ranksBox.querySelector('table').id = 'ranks-table';
+  }
+
   async function refresh() {
     if (refreshing) { again = true; return; }
     refreshing = true;
@@ -138,6 +158,7 @@ export async function renderExperiment(main, id, query) {
       resultsBox.dataset.asOf = asOf;
       const src = [{ label: exp.name, table }];
       chartsBox.replaceChildren(...(table.workload === 'collective' ? collectiveCharts(src) : trainingCharts(src)));
+      await drawRanks();
       if (training) await drawTraining();
     } catch (e) {
       resultsBox.replaceChildren(errorBox('Cannot read the results', e));
