@@ -2,7 +2,8 @@
 """Integration tests for what deploy/ ships beside the source tree: `ninja install`
 into a staging root gives a daemon that runs from its installed files alone (dashboard
 and example specs from PREFIX/share/ddpbench, the worker beside the daemon), and
-deploy/systemd/ddpbenchd.service passes systemd's own checker against that install.
+deploy/systemd/'s units (one node; a cluster's leader and follower) pass systemd's own
+checker against that install.
 
 Decision: installed with DESTDIR into a temporary root, never into the machine's /usr,
 so the test leaves the system as it found it; the unit is checked with its ExecStart
@@ -52,25 +53,31 @@ def test_installed_daemon_runs_from_its_own_files():
         d.close()
 
 
-def test_systemd_unit_verifies_against_the_install():
+def test_systemd_units_verify_against_the_install():
+    """The single-node unit and the cluster's leader and follower units."""
     tool = shutil.which("systemd-analyze")
     check(tool is not None, "systemd-analyze missing: deploy/install-deps.sh installs systemd")
-    with open(os.path.join(SOURCE, "deploy", "systemd", "ddpbenchd.service")) as f:
-        unit = f.read()
-    check(PREFIX + "/bin/ddpbenchd" in unit, "unit does not start the installed daemon")
-    path = os.path.join(STAGE, "ddpbenchd.service")
-    with open(path, "w") as f:
-        f.write(unit.replace(PREFIX + "/bin/ddpbenchd", staged("bin", "ddpbenchd")))
-    p = subprocess.run([tool, "verify", path], capture_output=True, text=True, timeout=60)
-    check(p.returncode == 0 and not p.stderr.strip(),
-          f"systemd-analyze verify: rc {p.returncode}: {p.stderr}")
+    for name in ("ddpbenchd.service", "ddpbenchd-leader.service", "ddpbenchd-follower.service"):
+        with open(os.path.join(SOURCE, "deploy", "systemd", name)) as f:
+            unit = f.read()
+        check(PREFIX + "/bin/ddpbenchd" in unit, f"{name} does not start the installed daemon")
+        path = os.path.join(STAGE, name)
+        with open(path, "w") as f:  # the Assert/EnvironmentFile paths are checked at start only
+            f.write(unit.replace(PREFIX + "/bin/ddpbenchd", staged("bin", "ddpbenchd")))
+        p = subprocess.run([tool, "verify", path], capture_output=True, text=True, timeout=60)
+        check(p.returncode == 0 and not p.stderr.strip(),
+              f"systemd-analyze verify {name}: rc {p.returncode}: {p.stderr}")
+    with open(os.path.join(SOURCE, "deploy", "systemd", "ddpbenchd-follower.service")) as f:
+        follower = f.read()
+    check("--join ${DDPB_LEADER}" in follower and "KillMode=mixed" in follower,
+          "the follower joins its leader and drains on stop")
 
 
 if __name__ == "__main__":
     try:
         rc = run_cases([test_install_stages_programs_dashboard_examples_docs,
                         test_installed_daemon_runs_from_its_own_files,
-                        test_systemd_unit_verifies_against_the_install])
+                        test_systemd_units_verify_against_the_install])
     finally:
         shutil.rmtree(STAGE, ignore_errors=True)
     sys.exit(rc)
