@@ -10,6 +10,7 @@ so the test leaves the system as it found it; the unit is checked with its ExecS
 pointed at the staged binary, the only line that depends on where the root is.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,11 +74,59 @@ def test_systemd_units_verify_against_the_install():
           "the follower joins its leader and drains on stop")
 
 
+def test_k8s_manifests_are_consistent():
+    """deploy/k8s: every document parses and names its kind; workloads' selectors match
+    their pod labels, every mount has its volume, every $(VAR) in args is set in env, every
+    --flag is one the built ddpbenchd accepts, and the Service selects the leader's pods."""
+    import yaml
+    helptext = subprocess.run([os.path.join(BUILD, "daemon", "ddpbenchd"), "--help"],
+                              capture_output=True, text=True, timeout=30).stdout
+    flags = set(re.findall(r"--([a-z-]+)", helptext))
+    docs = []
+    k8s = os.path.join(SOURCE, "deploy", "k8s")
+    for name in sorted(os.listdir(k8s)):
+        if name.endswith(".yaml"):
+            with open(os.path.join(k8s, name)) as f:
+                docs += [(name, d) for d in yaml.safe_load_all(f) if d]
+    kinds = {d["kind"] for _, d in docs}
+    check({"Namespace", "Deployment", "DaemonSet", "Service"} <= kinds, kinds)
+    pods = {}
+    for name, d in docs:
+        check(d.get("apiVersion") and d["metadata"].get("name"), f"{name}: apiVersion, name")
+        if d["kind"] != "Namespace":
+            check(d["metadata"].get("namespace") == "ddpbench", f"{name}: namespace")
+        if d["kind"] in ("Deployment", "DaemonSet"):
+            tpl = d["spec"]["template"]
+            labels = tpl["metadata"]["labels"]
+            sel = d["spec"]["selector"]["matchLabels"]
+            check(sel.items() <= labels.items(), f"{name}: selector {sel} vs labels {labels}")
+            pods[d["metadata"]["name"]] = labels
+            vols = {v["name"] for v in tpl["spec"].get("volumes", [])}
+            for c in tpl["spec"]["containers"]:
+                check(c.get("image") and c.get("command"), f"{name}: image and command")
+                mounts = {m["name"] for m in c.get("volumeMounts", [])}
+                check(mounts <= vols, f"{name}: mounts {mounts - vols} have no volume")
+                env = {e["name"] for e in c.get("env", [])}
+                for a in c.get("args", []):
+                    for var in re.findall(r"\$\((\w+)\)", a):
+                        check(var in env, f"{name}: $({var}) not in env")
+                    if a.startswith("--"):
+                        check(a[2:] in flags, f"{name}: ddpbenchd has no {a}")
+    svc = [d for _, d in docs if d["kind"] == "Service"][0]
+    check(svc["spec"]["selector"].items() <= pods["ddpbench-leader"].items(),
+          "the Service selects the leader")
+    follower = [d for _, d in docs if d["kind"] == "DaemonSet"][0]
+    args = follower["spec"]["template"]["spec"]["containers"][0]["args"]
+    join = args[args.index("--join") + 1]
+    check(svc["metadata"]["name"] in join, f"followers join the Service: {join}")
+
+
 if __name__ == "__main__":
     try:
         rc = run_cases([test_install_stages_programs_dashboard_examples_docs,
                         test_installed_daemon_runs_from_its_own_files,
-                        test_systemd_units_verify_against_the_install])
+                        test_systemd_units_verify_against_the_install,
+                        test_k8s_manifests_are_consistent])
     finally:
         shutil.rmtree(STAGE, ignore_errors=True)
     sys.exit(rc)
