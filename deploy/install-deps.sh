@@ -11,7 +11,8 @@ PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates 
       dataset-fashion-mnist
       clang libclang-rt-14-dev clang-format prometheus python3-jsonschema python3-yaml
       python3-venv
-      chromium chromium-driver python3-selenium"
+      chromium chromium-driver python3-selenium
+      slurm-wlm munge"
 # libopenblas0-pthread: python3-torch only asks for some libblas.so.3, and with the reference
 # libblas3 alone its linear layers run unoptimised; the PyTorch peer gets Debian's OpenBLAS.
 BENCH_PKGS="python3-torch libopenblas0-pthread iperf3 hyperfine wrk"
