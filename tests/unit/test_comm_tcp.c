@@ -570,6 +570,42 @@ static void test_comm_hier_node_maps_exact(void)
     }
 }
 
+/* auto takes hier for an allreduce of 64 KiB or more when ranks share nodes and there is
+ * more than one node (measured over netlab's 1 GbE: tcp_algo.c); otherwise the choice by
+ * size stands. Every rank must pick alike: each one's recorded algorithm is checked. */
+static void test_comm_auto_takes_hier_across_nodes(void)
+{
+    static const struct {
+        int node_of[MAX_WORLD];
+        size_t count;
+        const char *want, *what;
+    } cases[] = {
+        {{0, 0, 1, 1}, 65536 / 4, "hier", "2 nodes x 2 ranks, 64 KiB"},
+        {{0, 0, 1, 1}, 1 << 20, "hier", "2 nodes x 2 ranks, 4 MiB"},
+        {{0, 0, 1, 1}, 1024 / 4, "rd", "2 nodes x 2 ranks, 1 KiB"},
+        {{0, 1, 2, 3}, 1 << 20, "hd", "every rank its own node"},
+        {{0, 0, 0, 0}, 1 << 20, "hd", "one node"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        struct mesh m;
+        T_CHECK_MSG(mesh_build_nodes(&m, 4, 20000, NULL, 0, cases[k].node_of) == 0,
+                    "%s: setup failed", cases[k].what);
+        struct op_case c = {COMM_OP_ALLREDUCE, COMM_ALG_AUTO, COMM_FLOAT32, COMM_SUM, false,
+                            cases[k].count, 0, 0};
+        char why[512] = "";
+        int failures = run_cases_on(&m, &c, 1, why, sizeof why);
+        bool alike = true;
+        for (int r = 0; r < m.n; r++)
+            alike = alike && strcmp(m.c[r]->last_algorithm, cases[k].want) == 0;
+        char got[16];
+        snprintf(got, sizeof got, "%s", m.c[0]->last_algorithm);
+        mesh_destroy(&m);
+        T_CHECK_MSG(failures == 0, "%s: %s", cases[k].what, why);
+        T_CHECK_MSG(alike, "%s: auto ran %s, want %s on every rank", cases[k].what, got,
+                    cases[k].want);
+    }
+}
+
 /* A node map with a negative node is refused naming the rank. */
 static void test_comm_hier_bad_map(void)
 {
@@ -1444,6 +1480,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_comm_moving_ops_exact);
     TEST_RUN(test_comm_large_ops_exact);
     TEST_RUN(test_comm_hier_node_maps_exact);
+    TEST_RUN(test_comm_auto_takes_hier_across_nodes);
     TEST_RUN(test_comm_hier_bad_map);
     TEST_RUN(test_comm_algorithm_recorded);
     TEST_RUN(test_comm_tcp_bytes_sent);

@@ -24,8 +24,12 @@
  *   results; in the others every element is reduced by one rank only.
  * - Automatic choice by message size, thresholds measured on loopback
  *   (tests/bench/RESULTS.md): latency-bound algorithms below, bandwidth-bound above.
- *   auto never chooses hier: it has not been measured to win yet (that needs ranks on
- *   real or emulated nodes with a slower link between them); it runs when asked for.
+ *   When ranks share nodes and there is more than one node, auto takes hier from 64 KiB:
+ *   measured between 2 netlab nodes of 2 ranks over 1 GbE it took 0.6 to 0.84 of the
+ *   flat ring's time at every size from 64 KiB to 64 MiB, and halving-doubling (what
+ *   size alone picks at 4 ranks) was slower still, since it crosses the slow link more
+ *   (tests/bench/RESULTS.md, bench_netlab.py --part hier). Every rank decides alike: the
+ *   node map and the size are the same on all of them.
  * - The algorithms run on a group of ranks (struct tcp_group): the whole communicator,
  *   or, for hier, the ranks of one node or the node leaders. The mesh already connects
  *   every pair, so a group needs no sockets of its own, and hier reuses ring, rd, hd and
@@ -45,6 +49,7 @@
 #define TCP_AUTO_RD_BYTES (64u << 10)
 #define TCP_AUTO_GATHER_RING (64u << 10) /* reduce_scatter, all_gather: total bytes */
 #define TCP_AUTO_BROADCAST_RING (64u << 10)
+#define TCP_AUTO_HIER_BYTES (64u << 10) /* allreduce across nodes that hold several ranks */
 
 static int tcp_mod(int a, int n)
 {
@@ -591,7 +596,10 @@ static enum comm_algorithm tcp_algo_by_size(const struct comm_tcp *t, const stru
     size_t bytes = a->count * comm_dtype_size(a->dtype);
     size_t total = bytes * (size_t)t->base.world_size;
     switch (a->op) {
-    case COMM_OP_ALLREDUCE: return tcp_allreduce_by_size(t->base.world_size, bytes);
+    case COMM_OP_ALLREDUCE:
+        if (t->nleaders > 1 && t->nleaders < t->base.world_size && bytes >= TCP_AUTO_HIER_BYTES)
+            return COMM_ALG_HIER;
+        return tcp_allreduce_by_size(t->base.world_size, bytes);
     case COMM_OP_REDUCE_SCATTER:
     case COMM_OP_ALL_GATHER:
         return total < TCP_AUTO_GATHER_RING ? COMM_ALG_DIRECT : COMM_ALG_RING;
