@@ -832,17 +832,19 @@ void monitor_node_lost(struct active_run *r, int node, const char *why)
         return;
     char ranks[256] = "";
     size_t len = 0;
-    int first = -1;
+    int first = -1, n = 0;
     for (int i = 0; i < r->world_size; i++)
         if (r->ranks[i].node == node && !r->ranks[i].exited) {
             monitor_append(ranks, sizeof ranks, &len, "%s%d", first < 0 ? "" : ", ", i);
             if (first < 0)
                 first = i;
+            n++;
         }
     if (first < 0)
         return;
     char reason[sizeof r->stop_reason];
-    snprintf(reason, sizeof reason, "%s; its ranks %s are gone", why, ranks);
+    snprintf(reason, sizeof reason, "%s; its %s %s %s gone", why, n == 1 ? "rank" : "ranks",
+             ranks, n == 1 ? "is" : "are");
     log_error("run %lld: %s", (long long)r->id, reason);
     monitor_stop_run(r, DB_RUN_FAILED, first, reason);
     for (int i = 0; i < r->world_size; i++) {

@@ -172,6 +172,53 @@ def test_up_shape_run_down():
     check(again.returncode == 0, f"down is idempotent: {again.stderr}")
 
 
+def test_follower_lost_over_netlab():
+    """A run across both hosts; host 1's daemon killed with -9 mid-run: the run fails
+    within the leader's node timeout naming host 1 and its rank, the rank on host 0 is
+    stopped, the steps already stored stay, and host 1 is listed lost."""
+    why = why_unavailable()
+    if why:
+        raise Skip(why)
+    state = tempfile.mkdtemp(prefix="ddpb-netlab-")
+    try:
+        up = netlab("up", "--nodes", "2", "--profile", "10gbe", "--port-base", str(PORT),
+                    "--dir", state, "--build", BUILD)
+        check(up.returncode == 0, f"up: {up.stdout} {up.stderr}")
+        leader = f"http://{ADDR[0]}:{PORT}"
+        with open(os.path.join(state, "token")) as f:
+            token = f.read().strip()
+        spec = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "steps": 100000,
+                "world_size": 2, "nodes": 2, "dataset": {"name": "synthetic"},
+                "timeout_s": 300}
+        exp_id = http(H0, "POST", f"{leader}/v1/experiments", spec, token=token)["id"]
+        run_id = http(H0, "GET", f"{leader}/v1/experiments/{exp_id}")["runs"][0]["id"]
+        deadline = time.time() + 60
+        while True:
+            steps = http(H0, "GET", f"{leader}/v1/runs/{run_id}/steps?rank=1")["rows"]
+            if len(steps) >= 3:
+                break
+            check(time.time() < deadline, "no steps from the rank on host 1")
+            time.sleep(0.2)
+        with open(os.path.join(state, "h1", "pid")) as f:
+            os.kill(int(f.read()), 9)
+        t0 = time.time()
+        exp = wait_experiment(leader, exp_id, timeout=30)
+        took = time.time() - t0
+        run = http(H0, "GET", f"{leader}/v1/runs/{run_id}")
+        check(exp["status"] == "failed", exp)
+        check(f"node {H1} lost" in run["error"] and "its rank 1 is gone" in run["error"],
+              run["error"])
+        check(took < 5 + 5, f"failed {took:.1f}s after the kill")
+        check(len(http(H0, "GET", f"{leader}/v1/runs/{run_id}/steps?rank=1")["rows"]) >= 3,
+              "the lost rank's steps are kept")
+        nodes = {n["name"]: n["state"] for n in http(H0, "GET", f"{leader}/v1/nodes")["nodes"]}
+        check(nodes == {H0: "up", H1: "lost"}, nodes)
+    finally:
+        down = netlab("down", "--dir", state)
+        shutil.rmtree(state, ignore_errors=True)
+    check(down.returncode == 0, f"down: {down.stdout} {down.stderr}")
+
+
 def test_bad_arguments_refused():
     why = why_unavailable()
     if why:
@@ -186,4 +233,5 @@ def test_bad_arguments_refused():
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases([test_up_shape_run_down, test_bad_arguments_refused]))
+    sys.exit(run_cases([test_up_shape_run_down, test_follower_lost_over_netlab,
+                        test_bad_arguments_refused]))
