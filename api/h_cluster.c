@@ -30,39 +30,47 @@ static int h_cluster_leader(struct api_ctx *ctx, struct err *e)
     return 0;
 }
 
-int h_cluster_join(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
-                   struct err *e)
+typedef int (*h_cluster_fn)(struct cluster *c, const json_t *body, json_t **reply,
+                            struct err *e);
+
+/* The body parsed and handed to fn (join or sync), whose reply is the response. */
+static int h_cluster_call(struct api_ctx *ctx, const struct api_request *req,
+                          struct api_reply *rep, h_cluster_fn fn, struct err *e)
 {
     if (h_cluster_leader(ctx, e) < 0)
         return -1;
     json_t *b = h_cluster_body(req, e);
-    int rc = b ? cluster_join(ctx->cluster, b, &rep->json, e) : -1;
+    int rc = b ? fn(ctx->cluster, b, &rep->json, e) : -1;
     json_decref(b);
     return rc;
+}
+
+int h_cluster_join(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                   struct err *e)
+{
+    return h_cluster_call(ctx, req, rep, cluster_join, e);
 }
 
 int h_cluster_sync(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                    struct err *e)
 {
-    if (h_cluster_leader(ctx, e) < 0)
+    return h_cluster_call(ctx, req, rep, cluster_sync, e);
+}
+
+/* cluster_leave with the reply {"state": "left"}. */
+static int h_cluster_leave_fn(struct cluster *c, const json_t *body, json_t **reply,
+                              struct err *e)
+{
+    if (cluster_leave(c, body, e) < 0)
         return -1;
-    json_t *b = h_cluster_body(req, e);
-    int rc = b ? cluster_sync(ctx->cluster, b, &rep->json, e) : -1;
-    json_decref(b);
-    return rc;
+    *reply = json_pack("{s:s}", "state", "left");
+    return *reply ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }
 
 int h_cluster_leave(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                     struct err *e)
 {
-    if (h_cluster_leader(ctx, e) < 0)
-        return -1;
-    json_t *b = h_cluster_body(req, e);
-    int rc = b ? cluster_leave(ctx->cluster, b, e) : -1;
-    json_decref(b);
-    if (rc == 0)
-        rep->json = json_pack("{s:s}", "state", "left");
-    return rc;
+    return h_cluster_call(ctx, req, rep, h_cluster_leave_fn, e);
 }
 
 /* The leader's own row counts the slots its scheduler holds; a follower's, what the

@@ -2,8 +2,10 @@
  * wire format does not depend on the host. */
 #include "common/buf.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void buf_init(struct buf *b)
 {
@@ -84,6 +86,34 @@ int buf_put_u64(struct buf *b, uint64_t v)
 int buf_put_i64(struct buf *b, int64_t v)
 {
     return buf_put_le(b, (uint64_t)v, 8);
+}
+
+int buf_read_lines(int fd, struct buf *pending, size_t max_line, buf_line_fn fn, void *ctx)
+{
+    char chunk[16384];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (n <= 0)
+            return 1;
+        if (buf_append(pending, chunk, (size_t)n) < 0)
+            return -1;
+        size_t start = 0;
+        for (size_t i = 0; i < pending->len; i++) {
+            if (pending->data[i] != '\n')
+                continue;
+            fn(ctx, (const char *)pending->data + start, i - start);
+            start = i + 1;
+        }
+        buf_consume(pending, start);
+        if (pending->len > max_line) {
+            fn(ctx, NULL, pending->len);
+            buf_reset(pending);
+        }
+    }
 }
 
 void buf_consume(struct buf *b, size_t n)

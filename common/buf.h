@@ -32,6 +32,15 @@ int buf_put_i64(struct buf *b, int64_t v);
 /* Drops the first n bytes (a consumed frame) by moving the rest down. */
 void buf_consume(struct buf *b, size_t n);
 
+/* A whole line (without its '\n'), or line NULL for a partial line that grew past the
+ * limit (dropped; len is its length so far). */
+typedef void (*buf_line_fn)(void *ctx, const char *line, size_t len);
+/* The lines of a non-blocking fd (a worker's report pipe): reads until it would block or
+ * ends, calls fn for each whole line in order, keeps a partial one in *pending. Returns 0
+ * when the fd would block, 1 at end of file or on a read error (the caller closes it;
+ * *pending holds any unterminated tail), -1 when memory ran out. */
+int buf_read_lines(int fd, struct buf *pending, size_t max_line, buf_line_fn fn, void *ctx);
+
 struct buf_reader {
     const uint8_t *p; /* borrowed */
     size_t len;

@@ -128,42 +128,26 @@ static json_t *follower_event(const struct follower_rank *k, const char *key, js
     return json_pack("{s:I, s:i, s:o}", "run", (json_int_t)k->run, "rank", k->rank, key, v);
 }
 
-/* Whole lines of the rank's pipe become line events; a line over the protocol's limit is
- * replaced by one the leader's ingestion refuses, so the rank fails naming why. */
+/* Whole lines of the rank's pipe become line events (buf_read_lines' callback, ctx the
+ * rank); a line over the protocol's limit is replaced by one the leader's ingestion
+ * refuses, so the rank fails naming why. */
+static void follower_on_line(void *ctx, const char *line, size_t len)
+{
+    struct follower_rank *k = ctx;
+    json_t *v = line ? json_stringn(line, len) : NULL; /* NULL too for invalid UTF-8 */
+    if (!v)
+        v = json_string(line ? "report line not valid UTF-8 (seen on a follower)"
+                             : "report line too long (over the protocol's limit, seen on a "
+                               "follower)");
+    follower_queue(k->f, follower_event(k, "line", v));
+}
+
 static void follower_read(struct follower_rank *k)
 {
-    char chunk[16384];
-    for (;;) {
-        ssize_t n = read(k->report_fd, chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-                loop_watch_remove(k->f->loop, &k->wreport);
-                close(k->report_fd);
-                k->report_fd = -1;
-            }
-            return;
-        }
-        if (buf_append(&k->line, chunk, (size_t)n) < 0)
-            return;
-        size_t start = 0;
-        for (size_t i = 0; i < k->line.len; i++) {
-            if (k->line.data[i] != '\n')
-                continue;
-            follower_queue(k->f, follower_event(k, "line",
-                                                json_stringn((const char *)k->line.data + start,
-                                                             i - start)));
-            start = i + 1;
-        }
-        buf_consume(&k->line, start);
-        if (k->line.len > REPORT_MAX_LINE) {
-            follower_queue(k->f,
-                           follower_event(k, "line",
-                                          json_string("report line too long (over the "
-                                                      "protocol's limit) on a follower")));
-            buf_reset(&k->line);
-        }
+    if (buf_read_lines(k->report_fd, &k->line, REPORT_MAX_LINE, follower_on_line, k) != 0) {
+        loop_watch_remove(k->f->loop, &k->wreport);
+        close(k->report_fd);
+        k->report_fd = -1;
     }
 }
 

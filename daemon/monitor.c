@@ -182,42 +182,30 @@ static void monitor_kill_stopped(struct active_run *r)
 static void monitor_handle_line(struct active_run *r, struct run_rank *k, const char *line,
                                 size_t len);
 
+/* buf_read_lines' callback (ctx: the rank): a whole line, or one past the limit. */
+static void monitor_on_line(void *ctx, const char *line, size_t len)
+{
+    struct run_rank *k = ctx;
+    if (line) {
+        monitor_handle_line(k->wreport.run, k, line, len);
+    } else if (!k->bad_report[0]) {
+        snprintf(k->bad_report, sizeof k->bad_report, "report line longer than %u bytes",
+                 REPORT_MAX_LINE);
+    }
+}
+
 static void monitor_read_reports(struct active_run *r, struct run_rank *k)
 {
-    char chunk[16384];
-    for (;;) {
-        ssize_t n = read(k->report_fd, chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-                loop_watch_remove(r->ctx->loop, &k->wreport.lw);
-                close(k->report_fd);
-                k->report_fd = -1;
-                if (k->line.len > 0 && !k->bad_report[0])
-                    snprintf(k->bad_report, sizeof k->bad_report,
-                             "report stream ended inside a line");
-            }
-            return;
-        }
-        if (buf_append(&k->line, chunk, (size_t)n) < 0) {
-            snprintf(k->bad_report, sizeof k->bad_report, "out of memory reading reports");
-            return;
-        }
-        size_t start = 0;
-        for (size_t i = 0; i < k->line.len; i++) {
-            if (k->line.data[i] != '\n')
-                continue;
-            monitor_handle_line(r, k, (const char *)k->line.data + start, i - start);
-            start = i + 1;
-        }
-        buf_consume(&k->line, start);
-        if (k->line.len > REPORT_MAX_LINE && !k->bad_report[0]) {
-            snprintf(k->bad_report, sizeof k->bad_report, "report line longer than %u bytes",
-                     REPORT_MAX_LINE);
-            buf_reset(&k->line);
-        }
-    }
+    int rc = buf_read_lines(k->report_fd, &k->line, REPORT_MAX_LINE, monitor_on_line, k);
+    if (rc < 0 && !k->bad_report[0])
+        snprintf(k->bad_report, sizeof k->bad_report, "out of memory reading reports");
+    if (rc != 1)
+        return;
+    loop_watch_remove(r->ctx->loop, &k->wreport.lw);
+    close(k->report_fd);
+    k->report_fd = -1;
+    if (k->line.len > 0 && !k->bad_report[0])
+        snprintf(k->bad_report, sizeof k->bad_report, "report stream ended inside a line");
 }
 
 static void monitor_reap(struct active_run *r, struct run_rank *k)

@@ -94,6 +94,16 @@ def remote_pids(run, node):
     return [k["pid"] for k in run["ranks"] if k["node"] == node and k["pid"]]
 
 
+def start_long_run(lead):
+    """A 4-rank training run over 2 nodes that would run for hours, once its 2 ranks on f1
+    have started: (experiment id, run id, run)."""
+    exp_id = submit(lead, dict(TRAIN, world_size=4, nodes=2, steps=100000))["id"]
+    rid = first_run(lead, exp_id)
+    run = lead.wait_run(rid, lambda r: r["status"] == "running" and
+                        len(remote_pids(r, "f1")) == 2, what="running on both nodes")
+    return exp_id, rid, run
+
+
 def test_join_and_nodes():
     lead = leader()
     f1 = follower(lead, "f1", slots=3)
@@ -265,10 +275,7 @@ def test_follower_killed_mid_run():
     f1 = follower(lead, "f1")
     try:
         wait_node(lead, "f1", "up")
-        exp_id = submit(lead, dict(TRAIN, world_size=4, nodes=2, steps=100000))["id"]
-        rid = first_run(lead, exp_id)
-        run = lead.wait_run(rid, lambda r: r["status"] == "running" and
-                            len(remote_pids(r, "f1")) == 2, what="running on both nodes")
+        exp_id, rid, run = start_long_run(lead)
         deadline = time.time() + 30
         while len(lead.get(f"/v1/runs/{rid}/steps?rank=2")["rows"]) < 3:
             check(time.time() < deadline, "no steps from rank 2")
@@ -328,10 +335,7 @@ def test_leader_restart_interrupts_and_followers_rejoin():
     f1 = follower(lead, "f1")
     try:
         wait_node(lead, "f1", "up")
-        exp_id = submit(lead, dict(TRAIN, world_size=4, nodes=2, steps=100000))["id"]
-        rid = first_run(lead, exp_id)
-        run = lead.wait_run(rid, lambda r: r["status"] == "running" and
-                            len(remote_pids(r, "f1")) == 2, what="running on both nodes")
+        exp_id, rid, run = start_long_run(lead)
         remote = remote_pids(run, "f1")
         lead.restart()
         run = lead.get(f"/v1/runs/{rid}")

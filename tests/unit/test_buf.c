@@ -1,10 +1,12 @@
 /* Unit tests for common/buf and common/err and common/clock: little-endian round trips,
  * bounds-checked reads, consume, error formatting. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
@@ -73,6 +75,43 @@ static void test_buf_consume_and_growth(void)
     T_EQ_INT(b.len, 0);
     buf_free(&b);
     T_CHECK(b.data == NULL);
+}
+
+/* buf_read_lines' callback for the test: lines joined by '|', an over-long one as '#'. */
+struct lines_seen {
+    char text[256];
+    int n;
+};
+
+static void lines_note(void *ctx, const char *line, size_t len)
+{
+    struct lines_seen *s = ctx;
+    size_t at = strlen(s->text);
+    snprintf(s->text + at, sizeof s->text - at, "%s%.*s", s->n++ ? "|" : "",
+             line ? (int)len : 1, line ? line : "#");
+}
+
+static void test_buf_read_lines(void)
+{
+    int p[2];
+    T_CHECK(pipe2(p, O_NONBLOCK) == 0);
+    struct buf pend;
+    buf_init(&pend);
+    struct lines_seen seen = {"", 0};
+    T_CHECK(write(p[1], "a\nbb\n\npart", 10) == 10);
+    T_EQ_INT(buf_read_lines(p[0], &pend, 16, lines_note, &seen), 0); /* would block */
+    T_EQ_STR(seen.text, "a|bb|");
+    T_EQ_INT((int)pend.len, 4); /* "part" waits for its end */
+    T_CHECK(write(p[1], "ial\n0123456789abcdefXYZ", 23) == 23);
+    T_EQ_INT(buf_read_lines(p[0], &pend, 16, lines_note, &seen), 0);
+    T_EQ_STR(seen.text, "a|bb||partial|#"); /* 19 bytes without a newline: dropped */
+    T_EQ_INT((int)pend.len, 0);
+    T_CHECK(write(p[1], "tail", 4) == 4);
+    close(p[1]);
+    T_EQ_INT(buf_read_lines(p[0], &pend, 16, lines_note, &seen), 1); /* end of file */
+    T_EQ_INT((int)pend.len, 4); /* the unterminated tail stays for the caller to judge */
+    close(p[0]);
+    buf_free(&pend);
 }
 
 static void test_err_format(void)
@@ -147,6 +186,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_buf_roundtrip);
     TEST_RUN(test_buf_reader_never_overreads);
     TEST_RUN(test_buf_consume_and_growth);
+    TEST_RUN(test_buf_read_lines);
     TEST_RUN(test_err_format);
     TEST_RUN(test_clock_iso_matches_gmtime);
     TEST_RUN(test_clock_iso);
