@@ -5,6 +5,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@
 #define FOLLOWER_OUTBOX_MAX 200000        /* events kept while the leader is unreachable */
 #define FOLLOWER_SOON_MS 20               /* a sync this soon after new events */
 #define FOLLOWER_RETRY_MAX_MS 2000
+#define FOLLOWER_MAX_PIN 64 /* CPUs one rank may be pinned to (its spec's threads) */
 
 struct follower;
 
@@ -41,7 +43,9 @@ struct follower_rank {
     int report_fd, pidfd;
     struct loop_watch wreport, wexit;
     struct buf line;
-    bool killed; /* SIGKILL sent: the run is no longer wanted */
+    bool killed;                  /* SIGKILL sent: the run is no longer wanted */
+    int pinned[FOLLOWER_MAX_PIN]; /* indices into the follower's cpu[] it holds */
+    int npinned;
 };
 
 struct follower {
@@ -60,6 +64,11 @@ struct follower {
     int nranks, cap_ranks;
     atomic_bool drain, done;
     struct loop_call drain_call;
+    /* pinning, as the leader's scheduler does: a rank gets CPUs of its own while there
+     * are idle ones, else it runs unpinned */
+    int ncpus;
+    int cpu[CPU_SETSIZE];      /* the daemon's affinity set */
+    int cpu_load[CPU_SETSIZE]; /* ranks pinned to cpu[i] */
 };
 
 /* --- HTTP to the leader -------------------------------------------------------------- */
@@ -153,6 +162,8 @@ static void follower_read(struct follower_rank *k)
 
 static void follower_remove_rank(struct follower *f, struct follower_rank *k)
 {
+    for (int i = 0; i < k->npinned; i++)
+        f->cpu_load[k->pinned[i]]--;
     for (int i = 0; i < f->nranks; i++)
         if (f->ranks[i] == k) {
             f->ranks[i] = f->ranks[--f->nranks];
@@ -267,6 +278,29 @@ static int follower_write_spec(struct follower *f, const struct follower_spawn *
     return json_dump_file(s->spec, path, JSON_COMPACT);
 }
 
+/* per idle CPUs for rank k into k->pinned and their list ("3,4") into out: true when it
+ * is pinned; false (out "", nothing taken) when fewer than per CPUs are idle, since a
+ * rank pinned to a busy CPU would be slower than one the kernel places. */
+static bool follower_take_cpus(struct follower *f, int per, struct follower_rank *k, char *out,
+                               size_t cap)
+{
+    int n = 0;
+    out[0] = '\0';
+    for (int i = 0; i < f->ncpus && n < per && per <= FOLLOWER_MAX_PIN; i++)
+        if (f->cpu_load[i] == 0)
+            k->pinned[n++] = i;
+    if (n < per || per > FOLLOWER_MAX_PIN)
+        return false;
+    size_t len = 0;
+    for (int i = 0; i < n && len < cap; i++) {
+        f->cpu_load[k->pinned[i]]++;
+        len += (size_t)snprintf(out + len, cap - len, "%s%d", i ? "," : "",
+                                f->cpu[k->pinned[i]]);
+    }
+    k->npinned = n;
+    return true;
+}
+
 static void follower_spawn_rank(struct follower *f, const struct follower_spawn *s,
                                 const char *dir, int rank, int local)
 {
@@ -291,27 +325,40 @@ static void follower_spawn_rank(struct follower *f, const struct follower_spawn 
     struct launched out;
     struct err e = {0};
     json_t *ev = NULL;
-    if (!k || (f->nranks == f->cap_ranks &&
-               !(f->ranks = realloc(f->ranks, (size_t)(f->cap_ranks = f->cap_ranks * 2 + 8) *
-                                                  sizeof *f->ranks)))) {
+    char cpus[512];
+    if (k && f->nranks == f->cap_ranks) {
+        int cap = f->cap_ranks * 2 + 8;
+        struct follower_rank **grown = realloc(f->ranks, (size_t)cap * sizeof *grown);
+        if (grown) {
+            f->ranks = grown;
+            f->cap_ranks = cap;
+        }
+    }
+    bool pinned = k &&
+                  follower_take_cpus(f, spec_slots_per_rank(s->spec), k, cpus, sizeof cpus);
+    lr.cpus = pinned ? cpus : NULL;
+    if (!k || f->nranks == f->cap_ranks) {
         err_set(&e, ERR_NOMEM, NULL, "out of memory");
     } else if (launcher_spawn(&lr, &out, &e) == 0) {
-        *k = (struct follower_rank){.f = f,
-                                    .run = s->run,
-                                    .rank = rank,
-                                    .pid = out.pid,
-                                    .report_fd = out.report_fd,
-                                    .pidfd = out.pidfd};
+        k->f = f;
+        k->run = s->run;
+        k->rank = rank;
+        k->pid = out.pid;
+        k->report_fd = out.report_fd;
+        k->pidfd = out.pidfd;
         buf_init(&k->line);
         f->ranks[f->nranks++] = k;
         loop_watch_add(f->loop, &k->wreport, k->report_fd, EPOLLIN, follower_on_report, k, &e);
         loop_watch_add(f->loop, &k->wexit, k->pidfd, EPOLLIN, follower_on_exit, k, &e);
         follower_queue(f, follower_event(k, "spawned",
-                                         json_pack("{s:i, s:n}", "pid", (int)k->pid, "cpus")));
+                                         json_pack("{s:i, s:o}", "pid", (int)k->pid, "cpus",
+                                                   pinned ? json_string(cpus) : json_null())));
         log_info("follower: run %lld rank %d started (pid %d)", (long long)s->run, rank,
                  (int)k->pid);
         return;
     }
+    for (int i = 0; k && i < k->npinned; i++)
+        f->cpu_load[k->pinned[i]]--;
     free(k);
     /* could not start: the leader hears an exit with the launcher's reason in the log */
     log_error("follower: run %lld rank %d: %s", (long long)s->run, rank, e.msg);
@@ -524,6 +571,11 @@ struct follower *follower_start(const struct config *cfg, int http_port, struct 
     }
     f->cfg = cfg;
     f->http_port = http_port;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set))
+                f->cpu[f->ncpus++] = c;
     f->sync_ms = cfg->sync_ms;
     f->outbox = json_array();
     char auth[300];

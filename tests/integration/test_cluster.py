@@ -247,6 +247,10 @@ def test_run_spans_two_nodes():
         check(where == {0: "lead", 1: "lead", 2: "f1", 3: "f1"}, where)
         check(run["nodes"] == 2 and run["ranks_per_node"] == 2, run)
         check(all(k["status"] == "done" for k in run["ranks"]), run["ranks"])
+        # the follower pins its ranks as the leader pins its own: CPUs of their own
+        remote = [k["cpus"] for k in run["ranks"] if k["node"] == "f1"]
+        if (os.cpu_count() or 1) >= 2:
+            check(all(remote) and len(set(remote)) == 2, f"f1's ranks' CPUs: {remote}")
         res = lead.get(f"/v1/experiments/{exp['id']}/results")
         rows = res["rows"] if "rows" in res else res["tables"][0]["rows"]
         check(rows and all(r.get("nodes") == 2 and r.get("ranks_per_node") == 2 for r in rows),
