@@ -590,8 +590,14 @@ static void test_comm_auto_takes_hier_across_nodes(void)
         struct mesh m;
         T_CHECK_MSG(mesh_build_nodes(&m, 4, 20000, NULL, 0, cases[k].node_of) == 0,
                     "%s: setup failed", cases[k].what);
-        struct op_case c = {COMM_OP_ALLREDUCE, COMM_ALG_AUTO, COMM_FLOAT32, COMM_SUM, false,
-                            cases[k].count, 0, 0};
+        struct op_case c = {COMM_OP_ALLREDUCE,
+                            COMM_ALG_AUTO,
+                            COMM_FLOAT32,
+                            COMM_SUM,
+                            false,
+                            cases[k].count,
+                            0,
+                            0};
         char why[512] = "";
         int failures = run_cases_on(&m, &c, 1, why, sizeof why);
         bool alike = true;
