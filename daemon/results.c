@@ -128,7 +128,7 @@ struct results_group {
     json_t *key;                     /* owned: {field: value, ..., "emulated": bool,
                                           "oversubscribed": bool,
                                           "network_profile": string or null,
-                                          "nodes", "ranks_per_node": the placement} */
+                                          "nodes": how many the ranks spanned} */
     const struct db_data_run **runs; /* owned array of borrowed runs */
     size_t n;
 };
@@ -155,8 +155,12 @@ static json_t *results_key_of(const struct db_data_run *run, const json_t *field
     json_t *f;
     json_array_foreach(fields, i, f)
     {
-        json_t *v = run ? json_object_get(run->spec, json_string_value(f)) : NULL;
-        json_object_set(key, json_string_value(f), v ? v : json_null());
+        const char *name = json_string_value(f);
+        json_t *v = run ? json_object_get(run->spec, name) : NULL;
+        json_object_set(key, name, v ? v : json_null());
+        /* grouped by the placement: what the run got, not the spec's 0 ("as few as fit") */
+        if (run && strcmp(name, "ranks_per_node") == 0)
+            json_object_set_new(key, name, json_integer(run->ranks_per_node));
     }
     /* always part of the key, whatever group_by says: figures of ranks sharing one GPU
      * are never pooled with one-rank-per-GPU figures (nor used as their baseline) */
@@ -168,11 +172,11 @@ static json_t *results_key_of(const struct db_data_run *run, const json_t *field
     json_object_set_new(key, "network_profile",
                         run && run->network_profile[0] ? json_string(run->network_profile)
                                                        : json_null());
-    /* and where the ranks ran: 4 ranks on 2 nodes cross the network, 4 on 1 do not (the
-     * spec's nodes/ranks_per_node may say 0, "as few as fit": this is what they got) */
+    /* and how many nodes the ranks spanned: 4 ranks on 2 nodes cross the network, 4 on 1
+     * do not (the spec's nodes may say 0, "as few as fit": this is what they got). How
+     * they were split (ranks_per_node) keys only when grouped by: world sizes a user pools
+     * on one node differ in it by definition */
     json_object_set_new(key, "nodes", run ? json_integer(run->nodes) : json_null());
-    json_object_set_new(key, "ranks_per_node",
-                        run ? json_integer(run->ranks_per_node) : json_null());
     return key;
 }
 
