@@ -2084,7 +2084,9 @@ static const char spec_schema_description_format[] =
     "list distinct once their units are read (\"4K\" and 4096 are the same size); (3) at "
     "most %d runs in the sweep's cross product; (4) a train run's memory estimate for one "
     "rank (parameters, gradients, optimizer state, buffers, activations and input batches) "
-    "at most %.0f TiB at every point. A run must also fit this node (CPU slots, GPUs, and for "
+    "at most %.0f TiB at every point; (5) nodes and ranks_per_node each at most world_size, "
+    "and, when both are non-zero, nodes times ranks_per_node equal to world_size, at every "
+    "point. A run must also fit this node or the cluster's nodes (CPU slots, GPUs, and for "
     "device cpu its memory), else 409.";
 
 json_t *spec_schema_json(void)

@@ -14,7 +14,9 @@ generator cannot take all its rule clauses together):
   (2) the sizes of "sizes" and the values of each sweep list distinct once units are read;
   (3) at most 1024 runs in the sweep's cross product;
   (4) one rank's memory estimate (common/spec.c spec_memory_estimate) at most 1 TiB at
-      every point of a train spec, over the model facts of common/model_table.c.
+      every point of a train spec, over the model facts of common/model_table.c;
+  (5) nodes and ranks_per_node at most world_size, and their product world_size when
+      both are non-zero, at every point.
 Decision: defaults and the model table are read from the source tree (the generated schema,
 the C table), not copied, so this file follows a change there; a restated limit that no
 longer matches the schema's description fails loudly at load."""
@@ -34,7 +36,8 @@ SPEC = jsonschema_rs.validator_for(SCHEMA)
 MAX_RUNS = 1024
 MAX_RANK_BYTES = 1 << 40
 if (f"at most {MAX_RUNS} runs" not in SCHEMA["description"]
-        or "at most 1 TiB" not in SCHEMA["description"]):
+        or "at most 1 TiB" not in SCHEMA["description"]
+        or "(5) nodes and ranks_per_node each at most world_size" not in SCHEMA["description"]):
     raise ImportError("schemathesis_hooks.py: the limits differ from the schema's description")
 SIZE_FIELDS = ("min_bytes", "max_bytes", "step")
 UNITS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
@@ -136,6 +139,9 @@ def broken_rule(body):
             return 1
         if body["workload"] == "train" and memory(get) > MAX_RANK_BYTES:
             return 4
+        world, nodes, rpn = get("world_size"), get("nodes"), get("ranks_per_node")
+        if nodes > world or rpn > world or (nodes and rpn and nodes * rpn != world):
+            return 5
     return None
 
 

@@ -79,9 +79,12 @@ def test_schemathesis_reports_nothing():
         with open(path, "w") as f:
             json.dump(narrowed(yaml.safe_load(text)), f)
         config = os.path.join(os.path.abspath(SOURCE), "tests", "integration", "schemathesis.toml")
+        # --workers 1: with 2 worker threads, CPython 3.11.2 (Debian 12's) failed an
+        # ast.parse hypothesis makes to describe a lambda ("AST constructor recursion depth
+        # mismatch", a bug fixed in 3.11.5), a runtime error of the generator, not a finding
         cmd = [VENV_ST, "--config-file", config, "run", path, "--url", d.url, "--seed", os.environ.get("DDPB_SCHEMATHESIS_SEED", "1"),
                "--max-time", os.environ.get("DDPB_SCHEMATHESIS_SECONDS", "100"),
-               "--max-examples", "25", "--request-timeout", "5", "--workers", "2",
+               "--max-examples", "25", "--request-timeout", "5", "--workers", "1",
                "--no-color", "--report", "junit", "--report-dir", work]
         env = dict(os.environ, DDPB_SOURCE_DIR=os.path.abspath(SOURCE))  # the toml's hooks
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=work, env=env)
