@@ -31,6 +31,15 @@ def test_default_engine_is_stored():
         # the engine a spec names explicitly is kept as given
         status, body, _ = d.request("POST", "/v1/experiments", dict(SMALL, engine="ddpbench"))
         check(status == 201 and body["spec"]["engine"] == "ddpbench", (status, body))
+        # results group by engine like any field: swept, it is a group key by default,
+        # and group_by=engine names it explicitly
+        exp = d.run_experiment(dict(SMALL, sweep={"engine": ["ddpbench"]}), timeout=120)
+        check(exp["status"] == "succeeded", exp["status"])
+        for query in ("", "?group_by=engine"):
+            res = d.get(f"/v1/experiments/{exp['id']}/results{query}")
+            check(res["group_by"] == ["engine"], (query, res["group_by"]))
+            check("engine" in res["columns"], res["columns"])
+            check([row["engine"] for row in res["rows"]] == ["ddpbench"], (query, res["rows"]))
     finally:
         d.close()
 
