@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import subprocess
 import sys
 
 from harness import Daemon, check, run_cases
@@ -117,6 +118,37 @@ def test_report_module_matches_the_c_protocol():
         check("fwd_ms" in str(ex), ex)
 
 
+def test_probe_matches_spec_rules():
+    """engines/probe.py (what GET /v1/engines will serve) lists every engine of the spec,
+    says pytorch is installed exactly when torch imports here, names the install command
+    for what is missing, and its pytorch table is what submit allows (spec_rules)."""
+    p = subprocess.run([sys.executable, os.path.join(SOURCE, "engines", "probe.py")],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, p.stderr)
+    engines = {e["name"]: e for e in json.loads(p.stdout)["engines"]}
+    schema = json.load(open(os.path.join(SOURCE, "schema", "spec.schema.json")))
+    check(sorted(engines) == sorted(schema["properties"]["engine"]["enum"]), sorted(engines))
+    torch_ok = subprocess.run([sys.executable, "-c", "import torch"],
+                              capture_output=True).returncode == 0
+    check(engines["pytorch"]["installed"] == torch_ok, engines["pytorch"])
+    check(engines["ddpbench"]["installed"] and engines["ddpbench"]["launched"], engines)
+    for e in engines.values():
+        if not e["installed"]:
+            check("deploy/install-deps.sh --engines" in e["reason"], e)
+    d = Daemon(cpu_slots=2)
+    try:
+        status, body, _ = d.request("POST", "/v1/experiments",
+                                    dict(SMALL, engine="pytorch", strategy="zero2"))
+        has = re.findall(r'"(\w+)"', body["error"]["message"].split("it has", 1)[1])
+        check(status == 400 and has[:2] == engines["pytorch"]["strategies"], (has, body))
+        status, body, _ = d.request("POST", "/v1/experiments",
+                                    dict(SMALL, engine="pytorch", compression="bf16"))
+        has = re.findall(r'"(\w+)"', body["error"]["message"].split("it has", 1)[1])
+        check(status == 400 and has[:1] == ["none"], (has, body))
+    finally:
+        d.close()
+
+
 if __name__ == "__main__":
-    sys.exit(run_cases([test_report_module_matches_the_c_protocol, test_default_engine_is_stored,
-                        test_engine_refusals]))
+    sys.exit(run_cases([test_report_module_matches_the_c_protocol, test_probe_matches_spec_rules,
+                        test_default_engine_is_stored, test_engine_refusals]))
