@@ -87,6 +87,10 @@ static const char *const spec_algorithms[] = {"auto",   "ring", "rd",   "hd",
                                               "direct", "tree", "hier", NULL};
 static const char *const spec_strategies[] = {"naive", "ddp",   "horovod",
                                               "zero1", "zero2", NULL};
+/* "engine": ddpbench's own C worker, or a real framework launched by the daemon (issue 16);
+ * which of them a node has installed is GET /v1/engines, checked at submit. */
+static const char *const spec_engines[] = {"ddpbench",  "pytorch", "horovod", "tensorflow",
+                                           "deepspeed", "script",  NULL};
 
 /* "model": the names of common/model_table.h, in its order. */
 static const char *spec_model_at(int i)
@@ -387,6 +391,14 @@ static const struct spec_field spec_fields[] = {
     {.name = "lr_schedule.gamma", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .dmin = 0, .dmin_open = true, .dmax = 1, .def = "0.1",
      SPEC_AT(train.lr_schedule.gamma), .desc = "step: factor of each decay."},
+    /* Appended, not placed beside "strategy": rows keep their order across branches. */
+    {.name = "engine", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
+     .choices = spec_engines, .def = "\"ddpbench\"", SPEC_AT(train.engine),
+     .desc = "What trains: ddpbench (this project's C worker, every strategy), pytorch "
+             "(torch.distributed: ddp = DistributedDataParallel, zero1 = "
+             "ZeroRedundancyOptimizer), horovod, tensorflow (MultiWorkerMirroredStrategy), "
+             "deepspeed, or script (the operator's script under --scripts-dir). "
+             "GET /v1/engines lists what each node has installed."},
 };
 /* clang-format on */
 
@@ -471,6 +483,24 @@ static const struct spec_allowed spec_device_compressions[] = {
      "yet"},
     {NULL, NULL, NULL},
 };
+/* What each framework engine can be asked for (the rest of its table, versions and
+ * devices, is GET /v1/engines). pytorch: DDP and ZeroRedundancyOptimizer only, fp32, no
+ * gradient compression hook yet; the other frameworks are refused at submit until the
+ * daemon launches them, so they have no rows here. */
+static const char *const spec_torch_strategies[] = {"ddp", "zero1", NULL};
+static const struct spec_allowed spec_engine_strategies[] = {
+    {"pytorch", spec_torch_strategies,
+     "torch offers DistributedDataParallel (ddp) and ZeroRedundancyOptimizer (zero1)"},
+    {NULL, NULL, NULL},
+};
+static const struct spec_allowed spec_engine_precisions[] = {
+    {"pytorch", spec_only_fp32, "the pytorch adapter trains in fp32 (no autocast yet)"},
+    {NULL, NULL, NULL},
+};
+static const struct spec_allowed spec_engine_compressions[] = {
+    {"pytorch", spec_only_none, "the pytorch adapter registers no compression hook yet"},
+    {NULL, NULL, NULL},
+};
 static const struct spec_allowed spec_backend_algorithms[] = {
     {"nccl", spec_algs_nccl, "NCCL chooses among its own algorithms, once per communicator"},
     {NULL, NULL, NULL},
@@ -491,6 +521,9 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_LE, SPEC_WL_ANY, "nodes", "world_size", NULL},
     {SPEC_RULE_LE, SPEC_WL_ANY, "ranks_per_node", "world_size", NULL},
     {SPEC_RULE_FILLS, SPEC_WL_ANY, "nodes", "ranks_per_node", NULL},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "strategy", spec_engine_strategies},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "precision", spec_engine_precisions},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "compression", spec_engine_compressions},
 };
 
 /* --- table lookups ------------------------------------------------------------------- */

@@ -2,6 +2,10 @@
 # Installs the Debian packages ddpbench needs. The one place the package list lives.
 #   deploy/install-deps.sh           build + test dependencies
 #   deploy/install-deps.sh --bench   also the peers the benchmarks compare against
+#   deploy/install-deps.sh --engines also the frameworks the engines run (issue 16): PyTorch and
+#                                    torchvision from Debian; TensorFlow, Horovod and DeepSpeed
+#                                    go here when their engines are built
+# The flags combine (--bench --engines).
 # Uses sudo only when not root; does nothing when everything is already installed.
 set -eu
 
@@ -17,9 +21,20 @@ PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates 
 # libblas3 alone its linear layers run unoptimised; the PyTorch peer gets Debian's OpenBLAS.
 BENCH_PKGS="python3-torch libopenblas0-pthread iperf3 hyperfine wrk"
 
-if [ "${1:-}" = "--bench" ]; then
-    PKGS="$PKGS $BENCH_PKGS"
-fi
+# engines/pytorch_ddp.py: torch.distributed (gloo on the CPU) and torchvision's resnet18;
+# OpenBLAS for the same reason as the bench peer. ~150 s to install on the CI image.
+ENGINE_PKGS="python3-torch python3-torchvision libopenblas0-pthread"
+
+for arg in "$@"; do
+    case "$arg" in
+    --bench) PKGS="$PKGS $BENCH_PKGS" ;;
+    --engines) PKGS="$PKGS $ENGINE_PKGS" ;;
+    *)
+        echo "install-deps: unknown option $arg (use --bench and/or --engines)" >&2
+        exit 2
+        ;;
+    esac
+done
 
 missing=""
 for p in $PKGS; do

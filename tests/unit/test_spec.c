@@ -675,6 +675,7 @@ static void test_spec_train_defaults_and_struct(void)
     T_EQ_INT(sp.workload, SPEC_WORKLOAD_TRAIN);
     T_EQ_STR(sp.train.model, "resnet18");
     T_EQ_STR(sp.train.strategy, "ddp");
+    T_EQ_STR(sp.train.engine, "ddpbench"); /* the default: today's C worker */
     T_EQ_INT(sp.train.epochs, 3);
     T_EQ_INT(sp.train.steps, 0);
     T_EQ_INT(sp.train.threads, 2);
@@ -774,6 +775,21 @@ static void test_spec_device_compat(void)
          "sweep point 2 of 2 {\"strategy\":\"zero1\"}: device \"cuda\" has no strategy"},
         {TR ", \"sweep\": {\"device\": [\"cpu\", \"cuda\"]}}", "sweep",
          "sweep point 2 of 2 {\"device\":\"cuda\"}: device \"cuda\" has no backend \"tcp\""},
+        /* engines: what torch offers, and no engine outside the list */
+        {TR ", \"engine\": \"pytorch\", \"strategy\": \"horovod\"}", "strategy",
+         "engine \"pytorch\" has no strategy \"horovod\"; it has \"ddp\", \"zero1\""},
+        {TR ", \"engine\": \"pytorch\", \"strategy\": \"naive\"}", "strategy",
+         "has no strategy \"naive\""},
+        {TR ", \"engine\": \"pytorch\", \"compression\": \"fp16\"}", "compression",
+         "engine \"pytorch\" has no compression \"fp16\"; it has \"none\""},
+        {TR CUDA ", \"engine\": \"pytorch\", \"precision\": \"bf16\"}", "precision",
+         "engine \"pytorch\" has no precision \"bf16\"; it has \"fp32\""},
+        {TR ", \"engine\": \"jax\"}", "engine", "\"deepspeed\""},
+        {TR ", \"sweep\": {\"engine\": [\"ddpbench\", \"pytorch\"]}, "
+            "\"strategy\": \"zero2\"}",
+         "sweep",
+         "sweep point 2 of 2 {\"engine\":\"pytorch\"}: engine \"pytorch\" has no "
+         "strategy \"zero2\""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
@@ -788,6 +804,8 @@ static void test_spec_device_compat(void)
         TR CUDA ", \"precision\": \"bf16\", \"sweep\": {\"cudnn_benchmark\": [false, true]}}",
         TR ", \"strategy\": \"zero2\", \"compression\": \"bf16\"}",
         W ", \"algorithm\": \"hd\"}",
+        TR ", \"engine\": \"pytorch\", \"strategy\": \"zero1\"}",
+        TR ", \"sweep\": {\"engine\": [\"ddpbench\", \"pytorch\", \"script\"]}}",
         /* a rule with a swept field is judged at the points only */
         W ", \"backend\": \"nccl\", \"sweep\": {\"device\": [\"cuda\"]}}",
     };

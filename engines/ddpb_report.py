@@ -1,0 +1,138 @@
+"""ddpb_report: the worker -> daemon report protocol (common/report.h) for Python engines.
+
+One JSON object per line on fd 3 when the daemon opened it (stdout when run by hand), each
+with "type", "rank" and "t" (Unix seconds), exactly the events and fields the C worker
+writes, so the daemon's report_parse_line accepts them unchanged. A user's script reports
+in two lines:
+
+    import ddpb_report
+    rep = ddpb_report.start()          # hello + env, heartbeat thread; rank from RANK
+    ...  rep.step(step=i, loss=l, step_ms=ms, samples=32)  ... rep.done()
+
+Decision: the fields are the C table's names (tests/integration/test_engines.py checks
+them against common/report.c). That table requires every step phase as a number, so a
+phase the caller does not pass is sent as 0; reporting it as null ("not observable") needs
+the phases optional in common/report.c and the steps table first, which this module will
+follow. A lock keeps lines of the heartbeat thread and the caller whole."""
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+ERR_CODES = ("invalid", "not_found", "conflict", "too_large", "unavailable", "timeout",
+             "aborted", "peer", "protocol", "io", "nomem", "internal")
+STEP_PHASES = ("data_ms", "forward_ms", "backward_ms", "comm_ms", "comm_exposed_ms",
+               "optimizer_ms", "step_ms")
+
+
+def _report_stream():
+    """fd 3 when the daemon opened it, else stdout (a script run by hand)."""
+    try:
+        os.fstat(3)
+    except OSError:
+        return sys.stdout
+    return os.fdopen(3, "w", buffering=1, closefd=False)
+
+
+class Reporter:
+    """Writes report events for one rank. Thread-safe."""
+
+    def __init__(self, rank, world_size, stream=None):
+        self.rank = int(rank)
+        self.world_size = int(world_size)
+        self.stream = stream if stream is not None else _report_stream()
+        self.lock = threading.Lock()
+        self.phase = "start"
+        self.progress = 0
+        self._stop = threading.Event()
+        self._beat = None
+
+    def emit(self, kind, **fields):
+        ev = {"type": kind, "rank": self.rank, "t": time.time()}
+        ev.update(fields)
+        line = json.dumps(ev, separators=(",", ":"), allow_nan=False) + "\n"
+        with self.lock:
+            self.stream.write(line)
+            self.stream.flush()
+
+    def hello(self):
+        self.emit("hello", pid=os.getpid(), host=socket.gethostname(),
+                  world_size=self.world_size)
+
+    def env(self, values):
+        """values: {name: str or number}; e.g. framework versions, framework_config."""
+        clean = {str(k): (v if isinstance(v, (int, float, str)) and not isinstance(v, bool)
+                          else json.dumps(v, sort_keys=True)) for k, v in values.items()}
+        self.emit("env", env=clean)
+
+    def heartbeat(self, phase=None, progress=None):
+        if phase is not None:
+            self.phase = phase
+        if progress is not None:
+            self.progress = int(progress)
+        self.emit("heartbeat", phase=self.phase, progress=self.progress)
+
+    def start_heartbeat(self, every_s=1.0):
+        """A daemon thread beating every second, as the C worker's does."""
+        def beat():
+            while not self._stop.wait(every_s):
+                try:
+                    self.heartbeat()
+                except (OSError, ValueError):
+                    return  # the daemon is gone: the main thread finds out on its next write
+        self._beat = threading.Thread(target=beat, name="ddpb-heartbeat", daemon=True)
+        self._beat.start()
+
+    def progress_event(self, phase, done, total):
+        self.emit("progress", done=int(done), total=int(total), phase=phase)
+
+    def step(self, step, loss, samples, step_ms, repeat=0, epoch=0, warmup=False,
+             bytes_sent=0, **phases):
+        """One training step of this rank; phases in ms by their report names."""
+        unknown = set(phases) - set(STEP_PHASES)
+        if unknown:
+            raise ValueError(f"unknown step phase(s): {sorted(unknown)}")
+        fields = {p: float(phases.get(p, 0.0)) for p in STEP_PHASES}
+        fields["step_ms"] = float(step_ms)
+        self.progress = int(step) + 1
+        self.emit("step", repeat=int(repeat), epoch=int(epoch), step=int(step),
+                  warmup=bool(warmup), samples=int(samples), loss=float(loss),
+                  bytes_sent=int(bytes_sent), **fields)
+
+    def epoch(self, epoch, samples, time_s, repeat=0, train_loss=None, train_acc=None,
+              test_loss=None, test_acc=None):
+        """Rank 0, after each epoch; a figure not measured is omitted (stored NULL)."""
+        opt = {"train_loss": train_loss, "train_acc": train_acc, "test_loss": test_loss,
+               "test_acc": test_acc}
+        self.emit("epoch", repeat=int(repeat), epoch=int(epoch), samples=int(samples),
+                  time_s=float(time_s), **{k: float(v) for k, v in opt.items() if v is not None})
+
+    def error(self, message, code="internal", where=None, op=None, peer=None):
+        if code not in ERR_CODES:
+            code = "internal"
+        fields = {"code": code, "message": str(message),
+                  "where": where or f"{os.path.basename(sys.argv[0] or 'python')}:0"}
+        if op is not None:
+            fields["op"] = op
+        if peer is not None:
+            fields["peer"] = int(peer)
+        self.emit("error", **fields)
+
+    def done(self):
+        self._stop.set()
+        self.emit("done")
+
+
+def start(env=None, heartbeat=True):
+    """hello, env (python version + the caller's values), heartbeat thread. Rank and world
+    size from RANK / WORLD_SIZE (the daemon sets them for every engine's ranks)."""
+    rep = Reporter(os.environ.get("RANK", "0"), os.environ.get("WORLD_SIZE", "1"))
+    rep.hello()
+    values = {"python": sys.version.split()[0]}
+    values.update(env or {})
+    rep.env(values)
+    if heartbeat:
+        rep.start_heartbeat()
+    return rep
