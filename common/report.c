@@ -106,14 +106,27 @@ static const struct report_field report_step_fields[] = {
     {.name = "warmup", .kind = REPORT_K_BOOL, REPORT_STEP_AT(warmup)},
     {.name = "samples", .kind = REPORT_K_INT, .min = 0, REPORT_STEP_AT(samples)},
     {.name = "loss", .kind = REPORT_K_NUM, REPORT_STEP_AT(loss)},
-    {.name = "data_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(data_ms)},
-    {.name = "forward_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(forward_ms)},
-    {.name = "backward_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(backward_ms)},
-    {.name = "comm_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(comm_ms)},
-    {.name = "comm_exposed_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(comm_exposed_ms)},
-    {.name = "optimizer_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(optimizer_ms)},
+    {.name = "data_ms", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(data_ms)},
+    {.name = "forward_ms", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(forward_ms)},
+    {.name = "backward_ms",
+     .kind = REPORT_K_NUM,
+     .optional = true,
+     REPORT_STEP_AT(backward_ms)},
+    {.name = "comm_ms", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(comm_ms)},
+    {.name = "comm_exposed_ms",
+     .kind = REPORT_K_NUM,
+     .optional = true,
+     REPORT_STEP_AT(comm_exposed_ms)},
+    {.name = "optimizer_ms",
+     .kind = REPORT_K_NUM,
+     .optional = true,
+     REPORT_STEP_AT(optimizer_ms)},
     {.name = "step_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(step_ms)},
-    {.name = "bytes_sent", .kind = REPORT_K_INT64, .min = 0, REPORT_STEP_AT(bytes_sent)},
+    {.name = "bytes_sent",
+     .kind = REPORT_K_INT64,
+     .min = 0,
+     .optional = true,
+     REPORT_STEP_AT(bytes_sent)},
 };
 
 static const struct report_field report_epoch_fields[] = {
@@ -333,7 +346,7 @@ json_t *report_parse_line(const char *line, size_t len, enum report_type *type, 
 /* --- events as structs (collective, step, epoch) -------------------------------------- */
 
 /* Fills the struct at out from obj through the members named in fields. An optional
- * number that is absent reads as -1. */
+ * number (or int64) that is absent reads as -1. */
 static int report_struct_from_json(const struct report_field *fs, size_t n, const char *type,
                                    const json_t *obj, void *out, size_t out_size, struct err *e)
 {
@@ -347,7 +360,7 @@ static int report_struct_from_json(const struct report_field *fs, size_t n, cons
         const json_t *v = json_object_get(obj, fs[i].name);
         char *dst = (char *)out + fs[i].off;
         int i32 = (int)json_integer_value(v);
-        int64_t i64 = json_integer_value(v);
+        int64_t i64 = v ? json_integer_value(v) : -1; /* optional and absent: -1 */
         double d = v ? json_number_value(v) : -1.0;
         bool b = json_is_true(v);
         switch (fs[i].kind) {

@@ -74,6 +74,10 @@ struct report_step {
     bool warmup;  /* excluded from statistics */
     int samples;  /* this rank's batch size */
     double loss;
+    /* The phases are optional on the wire: a framework engine (issue 16) that cannot observe
+     * one leaves it out and it reads as -1, stored NULL and served null ("not observable",
+     * the reason in GET /v1/engines), never 0; bytes_sent likewise (-1: the framework does
+     * not say what its collectives put on the wire). step_ms is always there. */
     double data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms;
     int64_t bytes_sent; /* gradient bytes this rank sent in this step */
 };

@@ -245,6 +245,14 @@ static void db_bindv(sqlite3_stmt *st, const char *fmt, va_list ap)
                 sqlite3_bind_null(st, i);
             break;
         }
+        case 'J': { /* int64; below 0 (not measured) is NULL */
+            int64_t v = va_arg(ap, int64_t);
+            if (v >= 0)
+                sqlite3_bind_int64(st, i, v);
+            else
+                sqlite3_bind_null(st, i);
+            break;
+        }
         default: break;
         }
     }
@@ -1268,7 +1276,9 @@ static const char SQL_INSERT_STEP[] =
 int db_insert_step(struct db *db, int64_t run_id, int rank, const struct report_step *r,
                    struct err *e)
 {
-    return db_write_one(db, e, SQL_INSERT_STEP, "IiiiIiiddddddddI", run_id, rank, r->repeat,
+    /* D, J: a phase or bytes_sent below 0 (not observable by the engine, report.h) is
+     * stored as NULL */
+    return db_write_one(db, e, SQL_INSERT_STEP, "IiiiIiidDDDDDDdJ", run_id, rank, r->repeat,
                         r->epoch, r->step, (int)r->warmup, r->samples, r->loss, r->data_ms,
                         r->forward_ms, r->backward_ms, r->comm_ms, r->comm_exposed_ms,
                         r->optimizer_ms, r->step_ms, r->bytes_sent);
@@ -1440,12 +1450,14 @@ static const struct db_col db_data_step_cols[] = {
     DB_COL("step_ms", DB_COL_REAL, struct db_step_row, step_ms),
     DB_COL("fastest_ms", DB_COL_REAL, struct db_step_row, fastest_ms),
     DB_COL("samples", DB_COL_INT64, struct db_step_row, samples),
-    DB_COL("data_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_DATA]),
-    DB_COL("forward_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_FORWARD]),
-    DB_COL("backward_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_BACKWARD]),
-    DB_COL("comm_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_COMM]),
-    DB_COL("comm_exposed_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_COMM_EXPOSED]),
-    DB_COL("optimizer_ms", DB_COL_REAL, struct db_step_row, phase_ms[DB_PHASE_OPTIMIZER]),
+    DB_COL("data_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[DB_PHASE_DATA]),
+    DB_COL("forward_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[DB_PHASE_FORWARD]),
+    DB_COL("backward_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[DB_PHASE_BACKWARD]),
+    DB_COL("comm_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[DB_PHASE_COMM]),
+    DB_COL("comm_exposed_ms", DB_COL_REAL_OR_NEG1, struct db_step_row,
+           phase_ms[DB_PHASE_COMM_EXPOSED]),
+    DB_COL("optimizer_ms", DB_COL_REAL_OR_NEG1, struct db_step_row,
+           phase_ms[DB_PHASE_OPTIMIZER]),
     DB_COL("bytes_sent", DB_COL_INT64, struct db_step_row, bytes_sent),
     DB_COL("ranks", DB_COL_INT, struct db_step_row, ranks),
 };

@@ -322,6 +322,7 @@ struct results_train {
     struct results_vec thr, step, acc, loss;
     struct results_idx starts; /* where each repeat (of each run) begins in step */
     double phase[DB_NPHASES], straggler;
+    size_t phase_n[DB_NPHASES]; /* steps that observed each phase (engines may not: -1) */
     size_t nsteps;
     int64_t world; /* -1: differs across the group's runs */
 };
@@ -348,8 +349,12 @@ static void results_train_run(struct results_train *r, const struct db_data_run 
         samples += (double)s->samples;
         ms += s->step_ms;
         results_push(&r->step, s->step_ms);
-        for (int p = 0; p < DB_NPHASES; p++)
+        for (int p = 0; p < DB_NPHASES; p++) {
+            if (s->phase_ms[p] < 0) /* not observable by this run's engine: null, not 0 */
+                continue;
             r->phase[p] += s->phase_ms[p];
+            r->phase_n[p]++;
+        }
         r->straggler += s->step_ms - s->fastest_ms;
         r->nsteps++;
     }
@@ -410,14 +415,19 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_put_stats(t, "throughput", &thr, false);
     results_put_stats(t, "step_ms", &step, true);
     double n = r->nsteps ? (double)r->nsteps : NAN;
-    for (int p = 0; p < DB_NPHASES; p++)
-        results_put(t, results_phases[p], results_num(r->phase[p] / n));
+    double mean[DB_NPHASES];
+    for (int p = 0; p < DB_NPHASES; p++) {
+        mean[p] = r->phase_n[p] ? r->phase[p] / (double)r->phase_n[p] : NAN;
+        results_put(t, results_phases[p], results_num(mean[p]));
+    }
     /* exposed includes the hand-off to the communication thread, so it can exceed the
      * time the operations ran by a few microseconds: nothing overlapped is 0, not less */
     /* one rank exchanges nothing: whatever its comm phases timed (hand-offs) is no
      * communication that could overlap, so its overlap is null, not a percentage */
-    double comm = r->phase[DB_PHASE_COMM], exposed = r->phase[DB_PHASE_COMM_EXPOSED];
-    double overlap = comm > 0 && r->world != 1 ? fmax(0.0, 1.0 - exposed / comm) : NAN;
+    double comm = mean[DB_PHASE_COMM], exposed = mean[DB_PHASE_COMM_EXPOSED];
+    double overlap = comm > 0 && isfinite(exposed) && r->world != 1
+                         ? fmax(0.0, 1.0 - exposed / comm)
+                         : NAN;
     results_put(t, "overlap", results_num(overlap));
     results_put(t, "straggler_ms", results_num(r->straggler / n));
     double speedup_ci = NAN;

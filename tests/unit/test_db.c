@@ -12,7 +12,7 @@
 #include "tests/unit/test.h"
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 9
+#define TEST_DB_VERSION 10
 /* what migration 009 added, undone for a test that sets the version back below it */
 #define TEST_DB_UNDO_009                                                                       \
     "DROP TABLE nodes; ALTER TABLE runs DROP COLUMN nodes; ALTER TABLE runs DROP COLUMN "      \
@@ -775,6 +775,46 @@ static void test_db_steps_epochs_and_data(void)
     test_db_cleanup(db);
 }
 
+/* A step phase (or bytes_sent) a framework engine cannot observe arrives as -1: stored
+ * NULL, served null by GET /v1/runs/{id}/steps, read back as -1 by results; a measured
+ * phase beside it is kept (migration 010). */
+static void test_db_step_phases_null(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 1);
+    int64_t r = test_db_run_id(db, id, 0);
+    struct report_step st = {.step = 0,
+                             .samples = 32,
+                             .loss = 2.0,
+                             .data_ms = 1.5,
+                             .forward_ms = -1,
+                             .backward_ms = -1,
+                             .comm_ms = -1,
+                             .comm_exposed_ms = -1,
+                             .optimizer_ms = -1,
+                             .step_ms = 9.0,
+                             .bytes_sent = -1};
+    T_OK(db_insert_step(db, r, 0, &st, &e));
+    json_t *steps = db_get_steps(db, r, -1, true, &e);
+    T_CHECK_MSG(steps != NULL, "%s", e.msg);
+    char *text = json_dumps(steps, JSON_COMPACT);
+    T_CHECK_MSG(strstr(text, "[0,0,0,0,0,32,2.0,1.5,null,null,null,null,null,9.0,null]") !=
+                    NULL,
+                "%s", text);
+    free(text);
+    json_decref(steps);
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    T_EQ_INT(data.runs[0].nsteps, 1);
+    T_NEAR(data.runs[0].steps[0].phase_ms[DB_PHASE_DATA], 1.5, 0);
+    T_NEAR(data.runs[0].steps[0].phase_ms[DB_PHASE_FORWARD], -1.0, 0);
+    T_NEAR(data.runs[0].steps[0].phase_ms[DB_PHASE_COMM_EXPOSED], -1.0, 0);
+    db_experiment_data_free(&data);
+    test_db_cleanup(db);
+}
+
 /* An epoch that trained on no sample has no train loss or accuracy: stored NULL, served
  * null, read back as -1 (not measured); migration 006 turns the zeros older databases
  * stored for such epochs into NULL and keeps every measured figure. */
@@ -904,6 +944,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_lifecycle);
     TEST_RUN(test_db_network_profile);
     TEST_RUN(test_db_epoch_train_null);
+    TEST_RUN(test_db_step_phases_null);
     TEST_RUN(test_db_queued_spec_parsed);
     TEST_RUN(test_db_results_roundtrip);
     TEST_RUN(test_db_reader_checks_aliases);
