@@ -17,6 +17,7 @@
 #include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
+#include "daemon/engines.h"
 #include "common/err.h"
 #include "daemon/events.h"
 #include "daemon/scheduler.h"
@@ -44,6 +45,7 @@ struct api_ctx {
     struct db *db;
     struct scheduler *sched; /* NULL on a follower, as are db and store */
     struct cluster *cluster; /* the leader's registry; NULL on a follower */
+    struct engines *engines; /* framework engines here (daemon/engines.h); NULL: follower */
     struct store_server *store;
     struct events *events;
     double started_at; /* Unix seconds */

@@ -96,25 +96,21 @@ static int h_check_nodes(struct api_ctx *ctx, const json_t *spec, struct err *e)
                    ws, want, rpn, per, n);
 }
 
-/* A train point's engine must be one this daemon launches. Only ddpbench's own worker
- * is launched in this slice of issue 16: pytorch and script have their spec rows but no
- * launcher yet, and a run that silently trained with the C worker instead would be a wrong
- * result, so they are refused (409) like the frameworks that are not installed, each
- * naming the field and what to do. */
-static int h_check_engine(const struct config *cfg, const json_t *spec, struct err *e)
+/* A train point's engine must run here: ddpbench always does; a framework engine when
+ * this node's probe finds it installed and launched (daemon/engines.h), and on one node
+ * only, since followers do not report their frameworks yet. A run that silently trained
+ * with another engine would be a wrong result, so anything else is 409 naming "engine". */
+static int h_check_engine(struct api_ctx *ctx, const json_t *spec, bool spread, struct err *e)
 {
     const char *engine = json_string_value(json_object_get(spec, "engine"));
     if (!engine || strcmp(engine, "ddpbench") == 0)
         return 0;
-    if (strcmp(engine, "pytorch") == 0 || strcmp(engine, "script") == 0)
+    if (spread)
         return err_set(e, ERR_CONFLICT, "engine",
-                       "engine %s cannot run on node %s yet: this ddpbenchd does not launch "
-                       "it; use engine ddpbench",
-                       engine, cfg->node);
-    return err_set(e, ERR_CONFLICT, "engine",
-                   "engine %s is not installed on node %s: install with "
-                   "deploy/install-deps.sh --engines",
-                   engine, cfg->node);
+                       "engine %s runs on one node for now: followers do not report their "
+                       "frameworks yet (leave nodes at 0 or 1, or use engine ddpbench)",
+                       engine);
+    return engines_check(ctx->engines, engine, e);
 }
 
 /* Every point must fit on this node (or the cluster's), or it would wait forever. */
@@ -148,8 +144,8 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
                            "oversubscription)",
                            (long long)ws, (long long)need, total);
         }
-        if (h_check_engine(ctx->cfg, spec, e) < 0 || h_check_gpus(ctx, spec, e) < 0 ||
-            h_check_memory(spec, e) < 0)
+        if (h_check_engine(ctx, spec, spread || (need > total && up > 1), e) < 0 ||
+            h_check_gpus(ctx, spec, e) < 0 || h_check_memory(spec, e) < 0)
             return -1;
     }
     return 0;

@@ -53,6 +53,9 @@ int h_cluster_leave(struct api_ctx *ctx, const struct api_request *req, struct a
                     struct err *e);
 int h_nodes_list(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                  struct err *e);
+/* h_cluster.c: GET /v1/engines, per node what engines it runs (daemon/engines.h) */
+int h_engines_list(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                   struct err *e);
 /* h_static.c: files under cfg->web_dir for any GET outside /v1 */
 int h_static_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                  struct err *e);

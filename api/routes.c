@@ -39,6 +39,7 @@ static const struct api_route api_routes[] = {
     {"POST", "/v1/runs/{run}/cancel", h_runs_cancel},
     {"GET", "/v1/runs/{run}/steps", h_runs_steps},
     {"GET", "/v1/nodes", h_nodes_list},
+    {"GET", "/v1/engines", h_engines_list},
     {"POST", "/v1/cluster/join", h_cluster_join},
     {"POST", "/v1/cluster/sync", h_cluster_sync},
     {"POST", "/v1/cluster/leave", h_cluster_leave},

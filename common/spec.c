@@ -484,21 +484,35 @@ static const struct spec_allowed spec_device_compressions[] = {
     {NULL, NULL, NULL},
 };
 /* What each framework engine can be asked for (the rest of its table, versions and
- * devices, is GET /v1/engines). pytorch: DDP and ZeroRedundancyOptimizer only, fp32, no
- * gradient compression hook yet; the other frameworks are refused at submit until the
- * daemon launches them, so they have no rows here. */
+ * devices, is GET /v1/engines; engines/probe.py's table must say the same, which
+ * tests/integration/test_engines.py checks). pytorch: DDP and ZeroRedundancyOptimizer,
+ * fp32, compression by its allreduce hook; tensorflow: MultiWorkerMirroredStrategy's
+ * all-reduce (ddp), fp32, no compression; horovod: its DistributedOptimizer; deepspeed:
+ * ZeRO stages 1 and 2. */
 static const char *const spec_torch_strategies[] = {"ddp", "zero1", NULL};
+static const char *const spec_ddp_only[] = {"ddp", NULL};
+static const char *const spec_horovod_only[] = {"horovod", NULL};
+static const char *const spec_zero_stages[] = {"zero1", "zero2", NULL};
 static const struct spec_allowed spec_engine_strategies[] = {
     {"pytorch", spec_torch_strategies,
      "torch offers DistributedDataParallel (ddp) and ZeroRedundancyOptimizer (zero1)"},
+    {"tensorflow", spec_ddp_only,
+     "TensorFlow's MultiWorkerMirroredStrategy all-reduces every gradient (ddp)"},
+    {"horovod", spec_horovod_only, "Horovod trains with its DistributedOptimizer (horovod)"},
+    {"deepspeed", spec_zero_stages, "DeepSpeed's engine runs ZeRO stage 1 or 2"},
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_engine_precisions[] = {
     {"pytorch", spec_only_fp32, "the pytorch adapter trains in fp32 (no autocast yet)"},
+    {"tensorflow", spec_only_fp32, "the tensorflow adapter trains in fp32"},
+    {"horovod", spec_only_fp32, "the horovod adapter trains in fp32"},
+    {"deepspeed", spec_only_fp32, "the deepspeed adapter trains in fp32"},
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_engine_compressions[] = {
-    {"pytorch", spec_only_none, "the pytorch adapter registers no compression hook yet"},
+    {"tensorflow", spec_only_none,
+     "MultiWorkerMirroredStrategy has no gradient compression on the CPU"},
+    {"deepspeed", spec_only_none, "the deepspeed adapter sets no communication compression"},
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_backend_algorithms[] = {

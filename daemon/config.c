@@ -144,6 +144,10 @@ static void config_defaults(struct config *c)
     c->store_port = 0;
     snprintf(c->state_dir, sizeof c->state_dir, "state");
     snprintf(c->web_dir, sizeof c->web_dir, "%s", DDPB_SOURCE_WEB_DIR);
+    snprintf(c->engines_dir, sizeof c->engines_dir, "%s", DDPB_SOURCE_ENGINES_DIR);
+    snprintf(c->python, sizeof c->python, "%s",
+             access(DDPB_SOURCE_VENV_PYTHON, X_OK) == 0 ? DDPB_SOURCE_VENV_PYTHON
+                                                        : "/usr/bin/python3");
     if (gethostname(c->node, sizeof c->node) != 0 || c->node[0] == '\0')
         snprintf(c->node, sizeof c->node, "localhost");
     c->node[sizeof c->node - 1] = '\0';
@@ -169,6 +173,10 @@ void config_print_usage(const char *prog)
            "  --state-dir DIR      database, run files and logs (default ./state)\n"
            "  --worker PATH        ddpbench-worker binary (default: beside ddpbenchd)\n"
            "  --web-dir DIR        dashboard files (default: the source tree's web/)\n"
+           "  --engines-dir DIR    the framework engines' adapters (default: the source\n"
+           "                       tree's engines/)\n"
+           "  --python PATH        the interpreter framework engines run under (default:\n"
+           "                       the source tree's .venv, else /usr/bin/python3)\n"
            "  --node NAME          this node's name (default: hostname)\n"
            "  --cpu-slots N        ranks that may run at once (default: online CPUs)\n"
            "  --gpus N             GPU slots for device cuda runs (default: NVML's count,\n"
@@ -201,6 +209,8 @@ enum {
     OPT_STATE_DIR,
     OPT_WORKER,
     OPT_WEB_DIR,
+    OPT_ENGINES_DIR,
+    OPT_PYTHON,
     OPT_NODE,
     OPT_CPU_SLOTS,
     OPT_GPUS,
@@ -227,6 +237,8 @@ static const struct option config_options[] = {
     {"state-dir", required_argument, NULL, OPT_STATE_DIR},
     {"worker", required_argument, NULL, OPT_WORKER},
     {"web-dir", required_argument, NULL, OPT_WEB_DIR},
+    {"engines-dir", required_argument, NULL, OPT_ENGINES_DIR},
+    {"python", required_argument, NULL, OPT_PYTHON},
     {"node", required_argument, NULL, OPT_NODE},
     {"cpu-slots", required_argument, NULL, OPT_CPU_SLOTS},
     {"gpus", required_argument, NULL, OPT_GPUS},
@@ -274,6 +286,9 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
     case OPT_WORKER:
         return config_copy(c->worker_path, sizeof c->worker_path, "worker", arg, e);
     case OPT_WEB_DIR: return config_copy(c->web_dir, sizeof c->web_dir, "web-dir", arg, e);
+    case OPT_ENGINES_DIR:
+        return config_copy(c->engines_dir, sizeof c->engines_dir, "engines-dir", arg, e);
+    case OPT_PYTHON: return config_copy(c->python, sizeof c->python, "python", arg, e);
     case OPT_NODE: return config_copy(c->node, sizeof c->node, "node", arg, e);
     case OPT_PORT: return config_parse_int("port", arg, 0, 65535, &c->port, e);
     case OPT_STORE_PORT:

@@ -23,6 +23,11 @@ struct config {
     char state_dir[PATH_MAX];
     char worker_path[PATH_MAX];
     char web_dir[PATH_MAX];
+    /* framework engines (issue 16): their Python adapters, and the interpreter that runs
+     * them (the project venv's when deploy/install-deps.sh --engines made it, else
+     * /usr/bin/python3: Debian's torch needs no venv) */
+    char engines_dir[PATH_MAX];
+    char python[PATH_MAX];
     char node[64];   /* this node's name (hostname by default) */
     int cpu_slots;   /* ranks that may run at once on this node */
     int gpus;        /* GPU slots (daemon/gpu_slots.h): --gpus N, else NVML's count

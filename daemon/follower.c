@@ -309,6 +309,9 @@ static void follower_spawn_rank(struct follower *f, const struct follower_spawn 
     snprintf(log_path, sizeof log_path, "%s/rank%d.log", dir, rank);
     struct launch_rank lr = {
         .worker_path = f->cfg->worker_path,
+        .engine = json_string_value(json_object_get(s->spec, "engine")),
+        .python = f->cfg->python,
+        .engines_dir = f->cfg->engines_dir,
         .run = s->ns,
         .secret = s->secret,
         .store_addr = s->store,

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
@@ -15,7 +16,7 @@
 
 extern char **environ;
 
-#define LAUNCH_ENV_EXTRA (14 + LAUNCH_MAX_GPU_ENV)
+#define LAUNCH_ENV_EXTRA (20 + LAUNCH_MAX_GPU_ENV)
 
 /* Owned NULL-terminated environment: the daemon's own minus DDPB_* (but
  * DDPB_EMULATE_NODES, launcher.h) and CUDA_VISIBLE_DEVICES, plus the rank's. Strings in `own` are owned by the caller's
@@ -45,6 +46,31 @@ static void launcher_env_free(struct launch_env *env)
     free(env->vars);
 }
 
+/* A framework engine's rank (launch_rank.engine). */
+static bool launcher_is_framework(const struct launch_rank *lr)
+{
+    return lr->engine && strcmp(lr->engine, "ddpbench") != 0;
+}
+
+/* The variables a framework reads to find its peers: set by the launcher and the
+ * bootstrap only, never inherited from the daemon's own environment. */
+static bool launcher_is_framework_var(const char *kv)
+{
+    static const char *const names[] = {"RANK=",
+                                        "WORLD_SIZE=",
+                                        "LOCAL_RANK=",
+                                        "LOCAL_WORLD_SIZE=",
+                                        "MASTER_ADDR=",
+                                        "MASTER_PORT=",
+                                        "TF_CONFIG=",
+                                        "HOROVOD_",
+                                        NULL};
+    for (int i = 0; names[i]; i++)
+        if (strncmp(kv, names[i], strlen(names[i])) == 0)
+            return true;
+    return false;
+}
+
 static int launcher_env_build(const struct launch_rank *lr, struct launch_env *env,
                               struct err *e)
 {
@@ -60,7 +86,8 @@ static int launcher_env_build(const struct launch_rank *lr, struct launch_env *e
         if ((strncmp(environ[i], "DDPB_", 5) == 0 && !emulate) ||
             strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) == 0 ||
             strncmp(environ[i], "NCCL_HOSTID=", 12) == 0 ||
-            strncmp(environ[i], "NCCL_MULTI_RANK_GPU_ENABLE=", 27) == 0)
+            strncmp(environ[i], "NCCL_MULTI_RANK_GPU_ENABLE=", 27) == 0 ||
+            (launcher_is_framework(lr) && launcher_is_framework_var(environ[i])))
             continue;
         env->vars[env->n++] = environ[i];
     }
@@ -83,6 +110,13 @@ static int launcher_env_build(const struct launch_rank *lr, struct launch_env *e
         rc |= launcher_env_add(env, "DDPB_CPUS", lr->cpus);
     if (lr->node_name)
         rc |= launcher_env_add(env, "DDPB_NODE_NAME", lr->node_name);
+    if (launcher_is_framework(lr))
+        rc |= launcher_env_add(env, "DDPB_ENGINE", lr->engine) |
+              launcher_env_add(env, "DDPB_ENGINES_DIR", lr->engines_dir) |
+              launcher_env_add(env, "RANK", num[0]) |
+              launcher_env_add(env, "WORLD_SIZE", num[1]) |
+              launcher_env_add(env, "LOCAL_RANK", num[2]) |
+              launcher_env_add(env, "PYTHONUNBUFFERED", "1");
     if (lr->ngpu_env < 0 || lr->ngpu_env > LAUNCH_MAX_GPU_ENV)
         return err_set(e, ERR_INVALID, NULL, "launch: %d GPU environment entries",
                        lr->ngpu_env);
@@ -140,12 +174,18 @@ int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct er
     posix_spawnattr_setpgroup(&attr, 0);
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
                                         POSIX_SPAWN_SETSIGDEF);
-    char *argv[] = {(char *)lr->worker_path, NULL};
+    char boot[PATH_MAX];
+    char *argv[3] = {(char *)lr->worker_path, NULL, NULL};
+    if (launcher_is_framework(lr)) {
+        snprintf(boot, sizeof boot, "%s/ddpb_launch.py", lr->engines_dir);
+        argv[0] = (char *)lr->python;
+        argv[1] = boot;
+    }
     pid_t pid;
-    int src = posix_spawn(&pid, lr->worker_path, &fa, &attr, argv, env.vars);
+    int src = posix_spawn(&pid, argv[0], &fa, &attr, argv, env.vars);
     if (src != 0) {
         errno = src;
-        err_errno(e, "rank %d: cannot start worker %s", lr->rank, lr->worker_path);
+        err_errno(e, "rank %d: cannot start %s", lr->rank, argv[0]);
         goto out;
     }
     int pidfd = launcher_pidfd_open(pid);

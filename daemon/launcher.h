@@ -5,7 +5,8 @@
  * end on fd 3, stdout and stderr into the rank's log file, every other fd closed, and a
  * process group of its own so the daemon can signal the rank and anything it spawned.
  * A pidfd per child lets the monitor's epoll loop see exits without SIGCHLD handlers.
- * The daemon's own DDPB_EMULATE_NODES is the one DDPB_* variable a rank inherits: tests
+ * A framework engine's rank gets the framework's variables as well (launch_rank.engine),
+ * and inherits none of them from the daemon. The daemon's own DDPB_EMULATE_NODES is the one DDPB_* variable a rank inherits: tests
  * and benchmarks on one machine set it on the daemon to split its ranks into emulated
  * nodes (worker/store/rendezvous.h). */
 #ifndef DDPB_LAUNCHER_H
@@ -18,6 +19,13 @@
 
 struct launch_rank {
     const char *worker_path;
+    /* engine (issue 16): NULL or "ddpbench" runs worker_path; a framework engine runs
+     * `python engines_dir/ddpb_launch.py`, the adapter's bootstrap (engines/ddpb_launch.py),
+     * with DDPB_ENGINE and the framework's RANK, WORLD_SIZE and LOCAL_RANK added; the
+     * bootstrap agrees ports through the store and sets the rest (MASTER_ADDR, TF_CONFIG) */
+    const char *engine;
+    const char *python;
+    const char *engines_dir;
     const char *run;        /* store namespace, DDPB_RUN */
     const char *secret;     /* DDPB_SECRET */
     const char *store_addr; /* host:port, DDPB_STORE */

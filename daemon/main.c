@@ -21,6 +21,7 @@
 #include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
+#include "daemon/engines.h"
 #include "daemon/follower.h"
 #include "daemon/launcher.h"
 #include "ddpb_config.h"
@@ -38,6 +39,7 @@ struct daemon {
     struct cluster *cluster;   /* leader: its nodes */
     struct follower *follower; /* --join: the link to the leader (no db, store, queue) */
     struct events *events;
+    struct engines *engines; /* what framework engines this node runs (lazily probed) */
     struct api_ctx api;
     struct api_server *http;
     char info_path[PATH_MAX];
@@ -148,7 +150,10 @@ static int daemon_start(struct daemon *d, struct err *e)
         return -1;
     if (!(d->sched = scheduler_create(&d->cfg, d->db, d->store, d->events, d->cluster, e)))
         return -1;
+    if (!(d->engines = engines_create(&d->cfg)))
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
     d->api.cluster = d->cluster;
+    d->api.engines = d->engines;
     d->api.cfg = &d->cfg;
     d->api.db = d->db;
     d->api.sched = d->sched;
@@ -168,6 +173,7 @@ static void daemon_stop(struct daemon *d)
     follower_stop(d->follower);     /* its ranks are killed */
     scheduler_destroy(d->sched);    /* active runs end interrupted */
     cluster_destroy(d->cluster);
+    engines_destroy(d->engines);
     store_server_destroy(d->store);
     events_destroy(d->events);
     db_close(d->db);

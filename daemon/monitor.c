@@ -50,6 +50,7 @@ struct active_run {
     int n_settled;
     int64_t exits_seen;
     char ns[32], secret[40], dir[PATH_MAX - 64];
+    char engine[12]; /* who runs the ranks: "ddpbench" or a framework (launcher.h) */
     int64_t deadline_ms, kill_at_ms;
     int timeout_s, heartbeat_timeout_s;
     int stop_rank;
@@ -456,6 +457,9 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
     bool pinned = monitor_cpu_list(cpus, rank, per, cpu, sizeof cpu);
     struct launch_rank lr = {
         .worker_path = r->ctx->cfg->worker_path,
+        .engine = r->engine,
+        .python = r->ctx->cfg->python,
+        .engines_dir = r->ctx->cfg->engines_dir,
         .run = r->ns,
         .secret = r->secret,
         .store_addr = store_addr,
@@ -583,6 +587,10 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
     /* the spec's defaults (common/spec.c) are already filled in */
     r->timeout_s = q->spec.timeout_s;
     r->heartbeat_timeout_s = q->spec.heartbeat_timeout_s;
+    snprintf(r->engine, sizeof r->engine, "%s",
+             q->spec.workload == SPEC_WORKLOAD_TRAIN && q->spec.train.engine[0]
+                 ? q->spec.train.engine
+                 : "ddpbench");
     r->deadline_ms = clock_mono_ms() + (int64_t)r->timeout_s * 1000;
     snprintf(path, sizeof path, "%s/spec.json", r->dir);
     if (monitor_mkdirs(r->dir, e) < 0 || monitor_write_file(path, q->spec_json, e) < 0 ||

@@ -9,30 +9,48 @@ tests/integration/test_engines.py); an engine the daemon does not launch yet say
 "launched". Output: {"engines": [{name, installed, version, reason, launched, strategies,
 backends, devices, precisions}, ...]}."""
 import json
+import os
 import subprocess
 import sys
 
 TIMEOUT_S = 60
 INSTALL = "install with deploy/install-deps.sh --engines"
+HERE = os.path.dirname(os.path.abspath(__file__))
 
-# name: (module to import for its version, or None: part of ddpbench), what it supports.
+# name: (module to import for its version, or None: part of ddpbench), what it supports,
+# and the step figures it cannot observe (null in its runs' steps) with the reason.
 # backends use ddpbench's names (tcp on the CPU = gloo for torch, nccl on cuda).
 ENGINES = {
     "ddpbench": (None, {"strategies": ["naive", "ddp", "horovod", "zero1", "zero2"],
                         "backends": ["tcp", "nccl"], "devices": ["cpu", "cuda"],
-                        "precisions": ["fp32", "fp16", "bf16"]}),
+                        "precisions": ["fp32", "fp16", "bf16"],
+                        "compressions": ["none", "fp16", "bf16"], "not_observed": {}}),
     "pytorch": ("torch", {"strategies": ["ddp", "zero1"], "backends": ["tcp", "nccl"],
-                          "devices": ["cpu", "cuda"], "precisions": ["fp32"]}),
-    "horovod": ("horovod", {"strategies": ["horovod"], "backends": ["tcp"],
-                            "devices": ["cpu"], "precisions": ["fp32"]}),
+                          "devices": ["cpu", "cuda"], "precisions": ["fp32"],
+                          "compressions": ["none", "fp16", "bf16"],
+                          "not_observed": {"bytes_sent": "gloo and NCCL do not report the "
+                                                         "bytes their allreduce algorithms "
+                                                         "send"}}),
     "tensorflow": ("tensorflow", {"strategies": ["ddp"], "backends": ["tcp"],
-                                  "devices": ["cpu"], "precisions": ["fp32"]}),
+                                  "devices": ["cpu"], "precisions": ["fp32"],
+                                  "compressions": ["none"],
+                                  "not_observed": {
+                                      "forward_ms": "one tf.function runs forward, backward "
+                                                    "and the all-reduce as one graph",
+                                      "backward_ms": "as forward_ms",
+                                      "comm_ms": "the strategy's collectives run inside the "
+                                                 "graph, with no hook to time them",
+                                      "comm_exposed_ms": "as comm_ms",
+                                      "bytes_sent": "TensorFlow does not report it"}}),
+    "horovod": ("horovod.torch", {"strategies": ["horovod"], "backends": ["tcp"],
+                                  "devices": ["cpu"], "precisions": ["fp32"],
+                                  "compressions": ["none", "fp16"], "not_observed": {}}),
     "deepspeed": ("deepspeed", {"strategies": ["zero1", "zero2"], "backends": ["tcp"],
-                                "devices": ["cpu"], "precisions": ["fp32"]}),
-    "script": (None, {"strategies": [], "backends": [], "devices": ["cpu", "cuda"],
-                      "precisions": []}),
+                                "devices": ["cpu"], "precisions": ["fp32"],
+                                "compressions": ["none"], "not_observed": {}}),
 }
-LAUNCHED = {"ddpbench"}  # the daemon launches only these so far (issue 16 in progress)
+ADAPTERS = {"pytorch": "engine_pytorch.py", "tensorflow": "engine_tensorflow.py",
+            "horovod": "engine_horovod.py", "deepspeed": "engine_deepspeed.py"}
 
 
 def probe_module(module):
@@ -54,10 +72,12 @@ def main():
     for name, (module, caps) in ENGINES.items():
         version, reason = (None, None) if module is None else probe_module(module)
         installed = module is None or version is not None
-        if installed and name not in LAUNCHED and reason is None:
-            reason = "installed, but this ddpbenchd does not launch it yet"
+        adapter = ADAPTERS.get(name)
+        launched = adapter is None or os.path.exists(os.path.join(HERE, adapter))
+        if installed and not launched:
+            reason = f"installed, but this ddpbench has no adapter for it ({adapter})"
         out.append(dict({"name": name, "installed": installed, "version": version,
-                         "reason": reason, "launched": name in LAUNCHED}, **caps))
+                         "reason": reason, "launched": launched}, **caps))
     json.dump({"engines": out}, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

@@ -780,8 +780,10 @@ static void test_spec_device_compat(void)
          "engine \"pytorch\" has no strategy \"horovod\"; it has \"ddp\", \"zero1\""},
         {TR ", \"engine\": \"pytorch\", \"strategy\": \"naive\"}", "strategy",
          "has no strategy \"naive\""},
-        {TR ", \"engine\": \"pytorch\", \"compression\": \"fp16\"}", "compression",
-         "engine \"pytorch\" has no compression \"fp16\"; it has \"none\""},
+        {TR ", \"engine\": \"tensorflow\", \"compression\": \"fp16\"}", "compression",
+         "engine \"tensorflow\" has no compression \"fp16\"; it has \"none\""},
+        {TR ", \"engine\": \"deepspeed\"}", "strategy",
+         "engine \"deepspeed\" has no strategy \"ddp\"; it has \"zero1\", \"zero2\""},
         {TR CUDA ", \"engine\": \"pytorch\", \"precision\": \"bf16\"}", "precision",
          "engine \"pytorch\" has no precision \"bf16\"; it has \"fp32\""},
         {TR ", \"engine\": \"jax\"}", "engine", "\"deepspeed\""},
@@ -1295,11 +1297,12 @@ static void test_spec_schema_allowed_defaults(void)
         if (!req)
             continue;
         required++;
-        /* the one such rule today: device "cuda" needs backend "nccl", both of every
-         * workload */
-        T_EQ_STR(json_string_value(json_array_get(req, 0)), "backend");
+        /* device "cuda" needs backend "nccl" (of every workload), and the horovod and
+         * deepspeed engines a strategy other than the default ddp (of train) */
+        const char *b = json_string_value(json_array_get(req, 0));
+        T_CHECK_MSG(strcmp(b, "backend") == 0 || strcmp(b, "strategy") == 0, "%s", b);
     }
-    T_EQ_INT(required, 2);
+    T_EQ_INT(required, 6); /* each as a field and as a sweep */
     json_decref(s);
 }
 

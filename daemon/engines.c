@@ -1,0 +1,191 @@
+/* engines: runs engines/probe.py once and keeps its answer (engines.h says why lazily). */
+#include "daemon/engines.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/buf.h"
+#include "common/clock.h"
+
+extern char **environ;
+
+struct engines {
+    const struct config *cfg;
+    pthread_mutex_t mu;
+    json_t *probe; /* owned; NULL until the first probe finished */
+};
+
+struct engines *engines_create(const struct config *cfg)
+{
+    struct engines *en = calloc(1, sizeof *en);
+    if (!en)
+        return NULL;
+    en->cfg = cfg;
+    pthread_mutex_init(&en->mu, NULL);
+    return en;
+}
+
+void engines_destroy(struct engines *en)
+{
+    if (!en)
+        return;
+    json_decref(en->probe);
+    pthread_mutex_destroy(&en->mu);
+    free(en);
+}
+
+/* Reads the child's stdout until EOF or the deadline; -1 when it took too long. */
+static int engines_read_all(int fd, struct buf *out, int64_t deadline_ms)
+{
+    char chunk[4096];
+    for (;;) {
+        int64_t left = deadline_ms - clock_mono_ms();
+        if (left <= 0)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int rc = poll(&p, 1, (int)(left > 1000 ? 1000 : left));
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc <= 0)
+            continue;
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n == 0)
+            return 0;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || buf_append(out, chunk, (size_t)n) < 0)
+            return -1;
+    }
+}
+
+/* Runs `python probe.py`; the parsed JSON (owned) or NULL with why in e. */
+static json_t *engines_run_probe(const struct config *cfg, struct err *e)
+{
+    char script[PATH_MAX];
+    snprintf(script, sizeof script, "%s/probe.py", cfg->engines_dir);
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0) {
+        err_errno(e, "probe: pipe");
+        return NULL;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    char *argv[] = {(char *)cfg->python, script, NULL};
+    pid_t pid;
+    int src = posix_spawn(&pid, cfg->python, &fa, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    close(pfd[1]);
+    if (src != 0) {
+        close(pfd[0]);
+        errno = src;
+        err_errno(e, "cannot start %s %s", cfg->python, script);
+        return NULL;
+    }
+    struct buf out = {0};
+    int rc = engines_read_all(pfd[0], &out, clock_mono_ms() + ENGINES_PROBE_TIMEOUT_S * 1000);
+    close(pfd[0]);
+    if (rc < 0)
+        kill(-pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    json_t *j = NULL;
+    if (rc < 0) {
+        err_set(e, ERR_TIMEOUT, NULL, "%s took more than %d s", script,
+                ENGINES_PROBE_TIMEOUT_S);
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        err_set(e, ERR_INTERNAL, NULL, "%s %s failed (status %d)", cfg->python, script, status);
+    } else {
+        json_error_t je;
+        j = json_loadb((const char *)out.data, out.len, 0, &je);
+        if (!json_is_array(json_object_get(j, "engines"))) {
+            json_decref(j);
+            j = NULL;
+            err_set(e, ERR_INTERNAL, NULL, "%s printed no engines list", script);
+        }
+    }
+    buf_free(&out);
+    return j;
+}
+
+/* What a node that cannot run the probe can still say: its own engine runs. */
+static json_t *engines_fallback(const struct err *why)
+{
+    static const char *const frameworks[] = {"pytorch", "horovod", "tensorflow", "deepspeed",
+                                             NULL};
+    json_t *list = json_array();
+    json_array_append_new(list, json_pack("{s:s, s:b, s:b, s:n}", "name", "ddpbench",
+                                          "installed", 1, "launched", 1, "reason"));
+    for (int i = 0; frameworks[i]; i++)
+        json_array_append_new(
+            list, json_pack("{s:s, s:b, s:b, s:s++}", "name", frameworks[i], "installed", 0,
+                            "launched", 0, "reason", "the engine probe failed: ", why->msg,
+                            "; install with deploy/install-deps.sh --engines"));
+    return json_pack("{s:o}", "engines", list);
+}
+
+json_t *engines_get(struct engines *en, struct err *e)
+{
+    pthread_mutex_lock(&en->mu);
+    if (!en->probe) {
+        struct err why = {0};
+        en->probe = engines_run_probe(en->cfg, &why);
+        if (!en->probe)
+            en->probe = engines_fallback(&why);
+    }
+    json_t *out = en->probe ? json_deep_copy(en->probe) : NULL;
+    pthread_mutex_unlock(&en->mu);
+    if (!out) {
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    json_object_set_new(out, "node", json_string(en->cfg->node));
+    json_object_set_new(out, "python", json_string(en->cfg->python));
+    return out;
+}
+
+int engines_check(struct engines *en, const char *engine, struct err *e)
+{
+    if (!engine || strcmp(engine, "ddpbench") == 0)
+        return 0;
+    json_t *all = engines_get(en, e);
+    if (!all)
+        return -1;
+    size_t i;
+    json_t *row;
+    int rc = err_set(e, ERR_CONFLICT, "engine", "engine %s is not known on node %s", engine,
+                     en->cfg->node);
+    json_array_foreach(json_object_get(all, "engines"), i, row)
+    {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        if (!name || strcmp(name, engine) != 0)
+            continue;
+        const char *reason = json_string_value(json_object_get(row, "reason"));
+        if (json_is_true(json_object_get(row, "installed")) &&
+            json_is_true(json_object_get(row, "launched")))
+            rc = 0;
+        else
+            rc = err_set(e, ERR_CONFLICT, "engine", "engine %s cannot run on node %s: %s",
+                         engine, en->cfg->node, reason ? reason : "not installed");
+        break;
+    }
+    json_decref(all);
+    return rc;
+}

@@ -1,0 +1,36 @@
+/* engines: which framework engines this node can run (issue 16), as engines/probe.py
+ * finds them: per engine installed or not (with the reason and the install command),
+ * version, whether this daemon launches it, and what it supports.
+ *
+ * Decision: the probe imports each framework in a child python3, which takes seconds
+ * (TensorFlow's import alone is several), so it runs on first need, a GET /v1/engines or
+ * a submit naming a framework engine, not at start-up where every daemon would pay it;
+ * its answer is kept for the daemon's life (installing a framework means restarting the
+ * daemon, as installing a library does). Callers arriving while it runs wait for it.
+ *
+ * Ownership: engines_create returns an owned handle (engines_destroy); engines_get
+ * returns a new reference. Thread-safe. */
+#ifndef DDPB_ENGINES_H
+#define DDPB_ENGINES_H
+
+#include <jansson.h>
+
+#include "common/err.h"
+#include "daemon/config.h"
+
+#define ENGINES_PROBE_TIMEOUT_S 180
+
+struct engines;
+
+/* Borrows cfg (python, engines_dir), which must outlive the handle. NULL on ENOMEM. */
+struct engines *engines_create(const struct config *cfg);
+void engines_destroy(struct engines *en);
+/* {"node": N, "python": P, "engines": [...]} (new reference), probing on the first call.
+ * A probe that cannot run answers ddpbench alone installed and every framework with the
+ * probe's failure as its reason; NULL only on ENOMEM. */
+json_t *engines_get(struct engines *en, struct err *e);
+/* 0 when engine runs on this node ("ddpbench" always does); else ERR_CONFLICT naming
+ * "engine", the node, the reason and, for a framework not installed, the install command. */
+int engines_check(struct engines *en, const char *engine, struct err *e);
+
+#endif
