@@ -10,10 +10,9 @@ in two lines:
     ...  rep.step(step=i, loss=l, step_ms=ms, samples=32)  ... rep.done()
 
 Decision: the fields are the C table's names (tests/integration/test_engines.py checks
-them against common/report.c). That table requires every step phase as a number, so a
-phase the caller does not pass is sent as 0; reporting it as null ("not observable") needs
-the phases optional in common/report.c and the steps table first, which this module will
-follow. A lock keeps lines of the heartbeat thread and the caller whole."""
+them against common/report.c). A step phase or bytes_sent the caller does not pass is left
+out of the line, which the daemon stores as null ("not observable by this engine"), never
+as 0. A lock keeps lines of the heartbeat thread and the caller whole."""
 import json
 import os
 import socket
@@ -89,17 +88,20 @@ class Reporter:
         self.emit("progress", done=int(done), total=int(total), phase=phase)
 
     def step(self, step, loss, samples, step_ms, repeat=0, epoch=0, warmup=False,
-             bytes_sent=0, **phases):
-        """One training step of this rank; phases in ms by their report names."""
+             bytes_sent=None, **phases):
+        """One training step of this rank; phases in ms by their report names. A phase
+        not passed, or bytes_sent None, is left out: the engine cannot observe it, and the
+        daemon stores null (common/report.h), never 0."""
         unknown = set(phases) - set(STEP_PHASES)
         if unknown:
             raise ValueError(f"unknown step phase(s): {sorted(unknown)}")
-        fields = {p: float(phases.get(p, 0.0)) for p in STEP_PHASES}
+        fields = {p: float(v) for p, v in phases.items() if v is not None}
         fields["step_ms"] = float(step_ms)
+        if bytes_sent is not None:
+            fields["bytes_sent"] = int(bytes_sent)
         self.progress = int(step) + 1
         self.emit("step", repeat=int(repeat), epoch=int(epoch), step=int(step),
-                  warmup=bool(warmup), samples=int(samples), loss=float(loss),
-                  bytes_sent=int(bytes_sent), **fields)
+                  warmup=bool(warmup), samples=int(samples), loss=float(loss), **fields)
 
     def epoch(self, epoch, samples, time_s, repeat=0, train_loss=None, train_acc=None,
               test_loss=None, test_acc=None):

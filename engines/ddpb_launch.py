@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""ddpb_launch: the program the daemon spawns for each rank of a framework engine
+(daemon/launcher.c); it does what torchrun, horovodrun or a TF_CONFIG script would, then
+execs the engine's adapter with the framework's environment.
+
+1. Pins itself to the daemon's CPUs (DDPB_CPUS) and sets the framework's thread count.
+2. Agrees peers through ddpbench's store (engines/ddpb_store.py): every rank binds a free
+   port on its DDPB_HOST, publishes "host:port node" under engine/addr/<rank>, and waits
+   for all the others; rank 0's address is MASTER_ADDR/MASTER_PORT (torch), the list is
+   TF_CONFIG's cluster (TensorFlow); LOCAL_WORLD_SIZE counts the ranks on this node.
+3. execs engines/engine_<engine>.py (same pid: the daemon's pidfd, signals and fd 3 stay
+   valid), so the framework reads a complete environment from its first line.
+
+Decision: ports are picked by the rank that will listen on them and released just before
+exec (the window torchrun has too); a run whose port was taken in between fails at
+init_process_group with the address in its error, which the daemon stores. A failure here
+is reported on fd 3 as an error event naming the store key or the engine, so the run fails
+with a reason instead of a timeout."""
+import json
+import os
+import socket
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import ddpb_report  # noqa: E402
+import ddpb_store  # noqa: E402
+
+ENGINES = {"pytorch": "engine_pytorch.py", "tensorflow": "engine_tensorflow.py",
+           "horovod": "engine_horovod.py", "deepspeed": "engine_deepspeed.py"}
+
+
+def free_port(host):
+    """A port the kernel says is free on host (released again: see the module's decision)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def rendezvous(env, spec):
+    """{MASTER_ADDR, MASTER_PORT, TF_CONFIG, LOCAL_WORLD_SIZE, DDPB_PEERS (host:port per
+    rank), DDPB_PEER_NODES (node per rank)} agreed through the store; every rank returns
+    the same peers."""
+    rank, world = int(env["DDPB_RANK"]), int(env["DDPB_WORLD_SIZE"])
+    host = env.get("DDPB_HOST", "127.0.0.1")
+    node = env.get("DDPB_NODE_NAME") or socket.gethostname()
+    timeout_ms = int(spec.get("timeout_s", 600)) * 1000
+    st = ddpb_store.Store(env["DDPB_STORE"], env["DDPB_RUN"], env["DDPB_SECRET"], rank)
+    try:
+        st.set(f"engine/addr/{rank}", f"{host}:{free_port(host)} {node}")
+        keys = [f"engine/addr/{r}" for r in range(world)]
+        st.wait(keys, timeout_ms)
+        peers = [st.get(k, timeout_ms).decode().split(" ", 1) for k in keys]
+    finally:
+        st.close()
+    addrs = [p[0] for p in peers]
+    m_host, _, m_port = addrs[0].rpartition(":")
+    cluster = {"cluster": {"worker": addrs}, "task": {"type": "worker", "index": rank}}
+    return {"MASTER_ADDR": m_host, "MASTER_PORT": m_port,
+            "TF_CONFIG": json.dumps(cluster, separators=(",", ":")),
+            "LOCAL_WORLD_SIZE": str(sum(1 for p in peers if p[1] == node)),
+            "DDPB_PEERS": ",".join(addrs), "DDPB_PEER_NODES": ",".join(p[1] for p in peers)}
+
+
+def pin(env):
+    """The daemon's CPU list (DDPB_CPUS, "0,1" or "2-3") and the thread count to match."""
+    cpus = env.get("DDPB_CPUS")
+    if cpus:
+        want = set()
+        for part in cpus.split(","):
+            lo, _, hi = part.partition("-")
+            want.update(range(int(lo), int(hi or lo) + 1))
+        os.sched_setaffinity(0, want)
+
+
+def main():
+    env = dict(os.environ)
+    rank = int(env.get("DDPB_RANK", "0"))
+    engine = env.get("DDPB_ENGINE", "")
+    try:
+        with open(env["DDPB_SPEC"]) as f:
+            spec = json.load(f)
+        program = os.path.join(HERE, ENGINES[engine])
+        if not os.path.exists(program):
+            raise FileNotFoundError(f"engine {engine}: its adapter {program} is missing")
+        pin(env)
+        threads = str(spec.get("threads", 1))
+        env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                    "TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": "1",
+                    "TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONPATH": HERE + (
+                        ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
+        t0 = time.monotonic()
+        env.update(rendezvous(env, spec))
+        env["DDPB_RENDEZVOUS_MS"] = "%.1f" % ((time.monotonic() - t0) * 1000)
+    except Exception as ex:  # reported, then the rank exits: the run fails naming it
+        rep = ddpb_report.Reporter(rank, env.get("DDPB_WORLD_SIZE", "1"))
+        code = "timeout" if isinstance(ex, ddpb_store.StoreError) and ex.status == 1 else \
+            "invalid" if isinstance(ex, (KeyError, FileNotFoundError)) else "peer"
+        what = f"unknown engine {engine!r}" if isinstance(ex, KeyError) else str(ex)
+        rep.error(f"engine bootstrap: {what}", code=code, where="ddpb_launch.py:0")
+        return 1
+    os.execve(sys.executable, [sys.executable, program], env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

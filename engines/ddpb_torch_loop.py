@@ -1,0 +1,139 @@
+"""ddpb_torch_loop: the training loop the PyTorch-based engines share (pytorch, horovod,
+deepspeed): steps and epochs from the spec, the learning rate per step, accumulation,
+the per-step phases on the training thread's clock, the epoch tally and evaluation summed
+across ranks, and the report lines.
+
+What differs between frameworks is an adapter object (engine_<name>.py):
+  adapter.wrap(model)            -> (module to call forward on, optimizer with param_groups)
+  adapter.micro(k, acc)          -> context for micro-batch k of acc (DDP's no_sync)
+  adapter.backward(loss, k, acc) runs loss's backward (the mean over acc micro-batches)
+  adapter.step_begin()           before the step's first micro-batch
+  adapter.step_end(backward_end) runs the update; returns {"comm_ms", "comm_exposed_ms",
+                                 "optimizer_ms"} (None: not observable) where the exposed
+                                 time is the part of the backward window spent waiting for
+                                 communication, which backward_ms then excludes
+  adapter.all_sum(values)        -> the values summed over ranks (floats)
+
+Decision: one loop, so the engines differ only where the frameworks do, and a figure that
+differs between engines is the framework's, not the harness's."""
+import contextlib
+import time
+
+import torch
+import torch.nn.functional as F
+
+import ddpb_torch_models as zoo
+import ddpb_train
+
+
+def evaluate(module, data, world, rank, batch, device, all_sum):
+    module.eval()
+    tally = ddpb_train.Tally()
+    with torch.no_grad():
+        for x, y in data.test_batches(world, rank, batch):
+            xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+            out = module(xt)
+            tally.add(F.cross_entropy(out, yt).item(), (out.argmax(1) == yt).sum().item(),
+                      len(y))
+    module.train()
+    return ddpb_train.Tally.figures(all_sum(tally.as_list()))
+
+
+def build_model(spec, data, device, seed):
+    torch.manual_seed(seed)
+    c, h, w = data.shape
+    return zoo.build(spec.get("model", "mnist-cnn"), c, h, w, data.classes).to(device)
+
+
+def train_repeat(spec, rep, repeat, data, device, world, rank, adapter):
+    """One repeat from a fresh model (seed + repeat)."""
+    seed = int(spec.get("seed", 1)) + repeat
+    module, opt = adapter.wrap(build_model(spec, data, device, seed))
+    batch, acc = int(spec.get("batch_size", 32)), int(spec.get("accumulate", 1))
+    plan = ddpb_train.Plan(spec, data.steps_per_epoch(world, batch) // acc)
+    step = 0
+    for epoch in range(plan.epochs):
+        t_epoch = time.perf_counter()
+        tally = ddpb_train.Tally()
+        it = data.batches(epoch, world, rank, batch, seed=seed)
+        for _ in range(plan.steps_per_epoch):
+            if step >= plan.total:
+                break
+            lr = ddpb_train.lr_at(spec, step, plan.total)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            clock = ddpb_train.Clock()
+            t_start = clock.t
+            adapter.step_begin()
+            data_ms = fwd = bwd = 0.0
+            loss_sum = 0.0
+            for k in range(acc):
+                x, y = next(it)
+                xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+                data_ms += clock.lap()
+                with adapter.micro(k, acc):
+                    out = module(xt)
+                    loss = F.cross_entropy(out, yt)
+                    fwd += clock.lap()
+                    adapter.backward(loss, k, acc)
+                    bwd += clock.lap()
+                loss_sum += loss.item()
+                tally.add(loss.item(), (out.argmax(1) == yt).sum().item(), len(y))
+                clock.lap()  # the tally's reads are no phase
+            ph = adapter.step_end(clock.t)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            clock.lap()
+            exposed = ph.get("comm_exposed_ms") or 0.0
+            rep.step(step=step, loss=loss_sum / acc, samples=batch * acc,
+                     step_ms=(clock.t - t_start) * 1000.0, repeat=repeat, epoch=epoch,
+                     warmup=step < plan.warmup, data_ms=data_ms, forward_ms=fwd,
+                     backward_ms=max(0.0, bwd - exposed), **ph)
+            step += 1
+        train_loss, train_acc = ddpb_train.Tally.figures(adapter.all_sum(tally.as_list()))
+        test_loss = test_acc = None
+        if data.test is not None and spec.get("eval", True):
+            test_loss, test_acc = evaluate(module, data, world, rank, batch, device,
+                                           adapter.all_sum)
+        if rank == 0:
+            rep.epoch(epoch=epoch, samples=int(tally.count) * world,
+                      time_s=time.perf_counter() - t_epoch, repeat=repeat,
+                      train_loss=train_loss, train_acc=train_acc, test_loss=test_loss,
+                      test_acc=test_acc)
+        if step >= plan.total:
+            break
+
+
+def no_context(k, acc):
+    return contextlib.nullcontext()
+
+
+def error_code(ex, text):
+    """The report's error code for an exception of a torch-based engine."""
+    if isinstance(ex, RuntimeError) and any(w in text for w in ("Connection", "closed",
+                                                                 "peer", "reset")):
+        return "peer"
+    if "imed out" in text or "timeout" in text.lower():
+        return "timeout"
+    if isinstance(ex, (ValueError, KeyError, FileNotFoundError)):
+        return "invalid"
+    return "internal"
+
+
+def make_optimizer(spec, params):
+    """torch.optim's optimizer for the spec: (class, kwargs, config for the env event)."""
+    o = spec.get("optimizer", {})
+    kind = o.get("type", "sgd")
+    lr = float(o.get("lr", 0.01))
+    wd = float(o.get("weight_decay", 0))
+    if kind == "sgd":
+        cls, kw = torch.optim.SGD, {"lr": lr, "momentum": float(o.get("momentum", 0)),
+                                    "nesterov": bool(o.get("nesterov", False)),
+                                    "weight_decay": wd}
+    else:
+        cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
+        kw = {"lr": lr, "betas": (float(o.get("beta1", 0.9)), float(o.get("beta2", 0.999))),
+              "eps": float(o.get("eps", 1e-8)), "weight_decay": wd}
+    config = {"class": cls.__name__, **{k: list(v) if isinstance(v, tuple) else v
+                                        for k, v in kw.items()}}
+    return cls, kw, config

@@ -1,0 +1,97 @@
+"""ddpb_train: what every Python engine's training loop shares, framework-free: the spec's
+step and epoch plan, the learning-rate schedule as a function of the step, the epoch tally
+and the env event. engine_pytorch.py and engine_tensorflow.py keep only what is the
+framework's own (model, optimizer, collectives, where the phases can be timed).
+
+Decision: the schedule is computed here from the spec (LinearLR warm-up from lr/3, then
+constant, StepLR or CosineAnnealingLR to 0 over the remaining steps, the C worker's and
+PyTorch's semantics) and handed to each framework as a plain number per step, so no
+framework's own scheduler class (each counts steps slightly differently) changes what the
+spec means."""
+import json
+import math
+import os
+import time
+
+
+def spec_load():
+    with open(os.environ["DDPB_SPEC"]) as f:
+        return json.load(f)
+
+
+def lr_at(spec, step, total_steps):
+    """The learning rate of optimizer step `step` (from 0) of total_steps."""
+    opt, sch = spec.get("optimizer", {}), spec.get("lr_schedule", {})
+    base = float(opt.get("lr", 0.01))
+    warm = int(sch.get("warmup_steps", 0))
+    if step < warm:
+        return base * (1.0 / 3 + (1 - 1.0 / 3) * step / warm)
+    decay = sch.get("decay", "constant")
+    after = step - warm
+    if decay == "step":
+        return base * float(sch.get("gamma", 0.1)) ** (after // int(sch.get("step_size", 1000)))
+    if decay == "cosine":
+        span = max(1, total_steps - warm)
+        return base * 0.5 * (1 + math.cos(math.pi * min(after, span) / span))
+    return base
+
+
+class Plan:
+    """How many steps each repeat runs and where epochs end. steps > 0: that many steps,
+    epochs as the data allows (an epoch boundary every steps_per_epoch); epochs > 0: that
+    many passes. warmup_steps at the start of each repeat are reported but flagged."""
+
+    def __init__(self, spec, steps_per_epoch):
+        self.steps_per_epoch = max(1, steps_per_epoch)
+        epochs = int(spec.get("epochs", 0))
+        self.total = epochs * self.steps_per_epoch if epochs > 0 else int(spec.get("steps", 100))
+        self.epochs = epochs if epochs > 0 else math.ceil(self.total / self.steps_per_epoch)
+        self.warmup = int(spec.get("warmup_steps", 5))
+        self.repeats = int(spec.get("repeats", 1))
+
+
+class Tally:
+    """Loss and correct counts of an epoch or an evaluation, summed across ranks by the
+    engine (allreduce of [loss_sum, correct, count])."""
+
+    def __init__(self):
+        self.loss_sum = self.correct = self.count = 0.0
+
+    def add(self, loss_mean, correct, n):
+        self.loss_sum += float(loss_mean) * n
+        self.correct += float(correct)
+        self.count += n
+
+    def as_list(self):
+        return [self.loss_sum, self.correct, self.count]
+
+    @staticmethod
+    def figures(summed):
+        loss_sum, correct, count = summed
+        if count <= 0:
+            return None, None
+        return loss_sum / count, correct / count
+
+
+class Clock:
+    """Milliseconds between marks on the training thread's monotonic clock."""
+
+    def __init__(self):
+        self.t = time.perf_counter()
+
+    def lap(self):
+        now = time.perf_counter()
+        ms = (now - self.t) * 1000.0
+        self.t = now
+        return ms
+
+
+def framework_env(engine, versions, config, unobserved):
+    """The env event's values: framework versions, the resolved framework configuration
+    (stored with the run), and which step phases this engine cannot observe and why."""
+    out = dict(versions)
+    out["engine"] = engine
+    out["framework_config"] = json.dumps(config, sort_keys=True)
+    out["phases_not_observed"] = json.dumps(unobserved, sort_keys=True)
+    out["rendezvous_ms"] = os.environ.get("DDPB_RENDEZVOUS_MS", "")
+    return out

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""engine_pytorch: one rank of a `"engine": "pytorch"` run, started by engines/ddpb_launch.py
+with torch.distributed's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT).
+
+The spec's knobs map onto torch's own (the table is framework_config, stored with the run):
+  strategy ddp    DistributedDataParallel(bucket_cap_mb = bucket_mb)
+  strategy zero1  DistributedDataParallel + ZeroRedundancyOptimizer (optimizer state sharded)
+  backend         tcp -> gloo (device cpu), nccl -> nccl (device cuda), mpi -> mpi
+  compression     fp16 / bf16: the gradient bucket is cast before its allreduce and back
+                  after (what torch's fp16_compress_hook / bf16_compress_hook do)
+  accumulate      DDP.no_sync() on every micro-batch but the last
+  optimizer, lr_schedule, seed, threads, dataset: as ddpb_train / ddpb_data define them.
+
+Phases: data (numpy batch to tensor), forward, backward, optimizer on the training
+thread's clock. Communication is timed by the DDP communication hook that does the
+allreduce: comm_ms from the first bucket's launch to the last bucket's completion,
+comm_exposed_ms the hooks' own launch time plus the wait from the last bucket launched to
+backward's return (DDP blocks there until every bucket is reduced); backward_ms excludes
+it, as the C worker's does. bytes_sent is not reported: gloo and NCCL do not say what
+their algorithms put on the wire (GET /v1/engines lists this)."""
+import contextlib
+import datetime
+import os
+import sys
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+import torchvision
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddpb_data
+import ddpb_report
+import ddpb_torch_loop as loop
+import ddpb_train
+
+NOT_OBSERVED = {"bytes_sent": "gloo and NCCL do not report the bytes their allreduce "
+                              "algorithms send"}
+BACKENDS = {"tcp": "gloo", "nccl": "nccl", "mpi": "mpi"}
+COMPRESS = {"fp16": torch.float16, "bf16": torch.bfloat16}
+VERSIONS = {"python": sys.version.split()[0], "torch": torch.__version__,
+            "torchvision": torchvision.__version__}
+
+
+class CommHook:
+    """The DDP communication hook: allreduce of the bucket (compressed when asked), with
+    the step's communication timing."""
+
+    def __init__(self, world, compression):
+        self.world = world
+        self.dtype = COMPRESS.get(compression)
+        self.reset()
+
+    def reset(self):
+        self.first = self.last_done = self.last_launch = None
+        self.launch_ms = 0.0
+
+    def allreduce(self, state, bucket):
+        t0 = time.perf_counter()
+        if self.first is None:
+            self.first = t0
+        buf = bucket.buffer()
+        send = buf.to(self.dtype) if self.dtype is not None else buf
+        send.div_(self.world)
+        fut = dist.all_reduce(send, async_op=True).get_future()
+
+        def finish(f):
+            self.last_done = time.perf_counter()
+            out = f.value()[0]
+            if self.dtype is not None:
+                buf.copy_(out)
+                return buf
+            return out
+
+        result = fut.then(finish)
+        t1 = time.perf_counter()
+        self.launch_ms += (t1 - t0) * 1000.0
+        self.last_launch = t1
+        return result
+
+    def timing(self, backward_end):
+        """(comm_ms, comm_exposed_ms) of the step; (0, 0) when nothing was exchanged."""
+        if self.first is None:
+            return 0.0, 0.0
+        done = self.last_done or backward_end
+        comm = (done - self.first) * 1000.0
+        exposed = self.launch_ms + max(0.0, backward_end - self.last_launch) * 1000.0
+        return comm, min(exposed, comm + self.launch_ms)
+
+
+class DdpAdapter:
+    """DistributedDataParallel (+ ZeroRedundancyOptimizer for zero1) for ddpb_torch_loop."""
+
+    def __init__(self, spec, world, device, announce):
+        self.spec, self.world, self.device, self.announce = spec, world, device, announce
+        self.hook = CommHook(world, spec.get("compression", "none"))
+
+    def wrap(self, model):
+        spec = self.spec
+        bucket_mb = int(spec.get("bucket_mb", 25))
+        self.ddp = DDP(model, bucket_cap_mb=bucket_mb,
+                       device_ids=[0] if self.device.type == "cuda" else None)
+        self.ddp.register_comm_hook(None, self.hook.allreduce)
+        cls, kw, config = loop.make_optimizer(spec, self.ddp.parameters())
+        if spec.get("strategy") == "zero1":
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+            self.opt = ZeroRedundancyOptimizer(self.ddp.parameters(), optimizer_class=cls, **kw)
+            config = {"class": "ZeroRedundancyOptimizer", "optimizer_class": config,
+                      "overlap_with_ddp": False}
+        else:
+            self.opt = cls(self.ddp.parameters(), **kw)
+        acc = int(spec.get("accumulate", 1))
+        self.announce({"DistributedDataParallel": {
+            "bucket_cap_mb": bucket_mb, "broadcast_buffers": True,
+            "init_broadcast": "always (DDP's constructor broadcasts rank 0's state)",
+            "find_unused_parameters": False, "gradient_as_bucket_view": False,
+            "comm_hook": "allreduce" + ("" if self.hook.dtype is None else
+                                        f" of a {spec.get('compression')} copy")},
+            "optimizer": config, "accumulate": acc, "no_sync": acc > 1})
+        return self.ddp, self.opt
+
+    def micro(self, k, acc):
+        return self.ddp.no_sync() if k < acc - 1 else contextlib.nullcontext()
+
+    def backward(self, loss, k, acc):
+        (loss / acc).backward()
+
+    def step_begin(self):
+        self.hook.reset()
+
+    def step_end(self, backward_end):
+        comm, exposed = self.hook.timing(backward_end)
+        t = time.perf_counter()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return {"comm_ms": comm, "comm_exposed_ms": exposed,
+                "optimizer_ms": (time.perf_counter() - t) * 1000.0}
+
+    def all_sum(self, values):
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+
+def main():
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rep = ddpb_report.start(VERSIONS)
+    try:
+        spec = ddpb_train.spec_load()
+        backend = BACKENDS[spec.get("backend", "tcp")]
+        torch.set_num_threads(int(spec.get("threads", 1)))
+        cuda = spec.get("device", "cpu") == "cuda"
+        device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+        rep.heartbeat(phase="rendezvous")
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(
+                                    seconds=int(spec.get("comm_timeout_s", 300))))
+        data = ddpb_data.Data(spec)
+        not_observed = dict(NOT_OBSERVED)
+        if spec.get("strategy") == "zero1":
+            not_observed["optimizer_ms"] = ("includes ZeroRedundancyOptimizer's parameter "
+                                            "broadcast, which torch exposes no hook to time")
+
+        def announce(config):
+            config["process_group"] = {"backend": backend, "init_method": "env://",
+                                       "timeout_s": int(spec.get("comm_timeout_s", 300))}
+            config["threads"] = torch.get_num_threads()
+            rep.env(ddpb_train.framework_env("pytorch", VERSIONS, config, not_observed))
+
+        for repeat in range(int(spec.get("repeats", 1))):
+            rep.heartbeat(phase="train")
+            adapter = DdpAdapter(spec, world, device,
+                                 announce if repeat == 0 else (lambda config: None))
+            loop.train_repeat(spec, rep, repeat, data, device, world, rank, adapter)
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception as ex:
+        traceback.print_exc()
+        msg = str(ex).strip().splitlines()
+        text = msg[0] if msg else type(ex).__name__
+        rep.error(f"pytorch rank {rank}: {type(ex).__name__}: {text[:400]}",
+                  code=loop.error_code(ex, text),
+                  where=f"engine_pytorch.py:{ex.__traceback__.tb_lineno if ex.__traceback__ else 0}")
+        return 1
+    rep.done()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

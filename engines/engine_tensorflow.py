@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""engine_tensorflow: one rank of a `"engine": "tensorflow"` run, started by
+engines/ddpb_launch.py with TF_CONFIG (every rank's host:port, agreed through the store).
+
+The spec's knobs map onto TensorFlow's (framework_config, stored with the run):
+  strategy ddp  tf.distribute.MultiWorkerMirroredStrategy, collective all-reduce of every
+                gradient, CommunicationOptions(implementation=RING) on the CPU
+  optimizer     Keras SGD (momentum, nesterov), Adam, AdamW; sgd / adam weight_decay is
+                added to the gradient as PyTorch's L2 term (Keras's own is decoupled),
+                adamw's is Keras's decoupled decay, as torch.optim.AdamW
+  lr_schedule   ddpb_train.lr_at, assigned to the optimizer's learning rate each step
+  threads       intra-op threads; one inter-op thread
+  dataset       ddpb_data's shard of this rank (NCHW batches transposed to NHWC)
+
+Loss: each replica's mean cross-entropy over its batch, divided by the number of
+replicas, so the strategy's summed all-reduce yields the mean over the global batch
+(DDP's average).
+
+Phases: data (the numpy batch to a tensor) and the step are timed on the host clock; the
+step's forward, backward, all-reduce and update run as one tf.function graph with no hook
+between them, so forward_ms, backward_ms, comm_ms, comm_exposed_ms and optimizer_ms are not
+reported (null), nor bytes_sent; GET /v1/engines gives these reasons."""
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+import tensorflow as tf  # noqa: E402
+
+import ddpb_data  # noqa: E402
+import ddpb_keras_models as zoo  # noqa: E402
+import ddpb_report  # noqa: E402
+import ddpb_train  # noqa: E402
+
+NOT_OBSERVED = {
+    "forward_ms": "one tf.function runs forward, backward and the all-reduce as one graph",
+    "backward_ms": "as forward_ms", "optimizer_ms": "as forward_ms",
+    "comm_ms": "the strategy's collectives run inside the graph, with no hook to time them",
+    "comm_exposed_ms": "as comm_ms", "bytes_sent": "TensorFlow does not report it"}
+VERSIONS = {"python": sys.version.split()[0], "tensorflow": tf.__version__}
+
+
+def make_optimizer(spec):
+    o = spec.get("optimizer", {})
+    kind, lr = o.get("type", "sgd"), float(o.get("lr", 0.01))
+    wd = float(o.get("weight_decay", 0))
+    if kind == "sgd":
+        opt = tf.keras.optimizers.SGD(learning_rate=lr, momentum=float(o.get("momentum", 0)),
+                                      nesterov=bool(o.get("nesterov", False)))
+    elif kind == "adam":
+        opt = tf.keras.optimizers.Adam(learning_rate=lr, beta_1=float(o.get("beta1", 0.9)),
+                                       beta_2=float(o.get("beta2", 0.999)),
+                                       epsilon=float(o.get("eps", 1e-8)))
+    else:
+        opt = tf.keras.optimizers.AdamW(learning_rate=lr, weight_decay=wd,
+                                        beta_1=float(o.get("beta1", 0.9)),
+                                        beta_2=float(o.get("beta2", 0.999)),
+                                        epsilon=float(o.get("eps", 1e-8)))
+    l2 = wd if kind != "adamw" else 0.0
+    config = {"class": type(opt).__name__, "learning_rate": lr, "l2_in_gradient": l2,
+              **{k: v for k, v in opt.get_config().items()
+                 if k in ("momentum", "nesterov", "beta_1", "beta_2", "epsilon",
+                          "weight_decay")}}
+    return opt, l2, config
+
+
+def nhwc(x):
+    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
+
+
+def main():
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rep = ddpb_report.start(VERSIONS)
+    try:
+        spec = ddpb_train.spec_load()
+        threads = int(spec.get("threads", 1))
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+        rep.heartbeat(phase="rendezvous")
+        comm = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+            timeout_seconds=float(spec.get("comm_timeout_s", 300)))
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
+        data = ddpb_data.Data(spec)
+        batch = int(spec.get("batch_size", 32))
+        plan = ddpb_train.Plan(spec, data.steps_per_epoch(world, batch))
+        c, h, w = data.shape
+        config = {"MultiWorkerMirroredStrategy": {"implementation": "RING",
+                                                  "timeout_s": comm.timeout_seconds,
+                                                  "workers": world},
+                  "threads": {"intra_op": threads, "inter_op": 1}}
+        for repeat in range(plan.repeats):
+            seed = int(spec.get("seed", 1)) + repeat
+            tf.keras.utils.set_random_seed(seed)
+            with strategy.scope():
+                model = zoo.build(spec.get("model", "mnist-cnn"), c, h, w, data.classes)
+                opt, l2, opt_config = make_optimizer(spec)
+            if repeat == 0:
+                config["optimizer"] = opt_config
+                rep.env(ddpb_train.framework_env("tensorflow", VERSIONS, config, NOT_OBSERVED))
+            xent = tf.keras.losses.SparseCategoricalCrossentropy(
+                from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+
+            def replica_step(x, y):
+                with tf.GradientTape() as tape:
+                    logits = model(x, training=True)
+                    loss = tf.reduce_mean(xent(y, logits))
+                    scaled = loss / strategy.num_replicas_in_sync
+                grads = tape.gradient(scaled, model.trainable_variables)
+                if l2:
+                    grads = [g + l2 * v for g, v in zip(grads, model.trainable_variables)]
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+                correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int64), y), tf.float64))
+                return loss, correct
+
+            @tf.function
+            def train_step(x, y):
+                return strategy.run(replica_step, args=(x, y))
+
+            @tf.function
+            def eval_step(x, y):
+                def fn(x, y):
+                    logits = model(x, training=False)
+                    return (tf.reduce_sum(tf.cast(xent(y, logits), tf.float64)),
+                            tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int64), y), tf.float64)))
+                return strategy.run(fn, args=(x, y))
+
+            @tf.function
+            def reduce_sum(t):
+                return strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                       strategy.run(tf.identity, args=(t,)), axis=None)
+
+            def all_sum(values):
+                return reduce_sum(tf.constant(values, dtype=tf.float64)).numpy()
+
+            step = 0
+            for epoch in range(plan.epochs):
+                t_epoch = time.perf_counter()
+                tally = ddpb_train.Tally()
+                it = data.batches(epoch, world, rank, batch, seed=seed)
+                rep.heartbeat(phase="train")
+                for _ in range(plan.steps_per_epoch):
+                    if step >= plan.total:
+                        break
+                    opt.learning_rate.assign(ddpb_train.lr_at(spec, step, plan.total))
+                    clock = ddpb_train.Clock()
+                    t0 = clock.t
+                    x, y = next(it)
+                    xt, yt = tf.constant(nhwc(x)), tf.constant(y)
+                    data_ms = clock.lap()
+                    loss, correct = train_step(xt, yt)
+                    loss_v = float(loss.numpy())  # waits for the step's graph
+                    step_ms = (time.perf_counter() - t0) * 1000.0
+                    tally.add(loss_v, float(correct.numpy()), len(y))
+                    rep.step(step=step, loss=loss_v, samples=batch, step_ms=step_ms,
+                             repeat=repeat, epoch=epoch, warmup=step < plan.warmup,
+                             data_ms=data_ms)
+                    step += 1
+                train_loss, train_acc = ddpb_train.Tally.figures(all_sum(tally.as_list()))
+                test_loss = test_acc = None
+                if data.test is not None and spec.get("eval", True):
+                    ev = ddpb_train.Tally()
+                    for x, y in data.test_batches(world, rank, batch):
+                        ls, cr = eval_step(tf.constant(nhwc(x)), tf.constant(y))
+                        ev.loss_sum += float(ls.numpy())
+                        ev.correct += float(cr.numpy())
+                        ev.count += len(y)
+                    test_loss, test_acc = ddpb_train.Tally.figures(all_sum(ev.as_list()))
+                if rank == 0:
+                    rep.epoch(epoch=epoch, samples=int(tally.count) * world,
+                              time_s=time.perf_counter() - t_epoch, repeat=repeat,
+                              train_loss=train_loss, train_acc=train_acc,
+                              test_loss=test_loss, test_acc=test_acc)
+                if step >= plan.total:
+                    break
+    except Exception as ex:
+        traceback.print_exc()
+        lines = str(ex).strip().splitlines()
+        text = lines[0] if lines else type(ex).__name__
+        code = "peer" if isinstance(ex, (tf.errors.UnavailableError,
+                                         tf.errors.CancelledError)) else \
+            "timeout" if isinstance(ex, tf.errors.DeadlineExceededError) else \
+            "invalid" if isinstance(ex, (ValueError, KeyError, FileNotFoundError)) else \
+            "internal"
+        rep.error(f"tensorflow rank {rank}: {type(ex).__name__}: {text[:400]}", code=code,
+                  where="engine_tensorflow.py:0")
+        return 1
+    rep.done()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
