@@ -9,9 +9,10 @@ What differs between frameworks is an adapter object (engine_<name>.py):
   adapter.backward(loss, k, acc) runs loss's backward (the mean over acc micro-batches)
   adapter.step_begin()           before the step's first micro-batch
   adapter.step_end(backward_end) runs the update; returns {"comm_ms", "comm_exposed_ms",
-                                 "optimizer_ms"} (None: not observable) where the exposed
-                                 time is the part of the backward window spent waiting for
-                                 communication, which backward_ms then excludes
+                                 "optimizer_ms"} (absent or None: not observable) and
+                                 "in_backward_ms", the part of the exposed time spent
+                                 inside the backward window (DDP waits for its buckets
+                                 there), which backward_ms then excludes
   adapter.all_sum(values)        -> the values summed over ranks (floats)
 
 Decision: one loop, so the engines differ only where the frameworks do, and a figure that
@@ -84,7 +85,7 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter):
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             clock.lap()
-            exposed = ph.get("comm_exposed_ms") or 0.0
+            exposed = ph.pop("in_backward_ms", 0.0)
             rep.step(step=step, loss=loss_sum / acc, samples=batch * acc,
                      step_ms=(clock.t - t_start) * 1000.0, repeat=repeat, epoch=epoch,
                      warmup=step < plan.warmup, data_ms=data_ms, forward_ms=fwd,

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import time
+import traceback
 
 
 def spec_load():
@@ -84,6 +85,22 @@ class Clock:
         ms = (now - self.t) * 1000.0
         self.t = now
         return ms
+
+
+def report_failure(rep, engine, rank, ex, code):
+    """The error event of a rank that failed: the exception's first line, its code, and
+    the adapter's file:line where it surfaced (the traceback itself goes to the rank's log)."""
+    traceback.print_exc()
+    lines = str(ex).strip().splitlines()
+    text = lines[0] if lines else type(ex).__name__
+    where = "python:0"
+    for fr in reversed(traceback.extract_tb(ex.__traceback__)):
+        if os.path.dirname(os.path.abspath(fr.filename)) == os.path.dirname(
+                os.path.abspath(__file__)):
+            where = f"{os.path.basename(fr.filename)}:{fr.lineno}"
+            break
+    rep.error(f"{engine} rank {rank}: {type(ex).__name__}: {text[:400]}",
+              code=code(ex, text), where=where)
 
 
 def framework_env(engine, versions, config, unobserved):

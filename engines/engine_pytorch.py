@@ -23,7 +23,6 @@ import datetime
 import os
 import sys
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
@@ -134,7 +133,7 @@ class DdpAdapter:
         t = time.perf_counter()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        return {"comm_ms": comm, "comm_exposed_ms": exposed,
+        return {"comm_ms": comm, "comm_exposed_ms": exposed, "in_backward_ms": exposed,
                 "optimizer_ms": (time.perf_counter() - t) * 1000.0}
 
     def all_sum(self, values):
@@ -175,13 +174,8 @@ def main():
             loop.train_repeat(spec, rep, repeat, data, device, world, rank, adapter)
         dist.barrier()
         dist.destroy_process_group()
-    except Exception as ex:
-        traceback.print_exc()
-        msg = str(ex).strip().splitlines()
-        text = msg[0] if msg else type(ex).__name__
-        rep.error(f"pytorch rank {rank}: {type(ex).__name__}: {text[:400]}",
-                  code=loop.error_code(ex, text),
-                  where=f"engine_pytorch.py:{ex.__traceback__.tb_lineno if ex.__traceback__ else 0}")
+    except Exception as ex:  # reported; the daemon then stops the run, naming this rank
+        ddpb_train.report_failure(rep, "pytorch", rank, ex, loop.error_code)
         return 1
     rep.done()
     return 0

@@ -23,7 +23,6 @@ reported (null), nor bytes_sent; GET /v1/engines gives these reasons."""
 import os
 import sys
 import time
-import traceback
 
 import numpy as np
 
@@ -65,6 +64,17 @@ def make_optimizer(spec):
                  if k in ("momentum", "nesterov", "beta_1", "beta_2", "epsilon",
                           "weight_decay")}}
     return opt, l2, config
+
+
+def error_code(ex, text):
+    """The report's error code for a TensorFlow exception."""
+    if isinstance(ex, (tf.errors.UnavailableError, tf.errors.CancelledError)):
+        return "peer"
+    if isinstance(ex, tf.errors.DeadlineExceededError):
+        return "timeout"
+    if isinstance(ex, (ValueError, KeyError, FileNotFoundError)):
+        return "invalid"
+    return "internal"
 
 
 def nhwc(x):
@@ -176,17 +186,8 @@ def main():
                               test_loss=test_loss, test_acc=test_acc)
                 if step >= plan.total:
                     break
-    except Exception as ex:
-        traceback.print_exc()
-        lines = str(ex).strip().splitlines()
-        text = lines[0] if lines else type(ex).__name__
-        code = "peer" if isinstance(ex, (tf.errors.UnavailableError,
-                                         tf.errors.CancelledError)) else \
-            "timeout" if isinstance(ex, tf.errors.DeadlineExceededError) else \
-            "invalid" if isinstance(ex, (ValueError, KeyError, FileNotFoundError)) else \
-            "internal"
-        rep.error(f"tensorflow rank {rank}: {type(ex).__name__}: {text[:400]}", code=code,
-                  where="engine_tensorflow.py:0")
+    except Exception as ex:  # reported; the daemon then stops the run, naming this rank
+        ddpb_train.report_failure(rep, "tensorflow", rank, ex, error_code)
         return 1
     rep.done()
     return 0

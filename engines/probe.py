@@ -54,8 +54,11 @@ ADAPTERS = {"pytorch": "engine_pytorch.py", "tensorflow": "engine_tensorflow.py"
 
 
 def probe_module(module):
-    """(version or None, reason or None) from importing module in a child python3."""
-    code = f"import {module} as m; print(getattr(m, '__version__', 'unknown'))"
+    """(version or None, reason or None) from importing module in a child python3; the
+    version is its top-level package's (horovod.torch has none of its own)."""
+    top = module.split(".")[0]
+    code = (f"import {module}, {top} as m; "
+            f"print('ddpb-version', getattr(m, '__version__', 'unknown'))")
     try:
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            timeout=TIMEOUT_S)
@@ -64,7 +67,8 @@ def probe_module(module):
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["exit status %d" % p.returncode])[-1]
         return None, f"import {module} failed ({last[:200]}): {INSTALL}"
-    return p.stdout.strip(), None
+    lines = [x for x in p.stdout.splitlines() if x.startswith("ddpb-version ")]
+    return (lines[-1].split(" ", 1)[1] if lines else "unknown"), None
 
 
 def main():

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""engine_deepspeed: one rank of a `"engine": "deepspeed"` run (DeepSpeed's engine with
+ZeRO stage 1 or 2 on the CPU), started by engines/ddpb_launch.py with torch.distributed's
+environment. No deepspeed launcher: deepspeed.init_distributed reads RANK, WORLD_SIZE and
+MASTER_ADDR/PORT like torch does.
+
+The spec's knobs map onto the ds_config it is given (stored with the run as
+framework_config.ds_config):
+  strategy zero1 / zero2  zero_optimization.stage 1 / 2
+  bucket_mb               reduce_bucket_size and allgather_bucket_size (in elements:
+                          bucket_mb MiB of fp32)
+  batch_size, accumulate  train_micro_batch_size_per_gpu, gradient_accumulation_steps
+  optimizer               the client optimizer (torch.optim's, as the other engines), hence
+                          zero_allow_untested_optimizer
+  lr_schedule             ddpb_train.lr_at on the optimizer's param_groups each step
+
+On the CPU with Debian's torch 1.13, DeepSpeed's own CPU backend (ccl) needs
+oneccl_bindings_for_pytorch, which has no build for this torch and Python, so the process
+group is gloo. torch 1.13's gloo lacks all_gather_into_tensor and reduce_scatter_tensor, which
+ZeRO calls when torch.distributed has them; the adapter clears DeepSpeed's handles to them
+(deepspeed.comm's documented fallback: all_gather of chunks) and sets reduce_scatter false
+(gradients are all-reduced and each rank keeps its partition). Both are in
+framework_config.
+
+Phases: data, forward, backward, optimizer (engine.step) on the training thread's clock;
+DeepSpeed's wall-clock breakdown timers give the gradient all-reduce inside backward
+(bwd_allreduce_microstep): with overlap_comm off it runs after the backward compute, so it
+is both comm_ms and comm_exposed_ms. bytes_sent is not reported."""
+import datetime
+import os
+import sys
+import time
+
+import torch
+
+import ddpb_data
+import ddpb_report
+import ddpb_torch_loop as loop
+import ddpb_train
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+import deepspeed  # noqa: E402
+import deepspeed.comm.comm as ds_comm  # noqa: E402
+from deepspeed.utils.timer import BACKWARD_REDUCE_MICRO_TIMER  # noqa: E402
+
+NOT_OBSERVED = {"bytes_sent": "DeepSpeed does not report it"}
+VERSIONS = {"python": sys.version.split()[0], "torch": torch.__version__,
+            "deepspeed": deepspeed.__version__}
+
+
+def ds_config(spec):
+    elems = int(spec.get("bucket_mb", 25)) * (1 << 20) // 4
+    return {"train_micro_batch_size_per_gpu": int(spec.get("batch_size", 32)),
+            "gradient_accumulation_steps": int(spec.get("accumulate", 1)),
+            "zero_optimization": {"stage": 1 if spec.get("strategy") == "zero1" else 2,
+                                  "reduce_bucket_size": elems, "allgather_bucket_size": elems,
+                                  "overlap_comm": False, "reduce_scatter": False,
+                                  "contiguous_gradients": True},
+            "zero_allow_untested_optimizer": True, "wall_clock_breakdown": True,
+            "steps_per_print": 1 << 30}
+
+
+class DeepSpeedAdapter:
+    """deepspeed.initialize's engine for ddpb_torch_loop."""
+
+    def __init__(self, spec, announce):
+        self.spec, self.announce = spec, announce
+
+    def wrap(self, model):
+        cls, kw, opt_config = loop.make_optimizer(self.spec, model.parameters())
+        self.client = cls(model.parameters(), **kw)
+        config = ds_config(self.spec)
+        self.engine, _, _, _ = deepspeed.initialize(model=model, optimizer=self.client,
+                                                    config=config)
+        self.announce({"ds_config": config, "optimizer": opt_config,
+                       "process_group": "gloo",
+                       "gloo_fallbacks": ["all_gather_into_tensor -> all_gather",
+                                          "reduce_scatter false"]})
+        return self.engine, self.client
+
+    def micro(self, k, acc):
+        return loop.no_context(k, acc)
+
+    def backward(self, loss, k, acc):
+        self.engine.backward(loss)  # DeepSpeed divides by gradient_accumulation_steps
+        if k < acc - 1:
+            self.engine.step()  # not a boundary: DeepSpeed only counts the micro-step
+
+    def step_begin(self):
+        pass
+
+    def step_end(self, backward_end):
+        reduce_ms = self.engine.timers(BACKWARD_REDUCE_MICRO_TIMER).elapsed(reset=False)
+        t = time.perf_counter()
+        self.engine.step()
+        return {"comm_ms": reduce_ms, "comm_exposed_ms": reduce_ms, "in_backward_ms": reduce_ms,
+                "optimizer_ms": (time.perf_counter() - t) * 1000.0}
+
+    def all_sum(self, values):
+        t = torch.tensor(values, dtype=torch.float64)
+        torch.distributed.all_reduce(t)
+        return t.tolist()
+
+
+def main():
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rep = ddpb_report.start(VERSIONS)
+    try:
+        spec = ddpb_train.spec_load()
+        torch.set_num_threads(int(spec.get("threads", 1)))
+        rep.heartbeat(phase="rendezvous")
+        deepspeed.init_distributed(dist_backend="gloo", timeout=datetime.timedelta(
+            seconds=int(spec.get("comm_timeout_s", 300))))
+        ds_comm.cdb.all_gather_function = None  # gloo in torch 1.13: see the module's doc
+        ds_comm.cdb.reduce_scatter_function = None
+        data = ddpb_data.Data(spec)
+        device = torch.device("cpu")
+
+        def announce(config):
+            config["threads"] = torch.get_num_threads()
+            rep.env(ddpb_train.framework_env("deepspeed", VERSIONS, config, NOT_OBSERVED))
+
+        for repeat in range(int(spec.get("repeats", 1))):
+            rep.heartbeat(phase="train")
+            adapter = DeepSpeedAdapter(spec, announce if repeat == 0 else (lambda c: None))
+            loop.train_repeat(spec, rep, repeat, data, device, world, rank, adapter)
+        torch.distributed.barrier()
+    except Exception as ex:  # reported; the daemon then stops the run, naming this rank
+        ddpb_train.report_failure(rep, "deepspeed", rank, ex, loop.error_code)
+        return 1
+    rep.done()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""engine_horovod: one rank of a `"engine": "horovod"` run (Horovod's PyTorch binding over
+Gloo), started by engines/ddpb_launch.py. No horovodrun: rank 0 starts Horovod's own HTTP
+rendezvous server (horovod.runner.http.http_server.RendezvousServer, what horovodrun
+starts) with the slot plan of every rank, publishes its port through ddpbench's store, and
+every rank sets the HOROVOD_* variables horovodrun would before hvd.init().
+
+The spec's knobs map onto Horovod's (framework_config, stored with the run):
+  strategy horovod  hvd.DistributedOptimizer over torch.optim's optimizer
+  fusion_mb         HOROVOD_FUSION_THRESHOLD (bytes)
+  cycle_ms          HOROVOD_CYCLE_TIME
+  compression       fp16: hvd.Compression.fp16; none: hvd.Compression.none
+  accumulate        backward_passes_per_step
+  broadcast_init    hvd.broadcast_parameters and broadcast_optimizer_state from rank 0
+
+Phases: data, forward, backward and optimizer on the training thread's clock. The
+allreduces run on Horovod's background thread as gradients become ready; what the training
+thread observes is the wait in optimizer.synchronize(), reported as comm_exposed_ms (and
+excluded from the optimizer's time). comm_ms, the span the allreduces were in flight, is not
+observable without Horovod's timeline file, so it is null, as is bytes_sent."""
+import os
+import sys
+import time
+
+import psutil
+import torch
+import horovod
+import horovod.torch as hvd
+
+import ddpb_data
+import ddpb_report
+import ddpb_store
+import ddpb_torch_loop as loop
+import ddpb_train
+
+NOT_OBSERVED = {"comm_ms": "Horovod's allreduces run on its background thread; only the "
+                           "wait in synchronize() is observable (comm_exposed_ms)",
+                "bytes_sent": "Horovod does not report it"}
+VERSIONS = {"python": sys.version.split()[0], "torch": torch.__version__,
+            "horovod": horovod.__version__}
+
+
+def iface_of(addr):
+    """The network interface holding addr (HOROVOD_GLOO_IFACE)."""
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == addr for a in addrs):
+            return name
+    raise ValueError(f"no network interface has the address {addr} (DDPB_HOST)")
+
+
+def slot_plan(nodes):
+    """Horovod's SlotInfo per rank from the node each rank runs on (ranks contiguous)."""
+    from horovod.runner.common.util.hosts import SlotInfo
+    order = list(dict.fromkeys(nodes))
+    plan = []
+    for r, node in enumerate(nodes):
+        local = [i for i, n in enumerate(nodes) if n == node]
+        plan.append(SlotInfo(hostname=node, rank=r, local_rank=local.index(r),
+                             cross_rank=order.index(node), size=len(nodes),
+                             local_size=len(local), cross_size=len(order)))
+    return plan
+
+
+def rendezvous(spec, rank, world):
+    """HOROVOD_* for this rank; rank 0 keeps the rendezvous server alive (returned)."""
+    nodes = os.environ["DDPB_PEER_NODES"].split(",")
+    host = os.environ.get("DDPB_HOST", "127.0.0.1")
+    plan = slot_plan(nodes)
+    st = ddpb_store.Store(os.environ["DDPB_STORE"], os.environ["DDPB_RUN"],
+                          os.environ["DDPB_SECRET"], rank)
+    server = None
+    try:
+        if rank == 0:
+            from horovod.runner.http.http_server import RendezvousServer
+            server = RendezvousServer(verbose=0)
+            port = server.start()
+            server.init(plan)
+            st.set("engine/horovod", f"{host}:{port}")
+        where = st.get("engine/horovod", int(spec.get("timeout_s", 600)) * 1000).decode()
+    finally:
+        st.close()
+    r_host, _, r_port = where.rpartition(":")
+    me = plan[rank]
+    os.environ.update({
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": r_host, "HOROVOD_GLOO_RENDEZVOUS_PORT": r_port,
+        "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_GLOO_IFACE": iface_of(host), "HOROVOD_HOSTNAME": me.hostname,
+        "HOROVOD_RANK": str(me.rank), "HOROVOD_SIZE": str(me.size),
+        "HOROVOD_LOCAL_RANK": str(me.local_rank), "HOROVOD_LOCAL_SIZE": str(me.local_size),
+        "HOROVOD_CROSS_RANK": str(me.cross_rank), "HOROVOD_CROSS_SIZE": str(me.cross_size),
+        "HOROVOD_FUSION_THRESHOLD": str(int(spec.get("fusion_mb", 64)) << 20),
+        "HOROVOD_CYCLE_TIME": str(float(spec.get("cycle_ms", 1)))})
+    return server
+
+
+class HorovodAdapter:
+    """hvd.DistributedOptimizer for ddpb_torch_loop."""
+
+    def __init__(self, spec, announce):
+        self.spec, self.announce = spec, announce
+
+    def wrap(self, model):
+        spec = self.spec
+        cls, kw, config = loop.make_optimizer(spec, model.parameters())
+        acc = int(spec.get("accumulate", 1))
+        comp = hvd.Compression.fp16 if spec.get("compression") == "fp16" else \
+            hvd.Compression.none
+        self.opt = hvd.DistributedOptimizer(cls(model.parameters(), **kw),
+                                            named_parameters=model.named_parameters(),
+                                            compression=comp, backward_passes_per_step=acc)
+        if spec.get("broadcast_init", True):
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            hvd.broadcast_optimizer_state(self.opt, root_rank=0)
+        self.announce({"DistributedOptimizer": {
+            "optimizer": config, "compression": comp.__name__,
+            "backward_passes_per_step": acc,
+            "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
+            "cycle_time_ms": float(os.environ["HOROVOD_CYCLE_TIME"]),
+            "broadcast_init": bool(spec.get("broadcast_init", True))},
+            "controller": "gloo", "cpu_operations": "gloo"})
+        return model, self.opt
+
+    def micro(self, k, acc):
+        return loop.no_context(k, acc)
+
+    def backward(self, loss, k, acc):
+        (loss / acc).backward()
+
+    def step_begin(self):
+        pass
+
+    def step_end(self, backward_end):
+        t0 = time.perf_counter()
+        self.opt.synchronize()
+        t1 = time.perf_counter()
+        with self.opt.skip_synchronize():
+            self.opt.step()
+        self.opt.zero_grad()
+        return {"comm_exposed_ms": (t1 - t0) * 1000.0,
+                "optimizer_ms": (time.perf_counter() - t1) * 1000.0}
+
+    def all_sum(self, values):
+        t = torch.tensor(values, dtype=torch.float64)
+        return hvd.allreduce(t, op=hvd.Sum, name="ddpb_tally").tolist()
+
+
+def main():
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rep = ddpb_report.start(VERSIONS)
+    server = None
+    try:
+        spec = ddpb_train.spec_load()
+        torch.set_num_threads(int(spec.get("threads", 1)))
+        rep.heartbeat(phase="rendezvous")
+        server = rendezvous(spec, rank, world)
+        hvd.init()
+        data = ddpb_data.Data(spec)
+        device = torch.device("cpu")
+
+        def announce(config):
+            config["threads"] = torch.get_num_threads()
+            rep.env(ddpb_train.framework_env("horovod", VERSIONS, config, NOT_OBSERVED))
+
+        for repeat in range(int(spec.get("repeats", 1))):
+            rep.heartbeat(phase="train")
+            adapter = HorovodAdapter(spec, announce if repeat == 0 else (lambda c: None))
+            loop.train_repeat(spec, rep, repeat, data, device, world, rank, adapter)
+        hvd.join()
+        hvd.shutdown()
+    except Exception as ex:  # reported; the daemon then stops the run, naming this rank
+        ddpb_train.report_failure(rep, "horovod", rank, ex, loop.error_code)
+        return 1
+    finally:
+        if server is not None:
+            server.stop()
+    rep.done()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
