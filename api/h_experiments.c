@@ -110,7 +110,8 @@ static int h_check_engine(struct api_ctx *ctx, const json_t *spec, bool spread, 
                        "engine %s runs on one node for now: followers do not report their "
                        "frameworks yet (leave nodes at 0 or 1, or use engine ddpbench)",
                        engine);
-    return engines_check(ctx->engines, engine, e);
+    return engines_check(ctx->engines, engine,
+                         json_string_value(json_object_get(spec, "script")), e);
 }
 
 /* Every point must fit on this node (or the cluster's), or it would wait forever. */

@@ -399,6 +399,13 @@ static const struct spec_field spec_fields[] = {
              "ZeroRedundancyOptimizer), horovod, tensorflow (MultiWorkerMirroredStrategy), "
              "deepspeed, or script (the operator's script under --scripts-dir). "
              "GET /v1/engines lists what each node has installed."},
+    {.name = "script", .type = SPEC_T_STRING, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_PRINTABLE, .min = 0, .max = 255, .def = "\"\"", SPEC_AT(train.script),
+     .desc = "engine script: the program each rank runs, a path relative to the directory "
+             "the daemon's operator allowed (ddpbenchd --scripts-dir), nothing outside it; "
+             "a .py file runs under the engines' Python. It reads the spec from DDPB_SPEC, "
+             "finds its peers in RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and reports "
+             "steps and epochs with engines/ddpb_report.py."},
 };
 /* clang-format on */
 

@@ -177,6 +177,8 @@ void config_print_usage(const char *prog)
            "                       tree's engines/)\n"
            "  --python PATH        the interpreter framework engines run under (default:\n"
            "                       the source tree's .venv, else /usr/bin/python3)\n"
+           "  --scripts-dir DIR    allow engine \"script\": users' programs under DIR only\n"
+           "                       (default: none, the script engine is off)\n"
            "  --node NAME          this node's name (default: hostname)\n"
            "  --cpu-slots N        ranks that may run at once (default: online CPUs)\n"
            "  --gpus N             GPU slots for device cuda runs (default: NVML's count,\n"
@@ -211,6 +213,7 @@ enum {
     OPT_WEB_DIR,
     OPT_ENGINES_DIR,
     OPT_PYTHON,
+    OPT_SCRIPTS_DIR,
     OPT_NODE,
     OPT_CPU_SLOTS,
     OPT_GPUS,
@@ -239,6 +242,7 @@ static const struct option config_options[] = {
     {"web-dir", required_argument, NULL, OPT_WEB_DIR},
     {"engines-dir", required_argument, NULL, OPT_ENGINES_DIR},
     {"python", required_argument, NULL, OPT_PYTHON},
+    {"scripts-dir", required_argument, NULL, OPT_SCRIPTS_DIR},
     {"node", required_argument, NULL, OPT_NODE},
     {"cpu-slots", required_argument, NULL, OPT_CPU_SLOTS},
     {"gpus", required_argument, NULL, OPT_GPUS},
@@ -289,6 +293,12 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
     case OPT_ENGINES_DIR:
         return config_copy(c->engines_dir, sizeof c->engines_dir, "engines-dir", arg, e);
     case OPT_PYTHON: return config_copy(c->python, sizeof c->python, "python", arg, e);
+    case OPT_SCRIPTS_DIR:
+        /* resolved once, so every check compares against the real directory */
+        if (!realpath(arg, c->scripts_dir))
+            return err_set(e, ERR_INVALID, "scripts-dir", "--scripts-dir %s: %s", arg,
+                           strerror(errno));
+        return 0;
     case OPT_NODE: return config_copy(c->node, sizeof c->node, "node", arg, e);
     case OPT_PORT: return config_parse_int("port", arg, 0, 65535, &c->port, e);
     case OPT_STORE_PORT:

@@ -28,11 +28,12 @@ struct config {
      * /usr/bin/python3: Debian's torch needs no venv) */
     char engines_dir[PATH_MAX];
     char python[PATH_MAX];
-    char node[64];   /* this node's name (hostname by default) */
-    int cpu_slots;   /* ranks that may run at once on this node */
-    int gpus;        /* GPU slots (daemon/gpu_slots.h): --gpus N, else NVML's count
+    char scripts_dir[PATH_MAX]; /* engine "script" runs files under it only; "" = off */
+    char node[64];              /* this node's name (hostname by default) */
+    int cpu_slots;              /* ranks that may run at once on this node */
+    int gpus;                   /* GPU slots (daemon/gpu_slots.h): --gpus N, else NVML's count
                              (0 where NVML is unavailable) */
-    size_t max_body; /* largest accepted request body */
+    size_t max_body;            /* largest accepted request body */
     int http_threads;
     int kill_grace_ms; /* SIGTERM → SIGKILL delay when stopping workers */
     enum log_level log_level;

@@ -2,6 +2,7 @@
 #include "daemon/engines.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -128,8 +130,8 @@ static json_t *engines_run_probe(const struct config *cfg, struct err *e)
 /* What a node that cannot run the probe can still say: its own engine runs. */
 static json_t *engines_fallback(const struct err *why)
 {
-    static const char *const frameworks[] = {"pytorch", "horovod", "tensorflow", "deepspeed",
-                                             NULL};
+    static const char *const frameworks[] = {"pytorch",   "horovod", "tensorflow",
+                                             "deepspeed", "script",  NULL};
     json_t *list = json_array();
     json_array_append_new(list, json_pack("{s:s, s:b, s:b, s:n}", "name", "ddpbench",
                                           "installed", 1, "launched", 1, "reason"));
@@ -139,6 +141,28 @@ static json_t *engines_fallback(const struct err *why)
                             "launched", 0, "reason", "the engine probe failed: ", why->msg,
                             "; install with deploy/install-deps.sh --engines"));
     return json_pack("{s:o}", "engines", list);
+}
+
+/* The script engine's row says whether this daemon allows it (--scripts-dir), which the
+ * probe cannot know. */
+static void engines_mark_script(const struct config *cfg, json_t *all)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(all, "engines"), i, row)
+    {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        if (!name || strcmp(name, "script") != 0)
+            continue;
+        bool on = cfg->scripts_dir[0] != '\0';
+        json_object_set_new(row, "launched", json_boolean(on));
+        json_object_set_new(row, "scripts_dir",
+                            on ? json_string(cfg->scripts_dir) : json_null());
+        json_object_set_new(row, "reason",
+                            on ? json_null()
+                               : json_string("off: the operator allows it with ddpbenchd "
+                                             "--scripts-dir DIR"));
+    }
 }
 
 json_t *engines_get(struct engines *en, struct err *e)
@@ -158,13 +182,50 @@ json_t *engines_get(struct engines *en, struct err *e)
     }
     json_object_set_new(out, "node", json_string(en->cfg->node));
     json_object_set_new(out, "python", json_string(en->cfg->python));
+    engines_mark_script(en->cfg, out);
     return out;
 }
 
-int engines_check(struct engines *en, const char *engine, struct err *e)
+int engines_resolve_script(const struct config *cfg, const char *script, char *out,
+                           struct err *e)
+{
+    if (!cfg->scripts_dir[0])
+        return err_set(e, ERR_CONFLICT, "engine",
+                       "engine script is off on node %s: its operator allows it with "
+                       "ddpbenchd --scripts-dir DIR",
+                       cfg->node);
+    if (!script || !script[0])
+        return err_set(e, ERR_INVALID, "script",
+                       "engine script needs \"script\": a file under the daemon's "
+                       "--scripts-dir");
+    if (script[0] == '/')
+        return err_set(e, ERR_INVALID, "script",
+                       "script must be relative to the daemon's --scripts-dir, got '%s'",
+                       script);
+    char joined[PATH_MAX * 2];
+    snprintf(joined, sizeof joined, "%s/%s", cfg->scripts_dir, script);
+    struct stat st;
+    if (!realpath(joined, out) || stat(out, &st) != 0)
+        return err_set(e, ERR_INVALID, "script", "script '%s': no such file under %s", script,
+                       cfg->scripts_dir);
+    size_t n = strlen(cfg->scripts_dir);
+    if (strncmp(out, cfg->scripts_dir, n) != 0 || out[n] != '/')
+        return err_set(e, ERR_INVALID, "script",
+                       "script '%s' resolves outside the daemon's --scripts-dir %s", script,
+                       cfg->scripts_dir);
+    if (!S_ISREG(st.st_mode))
+        return err_set(e, ERR_INVALID, "script", "script '%s' is not a regular file", script);
+    return 0;
+}
+
+int engines_check(struct engines *en, const char *engine, const char *script, struct err *e)
 {
     if (!engine || strcmp(engine, "ddpbench") == 0)
         return 0;
+    if (strcmp(engine, "script") == 0) {
+        char path[PATH_MAX];
+        return engines_resolve_script(en->cfg, script, path, e);
+    }
     json_t *all = engines_get(en, e);
     if (!all)
         return -1;

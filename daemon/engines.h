@@ -30,7 +30,15 @@ void engines_destroy(struct engines *en);
  * probe's failure as its reason; NULL only on ENOMEM. */
 json_t *engines_get(struct engines *en, struct err *e);
 /* 0 when engine runs on this node ("ddpbench" always does); else ERR_CONFLICT naming
- * "engine", the node, the reason and, for a framework not installed, the install command. */
-int engines_check(struct engines *en, const char *engine, struct err *e);
+ * "engine", the node, the reason and, for a framework not installed, the install command.
+ * engine "script" also needs --scripts-dir and a script that resolves inside it
+ * (engines_resolve_script). */
+int engines_check(struct engines *en, const char *engine, const char *script, struct err *e);
+/* The real path of script (relative to cfg->scripts_dir) into out (PATH_MAX bytes): 0, or
+ * -1 with ERR_CONFLICT naming "engine" when the script engine is off, ERR_INVALID naming
+ * "script" when script is empty, absolute, outside the directory (symbolic links and ".."
+ * resolved), missing, or not a regular file. */
+int engines_resolve_script(const struct config *cfg, const char *script, char *out,
+                           struct err *e);
 
 #endif

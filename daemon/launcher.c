@@ -117,6 +117,8 @@ static int launcher_env_build(const struct launch_rank *lr, struct launch_env *e
               launcher_env_add(env, "WORLD_SIZE", num[1]) |
               launcher_env_add(env, "LOCAL_RANK", num[2]) |
               launcher_env_add(env, "PYTHONUNBUFFERED", "1");
+    if (launcher_is_framework(lr) && lr->script)
+        rc |= launcher_env_add(env, "DDPB_SCRIPT", lr->script);
     if (lr->ngpu_env < 0 || lr->ngpu_env > LAUNCH_MAX_GPU_ENV)
         return err_set(e, ERR_INVALID, NULL, "launch: %d GPU environment entries",
                        lr->ngpu_env);

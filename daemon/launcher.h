@@ -26,6 +26,7 @@ struct launch_rank {
     const char *engine;
     const char *python;
     const char *engines_dir;
+    const char *script;     /* engine "script": the resolved program (DDPB_SCRIPT); else NULL */
     const char *run;        /* store namespace, DDPB_RUN */
     const char *secret;     /* DDPB_SECRET */
     const char *store_addr; /* host:port, DDPB_STORE */

@@ -16,6 +16,7 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "daemon/engines.h"
 #include "daemon/launcher.h"
 #include "common/log.h"
 #include "common/report.h"
@@ -50,7 +51,8 @@ struct active_run {
     int n_settled;
     int64_t exits_seen;
     char ns[32], secret[40], dir[PATH_MAX - 64];
-    char engine[12]; /* who runs the ranks: "ddpbench" or a framework (launcher.h) */
+    char engine[12];       /* who runs the ranks: "ddpbench" or a framework (launcher.h) */
+    char script[PATH_MAX]; /* engine "script": its resolved program; else "" */
     int64_t deadline_ms, kill_at_ms;
     int timeout_s, heartbeat_timeout_s;
     int stop_rank;
@@ -460,6 +462,7 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
         .engine = r->engine,
         .python = r->ctx->cfg->python,
         .engines_dir = r->ctx->cfg->engines_dir,
+        .script = r->script[0] ? r->script : NULL,
         .run = r->ns,
         .secret = r->secret,
         .store_addr = store_addr,
@@ -591,6 +594,10 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
              q->spec.workload == SPEC_WORKLOAD_TRAIN && q->spec.train.engine[0]
                  ? q->spec.train.engine
                  : "ddpbench");
+    /* resolved again at launch: the file may have moved since the submit checked it */
+    if (strcmp(r->engine, "script") == 0 &&
+        engines_resolve_script(r->ctx->cfg, q->spec.train.script, r->script, e) < 0)
+        return -1;
     r->deadline_ms = clock_mono_ms() + (int64_t)r->timeout_s * 1000;
     snprintf(path, sizeof path, "%s/spec.json", r->dir);
     if (monitor_mkdirs(r->dir, e) < 0 || monitor_write_file(path, q->spec_json, e) < 0 ||

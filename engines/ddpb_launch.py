@@ -8,8 +8,10 @@ execs the engine's adapter with the framework's environment.
    port on its DDPB_HOST, publishes "host:port node" under engine/addr/<rank>, and waits
    for all the others; rank 0's address is MASTER_ADDR/MASTER_PORT (torch), the list is
    TF_CONFIG's cluster (TensorFlow); LOCAL_WORLD_SIZE counts the ranks on this node.
-3. execs engines/engine_<engine>.py (same pid: the daemon's pidfd, signals and fd 3 stay
-   valid), so the framework reads a complete environment from its first line.
+3. execs engines/engine_<engine>.py, or for engine "script" the user's program the daemon
+   resolved inside its --scripts-dir (DDPB_SCRIPT), with the same pid: the daemon's pidfd,
+   signals and fd 3 stay valid, and the framework reads a complete environment from its
+   first line.
 
 Decision: ports are picked by the rank that will listen on them and released just before
 exec (the window torchrun has too); a run whose port was taken in between fails at
@@ -81,9 +83,12 @@ def main():
     try:
         with open(env["DDPB_SPEC"]) as f:
             spec = json.load(f)
-        program = os.path.join(HERE, ENGINES[engine])
+        if engine == "script":  # the daemon resolved it inside its --scripts-dir
+            program = env["DDPB_SCRIPT"]
+        else:
+            program = os.path.join(HERE, ENGINES[engine])
         if not os.path.exists(program):
-            raise FileNotFoundError(f"engine {engine}: its adapter {program} is missing")
+            raise FileNotFoundError(f"engine {engine}: its program {program} is missing")
         pin(env)
         threads = str(spec.get("threads", 1))
         env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
@@ -100,7 +105,10 @@ def main():
         what = f"unknown engine {engine!r}" if isinstance(ex, KeyError) else str(ex)
         rep.error(f"engine bootstrap: {what}", code=code, where="ddpb_launch.py:0")
         return 1
-    os.execve(sys.executable, [sys.executable, program], env)
+    # a .py runs under this interpreter; anything else is executed as it is (argv only, no
+    # shell: a script engine's file must be executable then)
+    argv = [sys.executable, program] if program.endswith(".py") else [program]
+    os.execve(argv[0], argv, env)
 
 
 if __name__ == "__main__":

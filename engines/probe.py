@@ -48,6 +48,10 @@ ENGINES = {
     "deepspeed": ("deepspeed", {"strategies": ["zero1", "zero2"], "backends": ["tcp"],
                                 "devices": ["cpu"], "precisions": ["fp32"],
                                 "compressions": ["none"], "not_observed": {}}),
+    # a user's program under the daemon's --scripts-dir (the daemon fills in whether it
+    # allows one); ddpbench does not interpret the spec's knobs for it: the script reads them
+    "script": (None, {"strategies": [], "backends": ["tcp", "nccl"], "devices": ["cpu", "cuda"],
+                      "precisions": [], "compressions": [], "not_observed": {}}),
 }
 ADAPTERS = {"pytorch": "engine_pytorch.py", "tensorflow": "engine_tensorflow.py",
             "horovod": "engine_horovod.py", "deepspeed": "engine_deepspeed.py"}

@@ -1,76 +1,48 @@
 #!/usr/bin/env python3
-"""Engines through the REST API (issue 16, first slice): a train spec takes "engine", the
-default ddpbench (the C worker) is stored with every run and can be swept; what an engine
-cannot do is a 400 naming the field; an engine this daemon does not launch yet is a 409
-naming "engine" and the node, with the install command for the frameworks not installed,
-and nothing of a refused experiment is stored."""
+"""The real frameworks as engines, through the REST API (issue 16): GET /v1/engines says
+what each engine is and supports, and its tables are what submit allows; every model of
+common/model_table.c has the same parameter count in PyTorch and in Keras; pytorch,
+tensorflow, horovod and deepspeed each train mnist-cnn at 1 and 2 ranks in one sweep beside
+ddpbench's own engine, storing steps (phases an engine cannot observe null), epochs and the
+framework configuration, and results group by engine; two ranks of each reach the accuracy
+band of ddpbench's engine on Fashion-MNIST; a killed rank fails the run naming it; an
+engine that cannot run is a 409 naming "engine" with the reason and the install command.
+
+The frameworks come from deploy/install-deps.sh --engines (Debian's torch, the rest in
+.venv); the daemon runs them with .venv/bin/python, found from the build like web/."""
 import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 
-from harness import Daemon, check, run_cases
+from harness import Daemon, check, run_cases, wait_gone
 
 SOURCE = os.environ.get("DDPB_SOURCE_DIR",
                         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-sys.path.insert(0, os.path.join(SOURCE, "engines"))
-import ddpb_report  # noqa: E402  (engines/ is on PYTHONPATH for the daemon's ranks)
+ENGINES_DIR = os.path.join(SOURCE, "engines")
+sys.path.insert(0, ENGINES_DIR)
+import ddpb_data  # noqa: E402  (numpy only)
+import ddpb_report  # noqa: E402
 
+VENV_PY = os.path.join(SOURCE, ".venv", "bin", "python")
+FRAMEWORKS = ("pytorch", "tensorflow", "horovod", "deepspeed")
+STRATEGY = {"pytorch": "ddp", "tensorflow": "ddp", "horovod": "horovod",
+            "deepspeed": "zero1", "ddpbench": "ddp"}
+PHASES = ("data_ms", "forward_ms", "backward_ms", "comm_ms", "comm_exposed_ms",
+          "optimizer_ms", "bytes_sent")
+FMNIST = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "warmup_steps": 2,
+          "dataset": {"name": "fashion-mnist", "samples": 1024},
+          "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9}}
 SMALL = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "steps": 4,
          "warmup_steps": 1, "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}}
 
 
-def test_default_engine_is_stored():
-    d = Daemon(cpu_slots=2)
-    try:
-        exp = d.run_experiment(dict(SMALL), timeout=120)
-        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
-        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
-        check(run["spec"]["engine"] == "ddpbench", run["spec"])
-        # the engine a spec names explicitly is kept as given
-        status, body, _ = d.request("POST", "/v1/experiments", dict(SMALL, engine="ddpbench"))
-        check(status == 201 and body["spec"]["engine"] == "ddpbench", (status, body))
-        # results group by engine like any field: swept, it is a group key by default,
-        # and group_by=engine names it explicitly
-        exp = d.run_experiment(dict(SMALL, sweep={"engine": ["ddpbench"]}), timeout=120)
-        check(exp["status"] == "succeeded", exp["status"])
-        for query in ("", "?group_by=engine"):
-            res = d.get(f"/v1/experiments/{exp['id']}/results{query}")
-            check(res["group_by"] == ["engine"], (query, res["group_by"]))
-            check("engine" in res["columns"], res["columns"])
-            check([row["engine"] for row in res["rows"]] == ["ddpbench"], (query, res["rows"]))
-    finally:
-        d.close()
-
-
-def test_engine_refusals():
-    d = Daemon(cpu_slots=2)
-    try:
-        before = d.get("/v1/experiments")
-        cases = (
-            # what torch does not offer: 400 naming the field and what it has
-            (dict(SMALL, engine="pytorch", strategy="horovod"), 400, "strategy", '"zero1"'),
-            (dict(SMALL, engine="pytorch", compression="fp16"), 400, "compression", '"none"'),
-            (dict(SMALL, engine="jax"), 400, "engine", "deepspeed"),
-            # not launched by this daemon yet: 409 naming the engine and the node
-            (dict(SMALL, engine="pytorch"), 409, "engine", "engine pytorch cannot run on node"),
-            (dict(SMALL, engine="script"), 409, "engine", "engine script cannot run on node"),
-            (dict(SMALL, engine="horovod"), 409, "engine",
-             "install with deploy/install-deps.sh --engines"),
-            # one refused sweep point refuses the experiment
-            (dict(SMALL, sweep={"engine": ["ddpbench", "tensorflow"]}), 409, "engine",
-             "engine tensorflow is not installed"),
-        )
-        for spec, status_want, field, part in cases:
-            status, body, _ = d.request("POST", "/v1/experiments", spec)
-            check(status == status_want and body["error"]["field"] == field
-                  and part in body["error"]["message"], (spec.get("engine"), status, body))
-        after = d.get("/v1/experiments")
-        check(after == before, "a refused experiment was stored")
-    finally:
-        d.close()
+def point(engine, **kw):
+    return dict(FMNIST, engine=engine, strategy=STRATEGY[engine], **kw)
 
 
 def c_report_fields():
@@ -88,7 +60,8 @@ def c_report_fields():
 
 def test_report_module_matches_the_c_protocol():
     """Every event engines/ddpb_report.py writes has exactly the fields common/report.c
-    requires (optional ones allowed), so the daemon accepts a Python rank's lines."""
+    requires (optional ones allowed), so the daemon accepts a Python rank's lines; a phase
+    not passed is left out (stored null), never sent as 0."""
     want = c_report_fields()
     out = io.StringIO()
     rep = ddpb_report.Reporter(1, 2, stream=out)
@@ -109,7 +82,8 @@ def test_report_module_matches_the_c_protocol():
         check(req <= keys and keys <= req | opt, (ev["type"], sorted(keys ^ req)))
         check(ev["rank"] == 1, ev)
     check(all(isinstance(v, (str, int, float)) for v in lines[1]["env"].values()), lines[1])
-    check(lines[4]["data_ms"] == 0.0 and lines[4]["step_ms"] == 12.5, lines[4])
+    check("data_ms" not in lines[4] and "bytes_sent" not in lines[4], lines[4])
+    check(lines[4]["forward_ms"] == 4.0 and lines[4]["step_ms"] == 12.5, lines[4])
     check("train_loss" not in lines[5], "an epoch figure not measured must be omitted")
     try:
         rep.step(step=1, loss=1.0, samples=32, step_ms=1.0, fwd_ms=1.0)
@@ -118,37 +92,286 @@ def test_report_module_matches_the_c_protocol():
         check("fwd_ms" in str(ex), ex)
 
 
-def test_probe_matches_spec_rules():
-    """engines/probe.py (what GET /v1/engines will serve) lists every engine of the spec,
-    says pytorch is installed exactly when torch imports here, names the install command
-    for what is missing, and its pytorch table is what submit allows (spec_rules)."""
-    p = subprocess.run([sys.executable, os.path.join(SOURCE, "engines", "probe.py")],
-                       capture_output=True, text=True, timeout=300)
-    check(p.returncode == 0, p.stderr)
-    engines = {e["name"]: e for e in json.loads(p.stdout)["engines"]}
-    schema = json.load(open(os.path.join(SOURCE, "schema", "spec.schema.json")))
-    check(sorted(engines) == sorted(schema["properties"]["engine"]["enum"]), sorted(engines))
-    torch_ok = subprocess.run([sys.executable, "-c", "import torch"],
-                              capture_output=True).returncode == 0
-    check(engines["pytorch"]["installed"] == torch_ok, engines["pytorch"])
-    check(engines["ddpbench"]["installed"] and engines["ddpbench"]["launched"], engines)
-    for e in engines.values():
-        if not e["installed"]:
-            check("deploy/install-deps.sh --engines" in e["reason"], e)
+def test_data_order_is_the_c_workers():
+    """ddpb_data's permutation is the C data_permutation (tests/unit/test_data_loader.c
+    checks the C side against the same values), and its shards follow the C loader's
+    LOADER_DROP rule: disjoint, floor(N / W) each, the same for every engine."""
+    check(ddpb_data.permutation(42, 3, 10) == [2, 9, 7, 8, 3, 1, 6, 5, 4, 0],
+          ddpb_data.permutation(42, 3, 10))
+    check(ddpb_data.permutation(1, 0, 7) == [3, 0, 1, 4, 6, 2, 5], ddpb_data.permutation(1, 0, 7))
+    shards = [ddpb_data.train_shard(5, 2, 103, 4, r) for r in range(4)]
+    check(all(len(s) == 25 for s in shards), [len(s) for s in shards])
+    flat = sum(shards, [])
+    check(len(set(flat)) == 100, "shards overlap")
+    order = ddpb_data.permutation(5, 2, 103)
+    check(shards[1] == order[1:100:4], (shards[1][:5], order[:8]))
+    check(ddpb_data.train_shard(5, 3, 103, 4, 0) != shards[0], "every epoch reshuffles")
+
+
+def model_table():
+    """{name: (c, h, w, classes, params)} from common/model_table.c."""
+    text = open(os.path.join(SOURCE, "common", "model_table.c")).read()
+    return {m.group(1): tuple(int(m.group(i)) for i in range(2, 7)) for m in re.finditer(
+        r'\{"([\w-]+)", (\d+), (\d+), (\d+), (\d+), (\d+),', text)}
+
+
+def test_models_have_the_c_zoos_parameter_counts():
+    """Every row of common/model_table.c, built by the torch engines' definitions and by the
+    tensorflow engine's Keras ones, has the row's parameter count."""
+    rows = model_table()
+    check(len(rows) >= 9 and rows["mnist-cnn"][4] == 21840, rows)
+    code = ("import json, sys; sys.path.insert(0, %r); import %s as z; rows = json.loads(%r); "
+            "print(json.dumps({n: z.count_params(z.build(n, *r[:4])) for n, r in rows.items()}))")
+    for module in ("ddpb_torch_models", "ddpb_keras_models"):
+        p = subprocess.run([VENV_PY, "-c", code % (ENGINES_DIR, module, json.dumps(rows))],
+                           capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        check(p.returncode == 0, f"{module}: {p.stderr[-2000:]}")
+        got = json.loads(p.stdout.strip().splitlines()[-1])
+        for name, row in rows.items():
+            check(got[name] == row[4], (module, name, got[name], row[4]))
+
+
+def allowed_by_submit(d, engine, field, values):
+    """The values of field a submit accepts for engine (400 naming field: refused). The
+    spec asks for more ranks than the daemon has slots, so an accepted one is refused
+    after validation (409 naming world_size) and nothing runs."""
+    ok = []
+    for v in values:
+        status, body, _ = d.request("POST", "/v1/experiments",
+                                    dict(SMALL, engine=engine, strategy=STRATEGY[engine],
+                                         world_size=64, **{field: v}))
+        if status == 400:
+            check(body["error"]["field"] == field, (engine, field, v, body))
+        else:
+            check(status == 409 and body["error"]["field"] == "world_size", (engine, v, body))
+            ok.append(v)
+    return ok
+
+
+def test_engines_endpoint_matches_submit():
+    """GET /v1/engines: every engine of the spec, each framework installed here (this suite
+    runs after deploy/install-deps.sh --engines) with its version, launched; its strategies
+    and compressions are exactly what submit accepts for it."""
     d = Daemon(cpu_slots=2)
     try:
-        status, body, _ = d.request("POST", "/v1/experiments",
-                                    dict(SMALL, engine="pytorch", strategy="zero2"))
-        has = re.findall(r'"(\w+)"', body["error"]["message"].split("it has", 1)[1])
-        check(status == 400 and has[:2] == engines["pytorch"]["strategies"], (has, body))
-        status, body, _ = d.request("POST", "/v1/experiments",
-                                    dict(SMALL, engine="pytorch", compression="bf16"))
-        has = re.findall(r'"(\w+)"', body["error"]["message"].split("it has", 1)[1])
-        check(status == 400 and has[:1] == ["none"], (has, body))
+        body = d.get("/v1/engines")
+        nodes = body["nodes"]
+        check(len(nodes) == 1 and nodes[0]["python"], body)
+        engines = {e["name"]: e for e in nodes[0]["engines"]}
+        schema = json.load(open(os.path.join(SOURCE, "schema", "spec.schema.json")))
+        check(set(schema["properties"]["engine"]["enum"]) == set(engines), sorted(engines))
+        for name in FRAMEWORKS:
+            e = engines[name]
+            check(e["installed"] and e["launched"] and e["version"],
+                  f"{name} is not usable here ({e['reason']}): run deploy/install-deps.sh "
+                  f"--engines")
+            enum = schema["properties"]
+            check(allowed_by_submit(d, name, "strategy", enum["strategy"]["enum"])
+                  == e["strategies"], (name, e["strategies"]))
+            check(allowed_by_submit(d, name, "compression", enum["compression"]["enum"])
+                  == e["compressions"], (name, e["compressions"]))
+            check(set(e["not_observed"]) <= set(PHASES), e["not_observed"])
+    finally:
+        d.close()
+
+
+def test_engine_refusals():
+    """400 for what an engine does not offer; 409 naming "engine" for an engine this node
+    cannot run (here: a daemon whose --python does not exist, so the probe fails and says
+    so, with the install command); nothing of a refused experiment is stored."""
+    d = Daemon(cpu_slots=2, extra_args=["--python", "/nonexistent/python3"])
+    try:
+        before = d.get("/v1/experiments")
+        cases = (
+            (dict(SMALL, engine="pytorch", strategy="horovod"), 400, "strategy", '"zero1"'),
+            (dict(SMALL, engine="tensorflow", compression="fp16"), 400, "compression",
+             '"none"'),
+            (dict(SMALL, engine="deepspeed"), 400, "strategy", '"zero1", "zero2"'),
+            (dict(SMALL, engine="jax"), 400, "engine", "deepspeed"),
+            (dict(SMALL, engine="pytorch"), 409, "engine",
+             "install with deploy/install-deps.sh --engines"),
+            (dict(SMALL, engine="horovod", strategy="horovod"), 409, "engine",
+             "the engine probe failed: cannot start /nonexistent/python3"),
+            (dict(SMALL, sweep={"engine": ["ddpbench", "tensorflow"]}), 409, "engine",
+             "engine tensorflow cannot run on node"),
+        )
+        for spec, status_want, field, part in cases:
+            status, body, _ = d.request("POST", "/v1/experiments", spec)
+            check(status == status_want and body["error"]["field"] == field
+                  and part in body["error"]["message"], (spec.get("engine"), status, body))
+        check(d.get("/v1/experiments") == before, "a refused experiment was stored")
+        exp = d.run_experiment(dict(SMALL), timeout=120)  # ddpbench needs no probe
+        check(exp["status"] == "succeeded", exp)
+        check(d.get(f"/v1/runs/{exp['runs'][0]['id']}")["spec"]["engine"] == "ddpbench", exp)
+    finally:
+        d.close()
+
+
+def test_every_engine_trains_in_one_sweep():
+    """One sweep over engine x world_size {1, 2}: every run succeeds, stores a step per rank
+    and step with the phases each engine observes (null exactly where GET /v1/engines says
+    it cannot), epochs with test accuracy, the framework's versions and configuration; the
+    results table groups by engine with a speed-up against each engine's own 1 rank."""
+    d = Daemon(cpu_slots=2)
+    try:
+        engines = {e["name"]: e for e in d.get("/v1/engines")["nodes"][0]["engines"]}
+        names = ["ddpbench", *FRAMEWORKS]
+        runs = []
+        for name in names:  # strategies differ per engine, so one experiment per engine
+            exp = d.submit(dict(point(name, steps=20), sweep={"world_size": [1, 2]}))
+            runs.append((name, exp["id"]))
+        for name, exp_id in runs:
+            exp = d.wait_experiment(exp_id, timeout=600)
+            check(exp["status"] == "succeeded",
+                  (name, [(r["status"], r["error"]) for r in exp["runs"]]))
+            for r in exp["runs"]:
+                run = d.get(f"/v1/runs/{r['id']}")
+                ws = run["spec"]["world_size"]
+                steps = d.get(f"/v1/runs/{r['id']}/steps?warmup=true")
+                cols = steps["columns"]
+                check(len(steps["rows"]) == 20 * ws, (name, ws, len(steps["rows"])))
+                unobserved = set(engines[name]["not_observed"])
+                for row in steps["rows"]:
+                    v = dict(zip(cols, row))
+                    check(v["step_ms"] > 0 and v["loss"] > 0, (name, v))
+                    for p in PHASES:
+                        check((v[p] is None) == (p in unobserved), (name, p, v))
+                check(run["epochs"] and run["epochs"][-1]["test_acc"] is not None,
+                      (name, run["epochs"]))
+                if name == "ddpbench":
+                    continue
+                env = run["env"][0]["env"]
+                check(env["engine"] == name and "framework_config" in env, (name, env))
+                check(set(json.loads(env["phases_not_observed"])) == unobserved, (name, env))
+                config = json.loads(env["framework_config"])
+                if name == "deepspeed":
+                    check(config["ds_config"]["zero_optimization"]["stage"] == 1, config)
+                if name == "pytorch":
+                    check(config["DistributedDataParallel"]["bucket_cap_mb"] == 25, config)
+            res = d.get(f"/v1/experiments/{exp_id}/results?group_by=engine,world_size")
+            rows = {r["world_size"]: r for r in res["rows"]}
+            check(set(rows) == {1, 2} and all(r["engine"] == name for r in rows.values()),
+                  (name, res["rows"]))
+            check(rows[1]["speedup"] == 1.0 and rows[2]["speedup"] > 0, (name, rows))
+    finally:
+        d.close()
+
+
+def test_two_ranks_reach_ddpbenchs_accuracy_band():
+    """Two ranks of every engine train one epoch on 20,000 Fashion-MNIST samples (same
+    files, shards, seed, optimizer and schedule); each one's test accuracy lies within 5
+    points of ddpbench's own engine, and above 70 %."""
+    d = Daemon(cpu_slots=2)
+    try:
+        acc = {}
+        for name in ("ddpbench", *FRAMEWORKS):
+            spec = point(name, world_size=2, epochs=1, steps=0,
+                         dataset={"name": "fashion-mnist", "samples": 20000})
+            exp = d.run_experiment(spec, timeout=900)
+            check(exp["status"] == "succeeded",
+                  (name, [(r["status"], r["error"]) for r in exp["runs"]]))
+            run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+            acc[name] = run["epochs"][-1]["test_acc"]
+        print(f"  test accuracy after one epoch: {acc}")
+        for name in FRAMEWORKS:
+            check(acc[name] > 0.70 and abs(acc[name] - acc["ddpbench"]) <= 0.05, acc)
+    finally:
+        d.close()
+
+
+USER_SCRIPT = """
+import time, torch, torch.distributed as dist
+import ddpb_report, ddpb_train
+rep = ddpb_report.start({"torch": torch.__version__})   # the two lines a user adds
+spec = ddpb_train.spec_load()
+dist.init_process_group("gloo", init_method="env://")
+w = torch.zeros(1000)
+for step in range(spec["steps"]):
+    t0 = time.perf_counter()
+    g = torch.ones(1000) * (dist.get_rank() + 1)
+    dist.all_reduce(g)
+    w -= 0.01 * g
+    rep.step(step=step, loss=float(w.abs().mean()), samples=spec["batch_size"],
+             step_ms=(time.perf_counter() - t0) * 1000, warmup=step < spec["warmup_steps"])
+rep.done()
+"""
+
+
+def test_script_engine_runs_only_what_the_operator_allowed():
+    """engine "script": a user's program under --scripts-dir runs on every rank with the
+    framework environment and reports through ddpb_report (steps stored per rank, phases it
+    did not time null); a script outside the directory, missing, or with the engine off is
+    refused naming the field; GET /v1/engines says whether the engine is on."""
+    import tempfile
+    allowed = tempfile.mkdtemp(prefix="ddpb-scripts-")
+    with open(os.path.join(allowed, "train.py"), "w") as f:
+        f.write(USER_SCRIPT)
+    with open(os.path.join(os.path.dirname(allowed), "outside.py"), "w") as f:
+        f.write("print('must not run')\n")
+    d = Daemon(cpu_slots=2, extra_args=["--scripts-dir", allowed])
+    try:
+        row = [e for e in d.get("/v1/engines")["nodes"][0]["engines"] if e["name"] == "script"]
+        check(row and row[0]["launched"] and row[0]["scripts_dir"] == os.path.realpath(allowed),
+              row)
+        exp = d.run_experiment(dict(SMALL, engine="script", script="train.py", world_size=2,
+                                    steps=6), timeout=300)
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        check(exp["status"] == "succeeded", (run["status"], run["error"]))
+        steps = d.get(f"/v1/runs/{run['id']}/steps?warmup=true")
+        check(len(steps["rows"]) == 12, steps["rows"])
+        v = dict(zip(steps["columns"], steps["rows"][-1]))
+        check(v["forward_ms"] is None and v["step_ms"] > 0, v)
+        for script, status, field in (("../outside.py", 400, "script"), ("", 400, "script"),
+                                      ("/etc/passwd", 400, "script"),
+                                      ("nothere.py", 400, "script")):
+            st, body, _ = d.request("POST", "/v1/experiments",
+                                    dict(SMALL, engine="script", script=script))
+            check(st == status and body["error"]["field"] == field, (script, st, body))
+    finally:
+        d.close()
+    d = Daemon(cpu_slots=2)
+    try:
+        st, body, _ = d.request("POST", "/v1/experiments",
+                                dict(SMALL, engine="script", script="train.py"))
+        check(st == 409 and body["error"]["field"] == "engine"
+              and "--scripts-dir" in body["error"]["message"], body)
+    finally:
+        d.close()
+
+
+def test_killed_rank_fails_the_run_naming_it():
+    """For each framework: rank 1 killed mid-training fails the run naming rank 1 and
+    signal 9, and no rank of it is left running."""
+    d = Daemon(cpu_slots=2)
+    try:
+        for name in FRAMEWORKS:
+            exp = d.submit(point(name, world_size=2, steps=100000, timeout_s=600))
+            run_id = exp["runs"][0]["id"]
+            d.wait_run(run_id, lambda r: r["status"] == "running" and len(r["ranks"]) == 2
+                       and all(k["pid"] for k in r["ranks"]), timeout=120, what="running")
+            deadline = time.time() + 120
+            while time.time() < deadline and not d.get(f"/v1/runs/{run_id}/steps")["rows"]:
+                time.sleep(0.2)  # training, not still importing the framework
+            run = d.get(f"/v1/runs/{run_id}")
+            pids = [k["pid"] for k in run["ranks"]]
+            os.kill(pids[1], signal.SIGKILL)
+            exp = d.wait_experiment(exp["id"], timeout=120)
+            run = d.get(f"/v1/runs/{run_id}")
+            check(run["status"] == "failed" and run["error_rank"] == 1, (name, run["error"]))
+            check("rank 1" in run["error"] and "signal 9" in run["error"], (name, run["error"]))
+            wait_gone(pids)
+            d.wait_slots_free(2)
     finally:
         d.close()
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases([test_report_module_matches_the_c_protocol, test_probe_matches_spec_rules,
-                        test_default_engine_is_stored, test_engine_refusals]))
+    sys.exit(run_cases([test_report_module_matches_the_c_protocol,
+                        test_data_order_is_the_c_workers,
+                        test_models_have_the_c_zoos_parameter_counts,
+                        test_engines_endpoint_matches_submit, test_engine_refusals,
+                        test_every_engine_trains_in_one_sweep,
+                        test_two_ranks_reach_ddpbenchs_accuracy_band,
+                        test_script_engine_runs_only_what_the_operator_allowed,
+                        test_killed_rank_fails_the_run_naming_it]))

@@ -213,6 +213,22 @@ static void test_shard_union_per_rule(void)
             }
 }
 
+/* data_permutation's values are a contract: the framework engines' engines/ddpb_data.py
+ * ports it, and tests/integration/test_engines.py checks the port against these same
+ * values, so a change on either side fails one of the two. */
+static void test_permutation_values(void)
+{
+    static const int64_t want42[] = {2, 9, 7, 8, 3, 1, 6, 5, 4, 0};
+    static const int64_t want1[] = {3, 0, 1, 4, 6, 2, 5};
+    int64_t p[10];
+    data_permutation(42, 3, 10, p);
+    for (int i = 0; i < 10; i++)
+        T_EQ_INT(p[i], want42[i]);
+    data_permutation(1, 0, 7, p);
+    for (int i = 0; i < 7; i++)
+        T_EQ_INT(p[i], want1[i]);
+}
+
 /* Epoch e's order is data_permutation(seed, e): different per epoch, per seed, and the
  * same on every rank (shard_epoch_ok checks rank by rank against it). */
 static void test_reshuffle_per_epoch(void)
@@ -655,6 +671,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_shard_len);
     TEST_RUN(test_shard_union_per_rule);
     TEST_RUN(test_reshuffle_per_epoch);
+    TEST_RUN(test_permutation_values);
     TEST_RUN(test_batches_and_epochs);
     TEST_RUN(test_config_errors);
     TEST_RUN(test_prefetch_matches_sync);
