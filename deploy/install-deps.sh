@@ -3,8 +3,9 @@
 #   deploy/install-deps.sh           build + test dependencies
 #   deploy/install-deps.sh --bench   also the peers the benchmarks compare against
 #   deploy/install-deps.sh --engines also the frameworks the engines run (issue 16): PyTorch and
-#                                    torchvision from Debian; TensorFlow, Horovod and DeepSpeed
-#                                    go here when their engines are built
+#                                    torchvision from Debian, and what deploy/setup-venv.sh needs
+#                                    to put TensorFlow, DeepSpeed and Horovod (built against
+#                                    Debian's torch) into .venv; then it runs setup-venv.sh
 # The flags combine (--bench --engines).
 # Uses sudo only when not root; does nothing when everything is already installed.
 set -eu
@@ -21,14 +22,20 @@ PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates 
 # libblas3 alone its linear layers run unoptimised; the PyTorch peer gets Debian's OpenBLAS.
 BENCH_PKGS="python3-torch libopenblas0-pthread iperf3 hyperfine wrk"
 
-# engines/pytorch_ddp.py: torch.distributed (gloo on the CPU) and torchvision's resnet18;
-# OpenBLAS for the same reason as the bench peer. ~150 s to install on the CI image.
-ENGINE_PKGS="python3-torch python3-torchvision libopenblas0-pthread"
+# engines/: torch.distributed (gloo on the CPU) and torchvision's models; OpenBLAS for the
+# same reason as the bench peer (~150 s to install on the CI image); libtorch-dev (torch's
+# C++ headers), python3-dev and cmake to build Horovod's torch extension in .venv.
+ENGINE_PKGS="python3-torch python3-torchvision libopenblas0-pthread libtorch-dev python3-dev
+             cmake"
 
+engines=""
 for arg in "$@"; do
     case "$arg" in
     --bench) PKGS="$PKGS $BENCH_PKGS" ;;
-    --engines) PKGS="$PKGS $ENGINE_PKGS" ;;
+    --engines)
+        PKGS="$PKGS $ENGINE_PKGS"
+        engines=1
+        ;;
     *)
         echo "install-deps: unknown option $arg (use --bench and/or --engines)" >&2
         exit 2
@@ -42,8 +49,12 @@ for p in $PKGS; do
         missing="$missing $p"
     fi
 done
+venv() {
+    [ -z "$engines" ] || "$(dirname "$0")/setup-venv.sh"
+}
 if [ -z "$missing" ]; then
     echo "install-deps: all packages present"
+    venv
     exit 0
 fi
 
@@ -55,3 +66,4 @@ echo "install-deps: installing$missing"
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+venv

@@ -1,17 +1,37 @@
 #!/bin/sh
-# Creates .venv-test/: the one virtual environment for test tools Debian does not package
-# (schemathesis, which tests/integration/test_schemathesis.py runs against a real daemon).
+# Creates .venv/: the one virtual environment for what Debian does not package. It sees
+# Debian's site packages (--system-site-packages), so the engines' torch, torchvision and
+# numpy are Debian's (deploy/install-deps.sh --engines) and only the rest comes from PyPI:
+#   schemathesis      tests/integration/test_schemathesis.py against a real daemon
+#   tensorflow-cpu    the tensorflow engine (2.15: the last to take numpy < 2, which
+#                     Debian's torch was built against)
+#   deepspeed         the deepspeed engine (its CPU ops build at run time with ninja)
+#   horovod           the horovod engine, built here against Debian's torch with Gloo
+#                     only (no MPI, no TensorFlow, no MXNet): about 5 minutes on 2 cores
 # Pinned, so a CI run tests with what a developer tested with; created once, then reused
-# offline. Needs python3-venv (deploy/install-deps.sh) and PyPI on the first run.
+# offline: a stamp file holds the pins it was made with, and a change of pin remakes it.
+# Needs python3-venv, python3-dev, cmake, libtorch-dev (deploy/install-deps.sh --engines)
+# and PyPI on the first run. The daemon runs framework engines with .venv/bin/python.
 set -eu
 cd "$(dirname "$0")/.."
 SCHEMATHESIS=4.32.5
-venv=.venv-test
-if [ -x "$venv/bin/schemathesis" ] &&
-    "$venv/bin/python" -c "import importlib.metadata as m; exit(m.version('schemathesis') != '$SCHEMATHESIS')"; then
+TENSORFLOW=2.15.1
+DEEPSPEED=0.14.4
+HOROVOD=0.28.1
+PINS="schemathesis==$SCHEMATHESIS tensorflow-cpu==$TENSORFLOW deepspeed==$DEEPSPEED horovod==$HOROVOD"
+venv=.venv
+if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/ddpb-pins" 2>/dev/null)" = "$PINS" ]; then
     exit 0
 fi
-echo "setup-test-venv: installing schemathesis $SCHEMATHESIS into $venv"
+echo "setup-venv: installing $PINS into $venv"
 rm -rf "$venv"
-/usr/bin/python3 -m venv "$venv"
-"$venv/bin/pip" install -q --disable-pip-version-check "schemathesis==$SCHEMATHESIS"
+/usr/bin/python3 -m venv --system-site-packages "$venv"
+pip="$venv/bin/pip install -q --disable-pip-version-check --no-cache-dir"
+$pip "schemathesis==$SCHEMATHESIS" "tensorflow-cpu==$TENSORFLOW"
+# Both build against the torch they find (Debian's): no build isolation, or pip would fetch
+# another torch into a throwaway environment to build with.
+$pip --no-build-isolation "deepspeed==$DEEPSPEED"
+HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+    HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_CPU_OPERATIONS=gloo \
+    MAKEFLAGS="-j$(nproc)" $pip --no-build-isolation "horovod==$HOROVOD"
+echo "$PINS" >"$venv/ddpb-pins"

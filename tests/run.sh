@@ -37,7 +37,7 @@ fail_build() {
     exit 1
 }
 
-deploy/setup-test-venv.sh || fail_build .venv-test  # schemathesis, for test_schemathesis
+deploy/setup-venv.sh || fail_build .venv  # schemathesis and the engines' frameworks
 setup build-san -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
     -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-san
 ninja -C build-san || fail_build build-san

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The contract checked by a client nobody here wrote: schemathesis (pinned, in
-.venv-test/ made by deploy/setup-test-venv.sh) reads the daemon's served
+.venv/ made by deploy/setup-venv.sh) reads the daemon's served
 /v1/openapi.yaml and runs every phase (examples, coverage, fuzzing, stateful over the
 contract's links) with every check, schema-valid and schema-invalid requests alike,
 against a real ddpbenchd; any failure or error it reports fails this test.
@@ -33,7 +33,7 @@ from harness import SOURCE, Daemon, check, run_cases
 # The Spec clauses the generator is given: all of them together are more than its
 # canonicalization takes (it multiplies their alternatives out), these two it takes.
 GENERATED_SWITCHES = {"workload", "op"}
-VENV_ST = os.path.join(os.path.abspath(SOURCE), ".venv-test", "bin", "schemathesis")
+VENV_ST = os.path.join(os.path.abspath(SOURCE), ".venv", "bin", "schemathesis")
 STUB = os.path.join(os.path.abspath(SOURCE), "tests", "integration", "stub_worker.sh")
 
 
@@ -69,7 +69,7 @@ def switch_field(clause):
 
 
 def test_schemathesis_reports_nothing():
-    check(os.access(VENV_ST, os.X_OK), f"{VENV_ST} missing: run deploy/setup-test-venv.sh")
+    check(os.access(VENV_ST, os.X_OK), f"{VENV_ST} missing: run deploy/setup-venv.sh")
     d = Daemon(cpu_slots=2, extra_args=["--worker", STUB, "--gpus", "0"])
     work = tempfile.mkdtemp(prefix="ddpb-st-")
     try:
