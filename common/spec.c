@@ -516,7 +516,9 @@ static const struct spec_allowed spec_engine_precisions[] = {
     {"deepspeed", spec_only_fp32, "the deepspeed adapter trains in fp32"},
     {NULL, NULL, NULL},
 };
+static const char *const spec_none_fp16[] = {"none", "fp16", NULL};
 static const struct spec_allowed spec_engine_compressions[] = {
+    {"horovod", spec_none_fp16, "Horovod compresses to fp16 only (hvd.Compression.fp16)"},
     {"tensorflow", spec_only_none,
      "MultiWorkerMirroredStrategy has no gradient compression on the CPU"},
     {"deepspeed", spec_only_none, "the deepspeed adapter sets no communication compression"},

@@ -91,6 +91,8 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter):
                      warmup=step < plan.warmup, data_ms=data_ms, forward_ms=fwd,
                      backward_ms=max(0.0, bwd - exposed), **ph)
             step += 1
+        if not plan.completed(epoch, step):
+            break  # steps ran out inside this epoch: the C worker reports no partial epoch
         train_loss, train_acc = ddpb_train.Tally.figures(adapter.all_sum(tally.as_list()))
         test_loss = test_acc = None
         if data.test is not None and spec.get("eval", True):

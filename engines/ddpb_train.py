@@ -50,6 +50,11 @@ class Plan:
         self.warmup = int(spec.get("warmup_steps", 5))
         self.repeats = int(spec.get("repeats", 1))
 
+    def completed(self, epoch, steps_done):
+        """True when epoch ran all its steps (steps_done counts from the repeat's start):
+        an epoch is reported only then, as the C worker does."""
+        return steps_done >= (epoch + 1) * self.steps_per_epoch
+
 
 class Tally:
     """Loss and correct counts of an epoch or an evaluation, summed across ranks by the

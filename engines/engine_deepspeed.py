@@ -37,13 +37,14 @@ import ddpb_data
 import ddpb_report
 import ddpb_torch_loop as loop
 import ddpb_train
+import probe
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed  # noqa: E402
 import deepspeed.comm.comm as ds_comm  # noqa: E402
 from deepspeed.utils.timer import BACKWARD_REDUCE_MICRO_TIMER  # noqa: E402
 
-NOT_OBSERVED = {"bytes_sent": "DeepSpeed does not report it"}
+NOT_OBSERVED = probe.NOT_OBSERVED["deepspeed"]  # GET /v1/engines serves the same table
 VERSIONS = {"python": sys.version.split()[0], "torch": torch.__version__,
             "deepspeed": deepspeed.__version__}
 

@@ -32,10 +32,9 @@ import ddpb_report
 import ddpb_store
 import ddpb_torch_loop as loop
 import ddpb_train
+import probe
 
-NOT_OBSERVED = {"comm_ms": "Horovod's allreduces run on its background thread; only the "
-                           "wait in synchronize() is observable (comm_exposed_ms)",
-                "bytes_sent": "Horovod does not report it"}
+NOT_OBSERVED = probe.NOT_OBSERVED["horovod"]  # GET /v1/engines serves the same table
 VERSIONS = {"python": sys.version.split()[0], "torch": torch.__version__,
             "horovod": horovod.__version__}
 

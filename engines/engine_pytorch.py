@@ -33,9 +33,9 @@ import ddpb_data
 import ddpb_report
 import ddpb_torch_loop as loop
 import ddpb_train
+import probe
 
-NOT_OBSERVED = {"bytes_sent": "gloo and NCCL do not report the bytes their allreduce "
-                              "algorithms send"}
+NOT_OBSERVED = probe.NOT_OBSERVED["pytorch"]  # GET /v1/engines serves the same table
 BACKENDS = {"tcp": "gloo", "nccl": "nccl", "mpi": "mpi"}
 COMPRESS = {"fp16": torch.float16, "bf16": torch.bfloat16}
 VERSIONS = {"python": sys.version.split()[0], "torch": torch.__version__,
@@ -156,16 +156,14 @@ def main():
                                 timeout=datetime.timedelta(
                                     seconds=int(spec.get("comm_timeout_s", 300))))
         data = ddpb_data.Data(spec)
-        not_observed = dict(NOT_OBSERVED)
-        if spec.get("strategy") == "zero1":
-            not_observed["optimizer_ms"] = ("includes ZeroRedundancyOptimizer's parameter "
-                                            "broadcast, which torch exposes no hook to time")
-
         def announce(config):
+            if spec.get("strategy") == "zero1":
+                config["timing"] = ("optimizer_ms includes ZeroRedundancyOptimizer's "
+                                    "parameter broadcast, which torch exposes no hook to time")
             config["process_group"] = {"backend": backend, "init_method": "env://",
                                        "timeout_s": int(spec.get("comm_timeout_s", 300))}
             config["threads"] = torch.get_num_threads()
-            rep.env(ddpb_train.framework_env("pytorch", VERSIONS, config, not_observed))
+            rep.env(ddpb_train.framework_env("pytorch", VERSIONS, config, NOT_OBSERVED))
 
         for repeat in range(int(spec.get("repeats", 1))):
             rep.heartbeat(phase="train")

@@ -33,12 +33,9 @@ import ddpb_data  # noqa: E402
 import ddpb_keras_models as zoo  # noqa: E402
 import ddpb_report  # noqa: E402
 import ddpb_train  # noqa: E402
+import probe  # noqa: E402
 
-NOT_OBSERVED = {
-    "forward_ms": "one tf.function runs forward, backward and the all-reduce as one graph",
-    "backward_ms": "as forward_ms", "optimizer_ms": "as forward_ms",
-    "comm_ms": "the strategy's collectives run inside the graph, with no hook to time them",
-    "comm_exposed_ms": "as comm_ms", "bytes_sent": "TensorFlow does not report it"}
+NOT_OBSERVED = probe.NOT_OBSERVED["tensorflow"]  # GET /v1/engines serves the same table
 VERSIONS = {"python": sys.version.split()[0], "tensorflow": tf.__version__}
 
 
@@ -169,6 +166,8 @@ def main():
                              repeat=repeat, epoch=epoch, warmup=step < plan.warmup,
                              data_ms=data_ms)
                     step += 1
+                if not plan.completed(epoch, step):
+                    break  # steps ran out inside this epoch: no partial epoch, as in C
                 train_loss, train_acc = ddpb_train.Tally.figures(all_sum(tally.as_list()))
                 test_loss = test_acc = None
                 if data.test is not None and spec.get("eval", True):

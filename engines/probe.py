@@ -17,41 +17,45 @@ TIMEOUT_S = 60
 INSTALL = "install with deploy/install-deps.sh --engines"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# name: (module to import for its version, or None: part of ddpbench), what it supports,
-# and the step figures it cannot observe (null in its runs' steps) with the reason.
+# The step figures each engine cannot observe (null in its runs' steps), with the reason:
+# the one table, which the adapters report in their env event and GET /v1/engines serves.
+NOT_OBSERVED = {
+    "pytorch": {"bytes_sent": "gloo and NCCL do not report the bytes their allreduce "
+                              "algorithms send"},
+    "tensorflow": {
+        "forward_ms": "one tf.function runs forward, backward, the all-reduce and the update "
+                      "as one graph",
+        "backward_ms": "as forward_ms", "optimizer_ms": "as forward_ms",
+        "comm_ms": "the strategy's collectives run inside the graph, with no hook to time them",
+        "comm_exposed_ms": "as comm_ms", "bytes_sent": "TensorFlow does not report it"},
+    "horovod": {"comm_ms": "Horovod's allreduces run on its background thread; only the wait "
+                           "in synchronize() is observable (comm_exposed_ms)",
+                "bytes_sent": "Horovod does not report it"},
+    "deepspeed": {"bytes_sent": "DeepSpeed does not report it"},
+}
+ALL = ["naive", "ddp", "horovod", "zero1", "zero2"]
+# name: (module to import for its version, or None: part of ddpbench), what it supports.
 # backends use ddpbench's names (tcp on the CPU = gloo for torch, nccl on cuda).
 ENGINES = {
-    "ddpbench": (None, {"strategies": ["naive", "ddp", "horovod", "zero1", "zero2"],
-                        "backends": ["tcp", "nccl"], "devices": ["cpu", "cuda"],
-                        "precisions": ["fp32", "fp16", "bf16"],
-                        "compressions": ["none", "fp16", "bf16"], "not_observed": {}}),
+    "ddpbench": (None, {"strategies": ALL, "backends": ["tcp", "nccl"],
+                        "devices": ["cpu", "cuda"], "precisions": ["fp32", "fp16", "bf16"],
+                        "compressions": ["none", "fp16", "bf16"]}),
     "pytorch": ("torch", {"strategies": ["ddp", "zero1"], "backends": ["tcp", "nccl"],
                           "devices": ["cpu", "cuda"], "precisions": ["fp32"],
-                          "compressions": ["none", "fp16", "bf16"],
-                          "not_observed": {"bytes_sent": "gloo and NCCL do not report the "
-                                                         "bytes their allreduce algorithms "
-                                                         "send"}}),
+                          "compressions": ["none", "fp16", "bf16"]}),
     "tensorflow": ("tensorflow", {"strategies": ["ddp"], "backends": ["tcp"],
                                   "devices": ["cpu"], "precisions": ["fp32"],
-                                  "compressions": ["none"],
-                                  "not_observed": {
-                                      "forward_ms": "one tf.function runs forward, backward "
-                                                    "and the all-reduce as one graph",
-                                      "backward_ms": "as forward_ms",
-                                      "comm_ms": "the strategy's collectives run inside the "
-                                                 "graph, with no hook to time them",
-                                      "comm_exposed_ms": "as comm_ms",
-                                      "bytes_sent": "TensorFlow does not report it"}}),
+                                  "compressions": ["none"]}),
     "horovod": ("horovod.torch", {"strategies": ["horovod"], "backends": ["tcp"],
                                   "devices": ["cpu"], "precisions": ["fp32"],
-                                  "compressions": ["none", "fp16"], "not_observed": {}}),
+                                  "compressions": ["none", "fp16"]}),
     "deepspeed": ("deepspeed", {"strategies": ["zero1", "zero2"], "backends": ["tcp"],
                                 "devices": ["cpu"], "precisions": ["fp32"],
-                                "compressions": ["none"], "not_observed": {}}),
+                                "compressions": ["none"]}),
     # a user's program under the daemon's --scripts-dir (the daemon fills in whether it
     # allows one); ddpbench does not interpret the spec's knobs for it: the script reads them
-    "script": (None, {"strategies": [], "backends": ["tcp", "nccl"], "devices": ["cpu", "cuda"],
-                      "precisions": [], "compressions": [], "not_observed": {}}),
+    "script": (None, {"strategies": ALL, "backends": ["tcp", "nccl"], "devices": ["cpu", "cuda"],
+                      "precisions": ["fp32"], "compressions": ["none", "fp16", "bf16"]}),
 }
 ADAPTERS = {"pytorch": "engine_pytorch.py", "tensorflow": "engine_tensorflow.py",
             "horovod": "engine_horovod.py", "deepspeed": "engine_deepspeed.py"}
@@ -85,7 +89,8 @@ def main():
         if installed and not launched:
             reason = f"installed, but this ddpbench has no adapter for it ({adapter})"
         out.append(dict({"name": name, "installed": installed, "version": version,
-                         "reason": reason, "launched": launched}, **caps))
+                         "reason": reason, "launched": launched,
+                         "not_observed": NOT_OBSERVED.get(name, {})}, **caps))
     json.dump({"engines": out}, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

@@ -21,6 +21,14 @@ function idColumns(table, extra) {
   return [...new Set([...(table.group_by || []), ...extra, ...(table.columns.includes('network_profile') ? ['network_profile'] : [])])];
 }
 
+// The part of a results row's mean step its engine did not split into phases: null when
+// every phase was observed.
+function unobservedMs(r) {
+  const vals = PHASES.map(([k]) => r[k]);
+  if (vals.every((v) => Number.isFinite(v)) || !Number.isFinite(r.step_ms_mean)) return null;
+  return Math.max(0, r.step_ms_mean - vals.reduce((a, v) => a + (Number.isFinite(v) ? v : 0), 0));
+}
+
 function keyOf(row, cols) {
   return cols.filter((c) => row[c] !== undefined).map((c) => `${c}=${row[c]}`).join(', ');
 }
@@ -83,7 +91,10 @@ export function trainingCharts(sources) {
     lineChart({ title: 'Scaling efficiency against world size', desc: 'speed-up(N) / N against the world_size 1 group with the same other settings; dashed: ideal.', x: { label: 'world size (ranks)', zero: false, integer: true }, y: { label: 'efficiency', max: 1 }, series: eff, empty: 'No efficiency yet: it needs a world_size 1 group to compare with.' }),
     stackedBars({ title: 'Step time breakdown', desc: 'Mean per step on the slowest rank; exposed comm is communication not hidden behind backward.', unit: 'ms per step',
       categories: rows.map((x) => x.label || 'all runs'),
-      segments: PHASES.map(([k, name]) => ({ name, values: rows.map((x) => x.r[k]) })) }),
+      segments: [...PHASES.map(([k, name]) => ({ name, values: rows.map((x) => x.r[k]) })),
+        // a framework engine that cannot observe some phases (null, GET /v1/engines says
+        // why) leaves the rest of its step as one segment, not as time that vanished
+        { name: 'not observed by the engine', values: rows.map((x) => unobservedMs(x.r)) }] }),
   ];
 }
 
