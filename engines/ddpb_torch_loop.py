@@ -28,6 +28,7 @@ import ddpb_train
 
 
 def evaluate(module, data, world, rank, batch, device, all_sum):
+    """The test split's [loss_sum, correct, count] summed over ranks (each its shard)."""
     module.eval()
     tally = ddpb_train.Tally()
     with torch.no_grad():
@@ -37,7 +38,7 @@ def evaluate(module, data, world, rank, batch, device, all_sum):
             tally.add(F.cross_entropy(out, yt).item(), (out.argmax(1) == yt).sum().item(),
                       len(y))
     module.train()
-    return ddpb_train.Tally.figures(all_sum(tally.as_list()))
+    return all_sum(tally.as_list())
 
 
 def build_model(spec, data, device, seed):
@@ -93,18 +94,30 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter):
             step += 1
         if not plan.completed(epoch, step):
             break  # steps ran out inside this epoch: the C worker reports no partial epoch
-        train_loss, train_acc = ddpb_train.Tally.figures(adapter.all_sum(tally.as_list()))
-        test_loss = test_acc = None
+        test = None
         if data.test is not None and spec.get("eval", True):
-            test_loss, test_acc = evaluate(module, data, world, rank, batch, device,
-                                           adapter.all_sum)
-        if rank == 0:
-            rep.epoch(epoch=epoch, samples=int(tally.count) * world,
-                      time_s=time.perf_counter() - t_epoch, repeat=repeat,
-                      train_loss=train_loss, train_acc=train_acc, test_loss=test_loss,
-                      test_acc=test_acc)
+            def test():
+                return evaluate(module, data, world, rank, batch, device, adapter.all_sum)
+        ddpb_train.end_epoch(rep, rank, world, repeat, epoch, tally, t_epoch, adapter.all_sum,
+                             test)
         if step >= plan.total:
             break
+
+
+def train_all(name, rep, versions, not_observed, spec, data, device, world, rank,
+              make_adapter, extra=None):
+    """Every repeat of the run. make_adapter(announce) builds a repeat's adapter; repeat 0's
+    calls announce(config) once its framework objects exist, which sends the env event:
+    versions, the framework configuration (extra added) and what is not observed."""
+    def announce(config):
+        config.update(extra or {})
+        config["threads"] = torch.get_num_threads()
+        rep.env(ddpb_train.framework_env(name, versions, config, not_observed))
+
+    for repeat in range(int(spec.get("repeats", 1))):
+        rep.heartbeat(phase="train")
+        adapter = make_adapter(announce if repeat == 0 else (lambda config: None))
+        train_repeat(spec, rep, repeat, data, device, world, rank, adapter)
 
 
 def no_context(k, acc):

@@ -79,6 +79,18 @@ class Tally:
         return loss_sum / count, correct / count
 
 
+def end_epoch(rep, rank, world, repeat, epoch, tally, t_epoch, all_sum, evaluate):
+    """An epoch's figures: the train tally summed over ranks, the test split's when
+    evaluate (a function returning the summed [loss_sum, correct, count]) is given; rank 0
+    reports them (the C worker's epoch event)."""
+    train_loss, train_acc = Tally.figures(all_sum(tally.as_list()))
+    test_loss, test_acc = Tally.figures(evaluate()) if evaluate else (None, None)
+    if rank == 0:
+        rep.epoch(epoch=epoch, samples=int(tally.count) * world,
+                  time_s=time.perf_counter() - t_epoch, repeat=repeat, train_loss=train_loss,
+                  train_acc=train_acc, test_loss=test_loss, test_acc=test_acc)
+
+
 class Clock:
     """Milliseconds between marks on the training thread's monotonic clock."""
 
@@ -90,6 +102,22 @@ class Clock:
         ms = (now - self.t) * 1000.0
         self.t = now
         return ms
+
+
+def run_main(engine, versions, body, error_code):
+    """An adapter's main: hello and env (versions) and the heartbeat thread, then
+    body(rep, spec, rank, world); an exception is reported as the rank's error (the daemon
+    then stops the run naming this rank) and exits 1; else done and 0."""
+    import ddpb_report
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rep = ddpb_report.start(versions)
+    try:
+        body(rep, spec_load(), rank, world)
+    except Exception as ex:  # reported, never swallowed: the run fails naming this rank
+        report_failure(rep, engine, rank, ex, error_code)
+        return 1
+    rep.done()
+    return 0
 
 
 def report_failure(rep, engine, rank, ex, code):

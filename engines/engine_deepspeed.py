@@ -34,7 +34,6 @@ import time
 import torch
 
 import ddpb_data
-import ddpb_report
 import ddpb_torch_loop as loop
 import ddpb_train
 import probe
@@ -103,34 +102,21 @@ class DeepSpeedAdapter:
         return t.tolist()
 
 
+def train(rep, spec, rank, world):
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    rep.heartbeat(phase="rendezvous")
+    deepspeed.init_distributed(dist_backend="gloo", timeout=datetime.timedelta(
+        seconds=int(spec.get("comm_timeout_s", 300))))
+    ds_comm.cdb.all_gather_function = None  # gloo in torch 1.13: see the module's doc
+    ds_comm.cdb.reduce_scatter_function = None
+    loop.train_all("deepspeed", rep, VERSIONS, NOT_OBSERVED, spec, ddpb_data.Data(spec),
+                   torch.device("cpu"), world, rank,
+                   lambda announce: DeepSpeedAdapter(spec, announce))
+    torch.distributed.barrier()
+
+
 def main():
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    rep = ddpb_report.start(VERSIONS)
-    try:
-        spec = ddpb_train.spec_load()
-        torch.set_num_threads(int(spec.get("threads", 1)))
-        rep.heartbeat(phase="rendezvous")
-        deepspeed.init_distributed(dist_backend="gloo", timeout=datetime.timedelta(
-            seconds=int(spec.get("comm_timeout_s", 300))))
-        ds_comm.cdb.all_gather_function = None  # gloo in torch 1.13: see the module's doc
-        ds_comm.cdb.reduce_scatter_function = None
-        data = ddpb_data.Data(spec)
-        device = torch.device("cpu")
-
-        def announce(config):
-            config["threads"] = torch.get_num_threads()
-            rep.env(ddpb_train.framework_env("deepspeed", VERSIONS, config, NOT_OBSERVED))
-
-        for repeat in range(int(spec.get("repeats", 1))):
-            rep.heartbeat(phase="train")
-            adapter = DeepSpeedAdapter(spec, announce if repeat == 0 else (lambda c: None))
-            loop.train_repeat(spec, rep, repeat, data, device, world, rank, adapter)
-        torch.distributed.barrier()
-    except Exception as ex:  # reported; the daemon then stops the run, naming this rank
-        ddpb_train.report_failure(rep, "deepspeed", rank, ex, loop.error_code)
-        return 1
-    rep.done()
-    return 0
+    return ddpb_train.run_main("deepspeed", VERSIONS, train, loop.error_code)
 
 
 if __name__ == "__main__":

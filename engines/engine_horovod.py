@@ -28,7 +28,6 @@ import horovod
 import horovod.torch as hvd
 
 import ddpb_data
-import ddpb_report
 import ddpb_store
 import ddpb_torch_loop as loop
 import ddpb_train
@@ -143,37 +142,24 @@ class HorovodAdapter:
         return hvd.allreduce(t, op=hvd.Sum, name="ddpb_tally").tolist()
 
 
-def main():
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    rep = ddpb_report.start(VERSIONS)
-    server = None
+def train(rep, spec, rank, world):
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    rep.heartbeat(phase="rendezvous")
+    server = rendezvous(spec, rank, world)
     try:
-        spec = ddpb_train.spec_load()
-        torch.set_num_threads(int(spec.get("threads", 1)))
-        rep.heartbeat(phase="rendezvous")
-        server = rendezvous(spec, rank, world)
         hvd.init()
-        data = ddpb_data.Data(spec)
-        device = torch.device("cpu")
-
-        def announce(config):
-            config["threads"] = torch.get_num_threads()
-            rep.env(ddpb_train.framework_env("horovod", VERSIONS, config, NOT_OBSERVED))
-
-        for repeat in range(int(spec.get("repeats", 1))):
-            rep.heartbeat(phase="train")
-            adapter = HorovodAdapter(spec, announce if repeat == 0 else (lambda c: None))
-            loop.train_repeat(spec, rep, repeat, data, device, world, rank, adapter)
+        loop.train_all("horovod", rep, VERSIONS, NOT_OBSERVED, spec, ddpb_data.Data(spec),
+                       torch.device("cpu"), world, rank,
+                       lambda announce: HorovodAdapter(spec, announce))
         hvd.join()
         hvd.shutdown()
-    except Exception as ex:  # reported; the daemon then stops the run, naming this rank
-        ddpb_train.report_failure(rep, "horovod", rank, ex, loop.error_code)
-        return 1
     finally:
         if server is not None:
             server.stop()
-    rep.done()
-    return 0
+
+
+def main():
+    return ddpb_train.run_main("horovod", VERSIONS, train, loop.error_code)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ it, as the C worker's does. bytes_sent is not reported: gloo and NCCL do not say
 their algorithms put on the wire (GET /v1/engines lists this)."""
 import contextlib
 import datetime
-import os
 import sys
 import time
 
@@ -30,7 +29,6 @@ import torchvision
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddpb_data
-import ddpb_report
 import ddpb_torch_loop as loop
 import ddpb_train
 import probe
@@ -142,41 +140,29 @@ class DdpAdapter:
         return t.tolist()
 
 
-def main():
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    rep = ddpb_report.start(VERSIONS)
-    try:
-        spec = ddpb_train.spec_load()
-        backend = BACKENDS[spec.get("backend", "tcp")]
-        torch.set_num_threads(int(spec.get("threads", 1)))
-        cuda = spec.get("device", "cpu") == "cuda"
-        device = torch.device("cuda", 0) if cuda else torch.device("cpu")
-        rep.heartbeat(phase="rendezvous")
-        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(
-                                    seconds=int(spec.get("comm_timeout_s", 300))))
-        data = ddpb_data.Data(spec)
-        def announce(config):
-            if spec.get("strategy") == "zero1":
-                config["timing"] = ("optimizer_ms includes ZeroRedundancyOptimizer's "
-                                    "parameter broadcast, which torch exposes no hook to time")
-            config["process_group"] = {"backend": backend, "init_method": "env://",
-                                       "timeout_s": int(spec.get("comm_timeout_s", 300))}
-            config["threads"] = torch.get_num_threads()
-            rep.env(ddpb_train.framework_env("pytorch", VERSIONS, config, NOT_OBSERVED))
+def train(rep, spec, rank, world):
+    backend = BACKENDS[spec.get("backend", "tcp")]
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    cuda = spec.get("device", "cpu") == "cuda"
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    rep.heartbeat(phase="rendezvous")
+    timeout_s = int(spec.get("comm_timeout_s", 300))
+    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    extra = {"process_group": {"backend": backend, "init_method": "env://",
+                               "timeout_s": timeout_s}}
+    if spec.get("strategy") == "zero1":
+        extra["timing"] = ("optimizer_ms includes ZeroRedundancyOptimizer's parameter "
+                           "broadcast, which torch exposes no hook to time")
+    loop.train_all("pytorch", rep, VERSIONS, NOT_OBSERVED, spec, ddpb_data.Data(spec), device,
+                   world, rank, lambda announce: DdpAdapter(spec, world, device, announce),
+                   extra)
+    dist.barrier()
+    dist.destroy_process_group()
 
-        for repeat in range(int(spec.get("repeats", 1))):
-            rep.heartbeat(phase="train")
-            adapter = DdpAdapter(spec, world, device,
-                                 announce if repeat == 0 else (lambda config: None))
-            loop.train_repeat(spec, rep, repeat, data, device, world, rank, adapter)
-        dist.barrier()
-        dist.destroy_process_group()
-    except Exception as ex:  # reported; the daemon then stops the run, naming this rank
-        ddpb_train.report_failure(rep, "pytorch", rank, ex, loop.error_code)
-        return 1
-    rep.done()
-    return 0
+
+def main():
+    return ddpb_train.run_main("pytorch", VERSIONS, train, loop.error_code)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ import tensorflow as tf  # noqa: E402
 
 import ddpb_data  # noqa: E402
 import ddpb_keras_models as zoo  # noqa: E402
-import ddpb_report  # noqa: E402
 import ddpb_train  # noqa: E402
 import probe  # noqa: E402
 
@@ -78,118 +77,127 @@ def nhwc(x):
     return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
 
 
-def main():
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    rep = ddpb_report.start(VERSIONS)
-    try:
-        spec = ddpb_train.spec_load()
-        threads = int(spec.get("threads", 1))
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-        rep.heartbeat(phase="rendezvous")
-        comm = tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.RING,
-            timeout_seconds=float(spec.get("comm_timeout_s", 300)))
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
-        data = ddpb_data.Data(spec)
+class KerasRun:
+    """One rank's model, optimizer and tf.functions under MultiWorkerMirroredStrategy."""
+
+    def __init__(self, spec, strategy, data, seed):
+        self.spec, self.strategy, self.data = spec, strategy, data
+        tf.keras.utils.set_random_seed(seed)
+        c, h, w = data.shape
+        with strategy.scope():
+            self.model = zoo.build(spec.get("model", "mnist-cnn"), c, h, w, data.classes)
+            self.opt, self.l2, self.opt_config = make_optimizer(spec)
+        self.xent = tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+        self.train_step = tf.function(self._train_step)
+        self.eval_step = tf.function(self._eval_step)
+        self.reduce_sum = tf.function(self._reduce_sum)
+
+    def _correct(self, logits, y):
+        hit = tf.equal(tf.argmax(logits, 1, output_type=tf.int64), y)
+        return tf.reduce_sum(tf.cast(hit, tf.float64))
+
+    def _replica_step(self, x, y):
+        """x: (B, H, W, C), y: (B,) -> this replica's mean loss and correct count."""
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            logits = self.model(x, training=True)
+            loss = tf.reduce_mean(self.xent(y, logits))
+            scaled = loss / self.strategy.num_replicas_in_sync
+        grads = tape.gradient(scaled, variables)
+        if self.l2:
+            grads = [g + self.l2 * v for g, v in zip(grads, variables)]
+        self.opt.apply_gradients(zip(grads, variables))  # the strategy all-reduces here
+        return loss, self._correct(logits, y)
+
+    def _train_step(self, x, y):
+        return self.strategy.run(self._replica_step, args=(x, y))
+
+    def _eval_step(self, x, y):
+        def fn(x, y):
+            logits = self.model(x, training=False)
+            return (tf.reduce_sum(tf.cast(self.xent(y, logits), tf.float64)),
+                    self._correct(logits, y))
+        return self.strategy.run(fn, args=(x, y))
+
+    def _reduce_sum(self, t):
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                    self.strategy.run(tf.identity, args=(t,)), axis=None)
+
+    def all_sum(self, values):
+        return self.reduce_sum(tf.constant(values, dtype=tf.float64)).numpy().tolist()
+
+    def evaluate(self, world, rank, batch):
+        ev = ddpb_train.Tally()
+        for x, y in self.data.test_batches(world, rank, batch):
+            ls, cr = self.eval_step(tf.constant(nhwc(x)), tf.constant(y))
+            ev.loss_sum += float(ls.numpy())
+            ev.correct += float(cr.numpy())
+            ev.count += len(y)
+        return self.all_sum(ev.as_list())
+
+    def run_repeat(self, rep, repeat, seed, world, rank):
+        spec, data = self.spec, self.data
         batch = int(spec.get("batch_size", 32))
         plan = ddpb_train.Plan(spec, data.steps_per_epoch(world, batch))
-        c, h, w = data.shape
-        config = {"MultiWorkerMirroredStrategy": {"implementation": "RING",
-                                                  "timeout_s": comm.timeout_seconds,
-                                                  "workers": world},
-                  "threads": {"intra_op": threads, "inter_op": 1}}
-        for repeat in range(plan.repeats):
-            seed = int(spec.get("seed", 1)) + repeat
-            tf.keras.utils.set_random_seed(seed)
-            with strategy.scope():
-                model = zoo.build(spec.get("model", "mnist-cnn"), c, h, w, data.classes)
-                opt, l2, opt_config = make_optimizer(spec)
-            if repeat == 0:
-                config["optimizer"] = opt_config
-                rep.env(ddpb_train.framework_env("tensorflow", VERSIONS, config, NOT_OBSERVED))
-            xent = tf.keras.losses.SparseCategoricalCrossentropy(
-                from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+        step = 0
+        for epoch in range(plan.epochs):
+            t_epoch = time.perf_counter()
+            tally = ddpb_train.Tally()
+            it = data.batches(epoch, world, rank, batch, seed=seed)
+            rep.heartbeat(phase="train")
+            for _ in range(min(plan.steps_per_epoch, plan.total - step)):
+                self.opt.learning_rate.assign(ddpb_train.lr_at(spec, step, plan.total))
+                clock = ddpb_train.Clock()
+                t0 = clock.t
+                x, y = next(it)
+                xt, yt = tf.constant(nhwc(x)), tf.constant(y)
+                data_ms = clock.lap()
+                loss, correct = self.train_step(xt, yt)
+                loss_v = float(loss.numpy())  # waits for the step's graph
+                step_ms = (time.perf_counter() - t0) * 1000.0
+                tally.add(loss_v, float(correct.numpy()), len(y))
+                rep.step(step=step, loss=loss_v, samples=batch, step_ms=step_ms,
+                         repeat=repeat, epoch=epoch, warmup=step < plan.warmup,
+                         data_ms=data_ms)
+                step += 1
+            if not plan.completed(epoch, step):
+                break  # steps ran out inside this epoch: no partial epoch, as in C
+            test = None
+            if data.test is not None and spec.get("eval", True):
+                def test():
+                    return self.evaluate(world, rank, batch)
+            ddpb_train.end_epoch(rep, rank, world, repeat, epoch, tally, t_epoch,
+                                 self.all_sum, test)
+            if step >= plan.total:
+                break
 
-            def replica_step(x, y):
-                with tf.GradientTape() as tape:
-                    logits = model(x, training=True)
-                    loss = tf.reduce_mean(xent(y, logits))
-                    scaled = loss / strategy.num_replicas_in_sync
-                grads = tape.gradient(scaled, model.trainable_variables)
-                if l2:
-                    grads = [g + l2 * v for g, v in zip(grads, model.trainable_variables)]
-                opt.apply_gradients(zip(grads, model.trainable_variables))
-                correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int64), y), tf.float64))
-                return loss, correct
 
-            @tf.function
-            def train_step(x, y):
-                return strategy.run(replica_step, args=(x, y))
+def train(rep, spec, rank, world):
+    threads = int(spec.get("threads", 1))
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    rep.heartbeat(phase="rendezvous")
+    comm = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+        timeout_seconds=float(spec.get("comm_timeout_s", 300)))
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
+    data = ddpb_data.Data(spec)
+    for repeat in range(int(spec.get("repeats", 1))):
+        seed = int(spec.get("seed", 1)) + repeat
+        run = KerasRun(spec, strategy, data, seed)
+        if repeat == 0:
+            config = {"MultiWorkerMirroredStrategy": {"implementation": "RING",
+                                                      "timeout_s": comm.timeout_seconds,
+                                                      "workers": world},
+                      "threads": {"intra_op": threads, "inter_op": 1},
+                      "optimizer": run.opt_config}
+            rep.env(ddpb_train.framework_env("tensorflow", VERSIONS, config, NOT_OBSERVED))
+        run.run_repeat(rep, repeat, seed, world, rank)
 
-            @tf.function
-            def eval_step(x, y):
-                def fn(x, y):
-                    logits = model(x, training=False)
-                    return (tf.reduce_sum(tf.cast(xent(y, logits), tf.float64)),
-                            tf.reduce_sum(tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int64), y), tf.float64)))
-                return strategy.run(fn, args=(x, y))
 
-            @tf.function
-            def reduce_sum(t):
-                return strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                       strategy.run(tf.identity, args=(t,)), axis=None)
-
-            def all_sum(values):
-                return reduce_sum(tf.constant(values, dtype=tf.float64)).numpy()
-
-            step = 0
-            for epoch in range(plan.epochs):
-                t_epoch = time.perf_counter()
-                tally = ddpb_train.Tally()
-                it = data.batches(epoch, world, rank, batch, seed=seed)
-                rep.heartbeat(phase="train")
-                for _ in range(plan.steps_per_epoch):
-                    if step >= plan.total:
-                        break
-                    opt.learning_rate.assign(ddpb_train.lr_at(spec, step, plan.total))
-                    clock = ddpb_train.Clock()
-                    t0 = clock.t
-                    x, y = next(it)
-                    xt, yt = tf.constant(nhwc(x)), tf.constant(y)
-                    data_ms = clock.lap()
-                    loss, correct = train_step(xt, yt)
-                    loss_v = float(loss.numpy())  # waits for the step's graph
-                    step_ms = (time.perf_counter() - t0) * 1000.0
-                    tally.add(loss_v, float(correct.numpy()), len(y))
-                    rep.step(step=step, loss=loss_v, samples=batch, step_ms=step_ms,
-                             repeat=repeat, epoch=epoch, warmup=step < plan.warmup,
-                             data_ms=data_ms)
-                    step += 1
-                if not plan.completed(epoch, step):
-                    break  # steps ran out inside this epoch: no partial epoch, as in C
-                train_loss, train_acc = ddpb_train.Tally.figures(all_sum(tally.as_list()))
-                test_loss = test_acc = None
-                if data.test is not None and spec.get("eval", True):
-                    ev = ddpb_train.Tally()
-                    for x, y in data.test_batches(world, rank, batch):
-                        ls, cr = eval_step(tf.constant(nhwc(x)), tf.constant(y))
-                        ev.loss_sum += float(ls.numpy())
-                        ev.correct += float(cr.numpy())
-                        ev.count += len(y)
-                    test_loss, test_acc = ddpb_train.Tally.figures(all_sum(ev.as_list()))
-                if rank == 0:
-                    rep.epoch(epoch=epoch, samples=int(tally.count) * world,
-                              time_s=time.perf_counter() - t_epoch, repeat=repeat,
-                              train_loss=train_loss, train_acc=train_acc,
-                              test_loss=test_loss, test_acc=test_acc)
-                if step >= plan.total:
-                    break
-    except Exception as ex:  # reported; the daemon then stops the run, naming this rank
-        ddpb_train.report_failure(rep, "tensorflow", rank, ex, error_code)
-        return 1
-    rep.done()
-    return 0
+def main():
+    return ddpb_train.run_main("tensorflow", VERSIONS, train, error_code)
 
 
 if __name__ == "__main__":
