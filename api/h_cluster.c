@@ -92,9 +92,8 @@ int h_nodes_list(struct api_ctx *ctx, const struct api_request *req, struct api_
     return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }
 
-/* This node's probe in full; each follower with what it announced when it joined (its
- * engines object: name -> version), since followers do not probe frameworks yet and so
- * run ddpbench's own worker only (a framework engine spanning nodes is refused at submit). */
+/* This node's probe in full, then each follower's as its last sync carried it ([] until
+ * its probe finished after it joined). */
 int h_engines_list(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                    struct err *e)
 {
@@ -104,30 +103,8 @@ int h_engines_list(struct api_ctx *ctx, const struct api_request *req, struct ap
     json_t *mine = engines_get(ctx->engines, e);
     if (!mine)
         return -1;
-    json_t *nodes = json_array();
-    json_array_append_new(nodes, mine);
-    json_t *all = cluster_list(ctx->cluster);
-    size_t i;
-    json_t *nd;
-    json_array_foreach(json_object_get(all, "nodes"), i, nd)
-    {
-        if (i == 0)
-            continue; /* the leader: probed above */
-        json_t *names = json_object_get(nd, "engines");
-        json_t *list = json_array();
-        const char *name;
-        json_t *ver;
-        json_object_foreach(names, name, ver)
-        {
-            json_array_append_new(list, json_pack("{s:s, s:b, s:O, s:b}", "name", name,
-                                                  "installed", 1, "version", ver, "launched",
-                                                  strcmp(name, "ddpbench") == 0));
-        }
-        json_array_append_new(nodes, json_pack("{s:O, s:O, s:o}", "node",
-                                               json_object_get(nd, "name"), "state",
-                                               json_object_get(nd, "state"), "engines", list));
-    }
-    json_decref(all);
+    json_t *nodes = cluster_engines(ctx->cluster);
+    json_array_insert_new(nodes, 0, mine);
     rep->json = json_pack("{s:o}", "nodes", nodes);
     return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }

@@ -96,22 +96,20 @@ static int h_check_nodes(struct api_ctx *ctx, const json_t *spec, struct err *e)
                    ws, want, rpn, per, n);
 }
 
-/* A train point's engine must run here: ddpbench always does; a framework engine when
- * this node's probe finds it installed and launched (daemon/engines.h), and on one node
- * only, since followers do not report their frameworks yet. A run that silently trained
- * with another engine would be a wrong result, so anything else is 409 naming "engine". */
+/* A train point's engine must run wherever its ranks may go: ddpbench always does; a
+ * framework engine where the node's probe finds it installed and launched
+ * (daemon/engines.h): this node, and every follower that is up when the point may span
+ * nodes (their probes arrive with their syncs). A run that silently trained with another
+ * engine would be a wrong result, so anything else is 409 naming "engine". */
 static int h_check_engine(struct api_ctx *ctx, const json_t *spec, bool spread, struct err *e)
 {
     const char *engine = json_string_value(json_object_get(spec, "engine"));
     if (!engine || strcmp(engine, "ddpbench") == 0)
         return 0;
-    if (spread)
-        return err_set(e, ERR_CONFLICT, "engine",
-                       "engine %s runs on one node for now: followers do not report their "
-                       "frameworks yet (leave nodes at 0 or 1, or use engine ddpbench)",
-                       engine);
-    return engines_check(ctx->engines, engine,
-                         json_string_value(json_object_get(spec, "script")), e);
+    if (engines_check(ctx->engines, engine, json_string_value(json_object_get(spec, "script")),
+                      e) < 0)
+        return -1;
+    return spread ? cluster_engine_check(ctx->cluster, engine, e) : 0;
 }
 
 /* Every point must fit on this node (or the cluster's), or it would wait forever. */

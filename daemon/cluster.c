@@ -24,6 +24,8 @@ struct cluster_node {
     int port, cpu_slots, gpus, slots_used;
     enum cluster_state state;
     json_t *engines;  /* owned object */
+    json_t *probe;    /* owned array: the follower's engine probe (sync "engines"), NULL
+                         until it sent one this session */
     json_t *commands; /* owned array: queued for the next sync */
     int64_t *runs;    /* owned: the runs it must keep alive */
     size_t nruns, cap_runs;
@@ -320,6 +322,7 @@ void cluster_destroy(struct cluster *c)
         return;
     for (int i = 0; i < c->n; i++) {
         json_decref(c->nodes[i].engines);
+        json_decref(c->nodes[i].probe);
         json_decref(c->nodes[i].commands);
         free(c->nodes[i].runs);
     }
@@ -354,6 +357,8 @@ static int cluster_join_locked(struct cluster *c, struct cluster_node *offer, js
     if (cluster_make_session(nd->session, e) < 0)
         return -1;
     json_decref(nd->engines);
+    json_decref(nd->probe); /* a new session probes again */
+    nd->probe = NULL;
     memcpy(nd->name, offer->name, sizeof nd->name);
     memcpy(nd->address, offer->address, sizeof nd->address);
     memcpy(nd->profile, offer->profile, sizeof nd->profile);
@@ -424,14 +429,42 @@ static int cluster_sync_locked(struct cluster *c, const json_t *b, const json_t 
         json_object_set_new(copy, "node", json_integer(nd - c->nodes));
         json_array_append_new(c->events, copy);
     }
+    const json_t *probe = json_object_get(b, "engines");
+    if (probe) {
+        json_decref(nd->probe);
+        nd->probe = json_deep_copy(probe);
+    }
     *reply = json_pack("{s:o, s:o}", "commands", nd->commands, "runs", cluster_runs_json(nd));
     nd->commands = json_array();
     return *reply ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }
 
+/* A follower's engine probe (engines/probe.py's list, daemon/engines.h): an array of at
+ * most CLUSTER_MAX_ENGINES objects, each with a name and the installed and launched flags
+ * the submit check reads. */
+static int cluster_check_probe(const json_t *probe, struct err *e)
+{
+    if (!json_is_array(probe) || json_array_size(probe) > CLUSTER_MAX_ENGINES)
+        return err_set(e, ERR_INVALID, "engines", "engines must be an array of at most %d",
+                       CLUSTER_MAX_ENGINES);
+    size_t i;
+    json_t *row;
+    json_array_foreach(probe, i, row)
+    {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        if (!name || strlen(name) >= 32 ||
+            !json_is_boolean(json_object_get(row, "installed")) ||
+            !json_is_boolean(json_object_get(row, "launched")))
+            return err_set(e, ERR_INVALID, "engines",
+                           "engines[%zu] needs a name, installed and launched", i);
+    }
+    return 0;
+}
+
 int cluster_sync(struct cluster *c, const json_t *b, json_t **reply, struct err *e)
 {
-    static const char *const keys[] = {"node_id", "session", "state", "events", NULL};
+    static const char *const keys[] = {"node_id", "session", "state",
+                                       "events",  "engines", NULL};
     *reply = NULL;
     if (!json_is_object(b))
         return err_set(e, ERR_INVALID, NULL, "the sync body must be a JSON object");
@@ -441,6 +474,9 @@ int cluster_sync(struct cluster *c, const json_t *b, json_t **reply, struct err 
     const char *s = json_string_value(state);
     if (state && (!s || (strcmp(s, "up") != 0 && strcmp(s, "draining") != 0)))
         return err_set(e, ERR_INVALID, "state", "state must be \"up\" or \"draining\"");
+    const json_t *probe = json_object_get(b, "engines");
+    if (probe && cluster_check_probe(probe, e) < 0)
+        return -1;
     const json_t *events = json_object_get(b, "events");
     if (events && (!json_is_array(events) || json_array_size(events) > CLUSTER_MAX_EVENTS))
         return err_set(e, ERR_INVALID, "events", "events must be an array of at most %d",
@@ -518,6 +554,59 @@ json_t *cluster_list(struct cluster *c)
         json_array_append_new(a, cluster_node_json(c, &c->nodes[i], now));
     pthread_mutex_unlock(&c->lock);
     return json_pack("{s:o}", "nodes", a);
+}
+
+json_t *cluster_engines(struct cluster *c)
+{
+    json_t *a = json_array();
+    pthread_mutex_lock(&c->lock);
+    for (int i = 1; i < c->n; i++) {
+        const struct cluster_node *nd = &c->nodes[i];
+        json_t *o = json_pack("{s:s, s:s, s:O*}", "node", nd->name, "state",
+                              cluster_state_names[nd->state], "engines", nd->probe);
+        if (o && !nd->probe)
+            json_object_set_new(o, "engines", json_array());
+        json_array_append_new(a, o);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return a;
+}
+
+/* The reason node nd cannot run engine, into why; "" when it can. */
+static void cluster_engine_reason(const struct cluster_node *nd, const char *engine, char *why,
+                                  size_t cap)
+{
+    snprintf(why, cap, "it has not reported its engines yet (its probe runs after it joins)");
+    size_t i;
+    json_t *row;
+    json_array_foreach(nd->probe, i, row)
+    {
+        if (strcmp(json_string_value(json_object_get(row, "name")), engine) != 0)
+            continue;
+        const char *r = json_string_value(json_object_get(row, "reason"));
+        bool ok = json_is_true(json_object_get(row, "installed")) &&
+                  json_is_true(json_object_get(row, "launched"));
+        snprintf(why, cap, "%s", ok ? "" : r ? r : "not installed");
+        return;
+    }
+}
+
+int cluster_engine_check(struct cluster *c, const char *engine, struct err *e)
+{
+    int rc = 0;
+    char why[256];
+    pthread_mutex_lock(&c->lock);
+    for (int i = 1; i < c->n && rc == 0; i++) {
+        const struct cluster_node *nd = &c->nodes[i];
+        if (nd->state != CLUSTER_UP)
+            continue;
+        cluster_engine_reason(nd, engine, why, sizeof why);
+        if (why[0])
+            rc = err_set(e, ERR_CONFLICT, "engine", "engine %s cannot run on node %s: %s",
+                         engine, nd->name, why);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
 }
 
 void cluster_count(struct cluster *c, int *up, int *known)

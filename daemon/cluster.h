@@ -36,6 +36,7 @@
 
 #define CLUSTER_MAX_NODES 256
 #define CLUSTER_MAX_EVENTS 65536 /* events queued per sync, at most */
+#define CLUSTER_MAX_ENGINES 16   /* rows of a follower's engine probe, at most */
 
 struct cluster;
 
@@ -67,6 +68,12 @@ int cluster_leave(struct cluster *c, const json_t *body, struct err *e);
 json_t *cluster_list(struct cluster *c);
 /* Counts for /healthz: nodes up (the leader included) and known. */
 void cluster_count(struct cluster *c, int *up, int *known);
+/* Per follower (leader excluded): {"node", "state", "engines": its probe, [] until its
+ * first sync carried one}. New reference. */
+json_t *cluster_engines(struct cluster *c);
+/* 0 when every follower that is up runs engine (its probe says installed and launched);
+ * else ERR_CONFLICT naming "engine", the node and its reason. */
+int cluster_engine_check(struct cluster *c, const char *engine, struct err *e);
 
 /* --- the scheduler's loop thread --------------------------------------------------------- */
 

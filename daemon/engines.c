@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -24,7 +25,9 @@ extern char **environ;
 struct engines {
     const struct config *cfg;
     pthread_mutex_t mu;
-    json_t *probe; /* owned; NULL until the first probe finished */
+    json_t *probe;         /* owned; NULL until the first probe finished */
+    atomic_int child;      /* the probe's pid while it runs, else 0 */
+    atomic_bool cancelled; /* engines_cancel: probe no more */
 };
 
 struct engines *engines_create(const struct config *cfg)
@@ -70,9 +73,22 @@ static int engines_read_all(int fd, struct buf *out, int64_t deadline_ms)
     }
 }
 
-/* Runs `python probe.py`; the parsed JSON (owned) or NULL with why in e. */
-static json_t *engines_run_probe(const struct config *cfg, struct err *e)
+void engines_cancel(struct engines *en)
 {
+    atomic_store(&en->cancelled, true);
+    int pid = atomic_load(&en->child);
+    if (pid > 0)
+        kill(-pid, SIGKILL); /* its own process group: python and anything it started */
+}
+
+/* Runs `python probe.py`; the parsed JSON (owned) or NULL with why in e. */
+static json_t *engines_run_probe(struct engines *en, struct err *e)
+{
+    const struct config *cfg = en->cfg;
+    if (atomic_load(&en->cancelled)) {
+        err_set(e, ERR_UNAVAILABLE, NULL, "the daemon is stopping");
+        return NULL;
+    }
     char script[PATH_MAX];
     snprintf(script, sizeof script, "%s/probe.py", cfg->engines_dir);
     int pfd[2];
@@ -95,6 +111,10 @@ static json_t *engines_run_probe(const struct config *cfg, struct err *e)
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     close(pfd[1]);
+    if (src == 0)
+        atomic_store(&en->child, (int)pid);
+    if (src == 0 && atomic_load(&en->cancelled))
+        kill(-pid, SIGKILL); /* cancelled while it was starting */
     if (src != 0) {
         close(pfd[0]);
         errno = src;
@@ -108,6 +128,7 @@ static json_t *engines_run_probe(const struct config *cfg, struct err *e)
         kill(-pid, SIGKILL);
     int status = 0;
     waitpid(pid, &status, 0);
+    atomic_store(&en->child, 0);
     json_t *j = NULL;
     if (rc < 0) {
         err_set(e, ERR_TIMEOUT, NULL, "%s took more than %d s", script,
@@ -170,7 +191,7 @@ json_t *engines_get(struct engines *en, struct err *e)
     pthread_mutex_lock(&en->mu);
     if (!en->probe) {
         struct err why = {0};
-        en->probe = engines_run_probe(en->cfg, &why);
+        en->probe = engines_run_probe(en, &why);
         if (!en->probe)
             en->probe = engines_fallback(&why);
     }

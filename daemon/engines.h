@@ -25,6 +25,9 @@ struct engines;
 /* Borrows cfg (python, engines_dir), which must outlive the handle. NULL on ENOMEM. */
 struct engines *engines_create(const struct config *cfg);
 void engines_destroy(struct engines *en);
+/* Kills a probe in flight (its caller then gets the fallback answer) and makes later
+ * engines_get calls not probe: a daemon that is stopping does not wait for a Python import. */
+void engines_cancel(struct engines *en);
 /* {"node": N, "python": P, "engines": [...]} (new reference), probing on the first call.
  * A probe that cannot run answers ddpbench alone installed and every framework with the
  * probe's failure as its reason; NULL only on ENOMEM. */

@@ -5,6 +5,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -23,6 +24,7 @@
 #include "common/log.h"
 #include "common/report.h"
 #include "common/spec.h"
+#include "daemon/engines.h"
 #include "daemon/launcher.h"
 #include "daemon/loop.h"
 #include "ddpb_config.h"
@@ -69,6 +71,14 @@ struct follower {
     int ncpus;
     int cpu[CPU_SETSIZE];      /* the daemon's affinity set */
     int cpu_load[CPU_SETSIZE]; /* ranks pinned to cpu[i] */
+    /* this node's engine probe (daemon/engines.h), run once on a thread of its own after
+     * start; the first sync of each session after it finished carries its list */
+    struct engines *engines; /* owned */
+    pthread_t probe_thread;
+    bool probe_started;
+    pthread_mutex_t probe_mu;
+    json_t *probe;   /* owned array once the probe finished; under probe_mu */
+    bool probe_sent; /* loop thread: the leader has this session's copy */
 };
 
 /* --- HTTP to the leader -------------------------------------------------------------- */
@@ -304,12 +314,20 @@ static bool follower_take_cpus(struct follower *f, int per, struct follower_rank
 static void follower_spawn_rank(struct follower *f, const struct follower_spawn *s,
                                 const char *dir, int rank, int local)
 {
-    char spec_path[PATH_MAX], log_path[PATH_MAX];
+    char spec_path[PATH_MAX], log_path[PATH_MAX], script[PATH_MAX] = "";
+    const char *engine = json_string_value(json_object_get(s->spec, "engine"));
+    struct err se = {0};
+    /* engine script: this node's own --scripts-dir decides, as the leader's does there */
+    if (engine && strcmp(engine, "script") == 0 &&
+        engines_resolve_script(f->cfg, json_string_value(json_object_get(s->spec, "script")),
+                               script, &se) < 0)
+        log_warn("follower: rank %d: %s", rank, se.msg); /* the bootstrap then fails it */
     snprintf(spec_path, sizeof spec_path, "%s/spec.json", dir);
     snprintf(log_path, sizeof log_path, "%s/rank%d.log", dir, rank);
     struct launch_rank lr = {
         .worker_path = f->cfg->worker_path,
-        .engine = json_string_value(json_object_get(s->spec, "engine")),
+        .engine = engine,
+        .script = script[0] ? script : NULL,
         .python = f->cfg->python,
         .engines_dir = f->cfg->engines_dir,
         .run = s->ns,
@@ -453,6 +471,7 @@ static void follower_join(struct follower *f)
         json_int_t ms = json_integer_value(json_object_get(reply, "sync_ms"));
         f->sync_ms = ms >= 20 && ms <= 60000 ? (int)ms : f->cfg->sync_ms;
         f->joined = true;
+        f->probe_sent = false; /* the leader forgets a node's probe with its session */
         f->said_lost = false;
         f->retry_ms = 0;
         json_array_clear(f->outbox); /* events of an earlier session: those runs are over */
@@ -481,12 +500,27 @@ static json_t *follower_batch(struct follower *f, size_t *n)
     return batch;
 }
 
+/* The probe's list when it finished and this session has not had it yet (new
+ * reference), else NULL. */
+static json_t *follower_probe_to_send(struct follower *f)
+{
+    if (f->probe_sent)
+        return NULL;
+    pthread_mutex_lock(&f->probe_mu);
+    json_t *p = f->probe ? json_incref(f->probe) : NULL;
+    pthread_mutex_unlock(&f->probe_mu);
+    return p;
+}
+
 static void follower_sync(struct follower *f)
 {
     size_t n = 0;
     json_t *body = json_pack("{s:i, s:s, s:s, s:o}", "node_id", f->node_id, "session",
                              f->session, "state", atomic_load(&f->drain) ? "draining" : "up",
                              "events", follower_batch(f, &n));
+    json_t *probe = follower_probe_to_send(f);
+    if (probe)
+        json_object_set_new(body, "engines", probe);
     json_t *reply = NULL;
     long st = follower_post(f, "/v1/cluster/sync", body, &reply);
     json_decref(body);
@@ -494,6 +528,7 @@ static void follower_sync(struct follower *f)
     if (st == 200) {
         for (size_t i = 0; i < n; i++)
             json_array_remove(f->outbox, 0);
+        f->probe_sent |= probe != NULL;
         f->said_lost = false;
         f->retry_ms = 0;
         follower_do_commands(f, json_object_get(reply, "commands"));
@@ -565,6 +600,20 @@ static void follower_post_drain(void *ctx)
     follower_arm(f, clock_mono_ms());
 }
 
+/* The probe thread: engines/probe.py once (seconds: it imports every framework). */
+static void *follower_probe_main(void *arg)
+{
+    struct follower *f = arg;
+    struct err e = {0};
+    json_t *all = engines_get(f->engines, &e);
+    json_t *list = all ? json_incref(json_object_get(all, "engines")) : NULL;
+    json_decref(all);
+    pthread_mutex_lock(&f->probe_mu);
+    f->probe = list;
+    pthread_mutex_unlock(&f->probe_mu);
+    return NULL;
+}
+
 struct follower *follower_start(const struct config *cfg, int http_port, struct err *e)
 {
     struct follower *f = calloc(1, sizeof *f);
@@ -581,12 +630,14 @@ struct follower *follower_start(const struct config *cfg, int http_port, struct 
                 f->cpu[f->ncpus++] = c;
     f->sync_ms = cfg->sync_ms;
     f->outbox = json_array();
+    pthread_mutex_init(&f->probe_mu, NULL);
+    f->engines = engines_create(cfg);
     char auth[300];
     snprintf(auth, sizeof auth, "Authorization: Bearer %s", cfg->token);
     f->headers = curl_slist_append(NULL, auth);
     f->headers = curl_slist_append(f->headers, "Content-Type: application/json");
     f->curl = curl_easy_init();
-    if (!f->curl || !f->headers || !f->outbox) {
+    if (!f->curl || !f->headers || !f->outbox || !f->engines) {
         err_set(e, ERR_NOMEM, NULL, "out of memory");
         follower_stop(f);
         return NULL;
@@ -606,6 +657,10 @@ struct follower *follower_start(const struct config *cfg, int http_port, struct 
         follower_stop(f);
         return NULL;
     }
+    /* without the thread the follower runs ddpbench's engine only, as before probes */
+    f->probe_started = pthread_create(&f->probe_thread, NULL, follower_probe_main, f) == 0;
+    if (!f->probe_started)
+        log_warn("follower: no engine probe thread: this node offers ddpbench's engine only");
     return f;
 }
 
@@ -625,6 +680,10 @@ void follower_stop(struct follower *f)
 {
     if (!f)
         return;
+    if (f->engines)
+        engines_cancel(f->engines);
+    if (f->probe_started)
+        pthread_join(f->probe_thread, NULL);
     if (f->loop) {
         loop_stop(f->loop);
         loop_wait(f->loop);
@@ -637,6 +696,9 @@ void follower_stop(struct follower *f)
     loop_destroy(f->loop);
     free(f->ranks);
     json_decref(f->outbox);
+    json_decref(f->probe);
+    engines_destroy(f->engines);
+    pthread_mutex_destroy(&f->probe_mu);
     if (f->curl)
         curl_easy_cleanup(f->curl);
     curl_slist_free_all(f->headers);

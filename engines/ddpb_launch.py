@@ -84,7 +84,10 @@ def main():
         with open(env["DDPB_SPEC"]) as f:
             spec = json.load(f)
         if engine == "script":  # the daemon resolved it inside its --scripts-dir
-            program = env["DDPB_SCRIPT"]
+            program = env.get("DDPB_SCRIPT")
+            if not program:
+                raise FileNotFoundError("engine script: this node's daemon resolved no script "
+                                        "under its --scripts-dir (its log says why)")
         else:
             program = os.path.join(HERE, ENGINES[engine])
         if not os.path.exists(program):

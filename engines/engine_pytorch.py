@@ -42,7 +42,9 @@ VERSIONS = {"python": sys.version.split()[0], "torch": torch.__version__,
 
 class CommHook:
     """The DDP communication hook: allreduce of the bucket (compressed when asked), with
-    the step's communication timing."""
+    the step's communication timing. Each bucket's exchange is in flight from its launch
+    to its future's completion (the callback runs on gloo's thread); comm_ms is the union
+    of those intervals, as the C worker's (worker/ddp/ddp.h "Timing"), not their span."""
 
     def __init__(self, world, compression):
         self.world = world
@@ -50,20 +52,21 @@ class CommHook:
         self.reset()
 
     def reset(self):
-        self.first = self.last_done = self.last_launch = None
+        self.spans = []  # [launch, done or None] per bucket, in launch order
+        self.last_launch = None
         self.launch_ms = 0.0
 
     def allreduce(self, state, bucket):
         t0 = time.perf_counter()
-        if self.first is None:
-            self.first = t0
+        span = [t0, None]
+        self.spans.append(span)
         buf = bucket.buffer()
         send = buf.to(self.dtype) if self.dtype is not None else buf
         send.div_(self.world)
         fut = dist.all_reduce(send, async_op=True).get_future()
 
         def finish(f):
-            self.last_done = time.perf_counter()
+            span[1] = time.perf_counter()
             out = f.value()[0]
             if self.dtype is not None:
                 buf.copy_(out)
@@ -78,10 +81,16 @@ class CommHook:
 
     def timing(self, backward_end):
         """(comm_ms, comm_exposed_ms) of the step; (0, 0) when nothing was exchanged."""
-        if self.first is None:
+        if not self.spans:
             return 0.0, 0.0
-        done = self.last_done or backward_end
-        comm = (done - self.first) * 1000.0
+        comm, cur_lo, cur_hi = 0.0, None, None
+        for lo, hi in sorted((lo, hi or backward_end) for lo, hi in self.spans):
+            if cur_hi is None or lo > cur_hi:
+                comm += (cur_hi - cur_lo) if cur_hi is not None else 0.0
+                cur_lo, cur_hi = lo, hi
+            else:
+                cur_hi = max(cur_hi, hi)
+        comm = (comm + cur_hi - cur_lo) * 1000.0
         exposed = self.launch_ms + max(0.0, backward_end - self.last_launch) * 1000.0
         return comm, min(exposed, comm + self.launch_ms)
 

@@ -22,8 +22,10 @@ median of the rounds. A benchmark: figures and ratios, never pass/fail. Hold
 /tmp/ddpb-bench.lock.
 """
 import argparse
+import glob
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,7 +35,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from bench_train import Daemon, WARMUP, train_spec  # noqa: E402
+from bench_train import Daemon, train_spec  # noqa: E402
 
 ENGINES = [("ddpbench", "ddp"), ("pytorch", "ddp"), ("horovod", "horovod"),
            ("tensorflow", "ddp"), ("deepspeed", "zero1")]
@@ -57,32 +59,61 @@ def torchrun(spec):
     venv = os.path.join(ROOT, ".venv", "bin", "python")
     env = dict(os.environ, DDPB_SPEC=f.name, PYTHONPATH=os.path.join(ROOT, "engines"),
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    logs = tempfile.mkdtemp(prefix="ddpb-torchrun-")
+    # --redirects/--tee 1: torch 1.13's default "0" fails under Python 3.11 (its Std flag
+    # enum no longer iterates over NONE), so each rank's stdout goes to a file under logs
     cmd = [venv if os.path.exists(venv) else "/usr/bin/python3", "-m",
            "torch.distributed.run", "--standalone", f"--nproc_per_node={spec['world_size']}",
+           "--redirects", "1", "--tee", "1", "--log_dir", logs,
            os.path.join(ROOT, "engines", "engine_pytorch.py")]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
     os.unlink(f.name)
     if out.returncode != 0:
         raise SystemExit(f"torchrun failed: {out.stderr[-2000:]}")
     steps = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("{") and '"type":"step"' in line:
-            ev = json.loads(line)
-            if not ev["warmup"]:
-                steps.setdefault(ev["step"], []).append(ev)
+    for path in glob.glob(os.path.join(logs, "*", "attempt_0", "*", "stdout.log")):
+        for line in open(path):
+            if line.startswith("{") and '"type":"step"' in line:
+                ev = json.loads(line)
+                if not ev["warmup"]:
+                    steps.setdefault(ev["step"], []).append(ev)
+    shutil.rmtree(logs, ignore_errors=True)
     samples = sum(e["samples"] for evs in steps.values() for e in evs)
     ms = sum(max(e["step_ms"] for e in evs) for evs in steps.values())
     return samples / (ms / 1000.0)
 
 
-def part_engines(d, rounds, res):
+def stored_runner(d):
+    """For --reuse-state: the r-th experiment named like spec, in submission order, of a
+    state directory an earlier run of this script left (its results, re-read)."""
+    by_name, offset = {}, 0
+    while True:
+        page = d.call(f"/v1/experiments?limit=200&offset={offset}")
+        for e in page["items"]:
+            by_name.setdefault(e["name"], []).append(e["id"])
+        offset += len(page["items"])
+        if not page["items"] or offset >= page["total"]:
+            break
+    seen = {}
+
+    def run(spec):
+        ids = sorted(by_name.get(spec["name"], []))
+        k = seen.get(spec["name"], 0)
+        seen[spec["name"]] = k + 1
+        if k >= len(ids):
+            raise SystemExit(f"--reuse-state: no round {k} of {spec['name']!r}")
+        return d.call(f"/v1/experiments/{ids[k]}/results")["rows"]
+    return run
+
+
+def part_engines(run, rounds, res):
     rows = {}  # (model, engine, world) -> list of results rows
     for r in range(rounds):
         for model, batch, shape, steps in MODELS:
             for world in WORLDS:
                 order = ENGINES if r % 2 == 0 else ENGINES[::-1]
                 for engine, strategy in order:
-                    row = d.run(spec_of(engine, strategy, model, batch, shape, steps, world))[0]
+                    row = run(spec_of(engine, strategy, model, batch, shape, steps, world))[0]
                     rows.setdefault((model, engine, world), []).append(row)
             print(f"  round {r} {model}: " + ", ".join(
                 f"{e} x{w} {rows[(model, e, w)][-1]['throughput_mean']:.0f}"
@@ -138,12 +169,15 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--reuse-state", help="re-read the engine rounds an earlier run stored "
+                    "in this state directory instead of running them (the overhead part runs)")
     a = ap.parse_args()
     res = {"engines": [], "machine": os.uname().nodename, "cpus": os.cpu_count(),
            "date": time.strftime("%Y-%m-%d")}
-    d = Daemon(a.build, 8)
+    d = Daemon(a.build, 8, state=a.reuse_state)
     try:
-        part_engines(d, a.rounds, res)
+        part_engines(stored_runner(d) if a.reuse_state else d.run, a.rounds, res)
+        print(f"  engine rounds stored in {d.state}", flush=True)
         part_overhead(d, a.rounds, res)
     finally:
         d.close()

@@ -40,8 +40,9 @@ WARMUP = 5
 
 
 class Daemon:
-    def __init__(self, build, slots):
-        self.state = tempfile.mkdtemp(prefix="ddpb-bench-")
+    def __init__(self, build, slots, state=None):
+        """state: an existing state directory to serve again (bench_engines --reuse-state)."""
+        self.state = state or tempfile.mkdtemp(prefix="ddpb-bench-")
         self.p = subprocess.Popen([f"{build}/daemon/ddpbenchd", "--port", "0", "--state-dir",
                                    self.state, "--cpu-slots", str(slots), "--log-level", "warn"],
                                   stdout=subprocess.PIPE, text=True)

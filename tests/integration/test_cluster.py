@@ -212,6 +212,9 @@ def test_malformed_syncs_refused():
             ({"node_id": nid, "session": sid, "state": "sleepy"}, 400),
             ({"node_id": nid, "session": sid, "extra": 1}, 400),
             ({"node_id": 999, "session": sid}, 400),
+            ({"node_id": nid, "session": sid, "engines": {"pytorch": True}}, 400),
+            ({"node_id": nid, "session": sid, "engines": [{"name": "pytorch"}]}, 400),
+            ({"node_id": nid, "session": sid, "engines": [{"installed": True}] * 17}, 400),
         ]
         for body, want in bad:
             status, reply, _ = post(lead, "/v1/cluster/sync", body)
@@ -270,6 +273,44 @@ def test_run_spans_two_nodes():
         # more nodes than the cluster has: refused at submit, naming the field
         status, body, _ = post(lead, "/v1/experiments", dict(COLL, world_size=3, nodes=3))
         check(status == 409 and "nodes" in body["error"]["message"], (status, body))
+    finally:
+        f1.close()
+        lead.close()
+
+
+def test_framework_engine_spans_nodes():
+    """A framework engine across nodes: the follower's engine probe reaches the leader with
+    its syncs (GET /v1/engines lists it per node); until it has, or when the follower
+    reports the engine unusable, a spread point is refused naming the node; then a pytorch
+    run of one rank per node trains, each rank's steps arriving, gloo's rendezvous agreed
+    through the leader's store."""
+    lead = leader()
+    f1 = follower(lead, "f1")
+    try:
+        wait_node(lead, "f1", "up")
+        spec = dict(TRAIN, engine="pytorch", world_size=2, nodes=2)
+        deadline = time.time() + 120
+        seen = []
+        while time.time() < deadline:
+            by = {n["node"]: n for n in lead.get("/v1/engines")["nodes"]}
+            seen = by.get("f1", {}).get("engines", [])
+            if seen:
+                break
+            status, body, _ = post(lead, "/v1/experiments", spec)
+            check(status == 409 and "node f1" in body["error"]["message"]
+                  and body["error"]["field"] == "engine", (status, body))
+            time.sleep(0.5)
+        row = {e["name"]: e for e in seen}.get("pytorch")
+        check(row and row["installed"] and row["launched"], seen)
+        exp = lead.wait_experiment(submit(lead, spec)["id"], timeout=180)
+        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        rid = first_run(lead, exp["id"])
+        run = lead.get(f"/v1/runs/{rid}")
+        check({k["rank"]: k["node"] for k in run["ranks"]} == {0: "lead", 1: "f1"}, run["ranks"])
+        for rank in range(2):
+            steps = lead.get(f"/v1/runs/{rid}/steps?rank={rank}")
+            check(len(steps["rows"]) >= 10, (rank, steps))
+        check(run["env"][1]["env"]["engine"] == "pytorch", run["env"])
     finally:
         f1.close()
         lead.close()
@@ -363,6 +404,7 @@ if __name__ == "__main__":
             test_joins_refused,
             test_malformed_syncs_refused,
             test_run_spans_two_nodes,
+            test_framework_engine_spans_nodes,
             test_follower_killed_mid_run,
             test_follower_drains_on_sigterm,
             test_leader_restart_interrupts_and_followers_rejoin,

@@ -140,6 +140,8 @@ def allowed_by_submit(d, engine, field, values):
     for v in values:
         spec = dict(SMALL, engine=engine, strategy=STRATEGY[engine], world_size=64)
         spec[field] = v
+        if field == "device" and v == "cuda":
+            spec["backend"] = "nccl"  # what device cuda needs in any engine
         status, body, _ = d.request("POST", "/v1/experiments", spec)
         if status == 400:
             check(body["error"]["field"] == field, (engine, field, v, body))
@@ -171,6 +173,8 @@ def test_engines_endpoint_matches_submit():
                   == e["strategies"], (name, e["strategies"]))
             check(allowed_by_submit(d, name, "compression", enum["compression"]["enum"])
                   == e["compressions"], (name, e["compressions"]))
+            check(allowed_by_submit(d, name, "device", enum["device"]["enum"])
+                  == e["devices"], (name, e["devices"]))
             check(set(e["not_observed"]) <= set(PHASES), e["not_observed"])
     finally:
         d.close()
