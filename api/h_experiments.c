@@ -428,22 +428,31 @@ int h_experiments_delete(struct api_ctx *ctx, const struct api_request *req,
 
 #define H_MAX_GROUP_BY 8
 
-/* Splits "a,b,c" into at most H_MAX_GROUP_BY names held in buf. */
+/* Splits "a,b,c" into at most H_MAX_GROUP_BY names held in buf. An empty name ("",
+ * "a,,b", a trailing comma) is refused: the contract's items are field names, and a
+ * client that meant the default leaves group_by out. */
 static int h_split_group_by(const char *s, char *buf, size_t cap, const char **names, size_t *n,
                             struct err *e)
 {
     *n = 0;
-    if (!s || !*s)
+    if (!s)
         return 0;
     if (strlen(s) >= cap)
         return err_set(e, ERR_INVALID, "group_by", "group_by is too long");
     memcpy(buf, s, strlen(s) + 1);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
+    for (char *tok = buf; tok;) {
+        char *comma = strchr(tok, ',');
+        if (comma)
+            *comma = '\0';
+        if (!*tok)
+            return err_set(e, ERR_INVALID, "group_by",
+                           "group_by has an empty field name (leave group_by out for the "
+                           "default: the swept fields)");
         if (*n == H_MAX_GROUP_BY)
             return err_set(e, ERR_INVALID, "group_by", "group_by takes at most %d fields",
                            H_MAX_GROUP_BY);
         names[(*n)++] = tok;
+        tok = comma ? comma + 1 : NULL;
     }
     return 0;
 }

@@ -187,7 +187,8 @@ int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct er
     int src = posix_spawn(&pid, argv[0], &fa, &attr, argv, env.vars);
     if (src != 0) {
         errno = src;
-        err_errno(e, "rank %d: cannot start %s", lr->rank, argv[0]);
+        err_errno(e, "rank %d: cannot start %s %s", lr->rank,
+                  launcher_is_framework(lr) ? "the engines' interpreter" : "worker", argv[0]);
         goto out;
     }
     int pidfd = launcher_pidfd_open(pid);

@@ -18,7 +18,8 @@ SCHEMATHESIS=4.32.5
 TENSORFLOW=2.15.1
 DEEPSPEED=0.14.4
 HOROVOD=0.28.1
-PINS="schemathesis==$SCHEMATHESIS tensorflow-cpu==$TENSORFLOW deepspeed==$DEEPSPEED horovod==$HOROVOD"
+# the last word is this script's layout: a change of how it installs remakes the venv too
+PINS="schemathesis==$SCHEMATHESIS tensorflow-cpu==$TENSORFLOW deepspeed==$DEEPSPEED horovod==$HOROVOD layout-2"
 venv=.venv
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/ddpb-pins" 2>/dev/null)" = "$PINS" ]; then
     exit 0
@@ -27,7 +28,11 @@ echo "setup-venv: installing $PINS into $venv"
 rm -rf "$venv"
 /usr/bin/python3 -m venv --system-site-packages "$venv"
 pip="$venv/bin/pip install -q --disable-pip-version-check --no-cache-dir"
-$pip "schemathesis==$SCHEMATHESIS" "tensorflow-cpu==$TENSORFLOW"
+# schemathesis with every dependency of its own (--ignore-installed): Debian's urllib3 1.26
+# and hypothesis would otherwise satisfy its requirements on paper, and its event-stream
+# reader needs urllib3 2 (HTTPResponse.read1); they shadow Debian's only inside .venv
+$pip --ignore-installed "schemathesis==$SCHEMATHESIS"
+$pip "tensorflow-cpu==$TENSORFLOW"
 # Both build against the torch they find (Debian's): no build isolation, or pip would fetch
 # another torch into a throwaway environment to build with.
 $pip --no-build-isolation "deepspeed==$DEEPSPEED"
