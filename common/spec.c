@@ -516,6 +516,13 @@ static const struct spec_allowed spec_engine_precisions[] = {
     {"deepspeed", spec_only_fp32, "the deepspeed adapter trains in fp32"},
     {NULL, NULL, NULL},
 };
+static const char *const spec_cpu_only[] = {"cpu", NULL};
+static const struct spec_allowed spec_engine_devices[] = {
+    {"tensorflow", spec_cpu_only, "the tensorflow engine is tensorflow-cpu"},
+    {"horovod", spec_cpu_only, "the horovod engine is built with Gloo only, no NCCL"},
+    {"deepspeed", spec_cpu_only, "the deepspeed engine runs its CPU accelerator over gloo"},
+    {NULL, NULL, NULL},
+};
 static const char *const spec_none_fp16[] = {"none", "fp16", NULL};
 static const struct spec_allowed spec_engine_compressions[] = {
     {"horovod", spec_none_fp16, "Horovod compresses to fp16 only (hvd.Compression.fp16)"},
@@ -547,6 +554,7 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "strategy", spec_engine_strategies},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "precision", spec_engine_precisions},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "compression", spec_engine_compressions},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "device", spec_engine_devices},
 };
 
 /* --- table lookups ------------------------------------------------------------------- */
