@@ -100,7 +100,7 @@ int h_engines_list(struct api_ctx *ctx, const struct api_request *req, struct ap
     (void)req;
     if (!ctx->cluster || !ctx->engines)
         return err_set(e, ERR_CONFLICT, NULL, "this node is a follower: ask the leader");
-    json_t *mine = engines_get(ctx->engines, e);
+    json_t *mine = engines_get(ctx->engines, false, e);
     if (!mine)
         return -1;
     json_t *nodes = cluster_engines(ctx->cluster);

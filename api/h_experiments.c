@@ -428,14 +428,14 @@ int h_experiments_delete(struct api_ctx *ctx, const struct api_request *req,
 
 #define H_MAX_GROUP_BY 8
 
-/* Splits "a,b,c" into at most H_MAX_GROUP_BY names held in buf. An empty name ("",
- * "a,,b", a trailing comma) is refused: the contract's items are field names, and a
- * client that meant the default leaves group_by out. */
+/* Splits "a,b,c" into at most H_MAX_GROUP_BY names held in buf. "group_by=" is the empty
+ * list (form style: the default, the swept fields); an empty name inside a list ("a,,b",
+ * a trailing comma) is refused, since the contract's items are field names. */
 static int h_split_group_by(const char *s, char *buf, size_t cap, const char **names, size_t *n,
                             struct err *e)
 {
     *n = 0;
-    if (!s)
+    if (!s || !*s)
         return 0;
     if (strlen(s) >= cap)
         return err_set(e, ERR_INVALID, "group_by", "group_by is too long");

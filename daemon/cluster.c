@@ -562,8 +562,9 @@ json_t *cluster_engines(struct cluster *c)
     pthread_mutex_lock(&c->lock);
     for (int i = 1; i < c->n; i++) {
         const struct cluster_node *nd = &c->nodes[i];
-        json_t *o = json_pack("{s:s, s:s, s:O*}", "node", nd->name, "state",
-                              cluster_state_names[nd->state], "engines", nd->probe);
+        json_t *o = json_pack("{s:s, s:s, s:O*, s:b}", "node", nd->name, "state",
+                              cluster_state_names[nd->state], "engines", nd->probe, "probing",
+                              nd->probe == NULL);
         if (o && !nd->probe)
             json_object_set_new(o, "engines", json_array());
         json_array_append_new(a, o);

@@ -25,6 +25,9 @@ extern char **environ;
 struct engines {
     const struct config *cfg;
     pthread_mutex_t mu;
+    pthread_cond_t done;   /* signalled when probe is set */
+    pthread_t thread;      /* the probe's, once started */
+    bool started;          /* under mu */
     json_t *probe;         /* owned; NULL until the first probe finished */
     atomic_int child;      /* the probe's pid while it runs, else 0 */
     atomic_bool cancelled; /* engines_cancel: probe no more */
@@ -37,6 +40,7 @@ struct engines *engines_create(const struct config *cfg)
         return NULL;
     en->cfg = cfg;
     pthread_mutex_init(&en->mu, NULL);
+    pthread_cond_init(&en->done, NULL);
     return en;
 }
 
@@ -44,7 +48,14 @@ void engines_destroy(struct engines *en)
 {
     if (!en)
         return;
+    engines_cancel(en);
+    pthread_mutex_lock(&en->mu);
+    bool started = en->started;
+    pthread_mutex_unlock(&en->mu);
+    if (started)
+        pthread_join(en->thread, NULL);
     json_decref(en->probe);
+    pthread_cond_destroy(&en->done);
     pthread_mutex_destroy(&en->mu);
     free(en);
 }
@@ -186,21 +197,42 @@ static void engines_mark_script(const struct config *cfg, json_t *all)
     }
 }
 
-json_t *engines_get(struct engines *en, struct err *e)
+/* The probe's thread: runs it once, publishes the answer (or the fallback). */
+static void *engines_probe_main(void *arg)
+{
+    struct engines *en = arg;
+    struct err why = {0};
+    json_t *p = engines_run_probe(en, &why);
+    if (!p)
+        p = engines_fallback(&why);
+    pthread_mutex_lock(&en->mu);
+    en->probe = p;
+    pthread_cond_broadcast(&en->done);
+    pthread_mutex_unlock(&en->mu);
+    return NULL;
+}
+
+json_t *engines_get(struct engines *en, bool wait, struct err *e)
 {
     pthread_mutex_lock(&en->mu);
-    if (!en->probe) {
-        struct err why = {0};
-        en->probe = engines_run_probe(en, &why);
-        if (!en->probe)
+    if (!en->started && !en->probe) {
+        en->started = pthread_create(&en->thread, NULL, engines_probe_main, en) == 0;
+        if (!en->started) { /* no thread: say so rather than block an HTTP thread */
+            struct err why = {0};
+            err_set(&why, ERR_UNAVAILABLE, NULL, "no thread to run it");
             en->probe = engines_fallback(&why);
+        }
     }
-    json_t *out = en->probe ? json_deep_copy(en->probe) : NULL;
+    while (wait && !en->probe)
+        pthread_cond_wait(&en->done, &en->mu);
+    json_t *out = en->probe ? json_deep_copy(en->probe) : json_pack("{s:[]}", "engines");
+    bool probing = !en->probe;
     pthread_mutex_unlock(&en->mu);
     if (!out) {
         err_set(e, ERR_NOMEM, NULL, "out of memory");
         return NULL;
     }
+    json_object_set_new(out, "probing", json_boolean(probing));
     json_object_set_new(out, "node", json_string(en->cfg->node));
     json_object_set_new(out, "python", json_string(en->cfg->python));
     engines_mark_script(en->cfg, out);
@@ -247,7 +279,7 @@ int engines_check(struct engines *en, const char *engine, const char *script, st
         char path[PATH_MAX];
         return engines_resolve_script(en->cfg, script, path, e);
     }
-    json_t *all = engines_get(en, e);
+    json_t *all = engines_get(en, true, e);
     if (!all)
         return -1;
     size_t i;

@@ -6,7 +6,9 @@
  * (TensorFlow's import alone is several), so it runs on first need, a GET /v1/engines or
  * a submit naming a framework engine, not at start-up where every daemon would pay it;
  * its answer is kept for the daemon's life (installing a framework means restarting the
- * daemon, as installing a library does). Callers arriving while it runs wait for it.
+ * daemon, as installing a library does). It runs on a thread of its own: a submit that
+ * needs the answer waits for it, GET /v1/engines does not (it says "probing" meanwhile),
+ * so no HTTP client is held for the seconds an import takes.
  *
  * Ownership: engines_create returns an owned handle (engines_destroy); engines_get
  * returns a new reference. Thread-safe. */
@@ -14,6 +16,7 @@
 #define DDPB_ENGINES_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 #include "common/err.h"
 #include "daemon/config.h"
@@ -28,10 +31,11 @@ void engines_destroy(struct engines *en);
 /* Kills a probe in flight (its caller then gets the fallback answer) and makes later
  * engines_get calls not probe: a daemon that is stopping does not wait for a Python import. */
 void engines_cancel(struct engines *en);
-/* {"node": N, "python": P, "engines": [...]} (new reference), probing on the first call.
- * A probe that cannot run answers ddpbench alone installed and every framework with the
- * probe's failure as its reason; NULL only on ENOMEM. */
-json_t *engines_get(struct engines *en, struct err *e);
+/* {"node": N, "python": P, "probing": B, "engines": [...]} (new reference); the first call
+ * starts the probe. wait: until it finished; else, while it runs, probing true and an
+ * empty list. A probe that cannot run answers ddpbench alone installed and every framework
+ * with the probe's failure as its reason; NULL only on ENOMEM. */
+json_t *engines_get(struct engines *en, bool wait, struct err *e);
 /* 0 when engine runs on this node ("ddpbench" always does); else ERR_CONFLICT naming
  * "engine", the node, the reason and, for a framework not installed, the install command.
  * engine "script" also needs --scripts-dir and a script that resolves inside it

@@ -605,7 +605,7 @@ static void *follower_probe_main(void *arg)
 {
     struct follower *f = arg;
     struct err e = {0};
-    json_t *all = engines_get(f->engines, &e);
+    json_t *all = engines_get(f->engines, true, &e);
     json_t *list = all ? json_incref(json_object_get(all, "engines")) : NULL;
     json_decref(all);
     pthread_mutex_lock(&f->probe_mu);

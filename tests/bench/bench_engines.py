@@ -106,18 +106,18 @@ def stored_runner(d):
     return run
 
 
-def part_engines(run, rounds, res):
+def part_engines(run, rounds, res, engines=ENGINES):
     rows = {}  # (model, engine, world) -> list of results rows
     for r in range(rounds):
         for model, batch, shape, steps in MODELS:
             for world in WORLDS:
-                order = ENGINES if r % 2 == 0 else ENGINES[::-1]
+                order = engines if r % 2 == 0 else engines[::-1]
                 for engine, strategy in order:
                     row = run(spec_of(engine, strategy, model, batch, shape, steps, world))[0]
                     rows.setdefault((model, engine, world), []).append(row)
             print(f"  round {r} {model}: " + ", ".join(
                 f"{e} x{w} {rows[(model, e, w)][-1]['throughput_mean']:.0f}"
-                for e, _ in ENGINES for w in WORLDS), flush=True)
+                for e, _ in engines for w in WORLDS), flush=True)
     for (model, engine, world), rs in sorted(rows.items()):
         med = {k: statistics.median(x[k] for x in rs if x.get(k) is not None)
                if any(x.get(k) is not None for x in rs) else None
@@ -169,6 +169,8 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--engines", help="comma-separated subset of the engines (default: all)")
+    ap.add_argument("--no-overhead", action="store_true", help="skip the torchrun part")
     ap.add_argument("--reuse-state", help="re-read the engine rounds an earlier run stored "
                     "in this state directory instead of running them (the overhead part runs)")
     a = ap.parse_args()
@@ -176,9 +178,11 @@ def main():
            "date": time.strftime("%Y-%m-%d")}
     d = Daemon(a.build, 8, state=a.reuse_state)
     try:
-        part_engines(stored_runner(d) if a.reuse_state else d.run, a.rounds, res)
+        engines = [e for e in ENGINES if not a.engines or e[0] in a.engines.split(",")]
+        part_engines(stored_runner(d) if a.reuse_state else d.run, a.rounds, res, engines)
         print(f"  engine rounds stored in {d.state}", flush=True)
-        part_overhead(d, a.rounds, res)
+        if not a.no_overhead:
+            part_overhead(d, a.rounds, res)
     finally:
         d.close()
     report(res)
