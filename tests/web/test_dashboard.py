@@ -301,17 +301,21 @@ def test_compare_experiments():
     screenshot("compare")
 
 
-def store_training_fixture():
+def store_training_fixture(name="train-fixture", observed=True):
     """A finished two-point training sweep (world_size 1 and 2, ddp) written as the
-    daemon stores workers' step and epoch reports, for when no train example runs yet."""
+    daemon stores workers' step and epoch reports, for when no train example runs yet.
+    observed False: as an engine that times only data and the whole step stores it
+    (tensorflow: the other phases and bytes_sent NULL)."""
     db = sqlite3.connect(os.path.join(D.state_dir, "ddpbench.db"), timeout=10)
-    spec = {"name": "train-fixture", "workload": "train", "model": "mlp", "backend": "tcp",
+    spec = {"name": name, "workload": "train", "model": "mlp", "backend": "tcp",
             "strategy": "ddp", "batch_size": 32, "sweep": {"world_size": [1, 2]}}
+    if not observed:
+        spec["engine"] = "tensorflow"
     now = time.time()
     with db:
         cur = db.execute("INSERT INTO experiments (name, workload, spec, status, n_runs, created_at, "
                          "started_at, finished_at, runs_finished) VALUES (?, 'train', ?, 'succeeded', 2, ?, ?, ?, 2)",
-                         ("train-fixture", json.dumps(spec), now - 5, now - 5, now - 1))
+                         (name, json.dumps(spec), now - 5, now - 5, now - 1))
         exp_id = cur.lastrowid
         for point, ws in enumerate((1, 2)):
             rs = dict(spec, world_size=ws)
@@ -324,8 +328,12 @@ def store_training_fixture():
                     slow = 1.6 if rank == 1 and step % 3 == 0 else 1.0  # rank 1 straggles
                     jitter = 0.01 * rank + (0.05 if rank == 0 and step % 3 == 1 else 0)  # rank 0 sometimes
                     phases = [0.4 + jitter, 3.0 * slow, 6.0, 2.0 * (ws - 1), 0.8 * (ws - 1), 0.5]
+                    step_ms = sum(phases) - phases[3] + phases[4]
+                    if not observed:
+                        phases = [phases[0]] + [None] * 5
                     db.execute("INSERT INTO steps VALUES (?, ?, 0, ?, ?, 0, 32, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                               (run_id, rank, step // 4, step, 2.3 - 0.1 * step, *phases, sum(phases) - phases[3] + phases[4], 1000))
+                               (run_id, rank, step // 4, step, 2.3 - 0.1 * step, *phases, step_ms,
+                                1000 if observed else None))
             for ep in range(3):
                 db.execute("INSERT INTO epochs VALUES (?, 0, ?, 128, ?, ?, ?, ?, 0.5)",
                            (run_id, ep, 2.0 - 0.5 * ep, 0.3 + 0.2 * ep, 2.1 - 0.45 * ep, 0.28 + 0.2 * ep))
@@ -381,6 +389,37 @@ def test_training_charts_from_stored_rows():
     px = js("""const t = document.querySelector('figure.chart .grid text'); const r = t.getBoundingClientRect();
                return r.height""")
     check(px >= 11.5, f"tick labels {px:.1f} px tall")
+
+
+def breakdown_segments():
+    """{(bar, segment): ms} of the step time breakdown, from each bar's tooltip."""
+    got = js("""const f = [...document.querySelectorAll('figure.chart')].find(f => f.querySelector('figcaption').textContent === 'Step time breakdown');
+                return f ? [...f.querySelectorAll('rect.bar title')].map(t => t.textContent) : null""")
+    out = {}
+    for text in got or []:
+        m = re.fullmatch(r"(.*) — (.*): ([\d.,e+-]+) ms per step", text)
+        check(m, f"tooltip {text!r}")
+        out[(m.group(1), m.group(2))] = float(m.group(3).replace(",", ""))
+    return out
+
+
+def test_unobserved_phases_are_a_segment_of_their_own():
+    """A run whose engine timed only data and the whole step: the breakdown shows the rest
+    of each step as "not observed by the engine" (step minus what was observed), instead
+    of bars that stop short; a fully observed run has no such segment."""
+    exp_id = store_training_fixture("engine-fixture", observed=False)
+    go(f"/experiments/{exp_id}", "#runs-table")
+    segs = wait(lambda: breakdown_segments(), what="step time breakdown")
+    rows = D.get(f"/v1/experiments/{exp_id}/results")["rows"]
+    for row in rows:
+        check(row["forward_ms"] is None and row["data_ms"] > 0, row)
+        want = row["step_ms_mean"] - row["data_ms"]
+        shown = [v for (bar, seg), v in segs.items() if seg == "not observed by the engine"
+                 and f"world_size={row['world_size']}" in bar]
+        check(len(shown) == 1 and math.isclose(shown[0], want, rel_tol=6e-3), (row, segs))
+    go(f"/experiments/{store_training_fixture('observed-fixture')}", "#runs-table")
+    segs = wait(lambda: breakdown_segments(), what="step time breakdown")
+    check(not any(seg == "not observed by the engine" for _, seg in segs), segs)
 
 
 def test_training_example_through_the_form():
@@ -503,6 +542,7 @@ def main():
                 test_list_filters_and_live_updates,
                 test_compare_experiments,
                 test_training_charts_from_stored_rows,
+                test_unobserved_phases_are_a_segment_of_their_own,
                 *([test_training_example_through_the_form] if train_example() else []),
                 test_nodes_page_and_where_ranks_ran,
                 test_keyboard_navigation_and_contrast,
