@@ -10,6 +10,7 @@ root namespace's links are the same before, during and after.
 
 Needs root and `ip netns` (CI runs as root): elsewhere every case skips with the reason,
 and tests/summarize.py does not allow that skip, so CI cannot pass without running it."""
+import contextlib
 import json
 import os
 import re
@@ -52,6 +53,26 @@ def why_unavailable():
         return f"ip netns add failed: {r.stderr.strip()}"
     sh("ip", "netns", "del", probe)
     return None
+
+
+@contextlib.contextmanager
+def two_hosts(profile):
+    """Hosts 0 and 1 up under the link profile, as (state dir, up's output, the leader's
+    URL); torn down after, and the teardown must succeed. Skip where namespaces cannot be
+    made (only root may, and CI is root)."""
+    why = why_unavailable()
+    if why:
+        raise Skip(why)
+    state = tempfile.mkdtemp(prefix="ddpb-netlab-")
+    try:
+        up = netlab("up", "--nodes", "2", "--profile", profile, "--port-base", str(PORT),
+                    "--dir", state, "--build", BUILD)
+        check(up.returncode == 0, f"up: {up.stdout} {up.stderr}")
+        yield state, up, f"http://{ADDR[0]}:{PORT}"
+    finally:
+        down = netlab("down", "--dir", state)
+        shutil.rmtree(state, ignore_errors=True)
+    check(down.returncode == 0, f"down: {down.stdout} {down.stderr}")
 
 
 def namespaces():
@@ -108,16 +129,8 @@ def wait_experiment(url, exp_id, timeout=60):
 
 
 def test_up_shape_run_down():
-    why = why_unavailable()
-    if why:
-        raise Skip(why)
     before = root_links()
-    state = tempfile.mkdtemp(prefix="ddpb-netlab-")
-    try:
-        up = netlab("up", "--nodes", "2", "--profile", "1gbe", "--port-base", str(PORT),
-                    "--dir", state, "--build", BUILD)
-        check(up.returncode == 0, f"up: {up.stdout} {up.stderr}")
-        leader = f"http://{ADDR[0]}:{PORT}"
+    with two_hosts("1gbe") as (state, up, leader):
         check(f"leader: {leader}" in up.stdout, up.stdout)
         check(f"host 1: {H1} http://{ADDR[1]}:{PORT + 1}" in up.stdout, up.stdout)
         check("delay emulation: " in up.stdout, "delay emulation reported either way")
@@ -161,10 +174,6 @@ def test_up_shape_run_down():
         check("2 \"state\":\"up\"" in status.stdout, status.stdout)
         again = netlab("up", "--nodes", "2", "--profile", "1gbe", "--dir", state, "--build", BUILD)
         check(again.returncode != 0 and "down" in again.stderr, "a second up is refused")
-    finally:
-        down = netlab("down", "--dir", state)
-        shutil.rmtree(state, ignore_errors=True)
-    check(down.returncode == 0, f"down: {down.stdout} {down.stderr}")
     left = {ns for ns in namespaces() if ns.startswith(PREFIX + "-")}
     check(not left, f"namespaces left: {left}")
     check(root_links() == before, f"root namespace links changed: {root_links()}")
@@ -176,15 +185,7 @@ def test_follower_lost_over_netlab():
     """A run across both hosts; host 1's daemon killed with -9 mid-run: the run fails
     within the leader's node timeout naming host 1 and its rank, the rank on host 0 is
     stopped, the steps already stored stay, and host 1 is listed lost."""
-    why = why_unavailable()
-    if why:
-        raise Skip(why)
-    state = tempfile.mkdtemp(prefix="ddpb-netlab-")
-    try:
-        up = netlab("up", "--nodes", "2", "--profile", "10gbe", "--port-base", str(PORT),
-                    "--dir", state, "--build", BUILD)
-        check(up.returncode == 0, f"up: {up.stdout} {up.stderr}")
-        leader = f"http://{ADDR[0]}:{PORT}"
+    with two_hosts("10gbe") as (state, _, leader):
         with open(os.path.join(state, "token")) as f:
             token = f.read().strip()
         spec = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "steps": 100000,
@@ -213,10 +214,6 @@ def test_follower_lost_over_netlab():
               "the lost rank's steps are kept")
         nodes = {n["name"]: n["state"] for n in http(H0, "GET", f"{leader}/v1/nodes")["nodes"]}
         check(nodes == {H0: "up", H1: "lost"}, nodes)
-    finally:
-        down = netlab("down", "--dir", state)
-        shutil.rmtree(state, ignore_errors=True)
-    check(down.returncode == 0, f"down: {down.stdout} {down.stderr}")
 
 
 def test_bad_arguments_refused():
