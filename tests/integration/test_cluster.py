@@ -278,30 +278,31 @@ def test_run_spans_two_nodes():
         lead.close()
 
 
+def follower_engines(lead, name, timeout=120):
+    """The follower's engine list as the leader serves it, once its probe has arrived."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        by = {n.get("node"): n for n in lead.get("/v1/engines")["nodes"]}
+        if by.get(name, {}).get("engines"):
+            return {e["name"]: e for e in by[name]["engines"]}
+        time.sleep(0.3)
+    raise AssertionError(f"{name} never reported its engines")
+
+
 def test_framework_engine_spans_nodes():
     """A framework engine across nodes: the follower's engine probe reaches the leader with
-    its syncs (GET /v1/engines lists it per node); until it has, or when the follower
-    reports the engine unusable, a spread point is refused naming the node; then a pytorch
-    run of one rank per node trains, each rank's steps arriving, gloo's rendezvous agreed
-    through the leader's store."""
-    lead = leader()
-    f1 = follower(lead, "f1")
+    its syncs (GET /v1/engines lists it per node); a pytorch run of one rank per node then
+    trains, each rank's steps arriving, gloo's rendezvous agreed through the leader's store.
+    A follower whose probe cannot run (no interpreter) reports the frameworks unusable, and
+    a point that may span it is refused naming that node and the reason."""
+    lead = leader(slots=1)
+    f1 = follower(lead, "f1", slots=1)
+    f2 = None
     try:
         wait_node(lead, "f1", "up")
+        row = follower_engines(lead, "f1").get("pytorch")
+        check(row and row["installed"] and row["launched"], row)
         spec = dict(TRAIN, engine="pytorch", world_size=2, nodes=2)
-        deadline = time.time() + 120
-        seen = []
-        while time.time() < deadline:
-            by = {n["node"]: n for n in lead.get("/v1/engines")["nodes"]}
-            seen = by.get("f1", {}).get("engines", [])
-            if seen:
-                break
-            status, body, _ = post(lead, "/v1/experiments", spec)
-            check(status == 409 and "node f1" in body["error"]["message"]
-                  and body["error"]["field"] == "engine", (status, body))
-            time.sleep(0.5)
-        row = {e["name"]: e for e in seen}.get("pytorch")
-        check(row and row["installed"] and row["launched"], seen)
         exp = lead.wait_experiment(submit(lead, spec)["id"], timeout=180)
         check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
         rid = first_run(lead, exp["id"])
@@ -311,7 +312,18 @@ def test_framework_engine_spans_nodes():
             steps = lead.get(f"/v1/runs/{rid}/steps?rank={rank}")
             check(len(steps["rows"]) >= 10, (rank, steps))
         check(run["env"][1]["env"]["engine"] == "pytorch", run["env"])
+        f2 = Daemon(cpu_slots=1, extra_args=["--join", lead.url, "--token-file", TOKEN_FILE,
+                                             "--node", "f2", "--sync-ms", "100",
+                                             "--python", "/nonexistent/python3"])
+        wait_node(lead, "f2", "up")
+        check(not follower_engines(lead, "f2")["pytorch"]["installed"], "f2 has no torch")
+        status, body, _ = post(lead, "/v1/experiments", dict(spec, world_size=3, nodes=3))
+        msg = body.get("error", {}).get("message", "")
+        check(status == 409 and body["error"]["field"] == "engine" and "node f2" in msg
+              and "the engine probe failed" in msg, (status, body))
     finally:
+        if f2:
+            f2.close()
         f1.close()
         lead.close()
 
