@@ -141,6 +141,9 @@ struct comm {
      * flight (after comm_wait of the last one). */
     char last_algorithm[16]; /* what the last operation used, for reports */
     uint64_t bytes_sent;     /* payload bytes this rank sent, cumulative */
+    uint64_t buffer_bytes;   /* host memory the backend holds for its operations (tcp:
+                                receive segment and algorithm scratch), for the memory
+                                report; it only grows */
     /* What the last failed operation blames, for the worker's error event: the
      * operation ("allreduce", "barrier") and the peer rank (-1 when no single peer). */
     char error_op[24];
@@ -218,10 +221,16 @@ bool comm_test(const struct comm_handle *h);
  * no data has moved for the communicator's timeout (or on the abort flag), and once one
  * has failed, every operation queued behind it fails at once. */
 int comm_wait(struct comm_handle *h, struct err *e);
-/* comm_wait that also returns when the communication thread finished the operation
- * (clock_mono_ns, the clock every thread shares), so the caller can place the operation
- * on its own timeline beside its computation (ddp.h "Timing"). */
-int comm_wait_timed(struct comm_handle *h, int64_t *end_ns, struct err *e);
+/* When the communication thread ran an operation (clock_mono_ns, the clock every thread
+ * shares) and the algorithm it used, so the caller can place the operation on its own
+ * timeline beside its computation (ddp.h "Timing") and in a run's trace. */
+struct comm_op_times {
+    int64_t run_ns;     /* the thread took it off the queue */
+    int64_t end_ns;     /* the thread finished it */
+    char algorithm[16]; /* comm->last_algorithm as the operation left it */
+};
+/* comm_wait that also fills *t (NULL: not wanted). */
+int comm_wait_timed(struct comm_handle *h, struct comm_op_times *t, struct err *e);
 
 /* Stops the communication thread (an operation in flight ends with ERR_ABORTED, queued
  * ones are failed), frees handles never waited for, then the backend. NULL is a no-op. */

@@ -14,6 +14,7 @@
  *   caller never waited for. */
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +28,7 @@ struct comm_handle {
     struct comm_handle *live_prev, *live_next; /* not yet waited for */
     atomic_bool done;
     int rc;
-    int64_t end_ns; /* clock_mono_ns when the thread finished the operation */
+    struct comm_op_times times; /* written by the thread before done is raised */
     struct err err;
 };
 
@@ -69,12 +70,16 @@ static void *comm_async_main(void *arg)
             q->tail = NULL;
         bool stopping = q->stopping;
         pthread_mutex_unlock(&q->mu);
+        h->times.run_ns = clock_mono_ns();
         int rc = stopping ? err_set(&h->err, ERR_ABORTED, NULL,
                                     "%s: the communicator was "
                                     "destroyed before it ran",
                                     comm_op_name(h->args.op))
                           : comm_execute(q->c, &h->args, &h->err);
-        h->end_ns = clock_mono_ns(); /* before done is raised: a waiter sees it set */
+        /* before done is raised: a waiter sees them set; last_algorithm is this thread's
+         * to read, it wrote it */
+        h->times.end_ns = clock_mono_ns();
+        snprintf(h->times.algorithm, sizeof h->times.algorithm, "%s", q->c->last_algorithm);
         comm_async_finish(q, h, rc);
         pthread_mutex_lock(&q->mu);
     }
@@ -189,7 +194,7 @@ int comm_wait(struct comm_handle *h, struct err *e)
     return comm_wait_timed(h, NULL, e);
 }
 
-int comm_wait_timed(struct comm_handle *h, int64_t *end_ns, struct err *e)
+int comm_wait_timed(struct comm_handle *h, struct comm_op_times *t, struct err *e)
 {
     struct comm_async *q = h->owner;
     pthread_mutex_lock(&q->mu);
@@ -200,8 +205,8 @@ int comm_wait_timed(struct comm_handle *h, int64_t *end_ns, struct err *e)
     int rc = h->rc;
     if (rc < 0 && e)
         *e = h->err;
-    if (end_ns)
-        *end_ns = h->end_ns;
+    if (t)
+        *t = h->times;
     free(h);
     return rc;
 }

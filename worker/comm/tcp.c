@@ -284,6 +284,7 @@ static struct comm_tcp *tcp_alloc(int n)
     t->reading = calloc((size_t)n, sizeof *t->reading);
     t->pfd_index = calloc((size_t)n, sizeof *t->pfd_index);
     t->seg = malloc(TCP_SEG_BYTES);
+    t->base.buffer_bytes = TCP_SEG_BYTES;
     t->local = calloc((size_t)n, sizeof *t->local);
     t->leaders = calloc((size_t)n, sizeof *t->leaders);
     if (!t->peers || !t->pfds || !t->pfd_peer || !t->reading || !t->pfd_index || !t->seg ||

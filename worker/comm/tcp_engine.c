@@ -58,6 +58,7 @@ int tcp_scratch_reserve(struct comm_tcp *t, const char *op, size_t bytes, struct
     uint8_t *p = realloc(t->scratch, bytes);
     if (!p)
         return tcp_fail(t, e, ERR_NOMEM, op, -1, "no memory for %zu bytes of scratch", bytes);
+    t->base.buffer_bytes += bytes - t->scratch_cap;
     t->scratch = p;
     t->scratch_cap = bytes;
     return 0;
