@@ -36,6 +36,9 @@ enum report_kind {
     REPORT_K_BOOL,    /* JSON true/false; member: bool */
     REPORT_K_ENV,     /* object of string or number values */
     REPORT_K_ERRCODE, /* string naming an enum err_code (err_code_name) */
+    REPORT_K_SPANS,   /* trace spans [[name, start_ns, end_ns]...]; member: const json_t * */
+    REPORT_K_OPS,     /* trace ops [[op, bucket, bytes, algorithm, launch_ns, end_ns]...];
+                         member: const json_t * */
 };
 
 struct report_field {
@@ -50,6 +53,9 @@ struct report_field {
 #define REPORT_AT(m) REPORT_IN(struct report_collective, m)
 #define REPORT_STEP_AT(m) REPORT_IN(struct report_step, m)
 #define REPORT_EPOCH_AT(m) REPORT_IN(struct report_epoch, m)
+#define REPORT_MEMORY_AT(m) REPORT_IN(struct report_memory, m)
+#define REPORT_USAGE_AT(m) REPORT_IN(struct report_usage, m)
+#define REPORT_TRACE_AT(m) REPORT_IN(struct report_trace, m)
 
 /* Every event starts with these. */
 static const struct report_field report_common_fields[] = {
@@ -140,6 +146,71 @@ static const struct report_field report_epoch_fields[] = {
     {.name = "time_s", .kind = REPORT_K_NUM, REPORT_EPOCH_AT(time_s)},
 };
 
+static const struct report_field report_memory_fields[] = {
+    {.name = "repeat", .kind = REPORT_K_INT, .min = 0, REPORT_MEMORY_AT(repeat)},
+    {.name = "params_bytes",
+     .kind = REPORT_K_INT64,
+     .optional = true,
+     REPORT_MEMORY_AT(params_bytes)},
+    {.name = "buffers_bytes",
+     .kind = REPORT_K_INT64,
+     .optional = true,
+     REPORT_MEMORY_AT(buffers_bytes)},
+    {.name = "grads_bytes",
+     .kind = REPORT_K_INT64,
+     .optional = true,
+     REPORT_MEMORY_AT(grads_bytes)},
+    {.name = "optimizer_bytes",
+     .kind = REPORT_K_INT64,
+     .optional = true,
+     REPORT_MEMORY_AT(optimizer_bytes)},
+    {.name = "comm_bytes",
+     .kind = REPORT_K_INT64,
+     .optional = true,
+     REPORT_MEMORY_AT(comm_bytes)},
+    {.name = "activations_bytes",
+     .kind = REPORT_K_INT64,
+     .optional = true,
+     REPORT_MEMORY_AT(activations_bytes)},
+    {.name = "peak_rss_bytes", .kind = REPORT_K_INT64, REPORT_MEMORY_AT(peak_rss_bytes)},
+    {.name = "device_peak_bytes",
+     .kind = REPORT_K_INT64,
+     .optional = true,
+     REPORT_MEMORY_AT(device_peak_bytes)},
+};
+
+static const struct report_field report_usage_fields[] = {
+    {.name = "repeat", .kind = REPORT_K_INT, .min = 0, REPORT_USAGE_AT(repeat)},
+    {.name = "epoch", .kind = REPORT_K_INT, .min = 0, REPORT_USAGE_AT(epoch)},
+    {.name = "steps", .kind = REPORT_K_INT64, .min = 0, REPORT_USAGE_AT(steps)},
+    {.name = "wall_s", .kind = REPORT_K_NUM, REPORT_USAGE_AT(wall_s)},
+    {.name = "user_s", .kind = REPORT_K_NUM, REPORT_USAGE_AT(user_s)},
+    {.name = "sys_s", .kind = REPORT_K_NUM, REPORT_USAGE_AT(sys_s)},
+    {.name = "voluntary_cs", .kind = REPORT_K_INT64, REPORT_USAGE_AT(voluntary_cs)},
+    {.name = "involuntary_cs", .kind = REPORT_K_INT64, REPORT_USAGE_AT(involuntary_cs)},
+    {.name = "rss_bytes", .kind = REPORT_K_INT64, .optional = true, REPORT_USAGE_AT(rss_bytes)},
+    {.name = "gpu_util_pct",
+     .kind = REPORT_K_NUM,
+     .optional = true,
+     REPORT_USAGE_AT(gpu_util_pct)},
+    {.name = "gpu_mem_util_pct",
+     .kind = REPORT_K_NUM,
+     .optional = true,
+     REPORT_USAGE_AT(gpu_mem_util_pct)},
+    {.name = "gpu_power_w",
+     .kind = REPORT_K_NUM,
+     .optional = true,
+     REPORT_USAGE_AT(gpu_power_w)},
+};
+
+static const struct report_field report_trace_fields[] = {
+    {.name = "repeat", .kind = REPORT_K_INT, .min = 0, REPORT_TRACE_AT(repeat)},
+    {.name = "step", .kind = REPORT_K_INT64, .min = 0, REPORT_TRACE_AT(step)},
+    {.name = "clock_offset_ns", .kind = REPORT_K_INT64, REPORT_TRACE_AT(clock_offset_ns)},
+    {.name = "spans", .kind = REPORT_K_SPANS, REPORT_TRACE_AT(spans)},
+    {.name = "ops", .kind = REPORT_K_OPS, REPORT_TRACE_AT(ops)},
+};
+
 static const struct report_field report_error_fields[] = {
     {.name = "code", .kind = REPORT_K_ERRCODE},
     {.name = "message", .kind = REPORT_K_STR},
@@ -170,6 +241,9 @@ static const struct report_shape report_shapes[] = {
     [REPORT_HEARTBEAT] = REPORT_SHAPE("heartbeat", report_heartbeat_fields),
     [REPORT_STEP] = REPORT_SHAPE("step", report_step_fields),
     [REPORT_EPOCH] = REPORT_SHAPE("epoch", report_epoch_fields),
+    [REPORT_MEMORY] = REPORT_SHAPE("memory", report_memory_fields),
+    [REPORT_USAGE] = REPORT_SHAPE("usage", report_usage_fields),
+    [REPORT_TRACE] = REPORT_SHAPE("trace", report_trace_fields),
 };
 
 const char *report_type_name(enum report_type t)
@@ -225,6 +299,42 @@ static int report_check_env(const json_t *v, struct err *e)
     return 0;
 }
 
+/* Trace entries: an array of at most REPORT_TRACE_MAX arrays whose items are, in order,
+ * a short string ('s'), an integer >= 0 ('n'), an integer >= -1 ('b'), or an integer at
+ * least the one before it ('e': an end after its start). */
+static int report_check_tuples(const struct report_field *f, const json_t *v, const char *shape,
+                               struct err *e)
+{
+    size_t n = strlen(shape), i;
+    const json_t *t;
+    if (!json_is_array(v) || json_array_size(v) > REPORT_TRACE_MAX)
+        return err_set(e, ERR_INVALID, f->name, "%s: must be an array of at most %d entries",
+                       f->name, REPORT_TRACE_MAX);
+    json_array_foreach((json_t *)v, i, t)
+    {
+        bool ok = json_is_array(t) && json_array_size(t) == n;
+        for (size_t k = 0; ok && k < n; k++) {
+            const json_t *x = json_array_get(t, k);
+            json_int_t d = json_integer_value(x);
+            switch (shape[k]) {
+            case 's': ok = json_is_string(x) && json_string_length(x) < 24; break;
+            case 'n': ok = json_is_integer(x) && d >= 0; break;
+            case 'b': ok = json_is_integer(x) && d >= -1; break;
+            default:
+                ok = json_is_integer(x) && d >= json_integer_value(json_array_get(t, k - 1));
+            }
+        }
+        if (!ok)
+            return err_set(e, ERR_INVALID, f->name,
+                           "%s[%zu]: must be %s (times in ns, an end not before its start)",
+                           f->name, i,
+                           f->kind == REPORT_K_SPANS
+                               ? "[name, start_ns, end_ns]"
+                               : "[op, bucket, bytes, algorithm, launch_ns, end_ns]");
+    }
+    return 0;
+}
+
 /* Checks one present value against f. */
 static int report_check_value(const struct report_field *f, const json_t *v, struct err *e)
 {
@@ -258,6 +368,8 @@ static int report_check_value(const struct report_field *f, const json_t *v, str
                            "\"timeout\", ...)",
                            f->name);
         return 0;
+    case REPORT_K_SPANS: return report_check_tuples(f, v, "sne", e);
+    case REPORT_K_OPS: return report_check_tuples(f, v, "sbnsne", e);
     }
     return err_set(e, ERR_INTERNAL, f->name, "%s: unknown kind", f->name);
 }
@@ -369,6 +481,8 @@ static int report_struct_from_json(const struct report_field *fs, size_t n, cons
         case REPORT_K_NUM: memcpy(dst, &d, sizeof d); break;
         case REPORT_K_BOOL: memcpy(dst, &b, sizeof b); break;
         case REPORT_K_STR: memcpy(dst, json_string_value(v), json_string_length(v) + 1); break;
+        case REPORT_K_SPANS:
+        case REPORT_K_OPS: memcpy(dst, &v, sizeof v); break; /* borrowed from obj */
         case REPORT_K_ENV:
         case REPORT_K_ERRCODE: break;
         }
@@ -395,6 +509,24 @@ int report_epoch_from_json(const json_t *obj, struct report_epoch *out, struct e
                                    "epoch", obj, out, sizeof *out, e);
 }
 
+int report_memory_from_json(const json_t *obj, struct report_memory *out, struct err *e)
+{
+    return report_struct_from_json(report_memory_fields, REPORT_COUNT(report_memory_fields),
+                                   "memory", obj, out, sizeof *out, e);
+}
+
+int report_usage_from_json(const json_t *obj, struct report_usage *out, struct err *e)
+{
+    return report_struct_from_json(report_usage_fields, REPORT_COUNT(report_usage_fields),
+                                   "usage", obj, out, sizeof *out, e);
+}
+
+int report_trace_from_json(const json_t *obj, struct report_trace *out, struct err *e)
+{
+    return report_struct_from_json(report_trace_fields, REPORT_COUNT(report_trace_fields),
+                                   "trace", obj, out, sizeof *out, e);
+}
+
 /* One member of the struct at c as an owned JSON value, or NULL when it breaks the
  * contract (not finite, negative, unterminated or not UTF-8) or memory runs out. */
 static json_t *report_member_json(const void *c, const struct report_field *f)
@@ -416,6 +548,12 @@ static json_t *report_member_json(const void *c, const struct report_field *f)
         return isfinite(d) && d >= 0 ? json_real(d) : NULL;
     case REPORT_K_BOOL: memcpy(&b, src, sizeof b); return json_boolean(b);
     case REPORT_K_STR: return strnlen(src, f->size) < f->size ? json_string(src) : NULL;
+    case REPORT_K_SPANS:
+    case REPORT_K_OPS: {
+        json_t *j;
+        memcpy(&j, src, sizeof j);
+        return json_incref(j); /* the event's own reference; the caller keeps its one */
+    }
     case REPORT_K_ENV:
     case REPORT_K_ERRCODE: break;
     }
@@ -423,7 +561,7 @@ static json_t *report_member_json(const void *c, const struct report_field *f)
 }
 
 /* Owned object of every member of the struct at c, or NULL with e naming the bad member.
- * An optional number below zero is left out. */
+ * An optional number (or int64) below zero is left out: -1 means "not known". */
 static json_t *report_struct_build(const struct report_field *fs, size_t n, const char *type,
                                    const void *c, struct err *e)
 {
@@ -435,9 +573,13 @@ static json_t *report_struct_build(const struct report_field *fs, size_t n, cons
     for (size_t i = 0; i < n; i++) {
         const struct report_field *f = &fs[i];
         double d = 0;
+        int64_t i64 = 0;
         if (f->kind == REPORT_K_NUM)
             memcpy(&d, (const char *)c + f->off, sizeof d);
-        if (f->optional && f->kind == REPORT_K_NUM && d < 0)
+        if (f->kind == REPORT_K_INT64)
+            memcpy(&i64, (const char *)c + f->off, sizeof i64);
+        if (f->optional &&
+            ((f->kind == REPORT_K_NUM && d < 0) || (f->kind == REPORT_K_INT64 && i64 < 0)))
             continue;
         json_t *v = report_member_json(c, f);
         if (!v || json_object_set_new(obj, f->name, v) < 0) {
@@ -670,4 +812,22 @@ int report_emit_epoch(struct report_writer *w, const struct report_epoch *ep, st
 {
     return report_emit_struct(w, REPORT_EPOCH, report_epoch_fields,
                               REPORT_COUNT(report_epoch_fields), ep, e);
+}
+
+int report_emit_memory(struct report_writer *w, const struct report_memory *m, struct err *e)
+{
+    return report_emit_struct(w, REPORT_MEMORY, report_memory_fields,
+                              REPORT_COUNT(report_memory_fields), m, e);
+}
+
+int report_emit_usage(struct report_writer *w, const struct report_usage *u, struct err *e)
+{
+    return report_emit_struct(w, REPORT_USAGE, report_usage_fields,
+                              REPORT_COUNT(report_usage_fields), u, e);
+}
+
+int report_emit_trace(struct report_writer *w, const struct report_trace *t, struct err *e)
+{
+    return report_emit_struct(w, REPORT_TRACE, report_trace_fields,
+                              REPORT_COUNT(report_trace_fields), t, e);
 }

@@ -15,6 +15,9 @@
  *               rank advances as it works); sent every second by a thread of its own
  *   step        the fields of struct report_step (one training step of one rank)
  *   epoch       the fields of struct report_epoch (rank 0, after each epoch)
+ *   memory      the fields of struct report_memory (each rank, once per repeat)
+ *   usage       the fields of struct report_usage (each rank, per epoch and at the end)
+ *   trace       the fields of struct report_trace (each rank, per traced step)
  *   error       code (str: an err_code_name), message (str), where (str "file:line"),
  *               optional op (str), optional peer (int)
  *   done        (nothing else) */
@@ -41,6 +44,9 @@ enum report_type {
     REPORT_HEARTBEAT,
     REPORT_STEP,
     REPORT_EPOCH,
+    REPORT_MEMORY,
+    REPORT_USAGE,
+    REPORT_TRACE,
 };
 
 /* One size point of a collective benchmark, as rank 0 reports it after combining every
@@ -94,6 +100,60 @@ struct report_epoch {
     double time_s; /* wall time of the epoch's training steps */
 };
 
+/* What one rank holds, reported once per repeat after its last step. Bytes; an optional
+ * figure the engine cannot tell is -1 (left out of the event, stored and served null).
+ * The accounting is exact for the C engine (ddp.h ddp_memory): what each arena holds.
+ *   params       the parameter arena (fp32 master weights)
+ *   buffers      non-trained state (batch-norm running statistics)
+ *   grads        the gradients the strategy keeps for the optimizer (zero2: the rank's
+ *                shard; the rest of the arena backward writes is counted in comm)
+ *   optimizer    optimizer state (momentum; Adam's two moments), sharded under zero
+ *   comm         communication buffers: fusion / staging / wire buffers, the backend's
+ *                own, and zero2's reduce-scatter input
+ *   activations  the activation workspace of one prepared batch (tensors, their
+ *                gradients, saved statistics)
+ *   peak_rss     the process's peak resident set (getrusage ru_maxrss) so far
+ *   device_peak  device "cuda": the most device memory in use after a step */
+struct report_memory {
+    int repeat;
+    int64_t params_bytes, buffers_bytes, grads_bytes, optimizer_bytes, comm_bytes;
+    int64_t activations_bytes;
+    int64_t peak_rss_bytes, device_peak_bytes;
+};
+
+/* What one rank used over a window of steps (an epoch, or what is left at the end of a
+ * repeat): getrusage(RUSAGE_SELF) differences, so every thread of the process counts
+ * (compute, loader, communication). cpu utilisation = (user + sys) / wall, in cores.
+ * The GPU figures (device cuda, NVML) are means of a sample taken after every step of
+ * the window, -1 when not sampled. */
+struct report_usage {
+    int repeat;
+    int epoch;     /* the epoch of the window's last step */
+    int64_t steps; /* steps in the window */
+    double wall_s, user_s, sys_s;
+    int64_t voluntary_cs, involuntary_cs; /* context switches */
+    int64_t rss_bytes;                    /* resident set at the window's end */
+    double gpu_util_pct, gpu_mem_util_pct, gpu_power_w;
+};
+
+/* One traced step (or collective iteration) of one rank, on its CLOCK_MONOTONIC in ns
+ * (one clock per node); clock_offset_ns = CLOCK_REALTIME - CLOCK_MONOTONIC when the
+ * rank started, which puts ranks of different nodes on one time line.
+ *   spans  [name, start_ns, end_ns] on the compute thread: "step" (or "iteration") and
+ *          inside it "data", "forward", "backward", "optimizer", and the "comm_exposed" spans
+ *          the thread spent on communication (launches, waits: exposed)
+ *   ops    [op, bucket, bytes, algorithm, launch_ns, end_ns] each collective from the
+ *          start of its launch until the communication thread completed it; bucket -1
+ *          when the operation has none (a collective benchmark's iteration)
+ * Both are JSON arrays kept as they are: the daemon stores them as text. */
+#define REPORT_TRACE_MAX 4096 /* entries of spans and of ops */
+struct report_trace {
+    int repeat;
+    int64_t step;
+    int64_t clock_offset_ns;
+    const json_t *spans, *ops; /* borrowed from the parsed event */
+};
+
 const char *report_type_name(enum report_type t);
 
 /* Parses and validates one line (without its newline). Returns an owned object (caller
@@ -108,6 +168,10 @@ json_t *report_collective_to_json(const struct report_collective *c);
 
 int report_step_from_json(const json_t *obj, struct report_step *out, struct err *e);
 int report_epoch_from_json(const json_t *obj, struct report_epoch *out, struct err *e);
+int report_memory_from_json(const json_t *obj, struct report_memory *out, struct err *e);
+int report_usage_from_json(const json_t *obj, struct report_usage *out, struct err *e);
+/* out->spans and out->ops borrow from obj. */
+int report_trace_from_json(const json_t *obj, struct report_trace *out, struct err *e);
 
 /* Worker side: writes events as single lines to fd. Thread-safe: a lock keeps lines
  * from two threads (the worker and its heartbeat) whole. */
@@ -135,5 +199,9 @@ int report_emit_heartbeat(struct report_writer *w, const char *phase, int64_t pr
                           struct err *e);
 int report_emit_step(struct report_writer *w, const struct report_step *s, struct err *e);
 int report_emit_epoch(struct report_writer *w, const struct report_epoch *ep, struct err *e);
+int report_emit_memory(struct report_writer *w, const struct report_memory *m, struct err *e);
+int report_emit_usage(struct report_writer *w, const struct report_usage *u, struct err *e);
+/* spans and ops are borrowed (the caller keeps its reference). */
+int report_emit_trace(struct report_writer *w, const struct report_trace *t, struct err *e);
 
 #endif
