@@ -565,6 +565,71 @@ static void test_ddp_exposed_within_total(void)
     }
 }
 
+/* ddp_memory is exact: lenet5's parameter arena, its gradients, and the optimizer state
+ * of sgd with momentum (one float per parameter) and adam (two), whole for ddp and
+ * sharded for zero1 / zero2 at 2 and 4 ranks: each rank holds the chunks it owns of
+ * every bucket (computed here from the bucket sizes alone), the ranks' shards add up to
+ * ddp's state exactly, and zero2 keeps only its gradient shard, the rest of the arena
+ * counted as the reduce-scatter's buffer. No rank communicates: ddp_init and the
+ * accounting only read the communicator's rank, world and backend buffers. */
+static void test_ddp_memory_accounting(void)
+{
+    struct err e = {0};
+    struct nn_model m;
+    nn_model_init(&m);
+    T_OK(nn_models_build(&m, "lenet5", 1, 28, 28, 10, NULL, &e));
+    T_OK(nn_model_init_params(&m, 1, &e));
+    const int64_t n = (int64_t)m.nparams, f = 4, backend = 12345;
+    int64_t sizes[64];
+    static const int worlds[] = {2, 4};
+    static const enum ddp_strategy strategies[] = {DDP_DDP, DDP_ZERO1, DDP_ZERO2};
+    static const enum nn_optim_type optims[] = {NN_OPTIM_SGD, NN_OPTIM_ADAM};
+    for (size_t wi = 0; wi < 2; wi++)
+        for (size_t si = 0; si < 3; si++)
+            for (size_t oi = 0; oi < 2; oi++) {
+                int W = worlds[wi];
+                enum ddp_strategy strat = strategies[si];
+                struct ddp_config dc = {.strategy = strat, .bucket_bytes = SMALL_BUCKETS};
+                int nb = ddp_bucket_sizes(&m, &dc, sizes, 64);
+                struct nn_optim_cfg oc = nn_optim_defaults(optims[oi]);
+                oc.momentum = 0.9;
+                int64_t k = optims[oi] == NN_OPTIM_SGD ? 1 : 2, owned_sum = 0;
+                for (int r = 0; r < W; r++) {
+                    struct comm c = {.rank = r, .world_size = W, .buffer_bytes = backend};
+                    struct ddp d;
+                    struct nn_optim o;
+                    T_OK(ddp_init(&d, &dc, &c, &m, &e));
+                    T_OK(ddp_optim_init(&d, &o, &oc, &e));
+                    struct ddp_memory mem;
+                    ddp_memory(&d, &o, &mem);
+                    int64_t own = 0; /* rank r's chunk of each bucket */
+                    for (int b = 0; b < nb; b++) {
+                        int64_t len = sizes[b] / f, chunk = (len + W - 1) / W;
+                        int64_t left = len - (int64_t)r * chunk;
+                        own += left <= 0 ? 0 : left < chunk ? left : chunk;
+                    }
+                    const char *name = ddp_strategy_name(strat);
+                    bool zero = strat != DDP_DDP;
+                    T_EQ_INT(mem.params, n * f);
+                    T_EQ_INT(mem.buffers, (int64_t)m.nbuffers * f);
+                    T_CHECK_MSG(mem.optimizer == k * (zero ? own : n) * f,
+                                "%s W=%d rank %d: optimizer %lld, want %lld", name, W, r,
+                                (long long)mem.optimizer,
+                                (long long)(k * (zero ? own : n) * f));
+                    T_EQ_INT(mem.grads, (strat == DDP_ZERO2 ? own : n) * f);
+                    T_CHECK_MSG(mem.comm >= backend + (strat == DDP_ZERO2 ? (n - own) * f : 0),
+                                "%s W=%d rank %d: comm %lld", name, W, r, (long long)mem.comm);
+                    if (strat == DDP_DDP)
+                        T_EQ_INT(mem.comm, backend); /* buckets are slices of the arena */
+                    owned_sum += own;
+                    nn_optim_cleanup(&o);
+                    ddp_cleanup(&d);
+                }
+                T_EQ_INT(owned_sum, n); /* the shards partition the parameters */
+            }
+    nn_model_destroy(&m);
+}
+
 /* What device mode refuses, naming the field: strategies and compression whose staging
  * is host memory, and missing arenas or hooks. */
 static void test_ddp_device_mode_refusals(void)
@@ -660,6 +725,7 @@ int main(int argc, char **argv)
     }
     TEST_RUN(test_ddp_names);
     TEST_RUN(test_ddp_bucket_sizes);
+    TEST_RUN(test_ddp_memory_accounting);
     TEST_RUN(test_ddp_strategies_match_one_rank);
     TEST_RUN(test_ddp_four_ranks_and_large_buckets);
     TEST_RUN(test_ddp_accumulation);

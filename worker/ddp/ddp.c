@@ -5,6 +5,7 @@
  * all-gather. */
 #include "worker/ddp/ddp.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -195,6 +196,7 @@ int ddp_init(struct ddp *d, const struct ddp_config *cfg, struct comm *c, struct
     size_t wire = ddp_is_zero(d) ? d->stage_len : d->n;
     if (cfg->compression != DDP_COMPRESS_NONE && !(d->wire = calloc(wire + 1, 2)))
         goto nomem;
+    d->wire_len = d->wire ? wire + 1 : 0;
     if (cfg->strategy == DDP_HOROVOD)
         d->stage_len = d->n; /* the fusion buffer, at the arena's offsets */
     else if (!ddp_is_zero(d))
@@ -220,6 +222,7 @@ void ddp_cleanup(struct ddp *d)
     free(d->wire);
     free(d->stage);
     free(d->spans);
+    free(d->ops);
     memset(d, 0, sizeof *d);
 }
 
@@ -289,7 +292,7 @@ static void ddp_fail(struct ddp *d, const struct err *e)
 /* ---- the step's communication timeline (ddp.h "Timing") ------------------------------ */
 
 /* Adds [from, to) to the step's intervals. The array grows in the first steps only. */
-static void ddp_span_add(struct ddp *d, int64_t from, int64_t to)
+static void ddp_span_add(struct ddp *d, int64_t from, int64_t to, bool exposed)
 {
     if (d->nspans == d->spans_cap) {
         int cap = d->spans_cap > 0 ? 2 * d->spans_cap : 64;
@@ -303,7 +306,7 @@ static void ddp_span_add(struct ddp *d, int64_t from, int64_t to)
         d->spans = s;
         d->spans_cap = cap;
     }
-    d->spans[d->nspans++] = (struct ddp_span){.from_ns = from, .to_ns = to};
+    d->spans[d->nspans++] = (struct ddp_span){.from_ns = from, .to_ns = to, .exposed = exposed};
 }
 
 /* The training thread did communication work from `from` until now: exposed, and part
@@ -313,7 +316,7 @@ static int64_t ddp_exposed(struct ddp *d, int64_t from)
 {
     int64_t now = clock_mono_ns();
     d->st.exposed_ns += now - from;
-    ddp_span_add(d, from, now);
+    ddp_span_add(d, from, now, true);
     return now;
 }
 
@@ -344,15 +347,52 @@ static void ddp_comm_total(struct ddp *d)
 /* Waits for bucket b's operation (op, for the heartbeat's note) and adds its flight, from
  * the start of its launch until the communication thread finished it. Returns the
  * operation's result. */
+/* The bytes of bucket b's operation op: the whole buffer (every rank's chunk for the
+ * sharded ops), in the dtype it travels in. */
+static int64_t ddp_op_bytes(const struct ddp *d, int b, enum comm_op op)
+{
+    const struct ddp_bucket *bk = &d->b[b];
+    if (op == COMM_OP_ALL_GATHER)
+        return (int64_t)(bk->chunk * (size_t)d->world * sizeof(float));
+    size_t elem = d->wire ? 2 : sizeof(float);
+    size_t n = op == COMM_OP_REDUCE_SCATTER ? bk->chunk * (size_t)d->world : bk->len;
+    return (int64_t)(n * elem);
+}
+
+/* Adds bucket b's operation to the step's trace (while tracing). */
+static void ddp_trace_op(struct ddp *d, int b, enum comm_op op, const struct comm_op_times *t)
+{
+    if (!d->trace)
+        return;
+    if (d->nops == d->ops_cap) {
+        int cap = d->ops_cap > 0 ? 2 * d->ops_cap : 64;
+        struct ddp_op_rec *g = realloc(d->ops, (size_t)cap * sizeof *g);
+        if (!g)
+            return; /* the trace loses an entry; the step does not fail for it */
+        d->ops = g;
+        d->ops_cap = cap;
+    }
+    struct ddp_op_rec *r = &d->ops[d->nops++];
+    *r = (struct ddp_op_rec){.op = op,
+                             .bucket = b,
+                             .bytes = ddp_op_bytes(d, b, op),
+                             .launch_ns = d->b[b].launch_ns,
+                             .run_ns = t->run_ns,
+                             .end_ns = t->end_ns};
+    snprintf(r->algorithm, sizeof r->algorithm, "%s", t->algorithm);
+}
+
 static int ddp_wait(struct ddp *d, int b, enum comm_op op, struct err *e)
 {
     struct ddp_bucket *bk = &d->b[b];
-    int64_t end = 0;
+    struct comm_op_times t = {0};
     wait_note_begin(d->comm->note, WAIT_BUCKET, op, b + 1, d->nb, 0);
-    int rc = comm_wait_timed(bk->h, &end, e);
+    int rc = comm_wait_timed(bk->h, &t, e);
     wait_note_end(d->comm->note);
     bk->h = NULL;
-    ddp_span_add(d, bk->launch_ns, end);
+    ddp_span_add(d, bk->launch_ns, t.end_ns, false);
+    if (rc == 0)
+        ddp_trace_op(d, b, op, &t);
     return rc;
 }
 
@@ -460,6 +500,7 @@ void ddp_begin_step(struct ddp *d, bool sync)
     if (d->sync) { /* the previous micro-batch ended a step: a new step's figures */
         memset(&d->st, 0, sizeof d->st);
         d->nspans = 0;
+        d->nops = 0;
         d->bytes_at_start = d->comm->bytes_sent;
     }
     d->sync = sync;
@@ -678,4 +719,21 @@ int ddp_broadcast_params(struct ddp *d, struct err *e)
         rc = comm_broadcast(d->comm, buf, buf, m->nbuffers, COMM_FLOAT32, 0, e);
     wait_note_end(d->comm->note);
     return rc;
+}
+
+void ddp_set_trace(struct ddp *d, bool on)
+{
+    d->trace = on;
+}
+
+void ddp_memory(const struct ddp *d, const struct nn_optim *o, struct ddp_memory *out)
+{
+    int64_t f = (int64_t)sizeof(float), n = (int64_t)d->n;
+    int64_t kept = d->cfg.strategy == DDP_ZERO2 ? (int64_t)d->own_total : n;
+    out->params = n * f;
+    out->buffers = (int64_t)d->m->nbuffers * f;
+    out->grads = kept * f;
+    out->optimizer = (int64_t)o->state.len * f;
+    out->comm = (int64_t)d->stage_len * f + (int64_t)d->wire_len * 2 + (n - kept) * f +
+                (int64_t)d->comm->buffer_bytes;
 }

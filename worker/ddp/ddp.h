@@ -105,9 +105,26 @@ struct ddp_step_stats {
     int ops;             /* collective operations issued */
 };
 
-/* [from_ns, to_ns) on clock_mono_ns */
+/* [from_ns, to_ns) on clock_mono_ns; exposed: the training thread's own (a launch, a
+ * wait), else an operation's flight */
 struct ddp_span {
     int64_t from_ns, to_ns;
+    bool exposed;
+};
+
+/* One collective of the step, for the run's trace (ddp_set_trace): from the start of its
+ * launch until the communication thread finished it (queued, then running from run_ns). */
+struct ddp_op_rec {
+    enum comm_op op;
+    int bucket;    /* index in launch order */
+    int64_t bytes; /* the whole buffer, as the collective workload counts it */
+    int64_t launch_ns, run_ns, end_ns;
+    char algorithm[16];
+};
+
+/* What the strategy holds, in bytes ("Memory" above). */
+struct ddp_memory {
+    int64_t params, buffers, grads, optimizer, comm;
 };
 
 struct ddp_bucket {
@@ -134,8 +151,9 @@ struct ddp {
     /* per-tensor view for naive and horovod: parameter tensors in reverse order */
     size_t *t_off, *t_len; /* owned */
     int nt;
-    uint16_t *wire; /* owned: n 2-byte values (compression), or NULL */
-    float *stage;   /* owned: staging (horovod fusion buffer, zero padding) */
+    uint16_t *wire;  /* owned: n 2-byte values (compression), or NULL */
+    size_t wire_len; /* 2-byte values allocated for wire */
+    float *stage;    /* owned: staging (horovod fusion buffer, zero padding) */
     size_t stage_len;
     /* horovod: the fusion plan, as tensor index ranges [plan[i], plan[i+1]) */
     int *plan; /* owned, nt + 1 entries */
@@ -152,6 +170,10 @@ struct ddp {
     /* this step's communication intervals, whose union is st.comm_ns */
     struct ddp_span *spans; /* owned; grows to what one step adds, then is reused */
     int nspans, spans_cap;
+    /* this step's collectives, recorded while trace is set (ddp_set_trace) */
+    bool trace;
+    struct ddp_op_rec *ops; /* owned; grows like spans */
+    int nops, ops_cap;
     struct err err; /* the first failure inside the hook (it cannot return one) */
     bool failed;
     struct ddp_device dev; /* device mode (on_device): borrowed arenas and hooks */
@@ -197,6 +219,24 @@ int ddp_finish(struct ddp *d, int accumulate, struct err *e);
 /* The optimizer step of a synchronising micro-batch (begin_step + update), and for zero
  * the all-gather of the updated shards; the time the all-gather runs counts as comm. */
 int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e);
+
+/* Records the collectives of the steps that begin from now on (ddp_begin_step clears
+ * them with the spans) until called with false: the run's trace window. */
+void ddp_set_trace(struct ddp *d, bool on);
+
+/* What d and its optimizer o hold (ddp_optim_init's), exactly what their arenas and
+ * buffers allocate:
+ *   params     the parameter arena; buffers: batch-norm running statistics
+ *   grads      the gradients kept for the optimizer: the whole arena, or under zero2 the
+ *              rank's shard (zero2 reduce-scatters each bucket as backward finishes it
+ *              and keeps only its chunk of the result, DeepSpeed's stage 2; the rest of
+ *              the arena is then the reduce-scatter's input and counts under comm)
+ *   optimizer  o's state (zero1, zero2: only the owned chunks)
+ *   comm       the fusion / staging buffer, the 2-byte wire buffer, the backend's own
+ *              buffers (comm->buffer_bytes), and zero2's reduce-scatter input
+ * zero1 keeps its full gradients (stage 1 shards only the optimizer state). Call when no
+ * operation is in flight (between steps). */
+void ddp_memory(const struct ddp *d, const struct nn_optim *o, struct ddp_memory *out);
 
 /* The bucket sizes in bytes, in launch order, that strategy would use for m (the
  * collective workload's model-shaped replay). Fills up to cap; returns the count. */
