@@ -153,6 +153,12 @@ static const struct spec_field spec_fields[] = {
      .min = 1, .max = 100, .def = "1", SPEC_AT(repeats),
      .desc = "How many times a run repeats its whole measurement, for the spread across "
              "repeats."},
+    {.name = "trace_steps", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP, .min = 0, .max = 1000, .def = "5", SPEC_AT(trace_steps),
+     .desc = "Timeline (GET /v1/runs/{id}/trace): how many steps after warm-up (train) or "
+             "timed iterations of each message size (collective) every rank records, "
+             "with their phases and collectives; 0 records none. Bounded so a trace stays "
+             "small."},
     {.name = "seed", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
      .min = 0, .max = INT32_MAX, .def = "1", SPEC_AT(seed),
      .desc = "Seed of every random choice (data, initial values), so a run can be "
@@ -284,6 +290,12 @@ static const struct spec_field spec_fields[] = {
      .flags = SPEC_F_SWEEP, .min = 0, .max = 100000, .def = "5", SPEC_AT(train.warmup_steps),
      .desc = "Steps at the start of each repeat that are run and reported but excluded from "
              "the statistics (caches, allocations, primitive creation)."},
+    {.name = "target_accuracy", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 1, .def = "0", SPEC_AT(train.target_accuracy),
+     .desc = "Time to accuracy (DAWNBench, MLPerf): the results report the training time "
+             "and epochs each repeat took until an epoch's test accuracy (train accuracy "
+             "without a test split) first reached this fraction, or that it did not. 0: "
+             "not measured."},
     {.name = "threads", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
      .min = 1, .max = 256, .def = "1", SPEC_AT(train.threads),
      .desc = "Compute threads per rank; the daemon reserves this many CPU slots per rank."},

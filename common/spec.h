@@ -93,6 +93,7 @@ struct spec_train {
     int batch_size;      /* per rank */
     int steps, epochs;   /* exactly one non-zero */
     int warmup_steps;
+    double target_accuracy; /* 0: none; else time to accuracy is reported */
     int threads;
     int accumulate;
     int bucket_mb, fusion_mb; /* bucket_mb: also the collective workload's buckets_of */
@@ -118,6 +119,7 @@ struct spec {
     int timeout_s;           /* whole-run limit enforced by the daemon */
     int heartbeat_timeout_s; /* silence after which the daemon fails the run */
     int comm_timeout_s;      /* a communication operation with no progress this long fails */
+    int trace_steps;         /* steps (iterations per size) each rank traces after warm-up */
     bool emulate_multi_rank; /* device cuda: several ranks share a GPU (flagged) */
     struct spec_collective coll;
     struct spec_train train;

@@ -94,6 +94,11 @@ static int train_cpu_allreduce_host(struct train_engine *en, struct comm *c, flo
     return comm_allreduce(c, v, v, (size_t)n, COMM_FLOAT32, COMM_SUM, e);
 }
 
+static int64_t train_cpu_activation_bytes(const struct train_engine *en)
+{
+    return (int64_t)((const struct train_cpu *)en)->m->ws.size;
+}
+
 static int64_t train_cpu_peak_bytes(const struct train_engine *en)
 {
     return -1;
@@ -118,5 +123,6 @@ const struct train_engine_ops train_engine_cpu = {
     .end_step = train_cpu_end_step,
     .allreduce_host = train_cpu_allreduce_host,
     .peak_bytes = train_cpu_peak_bytes,
+    .activation_bytes = train_cpu_activation_bytes,
     .destroy = train_cpu_destroy,
 };

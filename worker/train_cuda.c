@@ -171,6 +171,13 @@ static int64_t train_cuda_peak_bytes(const struct train_engine *en)
     return ((const struct train_cuda *)en)->peak;
 }
 
+static int64_t train_cuda_activation_bytes(const struct train_engine *en)
+{
+    struct gmodel_cudnn_info info;
+    gmodel_cudnn_info(((const struct train_cuda *)en)->gm, &info);
+    return (int64_t)info.activation_bytes;
+}
+
 static void train_cuda_destroy(struct train_engine *en)
 {
     struct train_cuda *c = train_cuda_of(en);
@@ -192,5 +199,6 @@ const struct train_engine_ops train_engine_cuda = {
     .end_step = train_cuda_end_step,
     .allreduce_host = train_cuda_allreduce_host,
     .peak_bytes = train_cuda_peak_bytes,
+    .activation_bytes = train_cuda_activation_bytes,
     .destroy = train_cuda_destroy,
 };

@@ -92,6 +92,9 @@ struct train_engine_ops {
                           struct err *e);
     /* The most device memory in use after a step so far; -1 where there is no device. */
     int64_t (*peak_bytes)(const struct train_engine *en);
+    /* Bytes of the activation workspace of the prepared batch (every tensor, its gradient,
+     * saved statistics, the loss's scratch), where the engine allocated it. */
+    int64_t (*activation_bytes)(const struct train_engine *en);
     void (*destroy)(struct train_engine *en);
 };
 

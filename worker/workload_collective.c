@@ -194,6 +194,9 @@ void collective_bench_cleanup(struct collective_bench *b)
     free(b->times);
     free(b->slowest);
     free(b->wire);
+    free(b->trace_ns);
+    if (b->have_obs)
+        observe_cleanup(&b->obs);
     memset(b, 0, sizeof *b);
 }
 
@@ -245,6 +248,16 @@ int collective_bench_init_mem(struct collective_bench *b, const struct spec *s, 
     b->w = w;
     b->seed = s->seed;
     b->points_total = points_total;
+    b->trace_steps = s->trace_steps;
+    if (w && s->trace_steps > 0) {
+        observe_init(&b->obs, w, false);
+        b->have_obs = true;
+        b->trace_ns = calloc(2 * (size_t)s->trace_steps, sizeof *b->trace_ns);
+        if (!b->trace_ns) {
+            collective_bench_cleanup(b);
+            return err_set(e, ERR_NOMEM, NULL, "collective: out of memory for the trace");
+        }
+    }
     if (collective_bench_parse(b, b->cfg, e) < 0)
         return -1;
     /* NCCL is told its algorithm once, when the communicator is made (comm_nccl.h); its
@@ -420,8 +433,27 @@ static int collective_barrier(struct collective_bench *b, struct err *e)
  * *wrong the wrong elements of the checked ones (the first and last, when the spec
  * checks). A barrier ends the untimed work around a checked iteration, so that one rank's
  * arming or verifying is not timed as another rank's wait. */
-static int collective_bench_time(struct collective_bench *b, const struct comm_args *a,
-                                 const struct collective_data *d, int64_t *wrong, struct err *e)
+/* Sends the traced iterations of point idx, after its timed loop (a report line between
+ * iterations would be timed as the next one's wait on another rank): each as a traced
+ * step (step idx * iters + i) holding the iteration and its operation. */
+static int collective_trace_point(struct collective_bench *b, int repeat, size_t idx,
+                                  const struct comm_args *a, int64_t bytes, struct err *e)
+{
+    int n = b->trace_steps < b->cfg->iters ? b->trace_steps : b->cfg->iters;
+    for (int i = 0; b->have_obs && i < n; i++) {
+        int64_t t0 = b->trace_ns[2 * i], t1 = b->trace_ns[2 * i + 1];
+        observe_trace_begin(&b->obs);
+        observe_trace_span(&b->obs, "iteration", t0, t1);
+        observe_trace_op(&b->obs, comm_op_name(a->op), -1, bytes, b->algorithm_used, t0, t1);
+        if (observe_trace_emit(&b->obs, repeat, (int64_t)idx * b->cfg->iters + i, e) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int collective_bench_time(struct collective_bench *b, int repeat, size_t idx,
+                                 const struct comm_args *a, const struct collective_data *d,
+                                 int64_t *wrong, struct err *e)
 {
     *wrong = 0;
     /* the message size as the spec counts it (reduce_scatter, all_gather: every block) */
@@ -448,7 +480,12 @@ static int collective_bench_time(struct collective_bench *b, const struct comm_a
         wait_note_end(note);
         if (rc < 0)
             return -1;
+        int64_t t1 = clock_mono_ns();
         b->times[i] = collective_op_seconds(b, t0);
+        if (i < b->trace_steps && b->trace_ns) {
+            b->trace_ns[2 * i] = t0;
+            b->trace_ns[2 * i + 1] = t1;
+        }
         int64_t w = 0;
         if (checked && collective_verify(b, a, d, &w, e) < 0)
             return -1;
@@ -456,7 +493,7 @@ static int collective_bench_time(struct collective_bench *b, const struct comm_a
         realign = checked;
     }
     snprintf(b->algorithm_used, sizeof b->algorithm_used, "%s", b->comm->last_algorithm);
-    return 0;
+    return collective_trace_point(b, repeat, idx, a, bytes, e);
 }
 
 static int collective_publish(struct collective_bench *b, int repeat, size_t idx, int64_t wrong,
@@ -555,7 +592,7 @@ static int collective_bench_point(struct collective_bench *b, int repeat, size_t
     collective_data_init(&d, b->seed, b->op, b->dtype, b->redop, b->comm->world_size);
     int64_t wrong;
     if (collective_point_inputs(b, &a, &d, e) < 0 ||
-        collective_bench_time(b, &a, &d, &wrong, e) < 0 ||
+        collective_bench_time(b, repeat, idx, &a, &d, &wrong, e) < 0 ||
         collective_publish(b, repeat, idx, wrong, e) < 0)
         return -1;
     /* Every rank stored its times before entering the barrier, so rank 0's reads below

@@ -59,6 +59,7 @@
 #include "common/err.h"
 #include "worker/coll_ops.h"
 #include "worker/comm/comm.h"
+#include "worker/observe.h"
 #include "common/report.h"
 #include "common/spec.h"
 #include "worker/store/store_client.h"
@@ -149,6 +150,12 @@ struct collective_bench {
     uint8_t *wire;           /* owned, cfg->iters * 8: encoded times */
     char algorithm_used[16]; /* what the last measured point ran */
     int64_t points_done, points_total;
+    /* the run's trace: the first trace_steps timed iterations of every point, each rank
+     * (only with a report writer) */
+    int trace_steps;
+    int64_t *trace_ns;  /* owned: [t0, t1] of each traced iteration, sent after the point */
+    struct observe obs; /* owned when have_obs */
+    bool have_obs;
 };
 
 /* Allocates buffers for messages up to max_bytes. spec, comm, store and w are borrowed

@@ -21,6 +21,7 @@
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
+#include "worker/observe.h"
 #include "worker/train_engine.h"
 
 #define TRAIN_PROGRESS_NS 500000000LL /* rank 0 reports progress at most twice a second */
@@ -37,6 +38,7 @@ struct trainer {
     struct comm *comm;       /* borrowed */
     struct report_writer *w; /* borrowed */
     struct heartbeat *hb;    /* borrowed, may be NULL */
+    struct observe *obs;     /* borrowed: usage windows and the trace */
     int repeat;
     uint64_t seed;
     struct nn_model m; /* owned from here down */
@@ -348,6 +350,30 @@ static double train_ms(int64_t ns)
     return (double)ns / 1e6;
 }
 
+/* ---- the trace of a step (observe.h) ------------------------------------------------- */
+
+/* Whether step is in the run's trace window: the first trace_steps after warm-up. */
+static bool train_traced(const struct trainer *tr, int64_t step)
+{
+    return step >= tr->t->warmup_steps &&
+           step < (int64_t)tr->t->warmup_steps + tr->s->trace_steps;
+}
+
+/* The strategy's part of a traced step: the training thread's communication (launches,
+ * waits: the exposed time) as "comm" spans, and each collective's flight. */
+static void train_trace_comm(struct trainer *tr)
+{
+    const struct ddp *d = &tr->ddp;
+    for (int i = 0; i < d->nspans; i++)
+        if (d->spans[i].exposed)
+            observe_trace_span(tr->obs, "comm_exposed", d->spans[i].from_ns, d->spans[i].to_ns);
+    for (int i = 0; i < d->nops; i++) {
+        const struct ddp_op_rec *r = &d->ops[i];
+        observe_trace_op(tr->obs, comm_op_name(r->op), r->bucket, r->bytes, r->algorithm,
+                         r->launch_ns, r->end_ns);
+    }
+}
+
 /* Runs step `step` (accumulate micro-batches, the exchange, the update) and reports it.
  * *epoch_done is set to the epoch that ended in it, or -1. Phases are the host clock's
  * around each engine call unless the engine measures them itself (end_step); backward
@@ -364,14 +390,21 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
                              .step = step,
                              .warmup = step < t->warmup_steps,
                              .samples = t->batch_size * t->accumulate};
+    bool traced = train_traced(tr, step);
+    if (traced)
+        observe_trace_begin(tr->obs);
+    ddp_set_trace(&tr->ddp, traced);
     int64_t t_start = clock_mono_ns(), data_ns = 0, fwd_ns = 0, bwd_ns = 0;
     *epoch_done = -1;
     ops->begin_step(en);
     double loss_sum = 0;
     for (int micro = 0; micro < t->accumulate; micro++) {
         const struct data_batch *b = NULL;
+        int64_t td = clock_mono_ns(), data_before = data_ns;
         if (train_next_micro(tr, step, micro, &b, &data_ns, epoch_done, epoch_of_step, e) < 0)
             return -1;
+        /* the wait is what the data phase counts; the rest of the call is the hand-off */
+        observe_trace_span(tr->obs, "data", td, td + (data_ns - data_before));
         double loss = 0;
         int right = 0;
         int64_t t0 = clock_mono_ns();
@@ -381,8 +414,11 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
         int64_t t1 = clock_mono_ns(), exposed_before_bwd = tr->ddp.st.exposed_ns;
         if (ops->backward(en, ddp_grad_hook, &tr->ddp, e) < 0)
             return err_prefix(e, "backward of step %lld", (long long)step);
+        int64_t t_bwd = clock_mono_ns();
         fwd_ns += t1 - t0;
-        bwd_ns += (clock_mono_ns() - t1) - (tr->ddp.st.exposed_ns - exposed_before_bwd);
+        bwd_ns += (t_bwd - t1) - (tr->ddp.st.exposed_ns - exposed_before_bwd);
+        observe_trace_span(tr->obs, "forward", t0, t1);
+        observe_trace_span(tr->obs, "backward", t1, t_bwd);
         if (ops->wait_loss(en, &loss, &right, e) < 0)
             return err_prefix(e, "loss of step %lld", (long long)step);
         if (train_count_micro(step, loss, right, b->n, tally, &loss_sum, e) < 0)
@@ -398,10 +434,12 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
         return err_prefix(e, "optimizer step %lld", (long long)step);
     ops->end_update(en, apply);
     const struct ddp_step_stats *st = &tr->ddp.st;
+    int64_t t3 = clock_mono_ns();
+    observe_trace_span(tr->obs, "optimizer", t2, t3);
     struct train_phases ph = {
         .forward_ms = train_ms(fwd_ns),
         .backward_ms = train_ms(bwd_ns),
-        .optimizer_ms = train_ms((clock_mono_ns() - t2) - (st->exposed_ns - exposed_before))};
+        .optimizer_ms = train_ms((t3 - t2) - (st->exposed_ns - exposed_before))};
     if (ops->end_step(en, &ph, e) < 0)
         return err_prefix(e, "step %lld on device %s", (long long)step, ops->device);
     int64_t t_end = clock_mono_ns();
@@ -415,7 +453,14 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
     rs.optimizer_ms = ph.optimizer_ms;
     rs.step_ms = train_ms(t_end - t_start);
     rs.bytes_sent = (int64_t)st->bytes_sent;
-    return report_emit_step(tr->w, &rs, e);
+    if (report_emit_step(tr->w, &rs, e) < 0)
+        return -1;
+    observe_window_step(tr->obs);
+    if (!traced)
+        return 0;
+    observe_trace_span(tr->obs, "step", t_start, t_end);
+    train_trace_comm(tr);
+    return observe_trace_emit(tr->obs, tr->repeat, step, e);
 }
 
 static int train_progress(struct trainer *tr, int64_t done, struct err *e)
@@ -434,6 +479,23 @@ static int train_progress(struct trainer *tr, int64_t done, struct err *e)
     return report_emit_progress(tr->w, "train", tr->repeat * tr->total_steps + done, all, e);
 }
 
+/* What this rank holds at the end of the repeat (report.h struct report_memory). */
+static int train_report_memory(struct trainer *tr, struct err *e)
+{
+    struct ddp_memory dm;
+    ddp_memory(&tr->ddp, &tr->opt, &dm);
+    struct report_memory rm = {.repeat = tr->repeat,
+                               .params_bytes = dm.params,
+                               .buffers_bytes = dm.buffers,
+                               .grads_bytes = dm.grads,
+                               .optimizer_bytes = dm.optimizer,
+                               .comm_bytes = dm.comm,
+                               .activations_bytes = tr->ops->activation_bytes(tr->eng),
+                               .peak_rss_bytes = observe_peak_rss_bytes(),
+                               .device_peak_bytes = tr->ops->peak_bytes(tr->eng)};
+    return report_emit_memory(tr->w, &rm, e);
+}
+
 static int train_repeat(struct trainer *tr, struct err *e)
 {
     if (train_open_data(tr, e) < 0 || train_build_model(tr, e) < 0 ||
@@ -446,6 +508,7 @@ static int train_repeat(struct trainer *tr, struct err *e)
                  tr->train->h, tr->train->w, tr->t->strategy, tr->t->batch_size,
                  tr->comm->world_size, (long long)tr->total_steps);
     struct train_tally tally = {0};
+    observe_window_begin(tr->obs, tr->repeat);
     int64_t epoch_start = clock_mono_ns();
     int epoch = 0;
     for (int64_t step = 0; step < tr->total_steps; step++) {
@@ -455,11 +518,14 @@ static int train_repeat(struct trainer *tr, struct err *e)
             return -1;
         if (done >= 0) {
             double secs = (double)(clock_mono_ns() - epoch_start) / 1e9;
-            if (train_end_epoch(tr, done, &tally, secs, e) < 0)
+            if (observe_window_emit(tr->obs, done, e) < 0 ||
+                train_end_epoch(tr, done, &tally, secs, e) < 0)
                 return err_prefix(e, "end of epoch %d", done);
             epoch_start = clock_mono_ns();
         }
     }
+    if (observe_window_emit(tr->obs, epoch, e) < 0) /* the steps after the last epoch end */
+        return -1;
     /* epochs mode with accumulation: the micro-batches that do not fill a last step are
      * left out, so the last epoch ends here (every rank has the same count) */
     if (tr->t->epochs > 0 && tally.count > 0) {
@@ -467,7 +533,7 @@ static int train_repeat(struct trainer *tr, struct err *e)
         if (train_end_epoch(tr, epoch, &tally, secs, e) < 0)
             return err_prefix(e, "end of epoch %d", epoch);
     }
-    return 0;
+    return train_report_memory(tr, e);
 }
 
 int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,
@@ -481,6 +547,8 @@ int workload_train_run(const struct spec *s, struct comm *c, struct report_write
     if (!ops)
         return -1;
     nn_set_threads(s->train.threads);
+    struct observe obs;
+    observe_init(&obs, w, strcmp(s->device, "cuda") == 0);
     int rc = 0;
     for (int r = 0; rc == 0 && r < s->repeats; r++) {
         struct trainer tr = {.s = s,
@@ -488,6 +556,7 @@ int workload_train_run(const struct spec *s, struct comm *c, struct report_write
                              .comm = c,
                              .w = w,
                              .hb = hb,
+                             .obs = &obs,
                              .repeat = r,
                              .seed = (uint64_t)s->seed + (uint64_t)r,
                              .ops = ops};
@@ -497,5 +566,6 @@ int workload_train_run(const struct spec *s, struct comm *c, struct report_write
             out->device_peak_bytes = peak;
         train_teardown(&tr);
     }
+    observe_cleanup(&obs);
     return rc;
 }

@@ -74,6 +74,7 @@ struct gmodel {
     float *state;                    /* owned: optimizer state */
     size_t state_stride;
     char *ws;                             /* owned: the workspace */
+    size_t ws_bytes;                      /* its size */
     float *x32, *probs, *row_loss, *xfer; /* xfer: gmodel_scratch_put */
     int32_t *labels;
     int *row_correct;
@@ -224,6 +225,7 @@ static int gm_workspace(struct gmodel *g, struct err *e)
     size_t scr[2] = {gm_reserve(&at, max_grad), gm_reserve(&at, max_grad)};
     if (!(g->ws = gpu_alloc(at, e)))
         return err_prefix(e, "gpu workspace of %.1f MiB", (double)at / (1 << 20));
+    g->ws_bytes = at;
     for (int i = 0; i < g->ntensors; i++) {
         struct gm_tensor *x = &g->tensors[i];
         x->data = g->ws + x->data_off;
@@ -430,6 +432,7 @@ void gmodel_cudnn_info(const struct gmodel *g, struct gmodel_cudnn_info *out)
             out->bn_plain += !n->L.bn.fused;
         }
     }
+    out->activation_bytes = g->ws_bytes;
     out->conv_ranked = g->dl.ranked;
     out->conv_cached = g->dl.cached;
     out->workspace_bytes = g->dl.plan.have;

@@ -102,6 +102,7 @@ struct gmodel_cudnn_info {
     int bn_fused, bn_plain;       /* batch norms with a ReLU on each path */
     int conv_ranked, conv_cached; /* convolution directions ranked anew, taken from cache */
     size_t workspace_bytes;       /* the shared workspace */
+    size_t activation_bytes;      /* the activation workspace (tensors, their gradients) */
 };
 void gmodel_cudnn_info(const struct gmodel *g, struct gmodel_cudnn_info *out);
 void gmodel_destroy(struct gmodel *g);
