@@ -282,7 +282,8 @@ static bool db_col_is_json(const char *name)
 {
     return strcmp(name, "spec") == 0 || strcmp(name, "params") == 0 ||
            strcmp(name, "env") == 0 || strcmp(name, "summary") == 0 ||
-           strcmp(name, "engines") == 0;
+           strcmp(name, "engines") == 0 || strcmp(name, "spans") == 0 ||
+           strcmp(name, "ops") == 0;
 }
 
 static bool db_col_is_time(const char *name)
@@ -430,6 +431,20 @@ static const char SQL_RUN_EPOCHS[] =
     "SELECT repeat, epoch, samples, train_loss, train_acc, test_loss, test_acc, time_s "
     "FROM epochs WHERE run_id = ?1 ORDER BY repeat, epoch";
 
+static const char SQL_RUN_MEMORY[] =
+    "SELECT rank, repeat, params_bytes, buffers_bytes, grads_bytes, optimizer_bytes, "
+    "comm_bytes, activations_bytes, peak_rss_bytes, device_peak_bytes FROM rank_memory "
+    "WHERE run_id = ?1 ORDER BY repeat, rank";
+/* per rank and repeat, over its windows: cores busy and context switches per second */
+static const char SQL_RUN_USAGE[] =
+    "SELECT rank, repeat, count(*) AS windows, sum(steps) AS steps, "
+    "round(sum(wall_s), 6) AS wall_s, round(sum(user_s), 6) AS user_s, "
+    "round(sum(sys_s), 6) AS sys_s, round(sum(user_s + sys_s) / sum(wall_s), 4) AS cpu_util, "
+    "sum(voluntary_cs) AS voluntary_cs, sum(involuntary_cs) AS involuntary_cs, "
+    "max(rss_bytes) AS rss_bytes, avg(gpu_util_pct) AS gpu_util_pct, "
+    "avg(gpu_mem_util_pct) AS gpu_mem_util_pct, avg(gpu_power_w) AS gpu_power_w "
+    "FROM rank_usage WHERE run_id = ?1 GROUP BY repeat, rank ORDER BY repeat, rank";
+
 /* --- the replies --- */
 
 /* One reply: an object of row's columns (none when row is NULL), then each array of
@@ -438,7 +453,7 @@ struct db_reply_def {
     const char *row;
     struct {
         const char *key, *sql;
-    } arrays[4];
+    } arrays[6];
     const char *tail;
 };
 
@@ -447,7 +462,9 @@ static const struct db_reply_def db_reply_defs[DB_REPLY_COUNT] = {
                       {{"ranks", SQL_RUN_RANKS},
                        {"collectives", SQL_RUN_COLLECTIVES},
                        {"epochs", SQL_RUN_EPOCHS},
-                       {"env", SQL_RUN_ENV}},
+                       {"env", SQL_RUN_ENV},
+                       {"memory", SQL_RUN_MEMORY},
+                       {"usage", SQL_RUN_USAGE}},
                       NULL},
     [DB_REPLY_EXPERIMENT] =
         {SQL_GET_EXPERIMENT,
@@ -1296,6 +1313,51 @@ int db_insert_epoch(struct db *db, int64_t run_id, const struct report_epoch *r,
                         r->time_s);
 }
 
+static const char SQL_INSERT_MEMORY[] =
+    "INSERT OR REPLACE INTO rank_memory (run_id, rank, repeat, params_bytes, buffers_bytes, "
+    "grads_bytes, optimizer_bytes, comm_bytes, activations_bytes, peak_rss_bytes, "
+    "device_peak_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+
+int db_insert_memory(struct db *db, int64_t run_id, int rank, const struct report_memory *m,
+                     struct err *e)
+{
+    /* J: a figure the engine cannot tell (-1) is stored as NULL */
+    return db_write_one(db, e, SQL_INSERT_MEMORY, "IiiJJJJJJIJ", run_id, rank, m->repeat,
+                        m->params_bytes, m->buffers_bytes, m->grads_bytes, m->optimizer_bytes,
+                        m->comm_bytes, m->activations_bytes, m->peak_rss_bytes,
+                        m->device_peak_bytes);
+}
+
+static const char SQL_INSERT_USAGE[] =
+    "INSERT OR REPLACE INTO rank_usage (run_id, rank, repeat, epoch, steps, wall_s, user_s, "
+    "sys_s, voluntary_cs, involuntary_cs, rss_bytes, gpu_util_pct, gpu_mem_util_pct, "
+    "gpu_power_w) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+
+int db_insert_usage(struct db *db, int64_t run_id, int rank, const struct report_usage *u,
+                    struct err *e)
+{
+    return db_write_one(db, e, SQL_INSERT_USAGE, "IiiiIdddIIJDDD", run_id, rank, u->repeat,
+                        u->epoch, u->steps, u->wall_s, u->user_s, u->sys_s, u->voluntary_cs,
+                        u->involuntary_cs, u->rss_bytes, u->gpu_util_pct, u->gpu_mem_util_pct,
+                        u->gpu_power_w);
+}
+
+static const char SQL_INSERT_TRACE[] =
+    "INSERT OR REPLACE INTO trace_steps (run_id, rank, repeat, step, clock_offset_ns, spans, "
+    "ops) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+int db_insert_trace(struct db *db, int64_t run_id, int rank, const struct report_trace *t,
+                    struct err *e)
+{
+    char *spans = json_dumps(t->spans, JSON_COMPACT), *ops = json_dumps(t->ops, JSON_COMPACT);
+    int rc = spans && ops ? db_write_one(db, e, SQL_INSERT_TRACE, "IiiIItt", run_id, rank,
+                                         t->repeat, t->step, t->clock_offset_ns, spans, ops)
+                          : err_set(e, ERR_NOMEM, NULL, "out of memory");
+    free(spans);
+    free(ops);
+    return rc;
+}
+
 static const char SQL_RUN_EXISTS[] = "SELECT 1 FROM runs WHERE id = ?1";
 static const char SQL_RUN_STEPS[] =
     "SELECT rank, repeat, epoch, step, warmup, samples, loss, data_ms, forward_ms, "
@@ -1360,6 +1422,38 @@ json_t *db_get_steps(struct db *db, int64_t run_id, int rank, bool include_warmu
     sqlite3_bind_int(st, 3, include_warmup);
     out = db_rows_compact(c, st, e);
 done:
+    db_reader_release(db, c);
+    return out;
+}
+
+static const char SQL_TRACE_RANKS[] =
+    "SELECT rank, node, host FROM run_ranks WHERE run_id = ?1 ORDER BY rank";
+static const char SQL_TRACE_STEPS[] =
+    "SELECT rank, repeat, step, clock_offset_ns, spans, ops FROM trace_steps "
+    "WHERE run_id = ?1 ORDER BY repeat, step, rank";
+
+json_t *db_get_trace(struct db *db, int64_t run_id, struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    json_t *out = NULL, *ranks = NULL, *steps = NULL;
+    int64_t world = -1;
+    sqlite3_stmt *st;
+    if (db_run_column(c, SQL_RUN_WORLD, run_id, &world, e) < 0 ||
+        !(st = db_stmt(c, SQL_TRACE_RANKS, e)))
+        goto done;
+    sqlite3_bind_int64(st, 1, run_id);
+    if (!(ranks = db_rows_json(c, st, e)) || !(st = db_stmt(c, SQL_TRACE_STEPS, e)))
+        goto done;
+    sqlite3_bind_int64(st, 1, run_id);
+    if (!(steps = db_rows_compact(c, st, e)))
+        goto done;
+    out = json_pack("{s:I, s:O, s:O}", "world_size", (json_int_t)world, "ranks", ranks, "steps",
+                    steps);
+    if (!out)
+        err_set(e, ERR_NOMEM, NULL, "out of memory");
+done:
+    json_decref(ranks);
+    json_decref(steps);
     db_reader_release(db, c);
     return out;
 }
@@ -1493,6 +1587,41 @@ static const struct db_col db_data_epoch_cols[] = {
     DB_COL("time_s", DB_COL_REAL, struct report_epoch, time_s),
 };
 
+/* Per repeat, the largest rank's figures (the one whose node must hold it). */
+static const char SQL_DATA_MEMORY[] =
+    "SELECT repeat, max(params_bytes) AS params_bytes, max(buffers_bytes) AS buffers_bytes, "
+    "max(grads_bytes) AS grads_bytes, max(optimizer_bytes) AS optimizer_bytes, "
+    "max(comm_bytes) AS comm_bytes, max(activations_bytes) AS activations_bytes, "
+    "max(peak_rss_bytes) AS peak_rss_bytes, max(device_peak_bytes) AS device_peak_bytes "
+    "FROM rank_memory WHERE run_id = ?1 GROUP BY repeat ORDER BY repeat";
+static const struct db_col db_data_memory_cols[] = {
+    DB_COL("repeat", DB_COL_INT, struct db_memory_row, repeat),
+    DB_COL("params_bytes", DB_COL_REAL_OR_NEG1, struct db_memory_row, params_bytes),
+    DB_COL("buffers_bytes", DB_COL_REAL_OR_NEG1, struct db_memory_row, buffers_bytes),
+    DB_COL("grads_bytes", DB_COL_REAL_OR_NEG1, struct db_memory_row, grads_bytes),
+    DB_COL("optimizer_bytes", DB_COL_REAL_OR_NEG1, struct db_memory_row, optimizer_bytes),
+    DB_COL("comm_bytes", DB_COL_REAL_OR_NEG1, struct db_memory_row, comm_bytes),
+    DB_COL("activations_bytes", DB_COL_REAL_OR_NEG1, struct db_memory_row, activations_bytes),
+    DB_COL("peak_rss_bytes", DB_COL_REAL_OR_NEG1, struct db_memory_row, peak_rss_bytes),
+    DB_COL("device_peak_bytes", DB_COL_REAL_OR_NEG1, struct db_memory_row, device_peak_bytes),
+};
+/* Per repeat, every rank's windows pooled: the mean rank's cores and switch rates. */
+static const char SQL_DATA_USAGE[] =
+    "SELECT repeat, sum(user_s + sys_s) / sum(wall_s) AS cpu_util, "
+    "sum(voluntary_cs) / sum(wall_s) AS voluntary_cs_per_s, "
+    "sum(involuntary_cs) / sum(wall_s) AS involuntary_cs_per_s, "
+    "avg(gpu_util_pct) AS gpu_util_pct, avg(gpu_power_w) AS gpu_power_w "
+    "FROM rank_usage WHERE run_id = ?1 GROUP BY repeat ORDER BY repeat";
+static const struct db_col db_data_usage_cols[] = {
+    DB_COL("repeat", DB_COL_INT, struct db_usage_row, repeat),
+    DB_COL("cpu_util", DB_COL_REAL_OR_NEG1, struct db_usage_row, cpu_util),
+    DB_COL("voluntary_cs_per_s", DB_COL_REAL_OR_NEG1, struct db_usage_row, voluntary_cs_per_s),
+    DB_COL("involuntary_cs_per_s", DB_COL_REAL_OR_NEG1, struct db_usage_row,
+           involuntary_cs_per_s),
+    DB_COL("gpu_util_pct", DB_COL_REAL_OR_NEG1, struct db_usage_row, gpu_util_pct),
+    DB_COL("gpu_power_w", DB_COL_REAL_OR_NEG1, struct db_usage_row, gpu_power_w),
+};
+
 #define DB_READER(sql, cols, type)                                                             \
     {                                                                                          \
         sql, cols, sizeof cols / sizeof cols[0], sizeof(type)                                  \
@@ -1507,11 +1636,16 @@ static const struct db_reader db_data_collective_reader = DB_READER(
     SQL_RUN_COLLECTIVES, db_data_collective_cols, struct report_collective);
 static const struct db_reader db_data_epoch_reader = DB_READER(
     SQL_RUN_EPOCHS, db_data_epoch_cols, struct report_epoch);
+static const struct db_reader db_data_memory_reader = DB_READER(
+    SQL_DATA_MEMORY, db_data_memory_cols, struct db_memory_row);
+static const struct db_reader db_data_usage_reader = DB_READER(
+    SQL_DATA_USAGE, db_data_usage_cols, struct db_usage_row);
 
 /* Every typed reader, checked against its statement when the database opens. */
 static const struct db_reader *const db_readers[] = {
     &db_data_experiment_reader, &db_data_run_reader,   &db_data_step_reader,
-    &db_data_collective_reader, &db_data_epoch_reader,
+    &db_data_collective_reader, &db_data_epoch_reader, &db_data_memory_reader,
+    &db_data_usage_reader,
 };
 
 static int db_check_readers(struct db_conn *c, struct err *e)
@@ -1548,6 +1682,12 @@ static int db_read_run_figures(struct db_conn *c, struct db_data_run *run, struc
     if (db_read_typed(c, &db_data_epoch_reader, run->id, &rows, &run->nepochs, e) < 0)
         return -1;
     run->epochs = rows;
+    if (db_read_typed(c, &db_data_memory_reader, run->id, &rows, &run->nmemory, e) < 0)
+        return -1;
+    run->memory = rows;
+    if (db_read_typed(c, &db_data_usage_reader, run->id, &rows, &run->nusage, e) < 0)
+        return -1;
+    run->usage = rows;
     return 0;
 }
 
@@ -1581,6 +1721,8 @@ void db_experiment_data_free(struct db_experiment_data *d)
         db_rows_free(&db_data_collective_reader, run->collectives, run->ncollectives);
         db_rows_free(&db_data_step_reader, run->steps, run->nsteps);
         db_rows_free(&db_data_epoch_reader, run->epochs, run->nepochs);
+        db_rows_free(&db_data_memory_reader, run->memory, run->nmemory);
+        db_rows_free(&db_data_usage_reader, run->usage, run->nusage);
     }
     db_rows_free(&db_data_run_reader, d->runs, d->nruns);
     memset(d, 0, sizeof *d);

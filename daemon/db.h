@@ -110,6 +110,20 @@ struct db_step_row {
     int64_t bytes_sent;          /* all ranks' */
     int ranks;                   /* ranks that reported the step */
 };
+/* What a run's ranks held in one repeat: the largest rank's figure (the one a node's
+ * memory must fit), -1 where no rank reported it (report.h struct report_memory). */
+struct db_memory_row {
+    int repeat;
+    double params_bytes, buffers_bytes, grads_bytes, optimizer_bytes, comm_bytes;
+    double activations_bytes, peak_rss_bytes, device_peak_bytes;
+};
+/* What a run's ranks used in one repeat, over every window, per rank: cores busy
+ * ((user + sys) / wall), context switches per second; NVML means; -1 where unknown. */
+struct db_usage_row {
+    int repeat;
+    double cpu_util, voluntary_cs_per_s, involuntary_cs_per_s;
+    double gpu_util_pct, gpu_power_w;
+};
 struct db_data_run {
     int64_t id;
     json_t *params, *spec; /* owned: the swept values and the resolved spec */
@@ -122,8 +136,12 @@ struct db_data_run {
     size_t ncollectives;                   /* bytes) order */
     struct db_step_row *steps;             /* (repeat, step) order */
     size_t nsteps;
-    struct report_epoch *epochs; /* (repeat, epoch) order; test figures -1 */
-    size_t nepochs;              /* when not evaluated */
+    struct report_epoch *epochs;  /* (repeat, epoch) order; test figures -1 */
+    size_t nepochs;               /* when not evaluated */
+    struct db_memory_row *memory; /* repeat order (migration 011) */
+    size_t nmemory;
+    struct db_usage_row *usage; /* repeat order */
+    size_t nusage;
 };
 struct db_experiment_data {
     int64_t id;
@@ -199,6 +217,16 @@ int db_insert_collective(struct db *db, int64_t run_id, const struct report_coll
                          struct err *e);
 int db_insert_step(struct db *db, int64_t run_id, int rank, const struct report_step *s,
                    struct err *e);
+int db_insert_memory(struct db *db, int64_t run_id, int rank, const struct report_memory *m,
+                     struct err *e);
+int db_insert_usage(struct db *db, int64_t run_id, int rank, const struct report_usage *u,
+                    struct err *e);
+int db_insert_trace(struct db *db, int64_t run_id, int rank, const struct report_trace *t,
+                    struct err *e);
+/* A run's traced steps for daemon/trace.c: {"world_size": N, "ranks": [{rank, node,
+ * host}...], "steps": {"columns": [rank, repeat, step, clock_offset_ns, spans, ops],
+ * "rows": [...]}} with spans and ops decoded. Owned; ERR_NOT_FOUND for no such run. */
+json_t *db_get_trace(struct db *db, int64_t run_id, struct err *e);
 int db_insert_epoch(struct db *db, int64_t run_id, const struct report_epoch *ep,
                     struct err *e);
 /* Ends a run (succeeded, failed, cancelled, interrupted) and updates its experiment's

@@ -37,6 +37,9 @@ union ingest_record {
     } heartbeat;
     struct report_step step;
     struct report_epoch epoch;
+    struct report_memory memory;
+    struct report_usage usage;
+    struct report_trace trace; /* spans and ops borrowed from the line */
 };
 
 /* One line in flight: the run, the rank, the validated event (borrowed) and its record. */
@@ -278,6 +281,38 @@ static json_t *ingest_epoch_publish(const struct ingest_ctx *x)
     return ingest_event_data(x);
 }
 
+/* --- memory, usage, trace (issue 17) ----------------------------------------------------- */
+
+static int ingest_memory_from_json(struct ingest_ctx *x, struct err *e)
+{
+    return report_memory_from_json(x->ev, &x->rec.memory, e);
+}
+
+static int ingest_memory_store(struct ingest_ctx *x, struct err *e)
+{
+    return db_insert_memory(x->run->db, x->run->run_id, x->rank, &x->rec.memory, e);
+}
+
+static int ingest_usage_from_json(struct ingest_ctx *x, struct err *e)
+{
+    return report_usage_from_json(x->ev, &x->rec.usage, e);
+}
+
+static int ingest_usage_store(struct ingest_ctx *x, struct err *e)
+{
+    return db_insert_usage(x->run->db, x->run->run_id, x->rank, &x->rec.usage, e);
+}
+
+static int ingest_trace_from_json(struct ingest_ctx *x, struct err *e)
+{
+    return report_trace_from_json(x->ev, &x->rec.trace, e);
+}
+
+static int ingest_trace_store(struct ingest_ctx *x, struct err *e)
+{
+    return db_insert_trace(x->run->db, x->run->run_id, x->rank, &x->rec.trace, e);
+}
+
 /* --- the table --------------------------------------------------------------------------- */
 
 static const struct ingest_type ingest_types[] = {
@@ -293,6 +328,10 @@ static const struct ingest_type ingest_types[] = {
     [REPORT_STEP] = {ingest_step_from_json, ingest_step_store, ingest_step_track,
                      ingest_step_publish},
     [REPORT_EPOCH] = {ingest_epoch_from_json, ingest_epoch_store, NULL, ingest_epoch_publish},
+    /* stored, not published: the run page reads them when the run has ended */
+    [REPORT_MEMORY] = {ingest_memory_from_json, ingest_memory_store, NULL, NULL},
+    [REPORT_USAGE] = {ingest_usage_from_json, ingest_usage_store, NULL, NULL},
+    [REPORT_TRACE] = {ingest_trace_from_json, ingest_trace_store, NULL, NULL},
 };
 
 #define INGEST_NTYPES (sizeof ingest_types / sizeof ingest_types[0])

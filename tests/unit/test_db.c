@@ -12,11 +12,13 @@
 #include "tests/unit/test.h"
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 10
+#define TEST_DB_VERSION 11
 /* what migration 009 added, undone for a test that sets the version back below it */
+#define TEST_DB_UNDO_011                                                                       \
+    "DROP TABLE rank_memory; DROP TABLE rank_usage; DROP TABLE trace_steps; "
 #define TEST_DB_UNDO_009                                                                       \
-    "DROP TABLE nodes; ALTER TABLE runs DROP COLUMN nodes; ALTER TABLE runs DROP COLUMN "      \
-    "ranks_per_node; "
+    TEST_DB_UNDO_011 "DROP TABLE nodes; ALTER TABLE runs DROP COLUMN nodes; ALTER TABLE runs " \
+                     "DROP COLUMN ranks_per_node; "
 
 static char db_dir[64];
 static char db_path[128];
@@ -815,6 +817,109 @@ static void test_db_step_phases_null(void)
     test_db_cleanup(db);
 }
 
+/* Memory, usage and trace rows (migration 011): the run reply lists each rank's memory
+ * (a figure the engine could not tell is null) and its usage pooled over windows; the
+ * results read the largest rank per repeat; the trace rows come back with spans and ops
+ * decoded; a database at version 10 gains the tables and keeps its steps. */
+static void test_db_observe(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 1);
+    int64_t r = test_db_run_id(db, id, 0);
+    struct report_memory m0 = {.params_bytes = 400,
+                               .buffers_bytes = 8,
+                               .grads_bytes = 400,
+                               .optimizer_bytes = 200,
+                               .comm_bytes = 64,
+                               .activations_bytes = -1,
+                               .peak_rss_bytes = 5000,
+                               .device_peak_bytes = -1};
+    struct report_memory m1 = m0;
+    m1.optimizer_bytes = 208;
+    m1.peak_rss_bytes = 7000;
+    T_OK(db_insert_memory(db, r, 0, &m0, &e));
+    T_OK(db_insert_memory(db, r, 1, &m1, &e));
+    struct report_usage u = {.epoch = 0,
+                             .steps = 4,
+                             .wall_s = 2.0,
+                             .user_s = 1.5,
+                             .sys_s = 0.5,
+                             .voluntary_cs = 10,
+                             .involuntary_cs = 4,
+                             .rss_bytes = 4000,
+                             .gpu_util_pct = -1,
+                             .gpu_mem_util_pct = -1,
+                             .gpu_power_w = -1};
+    T_OK(db_insert_usage(db, r, 0, &u, &e));
+    u.epoch = 1;
+    u.user_s = 0.5; /* the second window: 1 core over 2 s */
+    T_OK(db_insert_usage(db, r, 0, &u, &e));
+    json_t *spans = json_pack("[[s, I, I]]", "step", (json_int_t)100, (json_int_t)900);
+    json_t *ops = json_pack("[[s, i, I, s, I, I]]", "allreduce", 0, (json_int_t)4096, "ring",
+                            (json_int_t)200, (json_int_t)700);
+    struct report_trace tr = {
+        .repeat = 0, .step = 3, .clock_offset_ns = 1000000, .spans = spans, .ops = ops};
+    T_OK(db_insert_trace(db, r, 1, &tr, &e));
+
+    json_t *run = db_get_run(db, r, &e);
+    T_CHECK_MSG(run != NULL, "%s", e.msg);
+    json_t *mem = json_object_get(run, "memory");
+    T_EQ_INT(json_array_size(mem), 2);
+    T_EQ_INT(json_integer_value(json_object_get(json_array_get(mem, 1), "optimizer_bytes")),
+             208);
+    T_CHECK(json_is_null(json_object_get(json_array_get(mem, 0), "activations_bytes")));
+    json_t *use = json_array_get(json_object_get(run, "usage"), 0);
+    T_EQ_INT(json_integer_value(json_object_get(use, "windows")), 2);
+    T_EQ_INT(json_integer_value(json_object_get(use, "steps")), 8);
+    T_NEAR(json_number_value(json_object_get(use, "cpu_util")), 0.75, 1e-9); /* 3 s / 4 s */
+    T_CHECK(json_is_null(json_object_get(use, "gpu_util_pct")));
+    json_decref(run);
+
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    T_EQ_INT(data.runs[0].nmemory, 1);
+    T_NEAR(data.runs[0].memory[0].optimizer_bytes, 208, 0); /* the largest rank */
+    T_NEAR(data.runs[0].memory[0].peak_rss_bytes, 7000, 0);
+    T_NEAR(data.runs[0].memory[0].activations_bytes, -1, 0);
+    T_EQ_INT(data.runs[0].nusage, 1);
+    T_NEAR(data.runs[0].usage[0].cpu_util, 0.75, 1e-9);
+    T_NEAR(data.runs[0].usage[0].involuntary_cs_per_s, 2.0, 1e-9); /* 8 over 4 s */
+    T_NEAR(data.runs[0].usage[0].gpu_power_w, -1, 0);
+    db_experiment_data_free(&data);
+
+    json_t *t = db_get_trace(db, r, &e);
+    T_CHECK_MSG(t != NULL, "%s", e.msg);
+    json_t *row = json_array_get(json_object_get(json_object_get(t, "steps"), "rows"), 0);
+    T_EQ_INT(json_array_size(json_object_get(json_object_get(t, "steps"), "rows")), 1);
+    T_EQ_INT(json_integer_value(json_array_get(row, 0)), 1);       /* rank */
+    T_EQ_INT(json_integer_value(json_array_get(row, 3)), 1000000); /* offset */
+    T_CHECK(json_equal(json_array_get(row, 4), spans));
+    T_CHECK(json_equal(json_array_get(row, 5), ops));
+    json_decref(t);
+    T_CHECK(db_get_trace(db, r + 1000, &e) == NULL && e.code == ERR_NOT_FOUND);
+    json_decref(spans);
+    json_decref(ops);
+
+    /* a database from before 011 */
+    db_close(db);
+    sqlite3 *h;
+    T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
+    T_CHECK(sqlite3_exec(h, TEST_DB_UNDO_011 "PRAGMA user_version=10", NULL, NULL, NULL) ==
+            SQLITE_OK);
+    sqlite3_close(h);
+    db = db_open(db_path, &e);
+    T_CHECK_MSG(db != NULL, "%s", e.msg);
+    T_EQ_INT(db_schema_version(db), TEST_DB_VERSION);
+    run = db_get_run(db, r, &e);
+    T_CHECK(run != NULL);
+    T_EQ_INT(json_array_size(json_object_get(run, "memory")), 0);
+    json_decref(run);
+    T_OK(db_insert_memory(db, r, 0, &m0, &e));
+    test_db_cleanup(db);
+}
+
 /* An epoch that trained on no sample has no train loss or accuracy: stored NULL, served
  * null, read back as -1 (not measured); migration 006 turns the zeros older databases
  * stored for such epochs into NULL and keeps every measured figure. */
@@ -945,6 +1050,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_network_profile);
     TEST_RUN(test_db_epoch_train_null);
     TEST_RUN(test_db_step_phases_null);
+    TEST_RUN(test_db_observe);
     TEST_RUN(test_db_queued_spec_parsed);
     TEST_RUN(test_db_results_roundtrip);
     TEST_RUN(test_db_reader_checks_aliases);

@@ -193,6 +193,39 @@ static void test_ingest_every_type(void)
     T_OK(report_emit_epoch(&x.w[0], &empty, &e));
     T_OK(fx_ingest(&x, 0, &res, &e));
 
+    /* memory, usage and trace: stored per rank, not published */
+    struct report_memory mem = {.params_bytes = 400,
+                                .buffers_bytes = 0,
+                                .grads_bytes = 400,
+                                .optimizer_bytes = 200,
+                                .comm_bytes = 8,
+                                .activations_bytes = 64,
+                                .peak_rss_bytes = 1 << 20,
+                                .device_peak_bytes = -1};
+    T_OK(report_emit_memory(&x.w[1], &mem, &e));
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    T_EQ_INT(res.type, REPORT_MEMORY);
+    struct report_usage use = {.steps = 3,
+                               .wall_s = 1,
+                               .user_s = 0.5,
+                               .sys_s = 0.25,
+                               .voluntary_cs = 2,
+                               .involuntary_cs = 1,
+                               .rss_bytes = -1,
+                               .gpu_util_pct = -1,
+                               .gpu_mem_util_pct = -1,
+                               .gpu_power_w = -1};
+    T_OK(report_emit_usage(&x.w[1], &use, &e));
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    T_EQ_INT(res.type, REPORT_USAGE);
+    json_t *spans = json_pack("[[s, i, i]]", "step", 10, 20), *ops = json_array();
+    struct report_trace tr = {.step = 2, .clock_offset_ns = 5, .spans = spans, .ops = ops};
+    T_OK(report_emit_trace(&x.w[1], &tr, &e));
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    T_EQ_INT(res.type, REPORT_TRACE);
+    json_decref(spans);
+    json_decref(ops);
+
     /* heartbeat: phase and progress, and since when they have not changed */
     const struct ingest_rank *hb = ingest_rank_state(&x.in, 1);
     T_CHECK(!hb->heartbeat_ms && !hb->heartbeat[0]);
@@ -252,6 +285,15 @@ static void test_ingest_every_type(void)
     T_NEAR(json_number_value(json_object_get(json_array_get(eps, 0), "train_loss")), 1.5, 0);
     T_CHECK(json_is_null(json_object_get(json_array_get(eps, 1), "train_loss")));
     T_CHECK(json_is_null(json_object_get(json_array_get(eps, 1), "train_acc")));
+    json_t *m0 = json_array_get(json_object_get(run, "memory"), 0);
+    T_EQ_INT(json_integer_value(json_object_get(m0, "rank")), 1);
+    T_EQ_INT(json_integer_value(json_object_get(m0, "optimizer_bytes")), 200);
+    T_CHECK(json_is_null(json_object_get(m0, "device_peak_bytes")));
+    json_t *u0 = json_array_get(json_object_get(run, "usage"), 0);
+    T_NEAR(json_number_value(json_object_get(u0, "cpu_util")), 0.75, 1e-9);
+    json_t *trace = db_get_trace(x.db, x.run, &e);
+    T_EQ_INT(json_array_size(json_object_get(json_object_get(trace, "steps"), "rows")), 1);
+    json_decref(trace);
     char *env = json_dumps(json_object_get(run, "env"), JSON_COMPACT);
     T_CHECK_MSG(strstr(env, "\"kernel\":\"6.1\"") != NULL, "%s", env);
     free(env);
