@@ -1,9 +1,11 @@
 /* h_runs: one run with its ranks, environment and results, straight from SQLite: the
- * reply text is what db_get_run_text's one statement builds, sent as it is. */
+ * reply text is what db_get_run_text's one statement builds, sent as it is; its steps;
+ * its trace (daemon/trace.c builds the timeline from the stored traced steps). */
 #include <string.h>
 
 #include "api/handlers.h"
 #include "common/spec.h"
+#include "daemon/trace.h"
 
 static const char *const h_runs_no_args[] = {NULL};
 
@@ -43,4 +45,17 @@ int h_runs_cancel(struct api_ctx *ctx, const struct api_request *req, struct api
         return -1;
     rep->status = 202;
     return h_runs_reply(ctx, req->ids[0], rep, e);
+}
+
+int h_runs_trace(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                 struct err *e)
+{
+    if (api_query_check(req, h_runs_no_args, e) < 0)
+        return -1;
+    json_t *rows = db_get_trace(ctx->db, req->ids[0], e);
+    if (!rows)
+        return -1;
+    rep->json = trace_build(rows, req->ids[0], e);
+    json_decref(rows);
+    return rep->json ? 0 : -1;
 }

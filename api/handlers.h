@@ -31,6 +31,9 @@ int h_runs_get(struct api_ctx *ctx, const struct api_request *req, struct api_re
                struct err *e);
 int h_runs_cancel(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                   struct err *e);
+/* GET /v1/runs/{run}/trace: the run's traced steps as Chrome trace-event JSON. */
+int h_runs_trace(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                 struct err *e);
 int h_runs_steps(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                  struct err *e);
 /* h_system.c */

@@ -38,6 +38,7 @@ static const struct api_route api_routes[] = {
     {"GET", "/v1/runs/{run}", h_runs_get},
     {"POST", "/v1/runs/{run}/cancel", h_runs_cancel},
     {"GET", "/v1/runs/{run}/steps", h_runs_steps},
+    {"GET", "/v1/runs/{run}/trace", h_runs_trace},
     {"GET", "/v1/nodes", h_nodes_list},
     {"GET", "/v1/engines", h_engines_list},
     {"POST", "/v1/cluster/join", h_cluster_join},

@@ -1,0 +1,32 @@
+/* trace: a run's traced steps as Chrome trace-event JSON (GET /v1/runs/{id}/trace), the
+ * format chrome://tracing and Perfetto open.
+ *
+ * Decisions:
+ * - One process per rank (pid = rank, named with its node), one thread for the compute
+ *   timeline (tid 0: each step, and inside it data, forward, backward, optimizer and the
+ *   exposed communication), and communication threads (tid 1, 2, ...) for the
+ *   collectives from launch to completion. Operations queued behind one another
+ *   overlap in time, which complete events ("X") on one thread cannot show, so each
+ *   collective goes to the first communication lane free at its launch: lane 1 alone
+ *   means nothing waited in the queue.
+ * - Times: each row's CLOCK_MONOTONIC ns plus its rank's CLOCK_REALTIME offset put every
+ *   rank on one time line (ranks of one node share the clock exactly; across nodes the
+ *   wall clocks' agreement bounds the error); ts is microseconds from the run's first
+ *   traced instant, which otherData gives in Unix ns with every rank's offset.
+ * - Every duration is the worker's own pair of readings, so a phase's total over its
+ *   spans is the step phase stored for it (backward and optimizer less the exposed
+ *   communication nested in them, as report.h defines the phases).
+ *
+ * Ownership: trace_build borrows its input (db_get_trace's object) and returns an owned
+ * object. */
+#ifndef DDPB_TRACE_H
+#define DDPB_TRACE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/err.h"
+
+json_t *trace_build(const json_t *rows, int64_t run_id, struct err *e);
+
+#endif

@@ -1,0 +1,123 @@
+/* Unit tests for daemon/trace: stored traced steps become Chrome trace events. Two ranks
+ * whose clocks differ by a known offset land on one time line; each collective lands on
+ * a communication lane free at its launch (queued ones on a second); every event carries
+ * the fields the trace-event format requires; names say rank, node and lane. */
+#include <string.h>
+
+#include "daemon/trace.h"
+#include "tests/unit/test.h"
+
+/* {"world_size", "ranks", "steps": {"columns", "rows"}} as db_get_trace returns it. */
+static json_t *trace_input(void)
+{
+    json_t *rows = json_array();
+    /* rank 0: offset 1000 ns; step [0, 10000), forward inside, two overlapping ops */
+    json_array_append_new(rows,
+                          json_pack("[i, i, i, I, [[s, i, i], [s, i, i]], [[s, i, i, s, i, i], "
+                                    "[s, i, i, s, i, i]]]",
+                                    0, 0, 5, (json_int_t)1000, "step", 0, 10000, "forward", 100,
+                                    4000, "allreduce", 0, 4096, "ring", 5000, 8000, "allreduce",
+                                    1, 1024, "rd", 6000, 9000));
+    /* rank 1: its monotonic clock is 500 ns behind rank 0's wall time */
+    json_array_append_new(rows, json_pack("[i, i, i, I, [[s, i, i]], []]", 1, 0, 5,
+                                          (json_int_t)1500, "step", 0, 9000));
+    json_t *ranks = json_pack("[{s:i, s:s, s:s}, {s:i, s:s, s:s}]", "rank", 0, "node", "n0",
+                              "host", "h0", "rank", 1, "node", "n1", "host", "h1");
+    return json_pack("{s:i, s:o, s:{s:[s,s,s,s,s,s], s:o}}", "world_size", 2, "ranks", ranks,
+                     "steps", "columns", "rank", "repeat", "step", "clock_offset_ns", "spans",
+                     "ops", "rows", rows);
+}
+
+static const json_t *find(const json_t *events, const char *ph, int pid, const char *name,
+                          int nth)
+{
+    size_t i;
+    const json_t *ev;
+    json_array_foreach((json_t *)events, i, ev)
+    {
+        const char *n = json_string_value(json_object_get(ev, "name"));
+        if (strcmp(json_string_value(json_object_get(ev, "ph")), ph) == 0 &&
+            json_integer_value(json_object_get(ev, "pid")) == pid && n &&
+            strcmp(n, name) == 0 && nth-- == 0)
+            return ev;
+    }
+    return NULL;
+}
+
+static double num(const json_t *ev, const char *k)
+{
+    return json_number_value(json_object_get(ev, k));
+}
+
+static void test_trace_events(void)
+{
+    struct err e = {0};
+    json_t *in = trace_input();
+    json_t *t = trace_build(in, 42, &e);
+    json_decref(in);
+    T_CHECK_MSG(t != NULL, "%s", e.msg);
+    const json_t *events = json_object_get(t, "traceEvents");
+    /* every event has the format's fields: name, ph, pid, tid; X events ts and dur */
+    size_t i;
+    const json_t *ev;
+    json_array_foreach((json_t *)events, i, ev)
+    {
+        const char *ph = json_string_value(json_object_get(ev, "ph"));
+        T_CHECK(json_is_string(json_object_get(ev, "name")) && ph &&
+                json_is_integer(json_object_get(ev, "pid")) &&
+                json_is_integer(json_object_get(ev, "tid")));
+        if (ph && strcmp(ph, "X") == 0)
+            T_CHECK(json_is_number(json_object_get(ev, "ts")) && num(ev, "dur") >= 0 &&
+                    json_is_object(json_object_get(ev, "args")));
+    }
+    /* origin: rank 0's step at 0 + 1000 ns is the earliest instant; rank 1's starts at
+     * 1500 ns, 0.5 us later */
+    const json_t *s0 = find(events, "X", 0, "step 5", 0),
+                 *s1 = find(events, "X", 1, "step 5", 0);
+    T_CHECK(s0 && s1);
+    T_NEAR(num(s0, "ts"), 0.0, 1e-9);
+    T_NEAR(num(s0, "dur"), 10.0, 1e-9);
+    T_NEAR(num(s1, "ts"), 0.5, 1e-9);
+    T_EQ_INT(
+        json_integer_value(json_object_get(json_object_get(t, "otherData"), "origin_unix_ns")),
+        1000);
+    const json_t *fw = find(events, "X", 0, "forward", 0);
+    T_CHECK(fw && json_integer_value(json_object_get(fw, "tid")) == 0);
+    T_NEAR(num(fw, "ts"), 0.1, 1e-9);
+    /* the second allreduce was launched while the first was in flight: lane 2 */
+    const json_t *a = find(events, "X", 0, "allreduce", 0),
+                 *b = find(events, "X", 0, "allreduce", 1);
+    T_CHECK(a && b);
+    T_EQ_INT(json_integer_value(json_object_get(a, "tid")), 1);
+    T_EQ_INT(json_integer_value(json_object_get(b, "tid")), 2);
+    T_EQ_INT(json_integer_value(json_object_get(json_object_get(b, "args"), "bytes")), 1024);
+    T_EQ_STR(json_string_value(json_object_get(json_object_get(b, "args"), "algorithm")), "rd");
+    /* names: each rank with its node, its compute thread, its lanes */
+    const json_t *pn = find(events, "M", 1, "process_name", 0);
+    T_CHECK(pn &&
+            strstr(json_string_value(json_object_get(json_object_get(pn, "args"), "name")),
+                   "node n1"));
+    T_CHECK(find(events, "M", 0, "thread_name", 2) != NULL); /* compute, lane 1, lane 2 */
+    T_CHECK(find(events, "M", 1, "thread_name", 1) == NULL); /* rank 1 has no collective */
+    json_decref(t);
+}
+
+/* A run with no traced step is an empty, valid trace. */
+static void test_trace_empty(void)
+{
+    struct err e = {0};
+    json_t *in = json_pack("{s:i, s:[], s:{s:[], s:[]}}", "world_size", 2, "ranks", "steps",
+                           "columns", "rows");
+    json_t *t = trace_build(in, 1, &e);
+    json_decref(in);
+    T_CHECK(t && json_array_size(json_object_get(t, "traceEvents")) == 0);
+    json_decref(t);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    TEST_RUN(test_trace_events);
+    TEST_RUN(test_trace_empty);
+    return test_end();
+}
