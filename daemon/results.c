@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/spec.h"
 #include "common/stats.h"
 
 /* --- growable vectors (of doubles, and of step indexes) ---------------------------------- */
@@ -156,8 +157,9 @@ static json_t *results_key_of(const struct db_data_run *run, const json_t *field
     json_array_foreach(fields, i, f)
     {
         const char *name = json_string_value(f);
-        json_t *v = run ? json_object_get(run->spec, name) : NULL;
-        json_object_set(key, name, v ? v : json_null());
+        /* dotted names ("optimizer.type") are nested in the spec, as sweeps name them */
+        const json_t *v = run ? spec_field_value(run->spec, name) : NULL;
+        json_object_set(key, name, v ? (json_t *)v : json_null());
         /* grouped by the placement: what the run got, not the spec's 0 ("as few as fit") */
         if (run && strcmp(name, "ranks_per_node") == 0)
             json_object_set_new(key, name, json_integer(run->ranks_per_node));
@@ -223,7 +225,7 @@ static json_t *results_fields(const struct db_experiment_data *data,
         return fields;
     }
     for (size_t i = 0; i < ngroup; i++) {
-        if (first && !json_object_get(first->spec, group_by[i])) {
+        if (first && !spec_field_value(first->spec, group_by[i])) {
             json_decref(fields);
             err_set(e, ERR_INVALID, "group_by",
                     "group_by: '%s' is not a field of this "
@@ -318,8 +320,40 @@ static int results_collectives(struct results_table *t, const struct results_gro
 
 /* --- training ------------------------------------------------------------------------------ */
 
+/* Time to accuracy of a group (spec target_accuracy): over its repeats, the training
+ * time and epochs until the first epoch at the target, and how many repeats got there. */
+struct results_tta {
+    double target; /* 0: not asked; -1: the group's runs asked for different targets */
+    size_t runs;
+    struct results_vec secs, epochs;
+    size_t repeats, reached;
+};
+
+/* What the ranks held and used, over repeats (db_memory_row, db_usage_row). */
+enum results_mem {
+    RM_PARAMS,
+    RM_BUFFERS,
+    RM_GRADS,
+    RM_OPTIMIZER,
+    RM_COMM,
+    RM_ACTIVATIONS,
+    RM_MODEL_STATE,
+    RM_PEAK_RSS,
+    RM_DEVICE_PEAK,
+    RM_N
+};
+static const char *const results_mem_names[RM_N] = {
+    "params_bytes",      "buffers_bytes",  "grads_bytes",
+    "optimizer_bytes",   "comm_bytes",     "activations_bytes",
+    "model_state_bytes", "peak_rss_bytes", "device_peak_bytes"};
+enum results_use { RU_CPU, RU_VCS, RU_ICS, RU_GPU_UTIL, RU_GPU_POWER, RU_N };
+static const char *const results_use_names[RU_N] = {
+    "cpu_util", "voluntary_cs_per_s", "involuntary_cs_per_s", "gpu_util_pct", "gpu_power_w"};
+
 struct results_train {
     struct results_vec thr, step, acc, loss;
+    struct results_vec mem[RM_N], use[RU_N]; /* one sample per repeat that reported it */
+    struct results_tta tta;
     struct results_idx starts; /* where each repeat (of each run) begins in step */
     double phase[DB_NPHASES], straggler;
     size_t phase_n[DB_NPHASES]; /* steps that observed each phase (engines may not: -1) */
@@ -331,8 +365,72 @@ struct results_train {
 static const char *const results_phases[DB_NPHASES] = {
     "data_ms", "forward_ms", "backward_ms", "comm_ms", "comm_exposed_ms", "optimizer_ms"};
 
+/* Each repeat's time to accuracy: training time (the epochs' time_s, evaluation left
+ * out) and epochs until the first epoch whose test accuracy (train accuracy where no test
+ * split was evaluated) is at least the target. */
+static void results_tta_run(struct results_tta *t, const struct db_data_run *run)
+{
+    double target = json_number_value(json_object_get(run->spec, "target_accuracy"));
+    if (t->runs++ == 0)
+        t->target = target;
+    else if (target != t->target)
+        t->target = -1; /* no one figure: the group pools different targets */
+    if (t->target <= 0)
+        return;
+    int repeat = -1;
+    double secs = 0;
+    bool done = false;
+    for (size_t k = 0; k < run->nepochs; k++) {
+        const struct report_epoch *ep = &run->epochs[k];
+        if (ep->repeat != repeat) {
+            repeat = ep->repeat, secs = 0, done = false;
+            t->repeats++;
+        }
+        secs += ep->time_s;
+        double acc = ep->test_acc >= 0 ? ep->test_acc : ep->train_acc;
+        if (done || acc < target)
+            continue;
+        done = true;
+        t->reached++;
+        results_push(&t->secs, secs);
+        results_push(&t->epochs, (double)(ep->epoch + 1)); /* epochs count from 0 */
+    }
+}
+
+/* The memory and usage figures of each repeat of run. */
+static void results_resources_run(struct results_train *r, const struct db_data_run *run)
+{
+    for (size_t k = 0; k < run->nmemory; k++) {
+        const struct db_memory_row *m = &run->memory[k];
+        double v[RM_N] = {m->params_bytes,
+                          m->buffers_bytes,
+                          m->grads_bytes,
+                          m->optimizer_bytes,
+                          m->comm_bytes,
+                          m->activations_bytes,
+                          -1,
+                          m->peak_rss_bytes,
+                          m->device_peak_bytes};
+        if (m->params_bytes >= 0 && m->grads_bytes >= 0 && m->optimizer_bytes >= 0)
+            v[RM_MODEL_STATE] = m->params_bytes + m->grads_bytes + m->optimizer_bytes;
+        for (int i = 0; i < RM_N; i++)
+            if (v[i] >= 0) /* not told by the engine: no sample, never a 0 */
+                results_push(&r->mem[i], v[i]);
+    }
+    for (size_t k = 0; k < run->nusage; k++) {
+        const struct db_usage_row *u = &run->usage[k];
+        double v[RU_N] = {u->cpu_util, u->voluntary_cs_per_s, u->involuntary_cs_per_s,
+                          u->gpu_util_pct, u->gpu_power_w};
+        for (int i = 0; i < RU_N; i++)
+            if (v[i] >= 0)
+                results_push(&r->use[i], v[i]);
+    }
+}
+
 static void results_train_run(struct results_train *r, const struct db_data_run *run)
 {
+    results_resources_run(r, run);
+    results_tta_run(&r->tta, run);
     int64_t w = run->world_size;
     r->world = r->world == 0 || r->world == w ? w : -1;
     int repeat = -1;
@@ -397,6 +495,39 @@ static double results_speedup(const struct stats_summary *thr,
     return speedup;
 }
 
+/* Memory (bytes: mean over repeats, with its interval where repeats differ, e.g. the
+ * peak resident set) and utilisation, each with its sample count. */
+static void results_put_resources(struct results_table *t, struct results_train *r)
+{
+    for (int i = 0; i < RM_N; i++) {
+        struct stats_summary s;
+        results_stats_of(&r->mem[i], &s);
+        results_put_stats(t, results_mem_names[i], &s, false);
+    }
+    for (int i = 0; i < RU_N; i++) {
+        struct stats_summary s;
+        results_stats_of(&r->use[i], &s);
+        results_put_stats(t, results_use_names[i], &s, false);
+    }
+}
+
+/* target_accuracy (null: not asked, or different across the group), the time and epochs
+ * of the repeats that reached it, and how many did of how many. */
+static void results_put_tta(struct results_table *t, struct results_tta *a)
+{
+    bool asked = a->target > 0;
+    if (!asked) /* a target that differs across the group: no figure pools them */
+        a->secs.n = a->epochs.n = 0;
+    struct stats_summary secs, epochs;
+    results_stats_of(&a->secs, &secs);
+    results_stats_of(&a->epochs, &epochs);
+    results_put(t, "target_accuracy", asked ? json_real(a->target) : NULL);
+    results_put_stats(t, "tta_s", &secs, true);
+    results_put_stats(t, "tta_epochs", &epochs, false);
+    results_put(t, "tta_reached", asked ? json_integer((json_int_t)a->reached) : NULL);
+    results_put(t, "tta_repeats", asked ? json_integer((json_int_t)a->repeats) : NULL);
+}
+
 static void results_train_row(struct results_table *t, const struct results_group *g,
                               struct results_train *r, const struct results_train_group *base,
                               bool is_base)
@@ -437,6 +568,8 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_put(t, "efficiency", results_num(speedup / (double)r->world));
     results_put_stats(t, "test_acc", &acc, false);
     results_put_stats(t, "train_loss", &loss, false);
+    results_put_resources(t, r);
+    results_put_tta(t, &r->tta);
     results_end_row(t);
 }
 
@@ -492,6 +625,12 @@ static int results_training(struct results_table *t, const struct results_groups
         free(rs[k].acc.v);
         free(rs[k].loss.v);
         free(rs[k].starts.v);
+        for (int i = 0; i < RM_N; i++)
+            free(rs[k].mem[i].v);
+        for (int i = 0; i < RU_N; i++)
+            free(rs[k].use[i].v);
+        free(rs[k].tta.secs.v);
+        free(rs[k].tta.epochs.v);
     }
     free(rs);
     free(tg);

@@ -336,6 +336,126 @@ static void test_results_network_profile_apart(void)
     json_decref(t);
 }
 
+/* Memory and utilisation per group: one sample per repeat (the largest rank's bytes,
+ * the ranks' pooled cores), a figure no rank reported stays null with n 0 (never 0), and
+ * model state is parameters + gradients + optimizer state. */
+static void test_results_memory_and_usage(void)
+{
+    struct err e;
+    struct db_memory_row mem[] = {
+        {.repeat = 0,
+         .params_bytes = 400,
+         .buffers_bytes = 0,
+         .grads_bytes = 400,
+         .optimizer_bytes = 200,
+         .comm_bytes = 64,
+         .activations_bytes = 1000,
+         .peak_rss_bytes = 5000,
+         .device_peak_bytes = -1},
+        {.repeat = 1,
+         .params_bytes = 400,
+         .buffers_bytes = 0,
+         .grads_bytes = 400,
+         .optimizer_bytes = 200,
+         .comm_bytes = 64,
+         .activations_bytes = 1000,
+         .peak_rss_bytes = 7000,
+         .device_peak_bytes = -1},
+    };
+    struct db_usage_row use[] = {
+        {.repeat = 0,
+         .cpu_util = 0.9,
+         .voluntary_cs_per_s = 10,
+         .involuntary_cs_per_s = 2,
+         .gpu_util_pct = -1,
+         .gpu_power_w = -1},
+        {.repeat = 1,
+         .cpu_util = 1.1,
+         .voluntary_cs_per_s = 12,
+         .involuntary_cs_per_s = 4,
+         .gpu_util_pct = -1,
+         .gpu_power_w = -1},
+    };
+    struct db_data_run runs[] = {run(2, NULL, 0, steps(2, 2, 10.0, 10.0, 8), 4, NULL, 0)};
+    runs[0].memory = mem;
+    runs[0].nmemory = 2;
+    runs[0].usage = use;
+    runs[0].nusage = 2;
+    struct db_experiment_data data = {.id = 1, .workload = "train", .runs = runs, .nruns = 1};
+    json_t *t = results_build(&data, NULL, 0, &e);
+    free(runs[0].steps);
+    runs_free(runs, 1);
+    T_CHECK(t != NULL);
+    json_t *row = json_array_get(json_object_get(t, "rows"), 0);
+    T_NEAR(json_real_value(json_object_get(row, "optimizer_bytes_mean")), 200, 0);
+    T_NEAR(json_real_value(json_object_get(row, "model_state_bytes_mean")), 1000, 0);
+    T_NEAR(json_real_value(json_object_get(row, "peak_rss_bytes_mean")), 6000, 0);
+    T_NEAR(json_real_value(json_object_get(row, "peak_rss_bytes_ci95")),
+           stats_t95(1) * 2000.0 / 2, 1e-6);
+    T_EQ_INT(json_integer_value(json_object_get(row, "peak_rss_bytes_n")), 2);
+    T_CHECK(json_is_null(json_object_get(row, "device_peak_bytes_mean")));
+    T_EQ_INT(json_integer_value(json_object_get(row, "device_peak_bytes_n")), 0);
+    T_NEAR(json_real_value(json_object_get(row, "cpu_util_mean")), 1.0, 1e-12);
+    T_NEAR(json_real_value(json_object_get(row, "involuntary_cs_per_s_mean")), 3.0, 1e-12);
+    T_CHECK(json_is_null(json_object_get(row, "gpu_util_pct_mean")));
+    /* no target asked: every time-to-accuracy figure is null */
+    T_CHECK(json_is_null(json_object_get(row, "target_accuracy")));
+    T_CHECK(json_is_null(json_object_get(row, "tta_s_mean")));
+    T_CHECK(json_is_null(json_object_get(row, "tta_reached")));
+    json_decref(t);
+}
+
+/* Time to accuracy from a known epoch curve: repeat 0 reaches 0.9 in its third epoch
+ * (2 + 3 + 4 = 9 s of training), repeat 1 in its second (2 + 3 = 5 s, through train
+ * accuracy where no test split was evaluated), repeat 2 never: 2 of 3 reached it. A group
+ * whose runs asked for different targets reports no figure. */
+static void test_results_time_to_accuracy(void)
+{
+    struct err e;
+    struct report_epoch ep[] = {
+        {.repeat = 0, .epoch = 0, .test_acc = 0.5, .train_acc = 0.5, .time_s = 2},
+        {.repeat = 0, .epoch = 1, .test_acc = 0.85, .train_acc = 0.95, .time_s = 3},
+        {.repeat = 0, .epoch = 2, .test_acc = 0.91, .train_acc = 0.97, .time_s = 4},
+        {.repeat = 0, .epoch = 3, .test_acc = 0.95, .train_acc = 0.99, .time_s = 4},
+        {.repeat = 1, .epoch = 0, .test_acc = -1, .train_acc = 0.6, .time_s = 2},
+        {.repeat = 1, .epoch = 1, .test_acc = -1, .train_acc = 0.9, .time_s = 3},
+        {.repeat = 2, .epoch = 0, .test_acc = 0.3, .train_acc = 0.3, .time_s = 2},
+        {.repeat = 2, .epoch = 1, .test_acc = 0.4, .train_acc = 0.4, .time_s = 2},
+    };
+    struct db_data_run runs[] = {run(1, NULL, 0, steps(3, 2, 10.0, 10.0, 8), 6, ep, 8)};
+    json_object_set_new(runs[0].spec, "target_accuracy", json_real(0.9));
+    struct db_experiment_data data = {.id = 1, .workload = "train", .runs = runs, .nruns = 1};
+    json_t *t = results_build(&data, NULL, 0, &e);
+    T_CHECK(t != NULL);
+    json_t *row = json_array_get(json_object_get(t, "rows"), 0);
+    T_NEAR(json_real_value(json_object_get(row, "target_accuracy")), 0.9, 0);
+    T_NEAR(json_real_value(json_object_get(row, "tta_s_mean")), 7.0, 1e-12);
+    T_NEAR(json_real_value(json_object_get(row, "tta_s_min")), 5.0, 0);
+    T_NEAR(json_real_value(json_object_get(row, "tta_s_max")), 9.0, 0);
+    T_NEAR(json_real_value(json_object_get(row, "tta_epochs_mean")), 2.5, 1e-12);
+    T_EQ_INT(json_integer_value(json_object_get(row, "tta_s_n")), 2);
+    T_EQ_INT(json_integer_value(json_object_get(row, "tta_reached")), 2);
+    T_EQ_INT(json_integer_value(json_object_get(row, "tta_repeats")), 3);
+    json_decref(t);
+    /* the same epochs, a second run asking 0.8, grouped together: no figure */
+    struct db_data_run two[] = {runs[0], run(1, NULL, 0, steps(1, 2, 10.0, 10.0, 8), 2, ep, 2)};
+    json_object_set_new(two[1].spec, "target_accuracy", json_real(0.8));
+    data.runs = two;
+    data.nruns = 2;
+    const char *by[] = {"world_size"};
+    t = results_build(&data, by, 1, &e);
+    T_CHECK(t != NULL);
+    row = json_array_get(json_object_get(t, "rows"), 0);
+    T_EQ_INT(json_array_size(json_object_get(t, "rows")), 1);
+    T_CHECK(json_is_null(json_object_get(row, "target_accuracy")));
+    T_CHECK(json_is_null(json_object_get(row, "tta_s_mean")));
+    T_EQ_INT(json_integer_value(json_object_get(row, "tta_s_n")), 0);
+    json_decref(t);
+    free(runs[0].steps);
+    free(two[1].steps);
+    runs_free(two, 2);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -347,5 +467,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_results_emulated_apart);
     TEST_RUN(test_results_oversubscribed_apart);
     TEST_RUN(test_results_network_profile_apart);
+    TEST_RUN(test_results_memory_and_usage);
+    TEST_RUN(test_results_time_to_accuracy);
     return test_end();
 }
