@@ -59,7 +59,7 @@ static const struct args_opt args_opts[] = {
     {"offset", 0, true, ON(CMD_LS), O_OFFSET},
     {"group-by", 'g', true, ON(CMD_SHOW) | ON(CMD_COMPARE) | ON(CMD_EXPORT), O_GROUP_BY},
     {"csv", 0, false, ON(CMD_EXPORT), O_CSV},
-    {"output", 'o', true, ON(CMD_EXPORT), O_OUTPUT},
+    {"output", 'o', true, ON(CMD_EXPORT) | ON(CMD_TRACE), O_OUTPUT},
     {"run", 0, false, ON(CMD_CANCEL), O_RUN},
     {"wait", 0, false, ON(CMD_CANCEL), O_WAIT},
 };
@@ -72,7 +72,7 @@ static const struct {
     {"show", CMD_SHOW},       {"compare", CMD_COMPARE}, {"export", CMD_EXPORT},
     {"cancel", CMD_CANCEL},   {"rm", CMD_RM},           {"delete", CMD_RM},
     {"runs", CMD_RUNS},       {"run", CMD_RUNS},        {"help", CMD_HELP},
-    {"version", CMD_VERSION}, {"nodes", CMD_NODES},
+    {"version", CMD_VERSION}, {"nodes", CMD_NODES},     {"trace", CMD_TRACE},
 };
 
 #define ARGS_MAX_SEEN 64
@@ -287,7 +287,8 @@ static int args_check_command(struct cli_args *a, const struct args_state *st, s
     case CMD_CANCEL:
     case CMD_SHOW:
     case CMD_RM:
-    case CMD_RUNS: return args_positionals(a, st, 1, 1, e);
+    case CMD_RUNS:
+    case CMD_TRACE: return args_positionals(a, st, 1, 1, e);
     case CMD_NODES: return args_positionals(a, st, 0, 0, e);
     default: return 0;
     }
@@ -354,7 +355,9 @@ const char *args_usage(void)
            "  cancel ID [--wait]             cancel an experiment's unfinished runs\n"
            "  cancel --run ID [--wait]       cancel one run\n"
            "  rm ID                          delete an experiment and its data\n"
-           "  runs ID                        one run: ranks, environment, results\n"
+           "  runs ID                        one run: ranks, memory, usage, results\n"
+           "  trace ID [-o FILE]             one run's timeline as Chrome trace-event JSON\n"
+           "                                 (open it in Perfetto or chrome://tracing)\n"
            "  nodes                          the cluster's nodes: role, state, slots\n"
            "\n"
            "Options:\n"

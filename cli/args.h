@@ -31,6 +31,7 @@ enum args_cmd {
     CMD_RM,
     CMD_RUNS,
     CMD_NODES,
+    CMD_TRACE,
 };
 
 /* Every string is borrowed from argv (or from the environment in args_apply_env). */

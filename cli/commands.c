@@ -402,16 +402,9 @@ static int cmd_compare(struct cli *cli)
 }
 
 /* The results exactly as the daemon sent them, to stdout or -o FILE. */
-static int cmd_export(struct cli *cli)
+/* The reply's body, byte for byte, to --output (else the output stream). */
+static int cmd_save_body(struct cli *cli)
 {
-    char *path = cmd_results_path(cli, cli->args.ids[0], cli->args.csv ? "csv" : "json");
-    struct err e = {0};
-    if (!path)
-        return cmd_fail_local(cli, CLI_EXIT_UNREACHABLE, "out of memory");
-    int rc = client_request(&cli->client, "GET", path, NULL, 0, &e);
-    free(path);
-    if (rc < 0)
-        return cmd_fail(cli, &e);
     const struct buf *b = &cli->client.body;
     if (!cli->args.output)
         return fwrite(b->data, 1, b->len, cli->out) == b->len && fflush(cli->out) == 0
@@ -427,6 +420,30 @@ static int cmd_export(struct cli *cli)
         return cmd_fail_local(cli, CLI_EXIT_USAGE, msg);
     }
     return CLI_EXIT_OK;
+}
+
+static int cmd_export(struct cli *cli)
+{
+    char *path = cmd_results_path(cli, cli->args.ids[0], cli->args.csv ? "csv" : "json");
+    struct err e = {0};
+    if (!path)
+        return cmd_fail_local(cli, CLI_EXIT_UNREACHABLE, "out of memory");
+    int rc = client_request(&cli->client, "GET", path, NULL, 0, &e);
+    free(path);
+    if (rc < 0)
+        return cmd_fail(cli, &e);
+    return cmd_save_body(cli);
+}
+
+/* trace: the run's Chrome trace, saved as the daemon sends it. */
+static int cmd_trace(struct cli *cli)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/runs/%lld/trace", (long long)cli->args.ids[0]);
+    struct err e = {0};
+    if (client_request(&cli->client, "GET", path, NULL, 0, &e) < 0)
+        return cmd_fail(cli, &e);
+    return cmd_save_body(cli);
 }
 
 static int cmd_runs(struct cli *cli)
@@ -519,6 +536,7 @@ int cmd_run(struct cli *cli)
     case CMD_RM: return cmd_rm(cli);
     case CMD_RUNS: return cmd_runs(cli);
     case CMD_NODES: return cmd_nodes(cli);
+    case CMD_TRACE: return cmd_trace(cli);
     default: return cmd_fail_local(cli, CLI_EXIT_USAGE, "no command");
     }
 }

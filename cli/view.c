@@ -28,6 +28,7 @@ enum view_flag {
     VF_HIDE_CONST = 1, /* the same value in every row: shown once above the table */
     VF_MATCH = 2,      /* compare: rows with equal values describe the same point */
     VF_COMPARE = 4,    /* compare shows it */
+    VF_HIDE_NULL = 8,  /* null in every row (not measured, not asked): not shown */
 };
 
 struct view_col {
@@ -62,6 +63,13 @@ static const struct view_col view_cols[] = {
     {"efficiency", "efficiency", VK_PCT, NULL, VF_COMPARE},
     {"test_acc_mean", "test acc", VK_PCT, NULL, 0},
     {"train_loss_mean", "loss", VK_NUM, NULL, 0},
+    {"model_state_bytes_mean", "model state", VK_BYTES, NULL, VF_HIDE_NULL},
+    {"peak_rss_bytes_mean", "peak RSS", VK_BYTES, NULL, VF_HIDE_NULL},
+    {"device_peak_bytes_mean", "GPU peak", VK_BYTES, NULL, VF_HIDE_NULL},
+    {"cpu_util_mean", "cores", VK_NUM, NULL, VF_HIDE_NULL},
+    {"gpu_util_pct_mean", "GPU util %", VK_NUM, NULL, VF_HIDE_NULL},
+    {"tta_s_mean", "time to acc s", VK_STAT, "tta_s_ci95", VF_HIDE_NULL | VF_COMPARE},
+    {"tta_reached", "reached", VK_OF, "tta_repeats", VF_HIDE_NULL},
 };
 
 #define VIEW_NCOLS (sizeof view_cols / sizeof view_cols[0])
@@ -177,6 +185,17 @@ static bool view_any_has(const struct view_build *b, const char *key)
     return false;
 }
 
+/* Whether key is null (or absent) in every row. */
+static bool view_all_null(const struct view_build *b, const char *key)
+{
+    for (size_t r = 0; r < b->nrows; r++) {
+        const json_t *v = json_object_get(b->rows[r].row, key);
+        if (v && !json_is_null(v))
+            return false;
+    }
+    return true;
+}
+
 static void view_collect_keys(struct view_build *b)
 {
     for (size_t i = 0; i < b->n; i++) {
@@ -210,7 +229,8 @@ static void view_choose_cols(struct view_build *b)
     for (size_t i = 0; i < VIEW_NCOLS; i++) {
         const struct view_col *c = &view_cols[i];
         if (view_is_key(b, c->key) || !view_any_has(b, c->key) ||
-            (b->compare && !(c->flags & VF_COMPARE)))
+            (b->compare && !(c->flags & VF_COMPARE)) ||
+            ((c->flags & VF_HIDE_NULL) && view_all_null(b, c->key)))
             continue;
         const json_t *same = (c->flags & VF_HIDE_CONST) ? view_constant(b, c->key) : NULL;
         if (same && !json_is_null(same)) {
@@ -303,8 +323,8 @@ static void view_cell(const struct view_col *c, const json_t *row, char *out, si
     const json_t *v = json_object_get(row, c->key);
     switch (c->kind) {
     case VK_BYTES:
-        if (json_is_integer(v))
-            table_fmt_bytes((int64_t)json_integer_value(v), out, cap);
+        if (json_is_number(v)) /* a mean over repeats is a real */
+            table_fmt_bytes((int64_t)llround(json_number_value(v)), out, cap);
         else
             view_scalar(v, out, cap);
         return;
@@ -545,6 +565,32 @@ static const struct view_col view_epoch_cols[] = {
     {"test_acc", "test acc", VK_PCT, NULL, 0}, {"time_s", "seconds", VK_NUM, NULL, 0},
 };
 
+static const struct view_col view_memory_cols[] = {
+    {"rank", "rank", VK_INT, NULL, 0},
+    {"repeat", "repeat", VK_INT, NULL, 0},
+    {"params_bytes", "params", VK_BYTES, NULL, 0},
+    {"grads_bytes", "grads", VK_BYTES, NULL, 0},
+    {"optimizer_bytes", "optimizer", VK_BYTES, NULL, 0},
+    {"comm_bytes", "comm buffers", VK_BYTES, NULL, 0},
+    {"activations_bytes", "activations", VK_BYTES, NULL, 0},
+    {"peak_rss_bytes", "peak RSS", VK_BYTES, NULL, 0},
+    {"device_peak_bytes", "GPU peak", VK_BYTES, NULL, 0},
+};
+
+static const struct view_col view_usage_cols[] = {
+    {"rank", "rank", VK_INT, NULL, 0},
+    {"repeat", "repeat", VK_INT, NULL, 0},
+    {"steps", "steps", VK_INT, NULL, 0},
+    {"wall_s", "wall s", VK_NUM, NULL, 0},
+    {"user_s", "user s", VK_NUM, NULL, 0},
+    {"sys_s", "sys s", VK_NUM, NULL, 0},
+    {"cpu_util", "cores", VK_NUM, NULL, 0},
+    {"voluntary_cs", "vol cs", VK_INT, NULL, 0},
+    {"involuntary_cs", "invol cs", VK_INT, NULL, 0},
+    {"gpu_util_pct", "GPU util %", VK_NUM, NULL, 0},
+    {"gpu_power_w", "GPU W", VK_NUM, NULL, 0},
+};
+
 static const struct view_col view_node_cols[] = {
     {"name", "node", VK_VALUE, NULL, 0},
     {"role", "role", VK_VALUE, NULL, 0},
@@ -743,8 +789,8 @@ int view_run(const json_t *run, struct buf *out)
     json_array_append(one, (json_t *)run);
     int rc = view_errors(one, out);
     json_decref(one);
-    const char *const sections[] = {"ranks", "env", "collectives", "epochs"};
-    for (size_t i = 0; i < 4 && rc == 0; i++) {
+    const char *const sections[] = {"ranks", "env", "collectives", "epochs", "memory", "usage"};
+    for (size_t i = 0; i < 6 && rc == 0; i++) {
         const json_t *rows = json_object_get(run, sections[i]);
         if (json_array_size(rows) == 0)
             continue;
@@ -753,7 +799,9 @@ int view_run(const json_t *run, struct buf *out)
         rc = i == 0   ? VIEW_ROWS(rows, view_rank_cols, out)
              : i == 1 ? view_env(rows, out)
              : i == 2 ? VIEW_ROWS(rows, view_collective_cols, out)
-                      : VIEW_ROWS(rows, view_epoch_cols, out);
+             : i == 3 ? VIEW_ROWS(rows, view_epoch_cols, out)
+             : i == 4 ? VIEW_ROWS(rows, view_memory_cols, out)
+                      : VIEW_ROWS(rows, view_usage_cols, out);
     }
     return rc;
 }
