@@ -481,6 +481,32 @@ def test_nodes_page_and_where_ranks_ran():
         os.unlink(token_path)
 
 
+def test_memory_usage_and_timeline_of_a_run():
+    """A 2-rank zero1 run: the page shows each rank's memory as the API stores it (the
+    optimizer shards), its CPU use, and a link to the run's timeline that serves the
+    trace; the results table shows the optimizer state and peak RSS columns."""
+    spec = {"name": "dash-memory", "workload": "train", "model": "mnist-cnn", "world_size": 2,
+            "strategy": "zero1", "batch_size": 8, "steps": 5, "warmup_steps": 1, "trace_steps": 2,
+            "optimizer": {"type": "adam", "lr": 0.001}, "dataset": {"samples": 128}}
+    exp = D.run_experiment(spec, timeout=120)
+    check(exp["status"] == "succeeded", exp)
+    run = D.get(f"/v1/runs/{exp['runs'][0]['id']}")
+    go(f"/experiments/{exp['id']}", "#runs-table")
+    wait(lambda: count("#memory-table tbody tr") == 2, what="two memory rows")
+    shown = js("""return [...document.querySelectorAll('#memory-table td[data-col=optimizer_bytes]')]
+                  .map(td => JSON.parse(td.dataset.value))""")
+    check(shown == [m["optimizer_bytes"] for m in run["memory"]], (shown, run["memory"]))
+    check(count("#usage-table tbody tr") == 2, "two usage rows")
+    href = js("return document.getElementById('trace-link').getAttribute('href')")
+    check(href == f"/v1/runs/{run['id']}/trace", href)
+    n = B.execute_async_script("""const done = arguments[arguments.length - 1];
+              fetch(arguments[0]).then(r => r.json()).then(t => done(t.traceEvents.filter(e => e.ph === 'X').length))""", href)
+    check(n > 0, f"trace events {n}")
+    cols = js("return [...document.querySelectorAll('#results-table th')].map(th => th.textContent)")
+    check("optimizer_bytes_mean" in cols and "peak_rss_bytes_mean" in cols, cols)
+    screenshot("experiment-memory")
+
+
 def test_keyboard_navigation_and_contrast():
     go("/experiments", "main h1")
     from selenium.webdriver.common.action_chains import ActionChains
@@ -545,6 +571,7 @@ def main():
                 test_unobserved_phases_are_a_segment_of_their_own,
                 *([test_training_example_through_the_form] if train_example() else []),
                 test_nodes_page_and_where_ranks_ran,
+                test_memory_usage_and_timeline_of_a_run,
                 test_keyboard_navigation_and_contrast,
             ])
         finally:

@@ -164,12 +164,24 @@ export function mainColumns(table) {
   const keep = table.workload === 'collective'
     ? ['bytes', 'algorithm', 'busbw_gbs_mean', 'busbw_gbs_ci95', 'algbw_gbs_mean', 'time_us_mean', 'time_us_median', 'time_us_p95', 'busbw_gbs_n', 'wrong']
     : ['world_size', 'runs', 'throughput_mean', 'throughput_ci95', 'speedup', 'efficiency', 'step_ms_median', 'step_ms_p95',
-      ...PHASES.map((p) => p[0]), 'overlap', 'straggler_ms', 'test_acc_mean', 'train_loss_mean'];
+      ...PHASES.map((p) => p[0]), 'overlap', 'straggler_ms', 'test_acc_mean', 'train_loss_mean',
+      ...RESOURCE_COLUMNS];
   const lead = table.group_by || [];
-  return [...new Set([...lead, ...keep])].filter((c) => table.columns.includes(c));
+  // memory, utilisation and time to accuracy only where some row measured them
+  const some = (c) => !RESOURCE_COLUMNS.includes(c) || table.rows.some((r) => r[c] !== null && r[c] !== undefined);
+  return [...new Set([...lead, ...keep])].filter((c) => table.columns.includes(c) && some(c));
 }
 
-export const COLUMN_FORMAT = { bytes: (v) => fmtBytes(v) };
+// Issue 17's columns a results table shows by default, each when a row has it.
+const RESOURCE_COLUMNS = ['model_state_bytes_mean', 'optimizer_bytes_mean', 'peak_rss_bytes_mean', 'peak_rss_bytes_ci95',
+  'device_peak_bytes_mean', 'cpu_util_mean', 'involuntary_cs_per_s_mean', 'gpu_util_pct_mean', 'gpu_power_w_mean',
+  'target_accuracy', 'tta_s_mean', 'tta_s_ci95', 'tta_epochs_mean', 'tta_reached', 'tta_repeats'];
+
+const bytesOrDash = (v) => (v === null || v === undefined ? '—' : fmtBytes(Math.round(v)));
+// Byte columns (a message size, each memory figure and its CI) as KiB / MiB / GiB.
+export const COLUMN_FORMAT = Object.fromEntries(['bytes',
+  ...['params', 'buffers', 'grads', 'optimizer', 'comm', 'activations', 'model_state', 'peak_rss', 'device_peak']
+    .flatMap((m) => [`${m}_bytes_mean`, `${m}_bytes_ci95`])].map((c) => [c, bytesOrDash]));
 
 export function describeRun(run) {
   const p = run.params && Object.keys(run.params).length ? Object.entries(run.params).map(([k, v]) => `${k}=${v}`).join(', ') : `world_size=${run.world_size}`;

@@ -113,8 +113,11 @@ export function fmtBytes(b) {
   const units = ['B', 'K', 'M', 'G', 'T'];
   let i = 0, v = b;
   while (v >= 1024 && i < units.length - 1 && v % 1024 === 0) { v /= 1024; i++; }
-  if (v >= 1024 && i < units.length - 1) { v /= 1024; i++; return v.toPrecision(3) + units[i]; }
-  return v + units[i];
+  if (v < 1024 || i === units.length - 1) return v + units[i];
+  // not a whole number of the unit: three significant digits of the largest unit below
+  // 1024 (1751360 is 1.67M, never "1.71e+3K")
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return Number(v.toPrecision(3)) + units[i];
 }
 
 export function fmtAge(iso, now = Date.now()) {

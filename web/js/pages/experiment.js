@@ -7,7 +7,7 @@
 // Decision: events update the runs table in place (cheap, every event); results and
 // charts are refetched from the API, at most once a second while results stream in and
 // once more when a run ends, so what is drawn is always what the API stores.
-import { api, el, fmtAge, fmtDuration, fmtNum, statusBadge, dataTable, downloadButtons, errorBox, mapLimit, announce, TERMINAL } from '../util.js';
+import { api, el, fmtAge, fmtBytes, fmtDuration, fmtNum, statusBadge, dataTable, downloadButtons, errorBox, mapLimit, announce, TERMINAL } from '../util.js';
 import { collectiveCharts, trainingCharts, epochCharts, stragglers, mainColumns, COLUMN_FORMAT, describeRun } from '../figures.js';
 
 // The daemon pages an experiment's runs (100 by default); this page shows them all, and an
@@ -41,7 +41,7 @@ export async function renderExperiment(main, id, query) {
   main.append(title, summary, failures,
     el('details', {}, el('summary', {}, 'Spec (normalized, defaults filled in)'), el('pre', { class: 'spec' }, JSON.stringify(exp.spec, null, 2))),
     el('h2', {}, 'Runs'), runsBox, el('div', { class: 'toolbar' }, compareBtn),
-    el('h2', {}, 'Where each rank ran'), ranksBox,
+    el('h2', {}, 'Each rank: where it ran, its memory and CPU, its timeline'), ranksBox,
     el('h2', {}, 'Results'),
     el('form', { class: 'toolbar', onsubmit: (ev) => { ev.preventDefault(); groupBy = groupIn.value.replace(/\s+/g, ''); refresh(); } },
       el('div', { class: 'field' }, el('label', { for: 'group-by' }, 'Group by (spec fields, comma-separated)'), groupIn),
@@ -139,9 +139,25 @@ export async function renderExperiment(main, id, query) {
     let run;
     try { run = await api(`/v1/runs/${ranksRun}`); } catch (e) { ranksBox.replaceChildren(errorBox('Cannot read the run', e)); return; }
     const cols = ['rank', 'node', 'host', 'pid', 'cpus', 'gpu', 'status', 'exit_code', 'signal'];
+    const dash = (v) => v === null || v === undefined ? '—' : String(v);
+    const bytes = (v) => v === null || v === undefined ? '—' : fmtBytes(v);
+    const memCols = ['rank', 'repeat', 'params_bytes', 'grads_bytes', 'optimizer_bytes', 'comm_bytes', 'activations_bytes', 'peak_rss_bytes', 'device_peak_bytes'];
+    const useCols = ['rank', 'repeat', 'steps', 'wall_s', 'user_s', 'sys_s', 'cpu_util', 'voluntary_cs', 'involuntary_cs', 'gpu_util_pct', 'gpu_power_w'];
+    const extra = [];
+    if ((run.memory || []).length) {
+      extra.push(dataTable(memCols, run.memory, { caption: `Memory of run ${run.id} per rank (bytes; model state exact, peak RSS measured)`, format: Object.fromEntries(memCols.map((c) => [c, c.endsWith('_bytes') ? bytes : dash])) }));
+      extra[extra.length - 1].querySelector('table').id = 'memory-table';
+    }
+    if ((run.usage || []).length) {
+      extra.push(dataTable(useCols, run.usage, { caption: `CPU and GPU use of run ${run.id} per rank (cores = (user + sys) / wall)`, format: { rank: String, repeat: String, gpu_util_pct: (v) => v === null ? '—' : fmtNum(v), gpu_power_w: (v) => v === null ? '—' : fmtNum(v) } }));
+      extra[extra.length - 1].querySelector('table').id = 'usage-table';
+    }
+    const trace = el('a', { id: 'trace-link', href: `/v1/runs/${run.id}/trace`, download: `run-${run.id}-trace.json` }, `Timeline of run ${run.id} (Chrome trace JSON)`);
     ranksBox.replaceChildren(
-      el('div', { class: 'toolbar' }, el('div', { class: 'field' }, el('label', { for: 'ranks-run' }, 'Run'), sel)),
-      dataTable(cols, run.ranks, { caption: `Ranks of run ${run.id}` + (run.nodes ? ` across ${run.nodes} node${run.nodes === 1 ? '' : 's'}` : ''), format: { rank: String, pid: String, exit_code: (v) => v === null ? '—' : String(v), signal: (v) => v === null ? '—' : String(v), gpu: (v) => v === null ? '—' : String(v) } }));
+      el('div', { class: 'toolbar' }, el('div', { class: 'field' }, el('label', { for: 'ranks-run' }, 'Run'), sel),
+        el('p', {}, trace, el('span', { class: 'muted' }, ' — open it in ui.perfetto.dev or chrome://tracing: each rank\'s steps and phases, its collectives from launch to completion'))),
+      dataTable(cols, run.ranks, { caption: `Ranks of run ${run.id}` + (run.nodes ? ` across ${run.nodes} node${run.nodes === 1 ? '' : 's'}` : ''), format: { rank: String, pid: String, exit_code: dash, signal: dash, gpu: dash } }),
+      ...extra);
     ranksBox.querySelector('table').id = 'ranks-table';
   }
 
