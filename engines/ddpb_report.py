@@ -24,6 +24,8 @@ ERR_CODES = ("invalid", "not_found", "conflict", "too_large", "unavailable", "ti
              "aborted", "peer", "protocol", "io", "nomem", "internal")
 STEP_PHASES = ("data_ms", "forward_ms", "backward_ms", "comm_ms", "comm_exposed_ms",
                "optimizer_ms", "step_ms")
+MEMORY_FIELDS = ("params_bytes", "buffers_bytes", "grads_bytes", "optimizer_bytes", "comm_bytes",
+                 "activations_bytes", "device_peak_bytes")
 
 
 def _report_stream():
@@ -110,6 +112,24 @@ class Reporter:
                "test_acc": test_acc}
         self.emit("epoch", repeat=int(repeat), epoch=int(epoch), samples=int(samples),
                   time_s=float(time_s), **{k: float(v) for k, v in opt.items() if v is not None})
+
+    def memory(self, repeat, peak_rss_bytes, **held):
+        """What this rank holds at the end of a repeat (common/report.h struct
+        report_memory): bytes by name; a figure None is left out, the engine cannot tell."""
+        unknown = set(held) - set(MEMORY_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown memory figure(s): {sorted(unknown)}")
+        self.emit("memory", repeat=int(repeat), peak_rss_bytes=int(peak_rss_bytes),
+                  **{k: int(v) for k, v in held.items() if v is not None})
+
+    def usage(self, repeat, epoch, steps, wall_s, user_s, sys_s, voluntary_cs,
+              involuntary_cs, rss_bytes=None):
+        """What this rank used over a window of steps (struct report_usage); no GPU
+        figures: the framework engines run on the CPU."""
+        fields = {"rss_bytes": int(rss_bytes)} if rss_bytes is not None else {}
+        self.emit("usage", repeat=int(repeat), epoch=int(epoch), steps=int(steps),
+                  wall_s=float(wall_s), user_s=float(user_s), sys_s=float(sys_s),
+                  voluntary_cs=int(voluntary_cs), involuntary_cs=int(involuntary_cs), **fields)
 
     def error(self, message, code="internal", where=None, op=None, peer=None):
         if code not in ERR_CODES:

@@ -53,7 +53,7 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter):
     module, opt = adapter.wrap(build_model(spec, data, device, seed))
     batch, acc = int(spec.get("batch_size", 32)), int(spec.get("accumulate", 1))
     plan = ddpb_train.Plan(spec, data.steps_per_epoch(world, batch) // acc)
-    step = 0
+    step, usage, grads = 0, ddpb_train.Usage(repeat), None
     for epoch in range(plan.epochs):
         t_epoch = time.perf_counter()
         tally = ddpb_train.Tally()
@@ -82,6 +82,9 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter):
                 loss_sum += loss.item()
                 tally.add(loss.item(), (out.argmax(1) == yt).sum().item(), len(y))
                 clock.lap()  # the tally's reads are no phase
+            if step == plan.total - 1:  # frameworks free .grad in the update: read it here
+                grads = grad_bytes(module)
+                clock.lap()  # the reading is no phase
             ph = adapter.step_end(clock.t)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
@@ -91,9 +94,11 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter):
                      step_ms=(clock.t - t_start) * 1000.0, repeat=repeat, epoch=epoch,
                      warmup=step < plan.warmup, data_ms=data_ms, forward_ms=fwd,
                      backward_ms=max(0.0, bwd - exposed), **ph)
+            usage.step()
             step += 1
         if not plan.completed(epoch, step):
             break  # steps ran out inside this epoch: the C worker reports no partial epoch
+        usage.emit(rep, epoch)
         test = None
         if data.test is not None and spec.get("eval", True):
             def test():
@@ -102,6 +107,32 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter):
                              test)
         if step >= plan.total:
             break
+    usage.emit(rep, epoch)  # the steps after the last epoch that ended
+    rep.memory(repeat, ddpb_train.peak_rss_bytes(), grads_bytes=grads, **held_bytes(module, opt))
+
+
+def tensor_bytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def grad_bytes(module):
+    """The gradients the parameters hold after the last step's backward, before the update
+    (which frees them: zero_grad(set_to_none)); None where the framework moved them out of
+    .grad (DeepSpeed's ZeRO reduces them into its own flat partitions)."""
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    return tensor_bytes(grads) if grads else None
+
+
+def held_bytes(module, opt):
+    """What the rank holds after its last step, read from the framework's own tensors:
+    parameters and buffers of the (wrapped) module and the optimizer's state tensors
+    (ZeroRedundancyOptimizer and DeepSpeed hold only this rank's shard: their inner
+    optimizer is read). The communication buffers and activations are the framework's and
+    are not told."""
+    inner = getattr(opt, "optim", None) or opt
+    state = [v for st in inner.state.values() for v in st.values() if torch.is_tensor(v)]
+    return {"params_bytes": tensor_bytes(module.parameters()),
+            "buffers_bytes": tensor_bytes(module.buffers()), "optimizer_bytes": tensor_bytes(state)}
 
 
 def train_all(name, rep, versions, not_observed, spec, data, device, world, rank,

@@ -11,6 +11,7 @@ spec means."""
 import json
 import math
 import os
+import resource
 import time
 import traceback
 
@@ -89,6 +90,47 @@ def end_epoch(rep, rank, world, repeat, epoch, tally, t_epoch, all_sum, evaluate
         rep.epoch(epoch=epoch, samples=int(tally.count) * world,
                   time_s=time.perf_counter() - t_epoch, repeat=repeat, train_loss=train_loss,
                   train_acc=train_acc, test_loss=test_loss, test_acc=test_acc)
+
+
+class Usage:
+    """This process's resource use over a window of steps, as the C worker measures it
+    (worker/observe.h): getrusage(RUSAGE_SELF) differences, every thread counted."""
+
+    def __init__(self, repeat):
+        self.begin(repeat)
+
+    def begin(self, repeat):
+        self.repeat, self.steps = repeat, 0
+        self.ru, self.t = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+
+    def step(self):
+        self.steps += 1
+
+    def emit(self, rep, epoch):
+        """Sends the window ending now (epoch: its last step's), starts the next; a window
+        without a step sends nothing."""
+        if self.steps == 0:
+            return
+        ru, now = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+        rep.usage(repeat=self.repeat, epoch=epoch, steps=self.steps, wall_s=now - self.t,
+                  user_s=ru.ru_utime - self.ru.ru_utime, sys_s=ru.ru_stime - self.ru.ru_stime,
+                  voluntary_cs=ru.ru_nvcsw - self.ru.ru_nvcsw,
+                  involuntary_cs=ru.ru_nivcsw - self.ru.ru_nivcsw, rss_bytes=rss_bytes())
+        self.begin(self.repeat)
+
+
+def peak_rss_bytes():
+    """The process's peak resident set so far (Linux reports kilobytes)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def rss_bytes():
+    """The resident set now, or None where /proc does not say."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class Clock:

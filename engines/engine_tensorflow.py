@@ -140,7 +140,7 @@ class KerasRun:
         spec, data = self.spec, self.data
         batch = int(spec.get("batch_size", 32))
         plan = ddpb_train.Plan(spec, data.steps_per_epoch(world, batch))
-        step = 0
+        step, usage = 0, ddpb_train.Usage(repeat)
         for epoch in range(plan.epochs):
             t_epoch = time.perf_counter()
             tally = ddpb_train.Tally()
@@ -160,9 +160,11 @@ class KerasRun:
                 rep.step(step=step, loss=loss_v, samples=batch, step_ms=step_ms,
                          repeat=repeat, epoch=epoch, warmup=step < plan.warmup,
                          data_ms=data_ms)
+                usage.step()
                 step += 1
             if not plan.completed(epoch, step):
                 break  # steps ran out inside this epoch: no partial epoch, as in C
+            usage.emit(rep, epoch)
             test = None
             if data.test is not None and spec.get("eval", True):
                 def test():
@@ -171,6 +173,19 @@ class KerasRun:
                                  self.all_sum, test)
             if step >= plan.total:
                 break
+        usage.emit(rep, epoch)  # the steps after the last epoch that ended
+        rep.memory(repeat, ddpb_train.peak_rss_bytes(), **self.held_bytes())
+
+    def held_bytes(self):
+        """The model's weights (trainable: parameters; the rest: batch-norm statistics) and
+        the optimizer's slot variables, from Keras' own variables; Keras keeps no gradient
+        between steps, and its collectives' buffers and activations are not told."""
+        def size(vs):
+            return sum(int(v.shape.num_elements()) * v.dtype.size for v in vs)
+        slots = [v for v in self.opt.variables() if v.shape.rank and v.shape.rank > 0]
+        return {"params_bytes": size(self.model.trainable_weights),
+                "buffers_bytes": size(self.model.non_trainable_weights),
+                "optimizer_bytes": size(slots)}
 
 
 def train(rep, spec, rank, world):

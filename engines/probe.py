@@ -33,6 +33,21 @@ NOT_OBSERVED = {
                 "bytes_sent": "Horovod does not report it"},
     "deepspeed": {"bytes_sent": "DeepSpeed does not report it"},
 }
+# What each framework engine cannot tell of its memory (report "memory", served null) and
+# that it sends no trace (GET /v1/runs/{id}/trace is empty for its runs); the C engine
+# tells everything.
+_FRAMEWORK_MEMORY = {
+    "comm_bytes": "the framework's collectives allocate their buffers internally",
+    "activations_bytes": "the framework allocates activations per step, with no arena to "
+                         "measure",
+    "trace": "the engine sends no traced steps: use the framework's own profiler"}
+MEMORY_NOT_OBSERVED = {
+    "pytorch": _FRAMEWORK_MEMORY,
+    "horovod": _FRAMEWORK_MEMORY,
+    "deepspeed": dict(_FRAMEWORK_MEMORY, grads_bytes="ZeRO moves the reduced gradients into "
+                      "its own flat partitions (null when no parameter holds one)"),
+    "tensorflow": dict(_FRAMEWORK_MEMORY, grads_bytes="Keras keeps no gradient between steps"),
+}
 ALL = ["naive", "ddp", "horovod", "zero1", "zero2"]
 # name: (module to import for its version, or None: part of ddpbench), what it supports.
 # backends use ddpbench's names (tcp on the CPU = gloo for torch, nccl on cuda).
@@ -90,7 +105,8 @@ def main():
             reason = f"installed, but this ddpbench has no adapter for it ({adapter})"
         out.append(dict({"name": name, "installed": installed, "version": version,
                          "reason": reason, "launched": launched,
-                         "not_observed": NOT_OBSERVED.get(name, {})}, **caps))
+                         "not_observed": NOT_OBSERVED.get(name, {}),
+                         "memory_not_observed": MEMORY_NOT_OBSERVED.get(name, {})}, **caps))
     json.dump({"engines": out}, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

@@ -41,6 +41,14 @@ SMALL = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "steps": 4
          "warmup_steps": 1, "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}}
 
 
+def model_params(name):
+    """A model's parameter count in common/model_table.c."""
+    with open(os.path.join(SOURCE, "common", "model_table.c")) as f:
+        m = re.search(r'\{"%s", \d+, \d+, \d+, \d+, (\d+),' % re.escape(name), f.read())
+    check(m, name)
+    return int(m.group(1))
+
+
 def engines_of(d, timeout=180):
     """GET /v1/engines once this node's probe has finished (it says "probing" until then)."""
     deadline = time.time() + timeout
@@ -82,10 +90,14 @@ def test_report_module_matches_the_c_protocol():
     rep.step(step=0, loss=2.3, samples=32, step_ms=12.5, forward_ms=4.0, backward_ms=6.0)
     rep.epoch(0, 64, 1.5, test_loss=0.5, test_acc=0.8)
     rep.error("rank 1 lost its peer", code="peer", peer=0)
+    rep.memory(0, 1 << 20, params_bytes=400, grads_bytes=None, optimizer_bytes=200)
+    rep.usage(0, 0, 4, 1.0, 0.5, 0.1, 3, 1, rss_bytes=None)
     rep.done()
     lines = [json.loads(x) for x in out.getvalue().splitlines()]
     check([x["type"] for x in lines] == ["hello", "env", "heartbeat", "progress", "step",
-                                         "epoch", "error", "done"], lines)
+                                         "epoch", "error", "memory", "usage", "done"], lines)
+    check("grads_bytes" not in lines[7] and lines[7]["optimizer_bytes"] == 200, lines[7])
+    check("rss_bytes" not in lines[8] and "gpu_util_pct" not in lines[8], lines[8])
     for ev in lines:
         req, opt = want[ev["type"]]
         keys = set(ev)
@@ -264,6 +276,27 @@ def test_every_engine_trains_in_one_sweep():
                 env = run["env"][0]["env"]
                 check(env["engine"] == name and "framework_config" in env, (name, env))
                 check(set(json.loads(env["phases_not_observed"])) == unobserved, (name, env))
+                # memory: the framework's own tensors (mnist-cnn's parameters in fp32),
+                # null exactly where GET /v1/engines says the engine cannot tell; usage
+                # windows of every rank; no trace
+                n = model_params("mnist-cnn")
+                cannot = set(engines[name]["memory_not_observed"])
+                check(sorted(m["rank"] for m in run["memory"]) == list(range(ws)), run["memory"])
+                for m in run["memory"]:
+                    check(m["params_bytes"] == 4 * n and m["peak_rss_bytes"] > 4 * n, (name, m))
+                    for k in ("comm_bytes", "activations_bytes"):
+                        check(m[k] is None and k in cannot, (name, k, m))
+                    if name in ("pytorch", "horovod"):  # DDP's and Horovod's .grad tensors
+                        check(m["grads_bytes"] == 4 * n, (name, m))
+                    elif m["grads_bytes"] is None:
+                        check("grads_bytes" in cannot, (name, m))
+                    if name != "deepspeed":  # a shard of it at 2 ranks
+                        check(m["optimizer_bytes"] >= 4 * n, (name, m))  # momentum
+                check(sorted({u["rank"] for u in run["usage"]}) == list(range(ws)), run["usage"])
+                check(all(u["cpu_util"] > 0 for u in run["usage"]), run["usage"])
+                trace = d.get(f"/v1/runs/{r['id']}/trace")
+                check(not any(e["ph"] == "X" for e in trace["traceEvents"]) and "trace" in cannot,
+                      (name, trace["otherData"]))
                 config = json.loads(env["framework_config"])
                 if name == "deepspeed":
                     check(config["ds_config"]["zero_optimization"]["stage"] == 1, config)
