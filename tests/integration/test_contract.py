@@ -231,6 +231,9 @@ def test_live_responses_match_schemas():
         check(run["collectives"], "results present")
         validate("get", "/v1/experiments/{id}/results", 200, d.get(f"/v1/experiments/{exp['id']}/results"))
         validate("get", "/v1/runs/{id}/steps", 200, d.get(f"/v1/runs/{run['id']}/steps"))
+        trace = d.get(f"/v1/runs/{run['id']}/trace")
+        check(any(e["ph"] == "X" for e in trace["traceEvents"]), "a collective run's iterations")
+        validate("get", "/v1/runs/{id}/trace", 200, trace)
         validate("get", "/healthz", 200, d.get("/healthz"))
         for path, st in (("/v1/experiments/999", 404), ("/v1/runs/999", 404)):
             status, body, _ = d.request("GET", path)
