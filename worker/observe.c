@@ -21,14 +21,14 @@ static int64_t observe_clock_offset_ns(void)
            ((int64_t)r.tv_nsec - (int64_t)m.tv_nsec);
 }
 
-void observe_init(struct observe *o, struct report_writer *w, bool gpu)
+void observe_init(struct observe *o, struct report_writer *w, const char *nvml_lib)
 {
     memset(o, 0, sizeof *o);
     o->w = w;
     o->clock_offset_ns = observe_clock_offset_ns();
-    if (gpu) {
+    if (nvml_lib) {
         char why[160];
-        o->nvml = gpu_nvml_open(NULL, why, sizeof why); /* NULL: the GPU figures are left out */
+        o->nvml = gpu_nvml_open(nvml_lib, why, sizeof why); /* NULL: GPU figures left out */
         o->nvml_index = gpu_nvml_index_from_visible(getenv("CUDA_VISIBLE_DEVICES"));
     }
 }

@@ -47,9 +47,10 @@ struct observe {
     json_t *spans, *ops; /* owned while tracing, else NULL */
 };
 
-/* gpu: sample NVML for the rank's GPU (CUDA_VISIBLE_DEVICES); NVML missing is no error,
- * the GPU figures are then left out. w borrowed. */
-void observe_init(struct observe *o, struct report_writer *w, bool gpu);
+/* nvml_lib: sample NVML from this library (GPU_NVML_DEFAULT_LIB on a GPU run) for the
+ * rank's GPU (CUDA_VISIBLE_DEVICES); NULL: no GPU, nothing sampled. NVML missing is no
+ * error: the GPU figures are then left out. w borrowed. */
+void observe_init(struct observe *o, struct report_writer *w, const char *nvml_lib);
 void observe_cleanup(struct observe *o);
 
 /* Starts a usage window of repeat `repeat`. */

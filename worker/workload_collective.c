@@ -250,7 +250,7 @@ int collective_bench_init_mem(struct collective_bench *b, const struct spec *s, 
     b->points_total = points_total;
     b->trace_steps = s->trace_steps;
     if (w && s->trace_steps > 0) {
-        observe_init(&b->obs, w, false);
+        observe_init(&b->obs, w, NULL);
         b->have_obs = true;
         b->trace_ns = calloc(2 * (size_t)s->trace_steps, sizeof *b->trace_ns);
         if (!b->trace_ns) {

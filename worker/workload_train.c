@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/nvml.h"
 #include "common/model_table.h"
 #include "worker/comm/wait_note.h"
 #include "worker/data/dataset.h"
@@ -548,7 +549,7 @@ int workload_train_run(const struct spec *s, struct comm *c, struct report_write
         return -1;
     nn_set_threads(s->train.threads);
     struct observe obs;
-    observe_init(&obs, w, strcmp(s->device, "cuda") == 0);
+    observe_init(&obs, w, strcmp(s->device, "cuda") == 0 ? GPU_NVML_DEFAULT_LIB : NULL);
     int rc = 0;
     for (int r = 0; rc == 0 && r < s->repeats; r++) {
         struct trainer tr = {.s = s,
