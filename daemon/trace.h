@@ -15,7 +15,9 @@
  *   traced instant, which otherData gives in Unix ns with every rank's offset.
  * - Every duration is the worker's own pair of readings, so a phase's total over its
  *   spans is the step phase stored for it (backward and optimizer less the exposed
- *   communication nested in them, as report.h defines the phases).
+ *   communication nested in them, as report.h defines the phases). On a GPU the stored
+ *   phases are the device's event timings (train_engine.h end_step) and the spans the
+ *   host's: there they agree only where the host waited for the device.
  *
  * Ownership: trace_build borrows its input (db_get_trace's object) and returns an owned
  * object. */
