@@ -391,13 +391,13 @@ def test_training_charts_from_stored_rows():
     check(px >= 11.5, f"tick labels {px:.1f} px tall")
 
 
-def breakdown_segments():
-    """{(bar, segment): ms} of the step time breakdown, from each bar's tooltip."""
-    got = js("""const f = [...document.querySelectorAll('figure.chart')].find(f => f.querySelector('figcaption').textContent === 'Step time breakdown');
-                return f ? [...f.querySelectorAll('rect.bar title')].map(t => t.textContent) : null""")
+def breakdown_segments(title="Step time breakdown", unit="ms per step"):
+    """{(bar, segment): value} of a stacked bar chart, from each bar's tooltip."""
+    got = js("""const f = [...document.querySelectorAll('figure.chart')].find(f => f.querySelector('figcaption').textContent === arguments[0]);
+                return f ? [...f.querySelectorAll('rect.bar title')].map(t => t.textContent) : null""", title)
     out = {}
     for text in got or []:
-        m = re.fullmatch(r"(.*) — (.*): ([\d.,e+-]+) ms per step", text)
+        m = re.fullmatch(r"(.*) — (.*): ([\d.,e+-]+) " + re.escape(unit), text)
         check(m, f"tooltip {text!r}")
         out[(m.group(1), m.group(2))] = float(m.group(3).replace(",", ""))
     return out
@@ -504,6 +504,12 @@ def test_memory_usage_and_timeline_of_a_run():
     check(n > 0, f"trace events {n}")
     cols = js("return [...document.querySelectorAll('#results-table th')].map(th => th.textContent)")
     check("optimizer_bytes_mean" in cols and "peak_rss_bytes_mean" in cols, cols)
+    # the memory chart: the optimizer state segment is the results' figure in MiB
+    row = D.get(f"/v1/experiments/{exp['id']}/results")["rows"][0]
+    segs = wait(lambda: breakdown_segments("Memory per rank", "MiB per rank"), what="memory chart")
+    shown = [v for (_, seg), v in segs.items() if seg == "optimizer state"]
+    check(len(shown) == 1 and math.isclose(shown[0], row["optimizer_bytes_mean"] / 2**20, rel_tol=2e-3),
+          (shown, row["optimizer_bytes_mean"]))
     screenshot("experiment-memory")
 
 

@@ -95,7 +95,23 @@ export function trainingCharts(sources) {
         // a framework engine that cannot observe some phases (null, GET /v1/engines says
         // why) leaves the rest of its step as one segment, not as time that vanished
         { name: 'not observed by the engine', values: rows.map((x) => unobservedMs(x.r)) }] }),
+    memoryBars(rows),
   ];
+}
+
+// What the largest rank holds, per group, in MiB: the ZeRO comparison at a glance (its
+// optimizer state, and under zero2 its gradients, shrink with the world size).
+const MEMORY = [['params_bytes_mean', 'parameters'], ['grads_bytes_mean', 'gradients'],
+  ['optimizer_bytes_mean', 'optimizer state'], ['comm_bytes_mean', 'comm buffers'],
+  ['activations_bytes_mean', 'activations']];
+const MIB = 1024 * 1024;
+
+function memoryBars(rows) {
+  const has = rows.filter((x) => MEMORY.some(([k]) => Number.isFinite(x.r[k])));
+  return stackedBars({ title: 'Memory per rank', desc: 'What the largest rank holds (mean over repeats); segments a framework engine cannot tell are left out (GET /v1/engines says which). Peak RSS is in the results table.', unit: 'MiB per rank',
+    categories: has.map((x) => x.label || 'all runs'),
+    segments: MEMORY.map(([k, name]) => ({ name, values: has.map((x) => (Number.isFinite(x.r[k]) ? x.r[k] / MIB : null)) })),
+    empty: 'No memory reported yet: ranks report it at the end of each repeat.' });
 }
 
 // runs: [{label, epochs: [{repeat, epoch, train_loss, train_acc, test_loss, test_acc}]}]
