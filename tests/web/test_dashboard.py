@@ -100,8 +100,9 @@ def figure_points(title):
 
 
 def parse_shown(text, col):
-    """A number as the dashboard formats it (1,234.5 / 9.10e-5 / 64K for bytes)."""
-    if col == "bytes":
+    """A number as the dashboard formats it (1,234.5 / 9.10e-5 / 64K or 1.67M for bytes:
+    a message size and every memory figure)."""
+    if col == "bytes" or re.search(r"_bytes_(mean|ci95)$", col):
         m = re.fullmatch(r"([\d.]+)([BKMGT]?)", text)
         return float(m.group(1)) * 1024 ** "BKMGT".index(m.group(2) or "B")
     return float(text.replace(",", ""))
