@@ -154,7 +154,7 @@ static const struct spec_field spec_fields[] = {
      .desc = "How many times a run repeats its whole measurement, for the spread across "
              "repeats."},
     {.name = "trace_steps", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
-     .flags = SPEC_F_SWEEP, .min = 0, .max = 1000, .def = "5", SPEC_AT(trace_steps),
+     .flags = SPEC_F_SWEEP, .min = 0, .max = 100, .def = "5", SPEC_AT(trace_steps),
      .desc = "Timeline (GET /v1/runs/{id}/trace): how many steps after warm-up (train) or "
              "timed iterations of each message size (collective) every rank records, "
              "with their phases and collectives; 0 records none. Bounded so a trace stays "

@@ -210,6 +210,9 @@ def test_trace_of_training_runs():
         check(status == 404 and body["error"]["code"] == "not_found", body)
         status, body, _ = d.request("GET", f"/v1/runs/{rid}/trace?steps=3")
         check(status == 400, body)
+        # the window is bounded, so a trace stays small
+        status, body, _ = d.request("POST", "/v1/experiments", body=dict(SMALL, trace_steps=101))
+        check(status == 400 and body["error"]["field"] == "trace_steps", body)
     finally:
         d.close()
 
