@@ -1,0 +1,154 @@
+#!/usr/bin/python3
+"""What observing a run costs (issue 17), in one run on one machine.
+
+  tests/bench/bench_observe.py --build build [--rounds 5] [--json F]
+
+train: ddpbench's C worker trains at 2 ranks (strategy ddp, SGD momentum, 1 thread a rank,
+  one fixed synthetic batch) with nothing traced (trace_steps 0) against every step traced
+  (trace_steps = all of them, the worst case: a trace line per rank and step on top of the
+  step line). Memory and usage are reported in both (once per repeat and per epoch: no
+  per-step cost). Figure: throughput traced / untraced, per round.
+collective: allreduce at 2 ranks, 4 KiB to 4 MiB, 20 iterations, with none against all
+  iterations traced (sent after each size's timed loop). Figure: busbw traced / untraced
+  per size, per round.
+
+Peers are the same program at its best settings (nothing traced); the two arms alternate
+order round by round. Headline: the median of the rounds' ratios (1.00 = no cost).
+memory (--part memory): what a rank holds training resnet18-cifar with Adam at 2 ranks,
+  ddpbench's exact accounting for ddp, zero1 and zero2 beside what PyTorch (DDP,
+  ZeroRedundancyOptimizer) and DeepSpeed (ZeRO stages 1 and 2) hold in their own tensors,
+  and every run's peak RSS: the ZeRO sharding as each implementation does it.
+A benchmark: figures and ratios, never pass/fail. Hold /tmp/ddpb-bench.lock.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_train import Daemon, train_spec  # noqa: E402
+
+MODELS = [("mnist-cnn", 64, [1, 28, 28], 60), ("resnet18-cifar", 32, [3, 32, 32], 12)]
+COLL = {"workload": "collective", "world_size": 2, "min_bytes": "4K", "max_bytes": "4M",
+        "factor": 16, "iters": 20, "warmup": 5}
+
+
+def train_pair(d, model, batch, shape, steps, traced_first):
+    """(untraced, traced) throughput of one round."""
+    out = {}
+    for traced in ([True, False] if traced_first else [False, True]):
+        spec = train_spec(model, batch, shape, steps)
+        spec.update(world_size=2, strategy="ddp",
+                    trace_steps=spec["steps"] if traced else 0,
+                    name=f"observe {model} {'traced' if traced else 'untraced'}")
+        out[traced] = d.run(spec)[0]["throughput_mean"]
+    return out[False], out[True]
+
+
+def coll_pair(d, traced_first):
+    """({bytes: busbw} untraced, traced) of one round."""
+    out = {}
+    for traced in ([True, False] if traced_first else [False, True]):
+        spec = dict(COLL, trace_steps=COLL["iters"] if traced else 0,
+                    name=f"observe allreduce {'traced' if traced else 'untraced'}")
+        out[traced] = {r["bytes"]: r["busbw_gbs_mean"] for r in d.run(spec)}
+    return out[False], out[True]
+
+
+MEMORY_RUNS = [("ddpbench", "ddp"), ("ddpbench", "zero1"), ("ddpbench", "zero2"),
+               ("pytorch", "ddp"), ("pytorch", "zero1"), ("deepspeed", "zero1"),
+               ("deepspeed", "zero2")]
+
+
+def finished(d, spec):
+    """The experiment of spec once it ended (exits on a failure, as Daemon.run does)."""
+    exp = d.call("/v1/experiments", spec)
+    while exp["status"] in ("queued", "running"):
+        time.sleep(0.5)
+        exp = d.call(f"/v1/experiments/{exp['id']}")
+    if exp["status"] != "succeeded":
+        raise SystemExit(f"experiment failed: {[r['error'] for r in exp['runs']]}")
+    return exp
+
+
+def part_memory(d):
+    """Each rank's memory per (engine, strategy), as GET /v1/runs/ID stores it."""
+    out = []
+    for engine, strategy in MEMORY_RUNS:
+        spec = train_spec("resnet18-cifar", 32, [3, 32, 32], 2)
+        spec.update(world_size=2, engine=engine, strategy=strategy, trace_steps=0,
+                    optimizer={"type": "adam", "lr": 0.001},
+                    name=f"observe memory {engine} {strategy}")
+        run = d.call(f"/v1/runs/{finished(d, spec)['runs'][0]['id']}")
+        out.append({"engine": engine, "strategy": strategy, "memory": run["memory"]})
+    return out
+
+
+def report_memory(rows):
+    mib = lambda v: "-" if v is None else f"{v / 2**20:.2f}"  # noqa: E731
+    print("| engine | strategy | rank | params | grads | optimizer | comm buffers | "
+          "activations | peak RSS |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        for m in r["memory"]:
+            print(f"| {r['engine']} | {r['strategy']} | {m['rank']} | {mib(m['params_bytes'])} | "
+                  f"{mib(m['grads_bytes'])} | {mib(m['optimizer_bytes'])} | "
+                  f"{mib(m['comm_bytes'])} | {mib(m['activations_bytes'])} | "
+                  f"{mib(m['peak_rss_bytes'])} |")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--part", default="cost", choices=["cost", "memory"])
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    os.environ.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_="4294967296")
+    d = Daemon(a.build, 2 * os.cpu_count())
+    if a.part == "memory":
+        try:
+            rows = part_memory(d)
+        finally:
+            d.close()
+        print("## bench_observe --part memory, MiB per rank (resnet18-cifar, Adam, 2 ranks)")
+        report_memory(rows)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return
+    res = {"date": time.strftime("%Y-%m-%d %H:%M"), "train": {}, "collective": {}}
+    try:
+        for r in range(a.rounds):
+            for model, batch, shape, steps in MODELS:
+                u, t = train_pair(d, model, batch, shape, steps, traced_first=r % 2 == 1)
+                res["train"].setdefault(model, []).append((u, t))
+            u, t = coll_pair(d, traced_first=r % 2 == 1)
+            for size in u:
+                res["collective"].setdefault(size, []).append((u[size], t[size]))
+    finally:
+        d.close()
+    print(f"## bench_observe {res['date']}, {a.rounds} rounds, median (min-max) of the "
+          "rounds' ratios traced / untraced")
+    print("| what | untraced | traced | ratio |")
+    print("|---|---|---|---|")
+    for model, pairs in res["train"].items():
+        ratios = [t / u for u, t in pairs]
+        print(f"| {model} 2 ranks, images/s | {statistics.median(u for u, _ in pairs):.1f} | "
+              f"{statistics.median(t for _, t in pairs):.1f} | {statistics.median(ratios):.3f} "
+              f"({min(ratios):.3f}-{max(ratios):.3f}) |")
+    for size, pairs in sorted(res["collective"].items()):
+        ratios = [t / u for u, t in pairs if u > 0]
+        print(f"| allreduce {size} B, busbw GB/s | {statistics.median(u for u, _ in pairs):.3f} | "
+              f"{statistics.median(t for _, t in pairs):.3f} | {statistics.median(ratios):.3f} "
+              f"({min(ratios):.3f}-{max(ratios):.3f}) |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
