@@ -137,7 +137,7 @@ int ddp_bucket_sizes(const struct nn_model *m, const struct ddp_config *cfg, int
 /* Lays the buckets over the arena from the tensor groups; zero: each rank's chunk. */
 static void ddp_layout_buckets(struct ddp *d, const int *bounds)
 {
-    size_t state = 0, pad = 0;
+    size_t state = 0, pad = 0, staged = 0;
     for (int b = 0; b < d->nb; b++) {
         struct ddp_bucket *bk = &d->b[b];
         int last = bounds[b + 1] - 1; /* lowest offset: reverse order */
@@ -151,9 +151,13 @@ static void ddp_layout_buckets(struct ddp *d, const int *bounds)
         state += bk->own_len;
         bk->pad_off = pad;
         pad += bk->chunk * (size_t)d->world;
+        bk->stage_off = staged; /* only a bucket the world does not divide is staged */
+        if (bk->len % (size_t)d->world != 0)
+            staged += bk->chunk * (size_t)d->world;
     }
     d->own_total = state;
-    d->stage_len = pad; /* zero: the padded copy of every bucket */
+    d->pad_len = pad;      /* zero: the padded copy of every bucket (the wire buffer) */
+    d->stage_len = staged; /* zero: of those the world does not divide */
 }
 
 int ddp_init(struct ddp *d, const struct ddp_config *cfg, struct comm *c, struct nn_model *m,
@@ -193,7 +197,7 @@ int ddp_init(struct ddp *d, const struct ddp_config *cfg, struct comm *c, struct
     d->nplan = d->nb;
     ddp_layout_buckets(d, bounds);
 
-    size_t wire = ddp_is_zero(d) ? d->stage_len : d->n;
+    size_t wire = ddp_is_zero(d) ? d->pad_len : d->n;
     if (cfg->compression != DDP_COMPRESS_NONE && !(d->wire = calloc(wire + 1, 2)))
         goto nomem;
     d->wire_len = d->wire ? wire + 1 : 0;
@@ -427,6 +431,7 @@ static int64_t ddp_launch(struct ddp *d, int b, int64_t t0)
             ddp_compress(d, d->wire + at, g + bk->offset, bk->len);
             memset(d->wire + at + bk->len, 0, (padded - bk->len) * 2);
         } else if (pad) {
+            at = bk->stage_off;
             memcpy(d->stage + at, g + bk->offset, bk->len * sizeof(float));
             memset(d->stage + at + bk->len, 0, (padded - bk->len) * sizeof(float));
         } else {
@@ -470,7 +475,8 @@ static void ddp_unstage(struct ddp *d, int b)
         if (d->wire)
             ddp_decompress(d, g + bk->own_off, d->wire + mine, bk->own_len);
         else if (bk->len % (size_t)d->world != 0)
-            memcpy(g + bk->own_off, d->stage + mine, bk->own_len * sizeof(float));
+            memcpy(g + bk->own_off, d->stage + bk->stage_off + (size_t)d->rank * bk->chunk,
+                   bk->own_len * sizeof(float));
         return;
     }
     if (d->wire)
@@ -671,7 +677,7 @@ int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e)
         int64_t t0 = clock_mono_ns();
         bk->launch_ns = t0;
         bool pad = bk->len % (size_t)d->world != 0;
-        float *buf = pad ? d->stage + bk->pad_off : p + bk->offset;
+        float *buf = pad ? d->stage + bk->stage_off : p + bk->offset;
         if (pad)
             memcpy(buf + (size_t)d->rank * bk->chunk, p + bk->own_off,
                    bk->own_len * sizeof(float));
@@ -695,7 +701,7 @@ int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e)
                 rc = -1;
             }
             if (rc == 0 && bk->len % (size_t)d->world != 0)
-                memcpy(p + bk->offset, d->stage + bk->pad_off, bk->len * sizeof(float));
+                memcpy(p + bk->offset, d->stage + bk->stage_off, bk->len * sizeof(float));
             ddp_exposed(d, t0);
         }
     }
