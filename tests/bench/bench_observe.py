@@ -63,17 +63,6 @@ MEMORY_RUNS = [("ddpbench", "ddp"), ("ddpbench", "zero1"), ("ddpbench", "zero2")
                ("deepspeed", "zero2")]
 
 
-def finished(d, spec):
-    """The experiment of spec once it ended (exits on a failure, as Daemon.run does)."""
-    exp = d.call("/v1/experiments", spec)
-    while exp["status"] in ("queued", "running"):
-        time.sleep(0.5)
-        exp = d.call(f"/v1/experiments/{exp['id']}")
-    if exp["status"] != "succeeded":
-        raise SystemExit(f"experiment failed: {[r['error'] for r in exp['runs']]}")
-    return exp
-
-
 def part_memory(d):
     """Each rank's memory per (engine, strategy), as GET /v1/runs/ID stores it."""
     out = []
@@ -82,7 +71,7 @@ def part_memory(d):
         spec.update(world_size=2, engine=engine, strategy=strategy, trace_steps=0,
                     optimizer={"type": "adam", "lr": 0.001},
                     name=f"observe memory {engine} {strategy}")
-        run = d.call(f"/v1/runs/{finished(d, spec)['runs'][0]['id']}")
+        run = d.call(f"/v1/runs/{d.finish(spec)['runs'][0]['id']}")
         out.append({"engine": engine, "strategy": strategy, "memory": run["memory"]})
     return out
 

@@ -53,7 +53,8 @@ class Daemon:
                                      {"Content-Type": "application/json"})
         return json.load(urllib.request.urlopen(req, timeout=60))
 
-    def run(self, spec):
+    def finish(self, spec):
+        """The experiment of spec once it ended; exits when it did not succeed."""
         exp = self.call("/v1/experiments", spec)
         while True:
             e = self.call(f"/v1/experiments/{exp['id']}")
@@ -62,7 +63,11 @@ class Daemon:
             time.sleep(0.5)
         if e["status"] != "succeeded":
             raise SystemExit(f"ddpbench experiment failed: {[r['error'] for r in e['runs']]}")
-        return self.call(f"/v1/experiments/{exp['id']}/results")["rows"]
+        return e
+
+    def run(self, spec):
+        """The results rows of spec's experiment."""
+        return self.call(f"/v1/experiments/{self.finish(spec)['id']}/results")["rows"]
 
     def close(self):
         self.p.terminate()

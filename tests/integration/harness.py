@@ -174,6 +174,16 @@ def example(name):
         return json.load(f)
 
 
+def model_params(name):
+    """A model's parameter count in common/model_table.c, the table the worker's models
+    (test_nn_models) and the engines' zoos (test_engines) are checked against."""
+    import re
+    with open(os.path.join(SOURCE, "common", "model_table.c")) as f:
+        m = re.search(r'\{"%s", \d+, \d+, \d+, \d+, (\d+),' % re.escape(name), f.read())
+    check(m, f"{name} is not in common/model_table.c")
+    return int(m.group(1))
+
+
 def pid_alive(pid):
     """True for a live process that is not a zombie."""
     try:

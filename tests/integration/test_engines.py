@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from harness import Daemon, check, run_cases, wait_gone
+from harness import Daemon, check, model_params, run_cases, wait_gone
 
 SOURCE = os.environ.get("DDPB_SOURCE_DIR",
                         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -40,13 +40,6 @@ FMNIST = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "warmup_s
 SMALL = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "steps": 4,
          "warmup_steps": 1, "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}}
 
-
-def model_params(name):
-    """A model's parameter count in common/model_table.c."""
-    with open(os.path.join(SOURCE, "common", "model_table.c")) as f:
-        m = re.search(r'\{"%s", \d+, \d+, \d+, \d+, (\d+),' % re.escape(name), f.read())
-    check(m, name)
-    return int(m.group(1))
 
 
 def engines_of(d, timeout=180):

@@ -15,26 +15,16 @@
 - the results table and its CSV carry the new columns."""
 import csv
 import io
-import json
 import os
-import re
 import subprocess
 import tempfile
 import urllib.request
 
-from harness import BUILD, SOURCE, Daemon, check, run_cases
+from harness import BUILD, Daemon, check, model_params, run_cases
 
 SMALL = {"workload": "train", "model": "mnist-cnn", "batch_size": 8, "steps": 6,
          "warmup_steps": 2, "trace_steps": 3, "dataset": {"samples": 256}}
 
-
-def model_params(name):
-    """The parameter count of a model in common/model_table.c (the table the worker's
-    models are checked against)."""
-    with open(os.path.join(SOURCE, "common", "model_table.c")) as f:
-        m = re.search(r'\{"%s", \d+, \d+, \d+, \d+, (\d+),' % re.escape(name), f.read())
-    check(m, f"{name} is not in common/model_table.c")
-    return int(m.group(1))
 
 
 def memory_by_rank(d, run_id):
