@@ -902,7 +902,9 @@ static void test_db_observe(void)
     json_decref(spans);
     json_decref(ops);
 
-    /* a database from before 011 */
+    /* a database from before 011, holding a step: migrated, the step kept */
+    struct report_step st = {.step = 3, .samples = 8, .loss = 1.0, .step_ms = 5.0};
+    T_OK(db_insert_step(db, r, 0, &st, &e));
     db_close(db);
     sqlite3 *h;
     T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
@@ -916,7 +918,14 @@ static void test_db_observe(void)
     T_CHECK(run != NULL);
     T_EQ_INT(json_array_size(json_object_get(run, "memory")), 0);
     json_decref(run);
+    json_t *steps = db_get_steps(db, r, -1, true, &e);
+    T_CHECK_MSG(steps != NULL, "%s", e.msg);
+    T_EQ_INT(json_array_size(json_object_get(steps, "rows")), 1);
+    json_decref(steps);
     T_OK(db_insert_memory(db, r, 0, &m0, &e));
+    run = db_get_run(db, r, &e);
+    T_EQ_INT(json_array_size(json_object_get(run, "memory")), 1);
+    json_decref(run);
     test_db_cleanup(db);
 }
 
