@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buckets.h"
 #include "common/clock.h"
 #include "worker/comm/reduce.h"
 #include "worker/comm/wait_note.h"
@@ -81,23 +82,18 @@ static int ddp_tensors(const struct nn_model *m, size_t *off, size_t *len, int *
     return 0;
 }
 
-/* Groups tensors (reverse order) into buckets the way PyTorch's
- * compute_bucket_assignment_by_size does: a tensor joins the open bucket, which closes
- * once it holds at least its cap (first_cap for the first). Writes bucket ranges as
- * [start tensor, end tensor) into bounds (nt + 1 entries); returns the bucket count. */
+/* Groups tensors (reverse order, lengths in floats) into buckets by size
+ * (common/buckets.h); bounds as there. */
 static int ddp_group_by_size(const size_t *len, int nt, size_t first_cap, size_t cap,
                              int *bounds)
 {
-    int nb = 0;
-    size_t fill = 0;
-    bounds[0] = 0;
-    for (int t = 0; t < nt; t++) {
-        fill += len[t] * sizeof(float);
-        if (fill >= (nb == 0 ? first_cap : cap) || t == nt - 1) {
-            bounds[++nb] = t + 1;
-            fill = 0;
-        }
-    }
+    int64_t *bytes = malloc(((size_t)nt + 1) * sizeof *bytes);
+    if (!bytes)
+        return -1;
+    for (int t = 0; t < nt; t++)
+        bytes[t] = (int64_t)(len[t] * sizeof(float));
+    int nb = buckets_by_size(bytes, nt, (int64_t)first_cap, (int64_t)cap, bounds);
+    free(bytes);
     return nb;
 }
 
@@ -194,6 +190,8 @@ int ddp_init(struct ddp *d, const struct ddp_config *cfg, struct comm *c, struct
     if (cfg->strategy == DDP_NAIVE)
         first = cap = 1;
     d->nb = ddp_group_by_size(d->t_len, d->nt, first, cap, bounds);
+    if (d->nb < 0)
+        goto nomem;
     d->nplan = d->nb;
     ddp_layout_buckets(d, bounds);
 
@@ -556,22 +554,14 @@ void ddp_grad_hook(void *ctx, const struct nn_grad_ready *r)
  * same cycle share a fusion buffer up to fusion_bytes (a larger tensor goes alone). */
 static int ddp_plan_from_cycles(const struct ddp *d, int *bounds)
 {
-    int64_t cycle = (int64_t)(d->cfg.cycle_ms * 1e6);
-    int nb = 0;
-    size_t fill = 0;
-    bounds[0] = 0;
-    for (int t = 0; t < d->nt; t++) {
-        size_t bytes = d->t_len[t] * sizeof(float);
-        bool new_cycle = t > bounds[nb] &&
-                         (cycle > 0 ? d->ready_ns[t] / cycle != d->ready_ns[t - 1] / cycle
-                                    : d->ready_ns[t] != d->ready_ns[t - 1]);
-        if (t > bounds[nb] && (new_cycle || fill + bytes > d->cfg.fusion_bytes)) {
-            bounds[++nb] = t;
-            fill = 0;
-        }
-        fill += bytes;
-    }
-    bounds[++nb] = d->nt;
+    int64_t *bytes = malloc(((size_t)d->nt + 1) * sizeof *bytes);
+    if (!bytes)
+        return -1;
+    for (int t = 0; t < d->nt; t++)
+        bytes[t] = (int64_t)(d->t_len[t] * sizeof(float));
+    int nb = buckets_by_cycle(bytes, d->ready_ns, d->nt, (int64_t)(d->cfg.cycle_ms * 1e6),
+                              (int64_t)d->cfg.fusion_bytes, bounds);
+    free(bytes);
     return nb;
 }
 
@@ -583,6 +573,8 @@ static int ddp_fix_plan(struct ddp *d, struct err *e)
         return err_set(e, ERR_NOMEM, NULL, "ddp: out of memory for the fusion plan");
     if (d->rank == 0) {
         int nb = ddp_plan_from_cycles(d, d->plan);
+        if (nb < 0) /* no memory for a new plan: keep the size-only one */
+            nb = d->nb;
         wire[0] = nb;
         for (int i = 0; i <= nb; i++)
             wire[i + 1] = d->plan[i];
