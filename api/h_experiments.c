@@ -17,6 +17,7 @@
 #include "daemon/gpu_slots.h"
 #include "api/handlers.h"
 #include "common/log.h"
+#include "daemon/model.h"
 #include "daemon/results.h"
 #include "common/spec.h"
 
@@ -457,24 +458,52 @@ static int h_split_group_by(const char *s, char *buf, size_t cap, const char **n
     return 0;
 }
 
+/* The fits a training experiment's predictions use: those of the experiments named in
+ * ?fit=, else the latest finished collective experiment's on its backend and device. */
+static int h_results_fits(struct api_ctx *ctx, const struct db_experiment_data *data,
+                          const int64_t *ids, size_t n, struct perf_fit **fits, size_t *nf,
+                          struct err *e)
+{
+    *fits = NULL;
+    *nf = 0;
+    if (strcmp(data->workload, "train") != 0 || data->nruns == 0)
+        return 0;
+    if (n > 0)
+        return model_fits_load(ctx->db, ids, n, fits, nf, e);
+    const json_t *spec = data->runs[0].spec;
+    const char *backend = json_string_value(json_object_get(spec, "backend"));
+    const char *device = json_string_value(json_object_get(spec, "device"));
+    return model_fits_latest(ctx->db, backend ? backend : "tcp", device ? device : "cpu", fits,
+                             nf, e);
+}
+
 int h_experiments_results(struct api_ctx *ctx, const struct api_request *req,
                           struct api_reply *rep, struct err *e)
 {
-    static const char *const args[] = {"group_by", "format", NULL};
+    static const char *const args[] = {"group_by", "format", "fit", NULL};
     char buf[512];
     const char *names[H_MAX_GROUP_BY];
     size_t n;
     const char *format = api_query_get(req, "format");
+    int64_t fit_ids[16];
+    size_t nfit_ids = 0;
     if (api_query_check(req, args, e) < 0 ||
-        h_split_group_by(api_query_get(req, "group_by"), buf, sizeof buf, names, &n, e) < 0)
+        h_split_group_by(api_query_get(req, "group_by"), buf, sizeof buf, names, &n, e) < 0 ||
+        h_parse_ids(api_query_get(req, "fit"), "fit", fit_ids, 16, &nfit_ids, e) < 0)
         return -1;
     if (format && strcmp(format, "json") != 0 && strcmp(format, "csv") != 0)
         return err_set(e, ERR_INVALID, "format", "format must be json or csv, got '%s'",
                        format);
     struct db_experiment_data data;
     json_t *table = NULL;
-    if (db_get_experiment_data(ctx->db, req->ids[0], &data, e) == 0)
-        table = results_build(&data, names, n, e);
+    if (db_get_experiment_data(ctx->db, req->ids[0], &data, e) == 0) {
+        struct perf_fit *fits = NULL;
+        size_t nf = 0;
+        int rc = h_results_fits(ctx, &data, fit_ids, nfit_ids, &fits, &nf, e);
+        if (rc == 0)
+            table = results_build_with(&data, names, n, fits, nf, e);
+        free(fits);
+    }
     db_experiment_data_free(&data);
     if (!table)
         return -1;

@@ -26,6 +26,17 @@ int h_experiments_events(struct api_ctx *ctx, const struct api_request *req,
 /* Cancels queued runs at once (in the database) and hands the active ones of experiment
  * exp_id, or the one run run_id (exp_id 0), to the scheduler to stop. */
 int h_cancel(struct api_ctx *ctx, int64_t exp_id, int64_t run_id, struct err *e);
+/* h_model.c */
+int h_experiments_fit(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                      struct err *e);
+int h_experiments_report(struct api_ctx *ctx, const struct api_request *req,
+                         struct api_reply *rep, struct err *e);
+int h_predict(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+              struct err *e);
+/* Appends the ids of "3,7" (each >= 1, repeats dropped) to ids[*n..cap). ERR_INVALID naming
+ * field. */
+int h_parse_ids(const char *s, const char *field, int64_t *ids, size_t cap, size_t *n,
+                struct err *e);
 /* h_runs.c */
 int h_runs_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                struct err *e);

@@ -39,6 +39,7 @@ enum report_kind {
     REPORT_K_SPANS,   /* trace spans [[name, start_ns, end_ns]...]; member: const json_t * */
     REPORT_K_OPS,     /* trace ops [[op, bucket, bytes, algorithm, launch_ns, end_ns]...];
                          member: const json_t * */
+    REPORT_K_GRADS,   /* gradient readiness [[bytes, ready_ns]...]; member: const json_t * */
 };
 
 struct report_field {
@@ -56,6 +57,7 @@ struct report_field {
 #define REPORT_MEMORY_AT(m) REPORT_IN(struct report_memory, m)
 #define REPORT_USAGE_AT(m) REPORT_IN(struct report_usage, m)
 #define REPORT_TRACE_AT(m) REPORT_IN(struct report_trace, m)
+#define REPORT_GRADS_AT(m) REPORT_IN(struct report_grads, m)
 
 /* Every event starts with these. */
 static const struct report_field report_common_fields[] = {
@@ -211,6 +213,13 @@ static const struct report_field report_trace_fields[] = {
     {.name = "ops", .kind = REPORT_K_OPS, REPORT_TRACE_AT(ops)},
 };
 
+static const struct report_field report_grads_fields[] = {
+    {.name = "repeat", .kind = REPORT_K_INT, .min = 0, REPORT_GRADS_AT(repeat)},
+    {.name = "steps", .kind = REPORT_K_INT64, .min = 1, REPORT_GRADS_AT(steps)},
+    {.name = "backward_ns", .kind = REPORT_K_INT64, .min = 0, REPORT_GRADS_AT(backward_ns)},
+    {.name = "tensors", .kind = REPORT_K_GRADS, REPORT_GRADS_AT(tensors)},
+};
+
 static const struct report_field report_error_fields[] = {
     {.name = "code", .kind = REPORT_K_ERRCODE},
     {.name = "message", .kind = REPORT_K_STR},
@@ -244,6 +253,7 @@ static const struct report_shape report_shapes[] = {
     [REPORT_MEMORY] = REPORT_SHAPE("memory", report_memory_fields),
     [REPORT_USAGE] = REPORT_SHAPE("usage", report_usage_fields),
     [REPORT_TRACE] = REPORT_SHAPE("trace", report_trace_fields),
+    [REPORT_GRADS] = REPORT_SHAPE("grads", report_grads_fields),
 };
 
 const char *report_type_name(enum report_type t)
@@ -328,9 +338,10 @@ static int report_check_tuples(const struct report_field *f, const json_t *v, co
             return err_set(e, ERR_INVALID, f->name,
                            "%s[%zu]: must be %s (times in ns, an end not before its start)",
                            f->name, i,
-                           f->kind == REPORT_K_SPANS
-                               ? "[name, start_ns, end_ns]"
-                               : "[op, bucket, bytes, algorithm, launch_ns, end_ns]");
+                           f->kind == REPORT_K_SPANS   ? "[name, start_ns, end_ns]"
+                           : f->kind == REPORT_K_GRADS ? "[bytes, ready_ns]"
+                                                       : "[op, bucket, bytes, algorithm, "
+                                                         "launch_ns, end_ns]");
     }
     return 0;
 }
@@ -370,6 +381,7 @@ static int report_check_value(const struct report_field *f, const json_t *v, str
         return 0;
     case REPORT_K_SPANS: return report_check_tuples(f, v, "sne", e);
     case REPORT_K_OPS: return report_check_tuples(f, v, "sbnsne", e);
+    case REPORT_K_GRADS: return report_check_tuples(f, v, "nn", e);
     }
     return err_set(e, ERR_INTERNAL, f->name, "%s: unknown kind", f->name);
 }
@@ -482,6 +494,7 @@ static int report_struct_from_json(const struct report_field *fs, size_t n, cons
         case REPORT_K_BOOL: memcpy(dst, &b, sizeof b); break;
         case REPORT_K_STR: memcpy(dst, json_string_value(v), json_string_length(v) + 1); break;
         case REPORT_K_SPANS:
+        case REPORT_K_GRADS:
         case REPORT_K_OPS: memcpy(dst, &v, sizeof v); break; /* borrowed from obj */
         case REPORT_K_ENV:
         case REPORT_K_ERRCODE: break;
@@ -549,6 +562,7 @@ static json_t *report_member_json(const void *c, const struct report_field *f)
     case REPORT_K_BOOL: memcpy(&b, src, sizeof b); return json_boolean(b);
     case REPORT_K_STR: return strnlen(src, f->size) < f->size ? json_string(src) : NULL;
     case REPORT_K_SPANS:
+    case REPORT_K_GRADS:
     case REPORT_K_OPS: {
         json_t *j;
         memcpy(&j, src, sizeof j);
@@ -830,4 +844,16 @@ int report_emit_trace(struct report_writer *w, const struct report_trace *t, str
 {
     return report_emit_struct(w, REPORT_TRACE, report_trace_fields,
                               REPORT_COUNT(report_trace_fields), t, e);
+}
+
+int report_grads_from_json(const json_t *obj, struct report_grads *out, struct err *e)
+{
+    return report_struct_from_json(report_grads_fields, REPORT_COUNT(report_grads_fields),
+                                   "grads", obj, out, sizeof *out, e);
+}
+
+int report_emit_grads(struct report_writer *w, const struct report_grads *g, struct err *e)
+{
+    return report_emit_struct(w, REPORT_GRADS, report_grads_fields,
+                              REPORT_COUNT(report_grads_fields), g, e);
 }

@@ -18,6 +18,7 @@
  *   memory      the fields of struct report_memory (each rank, once per repeat)
  *   usage       the fields of struct report_usage (each rank, per epoch and at the end)
  *   trace       the fields of struct report_trace (each rank, per traced step)
+ *   grads       the fields of struct report_grads (rank 0, once per repeat of training)
  *   error       code (str: an err_code_name), message (str), where (str "file:line"),
  *               optional op (str), optional peer (int)
  *   done        (nothing else) */
@@ -47,6 +48,7 @@ enum report_type {
     REPORT_MEMORY,
     REPORT_USAGE,
     REPORT_TRACE,
+    REPORT_GRADS,
 };
 
 /* One size point of a collective benchmark, as rank 0 reports it after combining every
@@ -154,6 +156,22 @@ struct report_trace {
     const json_t *spans, *ops; /* borrowed from the parsed event */
 };
 
+/* When each gradient became final in backward, for the performance model (issue 18:
+ * daemon/perf.c simulates the strategies from it). Rank 0, once per repeat, over the
+ * repeat's synchronising non-warm-up steps:
+ *   tensors      [bytes, ready_ns] per parameter tensor in the order backward finishes
+ *                them (reverse registration order, ddp.h's buckets' order): the median
+ *                over the steps of the time from the start of the synchronising
+ *                micro-batch's backward until the hook saw the tensor's gradient final
+ *   backward_ns  the median of that backward's length (the window buckets can hide in)
+ *   steps        how many steps the medians are over */
+struct report_grads {
+    int repeat;
+    int64_t steps;
+    int64_t backward_ns;
+    const json_t *tensors; /* borrowed */
+};
+
 const char *report_type_name(enum report_type t);
 
 /* Parses and validates one line (without its newline). Returns an owned object (caller
@@ -172,6 +190,8 @@ int report_memory_from_json(const json_t *obj, struct report_memory *out, struct
 int report_usage_from_json(const json_t *obj, struct report_usage *out, struct err *e);
 /* out->spans and out->ops borrow from obj. */
 int report_trace_from_json(const json_t *obj, struct report_trace *out, struct err *e);
+/* out->tensors borrows from obj. */
+int report_grads_from_json(const json_t *obj, struct report_grads *out, struct err *e);
 
 /* Worker side: writes events as single lines to fd. Thread-safe: a lock keeps lines
  * from two threads (the worker and its heartbeat) whole. */
@@ -203,5 +223,7 @@ int report_emit_memory(struct report_writer *w, const struct report_memory *m, s
 int report_emit_usage(struct report_writer *w, const struct report_usage *u, struct err *e);
 /* spans and ops are borrowed (the caller keeps its reference). */
 int report_emit_trace(struct report_writer *w, const struct report_trace *t, struct err *e);
+/* tensors is borrowed. */
+int report_emit_grads(struct report_writer *w, const struct report_grads *g, struct err *e);
 
 #endif

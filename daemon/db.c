@@ -3,6 +3,7 @@
  * text's address, since every statement is a static string in this file). */
 #include "daemon/db.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <sqlite3.h>
@@ -256,6 +257,14 @@ static void db_bindv(sqlite3_stmt *st, const char *fmt, va_list ap)
         default: break;
         }
     }
+}
+
+static void db_bind(sqlite3_stmt *st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    db_bindv(st, fmt, ap);
+    va_end(ap);
 }
 
 /* One statement in its own write transaction, parameters bound from fmt (db_bindv). */
@@ -1358,6 +1367,52 @@ int db_insert_trace(struct db *db, int64_t run_id, int rank, const struct report
     return rc;
 }
 
+static const char SQL_INSERT_GRADS[] =
+    "INSERT OR REPLACE INTO run_grads (run_id, repeat, steps, backward_ns, tensors) "
+    "VALUES (?1, ?2, ?3, ?4, ?5)";
+
+int db_insert_grads(struct db *db, int64_t run_id, const struct report_grads *g, struct err *e)
+{
+    char *tensors = json_dumps(g->tensors, JSON_COMPACT);
+    int rc = tensors ? db_write_one(db, e, SQL_INSERT_GRADS, "IiIIt", run_id, g->repeat,
+                                    g->steps, g->backward_ns, tensors)
+                     : err_set(e, ERR_NOMEM, NULL, "out of memory");
+    free(tensors);
+    return rc;
+}
+
+#define DB_STR_(x) #x
+#define DB_STR(x) DB_STR_(x)
+static const char SQL_INSERT_FIT[] =
+    "INSERT OR IGNORE INTO fits (experiment_id, model_version, backend, device, op, "
+    "algorithm, world_size, nodes, network_profile, alpha_s, beta_s_per_byte, "
+    "gamma_s_per_byte, r2, worst_resid, points, min_bytes, max_bytes, created_at) VALUES "
+    "(?1, " DB_STR(PERF_MODEL_VERSION) ", ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, "
+                                       "?13, ?14, ?15, ?16, ?17)";
+
+int db_store_fits(struct db *db, const struct perf_fit *fits, size_t n, struct err *e)
+{
+    struct db_conn *c = db_write_begin(db, e);
+    if (!c)
+        return -1;
+    int rc = 0;
+    double now = clock_wall_s();
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const struct perf_fit *f = &fits[i];
+        sqlite3_stmt *st = db_stmt(c, SQL_INSERT_FIT, e);
+        if (!st) {
+            rc = -1;
+            break;
+        }
+        db_bind(st, "IttttiitddDddiIId", f->experiment_id, f->backend, f->device, f->op,
+                f->algorithm, f->world_size, f->nodes, f->network_profile, f->alpha_s,
+                f->beta_s, isfinite(f->gamma_s) ? f->gamma_s : -1.0, f->r2, f->worst_resid,
+                f->points, f->min_bytes, f->max_bytes, now);
+        rc = db_step_done(c, st, e);
+    }
+    return db_write_end(db, rc, e);
+}
+
 static const char SQL_RUN_EXISTS[] = "SELECT 1 FROM runs WHERE id = ?1";
 static const char SQL_RUN_STEPS[] =
     "SELECT rank, repeat, epoch, step, warmup, samples, loss, data_ms, forward_ms, "
@@ -1507,15 +1562,21 @@ int db_run_placement(struct db *db, int64_t run_id, int nodes, int ranks_per_nod
 
 /* --- an experiment's figures, typed (db_rows.h) ---------------------------------------- */
 
-static const char SQL_DATA_EXPERIMENT[] = "SELECT id, workload FROM experiments WHERE id = ?1";
+static const char SQL_DATA_EXPERIMENT[] =
+    "SELECT id, workload, name, status, created_at FROM experiments WHERE id = ?1";
 static const struct db_col db_data_experiment_cols[] = {
     DB_COL("id", DB_COL_INT64, struct db_experiment_data, id),
     DB_COL("workload", DB_COL_TEXT, struct db_experiment_data, workload),
+    DB_COL("name", DB_COL_TEXT, struct db_experiment_data, name),
+    DB_COL("status", DB_COL_TEXT, struct db_experiment_data, status),
+    DB_COL("created_at", DB_COL_REAL, struct db_experiment_data, created_at),
 };
 
 static const char SQL_DATA_RUNS[] =
     "SELECT id, params, spec, world_size, emulated, oversubscribed, network_profile, "
-    "coalesce(nodes, 1) AS nodes, coalesce(ranks_per_node, world_size) AS ranks_per_node "
+    "coalesce(nodes, 1) AS nodes, coalesce(ranks_per_node, world_size) AS ranks_per_node, "
+    "coalesce((SELECT json_extract(env, '$.cpus_online') FROM run_env "
+    "WHERE run_env.run_id = runs.id AND rank = 0), 0) AS cpus_online "
     "FROM runs WHERE experiment_id = ?1 ORDER BY point";
 static const struct db_col db_data_run_cols[] = {
     DB_COL("id", DB_COL_INT64, struct db_data_run, id),
@@ -1527,6 +1588,7 @@ static const struct db_col db_data_run_cols[] = {
     DB_COL("network_profile", DB_COL_TEXT, struct db_data_run, network_profile),
     DB_COL("nodes", DB_COL_INT, struct db_data_run, nodes),
     DB_COL("ranks_per_node", DB_COL_INT, struct db_data_run, ranks_per_node),
+    DB_COL("cpus_online", DB_COL_INT, struct db_data_run, cpus_online),
 };
 
 /* Per step of a run: the slowest rank's time (the step time), the mean phases over
@@ -1622,6 +1684,40 @@ static const struct db_col db_data_usage_cols[] = {
     DB_COL("gpu_power_w", DB_COL_REAL_OR_NEG1, struct db_usage_row, gpu_power_w),
 };
 
+static const char SQL_DATA_GRADS[] =
+    "SELECT repeat, steps, backward_ns, tensors FROM run_grads WHERE run_id = ?1 "
+    "ORDER BY repeat";
+static const struct db_col db_data_grads_cols[] = {
+    DB_COL("repeat", DB_COL_INT, struct db_grads_row, repeat),
+    DB_COL("steps", DB_COL_INT64, struct db_grads_row, steps),
+    DB_COL("backward_ns", DB_COL_INT64, struct db_grads_row, backward_ns),
+    DB_COL("tensors", DB_COL_JSON, struct db_grads_row, tensors),
+};
+static const char SQL_FITS[] =
+    "SELECT id, experiment_id, backend, device, op, algorithm, network_profile, world_size, "
+    "nodes, alpha_s, beta_s_per_byte AS beta_s, gamma_s_per_byte AS gamma_s, r2, worst_resid, "
+    "points, min_bytes, max_bytes FROM fits WHERE model_version = " DB_STR(
+        PERF_MODEL_VERSION) " AND (?1 = 0 OR experiment_id = ?1) ORDER BY id";
+static const struct db_col db_fit_cols[] = {
+    DB_COL("id", DB_COL_INT64, struct perf_fit, id),
+    DB_COL("experiment_id", DB_COL_INT64, struct perf_fit, experiment_id),
+    DB_COL("backend", DB_COL_TEXT, struct perf_fit, backend),
+    DB_COL("device", DB_COL_TEXT, struct perf_fit, device),
+    DB_COL("op", DB_COL_TEXT, struct perf_fit, op),
+    DB_COL("algorithm", DB_COL_TEXT, struct perf_fit, algorithm),
+    DB_COL("network_profile", DB_COL_TEXT, struct perf_fit, network_profile),
+    DB_COL("world_size", DB_COL_INT, struct perf_fit, world_size),
+    DB_COL("nodes", DB_COL_INT, struct perf_fit, nodes),
+    DB_COL("alpha_s", DB_COL_REAL, struct perf_fit, alpha_s),
+    DB_COL("beta_s", DB_COL_REAL, struct perf_fit, beta_s),
+    DB_COL("gamma_s", DB_COL_REAL_OR_NEG1, struct perf_fit, gamma_s),
+    DB_COL("r2", DB_COL_REAL, struct perf_fit, r2),
+    DB_COL("worst_resid", DB_COL_REAL, struct perf_fit, worst_resid),
+    DB_COL("points", DB_COL_INT, struct perf_fit, points),
+    DB_COL("min_bytes", DB_COL_INT64, struct perf_fit, min_bytes),
+    DB_COL("max_bytes", DB_COL_INT64, struct perf_fit, max_bytes),
+};
+
 #define DB_READER(sql, cols, type)                                                             \
     {                                                                                          \
         sql, cols, sizeof cols / sizeof cols[0], sizeof(type)                                  \
@@ -1640,12 +1736,15 @@ static const struct db_reader db_data_memory_reader = DB_READER(
     SQL_DATA_MEMORY, db_data_memory_cols, struct db_memory_row);
 static const struct db_reader db_data_usage_reader = DB_READER(
     SQL_DATA_USAGE, db_data_usage_cols, struct db_usage_row);
+static const struct db_reader db_data_grads_reader = DB_READER(
+    SQL_DATA_GRADS, db_data_grads_cols, struct db_grads_row);
+static const struct db_reader db_fit_reader = DB_READER(SQL_FITS, db_fit_cols, struct perf_fit);
 
 /* Every typed reader, checked against its statement when the database opens. */
 static const struct db_reader *const db_readers[] = {
     &db_data_experiment_reader, &db_data_run_reader,   &db_data_step_reader,
     &db_data_collective_reader, &db_data_epoch_reader, &db_data_memory_reader,
-    &db_data_usage_reader,
+    &db_data_usage_reader,      &db_data_grads_reader, &db_fit_reader,
 };
 
 static int db_check_readers(struct db_conn *c, struct err *e)
@@ -1688,7 +1787,50 @@ static int db_read_run_figures(struct db_conn *c, struct db_data_run *run, struc
     if (db_read_typed(c, &db_data_usage_reader, run->id, &rows, &run->nusage, e) < 0)
         return -1;
     run->usage = rows;
+    if (db_read_typed(c, &db_data_grads_reader, run->id, &rows, &run->ngrads, e) < 0)
+        return -1;
+    run->grads = rows;
     return 0;
+}
+
+static const char SQL_COLLECTIVE_DONE[] =
+    "SELECT id FROM experiments WHERE workload = 'collective' AND status IN ('succeeded', "
+    "'failed', 'cancelled', 'interrupted') ORDER BY id DESC LIMIT ?1";
+
+int db_finished_collectives(struct db *db, int64_t *ids, size_t max, size_t *n, struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    sqlite3_stmt *st = db_stmt(c, SQL_COLLECTIVE_DONE, e);
+    *n = 0;
+    if (st) {
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)max);
+        while (*n < max && sqlite3_step(st) == SQLITE_ROW)
+            ids[(*n)++] = sqlite3_column_int64(st, 0);
+        sqlite3_reset(st);
+    }
+    db_reader_release(db, c);
+    return st ? 0 : -1;
+}
+
+int db_run_experiment_id(struct db *db, int64_t run_id, int64_t *exp_id, struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    int rc = db_run_column(c, SQL_RUN_EXPERIMENT, run_id, exp_id, e);
+    db_reader_release(db, c);
+    return rc;
+}
+
+int db_get_fits(struct db *db, int64_t exp_id, struct perf_fit **out, size_t *n, struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    void *rows = NULL;
+    int rc = db_read_typed(c, &db_fit_reader, exp_id, &rows, n, e);
+    db_reader_release(db, c);
+    *out = rows;
+    for (size_t i = 0; rc == 0 && i < *n; i++)
+        if ((*out)[i].gamma_s < 0) /* NULL: not separated */
+            (*out)[i].gamma_s = NAN;
+    return rc;
 }
 
 int db_get_experiment_data(struct db *db, int64_t id, struct db_experiment_data *out,
@@ -1723,6 +1865,7 @@ void db_experiment_data_free(struct db_experiment_data *d)
         db_rows_free(&db_data_epoch_reader, run->epochs, run->nepochs);
         db_rows_free(&db_data_memory_reader, run->memory, run->nmemory);
         db_rows_free(&db_data_usage_reader, run->usage, run->nusage);
+        db_rows_free(&db_data_grads_reader, run->grads, run->ngrads);
     }
     db_rows_free(&db_data_run_reader, d->runs, d->nruns);
     memset(d, 0, sizeof *d);

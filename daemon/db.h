@@ -20,6 +20,7 @@
 
 #include "common/err.h"
 #include "common/report.h"
+#include "daemon/perf.h"
 #include "common/spec.h"
 
 struct db;
@@ -124,6 +125,12 @@ struct db_usage_row {
     double cpu_util, voluntary_cs_per_s, involuntary_cs_per_s;
     double gpu_util_pct, gpu_power_w;
 };
+/* When rank 0's gradients became final in one repeat (report.h struct report_grads). */
+struct db_grads_row {
+    int repeat;
+    int64_t steps, backward_ns;
+    json_t *tensors; /* owned by the row: [[bytes, ready_ns], ...] */
+};
 struct db_data_run {
     int64_t id;
     json_t *params, *spec; /* owned: the swept values and the resolved spec */
@@ -142,10 +149,16 @@ struct db_data_run {
     size_t nmemory;
     struct db_usage_row *usage; /* repeat order */
     size_t nusage;
+    struct db_grads_row *grads; /* repeat order (migration 012) */
+    size_t ngrads;
+    int cpus_online; /* rank 0's node's CPUs as its env reported them; 0: unknown */
 };
 struct db_experiment_data {
     int64_t id;
     char workload[16];
+    char name[136];
+    char status[16];
+    double created_at;
     struct db_data_run *runs; /* owned, in sweep point order */
     size_t nruns;
 };
@@ -217,6 +230,19 @@ int db_insert_collective(struct db *db, int64_t run_id, const struct report_coll
                          struct err *e);
 int db_insert_step(struct db *db, int64_t run_id, int rank, const struct report_step *s,
                    struct err *e);
+/* Rank 0's gradient readiness of one repeat (replaces a repeat's earlier line). */
+int db_insert_grads(struct db *db, int64_t run_id, const struct report_grads *g, struct err *e);
+/* Stores fits (perf.h; their experiment_id set) of this model version: a fit already
+ * stored for the same key is kept as it is. */
+int db_store_fits(struct db *db, const struct perf_fit *fits, size_t n, struct err *e);
+/* The stored fits of this model version of experiment exp_id (0: of every experiment) in
+ * id order, into *out (owned, free()). */
+/* The ids of the most recent finished collective experiments, newest first, at most max. */
+int db_finished_collectives(struct db *db, int64_t *ids, size_t max, size_t *n, struct err *e);
+/* The experiment of run run_id. ERR_NOT_FOUND. */
+int db_run_experiment_id(struct db *db, int64_t run_id, int64_t *exp_id, struct err *e);
+int db_get_fits(struct db *db, int64_t exp_id, struct perf_fit **out, size_t *n, struct err *e);
+
 int db_insert_memory(struct db *db, int64_t run_id, int rank, const struct report_memory *m,
                      struct err *e);
 int db_insert_usage(struct db *db, int64_t run_id, int rank, const struct report_usage *u,

@@ -40,6 +40,7 @@ union ingest_record {
     struct report_memory memory;
     struct report_usage usage;
     struct report_trace trace; /* spans and ops borrowed from the line */
+    struct report_grads grads; /* tensors borrowed from the line */
 };
 
 /* One line in flight: the run, the rank, the validated event (borrowed) and its record. */
@@ -313,6 +314,21 @@ static int ingest_trace_store(struct ingest_ctx *x, struct err *e)
     return db_insert_trace(x->run->db, x->run->run_id, x->rank, &x->rec.trace, e);
 }
 
+/* Gradient readiness is the model's input from one rank: rank 0's, as the worker sends. */
+static int ingest_grads_from_json(struct ingest_ctx *x, struct err *e)
+{
+    if (report_grads_from_json(x->ev, &x->rec.grads, e) < 0)
+        return -1;
+    if (x->rank != 0)
+        return err_set(e, ERR_INVALID, "rank", "grads: only rank 0 sends gradient readiness");
+    return 0;
+}
+
+static int ingest_grads_store(struct ingest_ctx *x, struct err *e)
+{
+    return db_insert_grads(x->run->db, x->run->run_id, &x->rec.grads, e);
+}
+
 /* --- the table --------------------------------------------------------------------------- */
 
 static const struct ingest_type ingest_types[] = {
@@ -332,6 +348,7 @@ static const struct ingest_type ingest_types[] = {
     [REPORT_MEMORY] = {ingest_memory_from_json, ingest_memory_store, NULL, NULL},
     [REPORT_USAGE] = {ingest_usage_from_json, ingest_usage_store, NULL, NULL},
     [REPORT_TRACE] = {ingest_trace_from_json, ingest_trace_store, NULL, NULL},
+    [REPORT_GRADS] = {ingest_grads_from_json, ingest_grads_store, NULL, NULL},
 };
 
 #define INGEST_NTYPES (sizeof ingest_types / sizeof ingest_types[0])

@@ -10,6 +10,7 @@
 #include "common/buf.h"
 #include "common/spec.h"
 #include "common/stats.h"
+#include "daemon/model.h"
 
 /* --- growable vectors (of doubles, and of step indexes) ---------------------------------- */
 
@@ -528,9 +529,94 @@ static void results_put_tta(struct results_table *t, struct results_tta *a)
     results_put(t, "tta_repeats", asked ? json_integer((json_int_t)a->repeats) : NULL);
 }
 
+/* The model's prediction for a group (model.h): NULL note = predicted. */
+struct results_pred {
+    struct perf_step st, one; /* at the group's world size, and at one rank */
+    double samples;           /* global batch of a step */
+    int64_t base_run;
+    char *fits;       /* owned: "id,id" of the fits used */
+    const char *note; /* why there is none */
+};
+
+/* Predicts group g from the one-rank group base (its first run that reported gradient
+ * readiness) with fits. */
+static void results_predict(const struct results_group *g, const struct results_group *base,
+                            const struct perf_fit *fits, size_t nfits, struct results_pred *p)
+{
+    memset(p, 0, sizeof *p);
+    const struct db_data_run *run = g->n ? g->runs[0] : NULL, *b = NULL;
+    for (size_t i = 0; base && i < base->n && !b; i++)
+        if (base->runs[i]->ngrads > 0)
+            b = base->runs[i];
+    p->note = !run || !base ? "no one-rank run to predict from"
+              : !b          ? "the one-rank run reported no gradient readiness"
+              : nfits == 0  ? "no network fit: run a collective experiment on this backend"
+                            : NULL;
+    if (p->note)
+        return;
+    struct model_base mb;
+    if (model_base_of(b, &mb, &p->note) < 0)
+        return;
+    bool *used = calloc(nfits + 1, sizeof *used);
+    struct perf_setup s;
+    model_setup_of(run->spec, run->world_size, model_compute_scale(run, run->ranks_per_node, b),
+                   &s);
+    s.no_spare_core = model_no_spare_core(run, run->ranks_per_node);
+    struct perf_net net;
+    model_net_of(run->spec, run->network_profile, run->nodes, fits, nfits, used, &net);
+    struct perf_setup s1 = s;
+    s1.world = 1;
+    s1.compute_scale = 1;
+    if (!used || perf_simulate(&mb.b, &s, &net, &p->st) < 0 ||
+        perf_simulate(&mb.b, &s1, &net, &p->one) < 0)
+        p->note = "no network fit covers this backend, device, network and placement";
+    p->base_run = b->id;
+    p->fits = used ? model_used_ids(fits, nfits, used) : NULL;
+    double batch = json_number_value(spec_field_value(run->spec, "batch_size"));
+    double accum = json_number_value(spec_field_value(run->spec, "accumulate"));
+    p->samples = batch * (accum >= 1 ? accum : 1);
+    free(used);
+    model_base_cleanup(&mb);
+}
+
+/* pred_* columns: the prediction and its error against what was measured (relative for
+ * times and rates, a difference for overlap, which is already a fraction). */
+static void results_put_pred(struct results_table *t, const struct results_pred *p,
+                             int64_t world, double step_ms, double thr, double eff,
+                             double overlap)
+{
+    bool ok = p && !p->note;
+    double w = world > 0 ? (double)world : NAN;
+    double pstep = ok ? p->st.step_s * 1e3 : NAN;
+    double pthr = ok ? p->samples * w / p->st.step_s : NAN;
+    double peff = ok ? pthr / (w * p->samples / p->one.step_s) : NAN;
+    double pover = ok ? p->st.overlap : NAN;
+    const double ph[] = {p && ok ? p->st.data_s : NAN, ok ? p->st.forward_s : NAN,
+                         ok ? p->st.backward_s : NAN,  ok ? p->st.comm_s : NAN,
+                         ok ? p->st.exposed_s : NAN,   ok ? p->st.optimizer_s : NAN};
+    results_put(t, "pred_step_ms", results_num(pstep));
+    for (int i = 0; i < DB_NPHASES; i++) {
+        char key[48];
+        snprintf(key, sizeof key, "pred_%s", results_phases[i]);
+        results_put(t, key, results_num(ph[i] * 1e3));
+    }
+    results_put(t, "pred_throughput", results_num(pthr));
+    results_put(t, "pred_efficiency", results_num(peff));
+    results_put(t, "pred_overlap", results_num(pover));
+    results_put(t, "pred_step_err", results_num((pstep - step_ms) / step_ms));
+    results_put(t, "pred_throughput_err", results_num((pthr - thr) / thr));
+    results_put(t, "pred_efficiency_err", results_num((peff - eff) / eff));
+    results_put(t, "pred_overlap_err", results_num(pover - overlap));
+    results_put(t, "pred_base_run",
+                p && p->base_run > 0 ? json_integer((json_int_t)p->base_run) : NULL);
+    results_put(t, "pred_fits", ok && p->fits ? json_string(p->fits) : NULL);
+    results_put(t, "pred_model_version", ok ? json_integer(PERF_MODEL_VERSION) : NULL);
+    results_put(t, "pred_note", ok ? NULL : json_string(p ? p->note : "not predicted"));
+}
+
 static void results_train_row(struct results_table *t, const struct results_group *g,
                               struct results_train *r, const struct results_train_group *base,
-                              bool is_base)
+                              bool is_base, const struct results_pred *pred)
 {
     struct stats_summary thr, step, acc, loss;
     results_stats_of(&r->thr, &thr);
@@ -566,6 +652,8 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_put(t, "speedup", results_num(speedup));
     results_put(t, "speedup_ci95", results_num(speedup_ci));
     results_put(t, "efficiency", results_num(speedup / (double)r->world));
+    results_put_pred(t, pred, r->world, step.mean, thr.mean, speedup / (double)r->world,
+                     overlap);
     results_put_stats(t, "test_acc", &acc, false);
     results_put_stats(t, "train_loss", &loss, false);
     results_put_resources(t, r);
@@ -597,7 +685,7 @@ static size_t results_find_base(const struct results_groups *gs, const json_t *k
 }
 
 static int results_training(struct results_table *t, const struct results_groups *gs,
-                            struct err *e)
+                            const struct perf_fit *fits, size_t nfits, struct err *e)
 {
     struct results_train *rs = calloc(gs->n + 1, sizeof *rs);
     struct results_train_group *tg = calloc(gs->n + 1, sizeof *tg);
@@ -617,7 +705,10 @@ static int results_training(struct results_table *t, const struct results_groups
     }
     for (size_t k = 0; k < gs->n; k++) {
         size_t b = results_find_base(gs, gs->g[k].key, tg);
-        results_train_row(t, &gs->g[k], &rs[k], b < gs->n ? &tg[b] : NULL, b == k);
+        struct results_pred pred;
+        results_predict(&gs->g[k], b < gs->n ? &gs->g[b] : NULL, fits, nfits, &pred);
+        results_train_row(t, &gs->g[k], &rs[k], b < gs->n ? &tg[b] : NULL, b == k, &pred);
+        free(pred.fits);
     }
     for (size_t k = 0; k < gs->n; k++) {
         free(rs[k].thr.v);
@@ -651,7 +742,7 @@ static void results_columns_only(struct results_table *t, const json_t *fields, 
         results_collective_row(t, &g, &none);
     } else {
         struct results_train none = {0};
-        results_train_row(t, &g, &none, NULL, false);
+        results_train_row(t, &g, &none, NULL, false, NULL);
     }
     json_array_clear(t->rows);
     json_decref(g.key);
@@ -659,6 +750,13 @@ static void results_columns_only(struct results_table *t, const json_t *fields, 
 
 json_t *results_build(const struct db_experiment_data *data, const char *const *group_by,
                       size_t ngroup, struct err *e)
+{
+    return results_build_with(data, group_by, ngroup, NULL, 0, e);
+}
+
+json_t *results_build_with(const struct db_experiment_data *data, const char *const *group_by,
+                           size_t ngroup, const struct perf_fit *fits, size_t nfits,
+                           struct err *e)
 {
     json_t *fields = results_fields(data, group_by, ngroup, e);
     if (!fields)
@@ -673,7 +771,7 @@ json_t *results_build(const struct db_experiment_data *data, const char *const *
     if (rc == 0 && collective)
         rc = results_collectives(&t, &gs, e);
     else if (rc == 0)
-        rc = results_training(&t, &gs, e);
+        rc = results_training(&t, &gs, fits, nfits, e);
     if (rc == 0 && json_array_size(t.rows) == 0)
         results_columns_only(&t, fields, collective);
     results_groups_free(&gs);

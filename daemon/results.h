@@ -30,6 +30,7 @@
 #include "common/err.h"
 #include "common/stats.h"
 #include "daemon/db.h"
+#include "daemon/perf.h"
 
 /* Statistics are common/stats.h's (stats_summarize), shared with the worker. */
 
@@ -44,6 +45,15 @@
  * "group_by" for a field no run's spec has. */
 json_t *results_build(const struct db_experiment_data *data, const char *const *group_by,
                       size_t ngroup, struct err *e);
+/* results_build, and every training row predicted by the model (model.h) from its
+ * one-rank group with these fits (borrowed; none: the pred_* columns are null and
+ * pred_note says why):
+ *   pred_step_ms, pred_<phase>_ms, pred_throughput, pred_efficiency, pred_overlap
+ *   pred_*_err  (predicted - measured) / measured; overlap: predicted - measured
+ *   pred_base_run, pred_fits ("id,id"), pred_model_version, pred_note */
+json_t *results_build_with(const struct db_experiment_data *data, const char *const *group_by,
+                           size_t ngroup, const struct perf_fit *fits, size_t nfits,
+                           struct err *e);
 /* The table as CSV (RFC 4180; header = columns). Owned malloc'd string. */
 char *results_csv(const json_t *table, size_t *len, struct err *e);
 

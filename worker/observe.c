@@ -1,6 +1,7 @@
 /* observe: see observe.h. */
 #include "worker/observe.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/nvml.h"
+#include "common/stats.h"
 
 /* CLOCK_REALTIME - CLOCK_MONOTONIC now, in ns: the offset that puts this node's
  * monotonic readings on the wall clock every node shares (through NTP). */
@@ -38,6 +40,9 @@ void observe_cleanup(struct observe *o)
     gpu_nvml_close(o->nvml);
     json_decref(o->spans);
     json_decref(o->ops);
+    free(o->grads.bytes);
+    free(o->grads.ready);
+    free(o->grads.bwd);
     memset(o, 0, sizeof *o);
 }
 
@@ -173,5 +178,108 @@ int observe_trace_emit(struct observe *o, int repeat, int64_t step, struct err *
     json_decref(o->spans);
     json_decref(o->ops);
     o->spans = o->ops = NULL;
+    return rc;
+}
+
+/* --- gradient readiness ------------------------------------------------------------------ */
+
+static void observe_grads_free(struct observe_grads *g)
+{
+    free(g->bytes);
+    free(g->ready);
+    free(g->bwd);
+    memset(g, 0, sizeof *g);
+}
+
+int observe_grads_begin(struct observe *o, const int64_t *bytes, int nt, struct err *e)
+{
+    struct observe_grads *g = &o->grads;
+    observe_grads_free(g);
+    g->bytes = malloc((size_t)(nt + 1) * sizeof *g->bytes);
+    g->ready = malloc((size_t)OBSERVE_GRADS_STEPS * (size_t)(nt + 1) * sizeof *g->ready);
+    g->bwd = malloc(OBSERVE_GRADS_STEPS * sizeof *g->bwd);
+    if (!g->bytes || !g->ready || !g->bwd) {
+        observe_grads_free(g);
+        return err_set(e, ERR_NOMEM, NULL, "gradient readiness: out of memory");
+    }
+    memcpy(g->bytes, bytes, (size_t)nt * sizeof *bytes);
+    g->nt = nt;
+    return 0;
+}
+
+void observe_grads_backward(struct observe *o, int64_t start_ns)
+{
+    struct observe_grads *g = &o->grads;
+    if (!g->bytes || g->nsteps >= OBSERVE_GRADS_STEPS)
+        return;
+    g->start_ns = start_ns;
+    for (int t = 0; t < g->nt; t++)
+        g->ready[(size_t)g->nsteps * (size_t)g->nt + (size_t)t] = -1;
+}
+
+void observe_grads_ready(struct observe *o, int first, int n, int64_t now_ns)
+{
+    struct observe_grads *g = &o->grads;
+    if (g->start_ns == 0)
+        return;
+    for (int t = first; t < first + n; t++)
+        if (t >= 0 && t < g->nt)
+            g->ready[(size_t)g->nsteps * (size_t)g->nt + (size_t)t] = now_ns - g->start_ns;
+}
+
+void observe_grads_end(struct observe *o, int64_t backward_ns)
+{
+    struct observe_grads *g = &o->grads;
+    if (g->start_ns == 0)
+        return;
+    g->bwd[g->nsteps++] = backward_ns;
+    g->start_ns = 0;
+}
+
+/* The median of column t (t < 0: the backward lengths) over the recorded steps, leaving
+ * out the steps the hook did not name the tensor in; -1 when none did. */
+static int64_t observe_grads_median(const struct observe_grads *g, int t, double *scratch)
+{
+    size_t n = 0;
+    for (int s = 0; s < g->nsteps; s++) {
+        int64_t v = t < 0 ? g->bwd[s] : g->ready[(size_t)s * (size_t)g->nt + (size_t)t];
+        if (v >= 0)
+            scratch[n++] = (double)v;
+    }
+    if (n == 0)
+        return -1;
+    struct stats_summary sum;
+    stats_summarize(scratch, n, &sum);
+    return (int64_t)llround(sum.median);
+}
+
+int observe_grads_emit(struct observe *o, int repeat, struct err *e)
+{
+    struct observe_grads *g = &o->grads;
+    if (!g->bytes || g->nsteps == 0) {
+        observe_grads_free(g);
+        return 0;
+    }
+    double *scratch = malloc((size_t)g->nsteps * sizeof *scratch);
+    json_t *tensors = json_array();
+    int rc = 0;
+    if (!scratch || !tensors) {
+        rc = err_set(e, ERR_NOMEM, NULL, "gradient readiness: out of memory");
+    } else {
+        /* a tensor the hook never named (a parameter no loss depends on) is final when
+         * backward ends: its bucket cannot launch earlier */
+        int64_t bwd = observe_grads_median(g, -1, scratch);
+        for (int t = 0; t < g->nt; t++) {
+            int64_t r = observe_grads_median(g, t, scratch);
+            json_array_append_new(tensors, json_pack("[I, I]", (json_int_t)g->bytes[t],
+                                                     (json_int_t)(r >= 0 ? r : bwd)));
+        }
+        struct report_grads rg = {
+            .repeat = repeat, .steps = g->nsteps, .backward_ns = bwd, .tensors = tensors};
+        rc = report_emit_grads(o->w, &rg, e);
+    }
+    json_decref(tensors);
+    free(scratch);
+    observe_grads_free(g);
     return rc;
 }

@@ -14,6 +14,11 @@
  *   carries the rank's CLOCK_REALTIME offset, so the daemon places ranks of different
  *   nodes on one time line without the worker converting anything inside a step.
  *
+ * - Gradient readiness (report "grads", the performance model's input) is recorded per
+ *   tensor on every profiled step and reduced to medians once per repeat: one slow step
+ *   (a page fault, a preemption) moves a median by nothing, and the line stays one per
+ *   repeat whatever the step count. At most OBSERVE_GRADS_STEPS steps are kept.
+ *
  * Ownership: struct observe owns its NVML handle and the trace arrays being built
  * (observe_cleanup); the report writer is borrowed. */
 #ifndef DDPB_OBSERVE_H
@@ -28,6 +33,18 @@
 #include "common/report.h"
 
 #define OBSERVE_NVML_PERIOD_NS 100000000LL
+#define OBSERVE_GRADS_STEPS 512
+
+/* Gradient readiness of the steps of one repeat (observe_grads_*). */
+struct observe_grads {
+    int nt;         /* parameter tensors, in the order backward finishes them */
+    int64_t *bytes; /* owned, nt */
+    int64_t *ready; /* owned, OBSERVE_GRADS_STEPS * nt: ns from the backward's start, -1
+                       when the hook never named the tensor that step */
+    int64_t *bwd;   /* owned, OBSERVE_GRADS_STEPS: each step's backward length */
+    int nsteps;
+    int64_t start_ns; /* the backward being recorded began here; 0: none is */
+};
 
 struct gpu_nvml;
 
@@ -45,6 +62,7 @@ struct observe {
     /* the step being traced */
     int64_t clock_offset_ns;
     json_t *spans, *ops; /* owned while tracing, else NULL */
+    struct observe_grads grads;
 };
 
 /* nvml_lib: sample NVML from this library (GPU_NVML_DEFAULT_LIB on a GPU run) for the
@@ -77,5 +95,19 @@ void observe_trace_op(struct observe *o, const char *op, int bucket, int64_t byt
                       const char *algorithm, int64_t launch_ns, int64_t end_ns);
 /* Sends the traced step and stops tracing. */
 int observe_trace_emit(struct observe *o, int repeat, int64_t step, struct err *e);
+
+/* Starts recording gradient readiness for a model of nt tensors whose sizes, in the
+ * order backward finishes them, are bytes[] (copied). ERR_NOMEM. */
+int observe_grads_begin(struct observe *o, const int64_t *bytes, int nt, struct err *e);
+/* The backward of a profiled step begins at start_ns (clock_mono_ns). */
+void observe_grads_backward(struct observe *o, int64_t start_ns);
+/* Tensors [first, first + n) (backward order) are final at now_ns; ignored when no
+ * backward is being recorded. */
+void observe_grads_ready(struct observe *o, int first, int n, int64_t now_ns);
+/* The recorded backward lasted backward_ns (its own compute, the exposed communication
+ * inside it left out). */
+void observe_grads_end(struct observe *o, int64_t backward_ns);
+/* Sends the repeat's medians (nothing when no step was recorded) and frees the record. */
+int observe_grads_emit(struct observe *o, int repeat, struct err *e);
 
 #endif

@@ -188,6 +188,34 @@ static int train_make_strategy(struct trainer *tr, struct err *e)
     return 0;
 }
 
+/* Rank 0 records when each gradient becomes final (report "grads", observe.h), in the
+ * order backward finishes the tensors: the reverse of their registration. */
+static int train_profile_grads(struct trainer *tr, struct err *e)
+{
+    if (tr->comm->rank != 0)
+        return 0;
+    int nt = 0;
+    const struct nn_param *p = nn_model_param_info(&tr->m, &nt);
+    int64_t *bytes = malloc((size_t)(nt + 1) * sizeof *bytes);
+    if (!bytes)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    for (int i = 0; i < nt; i++)
+        bytes[nt - 1 - i] = (int64_t)(p[i].len * sizeof(float));
+    int rc = observe_grads_begin(tr->obs, bytes, nt, e);
+    free(bytes);
+    return rc;
+}
+
+/* The backward hook: the layer's tensors are final now (for the readiness profile), then
+ * the strategy's hook launches what they complete. */
+static void train_grad_hook(void *ctx, const struct nn_grad_ready *r)
+{
+    struct trainer *tr = ctx;
+    int nt = tr->obs->grads.nt;
+    observe_grads_ready(tr->obs, nt - r->first_param - r->nparams, r->nparams, clock_mono_ns());
+    ddp_grad_hook(&tr->ddp, r);
+}
+
 static void train_teardown(struct trainer *tr)
 {
     if (tr->have_ddp)
@@ -413,11 +441,17 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
                          e) < 0)
             return err_prefix(e, "forward of step %lld", (long long)step);
         int64_t t1 = clock_mono_ns(), exposed_before_bwd = tr->ddp.st.exposed_ns;
-        if (ops->backward(en, ddp_grad_hook, &tr->ddp, e) < 0)
+        bool profiled = !rs.warmup && micro == t->accumulate - 1; /* the synchronising one */
+        if (profiled)
+            observe_grads_backward(tr->obs, t1);
+        if (ops->backward(en, train_grad_hook, tr, e) < 0)
             return err_prefix(e, "backward of step %lld", (long long)step);
         int64_t t_bwd = clock_mono_ns();
+        int64_t bwd_own = (t_bwd - t1) - (tr->ddp.st.exposed_ns - exposed_before_bwd);
+        if (profiled)
+            observe_grads_end(tr->obs, bwd_own);
         fwd_ns += t1 - t0;
-        bwd_ns += (t_bwd - t1) - (tr->ddp.st.exposed_ns - exposed_before_bwd);
+        bwd_ns += bwd_own;
         observe_trace_span(tr->obs, "forward", t0, t1);
         observe_trace_span(tr->obs, "backward", t1, t_bwd);
         if (ops->wait_loss(en, &loss, &right, e) < 0)
@@ -508,6 +542,8 @@ static int train_repeat(struct trainer *tr, struct err *e)
                  tr->t->model, nn_model_param_count(&tr->m), tr->train->name, tr->train->c,
                  tr->train->h, tr->train->w, tr->t->strategy, tr->t->batch_size,
                  tr->comm->world_size, (long long)tr->total_steps);
+    if (train_profile_grads(tr, e) < 0)
+        return -1;
     struct train_tally tally = {0};
     observe_window_begin(tr->obs, tr->repeat);
     int64_t epoch_start = clock_mono_ns();
@@ -534,6 +570,8 @@ static int train_repeat(struct trainer *tr, struct err *e)
         if (train_end_epoch(tr, epoch, &tally, secs, e) < 0)
             return err_prefix(e, "end of epoch %d", epoch);
     }
+    if (observe_grads_emit(tr->obs, tr->repeat, e) < 0)
+        return -1;
     return train_report_memory(tr, e);
 }
 

@@ -12,10 +12,11 @@
 #include "tests/unit/test.h"
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 11
+#define TEST_DB_VERSION 12
 /* what migration 009 added, undone for a test that sets the version back below it */
+#define TEST_DB_UNDO_012 "DROP TABLE run_grads; DROP TABLE fits; "
 #define TEST_DB_UNDO_011                                                                       \
-    "DROP TABLE rank_memory; DROP TABLE rank_usage; DROP TABLE trace_steps; "
+    TEST_DB_UNDO_012 "DROP TABLE rank_memory; DROP TABLE rank_usage; DROP TABLE trace_steps; "
 #define TEST_DB_UNDO_009                                                                       \
     TEST_DB_UNDO_011 "DROP TABLE nodes; ALTER TABLE runs DROP COLUMN nodes; ALTER TABLE runs " \
                      "DROP COLUMN ranks_per_node; "
@@ -1052,6 +1053,85 @@ static void test_db_network_profile(void)
     test_db_cleanup(db);
 }
 
+/* The model's rows (migration 012): rank 0's gradient readiness comes back per repeat in
+ * the experiment's data; fits are stored once per key (a second store keeps the first),
+ * read back with ids, an unseparated gamma as NaN; finished collective experiments are
+ * listed newest first. */
+static void test_db_model(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 1), later = test_db_experiment(db, 1);
+    int64_t r = test_db_run_id(db, id, 0);
+    json_t *tensors = json_pack("[[I, I], [I, I]]", (json_int_t)400, (json_int_t)1000,
+                                (json_int_t)4096, (json_int_t)5000);
+    struct report_grads g = {.repeat = 1, .steps = 9, .backward_ns = 6000, .tensors = tensors};
+    T_OK(db_insert_grads(db, r, &g, &e));
+    g.repeat = 0;
+    T_OK(db_insert_grads(db, r, &g, &e));
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    T_EQ_INT(data.runs[0].ngrads, 2);
+    T_EQ_INT(data.runs[0].grads[0].repeat, 0); /* repeat order */
+    T_EQ_INT(data.runs[0].grads[1].backward_ns, 6000);
+    T_CHECK(json_equal(data.runs[0].grads[1].tensors, tensors));
+    T_EQ_STR(data.status, "queued");
+    db_experiment_data_free(&data);
+    json_decref(tensors);
+
+    struct perf_fit f = {.experiment_id = id,
+                         .world_size = 2,
+                         .nodes = 1,
+                         .alpha_s = 5e-5,
+                         .beta_s = 1e-9,
+                         .gamma_s = NAN,
+                         .r2 = 0.99,
+                         .worst_resid = 0.05,
+                         .points = 7,
+                         .min_bytes = 4096,
+                         .max_bytes = 1 << 24};
+    snprintf(f.backend, sizeof f.backend, "tcp");
+    snprintf(f.device, sizeof f.device, "cpu");
+    snprintf(f.op, sizeof f.op, "allreduce");
+    snprintf(f.algorithm, sizeof f.algorithm, "ring");
+    struct perf_fit f2 = f;
+    snprintf(f2.op, sizeof f2.op, "reduce_scatter");
+    f2.gamma_s = 2e-10;
+    struct perf_fit two[2] = {f, f2};
+    T_OK(db_store_fits(db, two, 2, &e));
+    two[0].alpha_s = 1; /* the same key again: the stored fit stays */
+    T_OK(db_store_fits(db, two, 1, &e));
+    struct perf_fit *out = NULL;
+    size_t n = 0;
+    T_OK(db_get_fits(db, id, &out, &n, &e));
+    T_EQ_INT(n, 2);
+    T_CHECK(out[0].id > 0 && out[1].id > out[0].id);
+    T_NEAR(out[0].alpha_s, 5e-5, 1e-15);
+    T_CHECK(isnan(out[0].gamma_s));
+    T_NEAR(out[1].gamma_s, 2e-10, 1e-20);
+    T_EQ_STR(out[1].op, "reduce_scatter");
+    T_EQ_STR(out[0].network_profile, "");
+    free(out);
+    T_OK(db_get_fits(db, later, &out, &n, &e));
+    T_EQ_INT(n, 0);
+    free(out);
+
+    int64_t ids[4], exp_of = 0;
+    size_t nid = 9;
+    T_OK(db_finished_collectives(db, ids, 4, &nid, &e));
+    T_EQ_INT(nid, 0); /* both still queued */
+    T_OK(db_run_finish(db, r, DB_RUN_SUCCEEDED, NULL, -1, &e));
+    T_OK(db_run_finish(db, test_db_run_id(db, later, 0), DB_RUN_FAILED, "x", 0, &e));
+    T_OK(db_finished_collectives(db, ids, 4, &nid, &e));
+    T_EQ_INT(nid, 2);
+    T_EQ_INT(ids[0], later);
+    T_OK(db_run_experiment_id(db, r, &exp_of, &e));
+    T_EQ_INT(exp_of, id);
+    T_CHECK(db_run_experiment_id(db, r + 999, &exp_of, &e) < 0 && e.code == ERR_NOT_FOUND);
+    test_db_cleanup(db);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -1073,5 +1153,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_cancel_and_delete);
     TEST_RUN(test_db_steps_epochs_and_data);
     TEST_RUN(test_db_gpu_placement);
+    TEST_RUN(test_db_model);
     return test_end();
 }

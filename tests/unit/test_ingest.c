@@ -225,6 +225,16 @@ static void test_ingest_every_type(void)
     T_EQ_INT(res.type, REPORT_TRACE);
     json_decref(spans);
     json_decref(ops);
+    /* gradient readiness: rank 0's is stored; another rank's is refused */
+    json_t *tensors = json_pack("[[i, i]]", 400, 1000);
+    struct report_grads gr = {.steps = 3, .backward_ns = 2000, .tensors = tensors};
+    T_OK(report_emit_grads(&x.w[0], &gr, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    T_EQ_INT(res.type, REPORT_GRADS);
+    T_OK(report_emit_grads(&x.w[1], &gr, &e));
+    T_CHECK(fx_ingest(&x, 1, &res, &e) < 0 && e.code == ERR_INVALID &&
+            strcmp(e.field, "rank") == 0);
+    json_decref(tensors);
 
     /* heartbeat: phase and progress, and since when they have not changed */
     const struct ingest_rank *hb = ingest_rank_state(&x.in, 1);

@@ -173,9 +173,53 @@ static void test_observe_trace(void)
     json_decref(evs);
 }
 
+/* Gradient readiness: per tensor the median over the recorded steps of its time from the
+ * backward's start (a slow step moves no median), a tensor the hook never named is final
+ * when backward ends, nothing is recorded outside a backward, one line per repeat, none
+ * when no step was recorded. */
+static void test_observe_grads(void)
+{
+    struct obs_pipe p;
+    struct err e = {0};
+    T_CHECK(obs_pipe_open(&p) == 0);
+    struct observe o;
+    observe_init(&o, &p.w, NULL);
+    const int64_t bytes[3] = {40, 4000, 400000};
+    T_OK(observe_grads_begin(&o, bytes, 3, &e));
+    observe_grads_ready(&o, 0, 1, 5); /* no backward begun: ignored */
+    static const int64_t t0[3] = {100, 300, 500}, t1[3] = {120, 5000, 510},
+                         t2[3] = {110, 310, 490};
+    const int64_t *ts[3] = {t0, t1, t2};
+    for (int s = 0; s < 3; s++) {
+        int64_t start = 1000000 * (s + 1);
+        observe_grads_backward(&o, start);
+        observe_grads_ready(&o, 0, 1, start + ts[s][0]);
+        observe_grads_ready(&o, 1, 1, start + ts[s][1]);
+        if (s != 2) /* tensor 2 never named in the last step */
+            observe_grads_ready(&o, 2, 1, start + ts[s][2]);
+        observe_grads_end(&o, 600 + 10 * s);
+    }
+    T_OK(observe_grads_emit(&o, 4, &e));
+    T_OK(observe_grads_emit(&o, 5, &e)); /* nothing recorded since: nothing sent */
+    observe_cleanup(&o);
+    json_t *evs = obs_pipe_events(&p);
+    T_EQ_INT(json_array_size(evs), 1);
+    json_t *g = json_array_get(evs, 0);
+    T_EQ_STR(json_string_value(json_object_get(g, "type")), "grads");
+    T_EQ_INT(json_integer_value(json_object_get(g, "repeat")), 4);
+    T_EQ_INT(json_integer_value(json_object_get(g, "steps")), 3);
+    T_EQ_INT(json_integer_value(json_object_get(g, "backward_ns")), 610);
+    /* tensor 2: the median of 500 and 510 over the two steps that named it */
+    json_t *want = json_pack("[[i, i], [i, i], [i, i]]", 40, 110, 4000, 310, 400000, 505);
+    T_CHECK(json_equal(json_object_get(g, "tensors"), want));
+    json_decref(want);
+    json_decref(evs);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
+    TEST_RUN(test_observe_grads);
     TEST_RUN(test_observe_usage_window);
     TEST_RUN(test_observe_nvml_means);
     TEST_RUN(test_observe_trace);

@@ -722,9 +722,54 @@ static void test_report_observe_rejects(void)
     json_decref(ops);
 }
 
+static int emit_grads(struct report_writer *w, const void *x, struct err *e)
+{
+    return report_emit_grads(w, x, e);
+}
+
+/* Gradient readiness round-trips; a tensor entry that is not [bytes, ready_ns] with both
+ * >= 0, or steps below 1, is refused naming the field. */
+static void test_report_grads(void)
+{
+    struct err e = {0};
+    json_t *tensors = json_pack("[[I, I], [I, I]]", (json_int_t)40, (json_int_t)28554,
+                                (json_int_t)64000, (json_int_t)101641);
+    struct report_grads g = {.repeat = 2,
+                             .steps = 10,
+                             .backward_ns = 2648957,
+                             .tensors = tensors},
+                        gb;
+    json_t *ev = observe_round_trip(emit_grads, &g, REPORT_GRADS);
+    T_CHECK(ev != NULL);
+    T_OK(report_grads_from_json(ev, &gb, &e));
+    T_CHECK(gb.repeat == 2 && gb.steps == 10 && gb.backward_ns == 2648957);
+    T_CHECK(json_equal(gb.tensors, tensors));
+    json_decref(ev);
+    json_decref(tensors);
+    static const char *const bad[] = {
+        "{\"type\":\"grads\",\"rank\":0,\"t\":1,\"repeat\":0,\"steps\":1,"
+        "\"backward_ns\":5,\"tensors\":[[40,-1]]}",
+        "{\"type\":\"grads\",\"rank\":0,\"t\":1,\"repeat\":0,\"steps\":1,"
+        "\"backward_ns\":5,\"tensors\":[[40]]}",
+        "{\"type\":\"grads\",\"rank\":0,\"t\":1,\"repeat\":0,\"steps\":0,"
+        "\"backward_ns\":5,\"tensors\":[]}",
+        "{\"type\":\"grads\",\"rank\":0,\"t\":1,\"repeat\":0,\"steps\":1,"
+        "\"backward_ns\":5,\"tensors\":{}}",
+    };
+    static const char *const field[] = {"tensors", "tensors", "steps", "tensors"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        enum report_type type;
+        ev = report_parse_line(bad[i], strlen(bad[i]), &type, &e);
+        T_CHECK_MSG(!ev && e.code == ERR_INVALID && strcmp(e.field, field[i]) == 0,
+                    "line %zu: field '%s': %s", i, e.field, e.msg);
+        json_decref(ev);
+    }
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
+    TEST_RUN(test_report_grads);
     TEST_RUN(test_report_emit_parse_every_type);
     TEST_RUN(test_report_type_names);
     TEST_RUN(test_report_rejects_malformed_lines);

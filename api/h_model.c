@@ -1,0 +1,90 @@
+/* h_model: the performance model's endpoints (issue 18, daemon/model.h): an experiment's
+ * network fits, what-if predictions, and the written report. The id lists they take
+ * ("with", "fit") are parsed here once. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/handlers.h"
+#include "daemon/model.h"
+#include "daemon/report_html.h"
+
+#define H_MAX_IDS 16
+
+int h_parse_ids(const char *s, const char *field, int64_t *ids, size_t cap, size_t *n,
+                struct err *e)
+{
+    size_t have = *n;
+    while (s && *s) {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (end == s || v < 1 || (*end && *end != ','))
+            return err_set(e, ERR_INVALID, field,
+                           "%s: must be experiment ids separated by commas (\"3,7\")", field);
+        if (have == cap)
+            return err_set(e, ERR_INVALID, field, "%s: at most %zu ids", field, cap);
+        bool dup = false;
+        for (size_t i = 0; i < have; i++)
+            dup = dup || ids[i] == v;
+        if (!dup)
+            ids[have++] = v;
+        s = *end ? end + 1 : end;
+        if (*end && !*s)
+            return err_set(e, ERR_INVALID, field, "%s: a trailing comma names no id", field);
+    }
+    *n = have;
+    return 0;
+}
+
+int h_experiments_fit(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                      struct err *e)
+{
+    static const char *const args[] = {"with", NULL};
+    int64_t ids[H_MAX_IDS + 1] = {req->ids[0]};
+    size_t n = 1;
+    if (api_query_check(req, args, e) < 0 ||
+        h_parse_ids(api_query_get(req, "with"), "with", ids, H_MAX_IDS, &n, e) < 0)
+        return -1;
+    struct perf_fit *fits = NULL;
+    size_t nf = 0;
+    if (model_fits_load(ctx->db, ids, n, &fits, &nf, e) < 0)
+        return -1;
+    json_t *arr = json_array(), *exps = json_array();
+    for (size_t i = 0; i < nf; i++)
+        json_array_append_new(arr, model_fit_json(&fits[i]));
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(exps, json_integer((json_int_t)ids[i]));
+    free(fits);
+    rep->json = json_pack("{s:o, s:i, s:o}", "experiments", exps, "model_version",
+                          PERF_MODEL_VERSION, "fits", arr);
+    return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
+int h_predict(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+              struct err *e)
+{
+    if (api_query_check(req, (const char *const[]){NULL}, e) < 0)
+        return -1;
+    json_error_t je;
+    json_t *body = req->body ? json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &je)
+                             : NULL;
+    if (!body)
+        return err_set(e, ERR_INVALID, NULL, "the body must be a JSON object: %s",
+                       req->body ? je.text : "empty");
+    rep->json = model_predict(ctx->db, body, e);
+    json_decref(body);
+    return rep->json ? 0 : -1;
+}
+
+int h_experiments_report(struct api_ctx *ctx, const struct api_request *req,
+                         struct api_reply *rep, struct err *e)
+{
+    static const char *const args[] = {"with", NULL};
+    int64_t ids[H_MAX_IDS + 1] = {req->ids[0]};
+    size_t n = 1;
+    if (api_query_check(req, args, e) < 0 ||
+        h_parse_ids(api_query_get(req, "with"), "with", ids, H_MAX_IDS, &n, e) < 0)
+        return -1;
+    rep->body = report_html_build(ctx->db, ids, n, &rep->body_len, e);
+    rep->content_type = "text/html; charset=utf-8";
+    return rep->body ? 0 : -1;
+}

@@ -1,0 +1,436 @@
+/* findings: see findings.h. */
+#include "daemon/findings.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#define F_KEY 512
+
+void findings_fmt(char *out, size_t cap, double v)
+{
+    double a = fabs(v);
+    if (a >= 100 || v == floor(v)) /* counts and round figures read as integers */
+        snprintf(out, cap, "%.0f", v);
+    else if (a >= 10)
+        snprintf(out, cap, "%.1f", v);
+    else if (a >= 1)
+        snprintf(out, cap, "%.2f", v);
+    else
+        snprintf(out, cap, "%.3g", v);
+}
+
+static double f_num(const json_t *row, const char *k)
+{
+    const json_t *v = json_object_get(row, k);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static const char *f_str(const json_t *row, const char *k)
+{
+    const char *s = json_string_value(json_object_get(row, k));
+    return s ? s : "";
+}
+
+/* A finding: text from fmt, where each "%N" (N a digit) is figure N formatted; figures as
+ * name, value pairs (nfig of them). A figure that is not finite drops the finding. */
+static void f_add(json_t *out, const char *rule, const char *fmt, int nfig, ...)
+{
+    const char *names[10];
+    double vals[10];
+    va_list ap;
+    va_start(ap, nfig);
+    for (int i = 0; i < nfig && i < 10; i++) {
+        names[i] = va_arg(ap, const char *);
+        vals[i] = va_arg(ap, double);
+    }
+    va_end(ap);
+    for (int i = 0; i < nfig; i++)
+        if (!isfinite(vals[i]))
+            return;
+    char text[1024];
+    size_t len = 0;
+    for (const char *p = fmt; *p && len + 32 < sizeof text; p++) {
+        if (p[0] == '%' && p[1] >= '0' && p[1] <= '9' && p[1] - '0' < nfig) {
+            findings_fmt(text + len, sizeof text - len, vals[p[1] - '0']);
+            len += strlen(text + len);
+            p++;
+        } else {
+            text[len++] = *p;
+        }
+    }
+    text[len] = 0;
+    json_t *figs = json_object();
+    for (int i = 0; i < nfig; i++)
+        json_object_set_new(figs, names[i], json_real(vals[i]));
+    json_array_append_new(
+        out, json_pack("{s:s, s:s, s:o}", "rule", rule, "text", text, "figures", figs));
+}
+
+void findings_context(const json_t *table, const json_t *row, const char *skip1,
+                      const char *skip2, char *out, size_t cap)
+{
+    size_t i, len = 0;
+    json_t *f;
+    out[0] = 0;
+    json_array_foreach(json_object_get(table, "group_by"), i, f)
+    {
+        const char *k = json_string_value(f);
+        if (!k || (skip1 && strcmp(k, skip1) == 0) || (skip2 && strcmp(k, skip2) == 0))
+            continue;
+        const json_t *v = json_object_get(row, k);
+        char val[96];
+        if (json_is_string(v))
+            snprintf(val, sizeof val, "%s", json_string_value(v));
+        else if (json_is_number(v))
+            findings_fmt(val, sizeof val, json_number_value(v));
+        else
+            snprintf(val, sizeof val, "%s", json_is_true(v) ? "true" : "-");
+        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s %s",
+                                len ? ", " : "", k, val);
+        if (len >= cap)
+            break;
+    }
+}
+
+/* " (k v, ...)" of the row's other fields, or "". */
+static void f_paren(const json_t *table, const json_t *row, const char *skip1,
+                    const char *skip2, char *out, size_t cap)
+{
+    char ctx[F_KEY];
+    findings_context(table, row, skip1, skip2, ctx, sizeof ctx);
+    snprintf(out, cap, "%s%s%s", ctx[0] ? " (" : "", ctx, ctx[0] ? ")" : "");
+}
+
+static bool f_is_train(const json_t *table)
+{
+    const char *w = json_string_value(json_object_get(table, "workload"));
+    return w && strcmp(w, "train") == 0;
+}
+
+/* ---- rules over training tables ------------------------------------------------------------ */
+
+/* At each scale, the fastest strategy and by how much (rows differing by strategy only). */
+static void f_rule_fastest(const json_t *table, json_t *out)
+{
+    const json_t *rows = json_object_get(table, "rows");
+    size_t n = json_array_size(rows);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *ri = json_array_get(rows, i);
+        char ki[F_KEY], kk[F_KEY];
+        findings_context(table, ri, "strategy", NULL, ki, sizeof ki);
+        bool first = true;
+        for (size_t k = 0; k < i && first; k++) {
+            findings_context(table, json_array_get(rows, k), "strategy", NULL, kk, sizeof kk);
+            first = strcmp(ki, kk) != 0;
+        }
+        if (!first || !json_is_string(json_object_get(ri, "strategy")))
+            continue;
+        const json_t *best = NULL, *second = NULL;
+        for (size_t k = i; k < n; k++) {
+            const json_t *rk = json_array_get(rows, k);
+            findings_context(table, rk, "strategy", NULL, kk, sizeof kk);
+            double t = f_num(rk, "throughput_mean");
+            if (strcmp(ki, kk) != 0 || !isfinite(t))
+                continue;
+            if (!best || t > f_num(best, "throughput_mean")) {
+                second = best;
+                best = rk;
+            } else if (!second || t > f_num(second, "throughput_mean")) {
+                second = rk;
+            }
+        }
+        if (!best || !second)
+            continue;
+        double t1 = f_num(best, "throughput_mean"), t2 = f_num(second, "throughput_mean");
+        double c1 = f_num(best, "throughput_ci95"), c2 = f_num(second, "throughput_ci95");
+        double w = f_num(best, "world_size"), ratio = t1 / t2;
+        char ctx[F_KEY], text[1024];
+        f_paren(table, best, "strategy", "world_size", ctx, sizeof ctx);
+        if (isfinite(c1) && isfinite(c2)) {
+            bool apart = t1 - c1 > t2 + c2;
+            snprintf(text, sizeof text,
+                     "At %%0 ranks%s, %s is the fastest strategy: %%1 samples/s (95%% CI "
+                     "± %%2), %%3× %s (%%4 samples/s ± %%5)%s.",
+                     ctx, f_str(best, "strategy"), f_str(second, "strategy"),
+                     apart ? ""
+                           : "; the intervals overlap, so the two are not distinguishable "
+                             "at 95% confidence");
+            f_add(out, "fastest", text, 6, "world_size", w, "throughput", t1, "throughput_ci95",
+                  c1, "ratio", ratio, "runner_up_throughput", t2, "runner_up_ci95", c2);
+        } else {
+            snprintf(text, sizeof text,
+                     "At %%0 ranks%s, %s is the fastest strategy: %%1 samples/s, %%2× %s "
+                     "(%%3 samples/s); one repeat each, so no interval says whether the "
+                     "difference would hold.",
+                     ctx, f_str(best, "strategy"), f_str(second, "strategy"));
+            f_add(out, "fastest", text, 4, "world_size", w, "throughput", t1, "ratio", ratio,
+                  "runner_up_throughput", t2);
+        }
+    }
+}
+
+/* How much of its communication each multi-rank configuration computes through. */
+static void f_rule_hidden(const json_t *table, json_t *out)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(table, "rows"), i, r)
+    {
+        double w = f_num(r, "world_size"), ov = f_num(r, "overlap");
+        double comm = f_num(r, "comm_ms"), exp = f_num(r, "comm_exposed_ms");
+        if (!(w > 1) || !isfinite(ov) || !(comm > 0))
+            continue;
+        char ctx[F_KEY], text[1024];
+        f_paren(table, r, "strategy", "world_size", ctx, sizeof ctx);
+        snprintf(text, sizeof text,
+                 "%s at %%0 ranks%s hides %%1 %% of its communication: %%2 ms per step in "
+                 "flight, %%3 ms of it exposed.",
+                 json_is_string(json_object_get(r, "strategy")) ? f_str(r, "strategy")
+                                                                : "The configuration",
+                 ctx);
+        f_add(out, "hidden", text, 4, "world_size", w, "overlap_pct", ov * 100, "comm_ms", comm,
+              "exposed_ms", exp);
+    }
+}
+
+/* The largest scale each configuration reached, with its speed-up and efficiency. */
+static void f_rule_scaling(const json_t *table, json_t *out)
+{
+    const json_t *rows = json_object_get(table, "rows");
+    size_t n = json_array_size(rows);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *ri = json_array_get(rows, i);
+        char ki[F_KEY], kk[F_KEY];
+        findings_context(table, ri, "world_size", NULL, ki, sizeof ki);
+        const json_t *top = NULL;
+        bool first = true;
+        for (size_t k = 0; k < n; k++) {
+            const json_t *rk = json_array_get(rows, k);
+            findings_context(table, rk, "world_size", NULL, kk, sizeof kk);
+            if (strcmp(ki, kk) != 0)
+                continue;
+            if (k < i)
+                first = false;
+            if (isfinite(f_num(rk, "speedup")) &&
+                (!top || f_num(rk, "world_size") > f_num(top, "world_size")))
+                top = rk;
+        }
+        if (!first || !top || !(f_num(top, "world_size") > 1))
+            continue;
+        char ctx[F_KEY], text[1024];
+        findings_context(table, top, "world_size", NULL, ctx, sizeof ctx);
+        double ci = f_num(top, "speedup_ci95");
+        snprintf(text, sizeof text,
+                 "%s%sreaches a speed-up of %%0%s at %%1 ranks over one rank: %%2 %% scaling "
+                 "efficiency.",
+                 ctx[0] ? ctx : "", ctx[0] ? " " : "", isfinite(ci) ? " (95% CI ± %3)" : "");
+        if (isfinite(ci))
+            f_add(out, "scaling", text, 4, "speedup", f_num(top, "speedup"), "world_size",
+                  f_num(top, "world_size"), "efficiency_pct", f_num(top, "efficiency") * 100,
+                  "speedup_ci95", ci);
+        else
+            f_add(out, "scaling", text, 3, "speedup", f_num(top, "speedup"), "world_size",
+                  f_num(top, "world_size"), "efficiency_pct", f_num(top, "efficiency") * 100);
+    }
+}
+
+/* Where the measured step departs from the model: the phase that departs most. */
+static void f_model_miss(const json_t *table, const json_t *r, json_t *out)
+{
+    static const struct {
+        const char *meas, *pred, *cause;
+    } phases[] = {
+        {"comm_exposed_ms", "pred_comm_exposed_ms",
+         "exposed communication: the exchanges took longer inside training than the "
+         "collective benchmark's fit says (the communication thread competing with backward "
+         "for the cores, or a network slower under load)"},
+        {"backward_ms", "pred_backward_ms",
+         "backward compute: slower than at one rank (ranks sharing cores or memory bandwidth)"},
+        {"forward_ms", "pred_forward_ms",
+         "forward compute: slower than at one rank (ranks sharing cores or memory bandwidth)"},
+        {"data_ms", "pred_data_ms", "data loading"},
+        {"optimizer_ms", "pred_optimizer_ms", "the optimizer step"},
+    };
+    int worst = -1;
+    double worst_d = 0;
+    for (int p = 0; p < (int)(sizeof phases / sizeof *phases); p++) {
+        double d = f_num(r, phases[p].meas) - f_num(r, phases[p].pred);
+        if (isfinite(d) && fabs(d) > fabs(worst_d)) {
+            worst_d = d;
+            worst = p;
+        }
+    }
+    double err = f_num(r, "pred_step_err"), step = f_num(r, "step_ms_mean");
+    double pred = f_num(r, "pred_step_ms"), w = f_num(r, "world_size");
+    double strag = f_num(r, "straggler_ms");
+    char ctx[F_KEY], text[1024];
+    f_paren(table, r, "strategy", "world_size", ctx, sizeof ctx);
+    const char *who = json_is_string(json_object_get(r, "strategy")) ? f_str(r, "strategy")
+                                                                     : "the configuration";
+    if (worst < 0)
+        return;
+    bool strags = isfinite(strag) && strag > 0.1 * step;
+    snprintf(text, sizeof text,
+             "At %%0 ranks%s, %s's measured step (%%1 ms) is %%2 %% %s the model's %%3 ms. "
+             "The phase that departs most is %s: %%4 ms measured against %%5 ms predicted%s.",
+             ctx, who, err > 0 ? "below" : "above", phases[worst].cause,
+             strags ? "; stragglers add to it: the slowest rank finished %6 ms after the "
+                      "fastest per step"
+                    : "");
+    f_add(out, "model_miss", text, strags ? 7 : 6, "world_size", w, "measured_step_ms", step,
+          "error_pct", fabs(err) * 100, "predicted_step_ms", pred, "measured_phase_ms",
+          f_num(r, phases[worst].meas), "predicted_phase_ms", f_num(r, phases[worst].pred),
+          "straggler_ms", strag);
+}
+
+/* How well the model agrees overall, then each configuration it misses. */
+static void f_rule_model(const json_t *table, json_t *out)
+{
+    size_t i, total = 0, within = 0;
+    double sum = 0;
+    json_t *r;
+    json_array_foreach(json_object_get(table, "rows"), i, r)
+    {
+        double err = f_num(r, "pred_step_err");
+        if (!isfinite(err) || !(f_num(r, "world_size") > 1))
+            continue;
+        total++;
+        sum += fabs(err);
+        if (fabs(err) <= FINDINGS_MODEL_TOLERANCE)
+            within++;
+        else
+            f_model_miss(table, r, out);
+    }
+    if (total == 0)
+        return;
+    f_add(out, "model",
+          "The model predicts the step time within %0 % for %1 of %2 multi-rank "
+          "configurations; its mean absolute error is %3 %.",
+          4, "tolerance_pct", FINDINGS_MODEL_TOLERANCE * 100, "within", (double)within, "of",
+          (double)total, "mean_abs_error_pct", sum / (double)total * 100);
+}
+
+/* Whether the strategies end at the same accuracy (rows differing by strategy only). */
+static void f_rule_accuracy(const json_t *table, json_t *out)
+{
+    const json_t *rows = json_object_get(table, "rows");
+    size_t n = json_array_size(rows);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *ri = json_array_get(rows, i);
+        char ki[F_KEY], kk[F_KEY];
+        findings_context(table, ri, "strategy", NULL, ki, sizeof ki);
+        bool first = true;
+        for (size_t k = 0; k < i && first; k++) {
+            findings_context(table, json_array_get(rows, k), "strategy", NULL, kk, sizeof kk);
+            first = strcmp(ki, kk) != 0;
+        }
+        const json_t *hi = NULL, *lo = NULL;
+        for (size_t k = i; first && k < n; k++) {
+            const json_t *rk = json_array_get(rows, k);
+            findings_context(table, rk, "strategy", NULL, kk, sizeof kk);
+            double a = f_num(rk, "test_acc_mean");
+            if (strcmp(ki, kk) != 0 || !isfinite(a))
+                continue;
+            if (!hi || a > f_num(hi, "test_acc_mean"))
+                hi = rk;
+            if (!lo || a < f_num(lo, "test_acc_mean"))
+                lo = rk;
+        }
+        if (!hi || hi == lo)
+            continue;
+        double a1 = f_num(hi, "test_acc_mean") * 100, a2 = f_num(lo, "test_acc_mean") * 100;
+        double c1 = f_num(hi, "test_acc_ci95") * 100, c2 = f_num(lo, "test_acc_ci95") * 100;
+        char ctx[F_KEY], text[1024];
+        f_paren(table, hi, "strategy", NULL, ctx, sizeof ctx);
+        bool apart = a1 - c1 > a2 + c2;
+        snprintf(text, sizeof text,
+                 "Test accuracy%s: %s ends highest at %%0 %% (± %%1) and %s lowest at %%2 %% "
+                 "(± %%3); %s.",
+                 ctx, f_str(hi, "strategy"), f_str(lo, "strategy"),
+                 apart ? "the difference exceeds both 95% intervals"
+                       : "the intervals overlap: the strategies train to the same accuracy "
+                         "within what the repeats can tell");
+        f_add(out, "accuracy", text, 4, "high_pct", a1, "high_ci95", c1, "low_pct", a2,
+              "low_ci95", c2);
+    }
+}
+
+/* ---- rules over collective tables and fits --------------------------------------------------- */
+
+/* The peak bus bandwidth of each operation and configuration, and the size it peaks at. */
+static void f_rule_busbw(const json_t *table, json_t *out)
+{
+    const json_t *rows = json_object_get(table, "rows");
+    size_t n = json_array_size(rows);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *ri = json_array_get(rows, i);
+        char ki[F_KEY], kk[F_KEY];
+        findings_context(table, ri, "op", NULL, ki, sizeof ki);
+        bool first = true;
+        const json_t *peak = NULL;
+        for (size_t k = 0; k < n; k++) {
+            const json_t *rk = json_array_get(rows, k);
+            findings_context(table, rk, "op", NULL, kk, sizeof kk);
+            if (strcmp(ki, kk) != 0 || strcmp(f_str(rk, "op"), f_str(ri, "op")) != 0)
+                continue;
+            if (k < i)
+                first = false;
+            if (!peak || f_num(rk, "busbw_gbs_mean") > f_num(peak, "busbw_gbs_mean"))
+                peak = rk;
+        }
+        if (!first || !peak)
+            continue;
+        char ctx[F_KEY], text[1024];
+        f_paren(table, peak, "op", NULL, ctx, sizeof ctx);
+        snprintf(text, sizeof text,
+                 "%s%s peaks at %%0 GB/s bus bandwidth at %%1 KiB messages (%%2 µs per "
+                 "operation).",
+                 f_str(peak, "op"), ctx);
+        f_add(out, "busbw", text, 3, "busbw_gbs", f_num(peak, "busbw_gbs_mean"), "kib",
+              f_num(peak, "bytes") / 1024, "time_us", f_num(peak, "time_us_median"));
+    }
+}
+
+static void f_rule_fits(const json_t *fits, json_t *out)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach((json_t *)fits, i, f)
+    {
+        char text[1024];
+        double g = f_num(f, "gamma_ns_per_byte");
+        snprintf(text, sizeof text,
+                 "%s (%s) over %s at %%0 ranks fits T = α + β·bytes with α = %%1 µs and β = "
+                 "%%2 ns/byte (%%3 GB/s), R² = %%4, worst residual %%5 %% over %%6 "
+                 "sizes%s.",
+                 f_str(f, "op"), f_str(f, "algorithm"), f_str(f, "backend"),
+                 isfinite(g) ? "; %7 ns/byte of β is the reduction's arithmetic" : "");
+        f_add(out, "fit", text, isfinite(g) ? 8 : 7, "world_size", f_num(f, "world_size"),
+              "alpha_us", f_num(f, "alpha_us"), "beta_ns_per_byte",
+              f_num(f, "beta_ns_per_byte"), "bandwidth_gbs", f_num(f, "bandwidth_gbs"), "r2",
+              f_num(f, "r2"), "worst_residual_pct", f_num(f, "worst_residual") * 100, "points",
+              f_num(f, "points"), "gamma_ns_per_byte", g);
+    }
+}
+
+json_t *findings_build(const json_t *const *tables, size_t n, const json_t *fits)
+{
+    json_t *out = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (f_is_train(tables[i])) {
+            f_rule_fastest(tables[i], out);
+            f_rule_scaling(tables[i], out);
+            f_rule_hidden(tables[i], out);
+            f_rule_model(tables[i], out);
+            f_rule_accuracy(tables[i], out);
+        } else {
+            f_rule_busbw(tables[i], out);
+        }
+    }
+    if (fits)
+        f_rule_fits(fits, out);
+    return out;
+}

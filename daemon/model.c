@@ -1,0 +1,710 @@
+/* model: see model.h. */
+#include "daemon/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/spec.h"
+
+#define MODEL_MAX_FITS 4096
+#define MODEL_LATEST_SCAN 32 /* finished collective experiments model_fits_latest looks at */
+
+/* ---- fits ------------------------------------------------------------------------------- */
+
+static const char *model_str(const json_t *spec, const char *name, const char *dflt)
+{
+    const char *v = json_string_value(spec_field_value(spec, name));
+    return v ? v : dflt;
+}
+
+/* The key of one collective row of run: everything a fit is per, bytes aside. */
+static void model_key_of(const struct db_experiment_data *d, const struct db_data_run *run,
+                         const struct report_collective *c, struct perf_fit *k)
+{
+    memset(k, 0, sizeof *k);
+    k->experiment_id = d->id;
+    snprintf(k->backend, sizeof k->backend, "%s", model_str(run->spec, "backend", "tcp"));
+    snprintf(k->device, sizeof k->device, "%s", model_str(run->spec, "device", "cpu"));
+    snprintf(k->op, sizeof k->op, "%s", c->op);
+    snprintf(k->algorithm, sizeof k->algorithm, "%s", c->algorithm);
+    snprintf(k->network_profile, sizeof k->network_profile, "%s", run->network_profile);
+    k->world_size = run->world_size;
+    k->nodes = run->nodes;
+}
+
+static bool model_same_key(const struct perf_fit *a, const struct perf_fit *b)
+{
+    return strcmp(a->backend, b->backend) == 0 && strcmp(a->device, b->device) == 0 &&
+           strcmp(a->op, b->op) == 0 && strcmp(a->algorithm, b->algorithm) == 0 &&
+           strcmp(a->network_profile, b->network_profile) == 0 &&
+           a->world_size == b->world_size && a->nodes == b->nodes;
+}
+
+/* Every sample of key k in d: one per stored row (each repeat, in place or not), the
+ * median iteration's time. Rows with wrong results are no measurement of the op. */
+static size_t model_samples(const struct db_experiment_data *d, const struct perf_fit *k,
+                            struct perf_sample *s, size_t cap)
+{
+    size_t n = 0;
+    for (size_t r = 0; r < d->nruns; r++)
+        for (size_t i = 0; i < d->runs[r].ncollectives; i++) {
+            const struct report_collective *c = &d->runs[r].collectives[i];
+            struct perf_fit ki;
+            model_key_of(d, &d->runs[r], c, &ki);
+            if (c->wrong == 0 && c->time_us_median > 0 && model_same_key(&ki, k) && n < cap)
+                s[n++] = (struct perf_sample){(double)c->bytes, c->time_us_median * 1e-6};
+        }
+    return n;
+}
+
+int model_fits_compute(const struct db_experiment_data *d, struct perf_fit **out, size_t *n,
+                       struct err *e)
+{
+    *out = NULL;
+    *n = 0;
+    if (strcmp(d->workload, "collective") != 0)
+        return err_set(e, ERR_INVALID, "fit",
+                       "experiment %lld is a %s experiment: fits come from collective "
+                       "experiments",
+                       (long long)d->id, d->workload);
+    size_t rows = 0;
+    for (size_t r = 0; r < d->nruns; r++)
+        rows += d->runs[r].ncollectives;
+    struct perf_fit *fits = calloc(rows + 1, sizeof *fits);
+    struct perf_sample *s = calloc(rows + 1, sizeof *s);
+    if (!fits || !s) {
+        free(fits);
+        free(s);
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    }
+    size_t nf = 0;
+    for (size_t r = 0; r < d->nruns; r++)
+        for (size_t i = 0; i < d->runs[r].ncollectives && nf < MODEL_MAX_FITS; i++) {
+            struct perf_fit k;
+            model_key_of(d, &d->runs[r], &d->runs[r].collectives[i], &k);
+            bool seen = false;
+            for (size_t j = 0; j < nf && !seen; j++)
+                seen = model_same_key(&fits[j], &k);
+            size_t ns = seen ? 0 : model_samples(d, &k, s, rows);
+            if (!seen && perf_fit_line(s, ns, &k) == 0)
+                fits[nf++] = k;
+        }
+    free(s);
+    perf_fits_separate(fits, nf);
+    *out = fits;
+    *n = nf;
+    return 0;
+}
+
+static bool model_finished(const char *status)
+{
+    return strcmp(status, "queued") != 0 && strcmp(status, "running") != 0;
+}
+
+/* Appends src[0..n) to *all (n_all, grown). */
+static int model_append(struct perf_fit **all, size_t *n_all, const struct perf_fit *src,
+                        size_t n, struct err *e)
+{
+    struct perf_fit *g = realloc(*all, (*n_all + n + 1) * sizeof *g);
+    if (!g)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    memcpy(g + *n_all, src, n * sizeof *src);
+    *all = g;
+    *n_all += n;
+    return 0;
+}
+
+/* The fits of one experiment into *all. */
+static int model_fits_one(struct db *db, int64_t id, struct perf_fit **all, size_t *n_all,
+                          struct err *e)
+{
+    struct perf_fit *f = NULL;
+    size_t n = 0;
+    if (db_get_fits(db, id, &f, &n, e) < 0)
+        return -1;
+    if (n == 0) { /* never stored: from the figures, then stored when they are final */
+        free(f);
+        f = NULL;
+        struct db_experiment_data d;
+        int rc = db_get_experiment_data(db, id, &d, e);
+        if (rc == 0)
+            rc = model_fits_compute(&d, &f, &n, e);
+        bool final = rc == 0 && model_finished(d.status);
+        db_experiment_data_free(&d);
+        if (rc == 0 && final && n > 0) {
+            rc = db_store_fits(db, f, n, e);
+            free(f);
+            f = NULL;
+            n = 0;
+            if (rc == 0)
+                rc = db_get_fits(db, id, &f, &n, e);
+        }
+        if (rc < 0) {
+            free(f);
+            return -1;
+        }
+    }
+    int rc = model_append(all, n_all, f, n, e);
+    free(f);
+    return rc;
+}
+
+int model_fits_load(struct db *db, const int64_t *ids, size_t nid, struct perf_fit **out,
+                    size_t *n, struct err *e)
+{
+    *out = NULL;
+    *n = 0;
+    for (size_t i = 0; i < nid; i++)
+        if (model_fits_one(db, ids[i], out, n, e) < 0) {
+            free(*out);
+            *out = NULL;
+            *n = 0;
+            return -1;
+        }
+    return 0;
+}
+
+int model_fits_latest(struct db *db, const char *backend, const char *device,
+                      struct perf_fit **out, size_t *n, struct err *e)
+{
+    int64_t ids[MODEL_LATEST_SCAN];
+    size_t nid = 0;
+    *out = NULL;
+    *n = 0;
+    if (db_finished_collectives(db, ids, MODEL_LATEST_SCAN, &nid, e) < 0)
+        return -1;
+    for (size_t i = 0; i < nid; i++) {
+        struct perf_fit *f = NULL;
+        size_t nf = 0;
+        if (model_fits_load(db, &ids[i], 1, &f, &nf, e) < 0)
+            return -1;
+        bool match = false;
+        for (size_t k = 0; k < nf && !match; k++)
+            match = strcmp(f[k].backend, backend) == 0 && strcmp(f[k].device, device) == 0;
+        if (match) {
+            *out = f;
+            *n = nf;
+            return 0;
+        }
+        free(f);
+    }
+    return 0;
+}
+
+static json_t *model_num(double d)
+{
+    return isfinite(d) ? json_real(d) : json_null();
+}
+
+json_t *model_fit_json(const struct perf_fit *f)
+{
+    json_t *o = json_pack(
+        "{s:o, s:I, s:i, s:s, s:s, s:s, s:s, s:i, s:i, s:o, s:o, s:o, s:o, s:o, s:o, s:i, s:I, "
+        "s:I}",
+        "id", f->id > 0 ? json_integer((json_int_t)f->id) : json_null(), "experiment",
+        (json_int_t)f->experiment_id, "model_version", PERF_MODEL_VERSION, "backend",
+        f->backend, "device", f->device, "op", f->op, "algorithm", f->algorithm, "world_size",
+        f->world_size, "nodes", f->nodes, "network_profile",
+        f->network_profile[0] ? json_string(f->network_profile) : json_null(), "alpha_us",
+        model_num(f->alpha_s * 1e6), "beta_ns_per_byte", model_num(f->beta_s * 1e9),
+        "gamma_ns_per_byte", model_num(f->gamma_s * 1e9), "r2", model_num(f->r2),
+        "worst_residual", model_num(f->worst_resid), "points", f->points, "min_bytes",
+        (json_int_t)f->min_bytes, "max_bytes", (json_int_t)f->max_bytes);
+    /* the bandwidth the per-byte term stands for, as busbw would read it */
+    if (o && f->beta_s > 0)
+        json_object_set_new(o, "bandwidth_gbs", json_real(1e-9 / f->beta_s));
+    return o;
+}
+
+/* ---- the base run ------------------------------------------------------------------------ */
+
+static int model_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int model_base_of(const struct db_data_run *run, struct model_base *mb, const char **why)
+{
+    memset(mb, 0, sizeof *mb);
+    mb->run_id = run->id;
+    if (run->ngrads == 0) {
+        *why = "the one-rank run reported no gradient readiness (engine ddpbench reports it)";
+        return -1;
+    }
+    if (run->nsteps == 0) {
+        *why = "the one-rank run has no measured step";
+        return -1;
+    }
+    const struct db_grads_row *g = &run->grads[run->ngrads - 1]; /* its last repeat */
+    size_t nt = json_array_size(g->tensors);
+    mb->bytes = calloc(nt + 1, sizeof *mb->bytes);
+    mb->ready = calloc(nt + 1, sizeof *mb->ready);
+    mb->steps = calloc(run->nsteps + 1, sizeof *mb->steps);
+    if (!mb->bytes || !mb->ready || !mb->steps || nt == 0) {
+        model_base_cleanup(mb);
+        *why = nt ? "out of memory" : "the one-rank run reported no parameter tensor";
+        return -1;
+    }
+    for (size_t t = 0; t < nt; t++) {
+        const json_t *p = json_array_get(g->tensors, t);
+        mb->bytes[t] = (int64_t)json_integer_value(json_array_get(p, 0));
+        mb->ready[t] = (int64_t)json_integer_value(json_array_get(p, 1));
+    }
+    double sum[DB_NPHASES] = {0};
+    size_t cnt[DB_NPHASES] = {0};
+    for (size_t i = 0; i < run->nsteps; i++)
+        mb->steps[i] = run->steps[i].step_ms * 1e-3;
+    qsort(mb->steps, run->nsteps, sizeof *mb->steps, model_cmp_double);
+    for (size_t i = 0; i < run->nsteps; i++)
+        for (int p = 0; p < DB_NPHASES; p++)
+            if (run->steps[i].phase_ms[p] >= 0) {
+                sum[p] += run->steps[i].phase_ms[p];
+                cnt[p]++;
+            }
+    double ms[DB_NPHASES];
+    for (int p = 0; p < DB_NPHASES; p++)
+        ms[p] = cnt[p] ? sum[p] / (double)cnt[p] * 1e-3 : 0;
+    mb->b = (struct perf_base){.data_s = ms[DB_PHASE_DATA],
+                               .forward_s = ms[DB_PHASE_FORWARD],
+                               .backward_s = ms[DB_PHASE_BACKWARD],
+                               .optimizer_s = ms[DB_PHASE_OPTIMIZER],
+                               .local_s = ms[DB_PHASE_COMM_EXPOSED],
+                               .nt = (int)nt,
+                               .bytes = mb->bytes,
+                               .ready_ns = mb->ready,
+                               .backward_ns = g->backward_ns,
+                               .step_s = mb->steps,
+                               .nsteps = run->nsteps};
+    return 0;
+}
+
+void model_base_cleanup(struct model_base *mb)
+{
+    free(mb->bytes);
+    free(mb->ready);
+    free(mb->steps);
+    memset(mb, 0, sizeof *mb);
+}
+
+void model_setup_of(const json_t *spec, int world, double compute_scale, struct perf_setup *s)
+{
+    int strat = perf_strategy_parse(model_str(spec, "strategy", "ddp"));
+    const char *compression = model_str(spec, "compression", "none");
+    *s = (struct perf_setup){
+        .strategy = strat < 0 ? PERF_DDP : (enum perf_strategy)strat,
+        .world = world,
+        .bucket_bytes = (int64_t)json_integer_value(spec_field_value(spec, "bucket_mb")) << 20,
+        .fusion_bytes = (int64_t)json_integer_value(spec_field_value(spec, "fusion_mb")) << 20,
+        .cycle_ms = json_number_value(spec_field_value(spec, "cycle_ms")),
+        .wire = strcmp(compression, "none") == 0 ? 1.0 : 0.5,
+        .compute_scale = compute_scale,
+    };
+    if (s->bucket_bytes <= 0)
+        s->bucket_bytes = (int64_t)25 << 20;
+    if (s->fusion_bytes <= 0)
+        s->fusion_bytes = (int64_t)64 << 20;
+}
+
+/* CPU cores each rank had: threads over the node's share, at most its threads. */
+static double model_cores_per_rank(const struct db_data_run *run, int ranks_per_node)
+{
+    double threads = json_number_value(spec_field_value(run->spec, "threads"));
+    if (threads < 1)
+        threads = 1;
+    if (run->cpus_online <= 0 || ranks_per_node <= 0)
+        return threads;
+    return fmin(threads, (double)run->cpus_online / ranks_per_node);
+}
+
+double model_compute_scale(const struct db_data_run *run, int ranks_per_node,
+                           const struct db_data_run *base)
+{
+    if (strcmp(model_str(run->spec, "device", "cpu"), "cpu") != 0)
+        return 1;
+    double had = model_cores_per_rank(base, 1), has = model_cores_per_rank(run, ranks_per_node);
+    return has > 0 && had > has ? had / has : 1;
+}
+
+bool model_no_spare_core(const struct db_data_run *run, int ranks_per_node)
+{
+    if (strcmp(model_str(run->spec, "device", "cpu"), "cpu") != 0 ||
+        strcmp(model_str(run->spec, "backend", "tcp"), "tcp") != 0 || run->cpus_online <= 0 ||
+        ranks_per_node <= 1)
+        return false;
+    double threads = json_number_value(spec_field_value(run->spec, "threads"));
+    return (double)run->cpus_online / ranks_per_node < (threads < 1 ? 1 : threads) + 1;
+}
+
+void model_net_of(const json_t *spec, const char *profile, int nodes,
+                  const struct perf_fit *fits, size_t n, bool *used, struct perf_net *net)
+{
+    *net = (struct perf_net){.fits = fits,
+                             .n = n,
+                             .backend = model_str(spec, "backend", "tcp"),
+                             .device = model_str(spec, "device", "cpu"),
+                             .network_profile = profile ? profile : "",
+                             .algorithm = model_str(spec, "algorithm", "auto"),
+                             .nodes = nodes,
+                             .used = used};
+}
+
+json_t *model_step_json(const struct perf_step *st, double samples)
+{
+    return json_pack(
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i}", "step_ms",
+        model_num(st->step_s * 1e3), "data_ms", model_num(st->data_s * 1e3), "forward_ms",
+        model_num(st->forward_s * 1e3), "backward_ms", model_num(st->backward_s * 1e3),
+        "comm_ms", model_num(st->comm_s * 1e3), "comm_exposed_ms",
+        model_num(st->exposed_s * 1e3), "optimizer_ms", model_num(st->optimizer_s * 1e3),
+        "throughput", model_num(st->step_s > 0 ? samples / st->step_s : NAN), "overlap",
+        model_num(st->overlap), "comm_busy_over_backward",
+        model_num(st->window_s > 0 ? st->busy_s / st->window_s : NAN), "ops", st->ops);
+}
+
+char *model_used_ids(const struct perf_fit *fits, size_t n, const bool *used)
+{
+    size_t cap = n * 22 + 1, len = 0;
+    char *s = malloc(cap);
+    if (!s)
+        return NULL;
+    s[0] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (used[i] && fits[i].id > 0)
+            len += (size_t)snprintf(s + len, cap - len, "%s%lld", len ? "," : "",
+                                    (long long)fits[i].id);
+    return s;
+}
+
+/* ---- POST /v1/predict ------------------------------------------------------------------- */
+
+#define MODEL_MAX_POINTS 64
+#define MODEL_MAX_FIT_IDS 16
+
+struct model_req {
+    int64_t exp_id, run_id;
+    int64_t fit_ids[MODEL_MAX_FIT_IDS];
+    size_t nfit;
+    bool has_link;
+    struct perf_link link;
+    char link_alg[16];
+    int worlds[MODEL_MAX_POINTS];
+    size_t nworld;
+    int strategies[5];
+    size_t nstrat;
+};
+
+static int model_bad(struct err *e, const char *field, const char *msg)
+{
+    return err_set(e, ERR_INVALID, field, "%s: %s", field, msg);
+}
+
+static int model_parse_link(const json_t *l, struct model_req *r, struct err *e)
+{
+    const char *k;
+    json_t *v;
+    double gbps = -1, lat_us = -1;
+    snprintf(r->link_alg, sizeof r->link_alg, "ring");
+    json_object_foreach((json_t *)l, k, v)
+    {
+        if (strcmp(k, "bandwidth_gbps") == 0 && json_is_number(v) && json_number_value(v) > 0 &&
+            json_number_value(v) <= 1e5)
+            gbps = json_number_value(v);
+        else if (strcmp(k, "latency_us") == 0 && json_is_number(v) &&
+                 json_number_value(v) >= 0 && json_number_value(v) <= 1e6)
+            lat_us = json_number_value(v);
+        else if (strcmp(k, "algorithm") == 0 && json_is_string(v) &&
+                 (strcmp(json_string_value(v), "ring") == 0 ||
+                  strcmp(json_string_value(v), "rd") == 0 ||
+                  strcmp(json_string_value(v), "hd") == 0))
+            snprintf(r->link_alg, sizeof r->link_alg, "%s", json_string_value(v));
+        else
+            return err_set(e, ERR_INVALID, "link",
+                           "link.%s: unknown or out of range (bandwidth_gbps > 0, latency_us "
+                           ">= 0, algorithm ring, rd or hd)",
+                           k);
+    }
+    if (gbps < 0 || lat_us < 0)
+        return model_bad(e, "link", "needs bandwidth_gbps (Gbit/s) and latency_us");
+    r->has_link = true;
+    r->link = (struct perf_link){.latency_s = lat_us * 1e-6, .s_per_byte = 8.0 / (gbps * 1e9)};
+    return 0;
+}
+
+static int model_parse_ints(const json_t *a, int64_t lo, int64_t hi, size_t cap, int64_t *out,
+                            size_t *n, const char *field, struct err *e)
+{
+    size_t i;
+    json_t *v;
+    if (!json_is_array(a) || json_array_size(a) == 0 || json_array_size(a) > cap)
+        return err_set(e, ERR_INVALID, field, "%s: must be a list of 1 to %zu integers", field,
+                       cap);
+    json_array_foreach((json_t *)a, i, v)
+    {
+        if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+            return err_set(e, ERR_INVALID, field, "%s[%zu]: must be an integer in [%lld, %lld]",
+                           field, i, (long long)lo, (long long)hi);
+        out[i] = json_integer_value(v);
+    }
+    *n = json_array_size(a);
+    return 0;
+}
+
+static int model_parse(const json_t *body, struct model_req *r, struct err *e)
+{
+    memset(r, 0, sizeof *r);
+    if (!json_is_object(body))
+        return err_set(e, ERR_INVALID, NULL, "the body must be a JSON object");
+    const char *k;
+    json_t *v;
+    int64_t tmp[MODEL_MAX_POINTS];
+    size_t n;
+    json_object_foreach((json_t *)body, k, v)
+    {
+        if (strcmp(k, "experiment") == 0 || strcmp(k, "run") == 0) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1)
+                return model_bad(e, k, "must be an id (an integer >= 1)");
+            *(strcmp(k, "run") == 0 ? &r->run_id : &r->exp_id) = json_integer_value(v);
+        } else if (strcmp(k, "fit") == 0) {
+            if (model_parse_ints(v, 1, INT64_MAX, MODEL_MAX_FIT_IDS, r->fit_ids, &r->nfit, k,
+                                 e) < 0)
+                return -1;
+        } else if (strcmp(k, "link") == 0) {
+            if (!json_is_object(v))
+                return model_bad(e, k, "must be an object {bandwidth_gbps, latency_us}");
+            if (model_parse_link(v, r, e) < 0)
+                return -1;
+        } else if (strcmp(k, "world_sizes") == 0) {
+            if (model_parse_ints(v, 1, PERF_MAX_WORLD, MODEL_MAX_POINTS, tmp, &n, k, e) < 0)
+                return -1;
+            for (size_t i = 0; i < n; i++)
+                r->worlds[i] = (int)tmp[i];
+            r->nworld = n;
+        } else if (strcmp(k, "strategies") == 0) {
+            size_t i;
+            json_t *x;
+            if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > 5)
+                return model_bad(e, k, "must be a list of 1 to 5 strategies");
+            json_array_foreach(v, i, x)
+            {
+                int st = perf_strategy_parse(json_string_value(x));
+                if (st < 0)
+                    return err_set(e, ERR_INVALID, k,
+                                   "strategies[%zu]: must be naive, ddp, horovod, zero1 or "
+                                   "zero2",
+                                   i);
+                r->strategies[r->nstrat++] = st;
+            }
+        } else {
+            return err_set(e, ERR_INVALID, k,
+                           "%s: unknown field (experiment, run, fit, link, world_sizes, "
+                           "strategies)",
+                           k);
+        }
+    }
+    if ((r->exp_id > 0) == (r->run_id > 0))
+        return err_set(e, ERR_INVALID, "experiment",
+                       "experiment or run: name exactly one (a training experiment, or its "
+                       "one-rank run)");
+    if (r->nfit > 0 && r->has_link)
+        return model_bad(e, "link", "give a fit or a link, not both");
+    if (r->nworld == 0)
+        for (int w = 1; w <= PERF_MAX_WORLD; w *= 2)
+            r->worlds[r->nworld++] = w;
+    if (r->nstrat == 0)
+        for (int st = 0; st < 5; st++)
+            r->strategies[r->nstrat++] = st;
+    return 0;
+}
+
+/* Whether run a repeats an earlier base's compute: the same swept values but for the
+ * strategy's own knobs. */
+static bool model_same_compute(const struct db_data_run *a, const struct db_data_run *b)
+{
+    static const char *const knobs[] = {"strategy", "bucket_mb", "fusion_mb", "cycle_ms",
+                                        "compression"};
+    json_t *x = json_deep_copy(a->params), *y = json_deep_copy(b->params);
+    for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++) {
+        json_object_del(x, knobs[i]);
+        json_object_del(y, knobs[i]);
+    }
+    bool same = json_equal(x, y);
+    json_decref(x);
+    json_decref(y);
+    return same;
+}
+
+static const char *const model_strategy_names[] = {"naive", "ddp", "horovod", "zero1", "zero2"};
+
+/* One strategy's curve from base mb (run: its spec). */
+static json_t *model_curve(const struct model_req *r, const struct db_data_run *run,
+                           const struct model_base *mb, int strat, const struct perf_fit *fits,
+                           size_t nf, bool *used, struct err *e)
+{
+    json_t *points = json_array();
+    double batch = json_number_value(spec_field_value(run->spec, "batch_size"));
+    double accum = json_number_value(spec_field_value(run->spec, "accumulate"));
+    double samples1 = batch * (accum >= 1 ? accum : 1), thr1 = NAN;
+    int exceeds = 0;
+    for (size_t i = 0; i < r->nworld; i++) {
+        struct perf_setup s;
+        model_setup_of(run->spec, r->worlds[i], 1, &s);
+        s.strategy = (enum perf_strategy)strat;
+        struct perf_net net;
+        model_net_of(run->spec, run->network_profile, 0, fits, nf, used, &net);
+        net.nodes = 0; /* any placement measured */
+        if (r->has_link) {
+            net.link = &r->link;
+            net.algorithm = r->link_alg;
+        }
+        struct perf_step st;
+        if (perf_simulate(&mb->b, &s, &net, &st) < 0) {
+            json_decref(points);
+            err_set(e, ERR_INVALID, "fit",
+                    "no network fit for backend %s on %s covers %s: run a collective "
+                    "experiment of allreduce, reduce_scatter and all_gather on it, or give a "
+                    "link",
+                    net.backend, net.device, model_strategy_names[strat]);
+            return NULL;
+        }
+        double samples = samples1 * r->worlds[i];
+        if (r->worlds[i] == 1)
+            thr1 = samples / st.step_s;
+        if (!isfinite(thr1)) { /* the curve's own one-rank point, even when not asked */
+            struct perf_setup s1 = s;
+            struct perf_step one;
+            s1.world = 1;
+            if (perf_simulate(&mb->b, &s1, &net, &one) == 0)
+                thr1 = samples1 / one.step_s;
+        }
+        json_t *p = model_step_json(&st, samples);
+        double speedup = (samples / st.step_s) / thr1;
+        json_object_set_new(p, "world_size", json_integer(r->worlds[i]));
+        json_object_set_new(p, "speedup", model_num(speedup));
+        json_object_set_new(p, "efficiency", model_num(speedup / r->worlds[i]));
+        json_array_append_new(points, p);
+        if (!exceeds && st.window_s > 0 && st.busy_s > st.window_s)
+            exceeds = r->worlds[i];
+    }
+    return json_pack("{s:I, s:O, s:s, s:o, s:o}", "base_run", (json_int_t)run->id, "params",
+                     run->params, "strategy", model_strategy_names[strat], "points", points,
+                     "comm_exceeds_backward_at", exceeds ? json_integer(exceeds) : json_null());
+}
+
+/* The base runs of the request: the run, or the experiment's one-rank runs. */
+static int model_bases(struct db *db, const struct model_req *r, struct db_experiment_data *d,
+                       struct err *e)
+{
+    int64_t exp = r->exp_id;
+    memset(d, 0, sizeof *d);
+    if (r->run_id > 0 && db_run_experiment_id(db, r->run_id, &exp, e) < 0)
+        return -1;
+    if (db_get_experiment_data(db, exp, d, e) < 0)
+        return -1;
+    if (strcmp(d->workload, "train") != 0)
+        return err_set(e, ERR_INVALID, r->run_id ? "run" : "experiment",
+                       "experiment %lld is a %s experiment: predictions start from a training "
+                       "run",
+                       (long long)exp, d->workload);
+    return 0;
+}
+
+json_t *model_predict(struct db *db, const json_t *body, struct err *e)
+{
+    struct model_req r;
+    if (model_parse(body, &r, e) < 0)
+        return NULL;
+    struct db_experiment_data d;
+    if (model_bases(db, &r, &d, e) < 0) {
+        db_experiment_data_free(&d);
+        return NULL;
+    }
+    struct perf_fit *fits = NULL;
+    size_t nf = 0;
+    json_t *curves = json_array(), *out = NULL;
+    bool *used = NULL;
+    const struct db_data_run *first = NULL;
+    int rc = 0;
+    for (size_t i = 0; i < d.nruns && !first; i++)
+        if (d.runs[i].world_size == 1 && (r.run_id == 0 || d.runs[i].id == r.run_id))
+            first = &d.runs[i];
+    if (!first)
+        rc = err_set(e, ERR_INVALID, r.run_id ? "run" : "experiment",
+                     r.run_id ? "run %lld is not a one-rank run: predictions start from one"
+                              : "experiment %lld has no one-rank run to predict from",
+                     (long long)(r.run_id ? r.run_id : r.exp_id));
+    if (rc == 0 && !r.has_link) {
+        rc = r.nfit ? model_fits_load(db, r.fit_ids, r.nfit, &fits, &nf, e)
+                    : model_fits_latest(db, model_str(first->spec, "backend", "tcp"),
+                                        model_str(first->spec, "device", "cpu"), &fits, &nf, e);
+        if (rc == 0 && nf == 0)
+            rc = err_set(e, ERR_INVALID, "fit",
+                         "no network fit for backend %s: run a collective experiment on it "
+                         "first, name one in fit, or describe a link",
+                         model_str(first->spec, "backend", "tcp"));
+    }
+    used = calloc(nf + 1, sizeof *used);
+    if (rc == 0 && !used)
+        rc = err_set(e, ERR_NOMEM, NULL, "out of memory");
+    for (size_t i = 0; rc == 0 && i < d.nruns; i++) {
+        const struct db_data_run *run = &d.runs[i];
+        if (run->world_size != 1 || (r.run_id > 0 && run->id != r.run_id))
+            continue;
+        bool seen = false;
+        for (size_t k = 0; k < i && !seen; k++)
+            seen = d.runs[k].world_size == 1 && r.run_id == 0 && d.runs[k].ngrads > 0 &&
+                   model_same_compute(&d.runs[k], run);
+        if (seen)
+            continue;
+        for (size_t s = 0; rc == 0 && s < r.nstrat; s++) {
+            /* the one-rank run of this strategy, where the experiment has one: its local
+             * costs (hand-offs, copies) are the strategy's own */
+            const struct db_data_run *b = run;
+            for (size_t k = i; r.run_id == 0 && k < d.nruns && b == run; k++)
+                if (d.runs[k].world_size == 1 && d.runs[k].ngrads > 0 &&
+                    perf_strategy_parse(model_str(d.runs[k].spec, "strategy", "")) ==
+                        r.strategies[s] &&
+                    model_same_compute(&d.runs[k], run))
+                    b = &d.runs[k];
+            struct model_base mb;
+            const char *why = NULL;
+            if (model_base_of(b, &mb, &why) < 0) {
+                if (r.run_id > 0)
+                    rc = err_set(e, ERR_INVALID, "run", "run %lld: %s", (long long)b->id, why);
+                continue;
+            }
+            json_t *c = model_curve(&r, b, &mb, r.strategies[s], fits, nf, used, e);
+            if (!c)
+                rc = -1;
+            else
+                json_array_append_new(curves, c);
+            model_base_cleanup(&mb);
+        }
+    }
+    if (rc == 0 && json_array_size(curves) == 0)
+        rc = err_set(e, ERR_INVALID, "experiment",
+                     "no one-rank run of experiment %lld reported gradient readiness (engine "
+                     "ddpbench does)",
+                     (long long)d.id);
+    if (rc == 0) {
+        json_t *fj = json_array();
+        for (size_t i = 0; i < nf; i++)
+            if (used[i])
+                json_array_append_new(fj, model_fit_json(&fits[i]));
+        json_t *link = r.has_link ? json_pack("{s:f, s:f, s:s}", "bandwidth_gbps",
+                                              8.0 / r.link.s_per_byte / 1e9, "latency_us",
+                                              r.link.latency_s * 1e6, "algorithm", r.link_alg)
+                                  : json_null();
+        out = json_pack("{s:I, s:i, s:o, s:o, s:o}", "experiment", (json_int_t)d.id,
+                        "model_version", PERF_MODEL_VERSION, "fits", fj, "link", link,
+                        "predictions", curves);
+        curves = NULL;
+    }
+    json_decref(curves);
+    free(used);
+    free(fits);
+    db_experiment_data_free(&d);
+    return out;
+}

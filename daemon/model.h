@@ -1,0 +1,78 @@
+/* model: the performance model's service (issue 18): fits from stored collective
+ * experiments (computed, stored once the experiment has finished, read back with their
+ * ids), a training run's measurements as the simulation's input, and predictions as JSON.
+ * The arithmetic is perf.c's; this file moves stored rows in and out of it.
+ *
+ * Decisions:
+ * - A fit is stored only from a finished experiment: its collectives no longer change,
+ *   so the stored fit is the fit of those figures forever and a prediction naming its id
+ *   names exactly what it used. A running experiment's fits are returned unstored (id 0).
+ * - Each prediction names the one-rank run it simulated from and the fits it used.
+ * - Compute at a placement: CPU ranks that share a node's cores slow each other by the
+ *   share ranks_per_node * threads / cores beyond 1 (device cpu only), and a TCP rank with
+ *   no core left for its communication thread overlaps nothing (perf.h); a prediction for
+ *   a placement not measured (POST /v1/predict) assumes each rank has its cores.
+ *
+ * Ownership: as each function says; json_t results are new references. */
+#ifndef DDPB_MODEL_H
+#define DDPB_MODEL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "daemon/db.h"
+#include "daemon/perf.h"
+
+/* The fits of a collective experiment's data (gamma separated), experiment_id set, id 0.
+ * *out owned (free()). ERR_INVALID when d is no collective experiment. */
+int model_fits_compute(const struct db_experiment_data *d, struct perf_fit **out, size_t *n,
+                       struct err *e);
+/* The fits of experiments ids[0..nid): stored ones read back, a finished experiment's
+ * computed and stored first, a running one's computed (id 0). *out owned (free()).
+ * ERR_NOT_FOUND, ERR_INVALID naming "fit" for a training experiment. */
+int model_fits_load(struct db *db, const int64_t *ids, size_t nid, struct perf_fit **out,
+                    size_t *n, struct err *e);
+/* The fits of the most recent finished collective experiment that has one for backend
+ * and device (none: *n = 0, no error). *out owned (free()). */
+int model_fits_latest(struct db *db, const char *backend, const char *device,
+                      struct perf_fit **out, size_t *n, struct err *e);
+json_t *model_fit_json(const struct perf_fit *f);
+
+/* A one-rank run's measurements as the simulation's input. */
+struct model_base {
+    struct perf_base b;
+    int64_t run_id;
+    int64_t *bytes, *ready; /* owned (model_base_cleanup) */
+    double *steps;          /* owned: its step times, ascending */
+};
+/* -1 when run has no gradient readiness (a framework engine, a run before migration 012)
+ * or no step: *why says which. */
+int model_base_of(const struct db_data_run *run, struct model_base *mb, const char **why);
+void model_base_cleanup(struct model_base *mb);
+
+/* The strategy knobs of spec (a run's resolved spec), at world ranks with compute_scale. */
+void model_setup_of(const json_t *spec, int world, double compute_scale, struct perf_setup *s);
+/* The share of CPUs a run's ranks had on a node, relative to base's (device cpu). */
+double model_compute_scale(const struct db_data_run *run, int ranks_per_node,
+                           const struct db_data_run *base);
+/* Whether a CPU run's ranks had no core beside their compute threads for the communication
+ * thread at ranks_per_node (perf_setup.no_spare_core). */
+bool model_no_spare_core(const struct db_data_run *run, int ranks_per_node);
+/* The network a run of spec used: its backend, device, algorithm, nodes and profile. All
+ * strings borrowed from spec and profile. */
+void model_net_of(const json_t *spec, const char *profile, int nodes,
+                  const struct perf_fit *fits, size_t n, bool *used, struct perf_net *net);
+
+/* {"step_ms", "data_ms", ..., "throughput", "overlap", ...} of a simulated step of
+ * global batch `samples`. New reference. */
+json_t *model_step_json(const struct perf_step *st, double samples);
+/* "id,id": the fits marked used, for a results cell. Owned malloc'd string. */
+char *model_used_ids(const struct perf_fit *fits, size_t n, const bool *used);
+
+/* POST /v1/predict: body (borrowed) as api/openapi.yaml says. New reference or NULL with
+ * e set (ERR_INVALID naming the field, ERR_NOT_FOUND). */
+json_t *model_predict(struct db *db, const json_t *body, struct err *e);
+
+#endif

@@ -1,0 +1,799 @@
+/* report_html: see report_html.h. */
+#include "daemon/report_html.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "daemon/findings.h"
+#include "daemon/model.h"
+#include "daemon/results.h"
+
+#define RH_MAX_SERIES 24
+#define RH_MAX_POINTS 64
+
+/* ---- the page buffer ---------------------------------------------------------------------- */
+
+struct rh {
+    char *s;
+    size_t len, cap;
+    bool oom;
+};
+
+static void rh_vprintf(char **s, size_t *len, size_t *cap, bool *oom, const char *fmt,
+                       va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0 || *oom)
+        return;
+    if (*len + (size_t)n + 1 > *cap) {
+        size_t c = (*cap ? *cap * 2 : 8192) + (size_t)n;
+        char *g = realloc(*s, c);
+        if (!g) {
+            *oom = true;
+            return;
+        }
+        *s = g;
+        *cap = c;
+    }
+    vsnprintf(*s + *len, *cap - *len, fmt, ap);
+    *len += (size_t)n;
+}
+
+static void rh_printf(struct rh *h, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    rh_vprintf(&h->s, &h->len, &h->cap, &h->oom, fmt, ap);
+    va_end(ap);
+}
+
+/* s, HTML-escaped. */
+static void rh_text(struct rh *h, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '&': rh_printf(h, "&amp;"); break;
+        case '<': rh_printf(h, "&lt;"); break;
+        case '>': rh_printf(h, "&gt;"); break;
+        case '"': rh_printf(h, "&quot;"); break;
+        case '\'': rh_printf(h, "&#39;"); break;
+        default: rh_printf(h, "%c", *s);
+        }
+    }
+}
+
+static void rh_num(struct rh *h, double v)
+{
+    char b[32];
+    if (!isfinite(v)) {
+        rh_printf(h, "–");
+        return;
+    }
+    findings_fmt(b, sizeof b, v);
+    rh_printf(h, "%s", b);
+}
+
+/* ---- SVG line charts ------------------------------------------------------------------------ */
+
+static const char *const rh_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
+                                        "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"};
+#define RH_NCOLORS (sizeof rh_colors / sizeof *rh_colors)
+
+/* The chart's geometry: plot area and the data's range. */
+struct rh_axes {
+    double x0, x1, y0, y1; /* data range (x in log2 when logx) */
+    double left, top, w, h;
+    bool logx;
+};
+
+static double rh_px(const struct rh_axes *a, double x)
+{
+    double v = a->logx ? log2(x) : x;
+    return a->left + (a->x1 > a->x0 ? (v - a->x0) / (a->x1 - a->x0) : 0.5) * a->w;
+}
+
+static double rh_py(const struct rh_axes *a, double y)
+{
+    return a->top + a->h - (a->y1 > a->y0 ? (y - a->y0) / (a->y1 - a->y0) : 0.5) * a->h;
+}
+
+static void rh_range(const struct report_series *s, size_t ns, bool logx, struct rh_axes *a)
+{
+    a->x0 = a->y0 = INFINITY;
+    a->x1 = a->y1 = -INFINITY;
+    for (size_t i = 0; i < ns; i++)
+        for (size_t k = 0; k < s[i].n; k++) {
+            double x = s[i].x[k], y = s[i].y[k],
+                   e = s[i].err && isfinite(s[i].err[k]) ? s[i].err[k] : 0;
+            if (!isfinite(x) || !isfinite(y) || (logx && x <= 0))
+                continue;
+            double v = logx ? log2(x) : x;
+            a->x0 = fmin(a->x0, v);
+            a->x1 = fmax(a->x1, v);
+            a->y1 = fmax(a->y1, y + e);
+            a->y0 = fmin(a->y0, y - e);
+        }
+    if (!isfinite(a->x0))
+        a->x0 = 0, a->x1 = 1, a->y0 = 0, a->y1 = 1;
+    a->y0 = fmin(a->y0, 0); /* figures of merit start at zero: no exaggerated slopes */
+    if (a->y1 <= a->y0)
+        a->y1 = a->y0 + 1;
+    a->y1 *= 1.05;
+}
+
+static void rh_axes_draw(struct rh *h, const struct rh_axes *a, const char *xlabel,
+                         const char *ylabel)
+{
+    rh_printf(h,
+              "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' class='ax'/>"
+              "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' class='ax'/>",
+              a->left, a->top + a->h, a->left + a->w, a->top + a->h, a->left, a->top, a->left,
+              a->top + a->h);
+    for (int i = 0; i <= 4; i++) { /* y ticks */
+        double y = a->y0 + (a->y1 - a->y0) * i / 4;
+        rh_printf(h, "<text x='%.1f' y='%.1f' class='tk' text-anchor='end'>", a->left - 4,
+                  rh_py(a, y) + 4);
+        rh_num(h, y);
+        rh_printf(h, "</text><line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' class='gr'/>",
+                  a->left, rh_py(a, y), a->left + a->w, rh_py(a, y));
+    }
+    /* x ticks: integers (powers of two on a log axis) */
+    double step = a->logx ? 1 : fmax(1, ceil((a->x1 - a->x0) / 8));
+    for (double v = ceil(a->x0); v <= a->x1 + 1e-9; v += step) {
+        double x = a->logx ? exp2(v) : v;
+        rh_printf(h, "<text x='%.1f' y='%.1f' class='tk' text-anchor='middle'>", rh_px(a, x),
+                  a->top + a->h + 16);
+        if (a->logx && x >= 1048576)
+            rh_printf(h, "%gM", x / 1048576);
+        else if (a->logx && x >= 1024)
+            rh_printf(h, "%gK", x / 1024);
+        else
+            rh_printf(h, "%g", x);
+        rh_printf(h, "</text>");
+    }
+    rh_printf(h, "<text x='%.1f' y='%.1f' class='lb' text-anchor='middle'>", a->left + a->w / 2,
+              a->top + a->h + 34);
+    rh_text(h, xlabel);
+    rh_printf(h,
+              "</text><text x='14' y='%.1f' class='lb' text-anchor='middle' "
+              "transform='rotate(-90 14 %.1f)'>",
+              a->top + a->h / 2, a->top + a->h / 2);
+    rh_text(h, ylabel);
+    rh_printf(h, "</text>");
+}
+
+static void rh_series_draw(struct rh *h, const struct rh_axes *a, const struct report_series *s,
+                           const char *color)
+{
+    rh_printf(h, "<polyline fill='none' stroke='%s' stroke-width='2'%s points='", color,
+              s->dashed ? " stroke-dasharray='6 4'" : "");
+    for (size_t k = 0; k < s->n; k++)
+        if (isfinite(s->x[k]) && isfinite(s->y[k]) && (!a->logx || s->x[k] > 0))
+            rh_printf(h, "%.1f,%.1f ", rh_px(a, s->x[k]), rh_py(a, s->y[k]));
+    rh_printf(h, "'/>");
+    if (s->dashed)
+        return;
+    for (size_t k = 0; k < s->n; k++) {
+        if (!isfinite(s->x[k]) || !isfinite(s->y[k]) || (a->logx && s->x[k] <= 0))
+            continue;
+        double px = rh_px(a, s->x[k]), py = rh_py(a, s->y[k]);
+        if (s->err && isfinite(s->err[k]) && s->err[k] > 0)
+            rh_printf(h, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s'/>", px,
+                      rh_py(a, s->y[k] - s->err[k]), px, rh_py(a, s->y[k] + s->err[k]), color);
+        rh_printf(h, "<circle cx='%.1f' cy='%.1f' r='3.5' fill='%s'><title>", px, py, color);
+        rh_text(h, s->label);
+        rh_printf(h, ": ");
+        rh_num(h, s->y[k]);
+        rh_printf(h, "</title></circle>");
+    }
+}
+
+static void rh_legend(struct rh *h, const struct report_series *s, size_t ns, double x0,
+                      double y0)
+{
+    for (size_t i = 0; i < ns; i++) {
+        double y = y0 + 16.0 * (double)i;
+        rh_printf(
+            h,
+            "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s' stroke-width='2'%s/>"
+            "<text x='%.1f' y='%.1f' class='tk'>",
+            x0, y, x0 + 22, y, rh_colors[i % RH_NCOLORS],
+            s[i].dashed ? " stroke-dasharray='6 4'" : "", x0 + 28, y + 4);
+        rh_text(h, s[i].label);
+        rh_printf(h, "</text>");
+    }
+}
+
+int report_svg_lines(char **out, size_t *len, size_t *cap, const char *title,
+                     const char *xlabel, const char *ylabel, bool logx,
+                     const struct report_series *s, size_t nseries)
+{
+    struct rh h = {*out, *len, *cap, false};
+    struct rh_axes a = {.left = 64, .top = 30, .w = 430, .h = 240, .logx = logx};
+    rh_range(s, nseries, logx, &a);
+    double height = fmax(320, 40 + 16.0 * (double)nseries);
+    rh_printf(&h,
+              "<figure><svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 820 %.0f' "
+              "role='img'><title>",
+              height);
+    rh_text(&h, title);
+    rh_printf(&h, "</title><text x='64' y='18' class='tt'>");
+    rh_text(&h, title);
+    rh_printf(&h, "</text>");
+    rh_axes_draw(&h, &a, xlabel, ylabel);
+    for (size_t i = 0; i < nseries; i++)
+        rh_series_draw(&h, &a, &s[i], rh_colors[i % RH_NCOLORS]);
+    rh_legend(&h, s, nseries, 515, 40);
+    rh_printf(&h, "</svg></figure>\n");
+    *out = h.s;
+    *len = h.len;
+    *cap = h.cap;
+    return h.oom ? -1 : 0;
+}
+
+static void rh_chart(struct rh *h, const char *title, const char *xlabel, const char *ylabel,
+                     bool logx, const struct report_series *s, size_t ns)
+{
+    if (ns > 0 &&
+        report_svg_lines(&h->s, &h->len, &h->cap, title, xlabel, ylabel, logx, s, ns) < 0)
+        h->oom = true;
+}
+
+/* ---- series from tables ---------------------------------------------------------------- */
+
+/* Series storage: labels and points, owned by the struct (no allocation). */
+struct rh_set {
+    struct report_series s[RH_MAX_SERIES];
+    char label[RH_MAX_SERIES][160];
+    double x[RH_MAX_SERIES][RH_MAX_POINTS], y[RH_MAX_SERIES][RH_MAX_POINTS],
+        err[RH_MAX_SERIES][RH_MAX_POINTS];
+    size_t n;
+};
+
+/* The series named label (made when new), or NULL when the set is full. */
+static struct report_series *rh_series(struct rh_set *set, const char *label, bool dashed,
+                                       bool with_err)
+{
+    for (size_t i = 0; i < set->n; i++)
+        if (strcmp(set->label[i], label) == 0 && set->s[i].dashed == dashed)
+            return &set->s[i];
+    if (set->n == RH_MAX_SERIES)
+        return NULL;
+    size_t i = set->n++;
+    snprintf(set->label[i], sizeof set->label[i], "%s", label);
+    set->s[i] = (struct report_series){.label = set->label[i],
+                                       .x = set->x[i],
+                                       .y = set->y[i],
+                                       .err = with_err ? set->err[i] : NULL,
+                                       .dashed = dashed};
+    return &set->s[i];
+}
+
+static void rh_point(struct rh_set *set, struct report_series *s, double x, double y,
+                     double err)
+{
+    if (!s || s->n == RH_MAX_POINTS || !isfinite(x) || !isfinite(y))
+        return;
+    size_t i = (size_t)(s - set->s);
+    set->x[i][s->n] = x;
+    set->y[i][s->n] = y;
+    set->err[i][s->n] = err;
+    s->n++;
+}
+
+static double rh_get(const json_t *row, const char *k)
+{
+    const json_t *v = json_object_get(row, k);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+/* Throughput and efficiency against world size, measured with the predicted and ideal
+ * curves, one colour per configuration. */
+static void rh_scaling_charts(struct rh *h, const json_t *table, struct rh_set *set)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        set->n = 0;
+        size_t i;
+        json_t *r;
+        const char *m = pass ? "efficiency" : "throughput_mean";
+        json_array_foreach(json_object_get(table, "rows"), i, r)
+        {
+            char ctx[140], lab[160];
+            findings_context(table, r, "world_size", NULL, ctx, sizeof ctx);
+            double w = rh_get(r, "world_size");
+            snprintf(lab, sizeof lab, "%s", ctx[0] ? ctx : "measured");
+            rh_point(set, rh_series(set, lab, false, true), w, rh_get(r, m),
+                     pass ? NAN : rh_get(r, "throughput_ci95"));
+            snprintf(lab, sizeof lab, "%s%smodel", ctx, ctx[0] ? ": " : "");
+            rh_point(set, rh_series(set, lab, true, false), w,
+                     rh_get(r, pass ? "pred_efficiency" : "pred_throughput"), NAN);
+            /* ideal: the one-rank throughput times N (efficiency 1) */
+            double base = rh_get(r, "throughput_mean") / rh_get(r, "speedup");
+            snprintf(lab, sizeof lab, "%s%sideal", ctx, ctx[0] ? ": " : "");
+            rh_point(set, rh_series(set, lab, true, false), w, pass ? 1.0 : base * w, NAN);
+        }
+        for (size_t k = 0; k < set->n; k++) /* sort each series by x (rows come any order) */
+            for (size_t a = 1; a < set->s[k].n; a++)
+                for (size_t b = a; b > 0 && set->x[k][b - 1] > set->x[k][b]; b--) {
+                    double t;
+                    t = set->x[k][b], set->x[k][b] = set->x[k][b - 1], set->x[k][b - 1] = t;
+                    t = set->y[k][b], set->y[k][b] = set->y[k][b - 1], set->y[k][b - 1] = t;
+                    t = set->err[k][b], set->err[k][b] = set->err[k][b - 1],
+                    set->err[k][b - 1] = t;
+                }
+        rh_chart(
+            h, pass ? "Scaling efficiency against world size" : "Throughput against world size",
+            "world size (ranks)", pass ? "efficiency" : "samples/s", false, set->s, set->n);
+    }
+}
+
+/* Each configuration's step as stacked phases: measured beside predicted. */
+static void rh_phase_chart(struct rh *h, const json_t *table)
+{
+    static const char *const ph[] = {"data_ms", "forward_ms", "backward_ms", "comm_exposed_ms",
+                                     "optimizer_ms"};
+    static const char *const names[] = {"data", "forward", "backward", "exposed comm",
+                                        "optimizer"};
+    const json_t *rows = json_object_get(table, "rows");
+    size_t n = json_array_size(rows), i;
+    json_t *r;
+    double top = 0;
+    json_array_foreach(rows, i, r) for (int p = 0; p < 2; p++)
+    {
+        double sum = 0;
+        for (int k = 0; k < 5; k++) {
+            char key[48];
+            snprintf(key, sizeof key, "%s%s", p ? "pred_" : "", ph[k]);
+            double v = rh_get(r, key);
+            sum += isfinite(v) ? v : 0;
+        }
+        top = fmax(top, sum);
+    }
+    if (n == 0 || top <= 0)
+        return;
+    double bar = 14, gap = 10, left = 230, width = 520;
+    double height = 60 + (double)n * (2 * bar + gap);
+    rh_printf(
+        h,
+        "<figure><svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 820 %.0f' "
+        "role='img'><title>Step phases, measured and predicted</title><text x='10' y='18' "
+        "class='tt'>Step phases per configuration: measured (solid) and predicted "
+        "(hatched), ms</text>",
+        height);
+    for (int k = 0; k < 5; k++)
+        rh_printf(h,
+                  "<rect x='%d' y='28' width='12' height='10' fill='%s'/><text x='%d' y='37' "
+                  "class='tk'>%s</text>",
+                  230 + k * 110, rh_colors[k], 246 + k * 110, names[k]);
+    json_array_foreach(rows, i, r)
+    {
+        double y = 50 + (double)i * (2 * bar + gap);
+        char ctx[160];
+        findings_context(table, r, NULL, NULL, ctx, sizeof ctx);
+        rh_printf(h, "<text x='%.1f' y='%.1f' class='tk' text-anchor='end'>", left - 6,
+                  y + bar + 4);
+        rh_text(h, ctx[0] ? ctx : "all runs");
+        rh_printf(h, "</text>");
+        for (int p = 0; p < 2; p++) {
+            double x = left;
+            for (int k = 0; k < 5; k++) {
+                char key[48];
+                snprintf(key, sizeof key, "%s%s", p ? "pred_" : "", ph[k]);
+                double v = rh_get(r, key);
+                if (!isfinite(v) || v <= 0)
+                    continue;
+                double w = v / top * width;
+                rh_printf(h,
+                          "<rect x='%.1f' y='%.1f' width='%.1f' height='%.0f' fill='%s'%s>"
+                          "<title>%s %s: ",
+                          x, y + p * bar, w, bar - 1, rh_colors[k],
+                          p ? " fill-opacity='0.45' stroke='#333' stroke-dasharray='2 2'" : "",
+                          p ? "predicted" : "measured", names[k]);
+                rh_num(h, v);
+                rh_printf(h, " ms</title></rect>");
+                x += w;
+            }
+        }
+    }
+    rh_printf(h, "</svg></figure>\n");
+}
+
+/* Accuracy per epoch of each run (mean over its repeats), when any run evaluated. */
+static void rh_accuracy_chart(struct rh *h, const struct db_experiment_data *d,
+                              struct rh_set *set)
+{
+    set->n = 0;
+    for (size_t i = 0; i < d->nruns; i++) {
+        const struct db_data_run *run = &d->runs[i];
+        char *lab = json_dumps(run->params, JSON_COMPACT);
+        char label[160];
+        snprintf(label, sizeof label, "run %lld %s", (long long)run->id,
+                 lab && strcmp(lab, "{}") != 0 ? lab : "");
+        free(lab);
+        double sum[RH_MAX_POINTS] = {0};
+        int cnt[RH_MAX_POINTS] = {0};
+        for (size_t k = 0; k < run->nepochs; k++) {
+            const struct report_epoch *ep = &run->epochs[k];
+            double a = ep->test_acc >= 0 ? ep->test_acc : ep->train_acc;
+            if (ep->epoch >= 0 && ep->epoch < RH_MAX_POINTS && a >= 0) {
+                sum[ep->epoch] += a;
+                cnt[ep->epoch]++;
+            }
+        }
+        struct report_series *s = NULL;
+        for (int k = 0; k < RH_MAX_POINTS; k++)
+            if (cnt[k] && (s || (s = rh_series(set, label, false, false))))
+                rh_point(set, s, k + 1, sum[k] / cnt[k], NAN);
+    }
+    rh_chart(h, "Accuracy per epoch (test split where evaluated, else training)", "epoch",
+             "accuracy", false, set->s, set->n);
+}
+
+/* Bus bandwidth against message size, one series per operation and configuration. */
+static void rh_busbw_chart(struct rh *h, const json_t *table, struct rh_set *set)
+{
+    set->n = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(table, "rows"), i, r)
+    {
+        char ctx[140], lab[160];
+        findings_context(table, r, "op", NULL, ctx, sizeof ctx);
+        const char *op = json_string_value(json_object_get(r, "op"));
+        snprintf(lab, sizeof lab, "%s%s%s", op ? op : "", ctx[0] ? " " : "", ctx);
+        rh_point(set, rh_series(set, lab, false, true), rh_get(r, "bytes"),
+                 rh_get(r, "busbw_gbs_mean"), rh_get(r, "busbw_gbs_ci95"));
+    }
+    rh_chart(h, "Bus bandwidth against message size", "bytes", "busbw (GB/s)", true, set->s,
+             set->n);
+}
+
+/* ---- tables ----------------------------------------------------------------------------------- */
+
+/* A column of a report table: the figure, its interval and count columns when present. */
+struct rh_col {
+    const char *head, *key, *ci, *n;
+    double scale; /* shown as value * scale (fractions as %) */
+};
+
+static const struct rh_col rh_train_cols[] = {
+    {"world size", "world_size", NULL, NULL, 1},
+    {"throughput (samples/s)", "throughput_mean", "throughput_ci95", "throughput_n", 1},
+    {"step median (ms)", "step_ms_median", NULL, NULL, 1},
+    {"step p95 (ms)", "step_ms_p95", NULL, NULL, 1},
+    {"speed-up", "speedup", "speedup_ci95", NULL, 1},
+    {"efficiency (%)", "efficiency", NULL, NULL, 100},
+    {"overlap (%)", "overlap", NULL, NULL, 100},
+    {"exposed comm (ms)", "comm_exposed_ms", NULL, NULL, 1},
+    {"straggler (ms)", "straggler_ms", NULL, NULL, 1},
+    {"predicted step (ms)", "pred_step_ms", NULL, NULL, 1},
+    {"prediction error (%)", "pred_step_err", NULL, NULL, 100},
+    {"predicted efficiency (%)", "pred_efficiency", NULL, NULL, 100},
+    {"test accuracy (%)", "test_acc_mean", "test_acc_ci95", "test_acc_n", 100},
+};
+
+static const struct rh_col rh_coll_cols[] = {
+    {"bytes", "bytes", NULL, NULL, 1},
+    {"busbw (GB/s)", "busbw_gbs_mean", "busbw_gbs_ci95", "busbw_gbs_n", 1},
+    {"algbw (GB/s)", "algbw_gbs_mean", "algbw_gbs_ci95", NULL, 1},
+    {"time median (µs)", "time_us_median", NULL, NULL, 1},
+    {"time p95 (µs)", "time_us_p95", NULL, NULL, 1},
+    {"wrong", "wrong", NULL, NULL, 1},
+};
+
+static void rh_cell(struct rh *h, const json_t *v)
+{
+    if (json_is_string(v))
+        rh_text(h, json_string_value(v));
+    else if (json_is_boolean(v))
+        rh_printf(h, "%s", json_is_true(v) ? "yes" : "no");
+    else if (json_is_number(v))
+        rh_num(h, json_number_value(v));
+    else
+        rh_printf(h, "–");
+}
+
+static void rh_table(struct rh *h, const json_t *table, const struct rh_col *cols, size_t ncols,
+                     const char *lead)
+{
+    const json_t *by = json_object_get(table, "group_by");
+    size_t i, k;
+    json_t *f, *r;
+    rh_printf(h, "<table><thead><tr>");
+    if (lead)
+        rh_printf(h, "<th>%s</th>", lead);
+    json_array_foreach(by, i, f)
+    {
+        if (json_string_value(f) && strcmp(json_string_value(f), "world_size") == 0)
+            continue;
+        rh_printf(h, "<th>");
+        rh_text(h, json_string_value(f));
+        rh_printf(h, "</th>");
+    }
+    for (k = 0; k < ncols; k++)
+        rh_printf(h, "<th>%s</th>", cols[k].head);
+    rh_printf(h, "</tr></thead><tbody>\n");
+    json_array_foreach(json_object_get(table, "rows"), i, r)
+    {
+        rh_printf(h, "<tr>");
+        if (lead) {
+            rh_printf(h, "<td>");
+            rh_cell(h, json_object_get(r, lead));
+            rh_printf(h, "</td>");
+        }
+        size_t j;
+        json_array_foreach(by, j, f)
+        {
+            if (json_string_value(f) && strcmp(json_string_value(f), "world_size") == 0)
+                continue;
+            rh_printf(h, "<td>");
+            rh_cell(h, json_object_get(r, json_string_value(f)));
+            rh_printf(h, "</td>");
+        }
+        for (k = 0; k < ncols; k++) {
+            double v = rh_get(r, cols[k].key);
+            rh_printf(h, "<td class='n'>");
+            if (isfinite(v))
+                rh_num(h, v * cols[k].scale);
+            else
+                rh_cell(h, json_object_get(r, cols[k].key));
+            double ci = cols[k].ci ? rh_get(r, cols[k].ci) : NAN;
+            if (isfinite(ci)) {
+                rh_printf(h, " <span class='ci'>± ");
+                rh_num(h, ci * cols[k].scale);
+                rh_printf(h, "</span>");
+            }
+            double n = cols[k].n ? rh_get(r, cols[k].n) : NAN;
+            if (isfinite(n))
+                rh_printf(h, " <span class='ci'>n=%.0f</span>", n);
+            rh_printf(h, "</td>");
+        }
+        rh_printf(h, "</tr>\n");
+    }
+    rh_printf(h, "</tbody></table>\n");
+}
+
+static void rh_fits_table(struct rh *h, const json_t *fits)
+{
+    if (json_array_size(fits) == 0)
+        return;
+    static const char *const keys[] = {"id",
+                                       "experiment",
+                                       "backend",
+                                       "op",
+                                       "algorithm",
+                                       "world_size",
+                                       "nodes",
+                                       "alpha_us",
+                                       "beta_ns_per_byte",
+                                       "gamma_ns_per_byte",
+                                       "bandwidth_gbs",
+                                       "r2",
+                                       "worst_residual",
+                                       "points"};
+    rh_printf(h, "<h2>Network fits</h2><p>T(bytes) = α + β·bytes per operation, fitted by "
+                 "least squares on relative residuals; γ, where shown, is the part of β that "
+                 "is the reduction's arithmetic.</p><table><thead><tr>");
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+        rh_printf(h, "<th>%s</th>", keys[k]);
+    rh_printf(h, "</tr></thead><tbody>");
+    size_t i;
+    json_t *f;
+    json_array_foreach((json_t *)fits, i, f)
+    {
+        rh_printf(h, "<tr>");
+        for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+            rh_printf(h, "<td class='n'>");
+            rh_cell(h, json_object_get(f, keys[k]));
+            rh_printf(h, "</td>");
+        }
+        rh_printf(h, "</tr>\n");
+    }
+    rh_printf(h, "</tbody></table>\n");
+}
+
+/* ---- the page ------------------------------------------------------------------------------- */
+
+static const char rh_style[] =
+    "<style>\n"
+    "body{font:14px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
+    "color:#222}\n"
+    "h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}\n"
+    "table{border-collapse:collapse;margin:.6em 0;font-size:12px}\n"
+    "th,td{border:1px solid #ccc;padding:3px 6px}th{background:#f2f2f2;text-align:left}\n"
+    "td.n{text-align:right;white-space:nowrap}.ci{color:#666}\n"
+    "pre{background:#f6f6f6;padding:.6em;overflow:auto;font-size:12px}\n"
+    "figure{margin:1em 0}svg{width:100%;height:auto;max-width:820px}\n"
+    ".ax{stroke:#444}.gr{stroke:#e4e4e4}.tk{font-size:11px;fill:#333}"
+    ".lb{font-size:12px;fill:#222}.tt{font-size:13px;font-weight:600}\n"
+    "ol.findings li{margin:.35em 0}.meta{color:#555}\n"
+    "@media print{body{margin:0;max-width:none;font-size:11pt}a{color:inherit;"
+    "text-decoration:none}h2{break-after:avoid}figure,table,pre{break-inside:avoid}"
+    "pre{white-space:pre-wrap}.noprint{display:none}}\n"
+    "</style>\n";
+
+/* The setup of experiment id: its spec and its first run's environment. */
+static void rh_setup(struct rh *h, struct db *db, const struct db_experiment_data *d)
+{
+    struct err e = {0};
+    json_t *exp = db_get_experiment(db, d->id, &e);
+    char *spec = exp ? json_dumps(json_object_get(exp, "spec"), JSON_INDENT(2) | JSON_SORT_KEYS)
+                     : NULL;
+    rh_printf(h, "<h3>Setup</h3><details open><summary>Spec as submitted</summary><pre>");
+    rh_text(h, spec ? spec : "(not available)");
+    rh_printf(h, "</pre></details>");
+    free(spec);
+    json_decref(exp);
+    json_t *run = d->nruns ? db_get_run(db, d->runs[0].id, &e) : NULL;
+    const json_t *env = json_object_get(json_array_get(json_object_get(run, "env"), 0), "env");
+    if (json_is_object(env)) {
+        rh_printf(h, "<p>Environment of run %lld, rank 0:</p><table><tbody>",
+                  (long long)d->runs[0].id);
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)env, k, v)
+        {
+            rh_printf(h, "<tr><th>");
+            rh_text(h, k);
+            rh_printf(h, "</th><td>");
+            rh_cell(h, v);
+            rh_printf(h, "</td></tr>");
+        }
+        rh_printf(h, "</tbody></table>\n");
+    }
+    json_decref(run);
+}
+
+/* Everything the page needs, loaded before a word is written. */
+struct rh_doc {
+    struct db_experiment_data data[16];
+    json_t *tables[16];
+    size_t n;
+    struct perf_fit *fits; /* of the collective experiments named, else the latest */
+    size_t nfits;
+    json_t *fits_json;
+};
+
+static void rh_doc_free(struct rh_doc *d)
+{
+    for (size_t i = 0; i < d->n; i++) {
+        db_experiment_data_free(&d->data[i]);
+        json_decref(d->tables[i]);
+    }
+    free(d->fits);
+    json_decref(d->fits_json);
+}
+
+static int rh_doc_load(struct db *db, const int64_t *ids, size_t n, struct rh_doc *d,
+                       struct err *e)
+{
+    memset(d, 0, sizeof *d);
+    int64_t coll[16];
+    size_t ncoll = 0;
+    for (size_t i = 0; i < n && i < 16; i++) {
+        if (db_get_experiment_data(db, ids[i], &d->data[i], e) < 0) {
+            db_experiment_data_free(&d->data[i]);
+            return -1;
+        }
+        d->n++;
+        if (strcmp(d->data[i].workload, "collective") == 0)
+            coll[ncoll++] = ids[i];
+    }
+    int rc = 0;
+    if (ncoll > 0) {
+        rc = model_fits_load(db, coll, ncoll, &d->fits, &d->nfits, e);
+    } else {
+        for (size_t i = 0; i < d->n && rc == 0 && d->nfits == 0; i++)
+            if (d->data[i].nruns > 0) {
+                const json_t *spec = d->data[i].runs[0].spec;
+                const char *b = json_string_value(json_object_get(spec, "backend"));
+                const char *dev = json_string_value(json_object_get(spec, "device"));
+                rc = model_fits_latest(db, b ? b : "tcp", dev ? dev : "cpu", &d->fits,
+                                       &d->nfits, e);
+            }
+    }
+    if (rc < 0)
+        return -1;
+    d->fits_json = json_array();
+    for (size_t i = 0; i < d->nfits; i++)
+        json_array_append_new(d->fits_json, model_fit_json(&d->fits[i]));
+    for (size_t i = 0; i < d->n; i++)
+        if (!(d->tables[i] = results_build_with(&d->data[i], NULL, 0, d->fits, d->nfits, e)))
+            return -1;
+    return 0;
+}
+
+static void rh_experiment(struct rh *h, struct db *db, const struct rh_doc *doc, size_t i,
+                          struct rh_set *set)
+{
+    const struct db_experiment_data *d = &doc->data[i];
+    const json_t *t = doc->tables[i];
+    time_t created = (time_t)d->created_at;
+    char when[64] = "";
+    struct tm tm;
+    if (gmtime_r(&created, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+    rh_printf(h, "<h2>Experiment %lld: ", (long long)d->id);
+    rh_text(h, d->name);
+    rh_printf(h, "</h2><p class='meta'>%s workload, %zu runs, %s, submitted %s.</p>",
+              d->workload, d->nruns, d->status, when);
+    rh_setup(h, db, d);
+    rh_printf(h, "<h3>Results</h3>");
+    if (strcmp(d->workload, "train") == 0) {
+        rh_printf(h, "<p>Step times over non-warm-up steps (the slowest rank's); intervals are "
+                     "95%% confidence over repeats; predictions come from each configuration's "
+                     "one-rank run and the network fits below.</p>");
+        rh_table(h, t, rh_train_cols, sizeof rh_train_cols / sizeof *rh_train_cols, NULL);
+        rh_scaling_charts(h, t, set);
+        rh_phase_chart(h, t);
+        rh_accuracy_chart(h, d, set);
+    } else {
+        rh_table(h, t, rh_coll_cols, sizeof rh_coll_cols / sizeof *rh_coll_cols, "op");
+        rh_busbw_chart(h, t, set);
+    }
+}
+
+char *report_html_build(struct db *db, const int64_t *ids, size_t n, size_t *len, struct err *e)
+{
+    struct rh_doc doc;
+    if (rh_doc_load(db, ids, n, &doc, e) < 0) {
+        rh_doc_free(&doc);
+        return NULL;
+    }
+    struct rh_set *set = malloc(sizeof *set);
+    struct rh h = {0};
+    json_t *findings = findings_build((const json_t *const *)doc.tables, doc.n, doc.fits_json);
+    char when[64] = "";
+    time_t now = (time_t)clock_wall_s();
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+    rh_printf(&h,
+              "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>ddpbench "
+              "report: ");
+    rh_text(&h, doc.data[0].name);
+    rh_printf(&h, "</title>%s</head><body>\n<h1>ddpbench report: ", rh_style);
+    rh_text(&h, doc.data[0].name);
+    rh_printf(&h, "</h1><p class='meta'>Experiments");
+    for (size_t i = 0; i < doc.n; i++)
+        rh_printf(&h, "%s %lld", i ? "," : "", (long long)doc.data[i].id);
+    rh_printf(&h, ". Generated %s by ddpbenchd; performance model version %d.</p>\n", when,
+              PERF_MODEL_VERSION);
+    rh_printf(&h, "<h2>Findings</h2><ol class='findings'>");
+    size_t i;
+    json_t *f;
+    json_array_foreach(findings, i, f)
+    {
+        rh_printf(&h, "<li data-rule='%s'>", json_string_value(json_object_get(f, "rule")));
+        rh_text(&h, json_string_value(json_object_get(f, "text")));
+        rh_printf(&h, "</li>\n");
+    }
+    if (json_array_size(findings) == 0)
+        rh_printf(&h, "<li>No finding: the stored figures are too few (a run still going, "
+                      "or one configuration only).</li>");
+    rh_printf(&h, "</ol>\n");
+    for (size_t k = 0; set && k < doc.n; k++)
+        rh_experiment(&h, db, &doc, k, set);
+    rh_fits_table(&h, doc.fits_json);
+    rh_printf(&h, "<p class='meta'>Metric definitions: DESIGN.md §4; the model: "
+                  "docs/model.md.</p></body></html>\n");
+    json_decref(findings);
+    free(set);
+    rh_doc_free(&doc);
+    if (h.oom || !set) {
+        free(h.s);
+        err_set(e, ERR_NOMEM, NULL, "report: out of memory");
+        return NULL;
+    }
+    *len = h.len;
+    return h.s;
+}

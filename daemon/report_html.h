@@ -1,0 +1,46 @@
+/* report_html: GET /v1/experiments/{id}/report (issue 18): one self-contained HTML page a
+ * researcher could hand in, built from what is stored: the setup (each experiment's spec
+ * and the environment its first run captured), the findings (findings.h), the results
+ * tables with their intervals and the model's predictions, the fits, and the charts
+ * (throughput and efficiency against world size with the predicted curve and the ideal
+ * line, phases measured against predicted, accuracy per epoch, bus bandwidth against
+ * size).
+ *
+ * Decisions:
+ * - Charts are inline SVG written here, with no script and no external file: the page is
+ *   one file that opens offline, archives, and prints (a print stylesheet drops the
+ *   colours of the screen and keeps each figure on one page).
+ * - Several experiments make one report: a collective experiment named beside a training
+ *   one supplies the fits its predictions use (else the latest finished collective
+ *   experiment on the same backend does, as GET .../results does).
+ * - Every text from a user (names, spec values) is HTML-escaped.
+ *
+ * Ownership: the returned page is malloc'd (free()). */
+#ifndef DDPB_REPORT_HTML_H
+#define DDPB_REPORT_HTML_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/err.h"
+#include "daemon/db.h"
+
+/* The report of experiments ids[0..n) (n >= 1), in that order. ERR_NOT_FOUND. */
+char *report_html_build(struct db *db, const int64_t *ids, size_t n, size_t *len,
+                        struct err *e);
+
+/* The chart primitive, exposed for its test: one SVG line chart of nseries series. */
+struct report_series {
+    const char *label;
+    size_t n;
+    const double *x, *y;
+    const double *err; /* half-widths of error bars, or NULL */
+    bool dashed;       /* a model curve: dashed line, no markers */
+};
+/* Appends an <svg> to *out (malloc'd, grown; *len its length). logx: base-2 axis. -1 on no
+ * memory. */
+int report_svg_lines(char **out, size_t *len, size_t *cap, const char *title,
+                     const char *xlabel, const char *ylabel, bool logx,
+                     const struct report_series *s, size_t nseries);
+
+#endif

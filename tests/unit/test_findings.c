@@ -1,0 +1,224 @@
+/* Unit tests for daemon/findings (the report's sentences) and the report's SVG charts:
+ * results tables with known properties give the findings they imply and no other; every
+ * figure a finding carries is written in its text; a difference within the intervals is
+ * not called one; a missing figure silences its rule; chart text is escaped. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/findings.h"
+#include "daemon/report_html.h"
+#include "tests/unit/test.h"
+
+/* One training row: strategy, world size, throughput mean and CI, and the rest. */
+static json_t *row(const char *strategy, int world, double thr, double ci)
+{
+    return json_pack("{s:s, s:i, s:f, s:o, s:i, s:f, s:f}", "strategy", strategy, "world_size",
+                     world, "throughput_mean", thr, "throughput_ci95",
+                     isfinite(ci) ? json_real(ci) : json_null(), "throughput_n", 3, "speedup",
+                     world == 1 ? 1.0 : thr / 100.0, "efficiency",
+                     world == 1 ? 1.0 : thr / 100.0 / world);
+}
+
+static void set(json_t *r, const char *k, double v)
+{
+    json_object_set_new(r, k, json_real(v));
+}
+
+static json_t *train_table(void)
+{
+    json_t *ddp1 = row("ddp", 1, 100, 2), *naive1 = row("naive", 1, 98, 2);
+    json_t *ddp4 = row("ddp", 4, 360, 10), *naive4 = row("naive", 4, 300, 10);
+    set(ddp4, "speedup_ci95", 0.1);
+    set(ddp4, "overlap", 0.6);
+    set(ddp4, "comm_ms", 10);
+    set(ddp4, "comm_exposed_ms", 4);
+    set(ddp4, "pred_step_err", 0.05);
+    set(ddp4, "test_acc_mean", 0.9);
+    set(ddp4, "test_acc_ci95", 0.01);
+    set(naive4, "overlap", 0);
+    set(naive4, "comm_ms", 12);
+    set(naive4, "comm_exposed_ms", 12);
+    set(naive4, "pred_comm_exposed_ms", 6);
+    set(naive4, "backward_ms", 20);
+    set(naive4, "pred_backward_ms", 19);
+    set(naive4, "pred_step_err", -0.25);
+    set(naive4, "pred_step_ms", 30);
+    set(naive4, "step_ms_mean", 40);
+    set(naive4, "straggler_ms", 5);
+    set(naive4, "test_acc_mean", 0.8);
+    set(naive4, "test_acc_ci95", 0.01);
+    return json_pack("{s:s, s:[s, s], s:[o, o, o, o]}", "workload", "train", "group_by",
+                     "strategy", "world_size", "rows", ddp1, naive1, ddp4, naive4);
+}
+
+/* The findings of rule `rule` in fs, in order. */
+static size_t of_rule(const json_t *fs, const char *rule, const json_t **out, size_t cap)
+{
+    size_t n = 0, i;
+    json_t *f;
+    json_array_foreach((json_t *)fs, i, f)
+    {
+        if (strcmp(json_string_value(json_object_get(f, "rule")), rule) == 0 && n < cap)
+            out[n++] = f;
+    }
+    return n;
+}
+
+static bool says(const json_t *f, const char *what)
+{
+    return strstr(json_string_value(json_object_get(f, "text")), what) != NULL;
+}
+
+/* Every figure, formatted as findings_fmt writes it, is in the text; and there is one. */
+static bool numbers_in_text(const json_t *f)
+{
+    const char *k;
+    json_t *v;
+    size_t n = 0;
+    json_object_foreach(json_object_get(f, "figures"), k, v)
+    {
+        char b[32];
+        findings_fmt(b, sizeof b, json_number_value(v));
+        if (!says(f, b)) {
+            fprintf(stderr, "    figure %s = %s not in \"%s\"\n", k, b,
+                    json_string_value(json_object_get(f, "text")));
+            return false;
+        }
+        n++;
+    }
+    return n > 0;
+}
+
+static void test_findings_training(void)
+{
+    json_t *t = train_table();
+    const json_t *tables[1] = {t};
+    json_t *fs = findings_build(tables, 1, NULL);
+    size_t i;
+    json_t *f;
+    json_array_foreach(fs, i, f)
+    {
+        if (getenv("SHOW"))
+            fprintf(stderr, "%s\n", json_string_value(json_object_get(f, "text")));
+        T_CHECK(numbers_in_text(f));
+    }
+    const json_t *got[8];
+    /* fastest: ddp at both scales; at 1 rank within the intervals, at 4 ranks apart */
+    T_EQ_INT(of_rule(fs, "fastest", got, 8), 2);
+    T_CHECK(says(got[0], "At 1 ranks") && says(got[0], "ddp is the fastest") &&
+            says(got[0], "not distinguishable"));
+    T_CHECK(says(got[1], "At 4 ranks") && says(got[1], "1.20× naive") &&
+            !says(got[1], "not distinguishable"));
+    /* scaling: each strategy's largest scale */
+    T_EQ_INT(of_rule(fs, "scaling", got, 8), 2);
+    T_CHECK(says(got[0], "3.60") && says(got[0], "90 %") && says(got[0], "± 0.1"));
+    T_CHECK(says(got[1], "reaches a speed-up of 3 at") &&
+            !says(got[1], "CI")); /* no interval given */
+    /* hidden: only the multi-rank rows */
+    T_EQ_INT(of_rule(fs, "hidden", got, 8), 2);
+    T_CHECK(says(got[0], "ddp at 4 ranks hides 60 %"));
+    /* the model: one of two within 15 %, and naive's miss blamed on exposed communication
+     * (6 ms over the prediction, the backward only 1), with its stragglers */
+    T_EQ_INT(of_rule(fs, "model", got, 8), 1);
+    T_CHECK(says(got[0], "1 of 2") && says(got[0], "within 15 %"));
+    T_EQ_INT(of_rule(fs, "model_miss", got, 8), 1);
+    T_CHECK(says(got[0], "naive's measured step (40 ms) is 25 % above the model's 30 ms"));
+    T_CHECK(says(got[0], "exposed communication") &&
+            says(got[0], "12 ms measured against 6 ms"));
+    T_CHECK(says(got[0], "stragglers") && says(got[0], "5 ms after"));
+    /* accuracy: 90 % against 80 %, intervals of 1 point: a difference */
+    T_EQ_INT(of_rule(fs, "accuracy", got, 8), 1);
+    T_CHECK(says(got[0], "ddp ends highest at 90 %") && says(got[0], "exceeds"));
+    json_decref(fs);
+
+    /* one repeat (no intervals): the fastest says so instead of comparing intervals; a
+     * row whose figures are missing gives no sentence */
+    json_t *rows = json_object_get(t, "rows");
+    for (size_t k = 0; k < json_array_size(rows); k++) {
+        json_object_set_new(json_array_get(rows, k), "throughput_ci95", json_null());
+        json_object_set_new(json_array_get(rows, k), "pred_step_err", json_null());
+    }
+    fs = findings_build(tables, 1, NULL);
+    T_EQ_INT(of_rule(fs, "fastest", got, 8), 2);
+    T_CHECK(says(got[0], "one repeat each"));
+    T_EQ_INT(of_rule(fs, "model", got, 8), 0);
+    T_EQ_INT(of_rule(fs, "model_miss", got, 8), 0);
+    json_decref(fs);
+    json_decref(t);
+}
+
+static void test_findings_collectives_and_fits(void)
+{
+    json_t *t = json_pack(
+        "{s:s, s:[s], s:[{s:s, s:i, s:I, s:f, s:f}, {s:s, s:i, s:I, s:f, "
+        "s:f}, {s:s, s:i, s:I, s:f, s:f}]}",
+        "workload", "collective", "group_by", "world_size", "rows", "op", "allreduce",
+        "world_size", 2, "bytes", (json_int_t)4096, "busbw_gbs_mean", 0.5, "time_us_median",
+        16.0, "op", "allreduce", "world_size", 2, "bytes", (json_int_t)(1 << 20),
+        "busbw_gbs_mean", 2.5, "time_us_median", 420.0, "op", "all_gather", "world_size", 2,
+        "bytes", (json_int_t)(1 << 20), "busbw_gbs_mean", 3.0, "time_us_median", 170.0);
+    json_t *fits = json_pack("[{s:s, s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:i, s:f}]", "op",
+                             "reduce_scatter", "algorithm", "ring", "backend", "tcp",
+                             "world_size", 4, "alpha_us", 30.0, "beta_ns_per_byte", 1.0,
+                             "bandwidth_gbs", 1.0, "r2", 0.998, "worst_residual", 0.04,
+                             "points", 13, "gamma_ns_per_byte", 0.25);
+    const json_t *tables[1] = {t};
+    json_t *fs = findings_build(tables, 1, fits);
+    const json_t *got[4];
+    size_t i;
+    json_t *f;
+    json_array_foreach(fs, i, f) if (getenv("SHOW"))
+        fprintf(stderr, "%s\n", json_string_value(json_object_get(f, "text")));
+    T_EQ_INT(of_rule(fs, "busbw", got, 4), 2);
+    T_CHECK(says(got[0], "allreduce (world_size 2) peaks at 2.50 GB/s") &&
+            says(got[0], "at 1024 KiB"));
+    T_CHECK(says(got[1], "all_gather") && says(got[1], "3 GB/s"));
+    T_EQ_INT(of_rule(fs, "fit", got, 4), 1);
+    T_CHECK(says(got[0], "α = 30 µs") && says(got[0], "R² = 0.998") &&
+            says(got[0], "0.25 ns/byte of β is the reduction"));
+    json_array_foreach(fs, i, f) T_CHECK(numbers_in_text(f));
+    json_decref(fs);
+    json_decref(t);
+    json_decref(fits);
+}
+
+static size_t count(const char *s, const char *what)
+{
+    size_t n = 0;
+    for (const char *p = s; (p = strstr(p, what)); p += strlen(what))
+        n++;
+    return n;
+}
+
+static void test_report_svg(void)
+{
+    const double x[3] = {1, 2, 4}, y[3] = {100, 190, 350}, err[3] = {2, 5, NAN};
+    const double my[3] = {100, 195, 370};
+    struct report_series s[2] = {
+        {.label = "ddp <measured>", .n = 3, .x = x, .y = y, .err = err},
+        {.label = "ddp: model", .n = 3, .x = x, .y = my, .dashed = true},
+    };
+    char *out = NULL;
+    size_t len = 0, cap = 0;
+    T_CHECK(report_svg_lines(&out, &len, &cap, "Throughput & more", "ranks", "samples/s", false,
+                             s, 2) == 0);
+    T_CHECK(out && strlen(out) == len);
+    T_EQ_INT(count(out, "<svg"), 1);
+    T_EQ_INT(count(out, "</svg>"), 1);
+    T_EQ_INT(count(out, "<polyline"), 2);
+    T_EQ_INT(count(out, "<circle"), 3);          /* markers for measured points only */
+    T_EQ_INT(count(out, "stroke-dasharray"), 2); /* the model's line and its legend */
+    T_CHECK(strstr(out, "ddp &lt;measured&gt;") && !strstr(out, "<measured>"));
+    T_CHECK(strstr(out, "Throughput &amp; more"));
+    free(out);
+}
+
+int main(int argc, char **argv)
+{
+    test_begin(argc, argv);
+    TEST_RUN(test_findings_training);
+    TEST_RUN(test_findings_collectives_and_fits);
+    TEST_RUN(test_report_svg);
+    return test_end();
+}
