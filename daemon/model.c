@@ -129,7 +129,9 @@ static int model_fits_one(struct db *db, int64_t id, struct perf_fit **all, size
         f = NULL;
         struct db_experiment_data d;
         int rc = db_get_experiment_data(db, id, &d, e);
-        if (rc == 0)
+        /* a training experiment measured no collective: it has no fit, which is no error
+         * (a prediction without any fit says so) */
+        if (rc == 0 && strcmp(d.workload, "collective") == 0)
             rc = model_fits_compute(&d, &f, &n, e);
         bool final = rc == 0 && model_finished(d.status);
         db_experiment_data_free(&d);
@@ -562,7 +564,7 @@ static json_t *model_curve(const struct model_req *r, const struct db_data_run *
         struct perf_step st;
         if (perf_simulate(&mb->b, &s, &net, &st) < 0) {
             json_decref(points);
-            err_set(e, ERR_INVALID, "fit",
+            err_set(e, ERR_CONFLICT, "fit",
                     "no network fit for backend %s on %s covers %s: run a collective "
                     "experiment of allreduce, reduce_scatter and all_gather on it, or give a "
                     "link",
@@ -604,7 +606,7 @@ static int model_bases(struct db *db, const struct model_req *r, struct db_exper
     if (db_get_experiment_data(db, exp, d, e) < 0)
         return -1;
     if (strcmp(d->workload, "train") != 0)
-        return err_set(e, ERR_INVALID, r->run_id ? "run" : "experiment",
+        return err_set(e, ERR_CONFLICT, r->run_id ? "run" : "experiment",
                        "experiment %lld is a %s experiment: predictions start from a training "
                        "run",
                        (long long)exp, d->workload);
@@ -631,7 +633,7 @@ json_t *model_predict(struct db *db, const json_t *body, struct err *e)
         if (d.runs[i].world_size == 1 && (r.run_id == 0 || d.runs[i].id == r.run_id))
             first = &d.runs[i];
     if (!first)
-        rc = err_set(e, ERR_INVALID, r.run_id ? "run" : "experiment",
+        rc = err_set(e, ERR_CONFLICT, r.run_id ? "run" : "experiment",
                      r.run_id ? "run %lld is not a one-rank run: predictions start from one"
                               : "experiment %lld has no one-rank run to predict from",
                      (long long)(r.run_id ? r.run_id : r.exp_id));
@@ -640,7 +642,7 @@ json_t *model_predict(struct db *db, const json_t *body, struct err *e)
                     : model_fits_latest(db, model_str(first->spec, "backend", "tcp"),
                                         model_str(first->spec, "device", "cpu"), &fits, &nf, e);
         if (rc == 0 && nf == 0)
-            rc = err_set(e, ERR_INVALID, "fit",
+            rc = err_set(e, ERR_CONFLICT, "fit",
                          "no network fit for backend %s: run a collective experiment on it "
                          "first, name one in fit, or describe a link",
                          model_str(first->spec, "backend", "tcp"));
@@ -672,7 +674,7 @@ json_t *model_predict(struct db *db, const json_t *body, struct err *e)
             const char *why = NULL;
             if (model_base_of(b, &mb, &why) < 0) {
                 if (r.run_id > 0)
-                    rc = err_set(e, ERR_INVALID, "run", "run %lld: %s", (long long)b->id, why);
+                    rc = err_set(e, ERR_CONFLICT, "run", "run %lld: %s", (long long)b->id, why);
                 continue;
             }
             json_t *c = model_curve(&r, b, &mb, r.strategies[s], fits, nf, used, e);
@@ -684,7 +686,7 @@ json_t *model_predict(struct db *db, const json_t *body, struct err *e)
         }
     }
     if (rc == 0 && json_array_size(curves) == 0)
-        rc = err_set(e, ERR_INVALID, "experiment",
+        rc = err_set(e, ERR_CONFLICT, "experiment",
                      "no one-rank run of experiment %lld reported gradient readiness (engine "
                      "ddpbench does)",
                      (long long)d.id);

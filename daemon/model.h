@@ -30,8 +30,8 @@
 int model_fits_compute(const struct db_experiment_data *d, struct perf_fit **out, size_t *n,
                        struct err *e);
 /* The fits of experiments ids[0..nid): stored ones read back, a finished experiment's
- * computed and stored first, a running one's computed (id 0). *out owned (free()).
- * ERR_NOT_FOUND, ERR_INVALID naming "fit" for a training experiment. */
+ * computed and stored first, a running one's computed (id 0); a training experiment has
+ * none. *out owned (free()). ERR_NOT_FOUND. */
 int model_fits_load(struct db *db, const int64_t *ids, size_t nid, struct perf_fit **out,
                     size_t *n, struct err *e);
 /* The fits of the most recent finished collective experiment that has one for backend
@@ -72,7 +72,9 @@ json_t *model_step_json(const struct perf_step *st, double samples);
 char *model_used_ids(const struct perf_fit *fits, size_t n, const bool *used);
 
 /* POST /v1/predict: body (borrowed) as api/openapi.yaml says. New reference or NULL with
- * e set (ERR_INVALID naming the field, ERR_NOT_FOUND). */
+ * e set: ERR_INVALID naming the field of a malformed body, ERR_NOT_FOUND, ERR_CONFLICT
+ * naming it when what is stored cannot answer (no one-rank run, no gradient readiness,
+ * no fit for the backend, an experiment of the other workload). */
 json_t *model_predict(struct db *db, const json_t *body, struct err *e);
 
 #endif
