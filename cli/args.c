@@ -30,6 +30,10 @@ enum args_opt_id {
     O_OUTPUT,
     O_RUN,
     O_WAIT,
+    O_FIT,
+    O_LINK,
+    O_WORLD_SIZES,
+    O_STRATEGIES,
 };
 
 #define ON(cmd) (1u << (cmd))
@@ -59,8 +63,12 @@ static const struct args_opt args_opts[] = {
     {"offset", 0, true, ON(CMD_LS), O_OFFSET},
     {"group-by", 'g', true, ON(CMD_SHOW) | ON(CMD_COMPARE) | ON(CMD_EXPORT), O_GROUP_BY},
     {"csv", 0, false, ON(CMD_EXPORT), O_CSV},
-    {"output", 'o', true, ON(CMD_EXPORT) | ON(CMD_TRACE), O_OUTPUT},
-    {"run", 0, false, ON(CMD_CANCEL), O_RUN},
+    {"output", 'o', true, ON(CMD_EXPORT) | ON(CMD_TRACE) | ON(CMD_REPORT), O_OUTPUT},
+    {"run", 0, false, ON(CMD_CANCEL) | ON(CMD_PREDICT), O_RUN},
+    {"fit", 0, true, ON(CMD_PREDICT), O_FIT},
+    {"link", 0, true, ON(CMD_PREDICT), O_LINK},
+    {"world-sizes", 0, true, ON(CMD_PREDICT), O_WORLD_SIZES},
+    {"strategies", 0, true, ON(CMD_PREDICT), O_STRATEGIES},
     {"wait", 0, false, ON(CMD_CANCEL), O_WAIT},
 };
 
@@ -73,6 +81,7 @@ static const struct {
     {"cancel", CMD_CANCEL},   {"rm", CMD_RM},           {"delete", CMD_RM},
     {"runs", CMD_RUNS},       {"run", CMD_RUNS},        {"help", CMD_HELP},
     {"version", CMD_VERSION}, {"nodes", CMD_NODES},     {"trace", CMD_TRACE},
+    {"fit", CMD_FIT},         {"predict", CMD_PREDICT}, {"report", CMD_REPORT},
 };
 
 #define ARGS_MAX_SEEN 64
@@ -142,6 +151,10 @@ static int args_set_value(struct cli_args *a, const struct args_opt *o, const ch
     case O_OFFSET: return args_parse_int("--offset", v, 0, &a->offset, e);
     case O_GROUP_BY: a->group_by = v; return 0;
     case O_OUTPUT: a->output = v; return 0;
+    case O_FIT: a->fit = v; return 0;
+    case O_LINK: a->link = v; return 0;
+    case O_WORLD_SIZES: a->world_sizes = v; return 0;
+    case O_STRATEGIES: a->strategies = v; return 0;
     default: return err_set(e, ERR_INTERNAL, NULL, "option without a value handled as one");
     }
 }
@@ -288,7 +301,10 @@ static int args_check_command(struct cli_args *a, const struct args_state *st, s
     case CMD_SHOW:
     case CMD_RM:
     case CMD_RUNS:
-    case CMD_TRACE: return args_positionals(a, st, 1, 1, e);
+    case CMD_TRACE:
+    case CMD_PREDICT: return args_positionals(a, st, 1, 1, e);
+    case CMD_FIT:
+    case CMD_REPORT: return args_positionals(a, st, 1, 16, e);
     case CMD_NODES: return args_positionals(a, st, 0, 0, e);
     default: return 0;
     }
@@ -359,6 +375,13 @@ const char *args_usage(void)
            "  trace ID [-o FILE]             one run's timeline as Chrome trace-event JSON\n"
            "                                 (open it in Perfetto or chrome://tracing)\n"
            "  nodes                          the cluster's nodes: role, state, slots\n"
+           "  fit ID [ID...]                 latency-bandwidth fits of collective experiments\n"
+           "  predict ID [--run] [--fit ID,...] [--link GBPS,US] [--world-sizes N,...]\n"
+           "          [--strategies S,...]   what-if scaling from a training experiment's one-rank\n"
+           "                                 runs (--run: ID is one run) with the fits of the\n"
+           "                                 collective experiments named (default: the latest)\n"
+           "                                 or a link of GBPS Gbit/s and US microseconds\n"
+           "  report ID [ID...] [-o FILE]    one self-contained HTML report of the experiments\n"
            "\n"
            "Options:\n"
            "  --url URL        the daemon (default: $DDPB_URL, else " ARGS_DEFAULT_URL ")\n"

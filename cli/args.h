@@ -32,6 +32,9 @@ enum args_cmd {
     CMD_RUNS,
     CMD_NODES,
     CMD_TRACE,
+    CMD_FIT,
+    CMD_PREDICT,
+    CMD_REPORT,
 };
 
 /* Every string is borrowed from argv (or from the environment in args_apply_env). */
@@ -48,14 +51,15 @@ struct cli_args {
     int64_t ids[ARGS_MAX_IDS];
     size_t nids;
     /* command options */
-    bool watch;                                   /* submit */
-    bool csv;                                     /* export */
-    bool run;                                     /* cancel: the id is a run's */
-    bool wait;                                    /* cancel: wait until nothing is live */
-    const char *status, *name, *workload, *model; /* ls filters, NULL when not given */
-    int64_t limit, offset;                        /* ls; -1 when not given */
-    const char *group_by;                         /* show, compare, export */
-    const char *output;                           /* export -o */
+    bool watch;                                        /* submit */
+    bool csv;                                          /* export */
+    bool run;                                          /* cancel: the id is a run's */
+    bool wait;                                         /* cancel: wait until nothing is live */
+    const char *status, *name, *workload, *model;      /* ls filters, NULL when not given */
+    int64_t limit, offset;                             /* ls; -1 when not given */
+    const char *group_by;                              /* show, compare, export */
+    const char *output;                                /* export, trace, report -o */
+    const char *fit, *link, *world_sizes, *strategies; /* predict */
 };
 
 /* Parses argv[1..argc). Returns 0, or -1 with e (ERR_INVALID) saying what is wrong. */

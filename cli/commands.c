@@ -446,6 +446,132 @@ static int cmd_trace(struct cli *cli)
     return cmd_save_body(cli);
 }
 
+/* "ID?with=ID,ID": the path of an endpoint of the first id that takes the others. */
+static void cmd_with_path(const struct cli *cli, const char *what, char *path, size_t cap)
+{
+    size_t len = (size_t)snprintf(path, cap, "/v1/experiments/%lld/%s",
+                                  (long long)cli->args.ids[0], what);
+    for (size_t i = 1; i < cli->args.nids && len < cap; i++)
+        len += (size_t)snprintf(path + len, cap - len, "%s%lld", i == 1 ? "?with=" : ",",
+                                (long long)cli->args.ids[i]);
+}
+
+/* fit: the latency-bandwidth fits of collective experiments. */
+static int cmd_fit(struct cli *cli)
+{
+    char path[512];
+    cmd_with_path(cli, "fit", path, sizeof path);
+    struct err e = {0};
+    json_t *fits = client_json(&cli->client, "GET", path, &e);
+    return fits ? cmd_render(cli, fits, view_fits) : cmd_fail(cli, &e);
+}
+
+/* report: the HTML page, saved as the daemon sends it. */
+static int cmd_report(struct cli *cli)
+{
+    char path[512];
+    cmd_with_path(cli, "report", path, sizeof path);
+    struct err e = {0};
+    if (client_request(&cli->client, "GET", path, NULL, 0, &e) < 0)
+        return cmd_fail(cli, &e);
+    return cmd_save_body(cli);
+}
+
+/* "a,b,c" as a JSON array of integers (numbers: reals too) or strings; NULL when an item
+ * is not one. Owned. */
+static json_t *cmd_list(const char *s, bool numbers)
+{
+    json_t *a = json_array();
+    while (a && s && *s) {
+        const char *comma = strchr(s, ',');
+        size_t n = comma ? (size_t)(comma - s) : strlen(s);
+        char item[64];
+        if (n == 0 || n >= sizeof item) {
+            json_decref(a);
+            return NULL;
+        }
+        memcpy(item, s, n);
+        item[n] = 0;
+        char *end;
+        double d = strtod(item, &end);
+        if (numbers && (*end || end == item)) {
+            json_decref(a);
+            return NULL;
+        }
+        json_array_append_new(a, !numbers                     ? json_string(item)
+                                 : d == (double)(json_int_t)d ? json_integer((json_int_t)d)
+                                                              : json_real(d));
+        s = comma ? comma + 1 : s + n;
+    }
+    return a;
+}
+
+/* The body of POST /v1/predict from predict's options. NULL with *bad naming the option. */
+static json_t *cmd_predict_body(const struct cli_args *a, const char **bad)
+{
+    json_t *body = json_pack("{s:I}", a->run ? "run" : "experiment", (json_int_t)a->ids[0]);
+    struct {
+        const char *value, *key, *opt;
+        bool numbers;
+    } lists[] = {{a->fit, "fit", "--fit", true},
+                 {a->world_sizes, "world_sizes", "--world-sizes", true},
+                 {a->strategies, "strategies", "--strategies", false}};
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+        if (!lists[i].value)
+            continue;
+        json_t *l = cmd_list(lists[i].value, lists[i].numbers);
+        if (!l) {
+            *bad = lists[i].opt;
+            json_decref(body);
+            return NULL;
+        }
+        json_object_set_new(body, lists[i].key, l);
+    }
+    if (a->link) {
+        json_t *l = cmd_list(a->link, true);
+        if (!l || json_array_size(l) != 2) {
+            json_decref(l);
+            json_decref(body);
+            *bad = "--link";
+            return NULL;
+        }
+        json_object_set_new(body, "link",
+                            json_pack("{s:O, s:O}", "bandwidth_gbps", json_array_get(l, 0),
+                                      "latency_us", json_array_get(l, 1)));
+        json_decref(l);
+    }
+    return body;
+}
+
+/* predict: what-if scaling curves of each strategy. */
+static int cmd_predict(struct cli *cli)
+{
+    const char *bad = NULL;
+    json_t *body = cmd_predict_body(&cli->args, &bad);
+    if (!body) {
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "%s: a comma-separated list (--link: GBPS,US; --fit, --world-sizes: "
+                 "numbers)",
+                 bad);
+        return cmd_fail_local(cli, CLI_EXIT_USAGE, msg);
+    }
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    struct err e = {0};
+    int rc = text ? client_request(&cli->client, "POST", "/v1/predict", text, strlen(text), &e)
+                  : err_set(&e, ERR_NOMEM, NULL, "out of memory");
+    free(text);
+    if (rc < 0)
+        return cmd_fail(cli, &e);
+    json_error_t je;
+    json_t *reply = json_loadb((const char *)cli->client.body.data, cli->client.body.len, 0,
+                               &je);
+    if (!reply)
+        return cmd_fail_local(cli, CLI_EXIT_UNREACHABLE, "the daemon's reply is not JSON");
+    return cmd_render(cli, reply, view_predict);
+}
+
 static int cmd_runs(struct cli *cli)
 {
     struct err e = {0};
@@ -537,6 +663,9 @@ int cmd_run(struct cli *cli)
     case CMD_RUNS: return cmd_runs(cli);
     case CMD_NODES: return cmd_nodes(cli);
     case CMD_TRACE: return cmd_trace(cli);
+    case CMD_FIT: return cmd_fit(cli);
+    case CMD_PREDICT: return cmd_predict(cli);
+    case CMD_REPORT: return cmd_report(cli);
     default: return cmd_fail_local(cli, CLI_EXIT_USAGE, "no command");
     }
 }

@@ -61,6 +61,8 @@ static const struct view_col view_cols[] = {
     {"overlap", "overlap", VK_PCT, NULL, 0},
     {"speedup", "speedup", VK_STAT, "speedup_ci95", VF_COMPARE},
     {"efficiency", "efficiency", VK_PCT, NULL, VF_COMPARE},
+    {"pred_step_ms", "model step ms", VK_NUM, NULL, VF_HIDE_NULL},
+    {"pred_step_err", "model err", VK_PCT, NULL, VF_HIDE_NULL},
     {"test_acc_mean", "test acc", VK_PCT, NULL, 0},
     {"train_loss_mean", "loss", VK_NUM, NULL, 0},
     {"model_state_bytes_mean", "model state", VK_BYTES, NULL, VF_HIDE_NULL},
@@ -802,6 +804,82 @@ int view_run(const json_t *run, struct buf *out)
              : i == 3 ? VIEW_ROWS(rows, view_epoch_cols, out)
              : i == 4 ? VIEW_ROWS(rows, view_memory_cols, out)
                       : VIEW_ROWS(rows, view_usage_cols, out);
+    }
+    return rc;
+}
+
+/* --- the performance model ------------------------------------------------------------- */
+
+static const struct view_col view_fit_cols[] = {
+    {"id", "fit", VK_VALUE, NULL, 0},
+    {"experiment", "exp", VK_INT, NULL, 0},
+    {"backend", "backend", VK_VALUE, NULL, 0},
+    {"op", "op", VK_VALUE, NULL, 0},
+    {"algorithm", "algorithm", VK_VALUE, NULL, 0},
+    {"world_size", "ranks", VK_INT, NULL, 0},
+    {"alpha_us", "alpha us", VK_NUM, NULL, 0},
+    {"bandwidth_gbs", "1/beta GB/s", VK_NUM, NULL, 0},
+    {"gamma_ns_per_byte", "gamma ns/B", VK_NUM, NULL, 0},
+    {"r2", "R2", VK_NUM, NULL, 0},
+    {"worst_residual", "worst resid", VK_PCT, NULL, 0},
+    {"points", "points", VK_INT, NULL, 0},
+};
+
+int view_fits(const json_t *reply, struct buf *out)
+{
+    const json_t *fits = json_object_get(reply, "fits");
+    if (VIEW_ROWS(fits, view_fit_cols, out) < 0)
+        return -1;
+    char foot[96];
+    snprintf(foot, sizeof foot, "%zu fit%s (model version %lld)\n", json_array_size(fits),
+             json_array_size(fits) == 1 ? "" : "s",
+             (long long)json_integer_value(json_object_get(reply, "model_version")));
+    return buf_append_str(out, foot);
+}
+
+static const struct view_col view_predict_cols[] = {
+    {"base_run", "base run", VK_INT, NULL, 0},
+    {"strategy", "strategy", VK_VALUE, NULL, 0},
+    {"world_size", "ranks", VK_INT, NULL, 0},
+    {"step_ms", "step ms", VK_NUM, NULL, 0},
+    {"comm_exposed_ms", "exposed ms", VK_NUM, NULL, 0},
+    {"throughput", "samples/s", VK_NUM, NULL, 0},
+    {"speedup", "speedup", VK_NUM, NULL, 0},
+    {"efficiency", "efficiency", VK_PCT, NULL, 0},
+    {"overlap", "overlap", VK_PCT, NULL, 0},
+};
+
+int view_predict(const json_t *reply, struct buf *out)
+{
+    json_t *rows = json_array();
+    size_t i, k;
+    const json_t *c, *p;
+    json_array_foreach(json_object_get(reply, "predictions"), i, c)
+    {
+        json_array_foreach(json_object_get(c, "points"), k, p)
+        {
+            json_t *r = json_deep_copy(p);
+            json_object_set(r, "base_run", json_object_get(c, "base_run"));
+            json_object_set(r, "strategy", json_object_get(c, "strategy"));
+            json_array_append_new(rows, r);
+        }
+    }
+    int rc = VIEW_ROWS(rows, view_predict_cols, out);
+    json_decref(rows);
+    json_array_foreach(json_object_get(reply, "predictions"), i, c)
+    {
+        char line[160];
+        const json_t *at = json_object_get(c, "comm_exceeds_backward_at");
+        if (json_is_integer(at))
+            snprintf(line, sizeof line,
+                     "run %lld %s: the exchanges outlast backward from %lld ranks on\n",
+                     (long long)json_integer_value(json_object_get(c, "base_run")),
+                     json_string_value(json_object_get(c, "strategy")),
+                     (long long)json_integer_value(at));
+        else
+            line[0] = 0;
+        if (rc == 0 && line[0])
+            rc = buf_append_str(out, line);
     }
     return rc;
 }

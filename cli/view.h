@@ -49,4 +49,11 @@ int view_run(const json_t *run, struct buf *out);
  * heartbeat age, active runs), then how many are up. */
 int view_nodes(const json_t *reply, struct buf *out);
 
+/* GET /v1/experiments/{id}/fit: one row a fit (op, algorithm, ranks, alpha, beta as
+ * bandwidth, gamma, R^2, worst residual, sizes). */
+int view_fits(const json_t *reply, struct buf *out);
+/* POST /v1/predict: one row per strategy and world size, then where each strategy's
+ * exchanges stop hiding behind backward. */
+int view_predict(const json_t *reply, struct buf *out);
+
 #endif

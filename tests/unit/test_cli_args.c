@@ -118,6 +118,36 @@ static void test_args_id_commands(void)
     T_EQ_INT(a.ids[0], INT64_MAX);
 }
 
+/* The model's commands: fit and report take several ids (the first is the page's, the
+ * others go in "with"); predict one id and its options; what they do not take is refused. */
+static void test_args_model_commands(void)
+{
+    struct cli_args a;
+    struct err e;
+    T_OK(parse(&a, &e, ARGV("fit", "3", "4")));
+    T_EQ_INT(a.cmd, CMD_FIT);
+    T_EQ_INT(a.nids, 2);
+    T_OK(parse(&a, &e, ARGV("report", "5", "3", "-o", "r.html")));
+    T_EQ_INT(a.cmd, CMD_REPORT);
+    T_EQ_INT(a.ids[1], 3);
+    T_EQ_STR(a.output, "r.html");
+    T_OK(parse(&a, &e,
+               ARGV("predict", "5", "--fit", "3,4", "--world-sizes", "1,8,64", "--strategies",
+                    "ddp,zero1")));
+    T_EQ_INT(a.cmd, CMD_PREDICT);
+    T_CHECK(!a.run && !a.link);
+    T_EQ_STR(a.fit, "3,4");
+    T_EQ_STR(a.world_sizes, "1,8,64");
+    T_EQ_STR(a.strategies, "ddp,zero1");
+    T_OK(parse(&a, &e, ARGV("predict", "--run", "12", "--link", "10,25")));
+    T_CHECK(a.run);
+    T_EQ_STR(a.link, "10,25");
+    T_CHECK(parse(&a, &e, ARGV("predict", "5", "6")) < 0 && e.code == ERR_INVALID);
+    T_CHECK(parse(&a, &e, ARGV("predict")) < 0);
+    T_CHECK(parse(&a, &e, ARGV("fit", "3", "--fit", "4")) < 0);
+    T_CHECK(parse(&a, &e, ARGV("report", "3", "--link", "4,5")) < 0);
+}
+
 static void test_args_help_and_version(void)
 {
     struct cli_args a;
@@ -257,6 +287,10 @@ static void test_usage_documents_everything(void)
                                         "cancel",
                                         "rm",
                                         "runs",
+                                        "fit",
+                                        "predict",
+                                        "--link",
+                                        "report",
                                         "--watch",
                                         "--json",
                                         "--csv",
@@ -281,6 +315,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_args_globals_anywhere);
     TEST_RUN(test_args_ls);
     TEST_RUN(test_args_id_commands);
+    TEST_RUN(test_args_model_commands);
     TEST_RUN(test_args_help_and_version);
     TEST_RUN(test_args_usage_errors);
     TEST_RUN(test_args_too_many_ids);
