@@ -514,6 +514,48 @@ def test_memory_usage_and_timeline_of_a_run():
     screenshot("experiment-memory")
 
 
+def test_model_predictions_and_what_if():
+    """The performance model on the experiment page (issue 18): after a collective
+    experiment on the same backend, a training sweep's page shows each row's predicted
+    phases beside the measured ones (the chart's values are the results' pred_* columns),
+    a what-if chart with one model curve per strategy over the fits, redrawn over a link
+    typed in (and saying when the exchanges outlast backward), and the report link."""
+    coll = D.run_experiment({"name": "dash-fit", "workload": "collective", "world_size": 2,
+                             "min_bytes": "4K", "max_bytes": "1M", "factor": 4, "iters": 5,
+                             "warmup": 2, "sweep": {"op": ["allreduce", "reduce_scatter",
+                                                           "all_gather"]}}, timeout=120)
+    check(coll["status"] == "succeeded", coll)
+    spec = {"name": "dash-model", "workload": "train", "model": "mnist-cnn", "batch_size": 8,
+            "steps": 8, "warmup_steps": 2, "trace_steps": 0, "dataset": {"samples": 128},
+            "sweep": {"world_size": [1, 2]}}
+    exp = D.run_experiment(spec, timeout=120)
+    check(exp["status"] == "succeeded", exp)
+    rows = D.get(f"/v1/experiments/{exp['id']}/results")["rows"]
+    check(all(r["pred_step_ms"] is not None for r in rows), rows)
+    go(f"/experiments/{exp['id']}", "#runs-table")
+    segs = wait(lambda: breakdown_segments("Step phases: measured and predicted"), what="model bars")
+    for row in rows:
+        shown = [v for (bar, seg), v in segs.items() if seg == "backward"
+                 and bar.endswith("· model") and f"world_size={row['world_size']}" in bar]
+        check(len(shown) == 1 and math.isclose(shown[0], row["pred_backward_ms"], rel_tol=6e-3),
+              (shown, row))
+    wait(lambda: js("return document.getElementById('whatif-source') !== null"), what="what-if")
+    names = js("""const f = [...document.querySelectorAll('figure.chart')].find(f => f.querySelector('figcaption').textContent.startsWith('What if'));
+                  return f ? [...f.querySelectorAll('ul.legend li')].map(t => t.textContent) : null""")
+    check(names and sum("· model" in n for n in names) >= 5, names)
+    check("fits" in js("return document.getElementById('whatif-source').textContent"), "fits named")
+    B.find_element("css selector", "#whatif-bw").send_keys("0.1")
+    B.find_element("css selector", "#whatif-lat").send_keys("500")
+    B.find_element("css selector", "#whatif-form button[type=submit]").click()
+    wait(lambda: "0.1 Gbit/s" in js("return document.getElementById('whatif-source').textContent"),
+         what="what-if over the link")
+    check("outlast backward" in js("return document.getElementById('whatif-source').textContent"),
+          "the exchanges outlast backward over 0.1 Gbit/s")
+    href = js("return document.getElementById('report-link').getAttribute('href')")
+    check(href == f"/v1/experiments/{exp['id']}/report", href)
+    screenshot("experiment-model")
+
+
 def test_keyboard_navigation_and_contrast():
     go("/experiments", "main h1")
     from selenium.webdriver.common.action_chains import ActionChains
@@ -578,7 +620,7 @@ def main():
                 test_unobserved_phases_are_a_segment_of_their_own,
                 *([test_training_example_through_the_form] if train_example() else []),
                 test_nodes_page_and_where_ranks_ran,
-                test_memory_usage_and_timeline_of_a_run,
+                test_memory_usage_and_timeline_of_a_run, test_model_predictions_and_what_if,
                 test_keyboard_navigation_and_contrast,
             ])
         finally:

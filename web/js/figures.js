@@ -82,6 +82,12 @@ export function trainingCharts(sources) {
     const base = pts.filter((p) => Number.isFinite(p.y)).sort((a, b) => a.x - b.x)[0];
     if (base && pts.length > 1) thr.push({ name: `ideal (linear from ${base.x})` + (groups.length > 1 ? ` · ${g.name}` : ''), ref: true, points: pts.map((p) => ({ x: p.x, y: base.y * p.x / base.x })) });
     eff.push({ name: g.name, points: g.rows.filter((r) => r.world_size > 0).map((r) => ({ x: r.world_size, y: r.efficiency })) });
+    // the performance model's prediction of the same rows (docs/model.md): dashed
+    const model = g.rows.filter((r) => r.world_size > 0 && Number.isFinite(r.pred_throughput));
+    if (model.length) {
+      thr.push({ name: `${g.name} · model`, dash: '2 3', points: model.map((r) => ({ x: r.world_size, y: r.pred_throughput })) });
+      eff.push({ name: `${g.name} · model`, dash: '2 3', points: model.map((r) => ({ x: r.world_size, y: r.pred_efficiency })) });
+    }
   });
   const ws = [...new Set(groups.flatMap((g) => g.rows.map((r) => r.world_size)).filter((w) => w > 0))];
   if (ws.length) eff.push({ name: 'ideal (1.0)', ref: true, points: [Math.min(...ws), Math.max(...ws)].map((x) => ({ x, y: 1 })) });
@@ -95,8 +101,34 @@ export function trainingCharts(sources) {
         // a framework engine that cannot observe some phases (null, GET /v1/engines says
         // why) leaves the rest of its step as one segment, not as time that vanished
         { name: 'not observed by the engine', values: rows.map((x) => unobservedMs(x.r)) }] }),
+    modelBars(rows),
     memoryBars(rows),
   ];
+}
+
+// Each row's step as the model predicts it beside what was measured, phase by phase:
+// where the two part says where the model misses (docs/model.md).
+function modelBars(rows) {
+  const has = rows.filter((x) => Number.isFinite(x.r.pred_step_ms));
+  const cats = has.flatMap((x) => [`${x.label || 'all runs'} · measured`, `${x.label || 'all runs'} · model`]);
+  return stackedBars({ title: 'Step phases: measured and predicted', desc: 'Each configuration measured (first bar) and as the performance model predicts it from its one-rank run and the network fits (second bar); the table\'s pred_note says why a row has no prediction.', unit: 'ms per step',
+    categories: cats,
+    segments: PHASES.map(([k, name]) => ({ name, values: has.flatMap((x) => [x.r[k], x.r['pred_' + k]]) })),
+    empty: 'No prediction: it needs a world_size 1 run of the ddpbench engine and a collective experiment on the same backend.' });
+}
+
+// POST /v1/predict's curves as speed-up against world size (log scale), the measured
+// speed-ups of the results table as points on the same axes, and the ideal line.
+export function whatIfChart(pred, table) {
+  const series = pred.predictions.map((c) => ({ name: `${c.strategy} · model (run ${c.base_run})`, dash: '2 3',
+    points: c.points.map((p) => ({ x: p.world_size, y: p.speedup })) }));
+  if (table) {
+    const groups = groupSeries([{ label: '', table }], 'world_size', ['world_size']);
+    groups.forEach((g) => series.push({ name: `${g.name || 'measured'} · measured`, points: g.rows.filter((r) => r.world_size > 0 && Number.isFinite(r.speedup)).map((r) => ({ x: r.world_size, y: r.speedup, ...(Number.isFinite(r.speedup_ci95) ? { lo: r.speedup - r.speedup_ci95, hi: r.speedup + r.speedup_ci95 } : {}) })) }));
+  }
+  const ws = pred.predictions.flatMap((c) => c.points.map((p) => p.world_size));
+  if (ws.length) series.push({ name: 'ideal (speed-up = N)', ref: true, points: [...new Set(ws)].sort((a, b) => a - b).map((x) => ({ x, y: x })) });
+  return lineChart({ title: 'What if: predicted speed-up against world size', desc: 'Dashed: the model from each one-rank run (docs/model.md); points: measured speed-up ± 95% CI; thin dashed: ideal.', x: { label: 'world size (ranks)', log: 2, integer: true }, y: { label: 'speed-up', log: 2 }, series, empty: 'No prediction.' });
 }
 
 // What the largest rank holds, per group, in MiB: the ZeRO comparison at a glance (its
@@ -191,13 +223,17 @@ export function mainColumns(table) {
 // Issue 17's columns a results table shows by default, each when a row has it.
 const RESOURCE_COLUMNS = ['model_state_bytes_mean', 'optimizer_bytes_mean', 'peak_rss_bytes_mean', 'peak_rss_bytes_ci95',
   'device_peak_bytes_mean', 'cpu_util_mean', 'involuntary_cs_per_s_mean', 'gpu_util_pct_mean', 'gpu_power_w_mean',
-  'target_accuracy', 'tta_s_mean', 'tta_s_ci95', 'tta_epochs_mean', 'tta_reached', 'tta_repeats'];
+  'target_accuracy', 'tta_s_mean', 'tta_s_ci95', 'tta_epochs_mean', 'tta_reached', 'tta_repeats',
+  // issue 18: the model's prediction and its error, where one was made
+  'pred_step_ms', 'pred_step_err', 'pred_efficiency', 'pred_overlap'];
 
 const bytesOrDash = (v) => (v === null || v === undefined ? '—' : fmtBytes(Math.round(v)));
 // Byte columns (a message size, each memory figure and its CI) as KiB / MiB / GiB.
 export const COLUMN_FORMAT = Object.fromEntries(['bytes',
   ...['params', 'buffers', 'grads', 'optimizer', 'comm', 'activations', 'model_state', 'peak_rss', 'device_peak']
     .flatMap((m) => [`${m}_bytes_mean`, `${m}_bytes_ci95`])].map((c) => [c, bytesOrDash]));
+// the model's relative error as a signed percentage
+COLUMN_FORMAT.pred_step_err = (v) => (v === null || v === undefined ? '—' : `${v > 0 ? '+' : ''}${(v * 100).toFixed(1)}%`);
 
 export function describeRun(run) {
   const p = run.params && Object.keys(run.params).length ? Object.entries(run.params).map(([k, v]) => `${k}=${v}`).join(', ') : `world_size=${run.world_size}`;

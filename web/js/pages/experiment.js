@@ -8,7 +8,7 @@
 // charts are refetched from the API, at most once a second while results stream in and
 // once more when a run ends, so what is drawn is always what the API stores.
 import { api, el, fmtAge, fmtBytes, fmtDuration, fmtNum, statusBadge, dataTable, downloadButtons, errorBox, mapLimit, announce, TERMINAL } from '../util.js';
-import { collectiveCharts, trainingCharts, epochCharts, stragglers, mainColumns, COLUMN_FORMAT, describeRun } from '../figures.js';
+import { collectiveCharts, trainingCharts, epochCharts, stragglers, whatIfChart, mainColumns, COLUMN_FORMAT, describeRun } from '../figures.js';
 
 // The daemon pages an experiment's runs (100 by default); this page shows them all, and an
 // experiment has at most 1,024 (the sweep limit), which one page may ask for.
@@ -29,6 +29,10 @@ export async function renderExperiment(main, id, query) {
   const chartsBox = el('div', { class: 'charts', id: 'charts' });
   const epochsBox = el('div', { class: 'charts', id: 'epoch-charts' });
   const stragglerBox = el('div', { id: 'stragglers' });
+  const whatIfBox = el('div', { class: 'charts', id: 'what-if' });
+  const linkBw = el('input', { id: 'whatif-bw', type: 'number', min: '0', step: 'any', placeholder: 'fitted', size: 8 });
+  const linkLat = el('input', { id: 'whatif-lat', type: 'number', min: '0', step: 'any', placeholder: 'fitted', size: 8 });
+  const maxWorld = el('select', { id: 'whatif-max' }, [16, 64, 256, 1024].map((n) => el('option', { value: n, selected: n === 64 }, String(n))));
   const ranksBox = el('div', { id: 'ranks' });
   const groupIn = el('input', { id: 'group-by', type: 'text', value: groupBy, placeholder: 'swept fields', size: 24 });
   const allBox = el('input', { id: 'all-cols', type: 'checkbox', checked: allCols });
@@ -51,7 +55,14 @@ export async function renderExperiment(main, id, query) {
         () => `/v1/experiments/${id}/results${resultsQuery() ? resultsQuery() + '&' : '?'}format=csv`)),
     resultsBox,
     el('h2', {}, 'Charts'), chartsBox,
-    ...(training ? [el('h2', {}, 'Loss and accuracy'), epochsBox, el('h2', {}, 'Per-rank spread (stragglers)'), stragglerBox] : []));
+    ...(training ? [el('h2', {}, 'What if: the performance model'),
+      el('form', { class: 'toolbar', id: 'whatif-form', onsubmit: (ev) => { ev.preventDefault(); drawWhatIf(); } },
+        el('div', { class: 'field' }, el('label', { for: 'whatif-bw' }, 'Link Gbit/s (empty: the network fits)'), linkBw),
+        el('div', { class: 'field' }, el('label', { for: 'whatif-lat' }, 'Latency µs'), linkLat),
+        el('div', { class: 'field' }, el('label', { for: 'whatif-max' }, 'Up to ranks'), maxWorld),
+        el('button', { type: 'submit' }, 'Predict')),
+      whatIfBox,
+      el('h2', {}, 'Loss and accuracy'), epochsBox, el('h2', {}, 'Per-rank spread (stragglers)'), stragglerBox] : []));
   allBox.addEventListener('change', () => { allCols = allBox.checked; drawTable(); });
 
   function drawHeader() {
@@ -65,7 +76,8 @@ export async function renderExperiment(main, id, query) {
       exp.runs.some((r) => r.network_profile) ? [el('dt', {}, 'Network'), el('dd', { id: 'exp-network' }, [...new Set(exp.runs.map((r) => r.network_profile || 'host'))].join(', '))] : null),
       el('div', { class: 'toolbar' },
         TERMINAL.includes(exp.status) ? null : el('button', { type: 'button', class: 'danger', onclick: cancel }, 'Cancel experiment'),
-        el('a', { class: 'button', href: `#/compare?e=${exp.id}` }, 'Compare with other experiments')));
+        el('a', { class: 'button', href: `#/compare?e=${exp.id}` }, 'Compare with other experiments'),
+        el('a', { class: 'button', id: 'report-link', href: `/v1/experiments/${exp.id}/report`, target: '_blank' }, 'Report (HTML, printable)')));
     const failed = exp.runs.filter((r) => r.error);
     failures.replaceChildren(...failed.map((r) => el('div', { class: 'error', role: 'alert' },
       el('strong', {}, `${describeRun(r)} ${r.status}: `), r.error + (r.error_rank !== null && r.error_rank !== undefined ? ` (rank ${r.error_rank})` : ''))));
@@ -129,6 +141,27 @@ export async function renderExperiment(main, id, query) {
       dataTable(s.columns, s.rows, { caption: `Per-rank step time of run ${stepsRun}`, format: { slowest_share: (v) => v === null ? '—' : (v * 100).toFixed(0) + '%' } }));
   }
 
+  // POST /v1/predict from this experiment's one-rank runs: every strategy's curve up to the
+  // chosen world size, over the network fits or the link typed in, with the measured
+  // speed-ups on the same axes.
+  async function drawWhatIf() {
+    const worlds = [];
+    for (let n = 1; n <= Number(maxWorld.value); n *= 2) worlds.push(n);
+    const body = { experiment: exp.id, world_sizes: worlds };
+    if (linkBw.value) body.link = { bandwidth_gbps: Number(linkBw.value), latency_us: Number(linkLat.value || 0) };
+    let pred;
+    try {
+      pred = await api('/v1/predict', { method: 'POST', body: JSON.stringify(body) });
+    } catch (e) {
+      whatIfBox.replaceChildren(el('p', { class: 'muted', id: 'whatif-none' }, `No prediction: ${e.message}`));
+      return;
+    }
+    const notes = pred.predictions.filter((c) => c.comm_exceeds_backward_at).map((c) => `${c.strategy}: the exchanges outlast backward from ${c.comm_exceeds_backward_at} ranks`);
+    const src = pred.link ? `a link of ${pred.link.bandwidth_gbps} Gbit/s and ${pred.link.latency_us} µs` : `fits ${pred.fits.map((f) => f.id).join(', ')} (experiment ${[...new Set(pred.fits.map((f) => f.experiment))].join(', ')})`;
+    whatIfBox.replaceChildren(whatIfChart(pred, table && table.workload === 'train' ? table : null),
+      el('p', { class: 'muted', id: 'whatif-source' }, `Network: ${src}. ` + (notes.length ? notes.join('; ') + '.' : 'Communication stays behind backward up to the largest world size shown.')));
+  }
+
   // One run's ranks (GET /v1/runs/ID): the node each ran on, its process and how it ended.
   async function drawRanks() {
     const candidates = exp.runs.filter((r) => r.status !== 'queued');
@@ -176,6 +209,7 @@ export async function renderExperiment(main, id, query) {
       chartsBox.replaceChildren(...(table.workload === 'collective' ? collectiveCharts(src) : trainingCharts(src)));
       await drawRanks();
       if (training) await drawTraining();
+      if (training && TERMINAL.includes(asOf) && !whatIfBox.dataset.drawn) { whatIfBox.dataset.drawn = '1'; await drawWhatIf(); }
     } catch (e) {
       resultsBox.replaceChildren(errorBox('Cannot read the results', e));
     } finally {
