@@ -396,6 +396,7 @@ struct model_req {
     size_t nworld;
     int strategies[5];
     size_t nstrat;
+    int ranks_per_node; /* 0: every rank has its cores */
 };
 
 static int model_bad(struct err *e, const char *field, const char *msg)
@@ -484,6 +485,11 @@ static int model_parse(const json_t *body, struct model_req *r, struct err *e)
             for (size_t i = 0; i < n; i++)
                 r->worlds[i] = (int)tmp[i];
             r->nworld = n;
+        } else if (strcmp(k, "ranks_per_node") == 0) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+                json_integer_value(v) > PERF_MAX_WORLD)
+                return model_bad(e, k, "must be an integer in [1, 1024]");
+            r->ranks_per_node = (int)json_integer_value(v);
         } else if (strcmp(k, "strategies") == 0) {
             size_t i;
             json_t *x;
@@ -502,7 +508,7 @@ static int model_parse(const json_t *body, struct model_req *r, struct err *e)
         } else {
             return err_set(e, ERR_INVALID, k,
                            "%s: unknown field (experiment, run, fit, link, world_sizes, "
-                           "strategies)",
+                           "strategies, ranks_per_node)",
                            k);
         }
     }
@@ -552,7 +558,11 @@ static json_t *model_curve(const struct model_req *r, const struct db_data_run *
     int exceeds = 0;
     for (size_t i = 0; i < r->nworld; i++) {
         struct perf_setup s;
-        model_setup_of(run->spec, r->worlds[i], 1, &s);
+        /* ranks sharing a node's CPUs, as asked: the same rules as a measured placement */
+        int rpn = r->ranks_per_node < r->worlds[i] ? r->ranks_per_node : r->worlds[i];
+        model_setup_of(run->spec, r->worlds[i], rpn ? model_compute_scale(run, rpn, run) : 1,
+                       &s);
+        s.no_spare_core = rpn > 0 && model_no_spare_core(run, rpn);
         s.strategy = (enum perf_strategy)strat;
         struct perf_net net;
         model_net_of(run->spec, run->network_profile, 0, fits, nf, used, &net);
@@ -578,6 +588,8 @@ static json_t *model_curve(const struct model_req *r, const struct db_data_run *
             struct perf_setup s1 = s;
             struct perf_step one;
             s1.world = 1;
+            s1.compute_scale = 1;
+            s1.no_spare_core = false;
             if (perf_simulate(&mb->b, &s1, &net, &one) == 0)
                 thr1 = samples1 / one.step_s;
         }

@@ -664,14 +664,17 @@ static void results_train_row(struct results_table *t, const struct results_grou
 /* The group that differs from key only by having world_size 1 (and so one node with one
  * rank: the placement of N ranks across nodes is what speed-up measures against it). */
 static size_t results_find_base(const struct results_groups *gs, const json_t *key,
-                                const struct results_train_group *tg)
+                                const struct results_train_group *tg, bool any_share)
 {
-    static const char *const scale[] = {"world_size", "nodes", "ranks_per_node"};
+    static const char *const scale[] = {"world_size", "nodes", "ranks_per_node",
+                                        "oversubscribed"};
+    /* the model accounts for CPUs shared (model.h): its base may differ in that too */
+    size_t drop = sizeof scale / sizeof *scale - (any_share ? 0 : 1);
     for (size_t b = 0; b < gs->n; b++) {
         if (tg[b].world != 1)
             continue;
         json_t *k1 = json_deep_copy(gs->g[b].key), *k2 = json_deep_copy(key);
-        for (size_t i = 0; i < sizeof scale / sizeof *scale; i++) {
+        for (size_t i = 0; i < drop; i++) {
             json_object_del(k1, scale[i]);
             json_object_del(k2, scale[i]);
         }
@@ -704,9 +707,10 @@ static int results_training(struct results_table *t, const struct results_groups
         tg[k].world = rs[k].world;
     }
     for (size_t k = 0; k < gs->n; k++) {
-        size_t b = results_find_base(gs, gs->g[k].key, tg);
+        size_t b = results_find_base(gs, gs->g[k].key, tg, false);
+        size_t mb = results_find_base(gs, gs->g[k].key, tg, true);
         struct results_pred pred;
-        results_predict(&gs->g[k], b < gs->n ? &gs->g[b] : NULL, fits, nfits, &pred);
+        results_predict(&gs->g[k], mb < gs->n ? &gs->g[mb] : NULL, fits, nfits, &pred);
         results_train_row(t, &gs->g[k], &rs[k], b < gs->n ? &tg[b] : NULL, b == k, &pred);
         free(pred.fits);
     }

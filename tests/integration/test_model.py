@@ -111,6 +111,14 @@ def check_predict(d, train, coll):
     check(ddp["base_run"] == row1["pred_base_run"], (ddp["base_run"], row1))
     check(close(ddp["points"][0]["step_ms"], row1["pred_step_ms"]), (ddp["points"][0], row1))
     check(ddp["points"][0]["speedup"] == 1.0, ddp["points"][0])
+    # the placement the results row measured (2 ranks sharing this node): predict says
+    # exactly what the row says, over the same fits
+    row2 = [r for r in base["rows"] if r["strategy"] == "ddp" and r["world_size"] == 2][0]
+    status, same, _ = d.request("POST", "/v1/predict", body={
+        "run": ddp["base_run"], "fit": [coll["id"]], "world_sizes": [2], "strategies": ["ddp"],
+        "ranks_per_node": 2})
+    check(status == 200 and close(same["predictions"][0]["points"][0]["step_ms"],
+                                  row2["pred_step_ms"]), (same, row2))
     # a slow described link: slower steps at scale, and the exchanges outlast backward
     body = {"run": ddp["base_run"], "link": {"bandwidth_gbps": 0.1, "latency_us": 500},
             "world_sizes": [1, 2, 16], "strategies": ["ddp", "naive"]}
@@ -130,6 +138,7 @@ def check_predict(d, train, coll):
            ({"experiment": train["id"], "fit": [coll["id"]], "link": {"bandwidth_gbps": 1,
                                                                     "latency_us": 1}}, "link"),
            ({"experiment": train["id"], "run": 1}, "experiment"),
+           ({"experiment": train["id"], "ranks_per_node": 0}, "ranks_per_node"),
            ({"experiment": train["id"], "link": {"bandwidth_gbps": -1, "latency_us": 1}},
             "link")]
     for b, field in bad:

@@ -456,11 +456,84 @@ static void test_results_time_to_accuracy(void)
     runs_free(two, 2);
 }
 
+/* Predictions: a 4-rank run that shared the node's 2 CPUs (oversubscribed) has no speed-up
+ * (its baseline did not share) but is predicted from the one-rank run, with compute
+ * slowed by the share (2 cores / 4 ranks: twice) and no overlap (no spare core); the row
+ * names the fit and the base run and its error is against its measured step; without
+ * fits every pred_* is null and pred_note says why. */
+static void test_results_predictions(void)
+{
+    struct err e;
+    struct db_step_row *s1 = steps(1, 4, 7.5, 7.5, 8), *s4 = steps(1, 4, 30.0, 25.0, 32);
+    struct db_data_run runs[] = {run(1, NULL, 0, s1, 4, NULL, 0),
+                                 run(4, NULL, 0, s4, 4, NULL, 0)};
+    for (int i = 0; i < 2; i++) {
+        json_decref(runs[i].spec);
+        runs[i].spec = json_pack("{s:i, s:s, s:s, s:s, s:i, s:i, s:i}", "world_size",
+                                 runs[i].world_size, "strategy", "ddp", "device", "cpu",
+                                 "backend", "tcp", "threads", 1, "batch_size", 8, "accumulate",
+                                 1);
+        runs[i].cpus_online = 2;
+        runs[i].nodes = 1;
+        runs[i].ranks_per_node = runs[i].world_size;
+        runs[i].id = 10 + i;
+    }
+    runs[1].oversubscribed = true;
+    json_t *tensors = json_pack("[[i, i], [i, i]]", 4096, 1000000, 1 << 20, 2500000);
+    struct db_grads_row g = {
+        .repeat = 0, .steps = 4, .backward_ns = 3000000, .tensors = tensors};
+    runs[0].grads = &g;
+    runs[0].ngrads = 1;
+    struct perf_fit f = {.id = 77,
+                         .world_size = 4,
+                         .nodes = 1,
+                         .alpha_s = 1e-4,
+                         .beta_s = 1e-9,
+                         .gamma_s = NAN,
+                         .min_bytes = 1024,
+                         .max_bytes = 1 << 26};
+    snprintf(f.backend, sizeof f.backend, "tcp");
+    snprintf(f.device, sizeof f.device, "cpu");
+    snprintf(f.op, sizeof f.op, "allreduce");
+    snprintf(f.algorithm, sizeof f.algorithm, "ring");
+    struct db_experiment_data data = {.id = 3, .workload = "train", .runs = runs, .nruns = 2};
+    json_t *t = results_build_with(&data, NULL, 0, &f, 1, &e);
+    json_t *none = results_build_with(&data, NULL, 0, NULL, 0, &e);
+    T_CHECK(t && none);
+    json_t *r4 = json_array_get(json_object_get(t, "rows"), 1);
+    T_EQ_INT(json_integer_value(json_object_get(r4, "world_size")), 4);
+    T_CHECK(json_is_null(json_object_get(r4, "speedup")));
+    T_EQ_STR(json_string_value(json_object_get(r4, "pred_fits")), "77");
+    T_EQ_INT(json_integer_value(json_object_get(r4, "pred_base_run")), 10);
+    /* by hand: phases 1 + 2 + 3 + 0.5 ms twice over (2 cores shared by 4 ranks), the base's
+     * 1 ms of local exposed comm; every step of the base is 7.5 ms: no wait for stragglers;
+     * one bucket (1 MiB + 4 KiB < 25 MiB), its allreduce after backward */
+    double bytes = 4096 + (1 << 20);
+    double ar = 6 * (1e-4 / 6) + 1.5 * (1e-9 / 1.5) * bytes;
+    double want = 2 * (1 + 2 + 3 + 0.5) + 1 + ar * 1e3;
+    T_NEAR(json_number_value(json_object_get(r4, "pred_step_ms")), want, 1e-9);
+    T_NEAR(json_number_value(json_object_get(r4, "pred_overlap")), 0, 1e-12);
+    double step = json_number_value(json_object_get(r4, "step_ms_mean"));
+    T_NEAR(json_number_value(json_object_get(r4, "pred_step_err")), (want - step) / step, 1e-9);
+    T_CHECK(json_is_null(json_object_get(r4, "pred_note")));
+    json_t *n4 = json_array_get(json_object_get(none, "rows"), 1);
+    T_CHECK(json_is_null(json_object_get(n4, "pred_step_ms")));
+    T_CHECK(strstr(json_string_value(json_object_get(n4, "pred_note")), "no network fit"));
+    json_decref(t);
+    json_decref(none);
+    json_decref(tensors);
+    runs[0].grads = NULL;
+    runs_free(runs, 2);
+    free(s1);
+    free(s4);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_results_collectives);
     TEST_RUN(test_results_training);
+    TEST_RUN(test_results_predictions);
     TEST_RUN(test_results_one_repeat_nulls);
     TEST_RUN(test_results_no_rows_header);
     TEST_RUN(test_results_csv_quoting);
