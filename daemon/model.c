@@ -356,12 +356,13 @@ void model_net_of(const json_t *spec, const char *profile, int nodes,
 json_t *model_step_json(const struct perf_step *st, double samples)
 {
     return json_pack(
-        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i}", "step_ms",
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:i}", "step_ms",
         model_num(st->step_s * 1e3), "data_ms", model_num(st->data_s * 1e3), "forward_ms",
         model_num(st->forward_s * 1e3), "backward_ms", model_num(st->backward_s * 1e3),
         "comm_ms", model_num(st->comm_s * 1e3), "comm_exposed_ms",
-        model_num(st->exposed_s * 1e3), "optimizer_ms", model_num(st->optimizer_s * 1e3),
-        "throughput", model_num(st->step_s > 0 ? samples / st->step_s : NAN), "overlap",
+        model_num(st->exposed_s * 1e3), "wait_ms", model_num(st->sync_s * 1e3), "optimizer_ms",
+        model_num(st->optimizer_s * 1e3), "throughput",
+        model_num(st->step_s > 0 ? samples / st->step_s : NAN), "overlap",
         model_num(st->overlap), "comm_busy_over_backward",
         model_num(st->window_s > 0 ? st->busy_s / st->window_s : NAN), "ops", st->ops);
 }

@@ -301,6 +301,11 @@ double perf_expected_wait(const double *x, size_t m, int n)
 {
     if (m == 0 || n <= 1)
         return 0;
+    /* far outliers (beyond Tukey's outer fence, q3 + 3 IQR: a page-fault storm, a
+     * preemption) happen once, not every step: left out of the distribution */
+    double q1 = x[(m - 1) / 4], q3 = x[3 * (m - 1) / 4], fence = q3 + 3 * (q3 - q1);
+    while (m > 1 && x[m - 1] > fence)
+        m--;
     double mean = 0, emax = 0;
     for (size_t i = 0; i < m; i++) {
         mean += x[i];

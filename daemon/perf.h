@@ -145,7 +145,8 @@ struct perf_step {
 };
 
 /* The expected maximum of n draws from the sorted samples x[0..m) minus their mean: what
- * a rank waits, per step, for the slowest of n ranks whose steps vary like x. */
+ * a rank waits, per step, for the slowest of n ranks whose steps vary like x. Samples
+ * beyond Tukey's outer fence (q3 + 3 IQR) are left out: a one-off stall is no spread. */
 double perf_expected_wait(const double *x, size_t m, int n);
 
 /* Simulates one optimizer step. net gives each operation's time. -1 when the base has no

@@ -225,6 +225,23 @@ static void test_perf_schedules(void)
     T_CHECK(perf_simulate(&b, &s, &net, &st) < 0);
 }
 
+/* The wait for the slowest of n ranks: E[max of n] - mean by order statistics; one far
+ * outlier is left out; one rank waits for nobody. */
+static void test_perf_expected_wait(void)
+{
+    const double u[4] = {1, 2, 3, 4}; /* E[max of 2] = (1*1 + 2*3 + 3*5 + 4*7) / 16 */
+    T_NEAR(perf_expected_wait(u, 4, 2), 50.0 / 16 - 2.5, 1e-12);
+    T_NEAR(perf_expected_wait(u, 4, 1), 0, 0);
+    T_CHECK(perf_expected_wait(u, 4, 64) > perf_expected_wait(u, 4, 8)); /* grows with n */
+    T_CHECK(perf_expected_wait(u, 4, 1024) <= 4 - 2.5 + 1e-12);
+    const double same[3] = {5, 5, 5};
+    T_NEAR(perf_expected_wait(same, 3, 16), 0, 1e-12);
+    double x[9] = {10, 10, 10, 10, 11, 11, 11, 11, 11}, xo[10];
+    memcpy(xo, x, sizeof x);
+    xo[9] = 500; /* a one-off stall */
+    T_NEAR(perf_expected_wait(xo, 10, 4), perf_expected_wait(x, 9, 4), 1e-12);
+}
+
 /* A described link (10 Gb/s, 20 us) instead of fits. */
 static void test_perf_link(void)
 {
@@ -246,6 +263,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_perf_fit_moves_world);
     TEST_RUN(test_perf_gamma_separated);
     TEST_RUN(test_perf_schedules);
+    TEST_RUN(test_perf_expected_wait);
     TEST_RUN(test_perf_link);
     return test_end();
 }
