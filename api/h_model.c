@@ -35,14 +35,23 @@ int h_parse_ids(const char *s, const char *field, int64_t *ids, size_t cap, size
     return 0;
 }
 
+/* The experiment of the path, then those of ?with=, into ids (H_MAX_IDS). */
+static int h_model_ids(const struct api_request *req, int64_t *ids, size_t *n, struct err *e)
+{
+    static const char *const args[] = {"with", NULL};
+    ids[0] = req->ids[0];
+    *n = 1;
+    if (api_query_check(req, args, e) < 0)
+        return -1;
+    return h_parse_ids(api_query_get(req, "with"), "with", ids, H_MAX_IDS, n, e);
+}
+
 int h_experiments_fit(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                       struct err *e)
 {
-    static const char *const args[] = {"with", NULL};
-    int64_t ids[H_MAX_IDS + 1] = {req->ids[0]};
-    size_t n = 1;
-    if (api_query_check(req, args, e) < 0 ||
-        h_parse_ids(api_query_get(req, "with"), "with", ids, H_MAX_IDS, &n, e) < 0)
+    int64_t ids[H_MAX_IDS];
+    size_t n;
+    if (h_model_ids(req, ids, &n, e) < 0)
         return -1;
     struct perf_fit *fits = NULL;
     size_t nf = 0;
@@ -78,11 +87,9 @@ int h_predict(struct api_ctx *ctx, const struct api_request *req, struct api_rep
 int h_experiments_report(struct api_ctx *ctx, const struct api_request *req,
                          struct api_reply *rep, struct err *e)
 {
-    static const char *const args[] = {"with", NULL};
-    int64_t ids[H_MAX_IDS + 1] = {req->ids[0]};
-    size_t n = 1;
-    if (api_query_check(req, args, e) < 0 ||
-        h_parse_ids(api_query_get(req, "with"), "with", ids, H_MAX_IDS, &n, e) < 0)
+    int64_t ids[H_MAX_IDS];
+    size_t n;
+    if (h_model_ids(req, ids, &n, e) < 0)
         return -1;
     rep->body = report_html_build(ctx->db, ids, n, &rep->body_len, e);
     rep->content_type = "text/html; charset=utf-8";

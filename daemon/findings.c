@@ -22,11 +22,13 @@ void findings_fmt(char *out, size_t cap, double v)
         snprintf(out, cap, "%.3g", v);
 }
 
-static double f_num(const json_t *row, const char *k)
+double findings_num(const json_t *row, const char *k)
 {
     const json_t *v = json_object_get(row, k);
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
+
+#define f_num findings_num
 
 static const char *f_str(const json_t *row, const char *k)
 {
@@ -110,6 +112,28 @@ static bool f_is_train(const json_t *table)
     return w && strcmp(w, "train") == 0;
 }
 
+/* Whether row k of table is in the group of key (the rows' context without skip). */
+static bool f_in_group(const json_t *table, size_t k, const char *skip, const char *key)
+{
+    char kk[F_KEY];
+    findings_context(table, json_array_get(json_object_get(table, "rows"), k), skip, NULL, kk,
+                     sizeof kk);
+    return strcmp(kk, key) == 0;
+}
+
+/* Whether row i is the first row of its group (the rows alike but for skip); its key into
+ * key. A rule speaks once per group, at its first row. */
+static bool f_first_of_group(const json_t *table, size_t i, const char *skip, char *key,
+                             size_t cap)
+{
+    findings_context(table, json_array_get(json_object_get(table, "rows"), i), skip, NULL, key,
+                     cap);
+    for (size_t k = 0; k < i; k++)
+        if (f_in_group(table, k, skip, key))
+            return false;
+    return true;
+}
+
 /* ---- rules over training tables ------------------------------------------------------------ */
 
 /* At each scale, the fastest strategy and by how much (rows differing by strategy only). */
@@ -118,22 +142,15 @@ static void f_rule_fastest(const json_t *table, json_t *out)
     const json_t *rows = json_object_get(table, "rows");
     size_t n = json_array_size(rows);
     for (size_t i = 0; i < n; i++) {
-        const json_t *ri = json_array_get(rows, i);
-        char ki[F_KEY], kk[F_KEY];
-        findings_context(table, ri, "strategy", NULL, ki, sizeof ki);
-        bool first = true;
-        for (size_t k = 0; k < i && first; k++) {
-            findings_context(table, json_array_get(rows, k), "strategy", NULL, kk, sizeof kk);
-            first = strcmp(ki, kk) != 0;
-        }
-        if (!first || !json_is_string(json_object_get(ri, "strategy")))
+        char ki[F_KEY];
+        if (!f_first_of_group(table, i, "strategy", ki, sizeof ki) ||
+            !json_is_string(json_object_get(json_array_get(rows, i), "strategy")))
             continue;
         const json_t *best = NULL, *second = NULL;
         for (size_t k = i; k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
-            findings_context(table, rk, "strategy", NULL, kk, sizeof kk);
             double t = f_num(rk, "throughput_mean");
-            if (strcmp(ki, kk) != 0 || !isfinite(t))
+            if (!f_in_group(table, k, "strategy", ki) || !isfinite(t))
                 continue;
             if (!best || t > f_num(best, "throughput_mean")) {
                 second = best;
@@ -202,23 +219,17 @@ static void f_rule_scaling(const json_t *table, json_t *out)
     const json_t *rows = json_object_get(table, "rows");
     size_t n = json_array_size(rows);
     for (size_t i = 0; i < n; i++) {
-        const json_t *ri = json_array_get(rows, i);
-        char ki[F_KEY], kk[F_KEY];
-        findings_context(table, ri, "world_size", NULL, ki, sizeof ki);
+        char ki[F_KEY];
+        if (!f_first_of_group(table, i, "world_size", ki, sizeof ki))
+            continue;
         const json_t *top = NULL;
-        bool first = true;
-        for (size_t k = 0; k < n; k++) {
+        for (size_t k = i; k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
-            findings_context(table, rk, "world_size", NULL, kk, sizeof kk);
-            if (strcmp(ki, kk) != 0)
-                continue;
-            if (k < i)
-                first = false;
-            if (isfinite(f_num(rk, "speedup")) &&
+            if (f_in_group(table, k, "world_size", ki) && isfinite(f_num(rk, "speedup")) &&
                 (!top || f_num(rk, "world_size") > f_num(top, "world_size")))
                 top = rk;
         }
-        if (!first || !top || !(f_num(top, "world_size") > 1))
+        if (!top || !(f_num(top, "world_size") > 1))
             continue;
         char ctx[F_KEY], text[1024];
         findings_context(table, top, "world_size", NULL, ctx, sizeof ctx);
@@ -319,20 +330,13 @@ static void f_rule_accuracy(const json_t *table, json_t *out)
     const json_t *rows = json_object_get(table, "rows");
     size_t n = json_array_size(rows);
     for (size_t i = 0; i < n; i++) {
-        const json_t *ri = json_array_get(rows, i);
-        char ki[F_KEY], kk[F_KEY];
-        findings_context(table, ri, "strategy", NULL, ki, sizeof ki);
-        bool first = true;
-        for (size_t k = 0; k < i && first; k++) {
-            findings_context(table, json_array_get(rows, k), "strategy", NULL, kk, sizeof kk);
-            first = strcmp(ki, kk) != 0;
-        }
+        char ki[F_KEY];
+        bool first = f_first_of_group(table, i, "strategy", ki, sizeof ki);
         const json_t *hi = NULL, *lo = NULL;
         for (size_t k = i; first && k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
-            findings_context(table, rk, "strategy", NULL, kk, sizeof kk);
             double a = f_num(rk, "test_acc_mean");
-            if (strcmp(ki, kk) != 0 || !isfinite(a))
+            if (!f_in_group(table, k, "strategy", ki) || !isfinite(a))
                 continue;
             if (!hi || a > f_num(hi, "test_acc_mean"))
                 hi = rk;
@@ -367,17 +371,18 @@ static void f_rule_busbw(const json_t *table, json_t *out)
     size_t n = json_array_size(rows);
     for (size_t i = 0; i < n; i++) {
         const json_t *ri = json_array_get(rows, i);
-        char ki[F_KEY], kk[F_KEY];
-        findings_context(table, ri, "op", NULL, ki, sizeof ki);
-        bool first = true;
+        char ki[F_KEY];
+        f_first_of_group(table, i, "op", ki, sizeof ki);
+        bool first = true; /* no earlier row of this group has this op */
+        for (size_t k = 0; k < i && first; k++)
+            first = !(f_in_group(table, k, "op", ki) &&
+                      strcmp(f_str(json_array_get(rows, k), "op"), f_str(ri, "op")) == 0);
         const json_t *peak = NULL;
-        for (size_t k = 0; k < n; k++) {
+        for (size_t k = i; first && k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
-            findings_context(table, rk, "op", NULL, kk, sizeof kk);
-            if (strcmp(ki, kk) != 0 || strcmp(f_str(rk, "op"), f_str(ri, "op")) != 0)
+            if (!f_in_group(table, k, "op", ki) ||
+                strcmp(f_str(rk, "op"), f_str(ri, "op")) != 0)
                 continue;
-            if (k < i)
-                first = false;
             if (!peak || f_num(rk, "busbw_gbs_mean") > f_num(peak, "busbw_gbs_mean"))
                 peak = rk;
         }

@@ -30,6 +30,8 @@ json_t *findings_build(const json_t *const *tables, size_t n, const json_t *fits
  * key, and what else a row is in a sentence or a chart's legend. */
 void findings_context(const json_t *table, const json_t *row, const char *skip1,
                       const char *skip2, char *out, size_t cap);
+/* row[k] as a number, NaN when absent or not a number (null: not measured). */
+double findings_num(const json_t *row, const char *k);
 /* v with three significant digits ("812", "1.32", "0.0451"), as findings write numbers. */
 void findings_fmt(char *out, size_t cap, double v);
 

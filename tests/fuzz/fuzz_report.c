@@ -26,6 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct report_memory m;
     struct report_usage u;
     struct report_trace t;
+    struct report_grads g;
     int rc = 0;
     if (type == REPORT_COLLECTIVE)
         rc = report_collective_from_json(ev, &c, &e);
@@ -41,6 +42,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         rc = report_trace_from_json(ev, &t, &e) < 0 ||
                      json_array_size(t.spans) > REPORT_TRACE_MAX ||
                      json_array_size(t.ops) > REPORT_TRACE_MAX
+                 ? -1
+                 : 0;
+    else if (type == REPORT_GRADS) /* every entry two integers >= 0 */
+        rc = report_grads_from_json(ev, &g, &e) < 0 ||
+                     json_array_size(g.tensors) > REPORT_TRACE_MAX ||
+                     (json_array_size(g.tensors) > 0 &&
+                      json_integer_value(json_array_get(json_array_get(g.tensors, 0), 1)) < 0)
                  ? -1
                  : 0;
     if (rc < 0)
