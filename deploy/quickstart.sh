@@ -46,5 +46,7 @@ python3 deploy/show_experiment.py "$URL" "$id"
 echo
 echo "dashboard: $URL/"
 echo "API:       curl -s $URL/v1/experiments/$id"
+echo "fits:      curl -s $URL/v1/experiments/$id/fit"
+echo "report:    $URL/v1/experiments/$id/report"
 echo "training:  curl -s --json @schema/examples/train-strategies.json $URL/v1/experiments"
 echo "stop:      kill \$(cat $STATE/ddpbenchd.pid)"
