@@ -90,10 +90,16 @@ static const char *const rh_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467b
 
 /* The chart's geometry: plot area and the data's range. */
 struct rh_axes {
-    double x0, x1, y0, y1; /* data range (x in log2 when logx) */
+    double x0, x1, y0, y1; /* data range (in log2 on a log axis) */
     double left, top, w, h;
-    bool logx;
+    bool logx, logy;
 };
+
+/* Whether (x, y) can be drawn on a's axes. */
+static bool rh_drawable(const struct rh_axes *a, double x, double y)
+{
+    return isfinite(x) && isfinite(y) && (!a->logx || x > 0) && (!a->logy || y > 0);
+}
 
 static double rh_px(const struct rh_axes *a, double x)
 {
@@ -103,27 +109,34 @@ static double rh_px(const struct rh_axes *a, double x)
 
 static double rh_py(const struct rh_axes *a, double y)
 {
+    if (a->logy)
+        y = log2(y);
     return a->top + a->h - (a->y1 > a->y0 ? (y - a->y0) / (a->y1 - a->y0) : 0.5) * a->h;
 }
 
-static void rh_range(const struct report_series *s, size_t ns, bool logx, struct rh_axes *a)
+static void rh_range(const struct report_series *s, size_t ns, struct rh_axes *a)
 {
     a->x0 = a->y0 = INFINITY;
     a->x1 = a->y1 = -INFINITY;
     for (size_t i = 0; i < ns; i++)
         for (size_t k = 0; k < s[i].n; k++) {
             double x = s[i].x[k], y = s[i].y[k],
-                   e = s[i].err && isfinite(s[i].err[k]) ? s[i].err[k] : 0;
-            if (!isfinite(x) || !isfinite(y) || (logx && x <= 0))
+                   e = s[i].err && isfinite(s[i].err[k]) && !a->logy ? s[i].err[k] : 0;
+            if (!rh_drawable(a, x, y))
                 continue;
-            double v = logx ? log2(x) : x;
+            double v = a->logx ? log2(x) : x, w = a->logy ? log2(y) : y;
             a->x0 = fmin(a->x0, v);
             a->x1 = fmax(a->x1, v);
-            a->y1 = fmax(a->y1, y + e);
-            a->y0 = fmin(a->y0, y - e);
+            a->y1 = fmax(a->y1, w + e);
+            a->y0 = fmin(a->y0, w - e);
         }
     if (!isfinite(a->x0))
         a->x0 = 0, a->x1 = 1, a->y0 = 0, a->y1 = 1;
+    if (a->logy) { /* whole powers of two at both ends */
+        a->y0 = floor(a->y0);
+        a->y1 = fmax(ceil(a->y1), a->y0 + 1);
+        return;
+    }
     a->y0 = fmin(a->y0, 0); /* figures of merit start at zero: no exaggerated slopes */
     if (a->y1 <= a->y0)
         a->y1 = a->y0 + 1;
@@ -138,8 +151,10 @@ static void rh_axes_draw(struct rh *h, const struct rh_axes *a, const char *xlab
               "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' class='ax'/>",
               a->left, a->top + a->h, a->left + a->w, a->top + a->h, a->left, a->top, a->left,
               a->top + a->h);
-    for (int i = 0; i <= 4; i++) { /* y ticks */
-        double y = a->y0 + (a->y1 - a->y0) * i / 4;
+    /* y ticks: quarters, or powers of two on a log axis */
+    double ystep = a->logy ? fmax(1, ceil((a->y1 - a->y0) / 6)) : (a->y1 - a->y0) / 4;
+    for (double v = a->y0; v <= a->y1 + 1e-9; v += ystep) {
+        double y = a->logy ? exp2(v) : v;
         rh_printf(h, "<text x='%.1f' y='%.1f' class='tk' text-anchor='end'>", a->left - 4,
                   rh_py(a, y) + 4);
         rh_num(h, y);
@@ -177,16 +192,16 @@ static void rh_series_draw(struct rh *h, const struct rh_axes *a, const struct r
     rh_printf(h, "<polyline fill='none' stroke='%s' stroke-width='2'%s points='", color,
               s->dashed ? " stroke-dasharray='6 4'" : "");
     for (size_t k = 0; k < s->n; k++)
-        if (isfinite(s->x[k]) && isfinite(s->y[k]) && (!a->logx || s->x[k] > 0))
+        if (rh_drawable(a, s->x[k], s->y[k]))
             rh_printf(h, "%.1f,%.1f ", rh_px(a, s->x[k]), rh_py(a, s->y[k]));
     rh_printf(h, "'/>");
     if (s->dashed)
         return;
     for (size_t k = 0; k < s->n; k++) {
-        if (!isfinite(s->x[k]) || !isfinite(s->y[k]) || (a->logx && s->x[k] <= 0))
+        if (!rh_drawable(a, s->x[k], s->y[k]))
             continue;
         double px = rh_px(a, s->x[k]), py = rh_py(a, s->y[k]);
-        if (s->err && isfinite(s->err[k]) && s->err[k] > 0)
+        if (s->err && isfinite(s->err[k]) && s->err[k] > 0 && (!a->logy || s->y[k] > s->err[k]))
             rh_printf(h, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s'/>", px,
                       rh_py(a, s->y[k] - s->err[k]), px, rh_py(a, s->y[k] + s->err[k]), color);
         rh_printf(h, "<circle cx='%.1f' cy='%.1f' r='3.5' fill='%s'><title>", px, py, color);
@@ -214,12 +229,17 @@ static void rh_legend(struct rh *h, const struct report_series *s, size_t ns, do
 }
 
 int report_svg_lines(char **out, size_t *len, size_t *cap, const char *title,
-                     const char *xlabel, const char *ylabel, bool logx,
+                     const char *xlabel, const char *ylabel, unsigned log,
                      const struct report_series *s, size_t nseries)
 {
     struct rh h = {*out, *len, *cap, false};
-    struct rh_axes a = {.left = 64, .top = 30, .w = 430, .h = 240, .logx = logx};
-    rh_range(s, nseries, logx, &a);
+    struct rh_axes a = {.left = 64,
+                        .top = 30,
+                        .w = 430,
+                        .h = 240,
+                        .logx = log & REPORT_LOGX,
+                        .logy = log & REPORT_LOGY};
+    rh_range(s, nseries, &a);
     double height = fmax(320, 40 + 16.0 * (double)nseries);
     rh_printf(&h,
               "<figure><svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 820 %.0f' "
@@ -241,10 +261,10 @@ int report_svg_lines(char **out, size_t *len, size_t *cap, const char *title,
 }
 
 static void rh_chart(struct rh *h, const char *title, const char *xlabel, const char *ylabel,
-                     bool logx, const struct report_series *s, size_t ns)
+                     unsigned log, const struct report_series *s, size_t ns)
 {
     if (ns > 0 &&
-        report_svg_lines(&h->s, &h->len, &h->cap, title, xlabel, ylabel, logx, s, ns) < 0)
+        report_svg_lines(&h->s, &h->len, &h->cap, title, xlabel, ylabel, log, s, ns) < 0)
         h->oom = true;
 }
 
@@ -431,7 +451,7 @@ static void rh_accuracy_chart(struct rh *h, const struct db_experiment_data *d,
                 rh_point(set, s, k + 1, sum[k] / cnt[k], NAN);
     }
     rh_chart(h, "Accuracy per epoch (test split where evaluated, else training)", "epoch",
-             "accuracy", false, set->s, set->n);
+             "accuracy", 0, set->s, set->n);
 }
 
 /* Bus bandwidth against message size, one series per operation and configuration. */
@@ -449,8 +469,43 @@ static void rh_busbw_chart(struct rh *h, const json_t *table, struct rh_set *set
         rh_point(set, rh_series(set, lab, false, true), rh_get(r, "bytes"),
                  rh_get(r, "busbw_gbs_mean"), rh_get(r, "busbw_gbs_ci95"));
     }
-    rh_chart(h, "Bus bandwidth against message size", "bytes", "busbw (GB/s)", true, set->s,
-             set->n);
+    rh_chart(h, "Bus bandwidth against message size", "bytes", "busbw (GB/s)", REPORT_LOGX,
+             set->s, set->n);
+}
+
+/* Each operation's measured time against size with its fitted line, on log axes: where
+ * the line leaves the points, the fit does not describe the collective. */
+static void rh_fit_chart(struct rh *h, const json_t *table, const json_t *fits, int64_t exp,
+                         struct rh_set *set)
+{
+    set->n = 0;
+    size_t i, k;
+    json_t *r, *f;
+    json_array_foreach(json_object_get(table, "rows"), i, r)
+    {
+        char ctx[140], lab[160];
+        findings_context(table, r, "op", NULL, ctx, sizeof ctx);
+        const char *op = json_string_value(json_object_get(r, "op"));
+        snprintf(lab, sizeof lab, "%s%s%s measured", op ? op : "", ctx[0] ? " " : "", ctx);
+        double bytes = rh_get(r, "bytes");
+        rh_point(set, rh_series(set, lab, false, false), bytes, rh_get(r, "time_us_median"),
+                 NAN);
+        json_array_foreach((json_t *)fits, k, f)
+        {
+            if (rh_get(f, "experiment") != (double)exp || !op ||
+                strcmp(json_string_value(json_object_get(f, "op")), op) != 0 ||
+                bytes < rh_get(f, "min_bytes") || bytes > rh_get(f, "max_bytes") ||
+                rh_get(f, "world_size") != rh_get(r, "world_size"))
+                continue;
+            snprintf(lab, sizeof lab, "%s %s fit, %g ranks", op,
+                     json_string_value(json_object_get(f, "algorithm")),
+                     rh_get(f, "world_size"));
+            rh_point(set, rh_series(set, lab, true, false), bytes,
+                     rh_get(f, "alpha_us") + rh_get(f, "beta_ns_per_byte") * bytes / 1000, NAN);
+        }
+    }
+    rh_chart(h, "Time per operation against size, measured and fitted (T = α + β·bytes)",
+             "bytes", "time (µs)", REPORT_LOGX | REPORT_LOGY, set->s, set->n);
 }
 
 /* ---- tables ----------------------------------------------------------------------------------- */
@@ -735,6 +790,7 @@ static void rh_experiment(struct rh *h, struct db *db, const struct rh_doc *doc,
     } else {
         rh_table(h, t, rh_coll_cols, sizeof rh_coll_cols / sizeof *rh_coll_cols, "op");
         rh_busbw_chart(h, t, set);
+        rh_fit_chart(h, t, doc->fits_json, d->id, set);
     }
 }
 

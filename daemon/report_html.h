@@ -37,10 +37,12 @@ struct report_series {
     const double *err; /* half-widths of error bars, or NULL */
     bool dashed;       /* a model curve: dashed line, no markers */
 };
-/* Appends an <svg> to *out (malloc'd, grown; *len its length). logx: base-2 axis. -1 on no
- * memory. */
+#define REPORT_LOGX 1u /* a base-2 axis */
+#define REPORT_LOGY 2u
+/* Appends an <svg> to *out (malloc'd, grown; *len its length). log: REPORT_LOGX and/or
+ * REPORT_LOGY. -1 on no memory. */
 int report_svg_lines(char **out, size_t *len, size_t *cap, const char *title,
-                     const char *xlabel, const char *ylabel, bool logx,
+                     const char *xlabel, const char *ylabel, unsigned log,
                      const struct report_series *s, size_t nseries);
 
 #endif

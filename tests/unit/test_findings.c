@@ -201,8 +201,8 @@ static void test_report_svg(void)
     };
     char *out = NULL;
     size_t len = 0, cap = 0;
-    T_CHECK(report_svg_lines(&out, &len, &cap, "Throughput & more", "ranks", "samples/s", false,
-                             s, 2) == 0);
+    T_CHECK(report_svg_lines(&out, &len, &cap, "Throughput & more", "ranks", "samples/s", 0, s,
+                             2) == 0);
     T_CHECK(out && strlen(out) == len);
     T_EQ_INT(count(out, "<svg"), 1);
     T_EQ_INT(count(out, "</svg>"), 1);
@@ -211,6 +211,14 @@ static void test_report_svg(void)
     T_EQ_INT(count(out, "stroke-dasharray"), 2); /* the model's line and its legend */
     T_CHECK(strstr(out, "ddp &lt;measured&gt;") && !strstr(out, "<measured>"));
     T_CHECK(strstr(out, "Throughput &amp; more"));
+    /* log axes: a point at or below 0 cannot be drawn and is left out, not misplaced */
+    const double lx[3] = {1024, 4096, 0}, ly[3] = {10, 40, 5};
+    struct report_series l = {.label = "fit", .n = 3, .x = lx, .y = ly};
+    size_t before = len;
+    T_CHECK(report_svg_lines(&out, &len, &cap, "log", "bytes", "us", REPORT_LOGX | REPORT_LOGY,
+                             &l, 1) == 0);
+    T_EQ_INT(count(out + before, "<circle"), 2);
+    T_CHECK(strstr(out + before, ">4K<") && strstr(out + before, ">1K<"));
     free(out);
 }
 

@@ -525,6 +525,10 @@ def test_model_predictions_and_what_if():
                              "warmup": 2, "sweep": {"op": ["allreduce", "reduce_scatter",
                                                            "all_gather"]}}, timeout=120)
     check(coll["status"] == "succeeded", coll)
+    go(f"/experiments/{coll['id']}", "#runs-table")
+    wait(lambda: count("#fits-table tbody tr") >= 3, what="the fits table")
+    ops = set(js("return [...document.querySelectorAll('#fits-table td[data-col=op]')].map(td => td.textContent)"))
+    check(ops == {"allreduce", "reduce_scatter", "all_gather"}, ops)
     spec = {"name": "dash-model", "workload": "train", "model": "mnist-cnn", "batch_size": 8,
             "steps": 8, "warmup_steps": 2, "trace_steps": 0, "dataset": {"samples": 128},
             "sweep": {"world_size": [1, 2]}}

@@ -70,7 +70,8 @@ function empty(fig, text) {
 
 // opts: {title, desc, x: {label, log, format}, y: {label, log, format, zero, max},
 //        series: [{name, points: [{x, y, lo?, hi?}], dash?, color?, ref?}]}
-// A series with ref: true is a reference (the ideal line): dashed, no point markers.
+// A series with ref: true is a reference (the ideal line): dashed, no point markers; one
+// with model: true is a prediction: its points hollow.
 export function lineChart(opts) {
   const fig = frame(opts.title, opts.desc);
   // a log axis cannot show values <= 0: such points are left out, such error bars cut
@@ -118,7 +119,8 @@ export function lineChart(opts) {
       for (const p of pts) {
         if (Number.isFinite(p.lo) && Number.isFinite(p.hi) && p.hi > p.lo)
           g.append(svg('line', { class: 'err', x1: px(p.x), x2: px(p.x), y1: py(Math.max(p.lo, Y.lo)), y2: py(Math.min(p.hi, Y.hi)), stroke: color }));
-        g.append(svg('circle', { class: 'pt', cx: px(p.x).toFixed(1), cy: py(p.y).toFixed(1), r: 3.5, fill: color },
+        // a model's points are hollow: predicted, not measured
+        g.append(svg('circle', { class: s.model ? 'model-pt' : 'pt', cx: px(p.x).toFixed(1), cy: py(p.y).toFixed(1), r: 3.5, fill: s.model ? '#ffffff' : color, stroke: color, 'stroke-width': s.model ? 1.5 : 0 },
           svg('title', {}, `${s.name}: ${opts.x.label} ${fx(p.x)}, ${opts.y.label} ${fy(p.y)}` + (Number.isFinite(p.lo) && Number.isFinite(p.hi) ? ` (95% CI ${fy(p.lo)} to ${fy(p.hi)})` : ''))));
       }
     }

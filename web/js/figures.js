@@ -85,8 +85,8 @@ export function trainingCharts(sources) {
     // the performance model's prediction of the same rows (docs/model.md): dashed
     const model = g.rows.filter((r) => r.world_size > 0 && Number.isFinite(r.pred_throughput));
     if (model.length) {
-      thr.push({ name: `${g.name} · model`, dash: '2 3', points: model.map((r) => ({ x: r.world_size, y: r.pred_throughput })) });
-      eff.push({ name: `${g.name} · model`, dash: '2 3', points: model.map((r) => ({ x: r.world_size, y: r.pred_efficiency })) });
+      thr.push({ name: `${g.name} · model`, dash: '2 3', model: true, points: model.map((r) => ({ x: r.world_size, y: r.pred_throughput })) });
+      eff.push({ name: `${g.name} · model`, dash: '2 3', model: true, points: model.map((r) => ({ x: r.world_size, y: r.pred_efficiency })) });
     }
   });
   const ws = [...new Set(groups.flatMap((g) => g.rows.map((r) => r.world_size)).filter((w) => w > 0))];
@@ -120,7 +120,7 @@ function modelBars(rows) {
 // POST /v1/predict's curves as speed-up against world size (log scale), the measured
 // speed-ups of the results table as points on the same axes, and the ideal line.
 export function whatIfChart(pred, table) {
-  const series = pred.predictions.map((c) => ({ name: `${c.strategy} · model (run ${c.base_run})`, dash: '2 3',
+  const series = pred.predictions.map((c) => ({ name: `${c.strategy} · model (run ${c.base_run})`, dash: '2 3', model: true,
     points: c.points.map((p) => ({ x: p.world_size, y: p.speedup })) }));
   if (table) {
     const groups = groupSeries([{ label: '', table }], 'world_size', ['world_size']);
@@ -232,8 +232,6 @@ const bytesOrDash = (v) => (v === null || v === undefined ? '—' : fmtBytes(Mat
 export const COLUMN_FORMAT = Object.fromEntries(['bytes',
   ...['params', 'buffers', 'grads', 'optimizer', 'comm', 'activations', 'model_state', 'peak_rss', 'device_peak']
     .flatMap((m) => [`${m}_bytes_mean`, `${m}_bytes_ci95`])].map((c) => [c, bytesOrDash]));
-// the model's relative error as a signed percentage
-COLUMN_FORMAT.pred_step_err = (v) => (v === null || v === undefined ? '—' : `${v > 0 ? '+' : ''}${(v * 100).toFixed(1)}%`);
 
 export function describeRun(run) {
   const p = run.params && Object.keys(run.params).length ? Object.entries(run.params).map(([k, v]) => `${k}=${v}`).join(', ') : `world_size=${run.world_size}`;

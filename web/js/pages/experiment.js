@@ -30,6 +30,7 @@ export async function renderExperiment(main, id, query) {
   const epochsBox = el('div', { class: 'charts', id: 'epoch-charts' });
   const stragglerBox = el('div', { id: 'stragglers' });
   const whatIfBox = el('div', { class: 'charts', id: 'what-if' });
+  const fitsBox = el('div', { id: 'fits' });
   const linkBw = el('input', { id: 'whatif-bw', type: 'number', min: '0', step: 'any', placeholder: 'fitted', size: 8 });
   const linkLat = el('input', { id: 'whatif-lat', type: 'number', min: '0', step: 'any', placeholder: 'fitted', size: 8 });
   const maxWorld = el('select', { id: 'whatif-max' }, [16, 64, 256, 1024].map((n) => el('option', { value: n, selected: n === 64 }, String(n))));
@@ -55,6 +56,7 @@ export async function renderExperiment(main, id, query) {
         () => `/v1/experiments/${id}/results${resultsQuery() ? resultsQuery() + '&' : '?'}format=csv`)),
     resultsBox,
     el('h2', {}, 'Charts'), chartsBox,
+    ...(training ? [] : [el('h2', {}, 'Network fits: T = α + β·bytes'), fitsBox]),
     ...(training ? [el('h2', {}, 'What if: the performance model'),
       el('form', { class: 'toolbar', id: 'whatif-form', onsubmit: (ev) => { ev.preventDefault(); drawWhatIf(); } },
         el('div', { class: 'field' }, el('label', { for: 'whatif-bw' }, 'Link Gbit/s (empty: the network fits)'), linkBw),
@@ -162,6 +164,20 @@ export async function renderExperiment(main, id, query) {
       el('p', { class: 'muted', id: 'whatif-source' }, `Network: ${src}. ` + (notes.length ? notes.join('; ') + '.' : 'Communication stays behind backward up to the largest world size shown.')));
   }
 
+  // GET /v1/experiments/ID/fit: the latency-bandwidth fit of each op the experiment timed,
+  // which training experiments' predictions then name by id.
+  async function drawFits() {
+    let reply;
+    try { reply = await api(`/v1/experiments/${id}/fit`); } catch (e) { fitsBox.replaceChildren(errorBox('Cannot read the fits', e)); return; }
+    const cols = ['id', 'op', 'algorithm', 'world_size', 'nodes', 'alpha_us', 'beta_ns_per_byte', 'bandwidth_gbs', 'gamma_ns_per_byte', 'r2', 'worst_residual', 'points', 'min_bytes', 'max_bytes'];
+    const num = (v) => (v === null || v === undefined ? '—' : fmtNum(v));
+    fitsBox.replaceChildren(reply.fits.length
+      ? dataTable(cols, reply.fits, { caption: `Fits of model version ${reply.model_version}: least squares on relative residuals; gamma is the reduction's part of beta where an all_gather separates it`, format: { id: (v) => (v === null ? 'not stored yet' : String(v)), alpha_us: num, beta_ns_per_byte: num, bandwidth_gbs: num, gamma_ns_per_byte: num, r2: num, worst_residual: (v) => (v === null ? '—' : (v * 100).toFixed(1) + '%'), min_bytes: fmtBytes, max_bytes: fmtBytes } })
+      : el('p', { class: 'muted' }, 'No fit yet: each needs two sizes or more of one op and algorithm.'));
+    const t = fitsBox.querySelector('table');
+    if (t) t.id = 'fits-table';
+  }
+
   // One run's ranks (GET /v1/runs/ID): the node each ran on, its process and how it ended.
   async function drawRanks() {
     const candidates = exp.runs.filter((r) => r.status !== 'queued');
@@ -210,6 +226,7 @@ export async function renderExperiment(main, id, query) {
       await drawRanks();
       if (training) await drawTraining();
       if (training && TERMINAL.includes(asOf) && !whatIfBox.dataset.drawn) { whatIfBox.dataset.drawn = '1'; await drawWhatIf(); }
+      if (!training) await drawFits();
     } catch (e) {
       resultsBox.replaceChildren(errorBox('Cannot read the results', e));
     } finally {
