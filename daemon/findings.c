@@ -169,7 +169,7 @@ static void f_rule_fastest(const json_t *table, json_t *out)
         if (isfinite(c1) && isfinite(c2)) {
             bool apart = t1 - c1 > t2 + c2;
             snprintf(text, sizeof text,
-                     "At %%0 ranks%s, %s is the fastest strategy: %%1 samples/s (95%% CI "
+                     "At world size %%0%s, %s is the fastest strategy: %%1 samples/s (95%% CI "
                      "± %%2), %%3× %s (%%4 samples/s ± %%5)%s.",
                      ctx, f_str(best, "strategy"), f_str(second, "strategy"),
                      apart ? ""
@@ -179,7 +179,7 @@ static void f_rule_fastest(const json_t *table, json_t *out)
                   c1, "ratio", ratio, "runner_up_throughput", t2, "runner_up_ci95", c2);
         } else {
             snprintf(text, sizeof text,
-                     "At %%0 ranks%s, %s is the fastest strategy: %%1 samples/s, %%2× %s "
+                     "At world size %%0%s, %s is the fastest strategy: %%1 samples/s, %%2× %s "
                      "(%%3 samples/s); one repeat each, so no interval says whether the "
                      "difference would hold.",
                      ctx, f_str(best, "strategy"), f_str(second, "strategy"));
@@ -284,13 +284,14 @@ static void f_model_miss(const json_t *table, const json_t *r, json_t *out)
     if (worst < 0)
         return;
     bool strags = isfinite(strag) && strag > 0.1 * step;
-    snprintf(text, sizeof text,
-             "At %%0 ranks%s, %s's measured step (%%1 ms) is %%2 %% %s the model's %%3 ms. "
-             "The phase that departs most is %s: %%4 ms measured against %%5 ms predicted%s.",
-             ctx, who, err > 0 ? "below" : "above", phases[worst].cause,
-             strags ? "; stragglers add to it: the slowest rank finished %6 ms after the "
-                      "fastest per step"
-                    : "");
+    snprintf(
+        text, sizeof text,
+        "At world size %%0%s, %s's measured step (%%1 ms) is %%2 %% %s the model's %%3 ms. "
+        "The phase that departs most is %s: %%4 ms measured against %%5 ms predicted%s.",
+        ctx, who, err > 0 ? "below" : "above", phases[worst].cause,
+        strags ? "; stragglers add to it: the slowest rank finished %6 ms after the "
+                 "fastest per step"
+               : "");
     f_add(out, "model_miss", text, strags ? 7 : 6, "world_size", w, "measured_step_ms", step,
           "error_pct", fabs(err) * 100, "predicted_step_ms", pred, "measured_phase_ms",
           f_num(r, phases[worst].meas), "predicted_phase_ms", f_num(r, phases[worst].pred),
@@ -410,8 +411,11 @@ static void f_rule_fits(const json_t *fits, json_t *out)
         snprintf(text, sizeof text,
                  "%s (%s) over %s at %%0 ranks fits T = α + β·bytes with α = %%1 µs and β = "
                  "%%2 ns/byte (%%3 GB/s), R² = %%4, worst residual %%5 %% over %%6 "
-                 "sizes%s.",
+                 "sizes%s%s.",
                  f_str(f, "op"), f_str(f, "algorithm"), f_str(f, "backend"),
+                 f_num(f, "points") < 3
+                     ? " (two sizes: a line through them, which tests nothing)"
+                     : "",
                  isfinite(g) ? "; %7 ns/byte of β is the reduction's arithmetic" : "");
         f_add(out, "fit", text, isfinite(g) ? 8 : 7, "world_size", f_num(f, "world_size"),
               "alpha_us", f_num(f, "alpha_us"), "beta_ns_per_byte",

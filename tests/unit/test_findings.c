@@ -106,9 +106,9 @@ static void test_findings_training(void)
     const json_t *got[8];
     /* fastest: ddp at both scales; at 1 rank within the intervals, at 4 ranks apart */
     T_EQ_INT(of_rule(fs, "fastest", got, 8), 2);
-    T_CHECK(says(got[0], "At 1 ranks") && says(got[0], "ddp is the fastest") &&
+    T_CHECK(says(got[0], "At world size 1") && says(got[0], "ddp is the fastest") &&
             says(got[0], "not distinguishable"));
-    T_CHECK(says(got[1], "At 4 ranks") && says(got[1], "1.20× naive") &&
+    T_CHECK(says(got[1], "At world size 4") && says(got[1], "1.20× naive") &&
             !says(got[1], "not distinguishable"));
     /* scaling: each strategy's largest scale */
     T_EQ_INT(of_rule(fs, "scaling", got, 8), 2);
@@ -123,7 +123,9 @@ static void test_findings_training(void)
     T_EQ_INT(of_rule(fs, "model", got, 8), 1);
     T_CHECK(says(got[0], "1 of 2") && says(got[0], "within 15 %"));
     T_EQ_INT(of_rule(fs, "model_miss", got, 8), 1);
-    T_CHECK(says(got[0], "naive's measured step (40 ms) is 25 % above the model's 30 ms"));
+    T_CHECK(
+        says(got[0],
+             "At world size 4, naive's measured step (40 ms) is 25 % above the model's 30 ms"));
     T_CHECK(says(got[0], "exposed communication") &&
             says(got[0], "12 ms measured against 6 ms"));
     T_CHECK(says(got[0], "stragglers") && says(got[0], "5 ms after"));
