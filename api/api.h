@@ -104,6 +104,11 @@ int api_query_check(const struct api_request *req, const char *const *allowed, s
 int api_query_int(const struct api_request *req, const char *key, int64_t lo, int64_t hi,
                   int64_t def, int64_t *out, struct err *e);
 
+/* Appends the ids of query argument key ("3,7": each an id as a path takes it, repeats
+ * dropped) to ids[*n..cap). Absent or empty: nothing. ERR_INVALID naming key. */
+int api_query_ids(const struct api_request *req, const char *key, int64_t *ids, size_t cap,
+                  size_t *n, struct err *e);
+
 /* Sets rep's body to text, compact JSON built elsewhere (SQLite), ending in a newline as
  * every JSON reply does. Takes text (malloc'd; freed on failure too). */
 int api_reply_json_text(struct api_reply *rep, char *text, struct err *e);

@@ -489,7 +489,7 @@ int h_experiments_results(struct api_ctx *ctx, const struct api_request *req,
     size_t nfit_ids = 0;
     if (api_query_check(req, args, e) < 0 ||
         h_split_group_by(api_query_get(req, "group_by"), buf, sizeof buf, names, &n, e) < 0 ||
-        h_parse_ids(api_query_get(req, "fit"), "fit", fit_ids, 16, &nfit_ids, e) < 0)
+        api_query_ids(req, "fit", fit_ids, 16, &nfit_ids, e) < 0)
         return -1;
     if (format && strcmp(format, "json") != 0 && strcmp(format, "csv") != 0)
         return err_set(e, ERR_INVALID, "format", "format must be json or csv, got '%s'",

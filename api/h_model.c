@@ -1,6 +1,5 @@
 /* h_model: the performance model's endpoints (issue 18, daemon/model.h): an experiment's
- * network fits, what-if predictions, and the written report. The id lists they take
- * ("with", "fit") are parsed here once. */
+ * network fits, what-if predictions, and the written report. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,31 +9,6 @@
 
 #define H_MAX_IDS 16
 
-int h_parse_ids(const char *s, const char *field, int64_t *ids, size_t cap, size_t *n,
-                struct err *e)
-{
-    size_t have = *n;
-    while (s && *s) {
-        char *end;
-        long long v = strtoll(s, &end, 10);
-        if (end == s || v < 1 || (*end && *end != ','))
-            return err_set(e, ERR_INVALID, field,
-                           "%s: must be experiment ids separated by commas (\"3,7\")", field);
-        if (have == cap)
-            return err_set(e, ERR_INVALID, field, "%s: at most %zu ids", field, cap);
-        bool dup = false;
-        for (size_t i = 0; i < have; i++)
-            dup = dup || ids[i] == v;
-        if (!dup)
-            ids[have++] = v;
-        s = *end ? end + 1 : end;
-        if (*end && !*s)
-            return err_set(e, ERR_INVALID, field, "%s: a trailing comma names no id", field);
-    }
-    *n = have;
-    return 0;
-}
-
 /* The experiment of the path, then those of ?with=, into ids (H_MAX_IDS). */
 static int h_model_ids(const struct api_request *req, int64_t *ids, size_t *n, struct err *e)
 {
@@ -43,7 +17,7 @@ static int h_model_ids(const struct api_request *req, int64_t *ids, size_t *n, s
     *n = 1;
     if (api_query_check(req, args, e) < 0)
         return -1;
-    return h_parse_ids(api_query_get(req, "with"), "with", ids, H_MAX_IDS, n, e);
+    return api_query_ids(req, "with", ids, H_MAX_IDS, n, e);
 }
 
 int h_experiments_fit(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,

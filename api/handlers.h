@@ -33,10 +33,6 @@ int h_experiments_report(struct api_ctx *ctx, const struct api_request *req,
                          struct api_reply *rep, struct err *e);
 int h_predict(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
               struct err *e);
-/* Appends the ids of "3,7" (each >= 1, repeats dropped) to ids[*n..cap). ERR_INVALID naming
- * field. */
-int h_parse_ids(const char *s, const char *field, int64_t *ids, size_t cap, size_t *n,
-                struct err *e);
 /* h_runs.c */
 int h_runs_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                struct err *e);

@@ -246,6 +246,34 @@ int api_query_int(const struct api_request *req, const char *key, int64_t lo, in
     return 0;
 }
 
+int api_query_ids(const struct api_request *req, const char *key, int64_t *ids, size_t cap,
+                  size_t *n, struct err *e)
+{
+    const char *s = api_query_get(req, key);
+    size_t have = *n;
+    while (s && *s) {
+        const char *comma = strchr(s, ',');
+        size_t len = comma ? (size_t)(comma - s) : strlen(s);
+        int64_t v;
+        if (!routes_parse_id(s, len, &v))
+            return err_set(e, ERR_INVALID, key,
+                           "%s: must be ids (1 to 18 digits) separated by commas (\"3,7\")",
+                           key);
+        bool dup = false;
+        for (size_t i = 0; i < have; i++)
+            dup = dup || ids[i] == v;
+        if (!dup && have == cap)
+            return err_set(e, ERR_INVALID, key, "%s: at most %zu ids", key, cap);
+        if (!dup)
+            ids[have++] = v;
+        if (comma && !comma[1])
+            return err_set(e, ERR_INVALID, key, "%s: a trailing comma names no id", key);
+        s = comma ? comma + 1 : s + len;
+    }
+    *n = have;
+    return 0;
+}
+
 int api_reply_json_text(struct api_reply *rep, char *text, struct err *e)
 {
     size_t len = strlen(text);

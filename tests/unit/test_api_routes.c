@@ -217,6 +217,29 @@ static void test_routes_query_helpers(void)
     T_EQ_STR(e.field, "bad");
     req.nquery = 2;
     T_OK(api_query_check(&req, allowed, &e));
+
+    /* id lists (?with=, ?fit=): appended after what is there, repeats dropped, each id as
+     * a path takes it; anything else refused naming the argument */
+    int64_t ids[4] = {9};
+    size_t n = 1;
+    struct api_query_arg list[] = {{"with", "3,7,3,9"}};
+    struct api_request lr = {.method = "GET", .path = "/", .query = list, .nquery = 1};
+    T_OK(api_query_ids(&lr, "with", ids, 4, &n, &e));
+    T_EQ_INT(n, 3);
+    T_EQ_INT(ids[1], 3);
+    T_EQ_INT(ids[2], 7);
+    n = 0;
+    T_OK(api_query_ids(&lr, "absent", ids, 4, &n, &e));
+    T_EQ_INT(n, 0);
+    static const char *const bad[] = {
+        "x", "1,", ",1", "0", "1,,2", "-3", "1234567890123456789", "1,2,3,4,5"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        list[0].value = bad[i];
+        n = 0;
+        T_CHECK_MSG(api_query_ids(&lr, "with", ids, 4, &n, &e) < 0 && e.code == ERR_INVALID &&
+                        strcmp(e.field, "with") == 0,
+                    "'%s' accepted", bad[i]);
+    }
 }
 
 static void test_routes_static_files(void)
