@@ -3,6 +3,7 @@
 #include "common/buf.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -57,6 +58,28 @@ int buf_append(struct buf *b, const void *p, size_t n)
 int buf_append_str(struct buf *b, const char *s)
 {
     return buf_append(b, s, strlen(s));
+}
+
+int buf_vprintf(struct buf *b, const char *fmt, va_list ap)
+{
+    va_list again;
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, again);
+    va_end(again);
+    if (n < 0 || buf_reserve(b, (size_t)n + 1) < 0)
+        return -1;
+    vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+    return 0;
+}
+
+int buf_printf(struct buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = buf_vprintf(b, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 static int buf_put_le(struct buf *b, uint64_t v, int nbytes)

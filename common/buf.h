@@ -7,6 +7,7 @@
 #ifndef DDPB_BUF_H
 #define DDPB_BUF_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +25,10 @@ void buf_reset(struct buf *b); /* len = 0, memory kept */
 int buf_reserve(struct buf *b, size_t extra);
 int buf_append(struct buf *b, const void *p, size_t n);
 int buf_append_str(struct buf *b, const char *s);
+/* Appends printf-formatted text; the byte after it is a NUL that len does not count, so
+ * data reads as a C string while only text is appended. -1 on allocation failure. */
+int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int buf_vprintf(struct buf *b, const char *fmt, va_list ap);
 int buf_put_u8(struct buf *b, uint8_t v);
 int buf_put_u16(struct buf *b, uint16_t v);
 int buf_put_u32(struct buf *b, uint32_t v);

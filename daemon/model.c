@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/buf.h"
 #include "common/spec.h"
 
 #define MODEL_MAX_FITS 4096
@@ -369,16 +370,15 @@ json_t *model_step_json(const struct perf_step *st, double samples)
 
 char *model_used_ids(const struct perf_fit *fits, size_t n, const bool *used)
 {
-    size_t cap = n * 22 + 1, len = 0;
-    char *s = malloc(cap);
-    if (!s)
-        return NULL;
-    s[0] = 0;
-    for (size_t i = 0; i < n; i++)
+    struct buf b;
+    buf_init(&b);
+    int rc = buf_printf(&b, "%s", ""); /* "" when none is stored */
+    for (size_t i = 0; rc == 0 && i < n; i++)
         if (used[i] && fits[i].id > 0)
-            len += (size_t)snprintf(s + len, cap - len, "%s%lld", len ? "," : "",
-                                    (long long)fits[i].id);
-    return s;
+            rc = buf_printf(&b, "%s%lld", b.len ? "," : "", (long long)fits[i].id);
+    if (rc < 0)
+        buf_free(&b);
+    return (char *)b.data;
 }
 
 /* ---- POST /v1/predict ------------------------------------------------------------------- */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/buf.h"
 #include "common/clock.h"
 #include "daemon/findings.h"
 #include "daemon/model.h"
@@ -19,40 +20,19 @@
 
 /* ---- the page buffer ---------------------------------------------------------------------- */
 
+/* The page being written; a failed append marks it, and the page is then refused whole. */
 struct rh {
-    char *s;
-    size_t len, cap;
+    struct buf b;
     bool oom;
 };
 
-static void rh_vprintf(char **s, size_t *len, size_t *cap, bool *oom, const char *fmt,
-                       va_list ap)
-{
-    va_list ap2;
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap2);
-    va_end(ap2);
-    if (n < 0 || *oom)
-        return;
-    if (*len + (size_t)n + 1 > *cap) {
-        size_t c = (*cap ? *cap * 2 : 8192) + (size_t)n;
-        char *g = realloc(*s, c);
-        if (!g) {
-            *oom = true;
-            return;
-        }
-        *s = g;
-        *cap = c;
-    }
-    vsnprintf(*s + *len, *cap - *len, fmt, ap);
-    *len += (size_t)n;
-}
-
+static void rh_printf(struct rh *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void rh_printf(struct rh *h, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    rh_vprintf(&h->s, &h->len, &h->cap, &h->oom, fmt, ap);
+    if (!h->oom && buf_vprintf(&h->b, fmt, ap) < 0)
+        h->oom = true;
     va_end(ap);
 }
 
@@ -228,11 +208,10 @@ static void rh_legend(struct rh *h, const struct report_series *s, size_t ns, do
     }
 }
 
-int report_svg_lines(char **out, size_t *len, size_t *cap, const char *title,
-                     const char *xlabel, const char *ylabel, unsigned log,
-                     const struct report_series *s, size_t nseries)
+int report_svg_lines(struct buf *out, const char *title, const char *xlabel, const char *ylabel,
+                     unsigned log, const struct report_series *s, size_t nseries)
 {
-    struct rh h = {*out, *len, *cap, false};
+    struct rh h = {*out, false};
     struct rh_axes a = {.left = 64,
                         .top = 30,
                         .w = 430,
@@ -254,17 +233,14 @@ int report_svg_lines(char **out, size_t *len, size_t *cap, const char *title,
         rh_series_draw(&h, &a, &s[i], rh_colors[i % RH_NCOLORS]);
     rh_legend(&h, s, nseries, 515, 40);
     rh_printf(&h, "</svg></figure>\n");
-    *out = h.s;
-    *len = h.len;
-    *cap = h.cap;
+    *out = h.b;
     return h.oom ? -1 : 0;
 }
 
 static void rh_chart(struct rh *h, const char *title, const char *xlabel, const char *ylabel,
                      unsigned log, const struct report_series *s, size_t ns)
 {
-    if (ns > 0 &&
-        report_svg_lines(&h->s, &h->len, &h->cap, title, xlabel, ylabel, log, s, ns) < 0)
+    if (ns > 0 && report_svg_lines(&h->b, title, xlabel, ylabel, log, s, ns) < 0)
         h->oom = true;
 }
 
@@ -802,7 +778,8 @@ char *report_html_build(struct db *db, const int64_t *ids, size_t n, size_t *len
         return NULL;
     }
     struct rh_set *set = malloc(sizeof *set);
-    struct rh h = {0};
+    struct rh h = {.oom = false};
+    buf_init(&h.b);
     json_t *findings = findings_build((const json_t *const *)doc.tables, doc.n, doc.fits_json);
     char when[64] = "";
     time_t now = (time_t)clock_wall_s();
@@ -842,10 +819,10 @@ char *report_html_build(struct db *db, const int64_t *ids, size_t n, size_t *len
     free(set);
     rh_doc_free(&doc);
     if (h.oom || !set) {
-        free(h.s);
+        buf_free(&h.b);
         err_set(e, ERR_NOMEM, NULL, "report: out of memory");
         return NULL;
     }
-    *len = h.len;
-    return h.s;
+    *len = h.b.len;
+    return (char *)h.b.data; /* NUL-terminated: buf_printf */
 }

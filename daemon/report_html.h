@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/buf.h"
 #include "common/err.h"
 #include "daemon/db.h"
 
@@ -39,10 +40,8 @@ struct report_series {
 };
 #define REPORT_LOGX 1u /* a base-2 axis */
 #define REPORT_LOGY 2u
-/* Appends an <svg> to *out (malloc'd, grown; *len its length). log: REPORT_LOGX and/or
- * REPORT_LOGY. -1 on no memory. */
-int report_svg_lines(char **out, size_t *len, size_t *cap, const char *title,
-                     const char *xlabel, const char *ylabel, unsigned log,
-                     const struct report_series *s, size_t nseries);
+/* Appends an <svg> to out. log: REPORT_LOGX and/or REPORT_LOGY. -1 on no memory. */
+int report_svg_lines(struct buf *out, const char *title, const char *xlabel, const char *ylabel,
+                     unsigned log, const struct report_series *s, size_t nseries);
 
 #endif

@@ -91,6 +91,25 @@ static void lines_note(void *ctx, const char *line, size_t len)
              line ? (int)len : 1, line ? line : "#");
 }
 
+/* buf_printf appends formatted text, always followed by a NUL len does not count, and
+ * grows past any first capacity (a text longer than a page of the report). */
+static void test_buf_printf(void)
+{
+    struct buf b;
+    buf_init(&b);
+    T_CHECK(buf_printf(&b, "%s", "") == 0 && b.len == 0 && b.data && b.data[0] == 0);
+    T_CHECK(buf_printf(&b, "<p>%d %s</p>", 42, "ranks") == 0);
+    T_EQ_STR((const char *)b.data, "<p>42 ranks</p>");
+    T_EQ_INT(b.len, strlen("<p>42 ranks</p>"));
+    for (int i = 0; i < 2000; i++)
+        T_CHECK(buf_printf(&b, "%04d", i) == 0);
+    T_EQ_INT(b.len, strlen("<p>42 ranks</p>") + 8000);
+    T_CHECK(b.data[b.len] == 0 && memcmp(b.data + b.len - 4, "1999", 4) == 0);
+    buf_append(&b, "x", 1); /* raw appends keep working after it */
+    T_EQ_INT(b.data[b.len - 1], 'x');
+    buf_free(&b);
+}
+
 static void test_buf_read_lines(void)
 {
     int p[2];
@@ -186,6 +205,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_buf_roundtrip);
     TEST_RUN(test_buf_reader_never_overreads);
     TEST_RUN(test_buf_consume_and_growth);
+    TEST_RUN(test_buf_printf);
     TEST_RUN(test_buf_read_lines);
     TEST_RUN(test_err_format);
     TEST_RUN(test_clock_iso_matches_gmtime);

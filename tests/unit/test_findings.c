@@ -201,11 +201,11 @@ static void test_report_svg(void)
         {.label = "ddp <measured>", .n = 3, .x = x, .y = y, .err = err},
         {.label = "ddp: model", .n = 3, .x = x, .y = my, .dashed = true},
     };
-    char *out = NULL;
-    size_t len = 0, cap = 0;
-    T_CHECK(report_svg_lines(&out, &len, &cap, "Throughput & more", "ranks", "samples/s", 0, s,
-                             2) == 0);
-    T_CHECK(out && strlen(out) == len);
+    struct buf b;
+    buf_init(&b);
+    T_CHECK(report_svg_lines(&b, "Throughput & more", "ranks", "samples/s", 0, s, 2) == 0);
+    const char *out = (const char *)b.data;
+    T_CHECK(out && strlen(out) == b.len);
     T_EQ_INT(count(out, "<svg"), 1);
     T_EQ_INT(count(out, "</svg>"), 1);
     T_EQ_INT(count(out, "<polyline"), 2);
@@ -216,12 +216,12 @@ static void test_report_svg(void)
     /* log axes: a point at or below 0 cannot be drawn and is left out, not misplaced */
     const double lx[3] = {1024, 4096, 0}, ly[3] = {10, 40, 5};
     struct report_series l = {.label = "fit", .n = 3, .x = lx, .y = ly};
-    size_t before = len;
-    T_CHECK(report_svg_lines(&out, &len, &cap, "log", "bytes", "us", REPORT_LOGX | REPORT_LOGY,
-                             &l, 1) == 0);
+    size_t before = b.len;
+    T_CHECK(report_svg_lines(&b, "log", "bytes", "us", REPORT_LOGX | REPORT_LOGY, &l, 1) == 0);
+    out = (const char *)b.data;
     T_EQ_INT(count(out + before, "<circle"), 2);
     T_CHECK(strstr(out + before, ">4K<") && strstr(out + before, ">1K<"));
-    free(out);
+    buf_free(&b);
 }
 
 int main(int argc, char **argv)
