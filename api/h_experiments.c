@@ -468,13 +468,7 @@ static int h_results_fits(struct api_ctx *ctx, const struct db_experiment_data *
     *nf = 0;
     if (strcmp(data->workload, "train") != 0 || data->nruns == 0)
         return 0;
-    if (n > 0)
-        return model_fits_load(ctx->db, ids, n, fits, nf, e);
-    const json_t *spec = data->runs[0].spec;
-    const char *backend = json_string_value(json_object_get(spec, "backend"));
-    const char *device = json_string_value(json_object_get(spec, "device"));
-    return model_fits_latest(ctx->db, backend ? backend : "tcp", device ? device : "cpu", fits,
-                             nf, e);
+    return model_fits_choose(ctx->db, ids, n, data->runs[0].spec, fits, nf, e);
 }
 
 int h_experiments_results(struct api_ctx *ctx, const struct api_request *req,

@@ -169,8 +169,10 @@ int model_fits_load(struct db *db, const int64_t *ids, size_t nid, struct perf_f
     return 0;
 }
 
-int model_fits_latest(struct db *db, const char *backend, const char *device,
-                      struct perf_fit **out, size_t *n, struct err *e)
+/* The fits of the most recent finished collective experiment that has one for backend
+ * and device (none: *n = 0, no error). */
+static int model_fits_latest(struct db *db, const char *backend, const char *device,
+                             struct perf_fit **out, size_t *n, struct err *e)
 {
     int64_t ids[MODEL_LATEST_SCAN];
     size_t nid = 0;
@@ -194,6 +196,19 @@ int model_fits_latest(struct db *db, const char *backend, const char *device,
         free(f);
     }
     return 0;
+}
+
+int model_fits_choose(struct db *db, const int64_t *ids, size_t nid, const json_t *spec,
+                      struct perf_fit **out, size_t *n, struct err *e)
+{
+    *out = NULL;
+    *n = 0;
+    if (nid > 0)
+        return model_fits_load(db, ids, nid, out, n, e);
+    if (!spec)
+        return 0;
+    return model_fits_latest(db, model_str(spec, "backend", "tcp"),
+                             model_str(spec, "device", "cpu"), out, n, e);
 }
 
 static json_t *model_num(double d)
@@ -651,9 +666,7 @@ json_t *model_predict(struct db *db, const json_t *body, struct err *e)
                               : "experiment %lld has no one-rank run to predict from",
                      (long long)(r.run_id ? r.run_id : r.exp_id));
     if (rc == 0 && !r.has_link) {
-        rc = r.nfit ? model_fits_load(db, r.fit_ids, r.nfit, &fits, &nf, e)
-                    : model_fits_latest(db, model_str(first->spec, "backend", "tcp"),
-                                        model_str(first->spec, "device", "cpu"), &fits, &nf, e);
+        rc = model_fits_choose(db, r.fit_ids, r.nfit, first->spec, &fits, &nf, e);
         if (rc == 0 && nf == 0)
             rc = err_set(e, ERR_CONFLICT, "fit",
                          "no network fit for backend %s: run a collective experiment on it "

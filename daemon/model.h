@@ -34,9 +34,11 @@ int model_fits_compute(const struct db_experiment_data *d, struct perf_fit **out
  * none. *out owned (free()). ERR_NOT_FOUND. */
 int model_fits_load(struct db *db, const int64_t *ids, size_t nid, struct perf_fit **out,
                     size_t *n, struct err *e);
-/* The fits of the most recent finished collective experiment that has one for backend
- * and device (none: *n = 0, no error). *out owned (free()). */
-int model_fits_latest(struct db *db, const char *backend, const char *device,
+/* The fits predictions of a run of spec use: those of experiments ids[0..nid) when any is
+ * named, else the most recent finished collective experiment's that has one for spec's
+ * backend and device (spec NULL, or none found: *n = 0, no error). *out owned (free()).
+ * One choice for results rows, the report and POST /v1/predict. */
+int model_fits_choose(struct db *db, const int64_t *ids, size_t nid, const json_t *spec,
                       struct perf_fit **out, size_t *n, struct err *e);
 json_t *model_fit_json(const struct perf_fit *f);
 

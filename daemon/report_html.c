@@ -715,20 +715,10 @@ static int rh_doc_load(struct db *db, const int64_t *ids, size_t n, struct rh_do
         if (strcmp(d->data[i].workload, "collective") == 0)
             coll[ncoll++] = ids[i];
     }
-    int rc = 0;
-    if (ncoll > 0) {
-        rc = model_fits_load(db, coll, ncoll, &d->fits, &d->nfits, e);
-    } else {
-        for (size_t i = 0; i < d->n && rc == 0 && d->nfits == 0; i++)
-            if (d->data[i].nruns > 0) {
-                const json_t *spec = d->data[i].runs[0].spec;
-                const char *b = json_string_value(json_object_get(spec, "backend"));
-                const char *dev = json_string_value(json_object_get(spec, "device"));
-                rc = model_fits_latest(db, b ? b : "tcp", dev ? dev : "cpu", &d->fits,
-                                       &d->nfits, e);
-            }
-    }
-    if (rc < 0)
+    const json_t *spec = NULL; /* the first run's: its backend picks the default fits */
+    for (size_t i = 0; i < d->n && !spec; i++)
+        spec = d->data[i].nruns > 0 ? d->data[i].runs[0].spec : NULL;
+    if (model_fits_choose(db, coll, ncoll, spec, &d->fits, &d->nfits, e) < 0)
         return -1;
     d->fits_json = json_array();
     for (size_t i = 0; i < d->nfits; i++)
