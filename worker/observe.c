@@ -35,14 +35,21 @@ void observe_init(struct observe *o, struct report_writer *w, const char *nvml_l
     }
 }
 
+/* Frees the readiness record and empties it. */
+static void observe_grads_free(struct observe_grads *g)
+{
+    free(g->bytes);
+    free(g->ready);
+    free(g->bwd);
+    memset(g, 0, sizeof *g);
+}
+
 void observe_cleanup(struct observe *o)
 {
     gpu_nvml_close(o->nvml);
     json_decref(o->spans);
     json_decref(o->ops);
-    free(o->grads.bytes);
-    free(o->grads.ready);
-    free(o->grads.bwd);
+    observe_grads_free(&o->grads);
     memset(o, 0, sizeof *o);
 }
 
@@ -182,14 +189,6 @@ int observe_trace_emit(struct observe *o, int repeat, int64_t step, struct err *
 }
 
 /* --- gradient readiness ------------------------------------------------------------------ */
-
-static void observe_grads_free(struct observe_grads *g)
-{
-    free(g->bytes);
-    free(g->ready);
-    free(g->bwd);
-    memset(g, 0, sizeof *g);
-}
 
 int observe_grads_begin(struct observe *o, const int64_t *bytes, int nt, struct err *e)
 {
