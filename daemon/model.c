@@ -307,7 +307,9 @@ void model_base_cleanup(struct model_base *mb)
     memset(mb, 0, sizeof *mb);
 }
 
-void model_setup_of(const json_t *spec, int world, double compute_scale, struct perf_setup *s)
+/* The strategy knobs of spec (a run's resolved spec), at world ranks with compute_scale. */
+static void model_setup_of(const json_t *spec, int world, double compute_scale,
+                           struct perf_setup *s)
 {
     int strat = perf_strategy_parse(model_str(spec, "strategy", "ddp"));
     const char *compression = model_str(spec, "compression", "none");
@@ -337,8 +339,9 @@ static double model_cores_per_rank(const struct db_data_run *run, int ranks_per_
     return fmin(threads, (double)run->cpus_online / ranks_per_node);
 }
 
-double model_compute_scale(const struct db_data_run *run, int ranks_per_node,
-                           const struct db_data_run *base)
+/* The share of CPUs a run's ranks had on a node, relative to base's (device cpu). */
+static double model_compute_scale(const struct db_data_run *run, int ranks_per_node,
+                                  const struct db_data_run *base)
 {
     if (strcmp(model_str(run->spec, "device", "cpu"), "cpu") != 0)
         return 1;
@@ -346,7 +349,9 @@ double model_compute_scale(const struct db_data_run *run, int ranks_per_node,
     return has > 0 && had > has ? had / has : 1;
 }
 
-bool model_no_spare_core(const struct db_data_run *run, int ranks_per_node)
+/* Whether a CPU run's ranks had no core beside their compute threads for the communication
+ * thread at ranks_per_node. */
+static bool model_no_spare_core(const struct db_data_run *run, int ranks_per_node)
 {
     if (strcmp(model_str(run->spec, "device", "cpu"), "cpu") != 0 ||
         strcmp(model_str(run->spec, "backend", "tcp"), "tcp") != 0 || run->cpus_online <= 0 ||
@@ -354,6 +359,14 @@ bool model_no_spare_core(const struct db_data_run *run, int ranks_per_node)
         return false;
     double threads = json_number_value(spec_field_value(run->spec, "threads"));
     return (double)run->cpus_online / ranks_per_node < (threads < 1 ? 1 : threads) + 1;
+}
+
+void model_setup_at(const struct db_data_run *run, int world, int ranks_per_node,
+                    const struct db_data_run *base, struct perf_setup *s)
+{
+    model_setup_of(run->spec, world,
+                   ranks_per_node > 0 ? model_compute_scale(run, ranks_per_node, base) : 1, s);
+    s->no_spare_core = ranks_per_node > 0 && model_no_spare_core(run, ranks_per_node);
 }
 
 void model_net_of(const json_t *spec, const char *profile, int nodes,
@@ -576,9 +589,7 @@ static json_t *model_curve(const struct model_req *r, const struct db_data_run *
         struct perf_setup s;
         /* ranks sharing a node's CPUs, as asked: the same rules as a measured placement */
         int rpn = r->ranks_per_node < r->worlds[i] ? r->ranks_per_node : r->worlds[i];
-        model_setup_of(run->spec, r->worlds[i], rpn ? model_compute_scale(run, rpn, run) : 1,
-                       &s);
-        s.no_spare_core = rpn > 0 && model_no_spare_core(run, rpn);
+        model_setup_at(run, r->worlds[i], rpn, run, &s);
         s.strategy = (enum perf_strategy)strat;
         struct perf_net net;
         model_net_of(run->spec, run->network_profile, 0, fits, nf, used, &net);

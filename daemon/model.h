@@ -54,14 +54,12 @@ struct model_base {
 int model_base_of(const struct db_data_run *run, struct model_base *mb, const char **why);
 void model_base_cleanup(struct model_base *mb);
 
-/* The strategy knobs of spec (a run's resolved spec), at world ranks with compute_scale. */
-void model_setup_of(const json_t *spec, int world, double compute_scale, struct perf_setup *s);
-/* The share of CPUs a run's ranks had on a node, relative to base's (device cpu). */
-double model_compute_scale(const struct db_data_run *run, int ranks_per_node,
-                           const struct db_data_run *base);
-/* Whether a CPU run's ranks had no core beside their compute threads for the communication
- * thread at ranks_per_node (perf_setup.no_spare_core). */
-bool model_no_spare_core(const struct db_data_run *run, int ranks_per_node);
+/* The setup of run's strategy knobs at world ranks, ranks_per_node of them sharing a node
+ * (0: every rank has its cores), measured against one-rank run base: compute slowed by
+ * the CPU share, no overlap without a spare core (perf_setup). One rule for a measured
+ * row and for POST /v1/predict. */
+void model_setup_at(const struct db_data_run *run, int world, int ranks_per_node,
+                    const struct db_data_run *base, struct perf_setup *s);
 /* The network a run of spec used: its backend, device, algorithm, nodes and profile. All
  * strings borrowed from spec and profile. */
 void model_net_of(const json_t *spec, const char *profile, int nodes,

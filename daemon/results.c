@@ -559,9 +559,7 @@ static void results_predict(const struct results_group *g, const struct results_
         return;
     bool *used = calloc(nfits + 1, sizeof *used);
     struct perf_setup s;
-    model_setup_of(run->spec, run->world_size, model_compute_scale(run, run->ranks_per_node, b),
-                   &s);
-    s.no_spare_core = model_no_spare_core(run, run->ranks_per_node);
+    model_setup_at(run, run->world_size, run->ranks_per_node, b, &s);
     struct perf_net net;
     model_net_of(run->spec, run->network_profile, run->nodes, fits, nfits, used, &net);
     struct perf_setup s1 = s;
@@ -591,9 +589,9 @@ static void results_put_pred(struct results_table *t, const struct results_pred 
     double pthr = ok ? p->samples * w / p->st.step_s : NAN;
     double peff = ok ? pthr / (w * p->samples / p->one.step_s) : NAN;
     double pover = ok ? p->st.overlap : NAN;
-    const double ph[] = {p && ok ? p->st.data_s : NAN, ok ? p->st.forward_s : NAN,
-                         ok ? p->st.backward_s : NAN,  ok ? p->st.comm_s : NAN,
-                         ok ? p->st.exposed_s : NAN,   ok ? p->st.optimizer_s : NAN};
+    const double ph[] = {ok ? p->st.data_s : NAN,     ok ? p->st.forward_s : NAN,
+                         ok ? p->st.backward_s : NAN, ok ? p->st.comm_s : NAN,
+                         ok ? p->st.exposed_s : NAN,  ok ? p->st.optimizer_s : NAN};
     results_put(t, "pred_step_ms", results_num(pstep));
     for (int i = 0; i < DB_NPHASES; i++) {
         char key[48];
