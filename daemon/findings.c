@@ -28,8 +28,6 @@ double findings_num(const json_t *row, const char *k)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-#define f_num findings_num
-
 static const char *f_str(const json_t *row, const char *k)
 {
     const char *s = json_string_value(json_object_get(row, k));
@@ -149,21 +147,23 @@ static void f_rule_fastest(const json_t *table, json_t *out)
         const json_t *best = NULL, *second = NULL;
         for (size_t k = i; k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
-            double t = f_num(rk, "throughput_mean");
+            double t = findings_num(rk, "throughput_mean");
             if (!f_in_group(table, k, "strategy", ki) || !isfinite(t))
                 continue;
-            if (!best || t > f_num(best, "throughput_mean")) {
+            if (!best || t > findings_num(best, "throughput_mean")) {
                 second = best;
                 best = rk;
-            } else if (!second || t > f_num(second, "throughput_mean")) {
+            } else if (!second || t > findings_num(second, "throughput_mean")) {
                 second = rk;
             }
         }
         if (!best || !second)
             continue;
-        double t1 = f_num(best, "throughput_mean"), t2 = f_num(second, "throughput_mean");
-        double c1 = f_num(best, "throughput_ci95"), c2 = f_num(second, "throughput_ci95");
-        double w = f_num(best, "world_size"), ratio = t1 / t2;
+        double t1 = findings_num(best, "throughput_mean"),
+               t2 = findings_num(second, "throughput_mean");
+        double c1 = findings_num(best, "throughput_ci95"),
+               c2 = findings_num(second, "throughput_ci95");
+        double w = findings_num(best, "world_size"), ratio = t1 / t2;
         char ctx[F_KEY], text[1024];
         f_paren(table, best, "strategy", "world_size", ctx, sizeof ctx);
         if (isfinite(c1) && isfinite(c2)) {
@@ -196,8 +196,8 @@ static void f_rule_hidden(const json_t *table, json_t *out)
     json_t *r;
     json_array_foreach(json_object_get(table, "rows"), i, r)
     {
-        double w = f_num(r, "world_size"), ov = f_num(r, "overlap");
-        double comm = f_num(r, "comm_ms"), exp = f_num(r, "comm_exposed_ms");
+        double w = findings_num(r, "world_size"), ov = findings_num(r, "overlap");
+        double comm = findings_num(r, "comm_ms"), exp = findings_num(r, "comm_exposed_ms");
         if (!(w > 1) || !isfinite(ov) || !(comm > 0))
             continue;
         char ctx[F_KEY], text[1024];
@@ -225,26 +225,28 @@ static void f_rule_scaling(const json_t *table, json_t *out)
         const json_t *top = NULL;
         for (size_t k = i; k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
-            if (f_in_group(table, k, "world_size", ki) && isfinite(f_num(rk, "speedup")) &&
-                (!top || f_num(rk, "world_size") > f_num(top, "world_size")))
+            if (f_in_group(table, k, "world_size", ki) &&
+                isfinite(findings_num(rk, "speedup")) &&
+                (!top || findings_num(rk, "world_size") > findings_num(top, "world_size")))
                 top = rk;
         }
-        if (!top || !(f_num(top, "world_size") > 1))
+        if (!top || !(findings_num(top, "world_size") > 1))
             continue;
         char ctx[F_KEY], text[1024];
         findings_context(table, top, "world_size", NULL, ctx, sizeof ctx);
-        double ci = f_num(top, "speedup_ci95");
+        double ci = findings_num(top, "speedup_ci95");
         snprintf(text, sizeof text,
                  "%s%sreaches a speed-up of %%0%s at %%1 ranks over one rank: %%2 %% scaling "
                  "efficiency.",
                  ctx[0] ? ctx : "", ctx[0] ? " " : "", isfinite(ci) ? " (95% CI ± %3)" : "");
         if (isfinite(ci))
-            f_add(out, "scaling", text, 4, "speedup", f_num(top, "speedup"), "world_size",
-                  f_num(top, "world_size"), "efficiency_pct", f_num(top, "efficiency") * 100,
-                  "speedup_ci95", ci);
+            f_add(out, "scaling", text, 4, "speedup", findings_num(top, "speedup"),
+                  "world_size", findings_num(top, "world_size"), "efficiency_pct",
+                  findings_num(top, "efficiency") * 100, "speedup_ci95", ci);
         else
-            f_add(out, "scaling", text, 3, "speedup", f_num(top, "speedup"), "world_size",
-                  f_num(top, "world_size"), "efficiency_pct", f_num(top, "efficiency") * 100);
+            f_add(out, "scaling", text, 3, "speedup", findings_num(top, "speedup"),
+                  "world_size", findings_num(top, "world_size"), "efficiency_pct",
+                  findings_num(top, "efficiency") * 100);
     }
 }
 
@@ -268,15 +270,15 @@ static void f_model_miss(const json_t *table, const json_t *r, json_t *out)
     int worst = -1;
     double worst_d = 0;
     for (int p = 0; p < (int)(sizeof phases / sizeof *phases); p++) {
-        double d = f_num(r, phases[p].meas) - f_num(r, phases[p].pred);
+        double d = findings_num(r, phases[p].meas) - findings_num(r, phases[p].pred);
         if (isfinite(d) && fabs(d) > fabs(worst_d)) {
             worst_d = d;
             worst = p;
         }
     }
-    double err = f_num(r, "pred_step_err"), step = f_num(r, "step_ms_mean");
-    double pred = f_num(r, "pred_step_ms"), w = f_num(r, "world_size");
-    double strag = f_num(r, "straggler_ms");
+    double err = findings_num(r, "pred_step_err"), step = findings_num(r, "step_ms_mean");
+    double pred = findings_num(r, "pred_step_ms"), w = findings_num(r, "world_size");
+    double strag = findings_num(r, "straggler_ms");
     char ctx[F_KEY], text[1024];
     f_paren(table, r, "strategy", "world_size", ctx, sizeof ctx);
     const char *who = json_is_string(json_object_get(r, "strategy")) ? f_str(r, "strategy")
@@ -294,8 +296,8 @@ static void f_model_miss(const json_t *table, const json_t *r, json_t *out)
                : "");
     f_add(out, "model_miss", text, strags ? 7 : 6, "world_size", w, "measured_step_ms", step,
           "error_pct", fabs(err) * 100, "predicted_step_ms", pred, "measured_phase_ms",
-          f_num(r, phases[worst].meas), "predicted_phase_ms", f_num(r, phases[worst].pred),
-          "straggler_ms", strag);
+          findings_num(r, phases[worst].meas), "predicted_phase_ms",
+          findings_num(r, phases[worst].pred), "straggler_ms", strag);
 }
 
 /* How well the model agrees overall, then each configuration it misses. */
@@ -306,8 +308,8 @@ static void f_rule_model(const json_t *table, json_t *out)
     json_t *r;
     json_array_foreach(json_object_get(table, "rows"), i, r)
     {
-        double err = f_num(r, "pred_step_err");
-        if (!isfinite(err) || !(f_num(r, "world_size") > 1))
+        double err = findings_num(r, "pred_step_err");
+        if (!isfinite(err) || !(findings_num(r, "world_size") > 1))
             continue;
         total++;
         sum += fabs(err);
@@ -336,18 +338,20 @@ static void f_rule_accuracy(const json_t *table, json_t *out)
         const json_t *hi = NULL, *lo = NULL;
         for (size_t k = i; first && k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
-            double a = f_num(rk, "test_acc_mean");
+            double a = findings_num(rk, "test_acc_mean");
             if (!f_in_group(table, k, "strategy", ki) || !isfinite(a))
                 continue;
-            if (!hi || a > f_num(hi, "test_acc_mean"))
+            if (!hi || a > findings_num(hi, "test_acc_mean"))
                 hi = rk;
-            if (!lo || a < f_num(lo, "test_acc_mean"))
+            if (!lo || a < findings_num(lo, "test_acc_mean"))
                 lo = rk;
         }
         if (!hi || hi == lo)
             continue;
-        double a1 = f_num(hi, "test_acc_mean") * 100, a2 = f_num(lo, "test_acc_mean") * 100;
-        double c1 = f_num(hi, "test_acc_ci95") * 100, c2 = f_num(lo, "test_acc_ci95") * 100;
+        double a1 = findings_num(hi, "test_acc_mean") * 100,
+               a2 = findings_num(lo, "test_acc_mean") * 100;
+        double c1 = findings_num(hi, "test_acc_ci95") * 100,
+               c2 = findings_num(lo, "test_acc_ci95") * 100;
         char ctx[F_KEY], text[1024];
         f_paren(table, hi, "strategy", NULL, ctx, sizeof ctx);
         bool apart = a1 - c1 > a2 + c2;
@@ -384,7 +388,8 @@ static void f_rule_busbw(const json_t *table, json_t *out)
             if (!f_in_group(table, k, "op", ki) ||
                 strcmp(f_str(rk, "op"), f_str(ri, "op")) != 0)
                 continue;
-            if (!peak || f_num(rk, "busbw_gbs_mean") > f_num(peak, "busbw_gbs_mean"))
+            if (!peak ||
+                findings_num(rk, "busbw_gbs_mean") > findings_num(peak, "busbw_gbs_mean"))
                 peak = rk;
         }
         if (!first || !peak)
@@ -395,8 +400,9 @@ static void f_rule_busbw(const json_t *table, json_t *out)
                  "%s%s peaks at %%0 GB/s bus bandwidth at %%1 KiB messages (%%2 µs per "
                  "operation).",
                  f_str(peak, "op"), ctx);
-        f_add(out, "busbw", text, 3, "busbw_gbs", f_num(peak, "busbw_gbs_mean"), "kib",
-              f_num(peak, "bytes") / 1024, "time_us", f_num(peak, "time_us_median"));
+        f_add(out, "busbw", text, 3, "busbw_gbs", findings_num(peak, "busbw_gbs_mean"), "kib",
+              findings_num(peak, "bytes") / 1024, "time_us",
+              findings_num(peak, "time_us_median"));
     }
 }
 
@@ -407,21 +413,22 @@ static void f_rule_fits(const json_t *fits, json_t *out)
     json_array_foreach((json_t *)fits, i, f)
     {
         char text[1024];
-        double g = f_num(f, "gamma_ns_per_byte");
+        double g = findings_num(f, "gamma_ns_per_byte");
         snprintf(text, sizeof text,
                  "%s (%s) over %s at %%0 ranks fits T = α + β·bytes with α = %%1 µs and β = "
                  "%%2 ns/byte (%%3 GB/s), R² = %%4, worst residual %%5 %% over %%6 "
                  "sizes%s%s.",
                  f_str(f, "op"), f_str(f, "algorithm"), f_str(f, "backend"),
-                 f_num(f, "points") < 3
+                 findings_num(f, "points") < 3
                      ? " (two sizes: a line through them, which tests nothing)"
                      : "",
                  isfinite(g) ? "; %7 ns/byte of β is the reduction's arithmetic" : "");
-        f_add(out, "fit", text, isfinite(g) ? 8 : 7, "world_size", f_num(f, "world_size"),
-              "alpha_us", f_num(f, "alpha_us"), "beta_ns_per_byte",
-              f_num(f, "beta_ns_per_byte"), "bandwidth_gbs", f_num(f, "bandwidth_gbs"), "r2",
-              f_num(f, "r2"), "worst_residual_pct", f_num(f, "worst_residual") * 100, "points",
-              f_num(f, "points"), "gamma_ns_per_byte", g);
+        f_add(out, "fit", text, isfinite(g) ? 8 : 7, "world_size",
+              findings_num(f, "world_size"), "alpha_us", findings_num(f, "alpha_us"),
+              "beta_ns_per_byte", findings_num(f, "beta_ns_per_byte"), "bandwidth_gbs",
+              findings_num(f, "bandwidth_gbs"), "r2", findings_num(f, "r2"),
+              "worst_residual_pct", findings_num(f, "worst_residual") * 100, "points",
+              findings_num(f, "points"), "gamma_ns_per_byte", g);
     }
 }
 

@@ -286,8 +286,6 @@ static void rh_point(struct rh_set *set, struct report_series *s, double x, doub
     s->n++;
 }
 
-#define rh_get findings_num
-
 /* Throughput and efficiency against world size, measured with the predicted and ideal
  * curves, one colour per configuration. */
 static void rh_scaling_charts(struct rh *h, const json_t *table, struct rh_set *set)
@@ -301,15 +299,15 @@ static void rh_scaling_charts(struct rh *h, const json_t *table, struct rh_set *
         {
             char ctx[140], lab[160];
             findings_context(table, r, "world_size", NULL, ctx, sizeof ctx);
-            double w = rh_get(r, "world_size");
+            double w = findings_num(r, "world_size");
             snprintf(lab, sizeof lab, "%s", ctx[0] ? ctx : "measured");
-            rh_point(set, rh_series(set, lab, false, true), w, rh_get(r, m),
-                     pass ? NAN : rh_get(r, "throughput_ci95"));
+            rh_point(set, rh_series(set, lab, false, true), w, findings_num(r, m),
+                     pass ? NAN : findings_num(r, "throughput_ci95"));
             snprintf(lab, sizeof lab, "%s%smodel", ctx, ctx[0] ? ": " : "");
             rh_point(set, rh_series(set, lab, true, false), w,
-                     rh_get(r, pass ? "pred_efficiency" : "pred_throughput"), NAN);
+                     findings_num(r, pass ? "pred_efficiency" : "pred_throughput"), NAN);
             /* ideal: the one-rank throughput times N (efficiency 1) */
-            double base = rh_get(r, "throughput_mean") / rh_get(r, "speedup");
+            double base = findings_num(r, "throughput_mean") / findings_num(r, "speedup");
             snprintf(lab, sizeof lab, "%s%sideal", ctx, ctx[0] ? ": " : "");
             rh_point(set, rh_series(set, lab, true, false), w, pass ? 1.0 : base * w, NAN);
         }
@@ -345,7 +343,7 @@ static void rh_phase_chart(struct rh *h, const json_t *table)
         for (int k = 0; k < 5; k++) {
             char key[48];
             snprintf(key, sizeof key, "%s%s", p ? "pred_" : "", ph[k]);
-            double v = rh_get(r, key);
+            double v = findings_num(r, key);
             sum += isfinite(v) ? v : 0;
         }
         top = fmax(top, sum);
@@ -380,7 +378,7 @@ static void rh_phase_chart(struct rh *h, const json_t *table)
             for (int k = 0; k < 5; k++) {
                 char key[48];
                 snprintf(key, sizeof key, "%s%s", p ? "pred_" : "", ph[k]);
-                double v = rh_get(r, key);
+                double v = findings_num(r, key);
                 if (!isfinite(v) || v <= 0)
                     continue;
                 double w = v / top * width;
@@ -442,8 +440,8 @@ static void rh_busbw_chart(struct rh *h, const json_t *table, struct rh_set *set
         findings_context(table, r, "op", NULL, ctx, sizeof ctx);
         const char *op = json_string_value(json_object_get(r, "op"));
         snprintf(lab, sizeof lab, "%s%s%s", op ? op : "", ctx[0] ? " " : "", ctx);
-        rh_point(set, rh_series(set, lab, false, true), rh_get(r, "bytes"),
-                 rh_get(r, "busbw_gbs_mean"), rh_get(r, "busbw_gbs_ci95"));
+        rh_point(set, rh_series(set, lab, false, true), findings_num(r, "bytes"),
+                 findings_num(r, "busbw_gbs_mean"), findings_num(r, "busbw_gbs_ci95"));
     }
     rh_chart(h, "Bus bandwidth against message size", "bytes", "busbw (GB/s)", REPORT_LOGX,
              set->s, set->n);
@@ -463,28 +461,30 @@ static void rh_fit_chart(struct rh *h, const json_t *table, const json_t *fits, 
         findings_context(table, r, "op", NULL, ctx, sizeof ctx);
         const char *op = json_string_value(json_object_get(r, "op"));
         snprintf(lab, sizeof lab, "%s%s%s measured", op ? op : "", ctx[0] ? " " : "", ctx);
-        double bytes = rh_get(r, "bytes");
-        rh_point(set, rh_series(set, lab, false, false), bytes, rh_get(r, "time_us_median"),
-                 NAN);
+        double bytes = findings_num(r, "bytes");
+        rh_point(set, rh_series(set, lab, false, false), bytes,
+                 findings_num(r, "time_us_median"), NAN);
         json_array_foreach((json_t *)fits, k, f)
         {
-            if (rh_get(f, "experiment") != (double)exp || !op ||
+            if (findings_num(f, "experiment") != (double)exp || !op ||
                 strcmp(json_string_value(json_object_get(f, "op")), op) != 0 ||
-                bytes < rh_get(f, "min_bytes") || bytes > rh_get(f, "max_bytes") ||
-                rh_get(f, "world_size") != rh_get(r, "world_size"))
+                bytes < findings_num(f, "min_bytes") || bytes > findings_num(f, "max_bytes") ||
+                findings_num(f, "world_size") != findings_num(r, "world_size"))
                 continue;
             snprintf(lab, sizeof lab, "%s %s fit, %g ranks", op,
                      json_string_value(json_object_get(f, "algorithm")),
-                     rh_get(f, "world_size"));
+                     findings_num(f, "world_size"));
             rh_point(set, rh_series(set, lab, true, false), bytes,
-                     rh_get(f, "alpha_us") + rh_get(f, "beta_ns_per_byte") * bytes / 1000, NAN);
+                     findings_num(f, "alpha_us") +
+                         findings_num(f, "beta_ns_per_byte") * bytes / 1000,
+                     NAN);
         }
     }
     rh_chart(h, "Time per operation against size, measured and fitted (T = α + β·bytes)",
              "bytes", "time (µs)", REPORT_LOGX | REPORT_LOGY, set->s, set->n);
 }
 
-/* ---- tables ----------------------------------------------------------------------------------- */
+/* ---- tables ------------------------------------------------------------------------------ */
 
 /* A column of a report table: the figure, its interval and count columns when present. */
 struct rh_col {
@@ -567,19 +567,19 @@ static void rh_table(struct rh *h, const json_t *table, const struct rh_col *col
             rh_printf(h, "</td>");
         }
         for (k = 0; k < ncols; k++) {
-            double v = rh_get(r, cols[k].key);
+            double v = findings_num(r, cols[k].key);
             rh_printf(h, "<td class='n'>");
             if (isfinite(v))
                 rh_num(h, v * cols[k].scale);
             else
                 rh_cell(h, json_object_get(r, cols[k].key));
-            double ci = cols[k].ci ? rh_get(r, cols[k].ci) : NAN;
+            double ci = cols[k].ci ? findings_num(r, cols[k].ci) : NAN;
             if (isfinite(ci)) {
                 rh_printf(h, " <span class='ci'>± ");
                 rh_num(h, ci * cols[k].scale);
                 rh_printf(h, "</span>");
             }
-            double n = cols[k].n ? rh_get(r, cols[k].n) : NAN;
+            double n = cols[k].n ? findings_num(r, cols[k].n) : NAN;
             if (isfinite(n))
                 rh_printf(h, " <span class='ci'>n=%.0f</span>", n);
             rh_printf(h, "</td>");
