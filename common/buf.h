@@ -28,7 +28,8 @@ int buf_append_str(struct buf *b, const char *s);
 /* Appends printf-formatted text; the byte after it is a NUL that len does not count, so
  * data reads as a C string while only text is appended. -1 on allocation failure. */
 int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int buf_vprintf(struct buf *b, const char *fmt, va_list ap);
+int buf_vprintf(struct buf *b, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 int buf_put_u8(struct buf *b, uint8_t v);
 int buf_put_u16(struct buf *b, uint16_t v);
 int buf_put_u32(struct buf *b, uint32_t v);
