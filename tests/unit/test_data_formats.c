@@ -2,8 +2,11 @@
  * gzipped, told apart by magic bytes; directory lookup; every malformed variant: magic,
  * element type, dimensions, counts, truncation, trailing bytes, absurd sizes, labels out of
  * range, corrupt and truncated gzip), CIFAR-10 binary (parsing, directory layout,
- * malformed files), normalization constants and values, and the CIFAR augmentation (the
- * geometry of a known image, determinism, coverage of every offset, train split only). */
+ * malformed files), normalization constants and values, the CIFAR augmentation (the
+ * geometry of a known image, determinism, coverage of every offset, train split only),
+ * byte-level text (windows and next-byte targets, split sizes, samples, too small and
+ * missing files, gzip, a Debian-shipped corpus) and synthetic token sequences (targets are
+ * the inputs shifted within one sequence, id range, fixed and fresh modes). */
 #include <ftw.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -805,6 +808,425 @@ static void test_augment_train_split_only(void)
     T_CHECK(ok);
 }
 
+/* --- byte-level text ------------------------------------------------------------------ */
+
+/* Byte k of the generated text files: every value 0..255 occurs. */
+static uint8_t text_byte(size_t k)
+{
+    return (uint8_t)(k * 131 + (k >> 3));
+}
+
+static int text_write(const char *path, size_t len, bool gz)
+{
+    uint8_t *p = malloc(len + 1);
+    for (size_t k = 0; k < len; k++)
+        p[k] = text_byte(k);
+    int rc = write_bytes(path, p, len, gz);
+    free(p);
+    return rc;
+}
+
+/* Every sample of ds (filled in reverse order) is the window of the generated file that
+ * starts at byte (first + i) * T: x its first T bytes, y the T bytes after each. */
+static bool text_windows_ok(const struct dataset *ds, int64_t first)
+{
+    size_t t_len = (size_t)ds->w, n = (size_t)ds->n;
+    float *x = malloc(n * t_len * sizeof *x);
+    int32_t *y = malloc(n * t_len * sizeof *y);
+    int64_t *idx = calloc(n, sizeof *idx);
+    for (size_t i = 0; i < n; i++)
+        idx[i] = (int64_t)(n - 1 - i); /* reversed: a fill follows the indices */
+    struct data_draw d = {1, 0, 0};
+    struct err e;
+    bool ok = dataset_fill(ds, idx, (int)n, &d, x, y, &e) == 0;
+    for (size_t i = 0; ok && i < n; i++) {
+        size_t start = (size_t)(first + idx[i]) * t_len;
+        for (size_t t = 0; ok && t < t_len; t++)
+            ok = x[i * t_len + t] == (float)text_byte(start + t) &&
+                 y[i * t_len + t] == text_byte(start + t + 1);
+    }
+    free(x);
+    free(y);
+    free(idx);
+    return ok;
+}
+
+/* "abcdefghij" with 3 tokens per sample: windows "abcd", "defg", "ghij" (3 of them: 9
+ * bytes after the first, 3 per window); the last is the test split. */
+static void test_text_windows_literal(void)
+{
+    struct err e;
+    char path[128];
+    tpath(path, sizeof path, "abc.txt");
+    T_CHECK(write_bytes(path, (const uint8_t *)"abcdefghij", 10, false) == 0);
+    struct dataset *tr, *te;
+    T_OK(dataset_text_open(path, 3, DATA_SPLIT_TRAIN, 0, &tr, &e));
+    if (dataset_text_open(path, 3, DATA_SPLIT_TEST, 0, &te, &e) < 0) {
+        dataset_destroy(tr);
+        T_CHECK_MSG(false, "%s", e.msg);
+    }
+    float x[6], xt[3];
+    int32_t y[6], yt[3];
+    int64_t idx[2] = {0, 1}, zero = 0;
+    struct data_draw d = {1, 0, 0};
+    int rc = dataset_fill(tr, idx, 2, &d, x, y, &e) |
+             dataset_fill(te, &zero, 1, &d, xt, yt, &e);
+    int64_t ntr = tr->n, nte = te->n;
+    dataset_destroy(tr);
+    dataset_destroy(te);
+    T_OK(rc);
+    T_EQ_INT(ntr, 2);
+    T_EQ_INT(nte, 1);
+    static const char *const want_x = "abcdef", *const want_y = "bcdefg";
+    for (int k = 0; k < 6; k++) {
+        T_EQ_INT(x[k], want_x[k]);
+        T_EQ_INT(y[k], want_y[k]);
+    }
+    for (int k = 0; k < 3; k++) {
+        T_EQ_INT(xt[k], "ghi"[k]);
+        T_EQ_INT(yt[k], "hij"[k]);
+    }
+}
+
+static void test_text_windows_and_split(void)
+{
+    struct err e;
+    char path[128];
+    tpath(path, sizeof path, "corpus.txt");
+    /* 403 bytes, 4 tokens: (403 - 1) / 4 = 100 windows (the last 2 bytes are unused), 10
+     * for the test split */
+    T_CHECK(text_write(path, 403, false) == 0);
+    struct dataset *ds;
+    T_OK(dataset_text_open(path, 4, DATA_SPLIT_TRAIN, 0, &ds, &e));
+    T_EQ_INT(ds->n, 90);
+    T_CHECK(ds->c == 1 && ds->h == 1 && ds->w == 4);
+    T_EQ_INT(ds->classes, 256);
+    T_EQ_INT(ds->label_len, 4);
+    T_EQ_INT(dataset_label_len(ds), 4);
+    T_EQ_INT(dataset_sample_floats(ds), 4);
+    T_EQ_STR(ds->name, "text");
+    T_EQ_INT(ds->split, DATA_SPLIT_TRAIN);
+    T_CHECK(!ds->reuse_batch);
+    bool ok = text_windows_ok(ds, 0);
+    dataset_destroy(ds);
+    T_CHECK(ok);
+    T_OK(dataset_text_open(path, 4, DATA_SPLIT_TEST, 0, &ds, &e));
+    T_EQ_INT(ds->n, 10);
+    T_EQ_INT(ds->split, DATA_SPLIT_TEST);
+    ok = text_windows_ok(ds, 90);
+    dataset_destroy(ds);
+    T_CHECK(ok);
+    /* the test split is the last 10 % of the windows, at least one */
+    static const int64_t windows[] = {2, 9, 10, 19, 20, 101, 1234};
+    for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
+        int64_t w = windows[i], want_test = w / 10 > 0 ? w / 10 : 1;
+        T_CHECK(text_write(path, (size_t)w * 7 + 1 + i % 7, false) == 0);
+        struct dataset *tr, *te;
+        T_OK(dataset_text_open(path, 7, DATA_SPLIT_TRAIN, 0, &tr, &e));
+        int64_t ntr = tr->n;
+        dataset_destroy(tr);
+        T_OK(dataset_text_open(path, 7, DATA_SPLIT_TEST, 0, &te, &e));
+        ok = text_windows_ok(te, ntr);
+        int64_t nte = te->n;
+        dataset_destroy(te);
+        T_CHECK_MSG(ntr == w - want_test && nte == want_test && ok,
+                    "%lld windows: train %lld, test %lld", (long long)w, (long long)ntr,
+                    (long long)nte);
+    }
+}
+
+/* samples keeps the first train windows (by name too), leaves the test split whole and is
+ * refused, naming the field, past the train split's size. */
+static void test_text_samples(void)
+{
+    struct err e;
+    char path[128];
+    tpath(path, sizeof path, "samples.txt");
+    T_CHECK(text_write(path, 403, false) == 0);
+    struct dataset *ds;
+    T_OK(dataset_text_open(path, 4, DATA_SPLIT_TRAIN, 5, &ds, &e));
+    T_EQ_INT(ds->n, 5);
+    bool ok = text_windows_ok(ds, 0);
+    int64_t outside = 5;
+    float x[4];
+    int32_t y[4];
+    struct data_draw d = {1, 0, 0};
+    int fill_rc = dataset_fill(ds, &outside, 1, &d, x, y, &e);
+    dataset_destroy(ds);
+    T_CHECK(ok);
+    T_CHECK(fill_rc != 0);
+    T_OK(dataset_text_open(path, 4, DATA_SPLIT_TRAIN, 90, &ds, &e));
+    T_EQ_INT(ds->n, 90);
+    dataset_destroy(ds);
+    T_OK(dataset_text_open(path, 4, DATA_SPLIT_TEST, 5, &ds, &e));
+    T_EQ_INT(ds->n, 10);
+    ok = text_windows_ok(ds, 90);
+    dataset_destroy(ds);
+    T_CHECK(ok);
+    T_CHECK(dataset_text_open(path, 4, DATA_SPLIT_TRAIN, 91, &ds, &e) < 0);
+    T_CHECK(ds == NULL);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_EQ_STR(e.field, "dataset.samples");
+    T_CHECK_MSG(strstr(e.msg, "91") && strstr(e.msg, "90") && strstr(e.msg, path), "%s", e.msg);
+    /* by name */
+    struct data_config cfg = {.name = "text", .seq_len = 4, .samples = 7};
+    snprintf(cfg.path, sizeof cfg.path, "%s", path);
+    T_OK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e));
+    T_EQ_INT(ds->n, 7);
+    T_EQ_INT(dataset_label_len(ds), 4);
+    ok = text_windows_ok(ds, 0);
+    dataset_destroy(ds);
+    T_CHECK(ok);
+    T_OK(dataset_open(&cfg, DATA_SPLIT_TEST, &ds, &e));
+    T_EQ_INT(ds->n, 10);
+    dataset_destroy(ds);
+    cfg.samples = 1000;
+    T_CHECK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e) < 0);
+    T_EQ_STR(e.field, "dataset.samples");
+}
+
+static void test_text_errors(void)
+{
+    struct err e;
+    char path[128];
+    tpath(path, sizeof path, "small.txt");
+    struct dataset *ds = NULL;
+    /* two windows of 4 + 1 bytes sharing one: 9 bytes at least */
+    static const size_t lens[] = {0, 1, 8};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        T_CHECK(text_write(path, lens[i], false) == 0);
+        T_CHECK(dataset_text_open(path, 4, DATA_SPLIT_TRAIN, 0, &ds, &e) < 0);
+        T_CHECK(ds == NULL);
+        T_EQ_INT(e.code, ERR_INVALID);
+        T_CHECK_MSG(strstr(e.msg, path) && strstr(e.msg, "at least 9 bytes"), "%s", e.msg);
+    }
+    T_CHECK(text_write(path, 9, false) == 0);
+    T_OK(dataset_text_open(path, 4, DATA_SPLIT_TEST, 0, &ds, &e));
+    T_EQ_INT(ds->n, 1);
+    dataset_destroy(ds);
+    /* seq_len out of range */
+    T_CHECK(dataset_text_open(path, 0, DATA_SPLIT_TRAIN, 0, &ds, &e) < 0);
+    T_EQ_STR(e.field, "dataset.seq_len");
+    T_CHECK(dataset_text_open(path, DATA_MAX_SIDE + 1, DATA_SPLIT_TRAIN, 0, &ds, &e) < 0);
+    T_EQ_STR(e.field, "dataset.seq_len");
+    /* missing file, a directory */
+    tpath(path, sizeof path, "no-such.txt");
+    T_CHECK(dataset_text_open(path, 4, DATA_SPLIT_TRAIN, 0, &ds, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    T_CHECK_MSG(strstr(e.msg, path), "%s", e.msg);
+    T_CHECK(dataset_text_open(tdir, 4, DATA_SPLIT_TRAIN, 0, &ds, &e) < 0);
+    T_CHECK_MSG(strstr(e.msg, tdir), "%s", e.msg);
+    /* by name: a path is required; the error names the file */
+    struct data_config cfg = {.name = "text", .seq_len = 4};
+    T_CHECK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e) < 0);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_EQ_STR(e.field, "dataset.path");
+    snprintf(cfg.path, sizeof cfg.path, "%s", path);
+    T_CHECK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    cfg.seq_len = 0;
+    T_CHECK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e) < 0);
+    T_EQ_STR(e.field, "dataset.seq_len");
+}
+
+/* A gzipped file is read decompressed (as every format reads files): the same windows. */
+static void test_text_gzip(void)
+{
+    struct err e;
+    char path[128];
+    tpath(path, sizeof path, "corpus.txt.gz");
+    T_CHECK(text_write(path, 403, true) == 0);
+    struct dataset *ds;
+    T_OK(dataset_text_open(path, 4, DATA_SPLIT_TRAIN, 0, &ds, &e));
+    T_EQ_INT(ds->n, 90);
+    bool ok = text_windows_ok(ds, 0);
+    dataset_destroy(ds);
+    T_CHECK(ok);
+}
+
+/* A real corpus every Debian system has: the GPL-3 text from base-files (Essential: yes),
+ * 35,149 bytes in 1024-token windows: train and test windows are the file's bytes. */
+#define TEXT_SYSTEM_CORPUS "/usr/share/common-licenses/GPL-3"
+
+static void test_text_system_corpus(void)
+{
+    struct err e;
+    uint8_t *raw;
+    size_t len;
+    T_CHECK_MSG(data_read_file(TEXT_SYSTEM_CORPUS, 1u << 24, &raw, &len, NULL, &e) == 0,
+                "%s (Debian's base-files ships it)", e.msg);
+    enum { T = 1024 };
+    struct dataset *tr = NULL, *te = NULL;
+    bool ok = len > 2 * T + 1 &&
+              dataset_text_open(TEXT_SYSTEM_CORPUS, T, DATA_SPLIT_TRAIN, 0, &tr, &e) == 0 &&
+              dataset_text_open(TEXT_SYSTEM_CORPUS, T, DATA_SPLIT_TEST, 0, &te, &e) == 0;
+    int64_t windows = (int64_t)(len - 1) / T;
+    ok = ok && tr->n + te->n == windows && te->n == (windows / 10 > 0 ? windows / 10 : 1);
+    float *x = malloc(T * sizeof *x);
+    int32_t *y = malloc(T * sizeof *y);
+    struct data_draw d = {1, 0, 0};
+    for (int64_t i = 0; ok && i < windows; i++) {
+        struct dataset *ds = i < tr->n ? tr : te;
+        int64_t k = i < tr->n ? i : i - tr->n;
+        ok = dataset_fill(ds, &k, 1, &d, x, y, &e) == 0;
+        for (size_t t = 0; ok && t < T; t++)
+            ok = x[t] == (float)raw[(size_t)i * T + t] && y[t] == raw[(size_t)i * T + t + 1];
+    }
+    dataset_destroy(tr);
+    dataset_destroy(te);
+    free(raw);
+    free(x);
+    free(y);
+    T_CHECK_MSG(ok, "%zu bytes: %s", len, e.msg);
+}
+
+/* --- synthetic tokens --------------------------------------------------------------- */
+
+static int tok_create(int t_len, int vocab, int64_t samples, bool fresh, struct dataset **ds,
+                      struct err *e)
+{
+    struct data_synthetic_config sc = {.c = 1,
+                                       .h = 1,
+                                       .w = t_len,
+                                       .classes = vocab,
+                                       .samples = samples,
+                                       .fresh = fresh,
+                                       .tokens = true};
+    return dataset_synthetic_create(&sc, ds, e);
+}
+
+/* Fills samples 0..n-1 of ds (x: n * T floats, y: n * T labels). */
+static int tok_fill(const struct dataset *ds, int n, int64_t step, float *x, int32_t *y)
+{
+    int64_t *idx = malloc((size_t)n * sizeof *idx);
+    for (int i = 0; i < n; i++)
+        idx[i] = i;
+    struct data_draw d = {77, 0, step};
+    struct err e;
+    int rc = dataset_fill(ds, idx, n, &d, x, y, &e);
+    free(idx);
+    return rc;
+}
+
+/* Each sample is one sequence: y is x shifted by one, the ids are integers in the
+ * vocabulary, and the last target is the sequence's next token (a set with one more token
+ * per sample has it as its last input: the ids are drawn in order). */
+static void test_synthetic_tokens_sequence(void)
+{
+    struct err e;
+    enum { N = 400, T = 8, V = 50 };
+    struct dataset *ds, *longer;
+    T_OK(tok_create(T, V, N, false, &ds, &e));
+    T_EQ_INT(ds->label_len, T);
+    T_EQ_INT(dataset_label_len(ds), T);
+    T_EQ_INT(dataset_sample_floats(ds), T);
+    T_EQ_INT(ds->classes, V);
+    T_CHECK(ds->reuse_batch);
+    if (tok_create(T + 1, V, N, false, &longer, &e) < 0) {
+        dataset_destroy(ds);
+        T_CHECK_MSG(false, "%s", e.msg);
+    }
+    float *x = malloc(N * T * sizeof *x), *x9 = malloc(N * (T + 1) * sizeof *x9);
+    int32_t *y = malloc(N * T * sizeof *y), *y9 = malloc(N * (T + 1) * sizeof *y9);
+    int rc = tok_fill(ds, N, 0, x, y) | tok_fill(longer, N, 0, x9, y9);
+    dataset_destroy(ds);
+    dataset_destroy(longer);
+    bool ok = rc == 0, in_range = true, shifted = true, prefix = true;
+    int64_t hist[V] = {0};
+    for (int i = 0; ok && i < N; i++) {
+        const float *xi = x + i * T, *x9i = x9 + i * (T + 1);
+        const int32_t *yi = y + i * T, *y9i = y9 + i * (T + 1);
+        for (int t = 0; t < T; t++) {
+            in_range = in_range && xi[t] >= 0 && xi[t] < V && xi[t] == (float)(int)xi[t] &&
+                       yi[t] >= 0 && yi[t] < V;
+            shifted = shifted && (t == T - 1 || yi[t] == (int32_t)xi[t + 1]);
+            hist[yi[t]]++;
+        }
+        for (int t = 0; t <= T; t++)
+            prefix = prefix && (t == T ? (float)yi[T - 1] == x9i[T] : xi[t] == x9i[t]) &&
+                     (t == T || yi[t] == y9i[t]);
+    }
+    free(x);
+    free(x9);
+    free(y);
+    free(y9);
+    T_CHECK(ok);
+    T_CHECK(in_range);
+    T_CHECK(shifted);
+    T_CHECK(prefix);
+    /* uniform ids: N * T = 3200 targets, each id 64 +- 5 standard deviations (~40) */
+    for (int v = 0; v < V; v++)
+        T_CHECK_MSG(hist[v] > 24 && hist[v] < 104, "id %d: %lld", v, (long long)hist[v]);
+}
+
+/* Fixed mode: a sample's sequence depends on (seed, index) only; fresh: on the step too. */
+static void test_synthetic_tokens_fixed_and_fresh(void)
+{
+    struct err e;
+    enum { N = 16, T = 32, V = 50257 };
+    struct dataset *fixed, *fresh;
+    T_OK(tok_create(T, V, N, false, &fixed, &e));
+    if (tok_create(T, V, N, true, &fresh, &e) < 0) {
+        dataset_destroy(fixed);
+        T_CHECK_MSG(false, "%s", e.msg);
+    }
+    T_CHECK(fixed->reuse_batch && !fresh->reuse_batch);
+    float xa[N * T], xb[N * T], xc[N * T], one_x[T];
+    int32_t ya[N * T], yb[N * T], yc[N * T], one_y[T];
+    int64_t five = 5;
+    struct data_draw d = {77, 3, 9};
+    int rc = tok_fill(fixed, N, 1, xa, ya) | tok_fill(fixed, N, 2, xb, yb) |
+             dataset_fill(fixed, &five, 1, &d, one_x, one_y, &e);
+    bool fixed_same = rc == 0 && memcmp(xa, xb, sizeof xa) == 0 &&
+                      memcmp(ya, yb, sizeof ya) == 0 &&
+                      memcmp(one_x, xa + 5 * T, sizeof one_x) == 0 &&
+                      memcmp(one_y, ya + 5 * T, sizeof one_y) == 0;
+    rc |= tok_fill(fresh, N, 1, xa, ya) | tok_fill(fresh, N, 2, xb, yb) |
+          tok_fill(fresh, N, 1, xc, yc);
+    bool fresh_varies = rc == 0 && memcmp(xa, xb, sizeof xa) != 0 &&
+                        memcmp(ya, yb, sizeof ya) != 0 && memcmp(xa, xc, sizeof xa) == 0 &&
+                        memcmp(ya, yc, sizeof ya) == 0;
+    dataset_destroy(fixed);
+    dataset_destroy(fresh);
+    T_CHECK(rc == 0);
+    T_CHECK(fixed_same);
+    T_CHECK(fresh_varies);
+}
+
+static void test_synthetic_tokens_errors(void)
+{
+    struct err e;
+    struct dataset *ds;
+    struct data_synthetic_config sc = {
+        .c = 3, .h = 1, .w = 8, .classes = 50, .samples = 10, .tokens = true};
+    T_CHECK(dataset_synthetic_create(&sc, &ds, &e) < 0);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_EQ_STR(e.field, "dataset.shape");
+    T_CHECK_MSG(strstr(e.msg, "1x1xT"), "%s", e.msg);
+    sc.c = 1;
+    sc.h = 2;
+    T_CHECK(dataset_synthetic_create(&sc, &ds, &e) < 0);
+    T_EQ_STR(e.field, "dataset.shape");
+    sc.h = 1;
+    sc.classes = 1;
+    T_CHECK(dataset_synthetic_create(&sc, &ds, &e) < 0);
+    T_EQ_STR(e.field, "dataset.classes");
+    T_CHECK_MSG(strstr(e.msg, "at least 2"), "%s", e.msg);
+    sc.w = 0;
+    sc.classes = 50;
+    T_CHECK(dataset_synthetic_create(&sc, &ds, &e) < 0);
+    T_EQ_STR(e.field, "dataset.shape");
+    /* image data keeps one label per sample; a format that never sets label_len gets 1 */
+    sc = (struct data_synthetic_config){
+        .c = 3, .h = 4, .w = 4, .classes = 10, .samples = 10, .fresh = true};
+    T_OK(dataset_synthetic_create(&sc, &ds, &e));
+    int label_len = dataset_label_len(ds);
+    dataset_destroy(ds);
+    T_EQ_INT(label_len, 1);
+    struct dataset unset = {.label_len = 0};
+    T_EQ_INT(dataset_label_len(&unset), 1);
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     return remove(path);
@@ -833,6 +1255,15 @@ int main(int argc, char **argv)
     TEST_RUN(test_augment_transform_known_image);
     TEST_RUN(test_augment_fill);
     TEST_RUN(test_augment_train_split_only);
+    TEST_RUN(test_text_windows_literal);
+    TEST_RUN(test_text_windows_and_split);
+    TEST_RUN(test_text_samples);
+    TEST_RUN(test_text_errors);
+    TEST_RUN(test_text_gzip);
+    TEST_RUN(test_text_system_corpus);
+    TEST_RUN(test_synthetic_tokens_sequence);
+    TEST_RUN(test_synthetic_tokens_fixed_and_fresh);
+    TEST_RUN(test_synthetic_tokens_errors);
     nftw(tdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return test_end();
 }

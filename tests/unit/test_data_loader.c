@@ -2,8 +2,9 @@
  * the union each remainder rule documents, for world sizes that do and do not divide N),
  * per-epoch reshuffling identical across ranks, batching and epoch ends, the prefetch path
  * giving exactly the synchronous path's batches whatever the consumer's timing, fixed and
- * fresh synthetic data, the measured data wait, shutdown mid-epoch leaving no thread, and
- * a reader error surfacing as an error.
+ * fresh synthetic data, token data (many labels per sample) carried whole through the
+ * ring, the measured data wait, shutdown mid-epoch leaving no thread, and a reader error
+ * surfacing as an error.
  *
  * Timing assertions are bounds with wide margins (a slow fill sleeps, so waits have a hard
  * lower bound); nothing depends on how fast the machine is. */
@@ -332,7 +333,7 @@ static void test_config_errors(void)
 
 struct capture {
     float *x;
-    int32_t *y;
+    int32_t *y; /* batch_size * label_len per batch */
     int64_t *index;
     int64_t *meta; /* n, step, epoch, batch_in_epoch, last per batch */
     int64_t batches;
@@ -344,8 +345,9 @@ static int capture_run(struct dataset *ds, const struct loader_config *c, int64_
     struct err e;
     struct loader *l;
     size_t per = dataset_sample_floats(ds), bs = (size_t)c->batch_size;
+    size_t lab = (size_t)dataset_label_len(ds);
     cap->x = calloc((size_t)batches * bs * per, sizeof *cap->x);
-    cap->y = calloc((size_t)batches * bs, sizeof *cap->y);
+    cap->y = calloc((size_t)batches * bs * lab, sizeof *cap->y);
     cap->index = calloc((size_t)batches * bs, sizeof *cap->index);
     cap->meta = calloc((size_t)batches * 5, sizeof *cap->meta);
     cap->batches = 0;
@@ -354,7 +356,7 @@ static int capture_run(struct dataset *ds, const struct loader_config *c, int64_
     const struct data_batch *b;
     for (int64_t s = 0; s < batches && loader_next(l, &b, &e) == 1; s++) {
         memcpy(cap->x + s * bs * per, b->x, (size_t)b->n * per * sizeof *b->x);
-        memcpy(cap->y + s * bs, b->y, (size_t)b->n * sizeof *b->y);
+        memcpy(cap->y + s * bs * lab, b->y, (size_t)b->n * lab * sizeof *b->y);
         memcpy(cap->index + s * bs, b->index, (size_t)b->n * sizeof *b->index);
         int64_t m[5] = {b->n, b->step, b->epoch, b->batch_in_epoch, b->last_in_epoch};
         memcpy(cap->meta + s * 5, m, sizeof m);
@@ -371,12 +373,13 @@ static int capture_run(struct dataset *ds, const struct loader_config *c, int64_
     return 0;
 }
 
+/* floats and samples: what the runs' batch slots hold (labels: samples * label_len). */
 static bool capture_equal(const struct capture *a, const struct capture *b, size_t floats,
-                          size_t labels)
+                          size_t samples, size_t label_len)
 {
     return a->batches == b->batches && memcmp(a->x, b->x, floats * sizeof *a->x) == 0 &&
-           memcmp(a->y, b->y, labels * sizeof *a->y) == 0 &&
-           memcmp(a->index, b->index, labels * sizeof *a->index) == 0 &&
+           memcmp(a->y, b->y, samples * label_len * sizeof *a->y) == 0 &&
+           memcmp(a->index, b->index, samples * sizeof *a->index) == 0 &&
            memcmp(a->meta, b->meta, (size_t)a->batches * 5 * sizeof *a->meta) == 0;
 }
 
@@ -389,8 +392,9 @@ static void capture_free(struct capture *c)
 }
 
 /* Prefetch depths 1, 3 and 16 with a jittery consumer give byte for byte the batches of
- * the synchronous path, over a fresh synthetic set (values per step) and the probe (values
- * per epoch and step), across epoch ends with short batches. */
+ * the synchronous path, over a fresh synthetic set (values per step), fresh synthetic
+ * tokens (7 labels per sample) and the probe (values per epoch and step), across epoch
+ * ends with short batches. */
 static void test_prefetch_matches_sync(void)
 {
     struct err e;
@@ -398,11 +402,17 @@ static void test_prefetch_matches_sync(void)
     probe_init(&p, 37, 0, -1);
     struct data_synthetic_config sc = {
         .c = 3, .h = 5, .w = 4, .classes = 10, .samples = 37, .fresh = true};
-    struct dataset *syn;
+    struct data_synthetic_config tc = {
+        .c = 1, .h = 1, .w = 7, .classes = 300, .samples = 37, .fresh = true, .tokens = true};
+    struct dataset *syn, *tok;
     T_OK(dataset_synthetic_create(&sc, &syn, &e));
-    struct dataset *sets[] = {&p.ds, syn};
+    if (dataset_synthetic_create(&tc, &tok, &e) < 0) {
+        dataset_destroy(syn);
+        T_CHECK_MSG(false, "%s", e.msg);
+    }
+    struct dataset *sets[] = {&p.ds, syn, tok};
     bool ok = true;
-    for (int d = 0; ok && d < 2; d++) {
+    for (int d = 0; ok && d < 3; d++) {
         struct loader_config c = cfg_of(1, 3, 5, 3, 0, LOADER_PAD);
         struct capture ref, got;
         int64_t nb = 3 * 3; /* 13 samples per rank: 5, 5, 3 per epoch */
@@ -412,12 +422,13 @@ static void test_prefetch_matches_sync(void)
             c.prefetch = depths[k];
             ok = capture_run(sets[d], &c, nb, 7u + (unsigned)k, &got) == 0 &&
                  capture_equal(&ref, &got, (size_t)nb * 5 * dataset_sample_floats(sets[d]),
-                               (size_t)nb * 5);
+                               (size_t)nb * 5, (size_t)dataset_label_len(sets[d]));
             capture_free(&got);
         }
         capture_free(&ref);
     }
     dataset_destroy(syn);
+    dataset_destroy(tok);
     T_CHECK(ok);
 }
 
@@ -549,6 +560,70 @@ static void test_synthetic_values(void)
     T_EQ_STR(e.field, "dataset.shape");
 }
 
+/* Every batch a loader hands out over token data (T labels per sample) is exactly what
+ * dataset_fill gives for its indices and draw: all n * T labels, short last batches
+ * included, for fresh and fixed (reused batch) data, with and without the prefetch thread. */
+static bool token_batches_match_fill(struct dataset *ds, int prefetch, char *why, size_t wn)
+{
+    struct err e;
+    struct loader *l;
+    struct loader_config c = cfg_of(0, 1, 5, 2, prefetch, LOADER_DROP); /* 5,5,5,5,3 */
+    if (loader_create(ds, &c, &l, &e) < 0) {
+        snprintf(why, wn, "loader_create: %s", e.msg);
+        return false;
+    }
+    size_t per = dataset_sample_floats(ds), lab = (size_t)dataset_label_len(ds);
+    float *x = malloc(5 * per * sizeof *x);
+    int32_t *y = malloc(5 * lab * sizeof *y);
+    const struct data_batch *b;
+    int64_t batches = 0, labels = 0;
+    bool ok = true;
+    int rc = 0;
+    while (ok && (rc = loader_next(l, &b, &e)) == 1) {
+        struct data_draw d = {c.seed, b->epoch, b->step};
+        ok = dataset_fill(ds, b->index, b->n, &d, x, y, &e) == 0 &&
+             memcmp(x, b->x, (size_t)b->n * per * sizeof *x) == 0 &&
+             memcmp(y, b->y, (size_t)b->n * lab * sizeof *y) == 0 &&
+             b->n == (b->batch_in_epoch == 4 ? 3 : 5);
+        if (!ok)
+            snprintf(why, wn, "batch %lld (%d samples) differs from dataset_fill",
+                     (long long)b->step, b->n);
+        batches++;
+        labels += (int64_t)b->n * (int64_t)lab;
+    }
+    loader_destroy(l);
+    free(x);
+    free(y);
+    if (ok && (rc != 0 || batches != 10 || labels != 2 * 23 * (int64_t)lab)) {
+        snprintf(why, wn, "rc %d, %lld batches, %lld labels", rc, (long long)batches,
+                 (long long)labels);
+        ok = false;
+    }
+    return ok;
+}
+
+static void test_loader_token_batches(void)
+{
+    struct err e;
+    char why[256] = "";
+    for (int fresh = 0; fresh <= 1; fresh++) {
+        struct data_synthetic_config tc = {.c = 1,
+                                           .h = 1,
+                                           .w = 16,
+                                           .classes = 50257,
+                                           .samples = 23,
+                                           .fresh = fresh,
+                                           .tokens = true};
+        struct dataset *ds;
+        T_OK(dataset_synthetic_create(&tc, &ds, &e));
+        bool ok = dataset_label_len(ds) == 16;
+        for (int prefetch = 0; ok && prefetch <= 3; prefetch += 3)
+            ok = token_batches_match_fill(ds, prefetch, why, sizeof why);
+        dataset_destroy(ds);
+        T_CHECK_MSG(ok, "fresh %d: %s", fresh, why);
+    }
+}
+
 /* --- data wait ----------------------------------------------------------------------- */
 
 /* Drains `batches` from a loader; the consumer sleeps compute_ms after each batch. */
@@ -678,6 +753,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_synthetic_fixed_batch_reused);
     TEST_RUN(test_synthetic_fresh_per_step);
     TEST_RUN(test_synthetic_values);
+    TEST_RUN(test_loader_token_batches);
     TEST_RUN(test_data_wait_measured);
     TEST_RUN(test_shutdown_mid_epoch);
     TEST_RUN(test_reader_error_surfaces);

@@ -21,6 +21,11 @@ size_t dataset_sample_floats(const struct dataset *ds)
     return (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
 }
 
+int dataset_label_len(const struct dataset *ds)
+{
+    return ds->label_len > 1 ? ds->label_len : 1;
+}
+
 int dataset_fill(const struct dataset *ds, const int64_t *idx, int n,
                  const struct data_draw *draw, float *x, int32_t *y, struct err *e)
 {
@@ -185,10 +190,19 @@ int dataset_open(const struct data_config *cfg, enum data_split split, struct da
         (*out)->split = split;
         return 0;
     }
+    if (strcmp(cfg->name, "text") == 0) {
+        /* a file, not a directory: no default location, and dataset_text_open keeps the
+         * first cfg->samples windows itself (it knows where the train split ends) */
+        if (!cfg->path[0])
+            return err_set(e, ERR_INVALID, "dataset.path",
+                           "dataset \"text\" needs a path (a file)");
+        return dataset_text_open(cfg->path, cfg->seq_len, split, cfg->samples, out, e);
+    }
     bool idx = strcmp(cfg->name, "mnist") == 0 || strcmp(cfg->name, "fashion-mnist") == 0;
     if (!idx && strcmp(cfg->name, "cifar10") != 0)
         return err_set(e, ERR_INVALID, "dataset.name",
-                       "unknown dataset \"%s\" (synthetic, mnist, fashion-mnist, cifar10)",
+                       "unknown dataset \"%s\" (synthetic, mnist, fashion-mnist, cifar10, "
+                       "text)",
                        cfg->name);
     struct data_image_opts opts;
     if (data_open_opts(cfg, &opts, e) < 0)

@@ -1,5 +1,6 @@
 /* dataset: the interface every data format implements (synthetic, MNIST idx, CIFAR-10
- * binary), normalization and augmentation settings, and the seeded random draws they use.
+ * binary, byte-level text), normalization and augmentation settings, and the seeded random
+ * draws they use.
  *
  * Decision: a dataset is random access. It fills a caller-provided batch for a given list
  * of sample indices, so sharding, shuffling, batching and prefetching live once in the
@@ -8,6 +9,12 @@
  * choice made while filling (crop offset, flip, synthetic values) is a pure function of
  * (seed, epoch or step, sample index), never of a generator shared between calls, so a
  * batch's content does not depend on which thread fills it, when, or in what order.
+ *
+ * Labels: a sample has label_len labels (dataset_label_len): 1 for a classification set
+ * (an image and its class), T for a token set (T input tokens and the T next-token
+ * targets, one per position). The field defaults to 0, read as 1, so a format that knows
+ * nothing of token data needs no change; everything that sizes or copies labels goes
+ * through dataset_label_len.
  *
  * Ownership: the open/create functions return a dataset the caller owns and releases with
  * dataset_destroy; it holds every sample in memory (Fashion-MNIST train: 47 MB of bytes).
@@ -67,8 +74,9 @@ struct data_draw {
 struct dataset;
 
 struct dataset_ops {
-    /* Fills n samples: x as [n][c][h][w] floats, y as [n] labels in [0, classes).
-     * idx[i] in [0, ds->n) (dataset_fill checks). Returns 0, or -1 with e set. */
+    /* Fills n samples: x as [n][c][h][w] floats, y as [n][label_len] labels in
+     * [0, classes) (label_len = dataset_label_len(ds)). idx[i] in [0, ds->n)
+     * (dataset_fill checks). Returns 0, or -1 with e set. */
     int (*fill)(const struct dataset *ds, const int64_t *idx, int n,
                 const struct data_draw *draw, float *x, int32_t *y, struct err *e);
     /* Frees impl and ds itself. NULL for a dataset the caller owns some other way. */
@@ -80,9 +88,10 @@ struct dataset {
     void *impl;    /* the format's state, owned by the dataset */
     char name[32]; /* "fashion-mnist", "cifar10", "synthetic", ... */
     enum data_split split;
-    int64_t n;   /* samples */
-    int c, h, w; /* shape of one sample */
-    int classes;
+    int64_t n;     /* samples */
+    int c, h, w;   /* shape of one sample */
+    int classes;   /* labels lie in [0, classes); a token set's vocabulary size */
+    int label_len; /* labels per sample; 0 is read as 1 (dataset_label_len) */
     /* Set by the fixed synthetic mode: the loader fills one batch once and hands the same
      * memory out at every step (no data cost after the first fill). */
     bool reuse_batch;
@@ -92,8 +101,10 @@ struct dataset {
 void dataset_destroy(struct dataset *ds);
 /* Floats in one sample: c * h * w. */
 size_t dataset_sample_floats(const struct dataset *ds);
+/* Labels in one sample: max(1, ds->label_len). */
+int dataset_label_len(const struct dataset *ds);
 /* Checks the indices, then fills through ds->ops (x: n * dataset_sample_floats floats,
- * y: n labels, both caller-owned). */
+ * y: n * dataset_label_len labels, both caller-owned). */
 int dataset_fill(const struct dataset *ds, const int64_t *idx, int n,
                  const struct data_draw *draw, float *x, int32_t *y, struct err *e);
 const char *data_split_name(enum data_split split);
@@ -122,10 +133,19 @@ struct data_synthetic_config {
     int64_t samples; /* dataset size (an epoch's length) */
     bool fresh;      /* false: one fixed batch reused at every step (Horovod's and
                          tf_cnn_benchmarks' synthetic mode); true: new values per step */
+    bool tokens;     /* token sequences for a language model: shape 1x1xT, classes = the
+                         vocabulary size (>= 2) */
 };
 /* Values uniform in [-1, 1), labels uniform in [0, classes). Fixed mode: a sample's values
  * depend on (seed, index) and the dataset sets reuse_batch; fresh mode: on (seed, step,
- * index). Caller owns *out. */
+ * index). Caller owns *out.
+ *
+ * With tokens, a sample is a sequence of T + 1 token ids (T = w) uniform in [0, classes),
+ * drawn in order from the same per-sample stream: x holds the first T as floats (exact
+ * integers), y the last T (y[t] = token t + 1, the next-token target at position t), and
+ * label_len = T. Because the ids are drawn in order, a shorter T gives a prefix of the
+ * same sequence. ERR_INVALID ("dataset.shape", "dataset.classes") for c or h other than
+ * 1 or fewer than 2 classes. */
 int dataset_synthetic_create(const struct data_synthetic_config *cfg, struct dataset **out,
                              struct err *e);
 
@@ -154,20 +174,41 @@ int dataset_cifar_open_dir(const char *dir, enum data_split split,
                            const struct data_image_opts *opts, struct dataset **out,
                            struct err *e);
 
+/* Byte-level language-modelling data from any file (text or binary; gzipped files are read
+ * decompressed, as every format here reads them): tokens are its bytes (classes 256), and
+ * sample i is the window of seq_len + 1 bytes starting at byte i * seq_len, so inputs do
+ * not overlap and each window's last byte is the next one's first: x = the first seq_len
+ * bytes as floats (0 to 255, not normalized), y = the seq_len bytes after each of them.
+ * Shape 1x1xseq_len, label_len = seq_len, name "text". The file has
+ * W = (bytes - 1) / seq_len windows (bytes past the last whole window are unused); the
+ * last max(1, W / 10) form the test split, the rest the train split.
+ *
+ * samples > 0 keeps the first `samples` train windows (ERR_INVALID, field
+ * "dataset.samples", when fewer exist); the test split is always whole. The file is read
+ * whole (at most DATA_FILE_MAX_BYTES): ERR_NOT_FOUND when missing, ERR_INVALID naming the
+ * file when it is too small to give both splits a window (2 * seq_len + 1 bytes), field
+ * "dataset.seq_len" for seq_len out of [1, DATA_MAX_SIDE]. Caller owns *out. */
+int dataset_text_open(const char *path, int seq_len, enum data_split split, int64_t samples,
+                      struct dataset **out, struct err *e);
+
 /* --- by name: what a spec's "dataset" object maps to ---------------------------------- */
 
 struct data_config {
-    char name[32];  /* "synthetic", "mnist", "fashion-mnist", "cifar10" */
-    char path[512]; /* directory; "" = DATA_FASHION_MNIST_DIR for fashion-mnist */
+    char name[32];  /* "synthetic", "mnist", "fashion-mnist", "cifar10", "text" */
+    char path[512]; /* directory; "" = DATA_FASHION_MNIST_DIR for fashion-mnist; text: the
+                       file */
     struct data_synthetic_config synthetic; /* synthetic only */
     struct data_norm norm;                  /* channels 0 = the name's published constants */
     bool augment;    /* the CIFAR recipe (pad 4 + flip) on the train split */
     int64_t samples; /* train split: its first `samples` samples in file order; 0 =
                                all (synthetic: its own synthetic.samples) */
+    int seq_len;     /* token datasets ("text"): tokens per sample (synthetic token data
+                        takes its T from synthetic.w) */
 };
 /* Opens the split of the named dataset. Caller owns *out. ERR_INVALID names field
  * "dataset.name" for an unknown name, "dataset.samples" for a train split shorter than
- * cfg->samples; ERR_NOT_FOUND when the files are missing.
+ * cfg->samples, "dataset.path" for a file format ("text") without a path; ERR_NOT_FOUND
+ * when the files are missing.
  *
  * Decision: samples keeps the first N of the files, not N drawn by the seed, so runs that
  * differ only in seed, world_size or strategy train on the same subset (as

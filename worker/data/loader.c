@@ -20,8 +20,8 @@
 #define LOADER_MAX_WORLD (1 << 20)
 
 struct loader_slot {
-    float *x;       /* owned */
-    int32_t *y;     /* owned */
+    float *x;       /* owned, batch_size samples */
+    int32_t *y;     /* owned, batch_size * dataset_label_len labels */
     int64_t *index; /* owned */
     struct data_batch b;
 };
@@ -201,13 +201,15 @@ static int loader_count(struct loader *l, struct err *e)
     return 0;
 }
 
+/* The ring's buffers, owned by l (freed in loader_destroy, even after a partial failure). */
 static int loader_alloc(struct loader *l, struct err *e)
 {
     size_t b = (size_t)l->cfg.batch_size, per = dataset_sample_floats(l->ds);
+    size_t labels = (size_t)dataset_label_len(l->ds);
     for (int i = 0; i < l->nslots; i++) {
         struct loader_slot *s = &l->slots[i];
         s->x = malloc(b * per * sizeof *s->x);
-        s->y = malloc(b * sizeof *s->y);
+        s->y = malloc(b * labels * sizeof *s->y);
         s->index = malloc(b * sizeof *s->index);
         if (!s->x || !s->y || !s->index)
             return err_set(e, ERR_NOMEM, "batch_size",

@@ -58,7 +58,8 @@ struct loader_config {
 
 struct data_batch {
     float *x;       /* [n][c][h][w], owned by the loader */
-    int32_t *y;     /* [n] labels, owned by the loader */
+    int32_t *y;     /* [n][label_len] labels (dataset_label_len: 1 for a classification
+                       set, T next-token targets for a token set), owned by the loader */
     int64_t *index; /* [n] the dataset indices in x, owned by the loader */
     int n;          /* samples; batch_size except an epoch's short last batch */
     int64_t step;   /* batches before this one since the loader started */
