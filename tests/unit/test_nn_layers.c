@@ -23,25 +23,14 @@
 #include "worker/nn/layers.h"
 #include "worker/nn/nn.h"
 #include "worker/nn/onednn.h"
+#include "tests/unit/nn_check.h"
 #include "tests/unit/test.h"
 
 /* ---- helpers ---------------------------------------------------------------------- */
 
 static float *rnd(size_t n, uint64_t seed, float std)
 {
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    struct nn_rng r;
-    nn_rng_seed(&r, seed);
-    nn_rng_fill_normal(&r, x, n, 0, std);
-    return x;
-}
-
-static float *filled(size_t n, float v)
-{
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = v;
-    return x;
+    return nn_check_randn(n, seed, 0, std);
 }
 
 /* A copy of plain data in layout md (nn_alloc'd: free()). */
@@ -80,81 +69,6 @@ static void md_blocked(dnnl_memory_desc_t *md, struct nn_shape s)
 {
     dnnl_dims_t dims = {s.n, s.c, s.h, s.w};
     nn_md_tag(md, 4, dims, dnnl_nChw16c);
-}
-
-/* max |got - want| <= tol * max |want| (see the file comment); prints the worst element */
-static int close_rel(const char *what, const float *got, const float *want, size_t n,
-                     double tol)
-{
-    double scale = 0, worst = 0;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++)
-        scale = fmax(scale, fabs(want[i]));
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - want[i]);
-        if (!(d <= worst)) {
-            worst = d;
-            at = i;
-        }
-    }
-    if (worst <= tol * fmax(scale, 1e-30))
-        return 1;
-    fprintf(stderr, "    %s: element %zu is %.9g, expected %.9g (scale %.3g)\n", what, at,
-            got[at], want[at], scale);
-    return 0;
-}
-
-/* got - base vs want - base: gradients that accumulate onto a non-zero start */
-static int close_acc(const char *what, const float *got, const float *want, size_t n,
-                     float base, double tol)
-{
-    float *g = malloc((n ? n : 1) * sizeof *g), *w = malloc((n ? n : 1) * sizeof *w);
-    for (size_t i = 0; i < n; i++) {
-        g[i] = got[i] - base;
-        w[i] = want[i] - base;
-    }
-    int ok = close_rel(what, g, w, n, tol);
-    free(g);
-    free(w);
-    return ok;
-}
-
-static double dot(const float *a, const float *b, size_t n)
-{
-    double s = 0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)a[i] * b[i];
-    return s;
-}
-
-/* Central differences of loss() in x[i] for `samples` indices spread over x, against the
- * analytic gradient. */
-typedef double (*loss_fn)(void *ctx);
-
-static int fd_check(const char *what, float *x, size_t n, const float *analytic, loss_fn loss,
-                    void *ctx, float h)
-{
-    int samples = n < 24 ? (int)n : 24;
-    for (int k = 0; k < samples; k++) {
-        size_t i = (size_t)k * n / (size_t)samples + (size_t)k % 3 % (n / (size_t)samples + 1);
-        if (i >= n)
-            i = n - 1;
-        float save = x[i];
-        float up = save + h, down = save - h;
-        x[i] = up;
-        double lp = loss(ctx);
-        x[i] = down;
-        double lm = loss(ctx);
-        x[i] = save;
-        double num = (lp - lm) / ((double)up - down);
-        double tol = 5e-3 + 5e-3 * fmax(fabs(num), fabs(analytic[i]));
-        if (!(fabs(num - analytic[i]) <= tol)) {
-            fprintf(stderr, "    %s[%zu]: numeric %.7g, analytic %.7g\n", what, i, num,
-                    analytic[i]);
-            return 0;
-        }
-    }
-    return 1;
 }
 
 /* ---- conv2d ----------------------------------------------------------------------- */
@@ -210,8 +124,8 @@ static int conv_compare(struct nn_dnnl *d, const struct conv_case *k,
     float *x = rnd(nx, seed, 1), *w = rnd(nw, seed + 1, 0.3f), *b = rnd(k->c.cout, seed + 2, 1);
     float *dy = rnd(ny, seed + 3, 1), *y = malloc(ny * sizeof *y),
           *dx = malloc(nx * sizeof *dx);
-    float *dw = filled(nw, 0.5f), *db = filled(k->c.cout, 0.5f);
-    float *fdw = filled(nw, 0.5f), *fdb = filled(k->c.cout, 0.5f);
+    float *dw = nn_check_filled(nw, 0.5f), *db = nn_check_filled(k->c.cout, 0.5f);
+    float *fdw = nn_check_filled(nw, 0.5f), *fdb = nn_check_filled(k->c.cout, 0.5f);
     const float *bias = k->c.bias ? b : NULL;
     nn_conv2d_forward(y, x, w, bias, &k->c, in);
     nn_conv2d_backward(dx, dw, k->c.bias ? db : NULL, dy, x, w, &k->c, in);
@@ -228,10 +142,10 @@ static int conv_compare(struct nn_dnnl *d, const struct conv_case *k,
         nn_conv2d_fast_backward(&f, fdx, fdw, k->c.bias ? fdb : NULL, fdy, fx, w);
         ok = nn_dnnl_check(d, &e) == 0;
         float *py = to_plain(d, &f.dst_md, out, fy), *pdx = to_plain(d, src_md, in, fdx);
-        ok = ok && close_rel("conv out", py, y, ny, tol) &&
-             close_rel("conv dinp", pdx, dx, nx, tol) &&
-             close_acc("conv dweight", fdw, dw, nw, 0.5f, tol) &&
-             close_acc("conv dbias", fdb, db, k->c.cout, 0.5f, tol);
+        ok = ok && nn_check_close_rel("conv out", py, y, ny, tol) &&
+             nn_check_close_rel("conv dinp", pdx, dx, nx, tol) &&
+             nn_check_close_acc("conv dweight", fdw, dw, nw, 0.5f, tol) &&
+             nn_check_close_acc("conv dbias", fdb, db, k->c.cout, 0.5f, tol);
         if (k->c.bias == 0)
             ok = ok && fdb[0] == 0.5f; /* no bias: its gradient untouched */
         free(py);
@@ -301,7 +215,7 @@ static double conv_loss(void *p)
 {
     struct conv_ctx *k = p;
     nn_conv2d_forward(k->y, k->x, k->w, k->b, k->c, k->in);
-    return dot(k->y, k->r, k->ny);
+    return nn_check_dot(k->y, k->r, k->ny);
 }
 
 static void test_conv2d_gradcheck(void)
@@ -322,11 +236,12 @@ static void test_conv2d_gradcheck(void)
                              .r = rnd(ny, 4, 1),
                              .y = malloc(ny * sizeof(float)),
                              .ny = ny};
-        float *dx = malloc(nx * sizeof *dx), *dw = filled(nw, 0), *db = filled(k->c.cout, 0);
+        float *dx = malloc(nx * sizeof *dx), *dw = nn_check_filled(nw, 0),
+              *db = nn_check_filled(k->c.cout, 0);
         nn_conv2d_backward(dx, dw, c.b ? db : NULL, c.r, c.x, c.w, &k->c, in);
-        int ok = fd_check("conv x", c.x, nx, dx, conv_loss, &c, 1e-2f) &&
-                 fd_check("conv w", c.w, nw, dw, conv_loss, &c, 1e-2f) &&
-                 (!c.b || fd_check("conv b", c.b, k->c.cout, db, conv_loss, &c, 1e-2f));
+        int ok = nn_check_fd("conv x", c.x, nx, dx, conv_loss, &c, 1e-2f) &&
+                 nn_check_fd("conv w", c.w, nw, dw, conv_loss, &c, 1e-2f) &&
+                 (!c.b || nn_check_fd("conv b", c.b, k->c.cout, db, conv_loss, &c, 1e-2f));
         float *bufs[] = {c.x, c.w, c.b, c.r, c.y, dx, dw, db};
         for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
             free(bufs[i]);
@@ -363,9 +278,11 @@ static int bn_compare(struct nn_dnnl *d, int relu, int blocked)
     for (size_t i = 0; i < n; i++)
         x[i] += 0.5f; /* a non-zero mean */
     float *y = malloc(n * sizeof *y), *dx = malloc(n * sizeof *dx), *mean = malloc(C * 4),
-          *var = malloc(C * 4), *rm = filled(C, 0), *rv = filled(C, 1), *frm = filled(C, 0),
-          *frv = filled(C, 1), *dw = filled(C, 0.5f), *db = filled(C, 0.5f),
-          *fdw = filled(C, 0.5f), *fdb = filled(C, 0.5f), *ye = malloc(n * sizeof *ye);
+          *var = malloc(C * 4), *rm = nn_check_filled(C, 0), *rv = nn_check_filled(C, 1),
+          *frm = nn_check_filled(C, 0), *frv = nn_check_filled(C, 1),
+          *dw = nn_check_filled(C, 0.5f), *db = nn_check_filled(C, 0.5f),
+          *fdw = nn_check_filled(C, 0.5f), *fdb = nn_check_filled(C, 0.5f),
+          *ye = malloc(n * sizeof *ye);
     nn_bn_forward_train(y, mean, var, rm, rv, x, w, b, &c, s);
     nn_bn_backward(dx, dw, db, dy, x, y, mean, var, w, &c, s);
     nn_bn_forward_eval(ye, x, w, b, rm, rv, &c, s);
@@ -386,15 +303,15 @@ static int bn_compare(struct nn_dnnl *d, int relu, int blocked)
         ok = nn_dnnl_check(d, &e) == 0;
         float *py = to_plain(d, &md, s, fy), *pdx = to_plain(d, &md, s, fdx);
         float *pye = to_plain(d, &md, s, fye);
-        ok = ok && close_rel("bn out", py, y, n, 1e-4) &&
-             close_rel("bn mean", f.mean, mean, C, 1e-4) &&
-             close_rel("bn var", f.var, var, C, 1e-4) &&
-             close_rel("bn running mean", frm, rm, C, 1e-4) &&
-             close_rel("bn running var", frv, rv, C, 1e-4) &&
-             close_rel("bn dinp", pdx, dx, n, 1e-4) &&
-             close_acc("bn dweight", fdw, dw, C, 0.5f, 1e-4) &&
-             close_acc("bn dbias", fdb, db, C, 0.5f, 1e-4) &&
-             close_rel("bn eval out", pye, ye, n, 1e-4);
+        ok = ok && nn_check_close_rel("bn out", py, y, n, 1e-4) &&
+             nn_check_close_rel("bn mean", f.mean, mean, C, 1e-4) &&
+             nn_check_close_rel("bn var", f.var, var, C, 1e-4) &&
+             nn_check_close_rel("bn running mean", frm, rm, C, 1e-4) &&
+             nn_check_close_rel("bn running var", frv, rv, C, 1e-4) &&
+             nn_check_close_rel("bn dinp", pdx, dx, n, 1e-4) &&
+             nn_check_close_acc("bn dweight", fdw, dw, C, 0.5f, 1e-4) &&
+             nn_check_close_acc("bn dbias", fdb, db, C, 0.5f, 1e-4) &&
+             nn_check_close_rel("bn eval out", pye, ye, n, 1e-4);
         free(py);
         free(pdx);
         free(pye);
@@ -430,7 +347,7 @@ static double bn_loss(void *p)
 {
     struct bn_ctx *k = p;
     nn_bn_forward_train(k->y, k->mean, k->var, k->rm, k->rv, k->x, k->w, k->b, &k->c, k->s);
-    return dot(k->y, k->r, nn_shape_numel(k->s));
+    return nn_check_dot(k->y, k->r, nn_shape_numel(k->s));
 }
 
 static void test_bn_gradcheck(void)
@@ -446,14 +363,14 @@ static void test_bn_gradcheck(void)
                        .y = malloc(n * 4),
                        .mean = malloc(16),
                        .var = malloc(16),
-                       .rm = filled(4, 0),
-                       .rv = filled(4, 1)};
+                       .rm = nn_check_filled(4, 0),
+                       .rv = nn_check_filled(4, 1)};
     bn_loss(&k);
-    float *dx = malloc(n * 4), *dw = filled(4, 0), *db = filled(4, 0);
+    float *dx = malloc(n * 4), *dw = nn_check_filled(4, 0), *db = nn_check_filled(4, 0);
     nn_bn_backward(dx, dw, db, k.r, k.x, k.y, k.mean, k.var, k.w, &k.c, s);
-    int ok = fd_check("bn x", k.x, n, dx, bn_loss, &k, 1e-2f) &&
-             fd_check("bn w", k.w, 4, dw, bn_loss, &k, 1e-2f) &&
-             fd_check("bn b", k.b, 4, db, bn_loss, &k, 1e-2f);
+    int ok = nn_check_fd("bn x", k.x, n, dx, bn_loss, &k, 1e-2f) &&
+             nn_check_fd("bn w", k.w, 4, dw, bn_loss, &k, 1e-2f) &&
+             nn_check_fd("bn b", k.b, 4, db, bn_loss, &k, 1e-2f);
     float *bufs[] = {k.x, k.w, k.b, k.r, k.y, k.mean, k.var, k.rm, k.rv, dx, dw, db};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
@@ -524,8 +441,8 @@ static void test_act_fast_matches_ref(void)
             nn_act_fast_forward(&f, fy, fx);
             nn_act_fast_backward(&f, fdx, fdy, fy);
             float *py = to_plain(&d, &md, s, fy), *pdx = to_plain(&d, &md, s, fdx);
-            ok = nn_dnnl_check(&d, &e) == 0 && close_rel("act out", py, y, n, 0) &&
-                 close_rel("act dinp", pdx, dx, n, 0);
+            ok = nn_dnnl_check(&d, &e) == 0 && nn_check_close_rel("act out", py, y, n, 0) &&
+                 nn_check_close_rel("act dinp", pdx, dx, n, 0);
             free(py);
             free(pdx);
         }
@@ -605,8 +522,8 @@ static int pool_compare(struct nn_dnnl *d, const struct pool_case *k, const floa
         nn_pool_fast_forward(&f, fy, fx);
         nn_pool_fast_backward(&f, fdx, fdy);
         float *py = to_plain(d, &f.dst_md, out, fy), *pdx = to_plain(d, &md, in, fdx);
-        ok = nn_dnnl_check(d, &e) == 0 && close_rel("pool out", py, y, ny, 1e-5) &&
-             close_rel("pool dinp", pdx, dx, nx, 1e-5);
+        ok = nn_dnnl_check(d, &e) == 0 && nn_check_close_rel("pool out", py, y, ny, 1e-5) &&
+             nn_check_close_rel("pool dinp", pdx, dx, nx, 1e-5);
         free(py);
         free(pdx);
     }
@@ -658,7 +575,7 @@ static double pool_loss(void *p)
         nn_maxpool_forward(c->y, c->x, &c->k->c, c->in);
     else
         nn_avgpool_forward(c->y, c->x, &c->k->c, c->in);
-    return dot(c->y, c->r, c->ny);
+    return nn_check_dot(c->y, c->r, c->ny);
 }
 
 static void test_pool_gradcheck(void)
@@ -680,7 +597,7 @@ static void test_pool_gradcheck(void)
             nn_maxpool_backward(dx, c.r, c.x, &k->c, in);
         else
             nn_avgpool_backward(dx, c.r, &k->c, in);
-        int ok = fd_check("pool x", c.x, nx, dx, pool_loss, &c, 1e-2f);
+        int ok = nn_check_fd("pool x", c.x, nx, dx, pool_loss, &c, 1e-2f);
         free(c.x);
         free(c.r);
         free(c.y);
@@ -732,7 +649,7 @@ static double lin_loss(void *p)
 {
     struct lin_ctx *k = p;
     nn_linear_forward(k->y, k->x, k->w, k->b, &k->c, k->n);
-    return dot(k->y, k->r, (size_t)k->n * k->c.out);
+    return nn_check_dot(k->y, k->r, (size_t)k->n * k->c.out);
 }
 
 static void test_linear(void)
@@ -744,9 +661,11 @@ static void test_linear(void)
     size_t nx = 5 * 37, ny = 5 * 11, nw = 37 * 11;
     k.x = rnd(nx, 1, 1), k.w = rnd(nw, 2, 0.3f), k.b = rnd(11, 3, 1), k.r = rnd(ny, 4, 1);
     k.y = malloc(ny * 4);
-    float *dx = malloc(nx * 4), *dw = filled(nw, 0.5f), *db = filled(11, 0.5f);
-    float *fy = malloc(ny * 4), *fdx = malloc(nx * 4), *fdw = filled(nw, 0.5f),
-          *fdb = filled(11, 0.5f), *gw = filled(nw, 0), *gb = filled(11, 0);
+    float *dx = malloc(nx * 4), *dw = nn_check_filled(nw, 0.5f),
+          *db = nn_check_filled(11, 0.5f);
+    float *fy = malloc(ny * 4), *fdx = malloc(nx * 4), *fdw = nn_check_filled(nw, 0.5f),
+          *fdb = nn_check_filled(11, 0.5f), *gw = nn_check_filled(nw, 0),
+          *gb = nn_check_filled(11, 0);
     nn_linear_forward(k.y, k.x, k.w, k.b, &k.c, k.n);
     nn_linear_backward(dx, dw, db, k.r, k.x, k.w, &k.c, k.n);
     nn_linear_backward(NULL, gw, gb, k.r, k.x, k.w, &k.c, k.n);
@@ -755,16 +674,17 @@ static void test_linear(void)
     if (ok) {
         nn_linear_fast_forward(&f, fy, k.x, k.w, k.b);
         nn_linear_fast_backward(&f, fdx, fdw, fdb, k.r, k.x, k.w);
-        ok = nn_dnnl_check(&d, &e) == 0 && close_rel("linear out", fy, k.y, ny, 1e-4) &&
-             close_rel("linear dinp", fdx, dx, nx, 1e-4) &&
-             close_acc("linear dweight", fdw, dw, nw, 0.5f, 1e-4) &&
-             close_acc("linear dbias", fdb, db, 11, 0.5f, 1e-4);
+        ok = nn_dnnl_check(&d, &e) == 0 &&
+             nn_check_close_rel("linear out", fy, k.y, ny, 1e-4) &&
+             nn_check_close_rel("linear dinp", fdx, dx, nx, 1e-4) &&
+             nn_check_close_acc("linear dweight", fdw, dw, nw, 0.5f, 1e-4) &&
+             nn_check_close_acc("linear dbias", fdb, db, 11, 0.5f, 1e-4);
     }
     nn_linear_fast_destroy(&f);
     nn_dnnl_cleanup(&d);
-    int fd = fd_check("linear x", k.x, nx, dx, lin_loss, &k, 1e-2f) &&
-             fd_check("linear w", k.w, nw, gw, lin_loss, &k, 1e-2f) &&
-             fd_check("linear b", k.b, 11, gb, lin_loss, &k, 1e-2f);
+    int fd = nn_check_fd("linear x", k.x, nx, dx, lin_loss, &k, 1e-2f) &&
+             nn_check_fd("linear w", k.w, nw, gw, lin_loss, &k, 1e-2f) &&
+             nn_check_fd("linear b", k.b, 11, gb, lin_loss, &k, 1e-2f);
     float *bufs[] = {k.x, k.w, k.b, k.r, k.y, dx, dw, db, fy, fdx, fdw, fdb, gw, gb};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         free(bufs[i]);
@@ -781,7 +701,8 @@ static void test_dropout(void)
     struct nn_dropout_cfg c = {.p = 0.3f};
     struct nn_layout plain;
     nn_layout_plain(&plain, s);
-    float *x = filled(n, 1), *y1 = malloc(n * 4), *y2 = malloc(n * 4), *y3 = malloc(n * 4);
+    float *x = nn_check_filled(n, 1), *y1 = malloc(n * 4), *y2 = malloc(n * 4),
+          *y3 = malloc(n * 4);
     uint64_t key = nn_dropout_key(42, 7, 3);
     nn_dropout_forward(y1, x, &c, s, &plain, key, 1);
     nn_dropout_forward(y2, x, &c, s, &plain, nn_dropout_key(42, 7, 3), 1);
@@ -926,7 +847,7 @@ static void test_xent(void)
     float *g = malloc(80);
     xent_loss(&c);
     nn_xent_backward(g, c.p, lab, 4, 5, 4);
-    int ok = fd_check("xent z", c.z, 20, g, xent_loss, &c, 1e-2f);
+    int ok = nn_check_fd("xent z", c.z, 20, g, xent_loss, &c, 1e-2f);
     free(c.z);
     free(c.p);
     free(g);

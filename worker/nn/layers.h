@@ -319,4 +319,118 @@ int nn_xent_forward(float *probs, double *loss, int *correct, const float *logit
 void nn_xent_backward(float *dlogits, const float *probs, const int32_t *labels, int n, int k,
                       int n_valid);
 
+/* ==== transformer layers (GPT-2) =======================================================
+ * Sequence tensors are (N,T,C) plain row-major; the rows R = N*T are independent for
+ * everything but attention. The matmuls of a transformer block are linear layers over the
+ * R rows (linear.c); these are the rest. */
+
+/* ==== token + position embedding (embed.c) ========================================== */
+
+struct nn_embed_cfg {
+    int vocab; /* rows of wte */
+    int max_t; /* rows of wpe: the longest sequence (GPT-2's n_positions) */
+    int c;     /* channels */
+};
+
+/* -1 with e (ERR_INVALID, field "tokens") when any of the n token ids in tok is not an
+ * integer in [0, vocab): ids travel as floats (exact below 2^24). */
+int nn_embed_check(const float *tok, size_t n, int vocab, struct err *e);
+/* out (N,T,C) = wte[tok[n][t]] (V,C) + wpe[t] (max_t,C); tok (N,T) checked ids, T <= max_t */
+void nn_embed_forward(float *out, const float *tok, const float *wte, const float *wpe,
+                      const struct nn_embed_cfg *c, int n, int t);
+/* dwte (V,C) +=, dwpe (max_t,C) += from dout (N,T,C); no input gradient (ids) */
+void nn_embed_backward(float *dwte, float *dwpe, const float *dout, const float *tok,
+                       const struct nn_embed_cfg *c, int n, int t);
+
+/* ==== layer normalization over the last dimension (layernorm.c) ====================== */
+
+#define NN_LAYERNORM_EPS 1e-5f /* PyTorch's nn.LayerNorm default, GPT-2's */
+
+/* out (R,C) = (inp - mean) * rstd * weight (C) + bias (C), row by row; saves mean (R) and
+ * rstd (R) = 1/sqrt(biased var + eps) for backward. */
+void nn_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                          const float *weight, const float *bias, int rows, int c);
+/* dinp (R,C) =, dweight (C) +=, dbias (C) += */
+void nn_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                           const float *inp, const float *weight, const float *mean,
+                           const float *rstd, int rows, int c);
+
+struct nn_layernorm_fast {
+    struct nn_dnnl *d;
+    int rows, c;
+    struct nn_prim fwd, bwd;
+    struct nn_mem m_src, m_dst, m_scale, m_shift, m_mean, m_var, m_ddst, m_dsrc, m_dscale,
+        m_dshift;
+    float *mean, *var, *dscale, *dshift; /* owned: (R), (R), (C), (C) */
+};
+
+int nn_layernorm_fast_init(struct nn_layernorm_fast *f, struct nn_dnnl *d, int rows, int c,
+                           int train, struct err *e);
+void nn_layernorm_fast_forward(struct nn_layernorm_fast *f, float *out, const float *inp,
+                               const float *weight, const float *bias);
+/* dweight, dbias accumulate (+=) as the reference's do */
+void nn_layernorm_fast_backward(struct nn_layernorm_fast *f, float *dinp, float *dweight,
+                                float *dbias, const float *dout, const float *inp,
+                                const float *weight);
+void nn_layernorm_fast_destroy(struct nn_layernorm_fast *f);
+
+/* ==== GELU, GPT-2's tanh approximation (gelu.c) ====================================== */
+
+/* out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); out may be inp */
+void nn_gelu_forward(float *out, const float *inp, size_t n);
+/* dinp (n) = dout * gelu'(inp); dinp may be dout */
+void nn_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
+
+struct nn_gelu_fast {
+    struct nn_dnnl *d;
+    struct nn_prim fwd, bwd;
+    struct nn_mem m_src, m_dst, m_bsrc, m_ddst, m_dsrc;
+};
+
+int nn_gelu_fast_init(struct nn_gelu_fast *f, struct nn_dnnl *d, size_t n, int train,
+                      struct err *e);
+void nn_gelu_fast_forward(struct nn_gelu_fast *f, float *out, const float *inp);
+void nn_gelu_fast_backward(struct nn_gelu_fast *f, float *dinp, const float *dout,
+                           const float *inp);
+void nn_gelu_fast_destroy(struct nn_gelu_fast *f);
+
+/* ==== causal multi-head self-attention (attention.c) ================================= */
+
+struct nn_attention_cfg {
+    int c;     /* channels; divisible by heads */
+    int heads; /* head size hs = c / heads */
+};
+
+/* qkv (N,T,3C): per row q (C) | k (C) | v (C), head h at columns h*hs .. (h+1)*hs-1 of each.
+ * att (N,H,T,T) = softmax over s <= t of q_t . k_s / sqrt(hs) (0 where s > t), saved for
+ * backward; out (N,T,C) = att @ v, heads side by side (GPT-2's layout before c_proj). */
+void nn_attention_forward(float *out, float *att, const float *qkv,
+                          const struct nn_attention_cfg *c, int n, int t);
+/* dqkv (N,T,3C) = from dout (N,T,C); datt (N,H,T,T) is scratch */
+void nn_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv,
+                           const float *att, const struct nn_attention_cfg *c, int n, int t);
+
+/* The fast path: oneDNN batched matmuls for q k^T, att v and their gradients, reading q, k
+ * and v in place through strided descriptors; the masked softmax and its backward are own
+ * loops. It owns every buffer it needs (att, datt), so forward saves what backward
+ * reads. */
+struct nn_attention_fast {
+    struct nn_dnnl *d;
+    struct nn_attention_cfg cfg;
+    int n, t;
+    struct nn_prim qk, av, d_att, d_v, d_q, d_k; /* forward: qk, av; backward: the rest */
+    /* per matmul {src, weights, dst}: each argument has its own strided view (k as k^T,
+     * att as att^T, ...), so each gets its own memory object */
+    struct nn_mem m_qk[3], m_av[3], m_datt[3], m_dv[3], m_dq[3], m_dk[3];
+    float *att, *datt; /* owned, (N,H,T,T) each (datt only when train; holds dpre) */
+};
+
+int nn_attention_fast_init(struct nn_attention_fast *f, struct nn_dnnl *d,
+                           const struct nn_attention_cfg *c, int n, int t, int train,
+                           struct err *e);
+void nn_attention_fast_forward(struct nn_attention_fast *f, float *out, const float *qkv);
+void nn_attention_fast_backward(struct nn_attention_fast *f, float *dqkv, const float *dout,
+                                const float *qkv);
+void nn_attention_fast_destroy(struct nn_attention_fast *f);
+
 #endif
