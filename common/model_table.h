@@ -37,6 +37,13 @@ struct model_info {
      * output) at (c, h, w), and at (c, 16 h, 16 w): model_table_activations interpolates
      * between them by input area. */
     int64_t act_floats, act_floats_x16;
+    /* Transformers (GPT-2; 0 for the CNNs): channels, blocks and heads. The input is (1, 1,
+     * seq_len) token ids, h * w the tokens; the vocabulary is `classes` and moves the
+     * parameters by classes * embd (the embedding, tied to the output projection); the
+     * position table is fixed (w is n_positions), so seq_len does not. act_floats counts the
+     * tensors, linear in tokens; model_table_activations adds the attention matrices
+     * (layers * heads * T^2), which are not tensors of the graph. */
+    int embd, layers, heads;
 };
 
 /* Number of rows. */

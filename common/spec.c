@@ -108,8 +108,8 @@ static const char *spec_bucket_model_at(int i)
  * loss scaling); the CPU worker trains in fp32 and refuses them naming the field */
 static const char *const spec_precisions[] = {"fp32", "fp16", "bf16", NULL};
 static const char *const spec_compressions[] = {"none", "fp16", "bf16", NULL};
-static const char *const spec_datasets[] = {"synthetic", "mnist", "fashion-mnist", "cifar10",
-                                            NULL};
+static const char *const spec_datasets[] = {"synthetic", "mnist", "fashion-mnist",
+                                            "cifar10",   "text",  NULL};
 static const char *const spec_optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const spec_decays[] = {"constant", "step", "cosine", NULL};
 
@@ -326,6 +326,11 @@ static const struct spec_field spec_fields[] = {
     {.name = "eval", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
      .def = "true", SPEC_AT(train.eval),
      .desc = "Evaluate on the test split at the end of every epoch (datasets with one)."},
+    {.name = "seq_len", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 0, .max = 4096, .def = "0", SPEC_AT(train.seq_len),
+     .desc = "Transformers (the gpt2 models): tokens per sample, at most the model's "
+             "positions (128 for gpt2-tiny, 1024 for gpt2-small); 0: the model's positions. "
+             "Other models: 0."},
     {.name = "prefetch", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .min = 0, .max = 16, .def = "2", SPEC_AT(train.prefetch),
      .desc = "Batches the loader thread prepares ahead; 0 loads each batch inside the step."},
@@ -336,7 +341,8 @@ static const struct spec_field spec_fields[] = {
              "defaults to Debian's dataset-fashion-mnist) or cifar10 (binary batches)."},
     {.name = "dataset.path", .type = SPEC_T_STRING, .workloads = SPEC_WL_TRAIN, .min = 0,
      .max = 511, .def = "\"\"", SPEC_AT(train.dataset.path),
-     .desc = "Directory holding the dataset's files on the node; \"\": the default place."},
+     .desc = "Directory holding the dataset's files on the node; \"\": the default place. "
+             "text: the file to model, byte by byte (required)."},
     {.name = "dataset.shape", .type = SPEC_T_SHAPE, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .min = 1, .max = 4096, .def = "[]",
      SPEC_AT(train.dataset.shape),
@@ -1345,6 +1351,12 @@ static void spec_train_input(const json_t *spec, const struct model_info *mi, in
     const json_t *shape = spec_field_value(spec, "dataset.shape");
     dims[0] = mi->c, dims[1] = mi->h, dims[2] = mi->w;
     *classes = (int)json_integer_value(spec_field_value(spec, "dataset.classes"));
+    if (mi->embd > 0) { /* a transformer: (1, 1, tokens); bytes or the model's vocabulary */
+        int t = (int)json_integer_value(spec_field_value(spec, "seq_len"));
+        dims[2] = t > 0 ? t : mi->w;
+        *classes = data && strcmp(data, "text") == 0 ? 256 : mi->classes;
+        return;
+    }
     for (size_t i = 0; data && i < SPEC_COUNT(spec_data_shapes); i++) {
         const struct spec_data_shape *d = &spec_data_shapes[i];
         if (strcmp(d->name, data) == 0) {
@@ -1428,13 +1440,64 @@ static bool spec_memory_broken(const json_t *spec, enum spec_workload wl, const 
         return false;
     double batch = (double)json_integer_value(spec_field_value(spec, "batch_size"));
     double one = m.total - (m.activations + m.data) * (batch - 1) / (batch > 0 ? batch : 1);
-    *field = one > (double)SPEC_MAX_RANK_BYTES ? "dataset.shape" : "batch_size";
+    const struct model_info *mi = model_table_find(
+        json_string_value(spec_field_value(spec, "model")));
+    const char *shape = mi && mi->embd > 0 ? "seq_len" : "dataset.shape";
+    *field = one > (double)SPEC_MAX_RANK_BYTES ? shape : "batch_size";
     char text[320];
     spec_memory_text(&m, text, sizeof text);
     snprintf(why, n, "one rank needs %s, more than the %.0f GiB a rank may use; lower %s", text,
              (double)SPEC_MAX_RANK_BYTES / SPEC_GIB,
-             strcmp(*field, "batch_size") == 0 ? "batch_size or dataset.shape"
-                                               : "dataset.shape or the model");
+             strcmp(*field, "batch_size") == 0
+                 ? (strcmp(shape, "seq_len") == 0 ? "batch_size or seq_len"
+                                                  : "batch_size or dataset.shape")
+             : strcmp(shape, "seq_len") == 0 ? "seq_len or the model"
+                                             : "dataset.shape or the model");
+    return true;
+}
+
+/* Which data and devices a model family trains on: transformers take tokens (synthetic
+ * ids or a text file's bytes) on the CPU engine, the CNNs images; seq_len belongs to the
+ * first. True with the field and the reason when spec breaks that. */
+static bool spec_model_broken(const json_t *spec, enum spec_workload wl, const char **field,
+                              char *why, size_t n)
+{
+    const char *model = json_string_value(spec_field_value(spec, "model"));
+    const char *data = json_string_value(spec_field_value(spec, "dataset.name"));
+    const char *path = json_string_value(spec_field_value(spec, "dataset.path"));
+    const char *device = json_string_value(spec_field_value(spec, "device"));
+    const char *engine = json_string_value(spec_field_value(spec, "engine"));
+    const struct model_info *mi = model_table_find(model);
+    int64_t seq = json_integer_value(spec_field_value(spec, "seq_len"));
+    bool text = data && strcmp(data, "text") == 0;
+    if (wl != SPEC_WORKLOAD_TRAIN || !mi)
+        return false;
+    *field = "dataset.name";
+    if (mi->embd == 0 && text)
+        snprintf(why, n,
+                 "dataset \"text\" is token data, for the gpt2 models; %s trains on "
+                 "images",
+                 model);
+    else if (mi->embd > 0 && !text && strcmp(data ? data : "", "synthetic") != 0)
+        snprintf(why, n, "%s trains on tokens: dataset \"synthetic\" or \"text\", not \"%s\"",
+                 model, data ? data : "");
+    else if (text && (!path || !*path))
+        *field = "dataset.path", snprintf(why, n, "dataset \"text\" needs the file to model");
+    else if (mi->embd == 0 && seq != 0)
+        *field = "seq_len", snprintf(why, n, "seq_len is for the gpt2 models, not %s", model);
+    else if (mi->embd > 0 && seq > mi->w)
+        *field = "seq_len", snprintf(why, n, "%s has %d positions; seq_len %lld is longer",
+                                     model, mi->w, (long long)seq);
+    else if (mi->embd > 0 && device && strcmp(device, "cpu") != 0)
+        *field = "model",
+        snprintf(why, n, "%s runs on the CPU engine only (no GPU transformer layers yet)",
+                 model);
+    else if (mi->embd > 0 && engine && strcmp(engine, "ddpbench") != 0)
+        *field = "model",
+        snprintf(why, n, "%s is ddpbench's own model; engine %s has no adapter for it", model,
+                 engine);
+    else
+        return false;
     return true;
 }
 
@@ -1536,6 +1599,7 @@ static int spec_point_check(void *arg, size_t index, const json_t *params,
     char why[512], p[96];
     const char *field;
     if (!spec_rule_broken(resolved, a->wl, NULL, why, sizeof why) &&
+        !spec_model_broken(resolved, a->wl, &field, why, sizeof why) &&
         !spec_memory_broken(resolved, a->wl, &field, why, sizeof why))
         return 0;
     spec_value_text(params, p, sizeof p);
@@ -1551,6 +1615,8 @@ static int spec_check_rules(const json_t *norm, enum spec_workload wl, struct er
     const char *field;
     if (r)
         return err_set(e, ERR_INVALID, r->b, "%s: %s", r->b, why);
+    if (!sweep && spec_model_broken(norm, wl, &field, why, sizeof why))
+        return err_set(e, ERR_INVALID, field, "%s: %s", field, why);
     if (!sweep) /* with a sweep, each point's estimate is checked below instead */
         return spec_memory_broken(norm, wl, &field, why, sizeof why)
                    ? err_set(e, ERR_INVALID, field, "%s: %s", field, why)

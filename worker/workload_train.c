@@ -54,6 +54,7 @@ struct trainer {
     float *pad_x; /* evaluation: one padded batch */
     int32_t *pad_y;
     size_t sample_floats;
+    int labels_per; /* labels per sample: 1, or a sequence model's tokens */
     int64_t total_steps;
     int64_t last_progress_ns;
     const struct train_engine_ops *ops; /* the spec's device's engine */
@@ -81,6 +82,14 @@ static int train_open_data(struct trainer *tr, struct err *e)
         .classes = sd->classes,
         .samples = sd->samples > 0 ? sd->samples : DATA_SYNTHETIC_SAMPLES,
         .fresh = sd->fresh};
+    if (mi->embd >
+        0) { /* a transformer: sequences of token ids (synthetic or a file's bytes) */
+        dc.seq_len = tr->t->seq_len > 0 ? tr->t->seq_len : mi->w;
+        dc.synthetic.tokens = true;
+        dc.synthetic.c = dc.synthetic.h = 1;
+        dc.synthetic.w = dc.seq_len;
+        dc.synthetic.classes = mi->classes;
+    }
     dc.augment = sd->augment;
     dc.samples = sd->samples; /* real datasets: the first N training samples; 0 = all */
     if (dataset_open(&dc, DATA_SPLIT_TRAIN, &tr->train, e) < 0)
@@ -106,6 +115,11 @@ static int train_build_model(struct trainer *tr, struct err *e)
                                          .cudnn_benchmark = tr->t->cudnn_benchmark},
               e)))
         return err_prefix(e, "model %s on %dx%dx%d", tr->t->model, ds->c, ds->h, ds->w);
+    tr->labels_per = nn_model_labels_per_sample(&tr->m);
+    if (dataset_label_len(ds) != tr->labels_per)
+        return err_set(e, ERR_INVALID, "dataset.name",
+                       "dataset %s gives %d labels a sample, model %s predicts %d", ds->name,
+                       dataset_label_len(ds), tr->t->model, tr->labels_per);
     return 0;
 }
 
@@ -271,7 +285,7 @@ static int train_evaluate(struct trainer *tr, struct train_tally *out, struct er
     memset(out, 0, sizeof *out);
     if (!tr->pad_x) {
         tr->pad_x = calloc((size_t)B * tr->sample_floats, sizeof *tr->pad_x);
-        tr->pad_y = calloc((size_t)B, sizeof *tr->pad_y);
+        tr->pad_y = calloc((size_t)B * tr->labels_per, sizeof *tr->pad_y);
         if (!tr->pad_x || !tr->pad_y)
             return err_set(e, ERR_NOMEM, NULL, "evaluation: out of memory");
     }
@@ -284,7 +298,7 @@ static int train_evaluate(struct trainer *tr, struct train_tally *out, struct er
         const int32_t *y = b->y;
         if (b->n < B) { /* the short last batch, padded; padding rows do not count */
             memcpy(tr->pad_x, b->x, (size_t)b->n * tr->sample_floats * sizeof(float));
-            memcpy(tr->pad_y, b->y, (size_t)b->n * sizeof(int32_t));
+            memcpy(tr->pad_y, b->y, (size_t)b->n * tr->labels_per * sizeof(int32_t));
             x = tr->pad_x, y = tr->pad_y;
         }
         double loss = 0;
@@ -295,7 +309,7 @@ static int train_evaluate(struct trainer *tr, struct train_tally *out, struct er
             break;
         }
         out->loss_sum += loss * b->n;
-        out->correct += right;
+        out->correct += (double)right / tr->labels_per; /* a sequence's: tokens */
         out->count += b->n;
     }
     loader_destroy(ld);
@@ -357,7 +371,7 @@ static int train_next_micro(struct trainer *tr, int64_t step, int micro,
 
 /* Adds a micro-batch's mean loss and correct count to the step and the epoch; a loss that
  * is not finite ends the run (diverged). */
-static int train_count_micro(int64_t step, double loss, int right, int n,
+static int train_count_micro(int64_t step, double loss, int right, int n, int labels_per,
                              struct train_tally *tally, double *loss_sum, struct err *e)
 {
     if (!isfinite(loss))
@@ -367,7 +381,7 @@ static int train_count_micro(int64_t step, double loss, int right, int n,
                        (long long)step, loss);
     *loss_sum += loss;
     tally->loss_sum += loss * n;
-    tally->correct += right;
+    tally->correct += (double)right / labels_per; /* accuracy per token for a sequence */
     tally->count += n;
     return 0;
 }
@@ -456,7 +470,7 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
         observe_trace_span(tr->obs, "backward", t1, t_bwd);
         if (ops->wait_loss(en, &loss, &right, e) < 0)
             return err_prefix(e, "loss of step %lld", (long long)step);
-        if (train_count_micro(step, loss, right, b->n, tally, &loss_sum, e) < 0)
+        if (train_count_micro(step, loss, right, b->n, tr->labels_per, tally, &loss_sum, e) < 0)
             return -1;
     }
     if (ddp_finish(&tr->ddp, t->accumulate, e) < 0)

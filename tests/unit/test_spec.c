@@ -741,6 +741,49 @@ static void test_spec_train_rejects(void)
                     "case %zu", i);
 }
 
+/* Transformers take tokens on the CPU engine, CNNs images; seq_len belongs to the first
+ * and fits the model's positions; a text dataset names its file. The resolved spec keeps
+ * seq_len, the memory estimate counts tokens, the vocabulary and the attention matrices. */
+static void test_spec_transformer_rules(void)
+{
+#define GT TR ", \"model\": \"gpt2-tiny\""
+    static const struct bad_case cases[] = {
+        {GT ", \"dataset\": {\"name\": \"cifar10\"}}", "dataset.name", "trains on tokens"},
+        {TR ", \"dataset\": {\"name\": \"text\", \"path\": \"/a\"}}", "dataset.name",
+         "token data"},
+        {GT ", \"dataset\": {\"name\": \"text\"}}", "dataset.path", "needs the file"},
+        {GT ", \"seq_len\": 129}", "seq_len", "128 positions"},
+        {TR ", \"seq_len\": 16}", "seq_len", "for the gpt2 models"},
+        {GT ", \"device\": \"cuda\", \"backend\": \"nccl\"}", "model", "CPU engine only"},
+        {GT ", \"seq_len\": -1}", "seq_len", "from 0 to 4096"},
+        {GT ", \"sweep\": {\"seq_len\": [64, 256]}}", "sweep", "128 positions"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
+                    "case %zu", i);
+    json_t *s = parse_ok(GT ", \"seq_len\": 64, \"batch_size\": 8, \"prefetch\": 0, "
+                            "\"dataset\": {\"name\": \"text\", \"path\": \"/tmp/x.txt\"}}");
+    T_CHECK(s);
+    struct spec sp;
+    struct err e;
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_INT(sp.train.seq_len, 64);
+    struct spec_memory m;
+    T_OK(spec_memory_estimate(s, &m));
+    json_decref(s);
+    const struct model_info *mi = model_table_find("gpt2-tiny");
+    double p = model_table_params(mi, 1, 1, 64, 256); /* bytes: the row's vocabulary */
+    T_NEAR(p, 124672, 0.5);
+    T_NEAR(m.params, 4 * p, 0.5);
+    /* tensors linear in tokens (2689 floats a token), plus 2 blocks x 4 heads x 64^2 */
+    T_NEAR(m.activations, 8.0 * 8 * (2689.0 * 64 + 2 * 4 * 64 * 64), 0.5);
+    T_NEAR(m.data, 1.0 * 8 * 4 * 64, 0.5);
+    /* gpt2-small at its 1024 positions and batch 4096 is refused naming batch_size */
+    T_CHECK(spec_rejects(TR ", \"model\": \"gpt2-small\", \"batch_size\": 4096}", ERR_INVALID,
+                         "batch_size", "batch_size or seq_len"));
+#undef GT
+}
+
 /* What runs where: each combination the workers cannot run is refused at submit, naming
  * the field the rule is about, at the top level and at every point of a sweep. */
 static void test_spec_device_compat(void)
@@ -1411,6 +1454,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_train_rejects);
     TEST_RUN(test_spec_train_sweep_nested);
     TEST_RUN(test_spec_memory_estimate);
+    TEST_RUN(test_spec_transformer_rules);
     TEST_RUN(test_spec_device_compat);
     TEST_RUN(test_spec_collective_sizes);
     TEST_RUN(test_spec_sizes_from_parsed_spec);

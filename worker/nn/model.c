@@ -22,6 +22,7 @@ struct nn_tensor {
     size_t data_off, grad_off;
     float *data, *grad;
     int grad_written; /* during backward */
+    int seq;          /* a sequence (N,T,C) held as (N,T,C,1): rows N*T */
 };
 
 /* adaptive pooling the fast path cannot express as a pooling: plain loops between
@@ -45,6 +46,9 @@ union nn_node_fast {
     struct nn_flatten_fast flatten;
     struct nn_adapt_fast adapt;
     struct nn_add_fast add;
+    struct nn_layernorm_fast ln;
+    struct nn_gelu_fast gelu;
+    struct nn_attention_fast attn;
 };
 
 struct nn_node {
@@ -54,11 +58,15 @@ struct nn_node {
     union nn_layer_cfg cfg;
     int first_param, nparams;
     size_t param_off, param_len;
+    int seq;        /* linear over a sequence's rows */
+    int tied_param; /* linear: the earlier parameter tensor that is its weight, -1 none */
     size_t buf_off; /* batch norm: running mean (C) then var (C) */
     /* prepared */
     union nn_node_fast *fast; /* owned, fast backend */
     int fast_pool;            /* adaptive pooling done by fast.pool */
-    size_t save_off;          /* reference batch norm: saved mean (C), var (C) */
+    size_t save_off;          /* reference path: batch norm's saved mean (C) and var (C), layer
+                        norm's mean (R) and rstd (R), attention's att (N,H,T,T) then its
+                        backward scratch */
     float *save;
     struct nn_layout layout; /* dropout: where its elements live */
 };
@@ -69,6 +77,8 @@ static const char *const op_names[] = {
     [NN_OP_AVGPOOL] = "avgpool", [NN_OP_ADAPTIVE_AVGPOOL] = "adaptive_avgpool",
     [NN_OP_LINEAR] = "linear",   [NN_OP_DROPOUT] = "dropout",
     [NN_OP_ADD] = "add",         [NN_OP_FLATTEN] = "flatten",
+    [NN_OP_EMBED] = "embed",     [NN_OP_LAYERNORM] = "layernorm",
+    [NN_OP_GELU] = "gelu",       [NN_OP_ATTENTION] = "attention",
 };
 
 void nn_model_init(struct nn_model *m)
@@ -152,6 +162,7 @@ static struct nn_node *model_add_node(struct nn_model *m, enum nn_op op, const c
     n->out = -1;
     n->first_param = m->nparam_tensors;
     n->param_off = m->nparams;
+    n->tied_param = -1;
     m->nnodes++;
     return n;
 }
@@ -160,10 +171,14 @@ static struct nn_node *model_add_node(struct nn_model *m, enum nn_op op, const c
  * node has parameters. */
 static int model_node_output(struct nn_model *m, struct nn_node *n, struct nn_shape s)
 {
-    int g = n->nparams > 0;
-    for (int j = 0; j < n->nin; j++)
+    int g = n->nparams > 0 || n->tied_param >= 0, seq = 1;
+    for (int j = 0; j < n->nin; j++) {
         g |= m->tensors[n->in[j]].needs_grad;
+        seq &= m->tensors[n->in[j]].seq;
+    }
     n->out = model_add_tensor(m, s, (int)(n - m->nodes), g);
+    if (n->out >= 0) /* shape-keeping layers keep a sequence a sequence */
+        m->tensors[n->out].seq = (seq && n->op != NN_OP_FLATTEN) || n->op == NN_OP_EMBED;
     return n->out;
 }
 
@@ -353,6 +368,98 @@ int nn_model_flatten(struct nn_model *m, const char *name, int x)
     return model_node_output(m, n, nn_shape2(s.n, (int)nn_shape_sample(s)));
 }
 
+/* ---- sequence layers (GPT-2) ---------------------------------------------------------- */
+
+/* The node just added reads a sequence (N,T,C) (held as (N,T,C,1)); 0 or a sticky error. */
+static int model_need_seq(struct nn_model *m, const struct nn_node *n, int x)
+{
+    if (!m->tensors[x].seq)
+        return model_fail(m, ERR_INVALID, n->name, "needs a sequence (N,T,C) input");
+    return 0;
+}
+
+int nn_model_embed(struct nn_model *m, const char *name, int x, int vocab, int max_t, int c)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_EMBED, name, x, -1);
+    if (!n)
+        return -1;
+    struct nn_shape s = m->tensors[x].shape;
+    if (x != 0 || s.c != 1 || s.h != 1)
+        return model_fail(m, ERR_INVALID, n->name, "embeds the model's (N,1,1,T) token input");
+    if (vocab < 1 || c < 1 || max_t < s.w)
+        return model_fail(m, ERR_INVALID, n->name, "sequence longer than the position table");
+    n->cfg.embed = (struct nn_embed_cfg){.vocab = vocab, .max_t = max_t, .c = c};
+    if (model_add_param(m, n, "wte.weight", (size_t)vocab * c, c, vocab, NN_INIT_NORMAL,
+                        0.02f) ||
+        model_add_param(m, n, "wpe.weight", (size_t)max_t * c, c, max_t, NN_INIT_NORMAL, 0.02f))
+        return -1;
+    return model_node_output(m, n, nn_shape4(s.n, s.w, c, 1));
+}
+
+int nn_model_layernorm(struct nn_model *m, const char *name, int x)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_LAYERNORM, name, x, -1);
+    if (!n || model_need_seq(m, n, x))
+        return -1;
+    struct nn_shape s = m->tensors[x].shape;
+    if (model_add_param(m, n, "weight", (size_t)s.h, s.h, s.h, NN_INIT_CONST, 1.0f) ||
+        model_add_param(m, n, "bias", (size_t)s.h, s.h, s.h, NN_INIT_CONST, 0.0f))
+        return -1;
+    return model_node_output(m, n, s);
+}
+
+int nn_model_gelu(struct nn_model *m, const char *name, int x)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_GELU, name, x, -1);
+    if (!n)
+        return -1;
+    return model_node_output(m, n, m->tensors[x].shape);
+}
+
+int nn_model_attention(struct nn_model *m, const char *name, int qkv, int heads)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_ATTENTION, name, qkv, -1);
+    if (!n || model_need_seq(m, n, qkv))
+        return -1;
+    struct nn_shape s = m->tensors[qkv].shape;
+    if (s.h % 3 || heads < 1 || (s.h / 3) % heads)
+        return model_fail(m, ERR_INVALID, n->name,
+                          "attention needs (N,T,3C) with C divisible by the heads");
+    n->cfg.attn = (struct nn_attention_cfg){.c = s.h / 3, .heads = heads};
+    return model_node_output(m, n, nn_shape4(s.n, s.c, s.h / 3, 1));
+}
+
+int nn_model_seq_linear(struct nn_model *m, const char *name, int x, int out, int bias)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_LINEAR, name, x, -1);
+    if (!n || model_need_seq(m, n, x))
+        return -1;
+    struct nn_shape s = m->tensors[x].shape;
+    if (out < 1)
+        return model_fail(m, ERR_INVALID, n->name, "linear needs outputs");
+    n->seq = 1;
+    n->cfg.linear = (struct nn_linear_cfg){.in = s.h, .out = out, .bias = bias};
+    if (model_add_param(m, n, "weight", (size_t)out * s.h, s.h, out, NN_INIT_DEFAULT, 0) ||
+        (bias && model_add_param(m, n, "bias", (size_t)out, s.h, out, NN_INIT_DEFAULT, 0)))
+        return -1;
+    return model_node_output(m, n, nn_shape4(s.n, s.c, out, 1));
+}
+
+int nn_model_tied_linear(struct nn_model *m, const char *name, int x, int param)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_LINEAR, name, x, -1);
+    if (!n || model_need_seq(m, n, x))
+        return -1;
+    struct nn_shape s = m->tensors[x].shape;
+    if (param < 0 || param >= m->nparam_tensors || m->param_info[param].len % (size_t)s.h)
+        return model_fail(m, ERR_INVALID, n->name, "tied weight is not a (V, C) parameter");
+    n->seq = 1;
+    n->tied_param = param;
+    int out = (int)(m->param_info[param].len / (size_t)s.h);
+    n->cfg.linear = (struct nn_linear_cfg){.in = s.h, .out = out, .bias = 0};
+    return model_node_output(m, n, nn_shape4(s.n, s.c, out, 1));
+}
+
 int nn_model_finish(struct nn_model *m, struct err *e)
 {
     if (m->build_failed) {
@@ -360,8 +467,11 @@ int nn_model_finish(struct nn_model *m, struct err *e)
             *e = m->build_err;
         return -1;
     }
-    if (m->nnodes == 0 || m->tensors[m->nodes[m->nnodes - 1].out].shape.ndims != 2)
-        return err_set(e, ERR_INVALID, "model", "a model must end in a 2-D (N, classes) layer");
+    const struct nn_tensor *y = m->nnodes ? &m->tensors[m->nodes[m->nnodes - 1].out] : NULL;
+    if (!y || (y->shape.ndims != 2 && !y->seq))
+        return err_set(e, ERR_INVALID, "model",
+                       "a model must end in a 2-D (N, classes) or a sequence (N, T, classes) "
+                       "layer");
     m->finished = 1;
     return 0;
 }
@@ -481,7 +591,11 @@ static void node_fast_destroy(struct nn_node *n)
         nn_convert_destroy(&f->add.b_in);
         nn_convert_destroy(&f->add.db_out);
         break;
-    case NN_OP_DROPOUT: break;
+    case NN_OP_LAYERNORM: nn_layernorm_fast_destroy(&f->ln); break;
+    case NN_OP_GELU: nn_gelu_fast_destroy(&f->gelu); break;
+    case NN_OP_ATTENTION: nn_attention_fast_destroy(&f->attn); break;
+    case NN_OP_DROPOUT:
+    case NN_OP_EMBED: break;
     }
     free(f);
     n->fast = NULL;
@@ -540,6 +654,37 @@ static int add_fast_init(struct nn_model *m, struct nn_node *n, struct nn_tensor
            (train && nn_convert_out_init(&f->db_out, &m->dnnl, &a->md, &b->md, 0, e));
 }
 
+/* Rows a linear layer or layer norm iterates over: N, or N*T for a sequence. */
+static int tensor_rows(const struct nn_tensor *t)
+{
+    return t->seq ? t->shape.n * t->shape.c : t->shape.n;
+}
+
+/* Channels of a row: F of (N,F), C of a sequence (N,T,C,1). */
+static int tensor_row_len(const struct nn_tensor *t)
+{
+    return t->seq ? t->shape.h : t->shape.c;
+}
+
+/* The sequence layers all produce plain (N,T,C) tensors. */
+static int seq_fast_init(struct nn_model *m, struct nn_node *n, const struct nn_tensor *x,
+                         struct nn_tensor *y, int train, struct err *e)
+{
+    union nn_node_fast *f = n->fast;
+    nn_md_plain(&y->md, y->shape);
+    switch (n->op) {
+    case NN_OP_LAYERNORM:
+        return nn_layernorm_fast_init(&f->ln, &m->dnnl, tensor_rows(x), tensor_row_len(x),
+                                      train, e);
+    case NN_OP_GELU:
+        return nn_gelu_fast_init(&f->gelu, &m->dnnl, nn_shape_numel(x->shape), train, e);
+    case NN_OP_ATTENTION:
+        return nn_attention_fast_init(&f->attn, &m->dnnl, &n->cfg.attn, x->shape.n, x->shape.c,
+                                      train, e);
+    default: return 0; /* the embedding: own loops */
+    }
+}
+
 /* Creates the node's fast state from its input's layout and sets its output's layout. */
 static int node_fast_init(struct nn_model *m, struct nn_node *n, int train, struct err *e)
 {
@@ -572,14 +717,33 @@ static int node_fast_init(struct nn_model *m, struct nn_node *n, int train, stru
     case NN_OP_ADAPTIVE_AVGPOOL: return adapt_fast_init(m, n, x, y, train, e);
     case NN_OP_LINEAR:
         nn_md_plain(&y->md, y->shape);
-        return nn_linear_fast_init(&f->linear, d, &n->cfg.linear, x->shape.n, train, dinp, e);
+        return nn_linear_fast_init(&f->linear, d, &n->cfg.linear, tensor_rows(x), train, dinp,
+                                   e);
     case NN_OP_FLATTEN:
         nn_md_plain(&y->md, y->shape);
         return nn_flatten_fast_init(&f->flatten, d, x->shape, &x->md, train, e);
     case NN_OP_DROPOUT: y->md = x->md; return nn_layout_from_md(&n->layout, &x->md, e);
     case NN_OP_ADD: return add_fast_init(m, n, y, train, e);
+    case NN_OP_EMBED:
+    case NN_OP_LAYERNORM:
+    case NN_OP_GELU:
+    case NN_OP_ATTENTION: return seq_fast_init(m, n, x, y, train, e);
     }
     return 0;
+}
+
+/* Floats the reference path saves for a node's backward (and its scratch), 0 for most. */
+static size_t node_ref_save(const struct nn_model *m, const struct nn_node *n, int train)
+{
+    const struct nn_tensor *x = &m->tensors[n->in[0]];
+    switch (n->op) {
+    case NN_OP_BN: return 2 * (size_t)n->cfg.bn.c;
+    case NN_OP_LAYERNORM: return 2 * (size_t)tensor_rows(x);
+    case NN_OP_ATTENTION:
+        return (size_t)x->shape.n * n->cfg.attn.heads * x->shape.c * x->shape.c *
+               (train ? 2 : 1);
+    default: return 0;
+    }
 }
 
 static int node_prepare(struct nn_model *m, struct nn_node *n, int train, struct err *e)
@@ -597,8 +761,8 @@ static int node_prepare(struct nn_model *m, struct nn_node *n, int train, struct
     } else {
         nn_md_plain(&y->md, y->shape);
         nn_layout_plain(&n->layout, y->shape);
-        if (n->op == NN_OP_BN)
-            n->save_off = nn_ws_reserve(&m->ws, 2 * (size_t)n->cfg.bn.c * sizeof(float));
+        if (node_ref_save(m, n, train))
+            n->save_off = nn_ws_reserve(&m->ws, node_ref_save(m, n, train) * sizeof(float));
     }
     y->bytes = m->backend == NN_BACKEND_FAST ? nn_md_bytes(&y->md)
                                              : nn_shape_numel(y->shape) * sizeof(float);
@@ -693,7 +857,8 @@ int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int
             max_grad = x->bytes;
     }
     int k = nn_model_classes(m);
-    size_t probs_off = nn_ws_reserve(&m->ws, (size_t)batch * k * sizeof(float));
+    size_t probs_off = nn_ws_reserve(
+        &m->ws, (size_t)batch * (size_t)nn_model_labels_per_sample(m) * k * sizeof(float));
     size_t scratch_off[2] = {0, 0};
     if (train)
         for (int j = 0; j < 2; j++)
@@ -707,7 +872,7 @@ int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int
             x->grad = nn_ws_ptr(&m->ws, x->grad_off);
     }
     for (int i = 0; i < m->nnodes; i++)
-        if (m->nodes[i].op == NN_OP_BN && backend == NN_BACKEND_REF)
+        if (backend == NN_BACKEND_REF && node_ref_save(m, &m->nodes[i], train))
             m->nodes[i].save = nn_ws_ptr(&m->ws, m->nodes[i].save_off);
     m->probs = nn_ws_ptr(&m->ws, probs_off);
     if (train)
@@ -722,14 +887,25 @@ fail:
 
 /* ---- forward ------------------------------------------------------------------------ */
 
+/* The arena offset of a node's k-th parameter (a tied layer's weight is the parameter it
+ * is tied to), or -1. */
+static long node_param_off(const struct nn_model *m, const struct nn_node *n, int k)
+{
+    if (n->tied_param >= 0)
+        return k == 0 ? (long)m->param_info[n->tied_param].offset : -1;
+    return k < n->nparams ? (long)m->param_info[n->first_param + k].offset : -1;
+}
+
 static float *model_param(struct nn_model *m, const struct nn_node *n, int k)
 {
-    return k < n->nparams ? m->params.data + m->param_info[n->first_param + k].offset : NULL;
+    long off = node_param_off(m, n, k);
+    return off < 0 ? NULL : m->params.data + off;
 }
 
 static float *model_grad(struct nn_model *m, const struct nn_node *n, int k)
 {
-    return k < n->nparams ? m->grads.data + m->param_info[n->first_param + k].offset : NULL;
+    long off = node_param_off(m, n, k);
+    return off < 0 ? NULL : m->grads.data + off;
 }
 
 static void node_forward_ref(struct nn_model *m, struct nn_node *n, int train, uint64_t key)
@@ -758,7 +934,18 @@ static void node_forward_ref(struct nn_model *m, struct nn_node *n, int train, u
                                     x->shape);
         break;
     case NN_OP_LINEAR:
-        nn_linear_forward(y->data, x->data, w, b, &n->cfg.linear, x->shape.n);
+        nn_linear_forward(y->data, x->data, w, b, &n->cfg.linear, tensor_rows(x));
+        break;
+    case NN_OP_EMBED:
+        nn_embed_forward(y->data, x->data, w, b, &n->cfg.embed, x->shape.n, x->shape.w);
+        break;
+    case NN_OP_LAYERNORM:
+        nn_layernorm_forward(y->data, n->save, n->save + tensor_rows(x), x->data, w, b,
+                             tensor_rows(x), tensor_row_len(x));
+        break;
+    case NN_OP_GELU: nn_gelu_forward(y->data, x->data, nn_shape_numel(x->shape)); break;
+    case NN_OP_ATTENTION:
+        nn_attention_forward(y->data, n->save, x->data, &n->cfg.attn, x->shape.n, x->shape.c);
         break;
     case NN_OP_DROPOUT:
         nn_dropout_forward(y->data, x->data, &n->cfg.dropout, x->shape, &n->layout, key, train);
@@ -804,6 +991,12 @@ static void node_forward_fast(struct nn_model *m, struct nn_node *n, int train, 
                        y->bytes / sizeof(float), n->cfg.add_relu);
         break;
     case NN_OP_FLATTEN: nn_flatten_fast_forward(&f->flatten, y->data, x->data); break;
+    case NN_OP_EMBED:
+        nn_embed_forward(y->data, x->data, w, b, &n->cfg.embed, x->shape.n, x->shape.w);
+        break;
+    case NN_OP_LAYERNORM: nn_layernorm_fast_forward(&f->ln, y->data, x->data, w, b); break;
+    case NN_OP_GELU: nn_gelu_fast_forward(&f->gelu, y->data, x->data); break;
+    case NN_OP_ATTENTION: nn_attention_fast_forward(&f->attn, y->data, x->data); break;
     }
 }
 
@@ -818,6 +1011,9 @@ int nn_model_forward(struct nn_model *m, const float *x, int train, uint64_t ste
                        "evaluation");
     m->tensors[0].data = (float *)(uintptr_t)x; /* only read */
     m->labels = NULL;
+    if (m->nodes[0].op == NN_OP_EMBED && /* ids index the tables: checked before use */
+        nn_embed_check(x, nn_shape_numel(m->tensors[0].shape), m->nodes[0].cfg.embed.vocab, e))
+        return -1;
     for (int i = 0; i < m->nnodes; i++) {
         struct nn_node *n = &m->nodes[i];
         uint64_t key = n->op == NN_OP_DROPOUT ? nn_dropout_key(m->seed, step, i) : 0;
@@ -844,7 +1040,13 @@ const float *nn_model_output(const struct nn_model *m)
 int nn_model_classes(const struct nn_model *m)
 {
     int t = nn_model_output_tensor(m);
-    return t < 0 ? 0 : m->tensors[t].shape.c;
+    return t < 0 ? 0 : tensor_row_len(&m->tensors[t]);
+}
+
+int nn_model_labels_per_sample(const struct nn_model *m)
+{
+    int t = nn_model_output_tensor(m);
+    return t >= 0 && m->tensors[t].seq ? m->tensors[t].shape.c : 1;
 }
 
 int nn_model_loss(struct nn_model *m, const int32_t *labels, int n_valid, double *loss,
@@ -853,11 +1055,12 @@ int nn_model_loss(struct nn_model *m, const int32_t *labels, int n_valid, double
     if (!m->prepared || !labels)
         return err_set(e, ERR_INVALID, "model", "loss needs a prepared model and labels");
     struct nn_tensor *y = &m->tensors[nn_model_output_tensor(m)];
-    int n = m->batch, k = y->shape.c;
-    if (nn_xent_forward(m->probs, loss, correct, y->data, labels, n, k, n_valid, e))
+    int per = nn_model_labels_per_sample(m); /* a sequence: one row per token */
+    int n = m->batch * per, k = nn_model_classes(m), valid = n_valid * per;
+    if (nn_xent_forward(m->probs, loss, correct, y->data, labels, n, k, valid, e))
         return -1;
     if (m->train_ready && y->grad) {
-        nn_xent_backward(y->grad, m->probs, labels, n, k, n_valid);
+        nn_xent_backward(y->grad, m->probs, labels, n, k, valid);
         m->labels = labels;
         m->n_valid = n_valid;
     }
@@ -897,8 +1100,26 @@ static void node_backward_ref(struct nn_model *m, struct nn_node *n, float *din0
                                          x->shape);
         break;
     case NN_OP_LINEAR:
-        nn_linear_backward(din0, dw, db, y->grad, x->data, w, &n->cfg.linear, x->shape.n);
+        nn_linear_backward(din0, dw, db, y->grad, x->data, w, &n->cfg.linear, tensor_rows(x));
         break;
+    case NN_OP_EMBED:
+        nn_embed_backward(dw, db, y->grad, x->data, &n->cfg.embed, x->shape.n, x->shape.w);
+        break;
+    case NN_OP_LAYERNORM:
+        nn_layernorm_backward(din0 ? din0 : m->scratch[0], dw, db, y->grad, x->data, w, n->save,
+                              n->save + tensor_rows(x), tensor_rows(x), tensor_row_len(x));
+        break;
+    case NN_OP_GELU:
+        if (din0)
+            nn_gelu_backward(din0, y->grad, x->data, nn_shape_numel(x->shape));
+        break;
+    case NN_OP_ATTENTION: {
+        size_t att = node_ref_save(m, n, 0);
+        if (din0)
+            nn_attention_backward(din0, n->save + att, y->grad, x->data, n->save, &n->cfg.attn,
+                                  x->shape.n, x->shape.c);
+        break;
+    }
     case NN_OP_DROPOUT:
         if (din0)
             nn_dropout_backward(din0, y->grad, &n->cfg.dropout, x->shape, &n->layout, key);
@@ -920,7 +1141,7 @@ static void node_backward_fast(struct nn_model *m, struct nn_node *n, float *din
     const struct nn_tensor *x = &m->tensors[n->in[0]], *y = &m->tensors[n->out];
     float *w = model_param(m, n, 0), *dw = model_grad(m, n, 0), *db = model_grad(m, n, 1);
     union nn_node_fast *f = n->fast;
-    if (!din0 && n->nparams == 0 && n->op != NN_OP_ADD)
+    if (!din0 && n->nparams == 0 && n->tied_param < 0 && n->op != NN_OP_ADD)
         return;
     switch (n->op) {
     case NN_OP_CONV:
@@ -954,6 +1175,15 @@ static void node_backward_fast(struct nn_model *m, struct nn_node *n, float *din
             nn_convert_out_end(&f->add.db_out, &m->dnnl, din1);
         break;
     case NN_OP_FLATTEN: nn_flatten_fast_backward(&f->flatten, din0, y->grad); break;
+    case NN_OP_EMBED:
+        nn_embed_backward(dw, db, y->grad, x->data, &n->cfg.embed, x->shape.n, x->shape.w);
+        break;
+    case NN_OP_LAYERNORM: /* like batch norm, oneDNN always writes diff_src */
+        nn_layernorm_fast_backward(&f->ln, din0 ? din0 : m->scratch[0], dw, db, y->grad,
+                                   x->data, w);
+        break;
+    case NN_OP_GELU: nn_gelu_fast_backward(&f->gelu, din0, y->grad, x->data); break;
+    case NN_OP_ATTENTION: nn_attention_fast_backward(&f->attn, din0, y->grad, x->data); break;
     }
 }
 
@@ -1085,6 +1315,8 @@ void nn_model_node_info(const struct nn_model *m, int node, struct nn_node_info 
     out->param_len = n->param_len;
     out->buf_off = n->buf_off;
     out->cfg = n->cfg;
+    out->seq = n->seq;
+    out->tied_param = n->tied_param;
 }
 
 int nn_model_tensor_needs_grad(const struct nn_model *m, int tensor)
@@ -1109,6 +1341,10 @@ static const char *node_impl(const struct nn_node *n)
     case NN_OP_FLATTEN: return "reorder";
     case NN_OP_DROPOUT: return "own loop";
     case NN_OP_ADD: return f->add.b_in.active ? "own loop + reorder" : "own loop";
+    case NN_OP_EMBED: return "own loop";
+    case NN_OP_LAYERNORM: return nn_prim_impl(&f->ln.fwd);
+    case NN_OP_GELU: return nn_prim_impl(&f->gelu.fwd);
+    case NN_OP_ATTENTION: return "oneDNN matmul + own softmax";
     }
     return "";
 }

@@ -53,6 +53,11 @@ enum nn_op {
     NN_OP_DROPOUT,
     NN_OP_ADD,
     NN_OP_FLATTEN,
+    /* the transformer's (GPT-2): sequence tensors (N,T,C) */
+    NN_OP_EMBED,
+    NN_OP_LAYERNORM,
+    NN_OP_GELU,
+    NN_OP_ATTENTION,
 };
 
 enum nn_backend {
@@ -143,8 +148,29 @@ int nn_model_linear(struct nn_model *m, const char *name, int x, int out, int bi
 int nn_model_dropout(struct nn_model *m, const char *name, int x, float p, int channelwise);
 int nn_model_add(struct nn_model *m, const char *name, int a, int b, int relu);
 int nn_model_flatten(struct nn_model *m, const char *name, int x);
-/* Ends building: the last layer's output must be 2-D (N, classes). Reports the first
- * builder error. */
+
+/* Sequence models (GPT-2). A sequence tensor (N,T,C) is held as the 4-D shape (N,T,C,1),
+ * whose plain layout is (N,T,C) row-major; its rows R = N*T are what linear layers,
+ * layer norm and the loss iterate over. The input is the token ids as floats:
+ * nn_model_input(m, 1, 1, T). */
+/* Token + position embedding of the input ids: parameters "<name>.wte.weight" (vocab,c)
+ * and "<name>.wpe.weight" (max_t,c), N(0, 0.02); output (N,T,C). T <= max_t. */
+int nn_model_embed(struct nn_model *m, const char *name, int x, int vocab, int max_t, int c);
+/* LayerNorm over C (eps 1e-5), weight 1 and bias 0. */
+int nn_model_layernorm(struct nn_model *m, const char *name, int x);
+int nn_model_gelu(struct nn_model *m, const char *name, int x);
+/* Causal self-attention of qkv (N,T,3C) with `heads` heads -> (N,T,C). */
+int nn_model_attention(struct nn_model *m, const char *name, int qkv, int heads);
+/* A linear layer over every row of a sequence: (N,T,I) -> (N,T,out). */
+int nn_model_seq_linear(struct nn_model *m, const char *name, int x, int out, int bias);
+/* (N,T,C) -> (N,T,V) = x @ W^T with W the parameter tensor `param` (V,C) of an earlier
+ * layer (GPT-2's output projection tied to the token embedding): it owns no parameter,
+ * and its weight gradient accumulates into that parameter's, which is final once the
+ * owning layer's backward ran (the hook fires there). */
+int nn_model_tied_linear(struct nn_model *m, const char *name, int x, int param);
+
+/* Ends building: the last layer's output must be 2-D (N, classes) or a sequence
+ * (N,T,classes) (a label per token). Reports the first builder error. */
 int nn_model_finish(struct nn_model *m, struct err *e);
 
 /* ---- parameters --------------------------------------------------------------------- */
@@ -183,8 +209,12 @@ int nn_model_forward(struct nn_model *m, const float *x, int train, uint64_t ste
 /* The logits (batch, classes), plain. Borrowed. */
 const float *nn_model_output(const struct nn_model *m);
 int nn_model_classes(const struct nn_model *m);
-/* Softmax cross-entropy of the last forward against labels (borrowed until backward);
- * only the first n_valid rows count. Also sets dloss/dlogits for backward. */
+/* Labels per sample: T for a sequence output (one per token), else 1. */
+int nn_model_labels_per_sample(const struct nn_model *m);
+/* Softmax cross-entropy of the last forward against labels (borrowed until backward;
+ * nn_model_labels_per_sample per sample, so a sequence model's loss is the mean over
+ * tokens and correct counts tokens); only the first n_valid samples count. Also sets
+ * dloss/dlogits for backward. */
 int nn_model_loss(struct nn_model *m, const int32_t *labels, int n_valid, double *loss,
                   int *correct, struct err *e);
 /* Backward through every layer in reverse; gradients ACCUMULATE into m->grads; hook (may
@@ -214,6 +244,8 @@ union nn_layer_cfg {
     struct nn_linear_cfg linear;
     struct nn_dropout_cfg dropout;
     int add_relu;
+    struct nn_embed_cfg embed;
+    struct nn_attention_cfg attn;
 };
 
 /* A layer as another engine needs it (the GPU runner, worker/nn/cuda/gmodel.c, walks the same
@@ -227,6 +259,8 @@ struct nn_node_info {
     size_t param_off, param_len;
     size_t buf_off; /* batch norm: running mean (C) then var (C) in the buffer arena */
     union nn_layer_cfg cfg;
+    int seq;        /* linear: over the T rows of each sample of a sequence */
+    int tied_param; /* linear: its weight is this earlier parameter tensor; -1 none */
 };
 void nn_model_node_info(const struct nn_model *m, int node, struct nn_node_info *out);
 /* Whether backward computes tensor's gradient (it leads to a parameter). */

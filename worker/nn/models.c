@@ -5,6 +5,7 @@
  * arithmetic is the same as PyTorch's separate modules. */
 #include "worker/nn/models.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -271,12 +272,83 @@ static int zoo_mobilenetv2(struct nn_model *m, int x, int classes)
 
 /* ---- initialisation ----------------------------------------------------------------- */
 
-enum zoo_init { ZOO_INIT_PYTORCH, ZOO_INIT_RESNET, ZOO_INIT_VGG };
+enum zoo_init { ZOO_INIT_PYTORCH, ZOO_INIT_RESNET, ZOO_INIT_VGG, ZOO_INIT_GPT2 };
 
 static int zoo_ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && !strcmp(s + n - k, suffix);
+}
+
+/* ---- GPT-2 ------------------------------------------------------------------------------ */
+
+/* A GPT-2 size: OpenAI's hyper-parameters (n_layer, n_head, n_embd, n_positions). The
+ * vocabulary is the model's `classes` (50257 for GPT-2's BPE, 256 for bytes). */
+struct zoo_gpt2_size {
+    int layers, heads, embd, block;
+};
+
+/* One pre-norm block as HF's GPT2Block reads: x + attn(ln_1(x)), then + mlp(ln_2(x)), with
+ * c_attn (C->3C), c_proj (C->C), mlp.c_fc (C->4C), GELU (tanh), mlp.c_proj (4C->C). Dropout
+ * is left out (as llm.c does): it would only add noise to a throughput comparison. */
+static int zoo_gpt2_block(struct nn_model *m, int x, int l, const struct zoo_gpt2_size *g)
+{
+    char p[32], b[64];
+    snprintf(p, sizeof p, "transformer.h.%d", l);
+    int a = nn_model_layernorm(m, zoo_name(b, sizeof b, p, "ln_1"), x);
+    a = nn_model_seq_linear(m, zoo_name(b, sizeof b, p, "attn.c_attn"), a, 3 * g->embd, 1);
+    a = nn_model_attention(m, zoo_name(b, sizeof b, p, "attn"), a, g->heads);
+    a = nn_model_seq_linear(m, zoo_name(b, sizeof b, p, "attn.c_proj"), a, g->embd, 1);
+    x = nn_model_add(m, zoo_name(b, sizeof b, p, "add_1"), x, a, 0);
+    int f = nn_model_layernorm(m, zoo_name(b, sizeof b, p, "ln_2"), x);
+    f = nn_model_seq_linear(m, zoo_name(b, sizeof b, p, "mlp.c_fc"), f, 4 * g->embd, 1);
+    f = nn_model_gelu(m, zoo_name(b, sizeof b, p, "mlp.gelu"), f);
+    f = nn_model_seq_linear(m, zoo_name(b, sizeof b, p, "mlp.c_proj"), f, g->embd, 1);
+    return nn_model_add(m, zoo_name(b, sizeof b, p, "add_2"), x, f, 0);
+}
+
+/* x: the (N,1,1,T) token ids. The output projection is tied to wte (parameter 0). */
+static int zoo_gpt2(struct nn_model *m, int x, int classes, const struct zoo_gpt2_size *g)
+{
+    x = nn_model_embed(m, "transformer", x, classes, g->block, g->embd);
+    for (int l = 0; l < g->layers; l++)
+        x = zoo_gpt2_block(m, x, l, g);
+    x = nn_model_layernorm(m, "transformer.ln_f", x);
+    return nn_model_tied_linear(m, "lm_head", x, 0);
+}
+
+static int zoo_gpt2_tiny(struct nn_model *m, int x, int classes)
+{
+    static const struct zoo_gpt2_size g = {.layers = 2, .heads = 4, .embd = 64, .block = 128};
+    return zoo_gpt2(m, x, classes, &g);
+}
+
+static int zoo_gpt2_small(struct nn_model *m, int x, int classes)
+{
+    static const struct zoo_gpt2_size g = {
+        .layers = 12, .heads = 12, .embd = 768, .block = 1024};
+    return zoo_gpt2(m, x, classes, &g);
+}
+
+/* GPT-2's initialisation (HF's _init_weights, nanoGPT): linear weights N(0, 0.02) with zero
+ * biases, and the two projections into the residual stream N(0, 0.02 / sqrt(2 n_layer));
+ * embeddings N(0, 0.02) and layer norms (1, 0) are the builders' defaults. */
+static void zoo_gpt2_init(struct nn_model *m)
+{
+    int blocks = 0;
+    for (int i = 0; i < m->nparam_tensors; i++)
+        blocks += zoo_ends_with(m->param_info[i].name, ".ln_1.weight");
+    float proj = 0.02f / sqrtf(2.0f * (float)(blocks > 0 ? blocks : 1));
+    for (int i = 0; i < m->nparam_tensors; i++) {
+        const struct nn_param *p = &m->param_info[i];
+        if (nn_model_node_op(m, p->node) != NN_OP_LINEAR)
+            continue;
+        if (zoo_ends_with(p->name, ".bias"))
+            nn_model_set_init(m, i, NN_INIT_CONST, 0);
+        else
+            nn_model_set_init(m, i, NN_INIT_NORMAL,
+                              zoo_ends_with(p->name, ".c_proj.weight") ? proj : 0.02f);
+    }
 }
 
 /* torchvision's loops over self.modules(): convolutions kaiming_normal(fan_out) with zero
@@ -286,6 +358,10 @@ static void zoo_apply_init(struct nn_model *m, enum zoo_init style, const char *
 {
     if (style == ZOO_INIT_PYTORCH)
         return;
+    if (style == ZOO_INIT_GPT2) {
+        zoo_gpt2_init(m);
+        return;
+    }
     for (int i = 0; i < m->nparam_tensors; i++) {
         const struct nn_param *p = &m->param_info[i];
         int bias = zoo_ends_with(p->name, ".bias");
@@ -338,6 +414,8 @@ static const struct zoo_builder zoo_builders[] = {
     {"resnet18-cifar", zoo_resnet18_cifar, ZOO_INIT_RESNET, ".bn2.weight"},
     {"resnet50", zoo_resnet50, ZOO_INIT_RESNET, ".bn3.weight"},
     {"mobilenetv2", zoo_mobilenetv2, ZOO_INIT_VGG, NULL},
+    {"gpt2-tiny", zoo_gpt2_tiny, ZOO_INIT_GPT2, NULL},
+    {"gpt2-small", zoo_gpt2_small, ZOO_INIT_GPT2, NULL},
 };
 
 #define ZOO_NBUILDERS (sizeof zoo_builders / sizeof zoo_builders[0])

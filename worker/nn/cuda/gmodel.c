@@ -144,6 +144,9 @@ static int gm_node_init(struct gmodel *g, struct gm_node *n, struct err *e)
     struct nn_shape in = g->tensors[i->in[0]].s;
     struct nn_pool_cfg pc;
     int rc = 0;
+    if (i->op >= NN_OP_EMBED || i->seq || i->tied_param >= 0) /* the spec refuses them too */
+        return err_set(e, ERR_INVALID, "model",
+                       "%s: the transformer layers run on the CPU engine only", i->name);
     switch (i->op) {
     case NN_OP_CONV: { /* benchmark mode measures on the layer's own buffers */
         struct gm_tensor *x = &g->tensors[i->in[0]], *y = &g->tensors[i->out];
@@ -589,6 +592,7 @@ static int gm_node_forward(struct gmodel *g, struct gm_node *n, int node, int tr
             cudaMemcpyAsync(y->data, x->data, x->numel * g->dsz, cudaMemcpyDeviceToDevice,
                             g->s);
         return 0;
+    default: break; /* the transformer's ops: refused by gm_node_init */
     }
     return 0;
 }
@@ -679,6 +683,7 @@ static int gm_node_backward(struct gmodel *g, struct gm_node *n, int node, void 
         else
             cudaMemcpyAsync(din0, y->grad, x->numel * g->dsz, cudaMemcpyDeviceToDevice, g->s);
         return 0;
+    default: break; /* the transformer's ops: refused by gm_node_init */
     }
     return 0;
 }

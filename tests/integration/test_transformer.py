@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""The GPT-2 models through the REST API on real workers (issue 19):
+- gpt2-tiny on synthetic tokens under every strategy at 1 and 2 ranks: each run succeeds,
+  its first loss is that of a uniform guess over the vocabulary (ln 256), a 2-rank step
+  exchanges at least the model's gradients, and the results table has a row per
+  configuration;
+- a byte-level language model of a text file the test writes: the loss per epoch is reported
+  for the train and the test split and falls from one epoch to the next, below ln 256;
+- bad transformer specs are refused at submit naming the field, and a text file that does
+  not exist fails the run naming it."""
+import math
+import os
+import sys
+import tempfile
+
+from harness import Daemon, check, model_params, run_cases
+
+TINY = {"workload": "train", "model": "gpt2-tiny", "seq_len": 32, "batch_size": 4, "steps": 8,
+        "warmup_steps": 2, "trace_steps": 0, "dataset": {"samples": 256},
+        "optimizer": {"type": "adam", "lr": 0.001}}
+
+
+def test_gpt2_every_strategy():
+    d = Daemon(cpu_slots=2)
+    try:
+        spec = dict(TINY, sweep={"world_size": [1, 2],
+                                 "strategy": ["naive", "ddp", "horovod", "zero1", "zero2"]})
+        exp = d.run_experiment(spec, timeout=300)
+        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        params = model_params("gpt2-tiny")
+        for r in exp["runs"]:
+            steps = d.get(f"/v1/runs/{r['id']}/steps?warmup=true")
+            at = {c: i for i, c in enumerate(steps["columns"])}
+            rows = steps["rows"]
+            ws = r["params"]["world_size"]
+            check(len(rows) == ws * TINY["steps"], (r["params"], len(rows)))
+            first = [row[at["loss"]] for row in rows if row[at["step"]] == 0]
+            check(all(abs(l - math.log(256)) < 0.3 for l in first), (r["params"], first))
+            for row in rows:
+                check(math.isfinite(row[at["loss"]]), row)
+                if ws == 2:  # every step exchanges at least the gradients once
+                    check(row[at["bytes_sent"]] >= params * 4 // 2, (r["params"], row))
+        res = d.get(f"/v1/experiments/{exp['id']}/results")
+        check(len(res["rows"]) == 10, len(res["rows"]))
+    finally:
+        d.close()
+
+
+def test_text_language_model_loss_falls():
+    d = Daemon(cpu_slots=1)
+    tmp = tempfile.mkdtemp(prefix="ddpb-text-")
+    try:
+        path = os.path.join(tmp, "corpus.txt")
+        # English text with structure to learn: a few sentences, repeated with variation
+        words = ("the quick brown fox jumps over the lazy dog while a data parallel "
+                 "trainer exchanges gradients between ranks").split()
+        with open(path, "w") as f:
+            for i in range(3000):
+                f.write(" ".join(words[(i + k) % len(words)] for k in range(7)) + ".\n")
+        spec = dict(TINY, dataset={"name": "text", "path": path, "samples": 512}, seq_len=64,
+                    batch_size=16, epochs=2, eval=True,
+                    optimizer={"type": "adam", "lr": 0.003})
+        del spec["steps"]
+        exp = d.run_experiment(spec, timeout=300)
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        check(run["status"] == "succeeded", run["error"])
+        ep = run["epochs"]
+        check(len(ep) == 2 and ep[0]["samples"] == 512, ep)
+        check(ep[1]["train_loss"] < ep[0]["train_loss"] < math.log(256), ep)
+        check(ep[1]["test_loss"] < 0.7 * math.log(256), ep)
+        check(0 < ep[1]["test_acc"] <= 1, ep)
+    finally:
+        d.close()
+
+
+def test_bad_transformer_specs():
+    d = Daemon(cpu_slots=1)
+    try:
+        for bad, field in (({"dataset": {"name": "cifar10"}}, "dataset.name"),
+                           ({"model": "mnist-cnn", "seq_len": 0,
+                             "dataset": {"name": "text", "path": "/etc/hostname"}},
+                            "dataset.name"),
+                           ({"dataset": {"name": "text"}}, "dataset.path"),
+                           ({"seq_len": 129}, "seq_len"),
+                           ({"model": "mnist-cnn"}, "seq_len"),
+                           ({"device": "cuda", "backend": "nccl"}, "model")):
+            status, body, _ = d.request("POST", "/v1/experiments", dict(TINY, **bad))
+            check(status == 400 and body["error"]["field"] == field, (bad, status, body))
+        exp = d.run_experiment(dict(TINY, dataset={"name": "text", "path": "/nonexistent/c.txt"}),
+                               timeout=60)
+        run = exp["runs"][0]
+        check(run["status"] == "failed" and "/nonexistent/c.txt" in run["error"], run)
+    finally:
+        d.close()
+
+
+if __name__ == "__main__":
+    sys.exit(run_cases([test_gpt2_every_strategy, test_text_language_model_loss_falls,
+                        test_bad_transformer_specs]))
