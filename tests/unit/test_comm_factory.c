@@ -4,14 +4,25 @@
  * the collective spec's forced algorithm is the one the operation ran with, the final
  * barrier passes. A backend this build lacks (nccl without NCCL) or one nobody knows
  * (mpi) is refused with ERR_INVALID on field "backend", naming it; a bad listen address
- * fails the first step; a setup never finished is freed (ASan's leak check). */
+ * fails the first step; a setup never finished is freed (ASan's leak check).
+ *
+ * Groups (comm_create_group): 4 ranks as threads each make the world communicator and
+ * groups of it; the groups' allreduces (asynchronous, larger than a segment) run while
+ * the world carries a sendrecv between ranks 0<->1 and 2<->3, and each group's sum holds
+ * its members only; the store holds each group's addresses under its namespace; a group
+ * of all ranks and a group of one work beside each other; bad ranks, namespaces and
+ * backends are ERR_INVALID naming the argument. A rank of a mesh with another namespace
+ * (same run secret, world size and rank numbers) that reaches a mesh's port is dropped
+ * by the handshake, and the mesh forms with its real peer. */
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ddpb_config.h"
 #include "daemon/store_server.h"
 #include "tests/unit/test.h"
 #include "worker/comm/comm_factory.h"
+#include "worker/comm/tcp.h"
 
 #define RUN "factory"
 #define SECRET "pw"
@@ -194,6 +205,389 @@ static void test_discard_frees_listener(void)
     comm_factory_discard(NULL);
 }
 
+/* ---- groups ------------------------------------------------------------------------ */
+
+#define GRP_WORLD 4
+#define GRP_MAX 2                /* groups per rank */
+#define GRP_COUNT (300u * 1000u) /* floats a group allreduces: over a segment */
+#define GRP_P2P (100u * 1000u)   /* floats of the world's sendrecv */
+
+struct group_def {
+    int ranks[GRP_WORLD], n;
+    char ns[32];
+};
+
+/* One rank: the world, its groups, then the groups' allreduces in flight while the world
+ * does a sendrecv with rank ^ 1, then a world allreduce. */
+struct group_job {
+    const struct world *w;
+    int rank;
+    struct group_def g[GRP_MAX];
+    int ngroups;
+    int rc;
+    struct err e;
+    char why[200]; /* the first wrong value or property, "" when none */
+};
+
+/* Group input element i of world rank r: distinct per rank, exact in float. */
+static float group_input(int r, size_t i)
+{
+    return (float)((r + 1) * (int)(i % 7 + 1));
+}
+
+static float p2p_input(int r, size_t i)
+{
+    return (float)(r * 1000 + (int)(i % 997));
+}
+
+/* Checks group g's result against its members' inputs; returns 0 or writes why. */
+static int group_verify(const struct group_def *g, const float *got, char *why, size_t len)
+{
+    int members = 0;
+    for (int k = 0; k < g->n; k++)
+        members += g->ranks[k] + 1;
+    for (size_t i = 0; i < GRP_COUNT; i++) {
+        float want = (float)(members * (int)(i % 7 + 1));
+        if (got[i] != want) {
+            snprintf(why, len, "group %s: element %zu is %g, want %g", g->ns, i, got[i], want);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int group_job_ops(struct group_job *j, struct comm *world, struct comm **grp)
+{
+    float *buf[GRP_MAX] = {0};
+    struct comm_handle *h[GRP_MAX] = {0};
+    float *ps = malloc(GRP_P2P * sizeof *ps), *pr = malloc(GRP_P2P * sizeof *pr);
+    int rc = -1;
+    for (int g = 0; g < j->ngroups; g++) {
+        buf[g] = malloc(GRP_COUNT * sizeof *buf[g]);
+        if (!buf[g])
+            goto out;
+        for (size_t i = 0; i < GRP_COUNT; i++)
+            buf[g][i] = group_input(j->rank, i);
+    }
+    if (!ps || !pr)
+        goto out;
+    for (size_t i = 0; i < GRP_P2P; i++)
+        ps[i] = p2p_input(j->rank, i);
+    for (int g = 0; g < j->ngroups; g++)
+        if (!(h[g] = comm_iallreduce(grp[g], buf[g], buf[g], GRP_COUNT, COMM_FLOAT32, COMM_SUM,
+                                     &j->e)))
+            goto out;
+    int peer = j->rank ^ 1;
+    rc = comm_sendrecv(world, ps, GRP_P2P, peer, pr, GRP_P2P, peer, COMM_FLOAT32, &j->e);
+    for (int g = 0; g < j->ngroups; g++) {
+        int w = comm_wait(h[g], rc == 0 ? &j->e : NULL);
+        h[g] = NULL;
+        rc = rc == 0 ? w : rc;
+    }
+    if (rc < 0)
+        goto out;
+    for (size_t i = 0; i < GRP_P2P && !j->why[0]; i++)
+        if (pr[i] != p2p_input(peer, i))
+            snprintf(j->why, sizeof j->why, "world sendrecv: element %zu is %g, want %g", i,
+                     pr[i], p2p_input(peer, i));
+    for (int g = 0; g < j->ngroups && !j->why[0]; g++)
+        group_verify(&j->g[g], buf[g], j->why, sizeof j->why);
+    /* the world still spans every rank after its groups ran */
+    float v = (float)(j->rank + 1);
+    rc = comm_allreduce(world, &v, &v, 1, COMM_FLOAT32, COMM_SUM, &j->e);
+    if (rc == 0 && v != 10.0f && !j->why[0])
+        snprintf(j->why, sizeof j->why, "world allreduce gave %g, want 10", v);
+out:
+    for (int g = 0; g < j->ngroups; g++) {
+        if (h[g])
+            comm_wait(h[g], NULL);
+        free(buf[g]);
+    }
+    free(ps);
+    free(pr);
+    return rc;
+}
+
+static void *group_main(void *arg)
+{
+    struct group_job *j = arg;
+    struct spec s = spec_for("tcp", "");
+    struct rendezvous_env env = env_for(j->rank, GRP_WORLD);
+    struct comm *grp[GRP_MAX] = {0};
+    j->rc = -1;
+    struct store_client *sc = store_client_connect(j->w->addr, RUN, SECRET, j->rank, 5000, NULL,
+                                                   &j->e);
+    struct comm *world = sc ? comm_create_from_spec(&s, &env, NULL, sc, &j->e) : NULL;
+    int made = 0;
+    while (world && made < j->ngroups) {
+        const struct group_def *g = &j->g[made];
+        if (!(grp[made] = comm_create_group(&s, &env, NULL, sc, g->ranks, g->n, g->ns, &j->e)))
+            break;
+        int me = 0;
+        while (g->ranks[me] != j->rank)
+            me++;
+        if (grp[made]->rank != me || grp[made]->world_size != g->n ||
+            strcmp(grp[made]->backend, "tcp") != 0)
+            snprintf(j->why, sizeof j->why, "group %s: rank %d of %d, want %d of %d", g->ns,
+                     grp[made]->rank, grp[made]->world_size, me, g->n);
+        made++;
+    }
+    if (made == j->ngroups && group_job_ops(j, world, grp) == 0) {
+        j->rc = 0;
+        for (int g = 0; g < j->ngroups && j->rc == 0; g++)
+            j->rc = comm_barrier(grp[g], &j->e);
+    }
+    for (int g = 0; g < made; g++)
+        comm_destroy(grp[g]);
+    comm_destroy(world);
+    store_client_destroy(sc);
+    return NULL;
+}
+
+static struct group_def group_of(const char *ns, int n, const int *ranks)
+{
+    struct group_def g = {.n = n};
+    memcpy(g.ranks, ranks, (size_t)n * sizeof *ranks);
+    snprintf(g.ns, sizeof g.ns, "%s", ns);
+    return g;
+}
+
+/* Runs GRP_WORLD ranks with the groups set up in jobs; the store stays open for checks
+ * until *w is closed by the caller (store_server_destroy). */
+static void run_groups(struct world *w, struct group_job *jobs)
+{
+    pthread_t th[GRP_WORLD];
+    for (int r = 0; r < GRP_WORLD; r++) {
+        jobs[r].w = w;
+        jobs[r].rank = r;
+        pthread_create(&th[r], NULL, group_main, &jobs[r]);
+    }
+    for (int r = 0; r < GRP_WORLD; r++)
+        pthread_join(th[r], NULL);
+}
+
+/* Whether key exists in the run's store (GET that does not block). */
+static bool store_has(const struct world *w, const char *key)
+{
+    struct err e = {0};
+    struct store_client *sc = store_client_connect(w->addr, RUN, SECRET, 0, 5000, NULL, &e);
+    char *val = NULL;
+    size_t len;
+    bool has = sc && store_client_get(sc, key, 0, &val, &len, &e) == 0;
+    free(val);
+    store_client_destroy(sc);
+    return has;
+}
+
+/* Pipeline stages of 2 replicas each: stage 0 on ranks {0,2}, stage 1 on {1,3}; the
+ * world's sendrecv pairs 0<->1 and 2<->3 (the activations between stages). */
+static void test_groups_beside_world_traffic(void)
+{
+    struct err e = {0};
+    struct world w;
+    T_OK(world_open(&w, &e));
+    static const int s0[] = {0, 2}, s1[] = {1, 3};
+    struct group_job jobs[GRP_WORLD];
+    memset(jobs, 0, sizeof jobs);
+    for (int r = 0; r < GRP_WORLD; r++) {
+        jobs[r].g[0] = r % 2 == 0 ? group_of("pp/s0/", 2, s0) : group_of("pp/s1/", 2, s1);
+        jobs[r].ngroups = 1;
+    }
+    run_groups(&w, jobs);
+    /* each group's addresses under its namespace, the world's where they always were */
+    bool keys = store_has(&w, "tcp/addr/3") && store_has(&w, "pp/s0/tcp/addr/1") &&
+                store_has(&w, "pp/s1/tcp/addr/1") && !store_has(&w, "pp/s0/tcp/addr/2");
+    store_server_destroy(w.srv);
+    for (int r = 0; r < GRP_WORLD; r++) {
+        T_CHECK_MSG(jobs[r].rc == 0, "rank %d: %s", r, jobs[r].e.msg);
+        T_CHECK_MSG(!jobs[r].why[0], "rank %d: %s", r, jobs[r].why);
+    }
+    T_CHECK(keys);
+}
+
+/* A group of every rank and a group of one (its collectives copy) side by side. */
+static void test_group_of_all_and_of_one(void)
+{
+    struct err e = {0};
+    struct world w;
+    T_OK(world_open(&w, &e));
+    static const int all[] = {0, 1, 2, 3};
+    struct group_job jobs[GRP_WORLD];
+    memset(jobs, 0, sizeof jobs);
+    for (int r = 0; r < GRP_WORLD; r++) {
+        char ns[32];
+        snprintf(ns, sizeof ns, "solo/%d/", r);
+        jobs[r].g[0] = group_of("all/", GRP_WORLD, all);
+        jobs[r].g[1] = group_of(ns, 1, &r);
+        jobs[r].ngroups = 2;
+    }
+    run_groups(&w, jobs);
+    store_server_destroy(w.srv);
+    for (int r = 0; r < GRP_WORLD; r++) {
+        T_CHECK_MSG(jobs[r].rc == 0, "rank %d: %s", r, jobs[r].e.msg);
+        T_CHECK_MSG(!jobs[r].why[0], "rank %d: %s", r, jobs[r].why);
+    }
+}
+
+/* Expects comm_create_group to refuse with ERR_INVALID naming field. */
+static int group_refused(struct store_client *sc, const char *backend, int rank,
+                         const int *ranks, int n, const char *ns, const char *field, char *why,
+                         size_t len)
+{
+    struct err e = {0};
+    struct spec s = spec_for(backend, "");
+    struct rendezvous_env env = env_for(rank, GRP_WORLD);
+    env.timeout_ms = 500; /* a check that lets a bad group through must not hang */
+    struct comm *c = comm_create_group(&s, &env, NULL, sc, ranks, n, ns, &e);
+    if (c) {
+        comm_destroy(c);
+        snprintf(why, len, "%s: accepted", field);
+        return -1;
+    }
+    if (e.code != ERR_INVALID || strcmp(e.field, field) != 0) {
+        snprintf(why, len, "want ERR_INVALID on %s, got code %d field '%s': %s", field, e.code,
+                 e.field, e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void test_group_bad_arguments(void)
+{
+    struct err e = {0};
+    struct world w;
+    T_OK(world_open(&w, &e));
+    struct store_client *sc = store_client_connect(w.addr, RUN, SECRET, 1, 5000, NULL, &e);
+    T_CHECK_MSG(sc != NULL, "%s", e.msg);
+    static const int r01[] = {0, 1}, r11[] = {1, 1}, r21[] = {2, 1}, rneg[] = {-1, 1},
+                     r14[] = {1, 4}, r02[] = {0, 2}, five[] = {0, 1, 2, 3, 4}, r1[] = {1};
+    char longns[COMM_TCP_NS_MAX + 2], maxns[COMM_TCP_NS_MAX + 1];
+    memset(longns, 'x', sizeof longns - 1);
+    longns[sizeof longns - 1] = '\0';
+    memset(maxns, 'y', sizeof maxns - 1);
+    maxns[sizeof maxns - 1] = '\0';
+    char why[400] = "";
+    int bad = 0;
+    bad += group_refused(sc, "tcp", 1, r01, 0, "g/", "ranks", why, sizeof why) < 0;
+    bad += group_refused(sc, "tcp", 1, NULL, 2, "g/", "ranks", why, sizeof why) < 0;
+    bad += group_refused(sc, "tcp", 1, five, 5, "g/", "ranks", why, sizeof why) < 0;
+    bad += group_refused(sc, "tcp", 1, r11, 2, "g/", "ranks", why, sizeof why) < 0;
+    bad += group_refused(sc, "tcp", 1, r21, 2, "g/", "ranks", why, sizeof why) < 0;
+    bad += group_refused(sc, "tcp", 1, rneg, 2, "g/", "ranks", why, sizeof why) < 0;
+    bad += group_refused(sc, "tcp", 1, r14, 2, "g/", "ranks", why, sizeof why) < 0;
+    bad += group_refused(sc, "tcp", 1, r02, 2, "g/", "ranks", why, sizeof why) < 0;
+    bad += group_refused(sc, "tcp", 1, r01, 2, NULL, "ns", why, sizeof why) < 0;
+    bad += group_refused(sc, "tcp", 1, r01, 2, "", "ns", why, sizeof why) < 0;
+    bad += group_refused(sc, "tcp", 1, r01, 2, longns, "ns", why, sizeof why) < 0;
+    bad += group_refused(sc, "tcp", 1, r01, 2, "a b/", "ns", why, sizeof why) < 0;
+    bad += group_refused(sc, "nccl", 1, r01, 2, "g/", "backend", why, sizeof why) < 0;
+    bad += group_refused(sc, "mpi", 1, r01, 2, "g/", "backend", why, sizeof why) < 0;
+    /* the longest namespace is fine: a group of one forms on it */
+    struct spec s = spec_for("tcp", "");
+    struct rendezvous_env env = env_for(1, GRP_WORLD);
+    struct comm *c = comm_create_group(&s, &env, NULL, sc, r1, 1, maxns, &e);
+    int one = c && c->rank == 0 && c->world_size == 1 && comm_barrier(c, &e) == 0;
+    comm_destroy(c);
+    store_client_destroy(sc);
+    store_server_destroy(w.srv);
+    T_CHECK_MSG(bad == 0, "%d refused wrongly, last: %s", bad, why);
+    T_CHECK_MSG(one, "%s", e.msg);
+}
+
+/* One rank's comm_tcp_connect, started delay_ms late. */
+struct tcp_job {
+    struct comm_tcp *t;
+    const char *addrs[2];
+    int delay_ms;
+    struct comm *c;
+    struct err e;
+};
+
+static void *tcp_job_main(void *arg)
+{
+    struct tcp_job *j = arg;
+    if (j->delay_ms)
+        usleep((useconds_t)j->delay_ms * 1000);
+    j->c = comm_tcp_connect(j->t, j->addrs, &j->e);
+    return NULL;
+}
+
+static struct comm_tcp *listen_ns(int rank, const char *ns, struct err *e)
+{
+    struct comm_tcp_config cfg = {.rank = rank,
+                                  .world_size = 2,
+                                  .listen_host = "127.0.0.1",
+                                  .timeout_ms = 3000,
+                                  .secret = SECRET,
+                                  .ns = ns};
+    return comm_tcp_listen(&cfg, e);
+}
+
+/* Mesh A ("pp/s0/", ranks 0 and 1) and a rank 0 of mesh B ("pp/s1/": same secret, world
+ * size and rank numbers) that was given A's rank 1 as its peer: B's hello reaches A1
+ * first (A0 starts late), where, were the namespace not in the handshake, A1 would take
+ * it for rank 0, ack it (so B0 would "succeed" on A's mesh) and drop the real A0 as a
+ * duplicate. Instead A1 drops B0 and A forms; B0 learns it was refused. */
+static void test_group_ns_keeps_meshes_apart(void)
+{
+    struct err e = {0};
+    struct comm_tcp *a0 = listen_ns(0, "pp/s0/", &e), *a1 = listen_ns(1, "pp/s0/", &e),
+                    *b0 = listen_ns(0, "pp/s1/", &e);
+    T_CHECK_MSG(a0 && a1 && b0, "%s", e.msg);
+    const char *addr_a0 = comm_tcp_address(a0), *addr_a1 = comm_tcp_address(a1),
+               *addr_b0 = comm_tcp_address(b0);
+    struct tcp_job jobs[3] = {{.t = a0, .addrs = {addr_a0, addr_a1}, .delay_ms = 300},
+                              {.t = a1, .addrs = {addr_a0, addr_a1}},
+                              {.t = b0, .addrs = {addr_b0, addr_a1}}};
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        pthread_create(&th[i], NULL, tcp_job_main, &jobs[i]);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    int ok = 0;
+    float v[2] = {1, 2};
+    if (jobs[0].c && jobs[1].c) { /* A works: 1 + 2 on each */
+        struct comm_handle *h = comm_iallreduce(jobs[0].c, &v[0], &v[0], 1, COMM_FLOAT32,
+                                                COMM_SUM, &e);
+        ok = comm_allreduce(jobs[1].c, &v[1], &v[1], 1, COMM_FLOAT32, COMM_SUM, &e) == 0;
+        ok = (h && comm_wait(h, &e) == 0) && ok && v[0] == 3 && v[1] == 3;
+    }
+    for (int i = 0; i < 3; i++)
+        comm_destroy(jobs[i].c);
+    T_CHECK_MSG(jobs[0].c && jobs[1].c, "mesh A: %s | %s", jobs[0].e.msg, jobs[1].e.msg);
+    T_CHECK_MSG(ok, "mesh A allreduce: %s", e.msg);
+    T_CHECK_MSG(jobs[2].c == NULL, "mesh B's rank joined mesh A");
+    T_CHECK_MSG(jobs[2].e.code == ERR_PEER && strstr(jobs[2].e.msg, "namespace"), "%s",
+                jobs[2].e.msg);
+}
+
+/* Meshes meet exactly when their namespaces are equal: NULL and "" are both the world's
+ * (the protocol of ranks that know no namespaces), "pp/s0/" is not. */
+static void test_group_ns_null_is_world(void)
+{
+    const char *pairs[][2] = {{NULL, ""}, {"pp/s0/", "pp/s0/"}, {NULL, "pp/s0/"}};
+    bool meet[] = {true, true, false};
+    for (int p = 0; p < 3; p++) {
+        struct err e = {0};
+        struct comm_tcp *t0 = listen_ns(0, pairs[p][0], &e),
+                        *t1 = listen_ns(1, pairs[p][1], &e);
+        T_CHECK_MSG(t0 && t1, "%s", e.msg);
+        const char *a0 = comm_tcp_address(t0), *a1 = comm_tcp_address(t1);
+        struct tcp_job jobs[2] = {{.t = t0, .addrs = {a0, a1}}, {.t = t1, .addrs = {a0, a1}}};
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++)
+            pthread_create(&th[i], NULL, tcp_job_main, &jobs[i]);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        bool both = jobs[0].c && jobs[1].c, none = !jobs[0].c && !jobs[1].c;
+        for (int i = 0; i < 2; i++)
+            comm_destroy(jobs[i].c);
+        T_CHECK_MSG(meet[p] ? both : none, "'%s' and '%s': %s | %s",
+                    pairs[p][0] ? pairs[p][0] : "(null)", pairs[p][1], jobs[0].e.msg,
+                    jobs[1].e.msg);
+    }
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -203,5 +597,10 @@ int main(int argc, char **argv)
     TEST_RUN(test_backend_unavailable_named);
     TEST_RUN(test_bad_listen_host_fails_first_step);
     TEST_RUN(test_discard_frees_listener);
+    TEST_RUN(test_groups_beside_world_traffic);
+    TEST_RUN(test_group_of_all_and_of_one);
+    TEST_RUN(test_group_bad_arguments);
+    TEST_RUN(test_group_ns_keeps_meshes_apart);
+    TEST_RUN(test_group_ns_null_is_world);
     return test_end();
 }

@@ -52,8 +52,13 @@ static int comm_factory_spin_us(const struct spec *s)
     return overlaps ? -1 : 0;
 }
 
-struct comm_factory *comm_factory_begin(const struct spec *s, const struct rendezvous_env *env,
-                                        const atomic_bool *abort_flag, struct err *e)
+/* The first step for a mesh of world_size ranks in which this one is rank, its store
+ * keys and handshake under ns ("" = the run's world mesh): comm_factory_begin's for the
+ * world, comm_create_group's for a group, so both read the spec the same way. */
+static struct comm_factory *comm_factory_open(const struct spec *s,
+                                              const struct rendezvous_env *env,
+                                              const atomic_bool *abort_flag, int rank,
+                                              int world_size, const char *ns, struct err *e)
 {
     if (comm_backend_check(s->backend, e) < 0)
         return NULL;
@@ -64,8 +69,8 @@ struct comm_factory *comm_factory_begin(const struct spec *s, const struct rende
     }
     *f = (struct comm_factory){.backend = strcmp(s->backend, "nccl") == 0 ? COMM_FACTORY_NCCL
                                                                           : COMM_FACTORY_TCP,
-                               .rank = env->rank,
-                               .world_size = env->world_size,
+                               .rank = rank,
+                               .world_size = world_size,
                                .timeout_ms = env->timeout_ms,
                                .abort_flag = abort_flag};
     /* only the collective benchmark forces an algorithm (spec.c allows it nowhere else) */
@@ -73,14 +78,15 @@ struct comm_factory *comm_factory_begin(const struct spec *s, const struct rende
         snprintf(f->algorithm, sizeof f->algorithm, "%s", s->coll.algorithm);
     f->time_ops = s->workload == SPEC_WORKLOAD_COLLECTIVE;
     if (f->backend == COMM_FACTORY_TCP) {
-        struct comm_tcp_config cfg = {.rank = env->rank,
-                                      .world_size = env->world_size,
+        struct comm_tcp_config cfg = {.rank = rank,
+                                      .world_size = world_size,
                                       .listen_host = env->host,
                                       .timeout_ms = env->timeout_ms,
                                       .abort_flag = abort_flag,
                                       .algorithm = f->algorithm[0] ? f->algorithm : NULL,
                                       .secret = env->secret,
-                                      .spin_us = comm_factory_spin_us(s)};
+                                      .spin_us = comm_factory_spin_us(s),
+                                      .ns = ns};
         f->listener = comm_tcp_listen(&cfg, e);
         if (!f->listener) {
             free(f);
@@ -88,6 +94,12 @@ struct comm_factory *comm_factory_begin(const struct spec *s, const struct rende
         }
     }
     return f;
+}
+
+struct comm_factory *comm_factory_begin(const struct spec *s, const struct rendezvous_env *env,
+                                        const atomic_bool *abort_flag, struct err *e)
+{
+    return comm_factory_open(s, env, abort_flag, env->rank, env->world_size, "", e);
 }
 
 #if DDPB_HAVE_NCCL
@@ -149,4 +161,52 @@ struct comm *comm_create_from_spec(const struct spec *s, const struct rendezvous
 {
     struct comm_factory *f = comm_factory_begin(s, env, abort_flag, e);
     return f ? comm_factory_finish(f, store, NULL, e) : NULL;
+}
+
+/* The checks of comm_create_group's ranks; *me: env->rank's index in them. */
+static int comm_group_check(const struct rendezvous_env *env, const int *ranks, int n, int *me,
+                            struct err *e)
+{
+    *me = -1;
+    if (!ranks || n < 1 || n > env->world_size)
+        return err_set(e, ERR_INVALID, "ranks", "group: %d ranks, want 1..%d", ranks ? n : 0,
+                       env->world_size);
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= env->world_size)
+            return err_set(e, ERR_INVALID, "ranks", "group: rank %d outside 0..%d", ranks[i],
+                           env->world_size - 1);
+        if (i > 0 && ranks[i] <= ranks[i - 1])
+            return err_set(e, ERR_INVALID, "ranks",
+                           "group: ranks not strictly ascending (%d after %d)", ranks[i],
+                           ranks[i - 1]);
+        if (ranks[i] == env->rank)
+            *me = i;
+    }
+    if (*me < 0)
+        return err_set(e, ERR_INVALID, "ranks", "group: rank %d is not a member", env->rank);
+    return 0;
+}
+
+struct comm *comm_create_group(const struct spec *s, const struct rendezvous_env *env,
+                               const atomic_bool *abort_flag, struct store_client *store,
+                               const int *ranks, int n, const char *ns, struct err *e)
+{
+    int me;
+    if (comm_group_check(env, ranks, n, &me, e) < 0)
+        return NULL;
+    /* "" would be the world mesh's keys; the rest of ns (length, bytes) tcp checks */
+    if (!ns || !ns[0]) {
+        err_set(e, ERR_INVALID, "ns", "group: namespace empty (the world mesh's)");
+        return NULL;
+    }
+    /* nccl would need its own communicator split; no pipeline runs on it yet */
+    if (strcmp(s->backend, "tcp") != 0) {
+        err_set(e, ERR_INVALID, "backend", "group: backend \"%.16s\" has no groups (tcp only)",
+                s->backend);
+        return NULL;
+    }
+    struct comm_factory *f = comm_factory_open(s, env, abort_flag, me, n, ns, e);
+    if (!f)
+        return NULL;
+    return comm_factory_finish(f, store, NULL, e); /* takes f */
 }

@@ -13,6 +13,13 @@
  *   overlaps the communication thread with backward).
  * - A backend this build lacks is refused here with a message naming it and the meson
  *   options that build it (comm_backend_check), before any socket or device is touched.
+ * - Groups (pipeline parallelism: the ranks holding replicas of one stage exchange
+ *   gradients among themselves) are meshes of their own, not views of the world
+ *   communicator: a world collective involves every rank, and the stages' exchanges run
+ *   at the same time as each other and as the activations sent between stages over the
+ *   world, each on its own communication thread and sockets. A group's mesh keys its
+ *   store entries and its handshake by a namespace (tcp.h "Namespaces"), so the meshes
+ *   of one run form in one store without meeting.
  *
  * Ownership: comm_factory_begin returns an owned setup; comm_factory_finish takes it in
  * every case (success or failure) and returns an owned communicator (comm_destroy). The
@@ -55,5 +62,21 @@ void comm_factory_discard(struct comm_factory *f);
 struct comm *comm_create_from_spec(const struct spec *s, const struct rendezvous_env *env,
                                    const atomic_bool *abort_flag, struct store_client *store,
                                    struct err *e);
+
+/* A communicator over some of the run's ranks: ranks (n entries, world ranks, strictly
+ * ascending, including env->rank) become ranks 0..n-1 of a new mesh with its own sockets,
+ * its store keys under ns (every member passes the same ranks and ns; distinct groups use
+ * distinct ns). Same backend settings as comm_create_from_spec (spec s); tcp only:
+ * another backend is ERR_INVALID naming "backend". A group of one is a communicator of
+ * one rank (its collectives copy). The mesh sees one node (no node map): its
+ * hierarchical allreduce, if forced, runs flat. Call it after joining the run, from
+ * every member; it blocks until all of them are connected or env->timeout_ms passes.
+ * Errors: ERR_INVALID naming "ranks" (n < 1 or > world size, out of range, not strictly
+ * ascending, env->rank missing) or "ns" (NULL, empty, longer than COMM_TCP_NS_MAX, not
+ * printable). ranks, ns, s, env and store are borrowed for the call; abort_flag for the
+ * life of the communicator. Owned (comm_destroy), or NULL with e set. */
+struct comm *comm_create_group(const struct spec *s, const struct rendezvous_env *env,
+                               const atomic_bool *abort_flag, struct store_client *store,
+                               const int *ranks, int n, const char *ns, struct err *e);
 
 #endif

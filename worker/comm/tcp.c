@@ -5,12 +5,17 @@
  * Decisions:
  * - Setup connects up and accepts down, so the mesh forms in any start order; every
  *   connection is verified by a handshake and strays on the port are dropped.
+ * - The mesh's namespace enters the handshake through the hash, not as a field of its
+ *   own: the hello keeps its 24 bytes and version, the world mesh (ns "") hashes as
+ *   before, and a rank of another mesh of the run (same secret, maybe the same world
+ *   size and rank numbers) cannot pass for one of this mesh.
  * - After a failed operation the byte streams are out of step, so the communicator
  *   refuses further operations with the first error.
  * - Sockets get TCP_NODELAY (latency of small messages) and, unless told otherwise,
  *   the socket buffer sizes measured best on loopback (tests/bench/RESULTS.md). */
 #include "worker/comm/tcp.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -48,16 +53,25 @@
 
 static const struct comm_ops tcp_ops;
 
-static uint64_t tcp_hash_secret(const char *secret)
+static uint64_t tcp_hash_mesh(const char *secret, const char *ns)
 {
-    /* FNV-1a over a domain tag and the secret: keeps ranks of different runs (or stray
-     * clients) out of a mesh; it is a guard against mix-ups, not cryptography. */
+    /* FNV-1a over a domain tag, the secret and, for a namespaced mesh, a NUL and the
+     * namespace: keeps ranks of different runs, of other meshes of this run, and stray
+     * clients out of a mesh; it is a guard against mix-ups, not cryptography. The NUL
+     * cannot occur in either string, so no (secret, ns) pair hashes the bytes of
+     * another; an empty ns adds nothing, so the world mesh's hash is the one ranks have
+     * always sent. */
     static const char tag[] = "ddpbench-tcp-mesh";
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < sizeof tag; i++)
         h = (h ^ (uint8_t)tag[i]) * 0x100000001b3ull;
     for (const char *p = secret; *p; p++)
         h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    if (ns[0]) {
+        h = (h ^ 0u) * 0x100000001b3ull;
+        for (const char *p = ns; *p; p++)
+            h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    }
     return h;
 }
 
@@ -130,7 +144,8 @@ static int tcp_hello_check(const struct comm_tcp *t, const uint8_t in[TCP_HELLO_
     else if (world != (uint32_t)t->base.world_size)
         snprintf(why, whylen, "world size %u, want %d", world, t->base.world_size);
     else if (hash != t->secret_hash)
-        snprintf(why, whylen, "wrong run secret");
+        snprintf(why, whylen, "wrong run secret, or a rank of another mesh (this one is %s)",
+                 t->ns[0] ? t->ns : "the world mesh");
     else if (rank >= world || rank == (uint32_t)t->base.rank)
         snprintf(why, whylen, "bad sender rank %u", rank);
     else
@@ -181,6 +196,17 @@ static int tcp_config_check(const struct comm_tcp_config *cfg, enum comm_algorit
         return err_set(e, ERR_INVALID, "timeout_ms", "tcp: timeout_ms must be > 0");
     if (!cfg->listen_host || !cfg->listen_host[0] || strlen(cfg->listen_host) >= 256)
         return err_set(e, ERR_INVALID, "listen_host", "tcp: listen host empty or too long");
+    /* the namespace goes into store keys and error messages: keep it short and legible */
+    const char *ns = cfg->ns ? cfg->ns : "";
+    size_t nslen = strnlen(ns, COMM_TCP_NS_MAX + 1);
+    if (nslen > COMM_TCP_NS_MAX)
+        return err_set(e, ERR_INVALID, "ns", "tcp: namespace '%.16s...' longer than %d bytes",
+                       ns, COMM_TCP_NS_MAX);
+    for (size_t i = 0; i < nslen; i++)
+        if (!isgraph((unsigned char)ns[i]))
+            return err_set(e, ERR_INVALID, "ns",
+                           "tcp: namespace has byte 0x%02x at %zu (printable, no spaces)",
+                           (unsigned char)ns[i], i);
     const char *name = cfg->algorithm ? cfg->algorithm : "auto";
     if (comm_algorithm_parse(name, alg) < 0)
         return err_set(
@@ -322,7 +348,8 @@ struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *
     t->ring_block = (size_t)n * chunk;
     t->sockbuf = cfg->sockbuf_bytes != 0 ? cfg->sockbuf_bytes : TCP_SOCKBUF_DEFAULT;
     snprintf(t->host, sizeof t->host, "%s", cfg->listen_host);
-    t->secret_hash = tcp_hash_secret(cfg->secret ? cfg->secret : "");
+    snprintf(t->ns, sizeof t->ns, "%s", cfg->ns ? cfg->ns : "");
+    t->secret_hash = tcp_hash_mesh(cfg->secret ? cfg->secret : "", t->ns);
     int backlog = n + TCP_MAX_PENDING < 4096 ? n + TCP_MAX_PENDING : 4096;
     t->lfd = net_listen(t->host, 0, backlog, e);
     if (t->lfd < 0) {
@@ -380,12 +407,12 @@ static int tcp_recv_ack(struct comm_tcp *t, int j, int64_t deadline, struct err 
         if (e && e->code == ERR_PEER)
             return tcp_fail(t, e, ERR_PEER, "setup", j,
                             "rank %d closed the connection during the handshake (different "
-                            "run secret or world size?)",
+                            "run secret, world size or mesh namespace?)",
                             j);
         return tcp_fail(t, e, e ? e->code : ERR_IO, "setup", j,
                         "waiting for the handshake of rank %d: %s", j, e ? e->msg : "failed");
     }
-    char why[96];
+    char why[160];
     int sender = tcp_hello_check(t, ack, TCP_KIND_ACK, why, sizeof why);
     if (sender != j)
         return tcp_fail(t, e, ERR_PROTOCOL, "setup", j, "rank %d's address answered: %s", j,
@@ -439,7 +466,7 @@ static int tcp_pending_read(struct comm_tcp *t, struct tcp_pending *p, int *np, 
     p[i].got += (size_t)r;
     if (p[i].got < TCP_HELLO_LEN)
         return 0;
-    char why[96];
+    char why[160];
     int j = tcp_hello_check(t, p[i].hello, TCP_KIND_HELLO, why, sizeof why);
     if (j > t->base.rank) {
         snprintf(why, sizeof why, "rank %d connected to a lower rank", j);
@@ -581,8 +608,8 @@ struct comm *comm_tcp_connect_store(struct comm_tcp *t, struct store_client *sto
 {
     int n = t->base.world_size, r = t->base.rank;
     int64_t deadline = clock_mono_ms() + t->base.timeout_ms;
-    char key[48];
-    snprintf(key, sizeof key, "tcp/addr/%d", r);
+    char key[COMM_TCP_NS_MAX + 32];
+    snprintf(key, sizeof key, "%stcp/addr/%d", t->ns, r);
     char **vals = calloc((size_t)n, sizeof *vals);
     if (!vals) {
         comm_tcp_discard(t);
@@ -595,7 +622,7 @@ struct comm *comm_tcp_connect_store(struct comm_tcp *t, struct store_client *sto
     for (int j = 0; j < n && rc == 0; j++) {
         if (j == r)
             continue;
-        snprintf(key, sizeof key, "tcp/addr/%d", j);
+        snprintf(key, sizeof key, "%stcp/addr/%d", t->ns, j);
         size_t len;
         int left = clock_ms_left(deadline);
         rc = store_client_get(store, key, left > 0 ? left : 1, &vals[j], &len, e);

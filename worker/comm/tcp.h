@@ -4,9 +4,18 @@
  * Decision: setup is two-phase (listen, then connect with every peer's address) so the
  * comm layer needs no store and tests can run ranks as threads; comm_tcp_create is the
  * convenience that trades addresses through the store. Every connection opens with a
- * handshake (magic, version, ranks, world size, a hash of the run secret) that both
- * sides verify, so a stray client or a rank of another run on the data port is closed
- * and ignored instead of breaking the rendezvous. */
+ * handshake (magic, version, ranks, world size, a hash of the run secret and the mesh's
+ * namespace) that both sides verify, so a stray client, a rank of another run or a rank
+ * of another mesh of the same run on the data port is closed and ignored instead of
+ * breaking the rendezvous.
+ *
+ * Namespaces: a run may form several meshes over its ranks (the world, and pipeline
+ * parallelism's one per stage, comm_factory.h comm_create_group). Each has a namespace,
+ * ns, that prefixes its store keys and enters its handshake hash: the ranks of one mesh
+ * never read another's addresses, and a connection that reaches another mesh's port
+ * anyway (a stale address, a port the kernel handed on) fails the hash exactly as a
+ * wrong secret does. The world mesh's namespace is "", which hashes and keys as the
+ * protocol always has. */
 #ifndef DDPB_COMM_TCP_H
 #define DDPB_COMM_TCP_H
 
@@ -16,6 +25,9 @@
 #include "common/err.h"
 
 struct store_client;
+
+/* Longest namespace (comm_tcp_config.ns), in bytes. */
+#define COMM_TCP_NS_MAX 64
 
 struct comm_tcp_config {
     int rank, world_size;
@@ -33,6 +45,10 @@ struct comm_tcp_config {
     int sockbuf_bytes;    /* SO_SNDBUF/SO_RCVBUF: 0 = the backend's default, > 0 = this,
                           < 0 = the kernel's autotuning */
     int ring_chunk_bytes; /* ring allreduce: bytes per rank per block; 0 = automatic */
+    const char *ns;       /* the mesh's namespace (borrowed, copied): its store keys are
+                             "<ns>tcp/addr/<rank>" and its handshake accepts only ranks
+                             of the same ns; printable, no spaces, at most COMM_TCP_NS_MAX
+                             bytes. NULL or "" = the run's world mesh ("tcp/addr/<rank>") */
 };
 
 /* A rank that listens but is not connected yet. */
@@ -65,7 +81,7 @@ int comm_tcp_set_nodes(struct comm_tcp *t, const int *node_of, struct err *e);
  * on failure it is freed and NULL returned with e set. */
 struct comm *comm_tcp_connect(struct comm_tcp *t, const char *const *peer_addrs, struct err *e);
 
-/* SET "tcp/addr/<rank>" + GET every other rank's address (the timeout) + connect.
+/* SET "<ns>tcp/addr/<rank>" + GET every other rank's address (the timeout) + connect.
  * Takes t as comm_tcp_connect does; store is borrowed. A worker listens before it joins
  * its run, so its data port is open (and robust to strays) while the others arrive. */
 struct comm *comm_tcp_connect_store(struct comm_tcp *t, struct store_client *store,

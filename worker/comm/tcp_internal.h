@@ -37,7 +37,8 @@ struct comm_tcp {
     int lfd;
     char host[256];
     char addr[300];
-    uint64_t secret_hash;
+    uint64_t secret_hash;          /* of the run secret and ns (tcp.c tcp_hash_mesh) */
+    char ns[COMM_TCP_NS_MAX + 1];  /* the mesh's namespace ("" = the world mesh's) */
     enum comm_algorithm algorithm; /* configured choice (AUTO: by size) */
     int spin_us;                   /* poll without sleeping this long before poll(2) sleeps */
     bool spin_yield;               /* and sched_yield(2) between those polls */
