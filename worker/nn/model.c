@@ -199,6 +199,7 @@ static int model_add_param(struct nn_model *m, struct nn_node *n, const char *su
     p->fan_out = fan_out;
     p->init = init;
     p->value = value;
+    p->origin = -1;
     m->nparams += len;
     n->nparams++;
     n->param_len += len;
@@ -468,7 +469,7 @@ int nn_model_finish(struct nn_model *m, struct err *e)
         return -1;
     }
     const struct nn_tensor *y = m->nnodes ? &m->tensors[m->nodes[m->nnodes - 1].out] : NULL;
-    if (!y || (y->shape.ndims != 2 && !y->seq))
+    if (!y || (!m->stage && y->shape.ndims != 2 && !y->seq))
         return err_set(e, ERR_INVALID, "model",
                        "a model must end in a 2-D (N, classes) or a sequence (N, T, classes) "
                        "layer");
@@ -516,6 +517,8 @@ int nn_model_init_params(struct nn_model *m, uint64_t seed, struct err *e)
 {
     if (!m->finished)
         return err_set(e, ERR_INVALID, "model", "init_params before nn_model_finish");
+    if (m->arenas_borrowed)
+        return err_set(e, ERR_INVALID, "model", "init_params on a model sharing arenas");
     nn_arena_free(&m->params);
     nn_arena_free(&m->grads);
     nn_arena_free(&m->buffers);
@@ -619,9 +622,11 @@ void nn_model_destroy(struct nn_model *m)
     free(m->nodes);
     free(m->tensors);
     free(m->param_info);
-    nn_arena_free(&m->params);
-    nn_arena_free(&m->grads);
-    nn_arena_free(&m->buffers);
+    if (!m->arenas_borrowed) {
+        nn_arena_free(&m->params);
+        nn_arena_free(&m->grads);
+        nn_arena_free(&m->buffers);
+    }
     memset(m, 0, sizeof *m);
 }
 
@@ -844,6 +849,8 @@ int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int
     struct nn_tensor *in = &m->tensors[0];
     nn_md_plain(&in->md, in->shape);
     in->bytes = nn_shape_numel(in->shape) * sizeof(float);
+    if (train && in->needs_grad) /* a stage's input: its gradient goes to the previous one */
+        in->grad_off = nn_ws_reserve(&m->ws, in->bytes);
     for (int i = 0; i < m->nnodes; i++)
         if (node_prepare(m, &m->nodes[i], train, e))
             goto fail;
@@ -865,9 +872,10 @@ int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int
             scratch_off[j] = nn_ws_reserve(&m->ws, max_grad);
     if (nn_ws_commit(&m->ws, e))
         goto fail;
-    for (int t = 1; t < m->ntensors; t++) {
+    for (int t = 0; t < m->ntensors; t++) {
         struct nn_tensor *x = &m->tensors[t];
-        x->data = nn_ws_ptr(&m->ws, x->data_off);
+        if (t > 0) /* the input's data is the caller's */
+            x->data = nn_ws_ptr(&m->ws, x->data_off);
         if (train && x->needs_grad)
             x->grad = nn_ws_ptr(&m->ws, x->grad_off);
     }
@@ -1016,7 +1024,8 @@ int nn_model_forward(struct nn_model *m, const float *x, int train, uint64_t ste
         return -1;
     for (int i = 0; i < m->nnodes; i++) {
         struct nn_node *n = &m->nodes[i];
-        uint64_t key = n->op == NN_OP_DROPOUT ? nn_dropout_key(m->seed, step, i) : 0;
+        uint64_t key = n->op == NN_OP_DROPOUT ? nn_dropout_key(m->seed, step, i + m->layer_base)
+                                              : 0;
         if (m->backend == NN_BACKEND_FAST)
             node_forward_fast(m, n, train, key);
         else
@@ -1055,6 +1064,8 @@ int nn_model_loss(struct nn_model *m, const int32_t *labels, int n_valid, double
     if (!m->prepared || !labels)
         return err_set(e, ERR_INVALID, "model", "loss needs a prepared model and labels");
     struct nn_tensor *y = &m->tensors[nn_model_output_tensor(m)];
+    if (y->shape.ndims != 2 && !y->seq)
+        return err_set(e, ERR_INVALID, "model", "this stage does not end in the loss");
     int per = nn_model_labels_per_sample(m); /* a sequence: one row per token */
     int n = m->batch * per, k = nn_model_classes(m), valid = n_valid * per;
     if (nn_xent_forward(m->probs, loss, correct, y->data, labels, n, k, valid, e))
@@ -1194,12 +1205,10 @@ static void model_accumulate(float *dst, const float *src, size_t n)
         dst[i] += src[i];
 }
 
-int nn_model_backward(struct nn_model *m, nn_grad_hook_fn hook, void *ctx, struct err *e)
+/* Backward through every layer once the output's gradient is in place. */
+static int model_backward_run(struct nn_model *m, nn_grad_hook_fn hook, void *ctx,
+                              struct err *e)
 {
-    if (!m->prepared || !m->train_ready)
-        return err_set(e, ERR_INVALID, "model", "backward on a model not prepared to train");
-    if (!m->labels || !m->last_train)
-        return err_set(e, ERR_INVALID, "model", "backward needs a training forward and a loss");
     for (int t = 0; t < m->ntensors; t++)
         m->tensors[t].grad_written = 0;
     m->tensors[nn_model_output_tensor(m)].grad_written = 1;
@@ -1221,7 +1230,9 @@ int nn_model_backward(struct nn_model *m, nn_grad_hook_fn hook, void *ctx, struc
             via_scratch[j] = x->grad_written || (j == 1 && n->in[0] == n->in[1]);
             din[j] = via_scratch[j] ? m->scratch[j] : x->grad;
         }
-        uint64_t key = n->op == NN_OP_DROPOUT ? nn_dropout_key(m->seed, m->step, i) : 0;
+        uint64_t key = n->op == NN_OP_DROPOUT
+                           ? nn_dropout_key(m->seed, m->step, i + m->layer_base)
+                           : 0;
         if (m->backend == NN_BACKEND_FAST)
             node_backward_fast(m, n, din[0], din[1], key);
         else
@@ -1247,6 +1258,257 @@ int nn_model_backward(struct nn_model *m, nn_grad_hook_fn hook, void *ctx, struc
     return m->backend == NN_BACKEND_FAST ? nn_dnnl_check(&m->dnnl, e) : 0;
 }
 
+int nn_model_backward(struct nn_model *m, nn_grad_hook_fn hook, void *ctx, struct err *e)
+{
+    if (!m->prepared || !m->train_ready)
+        return err_set(e, ERR_INVALID, "model", "backward on a model not prepared to train");
+    if (!m->labels || !m->last_train)
+        return err_set(e, ERR_INVALID, "model", "backward needs a training forward and a loss");
+    return model_backward_run(m, hook, ctx, e);
+}
+
+/* Copies plain data into (to_plain = 0) or out of a tensor's layout: a reorder on the fast
+ * path unless the layout is plain already. */
+static int model_plain_copy(struct nn_model *m, const struct nn_tensor *t, float *dst,
+                            const float *src, int to_plain, struct err *e)
+{
+    dnnl_memory_desc_t plain;
+    nn_md_plain(&plain, t->shape);
+    if (m->backend == NN_BACKEND_REF || nn_md_same(&plain, &t->md)) {
+        memcpy(dst, src, nn_shape_numel(t->shape) * sizeof(float));
+        return 0;
+    }
+    struct nn_reorder r;
+    if (nn_reorder_init(&r, &m->dnnl, to_plain ? &t->md : &plain, to_plain ? &plain : &t->md, 0,
+                        e))
+        return -1;
+    nn_reorder_run(&r, &m->dnnl, dst, src);
+    nn_reorder_destroy(&r);
+    return nn_dnnl_check(&m->dnnl, e);
+}
+
+int nn_model_backward_from(struct nn_model *m, const float *dout, nn_grad_hook_fn hook,
+                           void *ctx, struct err *e)
+{
+    if (!m->prepared || !m->train_ready || !m->last_train || !dout)
+        return err_set(e, ERR_INVALID, "model",
+                       "backward_from needs a model prepared to train, a training forward "
+                       "and the output's gradient");
+    struct nn_tensor *y = &m->tensors[nn_model_output_tensor(m)];
+    if (!y->grad)
+        return err_set(e, ERR_INVALID, "model", "the output has no gradient");
+    if (model_plain_copy(m, y, y->grad, dout, 0, e))
+        return -1;
+    return model_backward_run(m, hook, ctx, e);
+}
+
+/* ---- pipeline stages ------------------------------------------------------------------ */
+
+/* The one tensor made before node k (the input counts) and read at or after it, or -1 when
+ * none or several cross there. */
+static int model_crossing(const struct nn_model *m, int k)
+{
+    int crossing = -1;
+    for (int j = k; j < m->nnodes; j++)
+        for (int i = 0; i < m->nodes[j].nin; i++) {
+            int t = m->nodes[j].in[i];
+            int before = t == 0 || m->tensors[t].producer < k;
+            if (!before || t == crossing)
+                continue;
+            if (crossing >= 0)
+                return -1;
+            crossing = t;
+        }
+    return crossing;
+}
+
+int nn_model_stage_starts(const struct nn_model *m, int *starts, int cap)
+{
+    int n = 0;
+    for (int k = 1; k < m->nnodes; k++)
+        if (model_crossing(m, k) >= 0) {
+            if (n < cap)
+                starts[n] = k;
+            n++;
+        }
+    return n;
+}
+
+/* Parameters a layer holds in its stage: its own, or the tied weight it copies. */
+static double model_node_cost(const struct nn_model *m, int i)
+{
+    const struct nn_node *n = &m->nodes[i];
+    return (double)n->param_len +
+           (n->tied_param >= 0 ? (double)m->param_info[n->tied_param].len : 0);
+}
+
+int nn_model_stage_split(const struct nn_model *m, int p, int *first, struct err *e)
+{
+    int k = nn_model_stage_starts(m, NULL, 0);
+    if (p < 1 || p - 1 > k)
+        return err_set(e, ERR_INVALID, "pipeline",
+                       "%d stages need %d places to cut the model; it has %d (between "
+                       "blocks, where one activation crosses)",
+                       p, p - 1, k);
+    /* cut[j]: the j-th place to cut (cut[0] = 0, cut[k + 1] = nnodes); prefix[j]: the
+     * parameters of layers before cut[j] */
+    int *cut = malloc((size_t)(k + 2) * sizeof *cut);
+    double *prefix = malloc((size_t)(k + 2) * sizeof *prefix);
+    double *best = malloc((size_t)(k + 2) * (size_t)p * sizeof *best);
+    int *from = malloc((size_t)(k + 2) * (size_t)p * sizeof *from);
+    if (!cut || !prefix || !best || !from) {
+        free(cut), free(prefix), free(best), free(from);
+        return err_set(e, ERR_NOMEM, NULL, "stage split: out of memory");
+    }
+    cut[0] = 0;
+    nn_model_stage_starts(m, cut + 1, k);
+    cut[k + 1] = m->nnodes;
+    double acc = 0;
+    for (int j = 0, i = 0; j <= k + 1; j++) {
+        for (; i < cut[j]; i++)
+            acc += model_node_cost(m, i);
+        prefix[j] = acc;
+    }
+    /* best[s][j]: the smallest largest stage when stages 0..s end at cut[j] */
+#define AT(s, j) ((size_t)(s) * (size_t)(k + 2) + (size_t)(j))
+    for (int j = 0; j <= k + 1; j++) {
+        best[AT(0, j)] = j > 0 ? prefix[j] : INFINITY;
+        from[AT(0, j)] = 0;
+    }
+    for (int s = 1; s < p; s++)
+        for (int j = 0; j <= k + 1; j++) {
+            best[AT(s, j)] = INFINITY;
+            for (int i = s; i < j; i++) {
+                double worst = fmax(best[AT(s - 1, i)], prefix[j] - prefix[i]);
+                if (worst < best[AT(s, j)]) {
+                    best[AT(s, j)] = worst;
+                    from[AT(s, j)] = i;
+                }
+            }
+        }
+    first[p] = m->nnodes;
+    for (int s = p - 1, j = k + 1; s >= 0; s--) {
+        j = s > 0 ? from[AT(s, j)] : 0;
+        first[s] = cut[j];
+    }
+#undef AT
+    free(cut), free(prefix), free(best), free(from);
+    return 0;
+}
+
+/* Registers in out the parameters of node n of m (its own, or a copy of a tied weight that
+ * lives in an earlier stage); pmap maps m's parameter indices to out's. */
+static int stage_copy_node_params(struct nn_model *out, struct nn_node *dst,
+                                  const struct nn_model *m, const struct nn_node *n, int first,
+                                  int *pmap)
+{
+    for (int k = 0; k < n->nparams; k++) {
+        const struct nn_param *p = &m->param_info[n->first_param + k];
+        if (model_add_param(out, dst, "", p->len, p->fan_in, p->fan_out, p->init, p->value))
+            return -1;
+        struct nn_param *q = &out->param_info[out->nparam_tensors - 1];
+        snprintf(q->name, sizeof q->name, "%s", p->name);
+        q->origin = n->first_param + k;
+        pmap[n->first_param + k] = out->nparam_tensors - 1;
+    }
+    if (n->tied_param < 0)
+        return 0;
+    if (m->param_info[n->tied_param].node >= first) { /* its owner is in this stage */
+        dst->tied_param = pmap[n->tied_param];
+        return 0;
+    }
+    const struct nn_param *p = &m->param_info[n->tied_param];
+    dst->tied_param = -1;
+    if (model_add_param(out, dst, "weight", p->len, p->fan_in, p->fan_out, p->init, p->value))
+        return -1;
+    out->param_info[out->nparam_tensors - 1].origin = n->tied_param;
+    return 0;
+}
+
+int nn_model_stage(const struct nn_model *m, int first, int end, struct nn_model *out,
+                   struct err *e)
+{
+    int in = first == 0 ? 0 : model_crossing(m, first);
+    if (!m->finished || first < 0 || end > m->nnodes || first >= end || in < 0 ||
+        (end < m->nnodes && model_crossing(m, end) < 0))
+        return err_set(e, ERR_INVALID, "pipeline", "layers %d..%d are no stage of the model",
+                       first, end - 1);
+    int *tmap = malloc((size_t)m->ntensors * sizeof *tmap);
+    int *pmap = malloc((size_t)(m->nparam_tensors + 1) * sizeof *pmap);
+    if (!tmap || !pmap) {
+        free(tmap), free(pmap);
+        return err_set(e, ERR_NOMEM, NULL, "stage: out of memory");
+    }
+    out->layer_base = first;
+    out->stage = 1;
+    struct nn_shape s = m->tensors[in].shape;
+    s.n = 1;
+    tmap[in] = model_add_tensor(out, s, -1, first > 0);
+    if (tmap[in] == 0)
+        out->tensors[0].seq = m->tensors[in].seq;
+    for (int i = first; i < end && !out->build_failed; i++) {
+        const struct nn_node *n = &m->nodes[i];
+        struct nn_node *d = model_add_node(out, n->op, n->name, tmap[n->in[0]],
+                                           n->nin > 1 ? tmap[n->in[1]] : -1);
+        if (!d)
+            break;
+        d->cfg = n->cfg;
+        d->seq = n->seq;
+        if (stage_copy_node_params(out, d, m, n, first, pmap))
+            break;
+        if (n->op == NN_OP_BN) {
+            d->buf_off = out->nbuffers;
+            out->nbuffers += 2 * (size_t)n->cfg.bn.c;
+        }
+        struct nn_shape ys = m->tensors[n->out].shape;
+        ys.n = 1;
+        tmap[n->out] = model_node_output(out, d, ys);
+    }
+    free(tmap);
+    free(pmap);
+    return nn_model_finish(out, e);
+}
+
+int nn_model_stage_copy_params(const struct nn_model *m, int first, struct nn_model *s,
+                               struct err *e)
+{
+    if (!m->params.data || !s->params.data)
+        return err_set(e, ERR_INVALID, "model", "copying parameters needs both arenas");
+    for (int i = 0; i < s->nparam_tensors; i++) {
+        const struct nn_param *p = &s->param_info[i];
+        if (p->origin < 0 || p->origin >= m->nparam_tensors ||
+            m->param_info[p->origin].len != p->len)
+            return err_set(e, ERR_INVALID, "model", "%s: no such parameter to copy", p->name);
+        memcpy(s->params.data + p->offset, m->params.data + m->param_info[p->origin].offset,
+               p->len * sizeof(float));
+    }
+    for (int i = 0; i < s->nnodes; i++)
+        if (s->nodes[i].op == NN_OP_BN)
+            memcpy(s->buffers.data + s->nodes[i].buf_off,
+                   m->buffers.data + m->nodes[first + i].buf_off,
+                   2 * (size_t)s->nodes[i].cfg.bn.c * sizeof(float));
+    return 0;
+}
+
+int nn_model_share_arenas(struct nn_model *dst, const struct nn_model *src, struct err *e)
+{
+    if (!dst->finished || !src->params.data || dst->nparams != src->nparams ||
+        dst->nbuffers != src->nbuffers || dst->params.data)
+        return err_set(e, ERR_INVALID, "model",
+                       "sharing arenas needs a finished model like the initialised one");
+    dst->params = src->params;
+    dst->grads = src->grads;
+    dst->buffers = src->buffers;
+    dst->seed = src->seed;
+    dst->arenas_borrowed = 1;
+    return 0;
+}
+
+size_t nn_model_tensor_sample(const struct nn_model *m, int tensor)
+{
+    return nn_shape_sample(m->tensors[tensor].shape);
+}
+
 /* ---- inspection --------------------------------------------------------------------- */
 
 struct nn_shape nn_model_tensor_shape(const struct nn_model *m, int tensor)
@@ -1263,18 +1525,7 @@ int nn_model_read_tensor(struct nn_model *m, int tensor, int grad, float *out, s
     if (!src)
         return err_set(e, ERR_INVALID, "tensor", "tensor has no %s",
                        grad ? "gradient" : "data");
-    if (m->backend == NN_BACKEND_REF) {
-        memcpy(out, src, nn_shape_numel(t->shape) * sizeof(float));
-        return 0;
-    }
-    dnnl_memory_desc_t plain;
-    nn_md_plain(&plain, t->shape);
-    struct nn_reorder r;
-    if (nn_reorder_init(&r, &m->dnnl, &t->md, &plain, 0, e))
-        return -1;
-    nn_reorder_run(&r, &m->dnnl, out, src);
-    nn_reorder_destroy(&r);
-    return nn_dnnl_check(&m->dnnl, e);
+    return model_plain_copy(m, t, out, src, 1, e);
 }
 
 float *nn_model_bn_running(struct nn_model *m, int node)

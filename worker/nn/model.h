@@ -82,6 +82,7 @@ struct nn_param {
     int fan_in, fan_out;
     enum nn_init init;
     float value;
+    int origin; /* a stage's parameter: its index in the model it was cut from; -1 */
 };
 
 struct nn_node;   /* model.c */
@@ -127,6 +128,10 @@ struct nn_model {
     int n_valid;
     uint64_t step;  /* of the last forward: keys dropout masks in backward */
     int last_train; /* the last forward was a training one */
+    /* a pipeline stage (nn_model_stage): its first layer's index in the whole model (dropout
+     * keys use the whole model's numbering), and whether it may end before the loss */
+    int layer_base, stage;
+    int arenas_borrowed; /* nn_model_share_arenas: the arenas are another model's */
 };
 
 void nn_model_init(struct nn_model *m);
@@ -220,6 +225,43 @@ int nn_model_loss(struct nn_model *m, const int32_t *labels, int n_valid, double
 /* Backward through every layer in reverse; gradients ACCUMULATE into m->grads; hook (may
  * be NULL) fires once per layer that has parameters, right after its gradients are final. */
 int nn_model_backward(struct nn_model *m, nn_grad_hook_fn hook, void *ctx, struct err *e);
+
+/* ---- pipeline stages ----------------------------------------------------------------- *
+ * A stage is a contiguous run of layers [first, end) cut out as a model of its own, whose
+ * input is the one tensor crossing into its first layer. A cut is only possible where
+ * exactly one tensor crosses (between residual blocks, not inside one): that activation,
+ * and its gradient backwards, is all two neighbouring stages exchange. */
+
+/* The layers k (1 <= k < nnodes) a stage may start at, ascending, into starts (up to cap);
+ * returns how many there are. */
+int nn_model_stage_starts(const struct nn_model *m, int *starts, int cap);
+/* Cuts m (finished) into p stages with the largest stage's parameters as small as possible
+ * (a weight tied across a cut counts in both stages, which each hold it): first[s] is
+ * stage s's first layer, first[p] = nnodes. ERR_INVALID naming "pipeline" when m has fewer
+ * than p - 1 places to cut. */
+int nn_model_stage_split(const struct nn_model *m, int p, int *first, struct err *e);
+/* Builds in out (nn_model_init'd) layers [first, end) of m (finished) as a finished model:
+ * its input is the tensor crossing into first (for first > 0 it needs a gradient, which
+ * backward leaves for the previous stage), its parameters keep m's names and
+ * initialisers (each records its origin), a weight tied to a parameter of an earlier
+ * stage becomes the layer's own "<layer>.weight", and dropout keys keep m's numbering.
+ * Its output need not feed a loss. ERR_INVALID when first is no place to cut. */
+int nn_model_stage(const struct nn_model *m, int first, int end, struct nn_model *out,
+                   struct err *e);
+/* Copies m's parameter values (by each stage parameter's origin) and batch-norm buffers
+ * into stage s; both have their arenas. */
+int nn_model_stage_copy_params(const struct nn_model *m, int first, struct nn_model *s,
+                               struct err *e);
+/* dst, built like src, computes on src's parameter, gradient and buffer arenas instead of
+ * its own (borrowed: src must outlive dst): another set of activations, so a pipeline
+ * stage holds several micro-batches in flight. Call instead of nn_model_init_params. */
+int nn_model_share_arenas(struct nn_model *dst, const struct nn_model *src, struct err *e);
+/* Backward seeded with dout (the output tensor's gradient, plain layout) instead of a
+ * loss: a stage before the last. Gradients accumulate; hook as nn_model_backward. */
+int nn_model_backward_from(struct nn_model *m, const float *dout, nn_grad_hook_fn hook,
+                           void *ctx, struct err *e);
+/* Floats of one sample of tensor t (its plain size). */
+size_t nn_model_tensor_sample(const struct nn_model *m, int tensor);
 
 /* ---- inspection --------------------------------------------------------------------- */
 
