@@ -59,6 +59,9 @@ static const struct view_col view_cols[] = {
     {"step_ms_p95", "p95 ms", VK_NUM, NULL, 0},
     {"comm_exposed_ms", "exposed comm ms", VK_NUM, NULL, 0},
     {"overlap", "overlap", VK_PCT, NULL, 0},
+    {"bubble_fraction", "bubble", VK_PCT, NULL, VF_HIDE_NULL}, /* pipelines only */
+    {"bubble_theory", "bubble theory", VK_PCT, NULL, VF_HIDE_NULL},
+    {"p2p_ms", "p2p ms", VK_NUM, NULL, VF_HIDE_NULL},
     {"speedup", "speedup", VK_STAT, "speedup_ci95", VF_COMPARE},
     {"efficiency", "efficiency", VK_PCT, NULL, VF_COMPARE},
     {"pred_step_ms", "model step ms", VK_NUM, NULL, VF_HIDE_NULL},

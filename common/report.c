@@ -36,7 +36,8 @@ enum report_kind {
     REPORT_K_BOOL,    /* JSON true/false; member: bool */
     REPORT_K_ENV,     /* object of string or number values */
     REPORT_K_ERRCODE, /* string naming an enum err_code (err_code_name) */
-    REPORT_K_SPANS,   /* trace spans [[name, start_ns, end_ns]...]; member: const json_t * */
+    REPORT_K_SPANS,   /* trace spans [[name, start_ns, end_ns(, micro_batch)]...];
+                         member: const json_t * */
     REPORT_K_OPS,     /* trace ops [[op, bucket, bytes, algorithm, launch_ns, end_ns]...];
                          member: const json_t * */
     REPORT_K_GRADS,   /* gradient readiness [[bytes, ready_ns]...]; member: const json_t * */
@@ -135,6 +136,14 @@ static const struct report_field report_step_fields[] = {
      .min = 0,
      .optional = true,
      REPORT_STEP_AT(bytes_sent)},
+    {.name = "stage", .kind = REPORT_K_INT, .min = 0, .optional = true, REPORT_STEP_AT(stage)},
+    {.name = "p2p_ms", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(p2p_ms)},
+    {.name = "p2p_bytes",
+     .kind = REPORT_K_INT64,
+     .min = 0,
+     .optional = true,
+     REPORT_STEP_AT(p2p_bytes)},
+    {.name = "bubble_ms", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(bubble_ms)},
 };
 
 static const struct report_field report_epoch_fields[] = {
@@ -311,22 +320,24 @@ static int report_check_env(const json_t *v, struct err *e)
 
 /* Trace entries: an array of at most REPORT_TRACE_MAX arrays whose items are, in order,
  * a short string ('s'), an integer >= 0 ('n'), an integer >= -1 ('b'), or an integer at
- * least the one before it ('e': an end after its start). */
+ * least the one before it ('e': an end after its start). Items after a '|' in shape are
+ * optional (a pipeline span's micro-batch index). */
 static int report_check_tuples(const struct report_field *f, const json_t *v, const char *shape,
                                struct err *e)
 {
-    size_t n = strlen(shape), i;
+    size_t need = strcspn(shape, "|"), most = strlen(shape) - (shape[need] ? 1 : 0), i;
     const json_t *t;
     if (!json_is_array(v) || json_array_size(v) > REPORT_TRACE_MAX)
         return err_set(e, ERR_INVALID, f->name, "%s: must be an array of at most %d entries",
                        f->name, REPORT_TRACE_MAX);
     json_array_foreach((json_t *)v, i, t)
     {
-        bool ok = json_is_array(t) && json_array_size(t) == n;
+        size_t n = json_array_size(t);
+        bool ok = json_is_array(t) && n >= need && n <= most;
         for (size_t k = 0; ok && k < n; k++) {
             const json_t *x = json_array_get(t, k);
             json_int_t d = json_integer_value(x);
-            switch (shape[k]) {
+            switch (shape[k < need ? k : k + 1]) {
             case 's': ok = json_is_string(x) && json_string_length(x) < 24; break;
             case 'n': ok = json_is_integer(x) && d >= 0; break;
             case 'b': ok = json_is_integer(x) && d >= -1; break;
@@ -338,7 +349,8 @@ static int report_check_tuples(const struct report_field *f, const json_t *v, co
             return err_set(e, ERR_INVALID, f->name,
                            "%s[%zu]: must be %s (times in ns, an end not before its start)",
                            f->name, i,
-                           f->kind == REPORT_K_SPANS   ? "[name, start_ns, end_ns]"
+                           f->kind == REPORT_K_SPANS   ? "[name, start_ns, end_ns] or [name, "
+                                                         "start_ns, end_ns, micro_batch]"
                            : f->kind == REPORT_K_GRADS ? "[bytes, ready_ns]"
                                                        : "[op, bucket, bytes, algorithm, "
                                                          "launch_ns, end_ns]");
@@ -379,7 +391,7 @@ static int report_check_value(const struct report_field *f, const json_t *v, str
                            "\"timeout\", ...)",
                            f->name);
         return 0;
-    case REPORT_K_SPANS: return report_check_tuples(f, v, "sne", e);
+    case REPORT_K_SPANS: return report_check_tuples(f, v, "sne|n", e);
     case REPORT_K_OPS: return report_check_tuples(f, v, "sbnsne", e);
     case REPORT_K_GRADS: return report_check_tuples(f, v, "nn", e);
     }
@@ -470,7 +482,7 @@ json_t *report_parse_line(const char *line, size_t len, enum report_type *type, 
 /* --- events as structs (collective, step, epoch) -------------------------------------- */
 
 /* Fills the struct at out from obj through the members named in fields. An optional
- * number (or int64) that is absent reads as -1. */
+ * number (int, int64) that is absent reads as -1. */
 static int report_struct_from_json(const struct report_field *fs, size_t n, const char *type,
                                    const json_t *obj, void *out, size_t out_size, struct err *e)
 {
@@ -483,8 +495,8 @@ static int report_struct_from_json(const struct report_field *fs, size_t n, cons
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_object_get(obj, fs[i].name);
         char *dst = (char *)out + fs[i].off;
-        int i32 = (int)json_integer_value(v);
-        int64_t i64 = v ? json_integer_value(v) : -1; /* optional and absent: -1 */
+        int i32 = v ? (int)json_integer_value(v) : -1; /* optional and absent: -1 */
+        int64_t i64 = v ? json_integer_value(v) : -1;  /* optional and absent: -1 */
         double d = v ? json_number_value(v) : -1.0;
         bool b = json_is_true(v);
         switch (fs[i].kind) {
@@ -575,7 +587,7 @@ static json_t *report_member_json(const void *c, const struct report_field *f)
 }
 
 /* Owned object of every member of the struct at c, or NULL with e naming the bad member.
- * An optional number (or int64) below zero is left out: -1 means "not known". */
+ * An optional number (int, int64) below zero is left out: -1 means "not known". */
 static json_t *report_struct_build(const struct report_field *fs, size_t n, const char *type,
                                    const void *c, struct err *e)
 {
@@ -588,12 +600,16 @@ static json_t *report_struct_build(const struct report_field *fs, size_t n, cons
         const struct report_field *f = &fs[i];
         double d = 0;
         int64_t i64 = 0;
+        int i32 = 0;
         if (f->kind == REPORT_K_NUM)
             memcpy(&d, (const char *)c + f->off, sizeof d);
         if (f->kind == REPORT_K_INT64)
             memcpy(&i64, (const char *)c + f->off, sizeof i64);
+        if (f->kind == REPORT_K_INT)
+            memcpy(&i32, (const char *)c + f->off, sizeof i32);
         if (f->optional &&
-            ((f->kind == REPORT_K_NUM && d < 0) || (f->kind == REPORT_K_INT64 && i64 < 0)))
+            ((f->kind == REPORT_K_NUM && d < 0) || (f->kind == REPORT_K_INT64 && i64 < 0) ||
+             (f->kind == REPORT_K_INT && i32 < 0)))
             continue;
         json_t *v = report_member_json(c, f);
         if (!v || json_object_set_new(obj, f->name, v) < 0) {

@@ -88,7 +88,22 @@ struct report_step {
      * not say what its collectives put on the wire). step_ms is always there. */
     double data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms;
     int64_t bytes_sent; /* gradient bytes this rank sent in this step */
+    /* Pipeline runs only (spec pipeline > 1; rank = replica * pipeline + stage): every one
+     * is -1 otherwise, left out of the event and stored NULL, never 0. A rank of a pipeline
+     * reports samples = its replica's batch_size, like every other stage of that replica.
+     *   stage      this rank's stage (>= 0)
+     *   p2p_ms     time in point-to-point sends and receives of activations and their
+     *              gradients, waiting for the neighbours included
+     *   p2p_bytes  bytes this rank sent point-to-point in the step
+     *   bubble_ms  idle time: step_ms less data, forward, backward, optimizer and
+     *              comm_exposed (the pipeline's bubble plus the p2p overhead) */
+    int stage;
+    double p2p_ms, bubble_ms;
+    int64_t p2p_bytes;
 };
+/* The pipeline's members of a step without one, for a designated initializer:
+ * struct report_step s = {REPORT_STEP_NO_PIPELINE, .repeat = ...} (0 is a stage). */
+#define REPORT_STEP_NO_PIPELINE .stage = -1, .p2p_ms = -1, .bubble_ms = -1, .p2p_bytes = -1
 
 /* One epoch, reported by rank 0; test figures are -1 when no test split was evaluated,
  * train figures -1 when no sample was trained on (omitted from the event, stored as NULL:
@@ -143,7 +158,10 @@ struct report_usage {
  * rank started, which puts ranks of different nodes on one time line.
  *   spans  [name, start_ns, end_ns] on the compute thread: "step" (or "iteration") and
  *          inside it "data", "forward", "backward", "optimizer", and the "comm_exposed" spans
- *          the thread spent on communication (launches, waits: exposed)
+ *          the thread spent on communication (launches, waits: exposed). A pipeline run's
+ *          "forward" and "backward" are one span per micro-batch, and its "p2p" spans the
+ *          time blocked in a point-to-point send or receive; these carry a 4th element,
+ *          the micro-batch index: [name, start_ns, end_ns, micro_batch] (integer >= 0)
  *   ops    [op, bucket, bytes, algorithm, launch_ns, end_ns] each collective from the
  *          start of its launch until the communication thread completed it; bucket -1
  *          when the operation has none (a collective benchmark's iteration)

@@ -1297,17 +1297,19 @@ out:
 static const char SQL_INSERT_STEP[] =
     "INSERT OR REPLACE INTO steps (run_id, rank, repeat, epoch, step, warmup, samples, loss, "
     "data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, "
-    "bytes_sent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+    "bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+    "?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
 
 int db_insert_step(struct db *db, int64_t run_id, int rank, const struct report_step *r,
                    struct err *e)
 {
-    /* D, J: a phase or bytes_sent below 0 (not observable by the engine, report.h) is
-     * stored as NULL */
-    return db_write_one(db, e, SQL_INSERT_STEP, "IiiiIiidDDDDDDdJ", run_id, rank, r->repeat,
+    /* D, J, o: a phase or bytes_sent below 0 (not observable by the engine, report.h) is
+     * stored as NULL, and so are the pipeline's figures of a run without one (-1) */
+    return db_write_one(db, e, SQL_INSERT_STEP, "IiiiIiidDDDDDDdJoDJD", run_id, rank, r->repeat,
                         r->epoch, r->step, (int)r->warmup, r->samples, r->loss, r->data_ms,
                         r->forward_ms, r->backward_ms, r->comm_ms, r->comm_exposed_ms,
-                        r->optimizer_ms, r->step_ms, r->bytes_sent);
+                        r->optimizer_ms, r->step_ms, r->bytes_sent, r->stage, r->p2p_ms,
+                        r->p2p_bytes, r->bubble_ms);
 }
 
 static const char SQL_INSERT_EPOCH[] =
@@ -1416,7 +1418,8 @@ int db_store_fits(struct db *db, const struct perf_fit *fits, size_t n, struct e
 static const char SQL_RUN_EXISTS[] = "SELECT 1 FROM runs WHERE id = ?1";
 static const char SQL_RUN_STEPS[] =
     "SELECT rank, repeat, epoch, step, warmup, samples, loss, data_ms, forward_ms, "
-    "backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, bytes_sent FROM steps "
+    "backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, bytes_sent, stage, p2p_ms, "
+    "p2p_bytes, bubble_ms FROM steps "
     "WHERE run_id = ?1 AND (?2 < 0 OR rank = ?2) AND (?3 OR warmup = 0) "
     "ORDER BY repeat, step, rank";
 
@@ -1481,6 +1484,9 @@ done:
     return out;
 }
 
+/* The run's pipeline stages (its spec's pipeline; 1 for a run from before it existed). */
+static const char SQL_RUN_PIPELINE[] =
+    "SELECT coalesce(json_extract(spec, '$.pipeline'), 1) FROM runs WHERE id = ?1";
 static const char SQL_TRACE_RANKS[] =
     "SELECT rank, node, host FROM run_ranks WHERE run_id = ?1 ORDER BY rank";
 static const char SQL_TRACE_STEPS[] =
@@ -1491,9 +1497,10 @@ json_t *db_get_trace(struct db *db, int64_t run_id, struct err *e)
 {
     struct db_conn *c = db_reader_acquire(db);
     json_t *out = NULL, *ranks = NULL, *steps = NULL;
-    int64_t world = -1;
+    int64_t world = -1, pipeline = 1;
     sqlite3_stmt *st;
     if (db_run_column(c, SQL_RUN_WORLD, run_id, &world, e) < 0 ||
+        db_run_column(c, SQL_RUN_PIPELINE, run_id, &pipeline, e) < 0 ||
         !(st = db_stmt(c, SQL_TRACE_RANKS, e)))
         goto done;
     sqlite3_bind_int64(st, 1, run_id);
@@ -1502,8 +1509,8 @@ json_t *db_get_trace(struct db *db, int64_t run_id, struct err *e)
     sqlite3_bind_int64(st, 1, run_id);
     if (!(steps = db_rows_compact(c, st, e)))
         goto done;
-    out = json_pack("{s:I, s:O, s:O}", "world_size", (json_int_t)world, "ranks", ranks, "steps",
-                    steps);
+    out = json_pack("{s:I, s:I, s:O, s:O}", "world_size", (json_int_t)world, "pipeline",
+                    (json_int_t)(pipeline > 1 ? pipeline : 1), "ranks", ranks, "steps", steps);
     if (!out)
         err_set(e, ERR_NOMEM, NULL, "out of memory");
 done:
@@ -1598,7 +1605,10 @@ static const char SQL_DATA_STEPS[] =
     "sum(samples) AS samples, avg(data_ms) AS data_ms, avg(forward_ms) AS forward_ms, "
     "avg(backward_ms) AS backward_ms, avg(comm_ms) AS comm_ms, "
     "avg(comm_exposed_ms) AS comm_exposed_ms, avg(optimizer_ms) AS optimizer_ms, "
-    "sum(bytes_sent) AS bytes_sent, count(*) AS ranks FROM steps "
+    "sum(bytes_sent) AS bytes_sent, count(*) AS ranks, sum(bubble_ms) AS bubble_ms, "
+    "sum(CASE WHEN bubble_ms IS NOT NULL THEN step_ms END) AS bubble_step_ms, "
+    "sum(p2p_ms) AS p2p_ms, count(p2p_ms) AS p2p_ranks, sum(p2p_bytes) AS p2p_bytes, "
+    "count(p2p_bytes) AS p2p_bytes_ranks FROM steps "
     "WHERE run_id = ?1 AND warmup = 0 GROUP BY repeat, step ORDER BY repeat, step";
 static const struct db_col db_data_step_cols[] = {
     DB_COL("repeat", DB_COL_INT, struct db_step_row, repeat),
@@ -1616,6 +1626,12 @@ static const struct db_col db_data_step_cols[] = {
            phase_ms[DB_PHASE_OPTIMIZER]),
     DB_COL("bytes_sent", DB_COL_INT64, struct db_step_row, bytes_sent),
     DB_COL("ranks", DB_COL_INT, struct db_step_row, ranks),
+    DB_COL("bubble_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, bubble_ms),
+    DB_COL("bubble_step_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, bubble_step_ms),
+    DB_COL("p2p_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, p2p_ms),
+    DB_COL("p2p_ranks", DB_COL_INT, struct db_step_row, p2p_ranks),
+    DB_COL("p2p_bytes", DB_COL_REAL_OR_NEG1, struct db_step_row, p2p_bytes),
+    DB_COL("p2p_bytes_ranks", DB_COL_INT, struct db_step_row, p2p_bytes_ranks),
 };
 
 /* The rows db_get_run returns as JSON, read here into report.h's structs. */

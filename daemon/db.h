@@ -106,10 +106,17 @@ struct db_step_row {
     int64_t step;
     double step_ms;              /* the slowest rank's: the step's time */
     double fastest_ms;           /* the fastest rank's */
-    int64_t samples;             /* all ranks' */
+    int64_t samples;             /* all ranks' (a pipeline's replica counted once per stage) */
     double phase_ms[DB_NPHASES]; /* mean over ranks */
     int64_t bytes_sent;          /* all ranks' */
     int ranks;                   /* ranks that reported the step */
+    /* Pipeline runs (migration 013), sums over the ranks that reported each; -1 (and a
+     * count of 0) where none did, as in every step of a run without a pipeline */
+    double bubble_ms;      /* idle time */
+    double bubble_step_ms; /* step_ms of the ranks that reported bubble_ms */
+    double p2p_ms;         /* point-to-point time, over p2p_ranks ranks */
+    double p2p_bytes;      /* bytes sent point-to-point, over p2p_bytes_ranks ranks */
+    int p2p_ranks, p2p_bytes_ranks;
 };
 /* What a run's ranks held in one repeat: the largest rank's figure (the one a node's
  * memory must fit), -1 where no rank reported it (report.h struct report_memory). */
@@ -249,9 +256,10 @@ int db_insert_usage(struct db *db, int64_t run_id, int rank, const struct report
                     struct err *e);
 int db_insert_trace(struct db *db, int64_t run_id, int rank, const struct report_trace *t,
                     struct err *e);
-/* A run's traced steps for daemon/trace.c: {"world_size": N, "ranks": [{rank, node,
- * host}...], "steps": {"columns": [rank, repeat, step, clock_offset_ns, spans, ops],
- * "rows": [...]}} with spans and ops decoded. Owned; ERR_NOT_FOUND for no such run. */
+/* A run's traced steps for daemon/trace.c: {"world_size": N, "pipeline": its spec's stages
+ * (1: none), "ranks": [{rank, node, host}...], "steps": {"columns": [rank, repeat, step,
+ * clock_offset_ns, spans, ops], "rows": [...]}} with spans and ops decoded. Owned;
+ * ERR_NOT_FOUND for no such run. */
 json_t *db_get_trace(struct db *db, int64_t run_id, struct err *e);
 int db_insert_epoch(struct db *db, int64_t run_id, const struct report_epoch *ep,
                     struct err *e);

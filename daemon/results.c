@@ -351,6 +351,15 @@ enum results_use { RU_CPU, RU_VCS, RU_ICS, RU_GPU_UTIL, RU_GPU_POWER, RU_N };
 static const char *const results_use_names[RU_N] = {
     "cpu_util", "voluntary_cs_per_s", "involuntary_cs_per_s", "gpu_util_pct", "gpu_power_w"};
 
+/* A group's pipeline (spec pipeline > 1): its stages and micro-batches (0: no run yet, -1:
+ * they differ across the group's runs) and its ranks' figures pooled over every
+ * non-warm-up step row that reported them (db_step_row sums). */
+struct results_pipe {
+    int64_t stages, micro;
+    double bubble_ms, bubble_step_ms, p2p_ms, p2p_bytes;
+    int64_t p2p_n, p2p_bytes_n;
+};
+
 struct results_train {
     struct results_vec thr, step, acc, loss;
     struct results_vec mem[RM_N], use[RU_N]; /* one sample per repeat that reported it */
@@ -360,6 +369,7 @@ struct results_train {
     size_t phase_n[DB_NPHASES]; /* steps that observed each phase (engines may not: -1) */
     size_t nsteps;
     int64_t world; /* -1: differs across the group's runs */
+    struct results_pipe pipe;
 };
 
 /* The output column of each phase (enum db_phase order). */
@@ -428,12 +438,48 @@ static void results_resources_run(struct results_train *r, const struct db_data_
     }
 }
 
+/* A spec's integer field, or def where it has none (a run from before the field). */
+static int64_t results_spec_int(const json_t *spec, const char *name, int64_t def)
+{
+    const json_t *v = spec_field_value(spec, name);
+    return json_is_integer(v) ? json_integer_value(v) : def;
+}
+
+/* The run's pipeline figures into the group's (struct results_pipe). */
+static void results_pipe_run(struct results_pipe *p, const struct db_data_run *run)
+{
+    int64_t stages = results_spec_int(run->spec, "pipeline", 1);
+    int64_t micro = results_spec_int(run->spec, "micro_batches", 1);
+    p->stages = p->stages == 0 || p->stages == stages ? stages : -1;
+    p->micro = p->micro == 0 || p->micro == micro ? micro : -1;
+    for (size_t i = 0; i < run->nsteps; i++) {
+        const struct db_step_row *s = &run->steps[i];
+        if (s->bubble_ms >= 0 && s->bubble_step_ms >= 0) {
+            p->bubble_ms += s->bubble_ms;
+            p->bubble_step_ms += s->bubble_step_ms;
+        }
+        if (s->p2p_ms >= 0) {
+            p->p2p_ms += s->p2p_ms;
+            p->p2p_n += s->p2p_ranks;
+        }
+        if (s->p2p_bytes >= 0) {
+            p->p2p_bytes += s->p2p_bytes;
+            p->p2p_bytes_n += s->p2p_bytes_ranks;
+        }
+    }
+}
+
 static void results_train_run(struct results_train *r, const struct db_data_run *run)
 {
     results_resources_run(r, run);
     results_tta_run(&r->tta, run);
+    results_pipe_run(&r->pipe, run);
     int64_t w = run->world_size;
     r->world = r->world == 0 || r->world == w ? w : -1;
+    /* every stage of a pipeline's replica reports the replica's batch: a step's global
+     * batch is the replicas', batch_size * world_size / pipeline */
+    int64_t stages = results_spec_int(run->spec, "pipeline", 1);
+    double per_sample = stages > 1 ? 1.0 / (double)stages : 1.0;
     int repeat = -1;
     double samples = 0, ms = 0;
     for (size_t i = 0; i < run->nsteps; i++) {
@@ -445,7 +491,7 @@ static void results_train_run(struct results_train *r, const struct db_data_run 
             results_push_idx(&r->starts, r->step.n);
         }
         repeat = s->repeat;
-        samples += (double)s->samples;
+        samples += (double)s->samples * per_sample;
         ms += s->step_ms;
         results_push(&r->step, s->step_ms);
         for (int p = 0; p < DB_NPHASES; p++) {
@@ -494,6 +540,26 @@ static double results_speedup(const struct stats_summary *thr,
     if (isfinite(thr->ci95) && isfinite(base->thr.ci95))
         *ci = speedup * hypot(thr->ci95 / thr->mean, base->thr.ci95 / base->thr.mean);
     return speedup;
+}
+
+/* bubble_fraction (idle time over step time, every rank's non-warm-up steps pooled),
+ * bubble_theory ((P - 1) / (M + P - 1), GPipe's and 1F1B's bubble at P stages and M
+ * micro-batches of equal cost), p2p_ms and p2p_bytes (mean per rank and step): null for a
+ * group without a pipeline; the theory null too where the group pools different P or M. */
+static void results_put_pipe(struct results_table *t, const struct results_pipe *p)
+{
+    bool pipe = p->stages > 1 || p->stages == -1;
+    double stages = (double)p->stages, micro = (double)p->micro;
+    double theory = p->stages > 1 && p->micro >= 1 ? (stages - 1) / (micro + stages - 1) : NAN;
+    results_put(t, "bubble_fraction",
+                pipe && p->bubble_step_ms > 0 ? results_num(p->bubble_ms / p->bubble_step_ms)
+                                              : NULL);
+    results_put(t, "bubble_theory", results_num(theory));
+    results_put(t, "p2p_ms",
+                pipe && p->p2p_n ? results_num(p->p2p_ms / (double)p->p2p_n) : NULL);
+    results_put(t, "p2p_bytes",
+                pipe && p->p2p_bytes_n ? results_num(p->p2p_bytes / (double)p->p2p_bytes_n)
+                                       : NULL);
 }
 
 /* Memory (bytes: mean over repeats, with its interval where repeats differ, e.g. the
@@ -548,10 +614,12 @@ static void results_predict(const struct results_group *g, const struct results_
     for (size_t i = 0; base && i < base->n && !b; i++)
         if (base->runs[i]->ngrads > 0)
             b = base->runs[i];
-    p->note = !run || !base ? "no one-rank run to predict from"
-              : !b          ? "the one-rank run reported no gradient readiness"
-              : nfits == 0  ? "no network fit: run a collective experiment on this backend"
-                            : NULL;
+    p->note = run && results_spec_int(run->spec, "pipeline", 1) > 1
+                  ? "the model does not simulate pipeline parallelism"
+              : !run || !base ? "no one-rank run to predict from"
+              : !b            ? "the one-rank run reported no gradient readiness"
+              : nfits == 0    ? "no network fit: run a collective experiment on this backend"
+                              : NULL;
     if (p->note)
         return;
     struct model_base mb;
@@ -645,6 +713,7 @@ static void results_train_row(struct results_table *t, const struct results_grou
                          : NAN;
     results_put(t, "overlap", results_num(overlap));
     results_put(t, "straggler_ms", results_num(r->straggler / n));
+    results_put_pipe(t, &r->pipe);
     double speedup_ci = NAN;
     double speedup = r->world > 0 ? results_speedup(&thr, base, is_base, &speedup_ci) : NAN;
     results_put(t, "speedup", results_num(speedup));
@@ -659,28 +728,44 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_end_row(t);
 }
 
+/* True when keys a and b are equal but for the fields named in drop. */
+static bool results_same_but(const json_t *a, const json_t *b, const char *const *drop,
+                             size_t n)
+{
+    json_t *k1 = json_deep_copy(a), *k2 = json_deep_copy(b);
+    for (size_t i = 0; i < n; i++) {
+        json_object_del(k1, drop[i]);
+        json_object_del(k2, drop[i]);
+    }
+    bool same = json_equal(k1, k2);
+    json_decref(k1);
+    json_decref(k2);
+    return same;
+}
+
 /* The group that differs from key only by having world_size 1 (and so one node with one
- * rank: the placement of N ranks across nodes is what speed-up measures against it). */
+ * rank: the placement of N ranks across nodes is what speed-up measures against it). A
+ * pipeline's base is the same one-rank run: one rank has no pipeline (stages 1, one
+ * micro-batch), so those fields may differ, and its schedule too where no one-rank group
+ * has the same (a schedule means nothing to one stage). */
 static size_t results_find_base(const struct results_groups *gs, const json_t *key,
                                 const struct results_train_group *tg, bool any_share)
 {
-    static const char *const scale[] = {"world_size", "nodes", "ranks_per_node",
+    /* the order matters: the last are dropped only when asked (any_share, a second pass) */
+    static const char *const scale[] = {"world_size",    "nodes",         "ranks_per_node",
+                                        "pipeline",      "micro_batches", "schedule",
                                         "oversubscribed"};
-    /* the model accounts for CPUs shared (model.h): its base may differ in that too */
-    size_t drop = sizeof scale / sizeof *scale - (any_share ? 0 : 1);
-    for (size_t b = 0; b < gs->n; b++) {
-        if (tg[b].world != 1)
-            continue;
-        json_t *k1 = json_deep_copy(gs->g[b].key), *k2 = json_deep_copy(key);
-        for (size_t i = 0; i < drop; i++) {
-            json_object_del(k1, scale[i]);
-            json_object_del(k2, scale[i]);
-        }
-        bool same = json_equal(k1, k2);
-        json_decref(k1);
-        json_decref(k2);
-        if (same)
-            return b;
+    for (int pass = 0; pass < 2; pass++) {
+        /* the model accounts for CPUs shared (model.h): its base may differ in that too */
+        const char *drop[sizeof scale / sizeof *scale];
+        size_t n = 0;
+        for (size_t i = 0; i < sizeof scale / sizeof *scale; i++)
+            if ((strcmp(scale[i], "schedule") != 0 || pass == 1) &&
+                (strcmp(scale[i], "oversubscribed") != 0 || any_share))
+                drop[n++] = scale[i];
+        for (size_t b = 0; b < gs->n; b++)
+            if (tg[b].world == 1 && results_same_but(gs->g[b].key, key, drop, n))
+                return b;
     }
     return gs->n;
 }

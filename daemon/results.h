@@ -13,10 +13,18 @@
  *   step time  = the slowest rank's time of each step; its median and p95 over the steps,
  *                its 95% CI over one mean per repeat, or batch means within a single
  *                repeat (common/stats.h: steps are autocorrelated, never pooled)
- *   throughput = samples of all ranks / total step time (images/s), one value per repeat
+ *   throughput = samples of all ranks / total step time (images/s), one value per repeat;
+ *                a pipeline's (spec pipeline P > 1) counts each replica's batch once:
+ *                batch_size * world_size / P samples a step
  *   speed-up   = throughput / throughput of the group that differs only by world_size 1
+ *                (a pipeline's: by world_size 1 and no pipeline, its schedule too where
+ *                no one-rank group has the same)
  *   efficiency = speed-up / world_size
  *   overlap    = 1 - exposed communication / total communication
+ *   pipelines  bubble_fraction = sum of the ranks' bubble_ms / sum of their step_ms over
+ *              every non-warm-up step row; bubble_theory = (P - 1) / (M + P - 1) at M
+ *              micro_batches; p2p_ms and p2p_bytes per rank and step (means); all null
+ *              for a group without a pipeline (the model predicts none of them)
  * A figure that cannot be computed is null, never 0: an interval from one repeat (and a
  * speed-up interval when either throughput has one), the world_size 1 group's own
  * speed-up interval (it is 1 by definition), the overlap of one rank (it exchanges

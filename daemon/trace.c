@@ -19,6 +19,7 @@ struct trace_ctx {
     int64_t origin; /* absolute ns of ts 0 */
     struct trace_lanes *lanes;
     int world;
+    int pipeline; /* stages (1: no pipeline): rank = replica * pipeline + stage */
 };
 
 static double trace_us(const struct trace_ctx *t, int64_t abs_ns)
@@ -94,12 +95,17 @@ static void trace_spans(struct trace_ctx *t, const json_t *row)
         char label[48];
         if (whole)
             snprintf(label, sizeof label, "%s %lld", name, (long long)step);
+        json_t *args = json_pack("{s:I, s:I}", "repeat", repeat, "step", step);
+        /* a pipeline's forward, backward and p2p spans: one per micro-batch (report.h) */
+        const json_t *micro = json_array_get(sp, 3);
+        if (micro)
+            json_object_set_new(args, "micro_batch", json_integer(json_integer_value(micro)));
         trace_complete(t, whole ? label : name,
                        whole                               ? "step"
                        : strcmp(name, "comm_exposed") == 0 ? "comm"
+                       : strcmp(name, "p2p") == 0          ? "p2p"
                                                            : "phase",
-                       rank, 0, from, to,
-                       json_pack("{s:I, s:I}", "repeat", repeat, "step", step));
+                       rank, 0, from, to, args);
     }
 }
 
@@ -165,9 +171,14 @@ static void trace_names(struct trace_ctx *t, const json_t *ranks)
             continue;
         const char *node = json_string_value(json_object_get(r, "node"));
         const char *host = json_string_value(json_object_get(r, "host"));
-        char name[160];
-        snprintf(name, sizeof name, "rank %d (node %s, host %s)", rank, node ? node : "?",
-                 host ? host : "?");
+        char name[200];
+        if (t->pipeline > 1)
+            snprintf(name, sizeof name, "rank %d (stage %d, replica %d, node %s, host %s)",
+                     rank, rank % t->pipeline, rank / t->pipeline, node ? node : "?",
+                     host ? host : "?");
+        else
+            snprintf(name, sizeof name, "rank %d (node %s, host %s)", rank, node ? node : "?",
+                     host ? host : "?");
         trace_meta(t, "process_name", rank, 0, json_pack("{s:s}", "name", name));
         trace_meta(t, "process_sort_index", rank, 0, json_pack("{s:i}", "sort_index", rank));
         trace_meta(t, "thread_name", rank, 0, json_pack("{s:s}", "name", "compute"));
@@ -200,10 +211,12 @@ json_t *trace_build(const json_t *in, int64_t run_id, struct err *e)
 {
     const json_t *rows = json_object_get(json_object_get(in, "steps"), "rows");
     int world = (int)json_integer_value(json_object_get(in, "world_size"));
+    json_int_t pipeline = json_integer_value(json_object_get(in, "pipeline"));
     struct trace_ctx t = {.events = json_array(),
                           .origin = trace_origin(rows),
                           .lanes = calloc(world > 0 ? (size_t)world : 1, sizeof *t.lanes),
-                          .world = world};
+                          .world = world,
+                          .pipeline = pipeline > 1 && pipeline <= world ? (int)pipeline : 1};
     if (!t.events || !t.lanes) {
         json_decref(t.events);
         free(t.lanes);
@@ -229,11 +242,11 @@ json_t *trace_build(const json_t *in, int64_t run_id, struct err *e)
         json_decref(t.events);
         return NULL;
     }
-    return json_pack("{s:o, s:s, s:{s:I, s:I, s:o, s:I, s:s}}", "traceEvents", t.events,
+    return json_pack("{s:o, s:s, s:{s:I, s:I, s:o, s:I, s:i, s:s}}", "traceEvents", t.events,
                      "displayTimeUnit", "ms", "otherData", "run", (json_int_t)run_id,
                      "origin_unix_ns", (json_int_t)t.origin, "clock_offsets_ns",
                      trace_offsets(rows), "traced_steps", (json_int_t)json_array_size(rows),
-                     "clock",
+                     "pipeline", t.pipeline, "clock",
                      "ts: microseconds from origin_unix_ns; each rank's CLOCK_MONOTONIC plus "
                      "its clock_offsets_ns (CLOCK_REALTIME - CLOCK_MONOTONIC)");
 }

@@ -13,6 +13,11 @@
  *   rank on one time line (ranks of one node share the clock exactly; across nodes the
  *   wall clocks' agreement bounds the error); ts is microseconds from the run's first
  *   traced instant, which otherData gives in Unix ns with every rank's offset.
+ * - A pipeline run (its spec's pipeline P > 1): each rank's process name gives its stage
+ *   and replica (rank = replica * P + stage, so the sort by rank is by replica, then
+ *   stage); its forward, backward and p2p spans are one per micro-batch, each keeping
+ *   its name with args.micro_batch the index (report.h), p2p in category "p2p";
+ *   otherData.pipeline is P (1: none).
  * - Every duration is the worker's own pair of readings, so a phase's total over its
  *   spans is the step phase stored for it (backward and optimizer less the exposed
  *   communication nested in them, as report.h defines the phases). On a GPU the stored

@@ -215,7 +215,31 @@ static void test_view_training_results(void)
                 "%s", s);
     T_CHECK_MSG(strstr(s, "test acc") == NULL, "%s", s); /* all null: dropped */
     T_CHECK_MSG(strstr(s, "42.0%") != NULL, "%s", s);
+    T_CHECK_MSG(strstr(s, "bubble") == NULL, "%s", s); /* no pipeline: no column */
     T_CHECK(ascii_only(&b));
+    buf_free(&b);
+    json_decref(t);
+    /* a pipeline's rows: its bubble measured and in theory, its p2p time; a row without a
+     * pipeline shows "-" there */
+    json_t *p = train_row(4, 3000, 30, 3.0, 0.75), *d = train_row(4, 3500, 30, 3.5, 0.875);
+    json_object_set_new(p, "pipeline", json_integer(2));
+    json_object_set_new(p, "bubble_fraction", json_real(0.2345));
+    json_object_set_new(p, "bubble_theory", json_real(0.2));
+    json_object_set_new(p, "p2p_ms", json_real(1.5));
+    json_object_set_new(d, "pipeline", json_integer(1));
+    json_object_set_new(d, "bubble_fraction", json_null());
+    json_object_set_new(d, "bubble_theory", json_null());
+    json_object_set_new(d, "p2p_ms", json_null());
+    t = json_pack("{s:i, s:s, s:[s], s:[s,s,s,s,s,s,s,s,s,s,s,s,s,s], s:[o,o]}", "experiment",
+                  10, "workload", "train", "group_by", "pipeline", "columns", "world_size",
+                  "pipeline", "runs", "throughput_mean", "throughput_ci95", "throughput_n",
+                  "step_ms_median", "overlap", "bubble_fraction", "bubble_theory", "p2p_ms",
+                  "speedup", "speedup_ci95", "efficiency", "rows", p, d);
+    buf_init(&b);
+    T_EQ_INT(view_results(t, &b), 0);
+    s = text(&b);
+    T_CHECK_MSG(strstr(s, "pipeline") && strstr(s, "bubble  bubble theory  p2p ms"), "%s", s);
+    T_CHECK_MSG(strstr(s, "23.4%") && strstr(s, "20.0%") && strstr(s, "1.500"), "%s", s);
     buf_free(&b);
     json_decref(t);
 }

@@ -12,9 +12,12 @@
 #include "tests/unit/test.h"
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 12
+#define TEST_DB_VERSION 13
 /* what migration 009 added, undone for a test that sets the version back below it */
-#define TEST_DB_UNDO_012 "DROP TABLE run_grads; DROP TABLE fits; "
+#define TEST_DB_UNDO_013                                                                       \
+    "ALTER TABLE steps DROP COLUMN stage; ALTER TABLE steps DROP COLUMN p2p_ms; "              \
+    "ALTER TABLE steps DROP COLUMN p2p_bytes; ALTER TABLE steps DROP COLUMN bubble_ms; "
+#define TEST_DB_UNDO_012 TEST_DB_UNDO_013 "DROP TABLE run_grads; DROP TABLE fits; "
 #define TEST_DB_UNDO_011                                                                       \
     TEST_DB_UNDO_012 "DROP TABLE rank_memory; DROP TABLE rank_usage; DROP TABLE trace_steps; "
 #define TEST_DB_UNDO_009                                                                       \
@@ -788,23 +791,16 @@ static void test_db_step_phases_null(void)
     T_CHECK(db != NULL);
     int64_t id = test_db_experiment(db, 1);
     int64_t r = test_db_run_id(db, id, 0);
-    struct report_step st = {.step = 0,
-                             .samples = 32,
-                             .loss = 2.0,
-                             .data_ms = 1.5,
-                             .forward_ms = -1,
-                             .backward_ms = -1,
-                             .comm_ms = -1,
-                             .comm_exposed_ms = -1,
-                             .optimizer_ms = -1,
-                             .step_ms = 9.0,
-                             .bytes_sent = -1};
+    struct report_step st = {
+        REPORT_STEP_NO_PIPELINE, .step = 0,          .samples = 32,     .loss = 2.0,
+        .data_ms = 1.5,          .forward_ms = -1,   .backward_ms = -1, .comm_ms = -1,
+        .comm_exposed_ms = -1,   .optimizer_ms = -1, .step_ms = 9.0,    .bytes_sent = -1};
     T_OK(db_insert_step(db, r, 0, &st, &e));
     json_t *steps = db_get_steps(db, r, -1, true, &e);
     T_CHECK_MSG(steps != NULL, "%s", e.msg);
     char *text = json_dumps(steps, JSON_COMPACT);
-    T_CHECK_MSG(strstr(text, "[0,0,0,0,0,32,2.0,1.5,null,null,null,null,null,9.0,null]") !=
-                    NULL,
+    T_CHECK_MSG(strstr(text, "[0,0,0,0,0,32,2.0,1.5,null,null,null,null,null,9.0,null,null,"
+                             "null,null,null]") != NULL,
                 "%s", text);
     free(text);
     json_decref(steps);
@@ -815,6 +811,108 @@ static void test_db_step_phases_null(void)
     T_NEAR(data.runs[0].steps[0].phase_ms[DB_PHASE_FORWARD], -1.0, 0);
     T_NEAR(data.runs[0].steps[0].phase_ms[DB_PHASE_COMM_EXPOSED], -1.0, 0);
     db_experiment_data_free(&data);
+    test_db_cleanup(db);
+}
+
+/* A pipeline run's steps (migration 013): stage, p2p_ms, p2p_bytes and bubble_ms stored and
+ * served as columns of GET /v1/runs/{id}/steps (null where a step has no pipeline, never
+ * 0), summed over the ranks for results (a count of the ranks that reported them); the
+ * trace input carries the spec's stages; a database at version 12 gains the columns, its
+ * steps read null. */
+static void test_db_pipeline_steps(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    struct db_new_run runs[2] = {
+        {"{}", "{\"world_size\":4,\"pipeline\":2,\"micro_batches\":4}", 4, NULL},
+        {"{}", "{\"world_size\":2}", 2, NULL}};
+    int64_t id = 0;
+    T_OK(db_create_experiment(db, "pipe", "train", "{\"workload\":\"train\"}", runs, 2, &id,
+                              &e));
+    int64_t rp = test_db_run_id(db, id, 0), rd = test_db_run_id(db, id, 1);
+    for (int rank = 0; rank < 4; rank++) {
+        struct report_step st = {.step = 1,
+                                 .samples = 16,
+                                 .loss = 1.0,
+                                 .forward_ms = 2,
+                                 .backward_ms = 4,
+                                 .comm_ms = 1,
+                                 .comm_exposed_ms = 0.5,
+                                 .step_ms = 10 + rank,
+                                 .bytes_sent = 100,
+                                 .stage = rank % 2,
+                                 .p2p_ms = 1.5,
+                                 .p2p_bytes = 1000 * (rank + 1),
+                                 .bubble_ms = rank == 3 ? -1 : 2.5};
+        T_OK(db_insert_step(db, rp, rank, &st, &e));
+    }
+    struct report_step plain = {REPORT_STEP_NO_PIPELINE, .step = 1, .samples = 8, .step_ms = 5};
+    T_OK(db_insert_step(db, rd, 0, &plain, &e));
+
+    json_t *steps = db_get_steps(db, rp, 3, true, &e);
+    T_CHECK_MSG(steps != NULL, "%s", e.msg);
+    const json_t *cols = json_object_get(steps, "columns");
+    size_t n = json_array_size(cols);
+    T_CHECK(n == 19);
+    T_EQ_STR(json_string_value(json_array_get(cols, n - 4)), "stage");
+    T_EQ_STR(json_string_value(json_array_get(cols, n - 3)), "p2p_ms");
+    T_EQ_STR(json_string_value(json_array_get(cols, n - 2)), "p2p_bytes");
+    T_EQ_STR(json_string_value(json_array_get(cols, n - 1)), "bubble_ms");
+    const json_t *row = json_array_get(json_object_get(steps, "rows"), 0);
+    T_EQ_INT(json_integer_value(json_array_get(row, n - 4)), 1);
+    T_NEAR(json_number_value(json_array_get(row, n - 3)), 1.5, 0);
+    T_EQ_INT(json_integer_value(json_array_get(row, n - 2)), 4000);
+    T_CHECK(json_is_null(json_array_get(row, n - 1))); /* rank 3 did not report it */
+    json_decref(steps);
+    steps = db_get_steps(db, rd, -1, true, &e);
+    row = json_array_get(json_object_get(steps, "rows"), 0);
+    for (size_t k = n - 4; k < n; k++)
+        T_CHECK_MSG(json_is_null(json_array_get(row, k)), "column %zu", k);
+    json_decref(steps);
+
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    T_EQ_INT(data.nruns, 2);
+    const struct db_step_row *s = &data.runs[0].steps[0];
+    T_EQ_INT(s->samples, 64); /* every rank's: results count a replica once */
+    T_NEAR(s->bubble_ms, 7.5, 1e-12);
+    T_NEAR(s->bubble_step_ms, 10 + 11 + 12, 1e-12); /* the ranks that reported a bubble */
+    T_NEAR(s->p2p_ms, 6.0, 1e-12);
+    T_EQ_INT(s->p2p_ranks, 4);
+    T_NEAR(s->p2p_bytes, 10000, 0);
+    T_EQ_INT(s->p2p_bytes_ranks, 4);
+    s = &data.runs[1].steps[0];
+    T_CHECK(s->bubble_ms == -1 && s->bubble_step_ms == -1 && s->p2p_ms == -1 &&
+            s->p2p_bytes == -1 && s->p2p_ranks == 0 && s->p2p_bytes_ranks == 0);
+    db_experiment_data_free(&data);
+
+    json_t *t = db_get_trace(db, rp, &e);
+    T_CHECK_MSG(t != NULL, "%s", e.msg);
+    T_EQ_INT(json_integer_value(json_object_get(t, "pipeline")), 2);
+    json_decref(t);
+    t = db_get_trace(db, rd, &e);
+    T_EQ_INT(json_integer_value(json_object_get(t, "pipeline")), 1); /* not in its spec */
+    json_decref(t);
+
+    /* a database from before 013, holding steps: migrated, its steps read null */
+    db_close(db);
+    sqlite3 *h;
+    T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
+    T_CHECK(sqlite3_exec(h, TEST_DB_UNDO_013 "PRAGMA user_version=12", NULL, NULL, NULL) ==
+            SQLITE_OK);
+    sqlite3_close(h);
+    db = db_open(db_path, &e);
+    T_CHECK_MSG(db != NULL, "%s", e.msg);
+    T_EQ_INT(db_schema_version(db), TEST_DB_VERSION);
+    steps = db_get_steps(db, rp, -1, true, &e);
+    T_CHECK_MSG(steps != NULL, "%s", e.msg);
+    T_EQ_INT(json_array_size(json_object_get(steps, "rows")), 4);
+    row = json_array_get(json_object_get(steps, "rows"), 0);
+    T_NEAR(json_number_value(json_array_get(row, 13)), 10.0, 0); /* step_ms kept */
+    for (size_t k = n - 4; k < n; k++)
+        T_CHECK_MSG(json_is_null(json_array_get(row, k)), "column %zu", k);
+    json_decref(steps);
     test_db_cleanup(db);
 }
 
@@ -1139,6 +1237,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_network_profile);
     TEST_RUN(test_db_epoch_train_null);
     TEST_RUN(test_db_step_phases_null);
+    TEST_RUN(test_db_pipeline_steps);
     TEST_RUN(test_db_observe);
     TEST_RUN(test_db_queued_spec_parsed);
     TEST_RUN(test_db_results_roundtrip);

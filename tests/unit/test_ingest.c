@@ -160,12 +160,18 @@ static void test_ingest_every_type(void)
     T_OK(fx_ingest(&x, 0, &res, &e));
     T_EQ_INT(res.type, REPORT_COLLECTIVE);
 
-    /* steps of both ranks: both stored, only rank 0's published */
-    struct report_step st = {.samples = 8, .loss = 2.0, .step_ms = 10, .forward_ms = 3};
+    /* steps of both ranks: both stored, only rank 0's published; rank 1's as a pipeline
+     * stage's (its stage, p2p and bubble stored beside the phases) */
+    struct report_step st = {REPORT_STEP_NO_PIPELINE, .samples = 8, .loss = 2.0, .step_ms = 10,
+                             .forward_ms = 3};
     T_OK(report_emit_step(&x.w[0], &st, &e));
     T_OK(fx_ingest(&x, 0, &res, &e));
     st.step_ms = 12;
     st.step = 5;
+    st.stage = 1;
+    st.p2p_ms = 2.5;
+    st.p2p_bytes = 65536;
+    st.bubble_ms = 4.25;
     T_CHECK(!ingest_rank_state(&x.in, 1)->stepped);
     T_OK(report_emit_step(&x.w[1], &st, &e));
     T_OK(fx_ingest(&x, 1, &res, &e));
@@ -218,12 +224,13 @@ static void test_ingest_every_type(void)
     T_OK(report_emit_usage(&x.w[1], &use, &e));
     T_OK(fx_ingest(&x, 1, &res, &e));
     T_EQ_INT(res.type, REPORT_USAGE);
-    json_t *spans = json_pack("[[s, i, i]]", "step", 10, 20), *ops = json_array();
+    json_t *spans = json_pack("[[s, i, i], [s, i, i, i], [s, i, i, i]]", "step", 10, 20,
+                              "forward", 11, 14, 0, "p2p", 14, 15, 0),
+           *ops = json_array();
     struct report_trace tr = {.step = 2, .clock_offset_ns = 5, .spans = spans, .ops = ops};
     T_OK(report_emit_trace(&x.w[1], &tr, &e));
     T_OK(fx_ingest(&x, 1, &res, &e));
     T_EQ_INT(res.type, REPORT_TRACE);
-    json_decref(spans);
     json_decref(ops);
     /* gradient readiness: rank 0's is stored; another rank's is refused */
     json_t *tensors = json_pack("[[i, i]]", 400, 1000);
@@ -303,7 +310,12 @@ static void test_ingest_every_type(void)
     T_NEAR(json_number_value(json_object_get(u0, "cpu_util")), 0.75, 1e-9);
     json_t *trace = db_get_trace(x.db, x.run, &e);
     T_EQ_INT(json_array_size(json_object_get(json_object_get(trace, "steps"), "rows")), 1);
+    T_CHECK(json_equal(
+        json_array_get(
+            json_array_get(json_object_get(json_object_get(trace, "steps"), "rows"), 0), 4),
+        spans));
     json_decref(trace);
+    json_decref(spans);
     char *env = json_dumps(json_object_get(run, "env"), JSON_COMPACT);
     T_CHECK_MSG(strstr(env, "\"kernel\":\"6.1\"") != NULL, "%s", env);
     free(env);
@@ -311,6 +323,12 @@ static void test_ingest_every_type(void)
     json_t *steps = db_get_steps(x.db, x.run, -1, true, &e);
     T_CHECK(steps != NULL);
     T_EQ_INT(json_array_size(json_object_get(steps, "rows")), 2);
+    char *rows = json_dumps(json_object_get(steps, "rows"), JSON_COMPACT);
+    /* ... step_ms, bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms */
+    T_CHECK_MSG(strstr(rows, ",10.0,0,null,null,null,null]") &&
+                    strstr(rows, ",12.0,0,1,2.5,65536,4.25]"),
+                "%s", rows);
+    free(rows);
     json_decref(steps);
 
     /* what was published: each event names the run and its experiment */
@@ -358,7 +376,7 @@ static void test_ingest_rejects(void)
     struct err e = {0};
     T_OK(fx_open(&x, &e));
     char step[2048];
-    struct report_step st = {.samples = 8, .step_ms = 10};
+    struct report_step st = {REPORT_STEP_NO_PIPELINE, .samples = 8, .step_ms = 10};
     T_OK(report_emit_step(&x.w[1], &st, &e));
     fx_take_line(&x, step, sizeof step); /* a valid step line of rank 1 */
 
@@ -372,6 +390,14 @@ static void test_ingest_rejects(void)
                     "{\"type\":\"hello\",\"rank\":0,\"t\":1.0,\"pid\":5,\"host\":\"h\","
                     "\"world_size\":3}",
                     "world_size 3, run has 2");
+    expect_rejected(&x, 0,
+                    "{\"type\":\"step\",\"rank\":0,\"t\":1,\"repeat\":0,\"epoch\":0,\"step\":1,"
+                    "\"warmup\":false,\"samples\":8,\"loss\":1,\"step_ms\":2,\"stage\":\"0\"}",
+                    "stage: must be an integer >= 0");
+    expect_rejected(&x, 0,
+                    "{\"type\":\"step\",\"rank\":0,\"t\":1,\"repeat\":0,\"epoch\":0,\"step\":1,"
+                    "\"warmup\":false,\"samples\":8,\"loss\":1,\"step_ms\":2,\"bubble_ms\":-3}",
+                    "bubble_ms: must be a finite number >= 0");
     /* the same step line, as rank 1's, is accepted */
     struct ingest_result res;
     T_OK(ingest_line(&x.in, 1, step, strlen(step), &res, &e));

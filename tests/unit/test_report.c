@@ -722,6 +722,120 @@ static void test_report_observe_rejects(void)
     json_decref(ops);
 }
 
+static int emit_step(struct report_writer *w, const void *x, struct err *e)
+{
+    return report_emit_step(w, x, e);
+}
+
+/* A pipeline rank's step carries stage, p2p_ms, p2p_bytes and bubble_ms; a step without
+ * them (-1: no pipeline) leaves them out of the line and reads them back as -1; a value of
+ * the wrong type or below 0 is refused naming the field. */
+static void test_report_step_pipeline(void)
+{
+    struct err e = {0};
+    struct report_step s, sb;
+    memset(&s, 0, sizeof s); /* padding too: whole structs compare */
+    s.repeat = 1;
+    s.epoch = 0;
+    s.step = 12;
+    s.samples = 16;
+    s.loss = 2.5;
+    s.data_ms = 0.25;
+    s.forward_ms = 4;
+    s.backward_ms = 8;
+    s.comm_ms = 1;
+    s.comm_exposed_ms = 0.5;
+    s.optimizer_ms = 0.75;
+    s.step_ms = 20;
+    s.bytes_sent = 4096;
+    s.stage = 1;
+    s.p2p_ms = 3.5;
+    s.p2p_bytes = INT64_C(1) << 33;
+    s.bubble_ms = 6.5;
+    json_t *ev = observe_round_trip(emit_step, &s, REPORT_STEP);
+    T_CHECK(ev && json_integer_value(json_object_get(ev, "stage")) == 1 &&
+            json_is_real(json_object_get(ev, "p2p_ms")) &&
+            json_integer_value(json_object_get(ev, "p2p_bytes")) == INT64_C(1) << 33);
+    memset(&sb, 0xff, sizeof sb);
+    T_OK(report_step_from_json(ev, &sb, &e));
+    T_CHECK(memcmp(&s, &sb, sizeof s) == 0);
+    json_decref(ev);
+    /* stage 0 is a stage, not "absent" */
+    s.stage = 0;
+    s.bubble_ms = 0;
+    ev = observe_round_trip(emit_step, &s, REPORT_STEP);
+    T_CHECK(ev && json_integer_value(json_object_get(ev, "stage")) == 0 &&
+            json_object_get(ev, "bubble_ms"));
+    T_OK(report_step_from_json(ev, &sb, &e));
+    T_CHECK(sb.stage == 0 && sb.bubble_ms == 0);
+    json_decref(ev);
+    /* no pipeline: the fields are absent and read back as -1 */
+    s.stage = -1;
+    s.p2p_ms = s.bubble_ms = -1;
+    s.p2p_bytes = -1;
+    ev = observe_round_trip(emit_step, &s, REPORT_STEP);
+    T_CHECK(ev && !json_object_get(ev, "stage") && !json_object_get(ev, "p2p_ms") &&
+            !json_object_get(ev, "p2p_bytes") && !json_object_get(ev, "bubble_ms"));
+    T_OK(report_step_from_json(ev, &sb, &e));
+    T_CHECK(sb.stage == -1 && sb.p2p_ms == -1 && sb.p2p_bytes == -1 && sb.bubble_ms == -1 &&
+            sb.step_ms == 20 && sb.bytes_sent == 4096);
+    json_decref(ev);
+    static const char *const bad[] = {
+        "\"stage\":\"1\"",  "\"stage\":-1",       "\"stage\":1.5",
+        "\"p2p_ms\":\"x\"", "\"p2p_ms\":-0.5",    "\"p2p_bytes\":1.5",
+        "\"p2p_bytes\":-2", "\"bubble_ms\":true", "\"bubble_ms\":-1"};
+    static const char *const field[] = {"stage",     "stage",     "stage",
+                                        "p2p_ms",    "p2p_ms",    "p2p_bytes",
+                                        "p2p_bytes", "bubble_ms", "bubble_ms"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char line[512];
+        snprintf(line, sizeof line,
+                 "{\"type\":\"step\",\"rank\":1,\"t\":1,\"repeat\":0,\"epoch\":0,\"step\":3,"
+                 "\"warmup\":false,\"samples\":8,\"loss\":1,\"step_ms\":2,%s}",
+                 bad[i]);
+        T_CHECK_MSG(line_rejected(line, strlen(line), ERR_INVALID, field[i]), "line %zu", i);
+    }
+    /* the worker refuses to write what the daemon would refuse */
+    struct report_writer w;
+    report_writer_init(&w, -1, 0);
+    s.p2p_ms = NAN;
+    T_CHECK(report_emit_step(&w, &s, &e) < 0 && strcmp(e.field, "p2p_ms") == 0);
+    report_writer_cleanup(&w);
+}
+
+/* A pipeline trace's spans: forward, backward and p2p with a 4th element, the micro-batch
+ * index, beside spans of three; round trip; a 4th element that is not an integer >= 0,
+ * or a 5th, is refused naming spans. */
+static void test_report_trace_micro_batches(void)
+{
+    struct err e = {0};
+    json_t *spans = json_pack(
+        "[[s, I, I], [s, I, I, i], [s, I, I, i], [s, I, I, i], [s, I, I]]", "step",
+        (json_int_t)0, (json_int_t)900, "forward", (json_int_t)10, (json_int_t)100, 0, "p2p",
+        (json_int_t)100, (json_int_t)150, 0, "backward", (json_int_t)400, (json_int_t)600, 3,
+        "optimizer", (json_int_t)800, (json_int_t)900);
+    json_t *ops = json_array();
+    struct report_trace t = {.repeat = 0, .step = 2, .spans = spans, .ops = ops}, tb;
+    json_t *ev = observe_round_trip(emit_trace, &t, REPORT_TRACE);
+    T_CHECK(ev != NULL);
+    T_OK(report_trace_from_json(ev, &tb, &e));
+    T_CHECK(json_equal(tb.spans, spans));
+    json_decref(ev);
+    json_decref(spans);
+    json_decref(ops);
+    static const char *const bad[] = {"[\"forward\",1,2,-1]", "[\"forward\",1,2,\"0\"]",
+                                      "[\"forward\",1,2,0.5]", "[\"forward\",1,2,0,1]",
+                                      "[\"p2p\",5,2,0]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char line[256];
+        snprintf(line, sizeof line,
+                 "{\"type\":\"trace\",\"rank\":0,\"t\":1,\"repeat\":0,\"step\":0,"
+                 "\"clock_offset_ns\":0,\"spans\":[%s],\"ops\":[]}",
+                 bad[i]);
+        T_CHECK_MSG(line_rejected(line, strlen(line), ERR_INVALID, "spans"), "line %zu", i);
+    }
+}
+
 static int emit_grads(struct report_writer *w, const void *x, struct err *e)
 {
     return report_emit_grads(w, x, e);
@@ -782,5 +896,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_report_emit_large_line_interrupted);
     TEST_RUN(test_report_observe_round_trip);
     TEST_RUN(test_report_observe_rejects);
+    TEST_RUN(test_report_step_pipeline);
+    TEST_RUN(test_report_trace_micro_batches);
     return test_end();
 }

@@ -528,12 +528,112 @@ static void test_results_predictions(void)
     free(s4);
 }
 
+/* Step rows of a run without a pipeline, as the database reads them (-1: none reported). */
+static struct db_step_row *plain_steps(int repeats, int n, double step_ms, int samples)
+{
+    struct db_step_row *a = steps(repeats, n, step_ms, step_ms, samples);
+    for (int i = 0; i < repeats * n; i++)
+        a[i].bubble_ms = a[i].bubble_step_ms = a[i].p2p_ms = a[i].p2p_bytes = -1;
+    return a;
+}
+
+/* A pipeline group (P = 2 stages, M = 4 micro-batches, 2 replicas: world size 4) beside its
+ * one-rank base and a data-parallel group of the same world size: the pipeline's throughput
+ * counts each replica's batch once (its 4 ranks report 4 x 16 samples a step, the global
+ * batch is 2 x 16); its bubble fraction is every rank's idle time over their step time
+ * (known: exactly 0.2), the theory (P-1)/(M+P-1) = 1/5, p2p per rank and step; its speed-up
+ * base is the one-rank run although it is swept on another schedule; the data-parallel
+ * group's figures are today's and its pipeline columns null; the model predicts no
+ * pipeline. Grouped by world size alone, the two world-4 groups pool: no one theory. */
+static void test_results_pipeline(void)
+{
+    struct err e;
+    struct db_step_row *s1 = plain_steps(2, 4, 100.0, 16), *sp = steps(2, 4, 50.0, 45.0, 64),
+                       *sd = plain_steps(2, 4, 50.0, 64);
+    for (int i = 0; i < 8; i++) { /* each of the 4 ranks: 50 ms (55 in repeat 1) */
+        sp[i].bubble_step_ms = 4 * sp[i].step_ms;
+        sp[i].bubble_ms = 0.2 * sp[i].bubble_step_ms;
+        sp[i].p2p_ms = 4 * 2.5;
+        sp[i].p2p_ranks = 4;
+        sp[i].p2p_bytes = 4 * 1024.0;
+        sp[i].p2p_bytes_ranks = 4;
+    }
+    struct db_data_run runs[] = {run(1, NULL, 0, s1, 8, NULL, 0),
+                                 run(4, NULL, 0, sp, 8, NULL, 0),
+                                 run(4, NULL, 0, sd, 8, NULL, 0)};
+    static const int pipe[] = {1, 2, 1}, micro[] = {1, 4, 1};
+    static const char *const sched[] = {"1f1b", "gpipe", "1f1b"};
+    for (int i = 0; i < 3; i++) {
+        json_decref(runs[i].spec);
+        json_decref(runs[i].params);
+        runs[i].spec = json_pack("{s:i, s:s, s:i, s:i, s:i, s:s}", "world_size",
+                                 runs[i].world_size, "strategy", "ddp", "batch_size", 16,
+                                 "pipeline", pipe[i], "micro_batches", micro[i], "schedule",
+                                 sched[i]);
+        runs[i].params = json_pack("{s:i, s:i, s:i, s:s}", "world_size", runs[i].world_size,
+                                   "pipeline", pipe[i], "micro_batches", micro[i], "schedule",
+                                   sched[i]);
+        runs[i].nodes = 1;
+        runs[i].ranks_per_node = runs[i].world_size;
+    }
+    struct db_experiment_data data = {.id = 4, .workload = "train", .runs = runs, .nruns = 3};
+    json_t *t = results_build(&data, NULL, 0, &e);
+    T_CHECK_MSG(t != NULL, "%s", e.msg);
+    json_t *rows = json_object_get(t, "rows");
+    T_EQ_INT(json_array_size(rows), 3);
+    json_t *one = json_array_get(rows, 0), *pp = json_array_get(rows, 1),
+           *dp = json_array_get(rows, 2);
+    T_EQ_INT(json_integer_value(json_object_get(pp, "pipeline")), 2);
+    T_EQ_STR(json_string_value(json_object_get(pp, "schedule")), "gpipe");
+    double t1 = (16 / 0.1 + 16 / 0.11) / 2;
+    double tp = (32 / 0.05 + 32 / 0.055) / 2; /* 2 replicas x 16, not 4 ranks x 16 */
+    double td = (64 / 0.05 + 64 / 0.055) / 2; /* data parallel: as ever */
+    T_NEAR(json_real_value(json_object_get(one, "throughput_mean")), t1, 1e-9);
+    T_NEAR(json_real_value(json_object_get(pp, "throughput_mean")), tp, 1e-9);
+    T_NEAR(json_real_value(json_object_get(dp, "throughput_mean")), td, 1e-9);
+    T_NEAR(json_real_value(json_object_get(pp, "speedup")), tp / t1, 1e-9);
+    T_NEAR(json_real_value(json_object_get(pp, "efficiency")), tp / t1 / 4, 1e-9);
+    T_NEAR(json_real_value(json_object_get(dp, "speedup")), td / t1, 1e-9);
+    T_NEAR(json_real_value(json_object_get(pp, "bubble_fraction")), 0.2, 1e-12);
+    T_NEAR(json_real_value(json_object_get(pp, "bubble_theory")), 1.0 / 5.0, 1e-15);
+    T_NEAR(json_real_value(json_object_get(pp, "p2p_ms")), 2.5, 1e-12);
+    T_NEAR(json_real_value(json_object_get(pp, "p2p_bytes")), 1024, 0);
+    T_CHECK(strstr(json_string_value(json_object_get(pp, "pred_note")), "pipeline") != NULL);
+    static const char *const cols[] = {"bubble_fraction", "bubble_theory", "p2p_ms",
+                                       "p2p_bytes"};
+    for (size_t k = 0; k < 4; k++) {
+        T_CHECK_MSG(json_is_null(json_object_get(one, cols[k])), "%s", cols[k]);
+        T_CHECK_MSG(json_is_null(json_object_get(dp, cols[k])), "%s", cols[k]);
+    }
+    /* the CSV has the columns too */
+    size_t len;
+    char *csv = results_csv(t, &len, &e);
+    T_CHECK(csv && strstr(csv, ",bubble_fraction,bubble_theory,p2p_ms,p2p_bytes,") != NULL);
+    free(csv);
+    json_decref(t);
+    /* grouped by world size alone: P 2 and P 1 pooled, no one theory; the measured
+     * fraction is the pipeline's rows' */
+    const char *by[] = {"world_size"};
+    t = results_build(&data, by, 1, &e);
+    T_CHECK_MSG(t != NULL, "%s", e.msg);
+    json_t *four = json_array_get(json_object_get(t, "rows"), 1);
+    T_EQ_INT(json_integer_value(json_object_get(four, "runs")), 2);
+    T_CHECK(json_is_null(json_object_get(four, "bubble_theory")));
+    T_NEAR(json_real_value(json_object_get(four, "bubble_fraction")), 0.2, 1e-12);
+    json_decref(t);
+    runs_free(runs, 3);
+    free(s1);
+    free(sp);
+    free(sd);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_results_collectives);
     TEST_RUN(test_results_training);
     TEST_RUN(test_results_predictions);
+    TEST_RUN(test_results_pipeline);
     TEST_RUN(test_results_one_repeat_nulls);
     TEST_RUN(test_results_no_rows_header);
     TEST_RUN(test_results_csv_quoting);

@@ -102,6 +102,65 @@ static void test_trace_events(void)
     json_decref(t);
 }
 
+/* A pipeline run (P = 2, world 4): its micro-batch spans keep their names (forward,
+ * backward, p2p) with args.micro_batch; spans without an index have none; each rank's
+ * process name gives its stage and replica; a run without a pipeline keeps its names. */
+static void test_trace_pipeline(void)
+{
+    struct err e = {0};
+    json_t *rows = json_array();
+    /* rank 3 = replica 1, stage 1: two micro-batches' forward and backward, a p2p wait */
+    json_array_append_new(
+        rows, json_pack("[i, i, i, I, [[s, i, i], [s, i, i, i], [s, i, i, i], [s, i, i, i], "
+                        "[s, i, i, i], [s, i, i, i], [s, i, i]], []]",
+                        3, 0, 2, (json_int_t)0, "step", 0, 10000, "p2p", 0, 1000, 0, "forward",
+                        1000, 2000, 0, "forward", 2000, 3000, 1, "backward", 3000, 5000, 0,
+                        "backward", 5000, 7000, 1, "optimizer", 9000, 10000));
+    json_t *ranks = json_array();
+    for (int r = 0; r < 4; r++)
+        json_array_append_new(
+            ranks, json_pack("{s:i, s:s, s:s}", "rank", r, "node", "n0", "host", "h0"));
+    json_t *in = json_pack("{s:i, s:i, s:o, s:{s:[s,s,s,s,s,s], s:o}}", "world_size", 4,
+                           "pipeline", 2, "ranks", ranks, "steps", "columns", "rank", "repeat",
+                           "step", "clock_offset_ns", "spans", "ops", "rows", rows);
+    json_t *t = trace_build(in, 7, &e);
+    T_CHECK_MSG(t != NULL, "%s", e.msg);
+    const json_t *events = json_object_get(t, "traceEvents");
+    const json_t *f1 = find(events, "X", 3, "forward", 1),
+                 *b0 = find(events, "X", 3, "backward", 0),
+                 *p0 = find(events, "X", 3, "p2p", 0),
+                 *opt = find(events, "X", 3, "optimizer", 0);
+    T_CHECK(f1 && b0 && p0 && opt);
+    T_EQ_INT(json_integer_value(json_object_get(json_object_get(f1, "args"), "micro_batch")),
+             1);
+    T_EQ_INT(json_integer_value(json_object_get(json_object_get(b0, "args"), "micro_batch")),
+             0);
+    T_EQ_INT(json_integer_value(json_object_get(json_object_get(p0, "args"), "micro_batch")),
+             0);
+    T_EQ_STR(json_string_value(json_object_get(p0, "cat")), "p2p");
+    T_NEAR(num(p0, "dur"), 1.0, 1e-9);
+    T_CHECK(!json_object_get(json_object_get(opt, "args"), "micro_batch"));
+    T_CHECK(find(events, "X", 3, "forward", 2) == NULL);
+    const json_t *pn = find(events, "M", 3, "process_name", 0);
+    T_CHECK(pn != NULL);
+    const char *name = json_string_value(json_object_get(json_object_get(pn, "args"), "name"));
+    T_CHECK_MSG(name && strstr(name, "rank 3 (stage 1, replica 1, node n0"), "%s", name);
+    pn = find(events, "M", 2, "process_name", 0);
+    name = json_string_value(json_object_get(json_object_get(pn, "args"), "name"));
+    T_CHECK_MSG(name && strstr(name, "rank 2 (stage 0, replica 1,"), "%s", name);
+    T_EQ_INT(json_integer_value(json_object_get(json_object_get(t, "otherData"), "pipeline")),
+             2);
+    json_decref(t);
+    /* pipeline 1: the names of a data-parallel run */
+    json_object_set_new(in, "pipeline", json_integer(1));
+    t = trace_build(in, 7, &e);
+    pn = find(json_object_get(t, "traceEvents"), "M", 3, "process_name", 0);
+    name = json_string_value(json_object_get(json_object_get(pn, "args"), "name"));
+    T_CHECK_MSG(name && strncmp(name, "rank 3 (node n0", 15) == 0, "%s", name);
+    json_decref(t);
+    json_decref(in);
+}
+
 /* A run with no traced step is an empty, valid trace. */
 static void test_trace_empty(void)
 {
@@ -119,5 +178,6 @@ int main(int argc, char **argv)
     test_begin(argc, argv);
     TEST_RUN(test_trace_events);
     TEST_RUN(test_trace_empty);
+    TEST_RUN(test_trace_pipeline);
     return test_end();
 }

@@ -332,7 +332,9 @@ def store_training_fixture(name="train-fixture", observed=True):
                     step_ms = sum(phases) - phases[3] + phases[4]
                     if not observed:
                         phases = [phases[0]] + [None] * 5
-                    db.execute("INSERT INTO steps VALUES (?, ?, 0, ?, ?, 0, 32, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    db.execute("INSERT INTO steps (run_id, rank, repeat, epoch, step, warmup, samples, loss, "
+                               "data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, "
+                               "step_ms, bytes_sent) VALUES (?, ?, 0, ?, ?, 0, 32, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                (run_id, rank, step // 4, step, 2.3 - 0.1 * step, *phases, step_ms,
                                 1000 if observed else None))
             for ep in range(3):
@@ -560,6 +562,106 @@ def test_model_predictions_and_what_if():
     screenshot("experiment-model")
 
 
+def store_pipeline_fixture(stages=2, replicas=2, micro=4):
+    """A finished pipeline run (pipeline 2, micro_batches 4, 1f1b, world_size 4) written as
+    the daemon stores its ranks' step and trace reports: every rank's steps with its stage,
+    p2p and bubble, and one traced step per rank whose forward and backward spans are one
+    per micro-batch (the 4th element its index) with p2p waits between them. Returns
+    (experiment id, run id, the bubble fraction its steps give)."""
+    db = sqlite3.connect(os.path.join(D.state_dir, "ddpbench.db"), timeout=10)
+    world = stages * replicas
+    spec = {"name": "pipe-fixture", "workload": "train", "model": "mlp", "backend": "tcp",
+            "strategy": "ddp", "batch_size": 32, "world_size": world, "pipeline": stages,
+            "micro_batches": micro, "schedule": "1f1b", "trace_steps": 1}
+    now = time.time()
+    idle = total = 0.0
+    with db:
+        exp_id = db.execute("INSERT INTO experiments (name, workload, spec, status, n_runs, created_at, "
+                            "started_at, finished_at, runs_finished) VALUES (?, 'train', ?, 'succeeded', 1, ?, ?, ?, 1)",
+                            (spec["name"], json.dumps(spec), now - 5, now - 5, now - 1)).lastrowid
+        run_id = db.execute("INSERT INTO runs (experiment_id, point, params, spec, world_size, status, progress, "
+                            "created_at, started_at, finished_at) VALUES (?, 0, '{}', ?, ?, 'succeeded', 1, ?, ?, ?)",
+                            (exp_id, json.dumps(spec), world, now - 5, now - 4, now - 2)).lastrowid
+        for rank in range(world):
+            stage = rank % stages
+            db.execute("INSERT INTO run_ranks (run_id, rank, node, host, pid, status, exit_code) "
+                       "VALUES (?, ?, 'local', 'h', ?, 'done', 0)", (run_id, rank, 1000 + rank))
+            for step in range(6):
+                bubble = 3.0 + stage
+                step_ms = 20.0 + 0.1 * rank
+                idle += bubble if step >= 1 else 0
+                total += step_ms if step >= 1 else 0
+                db.execute("INSERT INTO steps (run_id, rank, repeat, epoch, step, warmup, samples, loss, "
+                           "data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, "
+                           "bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms) "
+                           "VALUES (?, ?, 0, 0, ?, ?, 32, 2.0, 0.2, 5.0, 10.0, 1.0, 0.3, 0.5, ?, 1000, ?, 1.5, 65536, ?)",
+                           (run_id, rank, step, int(step == 0), step_ms, stage, bubble))
+            # the traced step (step 1): 1f1b's warm-up forwards, then one forward one backward
+            t, us = 1_000_000, 1000  # ns: a micro-batch's forward takes 1 ms, backward 2 ms
+            spans = []
+            t += stage * us  # the stage waits for the ones before it
+            order = [("forward", k) for k in range(stages - stage)]
+            f, b = stages - stage, 0
+            while b < micro:
+                order.append(("backward", b))
+                b += 1
+                if f < micro:
+                    order.append(("forward", f))
+                    f += 1
+            for name, k in order:
+                spans.append(["p2p", t, t + 200_000, k])
+                t += 200_000
+                dur = us * 1000 if name == "forward" else 2 * us * 1000
+                spans.append([name, t, t + dur, k])
+                t += dur
+            spans.append(["optimizer", t, t + 500_000])
+            spans.insert(0, ["step", 1_000_000, t + 500_000])
+            db.execute("INSERT INTO trace_steps (run_id, rank, repeat, step, clock_offset_ns, spans, ops) "
+                       "VALUES (?, ?, 0, 1, ?, ?, '[]')", (run_id, rank, 1_700_000_000_000_000_000, json.dumps(spans)))
+    db.close()
+    return exp_id, run_id, idle / total
+
+
+def test_pipeline_schedule_timeline():
+    """A pipeline run's page draws its schedule from the trace: one row per rank labelled
+    with its stage and replica (by replica, then stage), one bar per micro-batch's forward
+    and backward (labelled with its index) and per p2p wait, and a caption with the
+    bubble measured over the steps and the theory (P - 1) / (M + P - 1) = 1/5; the steps
+    API serves the pipeline's columns, the results its bubble columns."""
+    exp_id, run_id, bubble = store_pipeline_fixture()
+    steps = D.get(f"/v1/runs/{run_id}/steps")
+    at = {c: i for i, c in enumerate(steps["columns"])}
+    check({"stage", "p2p_ms", "p2p_bytes", "bubble_ms"} <= set(at), steps["columns"])
+    check(sorted({r[at["stage"]] for r in steps["rows"]}) == [0, 1], "stages")
+    trace = D.get(f"/v1/runs/{run_id}/trace")
+    names = [e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name"]
+    check(any(n.startswith("rank 3 (stage 1, replica 1,") for n in names), names)
+    row = D.get(f"/v1/experiments/{exp_id}/results")["rows"][0]
+    check(math.isclose(row["bubble_theory"], 0.2) and math.isclose(row["bubble_fraction"], bubble), row)
+    go(f"/experiments/{exp_id}", "#runs-table")
+    wait(lambda: js("return document.getElementById('pipeline-timeline') !== null"), what="the pipeline timeline")
+    got = js("""const s = document.getElementById('pipeline-timeline');
+               return {ranks: +s.dataset.ranks, spans: +s.dataset.spans, forward: +s.dataset.forward,
+                       backward: +s.dataset.backward, p2p: +s.dataset.p2p, step: s.dataset.step,
+                       rows: [...s.querySelectorAll('g.pl-row')].map(g => g.querySelector('text').firstChild.textContent),
+                       micro: [...s.querySelectorAll('g.pl-row[data-rank="2"] g.pl-forward')].map(g => +g.dataset.micro).sort(),
+                       labels: [...s.querySelectorAll('g.pl-row[data-rank="0"] g.pl-backward text.pl-label')].map(t => t.textContent)}""")
+    check(got["ranks"] == 4 and got["step"] == "0:1", got)
+    check(got["rows"] == ["stage 0 · replica 0", "stage 1 · replica 0", "stage 0 · replica 1",
+                          "stage 1 · replica 1"], got["rows"])
+    check(got["forward"] == 16 and got["backward"] == 16 and got["p2p"] == 32 and got["spans"] == 64, got)
+    check(got["micro"] == [0, 1, 2, 3] and got["labels"] == ["0", "1", "2", "3"], got)
+    cap = js("const c = document.getElementById('pipeline-caption'); return [c.textContent, +c.dataset.bubble, +c.dataset.theory]")
+    check(math.isclose(cap[1], bubble, rel_tol=1e-9) and math.isclose(cap[2], 0.2), cap)
+    check("20.0%" in cap[0] and f"{bubble * 100:.1f}%" in cap[0], cap[0])
+    cols = js("return [...document.querySelectorAll('#results-table th')].map(th => th.textContent)")
+    check("bubble_fraction" in cols and "bubble_theory" in cols, cols)
+    # no script error (a refused what-if, this run having no one-rank base, is a 409 reply)
+    errors = [e for e in console_errors() if "Failed to load resource" not in e]
+    check(not errors, errors)
+    screenshot("experiment-pipeline")
+
+
 def test_keyboard_navigation_and_contrast():
     go("/experiments", "main h1")
     from selenium.webdriver.common.action_chains import ActionChains
@@ -625,6 +727,7 @@ def main():
                 *([test_training_example_through_the_form] if train_example() else []),
                 test_nodes_page_and_where_ranks_ran,
                 test_memory_usage_and_timeline_of_a_run, test_model_predictions_and_what_if,
+                test_pipeline_schedule_timeline,
                 test_keyboard_navigation_and_contrast,
             ])
         finally:

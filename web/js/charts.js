@@ -51,7 +51,7 @@ function axis(values, spec) {
   return { ...t, scale: (v, a, b) => a + (b - a) * (v - t.lo) / (t.hi - t.lo) };
 }
 
-function legend(items) {
+export function legend(items) {
   return el('ul', { class: 'legend' }, items.map((it) => el('li', {},
     svg('svg', { width: 28, height: 10, 'aria-hidden': 'true' },
       it.rect ? svg('rect', { x: 4, y: 0, width: 20, height: 10, fill: it.color })

@@ -6,8 +6,8 @@
 // (one source) and the compare page (several, overlaid) draw the same charts the same
 // way. A series is one combination of the identifying columns that vary; the label
 // names only what varies, so a legend stays short.
-import { el, fmtNum, fmtBytes } from './util.js';
-import { lineChart, stackedBars } from './charts.js';
+import { el, svg, fmtNum, fmtBytes } from './util.js';
+import { lineChart, stackedBars, legend, PALETTE } from './charts.js';
 
 const COLLECTIVE_ID = ['op', 'dtype', 'redop', 'inplace'];
 export const PHASES = [
@@ -215,23 +215,110 @@ export function mainColumns(table) {
       ...PHASES.map((p) => p[0]), 'overlap', 'straggler_ms', 'test_acc_mean', 'train_loss_mean',
       ...RESOURCE_COLUMNS];
   const lead = table.group_by || [];
-  // memory, utilisation and time to accuracy only where some row measured them
+  // memory, utilisation, time to accuracy and a pipeline's bubble only where some row
+  // measured them
   const some = (c) => !RESOURCE_COLUMNS.includes(c) || table.rows.some((r) => r[c] !== null && r[c] !== undefined);
   return [...new Set([...lead, ...keep])].filter((c) => table.columns.includes(c) && some(c));
 }
 
-// Issue 17's columns a results table shows by default, each when a row has it.
-const RESOURCE_COLUMNS = ['model_state_bytes_mean', 'optimizer_bytes_mean', 'peak_rss_bytes_mean', 'peak_rss_bytes_ci95',
+// A pipeline's columns (spec pipeline > 1), shown when a row has them.
+const PIPELINE_COLUMNS = ['bubble_fraction', 'bubble_theory', 'p2p_ms', 'p2p_bytes'];
+
+// Issue 17's columns (and a pipeline's) a results table shows by default, each when a row
+// has it.
+const RESOURCE_COLUMNS = [...PIPELINE_COLUMNS, 'model_state_bytes_mean', 'optimizer_bytes_mean', 'peak_rss_bytes_mean', 'peak_rss_bytes_ci95',
   'device_peak_bytes_mean', 'cpu_util_mean', 'involuntary_cs_per_s_mean', 'gpu_util_pct_mean', 'gpu_power_w_mean',
   'target_accuracy', 'tta_s_mean', 'tta_s_ci95', 'tta_epochs_mean', 'tta_reached', 'tta_repeats',
   // issue 18: the model's prediction and its error, where one was made
   'pred_step_ms', 'pred_step_err', 'pred_efficiency', 'pred_overlap'];
 
 const bytesOrDash = (v) => (v === null || v === undefined ? '—' : fmtBytes(Math.round(v)));
-// Byte columns (a message size, each memory figure and its CI) as KiB / MiB / GiB.
-export const COLUMN_FORMAT = Object.fromEntries(['bytes',
+// Byte columns (a message size, each memory figure and its CI, a pipeline's p2p bytes per
+// rank and step) as KiB / MiB / GiB.
+export const COLUMN_FORMAT = Object.fromEntries(['bytes', 'p2p_bytes',
   ...['params', 'buffers', 'grads', 'optimizer', 'comm', 'activations', 'model_state', 'peak_rss', 'device_peak']
     .flatMap((m) => [`${m}_bytes_mean`, `${m}_bytes_ci95`])].map((c) => [c, bytesOrDash]));
+
+// The spans of a pipeline's schedule: one bar per micro-batch's forward and backward,
+// the waits in point-to-point sends and receives greyed.
+const PIPELINE_SPANS = [['forward', 'forward', PALETTE[0]], ['backward', 'backward', PALETTE[1]],
+  ['p2p', 'p2p wait (send/receive)', '#b8b8b8']];
+
+// A pipeline run's schedule as a Gantt chart (<svg id=pipeline-timeline>) from its Chrome
+// trace (GET /v1/runs/{id}/trace): the first traced step, one row per rank labelled
+// "stage s · replica r" (rank = replica × stages + stage; sorted by replica, then stage),
+// a bar per forward and backward span labelled with its micro-batch index, p2p waits
+// grey, the time axis in ms from the step's start. opts: {stages, micro, schedule,
+// measured (the run's bubble fraction, null: none reported), run}. The svg carries
+// data-ranks, data-spans (bars drawn), data-forward, data-backward, data-p2p, data-step
+// ("repeat:step") for tests; the caption gives the measured bubble and the theory.
+export function pipelineTimeline(trace, opts) {
+  const P = opts.stages, M = opts.micro;
+  const theory = (P - 1) / (M + P - 1);
+  const pct = (v) => (v * 100).toFixed(1) + '%';
+  const fig = el('figure', { class: 'chart pipeline', id: 'pipeline' }, el('figcaption', {}, `Pipeline schedule of run ${opts.run}`));
+  const xs = ((trace && trace.traceEvents) || []).filter((e) => e.ph === 'X' && e.tid === 0 && e.args);
+  const steps = xs.filter((e) => e.cat === 'step');
+  const caption = el('p', { class: 'chart-desc', id: 'pipeline-caption', 'data-bubble': opts.measured === null ? '' : opts.measured, 'data-theory': theory },
+    opts.measured === null ? 'Measured bubble: not reported. ' : `Measured bubble: ${pct(opts.measured)} of the ranks' step time (their idle time: step less data, forward, backward, optimizer and exposed communication). `,
+    `Theory (P − 1) / (M + P − 1) = ${P - 1}/${M + P - 1} = ${pct(theory)} for P = ${P} stages and M = ${M} micro-batches.`);
+  if (!steps.length) {
+    fig.append(caption, el('p', { class: 'chart-empty', id: 'pipeline-none' }, 'No traced step: the spec\'s trace_steps traces steps after the warm-up.'));
+    return fig;
+  }
+  const first = steps.reduce((a, e) => (e.args.repeat < a.args.repeat || (e.args.repeat === a.args.repeat && e.args.step < a.args.step) ? e : a));
+  const inStep = xs.filter((e) => e.args.repeat === first.args.repeat && e.args.step === first.args.step);
+  const stage = (r) => r % P, replica = (r) => Math.floor(r / P);
+  const ranks = [...new Set(inStep.map((e) => e.pid))].sort((a, b) => replica(a) - replica(b) || stage(a) - stage(b));
+  const t0 = Math.min(...inStep.map((e) => e.ts)), t1 = Math.max(...inStep.map((e) => e.ts + e.dur));
+  const ms = (ts) => (ts - t0) / 1000;
+  const W = 720, labelW = 140, rowH = 24, gap = 6, top = 8, bottom = 44, right = 16;
+  const h = top + ranks.length * (rowH + gap) + bottom;
+  const ticks = [];
+  const span = Math.max(ms(t1), 1e-3), raw = span / 6, mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const stepMs = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((x) => x >= raw);
+  for (let v = 0; v <= span + stepMs * 1e-9; v += stepMs) ticks.push(Number(v.toPrecision(12)));
+  const hi = Math.max(span, ticks[ticks.length - 1]);
+  const px = (v) => labelW + (W - right - labelW) * v / hi;
+  const counts = { forward: 0, backward: 0, p2p: 0 };
+  const root = svg('svg', { id: 'pipeline-timeline', viewBox: `0 0 ${W} ${h}`, role: 'img',
+    'aria-label': `Pipeline schedule of step ${first.args.step}: ${ranks.length} ranks, forward and backward per micro-batch against time`,
+    'data-ranks': ranks.length, 'data-step': `${first.args.repeat}:${first.args.step}` });
+  const grid = svg('g', { class: 'grid' });
+  for (const t of ticks) grid.append(svg('line', { x1: px(t), x2: px(t), y1: top, y2: h - bottom + 4, class: 'minor' }),
+    svg('text', { x: px(t), y: h - bottom + 20, 'text-anchor': 'middle' }, fmtNum(t)));
+  root.append(grid, svg('text', { class: 'axis-label', x: (labelW + W - right) / 2, y: h - 6, 'text-anchor': 'middle' }, 'time from the step\'s start (ms)'));
+  ranks.forEach((rank, i) => {
+    const y = top + i * (rowH + gap);
+    const label = `stage ${stage(rank)} · replica ${replica(rank)}`;
+    const g = svg('g', { class: 'pl-row', 'data-rank': rank, 'data-stage': stage(rank), 'data-replica': replica(rank), 'data-label': label },
+      svg('text', { x: labelW - 8, y: y + rowH / 2 + 5, 'text-anchor': 'end' }, label, svg('title', {}, `rank ${rank}: ${label}`)));
+    const whole = inStep.find((e) => e.pid === rank && e.cat === 'step');
+    if (whole) g.append(svg('rect', { class: 'pl-step', x: px(ms(whole.ts)).toFixed(1), y: y - 1, width: Math.max(0.5, px(ms(whole.ts + whole.dur)) - px(ms(whole.ts))).toFixed(1), height: rowH + 2, fill: 'none', stroke: '#9aa0a8', 'stroke-dasharray': '3 2' }));
+    for (const [kind, name, color] of PIPELINE_SPANS) {
+      for (const e of inStep.filter((x) => x.pid === rank && x.name === kind)) {
+        const x0 = px(ms(e.ts)), w = Math.max(0.5, px(ms(e.ts + e.dur)) - x0);
+        const k = e.args.micro_batch;
+        const grey = kind === 'p2p';
+        const bar = svg('g', { class: `pl-span pl-${kind}`, 'data-micro': k === undefined ? '' : k },
+          svg('rect', { x: x0.toFixed(1), y: grey ? y + rowH / 4 : y, width: w.toFixed(1), height: grey ? rowH / 2 : rowH, fill: color, stroke: grey ? null : '#ffffff', 'stroke-width': grey ? null : 0.75 }),
+          svg('title', {}, `${label} — ${name}` + (k === undefined ? '' : ` of micro-batch ${k}`) + `: ${fmtNum(e.dur / 1000)} ms from ${fmtNum(ms(e.ts))} ms`));
+        // the micro-batch index inside its bar where it fits
+        if (!grey && k !== undefined && w >= 9) bar.append(svg('text', { class: 'pl-label', x: (x0 + w / 2).toFixed(1), y: y + rowH / 2 + 5, 'text-anchor': 'middle', fill: '#ffffff', 'font-size': 13 }, String(k)));
+        g.append(bar);
+        counts[kind]++;
+      }
+    }
+    root.append(g);
+  });
+  root.setAttribute('data-forward', counts.forward);
+  root.setAttribute('data-backward', counts.backward);
+  root.setAttribute('data-p2p', counts.p2p);
+  root.setAttribute('data-spans', counts.forward + counts.backward + counts.p2p);
+  fig.append(el('p', { class: 'chart-desc' }, `${opts.schedule || 'the'} schedule, step ${first.args.step} of repeat ${first.args.repeat} (the first traced); each bar is one micro-batch, its index inside; dashed: each rank's whole step.`),
+    root, legend(PIPELINE_SPANS.map(([, name, color]) => ({ name, color, rect: true }))), caption);
+  return fig;
+}
 
 export function describeRun(run) {
   const p = run.params && Object.keys(run.params).length ? Object.entries(run.params).map(([k, v]) => `${k}=${v}`).join(', ') : `world_size=${run.world_size}`;

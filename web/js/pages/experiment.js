@@ -8,7 +8,7 @@
 // charts are refetched from the API, at most once a second while results stream in and
 // once more when a run ends, so what is drawn is always what the API stores.
 import { api, el, fmtAge, fmtBytes, fmtDuration, fmtNum, statusBadge, dataTable, downloadButtons, errorBox, mapLimit, announce, TERMINAL } from '../util.js';
-import { collectiveCharts, trainingCharts, epochCharts, stragglers, whatIfChart, mainColumns, COLUMN_FORMAT, describeRun } from '../figures.js';
+import { collectiveCharts, trainingCharts, epochCharts, stragglers, whatIfChart, mainColumns, COLUMN_FORMAT, describeRun, pipelineTimeline } from '../figures.js';
 
 // The daemon pages an experiment's runs (100 by default); this page shows them all, and an
 // experiment has at most 1,024 (the sweep limit), which one page may ask for.
@@ -178,6 +178,26 @@ export async function renderExperiment(main, id, query) {
     if (t) t.id = 'fits-table';
   }
 
+  // A pipeline run's schedule (spec pipeline > 1): its first traced step from the trace,
+  // and its bubble measured over the steps (every rank's idle time over its step time).
+  async function pipelineFigure(run, stages) {
+    let trace, steps;
+    try {
+      [trace, steps] = await Promise.all([api(`/v1/runs/${run.id}/trace`), api(`/v1/runs/${run.id}/steps`)]);
+    } catch (e) {
+      return errorBox('Cannot read the pipeline schedule', e);
+    }
+    const at = Object.fromEntries(steps.columns.map((c, i) => [c, i]));
+    let idle = 0, total = 0;
+    for (const row of steps.rows) {
+      if (at.bubble_ms === undefined || row[at.bubble_ms] === null) continue;
+      idle += row[at.bubble_ms];
+      total += row[at.step_ms];
+    }
+    return pipelineTimeline(trace, { stages, micro: Number(run.spec.micro_batches) || 1, schedule: run.spec.schedule,
+      measured: total > 0 ? idle / total : null, run: run.id });
+  }
+
   // One run's ranks (GET /v1/runs/ID): the node each ran on, its process and how it ended.
   async function drawRanks() {
     const candidates = exp.runs.filter((r) => r.status !== 'queued');
@@ -202,6 +222,8 @@ export async function renderExperiment(main, id, query) {
       extra[extra.length - 1].querySelector('table').id = 'usage-table';
     }
     const trace = el('a', { id: 'trace-link', href: `/v1/runs/${run.id}/trace`, download: `run-${run.id}-trace.json` }, `Timeline of run ${run.id} (Chrome trace JSON)`);
+    const stages = Number(run.spec && run.spec.pipeline) || 1;
+    if (stages > 1) extra.push(await pipelineFigure(run, stages));
     ranksBox.replaceChildren(
       el('div', { class: 'toolbar' }, el('div', { class: 'field' }, el('label', { for: 'ranks-run' }, 'Run'), sel),
         el('p', {}, trace, el('span', { class: 'muted' }, ' — open it in ui.perfetto.dev or chrome://tracing: each rank\'s steps and phases, its collectives from launch to completion'))),
