@@ -112,6 +112,7 @@ static const char *const spec_datasets[] = {"synthetic", "mnist", "fashion-mnist
                                             "cifar10",   "text",  NULL};
 static const char *const spec_optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const spec_decays[] = {"constant", "step", "cosine", NULL};
+static const char *const spec_schedules[] = {"1f1b", "gpipe", NULL};
 
 /* The table keeps its own layout (a field in a few lines reads as a row). */
 /* clang-format off */
@@ -303,6 +304,21 @@ static const struct spec_field spec_fields[] = {
      .flags = SPEC_F_SWEEP, .min = 1, .max = 1024, .def = "1", SPEC_AT(train.accumulate),
      .desc = "Gradient accumulation: micro-batches of batch_size per optimizer step; "
              "gradients are exchanged once per step, after the last one."},
+    {.name = "pipeline", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
+     .min = 1, .max = 64, .def = "1", SPEC_AT(train.pipeline),
+     .desc = "Pipeline stages: the model is cut into this many contiguous stages (balanced "
+             "by parameter count), each on its own rank; world_size is replicas x pipeline, "
+             "rank = replica x pipeline + stage, and the replicas of a stage exchange its "
+             "gradients with the strategy. 1: data parallelism only."},
+    {.name = "micro_batches", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 1024, .def = "1", SPEC_AT(train.micro_batches),
+     .desc = "Pipeline runs: batch_size is split into this many micro-batches (it must "
+             "divide it) that flow through the stages; 1 is plain model parallelism."},
+    {.name = "schedule", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
+     .choices = spec_schedules, .def = "\"1f1b\"", SPEC_AT(train.schedule),
+     .desc = "Pipeline runs: \"gpipe\" runs every micro-batch's forward, then every "
+             "backward; \"1f1b\" (PipeDream-flush) alternates them after a warm-up, holding "
+             "at most pipeline - stage micro-batches' activations."},
     {.name = "compression", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .choices = spec_compressions, .def = "\"none\"",
      SPEC_AT(train.compression),
@@ -1501,6 +1517,62 @@ static bool spec_model_broken(const json_t *spec, enum spec_workload wl, const c
     return true;
 }
 
+/* Pipeline runs: stages divide the world and micro-batches the batch; they run on the C
+ * engine's CPU path, one micro-batch size per step (no accumulate on top), and a tied weight
+ * split across stages (gpt2's) is summed between its two stages after the exchange, which
+ * the ZeRO strategies' sharded gradients do not allow. True with field and reason. */
+static bool spec_pipeline_broken(const json_t *spec, enum spec_workload wl, const char **field,
+                                 char *why, size_t n)
+{
+    if (wl != SPEC_WORKLOAD_TRAIN)
+        return false;
+    int64_t p = json_integer_value(spec_field_value(spec, "pipeline"));
+    int64_t m = json_integer_value(spec_field_value(spec, "micro_batches"));
+    int64_t world = json_integer_value(spec_field_value(spec, "world_size"));
+    int64_t batch = json_integer_value(spec_field_value(spec, "batch_size"));
+    int64_t acc = json_integer_value(spec_field_value(spec, "accumulate"));
+    const char *device = json_string_value(spec_field_value(spec, "device"));
+    const char *engine = json_string_value(spec_field_value(spec, "engine"));
+    const char *strategy = json_string_value(spec_field_value(spec, "strategy"));
+    const struct model_info *mi = model_table_find(
+        json_string_value(spec_field_value(spec, "model")));
+    *field = "micro_batches";
+    if (p <= 1 && m > 1)
+        snprintf(why, n,
+                 "micro_batches is for pipeline runs (pipeline > 1); accumulate "
+                 "splits a data-parallel step");
+    else if (p <= 1)
+        return false;
+    else if (batch % m != 0)
+        snprintf(why, n, "%lld micro-batches do not divide batch_size %lld", (long long)m,
+                 (long long)batch);
+    else if (world % p != 0)
+        *field = "world_size",
+        snprintf(why, n,
+                 "world_size %lld is not a multiple of pipeline %lld (replicas x "
+                 "stages)",
+                 (long long)world, (long long)p);
+    else if (acc != 1)
+        *field = "accumulate",
+        snprintf(why, n,
+                 "a pipeline step's micro-batches are micro_batches; accumulate must "
+                 "be 1");
+    else if ((device && strcmp(device, "cpu") != 0) || (engine && strcmp(engine, "ddpbench")))
+        *field = "pipeline",
+        snprintf(why, n,
+                 "pipelines run on ddpbench's own CPU engine (device cpu, engine "
+                 "ddpbench)");
+    else if (mi && mi->embd > 0 && strategy && strncmp(strategy, "zero", 4) == 0)
+        *field = "strategy",
+        snprintf(why, n,
+                 "%s's tied embedding spans the first and the last stage, whose "
+                 "gradients are summed after the exchange; %s shards them",
+                 mi->name, strategy);
+    else
+        return false;
+    return true;
+}
+
 /* --- sweeps -------------------------------------------------------------------------- */
 
 /* Called for each point: params and resolved are borrowed for the call. */
@@ -1600,6 +1672,7 @@ static int spec_point_check(void *arg, size_t index, const json_t *params,
     const char *field;
     if (!spec_rule_broken(resolved, a->wl, NULL, why, sizeof why) &&
         !spec_model_broken(resolved, a->wl, &field, why, sizeof why) &&
+        !spec_pipeline_broken(resolved, a->wl, &field, why, sizeof why) &&
         !spec_memory_broken(resolved, a->wl, &field, why, sizeof why))
         return 0;
     spec_value_text(params, p, sizeof p);
@@ -1615,7 +1688,8 @@ static int spec_check_rules(const json_t *norm, enum spec_workload wl, struct er
     const char *field;
     if (r)
         return err_set(e, ERR_INVALID, r->b, "%s: %s", r->b, why);
-    if (!sweep && spec_model_broken(norm, wl, &field, why, sizeof why))
+    if (!sweep && (spec_model_broken(norm, wl, &field, why, sizeof why) ||
+                   spec_pipeline_broken(norm, wl, &field, why, sizeof why)))
         return err_set(e, ERR_INVALID, field, "%s: %s", field, why);
     if (!sweep) /* with a sweep, each point's estimate is checked below instead */
         return spec_memory_broken(norm, wl, &field, why, sizeof why)

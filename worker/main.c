@@ -54,6 +54,7 @@ struct worker {
     struct spec spec;
     struct store_client *store;  /* owned */
     struct comm *comm;           /* owned */
+    struct comm *stage_comm;     /* owned: a pipeline run's stage replicas, else NULL */
     int node_of[SPEC_MAX_WORLD]; /* the node of each rank (rendezvous_nodes) */
     struct heartbeat hb;         /* liveness for the daemon, once hello is out */
     struct err e;
@@ -299,13 +300,33 @@ static const struct collective_mem *worker_collective_mem(const struct worker *w
     return NULL;
 }
 
+/* A pipeline run's second communicator: the ranks holding this rank's stage, one per
+ * replica (rank = replica * pipeline + stage), which exchange that stage's gradients. */
+static int worker_stage_comm(struct worker *wk, struct err *e)
+{
+    int P = wk->spec.train.pipeline;
+    if (wk->spec.workload != SPEC_WORKLOAD_TRAIN || P <= 1)
+        return 0;
+    int stage = wk->env.rank % P, n = wk->env.world_size / P, ranks[SPEC_MAX_WORLD];
+    for (int d = 0; d < n; d++)
+        ranks[d] = d * P + stage;
+    char ns[32];
+    snprintf(ns, sizeof ns, "pp/s%d/", stage);
+    wk->stage_comm = comm_create_group(&wk->spec, &wk->env, &worker_abort_flag, wk->store,
+                                       ranks, n, ns, e);
+    if (!wk->stage_comm)
+        return err_prefix(e, "stage %d's communicator", stage);
+    wk->stage_comm->note = &wk->hb.note;
+    return 0;
+}
+
 static void worker_run_workload(struct worker *wk)
 {
     if (wk->spec.workload == SPEC_WORKLOAD_TRAIN) {
         heartbeat_set_phase(&wk->hb, "training");
         struct train_outcome out;
-        WORKER_FAIL_IF(
-            wk, workload_train_run(&wk->spec, wk->comm, &wk->w, &wk->hb, &out, &wk->e) < 0);
+        WORKER_FAIL_IF(wk, workload_train_run(&wk->spec, wk->comm, wk->stage_comm, &wk->w,
+                                              &wk->hb, &out, &wk->e) < 0);
         if (out.device_peak_bytes >= 0) /* a GPU run's peak memory goes out with the env */
             WORKER_FAIL_IF(wk, worker_emit_env_peak(wk, out.device_peak_bytes, &wk->e) < 0);
     } else {
@@ -346,6 +367,7 @@ int main(void)
     WORKER_FAIL_IF(&wk, !wk.comm);
     wk.comm->note = &wk.hb.note; /* what the workload waits in goes out with each beat */
     log_info("joined: %d ranks, %s communicator up", wk.env.world_size, wk.comm->backend);
+    WORKER_FAIL_IF(&wk, worker_stage_comm(&wk, &wk.e) < 0);
     worker_run_workload(&wk);
     /* Every rank leaves together, whatever the backend: a rank that exits while a peer
      * still finishes the last operation can reset a connection that holds the peer's
@@ -355,6 +377,7 @@ int main(void)
     WORKER_FAIL_IF(&wk, comm_barrier(wk.comm, &wk.e) < 0);
     heartbeat_stop(&wk.hb); /* done is the last line this rank writes */
     WORKER_FAIL_IF(&wk, report_emit_done(&wk.w, &wk.e) < 0);
+    comm_destroy(wk.stage_comm);
     comm_destroy(wk.comm);
     store_client_destroy(wk.store);
     return 0;

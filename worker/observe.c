@@ -161,6 +161,16 @@ void observe_trace_span(struct observe *o, const char *name, int64_t from_ns, in
                                               (json_int_t)(to_ns > from_ns ? to_ns : from_ns)));
 }
 
+void observe_trace_span_mb(struct observe *o, const char *name, int mb, int64_t from_ns,
+                           int64_t to_ns)
+{
+    if (!o->spans || json_array_size(o->spans) >= REPORT_TRACE_MAX)
+        return;
+    json_array_append_new(o->spans,
+                          json_pack("[s, I, I, i]", name, (json_int_t)from_ns,
+                                    (json_int_t)(to_ns > from_ns ? to_ns : from_ns), mb));
+}
+
 void observe_trace_op(struct observe *o, const char *op, int bucket, int64_t bytes,
                       const char *algorithm, int64_t launch_ns, int64_t end_ns)
 {

@@ -90,6 +90,10 @@ void observe_trace_begin(struct observe *o);
 bool observe_tracing(const struct observe *o);
 /* A span [from, to) of the compute thread (clock_mono_ns); name a short literal. */
 void observe_trace_span(struct observe *o, const char *name, int64_t from_ns, int64_t to_ns);
+/* The same for one micro-batch of a pipeline step: "forward", "backward" or "p2p" of
+ * micro-batch mb (the span's 4th element). */
+void observe_trace_span_mb(struct observe *o, const char *name, int mb, int64_t from_ns,
+                           int64_t to_ns);
 /* A collective from the start of its launch until it completed. bucket -1: none. */
 void observe_trace_op(struct observe *o, const char *op, int bucket, int64_t bytes,
                       const char *algorithm, int64_t launch_ns, int64_t end_ns);

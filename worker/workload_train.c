@@ -23,6 +23,7 @@
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
 #include "worker/observe.h"
+#include "worker/pipeline.h"
 #include "worker/train_engine.h"
 
 #define TRAIN_PROGRESS_NS 500000000LL /* rank 0 reports progress at most twice a second */
@@ -37,6 +38,7 @@ struct trainer {
     const struct spec *s; /* borrowed */
     const struct spec_train *t;
     struct comm *comm;       /* borrowed */
+    struct comm *stage_comm; /* borrowed: a pipeline run's stage replicas, else NULL */
     struct report_writer *w; /* borrowed */
     struct heartbeat *hb;    /* borrowed, may be NULL */
     struct observe *obs;     /* borrowed: usage windows and the trace */
@@ -44,6 +46,9 @@ struct trainer {
     uint64_t seed;
     struct nn_model m; /* owned from here down */
     bool have_model;
+    struct pipeline pipe; /* a pipeline run: this rank's stage (m is then freed once cut) */
+    bool have_pipe;
+    struct nn_model *model; /* what the strategy exchanges: &m, or the stage's model */
     struct dataset *train, *test;
     struct loader *ld;
     struct ddp ddp;
@@ -101,21 +106,46 @@ static int train_open_data(struct trainer *tr, struct err *e)
     return 0;
 }
 
+/* A pipeline run keeps only its stage of the whole model (pipeline.h): the whole one is
+ * freed once cut, so a rank holds its stage's parameters and no more. */
+static int train_build_stage(struct trainer *tr, struct err *e)
+{
+    const struct spec_train *t = tr->t;
+    struct pipe_config pc = {.stages = t->pipeline,
+                             .micro_batches = t->micro_batches,
+                             .schedule = strcmp(t->schedule, "gpipe") == 0 ? PIPE_GPIPE
+                                                                           : PIPE_1F1B,
+                             .batch = t->batch_size};
+    if (pipe_init(&tr->pipe, &pc, &tr->m, tr->comm, e) < 0) {
+        pipe_cleanup(&tr->pipe);
+        return -1;
+    }
+    tr->have_pipe = true;
+    nn_model_destroy(&tr->m);
+    tr->have_model = false;
+    tr->model = pipe_model(&tr->pipe);
+    return 0;
+}
+
 static int train_build_model(struct trainer *tr, struct err *e)
 {
     const struct dataset *ds = tr->train;
     nn_model_init(&tr->m);
     tr->have_model = true;
+    tr->model = &tr->m;
     if (nn_models_build(&tr->m, tr->t->model, ds->c, ds->h, ds->w, ds->classes, NULL, e) < 0 ||
-        nn_model_init_params(&tr->m, tr->seed, e) < 0 ||
-        !(tr->eng = tr->ops->create(
-              &tr->m,
-              &(struct train_engine_cfg){.batch = tr->t->batch_size,
-                                         .precision = tr->t->precision,
-                                         .cudnn_benchmark = tr->t->cudnn_benchmark},
-              e)))
+        nn_model_init_params(&tr->m, tr->seed, e) < 0)
         return err_prefix(e, "model %s on %dx%dx%d", tr->t->model, ds->c, ds->h, ds->w);
     tr->labels_per = nn_model_labels_per_sample(&tr->m);
+    if (tr->t->pipeline > 1
+            ? train_build_stage(tr, e) < 0
+            : !(tr->eng = tr->ops->create(
+                    &tr->m,
+                    &(struct train_engine_cfg){.batch = tr->t->batch_size,
+                                               .precision = tr->t->precision,
+                                               .cudnn_benchmark = tr->t->cudnn_benchmark},
+                    e)))
+        return err_prefix(e, "model %s on %dx%dx%d", tr->t->model, ds->c, ds->h, ds->w);
     if (dataset_label_len(ds) != tr->labels_per)
         return err_set(e, ERR_INVALID, "dataset.name",
                        "dataset %s gives %d labels a sample, model %s predicts %d", ds->name,
@@ -123,12 +153,20 @@ static int train_build_model(struct trainer *tr, struct err *e)
     return 0;
 }
 
+/* The data-parallel position of this rank: its replica among the replicas (a pipeline's
+ * stages of one replica read the same batches), or its rank among all. */
+static void train_data_rank(const struct trainer *tr, int *rank, int *world)
+{
+    int P = tr->t->pipeline > 1 ? tr->t->pipeline : 1;
+    *rank = tr->comm->rank / P;
+    *world = tr->comm->world_size / P;
+}
+
 static int train_make_loader(struct trainer *tr, struct err *e)
 {
     struct loader_config lc;
     loader_config_default(&lc);
-    lc.rank = tr->comm->rank;
-    lc.world_size = tr->comm->world_size;
+    train_data_rank(tr, &lc.rank, &lc.world_size);
     lc.batch_size = tr->t->batch_size;
     lc.seed = tr->seed;
     lc.remainder = LOADER_DROP;
@@ -162,7 +200,7 @@ static int train_make_strategy(struct trainer *tr, struct err *e)
         .fusion_bytes = (size_t)t->fusion_mb << 20,
         .cycle_ms = t->cycle_ms,
     };
-    if (ddp_init(&tr->ddp, &dc, tr->comm, &tr->m, e) < 0)
+    if (ddp_init(&tr->ddp, &dc, tr->have_pipe ? tr->stage_comm : tr->comm, tr->model, e) < 0)
         return err_prefix(e, "strategy %s", t->strategy);
     tr->have_ddp = true;
     const struct spec_optimizer *so = &t->optimizer;
@@ -178,7 +216,7 @@ static int train_make_strategy(struct trainer *tr, struct err *e)
     if (ddp_optim_init(&tr->ddp, &tr->opt, &oc, e) < 0)
         return err_prefix(e, "optimizer");
     tr->have_opt = true;
-    if (tr->ops->attach(tr->eng, &tr->ddp, &oc, e) < 0)
+    if (tr->eng && tr->ops->attach(tr->eng, &tr->ddp, &oc, e) < 0)
         return err_prefix(e, "strategy %s on device %s", t->strategy, tr->ops->device);
     const struct spec_lr_schedule *ls = &t->lr_schedule;
     tr->sched = (struct nn_lr_schedule){.base_lr = so->lr,
@@ -198,7 +236,8 @@ static int train_make_strategy(struct trainer *tr, struct err *e)
         return err_prefix(e, "lr_schedule");
     if (t->broadcast_init && ddp_broadcast_params(&tr->ddp, e) < 0)
         return err_prefix(e, "broadcasting rank 0's initial parameters");
-    tr->ops->params_changed(tr->eng);
+    if (tr->eng)
+        tr->ops->params_changed(tr->eng);
     return 0;
 }
 
@@ -206,10 +245,10 @@ static int train_make_strategy(struct trainer *tr, struct err *e)
  * order backward finishes the tensors: the reverse of their registration. */
 static int train_profile_grads(struct trainer *tr, struct err *e)
 {
-    if (tr->comm->rank != 0)
+    if (tr->comm->rank != 0 || tr->have_pipe) /* the profile is of a whole model */
         return 0;
     int nt = 0;
-    const struct nn_param *p = nn_model_param_info(&tr->m, &nt);
+    const struct nn_param *p = nn_model_param_info(tr->model, &nt);
     int64_t *bytes = malloc((size_t)(nt + 1) * sizeof *bytes);
     if (!bytes)
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
@@ -240,6 +279,9 @@ static void train_teardown(struct trainer *tr)
     if (tr->eng) /* before the model it borrows */
         tr->ops->destroy(tr->eng);
     tr->eng = NULL;
+    if (tr->have_pipe)
+        pipe_cleanup(&tr->pipe);
+    tr->have_pipe = false;
     if (tr->have_model)
         nn_model_destroy(&tr->m);
     dataset_destroy(tr->train);
@@ -260,7 +302,8 @@ static int train_tally_reduce(struct trainer *tr, struct train_tally *t, struct 
 {
     float v[3] = {(float)t->loss_sum, (float)t->correct, (float)t->count};
     wait_note_begin(tr->comm->note, WAIT_METRICS, COMM_OP_ALLREDUCE, 0, 0, 0);
-    int rc = tr->ops->allreduce_host(tr->eng, tr->comm, v, 3, e);
+    int rc = tr->eng ? tr->ops->allreduce_host(tr->eng, tr->comm, v, 3, e)
+                     : comm_allreduce(tr->comm, v, v, 3, COMM_FLOAT32, COMM_SUM, e);
     wait_note_end(tr->comm->note);
     if (rc < 0)
         return -1;
@@ -273,8 +316,7 @@ static int train_evaluate(struct trainer *tr, struct train_tally *out, struct er
 {
     struct loader_config lc;
     loader_config_default(&lc);
-    lc.rank = tr->comm->rank;
-    lc.world_size = tr->comm->world_size;
+    train_data_rank(tr, &lc.rank, &lc.world_size);
     lc.batch_size = tr->t->batch_size;
     lc.shuffle = false;
     lc.remainder = LOADER_UNEVEN;
@@ -303,8 +345,16 @@ static int train_evaluate(struct trainer *tr, struct train_tally *out, struct er
         }
         double loss = 0;
         int right = 0;
-        if (tr->ops->forward(tr->eng, x, y, b->n, 0, 0, false, e) < 0 ||
-            tr->ops->wait_loss(tr->eng, &loss, &right, e) < 0) {
+        if (tr->have_pipe) { /* the last stage has the loss; the others only forward */
+            if (pipe_eval_batch(&tr->pipe, x, y, b->n, &loss, &right, e) < 0) {
+                rc = -1;
+                break;
+            }
+            if (!pipe_is_last(&tr->pipe))
+                continue;
+            loss /= b->n; /* a mean, as the engine's */
+        } else if (tr->ops->forward(tr->eng, x, y, b->n, 0, 0, false, e) < 0 ||
+                   tr->ops->wait_loss(tr->eng, &loss, &right, e) < 0) {
             rc = -1;
             break;
         }
@@ -364,7 +414,8 @@ static int train_next_micro(struct trainer *tr, int64_t step, int micro,
     *epoch_of_step = (int)b->epoch;
     if (b->last_in_epoch)
         *epoch_done = (int)b->epoch;
-    ddp_begin_step(&tr->ddp, micro == tr->t->accumulate - 1);
+    if (!tr->have_pipe) /* a pipeline's schedule says which backward ends the step */
+        ddp_begin_step(&tr->ddp, micro == tr->t->accumulate - 1);
     *out = b;
     return 0;
 }
@@ -432,7 +483,8 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
     struct report_step rs = {.repeat = tr->repeat,
                              .step = step,
                              .warmup = step < t->warmup_steps,
-                             .samples = t->batch_size * t->accumulate};
+                             .samples = t->batch_size * t->accumulate,
+                             REPORT_STEP_NO_PIPELINE};
     bool traced = train_traced(tr, step);
     if (traced)
         observe_trace_begin(tr->obs);
@@ -512,6 +564,92 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
     return observe_trace_emit(tr->obs, tr->repeat, step, e);
 }
 
+/* The step's loss, as the mean over the replicas' last stages (the only ranks that have
+ * one), on every rank: every rank reports it. */
+static int train_pipe_loss(struct trainer *tr, const struct pipe_stats *ps, double *loss,
+                           struct err *e)
+{
+    bool last = pipe_is_last(&tr->pipe);
+    float v[2] = {last ? (float)(ps->loss_sum / tr->t->micro_batches) : 0, last ? 1.0f : 0};
+    wait_note_begin(tr->comm->note, WAIT_METRICS, COMM_OP_ALLREDUCE, 0, 0, 0);
+    int rc = comm_allreduce(tr->comm, v, v, 2, COMM_FLOAT32, COMM_SUM, e);
+    wait_note_end(tr->comm->note);
+    *loss = v[1] > 0 ? v[0] / v[1] : 0;
+    return rc;
+}
+
+/* A step of a pipeline run (pipeline.h): the schedule over the step's micro-batches, the
+ * strategy's exchange among the stage's replicas, the tied weight's sum, the update. The
+ * phases are this rank's own compute; bubble_ms is the rest of the step that is neither
+ * compute nor exposed gradient communication: waiting for the other stages and the
+ * point-to-point transfers. */
+static int train_step_pipe(struct trainer *tr, int64_t step, struct train_tally *tally,
+                           int *epoch_done, int *epoch_of_step, struct err *e)
+{
+    const struct spec_train *t = tr->t;
+    struct report_step rs = {.repeat = tr->repeat,
+                             .step = step,
+                             .warmup = step < t->warmup_steps,
+                             .samples = t->batch_size,
+                             .stage = tr->pipe.stage};
+    bool traced = train_traced(tr, step);
+    if (traced)
+        observe_trace_begin(tr->obs);
+    ddp_set_trace(&tr->ddp, traced);
+    int64_t t_start = clock_mono_ns(), data_ns = 0;
+    *epoch_done = -1;
+    const struct data_batch *b = NULL;
+    if (train_next_micro(tr, step, 0, &b, &data_ns, epoch_done, epoch_of_step, e) < 0)
+        return -1;
+    observe_trace_span(tr->obs, "data", t_start, t_start + data_ns);
+    struct pipe_stats ps;
+    if (pipe_train_step(&tr->pipe, b->x, b->y, (uint64_t)b->step, &tr->ddp, ddp_grad_hook,
+                        &tr->ddp, tr->obs, &ps, e) < 0)
+        return err_prefix(e, "step %lld", (long long)step);
+    if (ddp_finish(&tr->ddp, t->micro_batches, e) < 0)
+        return err_prefix(e, "gradient exchange of step %lld", (long long)step);
+    if (pipe_sync_tied(&tr->pipe, &ps, e) < 0)
+        return err_prefix(e, "step %lld", (long long)step);
+    int64_t exposed_before = tr->ddp.st.exposed_ns, t2 = clock_mono_ns();
+    if (ddp_optim_step(&tr->ddp, &tr->opt, nn_lr_at(&tr->sched, (long)step), e) < 0)
+        return err_prefix(e, "optimizer step %lld", (long long)step);
+    int64_t t3 = clock_mono_ns();
+    observe_trace_span(tr->obs, "optimizer", t2, t3);
+    const struct ddp_step_stats *st = &tr->ddp.st;
+    double loss = 0;
+    if (train_pipe_loss(tr, &ps, &loss, e) < 0)
+        return err_prefix(e, "the loss of step %lld", (long long)step);
+    double ignored = 0;
+    if (pipe_is_last(&tr->pipe) &&
+        train_count_micro(step, ps.loss_sum / t->micro_batches, ps.right, t->batch_size,
+                          tr->labels_per, tally, &ignored, e) < 0)
+        return -1;
+    int64_t t_end = clock_mono_ns();
+    rs.epoch = *epoch_of_step;
+    rs.loss = loss;
+    rs.data_ms = train_ms(data_ns);
+    rs.forward_ms = train_ms(ps.forward_ns);
+    rs.backward_ms = train_ms(ps.backward_ns);
+    rs.comm_ms = train_ms(st->comm_ns);
+    rs.comm_exposed_ms = train_ms(st->exposed_ns);
+    rs.optimizer_ms = train_ms((t3 - t2) - (st->exposed_ns - exposed_before));
+    rs.step_ms = train_ms(t_end - t_start);
+    rs.bytes_sent = (int64_t)st->bytes_sent;
+    rs.p2p_ms = train_ms(ps.p2p_ns);
+    rs.p2p_bytes = ps.p2p_bytes;
+    double busy = rs.data_ms + rs.forward_ms + rs.backward_ms + rs.optimizer_ms +
+                  rs.comm_exposed_ms;
+    rs.bubble_ms = rs.step_ms > busy ? rs.step_ms - busy : 0;
+    if (report_emit_step(tr->w, &rs, e) < 0)
+        return -1;
+    observe_window_step(tr->obs);
+    if (!traced)
+        return 0;
+    observe_trace_span(tr->obs, "step", t_start, t_end);
+    train_trace_comm(tr);
+    return observe_trace_emit(tr->obs, tr->repeat, step, e);
+}
+
 static int train_progress(struct trainer *tr, int64_t done, struct err *e)
 {
     if (tr->hb) {
@@ -539,9 +677,11 @@ static int train_report_memory(struct trainer *tr, struct err *e)
                                .grads_bytes = dm.grads,
                                .optimizer_bytes = dm.optimizer,
                                .comm_bytes = dm.comm,
-                               .activations_bytes = tr->ops->activation_bytes(tr->eng),
+                               .activations_bytes = tr->eng ? tr->ops->activation_bytes(tr->eng)
+                                                            : pipe_activation_bytes(&tr->pipe),
                                .peak_rss_bytes = observe_peak_rss_bytes(),
-                               .device_peak_bytes = tr->ops->peak_bytes(tr->eng)};
+                               .device_peak_bytes = tr->eng ? tr->ops->peak_bytes(tr->eng)
+                                                            : -1};
     return report_emit_memory(tr->w, &rm, e);
 }
 
@@ -553,7 +693,7 @@ static int train_repeat(struct trainer *tr, struct err *e)
     if (tr->comm->rank == 0 && tr->repeat == 0)
         log_info("training %s (%zu parameters) on %s %dx%dx%d, %s, batch %d x %d ranks, "
                  "%lld steps",
-                 tr->t->model, nn_model_param_count(&tr->m), tr->train->name, tr->train->c,
+                 tr->t->model, nn_model_param_count(tr->model), tr->train->name, tr->train->c,
                  tr->train->h, tr->train->w, tr->t->strategy, tr->t->batch_size,
                  tr->comm->world_size, (long long)tr->total_steps);
     if (train_profile_grads(tr, e) < 0)
@@ -562,9 +702,13 @@ static int train_repeat(struct trainer *tr, struct err *e)
     observe_window_begin(tr->obs, tr->repeat);
     int64_t epoch_start = clock_mono_ns();
     int epoch = 0;
+    bool pending = false; /* steps since the last epoch ended: the same on every rank (a
+                             pipeline's first stages count no samples) */
     for (int64_t step = 0; step < tr->total_steps; step++) {
         int done = -1;
-        if (train_step(tr, step, &tally, &done, &epoch, e) < 0 ||
+        pending = true;
+        if ((tr->have_pipe ? train_step_pipe(tr, step, &tally, &done, &epoch, e)
+                           : train_step(tr, step, &tally, &done, &epoch, e)) < 0 ||
             train_progress(tr, step + 1, e) < 0)
             return -1;
         if (done >= 0) {
@@ -573,13 +717,14 @@ static int train_repeat(struct trainer *tr, struct err *e)
                 train_end_epoch(tr, done, &tally, secs, e) < 0)
                 return err_prefix(e, "end of epoch %d", done);
             epoch_start = clock_mono_ns();
+            pending = false;
         }
     }
     if (observe_window_emit(tr->obs, epoch, e) < 0) /* the steps after the last epoch end */
         return -1;
     /* epochs mode with accumulation: the micro-batches that do not fill a last step are
      * left out, so the last epoch ends here (every rank has the same count) */
-    if (tr->t->epochs > 0 && tally.count > 0) {
+    if (tr->t->epochs > 0 && pending) {
         double secs = (double)(clock_mono_ns() - epoch_start) / 1e9;
         if (train_end_epoch(tr, epoch, &tally, secs, e) < 0)
             return err_prefix(e, "end of epoch %d", epoch);
@@ -589,8 +734,9 @@ static int train_repeat(struct trainer *tr, struct err *e)
     return train_report_memory(tr, e);
 }
 
-int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,
-                       struct heartbeat *hb, struct train_outcome *out, struct err *e)
+int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_c,
+                       struct report_writer *w, struct heartbeat *hb, struct train_outcome *out,
+                       struct err *e)
 {
     if (out)
         out->device_peak_bytes = -1;
@@ -607,6 +753,7 @@ int workload_train_run(const struct spec *s, struct comm *c, struct report_write
         struct trainer tr = {.s = s,
                              .t = &s->train,
                              .comm = c,
+                             .stage_comm = stage_c,
                              .w = w,
                              .hb = hb,
                              .obs = &obs,

@@ -39,8 +39,12 @@ struct train_outcome {
 /* Runs every repeat of a train spec on the engine of its device (train_engine.h) and
  * fills out (may be NULL). w is used on every rank (steps) and rank 0 (epochs); hb may be
  * NULL. Device "cuda" trains on the GPU in the spec's precision; c must then move device
- * buffers (NCCL), and the strategy be naive or ddp without compression (ddp_set_device). */
-int workload_train_run(const struct spec *s, struct comm *c, struct report_writer *w,
-                       struct heartbeat *hb, struct train_outcome *out, struct err *e);
+ * buffers (NCCL), and the strategy be naive or ddp without compression (ddp_set_device).
+ * A pipeline run (spec pipeline > 1, worker/pipeline.h) trades activations over c and
+ * exchanges its stage's gradients over stage_c, the communicator of the ranks holding
+ * the same stage; NULL otherwise. */
+int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_c,
+                       struct report_writer *w, struct heartbeat *hb, struct train_outcome *out,
+                       struct err *e);
 
 #endif
