@@ -784,6 +784,47 @@ static void test_spec_transformer_rules(void)
 #undef GT
 }
 
+/* Pipelines: stages divide the world, micro-batches the batch, no accumulate on top, the
+ * C engine's CPU path, and no ZeRO with gpt2's tie across stages; the struct keeps them. */
+static void test_spec_pipeline_rules(void)
+{
+#define G TR ", \"model\": \"gpt2-tiny\""
+#define PP G ", \"world_size\": 4, \"pipeline\": 2"
+    static const struct bad_case cases[] = {
+        {G ", \"world_size\": 3, \"pipeline\": 2}", "world_size", "not a multiple of pipeline"},
+        {PP ", \"micro_batches\": 3}", "micro_batches", "do not divide batch_size"},
+        {TR ", \"micro_batches\": 2}", "micro_batches", "for pipeline runs"},
+        {PP ", \"accumulate\": 2}", "accumulate", "accumulate must be 1"},
+        {PP ", \"strategy\": \"zero2\"}", "strategy", "tied embedding"},
+        {PP ", \"device\": \"cuda\", \"backend\": \"nccl\"}", "model", "CPU engine only"},
+        {TR ", \"world_size\": 2, \"pipeline\": 2, \"engine\": \"pytorch\"}", "pipeline",
+         "ddpbench's own CPU engine"},
+        {PP ", \"schedule\": \"interleaved\"}", "schedule", "\"gpipe\""},
+        {G ", \"world_size\": 4, \"pipeline\": 65}", "pipeline", "from 1 to 64"},
+        {PP ", \"sweep\": {\"micro_batches\": [2, 5]}}", "sweep", "do not divide"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
+                    "case %zu", i);
+    json_t *s = parse_ok(PP ", \"micro_batches\": 4, \"schedule\": \"gpipe\", "
+                            "\"strategy\": \"ddp\"}");
+    T_CHECK(s);
+    struct spec sp;
+    struct err e;
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_INT(sp.train.pipeline, 2);
+    T_EQ_INT(sp.train.micro_batches, 4);
+    T_EQ_STR(sp.train.schedule, "gpipe");
+    json_decref(s);
+    /* resnet18 has no tie: ZeRO is fine there */
+    s = parse_ok(TR ", \"model\": \"resnet18-cifar\", \"world_size\": 4, \"pipeline\": 2, "
+                    "\"strategy\": \"zero1\"}");
+    T_CHECK(s);
+    json_decref(s);
+#undef PP
+#undef G
+}
+
 /* What runs where: each combination the workers cannot run is refused at submit, naming
  * the field the rule is about, at the top level and at every point of a sweep. */
 static void test_spec_device_compat(void)
@@ -1455,6 +1496,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_train_sweep_nested);
     TEST_RUN(test_spec_memory_estimate);
     TEST_RUN(test_spec_transformer_rules);
+    TEST_RUN(test_spec_pipeline_rules);
     TEST_RUN(test_spec_device_compat);
     TEST_RUN(test_spec_collective_sizes);
     TEST_RUN(test_spec_sizes_from_parsed_spec);
