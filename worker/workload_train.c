@@ -468,6 +468,31 @@ static void train_trace_comm(struct trainer *tr)
     }
 }
 
+/* Fills the step's communication figures and wall time from the strategy, sends the
+ * step and, where it was traced, its trace: the end of every step, pipeline or not. */
+static int train_emit_step(struct trainer *tr, struct report_step *rs, bool traced,
+                           int64_t t_start, int64_t t_end, struct err *e)
+{
+    const struct ddp_step_stats *st = &tr->ddp.st;
+    rs->comm_ms = train_ms(st->comm_ns);
+    rs->comm_exposed_ms = train_ms(st->exposed_ns);
+    rs->step_ms = train_ms(t_end - t_start);
+    rs->bytes_sent = (int64_t)st->bytes_sent;
+    if (rs->stage >= 0) { /* a pipeline's idle time: what is neither compute nor exposed */
+        double busy = rs->data_ms + rs->forward_ms + rs->backward_ms + rs->optimizer_ms +
+                      rs->comm_exposed_ms;
+        rs->bubble_ms = rs->step_ms > busy ? rs->step_ms - busy : 0;
+    }
+    if (report_emit_step(tr->w, rs, e) < 0)
+        return -1;
+    observe_window_step(tr->obs);
+    if (!traced)
+        return 0;
+    observe_trace_span(tr->obs, "step", t_start, t_end);
+    train_trace_comm(tr);
+    return observe_trace_emit(tr->obs, tr->repeat, rs->step, e);
+}
+
 /* Runs step `step` (accumulate micro-batches, the exchange, the update) and reports it.
  * *epoch_done is set to the epoch that ended in it, or -1. Phases are the host clock's
  * around each engine call unless the engine measures them itself (end_step); backward
@@ -549,19 +574,8 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
     rs.data_ms = train_ms(data_ns);
     rs.forward_ms = ph.forward_ms;
     rs.backward_ms = ph.backward_ms;
-    rs.comm_ms = train_ms(st->comm_ns);
-    rs.comm_exposed_ms = train_ms(st->exposed_ns);
     rs.optimizer_ms = ph.optimizer_ms;
-    rs.step_ms = train_ms(t_end - t_start);
-    rs.bytes_sent = (int64_t)st->bytes_sent;
-    if (report_emit_step(tr->w, &rs, e) < 0)
-        return -1;
-    observe_window_step(tr->obs);
-    if (!traced)
-        return 0;
-    observe_trace_span(tr->obs, "step", t_start, t_end);
-    train_trace_comm(tr);
-    return observe_trace_emit(tr->obs, tr->repeat, step, e);
+    return train_emit_step(tr, &rs, traced, t_start, t_end, e);
 }
 
 /* The step's loss, as the mean over the replicas' last stages (the only ranks that have
@@ -615,7 +629,6 @@ static int train_step_pipe(struct trainer *tr, int64_t step, struct train_tally 
         return err_prefix(e, "optimizer step %lld", (long long)step);
     int64_t t3 = clock_mono_ns();
     observe_trace_span(tr->obs, "optimizer", t2, t3);
-    const struct ddp_step_stats *st = &tr->ddp.st;
     double loss = 0;
     if (train_pipe_loss(tr, &ps, &loss, e) < 0)
         return err_prefix(e, "the loss of step %lld", (long long)step);
@@ -630,24 +643,10 @@ static int train_step_pipe(struct trainer *tr, int64_t step, struct train_tally 
     rs.data_ms = train_ms(data_ns);
     rs.forward_ms = train_ms(ps.forward_ns);
     rs.backward_ms = train_ms(ps.backward_ns);
-    rs.comm_ms = train_ms(st->comm_ns);
-    rs.comm_exposed_ms = train_ms(st->exposed_ns);
-    rs.optimizer_ms = train_ms((t3 - t2) - (st->exposed_ns - exposed_before));
-    rs.step_ms = train_ms(t_end - t_start);
-    rs.bytes_sent = (int64_t)st->bytes_sent;
+    rs.optimizer_ms = train_ms((t3 - t2) - (tr->ddp.st.exposed_ns - exposed_before));
     rs.p2p_ms = train_ms(ps.p2p_ns);
     rs.p2p_bytes = ps.p2p_bytes;
-    double busy = rs.data_ms + rs.forward_ms + rs.backward_ms + rs.optimizer_ms +
-                  rs.comm_exposed_ms;
-    rs.bubble_ms = rs.step_ms > busy ? rs.step_ms - busy : 0;
-    if (report_emit_step(tr->w, &rs, e) < 0)
-        return -1;
-    observe_window_step(tr->obs);
-    if (!traced)
-        return 0;
-    observe_trace_span(tr->obs, "step", t_start, t_end);
-    train_trace_comm(tr);
-    return observe_trace_emit(tr->obs, tr->repeat, step, e);
+    return train_emit_step(tr, &rs, traced, t_start, t_end, e);
 }
 
 static int train_progress(struct trainer *tr, int64_t done, struct err *e)
