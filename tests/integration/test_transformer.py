@@ -7,7 +7,11 @@
 - a byte-level language model of a text file the test writes: the loss per epoch is reported
   for the train and the test split and falls from one epoch to the next, below ln 256;
 - bad transformer specs are refused at submit naming the field, and a text file that does
-  not exist fails the run naming it."""
+  not exist fails the run naming it;
+- buckets_of replays gpt2-small's gradient buckets in backward order: the first (capped at
+  1 MiB, closed by the first tensor that passes it) holds ln_f and the last block's MLP
+  projection, and the token embedding (tied to the head, 50257 x 768) lies in a bucket
+  past any cap; rows are stored by size, so the blocks' equal buckets share one."""
 import math
 import os
 import sys
@@ -94,6 +98,24 @@ def test_bad_transformer_specs():
         d.close()
 
 
+def test_gpt2_small_bucket_replay():
+    d = Daemon(cpu_slots=2)
+    try:
+        spec = {"workload": "collective", "world_size": 2, "op": "allreduce",
+                "buckets_of": "gpt2-small", "bucket_mb": 25, "iters": 1, "warmup": 1}
+        exp = d.run_experiment(spec, timeout=300)
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        check(run["status"] == "succeeded", run.get("error"))
+        sizes = sorted(r["bytes"] for r in run["collectives"])
+        check(model_params("gpt2-small") == 124439808, model_params("gpt2-small"))
+        first = (768 + 768 + 768 + 3072 * 768) * 4  # ln_f weight, bias; c_proj bias, weight
+        check(first in sizes, sizes)
+        check(sizes[-1] >= (50257 + 1024) * 768 * 4, sizes)  # wte and wpe, past the cap
+        check(sum(sizes) < 124439808 * 4 and len(sizes) >= 3, sizes)
+    finally:
+        d.close()
+
+
 if __name__ == "__main__":
     sys.exit(run_cases([test_gpt2_every_strategy, test_text_language_model_loss_falls,
-                        test_bad_transformer_specs]))
+                        test_bad_transformer_specs, test_gpt2_small_bucket_replay]))
