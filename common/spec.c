@@ -113,6 +113,7 @@ static const char *const spec_datasets[] = {"synthetic", "mnist", "fashion-mnist
 static const char *const spec_optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const spec_decays[] = {"constant", "step", "cosine", NULL};
 static const char *const spec_schedules[] = {"1f1b", "gpipe", NULL};
+static const char *const spec_balances[] = {"params", "time", NULL};
 
 /* The table keeps its own layout (a field in a few lines reads as a row). */
 /* clang-format off */
@@ -307,7 +308,7 @@ static const struct spec_field spec_fields[] = {
     {.name = "pipeline", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
      .min = 1, .max = 64, .def = "1", SPEC_AT(train.pipeline),
      .desc = "Pipeline stages: the model is cut into this many contiguous stages (balanced "
-             "by parameter count), each on its own rank; world_size is replicas x pipeline, "
+             "as pipeline_balance says), each on its own rank; world_size is replicas x pipeline, "
              "rank = replica x pipeline + stage, and the replicas of a stage exchange its "
              "gradients with the strategy. 1: data parallelism only."},
     {.name = "micro_batches", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
@@ -319,6 +320,13 @@ static const struct spec_field spec_fields[] = {
      .desc = "Pipeline runs: \"gpipe\" runs every micro-batch's forward, then every "
              "backward; \"1f1b\" (PipeDream-flush) alternates them after a warm-up, holding "
              "at most pipeline - stage micro-batches' activations."},
+    {.name = "pipeline_balance", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .choices = spec_balances, .def = "\"params\"",
+     SPEC_AT(train.pipeline_balance),
+     .desc = "Pipeline runs: the stages are cut so that the largest holds as few parameters "
+             "as possible (\"params\": the same cut every run) or takes as little time "
+             "(\"time\": rank 0 times each layer's forward and backward on a micro-batch "
+             "first)."},
     {.name = "compression", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .choices = spec_compressions, .def = "\"none\"",
      SPEC_AT(train.compression),

@@ -59,7 +59,64 @@ static int pipe_make_slot(struct pipeline *p, int s, const struct nn_model *whol
     return nn_model_prepare(m, p->mb, NN_BACKEND_FAST, 1, e);
 }
 
-int pipe_init(struct pipeline *p, const struct pipe_config *cfg, const struct nn_model *whole,
+/* Rank 0's time per layer (ns, forward and backward) of a micro-batch on whole: a warm-up
+ * pass, then three timed ones, summed. The input is zeros (token 0, a black image), which
+ * costs what any input costs. */
+static int pipe_profile(struct pipeline *p, struct nn_model *whole, int64_t *ns, struct err *e)
+{
+    size_t nx = (size_t)p->mb * nn_model_tensor_sample(whole, 0);
+    float *x = calloc(nx ? nx : 1, sizeof *x);
+    int32_t *y = calloc((size_t)p->mb * p->labels_per, sizeof *y);
+    int rc = x && y ? nn_model_prepare(whole, p->mb, NN_BACKEND_FAST, 1, e)
+                    : err_set(e, ERR_NOMEM, NULL, "pipeline profile: out of memory");
+    for (int pass = 0; rc == 0 && pass < 4; pass++) {
+        double loss;
+        int right;
+        whole->profile_ns = pass > 0 ? ns : NULL;
+        rc = nn_model_forward(whole, x, 1, 0, e) ||
+                     nn_model_loss(whole, y, p->mb, &loss, &right, e) ||
+                     nn_model_backward(whole, NULL, NULL, e)
+                 ? -1
+                 : 0;
+    }
+    whole->profile_ns = NULL;
+    nn_model_zero_grad(whole);
+    free(x);
+    free(y);
+    return rc;
+}
+
+/* The cost of each layer of whole to balance stages by: NULL (parameters), or the times
+ * rank 0 measured, broadcast (as floats of ms) so every rank cuts the same way. Owned. */
+static int pipe_costs(struct pipeline *p, struct nn_model *whole, double **cost, struct err *e)
+{
+    *cost = NULL;
+    if (!p->cfg.balance_time)
+        return 0;
+    int n = nn_model_node_count(whole);
+    int64_t *ns = calloc((size_t)n, sizeof *ns);
+    float *ms = calloc((size_t)n, sizeof *ms);
+    *cost = calloc((size_t)n, sizeof **cost);
+    int rc = ns && ms && *cost ? 0 : err_set(e, ERR_NOMEM, NULL, "pipeline: out of memory");
+    if (rc == 0 && p->world->rank == 0 && pipe_profile(p, whole, ns, e) < 0)
+        rc = err_prefix(e, "timing the layers");
+    for (int i = 0; rc == 0 && i < n; i++)
+        ms[i] = (float)((double)ns[i] / 1e6);
+    /* every rank takes part even when rank 0 failed: it then broadcasts zeros, and the
+     * run fails with rank 0's error */
+    struct err later; /* rank 0's own error comes first */
+    if (comm_broadcast(p->world, ms, ms, (size_t)n, COMM_FLOAT32, 0, rc == 0 ? e : &later) <
+            0 &&
+        rc == 0)
+        rc = err_prefix(e, "sharing the layer times");
+    for (int i = 0; rc == 0 && i < n; i++)
+        (*cost)[i] = ms[i];
+    free(ns);
+    free(ms);
+    return rc;
+}
+
+int pipe_init(struct pipeline *p, const struct pipe_config *cfg, struct nn_model *whole,
               struct comm *world, struct err *e)
 {
     memset(p, 0, sizeof *p);
@@ -77,8 +134,15 @@ int pipe_init(struct pipeline *p, const struct pipe_config *cfg, const struct nn
     p->mb = cfg->batch / M;
     p->labels_per = nn_model_labels_per_sample(whole);
     int first[65];
-    if (P > 64 || nn_model_stage_split(whole, P, first, e) < 0)
-        return P > 64 ? err_set(e, ERR_INVALID, "pipeline", "at most 64 stages") : -1;
+    double *cost = NULL;
+    if (P > 64)
+        return err_set(e, ERR_INVALID, "pipeline", "at most 64 stages");
+    int rc = pipe_costs(p, whole, &cost, e);
+    if (rc == 0)
+        rc = nn_model_stage_split(whole, P, cost, first, e);
+    free(cost);
+    if (rc < 0)
+        return -1;
     p->first = first[p->stage];
     p->end = first[p->stage + 1];
     p->nslots = cfg->schedule == PIPE_GPIPE ? M : (M < P - p->stage ? M : P - p->stage);

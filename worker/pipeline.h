@@ -10,9 +10,12 @@
  *
  * Decisions:
  * - The whole model is built (and initialised from the seed) on every rank, then cut
- *   (nn_model_stage_split: the largest stage's parameters as small as they can be) and only
- *   this rank's stage is kept, its parameters copied: every rank agrees on the cut and on
- *   the values without any message, and a stage's parameters are the whole model's.
+ *   (nn_model_stage_split: the largest stage as small as it can be) and only this rank's
+ *   stage is kept, its parameters copied, so a stage's parameters are the whole model's.
+ *   Balanced by parameters (the default) every rank computes the same cut without a
+ *   message; balanced by time, rank 0 times each layer's forward and backward on a
+ *   micro-batch and broadcasts the times, so every rank still cuts at the same places
+ *   (times measured on each rank would differ).
  * - Micro-batches in flight each need their own activations: the stage is built once per
  *   slot, the slots sharing one set of parameter, gradient and buffer arenas
  *   (nn_model_share_arenas). gpipe holds all M micro-batches (M slots); 1f1b at most
@@ -50,7 +53,8 @@ enum pipe_schedule { PIPE_1F1B, PIPE_GPIPE };
 struct pipe_config {
     int stages, micro_batches;
     enum pipe_schedule schedule;
-    int batch; /* samples per step of a replica; micro_batches divides it */
+    int batch;         /* samples per step of a replica; micro_batches divides it */
+    bool balance_time; /* stages balanced by measured layer time, not parameters */
 };
 
 /* One step on this rank: compute, and the point-to-point traffic with the neighbours. */
@@ -82,8 +86,9 @@ struct pipeline {
 
 /* Cuts whole (built, parameters initialised) for this rank of world (its stage and replica
  * from the rank) and prepares the stage's slots for micro-batches of cfg->batch /
- * cfg->micro_batches samples. */
-int pipe_init(struct pipeline *p, const struct pipe_config *cfg, const struct nn_model *whole,
+ * cfg->micro_batches samples. Balancing by time prepares and runs whole on rank 0 (its
+ * parameters unchanged: the gradients are zeroed after). Collective over world. */
+int pipe_init(struct pipeline *p, const struct pipe_config *cfg, struct nn_model *whole,
               struct comm *world, struct err *e);
 void pipe_cleanup(struct pipeline *p);
 /* The stage's model whose arenas the strategy exchanges and the optimizer updates. */

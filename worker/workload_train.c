@@ -115,7 +115,8 @@ static int train_build_stage(struct trainer *tr, struct err *e)
                              .micro_batches = t->micro_batches,
                              .schedule = strcmp(t->schedule, "gpipe") == 0 ? PIPE_GPIPE
                                                                            : PIPE_1F1B,
-                             .batch = t->batch_size};
+                             .batch = t->batch_size,
+                             .balance_time = strcmp(t->pipeline_balance, "time") == 0};
     if (pipe_init(&tr->pipe, &pc, &tr->m, tr->comm, e) < 0) {
         pipe_cleanup(&tr->pipe);
         return -1;

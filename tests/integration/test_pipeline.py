@@ -7,8 +7,9 @@
   with the phases to the step; the ranks agree on the loss; each stage holds fewer
   parameters than the whole model; the results rows give the bubble fraction beside its
   theory (P-1)/(M+P-1); the trace has a span per micro-batch;
-- 2 replicas x 2 stages with ddp on a text file, epochs with evaluation: the epoch's
-  train and test loss are reported and the replicas exchanged their stages' gradients;
+- 2 replicas x 2 stages with ddp on a text file, cut by measured layer time, epochs with
+  evaluation: the epoch's train and test loss are reported and the replicas exchanged
+  their stages' gradients;
 - bad pipeline specs are refused at submit naming the field, and a pipeline longer than
   the model has places to cut fails the run saying so."""
 import math
@@ -99,6 +100,7 @@ def test_replicas_of_stages_on_text():
             for i in range(1500):
                 f.write(f"line {i % 37} of a small corpus for pipeline parallel training.\n")
         spec = dict(BASE, world_size=4, pipeline=2, micro_batches=2, strategy="ddp",
+                    pipeline_balance="time",
                     dataset={"name": "text", "path": path, "samples": 256}, epochs=1,
                     trace_steps=0, optimizer={"type": "adam", "lr": 0.003})
         del spec["steps"]
@@ -123,7 +125,8 @@ def test_bad_pipeline_specs():
                            ({"micro_batches": 2}, "micro_batches"),
                            ({"pipeline": 2, "accumulate": 2}, "accumulate"),
                            ({"pipeline": 2, "strategy": "zero1"}, "strategy"),
-                           ({"pipeline": 2, "schedule": "interleaved"}, "schedule")):
+                           ({"pipeline": 2, "schedule": "interleaved"}, "schedule"),
+                           ({"pipeline": 2, "pipeline_balance": "flops"}, "pipeline_balance")):
             status, body, _ = d.request("POST", "/v1/experiments", dict(BASE, **bad))
             check(status == 400 and body["error"]["field"] == field, (bad, status, body))
     finally:

@@ -100,7 +100,7 @@ static void test_stage_split_balanced(void)
     T_OK(net_build(&resnet, &m, &e));
     int starts[256], first[4];
     int k = nn_model_stage_starts(&m, starts, 256);
-    T_OK(nn_model_stage_split(&m, 3, first, &e));
+    T_OK(nn_model_stage_split(&m, 3, NULL, first, &e));
     T_EQ_INT(first[0], 0);
     T_EQ_INT(first[3], nn_model_node_count(&m));
     T_CHECK(first[0] < first[1] && first[1] < first[2] && first[2] < first[3]);
@@ -121,8 +121,27 @@ static void test_stage_split_balanced(void)
             best = fmin(best, worst);
         }
     T_CHECK_MSG(got == best, "largest stage %.0f, best possible %.0f", got, best);
+    /* the same with costs of one's own (a pipeline's measured layer times) */
+    double *t = calloc((size_t)m.nnodes, sizeof *t);
+    struct nn_rng r;
+    nn_rng_seed(&r, 8);
+    for (int i = 0; i < m.nnodes; i++)
+        t[i] = nn_rng_uniform(&r);
+    T_OK(nn_model_stage_split(&m, 3, t, first, &e));
+    for (int i = 0; i < m.nnodes; i++)
+        cost[i + 1] = cost[i] + t[i];
+    got = 0;
+    for (int s = 0; s < 3; s++)
+        got = fmax(got, cost[first[s + 1]] - cost[first[s]]);
+    best = INFINITY;
+    for (int a = 0; a < k; a++)
+        for (int b = a + 1; b < k; b++)
+            best = fmin(best, fmax(cost[starts[a]], fmax(cost[starts[b]] - cost[starts[a]],
+                                                         cost[m.nnodes] - cost[starts[b]])));
+    T_CHECK_MSG(fabs(got - best) < 1e-12, "largest stage %.6f, best possible %.6f", got, best);
+    free(t);
     free(cost);
-    T_CHECK(nn_model_stage_split(&m, k + 2, first, &e) != 0);
+    T_CHECK(nn_model_stage_split(&m, k + 2, NULL, first, &e) != 0);
     T_EQ_STR(e.field, "pipeline");
     /* a cut inside a block is refused */
     struct nn_model s;
@@ -150,7 +169,7 @@ static void stage_chain_agrees(const struct net *n, int p, enum nn_backend be)
     int32_t *y = malloc((size_t)n->batch * labels * sizeof *y);
     net_data(n, x, y, labels);
     int first[5];
-    T_OK(nn_model_stage_split(&whole, p, first, &e));
+    T_OK(nn_model_stage_split(&whole, p, NULL, first, &e));
     for (int s = 0; s < p; s++) {
         nn_model_init(&st[s]);
         T_OK(nn_model_stage(&whole, first[s], first[s + 1], &st[s], &e));
@@ -257,7 +276,7 @@ static void test_stage_shared_arenas(void)
     struct nn_model whole, a, b, one;
     T_OK(net_build(&gpt2, &whole, &e));
     int first[3];
-    T_OK(nn_model_stage_split(&whole, 2, first, &e));
+    T_OK(nn_model_stage_split(&whole, 2, NULL, first, &e));
     nn_model_init(&a);
     nn_model_init(&b);
     nn_model_init(&one);

@@ -40,6 +40,7 @@ struct pp_case {
     int stages, replicas, micro;
     enum pipe_schedule schedule;
     enum ddp_strategy strategy;
+    bool balance_time; /* stages cut by rank 0's layer times */
 };
 
 /* The tokens and targets of step s, sample i (the same for every rank and the
@@ -83,8 +84,11 @@ static int pp_train(const struct pp_case *k, struct comm *world, struct comm *dp
     bool have_p = false, have_d = false, have_o = false;
     int rc = -1;
     nn_set_threads(1);
-    struct pipe_config pc = {
-        .stages = k->stages, .micro_batches = k->micro, .schedule = k->schedule, .batch = B};
+    struct pipe_config pc = {.stages = k->stages,
+                             .micro_batches = k->micro,
+                             .schedule = k->schedule,
+                             .batch = B,
+                             .balance_time = k->balance_time};
     struct ddp_config dc = {
         .strategy = k->strategy, .bucket_bytes = 64 << 10, .fusion_bytes = 64 << 10};
     struct nn_optim_cfg oc = pp_optim();
@@ -335,22 +339,24 @@ static void pp_check(struct pp_case k)
 
 static void test_pipeline_gpipe(void)
 {
-    pp_check((struct pp_case){2, 1, 4, PIPE_GPIPE, DDP_DDP});
-    pp_check((struct pp_case){3, 2, 2, PIPE_GPIPE, DDP_HOROVOD});
+    pp_check((struct pp_case){2, 1, 4, PIPE_GPIPE, DDP_DDP, false});
+    pp_check((struct pp_case){3, 2, 2, PIPE_GPIPE, DDP_HOROVOD, false});
 }
 
 static void test_pipeline_1f1b(void)
 {
-    pp_check((struct pp_case){3, 1, 4, PIPE_1F1B, DDP_DDP});
-    pp_check((struct pp_case){2, 2, 4, PIPE_1F1B, DDP_DDP});
-    pp_check((struct pp_case){2, 3, 2, PIPE_1F1B, DDP_NAIVE});
+    pp_check((struct pp_case){3, 1, 4, PIPE_1F1B, DDP_DDP, false});
+    pp_check((struct pp_case){2, 2, 4, PIPE_1F1B, DDP_DDP, false});
+    pp_check((struct pp_case){2, 3, 2, PIPE_1F1B, DDP_NAIVE, false});
+    /* cut by measured time: rank 0's times decide for every rank */
+    pp_check((struct pp_case){3, 2, 2, PIPE_1F1B, DDP_DDP, true});
 }
 
 /* micro_batches 1: plain model parallelism, each stage idle while the other computes. */
 static void test_pipeline_model_parallel(void)
 {
-    pp_check((struct pp_case){2, 1, 1, PIPE_1F1B, DDP_DDP});
-    pp_check((struct pp_case){3, 1, 1, PIPE_GPIPE, DDP_DDP});
+    pp_check((struct pp_case){2, 1, 1, PIPE_1F1B, DDP_DDP, false});
+    pp_check((struct pp_case){3, 1, 1, PIPE_GPIPE, DDP_DDP, false});
 }
 
 /* pipe_init refuses what cannot be cut or split, naming the field. */

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
+
 struct nn_tensor {
     struct nn_shape shape; /* n = 1 while building, the batch once prepared */
     int producer;          /* node, -1 for the input */
@@ -1026,10 +1028,13 @@ int nn_model_forward(struct nn_model *m, const float *x, int train, uint64_t ste
         struct nn_node *n = &m->nodes[i];
         uint64_t key = n->op == NN_OP_DROPOUT ? nn_dropout_key(m->seed, step, i + m->layer_base)
                                               : 0;
+        int64_t t0 = m->profile_ns ? clock_mono_ns() : 0;
         if (m->backend == NN_BACKEND_FAST)
             node_forward_fast(m, n, train, key);
         else
             node_forward_ref(m, n, train, key);
+        if (m->profile_ns)
+            m->profile_ns[i] += clock_mono_ns() - t0;
     }
     m->step = step;
     m->last_train = train;
@@ -1233,10 +1238,13 @@ static int model_backward_run(struct nn_model *m, nn_grad_hook_fn hook, void *ct
         uint64_t key = n->op == NN_OP_DROPOUT
                            ? nn_dropout_key(m->seed, m->step, i + m->layer_base)
                            : 0;
+        int64_t t0 = m->profile_ns ? clock_mono_ns() : 0;
         if (m->backend == NN_BACKEND_FAST)
             node_backward_fast(m, n, din[0], din[1], key);
         else
             node_backward_ref(m, n, din[0], din[1], key);
+        if (m->profile_ns)
+            m->profile_ns[i] += clock_mono_ns() - t0;
         for (int j = 0; j < n->nin; j++) {
             struct nn_tensor *x = &m->tensors[n->in[j]];
             if (via_scratch[j])
@@ -1342,7 +1350,8 @@ static double model_node_cost(const struct nn_model *m, int i)
            (n->tied_param >= 0 ? (double)m->param_info[n->tied_param].len : 0);
 }
 
-int nn_model_stage_split(const struct nn_model *m, int p, int *first, struct err *e)
+int nn_model_stage_split(const struct nn_model *m, int p, const double *cost, int *first,
+                         struct err *e)
 {
     int k = nn_model_stage_starts(m, NULL, 0);
     if (p < 1 || p - 1 > k)
@@ -1366,7 +1375,7 @@ int nn_model_stage_split(const struct nn_model *m, int p, int *first, struct err
     double acc = 0;
     for (int j = 0, i = 0; j <= k + 1; j++) {
         for (; i < cut[j]; i++)
-            acc += model_node_cost(m, i);
+            acc += cost ? cost[i] : model_node_cost(m, i);
         prefix[j] = acc;
     }
     /* best[s][j]: the smallest largest stage when stages 0..s end at cut[j] */

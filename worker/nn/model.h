@@ -132,6 +132,9 @@ struct nn_model {
      * keys use the whole model's numbering), and whether it may end before the loss */
     int layer_base, stage;
     int arenas_borrowed; /* nn_model_share_arenas: the arenas are another model's */
+    /* When set (nnodes entries, borrowed): forward and backward add each layer's wall time
+     * in ns to its entry, which a pipeline balances its stages by. */
+    int64_t *profile_ns;
 };
 
 void nn_model_init(struct nn_model *m);
@@ -235,11 +238,13 @@ int nn_model_backward(struct nn_model *m, nn_grad_hook_fn hook, void *ctx, struc
 /* The layers k (1 <= k < nnodes) a stage may start at, ascending, into starts (up to cap);
  * returns how many there are. */
 int nn_model_stage_starts(const struct nn_model *m, int *starts, int cap);
-/* Cuts m (finished) into p stages with the largest stage's parameters as small as possible
- * (a weight tied across a cut counts in both stages, which each hold it): first[s] is
- * stage s's first layer, first[p] = nnodes. ERR_INVALID naming "pipeline" when m has fewer
- * than p - 1 places to cut. */
-int nn_model_stage_split(const struct nn_model *m, int p, int *first, struct err *e);
+/* Cuts m (finished) into p stages with the largest stage's cost as small as possible: cost
+ * has a value per layer (a measured time), or is NULL for the parameters (a weight tied
+ * across a cut counts in both stages, which each hold it). first[s] is stage s's first
+ * layer, first[p] = nnodes. ERR_INVALID naming "pipeline" when m has fewer than p - 1
+ * places to cut. */
+int nn_model_stage_split(const struct nn_model *m, int p, const double *cost, int *first,
+                         struct err *e);
 /* Builds in out (nn_model_init'd) layers [first, end) of m (finished) as a finished model:
  * its input is the tensor crossing into first (for first > 0 it needs a gradient, which
  * backward leaves for the previous stage), its parameters keep m's names and
