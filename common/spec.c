@@ -2310,8 +2310,14 @@ static const char spec_schema_description_format[] =
     "rank (parameters, gradients, optimizer state, buffers, activations and input batches) "
     "at most %.0f TiB at every point; (5) nodes and ranks_per_node each at most world_size, "
     "and, when both are non-zero, nodes times ranks_per_node equal to world_size, at every "
-    "point. A run must also fit this node or the cluster's nodes (CPU slots, GPUs, and for "
-    "device cpu its memory), else 409.";
+    "point; (6) a model's data and engine, at every point: a gpt2 model trains on dataset "
+    "synthetic or text, on device cpu with engine ddpbench, with seq_len at most its "
+    "positions; any other model trains on images (not text) with seq_len 0; dataset text "
+    "names its file in dataset.path; (7) pipelines, at every point: micro_batches above 1 "
+    "only with pipeline above 1; then pipeline divides world_size, micro_batches divides "
+    "batch_size, accumulate is 1, device cpu and engine ddpbench, and a gpt2 model's "
+    "strategy is not zero1 or zero2. A run must also fit this node or the cluster's nodes "
+    "(CPU slots, GPUs, and for device cpu its memory), else 409.";
 
 json_t *spec_schema_json(void)
 {

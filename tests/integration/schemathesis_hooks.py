@@ -16,7 +16,12 @@ generator cannot take all its rule clauses together):
   (4) one rank's memory estimate (common/spec.c spec_memory_estimate) at most 1 TiB at
       every point of a train spec, over the model facts of common/model_table.c;
   (5) nodes and ranks_per_node at most world_size, and their product world_size when
-      both are non-zero, at every point.
+      both are non-zero, at every point;
+  (6) a model family's data and engine (gpt2 on tokens, synthetic or text, device cpu,
+      engine ddpbench, seq_len within its positions; the others on images, seq_len 0; text
+      names its file), at every point;
+  (7) pipelines (micro_batches only with a pipeline, which divides world_size; micro-batches
+      divide the batch; accumulate 1; device cpu, engine ddpbench; no ZeRO on gpt2).
 Decision: defaults and the model table are read from the source tree (the generated schema,
 the C table), not copied, so this file follows a change there; a restated limit that no
 longer matches the schema's description fails loudly at load."""
@@ -37,7 +42,8 @@ MAX_RUNS = 1024
 MAX_RANK_BYTES = 1 << 40
 if (f"at most {MAX_RUNS} runs" not in SCHEMA["description"]
         or "at most 1 TiB" not in SCHEMA["description"]
-        or "(5) nodes and ranks_per_node each at most world_size" not in SCHEMA["description"]):
+        or "(5) nodes and ranks_per_node each at most world_size" not in SCHEMA["description"]
+        or "(7) pipelines, at every point" not in SCHEMA["description"]):
     raise ImportError("schemathesis_hooks.py: the limits differ from the schema's description")
 SIZE_FIELDS = ("min_bytes", "max_bytes", "step")
 UNITS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
@@ -47,11 +53,12 @@ REAL_DATA = {"mnist": (1, 28, 28, 10), "fashion-mnist": (1, 28, 28, 10),
 
 def load_models():
     """common/model_table.c's rows: name, c, h, w, classes, params, (desc), in_params,
-    flat_c, flat_stride, flat_border, flat_out, head_in, act_floats, act_floats_x16."""
+    flat_c, flat_stride, flat_border, flat_out, head_in, act_floats, act_floats_x16, embd,
+    layers, heads."""
     with open(os.path.join(SOURCE, "common", "model_table.c"), encoding="utf-8") as f:
         text = f.read()
     num = r"\s*(\d+),"
-    row = re.compile(r'\{"([a-z0-9-]+)",' + num * 5 + r'\s*"(?:[^"\\]|\\.)*",' + num * 7
+    row = re.compile(r'\{"([a-z0-9-]+)",' + num * 5 + r'\s*"(?:[^"\\]|\\.)*",' + num * 10
                      + r"\s*(\d+)\}")
     models = {m.group(1): [int(x) for x in m.groups()[1:]] for m in row.finditer(text)}
     if sorted(models) != sorted(SCHEMA["properties"]["model"]["enum"]):
@@ -95,10 +102,17 @@ def points(body):
 def memory(get):
     """spec_memory_estimate's total for one point, in bytes."""
     (c0, h0, w0, classes0, params0, in_params, flat_c, flat_stride, flat_border, flat_out,
-     head_in, act0, act16) = MODELS[get("model")]
+     head_in, act0, act16, embd, layers, heads) = MODELS[get("model")]
     c, h, w, classes = REAL_DATA.get(get("dataset.name"), (c0, h0, w0, get("dataset.classes")))
     if get("dataset.name") not in REAL_DATA and len(get("dataset.shape")) == 3:
         c, h, w = get("dataset.shape")
+    if embd:  # a transformer: tokens, bytes or the model's vocabulary; the attention matrices
+        c, h, w = 1, 1, get("seq_len") or w0
+        classes = 256 if get("dataset.name") == "text" else classes0
+        p = params0 + embd * (classes - classes0)
+        act = act0 - w0 + (act16 - act0 - 255 * w0) / (255 * w0) * (w - w0) + w
+        act += layers * heads * w * w
+        return memory_bytes(get, p, act, c * h * w)
 
     def varying(hh, ww, cls):
         flat = flat_c
@@ -113,13 +127,42 @@ def memory(get):
     area, area0 = h * w, h0 * w0
     layers0, layers16 = act0 - c0 * area0, act16 - c0 * 256 * area0
     act = max(layers0 + (layers16 - layers0) / (255 * area0) * (area - area0), 0) + c * area
+    return memory_bytes(get, p, act, c * h * w)
+
+
+def memory_bytes(get, p, act, sample):
+    """spec_memory_estimate's sum for p parameters, act activation floats and sample input
+    floats per sample."""
     strategy, world, batch = get("strategy"), get("world_size"), get("batch_size")
     zero = strategy.startswith("zero")
     opt = 8 if get("optimizer.type") != "sgd" else (4 if get("optimizer.momentum") > 0 else 0)
     comm = (4 if strategy == "horovod" or zero else 0) + (2 if get("compression") != "none"
                                                           else 0)
     return (8 * p + opt * p / (world if zero and world > 1 else 1) + comm * p
-            + 8 * batch * act + (get("prefetch") + 1) * batch * 4 * c * h * w)
+            + 8 * batch * act + (get("prefetch") + 1) * batch * 4 * sample)
+
+
+def family_broken(get):
+    """Rule (6): the data and engine a model family trains on."""
+    embd, positions = MODELS[get("model")][-3], MODELS[get("model")][3]
+    data, seq = get("dataset.name"), get("seq_len")
+    if (embd == 0 and data == "text") or (embd and data not in ("synthetic", "text")):
+        return True
+    if data == "text" and not get("dataset.path"):
+        return True
+    if embd == 0:
+        return seq != 0
+    return seq > positions or get("device") != "cpu" or get("engine") != "ddpbench"
+
+
+def pipeline_broken(get):
+    """Rule (7): a pipeline's stages, micro-batches and where it runs."""
+    p, m = get("pipeline"), get("micro_batches")
+    if p <= 1:
+        return m > 1
+    return (get("batch_size") % m != 0 or get("world_size") % p != 0 or get("accumulate") != 1
+            or get("device") != "cpu" or get("engine") != "ddpbench"
+            or (MODELS[get("model")][-3] > 0 and get("strategy").startswith("zero")))
 
 
 def broken_rule(body):
@@ -142,6 +185,10 @@ def broken_rule(body):
         world, nodes, rpn = get("world_size"), get("nodes"), get("ranks_per_node")
         if nodes > world or rpn > world or (nodes and rpn and nodes * rpn != world):
             return 5
+        if body["workload"] == "train" and family_broken(get):
+            return 6
+        if body["workload"] == "train" and pipeline_broken(get):
+            return 7
     return None
 
 

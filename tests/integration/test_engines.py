@@ -124,10 +124,12 @@ def test_data_order_is_the_c_workers():
 
 
 def model_table():
-    """{name: (c, h, w, classes, params)} from common/model_table.c."""
+    """{name: (c, h, w, classes, params)} from common/model_table.c, the CNNs: the gpt2
+    transformers are ddpbench's own (a spec refuses them for the framework engines)."""
     text = open(os.path.join(SOURCE, "common", "model_table.c")).read()
     return {m.group(1): tuple(int(m.group(i)) for i in range(2, 7)) for m in re.finditer(
-        r'\{"([\w-]+)", (\d+), (\d+), (\d+), (\d+), (\d+),', text)}
+        r'\{"([\w-]+)", (\d+), (\d+), (\d+), (\d+), (\d+),', text)
+        if not m.group(1).startswith("gpt2")}
 
 
 def test_models_have_the_c_zoos_parameter_counts():
