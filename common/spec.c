@@ -327,6 +327,13 @@ static const struct spec_field spec_fields[] = {
              "as possible (\"params\": the same cut every run) or takes as little time "
              "(\"time\": rank 0 times each layer's forward and backward on a micro-batch "
              "first)."},
+    {.name = "pipeline_split", .type = SPEC_T_STRING, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_PRINTABLE, .min = 0, .max = 1023, .def = "\"\"",
+     SPEC_AT(train.pipeline_split),
+     .desc = "Pipeline runs: where stages 1 .. pipeline-1 start, as the names of those "
+             "layers separated by commas (\"transformer.h.6.ln_1\"), instead of "
+             "pipeline_balance; a name that is no place to cut fails the run listing the "
+             "places. \"\": balanced."},
     {.name = "compression", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .choices = spec_compressions, .def = "\"none\"",
      SPEC_AT(train.compression),
@@ -1544,13 +1551,23 @@ static bool spec_pipeline_broken(const json_t *spec, enum spec_workload wl, cons
     const char *strategy = json_string_value(spec_field_value(spec, "strategy"));
     const struct model_info *mi = model_table_find(
         json_string_value(spec_field_value(spec, "model")));
+    const char *split = json_string_value(spec_field_value(spec, "pipeline_split"));
+    int64_t names = split && *split ? 1 : 0;
+    for (const char *c = split; c && *c; c++)
+        names += *c == ',';
     *field = "micro_batches";
     if (p <= 1 && m > 1)
         snprintf(why, n,
                  "micro_batches is for pipeline runs (pipeline > 1); accumulate "
                  "splits a data-parallel step");
+    else if (p <= 1 && names > 0)
+        *field = "pipeline_split", snprintf(why, n, "pipeline_split is for pipeline runs");
     else if (p <= 1)
         return false;
+    else if (names > 0 && names != p - 1)
+        *field = "pipeline_split",
+        snprintf(why, n, "%lld stages start at %lld layers after the first; %lld named",
+                 (long long)p, (long long)p - 1, (long long)names);
     else if (batch % m != 0)
         snprintf(why, n, "%lld micro-batches do not divide batch_size %lld", (long long)m,
                  (long long)batch);
@@ -2314,8 +2331,9 @@ static const char spec_schema_description_format[] =
     "synthetic or text, on device cpu with engine ddpbench, with seq_len at most its "
     "positions; any other model trains on images (not text) with seq_len 0; dataset text "
     "names its file in dataset.path; (7) pipelines, at every point: micro_batches above 1 "
-    "only with pipeline above 1; then pipeline divides world_size, micro_batches divides "
-    "batch_size, accumulate is 1, device cpu and engine ddpbench, and a gpt2 model's "
+    "and a non-empty pipeline_split only with pipeline above 1; then pipeline divides "
+    "world_size, micro_batches divides batch_size, pipeline_split names pipeline - 1 layers "
+    "(when given), accumulate is 1, device cpu and engine ddpbench, and a gpt2 model's "
     "strategy is not zero1 or zero2. A run must also fit this node or the cluster's nodes "
     "(CPU slots, GPUs, and for device cpu its memory), else 409.";
 

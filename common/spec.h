@@ -99,11 +99,12 @@ struct spec_train {
     int bucket_mb, fusion_mb; /* bucket_mb: also the collective workload's buckets_of */
     double cycle_ms;
     int prefetch;
-    int seq_len;              /* gpt2 models: tokens per sample; 0 = the model's positions */
-    int pipeline;             /* stages; 1 = data parallelism only */
-    int micro_batches;        /* per step of a pipeline run; divides batch_size */
-    char schedule[8];         /* "1f1b", "gpipe" */
-    char pipeline_balance[8]; /* "params", "time" */
+    int seq_len;               /* gpt2 models: tokens per sample; 0 = the model's positions */
+    int pipeline;              /* stages; 1 = data parallelism only */
+    int micro_batches;         /* per step of a pipeline run; divides batch_size */
+    char schedule[8];          /* "1f1b", "gpipe" */
+    char pipeline_balance[8];  /* "params", "time" */
+    char pipeline_split[1024]; /* the layers stages 1.. start at, comma-separated; "" */
     bool broadcast_init, eval;
     bool cudnn_benchmark; /* device cuda: convolution algorithms measured once per shape */
     struct spec_dataset dataset;

@@ -116,6 +116,52 @@ static int pipe_costs(struct pipeline *p, struct nn_model *whole, double **cost,
     return rc;
 }
 
+/* The places whole can be cut, by name, into buf (for an error that lists them). */
+static void pipe_list_starts(const struct nn_model *whole, char *buf, size_t cap)
+{
+    int starts[512], k = nn_model_stage_starts(whole, starts, 512);
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < k && i < 512 && used + 1 < cap; i++) {
+        int w = snprintf(buf + used, cap - used, "%s%s", i ? ", " : "",
+                         nn_model_node_name(whole, starts[i]));
+        used += w > 0 ? (size_t)w : 0;
+    }
+}
+
+/* first[1..P-1] from the spec's names of the layers the stages start at. */
+static int pipe_named_split(const struct pipeline *p, const struct nn_model *whole, int *first,
+                            struct err *e)
+{
+    int P = p->cfg.stages, starts[512], k = nn_model_stage_starts(whole, starts, 512), s = 1;
+    const char *c = p->cfg.split;
+    char places[1024];
+    first[0] = 0;
+    first[P] = nn_model_node_count(whole);
+    while (*c && s < P) {
+        size_t len = strcspn(c, ",");
+        int at = -1;
+        for (int i = 0; i < k && i < 512 && at < 0; i++) {
+            const char *name = nn_model_node_name(whole, starts[i]);
+            if (strlen(name) == len && strncmp(name, c, len) == 0)
+                at = starts[i];
+        }
+        if (at < 0 || at <= first[s - 1]) {
+            pipe_list_starts(whole, places, sizeof places);
+            return err_set(e, ERR_INVALID, "pipeline_split",
+                           "\"%.*s\" is %s; stages can start at: %s", (int)len, c,
+                           at < 0 ? "no place to cut the model" : "not after the stage before",
+                           places);
+        }
+        first[s++] = at;
+        c += len + (c[len] == ',');
+    }
+    if (s != P || *c)
+        return err_set(e, ERR_INVALID, "pipeline_split", "%d stages need %d layer names", P,
+                       P - 1);
+    return 0;
+}
+
 int pipe_init(struct pipeline *p, const struct pipe_config *cfg, struct nn_model *whole,
               struct comm *world, struct err *e)
 {
@@ -137,8 +183,9 @@ int pipe_init(struct pipeline *p, const struct pipe_config *cfg, struct nn_model
     double *cost = NULL;
     if (P > 64)
         return err_set(e, ERR_INVALID, "pipeline", "at most 64 stages");
-    int rc = pipe_costs(p, whole, &cost, e);
-    if (rc == 0)
+    bool named = cfg->split && *cfg->split;
+    int rc = named ? pipe_named_split(p, whole, first, e) : pipe_costs(p, whole, &cost, e);
+    if (rc == 0 && !named)
         rc = nn_model_stage_split(whole, P, cost, first, e);
     free(cost);
     if (rc < 0)

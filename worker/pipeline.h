@@ -55,6 +55,8 @@ struct pipe_config {
     enum pipe_schedule schedule;
     int batch;         /* samples per step of a replica; micro_batches divides it */
     bool balance_time; /* stages balanced by measured layer time, not parameters */
+    const char *split; /* the layers stages 1.. start at, comma-separated; NULL or "":
+                          balanced. Borrowed for pipe_init. */
 };
 
 /* One step on this rank: compute, and the point-to-point traffic with the neighbours. */

@@ -116,7 +116,8 @@ static int train_build_stage(struct trainer *tr, struct err *e)
                              .schedule = strcmp(t->schedule, "gpipe") == 0 ? PIPE_GPIPE
                                                                            : PIPE_1F1B,
                              .batch = t->batch_size,
-                             .balance_time = strcmp(t->pipeline_balance, "time") == 0};
+                             .balance_time = strcmp(t->pipeline_balance, "time") == 0,
+                             .split = t->pipeline_split};
     if (pipe_init(&tr->pipe, &pc, &tr->m, tr->comm, e) < 0) {
         pipe_cleanup(&tr->pipe);
         return -1;

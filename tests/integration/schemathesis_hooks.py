@@ -20,8 +20,9 @@ generator cannot take all its rule clauses together):
   (6) a model family's data and engine (gpt2 on tokens, synthetic or text, device cpu,
       engine ddpbench, seq_len within its positions; the others on images, seq_len 0; text
       names its file), at every point;
-  (7) pipelines (micro_batches only with a pipeline, which divides world_size; micro-batches
-      divide the batch; accumulate 1; device cpu, engine ddpbench; no ZeRO on gpt2).
+  (7) pipelines (micro_batches and pipeline_split only with a pipeline, which divides
+      world_size; micro-batches divide the batch; pipeline - 1 named cuts; accumulate 1;
+      device cpu, engine ddpbench; no ZeRO on gpt2).
 Decision: defaults and the model table are read from the source tree (the generated schema,
 the C table), not copied, so this file follows a change there; a restated limit that no
 longer matches the schema's description fails loudly at load."""
@@ -156,11 +157,13 @@ def family_broken(get):
 
 
 def pipeline_broken(get):
-    """Rule (7): a pipeline's stages, micro-batches and where it runs."""
-    p, m = get("pipeline"), get("micro_batches")
+    """Rule (7): a pipeline's stages, micro-batches, named cuts and where it runs."""
+    p, m, split = get("pipeline"), get("micro_batches"), get("pipeline_split")
+    names = split.count(",") + 1 if split else 0
     if p <= 1:
-        return m > 1
+        return m > 1 or names > 0
     return (get("batch_size") % m != 0 or get("world_size") % p != 0 or get("accumulate") != 1
+            or (names and names != p - 1)
             or get("device") != "cpu" or get("engine") != "ddpbench"
             or (MODELS[get("model")][-3] > 0 and get("strategy").startswith("zero")))
 

@@ -36,7 +36,7 @@ def test_three_distribution_models():
     try:
         runs = {}
         for label, extra in (("data", {}),
-                             ("model", {"pipeline": 2}),
+                             ("model", {"pipeline": 2, "pipeline_split": "transformer.h.1.ln_1"}),
                              ("1f1b", {"pipeline": 2, "micro_batches": 4}),
                              ("gpipe", {"pipeline": 2, "micro_batches": 4, "schedule": "gpipe"})):
             exp = d.run_experiment(dict(BASE, **extra), timeout=180)
@@ -137,6 +137,12 @@ def test_bad_pipeline_specs():
         check(exp["status"] == "failed", exp["status"])
         errors = " ".join(r["error"] or "" for r in exp["runs"])
         check("places to cut" in errors, errors)
+        # a named cut that is none: the run fails listing where stages can start
+        exp = d.run_experiment(dict(BASE, pipeline=2, pipeline_split="transformer.h.0.attn"),
+                               timeout=120)
+        errors = " ".join(r["error"] or "" for r in exp["runs"])
+        check(exp["status"] == "failed" and "stages can start at: transformer.h.0.ln_1" in errors,
+              errors)
     finally:
         d.close()
 

@@ -41,6 +41,7 @@ struct pp_case {
     enum pipe_schedule schedule;
     enum ddp_strategy strategy;
     bool balance_time; /* stages cut by rank 0's layer times */
+    const char *split; /* the layers stages 1.. start at; NULL: balanced */
 };
 
 /* The tokens and targets of step s, sample i (the same for every rank and the
@@ -88,7 +89,8 @@ static int pp_train(const struct pp_case *k, struct comm *world, struct comm *dp
                              .micro_batches = k->micro,
                              .schedule = k->schedule,
                              .batch = B,
-                             .balance_time = k->balance_time};
+                             .balance_time = k->balance_time,
+                             .split = k->split};
     struct ddp_config dc = {
         .strategy = k->strategy, .bucket_bytes = 64 << 10, .fusion_bytes = 64 << 10};
     struct nn_optim_cfg oc = pp_optim();
@@ -339,24 +341,27 @@ static void pp_check(struct pp_case k)
 
 static void test_pipeline_gpipe(void)
 {
-    pp_check((struct pp_case){2, 1, 4, PIPE_GPIPE, DDP_DDP, false});
-    pp_check((struct pp_case){3, 2, 2, PIPE_GPIPE, DDP_HOROVOD, false});
+    pp_check((struct pp_case){2, 1, 4, PIPE_GPIPE, DDP_DDP, false, NULL});
+    pp_check((struct pp_case){3, 2, 2, PIPE_GPIPE, DDP_HOROVOD, false, NULL});
 }
 
 static void test_pipeline_1f1b(void)
 {
-    pp_check((struct pp_case){3, 1, 4, PIPE_1F1B, DDP_DDP, false});
-    pp_check((struct pp_case){2, 2, 4, PIPE_1F1B, DDP_DDP, false});
-    pp_check((struct pp_case){2, 3, 2, PIPE_1F1B, DDP_NAIVE, false});
+    pp_check((struct pp_case){3, 1, 4, PIPE_1F1B, DDP_DDP, false, NULL});
+    pp_check((struct pp_case){2, 2, 4, PIPE_1F1B, DDP_DDP, false, NULL});
+    pp_check((struct pp_case){2, 3, 2, PIPE_1F1B, DDP_NAIVE, false, NULL});
     /* cut by measured time: rank 0's times decide for every rank */
-    pp_check((struct pp_case){3, 2, 2, PIPE_1F1B, DDP_DDP, true});
+    pp_check((struct pp_case){3, 2, 2, PIPE_1F1B, DDP_DDP, true, NULL});
+    /* cut where the spec says: the first block's MLP half, the second block */
+    pp_check((struct pp_case){3, 1, 2, PIPE_GPIPE, DDP_DDP, false,
+                              "transformer.h.0.ln_2,transformer.h.1.ln_1"});
 }
 
 /* micro_batches 1: plain model parallelism, each stage idle while the other computes. */
 static void test_pipeline_model_parallel(void)
 {
-    pp_check((struct pp_case){2, 1, 1, PIPE_1F1B, DDP_DDP, false});
-    pp_check((struct pp_case){3, 1, 1, PIPE_GPIPE, DDP_DDP, false});
+    pp_check((struct pp_case){2, 1, 1, PIPE_1F1B, DDP_DDP, false, NULL});
+    pp_check((struct pp_case){3, 1, 1, PIPE_GPIPE, DDP_DDP, false, NULL});
 }
 
 /* pipe_init refuses what cannot be cut or split, naming the field. */
@@ -377,6 +382,21 @@ static void test_pipeline_refusals(void)
     T_EQ_STR(e.field, "pipeline");
     T_CHECK(strstr(e.msg, "places to cut") != NULL);
     pipe_cleanup(&p);
+    /* named cuts: each a place to cut, in order, one per stage after the first */
+    static const char *const bad[] = {"transformer.h.0.attn,transformer.h.1.ln_1",
+                                      "transformer.h.1.ln_1,transformer.h.0.ln_2",
+                                      "transformer.h.0.ln_2",
+                                      "transformer.h.0.ln_2,transformer.h.1.ln_1,ln_f"};
+    fake.world_size = 3;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        pc = (struct pipe_config){.stages = 3, .micro_batches = 1, .batch = 4, .split = bad[i]};
+        T_CHECK(pipe_init(&p, &pc, &whole, &fake, &e) != 0);
+        T_EQ_STR(e.field, "pipeline_split");
+        if (i == 0)
+            T_CHECK_MSG(strstr(e.msg, "stages can start at: transformer.h.0.ln_1") != NULL,
+                        "%s", e.msg);
+        pipe_cleanup(&p);
+    }
     nn_model_destroy(&whole);
 }
 

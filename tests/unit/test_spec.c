@@ -802,6 +802,8 @@ static void test_spec_pipeline_rules(void)
         {PP ", \"schedule\": \"interleaved\"}", "schedule", "\"gpipe\""},
         {G ", \"world_size\": 4, \"pipeline\": 65}", "pipeline", "from 1 to 64"},
         {PP ", \"sweep\": {\"micro_batches\": [2, 5]}}", "sweep", "do not divide"},
+        {PP ", \"pipeline_split\": \"a,b\"}", "pipeline_split", "1 layers after the first; 2"},
+        {G ", \"pipeline_split\": \"a\"}", "pipeline_split", "for pipeline runs"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
