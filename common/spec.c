@@ -398,6 +398,10 @@ static const struct spec_field spec_fields[] = {
     {.name = "dataset.augment", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.dataset.augment),
      .desc = "cifar10: random crop (padding 4) and horizontal flip on the training split."},
+    {.name = "dataset.workers", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 16, .def = "1", SPEC_AT(train.dataset.workers),
+     .desc = "Decode/augment threads per rank filling batches ahead (needs prefetch >= 1); "
+             "the batches are the same whatever the count."},
     {.name = "optimizer.type", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .choices = spec_optimizers, .def = "\"sgd\"",
      SPEC_AT(train.optimizer.type),
@@ -1436,6 +1440,7 @@ int spec_memory_estimate(const json_t *resolved, struct spec_memory *out)
     double batch = (double)json_integer_value(spec_field_value(resolved, "batch_size"));
     double world = (double)json_integer_value(spec_field_value(resolved, "world_size"));
     double prefetch = (double)json_integer_value(spec_field_value(resolved, "prefetch"));
+    double workers = (double)json_integer_value(spec_field_value(resolved, "dataset.workers"));
     const char *strategy = json_string_value(spec_field_value(resolved, "strategy"));
     double p = model_table_params(mi, dims[0], dims[1], dims[2], classes);
     bool zero = strategy && strncmp(strategy, "zero", 4) == 0;
@@ -1444,7 +1449,10 @@ int spec_memory_estimate(const json_t *resolved, struct spec_memory *out)
     out->optimizer = spec_optimizer_bytes(resolved) * p / (zero && world > 1 ? world : 1);
     out->comm = spec_comm_bytes(resolved) * p;
     out->activations = 2 * 4 * batch * model_table_activations(mi, dims[0], dims[1], dims[2]);
-    out->data = (prefetch + 1) * batch * 4 * (double)dims[0] * dims[1] * dims[2];
+    /* the loader's ring: max(prefetch, workers) + 1 batches, 1 without a thread
+     * (prefetch 0; worker/data/loader.c) */
+    double ahead = prefetch > 0 && workers > prefetch ? workers : prefetch;
+    out->data = (ahead + 1) * batch * 4 * (double)dims[0] * dims[1] * dims[2];
     out->total = out->params + out->grads + out->optimizer + out->comm + out->activations +
                  out->data;
     return 0;
@@ -1598,6 +1606,26 @@ static bool spec_pipeline_broken(const json_t *spec, enum spec_workload wl, cons
     return true;
 }
 
+/* The loader's workers fill batches ahead of the step, so they need a ring to fill
+ * (worker/data/loader.h): more than one with prefetch 0 is refused. True with field and
+ * reason. */
+static bool spec_loader_broken(const json_t *spec, enum spec_workload wl, const char **field,
+                               char *why, size_t n)
+{
+    if (wl != SPEC_WORKLOAD_TRAIN)
+        return false;
+    int64_t workers = json_integer_value(spec_field_value(spec, "dataset.workers"));
+    int64_t prefetch = json_integer_value(spec_field_value(spec, "prefetch"));
+    if (workers <= 1 || prefetch >= 1)
+        return false;
+    *field = "dataset.workers";
+    snprintf(why, n,
+             "%lld loader workers fill batches ahead and need prefetch >= 1; prefetch 0 "
+             "loads each batch inside the step",
+             (long long)workers);
+    return true;
+}
+
 /* --- sweeps -------------------------------------------------------------------------- */
 
 /* Called for each point: params and resolved are borrowed for the call. */
@@ -1698,6 +1726,7 @@ static int spec_point_check(void *arg, size_t index, const json_t *params,
     if (!spec_rule_broken(resolved, a->wl, NULL, why, sizeof why) &&
         !spec_model_broken(resolved, a->wl, &field, why, sizeof why) &&
         !spec_pipeline_broken(resolved, a->wl, &field, why, sizeof why) &&
+        !spec_loader_broken(resolved, a->wl, &field, why, sizeof why) &&
         !spec_memory_broken(resolved, a->wl, &field, why, sizeof why))
         return 0;
     spec_value_text(params, p, sizeof p);
@@ -1714,7 +1743,8 @@ static int spec_check_rules(const json_t *norm, enum spec_workload wl, struct er
     if (r)
         return err_set(e, ERR_INVALID, r->b, "%s: %s", r->b, why);
     if (!sweep && (spec_model_broken(norm, wl, &field, why, sizeof why) ||
-                   spec_pipeline_broken(norm, wl, &field, why, sizeof why)))
+                   spec_pipeline_broken(norm, wl, &field, why, sizeof why) ||
+                   spec_loader_broken(norm, wl, &field, why, sizeof why)))
         return err_set(e, ERR_INVALID, field, "%s: %s", field, why);
     if (!sweep) /* with a sweep, each point's estimate is checked below instead */
         return spec_memory_broken(norm, wl, &field, why, sizeof why)
@@ -2334,7 +2364,8 @@ static const char spec_schema_description_format[] =
     "and a non-empty pipeline_split only with pipeline above 1; then pipeline divides "
     "world_size, micro_batches divides batch_size, pipeline_split names pipeline - 1 layers "
     "(when given), accumulate is 1, device cpu and engine ddpbench, and a gpt2 model's "
-    "strategy is not zero1 or zero2. A run must also fit this node or the cluster's nodes "
+    "strategy is not zero1 or zero2; (8) loader workers, at every point: dataset.workers "
+    "above 1 only with prefetch at least 1. A run must also fit this node or the cluster's nodes "
     "(CPU slots, GPUs, and for device cpu its memory), else 409.";
 
 json_t *spec_schema_json(void)

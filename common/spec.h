@@ -67,6 +67,7 @@ struct spec_dataset {
                            DATA_SYNTHETIC_SAMPLES) */
     bool fresh;              /* synthetic: new values per step */
     bool augment;            /* cifar10: crop + flip */
+    int workers;             /* loader threads filling batches; > 1 needs prefetch >= 1 */
 };
 
 struct spec_optimizer {
@@ -180,7 +181,7 @@ struct spec_memory {
  * two; zero1 / zero2 shard it over world_size), communication buffers (horovod's fusion
  * buffer and zero's staging copy of the gradients; 2 bytes a parameter more with
  * compression), activations and their gradients (model_table_activations x batch_size x
- * 2 floats) and the loader's prefetch + 1 input batches. The input is dataset.shape, else
+ * 2 floats) and the loader's max(prefetch, dataset.workers) + 1 input batches (1 with prefetch 0). The input is dataset.shape, else
  * the real dataset's own (mnist, fashion-mnist 1x28x28; cifar10 3x32x32), else the
  * model's usual one. An estimate, in fp32 (an upper bound for fp16 / bf16). Returns 0, or
  * -1 with out zeroed for a spec that is not "train". */

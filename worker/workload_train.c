@@ -175,6 +175,7 @@ static int train_make_loader(struct trainer *tr, struct err *e)
     lc.drop_last_batch = true; /* every step has the prepared batch size on every rank */
     lc.epochs = tr->t->epochs;
     lc.prefetch = tr->t->prefetch;
+    lc.workers = tr->t->dataset.workers;
     if (loader_create(tr->train, &lc, &tr->ld, e) < 0)
         return err_prefix(e, "training data");
     int64_t per_epoch = loader_batches_per_epoch(tr->ld) / tr->t->accumulate;
@@ -324,6 +325,7 @@ static int train_evaluate(struct trainer *tr, struct train_tally *out, struct er
     lc.remainder = LOADER_UNEVEN;
     lc.epochs = 1;
     lc.prefetch = tr->t->prefetch;
+    lc.workers = tr->t->dataset.workers;
     struct loader *ld = NULL;
     int B = tr->t->batch_size, rc = 0;
     memset(out, 0, sizeof *out);

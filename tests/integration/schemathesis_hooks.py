@@ -22,7 +22,9 @@ generator cannot take all its rule clauses together):
       names its file), at every point;
   (7) pipelines (micro_batches and pipeline_split only with a pipeline, which divides
       world_size; micro-batches divide the batch; pipeline - 1 named cuts; accumulate 1;
-      device cpu, engine ddpbench; no ZeRO on gpt2).
+      device cpu, engine ddpbench; no ZeRO on gpt2);
+  (8) loader workers (dataset.workers above 1 only with prefetch at least 1), at every
+      point.
 Decision: defaults and the model table are read from the source tree (the generated schema,
 the C table), not copied, so this file follows a change there; a restated limit that no
 longer matches the schema's description fails loudly at load."""
@@ -44,7 +46,8 @@ MAX_RANK_BYTES = 1 << 40
 if (f"at most {MAX_RUNS} runs" not in SCHEMA["description"]
         or "at most 1 TiB" not in SCHEMA["description"]
         or "(5) nodes and ranks_per_node each at most world_size" not in SCHEMA["description"]
-        or "(7) pipelines, at every point" not in SCHEMA["description"]):
+        or "(7) pipelines, at every point" not in SCHEMA["description"]
+        or "(8) loader workers, at every point" not in SCHEMA["description"]):
     raise ImportError("schemathesis_hooks.py: the limits differ from the schema's description")
 SIZE_FIELDS = ("min_bytes", "max_bytes", "step")
 UNITS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
@@ -140,7 +143,13 @@ def memory_bytes(get, p, act, sample):
     comm = (4 if strategy == "horovod" or zero else 0) + (2 if get("compression") != "none"
                                                           else 0)
     return (8 * p + opt * p / (world if zero and world > 1 else 1) + comm * p
-            + 8 * batch * act + (get("prefetch") + 1) * batch * 4 * sample)
+            + 8 * batch * act + (ring_ahead(get) + 1) * batch * 4 * sample)
+
+
+def ring_ahead(get):
+    """Batches the loader fills ahead: max(prefetch, dataset.workers), 0 with prefetch 0."""
+    prefetch = get("prefetch")
+    return max(prefetch, get("dataset.workers")) if prefetch > 0 else 0
 
 
 def family_broken(get):
@@ -192,7 +201,14 @@ def broken_rule(body):
             return 6
         if body["workload"] == "train" and pipeline_broken(get):
             return 7
+        if body["workload"] == "train" and loader_broken(get):
+            return 8
     return None
+
+
+def loader_broken(get):
+    """Rule (8): loader workers fill batches ahead, so more than one needs prefetch."""
+    return get("dataset.workers") > 1 and get("prefetch") < 1
 
 
 @schemathesis.hook("filter_case").apply_to(operation_id="createExperiment")

@@ -173,6 +173,38 @@ def test_same_seed_same_run():
         d.close()
 
 
+def test_loader_workers_same_batches():
+    """dataset.workers fills batches on several threads without changing them: a sweep of 1
+    and 3 workers over fresh synthetic data (an epoch of 3 batches, so 12 steps cross
+    reshuffled epoch ends) gives both runs the same per-step losses, the model on one thread
+    being deterministic; more than one worker without prefetch is refused at submit."""
+    d = Daemon(cpu_slots=1)
+    try:
+        spec = dict(SMALL, threads=1, prefetch=2, eval=False,
+                    dataset={"name": "synthetic", "fresh": True, "samples": 100},
+                    sweep={"dataset.workers": [1, 3]})
+        exp = d.run_experiment(spec, timeout=180)
+        check(exp["status"] == "succeeded", exp["runs"])
+        check(len(exp["runs"]) == 2, exp["runs"])
+        losses = []
+        for r in exp["runs"]:
+            check(r["status"] == "succeeded", r)
+            steps = d.get(f"/v1/runs/{r['id']}/steps?warmup=true")
+            at = {c: i for i, c in enumerate(steps["columns"])}
+            losses.append({(row[at["repeat"]], row[at["step"]], row[at["rank"]]): row[at["loss"]]
+                           for row in steps["rows"]})
+        check(len(losses[0]) == SMALL["steps"] and losses[0].keys() == losses[1].keys(),
+              (len(losses[0]), len(losses[1])))
+        check(all(isinstance(v, float) for v in losses[0].values()), losses[0])
+        check(all(losses[0][k] == losses[1][k] for k in losses[0]),
+              ("workers 1 and 3 trained on different batches", losses))
+        status, body, _ = d.request("POST", "/v1/experiments",
+                                    dict(SMALL, prefetch=0, dataset={"workers": 3}))
+        check(status == 400 and body["error"]["field"] == "dataset.workers", (status, body))
+    finally:
+        d.close()
+
+
 def test_step_times_against_the_daemons_clock():
     """The workers time steps on their own monotonic clocks; the daemon stamps the run's
     start and end on its wall clock, independently. Every step (warm-up included) of a
@@ -277,6 +309,7 @@ def test_rank_killed_mid_training():
 if __name__ == "__main__":
     sys.exit(run_cases([test_strategies_end_to_end, test_fashion_mnist_reaches_pytorch_accuracy,
                test_dataset_samples_on_real_data,
-               test_same_seed_same_run, test_step_times_against_the_daemons_clock,
+               test_same_seed_same_run, test_loader_workers_same_batches,
+               test_step_times_against_the_daemons_clock,
                test_accumulation_and_compression_through_the_api,
                test_bad_training_inputs, test_rank_killed_mid_training]))

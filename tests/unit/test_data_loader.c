@@ -4,7 +4,8 @@
  * giving exactly the synchronous path's batches whatever the consumer's timing, fixed and
  * fresh synthetic data, token data (many labels per sample) carried whole through the
  * ring, the measured data wait, shutdown mid-epoch leaving no thread, and a reader error
- * surfacing as an error.
+ * surfacing as an error; and with several workers, the one-thread loader's batches exactly,
+ * the first failed batch's error, and shutdown while workers wait or fill.
  *
  * Timing assertions are bounds with wide margins (a slow fill sleeps, so waits have a hard
  * lower bound); nothing depends on how fast the machine is. */
@@ -14,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
 #include "tests/unit/test.h"
@@ -22,8 +24,9 @@
 
 struct probe {
     struct dataset ds;
-    int sleep_ms; /* per fill */
-    int fail_at;  /* the fill number that fails; -1 never */
+    int sleep_ms;      /* per fill */
+    int fail_at;       /* the fill number that fails; -1 never */
+    int64_t fail_step; /* fills of this step and later fail; -1 never */
     atomic_int fills;
 };
 
@@ -37,7 +40,7 @@ static int probe_fill(const struct dataset *ds, const int64_t *idx, int n,
         struct timespec ts = {p->sleep_ms / 1000, (long)(p->sleep_ms % 1000) * 1000000};
         nanosleep(&ts, NULL);
     }
-    if (call == p->fail_at)
+    if (call == p->fail_at || (p->fail_step >= 0 && draw->step >= p->fail_step))
         return err_set(e, ERR_IO, "dataset", "probe: disk gone at fill %d", call);
     size_t per = dataset_sample_floats(ds);
     for (int i = 0; i < n; i++) {
@@ -64,6 +67,7 @@ static void probe_init(struct probe *p, int64_t n, int sleep_ms, int fail_at)
                              .classes = 7};
     p->sleep_ms = sleep_ms;
     p->fail_at = fail_at;
+    p->fail_step = -1;
     atomic_init(&p->fills, 0);
 }
 
@@ -432,6 +436,197 @@ static void test_prefetch_matches_sync(void)
     T_CHECK(ok);
 }
 
+/* --- several workers ----------------------------------------------------------------- */
+
+/* Workers 2, 3 and 4 at prefetch depths 1 to 4, with a jittery consumer, give byte for
+ * byte the batches (x, y, index, step, epoch, batch in epoch, last flag) of the one-thread
+ * loader, over three epochs with short last batches, shuffled, for the probe, fresh
+ * synthetic images, fresh synthetic tokens and a probe whose fills sleep (so workers
+ * finish out of order). */
+static void test_workers_match_one_thread(void)
+{
+    struct err e;
+    struct probe p, slow;
+    probe_init(&p, 37, 0, -1);
+    probe_init(&slow, 37, 1, -1);
+    struct data_synthetic_config sc = {
+        .c = 3, .h = 5, .w = 4, .classes = 10, .samples = 37, .fresh = true};
+    struct data_synthetic_config tc = {
+        .c = 1, .h = 1, .w = 7, .classes = 300, .samples = 37, .fresh = true, .tokens = true};
+    struct dataset *syn, *tok;
+    T_OK(dataset_synthetic_create(&sc, &syn, &e));
+    if (dataset_synthetic_create(&tc, &tok, &e) < 0) {
+        dataset_destroy(syn);
+        T_CHECK_MSG(false, "%s", e.msg);
+    }
+    struct dataset *sets[] = {&p.ds, syn, tok, &slow.ds};
+    char why[128] = "";
+    bool ok = true;
+    for (int d = 0; ok && d < 4; d++) {
+        struct loader_config c = cfg_of(1, 3, 5, 3, 2, LOADER_PAD);
+        struct capture ref, got;
+        int64_t nb = 3 * 3; /* 13 samples per rank: 5, 5, 3 per epoch */
+        ok = capture_run(sets[d], &c, nb, 0, &ref) == 0 && ref.batches == nb;
+        for (int w = 2; ok && w <= 4; w++)
+            for (int depth = 1; ok && depth <= 4; depth++) {
+                c.workers = w;
+                c.prefetch = depth;
+                ok = capture_run(sets[d], &c, nb, 11u * (unsigned)w + (unsigned)depth, &got) ==
+                         0 &&
+                     capture_equal(&ref, &got, (size_t)nb * 5 * dataset_sample_floats(sets[d]),
+                                   (size_t)nb * 5, (size_t)dataset_label_len(sets[d]));
+                if (!ok)
+                    snprintf(why, sizeof why,
+                             "dataset %d, %d workers, prefetch %d: %lld batches", d, w, depth,
+                             (long long)got.batches);
+                capture_free(&got);
+            }
+        capture_free(&ref);
+    }
+    dataset_destroy(syn);
+    dataset_destroy(tok);
+    T_CHECK_MSG(ok, "%s", why);
+}
+
+/* A fill failing in some worker reaches loader_next after every batch before it, and the
+ * error is the first failed batch's even when later batches (other workers) fail first. */
+static void test_workers_error_surfaces(void)
+{
+    struct err e;
+    int before = thread_count();
+    for (int workers = 2; workers <= 4; workers++) {
+        for (int64_t fail_step = 0; fail_step <= 5; fail_step += 5) {
+            struct probe p;
+            probe_init(&p, 100, 0, -1);
+            p.fail_step = fail_step; /* this step and every later one fail */
+            struct loader_config c = cfg_of(0, 1, 4, 0, 2, LOADER_DROP);
+            c.workers = workers;
+            struct loader *l;
+            T_OK(loader_create(&p.ds, &c, &l, &e));
+            const struct data_batch *b;
+            for (int64_t s = 0; s < fail_step; s++) {
+                T_EQ_INT(loader_next(l, &b, &e), 1);
+                T_EQ_INT(b->step, s);
+            }
+            usleep(20 * 1000); /* let the later batches' workers fail too */
+            err_clear(&e);
+            int rc = loader_next(l, &b, &e);
+            struct err e2;
+            int rc2 = loader_next(l, &b, &e2);
+            loader_destroy(l);
+            T_EQ_INT(rc, -1);
+            T_CHECK(b == NULL);
+            T_EQ_INT(e.code, ERR_IO);
+            char want[64];
+            snprintf(want, sizeof want, "batch %lld (", (long long)fail_step);
+            T_CHECK_MSG(strstr(e.msg, "disk gone") && strstr(e.msg, want), "%s", e.msg);
+            T_EQ_INT(rc2, -1);
+            T_EQ_STR(e2.msg, e.msg);
+        }
+    }
+    T_CHECK(threads_back_to(before));
+}
+
+/* loader_destroy joins every worker promptly: while they wait on a full ring, while they
+ * are inside slow fills, and before any batch was asked for. */
+static void test_workers_shutdown(void)
+{
+    struct err e;
+    int before = thread_count();
+    T_CHECK(before >= 1);
+    struct probe slow, fast;
+    probe_init(&slow, 1000, 30, -1);
+    probe_init(&fast, 1000, 0, -1);
+    struct loader *l;
+    const struct data_batch *b;
+    struct loader_config c = cfg_of(0, 1, 8, 0, 1, LOADER_DROP);
+    c.workers = 4; /* 5 slots: the one held and one per worker */
+    T_OK(loader_create(&fast.ds, &c, &l, &e));
+    T_EQ_INT(loader_next(l, &b, &e), 1);
+    usleep(50 * 1000);
+    T_CHECK(thread_count() == before + 4);
+    int64_t t0 = clock_mono_ns();
+    loader_destroy(l);
+    T_CHECK(threads_back_to(before));
+    T_CHECK(atomic_load(&fast.fills) <= 5);
+    T_CHECK(clock_mono_ns() - t0 < 2000000000LL);
+    /* inside fills: each worker finishes at most its one fill of 30 ms */
+    T_OK(loader_create(&slow.ds, &c, &l, &e));
+    T_EQ_INT(loader_next(l, &b, &e), 1);
+    t0 = clock_mono_ns();
+    loader_destroy(l);
+    T_CHECK(threads_back_to(before));
+    T_CHECK(clock_mono_ns() - t0 < 2000000000LL);
+    T_OK(loader_create(&slow.ds, &c, &l, &e));
+    loader_destroy(l);
+    T_CHECK(threads_back_to(before));
+}
+
+/* Workers without a thread to hand (prefetch 0) or out of range are refused naming
+ * dataset.workers; 0 and 1 are the one prefetch thread. The fill time and its CPU time
+ * add up over the workers. */
+static void test_workers_config(void)
+{
+    struct err e;
+    struct probe p;
+    probe_init(&p, 100, 0, -1);
+    struct loader *l = NULL;
+    struct loader_config c = cfg_of(0, 1, 4, 1, 0, LOADER_DROP);
+    c.workers = 2;
+    T_CHECK(loader_create(&p.ds, &c, &l, &e) < 0 && l == NULL);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_EQ_STR(e.field, "dataset.workers");
+    c.prefetch = 1;
+    c.workers = LOADER_MAX_WORKERS + 1;
+    T_CHECK(loader_create(&p.ds, &c, &l, &e) < 0);
+    T_EQ_STR(e.field, "dataset.workers");
+    c.workers = -1;
+    T_CHECK(loader_create(&p.ds, &c, &l, &e) < 0);
+    T_EQ_STR(e.field, "dataset.workers");
+    int before = thread_count();
+    for (int w = 0; w <= 1; w++) {
+        c.workers = w;
+        T_OK(loader_create(&p.ds, &c, &l, &e));
+        T_CHECK(thread_count() == before + 1);
+        loader_destroy(l);
+        T_CHECK(threads_back_to(before));
+    }
+    c.prefetch = 0;
+    T_OK(loader_create(&p.ds, &c, &l, &e)); /* workers 1, prefetch 0: inline */
+    loader_destroy(l);
+    /* fill times summed over 3 workers: 9 fills of at least 20 ms each */
+    struct probe slow;
+    probe_init(&slow, 100, 20, -1);
+    c = cfg_of(0, 1, 4, 0, 3, LOADER_DROP);
+    c.workers = 3;
+    T_OK(loader_create(&slow.ds, &c, &l, &e));
+    const struct data_batch *b;
+    for (int s = 0; s < 9; s++)
+        T_EQ_INT(loader_next(l, &b, &e), 1);
+    struct loader_stats st;
+    loader_get_stats(l, &st);
+    loader_destroy(l);
+    T_CHECK_MSG(st.fill_ns >= 9 * 20 * 1000000LL, "fill %lld ns", (long long)st.fill_ns);
+    T_CHECK(st.fill_cpu_ns >= 0 && st.fill_cpu_ns < st.fill_ns);
+    /* CPU-bound fills show CPU time */
+    struct data_synthetic_config sc = {
+        .c = 3, .h = 32, .w = 32, .classes = 10, .samples = 256, .fresh = true};
+    struct dataset *syn;
+    T_OK(dataset_synthetic_create(&sc, &syn, &e));
+    c = cfg_of(0, 1, 64, 1, 2, LOADER_DROP);
+    c.workers = 2;
+    int rc = loader_create(syn, &c, &l, &e);
+    while (rc == 0 && loader_next(l, &b, &e) == 1)
+        ;
+    if (rc == 0) {
+        loader_get_stats(l, &st);
+        loader_destroy(l);
+    }
+    dataset_destroy(syn);
+    T_OK(rc);
+    T_CHECK_MSG(st.fill_cpu_ns > 0, "cpu %lld ns", (long long)st.fill_cpu_ns);
+}
+
 /* --- synthetic data ------------------------------------------------------------------ */
 
 /* A synthetic set of `samples` 3x8x8 samples and a loader over it (batch, epochs). */
@@ -757,5 +952,9 @@ int main(int argc, char **argv)
     TEST_RUN(test_data_wait_measured);
     TEST_RUN(test_shutdown_mid_epoch);
     TEST_RUN(test_reader_error_surfaces);
+    TEST_RUN(test_workers_match_one_thread);
+    TEST_RUN(test_workers_error_surfaces);
+    TEST_RUN(test_workers_shutdown);
+    TEST_RUN(test_workers_config);
     return test_end();
 }

@@ -827,6 +827,50 @@ static void test_spec_pipeline_rules(void)
 #undef G
 }
 
+/* dataset.workers: 1 by default, 1 to 16, sweepable, and more than one needs prefetch >= 1
+ * (rule (8)), at the top and at every point of a sweep; the struct and the memory estimate
+ * (a ring of max(prefetch, workers) + 1 batches) follow it. */
+static void test_spec_dataset_workers(void)
+{
+    static const struct bad_case cases[] = {
+        {TR ", \"dataset\": {\"workers\": 0}}", "dataset.workers", "from 1 to 16"},
+        {TR ", \"dataset\": {\"workers\": 17}}", "dataset.workers", "from 1 to 16"},
+        {TR ", \"prefetch\": 0, \"dataset\": {\"workers\": 2}}", "dataset.workers",
+         "need prefetch >= 1"},
+        {TR ", \"prefetch\": 0, \"sweep\": {\"dataset.workers\": [1, 3]}}", "sweep",
+         "need prefetch >= 1"},
+        {TR ", \"dataset\": {\"workers\": 4}, \"sweep\": {\"prefetch\": [2, 0]}}", "sweep",
+         "need prefetch >= 1"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
+                    "case %zu", i);
+    struct spec sp;
+    struct err e;
+    json_t *s = parse_ok(TR "}");
+    T_CHECK(s);
+    T_EQ_INT(get_int(json_object_get(s, "dataset"), "workers"), 1);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_INT(sp.train.dataset.workers, 1);
+    json_decref(s);
+    /* one worker inline is fine; several with a ring, swept */
+    s = parse_ok(TR ", \"prefetch\": 0, \"dataset\": {\"workers\": 1}}");
+    T_CHECK(s);
+    json_decref(s);
+    s = parse_ok(TR ", \"prefetch\": 1, \"sweep\": {\"dataset.workers\": [1, 3, 16]}}");
+    T_CHECK(s);
+    json_decref(s);
+    s = parse_ok(TR ", \"model\": \"resnet50\", \"batch_size\": 32, \"prefetch\": 2, "
+                    "\"dataset\": {\"workers\": 5}}");
+    T_CHECK(s);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_INT(sp.train.dataset.workers, 5);
+    struct spec_memory m;
+    T_OK(spec_memory_estimate(s, &m));
+    T_NEAR(m.data, 6.0 * 32 * 4 * 3 * 224 * 224, 0.5);
+    json_decref(s);
+}
+
 /* What runs where: each combination the workers cannot run is refused at submit, naming
  * the field the rule is about, at the top level and at every point of a sweep. */
 static void test_spec_device_compat(void)
@@ -1499,6 +1543,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_memory_estimate);
     TEST_RUN(test_spec_transformer_rules);
     TEST_RUN(test_spec_pipeline_rules);
+    TEST_RUN(test_spec_dataset_workers);
     TEST_RUN(test_spec_device_compat);
     TEST_RUN(test_spec_collective_sizes);
     TEST_RUN(test_spec_sizes_from_parsed_spec);

@@ -1,29 +1,53 @@
-/* loader: sharding, per-epoch reshuffling, batching and the prefetch thread over a dataset
+/* loader: sharding, per-epoch reshuffling, batching and the filling threads over a dataset
  * (rules in loader.h).
  *
  * Decision: batch number s always goes into ring slot s % nslots and is produced by one
- * function (loader_produce) whether the thread or loader_next calls it, so the prefetch and
- * synchronous paths cannot differ. The ring is a pair of counters under one mutex: the
- * thread may fill batch s once the caller has released batch s - nslots (a batch is
- * released when the caller asks for the next one), and the caller may take batch s once
- * it is produced. One thread fills; the caller is the only consumer. */
+ * function (loader_produce) whether a worker thread or loader_next calls it, so the
+ * prefetch, multi-worker and synchronous paths cannot differ. The ring is counters under
+ * one mutex: a worker may fill batch s once the caller has released batch s - nslots (a
+ * batch is released when the caller asks for the next one), and the caller may take batch
+ * s once its slot says it holds s. With N workers, worker w fills s = w, w + N, w + 2N, ...
+ * in that order; the caller is the only consumer and takes batches in order of s.
+ *
+ * Why it cannot deadlock, whatever nslots >= 1: the caller waits only for batch
+ * c = consumed, and then released = c, so c < released + nslots and c's slot is free. c's
+ * worker (c % N) fills its batches in order and every earlier one of them is < c, so
+ * already produced (the caller took it): that worker is filling c or has filled it, never
+ * waiting. Workers waiting for later batches hold no slot and no lock. The ring size is
+ * for throughput, not liveness: nslots = max(prefetch, N) + 1 lets the caller hold one
+ * batch while max(prefetch, N) >= N others are filled, so all N workers can be busy. */
 #include "worker/data/loader.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/clock.h"
 
 #define LOADER_MAX_BATCH (1 << 20)
 #define LOADER_MAX_WORLD (1 << 20)
+#define LOADER_MAX_SLOTS                                                                       \
+    ((LOADER_MAX_PREFETCH > LOADER_MAX_WORKERS ? LOADER_MAX_PREFETCH : LOADER_MAX_WORKERS) + 1)
 
 struct loader_slot {
     float *x;       /* owned, batch_size samples */
     int32_t *y;     /* owned, batch_size * dataset_label_len labels */
     int64_t *index; /* owned */
     struct data_batch b;
+    int64_t seq; /* the batch b holds once filled, -1 none yet (guarded by mu) */
+};
+
+/* One filling thread: its batches are s % nworkers == id. */
+struct loader_worker {
+    struct loader *l;
+    int id;
+    pthread_t thread;
+    bool started;
+    /* Used only by this worker (or loader_next without threads, worker 0). */
+    int64_t *perm; /* owned; NULL when shuffle is off */
+    int64_t perm_epoch;
 };
 
 struct loader {
@@ -34,18 +58,15 @@ struct loader {
     int nslots;
     bool threaded;
     int reuse_n; /* samples in the reused batch (ds->reuse_batch) */
-    struct loader_slot slots[LOADER_MAX_PREFETCH + 1];
-    /* Used only by the filling side (the thread, or loader_next without one). */
-    int64_t *perm; /* owned; NULL when shuffle is off */
-    int64_t perm_epoch;
-    pthread_t thread;
-    bool thread_started;
-    pthread_mutex_t mu; /* guards everything below */
+    struct loader_slot slots[LOADER_MAX_SLOTS];
+    int nworkers; /* 1 without threads */
+    struct loader_worker workers[LOADER_MAX_WORKERS];
+    pthread_mutex_t mu; /* guards everything below and the slots' seq */
     pthread_cond_t ready, freed;
-    int64_t produced; /* batches [0, produced) are filled */
     int64_t consumed; /* batches [0, consumed) were handed out */
     int64_t released; /* batches [0, released) may be overwritten */
-    bool stop, failed;
+    bool stop;
+    int64_t fail_seq; /* the first batch whose fill failed; INT64_MAX none */
     struct err fail_err;
     struct loader_stats stats;
 };
@@ -59,7 +80,8 @@ void loader_config_default(struct loader_config *cfg)
                                   .shuffle = true,
                                   .remainder = LOADER_DROP,
                                   .epochs = 0,
-                                  .prefetch = 2};
+                                  .prefetch = 2,
+                                  .workers = 1};
 }
 
 int64_t loader_shard_len(int64_t n, int world_size, int rank, enum loader_remainder rem)
@@ -87,34 +109,48 @@ static void loader_plan(const struct loader *l, int64_t seq, int64_t *epoch, int
     *n = left < l->cfg.batch_size ? (int)left : l->cfg.batch_size;
 }
 
-/* The dataset indices of this rank's batch: strided positions of the epoch's order. */
-static void loader_indices(struct loader *l, int64_t epoch, int64_t bie, int n, int64_t *index)
+/* The dataset indices of this rank's batch: strided positions of the epoch's order (w's
+ * copy of it: each worker keeps its own, so none waits for another's epoch). */
+static void loader_indices(struct loader *l, struct loader_worker *w, int64_t epoch,
+                           int64_t bie, int n, int64_t *index)
 {
     const struct loader_config *c = &l->cfg;
     int64_t nsamples = l->ds->n;
-    if (l->perm && l->perm_epoch != epoch) {
-        data_permutation(c->seed, epoch, nsamples, l->perm);
-        l->perm_epoch = epoch;
+    if (w->perm && w->perm_epoch != epoch) {
+        data_permutation(c->seed, epoch, nsamples, w->perm);
+        w->perm_epoch = epoch;
     }
     for (int k = 0; k < n; k++) {
         int64_t pos = c->rank + (bie * c->batch_size + k) * (int64_t)c->world_size;
         if (c->remainder == LOADER_PAD)
             pos %= nsamples;
-        index[k] = l->perm ? l->perm[pos] : pos;
+        index[k] = w->perm ? w->perm[pos] : pos;
     }
 }
 
-/* Fills batch seq into its slot. *fill_ns gets the time it took. */
-static int loader_produce(struct loader *l, int64_t seq, int64_t *fill_ns, struct err *e)
+/* CPU time of the calling thread. */
+static int64_t loader_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+        return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Fills batch seq into its slot (not its seq: the caller marks it, under mu). *fill_ns
+ * and *cpu_ns get the time and CPU time it took. */
+static int loader_produce(struct loader *l, struct loader_worker *w, int64_t seq,
+                          int64_t *fill_ns, int64_t *cpu_ns, struct err *e)
 {
     struct loader_slot *s = &l->slots[seq % l->nslots];
     int64_t epoch, bie;
     int n;
     loader_plan(l, seq, &epoch, &bie, &n);
-    loader_indices(l, epoch, bie, n, s->index);
+    int64_t t0 = clock_mono_ns(), c0 = loader_cpu_ns();
+    loader_indices(l, w, epoch, bie, n, s->index);
     struct data_draw draw = {.seed = l->cfg.seed, .epoch = epoch, .step = seq};
-    int64_t t0 = clock_mono_ns();
     int rc = dataset_fill(l->ds, s->index, n, &draw, s->x, s->y, e);
+    *cpu_ns = loader_cpu_ns() - c0;
     *fill_ns = clock_mono_ns() - t0;
     if (rc < 0)
         err_prefix(e, "data loader, batch %lld (epoch %lld)", (long long)seq, (long long)epoch);
@@ -129,30 +165,38 @@ static int loader_produce(struct loader *l, int64_t seq, int64_t *fill_ns, struc
     return rc;
 }
 
-static void *loader_thread_main(void *arg)
+/* A worker: its batches in order, each once its slot is released; it stops at the end, on
+ * stop, or past the first failed batch (later batches are never delivered). A failure
+ * keeps the smallest failed batch's error, so the caller's error does not depend on which
+ * worker got there first. */
+static void *loader_worker_main(void *arg)
 {
-    struct loader *l = arg;
+    struct loader_worker *w = arg;
+    struct loader *l = w->l;
     pthread_mutex_lock(&l->mu);
-    for (int64_t s = 0; !l->stop && (l->total < 0 || s < l->total); s++) {
-        while (!l->stop && s >= l->released + l->nslots)
+    for (int64_t s = w->id; l->total < 0 || s < l->total; s += l->nworkers) {
+        while (!l->stop && s < l->fail_seq && s >= l->released + l->nslots)
             pthread_cond_wait(&l->freed, &l->mu);
-        if (l->stop)
+        if (l->stop || s >= l->fail_seq)
             break;
         pthread_mutex_unlock(&l->mu);
         struct err e;
         err_clear(&e);
-        int64_t ns = 0;
-        int rc = loader_produce(l, s, &ns, &e);
+        int64_t ns = 0, cpu = 0;
+        int rc = loader_produce(l, w, s, &ns, &cpu, &e);
         pthread_mutex_lock(&l->mu);
         l->stats.fill_ns += ns;
+        l->stats.fill_cpu_ns += cpu;
         if (rc < 0) {
-            l->failed = true;
-            l->fail_err = e;
+            if (s < l->fail_seq) {
+                l->fail_seq = s;
+                l->fail_err = e;
+            }
             pthread_cond_signal(&l->ready);
             break;
         }
-        l->produced = s + 1;
-        pthread_cond_signal(&l->ready);
+        l->slots[s % l->nslots].seq = s;
+        pthread_cond_signal(&l->ready); /* the caller is the only one waiting on ready */
     }
     pthread_mutex_unlock(&l->mu);
     return NULL;
@@ -170,6 +214,14 @@ static int loader_check(const struct dataset *ds, const struct loader_config *c,
     if (c->prefetch < 0 || c->prefetch > LOADER_MAX_PREFETCH)
         return err_set(e, ERR_INVALID, "prefetch", "prefetch %d out of [0, %d]", c->prefetch,
                        LOADER_MAX_PREFETCH);
+    if (c->workers < 0 || c->workers > LOADER_MAX_WORKERS)
+        return err_set(e, ERR_INVALID, "dataset.workers", "%d workers out of [1, %d]",
+                       c->workers, LOADER_MAX_WORKERS);
+    if (c->workers > 1 && c->prefetch == 0)
+        return err_set(e, ERR_INVALID, "dataset.workers",
+                       "%d workers need prefetch >= 1 (prefetch 0 fills each batch inside the "
+                       "step, on the caller's thread)",
+                       c->workers);
     if (c->epochs < 0)
         return err_set(e, ERR_INVALID, "epochs", "%lld epochs", (long long)c->epochs);
     if (c->remainder != LOADER_DROP && c->remainder != LOADER_PAD &&
@@ -217,9 +269,10 @@ static int loader_alloc(struct loader *l, struct err *e)
                            "%zu x %zu floats",
                            l->ds->name, l->nslots, b, per);
     }
-    if (l->cfg.shuffle) {
-        l->perm = malloc((size_t)l->ds->n * sizeof *l->perm);
-        if (!l->perm)
+    for (int i = 0; l->cfg.shuffle && i < l->nworkers; i++) {
+        struct loader_worker *w = &l->workers[i];
+        w->perm = malloc((size_t)l->ds->n * sizeof *w->perm);
+        if (!w->perm)
             return err_set(e, ERR_NOMEM, "dataset",
                            "%s: out of memory for a permutation of "
                            "%lld",
@@ -228,18 +281,22 @@ static int loader_alloc(struct loader *l, struct err *e)
     return 0;
 }
 
-/* Starts the thread with every signal blocked, so signals reach the caller's threads. */
+/* Starts the workers with every signal blocked, so signals reach the caller's threads. */
 static int loader_start(struct loader *l, struct err *e)
 {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&l->thread, NULL, loader_thread_main, l);
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < l->nworkers; i++) {
+        struct loader_worker *w = &l->workers[i];
+        rc = pthread_create(&w->thread, NULL, loader_worker_main, w);
+        w->started = rc == 0;
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0)
-        return err_set(e, ERR_UNAVAILABLE, "", "data loader: cannot start its thread: %s",
+    if (rc != 0) /* the ones started are stopped and joined by loader_destroy */
+        return err_set(e, ERR_UNAVAILABLE, "", "data loader: cannot start its threads: %s",
                        strerror(rc));
-    l->thread_started = true;
     return 0;
 }
 
@@ -254,10 +311,18 @@ int loader_create(struct dataset *ds, const struct loader_config *cfg, struct lo
         return err_set(e, ERR_NOMEM, "", "data loader: out of memory");
     l->ds = ds;
     l->cfg = *cfg;
-    l->perm_epoch = -1;
+    l->fail_seq = INT64_MAX;
     /* A reused batch needs no thread: there is nothing to fill after the first. */
     l->threaded = cfg->prefetch > 0 && !ds->reuse_batch;
-    l->nslots = l->threaded ? cfg->prefetch + 1 : 1;
+    l->nworkers = l->threaded && cfg->workers > 1 ? cfg->workers : 1;
+    /* The caller holds one slot; the others let every worker fill one batch at a time and
+     * the ring run prefetch batches ahead (why any size is deadlock-free: the top). */
+    int ahead = cfg->prefetch > l->nworkers ? cfg->prefetch : l->nworkers;
+    l->nslots = l->threaded ? ahead + 1 : 1;
+    for (int i = 0; i < l->nslots; i++)
+        l->slots[i].seq = -1;
+    for (int i = 0; i < l->nworkers; i++)
+        l->workers[i] = (struct loader_worker){.l = l, .id = i, .perm_epoch = -1};
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->ready, NULL);
     pthread_cond_init(&l->freed, NULL);
@@ -274,19 +339,20 @@ void loader_destroy(struct loader *l)
 {
     if (!l)
         return;
-    if (l->thread_started) {
-        pthread_mutex_lock(&l->mu);
-        l->stop = true;
-        pthread_cond_signal(&l->freed);
-        pthread_mutex_unlock(&l->mu);
-        pthread_join(l->thread, NULL);
-    }
+    pthread_mutex_lock(&l->mu);
+    l->stop = true;
+    pthread_cond_broadcast(&l->freed);
+    pthread_mutex_unlock(&l->mu);
+    for (int i = 0; i < l->nworkers; i++)
+        if (l->workers[i].started)
+            pthread_join(l->workers[i].thread, NULL);
     for (int i = 0; i < l->nslots; i++) {
         free(l->slots[i].x);
         free(l->slots[i].y);
         free(l->slots[i].index);
     }
-    free(l->perm);
+    for (int i = 0; i < l->nworkers; i++)
+        free(l->workers[i].perm);
     pthread_cond_destroy(&l->ready);
     pthread_cond_destroy(&l->freed);
     pthread_mutex_destroy(&l->mu);
@@ -308,12 +374,13 @@ static int loader_next_inline(struct loader *l)
         s->b.last_in_epoch = s->b.batch_in_epoch == l->per_epoch - 1;
         return 0;
     }
-    int64_t ns = 0;
-    int rc = loader_produce(l, seq, &ns, &l->fail_err);
+    int64_t ns = 0, cpu = 0;
+    int rc = loader_produce(l, &l->workers[0], seq, &ns, &cpu, &l->fail_err);
     l->stats.fill_ns += ns;
+    l->stats.fill_cpu_ns += cpu;
     l->reuse_n = s->b.n;
     if (rc < 0)
-        l->failed = true;
+        l->fail_seq = seq;
     return rc;
 }
 
@@ -327,13 +394,14 @@ int loader_next(struct loader *l, const struct data_batch **out, struct err *e)
     if (l->total >= 0 && l->consumed >= l->total) {
         rc = 0;
     } else if (!l->threaded) {
-        rc = l->failed || loader_next_inline(l) < 0 ? -1 : 1;
+        rc = l->fail_seq <= l->consumed || loader_next_inline(l) < 0 ? -1 : 1;
     } else {
-        /* batches produced before a failure still go out first */
-        pthread_cond_signal(&l->freed);
-        while (l->produced <= l->consumed && !l->failed)
+        /* batches before the first failed one still go out first */
+        struct loader_slot *s = &l->slots[l->consumed % l->nslots];
+        pthread_cond_broadcast(&l->freed); /* workers wait for different batches */
+        while (s->seq != l->consumed && l->consumed < l->fail_seq)
             pthread_cond_wait(&l->ready, &l->mu);
-        rc = l->produced > l->consumed ? 1 : -1;
+        rc = s->seq == l->consumed ? 1 : -1;
     }
     if (rc == 1) {
         struct data_batch *b = &l->slots[l->consumed % l->nslots].b;

@@ -1,6 +1,6 @@
 /* loader: turns a dataset into this rank's stream of batches: sharded by rank, reshuffled
- * per epoch from a seed, filled ahead by a prefetch thread into a small ring of buffers
- * allocated once, with the time the caller blocked for each batch measured ("data wait",
+ * per epoch from a seed, filled ahead by one or more worker threads into a small ring of
+ * buffers allocated once, with the time the caller blocked for each batch measured ("data wait",
  * the data phase of a step).
  *
  * Sharding (DistributedSampler semantics): epoch e's global order is
@@ -24,10 +24,13 @@
  * function of (seed, epoch, rank, world size, remainder, batch size), and the dataset's
  * random choices are keyed by (seed, epoch, step, sample index) (dataset.h), so the same
  * config gives the same batches in the same order whatever the thread timing, with or
- * without the prefetch thread.
+ * without the prefetch thread and whatever the number of workers: with N workers, worker w
+ * fills the batches s with s % N == w, and the caller still takes them in order of s. A
+ * dataset error is deterministic too: the caller gets every batch before the first batch
+ * whose fill failed, then that batch's error.
  *
  * Ownership: the loader borrows the dataset (it must outlive the loader) and owns its ring
- * of batch buffers and its thread. A batch returned by loader_next stays valid, and is not
+ * of batch buffers and its threads. A batch returned by loader_next stays valid, and is not
  * written to, until the next loader_next or loader_destroy call; the caller reads it and
  * must not write to it (a reused synthetic batch is handed out again).
  * loader_next and loader_destroy are called from one thread (the trainer's). */
@@ -41,6 +44,7 @@
 #include "common/err.h"
 
 #define LOADER_MAX_PREFETCH 16
+#define LOADER_MAX_WORKERS 16
 
 enum loader_remainder { LOADER_DROP = 0, LOADER_PAD, LOADER_UNEVEN };
 
@@ -54,6 +58,10 @@ struct loader_config {
     int64_t epochs;       /* 0 = no end: loader_next never reports the end */
     int prefetch;         /* batches the thread fills ahead; 0 = no thread, each batch
                                 is filled inside loader_next (the synchronous path) */
+    int workers;          /* threads filling batches (decode, augment): 0 or 1 = one
+                             prefetch thread; N > 1 needs prefetch >= 1 (ERR_INVALID naming
+                             "dataset.workers" otherwise) and fills up to max(prefetch, N)
+                             batches ahead, N at a time */
 };
 
 struct data_batch {
@@ -70,37 +78,40 @@ struct data_batch {
 };
 
 struct loader_stats {
-    int64_t batches; /* delivered */
-    int64_t wait_ns; /* total data wait over those batches */
-    int64_t fill_ns; /* time spent filling (by the thread or inline) */
+    int64_t batches;     /* delivered */
+    int64_t wait_ns;     /* total data wait over those batches */
+    int64_t fill_ns;     /* time spent filling (by the threads or inline), summed over
+                            the workers: more than the elapsed time when they overlap */
+    int64_t fill_cpu_ns; /* CPU time of those fills (CLOCK_THREAD_CPUTIME_ID), summed */
 };
 
 struct loader;
 
 /* rank 0 of 1, batch 32, seed 1, shuffle on, LOADER_DROP, short batches kept, no end,
- * prefetch 2. */
+ * prefetch 2, 1 worker. */
 void loader_config_default(struct loader_config *cfg);
 
 /* Samples rank gets per epoch (see the sharding rules above). */
 int64_t loader_shard_len(int64_t n, int world_size, int rank, enum loader_remainder rem);
 
-/* Checks cfg against ds, allocates the ring and starts the thread (prefetch > 0). Fails
+/* Checks cfg against ds, allocates the ring and starts the threads (prefetch > 0). Fails
  * with ERR_INVALID for a config that would yield no batch at all or an endless loop of
  * empty epochs. Caller owns *out (loader_destroy). */
 int loader_create(struct dataset *ds, const struct loader_config *cfg, struct loader **out,
                   struct err *e);
-/* Stops the thread (waiting at most for the fill in progress) and frees the ring. Safe at
+/* Stops the threads (waiting at most for the fills in progress) and frees the ring. Safe at
  * any point, mid-epoch included; NULL is fine. */
 void loader_destroy(struct loader *l);
 
 /* Returns 1 with *out set to the next batch, 0 at the end (epochs reached; *out NULL), or
- * -1 with e set when filling failed (the dataset's error, propagated from the thread).
- * Batches filled before a failure are delivered first; after the end or an error every
- * call returns the same. The batch is owned by the loader (see above). */
+ * -1 with e set when filling failed (the dataset's error, propagated from whichever worker
+ * filled that batch). Every batch before the first failed one is delivered first; after the
+ * end or an error every call returns the same. The batch is owned by the loader (see
+ * above). */
 int loader_next(struct loader *l, const struct data_batch **out, struct err *e);
 
 int64_t loader_batches_per_epoch(const struct loader *l);
-/* A consistent snapshot (safe while the thread runs). */
+/* A consistent snapshot (safe while the threads run). */
 void loader_get_stats(struct loader *l, struct loader_stats *out);
 
 #endif
