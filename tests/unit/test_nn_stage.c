@@ -91,6 +91,32 @@ static void test_stage_starts(void)
     nn_model_destroy(&m);
 }
 
+/* A cut hands over the output of the layer before it: where the one tensor crossing is made
+ * earlier (here flatten's, read by the second head while the first head's output is
+ * dropped), the model cannot be cut, since that stage's output would be another tensor. */
+static void test_stage_cut_hands_over_the_last_output(void)
+{
+    struct err e;
+    struct nn_model m;
+    nn_model_init(&m);
+    int x = nn_model_input(&m, 1, 4, 4);
+    int f = nn_model_flatten(&m, "flatten", x);
+    nn_model_linear(&m, "dropped", f, 3, 1);
+    int h = nn_model_linear(&m, "head", f, 2, 1);
+    T_CHECK(h > 0);
+    T_OK(nn_model_finish(&m, &e));
+    int starts[8];
+    int k = nn_model_stage_starts(&m, starts, 8);
+    T_EQ_INT(k, 1); /* only after flatten: before "dropped" */
+    T_EQ_INT(starts[0], 1);
+    struct nn_model s;
+    nn_model_init(&s);
+    T_CHECK(nn_model_stage(&m, 2, 3, &s, &e) != 0); /* "head" alone: flatten's output */
+    T_EQ_STR(e.field, "pipeline");
+    nn_model_destroy(&s);
+    nn_model_destroy(&m);
+}
+
 /* The split is contiguous, covers every layer, and no other choice of cuts has a smaller
  * largest stage (checked against all pairs of cuts for 3 stages). */
 static void test_stage_split_balanced(void)
@@ -333,6 +359,7 @@ int main(int argc, char **argv)
     test_begin(argc, argv);
     TEST_RUN(test_stage_starts);
     TEST_RUN(test_stage_split_balanced);
+    TEST_RUN(test_stage_cut_hands_over_the_last_output);
     TEST_RUN(test_stage_chain_gpt2);
     TEST_RUN(test_stage_chain_cnn);
     TEST_RUN(test_stage_shared_arenas);

@@ -1330,11 +1330,19 @@ static int model_crossing(const struct nn_model *m, int k)
     return crossing;
 }
 
+/* Whether a stage may start at node k: one tensor crosses there, and it is the output of
+ * the layer just before, which is what the previous stage hands over (a tensor made
+ * earlier and read only later would not be its output). */
+static int model_can_cut(const struct nn_model *m, int k)
+{
+    return k > 0 && k < m->nnodes && model_crossing(m, k) == m->nodes[k - 1].out;
+}
+
 int nn_model_stage_starts(const struct nn_model *m, int *starts, int cap)
 {
     int n = 0;
     for (int k = 1; k < m->nnodes; k++)
-        if (model_crossing(m, k) >= 0) {
+        if (model_can_cut(m, k)) {
             if (n < cap)
                 starts[n] = k;
             n++;
@@ -1438,8 +1446,8 @@ int nn_model_stage(const struct nn_model *m, int first, int end, struct nn_model
                    struct err *e)
 {
     int in = first == 0 ? 0 : model_crossing(m, first);
-    if (!m->finished || first < 0 || end > m->nnodes || first >= end || in < 0 ||
-        (end < m->nnodes && model_crossing(m, end) < 0))
+    if (!m->finished || first < 0 || end > m->nnodes || first >= end ||
+        (first > 0 && !model_can_cut(m, first)) || (end < m->nnodes && !model_can_cut(m, end)))
         return err_set(e, ERR_INVALID, "pipeline", "layers %d..%d are no stage of the model",
                        first, end - 1);
     int *tmap = malloc((size_t)m->ntensors * sizeof *tmap);
