@@ -88,16 +88,22 @@ static void optim_sgd(struct nn_optim *o, float *p, const float *g, size_t off, 
     int nesterov = c->nesterov;
     float *buf = o->state.data ? o->state.data + off : NULL;
     int first = o->step <= 1;
+    /* The loop-invariant choices are made outside the loops and the rest are selects, so
+     * GCC vectorises them (a branch in the body stops it: "control flow in loop");
+     * d + 0 * p is d for every finite parameter. */
+    if (mom == 0) {
+#pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < len; i++)
+            p[i] = p[i] - lr * (g[i] + wd * p[i]);
+        return;
+    }
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < len; i++) {
-        float d = g[i];
-        if (wd != 0)
-            d = d + wd * p[i];
-        if (mom != 0) {
-            float *b = &buf[i];
-            *b = first ? d : *b * mom + damp * d; /* PyTorch clones d_p on the first step */
-            d = nesterov ? d + mom * *b : *b;
-        }
+        float d = g[i] + wd * p[i];
+        float b = first ? d
+                        : buf[i] * mom + damp * d; /* PyTorch clones d_p on the first step */
+        buf[i] = b;
+        d = nesterov ? d + mom * b : b;
         p[i] = p[i] - lr * d;
     }
 }
@@ -114,13 +120,12 @@ static void optim_adam(struct nn_optim *o, float *p, const float *g, size_t off,
     float step_size = (float)(lr / bc1), bc2_sqrt = (float)sqrt(bc2);
     int decoupled = c->type == NN_OPTIM_ADAMW;
     float wd = (float)c->weight_decay, shrink = (float)(1.0 - lr * c->weight_decay);
+    /* decoupled (AdamW) shrinks the parameter, Adam adds wd * p to the gradient: both as
+     * arithmetic with neutral factors, so the loop has no branch and vectorises */
+    float scale = decoupled ? shrink : 1.0f, wdg = decoupled ? 0.0f : wd;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < len; i++) {
-        float pi = p[i], gi = g[i];
-        if (decoupled)
-            pi = pi * shrink;
-        else if (wd != 0)
-            gi = gi + wd * pi;
+        float pi = p[i] * scale, gi = g[i] + wdg * p[i];
         m[i] = m[i] + w1 * (gi - m[i]); /* lerp */
         v[i] = v[i] * b2 + w2 * gi * gi;
         float denom = sqrtf(v[i]) / bc2_sqrt + eps;
