@@ -91,6 +91,11 @@ class Daemon:
         check(status == 200, f"GET {path} -> {status}: {body}")
         return body
 
+    def step_rows(self, run_id):
+        """A run's step rows, warm-up included, each as {column: value}."""
+        steps = self.get(f"/v1/runs/{run_id}/steps?warmup=true")
+        return [dict(zip(steps["columns"], row)) for row in steps["rows"]]
+
     def submit(self, spec):
         status, body, _ = self.request("POST", "/v1/experiments", body=spec)
         check(status == 201, f"submit -> {status}: {body}")

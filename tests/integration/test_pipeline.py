@@ -25,12 +25,6 @@ BASE = {"workload": "train", "model": "gpt2-tiny", "seq_len": 32, "batch_size": 
 T, C, V = 32, 64, 256  # gpt2-tiny's channels, the synthetic vocabulary
 
 
-def steps_of(d, run_id):
-    steps = d.get(f"/v1/runs/{run_id}/steps?warmup=true")
-    at = {c: i for i, c in enumerate(steps["columns"])}
-    return [{c: row[i] for c, i in at.items()} for row in steps["rows"]]
-
-
 def test_three_distribution_models():
     d = Daemon(cpu_slots=2)
     try:
@@ -45,7 +39,7 @@ def test_three_distribution_models():
         whole = model_params("gpt2-tiny")
         for label, (exp, extra) in runs.items():
             run_id = exp["runs"][0]["id"]
-            rows = steps_of(d, run_id)
+            rows = d.step_rows(run_id)
             P, M = extra.get("pipeline", 1), extra.get("micro_batches", 1)
             check(len(rows) == 2 * BASE["steps"], (label, len(rows)))
             for step in range(BASE["steps"]):  # a replica's stages report its one loss
@@ -93,9 +87,9 @@ def test_three_distribution_models():
 
 def test_replicas_of_stages_on_text():
     d = Daemon(cpu_slots=4)
-    tmp = tempfile.mkdtemp(prefix="ddpb-pp-")
+    tmp = tempfile.TemporaryDirectory(prefix="ddpb-pp-")
     try:
-        path = os.path.join(tmp, "corpus.txt")
+        path = os.path.join(tmp.name, "corpus.txt")
         with open(path, "w") as f:
             for i in range(1500):
                 f.write(f"line {i % 37} of a small corpus for pipeline parallel training.\n")
@@ -110,11 +104,12 @@ def test_replicas_of_stages_on_text():
         ep = run["epochs"]
         check(len(ep) == 1 and ep[0]["samples"] == 256 and ep[0]["test_loss"] is not None, ep)
         check(ep[0]["train_loss"] < math.log(V), ep)
-        rows = steps_of(d, run["id"])
+        rows = d.step_rows(run["id"])
         check(sorted({(r["rank"], r["stage"]) for r in rows}) == [(0, 0), (1, 1), (2, 0), (3, 1)], rows[:4])
         check(all(r["bytes_sent"] > 0 for r in rows), "each stage's replicas exchanged gradients")
     finally:
         d.close()
+        tmp.cleanup()
 
 
 def test_bad_pipeline_specs():
