@@ -82,6 +82,7 @@ static const struct {
     {"runs", CMD_RUNS},       {"run", CMD_RUNS},        {"help", CMD_HELP},
     {"version", CMD_VERSION}, {"nodes", CMD_NODES},     {"trace", CMD_TRACE},
     {"fit", CMD_FIT},         {"predict", CMD_PREDICT}, {"report", CMD_REPORT},
+    {"dataset", CMD_DATASET},
 };
 
 #define ARGS_MAX_SEEN 64
@@ -242,6 +243,12 @@ static int args_scan(struct cli_args *a, struct args_state *st, struct args_flag
                            ARGS_MAX_IDS);
         } else {
             st->pos[st->npos++] = w;
+            if (st->npos == 1 && strcmp(w, "dataset") == 0) {
+                /* the rest is ddpbench-data's command line, options included */
+                a->rest = argv + i + 1;
+                a->nrest = argc - i - 1;
+                return 0;
+            }
         }
     }
     return 0;
@@ -306,6 +313,11 @@ static int args_check_command(struct cli_args *a, const struct args_state *st, s
     case CMD_FIT:
     case CMD_REPORT: return args_positionals(a, st, 1, 16, e);
     case CMD_NODES: return args_positionals(a, st, 0, 0, e);
+    case CMD_DATASET:
+        if (a->nrest == 0)
+            return err_set(e, ERR_INVALID, "dataset",
+                           "'dataset' needs a subcommand (convert, verify)");
+        return 0;
     default: return 0;
     }
 }
@@ -382,6 +394,15 @@ const char *args_usage(void)
            "                                 collective experiments named (default: the latest)\n"
            "                                 or a link of GBPS Gbit/s and US microseconds\n"
            "  report ID [ID...] [-o FILE]    one self-contained HTML report of the experiments\n"
+           "  dataset convert --name NAME --path DIR [--from FORMAT] --to FORMAT [--out ROOT]\n"
+           "          [--quality Q] [--level L] [--shard-mb M]\n"
+           "                                 write a dataset's splits into ROOT/FORMAT/ (files-png,\n"
+           "                                 files-jpeg, records, records-zlib, records-zstd);\n"
+           "                                 runs here, not on the daemon, through ddpbench-data\n"
+           "                                 (beside ddpbench or on PATH), which exits 0 done,\n"
+           "                                 1 failed, 2 usage (ddpbench dataset --help)\n"
+           "  dataset verify --name NAME --path DIR --format FORMAT [--against FORMAT]\n"
+           "                                 read every sample back, compare with another format\n"
            "\n"
            "Options:\n"
            "  --url URL        the daemon (default: $DDPB_URL, else " ARGS_DEFAULT_URL ")\n"

@@ -35,6 +35,7 @@ enum args_cmd {
     CMD_FIT,
     CMD_PREDICT,
     CMD_REPORT,
+    CMD_DATASET, /* run locally: ddpbench-data with the words after "dataset" */
 };
 
 /* Every string is borrowed from argv (or from the environment in args_apply_env). */
@@ -60,6 +61,9 @@ struct cli_args {
     const char *group_by;                              /* show, compare, export */
     const char *output;                                /* export, trace, report -o */
     const char *fit, *link, *world_sizes, *strategies; /* predict */
+    /* dataset: every word after it, untouched (they are ddpbench-data's arguments) */
+    char **rest;
+    int nrest;
 };
 
 /* Parses argv[1..argc). Returns 0, or -1 with e (ERR_INVALID) saying what is wrong. */

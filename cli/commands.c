@@ -2,6 +2,7 @@
 #include "cli/commands.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -650,6 +651,63 @@ static int cmd_rm(struct cli *cli)
     return CLI_EXIT_OK;
 }
 
+/* --- dataset: a local program, not an API call ------------------------------------------ */
+
+#define CMD_DATA_PROGRAM "ddpbench-data"
+
+/* ddpbench-data's path: beside this program (installed), or in ../worker/ (the build tree,
+ * as ddpbenchd finds ddpbench-worker); "" when neither holds it (PATH decides). self gets
+ * this program's folder. */
+static void cmd_data_program(char *out, size_t cap, char *self, size_t self_cap)
+{
+    out[0] = self[0] = '\0';
+    ssize_t n = readlink("/proc/self/exe", self, self_cap - 1);
+    if (n <= 0)
+        return;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    static const char *const beside[] = {"", "/../worker"};
+    for (size_t i = 0; i < sizeof beside / sizeof beside[0]; i++) {
+        snprintf(out, cap, "%s%s/" CMD_DATA_PROGRAM, self, beside[i]);
+        if (access(out, X_OK) == 0)
+            return;
+    }
+    out[0] = '\0';
+}
+
+/* Replaces this process with ddpbench-data and the words after "dataset", so its output
+ * and exit status are the command's; returns only when it cannot be started. */
+static int cmd_dataset(struct cli *cli)
+{
+    char prog[PATH_MAX + 32], self[PATH_MAX];
+    cmd_data_program(prog, sizeof prog, self, sizeof self);
+    char **argv = calloc((size_t)cli->args.nrest + 2, sizeof *argv);
+    if (!argv)
+        return cmd_fail_local(cli, CLI_EXIT_FAILED, "out of memory");
+    argv[0] = prog[0] ? prog : CMD_DATA_PROGRAM;
+    for (int i = 0; i < cli->args.nrest; i++)
+        argv[1 + i] = cli->args.rest[i];
+    fflush(cli->out);
+    fflush(cli->err);
+    if (prog[0])
+        execv(prog, argv);
+    else
+        execvp(CMD_DATA_PROGRAM, argv);
+    int err = errno;
+    free(argv);
+    if (prog[0] || err != ENOENT)
+        fprintf(cli->err, "ddpbench: cannot run %s: %s\n", prog[0] ? prog : CMD_DATA_PROGRAM,
+                strerror(err));
+    else
+        fprintf(cli->err,
+                "ddpbench: " CMD_DATA_PROGRAM " not found beside ddpbench (%s) or on PATH; "
+                "the dataset commands run it (it is installed with ddpbench-worker)\n",
+                self[0] ? self : "?");
+    return CLI_EXIT_FAILED;
+}
+
 int cmd_run(struct cli *cli)
 {
     switch (cli->args.cmd) {
@@ -666,6 +724,7 @@ int cmd_run(struct cli *cli)
     case CMD_FIT: return cmd_fit(cli);
     case CMD_PREDICT: return cmd_predict(cli);
     case CMD_REPORT: return cmd_report(cli);
+    case CMD_DATASET: return cmd_dataset(cli);
     default: return cmd_fail_local(cli, CLI_EXIT_USAGE, "no command");
     }
 }

@@ -1,5 +1,7 @@
 /* ddpbench: the command-line client of ddpbenchd. Everything it does is one or a few
- * calls of the REST API (api/openapi.yaml); `ddpbench --help` lists the commands.
+ * calls of the REST API (api/openapi.yaml); `ddpbench --help` lists the commands. The one
+ * exception, `ddpbench dataset ...`, works on local files: it execs ddpbench-data (which
+ * links the worker's data code, which this program may not), whose exit status it is.
  *
  * Exit status, which scripts may rely on:
  *   0  success (for `submit --watch`: the experiment succeeded)
@@ -56,6 +58,8 @@ int main(int argc, char **argv)
         printf("ddpbench %s\n", DDPB_VERSION);
         return CLI_EXIT_OK;
     }
+    if (cli.args.cmd == CMD_DATASET) /* runs here: no daemon, so no client */
+        return cmd_run(&cli);
     args_apply_env(&cli.args, getenv("DDPB_URL"), getenv("DDPB_TOKEN"));
     char token[1024]; /* lives as long as cli, which borrows it */
     if (!cli.args.token && cli.args.token_file) {

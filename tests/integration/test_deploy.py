@@ -30,7 +30,7 @@ def test_install_stages_programs_dashboard_examples_docs():
     p = subprocess.run(["meson", "install", "-C", BUILD, "--no-rebuild", "--quiet",
                         "--destdir", STAGE], capture_output=True, text=True, timeout=300)
     check(p.returncode == 0, f"meson install failed: {p.stdout}{p.stderr}")
-    for rel in ("bin/ddpbenchd", "bin/ddpbench-worker", "bin/ddpbench"):
+    for rel in ("bin/ddpbenchd", "bin/ddpbench-worker", "bin/ddpbench", "bin/ddpbench-data"):
         check(os.access(staged(rel), os.X_OK), f"{rel} not installed executable")
     for rel in ("share/ddpbench/web/index.html", "share/ddpbench/schema/examples/allreduce-cpu.json",
                 "share/doc/ddpbench/README.md", "share/doc/ddpbench/LICENSE"):

@@ -276,6 +276,30 @@ static void test_exit_codes(void)
     T_EQ_INT(CLI_EXIT_UNREACHABLE, 4);
 }
 
+/* `dataset`: everything after it is ddpbench-data's, options included, untouched. */
+static void test_args_dataset(void)
+{
+    struct cli_args a;
+    struct err e;
+    char **conv = ARGV("dataset", "convert", "--name", "cifar10", "--to", "records");
+    T_OK(parse(&a, &e, conv)); /* a.rest points into conv, which lives to the end */
+    T_EQ_INT(a.cmd, CMD_DATASET);
+    T_EQ_INT(a.nrest, 5);
+    T_EQ_STR(a.rest[0], "convert");
+    T_EQ_STR(a.rest[2], "cifar10");
+    T_EQ_STR(a.rest[4], "records");
+    /* --help and --json after it are its own; a global option before it is ours */
+    T_OK(parse(&a, &e, ARGV("--timeout", "5", "dataset", "--help", "--json")));
+    T_EQ_INT(a.cmd, CMD_DATASET);
+    T_EQ_INT(a.nrest, 2);
+    T_CHECK(!a.json);
+    T_CHECK(parse(&a, &e, ARGV("dataset")) < 0);
+    T_CHECK_MSG(strstr(e.msg, "subcommand"), "%s", e.msg);
+    T_CHECK(parse(&a, &e, ARGV("--watch", "dataset", "convert")) < 0);
+    /* "dataset" as a later word is not the command */
+    T_CHECK(parse(&a, &e, ARGV("show", "dataset")) < 0);
+}
+
 static void test_usage_documents_everything(void)
 {
     const char *u = args_usage();
@@ -291,6 +315,8 @@ static void test_usage_documents_everything(void)
                                         "predict",
                                         "--link",
                                         "report",
+                                        "dataset convert",
+                                        "dataset verify",
                                         "--watch",
                                         "--json",
                                         "--csv",
@@ -320,6 +346,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_args_usage_errors);
     TEST_RUN(test_args_too_many_ids);
     TEST_RUN(test_args_environment);
+    TEST_RUN(test_args_dataset);
     TEST_RUN(test_exit_codes);
     TEST_RUN(test_usage_documents_everything);
     return test_end();

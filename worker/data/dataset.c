@@ -180,6 +180,34 @@ static int data_open_subset(const struct data_config *cfg, struct dataset **out,
     return 0;
 }
 
+/* The image set in dir as cfg->format stores it: the native files in dir itself, a
+ * converted format in dir/<format>/ (where `ddpbench dataset convert` writes it). */
+static int data_open_format(const struct data_config *cfg, const char *dir,
+                            enum data_split split, const struct data_image_opts *opts, bool idx,
+                            struct dataset **out, struct err *e)
+{
+    const char *f = cfg->format[0] ? cfg->format : "native";
+    if (strcmp(f, "native") == 0)
+        return idx ? dataset_idx_open_dir(dir, cfg->name, split, opts, out, e)
+                   : dataset_cifar_open_dir(dir, split, opts, out, e);
+    bool files = strncmp(f, "files-", 6) == 0, records = strncmp(f, "records", 7) == 0;
+    if (!files && !records)
+        return err_set(e, ERR_INVALID, "dataset.format",
+                       "unknown dataset format \"%s\" (native, files-png, files-jpeg, records, "
+                       "records-zlib, records-zstd)",
+                       f);
+    char sub[sizeof cfg->path + sizeof cfg->format + 2];
+    snprintf(sub, sizeof sub, "%s/%s", dir, f);
+    int rc = files ? dataset_files_open(sub, cfg->name, split, opts, cfg->storage, out, e)
+                   : dataset_records_open(sub, cfg->name, split, opts, cfg->storage, out, e);
+    if (rc < 0 && e && e->code == ERR_NOT_FOUND)
+        err_prefix(e,
+                   "dataset.format %s: convert it first (ddpbench dataset convert --name %s "
+                   "--path %s --to %s)",
+                   f, cfg->name, dir, f);
+    return rc;
+}
+
 int dataset_open(const struct data_config *cfg, enum data_split split, struct dataset **out,
                  struct err *e)
 {
@@ -210,8 +238,7 @@ int dataset_open(const struct data_config *cfg, enum data_split split, struct da
     const char *dir = data_open_dir(cfg, e);
     if (!dir)
         return -1;
-    int rc = idx ? dataset_idx_open_dir(dir, cfg->name, split, &opts, out, e)
-                 : dataset_cifar_open_dir(dir, split, &opts, out, e);
+    int rc = data_open_format(cfg, dir, split, &opts, idx, out, e);
     if (rc < 0 || split != DATA_SPLIT_TRAIN)
         return rc;
     return data_open_subset(cfg, out, e);

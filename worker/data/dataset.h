@@ -72,6 +72,7 @@ struct data_draw {
 };
 
 struct dataset;
+struct data_storage; /* storage.h */
 
 struct dataset_ops {
     /* Fills n samples: x as [n][c][h][w] floats, y as [n][label_len] labels in
@@ -191,6 +192,32 @@ int dataset_cifar_open_dir(const char *dir, enum data_split split,
 int dataset_text_open(const char *path, int seq_len, enum data_split split, int64_t samples,
                       struct dataset **out, struct err *e);
 
+/* Per-sample image files, the raw form a user starts with: PNG or JPEG (told by each
+ * file's magic bytes, decoded with libpng / libjpeg-turbo), all of one size (no resize: a
+ * file of another size or channel count fails the fill naming it). dir holds, per split
+ * ("train", "test"), either a manifest dir/<split>.txt of "relative/path label" lines (the
+ * order of the samples; what `ddpbench dataset convert` writes, like DALI's file_list) or,
+ * without one, class folders dir/<split>/<class>/ whose sorted names give the labels and
+ * whose sorted files the order (torchvision's ImageFolder; byte order, only *.png, *.jpg,
+ * *.jpeg files, an empty class folder refused). Manifest paths are relative to dir and may
+ * not contain ".."; a bad line fails the open naming its number. classes = the largest
+ * label + 1 (manifest) or the number of class folders, unless opts->classes is set (then a
+ * label past it fails the open). The first file gives the shape. Every file is opened, read
+ * and decoded through st during the fill. Caller owns *out; st is borrowed and must outlive
+ * it. */
+int dataset_files_open(const char *dir, const char *name, enum data_split split,
+                       const struct data_image_opts *opts, struct data_storage *st,
+                       struct dataset **out, struct err *e);
+
+/* The record format: a split's samples packed in order into large shard files with an
+ * index (dir/<split>.index and dir/<split>-NNNNN.rec), each sample's [c][h][w] bytes
+ * stored raw or compressed (zlib or zstd, per sample, so any one reads alone) with a
+ * CRC-32 that the fill checks. The index is read at open; each sample is one read of its
+ * bytes from its shard through st during the fill. Caller owns *out; st is borrowed. */
+int dataset_records_open(const char *dir, const char *name, enum data_split split,
+                         const struct data_image_opts *opts, struct data_storage *st,
+                         struct dataset **out, struct err *e);
+
 /* --- by name: what a spec's "dataset" object maps to ---------------------------------- */
 
 struct data_config {
@@ -204,6 +231,11 @@ struct data_config {
                                all (synthetic: its own synthetic.samples) */
     int seq_len;     /* token datasets ("text"): tokens per sample (synthetic token data
                         takes its T from synthetic.w) */
+    char format[16]; /* image sets: "native" (idx, CIFAR binaries in path), or one that
+                        `ddpbench dataset convert` writes into path/<format>/: "files-png",
+                        "files-jpeg", "records", "records-zlib", "records-zstd" */
+    struct data_storage *storage; /* borrowed: what the file-backed formats read through;
+                                     NULL = plain reads, no caps */
 };
 /* Opens the split of the named dataset. Caller owns *out. ERR_INVALID names field
  * "dataset.name" for an unknown name, "dataset.samples" for a train split shorter than

@@ -16,10 +16,11 @@
 #include <zlib.h>
 
 struct data_images {
-    uint8_t *block;              /* owned */
-    const uint8_t *pixels;       /* inside block */
-    uint8_t *labels;             /* owned */
-    struct data_augment augment; /* zero on the test split */
+    uint8_t *block;                   /* owned; NULL for a reader-backed set */
+    const uint8_t *pixels;            /* inside block */
+    uint8_t *labels;                  /* owned; NULL for a reader-backed set */
+    struct data_sample_reader reader; /* reader.read non-NULL: samples read while filling */
+    struct data_augment augment;      /* zero on the test split */
     float lut[DATA_MAX_CHANNELS * 256];
 };
 
@@ -77,20 +78,48 @@ void data_images_transform(const uint8_t *src, int c, int h, int w, const float 
     }
 }
 
+/* Sample i's bytes: in memory, or read through the reader into scratch (per bytes). */
+static const uint8_t *data_images_sample(const struct dataset *ds, const struct data_images *im,
+                                         int64_t i, uint8_t *scratch, int32_t *label,
+                                         struct err *e)
+{
+    if (!im->reader.read) {
+        *label = im->labels[i];
+        return im->pixels + (size_t)i * dataset_sample_floats(ds);
+    }
+    if (im->reader.read(im->reader.ctx, i, scratch, label, e) < 0)
+        return NULL;
+    if (*label < 0 || *label >= ds->classes) {
+        err_set(e, ERR_INVALID, "dataset", "%s: sample %lld has label %d, outside [0, %d)",
+                ds->name, (long long)i, (int)*label, ds->classes);
+        return NULL;
+    }
+    return scratch;
+}
+
 static int data_images_fill(const struct dataset *ds, const int64_t *idx, int n,
                             const struct data_draw *draw, float *x, int32_t *y, struct err *e)
 {
     const struct data_images *im = ds->impl;
     size_t per = dataset_sample_floats(ds);
-    for (int i = 0; i < n; i++) {
+    uint8_t *scratch = NULL;
+    if (im->reader.read && !(scratch = malloc(per)))
+        return err_set(e, ERR_NOMEM, "dataset", "%s: out of memory for a sample", ds->name);
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
         int dy, dx;
         bool flip;
+        const uint8_t *px = data_images_sample(ds, im, idx[i], scratch, &y[i], e);
+        if (!px) {
+            rc = -1;
+            break;
+        }
         data_augment_draw(&im->augment, draw, idx[i], &dy, &dx, &flip);
-        data_images_transform(im->pixels + (size_t)idx[i] * per, ds->c, ds->h, ds->w, im->lut,
-                              im->augment.pad, dy, dx, flip, x + (size_t)i * per);
-        y[i] = im->labels[idx[i]];
+        data_images_transform(px, ds->c, ds->h, ds->w, im->lut, im->augment.pad, dy, dx, flip,
+                              x + (size_t)i * per);
     }
-    return 0;
+    free(scratch);
+    return rc;
 }
 
 static void data_images_destroy(struct dataset *ds)
@@ -99,6 +128,8 @@ static void data_images_destroy(struct dataset *ds)
     if (im) {
         free(im->block);
         free(im->labels);
+        if (im->reader.destroy)
+            im->reader.destroy(im->reader.ctx);
         free(im);
     }
     free(ds);
@@ -125,7 +156,7 @@ static int data_images_check(const struct data_images_src *src, int classes,
                        opts->augment.pad, DATA_MAX_SIDE);
     if (data_norm_check(&opts->norm, src->c, e) < 0)
         return -1;
-    for (int64_t i = 0; i < src->n; i++)
+    for (int64_t i = 0; src->labels && i < src->n; i++)
         if (src->labels[i] >= classes)
             return err_set(e, ERR_INVALID, "dataset",
                            "%s: sample %lld has label %u, outside "
@@ -183,6 +214,45 @@ fail:
     free(im);
     free(ds);
     return -1;
+}
+
+int data_images_create_reader(const struct data_sample_reader *rd, int64_t n, int c, int h,
+                              int w, int classes, const char *name, enum data_split split,
+                              const struct data_image_opts *opts, struct dataset **out,
+                              struct err *e)
+{
+    *out = NULL;
+    /* no labels up front: data_images_check skips them and the fill checks each one read */
+    struct data_images_src src = {.n = n, .c = c, .h = h, .w = w, .classes = classes};
+    if (data_images_create(&src, name, split, opts, name, out, e) < 0) {
+        rd->destroy(rd->ctx);
+        return -1;
+    }
+    struct data_images *im = (*out)->impl;
+    im->reader = *rd;
+    return 0;
+}
+
+/* mkdir -p (images.h). */
+int data_make_dirs(const char *dir, struct err *e)
+{
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char was = *s;
+        *s = '\0';
+        if (mkdir(p, 0755) < 0 && errno != EEXIST)
+            return err_errno(e, "%s: mkdir", p);
+        if (was == '\0')
+            break;
+        *s = was;
+    }
+    struct stat sb;
+    if (stat(dir, &sb) < 0 || !S_ISDIR(sb.st_mode))
+        return err_set(e, ERR_INVALID, "dataset.path", "%s: not a directory", dir);
+    return 0;
 }
 
 /* --- whole-file reader --------------------------------------------------------------- */

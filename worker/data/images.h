@@ -31,6 +31,28 @@ int data_images_create(struct data_images_src *src, const char *name, enum data_
                        const struct data_image_opts *opts, const char *what,
                        struct dataset **out, struct err *e);
 
+/* A source that reads one sample at a time while filling (the file-backed formats: per
+ * sample image files, record shards), so the read and decode are the data cost of the
+ * fill that needs them, through the rank's storage (storage.h). */
+struct data_sample_reader {
+    void *ctx; /* the format's state; owned by the dataset once data_images_create_reader
+                  is called */
+    /* Reads sample i (0 <= i < n) as [c][h][w] bytes into buf and its label into *label.
+     * Called from any loader thread, concurrently: ctx is read-only after open or
+     * guards itself. Returns 0, or -1 with e set naming the file. */
+    int (*read)(void *ctx, int64_t i, uint8_t *buf, int32_t *label, struct err *e);
+    void (*destroy)(void *ctx); /* frees ctx */
+};
+
+/* Builds a dataset of n samples of c x h x w bytes read through rd, normalized and
+ * augmented as data_images_create's. Takes ownership of rd->ctx whether it succeeds or
+ * not. A label read outside [0, classes) fails that fill, naming the sample. Caller owns
+ * *out. */
+int data_images_create_reader(const struct data_sample_reader *rd, int64_t n, int c, int h,
+                              int w, int classes, const char *name, enum data_split split,
+                              const struct data_image_opts *opts, struct dataset **out,
+                              struct err *e);
+
 /* One augmented sample: out[ch][y][x] = lut[ch][byte] of source pixel
  * (y + dy - pad, (flip ? w-1-x : x) + dx - pad), or lut[ch][0] outside the image.
  * dy, dx in [0, 2 pad]. lut is [c][256]. */
@@ -46,5 +68,9 @@ void data_augment_draw(const struct data_augment *aug, const struct data_draw *d
  * ERR_IO otherwise; messages start with the path. *gz tells which it was (may be NULL). */
 int data_read_file(const char *path, size_t max_bytes, uint8_t **out, size_t *len, bool *gz,
                    struct err *e);
+
+/* mkdir -p: makes each missing component of dir (0755), for the writers of the converted
+ * formats. ERR_INVALID naming "dataset.path" when dir exists but is not a folder. */
+int data_make_dirs(const char *dir, struct err *e);
 
 #endif
