@@ -10,6 +10,7 @@
  * Timing assertions are bounds with wide margins (a slow fill sleeps, so waits have a hard
  * lower bound); nothing depends on how fast the machine is. */
 #include <dirent.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -28,6 +29,7 @@ struct probe {
     int fail_at;       /* the fill number that fails; -1 never */
     int64_t fail_step; /* fills of this step and later fail; -1 never */
     atomic_int fills;
+    atomic_int cpu_of_step[64]; /* the CPU each of the first 64 steps' fills ran on */
 };
 
 /* Values encode (index, epoch, step) so that any mix-up shows. */
@@ -36,6 +38,8 @@ static int probe_fill(const struct dataset *ds, const int64_t *idx, int n,
 {
     struct probe *p = ds->impl;
     int call = atomic_fetch_add(&p->fills, 1);
+    if (draw->step >= 0 && draw->step < 64)
+        atomic_store(&p->cpu_of_step[draw->step], sched_getcpu());
     if (p->sleep_ms) {
         struct timespec ts = {p->sleep_ms / 1000, (long)(p->sleep_ms % 1000) * 1000000};
         nanosleep(&ts, NULL);
@@ -486,6 +490,36 @@ static void test_workers_match_one_thread(void)
     dataset_destroy(syn);
     dataset_destroy(tok);
     T_CHECK_MSG(ok, "%s", why);
+}
+
+/* dataset.pin: worker w's fills run on loader_pin_cpu(w), the w-th allowed CPU from the
+ * end of the set, and pinning changes no batch. */
+static void test_workers_pinned(void)
+{
+    cpu_set_t set;
+    T_CHECK(sched_getaffinity(0, sizeof set, &set) == 0);
+    int last = -1;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &set))
+            last = cpu;
+    T_EQ_INT(loader_pin_cpu(0), last);
+    T_EQ_INT(loader_pin_cpu(CPU_COUNT(&set)), last); /* wraps */
+    struct probe p;
+    probe_init(&p, 40, 1, -1);
+    struct loader_config c = cfg_of(0, 1, 4, 1, 2, LOADER_DROP);
+    c.workers = 2;
+    c.pin = true;
+    struct capture ref, got;
+    T_CHECK(capture_run(&p.ds, &c, 10, 0, &got) == 0);
+    bool on_cpu = true;
+    for (int s = 0; s < 10; s++)
+        on_cpu &= atomic_load(&p.cpu_of_step[s]) == loader_pin_cpu(s % 2);
+    c.pin = false;
+    T_CHECK(capture_run(&p.ds, &c, 10, 0, &ref) == 0);
+    T_CHECK(capture_equal(&ref, &got, 10 * 4 * dataset_sample_floats(&p.ds), 10 * 4, 1));
+    capture_free(&ref);
+    capture_free(&got);
+    T_CHECK_MSG(on_cpu, "a pinned worker's fill ran on another CPU than loader_pin_cpu");
 }
 
 /* A fill failing in some worker reaches loader_next after every batch before it, and the
@@ -953,6 +987,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_shutdown_mid_epoch);
     TEST_RUN(test_reader_error_surfaces);
     TEST_RUN(test_workers_match_one_thread);
+    TEST_RUN(test_workers_pinned);
     TEST_RUN(test_workers_error_surfaces);
     TEST_RUN(test_workers_shutdown);
     TEST_RUN(test_workers_config);

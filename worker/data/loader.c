@@ -19,6 +19,7 @@
 #include "worker/data/loader.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +282,39 @@ static int loader_alloc(struct loader *l, struct err *e)
     return 0;
 }
 
+/* The CPU worker `id` is pinned to: the id-th of the process's allowed CPUs counted from
+ * the end (wrapping), so loader threads stay off the CPUs OpenMP's compute threads take
+ * first. -1 when the set cannot be read. */
+int loader_pin_cpu(int id)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0)
+        return -1;
+    int n = CPU_COUNT(&set), want = n - 1 - id % n;
+    for (int cpu = 0, k = 0; cpu < CPU_SETSIZE; cpu++)
+        if (CPU_ISSET(cpu, &set) && k++ == want)
+            return cpu;
+    return -1;
+}
+
+/* Pins a started worker (dataset.pin). Returns 0, or -1 with e set. */
+static int loader_pin(struct loader_worker *w, struct err *e)
+{
+    int cpu = loader_pin_cpu(w->id);
+    if (cpu < 0)
+        return err_set(e, ERR_UNAVAILABLE, "dataset.pin",
+                       "data loader: cannot read the CPU set");
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    int rc = pthread_setaffinity_np(w->thread, sizeof one, &one);
+    if (rc != 0)
+        return err_set(e, ERR_UNAVAILABLE, "dataset.pin",
+                       "data loader: cannot pin worker %d to CPU %d: %s", w->id, cpu,
+                       strerror(rc));
+    return 0;
+}
+
 /* Starts the workers with every signal blocked, so signals reach the caller's threads. */
 static int loader_start(struct loader *l, struct err *e)
 {
@@ -297,6 +331,9 @@ static int loader_start(struct loader *l, struct err *e)
     if (rc != 0) /* the ones started are stopped and joined by loader_destroy */
         return err_set(e, ERR_UNAVAILABLE, "", "data loader: cannot start its threads: %s",
                        strerror(rc));
+    for (int i = 0; l->cfg.pin && i < l->nworkers; i++)
+        if (loader_pin(&l->workers[i], e) < 0)
+            return -1;
     return 0;
 }
 

@@ -62,6 +62,7 @@ struct loader_config {
                              prefetch thread; N > 1 needs prefetch >= 1 (ERR_INVALID naming
                              "dataset.workers" otherwise) and fills up to max(prefetch, N)
                              batches ahead, N at a time */
+    bool pin;             /* pin worker w to CPU loader_pin_cpu(w) (threads only) */
 };
 
 struct data_batch {
@@ -111,6 +112,11 @@ void loader_destroy(struct loader *l);
 int loader_next(struct loader *l, const struct data_batch **out, struct err *e);
 
 int64_t loader_batches_per_epoch(const struct loader *l);
+/* The CPU a pinned worker `id` runs on: the id-th of this process's allowed CPUs counted
+ * from the end, wrapping (OpenMP's compute threads take them from the start); -1 when the
+ * set cannot be read. */
+int loader_pin_cpu(int id);
+
 /* A consistent snapshot (safe while the threads run). */
 void loader_get_stats(struct loader *l, struct loader_stats *out);
 
