@@ -144,6 +144,15 @@ static const struct report_field report_step_fields[] = {
      .optional = true,
      REPORT_STEP_AT(p2p_bytes)},
     {.name = "bubble_ms", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(bubble_ms)},
+    {.name = "loader_cpu_ms",
+     .kind = REPORT_K_NUM,
+     .optional = true,
+     REPORT_STEP_AT(loader_cpu_ms)},
+    {.name = "read_bytes",
+     .kind = REPORT_K_INT64,
+     .min = 0,
+     .optional = true,
+     REPORT_STEP_AT(read_bytes)},
 };
 
 static const struct report_field report_epoch_fields[] = {

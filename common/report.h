@@ -100,10 +100,20 @@ struct report_step {
     int stage;
     double p2p_ms, bubble_ms;
     int64_t p2p_bytes;
+    /* The data pipeline (optional; -1 where the engine does not measure it, stored NULL):
+     *   loader_cpu_ms  CPU time of the rank's loader threads (or inline fills) during the
+     *                  step, summed over the threads
+     *   read_bytes     bytes the rank's dataset read from storage during the step (0 for a
+     *                  dataset held in memory) */
+    double loader_cpu_ms;
+    int64_t read_bytes;
 };
-/* The pipeline's members of a step without one, for a designated initializer:
- * struct report_step s = {REPORT_STEP_NO_PIPELINE, .repeat = ...} (0 is a stage). */
-#define REPORT_STEP_NO_PIPELINE .stage = -1, .p2p_ms = -1, .bubble_ms = -1, .p2p_bytes = -1
+/* The pipeline's and the data pipeline's members of a step without them, for a designated
+ * initializer: struct report_step s = {REPORT_STEP_NO_PIPELINE, .repeat = ...} (0 is a
+ * stage). */
+#define REPORT_STEP_NO_PIPELINE                                                                \
+    .stage = -1, .p2p_ms = -1, .bubble_ms = -1, .p2p_bytes = -1, .loader_cpu_ms = -1,          \
+    .read_bytes = -1
 
 /* One epoch, reported by rank 0; test figures are -1 when no test split was evaluated,
  * train figures -1 when no sample was trained on (omitted from the event, stored as NULL:

@@ -110,6 +110,9 @@ static const char *const spec_precisions[] = {"fp32", "fp16", "bf16", NULL};
 static const char *const spec_compressions[] = {"none", "fp16", "bf16", NULL};
 static const char *const spec_datasets[] = {"synthetic", "mnist", "fashion-mnist",
                                             "cifar10",   "text",  NULL};
+static const char *const spec_formats[] = {
+    "native", "files-png", "files-jpeg", "records", "records-zlib", "records-zstd", NULL};
+static const char *const spec_storages[] = {"local", "nfs", "blob", "custom", NULL};
 static const char *const spec_optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const spec_decays[] = {"constant", "step", "cosine", NULL};
 static const char *const spec_schedules[] = {"1f1b", "gpipe", NULL};
@@ -402,6 +405,49 @@ static const struct spec_field spec_fields[] = {
      .flags = SPEC_F_SWEEP, .min = 1, .max = 16, .def = "1", SPEC_AT(train.dataset.workers),
      .desc = "Decode/augment threads per rank filling batches ahead (needs prefetch >= 1); "
              "the batches are the same whatever the count."},
+    {.name = "dataset.pin", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.dataset.pin),
+     .desc = "Pin each loader thread to one CPU of the rank's set, counted from its end (the "
+             "compute threads take it from the start), instead of letting the kernel move "
+             "them."},
+    {.name = "dataset.format", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .choices = spec_formats, .def = "\"native\"",
+     SPEC_AT(train.dataset.format),
+     .desc = "mnist, fashion-mnist, cifar10: how the samples are stored. native: the idx or "
+             "CIFAR binary files in dataset.path, read whole at start; the others are read "
+             "sample by sample while training from dataset.path/<format>/, which `ddpbench "
+             "dataset convert` writes: one PNG or JPEG file per sample (files-png, "
+             "files-jpeg), or record shards with an index, raw or compressed per sample "
+             "(records, records-zlib, records-zstd). synthetic and text ignore it."},
+    {.name = "dataset.storage", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .choices = spec_storages, .def = "\"local\"",
+     SPEC_AT(train.dataset.storage),
+     .desc = "Emulated storage under the file-backed formats' reads, per rank: local (no "
+             "caps), nfs (200 MB/s, 0.5 ms a request, 8 in flight), blob (100 MB/s, 15 ms a "
+             "request, 32 in flight), or custom (dataset.read_*). An emulation: the reads "
+             "are real, then held to the profile's caps (worker/data/storage.h)."},
+    {.name = "dataset.read_mbps", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 1e6, .def = "0",
+     SPEC_AT(train.dataset.read_mbps),
+     .desc = "storage custom: read bandwidth of the rank in MB/s (1e6 bytes); 0: no cap."},
+    {.name = "dataset.read_latency_ms", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 10000, .def = "0",
+     SPEC_AT(train.dataset.read_latency_ms),
+     .desc = "storage custom: what every request (an open, a read) waits before it is "
+             "issued, in ms."},
+    {.name = "dataset.read_concurrency", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 0, .max = 1024, .def = "0",
+     SPEC_AT(train.dataset.read_concurrency),
+     .desc = "storage custom: requests in flight at once; 0: no cap."},
+    {.name = "dataset.cold", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.dataset.cold),
+     .desc = "Drop the pages each read brought into the page cache (posix_fadvise "
+             "DONTNEED), so a repeated epoch or run reads the device, not memory."},
+    {.name = "loader_only", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.loader_only),
+     .desc = "A loader-only run: each step takes its batches from the loader and trains "
+             "nothing, so the throughput is what the data pipeline supplies on its own (sweep "
+             "it against false to see whether training is input-bound)."},
     {.name = "optimizer.type", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .choices = spec_optimizers, .def = "\"sgd\"",
      SPEC_AT(train.optimizer.type),
@@ -584,6 +630,25 @@ static const struct spec_allowed spec_engine_compressions[] = {
     {"deepspeed", spec_only_none, "the deepspeed adapter sets no communication compression"},
     {NULL, NULL, NULL},
 };
+/* The data pipeline's knobs are the C loader's: the framework engines read the native
+ * files into memory with their own loaders (engines/ddpb_data.py). */
+static const char *const spec_only_native[] = {"native", NULL};
+static const char *const spec_only_local[] = {"local", NULL};
+#define SPEC_ENGINES_C_LOADER(values, why)                                                     \
+    {                                                                                          \
+        {"pytorch", values, why}, {"tensorflow", values, why}, {"horovod", values, why},       \
+            {"deepspeed", values, why},                                                        \
+        {                                                                                      \
+            NULL, NULL, NULL                                                                   \
+        }                                                                                      \
+    }
+static const struct spec_allowed spec_engine_loader_only[] = SPEC_ENGINES_C_LOADER(
+    spec_only_false, "a loader-only run measures ddpbench's C loader; the framework engines "
+                     "load with their own");
+static const struct spec_allowed spec_engine_formats[] = SPEC_ENGINES_C_LOADER(
+    spec_only_native, "the framework engines read the native files into memory");
+static const struct spec_allowed spec_engine_storages[] = SPEC_ENGINES_C_LOADER(
+    spec_only_local, "storage emulation sits in ddpbench's C loader");
 static const struct spec_allowed spec_backend_algorithms[] = {
     {"nccl", spec_algs_nccl, "NCCL chooses among its own algorithms, once per communicator"},
     {NULL, NULL, NULL},
@@ -608,6 +673,9 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "precision", spec_engine_precisions},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "compression", spec_engine_compressions},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "device", spec_engine_devices},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "loader_only", spec_engine_loader_only},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.format", spec_engine_formats},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.storage", spec_engine_storages},
 };
 
 /* --- table lookups ------------------------------------------------------------------- */
@@ -1606,9 +1674,18 @@ static bool spec_pipeline_broken(const json_t *spec, enum spec_workload wl, cons
     return true;
 }
 
-/* The loader's workers fill batches ahead of the step, so they need a ring to fill
- * (worker/data/loader.h): more than one with prefetch 0 is refused. True with field and
- * reason. */
+/* Whether a storage field is given a value other than its default ("dataset.read_mbps" 0). */
+static bool spec_storage_set(const json_t *spec, const char *name)
+{
+    const json_t *v = spec_field_value(spec, name);
+    return v && json_number_value(v) != 0;
+}
+
+/* The data pipeline's rules: the loader's workers fill batches ahead of the step, so they
+ * need a ring to fill (worker/data/loader.h): more than one with prefetch 0 is refused; the
+ * read_* figures are custom storage's (a named profile has its own); and the profile caps
+ * the reads of the file-backed formats, so an image set read whole at start (native) under
+ * another profile than local would measure nothing. True with field and reason. */
 static bool spec_loader_broken(const json_t *spec, enum spec_workload wl, const char **field,
                                char *why, size_t n)
 {
@@ -1616,14 +1693,38 @@ static bool spec_loader_broken(const json_t *spec, enum spec_workload wl, const 
         return false;
     int64_t workers = json_integer_value(spec_field_value(spec, "dataset.workers"));
     int64_t prefetch = json_integer_value(spec_field_value(spec, "prefetch"));
-    if (workers <= 1 || prefetch >= 1)
-        return false;
-    *field = "dataset.workers";
-    snprintf(why, n,
-             "%lld loader workers fill batches ahead and need prefetch >= 1; prefetch 0 "
-             "loads each batch inside the step",
-             (long long)workers);
-    return true;
+    const char *storage = json_string_value(spec_field_value(spec, "dataset.storage"));
+    const char *format = json_string_value(spec_field_value(spec, "dataset.format"));
+    const char *data = json_string_value(spec_field_value(spec, "dataset.name"));
+    static const char *const reads[] = {"dataset.read_mbps", "dataset.read_latency_ms",
+                                        "dataset.read_concurrency"};
+    if (workers > 1 && prefetch < 1) {
+        *field = "dataset.workers";
+        snprintf(why, n,
+                 "%lld loader workers fill batches ahead and need prefetch >= 1; prefetch 0 "
+                 "loads each batch inside the step",
+                 (long long)workers);
+        return true;
+    }
+    for (size_t i = 0; storage && strcmp(storage, "custom") != 0 && i < 3; i++)
+        if (spec_storage_set(spec, reads[i])) {
+            *field = reads[i];
+            snprintf(why, n,
+                     "%s is custom storage's figure; dataset.storage \"%s\" has its own",
+                     reads[i], storage);
+            return true;
+        }
+    bool image = data && strcmp(data, "synthetic") != 0 && strcmp(data, "text") != 0;
+    if (image && storage && strcmp(storage, "local") != 0 && format &&
+        strcmp(format, "native") == 0) {
+        *field = "dataset.storage";
+        snprintf(why, n,
+                 "dataset.storage \"%s\" caps the reads made while training; format native "
+                 "reads %s whole at start: choose a file-backed dataset.format",
+                 storage, data);
+        return true;
+    }
+    return false;
 }
 
 /* --- sweeps -------------------------------------------------------------------------- */
@@ -2365,7 +2466,10 @@ static const char spec_schema_description_format[] =
     "world_size, micro_batches divides batch_size, pipeline_split names pipeline - 1 layers "
     "(when given), accumulate is 1, device cpu and engine ddpbench, and a gpt2 model's "
     "strategy is not zero1 or zero2; (8) loader workers, at every point: dataset.workers "
-    "above 1 only with prefetch at least 1. A run must also fit this node or the cluster's nodes "
+    "above 1 only with prefetch at least 1; dataset.read_mbps, dataset.read_latency_ms and "
+    "dataset.read_concurrency non-zero only with dataset.storage custom; dataset.storage "
+    "other than local on mnist, fashion-mnist or cifar10 only with a dataset.format other "
+    "than native. A run must also fit this node or the cluster's nodes "
     "(CPU slots, GPUs, and for device cpu its memory), else 409.";
 
 json_t *spec_schema_json(void)

@@ -68,6 +68,12 @@ struct spec_dataset {
     bool fresh;              /* synthetic: new values per step */
     bool augment;            /* cifar10: crop + flip */
     int workers;             /* loader threads filling batches; > 1 needs prefetch >= 1 */
+    bool pin;                /* loader threads pinned to CPUs */
+    char format[16];         /* "native", "files-png", ..., "records-zstd" */
+    char storage[8];         /* "local", "nfs", "blob", "custom" */
+    double read_mbps, read_latency_ms; /* storage custom */
+    int read_concurrency;              /* storage custom */
+    bool cold;                         /* drop read pages from the page cache */
 };
 
 struct spec_optimizer {
@@ -108,6 +114,7 @@ struct spec_train {
     char pipeline_split[1024]; /* the layers stages 1.. start at, comma-separated; "" */
     bool broadcast_init, eval;
     bool cudnn_benchmark; /* device cuda: convolution algorithms measured once per shape */
+    bool loader_only;     /* the loader alone: no model is trained */
     struct spec_dataset dataset;
     struct spec_optimizer optimizer;
     struct spec_lr_schedule lr_schedule;

@@ -1297,19 +1297,20 @@ out:
 static const char SQL_INSERT_STEP[] =
     "INSERT OR REPLACE INTO steps (run_id, rank, repeat, epoch, step, warmup, samples, loss, "
     "data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, "
-    "bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
-    "?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
+    "bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes) VALUES (?1, "
+    "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, "
+    "?21, ?22)";
 
 int db_insert_step(struct db *db, int64_t run_id, int rank, const struct report_step *r,
                    struct err *e)
 {
     /* D, J, o: a phase or bytes_sent below 0 (not observable by the engine, report.h) is
      * stored as NULL, and so are the pipeline's figures of a run without one (-1) */
-    return db_write_one(db, e, SQL_INSERT_STEP, "IiiiIiidDDDDDDdJoDJD", run_id, rank, r->repeat,
-                        r->epoch, r->step, (int)r->warmup, r->samples, r->loss, r->data_ms,
-                        r->forward_ms, r->backward_ms, r->comm_ms, r->comm_exposed_ms,
-                        r->optimizer_ms, r->step_ms, r->bytes_sent, r->stage, r->p2p_ms,
-                        r->p2p_bytes, r->bubble_ms);
+    return db_write_one(
+        db, e, SQL_INSERT_STEP, "IiiiIiidDDDDDDdJoDJDDJ", run_id, rank, r->repeat, r->epoch,
+        r->step, (int)r->warmup, r->samples, r->loss, r->data_ms, r->forward_ms, r->backward_ms,
+        r->comm_ms, r->comm_exposed_ms, r->optimizer_ms, r->step_ms, r->bytes_sent, r->stage,
+        r->p2p_ms, r->p2p_bytes, r->bubble_ms, r->loader_cpu_ms, r->read_bytes);
 }
 
 static const char SQL_INSERT_EPOCH[] =
@@ -1419,7 +1420,7 @@ static const char SQL_RUN_EXISTS[] = "SELECT 1 FROM runs WHERE id = ?1";
 static const char SQL_RUN_STEPS[] =
     "SELECT rank, repeat, epoch, step, warmup, samples, loss, data_ms, forward_ms, "
     "backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, bytes_sent, stage, p2p_ms, "
-    "p2p_bytes, bubble_ms FROM steps "
+    "p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes FROM steps "
     "WHERE run_id = ?1 AND (?2 < 0 OR rank = ?2) AND (?3 OR warmup = 0) "
     "ORDER BY repeat, step, rank";
 
@@ -1608,7 +1609,9 @@ static const char SQL_DATA_STEPS[] =
     "sum(bytes_sent) AS bytes_sent, count(*) AS ranks, sum(bubble_ms) AS bubble_ms, "
     "sum(CASE WHEN bubble_ms IS NOT NULL THEN step_ms END) AS bubble_step_ms, "
     "sum(p2p_ms) AS p2p_ms, count(p2p_ms) AS p2p_ranks, sum(p2p_bytes) AS p2p_bytes, "
-    "count(p2p_bytes) AS p2p_bytes_ranks FROM steps "
+    "count(p2p_bytes) AS p2p_bytes_ranks, sum(loader_cpu_ms) AS loader_cpu_ms, "
+    "count(loader_cpu_ms) AS loader_ranks, sum(read_bytes) AS read_bytes, "
+    "count(read_bytes) AS read_ranks FROM steps "
     "WHERE run_id = ?1 AND warmup = 0 GROUP BY repeat, step ORDER BY repeat, step";
 static const struct db_col db_data_step_cols[] = {
     DB_COL("repeat", DB_COL_INT, struct db_step_row, repeat),
@@ -1632,6 +1635,10 @@ static const struct db_col db_data_step_cols[] = {
     DB_COL("p2p_ranks", DB_COL_INT, struct db_step_row, p2p_ranks),
     DB_COL("p2p_bytes", DB_COL_REAL_OR_NEG1, struct db_step_row, p2p_bytes),
     DB_COL("p2p_bytes_ranks", DB_COL_INT, struct db_step_row, p2p_bytes_ranks),
+    DB_COL("loader_cpu_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, loader_cpu_ms),
+    DB_COL("loader_ranks", DB_COL_INT, struct db_step_row, loader_ranks),
+    DB_COL("read_bytes", DB_COL_REAL_OR_NEG1, struct db_step_row, read_bytes),
+    DB_COL("read_ranks", DB_COL_INT, struct db_step_row, read_ranks),
 };
 
 /* The rows db_get_run returns as JSON, read here into report.h's structs. */

@@ -117,6 +117,11 @@ struct db_step_row {
     double p2p_ms;         /* point-to-point time, over p2p_ranks ranks */
     double p2p_bytes;      /* bytes sent point-to-point, over p2p_bytes_ranks ranks */
     int p2p_ranks, p2p_bytes_ranks;
+    /* The data pipeline (migration 014), sums over the ranks that reported each; -1 (and a
+     * count of 0) where none did */
+    double loader_cpu_ms; /* the loader threads' CPU time, over loader_ranks ranks */
+    double read_bytes;    /* bytes read from storage, over read_ranks ranks */
+    int loader_ranks, read_ranks;
 };
 /* What a run's ranks held in one repeat: the largest rank's figure (the one a node's
  * memory must fit), -1 where no rank reported it (report.h struct report_memory). */

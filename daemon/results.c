@@ -360,6 +360,18 @@ struct results_pipe {
     int64_t p2p_n, p2p_bytes_n;
 };
 
+/* A step whose data wait is at least this fraction of the step time is input-bound: with a
+ * prefetching loader that keeps up, the wait is a hand-off of microseconds. */
+#define RESULTS_INPUT_BOUND 0.05
+
+/* A group's data pipeline, pooled over every non-warm-up step row (db_step_row sums). */
+struct results_data {
+    double data_ms, step_ms; /* the ranks' mean data wait and the step time, summed */
+    int64_t steps;           /* steps with a data phase */
+    double loader_cpu_ms, read_bytes, read_step_ms;
+    int64_t loader_n, read_n;
+};
+
 struct results_train {
     struct results_vec thr, step, acc, loss;
     struct results_vec mem[RM_N], use[RU_N]; /* one sample per repeat that reported it */
@@ -370,6 +382,7 @@ struct results_train {
     size_t nsteps;
     int64_t world; /* -1: differs across the group's runs */
     struct results_pipe pipe;
+    struct results_data data;
 };
 
 /* The output column of each phase (enum db_phase order). */
@@ -469,11 +482,36 @@ static void results_pipe_run(struct results_pipe *p, const struct db_data_run *r
     }
 }
 
+/* The run's data-pipeline figures into the group's (struct results_data). read_step_ms
+ * sums the step time once per rank that read, so read_bytes / read_step_ms is a rank's
+ * read rate. */
+static void results_data_run(struct results_data *d, const struct db_data_run *run)
+{
+    for (size_t i = 0; i < run->nsteps; i++) {
+        const struct db_step_row *s = &run->steps[i];
+        if (s->phase_ms[DB_PHASE_DATA] >= 0) {
+            d->data_ms += s->phase_ms[DB_PHASE_DATA];
+            d->step_ms += s->step_ms;
+            d->steps++;
+        }
+        if (s->loader_cpu_ms >= 0) {
+            d->loader_cpu_ms += s->loader_cpu_ms;
+            d->loader_n += s->loader_ranks;
+        }
+        if (s->read_bytes >= 0) {
+            d->read_bytes += s->read_bytes;
+            d->read_step_ms += s->step_ms * s->read_ranks;
+            d->read_n += s->read_ranks;
+        }
+    }
+}
+
 static void results_train_run(struct results_train *r, const struct db_data_run *run)
 {
     results_resources_run(r, run);
     results_tta_run(&r->tta, run);
     results_pipe_run(&r->pipe, run);
+    results_data_run(&r->data, run);
     int64_t w = run->world_size;
     r->world = r->world == 0 || r->world == w ? w : -1;
     /* every stage of a pipeline's replica reports the replica's batch: a step's global
@@ -560,6 +598,25 @@ static void results_put_pipe(struct results_table *t, const struct results_pipe 
     results_put(t, "p2p_bytes",
                 pipe && p->p2p_bytes_n ? results_num(p->p2p_bytes / (double)p->p2p_bytes_n)
                                        : NULL);
+}
+
+/* data_fraction (the ranks' mean data wait over the step time, pooled), input_bound (the
+ * data wait is at least RESULTS_INPUT_BOUND of the step: the loader did not keep up, and a
+ * faster model or more ranks would not make the run faster), loader_cpu_ms (the loader
+ * threads' CPU time per rank and step) and read_mbps (what a rank read from storage, MB/s
+ * of its step time): null where nothing reported them. */
+static void results_put_data(struct results_table *t, const struct results_data *d)
+{
+    double frac = d->steps && d->step_ms > 0 ? d->data_ms / d->step_ms : NAN;
+    results_put(t, "data_fraction", results_num(frac));
+    results_put(t, "input_bound",
+                isfinite(frac) ? json_boolean(frac >= RESULTS_INPUT_BOUND) : NULL);
+    results_put(t, "loader_cpu_ms",
+                d->loader_n ? results_num(d->loader_cpu_ms / (double)d->loader_n) : NULL);
+    results_put(t, "read_mbps",
+                d->read_n && d->read_step_ms > 0
+                    ? results_num(d->read_bytes / 1e6 / (d->read_step_ms / 1e3))
+                    : NULL);
 }
 
 /* Memory (bytes: mean over repeats, with its interval where repeats differ, e.g. the
@@ -714,6 +771,7 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_put(t, "overlap", results_num(overlap));
     results_put(t, "straggler_ms", results_num(r->straggler / n));
     results_put_pipe(t, &r->pipe);
+    results_put_data(t, &r->data);
     double speedup_ci = NAN;
     double speedup = r->world > 0 ? results_speedup(&thr, base, is_base, &speedup_ci) : NAN;
     results_put(t, "speedup", results_num(speedup));

@@ -25,6 +25,11 @@
  *              every non-warm-up step row; bubble_theory = (P - 1) / (M + P - 1) at M
  *              micro_batches; p2p_ms and p2p_bytes per rank and step (means); all null
  *              for a group without a pipeline (the model predicts none of them)
+ *   data       data_fraction = the ranks' mean data wait / the step time, pooled over the
+ *              steps; input_bound = data_fraction >= 0.05 (the loader did not keep up);
+ *              loader_cpu_ms = the loader threads' CPU time per rank and step;
+ *              read_mbps = bytes a rank read from storage / its step time (MB/s); null
+ *              where no step reported them (the framework engines)
  * A figure that cannot be computed is null, never 0: an interval from one repeat (and a
  * speed-up interval when either throughput has one), the world_size 1 group's own
  * speed-up interval (it is 1 by definition), the overlap of one rank (it exchanges

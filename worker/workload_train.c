@@ -17,6 +17,7 @@
 #include "worker/comm/wait_note.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
+#include "worker/data/storage.h"
 #include "worker/ddp/ddp.h"
 #include "common/log.h"
 #include "worker/nn/model.h"
@@ -50,7 +51,10 @@ struct trainer {
     bool have_pipe;
     struct nn_model *model; /* what the strategy exchanges: &m, or the stage's model */
     struct dataset *train, *test;
+    struct data_storage *storage; /* owned: what the file-backed formats read through */
     struct loader *ld;
+    int64_t last_cpu_ns, last_read_bytes; /* the loader's and the storage's totals at the
+                                             end of the previous step */
     struct ddp ddp;
     bool have_ddp;
     struct nn_optim opt;
@@ -68,12 +72,34 @@ struct trainer {
 
 /* ---- setting up a repeat -------------------------------------------------------- */
 
+/* The rank's emulated storage (spec dataset.storage; storage.h): a named profile's
+ * figures, or custom's from dataset.read_*, and cold mode. */
+static int train_open_storage(struct trainer *tr, struct err *e)
+{
+    const struct spec_dataset *sd = &tr->t->dataset;
+    struct data_storage_profile p = {0};
+    if (strcmp(sd->storage, "custom") == 0) {
+        snprintf(p.name, sizeof p.name, "custom");
+        p.read_mbps = sd->read_mbps;
+        p.latency_ms = sd->read_latency_ms;
+        p.concurrency = sd->read_concurrency;
+    } else if (data_storage_profile_get(sd->storage[0] ? sd->storage : "local", &p, e) < 0) {
+        return -1;
+    }
+    p.cold = sd->cold;
+    return data_storage_create(&p, &tr->storage, e);
+}
+
 static int train_open_data(struct trainer *tr, struct err *e)
 {
     const struct spec_dataset *sd = &tr->t->dataset;
     struct data_config dc = {0};
     snprintf(dc.name, sizeof dc.name, "%s", sd->name);
     snprintf(dc.path, sizeof dc.path, "%s", sd->path);
+    snprintf(dc.format, sizeof dc.format, "%s", sd->format[0] ? sd->format : "native");
+    if (train_open_storage(tr, e) < 0)
+        return -1;
+    dc.storage = tr->storage;
     const struct model_info *mi = model_table_find(tr->t->model); /* spec-validated */
     if (!mi)
         return err_set(e, ERR_INVALID, "model", "unknown model \"%s\"", tr->t->model);
@@ -99,7 +125,7 @@ static int train_open_data(struct trainer *tr, struct err *e)
     dc.samples = sd->samples; /* real datasets: the first N training samples; 0 = all */
     if (dataset_open(&dc, DATA_SPLIT_TRAIN, &tr->train, e) < 0)
         return err_prefix(e, "dataset %s (train split)", sd->name);
-    if (tr->t->eval && strcmp(sd->name, "synthetic") != 0 &&
+    if (tr->t->eval && !tr->t->loader_only && strcmp(sd->name, "synthetic") != 0 &&
         dataset_open(&dc, DATA_SPLIT_TEST, &tr->test, e) < 0)
         return err_prefix(e, "dataset %s (test split)", sd->name);
     tr->sample_floats = dataset_sample_floats(tr->train);
@@ -176,6 +202,7 @@ static int train_make_loader(struct trainer *tr, struct err *e)
     lc.epochs = tr->t->epochs;
     lc.prefetch = tr->t->prefetch;
     lc.workers = tr->t->dataset.workers;
+    lc.pin = tr->t->dataset.pin;
     if (loader_create(tr->train, &lc, &tr->ld, e) < 0)
         return err_prefix(e, "training data");
     int64_t per_epoch = loader_batches_per_epoch(tr->ld) / tr->t->accumulate;
@@ -289,6 +316,8 @@ static void train_teardown(struct trainer *tr)
         nn_model_destroy(&tr->m);
     dataset_destroy(tr->train);
     dataset_destroy(tr->test);
+    data_storage_destroy(tr->storage); /* after the datasets that borrow it */
+    tr->storage = NULL;
     free(tr->pad_x);
     free(tr->pad_y);
     tr->ld = NULL;
@@ -418,7 +447,9 @@ static int train_next_micro(struct trainer *tr, int64_t step, int micro,
     *epoch_of_step = (int)b->epoch;
     if (b->last_in_epoch)
         *epoch_done = (int)b->epoch;
-    if (!tr->have_pipe) /* a pipeline's schedule says which backward ends the step */
+    /* a pipeline's schedule says which backward ends the step; a loader-only run has no
+     * strategy */
+    if (!tr->have_pipe && tr->have_ddp)
         ddp_begin_step(&tr->ddp, micro == tr->t->accumulate - 1);
     *out = b;
     return 0;
@@ -474,10 +505,26 @@ static void train_trace_comm(struct trainer *tr)
 
 /* Fills the step's communication figures and wall time from the strategy, sends the
  * step and, where it was traced, its trace: the end of every step, pipeline or not. */
+/* The data pipeline's figures of the step just taken: the loader's CPU time and the bytes
+ * read from storage since the previous step (both run ahead of the step that consumes
+ * their batches, so a step is charged with what the pipeline did while it ran). */
+static void train_data_figures(struct trainer *tr, struct report_step *rs)
+{
+    struct loader_stats ls;
+    struct data_storage_stats ss;
+    loader_get_stats(tr->ld, &ls);
+    data_storage_get_stats(tr->storage, &ss);
+    rs->loader_cpu_ms = train_ms(ls.fill_cpu_ns - tr->last_cpu_ns);
+    rs->read_bytes = ss.bytes - tr->last_read_bytes;
+    tr->last_cpu_ns = ls.fill_cpu_ns;
+    tr->last_read_bytes = ss.bytes;
+}
+
 static int train_emit_step(struct trainer *tr, struct report_step *rs, bool traced,
                            int64_t t_start, int64_t t_end, struct err *e)
 {
     const struct ddp_step_stats *st = &tr->ddp.st;
+    train_data_figures(tr, rs);
     rs->comm_ms = train_ms(st->comm_ns);
     rs->comm_exposed_ms = train_ms(st->exposed_ns);
     rs->step_ms = train_ms(t_end - t_start);
@@ -497,6 +544,22 @@ static int train_emit_step(struct trainer *tr, struct report_step *rs, bool trac
     return observe_trace_emit(tr->obs, tr->repeat, rs->step, e);
 }
 
+/* The start of a data-parallel or loader-only step: its report's identity (batch_size x
+ * accumulate samples, no pipeline) and, when it is in the trace window, its trace begun.
+ * Returns whether it is traced. */
+static bool train_step_open(struct trainer *tr, int64_t step, struct report_step *rs)
+{
+    *rs = (struct report_step){.repeat = tr->repeat,
+                               .step = step,
+                               .warmup = step < tr->t->warmup_steps,
+                               .samples = tr->t->batch_size * tr->t->accumulate,
+                               REPORT_STEP_NO_PIPELINE};
+    bool traced = train_traced(tr, step);
+    if (traced)
+        observe_trace_begin(tr->obs);
+    return traced;
+}
+
 /* Runs step `step` (accumulate micro-batches, the exchange, the update) and reports it.
  * *epoch_done is set to the epoch that ended in it, or -1. Phases are the host clock's
  * around each engine call unless the engine measures them itself (end_step); backward
@@ -509,14 +572,8 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
     const struct spec_train *t = tr->t;
     const struct train_engine_ops *ops = tr->ops;
     struct train_engine *en = tr->eng;
-    struct report_step rs = {.repeat = tr->repeat,
-                             .step = step,
-                             .warmup = step < t->warmup_steps,
-                             .samples = t->batch_size * t->accumulate,
-                             REPORT_STEP_NO_PIPELINE};
-    bool traced = train_traced(tr, step);
-    if (traced)
-        observe_trace_begin(tr->obs);
+    struct report_step rs;
+    bool traced = train_step_open(tr, step, &rs);
     ddp_set_trace(&tr->ddp, traced);
     int64_t t_start = clock_mono_ns(), data_ns = 0, fwd_ns = 0, bwd_ns = 0;
     *epoch_done = -1;
@@ -580,6 +637,30 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
     rs.backward_ms = ph.backward_ms;
     rs.optimizer_ms = ph.optimizer_ms;
     return train_emit_step(tr, &rs, traced, t_start, t_end, e);
+}
+
+/* A step of a loader-only run (spec loader_only): the step's batches from the loader and
+ * nothing else, so its time is what the data pipeline takes to supply them and the run's
+ * throughput is the pipeline's own. No model runs: the loss reported is 0 and the epochs
+ * carry no train figures (null). */
+static int train_step_loader(struct trainer *tr, int64_t step, int *epoch_done,
+                             int *epoch_of_step, struct err *e)
+{
+    struct report_step rs;
+    bool traced = train_step_open(tr, step, &rs);
+    int64_t t_start = clock_mono_ns(), data_ns = 0;
+    *epoch_done = -1;
+    for (int micro = 0; micro < tr->t->accumulate; micro++) {
+        const struct data_batch *b = NULL;
+        int64_t td = clock_mono_ns(), before = data_ns;
+        if (train_next_micro(tr, step, micro, &b, &data_ns, epoch_done, epoch_of_step, e) < 0)
+            return -1;
+        observe_trace_span(tr->obs, "data", td, td + (data_ns - before));
+    }
+    rs.epoch = *epoch_of_step;
+    rs.data_ms = train_ms(data_ns);
+    rs.forward_ms = rs.backward_ms = rs.optimizer_ms = 0;
+    return train_emit_step(tr, &rs, traced, t_start, clock_mono_ns(), e);
 }
 
 /* The step's loss, as the mean over the replicas' last stages (the only ranks that have
@@ -688,8 +769,42 @@ static int train_report_memory(struct trainer *tr, struct err *e)
     return report_emit_memory(tr->w, &rm, e);
 }
 
+/* A loader-only run's repeat: its steps take batches and nothing else (train_step_loader),
+ * epochs still end (their time is the pipeline's), and no model is built. */
+static int train_repeat_loader(struct trainer *tr, struct err *e)
+{
+    if (tr->comm->rank == 0 && tr->repeat == 0)
+        log_info("loader only: %s %dx%dx%d (%s, %s storage), batch %d x %d ranks, %d "
+                 "workers, %lld steps",
+                 tr->train->name, tr->train->c, tr->train->h, tr->train->w,
+                 tr->t->dataset.format, tr->t->dataset.storage, tr->t->batch_size,
+                 tr->comm->world_size, tr->t->dataset.workers, (long long)tr->total_steps);
+    struct train_tally tally = {0};
+    observe_window_begin(tr->obs, tr->repeat);
+    int64_t epoch_start = clock_mono_ns();
+    int epoch = 0;
+    for (int64_t step = 0; step < tr->total_steps; step++) {
+        int done = -1;
+        if (train_step_loader(tr, step, &done, &epoch, e) < 0 ||
+            train_progress(tr, step + 1, e) < 0)
+            return -1;
+        if (done < 0)
+            continue;
+        double secs = (double)(clock_mono_ns() - epoch_start) / 1e9;
+        if (observe_window_emit(tr->obs, done, e) < 0 ||
+            train_end_epoch(tr, done, &tally, secs, e) < 0)
+            return err_prefix(e, "end of epoch %d", done);
+        epoch_start = clock_mono_ns();
+    }
+    return observe_window_emit(tr->obs, epoch, e);
+}
+
 static int train_repeat(struct trainer *tr, struct err *e)
 {
+    if (tr->t->loader_only)
+        return train_open_data(tr, e) < 0 || train_make_loader(tr, e) < 0
+                   ? -1
+                   : train_repeat_loader(tr, e);
     if (train_open_data(tr, e) < 0 || train_build_model(tr, e) < 0 ||
         train_make_loader(tr, e) < 0 || train_make_strategy(tr, e) < 0)
         return -1;

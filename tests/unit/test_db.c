@@ -12,9 +12,12 @@
 #include "tests/unit/test.h"
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 13
+#define TEST_DB_VERSION 14
 /* what migration 009 added, undone for a test that sets the version back below it */
+#define TEST_DB_UNDO_014                                                                       \
+    "ALTER TABLE steps DROP COLUMN loader_cpu_ms; ALTER TABLE steps DROP COLUMN read_bytes; "
 #define TEST_DB_UNDO_013                                                                       \
+    TEST_DB_UNDO_014                                                                           \
     "ALTER TABLE steps DROP COLUMN stage; ALTER TABLE steps DROP COLUMN p2p_ms; "              \
     "ALTER TABLE steps DROP COLUMN p2p_bytes; ALTER TABLE steps DROP COLUMN bubble_ms; "
 #define TEST_DB_UNDO_012 TEST_DB_UNDO_013 "DROP TABLE run_grads; DROP TABLE fits; "
@@ -800,7 +803,7 @@ static void test_db_step_phases_null(void)
     T_CHECK_MSG(steps != NULL, "%s", e.msg);
     char *text = json_dumps(steps, JSON_COMPACT);
     T_CHECK_MSG(strstr(text, "[0,0,0,0,0,32,2.0,1.5,null,null,null,null,null,9.0,null,null,"
-                             "null,null,null]") != NULL,
+                             "null,null,null,null,null]") != NULL,
                 "%s", text);
     free(text);
     json_decref(steps);
@@ -844,7 +847,9 @@ static void test_db_pipeline_steps(void)
                                  .stage = rank % 2,
                                  .p2p_ms = 1.5,
                                  .p2p_bytes = 1000 * (rank + 1),
-                                 .bubble_ms = rank == 3 ? -1 : 2.5};
+                                 .bubble_ms = rank == 3 ? -1 : 2.5,
+                                 .loader_cpu_ms = rank == 0 ? -1 : 0.5 * rank,
+                                 .read_bytes = rank == 3 ? -1 : 1000 * rank};
         T_OK(db_insert_step(db, rp, rank, &st, &e));
     }
     struct report_step plain = {REPORT_STEP_NO_PIPELINE, .step = 1, .samples = 8, .step_ms = 5};
@@ -854,20 +859,22 @@ static void test_db_pipeline_steps(void)
     T_CHECK_MSG(steps != NULL, "%s", e.msg);
     const json_t *cols = json_object_get(steps, "columns");
     size_t n = json_array_size(cols);
-    T_CHECK(n == 19);
-    T_EQ_STR(json_string_value(json_array_get(cols, n - 4)), "stage");
-    T_EQ_STR(json_string_value(json_array_get(cols, n - 3)), "p2p_ms");
-    T_EQ_STR(json_string_value(json_array_get(cols, n - 2)), "p2p_bytes");
-    T_EQ_STR(json_string_value(json_array_get(cols, n - 1)), "bubble_ms");
+    T_CHECK(n == 21);
+    T_EQ_STR(json_string_value(json_array_get(cols, n - 6)), "stage");
+    T_EQ_STR(json_string_value(json_array_get(cols, n - 5)), "p2p_ms");
+    T_EQ_STR(json_string_value(json_array_get(cols, n - 4)), "p2p_bytes");
+    T_EQ_STR(json_string_value(json_array_get(cols, n - 3)), "bubble_ms");
+    T_EQ_STR(json_string_value(json_array_get(cols, n - 2)), "loader_cpu_ms");
+    T_EQ_STR(json_string_value(json_array_get(cols, n - 1)), "read_bytes");
     const json_t *row = json_array_get(json_object_get(steps, "rows"), 0);
-    T_EQ_INT(json_integer_value(json_array_get(row, n - 4)), 1);
-    T_NEAR(json_number_value(json_array_get(row, n - 3)), 1.5, 0);
-    T_EQ_INT(json_integer_value(json_array_get(row, n - 2)), 4000);
-    T_CHECK(json_is_null(json_array_get(row, n - 1))); /* rank 3 did not report it */
+    T_EQ_INT(json_integer_value(json_array_get(row, n - 6)), 1);
+    T_NEAR(json_number_value(json_array_get(row, n - 5)), 1.5, 0);
+    T_EQ_INT(json_integer_value(json_array_get(row, n - 4)), 4000);
+    T_CHECK(json_is_null(json_array_get(row, n - 3))); /* rank 3 did not report it */
     json_decref(steps);
     steps = db_get_steps(db, rd, -1, true, &e);
     row = json_array_get(json_object_get(steps, "rows"), 0);
-    for (size_t k = n - 4; k < n; k++)
+    for (size_t k = n - 6; k < n; k++)
         T_CHECK_MSG(json_is_null(json_array_get(row, k)), "column %zu", k);
     json_decref(steps);
 
@@ -881,6 +888,14 @@ static void test_db_pipeline_steps(void)
     T_NEAR(s->p2p_ms, 6.0, 1e-12);
     T_EQ_INT(s->p2p_ranks, 4);
     T_NEAR(s->p2p_bytes, 10000, 0);
+    /* the data pipeline's figures: sums and counts over the ranks that reported them */
+    T_NEAR(s->loader_cpu_ms, 0.5 + 1.0 + 1.5, 1e-12);
+    T_EQ_INT(s->loader_ranks, 3);
+    T_NEAR(s->read_bytes, 0 + 1000 + 2000, 0);
+    T_EQ_INT(s->read_ranks, 3);
+    const struct db_step_row *plain_row = &data.runs[1].steps[0];
+    T_CHECK(plain_row->loader_cpu_ms < 0 && plain_row->loader_ranks == 0);
+    T_CHECK(plain_row->read_bytes < 0 && plain_row->read_ranks == 0);
     T_EQ_INT(s->p2p_bytes_ranks, 4);
     s = &data.runs[1].steps[0];
     T_CHECK(s->bubble_ms == -1 && s->bubble_step_ms == -1 && s->p2p_ms == -1 &&

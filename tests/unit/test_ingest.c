@@ -161,7 +161,8 @@ static void test_ingest_every_type(void)
     T_EQ_INT(res.type, REPORT_COLLECTIVE);
 
     /* steps of both ranks: both stored, only rank 0's published; rank 1's as a pipeline
-     * stage's (its stage, p2p and bubble stored beside the phases) */
+     * stage's (its stage, p2p and bubble stored beside the phases) with the data pipeline's
+     * figures (rank 0's leaves them out: stored NULL) */
     struct report_step st = {REPORT_STEP_NO_PIPELINE, .samples = 8, .loss = 2.0, .step_ms = 10,
                              .forward_ms = 3};
     T_OK(report_emit_step(&x.w[0], &st, &e));
@@ -172,6 +173,8 @@ static void test_ingest_every_type(void)
     st.p2p_ms = 2.5;
     st.p2p_bytes = 65536;
     st.bubble_ms = 4.25;
+    st.loader_cpu_ms = 0.75;
+    st.read_bytes = 98304;
     T_CHECK(!ingest_rank_state(&x.in, 1)->stepped);
     T_OK(report_emit_step(&x.w[1], &st, &e));
     T_OK(fx_ingest(&x, 1, &res, &e));
@@ -324,9 +327,10 @@ static void test_ingest_every_type(void)
     T_CHECK(steps != NULL);
     T_EQ_INT(json_array_size(json_object_get(steps, "rows")), 2);
     char *rows = json_dumps(json_object_get(steps, "rows"), JSON_COMPACT);
-    /* ... step_ms, bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms */
-    T_CHECK_MSG(strstr(rows, ",10.0,0,null,null,null,null]") &&
-                    strstr(rows, ",12.0,0,1,2.5,65536,4.25]"),
+    /* ... step_ms, bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms, loader_cpu_ms,
+     * read_bytes */
+    T_CHECK_MSG(strstr(rows, ",10.0,0,null,null,null,null,null,null]") &&
+                    strstr(rows, ",12.0,0,1,2.5,65536,4.25,0.75,98304]"),
                 "%s", rows);
     free(rows);
     json_decref(steps);

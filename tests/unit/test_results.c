@@ -627,6 +627,65 @@ static void test_results_pipeline(void)
     free(sd);
 }
 
+/* The data pipeline's columns: a group whose data wait (1 ms of 10) is at least 5 % of its
+ * step is input-bound, one whose wait is 1 ms of 100 is not; the loader's CPU time is per
+ * rank and step, the read rate pooled bytes over pooled step time; a group whose steps
+ * report neither (a framework engine's) has them null, and its data_fraction still comes
+ * from its data phase. */
+static void test_results_data_pipeline(void)
+{
+    struct err e;
+    struct db_step_row *fast = steps(2, 4, 10.0, 10.0, 16),
+                       *slow = plain_steps(2, 4, 100.0, 16);
+    for (int i = 0; i < 8; i++) {
+        fast[i].loader_cpu_ms = 2 * 3.0; /* two ranks, 3 ms each */
+        fast[i].loader_ranks = 2;
+        fast[i].read_bytes = 2 * 1e6;
+        fast[i].read_ranks = 2;
+        slow[i].loader_cpu_ms = slow[i].read_bytes = -1;
+    }
+    struct db_data_run runs[] = {run(2, NULL, 0, fast, 8, NULL, 0),
+                                 run(2, NULL, 0, slow, 8, NULL, 0)};
+    for (int i = 0; i < 2; i++) {
+        json_decref(runs[i].params);
+        json_decref(runs[i].spec);
+        runs[i].params = json_pack("{s:b}", "loader_only", i == 0);
+        runs[i].spec = json_pack("{s:i, s:b}", "world_size", 2, "loader_only", i == 0);
+        runs[i].nodes = 1;
+        runs[i].ranks_per_node = 2;
+    }
+    struct db_experiment_data data = {.id = 5, .workload = "train", .runs = runs, .nruns = 2};
+    const char *by[] = {"loader_only"};
+    json_t *t = results_build(&data, by, 1, &e);
+    T_CHECK_MSG(t != NULL, "%s", e.msg);
+    json_t *rows = json_object_get(t, "rows");
+    T_EQ_INT(json_array_size(rows), 2);
+    json_t *a = json_array_get(rows, 0), *b = json_array_get(rows, 1);
+    if (json_is_true(json_object_get(b, "loader_only"))) {
+        json_t *x = a;
+        a = b;
+        b = x;
+    }
+    /* 8 steps of 1 ms data over 4 x 10 + 4 x 11 ms */
+    T_NEAR(json_real_value(json_object_get(a, "data_fraction")), 8.0 / 84.0, 1e-12);
+    T_CHECK(json_is_true(json_object_get(a, "input_bound")));
+    T_NEAR(json_real_value(json_object_get(a, "loader_cpu_ms")), 3.0, 1e-12);
+    /* each rank read 1 MB a step: 8 MB over 0.084 s of its steps */
+    T_NEAR(json_real_value(json_object_get(a, "read_mbps")), 8.0 / 0.084, 1e-9);
+    T_NEAR(json_real_value(json_object_get(b, "data_fraction")), 8.0 / 840.0, 1e-12);
+    T_CHECK(json_is_false(json_object_get(b, "input_bound")));
+    T_CHECK(json_is_null(json_object_get(b, "loader_cpu_ms")));
+    T_CHECK(json_is_null(json_object_get(b, "read_mbps")));
+    size_t len;
+    char *csv = results_csv(t, &len, &e);
+    T_CHECK(csv && strstr(csv, ",data_fraction,input_bound,loader_cpu_ms,read_mbps,") != NULL);
+    free(csv);
+    json_decref(t);
+    runs_free(runs, 2);
+    free(fast);
+    free(slow);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -642,5 +701,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_results_network_profile_apart);
     TEST_RUN(test_results_memory_and_usage);
     TEST_RUN(test_results_time_to_accuracy);
+    TEST_RUN(test_results_data_pipeline);
     return test_end();
 }

@@ -871,6 +871,64 @@ static void test_spec_dataset_workers(void)
     json_decref(s);
 }
 
+/* The data pipeline's fields (format, storage, its custom figures, cold, pin, loader_only):
+ * defaults, the struct, and rule (8)'s storage half at the top and at every sweep point. */
+static void test_spec_data_pipeline(void)
+{
+    static const struct bad_case cases[] = {
+        {TR ", \"dataset\": {\"format\": \"tfrecord\"}}", "dataset.format", "native"},
+        {TR ", \"dataset\": {\"storage\": \"s3\"}}", "dataset.storage", "custom"},
+        {TR ", \"dataset\": {\"storage\": \"custom\", \"read_mbps\": -1}}", "dataset.read_mbps",
+         ""},
+        {TR ", \"dataset\": {\"read_mbps\": 100}}", "dataset.read_mbps",
+         "custom storage's figure; dataset.storage \"local\" has its own"},
+        {TR ", \"dataset\": {\"storage\": \"nfs\", \"read_concurrency\": 4}}",
+         "dataset.read_concurrency", "dataset.storage \"nfs\" has its own"},
+        {TR ", \"dataset\": {\"name\": \"cifar10\", \"storage\": \"nfs\"}}", "dataset.storage",
+         "format native reads cifar10 whole at start"},
+        {TR ", \"dataset\": {\"name\": \"cifar10\", \"format\": \"records\"}, "
+            "\"sweep\": {\"dataset.format\": [\"records\", \"native\"], "
+            "\"dataset.storage\": [\"local\", \"blob\"]}}",
+         "sweep", "choose a file-backed dataset.format"},
+        {TR ", \"loader_only\": 1}", "loader_only", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
+                    "case %zu", i);
+    struct spec sp;
+    struct err e;
+    json_t *s = parse_ok(TR "}");
+    T_CHECK(s);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_STR(sp.train.dataset.format, "native");
+    T_EQ_STR(sp.train.dataset.storage, "local");
+    T_CHECK(!sp.train.dataset.cold && !sp.train.dataset.pin && !sp.train.loader_only);
+    json_decref(s);
+    s = parse_ok(TR ", \"loader_only\": true, \"dataset\": {\"name\": \"cifar10\", "
+                    "\"format\": \"records-zstd\", \"storage\": \"custom\", \"read_mbps\": "
+                    "100, \"read_latency_ms\": 0.5, \"read_concurrency\": 4, \"cold\": true, "
+                    "\"pin\": true}}");
+    T_CHECK(s);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_STR(sp.train.dataset.format, "records-zstd");
+    T_EQ_STR(sp.train.dataset.storage, "custom");
+    T_NEAR(sp.train.dataset.read_mbps, 100, 0);
+    T_NEAR(sp.train.dataset.read_latency_ms, 0.5, 0);
+    T_EQ_INT(sp.train.dataset.read_concurrency, 4);
+    T_CHECK(sp.train.dataset.cold && sp.train.dataset.pin && sp.train.loader_only);
+    json_decref(s);
+    /* the sweep: formats x storages x workers; synthetic ignores both */
+    s = parse_ok(TR ", \"dataset\": {\"name\": \"cifar10\", \"format\": \"files-jpeg\"}, "
+                    "\"sweep\": {\"dataset.format\": [\"files-jpeg\", \"records\"], "
+                    "\"dataset.storage\": [\"local\", \"nfs\"], \"dataset.workers\": [1, 2, "
+                    "4], \"loader_only\": [true, false]}}");
+    T_CHECK(s);
+    json_decref(s);
+    s = parse_ok(TR ", \"dataset\": {\"storage\": \"blob\"}}");
+    T_CHECK(s);
+    json_decref(s);
+}
+
 /* What runs where: each combination the workers cannot run is refused at submit, naming
  * the field the rule is about, at the top level and at every point of a sweep. */
 static void test_spec_device_compat(void)
@@ -1544,6 +1602,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_transformer_rules);
     TEST_RUN(test_spec_pipeline_rules);
     TEST_RUN(test_spec_dataset_workers);
+    TEST_RUN(test_spec_data_pipeline);
     TEST_RUN(test_spec_device_compat);
     TEST_RUN(test_spec_collective_sizes);
     TEST_RUN(test_spec_sizes_from_parsed_spec);
