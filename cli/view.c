@@ -62,6 +62,8 @@ static const struct view_col view_cols[] = {
     {"bubble_fraction", "bubble", VK_PCT, NULL, VF_HIDE_NULL}, /* pipelines only */
     {"bubble_theory", "bubble theory", VK_PCT, NULL, VF_HIDE_NULL},
     {"p2p_ms", "p2p ms", VK_NUM, NULL, VF_HIDE_NULL},
+    {"data_fraction", "data wait", VK_PCT, NULL, VF_HIDE_NULL}, /* the data pipeline */
+    {"read_mbps", "read MB/s", VK_NUM, NULL, VF_HIDE_NULL | VF_HIDE_CONST},
     {"speedup", "speedup", VK_STAT, "speedup_ci95", VF_COMPARE},
     {"efficiency", "efficiency", VK_PCT, NULL, VF_COMPARE},
     {"pred_step_ms", "model step ms", VK_NUM, NULL, VF_HIDE_NULL},

@@ -662,6 +662,63 @@ def test_pipeline_schedule_timeline():
     screenshot("experiment-pipeline")
 
 
+def store_data_fixture():
+    """An experiment sweeping loader_only over two finished runs, written as the daemon
+    stores their steps: the loader-only run waits 9 of its 10 ms a step for data (input
+    bound), the training run 0.2 of 40 ms; both report the loader's CPU time and the bytes
+    read. Returns the experiment id."""
+    db = sqlite3.connect(os.path.join(D.state_dir, "ddpbench.db"), timeout=10)
+    spec = {"name": "data-fixture", "workload": "train", "model": "resnet18-cifar", "batch_size": 32,
+            "world_size": 1, "dataset": {"name": "cifar10", "format": "records"},
+            "sweep": {"loader_only": [True, False]}}
+    now = time.time()
+    with db:
+        exp_id = db.execute("INSERT INTO experiments (name, workload, spec, status, n_runs, created_at, "
+                            "started_at, finished_at, runs_finished) VALUES (?, 'train', ?, 'succeeded', 2, ?, ?, ?, 2)",
+                            (spec["name"], json.dumps(spec), now - 5, now - 5, now - 1)).lastrowid
+        for point, only in enumerate((True, False)):
+            run_spec = dict(spec, loader_only=only)
+            run_spec.pop("sweep")
+            run_id = db.execute("INSERT INTO runs (experiment_id, point, params, spec, world_size, status, "
+                                "progress, created_at, started_at, finished_at) "
+                                "VALUES (?, ?, ?, ?, 1, 'succeeded', 1, ?, ?, ?)",
+                                (exp_id, point, json.dumps({"loader_only": only}), json.dumps(run_spec),
+                                 now - 5, now - 4, now - 2)).lastrowid
+            db.execute("INSERT INTO run_ranks (run_id, rank, node, host, pid, status, exit_code) "
+                       "VALUES (?, 0, 'local', 'h', 1000, 'done', 0)", (run_id,))
+            data, step = (9.0, 10.0) if only else (0.2, 40.0)
+            for s in range(6):
+                db.execute("INSERT INTO steps (run_id, rank, repeat, epoch, step, warmup, samples, loss, "
+                           "data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, "
+                           "bytes_sent, loader_cpu_ms, read_bytes) "
+                           "VALUES (?, 0, 0, 0, ?, ?, 32, 0, ?, ?, ?, 0, 0, ?, ?, 0, 8.5, 98304)",
+                           (run_id, s, int(s == 0), data, 0 if only else 15, 0 if only else 20,
+                            0 if only else 4.8, step))
+    db.close()
+    return exp_id
+
+
+def test_data_pipeline_throughput_beside_data_wait():
+    """An experiment over the data pipeline shows throughput and data wait side by side,
+    the input-bound row marked, and the results table its data columns."""
+    exp_id = store_data_fixture()
+    rows = D.get(f"/v1/experiments/{exp_id}/results")["rows"]
+    bound = {r["loader_only"]: r["input_bound"] for r in rows}
+    check(bound == {True: True, False: False}, rows)
+    go(f"/experiments/{exp_id}", "#runs-table")
+    wait(lambda: js("return document.getElementById('data-pipeline') !== null"), what="the data pipeline charts")
+    got = js("""const d = document.getElementById('data-pipeline');
+               return {rows: +d.dataset.rows, bound: +d.dataset.inputBound,
+                       titles: [...d.querySelectorAll('figcaption')].map(c => c.textContent)}""")
+    check(got["rows"] == 2 and got["bound"] == 1, got)
+    check(got["titles"] == ["Throughput", "Data wait per step"], got)
+    waits = breakdown_segments("Data wait per step")
+    check(any(k[1] == "data wait" and abs(v - 9.0) < 1e-6 for k, v in waits.items()), waits)
+    cols = js("return [...document.querySelectorAll('#results-table th')].map(th => th.textContent)")
+    check("data_fraction" in cols and "input_bound" in cols and "read_mbps" in cols, cols)
+    screenshot("experiment-data-pipeline")
+
+
 def test_keyboard_navigation_and_contrast():
     go("/experiments", "main h1")
     from selenium.webdriver.common.action_chains import ActionChains
@@ -728,6 +785,7 @@ def main():
                 test_nodes_page_and_where_ranks_ran,
                 test_memory_usage_and_timeline_of_a_run, test_model_predictions_and_what_if,
                 test_pipeline_schedule_timeline,
+                test_data_pipeline_throughput_beside_data_wait,
                 test_keyboard_navigation_and_contrast,
             ])
         finally:

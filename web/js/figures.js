@@ -103,7 +103,25 @@ export function trainingCharts(sources) {
         { name: 'not observed by the engine', values: rows.map((x) => unobservedMs(x.r)) }] }),
     modelBars(rows),
     memoryBars(rows),
+    dataPipeline(rows),
   ];
+}
+
+// Throughput beside the data wait, per configuration (issue 20): the two side by side say
+// when training became input-bound: a row whose data wait is a large share of its step
+// (results' input_bound, marked ⚠) gains nothing from a faster model or more ranks. A
+// loader_only row's throughput is what the data pipeline supplies on its own.
+// <div id=data-pipeline> holds both charts; data-input-bound counts the rows marked.
+function dataPipeline(rows) {
+  const has = rows.filter((x) => Number.isFinite(x.r.data_fraction));
+  const cats = has.map((x) => (x.r.input_bound ? '⚠ ' : '') + (x.label || 'all runs'));
+  const rest = (r) => (Number.isFinite(r.step_ms_mean) && Number.isFinite(r.data_ms) ? Math.max(0, r.step_ms_mean - r.data_ms) : null);
+  return el('div', { class: 'side-by-side', id: 'data-pipeline', 'data-rows': String(has.length), 'data-input-bound': String(has.filter((x) => x.r.input_bound).length) },
+    stackedBars({ title: 'Throughput', desc: 'Global samples per second, mean over repeats; a loader_only row is the data pipeline alone.', unit: 'samples/s',
+      categories: cats, segments: [{ name: 'throughput', values: has.map((x) => x.r.throughput_mean) }], empty: 'No throughput yet.' }),
+    stackedBars({ title: 'Data wait per step', desc: 'The mean time a rank waited for its batch, and the rest of the step; ⚠ marks input-bound rows (data wait ≥ 5% of the step).', unit: 'ms per step',
+      categories: cats, segments: [{ name: 'data wait', values: has.map((x) => x.r.data_ms) }, { name: 'rest of the step', values: has.map((x) => rest(x.r)) }],
+      empty: 'No data wait reported (a framework engine does not observe it).' }));
 }
 
 // Each row's step as the model predicts it beside what was measured, phase by phase:
@@ -223,10 +241,12 @@ export function mainColumns(table) {
 
 // A pipeline's columns (spec pipeline > 1), shown when a row has them.
 const PIPELINE_COLUMNS = ['bubble_fraction', 'bubble_theory', 'p2p_ms', 'p2p_bytes'];
+// The data pipeline's columns (issue 20), shown when a row has them.
+const DATA_COLUMNS = ['data_fraction', 'input_bound', 'loader_cpu_ms', 'read_mbps'];
 
 // Issue 17's columns (and a pipeline's) a results table shows by default, each when a row
 // has it.
-const RESOURCE_COLUMNS = [...PIPELINE_COLUMNS, 'model_state_bytes_mean', 'optimizer_bytes_mean', 'peak_rss_bytes_mean', 'peak_rss_bytes_ci95',
+const RESOURCE_COLUMNS = [...PIPELINE_COLUMNS, ...DATA_COLUMNS, 'model_state_bytes_mean', 'optimizer_bytes_mean', 'peak_rss_bytes_mean', 'peak_rss_bytes_ci95',
   'device_peak_bytes_mean', 'cpu_util_mean', 'involuntary_cs_per_s_mean', 'gpu_util_pct_mean', 'gpu_power_w_mean',
   'target_accuracy', 'tta_s_mean', 'tta_s_ci95', 'tta_epochs_mean', 'tta_reached', 'tta_repeats',
   // issue 18: the model's prediction and its error, where one was made
