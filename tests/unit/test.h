@@ -10,6 +10,7 @@
 #ifndef DDPB_TEST_H
 #define DDPB_TEST_H
 
+#include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -142,6 +143,19 @@ static inline void test_begin(int argc, char **argv)
 static inline void test_skip_all(const char *reason)
 {
     test_state.skip_all = reason;
+}
+
+static inline int test_rmtree_entry(const char *path, const struct stat *st, int flag,
+                                    struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* rm -r dir: a test's temporary folder, at its end. */
+static inline void test_rmtree(const char *dir)
+{
+    nftw(dir, test_rmtree_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 static inline int test_end(void)

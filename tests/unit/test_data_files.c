@@ -641,11 +641,6 @@ static void test_augment_matches_in_memory(void)
     T_CHECK(varied);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -665,6 +660,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_manifest_errors);
     TEST_RUN(test_fill_errors_name_the_file);
     TEST_RUN(test_augment_matches_in_memory);
-    nftw(tdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_rmtree(tdir);
     return test_end();
 }

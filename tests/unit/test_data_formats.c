@@ -1227,11 +1227,6 @@ static void test_synthetic_tokens_errors(void)
     T_EQ_INT(dataset_label_len(&unset), 1);
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -1264,6 +1259,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_synthetic_tokens_sequence);
     TEST_RUN(test_synthetic_tokens_fixed_and_fresh);
     TEST_RUN(test_synthetic_tokens_errors);
-    nftw(tdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_rmtree(tdir);
     return test_end();
 }

@@ -735,11 +735,6 @@ static void test_convert_failure_leaves_no_index(void)
     T_CHECK(!exists(p));
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -765,6 +760,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_records_from_jpeg_equal_jpeg);
     TEST_RUN(test_convert_errors);
     TEST_RUN(test_convert_failure_leaves_no_index);
-    nftw(tdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    test_rmtree(tdir);
     return test_end();
 }
