@@ -11,7 +11,8 @@
 - the same seed gives the same loss on every format and worker count that trains on the
   same samples (PNG and records are lossless copies of the binaries);
 - a loader-only run under a custom storage of R MB/s reads at most R and at least 80 % of
-  it (results' read_mbps), and cold mode still reads the same data;
+  it (results' read_mbps), and cold mode still reads the same data; real data beside
+  synthetic in one experiment;
 - bad data-pipeline specs are refused at submit naming the field, and a format that was
   never converted fails the run naming the command that makes it."""
 import os
@@ -135,10 +136,13 @@ def test_storage_cap_and_cold():
         row = d.get(f"/v1/experiments/{exp['id']}/results")["rows"][0]
         check(0.8 * cap <= row["read_mbps"] <= cap * 1.02, row)
         check(row["input_bound"], row)
-        # the named profiles are accepted as they are
-        exp = d.run_experiment(dict(BASE, steps=3, dataset=data(root, format="records", storage="nfs")),
-                               timeout=180)
+        # the named profiles are accepted as they are, and real data beside synthetic in one
+        # experiment: synthetic ignores the format and the storage (nothing is read)
+        exp = d.run_experiment(dict(BASE, steps=3, dataset=data(root, format="records", storage="nfs"),
+                                    sweep={"dataset.name": ["synthetic", "cifar10"]}), timeout=180)
         check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        rows = {r["dataset.name"]: r for r in d.get(f"/v1/experiments/{exp['id']}/results")["rows"]}
+        check(rows["cifar10"]["read_mbps"] > 0 and rows["synthetic"]["read_mbps"] == 0, rows)
     finally:
         d.close()
         shutil.rmtree(root, ignore_errors=True)
