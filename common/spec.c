@@ -111,7 +111,8 @@ static const char *const spec_compressions[] = {"none", "fp16", "bf16", NULL};
 static const char *const spec_datasets[] = {"synthetic", "mnist", "fashion-mnist",
                                             "cifar10",   "text",  NULL};
 static const char *const spec_formats[] = {
-    "native", "files-png", "files-jpeg", "records", "records-zlib", "records-zstd", NULL};
+    "native",       "files-png",    "files-jpeg",   "records",
+    "records-zlib", "records-zstd", "records-jpeg", NULL};
 static const char *const spec_storages[] = {"local", "nfs", "blob", "custom", NULL};
 static const char *const spec_optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const spec_decays[] = {"constant", "step", "cosine", NULL};
@@ -417,8 +418,9 @@ static const struct spec_field spec_fields[] = {
              "CIFAR binary files in dataset.path, read whole at start; the others are read "
              "sample by sample while training from dataset.path/<format>/, which `ddpbench "
              "dataset convert` writes: one PNG or JPEG file per sample (files-png, "
-             "files-jpeg), or record shards with an index, raw or compressed per sample "
-             "(records, records-zlib, records-zstd). synthetic and text ignore it."},
+             "files-jpeg), or record shards with an index, each sample raw, compressed "
+             "(records, records-zlib, records-zstd) or a JPEG file's bytes (records-jpeg). "
+             "synthetic and text ignore it."},
     {.name = "dataset.storage", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .choices = spec_storages, .def = "\"local\"",
      SPEC_AT(train.dataset.storage),

@@ -39,8 +39,9 @@ static const char data_main_usage[] =
     "         files in DIR; else DIR/FORMAT/), into ROOT/FORMAT/ (ROOT defaults to DIR, where\n"
     "         a spec's dataset.format finds it), in the samples' order.\n"
     "  --to FORMAT      files-png, files-jpeg (per-sample images and a manifest), records,\n"
-    "                   records-zlib, records-zstd (shards of samples and an index)\n"
-    "  --quality Q      JPEG quality 1..100 (default 95)\n"
+    "                   records-zlib, records-zstd, records-jpeg (shards of samples and an\n"
+    "                   index; records-jpeg stores each as a JPEG file's bytes)\n"
+    "  --quality Q      JPEG quality 1..100 (default 95): files-jpeg, records-jpeg\n"
     "  --level L        compression level: zlib 1..9, zstd 1..19 (default: the codec's)\n"
     "  --shard-mb M     records: shard size in MB (default 64)\n"
     "verify   reads every sample of both splits of DIR/FORMAT (native: DIR) and, with\n"
@@ -50,8 +51,9 @@ static const char data_main_usage[] =
     "Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
 static const char *const data_main_names[] = {"mnist", "fashion-mnist", "cifar10"};
-static const char *const data_main_formats[] = {"native",  "files-png",    "files-jpeg",
-                                                "records", "records-zlib", "records-zstd"};
+static const char *const data_main_formats[] = {"native",      "files-png",    "files-jpeg",
+                                                "records",     "records-zlib", "records-zstd",
+                                                "records-jpeg"};
 
 struct data_main_args {
     const char *name, *path, *from, *to, *out, *against;
@@ -178,7 +180,8 @@ static int data_main_check_values(const struct data_main_args *a, bool convert)
                                      a->name);
     if (!data_main_in(a->to, data_main_formats, nf) || (convert && !strcmp(a->to, "native")))
         return data_main_usage_error(
-            "unknown format '%s' (files-png, files-jpeg, records, records-zlib, records-zstd)",
+            "unknown format '%s' (files-png, files-jpeg, records, records-zlib, records-zstd, "
+            "records-jpeg)",
             a->to);
     if (a->from && !data_main_in(a->from, data_main_formats, nf))
         return data_main_usage_error("unknown source format '%s' (native or a converted one)",
@@ -190,8 +193,9 @@ static int data_main_check_values(const struct data_main_args *a, bool convert)
     if (a->level && strcmp(a->to, "records-zlib") && strcmp(a->to, "records-zstd"))
         return data_main_usage_error("--level applies to records-zlib and records-zstd, not %s",
                                      a->to);
-    if (a->quality && strcmp(a->to, "files-jpeg") != 0)
-        return data_main_usage_error("--quality applies to files-jpeg, not %s", a->to);
+    if (a->quality && strcmp(a->to, "files-jpeg") != 0 && strcmp(a->to, "records-jpeg") != 0)
+        return data_main_usage_error("--quality applies to files-jpeg and records-jpeg, not %s",
+                                     a->to);
     if (a->shard_mb && strncmp(a->to, "records", 7) != 0)
         return data_main_usage_error("--shard-mb applies to the records formats, not %s",
                                      a->to);

@@ -481,7 +481,7 @@ static void index_edit(uint8_t *b, size_t *n, int edit)
         fix_crc(b, *n);
         break;
     case E_COMPRESSION:
-        put32(b + 28, 3);
+        put32(b + 28, 4); /* 0..3: raw, zlib, zstd, jpeg */
         fix_crc(b, *n);
         break;
     case E_SAMPLES:
@@ -513,7 +513,7 @@ static void test_records_index_corruption(void)
         {"offset", "sample 3 at offset 7", E_OFFSET},
         {"stored size", "sample 3 stores 21 bytes", E_STORED},
         {"shard count", "fill 4 shards, the header says 5", E_SHARDS},
-        {"compression", "unknown compression 3", E_COMPRESSION},
+        {"compression", "unknown compression 4", E_COMPRESSION},
         {"no samples", "0 samples", E_SAMPLES},
     };
     uint8_t *b = malloc(n0 + 16);
@@ -691,6 +691,45 @@ static void test_records_from_jpeg_equal_jpeg(void)
     T_CHECK(lossy);
 }
 
+/* records-jpeg stores each sample as the JPEG file files-jpeg writes for it: the fills are
+ * the same bit for bit (normalized and augmented), and the first training sample's stored
+ * bytes are exactly its file's bytes (shard 0, offset 0). */
+static void test_records_jpeg_equal_files_jpeg(void)
+{
+    struct err e;
+    char root[128], jdir[256], rdir[256], p[512];
+    tpath(root, sizeof root, "rjpeg");
+    T_OK(convert_to(cifar_dir, "native", root, "files-jpeg", &e));
+    T_OK(convert_to(cifar_dir, "native", root, "records-jpeg", &e));
+    snprintf(jdir, sizeof jdir, "%s/files-jpeg", root);
+    snprintf(rdir, sizeof rdir, "%s/records-jpeg", root);
+    for (int split = 0; split < 2; split++) {
+        struct data_image_opts o;
+        opts_make(&o, split == 1);
+        struct dataset *jpg, *rec;
+        T_OK(dataset_files_open(jdir, "cifar10", (enum data_split)split, &o, NULL, &jpg, &e));
+        T_OK(dataset_records_open(rdir, "cifar10", (enum data_split)split, &o, NULL, &rec, &e));
+        const char *why = fills_equal(jpg, rec);
+        dataset_destroy(jpg);
+        dataset_destroy(rec);
+        T_CHECK_MSG(!*why, "split %d: %s", split, why);
+    }
+    size_t fn = 0, sn = 0;
+    snprintf(p, sizeof p, "%s/train.txt", jdir);
+    uint8_t *manifest = read_all(p, &fn);
+    T_CHECK(manifest != NULL);
+    char first[256] = "";
+    sscanf((const char *)manifest, "%255s", first);
+    free(manifest);
+    snprintf(p, sizeof p, "%s/%s", jdir, first);
+    uint8_t *file = read_all(p, &fn);
+    snprintf(p, sizeof p, "%s/train-00000.rec", rdir);
+    uint8_t *shard = read_all(p, &sn);
+    T_CHECK(file && shard && fn > 0 && sn >= fn && memcmp(file, shard, fn) == 0);
+    free(file);
+    free(shard);
+}
+
 /* --- conversion errors ------------------------------------------------------------------ */
 
 static void test_convert_errors(void)
@@ -758,6 +797,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_records_flipped_byte);
     TEST_RUN(test_files_png_equals_cifar);
     TEST_RUN(test_records_from_jpeg_equal_jpeg);
+    TEST_RUN(test_records_jpeg_equal_files_jpeg);
     TEST_RUN(test_convert_errors);
     TEST_RUN(test_convert_failure_leaves_no_index);
     test_rmtree(tdir);

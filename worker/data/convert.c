@@ -37,6 +37,7 @@ static const struct convert_format convert_formats[] = {
     {"records",      false, DATA_CODEC_PNG,  DATA_RECORD_RAW},
     {"records-zlib", false, DATA_CODEC_PNG,  DATA_RECORD_ZLIB},
     {"records-zstd", false, DATA_CODEC_PNG,  DATA_RECORD_ZSTD},
+    {"records-jpeg", false, DATA_CODEC_JPEG, DATA_RECORD_JPEG},
 };
 /* clang-format on */
 
@@ -47,7 +48,7 @@ static const struct convert_format *convert_find_format(const char *name, struct
             return &convert_formats[i];
     err_set(e, ERR_INVALID, "format",
             "cannot write format \"%s\" (files-png, files-jpeg, records, records-zlib, "
-            "records-zstd)",
+            "records-zstd, records-jpeg)",
             name);
     return NULL;
 }
@@ -87,7 +88,9 @@ static int convert_writer_create(struct convert_writer *cw, const struct convert
     if (fmt->files)
         return data_files_writer_create(dir, split, fmt->codec, opts->quality, ds->c, ds->h,
                                         ds->w, &cw->fw, e);
-    return data_records_writer_create(dir, split, fmt->comp, opts->level, ds->c, ds->h, ds->w,
+    /* a JPEG record's level is its quality, the same as files-jpeg's */
+    int level = fmt->comp == DATA_RECORD_JPEG ? opts->quality : opts->level;
+    return data_records_writer_create(dir, split, fmt->comp, level, ds->c, ds->h, ds->w,
                                       ds->classes, opts->shard_mb << 20, &cw->rw, e);
 }
 

@@ -20,7 +20,15 @@
 #include "common/err.h"
 
 enum data_image_codec { DATA_CODEC_PNG = 0, DATA_CODEC_JPEG };
-enum data_record_compression { DATA_RECORD_RAW = 0, DATA_RECORD_ZLIB, DATA_RECORD_ZSTD };
+/* How a record stores its sample: the pixel bytes raw, compressed losslessly (zlib,
+ * zstd), or as a JPEG file's bytes (TFRecord's and WebDataset's way for images: the decode
+ * is paid while reading, the I/O is the records'). */
+enum data_record_compression {
+    DATA_RECORD_RAW = 0,
+    DATA_RECORD_ZLIB,
+    DATA_RECORD_ZSTD,
+    DATA_RECORD_JPEG
+};
 
 /* --- per-sample image files (files.c) ------------------------------------------------- */
 struct data_files_writer;
@@ -57,7 +65,8 @@ struct data_records_writer;
 /* Into dir/<split>-NNNNN.rec shards of about shard_bytes each (a shard is closed before
  * the sample that would pass shard_bytes; a sample larger than that gets a shard alone) and
  * the index dir/<split>.index (written by finish; the layout is in records.c). level: the
- * codec's (zlib 1..9, zstd 1..19; 0 = its default; raw ignores it). dir is made when
+ * codec's (zlib 1..9, zstd 1..19, JPEG's quality 1..100; 0 = its default, JPEG's 95; raw
+ * ignores it). dir is made when
  * missing (parents too); create removes an earlier index of the split, finish the shards
  * an earlier, longer conversion left past the last one it wrote. add refuses a label
  * outside [0, classes); finish refuses a split of no samples. */

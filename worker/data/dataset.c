@@ -194,7 +194,7 @@ static int data_open_format(const struct data_config *cfg, const char *dir,
     if (!files && !records)
         return err_set(e, ERR_INVALID, "dataset.format",
                        "unknown dataset format \"%s\" (native, files-png, files-jpeg, records, "
-                       "records-zlib, records-zstd)",
+                       "records-zlib, records-zstd, records-jpeg)",
                        f);
     char sub[sizeof cfg->path + sizeof cfg->format + 2];
     snprintf(sub, sizeof sub, "%s/%s", dir, f);

@@ -211,8 +211,8 @@ int dataset_files_open(const char *dir, const char *name, enum data_split split,
 
 /* The record format: a split's samples packed in order into large shard files with an
  * index (dir/<split>.index and dir/<split>-NNNNN.rec), each sample's [c][h][w] bytes
- * stored raw or compressed (zlib or zstd, per sample, so any one reads alone) with a
- * CRC-32 that the fill checks. The index is read at open; each sample is one read of its
+ * stored raw, compressed (zlib or zstd, per sample, so any one reads alone) or as a JPEG
+ * file's bytes (decoded in the fill), with a CRC-32 that the fill checks. The index is read at open; each sample is one read of its
  * bytes from its shard through st during the fill. Caller owns *out; st is borrowed. */
 int dataset_records_open(const char *dir, const char *name, enum data_split split,
                          const struct data_image_opts *opts, struct data_storage *st,
@@ -233,7 +233,8 @@ struct data_config {
                         takes its T from synthetic.w) */
     char format[16]; /* image sets: "native" (idx, CIFAR binaries in path), or one that
                         `ddpbench dataset convert` writes into path/<format>/: "files-png",
-                        "files-jpeg", "records", "records-zlib", "records-zstd" */
+                        "files-jpeg", "records", "records-zlib", "records-zstd",
+                        "records-jpeg" */
     struct data_storage *storage; /* borrowed: what the file-backed formats read through;
                                      NULL = plain reads, no caps */
 };

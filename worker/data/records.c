@@ -14,7 +14,7 @@
  *         8  version (1)        u32
  *        12  c, h, w            u32 each
  *        24  classes            u32
- *        28  compression        u32: 0 raw, 1 zlib, 2 zstd
+ *        28  compression        u32: 0 raw, 1 zlib, 2 zstd, 3 jpeg (a JPEG file's bytes)
  *        32  samples            u64
  *        40  shards             u32
  *        44  reserved (0)       u32
@@ -117,6 +117,7 @@ static const char *records_comp_name(uint32_t comp)
     case DATA_RECORD_RAW: return "raw";
     case DATA_RECORD_ZLIB: return "zlib";
     case DATA_RECORD_ZSTD: return "zstd";
+    case DATA_RECORD_JPEG: return "jpeg";
     default: return "unknown";
     }
 }
@@ -127,6 +128,9 @@ static size_t records_stored_bound(uint32_t comp, size_t bytes)
     switch (comp) {
     case DATA_RECORD_ZLIB: return compressBound((uLong)bytes);
     case DATA_RECORD_ZSTD: return ZSTD_compressBound(bytes);
+    /* a JPEG of a tiny or noisy image can outgrow its pixels: headers and tables are
+     * about 600 bytes, and quality 100 keeps every coefficient */
+    case DATA_RECORD_JPEG: return 2 * bytes + 65536;
     default: return bytes;
     }
 }
@@ -140,6 +144,7 @@ struct records {
     char dir[RECORDS_DIR_MAX];
     enum data_split split;
     uint32_t comp;
+    int c, h, w; /* the shape a JPEG record decodes to */
     size_t sample_bytes;
     uint32_t nshards;
     int *fds;                      /* owned [nshards], -1 where not open */
@@ -169,6 +174,11 @@ static int records_decode(const struct records *r, const struct records_entry *e
 {
     size_t got = 0;
     const char *why = NULL;
+    if (r->comp == DATA_RECORD_JPEG) {
+        char what[RECORDS_PATH_MAX + 32];
+        snprintf(what, sizeof what, "%s: sample %lld", path, (long long)i);
+        return data_image_decode(src, en->stored, what, r->c, r->h, r->w, buf, e);
+    }
     if (r->comp == DATA_RECORD_ZLIB) {
         uLongf dlen = (uLongf)r->sample_bytes;
         int zr = uncompress(buf, &dlen, src, (uLong)en->stored);
@@ -253,7 +263,7 @@ static int records_parse_header(const uint8_t *buf, size_t len, const char *path
     if (h->classes < 1 || h->classes > DATA_MAX_CLASSES)
         return err_set(e, ERR_INVALID, "dataset", "%s: %u classes, outside [1, %d]", path,
                        (unsigned)h->classes, DATA_MAX_CLASSES);
-    if (h->comp > DATA_RECORD_ZSTD)
+    if (h->comp > DATA_RECORD_JPEG)
         return err_set(e, ERR_INVALID, "dataset", "%s: unknown compression %u", path,
                        (unsigned)h->comp);
     if (records_get_u32(buf + 44) != 0)
@@ -360,6 +370,7 @@ static int records_load_index(struct records *r, struct records_header *h, struc
     int rc = records_parse_header(buf, len, path, h, e);
     if (rc == 0) {
         r->comp = h->comp;
+        r->c = (int)h->c, r->h = (int)h->h, r->w = (int)h->w;
         r->sample_bytes = (size_t)h->c * h->h * h->w;
         r->n = (int64_t)h->samples;
         rc = records_parse_entries(r, h, buf, path, e);
@@ -455,6 +466,11 @@ static int records_level(enum data_record_compression comp, int level, int *out,
             return err_set(e, ERR_INVALID, "level",
                            "zstd level %d outside [1, 19] (0: default)", level);
         *out = level ? level : ZSTD_CLEVEL_DEFAULT;
+    } else if (comp == DATA_RECORD_JPEG) {
+        if (level < 0 || level > 100)
+            return err_set(e, ERR_INVALID, "quality",
+                           "JPEG quality %d outside [1, 100] (0: 95)", level);
+        *out = level ? level : 95;
     }
     return 0;
 }
@@ -463,7 +479,7 @@ static int records_writer_check(enum data_record_compression comp, int c, int h,
                                 int classes, int64_t shard_bytes, const char *dir,
                                 struct err *e)
 {
-    if (comp < DATA_RECORD_RAW || comp > DATA_RECORD_ZSTD)
+    if (comp < DATA_RECORD_RAW || comp > DATA_RECORD_JPEG)
         return err_set(e, ERR_INVALID, "format", "unknown record compression %d", (int)comp);
     if (c < 1 || c > DATA_MAX_CHANNELS || h < 1 || h > DATA_MAX_SIDE || w < 1 ||
         w > DATA_MAX_SIDE)
@@ -527,6 +543,25 @@ int data_records_writer_create(const char *dir, enum data_split split,
     return 0;
 }
 
+/* A sample as a JPEG file's bytes into rw->cbuf (the codec the files format writes, so a
+ * records-jpeg sample is byte for byte the files-jpeg file of the same sample). */
+static int records_encode_jpeg(struct data_records_writer *rw, const uint8_t *chw, size_t *len,
+                               struct err *e)
+{
+    uint8_t *jpg = NULL;
+    if (data_image_encode(DATA_CODEC_JPEG, rw->level, chw, rw->c, rw->h, rw->w, &jpg, len, e) <
+        0)
+        return -1;
+    int rc = 0;
+    if (*len > rw->cbuf_cap)
+        rc = err_set(e, ERR_INTERNAL, "dataset", "%s: a JPEG of %zu bytes, more than %zu",
+                     rw->dir, *len, rw->cbuf_cap);
+    else
+        memcpy(rw->cbuf, jpg, *len);
+    free(jpg);
+    return rc;
+}
+
 /* The bytes a sample is stored as: chw itself (raw) or rw->cbuf. */
 static int records_encode(struct data_records_writer *rw, const uint8_t *chw,
                           const uint8_t **stored, size_t *len, struct err *e)
@@ -545,6 +580,8 @@ static int records_encode(struct data_records_writer *rw, const uint8_t *chw,
                           : err_set(e, ERR_INTERNAL, "dataset", "%s: zlib compress2: %s",
                                     rw->dir, zError(zr));
     }
+    if (rw->comp == DATA_RECORD_JPEG)
+        return records_encode_jpeg(rw, chw, len, e);
     size_t zr = ZSTD_compressCCtx(rw->zc, rw->cbuf, rw->cbuf_cap, chw, rw->sample_bytes,
                                   rw->level);
     *len = zr;
