@@ -9,15 +9,17 @@ Data: 50,000 training and 10,000 test images of 3x32x32 (CIFAR-10's sizes) writt
 CIFAR-10 binary batches, each image smooth (a random gradient per channel and a bright
 block), so its JPEG is about the size of a real CIFAR image's rather than noise's; then
 `ddpbench dataset convert` writes them as JPEG files (quality 95, 4:4:4; one file per
-sample and the manifest), raw record shards and zstd record shards (64 MB shards). The
-conversions are timed once.
+sample and the manifest), raw, zstd and JPEG record shards (64 MB shards; records-jpeg
+holds the same JPEG bytes as the files, so files-jpeg against records-jpeg is the file
+layout alone). The conversions are timed once.
 
 Loader only (the headline), every configuration once per round, the order rotated each
 round, peers at their best settings:
   ddpbench  a real ddpbenchd, spec loader_only (the loader and nothing else; results'
             throughput), world_size 1, batch --batch, dataset.augment (crop + flip, the
-            CIFAR recipe), dataset.workers N, prefetch max(2, N), over files-jpeg,
-            records and records-zstd, each on local storage and on the emulated nfs
+            CIFAR recipe), dataset.workers N, prefetch max(2, N), over --formats
+            (files-jpeg, records, records-zstd, records-jpeg), each on local storage and
+            on the emulated nfs
             profile (200 MB/s, 0.5 ms a request, 8 in flight);
   PyTorch   tests/bench/data_torch.py: DataLoader(num_workers=N, shuffle, drop_last,
             persistent workers, default prefetch) over the same files-jpeg manifest, PIL
@@ -131,6 +133,8 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", default="1,2,4")
+    ap.add_argument("--formats", default="files-jpeg,records,records-zstd,records-jpeg",
+                    help="ddpbench's formats in the loader-only part (files-jpeg is the peer's)")
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--train-steps", type=int, default=4)
@@ -140,6 +144,7 @@ def main():
     ap.add_argument("--keep", default="", help="reuse or keep the generated data here")
     a = ap.parse_args()
     workers = [int(w) for w in a.workers.split(",")]
+    formats = a.formats.split(",")
     lock = open("/tmp/ddpb-bench.lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
     root = a.keep or tempfile.mkdtemp(prefix="ddpb-bench-data-")
@@ -148,13 +153,13 @@ def main():
     try:
         if not os.path.exists(os.path.join(root, "test_batch.bin")):
             write_cifar(root)
-        for fmt in ("files-jpeg", "records", "records-zstd"):
+        for fmt in sorted(set(formats) | {"files-jpeg", "records"}):
             if not os.path.exists(os.path.join(root, fmt)):
                 out["conversions"][fmt] = convert(a.build, root, fmt)
                 print(f"convert {fmt}: {out['conversions'][fmt][0]:.1f} s, "
                       f"{out['conversions'][fmt][1] / 1e6:.1f} MB", flush=True)
         configs = [("ddpbench", fmt, st, w) for w in workers
-                   for fmt in ("files-jpeg", "records", "records-zstd") for st in ("local", "nfs")]
+                   for fmt in formats for st in ("local", "nfs")]
         configs += [("pytorch", "files-jpeg", "local", w) for w in workers]
         for r in range(a.rounds):
             k = r % len(configs)
