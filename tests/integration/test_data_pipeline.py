@@ -2,14 +2,15 @@
 """The data pipeline as an experimental variable, through the REST API on real workers
 (issue 20):
 - a small CIFAR-10-format dataset made here is converted by `ddpbench dataset convert` into
-  JPEG files and record shards; one experiment sweeps format x loader workers x
-  loader_only: every run succeeds, the loader-only rows train nothing (no forward, no
+  PNG and JPEG files and zstd and JPEG record shards; one experiment sweeps format x loader
+  workers x loader_only: every run succeeds, the loader-only rows train nothing (no forward, no
   backward, no epoch loss) and the training rows do, every step row of a file-backed format
   carries the bytes its rank read and the loader's CPU time (the run's steps together read
   something), and the results rows give the
   data-wait share, input_bound, the loader's CPU time and the read rate beside throughput;
 - the same seed gives the same loss on every format and worker count that trains on the
-  same samples (PNG and records are lossless copies of the binaries);
+  same samples (PNG and zstd records are lossless copies of the binaries, JPEG records hold
+  the JPEG files' bytes);
 - a loader-only run under a custom storage of R MB/s reads at most R and at least 80 % of
   it (results' read_mbps), and cold mode still reads the same data; real data beside
   synthetic in one experiment;
@@ -69,15 +70,15 @@ def test_formats_workers_loader_only():
     d = Daemon(cpu_slots=2)
     try:
         write_cifar(root)
-        for fmt in ("files-jpeg", "files-png", "records-zstd"):
+        for fmt in ("files-jpeg", "files-png", "records-zstd", "records-jpeg"):
             convert(root, fmt)
         check(os.path.exists(os.path.join(root, "files-jpeg", "train.txt")), os.listdir(root))
         spec = dict(BASE, dataset=data(root, format="files-jpeg"),
-                    sweep={"dataset.format": ["files-jpeg", "files-png", "records-zstd"],
+                    sweep={"dataset.format": ["files-jpeg", "files-png", "records-zstd", "records-jpeg"],
                            "dataset.workers": [1, 2], "loader_only": [True, False]})
         exp = d.run_experiment(spec, timeout=300)
         check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
-        check(len(exp["runs"]) == 12, len(exp["runs"]))
+        check(len(exp["runs"]) == 16, len(exp["runs"]))
         losses = {}
         for run in exp["runs"]:
             full = d.get(f"/v1/runs/{run['id']}")
@@ -100,10 +101,12 @@ def test_formats_workers_loader_only():
         for key in (("files-png", 2), ("records-zstd", 1), ("records-zstd", 2)):
             check(max(abs(a - b) for a, b in zip(ref, losses[key])) < 1e-5, (key, ref, losses[key]))
         check(losses[("files-jpeg", 1)] == losses[("files-jpeg", 2)], "jpeg: workers changed the data")
+        # JPEG records hold the files' very bytes
+        check(losses[("records-jpeg", 1)] == losses[("files-jpeg", 1)], "records-jpeg differs from files-jpeg")
         res = d.get(f"/v1/experiments/{exp['id']}/results")
         for c in ("data_fraction", "input_bound", "loader_cpu_ms", "read_mbps"):
             check(c in res["columns"], res["columns"])
-        check(len(res["rows"]) == 12, len(res["rows"]))
+        check(len(res["rows"]) == 16, len(res["rows"]))
         for row in res["rows"]:
             check(0 <= row["data_fraction"] <= 1, row)
             check(isinstance(row["input_bound"], bool), row)
