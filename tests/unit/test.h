@@ -152,6 +152,16 @@ static inline int test_rmtree_entry(const char *path, const struct stat *st, int
     return remove(path);
 }
 
+/* Writes n bytes of p as the whole of path. Returns 0, or -1. */
+static inline int test_write_file(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    size_t w = fwrite(p, 1, n, f);
+    return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
 /* rm -r dir: a test's temporary folder, at its end. */
 static inline void test_rmtree(const char *dir)
 {

@@ -35,18 +35,9 @@ static void make_image(uint8_t *chw, int c, int h, int w, int seed)
                               (x * 7 + y * 3 + seed) % 3);
 }
 
-static int write_bytes(const char *path, const uint8_t *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    size_t w = fwrite(p, 1, n, f);
-    return fclose(f) == 0 && w == n ? 0 : -1;
-}
-
 static int write_text(const char *path, const char *s)
 {
-    return write_bytes(path, (const uint8_t *)s, strlen(s));
+    return test_write_file(path, (const uint8_t *)s, strlen(s));
 }
 
 /* Encodes a made-up image into path. */
@@ -60,7 +51,7 @@ static int write_image(const char *path, enum data_image_codec codec, int c, int
     struct err e;
     if (data_image_encode(codec, 95, px, c, h, w, &enc, &len, &e) < 0)
         return -1;
-    int rc = write_bytes(path, enc, len);
+    int rc = test_write_file(path, enc, len);
     free(enc);
     return rc;
 }

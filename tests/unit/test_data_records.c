@@ -34,15 +34,6 @@ static void tpath(char *out, size_t n, const char *name)
     snprintf(out, n, "%s/%s", tdir, name);
 }
 
-static int write_bytes(const char *path, const uint8_t *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return -1;
-    size_t w = fwrite(p, 1, n, f);
-    return fclose(f) == 0 && w == n ? 0 : -1;
-}
-
 static uint8_t *read_all(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
@@ -86,7 +77,7 @@ static int cifar_write(const char *path, size_t first, size_t nrec)
         for (size_t k = 0; k < CIFAR_PIX; k++)
             p[r * CIFAR_REC + 1 + k] = cifar_byte(first + r, k);
     }
-    int rc = write_bytes(path, p, nrec * CIFAR_REC);
+    int rc = test_write_file(path, p, nrec * CIFAR_REC);
     free(p);
     return rc;
 }
@@ -408,7 +399,7 @@ static void test_records_writer_errors(void)
     T_CHECK(!exists(p));
     /* a file where the folder should be */
     tpath(p, sizeof p, "werr-file");
-    T_CHECK(write_bytes(p, px, 4) == 0);
+    T_CHECK(test_write_file(p, px, 4) == 0);
     T_CHECK(data_records_writer_create(p, DATA_SPLIT_TEST, DATA_RECORD_RAW, 0, 1, 2, 2, 4, 1024,
                                        &rw, &e) < 0);
 }
@@ -521,7 +512,7 @@ static void test_records_index_corruption(void)
         size_t n = n0;
         memcpy(b, good, n0);
         index_edit(b, &n, cases[i].edit);
-        T_CHECK(write_bytes(path, b, n) == 0);
+        T_CHECK(test_write_file(path, b, n) == 0);
         struct dataset *ds = NULL;
         int rc = sm_open(dir, &ds, &e);
         dataset_destroy(ds);
@@ -532,7 +523,7 @@ static void test_records_index_corruption(void)
     }
     free(b);
     /* the good index opens again; then without it, not found */
-    T_CHECK(write_bytes(path, good, n0) == 0);
+    T_CHECK(test_write_file(path, good, n0) == 0);
     free(good);
     struct dataset *ds;
     T_OK(sm_open(dir, &ds, &e));
@@ -555,13 +546,13 @@ static void test_records_shard_mismatch(void)
     T_CHECK(b && n == SM_SHARD);
     struct dataset *ds = NULL;
     /* shorter than the index says */
-    T_CHECK(write_bytes(shard, b, n - 1) == 0);
+    T_CHECK(test_write_file(shard, b, n - 1) == 0);
     T_CHECK(sm_open(dir, &ds, &e) < 0);
     T_CHECK_MSG(strstr(e.msg, shard) && strstr(e.msg, "truncated"), "%s", e.msg);
     /* longer */
     uint8_t more[SM_SHARD + 1] = {0};
     memcpy(more, b, n);
-    T_CHECK(write_bytes(shard, more, n + 1) == 0);
+    T_CHECK(test_write_file(shard, more, n + 1) == 0);
     T_CHECK(sm_open(dir, &ds, &e) < 0);
     T_CHECK_MSG(strstr(e.msg, shard) && strstr(e.msg, "bytes after"), "%s", e.msg);
     /* missing */
@@ -569,7 +560,7 @@ static void test_records_shard_mismatch(void)
     T_CHECK(sm_open(dir, &ds, &e) < 0);
     T_EQ_INT(e.code, ERR_NOT_FOUND);
     T_CHECK_MSG(strstr(e.msg, shard), "%s", e.msg);
-    T_CHECK(write_bytes(shard, b, n) == 0);
+    T_CHECK(test_write_file(shard, b, n) == 0);
     free(b);
     T_OK(sm_open(dir, &ds, &e));
     dataset_destroy(ds);
@@ -613,7 +604,7 @@ static void test_records_flipped_byte(void)
         uint8_t *b = read_all(shard, &n);
         T_CHECK(b && n > 0);
         b[n / 2] ^= 0x10;
-        T_CHECK(write_bytes(shard, b, n) == 0);
+        T_CHECK(test_write_file(shard, b, n) == 0);
         free(b);
         int hit = sample_at(dir, 1, n / 2);
         T_CHECK(hit >= 0);
