@@ -297,9 +297,15 @@ int loader_pin_cpu(int id)
     return -1;
 }
 
-/* Pins a started worker (dataset.pin). Returns 0, or -1 with e set. */
-static int loader_pin(struct loader_worker *w, struct err *e)
+/* The thread attributes worker w starts with: with dataset.pin, its CPU (set at creation,
+ * so not even its first fill runs elsewhere). Returns 0, or -1 with e set; *attr is
+ * initialised either way (the caller destroys it). */
+static int loader_worker_attr(const struct loader *l, const struct loader_worker *w,
+                              pthread_attr_t *attr, struct err *e)
 {
+    pthread_attr_init(attr);
+    if (!l->cfg.pin)
+        return 0;
     int cpu = loader_pin_cpu(w->id);
     if (cpu < 0)
         return err_set(e, ERR_UNAVAILABLE, "dataset.pin",
@@ -307,7 +313,7 @@ static int loader_pin(struct loader_worker *w, struct err *e)
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
-    int rc = pthread_setaffinity_np(w->thread, sizeof one, &one);
+    int rc = pthread_attr_setaffinity_np(attr, sizeof one, &one);
     if (rc != 0)
         return err_set(e, ERR_UNAVAILABLE, "dataset.pin",
                        "data loader: cannot pin worker %d to CPU %d: %s", w->id, cpu,
@@ -321,19 +327,22 @@ static int loader_start(struct loader *l, struct err *e)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = 0;
-    for (int i = 0; rc == 0 && i < l->nworkers; i++) {
+    int rc = 0, bad = 0;
+    for (int i = 0; rc == 0 && bad == 0 && i < l->nworkers; i++) {
         struct loader_worker *w = &l->workers[i];
-        rc = pthread_create(&w->thread, NULL, loader_worker_main, w);
-        w->started = rc == 0;
+        pthread_attr_t attr;
+        bad = loader_worker_attr(l, w, &attr, e);
+        if (bad == 0)
+            rc = pthread_create(&w->thread, &attr, loader_worker_main, w);
+        pthread_attr_destroy(&attr);
+        w->started = bad == 0 && rc == 0;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) /* the ones started are stopped and joined by loader_destroy */
+    if (bad < 0) /* the ones started are stopped and joined by loader_destroy */
+        return -1;
+    if (rc != 0)
         return err_set(e, ERR_UNAVAILABLE, "", "data loader: cannot start its threads: %s",
                        strerror(rc));
-    for (int i = 0; l->cfg.pin && i < l->nworkers; i++)
-        if (loader_pin(&l->workers[i], e) < 0)
-            return -1;
     return 0;
 }
 
