@@ -443,8 +443,9 @@ static const struct spec_field spec_fields[] = {
      .desc = "storage custom: requests in flight at once; 0: no cap."},
     {.name = "dataset.cold", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.dataset.cold),
-     .desc = "Drop the pages each read brought into the page cache (posix_fadvise "
-             "DONTNEED), so a repeated epoch or run reads the device, not memory."},
+     .desc = "The file-backed formats: drop the pages each read brought into the page cache "
+             "(posix_fadvise DONTNEED), so a repeated epoch or run reads the device, not "
+             "memory (native sets are read once, at start)."},
     {.name = "loader_only", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.loader_only),
      .desc = "A loader-only run: each step takes its batches from the loader and trains "
