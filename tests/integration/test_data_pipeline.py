@@ -16,6 +16,7 @@
   synthetic in one experiment;
 - bad data-pipeline specs are refused at submit naming the field, and a format that was
   never converted fails the run naming the command that makes it."""
+import contextlib
 import os
 import random
 import shutil
@@ -65,13 +66,24 @@ def data(root, **kw):
     return dict({"name": "cifar10", "path": root}, **kw)
 
 
-def test_formats_workers_loader_only():
+@contextlib.contextmanager
+def cifar_daemon(*formats):
+    """A daemon and a folder holding the small CIFAR set converted to formats; both gone
+    at the end."""
     root = tempfile.mkdtemp(prefix="ddpb-data-")
     d = Daemon(cpu_slots=2)
     try:
         write_cifar(root)
-        for fmt in ("files-jpeg", "files-png", "records-zstd", "records-jpeg"):
+        for fmt in formats:
             convert(root, fmt)
+        yield d, root
+    finally:
+        d.close()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_formats_workers_loader_only():
+    with cifar_daemon("files-jpeg", "files-png", "records-zstd", "records-jpeg") as (d, root):
         check(os.path.exists(os.path.join(root, "files-jpeg", "train.txt")), os.listdir(root))
         spec = dict(BASE, dataset=data(root, format="files-jpeg"),
                     sweep={"dataset.format": ["files-jpeg", "files-png", "records-zstd", "records-jpeg"],
@@ -119,17 +131,10 @@ def test_formats_workers_loader_only():
                    for r in res["rows"] if not r["loader_only"]}
         for key, thr in trained.items():  # the loader alone supplies at least what training took
             check(only[key] > thr * 0.8, (key, only[key], thr))
-    finally:
-        d.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_storage_cap_and_cold():
-    root = tempfile.mkdtemp(prefix="ddpb-data-")
-    d = Daemon(cpu_slots=2)
-    try:
-        write_cifar(root)
-        convert(root, "records")
+    with cifar_daemon("records") as (d, root):
         cap = 0.5  # MB/s: 16 samples of 3 KB a step, ~0.1 s a step at the cap
         spec = dict(BASE, loader_only=True, steps=12, batch_size=16,
                     dataset=data(root, format="records", storage="custom", read_mbps=cap, cold=True,
@@ -146,16 +151,10 @@ def test_storage_cap_and_cold():
         check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
         rows = {r["dataset.name"]: r for r in d.get(f"/v1/experiments/{exp['id']}/results")["rows"]}
         check(rows["cifar10"]["read_mbps"] > 0 and rows["synthetic"]["read_mbps"] == 0, rows)
-    finally:
-        d.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_bad_specs_and_missing_format():
-    root = tempfile.mkdtemp(prefix="ddpb-data-")
-    d = Daemon(cpu_slots=2)
-    try:
-        write_cifar(root)
+    with cifar_daemon() as (d, root):
         for bad, field in (({"dataset": data(root, format="tfrecord")}, "dataset.format"),
                            ({"dataset": data(root, storage="nfs")}, "dataset.storage"),
                            ({"dataset": data(root, format="records", read_mbps=10)}, "dataset.read_mbps"),
@@ -168,9 +167,6 @@ def test_bad_specs_and_missing_format():
         check(exp["status"] == "failed", exp["status"])
         err = exp["runs"][0]["error"] or ""
         check("ddpbench dataset convert" in err and "records-zlib" in err, err)
-    finally:
-        d.close()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
