@@ -21,7 +21,9 @@ PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates 
       slurm-wlm munge"
 # libopenblas0-pthread: python3-torch only asks for some libblas.so.3, and with the reference
 # libblas3 alone its linear layers run unoptimised; the PyTorch peer gets Debian's OpenBLAS.
-BENCH_PKGS="python3-torch libopenblas0-pthread iperf3 hyperfine wrk"
+# python3-pil, python3-numpy: bench_data.py makes its images with numpy, and its PyTorch peer
+# (data_torch.py) decodes the JPEG files with PIL, as torchvision's loaders do.
+BENCH_PKGS="python3-torch libopenblas0-pthread iperf3 hyperfine wrk python3-pil python3-numpy"
 
 # engines/: torch.distributed (gloo on the CPU) and torchvision's models; OpenBLAS for the
 # same reason as the bench peer (~150 s to install on the CI image); libtorch-dev (torch's
