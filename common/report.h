@@ -1,5 +1,5 @@
 /* report: the worker → daemon event lines (one JSON object per line on fd 3).
- * This header is the contract; DESIGN.md §3 "Reports".
+ * This header is the contract; docs/design.md §10 "Reports".
  *
  * Decision: events are JSON (jansson) so a human can read a rank's pipe and the daemon
  * can store them verbatim, but every event has a fixed shape validated here on both
@@ -74,7 +74,7 @@ struct report_collective {
  *   comm          total time gradient communication was in flight (may overlap backward)
  *   comm_exposed  time the step waited for communication (not hidden by compute)
  *   step          the whole step, start of data wait to end of optimizer
- * The run's step time is the slowest rank's (DESIGN.md §4 "Metrics"). */
+ * The run's step time is the slowest rank's (docs/design.md §13). */
 struct report_step {
     int repeat;
     int epoch;

@@ -1,5 +1,5 @@
 /* spec: experiment specs: parse, validate, fill defaults, expand sweeps, convert to the
- * struct a worker runs. DESIGN.md §3 "Experiment spec"; schema/spec.schema.json is
+ * struct a worker runs. docs/design.md §5 "The experiment spec"; schema/spec.schema.json is
  * generated from the same field table (spec_schema_json) and checked by a test.
  *
  * Decision: one static table of fields (name, type, range or allowed values, default,
@@ -88,7 +88,7 @@ struct spec_lr_schedule {
     double gamma;
 };
 
-/* The "train" workload (DESIGN.md §3): nested objects "dataset", "optimizer" and
+/* The "train" workload (docs/design.md §5): nested objects "dataset", "optimizer" and
  * "lr_schedule" in JSON, whose fields are named "dataset.name" etc. in errors and sweeps. */
 struct spec_train {
     char model[24];

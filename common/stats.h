@@ -1,4 +1,4 @@
-/* stats: the summary statistics every figure shown to a user carries (DESIGN.md §4
+/* stats: the summary statistics every figure shown to a user carries (docs/design.md §13
  * "Metrics": sample count, mean with its 95% confidence interval, median, p95, min, max).
  *
  * Decision: one implementation shared by the worker (per-iteration collective times) and

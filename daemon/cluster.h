@@ -1,4 +1,4 @@
-/* cluster: the leader's registry of the nodes of a cluster (DESIGN.md §5). A follower
+/* cluster: the leader's registry of the nodes of a cluster (docs/design.md §15). A follower
  * joins over HTTP with the cluster token (POST /v1/cluster/join) and then syncs
  * (POST /v1/cluster/sync) every few hundred ms: each sync is its heartbeat, carries the
  * events of its ranks (spawned, report lines, exits) and takes back the commands queued

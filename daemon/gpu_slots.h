@@ -1,5 +1,5 @@
 /* gpu_slots: which GPU each rank of a device "cuda" run gets, and the environment that
- * pins it there (DESIGN.md §3 "Worker launch": CUDA_VISIBLE_DEVICES).
+ * pins it there (docs/design.md §9 "Launching a rank": CUDA_VISIBLE_DEVICES).
  *
  * Decisions:
  * - A GPU slot is one GPU of the node (config --gpus N, or NVML's count when not given).

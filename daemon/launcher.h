@@ -1,7 +1,7 @@
 /* launcher: starts one ddpbench-worker process per rank.
  *
  * Decision: posix_spawn with an argv array (never a shell), the launch environment of
- * DESIGN.md §3 (DDPB_* variables replace any inherited ones), the report pipe's write
+ * docs/design.md §9 (DDPB_* variables replace any inherited ones), the report pipe's write
  * end on fd 3, stdout and stderr into the rank's log file, every other fd closed, and a
  * process group of its own so the daemon can signal the rank and anything it spawned.
  * A pidfd per child lets the monitor's epoll loop see exits without SIGCHLD handlers.

@@ -803,7 +803,7 @@ char *report_html_build(struct db *db, const int64_t *ids, size_t n, size_t *len
     for (size_t k = 0; set && k < doc.n; k++)
         rh_experiment(&h, db, &doc, k, set);
     rh_fits_table(&h, doc.fits_json);
-    rh_printf(&h, "<p class='meta'>Metric definitions: DESIGN.md §4; the model: "
+    rh_printf(&h, "<p class='meta'>Metric definitions: docs/design.md §13; the model: "
                   "docs/model.md.</p></body></html>\n");
     json_decref(findings);
     free(set);

@@ -1,6 +1,6 @@
 /* results: turns an experiment's stored figures into the tables researchers compare:
  * one row per group of runs (grouped by any spec fields) and, for collectives, per
- * message size. Every figure carries its sample count and spread (DESIGN.md §4
+ * message size. Every figure carries its sample count and spread (docs/design.md §13
  * "Metrics": median, p95, mean ± 95% CI).
  *
  * Decision: aggregation happens here, in C over the rows db_get_experiment_data returns,

@@ -1,4 +1,5 @@
--- 009_cluster: the nodes of a cluster (DESIGN.md section 5) and the placement each run got.
+-- 009_cluster: the nodes of a cluster (docs/design.md section 15) and the placement each
+-- run got.
 -- nodes: one row per ddpbenchd the leader has known (the leader itself and every follower
 -- that joined), written only by the leader: what it offered when it joined (slots, GPUs,
 -- engines, network profile), its state (up, draining, lost, left) and when it last synced.

@@ -10,7 +10,7 @@
  *   whole buffer (world_size blocks, COLL_EXTENT_WORLD on one side), of the others one
  *   rank's buffer; count is always the elements of one block.
  * - busbw factors are nccl-tests': allreduce 2(n-1)/n, reduce_scatter and all_gather
- *   (n-1)/n, broadcast and sendrecv 1 (DESIGN.md §4 "Metrics").
+ *   (n-1)/n, broadcast and sendrecv 1 (docs/design.md §13).
  * - The expected output is described, not computed: a row's source says whether element
  *   i is the reduction of input element j over ranks or input element j of one rank; the
  *   benchmark's value model (struct collective_data) turns that into a number, so the

@@ -1,4 +1,4 @@
-/* main: ddpbench-worker, one process per rank (DESIGN.md §1). One path for every
+/* main: ddpbench-worker, one process per rank (docs/design.md §2). One path for every
  * backend and device: read the launch environment and the resolved spec, report hello and
  * env, join the run through the store, build the communicator the spec names
  * (comm/comm_factory.h), run the workload, pass the final barrier, report done.

@@ -2,7 +2,7 @@
  * equivalent of nccl-tests: for each repeat and message size, warmup iterations, then
  * timed iterations each measured on its own, combined across ranks (an iteration takes
  * as long as its slowest rank), checked for correctness, and reported by rank 0
- * (DESIGN.md §4 "Metrics").
+ * (docs/design.md §13).
  *
  * Decisions:
  * - The benchmark is a struct (collective_bench) holding buffers allocated once at the

@@ -1,6 +1,6 @@
 /* workload_train: the training workload (spec workload "train"): a zoo model trained
  * data-parallel with one of the ddp/ strategies on a dataset sharded by rank, every step
- * timed per phase and reported, every epoch evaluated (DESIGN.md §4 "Metrics").
+ * timed per phase and reported, every epoch evaluated (docs/design.md §13).
  *
  * Decisions:
  * - One trainer struct holds the model, data, strategy and optimizer of a repeat; each

@@ -3,7 +3,7 @@
 
 Reads every #include "..." of the C and CUDA files under common/ api/ daemon/ worker/ cli/
 (includes are root-qualified: "worker/comm/comm.h") and fails on an arrow that runs against
-the layers of DESIGN.md section 2, or on a cycle between folders:
+the layers of docs/design.md section 3, or on a cycle between folders:
 
   common/     includes only common/
   api/        common/, daemon/, api/

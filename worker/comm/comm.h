@@ -1,5 +1,5 @@
 /* comm: the communicator interface every backend implements (tcp, nccl).
- * DESIGN.md §4 "comm/". comm_factory.h builds a rank's communicator from its spec.
+ * docs/design.md §12.1 "comm/". comm_factory.h builds a rank's communicator from its spec.
  *
  * Decision: a struct of function pointers over backend-private state, so workloads and
  * DDP strategies are written once. Every operation takes element counts and a dtype,

@@ -1,5 +1,5 @@
 /* comm_factory: the one place that turns a spec's backend into the rank's communicator
- * (DESIGN.md §4 "comm/"): "tcp" (comm/tcp.c, every build) and "nccl" (comm/nccl.c, only
+ * (docs/design.md §12.1): "tcp" (comm/tcp.c, every build) and "nccl" (comm/nccl.c, only
  * in a build with NCCL); "mpi" of a later issue joins here.
  *
  * Decisions:

@@ -12,7 +12,7 @@
  * mode drops the pages a read brought into the page cache (posix_fadvise DONTNEED) so a
  * repeated epoch or run reads from the device, not memory, where the platform allows it.
  *
- * The figures the named profiles assume (DESIGN.md keeps no more precise claim):
+ * The figures the named profiles assume (docs/design.md §12.5 keeps no more precise claim):
  *   local  no caps: whatever the machine's disk and page cache give.
  *   nfs    200 MB/s, 0.5 ms per request, 8 requests in flight: one client of a filer on a
  *          shared 10 GbE network (NFSv4 over TCP, default rsize, a busy server).

@@ -1,4 +1,4 @@
-/* ddp: the data-parallel strategies (DESIGN.md §4 "ddp/"), one engine over one model:
+/* ddp: the data-parallel strategies (docs/design.md §12.3 "ddp/"), one engine over one model:
  *
  *   naive    allreduce every gradient tensor after backward, one at a time (the loop
  *            everyone starts from: `for p in params: all_reduce(p.grad)`)

@@ -1,5 +1,5 @@
 /* rendezvous: how a worker learns who it is and joins its run: the launch environment
- * (DESIGN.md §3 "Worker launch"), CPU pinning, the join barrier through the store, and
+ * (docs/design.md §9 "Launching a rank"), CPU pinning, the join barrier through the store, and
  * failure records that let every rank name the rank that failed first.
  *
  * Decision: the environment is parsed into one struct with every value checked, and an
