@@ -40,6 +40,8 @@ struct spec_check {
     spec_check_fn broken;
 };
 
+/* --- spec_rules[] (spec.c), judged as one check ------------------------------------ */
+
 /* A string's or a boolean's value as the text spec_allowed lists it; NULL for others. */
 static const char *spec_value_word(const json_t *v)
 {
@@ -121,6 +123,8 @@ static bool spec_rules_broken(const json_t *spec, enum spec_workload wl, const j
     }
     return false;
 }
+
+/* --- what the rule kinds cannot say ------------------------------------------------ */
 
 /* A train spec whose rank is estimated past SPEC_MAX_RANK_BYTES: true with the field to
  * name (dataset.shape when one sample alone is too much, else batch_size) and why. */
@@ -308,7 +312,7 @@ static bool spec_loader_broken(const json_t *spec, enum spec_workload wl, const 
     return false;
 }
 
-/* --- the table and its walk ------------------------------------------------------------ */
+/* --- the table and its walk -------------------------------------------------------- */
 
 /* Every cross-field check, in the order they are judged; the comment names its clause
  * in the schema's description (spec_schema.c). */

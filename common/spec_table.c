@@ -42,7 +42,7 @@ const char *spec_choice(const struct spec_field *f, int i)
     return f->choices ? f->choices[i] : f->choice_at(i);
 }
 
-/* --- nested fields ------------------------------------------------------------------ */
+/* --- nested fields ----------------------------------------------------------------- */
 /* A field named "group.key" lives in the object "group" of the spec: one level only. */
 
 const json_t *spec_field_value(const json_t *spec, const char *name)
@@ -83,7 +83,7 @@ int spec_set_path(json_t *spec, const char *name, json_t *v)
     return json_object_set_new(g, dot + 1, v);
 }
 
-/* --- message helpers ----------------------------------------------------------------- */
+/* --- message helpers --------------------------------------------------------------- */
 
 void spec_append(char *out, size_t n, size_t *len, const char *s)
 {
