@@ -2,10 +2,12 @@
 generated requests, for POST /v1/experiments (createExperiment).
 
 The spec's JSON Schema (schema/spec.schema.json, generated from common/spec.c) states
-every rule JSON Schema can express; its description lists, numbered, the four the server
+every rule JSON Schema can express; its description lists, numbered, the ones the server
 applies that it cannot (relations between two values, counts over the sweep's cross
-product, the memory estimate). A schema-valid body that breaks one of them is refused with
-400, so positive_data_acceptance would count it against the server. filter_case drops
+product, the memory estimate; in C, the LE and FILLS rows of spec_rules[] in common/spec.c
+and the rows of spec_checks[] in common/spec_checks.c). A schema-valid body that breaks
+one of them is refused with 400, so positive_data_acceptance would count it against the
+server. filter_case drops
 exactly those bodies from the positive cases (negative ones are refused either way), each
 rule restated here only as a filter, in the order of the schema's list, and the bodies the
 whole spec schema refuses (test_schemathesis.py generates from a part of it: schemathesis'
@@ -13,8 +15,9 @@ generator cannot take all its rule clauses together):
   (1) min_bytes at most max_bytes, at the top and at every sweep point;
   (2) the sizes of "sizes" and the values of each sweep list distinct once units are read;
   (3) at most 1024 runs in the sweep's cross product;
-  (4) one rank's memory estimate (common/spec.c spec_memory_estimate) at most 1 TiB at
-      every point of a train spec, over the model facts of common/model_table.c;
+  (4) one rank's memory estimate (common/spec_memory.c spec_memory_estimate) at most
+      1 TiB at every point of a train spec, over the model facts of
+      common/model_table.c;
   (5) nodes and ranks_per_node at most world_size, and their product world_size when
       both are non-zero, at every point;
   (6) a model family's data and engine (gpt2 on tokens, synthetic or text, device cpu,

@@ -929,6 +929,54 @@ static void test_spec_data_pipeline(void)
     json_decref(s);
 }
 
+/* The cross-field checks (common/spec_checks.c's spec_checks[]) in their table order: a
+ * spec breaking a rule of spec_rules[], the model, pipeline, loader and memory checks is
+ * refused for the first of them, at the top level and at a sweep point; a swept spec's top
+ * level is judged by the rules on unswept fields only, and by no check function. */
+static void test_spec_check_order_and_scope(void)
+{
+    static const char *const fields[] = {"precision", "seq_len", "micro_batches",
+                                         "dataset.workers", "batch_size"};
+    for (int first = 0; first < 5; first++) {
+        char text[512];
+        snprintf(
+            text, sizeof text,
+            TR ", \"model\": \"resnet50\"%s%s%s%s%s, \"dataset\": {\"name\": "
+               "\"synthetic\"%s%s}}",
+            first <= 0 ? ", \"precision\": \"fp16\"" : "",
+            first <= 1 ? ", \"seq_len\": 16" : "", first <= 2 ? ", \"micro_batches\": 2" : "",
+            first <= 3 ? ", \"prefetch\": 0" : "", first <= 4 ? ", \"batch_size\": 65536" : "",
+            first <= 3 ? ", \"workers\": 2" : "",
+            first <= 4 ? ", \"shape\": [3, 4096, 4096]" : "");
+        T_CHECK_MSG(spec_rejects(text, ERR_INVALID, fields[first], fields[first]), "first %d",
+                    first);
+    }
+#define ALL                                                                                    \
+    TR ", \"model\": \"resnet50\", \"precision\": \"fp16\", \"seq_len\": 16, "                 \
+       "\"micro_batches\": 2, \"prefetch\": 0, \"batch_size\": 65536, \"dataset\": "           \
+       "{\"workers\": 2, \"shape\": [3, 4096, 4096]}"
+    /* a rule on unswept fields is judged at the swept top level, naming its field */
+    T_CHECK(spec_rejects(ALL ", \"sweep\": {\"world_size\": [1, 2]}}", ERR_INVALID, "precision",
+                         "precision: device \"cpu\" has no precision \"fp16\""));
+    /* at a point, the rules come first, then the check functions in table order */
+    T_CHECK(spec_rejects(ALL ", \"sweep\": {\"precision\": [\"fp16\", \"fp32\"]}}", ERR_INVALID,
+                         "sweep",
+                         "sweep point 1 of 2 {\"precision\":\"fp16\"}: device \"cpu\" has no "
+                         "precision \"fp16\""));
+    T_CHECK(spec_rejects(ALL ", \"sweep\": {\"precision\": [\"fp32\", \"fp16\"]}}", ERR_INVALID,
+                         "sweep",
+                         "sweep point 1 of 2 {\"precision\":\"fp32\"}: seq_len is for the gpt2 "
+                         "models"));
+#undef ALL
+    /* the check functions skip a swept top level: prefetch 0 there never runs */
+    json_t *s = parse_ok(TR ", \"prefetch\": 0, \"dataset\": {\"workers\": 2}, \"sweep\": "
+                            "{\"prefetch\": [1, 2]}}");
+    T_CHECK(s);
+    json_decref(s);
+    T_CHECK(spec_rejects(TR ", \"prefetch\": 0, \"dataset\": {\"workers\": 2}}", ERR_INVALID,
+                         "dataset.workers", "dataset.workers: 2 loader workers"));
+}
+
 /* What runs where: each combination the workers cannot run is refused at submit, naming
  * the field the rule is about, at the top level and at every point of a sweep. */
 static void test_spec_device_compat(void)
@@ -1604,6 +1652,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_dataset_workers);
     TEST_RUN(test_spec_data_pipeline);
     TEST_RUN(test_spec_device_compat);
+    TEST_RUN(test_spec_check_order_and_scope);
     TEST_RUN(test_spec_collective_sizes);
     TEST_RUN(test_spec_sizes_from_parsed_spec);
     TEST_RUN(test_spec_sizes_list_and_collective_fields);

@@ -1,0 +1,373 @@
+/* spec_checks: the cross-field checks of a normalized spec, in one table, spec_checks[],
+ * walked in one place (spec_checks_run, called by spec_normalize).
+ *
+ * Decision: a check between fields is a row of spec_rules[] in spec.c when one of its
+ * kinds says it (a <= b, one of a and b, b's values allowed by a's, a x b = world_size):
+ * those rows are also stated in the JSON Schema. What the kinds cannot say (a model
+ * family's data, pipelines, the loader, the memory estimate) is a function here, a row of
+ * spec_checks[] with the workloads it is of and where it runs, and a numbered clause of
+ * the schema's description (spec_schema.c), which tests/integration/schemathesis_hooks.py
+ * restates as a filter. The rows run in table order and the first broken one is the
+ * error, so the order is part of the contract: the rules, then the model, the pipeline,
+ * the loader and the memory estimate.
+ *
+ * Where a check runs (its scope): a spec without a sweep is one run, its top level, and
+ * the error names the check's field. With a sweep, a top-level value of a swept field is
+ * never run: the rules skip what names a swept field there, the functions (which do not
+ * say which fields they read) do not run there at all, and every point of the sweep is
+ * checked by every row, the error naming "sweep" and the point. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/model_table.h"
+#include "common/spec_table.h"
+
+/* Where a row of spec_checks[] runs (bits). */
+enum spec_check_scope {
+    SPEC_AT_TOP = 1 << 0,       /* the top level of a spec without a sweep (its one run) */
+    SPEC_AT_SWEPT_TOP = 1 << 1, /* the top level of a swept spec, given the sweep as skip */
+    SPEC_AT_POINT = 1 << 2,     /* every point of the sweep, resolved (skip NULL) */
+};
+
+/* True with the field to name and the reason in why (n bytes) when spec breaks the check;
+ * a field in skip (the sweep at a swept top level, else NULL) is not judged. */
+typedef bool (*spec_check_fn)(const json_t *spec, enum spec_workload wl, const json_t *skip,
+                              const char **field, char *why, size_t n);
+
+struct spec_check {
+    unsigned workloads; /* bit (1 << enum spec_workload) per workload it is of */
+    unsigned scope;     /* enum spec_check_scope */
+    spec_check_fn broken;
+};
+
+/* --- spec_rules[] (spec.c), judged as one check ------------------------------------ */
+
+/* A string's or a boolean's value as the text spec_allowed lists it; NULL for others. */
+static const char *spec_value_word(const json_t *v)
+{
+    if (json_is_boolean(v))
+        return json_is_true(v) ? "true" : "false";
+    return json_string_value(v);
+}
+
+/* SPEC_RULE_ALLOWED: true with the reason in why when b's value is not allowed with a's. */
+static bool spec_allowed_broken(const struct spec_rule *r, const json_t *spec, char *why,
+                                size_t n)
+{
+    const char *a = spec_value_word(spec_field_value(spec, r->a));
+    const char *b = spec_value_word(spec_field_value(spec, r->b));
+    if (!a || !b)
+        return false;
+    for (const struct spec_allowed *al = r->allowed; al->a; al++) {
+        if (strcmp(al->a, a) != 0)
+            continue;
+        if (spec_list_index(al->b, b) >= 0)
+            return false;
+        size_t len = (size_t)snprintf(why, n, "%s \"%s\" has no %s \"%s\"; it has ", r->a, a,
+                                      r->b, b);
+        for (int i = 0; al->b[i]; i++) {
+            spec_append(why, n, &len, i ? ", \"" : "\"");
+            spec_append(why, n, &len, al->b[i]);
+            spec_append(why, n, &len, "\"");
+        }
+        if (al->why) {
+            spec_append(why, n, &len, " (");
+            spec_append(why, n, &len, al->why);
+            spec_append(why, n, &len, ")");
+        }
+        return true;
+    }
+    return false;
+}
+
+/* The rows of spec_rules[] (spec.c) as one check: true with the first broken rule's b in
+ * *field and the reason in why; rules with a field in skip (may be NULL) are not judged. */
+static bool spec_rules_broken(const json_t *spec, enum spec_workload wl, const json_t *skip,
+                              const char **field, char *why, size_t n)
+{
+    for (size_t i = 0; i < spec_rule_count; i++) {
+        const struct spec_rule *r = &spec_rule_table[i];
+        if (!spec_rule_in(r, wl) ||
+            (skip && (json_object_get(skip, r->a) || json_object_get(skip, r->b))))
+            continue;
+        *field = r->b;
+        if (r->kind == SPEC_RULE_ALLOWED) {
+            if (spec_allowed_broken(r, spec, why, n))
+                return true;
+            continue;
+        }
+        json_int_t a = json_integer_value(spec_field_value(spec, r->a));
+        json_int_t b = json_integer_value(spec_field_value(spec, r->b));
+        if (r->kind == SPEC_RULE_LE && a > b) {
+            snprintf(why, n,
+                     "%s (%" JSON_INTEGER_FORMAT ") must not exceed %s (%" JSON_INTEGER_FORMAT
+                     ")",
+                     r->a, a, r->b, b);
+            return true;
+        }
+        json_int_t w = json_integer_value(spec_field_value(spec, "world_size"));
+        if (r->kind == SPEC_RULE_FILLS && a != 0 && b != 0 && a * b != w) {
+            snprintf(why, n,
+                     "%s (%" JSON_INTEGER_FORMAT ") times %s (%" JSON_INTEGER_FORMAT
+                     ") must be world_size (%" JSON_INTEGER_FORMAT ")",
+                     r->a, a, r->b, b, w);
+            return true;
+        }
+        if (r->kind == SPEC_RULE_ONE_OF && (a != 0) == (b != 0)) {
+            if (a)
+                snprintf(why, n, "%s and %s are mutually exclusive; give only one", r->a, r->b);
+            else
+                snprintf(why, n, "one of %s and %s must be non-zero", r->a, r->b);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* --- what the rule kinds cannot say ------------------------------------------------ */
+
+/* A train spec whose rank is estimated past SPEC_MAX_RANK_BYTES: true with the field to
+ * name (dataset.shape when one sample alone is too much, else batch_size) and why. */
+static bool spec_memory_broken(const json_t *spec, enum spec_workload wl, const json_t *skip,
+                               const char **field, char *why, size_t n)
+{
+    struct spec_memory m;
+    if (spec_memory_estimate(spec, &m) < 0 || m.total <= (double)SPEC_MAX_RANK_BYTES)
+        return false;
+    double batch = (double)json_integer_value(spec_field_value(spec, "batch_size"));
+    double one = m.total - (m.activations + m.data) * (batch - 1) / (batch > 0 ? batch : 1);
+    const struct model_info *mi = model_table_find(
+        json_string_value(spec_field_value(spec, "model")));
+    const char *shape = mi && mi->embd > 0 ? "seq_len" : "dataset.shape";
+    *field = one > (double)SPEC_MAX_RANK_BYTES ? shape : "batch_size";
+    char text[320];
+    spec_memory_text(&m, text, sizeof text);
+    snprintf(why, n, "one rank needs %s, more than the %.0f GiB a rank may use; lower %s", text,
+             (double)SPEC_MAX_RANK_BYTES / SPEC_GIB,
+             strcmp(*field, "batch_size") == 0
+                 ? (strcmp(shape, "seq_len") == 0 ? "batch_size or seq_len"
+                                                  : "batch_size or dataset.shape")
+             : strcmp(shape, "seq_len") == 0 ? "seq_len or the model"
+                                             : "dataset.shape or the model");
+    return true;
+}
+
+/* Which data and devices a model family trains on: transformers take tokens (synthetic
+ * ids or a text file's bytes) on the CPU engine, the CNNs images; seq_len belongs to the
+ * first. True with the field and the reason when spec breaks that. */
+static bool spec_model_broken(const json_t *spec, enum spec_workload wl, const json_t *skip,
+                              const char **field, char *why, size_t n)
+{
+    const char *model = json_string_value(spec_field_value(spec, "model"));
+    const char *data = json_string_value(spec_field_value(spec, "dataset.name"));
+    const char *path = json_string_value(spec_field_value(spec, "dataset.path"));
+    const char *device = json_string_value(spec_field_value(spec, "device"));
+    const char *engine = json_string_value(spec_field_value(spec, "engine"));
+    const struct model_info *mi = model_table_find(model);
+    int64_t seq = json_integer_value(spec_field_value(spec, "seq_len"));
+    bool text = data && strcmp(data, "text") == 0;
+    if (!mi)
+        return false;
+    *field = "dataset.name";
+    if (mi->embd == 0 && text)
+        snprintf(why, n,
+                 "dataset \"text\" is token data, for the gpt2 models; %s trains on "
+                 "images",
+                 model);
+    else if (mi->embd > 0 && !text && strcmp(data ? data : "", "synthetic") != 0)
+        snprintf(why, n, "%s trains on tokens: dataset \"synthetic\" or \"text\", not \"%s\"",
+                 model, data ? data : "");
+    else if (text && (!path || !*path))
+        *field = "dataset.path", snprintf(why, n, "dataset \"text\" needs the file to model");
+    else if (mi->embd == 0 && seq != 0)
+        *field = "seq_len", snprintf(why, n, "seq_len is for the gpt2 models, not %s", model);
+    else if (mi->embd > 0 && seq > mi->w)
+        *field = "seq_len", snprintf(why, n, "%s has %d positions; seq_len %lld is longer",
+                                     model, mi->w, (long long)seq);
+    else if (mi->embd > 0 && device && strcmp(device, "cpu") != 0)
+        *field = "model",
+        snprintf(why, n, "%s runs on the CPU engine only (no GPU transformer layers yet)",
+                 model);
+    else if (mi->embd > 0 && engine && strcmp(engine, "ddpbench") != 0)
+        *field = "model",
+        snprintf(why, n, "%s is ddpbench's own model; engine %s has no adapter for it", model,
+                 engine);
+    else
+        return false;
+    return true;
+}
+
+/* Pipeline runs: stages divide the world and micro-batches the batch; they run on the C
+ * engine's CPU path, one micro-batch size per step (no accumulate on top), and a tied weight
+ * split across stages (gpt2's) is summed between its two stages after the exchange, which
+ * the ZeRO strategies' sharded gradients do not allow. True with field and reason. */
+static bool spec_pipeline_broken(const json_t *spec, enum spec_workload wl, const json_t *skip,
+                                 const char **field, char *why, size_t n)
+{
+    int64_t p = json_integer_value(spec_field_value(spec, "pipeline"));
+    int64_t m = json_integer_value(spec_field_value(spec, "micro_batches"));
+    int64_t world = json_integer_value(spec_field_value(spec, "world_size"));
+    int64_t batch = json_integer_value(spec_field_value(spec, "batch_size"));
+    int64_t acc = json_integer_value(spec_field_value(spec, "accumulate"));
+    const char *device = json_string_value(spec_field_value(spec, "device"));
+    const char *engine = json_string_value(spec_field_value(spec, "engine"));
+    const char *strategy = json_string_value(spec_field_value(spec, "strategy"));
+    const struct model_info *mi = model_table_find(
+        json_string_value(spec_field_value(spec, "model")));
+    const char *split = json_string_value(spec_field_value(spec, "pipeline_split"));
+    int64_t names = split && *split ? 1 : 0;
+    for (const char *c = split; c && *c; c++)
+        names += *c == ',';
+    *field = "micro_batches";
+    if (p <= 1 && m > 1)
+        snprintf(why, n,
+                 "micro_batches is for pipeline runs (pipeline > 1); accumulate "
+                 "splits a data-parallel step");
+    else if (p <= 1 && names > 0)
+        *field = "pipeline_split", snprintf(why, n, "pipeline_split is for pipeline runs");
+    else if (p <= 1)
+        return false;
+    else if (names > 0 && names != p - 1)
+        *field = "pipeline_split",
+        snprintf(why, n, "%lld stages start at %lld layers after the first; %lld named",
+                 (long long)p, (long long)p - 1, (long long)names);
+    else if (batch % m != 0)
+        snprintf(why, n, "%lld micro-batches do not divide batch_size %lld", (long long)m,
+                 (long long)batch);
+    else if (world % p != 0)
+        *field = "world_size",
+        snprintf(why, n,
+                 "world_size %lld is not a multiple of pipeline %lld (replicas x "
+                 "stages)",
+                 (long long)world, (long long)p);
+    else if (acc != 1)
+        *field = "accumulate",
+        snprintf(why, n,
+                 "a pipeline step's micro-batches are micro_batches; accumulate must "
+                 "be 1");
+    else if ((device && strcmp(device, "cpu") != 0) || (engine && strcmp(engine, "ddpbench")))
+        *field = "pipeline",
+        snprintf(why, n,
+                 "pipelines run on ddpbench's own CPU engine (device cpu, engine "
+                 "ddpbench)");
+    else if (mi && mi->embd > 0 && strategy && strncmp(strategy, "zero", 4) == 0)
+        *field = "strategy",
+        snprintf(why, n,
+                 "%s's tied embedding spans the first and the last stage, whose "
+                 "gradients are summed after the exchange; %s shards them",
+                 mi->name, strategy);
+    else
+        return false;
+    return true;
+}
+
+/* Whether a storage field is given a value other than its default ("dataset.read_mbps" 0). */
+static bool spec_storage_set(const json_t *spec, const char *name)
+{
+    const json_t *v = spec_field_value(spec, name);
+    return v && json_number_value(v) != 0;
+}
+
+/* The data pipeline's rules: the loader's workers fill batches ahead of the step, so they
+ * need a ring to fill (worker/data/loader.h): more than one with prefetch 0 is refused; the
+ * read_* figures are custom storage's (a named profile has its own); and the profile caps
+ * the reads of the file-backed formats, so an image set read whole at start (native) under
+ * another profile than local would measure nothing. True with field and reason. */
+static bool spec_loader_broken(const json_t *spec, enum spec_workload wl, const json_t *skip,
+                               const char **field, char *why, size_t n)
+{
+    int64_t workers = json_integer_value(spec_field_value(spec, "dataset.workers"));
+    int64_t prefetch = json_integer_value(spec_field_value(spec, "prefetch"));
+    const char *storage = json_string_value(spec_field_value(spec, "dataset.storage"));
+    const char *format = json_string_value(spec_field_value(spec, "dataset.format"));
+    const char *data = json_string_value(spec_field_value(spec, "dataset.name"));
+    static const char *const reads[] = {"dataset.read_mbps", "dataset.read_latency_ms",
+                                        "dataset.read_concurrency"};
+    if (workers > 1 && prefetch < 1) {
+        *field = "dataset.workers";
+        snprintf(why, n,
+                 "%lld loader workers fill batches ahead and need prefetch >= 1; prefetch 0 "
+                 "loads each batch inside the step",
+                 (long long)workers);
+        return true;
+    }
+    for (size_t i = 0; storage && strcmp(storage, "custom") != 0 && i < 3; i++)
+        if (spec_storage_set(spec, reads[i])) {
+            *field = reads[i];
+            snprintf(why, n,
+                     "%s is custom storage's figure; dataset.storage \"%s\" has its own",
+                     reads[i], storage);
+            return true;
+        }
+    bool image = data && strcmp(data, "synthetic") != 0 && strcmp(data, "text") != 0;
+    if (image && storage && strcmp(storage, "local") != 0 && format &&
+        strcmp(format, "native") == 0) {
+        *field = "dataset.storage";
+        snprintf(why, n,
+                 "dataset.storage \"%s\" caps the reads made while training; format native "
+                 "reads %s whole at start: choose a file-backed dataset.format",
+                 storage, data);
+        return true;
+    }
+    return false;
+}
+
+/* --- the table and its walk -------------------------------------------------------- */
+
+/* Every cross-field check, in the order they are judged; the comment names its clause
+ * in the schema's description (spec_schema.c). */
+static const struct spec_check spec_checks[] = {
+    /* spec_rules[]: (1) min_bytes, (5) nodes and ranks_per_node; the schema states the rest */
+    {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_SWEPT_TOP | SPEC_AT_POINT, spec_rules_broken},
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_model_broken},    /* (6) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_pipeline_broken}, /* (7) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_loader_broken},   /* (8) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_memory_broken},   /* (4) */
+};
+
+/* The first row of wl running at scope that spec breaks: true with its field and why. */
+static bool spec_checks_broken(const json_t *spec, enum spec_workload wl, unsigned scope,
+                               const json_t *skip, const char **field, char *why, size_t n)
+{
+    for (size_t i = 0; i < SPEC_COUNT(spec_checks); i++) {
+        const struct spec_check *c = &spec_checks[i];
+        if (((c->workloads >> (unsigned)wl) & 1u) && (c->scope & scope) &&
+            c->broken(spec, wl, skip, field, why, n))
+            return true;
+    }
+    return false;
+}
+
+struct spec_point_arg {
+    enum spec_workload wl;
+    size_t total;
+};
+
+static int spec_point_check(void *arg, size_t index, const json_t *params,
+                            const json_t *resolved, struct err *e)
+{
+    const struct spec_point_arg *a = arg;
+    char why[512], p[96];
+    const char *field;
+    if (!spec_checks_broken(resolved, a->wl, SPEC_AT_POINT, NULL, &field, why, sizeof why))
+        return 0;
+    spec_value_text(params, p, sizeof p);
+    return err_set(e, ERR_INVALID, "sweep", "sweep point %zu of %zu %s: %s", index + 1,
+                   a->total, p, why);
+}
+
+int spec_checks_run(const json_t *norm, enum spec_workload wl, struct err *e)
+{
+    char why[512];
+    const char *field;
+    const json_t *sweep = json_object_get(norm, "sweep");
+    if (spec_checks_broken(norm, wl, sweep ? SPEC_AT_SWEPT_TOP : SPEC_AT_TOP, sweep, &field,
+                           why, sizeof why))
+        return err_set(e, ERR_INVALID, field, "%s: %s", field, why);
+    if (!sweep)
+        return 0;
+    struct spec_point_arg a = {.wl = wl};
+    if (spec_sweep_count(norm, SPEC_MAX_RUNS, &a.total, e) < 0)
+        return -1;
+    return spec_sweep_walk(norm, spec_point_check, &a, e);
+}
