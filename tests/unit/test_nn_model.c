@@ -3,11 +3,13 @@
  * at once), the reference and oneDNN backends agreeing on a full training step, the
  * backward hook (once per layer, reverse order, contiguous slices covering the arena),
  * gradient accumulation and zeroing, train/eval and dropout determinism at model level,
- * errors, and a tiny end-to-end: mnist-cnn's loss falls under SGD. */
+ * errors, a tiny end-to-end: mnist-cnn's loss falls under SGD, and every op having a whole
+ * row in the layer table (layer_type.h) with a name of its own. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/nn/layer_type.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
@@ -496,6 +498,30 @@ static void test_model_mnist_cnn_learns(void)
                 before, after);
 }
 
+/* A new op without its row, or a row missing a path, would crash at its first step: every
+ * op has both paths and a unique name; rows outside the ops do not exist. */
+static void test_model_layer_rows(void)
+{
+    for (int op = 0; op < NN_OP_COUNT; op++) {
+        const struct nn_layer_type *t = nn_layer_type_get((enum nn_op)op);
+        T_CHECK_MSG(t != NULL, "op %d has no row", op);
+        if (!t)
+            continue;
+        T_CHECK_MSG(t->name && *t->name, "op %d has no name", op);
+        T_CHECK_MSG(t->forward && t->backward, "%s: no reference path", t->name);
+        T_CHECK_MSG(t->fast_init && t->fast_forward && t->fast_backward && t->fast_impl,
+                    "%s: no fast path", t->name);
+        T_CHECK_MSG(!t->buffers == !t->buffers_init, "%s: buffers without their init", t->name);
+        for (int k = 0; k < op; k++) {
+            const struct nn_layer_type *u = nn_layer_type_get((enum nn_op)k);
+            T_CHECK_MSG(u && strcmp(u->name, t->name) != 0, "%s named twice", t->name);
+        }
+    }
+    T_CHECK(nn_layer_type_get(NN_OP_COUNT) == NULL);
+    T_CHECK(nn_layer_type_get((enum nn_op) - 1) == NULL);
+    T_CHECK(nn_layer_type_get(NN_OP_CONV) == &nn_layer_conv2d);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -508,5 +534,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_model_huge_batch);
     TEST_RUN(test_model_reprepare_and_read);
     TEST_RUN(test_model_mnist_cnn_learns);
+    TEST_RUN(test_model_layer_rows);
     return test_end();
 }

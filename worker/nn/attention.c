@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/nn/layer_type.h"
 #include "worker/nn/layers.h"
 
 /* ---- reference -------------------------------------------------------------------- */
@@ -301,3 +302,65 @@ void nn_attention_fast_destroy(struct nn_attention_fast *f)
     free(f->datt);
     memset(f, 0, sizeof *f);
 }
+
+/* ---- the row (layer_type.h) ---------------------------------------------------------- */
+
+/* the attention weights att (N,H,T,T), then in training as much again for backward */
+static size_t attention_row_saved(const struct nn_node *n, const struct nn_tensor *x, int train)
+{
+    return (size_t)x->shape.n * n->cfg.attn.heads * x->shape.c * x->shape.c * (train ? 2 : 1);
+}
+
+static void attention_row_forward(const struct nn_layer_args *a)
+{
+    nn_attention_forward(a->y->data, a->n->save, a->x->data, &a->n->cfg.attn, a->x->shape.n,
+                         a->x->shape.c);
+}
+
+static void attention_row_backward(const struct nn_layer_args *a)
+{
+    size_t att = attention_row_saved(a->n, a->x, 0);
+    if (a->din0)
+        nn_attention_backward(a->din0, a->n->save + att, a->y->grad, a->x->data, a->n->save,
+                              &a->n->cfg.attn, a->x->shape.n, a->x->shape.c);
+}
+
+static int attention_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    nn_md_plain(&a->y->md, a->y->shape);
+    return nn_attention_fast_init(&a->n->fast->attn, a->dnnl, &a->n->cfg.attn, a->x->shape.n,
+                                  a->x->shape.c, a->train, e);
+}
+
+static void attention_row_fast_forward(const struct nn_layer_args *a)
+{
+    nn_attention_fast_forward(&a->n->fast->attn, a->y->data, a->x->data);
+}
+
+static void attention_row_fast_backward(const struct nn_layer_args *a)
+{
+    nn_attention_fast_backward(&a->n->fast->attn, a->din0, a->y->grad, a->x->data);
+}
+
+static void attention_row_fast_destroy(union nn_node_fast *f)
+{
+    nn_attention_fast_destroy(&f->attn);
+}
+
+static const char *attention_row_fast_impl(const union nn_node_fast *f)
+{
+    (void)f;
+    return "oneDNN matmul + own softmax";
+}
+
+const struct nn_layer_type nn_layer_attention = {
+    .name = "attention",
+    .forward = attention_row_forward,
+    .backward = attention_row_backward,
+    .saved = attention_row_saved,
+    .fast_init = attention_row_fast_init,
+    .fast_forward = attention_row_fast_forward,
+    .fast_backward = attention_row_fast_backward,
+    .fast_destroy = attention_row_fast_destroy,
+    .fast_impl = attention_row_fast_impl,
+};

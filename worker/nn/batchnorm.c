@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/nn/layer_type.h"
 #include "worker/nn/layers.h"
 
 /* ---- reference -------------------------------------------------------------------- */
@@ -231,3 +232,99 @@ void nn_bn_fast_destroy(struct nn_bn_fast *f)
     free(f->ws);
     memset(f, 0, sizeof *f);
 }
+
+/* ---- the row (layer_type.h) ---------------------------------------------------------- */
+
+static void bn_row_forward(const struct nn_layer_args *a)
+{
+    const struct nn_bn_cfg *c = &a->n->cfg.bn;
+    float *save = a->n->save;
+    if (a->train)
+        nn_bn_forward_train(a->y->data, save, save + c->c, a->run, a->run + c->c, a->x->data,
+                            a->w, a->b, c, a->x->shape);
+    else
+        nn_bn_forward_eval(a->y->data, a->x->data, a->w, a->b, a->run, a->run + c->c, c,
+                           a->x->shape);
+}
+
+static void bn_row_backward(const struct nn_layer_args *a)
+{
+    const struct nn_bn_cfg *c = &a->n->cfg.bn;
+    nn_bn_backward(a->din0, a->dw, a->db, a->y->grad, a->x->data, a->y->data, a->n->save,
+                   a->n->save + c->c, a->w, c, a->x->shape);
+}
+
+/* the saved batch mean (C) and variance (C) */
+static size_t bn_row_saved(const struct nn_node *n, const struct nn_tensor *x, int train)
+{
+    (void)x, (void)train;
+    return 2 * (size_t)n->cfg.bn.c;
+}
+
+static int bn_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    a->y->md = a->x->md;
+    return nn_bn_fast_init(&a->n->fast->bn, a->dnnl, &a->n->cfg.bn, a->x->shape, &a->x->md,
+                           a->train, e);
+}
+
+static void bn_row_fast_forward(const struct nn_layer_args *a)
+{
+    nn_bn_fast_forward(&a->n->fast->bn, a->y->data, a->run, a->run + a->n->cfg.bn.c, a->x->data,
+                       a->w, a->b, a->train);
+}
+
+static void bn_row_fast_backward(const struct nn_layer_args *a)
+{ /* oneDNN always writes diff_src */
+    nn_bn_fast_backward(&a->n->fast->bn, a->din0 ? a->din0 : a->scratch, a->dw, a->db,
+                        a->y->grad, a->x->data, a->w);
+}
+
+static void bn_row_fast_destroy(union nn_node_fast *f)
+{
+    nn_bn_fast_destroy(&f->bn);
+}
+
+static const char *bn_row_fast_impl(const union nn_node_fast *f)
+{
+    return nn_prim_impl(&f->bn.fwd_eval);
+}
+
+/* the running mean (C) then variance (C) */
+static size_t bn_row_buffers(const union nn_layer_cfg *c)
+{
+    return 2 * (size_t)c->bn.c;
+}
+
+static void bn_row_buffers_init(float *buf, const union nn_layer_cfg *c)
+{
+    for (int i = 0; i < c->bn.c; i++) { /* running mean 0, var 1 */
+        buf[i] = 0.0f;
+        buf[c->bn.c + i] = 1.0f;
+    }
+}
+
+static int bn_row_check_batch(const struct nn_node *n, const struct nn_tensor *x, int train,
+                              struct err *e)
+{
+    if (train && (int64_t)x->shape.n * x->shape.h * x->shape.w < 2)
+        return err_set(e, ERR_INVALID, "batch_size",
+                       "%s: batch norm needs more than one value per channel in training",
+                       n->name);
+    return 0;
+}
+
+const struct nn_layer_type nn_layer_bn = {
+    .name = "batchnorm",
+    .forward = bn_row_forward,
+    .backward = bn_row_backward,
+    .saved = bn_row_saved,
+    .fast_init = bn_row_fast_init,
+    .fast_forward = bn_row_fast_forward,
+    .fast_backward = bn_row_fast_backward,
+    .fast_destroy = bn_row_fast_destroy,
+    .fast_impl = bn_row_fast_impl,
+    .buffers = bn_row_buffers,
+    .buffers_init = bn_row_buffers_init,
+    .check_batch = bn_row_check_batch,
+};

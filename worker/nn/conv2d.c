@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/nn/layer_type.h"
 #include "worker/nn/layers.h"
 
 static int conv_out_dim(int in, int k, int s, int p, int d)
@@ -400,3 +401,58 @@ void nn_conv2d_fast_destroy(struct nn_conv2d_fast *f)
     free(f->db_buf);
     memset(f, 0, sizeof *f);
 }
+
+/* ---- the row (layer_type.h) ---------------------------------------------------------- */
+
+static void conv2d_row_forward(const struct nn_layer_args *a)
+{
+    nn_conv2d_forward(a->y->data, a->x->data, a->w, a->b, &a->n->cfg.conv, a->x->shape);
+}
+
+static void conv2d_row_backward(const struct nn_layer_args *a)
+{
+    nn_conv2d_backward(a->din0, a->dw, a->db, a->y->grad, a->x->data, a->w, &a->n->cfg.conv,
+                       a->x->shape);
+}
+
+static int conv2d_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    struct nn_conv2d_fast *f = &a->n->fast->conv;
+    if (nn_conv2d_fast_init(f, a->dnnl, &a->n->cfg.conv, a->x->shape, &a->x->md, a->train,
+                            a->dinp, e))
+        return -1;
+    a->y->md = f->dst_md;
+    return 0;
+}
+
+static void conv2d_row_fast_forward(const struct nn_layer_args *a)
+{
+    nn_conv2d_fast_forward(&a->n->fast->conv, a->y->data, a->x->data, a->w, a->b);
+}
+
+static void conv2d_row_fast_backward(const struct nn_layer_args *a)
+{
+    nn_conv2d_fast_backward(&a->n->fast->conv, a->din0, a->dw, a->db, a->y->grad, a->x->data,
+                            a->w);
+}
+
+static void conv2d_row_fast_destroy(union nn_node_fast *f)
+{
+    nn_conv2d_fast_destroy(&f->conv);
+}
+
+static const char *conv2d_row_fast_impl(const union nn_node_fast *f)
+{
+    return nn_prim_impl(&f->conv.fwd);
+}
+
+const struct nn_layer_type nn_layer_conv2d = {
+    .name = "conv2d",
+    .forward = conv2d_row_forward,
+    .backward = conv2d_row_backward,
+    .fast_init = conv2d_row_fast_init,
+    .fast_forward = conv2d_row_fast_forward,
+    .fast_backward = conv2d_row_fast_backward,
+    .fast_destroy = conv2d_row_fast_destroy,
+    .fast_impl = conv2d_row_fast_impl,
+};

@@ -7,6 +7,7 @@
  * reference (plain layout) and fast path (oneDNN's blocked layout, found through an
  * nn_layout) drop exactly the same elements. One implementation serves both paths: the
  * loops are parallel and touch each element once, so there is nothing faster to call. */
+#include "worker/nn/layer_type.h"
 #include "worker/nn/layers.h"
 
 uint64_t nn_dropout_key(uint64_t seed, uint64_t step, int layer)
@@ -93,3 +94,41 @@ void nn_dropout_backward(float *dinp, const float *dout, const struct nn_dropout
 {
     dropout_apply(dinp, dout, c, s, l, key, 1);
 }
+
+/* ---- the row (layer_type.h): both paths run these loops, on the tensor's layout ------- */
+
+static void dropout_row_forward(const struct nn_layer_args *a)
+{
+    nn_dropout_forward(a->y->data, a->x->data, &a->n->cfg.dropout, a->x->shape, &a->n->layout,
+                       a->key, a->train);
+}
+
+static void dropout_row_backward(const struct nn_layer_args *a)
+{
+    if (a->din0)
+        nn_dropout_backward(a->din0, a->y->grad, &a->n->cfg.dropout, a->x->shape, &a->n->layout,
+                            a->key);
+}
+
+static int dropout_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    a->y->md = a->x->md;
+    return nn_layout_from_md(&a->n->layout, &a->x->md, e);
+}
+
+static const char *dropout_row_fast_impl(const union nn_node_fast *f)
+{
+    (void)f;
+    return "own loop";
+}
+
+const struct nn_layer_type nn_layer_dropout = {
+    .name = "dropout",
+    .flags = NN_LAYER_RANDOM,
+    .forward = dropout_row_forward,
+    .backward = dropout_row_backward,
+    .fast_init = dropout_row_fast_init,
+    .fast_forward = dropout_row_forward,
+    .fast_backward = dropout_row_backward,
+    .fast_impl = dropout_row_fast_impl,
+};

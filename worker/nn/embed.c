@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "worker/nn/layer_type.h"
 #include "worker/nn/layers.h"
 
 #define NN_EMBED_CBLK 16 /* channels a thread owns at a time in backward */
@@ -82,3 +83,49 @@ void nn_embed_backward(float *dwte, float *dwpe, const float *dout, const float 
                 dw[i] += (float)acc[i - lo];
         }
 }
+
+/* ---- the row (layer_type.h): both paths run these loops, on plain tensors ------------- */
+
+static void embed_row_forward(const struct nn_layer_args *a)
+{
+    nn_embed_forward(a->y->data, a->x->data, a->w, a->b, &a->n->cfg.embed, a->x->shape.n,
+                     a->x->shape.w);
+}
+
+static void embed_row_backward(const struct nn_layer_args *a)
+{
+    nn_embed_backward(a->dw, a->db, a->y->grad, a->x->data, &a->n->cfg.embed, a->x->shape.n,
+                      a->x->shape.w);
+}
+
+static int embed_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    (void)e;
+    nn_md_plain(&a->y->md, a->y->shape);
+    return 0;
+}
+
+static const char *embed_row_fast_impl(const union nn_node_fast *f)
+{
+    (void)f;
+    return "own loop";
+}
+
+/* the ids index the tables: checked before use */
+static int embed_row_check_input(const struct nn_node *n, const float *x, size_t numel,
+                                 struct err *e)
+{
+    return nn_embed_check(x, numel, n->cfg.embed.vocab, e);
+}
+
+const struct nn_layer_type nn_layer_embed = {
+    .name = "embed",
+    .flags = NN_LAYER_SEQ_START,
+    .forward = embed_row_forward,
+    .backward = embed_row_backward,
+    .fast_init = embed_row_fast_init,
+    .fast_forward = embed_row_forward,
+    .fast_backward = embed_row_backward,
+    .fast_impl = embed_row_fast_impl,
+    .check_input = embed_row_check_input,
+};

@@ -5,6 +5,7 @@
  * are reordered to plain (and the gradient back); a plain input makes it a copy. */
 #include <string.h>
 
+#include "worker/nn/layer_type.h"
 #include "worker/nn/layers.h"
 
 void nn_flatten_forward(float *out, const float *inp, struct nn_shape in)
@@ -50,3 +51,56 @@ void nn_flatten_fast_destroy(struct nn_flatten_fast *f)
     nn_reorder_destroy(&f->bwd);
     memset(f, 0, sizeof *f);
 }
+
+/* ---- the row (layer_type.h) ---------------------------------------------------------- */
+
+static void flatten_row_forward(const struct nn_layer_args *a)
+{
+    nn_flatten_forward(a->y->data, a->x->data, a->x->shape);
+}
+
+static void flatten_row_backward(const struct nn_layer_args *a)
+{
+    if (a->din0)
+        nn_flatten_backward(a->din0, a->y->grad, a->x->shape);
+}
+
+static int flatten_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    nn_md_plain(&a->y->md, a->y->shape);
+    return nn_flatten_fast_init(&a->n->fast->flatten, a->dnnl, a->x->shape, &a->x->md, a->train,
+                                e);
+}
+
+static void flatten_row_fast_forward(const struct nn_layer_args *a)
+{
+    nn_flatten_fast_forward(&a->n->fast->flatten, a->y->data, a->x->data);
+}
+
+static void flatten_row_fast_backward(const struct nn_layer_args *a)
+{
+    nn_flatten_fast_backward(&a->n->fast->flatten, a->din0, a->y->grad);
+}
+
+static void flatten_row_fast_destroy(union nn_node_fast *f)
+{
+    nn_flatten_fast_destroy(&f->flatten);
+}
+
+static const char *flatten_row_fast_impl(const union nn_node_fast *f)
+{
+    (void)f;
+    return "reorder";
+}
+
+const struct nn_layer_type nn_layer_flatten = {
+    .name = "flatten",
+    .flags = NN_LAYER_SEQ_END,
+    .forward = flatten_row_forward,
+    .backward = flatten_row_backward,
+    .fast_init = flatten_row_fast_init,
+    .fast_forward = flatten_row_fast_forward,
+    .fast_backward = flatten_row_fast_backward,
+    .fast_destroy = flatten_row_fast_destroy,
+    .fast_impl = flatten_row_fast_impl,
+};

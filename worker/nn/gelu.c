@@ -15,6 +15,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "worker/nn/layer_type.h"
 #include "worker/nn/layers.h"
 
 #define GELU_K 0.7978845608028654 /* sqrt(2/pi) */
@@ -114,3 +115,54 @@ void nn_gelu_fast_destroy(struct nn_gelu_fast *f)
     nn_mem_destroy(&f->m_dsrc);
     memset(f, 0, sizeof *f);
 }
+
+/* ---- the row (layer_type.h) ---------------------------------------------------------- */
+
+static void gelu_row_forward(const struct nn_layer_args *a)
+{
+    nn_gelu_forward(a->y->data, a->x->data, nn_shape_numel(a->x->shape));
+}
+
+static void gelu_row_backward(const struct nn_layer_args *a)
+{
+    if (a->din0)
+        nn_gelu_backward(a->din0, a->y->grad, a->x->data, nn_shape_numel(a->x->shape));
+}
+
+static int gelu_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    nn_md_plain(&a->y->md, a->y->shape);
+    return nn_gelu_fast_init(&a->n->fast->gelu, a->dnnl, nn_shape_numel(a->x->shape), a->train,
+                             e);
+}
+
+static void gelu_row_fast_forward(const struct nn_layer_args *a)
+{
+    nn_gelu_fast_forward(&a->n->fast->gelu, a->y->data, a->x->data);
+}
+
+static void gelu_row_fast_backward(const struct nn_layer_args *a)
+{
+    nn_gelu_fast_backward(&a->n->fast->gelu, a->din0, a->y->grad, a->x->data);
+}
+
+static void gelu_row_fast_destroy(union nn_node_fast *f)
+{
+    nn_gelu_fast_destroy(&f->gelu);
+}
+
+static const char *gelu_row_fast_impl(const union nn_node_fast *f)
+{
+    return nn_prim_impl(&f->gelu.fwd);
+}
+
+const struct nn_layer_type nn_layer_gelu = {
+    .name = "gelu",
+    .forward = gelu_row_forward,
+    .backward = gelu_row_backward,
+    .fast_init = gelu_row_fast_init,
+    .fast_forward = gelu_row_fast_forward,
+    .fast_backward = gelu_row_fast_backward,
+    .fast_destroy = gelu_row_fast_destroy,
+    .fast_impl = gelu_row_fast_impl,
+};

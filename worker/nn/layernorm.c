@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/nn/layer_type.h"
 #include "worker/nn/layers.h"
 
 #define NN_LN_CBLK 16 /* channels one thread owns while summing dweight/dbias */
@@ -223,3 +224,66 @@ void nn_layernorm_fast_destroy(struct nn_layernorm_fast *f)
     free(f->dshift);
     memset(f, 0, sizeof *f);
 }
+
+/* ---- the row (layer_type.h) ---------------------------------------------------------- */
+
+static void layernorm_row_forward(const struct nn_layer_args *a)
+{
+    int rows = nn_tensor_rows(a->x);
+    nn_layernorm_forward(a->y->data, a->n->save, a->n->save + rows, a->x->data, a->w, a->b,
+                         rows, nn_tensor_row_len(a->x));
+}
+
+static void layernorm_row_backward(const struct nn_layer_args *a)
+{
+    int rows = nn_tensor_rows(a->x);
+    nn_layernorm_backward(a->din0 ? a->din0 : a->scratch, a->dw, a->db, a->y->grad, a->x->data,
+                          a->w, a->n->save, a->n->save + rows, rows, nn_tensor_row_len(a->x));
+}
+
+/* the saved mean (R) and rstd (R) */
+static size_t layernorm_row_saved(const struct nn_node *n, const struct nn_tensor *x, int train)
+{
+    (void)n, (void)train;
+    return 2 * (size_t)nn_tensor_rows(x);
+}
+
+static int layernorm_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    nn_md_plain(&a->y->md, a->y->shape);
+    return nn_layernorm_fast_init(&a->n->fast->ln, a->dnnl, nn_tensor_rows(a->x),
+                                  nn_tensor_row_len(a->x), a->train, e);
+}
+
+static void layernorm_row_fast_forward(const struct nn_layer_args *a)
+{
+    nn_layernorm_fast_forward(&a->n->fast->ln, a->y->data, a->x->data, a->w, a->b);
+}
+
+static void layernorm_row_fast_backward(const struct nn_layer_args *a)
+{ /* like batch norm, oneDNN always writes diff_src */
+    nn_layernorm_fast_backward(&a->n->fast->ln, a->din0 ? a->din0 : a->scratch, a->dw, a->db,
+                               a->y->grad, a->x->data, a->w);
+}
+
+static void layernorm_row_fast_destroy(union nn_node_fast *f)
+{
+    nn_layernorm_fast_destroy(&f->ln);
+}
+
+static const char *layernorm_row_fast_impl(const union nn_node_fast *f)
+{
+    return nn_prim_impl(&f->ln.fwd);
+}
+
+const struct nn_layer_type nn_layer_layernorm = {
+    .name = "layernorm",
+    .forward = layernorm_row_forward,
+    .backward = layernorm_row_backward,
+    .saved = layernorm_row_saved,
+    .fast_init = layernorm_row_fast_init,
+    .fast_forward = layernorm_row_fast_forward,
+    .fast_backward = layernorm_row_fast_backward,
+    .fast_destroy = layernorm_row_fast_destroy,
+    .fast_impl = layernorm_row_fast_impl,
+};

@@ -13,7 +13,8 @@
  * the state's dst_md is the layout of the tensor it produces; gradients use the layout of
  * their tensor. Only convolution and linear fast backwards accept dinp = NULL (they still
  * produce parameter gradients); the others are not to be called without one. Execution
- * errors are sticky in the context (onednn.h). */
+ * errors are sticky in the context (onednn.h).
+ * What the model does with a layer is the row each file ends with (layer_type.h). */
 #ifndef DDPB_NN_LAYERS_H
 #define DDPB_NN_LAYERS_H
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/nn/layer_type.h"
 #include "worker/nn/layers.h"
 
 /* ---- reference -------------------------------------------------------------------- */
@@ -181,3 +182,56 @@ void nn_linear_fast_destroy(struct nn_linear_fast *f)
     free(f->db_buf);
     memset(f, 0, sizeof *f);
 }
+
+/* ---- the row (layer_type.h) ---------------------------------------------------------- */
+
+static void linear_row_forward(const struct nn_layer_args *a)
+{
+    nn_linear_forward(a->y->data, a->x->data, a->w, a->b, &a->n->cfg.linear,
+                      nn_tensor_rows(a->x));
+}
+
+static void linear_row_backward(const struct nn_layer_args *a)
+{
+    nn_linear_backward(a->din0, a->dw, a->db, a->y->grad, a->x->data, a->w, &a->n->cfg.linear,
+                       nn_tensor_rows(a->x));
+}
+
+static int linear_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    nn_md_plain(&a->y->md, a->y->shape);
+    return nn_linear_fast_init(&a->n->fast->linear, a->dnnl, &a->n->cfg.linear,
+                               nn_tensor_rows(a->x), a->train, a->dinp, e);
+}
+
+static void linear_row_fast_forward(const struct nn_layer_args *a)
+{
+    nn_linear_fast_forward(&a->n->fast->linear, a->y->data, a->x->data, a->w, a->b);
+}
+
+static void linear_row_fast_backward(const struct nn_layer_args *a)
+{
+    nn_linear_fast_backward(&a->n->fast->linear, a->din0, a->dw, a->db, a->y->grad, a->x->data,
+                            a->w);
+}
+
+static void linear_row_fast_destroy(union nn_node_fast *f)
+{
+    nn_linear_fast_destroy(&f->linear);
+}
+
+static const char *linear_row_fast_impl(const union nn_node_fast *f)
+{
+    return nn_prim_impl(&f->linear.fwd);
+}
+
+const struct nn_layer_type nn_layer_linear = {
+    .name = "linear",
+    .forward = linear_row_forward,
+    .backward = linear_row_backward,
+    .fast_init = linear_row_fast_init,
+    .fast_forward = linear_row_fast_forward,
+    .fast_backward = linear_row_fast_backward,
+    .fast_destroy = linear_row_fast_destroy,
+    .fast_impl = linear_row_fast_impl,
+};

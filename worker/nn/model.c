@@ -6,7 +6,10 @@
  * order; the consumers adapt (a convolution reorders an input it cannot read, a linear
  * layer needs a flatten first, an add converts its second input to the first's layout),
  * so in a CNN everything between the first convolution and the flatten stays in oneDNN's
- * blocked format. */
+ * blocked format.
+ *
+ * What a layer does is its row (layer_type.h), defined in its own file; this file holds the
+ * op -> row table and dispatches every step through it, never on the op itself. */
 #include "worker/nn/model.h"
 
 #include <math.h>
@@ -14,74 +17,28 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "worker/nn/layer_type.h"
 
-struct nn_tensor {
-    struct nn_shape shape; /* n = 1 while building, the batch once prepared */
-    int producer;          /* node, -1 for the input */
-    int needs_grad;
-    dnnl_memory_desc_t md; /* fast backend: the layout */
-    size_t bytes;          /* of data, and of grad (same layout) */
-    size_t data_off, grad_off;
-    float *data, *grad;
-    int grad_written; /* during backward */
-    int seq;          /* a sequence (N,T,C) held as (N,T,C,1): rows N*T */
+/* The layer types, by op: one row each, defined in the layer's file. */
+static const struct nn_layer_type *const layer_types[NN_OP_COUNT] = {
+    [NN_OP_CONV] = &nn_layer_conv2d,     [NN_OP_BN] = &nn_layer_bn,
+    [NN_OP_ACT] = &nn_layer_act,         [NN_OP_MAXPOOL] = &nn_layer_maxpool,
+    [NN_OP_AVGPOOL] = &nn_layer_avgpool, [NN_OP_ADAPTIVE_AVGPOOL] = &nn_layer_adaptive,
+    [NN_OP_LINEAR] = &nn_layer_linear,   [NN_OP_DROPOUT] = &nn_layer_dropout,
+    [NN_OP_ADD] = &nn_layer_add,         [NN_OP_FLATTEN] = &nn_layer_flatten,
+    [NN_OP_EMBED] = &nn_layer_embed,     [NN_OP_LAYERNORM] = &nn_layer_layernorm,
+    [NN_OP_GELU] = &nn_layer_gelu,       [NN_OP_ATTENTION] = &nn_layer_attention,
 };
 
-/* adaptive pooling the fast path cannot express as a pooling: plain loops between
- * conversions to and from the plain layout */
-struct nn_adapt_fast {
-    struct nn_convert x_in, dx_out;
-};
+const struct nn_layer_type *nn_layer_type_get(enum nn_op op)
+{
+    return op >= 0 && op < NN_OP_COUNT ? layer_types[op] : NULL;
+}
 
-/* an add converts its second input (and that input's gradient) when it arrives in another
- * layout than the first */
-struct nn_add_fast {
-    struct nn_convert b_in, db_out;
-};
-
-union nn_node_fast {
-    struct nn_conv2d_fast conv;
-    struct nn_bn_fast bn;
-    struct nn_act_fast act;
-    struct nn_pool_fast pool;
-    struct nn_linear_fast linear;
-    struct nn_flatten_fast flatten;
-    struct nn_adapt_fast adapt;
-    struct nn_add_fast add;
-    struct nn_layernorm_fast ln;
-    struct nn_gelu_fast gelu;
-    struct nn_attention_fast attn;
-};
-
-struct nn_node {
-    enum nn_op op;
-    char name[48];
-    int in[2], nin, out;
-    union nn_layer_cfg cfg;
-    int first_param, nparams;
-    size_t param_off, param_len;
-    int seq;        /* linear over a sequence's rows */
-    int tied_param; /* linear: the earlier parameter tensor that is its weight, -1 none */
-    size_t buf_off; /* batch norm: running mean (C) then var (C) */
-    /* prepared */
-    union nn_node_fast *fast; /* owned, fast backend */
-    int fast_pool;            /* adaptive pooling done by fast.pool */
-    size_t save_off;          /* reference path: batch norm's saved mean (C) and var (C), layer
-                        norm's mean (R) and rstd (R), attention's att (N,H,T,T) then its
-                        backward scratch */
-    float *save;
-    struct nn_layout layout; /* dropout: where its elements live */
-};
-
-static const char *const op_names[] = {
-    [NN_OP_CONV] = "conv2d",     [NN_OP_BN] = "batchnorm",
-    [NN_OP_ACT] = "act",         [NN_OP_MAXPOOL] = "maxpool",
-    [NN_OP_AVGPOOL] = "avgpool", [NN_OP_ADAPTIVE_AVGPOOL] = "adaptive_avgpool",
-    [NN_OP_LINEAR] = "linear",   [NN_OP_DROPOUT] = "dropout",
-    [NN_OP_ADD] = "add",         [NN_OP_FLATTEN] = "flatten",
-    [NN_OP_EMBED] = "embed",     [NN_OP_LAYERNORM] = "layernorm",
-    [NN_OP_GELU] = "gelu",       [NN_OP_ATTENTION] = "attention",
-};
+static const struct nn_layer_type *node_type(const struct nn_node *n)
+{
+    return layer_types[n->op];
+}
 
 void nn_model_init(struct nn_model *m)
 {
@@ -157,7 +114,7 @@ static struct nn_node *model_add_node(struct nn_model *m, enum nn_op op, const c
     if (name && *name)
         snprintf(n->name, sizeof n->name, "%s", name);
     else
-        snprintf(n->name, sizeof n->name, "%s%d", op_names[op], m->nnodes);
+        snprintf(n->name, sizeof n->name, "%s%d", layer_types[op]->name, m->nnodes);
     n->in[0] = in0;
     n->in[1] = in1;
     n->nin = in1 >= 0 ? 2 : 1;
@@ -178,9 +135,11 @@ static int model_node_output(struct nn_model *m, struct nn_node *n, struct nn_sh
         g |= m->tensors[n->in[j]].needs_grad;
         seq &= m->tensors[n->in[j]].seq;
     }
+    unsigned flags = node_type(n)->flags;
     n->out = model_add_tensor(m, s, (int)(n - m->nodes), g);
     if (n->out >= 0) /* shape-keeping layers keep a sequence a sequence */
-        m->tensors[n->out].seq = (seq && n->op != NN_OP_FLATTEN) || n->op == NN_OP_EMBED;
+        m->tensors[n->out].seq = (seq && !(flags & NN_LAYER_SEQ_END)) ||
+                                 (flags & NN_LAYER_SEQ_START) != 0;
     return n->out;
 }
 
@@ -206,6 +165,15 @@ static int model_add_param(struct nn_model *m, struct nn_node *n, const char *su
     n->nparams++;
     n->param_len += len;
     return 0;
+}
+
+/* Reserves the node's non-trained state (its row's buffers) in the buffer arena; its
+ * configuration is set. */
+static void model_add_buffers(struct nn_model *m, struct nn_node *n)
+{
+    const struct nn_layer_type *t = node_type(n);
+    n->buf_off = m->nbuffers;
+    m->nbuffers += t->buffers ? t->buffers(&n->cfg) : 0;
 }
 
 int nn_model_input(struct nn_model *m, int c, int h, int w)
@@ -259,8 +227,7 @@ int nn_model_batchnorm(struct nn_model *m, const char *name, int x, int relu)
     if (model_add_param(m, n, "weight", (size_t)s.c, s.c, s.c, NN_INIT_CONST, 1.0f) ||
         model_add_param(m, n, "bias", (size_t)s.c, s.c, s.c, NN_INIT_CONST, 0.0f))
         return -1;
-    n->buf_off = m->nbuffers;
-    m->nbuffers += 2 * (size_t)s.c;
+    model_add_buffers(m, n);
     return model_node_output(m, n, s);
 }
 
@@ -530,10 +497,11 @@ int nn_model_init_params(struct nn_model *m, uint64_t seed, struct err *e)
     m->seed = seed;
     for (int i = 0; i < m->nparam_tensors; i++)
         model_init_param(&m->param_info[i], i, m->params.data + m->param_info[i].offset, seed);
-    for (int i = 0; i < m->nnodes; i++) /* running var starts at 1 */
-        if (m->nodes[i].op == NN_OP_BN)
-            for (int c = 0; c < m->nodes[i].cfg.bn.c; c++)
-                m->buffers.data[m->nodes[i].buf_off + (size_t)m->nodes[i].cfg.bn.c + c] = 1.0f;
+    for (int i = 0; i < m->nnodes; i++) {
+        const struct nn_node *n = &m->nodes[i];
+        if (node_type(n)->buffers_init)
+            node_type(n)->buffers_init(m->buffers.data + n->buf_off, &n->cfg);
+    }
     return 0;
 }
 
@@ -573,36 +541,11 @@ void nn_model_zero_grad(struct nn_model *m)
 
 static void node_fast_destroy(struct nn_node *n)
 {
-    union nn_node_fast *f = n->fast;
-    if (!f)
+    if (!n->fast)
         return;
-    switch (n->op) {
-    case NN_OP_CONV: nn_conv2d_fast_destroy(&f->conv); break;
-    case NN_OP_BN: nn_bn_fast_destroy(&f->bn); break;
-    case NN_OP_ACT: nn_act_fast_destroy(&f->act); break;
-    case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL: nn_pool_fast_destroy(&f->pool); break;
-    case NN_OP_ADAPTIVE_AVGPOOL:
-        if (n->fast_pool) {
-            nn_pool_fast_destroy(&f->pool);
-        } else {
-            nn_convert_destroy(&f->adapt.x_in);
-            nn_convert_destroy(&f->adapt.dx_out);
-        }
-        break;
-    case NN_OP_LINEAR: nn_linear_fast_destroy(&f->linear); break;
-    case NN_OP_FLATTEN: nn_flatten_fast_destroy(&f->flatten); break;
-    case NN_OP_ADD:
-        nn_convert_destroy(&f->add.b_in);
-        nn_convert_destroy(&f->add.db_out);
-        break;
-    case NN_OP_LAYERNORM: nn_layernorm_fast_destroy(&f->ln); break;
-    case NN_OP_GELU: nn_gelu_fast_destroy(&f->gelu); break;
-    case NN_OP_ATTENTION: nn_attention_fast_destroy(&f->attn); break;
-    case NN_OP_DROPOUT:
-    case NN_OP_EMBED: break;
-    }
-    free(f);
+    if (node_type(n)->fast_destroy)
+        node_type(n)->fast_destroy(n->fast);
+    free(n->fast);
     n->fast = NULL;
 }
 
@@ -632,138 +575,77 @@ void nn_model_destroy(struct nn_model *m)
     memset(m, 0, sizeof *m);
 }
 
-static int adapt_fast_init(struct nn_model *m, struct nn_node *n, const struct nn_tensor *x,
-                           struct nn_tensor *y, int train, struct err *e)
+/* The arena offset of a node's k-th parameter (a tied layer's weight is the parameter it
+ * is tied to), or -1. */
+static long node_param_off(const struct nn_model *m, const struct nn_node *n, int k)
 {
-    struct nn_pool_cfg pc;
-    union nn_node_fast *f = n->fast;
-    if (nn_adaptive_as_pool(&pc, n->cfg.adapt.oh, n->cfg.adapt.ow, x->shape)) {
-        n->fast_pool = 1;
-        if (nn_pool_fast_init(&f->pool, &m->dnnl, 0, &pc, x->shape, &x->md, train, e))
-            return -1;
-        y->md = f->pool.dst_md;
-        return 0;
-    }
-    dnnl_memory_desc_t plain;
-    nn_md_plain(&plain, x->shape);
-    nn_md_plain(&y->md, y->shape);
-    return nn_convert_in_init(&f->adapt.x_in, &m->dnnl, &x->md, &plain, e) ||
-           (train && nn_convert_out_init(&f->adapt.dx_out, &m->dnnl, &plain, &x->md, 0, e));
+    if (n->tied_param >= 0)
+        return k == 0 ? (long)m->param_info[n->tied_param].offset : -1;
+    return k < n->nparams ? (long)m->param_info[n->first_param + k].offset : -1;
 }
 
-static int add_fast_init(struct nn_model *m, struct nn_node *n, struct nn_tensor *y, int train,
-                         struct err *e)
+static float *model_param(struct nn_model *m, const struct nn_node *n, int k)
 {
-    const struct nn_tensor *a = &m->tensors[n->in[0]], *b = &m->tensors[n->in[1]];
-    struct nn_add_fast *f = &n->fast->add;
-    y->md = a->md;
-    return nn_convert_in_init(&f->b_in, &m->dnnl, &b->md, &a->md, e) ||
-           (train && nn_convert_out_init(&f->db_out, &m->dnnl, &a->md, &b->md, 0, e));
+    long off = node_param_off(m, n, k);
+    return off < 0 ? NULL : m->params.data + off;
 }
 
-/* Rows a linear layer or layer norm iterates over: N, or N*T for a sequence. */
-static int tensor_rows(const struct nn_tensor *t)
+static float *model_grad(struct nn_model *m, const struct nn_node *n, int k)
 {
-    return t->seq ? t->shape.n * t->shape.c : t->shape.n;
+    long off = node_param_off(m, n, k);
+    return off < 0 ? NULL : m->grads.data + off;
 }
 
-/* Channels of a row: F of (N,F), C of a sequence (N,T,C,1). */
-static int tensor_row_len(const struct nn_tensor *t)
+/* What node i's row reads and writes in this step (layer_type.h); the backward's input
+ * gradients and the random key are the caller's. */
+static struct nn_layer_args node_args(struct nn_model *m, int i, int train)
 {
-    return t->seq ? t->shape.h : t->shape.c;
-}
-
-/* The sequence layers all produce plain (N,T,C) tensors. */
-static int seq_fast_init(struct nn_model *m, struct nn_node *n, const struct nn_tensor *x,
-                         struct nn_tensor *y, int train, struct err *e)
-{
-    union nn_node_fast *f = n->fast;
-    nn_md_plain(&y->md, y->shape);
-    switch (n->op) {
-    case NN_OP_LAYERNORM:
-        return nn_layernorm_fast_init(&f->ln, &m->dnnl, tensor_rows(x), tensor_row_len(x),
-                                      train, e);
-    case NN_OP_GELU:
-        return nn_gelu_fast_init(&f->gelu, &m->dnnl, nn_shape_numel(x->shape), train, e);
-    case NN_OP_ATTENTION:
-        return nn_attention_fast_init(&f->attn, &m->dnnl, &n->cfg.attn, x->shape.n, x->shape.c,
-                                      train, e);
-    default: return 0; /* the embedding: own loops */
-    }
+    struct nn_node *n = &m->nodes[i];
+    return (struct nn_layer_args){
+        .n = n,
+        .x = &m->tensors[n->in[0]],
+        .x1 = n->nin > 1 ? &m->tensors[n->in[1]] : NULL,
+        .y = &m->tensors[n->out],
+        .w = model_param(m, n, 0),
+        .b = model_param(m, n, 1),
+        .dw = m->grads.data ? model_grad(m, n, 0) : NULL,
+        .db = m->grads.data ? model_grad(m, n, 1) : NULL,
+        .run = m->buffers.data ? m->buffers.data + n->buf_off : NULL,
+        .scratch = m->scratch[0],
+        .dnnl = &m->dnnl,
+        .train = train,
+    };
 }
 
 /* Creates the node's fast state from its input's layout and sets its output's layout. */
-static int node_fast_init(struct nn_model *m, struct nn_node *n, int train, struct err *e)
+static int node_fast_init(struct nn_model *m, int i, int train, struct err *e)
 {
-    struct nn_tensor *x = &m->tensors[n->in[0]], *y = &m->tensors[n->out];
-    struct nn_dnnl *d = &m->dnnl;
+    struct nn_node *n = &m->nodes[i];
     n->fast = calloc(1, sizeof *n->fast);
     if (!n->fast)
         return err_set(e, ERR_NOMEM, "", "layer state");
-    union nn_node_fast *f = n->fast;
-    int dinp = x->needs_grad;
-    switch (n->op) {
-    case NN_OP_CONV:
-        if (nn_conv2d_fast_init(&f->conv, d, &n->cfg.conv, x->shape, &x->md, train, dinp, e))
-            return -1;
-        y->md = f->conv.dst_md;
-        return 0;
-    case NN_OP_BN:
-        y->md = x->md;
-        return nn_bn_fast_init(&f->bn, d, &n->cfg.bn, x->shape, &x->md, train, e);
-    case NN_OP_ACT:
-        y->md = x->md;
-        return nn_act_fast_init(&f->act, d, n->cfg.act, &x->md, train, e);
-    case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL:
-        if (nn_pool_fast_init(&f->pool, d, n->op == NN_OP_MAXPOOL, &n->cfg.pool, x->shape,
-                              &x->md, train, e))
-            return -1;
-        y->md = f->pool.dst_md;
-        return 0;
-    case NN_OP_ADAPTIVE_AVGPOOL: return adapt_fast_init(m, n, x, y, train, e);
-    case NN_OP_LINEAR:
-        nn_md_plain(&y->md, y->shape);
-        return nn_linear_fast_init(&f->linear, d, &n->cfg.linear, tensor_rows(x), train, dinp,
-                                   e);
-    case NN_OP_FLATTEN:
-        nn_md_plain(&y->md, y->shape);
-        return nn_flatten_fast_init(&f->flatten, d, x->shape, &x->md, train, e);
-    case NN_OP_DROPOUT: y->md = x->md; return nn_layout_from_md(&n->layout, &x->md, e);
-    case NN_OP_ADD: return add_fast_init(m, n, y, train, e);
-    case NN_OP_EMBED:
-    case NN_OP_LAYERNORM:
-    case NN_OP_GELU:
-    case NN_OP_ATTENTION: return seq_fast_init(m, n, x, y, train, e);
-    }
-    return 0;
+    struct nn_layer_args a = node_args(m, i, train);
+    a.dinp = a.x->needs_grad;
+    return node_type(n)->fast_init(&a, e);
 }
 
 /* Floats the reference path saves for a node's backward (and its scratch), 0 for most. */
 static size_t node_ref_save(const struct nn_model *m, const struct nn_node *n, int train)
 {
-    const struct nn_tensor *x = &m->tensors[n->in[0]];
-    switch (n->op) {
-    case NN_OP_BN: return 2 * (size_t)n->cfg.bn.c;
-    case NN_OP_LAYERNORM: return 2 * (size_t)tensor_rows(x);
-    case NN_OP_ATTENTION:
-        return (size_t)x->shape.n * n->cfg.attn.heads * x->shape.c * x->shape.c *
-               (train ? 2 : 1);
-    default: return 0;
-    }
+    const struct nn_layer_type *t = node_type(n);
+    return t->saved ? t->saved(n, &m->tensors[n->in[0]], train) : 0;
 }
 
-static int node_prepare(struct nn_model *m, struct nn_node *n, int train, struct err *e)
+static int node_prepare(struct nn_model *m, int i, int train, struct err *e)
 {
+    struct nn_node *n = &m->nodes[i];
     struct nn_tensor *x = &m->tensors[n->in[0]], *y = &m->tensors[n->out];
-    n->fast_pool = 0; /* decided anew for this batch and mode */
+    const struct nn_layer_type *t = node_type(n);
     n->save = NULL;
-    if (train && n->op == NN_OP_BN && (int64_t)x->shape.n * x->shape.h * x->shape.w < 2)
-        return err_set(e, ERR_INVALID, "batch_size",
-                       "%s: batch norm needs more than one value per channel in training",
-                       n->name);
+    if (t->check_batch && t->check_batch(n, x, train, e))
+        return -1;
     if (m->backend == NN_BACKEND_FAST) {
-        if (node_fast_init(m, n, train, e))
+        if (node_fast_init(m, i, train, e))
             return err_prefix(e, "%s", n->name);
     } else {
         nn_md_plain(&y->md, y->shape);
@@ -854,7 +736,7 @@ int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int
     if (train && in->needs_grad) /* a stage's input: its gradient goes to the previous one */
         in->grad_off = nn_ws_reserve(&m->ws, in->bytes);
     for (int i = 0; i < m->nnodes; i++)
-        if (node_prepare(m, &m->nodes[i], train, e))
+        if (node_prepare(m, i, train, e))
             goto fail;
     size_t max_grad = 0;
     for (int t = 1; t < m->ntensors; t++) {
@@ -897,117 +779,13 @@ fail:
 
 /* ---- forward ------------------------------------------------------------------------ */
 
-/* The arena offset of a node's k-th parameter (a tied layer's weight is the parameter it
- * is tied to), or -1. */
-static long node_param_off(const struct nn_model *m, const struct nn_node *n, int k)
+/* The key of node i's random stream in this step (rows that draw: dropout); 0 else.
+ * Stages number layers as the whole model does. */
+static uint64_t node_key(const struct nn_model *m, int i, uint64_t step)
 {
-    if (n->tied_param >= 0)
-        return k == 0 ? (long)m->param_info[n->tied_param].offset : -1;
-    return k < n->nparams ? (long)m->param_info[n->first_param + k].offset : -1;
-}
-
-static float *model_param(struct nn_model *m, const struct nn_node *n, int k)
-{
-    long off = node_param_off(m, n, k);
-    return off < 0 ? NULL : m->params.data + off;
-}
-
-static float *model_grad(struct nn_model *m, const struct nn_node *n, int k)
-{
-    long off = node_param_off(m, n, k);
-    return off < 0 ? NULL : m->grads.data + off;
-}
-
-static void node_forward_ref(struct nn_model *m, struct nn_node *n, int train, uint64_t key)
-{
-    const struct nn_tensor *x = &m->tensors[n->in[0]];
-    struct nn_tensor *y = &m->tensors[n->out];
-    float *w = model_param(m, n, 0), *b = model_param(m, n, 1);
-    float *run = m->buffers.data + n->buf_off;
-    switch (n->op) {
-    case NN_OP_CONV: nn_conv2d_forward(y->data, x->data, w, b, &n->cfg.conv, x->shape); break;
-    case NN_OP_BN:
-        if (train)
-            nn_bn_forward_train(y->data, n->save, n->save + n->cfg.bn.c, run, run + n->cfg.bn.c,
-                                x->data, w, b, &n->cfg.bn, x->shape);
-        else
-            nn_bn_forward_eval(y->data, x->data, w, b, run, run + n->cfg.bn.c, &n->cfg.bn,
-                               x->shape);
-        break;
-    case NN_OP_ACT:
-        nn_act_forward(y->data, x->data, nn_shape_numel(x->shape), n->cfg.act);
-        break;
-    case NN_OP_MAXPOOL: nn_maxpool_forward(y->data, x->data, &n->cfg.pool, x->shape); break;
-    case NN_OP_AVGPOOL: nn_avgpool_forward(y->data, x->data, &n->cfg.pool, x->shape); break;
-    case NN_OP_ADAPTIVE_AVGPOOL:
-        nn_adaptive_avgpool_forward(y->data, x->data, n->cfg.adapt.oh, n->cfg.adapt.ow,
-                                    x->shape);
-        break;
-    case NN_OP_LINEAR:
-        nn_linear_forward(y->data, x->data, w, b, &n->cfg.linear, tensor_rows(x));
-        break;
-    case NN_OP_EMBED:
-        nn_embed_forward(y->data, x->data, w, b, &n->cfg.embed, x->shape.n, x->shape.w);
-        break;
-    case NN_OP_LAYERNORM:
-        nn_layernorm_forward(y->data, n->save, n->save + tensor_rows(x), x->data, w, b,
-                             tensor_rows(x), tensor_row_len(x));
-        break;
-    case NN_OP_GELU: nn_gelu_forward(y->data, x->data, nn_shape_numel(x->shape)); break;
-    case NN_OP_ATTENTION:
-        nn_attention_forward(y->data, n->save, x->data, &n->cfg.attn, x->shape.n, x->shape.c);
-        break;
-    case NN_OP_DROPOUT:
-        nn_dropout_forward(y->data, x->data, &n->cfg.dropout, x->shape, &n->layout, key, train);
-        break;
-    case NN_OP_ADD:
-        nn_add_forward(y->data, x->data, m->tensors[n->in[1]].data, nn_shape_numel(x->shape),
-                       n->cfg.add_relu);
-        break;
-    case NN_OP_FLATTEN: nn_flatten_forward(y->data, x->data, x->shape); break;
-    }
-}
-
-static void node_forward_fast(struct nn_model *m, struct nn_node *n, int train, uint64_t key)
-{
-    const struct nn_tensor *x = &m->tensors[n->in[0]];
-    struct nn_tensor *y = &m->tensors[n->out];
-    float *w = model_param(m, n, 0), *b = model_param(m, n, 1);
-    float *run = m->buffers.data + n->buf_off;
-    union nn_node_fast *f = n->fast;
-    switch (n->op) {
-    case NN_OP_CONV: nn_conv2d_fast_forward(&f->conv, y->data, x->data, w, b); break;
-    case NN_OP_BN:
-        nn_bn_fast_forward(&f->bn, y->data, run, run + n->cfg.bn.c, x->data, w, b, train);
-        break;
-    case NN_OP_ACT: nn_act_fast_forward(&f->act, y->data, x->data); break;
-    case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL: nn_pool_fast_forward(&f->pool, y->data, x->data); break;
-    case NN_OP_ADAPTIVE_AVGPOOL:
-        if (n->fast_pool)
-            nn_pool_fast_forward(&f->pool, y->data, x->data);
-        else
-            nn_adaptive_avgpool_forward(y->data,
-                                        nn_convert_in(&f->adapt.x_in, &m->dnnl, x->data),
-                                        n->cfg.adapt.oh, n->cfg.adapt.ow, x->shape);
-        break;
-    case NN_OP_LINEAR: nn_linear_fast_forward(&f->linear, y->data, x->data, w, b); break;
-    case NN_OP_DROPOUT:
-        nn_dropout_forward(y->data, x->data, &n->cfg.dropout, x->shape, &n->layout, key, train);
-        break;
-    case NN_OP_ADD:
-        nn_add_forward(y->data, x->data,
-                       nn_convert_in(&f->add.b_in, &m->dnnl, m->tensors[n->in[1]].data),
-                       y->bytes / sizeof(float), n->cfg.add_relu);
-        break;
-    case NN_OP_FLATTEN: nn_flatten_fast_forward(&f->flatten, y->data, x->data); break;
-    case NN_OP_EMBED:
-        nn_embed_forward(y->data, x->data, w, b, &n->cfg.embed, x->shape.n, x->shape.w);
-        break;
-    case NN_OP_LAYERNORM: nn_layernorm_fast_forward(&f->ln, y->data, x->data, w, b); break;
-    case NN_OP_GELU: nn_gelu_fast_forward(&f->gelu, y->data, x->data); break;
-    case NN_OP_ATTENTION: nn_attention_fast_forward(&f->attn, y->data, x->data); break;
-    }
+    return node_type(&m->nodes[i])->flags & NN_LAYER_RANDOM
+               ? nn_dropout_key(m->seed, step, i + m->layer_base)
+               : 0;
 }
 
 int nn_model_forward(struct nn_model *m, const float *x, int train, uint64_t step,
@@ -1021,18 +799,19 @@ int nn_model_forward(struct nn_model *m, const float *x, int train, uint64_t ste
                        "evaluation");
     m->tensors[0].data = (float *)(uintptr_t)x; /* only read */
     m->labels = NULL;
-    if (m->nodes[0].op == NN_OP_EMBED && /* ids index the tables: checked before use */
-        nn_embed_check(x, nn_shape_numel(m->tensors[0].shape), m->nodes[0].cfg.embed.vocab, e))
+    const struct nn_layer_type *first = node_type(&m->nodes[0]);
+    if (first->check_input && /* e.g. token ids index the tables: checked before use */
+        first->check_input(&m->nodes[0], x, nn_shape_numel(m->tensors[0].shape), e))
         return -1;
     for (int i = 0; i < m->nnodes; i++) {
-        struct nn_node *n = &m->nodes[i];
-        uint64_t key = n->op == NN_OP_DROPOUT ? nn_dropout_key(m->seed, step, i + m->layer_base)
-                                              : 0;
+        const struct nn_layer_type *t = node_type(&m->nodes[i]);
+        struct nn_layer_args a = node_args(m, i, train);
+        a.key = node_key(m, i, step);
         int64_t t0 = m->profile_ns ? clock_mono_ns() : 0;
         if (m->backend == NN_BACKEND_FAST)
-            node_forward_fast(m, n, train, key);
+            t->fast_forward(&a);
         else
-            node_forward_ref(m, n, train, key);
+            t->forward(&a);
         if (m->profile_ns)
             m->profile_ns[i] += clock_mono_ns() - t0;
     }
@@ -1054,7 +833,7 @@ const float *nn_model_output(const struct nn_model *m)
 int nn_model_classes(const struct nn_model *m)
 {
     int t = nn_model_output_tensor(m);
-    return t < 0 ? 0 : tensor_row_len(&m->tensors[t]);
+    return t < 0 ? 0 : nn_tensor_row_len(&m->tensors[t]);
 }
 
 int nn_model_labels_per_sample(const struct nn_model *m)
@@ -1085,122 +864,21 @@ int nn_model_loss(struct nn_model *m, const int32_t *labels, int n_valid, double
 
 /* ---- backward ----------------------------------------------------------------------- */
 
-static void node_backward_ref(struct nn_model *m, struct nn_node *n, float *din0, float *din1,
-                              uint64_t key)
+/* Node i's backward through its row; din0/din1: its inputs' gradients, or NULL. */
+static void node_backward(struct nn_model *m, int i, float *din0, float *din1)
 {
-    const struct nn_tensor *x = &m->tensors[n->in[0]], *y = &m->tensors[n->out];
-    float *w = model_param(m, n, 0), *dw = model_grad(m, n, 0), *db = model_grad(m, n, 1);
-    switch (n->op) {
-    case NN_OP_CONV:
-        nn_conv2d_backward(din0, dw, db, y->grad, x->data, w, &n->cfg.conv, x->shape);
-        break;
-    case NN_OP_BN:
-        nn_bn_backward(din0, dw, db, y->grad, x->data, y->data, n->save, n->save + n->cfg.bn.c,
-                       w, &n->cfg.bn, x->shape);
-        break;
-    case NN_OP_ACT:
-        if (din0)
-            nn_act_backward(din0, y->grad, y->data, nn_shape_numel(x->shape), n->cfg.act);
-        break;
-    case NN_OP_MAXPOOL:
-        if (din0)
-            nn_maxpool_backward(din0, y->grad, x->data, &n->cfg.pool, x->shape);
-        break;
-    case NN_OP_AVGPOOL:
-        if (din0)
-            nn_avgpool_backward(din0, y->grad, &n->cfg.pool, x->shape);
-        break;
-    case NN_OP_ADAPTIVE_AVGPOOL:
-        if (din0)
-            nn_adaptive_avgpool_backward(din0, y->grad, n->cfg.adapt.oh, n->cfg.adapt.ow,
-                                         x->shape);
-        break;
-    case NN_OP_LINEAR:
-        nn_linear_backward(din0, dw, db, y->grad, x->data, w, &n->cfg.linear, tensor_rows(x));
-        break;
-    case NN_OP_EMBED:
-        nn_embed_backward(dw, db, y->grad, x->data, &n->cfg.embed, x->shape.n, x->shape.w);
-        break;
-    case NN_OP_LAYERNORM:
-        nn_layernorm_backward(din0 ? din0 : m->scratch[0], dw, db, y->grad, x->data, w, n->save,
-                              n->save + tensor_rows(x), tensor_rows(x), tensor_row_len(x));
-        break;
-    case NN_OP_GELU:
-        if (din0)
-            nn_gelu_backward(din0, y->grad, x->data, nn_shape_numel(x->shape));
-        break;
-    case NN_OP_ATTENTION: {
-        size_t att = node_ref_save(m, n, 0);
-        if (din0)
-            nn_attention_backward(din0, n->save + att, y->grad, x->data, n->save, &n->cfg.attn,
-                                  x->shape.n, x->shape.c);
-        break;
-    }
-    case NN_OP_DROPOUT:
-        if (din0)
-            nn_dropout_backward(din0, y->grad, &n->cfg.dropout, x->shape, &n->layout, key);
-        break;
-    case NN_OP_ADD:
-        nn_add_backward(din0, din1, y->grad, y->data, nn_shape_numel(x->shape),
-                        n->cfg.add_relu);
-        break;
-    case NN_OP_FLATTEN:
-        if (din0)
-            nn_flatten_backward(din0, y->grad, x->shape);
-        break;
-    }
-}
-
-static void node_backward_fast(struct nn_model *m, struct nn_node *n, float *din0, float *din1,
-                               uint64_t key)
-{
-    const struct nn_tensor *x = &m->tensors[n->in[0]], *y = &m->tensors[n->out];
-    float *w = model_param(m, n, 0), *dw = model_grad(m, n, 0), *db = model_grad(m, n, 1);
-    union nn_node_fast *f = n->fast;
-    if (!din0 && n->nparams == 0 && n->tied_param < 0 && n->op != NN_OP_ADD)
+    const struct nn_node *n = &m->nodes[i];
+    struct nn_layer_args a = node_args(m, i, 1);
+    a.din0 = din0;
+    a.din1 = din1;
+    a.key = node_key(m, i, m->step);
+    if (m->backend == NN_BACKEND_REF) {
+        node_type(n)->backward(&a);
         return;
-    switch (n->op) {
-    case NN_OP_CONV:
-        nn_conv2d_fast_backward(&f->conv, din0, dw, db, y->grad, x->data, w);
-        break;
-    case NN_OP_BN: /* oneDNN always writes diff_src */
-        nn_bn_fast_backward(&f->bn, din0 ? din0 : m->scratch[0], dw, db, y->grad, x->data, w);
-        break;
-    case NN_OP_ACT: nn_act_fast_backward(&f->act, din0, y->grad, y->data); break;
-    case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL: nn_pool_fast_backward(&f->pool, din0, y->grad); break;
-    case NN_OP_ADAPTIVE_AVGPOOL:
-        if (n->fast_pool) {
-            nn_pool_fast_backward(&f->pool, din0, y->grad);
-        } else {
-            nn_adaptive_avgpool_backward(nn_convert_out_begin(&f->adapt.dx_out, din0), y->grad,
-                                         n->cfg.adapt.oh, n->cfg.adapt.ow, x->shape);
-            nn_convert_out_end(&f->adapt.dx_out, &m->dnnl, din0);
-        }
-        break;
-    case NN_OP_LINEAR:
-        nn_linear_fast_backward(&f->linear, din0, dw, db, y->grad, x->data, w);
-        break;
-    case NN_OP_DROPOUT:
-        nn_dropout_backward(din0, y->grad, &n->cfg.dropout, x->shape, &n->layout, key);
-        break;
-    case NN_OP_ADD:
-        nn_add_backward(din0, din1 ? nn_convert_out_begin(&f->add.db_out, din1) : NULL, y->grad,
-                        y->data, y->bytes / sizeof(float), n->cfg.add_relu);
-        if (din1)
-            nn_convert_out_end(&f->add.db_out, &m->dnnl, din1);
-        break;
-    case NN_OP_FLATTEN: nn_flatten_fast_backward(&f->flatten, din0, y->grad); break;
-    case NN_OP_EMBED:
-        nn_embed_backward(dw, db, y->grad, x->data, &n->cfg.embed, x->shape.n, x->shape.w);
-        break;
-    case NN_OP_LAYERNORM: /* like batch norm, oneDNN always writes diff_src */
-        nn_layernorm_fast_backward(&f->ln, din0 ? din0 : m->scratch[0], dw, db, y->grad,
-                                   x->data, w);
-        break;
-    case NN_OP_GELU: nn_gelu_fast_backward(&f->gelu, din0, y->grad, x->data); break;
-    case NN_OP_ATTENTION: nn_attention_fast_backward(&f->attn, din0, y->grad, x->data); break;
     }
+    /* the fast kernels are not to be called with nothing to produce (layers.h) */
+    if (din0 || din1 || n->nparams > 0 || n->tied_param >= 0)
+        node_type(n)->fast_backward(&a);
 }
 
 static void model_accumulate(float *dst, const float *src, size_t n)
@@ -1235,14 +913,8 @@ static int model_backward_run(struct nn_model *m, nn_grad_hook_fn hook, void *ct
             via_scratch[j] = x->grad_written || (j == 1 && n->in[0] == n->in[1]);
             din[j] = via_scratch[j] ? m->scratch[j] : x->grad;
         }
-        uint64_t key = n->op == NN_OP_DROPOUT
-                           ? nn_dropout_key(m->seed, m->step, i + m->layer_base)
-                           : 0;
         int64_t t0 = m->profile_ns ? clock_mono_ns() : 0;
-        if (m->backend == NN_BACKEND_FAST)
-            node_backward_fast(m, n, din[0], din[1], key);
-        else
-            node_backward_ref(m, n, din[0], din[1], key);
+        node_backward(m, i, din[0], din[1]);
         if (m->profile_ns)
             m->profile_ns[i] += clock_mono_ns() - t0;
         for (int j = 0; j < n->nin; j++) {
@@ -1473,10 +1145,7 @@ int nn_model_stage(const struct nn_model *m, int first, int end, struct nn_model
         d->seq = n->seq;
         if (stage_copy_node_params(out, d, m, n, first, pmap))
             break;
-        if (n->op == NN_OP_BN) {
-            d->buf_off = out->nbuffers;
-            out->nbuffers += 2 * (size_t)n->cfg.bn.c;
-        }
+        model_add_buffers(out, d);
         struct nn_shape ys = m->tensors[n->out].shape;
         ys.n = 1;
         tmap[n->out] = model_node_output(out, d, ys);
@@ -1499,11 +1168,13 @@ int nn_model_stage_copy_params(const struct nn_model *m, int first, struct nn_mo
         memcpy(s->params.data + p->offset, m->params.data + m->param_info[p->origin].offset,
                p->len * sizeof(float));
     }
-    for (int i = 0; i < s->nnodes; i++)
-        if (s->nodes[i].op == NN_OP_BN)
-            memcpy(s->buffers.data + s->nodes[i].buf_off,
-                   m->buffers.data + m->nodes[first + i].buf_off,
-                   2 * (size_t)s->nodes[i].cfg.bn.c * sizeof(float));
+    for (int i = 0; i < s->nnodes; i++) {
+        const struct nn_node *n = &s->nodes[i];
+        size_t len = node_type(n)->buffers ? node_type(n)->buffers(&n->cfg) : 0;
+        if (len)
+            memcpy(s->buffers.data + n->buf_off, m->buffers.data + m->nodes[first + i].buf_off,
+                   len * sizeof(float));
+    }
     return 0;
 }
 
@@ -1594,27 +1265,9 @@ int nn_model_tensor_needs_grad(const struct nn_model *m, int tensor)
 
 static const char *node_impl(const struct nn_node *n)
 {
-    const union nn_node_fast *f = n->fast;
-    if (!f)
+    if (!n->fast || !node_type(n)->fast_impl)
         return "";
-    switch (n->op) {
-    case NN_OP_CONV: return nn_prim_impl(&f->conv.fwd);
-    case NN_OP_BN: return nn_prim_impl(&f->bn.fwd_eval);
-    case NN_OP_ACT: return nn_prim_impl(&f->act.fwd);
-    case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL: return nn_prim_impl(&f->pool.fwd);
-    case NN_OP_ADAPTIVE_AVGPOOL:
-        return n->fast_pool ? nn_prim_impl(&f->pool.fwd) : "plain loops";
-    case NN_OP_LINEAR: return nn_prim_impl(&f->linear.fwd);
-    case NN_OP_FLATTEN: return "reorder";
-    case NN_OP_DROPOUT: return "own loop";
-    case NN_OP_ADD: return f->add.b_in.active ? "own loop + reorder" : "own loop";
-    case NN_OP_EMBED: return "own loop";
-    case NN_OP_LAYERNORM: return nn_prim_impl(&f->ln.fwd);
-    case NN_OP_GELU: return nn_prim_impl(&f->gelu.fwd);
-    case NN_OP_ATTENTION: return "oneDNN matmul + own softmax";
-    }
-    return "";
+    return node_type(n)->fast_impl(n->fast);
 }
 
 void nn_model_print(struct nn_model *m, FILE *out)
@@ -1626,7 +1279,7 @@ void nn_model_print(struct nn_model *m, FILE *out)
         lb[0] = 0;
         if (m->prepared && m->backend == NN_BACKEND_FAST)
             nn_md_str(&y->md, lb, sizeof lb);
-        fprintf(out, "%3d %-22s %-16s %-16s %9zu %-10s %s\n", i, n->name, op_names[n->op],
+        fprintf(out, "%3d %-22s %-16s %-16s %9zu %-10s %s\n", i, n->name, node_type(n)->name,
                 nn_shape_str(y->shape, sb, sizeof sb), n->param_len, lb, node_impl(n));
     }
     fprintf(out, "parameters: %zu\n", m->nparams);

@@ -58,6 +58,7 @@ enum nn_op {
     NN_OP_LAYERNORM,
     NN_OP_GELU,
     NN_OP_ATTENTION,
+    NN_OP_COUNT /* not an op: how many there are (the row tables' size) */
 };
 
 enum nn_backend {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/nn/layer_type.h"
 #include "worker/nn/layers.h"
 
 int nn_pool_shape(const struct nn_pool_cfg *c, struct nn_shape in, struct nn_shape *out,
@@ -398,3 +399,166 @@ void nn_pool_fast_destroy(struct nn_pool_fast *f)
     free(f->argmax);
     memset(f, 0, sizeof *f);
 }
+
+/* ---- the rows (layer_type.h): max, average and adaptive average pooling --------------- */
+
+static void maxpool_row_forward(const struct nn_layer_args *a)
+{
+    nn_maxpool_forward(a->y->data, a->x->data, &a->n->cfg.pool, a->x->shape);
+}
+
+static void maxpool_row_backward(const struct nn_layer_args *a)
+{
+    if (a->din0)
+        nn_maxpool_backward(a->din0, a->y->grad, a->x->data, &a->n->cfg.pool, a->x->shape);
+}
+
+static void avgpool_row_forward(const struct nn_layer_args *a)
+{
+    nn_avgpool_forward(a->y->data, a->x->data, &a->n->cfg.pool, a->x->shape);
+}
+
+static void avgpool_row_backward(const struct nn_layer_args *a)
+{
+    if (a->din0)
+        nn_avgpool_backward(a->din0, a->y->grad, &a->n->cfg.pool, a->x->shape);
+}
+
+static int pool_row_fast_make(struct nn_pool_fast *f, const struct nn_layer_args *a, int max,
+                              const struct nn_pool_cfg *c, struct err *e)
+{
+    if (nn_pool_fast_init(f, a->dnnl, max, c, a->x->shape, &a->x->md, a->train, e))
+        return -1;
+    a->y->md = f->dst_md;
+    return 0;
+}
+
+static int maxpool_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    return pool_row_fast_make(&a->n->fast->pool, a, 1, &a->n->cfg.pool, e);
+}
+
+static int avgpool_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    return pool_row_fast_make(&a->n->fast->pool, a, 0, &a->n->cfg.pool, e);
+}
+
+static void pool_row_fast_forward(const struct nn_layer_args *a)
+{
+    nn_pool_fast_forward(&a->n->fast->pool, a->y->data, a->x->data);
+}
+
+static void pool_row_fast_backward(const struct nn_layer_args *a)
+{
+    nn_pool_fast_backward(&a->n->fast->pool, a->din0, a->y->grad);
+}
+
+static void pool_row_fast_destroy(union nn_node_fast *f)
+{
+    nn_pool_fast_destroy(&f->pool);
+}
+
+static const char *pool_row_fast_impl(const union nn_node_fast *f)
+{
+    return nn_prim_impl(&f->pool.fwd);
+}
+
+const struct nn_layer_type nn_layer_maxpool = {
+    .name = "maxpool",
+    .forward = maxpool_row_forward,
+    .backward = maxpool_row_backward,
+    .fast_init = maxpool_row_fast_init,
+    .fast_forward = pool_row_fast_forward,
+    .fast_backward = pool_row_fast_backward,
+    .fast_destroy = pool_row_fast_destroy,
+    .fast_impl = pool_row_fast_impl,
+};
+
+const struct nn_layer_type nn_layer_avgpool = {
+    .name = "avgpool",
+    .forward = avgpool_row_forward,
+    .backward = avgpool_row_backward,
+    .fast_init = avgpool_row_fast_init,
+    .fast_forward = pool_row_fast_forward,
+    .fast_backward = pool_row_fast_backward,
+    .fast_destroy = pool_row_fast_destroy,
+    .fast_impl = pool_row_fast_impl,
+};
+
+static void adaptive_row_forward(const struct nn_layer_args *a)
+{
+    nn_adaptive_avgpool_forward(a->y->data, a->x->data, a->n->cfg.adapt.oh, a->n->cfg.adapt.ow,
+                                a->x->shape);
+}
+
+static void adaptive_row_backward(const struct nn_layer_args *a)
+{
+    if (a->din0)
+        nn_adaptive_avgpool_backward(a->din0, a->y->grad, a->n->cfg.adapt.oh,
+                                     a->n->cfg.adapt.ow, a->x->shape);
+}
+
+/* an ordinary pooling where the sizes divide evenly, else the plain loops between
+ * conversions */
+static int adaptive_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    struct nn_adapt_fast *f = &a->n->fast->adapt;
+    struct nn_pool_cfg pc;
+    if (nn_adaptive_as_pool(&pc, a->n->cfg.adapt.oh, a->n->cfg.adapt.ow, a->x->shape)) {
+        f->as_pool = 1;
+        return pool_row_fast_make(&f->pool, a, 0, &pc, e);
+    }
+    dnnl_memory_desc_t plain;
+    nn_md_plain(&plain, a->x->shape);
+    nn_md_plain(&a->y->md, a->y->shape);
+    return nn_convert_in_init(&f->x_in, a->dnnl, &a->x->md, &plain, e) ||
+           (a->train && nn_convert_out_init(&f->dx_out, a->dnnl, &plain, &a->x->md, 0, e));
+}
+
+static void adaptive_row_fast_forward(const struct nn_layer_args *a)
+{
+    struct nn_adapt_fast *f = &a->n->fast->adapt;
+    if (f->as_pool)
+        nn_pool_fast_forward(&f->pool, a->y->data, a->x->data);
+    else
+        nn_adaptive_avgpool_forward(a->y->data, nn_convert_in(&f->x_in, a->dnnl, a->x->data),
+                                    a->n->cfg.adapt.oh, a->n->cfg.adapt.ow, a->x->shape);
+}
+
+static void adaptive_row_fast_backward(const struct nn_layer_args *a)
+{
+    struct nn_adapt_fast *f = &a->n->fast->adapt;
+    if (f->as_pool) {
+        nn_pool_fast_backward(&f->pool, a->din0, a->y->grad);
+        return;
+    }
+    nn_adaptive_avgpool_backward(nn_convert_out_begin(&f->dx_out, a->din0), a->y->grad,
+                                 a->n->cfg.adapt.oh, a->n->cfg.adapt.ow, a->x->shape);
+    nn_convert_out_end(&f->dx_out, a->dnnl, a->din0);
+}
+
+static void adaptive_row_fast_destroy(union nn_node_fast *f)
+{
+    if (f->adapt.as_pool) {
+        nn_pool_fast_destroy(&f->adapt.pool);
+    } else {
+        nn_convert_destroy(&f->adapt.x_in);
+        nn_convert_destroy(&f->adapt.dx_out);
+    }
+}
+
+static const char *adaptive_row_fast_impl(const union nn_node_fast *f)
+{
+    return f->adapt.as_pool ? nn_prim_impl(&f->adapt.pool.fwd) : "plain loops";
+}
+
+const struct nn_layer_type nn_layer_adaptive = {
+    .name = "adaptive_avgpool",
+    .forward = adaptive_row_forward,
+    .backward = adaptive_row_backward,
+    .fast_init = adaptive_row_fast_init,
+    .fast_forward = adaptive_row_fast_forward,
+    .fast_backward = adaptive_row_fast_backward,
+    .fast_destroy = adaptive_row_fast_destroy,
+    .fast_impl = adaptive_row_fast_impl,
+};

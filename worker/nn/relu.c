@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "worker/nn/layer_type.h"
 #include "worker/nn/layers.h"
 
 /* ---- reference -------------------------------------------------------------------- */
@@ -95,3 +96,54 @@ void nn_act_fast_destroy(struct nn_act_fast *f)
     nn_mem_destroy(&f->m_dsrc);
     memset(f, 0, sizeof *f);
 }
+
+/* ---- the row (layer_type.h) ---------------------------------------------------------- */
+
+static void act_row_forward(const struct nn_layer_args *a)
+{
+    nn_act_forward(a->y->data, a->x->data, nn_shape_numel(a->x->shape), a->n->cfg.act);
+}
+
+static void act_row_backward(const struct nn_layer_args *a)
+{
+    if (a->din0)
+        nn_act_backward(a->din0, a->y->grad, a->y->data, nn_shape_numel(a->x->shape),
+                        a->n->cfg.act);
+}
+
+static int act_row_fast_init(const struct nn_layer_args *a, struct err *e)
+{
+    a->y->md = a->x->md;
+    return nn_act_fast_init(&a->n->fast->act, a->dnnl, a->n->cfg.act, &a->x->md, a->train, e);
+}
+
+static void act_row_fast_forward(const struct nn_layer_args *a)
+{
+    nn_act_fast_forward(&a->n->fast->act, a->y->data, a->x->data);
+}
+
+static void act_row_fast_backward(const struct nn_layer_args *a)
+{
+    nn_act_fast_backward(&a->n->fast->act, a->din0, a->y->grad, a->y->data);
+}
+
+static void act_row_fast_destroy(union nn_node_fast *f)
+{
+    nn_act_fast_destroy(&f->act);
+}
+
+static const char *act_row_fast_impl(const union nn_node_fast *f)
+{
+    return nn_prim_impl(&f->act.fwd);
+}
+
+const struct nn_layer_type nn_layer_act = {
+    .name = "act",
+    .forward = act_row_forward,
+    .backward = act_row_backward,
+    .fast_init = act_row_fast_init,
+    .fast_forward = act_row_fast_forward,
+    .fast_backward = act_row_fast_backward,
+    .fast_destroy = act_row_fast_destroy,
+    .fast_impl = act_row_fast_impl,
+};

@@ -7,7 +7,12 @@
  * tensor read by several layers gets its first gradient written in place and later ones
  * through a scratch buffer that is added in; a branch that does not reach the loss gets
  * zeros), so the two engines agree on what "the gradient after layer i" means and ddp/'s
- * buckets fill in the same order. */
+ * buckets fill in the same order.
+ *
+ * Decision: what each layer type does on the GPU is its row of gm_layer_types (init,
+ * forward, backward, destroy), the twin of the CPU's rows (worker/nn/layer_type.h); the
+ * runner dispatches through it, never on the op. An op without a row (the transformer's)
+ * has no GPU form. */
 #include "worker/nn/cuda/gmodel.h"
 
 #include <cublas_v2.h>
@@ -138,46 +143,291 @@ static const void *gm_weight(struct gmodel *g, const struct gm_node *n)
     return (char *)g->wh + (size_t)(w - g->params) * g->dsz;
 }
 
+/* ---- the layer types: one row per op (gm_layer_types below) -------------------------- */
+
+/* One node's step on the GPU: what a row's forward or backward reads besides the node. */
+struct gm_args {
+    int node;
+    int train;
+    uint64_t step;
+    void *din0, *din1; /* backward: the inputs' gradients to write, NULL to skip */
+};
+
+struct gm_layer_type {
+    /* makes n->L (cuDNN or cuBLAS state); NULL: the layer has none */
+    int (*init)(struct gmodel *g, struct gm_node *n, struct err *e);
+    int (*forward)(struct gmodel *g, struct gm_node *n, const struct gm_args *a, struct err *e);
+    int (*backward)(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                    struct err *e);
+    void (*destroy)(struct gm_node *n); /* releases n->L; NULL: nothing to */
+};
+
+static uint64_t gm_dropout_key(struct gmodel *g, int node, uint64_t step)
+{
+    return nn_dropout_key(g->m->seed, step, node);
+}
+
+static struct gm_tensor *gm_x(struct gmodel *g, const struct gm_node *n)
+{
+    return &g->tensors[n->info.in[0]];
+}
+
+static struct gm_tensor *gm_y(struct gmodel *g, const struct gm_node *n)
+{
+    return &g->tensors[n->info.out];
+}
+
+/* conv2d: cuDNN; benchmark mode measures on the layer's own buffers */
+static int gm_conv_init(struct gmodel *g, struct gm_node *n, struct err *e)
+{
+    struct gm_tensor *x = gm_x(g, n), *y = gm_y(g, n);
+    struct gpu_conv_bufs b = {.x = x->data,
+                              .w = gm_weight(g, n),
+                              .dy = y->grad ? y->grad : g->scratch[1],
+                              .y = y->data,
+                              .dx = x->grad ? x->grad : g->scratch[0],
+                              .dw = gm_grad(g, n, 0)};
+    return gpu_conv_init(&n->L.conv, &g->dl, &n->info.cfg.conv, x->s, g->t, 1, &b, e);
+}
+
+static int gm_conv_forward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                           struct err *e)
+{
+    (void)a;
+    return gpu_conv_forward(&n->L.conv, gm_y(g, n)->data, gm_x(g, n)->data, gm_weight(g, n),
+                            gm_param(g, n, 1), g->s, e);
+}
+
+static int gm_conv_backward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                            struct err *e)
+{
+    return gpu_conv_backward(&n->L.conv, a->din0, gm_grad(g, n, 0), gm_grad(g, n, 1),
+                             gm_y(g, n)->grad, gm_x(g, n)->data, gm_weight(g, n), g->s, e);
+}
+
+static void gm_conv_destroy(struct gm_node *n)
+{
+    gpu_conv_destroy(&n->L.conv);
+}
+
+/* batch norm: cuDNN */
+static int gm_bn_init(struct gmodel *g, struct gm_node *n, struct err *e)
+{
+    return gpu_bn_init(&n->L.bn, &g->dl, &n->info.cfg.bn, gm_x(g, n)->s, g->t, e);
+}
+
+static int gm_bn_forward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                         struct err *e)
+{
+    float *run = g->buffers + n->info.buf_off;
+    return gpu_bn_forward(&n->L.bn, gm_y(g, n)->data, run, run + n->info.cfg.bn.c,
+                          gm_x(g, n)->data, gm_param(g, n, 0), gm_param(g, n, 1), a->train,
+                          g->s, e);
+}
+
+static int gm_bn_backward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                          struct err *e)
+{ /* cuDNN always writes the input gradient */
+    struct gm_tensor *y = gm_y(g, n);
+    return gpu_bn_backward(&n->L.bn, a->din0 ? a->din0 : g->scratch[0], gm_grad(g, n, 0),
+                           gm_grad(g, n, 1), y->grad, gm_x(g, n)->data, y->data,
+                           gm_param(g, n, 0), gm_param(g, n, 1), g->s, e);
+}
+
+static void gm_bn_destroy(struct gm_node *n)
+{
+    gpu_bn_destroy(&n->L.bn);
+}
+
+/* activation: own kernels */
+static int gm_act_forward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                          struct err *e)
+{
+    (void)a, (void)e;
+    struct gm_tensor *x = gm_x(g, n);
+    gpu_act_forward(gm_y(g, n)->data, x->data, x->numel, (enum gpu_act)n->info.cfg.act, g->t,
+                    g->s);
+    return 0;
+}
+
+static int gm_act_backward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                           struct err *e)
+{
+    (void)e;
+    struct gm_tensor *y = gm_y(g, n);
+    gpu_act_backward(a->din0, y->grad, y->data, gm_x(g, n)->numel,
+                     (enum gpu_act)n->info.cfg.act, g->t, g->s);
+    return 0;
+}
+
+/* pooling: cuDNN; adaptive pooling only where it is an ordinary one (gmodel_check) */
+static int gm_maxpool_init(struct gmodel *g, struct gm_node *n, struct err *e)
+{
+    return gpu_pool_init(&n->L.pool, g->dnn, 1, &n->info.cfg.pool, gm_x(g, n)->s, g->t, e);
+}
+
+static int gm_avgpool_init(struct gmodel *g, struct gm_node *n, struct err *e)
+{
+    return gpu_pool_init(&n->L.pool, g->dnn, 0, &n->info.cfg.pool, gm_x(g, n)->s, g->t, e);
+}
+
+static int gm_adaptive_init(struct gmodel *g, struct gm_node *n, struct err *e)
+{
+    const struct nn_node_info *i = &n->info;
+    struct nn_pool_cfg pc;
+    if (!nn_adaptive_as_pool(&pc, i->cfg.adapt.oh, i->cfg.adapt.ow, gm_x(g, n)->s))
+        return err_set(e, ERR_INVALID, "model",
+                       "gpu: %s: adaptive pooling that is no "
+                       "ordinary pooling",
+                       i->name); /* gmodel_check said so first */
+    return gpu_pool_init(&n->L.pool, g->dnn, 0, &pc, gm_x(g, n)->s, g->t, e);
+}
+
+static int gm_pool_forward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                           struct err *e)
+{
+    (void)a;
+    return gpu_pool_forward(&n->L.pool, gm_y(g, n)->data, gm_x(g, n)->data, g->s, e);
+}
+
+static int gm_pool_backward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                            struct err *e)
+{
+    struct gm_tensor *y = gm_y(g, n);
+    return gpu_pool_backward(&n->L.pool, a->din0, y->grad, y->data, gm_x(g, n)->data, g->s, e);
+}
+
+static void gm_pool_destroy(struct gm_node *n)
+{
+    gpu_pool_destroy(&n->L.pool);
+}
+
+/* linear: cuBLAS (its state holds no resource: no destroy) */
+static int gm_linear_init(struct gmodel *g, struct gm_node *n, struct err *e)
+{
+    return gpu_linear_init(&n->L.lin, g->blas, &n->info.cfg.linear, gm_x(g, n)->s.n, g->t, e);
+}
+
+static int gm_linear_forward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                             struct err *e)
+{
+    (void)a;
+    return gpu_linear_forward(&n->L.lin, gm_y(g, n)->data, gm_x(g, n)->data, gm_weight(g, n),
+                              gm_param(g, n, 1), g->s, e);
+}
+
+static int gm_linear_backward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                              struct err *e)
+{
+    return gpu_linear_backward(&n->L.lin, a->din0, gm_grad(g, n, 0), gm_grad(g, n, 1),
+                               gm_y(g, n)->grad, gm_x(g, n)->data, gm_weight(g, n), g->s, e);
+}
+
+/* dropout: own kernel, keyed as the CPU's; identity in evaluation */
+static int gm_dropout_forward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                              struct err *e)
+{
+    (void)e;
+    struct gm_tensor *x = gm_x(g, n), *y = gm_y(g, n);
+    struct nn_shape xs = x->s;
+    if (a->train)
+        gmodel_k_dropout(y->data, x->data, g->t, xs.n, xs.c, xs.h, xs.w, n->info.cfg.dropout.p,
+                         n->info.cfg.dropout.channelwise, gm_dropout_key(g, a->node, a->step),
+                         g->s);
+    else
+        cudaMemcpyAsync(y->data, x->data, x->numel * g->dsz, cudaMemcpyDeviceToDevice, g->s);
+    return 0;
+}
+
+static int gm_dropout_backward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                               struct err *e)
+{
+    (void)e;
+    struct nn_shape xs = gm_x(g, n)->s;
+    gmodel_k_dropout(a->din0, gm_y(g, n)->grad, g->t, xs.n, xs.c, xs.h, xs.w,
+                     n->info.cfg.dropout.p, n->info.cfg.dropout.channelwise,
+                     gm_dropout_key(g, a->node, a->step), g->s);
+    return 0;
+}
+
+/* add: own kernels */
+static int gm_add_forward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                          struct err *e)
+{
+    (void)a, (void)e;
+    struct gm_tensor *x = gm_x(g, n);
+    gpu_add_forward(gm_y(g, n)->data, x->data, g->tensors[n->info.in[1]].data, x->numel,
+                    n->info.cfg.add_relu, g->t, g->s);
+    return 0;
+}
+
+static int gm_add_backward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                           struct err *e)
+{
+    (void)e;
+    struct gm_tensor *y = gm_y(g, n);
+    gpu_add_backward(a->din0, a->din1, y->grad, y->data, gm_x(g, n)->numel,
+                     n->info.cfg.add_relu, g->t, g->s);
+    return 0;
+}
+
+/* flatten: NHWC activations to the host's NCHW feature order, and back */
+static int gm_flatten_forward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                              struct err *e)
+{
+    (void)a, (void)e;
+    struct gm_tensor *x = gm_x(g, n), *y = gm_y(g, n);
+    struct nn_shape xs = x->s;
+    if (xs.ndims == 4)
+        gmodel_k_nhwc_to_nchw(y->data, x->data, xs.n, xs.c, xs.h, xs.w, g->t, g->s);
+    else
+        cudaMemcpyAsync(y->data, x->data, x->numel * g->dsz, cudaMemcpyDeviceToDevice, g->s);
+    return 0;
+}
+
+static int gm_flatten_backward(struct gmodel *g, struct gm_node *n, const struct gm_args *a,
+                               struct err *e)
+{
+    (void)e;
+    struct gm_tensor *x = gm_x(g, n), *y = gm_y(g, n);
+    struct nn_shape xs = x->s;
+    if (xs.ndims == 4)
+        gmodel_k_nchw_to_nhwc(a->din0, y->grad, xs.n, xs.c, xs.h, xs.w, g->t, g->s);
+    else
+        cudaMemcpyAsync(a->din0, y->grad, x->numel * g->dsz, cudaMemcpyDeviceToDevice, g->s);
+    return 0;
+}
+
+/* The GPU rows by op; the transformer's ops have none (the spec refuses them too). */
+static const struct gm_layer_type gm_layer_types[NN_OP_COUNT] = {
+    [NN_OP_CONV] = {gm_conv_init, gm_conv_forward, gm_conv_backward, gm_conv_destroy},
+    [NN_OP_BN] = {gm_bn_init, gm_bn_forward, gm_bn_backward, gm_bn_destroy},
+    [NN_OP_ACT] = {NULL, gm_act_forward, gm_act_backward, NULL},
+    [NN_OP_MAXPOOL] = {gm_maxpool_init, gm_pool_forward, gm_pool_backward, gm_pool_destroy},
+    [NN_OP_AVGPOOL] = {gm_avgpool_init, gm_pool_forward, gm_pool_backward, gm_pool_destroy},
+    [NN_OP_ADAPTIVE_AVGPOOL] = {gm_adaptive_init, gm_pool_forward, gm_pool_backward,
+                                gm_pool_destroy},
+    [NN_OP_LINEAR] = {gm_linear_init, gm_linear_forward, gm_linear_backward, NULL},
+    [NN_OP_DROPOUT] = {NULL, gm_dropout_forward, gm_dropout_backward, NULL},
+    [NN_OP_ADD] = {NULL, gm_add_forward, gm_add_backward, NULL},
+    [NN_OP_FLATTEN] = {NULL, gm_flatten_forward, gm_flatten_backward, NULL},
+};
+
+static const struct gm_layer_type *gm_type(const struct gm_node *n)
+{
+    return &gm_layer_types[n->info.op];
+}
+
 static int gm_node_init(struct gmodel *g, struct gm_node *n, struct err *e)
 {
     const struct nn_node_info *i = &n->info;
-    struct nn_shape in = g->tensors[i->in[0]].s;
-    struct nn_pool_cfg pc;
-    int rc = 0;
-    if (i->op >= NN_OP_EMBED || i->seq || i->tied_param >= 0) /* the spec refuses them too */
+    const struct gm_layer_type *t = gm_type(n);
+    if (!t->forward || i->seq || i->tied_param >= 0) /* the spec refuses them too */
         return err_set(e, ERR_INVALID, "model",
                        "%s: the transformer layers run on the CPU engine only", i->name);
-    switch (i->op) {
-    case NN_OP_CONV: { /* benchmark mode measures on the layer's own buffers */
-        struct gm_tensor *x = &g->tensors[i->in[0]], *y = &g->tensors[i->out];
-        struct gpu_conv_bufs b = {.x = x->data,
-                                  .w = gm_weight(g, n),
-                                  .dy = y->grad ? y->grad : g->scratch[1],
-                                  .y = y->data,
-                                  .dx = x->grad ? x->grad : g->scratch[0],
-                                  .dw = gm_grad(g, n, 0)};
-        rc = gpu_conv_init(&n->L.conv, &g->dl, &i->cfg.conv, in, g->t, 1, &b, e);
-        break;
-    }
-    case NN_OP_BN: rc = gpu_bn_init(&n->L.bn, &g->dl, &i->cfg.bn, in, g->t, e); break;
-    case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL:
-        rc = gpu_pool_init(&n->L.pool, g->dnn, i->op == NN_OP_MAXPOOL, &i->cfg.pool, in, g->t,
-                           e);
-        break;
-    case NN_OP_ADAPTIVE_AVGPOOL:
-        if (!nn_adaptive_as_pool(&pc, i->cfg.adapt.oh, i->cfg.adapt.ow, in))
-            return err_set(e, ERR_INVALID, "model",
-                           "gpu: %s: adaptive pooling that is no "
-                           "ordinary pooling",
-                           i->name); /* gmodel_check said so first */
-        rc = gpu_pool_init(&n->L.pool, g->dnn, 0, &pc, in, g->t, e);
-        break;
-    case NN_OP_LINEAR:
-        rc = gpu_linear_init(&n->L.lin, g->blas, &i->cfg.linear, in.n, g->t, e);
-        break;
-    default: return 0;
-    }
+    if (!t->init)
+        return 0;
+    int rc = t->init(g, n, e);
     n->have_layer = 1; /* the _destroy functions accept a half-made state */
     if (rc < 0)
         return err_prefix(e, "%s", i->name);
@@ -189,15 +439,8 @@ static int gm_node_init(struct gmodel *g, struct gm_node *n, struct err *e)
 
 static void gm_node_destroy(struct gm_node *n)
 {
-    if (n->have_layer)
-        switch (n->info.op) {
-        case NN_OP_CONV: gpu_conv_destroy(&n->L.conv); break;
-        case NN_OP_BN: gpu_bn_destroy(&n->L.bn); break;
-        case NN_OP_MAXPOOL:
-        case NN_OP_AVGPOOL:
-        case NN_OP_ADAPTIVE_AVGPOOL: gpu_pool_destroy(&n->L.pool); break;
-        default: break;
-        }
+    if (n->have_layer && gm_type(n)->destroy)
+        gm_type(n)->destroy(n);
     if (n->ready)
         cudaEventDestroy(n->ready);
 }
@@ -545,58 +788,6 @@ int64_t gmodel_mem_used(void)
 
 /* ---- forward ------------------------------------------------------------------------ */
 
-static uint64_t gm_dropout_key(struct gmodel *g, int node, uint64_t step)
-{
-    return nn_dropout_key(g->m->seed, step, node);
-}
-
-static int gm_node_forward(struct gmodel *g, struct gm_node *n, int node, int train,
-                           uint64_t step, struct err *e)
-{
-    const struct nn_node_info *i = &n->info;
-    struct gm_tensor *x = &g->tensors[i->in[0]], *y = &g->tensors[i->out];
-    struct nn_shape xs = x->s;
-    float *run = g->buffers + i->buf_off;
-    switch (i->op) {
-    case NN_OP_CONV:
-        return gpu_conv_forward(&n->L.conv, y->data, x->data, gm_weight(g, n),
-                                gm_param(g, n, 1), g->s, e);
-    case NN_OP_BN:
-        return gpu_bn_forward(&n->L.bn, y->data, run, run + i->cfg.bn.c, x->data,
-                              gm_param(g, n, 0), gm_param(g, n, 1), train, g->s, e);
-    case NN_OP_ACT:
-        gpu_act_forward(y->data, x->data, x->numel, (enum gpu_act)i->cfg.act, g->t, g->s);
-        return 0;
-    case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL:
-    case NN_OP_ADAPTIVE_AVGPOOL: return gpu_pool_forward(&n->L.pool, y->data, x->data, g->s, e);
-    case NN_OP_LINEAR:
-        return gpu_linear_forward(&n->L.lin, y->data, x->data, gm_weight(g, n),
-                                  gm_param(g, n, 1), g->s, e);
-    case NN_OP_DROPOUT:
-        if (train)
-            gmodel_k_dropout(y->data, x->data, g->t, xs.n, xs.c, xs.h, xs.w, i->cfg.dropout.p,
-                             i->cfg.dropout.channelwise, gm_dropout_key(g, node, step), g->s);
-        else
-            cudaMemcpyAsync(y->data, x->data, x->numel * g->dsz, cudaMemcpyDeviceToDevice,
-                            g->s);
-        return 0;
-    case NN_OP_ADD:
-        gpu_add_forward(y->data, x->data, g->tensors[i->in[1]].data, x->numel, i->cfg.add_relu,
-                        g->t, g->s);
-        return 0;
-    case NN_OP_FLATTEN:
-        if (xs.ndims == 4)
-            gmodel_k_nhwc_to_nchw(y->data, x->data, xs.n, xs.c, xs.h, xs.w, g->t, g->s);
-        else
-            cudaMemcpyAsync(y->data, x->data, x->numel * g->dsz, cudaMemcpyDeviceToDevice,
-                            g->s);
-        return 0;
-    default: break; /* the transformer's ops: refused by gm_node_init */
-    }
-    return 0;
-}
-
 int gmodel_forward(struct gmodel *g, const float *x, const int32_t *y, int n_valid, int train,
                    uint64_t step, bool reuse, float loss_scale, struct err *e)
 {
@@ -620,9 +811,11 @@ int gmodel_forward(struct gmodel *g, const float *x, const int32_t *y, int n_val
     if (!mc)
         return -1;
     cudaEventRecord(mc->f0, g->s);
-    for (int i = 0; i < g->nnodes; i++)
-        if (gm_node_forward(g, &g->nodes[i], i, train, step, e) < 0)
+    for (int i = 0; i < g->nnodes; i++) {
+        struct gm_args a = {.node = i, .train = train, .step = step};
+        if (gm_type(&g->nodes[i])->forward(g, &g->nodes[i], &a, e) < 0)
             return err_prefix(e, "gpu forward: %s", g->nodes[i].info.name);
+    }
     struct gm_tensor *out = &g->tensors[g->nodes[g->nnodes - 1].info.out];
     int N = g->batch, K = g->classes;
     cudaMemsetAsync(g->flags, 0, 2 * sizeof(int), g->s);
@@ -643,49 +836,14 @@ int gmodel_forward(struct gmodel *g, const float *x, const int32_t *y, int n_val
 
 /* ---- backward ----------------------------------------------------------------------- */
 
+/* Node i's backward through its row, unless it has nothing to produce. */
 static int gm_node_backward(struct gmodel *g, struct gm_node *n, int node, void *din0,
                             void *din1, struct err *e)
 {
-    const struct nn_node_info *i = &n->info;
-    struct gm_tensor *x = &g->tensors[i->in[0]], *y = &g->tensors[i->out];
-    struct nn_shape xs = x->s;
-    if (!din0 && i->nparams == 0 && i->op != NN_OP_ADD)
+    if (!din0 && !din1 && n->info.nparams == 0)
         return 0;
-    switch (i->op) {
-    case NN_OP_CONV:
-        return gpu_conv_backward(&n->L.conv, din0, gm_grad(g, n, 0), gm_grad(g, n, 1), y->grad,
-                                 x->data, gm_weight(g, n), g->s, e);
-    case NN_OP_BN: /* cuDNN always writes the input gradient */
-        return gpu_bn_backward(&n->L.bn, din0 ? din0 : g->scratch[0], gm_grad(g, n, 0),
-                               gm_grad(g, n, 1), y->grad, x->data, y->data, gm_param(g, n, 0),
-                               gm_param(g, n, 1), g->s, e);
-    case NN_OP_ACT:
-        gpu_act_backward(din0, y->grad, y->data, x->numel, (enum gpu_act)i->cfg.act, g->t,
-                         g->s);
-        return 0;
-    case NN_OP_MAXPOOL:
-    case NN_OP_AVGPOOL:
-    case NN_OP_ADAPTIVE_AVGPOOL:
-        return gpu_pool_backward(&n->L.pool, din0, y->grad, y->data, x->data, g->s, e);
-    case NN_OP_LINEAR:
-        return gpu_linear_backward(&n->L.lin, din0, gm_grad(g, n, 0), gm_grad(g, n, 1), y->grad,
-                                   x->data, gm_weight(g, n), g->s, e);
-    case NN_OP_DROPOUT:
-        gmodel_k_dropout(din0, y->grad, g->t, xs.n, xs.c, xs.h, xs.w, i->cfg.dropout.p,
-                         i->cfg.dropout.channelwise, gm_dropout_key(g, node, g->step), g->s);
-        return 0;
-    case NN_OP_ADD:
-        gpu_add_backward(din0, din1, y->grad, y->data, x->numel, i->cfg.add_relu, g->t, g->s);
-        return 0;
-    case NN_OP_FLATTEN:
-        if (xs.ndims == 4)
-            gmodel_k_nchw_to_nhwc(din0, y->grad, xs.n, xs.c, xs.h, xs.w, g->t, g->s);
-        else
-            cudaMemcpyAsync(din0, y->grad, x->numel * g->dsz, cudaMemcpyDeviceToDevice, g->s);
-        return 0;
-    default: break; /* the transformer's ops: refused by gm_node_init */
-    }
-    return 0;
+    struct gm_args a = {.node = node, .train = 1, .step = g->step, .din0 = din0, .din1 = din1};
+    return gm_type(n)->backward(g, n, &a, e);
 }
 
 int gmodel_backward(struct gmodel *g, nn_grad_hook_fn hook, void *ctx, struct err *e)
