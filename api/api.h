@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,7 +24,8 @@
 #include "daemon/scheduler.h"
 #include "daemon/store_server.h"
 
-/* Request counters for /metrics: by method and status, and a latency histogram. */
+/* Request counters for /metrics: by method and status, and a latency histogram
+ * (metrics.c). */
 #define API_METHODS 5 /* GET, POST, DELETE, OPTIONS, other */
 #define API_CODES 16  /* see api_metrics_code_index */
 #define API_LATENCY_BUCKETS 10
@@ -96,6 +98,9 @@ struct MHD_Response;
 struct MHD_Connection;
 struct MHD_Response *api_stream_response(struct api_stream *st, struct MHD_Connection *conn);
 
+/* Query and reply helpers (request.c). Whether s[0..len) is an id as a path or a query
+ * names one (1 to 18 digits, above 0), into *out. */
+bool api_parse_id(const char *s, size_t len, int64_t *out);
 /* Value of query argument key, or NULL. */
 const char *api_query_get(const struct api_request *req, const char *key);
 /* Fails with ERR_INVALID naming the first argument not in allowed (NULL-terminated). */

@@ -1,12 +1,13 @@
-/* routes: the route table, the query-string helpers and the reply helper.
+/* routes: the route table and the dispatch by it.
  *
  * Decision: a flat table of (method, pattern, handler); patterns are '/'-separated with
  * "{name}" segments that match positive integer ids. A path that matches a pattern with
  * another method is 405; an id segment that is not an integer is 404 naming the
  * resource, since no such resource can exist. Anything else under /v1 is 404; other
- * GETs are static dashboard files. */
+ * GETs are static dashboard files. The helpers the handlers use (query string, replies,
+ * ids) are request.c's and the request counters metrics.c's: this file calls the
+ * handlers, so nothing a handler calls may live here. */
 #include <ctype.h>
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,20 +66,6 @@ static const char *routes_next_segment(const char **p, size_t *len)
     return s;
 }
 
-static bool routes_parse_id(const char *s, size_t len, int64_t *out)
-{
-    if (len == 0 || len > 18)
-        return false;
-    int64_t v = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (!isdigit((unsigned char)s[i]))
-            return false;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = v;
-    return v > 0;
-}
-
 static enum route_match routes_match(const char *pattern, const char *path, int64_t *ids,
                                      char *bad, size_t badcap)
 {
@@ -94,7 +81,7 @@ static enum route_match routes_match(const char *pattern, const char *path, int6
         if (ps[0] == '{') {
             if (nid >= API_MAX_PATH_IDS)
                 return ROUTE_NO;
-            if (!routes_parse_id(xs, xlen, &ids[nid])) {
+            if (!api_parse_id(xs, xlen, &ids[nid])) {
                 snprintf(bad, badcap, "%.*s '%.*s'", (int)(plen - 2), ps + 1,
                          xlen > 64 ? 64 : (int)xlen, xs);
                 result = ROUTE_BAD_ID;
@@ -181,111 +168,4 @@ int api_dispatch(struct api_ctx *ctx, struct api_request *req, struct api_reply 
         return h_static_get(ctx, req, rep, e);
     return err_set(e, ERR_NOT_FOUND, NULL, "no resource %s %s (see /v1/openapi.yaml)",
                    req->method, req->path);
-}
-
-const double api_latency_bounds[API_LATENCY_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                        0.025,  0.05,  0.1,    0.5,   2.5};
-const int api_metric_codes[API_CODES] = {200, 201, 202, 204, 400, 401, 403, 404,
-                                         405, 409, 413, 415, 500, 503, 504, 0};
-const char *const api_metric_methods[API_METHODS] = {"GET", "POST", "DELETE", "OPTIONS",
-                                                     "other"};
-
-void api_metrics_record(struct api_metrics *m, const char *method, int status, double seconds)
-{
-    int mi = 0, ci = 0;
-    while (mi < API_METHODS - 1 && strcmp(api_metric_methods[mi], method) != 0)
-        mi++;
-    while (ci < API_CODES - 1 && api_metric_codes[ci] != status)
-        ci++;
-    atomic_fetch_add(&m->requests[mi][ci], 1);
-    for (int b = 0; b < API_LATENCY_BUCKETS; b++)
-        if (seconds <= api_latency_bounds[b]) {
-            atomic_fetch_add(&m->latency_le[b], 1);
-            break;
-        }
-    atomic_fetch_add(&m->latency_count, 1);
-    atomic_fetch_add(&m->latency_sum_us, (uint_fast64_t)(seconds * 1e6));
-}
-
-const char *api_query_get(const struct api_request *req, const char *key)
-{
-    for (size_t i = 0; i < req->nquery; i++)
-        if (strcmp(req->query[i].key, key) == 0)
-            return req->query[i].value;
-    return NULL;
-}
-
-int api_query_check(const struct api_request *req, const char *const *allowed, struct err *e)
-{
-    for (size_t i = 0; i < req->nquery; i++) {
-        bool ok = false;
-        for (const char *const *a = allowed; *a && !ok; a++)
-            ok = strcmp(*a, req->query[i].key) == 0;
-        if (!ok)
-            return err_set(e, ERR_INVALID, req->query[i].key, "unknown query argument '%s'",
-                           req->query[i].key);
-    }
-    return 0;
-}
-
-int api_query_int(const struct api_request *req, const char *key, int64_t lo, int64_t hi,
-                  int64_t def, int64_t *out, struct err *e)
-{
-    const char *s = api_query_get(req, key);
-    if (!s) {
-        *out = def;
-        return 0;
-    }
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi)
-        return err_set(e, ERR_INVALID, key, "%s must be an integer from %lld to %lld, got '%s'",
-                       key, (long long)lo, (long long)hi, s);
-    *out = v;
-    return 0;
-}
-
-int api_query_ids(const struct api_request *req, const char *key, int64_t *ids, size_t cap,
-                  size_t *n, struct err *e)
-{
-    const char *s = api_query_get(req, key);
-    size_t have = *n;
-    while (s && *s) {
-        const char *comma = strchr(s, ',');
-        size_t len = comma ? (size_t)(comma - s) : strlen(s);
-        int64_t v;
-        if (!routes_parse_id(s, len, &v))
-            return err_set(e, ERR_INVALID, key,
-                           "%s: must be ids (1 to 18 digits) separated by commas (\"3,7\")",
-                           key);
-        bool dup = false;
-        for (size_t i = 0; i < have; i++)
-            dup = dup || ids[i] == v;
-        if (!dup && have == cap)
-            return err_set(e, ERR_INVALID, key, "%s: at most %zu ids", key, cap);
-        if (!dup)
-            ids[have++] = v;
-        if (comma && !comma[1])
-            return err_set(e, ERR_INVALID, key, "%s: a trailing comma names no id", key);
-        s = comma ? comma + 1 : s + len;
-    }
-    *n = have;
-    return 0;
-}
-
-int api_reply_json_text(struct api_reply *rep, char *text, struct err *e)
-{
-    size_t len = strlen(text);
-    char *body = realloc(text, len + 2);
-    if (!body) {
-        free(text);
-        return err_set(e, ERR_NOMEM, NULL, "out of memory");
-    }
-    body[len] = '\n';
-    body[len + 1] = '\0';
-    rep->body = body;
-    rep->body_len = len + 1;
-    rep->content_type = "application/json";
-    return 0;
 }

@@ -4,27 +4,9 @@
 
 #include <string.h>
 
-#include "ddpb_config.h"
+#include "worker/build_check.h"
 #include "worker/comm/comm_factory.h"
-#include "worker/train_engine.h"
-
-int worker_cuda_check(struct err *e)
-{
-    if (DDPB_HAVE_CUDA)
-        return 0;
-    return err_set(e, ERR_INVALID, "device",
-                   "device \"cuda\": this ddpbench-worker was built without CUDA (rebuild "
-                   "with meson -Dcuda=enabled, which needs nvcc)");
-}
-
-int worker_cudnn_check(struct err *e)
-{
-    if (DDPB_HAVE_CUDNN)
-        return 0;
-    return err_set(e, ERR_INVALID, "device",
-                   "workload \"train\" on device \"cuda\": this ddpbench-worker was built "
-                   "without cuDNN (rebuild with -Dcudnn=enabled, or -Dcudnn_prefix=)");
-}
+#include "worker/train_engines.h"
 
 int worker_device_check(const struct spec *s, struct err *e)
 {

@@ -6,7 +6,8 @@
  * algorithms NCCL takes) is a rule of the spec (common/spec.c): the daemon refuses it at
  * submit and the worker's spec_from_json refuses it again. What is left here is what
  * depends on how this binary was built (DDPB_HAVE_CUDA / NCCL / CUDNN from
- * ddpb_config.h), each with the meson option that adds it. Nothing is allocated. */
+ * ddpb_config.h), each with the meson option that adds it (build_check.h). Nothing is
+ * allocated. */
 #ifndef DDPB_WORKER_DEVICE_CHECK_H
 #define DDPB_WORKER_DEVICE_CHECK_H
 
@@ -16,11 +17,9 @@
 /* 0 when this build has what the spec's device and backend need; ERR_INVALID with
  * e->field "device" or "backend" otherwise. s is a spec that passed spec_from_json. The
  * backend's part is comm_backend_check's (comm_factory.h), the training device's
- * train_engine_pick's (train_engine.h): each message is written once. */
+ * train_engine_pick's (train_engines.h): each message is written once. */
 int worker_device_check(const struct spec *s, struct err *e);
-/* The device "cuda" parts of the build, each refusal naming the meson option that adds
- * it: CUDA itself, and cuDNN, which training on the GPU needs. */
-int worker_cuda_check(struct err *e);
-int worker_cudnn_check(struct err *e);
+/* worker_cuda_check and worker_cudnn_check, the refusals for what the build lacks, are in
+ * build_check.h, which train_engine.c shares. */
 
 #endif

@@ -14,8 +14,10 @@
  *   step, end_update, end_step. Operations may be queued (CUDA) and complete only at
  *   wait_loss / end_step; the host times the loop takes around them are the phases unless
  *   end_step replaces them with the device's own (CUDA events).
- * - The engine is picked once, by the spec's device, in train_engine_pick: the one place
- *   that knows which instances this build has and says how to build a missing one.
+ * - The engine is picked once, by the spec's device, in train_engine_pick
+ *   (train_engines.h): the one place that knows which instances this build has and says
+ *   how to build a missing one. It is not in this header, which the engines include: the
+ *   instances implement the seam, the table picks among them, and neither calls back.
  *
  * Ownership: create returns an owned engine (destroy); it borrows the model, which must
  * outlive it. Every other op borrows its arguments for the call; attach keeps the
@@ -100,10 +102,5 @@ struct train_engine_ops {
 
 extern const struct train_engine_ops train_engine_cpu;
 extern const struct train_engine_ops train_engine_cuda; /* only with CUDA and cuDNN */
-
-/* The engine for a spec's device ("cpu", "cuda"). ERR_INVALID with field "device"
- * naming it: unknown, or not built into this ddpbench-worker (with the meson options
- * that build it). */
-const struct train_engine_ops *train_engine_pick(const char *device, struct err *e);
 
 #endif

@@ -25,7 +25,7 @@
 #include "worker/nn/optim.h"
 #include "worker/observe.h"
 #include "worker/pipeline.h"
-#include "worker/train_engine.h"
+#include "worker/train_engines.h"
 
 #define TRAIN_PROGRESS_NS 500000000LL /* rank 0 reports progress at most twice a second */
 

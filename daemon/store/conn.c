@@ -1,4 +1,5 @@
-/* store/conn: see conn.h. */
+/* store/conn: see conn.h. The request logic is reached through s->hooks (store/state.h),
+ * never by name. */
 #include "daemon/store/conn.h"
 
 #include <errno.h>
@@ -11,8 +12,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "daemon/store/handlers.h"
-#include "daemon/store/server.h"
+#include "daemon/store/state.h"
 
 #define STORE_HELLO_TIMEOUT_MS 10000
 #define STORE_OUT_CAP ((size_t)64 << 20) /* unread replies before a client is dropped */
@@ -119,7 +119,7 @@ void store_conn_kill(struct store_server *s, struct store_conn *c)
     if (c->dead)
         return;
     c->dead = true;
-    store_conn_unpark(s, c);
+    s->hooks.unpark(s, c);
     loop_timer_stop(s->loop, &c->timer);
     store_conn_leave_run(c);
     DL_DELETE2(s->conns, c, all_prev, all_next);
@@ -185,7 +185,7 @@ void store_conn_process(struct store_server *s, struct store_conn *c)
             store_conn_fail(s, c, STORE_E_PROTOCOL, e.msg);
             return;
         }
-        store_handle_request(s, c, &req, now);
+        s->hooks.serve(s, c, &req, now);
         c->in_off += frame_len;
     }
     if (c->dead)
@@ -250,8 +250,8 @@ int store_conn_add(struct store_server *s, int fd, int64_t now)
     c->fd = fd;
     buf_init(&c->in);
     buf_init(&c->out);
-    if (loop_timer_start(s->loop, &c->timer, now + STORE_HELLO_TIMEOUT_MS,
-                         store_conn_on_timeout, c) < 0) {
+    if (loop_timer_start(s->loop, &c->timer, now + STORE_HELLO_TIMEOUT_MS, s->hooks.on_timeout,
+                         c) < 0) {
         free(c);
         return -1;
     }

@@ -10,7 +10,7 @@
  * and store_reap frees it from the loop's iteration hook, so pointers in the wake lists
  * and the ready list stay valid until then.
  *
- * Ownership: the server's list of connections owns them (store/server.h); a run's client
+ * Ownership: the server's list of connections owns them (store/state.h); a run's client
  * list and a key's waiter list borrow them. Loop thread only. */
 #ifndef DDPB_STORE_CONN_H
 #define DDPB_STORE_CONN_H

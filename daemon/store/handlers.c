@@ -13,7 +13,7 @@
 #include "daemon/loop.h"
 #include "daemon/store/conn.h"
 #include "daemon/store/keys.h"
-#include "daemon/store/server.h"
+#include "daemon/store/state.h"
 
 void store_conn_unpark(struct store_server *s, struct store_conn *c)
 {

@@ -2,14 +2,14 @@
  * listening socket, the loop glue, and the add/remove-run commands of other threads.
  * The parts: store/keys (runs and their keys), store/conn (connections, buffers,
  * framing), store/handlers (requests and blocked waiters); the state they share is
- * store/server.h.
+ * store/state.h. This file installs the handlers in it (s->hooks) for conn.c to call.
  *
  * Decision: one thread, a daemon/loop's, owns every piece of state, so nothing but the
  * stats needs a lock; other threads reach it only through closures the loop runs
  * synchronously (add/remove a run), which return once the change took effect. Accepting
  * never spins: out of fds, a reserve fd is given up to accept-and-close one pending
  * client, and without one (or on ENOBUFS) accepting pauses for a moment on a timer. */
-#include "daemon/store/server.h"
+#include "daemon/store/state.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +27,7 @@
 #include "common/store_proto.h"
 #include "daemon/loop.h"
 #include "daemon/store/conn.h"
+#include "daemon/store/handlers.h"
 #include "daemon/store/keys.h"
 
 #define STORE_ACCEPT_PAUSE_MS 100
@@ -204,6 +205,9 @@ struct store_server *store_server_create(const char *host, int port, struct err 
         return NULL;
     }
     s->lfd = s->reserve_fd = -1;
+    s->hooks = (struct store_conn_hooks){.serve = store_handle_request,
+                                         .unpark = store_conn_unpark,
+                                         .on_timeout = store_conn_on_timeout};
     net_raise_nofile();
     if (store_open_fds(s, host, port, e) < 0 ||
         loop_start(s->loop, store_after_iteration, s, e) < 0) {

@@ -15,7 +15,7 @@
 #include "tests/unit/test.h"
 #include "worker/comm/tcp.h"
 #include "worker/nn/model.h"
-#include "worker/train_engine.h"
+#include "worker/train_engines.h"
 #include "worker/workload_train.h"
 
 #define B 4

@@ -92,7 +92,7 @@ struct comm_args {
     void *ready_event;
 };
 
-/* The arguments of a collective as the blocking (comm.c) and the async (comm_async.c)
+/* The arguments of a collective as the blocking (comm_sync.c) and the async (comm_async.c)
  * entry points pass them: one mapping for both. peer is broadcast's root. */
 static inline struct comm_args comm_args_collective(enum comm_op op, const void *send,
                                                     void *recv, size_t count,

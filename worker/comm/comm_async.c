@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "worker/comm/comm_async.h"
+#include "worker/comm/comm_internal.h"
 
 struct comm_handle {
     struct comm_args args;

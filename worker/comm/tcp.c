@@ -20,7 +20,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +31,8 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "worker/store/store_client.h"
-#include "worker/comm/tcp_internal.h"
+#include "worker/comm/tcp_algo.h"
+#include "worker/comm/tcp_engine.h"
 
 #define TCP_MAGIC 0x54504444u /* "DDPT" little-endian */
 #define TCP_VERSION 2
@@ -73,32 +73,6 @@ static uint64_t tcp_hash_mesh(const char *secret, const char *ns)
             h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
     }
     return h;
-}
-
-/* Records a failure of operation `op` blaming `peer` (-1: none), breaks the
- * communicator and fills e with "op: message". Returns -1. */
-int tcp_fail(struct comm_tcp *t, struct err *e, enum err_code code, const char *op, int peer,
-             const char *fmt, ...)
-{
-    char msg[300];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(t->base.error_op, sizeof t->base.error_op, "%s", op);
-    t->base.error_peer = peer;
-    if (!t->broken) {
-        t->broken = true;
-        err_set(&t->first_err, code, NULL, "%s: %s", op, msg);
-    }
-    return err_set(e, code, NULL, "%s: %s", op, msg);
-}
-
-bool tcp_aborted(const struct comm_tcp *t)
-{
-    return atomic_load_explicit(&t->base.stop, memory_order_relaxed) ||
-           (t->base.abort_flag &&
-            atomic_load_explicit(t->base.abort_flag, memory_order_relaxed));
 }
 
 /* ---- handshake --------------------------------------------------------------- */
@@ -259,7 +233,7 @@ static int tcp_node(const int *node_of, int r)
     return node_of ? node_of[r] : 0;
 }
 
-/* Fills t's hierarchical groups from node_of (see tcp_internal.h). Quadratic in the
+/* Fills t's hierarchical groups from node_of (see tcp_engine.h). Quadratic in the
  * world size, once per communicator. */
 static void tcp_nodes_group(struct comm_tcp *t, const int *node_of)
 {

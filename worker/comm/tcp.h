@@ -23,33 +23,9 @@
 
 #include "worker/comm/comm.h"
 #include "common/err.h"
+#include "worker/comm/tcp_config.h"
 
 struct store_client;
-
-/* Longest namespace (comm_tcp_config.ns), in bytes. */
-#define COMM_TCP_NS_MAX 64
-
-struct comm_tcp_config {
-    int rank, world_size;
-    const char *listen_host;       /* borrowed; address peers reach this rank at */
-    int timeout_ms;                /* setup and every operation; > 0 */
-    const atomic_bool *abort_flag; /* borrowed, may be NULL; must outlive the comm */
-    const char *algorithm;         /* default algorithm of operations that have it:
-                                      "auto" (by size), "ring", "rd", "hd", "direct",
-                                      "tree", "hier"; NULL = "auto" */
-    const char *secret;            /* the run secret (only its hash travels); NULL = "" */
-    int spin_us;                   /* poll without sleeping before poll(2) sleeps: 0 = automatic
-                          (200 us when world_size <= online CPUs, else 50 us; yielding
-                          the CPU between polls unless this process is pinned, tcp.c),
-                          > 0 = busy for that many microseconds, < 0 = never */
-    int sockbuf_bytes;    /* SO_SNDBUF/SO_RCVBUF: 0 = the backend's default, > 0 = this,
-                          < 0 = the kernel's autotuning */
-    int ring_chunk_bytes; /* ring allreduce: bytes per rank per block; 0 = automatic */
-    const char *ns;       /* the mesh's namespace (borrowed, copied): its store keys are
-                             "<ns>tcp/addr/<rank>" and its handshake accepts only ranks
-                             of the same ns; printable, no spaces, at most COMM_TCP_NS_MAX
-                             bytes. NULL or "" = the run's world mesh ("tcp/addr/<rank>") */
-};
 
 /* A rank that listens but is not connected yet. */
 struct comm_tcp;

@@ -1,5 +1,5 @@
 /* tcp_algo: the algorithms of the TCP backend, each a plan of lanes for tcp_engine.c
- * (see tcp_internal.h), and the choice between them.
+ * (see tcp_engine.h), and the choice between them.
  *
  *   allreduce       ring (reduce-scatter + all-gather as one pipelined stream) | rd
  *                   (recursive doubling) | hd (Rabenseifner: recursive halving, then
@@ -39,7 +39,7 @@
 #include <string.h>
 
 #include "worker/comm/reduce.h"
-#include "worker/comm/tcp_internal.h"
+#include "worker/comm/tcp_algo.h"
 
 /* Allreduce: recursive doubling below these many bytes per rank (measured on loopback,
  * tests/bench/RESULTS.md: at 2 ranks rd wins up to 512 KiB, at 4 up to 16 or 32 KiB);

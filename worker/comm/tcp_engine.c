@@ -1,5 +1,7 @@
-/* tcp_engine: the transfer engine of the TCP backend (tcp_internal.h): runs the lanes of
- * a plan over non-blocking sockets in one loop until all are done.
+/* tcp_engine: the core of the TCP backend (tcp_engine.h): failing (tcp_fail, which
+ * breaks the communicator) and the transfer engine, which runs the lanes of a plan over
+ * non-blocking sockets in one loop until all are done. tcp_fail lives here, not in
+ * tcp.c, so that the engine never calls back into the file that calls it.
  *
  * Decisions:
  * - Sends and receives of a plan progress together; doing one after the other deadlocks
@@ -21,6 +23,8 @@
  *   rank names that peer instead of the neighbour that fails after it. */
 #include <errno.h>
 #include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -28,7 +32,33 @@
 #include "common/clock.h"
 #include "common/net.h"
 #include "worker/comm/reduce.h"
-#include "worker/comm/tcp_internal.h"
+#include "worker/comm/tcp_engine.h"
+
+/* Records a failure of operation `op` blaming `peer` (-1: none), breaks the
+ * communicator and fills e with "op: message". Returns -1. */
+int tcp_fail(struct comm_tcp *t, struct err *e, enum err_code code, const char *op, int peer,
+             const char *fmt, ...)
+{
+    char msg[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(t->base.error_op, sizeof t->base.error_op, "%s", op);
+    t->base.error_peer = peer;
+    if (!t->broken) {
+        t->broken = true;
+        err_set(&t->first_err, code, NULL, "%s: %s", op, msg);
+    }
+    return err_set(e, code, NULL, "%s: %s", op, msg);
+}
+
+bool tcp_aborted(const struct comm_tcp *t)
+{
+    return atomic_load_explicit(&t->base.stop, memory_order_relaxed) ||
+           (t->base.abort_flag &&
+            atomic_load_explicit(t->base.abort_flag, memory_order_relaxed));
+}
 
 int tcp_plan_reserve(struct comm_tcp *t, const char *op, int nlanes, int npieces, struct err *e)
 {

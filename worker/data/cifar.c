@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/data/dataset.h"
+#include "worker/data/data.h"
+#include "worker/data/formats.h"
 #include "worker/data/images.h"
 
 #define CIFAR_SIDE 32

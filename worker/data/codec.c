@@ -24,7 +24,8 @@
 #include <jpeglib.h> /* after stdio.h and stddef.h, which it uses without including */
 #include <png.h>
 
-#include "worker/data/convert.h"
+#include "worker/data/codec.h"
+#include "worker/data/data.h"
 
 static const uint8_t codec_png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 static const uint8_t codec_jpeg_magic[3] = {0xff, 0xd8, 0xff};

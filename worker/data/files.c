@@ -24,8 +24,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "worker/data/convert.h"
-#include "worker/data/dataset.h"
+#include "worker/data/codec.h"
+#include "worker/data/data.h"
+#include "worker/data/files.h"
+#include "worker/data/formats.h"
 #include "worker/data/images.h"
 #include "worker/data/storage.h"
 

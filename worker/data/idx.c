@@ -10,7 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "worker/data/dataset.h"
+#include "worker/data/data.h"
+#include "worker/data/formats.h"
 #include "worker/data/images.h"
 
 #define IDX_TYPE_UBYTE 0x08

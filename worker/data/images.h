@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/data/dataset.h"
+#include "worker/data/data.h"
 
 /* What data_images_create takes over. */
 struct data_images_src {

@@ -40,7 +40,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "worker/data/dataset.h"
+#include "worker/data/data.h"
 #include "common/err.h"
 
 #define LOADER_MAX_PREFETCH 16

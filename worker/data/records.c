@@ -43,9 +43,11 @@
 #include <zlib.h>
 #include <zstd.h>
 
-#include "worker/data/convert.h"
-#include "worker/data/dataset.h"
+#include "worker/data/codec.h"
+#include "worker/data/data.h"
+#include "worker/data/formats.h"
 #include "worker/data/images.h"
+#include "worker/data/records.h"
 #include "worker/data/storage.h"
 
 #define RECORDS_MAGIC "DDPBRIX1"

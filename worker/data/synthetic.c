@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/data/dataset.h"
+#include "worker/data/data.h"
+#include "worker/data/formats.h"
 
 #define SYNTH_DOMAIN 0x53594e5448ull /* keeps synthetic draws apart from others */
 #define SYNTH_MAX_SAMPLE_FLOATS ((size_t)1 << 26)

@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/data/dataset.h"
+#include "worker/data/data.h"
+#include "worker/data/formats.h"
 #include "worker/data/images.h"
 
 #define TEXT_VOCAB 256

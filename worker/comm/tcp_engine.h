@@ -1,6 +1,11 @@
-/* tcp_internal: what the files of the TCP backend share (tcp.c: mesh setup and entry
- * points; tcp_engine.c: the transfer engine; tcp_algo.c: the algorithms as transfer
- * plans). Not for use outside worker/comm.
+/* tcp_engine: what the files of the TCP backend share (tcp.c: mesh setup and entry
+ * points; tcp_engine.c: the transfer engine and failure; tcp_algo.c: the algorithms as
+ * transfer plans). Not for use outside worker/comm.
+ *
+ * Decision (no loop between the three): this header and tcp_engine.c are the core:
+ * the state (struct comm_tcp), lanes and plans, failing (tcp_fail) and running a plan.
+ * tcp_algo.c builds plans on it; tcp.c sets the mesh up and calls tcp_algo.c (tcp_algo.h);
+ * nothing here calls back up. It was tcp_internal.h, with tcp_fail in tcp.c.
  *
  * The engine moves "lanes": a lane is a sequence of pieces sent to, or received from,
  * one peer, in order. Pieces of different lanes progress together in one poll loop, and
@@ -9,8 +14,8 @@
  * receive waits for the bytes it overwrites to have been sent). An algorithm is a plan of
  * lanes and gates, so segmented pipelining (forward a segment while the next one is
  * still arriving) comes from the engine instead of being written per algorithm. */
-#ifndef DDPB_TCP_INTERNAL_H
-#define DDPB_TCP_INTERNAL_H
+#ifndef DDPB_TCP_ENGINE_H
+#define DDPB_TCP_ENGINE_H
 
 #include <poll.h>
 #include <stdbool.h>
@@ -18,7 +23,7 @@
 #include <stdint.h>
 
 #include "worker/comm/comm.h"
-#include "worker/comm/tcp.h"
+#include "worker/comm/tcp_config.h"
 
 #define TCP_BYE 0xB7u              /* goodbye byte sent by comm_destroy */
 #define TCP_SEG_BYTES (256u << 10) /* receive segment of a streamed reduction: fits L2 */
@@ -102,13 +107,14 @@ struct tcp_run {
     int n;
 };
 
-/* tcp.c */
+/* Records a failure of operation `op` blaming `peer` (-1: none), breaks the
+ * communicator and fills e with "op: message". Returns -1. */
 __attribute__((format(printf, 6, 7))) int tcp_fail(struct comm_tcp *t, struct err *e,
                                                    enum err_code code, const char *op, int peer,
                                                    const char *fmt, ...);
+/* Whether c->stop or the abort flag is raised. */
 bool tcp_aborted(const struct comm_tcp *t);
 
-/* tcp_engine.c */
 /* Runs every lane of r to its end. Fails when no byte moved for the communicator's
  * timeout (naming the peer waited on), on the abort flag or c->stop, and when a peer
  * closes, resets or breaks the protocol; every failure breaks the communicator. */
@@ -118,10 +124,5 @@ int tcp_plan_reserve(struct comm_tcp *t, const char *op, int nlanes, int npieces
                      struct err *e);
 /* Grows t->scratch to at least bytes. */
 int tcp_scratch_reserve(struct comm_tcp *t, const char *op, size_t bytes, struct err *e);
-
-/* tcp_algo.c: runs a (arguments already checked) with the algorithm a->algorithm names,
- * else the configured one when the operation has it, else the one chosen by size;
- * ERR_INVALID for an explicit algorithm the operation does not have. */
-int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e);
 
 #endif

@@ -1,12 +1,12 @@
-/* train_engine: train_engine_pick (train_engine.h). Decision: whether the CUDA instance
+/* train_engines: train_engine_pick (train_engines.h). Decision: whether the CUDA instance
  * exists is a fact of the build (DDPB_HAVE_CUDA and DDPB_HAVE_CUDNN, ddpb_config.h), read
  * here and nowhere else in the training code. */
-#include "worker/train_engine.h"
+#include "worker/train_engines.h"
 
 #include <string.h>
 
 #include "ddpb_config.h"
-#include "worker/device_check.h"
+#include "worker/build_check.h"
 
 const struct train_engine_ops *train_engine_pick(const char *device, struct err *e)
 {

@@ -1,0 +1,135 @@
+/* data: the format-independent core of the dataset interface (data.h): checked fills,
+ * the published normalization constants, counter-based random draws and the epoch
+ * permutation. Opening a dataset by name is dataset.c's, which calls the formats; this
+ * file calls none.
+ *
+ * Decision: draws are splitmix64 streams keyed by hashing (seed, a, b); a stream is cheap to
+ * start, so every sample gets its own and no generator state is ever shared. */
+#include "worker/data/data.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+void dataset_destroy(struct dataset *ds)
+{
+    if (ds && ds->ops && ds->ops->destroy)
+        ds->ops->destroy(ds);
+}
+
+size_t dataset_sample_floats(const struct dataset *ds)
+{
+    return (size_t)ds->c * (size_t)ds->h * (size_t)ds->w;
+}
+
+int dataset_label_len(const struct dataset *ds)
+{
+    return ds->label_len > 1 ? ds->label_len : 1;
+}
+
+int dataset_fill(const struct dataset *ds, const int64_t *idx, int n,
+                 const struct data_draw *draw, float *x, int32_t *y, struct err *e)
+{
+    if (n < 0)
+        return err_set(e, ERR_INTERNAL, "", "%s: fill of %d samples", ds->name, n);
+    for (int i = 0; i < n; i++)
+        if (idx[i] < 0 || idx[i] >= ds->n)
+            return err_set(e, ERR_INTERNAL, "", "%s: sample index %lld outside [0, %lld)",
+                           ds->name, (long long)idx[i], (long long)ds->n);
+    return ds->ops->fill(ds, idx, n, draw, x, y, e);
+}
+
+const char *data_split_name(enum data_split split)
+{
+    return split == DATA_SPLIT_TRAIN ? "train" : "test";
+}
+
+struct data_norm_named {
+    const char *name;
+    struct data_norm norm;
+};
+
+static const struct data_norm_named data_norm_presets[] = {
+    {"mnist", {1, {0.1307f}, {0.3081f}}},
+    {"fashion-mnist", {1, {0.2860f}, {0.3530f}}},
+    {"cifar10", {3, {0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}}},
+    {"none", {0, {0}, {0}}},
+};
+
+int data_norm_preset(const char *name, struct data_norm *out, struct err *e)
+{
+    for (size_t i = 0; i < sizeof data_norm_presets / sizeof data_norm_presets[0]; i++) {
+        if (strcmp(name, data_norm_presets[i].name) == 0) {
+            *out = data_norm_presets[i].norm;
+            return 0;
+        }
+    }
+    return err_set(
+        e, ERR_NOT_FOUND, "dataset.norm",
+        "no published normalization for \"%s\" (mnist, fashion-mnist, cifar10, none)", name);
+}
+
+int data_norm_check(const struct data_norm *norm, int channels, struct err *e)
+{
+    if (norm->channels == 0)
+        return 0;
+    if (norm->channels != channels)
+        return err_set(e, ERR_INVALID, "dataset.norm",
+                       "normalization has %d channels, the data has %d", norm->channels,
+                       channels);
+    for (int c = 0; c < channels; c++) {
+        if (!isfinite(norm->mean[c]) || !isfinite(norm->std[c]) || !(norm->std[c] > 0.0f))
+            return err_set(e, ERR_INVALID, "dataset.norm",
+                           "channel %d: mean %g std %g (std must be finite and > 0)", c,
+                           (double)norm->mean[c], (double)norm->std[c]);
+    }
+    return 0;
+}
+
+/* splitmix64's output function (Steele, Lea, Flood 2014). */
+static uint64_t data_mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+#define DATA_GOLDEN 0x9e3779b97f4a7c15ull
+
+uint64_t data_rng_key(uint64_t seed, uint64_t a, uint64_t b)
+{
+    uint64_t k = data_mix(seed + DATA_GOLDEN);
+    k = data_mix(k ^ (a + DATA_GOLDEN));
+    return data_mix(k ^ (b + 2 * DATA_GOLDEN));
+}
+
+uint64_t data_rng_next(uint64_t *state)
+{
+    *state += DATA_GOLDEN;
+    return data_mix(*state);
+}
+
+uint64_t data_rng_below(uint64_t *state, uint64_t bound)
+{
+    /* Rejecting the lowest (2^64 mod bound) values leaves a whole number of residue
+     * cycles, so r % bound is exactly uniform. */
+    uint64_t threshold = (0 - bound) % bound;
+    for (;;) {
+        uint64_t r = data_rng_next(state);
+        if (r >= threshold)
+            return r % bound;
+    }
+}
+
+void data_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm)
+{
+    for (int64_t i = 0; i < n; i++)
+        perm[i] = i;
+    uint64_t s = data_rng_key(seed, (uint64_t)epoch, (uint64_t)n);
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)data_rng_below(&s, (uint64_t)i + 1);
+        int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
