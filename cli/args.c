@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/vocab.h"
+
 enum args_opt_id {
     O_URL,
     O_TOKEN,
@@ -364,9 +366,9 @@ void args_apply_env(struct cli_args *a, const char *env_url, const char *env_tok
         a->token = env_token;
 }
 
-const char *args_usage(void)
-{
-    return "usage: ddpbench [--url URL] [--token T | --token-file F] [--json] [--timeout S]\n"
+/* The --help text with "%s" where vocabulary lists go: strategies, converted formats. */
+static const char args_usage_fmt[] =
+           "usage: ddpbench [--url URL] [--token T | --token-file F] [--json] [--timeout S]\n"
            "                COMMAND [ARGS]\n"
            "\n"
            "Commands:\n"
@@ -390,14 +392,15 @@ const char *args_usage(void)
            "  fit ID [ID...]                 latency-bandwidth fits of collective experiments\n"
            "  predict ID [--run] [--fit ID,...] [--link GBPS,US] [--world-sizes N,...]\n"
            "          [--strategies S,...]   what-if scaling from a training experiment's one-rank\n"
+           "                                 (S: %s)\n"
            "                                 runs (--run: ID is one run) with the fits of the\n"
            "                                 collective experiments named (default: the latest)\n"
            "                                 or a link of GBPS Gbit/s and US microseconds\n"
            "  report ID [ID...] [-o FILE]    one self-contained HTML report of the experiments\n"
            "  dataset convert --name NAME --path DIR [--from FORMAT] --to FORMAT [--out ROOT]\n"
            "          [--quality Q] [--level L] [--shard-mb M]\n"
-           "                                 write a dataset's splits into ROOT/FORMAT/ (files-png,\n"
-           "                                 files-jpeg, records, records-zlib, records-zstd);\n"
+           "                                 write a dataset's splits into ROOT/FORMAT/\n"
+           "                                 (FORMAT: %s);\n"
            "                                 runs here, not on the daemon, through ddpbench-data\n"
            "                                 (beside ddpbench or on PATH), which exits 0 done,\n"
            "                                 1 failed, 2 usage (ddpbench dataset --help)\n"
@@ -419,4 +422,12 @@ const char *args_usage(void)
            "  2  usage error (bad command line, unreadable spec or token file)\n"
            "  3  the daemon refused the request (4xx); its message and field on stderr\n"
            "  4  the daemon cannot be reached, answered 5xx, or timed out\n";
+
+char *args_usage(char *buf, size_t n)
+{
+    char strategies[128], formats[160];
+    vocab_join(VOCAB_STRATEGY, ", ", strategies, sizeof strategies);
+    vocab_format_join(vocab_format_converted, ", ", formats, sizeof formats);
+    snprintf(buf, n, args_usage_fmt, strategies, formats);
+    return buf;
 }

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "common/clock.h"
+#include "common/vocab.h"
 #include "worker/data/convert.h"
 #include "worker/data/dataset.h"
 
@@ -51,9 +52,6 @@ static const char data_main_usage[] =
     "Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
 static const char *const data_main_names[] = {"mnist", "fashion-mnist", "cifar10"};
-static const char *const data_main_formats[] = {"native",      "files-png",    "files-jpeg",
-                                                "records",     "records-zlib", "records-zstd",
-                                                "records-jpeg"};
 
 struct data_main_args {
     const char *name, *path, *from, *to, *out, *against;
@@ -166,9 +164,31 @@ static int data_main_check_scope(const struct data_main_args *a, bool convert, i
     return 0;
 }
 
+/* The format options of convert (--level, --quality, --shard-mb) against the --to
+ * format's row. */
+static int data_main_check_format_opts(const struct data_main_args *a,
+                                       const struct vocab_format *to)
+{
+    char names[160];
+    if (a->level && !vocab_format_leveled(to))
+        return data_main_usage_error(
+            "--level applies to %s, not %s",
+            vocab_format_join(vocab_format_leveled, " and ", names, sizeof names), a->to);
+    if (a->level > to->max_level && vocab_format_leveled(to))
+        return data_main_usage_error("--level: %s levels are 1..%d", a->to, to->max_level);
+    if (a->quality && !to->lossy)
+        return data_main_usage_error(
+            "--quality applies to %s, not %s",
+            vocab_format_join(vocab_format_lossy, " and ", names, sizeof names), a->to);
+    if (a->shard_mb && !to->records)
+        return data_main_usage_error("--shard-mb applies to the records formats, not %s",
+                                     a->to);
+    return 0;
+}
+
 static int data_main_check_values(const struct data_main_args *a, bool convert)
 {
-    const size_t nf = sizeof data_main_formats / sizeof data_main_formats[0];
+    char names[160];
     if (!a->name || !a->path || !a->to)
         return data_main_usage_error(convert ? "convert needs --name, --path and --to"
                                              : "verify needs --name, --path and --format");
@@ -178,28 +198,18 @@ static int data_main_check_values(const struct data_main_args *a, bool convert)
     if (!data_main_in(a->name, data_main_names, 3))
         return data_main_usage_error("unknown dataset '%s' (mnist, fashion-mnist, cifar10)",
                                      a->name);
-    if (!data_main_in(a->to, data_main_formats, nf) || (convert && !strcmp(a->to, "native")))
+    const struct vocab_format *to = vocab_format(vocab_find(VOCAB_FORMAT, a->to));
+    if (!to || (convert && !vocab_format_converted(to)))
         return data_main_usage_error(
-            "unknown format '%s' (files-png, files-jpeg, records, records-zlib, records-zstd, "
-            "records-jpeg)",
-            a->to);
-    if (a->from && !data_main_in(a->from, data_main_formats, nf))
+            "unknown format '%s' (%s)", a->to,
+            vocab_format_join(convert ? vocab_format_converted : NULL, ", ", names,
+                              sizeof names));
+    if (a->from && vocab_find(VOCAB_FORMAT, a->from) < 0)
         return data_main_usage_error("unknown source format '%s' (native or a converted one)",
                                      a->from);
-    if (a->against && !data_main_in(a->against, data_main_formats, nf))
+    if (a->against && vocab_find(VOCAB_FORMAT, a->against) < 0)
         return data_main_usage_error("unknown format '%s' for --against", a->against);
-    if (a->level && strcmp(a->to, "records-zlib") == 0 && a->level > 9)
-        return data_main_usage_error("--level: zlib levels are 1..9");
-    if (a->level && strcmp(a->to, "records-zlib") && strcmp(a->to, "records-zstd"))
-        return data_main_usage_error("--level applies to records-zlib and records-zstd, not %s",
-                                     a->to);
-    if (a->quality && strcmp(a->to, "files-jpeg") != 0 && strcmp(a->to, "records-jpeg") != 0)
-        return data_main_usage_error("--quality applies to files-jpeg and records-jpeg, not %s",
-                                     a->to);
-    if (a->shard_mb && strncmp(a->to, "records", 7) != 0)
-        return data_main_usage_error("--shard-mb applies to the records formats, not %s",
-                                     a->to);
-    return 0;
+    return data_main_check_format_opts(a, to);
 }
 
 static int data_main_parse(int argc, char **argv, bool convert, struct data_main_args *a)

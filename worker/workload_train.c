@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/nvml.h"
 #include "common/model_table.h"
+#include "common/vocab.h"
 #include "worker/comm/wait_note.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
@@ -139,8 +140,8 @@ static int train_build_stage(struct trainer *tr, struct err *e)
     const struct spec_train *t = tr->t;
     struct pipe_config pc = {.stages = t->pipeline,
                              .micro_batches = t->micro_batches,
-                             .schedule = strcmp(t->schedule, "gpipe") == 0 ? PIPE_GPIPE
-                                                                           : PIPE_1F1B,
+                             .schedule = (enum pipe_schedule)vocab_find(VOCAB_SCHEDULE,
+                                                                         t->schedule),
                              .batch = t->batch_size,
                              .balance_time = strcmp(t->pipeline_balance, "time") == 0,
                              .split = t->pipeline_split};

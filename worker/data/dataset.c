@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/vocab.h"
+
 void dataset_destroy(struct dataset *ds)
 {
     if (ds && ds->ops && ds->ops->destroy)
@@ -43,29 +45,27 @@ const char *data_split_name(enum data_split split)
     return split == DATA_SPLIT_TRAIN ? "train" : "test";
 }
 
-struct data_norm_named {
-    const char *name;
-    struct data_norm norm;
-};
+_Static_assert(VOCAB_MAX_NORM_CHANNELS <= DATA_MAX_CHANNELS, "a norm fits struct data_norm");
 
-static const struct data_norm_named data_norm_presets[] = {
-    {"mnist", {1, {0.1307f}, {0.3081f}}},
-    {"fashion-mnist", {1, {0.2860f}, {0.3530f}}},
-    {"cifar10", {3, {0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}}},
-    {"none", {0, {0}, {0}}},
-};
-
+/* The published constants are common/vocab.h's norms (the Python engines read the same
+ * rows from schema/vocabulary.json). */
 int data_norm_preset(const char *name, struct data_norm *out, struct err *e)
 {
-    for (size_t i = 0; i < sizeof data_norm_presets / sizeof data_norm_presets[0]; i++) {
-        if (strcmp(name, data_norm_presets[i].name) == 0) {
-            *out = data_norm_presets[i].norm;
-            return 0;
+    const struct vocab_norm *n = vocab_norm_find(name);
+    if (n) {
+        *out = (struct data_norm){.channels = n->channels};
+        for (int c = 0; c < n->channels && c < VOCAB_MAX_NORM_CHANNELS; c++) {
+            out->mean[c] = n->mean[c];
+            out->std[c] = n->std[c];
         }
+        return 0;
     }
-    return err_set(
-        e, ERR_NOT_FOUND, "dataset.norm",
-        "no published normalization for \"%s\" (mnist, fashion-mnist, cifar10, none)", name);
+    char names[96] = "";
+    for (size_t i = 0; vocab_norm_at(i); i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                 vocab_norm_at(i)->name);
+    return err_set(e, ERR_NOT_FOUND, "dataset.norm",
+                   "no published normalization for \"%s\" (%s)", name, names);
 }
 
 int data_norm_check(const struct data_norm *norm, int channels, struct err *e)
@@ -186,16 +186,16 @@ static int data_open_format(const struct data_config *cfg, const char *dir,
                             enum data_split split, const struct data_image_opts *opts, bool idx,
                             struct dataset **out, struct err *e)
 {
-    const char *f = cfg->format[0] ? cfg->format : "native";
-    if (strcmp(f, "native") == 0)
+    const char *f = cfg->format[0] ? cfg->format : vocab_format(VOCAB_FORMAT_NATIVE)->name;
+    const struct vocab_format *row = vocab_format(vocab_find(VOCAB_FORMAT, f));
+    char names[160];
+    if (!row)
+        return err_set(e, ERR_INVALID, "dataset.format", "unknown dataset format \"%s\" (%s)",
+                       f, vocab_join(VOCAB_FORMAT, ", ", names, sizeof names));
+    if (!vocab_format_converted(row))
         return idx ? dataset_idx_open_dir(dir, cfg->name, split, opts, out, e)
                    : dataset_cifar_open_dir(dir, split, opts, out, e);
-    bool files = strncmp(f, "files-", 6) == 0, records = strncmp(f, "records", 7) == 0;
-    if (!files && !records)
-        return err_set(e, ERR_INVALID, "dataset.format",
-                       "unknown dataset format \"%s\" (native, files-png, files-jpeg, records, "
-                       "records-zlib, records-zstd, records-jpeg)",
-                       f);
+    bool files = row->files;
     char sub[sizeof cfg->path + sizeof cfg->format + 2];
     snprintf(sub, sizeof sub, "%s/%s", dir, f);
     int rc = files ? dataset_files_open(sub, cfg->name, split, opts, cfg->storage, out, e)
