@@ -413,3 +413,16 @@ json_t *vocab_json(void)
     json_object_set_new(out, "models", vocab_models_json());
     return out;
 }
+
+char *vocab_json_text(void)
+{
+    json_t *v = vocab_json();
+    char *text =
+        v ? json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(v);
+    char *out = text ? malloc(strlen(text) + 2) : NULL;
+    if (out)
+        sprintf(out, "%s\n", text);
+    free(text);
+    return out;
+}

@@ -213,4 +213,10 @@ const char *vocab_schedule_at(int i);
  * New reference (caller decrefs); NULL only when out of memory. */
 json_t *vocab_json(void);
 
+/* vocab_json as the text of schema/vocabulary.json (two-space indent, keys in order,
+ * reals at 9 digits, a final newline). Owned by the caller (free); NULL when out of
+ * memory. */
+#define VOCAB_JSON_PATH "schema/vocabulary.json"
+char *vocab_json_text(void);
+
 #endif
