@@ -252,9 +252,9 @@ struct report_shape {
     size_t n;
 };
 
-#define REPORT_SHAPE(fields)                                                             \
+#define REPORT_SHAPE(fields)                                                                   \
     {                                                                                          \
-        fields, REPORT_COUNT(fields)                                                     \
+        fields, REPORT_COUNT(fields)                                                           \
     }
 
 /* Indexed by enum report_type. */
@@ -459,8 +459,8 @@ static int report_check_event(const json_t *ev, enum report_type *type, struct e
     }
     const struct report_shape *s = &report_shapes[k];
     const char *name = report_type_name((enum report_type)k);
-    if (report_check_fields(ev, report_common_fields, REPORT_COUNT(report_common_fields),
-                            name, e) < 0 ||
+    if (report_check_fields(ev, report_common_fields, REPORT_COUNT(report_common_fields), name,
+                            e) < 0 ||
         report_check_fields(ev, s->fields, s->n, name, e) < 0 ||
         report_check_extra(ev, s->fields, s->n, true, name, e) < 0)
         return -1;

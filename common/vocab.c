@@ -96,7 +96,8 @@ static const struct vocab_norm vocab_norms[] = {
 #define VOCAB_NAME(id, name) name,
 static const char *const vocab_report_names[] = {VOCAB_REPORTS(VOCAB_NAME)};
 
-#define VOCAB_ROW(table, id) ((id) >= 0 && (size_t)(id) < VOCAB_COUNT(table) ? &table[id] : NULL)
+#define VOCAB_ROW(table, id)                                                                   \
+    ((id) >= 0 && (size_t)(id) < VOCAB_COUNT(table) ? &table[id] : NULL)
 
 const struct vocab_strategy *vocab_strategy(int id)
 {
@@ -297,9 +298,10 @@ static json_t *vocab_str_or_null(const char *s)
 
 static json_t *vocab_strategy_json(const struct vocab_strategy *s)
 {
-    static const char *const buckets[] = {
-        [VOCAB_BUCKETS_PER_TENSOR] = "per_tensor", [VOCAB_BUCKETS_BY_SIZE] = "by_size",
-        [VOCAB_BUCKETS_SMALL_FIRST] = "small_first", [VOCAB_BUCKETS_FUSION] = "fusion"};
+    static const char *const buckets[] = {[VOCAB_BUCKETS_PER_TENSOR] = "per_tensor",
+                                          [VOCAB_BUCKETS_BY_SIZE] = "by_size",
+                                          [VOCAB_BUCKETS_SMALL_FIRST] = "small_first",
+                                          [VOCAB_BUCKETS_FUSION] = "fusion"};
     return json_pack("{s:s, s:b, s:b, s:b, s:s, s:s}", "name", s->name, "overlaps_backward",
                      s->overlaps_backward, "shards_optimizer", s->shards_optimizer,
                      "shards_gradients", s->shards_gradients, "buckets", buckets[s->buckets],
@@ -321,17 +323,18 @@ static json_t *vocab_backend_json(const struct vocab_backend *b)
 
 static json_t *vocab_format_json(const struct vocab_format *f)
 {
-    static const char *const codecs[] = {[VOCAB_CODEC_NONE] = NULL,
-                                         [VOCAB_CODEC_PNG] = "png",
-                                         [VOCAB_CODEC_JPEG] = "jpeg"};
-    static const char *const comps[] = {
-        [VOCAB_COMPRESS_NONE] = NULL,        [VOCAB_COMPRESS_RAW] = "raw",
-        [VOCAB_COMPRESS_ZLIB] = "zlib",      [VOCAB_COMPRESS_ZSTD] = "zstd",
-        [VOCAB_COMPRESS_JPEG] = "jpeg"};
+    static const char *const codecs[] = {
+        [VOCAB_CODEC_NONE] = NULL, [VOCAB_CODEC_PNG] = "png", [VOCAB_CODEC_JPEG] = "jpeg"};
+    static const char *const comps[] = {[VOCAB_COMPRESS_NONE] = NULL,
+                                        [VOCAB_COMPRESS_RAW] = "raw",
+                                        [VOCAB_COMPRESS_ZLIB] = "zlib",
+                                        [VOCAB_COMPRESS_ZSTD] = "zstd",
+                                        [VOCAB_COMPRESS_JPEG] = "jpeg"};
     return json_pack("{s:s, s:b, s:b, s:o, s:o, s:b, s:i, s:s}", "name", f->name, "files",
-                     f->files, "records", f->records, "codec", vocab_str_or_null(codecs[f->codec]),
-                     "compression", vocab_str_or_null(comps[f->compression]), "lossy", f->lossy,
-                     "max_level", f->max_level, "description", f->desc);
+                     f->files, "records", f->records, "codec",
+                     vocab_str_or_null(codecs[f->codec]), "compression",
+                     vocab_str_or_null(comps[f->compression]), "lossy", f->lossy, "max_level",
+                     f->max_level, "description", f->desc);
 }
 
 static json_t *vocab_storage_json(const struct vocab_storage *s)
@@ -381,8 +384,8 @@ static json_t *vocab_norms_json(void)
             json_array_append_new(mean, vocab_float_json(n->mean[c]));
             json_array_append_new(std, vocab_float_json(n->std[c]));
         }
-        json_array_append_new(list, json_pack("{s:s, s:o, s:o}", "name", n->name, "mean",
-                                              mean, "std", std));
+        json_array_append_new(
+            list, json_pack("{s:s, s:o, s:o}", "name", n->name, "mean", mean, "std", std));
     }
     return list;
 }
@@ -392,9 +395,9 @@ static json_t *vocab_models_json(void)
     json_t *list = json_array();
     for (size_t i = 0; model_table_at(i); i++) {
         const struct model_info *m = model_table_at(i);
-        json_array_append_new(list, json_pack("{s:s, s:i, s:i, s:i, s:i, s:I}", "name",
-                                              m->name, "channels", m->c, "height", m->h,
-                                              "width", m->w, "classes", m->classes, "params",
+        json_array_append_new(list, json_pack("{s:s, s:i, s:i, s:i, s:i, s:I}", "name", m->name,
+                                              "channels", m->c, "height", m->h, "width", m->w,
+                                              "classes", m->classes, "params",
                                               (json_int_t)m->params));
     }
     return list;
@@ -417,8 +420,9 @@ json_t *vocab_json(void)
 char *vocab_json_text(void)
 {
     json_t *v = vocab_json();
-    char *text =
-        v ? json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
+    char *text = v ? json_dumps(v,
+                                JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
+                   : NULL;
     json_decref(v);
     char *out = text ? malloc(strlen(text) + 2) : NULL;
     if (out)

@@ -93,10 +93,10 @@ enum vocab_list {
 
 /* How a strategy cuts the gradients into exchanges (worker/ddp/ddp.c, daemon/perf.c). */
 enum vocab_bucketing {
-    VOCAB_BUCKETS_PER_TENSOR, /* every tensor alone (naive) */
-    VOCAB_BUCKETS_BY_SIZE,    /* bucket_mb each, in readiness order */
+    VOCAB_BUCKETS_PER_TENSOR,  /* every tensor alone (naive) */
+    VOCAB_BUCKETS_BY_SIZE,     /* bucket_mb each, in readiness order */
     VOCAB_BUCKETS_SMALL_FIRST, /* by size, the first one small (PyTorch DDP's 1 MB) */
-    VOCAB_BUCKETS_FUSION,     /* fusion_mb by cycle_ms (Horovod's tensor fusion) */
+    VOCAB_BUCKETS_FUSION,      /* fusion_mb by cycle_ms (Horovod's tensor fusion) */
 };
 
 struct vocab_strategy {
@@ -133,11 +133,11 @@ enum vocab_compression {
 
 struct vocab_format {
     const char *name;
-    bool files;       /* per-sample image files and a manifest */
-    bool records;     /* shards of records and an index */
+    bool files;                         /* per-sample image files and a manifest */
+    bool records;                       /* shards of records and an index */
     enum vocab_codec codec;             /* files: how each image is encoded */
     enum vocab_compression compression; /* records: how each record stores its sample */
-    bool lossy;    /* JPEG: takes a quality */
+    bool lossy;                         /* JPEG: takes a quality */
     int max_level; /* a lossless codec's highest level (zlib 9, zstd 19); 0: takes none */
     const char *desc;
 };

@@ -527,14 +527,13 @@ static int model_parse(const json_t *body, struct model_req *r, struct err *e)
             vocab_join(VOCAB_STRATEGY, " or ", names, sizeof names);
             if (!json_is_array(v) || json_array_size(v) == 0 ||
                 json_array_size(v) > PERF_NSTRATEGIES)
-                return err_set(e, ERR_INVALID, k, "%s: must be a list of 1 to %d strategies",
-                               k, PERF_NSTRATEGIES);
+                return err_set(e, ERR_INVALID, k, "%s: must be a list of 1 to %d strategies", k,
+                               PERF_NSTRATEGIES);
             json_array_foreach(v, i, x)
             {
                 int st = perf_strategy_parse(json_string_value(x));
                 if (st < 0)
-                    return err_set(e, ERR_INVALID, k, "strategies[%zu]: must be %s", i,
-                                   names);
+                    return err_set(e, ERR_INVALID, k, "strategies[%zu]: must be %s", i, names);
                 r->strategies[r->nstrat++] = st;
             }
         } else {
@@ -631,8 +630,9 @@ static json_t *model_curve(const struct model_req *r, const struct db_data_run *
             exceeds = r->worlds[i];
     }
     return json_pack("{s:I, s:O, s:s, s:o, s:o}", "base_run", (json_int_t)run->id, "params",
-                     run->params, "strategy", vocab_name(VOCAB_STRATEGY, strat), "points", points,
-                     "comm_exceeds_backward_at", exceeds ? json_integer(exceeds) : json_null());
+                     run->params, "strategy", vocab_name(VOCAB_STRATEGY, strat), "points",
+                     points, "comm_exceeds_backward_at",
+                     exceeds ? json_integer(exceeds) : json_null());
 }
 
 /* The base runs of the request: the run, or the experiment's one-rank runs. */

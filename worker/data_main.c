@@ -200,10 +200,9 @@ static int data_main_check_values(const struct data_main_args *a, bool convert)
                                      a->name);
     const struct vocab_format *to = vocab_format(vocab_find(VOCAB_FORMAT, a->to));
     if (!to || (convert && !vocab_format_converted(to)))
-        return data_main_usage_error(
-            "unknown format '%s' (%s)", a->to,
-            vocab_format_join(convert ? vocab_format_converted : NULL, ", ", names,
-                              sizeof names));
+        return data_main_usage_error("unknown format '%s' (%s)", a->to,
+                                     vocab_format_join(convert ? vocab_format_converted : NULL,
+                                                       ", ", names, sizeof names));
     if (a->from && vocab_find(VOCAB_FORMAT, a->from) < 0)
         return data_main_usage_error("unknown source format '%s' (native or a converted one)",
                                      a->from);

@@ -138,13 +138,13 @@ static int train_open_data(struct trainer *tr, struct err *e)
 static int train_build_stage(struct trainer *tr, struct err *e)
 {
     const struct spec_train *t = tr->t;
-    struct pipe_config pc = {.stages = t->pipeline,
-                             .micro_batches = t->micro_batches,
-                             .schedule = (enum pipe_schedule)vocab_find(VOCAB_SCHEDULE,
-                                                                         t->schedule),
-                             .batch = t->batch_size,
-                             .balance_time = strcmp(t->pipeline_balance, "time") == 0,
-                             .split = t->pipeline_split};
+    struct pipe_config pc = {
+        .stages = t->pipeline,
+        .micro_batches = t->micro_batches,
+        .schedule = (enum pipe_schedule)vocab_find(VOCAB_SCHEDULE, t->schedule),
+        .batch = t->batch_size,
+        .balance_time = strcmp(t->pipeline_balance, "time") == 0,
+        .split = t->pipeline_split};
     if (pipe_init(&tr->pipe, &pc, &tr->m, tr->comm, e) < 0) {
         pipe_cleanup(&tr->pipe);
         return -1;

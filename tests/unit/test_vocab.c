@@ -32,7 +32,10 @@ struct x_list {
     const char *const *names;
     int n;
 };
-#define X_LIST(l, a) {l, a, (int)(sizeof a / sizeof a[0])}
+#define X_LIST(l, a)                                                                           \
+    {                                                                                          \
+        l, a, (int)(sizeof a / sizeof a[0])                                                    \
+    }
 static const struct x_list x_lists[] = {
     X_LIST(VOCAB_STRATEGY, x_strategies), X_LIST(VOCAB_ENGINE, x_engines),
     X_LIST(VOCAB_BACKEND, x_backends),    X_LIST(VOCAB_FORMAT, x_formats),
@@ -198,7 +201,8 @@ static void test_vocab_is_the_spec_choices(void)
         T_CHECK_MSG(json_is_array(en), "%s has no enum", uses[k].field);
         T_EQ_INT(json_array_size(en), vocab_count(uses[k].l));
         for (int i = 0; i < vocab_count(uses[k].l); i++)
-            T_EQ_STR(json_string_value(json_array_get(en, (size_t)i)), vocab_name(uses[k].l, i));
+            T_EQ_STR(json_string_value(json_array_get(en, (size_t)i)),
+                     vocab_name(uses[k].l, i));
     }
     json_decref(schema);
     for (int i = 0; i < REPORT_NTYPES; i++)
@@ -214,8 +218,9 @@ static void test_vocab_json(void)
         json_t *list = json_object_get(v, vocab_list_key((enum vocab_list)l));
         T_EQ_INT(json_array_size(list), vocab_count((enum vocab_list)l));
         for (int i = 0; i < vocab_count((enum vocab_list)l); i++)
-            T_EQ_STR(json_string_value(json_object_get(json_array_get(list, (size_t)i), "name")),
-                     vocab_name((enum vocab_list)l, i));
+            T_EQ_STR(
+                json_string_value(json_object_get(json_array_get(list, (size_t)i), "name")),
+                vocab_name((enum vocab_list)l, i));
     }
     json_t *zero2 = json_array_get(json_object_get(v, "strategies"), VOCAB_STRATEGY_ZERO2);
     T_CHECK(json_is_true(json_object_get(zero2, "shards_gradients")));

@@ -49,8 +49,8 @@ static int comm_factory_spin_us(const struct spec *s)
 {
     if (s->workload != SPEC_WORKLOAD_TRAIN)
         return 0;
-    const struct vocab_strategy *st =
-        vocab_strategy(vocab_find(VOCAB_STRATEGY, s->train.strategy));
+    const struct vocab_strategy *st = vocab_strategy(
+        vocab_find(VOCAB_STRATEGY, s->train.strategy));
     return st && st->overlaps_backward ? -1 : 0;
 }
 

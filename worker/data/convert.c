@@ -42,14 +42,16 @@ static int convert_find_format(const char *name, struct convert_format *out, str
                        vocab_format_join(vocab_format_converted, ", ", names, sizeof names));
     }
     static const enum data_record_compression comps[] = {
-        [VOCAB_COMPRESS_NONE] = DATA_RECORD_RAW, [VOCAB_COMPRESS_RAW] = DATA_RECORD_RAW,
-        [VOCAB_COMPRESS_ZLIB] = DATA_RECORD_ZLIB, [VOCAB_COMPRESS_ZSTD] = DATA_RECORD_ZSTD,
+        [VOCAB_COMPRESS_NONE] = DATA_RECORD_RAW,
+        [VOCAB_COMPRESS_RAW] = DATA_RECORD_RAW,
+        [VOCAB_COMPRESS_ZLIB] = DATA_RECORD_ZLIB,
+        [VOCAB_COMPRESS_ZSTD] = DATA_RECORD_ZSTD,
         [VOCAB_COMPRESS_JPEG] = DATA_RECORD_JPEG};
-    *out = (struct convert_format){
-        .name = f->name,
-        .files = f->files,
-        .codec = f->codec == VOCAB_CODEC_JPEG ? DATA_CODEC_JPEG : DATA_CODEC_PNG,
-        .comp = comps[f->compression]};
+    *out = (struct convert_format){.name = f->name,
+                                   .files = f->files,
+                                   .codec = f->codec == VOCAB_CODEC_JPEG ? DATA_CODEC_JPEG
+                                                                         : DATA_CODEC_PNG,
+                                   .comp = comps[f->compression]};
     return 0;
 }
 
