@@ -30,7 +30,8 @@
 #define DATA_MAIN_EXIT_USAGE 2
 #define DATA_MAIN_CHUNK 256
 
-static const char data_main_usage[] =
+/* The --help text; each %s is a list of common/vocab.h's formats (data_main_print_usage). */
+static const char data_main_usage_fmt[] =
     "usage: ddpbench-data convert --name NAME --path DIR [--from FORMAT] --to FORMAT\n"
     "                             [--out ROOT] [--quality Q] [--level L] [--shard-mb M]\n"
     "       ddpbench-data verify --name NAME --path DIR --format FORMAT [--against FORMAT]\n"
@@ -39,17 +40,30 @@ static const char data_main_usage[] =
     "         cifar10), read from DIR as FORMAT (default native: the idx or CIFAR binary\n"
     "         files in DIR; else DIR/FORMAT/), into ROOT/FORMAT/ (ROOT defaults to DIR, where\n"
     "         a spec's dataset.format finds it), in the samples' order.\n"
-    "  --to FORMAT      files-png, files-jpeg (per-sample images and a manifest), records,\n"
-    "                   records-zlib, records-zstd, records-jpeg (shards of samples and an\n"
-    "                   index; records-jpeg stores each as a JPEG file's bytes)\n"
-    "  --quality Q      JPEG quality 1..100 (default 95): files-jpeg, records-jpeg\n"
-    "  --level L        compression level: zlib 1..9, zstd 1..19 (default: the codec's)\n"
+    "  --to FORMAT      %s:\n"
+    "                   per-sample images and a manifest (files-*) or shards of samples and\n"
+    "                   an index (records*; records-jpeg stores each as a JPEG file's bytes)\n"
+    "  --quality Q      JPEG quality 1..100 (default 95): %s\n"
+    "  --level L        compression level (default: the codec's):\n"
+    "                   %s\n"
     "  --shard-mb M     records: shard size in MB (default 64)\n"
     "verify   reads every sample of both splits of DIR/FORMAT (native: DIR) and, with\n"
     "         --against, compares each with the same sample of another format: labels and\n"
     "         normalized values bit for bit. Fails when a sample does not read or differs.\n"
     "\n"
     "Exit status: 0 done, 1 failed, 2 bad command line.\n";
+
+static void data_main_print_usage(FILE *out)
+{
+    char to[160], lossy[96], levels[96] = "";
+    for (int i = 0; vocab_format(i); i++)
+        if (vocab_format_leveled(vocab_format(i)))
+            snprintf(levels + strlen(levels), sizeof levels - strlen(levels), "%s%s 1..%d",
+                     levels[0] ? ", " : "", vocab_format(i)->name, vocab_format(i)->max_level);
+    fprintf(out, data_main_usage_fmt,
+            vocab_format_join(vocab_format_converted, ", ", to, sizeof to),
+            vocab_format_join(vocab_format_lossy, ", ", lossy, sizeof lossy), levels);
+}
 
 static const char *const data_main_names[] = {"mnist", "fashion-mnist", "cifar10"};
 
@@ -219,7 +233,7 @@ static int data_main_parse(int argc, char **argv, bool convert, struct data_main
     optind = 2; /* after the command */
     while ((opt = getopt_long(argc, argv, "", data_main_options, NULL)) != -1) {
         if (opt == OPT_HELP) {
-            fputs(data_main_usage, stdout);
+            data_main_print_usage(stdout);
             exit(0);
         }
         if (opt == '?' || opt == ':')
@@ -441,7 +455,7 @@ int main(int argc, char **argv)
 {
     const char *cmd = argc > 1 ? argv[1] : "";
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-        fputs(data_main_usage, stdout);
+        data_main_print_usage(stdout);
         return 0;
     }
     if (!strcmp(cmd, "convert"))
