@@ -99,35 +99,18 @@ static const char *const vocab_report_names[] = {VOCAB_REPORTS(VOCAB_NAME)};
 #define VOCAB_ROW(table, id)                                                                   \
     ((id) >= 0 && (size_t)(id) < VOCAB_COUNT(table) ? &table[id] : NULL)
 
-const struct vocab_strategy *vocab_strategy(int id)
-{
-    return VOCAB_ROW(vocab_strategies, id);
-}
-
-const struct vocab_engine *vocab_engine(int id)
-{
-    return VOCAB_ROW(vocab_engines, id);
-}
-
-const struct vocab_backend *vocab_backend(int id)
-{
-    return VOCAB_ROW(vocab_backends, id);
-}
-
-const struct vocab_format *vocab_format(int id)
-{
-    return VOCAB_ROW(vocab_formats, id);
-}
-
-const struct vocab_storage *vocab_storage(int id)
-{
-    return VOCAB_ROW(vocab_storages, id);
-}
-
-const struct vocab_schedule *vocab_schedule(int id)
-{
-    return VOCAB_ROW(vocab_schedules, id);
-}
+/* The row accessors (vocab.h): one definition each, the same shape. */
+#define VOCAB_GETTER(type, fn, table)                                                          \
+    const struct type *fn(int id)                                                              \
+    {                                                                                          \
+        return VOCAB_ROW(table, id);                                                           \
+    }
+VOCAB_GETTER(vocab_strategy, vocab_strategy, vocab_strategies)
+VOCAB_GETTER(vocab_engine, vocab_engine, vocab_engines)
+VOCAB_GETTER(vocab_backend, vocab_backend, vocab_backends)
+VOCAB_GETTER(vocab_format, vocab_format, vocab_formats)
+VOCAB_GETTER(vocab_storage, vocab_storage, vocab_storages)
+VOCAB_GETTER(vocab_schedule, vocab_schedule, vocab_schedules)
 
 const struct vocab_norm *vocab_norm_at(size_t i)
 {
@@ -259,35 +242,18 @@ bool vocab_format_leveled(const struct vocab_format *f)
     return f->max_level > 0;
 }
 
-const char *vocab_strategy_at(int i)
-{
-    return vocab_name(VOCAB_STRATEGY, i);
-}
-
-const char *vocab_engine_at(int i)
-{
-    return vocab_name(VOCAB_ENGINE, i);
-}
-
-const char *vocab_backend_at(int i)
-{
-    return vocab_name(VOCAB_BACKEND, i);
-}
-
-const char *vocab_format_at(int i)
-{
-    return vocab_name(VOCAB_FORMAT, i);
-}
-
-const char *vocab_storage_at(int i)
-{
-    return vocab_name(VOCAB_STORAGE, i);
-}
-
-const char *vocab_schedule_at(int i)
-{
-    return vocab_name(VOCAB_SCHEDULE, i);
-}
+/* spec.c's choice_at functions: one list each. */
+#define VOCAB_AT(fn, list)                                                                     \
+    const char *fn(int i)                                                                      \
+    {                                                                                          \
+        return vocab_name(list, i);                                                            \
+    }
+VOCAB_AT(vocab_strategy_at, VOCAB_STRATEGY)
+VOCAB_AT(vocab_engine_at, VOCAB_ENGINE)
+VOCAB_AT(vocab_backend_at, VOCAB_BACKEND)
+VOCAB_AT(vocab_format_at, VOCAB_FORMAT)
+VOCAB_AT(vocab_storage_at, VOCAB_STORAGE)
+VOCAB_AT(vocab_schedule_at, VOCAB_SCHEDULE)
 
 /* --- JSON ------------------------------------------------------------------------------ */
 
@@ -414,19 +380,5 @@ json_t *vocab_json(void)
     }
     json_object_set_new(out, "norms", vocab_norms_json());
     json_object_set_new(out, "models", vocab_models_json());
-    return out;
-}
-
-char *vocab_json_text(void)
-{
-    json_t *v = vocab_json();
-    char *text = v ? json_dumps(v,
-                                JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
-                   : NULL;
-    json_decref(v);
-    char *out = text ? malloc(strlen(text) + 2) : NULL;
-    if (out)
-        sprintf(out, "%s\n", text);
-    free(text);
     return out;
 }

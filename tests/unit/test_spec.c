@@ -14,6 +14,7 @@
 #include "common/model_table.h"
 #include "common/spec.h"
 #include "common/vocab.h"
+#include "tests/unit/json_file.h"
 #include "tests/unit/test.h"
 
 #define W "{\"workload\": \"collective\""
@@ -67,14 +68,7 @@ static const char *get_str(const json_t *obj, const char *key)
 
 static char *schema_text_now(void)
 {
-    json_t *schema = spec_schema_json();
-    char *text = schema ? json_dumps(schema, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(schema);
-    char *out = text ? malloc(strlen(text) + 2) : NULL;
-    if (out)
-        sprintf(out, "%s\n", text);
-    free(text);
-    return out;
+    return json_file_text(spec_schema_json(), 0);
 }
 
 static char *read_whole(const char *path, size_t *len)
@@ -1580,7 +1574,9 @@ int main(int argc, char **argv)
     if (argc == 3 && strcmp(argv[1], "--write-schema") == 0)
         return spec_write_text(argv[2], schema_text_now());
     if (argc == 3 && strcmp(argv[1], "--write-vocabulary") == 0)
-        return spec_write_text(argv[2], vocab_json_text()); /* test_vocab checks it */
+        return spec_write_text(
+            argv[2], /* test_vocab checks it */
+            json_file_text(vocab_json(), JSON_REAL_PRECISION(VOCAB_JSON_REAL_PRECISION)));
     test_begin(argc, argv);
     TEST_RUN(test_spec_defaults);
     TEST_RUN(test_spec_given_values_kept);

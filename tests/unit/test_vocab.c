@@ -2,7 +2,7 @@
  * X-macro's order; the attributes agree with each other (a format is files, records or
  * native; gradients sharded only with the optimizer state); lookups and joined lists;
  * the spec's choices and the report types are the vocabulary's; vocab_json carries every
- * list, the norms and the model table; and schema/vocabulary.json is what vocab_json_text
+ * list, the norms and the model table; and schema/vocabulary.json is what vocab_json
  * generates (regenerate with `test_spec --write-vocabulary schema/vocabulary.json`).
  *
  * The source tree comes from $DDPB_SOURCE_DIR (meson sets it for unit tests) or the
@@ -16,6 +16,7 @@
 #include "common/report.h"
 #include "common/spec.h"
 #include "common/vocab.h"
+#include "tests/unit/json_file.h"
 #include "tests/unit/test.h"
 
 #define NAME_ONLY(id, name) name,
@@ -255,12 +256,13 @@ static void test_vocab_file_in_sync(void)
     T_CHECK_MSG(src, "set DDPB_SOURCE_DIR to the source tree (meson test does)");
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", src ? src : ".", VOCAB_JSON_PATH);
-    char *file = read_whole(path), *now = vocab_json_text();
+    char *file = read_whole(path),
+         *now = json_file_text(vocab_json(), JSON_REAL_PRECISION(VOCAB_JSON_REAL_PRECISION));
     T_CHECK(now);
     bool same = file && now && strcmp(file, now) == 0;
     if (!same)
         fprintf(stderr,
-                "    %s is not what vocab_json_text() generates.\n"
+                "    %s is not what vocab_json() generates.\n"
                 "    common/vocab.h/.c or common/model_table.c changed: regenerate with\n"
                 "      <build>/tests/test_spec --write-vocabulary %s\n"
                 "    and commit the result.\n",
