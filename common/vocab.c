@@ -93,6 +93,15 @@ static const struct vocab_norm vocab_norms[] = {
 };
 /* clang-format on */
 
+/* A name added to a vocab.h X-macro without its row here fails the build (a row missing in
+ * the middle leaves a NULL name, which test_vocab finds). */
+_Static_assert(VOCAB_COUNT(vocab_strategies) == VOCAB_NSTRATEGIES, "a row per strategy");
+_Static_assert(VOCAB_COUNT(vocab_engines) == VOCAB_NENGINES, "a row per engine");
+_Static_assert(VOCAB_COUNT(vocab_backends) == VOCAB_NBACKENDS, "a row per backend");
+_Static_assert(VOCAB_COUNT(vocab_formats) == VOCAB_NFORMATS, "a row per format");
+_Static_assert(VOCAB_COUNT(vocab_storages) == VOCAB_NSTORAGES, "a row per storage");
+_Static_assert(VOCAB_COUNT(vocab_schedules) == VOCAB_NSCHEDULES, "a row per schedule");
+
 #define VOCAB_NAME(id, name) name,
 static const char *const vocab_report_names[] = {VOCAB_REPORTS(VOCAB_NAME)};
 

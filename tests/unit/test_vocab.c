@@ -99,7 +99,6 @@ static void test_vocab_rows_match_macros(void)
         T_EQ_INT(vocab_find(x->l, "bogus"), -1);
         T_EQ_INT(vocab_find(x->l, NULL), -1);
     }
-    T_EQ_INT(VOCAB_NSTRATEGIES, 5);
     T_EQ_INT(vocab_find(VOCAB_STRATEGY, "zero2"), VOCAB_STRATEGY_ZERO2);
     T_EQ_INT(vocab_find(VOCAB_FORMAT, "records-jpeg"), VOCAB_FORMAT_RECORDS_JPEG);
     T_CHECK(vocab_name(VOCAB_NLISTS, 0) == NULL);
@@ -155,8 +154,14 @@ static void test_vocab_attributes(void)
 static void test_vocab_join(void)
 {
     char buf[256];
-    T_EQ_STR(vocab_join(VOCAB_STRATEGY, " or ", buf, sizeof buf),
-             "naive, ddp, horovod, zero1 or zero2");
+    char want[256] = "";
+    for (int i = 0; i < VOCAB_NSTRATEGIES; i++) /* the X-macro's names, "a, b or c" */
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s",
+                 i == 0                       ? ""
+                 : i == VOCAB_NSTRATEGIES - 1 ? " or "
+                                              : ", ",
+                 x_strategies[i]);
+    T_EQ_STR(vocab_join(VOCAB_STRATEGY, " or ", buf, sizeof buf), want);
     T_EQ_STR(vocab_join(VOCAB_BACKEND, ", ", buf, sizeof buf), "tcp, nccl");
     T_EQ_STR(vocab_format_join(vocab_format_converted, ", ", buf, sizeof buf),
              "files-png, files-jpeg, records, records-zlib, records-zstd, records-jpeg");
