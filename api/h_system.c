@@ -9,6 +9,7 @@
 #include "ddpb_config.h"
 #include "api/handlers.h"
 #include "common/spec.h"
+#include "common/vocab.h"
 
 static void h_system_health_common(struct api_ctx *ctx, json_t *o)
 {
@@ -63,6 +64,16 @@ int h_system_spec_schema(struct api_ctx *ctx, const struct api_request *req,
     (void)ctx;
     (void)req;
     rep->json = spec_schema_json();
+    return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
+/* common/vocab.h as JSON: the names the spec, the engines and the dashboard share. */
+int h_system_vocabulary(struct api_ctx *ctx, const struct api_request *req,
+                        struct api_reply *rep, struct err *e)
+{
+    (void)ctx;
+    (void)req;
+    rep->json = vocab_json();
     return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }
 

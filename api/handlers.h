@@ -48,6 +48,8 @@ int h_system_health(struct api_ctx *ctx, const struct api_request *req, struct a
                     struct err *e);
 int h_system_spec_schema(struct api_ctx *ctx, const struct api_request *req,
                          struct api_reply *rep, struct err *e);
+int h_system_vocabulary(struct api_ctx *ctx, const struct api_request *req,
+                        struct api_reply *rep, struct err *e);
 int h_system_events(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                     struct err *e);
 int h_system_metrics(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,

@@ -27,6 +27,7 @@ static const struct api_route api_routes[] = {
     {"GET", "/metrics", h_system_metrics},
     {"GET", "/v1/openapi.yaml", h_system_openapi},
     {"GET", "/v1/spec/schema", h_system_spec_schema},
+    {"GET", "/v1/vocabulary", h_system_vocabulary},
     {"GET", "/v1/examples", h_static_examples},
     {"GET", "/v1/experiments", h_experiments_list},
     {"POST", "/v1/experiments", h_experiments_create},

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/vocab.h"
+
 enum args_opt_id {
     O_URL,
     O_TOKEN,
@@ -364,59 +366,68 @@ void args_apply_env(struct cli_args *a, const char *env_url, const char *env_tok
         a->token = env_token;
 }
 
-const char *args_usage(void)
+/* The --help text with "%s" where vocabulary lists go: strategies, converted formats. */
+static const char args_usage_fmt[] =
+    "usage: ddpbench [--url URL] [--token T | --token-file F] [--json] [--timeout S]\n"
+    "                COMMAND [ARGS]\n"
+    "\n"
+    "Commands:\n"
+    "  submit SPEC.json|- [--watch]   submit an experiment; prints its id. --watch follows\n"
+    "                                 it live and prints its results when it ends\n"
+    "  ls [--status S] [--name N] [--workload W] [--model M] [--limit N] [--offset N]\n"
+    "                                 list experiments, newest first\n"
+    "  show ID [--group-by F,...]     an experiment, its runs and its results\n"
+    "  compare ID [ID...] [--group-by F,...]\n"
+    "                                 results of several experiments in one table\n"
+    "  export ID --csv|--json [--group-by F,...] [-o FILE]\n"
+    "                                 the results table as CSV (byte for byte as the\n"
+    "                                 daemon sends it) or JSON\n"
+    "  cancel ID [--wait]             cancel an experiment's unfinished runs\n"
+    "  cancel --run ID [--wait]       cancel one run\n"
+    "  rm ID                          delete an experiment and its data\n"
+    "  runs ID                        one run: ranks, memory, usage, results\n"
+    "  trace ID [-o FILE]             one run's timeline as Chrome trace-event JSON\n"
+    "                                 (open it in Perfetto or chrome://tracing)\n"
+    "  nodes                          the cluster's nodes: role, state, slots\n"
+    "  fit ID [ID...]                 latency-bandwidth fits of collective experiments\n"
+    "  predict ID [--run] [--fit ID,...] [--link GBPS,US] [--world-sizes N,...]\n"
+    "          [--strategies S,...]   what-if scaling from a training experiment's one-rank\n"
+    "                                 (S: %s)\n"
+    "                                 runs (--run: ID is one run) with the fits of the\n"
+    "                                 collective experiments named (default: the latest)\n"
+    "                                 or a link of GBPS Gbit/s and US microseconds\n"
+    "  report ID [ID...] [-o FILE]    one self-contained HTML report of the experiments\n"
+    "  dataset convert --name NAME --path DIR [--from FORMAT] --to FORMAT [--out ROOT]\n"
+    "          [--quality Q] [--level L] [--shard-mb M]\n"
+    "                                 write a dataset's splits into ROOT/FORMAT/\n"
+    "                                 (FORMAT: %s);\n"
+    "                                 runs here, not on the daemon, through ddpbench-data\n"
+    "                                 (beside ddpbench or on PATH), which exits 0 done,\n"
+    "                                 1 failed, 2 usage (ddpbench dataset --help)\n"
+    "  dataset verify --name NAME --path DIR --format FORMAT [--against FORMAT]\n"
+    "                                 read every sample back, compare with another format\n"
+    "\n"
+    "Options:\n"
+    "  --url URL        the daemon (default: $DDPB_URL, else " ARGS_DEFAULT_URL ")\n"
+    "  --token T        bearer token sent with mutations (else --token-file F, else\n"
+    "                   $DDPB_TOKEN)\n"
+    "  --json           print the API's JSON instead of tables (show: {experiment,\n"
+    "                   results}; compare: an array of result tables)\n"
+    "  --timeout S      seconds allowed per request (default 30); submit --watch\n"
+    "                   gives up when the daemon is unreachable that long\n"
+    "\n"
+    "Exit status:\n"
+    "  0  success (submit --watch: the experiment succeeded)\n"
+    "  1  the experiment or run ended failed, cancelled or interrupted\n"
+    "  2  usage error (bad command line, unreadable spec or token file)\n"
+    "  3  the daemon refused the request (4xx); its message and field on stderr\n"
+    "  4  the daemon cannot be reached, answered 5xx, or timed out\n";
+
+char *args_usage(char *buf, size_t n)
 {
-    return "usage: ddpbench [--url URL] [--token T | --token-file F] [--json] [--timeout S]\n"
-           "                COMMAND [ARGS]\n"
-           "\n"
-           "Commands:\n"
-           "  submit SPEC.json|- [--watch]   submit an experiment; prints its id. --watch follows\n"
-           "                                 it live and prints its results when it ends\n"
-           "  ls [--status S] [--name N] [--workload W] [--model M] [--limit N] [--offset N]\n"
-           "                                 list experiments, newest first\n"
-           "  show ID [--group-by F,...]     an experiment, its runs and its results\n"
-           "  compare ID [ID...] [--group-by F,...]\n"
-           "                                 results of several experiments in one table\n"
-           "  export ID --csv|--json [--group-by F,...] [-o FILE]\n"
-           "                                 the results table as CSV (byte for byte as the\n"
-           "                                 daemon sends it) or JSON\n"
-           "  cancel ID [--wait]             cancel an experiment's unfinished runs\n"
-           "  cancel --run ID [--wait]       cancel one run\n"
-           "  rm ID                          delete an experiment and its data\n"
-           "  runs ID                        one run: ranks, memory, usage, results\n"
-           "  trace ID [-o FILE]             one run's timeline as Chrome trace-event JSON\n"
-           "                                 (open it in Perfetto or chrome://tracing)\n"
-           "  nodes                          the cluster's nodes: role, state, slots\n"
-           "  fit ID [ID...]                 latency-bandwidth fits of collective experiments\n"
-           "  predict ID [--run] [--fit ID,...] [--link GBPS,US] [--world-sizes N,...]\n"
-           "          [--strategies S,...]   what-if scaling from a training experiment's one-rank\n"
-           "                                 runs (--run: ID is one run) with the fits of the\n"
-           "                                 collective experiments named (default: the latest)\n"
-           "                                 or a link of GBPS Gbit/s and US microseconds\n"
-           "  report ID [ID...] [-o FILE]    one self-contained HTML report of the experiments\n"
-           "  dataset convert --name NAME --path DIR [--from FORMAT] --to FORMAT [--out ROOT]\n"
-           "          [--quality Q] [--level L] [--shard-mb M]\n"
-           "                                 write a dataset's splits into ROOT/FORMAT/ (files-png,\n"
-           "                                 files-jpeg, records, records-zlib, records-zstd);\n"
-           "                                 runs here, not on the daemon, through ddpbench-data\n"
-           "                                 (beside ddpbench or on PATH), which exits 0 done,\n"
-           "                                 1 failed, 2 usage (ddpbench dataset --help)\n"
-           "  dataset verify --name NAME --path DIR --format FORMAT [--against FORMAT]\n"
-           "                                 read every sample back, compare with another format\n"
-           "\n"
-           "Options:\n"
-           "  --url URL        the daemon (default: $DDPB_URL, else " ARGS_DEFAULT_URL ")\n"
-           "  --token T        bearer token sent with mutations (else --token-file F, else\n"
-           "                   $DDPB_TOKEN)\n"
-           "  --json           print the API's JSON instead of tables (show: {experiment,\n"
-           "                   results}; compare: an array of result tables)\n"
-           "  --timeout S      seconds allowed per request (default 30); submit --watch\n"
-           "                   gives up when the daemon is unreachable that long\n"
-           "\n"
-           "Exit status:\n"
-           "  0  success (submit --watch: the experiment succeeded)\n"
-           "  1  the experiment or run ended failed, cancelled or interrupted\n"
-           "  2  usage error (bad command line, unreadable spec or token file)\n"
-           "  3  the daemon refused the request (4xx); its message and field on stderr\n"
-           "  4  the daemon cannot be reached, answered 5xx, or timed out\n";
+    char strategies[128], formats[160];
+    vocab_join(VOCAB_STRATEGY, ", ", strategies, sizeof strategies);
+    vocab_format_join(vocab_format_converted, ", ", formats, sizeof formats);
+    snprintf(buf, n, args_usage_fmt, strategies, formats);
+    return buf;
 }

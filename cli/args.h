@@ -71,8 +71,10 @@ int args_parse(struct cli_args *a, int argc, char **argv, struct err *e);
 /* Fills url and token from the environment's values (NULL when unset) where the command
  * line gave none; an explicit --token-file wins over DDPB_TOKEN. */
 void args_apply_env(struct cli_args *a, const char *env_url, const char *env_token);
-/* The --help text (static). */
-const char *args_usage(void);
+/* The --help text into buf (n bytes; ARGS_USAGE_MAX holds it), its vocabulary lists taken
+ * from common/vocab.h. Returns buf. */
+#define ARGS_USAGE_MAX 8192
+char *args_usage(char *buf, size_t n);
 const char *args_cmd_name(enum args_cmd cmd);
 
 #endif

@@ -51,7 +51,8 @@ int main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     if (cli.args.cmd == CMD_HELP) {
-        fputs(args_usage(), stdout);
+        char usage[ARGS_USAGE_MAX];
+        fputs(args_usage(usage, sizeof usage), stdout);
         return CLI_EXIT_OK;
     }
     if (cli.args.cmd == CMD_VERSION) {

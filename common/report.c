@@ -246,39 +246,40 @@ static const struct report_field report_error_fields[] = {
     {.name = "peer", .kind = REPORT_K_INT, .optional = true, .min = 0},
 };
 
+/* The fields of a report type; its name is vocab.h's. */
 struct report_shape {
-    const char *name;
     const struct report_field *fields;
     size_t n;
 };
 
-#define REPORT_SHAPE(name, fields)                                                             \
+#define REPORT_SHAPE(fields)                                                                   \
     {                                                                                          \
-        name, fields, REPORT_COUNT(fields)                                                     \
+        fields, REPORT_COUNT(fields)                                                           \
     }
 
 /* Indexed by enum report_type. */
 static const struct report_shape report_shapes[] = {
-    [REPORT_HELLO] = REPORT_SHAPE("hello", report_hello_fields),
-    [REPORT_ENV] = REPORT_SHAPE("env", report_env_fields),
-    [REPORT_PROGRESS] = REPORT_SHAPE("progress", report_progress_fields),
-    [REPORT_COLLECTIVE] = REPORT_SHAPE("collective", report_collective_fields),
-    [REPORT_ERROR] = REPORT_SHAPE("error", report_error_fields),
-    [REPORT_DONE] = {"done", NULL, 0},
-    [REPORT_HEARTBEAT] = REPORT_SHAPE("heartbeat", report_heartbeat_fields),
-    [REPORT_STEP] = REPORT_SHAPE("step", report_step_fields),
-    [REPORT_EPOCH] = REPORT_SHAPE("epoch", report_epoch_fields),
-    [REPORT_MEMORY] = REPORT_SHAPE("memory", report_memory_fields),
-    [REPORT_USAGE] = REPORT_SHAPE("usage", report_usage_fields),
-    [REPORT_TRACE] = REPORT_SHAPE("trace", report_trace_fields),
-    [REPORT_GRADS] = REPORT_SHAPE("grads", report_grads_fields),
+    [REPORT_HELLO] = REPORT_SHAPE(report_hello_fields),
+    [REPORT_ENV] = REPORT_SHAPE(report_env_fields),
+    [REPORT_PROGRESS] = REPORT_SHAPE(report_progress_fields),
+    [REPORT_COLLECTIVE] = REPORT_SHAPE(report_collective_fields),
+    [REPORT_ERROR] = REPORT_SHAPE(report_error_fields),
+    [REPORT_DONE] = {NULL, 0},
+    [REPORT_HEARTBEAT] = REPORT_SHAPE(report_heartbeat_fields),
+    [REPORT_STEP] = REPORT_SHAPE(report_step_fields),
+    [REPORT_EPOCH] = REPORT_SHAPE(report_epoch_fields),
+    [REPORT_MEMORY] = REPORT_SHAPE(report_memory_fields),
+    [REPORT_USAGE] = REPORT_SHAPE(report_usage_fields),
+    [REPORT_TRACE] = REPORT_SHAPE(report_trace_fields),
+    [REPORT_GRADS] = REPORT_SHAPE(report_grads_fields),
 };
+_Static_assert(REPORT_COUNT(report_shapes) == REPORT_NTYPES,
+               "a row per report type of common/vocab.h");
 
 const char *report_type_name(enum report_type t)
 {
-    if ((size_t)t >= REPORT_COUNT(report_shapes))
-        return "unknown";
-    return report_shapes[t].name;
+    const char *name = vocab_name(VOCAB_REPORT, (int)t);
+    return name ? name : "unknown";
 }
 
 /* --- validation ---------------------------------------------------------------------- */
@@ -449,20 +450,19 @@ static int report_check_event(const json_t *ev, enum report_type *type, struct e
     const json_t *t = json_object_get(ev, "type");
     if (!json_is_string(t))
         return err_set(e, ERR_INVALID, "type", "type: missing or not a string");
-    size_t k = 0;
-    while (k < REPORT_COUNT(report_shapes) &&
-           strcmp(report_shapes[k].name, json_string_value(t)))
-        k++;
+    int found = vocab_find(VOCAB_REPORT, json_string_value(t));
+    size_t k = found < 0 ? REPORT_COUNT(report_shapes) : (size_t)found;
     if (k == REPORT_COUNT(report_shapes)) {
         char name[48];
         report_ascii(json_string_value(t), name, sizeof name);
         return err_set(e, ERR_INVALID, "type", "type: unknown event type \"%s\"", name);
     }
     const struct report_shape *s = &report_shapes[k];
-    if (report_check_fields(ev, report_common_fields, REPORT_COUNT(report_common_fields),
-                            s->name, e) < 0 ||
-        report_check_fields(ev, s->fields, s->n, s->name, e) < 0 ||
-        report_check_extra(ev, s->fields, s->n, true, s->name, e) < 0)
+    const char *name = report_type_name((enum report_type)k);
+    if (report_check_fields(ev, report_common_fields, REPORT_COUNT(report_common_fields), name,
+                            e) < 0 ||
+        report_check_fields(ev, s->fields, s->n, name, e) < 0 ||
+        report_check_extra(ev, s->fields, s->n, true, name, e) < 0)
         return -1;
     *type = (enum report_type)k;
     return 0;

@@ -32,24 +32,13 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/vocab.h"
 
 #define REPORT_MAX_LINE (256u << 10)
 
-enum report_type {
-    REPORT_HELLO,
-    REPORT_ENV,
-    REPORT_PROGRESS,
-    REPORT_COLLECTIVE,
-    REPORT_ERROR,
-    REPORT_DONE,
-    REPORT_HEARTBEAT,
-    REPORT_STEP,
-    REPORT_EPOCH,
-    REPORT_MEMORY,
-    REPORT_USAGE,
-    REPORT_TRACE,
-    REPORT_GRADS,
-};
+/* REPORT_HELLO, REPORT_ENV, ...: common/vocab.h's report types, in its order. */
+#define REPORT_TYPE_ENUM(id, name) REPORT_##id,
+enum report_type { VOCAB_REPORTS(REPORT_TYPE_ENUM) REPORT_NTYPES };
 
 /* One size point of a collective benchmark, as rank 0 reports it after combining every
  * rank's per-iteration times (time of an iteration = slowest rank's). */

@@ -34,12 +34,12 @@
 
 #include "common/model_table.h"
 #include "common/spec_table.h"
+#include "common/vocab.h"
 
 #define SPEC_AT(m) .off = offsetof(struct spec, m), .size = sizeof(((struct spec *)0)->m)
 
 static const char *const spec_workload_names[] = {"collective", "train", NULL};
 static const char *const spec_devices[] = {"cpu", "cuda", NULL};
-static const char *const spec_backends[] = {"tcp", "nccl", NULL};
 static const char *const spec_ops[] = {"allreduce", "reduce_scatter", "all_gather",
                                        "broadcast", "sendrecv",       NULL};
 static const char *const spec_dtypes[] = {"float32", "float16", "bfloat16",
@@ -47,12 +47,9 @@ static const char *const spec_dtypes[] = {"float32", "float16", "bfloat16",
 static const char *const spec_redops[] = {"sum", "avg", "min", "max", NULL};
 static const char *const spec_algorithms[] = {"auto",   "ring", "rd",   "hd",
                                               "direct", "tree", "hier", NULL};
-static const char *const spec_strategies[] = {"naive", "ddp",   "horovod",
-                                              "zero1", "zero2", NULL};
 /* "engine": ddpbench's own C worker, or a real framework launched by the daemon (issue 16);
- * which of them a node has installed is GET /v1/engines, checked at submit. */
-static const char *const spec_engines[] = {"ddpbench",  "pytorch", "horovod", "tensorflow",
-                                           "deepspeed", "script",  NULL};
+ * which of them a node has installed is GET /v1/engines, checked at submit. The names of
+ * strategies, engines, backends, formats, storages and schedules are common/vocab.h's. */
 
 /* "model": the names of common/model_table.h, in its order. */
 static const char *spec_model_at(int i)
@@ -72,13 +69,8 @@ static const char *const spec_precisions[] = {"fp32", "fp16", "bf16", NULL};
 static const char *const spec_compressions[] = {"none", "fp16", "bf16", NULL};
 static const char *const spec_datasets[] = {"synthetic", "mnist", "fashion-mnist",
                                             "cifar10",   "text",  NULL};
-static const char *const spec_formats[] = {
-    "native",       "files-png",    "files-jpeg",   "records",
-    "records-zlib", "records-zstd", "records-jpeg", NULL};
-static const char *const spec_storages[] = {"local", "nfs", "blob", "custom", NULL};
 static const char *const spec_optimizers[] = {"sgd", "adam", "adamw", NULL};
 static const char *const spec_decays[] = {"constant", "step", "cosine", NULL};
-static const char *const spec_schedules[] = {"1f1b", "gpipe", NULL};
 static const char *const spec_balances[] = {"params", "time", NULL};
 
 /* The table keeps its own layout (a field in a few lines reads as a row). */
@@ -102,7 +94,7 @@ static const struct spec_field spec_fields[] = {
              "in fp32); \"cuda\" with backend \"nccl\" (training with strategy naive or ddp, "
              "no compression). Other combinations are refused naming the field."},
     {.name = "backend", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
-     .choices = spec_backends, .def = "\"tcp\"", SPEC_AT(backend),
+     .choice_at = vocab_backend_at, .def = "\"tcp\"", SPEC_AT(backend),
      .desc = "How ranks communicate: \"tcp\" is ddpbench's own TCP collectives (device "
              "\"cpu\"); \"nccl\" is NVIDIA's NCCL on GPU buffers (device \"cuda\")."},
     {.name = "world_size", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
@@ -226,7 +218,7 @@ static const struct spec_field spec_fields[] = {
      .desc = "Network to train, as PyTorch / torchvision define it (resnet18-cifar: 3x3 stem, "
              "no max pool). Input shape and class count come from the dataset."},
     {.name = "strategy", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .choices = spec_strategies, .def = "\"ddp\"",
+     .flags = SPEC_F_SWEEP, .choice_at = vocab_strategy_at, .def = "\"ddp\"",
      SPEC_AT(train.strategy),
      .desc = "How gradients are exchanged: naive (allreduce every gradient after backward), "
              "ddp (PyTorch DDP's buckets, overlapping backward), horovod (tensor fusion), "
@@ -282,7 +274,7 @@ static const struct spec_field spec_fields[] = {
      .desc = "Pipeline runs: batch_size is split into this many micro-batches (it must "
              "divide it) that flow through the stages; 1 is plain model parallelism."},
     {.name = "schedule", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
-     .choices = spec_schedules, .def = "\"1f1b\"", SPEC_AT(train.schedule),
+     .choice_at = vocab_schedule_at, .def = "\"1f1b\"", SPEC_AT(train.schedule),
      .desc = "Pipeline runs: \"gpipe\" runs every micro-batch's forward, then every "
              "backward; \"1f1b\" (PipeDream-flush) alternates them after a warm-up, holding "
              "at most pipeline - stage micro-batches' activations."},
@@ -374,7 +366,7 @@ static const struct spec_field spec_fields[] = {
              "compute threads take it from the start), instead of letting the kernel move "
              "them."},
     {.name = "dataset.format", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .choices = spec_formats, .def = "\"native\"",
+     .flags = SPEC_F_SWEEP, .choice_at = vocab_format_at, .def = "\"native\"",
      SPEC_AT(train.dataset.format),
      .desc = "mnist, fashion-mnist, cifar10: how the samples are stored. native: the idx or "
              "CIFAR binary files in dataset.path, read whole at start; the others are read "
@@ -384,7 +376,7 @@ static const struct spec_field spec_fields[] = {
              "(records, records-zlib, records-zstd) or a JPEG file's bytes (records-jpeg). "
              "synthetic and text ignore it."},
     {.name = "dataset.storage", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .choices = spec_storages, .def = "\"local\"",
+     .flags = SPEC_F_SWEEP, .choice_at = vocab_storage_at, .def = "\"local\"",
      SPEC_AT(train.dataset.storage),
      .desc = "Emulated storage under the file-backed formats' reads, per rank: local (no "
              "caps), nfs (200 MB/s, 0.5 ms a request, 8 in flight), blob (100 MB/s, 15 ms a "
@@ -457,7 +449,7 @@ static const struct spec_field spec_fields[] = {
      SPEC_AT(train.lr_schedule.gamma), .desc = "step: factor of each decay."},
     /* Appended, not placed beside "strategy": rows keep their order across branches. */
     {.name = "engine", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
-     .choices = spec_engines, .def = "\"ddpbench\"", SPEC_AT(train.engine),
+     .choice_at = vocab_engine_at, .def = "\"ddpbench\"", SPEC_AT(train.engine),
      .desc = "What trains: ddpbench (this project's C worker, every strategy), pytorch "
              "(torch.distributed: ddp = DistributedDataParallel, zero1 = "
              "ZeroRedundancyOptimizer), horovod, tensorflow (MultiWorkerMirroredStrategy), "

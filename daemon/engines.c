@@ -19,6 +19,7 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/vocab.h"
 
 extern char **environ;
 
@@ -162,16 +163,17 @@ static json_t *engines_run_probe(struct engines *en, struct err *e)
 /* What a node that cannot run the probe can still say: its own engine runs. */
 static json_t *engines_fallback(const struct err *why)
 {
-    static const char *const frameworks[] = {"pytorch",   "horovod", "tensorflow",
-                                             "deepspeed", "script",  NULL};
     json_t *list = json_array();
-    json_array_append_new(list, json_pack("{s:s, s:b, s:b, s:n}", "name", "ddpbench",
+    json_array_append_new(list, json_pack("{s:s, s:b, s:b, s:n}", "name",
+                                          vocab_name(VOCAB_ENGINE, VOCAB_ENGINE_DDPBENCH),
                                           "installed", 1, "launched", 1, "reason"));
-    for (int i = 0; frameworks[i]; i++)
-        json_array_append_new(
-            list, json_pack("{s:s, s:b, s:b, s:s++}", "name", frameworks[i], "installed", 0,
-                            "launched", 0, "reason", "the engine probe failed: ", why->msg,
-                            "; install with deploy/install-deps.sh --engines"));
+    for (int i = 0; vocab_name(VOCAB_ENGINE, i); i++)
+        if (i != VOCAB_ENGINE_DDPBENCH)
+            json_array_append_new(
+                list, json_pack("{s:s, s:b, s:b, s:s++}", "name", vocab_name(VOCAB_ENGINE, i),
+                                "installed", 0, "launched", 0, "reason",
+                                "the engine probe failed: ", why->msg,
+                                "; install with deploy/install-deps.sh --engines"));
     return json_pack("{s:o}", "engines", list);
 }
 
@@ -184,7 +186,7 @@ static void engines_mark_script(const struct config *cfg, json_t *all)
     json_array_foreach(json_object_get(all, "engines"), i, row)
     {
         const char *name = json_string_value(json_object_get(row, "name"));
-        if (!name || strcmp(name, "script") != 0)
+        if (!name || strcmp(name, vocab_name(VOCAB_ENGINE, VOCAB_ENGINE_SCRIPT)) != 0)
             continue;
         bool on = cfg->scripts_dir[0] != '\0';
         json_object_set_new(row, "launched", json_boolean(on));

@@ -8,6 +8,7 @@
 
 #include "common/buf.h"
 #include "common/spec.h"
+#include "common/vocab.h"
 
 #define MODEL_MAX_FITS 4096
 #define MODEL_LATEST_SCAN 32 /* finished collective experiments model_fits_latest looks at */
@@ -423,7 +424,7 @@ struct model_req {
     char link_alg[16];
     int worlds[MODEL_MAX_POINTS];
     size_t nworld;
-    int strategies[5];
+    int strategies[PERF_NSTRATEGIES];
     size_t nstrat;
     int ranks_per_node; /* 0: every rank has its cores */
 };
@@ -522,16 +523,17 @@ static int model_parse(const json_t *body, struct model_req *r, struct err *e)
         } else if (strcmp(k, "strategies") == 0) {
             size_t i;
             json_t *x;
-            if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > 5)
-                return model_bad(e, k, "must be a list of 1 to 5 strategies");
+            char names[128];
+            vocab_join(VOCAB_STRATEGY, " or ", names, sizeof names);
+            if (!json_is_array(v) || json_array_size(v) == 0 ||
+                json_array_size(v) > PERF_NSTRATEGIES)
+                return err_set(e, ERR_INVALID, k, "%s: must be a list of 1 to %d strategies", k,
+                               PERF_NSTRATEGIES);
             json_array_foreach(v, i, x)
             {
                 int st = perf_strategy_parse(json_string_value(x));
                 if (st < 0)
-                    return err_set(e, ERR_INVALID, k,
-                                   "strategies[%zu]: must be naive, ddp, horovod, zero1 or "
-                                   "zero2",
-                                   i);
+                    return err_set(e, ERR_INVALID, k, "strategies[%zu]: must be %s", i, names);
                 r->strategies[r->nstrat++] = st;
             }
         } else {
@@ -551,7 +553,7 @@ static int model_parse(const json_t *body, struct model_req *r, struct err *e)
         for (int w = 1; w <= PERF_MAX_WORLD; w *= 2)
             r->worlds[r->nworld++] = w;
     if (r->nstrat == 0)
-        for (int st = 0; st < 5; st++)
+        for (int st = 0; st < PERF_NSTRATEGIES; st++)
             r->strategies[r->nstrat++] = st;
     return 0;
 }
@@ -572,8 +574,6 @@ static bool model_same_compute(const struct db_data_run *a, const struct db_data
     json_decref(y);
     return same;
 }
-
-static const char *const model_strategy_names[] = {"naive", "ddp", "horovod", "zero1", "zero2"};
 
 /* One strategy's curve from base mb (run: its spec). */
 static json_t *model_curve(const struct model_req *r, const struct db_data_run *run,
@@ -605,7 +605,7 @@ static json_t *model_curve(const struct model_req *r, const struct db_data_run *
                     "no network fit for backend %s on %s covers %s: run a collective "
                     "experiment of allreduce, reduce_scatter and all_gather on it, or give a "
                     "link",
-                    net.backend, net.device, model_strategy_names[strat]);
+                    net.backend, net.device, vocab_name(VOCAB_STRATEGY, strat));
             return NULL;
         }
         double samples = samples1 * r->worlds[i];
@@ -630,8 +630,9 @@ static json_t *model_curve(const struct model_req *r, const struct db_data_run *
             exceeds = r->worlds[i];
     }
     return json_pack("{s:I, s:O, s:s, s:o, s:o}", "base_run", (json_int_t)run->id, "params",
-                     run->params, "strategy", model_strategy_names[strat], "points", points,
-                     "comm_exceeds_backward_at", exceeds ? json_integer(exceeds) : json_null());
+                     run->params, "strategy", vocab_name(VOCAB_STRATEGY, strat), "points",
+                     points, "comm_exceeds_backward_at",
+                     exceeds ? json_integer(exceeds) : json_null());
 }
 
 /* The base runs of the request: the run, or the experiment's one-rank runs. */

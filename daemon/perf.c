@@ -234,11 +234,7 @@ double perf_net_time(struct perf_net *net, const char *op, int world, double byt
 
 int perf_strategy_parse(const char *s)
 {
-    static const char *const names[] = {"naive", "ddp", "horovod", "zero1", "zero2"};
-    for (int i = 0; i < 5; i++)
-        if (s && strcmp(s, names[i]) == 0)
-            return i;
-    return -1;
+    return vocab_find(VOCAB_STRATEGY, s);
 }
 
 /* The simulation's running state: one channel, the union of flights. */
@@ -265,11 +261,12 @@ static void perf_chan_run(struct perf_chan *c, double launch, double t)
 /* The buckets a strategy exchanges (tensor ranges in bounds); -1 on no memory. */
 static int perf_buckets(const struct perf_base *b, const struct perf_setup *s, int *bounds)
 {
-    int64_t cap = s->strategy == PERF_HOROVOD ? s->fusion_bytes : s->bucket_bytes;
-    int64_t first = s->strategy == PERF_DDP ? ((int64_t)1 << 20) : cap;
-    if (s->strategy == PERF_NAIVE)
+    enum vocab_bucketing how = vocab_strategy((int)s->strategy)->buckets;
+    int64_t cap = how == VOCAB_BUCKETS_FUSION ? s->fusion_bytes : s->bucket_bytes;
+    int64_t first = how == VOCAB_BUCKETS_SMALL_FIRST ? ((int64_t)1 << 20) : cap;
+    if (how == VOCAB_BUCKETS_PER_TENSOR)
         first = cap = 1; /* every tensor alone */
-    if (s->strategy != PERF_HOROVOD)
+    if (how != VOCAB_BUCKETS_FUSION)
         return buckets_by_size(b->bytes, b->nt, first, cap, bounds);
     return buckets_by_cycle(b->bytes, b->ready_ns, b->nt, (int64_t)(s->cycle_ms * 1e6),
                             s->fusion_bytes, bounds);
@@ -319,7 +316,8 @@ int perf_simulate(const struct perf_base *b, const struct perf_setup *s, struct 
                   struct perf_step *out)
 {
     memset(out, 0, sizeof *out);
-    if (b->nt <= 0 || !b->bytes || !b->ready_ns || s->world < 1)
+    if (b->nt <= 0 || !b->bytes || !b->ready_ns || s->world < 1 ||
+        !vocab_strategy((int)s->strategy))
         return -1;
     int *bounds = malloc(((size_t)b->nt + 1) * sizeof *bounds);
     if (!bounds)
@@ -327,10 +325,9 @@ int perf_simulate(const struct perf_base *b, const struct perf_setup *s, struct 
     int nb = perf_buckets(b, s, bounds);
     double scale = s->compute_scale >= 1 ? s->compute_scale : 1;
     double window = (double)b->backward_ns * 1e-9 * scale;
-    bool zero = s->strategy == PERF_ZERO1 || s->strategy == PERF_ZERO2;
-    bool overlapped = !s->no_spare_core &&
-                      (s->strategy == PERF_DDP || s->strategy == PERF_HOROVOD ||
-                       s->strategy == PERF_ZERO2);
+    const struct vocab_strategy *row = vocab_strategy((int)s->strategy);
+    bool zero = row->shards_optimizer;
+    bool overlapped = !s->no_spare_core && row->overlaps_backward;
     struct perf_chan c = {0};
     const char *op = zero ? "reduce_scatter" : "allreduce";
     int rc = nb < 0 ? -1 : 0;

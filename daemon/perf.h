@@ -37,6 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/vocab.h"
+
 #define PERF_MODEL_VERSION 1
 #define PERF_MAX_WORLD 1024
 
@@ -105,7 +107,10 @@ double perf_net_time(struct perf_net *net, const char *op, int world, double byt
 
 /* ---- the step simulation ------------------------------------------------------------ */
 
-enum perf_strategy { PERF_NAIVE = 0, PERF_DDP, PERF_HOROVOD, PERF_ZERO1, PERF_ZERO2 };
+/* PERF_NAIVE, PERF_DDP, ...: common/vocab.h's strategies, in its order; the simulation
+ * reads their attributes (overlap, sharding, bucketing) from its rows. */
+#define PERF_STRATEGY_ENUM(id, name) PERF_##id,
+enum perf_strategy { VOCAB_STRATEGIES(PERF_STRATEGY_ENUM) PERF_NSTRATEGIES };
 int perf_strategy_parse(const char *s); /* -1 when unknown */
 
 /* What the one-rank run measured (seconds per optimizer step, means over its steps). */

@@ -3,7 +3,8 @@ worker's sharding (worker/data/loader.h) so every engine trains on the same samp
 
 - fashion-mnist / mnist: idx files (gzipped or not, told by the magic bytes), the first
   dataset.samples of the training files; cifar10: the binary batches. Normalized with the
-  same published mean/std as worker/data/dataset.c; NCHW float32, labels int64.
+  same published mean/std as the C worker, read with the model shapes from
+  schema/vocabulary.json (ddpb_vocab); NCHW float32, labels int64.
 - synthetic: values uniform in [-1, 1), labels uniform, one fixed batch reused at every
   step unless dataset.fresh (Horovod's and tf_cnn_benchmarks' synthetic mode, as the C
   worker). Drawn with numpy from the spec's seed: the same distribution as the C worker's
@@ -19,16 +20,20 @@ DeepSpeed) reads data the same way and tests check this module without a framewo
 import gzip
 import os
 import struct
+import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ddpb_vocab  # noqa: E402  (schema/vocabulary.json)
+
 MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
-NORMS = {"mnist": ([0.1307], [0.3081]), "fashion-mnist": ([0.2860], [0.3530]),
-         "cifar10": ([0.4914, 0.4822, 0.4465], [0.2470, 0.2435, 0.2616])}
+NORMS = ddpb_vocab.NORMS  # the C worker's published constants (common/vocab.c)
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"  # Debian's dataset-fashion-mnist
-MODEL_SHAPES = {"mnist-cnn": (1, 28, 28, 10), "lenet5": (1, 28, 28, 10),
-                "alexnet-cifar": (3, 32, 32, 10), "resnet18-cifar": (3, 32, 32, 10)}
+# The model table's MNIST and CIFAR forms (a 10-class head): a synthetic run gives them
+# dataset.classes; any other model trains at the ImageNet shape.
+MODEL_SHAPES = {name: shape for name, shape in ddpb_vocab.MODELS.items() if shape[3] == 10}
 IMAGENET_SHAPE = (3, 224, 224, 1000)
 
 

@@ -28,9 +28,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import ddpb_report  # noqa: E402
 import ddpb_store  # noqa: E402
+import ddpb_vocab  # noqa: E402
 
-ENGINES = {"pytorch": "engine_pytorch.py", "tensorflow": "engine_tensorflow.py",
-           "horovod": "engine_horovod.py", "deepspeed": "engine_deepspeed.py"}
+ENGINES = ddpb_vocab.ADAPTERS  # engine: the adapter each rank runs
 
 
 def free_port(host):

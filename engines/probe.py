@@ -3,9 +3,10 @@
 
 Each framework is imported in a child python3 with a time limit, so a broken or slow
 install (torch's import can take seconds, a CUDA probe can hang) is reported as not
-installed with the reason instead of stalling the caller. What each engine supports is the
-table below, kept equal to common/spec.c's spec_rules for the engine (checked by
-tests/integration/test_engines.py); an engine the daemon does not launch yet says so in
+installed with the reason instead of stalling the caller. The engines, their modules and
+adapters are schema/vocabulary.json's (ddpb_vocab); what each engine supports is the table
+below, kept equal to common/spec.c's spec_rules for the engine (checked by
+tests/integration/test_engines.py, which also checks it names every engine); an engine the daemon does not launch yet says so in
 "launched". Output: {"engines": [{name, installed, version, reason, launched, strategies,
 backends, devices, precisions}, ...]}."""
 import json
@@ -16,6 +17,8 @@ import sys
 TIMEOUT_S = 60
 INSTALL = "install with deploy/install-deps.sh --engines"
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import ddpb_vocab  # noqa: E402  (schema/vocabulary.json)
 
 # The step figures each engine cannot observe (null in its runs' steps), with the reason:
 # the one table, which the adapters report in their env event and GET /v1/engines serves.
@@ -48,32 +51,30 @@ MEMORY_NOT_OBSERVED = {
                       "its own flat partitions (null when no parameter holds one)"),
     "tensorflow": dict(_FRAMEWORK_MEMORY, grads_bytes="Keras keeps no gradient between steps"),
 }
-ALL = ["naive", "ddp", "horovod", "zero1", "zero2"]
-# name: (module to import for its version, or None: part of ddpbench), what it supports.
+ALL = ddpb_vocab.STRATEGIES
+BACKENDS = ddpb_vocab.names("backends")
+# What each engine of schema/vocabulary.json supports, in the order GET /v1/engines lists
+# them (the module each imports for its version and its adapter are the vocabulary's).
 # backends use ddpbench's names (tcp on the CPU = gloo for torch, nccl on cuda).
-ENGINES = {
-    "ddpbench": (None, {"strategies": ALL, "backends": ["tcp", "nccl"],
-                        "devices": ["cpu", "cuda"], "precisions": ["fp32", "fp16", "bf16"],
-                        "compressions": ["none", "fp16", "bf16"]}),
-    "pytorch": ("torch", {"strategies": ["ddp", "zero1"], "backends": ["tcp", "nccl"],
-                          "devices": ["cpu", "cuda"], "precisions": ["fp32"],
-                          "compressions": ["none", "fp16", "bf16"]}),
-    "tensorflow": ("tensorflow", {"strategies": ["ddp"], "backends": ["tcp"],
-                                  "devices": ["cpu"], "precisions": ["fp32"],
-                                  "compressions": ["none"]}),
-    "horovod": ("horovod.torch", {"strategies": ["horovod"], "backends": ["tcp"],
-                                  "devices": ["cpu"], "precisions": ["fp32"],
-                                  "compressions": ["none", "fp16"]}),
-    "deepspeed": ("deepspeed", {"strategies": ["zero1", "zero2"], "backends": ["tcp"],
-                                "devices": ["cpu"], "precisions": ["fp32"],
-                                "compressions": ["none"]}),
+CAPS = {
+    "ddpbench": {"strategies": ALL, "backends": BACKENDS,
+                 "devices": ["cpu", "cuda"], "precisions": ["fp32", "fp16", "bf16"],
+                 "compressions": ["none", "fp16", "bf16"]},
+    "pytorch": {"strategies": ["ddp", "zero1"], "backends": ["tcp", "nccl"],
+                "devices": ["cpu", "cuda"], "precisions": ["fp32"],
+                "compressions": ["none", "fp16", "bf16"]},
+    "tensorflow": {"strategies": ["ddp"], "backends": ["tcp"], "devices": ["cpu"],
+                   "precisions": ["fp32"], "compressions": ["none"]},
+    "horovod": {"strategies": ["horovod"], "backends": ["tcp"], "devices": ["cpu"],
+                "precisions": ["fp32"], "compressions": ["none", "fp16"]},
+    "deepspeed": {"strategies": ["zero1", "zero2"], "backends": ["tcp"], "devices": ["cpu"],
+                  "precisions": ["fp32"], "compressions": ["none"]},
     # a user's program under the daemon's --scripts-dir (the daemon fills in whether it
     # allows one); ddpbench does not interpret the spec's knobs for it: the script reads them
-    "script": (None, {"strategies": ALL, "backends": ["tcp", "nccl"], "devices": ["cpu", "cuda"],
-                      "precisions": ["fp32"], "compressions": ["none", "fp16", "bf16"]}),
+    "script": {"strategies": ALL, "backends": BACKENDS, "devices": ["cpu", "cuda"],
+               "precisions": ["fp32"], "compressions": ["none", "fp16", "bf16"]},
 }
-ADAPTERS = {"pytorch": "engine_pytorch.py", "tensorflow": "engine_tensorflow.py",
-            "horovod": "engine_horovod.py", "deepspeed": "engine_deepspeed.py"}
+ADAPTERS = ddpb_vocab.ADAPTERS
 
 
 def probe_module(module):
@@ -96,7 +97,8 @@ def probe_module(module):
 
 def main():
     out = []
-    for name, (module, caps) in ENGINES.items():
+    for name, caps in CAPS.items():
+        module = ddpb_vocab.ENGINES[name]["module"]
         version, reason = (None, None) if module is None else probe_module(module)
         installed = module is None or version is not None
         adapter = ADAPTERS.get(name)

@@ -15,7 +15,8 @@ The contract's components.schemas.Spec is, in api/openapi.yaml, a $ref to
 schema/spec.schema.json (JSON Schema 2020-12, generated from common/spec.c's field table).
 The served contract must stand alone, so the build replaces that one line by the schema
 itself, translated to OpenAPI 3.0's schema dialect, and fills in SpecField (the spec's
-field names, what group_by takes) from it (openapi_document below).
+field names, what group_by takes) from it, and Strategy and StrategyList from
+schema/vocabulary.json beside it (openapi_document below).
 Decision: the contract stays OpenAPI 3.0.3 rather than becoming 3.1 (which takes 2020-12
 as is), because 3.0 is what client generators (openapi-generator, oapi-codegen, NSwag)
 support fully, and schemathesis handles both alike. The translation is exact: const is a
@@ -41,6 +42,10 @@ def c_bytes(text):
 
 SPEC_REF_LINE = '    Spec: {$ref: "../schema/spec.schema.json"}\n'
 SPEC_FIELD_LINE = "    SpecField: {type: string}\n"
+# The strategy names (a name, and a list of 1 to all of them), from schema/vocabulary.json
+# beside spec.schema.json: the contract's copy of common/vocab.h's list is generated too.
+STRATEGY_LINE = "    Strategy: {type: string}\n"
+STRATEGY_LIST_LINE = "    StrategyList: {type: array}\n"
 # 2020-12 keywords with no OpenAPI 3.0 equivalent: a schema using one cannot be published
 UNSUPPORTED = {"prefixItems", "dependentRequired", "dependentSchemas", "unevaluatedItems",
                "unevaluatedProperties", "patternProperties", "propertyNames", "contains",
@@ -199,13 +204,21 @@ def openapi_document(api_path, spec_schema_path):
         text = f.read()
     with open(spec_schema_path, encoding="utf-8") as f:
         schema = to_oas30(json.load(f))
-    for line in (SPEC_REF_LINE, SPEC_FIELD_LINE):
+    vocabulary_path = os.path.join(os.path.dirname(spec_schema_path), "vocabulary.json")
+    with open(vocabulary_path, encoding="utf-8") as f:
+        strategies = [s["name"] for s in json.load(f)["strategies"]]
+    for line in (SPEC_REF_LINE, SPEC_FIELD_LINE, STRATEGY_LINE, STRATEGY_LIST_LINE):
         if text.count(line) != 1:
             raise ValueError(f"{api_path}: expected the line {line.strip()!r} once")
     body = json.dumps(schema, indent=2).replace("\n", "\n      ")
     fields = {"type": "string", "enum": [f for f in schema["properties"] if f != "sweep"]}
+    strategy = {"type": "string", "enum": strategies}
+    strategy_list = {"type": "array", "minItems": 1, "maxItems": len(strategies),
+                     "items": {"$ref": "#/components/schemas/Strategy"}}
     return text.replace(SPEC_REF_LINE, "    Spec:\n      " + body + "\n").replace(
-        SPEC_FIELD_LINE, f"    SpecField: {json.dumps(fields)}\n")
+        SPEC_FIELD_LINE, f"    SpecField: {json.dumps(fields)}\n").replace(
+        STRATEGY_LINE, f"    Strategy: {json.dumps(strategy)}\n").replace(
+        STRATEGY_LIST_LINE, f"    StrategyList: {json.dumps(strategy_list)}\n")
 
 
 def write_c_text(symbol, out_path, text):

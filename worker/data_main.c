@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "common/clock.h"
+#include "common/vocab.h"
 #include "worker/data/convert.h"
 #include "worker/data/dataset.h"
 
@@ -29,7 +30,8 @@
 #define DATA_MAIN_EXIT_USAGE 2
 #define DATA_MAIN_CHUNK 256
 
-static const char data_main_usage[] =
+/* The --help text; each %s is a list of common/vocab.h's formats (data_main_print_usage). */
+static const char data_main_usage_fmt[] =
     "usage: ddpbench-data convert --name NAME --path DIR [--from FORMAT] --to FORMAT\n"
     "                             [--out ROOT] [--quality Q] [--level L] [--shard-mb M]\n"
     "       ddpbench-data verify --name NAME --path DIR --format FORMAT [--against FORMAT]\n"
@@ -38,11 +40,12 @@ static const char data_main_usage[] =
     "         cifar10), read from DIR as FORMAT (default native: the idx or CIFAR binary\n"
     "         files in DIR; else DIR/FORMAT/), into ROOT/FORMAT/ (ROOT defaults to DIR, where\n"
     "         a spec's dataset.format finds it), in the samples' order.\n"
-    "  --to FORMAT      files-png, files-jpeg (per-sample images and a manifest), records,\n"
-    "                   records-zlib, records-zstd, records-jpeg (shards of samples and an\n"
-    "                   index; records-jpeg stores each as a JPEG file's bytes)\n"
-    "  --quality Q      JPEG quality 1..100 (default 95): files-jpeg, records-jpeg\n"
-    "  --level L        compression level: zlib 1..9, zstd 1..19 (default: the codec's)\n"
+    "  --to FORMAT      %s:\n"
+    "                   per-sample images and a manifest (files-*) or shards of samples and\n"
+    "                   an index (records*; records-jpeg stores each as a JPEG file's bytes)\n"
+    "  --quality Q      JPEG quality 1..100 (default 95): %s\n"
+    "  --level L        compression level (default: the codec's):\n"
+    "                   %s\n"
     "  --shard-mb M     records: shard size in MB (default 64)\n"
     "verify   reads every sample of both splits of DIR/FORMAT (native: DIR) and, with\n"
     "         --against, compares each with the same sample of another format: labels and\n"
@@ -50,10 +53,19 @@ static const char data_main_usage[] =
     "\n"
     "Exit status: 0 done, 1 failed, 2 bad command line.\n";
 
+static void data_main_print_usage(FILE *out)
+{
+    char to[160], lossy[96], levels[96] = "";
+    for (int i = 0; vocab_format(i); i++)
+        if (vocab_format_leveled(vocab_format(i)))
+            snprintf(levels + strlen(levels), sizeof levels - strlen(levels), "%s%s 1..%d",
+                     levels[0] ? ", " : "", vocab_format(i)->name, vocab_format(i)->max_level);
+    fprintf(out, data_main_usage_fmt,
+            vocab_format_join(vocab_format_converted, ", ", to, sizeof to),
+            vocab_format_join(vocab_format_lossy, ", ", lossy, sizeof lossy), levels);
+}
+
 static const char *const data_main_names[] = {"mnist", "fashion-mnist", "cifar10"};
-static const char *const data_main_formats[] = {"native",      "files-png",    "files-jpeg",
-                                                "records",     "records-zlib", "records-zstd",
-                                                "records-jpeg"};
 
 struct data_main_args {
     const char *name, *path, *from, *to, *out, *against;
@@ -166,9 +178,31 @@ static int data_main_check_scope(const struct data_main_args *a, bool convert, i
     return 0;
 }
 
+/* The format options of convert (--level, --quality, --shard-mb) against the --to
+ * format's row. */
+static int data_main_check_format_opts(const struct data_main_args *a,
+                                       const struct vocab_format *to)
+{
+    char names[160];
+    if (a->level && !vocab_format_leveled(to))
+        return data_main_usage_error(
+            "--level applies to %s, not %s",
+            vocab_format_join(vocab_format_leveled, " and ", names, sizeof names), a->to);
+    if (a->level > to->max_level && vocab_format_leveled(to))
+        return data_main_usage_error("--level: %s levels are 1..%d", a->to, to->max_level);
+    if (a->quality && !to->lossy)
+        return data_main_usage_error(
+            "--quality applies to %s, not %s",
+            vocab_format_join(vocab_format_lossy, " and ", names, sizeof names), a->to);
+    if (a->shard_mb && !to->records)
+        return data_main_usage_error("--shard-mb applies to the records formats, not %s",
+                                     a->to);
+    return 0;
+}
+
 static int data_main_check_values(const struct data_main_args *a, bool convert)
 {
-    const size_t nf = sizeof data_main_formats / sizeof data_main_formats[0];
+    char names[160];
     if (!a->name || !a->path || !a->to)
         return data_main_usage_error(convert ? "convert needs --name, --path and --to"
                                              : "verify needs --name, --path and --format");
@@ -178,28 +212,17 @@ static int data_main_check_values(const struct data_main_args *a, bool convert)
     if (!data_main_in(a->name, data_main_names, 3))
         return data_main_usage_error("unknown dataset '%s' (mnist, fashion-mnist, cifar10)",
                                      a->name);
-    if (!data_main_in(a->to, data_main_formats, nf) || (convert && !strcmp(a->to, "native")))
-        return data_main_usage_error(
-            "unknown format '%s' (files-png, files-jpeg, records, records-zlib, records-zstd, "
-            "records-jpeg)",
-            a->to);
-    if (a->from && !data_main_in(a->from, data_main_formats, nf))
+    const struct vocab_format *to = vocab_format(vocab_find(VOCAB_FORMAT, a->to));
+    if (!to || (convert && !vocab_format_converted(to)))
+        return data_main_usage_error("unknown format '%s' (%s)", a->to,
+                                     vocab_format_join(convert ? vocab_format_converted : NULL,
+                                                       ", ", names, sizeof names));
+    if (a->from && vocab_find(VOCAB_FORMAT, a->from) < 0)
         return data_main_usage_error("unknown source format '%s' (native or a converted one)",
                                      a->from);
-    if (a->against && !data_main_in(a->against, data_main_formats, nf))
+    if (a->against && vocab_find(VOCAB_FORMAT, a->against) < 0)
         return data_main_usage_error("unknown format '%s' for --against", a->against);
-    if (a->level && strcmp(a->to, "records-zlib") == 0 && a->level > 9)
-        return data_main_usage_error("--level: zlib levels are 1..9");
-    if (a->level && strcmp(a->to, "records-zlib") && strcmp(a->to, "records-zstd"))
-        return data_main_usage_error("--level applies to records-zlib and records-zstd, not %s",
-                                     a->to);
-    if (a->quality && strcmp(a->to, "files-jpeg") != 0 && strcmp(a->to, "records-jpeg") != 0)
-        return data_main_usage_error("--quality applies to files-jpeg and records-jpeg, not %s",
-                                     a->to);
-    if (a->shard_mb && strncmp(a->to, "records", 7) != 0)
-        return data_main_usage_error("--shard-mb applies to the records formats, not %s",
-                                     a->to);
-    return 0;
+    return data_main_check_format_opts(a, to);
 }
 
 static int data_main_parse(int argc, char **argv, bool convert, struct data_main_args *a)
@@ -210,7 +233,7 @@ static int data_main_parse(int argc, char **argv, bool convert, struct data_main
     optind = 2; /* after the command */
     while ((opt = getopt_long(argc, argv, "", data_main_options, NULL)) != -1) {
         if (opt == OPT_HELP) {
-            fputs(data_main_usage, stdout);
+            data_main_print_usage(stdout);
             exit(0);
         }
         if (opt == '?' || opt == ':')
@@ -432,7 +455,7 @@ int main(int argc, char **argv)
 {
     const char *cmd = argc > 1 ? argv[1] : "";
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-        fputs(data_main_usage, stdout);
+        data_main_print_usage(stdout);
         return 0;
     }
     if (!strcmp(cmd, "convert"))

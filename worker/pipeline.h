@@ -43,12 +43,15 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/vocab.h"
 #include "worker/comm/comm.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/model.h"
 #include "worker/observe.h"
 
-enum pipe_schedule { PIPE_1F1B, PIPE_GPIPE };
+/* PIPE_1F1B, PIPE_GPIPE: common/vocab.h's schedules, in its order. */
+#define PIPE_SCHEDULE_ENUM(id, name) PIPE_##id,
+enum pipe_schedule { VOCAB_SCHEDULES(PIPE_SCHEDULE_ENUM) };
 
 struct pipe_config {
     int stages, micro_batches;

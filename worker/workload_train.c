@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/nvml.h"
 #include "common/model_table.h"
+#include "common/vocab.h"
 #include "worker/comm/wait_note.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
@@ -137,13 +138,13 @@ static int train_open_data(struct trainer *tr, struct err *e)
 static int train_build_stage(struct trainer *tr, struct err *e)
 {
     const struct spec_train *t = tr->t;
-    struct pipe_config pc = {.stages = t->pipeline,
-                             .micro_batches = t->micro_batches,
-                             .schedule = strcmp(t->schedule, "gpipe") == 0 ? PIPE_GPIPE
-                                                                           : PIPE_1F1B,
-                             .batch = t->batch_size,
-                             .balance_time = strcmp(t->pipeline_balance, "time") == 0,
-                             .split = t->pipeline_split};
+    struct pipe_config pc = {
+        .stages = t->pipeline,
+        .micro_batches = t->micro_batches,
+        .schedule = (enum pipe_schedule)vocab_find(VOCAB_SCHEDULE, t->schedule),
+        .batch = t->batch_size,
+        .balance_time = strcmp(t->pipeline_balance, "time") == 0,
+        .split = t->pipeline_split};
     if (pipe_init(&tr->pipe, &pc, &tr->m, tr->comm, e) < 0) {
         pipe_cleanup(&tr->pipe);
         return -1;

@@ -251,6 +251,10 @@ def test_live_responses_match_schemas():
         schema = d.get("/v1/spec/schema")
         with open(os.path.join(SOURCE, "schema", "spec.schema.json")) as f:
             check(schema == json.load(f), "served spec schema is the committed file")
+        vocabulary = d.get("/v1/vocabulary")
+        validate("get", "/v1/vocabulary", 200, vocabulary)
+        with open(os.path.join(SOURCE, "schema", "vocabulary.json")) as f:
+            check(vocabulary == json.load(f), "served vocabulary is schema/vocabulary.json")
     finally:
         d.close()
 

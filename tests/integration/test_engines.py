@@ -107,6 +107,43 @@ def test_report_module_matches_the_c_protocol():
         check("fwd_ms" in str(ex), ex)
 
 
+def test_python_tables_are_the_vocabulary():
+    """What the Python side still keeps is tied to schema/vocabulary.json (common/vocab.h,
+    which test_vocab ties to the C tables): probe.py's capability table names every engine
+    and only the vocabulary's strategies and backends, the launcher's adapters are the
+    vocabulary's and exist, the norms and model shapes ddpb_data uses are the C ones, the
+    per-engine tables of probe.py name only framework engines, and the report types the
+    C protocol checks are the vocabulary's."""
+    import ddpb_launch
+    import ddpb_vocab
+    import probe
+    vocab = json.load(open(os.path.join(SOURCE, "schema", "vocabulary.json")))
+    names = {k: [r["name"] for r in vocab[k]] for k in vocab}
+    check(list(ddpb_vocab.VOCABULARY) == list(vocab), "ddpb_vocab reads schema/vocabulary.json")
+    check(sorted(probe.CAPS) == sorted(names["engines"]), sorted(probe.CAPS))
+    for engine, caps in probe.CAPS.items():
+        check(set(caps["strategies"]) <= set(names["strategies"]), (engine, caps))
+        check(set(caps["backends"]) <= set(names["backends"]), (engine, caps))
+    frameworks = [r["name"] for r in vocab["engines"] if r["framework"]]
+    check(sorted(FRAMEWORKS) == sorted(frameworks), frameworks)
+    adapters = {r["name"]: r["adapter"] for r in vocab["engines"] if r["adapter"]}
+    check(ddpb_launch.ENGINES == adapters == probe.ADAPTERS, ddpb_launch.ENGINES)
+    for adapter in adapters.values():
+        check(os.path.exists(os.path.join(ENGINES_DIR, adapter)), adapter)
+    check(set(probe.NOT_OBSERVED) <= set(frameworks), sorted(probe.NOT_OBSERVED))
+    check(set(probe.MEMORY_NOT_OBSERVED) <= set(frameworks), sorted(probe.MEMORY_NOT_OBSERVED))
+    check(set(STRATEGY) <= set(names["engines"]) and
+          set(STRATEGY.values()) <= set(names["strategies"]), STRATEGY)
+    for row in vocab["norms"]:
+        if row["mean"]:
+            check(ddpb_data.NORMS[row["name"]] == (row["mean"], row["std"]), row)
+    for row in vocab["models"]:
+        shape = (row["channels"], row["height"], row["width"], row["classes"])
+        check(ddpb_data.MODEL_SHAPES.get(row["name"]) == (shape if shape[3] == 10 else None),
+              row)
+    check(set(c_report_fields()) == set(names["reports"]), sorted(c_report_fields()))
+
+
 def test_data_order_is_the_c_workers():
     """ddpb_data's permutation is the C data_permutation (tests/unit/test_data_loader.c
     checks the C side against the same values), and its shards follow the C loader's
@@ -416,6 +453,7 @@ def test_killed_rank_fails_the_run_naming_it():
 
 if __name__ == "__main__":
     sys.exit(run_cases([test_report_module_matches_the_c_protocol,
+                        test_python_tables_are_the_vocabulary,
                         test_data_order_is_the_c_workers,
                         test_models_have_the_c_zoos_parameter_counts,
                         test_engines_endpoint_matches_submit, test_engine_refusals,

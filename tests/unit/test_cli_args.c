@@ -2,6 +2,7 @@
  * command, every kind of mistake as a usage error, the environment's defaults) and for
  * the exit-status contract (cli_exit_for_http, cli_exit_for_outcome, the --help text). */
 #include "cli/args.h"
+#include "common/vocab.h"
 #include "cli/client.h"
 #include "tests/unit/test.h"
 
@@ -302,7 +303,8 @@ static void test_args_dataset(void)
 
 static void test_usage_documents_everything(void)
 {
-    const char *u = args_usage();
+    char buf[ARGS_USAGE_MAX];
+    const char *u = args_usage(buf, sizeof buf);
     static const char *const words[] = {"submit",
                                         "ls",
                                         "show",
@@ -332,6 +334,14 @@ static void test_usage_documents_everything(void)
         T_CHECK_MSG(strstr(u, words[i]) != NULL, "usage lacks '%s'", words[i]);
     for (const char *p = u; *p; p++)
         T_CHECK((unsigned char)*p < 0x80);
+    /* the lists come from common/vocab.h: every converted format and strategy is named */
+    for (int i = 0; vocab_format(i); i++)
+        if (vocab_format_converted(vocab_format(i)))
+            T_CHECK_MSG(strstr(u, vocab_format(i)->name), "usage lacks %s",
+                        vocab_format(i)->name);
+    for (int i = 0; vocab_strategy(i); i++)
+        T_CHECK_MSG(strstr(u, vocab_strategy(i)->name), "usage lacks %s",
+                    vocab_strategy(i)->name);
 }
 
 int main(int argc, char **argv)

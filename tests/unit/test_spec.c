@@ -4,7 +4,8 @@
  * schema/examples/ and common/model_table.h agree with the code.
  *
  * The source tree comes from $DDPB_SOURCE_DIR (meson sets it for unit tests) or the
- * current directory. `test_spec --write-schema PATH` regenerates the schema file. */
+ * current directory. `test_spec --write-schema PATH` regenerates the schema file, `test_spec
+ * --write-vocabulary PATH` schema/vocabulary.json (common/vocab.h). */
 #include <dirent.h>
 #include <inttypes.h>
 #include <regex.h>
@@ -12,6 +13,8 @@
 
 #include "common/model_table.h"
 #include "common/spec.h"
+#include "common/vocab.h"
+#include "tests/unit/json_file.h"
 #include "tests/unit/test.h"
 
 #define W "{\"workload\": \"collective\""
@@ -65,14 +68,7 @@ static const char *get_str(const json_t *obj, const char *key)
 
 static char *schema_text_now(void)
 {
-    json_t *schema = spec_schema_json();
-    char *text = schema ? json_dumps(schema, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(schema);
-    char *out = text ? malloc(strlen(text) + 2) : NULL;
-    if (out)
-        sprintf(out, "%s\n", text);
-    free(text);
-    return out;
+    return json_file_text(spec_schema_json(), 0);
 }
 
 static char *read_whole(const char *path, size_t *len)
@@ -1609,9 +1605,9 @@ static void test_spec_examples_valid(void)
     T_CHECK_MSG(n >= 2, "only %d examples in %s", n, dir);
 }
 
-static int spec_write_schema(const char *path)
+/* Writes text (owned: freed here) to path; 0 or 1 as the exit status. */
+static int spec_write_text(const char *path, char *text)
 {
-    char *text = schema_text_now();
     FILE *f = text ? fopen(path, "w") : NULL;
     int rc = f && fputs(text, f) >= 0 ? 0 : 1;
     if (f && fclose(f) != 0)
@@ -1624,7 +1620,11 @@ static int spec_write_schema(const char *path)
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--write-schema") == 0)
-        return spec_write_schema(argv[2]);
+        return spec_write_text(argv[2], schema_text_now());
+    if (argc == 3 && strcmp(argv[1], "--write-vocabulary") == 0)
+        return spec_write_text(
+            argv[2], /* test_vocab checks it */
+            json_file_text(vocab_json(), JSON_REAL_PRECISION(VOCAB_JSON_REAL_PRECISION)));
     test_begin(argc, argv);
     TEST_RUN(test_spec_defaults);
     TEST_RUN(test_spec_given_values_kept);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/vocab.h"
 #include "ddpb_config.h"
 #include "worker/comm/tcp.h"
 #if DDPB_HAVE_NCCL
@@ -34,7 +35,9 @@ int comm_backend_check(const char *name, struct err *e)
                                         "backend \"nccl\": this ddpbench-worker was built "
                                         "without NCCL (rebuild with meson -Dcuda=enabled "
                                         "-Dnccl=enabled, or -Dnccl_prefix=)");
-    return err_set(e, ERR_INVALID, "backend", "backend \"%s\" is unknown (tcp, nccl)", name);
+    char names[64];
+    return err_set(e, ERR_INVALID, "backend", "backend \"%s\" is unknown (%s)", name,
+                   vocab_join(VOCAB_BACKEND, ", ", names, sizeof names));
 }
 
 /* The TCP backend's busy-polling: automatic, except where the communication thread runs
@@ -46,10 +49,9 @@ static int comm_factory_spin_us(const struct spec *s)
 {
     if (s->workload != SPEC_WORKLOAD_TRAIN)
         return 0;
-    const char *st = s->train.strategy;
-    bool overlaps = strcmp(st, "ddp") == 0 || strcmp(st, "horovod") == 0 ||
-                    strcmp(st, "zero2") == 0;
-    return overlaps ? -1 : 0;
+    const struct vocab_strategy *st = vocab_strategy(
+        vocab_find(VOCAB_STRATEGY, s->train.strategy));
+    return st && st->overlaps_backward ? -1 : 0;
 }
 
 /* The first step for a mesh of world_size ranks in which this one is rank, its store

@@ -17,12 +17,15 @@
 
 #include "worker/data/convert.h"
 #include "worker/data/dataset.h"
+#include "common/vocab.h"
 
 #define CONVERT_CHUNK 256
 #define CONVERT_QUALITY 95  /* JPEG, when none is given */
 #define CONVERT_SHARD_MB 64 /* records, when none is given */
 #define CONVERT_MAX_SHARD_MB ((int64_t)1 << 20)
 
+/* How convert writes one format of common/vocab.h: files or record shards, and the codec
+ * or compression its row names. */
 struct convert_format {
     const char *name;
     bool files; /* per-sample image files; else record shards */
@@ -30,27 +33,26 @@ struct convert_format {
     enum data_record_compression comp;
 };
 
-/* clang-format off */
-static const struct convert_format convert_formats[] = {
-    {"files-png",    true,  DATA_CODEC_PNG,  DATA_RECORD_RAW},
-    {"files-jpeg",   true,  DATA_CODEC_JPEG, DATA_RECORD_RAW},
-    {"records",      false, DATA_CODEC_PNG,  DATA_RECORD_RAW},
-    {"records-zlib", false, DATA_CODEC_PNG,  DATA_RECORD_ZLIB},
-    {"records-zstd", false, DATA_CODEC_PNG,  DATA_RECORD_ZSTD},
-    {"records-jpeg", false, DATA_CODEC_JPEG, DATA_RECORD_JPEG},
-};
-/* clang-format on */
-
-static const struct convert_format *convert_find_format(const char *name, struct err *e)
+static int convert_find_format(const char *name, struct convert_format *out, struct err *e)
 {
-    for (size_t i = 0; i < sizeof convert_formats / sizeof convert_formats[0]; i++)
-        if (strcmp(name, convert_formats[i].name) == 0)
-            return &convert_formats[i];
-    err_set(e, ERR_INVALID, "format",
-            "cannot write format \"%s\" (files-png, files-jpeg, records, records-zlib, "
-            "records-zstd, records-jpeg)",
-            name);
-    return NULL;
+    const struct vocab_format *f = vocab_format(vocab_find(VOCAB_FORMAT, name));
+    if (!f || !vocab_format_converted(f)) {
+        char names[160];
+        return err_set(e, ERR_INVALID, "format", "cannot write format \"%s\" (%s)", name,
+                       vocab_format_join(vocab_format_converted, ", ", names, sizeof names));
+    }
+    static const enum data_record_compression comps[] = {
+        [VOCAB_COMPRESS_NONE] = DATA_RECORD_RAW,
+        [VOCAB_COMPRESS_RAW] = DATA_RECORD_RAW,
+        [VOCAB_COMPRESS_ZLIB] = DATA_RECORD_ZLIB,
+        [VOCAB_COMPRESS_ZSTD] = DATA_RECORD_ZSTD,
+        [VOCAB_COMPRESS_JPEG] = DATA_RECORD_JPEG};
+    *out = (struct convert_format){.name = f->name,
+                                   .files = f->files,
+                                   .codec = f->codec == VOCAB_CODEC_JPEG ? DATA_CODEC_JPEG
+                                                                         : DATA_CODEC_PNG,
+                                   .comp = comps[f->compression]};
+    return 0;
 }
 
 /* The options with their defaults filled in, checked. */
@@ -234,8 +236,10 @@ int data_convert(const struct data_config *src_cfg, const char *out_root,
                  const struct data_convert_opts *opts, struct err *e)
 {
     struct data_convert_opts o;
-    const struct convert_format *fmt = convert_find_format(opts->format, e);
-    if (!fmt || convert_resolve_opts(opts, &o, e) < 0)
+    struct convert_format format;
+    const struct convert_format *fmt = &format;
+    if (convert_find_format(opts->format, &format, e) < 0 ||
+        convert_resolve_opts(opts, &o, e) < 0)
         return -1;
     if (convert_same_place(src_cfg, out_root, fmt->name))
         return err_set(e, ERR_INVALID, "format", "%s/%s: converting a format into itself",

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/vocab.h"
+
 void dataset_destroy(struct dataset *ds)
 {
     if (ds && ds->ops && ds->ops->destroy)
@@ -44,29 +46,27 @@ const char *data_split_name(enum data_split split)
     return split == DATA_SPLIT_TRAIN ? "train" : "test";
 }
 
-struct data_norm_named {
-    const char *name;
-    struct data_norm norm;
-};
+_Static_assert(VOCAB_MAX_NORM_CHANNELS <= DATA_MAX_CHANNELS, "a norm fits struct data_norm");
 
-static const struct data_norm_named data_norm_presets[] = {
-    {"mnist", {1, {0.1307f}, {0.3081f}}},
-    {"fashion-mnist", {1, {0.2860f}, {0.3530f}}},
-    {"cifar10", {3, {0.4914f, 0.4822f, 0.4465f}, {0.2470f, 0.2435f, 0.2616f}}},
-    {"none", {0, {0}, {0}}},
-};
-
+/* The published constants are common/vocab.h's norms (the Python engines read the same
+ * rows from schema/vocabulary.json). */
 int data_norm_preset(const char *name, struct data_norm *out, struct err *e)
 {
-    for (size_t i = 0; i < sizeof data_norm_presets / sizeof data_norm_presets[0]; i++) {
-        if (strcmp(name, data_norm_presets[i].name) == 0) {
-            *out = data_norm_presets[i].norm;
-            return 0;
+    const struct vocab_norm *n = vocab_norm_find(name);
+    if (n) {
+        *out = (struct data_norm){.channels = n->channels};
+        for (int c = 0; c < n->channels && c < VOCAB_MAX_NORM_CHANNELS; c++) {
+            out->mean[c] = n->mean[c];
+            out->std[c] = n->std[c];
         }
+        return 0;
     }
-    return err_set(
-        e, ERR_NOT_FOUND, "dataset.norm",
-        "no published normalization for \"%s\" (mnist, fashion-mnist, cifar10, none)", name);
+    char names[96] = "";
+    for (size_t i = 0; vocab_norm_at(i); i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                 vocab_norm_at(i)->name);
+    return err_set(e, ERR_NOT_FOUND, "dataset.norm",
+                   "no published normalization for \"%s\" (%s)", name, names);
 }
 
 int data_norm_check(const struct data_norm *norm, int channels, struct err *e)

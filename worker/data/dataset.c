@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/vocab.h"
 /* The image options a named dataset gets: its published normalization unless the config
  * overrides it, and the CIFAR augmentation recipe when asked for. */
 static int data_open_opts(const struct data_config *cfg, struct data_image_opts *opts,
@@ -62,16 +63,16 @@ static int data_open_format(const struct data_config *cfg, const char *dir,
                             enum data_split split, const struct data_image_opts *opts, bool idx,
                             struct dataset **out, struct err *e)
 {
-    const char *f = cfg->format[0] ? cfg->format : "native";
-    if (strcmp(f, "native") == 0)
+    const char *f = cfg->format[0] ? cfg->format : vocab_format(VOCAB_FORMAT_NATIVE)->name;
+    const struct vocab_format *row = vocab_format(vocab_find(VOCAB_FORMAT, f));
+    char names[160];
+    if (!row)
+        return err_set(e, ERR_INVALID, "dataset.format", "unknown dataset format \"%s\" (%s)",
+                       f, vocab_join(VOCAB_FORMAT, ", ", names, sizeof names));
+    if (!vocab_format_converted(row))
         return idx ? dataset_idx_open_dir(dir, cfg->name, split, opts, out, e)
                    : dataset_cifar_open_dir(dir, split, opts, out, e);
-    bool files = strncmp(f, "files-", 6) == 0, records = strncmp(f, "records", 7) == 0;
-    if (!files && !records)
-        return err_set(e, ERR_INVALID, "dataset.format",
-                       "unknown dataset format \"%s\" (native, files-png, files-jpeg, records, "
-                       "records-zlib, records-zstd, records-jpeg)",
-                       f);
+    bool files = row->files;
     char sub[sizeof cfg->path + sizeof cfg->format + 2];
     snprintf(sub, sizeof sub, "%s/%s", dir, f);
     int rc = files ? dataset_files_open(sub, cfg->name, split, opts, cfg->storage, out, e)

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/vocab.h"
 
 /* Durations past this (about 11.6 days) are clamped so that a figure no spec would allow
  * still cannot overflow int64 nanoseconds. */
@@ -48,26 +50,21 @@ struct storage_req {
     int64_t read_ns;
 };
 
-/* clang-format off */
-static const struct data_storage_profile storage_profiles[] = {
-    {.name = "local", .read_mbps = 0,   .latency_ms = 0,   .concurrency = 0},
-    {.name = "nfs",   .read_mbps = 200, .latency_ms = 0.5, .concurrency = 8},
-    {.name = "blob",  .read_mbps = 100, .latency_ms = 15,  .concurrency = 32},
-};
-/* clang-format on */
-
-#define STORAGE_NPROFILES ((int)(sizeof storage_profiles / sizeof storage_profiles[0]))
-
+/* The named profiles' figures are common/vocab.h's storages (custom's come from the
+ * spec's dataset.read_*, worker/workload_train.c). */
 int data_storage_profile_get(const char *name, struct data_storage_profile *out, struct err *e)
 {
-    for (int i = 0; name && i < STORAGE_NPROFILES; i++) {
-        if (strcmp(name, storage_profiles[i].name) == 0) {
-            *out = storage_profiles[i];
-            return 0;
-        }
+    const struct vocab_storage *p = vocab_storage(vocab_find(VOCAB_STORAGE, name));
+    if (p && !p->custom) {
+        *out = (struct data_storage_profile){.read_mbps = p->read_mbps,
+                                             .latency_ms = p->latency_ms,
+                                             .concurrency = p->concurrency};
+        snprintf(out->name, sizeof out->name, "%s", p->name);
+        return 0;
     }
-    return err_set(e, ERR_INVALID, "dataset.storage",
-                   "unknown storage profile \"%s\" (local, nfs or blob)", name ? name : "");
+    char names[64];
+    return err_set(e, ERR_INVALID, "dataset.storage", "unknown storage profile \"%s\" (%s)",
+                   name ? name : "", vocab_storage_join_named(" or ", names, sizeof names));
 }
 
 static int storage_check_figure(double v, const char *field, struct err *e)

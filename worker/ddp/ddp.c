@@ -14,8 +14,6 @@
 #include "worker/comm/reduce.h"
 #include "worker/comm/wait_note.h"
 
-static const char *const ddp_strategy_names[] = {"naive", "ddp",   "horovod",
-                                                 "zero1", "zero2", NULL};
 static const char *const ddp_compression_names[] = {"none", "fp16", "bf16", NULL};
 
 static int ddp_name_index(const char *const *names, const char *s)
@@ -28,12 +26,13 @@ static int ddp_name_index(const char *const *names, const char *s)
 
 int ddp_strategy_parse(const char *s)
 {
-    return ddp_name_index(ddp_strategy_names, s);
+    return vocab_find(VOCAB_STRATEGY, s);
 }
 
 const char *ddp_strategy_name(enum ddp_strategy s)
 {
-    return (unsigned)s <= DDP_ZERO2 ? ddp_strategy_names[s] : "?";
+    const char *name = vocab_name(VOCAB_STRATEGY, (int)s);
+    return name ? name : "?";
 }
 
 int ddp_compression_parse(const char *s)
@@ -41,9 +40,15 @@ int ddp_compression_parse(const char *s)
     return ddp_name_index(ddp_compression_names, s);
 }
 
+/* The strategy's row (ddp_init refuses a strategy without one). */
+static const struct vocab_strategy *ddp_row(const struct ddp *d)
+{
+    return vocab_strategy((int)d->cfg.strategy);
+}
+
 static bool ddp_is_zero(const struct ddp *d)
 {
-    return d->cfg.strategy == DDP_ZERO1 || d->cfg.strategy == DDP_ZERO2;
+    return ddp_row(d)->shards_optimizer;
 }
 
 /* The arenas the exchanges and the optimizer work on: the model's, or the device's. */
@@ -97,10 +102,15 @@ static int ddp_group_by_size(const size_t *len, int nt, size_t first_cap, size_t
     return nb;
 }
 
+/* The first bucket's and the others' caps; 1 and 1 when every tensor goes alone. */
 static void ddp_bucket_caps(const struct ddp_config *cfg, size_t *first, size_t *cap)
 {
-    *cap = cfg->strategy == DDP_HOROVOD ? cfg->fusion_bytes : cfg->bucket_bytes;
-    *first = cfg->strategy == DDP_DDP ? DDP_FIRST_BUCKET_BYTES : *cap;
+    const struct vocab_strategy *row = vocab_strategy((int)cfg->strategy);
+    enum vocab_bucketing how = row ? row->buckets : VOCAB_BUCKETS_BY_SIZE;
+    *cap = how == VOCAB_BUCKETS_FUSION ? cfg->fusion_bytes : cfg->bucket_bytes;
+    *first = how == VOCAB_BUCKETS_SMALL_FIRST ? DDP_FIRST_BUCKET_BYTES : *cap;
+    if (how == VOCAB_BUCKETS_PER_TENSOR)
+        *first = *cap = 1;
 }
 
 int ddp_bucket_sizes(const struct nn_model *m, const struct ddp_config *cfg, int64_t *bytes,
@@ -114,8 +124,6 @@ int ddp_bucket_sizes(const struct nn_model *m, const struct ddp_config *cfg, int
     if (off && len && bounds && ddp_tensors(m, off, len, &nt, NULL) == 0) {
         size_t first, bcap;
         ddp_bucket_caps(cfg, &first, &bcap);
-        if (cfg->strategy == DDP_NAIVE)
-            first = bcap = 1; /* every tensor alone */
         int nb = ddp_group_by_size(len, nt, first, bcap, bounds);
         for (int b = 0; b < nb && n < cap; b++) {
             size_t sum = 0;
@@ -167,7 +175,7 @@ int ddp_init(struct ddp *d, const struct ddp_config *cfg, struct comm *c, struct
     d->world = c->world_size;
     d->n = m->nparams;
     d->sync = true;
-    if ((unsigned)cfg->strategy > DDP_ZERO2 || (unsigned)cfg->compression > DDP_COMPRESS_BF16)
+    if (!vocab_strategy((int)cfg->strategy) || (unsigned)cfg->compression > DDP_COMPRESS_BF16)
         return err_set(e, ERR_INVALID, "strategy", "ddp: unknown strategy or compression");
     if (!m->params.data)
         return err_set(e, ERR_INVALID, NULL, "ddp: the model has no parameters yet");
@@ -187,8 +195,6 @@ int ddp_init(struct ddp *d, const struct ddp_config *cfg, struct comm *c, struct
     ddp_bucket_caps(cfg, &first, &cap);
     /* horovod starts with the size-only plan; naive exchanges tensor by tensor */
     int *bounds = d->plan;
-    if (cfg->strategy == DDP_NAIVE)
-        first = cap = 1;
     d->nb = ddp_group_by_size(d->t_len, d->nt, first, cap, bounds);
     if (d->nb < 0)
         goto nomem;
@@ -527,7 +533,7 @@ static void ddp_launch_ready(struct ddp *d)
 void ddp_grad_hook(void *ctx, const struct nn_grad_ready *r)
 {
     struct ddp *d = ctx;
-    if (!d->sync || d->cfg.strategy == DDP_NAIVE || d->cfg.strategy == DDP_ZERO1)
+    if (!d->sync || !ddp_row(d)->overlaps_backward)
         return; /* these exchange after backward */
     size_t lo = r->offset, hi = r->offset + r->len;
     for (int b = 0; b < d->nb; b++) {
@@ -727,7 +733,7 @@ void ddp_set_trace(struct ddp *d, bool on)
 void ddp_memory(const struct ddp *d, const struct nn_optim *o, struct ddp_memory *out)
 {
     int64_t f = (int64_t)sizeof(float), n = (int64_t)d->n;
-    int64_t kept = d->cfg.strategy == DDP_ZERO2 ? (int64_t)d->own_total : n;
+    int64_t kept = ddp_row(d)->shards_gradients ? (int64_t)d->own_total : n;
     out->params = n * f;
     out->buffers = (int64_t)d->m->nbuffers * f;
     out->grads = kept * f;

@@ -65,10 +65,14 @@
 
 #include "worker/comm/comm.h"
 #include "common/err.h"
+#include "common/vocab.h"
 #include "worker/nn/model.h"
 #include "worker/nn/optim.h"
 
-enum ddp_strategy { DDP_NAIVE = 0, DDP_DDP, DDP_HOROVOD, DDP_ZERO1, DDP_ZERO2 };
+/* DDP_NAIVE, DDP_DDP, ...: common/vocab.h's strategies, in its order (its attributes say
+ * which overlap backward, shard the optimizer or the gradients, and how they bucket). */
+#define DDP_STRATEGY_ENUM(id, name) DDP_##id,
+enum ddp_strategy { VOCAB_STRATEGIES(DDP_STRATEGY_ENUM) };
 enum ddp_compression { DDP_COMPRESS_NONE = 0, DDP_COMPRESS_FP16, DDP_COMPRESS_BF16 };
 
 #define DDP_FIRST_BUCKET_BYTES ((size_t)1 << 20) /* PyTorch DDP's first bucket */
