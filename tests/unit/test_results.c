@@ -113,12 +113,12 @@ static struct db_step_row *steps(int repeats, int n, double step_ms, double fast
                                                 .step_ms = step_ms * (1 + 0.1 * r),
                                                 .fastest_ms = fastest_ms,
                                                 .samples = samples,
-                                                .phase_ms = {[DB_PHASE_DATA] = 1.0,
-                                                             [DB_PHASE_FORWARD] = 2.0,
-                                                             [DB_PHASE_BACKWARD] = 3.0,
-                                                             [DB_PHASE_COMM] = 4.0,
-                                                             [DB_PHASE_COMM_EXPOSED] = 1.0,
-                                                             [DB_PHASE_OPTIMIZER] = 0.5}};
+                                                .phase_ms = {[PHASE_DATA] = 1.0,
+                                                             [PHASE_FORWARD] = 2.0,
+                                                             [PHASE_BACKWARD] = 3.0,
+                                                             [PHASE_COMM] = 4.0,
+                                                             [PHASE_COMM_EXPOSED] = 1.0,
+                                                             [PHASE_OPTIMIZER] = 0.5}};
     return a;
 }
 
