@@ -7,7 +7,7 @@
 #include <string.h>
 
 #define PHASE_ROW(id, nm, lab, st, desc)                                                  \
-    [PHASE_##id] = {nm, nm "_ms", lab, st, desc},
+    [PHASE_##id] = {#nm, #nm "_ms", lab, st, desc},
 static const struct phase_info phases_table[PHASE_N] = {PHASES(PHASE_ROW)};
 #undef PHASE_ROW
 
@@ -32,10 +32,10 @@ json_t *phases_json(void)
 #define COLUMN_ROW(id, k, sh, ty, un, lab, gr, desc)                                       \
     [COL_##id] = {k, COLUMN_##sh, CT_##ty, un, lab, CG_##gr, desc},
 #define COLUMN_PHASE_ROW(id, nm, lab, st, desc)                                            \
-    [COL_PHASE_##id] = {nm "_ms", COLUMN_VALUE, CT_NUMBER, "ms", lab, CG_TRAIN,                   \
+    [COL_PHASE_##id] = {#nm "_ms", COLUMN_VALUE, CT_NUMBER, "ms", lab, CG_TRAIN,                   \
                         "mean per step: " desc},
 #define COLUMN_PRED_PHASE_ROW(id, nm, lab, st, desc)                                       \
-    [COL_PRED_PHASE_##id] = {"pred_" nm "_ms", COLUMN_VALUE, CT_NUMBER, "ms", "model " lab,       \
+    [COL_PRED_PHASE_##id] = {"pred_" #nm "_ms", COLUMN_VALUE, CT_NUMBER, "ms", "model " lab,       \
                              CG_PREDICTION, "predicted: " desc},
 static const struct column_info columns_table[COL_N] = {
     COLUMNS_KEY(COLUMN_ROW) COLUMNS_COLLECTIVE(COLUMN_ROW) COLUMNS_TRAIN(COLUMN_ROW)

@@ -24,19 +24,20 @@
 #include <stddef.h>
 
 /* The phases of a training step, in report order (common/report.h's step line, the
- * steps table's columns). X(ID, name, label, stacked, description), the column name
- * "<name>_ms" (a string literal, so SQL text can be built from it); stacked phases add
+ * steps table's columns). X(ID, name, label, stacked, description): name is a bare token,
+ * so the column "<name>_ms" can be a string literal (#name "_ms": SQL text is built from
+ * it) and a struct field (name##_ms: common/report.c's step fields); stacked phases add
  * up to the step (comm is not: it runs beside backward; comm_exposed is its part that
  * did not). */
 #define PHASES(X)                                                                          \
-    X(DATA, "data", "data", true, "waiting for the batch from the loader")             \
-    X(FORWARD, "forward", "forward", true, "the forward pass")                         \
-    X(BACKWARD, "backward", "backward", true, "the backward pass")                     \
-    X(COMM, "comm", "comm", false,                                                     \
+    X(DATA, data, "data", true, "waiting for the batch from the loader")             \
+    X(FORWARD, forward, "forward", true, "the forward pass")                         \
+    X(BACKWARD, backward, "backward", true, "the backward pass")                     \
+    X(COMM, comm, "comm", false,                                                     \
       "gradient communication, overlapped with backward or not")                          \
-    X(COMM_EXPOSED, "comm_exposed", "exposed comm", true,                              \
+    X(COMM_EXPOSED, comm_exposed, "exposed comm", true,                              \
       "the communication not hidden behind backward")                                     \
-    X(OPTIMIZER, "optimizer", "optimizer", true, "the optimizer step")
+    X(OPTIMIZER, optimizer, "optimizer", true, "the optimizer step")
 
 #define PHASE_ENUM(id, name, label, stacked, desc) PHASE_##id,
 enum phase { PHASES(PHASE_ENUM) PHASE_N };

@@ -1601,9 +1601,9 @@ static const struct db_col db_data_run_cols[] = {
 
 /* Per step of a run: the slowest rank's time (the step time), the mean phases over
  * ranks, and the spread between the fastest and the slowest rank. */
-#define DB_PHASE_AVG(id, name, ...) "avg(" name "_ms) AS " name "_ms, "
+#define DB_PHASE_AVG(id, name, ...) "avg(" #name "_ms) AS " #name "_ms, "
 #define DB_PHASE_COL(id, name, ...)                                                        \
-    DB_COL(name "_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[PHASE_##id]),
+    DB_COL(#name "_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[PHASE_##id]),
 static const char SQL_DATA_STEPS[] =
     "SELECT repeat, step, max(step_ms) AS step_ms, min(step_ms) AS fastest_ms, "
     "sum(samples) AS samples, " PHASES(DB_PHASE_AVG)
