@@ -154,9 +154,9 @@ enum column_group {
       "what a rank read from storage per second of its steps")
 
 #define COLUMNS_SCALING(X)                                                                 \
-    X(SPEEDUP, "speedup", VALUE, NUMBER, "×", "speed-up", TRAIN,                          \
+    X(SPEEDUP, "speedup", VALUE, NUMBER, "", "speed-up", TRAIN,                          \
       "throughput over the world_size 1 group's")                                         \
-    X(SPEEDUP_CI95, "speedup_ci95", VALUE, NUMBER, "×", "speed-up ±", TRAIN,              \
+    X(SPEEDUP_CI95, "speedup_ci95", VALUE, NUMBER, "", "speed-up ±", TRAIN,              \
       "the speed-up's 95% half-width")                                                    \
     X(EFFICIENCY, "efficiency", VALUE, NUMBER, "fraction", "efficiency", TRAIN,           \
       "speed-up / world size")
