@@ -72,10 +72,12 @@ static const struct view_result_col view_result_cols[] = {
     {COL_STEP_MS, STAT_P95, VK_NUM, COL_N, STAT_NONE, 0},
     {COL_PHASE_COMM_EXPOSED, STAT_NONE, VK_NUM, COL_N, STAT_NONE, 0},
     {COL_OVERLAP, STAT_NONE, VK_PCT, COL_N, STAT_NONE, 0},
-    {COL_BUBBLE_FRACTION, STAT_NONE, VK_PCT, COL_N, STAT_NONE, VF_HIDE_NULL}, /* pipelines only */
+    {COL_BUBBLE_FRACTION, STAT_NONE, VK_PCT, COL_N, STAT_NONE,
+     VF_HIDE_NULL}, /* pipelines only */
     {COL_BUBBLE_THEORY, STAT_NONE, VK_PCT, COL_N, STAT_NONE, VF_HIDE_NULL},
     {COL_P2P_MS, STAT_NONE, VK_NUM, COL_N, STAT_NONE, VF_HIDE_NULL},
-    {COL_DATA_FRACTION, STAT_NONE, VK_PCT, COL_N, STAT_NONE, VF_HIDE_NULL}, /* the data pipeline */
+    {COL_DATA_FRACTION, STAT_NONE, VK_PCT, COL_N, STAT_NONE,
+     VF_HIDE_NULL}, /* the data pipeline */
     {COL_READ_MBPS, STAT_NONE, VK_NUM, COL_N, STAT_NONE, VF_HIDE_NULL | VF_HIDE_CONST},
     {COL_SPEEDUP, STAT_NONE, VK_STAT, COL_SPEEDUP_CI95, STAT_NONE, VF_COMPARE},
     {COL_EFFICIENCY, STAT_NONE, VK_PCT, COL_N, STAT_NONE, VF_COMPARE},
@@ -131,13 +133,12 @@ static void view_results_cols_fill(struct view_results_cols *v)
     for (size_t i = 0; i < VIEW_NCOLS; i++) {
         const struct view_result_col *r = &view_result_cols[i];
         view_result_head(r, v->head[i], sizeof v->head[i]);
-        v->col[i] = (struct view_col){.key = columns_key(r->c, r->st, v->key[i]),
-                                      .head = v->head[i],
-                                      .kind = r->kind,
-                                      .key2 = r->c2 < COL_N
-                                                  ? columns_key(r->c2, r->st2, v->key2[i])
-                                                  : NULL,
-                                      .flags = r->flags};
+        v->col[i] = (struct view_col){
+            .key = columns_key(r->c, r->st, v->key[i]),
+            .head = v->head[i],
+            .kind = r->kind,
+            .key2 = r->c2 < COL_N ? columns_key(r->c2, r->st2, v->key2[i]) : NULL,
+            .flags = r->flags};
     }
     for (size_t h = 0; h < 2; h++)
         columns_key(view_headline[h], STAT_MEAN, v->headline[h]);

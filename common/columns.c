@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define PHASE_ROW(id, nm, lab, st, desc)                                                  \
-    [PHASE_##id] = {#nm, #nm "_ms", lab, st, desc},
+#define PHASE_ROW(id, nm, lab, st, desc) [PHASE_##id] = {#nm, #nm "_ms", lab, st, desc},
 static const struct phase_info phases_table[PHASE_N] = {PHASES(PHASE_ROW)};
 #undef PHASE_ROW
 
@@ -21,30 +20,24 @@ json_t *phases_json(void)
     json_t *out = json_array();
     for (int p = 0; p < PHASE_N; p++) {
         const struct phase_info *i = phases_get((enum phase)p);
-        json_array_append_new(out, json_pack("{s:s, s:s, s:s, s:i, s:b, s:s}", "name", i->name,
-                                             "key", i->key, "label", i->label, "order", p,
-                                             "stacked", i->stacked, "description",
-                                             i->description));
+        json_array_append_new(out,
+                              json_pack("{s:s, s:s, s:s, s:i, s:b, s:s}", "name", i->name,
+                                        "key", i->key, "label", i->label, "order", p, "stacked",
+                                        i->stacked, "description", i->description));
     }
     return out;
 }
 
-#define COLUMN_ROW(id, k, sh, ty, un, lab, gr, desc)                                       \
+#define COLUMN_ROW(id, k, sh, ty, un, lab, gr, desc)                                           \
     [COL_##id] = {k, COLUMN_##sh, CT_##ty, un, lab, CG_##gr, desc},
-#define COLUMN_PHASE_ROW(id, nm, lab, st, desc)                                            \
-    [COL_PHASE_##id] = {#nm "_ms", COLUMN_VALUE, CT_NUMBER, "ms", lab, CG_TRAIN,                   \
-                        "mean per step: " desc},
-#define COLUMN_PRED_PHASE_ROW(id, nm, lab, st, desc)                                       \
-    [COL_PRED_PHASE_##id] = {"pred_" #nm "_ms", COLUMN_VALUE, CT_NUMBER, "ms", "model " lab,       \
-                             CG_PREDICTION, "predicted: " desc},
+#define COLUMN_PHASE_ROW(id, nm, lab, st, desc)                                                \
+    [COL_PHASE_##id] = {#nm "_ms", COLUMN_VALUE,          CT_NUMBER, "ms", lab,                \
+                        CG_TRAIN,  "mean per step: " desc},
+#define COLUMN_PRED_PHASE_ROW(id, nm, lab, st, desc)                                           \
+    [COL_PRED_PHASE_##id] = {"pred_" #nm "_ms", COLUMN_VALUE,  CT_NUMBER,         "ms",        \
+                             "model " lab,      CG_PREDICTION, "predicted: " desc},
 static const struct column_info columns_table[COL_N] = {
-    COLUMNS_KEY(COLUMN_ROW) COLUMNS_COLLECTIVE(COLUMN_ROW) COLUMNS_TRAIN(COLUMN_ROW)
-        PHASES(COLUMN_PHASE_ROW) COLUMNS_TRAIN_AFTER_PHASES(COLUMN_ROW)
-            COLUMNS_PIPELINE(COLUMN_ROW) COLUMNS_DATA(COLUMN_ROW) COLUMNS_SCALING(COLUMN_ROW)
-                COLUMNS_PRED_HEAD(COLUMN_ROW) PHASES(COLUMN_PRED_PHASE_ROW)
-                    COLUMNS_PREDICTION(COLUMN_ROW) COLUMNS_ACCURACY(COLUMN_ROW)
-                        COLUMNS_MEMORY(COLUMN_ROW) COLUMNS_USAGE(COLUMN_ROW)
-                            COLUMNS_TTA(COLUMN_ROW)};
+    COLUMNS(COLUMN_ROW, COLUMN_PHASE_ROW, COLUMN_PRED_PHASE_ROW)};
 #undef COLUMN_ROW
 #undef COLUMN_PHASE_ROW
 #undef COLUMN_PRED_PHASE_ROW
@@ -115,11 +108,11 @@ json_t *columns_json(void)
         for (size_t k = 0; k < n && i->shape != COLUMN_VALUE; k++)
             json_array_append_new(stats, json_string(columns_stat_suffix[st[k]]));
         json_array_append_new(
-            out, json_pack("{s:s, s:s, s:o, s:s, s:s, s:s, s:s, s:s}", "key", i->key, "shape",
-                           columns_shape_names[i->shape], "stats", stats, "type",
-                           columns_type_names[i->type], "unit", i->unit, "label", i->label,
-                           "group", columns_group_names[i->group], "description",
-                           i->description));
+            out,
+            json_pack("{s:s, s:s, s:o, s:s, s:s, s:s, s:s, s:s}", "key", i->key, "shape",
+                      columns_shape_names[i->shape], "stats", stats, "type",
+                      columns_type_names[i->type], "unit", i->unit, "label", i->label, "group",
+                      columns_group_names[i->group], "description", i->description));
     }
     return out;
 }
@@ -132,8 +125,8 @@ static json_t *columns_prop_schema(const struct column_info *i, enum column_stat
                                          : "number";
     char desc[256];
     if (st == STAT_NONE)
-        snprintf(desc, sizeof desc, "%s%s%s%s", i->description, i->unit[0] ? " (" : "",
-                 i->unit, i->unit[0] ? ")" : "");
+        snprintf(desc, sizeof desc, "%s%s%s%s", i->description, i->unit[0] ? " (" : "", i->unit,
+                 i->unit[0] ? ")" : "");
     else
         snprintf(desc, sizeof desc, "%s of %s", columns_stat_suffix[st], i->description);
     return json_pack("{s:[s,s], s:s}", "type", type, "null", "description", desc);

@@ -110,7 +110,7 @@ static const struct report_field report_heartbeat_fields[] = {
 };
 
 /* A step phase's field: optional, an engine may not observe it (stored as null). */
-#define REPORT_PHASE_FIELD(id, nm, ...)                                                    \
+#define REPORT_PHASE_FIELD(id, nm, ...)                                                        \
     {.name = #nm "_ms", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(nm##_ms)},
 static const struct report_field report_step_fields[] = {
     {.name = "repeat", .kind = REPORT_K_INT, .min = 0, REPORT_STEP_AT(repeat)},

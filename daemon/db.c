@@ -1602,11 +1602,14 @@ static const struct db_col db_data_run_cols[] = {
 /* Per step of a run: the slowest rank's time (the step time), the mean phases over
  * ranks, and the spread between the fastest and the slowest rank. */
 #define DB_PHASE_AVG(id, name, ...) "avg(" #name "_ms) AS " #name "_ms, "
-#define DB_PHASE_COL(id, name, ...)                                                        \
+#define DB_PHASE_COL(id, name, ...)                                                            \
     DB_COL(#name "_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[PHASE_##id]),
+/* the phases' columns are one macro among the SQL's lines: */
+/* clang-format off */
 static const char SQL_DATA_STEPS[] =
     "SELECT repeat, step, max(step_ms) AS step_ms, min(step_ms) AS fastest_ms, "
-    "sum(samples) AS samples, " PHASES(DB_PHASE_AVG)
+    "sum(samples) AS samples, "
+    PHASES(DB_PHASE_AVG)
     "sum(bytes_sent) AS bytes_sent, count(*) AS ranks, sum(bubble_ms) AS bubble_ms, "
     "sum(CASE WHEN bubble_ms IS NOT NULL THEN step_ms END) AS bubble_step_ms, "
     "sum(p2p_ms) AS p2p_ms, count(p2p_ms) AS p2p_ranks, sum(p2p_bytes) AS p2p_bytes, "
@@ -1634,6 +1637,7 @@ static const struct db_col db_data_step_cols[] = {
     DB_COL("read_bytes", DB_COL_REAL_OR_NEG1, struct db_step_row, read_bytes),
     DB_COL("read_ranks", DB_COL_INT, struct db_step_row, read_ranks),
 };
+/* clang-format on */
 
 /* The rows db_get_run returns as JSON, read here into report.h's structs. */
 static const struct db_col db_data_collective_cols[] = {

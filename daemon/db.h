@@ -97,12 +97,12 @@ json_t *db_get_steps(struct db *db, int64_t run_id, int rank, bool include_warmu
 struct db_step_row {
     int repeat;
     int64_t step;
-    double step_ms;              /* the slowest rank's: the step's time */
-    double fastest_ms;           /* the fastest rank's */
-    int64_t samples;             /* all ranks' (a pipeline's replica counted once per stage) */
-    double phase_ms[PHASE_N];    /* mean over ranks, enum phase order */
-    int64_t bytes_sent;          /* all ranks' */
-    int ranks;                   /* ranks that reported the step */
+    double step_ms;           /* the slowest rank's: the step's time */
+    double fastest_ms;        /* the fastest rank's */
+    int64_t samples;          /* all ranks' (a pipeline's replica counted once per stage) */
+    double phase_ms[PHASE_N]; /* mean over ranks, enum phase order */
+    int64_t bytes_sent;       /* all ranks' */
+    int ranks;                /* ranks that reported the step */
     /* Pipeline runs (migration 013), sums over the ranks that reported each; -1 (and a
      * count of 0) where none did, as in every step of a run without a pipeline */
     double bubble_ms;      /* idle time */

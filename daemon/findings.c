@@ -40,6 +40,12 @@ static const char *f_str(const json_t *row, const char *k)
     return s ? s : "";
 }
 
+/* Results column c's text in row ("" where it has none). */
+static const char *f_col_str(const json_t *row, enum column c)
+{
+    return f_str(row, columns_get(c)->key);
+}
+
 /* A finding: text from fmt, where each "%N" (N a digit) is figure N formatted; figures as
  * name, value pairs (nfig of them). A figure that is not finite drops the finding. */
 static void f_add(json_t *out, const char *rule, const char *fmt, int nfig, ...)
@@ -202,8 +208,10 @@ static void f_rule_hidden(const json_t *table, json_t *out)
     json_t *r;
     json_array_foreach(json_object_get(table, "rows"), i, r)
     {
-        double w = findings_col(r, COL_WORLD_SIZE, STAT_NONE), ov = findings_col(r, COL_OVERLAP, STAT_NONE);
-        double comm = findings_col(r, COL_PHASE_COMM, STAT_NONE), exp = findings_col(r, COL_PHASE_COMM_EXPOSED, STAT_NONE);
+        double w = findings_col(r, COL_WORLD_SIZE, STAT_NONE),
+               ov = findings_col(r, COL_OVERLAP, STAT_NONE);
+        double comm = findings_col(r, COL_PHASE_COMM, STAT_NONE),
+               exp = findings_col(r, COL_PHASE_COMM_EXPOSED, STAT_NONE);
         if (!(w > 1) || !isfinite(ov) || !(comm > 0))
             continue;
         char ctx[F_KEY], text[1024];
@@ -233,7 +241,8 @@ static void f_rule_scaling(const json_t *table, json_t *out)
             const json_t *rk = json_array_get(rows, k);
             if (f_in_group(table, k, "world_size", ki) &&
                 isfinite(findings_col(rk, COL_SPEEDUP, STAT_NONE)) &&
-                (!top || findings_col(rk, COL_WORLD_SIZE, STAT_NONE) > findings_col(top, COL_WORLD_SIZE, STAT_NONE)))
+                (!top || findings_col(rk, COL_WORLD_SIZE, STAT_NONE) >
+                             findings_col(top, COL_WORLD_SIZE, STAT_NONE)))
                 top = rk;
         }
         if (!top || !(findings_col(top, COL_WORLD_SIZE, STAT_NONE) > 1))
@@ -259,8 +268,7 @@ static void f_rule_scaling(const json_t *table, json_t *out)
 /* Phase p's mean per step in row r, measured or as predicted. */
 static double f_phase(const json_t *r, enum phase p, bool predicted)
 {
-    return findings_col(r, predicted ? COLUMN_OF_PRED_PHASE(p) : COLUMN_OF_PHASE(p),
-                        STAT_NONE);
+    return findings_col(r, predicted ? COLUMN_OF_PRED_PHASE(p) : COLUMN_OF_PHASE(p), STAT_NONE);
 }
 
 /* Where the measured step departs from the model: the phase that departs most. */
@@ -290,8 +298,10 @@ static void f_model_miss(const json_t *table, const json_t *r, json_t *out)
             worst = p;
         }
     }
-    double err = findings_col(r, COL_PRED_STEP_ERR, STAT_NONE), step = findings_col(r, COL_STEP_MS, STAT_MEAN);
-    double pred = findings_col(r, COL_PRED_STEP_MS, STAT_NONE), w = findings_col(r, COL_WORLD_SIZE, STAT_NONE);
+    double err = findings_col(r, COL_PRED_STEP_ERR, STAT_NONE),
+           step = findings_col(r, COL_STEP_MS, STAT_MEAN);
+    double pred = findings_col(r, COL_PRED_STEP_MS, STAT_NONE),
+           w = findings_col(r, COL_WORLD_SIZE, STAT_NONE);
     double strag = findings_col(r, COL_STRAGGLER_MS, STAT_NONE);
     char ctx[F_KEY], text[1024];
     f_paren(table, r, "strategy", "world_size", ctx, sizeof ctx);
@@ -394,16 +404,17 @@ static void f_rule_busbw(const json_t *table, json_t *out)
         f_first_of_group(table, i, "op", ki, sizeof ki);
         bool first = true; /* no earlier row of this group has this op */
         for (size_t k = 0; k < i && first; k++)
-            first = !(f_in_group(table, k, "op", ki) &&
-                      strcmp(f_str(json_array_get(rows, k), columns_get(COL_OP)->key), f_str(ri, columns_get(COL_OP)->key)) == 0);
+            first = !(
+                f_in_group(table, k, "op", ki) &&
+                strcmp(f_col_str(json_array_get(rows, k), COL_OP), f_col_str(ri, COL_OP)) == 0);
         const json_t *peak = NULL;
         for (size_t k = i; first && k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
             if (!f_in_group(table, k, "op", ki) ||
-                strcmp(f_str(rk, columns_get(COL_OP)->key), f_str(ri, columns_get(COL_OP)->key)) != 0)
+                strcmp(f_col_str(rk, COL_OP), f_col_str(ri, COL_OP)) != 0)
                 continue;
-            if (!peak ||
-                findings_col(rk, COL_BUSBW_GBS, STAT_MEAN) > findings_col(peak, COL_BUSBW_GBS, STAT_MEAN))
+            if (!peak || findings_col(rk, COL_BUSBW_GBS, STAT_MEAN) >
+                             findings_col(peak, COL_BUSBW_GBS, STAT_MEAN))
                 peak = rk;
         }
         if (!first || !peak)
@@ -413,9 +424,9 @@ static void f_rule_busbw(const json_t *table, json_t *out)
         snprintf(text, sizeof text,
                  "%s%s peaks at %%0 GB/s bus bandwidth at %%1 KiB messages (%%2 µs per "
                  "operation).",
-                 f_str(peak, columns_get(COL_OP)->key), ctx);
-        f_add(out, "busbw", text, 3, "busbw_gbs", findings_col(peak, COL_BUSBW_GBS, STAT_MEAN), "kib",
-              findings_col(peak, COL_BYTES, STAT_NONE) / 1024, "time_us",
+                 f_col_str(peak, COL_OP), ctx);
+        f_add(out, "busbw", text, 3, "busbw_gbs", findings_col(peak, COL_BUSBW_GBS, STAT_MEAN),
+              "kib", findings_col(peak, COL_BYTES, STAT_NONE) / 1024, "time_us",
               findings_col(peak, COL_TIME_US, STAT_MEDIAN));
     }
 }

@@ -302,14 +302,17 @@ static void rh_scaling_charts(struct rh *h, const json_t *table, struct rh_set *
             findings_context(table, r, "world_size", NULL, ctx, sizeof ctx);
             double w = findings_col(r, COL_WORLD_SIZE, STAT_NONE);
             snprintf(lab, sizeof lab, "%s", ctx[0] ? ctx : "measured");
-            rh_point(set, rh_series(set, lab, false, true), w, findings_col(r, m, pass ? STAT_NONE : STAT_MEAN),
+            rh_point(set, rh_series(set, lab, false, true), w,
+                     findings_col(r, m, pass ? STAT_NONE : STAT_MEAN),
                      pass ? NAN : findings_col(r, COL_THROUGHPUT, STAT_CI95));
             snprintf(lab, sizeof lab, "%s%smodel", ctx, ctx[0] ? ": " : "");
-            rh_point(set, rh_series(set, lab, true, false), w,
-                     findings_col(r, pass ? COL_PRED_EFFICIENCY : COL_PRED_THROUGHPUT, STAT_NONE),
-                     NAN);
+            rh_point(
+                set, rh_series(set, lab, true, false), w,
+                findings_col(r, pass ? COL_PRED_EFFICIENCY : COL_PRED_THROUGHPUT, STAT_NONE),
+                NAN);
             /* ideal: the one-rank throughput times N (efficiency 1) */
-            double base = findings_col(r, COL_THROUGHPUT, STAT_MEAN) / findings_col(r, COL_SPEEDUP, STAT_NONE);
+            double base = findings_col(r, COL_THROUGHPUT, STAT_MEAN) /
+                          findings_col(r, COL_SPEEDUP, STAT_NONE);
             snprintf(lab, sizeof lab, "%s%sideal", ctx, ctx[0] ? ": " : "");
             rh_point(set, rh_series(set, lab, true, false), w, pass ? 1.0 : base * w, NAN);
         }
@@ -331,8 +334,7 @@ static void rh_scaling_charts(struct rh *h, const json_t *table, struct rh_set *
 /* Phase p's mean per step in row r, measured or (predicted) as the model predicts it. */
 static double rh_phase_ms(const json_t *r, enum phase p, bool predicted)
 {
-    return findings_col(r, predicted ? COLUMN_OF_PRED_PHASE(p) : COLUMN_OF_PHASE(p),
-                        STAT_NONE);
+    return findings_col(r, predicted ? COLUMN_OF_PRED_PHASE(p) : COLUMN_OF_PHASE(p), STAT_NONE);
 }
 
 /* Each configuration's step as stacked phases: measured beside predicted (the phases
@@ -448,7 +450,8 @@ static void rh_busbw_chart(struct rh *h, const json_t *table, struct rh_set *set
         const char *op = json_string_value(json_object_get(r, "op"));
         snprintf(lab, sizeof lab, "%s%s%s", op ? op : "", ctx[0] ? " " : "", ctx);
         rh_point(set, rh_series(set, lab, false, true), findings_col(r, COL_BYTES, STAT_NONE),
-                 findings_col(r, COL_BUSBW_GBS, STAT_MEAN), findings_col(r, COL_BUSBW_GBS, STAT_CI95));
+                 findings_col(r, COL_BUSBW_GBS, STAT_MEAN),
+                 findings_col(r, COL_BUSBW_GBS, STAT_CI95));
     }
     rh_chart(h, "Bus bandwidth against message size", "bytes", "busbw (GB/s)", REPORT_LOGX,
              set->s, set->n);

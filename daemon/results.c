@@ -175,9 +175,11 @@ static json_t *results_key_of(const struct db_data_run *run, const json_t *field
     }
     /* always part of the key, whatever group_by says: figures of ranks sharing one GPU
      * are never pooled with one-rank-per-GPU figures (nor used as their baseline) */
-    json_object_set_new(key, columns_get(COL_EMULATED)->key, json_boolean(run && run->emulated));
+    json_object_set_new(key, columns_get(COL_EMULATED)->key,
+                        json_boolean(run && run->emulated));
     /* likewise figures of ranks that shared CPUs (--cpu-slots above the CPU count) */
-    json_object_set_new(key, columns_get(COL_OVERSUBSCRIBED)->key, json_boolean(run && run->oversubscribed));
+    json_object_set_new(key, columns_get(COL_OVERSUBSCRIBED)->key,
+                        json_boolean(run && run->oversubscribed));
     /* and figures measured over different networks (ddpbenchd --network-profile): a run
      * over an emulated 1 GbE link is not a sample of the host network, nor its baseline */
     json_object_set_new(key, columns_get(COL_NETWORK_PROFILE)->key,
@@ -187,7 +189,8 @@ static json_t *results_key_of(const struct db_data_run *run, const json_t *field
      * do not (the spec's nodes may say 0, "as few as fit": this is what they got). How
      * they were split (ranks_per_node) keys only when grouped by: world sizes a user pools
      * on one node differ in it by definition */
-    json_object_set_new(key, columns_get(COL_NODES)->key, run ? json_integer(run->nodes) : json_null());
+    json_object_set_new(key, columns_get(COL_NODES)->key,
+                        run ? json_integer(run->nodes) : json_null());
     return key;
 }
 

@@ -260,8 +260,9 @@ static void test_view_compare(void)
     struct err e = {0};
     T_OK(view_compare(src, 2, &b, &e));
     const char *s = text(&b);
-    T_CHECK_MSG(strstr(s, "exp  world_size  algorithm  message size      busbw GB/s  n  vs #3\n"),
-                "%s", s);
+    T_CHECK_MSG(
+        strstr(s, "exp  world_size  algorithm  message size      busbw GB/s  n  vs #3\n"), "%s",
+        s);
     T_CHECK_MSG(strstr(s, "vs #3") != NULL, "%s", s);
     /* rows of the same point next to each other, ratios against experiment 3 */
     const char *r1 = strstr(s, "  3           2  ring                 4K");

@@ -9,8 +9,7 @@
 #include "common/columns.h"
 #include "tests/unit/test.h"
 
-static const char *const generated[] = {"schema/result_row.schema.json",
-                                        "schema/columns.json"};
+static const char *const generated[] = {"schema/result_row.schema.json", "schema/columns.json"};
 
 /* The text of generated[i] as the tables make it. Owned. */
 static char *columns_text_now(int i)

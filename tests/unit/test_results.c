@@ -272,7 +272,8 @@ static void test_results_columns_from_table(void)
     struct err e;
     for (int collective = 0; collective < 2; collective++) {
         struct db_experiment_data none = {.id = 7, .runs = NULL, .nruns = 0};
-        snprintf(none.workload, sizeof none.workload, "%s", collective ? "collective" : "train");
+        snprintf(none.workload, sizeof none.workload, "%s",
+                 collective ? "collective" : "train");
         json_t *t = results_build(&none, NULL, 0, &e), *want = expected_columns(collective);
         T_CHECK(t != NULL);
         bool same = json_equal(json_object_get(t, "columns"), want);
