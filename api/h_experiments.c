@@ -16,6 +16,7 @@
 
 #include "daemon/gpu_slots.h"
 #include "api/handlers.h"
+#include "common/columns.h"
 #include "common/log.h"
 #include "daemon/model.h"
 #include "daemon/results.h"
@@ -507,6 +508,9 @@ int h_experiments_results(struct api_ctx *ctx, const struct api_request *req,
         json_decref(table);
         return rep->body ? 0 : -1;
     }
+    /* what each column is, for a client that labels them (the dashboard) */
+    json_object_set_new(table, "column_info", columns_json());
+    json_object_set_new(table, "phases", phases_json());
     rep->json = table;
     return 0;
 }

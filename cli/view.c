@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/table.h"
+#include "common/columns.h"
 
 enum view_kind {
     VK_VALUE,
@@ -38,50 +39,110 @@ struct view_col {
     unsigned flags;
 };
 
-static const struct view_col view_cols[] = {
-    {"op", "op", VK_VALUE, NULL, VF_HIDE_CONST | VF_MATCH | VF_COMPARE},
-    {"dtype", "dtype", VK_VALUE, NULL, VF_HIDE_CONST | VF_MATCH | VF_COMPARE},
-    {"redop", "redop", VK_VALUE, NULL, VF_HIDE_CONST | VF_MATCH | VF_COMPARE},
-    {"inplace", "inplace", VK_VALUE, NULL, VF_HIDE_CONST | VF_MATCH | VF_COMPARE},
-    {"algorithm", "algorithm", VK_VALUE, NULL, VF_HIDE_CONST | VF_COMPARE},
-    {"world_size", "ranks", VK_VALUE, NULL, VF_MATCH | VF_COMPARE},
-    {"bytes", "size", VK_BYTES, NULL, VF_MATCH | VF_COMPARE},
-    {"runs", "runs", VK_INT, NULL, 0},
-    {"busbw_gbs_mean", "busbw GB/s", VK_STAT, "busbw_gbs_ci95", VF_COMPARE},
-    {"busbw_gbs_n", "n", VK_INT, NULL, VF_COMPARE},
-    {"algbw_gbs_mean", "algbw GB/s", VK_NUM, NULL, 0},
-    {"time_us_median", "median us", VK_NUM, NULL, 0},
-    {"time_us_p95", "p95 us", VK_NUM, NULL, 0},
-    {"wrong", "wrong", VK_INT, NULL, 0},
-    {"throughput_mean", "samples/s", VK_STAT, "throughput_ci95", VF_COMPARE},
-    {"throughput_n", "n", VK_INT, NULL, VF_COMPARE},
-    {"step_ms_median", "step ms", VK_NUM, NULL, 0},
-    {"step_ms_p95", "p95 ms", VK_NUM, NULL, 0},
-    {"comm_exposed_ms", "exposed comm ms", VK_NUM, NULL, 0},
-    {"overlap", "overlap", VK_PCT, NULL, 0},
-    {"bubble_fraction", "bubble", VK_PCT, NULL, VF_HIDE_NULL}, /* pipelines only */
-    {"bubble_theory", "bubble theory", VK_PCT, NULL, VF_HIDE_NULL},
-    {"p2p_ms", "p2p ms", VK_NUM, NULL, VF_HIDE_NULL},
-    {"data_fraction", "data wait", VK_PCT, NULL, VF_HIDE_NULL}, /* the data pipeline */
-    {"read_mbps", "read MB/s", VK_NUM, NULL, VF_HIDE_NULL | VF_HIDE_CONST},
-    {"speedup", "speedup", VK_STAT, "speedup_ci95", VF_COMPARE},
-    {"efficiency", "efficiency", VK_PCT, NULL, VF_COMPARE},
-    {"pred_step_ms", "model step ms", VK_NUM, NULL, VF_HIDE_NULL},
-    {"pred_step_err", "model err", VK_PCT, NULL, VF_HIDE_NULL},
-    {"test_acc_mean", "test acc", VK_PCT, NULL, 0},
-    {"train_loss_mean", "loss", VK_NUM, NULL, 0},
-    {"model_state_bytes_mean", "model state", VK_BYTES, NULL, VF_HIDE_NULL},
-    {"peak_rss_bytes_mean", "peak RSS", VK_BYTES, NULL, VF_HIDE_NULL},
-    {"device_peak_bytes_mean", "GPU peak", VK_BYTES, NULL, VF_HIDE_NULL},
-    {"cpu_util_mean", "cores", VK_NUM, NULL, VF_HIDE_NULL},
-    {"gpu_util_pct_mean", "GPU util %", VK_NUM, NULL, VF_HIDE_NULL},
-    {"tta_s_mean", "time to acc s", VK_STAT, "tta_s_ci95", VF_HIDE_NULL | VF_COMPARE},
-    {"tta_reached", "reached", VK_OF, "tta_repeats", VF_HIDE_NULL},
+/* The results table's columns: a statistic of a common/columns.h column, shown as kind,
+ * with a second one for VK_STAT (the interval) and VK_OF (the total); headings come from
+ * the columns table (view_results_cols_fill). */
+struct view_result_col {
+    enum column c;
+    enum column_stat st;
+    enum view_kind kind;
+    enum column c2; /* COL_N: none */
+    enum column_stat st2;
+    unsigned flags;
 };
 
-#define VIEW_NCOLS (sizeof view_cols / sizeof view_cols[0])
+static const struct view_result_col view_result_cols[] = {
+    {COL_OP, STAT_NONE, VK_VALUE, COL_N, STAT_NONE, VF_HIDE_CONST | VF_MATCH | VF_COMPARE},
+    {COL_DTYPE, STAT_NONE, VK_VALUE, COL_N, STAT_NONE, VF_HIDE_CONST | VF_MATCH | VF_COMPARE},
+    {COL_REDOP, STAT_NONE, VK_VALUE, COL_N, STAT_NONE, VF_HIDE_CONST | VF_MATCH | VF_COMPARE},
+    {COL_INPLACE, STAT_NONE, VK_VALUE, COL_N, STAT_NONE, VF_HIDE_CONST | VF_MATCH | VF_COMPARE},
+    {COL_ALGORITHM, STAT_NONE, VK_VALUE, COL_N, STAT_NONE, VF_HIDE_CONST | VF_COMPARE},
+    {COL_WORLD_SIZE, STAT_NONE, VK_VALUE, COL_N, STAT_NONE, VF_MATCH | VF_COMPARE},
+    {COL_BYTES, STAT_NONE, VK_BYTES, COL_N, STAT_NONE, VF_MATCH | VF_COMPARE},
+    {COL_RUNS, STAT_NONE, VK_INT, COL_N, STAT_NONE, 0},
+    {COL_BUSBW_GBS, STAT_MEAN, VK_STAT, COL_BUSBW_GBS, STAT_CI95, VF_COMPARE},
+    {COL_BUSBW_GBS, STAT_N, VK_INT, COL_N, STAT_NONE, VF_COMPARE},
+    {COL_ALGBW_GBS, STAT_MEAN, VK_NUM, COL_N, STAT_NONE, 0},
+    {COL_TIME_US, STAT_MEDIAN, VK_NUM, COL_N, STAT_NONE, 0},
+    {COL_TIME_US, STAT_P95, VK_NUM, COL_N, STAT_NONE, 0},
+    {COL_WRONG, STAT_NONE, VK_INT, COL_N, STAT_NONE, 0},
+    {COL_THROUGHPUT, STAT_MEAN, VK_STAT, COL_THROUGHPUT, STAT_CI95, VF_COMPARE},
+    {COL_THROUGHPUT, STAT_N, VK_INT, COL_N, STAT_NONE, VF_COMPARE},
+    {COL_STEP_MS, STAT_MEDIAN, VK_NUM, COL_N, STAT_NONE, 0},
+    {COL_STEP_MS, STAT_P95, VK_NUM, COL_N, STAT_NONE, 0},
+    {COL_PHASE_COMM_EXPOSED, STAT_NONE, VK_NUM, COL_N, STAT_NONE, 0},
+    {COL_OVERLAP, STAT_NONE, VK_PCT, COL_N, STAT_NONE, 0},
+    {COL_BUBBLE_FRACTION, STAT_NONE, VK_PCT, COL_N, STAT_NONE,
+     VF_HIDE_NULL}, /* pipelines only */
+    {COL_BUBBLE_THEORY, STAT_NONE, VK_PCT, COL_N, STAT_NONE, VF_HIDE_NULL},
+    {COL_P2P_MS, STAT_NONE, VK_NUM, COL_N, STAT_NONE, VF_HIDE_NULL},
+    {COL_DATA_FRACTION, STAT_NONE, VK_PCT, COL_N, STAT_NONE,
+     VF_HIDE_NULL}, /* the data pipeline */
+    {COL_READ_MBPS, STAT_NONE, VK_NUM, COL_N, STAT_NONE, VF_HIDE_NULL | VF_HIDE_CONST},
+    {COL_SPEEDUP, STAT_NONE, VK_STAT, COL_SPEEDUP_CI95, STAT_NONE, VF_COMPARE},
+    {COL_EFFICIENCY, STAT_NONE, VK_PCT, COL_N, STAT_NONE, VF_COMPARE},
+    {COL_PRED_STEP_MS, STAT_NONE, VK_NUM, COL_N, STAT_NONE, VF_HIDE_NULL},
+    {COL_PRED_STEP_ERR, STAT_NONE, VK_PCT, COL_N, STAT_NONE, VF_HIDE_NULL},
+    {COL_TEST_ACC, STAT_MEAN, VK_PCT, COL_N, STAT_NONE, 0},
+    {COL_TRAIN_LOSS, STAT_MEAN, VK_NUM, COL_N, STAT_NONE, 0},
+    {COL_MODEL_STATE_BYTES, STAT_MEAN, VK_BYTES, COL_N, STAT_NONE, VF_HIDE_NULL},
+    {COL_PEAK_RSS_BYTES, STAT_MEAN, VK_BYTES, COL_N, STAT_NONE, VF_HIDE_NULL},
+    {COL_DEVICE_PEAK_BYTES, STAT_MEAN, VK_BYTES, COL_N, STAT_NONE, VF_HIDE_NULL},
+    {COL_CPU_UTIL, STAT_MEAN, VK_NUM, COL_N, STAT_NONE, VF_HIDE_NULL},
+    {COL_GPU_UTIL_PCT, STAT_MEAN, VK_NUM, COL_N, STAT_NONE, VF_HIDE_NULL},
+    {COL_TTA_S, STAT_MEAN, VK_STAT, COL_TTA_S, STAT_CI95, VF_HIDE_NULL | VF_COMPARE},
+    {COL_TTA_REACHED, STAT_NONE, VK_OF, COL_TTA_REPEATS, STAT_NONE, VF_HIDE_NULL},
+};
+
+#define VIEW_NCOLS (sizeof view_result_cols / sizeof view_result_cols[0])
 /* The figure compare relates to the first experiment's, by workload. */
-static const char *const view_headline[] = {"busbw_gbs_mean", "throughput_mean"};
+static const enum column view_headline[] = {COL_BUSBW_GBS, COL_THROUGHPUT}; /* their means */
+
+/* view_result_cols as struct view_col, with the storage of their keys and headings. */
+struct view_results_cols {
+    struct view_col col[VIEW_NCOLS];
+    char key[VIEW_NCOLS][COLUMNS_KEY_MAX], key2[VIEW_NCOLS][COLUMNS_KEY_MAX];
+    char head[VIEW_NCOLS][64];
+    char headline[2][COLUMNS_KEY_MAX];
+};
+
+/* unit in ASCII, as the terminal tables are ("us" for "µs"). */
+static const char *view_ascii_unit(const char *unit)
+{
+    return strcmp(unit, "\xc2\xb5s") == 0 ? "us" : unit;
+}
+
+/* A heading from the columns table: "n" for a count, else the label, the statistic where
+ * it is not the mean, and the unit of a measured figure ("step median ms"; none for
+ * counts, values and fractions shown as %). */
+static void view_result_head(const struct view_result_col *r, char *out, size_t cap)
+{
+    const struct column_info *i = columns_get(r->c);
+    const char *stat = r->st == STAT_MEDIAN ? " median" : r->st == STAT_P95 ? " p95" : "";
+    bool unit = (r->kind == VK_NUM || r->kind == VK_STAT) && i->unit[0] &&
+                strcmp(i->unit, "fraction") != 0;
+    if (r->st == STAT_N)
+        snprintf(out, cap, "n");
+    else
+        snprintf(out, cap, "%s%s%s%s", i->label, stat, unit ? " " : "",
+                 unit ? view_ascii_unit(i->unit) : "");
+}
+
+static void view_results_cols_fill(struct view_results_cols *v)
+{
+    for (size_t i = 0; i < VIEW_NCOLS; i++) {
+        const struct view_result_col *r = &view_result_cols[i];
+        view_result_head(r, v->head[i], sizeof v->head[i]);
+        v->col[i] = (struct view_col){
+            .key = columns_key(r->c, r->st, v->key[i]),
+            .head = v->head[i],
+            .kind = r->kind,
+            .key2 = r->c2 < COL_N ? columns_key(r->c2, r->st2, v->key2[i]) : NULL,
+            .flags = r->flags};
+    }
+    for (size_t h = 0; h < 2; h++)
+        columns_key(view_headline[h], STAT_MEAN, v->headline[h]);
+}
 
 /* --- small helpers ------------------------------------------------------------------ */
 
@@ -168,6 +229,7 @@ struct view_build {
     bool compare;
     const char *keys[TABLE_MAX_COLS]; /* group_by fields (union), borrowed */
     size_t nkeys;
+    struct view_results_cols all; /* every results column, as the table may show it */
     const struct view_col *cols[VIEW_NCOLS];
     size_t ncols;
     json_t *consts; /* owned: hidden constant columns and their value */
@@ -234,7 +296,7 @@ static const json_t *view_constant(const struct view_build *b, const char *key)
 static void view_choose_cols(struct view_build *b)
 {
     for (size_t i = 0; i < VIEW_NCOLS; i++) {
-        const struct view_col *c = &view_cols[i];
+        const struct view_col *c = &b->all.col[i];
         if (view_is_key(b, c->key) || !view_any_has(b, c->key) ||
             (b->compare && !(c->flags & VF_COMPARE)) ||
             ((c->flags & VF_HIDE_NULL) && view_all_null(b, c->key)))
@@ -247,8 +309,8 @@ static void view_choose_cols(struct view_build *b)
         b->cols[b->ncols++] = c;
     }
     for (size_t h = 0; b->compare && h < 2 && !b->headline; h++)
-        if (view_any_has(b, view_headline[h]))
-            b->headline = view_headline[h];
+        if (view_any_has(b, b->all.headline[h]))
+            b->headline = b->all.headline[h];
 }
 
 /* A row's value of key, else its experiment's spec's (borrowed, may be NULL). */
@@ -268,10 +330,10 @@ static char *view_match_of(const struct view_build *b, const struct view_rowref 
         json_object_set_new(m, b->keys[i], v ? json_deep_copy(v) : json_null());
     }
     for (size_t i = 0; m && i < VIEW_NCOLS; i++) {
-        const json_t *v = (view_cols[i].flags & VF_MATCH) ? view_value(b, r, view_cols[i].key)
-                                                          : NULL;
+        const struct view_col *c = &b->all.col[i];
+        const json_t *v = (c->flags & VF_MATCH) ? view_value(b, r, c->key) : NULL;
         if (v)
-            json_object_set(m, view_cols[i].key, (json_t *)v);
+            json_object_set(m, c->key, (json_t *)v);
     }
     char *s = m ? json_dumps(m, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(m);
@@ -457,6 +519,7 @@ static int view_build_run(struct view_build *b, struct buf *out)
 static int view_build(const struct view_src *src, size_t n, bool compare, struct buf *out)
 {
     struct view_build b = {.src = src, .n = n, .compare = compare, .consts = json_object()};
+    view_results_cols_fill(&b.all);
     int rc = view_build_run(&b, out);
     for (size_t r = 0; r < b.nrows; r++)
         free(b.rows[r].match);

@@ -25,6 +25,7 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/columns.h"
 
 #define REPORT_COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -108,6 +109,9 @@ static const struct report_field report_heartbeat_fields[] = {
     {.name = "progress", .kind = REPORT_K_INT64, .min = 0},
 };
 
+/* A step phase's field: optional, an engine may not observe it (stored as null). */
+#define REPORT_PHASE_FIELD(id, nm, ...)                                                        \
+    {.name = #nm "_ms", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(nm##_ms)},
 static const struct report_field report_step_fields[] = {
     {.name = "repeat", .kind = REPORT_K_INT, .min = 0, REPORT_STEP_AT(repeat)},
     {.name = "epoch", .kind = REPORT_K_INT, .min = 0, REPORT_STEP_AT(epoch)},
@@ -115,21 +119,7 @@ static const struct report_field report_step_fields[] = {
     {.name = "warmup", .kind = REPORT_K_BOOL, REPORT_STEP_AT(warmup)},
     {.name = "samples", .kind = REPORT_K_INT, .min = 0, REPORT_STEP_AT(samples)},
     {.name = "loss", .kind = REPORT_K_NUM, REPORT_STEP_AT(loss)},
-    {.name = "data_ms", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(data_ms)},
-    {.name = "forward_ms", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(forward_ms)},
-    {.name = "backward_ms",
-     .kind = REPORT_K_NUM,
-     .optional = true,
-     REPORT_STEP_AT(backward_ms)},
-    {.name = "comm_ms", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(comm_ms)},
-    {.name = "comm_exposed_ms",
-     .kind = REPORT_K_NUM,
-     .optional = true,
-     REPORT_STEP_AT(comm_exposed_ms)},
-    {.name = "optimizer_ms",
-     .kind = REPORT_K_NUM,
-     .optional = true,
-     REPORT_STEP_AT(optimizer_ms)},
+    PHASES(REPORT_PHASE_FIELD) /* data_ms ... optimizer_ms: common/columns.h */
     {.name = "step_ms", .kind = REPORT_K_NUM, REPORT_STEP_AT(step_ms)},
     {.name = "bytes_sent",
      .kind = REPORT_K_INT64,

@@ -1601,11 +1601,15 @@ static const struct db_col db_data_run_cols[] = {
 
 /* Per step of a run: the slowest rank's time (the step time), the mean phases over
  * ranks, and the spread between the fastest and the slowest rank. */
+#define DB_PHASE_AVG(id, name, ...) "avg(" #name "_ms) AS " #name "_ms, "
+#define DB_PHASE_COL(id, name, ...)                                                            \
+    DB_COL(#name "_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[PHASE_##id]),
+/* the phases' columns are one macro among the SQL's lines: */
+/* clang-format off */
 static const char SQL_DATA_STEPS[] =
     "SELECT repeat, step, max(step_ms) AS step_ms, min(step_ms) AS fastest_ms, "
-    "sum(samples) AS samples, avg(data_ms) AS data_ms, avg(forward_ms) AS forward_ms, "
-    "avg(backward_ms) AS backward_ms, avg(comm_ms) AS comm_ms, "
-    "avg(comm_exposed_ms) AS comm_exposed_ms, avg(optimizer_ms) AS optimizer_ms, "
+    "sum(samples) AS samples, "
+    PHASES(DB_PHASE_AVG)
     "sum(bytes_sent) AS bytes_sent, count(*) AS ranks, sum(bubble_ms) AS bubble_ms, "
     "sum(CASE WHEN bubble_ms IS NOT NULL THEN step_ms END) AS bubble_step_ms, "
     "sum(p2p_ms) AS p2p_ms, count(p2p_ms) AS p2p_ranks, sum(p2p_bytes) AS p2p_bytes, "
@@ -1619,14 +1623,7 @@ static const struct db_col db_data_step_cols[] = {
     DB_COL("step_ms", DB_COL_REAL, struct db_step_row, step_ms),
     DB_COL("fastest_ms", DB_COL_REAL, struct db_step_row, fastest_ms),
     DB_COL("samples", DB_COL_INT64, struct db_step_row, samples),
-    DB_COL("data_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[DB_PHASE_DATA]),
-    DB_COL("forward_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[DB_PHASE_FORWARD]),
-    DB_COL("backward_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[DB_PHASE_BACKWARD]),
-    DB_COL("comm_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, phase_ms[DB_PHASE_COMM]),
-    DB_COL("comm_exposed_ms", DB_COL_REAL_OR_NEG1, struct db_step_row,
-           phase_ms[DB_PHASE_COMM_EXPOSED]),
-    DB_COL("optimizer_ms", DB_COL_REAL_OR_NEG1, struct db_step_row,
-           phase_ms[DB_PHASE_OPTIMIZER]),
+    PHASES(DB_PHASE_COL)
     DB_COL("bytes_sent", DB_COL_INT64, struct db_step_row, bytes_sent),
     DB_COL("ranks", DB_COL_INT, struct db_step_row, ranks),
     DB_COL("bubble_ms", DB_COL_REAL_OR_NEG1, struct db_step_row, bubble_ms),
@@ -1640,6 +1637,7 @@ static const struct db_col db_data_step_cols[] = {
     DB_COL("read_bytes", DB_COL_REAL_OR_NEG1, struct db_step_row, read_bytes),
     DB_COL("read_ranks", DB_COL_INT, struct db_step_row, read_ranks),
 };
+/* clang-format on */
 
 /* The rows db_get_run returns as JSON, read here into report.h's structs. */
 static const struct db_col db_data_collective_cols[] = {

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/columns.h"
 #include "common/err.h"
 #include "common/report.h"
 #include "daemon/perf.h"
@@ -91,25 +92,17 @@ json_t *db_get_steps(struct db *db, int64_t run_id, int rank, bool include_warmu
 
 /* An experiment's figures as daemon/results.c aggregates them: typed rows, each filled
  * through a column table checked against its statement's column names (db_rows.h). */
-enum db_phase { /* a step's phases, in report_step's order */
-                DB_PHASE_DATA,
-                DB_PHASE_FORWARD,
-                DB_PHASE_BACKWARD,
-                DB_PHASE_COMM,
-                DB_PHASE_COMM_EXPOSED,
-                DB_PHASE_OPTIMIZER,
-                DB_NPHASES
-};
+/* A step's phases are common/columns.h's PHASES (enum phase, PHASE_N). */
 /* One non-warm-up training step of a run, over its ranks. */
 struct db_step_row {
     int repeat;
     int64_t step;
-    double step_ms;              /* the slowest rank's: the step's time */
-    double fastest_ms;           /* the fastest rank's */
-    int64_t samples;             /* all ranks' (a pipeline's replica counted once per stage) */
-    double phase_ms[DB_NPHASES]; /* mean over ranks */
-    int64_t bytes_sent;          /* all ranks' */
-    int ranks;                   /* ranks that reported the step */
+    double step_ms;           /* the slowest rank's: the step's time */
+    double fastest_ms;        /* the fastest rank's */
+    int64_t samples;          /* all ranks' (a pipeline's replica counted once per stage) */
+    double phase_ms[PHASE_N]; /* mean over ranks, enum phase order */
+    int64_t bytes_sent;       /* all ranks' */
+    int ranks;                /* ranks that reported the step */
     /* Pipeline runs (migration 013), sums over the ranks that reported each; -1 (and a
      * count of 0) where none did, as in every step of a run without a pipeline */
     double bubble_ms;      /* idle time */

@@ -28,10 +28,22 @@ double findings_num(const json_t *row, const char *k)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+double findings_col(const json_t *row, enum column c, enum column_stat st)
+{
+    char key[COLUMNS_KEY_MAX];
+    return findings_num(row, columns_key(c, st, key));
+}
+
 static const char *f_str(const json_t *row, const char *k)
 {
     const char *s = json_string_value(json_object_get(row, k));
     return s ? s : "";
+}
+
+/* Results column c's text in row ("" where it has none). */
+static const char *f_col_str(const json_t *row, enum column c)
+{
+    return f_str(row, columns_get(c)->key);
 }
 
 /* A finding: text from fmt, where each "%N" (N a digit) is figure N formatted; figures as
@@ -147,23 +159,23 @@ static void f_rule_fastest(const json_t *table, json_t *out)
         const json_t *best = NULL, *second = NULL;
         for (size_t k = i; k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
-            double t = findings_num(rk, "throughput_mean");
+            double t = findings_col(rk, COL_THROUGHPUT, STAT_MEAN);
             if (!f_in_group(table, k, "strategy", ki) || !isfinite(t))
                 continue;
-            if (!best || t > findings_num(best, "throughput_mean")) {
+            if (!best || t > findings_col(best, COL_THROUGHPUT, STAT_MEAN)) {
                 second = best;
                 best = rk;
-            } else if (!second || t > findings_num(second, "throughput_mean")) {
+            } else if (!second || t > findings_col(second, COL_THROUGHPUT, STAT_MEAN)) {
                 second = rk;
             }
         }
         if (!best || !second)
             continue;
-        double t1 = findings_num(best, "throughput_mean"),
-               t2 = findings_num(second, "throughput_mean");
-        double c1 = findings_num(best, "throughput_ci95"),
-               c2 = findings_num(second, "throughput_ci95");
-        double w = findings_num(best, "world_size"), ratio = t1 / t2;
+        double t1 = findings_col(best, COL_THROUGHPUT, STAT_MEAN),
+               t2 = findings_col(second, COL_THROUGHPUT, STAT_MEAN);
+        double c1 = findings_col(best, COL_THROUGHPUT, STAT_CI95),
+               c2 = findings_col(second, COL_THROUGHPUT, STAT_CI95);
+        double w = findings_col(best, COL_WORLD_SIZE, STAT_NONE), ratio = t1 / t2;
         char ctx[F_KEY], text[1024];
         f_paren(table, best, "strategy", "world_size", ctx, sizeof ctx);
         if (isfinite(c1) && isfinite(c2)) {
@@ -196,8 +208,10 @@ static void f_rule_hidden(const json_t *table, json_t *out)
     json_t *r;
     json_array_foreach(json_object_get(table, "rows"), i, r)
     {
-        double w = findings_num(r, "world_size"), ov = findings_num(r, "overlap");
-        double comm = findings_num(r, "comm_ms"), exp = findings_num(r, "comm_exposed_ms");
+        double w = findings_col(r, COL_WORLD_SIZE, STAT_NONE),
+               ov = findings_col(r, COL_OVERLAP, STAT_NONE);
+        double comm = findings_col(r, COL_PHASE_COMM, STAT_NONE),
+               exp = findings_col(r, COL_PHASE_COMM_EXPOSED, STAT_NONE);
         if (!(w > 1) || !isfinite(ov) || !(comm > 0))
             continue;
         char ctx[F_KEY], text[1024];
@@ -226,59 +240,69 @@ static void f_rule_scaling(const json_t *table, json_t *out)
         for (size_t k = i; k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
             if (f_in_group(table, k, "world_size", ki) &&
-                isfinite(findings_num(rk, "speedup")) &&
-                (!top || findings_num(rk, "world_size") > findings_num(top, "world_size")))
+                isfinite(findings_col(rk, COL_SPEEDUP, STAT_NONE)) &&
+                (!top || findings_col(rk, COL_WORLD_SIZE, STAT_NONE) >
+                             findings_col(top, COL_WORLD_SIZE, STAT_NONE)))
                 top = rk;
         }
-        if (!top || !(findings_num(top, "world_size") > 1))
+        if (!top || !(findings_col(top, COL_WORLD_SIZE, STAT_NONE) > 1))
             continue;
         char ctx[F_KEY], text[1024];
         findings_context(table, top, "world_size", NULL, ctx, sizeof ctx);
-        double ci = findings_num(top, "speedup_ci95");
+        double ci = findings_col(top, COL_SPEEDUP_CI95, STAT_NONE);
         snprintf(text, sizeof text,
                  "%s%sreaches a speed-up of %%0%s at %%1 ranks over one rank: %%2 %% scaling "
                  "efficiency.",
                  ctx[0] ? ctx : "", ctx[0] ? " " : "", isfinite(ci) ? " (95% CI ± %3)" : "");
         if (isfinite(ci))
-            f_add(out, "scaling", text, 4, "speedup", findings_num(top, "speedup"),
-                  "world_size", findings_num(top, "world_size"), "efficiency_pct",
-                  findings_num(top, "efficiency") * 100, "speedup_ci95", ci);
+            f_add(out, "scaling", text, 4, "speedup", findings_col(top, COL_SPEEDUP, STAT_NONE),
+                  "world_size", findings_col(top, COL_WORLD_SIZE, STAT_NONE), "efficiency_pct",
+                  findings_col(top, COL_EFFICIENCY, STAT_NONE) * 100, "speedup_ci95", ci);
         else
-            f_add(out, "scaling", text, 3, "speedup", findings_num(top, "speedup"),
-                  "world_size", findings_num(top, "world_size"), "efficiency_pct",
-                  findings_num(top, "efficiency") * 100);
+            f_add(out, "scaling", text, 3, "speedup", findings_col(top, COL_SPEEDUP, STAT_NONE),
+                  "world_size", findings_col(top, COL_WORLD_SIZE, STAT_NONE), "efficiency_pct",
+                  findings_col(top, COL_EFFICIENCY, STAT_NONE) * 100);
     }
+}
+
+/* Phase p's mean per step in row r, measured or as predicted. */
+static double f_phase(const json_t *r, enum phase p, bool predicted)
+{
+    return findings_col(r, predicted ? COLUMN_OF_PRED_PHASE(p) : COLUMN_OF_PHASE(p), STAT_NONE);
 }
 
 /* Where the measured step departs from the model: the phase that departs most. */
 static void f_model_miss(const json_t *table, const json_t *r, json_t *out)
 {
     static const struct {
-        const char *meas, *pred, *cause;
+        enum phase phase;
+        const char *cause;
     } phases[] = {
-        {"comm_exposed_ms", "pred_comm_exposed_ms",
+        {PHASE_COMM_EXPOSED,
          "exposed communication: the exchanges took longer inside training than the "
          "collective benchmark's fit says (the communication thread competing with backward "
          "for the cores, or a network slower under load)"},
-        {"backward_ms", "pred_backward_ms",
+        {PHASE_BACKWARD,
          "backward compute: slower than at one rank (ranks sharing cores or memory bandwidth)"},
-        {"forward_ms", "pred_forward_ms",
+        {PHASE_FORWARD,
          "forward compute: slower than at one rank (ranks sharing cores or memory bandwidth)"},
-        {"data_ms", "pred_data_ms", "data loading"},
-        {"optimizer_ms", "pred_optimizer_ms", "the optimizer step"},
+        {PHASE_DATA, "data loading"},
+        {PHASE_OPTIMIZER, "the optimizer step"},
     };
     int worst = -1;
     double worst_d = 0;
     for (int p = 0; p < (int)(sizeof phases / sizeof *phases); p++) {
-        double d = findings_num(r, phases[p].meas) - findings_num(r, phases[p].pred);
+        double d = f_phase(r, phases[p].phase, false) - f_phase(r, phases[p].phase, true);
         if (isfinite(d) && fabs(d) > fabs(worst_d)) {
             worst_d = d;
             worst = p;
         }
     }
-    double err = findings_num(r, "pred_step_err"), step = findings_num(r, "step_ms_mean");
-    double pred = findings_num(r, "pred_step_ms"), w = findings_num(r, "world_size");
-    double strag = findings_num(r, "straggler_ms");
+    double err = findings_col(r, COL_PRED_STEP_ERR, STAT_NONE),
+           step = findings_col(r, COL_STEP_MS, STAT_MEAN);
+    double pred = findings_col(r, COL_PRED_STEP_MS, STAT_NONE),
+           w = findings_col(r, COL_WORLD_SIZE, STAT_NONE);
+    double strag = findings_col(r, COL_STRAGGLER_MS, STAT_NONE);
     char ctx[F_KEY], text[1024];
     f_paren(table, r, "strategy", "world_size", ctx, sizeof ctx);
     const char *who = json_is_string(json_object_get(r, "strategy")) ? f_str(r, "strategy")
@@ -296,8 +320,8 @@ static void f_model_miss(const json_t *table, const json_t *r, json_t *out)
                : "");
     f_add(out, "model_miss", text, strags ? 7 : 6, "world_size", w, "measured_step_ms", step,
           "error_pct", fabs(err) * 100, "predicted_step_ms", pred, "measured_phase_ms",
-          findings_num(r, phases[worst].meas), "predicted_phase_ms",
-          findings_num(r, phases[worst].pred), "straggler_ms", strag);
+          f_phase(r, phases[worst].phase, false), "predicted_phase_ms",
+          f_phase(r, phases[worst].phase, true), "straggler_ms", strag);
 }
 
 /* How well the model agrees overall, then each configuration it misses. */
@@ -308,8 +332,8 @@ static void f_rule_model(const json_t *table, json_t *out)
     json_t *r;
     json_array_foreach(json_object_get(table, "rows"), i, r)
     {
-        double err = findings_num(r, "pred_step_err");
-        if (!isfinite(err) || !(findings_num(r, "world_size") > 1))
+        double err = findings_col(r, COL_PRED_STEP_ERR, STAT_NONE);
+        if (!isfinite(err) || !(findings_col(r, COL_WORLD_SIZE, STAT_NONE) > 1))
             continue;
         total++;
         sum += fabs(err);
@@ -338,20 +362,20 @@ static void f_rule_accuracy(const json_t *table, json_t *out)
         const json_t *hi = NULL, *lo = NULL;
         for (size_t k = i; first && k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
-            double a = findings_num(rk, "test_acc_mean");
+            double a = findings_col(rk, COL_TEST_ACC, STAT_MEAN);
             if (!f_in_group(table, k, "strategy", ki) || !isfinite(a))
                 continue;
-            if (!hi || a > findings_num(hi, "test_acc_mean"))
+            if (!hi || a > findings_col(hi, COL_TEST_ACC, STAT_MEAN))
                 hi = rk;
-            if (!lo || a < findings_num(lo, "test_acc_mean"))
+            if (!lo || a < findings_col(lo, COL_TEST_ACC, STAT_MEAN))
                 lo = rk;
         }
         if (!hi || hi == lo)
             continue;
-        double a1 = findings_num(hi, "test_acc_mean") * 100,
-               a2 = findings_num(lo, "test_acc_mean") * 100;
-        double c1 = findings_num(hi, "test_acc_ci95") * 100,
-               c2 = findings_num(lo, "test_acc_ci95") * 100;
+        double a1 = findings_col(hi, COL_TEST_ACC, STAT_MEAN) * 100,
+               a2 = findings_col(lo, COL_TEST_ACC, STAT_MEAN) * 100;
+        double c1 = findings_col(hi, COL_TEST_ACC, STAT_CI95) * 100,
+               c2 = findings_col(lo, COL_TEST_ACC, STAT_CI95) * 100;
         char ctx[F_KEY], text[1024];
         f_paren(table, hi, "strategy", NULL, ctx, sizeof ctx);
         bool apart = a1 - c1 > a2 + c2;
@@ -380,16 +404,17 @@ static void f_rule_busbw(const json_t *table, json_t *out)
         f_first_of_group(table, i, "op", ki, sizeof ki);
         bool first = true; /* no earlier row of this group has this op */
         for (size_t k = 0; k < i && first; k++)
-            first = !(f_in_group(table, k, "op", ki) &&
-                      strcmp(f_str(json_array_get(rows, k), "op"), f_str(ri, "op")) == 0);
+            first = !(
+                f_in_group(table, k, "op", ki) &&
+                strcmp(f_col_str(json_array_get(rows, k), COL_OP), f_col_str(ri, COL_OP)) == 0);
         const json_t *peak = NULL;
         for (size_t k = i; first && k < n; k++) {
             const json_t *rk = json_array_get(rows, k);
             if (!f_in_group(table, k, "op", ki) ||
-                strcmp(f_str(rk, "op"), f_str(ri, "op")) != 0)
+                strcmp(f_col_str(rk, COL_OP), f_col_str(ri, COL_OP)) != 0)
                 continue;
-            if (!peak ||
-                findings_num(rk, "busbw_gbs_mean") > findings_num(peak, "busbw_gbs_mean"))
+            if (!peak || findings_col(rk, COL_BUSBW_GBS, STAT_MEAN) >
+                             findings_col(peak, COL_BUSBW_GBS, STAT_MEAN))
                 peak = rk;
         }
         if (!first || !peak)
@@ -399,10 +424,10 @@ static void f_rule_busbw(const json_t *table, json_t *out)
         snprintf(text, sizeof text,
                  "%s%s peaks at %%0 GB/s bus bandwidth at %%1 KiB messages (%%2 µs per "
                  "operation).",
-                 f_str(peak, "op"), ctx);
-        f_add(out, "busbw", text, 3, "busbw_gbs", findings_num(peak, "busbw_gbs_mean"), "kib",
-              findings_num(peak, "bytes") / 1024, "time_us",
-              findings_num(peak, "time_us_median"));
+                 f_col_str(peak, COL_OP), ctx);
+        f_add(out, "busbw", text, 3, "busbw_gbs", findings_col(peak, COL_BUSBW_GBS, STAT_MEAN),
+              "kib", findings_col(peak, COL_BYTES, STAT_NONE) / 1024, "time_us",
+              findings_col(peak, COL_TIME_US, STAT_MEDIAN));
     }
 }
 

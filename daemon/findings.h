@@ -21,6 +21,8 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "common/columns.h"
+
 #define FINDINGS_MODEL_TOLERANCE 0.15 /* a prediction within 15 % agrees */
 
 /* tables: borrowed results tables (training or collective); fits: borrowed array of fit
@@ -32,6 +34,8 @@ void findings_context(const json_t *table, const json_t *row, const char *skip1,
                       const char *skip2, char *out, size_t cap);
 /* row[k] as a number, NaN when absent or not a number (null: not measured). */
 double findings_num(const json_t *row, const char *k);
+/* Results column c's statistic st in row as a number (findings_num of its key). */
+double findings_col(const json_t *row, enum column c, enum column_stat st);
 /* v with three significant digits ("812", "1.32", "0.0451"), as findings write numbers. */
 void findings_fmt(char *out, size_t cap, double v);
 

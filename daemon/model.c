@@ -272,25 +272,25 @@ int model_base_of(const struct db_data_run *run, struct model_base *mb, const ch
         mb->bytes[t] = (int64_t)json_integer_value(json_array_get(p, 0));
         mb->ready[t] = (int64_t)json_integer_value(json_array_get(p, 1));
     }
-    double sum[DB_NPHASES] = {0};
-    size_t cnt[DB_NPHASES] = {0};
+    double sum[PHASE_N] = {0};
+    size_t cnt[PHASE_N] = {0};
     for (size_t i = 0; i < run->nsteps; i++)
         mb->steps[i] = run->steps[i].step_ms * 1e-3;
     qsort(mb->steps, run->nsteps, sizeof *mb->steps, model_cmp_double);
     for (size_t i = 0; i < run->nsteps; i++)
-        for (int p = 0; p < DB_NPHASES; p++)
+        for (int p = 0; p < PHASE_N; p++)
             if (run->steps[i].phase_ms[p] >= 0) {
                 sum[p] += run->steps[i].phase_ms[p];
                 cnt[p]++;
             }
-    double ms[DB_NPHASES];
-    for (int p = 0; p < DB_NPHASES; p++)
+    double ms[PHASE_N];
+    for (int p = 0; p < PHASE_N; p++)
         ms[p] = cnt[p] ? sum[p] / (double)cnt[p] * 1e-3 : 0;
-    mb->b = (struct perf_base){.data_s = ms[DB_PHASE_DATA],
-                               .forward_s = ms[DB_PHASE_FORWARD],
-                               .backward_s = ms[DB_PHASE_BACKWARD],
-                               .optimizer_s = ms[DB_PHASE_OPTIMIZER],
-                               .local_s = ms[DB_PHASE_COMM_EXPOSED],
+    mb->b = (struct perf_base){.data_s = ms[PHASE_DATA],
+                               .forward_s = ms[PHASE_FORWARD],
+                               .backward_s = ms[PHASE_BACKWARD],
+                               .optimizer_s = ms[PHASE_OPTIMIZER],
+                               .local_s = ms[PHASE_COMM_EXPOSED],
                                .nt = (int)nt,
                                .bytes = mb->bytes,
                                .ready_ns = mb->ready,

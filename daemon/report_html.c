@@ -11,6 +11,7 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
+#include "common/columns.h"
 #include "daemon/findings.h"
 #include "daemon/model.h"
 #include "daemon/results.h"
@@ -294,20 +295,24 @@ static void rh_scaling_charts(struct rh *h, const json_t *table, struct rh_set *
         set->n = 0;
         size_t i;
         json_t *r;
-        const char *m = pass ? "efficiency" : "throughput_mean";
+        enum column m = pass ? COL_EFFICIENCY : COL_THROUGHPUT;
         json_array_foreach(json_object_get(table, "rows"), i, r)
         {
             char ctx[140], lab[160];
             findings_context(table, r, "world_size", NULL, ctx, sizeof ctx);
-            double w = findings_num(r, "world_size");
+            double w = findings_col(r, COL_WORLD_SIZE, STAT_NONE);
             snprintf(lab, sizeof lab, "%s", ctx[0] ? ctx : "measured");
-            rh_point(set, rh_series(set, lab, false, true), w, findings_num(r, m),
-                     pass ? NAN : findings_num(r, "throughput_ci95"));
+            rh_point(set, rh_series(set, lab, false, true), w,
+                     findings_col(r, m, pass ? STAT_NONE : STAT_MEAN),
+                     pass ? NAN : findings_col(r, COL_THROUGHPUT, STAT_CI95));
             snprintf(lab, sizeof lab, "%s%smodel", ctx, ctx[0] ? ": " : "");
-            rh_point(set, rh_series(set, lab, true, false), w,
-                     findings_num(r, pass ? "pred_efficiency" : "pred_throughput"), NAN);
+            rh_point(
+                set, rh_series(set, lab, true, false), w,
+                findings_col(r, pass ? COL_PRED_EFFICIENCY : COL_PRED_THROUGHPUT, STAT_NONE),
+                NAN);
             /* ideal: the one-rank throughput times N (efficiency 1) */
-            double base = findings_num(r, "throughput_mean") / findings_num(r, "speedup");
+            double base = findings_col(r, COL_THROUGHPUT, STAT_MEAN) /
+                          findings_col(r, COL_SPEEDUP, STAT_NONE);
             snprintf(lab, sizeof lab, "%s%sideal", ctx, ctx[0] ? ": " : "");
             rh_point(set, rh_series(set, lab, true, false), w, pass ? 1.0 : base * w, NAN);
         }
@@ -326,13 +331,21 @@ static void rh_scaling_charts(struct rh *h, const json_t *table, struct rh_set *
     }
 }
 
-/* Each configuration's step as stacked phases: measured beside predicted. */
+/* Phase p's mean per step in row r, measured or (predicted) as the model predicts it. */
+static double rh_phase_ms(const json_t *r, enum phase p, bool predicted)
+{
+    return findings_col(r, predicted ? COLUMN_OF_PRED_PHASE(p) : COLUMN_OF_PHASE(p), STAT_NONE);
+}
+
+/* Each configuration's step as stacked phases: measured beside predicted (the phases
+ * that add up to the step, common/columns.h). */
 static void rh_phase_chart(struct rh *h, const json_t *table)
 {
-    static const char *const ph[] = {"data_ms", "forward_ms", "backward_ms", "comm_exposed_ms",
-                                     "optimizer_ms"};
-    static const char *const names[] = {"data", "forward", "backward", "exposed comm",
-                                        "optimizer"};
+    enum phase ph[PHASE_N];
+    int nph = 0;
+    for (int k = 0; k < PHASE_N; k++)
+        if (phases_get((enum phase)k)->stacked)
+            ph[nph++] = (enum phase)k;
     const json_t *rows = json_object_get(table, "rows");
     size_t n = json_array_size(rows), i;
     json_t *r;
@@ -340,10 +353,8 @@ static void rh_phase_chart(struct rh *h, const json_t *table)
     json_array_foreach(rows, i, r) for (int p = 0; p < 2; p++)
     {
         double sum = 0;
-        for (int k = 0; k < 5; k++) {
-            char key[48];
-            snprintf(key, sizeof key, "%s%s", p ? "pred_" : "", ph[k]);
-            double v = findings_num(r, key);
+        for (int k = 0; k < nph; k++) {
+            double v = rh_phase_ms(r, ph[k], p);
             sum += isfinite(v) ? v : 0;
         }
         top = fmax(top, sum);
@@ -359,11 +370,11 @@ static void rh_phase_chart(struct rh *h, const json_t *table)
         "class='tt'>Step phases per configuration: measured (solid) and predicted "
         "(hatched), ms</text>",
         height);
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < nph; k++)
         rh_printf(h,
                   "<rect x='%d' y='28' width='12' height='10' fill='%s'/><text x='%d' y='37' "
                   "class='tk'>%s</text>",
-                  230 + k * 110, rh_colors[k], 246 + k * 110, names[k]);
+                  230 + k * 110, rh_colors[k], 246 + k * 110, phases_get(ph[k])->label);
     json_array_foreach(rows, i, r)
     {
         double y = 50 + (double)i * (2 * bar + gap);
@@ -375,10 +386,8 @@ static void rh_phase_chart(struct rh *h, const json_t *table)
         rh_printf(h, "</text>");
         for (int p = 0; p < 2; p++) {
             double x = left;
-            for (int k = 0; k < 5; k++) {
-                char key[48];
-                snprintf(key, sizeof key, "%s%s", p ? "pred_" : "", ph[k]);
-                double v = findings_num(r, key);
+            for (int k = 0; k < nph; k++) {
+                double v = rh_phase_ms(r, ph[k], p);
                 if (!isfinite(v) || v <= 0)
                     continue;
                 double w = v / top * width;
@@ -387,7 +396,7 @@ static void rh_phase_chart(struct rh *h, const json_t *table)
                           "<title>%s %s: ",
                           x, y + p * bar, w, bar - 1, rh_colors[k],
                           p ? " fill-opacity='0.45' stroke='#333' stroke-dasharray='2 2'" : "",
-                          p ? "predicted" : "measured", names[k]);
+                          p ? "predicted" : "measured", phases_get(ph[k])->label);
                 rh_num(h, v);
                 rh_printf(h, " ms</title></rect>");
                 x += w;
@@ -440,8 +449,9 @@ static void rh_busbw_chart(struct rh *h, const json_t *table, struct rh_set *set
         findings_context(table, r, "op", NULL, ctx, sizeof ctx);
         const char *op = json_string_value(json_object_get(r, "op"));
         snprintf(lab, sizeof lab, "%s%s%s", op ? op : "", ctx[0] ? " " : "", ctx);
-        rh_point(set, rh_series(set, lab, false, true), findings_num(r, "bytes"),
-                 findings_num(r, "busbw_gbs_mean"), findings_num(r, "busbw_gbs_ci95"));
+        rh_point(set, rh_series(set, lab, false, true), findings_col(r, COL_BYTES, STAT_NONE),
+                 findings_col(r, COL_BUSBW_GBS, STAT_MEAN),
+                 findings_col(r, COL_BUSBW_GBS, STAT_CI95));
     }
     rh_chart(h, "Bus bandwidth against message size", "bytes", "busbw (GB/s)", REPORT_LOGX,
              set->s, set->n);
@@ -461,15 +471,15 @@ static void rh_fit_chart(struct rh *h, const json_t *table, const json_t *fits, 
         findings_context(table, r, "op", NULL, ctx, sizeof ctx);
         const char *op = json_string_value(json_object_get(r, "op"));
         snprintf(lab, sizeof lab, "%s%s%s measured", op ? op : "", ctx[0] ? " " : "", ctx);
-        double bytes = findings_num(r, "bytes");
+        double bytes = findings_col(r, COL_BYTES, STAT_NONE);
         rh_point(set, rh_series(set, lab, false, false), bytes,
-                 findings_num(r, "time_us_median"), NAN);
+                 findings_col(r, COL_TIME_US, STAT_MEDIAN), NAN);
         json_array_foreach((json_t *)fits, k, f)
         {
             if (findings_num(f, "experiment") != (double)exp || !op ||
                 strcmp(json_string_value(json_object_get(f, "op")), op) != 0 ||
                 bytes < findings_num(f, "min_bytes") || bytes > findings_num(f, "max_bytes") ||
-                findings_num(f, "world_size") != findings_num(r, "world_size"))
+                findings_num(f, "world_size") != findings_col(r, COL_WORLD_SIZE, STAT_NONE))
                 continue;
             snprintf(lab, sizeof lab, "%s %s fit, %g ranks", op,
                      json_string_value(json_object_get(f, "algorithm")),
@@ -486,36 +496,59 @@ static void rh_fit_chart(struct rh *h, const json_t *table, const json_t *fits, 
 
 /* ---- tables ------------------------------------------------------------------------------ */
 
-/* A column of a report table: the figure, its interval and count columns when present. */
+/* A column of a report table: a results column's statistic (common/columns.h), and the
+ * column and statistic of its interval (ci COL_N: none) and its count when present. */
 struct rh_col {
-    const char *head, *key, *ci, *n;
+    enum column c;
+    enum column_stat st;
+    enum column ci;
+    enum column_stat ci_st;
+    bool n;
     double scale; /* shown as value * scale (fractions as %) */
 };
 
 static const struct rh_col rh_train_cols[] = {
-    {"world size", "world_size", NULL, NULL, 1},
-    {"throughput (samples/s)", "throughput_mean", "throughput_ci95", "throughput_n", 1},
-    {"step median (ms)", "step_ms_median", NULL, NULL, 1},
-    {"step p95 (ms)", "step_ms_p95", NULL, NULL, 1},
-    {"speed-up", "speedup", "speedup_ci95", NULL, 1},
-    {"efficiency (%)", "efficiency", NULL, NULL, 100},
-    {"overlap (%)", "overlap", NULL, NULL, 100},
-    {"exposed comm (ms)", "comm_exposed_ms", NULL, NULL, 1},
-    {"straggler (ms)", "straggler_ms", NULL, NULL, 1},
-    {"predicted step (ms)", "pred_step_ms", NULL, NULL, 1},
-    {"prediction error (%)", "pred_step_err", NULL, NULL, 100},
-    {"predicted efficiency (%)", "pred_efficiency", NULL, NULL, 100},
-    {"test accuracy (%)", "test_acc_mean", "test_acc_ci95", "test_acc_n", 100},
+    {COL_WORLD_SIZE, STAT_NONE, COL_N, 0, false, 1},
+    {COL_THROUGHPUT, STAT_MEAN, COL_THROUGHPUT, STAT_CI95, true, 1},
+    {COL_STEP_MS, STAT_MEDIAN, COL_N, 0, false, 1},
+    {COL_STEP_MS, STAT_P95, COL_N, 0, false, 1},
+    {COL_SPEEDUP, STAT_NONE, COL_SPEEDUP_CI95, STAT_NONE, false, 1},
+    {COL_EFFICIENCY, STAT_NONE, COL_N, 0, false, 100},
+    {COL_OVERLAP, STAT_NONE, COL_N, 0, false, 100},
+    {COLUMN_OF_PHASE(PHASE_COMM_EXPOSED), STAT_NONE, COL_N, 0, false, 1},
+    {COL_STRAGGLER_MS, STAT_NONE, COL_N, 0, false, 1},
+    {COL_PRED_STEP_MS, STAT_NONE, COL_N, 0, false, 1},
+    {COL_PRED_STEP_ERR, STAT_NONE, COL_N, 0, false, 100},
+    {COL_PRED_EFFICIENCY, STAT_NONE, COL_N, 0, false, 100},
+    {COL_TEST_ACC, STAT_MEAN, COL_TEST_ACC, STAT_CI95, true, 100},
 };
 
 static const struct rh_col rh_coll_cols[] = {
-    {"bytes", "bytes", NULL, NULL, 1},
-    {"busbw (GB/s)", "busbw_gbs_mean", "busbw_gbs_ci95", "busbw_gbs_n", 1},
-    {"algbw (GB/s)", "algbw_gbs_mean", "algbw_gbs_ci95", NULL, 1},
-    {"time median (µs)", "time_us_median", NULL, NULL, 1},
-    {"time p95 (µs)", "time_us_p95", NULL, NULL, 1},
-    {"wrong", "wrong", NULL, NULL, 1},
+    {COL_BYTES, STAT_NONE, COL_N, 0, false, 1},
+    {COL_BUSBW_GBS, STAT_MEAN, COL_BUSBW_GBS, STAT_CI95, true, 1},
+    {COL_ALGBW_GBS, STAT_MEAN, COL_ALGBW_GBS, STAT_CI95, false, 1},
+    {COL_TIME_US, STAT_MEDIAN, COL_N, 0, false, 1},
+    {COL_TIME_US, STAT_P95, COL_N, 0, false, 1},
+    {COL_WRONG, STAT_NONE, COL_N, 0, false, 1},
 };
+
+/* A report column's heading from the columns table: "step median (ms)", "efficiency (%)"
+ * (a fraction shown as a percentage). */
+static void rh_col_head(struct rh *h, const struct rh_col *col)
+{
+    const struct column_info *i = columns_get(col->c);
+    const char *stat = col->st == STAT_MEDIAN ? " median" : col->st == STAT_P95 ? " p95" : "";
+    const char *unit = col->scale == 100 ? "%" : strcmp(i->unit, "fraction") ? i->unit : "";
+    rh_printf(h, "<th>");
+    rh_text(h, i->label);
+    rh_printf(h, "%s", stat);
+    if (unit[0]) {
+        rh_printf(h, " (");
+        rh_text(h, unit);
+        rh_printf(h, ")");
+    }
+    rh_printf(h, "</th>");
+}
 
 static void rh_cell(struct rh *h, const json_t *v)
 {
@@ -547,7 +580,7 @@ static void rh_table(struct rh *h, const json_t *table, const struct rh_col *col
         rh_printf(h, "</th>");
     }
     for (k = 0; k < ncols; k++)
-        rh_printf(h, "<th>%s</th>", cols[k].head);
+        rh_col_head(h, &cols[k]);
     rh_printf(h, "</tr></thead><tbody>\n");
     json_array_foreach(json_object_get(table, "rows"), i, r)
     {
@@ -567,19 +600,20 @@ static void rh_table(struct rh *h, const json_t *table, const struct rh_col *col
             rh_printf(h, "</td>");
         }
         for (k = 0; k < ncols; k++) {
-            double v = findings_num(r, cols[k].key);
+            char key[COLUMNS_KEY_MAX];
+            double v = findings_col(r, cols[k].c, cols[k].st);
             rh_printf(h, "<td class='n'>");
             if (isfinite(v))
                 rh_num(h, v * cols[k].scale);
             else
-                rh_cell(h, json_object_get(r, cols[k].key));
-            double ci = cols[k].ci ? findings_num(r, cols[k].ci) : NAN;
+                rh_cell(h, json_object_get(r, columns_key(cols[k].c, cols[k].st, key)));
+            double ci = cols[k].ci < COL_N ? findings_col(r, cols[k].ci, cols[k].ci_st) : NAN;
             if (isfinite(ci)) {
                 rh_printf(h, " <span class='ci'>± ");
                 rh_num(h, ci * cols[k].scale);
                 rh_printf(h, "</span>");
             }
-            double n = cols[k].n ? findings_num(r, cols[k].n) : NAN;
+            double n = cols[k].n ? findings_col(r, cols[k].c, STAT_N) : NAN;
             if (isfinite(n))
                 rh_printf(h, " <span class='ci'>n=%.0f</span>", n);
             rh_printf(h, "</td>");

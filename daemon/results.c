@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/buf.h"
+#include "common/columns.h"
 #include "common/spec.h"
 #include "common/stats.h"
 #include "daemon/model.h"
@@ -62,7 +63,8 @@ struct results_table {
     json_t *row;     /* the row being built (owned until added) */
 };
 
-static void results_put(struct results_table *t, const char *name, json_t *v)
+/* The cell name of the row being built; the first row defines the columns. */
+static void results_put_name(struct results_table *t, const char *name, json_t *v)
 {
     if (json_array_size(t->rows) == 0) { /* the first row defines the columns */
         bool known = false;
@@ -76,33 +78,39 @@ static void results_put(struct results_table *t, const char *name, json_t *v)
     json_object_set_new(t->row, name, v ? v : json_null());
 }
 
+/* Column c's cell (a COLUMN_VALUE's). */
+static void results_put(struct results_table *t, enum column c, json_t *v)
+{
+    results_put_name(t, columns_get(c)->key, v);
+}
+
 static json_t *results_num(double d)
 {
     return isfinite(d) ? json_real(d) : json_null();
 }
 
-/* name_mean, name_ci95, name_median, name_p95, name_min, name_max, name_n (as chosen). */
-static void results_put_stats(struct results_table *t, const char *name,
-                              const struct stats_summary *s, bool spread)
+/* Column c's statistics, as its shape (common/columns.h) has them: c_mean, c_ci95, and
+ * for a spread c_median, c_p95, c_min, c_max, then c_n. */
+static void results_put_stats(struct results_table *t, enum column c,
+                              const struct stats_summary *s)
 {
-    char key[96];
+    enum column_stat st[STAT_N + 1];
+    size_t n = columns_stats_of(columns_get(c)->shape, st);
     bool none = s->n == 0;
-    snprintf(key, sizeof key, "%s_mean", name);
-    results_put(t, key, none ? NULL : results_num(s->mean));
-    snprintf(key, sizeof key, "%s_ci95", name);
-    results_put(t, key, none || s->n < 2 ? NULL : results_num(s->ci95));
-    if (spread) {
-        snprintf(key, sizeof key, "%s_median", name);
-        results_put(t, key, none ? NULL : results_num(s->median));
-        snprintf(key, sizeof key, "%s_p95", name);
-        results_put(t, key, none ? NULL : results_num(s->p95));
-        snprintf(key, sizeof key, "%s_min", name);
-        results_put(t, key, none ? NULL : results_num(s->min));
-        snprintf(key, sizeof key, "%s_max", name);
-        results_put(t, key, none ? NULL : results_num(s->max));
+    for (size_t i = 0; i < n; i++) {
+        char key[COLUMNS_KEY_MAX];
+        double v = st[i] == STAT_MEAN     ? s->mean
+                   : st[i] == STAT_CI95   ? (s->n < 2 ? NAN : s->ci95)
+                   : st[i] == STAT_MEDIAN ? s->median
+                   : st[i] == STAT_P95    ? s->p95
+                   : st[i] == STAT_MIN    ? s->min
+                                          : s->max;
+        columns_key(c, st[i], key);
+        if (st[i] == STAT_N)
+            results_put_name(t, key, json_integer((json_int_t)s->n));
+        else
+            results_put_name(t, key, none ? NULL : results_num(v));
     }
-    snprintf(key, sizeof key, "%s_n", name);
-    results_put(t, key, json_integer((json_int_t)s->n));
 }
 
 static void results_stats_of(struct results_vec *x, struct stats_summary *s)
@@ -115,7 +123,7 @@ static void results_begin_row(struct results_table *t, const json_t *key)
     t->row = json_object();
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)key, k, v) results_put(t, k, json_incref(v));
+    json_object_foreach((json_t *)key, k, v) results_put_name(t, k, json_incref(v));
 }
 
 static void results_end_row(struct results_table *t)
@@ -167,19 +175,22 @@ static json_t *results_key_of(const struct db_data_run *run, const json_t *field
     }
     /* always part of the key, whatever group_by says: figures of ranks sharing one GPU
      * are never pooled with one-rank-per-GPU figures (nor used as their baseline) */
-    json_object_set_new(key, "emulated", json_boolean(run && run->emulated));
+    json_object_set_new(key, columns_get(COL_EMULATED)->key,
+                        json_boolean(run && run->emulated));
     /* likewise figures of ranks that shared CPUs (--cpu-slots above the CPU count) */
-    json_object_set_new(key, "oversubscribed", json_boolean(run && run->oversubscribed));
+    json_object_set_new(key, columns_get(COL_OVERSUBSCRIBED)->key,
+                        json_boolean(run && run->oversubscribed));
     /* and figures measured over different networks (ddpbenchd --network-profile): a run
      * over an emulated 1 GbE link is not a sample of the host network, nor its baseline */
-    json_object_set_new(key, "network_profile",
+    json_object_set_new(key, columns_get(COL_NETWORK_PROFILE)->key,
                         run && run->network_profile[0] ? json_string(run->network_profile)
                                                        : json_null());
     /* and how many nodes the ranks spanned: 4 ranks on 2 nodes cross the network, 4 on 1
      * do not (the spec's nodes may say 0, "as few as fit": this is what they got). How
      * they were split (ranks_per_node) keys only when grouped by: world sizes a user pools
      * on one node differ in it by definition */
-    json_object_set_new(key, "nodes", run ? json_integer(run->nodes) : json_null());
+    json_object_set_new(key, columns_get(COL_NODES)->key,
+                        run ? json_integer(run->nodes) : json_null());
     return key;
 }
 
@@ -275,16 +286,16 @@ static void results_collective_row(struct results_table *t, const struct results
     results_stats_of(&alg, &sa);
     results_stats_of(&tim, &st);
     results_begin_row(t, g->key);
-    results_put(t, "op", json_string(like->op));
-    results_put(t, "dtype", json_string(like->dtype));
-    results_put(t, "redop", json_string(like->redop));
-    results_put(t, "inplace", json_boolean(like->inplace));
-    results_put(t, "bytes", json_integer(like->bytes));
-    results_put(t, "algorithm", json_string(algos));
-    results_put_stats(t, "busbw_gbs", &sb, true);
-    results_put_stats(t, "algbw_gbs", &sa, false);
-    results_put_stats(t, "time_us", &st, true);
-    results_put(t, "wrong", json_integer(wrong));
+    results_put(t, COL_OP, json_string(like->op));
+    results_put(t, COL_DTYPE, json_string(like->dtype));
+    results_put(t, COL_REDOP, json_string(like->redop));
+    results_put(t, COL_INPLACE, json_boolean(like->inplace));
+    results_put(t, COL_BYTES, json_integer(like->bytes));
+    results_put(t, COL_ALGORITHM, json_string(algos));
+    results_put_stats(t, COL_BUSBW_GBS, &sb);
+    results_put_stats(t, COL_ALGBW_GBS, &sa);
+    results_put_stats(t, COL_TIME_US, &st);
+    results_put(t, COL_WRONG, json_integer(wrong));
     results_end_row(t);
     free(bus.v);
     free(alg.v);
@@ -343,13 +354,11 @@ enum results_mem {
     RM_DEVICE_PEAK,
     RM_N
 };
-static const char *const results_mem_names[RM_N] = {
-    "params_bytes",      "buffers_bytes",  "grads_bytes",
-    "optimizer_bytes",   "comm_bytes",     "activations_bytes",
-    "model_state_bytes", "peak_rss_bytes", "device_peak_bytes"};
+/* in the order of their results columns, COL_PARAMS_BYTES on */
+_Static_assert(COL_PARAMS_BYTES + RM_N - 1 == COL_DEVICE_PEAK_BYTES, "memory columns");
 enum results_use { RU_CPU, RU_VCS, RU_ICS, RU_GPU_UTIL, RU_GPU_POWER, RU_N };
-static const char *const results_use_names[RU_N] = {
-    "cpu_util", "voluntary_cs_per_s", "involuntary_cs_per_s", "gpu_util_pct", "gpu_power_w"};
+/* likewise, COL_CPU_UTIL on */
+_Static_assert(COL_CPU_UTIL + RU_N - 1 == COL_GPU_POWER_W, "usage columns");
 
 /* A group's pipeline (spec pipeline > 1): its stages and micro-batches (0: no run yet, -1:
  * they differ across the group's runs) and its ranks' figures pooled over every
@@ -377,17 +386,13 @@ struct results_train {
     struct results_vec mem[RM_N], use[RU_N]; /* one sample per repeat that reported it */
     struct results_tta tta;
     struct results_idx starts; /* where each repeat (of each run) begins in step */
-    double phase[DB_NPHASES], straggler;
-    size_t phase_n[DB_NPHASES]; /* steps that observed each phase (engines may not: -1) */
+    double phase[PHASE_N], straggler;
+    size_t phase_n[PHASE_N]; /* steps that observed each phase (engines may not: -1) */
     size_t nsteps;
     int64_t world; /* -1: differs across the group's runs */
     struct results_pipe pipe;
     struct results_data data;
 };
-
-/* The output column of each phase (enum db_phase order). */
-static const char *const results_phases[DB_NPHASES] = {
-    "data_ms", "forward_ms", "backward_ms", "comm_ms", "comm_exposed_ms", "optimizer_ms"};
 
 /* Each repeat's time to accuracy: training time (the epochs' time_s, evaluation left
  * out) and epochs until the first epoch whose test accuracy (train accuracy where no test
@@ -489,8 +494,8 @@ static void results_data_run(struct results_data *d, const struct db_data_run *r
 {
     for (size_t i = 0; i < run->nsteps; i++) {
         const struct db_step_row *s = &run->steps[i];
-        if (s->phase_ms[DB_PHASE_DATA] >= 0) {
-            d->data_ms += s->phase_ms[DB_PHASE_DATA];
+        if (s->phase_ms[PHASE_DATA] >= 0) {
+            d->data_ms += s->phase_ms[PHASE_DATA];
             d->step_ms += s->step_ms;
             d->steps++;
         }
@@ -532,7 +537,7 @@ static void results_train_run(struct results_train *r, const struct db_data_run 
         samples += (double)s->samples * per_sample;
         ms += s->step_ms;
         results_push(&r->step, s->step_ms);
-        for (int p = 0; p < DB_NPHASES; p++) {
+        for (int p = 0; p < PHASE_N; p++) {
             if (s->phase_ms[p] < 0) /* not observable by this run's engine: null, not 0 */
                 continue;
             r->phase[p] += s->phase_ms[p];
@@ -589,13 +594,13 @@ static void results_put_pipe(struct results_table *t, const struct results_pipe 
     bool pipe = p->stages > 1 || p->stages == -1;
     double stages = (double)p->stages, micro = (double)p->micro;
     double theory = p->stages > 1 && p->micro >= 1 ? (stages - 1) / (micro + stages - 1) : NAN;
-    results_put(t, "bubble_fraction",
+    results_put(t, COL_BUBBLE_FRACTION,
                 pipe && p->bubble_step_ms > 0 ? results_num(p->bubble_ms / p->bubble_step_ms)
                                               : NULL);
-    results_put(t, "bubble_theory", results_num(theory));
-    results_put(t, "p2p_ms",
+    results_put(t, COL_BUBBLE_THEORY, results_num(theory));
+    results_put(t, COL_P2P_MS,
                 pipe && p->p2p_n ? results_num(p->p2p_ms / (double)p->p2p_n) : NULL);
-    results_put(t, "p2p_bytes",
+    results_put(t, COL_P2P_BYTES,
                 pipe && p->p2p_bytes_n ? results_num(p->p2p_bytes / (double)p->p2p_bytes_n)
                                        : NULL);
 }
@@ -608,12 +613,12 @@ static void results_put_pipe(struct results_table *t, const struct results_pipe 
 static void results_put_data(struct results_table *t, const struct results_data *d)
 {
     double frac = d->steps && d->step_ms > 0 ? d->data_ms / d->step_ms : NAN;
-    results_put(t, "data_fraction", results_num(frac));
-    results_put(t, "input_bound",
+    results_put(t, COL_DATA_FRACTION, results_num(frac));
+    results_put(t, COL_INPUT_BOUND,
                 isfinite(frac) ? json_boolean(frac >= RESULTS_INPUT_BOUND) : NULL);
-    results_put(t, "loader_cpu_ms",
+    results_put(t, COL_LOADER_CPU_MS,
                 d->loader_n ? results_num(d->loader_cpu_ms / (double)d->loader_n) : NULL);
-    results_put(t, "read_mbps",
+    results_put(t, COL_READ_MBPS,
                 d->read_n && d->read_step_ms > 0
                     ? results_num(d->read_bytes / 1e6 / (d->read_step_ms / 1e3))
                     : NULL);
@@ -626,12 +631,12 @@ static void results_put_resources(struct results_table *t, struct results_train 
     for (int i = 0; i < RM_N; i++) {
         struct stats_summary s;
         results_stats_of(&r->mem[i], &s);
-        results_put_stats(t, results_mem_names[i], &s, false);
+        results_put_stats(t, (enum column)(COL_PARAMS_BYTES + i), &s);
     }
     for (int i = 0; i < RU_N; i++) {
         struct stats_summary s;
         results_stats_of(&r->use[i], &s);
-        results_put_stats(t, results_use_names[i], &s, false);
+        results_put_stats(t, (enum column)(COL_CPU_UTIL + i), &s);
     }
 }
 
@@ -645,11 +650,11 @@ static void results_put_tta(struct results_table *t, struct results_tta *a)
     struct stats_summary secs, epochs;
     results_stats_of(&a->secs, &secs);
     results_stats_of(&a->epochs, &epochs);
-    results_put(t, "target_accuracy", asked ? json_real(a->target) : NULL);
-    results_put_stats(t, "tta_s", &secs, true);
-    results_put_stats(t, "tta_epochs", &epochs, false);
-    results_put(t, "tta_reached", asked ? json_integer((json_int_t)a->reached) : NULL);
-    results_put(t, "tta_repeats", asked ? json_integer((json_int_t)a->repeats) : NULL);
+    results_put(t, COL_TARGET_ACCURACY, asked ? json_real(a->target) : NULL);
+    results_put_stats(t, COL_TTA_S, &secs);
+    results_put_stats(t, COL_TTA_EPOCHS, &epochs);
+    results_put(t, COL_TTA_REACHED, asked ? json_integer((json_int_t)a->reached) : NULL);
+    results_put(t, COL_TTA_REPEATS, asked ? json_integer((json_int_t)a->repeats) : NULL);
 }
 
 /* The model's prediction for a group (model.h): NULL note = predicted. */
@@ -714,27 +719,28 @@ static void results_put_pred(struct results_table *t, const struct results_pred 
     double pthr = ok ? p->samples * w / p->st.step_s : NAN;
     double peff = ok ? pthr / (w * p->samples / p->one.step_s) : NAN;
     double pover = ok ? p->st.overlap : NAN;
-    const double ph[] = {ok ? p->st.data_s : NAN,     ok ? p->st.forward_s : NAN,
-                         ok ? p->st.backward_s : NAN, ok ? p->st.comm_s : NAN,
-                         ok ? p->st.exposed_s : NAN,  ok ? p->st.optimizer_s : NAN};
-    results_put(t, "pred_step_ms", results_num(pstep));
-    for (int i = 0; i < DB_NPHASES; i++) {
-        char key[48];
-        snprintf(key, sizeof key, "pred_%s", results_phases[i]);
-        results_put(t, key, results_num(ph[i] * 1e3));
+    const double ph[PHASE_N] = {[PHASE_DATA] = ok ? p->st.data_s : NAN,
+                                [PHASE_FORWARD] = ok ? p->st.forward_s : NAN,
+                                [PHASE_BACKWARD] = ok ? p->st.backward_s : NAN,
+                                [PHASE_COMM] = ok ? p->st.comm_s : NAN,
+                                [PHASE_COMM_EXPOSED] = ok ? p->st.exposed_s : NAN,
+                                [PHASE_OPTIMIZER] = ok ? p->st.optimizer_s : NAN};
+    results_put(t, COL_PRED_STEP_MS, results_num(pstep));
+    for (int i = 0; i < PHASE_N; i++) {
+        results_put(t, COLUMN_OF_PRED_PHASE(i), results_num(ph[i] * 1e3));
     }
-    results_put(t, "pred_throughput", results_num(pthr));
-    results_put(t, "pred_efficiency", results_num(peff));
-    results_put(t, "pred_overlap", results_num(pover));
-    results_put(t, "pred_step_err", results_num((pstep - step_ms) / step_ms));
-    results_put(t, "pred_throughput_err", results_num((pthr - thr) / thr));
-    results_put(t, "pred_efficiency_err", results_num((peff - eff) / eff));
-    results_put(t, "pred_overlap_err", results_num(pover - overlap));
-    results_put(t, "pred_base_run",
+    results_put(t, COL_PRED_THROUGHPUT, results_num(pthr));
+    results_put(t, COL_PRED_EFFICIENCY, results_num(peff));
+    results_put(t, COL_PRED_OVERLAP, results_num(pover));
+    results_put(t, COL_PRED_STEP_ERR, results_num((pstep - step_ms) / step_ms));
+    results_put(t, COL_PRED_THROUGHPUT_ERR, results_num((pthr - thr) / thr));
+    results_put(t, COL_PRED_EFFICIENCY_ERR, results_num((peff - eff) / eff));
+    results_put(t, COL_PRED_OVERLAP_ERR, results_num(pover - overlap));
+    results_put(t, COL_PRED_BASE_RUN,
                 p && p->base_run > 0 ? json_integer((json_int_t)p->base_run) : NULL);
-    results_put(t, "pred_fits", ok && p->fits ? json_string(p->fits) : NULL);
-    results_put(t, "pred_model_version", ok ? json_integer(PERF_MODEL_VERSION) : NULL);
-    results_put(t, "pred_note", ok ? NULL : json_string(p ? p->note : "not predicted"));
+    results_put(t, COL_PRED_FITS, ok && p->fits ? json_string(p->fits) : NULL);
+    results_put(t, COL_PRED_MODEL_VERSION, ok ? json_integer(PERF_MODEL_VERSION) : NULL);
+    results_put(t, COL_PRED_NOTE, ok ? NULL : json_string(p ? p->note : "not predicted"));
 }
 
 static void results_train_row(struct results_table *t, const struct results_group *g,
@@ -750,37 +756,37 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_stats_of(&r->acc, &acc);
     results_stats_of(&r->loss, &loss);
     results_begin_row(t, g->key);
-    results_put(t, "world_size", r->world > 0 ? json_integer(r->world) : NULL);
-    results_put(t, "runs", json_integer((json_int_t)g->n));
-    results_put_stats(t, "throughput", &thr, false);
-    results_put_stats(t, "step_ms", &step, true);
+    results_put(t, COL_WORLD_SIZE, r->world > 0 ? json_integer(r->world) : NULL);
+    results_put(t, COL_RUNS, json_integer((json_int_t)g->n));
+    results_put_stats(t, COL_THROUGHPUT, &thr);
+    results_put_stats(t, COL_STEP_MS, &step);
     double n = r->nsteps ? (double)r->nsteps : NAN;
-    double mean[DB_NPHASES];
-    for (int p = 0; p < DB_NPHASES; p++) {
+    double mean[PHASE_N];
+    for (int p = 0; p < PHASE_N; p++) {
         mean[p] = r->phase_n[p] ? r->phase[p] / (double)r->phase_n[p] : NAN;
-        results_put(t, results_phases[p], results_num(mean[p]));
+        results_put(t, COLUMN_OF_PHASE(p), results_num(mean[p]));
     }
     /* exposed includes the hand-off to the communication thread, so it can exceed the
      * time the operations ran by a few microseconds: nothing overlapped is 0, not less */
     /* one rank exchanges nothing: whatever its comm phases timed (hand-offs) is no
      * communication that could overlap, so its overlap is null, not a percentage */
-    double comm = mean[DB_PHASE_COMM], exposed = mean[DB_PHASE_COMM_EXPOSED];
+    double comm = mean[PHASE_COMM], exposed = mean[PHASE_COMM_EXPOSED];
     double overlap = comm > 0 && isfinite(exposed) && r->world != 1
                          ? fmax(0.0, 1.0 - exposed / comm)
                          : NAN;
-    results_put(t, "overlap", results_num(overlap));
-    results_put(t, "straggler_ms", results_num(r->straggler / n));
+    results_put(t, COL_OVERLAP, results_num(overlap));
+    results_put(t, COL_STRAGGLER_MS, results_num(r->straggler / n));
     results_put_pipe(t, &r->pipe);
     results_put_data(t, &r->data);
     double speedup_ci = NAN;
     double speedup = r->world > 0 ? results_speedup(&thr, base, is_base, &speedup_ci) : NAN;
-    results_put(t, "speedup", results_num(speedup));
-    results_put(t, "speedup_ci95", results_num(speedup_ci));
-    results_put(t, "efficiency", results_num(speedup / (double)r->world));
+    results_put(t, COL_SPEEDUP, results_num(speedup));
+    results_put(t, COL_SPEEDUP_CI95, results_num(speedup_ci));
+    results_put(t, COL_EFFICIENCY, results_num(speedup / (double)r->world));
     results_put_pred(t, pred, r->world, step.mean, thr.mean, speedup / (double)r->world,
                      overlap);
-    results_put_stats(t, "test_acc", &acc, false);
-    results_put_stats(t, "train_loss", &loss, false);
+    results_put_stats(t, COL_TEST_ACC, &acc);
+    results_put_stats(t, COL_TRAIN_LOSS, &loss);
     results_put_resources(t, r);
     results_put_tta(t, &r->tta);
     results_end_row(t);

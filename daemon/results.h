@@ -7,7 +7,9 @@
  * not in SQL, because Student-t intervals, nearest-rank percentiles and the speed-up
  * baseline lookup read better as code, and the same table feeds JSON and CSV. Those rows
  * are typed structs (db.h), filled through column tables the database checks against
- * its SQL's column names, so no figure is looked up here by a column's name.
+ * its SQL's column names, so no figure is looked up here by a column's name. The output
+ * columns are common/columns.h's: a cell is filled by its enum (key, statistics and order
+ * from that table; tests/unit/test_results.c checks a table's columns against it).
  *
  * Training metrics (per run and repeat, non-warm-up steps only):
  *   step time  = the slowest rank's time of each step; its median and p95 over the steps,

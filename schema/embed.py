@@ -2,9 +2,10 @@
 """Build step: embeds text files into C sources.
 
   embed.py migrations OUT.c IN.sql...   schema/NNN_name.sql files as db_migrations[]
-  embed.py openapi SYMBOL OUT.c API.yaml SPEC.json
-                                        the API contract, with the spec's JSON Schema
-                                        inlined, as const char SYMBOL[] (+ SYMBOL_len)
+  embed.py openapi SYMBOL OUT.c API.yaml SPEC.json ROW.json
+                                        the API contract, with the spec's and the results
+                                        row's JSON Schemas inlined, as const char SYMBOL[]
+                                        (+ SYMBOL_len)
 
 The daemon carries its migrations and its API contract in its binary, so a database is
 always upgraded by exactly the schema the binary was built with and /v1/openapi.yaml
@@ -16,7 +17,9 @@ schema/spec.schema.json (JSON Schema 2020-12, generated from common/spec.c's fie
 The served contract must stand alone, so the build replaces that one line by the schema
 itself, translated to OpenAPI 3.0's schema dialect, and fills in SpecField (the spec's
 field names, what group_by takes) from it, and Strategy and StrategyList from
-schema/vocabulary.json beside it (openapi_document below).
+schema/vocabulary.json beside it (openapi_document below). ResultRow is likewise a $ref to
+schema/result_row.schema.json (generated from common/columns.c's table), inlined the same
+way.
 Decision: the contract stays OpenAPI 3.0.3 rather than becoming 3.1 (which takes 2020-12
 as is), because 3.0 is what client generators (openapi-generator, oapi-codegen, NSwag)
 support fully, and schemathesis handles both alike. The translation is exact: const is a
@@ -46,6 +49,7 @@ SPEC_FIELD_LINE = "    SpecField: {type: string}\n"
 # beside spec.schema.json: the contract's copy of common/vocab.h's list is generated too.
 STRATEGY_LINE = "    Strategy: {type: string}\n"
 STRATEGY_LIST_LINE = "    StrategyList: {type: array}\n"
+ROW_REF_LINE = '    ResultRow: {$ref: "../schema/result_row.schema.json"}\n'
 # 2020-12 keywords with no OpenAPI 3.0 equivalent: a schema using one cannot be published
 UNSUPPORTED = {"prefixItems", "dependentRequired", "dependentSchemas", "unevaluatedItems",
                "unevaluatedProperties", "patternProperties", "propertyNames", "contains",
@@ -197,7 +201,7 @@ def negate_value(schema):
     return neg
 
 
-def openapi_document(api_path, spec_schema_path):
+def openapi_document(api_path, spec_schema_path, row_schema_path):
     """api/openapi.yaml's text with its Spec line replaced by the translated spec schema,
     indented JSON (a YAML flow mapping), so the rest of the file is served byte for byte."""
     with open(api_path, encoding="utf-8") as f:
@@ -207,7 +211,10 @@ def openapi_document(api_path, spec_schema_path):
     vocabulary_path = os.path.join(os.path.dirname(spec_schema_path), "vocabulary.json")
     with open(vocabulary_path, encoding="utf-8") as f:
         strategies = [s["name"] for s in json.load(f)["strategies"]]
-    for line in (SPEC_REF_LINE, SPEC_FIELD_LINE, STRATEGY_LINE, STRATEGY_LIST_LINE):
+    with open(row_schema_path, encoding="utf-8") as f:
+        row = to_oas30(json.load(f))
+    for line in (SPEC_REF_LINE, SPEC_FIELD_LINE, STRATEGY_LINE, STRATEGY_LIST_LINE,
+                 ROW_REF_LINE):
         if text.count(line) != 1:
             raise ValueError(f"{api_path}: expected the line {line.strip()!r} once")
     body = json.dumps(schema, indent=2).replace("\n", "\n      ")
@@ -215,10 +222,12 @@ def openapi_document(api_path, spec_schema_path):
     strategy = {"type": "string", "enum": strategies}
     strategy_list = {"type": "array", "minItems": 1, "maxItems": len(strategies),
                      "items": {"$ref": "#/components/schemas/Strategy"}}
+    row_body = json.dumps(row, indent=2).replace("\n", "\n      ")
     return text.replace(SPEC_REF_LINE, "    Spec:\n      " + body + "\n").replace(
         SPEC_FIELD_LINE, f"    SpecField: {json.dumps(fields)}\n").replace(
         STRATEGY_LINE, f"    Strategy: {json.dumps(strategy)}\n").replace(
-        STRATEGY_LIST_LINE, f"    StrategyList: {json.dumps(strategy_list)}\n")
+        STRATEGY_LIST_LINE, f"    StrategyList: {json.dumps(strategy_list)}\n").replace(
+        ROW_REF_LINE, "    ResultRow:\n      " + row_body + "\n")
 
 
 def write_c_text(symbol, out_path, text):
@@ -255,9 +264,10 @@ def embed_migrations(out_path, paths):
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "migrations":
         embed_migrations(sys.argv[2], sys.argv[3:])
-    elif len(sys.argv) == 6 and sys.argv[1] == "openapi":
+    elif len(sys.argv) == 7 and sys.argv[1] == "openapi":
         try:
-            write_c_text(sys.argv[2], sys.argv[3], openapi_document(sys.argv[4], sys.argv[5]))
+            write_c_text(sys.argv[2], sys.argv[3],
+                         openapi_document(sys.argv[4], sys.argv[5], sys.argv[6]))
         except ValueError as ex:
             sys.exit(f"embed.py: {ex}")
     else:

@@ -23,8 +23,9 @@ sys.path.insert(0, os.path.join(SOURCE, "schema"))
 import embed  # noqa: E402  (the build step that makes the served contract)
 
 SPEC_SCHEMA_PATH = os.path.join(SOURCE, "schema", "spec.schema.json")
+ROW_SCHEMA_PATH = os.path.join(SOURCE, "schema", "result_row.schema.json")
 CONTRACT_TEXT = embed.openapi_document(os.path.join(SOURCE, "api", "openapi.yaml"),
-                                       SPEC_SCHEMA_PATH)
+                                       SPEC_SCHEMA_PATH, ROW_SCHEMA_PATH)
 SPEC = yaml.safe_load(CONTRACT_TEXT)
 METHODS = ("get", "post", "put", "delete", "patch", "options", "head")
 SCHEMA_KEYS = {"type", "properties", "required", "items", "enum", "format", "minimum",
@@ -215,6 +216,29 @@ def validate(method, path, status, body):
     jsonschema.validate(body, response_schema(method, path, status))
 
 
+def check_results_columns(results):
+    """The results reply's column_info and phases are common/columns.c's tables (the
+    committed schema/columns.json), and ResultRow, generated from them, types the rows:
+    a row whose figure has the wrong type is refused."""
+    with open(os.path.join(SOURCE, "schema", "columns.json"), encoding="utf-8") as f:
+        table = json.load(f)
+    check(results["column_info"] == table["columns"], "column_info is the columns table")
+    check(results["phases"] == table["phases"], "phases is the phases table")
+    keys = {c["key"] if not c["stats"] else f"{c['key']}_{s}"
+            for c in table["columns"] for s in (c["stats"] or [None])}
+    check(set(results["columns"]) - set(results["group_by"]) <= keys,
+          set(results["columns"]) - keys)
+    row_schema = to_json_schema({"$ref": "#/components/schemas/ResultRow"})
+    check(results["rows"], "a row to check")
+    bad = dict(results["rows"][0], busbw_gbs_mean="fast")
+    try:
+        jsonschema.validate(bad, row_schema)
+    except jsonschema.ValidationError:
+        pass
+    else:
+        check(False, "ResultRow accepted a string busbw_gbs_mean")
+
+
 def test_live_responses_match_schemas():
     d = Daemon(cpu_slots=2)
     try:
@@ -229,7 +253,9 @@ def test_live_responses_match_schemas():
         run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
         validate("get", "/v1/runs/{id}", 200, run)
         check(run["collectives"], "results present")
-        validate("get", "/v1/experiments/{id}/results", 200, d.get(f"/v1/experiments/{exp['id']}/results"))
+        results = d.get(f"/v1/experiments/{exp['id']}/results")
+        validate("get", "/v1/experiments/{id}/results", 200, results)
+        check_results_columns(results)
         validate("get", "/v1/runs/{id}/steps", 200, d.get(f"/v1/runs/{run['id']}/steps"))
         trace = d.get(f"/v1/runs/{run['id']}/trace")
         check(any(e["ph"] == "X" for e in trace["traceEvents"]), "a collective run's iterations")

@@ -64,6 +64,8 @@ def c_report_fields():
         req, opt = set(), set()
         for f in re.finditer(r'\{\.name = "(\w+)"[^}]*\}', m.group(2)):
             (opt if ".optional = true" in f.group(0) else req).add(f.group(1))
+        if "PHASES(REPORT_PHASE_FIELD)" in m.group(2):  # optional, from common/columns.h
+            opt |= {p["key"] for p in json.load(open(os.path.join(SOURCE, "schema", "columns.json")))["phases"]}
         tables[m.group(1)] = (req, opt)
     common = tables.pop("common")[0]
     return {k: (req | common, opt) for k, (req, opt) in tables.items()} | {"done": (common, set())}

@@ -166,6 +166,8 @@ def check_report(d, train, coll, fits):
     check("net &lt;fit&gt;" in html, "the collective experiment is in")
     check(html.count("<svg") >= 4, html.count("<svg"))  # throughput, efficiency, phases, busbw
     check("@media print" in html and "<script" not in html, "print, no script")
+    # table headings are common/columns.h's label, statistic and unit
+    check("<th>step median (ms)</th>" in html and "<th>busbw (GB/s)</th>" in html, "headings")
     findings = re.findall(r"<li data-rule='([a-z_]+)'>([^<]*)</li>", html)
     rules = {r for r, _ in findings}
     check({"fastest", "scaling", "model", "busbw", "fit"} <= rules, rules)

@@ -170,11 +170,14 @@ static void test_view_collective_results(void)
                         "algorithm=ring\n",
                         70) == 0,
                 "%s", s);
-    T_CHECK_MSG(strstr(s, "world_size  size      busbw GB/s  n  algbw GB/s  median us"), "%s",
-                s);
-    T_CHECK_MSG(strstr(s, "         2    4K  1.234 +- 0.051  3      0.6172") != NULL, "%s", s);
+    /* headings from common/columns.h: label, statistic, unit (in ASCII: us for µs) */
+    T_CHECK_MSG(strstr(s, "world_size  message size      busbw GB/s  n  algbw GB/s  "
+                          "time median us  time p95 us  wrong"),
+                "%s", s);
+    T_CHECK_MSG(strstr(s, "         2            4K  1.234 +- 0.051  3      0.6172") != NULL,
+                "%s", s);
     T_CHECK_MSG(strstr(s, "64K") && strstr(s, "1M") && strstr(s, "9.870 +- 0.100"), "%s", s);
-    T_CHECK_MSG(strstr(s, "median us") && strstr(s, "44.50"), "%s", s);
+    T_CHECK_MSG(strstr(s, "time median us") && strstr(s, "44.50"), "%s", s);
     T_CHECK(strstr(s, "algorithm  ") == NULL); /* not a column */
     T_CHECK(ascii_only(&b));
     for (const char *p = s; *p; p++) /* no trailing spaces */
@@ -209,8 +212,9 @@ static void test_view_training_results(void)
     buf_init(&b);
     T_EQ_INT(view_results(t, &b), 0);
     const char *s = text(&b);
-    T_CHECK_MSG(strstr(s, "samples/s") && strstr(s, "speedup") && strstr(s, "efficiency"), "%s",
-                s);
+    T_CHECK_MSG(strstr(s, "throughput samples/s") && strstr(s, "step median ms") &&
+                    strstr(s, "speed-up") && strstr(s, "efficiency"),
+                "%s", s);
     T_CHECK_MSG(strstr(s, "1900 +- 20") && strstr(s, "1.900 +- 0.050") && strstr(s, "95.0%"),
                 "%s", s);
     T_CHECK_MSG(strstr(s, "test acc") == NULL, "%s", s); /* all null: dropped */
@@ -238,7 +242,7 @@ static void test_view_training_results(void)
     buf_init(&b);
     T_EQ_INT(view_results(t, &b), 0);
     s = text(&b);
-    T_CHECK_MSG(strstr(s, "pipeline") && strstr(s, "bubble  bubble theory  p2p ms"), "%s", s);
+    T_CHECK_MSG(strstr(s, "pipeline") && strstr(s, "bubble  bubble (theory)  p2p ms"), "%s", s);
     T_CHECK_MSG(strstr(s, "23.4%") && strstr(s, "20.0%") && strstr(s, "1.500"), "%s", s);
     buf_free(&b);
     json_decref(t);
@@ -256,14 +260,15 @@ static void test_view_compare(void)
     struct err e = {0};
     T_OK(view_compare(src, 2, &b, &e));
     const char *s = text(&b);
-    T_CHECK_MSG(strstr(s, "exp  world_size  algorithm  size      busbw GB/s  n  vs #3\n"), "%s",
-                s);
+    T_CHECK_MSG(
+        strstr(s, "exp  world_size  algorithm  message size      busbw GB/s  n  vs #3\n"), "%s",
+        s);
     T_CHECK_MSG(strstr(s, "vs #3") != NULL, "%s", s);
     /* rows of the same point next to each other, ratios against experiment 3 */
-    const char *r1 = strstr(s, "  3           2  ring         4K");
-    const char *r2 = strstr(s, "  4           2  tree         4K");
-    const char *r3 = strstr(s, "  3           2  ring        64K");
-    const char *r4 = strstr(s, "  4           2  tree        64K");
+    const char *r1 = strstr(s, "  3           2  ring                 4K");
+    const char *r2 = strstr(s, "  4           2  tree                 4K");
+    const char *r3 = strstr(s, "  3           2  ring                64K");
+    const char *r4 = strstr(s, "  4           2  tree                64K");
     T_CHECK_MSG(r1 && r2 && r3 && r4 && r1 < r2 && r2 < r3 && r3 < r4, "%s", s);
     T_CHECK_MSG(strstr(r2, "2.00x") && strstr(r4, "1.50x") && strstr(r1, "1.00x"), "%s", s);
     T_CHECK(strstr(s, "median us") == NULL); /* compare keeps to the headline metrics */
@@ -280,8 +285,8 @@ static void test_view_compare(void)
     buf_init(&b);
     T_OK(view_compare(single, 2, &b, &e));
     s = text(&b);
-    T_CHECK_MSG(strstr(s, "  3           2   64K  2.000 +- 0.100  3  1.00x\n"
-                          "  6           2   64K  4.000 +- 0.100  3  2.00x\n"),
+    T_CHECK_MSG(strstr(s, "  3           2           64K  2.000 +- 0.100  3  1.00x\n"
+                          "  6           2           64K  4.000 +- 0.100  3  2.00x\n"),
                 "%s", s);
     buf_free(&b);
     json_decref(c);

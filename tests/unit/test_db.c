@@ -810,9 +810,9 @@ static void test_db_step_phases_null(void)
     struct db_experiment_data data;
     T_OK(db_get_experiment_data(db, id, &data, &e));
     T_EQ_INT(data.runs[0].nsteps, 1);
-    T_NEAR(data.runs[0].steps[0].phase_ms[DB_PHASE_DATA], 1.5, 0);
-    T_NEAR(data.runs[0].steps[0].phase_ms[DB_PHASE_FORWARD], -1.0, 0);
-    T_NEAR(data.runs[0].steps[0].phase_ms[DB_PHASE_COMM_EXPOSED], -1.0, 0);
+    T_NEAR(data.runs[0].steps[0].phase_ms[PHASE_DATA], 1.5, 0);
+    T_NEAR(data.runs[0].steps[0].phase_ms[PHASE_FORWARD], -1.0, 0);
+    T_NEAR(data.runs[0].steps[0].phase_ms[PHASE_COMM_EXPOSED], -1.0, 0);
     db_experiment_data_free(&data);
     test_db_cleanup(db);
 }

@@ -113,12 +113,12 @@ static struct db_step_row *steps(int repeats, int n, double step_ms, double fast
                                                 .step_ms = step_ms * (1 + 0.1 * r),
                                                 .fastest_ms = fastest_ms,
                                                 .samples = samples,
-                                                .phase_ms = {[DB_PHASE_DATA] = 1.0,
-                                                             [DB_PHASE_FORWARD] = 2.0,
-                                                             [DB_PHASE_BACKWARD] = 3.0,
-                                                             [DB_PHASE_COMM] = 4.0,
-                                                             [DB_PHASE_COMM_EXPOSED] = 1.0,
-                                                             [DB_PHASE_OPTIMIZER] = 0.5}};
+                                                .phase_ms = {[PHASE_DATA] = 1.0,
+                                                             [PHASE_FORWARD] = 2.0,
+                                                             [PHASE_BACKWARD] = 3.0,
+                                                             [PHASE_COMM] = 4.0,
+                                                             [PHASE_COMM_EXPOSED] = 1.0,
+                                                             [PHASE_OPTIMIZER] = 0.5}};
     return a;
 }
 
@@ -245,6 +245,47 @@ static void test_results_no_rows_header(void)
     json_decref(tt);
     json_decref(empty);
     json_decref(full);
+}
+
+/* The keys columns.h expands for a workload's groups, in table order. Owned. */
+static json_t *expected_columns(bool collective)
+{
+    json_t *out = json_array();
+    for (int c = 0; c < COL_N; c++) {
+        enum column_group g = columns_get((enum column)c)->group;
+        if (g != CG_KEY && (g == CG_COLLECTIVE) != collective)
+            continue;
+        enum column_stat st[STAT_N + 1];
+        size_t n = columns_stats_of(columns_get((enum column)c)->shape, st);
+        for (size_t i = 0; i < n; i++) {
+            char key[COLUMNS_KEY_MAX];
+            json_array_append_new(out, json_string(columns_key((enum column)c, st[i], key)));
+        }
+    }
+    return out;
+}
+
+/* Every column results.c writes is a row of common/columns.h, in the table's order: a
+ * collective table has the key and collective groups, a training table the others. */
+static void test_results_columns_from_table(void)
+{
+    struct err e;
+    for (int collective = 0; collective < 2; collective++) {
+        struct db_experiment_data none = {.id = 7, .runs = NULL, .nruns = 0};
+        snprintf(none.workload, sizeof none.workload, "%s",
+                 collective ? "collective" : "train");
+        json_t *t = results_build(&none, NULL, 0, &e), *want = expected_columns(collective);
+        T_CHECK(t != NULL);
+        bool same = json_equal(json_object_get(t, "columns"), want);
+        if (!same) {
+            char *got = json_dumps(json_object_get(t, "columns"), JSON_COMPACT);
+            fprintf(stderr, "    columns %s\n", got);
+            free(got);
+        }
+        T_CHECK(same);
+        json_decref(want);
+        json_decref(t);
+    }
 }
 
 static void test_results_csv_quoting(void)
@@ -695,6 +736,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_results_pipeline);
     TEST_RUN(test_results_one_repeat_nulls);
     TEST_RUN(test_results_no_rows_header);
+    TEST_RUN(test_results_columns_from_table);
     TEST_RUN(test_results_csv_quoting);
     TEST_RUN(test_results_emulated_apart);
     TEST_RUN(test_results_oversubscribed_apart);

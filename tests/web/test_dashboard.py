@@ -302,28 +302,34 @@ def test_compare_experiments():
     screenshot("compare")
 
 
-def store_training_fixture(name="train-fixture", observed=True):
+def store_training_fixture(name="train-fixture", observed=True, strategies=None):
     """A finished two-point training sweep (world_size 1 and 2, ddp) written as the
     daemon stores workers' step and epoch reports, for when no train example runs yet.
     observed False: as an engine that times only data and the whole step stores it
-    (tensorflow: the other phases and bytes_sent NULL)."""
+    (tensorflow: the other phases and bytes_sent NULL). strategies: a sweep over them too
+    (each world size under each strategy)."""
     db = sqlite3.connect(os.path.join(D.state_dir, "ddpbench.db"), timeout=10)
     spec = {"name": name, "workload": "train", "model": "mlp", "backend": "tcp",
             "strategy": "ddp", "batch_size": 32, "sweep": {"world_size": [1, 2]}}
+    points = [{"world_size": ws} for ws in (1, 2)]
+    if strategies:
+        spec["sweep"] = {"strategy": list(strategies), "world_size": [1, 2]}
+        points = [{"strategy": st, "world_size": ws} for st in strategies for ws in (1, 2)]
     if not observed:
         spec["engine"] = "tensorflow"
     now = time.time()
     with db:
         cur = db.execute("INSERT INTO experiments (name, workload, spec, status, n_runs, created_at, "
-                         "started_at, finished_at, runs_finished) VALUES (?, 'train', ?, 'succeeded', 2, ?, ?, ?, 2)",
-                         (name, json.dumps(spec), now - 5, now - 5, now - 1))
+                         "started_at, finished_at, runs_finished) VALUES (?, 'train', ?, 'succeeded', ?, ?, ?, ?, ?)",
+                         (name, json.dumps(spec), len(points), now - 5, now - 5, now - 1, len(points)))
         exp_id = cur.lastrowid
-        for point, ws in enumerate((1, 2)):
-            rs = dict(spec, world_size=ws)
+        for point, params in enumerate(points):
+            ws = params["world_size"]
+            rs = dict(spec, **params)
             del rs["sweep"]
             run_id = db.execute("INSERT INTO runs (experiment_id, point, params, spec, world_size, status, progress, "
                                 "created_at, started_at, finished_at) VALUES (?, ?, ?, ?, ?, 'succeeded', 1, ?, ?, ?)",
-                                (exp_id, point, json.dumps({"world_size": ws}), json.dumps(rs), ws, now - 5, now - 4, now - 2)).lastrowid
+                                (exp_id, point, json.dumps(params), json.dumps(rs), ws, now - 5, now - 4, now - 2)).lastrowid
             for step in range(12):
                 for rank in range(ws):
                     slow = 1.6 if rank == 1 and step % 3 == 0 else 1.0  # rank 1 straggles
@@ -418,11 +424,33 @@ def test_unobserved_phases_are_a_segment_of_their_own():
         check(row["forward_ms"] is None and row["data_ms"] > 0, row)
         want = row["step_ms_mean"] - row["data_ms"]
         shown = [v for (bar, seg), v in segs.items() if seg == "not observed by the engine"
-                 and f"world_size={row['world_size']}" in bar]
+                 and bar == f"world size {row['world_size']}"]
         check(len(shown) == 1 and math.isclose(shown[0], want, rel_tol=6e-3), (row, segs))
     go(f"/experiments/{store_training_fixture('observed-fixture')}", "#runs-table")
     segs = wait(lambda: breakdown_segments(), what="step time breakdown")
     check(not any(seg == "not observed by the engine" for _, seg in segs), segs)
+
+
+def test_bar_labels_name_what_differs():
+    """Issue 28 item 7: a bar chart's row labels name only the fields that differ between
+    the rows, each by its label ("world size 2", from the reply's column_info) and value,
+    whole and inside the chart: not "strategy=ddp, world_size=2, network_profile=null"
+    cut from the left."""
+    exp_id = store_training_fixture("labels-fixture", strategies=("ddp", "zero1"))
+    go(f"/experiments/{exp_id}", "#runs-table")
+    segs = wait(lambda: breakdown_segments(), what="step time breakdown")
+    bars = sorted({bar for bar, _ in segs})
+    want = sorted(f"strategy {st}, world size {ws}" for st in ("ddp", "zero1") for ws in (1, 2))
+    check(bars == want, bars)
+    shown = js("""const f = [...document.querySelectorAll('figure.chart')].find(f => f.querySelector('figcaption').textContent === 'Step time breakdown');
+                  const svgBox = f.querySelector('svg').getBoundingClientRect();
+                  return [...f.querySelectorAll('svg > text[text-anchor=end]')].map(t => {
+                    const r = t.getBoundingClientRect();
+                    return {text: t.childNodes[0].textContent, inside: r.left >= svgBox.left - 0.5};
+                  })""")
+    check(sorted(x["text"] for x in shown) == want, shown)  # whole: no "…"
+    check(all(x["inside"] for x in shown), f"a label starts left of its chart: {shown}")
+    screenshot("experiment-labels")
 
 
 def test_training_example_through_the_form():
@@ -542,7 +570,7 @@ def test_model_predictions_and_what_if():
     segs = wait(lambda: breakdown_segments("Step phases: measured and predicted"), what="model bars")
     for row in rows:
         shown = [v for (bar, seg), v in segs.items() if seg == "backward"
-                 and bar.endswith("· model") and f"world_size={row['world_size']}" in bar]
+                 and bar == f"world size {row['world_size']} · model"]
         check(len(shown) == 1 and math.isclose(shown[0], row["pred_backward_ms"], rel_tol=6e-3),
               (shown, row))
     wait(lambda: js("return document.getElementById('whatif-source') !== null"), what="what-if")
@@ -781,6 +809,7 @@ def main():
                 test_compare_experiments,
                 test_training_charts_from_stored_rows,
                 test_unobserved_phases_are_a_segment_of_their_own,
+                test_bar_labels_name_what_differs,
                 *([test_training_example_through_the_form] if train_example() else []),
                 test_nodes_page_and_where_ranks_ran,
                 test_memory_usage_and_timeline_of_a_run, test_model_predictions_and_what_if,

@@ -138,7 +138,11 @@ export function stackedBars(opts) {
   const n = opts.categories.length;
   const totals = opts.categories.map((_, i) => opts.segments.reduce((a, s) => a + (Number.isFinite(s.values[i]) ? s.values[i] : 0), 0));
   if (!n || !totals.some((t) => t > 0)) return empty(fig, opts.empty);
-  const labelW = 170, barH = 22, gap = 10, h = M.t + n * (barH + gap) + 40;
+  // the label column as wide as the longest label needs (about 7 px a character at the
+  // chart's font), up to half the chart; a longer label is cut at its end, never its start
+  const longest = Math.max(...opts.categories.map((c) => c.length));
+  const labelW = Math.min(W / 2, Math.max(110, longest * 7 + 14)), maxChars = Math.floor((labelW - 14) / 7);
+  const barH = 22, gap = 10, h = M.t + n * (barH + gap) + 40;
   const X = axis(totals, { zero: true });
   const px = (v) => X.scale(v, labelW, W - M.r);
   const root = svg('svg', { viewBox: `0 0 ${W} ${h}`, role: 'img', 'aria-label': `${opts.title}: ${n} bars of ${opts.segments.map((s) => s.name).join(', ')}` });
@@ -147,7 +151,7 @@ export function stackedBars(opts) {
   root.append(grid, svg('text', { class: 'axis-label', x: (labelW + W) / 2, y: h - 4, 'text-anchor': 'middle' }, opts.unit));
   opts.categories.forEach((cat, i) => {
     const y = M.t + i * (barH + gap);
-    const label = cat.length > 26 ? cat.slice(0, 25) + '…' : cat;
+    const label = cat.length > maxChars ? cat.slice(0, maxChars - 1) + '…' : cat;
     root.append(svg('text', { x: labelW - 8, y: y + barH / 2 + 4, 'text-anchor': 'end' }, label, svg('title', {}, cat)));
     let acc = 0;
     opts.segments.forEach((s, j) => {

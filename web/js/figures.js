@@ -5,15 +5,41 @@
 // Decision: every function takes a list of labelled sources, so the experiment page
 // (one source) and the compare page (several, overlaid) draw the same charts the same
 // way. A series is one combination of the identifying columns that vary; the label
-// names only what varies, so a legend stays short.
+// names only what varies, so a legend stays short. Column labels and units, and the step
+// phases, come from the results reply's column_info and phases (common/columns.h): the
+// dashboard keeps no copy of them.
 import { el, svg, fmtNum, fmtBytes } from './util.js';
 import { lineChart, stackedBars, legend, PALETTE } from './charts.js';
 
 const COLLECTIVE_ID = ['op', 'dtype', 'redop', 'inplace'];
-export const PHASES = [
-  ['data_ms', 'data'], ['forward_ms', 'forward'], ['backward_ms', 'backward'],
-  ['comm_exposed_ms', 'exposed comm'], ['optimizer_ms', 'optimizer'],
-];
+
+// The phases that add up to a step, [key, label] in order, from a results reply.
+export function stackedPhases(table) {
+  return (table.phases || []).filter((p) => p.stacked).map((p) => [p.key, p.label]);
+}
+
+// A column's label from the reply's column_info ("world size"), or a spec field's name
+// read as words ("batch size").
+function columnLabel(table, key) {
+  const c = (table.column_info || []).find((i) => i.key === key);
+  return c ? c.label : key.replace(/[._]/g, ' ');
+}
+
+function valueText(v) {
+  if (v === true) return 'yes';
+  if (v === false) return 'no';
+  if (v === null || v === undefined) return '—';
+  return typeof v === 'number' ? fmtNum(v) : String(v);
+}
+
+// Each row's label: "label value" of only the identifying columns whose values differ
+// between the rows (in every source), so bars and legends name what sets a row apart.
+function rowLabels(sources, cols) {
+  const all = sources.flatMap((s) => s.table.rows);
+  const differ = cols.filter((c) => new Set(all.map((r) => JSON.stringify(r[c]))).size > 1);
+  return (src, row) => differ.filter((c) => row[c] !== undefined)
+    .map((c) => `${columnLabel(src.table, c)} ${valueText(row[c])}`).join(', ');
+}
 
 // Columns that name a series (apart from the x column), and how rows are labelled.
 // network_profile is a column of every table: series over different networks never merge.
@@ -23,14 +49,10 @@ function idColumns(table, extra) {
 
 // The part of a results row's mean step its engine did not split into phases: null when
 // every phase was observed.
-function unobservedMs(r) {
-  const vals = PHASES.map(([k]) => r[k]);
+function unobservedMs(r, phases) {
+  const vals = phases.map(([k]) => r[k]);
   if (vals.every((v) => Number.isFinite(v)) || !Number.isFinite(r.step_ms_mean)) return null;
   return Math.max(0, r.step_ms_mean - vals.reduce((a, v) => a + (Number.isFinite(v) ? v : 0), 0));
-}
-
-function keyOf(row, cols) {
-  return cols.filter((c) => row[c] !== undefined).map((c) => `${c}=${row[c]}`).join(', ');
 }
 
 // Groups rows of every source by (source, identifying columns without x); labels name
@@ -43,10 +65,11 @@ function groupSeries(sources, xcol, extra) {
     const vals = new Set(sources.flatMap((s) => s.table.rows.map((r) => JSON.stringify(r[c]))));
     return vals.size > 1;
   });
+  const label = rowLabels(sources, varying);
   for (const src of sources) {
     const groups = new Map();
     for (const row of src.table.rows) {
-      const k = keyOf(row, varying);
+      const k = label(src, row);
       if (!groups.has(k)) groups.set(k, []);
       groups.get(k).push(row);
     }
@@ -91,18 +114,22 @@ export function trainingCharts(sources) {
   });
   const ws = [...new Set(groups.flatMap((g) => g.rows.map((r) => r.world_size)).filter((w) => w > 0))];
   if (ws.length) eff.push({ name: 'ideal (1.0)', ref: true, points: [Math.min(...ws), Math.max(...ws)].map((x) => ({ x, y: 1 })) });
-  const rows = sources.flatMap((s) => s.table.rows.map((r) => ({ r, label: [sources.length > 1 ? s.label : null, keyOf(r, idColumns(s.table, ['world_size']))].filter(Boolean).join(' · ') })));
+  const ids = [...new Set(sources.flatMap((s) => idColumns(s.table, ['world_size'])))];
+  const label = rowLabels(sources, ids);
+  const rows = sources.flatMap((s) => s.table.rows.map((r) => ({ r, label: [sources.length > 1 ? s.label : null, label(s, r)].filter(Boolean).join(' · ') })));
+  const phases = stackedPhases(sources[0].table);
+  const memory = memoryColumns(sources[0].table);
   return [
     lineChart({ title: 'Throughput against world size', desc: 'Global samples per second (mean over repeats ± 95% CI); dashed: linear scaling from the smallest world size.', x: { label: 'world size (ranks)', zero: false, integer: true }, y: { label: 'throughput (samples/s)' }, series: thr }),
     lineChart({ title: 'Scaling efficiency against world size', desc: 'speed-up(N) / N against the world_size 1 group with the same other settings; dashed: ideal.', x: { label: 'world size (ranks)', zero: false, integer: true }, y: { label: 'efficiency', max: 1 }, series: eff, empty: 'No efficiency yet: it needs a world_size 1 group to compare with.' }),
     stackedBars({ title: 'Step time breakdown', desc: 'Mean per step on the slowest rank; exposed comm is communication not hidden behind backward.', unit: 'ms per step',
       categories: rows.map((x) => x.label || 'all runs'),
-      segments: [...PHASES.map(([k, name]) => ({ name, values: rows.map((x) => x.r[k]) })),
+      segments: [...phases.map(([k, name]) => ({ name, values: rows.map((x) => x.r[k]) })),
         // a framework engine that cannot observe some phases (null, GET /v1/engines says
         // why) leaves the rest of its step as one segment, not as time that vanished
-        { name: 'not observed by the engine', values: rows.map((x) => unobservedMs(x.r)) }] }),
-    modelBars(rows),
-    memoryBars(rows),
+        { name: 'not observed by the engine', values: rows.map((x) => unobservedMs(x.r, phases)) }] }),
+    modelBars(rows, phases),
+    memoryBars(rows, memory),
     dataPipeline(rows),
   ];
 }
@@ -126,12 +153,12 @@ function dataPipeline(rows) {
 
 // Each row's step as the model predicts it beside what was measured, phase by phase:
 // where the two part says where the model misses (docs/model.md).
-function modelBars(rows) {
+function modelBars(rows, phases) {
   const has = rows.filter((x) => Number.isFinite(x.r.pred_step_ms));
   const cats = has.flatMap((x) => [`${x.label || 'all runs'} · measured`, `${x.label || 'all runs'} · model`]);
   return stackedBars({ title: 'Step phases: measured and predicted', desc: 'Each configuration measured (first bar) and as the performance model predicts it from its one-rank run and the network fits (second bar); the table\'s pred_note says why a row has no prediction.', unit: 'ms per step',
     categories: cats,
-    segments: PHASES.map(([k, name]) => ({ name, values: has.flatMap((x) => [x.r[k], x.r['pred_' + k]]) })),
+    segments: phases.map(([k, name]) => ({ name, values: has.flatMap((x) => [x.r[k], x.r['pred_' + k]]) })),
     empty: 'No prediction: it needs a world_size 1 run of the ddpbench engine and a collective experiment on the same backend.' });
 }
 
@@ -151,16 +178,19 @@ export function whatIfChart(pred, table) {
 
 // What the largest rank holds, per group, in MiB: the ZeRO comparison at a glance (its
 // optimizer state, and under zero2 its gradients, shrink with the world size).
-const MEMORY = [['params_bytes_mean', 'parameters'], ['grads_bytes_mean', 'gradients'],
-  ['optimizer_bytes_mean', 'optimizer state'], ['comm_bytes_mean', 'comm buffers'],
-  ['activations_bytes_mean', 'activations']];
+const MEMORY = ['params_bytes', 'grads_bytes', 'optimizer_bytes', 'comm_bytes', 'activations_bytes'];
 const MIB = 1024 * 1024;
 
-function memoryBars(rows) {
-  const has = rows.filter((x) => MEMORY.some(([k]) => Number.isFinite(x.r[k])));
+// [mean key, label] of MEMORY's columns, labelled by the reply's column_info.
+function memoryColumns(table) {
+  return MEMORY.map((k) => [`${k}_mean`, columnLabel(table, k)]);
+}
+
+function memoryBars(rows, memory) {
+  const has = rows.filter((x) => memory.some(([k]) => Number.isFinite(x.r[k])));
   return stackedBars({ title: 'Memory per rank', desc: 'What the largest rank holds (mean over repeats); segments a framework engine cannot tell are left out (GET /v1/engines says which). Peak RSS is in the results table.', unit: 'MiB per rank',
     categories: has.map((x) => x.label || 'all runs'),
-    segments: MEMORY.map(([k, name]) => ({ name, values: has.map((x) => (Number.isFinite(x.r[k]) ? x.r[k] / MIB : null)) })),
+    segments: memory.map(([k, name]) => ({ name, values: has.map((x) => (Number.isFinite(x.r[k]) ? x.r[k] / MIB : null)) })),
     empty: 'No memory reported yet: ranks report it at the end of each repeat.' });
 }
 
@@ -230,7 +260,7 @@ export function mainColumns(table) {
   const keep = table.workload === 'collective'
     ? ['bytes', 'algorithm', 'busbw_gbs_mean', 'busbw_gbs_ci95', 'algbw_gbs_mean', 'time_us_mean', 'time_us_median', 'time_us_p95', 'busbw_gbs_n', 'wrong']
     : ['world_size', 'runs', 'throughput_mean', 'throughput_ci95', 'speedup', 'efficiency', 'step_ms_median', 'step_ms_p95',
-      ...PHASES.map((p) => p[0]), 'overlap', 'straggler_ms', 'test_acc_mean', 'train_loss_mean',
+      ...stackedPhases(table).map((p) => p[0]), 'overlap', 'straggler_ms', 'test_acc_mean', 'train_loss_mean',
       ...RESOURCE_COLUMNS];
   const lead = table.group_by || [];
   // memory, utilisation, time to accuracy and a pipeline's bubble only where some row
