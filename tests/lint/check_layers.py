@@ -58,14 +58,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
 # (file, included file): arrows that break a rule and are accepted until a named change.
 ALLOWED = set()  # (file, include) pairs; empty: every arrow in the tree follows the rules
 # module sets (each a loop as "no-file-cycles" prints it) accepted until a named change.
-ALLOWED_CYCLES = {
-    # gmodel.h declares both halves of the GPU runner; gmodel_host.c (the host half)
-    # includes it and gmodel.c calls the host half. Goes when gmodel.h's host half moves to
-    # a gmodel_host.h of its own, after the one-row-per-layer rewrite of worker/nn (issue 28
-    # item 5) that owns these files has landed.
-    frozenset({"worker/nn/cuda/gmodel", "worker/nn/cuda/gmodel_host"}):
-        "gmodel.h holds gmodel_host.c's declarations; split after the worker/nn rewrite",
-}
+ALLOWED_CYCLES = {}  # empty: no loop between files is accepted
 
 # folder -> top-level folders it may include (besides itself, and worker's special rules)
 TOP_ALLOWED = {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/nn/cuda/gmodel.h"
+#include "worker/nn/cuda/gmodel_host.h"
 #include "worker/nn/models.h"
 #include "tests/unit/test.h"
 

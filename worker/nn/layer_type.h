@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "worker/nn/graph.h"
 #include "worker/nn/layers.h"
-#include "worker/nn/model.h"
 #include "worker/nn/onednn.h"
 
 struct nn_tensor {

@@ -38,28 +38,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "worker/nn/graph.h"
 #include "worker/nn/layers.h"
 #include "worker/nn/nn.h"
 #include "worker/nn/onednn.h"
-
-enum nn_op {
-    NN_OP_CONV,
-    NN_OP_BN,
-    NN_OP_ACT,
-    NN_OP_MAXPOOL,
-    NN_OP_AVGPOOL, /* also global average pooling */
-    NN_OP_ADAPTIVE_AVGPOOL,
-    NN_OP_LINEAR,
-    NN_OP_DROPOUT,
-    NN_OP_ADD,
-    NN_OP_FLATTEN,
-    /* the transformer's (GPT-2): sequence tensors (N,T,C) */
-    NN_OP_EMBED,
-    NN_OP_LAYERNORM,
-    NN_OP_GELU,
-    NN_OP_ATTENTION,
-    NN_OP_COUNT /* not an op: how many there are (the row tables' size) */
-};
 
 enum nn_backend {
     NN_BACKEND_REF,  /* the plain-loop references: the spec, slow */
@@ -280,21 +262,6 @@ float *nn_model_bn_running(struct nn_model *m, int node);
 int nn_model_node_count(const struct nn_model *m);
 const char *nn_model_node_name(const struct nn_model *m, int node);
 enum nn_op nn_model_node_op(const struct nn_model *m, int node);
-/* A layer's configuration: the member its op uses (the graph keeps one per node). */
-union nn_layer_cfg {
-    struct nn_conv2d_cfg conv;
-    struct nn_bn_cfg bn;
-    enum nn_act act;
-    struct nn_pool_cfg pool; /* max and average pooling */
-    struct {
-        int oh, ow;
-    } adapt; /* adaptive average pooling's output size */
-    struct nn_linear_cfg linear;
-    struct nn_dropout_cfg dropout;
-    int add_relu;
-    struct nn_embed_cfg embed;
-    struct nn_attention_cfg attn;
-};
 
 /* A layer as another engine needs it (the GPU runner, worker/nn/cuda/gmodel.c, walks the same
  * graph): its op and configuration, the tensors it reads and writes, its slice of the

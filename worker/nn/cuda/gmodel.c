@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/nn/cuda/gmodel_host.h"
 #include "worker/nn/cuda/gmodel_kernels.h"
 #include "worker/nn/cuda/gpu.h"
 #include "worker/nn/cuda/gpu_layers.h"

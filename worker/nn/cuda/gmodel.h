@@ -16,8 +16,9 @@
  *   device arenas with the host arenas' lengths and offsets, so a DDP bucket or a
  *   broadcast is the same slice on both. One thing differs inside a slice: convolution
  *   weights are (Cout,KH,KW,Cin/G) on the device (cuDNN's NHWC filters) where the host
- *   has (Cout,Cin/G,KH,KW); gmodel_arena_to_device / _to_host permute (uploads, downloads,
- *   tests). Reductions are elementwise, so every strategy is indifferent to it.
+ *   has (Cout,Cin/G,KH,KW); gmodel_arena_to_device / _to_host (gmodel_host.h) permute
+ *   (uploads, downloads, tests). Reductions are elementwise, so every strategy is
+ *   indifferent to it.
  * - Activations and their gradients are in the precision's dtype (fp32, fp16, bf16), NHWC
  *   for 4-D tensors; flatten transposes to PyTorch's (c,h,w) order so linear weights are
  *   the host's. fp16 and bf16 keep float32 master weights and a half-precision copy of
@@ -47,8 +48,9 @@
  * - A reused batch (the synthetic dataset's fixed batch) is uploaded once, as a PyTorch
  *   benchmark keeps its synthetic batch on the GPU; other batches are uploaded per step.
  *
- * The host half (this header's first part, gmodel_host.c) builds everywhere and is
- * unit-tested on the CPU; the rest needs -Dcuda and -Dcudnn (gmodel.c).
+ * This header is the device half (gmodel.c), which needs -Dcuda and -Dcudnn; the host
+ * half (gmodel_host.h: the weight permutation, gmodel_check) builds everywhere and is
+ * unit-tested on the CPU.
  *
  * Ownership: gmodel_create returns an owned runner (gmodel_destroy); it borrows the
  * nn_model (which must outlive it) and the stream. Device pointers read out of it are
@@ -63,21 +65,6 @@
 #include "common/err.h"
 #include "worker/nn/model.h"
 #include "worker/nn/optim.h"
-
-/* ---- host half (gmodel_host.c, every build) ------------------------------------------ */
-
-/* Convolution weight (Cout,Cin/G,KH,KW) -> (Cout,KH,KW,Cin/G) and back; dst != src. */
-void gmodel_conv_weight_to_device(float *dst, const float *src, const struct nn_conv2d_cfg *c);
-void gmodel_conv_weight_to_host(float *dst, const float *src, const struct nn_conv2d_cfg *c);
-/* A whole parameter (or gradient) arena of m in the device's order and back: every
- * convolution weight permuted, everything else copied. dst != src, nparams floats. */
-void gmodel_arena_to_device(const struct nn_model *m, float *dst, const float *src);
-void gmodel_arena_to_host(const struct nn_model *m, float *dst, const float *src);
-/* Whether every layer of m (finished) has a GPU form: ERR_INVALID naming
- * "model" and the layer otherwise (an adaptive pooling that is no ordinary pooling). */
-int gmodel_check(const struct nn_model *m, struct err *e);
-
-/* ---- device half (gmodel.c, -Dcuda -Dcudnn) ----------------------------------------- */
 
 struct gmodel;
 

@@ -1,10 +1,11 @@
-/* gmodel_host: the host half of the GPU model runner (gmodel.h): the convolution weight
- * permutation between the host's (Cout,Cin/G,KH,KW) and cuDNN's NHWC filters
- * (Cout,KH,KW,Cin/G), applied over whole arenas, and the check that a graph has a GPU form.
+/* gmodel_host: the host half of the GPU model runner (gmodel.h), declared in gmodel_host.h:
+ * the convolution weight permutation between the host's (Cout,Cin/G,KH,KW) and cuDNN's
+ * NHWC filters (Cout,KH,KW,Cin/G), applied over whole arenas, and the check that a graph
+ * has a GPU form.
  *
  * Decision: plain C with no CUDA in it, built in every configuration, so the layout logic
  * the device copies rely on is unit-tested on the CPU (tests/unit/test_gmodel_host.c). */
-#include "worker/nn/cuda/gmodel.h"
+#include "worker/nn/cuda/gmodel_host.h"
 
 #include <string.h>
 
