@@ -1,7 +1,7 @@
 /* model_table: the one list of the models ddpbench trains, with the facts both programs
  * need: the name a spec uses, the model's usual input shape and class count, and its
  * parameter count there (as PyTorch counts them). The daemon validates "model" and
- * "buckets_of" against it (common/spec.c), the JSON Schema's enums are generated from it,
+ * "buckets_of" against it (common/spec_table.c), the JSON Schema's enums are generated from it,
  * the worker's zoo (worker/nn/models.c) builds exactly these names, and a spec without a
  * dataset shape trains at the row's shape (worker/workload_train.c), as the collective
  * workload's "buckets_of" replays the row's shape and classes. The spec's memory estimate

@@ -1,7 +1,7 @@
 /* spec_checks: the cross-field checks of a normalized spec, in one table, spec_checks[],
  * walked in one place (spec_checks_run, called by spec_normalize).
  *
- * Decision: a check between fields is a row of spec_rules[] in spec.c when one of its
+ * Decision: a check between fields is a row of spec_rules[] in spec_table.c when one of its
  * kinds says it (a <= b, one of a and b, b's values allowed by a's, a x b = world_size):
  * those rows are also stated in the JSON Schema. What the kinds cannot say (a model
  * family's data, pipelines, the loader, the memory estimate) is a function here, a row of
@@ -40,7 +40,7 @@ struct spec_check {
     spec_check_fn broken;
 };
 
-/* --- spec_rules[] (spec.c), judged as one check ------------------------------------ */
+/* --- spec_rules[] (spec_table.c), judged as one check ------------------------------------ */
 
 /* A string's or a boolean's value as the text spec_allowed lists it; NULL for others. */
 static const char *spec_value_word(const json_t *v)
@@ -80,7 +80,7 @@ static bool spec_allowed_broken(const struct spec_rule *r, const json_t *spec, c
     return false;
 }
 
-/* The rows of spec_rules[] (spec.c) as one check: true with the first broken rule's b in
+/* The rows of spec_rules[] (spec_table.c) as one check: true with the first broken rule's b in
  * *field and the reason in why; rules with a field in skip (may be NULL) are not judged. */
 static bool spec_rules_broken(const json_t *spec, enum spec_workload wl, const json_t *skip,
                               const char **field, char *why, size_t n)

@@ -2,12 +2,13 @@
  * includes it. The types of the field and rule tables, the tables as the module's files
  * see them, and the small lookups and text helpers every one of those files uses.
  *
- * Decision: the tables stay defined in spec.c, where a field is added (one row), and are
- * exported here as a pointer and a count, so the files split off by concern (the checks,
- * sweeps, the memory estimate, the JSON Schema) read the same rows without a second copy.
- * The helpers are defined in spec_table.c, below every other file of the module, so the
- * module's calls run one way: spec.c -> spec_checks.c -> spec_sweep.c, spec_memory.c ->
- * spec_table.c; spec_schema.c -> spec_table.c. */
+ * Decision: the tables are defined in spec_table.c, where a field is added (one row), and
+ * exported here as a pointer and a count, so the files split off by concern (validation,
+ * the checks, sweeps, the memory estimate, the JSON Schema) read the same rows without a
+ * second copy. spec_table.c sits below every other file of the module, and the public
+ * common/spec.h has no source of its own, so the module's calls run one way:
+ * spec_parse.c -> spec_checks.c -> spec_sweep.c, spec_memory.c -> spec_table.c;
+ * spec_schema.c -> spec_table.c (tests/lint/check_layers.py checks it). */
 #ifndef DDPB_COMMON_SPEC_TABLE_H
 #define DDPB_COMMON_SPEC_TABLE_H
 
@@ -22,7 +23,7 @@
 #define SPEC_WL_ANY 0xffffffffu
 #define SPEC_WL_COLLECTIVE (1u << SPEC_WORKLOAD_COLLECTIVE)
 #define SPEC_WL_TRAIN (1u << SPEC_WORKLOAD_TRAIN)
-#define SPEC_MAX_FIELDS 128 /* at least the rows of spec_fields[] (spec.c asserts it) */
+#define SPEC_MAX_FIELDS 128 /* at least the rows of spec_fields[] (spec_table.c asserts it) */
 #define SPEC_GIB (1024.0 * 1024.0 * 1024.0)
 
 enum spec_type {
@@ -85,7 +86,7 @@ struct spec_rule {
     const struct spec_allowed *allowed; /* SPEC_RULE_ALLOWED: NULL-terminated */
 };
 
-/* The tables (defined in spec.c): fields in table order, rules, workload names in enum
+/* The tables (defined in spec_table.c): fields in table order, rules, workload names in enum
  * order (NULL-terminated). */
 extern const struct spec_field *const spec_field_table;
 extern const size_t spec_field_count;

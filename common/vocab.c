@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/columns.h"
 #include "common/model_table.h"
 
 #define VOCAB_COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -251,7 +252,7 @@ bool vocab_format_leveled(const struct vocab_format *f)
     return f->max_level > 0;
 }
 
-/* spec.c's choice_at functions: one list each. */
+/* spec_table.c's choice_at functions: one list each. */
 #define VOCAB_AT(fn, list)                                                                     \
     const char *fn(int i)                                                                      \
     {                                                                                          \
@@ -389,5 +390,7 @@ json_t *vocab_json(void)
     }
     json_object_set_new(out, "norms", vocab_norms_json());
     json_object_set_new(out, "models", vocab_models_json());
+    /* the step phases are written once with the results columns (common/columns.h) */
+    json_object_set_new(out, "phases", phases_json());
     return out;
 }

@@ -6,7 +6,7 @@
  * Decision: each list is an X-macro, so a C enum that must stay a parallel list elsewhere
  * (enum ddp_strategy, enum perf_strategy, enum report_type) is generated from the same
  * rows and cannot drift; the attributes live in vocab.c's table, indexed by the enum.
- * The spec's choices (common/spec.c), the CLI's help, the error messages that list names,
+ * The spec's choices (common/spec_table.c), the CLI's help, the error messages that list names,
  * GET /v1/vocabulary and schema/vocabulary.json (which the Python engines and the
  * dashboard read instead of copying) all come from here. Adding a name is a row here and
  * its attributes in vocab.c, then the code that implements it. */
@@ -200,7 +200,7 @@ bool vocab_format_converted(const struct vocab_format *f);
 bool vocab_format_lossy(const struct vocab_format *f);
 bool vocab_format_leveled(const struct vocab_format *f);
 
-/* spec.c's choice_at form: the i-th name, NULL after the last. */
+/* spec_table.c's choice_at form: the i-th name, NULL after the last. */
 const char *vocab_strategy_at(int i);
 const char *vocab_engine_at(int i);
 const char *vocab_backend_at(int i);
@@ -209,8 +209,8 @@ const char *vocab_storage_at(int i);
 const char *vocab_schedule_at(int i);
 
 /* The whole vocabulary as JSON (GET /v1/vocabulary, schema/vocabulary.json): every list
- * with its attributes, the dataset norms and the model table's names, shapes and classes.
- * New reference (caller decrefs); NULL only when out of memory. */
+ * with its attributes, the dataset norms, the model table's names, shapes and classes, and
+ * the step phases (common/columns.h's phases_json). New reference (caller decrefs); NULL only when out of memory. */
 json_t *vocab_json(void);
 
 /* Where the source tree keeps vocab_json's output (test_spec --write-vocabulary writes

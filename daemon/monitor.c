@@ -587,7 +587,7 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
         *e = q->spec_err;
         return -1;
     }
-    /* the spec's defaults (common/spec.c) are already filled in */
+    /* the spec's defaults (common/spec_table.c) are already filled in */
     r->timeout_s = q->spec.timeout_s;
     r->heartbeat_timeout_s = q->spec.heartbeat_timeout_s;
     snprintf(r->engine, sizeof r->engine, "%s",

@@ -5,7 +5,7 @@ Each framework is imported in a child python3 with a time limit, so a broken or 
 install (torch's import can take seconds, a CUDA probe can hang) is reported as not
 installed with the reason instead of stalling the caller. The engines, their modules and
 adapters are schema/vocabulary.json's (ddpb_vocab); what each engine supports is the table
-below, kept equal to common/spec.c's spec_rules for the engine (checked by
+below, kept equal to common/spec_table.c's spec_rules for the engine (checked by
 tests/integration/test_engines.py, which also checks it names every engine); an engine the daemon does not launch yet says so in
 "launched". Output: {"engines": [{name, installed, version, reason, launched, strategies,
 backends, devices, precisions}, ...]}."""

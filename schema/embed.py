@@ -13,7 +13,7 @@ always describes the binary that serves it. Migration files must be named NNN_na
 with NNN = 001, 002, ... without gaps.
 
 The contract's components.schemas.Spec is, in api/openapi.yaml, a $ref to
-schema/spec.schema.json (JSON Schema 2020-12, generated from common/spec.c's field table).
+schema/spec.schema.json (JSON Schema 2020-12, generated from common/spec_table.c's field table).
 The served contract must stand alone, so the build replaces that one line by the schema
 itself, translated to OpenAPI 3.0's schema dialect, and fills in SpecField (the spec's
 field names, what group_by takes) from it, and Strategy and StrategyList from

@@ -3,7 +3,7 @@
  *
  * Decision: what runs with what (nccl only on cuda, tcp only on cpu, emulation only on
  * cuda, the strategies, compression and precisions each device trains with, the
- * algorithms NCCL takes) is a rule of the spec (common/spec.c): the daemon refuses it at
+ * algorithms NCCL takes) is a rule of the spec (common/spec_table.c): the daemon refuses it at
  * submit and the worker's spec_from_json refuses it again. What is left here is what
  * depends on how this binary was built (DDPB_HAVE_CUDA / NCCL / CUDNN from
  * ddpb_config.h), each with the meson option that adds it (build_check.h). Nothing is

@@ -1,10 +1,10 @@
 """schemathesis hooks, loaded through tests/integration/schemathesis.toml: the one filter of
 generated requests, for POST /v1/experiments (createExperiment).
 
-The spec's JSON Schema (schema/spec.schema.json, generated from common/spec.c) states
+The spec's JSON Schema (schema/spec.schema.json, generated from common/spec_table.c) states
 every rule JSON Schema can express; its description lists, numbered, the ones the server
 applies that it cannot (relations between two values, counts over the sweep's cross
-product, the memory estimate; in C, the LE and FILLS rows of spec_rules[] in common/spec.c
+product, the memory estimate; in C, the LE and FILLS rows of spec_rules[] in common/spec_table.c
 and the rows of spec_checks[] in common/spec_checks.c). A schema-valid body that breaks
 one of them is refused with 400, so positive_data_acceptance would count it against the
 server. filter_case drops

@@ -185,7 +185,7 @@ static void test_db_queued_spec_parsed(void)
     T_EQ_INT(q[0].spec.world_size, 2);
     T_EQ_INT(q[0].spec.train.threads, 3);
     T_EQ_INT(q[0].spec.heartbeat_timeout_s, 7);
-    T_EQ_INT(q[0].spec.timeout_s, 600); /* common/spec.c's default */
+    T_EQ_INT(q[0].spec.timeout_s, 600); /* common/spec_table.c's default */
     T_EQ_STR(q[0].spec.device, "cpu");
     db_queued_runs_free(q, n);
     test_db_cleanup(db);

@@ -1335,7 +1335,7 @@ static void test_spec_schema_file_in_sync(void)
     if (!same)
         fprintf(stderr,
                 "    %s is not what spec_schema_json() generates.\n"
-                "    The field table in common/spec.c changed: regenerate with\n"
+                "    The field table in common/spec_table.c changed: regenerate with\n"
                 "      <build>/tests/test_spec --write-schema %s\n"
                 "    and commit the result.\n",
                 path, path);

@@ -4,7 +4,7 @@
  * combinations no build runs (nccl on cpu, tcp on cuda, emulation on cpu, fp16 on cpu,
  * horovod or compression on cuda, an algorithm NCCL is not told) are refused by
  * spec_from_json, which is how the worker reads its spec, naming the same fields as a
- * submit (common/spec.c's rules; tests/unit/test_spec.c has every message). */
+ * submit (common/spec_table.c's rules; tests/unit/test_spec.c has every message). */
 #include <string.h>
 
 #include "ddpb_config.h"

@@ -131,7 +131,7 @@ static void test_op_buffers(void)
     T_CHECK(ar->peers == NULL);
 }
 
-/* The spec's "op" values (common/spec.c, the contract the daemon checks) are exactly the
+/* The spec's "op" values (common/spec_table.c, the contract the daemon checks) are exactly the
  * table's rows. */
 static void test_op_names_match_spec(void)
 {
