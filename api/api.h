@@ -15,11 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/err.h"
 #include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
 #include "daemon/engines.h"
-#include "common/err.h"
 #include "daemon/events.h"
 #include "daemon/scheduler.h"
 #include "daemon/store_server.h"

@@ -14,13 +14,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/gpu_slots.h"
 #include "api/handlers.h"
 #include "common/columns.h"
 #include "common/log.h"
+#include "common/spec.h"
+#include "daemon/gpu_slots.h"
 #include "daemon/model.h"
 #include "daemon/results.h"
-#include "common/spec.h"
 
 static const char *const h_no_args[] = {NULL};
 

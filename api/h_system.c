@@ -1,15 +1,16 @@
-/* h_system: health, metrics, the spec schema, the API contract, the global event stream. /healthz answers without touching more than
- * counters, so a load balancer's probe costs nothing. */
+/* h_system: health, metrics, the spec schema, the API contract, the global event stream.
+ * /healthz answers without touching more than counters, so a load balancer's probe costs
+ * nothing. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/handlers.h"
 #include "common/buf.h"
 #include "common/clock.h"
-#include "ddpb_config.h"
-#include "api/handlers.h"
 #include "common/spec.h"
 #include "common/vocab.h"
+#include "ddpb_config.h"
 
 static void h_system_health_common(struct api_ctx *ctx, json_t *o)
 {

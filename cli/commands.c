@@ -8,9 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/clock.h"
 #include "cli/view.h"
 #include "cli/watch.h"
+#include "common/clock.h"
 
 #define CMD_MAX_SPEC ((size_t)64 << 20)
 

@@ -15,10 +15,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common/buf.h"
 #include "cli/client.h"
-#include "common/err.h"
 #include "cli/sse.h"
+#include "common/buf.h"
+#include "common/err.h"
 
 #define WATCH_IDLE_MS 3000
 #define WATCH_POLL_MS 1000

@@ -188,10 +188,10 @@ struct spec_memory {
  * two; zero1 / zero2 shard it over world_size), communication buffers (horovod's fusion
  * buffer and zero's staging copy of the gradients; 2 bytes a parameter more with
  * compression), activations and their gradients (model_table_activations x batch_size x
- * 2 floats) and the loader's max(prefetch, dataset.workers) + 1 input batches (1 with prefetch 0). The input is dataset.shape, else
- * the real dataset's own (mnist, fashion-mnist 1x28x28; cifar10 3x32x32), else the
- * model's usual one. An estimate, in fp32 (an upper bound for fp16 / bf16). Returns 0, or
- * -1 with out zeroed for a spec that is not "train". */
+ * 2 floats) and the loader's max(prefetch, dataset.workers) + 1 input batches (1 with prefetch
+ * 0). The input is dataset.shape, else the real dataset's own (mnist, fashion-mnist 1x28x28;
+ * cifar10 3x32x32), else the model's usual one. An estimate, in fp32 (an upper bound for fp16 /
+ * bf16). Returns 0, or -1 with out zeroed for a spec that is not "train". */
 int spec_memory_estimate(const json_t *resolved, struct spec_memory *out);
 /* "about 12.3 GiB (parameters 0.1, ... GiB; an estimate)" into buf. */
 void spec_memory_text(const struct spec_memory *m, char *buf, size_t n);

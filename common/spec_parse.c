@@ -11,8 +11,8 @@
  * Validation, defaults, sweep checks, spec_from_json and spec_schema_json all walk these
  * two tables, and error messages are built from the same row as the schema ("must be an
  * integer from 1 to 1024"), so the contract is written once. A new workload is an enum
- * value, a name in spec_workload_names (spec_table.c) and its rows. The model names are not listed here:
- * "model" and "buckets_of" take theirs from common/model_table.h.
+ * value, a name in spec_workload_names (spec_table.c) and its rows. The model names are not
+ * listed here: "model" and "buckets_of" take theirs from common/model_table.h.
  *
  * What runs where (device with backend, precision, strategy, compression; backend with
  * algorithm) is SPEC_RULE_ALLOWED rows too, so a combination the workers cannot run is a
@@ -26,14 +26,13 @@
  * field of the rule is swept: its top-level value is then never run) and on every point
  * of the sweep, so a bad point is rejected when the spec is submitted, not when it runs:
  * spec_checks.c walks these rows and the checks they cannot state, one table. */
-#include "common/spec.h"
-
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/model_table.h"
+#include "common/spec.h"
 #include "common/spec_table.h"
 #include "common/vocab.h"
 
@@ -77,7 +76,8 @@ static bool spec_is_group(const char *key)
 {
     size_t n = strlen(key);
     for (size_t i = 0; i < spec_field_count; i++)
-        if (strncmp(spec_field_table[i].name, key, n) == 0 && spec_field_table[i].name[n] == '.')
+        if (strncmp(spec_field_table[i].name, key, n) == 0 &&
+            spec_field_table[i].name[n] == '.')
             return true;
     return false;
 }

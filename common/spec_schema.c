@@ -403,7 +403,8 @@ static void spec_schema_one_of_rules(json_t *all)
  * new rule here is a new filter there. */
 static const char spec_schema_description_format[] =
     "An experiment for ddpbenchd (POST /v1/experiments). Generated from the field table in "
-    "common/spec_table.c; do not edit by hand. The server also applies rules this schema cannot "
+    "common/spec_table.c; do not edit by hand. The server also applies rules this schema "
+    "cannot "
     "state, each refused with 400 naming the field: (1) min_bytes at most max_bytes, at the "
     "top and at every sweep point; (2) the sizes of \"sizes\" and the values of each sweep "
     "list distinct once their units are read (\"4K\" and 4096 are the same size); (3) at "

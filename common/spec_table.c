@@ -248,7 +248,8 @@ static const struct spec_field spec_fields[] = {
     {.name = "pipeline", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
      .min = 1, .max = 64, .def = "1", SPEC_AT(train.pipeline),
      .desc = "Pipeline stages: the model is cut into this many contiguous stages (balanced "
-             "as pipeline_balance says), each on its own rank; world_size is replicas x pipeline, "
+             "as pipeline_balance says), each on its own rank; world_size is replicas x "
+             "pipeline, "
              "rank = replica x pipeline + stage, and the replicas of a stage exchange its "
              "gradients with the strategy. 1: data parallelism only."},
     {.name = "micro_batches", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
@@ -594,7 +595,6 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.format", spec_engine_formats},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.storage", spec_engine_storages},
 };
-
 
 /* The tables as common/spec_table.h exports them to the module's other files. */
 const struct spec_field *const spec_field_table = spec_fields;

@@ -72,8 +72,10 @@ static const struct vocab_format vocab_formats[] = {
 
 /* The named profiles' figures (worker/data/storage.h says what each stands for). */
 static const struct vocab_storage vocab_storages[] = {
-    [VOCAB_STORAGE_LOCAL] = {"local", false, 0, 0, 0, "no caps: the machine's disk and page cache"},
-    [VOCAB_STORAGE_NFS] = {"nfs", false, 200, 0.5, 8, "one client of a filer on a datacenter LAN"},
+    [VOCAB_STORAGE_LOCAL] = {"local", false, 0, 0, 0,
+                             "no caps: the machine's disk and page cache"},
+    [VOCAB_STORAGE_NFS] = {"nfs", false, 200, 0.5, 8,
+                           "one client of a filer on a datacenter LAN"},
     [VOCAB_STORAGE_BLOB] = {"blob", false, 100, 15, 32, "one VM reading an object store"},
     [VOCAB_STORAGE_CUSTOM] = {"custom", true, 0, 0, 0, "the spec's dataset.read_* figures"},
 };

@@ -13,10 +13,9 @@
 #ifndef DDPB_VOCAB_H
 #define DDPB_VOCAB_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
-
-#include <jansson.h>
 
 /* X(ID, "name"): in this order everywhere (enum values, choices, schema enums). */
 #define VOCAB_STRATEGIES(X)                                                                    \
@@ -210,7 +209,8 @@ const char *vocab_schedule_at(int i);
 
 /* The whole vocabulary as JSON (GET /v1/vocabulary, schema/vocabulary.json): every list
  * with its attributes, the dataset norms, the model table's names, shapes and classes, and
- * the step phases (common/columns.h's phases_json). New reference (caller decrefs); NULL only when out of memory. */
+ * the step phases (common/columns.h's phases_json). New reference (caller decrefs); NULL only
+ * when out of memory. */
 json_t *vocab_json(void);
 
 /* Where the source tree keeps vocab_json's output (test_spec --write-vocabulary writes

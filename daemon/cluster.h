@@ -25,10 +25,9 @@
 #ifndef DDPB_CLUSTER_H
 #define DDPB_CLUSTER_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-#include <jansson.h>
 
 #include "common/err.h"
 #include "daemon/config.h"

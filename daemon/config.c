@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ddpb_config.h"
-#include "daemon/gpu_slots.h"
 #include "common/nvml.h"
+#include "daemon/gpu_slots.h"
+#include "ddpb_config.h"
 
 static int config_parse_long(const char *opt, const char *s, long lo, long hi, long *out,
                              struct err *e)

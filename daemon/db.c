@@ -5,8 +5,8 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,7 +421,8 @@ static const char SQL_GET_EXPERIMENT[] = DB_EXPERIMENT_SELECT
 static const char SQL_EXPERIMENT_RUNS[] =
     "SELECT id, point, params, world_size, status, progress, created_at, started_at, "
     "finished_at, finished_at - started_at AS duration_s, error, error_rank, network_profile, "
-    "nodes, ranks_per_node FROM runs WHERE experiment_id = ?1 ORDER BY point LIMIT ?2 OFFSET ?3";
+    "nodes, ranks_per_node FROM runs WHERE experiment_id = ?1 ORDER BY point LIMIT ?2 OFFSET "
+    "?3";
 
 static const char SQL_GET_RUN[] =
     "SELECT id, experiment_id, point, params, world_size, status, progress, created_at, "
@@ -720,18 +721,18 @@ static const char SQL_INSERT_EXPERIMENT[] =
 #define DB_SUMMARY_OF(field)                                                                   \
     "json((SELECT json_group_array(v) FROM (SELECT DISTINCT " field " AS v FROM runs r "       \
     "WHERE r.experiment_id = ?1 AND v IS NOT NULL ORDER BY v)))"
+#define DB_SUMMARY_OF_SPEC(key) DB_SUMMARY_OF("json_extract(r.spec, '$." key "')")
+/* One key of the summary a line: clang-format would indent each macro call after the last,
+ * past the column limit. */
+/* clang-format off */
 static const char SQL_EXPERIMENT_SUMMARY[] =
     "UPDATE experiments SET summary = json_object("
-    "'models', " DB_SUMMARY_OF(
-        "json_extract(r.spec, '$.model')") ", "
-                                           "'ops', " DB_SUMMARY_OF(
-                                               "json_extract(r.spec, '$.op')") ", "
-                                                                               "'backends', " DB_SUMMARY_OF(
-                                                                                   "json_extract(r.spec, '$.backend')") ", "
-                                                                                                                        "'strategies', " DB_SUMMARY_OF(
-                                                                                                                            "json_extract(r.spec, '$.strategy')") ", "
-                                                                                                                                                                  "'world_sizes', " DB_SUMMARY_OF(
-                                                                                                                                                                      "r.world_size") ") WHERE id = ?1";
+    "'models', " DB_SUMMARY_OF_SPEC("model") ", "
+    "'ops', " DB_SUMMARY_OF_SPEC("op") ", "
+    "'backends', " DB_SUMMARY_OF_SPEC("backend") ", "
+    "'strategies', " DB_SUMMARY_OF_SPEC("strategy") ", "
+    "'world_sizes', " DB_SUMMARY_OF("r.world_size") ") WHERE id = ?1";
+/* clang-format on */
 static const char SQL_INSERT_RUN[] =
     "INSERT INTO runs (experiment_id, point, params, spec, world_size, status, created_at, "
     "network_profile) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)";
@@ -1892,14 +1893,15 @@ void db_experiment_data_free(struct db_experiment_data *d)
     memset(d, 0, sizeof *d);
 }
 
-/* --- cancel and delete ---------------------------------------------------------------------- */
+/* --- cancel and delete -------------------------------------------------------------------- */
 
 static const char SQL_EXPERIMENT_EXISTS[] = "SELECT 1 FROM experiments WHERE id = ?1";
 static const char SQL_CANCEL_QUEUED[] =
     "UPDATE runs SET status = 'cancelled', finished_at = ?3, error = 'cancelled before it "
     "started' WHERE status = 'queued' AND ((?1 > 0 AND experiment_id = ?1) OR id = ?2)";
 static const char SQL_QUEUED_RUNS[] =
-    "SELECT id FROM runs WHERE status = 'queued' AND ((?1 > 0 AND experiment_id = ?1) OR id = ?2)";
+    "SELECT id FROM runs WHERE status = 'queued' AND ((?1 > 0 AND experiment_id = ?1) OR id = "
+    "?2)";
 static const char SQL_ACTIVE_RUNS[] =
     "SELECT id FROM runs WHERE status IN ('starting', 'running') "
     "AND ((?1 > 0 AND experiment_id = ?1) OR id = ?2)";

@@ -21,8 +21,8 @@
 #include "common/columns.h"
 #include "common/err.h"
 #include "common/report.h"
-#include "daemon/perf.h"
 #include "common/spec.h"
+#include "daemon/perf.h"
 
 struct db;
 

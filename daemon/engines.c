@@ -2,14 +2,14 @@
 #include "daemon/engines.h"
 
 #include <errno.h>
-#include <stdbool.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -144,7 +144,7 @@ static bool f_first_of_group(const json_t *table, size_t i, const char *skip, ch
     return true;
 }
 
-/* ---- rules over training tables ------------------------------------------------------------ */
+/* ---- rules over training tables ---------------------------------------------------------- */
 
 /* At each scale, the fastest strategy and by how much (rows differing by strategy only). */
 static void f_rule_fastest(const json_t *table, json_t *out)
@@ -391,7 +391,7 @@ static void f_rule_accuracy(const json_t *table, json_t *out)
     }
 }
 
-/* ---- rules over collective tables and fits --------------------------------------------------- */
+/* ---- rules over collective tables and fits ----------------------------------------------- */
 
 /* The peak bus bandwidth of each operation and configuration, and the size it peaks at. */
 static void f_rule_busbw(const json_t *table, json_t *out)

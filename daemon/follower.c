@@ -4,6 +4,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -16,8 +17,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "common/buf.h"
 #include "common/clock.h"
@@ -452,7 +451,7 @@ static void follower_reconcile(struct follower *f, const json_t *runs)
     }
 }
 
-/* --- join, sync, leave --------------------------------------------------------------------- */
+/* --- join, sync, leave -------------------------------------------------------------------- */
 
 static void follower_join(struct follower *f)
 {

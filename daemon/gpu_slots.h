@@ -9,7 +9,8 @@
  *   NCCL can be exercised on a single-GPU node. It is experimental: NCCL does not support
  *   several ranks on one GPU (NVIDIA/nccl issue 418), so such a run may hang or measure
  *   socket copies; the daemon logs a warning when one starts (gpu_slots_warning), results
- *   keep it apart, and no test or benchmark relies on it. NCCL refuses two ranks of a communicator
+ *   keep it apart, and no test or benchmark relies on it. NCCL refuses two ranks of a
+ * communicator
  *   on one GPU unless told otherwise: with NCCL >= 2.30 NCCL_MULTI_RANK_GPU_ENABLE=1,
  *   before that a distinct NCCL_HOSTID per rank (NCCL then believes the ranks are on
  *   different hosts and uses its socket transport). Emulated runs are flagged

@@ -19,8 +19,8 @@ extern char **environ;
 #define LAUNCH_ENV_EXTRA (20 + LAUNCH_MAX_GPU_ENV)
 
 /* Owned NULL-terminated environment: the daemon's own minus DDPB_* (but
- * DDPB_EMULATE_NODES, launcher.h) and CUDA_VISIBLE_DEVICES, plus the rank's. Strings in `own` are owned by the caller's
- * array too (freed by launcher_env_free). */
+ * DDPB_EMULATE_NODES, launcher.h) and CUDA_VISIBLE_DEVICES, plus the rank's. Strings in `own`
+ * are owned by the caller's array too (freed by launcher_env_free). */
 struct launch_env {
     char **vars;
     size_t n, own_from; /* vars[own_from..n) were allocated here */

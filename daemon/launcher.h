@@ -6,9 +6,9 @@
  * process group of its own so the daemon can signal the rank and anything it spawned.
  * A pidfd per child lets the monitor's epoll loop see exits without SIGCHLD handlers.
  * A framework engine's rank gets the framework's variables as well (launch_rank.engine),
- * and inherits none of them from the daemon. The daemon's own DDPB_EMULATE_NODES is the one DDPB_* variable a rank inherits: tests
- * and benchmarks on one machine set it on the daemon to split its ranks into emulated
- * nodes (worker/store/rendezvous.h). */
+ * and inherits none of them from the daemon. The daemon's own DDPB_EMULATE_NODES is the one
+ * DDPB_* variable a rank inherits: tests and benchmarks on one machine set it on the daemon to
+ * split its ranks into emulated nodes (worker/store/rendezvous.h). */
 #ifndef DDPB_LAUNCHER_H
 #define DDPB_LAUNCHER_H
 

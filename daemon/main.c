@@ -18,17 +18,17 @@
 
 #include "api/api.h"
 #include "common/clock.h"
+#include "common/log.h"
+#include "common/net.h"
 #include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
 #include "daemon/engines.h"
 #include "daemon/follower.h"
 #include "daemon/launcher.h"
-#include "ddpb_config.h"
-#include "common/log.h"
-#include "common/net.h"
 #include "daemon/scheduler.h"
 #include "daemon/store_server.h"
+#include "ddpb_config.h"
 
 struct daemon {
     struct config cfg;

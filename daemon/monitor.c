@@ -16,12 +16,12 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
-#include "daemon/engines.h"
-#include "daemon/launcher.h"
 #include "common/log.h"
 #include "common/report.h"
 #include "daemon/cluster.h"
+#include "daemon/engines.h"
 #include "daemon/ingest.h"
+#include "daemon/launcher.h"
 
 struct run_rank {
     int rank;

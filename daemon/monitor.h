@@ -17,13 +17,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/err.h"
 #include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
-#include "daemon/loop.h"
 #include "daemon/events.h"
-#include "common/err.h"
 #include "daemon/gpu_slots.h"
+#include "daemon/loop.h"
 #include "daemon/store_server.h"
 
 struct monitor_ctx {

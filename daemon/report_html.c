@@ -19,7 +19,7 @@
 #define RH_MAX_SERIES 24
 #define RH_MAX_POINTS 64
 
-/* ---- the page buffer ---------------------------------------------------------------------- */
+/* ---- the page buffer --------------------------------------------------------------------- */
 
 /* The page being written; a failed append marks it, and the page is then refused whole. */
 struct rh {
@@ -63,7 +63,7 @@ static void rh_num(struct rh *h, double v)
     rh_printf(h, "%s", b);
 }
 
-/* ---- SVG line charts ------------------------------------------------------------------------ */
+/* ---- SVG line charts --------------------------------------------------------------------- */
 
 static const char *const rh_colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e",
                                         "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"};
@@ -662,7 +662,7 @@ static void rh_fits_table(struct rh *h, const json_t *fits)
     rh_printf(h, "</tbody></table>\n");
 }
 
-/* ---- the page ------------------------------------------------------------------------------- */
+/* ---- the page ---------------------------------------------------------------------------- */
 
 static const char rh_style[] =
     "<style>\n"

@@ -55,7 +55,7 @@ static int results_push_idx(struct results_idx *x, size_t i)
     return 0;
 }
 
-/* --- table building ------------------------------------------------------------------------ */
+/* --- table building ----------------------------------------------------------------------- */
 
 struct results_table {
     json_t *columns; /* array of names, in order */
@@ -330,7 +330,7 @@ static int results_collectives(struct results_table *t, const struct results_gro
     return 0;
 }
 
-/* --- training ------------------------------------------------------------------------------ */
+/* --- training ----------------------------------------------------------------------------- */
 
 /* Time to accuracy of a group (spec target_accuracy): over its repeats, the training
  * time and epochs until the first epoch at the target, and how many repeats got there. */

@@ -10,6 +10,7 @@
 #include "daemon/scheduler.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -18,14 +19,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "common/clock.h"
-#include "ddpb_config.h"
-#include "daemon/gpu_slots.h"
 #include "common/log.h"
+#include "daemon/gpu_slots.h"
 #include "daemon/loop.h"
 #include "daemon/monitor.h"
+#include "ddpb_config.h"
 
 #define SCHED_TICK_MS 100  /* monitor deadlines and kill escalation */
 #define SCHED_POLL_MS 1000 /* the database is the queue: look at it this often too */

@@ -14,10 +14,10 @@
 
 #include <stdint.h>
 
+#include "common/err.h"
 #include "daemon/cluster.h"
 #include "daemon/config.h"
 #include "daemon/db.h"
-#include "common/err.h"
 #include "daemon/events.h"
 #include "daemon/store_server.h"
 

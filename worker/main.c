@@ -22,16 +22,16 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "common/log.h"
+#include "common/net.h"
+#include "common/report.h"
+#include "common/spec.h"
+#include "ddpb_config.h"
 #include "worker/comm/comm.h"
 #include "worker/comm/comm_factory.h"
 #include "worker/device_check.h"
 #include "worker/heartbeat.h"
-#include "ddpb_config.h"
-#include "common/log.h"
-#include "common/net.h"
 #include "worker/store/rendezvous.h"
-#include "common/report.h"
-#include "common/spec.h"
 #include "worker/store/store_client.h"
 #include "worker/workload_collective.h"
 #include "worker/workload_train.h"
@@ -65,7 +65,8 @@ static const char *worker_hint(enum err_code code)
     switch (code) {
     case ERR_PEER: return "another rank failed or was killed; its own error says why";
     case ERR_TIMEOUT:
-        return "a rank is stuck, slow or missing; check the other ranks or raise the spec's comm_timeout_s";
+        return "a rank is stuck, slow or missing; check the other ranks or raise the spec's "
+               "comm_timeout_s";
     case ERR_INVALID: return "check the launch environment and the spec";
     case ERR_UNAUTHORIZED:
         return "the run is not registered in the store or DDPB_SECRET is wrong";

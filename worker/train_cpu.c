@@ -4,9 +4,9 @@
  * Decision: everything is synchronous, so the loop's host clock is the measurement
  * (end_step keeps it) and the loss is known when forward returns; the model's own arenas
  * are the strategy's, so attach has nothing to point elsewhere. */
-#include "worker/train_engine.h"
-
 #include <stdlib.h>
+
+#include "worker/train_engine.h"
 
 struct train_cpu {
     struct train_engine base;

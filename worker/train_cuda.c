@@ -24,12 +24,11 @@
  *   fp32 and bf16, 4 in fp16; the exchange itself is never fenced by a host wait (each
  *   bucket waits on its layer's event on the device), and the NCCL communicator of a
  *   training run records no timing events and holds no stream (comm_nccl.h time_ops). */
-#include "worker/train_engine.h"
-
 #include <stdlib.h>
 
 #include "worker/nn/cuda/gmodel.h"
 #include "worker/nn/loss_scale.h"
+#include "worker/train_engine.h"
 
 struct train_cuda {
     struct train_engine base;

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/nvml.h"
 #include "ddpb_config.h"
 #include "worker/nn/cuda/gpu.h"
-#include "common/nvml.h"
 #if DDPB_HAVE_NCCL
 #include "worker/comm/comm_nccl.h"
 #endif

@@ -12,11 +12,11 @@
 
 #include "common/clock.h"
 #include "common/model_table.h"
+#include "common/stats.h"
 #include "worker/comm/reduce.h"
 #include "worker/comm/wait_note.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/models.h"
-#include "common/stats.h"
 
 /* ---- statistics ------------------------------------------------------------------- */
 

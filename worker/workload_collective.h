@@ -57,11 +57,11 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/report.h"
+#include "common/spec.h"
 #include "worker/coll_ops.h"
 #include "worker/comm/comm.h"
 #include "worker/observe.h"
-#include "common/report.h"
-#include "common/spec.h"
 #include "worker/store/store_client.h"
 
 #define COLLECTIVE_MAX_SIZES 4096 /* more sizes than this in one spec is an error */

@@ -12,15 +12,15 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "common/nvml.h"
+#include "common/log.h"
 #include "common/model_table.h"
+#include "common/nvml.h"
 #include "common/vocab.h"
 #include "worker/comm/wait_note.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
 #include "worker/data/storage.h"
 #include "worker/ddp/ddp.h"
-#include "common/log.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"

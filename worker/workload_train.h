@@ -24,11 +24,11 @@
 
 #include <stdint.h>
 
-#include "worker/comm/comm.h"
 #include "common/err.h"
-#include "worker/heartbeat.h"
 #include "common/report.h"
 #include "common/spec.h"
+#include "worker/comm/comm.h"
+#include "worker/heartbeat.h"
 
 /* What a run measured beside its reports. */
 struct train_outcome {

@@ -9,8 +9,6 @@
  * synchronously (add/remove a run), which return once the change took effect. Accepting
  * never spins: out of fds, a reserve fd is given up to accept-and-close one pending
  * client, and without one (or on ENOBUFS) accepting pauses for a moment on a timer. */
-#include "daemon/store/state.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -29,6 +27,7 @@
 #include "daemon/store/conn.h"
 #include "daemon/store/handlers.h"
 #include "daemon/store/keys.h"
+#include "daemon/store/state.h"
 
 #define STORE_ACCEPT_PAUSE_MS 100
 

@@ -16,10 +16,10 @@
  * client also opens a second (callback) connection per store; this driver does not, which
  * only spares the peer work. Clients close with SO_LINGER 0 so that rounds of thousands
  * leave no TIME_WAIT ports behind. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,14 +8,14 @@
  * one, and on a device tests/gpu/run-on-device.sh prints it before anything else. It fails
  * (exit 1) only when a library it needs does not load, which the dynamic loader reports
  * before main(). Usage: gpu_probe */
-#include "ddpb_config.h"
-
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include <library_types.h>
 #include <link.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "ddpb_config.h"
 #if DDPB_HAVE_NCCL
 #include <nccl.h>
 #endif

@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/gpu/gpu_test.h"
+#include "tests/unit/test.h"
 #include "worker/nn/cuda/gpu.h"
 #include "worker/nn/cuda/gpu_layers.h"
 #include "worker/nn/layers.h"
 #include "worker/nn/optim.h"
-#include "tests/gpu/gpu_test.h"
-#include "tests/unit/test.h"
 
 static const enum gpu_dtype dtypes[] = {GPU_F32, GPU_F16, GPU_BF16};
 

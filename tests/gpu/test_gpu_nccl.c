@@ -16,6 +16,7 @@
  * is SIGKILLed after the communicator is up; rank 0's next allreduce must fail with
  * ERR_TIMEOUT or ERR_PEER (ncclCommAbort) within the timeout plus slack, never hang. */
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,19 +25,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "common/clock.h"
+#include "common/report.h"
+#include "common/spec.h"
+#include "daemon/store_server.h"
+#include "tests/gpu/gpu_test.h"
+#include "tests/unit/test.h"
 #include "worker/comm/comm.h"
 #include "worker/comm/comm_factory.h"
 #include "worker/comm/comm_nccl.h"
 #include "worker/nn/cuda/gpu.h"
-#include "common/report.h"
-#include "common/spec.h"
 #include "worker/store/store_client.h"
-#include "daemon/store_server.h"
-#include "tests/gpu/gpu_test.h"
-#include "tests/unit/test.h"
 #include "worker/worker_gpu.h"
 #include "worker/workload_collective.h"
 

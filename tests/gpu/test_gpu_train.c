@@ -30,13 +30,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/gpu/gpu_test.h"
+#include "tests/unit/test.h"
 #include "worker/nn/cuda/gmodel.h"
 #include "worker/nn/loss_scale.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
-#include "tests/gpu/gpu_test.h"
-#include "tests/unit/test.h"
 
 struct hook_log {
     int calls, nodes[512];

@@ -4,11 +4,10 @@
 #ifndef DDPB_TEST_JSON_FILE_H
 #define DDPB_TEST_JSON_FILE_H
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <jansson.h>
 
 /* v (consumed: decref'd here) as two-space-indented JSON, keys in insertion order, with a
  * final newline; flags adds jansson flags (JSON_REAL_PRECISION). Owned by the caller

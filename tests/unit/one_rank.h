@@ -13,12 +13,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "worker/comm/comm.h"
 #include "common/report.h"
 #include "common/spec.h"
-#include "worker/store/store_client.h"
 #include "daemon/store_server.h"
+#include "worker/comm/comm.h"
 #include "worker/comm/tcp.h"
+#include "worker/store/store_client.h"
 #include "worker/workload_collective.h"
 
 struct one_rank {

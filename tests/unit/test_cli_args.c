@@ -2,8 +2,8 @@
  * command, every kind of mistake as a usage error, the environment's defaults) and for
  * the exit-status contract (cli_exit_for_http, cli_exit_for_outcome, the --help text). */
 #include "cli/args.h"
-#include "common/vocab.h"
 #include "cli/client.h"
+#include "common/vocab.h"
 #include "tests/unit/test.h"
 
 #define ARGV(...)                                                                              \

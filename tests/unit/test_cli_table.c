@@ -3,8 +3,8 @@
  * formats) and cli/view (result tables of both workloads, compare, the experiment list,
  * an experiment and a run), all output ASCII. */
 #include "cli/table.h"
-#include "tests/unit/test.h"
 #include "cli/view.h"
+#include "tests/unit/test.h"
 
 static char *render(struct table *t, struct buf *b)
 {
@@ -307,7 +307,8 @@ static void test_view_compare(void)
 static void test_view_experiment_list(void)
 {
     json_t *page = json_pack(
-        "{s:[{s:i, s:s, s:s, s:s, s:i, s:i, s:s, s:f}, {s:i, s:s, s:s, s:s, s:i, s:i, s:s, s:n}],"
+        "{s:[{s:i, s:s, s:s, s:s, s:i, s:i, s:s, s:f}, {s:i, s:s, s:s, s:s, s:i, s:i, s:s, "
+        "s:n}],"
         " s:i, s:i, s:i}",
         "items", "id", 12, "name", "allreduce-2", "workload", "collective", "status",
         "succeeded", "n_runs", 3, "runs_finished", 3, "created_at", "2026-11-22T10:04:05.123Z",

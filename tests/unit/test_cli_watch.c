@@ -3,8 +3,8 @@
  * on a terminal (runs that end) and elsewhere (every change); "lagged" asking for a
  * resynchronising GET; a later snapshot catching up with changes no event carried; the
  * progress bar's text. */
-#include "tests/unit/test.h"
 #include "cli/watch.h"
+#include "tests/unit/test.h"
 
 static json_t *snapshot(const char *status, const char *s1, const char *s2)
 {

@@ -1,13 +1,12 @@
 /* test_cluster: the leader's registry (daemon/cluster.h) without HTTP: placement as a
  * pure function, joins and rejoins, sessions, malformed syncs refused whole, events
  * queued in order, the lost clock, drain and leave, the nodes table. */
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "common/clock.h"
 #include "daemon/cluster.h"

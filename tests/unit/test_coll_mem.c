@@ -7,19 +7,18 @@
  * rather than the host clock's; the first and last timed iterations are the checked ones;
  * and an alloc failure is ERR_NOMEM naming the hook's
  * reason. One rank over the real store and TCP communicator, every op and in place. */
+#include <jansson.h>
 #include <string.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
-#include "worker/comm/comm.h"
 #include "common/report.h"
 #include "common/spec.h"
-#include "worker/store/store_client.h"
 #include "daemon/store_server.h"
-#include "worker/comm/tcp.h"
 #include "tests/unit/one_rank.h"
 #include "tests/unit/test.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/tcp.h"
+#include "worker/store/store_client.h"
 #include "worker/workload_collective.h"
 
 struct fake_dev {

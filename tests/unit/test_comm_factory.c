@@ -18,8 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ddpb_config.h"
 #include "daemon/store_server.h"
+#include "ddpb_config.h"
 #include "tests/unit/test.h"
 #include "worker/comm/comm_factory.h"
 #include "worker/comm/tcp.h"

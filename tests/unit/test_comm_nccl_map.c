@@ -5,8 +5,8 @@
 #include <nccl.h>
 #include <string.h>
 
-#include "worker/comm/comm_nccl.h"
 #include "tests/unit/test.h"
+#include "worker/comm/comm_nccl.h"
 
 static void test_nccl_dtype_map(void)
 {

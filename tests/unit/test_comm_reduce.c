@@ -13,9 +13,9 @@
 #include <immintrin.h>
 #endif
 
+#include "tests/unit/test.h"
 #include "worker/comm/comm.h"
 #include "worker/comm/reduce.h"
-#include "tests/unit/test.h"
 
 static uint32_t f32_bits(float f)
 {

@@ -23,11 +23,11 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "worker/comm/comm.h"
 #include "common/net.h"
+#include "tests/unit/test.h"
+#include "worker/comm/comm.h"
 #include "worker/comm/reduce.h"
 #include "worker/comm/tcp.h"
-#include "tests/unit/test.h"
 
 #define MAX_WORLD 6
 

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-#include "worker/data/dataset.h"
 #include "tests/unit/test.h"
+#include "worker/data/dataset.h"
 
 #define FASHION_BATCH 1000
 

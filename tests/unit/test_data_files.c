@@ -15,11 +15,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/unit/test.h"
 #include "worker/data/convert.h"
 #include "worker/data/dataset.h"
 #include "worker/data/images.h"
 #include "worker/data/storage.h"
-#include "tests/unit/test.h"
 
 static char tdir[64]; /* this run's scratch directory, removed at the end */
 

@@ -15,10 +15,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "tests/unit/test.h"
 #include "worker/data/dataset.h"
 #include "worker/data/images.h"
 #include "worker/data/loader.h"
-#include "tests/unit/test.h"
 
 static char tdir[64]; /* this run's scratch directory, removed at the end */
 

@@ -11,15 +11,15 @@
  * lower bound); nothing depends on how fast the machine is. */
 #include <dirent.h>
 #include <sched.h>
-#include <stdint.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "tests/unit/test.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
-#include "tests/unit/test.h"
 
 /* --- a dataset under the test's control ---------------------------------------------- */
 

@@ -16,10 +16,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "tests/unit/test.h"
 #include "worker/data/convert.h"
 #include "worker/data/dataset.h"
 #include "worker/data/storage.h"
-#include "tests/unit/test.h"
 
 #define CIFAR_REC 3073
 #define CIFAR_PIX 3072

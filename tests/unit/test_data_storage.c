@@ -10,16 +10,16 @@
  * Timing assertions are bounds a slow machine cannot break: a cap gives a hard lower bound
  * on the time (sleeps end no earlier than asked), and the upper bounds leave several
  * milliseconds of scheduling slack per request. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
-#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "worker/data/storage.h"
 #include "tests/unit/test.h"
+#include "worker/data/storage.h"
 
 #define BIG_CHUNK (256u * 1024u)
 #define BIG_CHUNKS 96 /* 24 MiB: 0.25 s at 100 MB/s */

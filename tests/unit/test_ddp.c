@@ -38,14 +38,14 @@
 #include <unistd.h>
 
 #include "common/net.h"
+#include "tests/unit/test.h"
+#include "worker/comm/tcp.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
-#include "worker/comm/tcp.h"
-#include "tests/unit/test.h"
 
 #define MAX_W 4
 #define STEPS 3

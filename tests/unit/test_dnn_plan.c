@@ -6,8 +6,8 @@
  * by every field of the key; the fused BN+ReLU condition. */
 #include <string.h>
 
-#include "worker/nn/cuda/dnn_plan.h"
 #include "tests/unit/test.h"
+#include "worker/nn/cuda/dnn_plan.h"
 
 #define MiB ((size_t)1 << 20)
 

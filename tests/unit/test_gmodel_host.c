@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/unit/test.h"
 #include "worker/nn/cuda/gmodel_host.h"
 #include "worker/nn/models.h"
-#include "tests/unit/test.h"
 
 static void test_gmodel_conv_permutation(void)
 {

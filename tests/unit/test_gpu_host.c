@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "worker/nn/loss_scale.h"
 #include "common/nvml.h"
 #include "tests/unit/test.h"
+#include "worker/nn/loss_scale.h"
 
 static void test_nvml_missing_library(void)
 {

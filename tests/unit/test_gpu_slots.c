@@ -5,15 +5,14 @@
  * (NCCL < 2.30) or NCCL_MULTI_RANK_GPU_ENABLE=1 (>= 2.30); an emulated run (only) starts
  * with a warning calling it experimental; a spawned worker gets exactly that environment,
  * and the daemon's own NCCL_HOSTID does not leak into it. */
+#include <getopt.h>
+#include <jansson.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <getopt.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "daemon/config.h"
 #include "daemon/gpu_slots.h"

@@ -6,14 +6,13 @@
  * were; a stopped rank is seen as stopped; and the daemon's options are validated. */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "daemon/config.h"
 #include "daemon/launcher.h"

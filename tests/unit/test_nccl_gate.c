@@ -10,8 +10,8 @@
 #include <time.h>
 
 #include "common/clock.h"
-#include "worker/comm/nccl_gate.h"
 #include "tests/unit/test.h"
+#include "worker/comm/nccl_gate.h"
 
 struct fake_clock {
     int64_t now, tick; /* each reading advances the clock by tick */

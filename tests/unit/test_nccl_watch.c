@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "worker/comm/nccl_watch.h"
 #include "tests/unit/test.h"
+#include "worker/comm/nccl_watch.h"
 
 struct fake {
     int64_t now;

@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/unit/nn_check.h"
+#include "tests/unit/test.h"
 #include "worker/nn/layers.h"
 #include "worker/nn/nn.h"
 #include "worker/nn/onednn.h"
-#include "tests/unit/nn_check.h"
-#include "tests/unit/test.h"
 
 /* ---- helpers ---------------------------------------------------------------------- */
 

@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/unit/test.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
-#include "tests/unit/test.h"
 
 enum { G_N = 2, G_T = 8, G_V = 32 };
 

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/unit/test.h"
 #include "worker/nn/layer_type.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
-#include "tests/unit/test.h"
 
 /* A small network with every layer kind: conv-bn-relu stem, max pool, a BasicBlock with a
  * downsample, a depthwise residual block with relu6, adaptive and global average pooling,

@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "common/model_table.h"
+#include "tests/unit/test.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
-#include "tests/unit/test.h"
 
 struct zoo_case {
     const char *name;

@@ -15,8 +15,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "worker/nn/optim.h"
 #include "tests/unit/test.h"
+#include "worker/nn/optim.h"
 
 #define NP 5
 

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/unit/test.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
-#include "tests/unit/test.h"
 
 struct net {
     const char *name;

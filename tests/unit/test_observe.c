@@ -11,8 +11,8 @@
 
 #include "common/buf.h"
 #include "common/clock.h"
-#include "worker/observe.h"
 #include "tests/unit/test.h"
+#include "worker/observe.h"
 
 /* A pipe the observer writes its lines to; obs_pipe_events reads them back parsed. */
 struct obs_pipe {

@@ -24,13 +24,13 @@
 #include <unistd.h>
 
 #include "common/net.h"
+#include "tests/unit/test.h"
 #include "worker/comm/tcp.h"
 #include "worker/ddp/ddp.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
 #include "worker/pipeline.h"
-#include "tests/unit/test.h"
 
 #define MAX_W 6
 #define STEPS 3

@@ -8,10 +8,10 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "worker/store/rendezvous.h"
-#include "worker/store/store_client.h"
 #include "daemon/store_server.h"
 #include "tests/unit/test.h"
+#include "worker/store/rendezvous.h"
+#include "worker/store/store_client.h"
 
 static const char *const env_names[] = {
     "DDPB_RUN",          "DDPB_RANK",       "DDPB_WORLD_SIZE", "DDPB_LOCAL_RANK",

@@ -215,7 +215,8 @@ static void test_report_rejects_malformed_lines(void)
         {"{\"type\":\"done\",\"rank\":0,\"t\":-5}", "t"},
         {"{\"type\":\"done\",\"rank\":0,\"t\":1,\"extra\":1}", "extra"},
         {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"host\":\"h\",\"world_size\":2}", "pid"},
-        {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":\"9\",\"host\":\"h\",\"world_size\":2}",
+        {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":\"9\",\"host\":\"h\","
+         "\"world_size\":2}",
          "pid"},
         {"{\"type\":\"hello\",\"rank\":0,\"t\":1,\"pid\":9,\"host\":5,\"world_size\":2}",
          "host"},

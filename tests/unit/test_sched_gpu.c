@@ -7,13 +7,12 @@
  * never be placed (more GPUs than the node has) fails naming why instead of blocking the
  * queue, and the run behind it still starts. */
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "daemon/config.h"
 #include "daemon/db.h"

@@ -279,8 +279,8 @@ static void test_spec_rejects_bad_fields(void)
          "op \"sendrecv\" has no algorithm \"ring\""},
         {W ", \"op\": \"allreduce\", \"algorithm\": \"tree\"}", "algorithm",
          "it has \"auto\", \"ring\", \"rd\", \"hd\""},
-        {W
-         ", \"sweep\": {\"algorithm\": [\"ring\", \"rd\"], \"op\": [\"allreduce\", \"all_gather\"]}}",
+        {W ", \"sweep\": {\"algorithm\": [\"ring\", \"rd\"], \"op\": [\"allreduce\", "
+           "\"all_gather\"]}}",
          "sweep", "op \"all_gather\" has no algorithm \"rd\""},
         {W ", \"comm_timeout_s\": 0}", "comm_timeout_s", "from 1 to 3600"},
         {W ", \"comm_timeout_s\": 3601}", "comm_timeout_s", "from 1 to 3600"},

@@ -6,9 +6,9 @@
  * parked) the blocking request. Timing assertions are bounds with wide margins. The
  * handshake-timeout probe is opened first and checked last, so the 10 s the server
  * grants a silent connection overlap the other tests instead of adding to them. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <arpa/inet.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -22,10 +22,10 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/net.h"
-#include "worker/store/store_client.h"
 #include "common/store_proto.h"
 #include "daemon/store_server.h"
 #include "tests/unit/test.h"
+#include "worker/store/store_client.h"
 
 #define RUN "run-1"
 #define SECRET "sesame"

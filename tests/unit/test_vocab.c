@@ -254,7 +254,8 @@ static void test_vocab_json(void)
     json_decref(v);
 }
 
-/* schema/vocabulary.json (which the Python engines and tests read) is the generator's output. */
+/* schema/vocabulary.json (which the Python engines and tests read) is the generator's
+ * output. */
 static void test_vocab_file_in_sync(void)
 {
     const char *src = source_dir();

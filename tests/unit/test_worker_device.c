@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "ddpb_config.h"
-#include "worker/device_check.h"
 #include "tests/unit/test.h"
+#include "worker/device_check.h"
 
 static struct spec spec_with(const char *device, const char *backend, enum spec_workload wl)
 {

@@ -362,11 +362,13 @@ static void test_e2e_killed_rank_is_named(void)
 static void test_e2e_every_op(void)
 {
     static const char *const specs[] = {
-        "\"op\": \"reduce_scatter\", \"dtype\": \"bfloat16\", \"redop\": \"avg\", \"inplace\": true",
+        "\"op\": \"reduce_scatter\", \"dtype\": \"bfloat16\", \"redop\": \"avg\", \"inplace\": "
+        "true",
         "\"op\": \"all_gather\", \"dtype\": \"int64\", \"inplace\": true",
         "\"op\": \"broadcast\", \"dtype\": \"float16\", \"algorithm\": \"tree\"",
         "\"op\": \"sendrecv\", \"dtype\": \"int32\"",
-        "\"op\": \"allreduce\", \"dtype\": \"float32\", \"redop\": \"min\", \"algorithm\": \"rd\"",
+        "\"op\": \"allreduce\", \"dtype\": \"float32\", \"redop\": \"min\", \"algorithm\": "
+        "\"rd\"",
     };
     static const char *const algs[] = {NULL, NULL, "tree", "direct", "rd"};
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {

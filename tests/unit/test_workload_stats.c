@@ -12,17 +12,17 @@
 #include <jansson.h>
 #include <unistd.h>
 
-#include "worker/comm/comm.h"
-#include "worker/comm/reduce.h"
 #include "common/report.h"
 #include "common/spec.h"
-#include "worker/store/store_client.h"
 #include "common/stats.h"
 #include "daemon/store_server.h"
-#include "worker/comm/tcp.h"
 #include "tests/unit/one_rank.h"
 #include "tests/unit/test.h"
 #include "worker/coll_ops.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/reduce.h"
+#include "worker/comm/tcp.h"
+#include "worker/store/store_client.h"
 #include "worker/workload_collective.h"
 
 static void test_stats_median_p95_mean(void)

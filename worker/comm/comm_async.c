@@ -12,6 +12,8 @@
  *   thread, whose handler raises the abort flag the operations watch.
  * - Every handle not yet waited for is on a list, so comm_destroy can free what a failed
  *   caller never waited for. */
+#include "worker/comm/comm_async.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,7 +21,6 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "worker/comm/comm_async.h"
 #include "worker/comm/comm_internal.h"
 
 struct comm_handle {

@@ -75,7 +75,7 @@ static struct comm_factory *comm_factory_open(const struct spec *s,
                                .world_size = world_size,
                                .timeout_ms = env->timeout_ms,
                                .abort_flag = abort_flag};
-    /* only the collective benchmark forces an algorithm (spec_table.c allows it nowhere else) */
+    /* only the collective benchmark forces an algorithm (the spec allows it nowhere else) */
     if (s->workload == SPEC_WORKLOAD_COLLECTIVE)
         snprintf(f->algorithm, sizeof f->algorithm, "%s", s->coll.algorithm);
     f->time_ops = s->workload == SPEC_WORKLOAD_COLLECTIVE;

@@ -30,8 +30,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "worker/comm/comm.h"
 #include "common/err.h"
+#include "worker/comm/comm.h"
 
 struct store_client;
 

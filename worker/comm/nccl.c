@@ -16,8 +16,6 @@
  * last enqueue call (nccl_gate.h says why an event on an idle stream needs one), t1 right
  * after the collective. Neither waiting for compute nor the host's enqueue is in it.
  * Untimed communicators (training) queue neither the hold nor the events. */
-#include "worker/comm/comm_nccl.h"
-
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <sched.h>
@@ -27,6 +25,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "worker/comm/comm_nccl.h"
 #include "worker/comm/nccl_gate.h"
 #include "worker/comm/nccl_watch.h"
 #include "worker/store/store_client.h"

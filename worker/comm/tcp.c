@@ -30,9 +30,9 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
-#include "worker/store/store_client.h"
 #include "worker/comm/tcp_algo.h"
 #include "worker/comm/tcp_engine.h"
+#include "worker/store/store_client.h"
 
 #define TCP_MAGIC 0x54504444u /* "DDPT" little-endian */
 #define TCP_VERSION 2

@@ -21,8 +21,8 @@
 
 #include <stdatomic.h>
 
-#include "worker/comm/comm.h"
 #include "common/err.h"
+#include "worker/comm/comm.h"
 #include "worker/comm/tcp_config.h"
 
 struct store_client;

@@ -35,11 +35,12 @@
  *   every pair, so a group needs no sockets of its own, and hier reuses ring, rd, hd and
  *   broadcast as they are instead of copies. A group other than the whole communicator
  *   runs sum, min or max only: avg divides by the communicator's world size. */
+#include "worker/comm/tcp_algo.h"
+
 #include <stdio.h>
 #include <string.h>
 
 #include "worker/comm/reduce.h"
-#include "worker/comm/tcp_algo.h"
 
 /* Allreduce: recursive doubling below these many bytes per rank (measured on loopback,
  * tests/bench/RESULTS.md: at 2 ranks rd wins up to 512 KiB, at 4 up to 16 or 32 KiB);

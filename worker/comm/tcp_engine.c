@@ -21,6 +21,8 @@
  *   operation. A hang-up with nothing queued but the one-byte goodbye of comm_destroy is
  *   a clean exit; a hang-up with nothing queued at all means the process died, and this
  *   rank names that peer instead of the neighbour that fails after it. */
+#include "worker/comm/tcp_engine.h"
+
 #include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -32,7 +34,6 @@
 #include "common/clock.h"
 #include "common/net.h"
 #include "worker/comm/reduce.h"
-#include "worker/comm/tcp_engine.h"
 
 /* Records a failure of operation `op` blaming `peer` (-1: none), breaks the
  * communicator and fills e with "op: message". Returns -1. */

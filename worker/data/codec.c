@@ -14,6 +14,8 @@
  * JPEG is written 4:4:4 (no chroma subsampling) so that quality 95-100 stays close to the
  * bytes it came from. libjpeg reports errors through a longjmp out of its error manager,
  * never exit(): every call that can fail runs under a setjmp in this file. */
+#include "worker/data/codec.h"
+
 #include <setjmp.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,10 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jpeglib.h> /* after stdio.h and stddef.h, which it uses without including */
+/* jpeglib.h comes after stdio.h and stddef.h, which it uses without including */
+#include <jpeglib.h>
 #include <png.h>
 
-#include "worker/data/codec.h"
 #include "worker/data/data.h"
 
 static const uint8_t codec_png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};

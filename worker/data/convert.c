@@ -8,6 +8,8 @@
  * round(x * 255) gives the stored byte back. The fill runs in chunks of CONVERT_CHUNK
  * samples with a fixed draw (seed 0, no augmentation, so the draw changes nothing): the
  * memory a conversion needs is a chunk, whatever the split's size. */
+#include "worker/data/convert.h"
+
 #include <limits.h>
 #include <math.h>
 #include <stdbool.h>
@@ -15,9 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/data/convert.h"
-#include "worker/data/dataset.h"
 #include "common/vocab.h"
+#include "worker/data/dataset.h"
 
 #define CONVERT_CHUNK 256
 #define CONVERT_QUALITY 95  /* JPEG, when none is given */

@@ -20,11 +20,11 @@
 
 #include <stdint.h>
 
+#include "common/err.h"
 #include "worker/data/codec.h"
 #include "worker/data/dataset.h"
 #include "worker/data/files.h"
 #include "worker/data/records.h"
-#include "common/err.h"
 
 /* --- the whole conversion (convert.c) --------------------------------------------------- */
 struct data_convert_opts {

@@ -13,6 +13,8 @@
  * validated whole at open (an error names the line), and the writer publishes files and
  * manifest through temp names and rename(), so a reader never sees a half-written file or
  * a manifest naming files not yet there. */
+#include "worker/data/files.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +28,6 @@
 
 #include "worker/data/codec.h"
 #include "worker/data/data.h"
-#include "worker/data/files.h"
 #include "worker/data/formats.h"
 #include "worker/data/images.h"
 #include "worker/data/storage.h"

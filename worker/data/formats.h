@@ -96,8 +96,9 @@ int dataset_files_open(const char *dir, const char *name, enum data_split split,
 /* The record format: a split's samples packed in order into large shard files with an
  * index (dir/<split>.index and dir/<split>-NNNNN.rec), each sample's [c][h][w] bytes
  * stored raw, compressed (zlib or zstd, per sample, so any one reads alone) or as a JPEG
- * file's bytes (decoded in the fill), with a CRC-32 that the fill checks. The index is read at open; each sample is one read of its
- * bytes from its shard through st during the fill. Caller owns *out; st is borrowed. */
+ * file's bytes (decoded in the fill), with a CRC-32 that the fill checks. The index is read at
+ * open; each sample is one read of its bytes from its shard through st during the fill. Caller
+ * owns *out; st is borrowed. */
 int dataset_records_open(const char *dir, const char *name, enum data_split split,
                          const struct data_image_opts *opts, struct data_storage *st,
                          struct dataset **out, struct err *e);

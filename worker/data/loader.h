@@ -1,7 +1,7 @@
 /* loader: turns a dataset into this rank's stream of batches: sharded by rank, reshuffled
  * per epoch from a seed, filled ahead by one or more worker threads into a small ring of
- * buffers allocated once, with the time the caller blocked for each batch measured ("data wait",
- * the data phase of a step).
+ * buffers allocated once, with the time the caller blocked for each batch measured ("data
+ * wait", the data phase of a step).
  *
  * Sharding (DistributedSampler semantics): epoch e's global order is
  * data_permutation(seed, e, N) (identity when shuffle is off), the same on every rank;
@@ -40,8 +40,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "worker/data/data.h"
 #include "common/err.h"
+#include "worker/data/data.h"
 
 #define LOADER_MAX_PREFETCH 16
 #define LOADER_MAX_WORKERS 16

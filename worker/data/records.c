@@ -34,6 +34,8 @@
  * name renamed when it is full or closed, and the index last (also renamed into place),
  * so a split that has an index is whole; it does not fsync: a conversion interrupted by
  * a crash is run again, not recovered. */
+#include "worker/data/records.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +49,6 @@
 #include "worker/data/data.h"
 #include "worker/data/formats.h"
 #include "worker/data/images.h"
-#include "worker/data/records.h"
 #include "worker/data/storage.h"
 
 #define RECORDS_MAGIC "DDPBRIX1"

@@ -63,9 +63,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/comm/comm.h"
 #include "common/err.h"
 #include "common/vocab.h"
+#include "worker/comm/comm.h"
 #include "worker/nn/model.h"
 #include "worker/nn/optim.h"
 

@@ -5,12 +5,11 @@
 
 #include <math.h>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include <oneapi/dnnl/dnnl.h>
 
 struct nn_shape nn_shape4(int n, int c, int h, int w)
 {

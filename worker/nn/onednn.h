@@ -19,9 +19,8 @@
 #ifndef DDPB_NN_ONEDNN_H
 #define DDPB_NN_ONEDNN_H
 
-#include <stddef.h>
-
 #include <oneapi/dnnl/dnnl.h>
+#include <stddef.h>
 
 #include "common/err.h"
 #include "worker/nn/nn.h"

@@ -26,8 +26,8 @@
 #include <stddef.h>
 
 #include "common/err.h"
-#include "worker/store/store_client.h"
 #include "common/store_proto.h"
+#include "worker/store/store_client.h"
 
 #define RENDEZVOUS_DEFAULT_HOST "127.0.0.1"
 #define RENDEZVOUS_DEFAULT_TIMEOUT_MS 60000

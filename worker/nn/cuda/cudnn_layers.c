@@ -7,11 +7,11 @@
  * this file only converts cuDNN's structs to it and makes the calls; biases go through
  * our own kernels (gpu_bias_add/_grad) so a float bias works with half activations,
  * which cudnnAddTensor does not promise. */
-#include "worker/nn/cuda/gpu_layers.h"
-
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "worker/nn/cuda/gpu_layers.h"
 
 #define GPU_CONV_WS_LIMIT ((size_t)512 << 20) /* algorithms needing more are skipped */
 

@@ -9,7 +9,6 @@
 #include <cuda_fp16.h>
 
 #include "worker/nn/cuda/gmodel_kernels.h"
-
 #include "worker/nn/cuda/kernels_common.cuh"
 
 namespace
