@@ -250,7 +250,8 @@ static bool spec_pipeline_broken(const json_t *spec, enum spec_workload wl, cons
         snprintf(why, n,
                  "pipelines run on ddpbench's own CPU engine (device cpu, engine "
                  "ddpbench)");
-    else if (mi && mi->embd > 0 && strategy && strncmp(strategy, "zero", 4) == 0)
+    else if (mi && mi->embd > 0 && spec_strategy_of(spec) &&
+             spec_strategy_of(spec)->shards_optimizer)
         *field = "strategy",
         snprintf(why, n,
                  "%s's tied embedding spans the first and the last stage, whose "
@@ -291,7 +292,9 @@ static bool spec_loader_broken(const json_t *spec, enum spec_workload wl, const 
                  (long long)workers);
         return true;
     }
-    for (size_t i = 0; storage && strcmp(storage, "custom") != 0 && i < 3; i++)
+    const struct vocab_storage *st = vocab_storage(vocab_find(VOCAB_STORAGE, storage));
+    const struct vocab_format *fmt = vocab_format(vocab_find(VOCAB_FORMAT, format));
+    for (size_t i = 0; st && !st->custom && i < 3; i++)
         if (spec_storage_set(spec, reads[i])) {
             *field = reads[i];
             snprintf(why, n,
@@ -300,8 +303,7 @@ static bool spec_loader_broken(const json_t *spec, enum spec_workload wl, const 
             return true;
         }
     bool image = data && strcmp(data, "synthetic") != 0 && strcmp(data, "text") != 0;
-    if (image && storage && strcmp(storage, "local") != 0 && format &&
-        strcmp(format, "native") == 0) {
+    if (image && st && vocab_storage_capped(st) && fmt && !vocab_format_converted(fmt)) {
         *field = "dataset.storage";
         snprintf(why, n,
                  "dataset.storage \"%s\" caps the reads made while training; format native "

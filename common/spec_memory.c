@@ -65,10 +65,10 @@ static double spec_optimizer_bytes(const json_t *spec)
 /* Bytes of communication buffers per parameter, by strategy (worker/ddp/ddp.c). */
 static double spec_comm_bytes(const json_t *spec)
 {
-    const char *strategy = json_string_value(spec_field_value(spec, "strategy"));
+    const struct vocab_strategy *st = spec_strategy_of(spec);
     const char *compression = json_string_value(spec_field_value(spec, "compression"));
     double b = 0;
-    if (strategy && (strcmp(strategy, "horovod") == 0 || strncmp(strategy, "zero", 4) == 0))
+    if (st && (st->buckets == VOCAB_BUCKETS_FUSION || st->shards_optimizer))
         b += 4; /* the fusion buffer / the padded staging copy */
     if (compression && strcmp(compression, "none") != 0)
         b += 2; /* the 16-bit wire copy */
@@ -89,9 +89,9 @@ int spec_memory_estimate(const json_t *resolved, struct spec_memory *out)
     double world = (double)json_integer_value(spec_field_value(resolved, "world_size"));
     double prefetch = (double)json_integer_value(spec_field_value(resolved, "prefetch"));
     double workers = (double)json_integer_value(spec_field_value(resolved, "dataset.workers"));
-    const char *strategy = json_string_value(spec_field_value(resolved, "strategy"));
+    const struct vocab_strategy *st = spec_strategy_of(resolved);
     double p = model_table_params(mi, dims[0], dims[1], dims[2], classes);
-    bool zero = strategy && strncmp(strategy, "zero", 4) == 0;
+    bool zero = st && st->shards_optimizer;
     out->params = 4 * p;
     out->grads = 4 * p;
     out->optimizer = spec_optimizer_bytes(resolved) * p / (zero && world > 1 ? world : 1);

@@ -605,6 +605,12 @@ const char *const *const spec_workload_table = spec_workload_names;
 
 /* --- lookups ------------------------------------------------------------------------ */
 
+const struct vocab_strategy *spec_strategy_of(const json_t *spec)
+{
+    const char *name = json_string_value(spec_field_value(spec, "strategy"));
+    return vocab_strategy(vocab_find(VOCAB_STRATEGY, name));
+}
+
 const struct spec_field *spec_field_find(const char *name)
 {
     for (size_t i = 0; i < spec_field_count; i++)

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "common/spec.h"
+#include "common/vocab.h"
 
 #define SPEC_COUNT(a) (sizeof(a) / sizeof((a)[0]))
 #define SPEC_SIZE_LIMIT (INT64_C(2) << 30) /* 2G: largest message a spec may ask for */
@@ -120,6 +121,10 @@ json_t *spec_sweep_runs(const json_t *norm, size_t max_runs, struct err *e);
 
 /* The row of a field by its full name ("dataset.name"), or NULL. */
 const struct spec_field *spec_field_find(const char *name);
+/* The vocabulary's row of the spec's strategy (common/vocab.h), so a rule reads what a
+ * strategy does (shards the optimizer, fuses) rather than testing its name; NULL when the
+ * spec names none or one the vocabulary lacks. Borrowed. */
+const struct vocab_strategy *spec_strategy_of(const json_t *spec);
 bool spec_field_in(const struct spec_field *f, enum spec_workload wl);
 bool spec_rule_in(const struct spec_rule *r, enum spec_workload wl);
 /* Index of s in a NULL-terminated list, or -1. */

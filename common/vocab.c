@@ -239,6 +239,11 @@ char *vocab_storage_join_named(const char *last, char *buf, size_t n)
     return vocab_join_names(names, kept, VOCAB_NSTORAGES, last, buf, n);
 }
 
+bool vocab_storage_capped(const struct vocab_storage *s)
+{
+    return s->custom || s->read_mbps > 0 || s->latency_ms > 0 || s->concurrency > 0;
+}
+
 bool vocab_format_converted(const struct vocab_format *f)
 {
     return f->files || f->records;

@@ -196,6 +196,9 @@ char *vocab_storage_join_named(const char *last, char *buf, size_t n);
 /* keep functions: the formats `ddpbench dataset convert` writes (all but native); those
  * taking --quality (lossy); those taking --level (a lossless codec's). */
 bool vocab_format_converted(const struct vocab_format *f);
+/* Whether a storage profile caps reads at all (every one but local): custom's caps are the
+ * spec's dataset.read_* figures. */
+bool vocab_storage_capped(const struct vocab_storage *s);
 bool vocab_format_lossy(const struct vocab_format *f);
 bool vocab_format_leveled(const struct vocab_format *f);
 
