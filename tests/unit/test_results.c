@@ -377,46 +377,38 @@ static void test_results_network_profile_apart(void)
     json_decref(t);
 }
 
+/* One repeat's memory sample: the same model state every repeat (400 B parameters and
+ * gradients, 200 B optimizer state), a peak RSS that differs, no device figure. */
+static struct db_memory_row mem_row(int repeat, double peak_rss)
+{
+    struct db_memory_row m = {.repeat = repeat, .peak_rss_bytes = peak_rss};
+    m.params_bytes = m.grads_bytes = 400; /* model state 400 + 400 + 200 */
+    m.optimizer_bytes = 200;
+    m.comm_bytes = 64;
+    m.activations_bytes = 1000;
+    m.device_peak_bytes = -1;
+    return m;
+}
+
+/* One repeat's utilisation: cores busy and context switches, no NVML figures. */
+static struct db_usage_row use_row(int repeat, double cpu, double vcs, double ics)
+{
+    return (struct db_usage_row){.repeat = repeat,
+                                 .cpu_util = cpu,
+                                 .voluntary_cs_per_s = vcs,
+                                 .involuntary_cs_per_s = ics,
+                                 .gpu_util_pct = -1,
+                                 .gpu_power_w = -1};
+}
+
 /* Memory and utilisation per group: one sample per repeat (the largest rank's bytes,
  * the ranks' pooled cores), a figure no rank reported stays null with n 0 (never 0), and
  * model state is parameters + gradients + optimizer state. */
 static void test_results_memory_and_usage(void)
 {
     struct err e;
-    struct db_memory_row mem[] = {
-        {.repeat = 0,
-         .params_bytes = 400,
-         .buffers_bytes = 0,
-         .grads_bytes = 400,
-         .optimizer_bytes = 200,
-         .comm_bytes = 64,
-         .activations_bytes = 1000,
-         .peak_rss_bytes = 5000,
-         .device_peak_bytes = -1},
-        {.repeat = 1,
-         .params_bytes = 400,
-         .buffers_bytes = 0,
-         .grads_bytes = 400,
-         .optimizer_bytes = 200,
-         .comm_bytes = 64,
-         .activations_bytes = 1000,
-         .peak_rss_bytes = 7000,
-         .device_peak_bytes = -1},
-    };
-    struct db_usage_row use[] = {
-        {.repeat = 0,
-         .cpu_util = 0.9,
-         .voluntary_cs_per_s = 10,
-         .involuntary_cs_per_s = 2,
-         .gpu_util_pct = -1,
-         .gpu_power_w = -1},
-        {.repeat = 1,
-         .cpu_util = 1.1,
-         .voluntary_cs_per_s = 12,
-         .involuntary_cs_per_s = 4,
-         .gpu_util_pct = -1,
-         .gpu_power_w = -1},
-    };
+    struct db_memory_row mem[] = {mem_row(0, 5000), mem_row(1, 7000)};
+    struct db_usage_row use[] = {use_row(0, 0.9, 10, 2), use_row(1, 1.1, 12, 4)};
     struct db_data_run runs[] = {run(2, NULL, 0, steps(2, 2, 10.0, 10.0, 8), 4, NULL, 0)};
     runs[0].memory = mem;
     runs[0].nmemory = 2;
