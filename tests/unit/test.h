@@ -5,6 +5,8 @@
  * prints is "TEST-SUMMARY passed=P failed=F skipped=S", which tests/summarize.py adds up
  * into "N passed, N failed, N skipped" (and fails the run for a skip it does not allow).
  *
+ * A binary that writes files keeps them under test_tmpdir(), which test_end removes.
+ *
  * Decision: header-only with one static state per binary (each test binary is one
  * translation unit plus the libraries under test), so there is nothing to link. */
 #ifndef DDPB_TEST_H
@@ -23,6 +25,8 @@ struct test_state {
     const char *skip_all;  /* set by test_skip_all: every later case is skipped for this */
     char skip_reason[256]; /* the current case's, from T_SKIP */
     const char *only;      /* run only cases whose name contains this (argv[1]) */
+    const char *prog;      /* argv[0]: names the scratch folder */
+    char tmpdir[256];      /* test_tmpdir's folder once made, else "" */
 };
 
 static struct test_state test_state;
@@ -134,6 +138,7 @@ __attribute__((format(printf, 3, 4))) static inline void test_fail(const char *f
 static inline void test_begin(int argc, char **argv)
 {
     test_state.only = argc > 1 ? argv[1] : NULL;
+    test_state.prog = argv[0];
     setvbuf(stdout, NULL, _IONBF, 0);
     setvbuf(stderr, NULL, _IONBF, 0);
 }
@@ -168,8 +173,34 @@ static inline void test_rmtree(const char *dir)
     nftw(dir, test_rmtree_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* The binary's scratch folder, /tmp/ddpb-<binary>-XXXXXX: made on the first call, removed
+ * with all it holds by test_end. A binary that cannot make it stops there with status 1 (no
+ * case could run). The path is the harness's; callers do not free it. */
+static inline const char *test_tmpdir(void)
+{
+    if (test_state.tmpdir[0])
+        return test_state.tmpdir;
+    const char *prog = test_state.prog ? test_state.prog : "test";
+    const char *slash = strrchr(prog, '/');
+    snprintf(test_state.tmpdir, sizeof test_state.tmpdir, "/tmp/ddpb-%s-XXXXXX",
+             slash ? slash + 1 : prog);
+    if (!mkdtemp(test_state.tmpdir)) {
+        perror("mkdtemp");
+        exit(1);
+    }
+    return test_state.tmpdir;
+}
+
+/* "<scratch folder>/<name>" into out (n bytes). */
+static inline void test_tmp_path(char *out, size_t n, const char *name)
+{
+    snprintf(out, n, "%s/%s", test_tmpdir(), name);
+}
+
 static inline int test_end(void)
 {
+    if (test_state.tmpdir[0])
+        test_rmtree(test_state.tmpdir);
     printf("TEST-SUMMARY passed=%d failed=%d skipped=%d\n", test_state.passed,
            test_state.failed, test_state.skipped);
     return test_state.failed ? 1 : 0;

@@ -21,8 +21,6 @@
 #include "worker/data/images.h"
 #include "worker/data/storage.h"
 
-static char tdir[64]; /* this run's scratch directory, removed at the end */
-
 /* A made-up image: a smooth wave (so JPEG keeps it close, as it keeps a photograph) plus
  * a little texture (so PNG's exactness means something), different per seed. */
 static void make_image(uint8_t *chw, int c, int h, int w, int seed)
@@ -54,11 +52,6 @@ static int write_image(const char *path, enum data_image_codec codec, int c, int
     int rc = test_write_file(path, enc, len);
     free(enc);
     return rc;
-}
-
-static void sub(char *out, size_t n, const char *name)
-{
-    snprintf(out, n, "%s/%s", tdir, name);
 }
 
 static void mkdirs(const char *path)
@@ -294,7 +287,7 @@ static int write_split(const char *dir, enum data_split split, enum data_image_c
 static void test_writer_roundtrip(void)
 {
     char dir[128], path[256];
-    sub(dir, sizeof dir, "written/deeper"); /* made with its parents */
+    test_tmp_path(dir, sizeof dir, "written/deeper"); /* made with its parents */
     struct err e;
     T_OK(write_split(dir, DATA_SPLIT_TRAIN, DATA_CODEC_PNG, 6, 10, &e));
     snprintf(path, sizeof path, "%s/train.txt.tmp", dir);
@@ -342,7 +335,7 @@ static void test_writer_roundtrip(void)
 static void test_writer_jpeg_and_manifest_order(void)
 {
     char dir[128], path[256];
-    sub(dir, sizeof dir, "jpeg");
+    test_tmp_path(dir, sizeof dir, "jpeg");
     struct err e;
     T_OK(write_split(dir, DATA_SPLIT_TEST, DATA_CODEC_JPEG, 16, 16, &e));
     snprintf(path, sizeof path, "%s/test.txt", dir);
@@ -377,7 +370,7 @@ static void test_writer_jpeg_and_manifest_order(void)
 static void test_writer_errors(void)
 {
     char dir[128], path[256];
-    sub(dir, sizeof dir, "werr");
+    test_tmp_path(dir, sizeof dir, "werr");
     struct data_files_writer *fw;
     struct err e;
     T_CHECK(data_files_writer_create(dir, DATA_SPLIT_TRAIN, DATA_CODEC_JPEG, 101, 3, 4, 4, &fw,
@@ -410,7 +403,7 @@ static void test_writer_errors(void)
 static void test_imagefolder_scan(void)
 {
     char dir[128], path[256];
-    sub(dir, sizeof dir, "folder");
+    test_tmp_path(dir, sizeof dir, "folder");
     const char *files[] = {"cat/b.png", "cat/a.JPG", "ant/z.png", "ant/m.png", "Bee/q.jpeg"};
     for (int k = 0; k < 5; k++) {
         snprintf(path, sizeof path, "%s/train/%s", dir, files[k]);
@@ -494,7 +487,7 @@ static bool manifest_refused(const char *dir, const char *bad, int classes)
 static void test_manifest_errors(void)
 {
     char dir[128], path[256];
-    sub(dir, sizeof dir, "manifest");
+    test_tmp_path(dir, sizeof dir, "manifest");
     snprintf(path, sizeof path, "%s/sub", dir);
     mkdirs(path);
     snprintf(path, sizeof path, "%s/a.png", dir);
@@ -545,7 +538,7 @@ static void test_manifest_errors(void)
 static void test_fill_errors_name_the_file(void)
 {
     char dir[128], path[256];
-    sub(dir, sizeof dir, "sizes");
+    test_tmp_path(dir, sizeof dir, "sizes");
     mkdirs(dir);
     const char *names[] = {"ok.png", "big.png", "gray.jpg", "junk.png"};
     snprintf(path, sizeof path, "%s/ok.png", dir);
@@ -587,7 +580,7 @@ static void test_augment_matches_in_memory(void)
 {
     enum { H = 12, W = 10, PER = 3 * H * W };
     char dir[128];
-    sub(dir, sizeof dir, "augment");
+    test_tmp_path(dir, sizeof dir, "augment");
     struct err e;
     T_OK(write_split(dir, DATA_SPLIT_TRAIN, DATA_CODEC_PNG, H, W, &e));
     struct data_image_opts o = {.augment = {4, true}};
@@ -635,11 +628,6 @@ static void test_augment_matches_in_memory(void)
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
-    snprintf(tdir, sizeof tdir, "/tmp/ddpb-files-XXXXXX");
-    if (!mkdtemp(tdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
     TEST_RUN(test_png_roundtrip_exact);
     TEST_RUN(test_jpeg_roundtrip_close);
     TEST_RUN(test_probe);
@@ -651,6 +639,5 @@ int main(int argc, char **argv)
     TEST_RUN(test_manifest_errors);
     TEST_RUN(test_fill_errors_name_the_file);
     TEST_RUN(test_augment_matches_in_memory);
-    test_rmtree(tdir);
     return test_end();
 }

@@ -20,13 +20,6 @@
 #include "worker/data/images.h"
 #include "worker/data/loader.h"
 
-static char tdir[64]; /* this run's scratch directory, removed at the end */
-
-static void tpath(char *out, size_t n, const char *name)
-{
-    snprintf(out, n, "%s/%s", tdir, name);
-}
-
 static int write_bytes(const char *path, const uint8_t *p, size_t n, bool gz)
 {
     if (gz) {
@@ -133,8 +126,8 @@ static void test_idx_plain_and_gz(void)
     struct data_image_opts o = {0};
     T_OK(data_norm_preset("fashion-mnist", &o.norm, &e));
     for (int v = 0; v < 4; v++) {
-        tpath(img, sizeof img, "imgs");
-        tpath(lab, sizeof lab, "labs");
+        test_tmp_path(img, sizeof img, "imgs");
+        test_tmp_path(lab, sizeof lab, "labs");
         T_CHECK(idx_write_pair(img, lab, v & 1, v & 2) == 0);
         struct dataset *ds;
         T_OK(dataset_idx_open(img, lab, "fmnist-tiny", DATA_SPLIT_TRAIN, &o, &ds, &e));
@@ -157,8 +150,8 @@ static void test_idx_gzip_by_magic_not_name(void)
 {
     struct err e;
     char img[128], lab[128];
-    tpath(img, sizeof img, "images.bin");
-    tpath(lab, sizeof lab, "labels.gz");
+    test_tmp_path(img, sizeof img, "images.bin");
+    test_tmp_path(lab, sizeof lab, "labels.gz");
     T_CHECK(idx_write_pair(img, lab, true, false) == 0);
     struct data_image_opts o = {0};
     struct dataset *ds;
@@ -185,7 +178,7 @@ static void test_idx_directory(void)
 {
     struct err e;
     char dir[128], img[256], lab[256];
-    tpath(dir, sizeof dir, "mnistdir");
+    test_tmp_path(dir, sizeof dir, "mnistdir");
     T_CHECK(mkdir(dir, 0700) == 0);
     struct data_image_opts o = {0};
     struct dataset *ds;
@@ -226,7 +219,7 @@ static void test_idx_samples_subset(void)
 {
     struct err e;
     char dir[128], img[256], lab[256];
-    tpath(dir, sizeof dir, "subsetdir");
+    test_tmp_path(dir, sizeof dir, "subsetdir");
     T_CHECK(mkdir(dir, 0700) == 0);
     struct idx_spec i = idx_good_images, l = idx_good_labels;
     i.dims[0] = l.dims[0] = 3000;
@@ -391,8 +384,8 @@ static void test_idx_malformed(void)
 {
     struct err e;
     char img[128], lab[128];
-    tpath(img, sizeof img, "bad-images");
-    tpath(lab, sizeof lab, "bad-labels");
+    test_tmp_path(img, sizeof img, "bad-images");
+    test_tmp_path(lab, sizeof lab, "bad-labels");
     struct data_image_opts o = {0};
     for (size_t i = 0; i < sizeof idx_bad_cases / sizeof idx_bad_cases[0]; i++) {
         const struct idx_bad *c = &idx_bad_cases[i];
@@ -437,8 +430,8 @@ static void test_idx_gzip_corrupt(void)
 {
     struct err e;
     char img[128], lab[128];
-    tpath(img, sizeof img, "gzbad-images");
-    tpath(lab, sizeof lab, "gzbad-labels");
+    test_tmp_path(img, sizeof img, "gzbad-images");
+    test_tmp_path(lab, sizeof lab, "gzbad-labels");
     struct stat st;
     T_CHECK(idx_write_pair(img, lab, true, false) == 0 && stat(img, &st) == 0);
     size_t gzlen = (size_t)st.st_size;
@@ -464,8 +457,8 @@ static void test_read_file_limits(void)
 {
     struct err e;
     char plain[128], gz[128], dir[128];
-    tpath(plain, sizeof plain, "big-plain");
-    tpath(gz, sizeof gz, "big-gz");
+    test_tmp_path(plain, sizeof plain, "big-plain");
+    test_tmp_path(gz, sizeof gz, "big-gz");
     uint8_t *zeros = calloc(1, 1 << 20);
     T_CHECK(write_bytes(plain, zeros, 5000, false) == 0);
     T_CHECK(write_bytes(gz, zeros, 1 << 20, true) == 0); /* a small gzip bomb */
@@ -481,10 +474,10 @@ static void test_read_file_limits(void)
     T_CHECK(data_read_file(gz, 100000, &p, &n, NULL, &e) < 0);
     T_EQ_INT(e.code, ERR_TOO_LARGE);
     T_CHECK_MSG(strstr(e.msg, "after decompression"), "%s", e.msg);
-    tpath(dir, sizeof dir, "");
+    test_tmp_path(dir, sizeof dir, "");
     T_CHECK(data_read_file(dir, 100, &p, &n, NULL, &e) < 0);
     T_CHECK_MSG(strstr(e.msg, "not a regular file"), "%s", e.msg);
-    tpath(dir, sizeof dir, "missing");
+    test_tmp_path(dir, sizeof dir, "missing");
     T_CHECK(data_read_file(dir, 100, &p, &n, NULL, &e) < 0);
     T_EQ_INT(e.code, ERR_NOT_FOUND);
     T_CHECK(strstr(e.msg, dir));
@@ -519,8 +512,8 @@ static void test_norm_presets(void)
     T_CHECK(data_norm_check(&n, 3, &e) < 0);
     /* the wrong channel count is refused when opening */
     char img[128], lab[128];
-    tpath(img, sizeof img, "norm-images");
-    tpath(lab, sizeof lab, "norm-labels");
+    test_tmp_path(img, sizeof img, "norm-images");
+    test_tmp_path(lab, sizeof lab, "norm-labels");
     T_CHECK(idx_write_pair(img, lab, false, false) == 0);
     struct data_image_opts o = {0};
     T_OK(data_norm_preset("cifar10", &o.norm, &e));
@@ -573,8 +566,8 @@ static void test_cifar_parse(void)
 {
     struct err e;
     char a[128], b[128];
-    tpath(a, sizeof a, "cifar-a.bin");
-    tpath(b, sizeof b, "cifar-b.bin");
+    test_tmp_path(a, sizeof a, "cifar-a.bin");
+    test_tmp_path(b, sizeof b, "cifar-b.bin");
     T_CHECK(cifar_write(a, 0, 3, 0) == 0 && cifar_write(b, 3, 2, 0) == 0);
     const char *paths[] = {a, b};
     struct data_image_opts o = {0};
@@ -608,7 +601,7 @@ static void test_cifar_directory(void)
 {
     struct err e;
     char dir[128], p[256];
-    tpath(dir, sizeof dir, "cifar-10-batches-bin");
+    test_tmp_path(dir, sizeof dir, "cifar-10-batches-bin");
     T_CHECK(mkdir(dir, 0700) == 0);
     for (int i = 1; i <= 5; i++) {
         snprintf(p, sizeof p, "%s/data_batch_%d.bin", dir, i);
@@ -637,8 +630,8 @@ static void test_cifar_malformed(void)
 {
     struct err e;
     char good[128], bad[128];
-    tpath(good, sizeof good, "cifar-good.bin");
-    tpath(bad, sizeof bad, "cifar-bad.bin");
+    test_tmp_path(good, sizeof good, "cifar-good.bin");
+    test_tmp_path(bad, sizeof bad, "cifar-bad.bin");
     T_CHECK(cifar_write(good, 0, 2, 0) == 0);
     const char *paths[] = {good, bad};
     struct data_image_opts o = {0};
@@ -744,7 +737,7 @@ static int aug_open(const char *name, enum data_split split, struct data_image_o
                     struct dataset **ds, struct err *e)
 {
     char a[128];
-    tpath(a, sizeof a, name);
+    test_tmp_path(a, sizeof a, name);
     const char *paths[] = {a};
     *o = (struct data_image_opts){.augment = {4, true}};
     if (cifar_write(a, 0, 4, 0) < 0 || data_norm_preset("cifar10", &o->norm, e) < 0)
@@ -857,7 +850,7 @@ static void test_text_windows_literal(void)
 {
     struct err e;
     char path[128];
-    tpath(path, sizeof path, "abc.txt");
+    test_tmp_path(path, sizeof path, "abc.txt");
     T_CHECK(write_bytes(path, (const uint8_t *)"abcdefghij", 10, false) == 0);
     struct dataset *tr, *te;
     T_OK(dataset_text_open(path, 3, DATA_SPLIT_TRAIN, 0, &tr, &e));
@@ -892,7 +885,7 @@ static void test_text_windows_and_split(void)
 {
     struct err e;
     char path[128];
-    tpath(path, sizeof path, "corpus.txt");
+    test_tmp_path(path, sizeof path, "corpus.txt");
     /* 403 bytes, 4 tokens: (403 - 1) / 4 = 100 windows (the last 2 bytes are unused), 10
      * for the test split */
     T_CHECK(text_write(path, 403, false) == 0);
@@ -941,7 +934,7 @@ static void test_text_samples(void)
 {
     struct err e;
     char path[128];
-    tpath(path, sizeof path, "samples.txt");
+    test_tmp_path(path, sizeof path, "samples.txt");
     T_CHECK(text_write(path, 403, false) == 0);
     struct dataset *ds;
     T_OK(dataset_text_open(path, 4, DATA_SPLIT_TRAIN, 5, &ds, &e));
@@ -989,7 +982,7 @@ static void test_text_errors(void)
 {
     struct err e;
     char path[128];
-    tpath(path, sizeof path, "small.txt");
+    test_tmp_path(path, sizeof path, "small.txt");
     struct dataset *ds = NULL;
     /* two windows of 4 + 1 bytes sharing one: 9 bytes at least */
     static const size_t lens[] = {0, 1, 8};
@@ -1010,12 +1003,12 @@ static void test_text_errors(void)
     T_CHECK(dataset_text_open(path, DATA_MAX_SIDE + 1, DATA_SPLIT_TRAIN, 0, &ds, &e) < 0);
     T_EQ_STR(e.field, "dataset.seq_len");
     /* missing file, a directory */
-    tpath(path, sizeof path, "no-such.txt");
+    test_tmp_path(path, sizeof path, "no-such.txt");
     T_CHECK(dataset_text_open(path, 4, DATA_SPLIT_TRAIN, 0, &ds, &e) < 0);
     T_EQ_INT(e.code, ERR_NOT_FOUND);
     T_CHECK_MSG(strstr(e.msg, path), "%s", e.msg);
-    T_CHECK(dataset_text_open(tdir, 4, DATA_SPLIT_TRAIN, 0, &ds, &e) < 0);
-    T_CHECK_MSG(strstr(e.msg, tdir), "%s", e.msg);
+    T_CHECK(dataset_text_open(test_tmpdir(), 4, DATA_SPLIT_TRAIN, 0, &ds, &e) < 0);
+    T_CHECK_MSG(strstr(e.msg, test_tmpdir()), "%s", e.msg);
     /* by name: a path is required; the error names the file */
     struct data_config cfg = {.name = "text", .seq_len = 4};
     T_CHECK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e) < 0);
@@ -1034,7 +1027,7 @@ static void test_text_gzip(void)
 {
     struct err e;
     char path[128];
-    tpath(path, sizeof path, "corpus.txt.gz");
+    test_tmp_path(path, sizeof path, "corpus.txt.gz");
     T_CHECK(text_write(path, 403, true) == 0);
     struct dataset *ds;
     T_OK(dataset_text_open(path, 4, DATA_SPLIT_TRAIN, 0, &ds, &e));
@@ -1230,11 +1223,6 @@ static void test_synthetic_tokens_errors(void)
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
-    snprintf(tdir, sizeof tdir, "/tmp/ddpb-data-XXXXXX");
-    if (!mkdtemp(tdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
     TEST_RUN(test_idx_plain_and_gz);
     TEST_RUN(test_idx_gzip_by_magic_not_name);
     TEST_RUN(test_idx_directory);
@@ -1259,6 +1247,5 @@ int main(int argc, char **argv)
     TEST_RUN(test_synthetic_tokens_sequence);
     TEST_RUN(test_synthetic_tokens_fixed_and_fresh);
     TEST_RUN(test_synthetic_tokens_errors);
-    test_rmtree(tdir);
     return test_end();
 }

@@ -26,13 +26,7 @@
 #define PER_BATCH 80 /* 400 train samples: more than one 1 MB shard of raw CIFAR samples */
 #define TEST_SAMPLES 23
 
-static char tdir[64]; /* this run's scratch directory, removed at the end */
 static char cifar_dir[128];
-
-static void tpath(char *out, size_t n, const char *name)
-{
-    snprintf(out, n, "%s/%s", tdir, name);
-}
 
 static uint8_t *read_all(const char *path, size_t *n)
 {
@@ -191,7 +185,7 @@ static void test_records_round_trip(void)
     struct err e;
     const char *formats[] = {"records", "records-zlib", "records-zstd"};
     char root[128];
-    tpath(root, sizeof root, "rt");
+    test_tmp_path(root, sizeof root, "rt");
     for (int f = 0; f < 3; f++) {
         T_OK(convert_to(cifar_dir, "native", root, formats[f], &e));
         const char *why = records_match_cifar(root, formats[f], &e);
@@ -214,7 +208,7 @@ static void test_records_through_dataset_open(void)
 {
     struct err e;
     char root[128];
-    tpath(root, sizeof root, "byconfig");
+    test_tmp_path(root, sizeof root, "byconfig");
     T_OK(mkdir(root, 0700));
     /* dataset_open reads path/<format>/ */
     T_OK(convert_to(cifar_dir, "native", root, "records-zlib", &e));
@@ -247,7 +241,7 @@ static void test_records_multiple_shards(void)
 {
     struct err e;
     char root[128], p[256];
-    tpath(root, sizeof root, "shards");
+    test_tmp_path(root, sizeof root, "shards");
     struct data_config cfg = {.name = "cifar10"};
     snprintf(cfg.path, sizeof cfg.path, "%s", cifar_dir);
     struct data_convert_opts o = {.format = "records", .shard_mb = 1};
@@ -338,7 +332,8 @@ static void test_records_writer_small_shards(void)
     const enum data_record_compression comps[] = {DATA_RECORD_RAW, DATA_RECORD_ZLIB,
                                                   DATA_RECORD_ZSTD};
     for (int c = 0; c < 3; c++) {
-        snprintf(dir, sizeof dir, "%s/small-%d/deeper", tdir, c); /* made, parents too */
+        snprintf(dir, sizeof dir, "%s/small-%d/deeper", test_tmpdir(),
+                 c); /* made, parents too */
         T_OK(sm_write(dir, comps[c], &e));
         struct dataset *ds;
         T_OK(sm_open(dir, &ds, &e));
@@ -365,7 +360,7 @@ static void test_records_writer_errors(void)
 {
     struct err e;
     char dir[128], p[256];
-    tpath(dir, sizeof dir, "werr");
+    test_tmp_path(dir, sizeof dir, "werr");
     struct data_records_writer *rw;
     T_CHECK(data_records_writer_create(dir, DATA_SPLIT_TRAIN, DATA_RECORD_ZLIB, 10, 1, 2, 2, 4,
                                        1024, &rw, &e) < 0);
@@ -398,7 +393,7 @@ static void test_records_writer_errors(void)
     snprintf(p, sizeof p, "%s/test.index", dir);
     T_CHECK(!exists(p));
     /* a file where the folder should be */
-    tpath(p, sizeof p, "werr-file");
+    test_tmp_path(p, sizeof p, "werr-file");
     T_CHECK(test_write_file(p, px, 4) == 0);
     T_CHECK(data_records_writer_create(p, DATA_SPLIT_TEST, DATA_RECORD_RAW, 0, 1, 2, 2, 4, 1024,
                                        &rw, &e) < 0);
@@ -487,7 +482,7 @@ static void test_records_index_corruption(void)
 {
     struct err e;
     char dir[128], path[256];
-    tpath(dir, sizeof dir, "corrupt-index");
+    test_tmp_path(dir, sizeof dir, "corrupt-index");
     T_OK(sm_write(dir, DATA_RECORD_RAW, &e));
     snprintf(path, sizeof path, "%s/train.index", dir);
     size_t n0;
@@ -538,7 +533,7 @@ static void test_records_shard_mismatch(void)
 {
     struct err e;
     char dir[128], shard[256];
-    tpath(dir, sizeof dir, "corrupt-shard");
+    test_tmp_path(dir, sizeof dir, "corrupt-shard");
     T_OK(sm_write(dir, DATA_RECORD_RAW, &e));
     snprintf(shard, sizeof shard, "%s/train-00001.rec", dir);
     size_t n;
@@ -597,7 +592,7 @@ static void test_records_flipped_byte(void)
     const enum data_record_compression comps[] = {DATA_RECORD_RAW, DATA_RECORD_ZSTD};
     for (int c = 0; c < 2; c++) {
         char dir[128], shard[256];
-        snprintf(dir, sizeof dir, "%s/flip-%d", tdir, c);
+        snprintf(dir, sizeof dir, "%s/flip-%d", test_tmpdir(), c);
         T_OK(sm_write(dir, comps[c], &e));
         snprintf(shard, sizeof shard, "%s/train-00001.rec", dir);
         size_t n;
@@ -637,7 +632,7 @@ static void test_files_png_equals_cifar(void)
 {
     struct err e;
     char root[128], dir[256];
-    tpath(root, sizeof root, "png");
+    test_tmp_path(root, sizeof root, "png");
     T_OK(convert_to(cifar_dir, "native", root, "files-png", &e));
     snprintf(dir, sizeof dir, "%s/files-png", root);
     for (int split = 0; split < 2; split++) {
@@ -657,8 +652,8 @@ static void test_records_from_jpeg_equal_jpeg(void)
 {
     struct err e;
     char jroot[128], rroot[128], jdir[256], rdir[256];
-    tpath(jroot, sizeof jroot, "jpeg");
-    tpath(rroot, sizeof rroot, "from-jpeg");
+    test_tmp_path(jroot, sizeof jroot, "jpeg");
+    test_tmp_path(rroot, sizeof rroot, "from-jpeg");
     T_OK(convert_to(cifar_dir, "native", jroot, "files-jpeg", &e));
     T_OK(convert_to(jroot, "files-jpeg", rroot, "records-zstd", &e));
     snprintf(jdir, sizeof jdir, "%s/files-jpeg", jroot);
@@ -689,7 +684,7 @@ static void test_records_jpeg_equal_files_jpeg(void)
 {
     struct err e;
     char root[128], jdir[256], rdir[256], p[512];
-    tpath(root, sizeof root, "rjpeg");
+    test_tmp_path(root, sizeof root, "rjpeg");
     T_OK(convert_to(cifar_dir, "native", root, "files-jpeg", &e));
     T_OK(convert_to(cifar_dir, "native", root, "records-jpeg", &e));
     snprintf(jdir, sizeof jdir, "%s/files-jpeg", root);
@@ -727,7 +722,7 @@ static void test_convert_errors(void)
 {
     struct err e;
     char root[128], p[256];
-    tpath(root, sizeof root, "cerr");
+    test_tmp_path(root, sizeof root, "cerr");
     T_CHECK(convert_to(cifar_dir, "native", root, "records-lz4", &e) < 0);
     T_EQ_STR(e.field, "format");
     T_CHECK(convert_to(cifar_dir, "native", root, "native", &e) < 0);
@@ -741,7 +736,7 @@ static void test_convert_errors(void)
     T_CHECK(convert_to("/nonexistent/cifar", "native", root, "records", &e) < 0);
     T_EQ_INT(e.code, ERR_NOT_FOUND);
     /* a format into itself: the writer would overwrite what the reader reads */
-    tpath(p, sizeof p, "rt");
+    test_tmp_path(p, sizeof p, "rt");
     T_CHECK(convert_to(p, "records", p, "records", &e) < 0);
     T_CHECK_MSG(strstr(e.msg, "into itself"), "%s", e.msg);
 }
@@ -752,8 +747,8 @@ static void test_convert_failure_leaves_no_index(void)
 {
     struct err e;
     char src[128], root[128], p[256];
-    tpath(src, sizeof src, "cifar-no-test");
-    tpath(root, sizeof root, "partial");
+    test_tmp_path(src, sizeof src, "cifar-no-test");
+    test_tmp_path(root, sizeof root, "partial");
     T_CHECK(cifar_make(src) == 0);
     snprintf(p, sizeof p, "%s/test_batch.bin", src);
     T_CHECK(unlink(p) == 0);
@@ -768,12 +763,7 @@ static void test_convert_failure_leaves_no_index(void)
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
-    snprintf(tdir, sizeof tdir, "/tmp/ddpb-records-XXXXXX");
-    if (!mkdtemp(tdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    tpath(cifar_dir, sizeof cifar_dir, "cifar-10-batches-bin");
+    test_tmp_path(cifar_dir, sizeof cifar_dir, "cifar-10-batches-bin");
     if (cifar_make(cifar_dir) < 0) {
         perror("writing the CIFAR files");
         return 1;
@@ -791,6 +781,5 @@ int main(int argc, char **argv)
     TEST_RUN(test_records_jpeg_equal_files_jpeg);
     TEST_RUN(test_convert_errors);
     TEST_RUN(test_convert_failure_leaves_no_index);
-    test_rmtree(tdir);
     return test_end();
 }

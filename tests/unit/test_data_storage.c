@@ -25,7 +25,6 @@
 #define BIG_CHUNKS 96 /* 24 MiB: 0.25 s at 100 MB/s */
 #define SMALL_LEN 100000u
 
-static char test_dir[64];
 static char big_path[128];   /* BIG_CHUNKS * BIG_CHUNK bytes of the pattern */
 static char small_path[128]; /* SMALL_LEN bytes of the pattern */
 
@@ -40,11 +39,6 @@ static bool pattern_matches(const uint8_t *buf, size_t n, size_t off)
         if (buf[i] != pattern_at(off + i))
             return false;
     return true;
-}
-
-static void path_in(char *out, size_t cap, const char *name)
-{
-    snprintf(out, cap, "%s/%s", test_dir, name);
 }
 
 /* Writes n bytes of the pattern to path and syncs them (clean pages can be dropped). */
@@ -257,7 +251,7 @@ static void test_pread_errors(void)
 {
     struct err e;
     char path[128];
-    path_in(path, sizeof path, "hundred");
+    test_tmp_path(path, sizeof path, "hundred");
     T_CHECK(write_pattern(path, 100) == 0);
     struct data_storage *st = storage_of(0, 0, 2, false);
     T_CHECK(st);
@@ -298,7 +292,7 @@ static void test_missing_file(void)
 {
     struct err e;
     char path[128];
-    path_in(path, sizeof path, "no-such-file");
+    test_tmp_path(path, sizeof path, "no-such-file");
     struct data_storage *st = storage_of(0, 0.1, 1, false);
     T_CHECK(st);
     int fd = data_storage_open(st, path, &e);
@@ -326,7 +320,7 @@ static void test_read_file(void)
 {
     struct err e;
     char empty[128];
-    path_in(empty, sizeof empty, "empty");
+    test_tmp_path(empty, sizeof empty, "empty");
     T_CHECK(write_pattern(empty, 0) == 0);
     struct data_storage *st = storage_of(0, 0, 0, false);
     T_CHECK(st);
@@ -336,7 +330,7 @@ static void test_read_file(void)
     int big = data_storage_read_file(st, small_path, SMALL_LEN - 1, &none, &none_len, &e);
     struct err e_big = e;
     int rz = data_storage_read_file(st, empty, 0, &zero, &zero_len, &e);
-    int rd = data_storage_read_file(st, test_dir, 1 << 20, &dir, &dir_len, &e);
+    int rd = data_storage_read_file(st, test_tmpdir(), 1 << 20, &dir, &dir_len, &e);
     struct err e_dir = e;
     data_storage_destroy(st);
     bool same = out && len == SMALL_LEN && pattern_matches(out, len, 0);
@@ -524,7 +518,7 @@ static void test_cold_reads(void)
     struct err e;
     char path[128];
     size_t len = 1u << 20;
-    path_in(path, sizeof path, "cold");
+    test_tmp_path(path, sizeof path, "cold");
     T_CHECK(write_pattern(path, len) == 0);
     bool drops = fs_drops_pages(path, len);
     struct data_storage *st = storage_of(0, 0, 0, true);
@@ -559,13 +553,8 @@ static void test_cold_reads(void)
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
-    snprintf(test_dir, sizeof test_dir, "/tmp/ddpb-storage-XXXXXX");
-    if (!mkdtemp(test_dir)) {
-        perror("mkdtemp");
-        return 1;
-    }
-    path_in(big_path, sizeof big_path, "big");
-    path_in(small_path, sizeof small_path, "small");
+    test_tmp_path(big_path, sizeof big_path, "big");
+    test_tmp_path(small_path, sizeof small_path, "small");
     if (write_pattern(big_path, (size_t)BIG_CHUNKS * BIG_CHUNK) < 0 ||
         write_pattern(small_path, SMALL_LEN) < 0) {
         perror("writing the test files");
@@ -584,12 +573,5 @@ int main(int argc, char **argv)
     TEST_RUN(test_latency);
     TEST_RUN(test_concurrency_cap);
     TEST_RUN(test_cold_reads);
-    const char *names[] = {"big", "small", "hundred", "empty", "cold"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char p[128];
-        path_in(p, sizeof p, names[i]);
-        unlink(p);
-    }
-    rmdir(test_dir);
     return test_end();
 }
