@@ -6,6 +6,7 @@ failed=F skipped=S" as the last line; a case raises Skip when it cannot run here
 Decision: no test framework beyond this file and no third-party packages, so the suite
 runs wherever python3 does; every wait is bounded and every daemon started is stopped.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -115,6 +116,22 @@ class Daemon:
         """Submits spec and returns the experiment once it has ended."""
         return self.wait_experiment(self.submit(spec)["id"], timeout=timeout)
 
+    def run_succeeds(self, spec, timeout=120, runs=None):
+        """run_experiment, checking that it succeeded (naming each run's status and error
+        if not) and, given runs, that it had that many runs. Returns the experiment."""
+        exp = self.run_experiment(spec, timeout=timeout)
+        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        if runs is not None:
+            check(len(exp["runs"]) == runs, len(exp["runs"]))
+        return exp
+
+    def run_fails(self, spec, needle, timeout=60):
+        """run_experiment of a one-run spec, checking that the run failed with needle in
+        its error. Returns the run."""
+        run = self.run_experiment(spec, timeout=timeout)["runs"][0]
+        check(run["status"] == "failed" and needle in (run["error"] or ""), run)
+        return run
+
     def wait_run(self, run_id, cond, timeout=60, what="condition"):
         deadline = time.time() + timeout
         while time.time() < deadline:
@@ -187,6 +204,23 @@ def model_params(name):
         m = re.search(r'\{"%s", \d+, \d+, \d+, \d+, (\d+),' % re.escape(name), f.read())
     check(m, f"{name} is not in common/model_table.c")
     return int(m.group(1))
+
+
+@contextlib.contextmanager
+def corpus_daemon(cpu_slots, lines):
+    """A daemon and a text dataset for the byte-level language models: lines (strings
+    without their newline) written as corpus.txt in a scratch folder. Yields (daemon, the
+    corpus's path); both are gone at the end."""
+    tmp = tempfile.TemporaryDirectory(prefix="ddpb-text-")
+    d = Daemon(cpu_slots=cpu_slots)
+    try:
+        path = os.path.join(tmp.name, "corpus.txt")
+        with open(path, "w") as f:
+            f.writelines(line + "\n" for line in lines)
+        yield d, path
+    finally:
+        d.close()
+        tmp.cleanup()
 
 
 def pid_alive(pid):

@@ -88,9 +88,7 @@ def test_formats_workers_loader_only():
         spec = dict(BASE, dataset=data(root, format="files-jpeg"),
                     sweep={"dataset.format": ["files-jpeg", "files-png", "records-zstd", "records-jpeg"],
                            "dataset.workers": [1, 2], "loader_only": [True, False]})
-        exp = d.run_experiment(spec, timeout=300)
-        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
-        check(len(exp["runs"]) == 16, len(exp["runs"]))
+        exp = d.run_succeeds(spec, timeout=300, runs=16)
         losses = {}
         for run in exp["runs"]:
             full = d.get(f"/v1/runs/{run['id']}")
@@ -139,16 +137,14 @@ def test_storage_cap_and_cold():
         spec = dict(BASE, loader_only=True, steps=12, batch_size=16,
                     dataset=data(root, format="records", storage="custom", read_mbps=cap, cold=True,
                                  workers=2), prefetch=2)
-        exp = d.run_experiment(spec, timeout=180)
-        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        exp = d.run_succeeds(spec, timeout=180)
         row = d.get(f"/v1/experiments/{exp['id']}/results")["rows"][0]
         check(0.8 * cap <= row["read_mbps"] <= cap * 1.02, row)
         check(row["input_bound"], row)
         # the named profiles are accepted as they are, and real data beside synthetic in one
         # experiment: synthetic ignores the format and the storage (nothing is read)
-        exp = d.run_experiment(dict(BASE, steps=3, dataset=data(root, format="records", storage="nfs"),
-                                    sweep={"dataset.name": ["synthetic", "cifar10"]}), timeout=180)
-        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        exp = d.run_succeeds(dict(BASE, steps=3, dataset=data(root, format="records", storage="nfs"),
+                                  sweep={"dataset.name": ["synthetic", "cifar10"]}), timeout=180)
         rows = {r["dataset.name"]: r for r in d.get(f"/v1/experiments/{exp['id']}/results")["rows"]}
         check(rows["cifar10"]["read_mbps"] > 0 and rows["synthetic"]["read_mbps"] == 0, rows)
 

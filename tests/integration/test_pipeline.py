@@ -13,11 +13,9 @@
 - bad pipeline specs are refused at submit naming the field, and a pipeline longer than
   the model has places to cut fails the run saying so."""
 import math
-import os
 import sys
-import tempfile
 
-from harness import Daemon, check, model_params, run_cases
+from harness import Daemon, check, corpus_daemon, model_params, run_cases
 
 BASE = {"workload": "train", "model": "gpt2-tiny", "seq_len": 32, "batch_size": 8, "steps": 6,
         "warmup_steps": 1, "trace_steps": 1, "dataset": {"samples": 256}, "world_size": 2,
@@ -86,20 +84,15 @@ def test_three_distribution_models():
 
 
 def test_replicas_of_stages_on_text():
-    d = Daemon(cpu_slots=4)
-    tmp = tempfile.TemporaryDirectory(prefix="ddpb-pp-")
-    try:
-        path = os.path.join(tmp.name, "corpus.txt")
-        with open(path, "w") as f:
-            for i in range(1500):
-                f.write(f"line {i % 37} of a small corpus for pipeline parallel training.\n")
+    lines = (f"line {i % 37} of a small corpus for pipeline parallel training."
+             for i in range(1500))
+    with corpus_daemon(4, lines) as (d, path):
         spec = dict(BASE, world_size=4, pipeline=2, micro_batches=2, strategy="ddp",
                     pipeline_balance="time",
                     dataset={"name": "text", "path": path, "samples": 256}, epochs=1,
                     trace_steps=0, optimizer={"type": "adam", "lr": 0.003})
         del spec["steps"]
-        exp = d.run_experiment(spec, timeout=240)
-        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        exp = d.run_succeeds(spec, timeout=240)
         run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
         ep = run["epochs"]
         check(len(ep) == 1 and ep[0]["samples"] == 256 and ep[0]["test_loss"] is not None, ep)
@@ -107,9 +100,6 @@ def test_replicas_of_stages_on_text():
         rows = d.step_rows(run["id"])
         check(sorted({(r["rank"], r["stage"]) for r in rows}) == [(0, 0), (1, 1), (2, 0), (3, 1)], rows[:4])
         check(all(r["bytes_sent"] > 0 for r in rows), "each stage's replicas exchanged gradients")
-    finally:
-        d.close()
-        tmp.cleanup()
 
 
 def test_bad_pipeline_specs():

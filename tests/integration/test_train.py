@@ -35,9 +35,7 @@ def test_strategies_end_to_end():
     try:
         spec = example("train-strategies.json")
         spec["steps"] = 16
-        exp = d.run_experiment(spec, timeout=240)
-        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
-        check(len(exp["runs"]) == 10, len(exp["runs"]))
+        exp = d.run_succeeds(spec, timeout=240, runs=10)
         throughput = {}
         for r in exp["runs"]:
             run = d.get(f"/v1/runs/{r['id']}")
@@ -238,8 +236,7 @@ def test_accumulation_and_compression_through_the_api():
         spec = dict(SMALL, world_size=2, strategy="ddp", accumulate=2, steps=6, warmup_steps=1,
                     dataset={"name": "synthetic", "fresh": True},
                     sweep={"compression": ["none", "fp16"]})
-        exp = d.run_experiment(spec, timeout=120)
-        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        exp = d.run_succeeds(spec, timeout=120)
         sent = {}
         for r in exp["runs"]:
             run = d.get(f"/v1/runs/{r['id']}")
@@ -269,14 +266,10 @@ def test_bad_training_inputs():
             want = 409 if field == "world_size" else 400
             check(status == want and body["error"]["field"] == field, (bad, status, body))
         # a dataset directory that does not exist: the run fails naming the path
-        exp = d.run_experiment(dict(SMALL, dataset={"name": "mnist", "path": "/nonexistent/mnist"}),
-                               timeout=60)
-        run = exp["runs"][0]
-        check(run["status"] == "failed" and "/nonexistent/mnist" in run["error"], run)
+        d.run_fails(dict(SMALL, dataset={"name": "mnist", "path": "/nonexistent/mnist"}),
+                    "/nonexistent/mnist")
         # all steps are warm-up: nothing would be measured
-        exp = d.run_experiment(dict(SMALL, warmup_steps=12), timeout=60)
-        run = exp["runs"][0]
-        check(run["status"] == "failed" and "warmup_steps" in run["error"], run)
+        d.run_fails(dict(SMALL, warmup_steps=12), "warmup_steps")
     finally:
         d.close()
 

@@ -13,11 +13,9 @@
   projection, and the token embedding (tied to the head, 50257 x 768) lies in a bucket
   past any cap; rows are stored by size, so the blocks' equal buckets share one."""
 import math
-import os
 import sys
-import tempfile
 
-from harness import Daemon, check, model_params, run_cases
+from harness import Daemon, check, corpus_daemon, model_params, run_cases
 
 TINY = {"workload": "train", "model": "gpt2-tiny", "seq_len": 32, "batch_size": 4, "steps": 8,
         "warmup_steps": 2, "trace_steps": 0, "dataset": {"samples": 256},
@@ -29,8 +27,7 @@ def test_gpt2_every_strategy():
     try:
         spec = dict(TINY, sweep={"world_size": [1, 2],
                                  "strategy": ["naive", "ddp", "horovod", "zero1", "zero2"]})
-        exp = d.run_experiment(spec, timeout=300)
-        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        exp = d.run_succeeds(spec, timeout=300)
         params = model_params("gpt2-tiny")
         for r in exp["runs"]:
             rows = d.step_rows(r["id"])
@@ -49,16 +46,11 @@ def test_gpt2_every_strategy():
 
 
 def test_text_language_model_loss_falls():
-    d = Daemon(cpu_slots=1)
-    tmp = tempfile.TemporaryDirectory(prefix="ddpb-text-")
-    try:
-        path = os.path.join(tmp.name, "corpus.txt")
-        # English text with structure to learn: a few sentences, repeated with variation
-        words = ("the quick brown fox jumps over the lazy dog while a data parallel "
-                 "trainer exchanges gradients between ranks").split()
-        with open(path, "w") as f:
-            for i in range(3000):
-                f.write(" ".join(words[(i + k) % len(words)] for k in range(7)) + ".\n")
+    # English text with structure to learn: a few sentences, repeated with variation
+    words = ("the quick brown fox jumps over the lazy dog while a data parallel "
+             "trainer exchanges gradients between ranks").split()
+    lines = (" ".join(words[(i + k) % len(words)] for k in range(7)) + "." for i in range(3000))
+    with corpus_daemon(1, lines) as (d, path):
         spec = dict(TINY, dataset={"name": "text", "path": path, "samples": 512}, seq_len=64,
                     batch_size=16, epochs=2, eval=True,
                     optimizer={"type": "adam", "lr": 0.003})
@@ -71,9 +63,6 @@ def test_text_language_model_loss_falls():
         check(ep[1]["train_loss"] < ep[0]["train_loss"] < math.log(256), ep)
         check(ep[1]["test_loss"] < 0.7 * math.log(256), ep)
         check(0 < ep[1]["test_acc"] <= 1, ep)
-    finally:
-        d.close()
-        tmp.cleanup()
 
 
 def test_bad_transformer_specs():
@@ -89,10 +78,8 @@ def test_bad_transformer_specs():
                            ({"device": "cuda", "backend": "nccl"}, "model")):
             status, body, _ = d.request("POST", "/v1/experiments", dict(TINY, **bad))
             check(status == 400 and body["error"]["field"] == field, (bad, status, body))
-        exp = d.run_experiment(dict(TINY, dataset={"name": "text", "path": "/nonexistent/c.txt"}),
-                               timeout=60)
-        run = exp["runs"][0]
-        check(run["status"] == "failed" and "/nonexistent/c.txt" in run["error"], run)
+        d.run_fails(dict(TINY, dataset={"name": "text", "path": "/nonexistent/c.txt"}),
+                    "/nonexistent/c.txt")
     finally:
         d.close()
 
