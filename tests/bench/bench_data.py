@@ -35,7 +35,6 @@ figures: step ms and data wait ms (medians of the stored steps) and whether the 
 call the run input-bound, beside PyTorch training the same ResNet-18 (CIFAR stem) from its
 DataLoader over the JPEG files. A benchmark: it prints figures and ratios, never
 pass/fail. Takes /tmp/ddpb-bench.lock itself (flock)."""
-import argparse
 import fcntl
 import json
 import os
@@ -49,7 +48,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import torch_threads  # noqa: E402
-from bench_train import Daemon  # noqa: E402
+from bench_train import Daemon, bench_args, write_json  # noqa: E402
 
 TRAIN, TEST = 50000, 10000
 
@@ -129,9 +128,7 @@ def ours_train(d, root, fmt, storage, a):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = bench_args(3)
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--formats", default="files-jpeg,records,records-zstd,records-jpeg",
                     help="ddpbench's formats in the loader-only part (files-jpeg is the peer's)")
@@ -140,7 +137,6 @@ def main():
     ap.add_argument("--train-steps", type=int, default=4)
     ap.add_argument("--train-model", default="resnet18-cifar",
                     help="mnist-cnn: a model fast enough on 2 CPUs for the loader to matter")
-    ap.add_argument("--json", default="")
     ap.add_argument("--keep", default="", help="reuse or keep the generated data here")
     a = ap.parse_args()
     workers = [int(w) for w in a.workers.split(",")]
@@ -197,9 +193,7 @@ def main():
         print(f"workers {w}: ddpbench / PyTorch on JPEG files = {ours / theirs:.2f}")
     for key, (step, data, bound) in out["train"].items():
         print(f"train {key}: step {step:.0f} ms, data wait {data:.1f} ms, input-bound {bound}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(out, f, indent=1)
+    write_json(a.json, out)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,6 @@ ranks oversubscribe the CPUs. Each round runs every configuration of every model
 configurations rotated per round (and the models' order alternated). Headline: the median of rounds. A benchmark: it prints
 figures, never pass/fail. Hold /tmp/ddpb-bench.lock.
 """
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -46,7 +44,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_train import Daemon  # noqa: E402
+from bench_train import Daemon, bench_args, write_json  # noqa: E402
 
 WORLD = 4
 MIB = 1024.0 * 1024.0
@@ -157,15 +155,12 @@ def report(recs, models, configs, batch):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = bench_args(3)
     ap.add_argument("--models", default="resnet18-cifar,gpt2-tiny")
     ap.add_argument("--batch", type=int, default=8, help="B: per-rank batch of data parallelism")
     ap.add_argument("--steps", type=int, default=None,
                     help="timed steps per run (default per model), after 3 warm-up steps")
     ap.add_argument("--no-hybrid", action="store_true")
-    ap.add_argument("--json")
     a = ap.parse_args()
     models = a.models.split(",")
     configs = [c for c in CONFIGS if not (a.no_hybrid and c == "hybrid")]
@@ -192,10 +187,8 @@ def main():
     finally:
         d.close()
     report(recs, models, configs, a.batch)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "batch": a.batch,
-                       "world": WORLD, "rounds": a.rounds, "records": recs}, f, indent=1)
+    write_json(a.json, {"date": time.strftime("%Y-%m-%d %H:%M"), "batch": a.batch,
+                        "world": WORLD, "rounds": a.rounds, "records": recs})
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ the 4-rank figures there measure oversubscription, and the table says so. Headli
 median of the rounds. A benchmark: figures and ratios, never pass/fail. Hold
 /tmp/ddpb-bench.lock.
 """
-import argparse
 import glob
 import json
 import os
@@ -35,7 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-from bench_train import Daemon, train_spec  # noqa: E402
+from bench_train import Daemon, bench_args, train_spec, write_json  # noqa: E402
 
 ENGINES = [("ddpbench", "ddp"), ("pytorch", "ddp"), ("horovod", "horovod"),
            ("tensorflow", "ddp"), ("deepspeed", "zero1")]
@@ -165,10 +164,7 @@ def report(res):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json")
+    ap = bench_args(3)
     ap.add_argument("--engines", help="comma-separated subset of the engines (default: all)")
     ap.add_argument("--no-overhead", action="store_true", help="skip the torchrun part")
     ap.add_argument("--reuse-state", help="re-read the engine rounds an earlier run stored "
@@ -186,9 +182,7 @@ def main():
     finally:
         d.close()
     report(res)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    write_json(a.json, res)
 
 
 if __name__ == "__main__":

@@ -51,12 +51,12 @@ and ratios, never pass/fail. Takes /tmp/ddpb-bench.lock itself (flock) from the 
 build to the end, so do not run it under flock(1) on the same file: it would wait for its
 own parent.
 """
-import argparse, fcntl, json, os, re, shutil, statistics, subprocess, sys, tempfile, time
+import fcntl, json, os, re, shutil, statistics, subprocess, sys, tempfile, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import torch_threads  # noqa: E402
-from bench_train import Daemon  # noqa: E402
+from bench_train import Daemon, bench_args, write_json  # noqa: E402
 
 LOCK = "/tmp/ddpb-bench.lock"
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "4294967296"}
@@ -278,9 +278,7 @@ def report_phases(res):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = bench_args(3, description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=10, help="timed steps per peer and round")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
     ap.add_argument("--threads", type=int, default=2)
@@ -289,7 +287,6 @@ def main():
     ap.add_argument("--llmc", default=os.environ.get("LLMC", "/work/.mirror/karpathy+llm.c/repo"),
                     help="llm.c checkout or bare git directory (default $LLMC or the mirror)")
     ap.add_argument("--keep-llmc", action="store_true", help="keep the /tmp llm.c directory")
-    ap.add_argument("--json")
     a = ap.parse_args()
     os.environ.update(MALLOC_ENV)
     res = {"date": time.strftime("%Y-%m-%d %H:%M"), "batch": a.batch, "seq_len": a.seq_len,
@@ -323,9 +320,7 @@ def main():
         report(res, statistics.median, "median of rounds")
         report(res, min, "best round, second view")
         report_phases(res)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    write_json(a.json, res)
 
 
 if __name__ == "__main__":

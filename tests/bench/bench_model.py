@@ -18,15 +18,13 @@ Conditions as bench_train.py: ranks unpinned (more CPU slots than CPUs), 1 threa
 the glibc settings that keep freed memory, one run at a time, strategies rotated per round.
 A benchmark: it prints figures, never pass/fail. Hold /tmp/ddpb-bench.lock.
 """
-import argparse
-import json
 import os
 import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_train import Daemon  # noqa: E402
+from bench_train import Daemon, bench_args, write_json  # noqa: E402
 
 MODELS = {"mnist-cnn": (32, [1, 28, 28], 40, 8), "resnet18": (8, [3, 32, 32], 12, 3)}
 STRATEGIES = ["naive", "ddp", "horovod", "zero1", "zero2"]
@@ -109,12 +107,9 @@ def report(recs, models, worlds):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = bench_args(3)
     ap.add_argument("--models", default="mnist-cnn,resnet18")
     ap.add_argument("--worlds", default="2,4")
-    ap.add_argument("--json")
     a = ap.parse_args()
     models = a.models.split(",")
     worlds = [int(w) for w in a.worlds.split(",")]
@@ -128,9 +123,7 @@ def main():
     finally:
         d.close()
     report(recs, models, worlds)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(recs, f, indent=1)
+    write_json(a.json, recs)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,6 @@ memory (--part memory): what a rank holds training resnet18-cifar with Adam at 2
   and every run's peak RSS: the ZeRO sharding as each implementation does it.
 A benchmark: figures and ratios, never pass/fail. Hold /tmp/ddpb-bench.lock.
 """
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -29,7 +27,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_train import Daemon, train_spec  # noqa: E402
+from bench_train import Daemon, bench_args, train_spec, write_json  # noqa: E402
 
 MODELS = [("mnist-cnn", 64, [1, 28, 28], 60), ("resnet18-cifar", 32, [3, 32, 32], 12)]
 COLL = {"workload": "collective", "world_size": 2, "min_bytes": "4K", "max_bytes": "4M",
@@ -90,11 +88,8 @@ def report_memory(rows):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--rounds", type=int, default=5)
+    ap = bench_args(5)
     ap.add_argument("--part", default="cost", choices=["cost", "memory"])
-    ap.add_argument("--json")
     a = ap.parse_args()
     os.environ.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_="4294967296")
     d = Daemon(a.build, 2 * os.cpu_count())
@@ -105,9 +100,7 @@ def main():
             d.close()
         print("## bench_observe --part memory, MiB per rank (resnet18-cifar, Adam, 2 ranks)")
         report_memory(rows)
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(rows, f, indent=1)
+        write_json(a.json, rows)
         return
     res = {"date": time.strftime("%Y-%m-%d %H:%M"), "train": {}, "collective": {}}
     try:
@@ -134,9 +127,7 @@ def main():
         print(f"| allreduce {size} B, busbw GB/s | {statistics.median(u for u, _ in pairs):.3f} | "
               f"{statistics.median(t for _, t in pairs):.3f} | {statistics.median(ratios):.3f} "
               f"({min(ratios):.3f}-{max(ratios):.3f}) |")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    write_json(a.json, res)
 
 
 if __name__ == "__main__":

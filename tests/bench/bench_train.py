@@ -93,6 +93,24 @@ def train_spec(model, batch, shape, steps, threads=1, sweep=None):
     return spec
 
 
+def bench_args(rounds, **kw):
+    """The command line every bench that runs the daemon takes: --build (the tree holding
+    ddpbenchd), --rounds (default rounds) and --json (a file for the raw results); kw go
+    to ArgumentParser. The caller adds its own options."""
+    ap = argparse.ArgumentParser(**kw)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--json")
+    return ap
+
+
+def write_json(path, res):
+    """Writes res to path as JSON, where --json named a file."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(res, f, indent=1)
+
+
 def part_single(d, rounds, res):
     for model, batch, threads, shape, steps in SINGLE:
         ours, theirs = [], []
@@ -208,12 +226,9 @@ def report(res, agg=med, view="median of rounds"):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap = bench_args(3)
     ap.add_argument("--part", default="all", choices=["single", "ddp", "overlap", "all"])
     ap.add_argument("--models", default=None, help="comma-separated subset of the models")
-    ap.add_argument("--json")
     a = ap.parse_args()
     os.environ.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_="4294967296")
     if a.models:
@@ -234,9 +249,7 @@ def main():
     report(res)
     report(res, best, "best of rounds, second view")
     report_overlap(res)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
+    write_json(a.json, res)
 
 
 if __name__ == "__main__":

@@ -74,15 +74,21 @@ class LeNet5(nn.Module):
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
 
 
+def alexnet_features(c, pad, pool):
+    """AlexNet's five convolutions: the ImageNet and the CIFAR variant differ only in the
+    first convolution's padding and the pooling window (stride 2 in both)."""
+    return nn.Sequential(
+        nn.Conv2d(c, 64, 11, 4, pad), nn.ReLU(inplace=True), nn.MaxPool2d(pool, 2),
+        nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(pool, 2),
+        nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(inplace=True),
+        nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(inplace=True),
+        nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(pool, 2))
+
+
 class AlexNet(nn.Module):  # torchvision.models.alexnet
     def __init__(self, c, h, w, k):
         super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(c, 64, 11, 4, 2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
-            nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
-            nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(inplace=True),
-            nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(inplace=True),
-            nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2))
+        self.features = alexnet_features(c, pad=2, pool=3)
         self.avgpool = nn.AdaptiveAvgPool2d((6, 6))
         self.classifier = nn.Sequential(
             nn.Dropout(0.5), nn.Linear(256 * 36, 4096), nn.ReLU(inplace=True),
@@ -95,12 +101,7 @@ class AlexNet(nn.Module):  # torchvision.models.alexnet
 class AlexNetCifar(nn.Module):  # bearpaw/pytorch-classification models/cifar/alexnet.py
     def __init__(self, c, h, w, k):
         super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(c, 64, 11, 4, 5), nn.ReLU(inplace=True), nn.MaxPool2d(2, 2),
-            nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(2, 2),
-            nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(inplace=True),
-            nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(inplace=True),
-            nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(2, 2))
+        self.features = alexnet_features(c, pad=5, pool=2)
         with torch.no_grad():
             n = self.features(torch.zeros(1, c, h, w)).numel()
         self.classifier = nn.Linear(n, k)
