@@ -1186,31 +1186,38 @@ static void test_synthetic_tokens_fixed_and_fresh(void)
     T_CHECK(fresh_varies);
 }
 
+/* Token configs the synthetic dataset refuses: the field its error names and, where set, a
+ * phrase of its message. */
+static const struct {
+    struct data_synthetic_config sc;
+    const char *field, *says;
+} bad_tokens[] = {
+    {{.c = 3, .h = 1, .w = 8, .classes = 50, .samples = 10, .tokens = true},
+     "dataset.shape",
+     "1x1xT"},
+    {{.c = 1, .h = 2, .w = 8, .classes = 50, .samples = 10, .tokens = true},
+     "dataset.shape",
+     NULL},
+    {{.c = 1, .h = 1, .w = 8, .classes = 1, .samples = 10, .tokens = true},
+     "dataset.classes",
+     "at least 2"},
+    {{.c = 1, .h = 1, .w = 0, .classes = 50, .samples = 10, .tokens = true},
+     "dataset.shape",
+     NULL},
+};
+
 static void test_synthetic_tokens_errors(void)
 {
     struct err e;
     struct dataset *ds;
-    struct data_synthetic_config sc = {
-        .c = 3, .h = 1, .w = 8, .classes = 50, .samples = 10, .tokens = true};
-    T_CHECK(dataset_synthetic_create(&sc, &ds, &e) < 0);
-    T_EQ_INT(e.code, ERR_INVALID);
-    T_EQ_STR(e.field, "dataset.shape");
-    T_CHECK_MSG(strstr(e.msg, "1x1xT"), "%s", e.msg);
-    sc.c = 1;
-    sc.h = 2;
-    T_CHECK(dataset_synthetic_create(&sc, &ds, &e) < 0);
-    T_EQ_STR(e.field, "dataset.shape");
-    sc.h = 1;
-    sc.classes = 1;
-    T_CHECK(dataset_synthetic_create(&sc, &ds, &e) < 0);
-    T_EQ_STR(e.field, "dataset.classes");
-    T_CHECK_MSG(strstr(e.msg, "at least 2"), "%s", e.msg);
-    sc.w = 0;
-    sc.classes = 50;
-    T_CHECK(dataset_synthetic_create(&sc, &ds, &e) < 0);
-    T_EQ_STR(e.field, "dataset.shape");
+    for (size_t i = 0; i < sizeof bad_tokens / sizeof *bad_tokens; i++) {
+        T_CHECK_MSG(dataset_synthetic_create(&bad_tokens[i].sc, &ds, &e) < 0, "case %zu", i);
+        T_EQ_INT(e.code, ERR_INVALID);
+        T_EQ_STR(e.field, bad_tokens[i].field);
+        T_CHECK_MSG(!bad_tokens[i].says || strstr(e.msg, bad_tokens[i].says), "%s", e.msg);
+    }
     /* image data keeps one label per sample; a format that never sets label_len gets 1 */
-    sc = (struct data_synthetic_config){
+    struct data_synthetic_config sc = {
         .c = 3, .h = 4, .w = 4, .classes = 10, .samples = 10, .fresh = true};
     T_OK(dataset_synthetic_create(&sc, &ds, &e));
     int label_len = dataset_label_len(ds);

@@ -41,9 +41,11 @@ static bool pattern_matches(const uint8_t *buf, size_t n, size_t off)
     return true;
 }
 
-/* Writes n bytes of the pattern to path and syncs them (clean pages can be dropped). */
-static int write_pattern(const char *path, size_t n)
+/* Writes n bytes of the pattern as name in the scratch folder, whose path it puts in path
+ * (cap bytes), and syncs them (clean pages can be dropped). */
+static int write_pattern(char *path, size_t cap, const char *name, size_t n)
 {
+    test_tmp_path(path, cap, name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
@@ -251,8 +253,7 @@ static void test_pread_errors(void)
 {
     struct err e;
     char path[128];
-    test_tmp_path(path, sizeof path, "hundred");
-    T_CHECK(write_pattern(path, 100) == 0);
+    T_CHECK(write_pattern(path, sizeof path, "hundred", 100) == 0);
     struct data_storage *st = storage_of(0, 0, 2, false);
     T_CHECK(st);
     int fd = data_storage_open(st, path, &e);
@@ -320,8 +321,7 @@ static void test_read_file(void)
 {
     struct err e;
     char empty[128];
-    test_tmp_path(empty, sizeof empty, "empty");
-    T_CHECK(write_pattern(empty, 0) == 0);
+    T_CHECK(write_pattern(empty, sizeof empty, "empty", 0) == 0);
     struct data_storage *st = storage_of(0, 0, 0, false);
     T_CHECK(st);
     uint8_t *out = NULL, *none = NULL, *zero = NULL, *dir = NULL;
@@ -518,8 +518,7 @@ static void test_cold_reads(void)
     struct err e;
     char path[128];
     size_t len = 1u << 20;
-    test_tmp_path(path, sizeof path, "cold");
-    T_CHECK(write_pattern(path, len) == 0);
+    T_CHECK(write_pattern(path, sizeof path, "cold", len) == 0);
     bool drops = fs_drops_pages(path, len);
     struct data_storage *st = storage_of(0, 0, 0, true);
     T_CHECK(st);
@@ -553,10 +552,8 @@ static void test_cold_reads(void)
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
-    test_tmp_path(big_path, sizeof big_path, "big");
-    test_tmp_path(small_path, sizeof small_path, "small");
-    if (write_pattern(big_path, (size_t)BIG_CHUNKS * BIG_CHUNK) < 0 ||
-        write_pattern(small_path, SMALL_LEN) < 0) {
+    if (write_pattern(big_path, sizeof big_path, "big", (size_t)BIG_CHUNKS * BIG_CHUNK) < 0 ||
+        write_pattern(small_path, sizeof small_path, "small", SMALL_LEN) < 0) {
         perror("writing the test files");
         return 1;
     }

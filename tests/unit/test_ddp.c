@@ -134,6 +134,19 @@ static void eq_dev_update(void *ctx, struct nn_optim *o, size_t off, size_t stat
     nn_optim_update_slice(o, d->p + off, d->g + off, state_off, len, lr);
 }
 
+/* Device mode over m's own arenas with the hooks above; dv (which the result points at, so
+ * it must outlive it) counts their calls. */
+static struct ddp_device eq_device_of(struct nn_model *m, struct eq_dev *dv)
+{
+    *dv = (struct eq_dev){.p = m->params.data, .g = m->grads.data};
+    return (struct ddp_device){.params = m->params.data,
+                               .grads = m->grads.data,
+                               .buffers = m->buffers.data,
+                               .ctx = dv,
+                               .scale = eq_dev_scale,
+                               .update = eq_dev_update};
+}
+
 /* One rank's training: k steps exactly as workload_train does them, each step's
  * communication figures into st. Returns the parameter arena (owned) or NULL with e set. */
 static float *eq_train(const struct eq_case *k, struct comm *c, size_t *n,
@@ -175,13 +188,8 @@ static float *eq_train(const struct eq_case *k, struct comm *c, size_t *n,
     if (ddp_optim_init(&d, &o, &oc, e) < 0)
         goto out;
     have_opt = true;
-    struct eq_dev dv = {.p = m.params.data, .g = m.grads.data};
-    struct ddp_device dev = {.params = m.params.data,
-                             .grads = m.grads.data,
-                             .buffers = m.buffers.data,
-                             .ctx = &dv,
-                             .scale = eq_dev_scale,
-                             .update = eq_dev_update};
+    struct eq_dev dv;
+    struct ddp_device dev = eq_device_of(&m, &dv);
     if (k->device && ddp_set_device(&d, &dev, e) < 0)
         goto out;
     /* rank 0's parameters win: perturb the others first to see the broadcast work */
@@ -492,40 +500,14 @@ static void test_ddp_device_mode_matches_host(void)
 static void test_ddp_exposed_within_total(void)
 {
     struct eq_case cases[] = {
-        {.strategy = DDP_NAIVE,
-         .world = 2,
-         .batch = 8,
-         .accumulate = 1,
-         .bucket_bytes = SMALL_BUCKETS},
-        {.strategy = DDP_DDP,
-         .world = 2,
-         .batch = 32,
-         .accumulate = 1,
-         .bucket_bytes = 25u << 20,
-         .wide = true},
-        {.strategy = DDP_HOROVOD,
-         .world = 2,
-         .batch = 8,
-         .accumulate = 1,
-         .bucket_bytes = SMALL_BUCKETS},
-        {.strategy = DDP_ZERO1,
-         .world = 2,
-         .batch = 8,
-         .accumulate = 2,
-         .bucket_bytes = SMALL_BUCKETS},
-        {.strategy = DDP_ZERO2,
-         .compression = DDP_COMPRESS_BF16,
-         .world = 2,
-         .batch = 8,
-         .accumulate = 1,
-         .bucket_bytes = SMALL_BUCKETS},
-        {.strategy = DDP_NAIVE,
-         .compression = DDP_COMPRESS_FP16,
-         .world = 2,
-         .batch = 8,
-         .accumulate = 1,
-         .bucket_bytes = SMALL_BUCKETS},
+        eq_case_of(DDP_NAIVE, DDP_COMPRESS_NONE, 2, 8, 1, SMALL_BUCKETS),
+        eq_case_of(DDP_DDP, DDP_COMPRESS_NONE, 2, 32, 1, 25u << 20), /* made wide below */
+        eq_case_of(DDP_HOROVOD, DDP_COMPRESS_NONE, 2, 8, 1, SMALL_BUCKETS),
+        eq_case_of(DDP_ZERO1, DDP_COMPRESS_NONE, 2, 8, 2, SMALL_BUCKETS),
+        eq_case_of(DDP_ZERO2, DDP_COMPRESS_BF16, 2, 8, 1, SMALL_BUCKETS),
+        eq_case_of(DDP_NAIVE, DDP_COMPRESS_FP16, 2, 8, 1, SMALL_BUCKETS),
     };
+    cases[1].wide = true; /* ddp's 1 MiB first bucket in flight during backward */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct eq_case *k = &cases[i];
         const char *name = ddp_strategy_name(k->strategy);
@@ -641,13 +623,8 @@ static void test_ddp_device_mode_refusals(void)
     T_OK(nn_models_build(&m, "lenet5", 1, 28, 28, 10, NULL, &e));
     T_OK(nn_model_init_params(&m, 1, &e));
     struct comm c = {.rank = 0, .world_size = 1};
-    struct eq_dev dv = {.p = m.params.data, .g = m.grads.data};
-    struct ddp_device dev = {.params = m.params.data,
-                             .grads = m.grads.data,
-                             .buffers = m.buffers.data,
-                             .ctx = &dv,
-                             .scale = eq_dev_scale,
-                             .update = eq_dev_update};
+    struct eq_dev dv;
+    struct ddp_device dev = eq_device_of(&m, &dv);
     enum ddp_strategy refused[] = {DDP_HOROVOD, DDP_ZERO1, DDP_ZERO2};
     for (size_t i = 0; i < 3; i++) {
         struct ddp d;
