@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/unit/model_check.h"
 #include "tests/unit/test.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
@@ -168,21 +169,17 @@ static void test_gpt2_gradcheck(void)
     double l0;
     T_OK(gpt2_setup(&m, NN_BACKEND_REF, x, y, &e));
     T_OK(gpt2_step(&m, x, y, &l0, NULL, NULL, &e));
-    float *g = malloc(m.nparams * sizeof *g);
-    memcpy(g, m.grads.data, m.nparams * sizeof *g);
+    float *g = model_grads_copy(&m);
+    T_CHECK(g);
     int bad = 0, checked = 0;
     for (int p = 0; p < m.nparam_tensors; p++) {
         const struct nn_param *pi = &m.param_info[p];
         for (size_t k = 0; k < 4; k++) {
             size_t j = p == 0 ? (size_t)x[k] * 64 + k : (k * 7919 + 13) % pi->len;
             size_t i = pi->offset + j;
-            float save = m.params.data[i], h = 1e-2f;
+            const float h = 1e-2f;
             double lp, lm;
-            m.params.data[i] = save + h;
-            T_OK(gpt2_loss(&m, x, y, &lp, &e));
-            m.params.data[i] = save - h;
-            T_OK(gpt2_loss(&m, x, y, &lm, &e));
-            m.params.data[i] = save;
+            T_OK(model_central(&m, gpt2_loss, x, y, i, h, &lp, &lm, &e));
             double num = (lp - lm) / (2.0 * h);
             checked++;
             if (fabs(num - g[i]) > 2e-4 + 3e-2 * fmax(fabs(num), fabs(g[i]))) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/unit/model_check.h"
 #include "tests/unit/test.h"
 #include "worker/nn/layer_type.h"
 #include "worker/nn/model.h"
@@ -90,6 +91,17 @@ static int tiny_backward(struct nn_model *m, const float *x, const int32_t *labe
     return tiny_loss(m, x, labels, loss, e) || nn_model_backward(m, NULL, NULL, e);
 }
 
+/* tiny_setup and one backward; a copy of the gradients it left into *g (malloc'd, the
+ * caller's) */
+static int tiny_first_grads(struct nn_model *m, int dropout, enum nn_backend backend, float *x,
+                            int32_t *labels, double *loss, float **g, struct err *e)
+{
+    if (tiny_setup(m, dropout, backend, x, labels, e) || tiny_backward(m, x, labels, loss, e))
+        return -1;
+    *g = model_grads_copy(m);
+    return *g ? 0 : err_errno(e, "copying the gradients");
+}
+
 /* dLoss/dparam by central differences (reference backend, training mode, fixed dropout
  * step) against backward, for parameters spread over every layer. The loss passes through
  * batch statistics and ReLUs; h = 1e-3 keeps the truncation error ~1e-6 and the float
@@ -106,22 +118,16 @@ static void test_model_gradcheck(void)
     float x[TINY_X];
     int32_t labels[TINY_N];
     double l0;
-    T_OK(tiny_setup(&m, 1, NN_BACKEND_REF, x, labels, &e));
-    T_OK(tiny_backward(&m, x, labels, &l0, &e));
-    float *g = malloc(m.nparams * sizeof *g);
-    memcpy(g, m.grads.data, m.nparams * sizeof *g);
+    float *g;
+    T_OK(tiny_first_grads(&m, 1, NN_BACKEND_REF, x, labels, &l0, &g, &e));
     int bad = 0, checked = 0, kinks = 0;
     for (int p = 0; p < m.nparam_tensors && !bad; p++) {
         const struct nn_param *pi = &m.param_info[p];
         for (size_t k = 0; k < pi->len && k < 3; k++) {
             size_t i = pi->offset + (k * 7919) % pi->len;
-            float save = m.params.data[i], h = 1e-3f;
+            const float h = 1e-3f;
             double lp, lm;
-            m.params.data[i] = save + h;
-            T_OK(tiny_loss(&m, x, labels, &lp, &e));
-            m.params.data[i] = save - h;
-            T_OK(tiny_loss(&m, x, labels, &lm, &e));
-            m.params.data[i] = save;
+            T_OK(model_central(&m, tiny_loss, x, labels, i, h, &lp, &lm, &e));
             double num = (lp - lm) / (2.0 * h), fwd = (lp - l0) / h, bwd = (l0 - lm) / h;
             checked++;
             if (fabs(fwd - bwd) > 1e-3 + 5e-2 * fabs(num)) {
@@ -251,10 +257,8 @@ static void test_model_accumulate_and_zero(void)
     float x[TINY_X];
     int32_t labels[TINY_N];
     double loss;
-    T_OK(tiny_setup(&m, 0, NN_BACKEND_FAST, x, labels, &e));
-    T_OK(tiny_backward(&m, x, labels, &loss, &e));
-    float *once = malloc(m.nparams * sizeof *once);
-    memcpy(once, m.grads.data, m.nparams * sizeof *once);
+    float *once;
+    T_OK(tiny_first_grads(&m, 0, NN_BACKEND_FAST, x, labels, &loss, &once, &e));
     T_OK(tiny_backward(&m, x, labels, &loss, &e));
     int ok = 1, nonzero = 0;
     for (size_t i = 0; i < m.nparams; i++) {
