@@ -1186,24 +1186,16 @@ static void test_synthetic_tokens_fixed_and_fresh(void)
     T_CHECK(fresh_varies);
 }
 
-/* Token configs the synthetic dataset refuses: the field its error names and, where set, a
- * phrase of its message. */
+/* Token shapes the synthetic dataset refuses (10 samples): the field its error names and,
+ * where set, a phrase of its message. */
 static const struct {
-    struct data_synthetic_config sc;
+    int c, h, w, classes;
     const char *field, *says;
 } bad_tokens[] = {
-    {{.c = 3, .h = 1, .w = 8, .classes = 50, .samples = 10, .tokens = true},
-     "dataset.shape",
-     "1x1xT"},
-    {{.c = 1, .h = 2, .w = 8, .classes = 50, .samples = 10, .tokens = true},
-     "dataset.shape",
-     NULL},
-    {{.c = 1, .h = 1, .w = 8, .classes = 1, .samples = 10, .tokens = true},
-     "dataset.classes",
-     "at least 2"},
-    {{.c = 1, .h = 1, .w = 0, .classes = 50, .samples = 10, .tokens = true},
-     "dataset.shape",
-     NULL},
+    {3, 1, 8, 50, "dataset.shape", "1x1xT"},
+    {1, 2, 8, 50, "dataset.shape", NULL},
+    {1, 1, 8, 1, "dataset.classes", "at least 2"},
+    {1, 1, 0, 50, "dataset.shape", NULL},
 };
 
 static void test_synthetic_tokens_errors(void)
@@ -1211,7 +1203,13 @@ static void test_synthetic_tokens_errors(void)
     struct err e;
     struct dataset *ds;
     for (size_t i = 0; i < sizeof bad_tokens / sizeof *bad_tokens; i++) {
-        T_CHECK_MSG(dataset_synthetic_create(&bad_tokens[i].sc, &ds, &e) < 0, "case %zu", i);
+        struct data_synthetic_config sc = {.c = bad_tokens[i].c,
+                                           .h = bad_tokens[i].h,
+                                           .w = bad_tokens[i].w,
+                                           .classes = bad_tokens[i].classes,
+                                           .samples = 10,
+                                           .tokens = true};
+        T_CHECK_MSG(dataset_synthetic_create(&sc, &ds, &e) < 0, "case %zu", i);
         T_EQ_INT(e.code, ERR_INVALID);
         T_EQ_STR(e.field, bad_tokens[i].field);
         T_CHECK_MSG(!bad_tokens[i].says || strstr(e.msg, bad_tokens[i].says), "%s", e.msg);
