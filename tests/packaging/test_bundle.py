@@ -44,7 +44,9 @@ def test_bundle_builds_and_checks():
     for rel in ("bin/ddpbenchd", "bin/ddpbench-worker", "lib/libjansson.so.4",
                 "lib/libmicrohttpd.so.12", "lib/libsqlite3.so.0", "lib/libz.so.1",
                 "share/ddpbench/web/index.html", "share/ddpbench/schema/examples/allreduce-cpu.json",
-                "run-on-device.sh", "bench/resnet50_torch_amp.py", "EXPECTS", "MANIFEST"):
+                "run-on-device.sh", "bench/resnet50_torch_amp.py", "bin/device_report.py",
+                "engines/engine_pytorch.py", "engines/probe.py", "engines/ddpb_launch.py",
+                "EXPECTS", "MANIFEST"):
         check(os.path.exists(os.path.join(MADE, rel)), f"{rel} missing from the bundle")
     # what a device call carries is the tarball beside the folder (bundle.sh says why)
     size = os.path.getsize(MADE + ".tgz")
