@@ -48,6 +48,9 @@ def test_bundle_builds_and_checks():
                 "engines/engine_pytorch.py", "engines/probe.py", "engines/ddpb_launch.py",
                 "EXPECTS", "MANIFEST"):
         check(os.path.exists(os.path.join(MADE, rel)), f"{rel} missing from the bundle")
+    if os.path.exists(os.path.join(SOURCE, "schema", "vocabulary.json")):  # engines read it
+        check(os.path.exists(os.path.join(MADE, "schema", "vocabulary.json")),
+              "schema/vocabulary.json missing beside the bundle's engines")
     # what a device call carries is the tarball beside the folder (bundle.sh says why)
     size = os.path.getsize(MADE + ".tgz")
     check(size < 60 << 20, f"{MADE}.tgz weighs {size} bytes, over 60 MiB")
