@@ -18,9 +18,9 @@
 #      peak memory per rank against torch.cuda.max_memory_allocated, NVML utilisation and
 #      power as the daemon stored them, cuDNN's choices from the rank's log
 #      (bin/device_report.py prints it all, with a RESULTS.md table row);
-#   3. the GPU test suite: test_gpu_layers one case at a time (a crash in one must not hide
-#      the others; a crashed case runs again with cuDNN's API log, whose tail is kept),
-#      test_gpu_nccl, test_gpu_train; a failed test_gpu_train case runs again under
+#   3. the GPU test suite: test_gpu_layers (if it crashes, again under cuDNN's API log,
+#      whose tail is kept, then each cuDNN case alone: a crash must not hide the cases
+#      after it), test_gpu_nccl, test_gpu_train; a failed test_gpu_train case runs again under
 #      NVIDIA_TF32_OVERRIDE=0 (TF32 off process-wide: a failure that disappears is TF32
 #      leaking into fp32, one that stays is not);
 #   4. the pytorch engine on cuda through the bundle's daemon (resnet50 fp32, batch 64;
@@ -214,9 +214,11 @@ one_test() {
     return "$rc"
 }
 if stage tests; then
-    if [ -x "$HERE/bin/test_gpu_layers" ]; then
-        for c in test_relu test_linear test_xent test_train_smoke test_conv_benchmark \
-            test_bn_fused_fp16 test_bn_fused_bf16; do
+    # test_gpu_layers whole, as run 1 ran it; if it dies of a signal, each cuDNN case again
+    # alone: one that passes alone crashed only after the cuBLAS cases before it
+    if [ -x "$HERE/bin/test_gpu_layers" ] && ! one_test "$HERE/bin/test_gpu_layers" &&
+        grep -q CRASH "$WORK/test_gpu_layers.txt"; then
+        for c in test_conv_benchmark test_bn_fused_fp16 test_bn_fused_bf16; do
             one_test "$HERE/bin/test_gpu_layers" $c
         done
     fi
