@@ -13,8 +13,8 @@
 #             jansson, libmicrohttpd and its gnutls chain, sqlite, zlib, oneDNN and its
 #             OpenCL loader, OpenMP, libstdc++
 #   share/ddpbench/{web,schema/examples}, bench/ (the PyTorch peer), run-on-device.sh,
-#   engines/  the framework engines' adapters (ddpbenchd --engines-dir), and
-#   schema/vocabulary.json beside them when the tree has it (they read it at ../schema/)
+#   engines/  the framework engines' adapters (ddpbenchd --engines-dir), and schema/*.json
+#             beside them (they read the vocabulary and column tables at ../schema/)
 #   EXPECTS   the libraries it takes from the device (Python wheels, driver) and who needs them
 #   MANIFEST  what was built, from which commit, with which libraries, and the sizes
 # and OUTDIR.tgz beside it holds the same folder: what a device call carries.
@@ -95,11 +95,12 @@ cp "$ROOT/tests/gpu/gpu_libs.py" "$ROOT/tests/gpu/bundle_check.py" \
 # engine on cuda is one of the device stages)
 mkdir -p "$OUT_DIR/engines"
 cp "$ROOT"/engines/*.py "$OUT_DIR/engines/"
-# the vocabulary the engines read beside them, at ../schema/ (where the tree has one)
-if [ -f "$ROOT/schema/vocabulary.json" ]; then
-    mkdir -p "$OUT_DIR/schema"
-    cp "$ROOT/schema/vocabulary.json" "$OUT_DIR/schema/"
-fi
+# the tables the engines read beside them at ../schema/ (vocabulary.json, columns.json,
+# where the tree has them): every top-level JSON file of schema/
+mkdir -p "$OUT_DIR/schema"
+for f in "$ROOT"/schema/*.json; do
+    if [ -f "$f" ]; then cp "$f" "$OUT_DIR/schema/"; fi
+done
 mkdir -p "$OUT_DIR/bench"
 cp "$ROOT/tests/bench/resnet50_torch_amp.py" "$OUT_DIR/bench/"
 cp "$ROOT/tests/gpu/run-on-device.sh" "$OUT_DIR/"
