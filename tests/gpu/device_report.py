@@ -145,7 +145,8 @@ def cmd_train(a):
         print(f"   usage rank {u.get('rank')}: gpu util {u.get('gpu_util_pct')} %, gpu mem util "
               f"{u.get('gpu_mem_util_pct')} %, power {u.get('gpu_power_w')} W, cpu util "
               f"{u.get('cpu_util')}")
-    print("   env:", {k: v for k, v in env.items() if k in ("gpu", "nccl", "gpu_peak_mem_bytes")})
+    print("   env:", {k: v for k, v in env.items()
+                       if k in ("gpu", "nccl", "cudnn", "gpu_fp32_math", "gpu_peak_mem_bytes")})
     if len(sys.argv) > 6:  # the state dir: the rank log's cuDNN summary line
         for line in cudnn_lines(sys.argv[6], run.get("id")):
             print("   rank 0:", line)
