@@ -10,10 +10,12 @@
 
 #include "ddpb_config.h"
 #include "worker/nn/cuda/gpu.h"
-#include "worker/nn/cuda/gpu_layers.h"
 #include "common/nvml.h"
 #if DDPB_HAVE_NCCL
 #include "worker/comm/comm_nccl.h"
+#endif
+#if DDPB_HAVE_CUDNN
+#include "worker/nn/cuda/gpu_layers.h"
 #endif
 
 static void *worker_gpu_alloc(void *ctx, size_t bytes, struct err *e)
