@@ -26,6 +26,7 @@
  *   training run records no timing events and holds no stream (comm_nccl.h time_ops). */
 #include <stdlib.h>
 
+#include "common/log.h"
 #include "worker/nn/cuda/gmodel.h"
 #include "worker/nn/loss_scale.h"
 #include "worker/train_engine.h"
@@ -60,6 +61,15 @@ static struct train_engine *train_cuda_create(struct nn_model *m,
         return NULL;
     }
     loss_scale_init(&c->ls, gmodel_wants_loss_scale(c->gm));
+    /* what cuDNN chose, in the rank's log: a slow device run is read against it */
+    struct gmodel_cudnn_info info;
+    gmodel_cudnn_info(c->gm, &info);
+    log_info("cuda %s: conv directions %d %s, %d from cache; bn+relu %d fused, %d plain; "
+             "cuDNN workspace %.1f MiB, activations %.1f MiB",
+             gmodel_dtype_name(c->gm), info.conv_ranked,
+             cfg->cudnn_benchmark ? "measured" : "by heuristics", info.conv_cached,
+             info.bn_fused, info.bn_plain, (double)info.workspace_bytes / (1 << 20),
+             (double)info.activation_bytes / (1 << 20));
     return &c->base;
 }
 

@@ -14,6 +14,9 @@
 #if DDPB_HAVE_NCCL
 #include "worker/comm/comm_nccl.h"
 #endif
+#if DDPB_HAVE_CUDNN
+#include "worker/nn/cuda/gpu_layers.h"
+#endif
 
 static void *worker_gpu_alloc(void *ctx, size_t bytes, struct err *e)
 {
@@ -92,6 +95,17 @@ void worker_gpu_env_add(json_t *env)
     char v[64];
     json_object_set_new(env, "nccl", json_string(comm_nccl_version(v, sizeof v)));
 #endif
+#if DDPB_HAVE_CUDNN
+    char dv[64];
+    json_object_set_new(env, "cudnn", json_string(gpu_cudnn_version(dv, sizeof dv)));
+#endif
+    /* what "fp32" ran as: no TF32 anywhere (dnn_plan.c's FMA math for cuDNN, gmodel.c's
+     * pedantic cuBLAS), unless the process-wide override says otherwise */
+    const char *tf32 = getenv("NVIDIA_TF32_OVERRIDE");
+    char math[160];
+    snprintf(math, sizeof math, "no TF32: cuDNN FMA math, cuBLAS pedantic%s%s",
+             tf32 ? "; NVIDIA_TF32_OVERRIDE=" : "", tf32 ? tf32 : "");
+    json_object_set_new(env, "gpu_fp32_math", json_string(math));
     const char *emu = getenv("DDPB_EMULATED");
     json_object_set_new(env, "emulated", json_integer(emu && emu[0] == '1'));
 }

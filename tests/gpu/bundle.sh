@@ -7,12 +7,14 @@
 #
 # OUTDIR gets:
 #   bin/      ddpbenchd, ddpbench-worker, the GPU tests, gpu_probe,
-#             nccl_allreduce_plain, gpu_libs.py, bundle_check.py
+#             nccl_allreduce_plain, gpu_libs.py, bundle_check.py, device_report.py
 #   lib/      every shared library those need beyond the system's (glibc, libgcc_s), the
 #             driver's libcuda.so.1 and the Python environment's cuBLAS/cuDNN/NCCL:
 #             jansson, libmicrohttpd and its gnutls chain, sqlite, zlib, oneDNN and its
 #             OpenCL loader, OpenMP, libstdc++
-#   share/ddpbench/{web,schema/examples}, bench/ (the PyTorch peer), run-on-device.sh
+#   share/ddpbench/{web,schema/examples}, bench/ (the PyTorch peer), run-on-device.sh,
+#   engines/  the framework engines' adapters (ddpbenchd --engines-dir), and schema/*.json
+#             beside them (they read the vocabulary and column tables at ../schema/)
 #   EXPECTS   the libraries it takes from the device (Python wheels, driver) and who needs them
 #   MANIFEST  what was built, from which commit, with which libraries, and the sizes
 # and OUTDIR.tgz beside it holds the same folder: what a device call carries.
@@ -87,7 +89,18 @@ rm -rf "$OUT_DIR/share/doc" "$OUT_DIR/bin/ddpbench"
 for t in "$B"/tests/gpu/test_gpu_* "$B/tests/gpu/gpu_probe" "$B/tests/gpu/nccl_allreduce_plain"; do
     if [ -f "$t" ] && [ -x "$t" ]; then cp "$t" "$OUT_DIR/bin/"; fi
 done
-cp "$ROOT/tests/gpu/gpu_libs.py" "$ROOT/tests/gpu/bundle_check.py" "$OUT_DIR/bin/"
+cp "$ROOT/tests/gpu/gpu_libs.py" "$ROOT/tests/gpu/bundle_check.py" \
+    "$ROOT/tests/gpu/device_report.py" "$OUT_DIR/bin/"
+# the framework engines' adapters: the daemon runs them with --engines-dir (the pytorch
+# engine on cuda is one of the device stages)
+mkdir -p "$OUT_DIR/engines"
+cp "$ROOT"/engines/*.py "$OUT_DIR/engines/"
+# the tables the engines read beside them at ../schema/ (vocabulary.json, columns.json,
+# where the tree has them): every top-level JSON file of schema/
+mkdir -p "$OUT_DIR/schema"
+for f in "$ROOT"/schema/*.json; do
+    if [ -f "$f" ]; then cp "$f" "$OUT_DIR/schema/"; fi
+done
 mkdir -p "$OUT_DIR/bench"
 cp "$ROOT/tests/bench/resnet50_torch_amp.py" "$OUT_DIR/bench/"
 cp "$ROOT/tests/gpu/run-on-device.sh" "$OUT_DIR/"

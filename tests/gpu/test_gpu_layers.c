@@ -329,7 +329,12 @@ static void test_conv_benchmark_vs_heuristic(void)
         gpu_dnn_init(&bench, h, &(struct gpu_dnn_opts){.benchmark = true});
         struct gpu_conv_bufs bufs = {.x = x, .w = w, .dy = dy, .y = y1, .dx = dx1, .dw = dw1};
         struct gpu_conv f0, f1, f2;
+        /* each cuDNN stage named first: the first device run crashed in this case before
+         * any line of it (rc 139), and the log must say where */
+        fprintf(stderr, "    %s: heuristic choice\n", gpu_dtype_name(t));
+        heur.o.trace = bench.o.trace = stderr;
         T_OK(gpu_conv_init(&f0, &heur, &c, in, t, 1, NULL, &e));
+        fprintf(stderr, "    %s: measured choice (cudnnFind*Ex)\n", gpu_dtype_name(t));
         T_OK(gpu_conv_init(&f1, &bench, &c, in, t, 1, &bufs, &e));
         T_EQ_INT(bench.ranked, 3);
         T_OK(gpu_conv_init(&f2, &bench, &c, in, t, 1, &bufs, &e)); /* same shape: cached */
@@ -350,6 +355,7 @@ static void test_conv_benchmark_vs_heuristic(void)
                     f0.algo[d].algo, dnn_plan_math_name(f0.algo[d].math), f1.algo[d].algo,
                     dnn_plan_math_name(f1.algo[d].math));
         }
+        fprintf(stderr, "    %s: workspaces, then forward and backward\n", gpu_dtype_name(t));
         T_OK(gpu_dnn_fit(&heur, &e));
         T_OK(gpu_dnn_fit(&bench, &e));
         T_CHECK(gpu_check(cudaMemset(dw1, 0, nw * sizeof(float)), "zero", &e) == 0);

@@ -11,7 +11,9 @@ wherever it lands), then:
 - the bundle's daemon, started with a cleared environment (PATH=/usr/bin:/bin and nothing
   else), serves the dashboard and runs a CPU collective experiment (backend tcp, 2 ranks)
   end to end through the REST API, and every shared object it maps is the bundle's or
-  the system's.
+  the system's;
+- the same daemon runs the pytorch engine from the bundle's engines/ (the device run's
+  engine stage), on the CPU.
 No GPU needed: the bundle's GPU libraries are the device's business.
 """
 import os
@@ -44,8 +46,13 @@ def test_bundle_builds_and_checks():
     for rel in ("bin/ddpbenchd", "bin/ddpbench-worker", "lib/libjansson.so.4",
                 "lib/libmicrohttpd.so.12", "lib/libsqlite3.so.0", "lib/libz.so.1",
                 "share/ddpbench/web/index.html", "share/ddpbench/schema/examples/allreduce-cpu.json",
-                "run-on-device.sh", "bench/resnet50_torch_amp.py", "EXPECTS", "MANIFEST"):
+                "run-on-device.sh", "bench/resnet50_torch_amp.py", "bin/device_report.py",
+                "engines/engine_pytorch.py", "engines/probe.py", "engines/ddpb_launch.py",
+                "EXPECTS", "MANIFEST"):
         check(os.path.exists(os.path.join(MADE, rel)), f"{rel} missing from the bundle")
+    if os.path.exists(os.path.join(SOURCE, "schema", "vocabulary.json")):  # engines read it
+        check(os.path.exists(os.path.join(MADE, "schema", "vocabulary.json")),
+              "schema/vocabulary.json missing beside the bundle's engines")
     # what a device call carries is the tarball beside the folder (bundle.sh says why)
     size = os.path.getsize(MADE + ".tgz")
     check(size < 60 << 20, f"{MADE}.tgz weighs {size} bytes, over 60 MiB")
@@ -94,10 +101,39 @@ def test_daemon_runs_a_collective_from_a_cleared_environment():
         d.close()
 
 
+def test_daemon_runs_the_pytorch_engine_from_the_bundle():
+    """The device run's engine stage: the bundle's own engines/ (and the schema tables they
+    read at ../schema/) under the daemon, here on the CPU with the interpreter the source
+    tree's engines use."""
+    check(os.path.isdir(MOVED), "no bundle (the first case failed)")
+    venv = os.path.join(SOURCE, ".venv", "bin", "python")
+    python = venv if os.access(venv, os.X_OK) else "/usr/bin/python3"
+    d = Daemon(binary=os.path.join(MOVED, "bin", "ddpbenchd"), env={"PATH": "/usr/bin:/bin"},
+               extra_args=["--web-dir", os.path.join(MOVED, "share", "ddpbench", "web"),
+                           "--engines-dir", os.path.join(MOVED, "engines"),
+                           "--python", python])
+    try:
+        exp = d.run_experiment({"workload": "train", "engine": "pytorch", "model": "lenet5",
+                                "world_size": 1, "batch_size": 16, "steps": 6,
+                                "warmup_steps": 2, "eval": False,
+                                "dataset": {"name": "synthetic", "shape": [1, 28, 28],
+                                            "classes": 10}}, timeout=180)
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        check(exp["status"] == "succeeded",
+              f"experiment: {exp['status']}: {run.get('error')}: {d.daemon_log()[-2000:]}")
+        rows = d.get(f"/v1/experiments/{exp['id']}/results")["rows"]
+        check(rows and (rows[0].get("throughput_mean") or 0) > 0, f"result rows {rows}")
+        env = (run.get("env") or [{}])[0].get("env") or {}
+        check("torch" in env, f"the engine's env names no torch version: {env}")
+    finally:
+        d.close()
+
+
 if __name__ == "__main__":
     try:
         rc = run_cases([test_bundle_builds_and_checks, test_check_catches_a_missing_library,
-                        test_daemon_runs_a_collective_from_a_cleared_environment])
+                        test_daemon_runs_a_collective_from_a_cleared_environment,
+                        test_daemon_runs_the_pytorch_engine_from_the_bundle])
     finally:
         shutil.rmtree(TMP, ignore_errors=True)
     sys.exit(rc)

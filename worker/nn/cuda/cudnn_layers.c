@@ -203,7 +203,8 @@ static int gpu_conv_choose(struct gpu_conv *f, enum dnn_conv_dir dir,
     struct dnn_algo_choice *ch = &f->algo[dir];
     struct dnn_conv_key k;
     dnn_plan_conv_key(&k, dir, &f->cfg, f->in, p, (int)f->t);
-    if (dnn_plan_cache_find(&d->cache, &k, ch)) {
+    bool cached = dnn_plan_cache_find(&d->cache, &k, ch);
+    if (cached) {
         d->cached++;
     } else {
         if (d->o.benchmark && !b)
@@ -229,6 +230,15 @@ static int gpu_conv_choose(struct gpu_conv *f, enum dnn_conv_dir dir,
             return -1;
         d->ranked++;
     }
+    if (d->o.trace)
+        fprintf(d->o.trace,
+                "    cudnn conv %s %s %s k%dx%d s%d -> %d: algo %d, %s math, %zu B%s\n",
+                gpu_dtype_name(f->t), gpu_conv_dir_name[dir],
+                nn_shape_str(f->in, (char[48]){0}, 48), f->cfg.kh, f->cfg.kw, f->cfg.sh,
+                f->cfg.cout, ch->algo, dnn_plan_math_name(ch->math), ch->memory,
+                cached           ? ", cached"
+                : d->o.benchmark ? ", measured"
+                                 : ", heuristic");
     dnn_plan_ws_request(&d->plan, ch->memory);
     return 0;
 }

@@ -517,7 +517,8 @@ static int gm_layers_init(struct gmodel *g, const struct gmodel_opts *opts, stru
     if (opts)
         o = (struct gpu_dnn_opts){.benchmark = opts->cudnn_benchmark,
                                   .tf32 = opts->tf32,
-                                  .no_fused_bn = opts->no_fused_bn};
+                                  .no_fused_bn = opts->no_fused_bn,
+                                  .trace = opts->trace};
     gpu_dnn_init(&g->dl, g->dnn, &o);
     for (int i = 0; i < g->nnodes; i++)
         if (gm_node_init(g, &g->nodes[i], e) < 0)

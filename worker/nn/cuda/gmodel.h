@@ -61,6 +61,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "common/err.h"
 #include "worker/nn/model.h"
@@ -75,6 +76,7 @@ struct gmodel_opts {
                              (cudnnFind*AlgorithmEx, PyTorch's cudnn.benchmark) */
     bool tf32;            /* fp32 convolutions may use TF32 tensor ops */
     bool no_fused_bn;     /* batch norm + ReLU on the plain path (tests compare both) */
+    FILE *trace;          /* borrowed, may be NULL: the cuDNN choices (gpu_dnn_opts) */
 };
 
 /* precision: "fp32", "fp16" or "bf16"; stream: a cudaStream_t (borrowed), NULL for the

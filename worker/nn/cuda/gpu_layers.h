@@ -42,6 +42,7 @@
 #if DDPB_HAVE_CUDNN
 #include <cudnn.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "worker/nn/cuda/dnn_plan.h"
 
@@ -51,6 +52,9 @@ struct gpu_dnn_opts {
     bool benchmark;   /* measure the candidates (cudnnFind*AlgorithmEx), once per shape */
     bool tf32;        /* fp32 convolutions may use TF32 tensor ops */
     bool no_fused_bn; /* the plain batch-norm path even where the fused one applies (tests) */
+    FILE *trace;      /* borrowed, may be NULL: one line per convolution direction chosen
+                         (algorithm, math type, workspace, ranked or cached), for the device
+                         tests' logs */
 };
 
 struct gpu_dnn {
