@@ -268,27 +268,10 @@ static int bn_row_fast_init(const struct nn_layer_args *a, struct err *e)
                            a->train, e);
 }
 
-static void bn_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_bn_fast_forward(&a->n->fast->bn, a->y->data, a->run, a->run + a->n->cfg.bn.c, a->x->data,
-                       a->w, a->b, a->train);
-}
-
-static void bn_row_fast_backward(const struct nn_layer_args *a)
-{ /* oneDNN always writes diff_src */
-    nn_bn_fast_backward(&a->n->fast->bn, a->din0 ? a->din0 : a->scratch, a->dw, a->db,
-                        a->y->grad, a->x->data, a->w);
-}
-
-static void bn_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_bn_fast_destroy(&f->bn);
-}
-
-static const char *bn_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->bn.fwd_eval);
-}
+/* backward: oneDNN always writes diff_src */
+NN_LAYER_FAST_STATE(
+    bn, bn, (a->y->data, a->run, a->run + a->n->cfg.bn.c, a->x->data, a->w, a->b, a->train),
+    (a->din0 ? a->din0 : a->scratch, a->dw, a->db, a->y->grad, a->x->data, a->w))
 
 /* the running mean (C) then variance (C) */
 static size_t bn_row_buffers(const union nn_layer_cfg *c)
@@ -314,17 +297,10 @@ static int bn_row_check_batch(const struct nn_node *n, const struct nn_tensor *x
     return 0;
 }
 
+/* clang-format off */
 const struct nn_layer_type nn_layer_bn = {
-    .name = "batchnorm",
-    .forward = bn_row_forward,
-    .backward = bn_row_backward,
-    .saved = bn_row_saved,
-    .fast_init = bn_row_fast_init,
-    .fast_forward = bn_row_fast_forward,
-    .fast_backward = bn_row_fast_backward,
-    .fast_destroy = bn_row_fast_destroy,
-    .fast_impl = bn_row_fast_impl,
-    .buffers = bn_row_buffers,
-    .buffers_init = bn_row_buffers_init,
-    .check_batch = bn_row_check_batch,
+    .name = "batchnorm", NN_LAYER_ROW(bn), .saved = bn_row_saved,
+    .impl_prim = NN_LAYER_PRIM(bn.fwd_eval), .buffers = bn_row_buffers,
+    .buffers_init = bn_row_buffers_init, .check_batch = bn_row_check_batch,
 };
+/* clang-format on */

@@ -425,34 +425,8 @@ static int conv2d_row_fast_init(const struct nn_layer_args *a, struct err *e)
     return 0;
 }
 
-static void conv2d_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_conv2d_fast_forward(&a->n->fast->conv, a->y->data, a->x->data, a->w, a->b);
-}
-
-static void conv2d_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_conv2d_fast_backward(&a->n->fast->conv, a->din0, a->dw, a->db, a->y->grad, a->x->data,
-                            a->w);
-}
-
-static void conv2d_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_conv2d_fast_destroy(&f->conv);
-}
-
-static const char *conv2d_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->conv.fwd);
-}
+NN_LAYER_FAST_STATE(conv2d, conv, (a->y->data, a->x->data, a->w, a->b),
+                    (a->din0, a->dw, a->db, a->y->grad, a->x->data, a->w))
 
 const struct nn_layer_type nn_layer_conv2d = {
-    .name = "conv2d",
-    .forward = conv2d_row_forward,
-    .backward = conv2d_row_backward,
-    .fast_init = conv2d_row_fast_init,
-    .fast_forward = conv2d_row_fast_forward,
-    .fast_backward = conv2d_row_fast_backward,
-    .fast_destroy = conv2d_row_fast_destroy,
-    .fast_impl = conv2d_row_fast_impl,
-};
+    .name = "conv2d", NN_LAYER_ROW(conv2d), .impl_prim = NN_LAYER_PRIM(conv.fwd)};

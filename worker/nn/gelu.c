@@ -136,33 +136,7 @@ static int gelu_row_fast_init(const struct nn_layer_args *a, struct err *e)
                              e);
 }
 
-static void gelu_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_gelu_fast_forward(&a->n->fast->gelu, a->y->data, a->x->data);
-}
-
-static void gelu_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_gelu_fast_backward(&a->n->fast->gelu, a->din0, a->y->grad, a->x->data);
-}
-
-static void gelu_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_gelu_fast_destroy(&f->gelu);
-}
-
-static const char *gelu_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->gelu.fwd);
-}
+NN_LAYER_FAST_STATE(gelu, gelu, (a->y->data, a->x->data), (a->din0, a->y->grad, a->x->data))
 
 const struct nn_layer_type nn_layer_gelu = {
-    .name = "gelu",
-    .forward = gelu_row_forward,
-    .backward = gelu_row_backward,
-    .fast_init = gelu_row_fast_init,
-    .fast_forward = gelu_row_fast_forward,
-    .fast_backward = gelu_row_fast_backward,
-    .fast_destroy = gelu_row_fast_destroy,
-    .fast_impl = gelu_row_fast_impl,
-};
+    .name = "gelu", NN_LAYER_ROW(gelu), .impl_prim = NN_LAYER_PRIM(gelu.fwd)};

@@ -255,35 +255,14 @@ static int layernorm_row_fast_init(const struct nn_layer_args *a, struct err *e)
                                   nn_tensor_row_len(a->x), a->train, e);
 }
 
-static void layernorm_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_layernorm_fast_forward(&a->n->fast->ln, a->y->data, a->x->data, a->w, a->b);
-}
+/* backward: like batch norm, oneDNN always writes diff_src */
+NN_LAYER_FAST_STATE(layernorm, ln, (a->y->data, a->x->data, a->w, a->b),
+                    (a->din0 ? a->din0 : a->scratch, a->dw, a->db, a->y->grad, a->x->data,
+                     a->w))
 
-static void layernorm_row_fast_backward(const struct nn_layer_args *a)
-{ /* like batch norm, oneDNN always writes diff_src */
-    nn_layernorm_fast_backward(&a->n->fast->ln, a->din0 ? a->din0 : a->scratch, a->dw, a->db,
-                               a->y->grad, a->x->data, a->w);
-}
-
-static void layernorm_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_layernorm_fast_destroy(&f->ln);
-}
-
-static const char *layernorm_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->ln.fwd);
-}
-
+/* clang-format off */
 const struct nn_layer_type nn_layer_layernorm = {
-    .name = "layernorm",
-    .forward = layernorm_row_forward,
-    .backward = layernorm_row_backward,
-    .saved = layernorm_row_saved,
-    .fast_init = layernorm_row_fast_init,
-    .fast_forward = layernorm_row_fast_forward,
-    .fast_backward = layernorm_row_fast_backward,
-    .fast_destroy = layernorm_row_fast_destroy,
-    .fast_impl = layernorm_row_fast_impl,
+    .name = "layernorm", NN_LAYER_ROW(layernorm), .saved = layernorm_row_saved,
+    .impl_prim = NN_LAYER_PRIM(ln.fwd),
 };
+/* clang-format on */

@@ -204,34 +204,8 @@ static int linear_row_fast_init(const struct nn_layer_args *a, struct err *e)
                                nn_tensor_rows(a->x), a->train, a->dinp, e);
 }
 
-static void linear_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_linear_fast_forward(&a->n->fast->linear, a->y->data, a->x->data, a->w, a->b);
-}
-
-static void linear_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_linear_fast_backward(&a->n->fast->linear, a->din0, a->dw, a->db, a->y->grad, a->x->data,
-                            a->w);
-}
-
-static void linear_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_linear_fast_destroy(&f->linear);
-}
-
-static const char *linear_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->linear.fwd);
-}
+NN_LAYER_FAST_STATE(linear, linear, (a->y->data, a->x->data, a->w, a->b),
+                    (a->din0, a->dw, a->db, a->y->grad, a->x->data, a->w))
 
 const struct nn_layer_type nn_layer_linear = {
-    .name = "linear",
-    .forward = linear_row_forward,
-    .backward = linear_row_backward,
-    .fast_init = linear_row_fast_init,
-    .fast_forward = linear_row_fast_forward,
-    .fast_backward = linear_row_fast_backward,
-    .fast_destroy = linear_row_fast_destroy,
-    .fast_impl = linear_row_fast_impl,
-};
+    .name = "linear", NN_LAYER_ROW(linear), .impl_prim = NN_LAYER_PRIM(linear.fwd)};

@@ -1265,9 +1265,14 @@ int nn_model_tensor_needs_grad(const struct nn_model *m, int tensor)
 
 static const char *node_impl(const struct nn_node *n)
 {
-    if (!n->fast || !node_type(n)->fast_impl)
+    const struct nn_layer_type *t = node_type(n);
+    if (!n->fast)
         return "";
-    return node_type(n)->fast_impl(n->fast);
+    if (t->fast_impl)
+        return t->fast_impl(n->fast);
+    if (t->impl_prim)
+        return nn_prim_impl((const struct nn_prim *)((const char *)n->fast + t->impl_prim));
+    return t->impl ? t->impl : "";
 }
 
 void nn_model_print(struct nn_model *m, FILE *out)

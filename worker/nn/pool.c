@@ -443,47 +443,25 @@ static int avgpool_row_fast_init(const struct nn_layer_args *a, struct err *e)
     return pool_row_fast_make(&a->n->fast->pool, a, 0, &a->n->cfg.pool, e);
 }
 
-static void pool_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_pool_fast_forward(&a->n->fast->pool, a->y->data, a->x->data);
-}
+NN_LAYER_FAST_STATE(pool, pool, (a->y->data, a->x->data), (a->din0, a->y->grad))
 
-static void pool_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_pool_fast_backward(&a->n->fast->pool, a->din0, a->y->grad);
-}
-
-static void pool_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_pool_fast_destroy(&f->pool);
-}
-
-static const char *pool_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->pool.fwd);
-}
-
+/* clang-format off */
 const struct nn_layer_type nn_layer_maxpool = {
-    .name = "maxpool",
-    .forward = maxpool_row_forward,
-    .backward = maxpool_row_backward,
-    .fast_init = maxpool_row_fast_init,
-    .fast_forward = pool_row_fast_forward,
-    .fast_backward = pool_row_fast_backward,
-    .fast_destroy = pool_row_fast_destroy,
-    .fast_impl = pool_row_fast_impl,
+    .name = "maxpool", .forward = maxpool_row_forward, .backward = maxpool_row_backward,
+    .fast_init = maxpool_row_fast_init, .fast_forward = pool_row_fast_forward,
+    .fast_backward = pool_row_fast_backward, .fast_destroy = pool_row_fast_destroy,
+    .impl_prim = NN_LAYER_PRIM(pool.fwd),
 };
+/* clang-format on */
 
+/* clang-format off */
 const struct nn_layer_type nn_layer_avgpool = {
-    .name = "avgpool",
-    .forward = avgpool_row_forward,
-    .backward = avgpool_row_backward,
-    .fast_init = avgpool_row_fast_init,
-    .fast_forward = pool_row_fast_forward,
-    .fast_backward = pool_row_fast_backward,
-    .fast_destroy = pool_row_fast_destroy,
-    .fast_impl = pool_row_fast_impl,
+    .name = "avgpool", .forward = avgpool_row_forward, .backward = avgpool_row_backward,
+    .fast_init = avgpool_row_fast_init, .fast_forward = pool_row_fast_forward,
+    .fast_backward = pool_row_fast_backward, .fast_destroy = pool_row_fast_destroy,
+    .impl_prim = NN_LAYER_PRIM(pool.fwd),
 };
+/* clang-format on */
 
 static void adaptive_row_forward(const struct nn_layer_args *a)
 {
@@ -553,12 +531,4 @@ static const char *adaptive_row_fast_impl(const union nn_node_fast *f)
 }
 
 const struct nn_layer_type nn_layer_adaptive = {
-    .name = "adaptive_avgpool",
-    .forward = adaptive_row_forward,
-    .backward = adaptive_row_backward,
-    .fast_init = adaptive_row_fast_init,
-    .fast_forward = adaptive_row_fast_forward,
-    .fast_backward = adaptive_row_fast_backward,
-    .fast_destroy = adaptive_row_fast_destroy,
-    .fast_impl = adaptive_row_fast_impl,
-};
+    .name = "adaptive_avgpool", NN_LAYER_ROW(adaptive), .fast_impl = adaptive_row_fast_impl};

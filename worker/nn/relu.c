@@ -117,33 +117,7 @@ static int act_row_fast_init(const struct nn_layer_args *a, struct err *e)
     return nn_act_fast_init(&a->n->fast->act, a->dnnl, a->n->cfg.act, &a->x->md, a->train, e);
 }
 
-static void act_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_act_fast_forward(&a->n->fast->act, a->y->data, a->x->data);
-}
-
-static void act_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_act_fast_backward(&a->n->fast->act, a->din0, a->y->grad, a->y->data);
-}
-
-static void act_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_act_fast_destroy(&f->act);
-}
-
-static const char *act_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->act.fwd);
-}
+NN_LAYER_FAST_STATE(act, act, (a->y->data, a->x->data), (a->din0, a->y->grad, a->y->data))
 
 const struct nn_layer_type nn_layer_act = {
-    .name = "act",
-    .forward = act_row_forward,
-    .backward = act_row_backward,
-    .fast_init = act_row_fast_init,
-    .fast_forward = act_row_fast_forward,
-    .fast_backward = act_row_fast_backward,
-    .fast_destroy = act_row_fast_destroy,
-    .fast_impl = act_row_fast_impl,
-};
+    .name = "act", NN_LAYER_ROW(act), .impl_prim = NN_LAYER_PRIM(act.fwd)};
