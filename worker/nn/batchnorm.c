@@ -217,19 +217,12 @@ void nn_bn_fast_backward(struct nn_bn_fast *f, float *dinp, float *dweight, floa
 
 void nn_bn_fast_destroy(struct nn_bn_fast *f)
 {
-    nn_prim_destroy(&f->fwd_train);
-    nn_prim_destroy(&f->fwd_eval);
-    nn_prim_destroy(&f->bwd);
+    struct nn_prim *ps[] = {&f->fwd_train, &f->fwd_eval, &f->bwd, NULL};
     struct nn_mem *ms[] = {&f->m_src,    &f->m_dst,   &f->m_scale, &f->m_shift, &f->m_mean,
                            &f->m_var,    &f->m_ws,    &f->m_ddst,  &f->m_dsrc,  &f->m_dscale,
-                           &f->m_dshift, &f->m_rmean, &f->m_rvar};
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        nn_mem_destroy(ms[i]);
-    free(f->mean);
-    free(f->var);
-    free(f->dscale);
-    free(f->dshift);
-    free(f->ws);
+                           &f->m_dshift, &f->m_rmean, &f->m_rvar,  NULL};
+    void *bufs[] = {f->mean, f->var, f->dscale, f->dshift, f->ws};
+    nn_fast_release(ps, ms, bufs, sizeof bufs / sizeof *bufs);
     memset(f, 0, sizeof *f);
 }
 

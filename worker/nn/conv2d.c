@@ -386,19 +386,15 @@ void nn_conv2d_fast_backward(struct nn_conv2d_fast *f, float *dinp, float *dweig
 
 void nn_conv2d_fast_destroy(struct nn_conv2d_fast *f)
 {
-    nn_prim_destroy(&f->fwd);
-    nn_prim_destroy(&f->bwd_data);
-    nn_prim_destroy(&f->bwd_weights);
     struct nn_convert *cs[] = {&f->src_in,   &f->w_fwd,  &f->w_bwd,   &f->ddst_bd,
                                &f->dsrc_out, &f->src_bw, &f->ddst_bw, &f->dw_out};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++)
         nn_convert_destroy(cs[i]);
+    struct nn_prim *ps[] = {&f->fwd, &f->bwd_data, &f->bwd_weights, NULL};
     struct nn_mem *ms[] = {&f->m_src,     &f->m_w,    &f->m_b,        &f->m_dst,
                            &f->m_ddst,    &f->m_wbwd, &f->m_dsrc_bwd, &f->m_src_bw,
-                           &f->m_ddst_bw, &f->m_dw,   &f->m_db};
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        nn_mem_destroy(ms[i]);
-    free(f->db_buf);
+                           &f->m_ddst_bw, &f->m_dw,   &f->m_db,       NULL};
+    nn_fast_release(ps, ms, (void *[]){f->db_buf}, 1);
     memset(f, 0, sizeof *f);
 }
 

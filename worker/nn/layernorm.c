@@ -212,16 +212,12 @@ void nn_layernorm_fast_backward(struct nn_layernorm_fast *f, float *dinp, float 
 
 void nn_layernorm_fast_destroy(struct nn_layernorm_fast *f)
 {
-    nn_prim_destroy(&f->fwd);
-    nn_prim_destroy(&f->bwd);
-    struct nn_mem *ms[] = {&f->m_src, &f->m_dst,  &f->m_scale, &f->m_shift,  &f->m_mean,
-                           &f->m_var, &f->m_ddst, &f->m_dsrc,  &f->m_dscale, &f->m_dshift};
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        nn_mem_destroy(ms[i]);
-    free(f->mean);
-    free(f->var);
-    free(f->dscale);
-    free(f->dshift);
+    struct nn_prim *ps[] = {&f->fwd, &f->bwd, NULL};
+    struct nn_mem *ms[] = {&f->m_src,    &f->m_dst,    &f->m_scale, &f->m_shift,
+                           &f->m_mean,   &f->m_var,    &f->m_ddst,  &f->m_dsrc,
+                           &f->m_dscale, &f->m_dshift, NULL};
+    void *bufs[] = {f->mean, f->var, f->dscale, f->dshift};
+    nn_fast_release(ps, ms, bufs, sizeof bufs / sizeof *bufs);
     memset(f, 0, sizeof *f);
 }
 

@@ -170,16 +170,12 @@ void nn_linear_fast_backward(struct nn_linear_fast *f, float *dinp, float *dweig
 
 void nn_linear_fast_destroy(struct nn_linear_fast *f)
 {
-    nn_prim_destroy(&f->fwd);
-    nn_prim_destroy(&f->bwd_data);
-    nn_prim_destroy(&f->bwd_weights);
+    struct nn_prim *ps[] = {&f->fwd, &f->bwd_data, &f->bwd_weights, NULL};
     struct nn_mem *ms[] = {&f->m_src,   &f->m_w,    &f->m_b,  &f->m_dst,
                            &f->m_ddst,  &f->m_dsrc, &f->m_bw, &f->m_bsrc,
-                           &f->m_bddst, &f->m_dw,   &f->m_db};
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        nn_mem_destroy(ms[i]);
-    free(f->dw_buf);
-    free(f->db_buf);
+                           &f->m_bddst, &f->m_dw,   &f->m_db, NULL};
+    void *bufs[] = {f->dw_buf, f->db_buf};
+    nn_fast_release(ps, ms, bufs, 2);
     memset(f, 0, sizeof *f);
 }
 

@@ -390,13 +390,10 @@ void nn_pool_fast_backward(struct nn_pool_fast *f, float *dinp, const float *dou
 
 void nn_pool_fast_destroy(struct nn_pool_fast *f)
 {
-    nn_prim_destroy(&f->fwd);
-    nn_prim_destroy(&f->bwd);
-    struct nn_mem *ms[] = {&f->m_src, &f->m_dst, &f->m_ws, &f->m_ddst, &f->m_dsrc};
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        nn_mem_destroy(ms[i]);
-    free(f->ws);
-    free(f->argmax);
+    nn_fast_release(
+        (struct nn_prim *[]){&f->fwd, &f->bwd, NULL},
+        (struct nn_mem *[]){&f->m_src, &f->m_dst, &f->m_ws, &f->m_ddst, &f->m_dsrc, NULL},
+        (void *[]){f->ws, f->argmax}, 2);
     memset(f, 0, sizeof *f);
 }
 

@@ -87,13 +87,10 @@ void nn_act_fast_backward(struct nn_act_fast *f, float *dinp, const float *dout,
 
 void nn_act_fast_destroy(struct nn_act_fast *f)
 {
-    nn_prim_destroy(&f->fwd);
-    nn_prim_destroy(&f->bwd);
-    nn_mem_destroy(&f->m_src);
-    nn_mem_destroy(&f->m_dst);
-    nn_mem_destroy(&f->m_bdst);
-    nn_mem_destroy(&f->m_ddst);
-    nn_mem_destroy(&f->m_dsrc);
+    nn_fast_release(
+        (struct nn_prim *[]){&f->fwd, &f->bwd, NULL},
+        (struct nn_mem *[]){&f->m_src, &f->m_dst, &f->m_bdst, &f->m_ddst, &f->m_dsrc, NULL},
+        NULL, 0);
     memset(f, 0, sizeof *f);
 }
 
