@@ -332,7 +332,7 @@ static int attention_row_fast_init(const struct nn_layer_args *a, struct err *e)
                                   a->x->shape.c, a->train, e);
 }
 
-NN_LAYER_FAST_STATE(attention, attn, (a->y->data, a->x->data),
+NN_LAYER_FAST_STATE(attention, attention, attn, (a->y->data, a->x->data),
                     (a->din0, a->y->grad, a->x->data))
 
 /* clang-format off */

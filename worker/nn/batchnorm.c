@@ -263,7 +263,7 @@ static int bn_row_fast_init(const struct nn_layer_args *a, struct err *e)
 
 /* backward: oneDNN always writes diff_src */
 NN_LAYER_FAST_STATE(
-    bn, bn, (a->y->data, a->run, a->run + a->n->cfg.bn.c, a->x->data, a->w, a->b, a->train),
+    bn, bn, bn, (a->y->data, a->run, a->run + a->n->cfg.bn.c, a->x->data, a->w, a->b, a->train),
     (a->din0 ? a->din0 : a->scratch, a->dw, a->db, a->y->grad, a->x->data, a->w))
 
 /* the running mean (C) then variance (C) */

@@ -421,7 +421,7 @@ static int conv2d_row_fast_init(const struct nn_layer_args *a, struct err *e)
     return 0;
 }
 
-NN_LAYER_FAST_STATE(conv2d, conv, (a->y->data, a->x->data, a->w, a->b),
+NN_LAYER_FAST_STATE(conv2d, conv2d, conv, (a->y->data, a->x->data, a->w, a->b),
                     (a->din0, a->dw, a->db, a->y->grad, a->x->data, a->w))
 
 const struct nn_layer_type nn_layer_conv2d = {

@@ -72,7 +72,7 @@ static int flatten_row_fast_init(const struct nn_layer_args *a, struct err *e)
                                 e);
 }
 
-NN_LAYER_FAST_STATE(flatten, flatten, (a->y->data, a->x->data), (a->din0, a->y->grad))
+NN_LAYER_FAST_STATE(flatten, flatten, flatten, (a->y->data, a->x->data), (a->din0, a->y->grad))
 
 const struct nn_layer_type nn_layer_flatten = {
     .name = "flatten", .flags = NN_LAYER_SEQ_END, NN_LAYER_ROW(flatten), .impl = "reorder"};

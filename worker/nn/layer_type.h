@@ -63,7 +63,6 @@ union nn_node_fast {
     struct nn_adapt_fast adapt;
     struct nn_add_fast add;
     struct nn_layernorm_fast ln;
-    struct nn_gelu_fast gelu;
     struct nn_attention_fast attn;
 };
 
@@ -143,22 +142,23 @@ struct nn_layer_type {
 
 /* The glue of a layer with a fast state, written once: its row's fast_forward,
  * fast_backward and fast_destroy (k_row_fast_*), which hand the union's `member` to
- * nn_k_fast_forward, nn_k_fast_backward and nn_k_fast_destroy. fwd and bwd are those
+ * nn_kern_fast_forward, _backward and _destroy (kern: k, or the kernels it shares, as
+ * GELU runs an activation's). fwd and bwd are those
  * kernels' other arguments, a parenthesised list of expressions of the row function's
  * argument `a` (const struct nn_layer_args *). */
 #define NN_LAYER_ARGS(...) __VA_ARGS__
-#define NN_LAYER_FAST_STATE(k, member, fwd, bwd)                                               \
+#define NN_LAYER_FAST_STATE(k, kern, member, fwd, bwd)                                         \
     static void k##_row_fast_forward(const struct nn_layer_args *a)                            \
     {                                                                                          \
-        nn_##k##_fast_forward(&a->n->fast->member, NN_LAYER_ARGS fwd);                         \
+        nn_##kern##_fast_forward(&a->n->fast->member, NN_LAYER_ARGS fwd);                      \
     }                                                                                          \
     static void k##_row_fast_backward(const struct nn_layer_args *a)                           \
     {                                                                                          \
-        nn_##k##_fast_backward(&a->n->fast->member, NN_LAYER_ARGS bwd);                        \
+        nn_##kern##_fast_backward(&a->n->fast->member, NN_LAYER_ARGS bwd);                     \
     }                                                                                          \
     static void k##_row_fast_destroy(union nn_node_fast *f)                                    \
     {                                                                                          \
-        nn_##k##_fast_destroy(&f->member);                                                     \
+        nn_##kern##_fast_destroy(&f->member);                                                  \
     }
 
 /* The members of a row whose functions have the conventional names k_row_forward,

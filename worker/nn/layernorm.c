@@ -252,7 +252,7 @@ static int layernorm_row_fast_init(const struct nn_layer_args *a, struct err *e)
 }
 
 /* backward: like batch norm, oneDNN always writes diff_src */
-NN_LAYER_FAST_STATE(layernorm, ln, (a->y->data, a->x->data, a->w, a->b),
+NN_LAYER_FAST_STATE(layernorm, layernorm, ln, (a->y->data, a->x->data, a->w, a->b),
                     (a->din0 ? a->din0 : a->scratch, a->dw, a->db, a->y->grad, a->x->data,
                      a->w))
 

@@ -200,7 +200,7 @@ static int linear_row_fast_init(const struct nn_layer_args *a, struct err *e)
                                nn_tensor_rows(a->x), a->train, a->dinp, e);
 }
 
-NN_LAYER_FAST_STATE(linear, linear, (a->y->data, a->x->data, a->w, a->b),
+NN_LAYER_FAST_STATE(linear, linear, linear, (a->y->data, a->x->data, a->w, a->b),
                     (a->din0, a->dw, a->db, a->y->grad, a->x->data, a->w))
 
 const struct nn_layer_type nn_layer_linear = {

@@ -440,7 +440,7 @@ static int avgpool_row_fast_init(const struct nn_layer_args *a, struct err *e)
     return pool_row_fast_make(&a->n->fast->pool, a, 0, &a->n->cfg.pool, e);
 }
 
-NN_LAYER_FAST_STATE(pool, pool, (a->y->data, a->x->data), (a->din0, a->y->grad))
+NN_LAYER_FAST_STATE(pool, pool, pool, (a->y->data, a->x->data), (a->din0, a->y->grad))
 
 /* clang-format off */
 const struct nn_layer_type nn_layer_maxpool = {
