@@ -360,32 +360,32 @@ fail:
     return -1;
 }
 
+/* Runs p on its input and output arguments, plus max pooling's workspace where there is
+ * one: forward and backward alike. */
+static void pool_prim_run(struct nn_pool_fast *f, struct nn_prim *p, dnnl_exec_arg_t in,
+                          dnnl_exec_arg_t out)
+{
+    dnnl_exec_arg_t args[] = {in, out, {DNNL_ARG_WORKSPACE, f->m_ws.mem}};
+    nn_prim_run(p, f->d, f->ws ? 3 : 2, args);
+}
+
 void nn_pool_fast_forward(struct nn_pool_fast *f, float *out, const float *inp)
 {
-    if (f->own) {
+    if (f->own)
         pool_own_forward(f, out, inp);
-        return;
-    }
-    dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, nn_mem_bind(&f->m_src, inp)},
-        {DNNL_ARG_DST, nn_mem_bind(&f->m_dst, out)},
-        {DNNL_ARG_WORKSPACE, f->m_ws.mem},
-    };
-    nn_prim_run(&f->fwd, f->d, f->ws ? 3 : 2, args);
+    else
+        pool_prim_run(f, &f->fwd, (dnnl_exec_arg_t){DNNL_ARG_SRC, nn_mem_bind(&f->m_src, inp)},
+                      (dnnl_exec_arg_t){DNNL_ARG_DST, nn_mem_bind(&f->m_dst, out)});
 }
 
 void nn_pool_fast_backward(struct nn_pool_fast *f, float *dinp, const float *dout)
 {
-    if (f->own) {
+    if (f->own)
         pool_own_backward(f, dinp, dout);
-        return;
-    }
-    dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_DIFF_DST, nn_mem_bind(&f->m_ddst, dout)},
-        {DNNL_ARG_DIFF_SRC, nn_mem_bind(&f->m_dsrc, dinp)},
-        {DNNL_ARG_WORKSPACE, f->m_ws.mem},
-    };
-    nn_prim_run(&f->bwd, f->d, f->ws ? 3 : 2, args);
+    else
+        pool_prim_run(f, &f->bwd,
+                      (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, nn_mem_bind(&f->m_ddst, dout)},
+                      (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, nn_mem_bind(&f->m_dsrc, dinp)});
 }
 
 void nn_pool_fast_destroy(struct nn_pool_fast *f)
