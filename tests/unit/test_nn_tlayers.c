@@ -289,9 +289,9 @@ static void test_layernorm_destroy_zeroed(void)
     memset(&f, 0, sizeof f);
     nn_layernorm_fast_destroy(&f);
     nn_layernorm_fast_destroy(&f); /* and again: destroy leaves it zeroed */
-    struct nn_gelu_fast g;
+    struct nn_act_fast g;
     memset(&g, 0, sizeof g);
-    nn_gelu_fast_destroy(&g);
+    nn_act_fast_destroy(&g);
     T_CHECK(f.mean == NULL && g.fwd.prim == NULL);
 }
 
@@ -398,30 +398,30 @@ static void test_gelu_fast_matches_ref(void)
     memcpy(x + grid, extra, sizeof extra);
     nn_gelu_forward(y, x, n);
     nn_gelu_backward(dx, dy, x, n);
-    struct nn_gelu_fast f;
+    struct nn_act_fast f;
     int ok = nn_gelu_fast_init(&f, &d, n, 1, &e) == 0;
     if (!ok)
         fprintf(stderr, "    gelu fast init: %s\n", e.msg);
     if (ok) {
-        nn_gelu_fast_forward(&f, fy, x);
-        nn_gelu_fast_backward(&f, fdx, dy, x);
+        nn_act_fast_forward(&f, fy, x);
+        nn_act_fast_backward(&f, fdx, dy, x);
         ok = nn_dnnl_check(&d, &e) == 0 && gelu_close("gelu out", fy, y, x, NULL, n) &&
              gelu_close("gelu dinp", fdx, dx, x, dy, n);
         if (!ok)
             fprintf(stderr, "    [%s / %s]\n", nn_prim_impl(&f.fwd), nn_prim_impl(&f.bwd));
     }
-    nn_gelu_fast_destroy(&f);
+    nn_act_fast_destroy(&f);
     /* an inference-only state has no backward, and the odd size 1 */
     if (ok) {
         ok = nn_gelu_fast_init(&f, &d, 1, 0, &e) == 0;
         if (ok) {
             float one;
-            nn_gelu_fast_forward(&f, &one, x + grid / 4);
+            nn_act_fast_forward(&f, &one, x + grid / 4);
             ok = nn_dnnl_check(&d, &e) == 0 &&
                  gelu_close("gelu out (n = 1)", &one, y + grid / 4, x + grid / 4, NULL, 1);
             ok = ok && f.bwd.prim == NULL;
         }
-        nn_gelu_fast_destroy(&f);
+        nn_act_fast_destroy(&f);
     }
     nn_dnnl_cleanup(&d);
     float *bufs[] = {x, dy, y, dx, fy, fdx};

@@ -86,12 +86,4 @@ static const char *add_row_fast_impl(const union nn_node_fast *f)
 }
 
 const struct nn_layer_type nn_layer_add = {
-    .name = "add",
-    .forward = add_row_forward,
-    .backward = add_row_backward,
-    .fast_init = add_row_fast_init,
-    .fast_forward = add_row_fast_forward,
-    .fast_backward = add_row_fast_backward,
-    .fast_destroy = add_row_fast_destroy,
-    .fast_impl = add_row_fast_impl,
-};
+    .name = "add", NN_LAYER_ROW(add), .fast_impl = add_row_fast_impl};

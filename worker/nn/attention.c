@@ -332,35 +332,12 @@ static int attention_row_fast_init(const struct nn_layer_args *a, struct err *e)
                                   a->x->shape.c, a->train, e);
 }
 
-static void attention_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_attention_fast_forward(&a->n->fast->attn, a->y->data, a->x->data);
-}
+NN_LAYER_FAST_STATE(attention, attention, attn, (a->y->data, a->x->data),
+                    (a->din0, a->y->grad, a->x->data))
 
-static void attention_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_attention_fast_backward(&a->n->fast->attn, a->din0, a->y->grad, a->x->data);
-}
-
-static void attention_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_attention_fast_destroy(&f->attn);
-}
-
-static const char *attention_row_fast_impl(const union nn_node_fast *f)
-{
-    (void)f;
-    return "oneDNN matmul + own softmax";
-}
-
+/* clang-format off */
 const struct nn_layer_type nn_layer_attention = {
-    .name = "attention",
-    .forward = attention_row_forward,
-    .backward = attention_row_backward,
-    .saved = attention_row_saved,
-    .fast_init = attention_row_fast_init,
-    .fast_forward = attention_row_fast_forward,
-    .fast_backward = attention_row_fast_backward,
-    .fast_destroy = attention_row_fast_destroy,
-    .fast_impl = attention_row_fast_impl,
+    .name = "attention", NN_LAYER_ROW(attention), .saved = attention_row_saved,
+    .impl = "oneDNN matmul + own softmax",
 };
+/* clang-format on */

@@ -217,19 +217,12 @@ void nn_bn_fast_backward(struct nn_bn_fast *f, float *dinp, float *dweight, floa
 
 void nn_bn_fast_destroy(struct nn_bn_fast *f)
 {
-    nn_prim_destroy(&f->fwd_train);
-    nn_prim_destroy(&f->fwd_eval);
-    nn_prim_destroy(&f->bwd);
+    struct nn_prim *ps[] = {&f->fwd_train, &f->fwd_eval, &f->bwd, NULL};
     struct nn_mem *ms[] = {&f->m_src,    &f->m_dst,   &f->m_scale, &f->m_shift, &f->m_mean,
                            &f->m_var,    &f->m_ws,    &f->m_ddst,  &f->m_dsrc,  &f->m_dscale,
-                           &f->m_dshift, &f->m_rmean, &f->m_rvar};
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        nn_mem_destroy(ms[i]);
-    free(f->mean);
-    free(f->var);
-    free(f->dscale);
-    free(f->dshift);
-    free(f->ws);
+                           &f->m_dshift, &f->m_rmean, &f->m_rvar,  NULL};
+    void *bufs[] = {f->mean, f->var, f->dscale, f->dshift, f->ws};
+    nn_fast_release(ps, ms, bufs, sizeof bufs / sizeof *bufs);
     memset(f, 0, sizeof *f);
 }
 
@@ -268,27 +261,10 @@ static int bn_row_fast_init(const struct nn_layer_args *a, struct err *e)
                            a->train, e);
 }
 
-static void bn_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_bn_fast_forward(&a->n->fast->bn, a->y->data, a->run, a->run + a->n->cfg.bn.c, a->x->data,
-                       a->w, a->b, a->train);
-}
-
-static void bn_row_fast_backward(const struct nn_layer_args *a)
-{ /* oneDNN always writes diff_src */
-    nn_bn_fast_backward(&a->n->fast->bn, a->din0 ? a->din0 : a->scratch, a->dw, a->db,
-                        a->y->grad, a->x->data, a->w);
-}
-
-static void bn_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_bn_fast_destroy(&f->bn);
-}
-
-static const char *bn_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->bn.fwd_eval);
-}
+/* backward: oneDNN always writes diff_src */
+NN_LAYER_FAST_STATE(
+    bn, bn, bn, (a->y->data, a->run, a->run + a->n->cfg.bn.c, a->x->data, a->w, a->b, a->train),
+    (a->din0 ? a->din0 : a->scratch, a->dw, a->db, a->y->grad, a->x->data, a->w))
 
 /* the running mean (C) then variance (C) */
 static size_t bn_row_buffers(const union nn_layer_cfg *c)
@@ -314,17 +290,10 @@ static int bn_row_check_batch(const struct nn_node *n, const struct nn_tensor *x
     return 0;
 }
 
+/* clang-format off */
 const struct nn_layer_type nn_layer_bn = {
-    .name = "batchnorm",
-    .forward = bn_row_forward,
-    .backward = bn_row_backward,
-    .saved = bn_row_saved,
-    .fast_init = bn_row_fast_init,
-    .fast_forward = bn_row_fast_forward,
-    .fast_backward = bn_row_fast_backward,
-    .fast_destroy = bn_row_fast_destroy,
-    .fast_impl = bn_row_fast_impl,
-    .buffers = bn_row_buffers,
-    .buffers_init = bn_row_buffers_init,
-    .check_batch = bn_row_check_batch,
+    .name = "batchnorm", NN_LAYER_ROW(bn), .saved = bn_row_saved,
+    .impl_prim = NN_LAYER_PRIM(bn.fwd_eval), .buffers = bn_row_buffers,
+    .buffers_init = bn_row_buffers_init, .check_batch = bn_row_check_batch,
 };
+/* clang-format on */

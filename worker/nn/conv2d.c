@@ -386,19 +386,15 @@ void nn_conv2d_fast_backward(struct nn_conv2d_fast *f, float *dinp, float *dweig
 
 void nn_conv2d_fast_destroy(struct nn_conv2d_fast *f)
 {
-    nn_prim_destroy(&f->fwd);
-    nn_prim_destroy(&f->bwd_data);
-    nn_prim_destroy(&f->bwd_weights);
     struct nn_convert *cs[] = {&f->src_in,   &f->w_fwd,  &f->w_bwd,   &f->ddst_bd,
                                &f->dsrc_out, &f->src_bw, &f->ddst_bw, &f->dw_out};
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++)
         nn_convert_destroy(cs[i]);
+    struct nn_prim *ps[] = {&f->fwd, &f->bwd_data, &f->bwd_weights, NULL};
     struct nn_mem *ms[] = {&f->m_src,     &f->m_w,    &f->m_b,        &f->m_dst,
                            &f->m_ddst,    &f->m_wbwd, &f->m_dsrc_bwd, &f->m_src_bw,
-                           &f->m_ddst_bw, &f->m_dw,   &f->m_db};
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        nn_mem_destroy(ms[i]);
-    free(f->db_buf);
+                           &f->m_ddst_bw, &f->m_dw,   &f->m_db,       NULL};
+    nn_fast_release(ps, ms, (void *[]){f->db_buf}, 1);
     memset(f, 0, sizeof *f);
 }
 
@@ -425,34 +421,8 @@ static int conv2d_row_fast_init(const struct nn_layer_args *a, struct err *e)
     return 0;
 }
 
-static void conv2d_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_conv2d_fast_forward(&a->n->fast->conv, a->y->data, a->x->data, a->w, a->b);
-}
-
-static void conv2d_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_conv2d_fast_backward(&a->n->fast->conv, a->din0, a->dw, a->db, a->y->grad, a->x->data,
-                            a->w);
-}
-
-static void conv2d_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_conv2d_fast_destroy(&f->conv);
-}
-
-static const char *conv2d_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->conv.fwd);
-}
+NN_LAYER_FAST_STATE(conv2d, conv2d, conv, (a->y->data, a->x->data, a->w, a->b),
+                    (a->din0, a->dw, a->db, a->y->grad, a->x->data, a->w))
 
 const struct nn_layer_type nn_layer_conv2d = {
-    .name = "conv2d",
-    .forward = conv2d_row_forward,
-    .backward = conv2d_row_backward,
-    .fast_init = conv2d_row_fast_init,
-    .fast_forward = conv2d_row_fast_forward,
-    .fast_backward = conv2d_row_fast_backward,
-    .fast_destroy = conv2d_row_fast_destroy,
-    .fast_impl = conv2d_row_fast_impl,
-};
+    .name = "conv2d", NN_LAYER_ROW(conv2d), .impl_prim = NN_LAYER_PRIM(conv.fwd)};

@@ -116,19 +116,11 @@ static int dropout_row_fast_init(const struct nn_layer_args *a, struct err *e)
     return nn_layout_from_md(&a->n->layout, &a->x->md, e);
 }
 
-static const char *dropout_row_fast_impl(const union nn_node_fast *f)
-{
-    (void)f;
-    return "own loop";
-}
-
+/* clang-format off */
 const struct nn_layer_type nn_layer_dropout = {
-    .name = "dropout",
-    .flags = NN_LAYER_RANDOM,
-    .forward = dropout_row_forward,
-    .backward = dropout_row_backward,
-    .fast_init = dropout_row_fast_init,
-    .fast_forward = dropout_row_forward,
-    .fast_backward = dropout_row_backward,
-    .fast_impl = dropout_row_fast_impl,
+    .name = "dropout", .flags = NN_LAYER_RANDOM, .forward = dropout_row_forward,
+    .backward = dropout_row_backward, .fast_init = dropout_row_fast_init,
+    .fast_forward = dropout_row_forward, .fast_backward = dropout_row_backward,
+    .impl = "own loop",
 };
+/* clang-format on */

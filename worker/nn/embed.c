@@ -105,12 +105,6 @@ static int embed_row_fast_init(const struct nn_layer_args *a, struct err *e)
     return 0;
 }
 
-static const char *embed_row_fast_impl(const union nn_node_fast *f)
-{
-    (void)f;
-    return "own loop";
-}
-
 /* the ids index the tables: checked before use */
 static int embed_row_check_input(const struct nn_node *n, const float *x, size_t numel,
                                  struct err *e)
@@ -118,14 +112,11 @@ static int embed_row_check_input(const struct nn_node *n, const float *x, size_t
     return nn_embed_check(x, numel, n->cfg.embed.vocab, e);
 }
 
+/* clang-format off */
 const struct nn_layer_type nn_layer_embed = {
-    .name = "embed",
-    .flags = NN_LAYER_SEQ_START,
-    .forward = embed_row_forward,
-    .backward = embed_row_backward,
-    .fast_init = embed_row_fast_init,
-    .fast_forward = embed_row_forward,
-    .fast_backward = embed_row_backward,
-    .fast_impl = embed_row_fast_impl,
+    .name = "embed", .flags = NN_LAYER_SEQ_START, .forward = embed_row_forward,
+    .backward = embed_row_backward, .fast_init = embed_row_fast_init,
+    .fast_forward = embed_row_forward, .fast_backward = embed_row_backward, .impl = "own loop",
     .check_input = embed_row_check_input,
 };
+/* clang-format on */

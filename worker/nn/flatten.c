@@ -72,35 +72,7 @@ static int flatten_row_fast_init(const struct nn_layer_args *a, struct err *e)
                                 e);
 }
 
-static void flatten_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_flatten_fast_forward(&a->n->fast->flatten, a->y->data, a->x->data);
-}
-
-static void flatten_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_flatten_fast_backward(&a->n->fast->flatten, a->din0, a->y->grad);
-}
-
-static void flatten_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_flatten_fast_destroy(&f->flatten);
-}
-
-static const char *flatten_row_fast_impl(const union nn_node_fast *f)
-{
-    (void)f;
-    return "reorder";
-}
+NN_LAYER_FAST_STATE(flatten, flatten, flatten, (a->y->data, a->x->data), (a->din0, a->y->grad))
 
 const struct nn_layer_type nn_layer_flatten = {
-    .name = "flatten",
-    .flags = NN_LAYER_SEQ_END,
-    .forward = flatten_row_forward,
-    .backward = flatten_row_backward,
-    .fast_init = flatten_row_fast_init,
-    .fast_forward = flatten_row_fast_forward,
-    .fast_backward = flatten_row_fast_backward,
-    .fast_destroy = flatten_row_fast_destroy,
-    .fast_impl = flatten_row_fast_impl,
-};
+    .name = "flatten", .flags = NN_LAYER_SEQ_END, NN_LAYER_ROW(flatten), .impl = "reorder"};

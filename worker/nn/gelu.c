@@ -11,7 +11,9 @@
  *   where float's 1 + tanh(u) cancels for x below about -3) and skips the second term
  *   where the sech^2 factor is exactly 0, so no large |x| makes 0 * inf.
  * - The tensor is any (n) floats: elementwise, so the fast path sees a 1-D plain tensor
- *   whatever shape the model gives it. */
+ *   whatever shape the model gives it.
+ * - The fast path is an activation's (relu.c's nn_act_fast: one oneDNN eltwise pair), made
+ *   with the gelu_tanh algorithm and a backward that reads the input. */
 #include <math.h>
 #include <string.h>
 
@@ -49,71 +51,17 @@ void nn_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n
 
 /* ---- oneDNN ----------------------------------------------------------------------- */
 
-int nn_gelu_fast_init(struct nn_gelu_fast *f, struct nn_dnnl *d, size_t n, int train,
+int nn_gelu_fast_init(struct nn_act_fast *f, struct nn_dnnl *d, size_t n, int train,
                       struct err *e)
 {
-    memset(f, 0, sizeof *f);
-    f->d = d;
     dnnl_memory_desc_t md;
     dnnl_dims_t dims = {(dnnl_dim_t)n};
     nn_md_tag(&md, 1, dims, dnnl_a);
-    dnnl_eltwise_desc_t ed;
-    dnnl_status_t st = dnnl_eltwise_forward_desc_init(
-        &ed, train ? dnnl_forward_training : dnnl_forward_inference, dnnl_eltwise_gelu_tanh,
-        &md, 0, 0);
-    if (st != dnnl_success)
-        return nn_dnnl_err(e, st, "gelu forward");
-    if (nn_prim_create(&f->fwd, d, &ed, NULL, "gelu forward", e) ||
-        nn_mem_create(&f->m_src, d, &md, e) || nn_mem_create(&f->m_dst, d, &md, e))
-        goto fail;
-    if (train) {
-        /* diff_data then data: the backward reads the forward's src */
-        st = dnnl_eltwise_backward_desc_init(&ed, dnnl_eltwise_gelu_tanh, &md, &md, 0, 0);
-        if (st != dnnl_success) {
-            nn_dnnl_err(e, st, "gelu backward");
-            goto fail;
-        }
-        if (nn_prim_create(&f->bwd, d, &ed, f->fwd.pd, "gelu backward", e) ||
-            nn_mem_create(&f->m_bsrc, d, &md, e) || nn_mem_create(&f->m_ddst, d, &md, e) ||
-            nn_mem_create(&f->m_dsrc, d, &md, e))
-            goto fail;
-    }
-    return 0;
-fail:
-    nn_gelu_fast_destroy(f);
-    return -1;
-}
-
-void nn_gelu_fast_forward(struct nn_gelu_fast *f, float *out, const float *inp)
-{
-    dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, nn_mem_bind(&f->m_src, inp)},
-        {DNNL_ARG_DST, nn_mem_bind(&f->m_dst, out)},
-    };
-    nn_prim_run(&f->fwd, f->d, 2, args);
-}
-
-void nn_gelu_fast_backward(struct nn_gelu_fast *f, float *dinp, const float *dout,
-                           const float *inp)
-{
-    dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, nn_mem_bind(&f->m_bsrc, inp)},
-        {DNNL_ARG_DIFF_DST, nn_mem_bind(&f->m_ddst, dout)},
-        {DNNL_ARG_DIFF_SRC, nn_mem_bind(&f->m_dsrc, dinp)},
-    };
-    nn_prim_run(&f->bwd, f->d, 3, args);
-}
-
-void nn_gelu_fast_destroy(struct nn_gelu_fast *f)
-{
-    nn_prim_destroy(&f->fwd);
-    nn_prim_destroy(&f->bwd);
-    nn_mem_destroy(&f->m_src);
-    nn_mem_destroy(&f->m_dst);
-    nn_mem_destroy(&f->m_bsrc);
-    nn_mem_destroy(&f->m_ddst);
-    nn_mem_destroy(&f->m_dsrc);
-    memset(f, 0, sizeof *f);
+    const struct nn_act_eltwise el = {.alg = dnnl_eltwise_gelu_tanh,
+                                      .keep_arg = DNNL_ARG_SRC,
+                                      .fwd_what = "gelu forward",
+                                      .bwd_what = "gelu backward"};
+    return nn_act_fast_make(f, d, &el, &md, train, e);
 }
 
 /* ---- the row (layer_type.h) ---------------------------------------------------------- */
@@ -132,37 +80,11 @@ static void gelu_row_backward(const struct nn_layer_args *a)
 static int gelu_row_fast_init(const struct nn_layer_args *a, struct err *e)
 {
     nn_md_plain(&a->y->md, a->y->shape);
-    return nn_gelu_fast_init(&a->n->fast->gelu, a->dnnl, nn_shape_numel(a->x->shape), a->train,
+    return nn_gelu_fast_init(&a->n->fast->act, a->dnnl, nn_shape_numel(a->x->shape), a->train,
                              e);
 }
 
-static void gelu_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_gelu_fast_forward(&a->n->fast->gelu, a->y->data, a->x->data);
-}
-
-static void gelu_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_gelu_fast_backward(&a->n->fast->gelu, a->din0, a->y->grad, a->x->data);
-}
-
-static void gelu_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_gelu_fast_destroy(&f->gelu);
-}
-
-static const char *gelu_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->gelu.fwd);
-}
+NN_LAYER_FAST_STATE(gelu, act, act, (a->y->data, a->x->data), (a->din0, a->y->grad, a->x->data))
 
 const struct nn_layer_type nn_layer_gelu = {
-    .name = "gelu",
-    .forward = gelu_row_forward,
-    .backward = gelu_row_backward,
-    .fast_init = gelu_row_fast_init,
-    .fast_forward = gelu_row_fast_forward,
-    .fast_backward = gelu_row_fast_backward,
-    .fast_destroy = gelu_row_fast_destroy,
-    .fast_impl = gelu_row_fast_impl,
-};
+    .name = "gelu", NN_LAYER_ROW(gelu), .impl_prim = NN_LAYER_PRIM(act.fwd)};

@@ -5,8 +5,12 @@
  *
  * Decision: each layer file defines its own row (`const struct nn_layer_type
  * nn_layer_conv2d` at the end of conv2d.c) from its kernels, and model.c holds only the
- * op -> row table, so a layer is a file and a row: no switch on the op in the model. A row
- * function receives everything it reads resolved into struct nn_layer_args (tensors,
+ * op -> row table, so a layer is a file and a row: no switch on the op in the model. The
+ * glue that is the same for every layer is written once here: NN_LAYER_FAST_STATE makes
+ * the fast_forward / fast_backward / fast_destroy that only hand the layer's fast state
+ * to its kernels, NN_LAYER_ROW fills a row's conventionally named functions, and a row
+ * names what its fast path runs as data (impl_prim, impl) unless that is chosen at init.
+ * A row function receives everything it reads resolved into struct nn_layer_args (tensors,
  * parameter and gradient slices, running buffers), so a layer file calls nothing of
  * model.c's and the model never needs to know a layer's internals.
  *
@@ -59,7 +63,6 @@ union nn_node_fast {
     struct nn_adapt_fast adapt;
     struct nn_add_fast add;
     struct nn_layernorm_fast ln;
-    struct nn_gelu_fast gelu;
     struct nn_attention_fast attn;
 };
 
@@ -115,8 +118,13 @@ struct nn_layer_type {
     int (*fast_init)(const struct nn_layer_args *a, struct err *e);
     void (*fast_forward)(const struct nn_layer_args *a);
     void (*fast_backward)(const struct nn_layer_args *a);
-    void (*fast_destroy)(union nn_node_fast *f);           /* NULL: nothing to release */
-    const char *(*fast_impl)(const union nn_node_fast *f); /* what runs, for the print */
+    void (*fast_destroy)(union nn_node_fast *f); /* NULL: nothing to release */
+    /* what runs, for the print: the first of fast_impl (a choice made at fast_init),
+     * impl_prim (oneDNN's implementation of the primitive at that offset of the union,
+     * NN_LAYER_PRIM) and impl (a fixed name) that the row sets */
+    const char *(*fast_impl)(const union nn_node_fast *f);
+    size_t impl_prim;
+    const char *impl;
     /* non-trained state in the buffer arena: floats of it, and its initial values; NULL
      * none */
     size_t (*buffers)(const union nn_layer_cfg *c);
@@ -127,6 +135,39 @@ struct nn_layer_type {
                        struct err *e);
     int (*check_input)(const struct nn_node *n, const float *x, size_t numel, struct err *e);
 };
+
+/* A row's impl_prim: where primitive `path` (member.prim) lies in the union. Never 0: every
+ * fast state begins with its context pointer, so 0 stands for none. */
+#define NN_LAYER_PRIM(path) offsetof(union nn_node_fast, path)
+
+/* The glue of a layer with a fast state, written once: its row's fast_forward,
+ * fast_backward and fast_destroy (k_row_fast_*), which hand the union's `member` to
+ * nn_kern_fast_forward, _backward and _destroy (kern: k, or the kernels it shares, as
+ * GELU runs an activation's). fwd and bwd are those
+ * kernels' other arguments, a parenthesised list of expressions of the row function's
+ * argument `a` (const struct nn_layer_args *). */
+#define NN_LAYER_ARGS(...) __VA_ARGS__
+#define NN_LAYER_FAST_STATE(k, kern, member, fwd, bwd)                                         \
+    static void k##_row_fast_forward(const struct nn_layer_args *a)                            \
+    {                                                                                          \
+        nn_##kern##_fast_forward(&a->n->fast->member, NN_LAYER_ARGS fwd);                      \
+    }                                                                                          \
+    static void k##_row_fast_backward(const struct nn_layer_args *a)                           \
+    {                                                                                          \
+        nn_##kern##_fast_backward(&a->n->fast->member, NN_LAYER_ARGS bwd);                     \
+    }                                                                                          \
+    static void k##_row_fast_destroy(union nn_node_fast *f)                                    \
+    {                                                                                          \
+        nn_##kern##_fast_destroy(&f->member);                                                  \
+    }
+
+/* The members of a row whose functions have the conventional names k_row_forward,
+ * k_row_backward, k_row_fast_init, k_row_fast_forward, k_row_fast_backward and
+ * k_row_fast_destroy. */
+#define NN_LAYER_ROW(k)                                                                        \
+    .forward = k##_row_forward, .backward = k##_row_backward, .fast_init = k##_row_fast_init,  \
+    .fast_forward = k##_row_fast_forward, .fast_backward = k##_row_fast_backward,              \
+    .fast_destroy = k##_row_fast_destroy
 
 /* The row of op (model.c's table), or NULL outside the ops. */
 const struct nn_layer_type *nn_layer_type_get(enum nn_op op);

@@ -212,16 +212,12 @@ void nn_layernorm_fast_backward(struct nn_layernorm_fast *f, float *dinp, float 
 
 void nn_layernorm_fast_destroy(struct nn_layernorm_fast *f)
 {
-    nn_prim_destroy(&f->fwd);
-    nn_prim_destroy(&f->bwd);
-    struct nn_mem *ms[] = {&f->m_src, &f->m_dst,  &f->m_scale, &f->m_shift,  &f->m_mean,
-                           &f->m_var, &f->m_ddst, &f->m_dsrc,  &f->m_dscale, &f->m_dshift};
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        nn_mem_destroy(ms[i]);
-    free(f->mean);
-    free(f->var);
-    free(f->dscale);
-    free(f->dshift);
+    struct nn_prim *ps[] = {&f->fwd, &f->bwd, NULL};
+    struct nn_mem *ms[] = {&f->m_src,    &f->m_dst,    &f->m_scale, &f->m_shift,
+                           &f->m_mean,   &f->m_var,    &f->m_ddst,  &f->m_dsrc,
+                           &f->m_dscale, &f->m_dshift, NULL};
+    void *bufs[] = {f->mean, f->var, f->dscale, f->dshift};
+    nn_fast_release(ps, ms, bufs, sizeof bufs / sizeof *bufs);
     memset(f, 0, sizeof *f);
 }
 
@@ -255,35 +251,14 @@ static int layernorm_row_fast_init(const struct nn_layer_args *a, struct err *e)
                                   nn_tensor_row_len(a->x), a->train, e);
 }
 
-static void layernorm_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_layernorm_fast_forward(&a->n->fast->ln, a->y->data, a->x->data, a->w, a->b);
-}
+/* backward: like batch norm, oneDNN always writes diff_src */
+NN_LAYER_FAST_STATE(layernorm, layernorm, ln, (a->y->data, a->x->data, a->w, a->b),
+                    (a->din0 ? a->din0 : a->scratch, a->dw, a->db, a->y->grad, a->x->data,
+                     a->w))
 
-static void layernorm_row_fast_backward(const struct nn_layer_args *a)
-{ /* like batch norm, oneDNN always writes diff_src */
-    nn_layernorm_fast_backward(&a->n->fast->ln, a->din0 ? a->din0 : a->scratch, a->dw, a->db,
-                               a->y->grad, a->x->data, a->w);
-}
-
-static void layernorm_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_layernorm_fast_destroy(&f->ln);
-}
-
-static const char *layernorm_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->ln.fwd);
-}
-
+/* clang-format off */
 const struct nn_layer_type nn_layer_layernorm = {
-    .name = "layernorm",
-    .forward = layernorm_row_forward,
-    .backward = layernorm_row_backward,
-    .saved = layernorm_row_saved,
-    .fast_init = layernorm_row_fast_init,
-    .fast_forward = layernorm_row_fast_forward,
-    .fast_backward = layernorm_row_fast_backward,
-    .fast_destroy = layernorm_row_fast_destroy,
-    .fast_impl = layernorm_row_fast_impl,
+    .name = "layernorm", NN_LAYER_ROW(layernorm), .saved = layernorm_row_saved,
+    .impl_prim = NN_LAYER_PRIM(ln.fwd),
 };
+/* clang-format on */

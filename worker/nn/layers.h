@@ -151,17 +151,34 @@ void nn_act_forward(float *out, const float *inp, size_t n, enum nn_act a);
  * ReLU does; dinp may be dout. */
 void nn_act_backward(float *dinp, const float *dout, const float *out, size_t n, enum nn_act a);
 
+/* The fast state of an activation, these and GELU alike: one oneDNN eltwise forward and,
+ * when training, its backward, which reads the forward's input or output (keep) besides the
+ * gradient. */
 struct nn_act_fast {
     struct nn_dnnl *d;
     struct nn_prim fwd, bwd;
-    struct nn_mem m_src, m_dst, m_bdst, m_ddst, m_dsrc;
+    struct nn_mem m_src, m_dst, m_keep, m_ddst, m_dsrc;
+    int keep_arg; /* DNNL_ARG_DST (a *_use_dst_for_bwd algorithm) or DNNL_ARG_SRC */
 };
 
+/* What an activation's eltwise is: the algorithm and its alpha, beta; what its backward
+ * reads; the names of the two primitives (static strings, for errors). */
+struct nn_act_eltwise {
+    dnnl_alg_kind_t alg;
+    float alpha, beta;
+    int keep_arg;
+    const char *fwd_what, *bwd_what;
+};
+
+/* The eltwise el on md; train: also its backward. */
+int nn_act_fast_make(struct nn_act_fast *f, struct nn_dnnl *d, const struct nn_act_eltwise *el,
+                     const dnnl_memory_desc_t *md, int train, struct err *e);
 int nn_act_fast_init(struct nn_act_fast *f, struct nn_dnnl *d, enum nn_act a,
                      const dnnl_memory_desc_t *md, int train, struct err *e);
 void nn_act_fast_forward(struct nn_act_fast *f, float *out, const float *inp);
+/* keep: the forward's output (relu, relu6) or input (GELU) */
 void nn_act_fast_backward(struct nn_act_fast *f, float *dinp, const float *dout,
-                          const float *out);
+                          const float *keep);
 void nn_act_fast_destroy(struct nn_act_fast *f);
 
 /* ==== pooling: max, average, global average, adaptive (pool.c) ===================== */
@@ -382,18 +399,10 @@ void nn_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp (n) = dout * gelu'(inp); dinp may be dout */
 void nn_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
 
-struct nn_gelu_fast {
-    struct nn_dnnl *d;
-    struct nn_prim fwd, bwd;
-    struct nn_mem m_src, m_dst, m_bsrc, m_ddst, m_dsrc;
-};
-
-int nn_gelu_fast_init(struct nn_gelu_fast *f, struct nn_dnnl *d, size_t n, int train,
+/* An activation's fast state (nn_act_fast_forward, _backward with keep = the input,
+ * _destroy) on n floats as a 1-D tensor. */
+int nn_gelu_fast_init(struct nn_act_fast *f, struct nn_dnnl *d, size_t n, int train,
                       struct err *e);
-void nn_gelu_fast_forward(struct nn_gelu_fast *f, float *out, const float *inp);
-void nn_gelu_fast_backward(struct nn_gelu_fast *f, float *dinp, const float *dout,
-                           const float *inp);
-void nn_gelu_fast_destroy(struct nn_gelu_fast *f);
 
 /* ==== causal multi-head self-attention (attention.c) ================================= */
 

@@ -170,16 +170,12 @@ void nn_linear_fast_backward(struct nn_linear_fast *f, float *dinp, float *dweig
 
 void nn_linear_fast_destroy(struct nn_linear_fast *f)
 {
-    nn_prim_destroy(&f->fwd);
-    nn_prim_destroy(&f->bwd_data);
-    nn_prim_destroy(&f->bwd_weights);
+    struct nn_prim *ps[] = {&f->fwd, &f->bwd_data, &f->bwd_weights, NULL};
     struct nn_mem *ms[] = {&f->m_src,   &f->m_w,    &f->m_b,  &f->m_dst,
                            &f->m_ddst,  &f->m_dsrc, &f->m_bw, &f->m_bsrc,
-                           &f->m_bddst, &f->m_dw,   &f->m_db};
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        nn_mem_destroy(ms[i]);
-    free(f->dw_buf);
-    free(f->db_buf);
+                           &f->m_bddst, &f->m_dw,   &f->m_db, NULL};
+    void *bufs[] = {f->dw_buf, f->db_buf};
+    nn_fast_release(ps, ms, bufs, 2);
     memset(f, 0, sizeof *f);
 }
 
@@ -204,34 +200,8 @@ static int linear_row_fast_init(const struct nn_layer_args *a, struct err *e)
                                nn_tensor_rows(a->x), a->train, a->dinp, e);
 }
 
-static void linear_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_linear_fast_forward(&a->n->fast->linear, a->y->data, a->x->data, a->w, a->b);
-}
-
-static void linear_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_linear_fast_backward(&a->n->fast->linear, a->din0, a->dw, a->db, a->y->grad, a->x->data,
-                            a->w);
-}
-
-static void linear_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_linear_fast_destroy(&f->linear);
-}
-
-static const char *linear_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->linear.fwd);
-}
+NN_LAYER_FAST_STATE(linear, linear, linear, (a->y->data, a->x->data, a->w, a->b),
+                    (a->din0, a->dw, a->db, a->y->grad, a->x->data, a->w))
 
 const struct nn_layer_type nn_layer_linear = {
-    .name = "linear",
-    .forward = linear_row_forward,
-    .backward = linear_row_backward,
-    .fast_init = linear_row_fast_init,
-    .fast_forward = linear_row_fast_forward,
-    .fast_backward = linear_row_fast_backward,
-    .fast_destroy = linear_row_fast_destroy,
-    .fast_impl = linear_row_fast_impl,
-};
+    .name = "linear", NN_LAYER_ROW(linear), .impl_prim = NN_LAYER_PRIM(linear.fwd)};

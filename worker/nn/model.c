@@ -215,14 +215,26 @@ int nn_model_conv2d(struct nn_model *m, const char *name, int x, const struct nn
     return model_node_output(m, n, out);
 }
 
+/* A node of op on x, whose input must have ndims dimensions (need: the message if not);
+ * NULL on failure, the model's build error set. */
+static struct nn_node *model_add_node_nd(struct nn_model *m, enum nn_op op, const char *name,
+                                         int x, int ndims, const char *need)
+{
+    struct nn_node *n = model_add_node(m, op, name, x, -1);
+    if (n && m->tensors[x].shape.ndims != ndims) {
+        model_fail(m, ERR_INVALID, n->name, need);
+        return NULL;
+    }
+    return n;
+}
+
 int nn_model_batchnorm(struct nn_model *m, const char *name, int x, int relu)
 {
-    struct nn_node *n = model_add_node(m, NN_OP_BN, name, x, -1);
+    struct nn_node *n = model_add_node_nd(m, NN_OP_BN, name, x, 4,
+                                          "batch norm needs a 4-D input");
     if (!n)
         return -1;
     struct nn_shape s = m->tensors[x].shape;
-    if (s.ndims != 4)
-        return model_fail(m, ERR_INVALID, n->name, "batch norm needs a 4-D input");
     n->cfg.bn = (struct nn_bn_cfg){.c = s.c, .eps = 1e-5f, .momentum = 0.1f, .relu = relu};
     if (model_add_param(m, n, "weight", (size_t)s.c, s.c, s.c, NN_INIT_CONST, 1.0f) ||
         model_add_param(m, n, "bias", (size_t)s.c, s.c, s.c, NN_INIT_CONST, 0.0f))
@@ -289,12 +301,11 @@ int nn_model_adaptive_avgpool(struct nn_model *m, const char *name, int x, int o
 
 int nn_model_linear(struct nn_model *m, const char *name, int x, int out, int bias)
 {
-    struct nn_node *n = model_add_node(m, NN_OP_LINEAR, name, x, -1);
+    struct nn_node *n = model_add_node_nd(m, NN_OP_LINEAR, name, x, 2,
+                                          "linear needs a 2-D input (flatten first)");
     if (!n)
         return -1;
     struct nn_shape s = m->tensors[x].shape;
-    if (s.ndims != 2)
-        return model_fail(m, ERR_INVALID, n->name, "linear needs a 2-D input (flatten first)");
     if (out < 1)
         return model_fail(m, ERR_INVALID, n->name, "linear needs outputs");
     n->cfg.linear = (struct nn_linear_cfg){.in = s.c, .out = out, .bias = bias};
@@ -1265,9 +1276,14 @@ int nn_model_tensor_needs_grad(const struct nn_model *m, int tensor)
 
 static const char *node_impl(const struct nn_node *n)
 {
-    if (!n->fast || !node_type(n)->fast_impl)
+    const struct nn_layer_type *t = node_type(n);
+    if (!n->fast)
         return "";
-    return node_type(n)->fast_impl(n->fast);
+    if (t->fast_impl)
+        return t->fast_impl(n->fast);
+    if (t->impl_prim)
+        return nn_prim_impl((const struct nn_prim *)((const char *)n->fast + t->impl_prim));
+    return t->impl ? t->impl : "";
 }
 
 void nn_model_print(struct nn_model *m, FILE *out)

@@ -205,6 +205,17 @@ void nn_mem_destroy(struct nn_mem *m)
     m->bound = NULL;
 }
 
+void nn_fast_release(struct nn_prim *const *prims, struct nn_mem *const *mems,
+                     void *const *bufs, size_t nbufs)
+{
+    for (; *prims; prims++)
+        nn_prim_destroy(*prims);
+    for (; *mems; mems++)
+        nn_mem_destroy(*mems);
+    for (size_t i = 0; i < nbufs; i++)
+        free(bufs[i]);
+}
+
 /* ---- reorders --------------------------------------------------------------------- */
 
 int nn_reorder_init(struct nn_reorder *r, struct nn_dnnl *d, const dnnl_memory_desc_t *src,

@@ -91,6 +91,13 @@ int nn_mem_create(struct nn_mem *m, struct nn_dnnl *d, const dnnl_memory_desc_t 
 dnnl_memory_t nn_mem_bind(struct nn_mem *m, const void *ptr);
 void nn_mem_destroy(struct nn_mem *m);
 
+/* Releases what a layer's fast state owns: each primitive of prims and memory object of
+ * mems (NULL-terminated lists of the state's members; zeroed or half-made ones are fine),
+ * then frees each of the nbufs buffers of bufs. The one release every nn_*_fast_destroy
+ * shares before it zeroes its state. */
+void nn_fast_release(struct nn_prim *const *prims, struct nn_mem *const *mems,
+                     void *const *bufs, size_t nbufs);
+
 /* ---- reorders --------------------------------------------------------------------- */
 
 /* dst = src (accumulate = 0) or dst += src (accumulate = 1) across layouts. */

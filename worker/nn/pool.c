@@ -360,43 +360,40 @@ fail:
     return -1;
 }
 
+/* Runs p on its input and output arguments, plus max pooling's workspace where there is
+ * one: forward and backward alike. */
+static void pool_prim_run(struct nn_pool_fast *f, struct nn_prim *p, dnnl_exec_arg_t in,
+                          dnnl_exec_arg_t out)
+{
+    dnnl_exec_arg_t args[] = {in, out, {DNNL_ARG_WORKSPACE, f->m_ws.mem}};
+    nn_prim_run(p, f->d, f->ws ? 3 : 2, args);
+}
+
 void nn_pool_fast_forward(struct nn_pool_fast *f, float *out, const float *inp)
 {
-    if (f->own) {
+    if (f->own)
         pool_own_forward(f, out, inp);
-        return;
-    }
-    dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_SRC, nn_mem_bind(&f->m_src, inp)},
-        {DNNL_ARG_DST, nn_mem_bind(&f->m_dst, out)},
-        {DNNL_ARG_WORKSPACE, f->m_ws.mem},
-    };
-    nn_prim_run(&f->fwd, f->d, f->ws ? 3 : 2, args);
+    else
+        pool_prim_run(f, &f->fwd, (dnnl_exec_arg_t){DNNL_ARG_SRC, nn_mem_bind(&f->m_src, inp)},
+                      (dnnl_exec_arg_t){DNNL_ARG_DST, nn_mem_bind(&f->m_dst, out)});
 }
 
 void nn_pool_fast_backward(struct nn_pool_fast *f, float *dinp, const float *dout)
 {
-    if (f->own) {
+    if (f->own)
         pool_own_backward(f, dinp, dout);
-        return;
-    }
-    dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_DIFF_DST, nn_mem_bind(&f->m_ddst, dout)},
-        {DNNL_ARG_DIFF_SRC, nn_mem_bind(&f->m_dsrc, dinp)},
-        {DNNL_ARG_WORKSPACE, f->m_ws.mem},
-    };
-    nn_prim_run(&f->bwd, f->d, f->ws ? 3 : 2, args);
+    else
+        pool_prim_run(f, &f->bwd,
+                      (dnnl_exec_arg_t){DNNL_ARG_DIFF_DST, nn_mem_bind(&f->m_ddst, dout)},
+                      (dnnl_exec_arg_t){DNNL_ARG_DIFF_SRC, nn_mem_bind(&f->m_dsrc, dinp)});
 }
 
 void nn_pool_fast_destroy(struct nn_pool_fast *f)
 {
-    nn_prim_destroy(&f->fwd);
-    nn_prim_destroy(&f->bwd);
-    struct nn_mem *ms[] = {&f->m_src, &f->m_dst, &f->m_ws, &f->m_ddst, &f->m_dsrc};
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++)
-        nn_mem_destroy(ms[i]);
-    free(f->ws);
-    free(f->argmax);
+    nn_fast_release(
+        (struct nn_prim *[]){&f->fwd, &f->bwd, NULL},
+        (struct nn_mem *[]){&f->m_src, &f->m_dst, &f->m_ws, &f->m_ddst, &f->m_dsrc, NULL},
+        (void *[]){f->ws, f->argmax}, 2);
     memset(f, 0, sizeof *f);
 }
 
@@ -443,47 +440,25 @@ static int avgpool_row_fast_init(const struct nn_layer_args *a, struct err *e)
     return pool_row_fast_make(&a->n->fast->pool, a, 0, &a->n->cfg.pool, e);
 }
 
-static void pool_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_pool_fast_forward(&a->n->fast->pool, a->y->data, a->x->data);
-}
+NN_LAYER_FAST_STATE(pool, pool, pool, (a->y->data, a->x->data), (a->din0, a->y->grad))
 
-static void pool_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_pool_fast_backward(&a->n->fast->pool, a->din0, a->y->grad);
-}
-
-static void pool_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_pool_fast_destroy(&f->pool);
-}
-
-static const char *pool_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->pool.fwd);
-}
-
+/* clang-format off */
 const struct nn_layer_type nn_layer_maxpool = {
-    .name = "maxpool",
-    .forward = maxpool_row_forward,
-    .backward = maxpool_row_backward,
-    .fast_init = maxpool_row_fast_init,
-    .fast_forward = pool_row_fast_forward,
-    .fast_backward = pool_row_fast_backward,
-    .fast_destroy = pool_row_fast_destroy,
-    .fast_impl = pool_row_fast_impl,
+    .name = "maxpool", .forward = maxpool_row_forward, .backward = maxpool_row_backward,
+    .fast_init = maxpool_row_fast_init, .fast_forward = pool_row_fast_forward,
+    .fast_backward = pool_row_fast_backward, .fast_destroy = pool_row_fast_destroy,
+    .impl_prim = NN_LAYER_PRIM(pool.fwd),
 };
+/* clang-format on */
 
+/* clang-format off */
 const struct nn_layer_type nn_layer_avgpool = {
-    .name = "avgpool",
-    .forward = avgpool_row_forward,
-    .backward = avgpool_row_backward,
-    .fast_init = avgpool_row_fast_init,
-    .fast_forward = pool_row_fast_forward,
-    .fast_backward = pool_row_fast_backward,
-    .fast_destroy = pool_row_fast_destroy,
-    .fast_impl = pool_row_fast_impl,
+    .name = "avgpool", .forward = avgpool_row_forward, .backward = avgpool_row_backward,
+    .fast_init = avgpool_row_fast_init, .fast_forward = pool_row_fast_forward,
+    .fast_backward = pool_row_fast_backward, .fast_destroy = pool_row_fast_destroy,
+    .impl_prim = NN_LAYER_PRIM(pool.fwd),
 };
+/* clang-format on */
 
 static void adaptive_row_forward(const struct nn_layer_args *a)
 {
@@ -553,12 +528,4 @@ static const char *adaptive_row_fast_impl(const union nn_node_fast *f)
 }
 
 const struct nn_layer_type nn_layer_adaptive = {
-    .name = "adaptive_avgpool",
-    .forward = adaptive_row_forward,
-    .backward = adaptive_row_backward,
-    .fast_init = adaptive_row_fast_init,
-    .fast_forward = adaptive_row_fast_forward,
-    .fast_backward = adaptive_row_fast_backward,
-    .fast_destroy = adaptive_row_fast_destroy,
-    .fast_impl = adaptive_row_fast_impl,
-};
+    .name = "adaptive_avgpool", NN_LAYER_ROW(adaptive), .fast_impl = adaptive_row_fast_impl};

@@ -1,4 +1,5 @@
-/* relu: ReLU and ReLU6 (MobileNetV2), reference loop and oneDNN eltwise.
+/* relu: ReLU and ReLU6 (MobileNetV2), reference loop and oneDNN eltwise; the eltwise fast
+ * state (nn_act_fast_make) is every activation's, GELU's too (gelu.c).
  *
  * Decision: backward is computed from the OUTPUT (oneDNN's *_use_dst_for_bwd algorithms),
  * as PyTorch's in-place ReLU does, so the layer's input need not be kept and the layer may
@@ -32,30 +33,30 @@ void nn_act_backward(float *dinp, const float *dout, const float *out, size_t n,
 
 /* ---- oneDNN ----------------------------------------------------------------------- */
 
-int nn_act_fast_init(struct nn_act_fast *f, struct nn_dnnl *d, enum nn_act a,
+int nn_act_fast_make(struct nn_act_fast *f, struct nn_dnnl *d, const struct nn_act_eltwise *el,
                      const dnnl_memory_desc_t *md, int train, struct err *e)
 {
     memset(f, 0, sizeof *f);
     f->d = d;
-    dnnl_alg_kind_t alg = a == NN_ACT_RELU6 ? dnnl_eltwise_clip_v2_use_dst_for_bwd
-                                            : dnnl_eltwise_relu_use_dst_for_bwd;
-    float alpha = 0, beta = a == NN_ACT_RELU6 ? 6.0f : 0;
+    f->keep_arg = el->keep_arg;
     dnnl_eltwise_desc_t ed;
     dnnl_status_t st = dnnl_eltwise_forward_desc_init(
-        &ed, train ? dnnl_forward_training : dnnl_forward_inference, alg, md, alpha, beta);
+        &ed, train ? dnnl_forward_training : dnnl_forward_inference, el->alg, md, el->alpha,
+        el->beta);
     if (st != dnnl_success)
-        return nn_dnnl_err(e, st, "activation forward");
-    if (nn_prim_create(&f->fwd, d, &ed, NULL, "activation forward", e) ||
+        return nn_dnnl_err(e, st, el->fwd_what);
+    if (nn_prim_create(&f->fwd, d, &ed, NULL, el->fwd_what, e) ||
         nn_mem_create(&f->m_src, d, md, e) || nn_mem_create(&f->m_dst, d, md, e))
         goto fail;
     if (train) {
-        st = dnnl_eltwise_backward_desc_init(&ed, alg, md, md, alpha, beta);
+        /* diff_data then data: the backward reads the forward's src or dst */
+        st = dnnl_eltwise_backward_desc_init(&ed, el->alg, md, md, el->alpha, el->beta);
         if (st != dnnl_success) {
-            nn_dnnl_err(e, st, "activation backward");
+            nn_dnnl_err(e, st, el->bwd_what);
             goto fail;
         }
-        if (nn_prim_create(&f->bwd, d, &ed, f->fwd.pd, "activation backward", e) ||
-            nn_mem_create(&f->m_bdst, d, md, e) || nn_mem_create(&f->m_ddst, d, md, e) ||
+        if (nn_prim_create(&f->bwd, d, &ed, f->fwd.pd, el->bwd_what, e) ||
+            nn_mem_create(&f->m_keep, d, md, e) || nn_mem_create(&f->m_ddst, d, md, e) ||
             nn_mem_create(&f->m_dsrc, d, md, e))
             goto fail;
     }
@@ -63,6 +64,20 @@ int nn_act_fast_init(struct nn_act_fast *f, struct nn_dnnl *d, enum nn_act a,
 fail:
     nn_act_fast_destroy(f);
     return -1;
+}
+
+int nn_act_fast_init(struct nn_act_fast *f, struct nn_dnnl *d, enum nn_act a,
+                     const dnnl_memory_desc_t *md, int train, struct err *e)
+{
+    const struct nn_act_eltwise el = {.alg = a == NN_ACT_RELU6
+                                                 ? dnnl_eltwise_clip_v2_use_dst_for_bwd
+                                                 : dnnl_eltwise_relu_use_dst_for_bwd,
+                                      .alpha = 0,
+                                      .beta = a == NN_ACT_RELU6 ? 6.0f : 0,
+                                      .keep_arg = DNNL_ARG_DST,
+                                      .fwd_what = "activation forward",
+                                      .bwd_what = "activation backward"};
+    return nn_act_fast_make(f, d, &el, md, train, e);
 }
 
 void nn_act_fast_forward(struct nn_act_fast *f, float *out, const float *inp)
@@ -75,10 +90,10 @@ void nn_act_fast_forward(struct nn_act_fast *f, float *out, const float *inp)
 }
 
 void nn_act_fast_backward(struct nn_act_fast *f, float *dinp, const float *dout,
-                          const float *out)
+                          const float *keep)
 {
     dnnl_exec_arg_t args[] = {
-        {DNNL_ARG_DST, nn_mem_bind(&f->m_bdst, out)},
+        {f->keep_arg, nn_mem_bind(&f->m_keep, keep)},
         {DNNL_ARG_DIFF_DST, nn_mem_bind(&f->m_ddst, dout)},
         {DNNL_ARG_DIFF_SRC, nn_mem_bind(&f->m_dsrc, dinp)},
     };
@@ -87,13 +102,10 @@ void nn_act_fast_backward(struct nn_act_fast *f, float *dinp, const float *dout,
 
 void nn_act_fast_destroy(struct nn_act_fast *f)
 {
-    nn_prim_destroy(&f->fwd);
-    nn_prim_destroy(&f->bwd);
-    nn_mem_destroy(&f->m_src);
-    nn_mem_destroy(&f->m_dst);
-    nn_mem_destroy(&f->m_bdst);
-    nn_mem_destroy(&f->m_ddst);
-    nn_mem_destroy(&f->m_dsrc);
+    nn_fast_release(
+        (struct nn_prim *[]){&f->fwd, &f->bwd, NULL},
+        (struct nn_mem *[]){&f->m_src, &f->m_dst, &f->m_keep, &f->m_ddst, &f->m_dsrc, NULL},
+        NULL, 0);
     memset(f, 0, sizeof *f);
 }
 
@@ -117,33 +129,7 @@ static int act_row_fast_init(const struct nn_layer_args *a, struct err *e)
     return nn_act_fast_init(&a->n->fast->act, a->dnnl, a->n->cfg.act, &a->x->md, a->train, e);
 }
 
-static void act_row_fast_forward(const struct nn_layer_args *a)
-{
-    nn_act_fast_forward(&a->n->fast->act, a->y->data, a->x->data);
-}
-
-static void act_row_fast_backward(const struct nn_layer_args *a)
-{
-    nn_act_fast_backward(&a->n->fast->act, a->din0, a->y->grad, a->y->data);
-}
-
-static void act_row_fast_destroy(union nn_node_fast *f)
-{
-    nn_act_fast_destroy(&f->act);
-}
-
-static const char *act_row_fast_impl(const union nn_node_fast *f)
-{
-    return nn_prim_impl(&f->act.fwd);
-}
+NN_LAYER_FAST_STATE(act, act, act, (a->y->data, a->x->data), (a->din0, a->y->grad, a->y->data))
 
 const struct nn_layer_type nn_layer_act = {
-    .name = "act",
-    .forward = act_row_forward,
-    .backward = act_row_backward,
-    .fast_init = act_row_fast_init,
-    .fast_forward = act_row_fast_forward,
-    .fast_backward = act_row_fast_backward,
-    .fast_destroy = act_row_fast_destroy,
-    .fast_impl = act_row_fast_impl,
-};
+    .name = "act", NN_LAYER_ROW(act), .impl_prim = NN_LAYER_PRIM(act.fwd)};
