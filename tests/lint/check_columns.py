@@ -19,38 +19,59 @@ import sys
 SOURCE = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "..")
 
 
-def main():
-    with open(os.path.join(SOURCE, "schema", "columns.json"), encoding="utf-8") as f:
-        exported = json.load(f)
-    keys = [p["key"] for p in exported["phases"]]
-    problems = []
+def check_c(keys):
+    """common/columns.h's PHASES rows are the exported phases."""
     header = open(os.path.join(SOURCE, "common", "columns.h"), encoding="utf-8").read()
     in_c = [m.group(1) + "_ms" for m in re.finditer(r"X\(\w+, (\w+), \"", header)]
     if in_c != keys:
-        problems.append(f"common/columns.h's PHASES {in_c} are not schema/columns.json's "
-                        f"{keys}: regenerate with <build>/tests/test_columns --write-schema .")
+        return [f"common/columns.h's PHASES {in_c} are not schema/columns.json's "
+                f"{keys}: regenerate with <build>/tests/test_columns --write-schema ."]
+    return []
+
+
+def check_python(keys):
+    """engines/ddpb_report.py's STEP_PHASES are the exported phases and step_ms."""
     sys.path.insert(0, os.path.join(SOURCE, "engines"))
     import ddpb_report  # noqa: E402
     if list(ddpb_report.STEP_PHASES) != keys + ["step_ms"]:
-        problems.append(f"engines/ddpb_report.py STEP_PHASES {ddpb_report.STEP_PHASES} "
-                        f"differ from {keys} + step_ms")
-    for folder in ("web/js",):
-        for root, _, files in os.walk(os.path.join(SOURCE, folder)):
-            for name in files:
-                if not name.endswith(".js"):
-                    continue
-                path = os.path.join(root, name)
-                text = open(path, encoding="utf-8").read()
-                spelled = [k for k in keys if re.search(r"""['"]%s['"]""" % k, text)]
-                if len(spelled) >= 3:
-                    problems.append(f"{os.path.relpath(path, SOURCE)} spells the phases "
-                                    f"{spelled}: read them from column_info/phases or "
-                                    f"schema/columns.json")
-    for p in problems:
-        print("FAIL", p)
-    print(f"columns: {len(keys)} phases, {len(exported['columns'])} columns; "
-          f"{len(problems)} problem(s)")
-    return 1 if problems else 0
+        return [f"engines/ddpb_report.py STEP_PHASES {ddpb_report.STEP_PHASES} "
+                f"differ from {keys} + step_ms"]
+    return []
+
+
+def check_js(keys):
+    """No file under web/js spells a list of the phase keys."""
+    problems = []
+    for root, _, files in os.walk(os.path.join(SOURCE, "web", "js")):
+        for name in sorted(files):
+            if not name.endswith(".js"):
+                continue
+            path = os.path.join(root, name)
+            text = open(path, encoding="utf-8").read()
+            spelled = [k for k in keys if re.search(r"""['"]%s['"]""" % k, text)]
+            if len(spelled) >= 3:
+                problems.append(f"{os.path.relpath(path, SOURCE)} spells the phases "
+                                f"{spelled}: read them from column_info/phases or "
+                                f"schema/columns.json")
+    return problems
+
+
+def main():
+    """One case a check, each "ok NAME" or "not ok NAME" with its problems, then the
+    TEST-SUMMARY line every test of the tree ends with (tests/summarize.py reads it)."""
+    with open(os.path.join(SOURCE, "schema", "columns.json"), encoding="utf-8") as f:
+        exported = json.load(f)
+    keys = [p["key"] for p in exported["phases"]]
+    passed = failed = 0
+    for name, check in (("c-phases", check_c), ("python-phases", check_python),
+                        ("js-no-phase-list", check_js)):
+        problems = check(keys)
+        print(("not ok " if problems else "ok ") + name)
+        for p in problems:
+            print("    " + p)
+        passed, failed = passed + (not problems), failed + bool(problems)
+    print(f"TEST-SUMMARY passed={passed} failed={failed}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
