@@ -183,7 +183,9 @@ static int gpu_conv_rank(struct gpu_conv *f, enum dnn_conv_dir dir,
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
         int k = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
-        void *dw = f->t == GPU_F32 ? (void *)b->dw : f->dw_half; /* of the data's type */
+        /* of the data's type; b is NULL for the heuristics (run 2's segfault: b->dw was read
+         * before the choice between Find and the heuristics) */
+        void *dw = !find ? NULL : f->t == GPU_F32 ? (void *)b->dw : f->dw_half;
         rc = find ? cudnnFindConvolutionBackwardFilterAlgorithmEx(
                         d->h, f->x, b->x, f->y, b->dy, f->conv, f->w, dw, k, n, p, ws, wsb)
                   : cudnnGetConvolutionBackwardFilterAlgorithm_v7(d->h, f->x, f->y, f->conv,
