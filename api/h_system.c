@@ -59,13 +59,23 @@ int h_system_health(struct api_ctx *ctx, const struct api_request *req, struct a
     return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }
 
+/* A document generated from a table of common/ (the spec's schema, the vocabulary): it
+ * takes no query argument, so one it does not know is a 400 naming it, as on every
+ * resource that checks its arguments. Takes the reference make() returns. */
+static int h_system_generated(const struct api_request *req, json_t *(*make)(void),
+                              struct api_reply *rep, struct err *e)
+{
+    if (api_query_check(req, (const char *const[]){NULL}, e) < 0)
+        return -1;
+    rep->json = make();
+    return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
 int h_system_spec_schema(struct api_ctx *ctx, const struct api_request *req,
                          struct api_reply *rep, struct err *e)
 {
     (void)ctx;
-    (void)req;
-    rep->json = spec_schema_json();
-    return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+    return h_system_generated(req, spec_schema_json, rep, e);
 }
 
 /* common/vocab.h as JSON: the names the spec, the engines and the dashboard share. */
@@ -73,9 +83,7 @@ int h_system_vocabulary(struct api_ctx *ctx, const struct api_request *req,
                         struct api_reply *rep, struct err *e)
 {
     (void)ctx;
-    (void)req;
-    rep->json = vocab_json();
-    return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+    return h_system_generated(req, vocab_json, rep, e);
 }
 
 /* Every experiment's events (the dashboard's list view). */

@@ -163,6 +163,9 @@ def test_create_get_list_and_filters():
     expect_error("GET", "/v1/experiments?limit=0", 400, "invalid", "limit")
     expect_error("GET", "/v1/experiments?limit=abc", 400, "invalid", "limit")
     expect_error("GET", "/v1/experiments?colour=red", 400, "invalid", "colour")
+    # the generated documents take no argument: one they do not know is named, not ignored
+    expect_error("GET", "/v1/vocabulary?colour=red", 400, "invalid", "colour")
+    expect_error("GET", "/v1/spec/schema?colour=red", 400, "invalid", "colour")
 
 
 def test_steps_of_a_rank_the_run_lacks():
