@@ -93,7 +93,7 @@ struct spec_lr_schedule {
 struct spec_train {
     char model[24];
     char strategy[12];   /* "naive", "ddp", "horovod", "zero1", "zero2" */
-    char engine[12];     /* "ddpbench" (the C worker) or a framework; see spec_engines */
+    char engine[12];     /* "ddpbench" (the C worker) or a framework (vocab.h) */
     char script[256];    /* engine "script": a file under the daemon's --scripts-dir */
     char precision[8];   /* "fp32", "fp16", "bf16" (the last two on device cuda) */
     char compression[8]; /* "none", "fp16", "bf16" */
