@@ -20,20 +20,13 @@ import sys
 import threading
 import time
 
+import ddpb_vocab
+
 ERR_CODES = ("invalid", "not_found", "conflict", "too_large", "unavailable", "timeout",
              "aborted", "peer", "protocol", "io", "nomem", "internal")
-# The step phases are common/columns.h's PHASES, exported to schema/columns.json (the build's
-# test_columns keeps that file current); a step also carries its total, step_ms.
-_COLUMNS_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "schema",
-                             "columns.json")
-
-
-def _step_phases():
-    with open(_COLUMNS_JSON, encoding="utf-8") as f:
-        return tuple(p["key"] for p in json.load(f)["phases"]) + ("step_ms",)
-
-
-STEP_PHASES = _step_phases()
+# The step phases are common/columns.h's PHASES, which the vocabulary carries
+# (schema/vocabulary.json, read once by ddpb_vocab); a step also carries its total, step_ms.
+STEP_PHASES = tuple(p["key"] for p in ddpb_vocab.VOCABULARY["phases"]) + ("step_ms",)
 MEMORY_FIELDS = ("params_bytes", "buffers_bytes", "grads_bytes", "optimizer_bytes", "comm_bytes",
                  "activations_bytes", "device_peak_bytes")
 

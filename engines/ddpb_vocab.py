@@ -5,17 +5,20 @@ and checked against the C tables by test_vocab; GET /v1/vocabulary serves the sa
 Decision: the engines read the names and tables the C code owns (the engines and their
 adapters, the strategies, the datasets' published normalization, the model table's input
 shapes) from that one file instead of keeping copies, so a name added in C reaches them
-without an edit here. The daemon runs the engines from the source tree (engines_dir), so
-the file is found beside them at ../schema/; DDPB_VOCABULARY names another copy."""
+without an edit here. The daemon runs the engines from the source tree (engines_dir), and
+the GPU bundle carries schema/ beside engines/, so the file is always at ../schema/."""
 import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PATH = os.environ.get("DDPB_VOCABULARY") or os.path.join(HERE, os.pardir, "schema",
-                                                         "vocabulary.json")
+PATH = os.path.join(HERE, os.pardir, "schema", "vocabulary.json")
 
-with open(PATH, encoding="utf-8") as _f:
-    VOCABULARY = json.load(_f)
+try:
+    with open(PATH, encoding="utf-8") as _f:
+        VOCABULARY = json.load(_f)
+except (OSError, ValueError) as _e:
+    raise SystemExit(f"ddpb_vocab: cannot read {os.path.normpath(PATH)} ({_e}); the engines "
+                     "need the schema/ folder of the tree or bundle they came with") from None
 
 
 def names(key):
