@@ -95,8 +95,8 @@ cp "$ROOT/tests/gpu/gpu_libs.py" "$ROOT/tests/gpu/bundle_check.py" \
 # engine on cuda is one of the device stages)
 mkdir -p "$OUT_DIR/engines"
 cp "$ROOT"/engines/*.py "$OUT_DIR/engines/"
-# the tables the engines read beside them at ../schema/ (vocabulary.json, columns.json,
-# where the tree has them): every top-level JSON file of schema/
+# the tables the engines read beside them at ../schema/ (vocabulary.json, through
+# engines/ddpb_vocab.py): every top-level JSON file of schema/, so a new one needs no edit
 mkdir -p "$OUT_DIR/schema"
 for f in "$ROOT"/schema/*.json; do
     if [ -f "$f" ]; then cp "$f" "$OUT_DIR/schema/"; fi
