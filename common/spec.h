@@ -120,11 +120,23 @@ struct spec_train {
     struct spec_lr_schedule lr_schedule;
 };
 
+/* One MPI transport setting of the spec's mpi_mca: an OpenMPI MCA parameter ("btl" =
+ * "self,tcp") or an MPICH control variable ("MPIR_CVAR_CH4_NETMOD" = "ofi"). */
+#define SPEC_MAX_MPI_PARAMS 16
+struct spec_mpi_param {
+    char key[64];
+    char value[128];
+};
+
 struct spec {
     char name[129]; /* 1 to 128 printable ASCII characters + NUL */
     enum spec_workload workload;
     char device[8];  /* "cpu" or "cuda" */
-    char backend[8]; /* "tcp" (device cpu) or "nccl" (device cuda) */
+    char backend[8]; /* "tcp" or "mpi" (device cpu), "nccl" (device cuda) */
+    char launcher[12]; /* who starts the ranks: "ddpbench", "mpirun", "srun" (vocab.h) */
+    char mpi[12];      /* the MPI implementation: "openmpi", "mpich" (vocab.h) */
+    int n_mpi_params;  /* mpi_mca's entries, in the order given */
+    struct spec_mpi_param mpi_params[SPEC_MAX_MPI_PARAMS];
     int world_size;
     int nodes;          /* nodes the ranks span; 0 = as few as fit */
     int ranks_per_node; /* 0 = from nodes, or packed */

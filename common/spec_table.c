@@ -78,7 +78,22 @@ static const struct spec_field spec_fields[] = {
     {.name = "backend", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
      .choice_at = vocab_backend_at, .def = "\"tcp\"", SPEC_AT(backend),
      .desc = "How ranks communicate: \"tcp\" is ddpbench's own TCP collectives (device "
-             "\"cpu\"); \"nccl\" is NVIDIA's NCCL on GPU buffers (device \"cuda\")."},
+             "\"cpu\"); \"mpi\" the MPI library's own collectives (device \"cpu\"; the "
+             "implementation is field mpi, and the ranks are started by launcher mpirun or "
+             "srun); \"nccl\" is NVIDIA's NCCL on GPU buffers (device \"cuda\")."},
+    {.name = "launcher", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
+     .choice_at = vocab_launcher_at, .def = "\"ddpbench\"", SPEC_AT(launcher),
+     .desc = "Who starts the ranks: \"ddpbench\" (the daemon and its followers fork each "
+             "rank), \"mpirun\" (the MPI implementation's own launcher, field mpi; required "
+             "by backend mpi unless under srun) or \"srun\" (Slurm places, binds and starts "
+             "them; the daemon must run inside a Slurm allocation). Every launcher reports "
+             "the same figures: ranks it did not fork connect back to the daemon."},
+    {.name = "mpi", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
+     .choice_at = vocab_mpi_at, .def = "\"openmpi\"", SPEC_AT(mpi),
+     .desc = "The MPI implementation backend \"mpi\" and launcher \"mpirun\" use: "
+             "\"openmpi\" (Open MPI 4.1) or \"mpich\" (MPICH 4.0, whose ABI Intel MPI "
+             "shares). GET /v1/engines says which this node has; an absent one is refused "
+             "at submit (409)."},
     {.name = "world_size", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
      .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_MAX_WORLD, .def = "1", SPEC_AT(world_size),
      .desc = "Number of ranks, one worker process each."},
@@ -466,7 +481,9 @@ static const struct spec_allowed spec_op_algorithms[] = {
 /* What runs where (the worker's engines; worker/device_check.h keeps only what depends on
  * how the worker was built). A combination outside these is refused when it is submitted,
  * naming b, instead of failing when its workers start. */
-static const char *const spec_only_tcp[] = {"tcp", NULL};
+static const char *const spec_host_backends[] = {"tcp", "mpi", NULL};
+static const char *const spec_mpi_launchers[] = {"mpirun", "srun", NULL};
+static const char *const spec_only_ddpbench[] = {"ddpbench", NULL};
 static const char *const spec_only_nccl[] = {"nccl", NULL};
 static const char *const spec_only_false[] = {"false", NULL};
 static const char *const spec_only_fp32[] = {"fp32", NULL};
@@ -475,10 +492,20 @@ static const char *const spec_only_none[] = {"none", NULL};
 static const char *const spec_algs_nccl[] = {"auto", "ring", "tree", NULL};
 
 static const struct spec_allowed spec_device_backends[] = {
-    {"cpu", spec_only_tcp, "NCCL moves GPU buffers"},
+    {"cpu", spec_host_backends, "NCCL moves GPU buffers"},
     {"cuda", spec_only_nccl,
      "tcp on GPU buffers, staging through pinned host memory, is not "
      "implemented yet"},
+    {NULL, NULL, NULL},
+};
+static const struct spec_allowed spec_backend_launchers[] = {
+    {"mpi", spec_mpi_launchers,
+     "MPI's ranks are started by its own launcher (mpirun) or by Slurm (srun)"},
+    {NULL, NULL, NULL},
+};
+static const struct spec_allowed spec_device_launchers[] = {
+    {"cuda", spec_only_ddpbench,
+     "GPU placement (one GPU per rank, emulation) is the ddpbench launcher's"},
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_device_emulation[] = {
@@ -540,6 +567,17 @@ static const struct spec_allowed spec_engine_devices[] = {
     {"deepspeed", spec_cpu_only, "the deepspeed engine runs its CPU accelerator over gloo"},
     {NULL, NULL, NULL},
 };
+static const char *const spec_tcp_nccl[] = {"tcp", "nccl", NULL};
+static const char *const spec_tcp_only[] = {"tcp", NULL};
+static const struct spec_allowed spec_engine_backends[] = {
+    {"pytorch", spec_tcp_nccl,
+     "torch.distributed's MPI backend needs a torch built with MPI, and neither Debian's nor "
+     "PyPI's is (GET /v1/engines says so)"},
+    {"horovod", spec_host_backends, "Horovod runs over Gloo (tcp) or its MPI controller (mpi)"},
+    {"tensorflow", spec_tcp_only, "MultiWorkerMirroredStrategy talks gRPC and its own ring"},
+    {"deepspeed", spec_tcp_only, "the deepspeed adapter runs over torch's gloo"},
+    {NULL, NULL, NULL},
+};
 static const char *const spec_none_fp16[] = {"none", "fp16", NULL};
 static const struct spec_allowed spec_engine_compressions[] = {
     {"horovod", spec_none_fp16, "Horovod compresses to fp16 only (hvd.Compression.fp16)"},
@@ -579,6 +617,8 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_ONE_OF, SPEC_WL_TRAIN, "steps", "epochs", NULL},
     {SPEC_RULE_ALLOWED, SPEC_WL_ANY, "device", "backend", spec_device_backends},
     {SPEC_RULE_ALLOWED, SPEC_WL_ANY, "device", "emulate_multi_rank", spec_device_emulation},
+    {SPEC_RULE_ALLOWED, SPEC_WL_ANY, "backend", "launcher", spec_backend_launchers},
+    {SPEC_RULE_ALLOWED, SPEC_WL_ANY, "device", "launcher", spec_device_launchers},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "precision", spec_device_precisions},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "cudnn_benchmark", spec_device_cudnn},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "device", "strategy", spec_device_strategies},
@@ -591,6 +631,7 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "precision", spec_engine_precisions},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "compression", spec_engine_compressions},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "device", spec_engine_devices},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "backend", spec_engine_backends},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "loader_only", spec_engine_loader_only},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.format", spec_engine_formats},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.storage", spec_engine_storages},

@@ -51,6 +51,26 @@ static const struct vocab_engine vocab_engines[] = {
 static const struct vocab_backend vocab_backends[] = {
     [VOCAB_BACKEND_TCP] = {"tcp", "cpu", "ddpbench's TCP collectives (worker/comm/tcp.c)"},
     [VOCAB_BACKEND_NCCL] = {"nccl", "cuda", "NVIDIA's NCCL on GPU buffers"},
+    [VOCAB_BACKEND_MPI] = {"mpi", "cpu",
+        "the MPI library's own collectives (spec field mpi: OpenMPI or MPICH)"},
+};
+
+static const struct vocab_launcher vocab_launchers[] = {
+    [VOCAB_LAUNCHER_DDPBENCH] = {"ddpbench", true, false,
+        "ddpbenchd forks each rank (and its followers theirs)"},
+    [VOCAB_LAUNCHER_MPIRUN] = {"mpirun", false, false,
+        "the MPI implementation's launcher (OpenMPI mpirun, MPICH mpiexec.hydra)"},
+    [VOCAB_LAUNCHER_SRUN] = {"srun", false, true,
+        "Slurm's srun, from a daemon running inside the allocation"},
+};
+
+static const struct vocab_mpi vocab_mpis[] = {
+    [VOCAB_MPI_OPENMPI] = {"openmpi", "ddpb_comm_mpi_openmpi.so", "ddpb_module_mpi_openmpi",
+        "mpirun.openmpi", "pmix", "openmpi-bin libopenmpi3", "libopenmpi-dev",
+        "Open MPI (Debian's 4.1)"},
+    [VOCAB_MPI_MPICH] = {"mpich", "ddpb_comm_mpi_mpich.so", "ddpb_module_mpi_mpich",
+        "mpiexec.mpich", "pmi2", "mpich libmpich12", "libmpich-dev",
+        "MPICH (Debian's 4.0; the ABI Intel MPI shares)"},
 };
 
 static const struct vocab_format vocab_formats[] = {
@@ -104,6 +124,8 @@ _Static_assert(VOCAB_COUNT(vocab_backends) == VOCAB_NBACKENDS, "a row per backen
 _Static_assert(VOCAB_COUNT(vocab_formats) == VOCAB_NFORMATS, "a row per format");
 _Static_assert(VOCAB_COUNT(vocab_storages) == VOCAB_NSTORAGES, "a row per storage");
 _Static_assert(VOCAB_COUNT(vocab_schedules) == VOCAB_NSCHEDULES, "a row per schedule");
+_Static_assert(VOCAB_COUNT(vocab_launchers) == VOCAB_NLAUNCHERS, "a row per launcher");
+_Static_assert(VOCAB_COUNT(vocab_mpis) == VOCAB_NMPIS, "a row per MPI implementation");
 
 #define VOCAB_NAME(id, name) name,
 static const char *const vocab_report_names[] = {VOCAB_REPORTS(VOCAB_NAME)};
@@ -123,6 +145,8 @@ VOCAB_GETTER(vocab_backend, vocab_backend, vocab_backends)
 VOCAB_GETTER(vocab_format, vocab_format, vocab_formats)
 VOCAB_GETTER(vocab_storage, vocab_storage, vocab_storages)
 VOCAB_GETTER(vocab_schedule, vocab_schedule, vocab_schedules)
+VOCAB_GETTER(vocab_launcher, vocab_launcher, vocab_launchers)
+VOCAB_GETTER(vocab_mpi, vocab_mpi, vocab_mpis)
 
 const struct vocab_norm *vocab_norm_at(size_t i)
 {
@@ -148,6 +172,8 @@ const char *vocab_name(enum vocab_list l, int i)
     case VOCAB_STORAGE: name = vocab_storage(i) ? &vocab_storage(i)->name : NULL; break;
     case VOCAB_SCHEDULE: name = vocab_schedule(i) ? &vocab_schedule(i)->name : NULL; break;
     case VOCAB_REPORT: name = VOCAB_ROW(vocab_report_names, i); break;
+    case VOCAB_LAUNCHER: name = vocab_launcher(i) ? &vocab_launcher(i)->name : NULL; break;
+    case VOCAB_MPI: name = vocab_mpi(i) ? &vocab_mpi(i)->name : NULL; break;
     default: name = NULL;
     }
     return name ? *name : NULL;
@@ -175,7 +201,8 @@ const char *vocab_list_key(enum vocab_list l)
         [VOCAB_STRATEGY] = "strategies", [VOCAB_ENGINE] = "engines",
         [VOCAB_BACKEND] = "backends",    [VOCAB_FORMAT] = "formats",
         [VOCAB_STORAGE] = "storages",    [VOCAB_SCHEDULE] = "schedules",
-        [VOCAB_REPORT] = "reports",
+        [VOCAB_REPORT] = "reports",      [VOCAB_LAUNCHER] = "launchers",
+        [VOCAB_MPI] = "mpis",
     };
     return (unsigned)l < VOCAB_NLISTS ? keys[l] : NULL;
 }
@@ -271,6 +298,8 @@ VOCAB_AT(vocab_backend_at, VOCAB_BACKEND)
 VOCAB_AT(vocab_format_at, VOCAB_FORMAT)
 VOCAB_AT(vocab_storage_at, VOCAB_STORAGE)
 VOCAB_AT(vocab_schedule_at, VOCAB_SCHEDULE)
+VOCAB_AT(vocab_launcher_at, VOCAB_LAUNCHER)
+VOCAB_AT(vocab_mpi_at, VOCAB_MPI)
 
 /* --- JSON ------------------------------------------------------------------------------ */
 
@@ -333,6 +362,19 @@ static json_t *vocab_schedule_json(const struct vocab_schedule *s)
                      s->all_forward_first, "description", s->desc);
 }
 
+static json_t *vocab_launcher_json(const struct vocab_launcher *l)
+{
+    return json_pack("{s:s, s:b, s:b, s:s}", "name", l->name, "per_rank", l->per_rank,
+                     "in_allocation", l->in_allocation, "description", l->desc);
+}
+
+static json_t *vocab_mpi_json(const struct vocab_mpi *m)
+{
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "name", m->name, "module",
+                     m->module, "launcher", m->launcher, "pmi", m->pmi, "runtime", m->runtime,
+                     "dev", m->dev, "description", m->desc);
+}
+
 /* Row i of list l as JSON; NULL past the last. */
 static json_t *vocab_row_json(enum vocab_list l, int i)
 {
@@ -345,6 +387,8 @@ static json_t *vocab_row_json(enum vocab_list l, int i)
     case VOCAB_FORMAT: return vocab_format_json(vocab_format(i));
     case VOCAB_STORAGE: return vocab_storage_json(vocab_storage(i));
     case VOCAB_SCHEDULE: return vocab_schedule_json(vocab_schedule(i));
+    case VOCAB_LAUNCHER: return vocab_launcher_json(vocab_launcher(i));
+    case VOCAB_MPI: return vocab_mpi_json(vocab_mpi(i));
     default: return json_pack("{s:s}", "name", vocab_name(l, i));
     }
 }

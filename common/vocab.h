@@ -33,7 +33,19 @@
     X(SCRIPT, "script")
 #define VOCAB_BACKENDS(X)                                                                      \
     X(TCP, "tcp")                                                                              \
-    X(NCCL, "nccl")
+    X(NCCL, "nccl")                                                                            \
+    X(MPI, "mpi")
+/* Who starts a run's ranks (daemon/launch_plan.h): ddpbench's own fork/exec and followers,
+ * an MPI implementation's launcher, or Slurm's srun inside an allocation. */
+#define VOCAB_LAUNCHERS(X)                                                                     \
+    X(DDPBENCH, "ddpbench")                                                                    \
+    X(MPIRUN, "mpirun")                                                                        \
+    X(SRUN, "srun")
+/* The MPI implementations Debian ships (spec field "mpi"): each has its own communicator
+ * module (worker/comm/mpi.c built once per implementation) and launcher. */
+#define VOCAB_MPIS(X)                                                                          \
+    X(OPENMPI, "openmpi")                                                                      \
+    X(MPICH, "mpich")
 #define VOCAB_FORMATS(X)                                                                       \
     X(NATIVE, "native")                                                                        \
     X(FILES_PNG, "files-png")                                                                  \
@@ -71,12 +83,16 @@
 #define VOCAB_ENUM_FORMAT(id, name) VOCAB_FORMAT_##id,
 #define VOCAB_ENUM_STORAGE(id, name) VOCAB_STORAGE_##id,
 #define VOCAB_ENUM_SCHEDULE(id, name) VOCAB_SCHEDULE_##id,
+#define VOCAB_ENUM_LAUNCHER(id, name) VOCAB_LAUNCHER_##id,
+#define VOCAB_ENUM_MPI(id, name) VOCAB_MPI_##id,
 enum vocab_strategy_id { VOCAB_STRATEGIES(VOCAB_ENUM_STRATEGY) VOCAB_NSTRATEGIES };
 enum vocab_engine_id { VOCAB_ENGINES(VOCAB_ENUM_ENGINE) VOCAB_NENGINES };
 enum vocab_backend_id { VOCAB_BACKENDS(VOCAB_ENUM_BACKEND) VOCAB_NBACKENDS };
 enum vocab_format_id { VOCAB_FORMATS(VOCAB_ENUM_FORMAT) VOCAB_NFORMATS };
 enum vocab_storage_id { VOCAB_STORAGES(VOCAB_ENUM_STORAGE) VOCAB_NSTORAGES };
 enum vocab_schedule_id { VOCAB_SCHEDULES(VOCAB_ENUM_SCHEDULE) VOCAB_NSCHEDULES };
+enum vocab_launcher_id { VOCAB_LAUNCHERS(VOCAB_ENUM_LAUNCHER) VOCAB_NLAUNCHERS };
+enum vocab_mpi_id { VOCAB_MPIS(VOCAB_ENUM_MPI) VOCAB_NMPIS };
 
 /* The lists, for the functions that treat them alike. */
 enum vocab_list {
@@ -87,6 +103,8 @@ enum vocab_list {
     VOCAB_STORAGE,
     VOCAB_SCHEDULE,
     VOCAB_REPORT,
+    VOCAB_LAUNCHER,
+    VOCAB_MPI,
     VOCAB_NLISTS
 };
 
@@ -156,6 +174,24 @@ struct vocab_schedule {
     const char *desc;
 };
 
+struct vocab_launcher {
+    const char *name;
+    bool per_rank;      /* the daemon spawns each rank itself (report pipe on fd 3) */
+    bool in_allocation; /* needs a Slurm allocation around the daemon (SLURM_JOB_ID) */
+    const char *desc;
+};
+
+struct vocab_mpi {
+    const char *name;
+    const char *module;   /* the worker's communicator module (worker/module.h) */
+    const char *symbol;   /* its entry */
+    const char *launcher; /* the implementation's own launcher program */
+    const char *pmi;      /* srun --mpi= plugin its ranks wire up with */
+    const char *runtime;  /* Debian packages a node needs to run it */
+    const char *dev;      /* Debian package ddpbench builds its module against */
+    const char *desc;
+};
+
 /* The published per-channel normalization of a dataset (worker/data/dataset.c uses it,
  * engines/ddpb_data.py reads it from schema/vocabulary.json). */
 #define VOCAB_MAX_NORM_CHANNELS 3
@@ -172,6 +208,8 @@ const struct vocab_backend *vocab_backend(int id);
 const struct vocab_format *vocab_format(int id);
 const struct vocab_storage *vocab_storage(int id);
 const struct vocab_schedule *vocab_schedule(int id);
+const struct vocab_launcher *vocab_launcher(int id);
+const struct vocab_mpi *vocab_mpi(int id);
 /* The norm rows, in order, NULL past the last; by name, NULL when none. */
 const struct vocab_norm *vocab_norm_at(size_t i);
 const struct vocab_norm *vocab_norm_find(const char *name);
@@ -209,6 +247,8 @@ const char *vocab_backend_at(int i);
 const char *vocab_format_at(int i);
 const char *vocab_storage_at(int i);
 const char *vocab_schedule_at(int i);
+const char *vocab_launcher_at(int i);
+const char *vocab_mpi_at(int i);
 
 /* The whole vocabulary as JSON (GET /v1/vocabulary, schema/vocabulary.json): every list
  * with its attributes, the dataset norms, the model table's names, shapes and classes, and

@@ -115,7 +115,8 @@ static void test_spec_defaults(void)
     char *text = json_dumps(s, JSON_COMPACT);
     json_decref(s);
     T_EQ_STR(text, "{\"name\":\"collective\",\"description\":\"\",\"workload\":\"collective\","
-                   "\"device\":\"cpu\",\"backend\":\"tcp\",\"world_size\":1,\"nodes\":0,"
+                   "\"device\":\"cpu\",\"backend\":\"tcp\",\"launcher\":\"ddpbench\","
+             "\"mpi\":\"openmpi\",\"world_size\":1,\"nodes\":0,"
                    "\"ranks_per_node\":0,\"repeats\":1,\"trace_steps\":5,"
                    "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
                    "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,"
@@ -489,7 +490,8 @@ static void test_spec_sweep_errors(void)
     static const struct bad_case cases[] = {
         {W ", \"sweep\": [1]}", "sweep", "sweep: must be an object"},
         {W ", \"sweep\": {\"bogus\": [1]}}", "sweep.bogus",
-         "sweep.bogus: unknown field; sweepable fields: device, backend, world_size"},
+         "sweep.bogus: unknown field; sweepable fields: device, backend, launcher, mpi, "
+         "world_size"},
         {W ", \"sweep\": {\"name\": [\"a\", \"b\"]}}", "sweep.name",
          "sweep.name: cannot be swept"},
         {W ", \"sweep\": {\"description\": [\"a\"]}}", "sweep.description", "cannot be swept"},
@@ -980,8 +982,12 @@ static void test_spec_device_compat(void)
 #define CUDA ", \"device\": \"cuda\", \"backend\": \"nccl\""
     static const struct bad_case cases[] = {
         {W ", \"device\": \"cpu\", \"backend\": \"nccl\"}", "backend",
-         "backend: device \"cpu\" has no backend \"nccl\"; it has \"tcp\" (NCCL moves GPU "
-         "buffers)"},
+         "backend: device \"cpu\" has no backend \"nccl\"; it has \"tcp\", \"mpi\" (NCCL "
+         "moves GPU buffers)"},
+        {W ", \"backend\": \"mpi\"}", "launcher",
+         "backend \"mpi\" has no launcher \"ddpbench\"; it has \"mpirun\", \"srun\""},
+        {TR ", \"engine\": \"pytorch\", \"backend\": \"mpi\", \"launcher\": \"mpirun\"}",
+         "backend", "neither Debian's nor PyPI's is"},
         {W ", \"device\": \"cuda\"}", "backend",
          "device \"cuda\" has no backend \"tcp\"; it has \"nccl\" (tcp on GPU buffers"},
         {TR ", \"device\": \"cuda\", \"backend\": \"tcp\"}", "backend", "has no backend"},
@@ -1529,12 +1535,15 @@ static void test_spec_schema_allowed_defaults(void)
         if (!req)
             continue;
         required++;
-        /* device "cuda" needs backend "nccl" (of every workload), and the horovod and
-         * deepspeed engines a strategy other than the default ddp (of train) */
+        /* device "cuda" needs backend "nccl" (of every workload), backend "mpi" a launcher
+         * other than the default (ddpbench), and the horovod and deepspeed engines a
+         * strategy other than the default ddp (of train) */
         const char *b = json_string_value(json_array_get(req, 0));
-        T_CHECK_MSG(strcmp(b, "backend") == 0 || strcmp(b, "strategy") == 0, "%s", b);
+        T_CHECK_MSG(strcmp(b, "backend") == 0 || strcmp(b, "strategy") == 0 ||
+                        strcmp(b, "launcher") == 0,
+                    "%s", b);
     }
-    T_EQ_INT(required, 6); /* each as a field and as a sweep */
+    T_EQ_INT(required, 8); /* each as a field and as a sweep */
     json_decref(s);
 }
 

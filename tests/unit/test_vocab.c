@@ -27,6 +27,8 @@ static const char *const x_formats[] = {VOCAB_FORMATS(NAME_ONLY)};
 static const char *const x_storages[] = {VOCAB_STORAGES(NAME_ONLY)};
 static const char *const x_schedules[] = {VOCAB_SCHEDULES(NAME_ONLY)};
 static const char *const x_reports[] = {VOCAB_REPORTS(NAME_ONLY)};
+static const char *const x_launchers[] = {VOCAB_LAUNCHERS(NAME_ONLY)};
+static const char *const x_mpis[] = {VOCAB_MPIS(NAME_ONLY)};
 
 struct x_list {
     enum vocab_list l;
@@ -41,7 +43,8 @@ static const struct x_list x_lists[] = {
     X_LIST(VOCAB_STRATEGY, x_strategies), X_LIST(VOCAB_ENGINE, x_engines),
     X_LIST(VOCAB_BACKEND, x_backends),    X_LIST(VOCAB_FORMAT, x_formats),
     X_LIST(VOCAB_STORAGE, x_storages),    X_LIST(VOCAB_SCHEDULE, x_schedules),
-    X_LIST(VOCAB_REPORT, x_reports),
+    X_LIST(VOCAB_REPORT, x_reports),      X_LIST(VOCAB_LAUNCHER, x_launchers),
+    X_LIST(VOCAB_MPI, x_mpis),
 };
 
 static const char *source_dir(void)
@@ -162,7 +165,7 @@ static void test_vocab_join(void)
                                               : ", ",
                  x_strategies[i]);
     T_EQ_STR(vocab_join(VOCAB_STRATEGY, " or ", buf, sizeof buf), want);
-    T_EQ_STR(vocab_join(VOCAB_BACKEND, ", ", buf, sizeof buf), "tcp, nccl");
+    T_EQ_STR(vocab_join(VOCAB_BACKEND, ", ", buf, sizeof buf), "tcp, nccl, mpi");
     T_EQ_STR(vocab_format_join(vocab_format_converted, ", ", buf, sizeof buf),
              "files-png, files-jpeg, records, records-zlib, records-zstd, records-jpeg");
     T_EQ_STR(vocab_format_join(vocab_format_lossy, " and ", buf, sizeof buf),
