@@ -285,3 +285,19 @@ int comm_execute(struct comm *c, const struct comm_args *a, struct err *e)
                        comm_op_name(a->op), c->backend);
     return fn(c, a, e);
 }
+
+size_t comm_wire_bytes(enum comm_op op, size_t bytes, int world_size)
+{
+    size_t n = (size_t)(world_size > 0 ? world_size : 1);
+    switch (op) {
+    case COMM_OP_ALLREDUCE: return 2 * (n - 1) * (bytes / n); /* reduce-scatter + gather */
+    case COMM_OP_REDUCE_SCATTER:                              /* bytes: one rank's block */
+    case COMM_OP_ALL_GATHER: return (n - 1) * bytes;
+    case COMM_OP_BROADCAST: /* pipelined ring: each rank but the last forwards it */
+    case COMM_OP_SEND:
+    case COMM_OP_SENDRECV: return n > 1 ? bytes : 0;
+    case COMM_OP_RECV:
+    case COMM_OP_BARRIER: return 0;
+    }
+    return 0;
+}

@@ -168,6 +168,11 @@ int comm_op_parse(const char *s, enum comm_op *out);
 const char *comm_algorithm_name(enum comm_algorithm a);
 int comm_algorithm_parse(const char *s, enum comm_algorithm *out);
 
+/* The ring-model bytes a rank sends for an operation of `bytes` (payload per rank as the
+ * collective workload counts it) among world_size ranks: what comm->bytes_sent
+ * accumulates for backends that cannot count the bytes they put on the wire (nccl, mpi). */
+size_t comm_wire_bytes(enum comm_op op, size_t bytes, int world_size);
+
 /* Checks a against c (counts, buffers and their overlap, peers, enums) without running
  * it: ERR_INVALID naming what is wrong. */
 int comm_args_check(const struct comm *c, const struct comm_args *a, struct err *e);

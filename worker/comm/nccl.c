@@ -83,18 +83,7 @@ int comm_nccl_redop(enum comm_redop op)
 
 size_t comm_nccl_wire_bytes(enum comm_op op, size_t bytes, int world_size)
 {
-    size_t n = (size_t)(world_size > 0 ? world_size : 1);
-    switch (op) {
-    case COMM_OP_ALLREDUCE: return 2 * (n - 1) * (bytes / n); /* reduce-scatter + gather */
-    case COMM_OP_REDUCE_SCATTER:                              /* bytes: one rank's block */
-    case COMM_OP_ALL_GATHER: return (n - 1) * bytes;
-    case COMM_OP_BROADCAST: /* pipelined ring: each rank but the last forwards it */
-    case COMM_OP_SEND:
-    case COMM_OP_SENDRECV: return n > 1 ? bytes : 0;
-    case COMM_OP_RECV:
-    case COMM_OP_BARRIER: return 0;
-    }
-    return 0;
+    return comm_wire_bytes(op, bytes, world_size);
 }
 
 const char *comm_nccl_version(char *buf, size_t len)
