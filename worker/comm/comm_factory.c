@@ -9,25 +9,33 @@
 
 #include "common/vocab.h"
 #include "ddpb_config.h"
+#include "worker/comm/comm_mpi.h"
 #include "worker/comm/tcp.h"
+#include "worker/module.h"
 #if DDPB_HAVE_NCCL
 #include "worker/comm/comm_nccl.h"
 #endif
 
-enum comm_factory_backend { COMM_FACTORY_TCP, COMM_FACTORY_NCCL };
+enum comm_factory_backend { COMM_FACTORY_TCP, COMM_FACTORY_NCCL, COMM_FACTORY_MPI };
 
 struct comm_factory {
     enum comm_factory_backend backend;
     struct comm_tcp *listener; /* owned (tcp): the open data port */
     int rank, world_size, timeout_ms;
-    const atomic_bool *abort_flag; /* borrowed */
-    char algorithm[16];            /* "" = the backend's automatic choice */
-    bool time_ops;                 /* the collective benchmark: NCCL times each op */
+    const atomic_bool *abort_flag;     /* borrowed */
+    char algorithm[16];                /* "" = the backend's automatic choice */
+    bool time_ops;                     /* the collective benchmark: NCCL times each op */
+    const struct comm_mpi_module *mpi; /* mpi: the implementation's module (process's) */
+    int n_mpi_params;                  /* mpi: the spec's mpi_mca, copied (the spec is
+                                          borrowed only for comm_factory_begin) */
+    struct spec_mpi_param mpi_params[SPEC_MAX_MPI_PARAMS];
 };
 
 int comm_backend_check(const char *name, struct err *e)
 {
-    if (strcmp(name, "tcp") == 0)
+    /* mpi: which implementation and whether its module is here is the spec's "mpi" field's
+     * question, answered when the factory loads it (comm_factory_mpi_module) */
+    if (strcmp(name, "tcp") == 0 || strcmp(name, "mpi") == 0)
         return 0;
     if (strcmp(name, "nccl") == 0)
         return DDPB_HAVE_NCCL ? 0
@@ -38,6 +46,41 @@ int comm_backend_check(const char *name, struct err *e)
     char names[64];
     return err_set(e, ERR_INVALID, "backend", "backend \"%s\" is unknown (%s)", name,
                    vocab_join(VOCAB_BACKEND, ", ", names, sizeof names));
+}
+
+const struct comm_mpi_module *comm_factory_mpi_module(const char *impl, struct err *e)
+{
+    const struct vocab_mpi *row = vocab_mpi(vocab_find(VOCAB_MPI, impl));
+    if (!row) {
+        char names[64];
+        err_set(e, ERR_INVALID, "mpi", "mpi \"%s\" is unknown (%s)", impl,
+                vocab_join(VOCAB_MPI, ", ", names, sizeof names));
+        return NULL;
+    }
+    char what[64], install[160], rebuild[160];
+    snprintf(what, sizeof what, "the %s communicator", row->name);
+    snprintf(install, sizeof install, "apt-get install %s", row->runtime);
+    snprintf(rebuild, sizeof rebuild, "rebuild ddpbench with %s installed", row->dev);
+    struct module_spec m = {.file = row->module,
+                            .symbol = row->symbol,
+                            .what = what,
+                            .install = install,
+                            .rebuild = rebuild};
+    const struct comm_mpi_module *mod = module_load(&m, e);
+    if (!mod) {
+        snprintf(e->field, sizeof e->field, "mpi");
+        return NULL;
+    }
+    return mod;
+}
+
+json_t *comm_factory_env_mpi(const struct spec *s)
+{
+    struct err e;
+    if (strcmp(s->backend, "mpi") != 0)
+        return NULL;
+    const struct comm_mpi_module *mod = comm_factory_mpi_module(s->mpi, &e);
+    return mod ? mod->env() : json_pack("{s:s, s:s}", "implementation", s->mpi, "error", e.msg);
 }
 
 /* The TCP backend's busy-polling: automatic, except where the communication thread runs
@@ -57,6 +100,13 @@ static int comm_factory_spin_us(const struct spec *s)
 /* The first step for a mesh of world_size ranks in which this one is rank, its store
  * keys and handshake under ns ("" = the run's world mesh): comm_factory_begin's for the
  * world, comm_create_group's for a group, so both read the spec the same way. */
+static enum comm_factory_backend comm_factory_kind(const char *backend)
+{
+    if (strcmp(backend, "nccl") == 0)
+        return COMM_FACTORY_NCCL;
+    return strcmp(backend, "mpi") == 0 ? COMM_FACTORY_MPI : COMM_FACTORY_TCP;
+}
+
 static struct comm_factory *comm_factory_open(const struct spec *s,
                                               const struct rendezvous_env *env,
                                               const atomic_bool *abort_flag, int rank,
@@ -69,8 +119,7 @@ static struct comm_factory *comm_factory_open(const struct spec *s,
         err_set(e, ERR_NOMEM, NULL, "backend %s: out of memory", s->backend);
         return NULL;
     }
-    *f = (struct comm_factory){.backend = strcmp(s->backend, "nccl") == 0 ? COMM_FACTORY_NCCL
-                                                                          : COMM_FACTORY_TCP,
+    *f = (struct comm_factory){.backend = comm_factory_kind(s->backend),
                                .rank = rank,
                                .world_size = world_size,
                                .timeout_ms = env->timeout_ms,
@@ -79,6 +128,15 @@ static struct comm_factory *comm_factory_open(const struct spec *s,
     if (s->workload == SPEC_WORKLOAD_COLLECTIVE)
         snprintf(f->algorithm, sizeof f->algorithm, "%s", s->coll.algorithm);
     f->time_ops = s->workload == SPEC_WORKLOAD_COLLECTIVE;
+    if (f->backend == COMM_FACTORY_MPI) { /* a missing module fails before the join */
+        f->mpi = comm_factory_mpi_module(s->mpi, e);
+        f->n_mpi_params = s->n_mpi_params;
+        memcpy(f->mpi_params, s->mpi_params, sizeof f->mpi_params);
+        if (!f->mpi) {
+            free(f);
+            return NULL;
+        }
+    }
     if (f->backend == COMM_FACTORY_TCP) {
         struct comm_tcp_config cfg = {.rank = rank,
                                       .world_size = world_size,
@@ -131,6 +189,44 @@ static struct comm *comm_factory_nccl(const struct comm_factory *f, struct store
 }
 #endif
 
+/* MPI's ranks are the launcher's: they must be the ones the launch environment says, or
+ * the run's reports and failures would name the wrong ranks. ranks: a group's world ranks
+ * (NULL: the world). */
+static struct comm *comm_factory_mpi(const struct comm_factory *f, const int *ranks, int n,
+                                     struct err *e)
+{
+    struct comm_mpi_param params[SPEC_MAX_MPI_PARAMS];
+    for (int i = 0; i < f->n_mpi_params; i++)
+        params[i] = (struct comm_mpi_param){f->mpi_params[i].key, f->mpi_params[i].value};
+    struct comm_mpi_config cfg = {.timeout_ms = f->timeout_ms,
+                                  .abort_flag = f->abort_flag,
+                                  .ranks = ranks,
+                                  .n_ranks = n,
+                                  .params = params,
+                                  .n_params = f->n_mpi_params};
+    struct comm *c = f->mpi->create(&cfg, e);
+    if (!c)
+        return NULL;
+    if (c->rank != f->rank || c->world_size != f->world_size) {
+        err_set(e, ERR_INVALID, "launcher",
+                "mpi: %s says rank %d of %d, the launch environment rank %d of %d (was the "
+                "rank started by the %s launcher?)",
+                f->mpi->implementation, c->rank, c->world_size, f->rank, f->world_size,
+                f->mpi->implementation);
+        comm_destroy(c);
+        return NULL;
+    }
+    if (f->algorithm[0] && strcmp(f->algorithm, "auto") != 0) {
+        err_set(e, ERR_INVALID, "algorithm",
+                "backend mpi uses MPI's own algorithms: algorithm \"%s\" cannot be forced "
+                "(use auto, or steer MPI through mpi_mca)",
+                f->algorithm);
+        comm_destroy(c);
+        return NULL;
+    }
+    return c;
+}
+
 struct comm *comm_factory_finish(struct comm_factory *f, struct store_client *store,
                                  const int *node_of, struct err *e)
 {
@@ -142,6 +238,8 @@ struct comm *comm_factory_finish(struct comm_factory *f, struct store_client *st
         }
         c = comm_tcp_connect_store(f->listener, store, e); /* takes the listener */
         f->listener = NULL;
+    } else if (f->backend == COMM_FACTORY_MPI) {
+        c = comm_factory_mpi(f, NULL, 0, e);
     } else {
         c = comm_factory_nccl(f, store, e);
     }
@@ -202,13 +300,18 @@ struct comm *comm_create_group(const struct spec *s, const struct rendezvous_env
         return NULL;
     }
     /* nccl would need its own communicator split; no pipeline runs on it yet */
-    if (strcmp(s->backend, "tcp") != 0) {
-        err_set(e, ERR_INVALID, "backend", "group: backend \"%.16s\" has no groups (tcp only)",
-                s->backend);
+    if (strcmp(s->backend, "tcp") != 0 && strcmp(s->backend, "mpi") != 0) {
+        err_set(e, ERR_INVALID, "backend",
+                "group: backend \"%.16s\" has no groups (tcp and mpi only)", s->backend);
         return NULL;
     }
     struct comm_factory *f = comm_factory_open(s, env, abort_flag, me, n, ns, e);
     if (!f)
         return NULL;
-    return comm_factory_finish(f, store, NULL, e); /* takes f */
+    if (f->backend != COMM_FACTORY_MPI)
+        return comm_factory_finish(f, store, NULL, e); /* takes f */
+    /* mpi: the members' communicator out of the world's (MPI_Comm_create_group) */
+    struct comm *c = comm_factory_mpi(f, ranks, n, e);
+    comm_factory_discard(f);
+    return c;
 }

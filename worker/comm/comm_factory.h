@@ -1,6 +1,7 @@
 /* comm_factory: the one place that turns a spec's backend into the rank's communicator
- * (docs/design.md §12.1): "tcp" (comm/tcp.c, every build) and "nccl" (comm/nccl.c, only
- * in a build with NCCL); "mpi" of a later issue joins here.
+ * (docs/design.md §12.1): "tcp" (comm/tcp.c, every build), "nccl" (comm/nccl.c, only
+ * in a build with NCCL) and "mpi" (comm/mpi.c, a loadable module per MPI implementation:
+ * comm_mpi.h), the spec's "mpi" field choosing the module.
  *
  * Decisions:
  * - Two steps, because a backend may have to act before its rank joins the run: tcp
@@ -19,7 +20,12 @@
  *   at the same time as each other and as the activations sent between stages over the
  *   world, each on its own communication thread and sockets. A group's mesh keys its
  *   store entries and its handshake by a namespace (tcp.h "Namespaces"), so the meshes
- *   of one run form in one store without meeting.
+ *   of one run form in one store without meeting. Under mpi a group is MPI's own
+ *   (MPI_Comm_create_group over the world's ranks), not a mesh.
+ * - mpi's ranks are the launcher's: the factory refuses a communicator whose MPI rank or
+ *   size differs from the launch environment's (a rank not started by the chosen
+ *   implementation's launcher). It loads the module in the first step, so a missing one
+ *   fails the run before the join, and initialises MPI in the second, after it.
  *
  * Ownership: comm_factory_begin returns an owned setup; comm_factory_finish takes it in
  * every case (success or failure) and returns an owned communicator (comm_destroy). The
@@ -28,6 +34,7 @@
 #ifndef DDPB_COMM_FACTORY_H
 #define DDPB_COMM_FACTORY_H
 
+#include <jansson.h>
 #include <stdatomic.h>
 
 #include "common/err.h"
@@ -42,6 +49,16 @@ struct comm_factory;
 /* 0 when this build has backend name ("tcp", "nccl"); ERR_INVALID with field "backend"
  * naming it and how to build it, or listing the known ones. */
 int comm_backend_check(const char *name, struct err *e);
+
+struct comm_mpi_module;
+/* The communicator module of MPI implementation impl ("openmpi", "mpich": vocab.h
+ * VOCAB_MPI), loaded once per process (worker/module.h); borrowed for the life of the
+ * process. NULL with e set (ERR_INVALID, field "mpi") naming the module and the package
+ * to install, or the build to redo, when it is missing or cannot be loaded. */
+const struct comm_mpi_module *comm_factory_mpi_module(const char *impl, struct err *e);
+/* What the run's env report says of MPI (comm_mpi.h env) for a spec with backend mpi,
+ * else NULL. Owned. Complete only after the communicator exists (MPI initialised). */
+json_t *comm_factory_env_mpi(const struct spec *s);
 
 /* The first step for s->backend, as rank env->rank of env->world_size reached at
  * env->host with env->secret and env->timeout_ms (tcp: listens). Owned, or NULL with e
