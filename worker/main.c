@@ -253,6 +253,9 @@ static int worker_emit_env_peak(struct worker *wk, int64_t peak_bytes, struct er
         return err_set(e, ERR_NOMEM, NULL, "env report: cannot build the object");
     if (peak_bytes >= 0)
         json_object_set_new(env, "gpu_peak_mem_bytes", json_integer((json_int_t)peak_bytes));
+    json_t *mpi = comm_factory_env_mpi(&wk->spec); /* backend mpi: library, transport */
+    if (mpi)
+        json_object_set_new(env, "mpi", mpi);
 #if DDPB_HAVE_CUDA
     if (strcmp(wk->spec.device, "cuda") == 0) /* GPU, NVML sample, NCCL version, emulated */
         worker_gpu_env_add(env);
@@ -368,6 +371,8 @@ int main(void)
     WORKER_FAIL_IF(&wk, !wk.comm);
     wk.comm->note = &wk.hb.note; /* what the workload waits in goes out with each beat */
     log_info("joined: %d ranks, %s communicator up", wk.env.world_size, wk.comm->backend);
+    if (strcmp(wk.spec.backend, "mpi") == 0) /* again: MPI's transport is chosen by now */
+        WORKER_FAIL_IF(&wk, worker_emit_env(&wk, &wk.e) < 0);
     WORKER_FAIL_IF(&wk, worker_stage_comm(&wk, &wk.e) < 0);
     worker_run_workload(&wk);
     /* Every rank leaves together, whatever the backend: a rank that exits while a peer
