@@ -13,7 +13,7 @@ set -eu
 PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates systemd iproute2
       libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 zlib1g-dev
       libpng-dev libjpeg62-turbo-dev libzstd-dev
-      libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin libdnnl-dev patchelf
+      libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin mpich libmpich-dev libdnnl-dev patchelf
       dataset-fashion-mnist
       clang libclang-rt-14-dev clang-format prometheus python3-jsonschema python3-yaml
       python3-venv

@@ -359,6 +359,47 @@ static void test_timeout(void)
     T_CHECK_MSG(ok, "rank %d: %s", me, e.msg);
 }
 
+/* The factory's path, as the worker takes it: the spec's implementation, the launch
+ * environment's rank checked against MPI's, a group through comm_create_group. */
+static struct spec mpi_spec(void)
+{
+    struct spec s;
+    memset(&s, 0, sizeof s);
+    s.workload = SPEC_WORKLOAD_COLLECTIVE;
+    snprintf(s.device, sizeof s.device, "cpu");
+    snprintf(s.backend, sizeof s.backend, "mpi");
+    snprintf(s.mpi, sizeof s.mpi, "%s", mod->implementation);
+    return s;
+}
+
+static void test_factory(void)
+{
+    struct spec s = mpi_spec();
+    struct rendezvous_env env = {.rank = me, .world_size = n, .timeout_ms = 10000};
+    struct err e = {0};
+    struct comm *c = comm_create_from_spec(&s, &env, NULL, NULL, &e);
+    T_CHECK_MSG(c, "%s", e.msg);
+    int32_t v[2] = {me, 1}, out[2] = {0};
+    int rc = comm_allreduce(c, v, out, 2, COMM_INT32, COMM_SUM, &e);
+    comm_destroy(c);
+    T_CHECK_MSG(rc == 0 && out[0] == 1 && out[1] == 2, "%s", e.msg);
+    int ranks[2] = {0, 1};
+    c = comm_create_group(&s, &env, NULL, NULL, ranks, 2, "g/", &e);
+    T_CHECK_MSG(c, "%s", e.msg);
+    rc = comm_allreduce(c, v, out, 2, COMM_INT32, COMM_MAX, &e);
+    comm_destroy(c);
+    T_CHECK_MSG(rc == 0 && out[0] == 1 && out[1] == 1, "%s", e.msg);
+    /* a launch environment that disagrees with MPI: refused naming the launcher */
+    env.rank = me ^ 1;
+    T_CHECK(comm_create_from_spec(&s, &env, NULL, NULL, &e) == NULL);
+    T_EQ_STR(e.field, "launcher");
+    T_CHECK_MSG(strstr(e.msg, "launch environment"), "%s", e.msg);
+    env.rank = me; /* a forced algorithm: MPI chooses its own */
+    snprintf(s.coll.algorithm, sizeof s.coll.algorithm, "ring");
+    T_CHECK(comm_create_from_spec(&s, &env, NULL, NULL, &e) == NULL);
+    T_EQ_STR(e.field, "algorithm");
+}
+
 static void test_env(void)
 {
     json_t *env = mod->env();
@@ -373,6 +414,11 @@ static void test_env(void)
               json_is_object(tr) &&
               (strcmp(impl, "openmpi") == 0 ? json_object_get(tr, "pml_selected") != NULL
                                             : json_object_get(tr, "device") != NULL);
+    json_t *set = json_object_get(env, "settings"); /* main's params reached MPI's env */
+    ok = ok && json_object_get(set, "OMPI_MCA_btl") &&
+         json_object_get(set, "MPIR_CVAR_DEBUG_HOLD");
+    if (strcmp(mod->implementation, "openmpi") == 0) /* and OpenMPI took the btl */
+        ok = ok && strcmp(json_string_value(json_object_get(tr, "btl")), "self,vader,tcp") == 0;
     char *dump = json_dumps(env, JSON_COMPACT);
     if (me == 0)
         printf("  env: %s\n", dump ? dump : "?");
@@ -392,7 +438,10 @@ int main(int argc, char **argv)
                 impl ? impl : "unset", e.msg);
         return 1;
     }
-    struct comm_mpi_config cfg = {.timeout_ms = 60000};
+    /* one setting each implementation reads, the other ignores (test_env checks them) */
+    const struct comm_mpi_param params[] = {{"btl", "self,vader,tcp"},
+                                            {"MPIR_CVAR_DEBUG_HOLD", "0"}};
+    struct comm_mpi_config cfg = {.timeout_ms = 60000, .params = params, .n_params = 2};
     world = mod->create(&cfg, &e);
     if (!world) {
         fprintf(stderr, "mpi world: %s\n", e.msg);
@@ -417,6 +466,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_group_of_one);
     TEST_RUN(test_refusals);
     TEST_RUN(test_timeout);
+    TEST_RUN(test_factory);
     TEST_RUN(test_env);
     comm_destroy(world); /* the last communicator: MPI_Finalize */
     return test_end();
