@@ -157,6 +157,12 @@ static void spec_requirement(const struct spec_field *f, char *out, size_t n)
             out, n, "[] or [channels, height, width], integers from %" PRId64 " to %" PRId64,
             f->min, f->max);
         break;
+    case SPEC_T_MAP:
+        len = (size_t)snprintf(out, n,
+                               "an object of at most %d entries, each an OpenMPI MCA name "
+                               "or MPIR_CVAR_* name with a string value",
+                               SPEC_MAX_MPI_PARAMS);
+        break;
     }
     if ((f->flags & SPEC_F_ZERO_UNSET) && len < n)
         snprintf(out + len, n - len, " (or 0 when %s is used)", spec_partner(f->name));
@@ -306,6 +312,42 @@ static int spec_convert_shape(const struct spec_field *f, const json_t *v, json_
     return 0;
 }
 
+/* Why a map value is not valid (SPEC_T_MAP): 0 when it is, else -1 with e naming the
+ * entry ("mpi_mca.btl") or the map (path) itself. e may be NULL. */
+static int spec_map_check(const json_t *v, const char *path, struct err *e)
+{
+    char got[96];
+    if (!json_is_object(v) || json_object_size(v) > SPEC_MAX_MPI_PARAMS) {
+        spec_value_text(v, got, sizeof got);
+        return err_set(e, ERR_INVALID, path, "%s: must be an object of at most %d entries, got %s",
+                       path, SPEC_MAX_MPI_PARAMS, got);
+    }
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)v, key, val)
+    {
+        char at[96];
+        snprintf(at, sizeof at, "%s.%.*s", path, 60, key);
+        if (!spec_map_key_ok(key)) {
+            json_t *k = json_string(key);
+            spec_value_text(k, got, sizeof got);
+            json_decref(k);
+            return err_set(e, ERR_INVALID, at,
+                           "%s: key %s is neither an OpenMPI MCA name (%s) nor an MPICH "
+                           "control variable (MPIR_CVAR_*)",
+                           path, got, "lowercase letters, digits and _, up to 63");
+        }
+        if (!json_is_string(val) || !spec_map_value_ok(json_string_value(val))) {
+            spec_value_text(val, got, sizeof got);
+            return err_set(e, ERR_INVALID, at,
+                           "%s: must be a string of 1 to 127 letters, digits and _.,:/^+=@- "
+                           "(no shell characters), got %s",
+                           at, got);
+        }
+    }
+    return 0;
+}
+
 /* Checks v against f. Returns 0 with *out the owned normalized value (NULL only when
  * out of memory), or -1 when v is not valid for f. */
 static int spec_convert(const struct spec_field *f, const json_t *v, json_t **out)
@@ -340,6 +382,11 @@ static int spec_convert(const struct spec_field *f, const json_t *v, json_t **ou
     case SPEC_T_SIZE_LIST: return spec_convert_sizes(f, v, out);
     case SPEC_T_NUMBER: return spec_convert_number(f, v, out);
     case SPEC_T_SHAPE: return spec_convert_shape(f, v, out);
+    case SPEC_T_MAP:
+        if (spec_map_check(v, f->name, NULL) < 0)
+            return -1;
+        *out = json_deep_copy(v);
+        return 0;
     }
     if (!(n >= f->min && n <= f->max) && !(n == 0 && (f->flags & SPEC_F_ZERO_UNSET)))
         return -1;
@@ -357,6 +404,8 @@ static json_t *spec_check_value(const struct spec_field *f, const json_t *v, con
             err_set(e, ERR_NOMEM, path, "%s: out of memory", path);
         return out;
     }
+    if (f->type == SPEC_T_MAP) /* the entry at fault, by name */
+        return spec_map_check(v, path, e), NULL;
     char need[256], got[96];
     spec_requirement(f, need, sizeof need);
     spec_value_text(v, got, sizeof got);
@@ -721,6 +770,25 @@ static int spec_store(const struct spec_field *f, const json_t *v, struct spec *
         for (int i = 0; i < sh.n; i++)
             sh.dims[i] = (int)json_integer_value(json_array_get(v, (size_t)i));
         memcpy(dst, &sh, sizeof sh);
+        return 0;
+    }
+    case SPEC_T_MAP: {
+        int n = (int)json_object_size(v);
+        struct spec_mpi_param p[SPEC_MAX_MPI_PARAMS];
+        if (f->size != sizeof n + sizeof p || n > SPEC_MAX_MPI_PARAMS)
+            goto bad;
+        memset(p, 0, sizeof p);
+        int i = 0;
+        const char *key;
+        json_t *val;
+        json_object_foreach((json_t *)v, key, val)
+        {
+            snprintf(p[i].key, sizeof p[i].key, "%s", key);
+            snprintf(p[i].value, sizeof p[i].value, "%s", json_string_value(val));
+            i++;
+        }
+        memcpy(dst, &n, sizeof n);
+        memcpy(dst + sizeof n, p, sizeof p);
         return 0;
     }
     case SPEC_T_SIZE_LIST: {

@@ -189,6 +189,15 @@ static json_t *spec_schema_value(const struct spec_field *f, bool zero)
         json_array_append_new(alts, json_pack("{s:i}", "maxItems", 0));
         json_array_append_new(alts, json_pack("{s:i, s:i}", "minItems", 3, "maxItems", 3));
         break;
+    case SPEC_T_MAP:
+        json_object_set_new(s, "type", json_string("object"));
+        json_object_set_new(s, "maxProperties", json_integer(SPEC_MAX_MPI_PARAMS));
+        /* the key pattern (SPEC_MAP_KEY_PATTERN) is the server's to check: propertyNames
+         * has no OpenAPI 3.0 form (schema/embed.py) */
+        json_object_set_new(s, "additionalProperties",
+                            json_pack("{s:s, s:s}", "type", "string", "pattern",
+                                      SPEC_MAP_VALUE_PATTERN));
+        break;
     case SPEC_T_SIZE_LIST: {
         json_t *item = json_array();
         spec_schema_size_forms(f, false, item);

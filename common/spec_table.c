@@ -19,6 +19,11 @@
 #include "common/vocab.h"
 
 #define SPEC_AT(m) .off = offsetof(struct spec, m), .size = sizeof(((struct spec *)0)->m)
+/* mpi_mca's member: the count, then the entries right after it (SPEC_T_MAP) */
+#define SPEC_MAP_SIZE (sizeof(int) + sizeof(((struct spec *)0)->mpi_params))
+_Static_assert(offsetof(struct spec, mpi_params) ==
+                   offsetof(struct spec, n_mpi_params) + sizeof(int),
+               "struct spec: mpi_params must follow n_mpi_params (SPEC_T_MAP)");
 
 static const char *const spec_workload_names[] = {"collective", "train", NULL};
 static const char *const spec_devices[] = {"cpu", "cuda", NULL};
@@ -94,6 +99,14 @@ static const struct spec_field spec_fields[] = {
              "\"openmpi\" (Open MPI 4.1) or \"mpich\" (MPICH 4.0, whose ABI Intel MPI "
              "shares). GET /v1/engines says which this node has; an absent one is refused "
              "at submit (409)."},
+    {.name = "mpi_mca", .type = SPEC_T_MAP, .workloads = SPEC_WL_ANY, .def = "{}",
+     .off = offsetof(struct spec, n_mpi_params), .size = SPEC_MAP_SIZE,
+     .desc = "MPI transport settings, stored with the run: an object of at most 16 "
+             "entries, each an OpenMPI MCA parameter (\"btl\": \"self,tcp\" compares TCP "
+             "against shared memory; set as OMPI_MCA_<name>) or an MPICH control variable "
+             "(\"MPIR_CVAR_CH4_NETMOD\": \"ofi\"), with a value of letters, digits and "
+             "_.,:/^+=@- only. An MCA name this node's OpenMPI does not know is refused at "
+             "submit."},
     {.name = "world_size", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
      .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_MAX_WORLD, .def = "1", SPEC_AT(world_size),
      .desc = "Number of ranks, one worker process each."},
@@ -490,6 +503,7 @@ static const char *const spec_only_fp32[] = {"fp32", NULL};
 static const char *const spec_gpu_strategies[] = {"naive", "ddp", NULL};
 static const char *const spec_only_none[] = {"none", NULL};
 static const char *const spec_algs_nccl[] = {"auto", "ring", "tree", NULL};
+static const char *const spec_algs_auto[] = {"auto", NULL};
 
 static const struct spec_allowed spec_device_backends[] = {
     {"cpu", spec_host_backends, "NCCL moves GPU buffers"},
@@ -607,6 +621,9 @@ static const struct spec_allowed spec_engine_storages[] = SPEC_ENGINES_C_LOADER(
     spec_only_local, "storage emulation sits in ddpbench's C loader");
 static const struct spec_allowed spec_backend_algorithms[] = {
     {"nccl", spec_algs_nccl, "NCCL chooses among its own algorithms, once per communicator"},
+    {"mpi", spec_algs_auto,
+     "MPI chooses its own algorithms; steer them through mpi_mca (e.g. coll_tuned_* or "
+     "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM)"},
     {NULL, NULL, NULL},
 };
 
@@ -668,6 +685,44 @@ bool spec_field_in(const struct spec_field *f, enum spec_workload wl)
 bool spec_rule_in(const struct spec_rule *r, enum spec_workload wl)
 {
     return (r->workloads >> (unsigned)wl) & 1u;
+}
+
+/* n characters of s from the set ok (ok(c) true), then its end */
+static bool spec_chars(const char *s, size_t lo, size_t hi, bool (*ok)(unsigned char c))
+{
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (n >= hi || !ok((unsigned char)s[n]))
+            return false;
+    return n >= lo;
+}
+
+static bool spec_mca_char(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+static bool spec_cvar_char(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+static bool spec_value_char(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           (c && strchr("_.,:/^+=@-", c) != NULL);
+}
+
+bool spec_map_key_ok(const char *s)
+{
+    if (strncmp(s, "MPIR_CVAR_", 10) == 0)
+        return spec_chars(s + 10, 1, 53, spec_cvar_char);
+    return s[0] >= 'a' && s[0] <= 'z' && spec_chars(s + 1, 0, 62, spec_mca_char);
+}
+
+bool spec_map_value_ok(const char *s)
+{
+    return spec_chars(s, 1, 127, spec_value_char);
 }
 
 int spec_list_index(const char *const *list, const char *s)

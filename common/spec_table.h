@@ -35,8 +35,17 @@ enum spec_type {
     SPEC_T_BOOL,
     SPEC_T_SIZE_LIST, /* distinct sizes, at most SPEC_MAX_SIZES */
     SPEC_T_NUMBER,    /* a real number in [dmin, dmax] */
-    SPEC_T_SHAPE      /* [] or [c, h, w], each from min to max */
+    SPEC_T_SHAPE,     /* [] or [c, h, w], each from min to max */
+    SPEC_T_MAP        /* an object of at most SPEC_MAX_MPI_PARAMS string entries, keys and
+                         values matching the SPEC_MAP_* patterns; the member at off is an
+                         int count directly followed by struct spec_mpi_param entries */
 };
+
+/* mpi_mca's entries: an OpenMPI MCA parameter name or an MPICH control variable, and a
+ * value without shell characters (it reaches MPI's environment and mpirun's command
+ * line). spec_map_key_ok / spec_map_value_ok check the same as the patterns. */
+#define SPEC_MAP_KEY_PATTERN "^([a-z][a-z0-9_]{0,62}|MPIR_CVAR_[A-Z0-9_]{1,53})$"
+#define SPEC_MAP_VALUE_PATTERN "^[A-Za-z0-9_.,:/^+=@-]{1,127}$"
 
 enum spec_flag {
     SPEC_F_REQUIRED = 1 << 0,
@@ -127,6 +136,9 @@ const struct spec_field *spec_field_find(const char *name);
 const struct vocab_strategy *spec_strategy_of(const json_t *spec);
 bool spec_field_in(const struct spec_field *f, enum spec_workload wl);
 bool spec_rule_in(const struct spec_rule *r, enum spec_workload wl);
+/* Whether s matches SPEC_MAP_KEY_PATTERN / SPEC_MAP_VALUE_PATTERN. */
+bool spec_map_key_ok(const char *s);
+bool spec_map_value_ok(const char *s);
 /* Index of s in a NULL-terminated list, or -1. */
 int spec_list_index(const char *const *list, const char *s);
 /* The i-th allowed value of an ENUM field, NULL after the last. */

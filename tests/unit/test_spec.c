@@ -116,7 +116,7 @@ static void test_spec_defaults(void)
     json_decref(s);
     T_EQ_STR(text, "{\"name\":\"collective\",\"description\":\"\",\"workload\":\"collective\","
                    "\"device\":\"cpu\",\"backend\":\"tcp\",\"launcher\":\"ddpbench\","
-             "\"mpi\":\"openmpi\",\"world_size\":1,\"nodes\":0,"
+             "\"mpi\":\"openmpi\",\"mpi_mca\":{},\"world_size\":1,\"nodes\":0,"
                    "\"ranks_per_node\":0,\"repeats\":1,\"trace_steps\":5,"
                    "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
                    "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,"
@@ -975,6 +975,74 @@ static void test_spec_check_order_and_scope(void)
                          "dataset.workers", "dataset.workers: 2 loader workers"));
 }
 
+/* mpi_mca: a bounded map of MPI settings, each key an OpenMPI MCA name or an MPICH
+ * control variable and each value free of shell characters; an error names the entry;
+ * struct spec gets the entries in order. */
+static void test_spec_mpi_mca(void)
+{
+#define MPI W ", \"backend\": \"mpi\", \"launcher\": \"mpirun\""
+    json_t *s = parse_ok(MPI ", \"mpi_mca\": {\"btl\": \"self,tcp\", \"btl_tcp_if_include\": "
+                             "\"lo\", \"MPIR_CVAR_CH4_NETMOD\": \"ofi\", \"pml\": \"^ucx\"}}");
+    T_CHECK(s);
+    struct spec sp;
+    struct err e;
+    int rc = spec_from_json(s, &sp, &e);
+    json_decref(s);
+    T_OK(rc);
+    T_EQ_INT(sp.n_mpi_params, 4);
+    T_EQ_STR(sp.mpi_params[0].key, "btl");
+    T_EQ_STR(sp.mpi_params[0].value, "self,tcp");
+    T_EQ_STR(sp.mpi_params[2].key, "MPIR_CVAR_CH4_NETMOD");
+    T_EQ_STR(sp.mpi_params[3].value, "^ucx");
+    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"btl\": \"tcp;rm -rf /\"}}", ERR_INVALID,
+                         "mpi_mca.btl", "no shell characters"));
+    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"btl\": \"$(id)\"}}", ERR_INVALID,
+                         "mpi_mca.btl", "got \"$(id)\""));
+    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"btl\": \"\"}}", ERR_INVALID, "mpi_mca.btl",
+                         "1 to 127"));
+    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"btl\": 3}}", ERR_INVALID, "mpi_mca.btl",
+                         "must be a string"));
+    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"Btl\": \"tcp\"}}", ERR_INVALID,
+                         "mpi_mca.Btl", "neither an OpenMPI MCA name"));
+    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"MPIR_CVAR_\": \"1\"}}", ERR_INVALID,
+                         "mpi_mca.MPIR_CVAR_", "MPICH"));
+    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"btl tcp\": \"1\"}}", ERR_INVALID,
+                         "mpi_mca.btl tcp", "neither"));
+    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": [\"btl\"]}", ERR_INVALID, "mpi_mca",
+                         "must be an object of at most 16 entries"));
+    char text[2048];
+    size_t len = (size_t)snprintf(text, sizeof text, MPI ", \"mpi_mca\": {");
+    for (int i = 0; i <= SPEC_MAX_MPI_PARAMS; i++) /* one too many */
+        len += (size_t)snprintf(text + len, sizeof text - len, "%s\"k%d\": \"1\"",
+                                i ? ", " : "", i);
+    snprintf(text + len, sizeof text - len, "}}");
+    T_CHECK(spec_rejects(text, ERR_INVALID, "mpi_mca", "at most 16"));
+    /* the longest key and value fit struct spec */
+    char key[64], val[128];
+    memset(key, 'k', 63);
+    key[63] = '\0';
+    memset(val, 'v', 127);
+    val[127] = '\0';
+    snprintf(text, sizeof text, MPI ", \"mpi_mca\": {\"%s\": \"%s\"}}", key, val);
+    s = parse_ok(text);
+    T_CHECK(s);
+    rc = spec_from_json(s, &sp, &e);
+    json_decref(s);
+    T_OK(rc);
+    T_EQ_INT(strlen(sp.mpi_params[0].key), 63);
+    T_EQ_INT(strlen(sp.mpi_params[0].value), 127);
+    snprintf(text, sizeof text, MPI ", \"mpi_mca\": {\"%sk\": \"1\"}}", key);
+    char field[64]; /* err.field holds 63 characters */
+    snprintf(field, sizeof field, "mpi_mca.%s", key);
+    T_CHECK(spec_rejects(text, ERR_INVALID, field, "neither"));
+    /* not sweepable; MPI chooses its own algorithms */
+    T_CHECK(spec_rejects(MPI ", \"sweep\": {\"mpi_mca\": [{}, {\"btl\": \"tcp\"}]}}",
+                         ERR_INVALID, "sweep.mpi_mca", "sweepable fields"));
+    T_CHECK(spec_rejects(MPI ", \"algorithm\": \"ring\"}", ERR_INVALID, "algorithm",
+                         "MPI chooses its own algorithms"));
+#undef MPI
+}
+
 /* What runs where: each combination the workers cannot run is refused at submit, naming
  * the field the rule is about, at the top level and at every point of a sweep. */
 static void test_spec_device_compat(void)
@@ -1385,7 +1453,7 @@ static void test_spec_schema_content(void)
         json_t *then_alg = json_object_get(json_object_get(last, "properties"), "algorithm");
         allowed += json_object_get(then_alg, "enum") != NULL;
     }
-    T_EQ_INT(allowed, 12);
+    T_EQ_INT(allowed, 14); /* and backend mpi -> algorithm: auto only, two more */
     /* nested groups are objects of their fields, closed to others */
     json_t *ds = json_object_get(props, "dataset");
     T_EQ_STR(get_str(ds, "type"), "object");
@@ -1661,6 +1729,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_dataset_workers);
     TEST_RUN(test_spec_data_pipeline);
     TEST_RUN(test_spec_device_compat);
+    TEST_RUN(test_spec_mpi_mca);
     TEST_RUN(test_spec_check_order_and_scope);
     TEST_RUN(test_spec_collective_sizes);
     TEST_RUN(test_spec_sizes_from_parsed_spec);
