@@ -319,8 +319,9 @@ static int spec_map_check(const json_t *v, const char *path, struct err *e)
     char got[96];
     if (!json_is_object(v) || json_object_size(v) > SPEC_MAX_MPI_PARAMS) {
         spec_value_text(v, got, sizeof got);
-        return err_set(e, ERR_INVALID, path, "%s: must be an object of at most %d entries, got %s",
-                       path, SPEC_MAX_MPI_PARAMS, got);
+        return err_set(e, ERR_INVALID, path,
+                       "%s: must be an object of at most %d entries, got %s", path,
+                       SPEC_MAX_MPI_PARAMS, got);
     }
     const char *key;
     json_t *val;

@@ -194,9 +194,9 @@ static json_t *spec_schema_value(const struct spec_field *f, bool zero)
         json_object_set_new(s, "maxProperties", json_integer(SPEC_MAX_MPI_PARAMS));
         /* the key pattern (SPEC_MAP_KEY_PATTERN) is the server's to check: propertyNames
          * has no OpenAPI 3.0 form (schema/embed.py) */
-        json_object_set_new(s, "additionalProperties",
-                            json_pack("{s:s, s:s}", "type", "string", "pattern",
-                                      SPEC_MAP_VALUE_PATTERN));
+        json_object_set_new(
+            s, "additionalProperties",
+            json_pack("{s:s, s:s}", "type", "string", "pattern", SPEC_MAP_VALUE_PATTERN));
         break;
     case SPEC_T_SIZE_LIST: {
         json_t *item = json_array();

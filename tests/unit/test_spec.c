@@ -116,7 +116,7 @@ static void test_spec_defaults(void)
     json_decref(s);
     T_EQ_STR(text, "{\"name\":\"collective\",\"description\":\"\",\"workload\":\"collective\","
                    "\"device\":\"cpu\",\"backend\":\"tcp\",\"launcher\":\"ddpbench\","
-             "\"mpi\":\"openmpi\",\"mpi_mca\":{},\"world_size\":1,\"nodes\":0,"
+                   "\"mpi\":\"openmpi\",\"mpi_mca\":{},\"world_size\":1,\"nodes\":0,"
                    "\"ranks_per_node\":0,\"repeats\":1,\"trace_steps\":5,"
                    "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
                    "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,"
@@ -996,14 +996,14 @@ static void test_spec_mpi_mca(void)
     T_EQ_STR(sp.mpi_params[3].value, "^ucx");
     T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"btl\": \"tcp;rm -rf /\"}}", ERR_INVALID,
                          "mpi_mca.btl", "no shell characters"));
-    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"btl\": \"$(id)\"}}", ERR_INVALID,
-                         "mpi_mca.btl", "got \"$(id)\""));
+    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"btl\": \"$(id)\"}}", ERR_INVALID, "mpi_mca.btl",
+                         "got \"$(id)\""));
     T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"btl\": \"\"}}", ERR_INVALID, "mpi_mca.btl",
                          "1 to 127"));
     T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"btl\": 3}}", ERR_INVALID, "mpi_mca.btl",
                          "must be a string"));
-    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"Btl\": \"tcp\"}}", ERR_INVALID,
-                         "mpi_mca.Btl", "neither an OpenMPI MCA name"));
+    T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"Btl\": \"tcp\"}}", ERR_INVALID, "mpi_mca.Btl",
+                         "neither an OpenMPI MCA name"));
     T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"MPIR_CVAR_\": \"1\"}}", ERR_INVALID,
                          "mpi_mca.MPIR_CVAR_", "MPICH"));
     T_CHECK(spec_rejects(MPI ", \"mpi_mca\": {\"btl tcp\": \"1\"}}", ERR_INVALID,
