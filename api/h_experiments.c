@@ -145,7 +145,8 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
                            "oversubscription)",
                            (long long)ws, (long long)need, total);
         }
-        if (h_check_engine(ctx, spec, spread || (need > total && up > 1), e) < 0 ||
+        if ((ctx->engines && engines_mpi_check(ctx->engines, spec, e) < 0) ||
+            h_check_engine(ctx, spec, spread || (need > total && up > 1), e) < 0 ||
             h_check_gpus(ctx, spec, e) < 0 || h_check_memory(spec, e) < 0)
             return -1;
     }

@@ -1,13 +1,9 @@
 /* engines: runs engines/probe.py once and keeps its answer (engines.h says why lazily). */
 #include "daemon/engines.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,10 +14,9 @@
 #include <unistd.h>
 
 #include "common/buf.h"
-#include "common/clock.h"
 #include "common/vocab.h"
-
-extern char **environ;
+#include "daemon/capture.h"
+#include "daemon/mpi_probe.h"
 
 struct engines {
     const struct config *cfg;
@@ -32,6 +27,7 @@ struct engines {
     json_t *probe;         /* owned; NULL until the first probe finished */
     atomic_int child;      /* the probe's pid while it runs, else 0 */
     atomic_bool cancelled; /* engines_cancel: probe no more */
+    struct mpi_probe *mpi; /* owned: the MPI implementations here (probed on first need) */
 };
 
 struct engines *engines_create(const struct config *cfg)
@@ -40,6 +36,10 @@ struct engines *engines_create(const struct config *cfg)
     if (!en)
         return NULL;
     en->cfg = cfg;
+    if (!(en->mpi = mpi_probe_create(cfg->worker_path))) {
+        free(en);
+        return NULL;
+    }
     pthread_mutex_init(&en->mu, NULL);
     pthread_cond_init(&en->done, NULL);
     return en;
@@ -56,33 +56,10 @@ void engines_destroy(struct engines *en)
     if (started)
         pthread_join(en->thread, NULL);
     json_decref(en->probe);
+    mpi_probe_destroy(en->mpi);
     pthread_cond_destroy(&en->done);
     pthread_mutex_destroy(&en->mu);
     free(en);
-}
-
-/* Reads the child's stdout until EOF or the deadline; -1 when it took too long. */
-static int engines_read_all(int fd, struct buf *out, int64_t deadline_ms)
-{
-    char chunk[4096];
-    for (;;) {
-        int64_t left = deadline_ms - clock_mono_ms();
-        if (left <= 0)
-            return -1;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        int rc = poll(&p, 1, (int)(left > 1000 ? 1000 : left));
-        if (rc < 0 && errno == EINTR)
-            continue;
-        if (rc <= 0)
-            continue;
-        ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n == 0)
-            return 0;
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 || buf_append(out, chunk, (size_t)n) < 0)
-            return -1;
-    }
 }
 
 void engines_cancel(struct engines *en)
@@ -103,48 +80,14 @@ static json_t *engines_run_probe(struct engines *en, struct err *e)
     }
     char script[PATH_MAX];
     snprintf(script, sizeof script, "%s/probe.py", cfg->engines_dir);
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) < 0) {
-        err_errno(e, "probe: pipe");
-        return NULL;
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
     char *argv[] = {(char *)cfg->python, script, NULL};
-    pid_t pid;
-    int src = posix_spawn(&pid, cfg->python, &fa, &attr, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    close(pfd[1]);
-    if (src == 0)
-        atomic_store(&en->child, (int)pid);
-    if (src == 0 && atomic_load(&en->cancelled))
-        kill(-pid, SIGKILL); /* cancelled while it was starting */
-    if (src != 0) {
-        close(pfd[0]);
-        errno = src;
-        err_errno(e, "cannot start %s %s", cfg->python, script);
-        return NULL;
-    }
     struct buf out = {0};
-    int rc = engines_read_all(pfd[0], &out, clock_mono_ms() + ENGINES_PROBE_TIMEOUT_S * 1000);
-    close(pfd[0]);
-    if (rc < 0)
-        kill(-pid, SIGKILL);
     int status = 0;
-    waitpid(pid, &status, 0);
-    atomic_store(&en->child, 0);
+    int rc = capture_run(argv, ENGINES_PROBE_TIMEOUT_S * 1000, &en->child, &en->cancelled, &out,
+                         &status, e);
     json_t *j = NULL;
     if (rc < 0) {
-        err_set(e, ERR_TIMEOUT, NULL, "%s took more than %d s", script,
-                ENGINES_PROBE_TIMEOUT_S);
+        /* e says why */
     } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         err_set(e, ERR_INTERNAL, NULL, "%s %s failed (status %d)", cfg->python, script, status);
     } else {
@@ -238,6 +181,7 @@ json_t *engines_get(struct engines *en, bool wait, struct err *e)
     json_object_set_new(out, "node", json_string(en->cfg->node));
     json_object_set_new(out, "python", json_string(en->cfg->python));
     engines_mark_script(en->cfg, out);
+    json_object_set_new(out, "mpi", mpi_probe_json(en->mpi));
     return out;
 }
 
@@ -304,4 +248,19 @@ int engines_check(struct engines *en, const char *engine, const char *script, st
     }
     json_decref(all);
     return rc;
+}
+
+int engines_mpi_check(struct engines *en, const json_t *spec, struct err *e)
+{
+    const char *backend = json_string_value(json_object_get(spec, "backend"));
+    const char *launcher = json_string_value(json_object_get(spec, "launcher"));
+    bool uses = (backend && strcmp(backend, "mpi") == 0) ||
+                (launcher && strcmp(launcher, "mpirun") == 0);
+    if (uses &&
+        mpi_probe_check(en->mpi, json_string_value(json_object_get(spec, "mpi")), e) < 0)
+        return -1;
+    const json_t *mca = json_object_get(spec, "mpi_mca");
+    if (uses && json_object_size(mca) > 0)
+        return mpi_probe_check_mca(en->mpi, mca, e);
+    return 0;
 }

@@ -31,7 +31,8 @@ void engines_destroy(struct engines *en);
 /* Kills a probe in flight (its caller then gets the fallback answer) and makes later
  * engines_get calls not probe: a daemon that is stopping does not wait for a Python import. */
 void engines_cancel(struct engines *en);
-/* {"node": N, "python": P, "probing": B, "engines": [...]} (new reference); the first call
+/* {"node": N, "python": P, "probing": B, "engines": [...], "mpi": [...]} (new reference;
+ * "mpi": mpi_probe_json, probed on the first call, in it); the first call
  * starts the probe. wait: until it finished; else, while it runs, probing true and an
  * empty list. A probe that cannot run answers ddpbench alone installed and every framework
  * with the probe's failure as its reason; NULL only on ENOMEM. */
@@ -41,6 +42,11 @@ json_t *engines_get(struct engines *en, bool wait, struct err *e);
  * engine "script" also needs --scripts-dir and a script that resolves inside it
  * (engines_resolve_script). */
 int engines_check(struct engines *en, const char *engine, const char *script, struct err *e);
+/* A run's MPI, when it uses one (backend "mpi" or launcher "mpirun"): ERR_CONFLICT
+ * naming "mpi" when its implementation is not available on this node (daemon/mpi_probe.h:
+ * why and the install command); ERR_INVALID naming "mpi_mca.<key>" for an OpenMPI
+ * parameter name this node's OpenMPI does not know. spec is one run's, borrowed. */
+int engines_mpi_check(struct engines *en, const json_t *spec, struct err *e);
 /* The real path of script (relative to cfg->scripts_dir) into out (PATH_MAX bytes): 0, or
  * -1 with ERR_CONFLICT naming "engine" when the script engine is off, ERR_INVALID naming
  * "script" when script is empty, absolute, outside the directory (symbolic links and ".."
