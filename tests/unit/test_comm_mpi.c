@@ -427,8 +427,36 @@ static void test_env(void)
     T_CHECK(ok);
 }
 
+/* Not a test: `test_comm_mpi --loop` runs 1 MiB allreduces until one fails and prints how
+ * (what happens when a rank is killed inside MPI_Allreduce: the report's measurement). */
+static int loop_until_failure(void)
+{
+    static float buf[1 << 18];
+    struct err e = {0};
+    struct comm_mpi_config cfg = {.timeout_ms = 5000};
+    struct comm *c = mod->create(&cfg, &e);
+    if (!c)
+        return fprintf(stderr, "%s\n", e.msg), 1;
+    fprintf(stderr, "rank %d pid %d looping\n", c->rank, (int)getpid());
+    long done = 0;
+    int64_t t_last = clock_mono_ms();
+    while (comm_allreduce(c, buf, buf, 1 << 18, COMM_FLOAT32, COMM_SUM, &e) == 0) {
+        done++;
+        t_last = clock_mono_ms();
+    }
+    fprintf(stderr, "rank %d: allreduce %ld failed %lld ms after the last success: %s (%s)\n",
+            c->rank, done, (long long)(clock_mono_ms() - t_last), e.msg, err_code_name(e.code));
+    return 3; /* without MPI_Finalize: a peer is gone */
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--loop") == 0) {
+        struct err e = {0};
+        const char *impl = getenv("DDPB_TEST_MPI");
+        mod = impl ? comm_factory_mpi_module(impl, &e) : NULL;
+        return mod ? loop_until_failure() : (fprintf(stderr, "%s\n", e.msg), 1);
+    }
     test_begin(argc, argv);
     const char *impl = getenv("DDPB_TEST_MPI");
     struct err e = {0};
