@@ -301,21 +301,36 @@ static bool report_is_errcode(const char *s)
     return false;
 }
 
-static int report_check_env(const json_t *v, struct err *e)
+/* An env object's values: strings, numbers, or objects of them (a library's own facts,
+ * "mpi": {"transport": {...}}) down to REPORT_ENV_DEPTH levels. */
+static int report_check_env_at(const json_t *v, const char *path, int depth, struct err *e)
 {
     const char *key;
     json_t *x;
-    if (!json_is_object(v))
-        return err_set(e, ERR_INVALID, "env", "env: must be an object");
     /* jansson's iterators take a non-const object; nothing is modified. */
     json_object_foreach((json_t *)v, key, x)
     {
-        char name[48];
+        char name[48], at[160];
         report_ascii(key, name, sizeof name);
-        if (!json_is_string(x) && !json_is_number(x))
-            return err_set(e, ERR_INVALID, "env", "env.%s: must be a string or a number", name);
+        snprintf(at, sizeof at, "%s.%s", path, name);
+        if (json_is_object(x) && depth < REPORT_ENV_DEPTH) {
+            if (report_check_env_at(x, at, depth + 1, e) < 0)
+                return -1;
+        } else if (!json_is_string(x) && !json_is_number(x)) {
+            return err_set(e, ERR_INVALID, "env",
+                           "%s: must be a string, a number or (%d levels deep at most) an "
+                           "object of them",
+                           at, REPORT_ENV_DEPTH);
+        }
     }
     return 0;
+}
+
+static int report_check_env(const json_t *v, struct err *e)
+{
+    if (!json_is_object(v))
+        return err_set(e, ERR_INVALID, "env", "env: must be an object");
+    return report_check_env_at(v, "env", 1, e);
 }
 
 /* Trace entries: an array of at most REPORT_TRACE_MAX arrays whose items are, in order,

@@ -8,7 +8,8 @@
  *
  * Every event carries "type", "rank" (int >= 0) and "t" (Unix seconds, float).
  *   hello       pid (int), host (str), world_size (int)
- *   env         env (object of string/number values: versions, cpu model, kernel, ...)
+ *   env         env (object of string/number values: versions, cpu model, kernel, ...;
+ *               or objects of them, REPORT_ENV_DEPTH levels in all: "mpi": {...})
  *   progress    done (int), total (int), phase (str)
  *   collective  the fields of struct report_collective
  *   heartbeat   phase (str: what the rank is doing now), progress (int: a counter the
@@ -166,6 +167,7 @@ struct report_usage {
  *          when the operation has none (a collective benchmark's iteration)
  * Both are JSON arrays kept as they are: the daemon stores them as text. */
 #define REPORT_TRACE_MAX 4096 /* entries of spans and of ops */
+#define REPORT_ENV_DEPTH 3    /* env, a library's object, its transport's object */
 struct report_trace {
     int repeat;
     int64_t step;

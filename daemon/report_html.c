@@ -558,7 +558,11 @@ static void rh_cell(struct rh *h, const json_t *v)
         rh_printf(h, "%s", json_is_true(v) ? "yes" : "no");
     else if (json_is_number(v))
         rh_num(h, json_number_value(v));
-    else
+    else if (json_is_object(v)) { /* an env's nested facts ("mpi"): as compact JSON */
+        char *text = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+        rh_text(h, text ? text : "–");
+        free(text);
+    } else
         rh_printf(h, "–");
 }
 

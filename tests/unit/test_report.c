@@ -227,7 +227,9 @@ static void test_report_rejects_malformed_lines(void)
          "gpu"},
         {"{\"type\":\"env\",\"rank\":0,\"t\":1}", "env"},
         {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":5}", "env"},
-        {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":{\"a\":{}}}", "env"},
+        /* objects nest REPORT_ENV_DEPTH levels, no deeper */
+        {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":{\"a\":{\"b\":{\"c\":{}}}}}", "env"},
+        {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":{\"a\":{\"b\":[1]}}}", "env"},
         {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":{\"a\":[1]}}", "env"},
         {"{\"type\":\"env\",\"rank\":0,\"t\":1,\"env\":{\"a\":true}}", "env"},
         {"{\"type\":\"progress\",\"rank\":0,\"t\":1,\"done\":-1,\"total\":2,\"phase\":\"p\"}",
@@ -263,6 +265,24 @@ static void test_report_rejects_malformed_lines(void)
     T_CHECK_MSG(ev, "%s", e.msg);
     T_EQ_INT(type, REPORT_ERROR);
     json_decref(ev);
+}
+
+/* An env may carry a library's facts as objects ("mpi": {"transport": {...}}). */
+static void test_report_env_nested(void)
+{
+    const char *ok = "{\"type\":\"env\",\"rank\":1,\"t\":1,\"env\":{\"kernel\":\"6.1\","
+                     "\"mpi\":{\"implementation\":\"openmpi\",\"transport\":{\"btl\":"
+                     "\"self,tcp\",\"n\":2}}}}";
+    struct err e;
+    enum report_type type;
+    json_t *ev = report_parse_line(ok, strlen(ok), &type, &e);
+    T_CHECK_MSG(ev, "%s", e.msg);
+    const char *btl = json_string_value(json_object_get(
+        json_object_get(json_object_get(json_object_get(ev, "env"), "mpi"), "transport"),
+        "btl"));
+    bool good = type == REPORT_ENV && btl && strcmp(btl, "self,tcp") == 0;
+    json_decref(ev);
+    T_CHECK(good);
 }
 
 static void test_report_rejects_bad_collective_fields(void)
@@ -889,6 +909,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_report_type_names);
     TEST_RUN(test_report_rejects_malformed_lines);
     TEST_RUN(test_report_rejects_bad_collective_fields);
+    TEST_RUN(test_report_env_nested);
     TEST_RUN(test_report_line_too_large);
     TEST_RUN(test_report_collective_round_trip);
     TEST_RUN(test_report_collective_rejects_bad_struct);
