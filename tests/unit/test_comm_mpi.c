@@ -466,6 +466,14 @@ int main(int argc, char **argv)
                 impl ? impl : "unset", e.msg);
         return 1;
     }
+    /* the worker reports its env before MPI is initialised: env must work then too */
+    json_t *early = mod->env();
+    const char *thr = json_string_value(json_object_get(early, "thread_level"));
+    if (!thr || strcmp(thr, "not initialised") != 0) {
+        fprintf(stderr, "env before MPI_Init: thread_level %s\n", thr ? thr : "missing");
+        return 1;
+    }
+    json_decref(early);
     /* one setting each implementation reads, the other ignores (test_env checks them) */
     const struct comm_mpi_param params[] = {{"btl", "self,vader,tcp"},
                                             {"MPIR_CVAR_DEBUG_HOLD", "0"}};

@@ -669,7 +669,10 @@ static json_t *mpi_env(void)
     int inited = 0;
     MPI_Initialized(&inited);
     json_t *t = json_object();
-    bool mpit = MPI_T_init_thread(MPI_THREAD_SERIALIZED, &provided) == MPI_SUCCESS;
+    /* MPI_T only once MPI is up: MPICH 4.0's MPI_Init_thread crashes after an MPI_T
+     * session opened and closed before it (the worker's first env report comes before
+     * the communicator; the one after it has the transport) */
+    bool mpit = inited && MPI_T_init_thread(MPI_THREAD_SERIALIZED, &provided) == MPI_SUCCESS;
 #ifdef OPEN_MPI
     if (t && mpit)
         mpi_ompi_transport(t);
