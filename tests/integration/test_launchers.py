@@ -8,7 +8,9 @@ test_slurm.py, inside a real Slurm allocation. Also the refusals: srun outside a
 allocation and mpirun across nodes (409 naming launcher), backend mpi without an MPI
 launcher (400), and a launcher program that cannot start."""
 import os
+import shutil
 import sys
+import tempfile
 
 import launcher_checks
 from harness import Daemon, check, run_cases
@@ -46,16 +48,33 @@ def test_refusals():
 
 
 def test_launcher_that_cannot_start():
-    """No mpirun on the daemon's PATH: the run fails at once naming the launcher."""
-    env = dict(os.environ, PATH="/nonexistent")
-    d = Daemon(cpu_slots=2, env=env)
+    """No mpirun on the daemon's PATH is refused at submit (409 naming mpi, with the install
+    command: daemon/mpi_probe.h); an mpirun on PATH that cannot be executed (an interpreter
+    that does not exist) fails the run at once naming the launcher."""
+    bare = tempfile.mkdtemp(prefix="ddpb-launcher-")
     try:
-        run = d.run_fails({"workload": "collective", "world_size": 2, "launcher": "mpirun"},
-                          "could not start the run's launcher (mpirun)", timeout=30)
-        check("mpirun.openmpi" in run["error"], run["error"])
-        d.wait_slots_free(2)
+        d = Daemon(cpu_slots=2, env=dict(os.environ, PATH=bare))
+        try:
+            status, body, _ = d.request("POST", "/v1/experiments", body={
+                "workload": "collective", "world_size": 2, "launcher": "mpirun"})
+            check(status == 409 and body["error"]["field"] == "mpi" and
+                  "apt-get install openmpi-bin" in body["error"]["message"], (status, body))
+        finally:
+            d.close()
+        fake = os.path.join(bare, "mpirun.openmpi")
+        with open(fake, "w") as f:
+            f.write("#!/nonexistent/interpreter\n")
+        os.chmod(fake, 0o755)
+        d = Daemon(cpu_slots=2, env=dict(os.environ, PATH=bare))
+        try:
+            run = d.run_fails({"workload": "collective", "world_size": 2, "launcher": "mpirun"},
+                              "could not start the run's launcher (mpirun)", timeout=30)
+            check("mpirun.openmpi" in run["error"], run["error"])
+            d.wait_slots_free(2)
+        finally:
+            d.close()
     finally:
-        d.close()
+        shutil.rmtree(bare, ignore_errors=True)
 
 
 CASES = [make_case(name, fields, fn) for name, fields in LAUNCHERS
