@@ -5,7 +5,10 @@ implementation, for every op, in and out of place, over every dtype, with the re
 and transport, with mpi_mca reaching MPI (OpenMPI's btl) and stored with the run; a sweep
 over backend and mpi; and the refusals: an unknown MCA name or a value with shell
 characters is 400 naming the key, an implementation this node lacks is 409 naming mpi
-with the install command. GET /v1/engines says which implementations this node has."""
+with the install command. GET /v1/engines says which implementations this node has. And
+launcher_checks' supervision with backend mpi: a killed rank fails the run naming it (MPI
+aborts the job, but the daemon names the rank whose channel ended first), cancel, a
+frozen rank, the timeout, nothing left behind."""
 import os
 import shutil
 import sys
@@ -152,7 +155,22 @@ def test_refusals():
         shutil.rmtree(bare, ignore_errors=True)
 
 
+def supervised(impl, check_fn):
+    """launcher_checks' supervision (killed rank named, cancel, frozen rank, timeout,
+    nothing left) with backend mpi: MPI aborting the job must not hide which rank died."""
+    def case():
+        d = Daemon(cpu_slots=2)
+        try:
+            check_fn(d, dict(MPI, mpi=impl))
+        finally:
+            d.close()
+    case.__name__ = f"test_{impl}_{check_fn.__name__[len('check_'):]}"
+    return case
+
+
+CASES = [test_engines_lists_both, test_every_op_checked, test_every_dtype_and_redop,
+         test_env_and_mca, test_train_and_sweep, test_refusals] + \
+    [supervised(impl, fn) for impl in IMPLS for fn in launcher_checks.CHECKS]
+
 if __name__ == "__main__":
-    sys.exit(run_cases([test_engines_lists_both, test_every_op_checked,
-                        test_every_dtype_and_redop, test_env_and_mca, test_train_and_sweep,
-                        test_refusals]))
+    sys.exit(run_cases(CASES))
