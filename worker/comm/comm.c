@@ -301,3 +301,17 @@ size_t comm_wire_bytes(enum comm_op op, size_t bytes, int world_size)
     }
     return 0;
 }
+
+int comm_vfail(struct comm *c, bool *broken, struct err *first, struct err *e,
+               enum err_code code, const char *op, int peer, const char *fmt, va_list ap)
+{
+    char msg[300];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    snprintf(c->error_op, sizeof c->error_op, "%s", op);
+    c->error_peer = peer;
+    if (!*broken) {
+        *broken = true;
+        err_set(first, code, NULL, "%s: %s", op, msg);
+    }
+    return err_set(e, code, NULL, "%s: %s", op, msg);
+}

@@ -24,6 +24,7 @@
 #ifndef DDPB_COMM_H
 #define DDPB_COMM_H
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -172,6 +173,13 @@ int comm_algorithm_parse(const char *s, enum comm_algorithm *out);
  * collective workload counts it) among world_size ranks: what comm->bytes_sent
  * accumulates for backends that cannot count the bytes they put on the wire (nccl, mpi). */
 size_t comm_wire_bytes(enum comm_op op, size_t bytes, int world_size);
+
+/* A backend's failure of operation op blaming peer (-1: none): sets c->error_op and
+ * c->error_peer, breaks the communicator (*broken; the first failure is kept in *first,
+ * which every later operation returns) and fills e with "op: message". Returns -1. For
+ * backends (tcp, mpi), never callers. */
+int comm_vfail(struct comm *c, bool *broken, struct err *first, struct err *e,
+               enum err_code code, const char *op, int peer, const char *fmt, va_list ap);
 
 /* Checks a against c (counts, buffers and their overlap, peers, enums) without running
  * it: ERR_INVALID naming what is wrong. */

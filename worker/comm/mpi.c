@@ -207,18 +207,11 @@ static int mpi_fail(struct comm_mpi *m, struct err *e, enum err_code code, const
 static int mpi_fail(struct comm_mpi *m, struct err *e, enum err_code code, const char *op,
                     int peer, const char *fmt, ...)
 {
-    char msg[300];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = comm_vfail(&m->base, &m->broken, &m->first_err, e, code, op, peer, fmt, ap);
     va_end(ap);
-    snprintf(m->base.error_op, sizeof m->base.error_op, "%s", op);
-    m->base.error_peer = peer;
-    if (!m->broken) {
-        m->broken = true;
-        err_set(&m->first_err, code, NULL, "%s: %s", op, msg);
-    }
-    return err_set(e, code, NULL, "%s: %s", op, msg);
+    return rc;
 }
 
 static int mpi_fail_rc(struct comm_mpi *m, struct err *e, const char *op, int peer, int rc,

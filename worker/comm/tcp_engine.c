@@ -40,18 +40,11 @@
 int tcp_fail(struct comm_tcp *t, struct err *e, enum err_code code, const char *op, int peer,
              const char *fmt, ...)
 {
-    char msg[300];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = comm_vfail(&t->base, &t->broken, &t->first_err, e, code, op, peer, fmt, ap);
     va_end(ap);
-    snprintf(t->base.error_op, sizeof t->base.error_op, "%s", op);
-    t->base.error_peer = peer;
-    if (!t->broken) {
-        t->broken = true;
-        err_set(&t->first_err, code, NULL, "%s: %s", op, msg);
-    }
-    return err_set(e, code, NULL, "%s: %s", op, msg);
+    return rc;
 }
 
 bool tcp_aborted(const struct comm_tcp *t)
