@@ -432,7 +432,11 @@ static const char spec_schema_description_format[] =
     "above 1 only with prefetch at least 1; dataset.read_mbps, dataset.read_latency_ms and "
     "dataset.read_concurrency non-zero only with dataset.storage custom; dataset.storage "
     "other than local on mnist, fashion-mnist or cifar10 only with a dataset.format other "
-    "than native. A run must also fit this node or the cluster's nodes "
+    "than native; (9) mpi_mca's keys, which OpenAPI 3.0 cannot constrain: each an OpenMPI "
+    "MCA parameter name (a lowercase letter, then up to 62 lowercase letters, digits and _) "
+    "or MPIR_CVAR_ and 1 to 53 of A-Z, 0-9 and _; and in a run over MPI (backend mpi or "
+    "launcher mpirun) an OpenMPI name must be one this node's OpenMPI lists (ompi_info). "
+    "A run must also fit this node or the cluster's nodes "
     "(CPU slots, GPUs, and for device cpu its memory), else 409.";
 
 json_t *spec_schema_json(void)
