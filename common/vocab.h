@@ -183,7 +183,7 @@ struct vocab_launcher {
 
 struct vocab_mpi {
     const char *name;
-    const char *module;   /* the worker's communicator module (worker/module.h) */
+    const char *module;   /* the worker's communicator module (worker/module/module.h) */
     const char *symbol;   /* its entry */
     const char *launcher; /* the implementation's own launcher program */
     const char *pmi;      /* srun --mpi= plugin its ranks wire up with */

@@ -177,7 +177,7 @@ static void mpi_probe_mca_names(struct mpi_probe *p)
     p->n_mca = kept;
 }
 
-/* The module where worker/module.c would find it: beside the worker, or installed. */
+/* The module where worker/module/module.c would find it: beside the worker, or installed. */
 static int mpi_probe_module(const struct mpi_probe *p, const char *file, char *out, size_t cap)
 {
     const char *dirs[] = {p->worker_dir, DDPB_MODULE_DIR};

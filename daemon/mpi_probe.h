@@ -4,7 +4,7 @@
  * Per implementation of the vocabulary (common/vocab.h VOCAB_MPI) an implementation is
  * available when both halves are here: the worker's communicator module
  * (ddpb_comm_mpi_<impl>.so beside the worker program or in the install directory, where
- * worker/module.c looks) and the implementation's launcher program on PATH. Its version
+ * worker/module/module.c looks) and the implementation's launcher program on PATH. Its version
  * is what the launcher says (mpirun.openmpi --version, mpiexec.mpich --version). For
  * OpenMPI the probe also keeps the names of every MCA parameter ompi_info lists, so an
  * mpi_mca key OpenMPI does not know is refused at submit rather than ignored by MPI.

@@ -2,7 +2,7 @@
  * a good one (its entry's ABI is MODULE_ABI), one with another ABI (-DPROBE_ABI_SKEW)
  * and one without the entry symbol (-DPROBE_NO_ENTRY). Every module's entry has a name of
  * its own, as the real ones do: module_load opens them RTLD_GLOBAL. */
-#include "worker/module.h"
+#include "worker/module/module.h"
 
 struct probe_entry {
     int abi;

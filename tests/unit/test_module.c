@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "tests/unit/test.h"
-#include "worker/module.h"
+#include "worker/module/module.h"
 
 struct probe_entry {
     int abi;

@@ -11,7 +11,7 @@
 #include "ddpb_config.h"
 #include "worker/comm/comm_mpi.h"
 #include "worker/comm/tcp.h"
-#include "worker/module.h"
+#include "worker/module/module.h"
 #if DDPB_HAVE_NCCL
 #include "worker/comm/comm_nccl.h"
 #endif

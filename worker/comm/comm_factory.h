@@ -52,7 +52,7 @@ int comm_backend_check(const char *name, struct err *e);
 
 struct comm_mpi_module;
 /* The communicator module of MPI implementation impl ("openmpi", "mpich": vocab.h
- * VOCAB_MPI), loaded once per process (worker/module.h); borrowed for the life of the
+ * VOCAB_MPI), loaded once per process (worker/module/module.h); borrowed for the life of the
  * process. NULL with e set (ERR_INVALID, field "mpi") naming the module and the package
  * to install, or the build to redo, when it is missing or cannot be loaded. */
 const struct comm_mpi_module *comm_factory_mpi_module(const char *impl, struct err *e);

@@ -4,8 +4,8 @@
  * Decisions:
  * - OpenMPI and MPICH cannot be linked into one program (one libmpi's symbols shadow the
  *   other's), so mpi.c is built once per implementation as a loadable module
- *   (worker/module.h): ddpb_comm_mpi_openmpi.so and ddpb_comm_mpi_mpich.so, each with its
- *   own entry symbol (common/vocab.h VOCAB_MPI). The worker links no MPI at all; the
+ *   (worker/module/module.h): ddpb_comm_mpi_openmpi.so and ddpb_comm_mpi_mpich.so, each
+ *   with its own entry symbol (common/vocab.h VOCAB_MPI). The worker links no MPI at all; the
  *   factory (comm_factory.c) loads the module of the spec's "mpi" field.
  * - The entry is the table below; everything the worker needs from MPI goes through it.
  * - The ranks are MPI's: the launcher (mpirun, mpiexec, srun) placed them. The module

@@ -20,7 +20,7 @@
 #include "common/clock.h"
 #include "worker/comm/comm_mpi.h"
 #include "worker/comm/reduce.h"
-#include "worker/module.h"
+#include "worker/module/module.h"
 
 #ifndef COMM_MPI_ENTRY
 #error "COMM_MPI_ENTRY (the module's entry symbol) is set by worker/meson.build"

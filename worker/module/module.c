@@ -1,5 +1,5 @@
 /* module: see module.h. */
-#include "worker/module.h"
+#include "worker/module/module.h"
 
 #include <dlfcn.h>
 #include <limits.h>
