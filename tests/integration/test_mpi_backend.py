@@ -124,6 +124,22 @@ def test_train_and_sweep():
         d.close()
 
 
+def test_strategies_and_pipeline():
+    """The five strategies, and a pipeline (stage groups: MPI_Comm_create_group, busy beside
+    the world's activations on threads of their own), under each implementation."""
+    d = Daemon(cpu_slots=4)
+    try:
+        for impl in IMPLS:
+            base = dict(launcher_checks.TRAIN, backend="mpi", launcher="mpirun", mpi=impl)
+            d.run_succeeds(dict(base, sweep={"strategy": ["naive", "ddp", "horovod", "zero1",
+                                                          "zero2"]}), timeout=600, runs=5)
+            for _ in range(3):  # concurrent MPI calls once crashed MPICH one run in two
+                d.run_succeeds(dict(base, world_size=4, pipeline=2, micro_batches=2),
+                               timeout=300)
+    finally:
+        d.close()
+
+
 def test_refusals():
     d = Daemon(cpu_slots=2)
     try:
@@ -169,7 +185,8 @@ def supervised(impl, check_fn):
 
 
 CASES = [test_engines_lists_both, test_every_op_checked, test_every_dtype_and_redop,
-         test_env_and_mca, test_train_and_sweep, test_refusals] + \
+         test_env_and_mca, test_train_and_sweep, test_strategies_and_pipeline,
+         test_refusals] + \
     [supervised(impl, fn) for impl in IMPLS for fn in launcher_checks.CHECKS]
 
 if __name__ == "__main__":

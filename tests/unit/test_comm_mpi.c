@@ -287,6 +287,36 @@ static void test_sendrecv(void)
     T_CHECK(memcmp(a, b, sizeof a) == 0);
 }
 
+/* Two communicators busy at once on two threads (a pipeline's stage allreduce on its
+ * communication thread beside the world's traffic on the main thread): MPI is called from
+ * both at the same time, which the module serializes (MPICH over UCX asserts otherwise). */
+static void test_concurrent_comms(void)
+{
+    struct err e = {0};
+    struct comm_mpi_config cfg = {.timeout_ms = 20000};
+    struct comm *c2 = mod->create(&cfg, &e);
+    T_CHECK_MSG(c2, "%s", e.msg);
+    enum { N = 1 << 16 };
+    static float a[N], b[N];
+    int bad = 0, rc = 0;
+    for (int round = 0; round < 40 && rc == 0; round++) {
+        for (int i = 0; i < N; i++) {
+            a[i] = (float)(me + i % 5);
+            b[i] = (float)(2 * me + round);
+        }
+        struct comm_handle *h = comm_iallreduce(c2, a, a, N, COMM_FLOAT32, COMM_SUM, &e);
+        rc = h ? 0 : -1;
+        for (int k = 0; k < 4 && rc == 0; k++) /* world ops while c2's runs */
+            rc = comm_allreduce(world, b, b, 64, COMM_FLOAT32, COMM_MAX, &e);
+        if (h && comm_wait(h, &e) < 0)
+            rc = -1;
+        bad += rc == 0 && (a[7] != (float)(2 * (7 % 5) + 1) || b[0] != (float)(2 + round));
+    }
+    comm_destroy(c2);
+    T_CHECK_MSG(rc == 0, "%s", e.msg);
+    T_EQ_INT(bad, 0);
+}
+
 /* ---- groups, refusals, the timeout -------------------------------------------------- */
 
 /* Each rank alone in a group of its own: MPI_Comm_create_group of one rank. */
@@ -499,6 +529,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_barrier);
     TEST_RUN(test_send_recv);
     TEST_RUN(test_sendrecv);
+    TEST_RUN(test_concurrent_comms);
     TEST_RUN(test_group_of_one);
     TEST_RUN(test_refusals);
     TEST_RUN(test_timeout);

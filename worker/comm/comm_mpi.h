@@ -12,8 +12,11 @@
  *   initialises MPI (MPI_Init_thread) on the first communicator and finalises it when the
  *   last one is destroyed, on the thread that initialised it. It asks for
  *   MPI_THREAD_SERIALIZED, because comm_async runs operations on the communication
- *   thread, not the thread that called MPI_Init, one at a time; a library that provides
- *   less is refused.
+ *   thread, not the thread that called MPI_Init; a library that provides less is refused.
+ *   Communicators of one process work at the same time on threads of their own (a
+ *   pipeline's stage group beside the world), so the module holds one process-wide lock
+ *   around each MPI call (never while it waits): serialized is then enough, and
+ *   MPI_THREAD_MULTIPLE's cost in the library is not paid.
  * - Every operation is the non-blocking MPI call (MPI_Iallreduce, ...) polled with
  *   MPI_Testall under the communicator's timeout, abort flag and stop flag: a rank that
  *   never enters an operation is ERR_TIMEOUT naming the operation, never a hang. MPI

@@ -10,6 +10,7 @@
  * cannot meet the worker's or the other implementation's. */
 #include <dlfcn.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,6 +39,12 @@ enum { MPI_HALF_F16, MPI_HALF_BF16, MPI_NHALF };
 enum { MPI_HOP_SUM, MPI_HOP_MIN, MPI_HOP_MAX, MPI_NHOP };
 
 struct mpi_lib {
+    /* Held around every MPI call: communicators of one process run their operations on
+     * threads of their own at the same time (a pipeline's stage allreduce beside the
+     * world's activations), which MPI_THREAD_SERIALIZED does not allow unlocked (measured:
+     * MPICH over UCX asserts in ucp_worker_progress). Never held while waiting: a poll
+     * takes it for one MPI_Testall. */
+    pthread_mutex_t mu;
     int users;  /* communicators alive */
     bool ours;  /* this module called MPI_Init (and so finalises) */
     bool stuck; /* an operation never completed: MPI_Finalize would hang */
@@ -46,7 +53,7 @@ struct mpi_lib {
     MPI_Op hop[MPI_NHALF][MPI_NHOP];
 };
 
-static struct mpi_lib mpi_lib = {.half = MPI_DATATYPE_NULL};
+static struct mpi_lib mpi_lib = {.mu = PTHREAD_MUTEX_INITIALIZER, .half = MPI_DATATYPE_NULL};
 
 struct comm_mpi {
     struct comm base; /* first: comm.c sees struct comm */
@@ -247,7 +254,9 @@ static int mpi_poll(struct comm_mpi *m, MPI_Request *reqs, int n, MPI_Status *st
     int64_t t0 = clock_mono_ns(), limit = (int64_t)m->base.timeout_ms * 1000000;
     for (;;) {
         int done = 0;
+        pthread_mutex_lock(&mpi_lib.mu);
         *rc = MPI_Testall(n, reqs, &done, st);
+        pthread_mutex_unlock(&mpi_lib.mu);
         if (*rc != MPI_SUCCESS)
             return -1;
         if (done)
@@ -389,7 +398,10 @@ static int mpi_collective(struct comm *c, const struct comm_args *a, struct err 
     const char *name = comm_op_name(a->op);
     MPI_Request req[2];
     MPI_Status st[2];
-    int n = 0, rc = mpi_start_collective(m, a, req, &n, e);
+    int n = 0;
+    pthread_mutex_lock(&mpi_lib.mu);
+    int rc = mpi_start_collective(m, a, req, &n, e);
+    pthread_mutex_unlock(&mpi_lib.mu);
     if (rc == -2)
         return -1;
     if (rc != MPI_SUCCESS)
@@ -436,10 +448,12 @@ static int mpi_p2p(struct comm *c, const struct comm_args *a, struct err *e)
             return -1;
         send = memcpy(copy, a->send, sbytes);
     }
+    pthread_mutex_lock(&mpi_lib.mu);
     if (a->op == COMM_OP_RECV || a->op == COMM_OP_SENDRECV)
         rc = MPI_Irecv(a->recv, (int)rbytes, MPI_BYTE, rpeer, MPI_TAG_P2P, m->mc, &req[n++]);
     if (rc == MPI_SUCCESS && (a->op == COMM_OP_SEND || a->op == COMM_OP_SENDRECV))
         rc = MPI_Isend(send, (int)sbytes, MPI_BYTE, a->peer, MPI_TAG_P2P, m->mc, &req[n++]);
+    pthread_mutex_unlock(&mpi_lib.mu);
     if (rc != MPI_SUCCESS)
         return mpi_fail_rc(m, e, name, a->peer, rc, "starting it");
     if (mpi_wait(m, name, a->op == COMM_OP_SEND ? a->peer : rpeer, req, n, st, e) < 0)
@@ -507,14 +521,14 @@ static struct comm *mpi_create(const struct comm_mpi_config *cfg, struct err *e)
                             .error_peer = -1};
     m->mc = MPI_COMM_NULL;
     snprintf(m->base.last_algorithm, sizeof m->base.last_algorithm, "mpi");
-    if (mpi_lib_acquire(cfg, e) < 0) {
-        if (mpi_lib.users > 0)
-            mpi_lib_release();
-        free(m);
-        return NULL;
-    }
-    if (mpi_comm_make(m, cfg, e) < 0) {
+    pthread_mutex_lock(&mpi_lib.mu);
+    int rc = mpi_lib_acquire(cfg, e);
+    if (rc == 0 && (rc = mpi_comm_make(m, cfg, e)) < 0)
         mpi_lib_release();
+    else if (rc < 0 && mpi_lib.users > 0) /* acquired, then refused the thread level */
+        mpi_lib_release();
+    pthread_mutex_unlock(&mpi_lib.mu);
+    if (rc < 0) {
         free(m);
         return NULL;
     }
@@ -534,11 +548,13 @@ static void mpi_destroy(struct comm *c)
         int rc;
         stuck = mpi_poll(m, m->pending, m->n_pending, st, &why, &rc) == 0;
     }
+    pthread_mutex_lock(&mpi_lib.mu);
     if (stuck)
         mpi_lib.stuck = true;
     else if (m->mc != MPI_COMM_NULL)
         MPI_Comm_free(&m->mc);
     mpi_lib_release();
+    pthread_mutex_unlock(&mpi_lib.mu);
     free(m->scratch);
     free(m);
 }
@@ -660,6 +676,7 @@ static json_t *mpi_env(void)
     char standard[16];
     snprintf(standard, sizeof standard, "%d.%d", major, minor);
     int inited = 0;
+    pthread_mutex_lock(&mpi_lib.mu);
     MPI_Initialized(&inited);
     json_t *t = json_object();
     /* MPI_T only once MPI is up: MPICH 4.0's MPI_Init_thread crashes after an MPI_T
@@ -675,6 +692,7 @@ static json_t *mpi_env(void)
 #endif
     if (mpit)
         MPI_T_finalize();
+    pthread_mutex_unlock(&mpi_lib.mu);
     /* the first line of the version string: MPICH's runs on with its configure flags */
     return json_pack("{s:s, s:s%, s:s, s:s, s:o*, s:o*}", "implementation", COMM_MPI_NAME,
                      "library_version", version, strcspn(version, "\n"), "standard", standard,
