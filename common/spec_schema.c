@@ -435,7 +435,9 @@ static const char spec_schema_description_format[] =
     "than native; (9) mpi_mca's keys, which OpenAPI 3.0 cannot constrain: each an OpenMPI "
     "MCA parameter name (a lowercase letter, then up to 62 lowercase letters, digits and _) "
     "or MPIR_CVAR_ and 1 to 53 of A-Z, 0-9 and _; and in a run over MPI (backend mpi or "
-    "launcher mpirun) an OpenMPI name must be one this node's OpenMPI lists (ompi_info). "
+    "launcher mpirun) every key is the run's implementation's (OpenMPI names with mpi "
+    "openmpi, MPIR_CVAR_* with mpich) and an OpenMPI name one this node's OpenMPI lists "
+    "(ompi_info). "
     "A run must also fit this node or the cluster's nodes "
     "(CPU slots, GPUs, and for device cpu its memory), else 409.";
 

@@ -260,7 +260,24 @@ int engines_mpi_check(struct engines *en, const json_t *spec, struct err *e)
         mpi_probe_check(en->mpi, json_string_value(json_object_get(spec, "mpi")), e) < 0)
         return -1;
     const json_t *mca = json_object_get(spec, "mpi_mca");
-    if (uses && json_object_size(mca) > 0)
-        return mpi_probe_check_mca(en->mpi, mca, e);
-    return 0;
+    if (!uses || json_object_size(mca) == 0)
+        return 0;
+    /* each setting must be the run's implementation's (daemon/launch_plan.c hands OpenMPI
+     * names to OpenMPI only, MPIR_CVAR_* to MPICH only): refused here, not at launch */
+    const char *impl = json_string_value(json_object_get(spec, "mpi"));
+    bool mpich = impl && strcmp(impl, "mpich") == 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)mca, key, v)
+    {
+        bool cvar = strncmp(key, "MPIR_CVAR_", 10) == 0;
+        if (cvar != mpich) {
+            char field[80];
+            snprintf(field, sizeof field, "mpi_mca.%s", key);
+            return err_set(e, ERR_INVALID, field, "%s: a setting of %s, but mpi is \"%s\"",
+                           field, cvar ? "MPICH (MPIR_CVAR_*)" : "OpenMPI (an MCA name)",
+                           impl ? impl : "");
+        }
+    }
+    return mpi_probe_check_mca(en->mpi, mca, e);
 }

@@ -145,10 +145,21 @@ def test_refusals():
     try:
         for mca, key in (({"btl": "tcp;id"}, "mpi_mca.btl"),
                          ({"btl_tcp_no_such_knob": "1"}, "mpi_mca.btl_tcp_no_such_knob"),
-                         ({"Btl": "tcp"}, "mpi_mca.Btl")):
+                         ({"Btl": "tcp"}, "mpi_mca.Btl"),
+                         ({"MPIR_CVAR_CH4_NETMOD": "ofi"}, "mpi_mca.MPIR_CVAR_CH4_NETMOD")):
             status, body, _ = d.request("POST", "/v1/experiments",
                                         body=collective("openmpi", mpi_mca=mca))
             check(status == 400 and body["error"]["field"] == key, (mca, status, body))
+        status, body, _ = d.request("POST", "/v1/experiments",
+                                    body=collective("mpich", mpi_mca={"btl": "tcp"}))
+        check(status == 400 and body["error"]["field"] == "mpi_mca.btl" and
+              "mpi is \"mpich\"" in body["error"]["message"], (status, body))
+        exp = d.run_succeeds(collective("mpich", mpi_mca={"MPIR_CVAR_CH4_NETMOD": "ucx"}),
+                             timeout=120)
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        for env in run["env"]:
+            settings = (env["env"] if "env" in env else env)["mpi"]["settings"]
+            check(settings.get("MPIR_CVAR_CH4_NETMOD") == "ucx", settings)
     finally:
         d.close()
     # a node whose PATH has no MPI launcher: 409 naming mpi, with the install command
