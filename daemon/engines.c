@@ -147,6 +147,7 @@ static void *engines_probe_main(void *arg)
 {
     struct engines *en = arg;
     struct err why = {0};
+    json_decref(mpi_probe_json(en->mpi)); /* MPI's probe first: it is the quick one */
     json_t *p = engines_run_probe(en, &why);
     if (!p)
         p = engines_fallback(&why);
@@ -181,7 +182,8 @@ json_t *engines_get(struct engines *en, bool wait, struct err *e)
     json_object_set_new(out, "node", json_string(en->cfg->node));
     json_object_set_new(out, "python", json_string(en->cfg->python));
     engines_mark_script(en->cfg, out);
-    json_object_set_new(out, "mpi", mpi_probe_json(en->mpi));
+    /* while the probe thread runs, MPI's probe may be running in it: answer at once */
+    json_object_set_new(out, "mpi", probing ? json_array() : mpi_probe_json(en->mpi));
     return out;
 }
 

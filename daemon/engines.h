@@ -32,7 +32,8 @@ void engines_destroy(struct engines *en);
  * engines_get calls not probe: a daemon that is stopping does not wait for a Python import. */
 void engines_cancel(struct engines *en);
 /* {"node": N, "python": P, "probing": B, "engines": [...], "mpi": [...]} (new reference;
- * "mpi": mpi_probe_json, probed on the first call, in it); the first call
+ * "mpi": mpi_probe_json, which the probe's thread runs first; [] while probing); the first
+ * call
  * starts the probe. wait: until it finished; else, while it runs, probing true and an
  * empty list. A probe that cannot run answers ddpbench alone installed and every framework
  * with the probe's failure as its reason; NULL only on ENOMEM. */

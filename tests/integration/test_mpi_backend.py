@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import launcher_checks
 from harness import Daemon, check, run_cases
@@ -41,7 +42,11 @@ def check_rows(d, exp, what):
 def test_engines_lists_both():
     d = Daemon(cpu_slots=2)
     try:
+        deadline = time.time() + 180  # [] while the node's probe runs
         nodes = d.get("/v1/engines")["nodes"]
+        while nodes[0]["probing"] and time.time() < deadline:
+            time.sleep(0.3)
+            nodes = d.get("/v1/engines")["nodes"]
         mpi = {m["name"]: m for m in nodes[0]["mpi"]}
         for impl, version in (("openmpi", "4.1"), ("mpich", "4.0")):
             m = mpi[impl]
@@ -174,7 +179,12 @@ def test_refusals():
                 status, body, _ = d.request("POST", "/v1/experiments", body=collective(impl))
                 check(status == 409 and body["error"]["field"] == "mpi" and
                       f"apt-get install {pkg}" in body["error"]["message"], (status, body))
-            mpi = d.get("/v1/engines")["nodes"][0]["mpi"]
+            deadline = time.time() + 180
+            node = d.get("/v1/engines")["nodes"][0]
+            while node["probing"] and time.time() < deadline:
+                time.sleep(0.3)
+                node = d.get("/v1/engines")["nodes"][0]
+            mpi = node["mpi"]
             check(not any(m["available"] for m in mpi) and all(m["install"] for m in mpi), mpi)
         finally:
             d.close()
