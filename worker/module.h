@@ -9,7 +9,9 @@
  * - Where modules are looked for, in order: the directory of the running program
  *   (/proc/self/exe: the build tree's worker/ and the GPU bundle keep them beside
  *   ddpbench-worker), the install directory (DDPB_MODULE_DIR, libdir/ddpbench), then the
- *   build tree's worker/ (DDPB_BUILD_MODULE_DIR: unit tests run from tests/).
+ *   build tree's worker/ (DDPB_BUILD_MODULE_DIR: unit tests run from tests/), the last
+ *   only for a program that lives inside that build tree: a copied, installed or bundled
+ *   worker never picks up the modules of the tree it was built in.
  * - dlopen with RTLD_NOW | RTLD_GLOBAL: a missing symbol fails at open, naming the
  *   library, not in the middle of a run; and OpenMPI's own plugins, which it dlopens in
  *   MPI_Init, resolve libmpi's symbols only when libmpi is global.

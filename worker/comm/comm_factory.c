@@ -1,6 +1,5 @@
-/* comm_factory: see comm_factory.h. The NCCL half is compiled only with NCCL
- * (DDPB_HAVE_NCCL): this file is the one place outside comm/nccl.c that knows whether the
- * build has it. */
+/* comm_factory: see comm_factory.h. The NCCL communicator is a module (gpu_modules.h),
+ * loaded by the first check of a spec with backend "nccl": a tcp run never opens it. */
 #include "worker/comm/comm_factory.h"
 
 #include <stdio.h>
@@ -8,11 +7,9 @@
 #include <string.h>
 
 #include "common/vocab.h"
-#include "ddpb_config.h"
-#include "worker/comm/tcp.h"
-#if DDPB_HAVE_NCCL
 #include "worker/comm/comm_nccl.h"
-#endif
+#include "worker/comm/tcp.h"
+#include "worker/gpu_modules.h"
 
 enum comm_factory_backend { COMM_FACTORY_TCP, COMM_FACTORY_NCCL };
 
@@ -30,11 +27,7 @@ int comm_backend_check(const char *name, struct err *e)
     if (strcmp(name, "tcp") == 0)
         return 0;
     if (strcmp(name, "nccl") == 0)
-        return DDPB_HAVE_NCCL ? 0
-                              : err_set(e, ERR_INVALID, "backend",
-                                        "backend \"nccl\": this ddpbench-worker was built "
-                                        "without NCCL (rebuild with meson -Dcuda=enabled "
-                                        "-Dnccl=enabled, or -Dnccl_prefix=)");
+        return gpu_module_nccl(e) ? 0 : -1;
     char names[64];
     return err_set(e, ERR_INVALID, "backend", "backend \"%s\" is unknown (%s)", name,
                    vocab_join(VOCAB_BACKEND, ", ", names, sizeof names));
@@ -104,13 +97,15 @@ struct comm_factory *comm_factory_begin(const struct spec *s, const struct rende
     return comm_factory_open(s, env, abort_flag, env->rank, env->world_size, "", e);
 }
 
-#if DDPB_HAVE_NCCL
 /* The rank's GPU is device 0 of what CUDA_VISIBLE_DEVICES (set by the daemon) lets it
  * see; the workload computes on the legacy default stream (NULL), which the communicator
  * fences its operations against. */
 static struct comm *comm_factory_nccl(const struct comm_factory *f, struct store_client *store,
                                       struct err *e)
 {
+    const struct gpu_module_nccl *nccl = gpu_module_nccl(e);
+    if (!nccl)
+        return NULL;
     struct comm_nccl_config cfg = {.rank = f->rank,
                                    .world_size = f->world_size,
                                    .timeout_ms = f->timeout_ms,
@@ -120,16 +115,8 @@ static struct comm *comm_factory_nccl(const struct comm_factory *f, struct store
                                    .algorithm = f->algorithm[0] ? f->algorithm : "auto",
                                    .tag = "0",
                                    .time_ops = f->time_ops};
-    return comm_nccl_create(&cfg, store, e);
+    return nccl->create(&cfg, store, e);
 }
-#else
-static struct comm *comm_factory_nccl(const struct comm_factory *f, struct store_client *store,
-                                      struct err *e)
-{
-    comm_backend_check("nccl", e); /* comm_factory_begin refused it already */
-    return NULL;
-}
-#endif
 
 struct comm *comm_factory_finish(struct comm_factory *f, struct store_client *store,
                                  const int *node_of, struct err *e)

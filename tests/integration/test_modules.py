@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""The worker's GPU modules (worker/gpu_modules.h) load on demand, through the real daemon:
+ddpbench-worker links no CUDA library; a CPU run's workers map none of the GPU stack while
+they run; a worker whose modules are missing (a copy of it in a folder of its own, outside
+the build tree, so it cannot fall back on the tree's modules) still runs CPU specs, and
+fails a device "cuda" / backend "nccl" run naming the module file and the meson option
+that builds it; a module whose library cannot load fails the run naming the library and
+the packages that provide it. Runs in every build: without CUDA there are no modules at
+all, and the messages name the options that build them."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from harness import BUILD, WORKER, Daemon, Skip, check, pid_alive, run_cases  # noqa: E402
+
+# what a CPU run must not map: the GPU stack and the modules that bring it
+GPU_LIBS = re.compile(r"/(libcudnn\w*|libcublas\w*|libcublasLt|libnccl|libcuda|libcudart|"
+                      r"ddpb_cuda|ddpb_comm_nccl)\.so")
+CUDA_SPEC = {"workload": "collective", "device": "cuda", "backend": "nccl", "world_size": 1,
+             "op": "allreduce", "min_bytes": "4K", "max_bytes": "4K", "iters": 2,
+             "warmup": 0, "timeout_s": 30}
+CPU_SPEC = {"workload": "collective", "world_size": 1, "min_bytes": "4K", "max_bytes": "4K",
+            "iters": 2, "warmup": 0}
+
+
+def config(name):
+    """A #define of the build's ddpb_config.h, as text."""
+    with open(os.path.join(BUILD, "ddpb_config.h")) as f:
+        m = re.search(rf"#define {name} (.*)", f.read())
+    return m.group(1).strip().strip('"') if m else ""
+
+
+def module_path(name):
+    return os.path.join(BUILD, "worker", name)
+
+
+def test_worker_links_no_gpu_library():
+    needed = subprocess.run(["readelf", "-d", WORKER], capture_output=True, text=True,
+                            check=True).stdout
+    names = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", needed)
+    check(names, needed)
+    ldd = subprocess.run(["ldd", WORKER], capture_output=True, text=True, check=True).stdout
+    check(not re.search(r"libcu|libnccl|libcudnn", ldd), ldd)
+    check("cuda" not in needed, needed)  # nor a runpath into the toolkit
+
+
+def worker_children(daemon_pid):
+    """PIDs of the ddpbench-worker processes daemon_pid started."""
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0")[0]
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == daemon_pid and argv0.endswith(b"ddpbench-worker"):
+            out.append(int(d))
+    return out
+
+
+def test_cpu_run_maps_no_gpu_library():
+    # long enough to be seen running: 2 ranks, 16 MiB allreduces over TCP
+    spec = {"workload": "collective", "world_size": 2, "op": "allreduce",
+            "min_bytes": "16M", "max_bytes": "16M", "iters": 40, "warmup": 1}
+    d = Daemon(cpu_slots=2)
+    try:
+        exp = d.submit(spec)
+        seen, deadline = {}, time.time() + 60
+        while time.time() < deadline:
+            for pid in worker_children(d.proc.pid):
+                try:
+                    with open(f"/proc/{pid}/maps") as f:
+                        maps = f.read()
+                except OSError:
+                    continue  # it ended between the listing and the read
+                # a sample from after the loader: the worker's own code is mapped
+                if "ddpbench-worker" in maps and pid_alive(pid):
+                    seen[pid] = maps
+            if d.get(f"/v1/experiments/{exp['id']}")["status"] not in ("queued", "running"):
+                break
+            time.sleep(0.02)
+        exp = d.wait_experiment(exp["id"])
+        check(exp["status"] == "succeeded", exp["runs"][0]["error"])
+        check(len(seen) == 2, f"both ranks sampled while running: {sorted(seen)}")
+        for pid, maps in seen.items():
+            gpu = sorted({m.group(0) for m in GPU_LIBS.finditer(maps)})
+            check(not gpu, f"worker {pid} maps {gpu}")
+    finally:
+        d.close()
+
+
+def lone_worker(folder, modules=()):
+    """A copy of ddpbench-worker in folder, with copies of the named modules beside it."""
+    shutil.copy2(WORKER, folder)
+    for m in modules:
+        shutil.copy2(module_path(m), folder)
+    return os.path.join(folder, "ddpbench-worker")
+
+
+def installed_modules():
+    """Modules in the install directory, which every worker would find."""
+    where = config("DDPB_MODULE_DIR")
+    return [m for m in ("ddpb_cuda.so", "ddpb_comm_nccl.so")
+            if os.path.exists(os.path.join(where, m))]
+
+
+def run_error(worker, spec, gpus=1):
+    d = Daemon(cpu_slots=2, extra_args=["--worker", worker, "--gpus", str(gpus)])
+    try:
+        exp = d.run_experiment(spec, timeout=60)
+        run = exp["runs"][0]
+        return run["status"], run["error"] or ""
+    finally:
+        d.close()
+
+
+def test_missing_cuda_module_named():
+    if installed_modules():
+        raise Skip(f"{installed_modules()} installed in {config('DDPB_MODULE_DIR')}: "
+                   "no worker here can miss them")
+    with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
+        worker = lone_worker(tmp)
+        # a CPU run needs no module
+        status, err = run_error(worker, CPU_SPEC)
+        check(status == "succeeded", err)
+        status, err = run_error(worker, CUDA_SPEC)
+        check(status == "failed", err)
+        check("the CUDA engine" in err and "ddpb_cuda.so" in err and
+              "-Dcuda=enabled" in err, err)
+
+
+def test_missing_nccl_module_named():
+    if config("DDPB_HAVE_NCCL") != "1":
+        raise Skip("a build without NCCL has no CUDA engine to keep (test above)")
+    if installed_modules():
+        raise Skip(f"{installed_modules()} installed in {config('DDPB_MODULE_DIR')}")
+    with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
+        worker = lone_worker(tmp, ["ddpb_cuda.so"])
+        status, err = run_error(worker, CUDA_SPEC)
+        check(status == "failed", err)
+        check("the NCCL communicator" in err and "ddpb_comm_nccl.so" in err and
+              "-Dnccl=enabled" in err, err)
+
+
+def test_unloadable_module_names_library():
+    if config("DDPB_HAVE_CUDA") != "1":
+        raise Skip("a build without CUDA has no module to break")
+    if installed_modules():
+        raise Skip(f"{installed_modules()} installed in {config('DDPB_MODULE_DIR')}")
+    if not shutil.which("patchelf"):
+        raise Skip("patchelf missing (deploy/install-deps.sh)")
+    with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
+        worker = lone_worker(tmp, ["ddpb_cuda.so", "ddpb_comm_nccl.so"])
+        # the module asks for a cuBLAS no machine has: what a missing wheel looks like
+        subprocess.run(["patchelf", "--replace-needed", "libcublas.so.13",
+                        "libcublas_absent.so.13", os.path.join(tmp, "ddpb_cuda.so")],
+                       check=True)
+        status, err = run_error(worker, CUDA_SPEC)
+        check(status == "failed", err)
+        check("ddpb_cuda.so" in err and "libcublas_absent.so.13" in err and
+              "nvidia-cublas" in err, err)
+
+
+if __name__ == "__main__":
+    sys.exit(run_cases([test_worker_links_no_gpu_library, test_cpu_run_maps_no_gpu_library,
+                        test_missing_cuda_module_named, test_missing_nccl_module_named,
+                        test_unloadable_module_names_library]))
