@@ -1,11 +1,13 @@
 /* gpu_modules: see gpu_modules.h. What the messages say to rebuild depends on whether this
- * build has the part (DDPB_HAVE_CUDA / NCCL from ddpb_config.h): a build without it names
- * the meson option, a build with it names where the module is installed. */
+ * build has CUDA (DDPB_HAVE_CUDA from ddpb_config.h): a build without it names the meson
+ * option, a build with it names where the module is installed. */
 #include "worker/gpu_modules.h"
 
 #include <stdio.h>
 
 #include "ddpb_config.h"
+#include "worker/comm/comm_factory.h"
+#include "worker/comm/comm_nccl.h"
 #include "worker/module.h"
 
 /* cuBLAS and cuDNN, which the CUDA engine links: PyTorch's wheels (what
@@ -25,20 +27,6 @@ static const struct module_spec gpu_modules_cuda_spec = {
 #else
     .rebuild = "this ddpbench-worker was built without CUDA: rebuild with meson "
                "-Dcuda=enabled, which needs nvcc",
-#endif
-};
-
-static const struct module_spec gpu_modules_nccl_spec = {
-    .file = "ddpb_comm_nccl.so",
-    .symbol = "ddpb_module_nccl",
-    .what = "the NCCL communicator (backend \"nccl\")",
-    .install = "NCCL 2: pip install nvidia-nccl-cu13 (on the loader's path), or libnccl2",
-#if DDPB_HAVE_NCCL
-    .rebuild = "it is built with meson -Dcuda=enabled -Dnccl=enabled and installed there by "
-               "ninja install",
-#else
-    .rebuild = "this ddpbench-worker was built without NCCL: rebuild with meson "
-               "-Dcuda=enabled -Dnccl=enabled, or -Dnccl_prefix=",
 #endif
 };
 
@@ -67,22 +55,17 @@ const struct train_engine_ops *gpu_module_train(struct err *e)
     return m ? m->train : NULL;
 }
 
-const struct gpu_module_nccl *gpu_module_nccl(struct err *e)
-{
-    return gpu_modules_load(&gpu_modules_nccl_spec, "backend", e);
-}
-
 /* collective_mem's device timing: ctx is the NCCL module's entry. */
 static double gpu_modules_op_seconds(void *ctx, struct comm *c)
 {
-    const struct gpu_module_nccl *nccl = ctx;
+    const struct comm_nccl_module *nccl = ctx;
     return nccl->last_op_seconds(c);
 }
 
 int gpu_modules_collective_mem(struct collective_mem *out, struct err *e)
 {
     const struct gpu_module_cuda *cuda = gpu_module_cuda(e);
-    const struct gpu_module_nccl *nccl = cuda ? gpu_module_nccl(e) : NULL;
+    const struct comm_nccl_module *nccl = cuda ? comm_factory_nccl_module(e) : NULL;
     if (!nccl)
         return -1;
     cuda->collective_mem(out);
@@ -100,7 +83,7 @@ void gpu_modules_env_add(json_t *env)
         return;
     }
     cuda->env_add(env);
-    const struct gpu_module_nccl *nccl = gpu_module_nccl(&e);
+    const struct comm_nccl_module *nccl = comm_factory_nccl_module(&e);
     char v[64];
     json_object_set_new(env, "nccl", json_string(nccl ? nccl->version(v, sizeof v) : e.msg));
 }

@@ -1,9 +1,10 @@
-/* gpu_modules: the worker's two GPU modules (module.h), loaded only when a run's spec asks
- * for them: ddpb_cuda.so, the CUDA engine (device "cuda": the training engine of
- * train_cuda.c over worker/nn/cuda/, the collective benchmark's device buffers and the
- * GPU facts of the env report, worker_gpu.c, with the static CUDA runtime, cuBLAS and
- * cuDNN), and ddpb_comm_nccl.so, the NCCL communicator (backend "nccl": comm/nccl.c).
- * A CPU run maps neither, nor any library they need.
+/* gpu_modules: the worker's GPU modules (module.h), each loaded only when a run's spec
+ * asks for it: ddpb_cuda.so, the CUDA engine (device "cuda": train_cuda.c's training
+ * engine over worker/nn/cuda/, and worker_gpu.c's device buffers for the collective
+ * benchmark and GPU facts for the env report; with cuBLAS and cuDNN), loaded here, and
+ * ddpb_comm_nccl.so, the NCCL communicator (backend "nccl": comm/nccl.c), which the
+ * communicator factory loads (comm_factory_nccl_module). A CPU run maps neither, nor
+ * any library they need.
  *
  * Decisions:
  * - Each module links the static CUDA runtime (libcudart_static.a), whose symbols are
@@ -36,9 +37,6 @@
 #include "worker/train_engine.h"
 #include "worker/workload_collective.h"
 
-struct store_client;
-struct comm_nccl_config;
-
 /* ddpb_cuda.so's entry (symbol ddpb_module_cuda). */
 struct gpu_module_cuda {
     int abi;                              /* MODULE_ABI */
@@ -49,24 +47,12 @@ struct gpu_module_cuda {
     void (*env_add)(json_t *env);
 };
 
-/* ddpb_comm_nccl.so's entry (symbol ddpb_module_nccl): comm_nccl.h's functions. */
-struct gpu_module_nccl {
-    int abi; /* MODULE_ABI */
-    struct comm *(*create)(const struct comm_nccl_config *cfg, struct store_client *store,
-                           struct err *e);
-    double (*last_op_seconds)(const struct comm *c);
-    const char *(*version)(char *buf, size_t len);
-};
-
 /* The CUDA engine, loaded on first use; NULL with e set (ERR_INVALID, field "device"),
  * naming ddpb_cuda.so and what builds or installs it. */
 const struct gpu_module_cuda *gpu_module_cuda(struct err *e);
 /* The CUDA training engine: gpu_module_cuda's, or NULL with e set (field "device") when
  * the module is missing or was built without cuDNN. */
 const struct train_engine_ops *gpu_module_train(struct err *e);
-/* The NCCL communicator, loaded on first use; NULL with e set (ERR_INVALID, field
- * "backend"), naming ddpb_comm_nccl.so and what builds or installs it. */
-const struct gpu_module_nccl *gpu_module_nccl(struct err *e);
 
 /* Hooks for the collective benchmark's device buffers, timed by the NCCL communicator's
  * events; -1 with e set when a module is missing. */

@@ -1,5 +1,8 @@
-/* comm_factory: see comm_factory.h. The NCCL communicator is a module (gpu_modules.h),
- * loaded by the first check of a spec with backend "nccl": a tcp run never opens it. */
+/* comm_factory: see comm_factory.h. The NCCL communicator is a module (comm_nccl.h),
+ * loaded by the first check of a spec with backend "nccl": a tcp run never opens it.
+ * What its messages say to rebuild depends on whether this build has NCCL
+ * (DDPB_HAVE_NCCL): a build without it names the meson options, one with it where the
+ * module is installed. */
 #include "worker/comm/comm_factory.h"
 
 #include <stdio.h>
@@ -7,9 +10,10 @@
 #include <string.h>
 
 #include "common/vocab.h"
+#include "ddpb_config.h"
 #include "worker/comm/comm_nccl.h"
 #include "worker/comm/tcp.h"
-#include "worker/gpu_modules.h"
+#include "worker/module.h"
 
 enum comm_factory_backend { COMM_FACTORY_TCP, COMM_FACTORY_NCCL };
 
@@ -22,12 +26,34 @@ struct comm_factory {
     bool time_ops;                 /* the collective benchmark: NCCL times each op */
 };
 
+static const struct module_spec comm_factory_nccl_spec = {
+    .file = "ddpb_comm_nccl.so",
+    .symbol = "ddpb_module_nccl",
+    .what = "the NCCL communicator (backend \"nccl\")",
+    .install = "NCCL 2: pip install nvidia-nccl-cu13 (on the loader's path), or libnccl2",
+#if DDPB_HAVE_NCCL
+    .rebuild = "it is built with meson -Dcuda=enabled -Dnccl=enabled and installed there by "
+               "ninja install",
+#else
+    .rebuild = "this ddpbench-worker was built without NCCL: rebuild with meson "
+               "-Dcuda=enabled -Dnccl=enabled, or -Dnccl_prefix=",
+#endif
+};
+
+const struct comm_nccl_module *comm_factory_nccl_module(struct err *e)
+{
+    const struct comm_nccl_module *m = module_load(&comm_factory_nccl_spec, e);
+    if (!m && e)
+        snprintf(e->field, sizeof e->field, "backend");
+    return m;
+}
+
 int comm_backend_check(const char *name, struct err *e)
 {
     if (strcmp(name, "tcp") == 0)
         return 0;
     if (strcmp(name, "nccl") == 0)
-        return gpu_module_nccl(e) ? 0 : -1;
+        return comm_factory_nccl_module(e) ? 0 : -1;
     char names[64];
     return err_set(e, ERR_INVALID, "backend", "backend \"%s\" is unknown (%s)", name,
                    vocab_join(VOCAB_BACKEND, ", ", names, sizeof names));
@@ -103,7 +129,7 @@ struct comm_factory *comm_factory_begin(const struct spec *s, const struct rende
 static struct comm *comm_factory_nccl(const struct comm_factory *f, struct store_client *store,
                                       struct err *e)
 {
-    const struct gpu_module_nccl *nccl = gpu_module_nccl(e);
+    const struct comm_nccl_module *nccl = comm_factory_nccl_module(e);
     if (!nccl)
         return NULL;
     struct comm_nccl_config cfg = {.rank = f->rank,

@@ -1,7 +1,7 @@
 /* comm_factory: the one place that turns a spec's backend into the rank's communicator
  * (docs/design.md §12.1): "tcp" (comm/tcp.c, every build) and "nccl" (comm/nccl.c, the
  * module ddpb_comm_nccl.so of a build with NCCL, loaded when a spec asks for it:
- * gpu_modules.h); "mpi" of a later issue joins here.
+ * comm_nccl.h); "mpi" of a later issue joins here.
  *
  * Decisions:
  * - Two steps, because a backend may have to act before its rank joins the run: tcp
@@ -40,6 +40,13 @@
 
 /* A communicator between the two steps. */
 struct comm_factory;
+
+struct comm_nccl_module;
+
+/* The NCCL communicator's module (comm_nccl.h), loaded on first use; NULL with e set
+ * (ERR_INVALID, field "backend") naming ddpb_comm_nccl.so and what builds or installs
+ * it. Borrowed for the life of the process. */
+const struct comm_nccl_module *comm_factory_nccl_module(struct err *e);
 
 /* 0 when this worker can run backend name ("tcp"; "nccl": its module loads, which this
  * call does); ERR_INVALID with field "backend" naming it and how to build or install it,

@@ -18,7 +18,7 @@
  * Untimed communicators (training) queue neither the hold nor the events.
  *
  * Built into the NCCL module (ddpb_comm_nccl.so), whose entry (ddpb_module_nccl) is at
- * the end, with its own copy of the static CUDA runtime (gpu_modules.h). */
+ * the end, with its own copy of the static CUDA runtime (comm_nccl.h). */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <sched.h>
@@ -31,7 +31,6 @@
 #include "worker/comm/comm_nccl.h"
 #include "worker/comm/nccl_gate.h"
 #include "worker/comm/nccl_watch.h"
-#include "worker/gpu_modules.h"
 #include "worker/module.h"
 #include "worker/store/store_client.h"
 
@@ -576,7 +575,7 @@ static const struct comm_ops nccl_ops = {
 };
 
 /* The module's entry (module.h: one symbol, unique across modules). */
-const struct gpu_module_nccl ddpb_module_nccl = {
+const struct comm_nccl_module ddpb_module_nccl = {
     .abi = MODULE_ABI,
     .create = comm_nccl_create,
     .last_op_seconds = comm_nccl_last_op_seconds,
