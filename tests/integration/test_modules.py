@@ -16,7 +16,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from harness import BUILD, WORKER, Daemon, Skip, check, pid_alive, run_cases  # noqa: E402
+from harness import (BUILD, WORKER, Daemon, Skip, check, pid_alive, run_cases,  # noqa: E402
+                     worker_pids)
 
 # what a CPU run must not map: the GPU stack and the modules that bring it
 GPU_LIBS = re.compile(r"/(libcudnn\w*|libcublas\w*|libcublasLt|libnccl|libcuda|libcudart|"
@@ -49,23 +50,6 @@ def test_worker_links_no_gpu_library():
     check("cuda" not in needed, needed)  # nor a runpath into the toolkit
 
 
-def worker_children(daemon_pid):
-    """PIDs of the ddpbench-worker processes daemon_pid started."""
-    out = []
-    for d in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv0 = f.read().split(b"\0")[0]
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == daemon_pid and argv0.endswith(b"ddpbench-worker"):
-            out.append(int(d))
-    return out
-
-
 def test_cpu_run_maps_no_gpu_library():
     # long enough to be seen running: 2 ranks, 16 MiB allreduces over TCP
     spec = {"workload": "collective", "world_size": 2, "op": "allreduce",
@@ -75,7 +59,7 @@ def test_cpu_run_maps_no_gpu_library():
         exp = d.submit(spec)
         seen, deadline = {}, time.time() + 60
         while time.time() < deadline:
-            for pid in worker_children(d.proc.pid):
+            for pid in worker_pids(d.proc.pid):
                 try:
                     with open(f"/proc/{pid}/maps") as f:
                         maps = f.read()
@@ -105,11 +89,14 @@ def lone_worker(folder, modules=()):
     return os.path.join(folder, "ddpbench-worker")
 
 
-def installed_modules():
-    """Modules in the install directory, which every worker would find."""
+def none_installed():
+    """Skips the case when the install directory holds a module: every worker finds it
+    there, so none can miss it."""
     where = config("DDPB_MODULE_DIR")
-    return [m for m in ("ddpb_cuda.so", "ddpb_comm_nccl.so")
-            if os.path.exists(os.path.join(where, m))]
+    there = [m for m in ("ddpb_cuda.so", "ddpb_comm_nccl.so")
+             if os.path.exists(os.path.join(where, m))]
+    if there:
+        raise Skip(f"{there} installed in {where}: no worker here can miss them")
 
 
 def run_error(worker, spec, gpus=1):
@@ -123,9 +110,7 @@ def run_error(worker, spec, gpus=1):
 
 
 def test_missing_cuda_module_named():
-    if installed_modules():
-        raise Skip(f"{installed_modules()} installed in {config('DDPB_MODULE_DIR')}: "
-                   "no worker here can miss them")
+    none_installed()
     with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
         worker = lone_worker(tmp)
         # a CPU run needs no module
@@ -140,8 +125,7 @@ def test_missing_cuda_module_named():
 def test_missing_nccl_module_named():
     if config("DDPB_HAVE_NCCL") != "1":
         raise Skip("a build without NCCL has no CUDA engine to keep (test above)")
-    if installed_modules():
-        raise Skip(f"{installed_modules()} installed in {config('DDPB_MODULE_DIR')}")
+    none_installed()
     with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
         worker = lone_worker(tmp, ["ddpb_cuda.so"])
         status, err = run_error(worker, CUDA_SPEC)
@@ -153,8 +137,7 @@ def test_missing_nccl_module_named():
 def test_unloadable_module_names_library():
     if config("DDPB_HAVE_CUDA") != "1":
         raise Skip("a build without CUDA has no module to break")
-    if installed_modules():
-        raise Skip(f"{installed_modules()} installed in {config('DDPB_MODULE_DIR')}")
+    none_installed()
     if not shutil.which("patchelf"):
         raise Skip("patchelf missing (deploy/install-deps.sh)")
     with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
