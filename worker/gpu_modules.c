@@ -30,19 +30,12 @@ static const struct module_spec gpu_modules_cuda_spec = {
 #endif
 };
 
-/* module_load, its error naming field. */
-static const void *gpu_modules_load(const struct module_spec *m, const char *field,
-                                    struct err *e)
-{
-    const void *entry = module_load(m, e);
-    if (!entry && e)
-        snprintf(e->field, sizeof e->field, "%s", field);
-    return entry;
-}
-
 const struct gpu_module_cuda *gpu_module_cuda(struct err *e)
 {
-    return gpu_modules_load(&gpu_modules_cuda_spec, "device", e);
+    const struct gpu_module_cuda *m = module_load(&gpu_modules_cuda_spec, e);
+    if (!m && e)
+        snprintf(e->field, sizeof e->field, "device");
+    return m;
 }
 
 const struct train_engine_ops *gpu_module_train(struct err *e)

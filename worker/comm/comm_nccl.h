@@ -19,7 +19,6 @@
  *   while backward goes on.
  * - Buffers must be device memory (or managed memory): a host pointer is ERR_INVALID,
  *   not a silent copy that would make the bandwidth figures lie.
- *
  * - Built into a loadable module (ddpb_comm_nccl.so, worker/module.h) with its own copy
  *   of the static CUDA runtime: ddpbench-worker links neither NCCL nor CUDA, and the
  *   factory (comm_factory_nccl_module) loads the module for a spec with backend "nccl".
