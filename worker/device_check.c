@@ -6,7 +6,7 @@
 
 #include "worker/comm/comm_factory.h"
 #include "worker/gpu_modules.h"
-#include "worker/train_engines.h"
+#include "worker/train_module.h"
 
 int worker_device_check(const struct spec *s, struct err *e)
 {
@@ -14,7 +14,7 @@ int worker_device_check(const struct spec *s, struct err *e)
         return -1;
     if (comm_backend_check(s->backend, e) < 0)
         return -1;
-    if (s->workload == SPEC_WORKLOAD_TRAIN && !train_engine_pick(s->device, e))
+    if (s->workload == SPEC_WORKLOAD_TRAIN && !train_module_pick(s->device, e))
         return -1;
     return 0;
 }

@@ -15,7 +15,8 @@
  * - Each module carries its own copy of the worker and common code it calls (linked
  *   from the static libraries), so it loads into any program (the unit tests); in
  *   ddpbench-worker, which exports its symbols, those calls bind to the worker's copy
- *   (one logger, one state).
+ *   (one logger, one state), and a copy the worker lacks (nn/, ddp/: the training
+ *   module's, train_module.h) binds to the first module loaded that has it.
  * - Whether a module exists is a fact of the installation, not of the binary: a build
  *   without CUDA has no module file, and the message names the meson options that build
  *   it; a build with CUDA names the module it lost and the packages its libraries come

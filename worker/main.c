@@ -34,6 +34,7 @@
 #include "worker/heartbeat.h"
 #include "worker/store/rendezvous.h"
 #include "worker/store/store_client.h"
+#include "worker/train_module.h"
 #include "worker/workload_collective.h"
 #include "worker/workload_train.h"
 
@@ -376,8 +377,10 @@ static void worker_run_workload(struct worker *wk)
     if (wk->spec.workload == SPEC_WORKLOAD_TRAIN) {
         heartbeat_set_phase(&wk->hb, "training");
         struct train_outcome out;
-        WORKER_FAIL_IF(wk, workload_train_run(&wk->spec, wk->comm, wk->stage_comm, &wk->w,
-                                              &wk->hb, &out, &wk->e) < 0);
+        const struct train_module *train = train_module_load(&wk->e); /* the check loaded it */
+        WORKER_FAIL_IF(wk, !train);
+        WORKER_FAIL_IF(wk, train->run(&wk->spec, wk->comm, wk->stage_comm, &wk->w, &wk->hb,
+                                      &out, &wk->e) < 0);
         if (out.device_peak_bytes >= 0) /* a GPU run's peak memory goes out with the env */
             WORKER_FAIL_IF(wk, worker_emit_env_peak(wk, out.device_peak_bytes, &wk->e) < 0);
     } else {

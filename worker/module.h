@@ -1,6 +1,7 @@
 /* module: the worker's loadable parts (each MPI implementation's communicator, NCCL, the
- * CUDA training engine), opened only when a run's spec asks for one, so a CPU run over
- * TCP maps none of their libraries and starts without paying for them.
+ * CUDA training engine, the training workload), opened only when a run's spec asks for
+ * one, so a CPU run over TCP maps none of their libraries and starts without paying for
+ * them.
  *
  * Decisions:
  * - A module is a shared object with one entry symbol, a const table of function pointers

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""The worker's GPU modules (worker/gpu_modules.h) load on demand, through the real daemon:
-ddpbench-worker links no CUDA library; a CPU run's workers map none of the GPU stack while
-they run; a worker whose modules are missing (a copy of it in a folder of its own, outside
-the build tree, so it cannot fall back on the tree's modules) still runs CPU specs, and
-fails a device "cuda" / backend "nccl" run naming the module file and the meson option
-that builds it; a module whose library cannot load fails the run naming the library and
-the packages that provide it. Runs in every build: without CUDA there are no modules at
-all, and the messages name the options that build them."""
+"""The worker's modules load on demand, through the real daemon: the GPU modules
+(worker/gpu_modules.h) and the training workload (worker/train_module.h).
+ddpbench-worker links no CUDA library, nor oneDNN; a CPU collective run's workers map
+neither the GPU stack nor the training one (oneDNN, its OpenCL loader, OpenMP)
+while they run, and a CPU training run's map the training module but no GPU library; a
+worker whose modules are missing (a copy of it in a folder of its own, outside the build
+tree, so it cannot fall back on the tree's modules) still runs CPU collectives, and fails
+a training run, or a device "cuda" / backend "nccl" one, naming the module file and the
+meson option or install step that provides it; a module whose library cannot load fails
+the run naming the library and the packages that provide it. Runs in every build:
+without CUDA there are no GPU modules at all, and the messages name the options that
+build them."""
 import os
 import re
 import shutil
@@ -22,6 +26,12 @@ from harness import (BUILD, WORKER, Daemon, Skip, check, pid_alive, run_cases,  
 # what a CPU run must not map: the GPU stack and the modules that bring it
 GPU_LIBS = re.compile(r"/(libcudnn\w*|libcublas\w*|libcublasLt|libnccl|libcuda|libcudart|"
                       r"ddpb_cuda|ddpb_comm_nccl)\.so")
+# what a collective run must not map either: the training stack (not libstdc++, which a
+# sanitizer build's runtime maps anyway)
+TRAIN_LIBS = re.compile(r"/(ddpb_train|libdnnl|libOpenCL|libgomp)\.so")
+TRAIN_SPEC = {"workload": "train", "model": "lenet5", "world_size": 1, "batch_size": 16,
+              "steps": 6, "warmup_steps": 2, "eval": False,
+              "dataset": {"name": "synthetic", "shape": [1, 28, 28], "classes": 10}}
 CUDA_SPEC = {"workload": "collective", "device": "cuda", "backend": "nccl", "world_size": 1,
              "op": "allreduce", "min_bytes": "4K", "max_bytes": "4K", "iters": 2,
              "warmup": 0, "timeout_s": 30}
@@ -46,37 +56,57 @@ def test_worker_links_no_gpu_library():
     names = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", needed)
     check(names, needed)
     ldd = subprocess.run(["ldd", WORKER], capture_output=True, text=True, check=True).stdout
-    check(not re.search(r"libcu|libnccl|libcudnn", ldd), ldd)
+    check(not re.search(r"libcu|libnccl|libcudnn|libdnnl|libOpenCL", ldd), ldd)
     check("cuda" not in needed, needed)  # nor a runpath into the toolkit
 
 
-def test_cpu_run_maps_no_gpu_library():
+def running_maps(d, spec):
+    """{pid: /proc/PID/maps} of the workers of an experiment of spec, sampled while they
+    run (after the loader: their own code mapped); the experiment must succeed."""
+    exp = d.submit(spec)
+    seen, deadline = {}, time.time() + 60
+    while time.time() < deadline:
+        for pid in worker_pids(d.proc.pid):
+            try:
+                with open(f"/proc/{pid}/maps") as f:
+                    maps = f.read()
+            except OSError:
+                continue  # it ended between the listing and the read
+            if "ddpbench-worker" in maps and pid_alive(pid):
+                seen[pid] = maps  # the last sample: every module loaded by then
+        if d.get(f"/v1/experiments/{exp['id']}")["status"] not in ("queued", "running"):
+            break
+        time.sleep(0.02)
+    exp = d.wait_experiment(exp["id"])
+    check(exp["status"] == "succeeded", exp["runs"][0]["error"])
+    return seen
+
+
+def test_cpu_collective_maps_no_gpu_or_training_library():
     # long enough to be seen running: 2 ranks, 16 MiB allreduces over TCP
     spec = {"workload": "collective", "world_size": 2, "op": "allreduce",
             "min_bytes": "16M", "max_bytes": "16M", "iters": 40, "warmup": 1}
     d = Daemon(cpu_slots=2)
     try:
-        exp = d.submit(spec)
-        seen, deadline = {}, time.time() + 60
-        while time.time() < deadline:
-            for pid in worker_pids(d.proc.pid):
-                try:
-                    with open(f"/proc/{pid}/maps") as f:
-                        maps = f.read()
-                except OSError:
-                    continue  # it ended between the listing and the read
-                # a sample from after the loader: the worker's own code is mapped
-                if "ddpbench-worker" in maps and pid_alive(pid):
-                    seen[pid] = maps
-            if d.get(f"/v1/experiments/{exp['id']}")["status"] not in ("queued", "running"):
-                break
-            time.sleep(0.02)
-        exp = d.wait_experiment(exp["id"])
-        check(exp["status"] == "succeeded", exp["runs"][0]["error"])
+        seen = running_maps(d, spec)
         check(len(seen) == 2, f"both ranks sampled while running: {sorted(seen)}")
         for pid, maps in seen.items():
-            gpu = sorted({m.group(0) for m in GPU_LIBS.finditer(maps)})
-            check(not gpu, f"worker {pid} maps {gpu}")
+            mapped = sorted({m.group(0) for rx in (GPU_LIBS, TRAIN_LIBS)
+                             for m in rx.finditer(maps)})
+            check(not mapped, f"worker {pid} maps {mapped}")
+    finally:
+        d.close()
+
+
+def test_cpu_training_maps_the_training_module_only():
+    d = Daemon(cpu_slots=1)
+    try:
+        seen = running_maps(d, dict(TRAIN_SPEC, steps=60))
+        check(seen, "the rank was sampled while running")
+        maps = list(seen.values())[-1]
+        check("/ddpb_train.so" in maps and "/libdnnl.so" in maps, "no training module mapped")
+        gpu = sorted({m.group(0) for m in GPU_LIBS.finditer(maps)})
+        check(not gpu, f"a CPU training worker maps {gpu}")
     finally:
         d.close()
 
@@ -93,7 +123,7 @@ def none_installed():
     """Skips the case when the install directory holds a module: every worker finds it
     there, so none can miss it."""
     where = config("DDPB_MODULE_DIR")
-    there = [m for m in ("ddpb_cuda.so", "ddpb_comm_nccl.so")
+    there = [m for m in ("ddpb_train.so", "ddpb_cuda.so", "ddpb_comm_nccl.so")
              if os.path.exists(os.path.join(where, m))]
     if there:
         raise Skip(f"{there} installed in {where}: no worker here can miss them")
@@ -109,13 +139,26 @@ def run_error(worker, spec, gpus=1):
         d.close()
 
 
+def test_missing_train_module_named():
+    none_installed()
+    with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
+        worker = lone_worker(tmp)
+        # a CPU collective needs no module
+        status, err = run_error(worker, CPU_SPEC)
+        check(status == "succeeded", err)
+        status, err = run_error(worker, TRAIN_SPEC)
+        check(status == "failed", err)
+        check("the training workload" in err and "ddpb_train.so" in err and
+              "ninja install" in err, err)
+        # nor does buckets_of, which builds a model, run without it
+        status, err = run_error(worker, dict(CPU_SPEC, buckets_of="lenet5"))
+        check(status == "failed" and "ddpb_train.so" in err, err)
+
+
 def test_missing_cuda_module_named():
     none_installed()
     with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
         worker = lone_worker(tmp)
-        # a CPU run needs no module
-        status, err = run_error(worker, CPU_SPEC)
-        check(status == "succeeded", err)
         status, err = run_error(worker, CUDA_SPEC)
         check(status == "failed", err)
         check("the CUDA engine" in err and "ddpb_cuda.so" in err and
@@ -153,6 +196,8 @@ def test_unloadable_module_names_library():
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases([test_worker_links_no_gpu_library, test_cpu_run_maps_no_gpu_library,
-                        test_missing_cuda_module_named, test_missing_nccl_module_named,
-                        test_unloadable_module_names_library]))
+    sys.exit(run_cases([test_worker_links_no_gpu_library,
+                        test_cpu_collective_maps_no_gpu_or_training_library,
+                        test_cpu_training_maps_the_training_module_only,
+                        test_missing_train_module_named, test_missing_cuda_module_named,
+                        test_missing_nccl_module_named, test_unloadable_module_names_library]))

@@ -50,8 +50,8 @@ def test_bundle_builds_and_checks():
                 "engines/engine_pytorch.py", "engines/probe.py", "engines/ddpb_launch.py",
                 "EXPECTS", "MANIFEST"):
         check(os.path.exists(os.path.join(MADE, rel)), f"{rel} missing from the bundle")
-    # the worker's modules (a CUDA build has them) beside it, where it looks first
-    for m in ("ddpb_cuda.so", "ddpb_comm_nccl.so"):
+    # the worker's modules (the GPU ones in a CUDA build) beside it, where it looks first
+    for m in ("ddpb_train.so", "ddpb_cuda.so", "ddpb_comm_nccl.so"):
         if os.path.exists(os.path.join(BUILD, "worker", m)):
             check(os.path.exists(os.path.join(MADE, "bin", m)), f"bin/{m} missing")
     if os.path.exists(os.path.join(SOURCE, "schema", "vocabulary.json")):  # engines read it
@@ -106,18 +106,26 @@ def test_daemon_runs_a_collective_from_a_cleared_environment():
 
 
 def test_bundled_worker_loads_its_modules():
-    """A device "cuda" run of the moved bundle's worker gets past the module loads (its
-    modules are beside it in bin/, not in this build tree, which it never looks in) to
-    CUDA itself: here, without a GPU, CUDA's own error; on a device, a result."""
+    """The moved bundle's worker loads its modules from beside it in bin/ (never from this
+    build tree, where it does not look), their libraries from the bundle's lib/: a CPU
+    training run (the training module, oneDNN) succeeds from a cleared environment, and a
+    device "cuda" run gets past the GPU modules' loads to CUDA itself: here, without a
+    GPU, CUDA's own error; on a device, a result."""
     check(os.path.isdir(MOVED), "no bundle (the first case failed)")
-    if not os.path.exists(os.path.join(MOVED, "bin", "ddpb_cuda.so")):
-        check(not os.path.exists(os.path.join(BUILD, "worker", "ddpb_cuda.so")),
-              "the build has ddpb_cuda.so, the bundle not")
-        print("  (no CUDA in this build: the bundle has no modules to load)")
-        return
     d = Daemon(binary=os.path.join(MOVED, "bin", "ddpbenchd"), env={"PATH": "/usr/bin:/bin"},
                extra_args=["--gpus", "1"])
     try:
+        exp = d.run_experiment({"workload": "train", "model": "lenet5", "world_size": 1,
+                                "batch_size": 16, "steps": 4, "warmup_steps": 1,
+                                "eval": False, "dataset": {"name": "synthetic",
+                                                           "shape": [1, 28, 28],
+                                                           "classes": 10}}, timeout=120)
+        check(exp["status"] == "succeeded", f"training: {exp['runs'][0]['error']}")
+        if not os.path.exists(os.path.join(MOVED, "bin", "ddpb_cuda.so")):
+            check(not os.path.exists(os.path.join(BUILD, "worker", "ddpb_cuda.so")),
+                  "the build has ddpb_cuda.so, the bundle not")
+            print("  (no CUDA in this build: the bundle has no GPU module to load)")
+            return
         exp = d.run_experiment({"workload": "collective", "device": "cuda", "backend": "nccl",
                                 "world_size": 1, "min_bytes": "4K", "max_bytes": "4K",
                                 "iters": 2, "warmup": 0, "timeout_s": 30}, timeout=120)

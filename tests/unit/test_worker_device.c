@@ -106,7 +106,8 @@ static void test_worker_spec_refuses_combinations(void)
     json_decref(j);
 }
 
-/* A CPU check loads no module: nothing of CUDA or NCCL is mapped after it. */
+/* A CPU check loads no GPU module (a training one loads the training module):
+ * nothing of CUDA or NCCL is mapped after it. */
 static int test_mapped(const char *name)
 {
     FILE *f = fopen("/proc/self/maps", "r");
@@ -119,7 +120,7 @@ static int test_mapped(const char *name)
     return found;
 }
 
-static void test_cpu_loads_no_module(void)
+static void test_cpu_loads_no_gpu_module(void)
 {
     struct err e = {0};
     struct spec s = spec_with("cpu", "tcp", SPEC_WORKLOAD_TRAIN);
@@ -161,7 +162,7 @@ int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_device_cpu_tcp_ok);
-    TEST_RUN(test_cpu_loads_no_module); /* first: before any module is loaded */
+    TEST_RUN(test_cpu_loads_no_gpu_module); /* first: before any module is loaded */
     TEST_RUN(test_device_cuda_needs_the_build);
     TEST_RUN(test_worker_spec_refuses_combinations);
     TEST_RUN(test_modules_env_and_hooks);
