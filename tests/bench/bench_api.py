@@ -30,7 +30,8 @@ which build goes first, medians over everything:
   having loaded every library it links), spawn to exit, 10 per round;
 - worker start to its first report line: the worker with a launch environment and a spec
   (its store unreachable), from spawn to the hello line, and its peak RSS then (VmHWM:
-  wait4's figure would hold the forking Python's), 10 per round;
+  wait4's figure would hold the forking Python's), 10 per round; the same for a CPU
+  training spec (lenet5), whose check loads the training module before the hello;
 - POST to succeeded of a 2-rank 4 KiB allreduce collective run (--cpu-slots 2; the
   experiment polled every 2 ms), 3 per round;
 - tiny 1-rank runs scheduled per second: TINY_RUNS runs of an 8-byte 1-iteration
@@ -249,6 +250,10 @@ def launch(rounds=7, tiny_runs=100):
     with open(spec_path, "w") as f:
         json.dump({"workload": "collective", "world_size": 1, "min_bytes": "4K",
                    "max_bytes": "4K"}, f)
+    train_path = os.path.join(os.path.dirname(spec_path), "train.json")
+    with open(train_path, "w") as f:
+        json.dump({"workload": "train", "model": "lenet5", "world_size": 1,
+                   "dataset": {"name": "synthetic", "shape": [1, 28, 28], "classes": 10}}, f)
     two = {"workload": "collective", "world_size": 2, "op": "allreduce", "min_bytes": "4K",
            "max_bytes": "4K"}
     # a sweep axis holds at most 64 values: experiments of 50 runs, submitted together
@@ -256,7 +261,8 @@ def launch(rounds=7, tiny_runs=100):
              "iters": 1, "warmup": 0, "sweep": {"seed": list(range(i, min(i + 50, tiny_runs)))}}
             for i in range(0, tiny_runs, 50)]
     daemons = {name: launch_daemon(build) for name, build in BUILDS.items()}
-    got = {(d, k): [] for d in daemons for k in ("bare", "rss", "first", "post", "tiny")}
+    keys = ("bare", "rss", "first", "train", "train_rss", "post", "tiny")
+    got = {(d, k): [] for d in daemons for k in keys}
     try:
         for r in range(rounds):
             for d in (list(daemons) if r % 2 == 0 else list(reversed(daemons))):
@@ -267,6 +273,9 @@ def launch(rounds=7, tiny_runs=100):
                     took, rss = worker_first_report(worker, spec_path)
                     got[(d, "first")].append(took)
                     got[(d, "rss")].append(rss)
+                    took, rss = worker_first_report(worker, train_path)
+                    got[(d, "train")].append(took)
+                    got[(d, "train_rss")].append(rss)
                 for _ in range(3):
                     got[(d, "post")].append(post_to_end(url, [two], 0.002))
                 got[(d, "tiny")].append(tiny_runs / post_to_end(url, tiny, 0.01))
@@ -274,14 +283,15 @@ def launch(rounds=7, tiny_runs=100):
               f"after: {' '.join(open('/proc/loadavg').read().split()[:3])}")
         print()
         print("| build | worker start ms | worker peak RSS at first report MiB | "
-              "start to first report ms | "
-              "POST to succeeded s (2-rank 4 KiB allreduce) | tiny 1-rank runs/s |")
-        print("|---|---:|---:|---:|---:|---:|")
+              "start to first report ms | training spec: start to first report ms "
+              "(peak RSS MiB) | POST to succeeded s (2-rank 4 KiB allreduce) | "
+              "tiny 1-rank runs/s |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for d in daemons:
-            med = {k: statistics.median(got[(d, k)]) for k in ("bare", "rss", "first", "post",
-                                                               "tiny")}
+            med = {k: statistics.median(got[(d, k)]) for k in keys}
             print(f"| {d} | {med['bare'] * 1e3:.1f} | {med['rss'] / 1024:.0f} | "
-                  f"{med['first'] * 1e3:.1f} | {med['post']:.3f} "
+                  f"{med['first'] * 1e3:.1f} | {med['train'] * 1e3:.1f} "
+                  f"({med['train_rss'] / 1024:.0f}) | {med['post']:.3f} "
                   f"(min {min(got[(d, 'post')]):.3f}, n={len(got[(d, 'post')])}) | "
                   f"{med['tiny']:.1f} (each round: "
                   f"{' / '.join(f'{x:.0f}' for x in got[(d, 'tiny')])}) |")
