@@ -139,42 +139,35 @@ def run_error(worker, spec, gpus=1):
         d.close()
 
 
+def lone_run_fails(modules, spec, *needles):
+    """A run of spec by a lone worker with only `modules` beside it fails, its error
+    holding every needle."""
+    with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
+        status, err = run_error(lone_worker(tmp, modules), spec)
+    check(status == "failed" and all(n in err for n in needles), f"{status}: {err}")
+
+
 def test_missing_train_module_named():
     none_installed()
     with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
-        worker = lone_worker(tmp)
-        # a CPU collective needs no module
-        status, err = run_error(worker, CPU_SPEC)
-        check(status == "succeeded", err)
-        status, err = run_error(worker, TRAIN_SPEC)
-        check(status == "failed", err)
-        check("the training workload" in err and "ddpb_train.so" in err and
-              "ninja install" in err, err)
-        # nor does buckets_of, which builds a model, run without it
-        status, err = run_error(worker, dict(CPU_SPEC, buckets_of="lenet5"))
-        check(status == "failed" and "ddpb_train.so" in err, err)
+        status, err = run_error(lone_worker(tmp), CPU_SPEC)  # a CPU collective needs none
+    check(status == "succeeded", err)
+    lone_run_fails([], TRAIN_SPEC, "the training workload", "ddpb_train.so", "ninja install")
+    # nor does buckets_of, which builds a model, run without it
+    lone_run_fails([], dict(CPU_SPEC, buckets_of="lenet5"), "ddpb_train.so")
 
 
 def test_missing_cuda_module_named():
     none_installed()
-    with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
-        worker = lone_worker(tmp)
-        status, err = run_error(worker, CUDA_SPEC)
-        check(status == "failed", err)
-        check("the CUDA engine" in err and "ddpb_cuda.so" in err and
-              "-Dcuda=enabled" in err, err)
+    lone_run_fails([], CUDA_SPEC, "the CUDA engine", "ddpb_cuda.so", "-Dcuda=enabled")
 
 
 def test_missing_nccl_module_named():
     if config("DDPB_HAVE_CUDA") != "1":  # without NCCL the same message says how to build it
         raise Skip("no CUDA toolkit: a build without CUDA has no CUDA engine to keep")
     none_installed()
-    with tempfile.TemporaryDirectory(prefix="ddpb-modules-") as tmp:
-        worker = lone_worker(tmp, ["ddpb_cuda.so"])
-        status, err = run_error(worker, CUDA_SPEC)
-        check(status == "failed", err)
-        check("the NCCL communicator" in err and "ddpb_comm_nccl.so" in err and
-              "-Dnccl=enabled" in err, err)
+    lone_run_fails(["ddpb_cuda.so"], CUDA_SPEC, "the NCCL communicator", "ddpb_comm_nccl.so",
+                   "-Dnccl=enabled")
 
 
 def test_unloadable_module_names_library():
