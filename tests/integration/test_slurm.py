@@ -1,205 +1,187 @@
 #!/usr/bin/env python3
-"""deploy/slurm/ddpbench.sbatch under a real Slurm: Debian's slurm-wlm and munge, started
-by this test on this machine alone (munged, slurmctld and slurmd as child processes, with
-a slurm.conf, a munge key and every socket, port and state directory of their own in a
-temporary directory, so a Slurm or munge already on the machine is never touched). The
-script is submitted with sbatch with a 2-rank collective spec; the test waits for the job
-and checks the results CSV it wrote beside the job's output, and its log.
+"""ddpbench under a real Slurm (tests/integration/slurmlab.py starts munged, mariadbd,
+slurmdbd, slurmctld and slurmd on this machine, one cluster for every case here, and
+checks at the end that no slurmstepd outlived its job).
 
-Needs root (slurmd runs jobs as their user; SlurmUser is root here) and the packages:
-deploy/install-deps.sh installs them, so CI runs this; elsewhere it skips with the reason,
-and tests/summarize.py does not allow that skip in CI."""
+- Slurm itself: a 2-task sbatch job whose srun step runs on both tasks, listed by sacct;
+  a 2-rank MPI hello with each implementation under the srun --mpi plugin that
+  schema/vocabulary.json names for it (and the plugins that do not work, failing the way
+  this file's docstrings say, so a change in Debian's packages shows here).
+- deploy/slurm/ddpbench.sbatch in its daemons-per-node mode: a 2-rank collective spec.
+
+Needs root (slurmd runs jobs as their user; SlurmUser is root here) and the packages
+deploy/install-deps.sh installs; elsewhere it skips with the reason, and
+tests/summarize.py does not allow that skip in CI."""
 import csv
+import json
 import os
+import re
 import shutil
-import signal
-import socket
 import subprocess
-import tempfile
-import time
 
 from harness import BUILD, SOURCE, Skip, check, run_cases
+from slurmlab import MiniSlurm, free_port, why_unavailable
 
 SCRIPT = os.path.join(SOURCE, "deploy", "slurm", "ddpbench.sbatch")
-TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "squeue", "sacct", "scontrol")
+HELLO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm_mpi_hello.c")
+S = None  # the cluster every case uses (main starts and stops it)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def vocab_mpis():
+    with open(os.path.join(SOURCE, "schema", "vocabulary.json")) as f:
+        return {m["name"]: m for m in json.load(f)["mpis"]}
 
 
-def why_unavailable():
-    missing = [t for t in TOOLS if not shutil.which(t) and not os.path.exists(f"/usr/sbin/{t}")]
-    if missing:
-        return f"{', '.join(missing)} missing (deploy/install-deps.sh installs slurm-wlm, munge)"
-    if os.geteuid() != 0:
-        return "needs root (slurmd starts jobs as their user)"
-    return None
+def mpicc(mpi):
+    return {"openmpi": "mpicc.openmpi", "mpich": "mpicc.mpich"}[mpi]
 
 
-def tool(name):
-    return shutil.which(name) or f"/usr/sbin/{name}"
+def build_hello(mpi):
+    """The MPI hello built with the implementation's mpicc, in the cluster's jobs/."""
+    exe = S.path("jobs", f"hello-{mpi}")
+    if not os.path.exists(exe):
+        cc = shutil.which(mpicc(mpi))
+        check(cc, f"{mpicc(mpi)} missing (deploy/install-deps.sh installs "
+              f"{vocab_mpis()[mpi]['dev']})")
+        r = subprocess.run([cc, "-O1", "-o", exe, HELLO], capture_output=True, text=True,
+                           timeout=120)
+        check(r.returncode == 0, f"{mpicc(mpi)}: {r.stderr}")
+    return exe
 
 
-class MiniSlurm:
-    """munged + slurmctld + slurmd for this host alone, all under dir."""
+def hello_lines(text):
+    """{rank: {size, sum, procid, lib}} of the hello's lines in text."""
+    out = {}
+    for m in re.finditer(r"hello rank=(-?\d+) size=(\d+) sum=(\d+) procid=(\S+) lib=(.*)", text):
+        out[int(m.group(1))] = {"size": int(m.group(2)), "sum": int(m.group(3)),
+                                "procid": m.group(4), "lib": m.group(5)}
+    return out
 
-    def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="ddpb-slurm-")
-        os.chmod(self.dir, 0o755)
-        self.host = socket.gethostname().split(".")[0]
-        self.procs = []
-        self.env = dict(os.environ, SLURM_CONF=os.path.join(self.dir, "slurm.conf"))
-        self.munge_socket = os.path.join(self.dir, "munge", "munge.socket")
 
-    def path(self, *p):
-        return os.path.join(self.dir, *p)
+def step_row(rows, job, step):
+    match = [r for r in rows if r["JobID"] == f"{job}.{step}"]
+    check(len(match) == 1, f"sacct has no step {job}.{step}: {rows}")
+    return match[0]
 
-    def write_conf(self):
-        cpus = os.cpu_count() or 1
-        mem_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
-        for d in ("munge", "ctld", "spool", "log", "jobs"):
-            os.makedirs(self.path(d), mode=0o755, exist_ok=True)
-        os.chmod(self.path("munge"), 0o700)
-        with open(self.path("munge", "munge.key"), "wb") as f:
-            f.write(os.urandom(1024))
-        os.chmod(self.path("munge", "munge.key"), 0o400)
-        conf = f"""ClusterName=ddpbtest
-SlurmctldHost={self.host}
-SlurmctldPort={free_port()}
-SlurmdPort={free_port()}
-SrunPortRange=60001-60100
-AuthType=auth/munge
-AuthInfo=socket={self.munge_socket}
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={self.path("ctld")}
-SlurmdSpoolDir={self.path("spool")}
-SlurmctldPidFile={self.path("slurmctld.pid")}
-SlurmdPidFile={self.path("slurmd.pid")}
-SlurmctldLogFile={self.path("log", "slurmctld.log")}
-SlurmdLogFile={self.path("log", "slurmd.log")}
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
-SchedulerType=sched/builtin
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-ReturnToService=2
-SlurmdTimeout=30
-InactiveLimit=0
-KillWait=5
-NodeName={self.host} CPUs={cpus} RealMemory={max(mem_mb - 512, 256)} State=UNKNOWN
-PartitionName=ddpb Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
-"""
-        with open(self.path("slurm.conf"), "w") as f:
-            f.write(conf)
 
-    def start(self):
-        self.write_conf()
-        self.spawn([tool("munged"), "--foreground", "--force", "--socket", self.munge_socket,
-                    "--key-file", self.path("munge", "munge.key"),
-                    "--pid-file", self.path("munge", "munged.pid"),
-                    "--seed-file", self.path("munge", "munged.seed"),
-                    "--log-file", self.path("log", "munged.log")], "munged")
-        self.wait(lambda: os.path.exists(self.munge_socket), "munged's socket")
-        self.spawn([tool("slurmctld"), "-D", "-i", "-f", self.path("slurm.conf")], "slurmctld")
-        self.spawn([tool("slurmd"), "-D", "-f", self.path("slurm.conf")], "slurmd")
-        self.wait(self.node_idle, "the node idle in sinfo", timeout=60)
+def test_srun_step_runs_two_tasks_listed_by_sacct():
+    job = S.sbatch(["--ntasks=2", "--job-name=two-tasks",
+                    "--wrap", "srun -n2 sh -c 'echo task procid=$SLURM_PROCID'"])
+    state = S.wait_job(job)
+    out = S.output(job)
+    check(state in ("COMPLETED", "GONE"), f"job {job}: {state}: {out}")
+    check(sorted(re.findall(r"task procid=(\S+)", out)) == ["0", "1"], out)
+    rows = S.steps(job)
+    check({r["JobID"] for r in rows} == {job, f"{job}.batch", f"{job}.0"}, rows)
+    step = step_row(rows, job, 0)
+    check(step["State"] == "COMPLETED" and step["NTasks"] == "2" and step["JobName"] == "sh"
+          and step["ExitCode"] == "0:0", step)
+    S.wait_no_job_pids(job)
 
-    def spawn(self, argv, name):
-        log = open(self.path("log", name + ".out"), "wb")
-        self.procs.append((name, subprocess.Popen(argv, stdout=log, stderr=log, env=self.env,
-                                                  start_new_session=True)))
 
-    def node_idle(self):
-        for name, p in self.procs:
-            check(p.poll() is None, f"{name} exited: {self.log(name)}")
-        r = subprocess.run([tool("sinfo"), "-h", "-o", "%t"], capture_output=True, text=True,
-                           env=self.env, timeout=10)
-        return r.returncode == 0 and r.stdout.strip() == "idle"
+def test_mpi_hello_under_each_implementations_pmi_plugin():
+    """Each implementation under the plugin vocabulary.json names (common/vocab.c): one
+    world of 2 (size 2, allreduce sum 3) whose MPI rank is SLURM_PROCID, as an sbatch
+    job's step that sacct lists, for both OpenMPI 4.1 (pmix) and MPICH 4.0 (pmi2)."""
+    mpis = vocab_mpis()
+    plugins = S.cmd("srun", "--mpi=list").stdout + S.cmd("srun", "--mpi=list").stderr
+    for mpi in ("openmpi", "mpich"):
+        pmi = mpis[mpi]["pmi"]
+        check(re.search(rf"\b{pmi}\b", plugins), f"srun --mpi=list lacks {pmi}: {plugins}")
+        exe = build_hello(mpi)
+        job = S.sbatch(["--ntasks=2", f"--job-name=hello-{mpi}",
+                        "--wrap", f"srun -n2 --mpi={pmi} {exe}"])
+        state = S.wait_job(job)
+        out = S.output(job)
+        check(state in ("COMPLETED", "GONE"), f"{mpi} job {job}: {state}: {out}")
+        ranks = hello_lines(out)
+        check(sorted(ranks) == [0, 1], f"{mpi}: {out}")
+        for rank, r in ranks.items():
+            check(r["size"] == 2 and r["sum"] == 3 and r["procid"] == str(rank), (mpi, r))
+        lib = ranks[0]["lib"]
+        check(("Open MPI" in lib) if mpi == "openmpi" else ("MPICH" in lib), (mpi, lib))
+        step = step_row(S.steps(job), job, 0)
+        check(step["State"] == "COMPLETED" and step["NTasks"] == "2", step)
+        S.wait_no_job_pids(job)
 
-    def log(self, name):
-        for f in (name + ".log", name + ".out"):
-            try:
-                with open(self.path("log", f), errors="replace") as fh:
-                    text = fh.read()[-2000:]
-                if text:
-                    return text
-            except OSError:
-                pass
-        return ""
 
-    def wait(self, cond, what, timeout=20):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if cond():
-                return
-            time.sleep(0.2)
-        raise AssertionError(f"{what} not reached in {timeout}s: slurmctld: {self.log('slurmctld')}"
-                             f" slurmd: {self.log('slurmd')} munged: {self.log('munged')}")
-
-    def job_state(self, job):
-        r = subprocess.run([tool("scontrol"), "show", "job", job], capture_output=True, text=True,
-                           env=self.env, timeout=10)
-        for word in r.stdout.split():
-            if word.startswith("JobState="):
-                return word.split("=", 1)[1]
-        return "GONE"
-
-    def stop(self):
-        for name, p in reversed(self.procs):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+def test_the_other_pmi_plugins_do_not_wire_mpi():
+    """Why vocab.c names pmix for OpenMPI and pmi2 for MPICH: Debian's OpenMPI 4.1 has
+    PMIx support only (its pmix ext3x component, on the libpmix2 that Slurm's mpi_pmix
+    uses too), no PMI-1/PMI-2 client, so under --mpi=pmi2 MPI_Init fails in every rank.
+    MPICH 4.0's PMI client speaks the PMI-1/PMI-2 wire protocol (PMI_FD), not PMIx: under
+    --mpi=pmix it finds no PMI server and each rank silently runs as a world of its own
+    (size 1), which is why the launcher must pass pmi2."""
+    r = S.cmd("srun", "-n2", "--mpi=pmi2", build_hello("openmpi"), check_rc=False, timeout=60)
+    check(r.returncode != 0 and not hello_lines(r.stdout) and "MPI_Init" in r.stderr,
+          f"openmpi under pmi2: {r.returncode} {r.stdout} {r.stderr}")
+    r = S.cmd("srun", "-n2", "--mpi=pmix", build_hello("mpich"), check_rc=False, timeout=60)
+    ranks = re.findall(r"hello rank=(\d+) size=(\d+) sum=(\d+) procid=(\d+)", r.stdout)
+    check(r.returncode == 0 and sorted(ranks) == [("0", "1", "1", "0"), ("0", "1", "1", "1")],
+          f"mpich under pmix: {r.returncode} {r.stdout} {r.stderr}")
 
 
 def test_sbatch_runs_a_spec_and_writes_the_csv():
+    """deploy/slurm/ddpbench.sbatch, daemons-per-node mode: ddpbench places the ranks."""
+    jobs = S.path("jobs")
+    spec = os.path.join(jobs, "spec.json")
+    with open(spec, "w") as f:
+        f.write('{"name": "slurm-allreduce", "workload": "collective", "world_size": 2,'
+                ' "min_bytes": "4K", "max_bytes": "64K", "factor": 4, "iters": 5,'
+                ' "warmup": 1}')
+    env = dict(S.env, DDPB_BIN=BUILD, DDPB_PORT=str(free_port()), DDPB_OUT=jobs)
+    job = S.sbatch([SCRIPT, spec], env=env, output=os.path.join(jobs, "ddpbench-%j.out"))
+    state = S.wait_job(job)
+    out = os.path.join(jobs, f"ddpbench-{job}.out")
+    with open(out, errors="replace") as f:
+        log = f.read()
+    check(state in ("COMPLETED", "GONE"), f"job {job}: {state}: {log}")
+    check("experiment 1 succeeded" in log, log)
+    with open(os.path.join(jobs, f"ddpbench-{job}.csv")) as f:
+        rows = list(csv.DictReader(f))
+    check([r["bytes"] for r in rows] == ["4096", "16384", "65536"], rows)
+    for row in rows:  # both ranks on this one node, every element right, real figures
+        check(row["nodes"] == "1" and row["wrong"] == "0"
+              and float(row["busbw_gbs_mean"]) > 0, row)
+    check(os.path.exists(os.path.join(jobs, f"ddpbench-{job}.json")), "experiment JSON")
+    S.wait_no_job_pids(job)
+
+
+CASES = [
+    test_srun_step_runs_two_tasks_listed_by_sacct,
+    test_mpi_hello_under_each_implementations_pmi_plugin,
+    test_the_other_pmi_plugins_do_not_wire_mpi,
+    test_sbatch_runs_a_spec_and_writes_the_csv,
+]
+
+
+def test_nothing_of_the_cluster_is_left():
+    """After every job: scancel, stop the daemons; no slurmstepd of this cluster left."""
+    global S
+    s, S = S, None
+    s.stop(check_clean=True)
+    check(not s.stepd_pids(), s.stepd_pids())
+
+
+def test_the_cluster_starts():
+    """munged, mariadbd, slurmdbd, slurmctld, slurmd up and the node idle."""
+    S.start()
+
+
+def main():
+    global S
     why = why_unavailable()
     if why:
-        raise Skip(why)
-    s = MiniSlurm()
+        def test_the_cluster_can_start():
+            raise Skip(why)
+        return run_cases([test_the_cluster_can_start])
+    S = MiniSlurm()
     try:
-        s.start()
-        jobs = s.path("jobs")
-        spec = os.path.join(jobs, "spec.json")
-        with open(spec, "w") as f:
-            f.write('{"name": "slurm-allreduce", "workload": "collective", "world_size": 2,'
-                    ' "min_bytes": "4K", "max_bytes": "64K", "factor": 4, "iters": 5,'
-                    ' "warmup": 1}')
-        env = dict(s.env, DDPB_BIN=BUILD, DDPB_PORT=str(free_port()), DDPB_OUT=jobs)
-        r = subprocess.run([tool("sbatch"), "--parsable", "--chdir", jobs, SCRIPT, spec],
-                           capture_output=True, text=True, env=env, timeout=30)
-        check(r.returncode == 0, f"sbatch: {r.stdout} {r.stderr}")
-        job = r.stdout.strip().split(";")[0]
-        s.wait(lambda: s.job_state(job) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "GONE"),
-               f"job {job} to end", timeout=90)
-        out = os.path.join(jobs, f"ddpbench-{job}.out")
-        with open(out, errors="replace") as f:
-            log = f.read()
-        check(s.job_state(job) in ("COMPLETED", "GONE"), f"job {job}: {s.job_state(job)}: {log}")
-        check("experiment 1 succeeded" in log, log)
-        with open(os.path.join(jobs, f"ddpbench-{job}.csv")) as f:
-            rows = list(csv.DictReader(f))
-        check([r["bytes"] for r in rows] == ["4096", "16384", "65536"], rows)
-        for row in rows:  # both ranks on this one node, every element right, real figures
-            check(row["nodes"] == "1" and row["wrong"] == "0"
-                  and float(row["busbw_gbs_mean"]) > 0, row)
-        check(os.path.exists(os.path.join(jobs, f"ddpbench-{job}.json")), "experiment JSON")
+        return run_cases([test_the_cluster_starts] + CASES + [test_nothing_of_the_cluster_is_left])
     finally:
-        s.stop()
+        if S:
+            S.stop()
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_cases([test_sbatch_runs_a_spec_and_writes_the_csv]))
+    raise SystemExit(main())
