@@ -99,6 +99,7 @@ class MiniSlurm:
         self.host = socket.gethostname().split(".")[0]
         self.cpus = os.cpu_count() or 1
         self.procs = []
+        self.started = False  # True, or the exception start() failed with
         self.conf = os.path.join(self.dir, "slurm.conf")
         self.env = dict(os.environ, SLURM_CONF=self.conf)
         for k in list(self.env):  # a job's own variables would steer sbatch and srun
@@ -193,6 +194,20 @@ StorageLoc=ddpb_slurm_acct
     # --- daemons ---------------------------------------------------------------------
 
     def start(self):
+        """Starts the cluster; once started (or failed to), again returns at once (or
+        raises the same error): the cases of a file share one cluster."""
+        if self.started:
+            if isinstance(self.started, BaseException):
+                raise self.started
+            return
+        try:
+            self.start_daemons()
+            self.started = True
+        except BaseException as e:
+            self.started = e
+            raise
+
+    def start_daemons(self):
         self.write_conf()
         self.spawn([tool("munged"), "--foreground", "--force", "--socket", self.munge_socket,
                     "--key-file", self.path("munge", "munge.key"),

@@ -13,6 +13,7 @@ Needs root (slurmd runs jobs as their user; SlurmUser is root here) and the pack
 deploy/install-deps.sh installs; elsewhere it skips with the reason, and
 tests/summarize.py does not allow that skip in CI."""
 import csv
+import functools
 import json
 import os
 import re
@@ -24,7 +25,16 @@ from slurmlab import MiniSlurm, free_port, why_unavailable
 
 SCRIPT = os.path.join(SOURCE, "deploy", "slurm", "ddpbench.sbatch")
 HELLO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm_mpi_hello.c")
-S = None  # the cluster every case uses (main starts and stops it)
+S = None  # the cluster every case uses: the first to need it starts it, main stops it
+
+
+def on_cluster(case):
+    """The case, run once the shared cluster is up (the first case starts it)."""
+    @functools.wraps(case)
+    def run():
+        S.start()
+        case()
+    return run
 
 
 def vocab_mpis():
@@ -64,6 +74,7 @@ def step_row(rows, job, step):
     return match[0]
 
 
+@on_cluster
 def test_srun_step_runs_two_tasks_listed_by_sacct():
     job = S.sbatch(["--ntasks=2", "--job-name=two-tasks",
                     "--wrap", "srun -n2 sh -c 'echo task procid=$SLURM_PROCID'"])
@@ -79,6 +90,7 @@ def test_srun_step_runs_two_tasks_listed_by_sacct():
     S.wait_no_job_pids(job)
 
 
+@on_cluster
 def test_mpi_hello_under_each_implementations_pmi_plugin():
     """Each implementation under the plugin vocabulary.json names (common/vocab.c): one
     world of 2 (size 2, allreduce sum 3) whose MPI rank is SLURM_PROCID, as an sbatch
@@ -105,6 +117,7 @@ def test_mpi_hello_under_each_implementations_pmi_plugin():
         S.wait_no_job_pids(job)
 
 
+@on_cluster
 def test_the_other_pmi_plugins_do_not_wire_mpi():
     """Why vocab.c names pmix for OpenMPI and pmi2 for MPICH: Debian's OpenMPI 4.1 has
     PMIx support only (its pmix ext3x component, on the libpmix2 that Slurm's mpi_pmix
@@ -121,6 +134,7 @@ def test_the_other_pmi_plugins_do_not_wire_mpi():
           f"mpich under pmix: {r.returncode} {r.stdout} {r.stderr}")
 
 
+@on_cluster
 def test_sbatch_runs_a_spec_and_writes_the_csv():
     """deploy/slurm/ddpbench.sbatch, daemons-per-node mode: ddpbench places the ranks."""
     jobs = S.path("jobs")
@@ -147,11 +161,39 @@ def test_sbatch_runs_a_spec_and_writes_the_csv():
     S.wait_no_job_pids(job)
 
 
+def write_spec(name, spec):
+    path = S.path("jobs", name)
+    with open(path, "w") as f:
+        json.dump(spec, f)
+    return path
+
+
+def script_env(**extra):
+    """The environment sbatch passes the script: this build, a free port, results in
+    jobs/, the leader on 127.0.0.1 (the one node)."""
+    return dict(S.env, DDPB_BIN=BUILD, DDPB_PORT=str(free_port()), DDPB_OUT=S.path("jobs"),
+                DDPB_IFACE_ADDR_CMD="echo 127.0.0.1", **extra)
+
+
+@on_cluster
+def test_sbatch_srun_mode_refuses_what_it_cannot_run():
+    """--srun without --ntasks (no tasks to run ranks as), or with a spec that does not
+    name the srun launcher: the job fails at once, saying so, and starts no daemon."""
+    spec = write_spec("tcp-no-launcher.json", {"workload": "collective", "world_size": 2})
+    cases = [([], "--ntasks N"), (["--ntasks=2"], 'names no "launcher": "srun"')]
+    for opts, needle in cases:
+        job = S.sbatch(opts + [SCRIPT, "--srun", spec], env=script_env())
+        state = S.wait_job(job)
+        out = S.output(job)
+        check(state == "FAILED" and needle in out and "leader" not in out, (opts, state, out))
+
+
 CASES = [
     test_srun_step_runs_two_tasks_listed_by_sacct,
     test_mpi_hello_under_each_implementations_pmi_plugin,
     test_the_other_pmi_plugins_do_not_wire_mpi,
     test_sbatch_runs_a_spec_and_writes_the_csv,
+    test_sbatch_srun_mode_refuses_what_it_cannot_run,
 ]
 
 
@@ -163,11 +205,6 @@ def test_nothing_of_the_cluster_is_left():
     check(not s.stepd_pids(), s.stepd_pids())
 
 
-def test_the_cluster_starts():
-    """munged, mariadbd, slurmdbd, slurmctld, slurmd up and the node idle."""
-    S.start()
-
-
 def main():
     global S
     why = why_unavailable()
@@ -177,7 +214,7 @@ def main():
         return run_cases([test_the_cluster_can_start])
     S = MiniSlurm()
     try:
-        return run_cases([test_the_cluster_starts] + CASES + [test_nothing_of_the_cluster_is_left])
+        return run_cases(CASES + [test_nothing_of_the_cluster_is_left])
     finally:
         if S:
             S.stop()
