@@ -4,6 +4,8 @@
 # profile, and one ddpbenchd per host started inside its namespace.
 #
 #   deploy/netlab.sh up --nodes N --profile P [--port-base PORT] [--dir DIR] [--build DIR]
+#                       [--no-daemons]   (the hosts and links only: another cluster manager,
+#                                         e.g. the Slurm of tests/integration/slurmlab.py)
 #   deploy/netlab.sh status [--dir DIR]
 #   deploy/netlab.sh exec HOST_INDEX COMMAND...   (runs COMMAND inside host's namespace)
 #   deploy/netlab.sh down [--dir DIR]
@@ -42,7 +44,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -146,7 +148,7 @@ wait_followers() {
 }
 
 cmd_up() {
-    local nodes="" profile="" port_base=7480 dir="" build="$SRC/build"
+    local nodes="" profile="" port_base=7480 dir="" build="$SRC/build" daemons=1
     while [ $# -gt 0 ]; do
         case "$1" in
         --nodes) nodes=${2:-}; shift 2 ;;
@@ -154,6 +156,7 @@ cmd_up() {
         --port-base) port_base=${2:-}; shift 2 ;;
         --dir) dir=${2:-}; shift 2 ;;
         --build) build=${2:-}; shift 2 ;;
+        --no-daemons) daemons=""; shift ;;
         *) die "up: unknown option '$1' (see --help)" ;;
         esac
     done
@@ -172,7 +175,7 @@ cmd_up() {
     rate=$(profile_rate "$profile")
     dir=${dir:-/tmp/ddpbench-netlab-$PREFIX}
     local daemon="$build/daemon/ddpbenchd"
-    [ -x "$daemon" ] || die "no ddpbenchd at $daemon (build first, or give --build DIR)"
+    [ -z "$daemons" ] || [ -x "$daemon" ] || die "no ddpbenchd at $daemon (build first, or give --build DIR)"
     [ "$(id -u)" -eq 0 ] || die "up needs root (ip netns, tc)"
     [ -z "$(our_namespaces)" ] || die "namespaces $PREFIX-* exist already: run 'netlab.sh down' first"
 
@@ -221,6 +224,13 @@ cmd_up() {
     done
     echo "netlab: $nodes hosts on $SUBNET.0/24, profile $profile${qdisc:+ ($qdisc $rate each way)}"
 
+    if [ -z "$daemons" ]; then
+        trap - EXIT
+        for i in $(seq 0 $((nodes - 1))); do
+            echo "host $i: $(host_ns "$i") $(host_addr "$i")"
+        done
+        return 0
+    fi
     (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/token")
     for i in $(seq 0 $((nodes - 1))); do # host 0 first: the leader
         start_daemon "$i" $((port_base + i)) "$profile" "$dir" "$daemon"

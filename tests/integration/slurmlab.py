@@ -5,7 +5,7 @@ socket, port, state and spool directory of their own in one temporary directory,
 Slurm, munge or MariaDB already on the machine is never touched; and all of it torn down
 after, checked: no slurmstepd of this cluster (nor anything it started) is left.
 
-    with MiniSlurm() as s:
+    with MiniSlurm() as s:            # or MiniSlurm(nodes=2): two slurmd, see below
         job = s.sbatch(["--ntasks=2", "--wrap", "srun sh -c 'echo $SLURM_PROCID'"])
         s.wait_job(job)
         s.steps(job)   # sacct's rows for the job and its steps
@@ -24,6 +24,15 @@ Decisions:
 - SlurmUser and SlurmdUser are root (jobs run as the root that runs the tests). The
   node is this host (its short name) with the CPUs the machine has; select/cons_tres
   with CR_CPU, so a 2-task job on 2 CPUs runs at once.
+- nodes=2 runs two slurmd, each in a netlab host (deploy/netlab.sh up --no-daemons: a
+  network namespace with its own address, joined to the other by a veth bridge), named
+  h0 and h1 (slurmd -N) at 10.213.0.10 and .11. Every other daemon runs in h0's
+  namespace, where slurmctld listens on h0's address and MariaDB and slurmdbd on its
+  loopback, and the commands (sbatch, sacct...) run there too; nothing is added to the
+  root namespace. Each node gets the machine's CPUs shared out (one each on two cores).
+  A job's tasks on h1 reach h0 over the bridge, as on two machines; they still share
+  this machine's filesystem, so no file needs copying. One slurmd (nodes=1) is this
+  host itself, in the root namespace.
 - Each daemon runs in the foreground as a child of its own session; stop() scancels
   every job first (slurmd ends their steps, as on a cluster), waits for the steps of
   this cluster to end, then stops the daemons. A slurmstepd is told from another
@@ -36,7 +45,9 @@ import subprocess
 import tempfile
 import time
 
-from harness import check
+from harness import SOURCE, check
+
+NETLAB = os.path.join(SOURCE, "deploy", "netlab.sh")
 
 TOOLS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch", "srun", "sinfo",
          "squeue", "sacct", "scontrol", "scancel")
@@ -93,11 +104,16 @@ def proc_alive(pid):
 class MiniSlurm:
     """munged + mariadbd + slurmdbd + slurmctld + slurmd for this host alone, under dir."""
 
-    def __init__(self):
+    def __init__(self, nodes=1):
         self.dir = tempfile.mkdtemp(prefix="ddpb-slurm-")
         os.chmod(self.dir, 0o755)
         self.host = socket.gethostname().split(".")[0]
-        self.cpus = os.cpu_count() or 1
+        self.nodes = nodes
+        self.cpus = max((os.cpu_count() or 1) // nodes, 1)
+        # nodes > 1: netlab hosts of a prefix of our own (so `down` removes only ours)
+        self.netlab_prefix = f"ddpbsl{os.getpid()}" if nodes > 1 else None
+        self.node_names = [f"h{i}" for i in range(nodes)] if nodes > 1 else [self.host]
+        self.node_addrs = [f"10.213.0.{10 + i}" for i in range(nodes)] if nodes > 1 else []
         self.procs = []
         self.started = False  # True, or the exception start() failed with
         self.conf = os.path.join(self.dir, "slurm.conf")
@@ -134,7 +150,7 @@ class MiniSlurm:
             f.write(os.urandom(1024))
         os.chmod(self.path("munge", "munge.key"), 0o400)
         conf = f"""ClusterName=ddpbtest
-SlurmctldHost={self.host}
+SlurmctldHost={self.host}{f"({self.node_addrs[0]})" if self.node_addrs else ""}
 SlurmctldPort={free_port()}
 SlurmdPort={free_port()}
 SrunPortRange=60001-60100
@@ -144,11 +160,11 @@ CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={self.path("ctld")}
-SlurmdSpoolDir={self.path("spool")}
+SlurmdSpoolDir={self.path("spool")}/%n
 SlurmctldPidFile={self.path("slurmctld.pid")}
-SlurmdPidFile={self.path("slurmd.pid")}
+SlurmdPidFile={self.path("slurmd-%n.pid")}
 SlurmctldLogFile={self.path("log", "slurmctld.log")}
-SlurmdLogFile={self.path("log", "slurmd.log")}
+SlurmdLogFile={self.path("log", "slurmd-%n.log")}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/linux
@@ -167,9 +183,13 @@ ReturnToService=2
 SlurmdTimeout=30
 InactiveLimit=0
 KillWait=5
-NodeName={self.host} CPUs={self.cpus} RealMemory={max(mem_mb - 512, 256)} State=UNKNOWN
-PartitionName=ddpb Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
+PartitionName=ddpb Nodes={",".join(self.node_names)} Default=YES MaxTime=INFINITE State=UP
 """
+        mem = max(mem_mb - 512, 256) // self.nodes
+        for i, name in enumerate(self.node_names):
+            addr = f" NodeAddr={self.node_addrs[i]}" if self.node_addrs else ""
+            conf += f"NodeName={name}{addr} CPUs={self.cpus} RealMemory={mem} State=UNKNOWN\n"
+            os.makedirs(self.path("spool", name), mode=0o755, exist_ok=True)
         with open(self.conf, "w") as f:
             f.write(conf)
         # slurmdbd reads slurmdbd.conf beside SLURM_CONF; it must be private to SlurmUser
@@ -209,6 +229,9 @@ StorageLoc=ddpb_slurm_acct
 
     def start_daemons(self):
         self.write_conf()
+        if self.netlab_prefix:
+            self.netlab("up", "--nodes", str(self.nodes), "--profile", "unshaped",
+                        "--no-daemons")
         self.spawn([tool("munged"), "--foreground", "--force", "--socket", self.munge_socket,
                     "--key-file", self.path("munge", "munge.key"),
                     "--pid-file", self.path("munge", "munged.pid"),
@@ -225,28 +248,76 @@ StorageLoc=ddpb_slurm_acct
         self.spawn([tool("slurmdbd"), "-D"], "slurmdbd")
         self.wait(lambda: self.port_open(self.dbd_port), "slurmdbd's port")
         self.spawn([tool("slurmctld"), "-D", "-i", "-f", self.conf], "slurmctld")
-        self.spawn([tool("slurmd"), "-D", "-f", self.conf], "slurmd")
+        for i, name in enumerate(self.node_names):
+            argv = [tool("slurmd"), "-D", "-f", self.conf, "-N", name]
+            if i > 0:  # h0 keeps the machine's /tmp, where the test's files are
+                argv = self.own_tmp(argv, i)
+            self.spawn(argv, f"slurmd-{name}", node=i)
         self.wait(self.node_idle, "the node idle in sinfo", timeout=60)
 
-    def spawn(self, argv, name):
+    def in_node(self, argv, node=0):
+        """argv run in the node's network namespace (as is with one node). nsenter, not ip
+        netns exec: that one remounts /sys for the namespace, and slurmd then finds no
+        /sys/fs/cgroup and will not start; nsenter enters the network namespace alone,
+        and execs argv, so the process started is argv's own."""
+        if not self.netlab_prefix:
+            return list(argv)
+        return ["nsenter", f"--net=/run/netns/{self.netlab_prefix}-h{node}", *argv]
+
+    def own_tmp(self, argv, node):
+        """argv with a /tmp of the node's own, in a mount namespace of its own (unshare).
+        The nodes of one machine must not share /tmp: Slurm's PMIx plugin makes each
+        step's directory there (spmix_appdir_UID_JOB.STEP, and fails if it exists), so
+        OpenMPI under srun --mpi=pmix would fail on the second node. This cluster's
+        directory stays at its path: when it is under /tmp it is bound into the node's
+        /tmp first, and --rbind carries it along. unshare execs the shell, which execs
+        argv: the process started is still argv's own."""
+        tmp = self.path("node-tmp", self.node_names[node])
+        os.makedirs(tmp, exist_ok=True)
+        os.chmod(tmp, 0o1777)
+        inner = tmp
+        rel = os.path.relpath(self.dir, "/tmp")
+        if not rel.startswith(".."):
+            inner = os.path.join(tmp, rel)
+            os.makedirs(inner, mode=0o755, exist_ok=True)
+        script = ('[ "$2" = "$3" ] || mount --bind "$1" "$2" && mount --rbind "$3" /tmp && '
+                  'shift 3 && exec "$@"')
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                self.dir, inner, tmp, *argv]
+
+    def netlab(self, *args):
+        env = dict(os.environ, NETLAB_PREFIX=self.netlab_prefix)
+        r = subprocess.run([NETLAB, *args, "--dir", self.path("netlab")], capture_output=True,
+                           text=True, env=env, timeout=60)
+        check(r.returncode == 0, f"netlab.sh {' '.join(args)}: {r.stdout} {r.stderr}")
+
+    def spawn(self, argv, name, node=0):
+        """Starts a daemon in the foreground, in node's namespace (h0: every daemon but
+        the other slurmd), logging to log/NAME.out."""
         log = open(self.path("log", name + ".out"), "wb")
-        self.procs.append((name, subprocess.Popen(argv, stdout=log, stderr=log, env=self.env,
+        self.procs.append((name, subprocess.Popen(self.in_node(argv, node), stdout=log,
+                                                  stderr=log, env=self.env,
                                                   start_new_session=True)))
         log.close()
 
     def port_open(self, port):
+        """Something listens on h0's loopback at port (bash's /dev/tcp, run in h0's
+        namespace: a socket of this process would be in the root namespace)."""
         self.check_daemons()
-        with socket.socket() as s:
-            return s.connect_ex(("127.0.0.1", port)) == 0
+        r = subprocess.run(self.in_node(["bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"]),
+                           capture_output=True, timeout=10)
+        return r.returncode == 0
 
     def check_daemons(self):
         for name, p in self.procs:
             check(p.poll() is None, f"{name} exited {p.returncode}: {self.log(name)}")
 
     def node_idle(self):
+        """Every node idle in sinfo (one line per node)."""
         self.check_daemons()
-        r = self.cmd("sinfo", "-h", "-o", "%t", check_rc=False)
-        return r.returncode == 0 and r.stdout.strip() == "idle"
+        r = self.cmd("sinfo", "-N", "-h", "-o", "%N %t", check_rc=False)
+        states = dict(line.split() for line in r.stdout.splitlines() if line.strip())
+        return r.returncode == 0 and states == {n: "idle" for n in self.node_names}
 
     def log(self, name):
         """The tail of a daemon's log file, or of its stdout/stderr when that is empty."""
@@ -261,7 +332,8 @@ StorageLoc=ddpb_slurm_acct
         return ""
 
     def logs(self):
-        return " ".join(f"{n}: {self.log(n)}" for n in ("slurmctld", "slurmd", "slurmdbd"))
+        names = ["slurmctld", "slurmdbd"] + [f"slurmd-{n}" for n in self.node_names]
+        return " ".join(f"{n}: {self.log(n)}" for n in names)
 
     def wait(self, cond, what, timeout=20):
         deadline = time.time() + timeout
@@ -274,8 +346,9 @@ StorageLoc=ddpb_slurm_acct
     # --- commands --------------------------------------------------------------------
 
     def cmd(self, name, *args, env=None, timeout=30, check_rc=True):
-        """Runs a Slurm command of this cluster; returns the CompletedProcess."""
-        r = subprocess.run([tool(name), *args], capture_output=True, text=True,
+        """Runs a Slurm command of this cluster (in h0's namespace when there are several
+        nodes); returns the CompletedProcess."""
+        r = subprocess.run(self.in_node([tool(name), *args]), capture_output=True, text=True,
                            env=env or self.env, timeout=timeout)
         if check_rc:
             check(r.returncode == 0, f"{name} {' '.join(args)}: {r.returncode}: {r.stdout} "
@@ -372,7 +445,7 @@ StorageLoc=ddpb_slurm_acct
         the directory. check_clean: fail if a slurmstepd of this cluster outlived its job
         (after the daemons are stopped, so a failed check leaves nothing running)."""
         left = []
-        if any(n == "slurmd" and p.poll() is None for n, p in self.procs):
+        if any(n.startswith("slurmd-") and p.poll() is None for n, p in self.procs):
             self.cmd("scancel", "--full", "-u", "root", check_rc=False)
             deadline = time.time() + 20
             while time.time() < deadline and (self.stepd_pids() or self.queued()):
@@ -391,6 +464,8 @@ StorageLoc=ddpb_slurm_acct
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
+        if self.netlab_prefix and os.path.isdir(self.path("netlab")):
+            self.netlab("down")  # every process left in our namespaces, then them
         if os.environ.get("DDPB_KEEP_STATE") != "1":
             shutil.rmtree(self.dir, ignore_errors=True)
         if check_clean:

@@ -46,9 +46,10 @@ def mpicc(mpi):
     return {"openmpi": "mpicc.openmpi", "mpich": "mpicc.mpich"}[mpi]
 
 
-def build_hello(mpi):
-    """The MPI hello built with the implementation's mpicc, in the cluster's jobs/."""
-    exe = S.path("jobs", f"hello-{mpi}")
+def build_hello(mpi, cluster=None):
+    """The MPI hello built with the implementation's mpicc, in the cluster's jobs/ (the
+    shared cluster's by default): where every node sees it."""
+    exe = (cluster or S).path("jobs", f"hello-{mpi}")
     if not os.path.exists(exe):
         cc = shutil.which(mpicc(mpi))
         check(cc, f"{mpicc(mpi)} missing (deploy/install-deps.sh installs "
@@ -161,6 +162,36 @@ def test_sbatch_runs_a_spec_and_writes_the_csv():
     S.wait_no_job_pids(job)
 
 
+def test_two_slurmd_in_netlab_namespaces():
+    """Two nodes on one machine: slurmd h0 and h1, each in a netlab host's network
+    namespace (10.213.0.10 and .11), h1 with a /tmp of its own (slurmlab.py says why).
+    One step's two tasks run one on each node with their own address; each MPI
+    implementation's 2-rank hello spans both nodes under its pmi plugin; sacct names
+    both nodes; and the cluster's end leaves no slurmstepd and no namespace."""
+    prefix = None
+    with MiniSlurm(nodes=2) as two:
+        prefix = two.netlab_prefix
+        job = two.sbatch(["--nodes=2", "--ntasks=2", "--wrap", "srun -n2 --ntasks-per-node=1 "
+                          "sh -c 'echo task procid=$SLURM_PROCID node=$SLURMD_NODENAME "
+                          "addr=$(hostname -I)'"])
+        state = two.wait_job(job)
+        out = two.output(job)
+        check(state in ("COMPLETED", "GONE"), f"job {job}: {state}: {out}")
+        tasks = sorted(re.findall(r"task procid=(\S+) node=(\S+) addr=(\S+)", out))
+        check(tasks == [("0", "h0", "10.213.0.10"), ("1", "h1", "10.213.0.11")], out)
+        check(step_row(two.steps(job), job, 0)["NodeList"] == "h[0-1]", two.steps(job))
+        for mpi, pmi in ((m, row["pmi"]) for m, row in vocab_mpis().items()):
+            exe = build_hello(mpi, two)
+            r = two.cmd("srun", "-N2", "-n2", f"--mpi={pmi}", exe, timeout=60)
+            ranks = hello_lines(r.stdout)
+            check(sorted(ranks) == [0, 1] and all(v["size"] == 2 and v["sum"] == 3
+                                                  and v["procid"] == str(k)
+                                                  for k, v in ranks.items()),
+                  f"{mpi} over two nodes: {r.stdout} {r.stderr}")
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    check(prefix and prefix not in r.stdout, f"namespaces left: {r.stdout}")
+
+
 def write_spec(name, spec):
     path = S.path("jobs", name)
     with open(path, "w") as f:
@@ -194,6 +225,7 @@ CASES = [
     test_the_other_pmi_plugins_do_not_wire_mpi,
     test_sbatch_runs_a_spec_and_writes_the_csv,
     test_sbatch_srun_mode_refuses_what_it_cannot_run,
+    test_two_slurmd_in_netlab_namespaces,
 ]
 
 
