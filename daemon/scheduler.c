@@ -69,6 +69,9 @@ struct scheduler {
     /* owned by the loop's thread; stats mirrored under the lock for other threads */
     bool scan_now; /* look at the queue after this iteration */
     bool stopping, stopping_runs;
+    /* what active runs end as when the daemon stops (scheduler_set_stop_status) */
+    enum db_run_status stop_status;
+    char stop_why[256];
     int nslots;
     bool *slot_used;
     int *slot_cpu; /* the CPU a slot stands for: slot i is CPU i mod ncpus */
@@ -544,8 +547,7 @@ static void sched_after_iteration(void *arg)
     if (s->stopping) {
         if (!s->stopping_runs)
             for (int i = 0; i < s->nactive; i++) {
-                monitor_stop_run(s->active[i].run, DB_RUN_INTERRUPTED, -1,
-                                 "ddpbenchd shut down while the run was active");
+                monitor_stop_run(s->active[i].run, s->stop_status, -1, s->stop_why);
                 monitor_forget_remote(s->active[i].run);
             }
         s->stopping_runs = true;
@@ -591,6 +593,8 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
     s->cfg = cfg;
     s->db = db;
     s->cluster = cluster;
+    s->stop_status = DB_RUN_INTERRUPTED;
+    snprintf(s->stop_why, sizeof s->stop_why, "ddpbenchd shut down while the run was active");
     pthread_mutex_init(&s->lock, NULL);
     s->nslots = cfg->cpu_slots;
     s->slot_used = calloc((size_t)s->nslots, sizeof *s->slot_used);
@@ -626,6 +630,12 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
 fail:
     scheduler_destroy(s);
     return NULL;
+}
+
+void scheduler_set_stop_status(struct scheduler *s, enum db_run_status status, const char *why)
+{
+    s->stop_status = status;
+    snprintf(s->stop_why, sizeof s->stop_why, "%s", why);
 }
 
 void scheduler_destroy(struct scheduler *s)

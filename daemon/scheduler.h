@@ -35,7 +35,13 @@ struct scheduler_stats {
 struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
                                    struct store_server *store, struct events *events,
                                    struct cluster *cluster, struct err *e);
-/* Stops active runs (they end 'interrupted'), joins the thread, frees everything. */
+/* What active runs end as when scheduler_destroy stops them: 'interrupted' unless this
+ * says otherwise (a daemon whose Slurm job is ending: 'cancelled'). Call it from the
+ * thread that then calls scheduler_destroy, before it (destroy's post to the loop orders
+ * the two). why is copied. */
+void scheduler_set_stop_status(struct scheduler *s, enum db_run_status status, const char *why);
+/* Stops active runs (they end 'interrupted', or as set above), joins the thread, frees
+ * everything. */
 void scheduler_destroy(struct scheduler *s);
 /* New runs were queued. Thread-safe, async-signal-safe. */
 void scheduler_wake(struct scheduler *s);
