@@ -37,7 +37,9 @@ Decisions:
   every job first (slurmd ends their steps, as on a cluster), waits for the steps of
   this cluster to end, then stops the daemons. A slurmstepd is told from another
   cluster's by SLURM_CONF in its environment (slurmd passes its own on)."""
+import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -45,7 +47,7 @@ import subprocess
 import tempfile
 import time
 
-from harness import SOURCE, check
+from harness import SOURCE, Daemon, check
 
 NETLAB = os.path.join(SOURCE, "deploy", "netlab.sh")
 
@@ -474,3 +476,61 @@ StorageLoc=ddpb_slurm_acct
     def queued(self):
         r = self.cmd("squeue", "-h", "-o", "%i", check_rc=False)
         return r.returncode == 0 and bool(r.stdout.strip())
+
+
+class AllocatedDaemon(Daemon):
+    """A harness Daemon (tests/integration/harness.py) running inside a Slurm allocation:
+    ddpbenchd as the batch step of an sbatch job of ntasks tasks (the shell execs it, as
+    deploy/slurm/ddpbench.sbatch --srun runs it, with the job's SLURM_* variables), so
+    runs with launcher "srun" are steps of that job. Its output is the daemon's log; the
+    test reaches it on 127.0.0.1 (one node). stop() signals the batch step alone
+    (scancel --batch: the daemon, which the shell became) and waits for the job's end;
+    restart() submits a new job on the same state directory."""
+
+    def __init__(self, slurm, ntasks=2, **kw):
+        self.slurm = slurm
+        self.ntasks = ntasks
+        self.job = None
+        super().__init__(**kw)
+
+    def start(self):
+        info = os.path.join(self.state_dir, "ddpbenchd.json")
+        if os.path.exists(info):
+            os.unlink(info)
+        args = [self.binary, "--port", "0", "--store-port", "0", "--state-dir", self.state_dir,
+                "--kill-grace-ms", "1000", "--log-level", "info"]
+        if self.cpu_slots:
+            args += ["--cpu-slots", str(self.cpu_slots)]
+        args += self.extra_args
+        self.log = open(os.devnull, "wb")  # Daemon.stop closes it; the job writes the log
+        self.job = self.slurm.sbatch([f"--ntasks={self.ntasks}", "--job-name=ddpbenchd",
+                                      "--wrap", "exec " + shlex.join(args)],
+                                     output=os.path.join(self.state_dir, "daemon.log"),
+                                     env=self.env)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                with open(info) as f:
+                    self.info = json.load(f)
+                self.url = f"http://127.0.0.1:{self.info['http_port']}"
+                return
+            except (OSError, ValueError, KeyError):
+                state = self.slurm.job_state(self.job)
+                if state in ENDED or state == "GONE":
+                    raise RuntimeError(f"ddpbenchd's job {self.job} ended {state}: "
+                                       f"{self.daemon_log()}")
+                time.sleep(0.1)
+        raise RuntimeError(f"ddpbenchd did not start in job {self.job}: {self.daemon_log()}")
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.job and self.slurm.job_state(self.job) not in ENDED + ("GONE",):
+            self.slurm.cmd("scancel", "--batch", f"--signal={signal.Signals(sig).name[3:]}",
+                           self.job, check_rc=False)
+            try:
+                self.slurm.wait_job(self.job, timeout=timeout)
+            except AssertionError:
+                self.slurm.cmd("scancel", self.job, check_rc=False)
+                self.slurm.wait_job(self.job, timeout=timeout)
+                raise AssertionError(f"ddpbenchd's job {self.job} did not end on {sig}")
+        self.log.close()
+        return None

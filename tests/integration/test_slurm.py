@@ -19,9 +19,12 @@ import os
 import re
 import shutil
 import subprocess
+import time
+import urllib.request
 
-from harness import BUILD, SOURCE, Skip, check, run_cases
-from slurmlab import MiniSlurm, free_port, why_unavailable
+import launcher_checks
+from harness import BUILD, SOURCE, Daemon, Skip, check, run_cases
+from slurmlab import AllocatedDaemon, MiniSlurm, free_port, proc_environ, why_unavailable
 
 SCRIPT = os.path.join(SOURCE, "deploy", "slurm", "ddpbench.sbatch")
 HELLO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm_mpi_hello.c")
@@ -202,8 +205,10 @@ def write_spec(name, spec):
 def script_env(**extra):
     """The environment sbatch passes the script: this build, a free port, results in
     jobs/, the leader on 127.0.0.1 (the one node)."""
-    return dict(S.env, DDPB_BIN=BUILD, DDPB_PORT=str(free_port()), DDPB_OUT=S.path("jobs"),
-                DDPB_IFACE_ADDR_CMD="echo 127.0.0.1", **extra)
+    env = dict(S.env, DDPB_BIN=BUILD, DDPB_PORT=str(free_port()), DDPB_OUT=S.path("jobs"),
+               DDPB_IFACE_ADDR_CMD="echo 127.0.0.1")
+    env.update(extra)
+    return env
 
 
 @on_cluster
@@ -219,6 +224,149 @@ def test_sbatch_srun_mode_refuses_what_it_cannot_run():
         check(state == "FAILED" and needle in out and "leader" not in out, (opts, state, out))
 
 
+def run_steps(job, n_runs=None):
+    """sacct's steps of a daemon's job that are runs (srun steps named ddpbench-run-ID),
+    checked to have two tasks each (and to be n_runs, given): {run id: row}."""
+    rows = [r for r in S.steps(job) if r["JobID"].split(".")[-1] not in ("batch", job)]
+    runs = {}
+    for r in rows:
+        m = re.fullmatch(r"ddpbench-run-(\d+)", r["JobName"])
+        check(m and r["NTasks"] == "2", f"job {job}: a step that is no 2-rank run: {r}")
+        runs[int(m.group(1))] = r
+    check(runs and (n_runs is None or len(runs) == n_runs), f"job {job}: run steps {rows}")
+    return runs
+
+
+def rank_env(pid):
+    return dict(v.decode().split("=", 1) for v in proc_environ(pid) if b"=" in v)
+
+
+def check_ranks_are_tasks(run, job):
+    """Each live rank of run is a task of job's srun step whose SLURM_PROCID is its rank:
+    read from the rank's own environment (/proc), where srun put it. Returns the step."""
+    steps = set()
+    for k in run["ranks"]:
+        env = rank_env(k["pid"])
+        check(env.get("SLURM_JOB_ID") == job and env.get("SLURM_PROCID") == str(k["rank"])
+              and env.get("SLURM_LOCALID") == str(k["rank"])  # one node: local = global
+              and env.get("DDPB_LAUNCHER") == "srun" and "DDPB_RANK" not in env,
+              (k, {n: v for n, v in env.items() if n.startswith(("SLURM_", "DDPB_"))}))
+        steps.add(env.get("SLURM_STEP_ID"))
+    check(len(steps) == 1 and None not in steps, f"ranks in steps {steps}")
+    return steps.pop()
+
+
+def srun_case(check_fn):
+    """launcher_checks' check_fn with launcher srun, against a daemon that is an sbatch
+    job's batch step (AllocatedDaemon); then sacct lists each run as a 2-task step of
+    that job, and nothing of the job is left."""
+    @on_cluster
+    def case():
+        d = AllocatedDaemon(S, cpu_slots=2)
+        try:
+            check_fn(d, {"launcher": "srun"})
+        finally:
+            d.close()
+        run_steps(d.job)
+        S.wait_no_job_pids(d.job)
+    case.__name__ = f"test_srun_{check_fn.__name__[len('check_'):]}"
+    return case
+
+
+@on_cluster
+def test_srun_ranks_are_the_jobs_tasks():
+    """A run's ranks under launcher srun are the tasks of one step of the daemon's job,
+    SLURM_PROCID their rank, no DDPB_RANK given; sacct names the step after the run."""
+    d = AllocatedDaemon(S, cpu_slots=2)
+    try:
+        exp = d.submit(dict(launcher_checks.LONG_TRAIN, launcher="srun"))
+        run = launcher_checks.wait_ranks_up(d, exp, 2)
+        step = check_ranks_are_tasks(run, d.job)
+        status, body, _ = d.request("POST", f"/v1/runs/{run['id']}/cancel")
+        check(status in (200, 202), (status, body))
+        d.wait_experiment(exp["id"], timeout=60)
+    finally:
+        d.close()
+    check(run_steps(d.job, 1) == {run["id"]: step_row(S.steps(d.job), d.job, step)},
+          S.steps(d.job))
+    S.wait_no_job_pids(d.job)
+
+
+def poll_run(url, run_id, cond, timeout=60):
+    """GET url/v1/runs/run_id until cond(run) (None while the daemon is not up)."""
+    deadline = time.time() + timeout
+    run = None
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/v1/runs/{run_id}", timeout=5) as r:
+                run = json.load(r)
+            if cond(run):
+                return run
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"run {run_id} at {url}: not reached in {timeout}s: {run}")
+
+
+def ranks_up(run):
+    return (run["status"] == "running" and len(run["ranks"]) == 2
+            and all(k["pid"] for k in run["ranks"]))
+
+
+@on_cluster
+def test_sbatch_srun_mode_runs_a_tcp_spec():
+    """deploy/slurm/ddpbench.sbatch --srun: one ddpbenchd in the job, a 2-rank TCP
+    training run whose ranks are the job's tasks (SLURM_PROCID = rank, read while they
+    run), the experiment succeeded and exported, sacct lists the run's step."""
+    port = free_port()
+    spec = write_spec("srun-tcp.json", dict(launcher_checks.TRAIN, steps=300, launcher="srun",
+                                            backend="tcp", name="slurm-srun-tcp"))
+    job = S.sbatch(["--ntasks=2", SCRIPT, "--srun", spec],
+                   env=script_env(DDPB_PORT=str(port)), output=S.path("jobs", "srun-%j.out"))
+    run = poll_run(f"http://127.0.0.1:{port}", 1, ranks_up)
+    step = check_ranks_are_tasks(run, job)
+    state = S.wait_job(job)
+    with open(S.path("jobs", f"srun-{job}.out"), errors="replace") as f:
+        log = f.read()
+    check(state in ("COMPLETED", "GONE") and "experiment 1 succeeded" in log, (state, log))
+    with open(S.path("jobs", f"ddpbench-{job}.json")) as f:
+        exp = json.load(f)
+    check(exp["status"] == "succeeded" and len(exp["runs"]) == 1, exp["runs"])
+    check(os.path.getsize(S.path("jobs", f"ddpbench-{job}.csv")) > 0, "the results CSV")
+    steps = run_steps(job, 1)
+    check(steps[1]["State"] == "COMPLETED" and steps[1]["JobID"] == f"{job}.{step}", steps)
+    S.wait_no_job_pids(job)
+
+
+@on_cluster
+def test_scancel_ends_the_srun_run_cancelled():
+    """scancel of the job while its run trains: Slurm sends SIGTERM to every process of
+    the job, the daemon ends the run 'cancelled' naming the job (stored in
+    DDPB_STATE_DIR, read back by a daemon started on it after the job), and nothing of
+    the job (slurmstepd, srun, ranks) is left."""
+    port, state_dir = free_port(), S.path("jobs", "scancel-state")
+    spec = write_spec("srun-long.json", dict(launcher_checks.LONG_TRAIN, launcher="srun"))
+    job = S.sbatch(["--ntasks=2", SCRIPT, "--srun", spec],
+                   env=script_env(DDPB_PORT=str(port), DDPB_STATE_DIR=state_dir))
+    run = poll_run(f"http://127.0.0.1:{port}", 1, ranks_up)
+    check_ranks_are_tasks(run, job)
+    S.cmd("scancel", job)
+    state = S.wait_job(job, timeout=60)
+    check(state == "CANCELLED", (state, S.output(job)))
+    S.wait_no_job_pids(job)
+    launcher_checks.check_nothing_left(run["id"])
+    rows = S.steps(job)
+    check(rows[0]["State"].startswith("CANCELLED"), rows)
+    run_steps(job, 1)
+    d = Daemon(state_dir=state_dir)  # outside Slurm: what the job's daemon stored
+    try:
+        stored = d.get(f"/v1/runs/{run['id']}")
+    finally:
+        d.close()
+    check(stored["status"] == "cancelled" and f"Slurm ended job {job}" in stored["error"],
+          stored)
+
+
 CASES = [
     test_srun_step_runs_two_tasks_listed_by_sacct,
     test_mpi_hello_under_each_implementations_pmi_plugin,
@@ -226,7 +374,10 @@ CASES = [
     test_sbatch_runs_a_spec_and_writes_the_csv,
     test_sbatch_srun_mode_refuses_what_it_cannot_run,
     test_two_slurmd_in_netlab_namespaces,
-]
+    test_srun_ranks_are_the_jobs_tasks,
+    test_sbatch_srun_mode_runs_a_tcp_spec,
+    test_scancel_ends_the_srun_run_cancelled,
+] + [srun_case(fn) for fn in launcher_checks.CHECKS]
 
 
 def test_nothing_of_the_cluster_is_left():
