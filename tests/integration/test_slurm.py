@@ -24,6 +24,7 @@ import urllib.request
 
 import launcher_checks
 from harness import BUILD, SOURCE, Daemon, Skip, check, run_cases
+import slurmlab
 from slurmlab import AllocatedDaemon, MiniSlurm, free_port, proc_environ, why_unavailable
 
 SCRIPT = os.path.join(SOURCE, "deploy", "slurm", "ddpbench.sbatch")
@@ -226,14 +227,22 @@ def test_sbatch_srun_mode_refuses_what_it_cannot_run():
 
 def run_steps(job, n_runs=None):
     """sacct's steps of a daemon's job that are runs (srun steps named ddpbench-run-ID),
-    checked to have two tasks each (and to be n_runs, given): {run id: row}."""
-    rows = [r for r in S.steps(job) if r["JobID"].split(".")[-1] not in ("batch", job)]
+    checked to have two tasks each (and to be n_runs, given, waiting for accounting to
+    record that many): {run id: row}."""
+    def is_run(r):
+        return r["JobID"] not in (job, f"{job}.batch")
+
+    def enough(rows):
+        ended = all(r["State"].split()[0] in slurmlab.ENDED for r in rows)
+        return rows and ended and len([r for r in rows if is_run(r)]) >= (n_runs or 1)
+
+    rows = [r for r in S.steps(job, want=enough) if is_run(r)]
     runs = {}
     for r in rows:
         m = re.fullmatch(r"ddpbench-run-(\d+)", r["JobName"])
         check(m and r["NTasks"] == "2", f"job {job}: a step that is no 2-rank run: {r}")
         runs[int(m.group(1))] = r
-    check(runs and (n_runs is None or len(runs) == n_runs), f"job {job}: run steps {rows}")
+    check(n_runs is None or len(runs) == n_runs, f"job {job}: run steps {rows}")
     return runs
 
 
@@ -270,6 +279,25 @@ def srun_case(check_fn):
         run_steps(d.job)
         S.wait_no_job_pids(d.job)
     case.__name__ = f"test_srun_{check_fn.__name__[len('check_'):]}"
+    return case
+
+
+def srun_mpi_case(mpi):
+    """backend mpi under launcher srun with mpi's implementation: the daemon passes srun
+    the pmi plugin vocabulary.json names, and a checked allreduce and all_gather over
+    MPI's own collectives come out right (#wrong 0), each a 2-task step of the job."""
+    @on_cluster
+    def case():
+        d = AllocatedDaemon(S, cpu_slots=2)
+        try:
+            launcher_checks.check_collective(d, {"launcher": "srun", "backend": "mpi",
+                                                 "mpi": mpi})
+        finally:
+            d.close()
+        check(all(r["State"] == "COMPLETED" for r in run_steps(d.job, 2).values()),
+              S.steps(d.job))
+        S.wait_no_job_pids(d.job)
+    case.__name__ = f"test_srun_mpi_{mpi}_collective"
     return case
 
 
@@ -377,7 +405,7 @@ CASES = [
     test_srun_ranks_are_the_jobs_tasks,
     test_sbatch_srun_mode_runs_a_tcp_spec,
     test_scancel_ends_the_srun_run_cancelled,
-] + [srun_case(fn) for fn in launcher_checks.CHECKS]
+] + [srun_case(fn) for fn in launcher_checks.CHECKS] + [srun_mpi_case(m) for m in ("openmpi", "mpich")]
 
 
 def test_nothing_of_the_cluster_is_left():
