@@ -30,6 +30,7 @@ from slurmlab import AllocatedDaemon, MiniSlurm, free_port, proc_environ, why_un
 SCRIPT = os.path.join(SOURCE, "deploy", "slurm", "ddpbench.sbatch")
 HELLO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slurm_mpi_hello.c")
 S = None  # the cluster every case uses: the first to need it starts it, main stops it
+S2 = None  # the two-node cluster (netlab hosts), likewise for the cases that need it
 
 
 def on_cluster(case):
@@ -37,6 +38,15 @@ def on_cluster(case):
     @functools.wraps(case)
     def run():
         S.start()
+        case()
+    return run
+
+
+def on_two_nodes(case):
+    """The case, run with the shared two-node cluster (started by the first) as S2."""
+    @functools.wraps(case)
+    def run():
+        S2.start()
         case()
     return run
 
@@ -166,38 +176,81 @@ def test_sbatch_runs_a_spec_and_writes_the_csv():
     S.wait_no_job_pids(job)
 
 
+@on_two_nodes
 def test_two_slurmd_in_netlab_namespaces():
     """Two nodes on one machine: slurmd h0 and h1, each in a netlab host's network
     namespace (10.213.0.10 and .11), h1 with a /tmp of its own (slurmlab.py says why).
     One step's two tasks run one on each node with their own address; each MPI
     implementation's 2-rank hello spans both nodes under its pmi plugin; sacct names
-    both nodes; and the cluster's end leaves no slurmstepd and no namespace."""
-    prefix = None
-    with MiniSlurm(nodes=2) as two:
-        prefix = two.netlab_prefix
-        job = two.sbatch(["--nodes=2", "--ntasks=2", "--wrap", "srun -n2 --ntasks-per-node=1 "
-                          "sh -c 'echo task procid=$SLURM_PROCID node=$SLURMD_NODENAME "
-                          "addr=$(hostname -I)'"])
-        state = two.wait_job(job)
-        out = two.output(job)
-        check(state in ("COMPLETED", "GONE"), f"job {job}: {state}: {out}")
-        tasks = sorted(re.findall(r"task procid=(\S+) node=(\S+) addr=(\S+)", out))
-        check(tasks == [("0", "h0", "10.213.0.10"), ("1", "h1", "10.213.0.11")], out)
-        check(step_row(two.steps(job), job, 0)["NodeList"] == "h[0-1]", two.steps(job))
-        for mpi, pmi in ((m, row["pmi"]) for m, row in vocab_mpis().items()):
-            exe = build_hello(mpi, two)
-            r = two.cmd("srun", "-N2", "-n2", f"--mpi={pmi}", exe, timeout=60)
-            ranks = hello_lines(r.stdout)
-            check(sorted(ranks) == [0, 1] and all(v["size"] == 2 and v["sum"] == 3
-                                                  and v["procid"] == str(k)
-                                                  for k, v in ranks.items()),
-                  f"{mpi} over two nodes: {r.stdout} {r.stderr}")
-    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-    check(prefix and prefix not in r.stdout, f"namespaces left: {r.stdout}")
+    both nodes."""
+    job = S2.sbatch(["--nodes=2", "--ntasks=2", "--wrap", "srun -n2 --ntasks-per-node=1 "
+                     "sh -c 'echo task procid=$SLURM_PROCID node=$SLURMD_NODENAME "
+                     "addr=$(hostname -I)'"])
+    state = S2.wait_job(job)
+    out = S2.output(job)
+    check(state in ("COMPLETED", "GONE"), f"job {job}: {state}: {out}")
+    tasks = sorted(re.findall(r"task procid=(\S+) node=(\S+) addr=(\S+)", out))
+    check(tasks == [("0", "h0", "10.213.0.10"), ("1", "h1", "10.213.0.11")], out)
+    check(step_row(S2.steps(job), job, 0)["NodeList"] == "h[0-1]", S2.steps(job))
+    for mpi, pmi in ((m, row["pmi"]) for m, row in vocab_mpis().items()):
+        exe = build_hello(mpi, S2)
+        r = S2.cmd("srun", "-N2", "-n2", f"--mpi={pmi}", exe, timeout=60)
+        ranks = hello_lines(r.stdout)
+        check(sorted(ranks) == [0, 1] and all(v["size"] == 2 and v["sum"] == 3
+                                              and v["procid"] == str(k)
+                                              for k, v in ranks.items()),
+              f"{mpi} over two nodes: {r.stdout} {r.stderr}")
+    S2.wait_no_job_pids(job)
 
 
-def write_spec(name, spec):
-    path = S.path("jobs", name)
+def two_node_job(sbatch_opts, script_opts, spec):
+    """Submits ddpbench.sbatch on S2 with the spec; returns (job, its final state, its
+    output, the results CSV's rows)."""
+    path = write_spec(f"two-nodes-{len(os.listdir(S2.path('jobs')))}.json", spec, S2)
+    env = dict(S2.env, DDPB_BIN=BUILD, DDPB_PORT=str(free_port()), DDPB_OUT=S2.path("jobs"))
+    job = S2.sbatch([*sbatch_opts, SCRIPT, *script_opts, path], env=env)
+    state = S2.wait_job(job)
+    rows = []
+    if os.path.exists(S2.path("jobs", f"ddpbench-{job}.csv")):
+        with open(S2.path("jobs", f"ddpbench-{job}.csv")) as f:
+            rows = list(csv.DictReader(f))
+    return job, state, S2.output(job), rows
+
+
+TWO_NODE_SPEC = {"workload": "collective", "world_size": 2, "min_bytes": "4K",
+                 "max_bytes": "64K", "iters": 5, "warmup": 1, "check": True}
+
+
+@on_two_nodes
+def test_daemons_mode_across_two_netlab_nodes():
+    """ddpbench.sbatch's daemons-per-node mode on two Slurm nodes: the leader on h0, a
+    follower on h1 (an srun step), a checked allreduce with one rank on each node."""
+    job, state, out, rows = two_node_job(["--nodes=2"], [], dict(TWO_NODE_SPEC, nodes=2,
+                                                                 ranks_per_node=1))
+    check(state in ("COMPLETED", "GONE") and "experiment 1 succeeded" in out
+          and "on h0, 2 node(s)" in out, (state, out))
+    check(rows and all(r["nodes"] == "2" and r["wrong"] == "0" for r in rows), rows)
+    S2.wait_no_job_pids(job)
+
+
+@on_two_nodes
+def test_srun_run_across_two_netlab_nodes():
+    """ddpbench.sbatch --srun on two nodes: the daemon on h0, a checked 2-rank TCP
+    allreduce whose ranks Slurm puts one on each node; each rank must listen on its own
+    node's address and reach the daemon's store and report channel over the bridge. The
+    run's files (spec, logs) are in DDPB_SHARED_DIR, which both nodes see."""
+    job, state, out, rows = two_node_job(["--nodes=2", "--ntasks=2"], ["--srun"],
+                                         dict(TWO_NODE_SPEC, launcher="srun"))
+    check(state in ("COMPLETED", "GONE") and "experiment 1 succeeded" in out, (state, out))
+    check(rows and all(r["wrong"] == "0" for r in rows), rows)
+    steps = [r for r in S2.steps(job) if r["JobName"] == "ddpbench-run-1"]
+    check(len(steps) == 1 and steps[0]["NodeList"] == "h[0-1]"
+          and steps[0]["NTasks"] == "2", S2.steps(job))
+    S2.wait_no_job_pids(job)
+
+
+def write_spec(name, spec, cluster=None):
+    path = (cluster or S).path("jobs", name)
     with open(path, "w") as f:
         json.dump(spec, f)
     return path
@@ -402,6 +455,8 @@ CASES = [
     test_sbatch_runs_a_spec_and_writes_the_csv,
     test_sbatch_srun_mode_refuses_what_it_cannot_run,
     test_two_slurmd_in_netlab_namespaces,
+    test_daemons_mode_across_two_netlab_nodes,
+    test_srun_run_across_two_netlab_nodes,
     test_srun_ranks_are_the_jobs_tasks,
     test_sbatch_srun_mode_runs_a_tcp_spec,
     test_scancel_ends_the_srun_run_cancelled,
@@ -409,26 +464,32 @@ CASES = [
 
 
 def test_nothing_of_the_cluster_is_left():
-    """After every job: scancel, stop the daemons; no slurmstepd of this cluster left."""
-    global S
-    s, S = S, None
-    s.stop(check_clean=True)
-    check(not s.stepd_pids(), s.stepd_pids())
+    """After every job: scancel, stop the daemons; no slurmstepd of either cluster left,
+    and no netlab namespace of the two-node one."""
+    global S, S2
+    clusters, S, S2 = (S, S2), None, None
+    for s in clusters:
+        if s.started is True:
+            s.stop(check_clean=True)
+            check(not s.stepd_pids(), s.stepd_pids())
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=10)
+    check(clusters[1].netlab_prefix not in r.stdout, f"namespaces left: {r.stdout}")
 
 
 def main():
-    global S
+    global S, S2
     why = why_unavailable()
     if why:
         def test_the_cluster_can_start():
             raise Skip(why)
         return run_cases([test_the_cluster_can_start])
-    S = MiniSlurm()
+    S, S2 = MiniSlurm(), MiniSlurm(nodes=2)
     try:
         return run_cases(CASES + [test_nothing_of_the_cluster_is_left])
     finally:
-        if S:
-            S.stop()
+        for s in (S, S2):
+            if s:
+                s.stop()
 
 
 if __name__ == "__main__":
