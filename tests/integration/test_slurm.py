@@ -460,7 +460,8 @@ CASES = [
     test_srun_ranks_are_the_jobs_tasks,
     test_sbatch_srun_mode_runs_a_tcp_spec,
     test_scancel_ends_the_srun_run_cancelled,
-] + [srun_case(fn) for fn in launcher_checks.CHECKS] + [srun_mpi_case(m) for m in ("openmpi", "mpich")]
+] + [srun_case(fn) for fn in launcher_checks.CHECKS] + [srun_mpi_case(m)
+                                                         for m in ("openmpi", "mpich")]
 
 
 def test_nothing_of_the_cluster_is_left():
