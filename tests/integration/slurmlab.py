@@ -37,7 +37,6 @@ Decisions:
   every job first (slurmd ends their steps, as on a cluster), waits for the steps of
   this cluster to end, then stops the daemons. A slurmstepd is told from another
   cluster's by SLURM_CONF in its environment (slurmd passes its own on)."""
-import json
 import os
 import shlex
 import shutil
@@ -47,7 +46,7 @@ import subprocess
 import tempfile
 import time
 
-from harness import SOURCE, Daemon, check
+from harness import SOURCE, Daemon, check, pid_alive
 
 NETLAB = os.path.join(SOURCE, "deploy", "netlab.sh")
 
@@ -93,14 +92,6 @@ def proc_argv(pid):
             return [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
     except OSError:
         return []
-
-
-def proc_alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 class MiniSlurm:
@@ -420,7 +411,7 @@ StorageLoc=ddpb_slurm_acct
         mine = b"SLURM_CONF=" + self.conf.encode()
         return [int(d) for d in os.listdir("/proc") if d.isdigit()
                 and proc_argv(int(d))[:1] and proc_argv(int(d))[0].startswith("slurmstepd")
-                and mine in proc_environ(int(d)) and proc_alive(int(d))]
+                and mine in proc_environ(int(d)) and pid_alive(int(d))]
 
     def job_pids(self, job):
         """Live processes that Slurm started for the job (SLURM_JOB_ID in their
@@ -430,7 +421,7 @@ StorageLoc=ddpb_slurm_acct
         for d in os.listdir("/proc"):
             if d.isdigit() and int(d) != os.getpid():
                 env = proc_environ(int(d))
-                if all(m in env for m in mine) and proc_alive(int(d)):
+                if all(m in env for m in mine) and pid_alive(int(d)):
                     out.append(int(d))
         return out
 
@@ -494,14 +485,7 @@ class AllocatedDaemon(Daemon):
         super().__init__(**kw)
 
     def start(self):
-        info = os.path.join(self.state_dir, "ddpbenchd.json")
-        if os.path.exists(info):
-            os.unlink(info)
-        args = [self.binary, "--port", "0", "--store-port", "0", "--state-dir", self.state_dir,
-                "--kill-grace-ms", "1000", "--log-level", "info"]
-        if self.cpu_slots:
-            args += ["--cpu-slots", str(self.cpu_slots)]
-        args += self.extra_args
+        args = self.argv()
         self.log = open(os.devnull, "wb")  # Daemon.stop closes it; the job writes the log
         self.job = self.slurm.sbatch([f"--ntasks={self.ntasks}", "--job-name=ddpbenchd",
                                       "--wrap", "exec " + shlex.join(args)],
@@ -509,17 +493,13 @@ class AllocatedDaemon(Daemon):
                                      env=self.env)
         deadline = time.time() + 30
         while time.time() < deadline:
-            try:
-                with open(info) as f:
-                    self.info = json.load(f)
-                self.url = f"http://127.0.0.1:{self.info['http_port']}"
+            if self.read_info():
                 return
-            except (OSError, ValueError, KeyError):
-                state = self.slurm.job_state(self.job)
-                if state in ENDED or state == "GONE":
-                    raise RuntimeError(f"ddpbenchd's job {self.job} ended {state}: "
-                                       f"{self.daemon_log()}")
-                time.sleep(0.1)
+            state = self.slurm.job_state(self.job)
+            if state in ENDED or state == "GONE":
+                raise RuntimeError(f"ddpbenchd's job {self.job} ended {state}: "
+                                   f"{self.daemon_log()}")
+            time.sleep(0.1)
         raise RuntimeError(f"ddpbenchd did not start in job {self.job}: {self.daemon_log()}")
 
     def stop(self, sig=signal.SIGTERM, timeout=30):
