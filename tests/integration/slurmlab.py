@@ -43,6 +43,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -514,3 +515,27 @@ class AllocatedDaemon(Daemon):
                 raise AssertionError(f"ddpbenchd's job {self.job} did not end on {sig}")
         self.log.close()
         return None
+
+
+def main(argv):
+    """python3 tests/integration/slurmlab.py [--nodes N] [SBATCH_OPTION...] -- COMMAND...:
+    COMMAND as the batch job of a fresh MiniSlurm (e.g. tests/bench/bench_launch.py,
+    whose srun figure needs an allocation), its output printed; the exit status is the
+    job's."""
+    nodes = 1
+    if argv[:1] == ["--nodes"]:
+        nodes, argv = int(argv[1]), argv[2:]
+    if "--" not in argv or why_unavailable():
+        print(main.__doc__ if "--" not in argv else why_unavailable(), file=sys.stderr)
+        return 2
+    opts, command = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+    with MiniSlurm(nodes=nodes) as s:
+        job = s.sbatch([*opts, "--wrap", shlex.join(command)],
+                       env=dict(s.env, SLURM_EXPORT_ENV="ALL"))
+        state = s.wait_job(job, timeout=24 * 3600)
+        print(s.output(job), end="")
+        return 0 if state in ("COMPLETED", "GONE") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
