@@ -224,13 +224,21 @@ TWO_NODE_SPEC = {"workload": "collective", "world_size": 2, "min_bytes": "4K",
 @on_two_nodes
 def test_daemons_mode_across_two_netlab_nodes():
     """ddpbench.sbatch's daemons-per-node mode on two Slurm nodes: the leader on h0, a
-    follower on h1 (an srun step), a checked allreduce with one rank on each node."""
+    follower on h1 (an srun step), a checked allreduce with one rank on each node; at
+    the end the follower drains and exits (its step COMPLETED, not killed) and leaves
+    neither its token nor its state on h1."""
     job, state, out, rows = two_node_job(["--nodes=2"], [], dict(TWO_NODE_SPEC, nodes=2,
                                                                  ranks_per_node=1))
     check(state in ("COMPLETED", "GONE") and "experiment 1 succeeded" in out
           and "on h0, 2 node(s)" in out, (state, out))
     check(rows and all(r["nodes"] == "2" and r["wrong"] == "0" for r in rows), rows)
     S2.wait_no_job_pids(job)
+    followers = [r for r in S2.steps(job) if r["JobName"] == "ddpbench-followers"]
+    check(len(followers) == 1 and followers[0]["State"] == "COMPLETED"
+          and followers[0]["NodeList"] == "h1", S2.steps(job))  # drained, not killed
+    h1_tmp = S2.path("node-tmp", "h1")  # the follower's node's /tmp: its token and state gone
+    check(not [f for f in os.listdir(h1_tmp) if f.startswith(f"ddpbench-{job}")],
+          os.listdir(h1_tmp))
 
 
 @on_two_nodes
