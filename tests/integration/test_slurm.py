@@ -408,7 +408,7 @@ def test_sbatch_srun_mode_runs_a_tcp_spec():
     training run whose ranks are the job's tasks (SLURM_PROCID = rank, read while they
     run), the experiment succeeded and exported, sacct lists the run's step."""
     port = free_port()
-    spec = write_spec("srun-tcp.json", dict(launcher_checks.TRAIN, steps=300, launcher="srun",
+    spec = write_spec("srun-tcp.json", dict(launcher_checks.TRAIN, steps=600, launcher="srun",
                                             backend="tcp", name="slurm-srun-tcp"))
     job = S.sbatch(["--ntasks=2", SCRIPT, "--srun", spec],
                    env=script_env(DDPB_PORT=str(port)), output=S.path("jobs", "srun-%j.out"))
