@@ -124,7 +124,7 @@ static int h_check_launcher(struct api_ctx *ctx, const json_t *spec, bool spread
         return err_set(e, ERR_CONFLICT, "launcher",
                        "launcher \"srun\": ddpbenchd is not running inside a Slurm allocation "
                        "(no SLURM_JOB_ID); start it from sbatch or salloc "
-                       "(deploy/slurm/ddpbench-srun.sbatch), or use launcher \"ddpbench\"");
+                       "(deploy/slurm/ddpbench.sbatch --srun), or use launcher \"ddpbench\"");
     if (launcher && strcmp(launcher, "mpirun") == 0 && spread)
         return err_set(e, ERR_CONFLICT, "launcher",
                        "launcher \"mpirun\" starts ranks on this node only; across nodes use "
