@@ -62,7 +62,7 @@ for ns in $(ip netns list 2>/dev/null | awk '{print $1}'); do
     case "${ns#"$prefix"-h}" in
     '' | *[!0-9]*) continue ;;
     esac
-    if ip -n "$ns" -o addr show 2>/dev/null | grep -q " inet6\{0,1\} $host/"; then
+    if ip -n "$ns" -o addr show 2>/dev/null | grep -qF " $host/"; then
         target=$ns
         break
     fi
