@@ -73,6 +73,7 @@ struct active_run {
     bool launcher_termed;        /* it outlived them and was sent SIGTERM */
     char launcher_name[32];      /* argv[0], for messages */
     char launcher_note[400];     /* how it ended and the last line of its log */
+    char cpu_map[2048];          /* DDPB_CPU_MAP given to its ranks; "" = not pinned */
     struct channel *channel;
     char script[PATH_MAX]; /* engine "script": its resolved program; else "" */
     int64_t deadline_ms, kill_at_ms;
@@ -645,6 +646,12 @@ static int monitor_adopt(void *ctx, int rank, int fd, pid_t pid, const char *hos
         log_error("run %lld: rank %d's report channel: %s", (long long)r->id, rank, e.msg);
         return -1;
     }
+    char cpus[256] = ""; /* its entry of DDPB_CPU_MAP, as the rank pins itself */
+    const char *p = r->cpu_map[0] ? r->cpu_map : NULL;
+    for (int i = 0; p && i < rank; i++)
+        p = (p = strchr(p, ';')) ? p + 1 : NULL;
+    if (p)
+        snprintf(cpus, sizeof cpus, "%.*s", (int)strcspn(p, ";"), p);
     /* the node is the cluster's name for the address the rank connected from: under
      * netlab every host has the same host name, and a node's name is what a spawned
      * rank's row carries */
@@ -656,7 +663,7 @@ static int monitor_adopt(void *ctx, int rank, int fd, pid_t pid, const char *hos
         getnameinfo((struct sockaddr *)&sa, len, addr, sizeof addr, NULL, 0, NI_NUMERICHOST);
     if (!addr[0] || !cluster_name_at(r->ctx->cluster, addr, node, sizeof node))
         snprintf(node, sizeof node, "%s", host[0] ? host : r->ctx->cfg->node);
-    int rc = db_rank_spawned(r->ctx->db, r->id, rank, node, pid, NULL, &e);
+    int rc = db_rank_spawned(r->ctx->db, r->id, rank, node, pid, cpus[0] ? cpus : NULL, &e);
     monitor_db_warn(r, rc, &e);
     return 0;
 }
@@ -738,6 +745,7 @@ static int monitor_spawn_launcher(struct active_run *r, const struct db_queued_r
     /* srun binds the ranks itself; mpirun's binding is off and the worker pins */
     bool pinned = strcmp(q->spec.launcher, "srun") != 0 &&
                   monitor_cpu_map(r, cpus, per, map, sizeof map);
+    snprintf(r->cpu_map, sizeof r->cpu_map, "%s", pinned ? map : "");
     struct launch_plan_input in = {.spec = &q->spec,
                                    .program = framework ? cfg->python : cfg->worker_path,
                                    .program_arg = framework ? boot : NULL,

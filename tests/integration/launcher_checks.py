@@ -82,6 +82,9 @@ def check_collective(d, fields):
               run["collectives"])
         check([k["status"] for k in run["ranks"]] == ["done", "done"], run["ranks"])
         check(all(k["pid"] for k in run["ranks"]), run["ranks"])
+        if fields.get("launcher") != "srun":  # pinned by the scheduler's CPUs, srun binds
+            check(all(k["cpus"] for k in run["ranks"]) and
+                  run["ranks"][0]["cpus"] != run["ranks"][1]["cpus"], run["ranks"])
         check(len(run["env"]) == 2, run["env"])
         for r in (0, 1):  # each rank's own log, whoever started it
             log = os.path.join(d.state_dir, "runs", str(run["id"]), f"rank{r}.log")
