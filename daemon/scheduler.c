@@ -273,6 +273,13 @@ static void sched_release(struct scheduler *s, int *slots, int n, int *gpus, int
     free(gpus);
 }
 
+bool scheduler_launcher_spreads(const struct config *cfg, const char *launcher)
+{
+    if (!launcher || !launcher[0] || strcmp(launcher, "ddpbench") == 0)
+        return true;
+    return strcmp(launcher, "mpirun") == 0 && cfg->mpi_agent[0];
+}
+
 /* Where q's ranks go: 1 with s->place filled, 0 when it must wait for slots, -1 when q
  * was failed because it can never be placed. This node is candidate 0 with its free slots,
  * then the followers taking ranks in join order; a GPU run stays on this node. */
@@ -283,10 +290,11 @@ static int sched_place(struct scheduler *s, const struct db_queued_run *q, bool 
     int free_here = s->nslots - sched_slots_in_use(s);
     p->cand[0] = (struct cluster_slot_view){0, free_here};
     p->ncand = 1;
-    /* another launcher's ranks (mpirun, srun) are started from here: this node's slots
-     * hold them (api/h_experiments.c refuses mpirun across nodes) */
-    bool own_launcher = strcmp(q->spec.launcher, "ddpbench") == 0 || !q->spec.launcher[0];
-    if (!cuda && own_launcher)
+    /* another launcher's ranks (srun; mpirun without --mpi-agent) are started from here:
+     * this node's slots hold them (api/h_experiments.c refuses them across nodes); mpirun
+     * with an agent reaches the followers, so its ranks are placed and reserved there as
+     * ddpbench's own are (the launch plan's host list says where) */
+    if (!cuda && scheduler_launcher_spreads(s->cfg, q->spec.launcher))
         p->ncand += cluster_followers(s->cluster, p->cand + 1, CLUSTER_MAX_NODES - 1);
     else if (q->spec.nodes > 1 ||
              (q->spec.ranks_per_node > 0 && q->spec.ranks_per_node < q->world_size)) {

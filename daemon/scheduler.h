@@ -12,6 +12,7 @@
 #ifndef DDPB_SCHEDULER_H
 #define DDPB_SCHEDULER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -51,6 +52,10 @@ void scheduler_wake(struct scheduler *s);
 int scheduler_cancel_runs(struct scheduler *s, const int64_t *ids, size_t n, struct err *e);
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 int scheduler_slots_total(const struct scheduler *s);
+/* Whether ranks of launcher (a spec's "launcher"; NULL or "" is ddpbench) may be placed on
+ * followers: ddpbench's own always, mpirun when cfg has an --mpi-agent to start MPI's
+ * daemon there; srun places its own ranks, and the others stay on this node. */
+bool scheduler_launcher_spreads(const struct config *cfg, const char *launcher);
 /* GPU slots of this node (config gpus; daemon/gpu_slots.h): device "cuda" runs take one
  * per rank, or one for all ranks when emulated, besides their CPU slots. */
 int scheduler_gpus_total(const struct scheduler *s);

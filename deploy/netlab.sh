@@ -31,6 +31,8 @@
 #   `nodes`/`ranks_per_node` spread its ranks over the hosts, so their traffic crosses the
 #   shaped links. Each daemon has --network-profile P, so every run names the network it
 #   measured over and results never pool it with another's.
+# - launcher "mpirun" with `nodes` > 1 runs without ssh: the leader gets --mpi-agent
+#   deploy/netlab-mpi-agent.sh, which starts MPI's daemon in the named host's namespace.
 set -eu
 
 PREFIX=${NETLAB_PREFIX:-ddpbnl}
@@ -118,16 +120,22 @@ wait_healthy() {
 # Starts host i's daemon inside its namespace (host 0 leads, the others join it); prints
 # nothing, records its pid.
 start_daemon() {
-    local i=$1 port=$2 profile=$3 dir=$4 daemon=$5 ns addr state join=()
+    local i=$1 port=$2 profile=$3 dir=$4 daemon=$5 ns addr state role=()
     ns=$(host_ns "$i")
     addr=$(host_addr "$i")
     state="$dir/h$i"
     mkdir -p "$state"
-    [ "$i" -eq 0 ] || join=(--join "$(cat "$dir/h0/url")")
+    # the leader starts launcher mpirun's MPI daemons on the other hosts with netlab's
+    # agent (ip netns exec: deploy/netlab-mpi-agent.sh says why not ssh)
+    if [ "$i" -eq 0 ]; then
+        role=(--mpi-agent "$SRC/deploy/netlab-mpi-agent.sh")
+    else
+        role=(--join "$(cat "$dir/h0/url")")
+    fi
     # setsid: the daemon outlives this script and a Ctrl-C in the shell that ran it
     ip netns exec "$ns" setsid "$daemon" --host "$addr" --port "$port" --store-host "$addr" \
         --state-dir "$state" --node "$ns" --network-profile "$profile" \
-        --token-file "$dir/token" "${join[@]}" \
+        --token-file "$dir/token" "${role[@]}" \
         >"$state/daemon.log" 2>&1 </dev/null &
     echo $! >"$state/pid"
     wait_healthy "$i" "http://$addr:$port" "$!" "$state/daemon.log"
