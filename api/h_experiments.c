@@ -160,10 +160,12 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
         bool here = !scheduler_launcher_spreads(ctx->cfg, launcher);
         if (h_check_launcher(ctx, spec, spread, e) < 0)
             return -1;
-        if (!here && (spread || (need > total && up > 1))) {
+        /* srun's ranks take Slurm's slots in the allocation, none of ours (scheduler.c) */
+        bool by_slurm = launcher && strcmp(launcher, "srun") == 0;
+        if (!by_slurm && !here && (spread || (need > total && up > 1))) {
             if (h_check_nodes(ctx, spec, e) < 0)
                 return -1;
-        } else if (need > total) {
+        } else if (!by_slurm && need > total) {
             return err_set(e, ERR_CONFLICT, "world_size",
                            "world_size %lld needs %lld CPU slots (threads per rank included) "
                            "but this node has %d (start ddpbenchd with --cpu-slots to allow "

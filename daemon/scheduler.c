@@ -280,6 +280,24 @@ bool scheduler_launcher_spreads(const struct config *cfg, const char *launcher)
     return strcmp(launcher, "mpirun") == 0 && cfg->mpi_agent[0];
 }
 
+/* srun's ranks: Slurm places, binds and accounts for them in the daemon's allocation (a
+ * step that does not fit waits in Slurm), so they take none of this node's slots and the
+ * spec's nodes and ranks_per_node go to srun (daemon/launch_plan.c). What is stored as
+ * the placement is what the spec asked. */
+static int sched_place_srun(struct scheduler *s, const struct db_queued_run *q)
+{
+    struct sched_place *p = &s->place;
+    p->ncand = 1;
+    p->count[0] = 0;
+    p->nnodes = q->spec.nodes > 0 ? q->spec.nodes : 1;
+    p->max_per_node = q->spec.ranks_per_node > 0
+                          ? q->spec.ranks_per_node
+                          : (q->world_size + p->nnodes - 1) / p->nnodes;
+    free(p->rank_node);
+    p->rank_node = calloc((size_t)q->world_size, sizeof *p->rank_node); /* all "here" */
+    return p->rank_node ? 1 : 0;
+}
+
 /* Where q's ranks go: 1 with s->place filled, 0 when it must wait for slots, -1 when q
  * was failed because it can never be placed. This node is candidate 0 with its free slots,
  * then the followers taking ranks in join order; a GPU run stays on this node. */
@@ -294,14 +312,22 @@ static int sched_place(struct scheduler *s, const struct db_queued_run *q, bool 
      * this node's slots hold them (api/h_experiments.c refuses them across nodes); mpirun
      * with an agent reaches the followers, so its ranks are placed and reserved there as
      * ddpbench's own are (the launch plan's host list says where) */
+    if (strcmp(q->spec.launcher, "srun") == 0)
+        return sched_place_srun(s, q);
     if (!cuda && scheduler_launcher_spreads(s->cfg, q->spec.launcher))
         p->ncand += cluster_followers(s->cluster, p->cand + 1, CLUSTER_MAX_NODES - 1);
     else if (q->spec.nodes > 1 ||
              (q->spec.ranks_per_node > 0 && q->spec.ranks_per_node < q->world_size)) {
         struct err e;
-        err_set(&e, ERR_CONFLICT, "nodes",
-                "device cuda runs stay on one node for now: NCCL across ddpbench nodes is "
-                "not built");
+        if (cuda)
+            err_set(&e, ERR_CONFLICT, "nodes",
+                    "device cuda runs stay on one node for now: NCCL across ddpbench nodes is "
+                    "not built");
+        else
+            err_set(&e, ERR_CONFLICT, "launcher",
+                    "launcher \"%s\" starts ranks on this node only (ddpbenchd has no "
+                    "--mpi-agent)",
+                    q->spec.launcher);
         sched_fail_unplaceable(s, q, &e);
         return -1;
     }

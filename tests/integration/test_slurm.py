@@ -244,11 +244,12 @@ def test_daemons_mode_across_two_netlab_nodes():
 @on_two_nodes
 def test_srun_run_across_two_netlab_nodes():
     """ddpbench.sbatch --srun on two nodes: the daemon on h0, a checked 2-rank TCP
-    allreduce whose ranks Slurm puts one on each node; each rank must listen on its own
+    allreduce with nodes 2 (srun's --nodes, not ddpbench's placement: the daemon holds
+    none of its slots) whose ranks Slurm puts one on each node; each rank must listen on its own
     node's address and reach the daemon's store and report channel over the bridge. The
     run's files (spec, logs) are in DDPB_SHARED_DIR, which both nodes see."""
     job, state, out, rows = two_node_job(["--nodes=2", "--ntasks=2"], ["--srun"],
-                                         dict(TWO_NODE_SPEC, launcher="srun"))
+                                         dict(TWO_NODE_SPEC, launcher="srun", nodes=2))
     check(state in ("COMPLETED", "GONE") and "experiment 1 succeeded" in out, (state, out))
     check(rows and all(r["wrong"] == "0" for r in rows), rows)
     steps = [r for r in S2.steps(job) if r["JobName"] == "ddpbench-run-1"]
