@@ -46,7 +46,8 @@ int engines_check(struct engines *en, const char *engine, const char *script, st
 /* A run's MPI, when it uses one (backend "mpi" or launcher "mpirun"): ERR_CONFLICT
  * naming "mpi" when its implementation is not available on this node (daemon/mpi_probe.h:
  * why and the install command); ERR_INVALID naming "mpi_mca.<key>" for a setting of the
- * other implementation or an OpenMPI parameter name this node's OpenMPI does not know. spec is one run's, borrowed. */
+ * other implementation or an OpenMPI parameter name this node's OpenMPI does not know.
+ * spec is one run's, borrowed. */
 int engines_mpi_check(struct engines *en, const json_t *spec, struct err *e);
 /* The real path of script (relative to cfg->scripts_dir) into out (PATH_MAX bytes): 0, or
  * -1 with ERR_CONFLICT naming "engine" when the script engine is off, ERR_INVALID naming

@@ -39,7 +39,9 @@ class Daemon:
         self.proc = None
         self.start()
 
-    def start(self):
+    def argv(self):
+        """The daemon's command line (its info file removed first, so that
+        read_info() sees only the new one)."""
         info = os.path.join(self.state_dir, "ddpbenchd.json")
         if os.path.exists(info):
             os.unlink(info)
@@ -47,20 +49,29 @@ class Daemon:
                 "--kill-grace-ms", "1000", "--log-level", "info"]
         if self.cpu_slots:
             args += ["--cpu-slots", str(self.cpu_slots)]
-        args += self.extra_args
+        return args + self.extra_args
+
+    def read_info(self):
+        """True once the started daemon wrote its info file (self.info, self.url set)."""
+        try:
+            with open(os.path.join(self.state_dir, "ddpbenchd.json")) as f:
+                self.info = json.load(f)
+            self.url = f"http://127.0.0.1:{self.info['http_port']}"
+            return True
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def start(self):
+        args = self.argv()
         self.log = open(os.path.join(self.state_dir, "daemon.log"), "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log, env=self.env)
         deadline = time.time() + 15
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ddpbenchd exited with {self.proc.returncode}: {self.daemon_log()}")
-            try:
-                with open(info) as f:
-                    self.info = json.load(f)
-                self.url = f"http://127.0.0.1:{self.info['http_port']}"
+            if self.read_info():
                 return
-            except (OSError, ValueError, KeyError):
-                time.sleep(0.05)
+            time.sleep(0.05)
         raise RuntimeError("ddpbenchd did not start: " + self.daemon_log())
 
     def daemon_log(self):
@@ -240,17 +251,21 @@ def wait_gone(pids, timeout=15):
     check(not any(pid_alive(p) for p in pids), f"workers left behind: {[p for p in pids if pid_alive(p)]}")
 
 
-def worker_pids():
-    """PIDs of every ddpbench-worker process on the machine."""
+def worker_pids(parent=None):
+    """PIDs of every live ddpbench-worker process on the machine, or of those whose parent
+    is `parent`."""
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 with open(f"/proc/{d}/cmdline", "rb") as f:
                     argv0 = f.read().split(b"\0")[0]
-                if argv0.endswith(b"ddpbench-worker") and pid_alive(int(d)):
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(") ", 1)[1].split()[1])
+                if (argv0.endswith(b"ddpbench-worker") and pid_alive(int(d)) and
+                        parent in (None, ppid)):
                     out.append(int(d))
-            except OSError:
+            except (OSError, IndexError, ValueError):
                 pass
     return out
 

@@ -289,6 +289,33 @@ static void test_lost_rejoin_drain_and_leave(void)
     fx_close(&x);
 }
 
+/* Another launcher's host list names nodes by address, and its ranks' report channels
+ * are told apart by the address they connect from: each way between a node and its
+ * address, the leader's being its store host. */
+static void test_node_address_and_name_at(void)
+{
+    struct fx x;
+    struct err e = {0};
+    T_OK(fx_open(&x, 60000, &e));
+    int id;
+    char s[65], out[128];
+    join(&x, "f1", 4, &id, s);
+    cluster_node_address(x.c, id, out, sizeof out);
+    T_EQ_STR(out, "10.0.0.2");
+    cluster_node_address(x.c, 0, out, sizeof out);
+    T_EQ_STR(out, x.cfg.store_host);
+    cluster_node_address(x.c, 7, out, sizeof out);
+    T_EQ_STR(out, "");
+    T_CHECK(cluster_name_at(x.c, "10.0.0.2", out, sizeof out));
+    T_EQ_STR(out, "f1");
+    T_CHECK(cluster_name_at(x.c, x.cfg.store_host, out, sizeof out));
+    T_EQ_STR(out, "lead");
+    snprintf(out, sizeof out, "kept");
+    T_CHECK(!cluster_name_at(x.c, "10.0.0.9", out, sizeof out));
+    T_EQ_STR(out, "kept");
+    fx_close(&x);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -296,5 +323,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_place_by_nodes_and_ranks_per_node);
     TEST_RUN(test_join_sync_and_malformed_bodies);
     TEST_RUN(test_lost_rejoin_drain_and_leave);
+    TEST_RUN(test_node_address_and_name_at);
     return test_end();
 }
