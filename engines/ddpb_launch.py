@@ -3,6 +3,12 @@
 (daemon/launcher.c); it does what torchrun, horovodrun or a TF_CONFIG script would, then
 execs the engine's adapter with the framework's environment.
 
+0. Knows its rank: the daemon's DDPB_RANK when the daemon forked it (launcher ddpbench),
+   else the launcher's (OMPI_COMM_WORLD_RANK under OpenMPI's mpirun, PMI_RANK under
+   MPICH's, SLURM_PROCID under srun: ddpb_report.identity), and hands it on as DDPB_RANK,
+   RANK, WORLD_SIZE and LOCAL_RANK, so what follows and the framework read one answer.
+   Its report lines go to fd 3, or to the report channel DDPB_REPORT names when mpirun or
+   srun started it (ddpb_report).
 1. Pins itself to the daemon's CPUs (DDPB_CPUS) and sets the framework's thread count.
 2. Agrees peers through ddpbench's store (engines/ddpb_store.py): every rank binds a free
    port on its DDPB_HOST, publishes "host:port node" under engine/addr/<rank>, and waits
@@ -11,7 +17,8 @@ execs the engine's adapter with the framework's environment.
 3. execs engines/engine_<engine>.py, or for engine "script" the user's program the daemon
    resolved inside its --scripts-dir (DDPB_SCRIPT), with the same pid: the daemon's pidfd,
    signals and fd 3 stay valid, and the framework reads a complete environment from its
-   first line.
+   first line. Under mpirun the exec keeps the process the MPI launcher started, so the
+   framework's MPI_Init finds the launcher's environment (Horovod's MPI controller).
 
 Decision: ports are picked by the rank that will listen on them and released just before
 exec (the window torchrun has too); a run whose port was taken in between fails at
@@ -76,13 +83,29 @@ def pin(env):
         os.sched_setaffinity(0, want)
 
 
+def adopt_identity(env, rank, local, world):
+    """Writes ddpb_report.identity's answer where the bootstrap and the frameworks read it
+    (DDPB_RANK / DDPB_LOCAL_RANK / DDPB_WORLD_SIZE, RANK / LOCAL_RANK / WORLD_SIZE).
+    ValueError when a launcher started another number of ranks than the run has: they
+    would wait for peers that never come."""
+    if int(env.get("DDPB_WORLD_SIZE", world)) != world:
+        raise ValueError(f"the launcher started {world} ranks but the run's world_size is "
+                         f"{env['DDPB_WORLD_SIZE']}")
+    env.update({"DDPB_RANK": str(rank), "DDPB_LOCAL_RANK": str(local),
+                "DDPB_WORLD_SIZE": str(world), "RANK": str(rank), "LOCAL_RANK": str(local),
+                "WORLD_SIZE": str(world)})
+
+
 def main():
     env = dict(os.environ)
-    rank = int(env.get("DDPB_RANK", "0"))
     engine = env.get("DDPB_ENGINE", "")
+    rank, local, world = ddpb_report.identity(env)
     try:
+        adopt_identity(env, rank, local, world)
         with open(env["DDPB_SPEC"]) as f:
             spec = json.load(f)
+        if not engine:  # mpirun's and srun's environment is the run's, not a rank's
+            engine = env["DDPB_ENGINE"] = str(spec.get("engine", ""))
         if engine == "script":  # the daemon resolved it inside its --scripts-dir
             program = env.get("DDPB_SCRIPT")
             if not program:
@@ -95,6 +118,7 @@ def main():
         pin(env)
         threads = str(spec.get("threads", 1))
         env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                    "PYTHONUNBUFFERED": "1",
                     "TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": "1",
                     "TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONPATH": HERE + (
                         ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
@@ -104,7 +128,7 @@ def main():
     except Exception as ex:  # reported, then the rank exits: the run fails naming it
         rep = ddpb_report.Reporter(rank, env.get("DDPB_WORLD_SIZE", "1"))
         code = "timeout" if isinstance(ex, ddpb_store.StoreError) and ex.status == 1 else \
-            "invalid" if isinstance(ex, (KeyError, FileNotFoundError)) else "peer"
+            "invalid" if isinstance(ex, (KeyError, FileNotFoundError, ValueError)) else "peer"
         what = f"unknown engine {engine!r}" if isinstance(ex, KeyError) else str(ex)
         rep.error(f"engine bootstrap: {what}", code=code, where="ddpb_launch.py:0")
         return 1

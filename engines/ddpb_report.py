@@ -1,9 +1,12 @@
 """ddpb_report: the worker -> daemon report protocol (common/report.h) for Python engines.
 
-One JSON object per line on fd 3 when the daemon opened it (stdout when run by hand), each
-with "type", "rank" and "t" (Unix seconds), exactly the events and fields the C worker
-writes, so the daemon's report_parse_line accepts them unchanged. A user's script reports
-in two lines:
+One JSON object per line, each with "type", "rank" and "t" (Unix seconds), exactly the
+events and fields the C worker writes, so the daemon's report_parse_line accepts them
+unchanged. The lines go to the report channel when DDPB_REPORT names one (a rank that
+mpirun or srun started, which has no fd 3 from the daemon: a TCP connection to the daemon
+whose first line is {"channel": {"run", "rank", "secret", "pid"}}), else to fd 3 when the
+daemon opened it, else to stdout (a script run by hand). A user's script reports in two
+lines:
 
     import ddpb_report
     rep = ddpb_report.start()          # hello + env, heartbeat thread; rank from RANK
@@ -12,7 +15,9 @@ in two lines:
 Decision: the fields are the C table's names (tests/integration/test_engines.py checks
 them against common/report.c). A step phase or bytes_sent the caller does not pass is left
 out of the line, which the daemon stores as null ("not observable by this engine"), never
-as 0. A lock keeps lines of the heartbeat thread and the caller whole."""
+as 0. A lock keeps lines of the heartbeat thread and the caller whole. The rank is the
+daemon's (DDPB_RANK) or, under a launcher that started the ranks itself, the launcher's
+(identity()): one reading of it, which ddpb_launch.py hands on as RANK."""
 import json
 import os
 import socket
@@ -31,8 +36,58 @@ MEMORY_FIELDS = ("params_bytes", "buffers_bytes", "grads_bytes", "optimizer_byte
                  "activations_bytes", "device_peak_bytes")
 
 
-def _report_stream():
-    """fd 3 when the daemon opened it, else stdout (a script run by hand)."""
+# Where each launcher puts a rank's (rank, local rank, world size), in the order they are
+# tried once the daemon's own DDPB_RANK is absent: OpenMPI's mpirun, MPICH's hydra, srun.
+LAUNCHER_IDENTITY = (
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+)
+CHANNEL_CONNECT_S = 30.0
+
+
+def identity(env=None):
+    """(rank, local_rank, world_size) of this process: the daemon's DDPB_RANK,
+    DDPB_LOCAL_RANK and DDPB_WORLD_SIZE when it started the rank; else the first launcher's
+    variables of LAUNCHER_IDENTITY that are set (mpirun or srun started it, and the daemon
+    sets only DDPB_WORLD_SIZE); else RANK / LOCAL_RANK / WORLD_SIZE (a user's script run
+    by hand or by torchrun), else rank 0 of 1. The world size is the launcher's own when
+    it says one (ddpb_launch.py checks it against the run's)."""
+    env = os.environ if env is None else env
+    world = env.get("DDPB_WORLD_SIZE")
+    if "DDPB_RANK" in env:
+        return (int(env["DDPB_RANK"]), int(env.get("DDPB_LOCAL_RANK", "0")),
+                int(world or env.get("WORLD_SIZE", "1")))
+    for rank_var, local_var, size_var in LAUNCHER_IDENTITY:
+        if rank_var in env:
+            return (int(env[rank_var]), int(env.get(local_var, "0")),
+                    int(env.get(size_var) or world or "1"))
+    return (int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0")),
+            int(world or env.get("WORLD_SIZE", "1")))
+
+
+def _open_channel(addr, rank, env):
+    """The report channel to the daemon at addr ("host:port", "[v6]:port"), past its first
+    line; a line-buffered text stream on the socket (the socket is not inherited by exec)."""
+    host, _, port = addr.rpartition(":")
+    sock = socket.create_connection((host.strip("[]"), int(port)), timeout=CHANNEL_CONNECT_S)
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    stream = sock.makefile("w", buffering=1, encoding="utf-8", newline="\n")
+    sock.close()  # the stream holds its own reference to the connection
+    hello = {"run": env.get("DDPB_RUN", ""), "rank": int(rank),
+             "secret": env.get("DDPB_SECRET", ""), "pid": os.getpid()}
+    stream.write(json.dumps({"channel": hello}, separators=(",", ":")) + "\n")
+    stream.flush()
+    return stream
+
+
+def _report_stream(rank):
+    """The report channel when DDPB_REPORT names one, fd 3 when the daemon opened it, else
+    stdout (a script run by hand)."""
+    addr = os.environ.get("DDPB_REPORT")
+    if addr:
+        return _open_channel(addr, rank, os.environ)
     try:
         os.fstat(3)
     except OSError:
@@ -46,7 +101,7 @@ class Reporter:
     def __init__(self, rank, world_size, stream=None):
         self.rank = int(rank)
         self.world_size = int(world_size)
-        self.stream = stream if stream is not None else _report_stream()
+        self.stream = stream if stream is not None else _report_stream(self.rank)
         self.lock = threading.Lock()
         self.phase = "start"
         self.progress = 0
@@ -152,8 +207,9 @@ class Reporter:
 
 def start(env=None, heartbeat=True):
     """hello, env (python version + the caller's values), heartbeat thread. Rank and world
-    size from RANK / WORLD_SIZE (the daemon sets them for every engine's ranks)."""
-    rep = Reporter(os.environ.get("RANK", "0"), os.environ.get("WORLD_SIZE", "1"))
+    size from identity() (ddpb_launch.py sets RANK / WORLD_SIZE from the same reading)."""
+    rank, _, world = identity()
+    rep = Reporter(rank, world)
     rep.hello()
     values = {"python": sys.version.split()[0]}
     values.update(env or {})
