@@ -1,6 +1,7 @@
 /* test_cluster: the leader's registry (daemon/cluster.h) without HTTP: placement as a
  * pure function, joins and rejoins, sessions, malformed syncs refused whole, events
- * queued in order, the lost clock, drain and leave, the nodes table. */
+ * queued in order, the lost clock, drain and leave, the nodes table, the engine check
+ * against each follower's probe. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -289,6 +290,48 @@ static void test_lost_rejoin_drain_and_leave(void)
     fx_close(&x);
 }
 
+/* A point that may span nodes runs only where every follower's probe has its engine and
+ * backend (engines_row_check): not reported yet, not installed, a build without the
+ * backend (Horovod without MPI, with the probe's reason), a backend not probed (taken at
+ * the row's word) and one that is there. */
+static void test_engine_check_reads_each_followers_probe(void)
+{
+    struct fx x;
+    struct err e = {0};
+    T_OK(fx_open(&x, 60000, &e));
+    int id;
+    char s[65];
+    join(&x, "f1", 4, &id, s);
+    T_CHECK(cluster_engine_check(x.c, "horovod", "tcp", &e) < 0 && e.code == ERR_CONFLICT);
+    T_EQ_STR(e.field, "engine");
+    T_CHECK_MSG(strstr(e.msg, "not reported its engines") != NULL, "%s", e.msg);
+    json_t *r = NULL;
+    T_EQ_INT(sync_text(&x, &r,
+                       "{\"node_id\": %d, \"session\": \"%s\", \"engines\": ["
+                       "{\"name\": \"horovod\", \"installed\": true, \"launched\": true, "
+                       "\"backends\": [\"tcp\"], \"backends_not_available\": {\"mpi\": "
+                       "\"built without MPI\"}}, {\"name\": \"tensorflow\", \"installed\": "
+                       "false, \"launched\": true, \"reason\": \"import failed\"}, "
+                       "{\"name\": \"pytorch\", \"installed\": true, \"launched\": "
+                       "true}]}",
+                       id, s),
+             200);
+    json_decref(r);
+    T_OK(cluster_engine_check(x.c, "horovod", "tcp", &e));
+    T_OK(cluster_engine_check(x.c, "horovod", NULL, &e));
+    T_OK(cluster_engine_check(x.c, "pytorch", "mpi", &e)); /* no list: the spec decides */
+    T_CHECK(cluster_engine_check(x.c, "horovod", "mpi", &e) < 0 && e.code == ERR_CONFLICT);
+    T_EQ_STR(e.field, "backend");
+    T_CHECK_MSG(strstr(e.msg, "node f1: built without MPI") != NULL, "%s", e.msg);
+    T_CHECK(cluster_engine_check(x.c, "tensorflow", "tcp", &e) < 0);
+    T_EQ_STR(e.field, "engine");
+    T_CHECK_MSG(strstr(e.msg, "import failed") != NULL, "%s", e.msg);
+    T_CHECK(cluster_engine_check(x.c, "deepspeed", "tcp", &e) < 0);
+    T_EQ_STR(e.field, "engine");
+    T_CHECK_MSG(strstr(e.msg, "not known on node f1") != NULL, "%s", e.msg);
+    fx_close(&x);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -296,5 +339,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_place_by_nodes_and_ranks_per_node);
     TEST_RUN(test_join_sync_and_malformed_bodies);
     TEST_RUN(test_lost_rejoin_drain_and_leave);
+    TEST_RUN(test_engine_check_reads_each_followers_probe);
     return test_end();
 }
