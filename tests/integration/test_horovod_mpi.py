@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""The Python side of the mpirun launcher and Horovod over MPI (issue 29), without the
+daemon: ranks that OpenMPI's mpirun starts run engines/ddpb_launch.py as the daemon's
+launcher does (docs: the launcher contract), with a stand-in for ddpbench's store (the
+wire format of common/store_proto.h, which engines/ddpb_store.py speaks) and a stand-in
+for the daemon's report channel. Each rank finds its rank in mpirun's environment (no
+DDPB_RANK), agrees peers through the store, and reports over the channel: first
+{"channel": {run, rank, secret, pid}}, then exactly the lines it would write on fd 3.
+
+- identity(): the daemon's rank, else OpenMPI's, MPICH's or Slurm's, else RANK.
+- 2 ranks of a script through the bootstrap: the channel line, then hello (same pid: the
+  exec keeps the process mpirun started), env, a step carrying the sum of a Horovod
+  allreduce made through engine_horovod's own rendezvous and init, and done; under both
+  controllers (backend mpi: Horovod's MPI controller, MPI_Init from mpirun's environment;
+  tcp: Gloo, whose rendezvous runs through the store under mpirun too).
+- the horovod adapter trains a few steps of mnist-cnn with backend mpi and records the
+  controller and the MPI library in its framework configuration.
+- a bootstrap failure under mpirun reaches the channel as an error naming it, and a
+  launcher that started the wrong number of ranks is named.
+
+Needs openmpi-bin (deploy/install-deps.sh) and .venv's Horovod built with MPI
+(deploy/setup-venv.sh)."""
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+
+from harness import Skip, check, run_cases
+
+SOURCE = os.environ.get("DDPB_SOURCE_DIR",
+                        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ENGINES_DIR = os.path.join(SOURCE, "engines")
+sys.path.insert(0, ENGINES_DIR)
+import ddpb_report  # noqa: E402
+import ddpb_store  # noqa: E402
+
+VENV_PY = os.path.join(SOURCE, ".venv", "bin", "python")
+MPIRUN = "mpirun.openmpi"
+RUN, SECRET = "hvdmpi-1", "s3cret-of-the-run"
+
+
+class FakeStore:
+    """ddpbench's store as the bootstrap uses it (HELLO, SET, GET, WAIT; ddpb_store.py's
+    client side), one thread per connection; HELLO with another run or secret is refused."""
+
+    def __init__(self):
+        self.data, self.cond = {}, threading.Condition()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _recv(conn, n):
+        out = b""
+        while len(out) < n:
+            chunk = conn.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("closed")
+            out += chunk
+        return out
+
+    @staticmethod
+    def _str(body, at):
+        (n,) = struct.unpack_from("<I", body, at)
+        return body[at + 4:at + 4 + n], at + 4 + n
+
+    def _wait_for(self, keys, timeout_ms):
+        with self.cond:
+            return self.cond.wait_for(lambda: all(k in self.data for k in keys),
+                                      timeout_ms / 1000.0)
+
+    def _reply(self, body):
+        op = body[0]
+        if op == ddpb_store.OP_HELLO:
+            run, at = self._str(body, 7)
+            secret, _ = self._str(body, at)
+            ok = run.decode() == RUN and secret.decode() == SECRET
+            return b"\0" if ok else b"\4" + struct.pack("<I", 4) + b"auth"
+        if op == ddpb_store.OP_SET:
+            key, at = self._str(body, 1)
+            value, _ = self._str(body, at)
+            with self.cond:
+                self.data[key] = value
+                self.cond.notify_all()
+            return b"\0"
+        if op == ddpb_store.OP_GET:
+            key, at = self._str(body, 1)
+            (timeout_ms,) = struct.unpack_from("<I", body, at)
+            if not self._wait_for([key], timeout_ms):
+                return b"\1" + struct.pack("<I", 7) + b"timeout"
+            return b"\0" + struct.pack("<I", len(self.data[key])) + self.data[key]
+        if op == ddpb_store.OP_WAIT:
+            (n,) = struct.unpack_from("<I", body, 1)
+            keys, at = [], 5
+            for _ in range(n):
+                key, at = self._str(body, at)
+                keys.append(key)
+            (timeout_ms,) = struct.unpack_from("<I", body, at)
+            ok = self._wait_for(keys, timeout_ms)
+            return b"\0" if ok else b"\1" + struct.pack("<I", 7) + b"timeout"
+        return b"\3" + struct.pack("<I", 8) + b"bad op %d" % op
+
+    def _serve(self, conn):
+        with conn:
+            try:
+                while True:
+                    (n,) = struct.unpack("<I", self._recv(conn, 4))
+                    reply = self._reply(self._recv(conn, n))
+                    conn.sendall(struct.pack("<I", len(reply)) + reply)
+            except (ConnectionError, OSError):
+                return
+
+    def close(self):
+        self.sock.close()
+
+
+class FakeChannel:
+    """The daemon's report channel: every connection's lines, in order, by connection."""
+
+    def __init__(self):
+        self.conns, self.lock = [], threading.Lock()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            lines = []
+            with self.lock:
+                self.conns.append(lines)
+            threading.Thread(target=self._read, args=(conn, lines), daemon=True).start()
+
+    @staticmethod
+    def _read(conn, lines):
+        with conn, conn.makefile("r", encoding="utf-8") as f:
+            for line in f:
+                lines.append(json.loads(line))
+            lines.append("EOF")
+
+    def by_rank(self):
+        """{rank: [lines after the channel line]}, checking each connection's first line."""
+        out = {}
+        with self.lock:
+            conns = [list(c) for c in self.conns]
+        for lines in conns:
+            check(lines and isinstance(lines[0], dict) and set(lines[0]) == {"channel"},
+                  lines[:2])
+            ch = lines[0]["channel"]
+            check(ch["run"] == RUN and ch["secret"] == SECRET and ch["pid"] > 0, ch)
+            check(ch["rank"] not in out, f"rank {ch['rank']} opened two channels")
+            check(lines[-1] == "EOF", f"rank {ch['rank']}'s channel is still open")
+            body = lines[1:-1]
+            check(all(x["rank"] == ch["rank"] for x in body), (ch, body[:3]))
+            if body and body[0]["type"] == "hello":  # the exec kept mpirun's process
+                check(body[0]["pid"] == ch["pid"], (ch, body[0]))
+            out[ch["rank"]] = body
+        return out
+
+    def close(self):
+        self.sock.close()
+
+
+def needs_mpi_horovod():
+    if not shutil.which(MPIRUN):
+        raise Skip(f"{MPIRUN} is missing: install openmpi-bin (deploy/install-deps.sh)")
+    probe = subprocess.run([VENV_PY, "-c", "import horovod.torch as h; "
+                            "print(h.mpi_built(), h.gloo_built())"],
+                           capture_output=True, text=True, timeout=120)
+    # CI runs after deploy/setup-venv.sh: a Horovod without MPI there is a failure
+    check(probe.returncode == 0 and probe.stdout.split() == ["True", "True"],
+          f"{VENV_PY}'s Horovod lacks MPI or Gloo ({probe.stdout.strip()} "
+          f"{probe.stderr.strip()[-300:]}): remake .venv with deploy/setup-venv.sh")
+
+
+def mpirun(spec, np_, world=None, engine=None, script=None, timeout=300):
+    """np_ ranks of ddpb_launch.py under mpirun with the contract's environment (no
+    DDPB_RANK); (completed process, {rank: report lines}, the store's keys)."""
+    store, chan = FakeStore(), FakeChannel()
+    tmp = tempfile.mkdtemp(prefix="ddpb-hvdmpi-")
+    try:
+        with open(os.path.join(tmp, "spec.json"), "w") as f:
+            json.dump(spec, f)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("DDPB_", "OMPI_", "PMI_", "SLURM_", "HOROVOD_"))
+               and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+        env.update({"DDPB_RUN": RUN, "DDPB_WORLD_SIZE": str(world or np_),
+                    "DDPB_STORE": store.addr, "DDPB_SECRET": SECRET,
+                    "DDPB_SPEC": os.path.join(tmp, "spec.json"), "DDPB_HOST": "127.0.0.1",
+                    "DDPB_LAUNCHER": "mpirun", "DDPB_REPORT": chan.addr,
+                    "OMPI_MCA_btl_vader_single_copy_mechanism": "none"})
+        if engine:
+            env["DDPB_ENGINE"] = engine
+        if script:
+            path = os.path.join(tmp, "rank.py")
+            with open(path, "w") as f:
+                f.write(script)
+            env["DDPB_SCRIPT"] = path
+        p = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to",
+                            "none", "-np", str(np_), VENV_PY,
+                            os.path.join(ENGINES_DIR, "ddpb_launch.py")],
+                           env=env, capture_output=True, text=True, timeout=timeout)
+        chan.close()
+        # the channel readers end at each connection's EOF, which the ranks' exit gave
+        for _ in range(100):
+            with chan.lock:
+                if all(c and c[-1] == "EOF" for c in chan.conns):
+                    break
+            threading.Event().wait(0.05)
+        return p, chan.by_rank(), set(store.data)
+    finally:
+        store.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_identity_reads_each_launcher():
+    """The daemon's DDPB_RANK first; then OpenMPI's, MPICH hydra's and srun's variables;
+    then RANK; the launcher's size, which ddpb_launch checks against the run's."""
+    import ddpb_launch
+    cases = [
+        ({"DDPB_RANK": "3", "DDPB_LOCAL_RANK": "1", "DDPB_WORLD_SIZE": "4",
+          "OMPI_COMM_WORLD_RANK": "0"}, (3, 1, 4)),
+        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+          "OMPI_COMM_WORLD_SIZE": "2", "DDPB_WORLD_SIZE": "2", "RANK": "0"}, (1, 1, 2)),
+        ({"PMI_RANK": "2", "MPI_LOCALRANKID": "0", "PMI_SIZE": "3"}, (2, 0, 3)),
+        ({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "DDPB_WORLD_SIZE": "6"}, (5, 1, 6)),
+        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, (1, 1, 2)),
+        ({}, (0, 0, 1)),
+    ]
+    for env, want in cases:
+        check(ddpb_report.identity(env) == want, (env, ddpb_report.identity(env), want))
+    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "DDPB_WORLD_SIZE": "2"}
+    ddpb_launch.adopt_identity(env, *ddpb_report.identity(env))
+    check(env["RANK"] == env["DDPB_RANK"] == "1" and env["WORLD_SIZE"] == "2"
+          and env["LOCAL_RANK"] == "0", env)
+    try:
+        ddpb_launch.adopt_identity({"DDPB_WORLD_SIZE": "3"}, 0, 0, 2)
+        check(False, "a launcher that started 2 ranks of 3 was accepted")
+    except ValueError as ex:
+        check("started 2 ranks" in str(ex) and "world_size is 3" in str(ex), ex)
+
+
+ALLREDUCE_SCRIPT = """
+import os, time
+import torch
+import ddpb_report, ddpb_train
+import engine_horovod as eh
+import horovod.torch as hvd
+rep = ddpb_report.start({"torch": torch.__version__})
+spec = ddpb_train.spec_load()
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+assert rank == int(os.environ["OMPI_COMM_WORLD_RANK"]), "RANK is not mpirun's rank"
+assert os.environ["LOCAL_RANK"] == os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
+server = eh.rendezvous(spec, rank, world)
+facts = eh.init(rank, world)
+rep.env({"facts": facts, "peers": os.environ["DDPB_PEERS"]})
+t0 = time.perf_counter()
+got = hvd.allreduce(torch.tensor([float(rank + 1)] * 4), op=hvd.Sum, name="t").tolist()
+rep.step(step=0, loss=got[0], samples=4, step_ms=(time.perf_counter() - t0) * 1000)
+hvd.shutdown()
+if server is not None:
+    server.stop()
+rep.done()
+"""
+
+
+def allreduce_under_mpirun(backend):
+    needs_mpi_horovod()
+    spec = {"engine": "script", "backend": backend, "launcher": "mpirun", "timeout_s": 120}
+    p, ranks, keys = mpirun(spec, 2, engine="script", script=ALLREDUCE_SCRIPT)
+    check(p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-3000:]))
+    check(sorted(ranks) == [0, 1], (sorted(ranks), p.stderr[-2000:]))
+    check({b"engine/addr/0", b"engine/addr/1"} <= keys, keys)
+    for rank, lines in ranks.items():
+        types = [x["type"] for x in lines if x["type"] != "heartbeat"]
+        check(types == ["hello", "env", "env", "step", "done"], (rank, types))
+        facts = json.loads([x for x in lines if x["type"] == "env"][1]["env"]["facts"])
+        step = [x for x in lines if x["type"] == "step"][0]
+        check(step["loss"] == 3.0, (rank, step))  # 1 + 2: both ranks' values summed
+        yield rank, facts
+
+
+def test_horovod_mpi_allreduce_through_the_bootstrap():
+    """backend mpi: two ranks mpirun started reach Horovod's MPI controller through the
+    bootstrap and the adapter's rendezvous and init; the allreduce sums; each rank's
+    channel carries its lines; the MPI library is Debian's OpenMPI."""
+    for rank, facts in allreduce_under_mpirun("mpi"):
+        check(facts["controller"] == "mpi" and facts["cpu_operations"] == "mpi", facts)
+        check(facts["mpi_library"].startswith("Open MPI v4"), facts)
+
+
+def test_horovod_gloo_rendezvous_under_mpirun():
+    """backend tcp under mpirun: Horovod's Gloo rendezvous still runs through the store
+    and ports the bootstrap agreed (rank 0's HTTP server, published in the store)."""
+    for rank, facts in allreduce_under_mpirun("tcp"):
+        check(facts["controller"] == "gloo" and "mpi_library" not in facts, facts)
+
+
+def test_horovod_adapter_trains_over_mpi():
+    """engine horovod, backend mpi, 2 ranks of mnist-cnn for 4 steps on synthetic data:
+    every rank reports its steps and done over its channel; the stored framework
+    configuration says controller mpi and the MPI library."""
+    needs_mpi_horovod()
+    spec = {"workload": "train", "engine": "horovod", "strategy": "horovod",
+            "backend": "mpi", "launcher": "mpirun", "model": "mnist-cnn", "batch_size": 16,
+            "steps": 4, "warmup_steps": 1, "timeout_s": 120,
+            "dataset": {"name": "synthetic", "samples": 256, "classes": 10},
+            "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}}
+    p, ranks, _ = mpirun(spec, 2)  # no DDPB_ENGINE: the bootstrap reads the spec's
+    check(p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-3000:]))
+    check(sorted(ranks) == [0, 1], sorted(ranks))
+    for rank, lines in ranks.items():
+        steps = [x for x in lines if x["type"] == "step"]
+        check([s["step"] for s in steps] == [0, 1, 2, 3], (rank, steps))
+        check(all(s["step_ms"] > 0 and s["loss"] > 0 for s in steps), steps)
+        check(lines[-1]["type"] == "done", (rank, lines[-1]))
+        env = [x for x in lines if x["type"] == "env"][-1]["env"]
+        config = json.loads(env["framework_config"])
+        check(config["controller"] == "mpi" and config["cpu_operations"] == "mpi", config)
+        check(config["mpi_library"].startswith("Open MPI"), config)
+
+
+def test_bootstrap_failures_reach_the_channel():
+    """An unknown engine under mpirun: the rank's channel carries its error naming it and
+    no done (the daemon fails the run naming the rank); a launcher that started another
+    number of ranks than the run has is named before anything waits for the missing."""
+    if not shutil.which(MPIRUN):
+        raise Skip(f"{MPIRUN} is missing: install openmpi-bin (deploy/install-deps.sh)")
+    p, ranks, _ = mpirun({"engine": "nope"}, 1, engine="nope", timeout=120)
+    check(p.returncode != 0 and list(ranks) == [0], (p.returncode, ranks))
+    check([x["type"] for x in ranks[0]] == ["error"], ranks[0])
+    check("unknown engine 'nope'" in ranks[0][0]["message"], ranks[0])
+    p, ranks, keys = mpirun({"engine": "script"}, 2, world=3, engine="script",
+                            script="raise SystemExit(3)", timeout=120)
+    check(p.returncode != 0 and sorted(ranks) == [0, 1], (p.returncode, ranks))
+    for lines in ranks.values():
+        check(lines[0]["type"] == "error" and "started 2 ranks" in lines[0]["message"]
+              and "world_size is 3" in lines[0]["message"], lines)
+    check(not keys, f"a rank of a wrong-sized launch waited in the store: {keys}")
+
+
+if __name__ == "__main__":
+    sys.exit(run_cases([test_identity_reads_each_launcher,
+                        test_horovod_mpi_allreduce_through_the_bootstrap,
+                        test_horovod_gloo_rendezvous_under_mpirun,
+                        test_horovod_adapter_trains_over_mpi,
+                        test_bootstrap_failures_reach_the_channel]))
