@@ -44,12 +44,11 @@ MPIRUN = "mpirun.openmpi"
 RUN, SECRET = "hvdmpi-1", "s3cret-of-the-run"
 
 
-class FakeStore:
-    """ddpbench's store as the bootstrap uses it (HELLO, SET, GET, WAIT; ddpb_store.py's
-    client side), one thread per connection; HELLO with another run or secret is refused."""
+class Listener:
+    """A TCP server on 127.0.0.1 (addr "host:port") serving each connection on a thread
+    of its own with self._serve(conn), until close()."""
 
     def __init__(self):
-        self.data, self.cond = {}, threading.Condition()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -61,6 +60,18 @@ class FakeStore:
             except OSError:
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def close(self):
+        self.sock.close()
+
+
+class FakeStore(Listener):
+    """ddpbench's store as the bootstrap uses it (HELLO, SET, GET, WAIT; ddpb_store.py's
+    client side); HELLO with another run or secret is refused."""
+
+    def __init__(self):
+        self.data, self.cond = {}, threading.Condition()
+        super().__init__()
 
     @staticmethod
     def _recv(conn, n):
@@ -123,32 +134,18 @@ class FakeStore:
             except (ConnectionError, OSError):
                 return
 
-    def close(self):
-        self.sock.close()
 
-
-class FakeChannel:
+class FakeChannel(Listener):
     """The daemon's report channel: every connection's lines, in order, by connection."""
 
     def __init__(self):
         self.conns, self.lock = [], threading.Lock()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.addr = "127.0.0.1:%d" % self.sock.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            lines = []
-            with self.lock:
-                self.conns.append(lines)
-            threading.Thread(target=self._read, args=(conn, lines), daemon=True).start()
-
-    @staticmethod
-    def _read(conn, lines):
+    def _serve(self, conn):
+        lines = []
+        with self.lock:
+            self.conns.append(lines)
         with conn, conn.makefile("r", encoding="utf-8") as f:
             for line in f:
                 lines.append(json.loads(line))
@@ -172,9 +169,6 @@ class FakeChannel:
                 check(body[0]["pid"] == ch["pid"], (ch, body[0]))
             out[ch["rank"]] = body
         return out
-
-    def close(self):
-        self.sock.close()
 
 
 def needs_mpi_horovod():
@@ -203,8 +197,7 @@ def mpirun(spec, np_, world=None, engine=None, script=None, timeout=300):
         env.update({"DDPB_RUN": RUN, "DDPB_WORLD_SIZE": str(world or np_),
                     "DDPB_STORE": store.addr, "DDPB_SECRET": SECRET,
                     "DDPB_SPEC": os.path.join(tmp, "spec.json"), "DDPB_HOST": "127.0.0.1",
-                    "DDPB_LAUNCHER": "mpirun", "DDPB_REPORT": chan.addr,
-                    "OMPI_MCA_btl_vader_single_copy_mechanism": "none"})
+                    "DDPB_LAUNCHER": "mpirun", "DDPB_REPORT": chan.addr})
         if engine:
             env["DDPB_ENGINE"] = engine
         if script:
