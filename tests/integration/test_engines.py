@@ -205,7 +205,7 @@ def allowed_by_submit(d, engine, field, values):
             # device cuda may be refused first by what the device offers (a strategy
             # ddpbench's GPU path lacks) or the engine (its devices): refused all the same
             fields = (field, "strategy") if field == "device" else \
-                (field, "device") if v == "nccl" else (field,)
+                (field, "device", "strategy") if v == "nccl" else (field,)
             check(body["error"]["field"] in fields, (engine, field, v, body))
         else:
             check(status == 409 and body["error"]["field"] == "world_size", (engine, v, body))
