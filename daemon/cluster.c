@@ -574,9 +574,9 @@ json_t *cluster_engines(struct cluster *c)
     return a;
 }
 
-int cluster_engine_check(struct cluster *c, const char *engine, const char *backend,
-                         struct err *e)
+int cluster_engine_check(struct cluster *c, const json_t *spec, struct err *e)
 {
+    const char *engine = json_string_value(json_object_get(spec, "engine"));
     int rc = 0;
     pthread_mutex_lock(&c->lock);
     for (int i = 1; i < c->n && rc == 0; i++) {
@@ -589,8 +589,7 @@ int cluster_engine_check(struct cluster *c, const char *engine, const char *back
                          "yet (its probe runs after it joins)",
                          engine, nd->name);
         else
-            rc = engines_row_check(engines_row(nd->probe, engine), nd->name, engine, backend,
-                                   e);
+            rc = engines_row_check(engines_row(nd->probe, engine), nd->name, spec, e);
     }
     pthread_mutex_unlock(&c->lock);
     return rc;

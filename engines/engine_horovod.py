@@ -10,8 +10,8 @@ operations (.venv's Horovod is built with both, deploy/setup-venv.sh):
   mpi  MPI (Debian's OpenMPI). The ranks are MPI processes that mpirun (or srun) started
        (the spec requires launcher mpirun or srun), so hvd.init()'s MPI_Init finds the
        world in the launcher's environment: no rendezvous, no HOROVOD_RANK. The adapter
-       checks that MPI's rank and size are ddpbench's, and records the MPI library's
-       version string in the framework configuration.
+       checks that MPI's rank and size are ddpbench's, and records the MPI implementation
+       and its version string in the framework configuration.
 
 The spec's knobs map onto Horovod's (framework_config, stored with the run):
   strategy horovod  hvd.DistributedOptimizer over torch.optim's optimizer
@@ -26,7 +26,6 @@ allreduces run on Horovod's background thread as gradients become ready; what th
 thread observes is the wait in optimizer.synchronize(), reported as comm_exposed_ms (and
 excluded from the optimizer's time). comm_ms, the span the allreduces were in flight, is not
 observable without Horovod's timeline file, so it is null, as is bytes_sent."""
-import ctypes
 import os
 import sys
 import time
@@ -81,20 +80,6 @@ def controller_env(spec):
             "HOROVOD_CYCLE_TIME": str(float(spec.get("cycle_ms", 1)))}
 
 
-def mpi_library_version():
-    """MPI_Get_library_version of the libmpi Horovod loaded (callable before MPI_Init), or
-    None when no libmpi is mapped into this process."""
-    with open("/proc/self/maps") as f:
-        paths = {line.split()[-1] for line in f if "/libmpi.so" in line}
-    if not paths:
-        return None
-    lib = ctypes.CDLL(sorted(paths)[0])
-    buf, n = ctypes.create_string_buffer(8192), ctypes.c_int(0)
-    if lib.MPI_Get_library_version(buf, ctypes.byref(n)) != 0:
-        return None
-    return buf.value.decode(errors="replace").strip().splitlines()[0]
-
-
 def rendezvous(spec, rank, world):
     """HOROVOD_* for this rank; rank 0 keeps the Gloo rendezvous server alive (returned).
     Backend mpi needs none: MPI_Init finds the world in mpirun's (or srun's) environment."""
@@ -145,7 +130,7 @@ def init(rank, world):
                            f"{hvd.rank()} of {hvd.size()}, ddpbench rank {rank} of {world}")
     facts = {"controller": want, "cpu_operations": os.environ["HOROVOD_CPU_OPERATIONS"]}
     if want == "mpi":
-        facts["mpi_library"] = mpi_library_version()
+        facts["mpi"], facts["mpi_library"] = probe.mapped_mpi()
         facts["mpi_threads_supported"] = bool(hvd.mpi_threads_supported())
     return facts
 

@@ -11,7 +11,10 @@ tests/integration/test_engines.py, which also checks it names every engine); an 
 also asks the framework (BACKEND_PROBES): a backend it lacks leaves the engine's
 "backends" and is listed in "backends_not_available" with the reason. Output:
 {"engines": [{name, installed, version, reason, launched, strategies, backends,
-backends_not_available, devices, precisions}, ...]}."""
+backends_not_available, mpis, devices, precisions}, ...]}; mpis, for a framework whose
+build has backend mpi, is the MPI implementation its library is (Horovod linked against
+OpenMPI runs under OpenMPI's mpirun only)."""
+import ctypes
 import json
 import os
 import subprocess
@@ -97,6 +100,27 @@ BACKEND_PROBES = {
 }
 
 
+# The MPI implementations of schema/vocabulary.json's "mpis" by how their library
+# names itself (MPI_Get_library_version's first words).
+MPI_BANNERS = {"Open MPI": "openmpi", "MPICH": "mpich"}
+
+
+def mapped_mpi():
+    """(implementation name or None, MPI_Get_library_version's first line) of the MPI
+    library this process has loaded (a framework linked against it: Horovod), or (None,
+    None) when none is. MPI_Get_library_version may be called before MPI_Init."""
+    with open("/proc/self/maps") as f:
+        paths = sorted({line.split()[-1] for line in f
+                        if "/libmpi.so" in line or "/libmpich.so" in line})
+    if not paths:
+        return None, None
+    buf, n = ctypes.create_string_buffer(8192), ctypes.c_int(0)
+    if ctypes.CDLL(paths[0]).MPI_Get_library_version(buf, ctypes.byref(n)) != 0:
+        return None, None
+    banner = buf.value.decode(errors="replace").strip().splitlines()[0]
+    return next((v for k, v in MPI_BANNERS.items() if banner.startswith(k)), None), banner
+
+
 def backends_of(name, built):
     """(the backends engine name can run here, {backend: why not}) from its CAPS row and
     what its build has (built: {backend: bool} from the child; a backend not probed is
@@ -123,6 +147,9 @@ def probe_module(module, probes=None):
             f"print('ddpb-version', getattr(m, '__version__', 'unknown'))")
     for backend, (expr, _) in (probes or {}).items():
         code += f"; print('ddpb-backend', {backend!r}, bool({expr}))"
+    if "mpi" in (probes or {}):  # which MPI the framework's build loaded, if any
+        code += (f"; import sys; sys.path.insert(0, {HERE!r}); import probe; "
+                 f"print('ddpb-mpi', probe.mapped_mpi()[0])")
     try:
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            timeout=TIMEOUT_S)
@@ -134,6 +161,9 @@ def probe_module(module, probes=None):
     lines = [x for x in p.stdout.splitlines() if x.startswith("ddpb-version ")]
     built = {x.split()[1]: x.split()[2] == "True" for x in p.stdout.splitlines()
              if x.startswith("ddpb-backend ")}
+    mpis = [x.split()[1] for x in p.stdout.splitlines() if x.startswith("ddpb-mpi ")]
+    if mpis and mpis[-1] != "None":
+        built["mpis"] = [mpis[-1]]
     return (lines[-1].split(" ", 1)[1] if lines else "unknown"), None, built
 
 
@@ -154,6 +184,8 @@ def main():
                     "memory_not_observed": MEMORY_NOT_OBSERVED.get(name, {})}, **caps)
         if installed:
             row["backends"], row["backends_not_available"] = backends_of(name, built)
+        if installed and "mpi" in row["backends"] and name in BACKEND_PROBES:
+            row["mpis"] = built.get("mpis", [])  # the implementations backend mpi runs over
         out.append(row)
     json.dump({"engines": out}, sys.stdout, indent=1)
     sys.stdout.write("\n")

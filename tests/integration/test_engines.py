@@ -217,7 +217,8 @@ def test_engines_endpoint_matches_submit():
     """GET /v1/engines: every engine of the spec, each framework installed here (this suite
     runs after deploy/install-deps.sh --engines) with its version, launched; its strategies,
     compressions, devices and backends are exactly what submit accepts for it (this node's
-    Horovod is built with MPI: deploy/setup-venv.sh); pytorch says why it has no mpi."""
+    Horovod is built with MPI: deploy/setup-venv.sh), against OpenMPI, so MPICH is refused
+    for its backend mpi; pytorch says why it has no mpi."""
     d = Daemon(cpu_slots=2)
     try:
         first = d.get("/v1/engines")  # answers at once, while the probe runs
@@ -243,7 +244,15 @@ def test_engines_endpoint_matches_submit():
             check(allowed_by_submit(d, name, "backend", enum["backend"]["enum"])
                   == e["backends"], (name, e["backends"], e["backends_not_available"]))
             check(set(e["not_observed"]) <= set(PHASES), e["not_observed"])
-        check(engines["horovod"]["backends"] == ["tcp", "mpi"], engines["horovod"])
+        check(engines["horovod"]["backends"] == ["tcp", "mpi"]
+              and engines["horovod"]["mpis"] == ["openmpi"], engines["horovod"])
+        # Horovod links OpenMPI (deploy/setup-venv.sh): its MPI controller under MPICH's
+        # launcher would be a world of one per rank, so submit refuses it naming mpi
+        status, body, _ = d.request("POST", "/v1/experiments", dict(
+            SMALL, engine="horovod", strategy="horovod", world_size=2, backend="mpi",
+            launcher="mpirun", mpi="mpich"))
+        check(status == 409 and body["error"]["field"] == "mpi" and "engine horovod cannot "
+              "run backend mpi over mpi mpich" in body["error"]["message"], (status, body))
         check(engines["pytorch"]["backends_not_available"] == {"mpi": (
             "torch.distributed.is_mpi_available() is false: neither Debian's python3-torch "
             "nor PyPI's wheels are built with MPI")}, engines["pytorch"])

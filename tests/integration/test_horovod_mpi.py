@@ -295,7 +295,8 @@ def test_horovod_mpi_allreduce_through_the_bootstrap():
     channel carries its lines; the MPI library is Debian's OpenMPI."""
     for rank, facts in allreduce_under_mpirun("mpi"):
         check(facts["controller"] == "mpi" and facts["cpu_operations"] == "mpi", facts)
-        check(facts["mpi_library"].startswith("Open MPI v4"), facts)
+        check(facts["mpi"] == "openmpi" and facts["mpi_library"].startswith("Open MPI v4"),
+              facts)
 
 
 def test_horovod_gloo_rendezvous_under_mpirun():

@@ -290,10 +290,25 @@ static void test_lost_rejoin_drain_and_leave(void)
     fx_close(&x);
 }
 
-/* A point that may span nodes runs only where every follower's probe has its engine and
- * backend (engines_row_check): not reported yet, not installed, a build without the
- * backend (Horovod without MPI, with the probe's reason), a backend not probed (taken at
- * the row's word) and one that is there. */
+/* cluster_engine_check of a spec {engine, backend, mpi} answers 0 (want "") or
+ * ERR_CONFLICT naming the field want; why into e. */
+static void engine_check(struct fx *x, const char *engine, const char *backend, const char *mpi,
+                         const char *want, struct err *e)
+{
+    json_t *spec = json_pack("{s:s, s:s, s:s}", "engine", engine, "backend", backend, "mpi",
+                             mpi);
+    memset(e, 0, sizeof *e);
+    int rc = cluster_engine_check(x->c, spec, e);
+    json_decref(spec);
+    T_CHECK_MSG(rc == 0 ? !want[0] : e->code == ERR_CONFLICT && strcmp(e->field, want) == 0,
+                "%s %s %s: rc %d field '%s' (%s), want '%s'", engine, backend, mpi, rc,
+                e->field, e->msg, want);
+}
+
+/* A point that may span nodes runs only where every follower's probe has its engine,
+ * backend and MPI (engines_row_check): not reported yet, not installed, not known, a
+ * build without the backend (Horovod without MPI, with the probe's reason) or linked
+ * against another MPI, a row without the lists (taken at its word), and what is there. */
 static void test_engine_check_reads_each_followers_probe(void)
 {
     struct fx x;
@@ -302,8 +317,7 @@ static void test_engine_check_reads_each_followers_probe(void)
     int id;
     char s[65];
     join(&x, "f1", 4, &id, s);
-    T_CHECK(cluster_engine_check(x.c, "horovod", "tcp", &e) < 0 && e.code == ERR_CONFLICT);
-    T_EQ_STR(e.field, "engine");
+    engine_check(&x, "horovod", "tcp", "openmpi", "engine", &e);
     T_CHECK_MSG(strstr(e.msg, "not reported its engines") != NULL, "%s", e.msg);
     json_t *r = NULL;
     T_EQ_INT(sync_text(&x, &r,
@@ -313,21 +327,22 @@ static void test_engine_check_reads_each_followers_probe(void)
                        "\"built without MPI\"}}, {\"name\": \"tensorflow\", \"installed\": "
                        "false, \"launched\": true, \"reason\": \"import failed\"}, "
                        "{\"name\": \"pytorch\", \"installed\": true, \"launched\": "
-                       "true}]}",
+                       "true}, {\"name\": \"script\", \"installed\": true, \"launched\": "
+                       "true, \"backends\": [\"tcp\", \"mpi\"], \"mpis\": [\"openmpi\"]}]}",
                        id, s),
              200);
     json_decref(r);
-    T_OK(cluster_engine_check(x.c, "horovod", "tcp", &e));
-    T_OK(cluster_engine_check(x.c, "horovod", NULL, &e));
-    T_OK(cluster_engine_check(x.c, "pytorch", "mpi", &e)); /* no list: the spec decides */
-    T_CHECK(cluster_engine_check(x.c, "horovod", "mpi", &e) < 0 && e.code == ERR_CONFLICT);
-    T_EQ_STR(e.field, "backend");
+    engine_check(&x, "horovod", "tcp", "mpich", "", &e);
+    engine_check(&x, "pytorch", "mpi", "openmpi", "", &e); /* no lists */
+    engine_check(&x, "horovod", "mpi", "openmpi", "backend", &e);
     T_CHECK_MSG(strstr(e.msg, "node f1: built without MPI") != NULL, "%s", e.msg);
-    T_CHECK(cluster_engine_check(x.c, "tensorflow", "tcp", &e) < 0);
-    T_EQ_STR(e.field, "engine");
+    engine_check(&x, "script", "mpi", "openmpi", "", &e);
+    engine_check(&x, "script", "mpi", "mpich", "mpi", &e);
+    T_CHECK_MSG(strstr(e.msg, "over mpi mpich on node f1") != NULL, "%s", e.msg);
+    engine_check(&x, "script", "tcp", "mpich", "", &e); /* mpi matters for mpi */
+    engine_check(&x, "tensorflow", "tcp", "openmpi", "engine", &e);
     T_CHECK_MSG(strstr(e.msg, "import failed") != NULL, "%s", e.msg);
-    T_CHECK(cluster_engine_check(x.c, "deepspeed", "tcp", &e) < 0);
-    T_EQ_STR(e.field, "engine");
+    engine_check(&x, "deepspeed", "tcp", "openmpi", "engine", &e);
     T_CHECK_MSG(strstr(e.msg, "not known on node f1") != NULL, "%s", e.msg);
     fx_close(&x);
 }
