@@ -115,6 +115,24 @@ static int h_check_engine(struct api_ctx *ctx, const json_t *spec, bool spread, 
     return spread ? cluster_engine_check(ctx->cluster, spec, e) : 0;
 }
 
+/* A point's launcher must be able to start its ranks here: srun only inside a Slurm
+ * allocation (the daemon's SLURM_JOB_ID), mpirun on this node alone (across nodes, srun
+ * or ddpbench's own followers): ERR_CONFLICT naming "launcher". */
+static int h_check_launcher(struct api_ctx *ctx, const json_t *spec, bool spread, struct err *e)
+{
+    const char *launcher = json_string_value(json_object_get(spec, "launcher"));
+    if (launcher && strcmp(launcher, "srun") == 0 && !ctx->cfg->slurm_job[0])
+        return err_set(e, ERR_CONFLICT, "launcher",
+                       "launcher \"srun\": ddpbenchd is not running inside a Slurm allocation "
+                       "(no SLURM_JOB_ID); start it from sbatch or salloc "
+                       "(deploy/slurm/ddpbench-srun.sbatch), or use launcher \"ddpbench\"");
+    if (launcher && strcmp(launcher, "mpirun") == 0 && spread)
+        return err_set(e, ERR_CONFLICT, "launcher",
+                       "launcher \"mpirun\" starts ranks on this node only; across nodes use "
+                       "launcher \"srun\" in a Slurm allocation, or \"ddpbench\"");
+    return 0;
+}
+
 /* Every point must fit on this node (or the cluster's), or it would wait forever. */
 static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
 {
@@ -136,7 +154,11 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
             return err_set(e, ERR_CONFLICT, "nodes",
                            "device cuda runs stay on one node for now: NCCL across ddpbench "
                            "nodes is not built (leave nodes and ranks_per_node at 0)");
-        if (spread || (need > total && up > 1)) {
+        const char *launcher = json_string_value(json_object_get(spec, "launcher"));
+        bool here = launcher && strcmp(launcher, "ddpbench") != 0; /* scheduler.c */
+        if (h_check_launcher(ctx, spec, spread, e) < 0)
+            return -1;
+        if (!here && (spread || (need > total && up > 1))) {
             if (h_check_nodes(ctx, spec, e) < 0)
                 return -1;
         } else if (need > total) {

@@ -131,8 +131,8 @@ struct spec_mpi_param {
 struct spec {
     char name[129]; /* 1 to 128 printable ASCII characters + NUL */
     enum spec_workload workload;
-    char device[8];  /* "cpu" or "cuda" */
-    char backend[8]; /* "tcp" or "mpi" (device cpu), "nccl" (device cuda) */
+    char device[8];    /* "cpu" or "cuda" */
+    char backend[8];   /* "tcp" or "mpi" (device cpu), "nccl" (device cuda) */
     char launcher[12]; /* who starts the ranks: "ddpbench", "mpirun", "srun" (vocab.h) */
     char mpi[12];      /* the MPI implementation: "openmpi", "mpich" (vocab.h) */
     int n_mpi_params;  /* mpi_mca's entries, in the order given */

@@ -198,10 +198,14 @@ int vocab_find(enum vocab_list l, const char *name)
 const char *vocab_list_key(enum vocab_list l)
 {
     static const char *const keys[] = {
-        [VOCAB_STRATEGY] = "strategies", [VOCAB_ENGINE] = "engines",
-        [VOCAB_BACKEND] = "backends",    [VOCAB_FORMAT] = "formats",
-        [VOCAB_STORAGE] = "storages",    [VOCAB_SCHEDULE] = "schedules",
-        [VOCAB_REPORT] = "reports",      [VOCAB_LAUNCHER] = "launchers",
+        [VOCAB_STRATEGY] = "strategies",
+        [VOCAB_ENGINE] = "engines",
+        [VOCAB_BACKEND] = "backends",
+        [VOCAB_FORMAT] = "formats",
+        [VOCAB_STORAGE] = "storages",
+        [VOCAB_SCHEDULE] = "schedules",
+        [VOCAB_REPORT] = "reports",
+        [VOCAB_LAUNCHER] = "launchers",
         [VOCAB_MPI] = "mpis",
     };
     return (unsigned)l < VOCAB_NLISTS ? keys[l] : NULL;

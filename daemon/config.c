@@ -336,7 +336,9 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
 int config_parse_args(struct config *c, int argc, char **argv, struct err *e)
 {
     config_defaults(c);
-    const char *env_token = getenv("DDPB_TOKEN");
+    const char *env_token = getenv("DDPB_TOKEN"), *job = getenv("SLURM_JOB_ID");
+    if (job)
+        snprintf(c->slurm_job, sizeof c->slurm_job, "%s", job);
     if (env_token && *env_token && config_set_token(c, env_token, "DDPB_TOKEN", e) < 0)
         return -1;
     optind = 1;

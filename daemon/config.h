@@ -52,6 +52,9 @@ struct config {
     char join[256];
     int node_timeout_ms;
     int sync_ms;
+    /* the Slurm job the daemon runs inside (SLURM_JOB_ID at start), "" outside any:
+     * spec launcher "srun" needs one */
+    char slurm_job[32];
 };
 
 /* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,

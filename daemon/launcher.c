@@ -16,7 +16,7 @@
 
 extern char **environ;
 
-#define LAUNCH_ENV_EXTRA (20 + LAUNCH_MAX_GPU_ENV)
+#define LAUNCH_ENV_EXTRA (20 + LAUNCH_MAX_GPU_ENV + LAUNCH_MAX_EXTRA_ENV)
 
 /* Owned NULL-terminated environment: the daemon's own minus DDPB_* (but
  * DDPB_EMULATE_NODES, launcher.h) and CUDA_VISIBLE_DEVICES, plus the rank's. Strings in `own`
@@ -97,31 +97,46 @@ static int launcher_env_build(const struct launch_rank *lr, struct launch_env *e
     snprintf(num[1], sizeof num[1], "%d", lr->world_size);
     snprintf(num[2], sizeof num[2], "%d", lr->local_rank);
     snprintf(num[3], sizeof num[3], "%d", lr->node_rank);
+    bool one_rank = !lr->argv; /* else the run's launcher: it numbers the ranks */
     int rc = launcher_env_add(env, "DDPB_RUN", lr->run) |
-             launcher_env_add(env, "DDPB_RANK", num[0]) |
              launcher_env_add(env, "DDPB_WORLD_SIZE", num[1]) |
-             launcher_env_add(env, "DDPB_LOCAL_RANK", num[2]) |
-             launcher_env_add(env, "DDPB_NODE_RANK", num[3]) |
              launcher_env_add(env, "DDPB_STORE", lr->store_addr) |
              launcher_env_add(env, "DDPB_SECRET", lr->secret) |
              launcher_env_add(env, "DDPB_SPEC", lr->spec_path) |
              launcher_env_add(env, "DDPB_HOST", lr->peer_host);
-    if (lr->cpus)
+    if (one_rank)
+        rc |= launcher_env_add(env, "DDPB_RANK", num[0]) |
+              launcher_env_add(env, "DDPB_LOCAL_RANK", num[2]) |
+              launcher_env_add(env, "DDPB_NODE_RANK", num[3]);
+    if (lr->cpus && one_rank)
         rc |= launcher_env_add(env, "DDPB_CPUS", lr->cpus);
     if (lr->node_name)
         rc |= launcher_env_add(env, "DDPB_NODE_NAME", lr->node_name);
     if (launcher_is_framework(lr))
         rc |= launcher_env_add(env, "DDPB_ENGINE", lr->engine) |
               launcher_env_add(env, "DDPB_ENGINES_DIR", lr->engines_dir) |
-              launcher_env_add(env, "RANK", num[0]) |
               launcher_env_add(env, "WORLD_SIZE", num[1]) |
-              launcher_env_add(env, "LOCAL_RANK", num[2]) |
               launcher_env_add(env, "PYTHONUNBUFFERED", "1");
+    if (launcher_is_framework(lr) && one_rank)
+        rc |= launcher_env_add(env, "RANK", num[0]) |
+              launcher_env_add(env, "LOCAL_RANK", num[2]);
     if (launcher_is_framework(lr) && lr->script)
         rc |= launcher_env_add(env, "DDPB_SCRIPT", lr->script);
     if (lr->ngpu_env < 0 || lr->ngpu_env > LAUNCH_MAX_GPU_ENV)
         return err_set(e, ERR_INVALID, NULL, "launch: %d GPU environment entries",
                        lr->ngpu_env);
+    if (lr->nextra_env < 0 || lr->nextra_env > LAUNCH_MAX_EXTRA_ENV)
+        return err_set(e, ERR_INVALID, NULL, "launch: %d extra environment entries",
+                       lr->nextra_env);
+    for (int i = 0; i < lr->nextra_env && rc == 0; i++) {
+        char key[64];
+        const char *eq = strchr(lr->extra_env[i], '=');
+        if (!eq || (size_t)(eq - lr->extra_env[i]) >= sizeof key)
+            return err_set(e, ERR_INVALID, NULL, "launch: bad environment entry %.64s",
+                           lr->extra_env[i]);
+        snprintf(key, sizeof key, "%.*s", (int)(eq - lr->extra_env[i]), lr->extra_env[i]);
+        rc |= launcher_env_add(env, key, eq + 1);
+    }
     for (int i = 0; i < lr->ngpu_env && rc == 0; i++) {
         /* the daemon's own NCCL_HOSTID / NCCL_MULTI_RANK_GPU_ENABLE are dropped above */
         char key[64];
@@ -153,7 +168,7 @@ int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct er
 
     if (launcher_env_build(lr, &env, e) < 0)
         goto out;
-    if (pipe2(pfd, O_CLOEXEC) < 0) {
+    if (!lr->argv && pipe2(pfd, O_CLOEXEC) < 0) {
         err_errno(e, "rank %d: report pipe", lr->rank);
         goto out;
     }
@@ -166,8 +181,9 @@ int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct er
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, logfd, 1);
     posix_spawn_file_actions_adddup2(&fa, logfd, 2);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
-    posix_spawn_file_actions_addclosefrom_np(&fa, 4);
+    if (pfd[1] >= 0)
+        posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
+    posix_spawn_file_actions_addclosefrom_np(&fa, pfd[1] >= 0 ? 4 : 3);
     sigset_t none, all;
     sigemptyset(&none);
     sigfillset(&all);
@@ -177,18 +193,25 @@ int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct er
     posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
                                         POSIX_SPAWN_SETSIGDEF);
     char boot[PATH_MAX];
-    char *argv[3] = {(char *)lr->worker_path, NULL, NULL};
-    if (launcher_is_framework(lr)) {
+    char *argv_rank[3] = {(char *)lr->worker_path, NULL, NULL};
+    char *const *argv = lr->argv ? lr->argv : argv_rank;
+    if (launcher_is_framework(lr) && !lr->argv) {
         snprintf(boot, sizeof boot, "%s/ddpb_launch.py", lr->engines_dir);
-        argv[0] = (char *)lr->python;
-        argv[1] = boot;
+        argv_rank[0] = (char *)lr->python;
+        argv_rank[1] = boot;
     }
     pid_t pid;
-    int src = posix_spawn(&pid, argv[0], &fa, &attr, argv, env.vars);
+    /* a run's launcher is a program name (mpirun.openmpi, srun): found on PATH */
+    int src = lr->argv ? posix_spawnp(&pid, argv[0], &fa, &attr, argv, env.vars)
+                       : posix_spawn(&pid, argv[0], &fa, &attr, argv, env.vars);
     if (src != 0) {
         errno = src;
-        err_errno(e, "rank %d: cannot start %s %s", lr->rank,
-                  launcher_is_framework(lr) ? "the engines' interpreter" : "worker", argv[0]);
+        if (lr->argv)
+            err_errno(e, "cannot start %s", argv[0]);
+        else
+            err_errno(e, "rank %d: cannot start %s %s", lr->rank,
+                      launcher_is_framework(lr) ? "the engines' interpreter" : "worker",
+                      argv[0]);
         goto out;
     }
     int pidfd = launcher_pidfd_open(pid);
@@ -198,7 +221,8 @@ int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct er
         waitpid(pid, NULL, 0);
         goto out;
     }
-    fcntl(pfd[0], F_SETFL, fcntl(pfd[0], F_GETFL) | O_NONBLOCK);
+    if (pfd[0] >= 0)
+        fcntl(pfd[0], F_SETFL, fcntl(pfd[0], F_GETFL) | O_NONBLOCK);
     out->pid = pid;
     out->report_fd = pfd[0];
     out->pidfd = pidfd;
@@ -268,13 +292,23 @@ static bool launcher_environ_has(pid_t pid, const char *want)
     return found;
 }
 
+bool launcher_is_run_process(pid_t pid, const char *run)
+{
+    char want[128];
+    snprintf(want, sizeof want, "DDPB_RUN=%s", run);
+    return pid > 0 && launcher_environ_has(pid, want);
+}
+
 int launcher_kill_orphan(pid_t pid, const char *run, int rank)
 {
     char want_run[128], want_rank[64];
     snprintf(want_run, sizeof want_run, "DDPB_RUN=%s", run);
     snprintf(want_rank, sizeof want_rank, "DDPB_RANK=%d", rank);
+    /* a rank of another launcher has no DDPB_RANK: its launcher's name stands for it */
     if (pid <= 0 || !launcher_environ_has(pid, want_run) ||
-        !launcher_environ_has(pid, want_rank))
+        !(launcher_environ_has(pid, want_rank) ||
+          launcher_environ_has(pid, "DDPB_LAUNCHER=mpirun") ||
+          launcher_environ_has(pid, "DDPB_LAUNCHER=srun")))
         return 0;
     launcher_signal(pid, SIGKILL);
     return 1;

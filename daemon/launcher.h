@@ -41,13 +41,26 @@ struct launch_rank {
     int rank, world_size, local_rank;
     int node_rank;         /* DDPB_NODE_RANK: the node the rank runs on (0 on one node) */
     const char *node_name; /* DDPB_NODE_NAME; NULL = the worker uses its host name */
+    /* A run's launcher (spec launcher mpirun or srun, daemon/launch_plan.h) instead of one
+     * rank: argv (NULL-terminated, borrowed) is the whole command, rank is -1, and the
+     * process gets the run's variables without DDPB_RANK, DDPB_LOCAL_RANK,
+     * DDPB_NODE_RANK, DDPB_CPUS, RANK and LOCAL_RANK (the launcher gives each rank its
+     * own), no report pipe (its ranks connect the report channel), and its output goes
+     * to log_path. NULL for a rank. */
+    char *const *argv;
+    /* "KEY=VALUE" entries added to the environment (borrowed; at most LAUNCH_MAX_EXTRA_ENV) */
+    const char *const *extra_env;
+    int nextra_env;
 };
+
+#define LAUNCH_MAX_EXTRA_ENV 32
 
 #define LAUNCH_MAX_GPU_ENV 4
 
 struct launched {
     pid_t pid;
-    int report_fd; /* read end of the report pipe: non-blocking, close-on-exec, owned */
+    int report_fd; /* read end of the report pipe: non-blocking, close-on-exec, owned;
+                      -1 for a run's launcher (launch_rank.argv) */
     int pidfd;     /* readable when the child exits: owned */
 };
 
@@ -60,9 +73,13 @@ void launcher_signal(pid_t pid, int sig);
  * Such a process does not act on SIGTERM until it is continued, so a grace period spent
  * waiting for it is wasted; false when it runs, sleeps, is gone or cannot be read. */
 bool launcher_is_stopped(pid_t pid);
+/* True when pid is a process of run `run` (its environment carries DDPB_RUN=run): a rank
+ * of another launcher, before the daemon signals it by the pid it reported. */
+bool launcher_is_run_process(pid_t pid, const char *run);
 /* After a daemon restart: SIGKILLs pid's process group when, and only when, the process
- * is still the worker it was (its environment carries DDPB_RUN=run and DDPB_RANK=rank),
- * so a recycled pid is never touched. Returns 1 when it killed, 0 otherwise. */
+ * is still the worker it was (its environment carries DDPB_RUN=run and DDPB_RANK=rank, or
+ * for a rank of another launcher DDPB_LAUNCHER=mpirun or srun), so a recycled pid is never
+ * touched. Returns 1 when it killed, 0 otherwise. */
 int launcher_kill_orphan(pid_t pid, const char *run, int rank);
 
 #endif

@@ -18,9 +18,12 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/report.h"
+#include "common/vocab.h"
+#include "daemon/channel.h"
 #include "daemon/cluster.h"
 #include "daemon/engines.h"
 #include "daemon/ingest.h"
+#include "daemon/launch_plan.h"
 #include "daemon/launcher.h"
 
 struct run_rank {
@@ -32,7 +35,10 @@ struct run_rank {
     struct monitor_watch wreport, wexit;
     struct buf line; /* partial report line */
     bool spawned, exited;
-    bool settled; /* exit recorded, fds closed */
+    bool settled;   /* exit recorded, fds closed */
+    bool channel;   /* another launcher started it: it reports over the report channel */
+    bool connected; /* its channel connection proved itself */
+    bool lost;      /* its channel ended without done or an error: it died */
     int wstatus;
     int signal_sent;                /* last signal the daemon sent, 0 = none */
     int64_t exit_order;             /* order in which exits were seen */
@@ -51,7 +57,21 @@ struct active_run {
     int n_settled;
     int64_t exits_seen;
     char ns[32], secret[40], dir[PATH_MAX - 64];
-    char engine[12];       /* who runs the ranks: "ddpbench" or a framework (launcher.h) */
+    char engine[12]; /* who runs the ranks: "ddpbench" or a framework (launcher.h) */
+    /* Another launcher (monitor.h): the one process the daemon started, its pidfd and
+     * exit, the report channel its ranks connect to */
+    bool foreign;
+    pid_t launcher_pid;
+    int launcher_pidfd;
+    struct monitor_watch wlauncher;
+    bool launcher_exited;
+    int launcher_wstatus;
+    int64_t launcher_kill_at_ms; /* 0: its ranks have not all ended yet */
+    bool launcher_termed;        /* it outlived them and was sent SIGTERM */
+    char launcher_name[32];      /* argv[0], for messages */
+    char launcher_note[400];     /* how it ended and the last line of its log */
+    char cpu_map[2048];          /* DDPB_CPU_MAP given to its ranks; "" = not pinned */
+    struct channel *channel;
     char script[PATH_MAX]; /* engine "script": its resolved program; else "" */
     int64_t deadline_ms, kill_at_ms;
     int timeout_s, heartbeat_timeout_s;
@@ -144,13 +164,30 @@ static bool monitor_rank_ok(const struct run_rank *k)
  * pass in vain. SIGCONT then SIGTERM was the alternative, and rejected: a rank frozen
  * past its heartbeat timeout has already been declared failed, continuing it would let
  * it run (and report) after that, and a traced stop ('t') ignores SIGCONT anyway. */
+/* A rank of another launcher, by the pid it reported, when it is a process of this run
+ * on this node (its environment names the run: a pid on another node, or reused, is
+ * left alone). */
+static void monitor_signal_channel_rank(const struct active_run *r, const struct run_rank *k,
+                                        int sig)
+{
+    if (k->connected && k->pid > 0 && launcher_is_run_process(k->pid, r->ns))
+        launcher_signal(k->pid, sig);
+}
+
 static void monitor_send_all(struct active_run *r, int sig)
 {
     int told = -1; /* the last node sent a command: a node's ranks are contiguous */
+    if (r->foreign && r->launcher_pid > 0 && !r->launcher_exited)
+        launcher_signal(r->launcher_pid, sig); /* it passes it on to the ranks it started */
     for (int i = 0; i < r->world_size; i++) {
         struct run_rank *k = &r->ranks[i];
         if (!k->spawned || k->exited)
             continue;
+        if (k->channel) {
+            monitor_signal_channel_rank(r, k, sig);
+            k->signal_sent = sig;
+            continue;
+        }
         if (k->node != 0) { /* its follower signals it (daemon/follower.c does the rest) */
             if (k->node != told)
                 cluster_send(r->ctx->cluster, k->node,
@@ -172,8 +209,8 @@ static void monitor_kill_stopped(struct active_run *r)
 {
     for (int i = 0; i < r->world_size; i++) {
         struct run_rank *k = &r->ranks[i];
-        if (k->spawned && !k->exited && k->node == 0 && k->signal_sent == SIGTERM &&
-            launcher_is_stopped(k->pid)) {
+        if (k->spawned && !k->exited && k->node == 0 && !k->channel &&
+            k->signal_sent == SIGTERM && launcher_is_stopped(k->pid)) {
             launcher_signal(k->pid, SIGKILL);
             k->signal_sent = SIGKILL;
         }
@@ -197,6 +234,8 @@ static void monitor_on_line(void *ctx, const char *line, size_t len)
     }
 }
 
+static void monitor_channel_closed(struct active_run *r, struct run_rank *k);
+
 static void monitor_read_reports(struct active_run *r, struct run_rank *k)
 {
     int rc = buf_read_lines(k->report_fd, &k->line, REPORT_MAX_LINE, monitor_on_line, k);
@@ -209,11 +248,13 @@ static void monitor_read_reports(struct active_run *r, struct run_rank *k)
     k->report_fd = -1;
     if (k->line.len > 0 && !k->bad_report[0])
         snprintf(k->bad_report, sizeof k->bad_report, "report stream ended inside a line");
+    if (k->channel)
+        monitor_channel_closed(r, k);
 }
 
 static void monitor_reap(struct active_run *r, struct run_rank *k)
 {
-    if (k->spawned && !k->exited && k->node == 0 &&
+    if (k->spawned && !k->exited && k->node == 0 && !k->channel &&
         waitpid(k->pid, &k->wstatus, WNOHANG) == k->pid) {
         k->exited = true;
         k->exit_order = ++r->exits_seen;
@@ -240,9 +281,21 @@ static void monitor_rank_failed(struct active_run *r, struct run_rank *k)
         monitor_settle(r, &r->ranks[i]);
 }
 
-static void monitor_describe_exit(const struct run_rank *k, char *out, size_t cap)
+static void monitor_describe_exit(const struct active_run *r, const struct run_rank *k,
+                                  char *out, size_t cap)
 {
-    if (k->bad_report[0])
+    if (k->channel && !k->connected && !k->bad_report[0])
+        snprintf(out, cap, "never connected its report channel (%s)",
+                 r->launcher_note[0] ? r->launcher_note : "its launcher did not start it");
+    else if (k->lost && !k->bad_report[0])
+        snprintf(out, cap,
+                 "ended its report channel without done or an error: it died or was "
+                 "killed%s%s%s",
+                 r->launcher_note[0] ? " (" : "", r->launcher_note[0] ? r->launcher_note : "",
+                 r->launcher_note[0] ? ")" : "");
+    else if (k->lost && k->bad_report[0])
+        snprintf(out, cap, "broke the report protocol: %s", k->bad_report);
+    else if (k->bad_report[0])
         snprintf(out, cap, "broke the report protocol: %s", k->bad_report);
     else if (WIFSIGNALED(k->wstatus))
         snprintf(out, cap, "was killed by signal %d (%s)%s%s", WTERMSIG(k->wstatus),
@@ -263,6 +316,8 @@ static int monitor_blame(const struct run_rank *k)
 {
     if (monitor_rank_ok(k))
         return 0;
+    if (k->lost) /* a rank of another launcher that died: killed by us, or the cause */
+        return k->signal_sent ? 0 : 4;
     if (WIFSIGNALED(k->wstatus))
         return WTERMSIG(k->wstatus) == k->signal_sent ? 0 : 4;
     const char *code = k->said->error_code;
@@ -292,7 +347,7 @@ static void monitor_attribute(struct active_run *r, int *rank_out, char *msg, si
         return;
     }
     char what[768];
-    monitor_describe_exit(best, what, sizeof what);
+    monitor_describe_exit(r, best, what, sizeof what);
     int peer = best->said->error_peer;
     if (best_score == 1 && peer >= 0 && peer < r->world_size && peer != best->rank &&
         !monitor_rank_ok(&r->ranks[peer])) {
@@ -351,9 +406,9 @@ static void monitor_settle(struct active_run *r, struct run_rank *k)
     if (k->report_fd >= 0)
         monitor_read_reports(r, k); /* the writer is gone: this drains to EOF */
     char what[768];
-    monitor_describe_exit(k, what, sizeof what);
+    monitor_describe_exit(r, k, what, sizeof what);
     bool ok = monitor_rank_ok(k);
-    const char *status = ok ? "done" : (WIFSIGNALED(k->wstatus) ? "killed" : "failed");
+    const char *status = ok ? "done" : WIFSIGNALED(k->wstatus) || k->lost ? "killed" : "failed";
     struct err e = {0};
     int rc = db_rank_exited(r->ctx->db, r->id, k->rank, status,
                             WIFEXITED(k->wstatus) ? WEXITSTATUS(k->wstatus) : -1,
@@ -366,8 +421,24 @@ static void monitor_settle(struct active_run *r, struct run_rank *k)
 
 static void monitor_check_done(struct active_run *r)
 {
-    if (!r->finished && r->n_settled == r->world_size)
+    bool launcher_gone = !r->foreign || r->launcher_exited || r->launcher_pid <= 0;
+    if (!r->finished && r->n_settled == r->world_size && launcher_gone)
         monitor_finish(r);
+}
+
+/* A rank of another launcher: the end of its report channel is its exit. Done means it
+ * exited 0; an error it reported, status 1 (the worker's and the engines' failing exit);
+ * neither, it died (lost). */
+static void monitor_channel_closed(struct active_run *r, struct run_rank *k)
+{
+    if (k->exited)
+        return;
+    k->exited = true;
+    k->exit_order = ++r->exits_seen;
+    k->lost = !k->said->said_done && !k->said->error[0];
+    k->wstatus = k->said->said_done ? 0 : 1 << 8;
+    monitor_settle(r, k);
+    monitor_check_done(r);
 }
 
 static void monitor_rank_exited(struct active_run *r, struct run_rank *k)
@@ -398,6 +469,62 @@ static void monitor_handle_line(struct active_run *r, struct run_rank *k, const 
         monitor_publish_status(r, DB_RUN_RUNNING, NULL, -1);
 }
 
+/* The last line of the launcher's log (its own complaint: an unknown option, a rank
+ * that could not be started) into out, "" when there is none. */
+static void monitor_launcher_log_tail(const struct active_run *r, char *out, size_t cap)
+{
+    char path[PATH_MAX], buf[2048];
+    snprintf(path, sizeof path, "%s/launcher.log", r->dir);
+    out[0] = '\0';
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        n--;
+    buf[n] = '\0';
+    const char *last = strrchr(buf, '\n');
+    snprintf(out, cap, "%s", last ? last + 1 : buf);
+}
+
+/* The launcher exited (or may have: the pidfd fired, or a tick checks): record how, drain
+ * what its ranks still said, and count every rank it leaves behind as ended. */
+static void monitor_launcher_check(struct active_run *r)
+{
+    if (!r->foreign || r->launcher_exited || r->launcher_pid <= 0 ||
+        waitpid(r->launcher_pid, &r->launcher_wstatus, WNOHANG) != r->launcher_pid)
+        return;
+    r->launcher_exited = true;
+    if (r->launcher_pidfd >= 0) {
+        loop_watch_remove(r->ctx->loop, &r->wlauncher.lw);
+        close(r->launcher_pidfd);
+        r->launcher_pidfd = -1;
+    }
+    char tail[256];
+    monitor_launcher_log_tail(r, tail, sizeof tail);
+    int st = r->launcher_wstatus;
+    snprintf(r->launcher_note, sizeof r->launcher_note, "%s %s %d%s%s", r->launcher_name,
+             WIFSIGNALED(st) ? "was killed by signal" : "exited with status",
+             WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), tail[0] ? ": " : "", tail);
+    log_info("run %lld: %s", (long long)r->id, r->launcher_note);
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *k = &r->ranks[i];
+        if (k->exited)
+            continue;
+        if (k->report_fd >= 0)
+            monitor_read_reports(r, k); /* what it wrote before it ended */
+        if (!k->exited) {               /* its launcher is gone: so is it */
+            monitor_signal_channel_rank(r, k, SIGKILL);
+            monitor_channel_closed(r, k);
+        }
+    }
+    monitor_check_done(r);
+}
+
 /* The loop's callback for a rank's pidfd or report pipe (ctx: its struct monitor_watch). */
 static void monitor_on_fd(void *ctx, uint32_t events)
 {
@@ -406,7 +533,9 @@ static void monitor_on_fd(void *ctx, uint32_t events)
     struct run_rank *k = &r->ranks[w->rank];
     if (r->finished)
         return;
-    if (w->is_exit)
+    if (w->kind == MONITOR_W_LAUNCHER)
+        monitor_launcher_check(r);
+    else if (w->kind == MONITOR_W_EXIT)
         monitor_rank_exited(r, k);
     else if (k->report_fd >= 0)
         monitor_read_reports(r, k);
@@ -496,6 +625,134 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
     return 0;
 }
 
+/* channel_adopt_fn: rank `rank` of another launcher proved itself on the report channel;
+ * from here its connection is its report pipe. */
+static int monitor_adopt(void *ctx, int rank, int fd, pid_t pid, const char *host)
+{
+    struct active_run *r = ctx;
+    struct run_rank *k = &r->ranks[rank];
+    struct err e = {0};
+    if (r->finished || k->exited || k->report_fd >= 0)
+        return -1;
+    k->report_fd = fd;
+    k->pid = pid;
+    k->connected = true;
+    k->last_seen_ms = clock_mono_ms();
+    if (monitor_watch_fd(r, fd, &k->wreport, &e) < 0) {
+        k->report_fd = -1;
+        log_error("run %lld: rank %d's report channel: %s", (long long)r->id, rank, e.msg);
+        return -1;
+    }
+    char cpus[256] = ""; /* its entry of DDPB_CPU_MAP, as the rank pins itself */
+    const char *p = r->cpu_map[0] ? r->cpu_map : NULL;
+    for (int i = 0; p && i < rank; i++)
+        p = (p = strchr(p, ';')) ? p + 1 : NULL;
+    if (p)
+        snprintf(cpus, sizeof cpus, "%.*s", (int)strcspn(p, ";"), p);
+    int rc = db_rank_spawned(r->ctx->db, r->id, rank, host[0] ? host : r->ctx->cfg->node, pid,
+                             cpus[0] ? cpus : NULL, &e);
+    monitor_db_warn(r, rc, &e);
+    return 0;
+}
+
+/* "0;1;2,3": every rank's CPU list for DDPB_CPU_MAP; false when any rank is unpinned. */
+static bool monitor_cpu_map(const struct active_run *r, const int *cpus, int per, char *out,
+                            size_t n)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < r->world_size; i++) {
+        char one[200];
+        if (!monitor_cpu_list(cpus, i, per, one, sizeof one))
+            return false;
+        int w = snprintf(out + len, n - len, "%s%s", i ? ";" : "", one);
+        if (w < 0 || (size_t)w >= n - len)
+            return false;
+        len += (size_t)w;
+    }
+    return true;
+}
+
+/* Another launcher starts every rank (monitor.h): the report channel first, so its port
+ * is in the ranks' environment, then the one process. */
+static int monitor_spawn_launcher(struct active_run *r, const struct db_queued_run *q,
+                                  const int *cpus, int per, const char *store_addr,
+                                  struct err *e)
+{
+    const struct config *cfg = r->ctx->cfg;
+    r->channel = channel_open(r->ctx->loop, cfg->store_host, r->ns, r->secret, r->world_size,
+                              monitor_adopt, r, e);
+    if (!r->channel)
+        return err_prefix(e, "report channel");
+    char report[200], map[2048], spec_path[PATH_MAX], log_path[PATH_MAX], boot[PATH_MAX];
+    snprintf(report, sizeof report, "%s:%d", cfg->store_host, channel_port(r->channel));
+    bool framework = strcmp(r->engine, "ddpbench") != 0;
+    snprintf(boot, sizeof boot, "%s/ddpb_launch.py", cfg->engines_dir);
+    /* srun binds the ranks itself; mpirun's binding is off and the worker pins */
+    bool pinned = strcmp(q->spec.launcher, "srun") != 0 &&
+                  monitor_cpu_map(r, cpus, per, map, sizeof map);
+    snprintf(r->cpu_map, sizeof r->cpu_map, "%s", pinned ? map : "");
+    struct launch_plan_input in = {.spec = &q->spec,
+                                   .program = framework ? cfg->python : cfg->worker_path,
+                                   .program_arg = framework ? boot : NULL,
+                                   .report_addr = report,
+                                   .log_dir = r->dir,
+                                   .cpu_map = pinned ? map : NULL,
+                                   .run_id = (long long)r->id};
+    struct launch_plan *plan = malloc(sizeof *plan);
+    if (!plan)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    int rc = launch_plan_build(&in, plan, e);
+    char *argv[LAUNCH_PLAN_MAX_ARGS + 1];
+    const char *env[LAUNCH_PLAN_MAX_ENV];
+    if (rc == 0) {
+        launch_plan_argv(plan, argv);
+        for (int i = 0; i < plan->nenv; i++)
+            env[i] = plan->env[i];
+        snprintf(r->launcher_name, sizeof r->launcher_name, "%s", argv[0]);
+    }
+    snprintf(spec_path, sizeof spec_path, "%s/spec.json", r->dir);
+    snprintf(log_path, sizeof log_path, "%s/launcher.log", r->dir);
+    struct launch_rank lr = {
+        .worker_path = cfg->worker_path,
+        .engine = r->engine,
+        .python = cfg->python,
+        .engines_dir = cfg->engines_dir,
+        .script = r->script[0] ? r->script : NULL,
+        .run = r->ns,
+        .secret = r->secret,
+        .store_addr = store_addr,
+        .spec_path = spec_path,
+        .log_path = log_path,
+        .peer_host = cfg->store_host,
+        .rank = -1,
+        .world_size = r->world_size,
+        .node_name = cfg->node,
+        .argv = argv,
+        .extra_env = env,
+        .nextra_env = rc == 0 ? plan->nenv : 0,
+    };
+    struct launched out;
+    if (rc == 0)
+        rc = launcher_spawn(&lr, &out, e);
+    free(plan);
+    if (rc < 0)
+        return -1;
+    r->launcher_pid = out.pid;
+    r->launcher_pidfd = out.pidfd;
+    int64_t now = clock_mono_ms();
+    for (int i = 0; i < r->world_size; i++) { /* from here stopped and settled like any */
+        r->ranks[i].spawned = r->ranks[i].channel = true;
+        r->ranks[i].last_seen_ms = now;
+    }
+    if (monitor_watch_fd(r, r->launcher_pidfd, &r->wlauncher, e) < 0)
+        log_error("run %lld: cannot watch %s (%s): its exit is checked each tick",
+                  (long long)r->id, r->launcher_name, e->msg);
+    log_info("run %lld: %s started its %d ranks (pid %d)", (long long)r->id, r->launcher_name,
+             r->world_size, (int)out.pid);
+    return 0;
+}
+
 /* The ranks of node `node` (from `first`, contiguous) are started by its follower: one
  * spawn command with what the leader alone knows (the store, the run's secret, the
  * placement); the follower builds each rank's argv and environment with its own launcher
@@ -571,9 +828,14 @@ static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
         k->report_fd = k->pidfd = -1;
         k->said = ingest_rank_state(&r->ingest, i);
         buf_init(&k->line);
-        k->wreport = (struct monitor_watch){.run = r, .rank = i, .is_exit = false};
-        k->wexit = (struct monitor_watch){.run = r, .rank = i, .is_exit = true};
+        k->wreport = (struct monitor_watch){.run = r, .rank = i, .kind = MONITOR_W_REPORT};
+        k->wexit = (struct monitor_watch){.run = r, .rank = i, .kind = MONITOR_W_EXIT};
     }
+    r->launcher_pidfd = -1;
+    r->wlauncher = (struct monitor_watch){.run = r, .rank = 0, .kind = MONITOR_W_LAUNCHER};
+    const struct vocab_launcher *vl = vocab_launcher(
+        vocab_find(VOCAB_LAUNCHER, q->spec.launcher));
+    r->foreign = q->spec_err.code == ERR_OK && vl && !vl->per_rank;
     snprintf(r->ns, sizeof r->ns, "run-%lld", (long long)q->id);
     snprintf(r->dir, sizeof r->dir, "%s/runs/%lld", ctx->cfg->state_dir, (long long)q->id);
     return r;
@@ -629,7 +891,11 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
     snprintf(store_addr, sizeof store_addr, "%s:%d", ctx->cfg->store_host,
              store_server_port(ctx->store));
     int started = 0, per = monitor_slots_per_rank(q);
-    if (monitor_prepare(r, q, &se) == 0)
+    if (r->foreign) {
+        if (monitor_prepare(r, q, &se) == 0 &&
+            monitor_spawn_launcher(r, q, cpus, per, store_addr, &se) == 0)
+            started = r->world_size;
+    } else if (monitor_prepare(r, q, &se) == 0)
         for (; started < r->world_size; started++) {
             const struct run_rank *k = &r->ranks[started];
             if (k->node != 0 && k->local_rank > 0)
@@ -647,7 +913,11 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
     }
     if (started < r->world_size) {
         char reason[512];
-        snprintf(reason, sizeof reason, "could not start rank %d: %s", started, se.msg);
+        if (r->foreign)
+            snprintf(reason, sizeof reason, "could not start the run's launcher (%s): %s",
+                     q->spec.launcher, se.msg);
+        else
+            snprintf(reason, sizeof reason, "could not start rank %d: %s", started, se.msg);
         log_error("run %lld: %s", (long long)r->id, reason);
         monitor_stop_run(r, DB_RUN_FAILED, started, reason);
         /* ranks never spawned count as settled so the run can finish */
@@ -713,8 +983,15 @@ static void monitor_describe_frozen(const struct active_run *r, const struct run
     const struct ingest_rank *s = k->said;
     size_t len = 0;
     out[0] = '\0';
-    monitor_append(out, cap, &len, "rank %d stopped reporting for %lld s", k->rank,
-                   (long long)((now_ms - k->last_seen_ms) / 1000));
+    if (k->channel && !k->connected)
+        monitor_append(out, cap, &len,
+                       "rank %d never connected its report channel within %lld s (%s did "
+                       "not start it, or it could not reach the daemon; see %s/launcher.log)",
+                       k->rank, (long long)((now_ms - k->last_seen_ms) / 1000),
+                       r->launcher_name, r->dir);
+    else
+        monitor_append(out, cap, &len, "rank %d stopped reporting for %lld s", k->rank,
+                       (long long)((now_ms - k->last_seen_ms) / 1000));
     if (s->heartbeat_ms)
         monitor_append(out, cap, &len,
                        "; its last heartbeat, %.1f s ago, said '%s' (progress %lld)",
@@ -770,6 +1047,30 @@ static void monitor_check_heartbeats(struct active_run *r, int64_t now_ms)
     }
 }
 
+/* Another launcher's run: callers that never proved themselves are dropped; once every
+ * rank has ended, the launcher gets the kill grace to exit on its own, then SIGTERM, then
+ * SIGKILL, so the run ends with nothing it started left. */
+static void monitor_tick_launcher(struct active_run *r, int64_t now_ms)
+{
+    channel_tick(r->channel, now_ms);
+    monitor_launcher_check(r);
+    if (r->launcher_exited || r->launcher_pid <= 0 || r->n_settled < r->world_size)
+        return;
+    if (!r->launcher_kill_at_ms) {
+        r->launcher_kill_at_ms = now_ms + r->ctx->cfg->kill_grace_ms;
+        return;
+    }
+    if (now_ms < r->launcher_kill_at_ms)
+        return;
+    int sig = r->launcher_termed ? SIGKILL : SIGTERM;
+    log_warn("run %lld: %s outlived its ranks by %d ms; sending it %s", (long long)r->id,
+             r->launcher_name, r->ctx->cfg->kill_grace_ms,
+             sig == SIGKILL ? "SIGKILL" : "SIGTERM");
+    launcher_signal(r->launcher_pid, sig);
+    r->launcher_termed = true;
+    r->launcher_kill_at_ms = now_ms + r->ctx->cfg->kill_grace_ms;
+}
+
 void monitor_tick(struct active_run *r, int64_t now_ms)
 {
     if (r->finished)
@@ -790,6 +1091,8 @@ void monitor_tick(struct active_run *r, int64_t now_ms)
     /* A pidfd event can be missed only if its watch failed to register; reap anyway. */
     for (int i = 0; i < r->world_size && !r->finished; i++)
         monitor_rank_exited(r, &r->ranks[i]);
+    if (r->foreign && !r->finished)
+        monitor_tick_launcher(r, now_ms);
 }
 
 /* What a follower said about rank `rank` of this run (daemon/cluster.h's events). A
@@ -898,6 +1201,11 @@ void monitor_free_run(struct active_run *r)
             close(k->pidfd);
         }
         buf_free(&k->line);
+    }
+    channel_close(r->channel);
+    if (r->launcher_pidfd >= 0) {
+        loop_watch_remove(r->ctx->loop, &r->wlauncher.lw);
+        close(r->launcher_pidfd);
     }
     if (r->store_registered)
         store_server_remove_run(r->ctx->store, r->ns);

@@ -10,7 +10,16 @@
  * (SIGTERM, SIGKILL after a grace period) and, once every rank has exited, the failure
  * is attributed to the rank that caused it: a rank that died on its own outranks one
  * that exited with an error of its own, which outranks ranks that merely saw a peer go
- * away or time out (those name the peer, which is then blamed). */
+ * away or time out (those name the peer, which is then blamed).
+ *
+ * Under another launcher (spec launcher mpirun or srun, daemon/launch_plan.h) the daemon
+ * starts one process, the launcher, and no rank: each rank connects the run's report
+ * channel (daemon/channel.h), and the end of its connection is its exit (done, an
+ * error, or neither: it died). The daemon signals the launcher's process group and the
+ * ranks it can see on this node (by the pid each one reported, checked against
+ * /proc/PID/environ), and the run ends only once the launcher itself has exited, so
+ * nothing it started is left behind; a launcher that outlives its ranks by the kill
+ * grace is killed. Heartbeats, the deadline, cancel and blame work as for forked ranks. */
 #ifndef DDPB_MONITOR_H
 #define DDPB_MONITOR_H
 
@@ -39,11 +48,16 @@ struct monitor_ctx {
 struct active_run;
 
 /* What a fd watched by the monitor stands for: the loop calls back with it. */
+enum monitor_watch_kind {
+    MONITOR_W_REPORT,   /* a rank's report pipe or report channel */
+    MONITOR_W_EXIT,     /* a rank's pidfd */
+    MONITOR_W_LAUNCHER, /* the pidfd of the run's launcher (mpirun, srun) */
+};
 struct monitor_watch {
     struct loop_watch lw; /* the loop's registration, removed before the fd closes */
     struct active_run *run;
     int rank;
-    bool is_exit; /* pidfd (exit) or report pipe */
+    enum monitor_watch_kind kind;
 };
 
 /* Starts queued run q on the given CPUs (cpus[rank], -1 = unpinned). Marks it starting,

@@ -280,7 +280,10 @@ static int sched_place(struct scheduler *s, const struct db_queued_run *q, bool 
     int free_here = s->nslots - sched_slots_in_use(s);
     p->cand[0] = (struct cluster_slot_view){0, free_here};
     p->ncand = 1;
-    if (!cuda)
+    /* another launcher's ranks (mpirun, srun) are started from here: this node's slots
+     * hold them (api/h_experiments.c refuses mpirun across nodes) */
+    bool own_launcher = strcmp(q->spec.launcher, "ddpbench") == 0 || !q->spec.launcher[0];
+    if (!cuda && own_launcher)
         p->ncand += cluster_followers(s->cluster, p->cand + 1, CLUSTER_MAX_NODES - 1);
     else if (q->spec.nodes > 1 ||
              (q->spec.ranks_per_node > 0 && q->spec.ranks_per_node < q->world_size)) {

@@ -144,14 +144,69 @@ static void worker_signals(void)
     signal(SIGPIPE, SIG_IGN); /* a closed socket or report pipe is an error, not a death */
 }
 
-/* The report pipe is fd 3 when the daemon opened it, else stdout (a worker run by hand). */
+/* The report pipe is fd 3 when the daemon opened it, else stdout (a worker run by hand).
+ * A rank of another launcher (DDPB_REPORT set) reports over its channel instead, and its
+ * fd 3, if open, is the launcher's (mpirun's I/O forwarding), never written to. */
 static int worker_report_fd(void)
 {
-    if (fcntl(3, F_GETFD) >= 0) {
+    if (!getenv("DDPB_REPORT") && fcntl(3, F_GETFD) >= 0) {
         fcntl(3, F_SETFD, FD_CLOEXEC);
         return 3;
     }
     return STDOUT_FILENO;
+}
+
+/* A rank of another launcher writes its stdout and stderr to its own log, where the
+ * daemon serves every rank's log from (mpirun or srun would interleave them into one). */
+static int worker_open_log(const struct worker *wk, struct err *e)
+{
+    if (!wk->env.log_dir[0])
+        return 0;
+    char path[600];
+    snprintf(path, sizeof path, "%s/rank%d.log", wk->env.log_dir, wk->env.rank);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return err_errno(e, "DDPB_LOG_DIR: open %s", path);
+    fflush(stdout);
+    fflush(stderr);
+    int rc = dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0 ? -1 : 0;
+    close(fd);
+    return rc < 0 ? err_errno(e, "DDPB_LOG_DIR: dup2 %s", path) : 0;
+}
+
+/* The report channel of a rank the daemon did not fork (DDPB_REPORT): a connection to
+ * the daemon whose first line proves the rank belongs to the run (its secret), then the
+ * lines fd 3 would carry (common/report.h). The socket is owned by the writer for the
+ * life of the process: the kernel closes it at exit, which the daemon reads as the end. */
+static int worker_open_channel(struct worker *wk, struct err *e)
+{
+    char host[256];
+    int port;
+    if (!wk->env.report[0])
+        return 0;
+    if (net_split_hostport(wk->env.report, host, sizeof host, &port, false, e) < 0)
+        return err_prefix(e, "DDPB_REPORT");
+    int fd = net_connect(host, port, wk->env.timeout_ms, true, &worker_abort_flag, e);
+    if (fd < 0)
+        return err_prefix(e, "report channel %s", wk->env.report);
+    char hostname[256] = "";
+    gethostname(hostname, sizeof hostname - 1);
+    json_t *hello = json_pack("{s:{s:s, s:i, s:s, s:i, s:s}}", "channel", "run", wk->env.run,
+                              "rank", wk->env.rank, "secret", wk->env.secret, "pid",
+                              (int)getpid(), "host", hostname);
+    char *line = hello ? json_dumps(hello, JSON_COMPACT) : NULL;
+    json_decref(hello);
+    int rc = line ? 0 : err_set(e, ERR_NOMEM, NULL, "report channel: out of memory");
+    if (rc == 0 && (net_send_all(fd, line, strlen(line), -1, NULL, e) < 0 ||
+                    net_send_all(fd, "\n", 1, -1, NULL, e) < 0))
+        rc = err_prefix(e, "report channel %s", wk->env.report);
+    free(line);
+    if (rc < 0) {
+        close(fd);
+        return -1;
+    }
+    wk->w.fd = fd;
+    return 0;
 }
 
 /* Reads the resolved spec the daemon wrote to path into wk->spec. */
@@ -281,6 +336,8 @@ static void worker_start(struct worker *wk)
     report_writer_init(&wk->w, worker_report_fd(), 0);
     WORKER_FAIL_IF(wk, rendezvous_env_read(&wk->env, &wk->e) < 0);
     wk->env_ok = true;
+    WORKER_FAIL_IF(wk, worker_open_log(wk, &wk->e) < 0);
+    WORKER_FAIL_IF(wk, worker_open_channel(wk, &wk->e) < 0);
     char tag[32];
     snprintf(tag, sizeof tag, "worker r%d", wk->env.rank);
     log_set_tag(tag);

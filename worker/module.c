@@ -61,14 +61,14 @@ const void *module_load(const struct module_spec *m, struct err *e)
     }
     const int *entry = dlsym(h, m->symbol);
     if (!entry) {
-        err_set(e, ERR_INVALID, NULL, "%s: %s has no symbol %s (%s)", m->what, path,
-                m->symbol, m->rebuild);
+        err_set(e, ERR_INVALID, NULL, "%s: %s has no symbol %s (%s)", m->what, path, m->symbol,
+                m->rebuild);
         return NULL;
     }
     if (*entry != MODULE_ABI) {
         err_set(e, ERR_INVALID, NULL,
-                "%s: %s was built for module ABI %d, this worker needs %d (%s)", m->what,
-                path, *entry, MODULE_ABI, m->rebuild);
+                "%s: %s was built for module ABI %d, this worker needs %d (%s)", m->what, path,
+                *entry, MODULE_ABI, m->rebuild);
         return NULL;
     }
     return entry;

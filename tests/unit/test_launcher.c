@@ -108,6 +108,56 @@ static void test_launcher_environment_and_fds(void)
     unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
+/* The run's launcher (mpirun, srun) instead of a rank: its argv as given (a program name
+ * found on PATH), the run's variables and the extra ones but no rank's, no report pipe and
+ * no fd 3, its output in the log. */
+static void test_launcher_run_launcher(void)
+{
+    struct err e = {0};
+    char log[128];
+    snprintf(log, sizeof log, "%s/launcher.log", dir);
+    struct launch_rank lr = test_rank(log);
+    char *argv[] = {(char *)getenv("DDPB_PROBE_BIN"), NULL};
+    const char *extra[] = {"PROBE_ECHO=1", "DDPB_REPORT=127.0.0.1:9", "DDPB_LAUNCHER=mpirun"};
+    lr.rank = -1;
+    lr.argv = argv;
+    lr.extra_env = extra;
+    lr.nextra_env = 3;
+    struct launched out;
+    T_OK(launcher_spawn(&lr, &out, &e));
+    T_EQ_INT(out.report_fd, -1);
+    int st;
+    T_EQ_INT(waitpid(out.pid, &st, 0), out.pid);
+    close(out.pidfd);
+    FILE *f = fopen(log, "r");
+    T_CHECK(f != NULL);
+    char text[4096] = "";
+    T_CHECK(fgets(text, sizeof text, f) != NULL); /* the probe's JSON line comes first */
+    fclose(f);
+    json_error_t je;
+    json_t *rep = json_loads(text, 0, &je);
+    T_CHECK_MSG(rep != NULL, "%s", text);
+    json_t *env = json_object_get(rep, "env");
+    T_EQ_STR(json_string_value(json_object_get(env, "DDPB_RUN")), "run-7");
+    T_EQ_STR(json_string_value(json_object_get(env, "DDPB_WORLD_SIZE")), "3");
+    T_EQ_STR(json_string_value(json_object_get(env, "DDPB_REPORT")), "127.0.0.1:9");
+    T_EQ_STR(json_string_value(json_object_get(env, "DDPB_LAUNCHER")), "mpirun");
+    T_CHECK(json_object_get(env, "DDPB_RANK") == NULL);
+    T_CHECK(json_object_get(env, "DDPB_LOCAL_RANK") == NULL);
+    T_CHECK(json_object_get(env, "DDPB_CPUS") == NULL);
+    json_decref(rep);
+    char *bad_argv[] = {"ddpbench-no-such-launcher", NULL};
+    lr.argv = bad_argv;
+    T_CHECK(launcher_spawn(&lr, &out, &e) < 0);
+    T_CHECK_MSG(strstr(e.msg, "cannot start ddpbench-no-such-launcher"), "%s", e.msg);
+    char *true_argv[] = {"true", NULL}; /* by name, on PATH */
+    lr.argv = true_argv;
+    T_OK(launcher_spawn(&lr, &out, &e));
+    T_EQ_INT(waitpid(out.pid, &st, 0), out.pid);
+    T_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    close(out.pidfd);
+}
+
 static void test_launcher_missing_binary(void)
 {
     struct err e = {0};
@@ -233,6 +283,7 @@ int main(int argc, char **argv)
         return 1;
     TEST_RUN(test_launcher_environment_and_fds);
     TEST_RUN(test_launcher_missing_binary);
+    TEST_RUN(test_launcher_run_launcher);
     TEST_RUN(test_launcher_kills_only_real_orphans);
     TEST_RUN(test_launcher_sees_stopped_rank);
     TEST_RUN(test_config_options);

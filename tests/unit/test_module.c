@@ -43,7 +43,8 @@ static void test_missing_file(void)
     T_CHECK(module_load(&m, &e) == NULL);
     T_CHECK(e.code == ERR_INVALID);
     T_CHECK_MSG(strstr(e.msg, "the probe module is not installed") &&
-                    strstr(e.msg, "libno_such_module.so") && strstr(e.msg, "rebuild with probe"),
+                    strstr(e.msg, "libno_such_module.so") &&
+                    strstr(e.msg, "rebuild with probe"),
                 "%s", e.msg);
     char path[PATH_MAX];
     T_CHECK(module_find("libno_such_module.so", path, sizeof path) < 0);

@@ -13,11 +13,32 @@
 #include "worker/store/rendezvous.h"
 #include "worker/store/store_client.h"
 
-static const char *const env_names[] = {
-    "DDPB_RUN",          "DDPB_RANK",       "DDPB_WORLD_SIZE", "DDPB_LOCAL_RANK",
-    "DDPB_STORE",        "DDPB_SECRET",     "DDPB_SPEC",       "DDPB_HOST",
-    "DDPB_CPUS",         "DDPB_TIMEOUT_MS", "DDPB_NODE_RANK",  "DDPB_NODE_NAME",
-    "DDPB_EMULATE_NODES"};
+static const char *const env_names[] = {"DDPB_RUN",
+                                        "DDPB_RANK",
+                                        "DDPB_WORLD_SIZE",
+                                        "DDPB_LOCAL_RANK",
+                                        "DDPB_STORE",
+                                        "DDPB_SECRET",
+                                        "DDPB_SPEC",
+                                        "DDPB_HOST",
+                                        "DDPB_CPUS",
+                                        "DDPB_TIMEOUT_MS",
+                                        "DDPB_NODE_RANK",
+                                        "DDPB_NODE_NAME",
+                                        "DDPB_EMULATE_NODES",
+                                        "DDPB_LAUNCHER",
+                                        "DDPB_REPORT",
+                                        "DDPB_LOG_DIR",
+                                        "DDPB_CPU_MAP",
+                                        "OMPI_COMM_WORLD_RANK",
+                                        "OMPI_COMM_WORLD_LOCAL_RANK",
+                                        "OMPI_COMM_WORLD_SIZE",
+                                        "PMI_RANK",
+                                        "PMI_SIZE",
+                                        "MPI_LOCALRANKID",
+                                        "SLURM_PROCID",
+                                        "SLURM_LOCALID",
+                                        "SLURM_STEP_NUM_TASKS"};
 
 static void env_set_valid(void)
 {
@@ -80,6 +101,63 @@ static void test_rdzv_env_missing_names_variable(void)
         T_EQ_STR(e.field, required[i]);
         T_CHECK_MSG(strstr(e.msg, required[i]) != NULL, "%s", e.msg);
     }
+}
+
+/* A rank of mpirun or srun: its index from the launcher's variables, its CPUs from the
+ * map, and a stale variable of another launcher (a daemon inside a Slurm job hands its
+ * SLURM_PROCID down) ignored. */
+static void test_rdzv_env_other_launchers(void)
+{
+    struct rendezvous_env env;
+    struct err e = {0};
+    env_set_valid();
+    unsetenv("DDPB_RANK");
+    unsetenv("DDPB_LOCAL_RANK");
+    setenv("DDPB_LAUNCHER", "mpirun", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+    setenv("SLURM_PROCID", "0", 1); /* stale: not srun's rank here */
+    setenv("DDPB_CPU_MAP", "0;1;2,3;4-5", 1);
+    setenv("DDPB_REPORT", "127.0.0.1:9", 1);
+    setenv("DDPB_LOG_DIR", "/tmp/run", 1);
+    T_CHECK_MSG(rendezvous_env_read(&env, &e) == 0, "%s", e.msg);
+    T_EQ_INT(env.rank, 3);
+    T_EQ_INT(env.local_rank, 1);
+    T_EQ_STR(env.cpus, "4-5");
+    T_EQ_STR(env.report, "127.0.0.1:9");
+    T_EQ_STR(env.log_dir, "/tmp/run");
+    unsetenv("OMPI_COMM_WORLD_RANK"); /* MPICH's hydra */
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    setenv("PMI_RANK", "1", 1);
+    setenv("MPI_LOCALRANKID", "1", 1);
+    setenv("PMI_SIZE", "4", 1);
+    T_CHECK_MSG(rendezvous_env_read(&env, &e) == 0, "%s", e.msg);
+    T_EQ_INT(env.rank, 1);
+    T_EQ_STR(env.cpus, "1");
+    setenv("PMI_SIZE", "3", 1); /* the launcher started another number of ranks */
+    T_CHECK(rendezvous_env_read(&env, &e) < 0);
+    T_EQ_STR(e.field, "PMI_SIZE");
+    setenv("DDPB_LAUNCHER", "srun", 1);
+    setenv("SLURM_PROCID", "2", 1);
+    setenv("SLURM_LOCALID", "0", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "4", 1);
+    T_CHECK_MSG(rendezvous_env_read(&env, &e) == 0, "%s", e.msg);
+    T_EQ_INT(env.rank, 2);
+    unsetenv("SLURM_PROCID");
+    T_CHECK(rendezvous_env_read(&env, &e) < 0);
+    T_EQ_STR(e.field, "SLURM_PROCID");
+    T_CHECK_MSG(strstr(e.msg, "launcher srun"), "%s", e.msg);
+    setenv("DDPB_LAUNCHER", "pbsdsh", 1);
+    T_CHECK(rendezvous_env_read(&env, &e) < 0);
+    T_EQ_STR(e.field, "DDPB_LAUNCHER");
+    env_set_valid(); /* ddpbench's launcher: DDPB_RANK, whatever SLURM_PROCID says */
+    setenv("SLURM_PROCID", "0", 1);
+    T_CHECK_MSG(rendezvous_env_read(&env, &e) == 0, "%s", e.msg);
+    T_EQ_INT(env.rank, 2);
+    T_EQ_STR(env.report, "");
+    unsetenv("SLURM_PROCID");
 }
 
 static void test_rdzv_env_malformed_names_variable(void)
@@ -413,6 +491,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_rdzv_env_valid_and_defaults);
     TEST_RUN(test_rdzv_env_missing_names_variable);
     TEST_RUN(test_rdzv_env_malformed_names_variable);
+    TEST_RUN(test_rdzv_env_other_launchers);
     TEST_RUN(test_rdzv_cpus_parse_and_format);
     TEST_RUN(test_rdzv_pin_cpus);
     TEST_RUN(test_rdzv_join_with_late_rank);

@@ -116,7 +116,7 @@ static void test_spec_defaults(void)
     json_decref(s);
     T_EQ_STR(text, "{\"name\":\"collective\",\"description\":\"\",\"workload\":\"collective\","
                    "\"device\":\"cpu\",\"backend\":\"tcp\",\"launcher\":\"ddpbench\","
-             "\"mpi\":\"openmpi\",\"world_size\":1,\"nodes\":0,"
+                   "\"mpi\":\"openmpi\",\"world_size\":1,\"nodes\":0,"
                    "\"ranks_per_node\":0,\"repeats\":1,\"trace_steps\":5,"
                    "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
                    "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,"

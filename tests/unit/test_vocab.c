@@ -40,10 +40,14 @@ struct x_list {
         l, a, (int)(sizeof a / sizeof a[0])                                                    \
     }
 static const struct x_list x_lists[] = {
-    X_LIST(VOCAB_STRATEGY, x_strategies), X_LIST(VOCAB_ENGINE, x_engines),
-    X_LIST(VOCAB_BACKEND, x_backends),    X_LIST(VOCAB_FORMAT, x_formats),
-    X_LIST(VOCAB_STORAGE, x_storages),    X_LIST(VOCAB_SCHEDULE, x_schedules),
-    X_LIST(VOCAB_REPORT, x_reports),      X_LIST(VOCAB_LAUNCHER, x_launchers),
+    X_LIST(VOCAB_STRATEGY, x_strategies),
+    X_LIST(VOCAB_ENGINE, x_engines),
+    X_LIST(VOCAB_BACKEND, x_backends),
+    X_LIST(VOCAB_FORMAT, x_formats),
+    X_LIST(VOCAB_STORAGE, x_storages),
+    X_LIST(VOCAB_SCHEDULE, x_schedules),
+    X_LIST(VOCAB_REPORT, x_reports),
+    X_LIST(VOCAB_LAUNCHER, x_launchers),
     X_LIST(VOCAB_MPI, x_mpis),
 };
 

@@ -59,18 +59,98 @@ static int rendezvous_env_int(const char *name, long min, long max, bool require
     return 0;
 }
 
+static const struct rendezvous_launcher_vars rendezvous_launchers[] = {
+    {"ddpbench", {"DDPB_RANK", NULL}, {"DDPB_LOCAL_RANK", NULL}, {NULL, NULL}},
+    {"mpirun",
+     {"OMPI_COMM_WORLD_RANK", "PMI_RANK"},
+     {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"},
+     {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}},
+    {"srun", {"SLURM_PROCID", NULL}, {"SLURM_LOCALID", NULL}, {"SLURM_STEP_NUM_TASKS", NULL}},
+};
+
+/* The variables of DDPB_LAUNCHER's launcher. */
+static const struct rendezvous_launcher_vars *rendezvous_launcher(struct err *e)
+{
+    const char *name = getenv("DDPB_LAUNCHER");
+    if (!name || !name[0])
+        name = "ddpbench";
+    for (size_t i = 0; i < sizeof rendezvous_launchers / sizeof rendezvous_launchers[0]; i++)
+        if (strcmp(rendezvous_launchers[i].launcher, name) == 0)
+            return &rendezvous_launchers[i];
+    err_set(e, ERR_INVALID, "DDPB_LAUNCHER",
+            "DDPB_LAUNCHER='%.32s': want ddpbench, mpirun or srun", name);
+    return NULL;
+}
+
+/* The first of the pair that is set; NULL when neither (or the pair is empty). */
+static const char *rendezvous_pick(const char *const pair[2])
+{
+    for (int i = 0; i < 2; i++)
+        if (pair[i] && getenv(pair[i]))
+            return pair[i];
+    return NULL;
+}
+
+/* An index in 0..max from the launcher's pair of variables; its absence names the first. */
+static int rendezvous_env_index(const struct rendezvous_launcher_vars *lv,
+                                const char *const pair[2], long max, int *out, struct err *e)
+{
+    const char *name = rendezvous_pick(pair);
+    if (!name)
+        return err_set(e, ERR_INVALID, pair[0],
+                       "%s is not set (launcher %s sets it when it starts a rank)", pair[0],
+                       lv->launcher);
+    return rendezvous_env_int(name, 0, max, true, 0, out, e);
+}
+
+/* Under mpirun or srun: the launcher's rank count is the run's. */
+static int rendezvous_env_size_check(const struct rendezvous_launcher_vars *lv, int world_size,
+                                     struct err *e)
+{
+    const char *name = rendezvous_pick(lv->size);
+    int n;
+    if (!name)
+        return 0;
+    if (rendezvous_env_int(name, 1, SPEC_MAX_WORLD, true, 0, &n, e) < 0)
+        return -1;
+    if (n != world_size)
+        return err_set(e, ERR_INVALID, name,
+                       "%s=%d but DDPB_WORLD_SIZE is %d: launcher %s started another number of "
+                       "ranks than the run has",
+                       name, n, world_size, lv->launcher);
+    return 0;
+}
+
+/* Entry `rank` of a ';'-separated DDPB_CPU_MAP into cpus ("" when absent or short). */
+static void rendezvous_env_cpu_map(int rank, char *cpus, size_t cap)
+{
+    const char *map = getenv("DDPB_CPU_MAP");
+    for (int i = 0; map && i < rank; i++) {
+        map = strchr(map, ';');
+        map = map ? map + 1 : NULL;
+    }
+    if (!map)
+        return;
+    size_t len = strcspn(map, ";");
+    if (len < cap)
+        snprintf(cpus, cap, "%.*s", (int)len, map);
+}
+
 int rendezvous_env_read(struct rendezvous_env *out, struct err *e)
 {
     memset(out, 0, sizeof *out);
+    const struct rendezvous_launcher_vars *lv = rendezvous_launcher(e);
+    if (!lv)
+        return -1;
     char host[256];
     int port;
     cpu_set_t set;
     if (rendezvous_env_str("DDPB_RUN", out->run, sizeof out->run, true, NULL, e) < 0 ||
         rendezvous_env_int("DDPB_WORLD_SIZE", 1, SPEC_MAX_WORLD, true, 0, &out->world_size, e) <
             0 ||
-        rendezvous_env_int("DDPB_RANK", 0, out->world_size - 1, true, 0, &out->rank, e) < 0 ||
-        rendezvous_env_int("DDPB_LOCAL_RANK", 0, SPEC_MAX_WORLD - 1, true, 0, &out->local_rank,
-                           e) < 0 ||
+        rendezvous_env_index(lv, lv->rank, out->world_size - 1, &out->rank, e) < 0 ||
+        rendezvous_env_index(lv, lv->local, SPEC_MAX_WORLD - 1, &out->local_rank, e) < 0 ||
+        rendezvous_env_size_check(lv, out->world_size, e) < 0 ||
         rendezvous_env_str("DDPB_STORE", out->store, sizeof out->store, true, NULL, e) < 0 ||
         rendezvous_env_str("DDPB_SECRET", out->secret, sizeof out->secret, true, NULL, e) < 0 ||
         rendezvous_env_str("DDPB_SPEC", out->spec_path, sizeof out->spec_path, true, NULL, e) <
@@ -83,8 +163,12 @@ int rendezvous_env_read(struct rendezvous_env *out, struct err *e)
         rendezvous_env_str("DDPB_NODE_NAME", out->node_name, sizeof out->node_name, false, "",
                            e) < 0 ||
         rendezvous_env_int("DDPB_TIMEOUT_MS", 1, 86400000, false, RENDEZVOUS_DEFAULT_TIMEOUT_MS,
-                           &out->timeout_ms, e) < 0)
+                           &out->timeout_ms, e) < 0 ||
+        rendezvous_env_str("DDPB_REPORT", out->report, sizeof out->report, false, "", e) < 0 ||
+        rendezvous_env_str("DDPB_LOG_DIR", out->log_dir, sizeof out->log_dir, false, "", e) < 0)
         return -1;
+    if (!out->cpus[0])
+        rendezvous_env_cpu_map(out->rank, out->cpus, sizeof out->cpus);
     if (!out->node_name[0] && gethostname(out->node_name, sizeof out->node_name - 1) < 0)
         snprintf(out->node_name, sizeof out->node_name, "localhost");
     if (!out->run[0])

@@ -45,10 +45,27 @@ struct rendezvous_env {
     char host[256]; /* DDPB_HOST: address peers reach this rank at; default 127.0.0.1 */
     char cpus[256]; /* DDPB_CPUS: CPU list to pin to; "" = not pinned */
     int timeout_ms; /* DDPB_TIMEOUT_MS: join, store and comm timeout; default 60000 */
+    /* A rank started by another launcher (spec launcher mpirun or srun) has no report pipe
+     * and no DDPB_RANK: */
+    char report[300];  /* DDPB_REPORT: "host:port" of the run's report channel; "" = fd 3 */
+    char log_dir[512]; /* DDPB_LOG_DIR: where its rank<N>.log goes; "" = stdout stays */
 };
 
-/* Reads and validates the launch environment (getenv). Errors are ERR_INVALID with
- * e->field = the variable's name. */
+/* Where a rank's index, local index and the launcher's rank count are read from, by
+ * DDPB_LAUNCHER (unset: "ddpbench"): the daemon's own variables; OpenMPI's mpirun
+ * (OMPI_COMM_WORLD_*) or MPICH's hydra (PMI_RANK, MPI_LOCALRANKID, PMI_SIZE); Slurm's srun
+ * (SLURM_PROCID, SLURM_LOCALID, SLURM_STEP_NUM_TASKS). By launcher, not "the first one
+ * set": a daemon inside a Slurm job hands its own SLURM_PROCID down to ranks it forks. */
+struct rendezvous_launcher_vars {
+    const char *launcher;
+    const char *rank[2], *local[2], *size[2]; /* the first set of each pair */
+};
+
+/* Reads and validates the launch environment (getenv). The rank and local rank come from
+ * the launcher's variables (struct rendezvous_launcher_vars); its rank count must be
+ * DDPB_WORLD_SIZE. Without DDPB_CPUS, DDPB_CPU_MAP
+ * ("0,1;2,3": a CPU list per rank, ';'-separated) gives the rank its entry. Errors are
+ * ERR_INVALID with e->field = the variable's name. */
 int rendezvous_env_read(struct rendezvous_env *out, struct err *e);
 
 /* Parses a CPU list such as "0", "0-3,6" into set. ERR_INVALID on empty items, bad
