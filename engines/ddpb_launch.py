@@ -4,12 +4,15 @@
 execs the engine's adapter with the framework's environment.
 
 0. Knows its rank: the daemon's DDPB_RANK when the daemon forked it (launcher ddpbench),
-   else the launcher's (OMPI_COMM_WORLD_RANK under OpenMPI's mpirun, PMI_RANK under
-   MPICH's, SLURM_PROCID under srun: ddpb_report.identity), and hands it on as DDPB_RANK,
-   RANK, WORLD_SIZE and LOCAL_RANK, so what follows and the framework read one answer.
-   Its report lines go to fd 3, or to the report channel DDPB_REPORT names when mpirun or
-   srun started it (ddpb_report).
-1. Pins itself to the daemon's CPUs (DDPB_CPUS) and sets the framework's thread count.
+   else that of the launcher DDPB_LAUNCHER names (OMPI_COMM_WORLD_RANK under OpenMPI's
+   mpirun, PMI_RANK under MPICH's, SLURM_PROCID under srun: ddpb_report.identity), and
+   hands it on as DDPB_RANK, RANK, WORLD_SIZE and LOCAL_RANK, so what follows and the
+   framework read one answer. Its report lines go to fd 3, or to the report channel
+   DDPB_REPORT names when mpirun or srun started it (ddpb_report); its stdout and stderr
+   then go to DDPB_LOG_DIR/rank<N>.log, where the daemon serves each rank's log from, as
+   the C worker's do (the launcher would interleave every rank's into one).
+1. Pins itself to the daemon's CPUs (DDPB_CPUS, or its entry of DDPB_CPU_MAP under
+   mpirun) and sets the framework's thread count.
 2. Agrees peers through ddpbench's store (engines/ddpb_store.py): every rank binds a free
    port on its DDPB_HOST, publishes "host:port node" under engine/addr/<rank>, and waits
    for all the others; rank 0's address is MASTER_ADDR/MASTER_PORT (torch), the list is
@@ -72,9 +75,14 @@ def rendezvous(env, spec):
             "DDPB_PEERS": ",".join(addrs), "DDPB_PEER_NODES": ",".join(p[1] for p in peers)}
 
 
-def pin(env):
-    """The daemon's CPU list (DDPB_CPUS, "0,1" or "2-3") and the thread count to match."""
+def pin(env, rank):
+    """The daemon's CPU list (DDPB_CPUS, "0,1" or "2-3"), else this rank's entry of
+    DDPB_CPU_MAP ("0,1;2,3": a list per rank, the scheduler's choice for a launcher whose
+    own binding is off); none: not pinned."""
     cpus = env.get("DDPB_CPUS")
+    if not cpus and env.get("DDPB_CPU_MAP"):
+        lists = env["DDPB_CPU_MAP"].split(";")
+        cpus = lists[rank] if rank < len(lists) else ""
     if cpus:
         want = set()
         for part in cpus.split(","):
@@ -96,11 +104,27 @@ def adopt_identity(env, rank, local, world):
                 "WORLD_SIZE": str(world)})
 
 
+def own_log(env, rank):
+    """stdout and stderr to DDPB_LOG_DIR/rank<rank>.log when the daemon names a log folder
+    (a rank it did not fork); the exec keeps them."""
+    if not env.get("DDPB_LOG_DIR"):
+        return
+    fd = os.open(os.path.join(env["DDPB_LOG_DIR"], f"rank{rank}.log"),
+                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def main():
     env = dict(os.environ)
     engine = env.get("DDPB_ENGINE", "")
-    rank, local, world = ddpb_report.identity(env)
+    rank = 0
     try:
+        rank, local, world = ddpb_report.identity(env)
+        own_log(env, rank)
         adopt_identity(env, rank, local, world)
         with open(env["DDPB_SPEC"]) as f:
             spec = json.load(f)
@@ -115,7 +139,7 @@ def main():
             program = os.path.join(HERE, ENGINES[engine])
         if not os.path.exists(program):
             raise FileNotFoundError(f"engine {engine}: its program {program} is missing")
-        pin(env)
+        pin(env, rank)
         threads = str(spec.get("threads", 1))
         env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
                     "PYTHONUNBUFFERED": "1",

@@ -36,34 +36,52 @@ MEMORY_FIELDS = ("params_bytes", "buffers_bytes", "grads_bytes", "optimizer_byte
                  "activations_bytes", "device_peak_bytes")
 
 
-# Where each launcher puts a rank's (rank, local rank, world size), in the order they are
-# tried once the daemon's own DDPB_RANK is absent: OpenMPI's mpirun, MPICH's hydra, srun.
-LAUNCHER_IDENTITY = (
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMI_RANK", "MPI_LOCALRANKID", "PMI_SIZE"),
-    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
-)
+# Where each launcher (DDPB_LAUNCHER; unset: ddpbench) puts a rank's index, local index
+# and its rank count, the first set of each tuple: worker/store/rendezvous.c's
+# rendezvous_launchers, which the C worker reads (test_horovod_mpi.py checks they agree).
+# By launcher, not the first variable set: a daemon inside a Slurm job hands its own
+# SLURM_PROCID down to the ranks it forks.
+LAUNCHER_IDENTITY = {
+    "ddpbench": (("DDPB_RANK",), ("DDPB_LOCAL_RANK",), ()),
+    "mpirun": (("OMPI_COMM_WORLD_RANK", "PMI_RANK"),
+               ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"),
+               ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")),
+    "srun": (("SLURM_PROCID",), ("SLURM_LOCALID",), ("SLURM_STEP_NUM_TASKS",)),
+}
 CHANNEL_CONNECT_S = 30.0
 
 
+def _first(env, names):
+    return next((env[n] for n in names if n in env), None)
+
+
 def identity(env=None):
-    """(rank, local_rank, world_size) of this process: the daemon's DDPB_RANK,
-    DDPB_LOCAL_RANK and DDPB_WORLD_SIZE when it started the rank; else the first launcher's
-    variables of LAUNCHER_IDENTITY that are set (mpirun or srun started it, and the daemon
-    sets only DDPB_WORLD_SIZE); else RANK / LOCAL_RANK / WORLD_SIZE (a user's script run
-    by hand or by torchrun), else rank 0 of 1. The world size is the launcher's own when
-    it says one (ddpb_launch.py checks it against the run's)."""
+    """(rank, local_rank, world_size) of this process. DDPB_RANK when set (the daemon
+    forked the rank, or ddpb_launch.py already read it); else the variables of the
+    launcher DDPB_LAUNCHER names (LAUNCHER_IDENTITY: mpirun or srun started it, and the
+    daemon set only DDPB_WORLD_SIZE), with the launcher's own rank count when it says
+    one (ddpb_launch.py checks it against the run's); without DDPB_LAUNCHER, RANK /
+    LOCAL_RANK / WORLD_SIZE (a user's script run by hand or by torchrun), else rank 0 of 1.
+    ValueError naming the variable a named launcher should have set."""
     env = os.environ if env is None else env
     world = env.get("DDPB_WORLD_SIZE")
     if "DDPB_RANK" in env:
         return (int(env["DDPB_RANK"]), int(env.get("DDPB_LOCAL_RANK", "0")),
                 int(world or env.get("WORLD_SIZE", "1")))
-    for rank_var, local_var, size_var in LAUNCHER_IDENTITY:
-        if rank_var in env:
-            return (int(env[rank_var]), int(env.get(local_var, "0")),
-                    int(env.get(size_var) or world or "1"))
-    return (int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0")),
-            int(world or env.get("WORLD_SIZE", "1")))
+    launcher = env.get("DDPB_LAUNCHER")
+    if not launcher or launcher == "ddpbench":
+        return (int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0")),
+                int(world or env.get("WORLD_SIZE", "1")))
+    if launcher not in LAUNCHER_IDENTITY:
+        raise ValueError(f"DDPB_LAUNCHER={launcher!r}: want one of "
+                         f"{', '.join(LAUNCHER_IDENTITY)}")
+    rank_vars, local_vars, size_vars = LAUNCHER_IDENTITY[launcher]
+    rank = _first(env, rank_vars)
+    if rank is None:
+        raise ValueError(f"{rank_vars[0]} is not set (launcher {launcher} sets it when it "
+                         f"starts a rank)")
+    return (int(rank), int(_first(env, local_vars) or "0"),
+            int(_first(env, size_vars) or world or "1"))
 
 
 def _open_channel(addr, rank, env):

@@ -7,9 +7,11 @@ for the daemon's report channel. Each rank finds its rank in mpirun's environmen
 DDPB_RANK), agrees peers through the store, and reports over the channel: first
 {"channel": {run, rank, secret, pid}}, then exactly the lines it would write on fd 3.
 
-- identity(): the daemon's rank, else OpenMPI's, MPICH's or Slurm's, else RANK.
-- 2 ranks of a script through the bootstrap: the channel line, then hello (same pid: the
-  exec keeps the process mpirun started), env, a step carrying the sum of a Horovod
+- identity(): the daemon's rank, else that of the launcher DDPB_LAUNCHER names (OpenMPI's
+  or MPICH's under mpirun, Slurm's under srun: the C worker's table), else RANK.
+- 2 ranks of a script through the bootstrap: pinned by DDPB_CPU_MAP, writing their own
+  DDPB_LOG_DIR/rank<N>.log; the channel line, then hello (same pid: the exec keeps the
+  process mpirun started), env, a step carrying the sum of a Horovod
   allreduce made through engine_horovod's own rendezvous and init, and done; under both
   controllers (backend mpi: Horovod's MPI controller, MPI_Init from mpirun's environment;
   tcp: Gloo, whose rendezvous runs through the store under mpirun too).
@@ -22,6 +24,7 @@ Needs openmpi-bin (deploy/install-deps.sh) and .venv's Horovod built with MPI
 (deploy/setup-venv.sh)."""
 import json
 import os
+import re
 import shutil
 import socket
 import struct
@@ -185,7 +188,8 @@ def needs_mpi_horovod():
 
 def mpirun(spec, np_, world=None, engine=None, script=None, timeout=300):
     """np_ ranks of ddpb_launch.py under mpirun with the contract's environment (no
-    DDPB_RANK); (completed process, {rank: report lines}, the store's keys)."""
+    DDPB_RANK; DDPB_CPU_MAP pins rank r to CPU r mod the CPU count); (completed process,
+    {rank: report lines}, the store's keys, {rank: its DDPB_LOG_DIR/rank<r>.log})."""
     store, chan = FakeStore(), FakeChannel()
     tmp = tempfile.mkdtemp(prefix="ddpb-hvdmpi-")
     try:
@@ -197,7 +201,9 @@ def mpirun(spec, np_, world=None, engine=None, script=None, timeout=300):
         env.update({"DDPB_RUN": RUN, "DDPB_WORLD_SIZE": str(world or np_),
                     "DDPB_STORE": store.addr, "DDPB_SECRET": SECRET,
                     "DDPB_SPEC": os.path.join(tmp, "spec.json"), "DDPB_HOST": "127.0.0.1",
-                    "DDPB_LAUNCHER": "mpirun", "DDPB_REPORT": chan.addr})
+                    "DDPB_LAUNCHER": "mpirun", "DDPB_REPORT": chan.addr,
+                    "DDPB_LOG_DIR": tmp,
+                    "DDPB_CPU_MAP": ";".join(str(r % os.cpu_count()) for r in range(np_))})
         if engine:
             env["DDPB_ENGINE"] = engine
         if script:
@@ -216,29 +222,62 @@ def mpirun(spec, np_, world=None, engine=None, script=None, timeout=300):
                 if all(c and c[-1] == "EOF" for c in chan.conns):
                     break
             threading.Event().wait(0.05)
-        return p, chan.by_rank(), set(store.data)
+        logs = {}
+        for name in os.listdir(tmp):
+            if re.fullmatch(r"rank\d+\.log", name):
+                with open(os.path.join(tmp, name)) as f:
+                    logs[int(name[4:-4])] = f.read()
+        return p, chan.by_rank(), set(store.data), logs
     finally:
         store.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def c_launcher_table():
+    """worker/store/rendezvous.c's rendezvous_launchers as {launcher: (rank vars, local
+    vars, size vars)}, NULLs left out."""
+    text = open(os.path.join(SOURCE, "worker", "store", "rendezvous.c")).read()
+    body = re.search(r"rendezvous_launchers\[\] = \{(.*?)\n\};", text, re.S).group(1)
+    out = {}
+    for m in re.finditer(r'\{"(\w+)",\s*(\{[^}]*\}),\s*(\{[^}]*\}),\s*(\{[^}]*\})\}', body):
+        out[m.group(1)] = tuple(tuple(re.findall(r'"(\w+)"', m.group(i))) for i in (2, 3, 4))
+    return out
+
+
 def test_identity_reads_each_launcher():
-    """The daemon's DDPB_RANK first; then OpenMPI's, MPICH hydra's and srun's variables;
-    then RANK; the launcher's size, which ddpb_launch checks against the run's."""
+    """The rank is DDPB_RANK when set, else the variables of the launcher DDPB_LAUNCHER
+    names, the same table as the C worker's (worker/store/rendezvous.c): OpenMPI's or
+    MPICH hydra's under mpirun, Slurm's under srun, never a Slurm variable a daemon inside
+    an allocation handed down to a rank it forked; without a launcher, RANK; the launcher's
+    rank count, which ddpb_launch checks against the run's."""
     import ddpb_launch
+    check(c_launcher_table() == ddpb_report.LAUNCHER_IDENTITY,
+          (c_launcher_table(), ddpb_report.LAUNCHER_IDENTITY))
     cases = [
         ({"DDPB_RANK": "3", "DDPB_LOCAL_RANK": "1", "DDPB_WORLD_SIZE": "4",
-          "OMPI_COMM_WORLD_RANK": "0"}, (3, 1, 4)),
-        ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-          "OMPI_COMM_WORLD_SIZE": "2", "DDPB_WORLD_SIZE": "2", "RANK": "0"}, (1, 1, 2)),
-        ({"PMI_RANK": "2", "MPI_LOCALRANKID": "0", "PMI_SIZE": "3"}, (2, 0, 3)),
-        ({"SLURM_PROCID": "5", "SLURM_LOCALID": "1", "DDPB_WORLD_SIZE": "6"}, (5, 1, 6)),
-        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, (1, 1, 2)),
+          "SLURM_PROCID": "0", "DDPB_LAUNCHER": "ddpbench"}, (3, 1, 4)),
+        ({"DDPB_LAUNCHER": "mpirun", "OMPI_COMM_WORLD_RANK": "1",
+          "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+          "DDPB_WORLD_SIZE": "2", "RANK": "0", "SLURM_PROCID": "7"}, (1, 1, 2)),
+        ({"DDPB_LAUNCHER": "mpirun", "PMI_RANK": "2", "MPI_LOCALRANKID": "0",
+          "PMI_SIZE": "3"}, (2, 0, 3)),
+        ({"DDPB_LAUNCHER": "srun", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
+          "SLURM_STEP_NUM_TASKS": "6", "DDPB_WORLD_SIZE": "6"}, (5, 1, 6)),
+        ({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "SLURM_PROCID": "0"}, (1, 1, 2)),
         ({}, (0, 0, 1)),
     ]
     for env, want in cases:
         check(ddpb_report.identity(env) == want, (env, ddpb_report.identity(env), want))
-    env = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "DDPB_WORLD_SIZE": "2"}
+    for env, part in (({"DDPB_LAUNCHER": "srun", "OMPI_COMM_WORLD_RANK": "1"},
+                       "SLURM_PROCID is not set (launcher srun"),
+                      ({"DDPB_LAUNCHER": "pbs"}, "DDPB_LAUNCHER='pbs'")):
+        try:
+            ddpb_report.identity(env)
+            check(False, f"{env} gave a rank")
+        except ValueError as ex:
+            check(part in str(ex), ex)
+    env = {"DDPB_LAUNCHER": "mpirun", "OMPI_COMM_WORLD_RANK": "1",
+           "OMPI_COMM_WORLD_SIZE": "2", "DDPB_WORLD_SIZE": "2"}
     ddpb_launch.adopt_identity(env, *ddpb_report.identity(env))
     check(env["RANK"] == env["DDPB_RANK"] == "1" and env["WORLD_SIZE"] == "2"
           and env["LOCAL_RANK"] == "0", env)
@@ -262,7 +301,9 @@ assert rank == int(os.environ["OMPI_COMM_WORLD_RANK"]), "RANK is not mpirun's ra
 assert os.environ["LOCAL_RANK"] == os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
 server = eh.rendezvous(spec, rank, world)
 facts = eh.init(rank, world)
-rep.env({"facts": facts, "peers": os.environ["DDPB_PEERS"]})
+rep.env({"facts": facts, "peers": os.environ["DDPB_PEERS"],
+         "cpus": ",".join(map(str, sorted(os.sched_getaffinity(0))))})
+print("rank", rank, "logs here", flush=True)
 t0 = time.perf_counter()
 got = hvd.allreduce(torch.tensor([float(rank + 1)] * 4), op=hvd.Sum, name="t").tolist()
 rep.step(step=0, loss=got[0], samples=4, step_ms=(time.perf_counter() - t0) * 1000)
@@ -276,14 +317,18 @@ rep.done()
 def allreduce_under_mpirun(backend):
     needs_mpi_horovod()
     spec = {"engine": "script", "backend": backend, "launcher": "mpirun", "timeout_s": 120}
-    p, ranks, keys = mpirun(spec, 2, engine="script", script=ALLREDUCE_SCRIPT)
-    check(p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-3000:]))
+    p, ranks, keys, logs = mpirun(spec, 2, engine="script", script=ALLREDUCE_SCRIPT)
+    check(p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-3000:], logs))
     check(sorted(ranks) == [0, 1], (sorted(ranks), p.stderr[-2000:]))
     check({b"engine/addr/0", b"engine/addr/1"} <= keys, keys)
     for rank, lines in ranks.items():
         types = [x["type"] for x in lines if x["type"] != "heartbeat"]
         check(types == ["hello", "env", "env", "step", "done"], (rank, types))
-        facts = json.loads([x for x in lines if x["type"] == "env"][1]["env"]["facts"])
+        env = [x for x in lines if x["type"] == "env"][1]["env"]
+        check(env["cpus"] == str(rank % os.cpu_count()), (rank, env))  # DDPB_CPU_MAP
+        check(f"rank {rank} logs here" in logs[rank], (rank, logs))  # its own log
+        check("logs here" not in p.stdout, p.stdout[-500:])
+        facts = json.loads(env["facts"])
         step = [x for x in lines if x["type"] == "step"][0]
         check(step["loss"] == 3.0, (rank, step))  # 1 + 2: both ranks' values summed
         yield rank, facts
@@ -316,7 +361,7 @@ def test_horovod_adapter_trains_over_mpi():
             "steps": 4, "warmup_steps": 1, "timeout_s": 120,
             "dataset": {"name": "synthetic", "samples": 256, "classes": 10},
             "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}}
-    p, ranks, _ = mpirun(spec, 2)  # no DDPB_ENGINE: the bootstrap reads the spec's
+    p, ranks, _, _ = mpirun(spec, 2)  # no DDPB_ENGINE: the bootstrap reads the spec's
     check(p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-3000:]))
     check(sorted(ranks) == [0, 1], sorted(ranks))
     for rank, lines in ranks.items():
@@ -336,11 +381,11 @@ def test_bootstrap_failures_reach_the_channel():
     number of ranks than the run has is named before anything waits for the missing."""
     if not shutil.which(MPIRUN):
         raise Skip(f"{MPIRUN} is missing: install openmpi-bin (deploy/install-deps.sh)")
-    p, ranks, _ = mpirun({"engine": "nope"}, 1, engine="nope", timeout=120)
+    p, ranks, _, _ = mpirun({"engine": "nope"}, 1, engine="nope", timeout=120)
     check(p.returncode != 0 and list(ranks) == [0], (p.returncode, ranks))
     check([x["type"] for x in ranks[0]] == ["error"], ranks[0])
     check("unknown engine 'nope'" in ranks[0][0]["message"], ranks[0])
-    p, ranks, keys = mpirun({"engine": "script"}, 2, world=3, engine="script",
+    p, ranks, keys, _ = mpirun({"engine": "script"}, 2, world=3, engine="script",
                             script="raise SystemExit(3)", timeout=120)
     check(p.returncode != 0 and sorted(ranks) == [0, 1], (p.returncode, ranks))
     for lines in ranks.values():
