@@ -4,12 +4,12 @@ One JSON object per line, each with "type", "rank" and "t" (Unix seconds), exact
 events and fields the C worker writes, so the daemon's report_parse_line accepts them
 unchanged. The lines go to the report channel when DDPB_REPORT names one (a rank that
 mpirun or srun started, which has no fd 3 from the daemon: a TCP connection to the daemon
-whose first line is {"channel": {"run", "rank", "secret", "pid"}}), else to fd 3 when the
-daemon opened it, else to stdout (a script run by hand). A user's script reports in two
-lines:
+whose first line is {"channel": {"run", "rank", "secret", "pid", "host"}}), else to fd 3
+when the daemon opened it, else to stdout (a script run by hand). A user's script reports
+in two lines:
 
     import ddpb_report
-    rep = ddpb_report.start()          # hello + env, heartbeat thread; rank from RANK
+    rep = ddpb_report.start()          # hello + env, heartbeat thread; rank: identity()
     ...  rep.step(step=i, loss=l, step_ms=ms, samples=32)  ... rep.done()
 
 Decision: the fields are the C table's names (tests/integration/test_engines.py checks
@@ -94,7 +94,8 @@ def _open_channel(addr, rank, env):
     stream = sock.makefile("w", buffering=1, encoding="utf-8", newline="\n")
     sock.close()  # the stream holds its own reference to the connection
     hello = {"run": env.get("DDPB_RUN", ""), "rank": int(rank),
-             "secret": env.get("DDPB_SECRET", ""), "pid": os.getpid()}
+             "secret": env.get("DDPB_SECRET", ""), "pid": os.getpid(),
+             "host": socket.gethostname()}  # where the daemon says the rank ran
     stream.write(json.dumps({"channel": hello}, separators=(",", ":")) + "\n")
     stream.flush()
     return stream

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The Python side of the mpirun launcher and Horovod over MPI (issue 29), without the
-daemon: ranks that OpenMPI's mpirun starts run engines/ddpb_launch.py as the daemon's
-launcher does (docs: the launcher contract), with a stand-in for ddpbench's store (the
+"""The Python side of the mpirun launcher and Horovod over MPI (issue 29). First without
+the daemon: ranks that OpenMPI's mpirun starts run engines/ddpb_launch.py as the daemon's
+launcher does (docs/design.md: the launch contract), with a stand-in for ddpbench's store (the
 wire format of common/store_proto.h, which engines/ddpb_store.py speaks) and a stand-in
 for the daemon's report channel. Each rank finds its rank in mpirun's environment (no
 DDPB_RANK), agrees peers through the store, and reports over the channel: first
-{"channel": {run, rank, secret, pid}}, then exactly the lines it would write on fd 3.
+{"channel": {run, rank, secret, pid, host}}, then exactly the lines it would write on fd 3.
 
 - identity(): the daemon's rank, else that of the launcher DDPB_LAUNCHER names (OpenMPI's
   or MPICH's under mpirun, Slurm's under srun: the C worker's table), else RANK.
@@ -19,6 +19,8 @@ DDPB_RANK), agrees peers through the store, and reports over the channel: first
   controller and the MPI library in its framework configuration.
 - a bootstrap failure under mpirun reaches the channel as an error naming it, and a
   launcher that started the wrong number of ranks is named.
+- through the REST API and the daemon's mpirun launcher: horovod with backend mpi trains
+  2 ranks, and a sweep over backend tcp and mpi runs both and groups by backend.
 
 Needs openmpi-bin (deploy/install-deps.sh) and .venv's Horovod built with MPI
 (deploy/setup-venv.sh)."""
@@ -32,8 +34,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
-from harness import Skip, check, run_cases
+from harness import Daemon, Skip, check, run_cases
 
 SOURCE = os.environ.get("DDPB_SOURCE_DIR",
                         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -163,7 +166,8 @@ class FakeChannel(Listener):
             check(lines and isinstance(lines[0], dict) and set(lines[0]) == {"channel"},
                   lines[:2])
             ch = lines[0]["channel"]
-            check(ch["run"] == RUN and ch["secret"] == SECRET and ch["pid"] > 0, ch)
+            check(ch["run"] == RUN and ch["secret"] == SECRET and ch["pid"] > 0
+                  and ch["host"] == socket.gethostname(), ch)
             check(ch["rank"] not in out, f"rank {ch['rank']} opened two channels")
             check(lines[-1] == "EOF", f"rank {ch['rank']}'s channel is still open")
             body = lines[1:-1]
@@ -394,9 +398,84 @@ def test_bootstrap_failures_reach_the_channel():
     check(not keys, f"a rank of a wrong-sized launch waited in the store: {keys}")
 
 
+REST_TRAIN = {"workload": "train", "engine": "horovod", "strategy": "horovod",
+              "launcher": "mpirun", "mpi": "openmpi", "world_size": 2, "model": "mnist-cnn",
+              "batch_size": 32, "steps": 6, "warmup_steps": 1,
+              "dataset": {"name": "fashion-mnist", "samples": 512},
+              "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9}}
+
+
+def rest_daemon():
+    """A daemon whose engine probe has finished (a submit naming a framework waits for it,
+    which on a loaded machine can take longer than one HTTP request)."""
+    d = Daemon(cpu_slots=2)
+    deadline = time.time() + 300
+    while d.get("/v1/engines")["nodes"][0]["probing"] and time.time() < deadline:
+        time.sleep(0.5)
+    return d
+
+
+def check_horovod_run(d, run_id, controller):
+    """A succeeded run of 2 ranks that mpirun started: 6 steps per rank stored, epochs,
+    memory and usage of each rank, and the framework configuration naming the controller
+    (and for mpi, OpenMPI)."""
+    run = d.get(f"/v1/runs/{run_id}")
+    check(run["status"] == "succeeded", (run["status"], run["error"]))
+    check(run["spec"]["launcher"] == "mpirun", run["spec"])
+    steps = d.get(f"/v1/runs/{run_id}/steps?warmup=true")
+    cols = steps["columns"]
+    ranks = sorted({dict(zip(cols, r))["rank"] for r in steps["rows"]})
+    check(len(steps["rows"]) == 12 and ranks == [0, 1], (len(steps["rows"]), ranks))
+    check(all(dict(zip(cols, r))["step_ms"] > 0 for r in steps["rows"]), steps["rows"][:2])
+    check(sorted(m["rank"] for m in run["memory"]) == [0, 1], run["memory"])
+    check(sorted({u["rank"] for u in run["usage"]}) == [0, 1], run["usage"])
+    env = {e["rank"]: e["env"] for e in run["env"]}
+    check(sorted(env) == [0, 1], sorted(env))
+    for rank, values in env.items():
+        config = json.loads(values["framework_config"])
+        check(config["controller"] == controller, (rank, config))
+        if controller == "mpi":
+            check(config["mpi"] == "openmpi" and config["mpi_library"].startswith("Open MPI"),
+                  config)
+    return run
+
+
+def test_rest_horovod_trains_over_mpi_under_mpirun():
+    """Through the REST API: engine horovod, backend mpi, launcher mpirun, 2 ranks of
+    mnist-cnn for 6 steps: the run succeeds with every rank's steps, memory, usage and
+    env stored (through the report channel), over Horovod's MPI controller on OpenMPI."""
+    needs_mpi_horovod()
+    d = rest_daemon()
+    try:
+        exp = d.run_succeeds(dict(REST_TRAIN, backend="mpi"), timeout=300, runs=1)
+        check_horovod_run(d, exp["runs"][0]["id"], "mpi")
+    finally:
+        d.close()
+
+
+def test_rest_sweep_compares_gloo_and_mpi():
+    """"sweep": {"backend": ["tcp", "mpi"]} with launcher mpirun runs both points, one over
+    Gloo and one over MPI, and the results group by backend."""
+    needs_mpi_horovod()
+    d = rest_daemon()
+    try:
+        exp = d.run_succeeds(dict(REST_TRAIN, sweep={"backend": ["tcp", "mpi"]}),
+                             timeout=600, runs=2)
+        by = {d.get(f"/v1/runs/{r['id']}")["spec"]["backend"]: r["id"] for r in exp["runs"]}
+        check(sorted(by) == ["mpi", "tcp"], by)
+        check_horovod_run(d, by["tcp"], "gloo")
+        check_horovod_run(d, by["mpi"], "mpi")
+        res = d.get(f"/v1/experiments/{exp['id']}/results?group_by=backend")
+        check(sorted(r["backend"] for r in res["rows"]) == ["mpi", "tcp"], res["rows"])
+    finally:
+        d.close()
+
+
 if __name__ == "__main__":
     sys.exit(run_cases([test_identity_reads_each_launcher,
                         test_horovod_mpi_allreduce_through_the_bootstrap,
                         test_horovod_gloo_rendezvous_under_mpirun,
                         test_horovod_adapter_trains_over_mpi,
-                        test_bootstrap_failures_reach_the_channel]))
+                        test_bootstrap_failures_reach_the_channel,
+                        test_rest_horovod_trains_over_mpi_under_mpirun,
+                        test_rest_sweep_compares_gloo_and_mpi]))
