@@ -224,9 +224,21 @@ class Reporter:
         self.emit("done")
 
 
+_STARTED = None  # this process's reporter, once start() made it
+
+
 def start(env=None, heartbeat=True):
-    """hello, env (python version + the caller's values), heartbeat thread. Rank and world
-    size from identity() (ddpb_launch.py sets RANK / WORLD_SIZE from the same reading)."""
+    """hello, env (python version + the caller's values), heartbeat thread, once per
+    process: a later call only sends env (its values), so an adapter starts reporting
+    before it imports its framework (seconds, silent otherwise: a run with a short
+    heartbeat_timeout_s would take the rank for frozen) and adds the framework's versions
+    once it has them. Rank and world size from identity() (ddpb_launch.py sets RANK /
+    WORLD_SIZE from the same reading)."""
+    global _STARTED
+    if _STARTED is not None:
+        if env:
+            _STARTED.env(env)
+        return _STARTED
     rank, _, world = identity()
     rep = Reporter(rank, world)
     rep.hello()
@@ -235,4 +247,5 @@ def start(env=None, heartbeat=True):
     rep.env(values)
     if heartbeat:
         rep.start_heartbeat()
+    _STARTED = rep
     return rep

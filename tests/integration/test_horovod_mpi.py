@@ -20,7 +20,8 @@ DDPB_RANK), agrees peers through the store, and reports over the channel: first
 - a bootstrap failure under mpirun reaches the channel as an error naming it, and a
   launcher that started the wrong number of ranks is named.
 - through the REST API and the daemon's mpirun launcher: horovod with backend mpi trains
-  2 ranks, and a sweep over backend tcp and mpi runs both and groups by backend.
+  2 ranks, and a sweep over backend tcp and mpi runs both and groups by backend; a killed,
+  cancelled or frozen Python rank is supervised as a C worker's is.
 
 Needs openmpi-bin (deploy/install-deps.sh) and .venv's Horovod built with MPI
 (deploy/setup-venv.sh)."""
@@ -327,8 +328,11 @@ def allreduce_under_mpirun(backend):
     check({b"engine/addr/0", b"engine/addr/1"} <= keys, keys)
     for rank, lines in ranks.items():
         types = [x["type"] for x in lines if x["type"] != "heartbeat"]
-        check(types == ["hello", "env", "env", "step", "done"], (rank, types))
-        env = [x for x in lines if x["type"] == "env"][1]["env"]
+        # hello first; env lines (the python version when engine_horovod's import started
+        # reporting, the torch version, the script's facts); its step; done
+        check(types[0] == "hello" and types[-2:] == ["step", "done"]
+              and set(types[1:-2]) == {"env"}, (rank, types))
+        env = [x for x in lines if x["type"] == "env"][-1]["env"]
         check(env["cpus"] == str(rank % os.cpu_count()), (rank, env))  # DDPB_CPU_MAP
         check(f"rank {rank} logs here" in logs[rank], (rank, logs))  # its own log
         check("logs here" not in p.stdout, p.stdout[-500:])
@@ -471,6 +475,24 @@ def test_rest_sweep_compares_gloo_and_mpi():
         d.close()
 
 
+def test_rest_supervision_of_python_ranks_under_mpirun():
+    """The launcher checks main runs on the C worker (launcher_checks.py), on Horovod's
+    Python ranks over MPI under mpirun: a killed rank fails the run naming it, cancel
+    cancels it, a frozen rank is caught by its heartbeat, and nothing is left behind."""
+    import launcher_checks
+    needs_mpi_horovod()
+    fields = {"launcher": "mpirun", "mpi": "openmpi", "engine": "horovod",
+              "strategy": "horovod", "backend": "mpi"}
+    d = rest_daemon()
+    try:
+        for fn in (launcher_checks.check_killed_rank, launcher_checks.check_cancel,
+                   launcher_checks.check_frozen_rank):
+            fn(d, fields)
+            d.wait_slots_free(2)
+    finally:
+        d.close()
+
+
 if __name__ == "__main__":
     sys.exit(run_cases([test_identity_reads_each_launcher,
                         test_horovod_mpi_allreduce_through_the_bootstrap,
@@ -478,4 +500,5 @@ if __name__ == "__main__":
                         test_horovod_adapter_trains_over_mpi,
                         test_bootstrap_failures_reach_the_channel,
                         test_rest_horovod_trains_over_mpi_under_mpirun,
-                        test_rest_sweep_compares_gloo_and_mpi]))
+                        test_rest_sweep_compares_gloo_and_mpi,
+                        test_rest_supervision_of_python_ranks_under_mpirun]))
