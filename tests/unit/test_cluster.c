@@ -113,6 +113,15 @@ static void join(struct fx *x, const char *name, int slots, int *id, char sessio
     json_decref(reply);
 }
 
+/* A leader (fx_open with timeout_ms) with follower "f1" of 4 slots joined: its id and
+ * session into the outputs. */
+static void fx_open_with_f1(struct fx *x, int timeout_ms, int *id, char session[65])
+{
+    struct err e = {0};
+    T_OK(fx_open(x, timeout_ms, &e));
+    join(x, "f1", 4, id, session);
+}
+
 /* Syncs the body printf makes of fmt; the HTTP status the handler would answer (200,
  * 400, 409; 0 when the test's own text is no JSON) and the reply (owned) when 200. */
 __attribute__((format(printf, 3, 4))) static int sync_text(struct fx *x, json_t **reply,
@@ -153,10 +162,9 @@ static void test_join_sync_and_malformed_bodies(void)
 {
     struct fx x;
     struct err e = {0};
-    T_OK(fx_open(&x, 60000, &e));
     int id;
     char s[65];
-    join(&x, "f1", 4, &id, s);
+    fx_open_with_f1(&x, 60000, &id, s);
     T_EQ_INT(id, 1);
     T_EQ_STR(state_of(&x, "lead"), "up");
     T_EQ_STR(state_of(&x, "f1"), "up");
@@ -226,10 +234,9 @@ static void test_lost_rejoin_drain_and_leave(void)
 {
     struct fx x;
     struct err e = {0};
-    T_OK(fx_open(&x, 500, &e));
     int id;
     char s[65];
-    join(&x, "f1", 4, &id, s);
+    fx_open_with_f1(&x, 500, &id, s);
     struct cluster_slot_view v[4];
     T_EQ_INT(cluster_followers(x.c, v, 4), 1);
     T_EQ_INT(v[0].free_slots, 4);
@@ -313,10 +320,9 @@ static void test_engine_check_reads_each_followers_probe(void)
 {
     struct fx x;
     struct err e = {0};
-    T_OK(fx_open(&x, 60000, &e));
     int id;
     char s[65];
-    join(&x, "f1", 4, &id, s);
+    fx_open_with_f1(&x, 60000, &id, s);
     engine_check(&x, "horovod", "tcp", "openmpi", "engine", &e);
     T_CHECK_MSG(strstr(e.msg, "not reported its engines") != NULL, "%s", e.msg);
     json_t *r = NULL;
