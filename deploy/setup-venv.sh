@@ -26,6 +26,14 @@ venv=.venv
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/ddpb-pins" 2>/dev/null)" = "$PINS" ]; then
     exit 0
 fi
+# checked before the old venv goes: Horovod's MPI controller needs OpenMPI's compilers
+for tool in mpicc mpicxx mpirun; do
+    command -v "$tool.openmpi" >/dev/null || {
+        echo "setup-venv: $tool.openmpi is missing: Horovod's MPI controller builds against" \
+            "Debian's OpenMPI (libopenmpi-dev openmpi-bin: deploy/install-deps.sh)" >&2
+        exit 1
+    }
+done
 echo "setup-venv: installing $PINS into $venv"
 rm -rf "$venv"
 /usr/bin/python3 -m venv --system-site-packages "$venv"
