@@ -20,7 +20,8 @@ DDPB_RANK), agrees peers through the store, and reports over the channel: first
 - a bootstrap failure under mpirun reaches the channel as an error naming it, and a
   launcher that started the wrong number of ranks is named.
 - through the REST API and the daemon's mpirun launcher: horovod with backend mpi trains
-  2 ranks, and a sweep over backend tcp and mpi runs both and groups by backend; a killed,
+  2 ranks, and a sweep over backend tcp and mpi runs both and groups by backend; Gloo
+  under MPICH's hydra trains too (its ranks read PMI_RANK); a killed,
   cancelled or frozen Python rank is supervised as a C worker's is.
 
 Needs openmpi-bin (deploy/install-deps.sh) and .venv's Horovod built with MPI
@@ -475,6 +476,22 @@ def test_rest_sweep_compares_gloo_and_mpi():
         d.close()
 
 
+def test_rest_gloo_under_mpich_hydra():
+    """Horovod over Gloo under MPICH's launcher (mpi mpich): the ranks find themselves by
+    hydra's PMI_RANK and train; its MPI controller there is refused at submit naming mpi
+    (Horovod links OpenMPI: test_engines.py)."""
+    needs_mpi_horovod()
+    if not shutil.which("mpiexec.mpich"):
+        raise Skip("mpiexec.mpich is missing: install mpich (deploy/install-deps.sh)")
+    d = rest_daemon()
+    try:
+        exp = d.run_succeeds(dict(REST_TRAIN, backend="tcp", mpi="mpich"), timeout=300, runs=1)
+        run = check_horovod_run(d, exp["runs"][0]["id"], "gloo")
+        check(run["spec"]["mpi"] == "mpich", run["spec"])
+    finally:
+        d.close()
+
+
 def test_rest_supervision_of_python_ranks_under_mpirun():
     """The launcher checks main runs on the C worker (launcher_checks.py), on Horovod's
     Python ranks over MPI under mpirun: a killed rank fails the run naming it, cancel
@@ -501,4 +518,5 @@ if __name__ == "__main__":
                         test_bootstrap_failures_reach_the_channel,
                         test_rest_horovod_trains_over_mpi_under_mpirun,
                         test_rest_sweep_compares_gloo_and_mpi,
+                        test_rest_gloo_under_mpich_hydra,
                         test_rest_supervision_of_python_ranks_under_mpirun]))
