@@ -116,8 +116,8 @@ static int h_check_engine(struct api_ctx *ctx, const json_t *spec, bool spread, 
 }
 
 /* A point's launcher must be able to start its ranks here: srun only inside a Slurm
- * allocation (the daemon's SLURM_JOB_ID), mpirun on this node alone (across nodes, srun
- * or ddpbench's own followers): ERR_CONFLICT naming "launcher". */
+ * allocation (the daemon's SLURM_JOB_ID), mpirun across nodes only with the daemon's
+ * --mpi-agent (no ssh: daemon/launch_plan.h): ERR_CONFLICT naming "launcher". */
 static int h_check_launcher(struct api_ctx *ctx, const json_t *spec, bool spread, struct err *e)
 {
     const char *launcher = json_string_value(json_object_get(spec, "launcher"));
@@ -125,11 +125,14 @@ static int h_check_launcher(struct api_ctx *ctx, const json_t *spec, bool spread
         return err_set(e, ERR_CONFLICT, "launcher",
                        "launcher \"srun\": ddpbenchd is not running inside a Slurm allocation "
                        "(no SLURM_JOB_ID); start it from sbatch or salloc "
-                       "(deploy/slurm/ddpbench-srun.sbatch), or use launcher \"ddpbench\"");
-    if (launcher && strcmp(launcher, "mpirun") == 0 && spread)
+                       "(deploy/slurm/ddpbench.sbatch --srun), or use launcher \"ddpbench\"");
+    if (launcher && strcmp(launcher, "mpirun") == 0 && spread &&
+        !scheduler_launcher_spreads(ctx->cfg, launcher))
         return err_set(e, ERR_CONFLICT, "launcher",
-                       "launcher \"mpirun\" starts ranks on this node only; across nodes use "
-                       "launcher \"srun\" in a Slurm allocation, or \"ddpbench\"");
+                       "launcher \"mpirun\" starts ranks on this node only: ddpbenchd has no "
+                       "--mpi-agent to start MPI's daemon on other nodes (deploy/netlab.sh "
+                       "gives one); across nodes use launcher \"srun\" in a Slurm "
+                       "allocation, or \"ddpbench\"");
     return 0;
 }
 
@@ -155,13 +158,15 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
                            "device cuda runs stay on one node for now: NCCL across ddpbench "
                            "nodes is not built (leave nodes and ranks_per_node at 0)");
         const char *launcher = json_string_value(json_object_get(spec, "launcher"));
-        bool here = launcher && strcmp(launcher, "ddpbench") != 0; /* scheduler.c */
+        bool here = !scheduler_launcher_spreads(ctx->cfg, launcher);
         if (h_check_launcher(ctx, spec, spread, e) < 0)
             return -1;
-        if (!here && (spread || (need > total && up > 1))) {
+        /* srun's ranks take Slurm's slots in the allocation, none of ours (scheduler.c) */
+        bool by_slurm = launcher && strcmp(launcher, "srun") == 0;
+        if (!by_slurm && !here && (spread || (need > total && up > 1))) {
             if (h_check_nodes(ctx, spec, e) < 0)
                 return -1;
-        } else if (need > total) {
+        } else if (!by_slurm && need > total) {
             return err_set(e, ERR_CONFLICT, "world_size",
                            "world_size %lld needs %lld CPU slots (threads per rank included) "
                            "but this node has %d (start ddpbenchd with --cpu-slots to allow "

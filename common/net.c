@@ -64,6 +64,30 @@ static struct addrinfo *net_resolve(const char *host, int port, bool passive, st
     return res;
 }
 
+int net_route_addr(const char *host, int port, char *out, size_t cap, struct err *e)
+{
+    struct addrinfo *res = net_resolve(host, port, false, e);
+    if (!res)
+        return -1;
+    int rc = -1;
+    for (struct addrinfo *ai = res; ai && rc < 0; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_storage me;
+        socklen_t len = sizeof me;
+        if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+            getsockname(fd, (struct sockaddr *)&me, &len) == 0 &&
+            getnameinfo((struct sockaddr *)&me, len, out, (socklen_t)cap, NULL, 0,
+                        NI_NUMERICHOST) == 0)
+            rc = 0;
+        if (fd >= 0)
+            close(fd);
+    }
+    freeaddrinfo(res);
+    if (rc < 0)
+        err_set(e, ERR_INVALID, NULL, "no route to '%s' from this host", host);
+    return rc;
+}
+
 /* The kernel's cap on a listen backlog (net.core.somaxconn): listen(2) silently cuts a
  * larger request down to it, so asking for it is asking for the most we can get. */
 static int net_backlog_max(void)

@@ -43,6 +43,10 @@ int net_send_all(int fd, const void *p, size_t n, int64_t deadline_ms,
                  const atomic_bool *abort_flag, struct err *e);
 int net_recv_all(int fd, void *p, size_t n, int64_t deadline_ms, const atomic_bool *abort_flag,
                  struct err *e);
+/* The local address (numeric) the kernel would send from to reach host:port: a
+ * connected UDP socket's own address, so nothing is sent. Where a rank started on another
+ * node listens for its peers (worker/store/rendezvous.h). 0, or -1 with e set. */
+int net_route_addr(const char *host, int port, char *out, size_t cap, struct err *e);
 /* Raises the soft RLIMIT_NOFILE to the hard limit; returns the new soft limit. */
 long net_raise_nofile(void);
 

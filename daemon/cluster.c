@@ -719,6 +719,25 @@ void cluster_node_name(struct cluster *c, int id, char *out, size_t cap)
     pthread_mutex_unlock(&c->lock);
 }
 
+void cluster_node_address(struct cluster *c, int id, char *out, size_t cap)
+{
+    pthread_mutex_lock(&c->lock);
+    snprintf(out, cap, "%s", id >= 0 && id < c->n ? c->nodes[id].address : "");
+    pthread_mutex_unlock(&c->lock);
+}
+
+bool cluster_name_at(struct cluster *c, const char *addr, char *out, size_t cap)
+{
+    pthread_mutex_lock(&c->lock);
+    int i = 0;
+    while (i < c->n && strcmp(c->nodes[i].address, addr) != 0)
+        i++;
+    if (i < c->n)
+        snprintf(out, cap, "%s", c->nodes[i].name);
+    pthread_mutex_unlock(&c->lock);
+    return i < c->n;
+}
+
 void cluster_send(struct cluster *c, int id, json_t *cmd)
 {
     pthread_mutex_lock(&c->lock);

@@ -95,6 +95,12 @@ int cluster_place(int world, int per, int want_nodes, int want_rpn, const int *f
 void cluster_reserve(struct cluster *c, int id, int slots);
 /* The node's name into out ("" when id is unknown). */
 void cluster_node_name(struct cluster *c, int id, char *out, size_t cap);
+/* The address the node offered (its store address, where its ranks listen) into out
+ * ("" when id is unknown): another launcher's host list names nodes by it. */
+void cluster_node_address(struct cluster *c, int id, char *out, size_t cap);
+/* The name of the node whose address is addr into out; false (out untouched) when no
+ * node has it. */
+bool cluster_name_at(struct cluster *c, const char *addr, char *out, size_t cap);
 /* Queues cmd (stolen) for node id's next sync. */
 void cluster_send(struct cluster *c, int id, json_t *cmd);
 /* Adds (want) or removes run from the runs node id must keep alive. */

@@ -199,6 +199,9 @@ void config_print_usage(const char *prog)
            "                       leader's own token)\n"
            "  --node-timeout-ms N  leader: a follower silent this long is lost (default 5000)\n"
            "  --sync-ms N          follower: how often it syncs with the leader (default 250)\n"
+           "  --mpi-agent PATH     launcher mpirun across nodes: the program that starts\n"
+           "                       the MPI daemon on another node in place of ssh\n"
+           "                       (default none: mpirun runs stay on this node)\n"
            "  --version, --help\n",
            prog, CONFIG_DEFAULT_PORT);
 }
@@ -228,6 +231,7 @@ enum {
     OPT_JOIN,
     OPT_NODE_TIMEOUT,
     OPT_SYNC_MS,
+    OPT_MPI_AGENT,
     OPT_VERSION,
     OPT_HELP,
 };
@@ -257,6 +261,7 @@ static const struct option config_options[] = {
     {"join", required_argument, NULL, OPT_JOIN},
     {"node-timeout-ms", required_argument, NULL, OPT_NODE_TIMEOUT},
     {"sync-ms", required_argument, NULL, OPT_SYNC_MS},
+    {"mpi-agent", required_argument, NULL, OPT_MPI_AGENT},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -275,6 +280,18 @@ static int config_set_join(struct config *c, const char *url, struct err *e)
                        "--join must be the leader's URL, http://HOST:PORT, got '%s'", url);
     memcpy(c->join, url, n);
     c->join[n] = '\0';
+    return 0;
+}
+
+/* The MPI remote-launch agent: an executable file, kept as its real path (mpirun execs
+ * it from the run's directory). */
+static int config_set_mpi_agent(struct config *c, const char *path, struct err *e)
+{
+    if (!realpath(path, c->mpi_agent) || access(c->mpi_agent, X_OK) < 0) {
+        c->mpi_agent[0] = '\0';
+        return err_set(e, ERR_INVALID, "mpi-agent", "--mpi-agent %s: %s", path,
+                       strerror(errno));
+    }
     return 0;
 }
 
@@ -324,6 +341,7 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
     case OPT_NODE_TIMEOUT:
         return config_parse_int("node-timeout-ms", arg, 500, 3600000, &c->node_timeout_ms, e);
     case OPT_SYNC_MS: return config_parse_int("sync-ms", arg, 20, 60000, &c->sync_ms, e);
+    case OPT_MPI_AGENT: return config_set_mpi_agent(c, arg, e);
     case OPT_LOG_LEVEL:
         if (log_parse_level(arg, &c->log_level) < 0)
             return err_set(e, ERR_INVALID, "log-level",

@@ -55,12 +55,17 @@ struct config {
     /* the Slurm job the daemon runs inside (SLURM_JOB_ID at start), "" outside any:
      * spec launcher "srun" needs one */
     char slurm_job[32];
+    /* MPI's remote-launch agent (--mpi-agent): what launcher "mpirun" starts the MPI
+     * daemon (orted, hydra_pmi_proxy) on another node with, in place of ssh; "" = none,
+     * and mpirun runs stay on this node. deploy/netlab-mpi-agent.sh is the one netlab
+     * gives its leader (design.md "mpirun across nodes" says why not ssh). */
+    char mpi_agent[PATH_MAX];
 };
 
 /* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,
  * --worker, --web-dir, --node, --cpu-slots, --gpus, --max-body, --http-threads,
  * --kill-grace-ms, --log-level, --token-file, --cors-origin, --allow-host,
- * --network-profile, --join, --node-timeout-ms, --sync-ms) and DDPB_TOKEN (a token
+ * --network-profile, --join, --node-timeout-ms, --sync-ms, --mpi-agent) and DDPB_TOKEN (a token
  * given in the environment; --token-file wins). Returns 0; 1 when --help/--version
  * printed; -1 with e naming the bad option. */
 int config_parse_args(struct config *c, int argc, char **argv, struct err *e);

@@ -48,6 +48,8 @@ static int plan_common_env(const struct launch_plan_input *in, const struct voca
              plan_env(p, e, "launcher", "DDPB_LOG_DIR=%s", in->log_dir);
     if (in->cpu_map)
         rc |= plan_env(p, e, "launcher", "DDPB_CPU_MAP=%s", in->cpu_map);
+    if (in->node_map)
+        rc |= plan_env(p, e, "launcher", "DDPB_NODE_MAP=%s", in->node_map);
     for (int i = 0; i < s->n_mpi_params && rc == 0; i++) {
         const struct spec_mpi_param *m = &s->mpi_params[i];
         /* an MPICH control variable is its own name; an OpenMPI MCA name gets its prefix */
@@ -82,6 +84,27 @@ static int plan_mpirun_mpich(const struct launch_plan_input *in, const struct vo
            plan_arg(p, e, "-bind-to") | plan_arg(p, e, "none");
 }
 
+/* Across nodes (launch_plan.h): the host list, and the agent in place of ssh. OpenMPI's
+ * agent is one MCA value split on spaces, so a path with a space is refused. */
+static int plan_mpirun_hosts(const struct launch_plan_input *in, bool mpich,
+                             struct launch_plan *p, struct err *e)
+{
+    if (!in->agent || !in->agent[0])
+        return err_set(e, ERR_INVALID, "launcher",
+                       "launcher mpirun across nodes needs ddpbenchd's --mpi-agent");
+    if (strchr(in->agent, ' '))
+        return err_set(e, ERR_INVALID, "launcher", "--mpi-agent '%s': a path with a space",
+                       in->agent);
+    if (mpich)
+        return plan_arg(p, e, "-hosts") | plan_arg(p, e, "%s", in->hosts) |
+               plan_arg(p, e, "-launcher") | plan_arg(p, e, "ssh") |
+               plan_arg(p, e, "-launcher-exec") | plan_arg(p, e, "%s", in->agent);
+    return plan_arg(p, e, "--host") | plan_arg(p, e, "%s", in->hosts) |
+           plan_arg(p, e, "--mca") | plan_arg(p, e, "plm_rsh_agent") |
+           plan_arg(p, e, "%s", in->agent) | plan_arg(p, e, "--mca") |
+           plan_arg(p, e, "plm_rsh_no_tree_spawn") | plan_arg(p, e, "1");
+}
+
 /* srun inside the daemon's allocation: one step of world_size tasks, wired up with the
  * implementation's PMI plugin for backend mpi (none otherwise), killed whole when one
  * task fails, named after the run so sacct shows which step was which. */
@@ -113,13 +136,18 @@ int launch_plan_build(const struct launch_plan_input *in, struct launch_plan *ou
                        s->launcher);
     if (!mpi)
         return err_set(e, ERR_INVALID, "mpi", "mpi \"%s\" is unknown", s->mpi);
+    bool mpich = mpi == vocab_mpi(VOCAB_MPI_MPICH);
     int rc;
+    if (launcher == VOCAB_LAUNCHER_SRUN && in->hosts)
+        return err_set(e, ERR_INVALID, "launcher", "launcher srun places its ranks itself");
     if (launcher == VOCAB_LAUNCHER_SRUN)
         rc = plan_srun(in, mpi, out, e);
-    else if (mpi == vocab_mpi(VOCAB_MPI_MPICH))
+    else if (mpich)
         rc = plan_mpirun_mpich(in, mpi, out, e);
     else
         rc = plan_mpirun_openmpi(in, mpi, out, e);
+    if (rc == 0 && launcher != VOCAB_LAUNCHER_SRUN && in->hosts)
+        rc = plan_mpirun_hosts(in, mpich, out, e);
     rc |= plan_arg(out, e, "%s", in->program);
     if (in->program_arg)
         rc |= plan_arg(out, e, "%s", in->program_arg);

@@ -16,14 +16,22 @@
  *   OMPI_MCA_<name> for OpenMPI, the MPIR_CVAR_<name> itself for MPICH. The launcher
  *   passes its environment on to the ranks it starts on its own node (OpenMPI's mpirun
  *   does, hydra with -genvall, srun with --export=ALL).
- * - One node for mpirun: the scheduler keeps its ranks here (across nodes, srun). */
+ * - mpirun across nodes (in->hosts): the scheduler placed the ranks over the cluster's
+ *   nodes, and the host list says how many go where, in rank order (OpenMPI's --host
+ *   a:n,b:m fills a's slots first; hydra's -hosts a:n,b:m does the same). No ssh: the
+ *   daemon's --mpi-agent starts the MPI daemon on the other nodes (OpenMPI's
+ *   plm_rsh_agent, hydra's ssh launcher with -launcher-exec; both call it as
+ *   `agent [options] HOST COMMAND...`), and OpenMPI's tree spawn is off so only mpirun,
+ *   here, calls the agent. DDPB_NODE_MAP gives each rank its node index (the launcher's
+ *   one environment cannot carry DDPB_NODE_RANK). Without hosts every rank stays on
+ *   this node. */
 #ifndef DDPB_LAUNCH_PLAN_H
 #define DDPB_LAUNCH_PLAN_H
 
 #include "common/err.h"
 #include "common/spec.h"
 
-#define LAUNCH_PLAN_MAX_ARGS 24
+#define LAUNCH_PLAN_MAX_ARGS 32
 #define LAUNCH_PLAN_MAX_ENV (8 + SPEC_MAX_MPI_PARAMS)
 
 struct launch_plan_input {
@@ -34,6 +42,11 @@ struct launch_plan_input {
     const char *log_dir;     /* the run's directory */
     const char *cpu_map;     /* "0;1" (a CPU list per rank), or NULL: not pinned */
     long long run_id;        /* names the Slurm step */
+    /* mpirun across nodes: "addr:n,addr:m" (the ranks per node, in rank order) and the
+     * remote-launch agent; both NULL = this node only */
+    const char *hosts;
+    const char *agent;
+    const char *node_map; /* "0;0;1": each rank's node index (DDPB_NODE_MAP), or NULL */
 };
 
 /* The launcher's argv and the variables it adds to a rank's environment ("KEY=VALUE");
@@ -45,8 +58,8 @@ struct launch_plan {
 };
 
 /* Fills out for in->spec's launcher. ERR_INVALID naming "launcher" for ddpbench's own
- * (it has no plan) or an unknown one, "mpi" for an unknown implementation, "mpi_mca" for
- * a setting that does not fit. */
+ * (it has no plan) or an unknown one, or hosts without an agent (or with srun), "mpi" for
+ * an unknown implementation, "mpi_mca" for a setting that does not fit. */
 int launch_plan_build(const struct launch_plan_input *in, struct launch_plan *out,
                       struct err *e);
 /* NULL-terminated pointers into p->argv (out: LAUNCH_PLAN_MAX_ARGS + 1 entries). */

@@ -171,7 +171,7 @@ static void daemon_stop(struct daemon *d)
         events_shutdown(d->events); /* event streams end (resumed, then closed) */
     api_server_stop(d->http);       /* no new requests */
     follower_stop(d->follower);     /* its ranks are killed */
-    scheduler_destroy(d->sched);    /* active runs end interrupted */
+    scheduler_destroy(d->sched);    /* active runs end interrupted (or cancelled: Slurm) */
     cluster_destroy(d->cluster);
     engines_destroy(d->engines);
     store_server_destroy(d->store);
@@ -195,6 +195,22 @@ static void daemon_drain(struct daemon *d, const sigset_t *sigs)
         if (sig == SIGTERM || sig == SIGINT)
             return;
     }
+}
+
+/* Inside a Slurm allocation, SIGTERM is Slurm ending the job (scancel, or its time
+ * limit): every process of the job gets it, the ranks of an srun step too. The runs then
+ * end 'cancelled', naming the job, rather than 'interrupted' (which says the daemon went
+ * away and may come back): the user stopped them, and nothing will resume them. */
+static void daemon_note_slurm_end(struct daemon *d, int sig)
+{
+    if (sig != SIGTERM || !d->cfg.slurm_job[0] || !d->sched)
+        return;
+    char why[200];
+    snprintf(why, sizeof why,
+             "Slurm ended job %s (scancel or its time limit): ddpbenchd got SIGTERM",
+             d->cfg.slurm_job);
+    log_info("%s", why);
+    scheduler_set_stop_status(d->sched, DB_RUN_CANCELLED, why);
 }
 
 int main(int argc, char **argv)
@@ -244,6 +260,7 @@ int main(int argc, char **argv)
     if (d.follower && sig == SIGTERM)
         daemon_drain(&d, &sigs);
     log_info("signal %d: shutting down", sig);
+    daemon_note_slurm_end(&d, sig);
     daemon_stop(&d);
     log_info("stopped");
     return 0;

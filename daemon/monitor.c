@@ -3,6 +3,8 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,6 +12,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -649,8 +652,18 @@ static int monitor_adopt(void *ctx, int rank, int fd, pid_t pid, const char *hos
         p = (p = strchr(p, ';')) ? p + 1 : NULL;
     if (p)
         snprintf(cpus, sizeof cpus, "%.*s", (int)strcspn(p, ";"), p);
-    int rc = db_rank_spawned(r->ctx->db, r->id, rank, host[0] ? host : r->ctx->cfg->node, pid,
-                             cpus[0] ? cpus : NULL, &e);
+    /* the node is the cluster's name for the address the rank connected from: under
+     * netlab every host has the same host name, and a node's name is what a spawned
+     * rank's row carries */
+    char node[64];
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    char addr[INET6_ADDRSTRLEN] = "";
+    if (getpeername(fd, (struct sockaddr *)&sa, &len) == 0)
+        getnameinfo((struct sockaddr *)&sa, len, addr, sizeof addr, NULL, 0, NI_NUMERICHOST);
+    if (!addr[0] || !cluster_name_at(r->ctx->cluster, addr, node, sizeof node))
+        snprintf(node, sizeof node, "%s", host[0] ? host : r->ctx->cfg->node);
+    int rc = db_rank_spawned(r->ctx->db, r->id, rank, node, pid, cpus[0] ? cpus : NULL, &e);
     monitor_db_warn(r, rc, &e);
     return 0;
 }
@@ -673,6 +686,46 @@ static bool monitor_cpu_map(const struct active_run *r, const int *cpus, int per
     return true;
 }
 
+/* mpirun's host list when the scheduler placed ranks on other nodes: "addr:n,addr:m" in
+ * rank order (ranks are contiguous per node), each node named by the address it offered
+ * the cluster. 1 when ranks are elsewhere, 0 when every rank is here, -1 with e set when
+ * the list does not fit out. */
+static int monitor_host_list(const struct active_run *r, char *out, size_t cap, struct err *e)
+{
+    size_t len = 0;
+    int spread = 0;
+    out[0] = '\0';
+    for (int i = 0; i < r->world_size;) {
+        int node = r->ranks[i].node, n = 0;
+        while (i < r->world_size && r->ranks[i].node == node) {
+            n++;
+            i++;
+        }
+        char addr[128];
+        cluster_node_address(r->ctx->cluster, node, addr, sizeof addr);
+        int w = snprintf(out + len, cap - len, "%s%s:%d", len ? "," : "", addr, n);
+        if (w < 0 || (size_t)w >= cap - len || !addr[0])
+            return err_set(e, ERR_INVALID, "nodes",
+                           "nodes: mpirun's host list is over %zu characters", cap - 1);
+        len += (size_t)w;
+        spread |= node != 0;
+    }
+    return spread;
+}
+
+/* "0;0;1": every rank's node index for DDPB_NODE_MAP (false when it does not fit). */
+static bool monitor_node_map(const struct active_run *r, char *out, size_t n)
+{
+    size_t len = 0;
+    for (int i = 0; i < r->world_size; i++) {
+        int w = snprintf(out + len, n - len, "%s%d", i ? ";" : "", r->ranks[i].node_rank);
+        if (w < 0 || (size_t)w >= n - len)
+            return false;
+        len += (size_t)w;
+    }
+    return true;
+}
+
 /* Another launcher starts every rank (monitor.h): the report channel first, so its port
  * is in the ranks' environment, then the one process. */
 static int monitor_spawn_launcher(struct active_run *r, const struct db_queued_run *q,
@@ -685,6 +738,7 @@ static int monitor_spawn_launcher(struct active_run *r, const struct db_queued_r
     if (!r->channel)
         return err_prefix(e, "report channel");
     char report[200], map[2048], spec_path[PATH_MAX], log_path[PATH_MAX], boot[PATH_MAX];
+    char hosts[600], nodes[600]; /* launch_plan arguments */
     snprintf(report, sizeof report, "%s:%d", cfg->store_host, channel_port(r->channel));
     bool framework = strcmp(r->engine, "ddpbench") != 0;
     snprintf(boot, sizeof boot, "%s/ddpb_launch.py", cfg->engines_dir);
@@ -699,10 +753,20 @@ static int monitor_spawn_launcher(struct active_run *r, const struct db_queued_r
                                    .log_dir = r->dir,
                                    .cpu_map = pinned ? map : NULL,
                                    .run_id = (long long)r->id};
+    int spread = monitor_host_list(r, hosts, sizeof hosts, e);
+    if (spread > 0) { /* the scheduler placed ranks on followers: mpirun over the agent */
+        in.hosts = hosts;
+        in.agent = cfg->mpi_agent;
+        in.node_map = nodes;
+        if (!monitor_node_map(r, nodes, sizeof nodes))
+            spread = err_set(e, ERR_INVALID, "world_size",
+                             "world_size: DDPB_NODE_MAP is over %zu characters",
+                             sizeof nodes - 1);
+    }
     struct launch_plan *plan = malloc(sizeof *plan);
     if (!plan)
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
-    int rc = launch_plan_build(&in, plan, e);
+    int rc = spread < 0 ? -1 : launch_plan_build(&in, plan, e);
     char *argv[LAUNCH_PLAN_MAX_ARGS + 1];
     const char *env[LAUNCH_PLAN_MAX_ENV];
     if (rc == 0) {

@@ -69,6 +69,9 @@ struct scheduler {
     /* owned by the loop's thread; stats mirrored under the lock for other threads */
     bool scan_now; /* look at the queue after this iteration */
     bool stopping, stopping_runs;
+    /* what active runs end as when the daemon stops (scheduler_set_stop_status) */
+    enum db_run_status stop_status;
+    char stop_why[256];
     int nslots;
     bool *slot_used;
     int *slot_cpu; /* the CPU a slot stands for: slot i is CPU i mod ncpus */
@@ -270,6 +273,31 @@ static void sched_release(struct scheduler *s, int *slots, int n, int *gpus, int
     free(gpus);
 }
 
+bool scheduler_launcher_spreads(const struct config *cfg, const char *launcher)
+{
+    if (!launcher || !launcher[0] || strcmp(launcher, "ddpbench") == 0)
+        return true;
+    return strcmp(launcher, "mpirun") == 0 && cfg->mpi_agent[0];
+}
+
+/* srun's ranks: Slurm places, binds and accounts for them in the daemon's allocation (a
+ * step that does not fit waits in Slurm), so they take none of this node's slots and the
+ * spec's nodes and ranks_per_node go to srun (daemon/launch_plan.c). What is stored as
+ * the placement is what the spec asked. */
+static int sched_place_srun(struct scheduler *s, const struct db_queued_run *q)
+{
+    struct sched_place *p = &s->place;
+    p->ncand = 1;
+    p->count[0] = 0;
+    p->nnodes = q->spec.nodes > 0 ? q->spec.nodes : 1;
+    p->max_per_node = q->spec.ranks_per_node > 0
+                          ? q->spec.ranks_per_node
+                          : (q->world_size + p->nnodes - 1) / p->nnodes;
+    free(p->rank_node);
+    p->rank_node = calloc((size_t)q->world_size, sizeof *p->rank_node); /* all "here" */
+    return p->rank_node ? 1 : 0;
+}
+
 /* Where q's ranks go: 1 with s->place filled, 0 when it must wait for slots, -1 when q
  * was failed because it can never be placed. This node is candidate 0 with its free slots,
  * then the followers taking ranks in join order; a GPU run stays on this node. */
@@ -280,17 +308,26 @@ static int sched_place(struct scheduler *s, const struct db_queued_run *q, bool 
     int free_here = s->nslots - sched_slots_in_use(s);
     p->cand[0] = (struct cluster_slot_view){0, free_here};
     p->ncand = 1;
-    /* another launcher's ranks (mpirun, srun) are started from here: this node's slots
-     * hold them (api/h_experiments.c refuses mpirun across nodes) */
-    bool own_launcher = strcmp(q->spec.launcher, "ddpbench") == 0 || !q->spec.launcher[0];
-    if (!cuda && own_launcher)
+    /* another launcher's ranks (srun; mpirun without --mpi-agent) are started from here:
+     * this node's slots hold them (api/h_experiments.c refuses them across nodes); mpirun
+     * with an agent reaches the followers, so its ranks are placed and reserved there as
+     * ddpbench's own are (the launch plan's host list says where) */
+    if (strcmp(q->spec.launcher, "srun") == 0)
+        return sched_place_srun(s, q);
+    if (!cuda && scheduler_launcher_spreads(s->cfg, q->spec.launcher))
         p->ncand += cluster_followers(s->cluster, p->cand + 1, CLUSTER_MAX_NODES - 1);
     else if (q->spec.nodes > 1 ||
              (q->spec.ranks_per_node > 0 && q->spec.ranks_per_node < q->world_size)) {
         struct err e;
-        err_set(&e, ERR_CONFLICT, "nodes",
-                "device cuda runs stay on one node for now: NCCL across ddpbench nodes is "
-                "not built");
+        if (cuda)
+            err_set(&e, ERR_CONFLICT, "nodes",
+                    "device cuda runs stay on one node for now: NCCL across ddpbench nodes is "
+                    "not built");
+        else
+            err_set(&e, ERR_CONFLICT, "launcher",
+                    "launcher \"%s\" starts ranks on this node only (ddpbenchd has no "
+                    "--mpi-agent)",
+                    q->spec.launcher);
         sched_fail_unplaceable(s, q, &e);
         return -1;
     }
@@ -544,8 +581,7 @@ static void sched_after_iteration(void *arg)
     if (s->stopping) {
         if (!s->stopping_runs)
             for (int i = 0; i < s->nactive; i++) {
-                monitor_stop_run(s->active[i].run, DB_RUN_INTERRUPTED, -1,
-                                 "ddpbenchd shut down while the run was active");
+                monitor_stop_run(s->active[i].run, s->stop_status, -1, s->stop_why);
                 monitor_forget_remote(s->active[i].run);
             }
         s->stopping_runs = true;
@@ -591,6 +627,8 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
     s->cfg = cfg;
     s->db = db;
     s->cluster = cluster;
+    s->stop_status = DB_RUN_INTERRUPTED;
+    snprintf(s->stop_why, sizeof s->stop_why, "ddpbenchd shut down while the run was active");
     pthread_mutex_init(&s->lock, NULL);
     s->nslots = cfg->cpu_slots;
     s->slot_used = calloc((size_t)s->nslots, sizeof *s->slot_used);
@@ -626,6 +664,12 @@ struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
 fail:
     scheduler_destroy(s);
     return NULL;
+}
+
+void scheduler_set_stop_status(struct scheduler *s, enum db_run_status status, const char *why)
+{
+    s->stop_status = status;
+    snprintf(s->stop_why, sizeof s->stop_why, "%s", why);
 }
 
 void scheduler_destroy(struct scheduler *s)

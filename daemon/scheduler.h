@@ -12,6 +12,7 @@
 #ifndef DDPB_SCHEDULER_H
 #define DDPB_SCHEDULER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -35,7 +36,13 @@ struct scheduler_stats {
 struct scheduler *scheduler_create(const struct config *cfg, struct db *db,
                                    struct store_server *store, struct events *events,
                                    struct cluster *cluster, struct err *e);
-/* Stops active runs (they end 'interrupted'), joins the thread, frees everything. */
+/* What active runs end as when scheduler_destroy stops them: 'interrupted' unless this
+ * says otherwise (a daemon whose Slurm job is ending: 'cancelled'). Call it from the
+ * thread that then calls scheduler_destroy, before it (destroy's post to the loop orders
+ * the two). why is copied. */
+void scheduler_set_stop_status(struct scheduler *s, enum db_run_status status, const char *why);
+/* Stops active runs (they end 'interrupted', or as set above), joins the thread, frees
+ * everything. */
 void scheduler_destroy(struct scheduler *s);
 /* New runs were queued. Thread-safe, async-signal-safe. */
 void scheduler_wake(struct scheduler *s);
@@ -45,6 +52,10 @@ void scheduler_wake(struct scheduler *s);
 int scheduler_cancel_runs(struct scheduler *s, const int64_t *ids, size_t n, struct err *e);
 void scheduler_get_stats(struct scheduler *s, struct scheduler_stats *out);
 int scheduler_slots_total(const struct scheduler *s);
+/* Whether ranks of launcher (a spec's "launcher"; NULL or "" is ddpbench) may be placed on
+ * followers: ddpbench's own always, mpirun when cfg has an --mpi-agent to start MPI's
+ * daemon there; srun places its own ranks, and the others stay on this node. */
+bool scheduler_launcher_spreads(const struct config *cfg, const char *launcher);
 /* GPU slots of this node (config gpus; daemon/gpu_slots.h): device "cuda" runs take one
  * per rank, or one for all ranks when emulated, besides their CPU slots. */
 int scheduler_gpus_total(const struct scheduler *s);

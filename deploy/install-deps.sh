@@ -18,7 +18,10 @@ PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates 
       clang libclang-rt-14-dev clang-format prometheus python3-jsonschema python3-yaml
       python3-venv
       chromium chromium-driver python3-selenium
-      slurm-wlm munge"
+      slurm-wlm munge slurmdbd mariadb-server-core"
+# slurmdbd, mariadb-server-core: tests/integration/slurmlab.py runs Slurm with accounting
+# (slurmdbd on a MariaDB of its own) so sacct lists a job's steps; the server's core only
+# (mariadbd, ~8 MB): the mariadb-server package would start a system database on install.
 # libopenblas0-pthread: python3-torch only asks for some libblas.so.3, and with the reference
 # libblas3 alone its linear layers run unoptimised; the PyTorch peer gets Debian's OpenBLAS.
 # python3-pil, python3-numpy: bench_data.py makes its images with numpy, and its PyTorch peer

@@ -4,6 +4,8 @@
 # profile, and one ddpbenchd per host started inside its namespace.
 #
 #   deploy/netlab.sh up --nodes N --profile P [--port-base PORT] [--dir DIR] [--build DIR]
+#                       [--no-daemons]   (the hosts and links only: another cluster manager,
+#                                         e.g. the Slurm of tests/integration/slurmlab.py)
 #   deploy/netlab.sh status [--dir DIR]
 #   deploy/netlab.sh exec HOST_INDEX COMMAND...   (runs COMMAND inside host's namespace)
 #   deploy/netlab.sh down [--dir DIR]
@@ -29,6 +31,8 @@
 #   `nodes`/`ranks_per_node` spread its ranks over the hosts, so their traffic crosses the
 #   shaped links. Each daemon has --network-profile P, so every run names the network it
 #   measured over and results never pool it with another's.
+# - launcher "mpirun" with `nodes` > 1 runs without ssh: the leader gets --mpi-agent
+#   deploy/netlab-mpi-agent.sh, which starts MPI's daemon in the named host's namespace.
 set -eu
 
 PREFIX=${NETLAB_PREFIX:-ddpbnl}
@@ -42,7 +46,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -116,16 +120,22 @@ wait_healthy() {
 # Starts host i's daemon inside its namespace (host 0 leads, the others join it); prints
 # nothing, records its pid.
 start_daemon() {
-    local i=$1 port=$2 profile=$3 dir=$4 daemon=$5 ns addr state join=()
+    local i=$1 port=$2 profile=$3 dir=$4 daemon=$5 ns addr state role=()
     ns=$(host_ns "$i")
     addr=$(host_addr "$i")
     state="$dir/h$i"
     mkdir -p "$state"
-    [ "$i" -eq 0 ] || join=(--join "$(cat "$dir/h0/url")")
+    # the leader starts launcher mpirun's MPI daemons on the other hosts with netlab's
+    # agent (ip netns exec: deploy/netlab-mpi-agent.sh says why not ssh)
+    if [ "$i" -eq 0 ]; then
+        role=(--mpi-agent "$SRC/deploy/netlab-mpi-agent.sh")
+    else
+        role=(--join "$(cat "$dir/h0/url")")
+    fi
     # setsid: the daemon outlives this script and a Ctrl-C in the shell that ran it
     ip netns exec "$ns" setsid "$daemon" --host "$addr" --port "$port" --store-host "$addr" \
         --state-dir "$state" --node "$ns" --network-profile "$profile" \
-        --token-file "$dir/token" "${join[@]}" \
+        --token-file "$dir/token" "${role[@]}" \
         >"$state/daemon.log" 2>&1 </dev/null &
     echo $! >"$state/pid"
     wait_healthy "$i" "http://$addr:$port" "$!" "$state/daemon.log"
@@ -146,7 +156,7 @@ wait_followers() {
 }
 
 cmd_up() {
-    local nodes="" profile="" port_base=7480 dir="" build="$SRC/build"
+    local nodes="" profile="" port_base=7480 dir="" build="$SRC/build" daemons=1
     while [ $# -gt 0 ]; do
         case "$1" in
         --nodes) nodes=${2:-}; shift 2 ;;
@@ -154,6 +164,7 @@ cmd_up() {
         --port-base) port_base=${2:-}; shift 2 ;;
         --dir) dir=${2:-}; shift 2 ;;
         --build) build=${2:-}; shift 2 ;;
+        --no-daemons) daemons=""; shift ;;
         *) die "up: unknown option '$1' (see --help)" ;;
         esac
     done
@@ -172,7 +183,7 @@ cmd_up() {
     rate=$(profile_rate "$profile")
     dir=${dir:-/tmp/ddpbench-netlab-$PREFIX}
     local daemon="$build/daemon/ddpbenchd"
-    [ -x "$daemon" ] || die "no ddpbenchd at $daemon (build first, or give --build DIR)"
+    [ -z "$daemons" ] || [ -x "$daemon" ] || die "no ddpbenchd at $daemon (build first, or give --build DIR)"
     [ "$(id -u)" -eq 0 ] || die "up needs root (ip netns, tc)"
     [ -z "$(our_namespaces)" ] || die "namespaces $PREFIX-* exist already: run 'netlab.sh down' first"
 
@@ -221,6 +232,13 @@ cmd_up() {
     done
     echo "netlab: $nodes hosts on $SUBNET.0/24, profile $profile${qdisc:+ ($qdisc $rate each way)}"
 
+    if [ -z "$daemons" ]; then
+        trap - EXIT
+        for i in $(seq 0 $((nodes - 1))); do
+            echo "host $i: $(host_ns "$i") $(host_addr "$i")"
+        done
+        return 0
+    fi
     (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/token")
     for i in $(seq 0 $((nodes - 1))); do # host 0 first: the leader
         start_daemon "$i" $((port_base + i)) "$profile" "$dir" "$daemon"

@@ -157,7 +157,10 @@ static int worker_report_fd(void)
 }
 
 /* A rank of another launcher writes its stdout and stderr to its own log, where the
- * daemon serves every rank's log from (mpirun or srun would interleave them into one). */
+ * daemon serves every rank's log from (mpirun or srun would interleave them into one).
+ * DDPB_LOG_DIR is the leader's run directory: on another node without a shared file
+ * system it does not exist, and the rank keeps the launcher's stdout and stderr, which
+ * mpirun forwards to the run's launcher.log on the leader. */
 static int worker_open_log(const struct worker *wk, struct err *e)
 {
     if (!wk->env.log_dir[0])
@@ -165,6 +168,11 @@ static int worker_open_log(const struct worker *wk, struct err *e)
     char path[600];
     snprintf(path, sizeof path, "%s/rank%d.log", wk->env.log_dir, wk->env.rank);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0 && errno == ENOENT) {
+        fprintf(stderr, "rank %d: no %s on this node: its log stays in the launcher's\n",
+                wk->env.rank, wk->env.log_dir);
+        return 0;
+    }
     if (fd < 0)
         return err_errno(e, "DDPB_LOG_DIR: open %s", path);
     fflush(stdout);

@@ -39,7 +39,9 @@ class Daemon:
         self.proc = None
         self.start()
 
-    def start(self):
+    def argv(self):
+        """The daemon's command line (its info file removed first, so that
+        read_info() sees only the new one)."""
         info = os.path.join(self.state_dir, "ddpbenchd.json")
         if os.path.exists(info):
             os.unlink(info)
@@ -47,20 +49,29 @@ class Daemon:
                 "--kill-grace-ms", "1000", "--log-level", "info"]
         if self.cpu_slots:
             args += ["--cpu-slots", str(self.cpu_slots)]
-        args += self.extra_args
+        return args + self.extra_args
+
+    def read_info(self):
+        """True once the started daemon wrote its info file (self.info, self.url set)."""
+        try:
+            with open(os.path.join(self.state_dir, "ddpbenchd.json")) as f:
+                self.info = json.load(f)
+            self.url = f"http://127.0.0.1:{self.info['http_port']}"
+            return True
+        except (OSError, ValueError, KeyError):
+            return False
+
+    def start(self):
+        args = self.argv()
         self.log = open(os.path.join(self.state_dir, "daemon.log"), "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log, env=self.env)
         deadline = time.time() + 15
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"ddpbenchd exited with {self.proc.returncode}: {self.daemon_log()}")
-            try:
-                with open(info) as f:
-                    self.info = json.load(f)
-                self.url = f"http://127.0.0.1:{self.info['http_port']}"
+            if self.read_info():
                 return
-            except (OSError, ValueError, KeyError):
-                time.sleep(0.05)
+            time.sleep(0.05)
         raise RuntimeError("ddpbenchd did not start: " + self.daemon_log())
 
     def daemon_log(self):

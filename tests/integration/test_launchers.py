@@ -5,7 +5,8 @@ of launcher_checks.py (a checked collective; steps, epochs, memory, env and trac
 training run; a killed rank failing the run naming it; cancel; a frozen rank caught by its
 heartbeat; the run's timeout; nothing left behind after any of them). srun's turn is in
 test_slurm.py, inside a real Slurm allocation. Also the refusals: srun outside an
-allocation and mpirun across nodes (409 naming launcher), backend mpi without an MPI
+allocation and mpirun across nodes without --mpi-agent (409 naming launcher; with one,
+test_netlab.py runs it across hosts), backend mpi without an MPI
 launcher (400), and a launcher program that cannot start."""
 import os
 import sys
@@ -38,7 +39,8 @@ def test_refusals():
               "Slurm allocation" in body["error"]["message"], (status, body))
         status, body, _ = d.request("POST", "/v1/experiments",
                                     body=dict(base, launcher="mpirun", nodes=2))
-        check(status == 409 and body["error"]["field"] == "launcher", (status, body))
+        check(status == 409 and body["error"]["field"] == "launcher" and
+              "--mpi-agent" in body["error"]["message"], (status, body))  # none given here
         status, body, _ = d.request("POST", "/v1/experiments", body=dict(base, backend="mpi"))
         check(status == 400 and body["error"]["field"] == "launcher", (status, body))
     finally:

@@ -8,6 +8,15 @@ over REST through the bridge and runs a 2-rank TCP allreduce with one rank on ea
 run_ranks.node naming both hosts; `down` leaves no namespace and no link behind, and the
 root namespace's links are the same before, during and after.
 
+launcher "mpirun" across the hosts, without ssh (issue 29): on the same two hosts a 2-rank
+checked allreduce with `launcher: mpirun, nodes: 2` under OpenMPI and under MPICH runs one
+rank on each host (run_ranks.node names both, each rank's log is in the leader's run
+directory) with #wrong 0, and a SIGKILL of the rank on host 1 fails the run naming rank 1;
+after each, no orted, hydra_pmi_proxy, mpirun or worker is left in either namespace. MPI's
+daemon reaches host 1 through netlab's agent (deploy/netlab-mpi-agent.sh: ip netns exec),
+which runs a command in host 1's namespace by its address and refuses an address no host
+has.
+
 Needs root and `ip netns` (CI runs as root): elsewhere every case skips with the reason,
 and tests/summarize.py does not allow that skip, so CI cannot pass without running it."""
 import contextlib
@@ -128,6 +137,84 @@ def wait_experiment(url, exp_id, timeout=60):
     raise AssertionError(f"experiment {exp_id} still {exp['status']} after {timeout}s")
 
 
+# what launcher mpirun may start in a host's namespace: none of it may outlive a run
+MPI_PROGRAMS = {"orted", "hydra_pmi_proxy", "mpirun.openmpi", "mpiexec.mpich", "mpiexec.hydra",
+                "ddpbench-worker"}
+
+
+def mpi_left(timeout=20):
+    """The processes of MPI_PROGRAMS still alive in host 0's or 1's namespace after up to
+    timeout seconds (a remote orted notices a killed mpirun within a few)."""
+    deadline = time.time() + timeout
+    while True:
+        left = []
+        for ns in (H0, H1):
+            for pid in sh("ip", "netns", "pids", ns).stdout.split():
+                try:
+                    with open(f"/proc/{pid}/comm") as f:
+                        name = f.read().strip()
+                except OSError:
+                    continue
+                if name in MPI_PROGRAMS:
+                    left.append(f"{ns}:{name}:{pid}")
+        if not left or time.time() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+def check_mpirun_across(state, leader, token):
+    """launcher mpirun with nodes 2 under each implementation: a checked allreduce with a
+    rank on each host, then a SIGKILL of host 1's rank failing the run naming it; nothing
+    of MPI's left in either namespace after each."""
+    def daemon_log():
+        with open(os.path.join(state, "h0", "daemon.log")) as f:
+            return f.read()[-3000:]
+    # the agent itself, as mpirun calls it from host 0: into host 1's namespace by its
+    # address (ssh's options skipped), and an address of no host here refused naming it
+    agent = os.path.join(SOURCE, "deploy", "netlab-mpi-agent.sh")
+    r = sh("ip", "netns", "exec", H0, agent, "-x", ADDR[1], "ip", "-o", "-4", "addr", "show",
+           "dev", "eth0")
+    check(r.returncode == 0 and f" {ADDR[1]}/" in r.stdout, f"agent: {r.stdout} {r.stderr}")
+    r = sh("ip", "netns", "exec", H0, agent, "10.213.0.99", "true")
+    check(r.returncode == 255 and "10.213.0.99" in r.stderr, f"agent: {r.returncode} {r.stderr}")
+    for mpi in ("openmpi", "mpich"):
+        fields = {"launcher": "mpirun", "mpi": mpi, "nodes": 2}
+        exp = wait_experiment(leader, http(H0, "POST", f"{leader}/v1/experiments",
+                                           dict(SPEC, **fields), token=token)["id"])
+        run_id = exp["runs"][0]["id"]
+        check(exp["status"] == "succeeded", f"{mpi}: {exp}; log: {daemon_log()}")
+        run = http(H0, "GET", f"{leader}/v1/runs/{run_id}")
+        check({k["rank"]: k["node"] for k in run["ranks"]} == {0: H0, 1: H1},
+              f"{mpi}: {run['ranks']}")
+        check(run["collectives"] and all(c["wrong"] == 0 for c in run["collectives"]),
+              f"{mpi}: {run['collectives']}")
+        for r in (0, 1):
+            with open(os.path.join(state, "h0", "runs", str(run_id), f"rank{r}.log")) as f:
+                check("joined: 2 ranks" in f.read(), f"{mpi}: rank {r}'s log")
+        check(not mpi_left(), f"{mpi}: left after the run: {mpi_left(0)}")
+
+        train = {"workload": "train", "model": "mnist-cnn", "batch_size": 8, "steps": 100000,
+                 "world_size": 2, "dataset": {"samples": 4096}, "timeout_s": 120}
+        exp_id = http(H0, "POST", f"{leader}/v1/experiments", dict(train, **fields),
+                      token=token)["id"]
+        run_id = http(H0, "GET", f"{leader}/v1/experiments/{exp_id}")["runs"][0]["id"]
+        deadline = time.time() + 60
+        while True:
+            run = http(H0, "GET", f"{leader}/v1/runs/{run_id}")
+            if run["status"] == "running" and all(k["pid"] for k in run["ranks"]):
+                break
+            check(time.time() < deadline and run["status"] in ("queued", "starting"),
+                  f"{mpi}: ranks not up: {run['status']} {run['error']}")
+            time.sleep(0.2)
+        check(run["ranks"][1]["node"] == H1, f"{mpi}: {run['ranks']}")
+        os.kill(run["ranks"][1]["pid"], 9)  # one PID space: netns splits the network only
+        exp = wait_experiment(leader, exp_id, timeout=60)
+        run = http(H0, "GET", f"{leader}/v1/runs/{run_id}")
+        check(exp["status"] == "failed" and run["error_rank"] == 1 and "rank 1" in run["error"],
+              f"{mpi}: {run['status']} {run['error_rank']} {run['error']}")
+        check(not mpi_left(), f"{mpi}: left after a killed rank: {mpi_left(0)}")
+
+
 def test_up_shape_run_down():
     before = root_links()
     with two_hosts("1gbe") as (state, up, leader):
@@ -167,6 +254,7 @@ def test_up_shape_run_down():
         check(run["collectives"] and all(c["wrong"] == 0 for c in run["collectives"]), "results")
         table = http(H1, "GET", f"{leader}/v1/experiments/{exp['id']}/results")
         check(table["rows"] and all(r["network_profile"] == "1gbe" for r in table["rows"]), table)
+        check_mpirun_across(state, leader, token)
 
         status = netlab("status", "--dir", state)
         check(status.returncode == 0 and "profile 1gbe" in status.stdout, status.stdout)

@@ -353,6 +353,31 @@ static void test_engine_check_reads_each_followers_probe(void)
     fx_close(&x);
 }
 
+/* Another launcher's host list names nodes by address, and its ranks' report channels
+ * are told apart by the address they connect from: each way between a node and its
+ * address, the leader's being its store host. */
+static void test_node_address_and_name_at(void)
+{
+    struct fx x;
+    int id;
+    char s[65], out[128];
+    fx_open_with_f1(&x, 60000, &id, s);
+    cluster_node_address(x.c, id, out, sizeof out);
+    T_EQ_STR(out, "10.0.0.2");
+    cluster_node_address(x.c, 0, out, sizeof out);
+    T_EQ_STR(out, x.cfg.store_host);
+    cluster_node_address(x.c, 7, out, sizeof out);
+    T_EQ_STR(out, "");
+    T_CHECK(cluster_name_at(x.c, "10.0.0.2", out, sizeof out));
+    T_EQ_STR(out, "f1");
+    T_CHECK(cluster_name_at(x.c, x.cfg.store_host, out, sizeof out));
+    T_EQ_STR(out, "lead");
+    snprintf(out, sizeof out, "kept");
+    T_CHECK(!cluster_name_at(x.c, "10.0.0.9", out, sizeof out));
+    T_EQ_STR(out, "kept");
+    fx_close(&x);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -361,5 +386,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_join_sync_and_malformed_bodies);
     TEST_RUN(test_lost_rejoin_drain_and_leave);
     TEST_RUN(test_engine_check_reads_each_followers_probe);
+    TEST_RUN(test_node_address_and_name_at);
     return test_end();
 }

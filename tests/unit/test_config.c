@@ -1,8 +1,10 @@
 /* Unit tests for daemon/config's --network-profile: the default is none (the host network,
  * stored as null), a label is kept as given, "none" clears it, and a name that could not
  * be a results column or CSV cell as is (a comma, a space, empty, too long) is refused
- * naming the option. */
+ * naming the option. --mpi-agent: off unless given, an executable kept as its real path. */
 #include <getopt.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/config.h"
@@ -45,9 +47,31 @@ static void test_config_network_profile(void)
     }
 }
 
+/* --mpi-agent: off by default; an executable is kept as its real path; a missing or
+ * non-executable file is refused naming the option. */
+static void test_config_mpi_agent(void)
+{
+    struct config c;
+    struct err e = {0};
+    T_EQ_INT(test_config_parse(&c, NULL, 0, &e), 0);
+    T_EQ_STR(c.mpi_agent, "");
+    char *given[] = {"--mpi-agent", "/bin/../bin/sh"};
+    T_CHECK_MSG(test_config_parse(&c, given, 2, &e) == 0, "%s", e.msg);
+    char want[PATH_MAX];
+    T_CHECK(realpath("/bin/sh", want) != NULL);
+    T_EQ_STR(c.mpi_agent, want);
+    char *bad[][2] = {{"--mpi-agent", "/nonexistent/agent"}, {"--mpi-agent", "/etc/passwd"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        e = (struct err){0};
+        T_CHECK_MSG(test_config_parse(&c, bad[i], 2, &e) < 0, "accepted '%s'", bad[i][1]);
+        T_EQ_STR(e.field, "mpi-agent");
+    }
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_config_network_profile);
+    TEST_RUN(test_config_mpi_agent);
     return test_end();
 }

@@ -152,6 +152,42 @@ static void test_plan_refusals(void)
     T_EQ_STR(e.field, "launcher");
 }
 
+/* mpirun across nodes: the host list and the agent in place of ssh, for each
+ * implementation; no agent, an agent path mpirun would split, or srun given hosts are
+ * refused naming launcher. */
+static void test_plan_mpirun_hosts(void)
+{
+    struct spec s = plan_spec("mpirun", "openmpi", "tcp");
+    struct launch_plan_input in = plan_input(&s);
+    in.hosts = "10.0.0.1:1,10.0.0.2:1";
+    in.agent = "/a/agent";
+    in.node_map = "0;1";
+    in.cpu_map = NULL;
+    struct launch_plan p;
+    struct err e = {0};
+    T_CHECK_MSG(launch_plan_build(&in, &p, &e) == 0, "%s", e.msg);
+    T_EQ_STR(plan_line(&p), "mpirun.openmpi --allow-run-as-root --oversubscribe -np 2 "
+                            "--bind-to none --host 10.0.0.1:1,10.0.0.2:1 --mca plm_rsh_agent "
+                            "/a/agent --mca plm_rsh_no_tree_spawn 1 /w/ddpbench-worker");
+    T_CHECK(plan_has_env(&p, "DDPB_NODE_MAP=0;1"));
+    s = plan_spec("mpirun", "mpich", "tcp");
+    T_CHECK_MSG(launch_plan_build(&in, &p, &e) == 0, "%s", e.msg);
+    T_EQ_STR(plan_line(&p), "mpiexec.mpich -n 2 -genvall -bind-to none -hosts "
+                            "10.0.0.1:1,10.0.0.2:1 -launcher ssh -launcher-exec /a/agent "
+                            "/w/ddpbench-worker");
+    const char *bad_agents[] = {NULL, "", "/a/my agent"};
+    for (size_t i = 0; i < sizeof bad_agents / sizeof *bad_agents; i++) {
+        in.agent = bad_agents[i];
+        e = (struct err){0};
+        T_CHECK(launch_plan_build(&in, &p, &e) < 0);
+        T_EQ_STR(e.field, "launcher");
+    }
+    s = plan_spec("srun", "mpich", "tcp");
+    in.agent = "/a/agent";
+    T_CHECK(launch_plan_build(&in, &p, &e) < 0);
+    T_EQ_STR(e.field, "launcher");
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -159,5 +195,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_plan_mpirun_mpich);
     TEST_RUN(test_plan_srun);
     TEST_RUN(test_plan_refusals);
+    TEST_RUN(test_plan_mpirun_hosts);
     return test_end();
 }

@@ -1,8 +1,9 @@
 /* Unit tests for common/net: address parsing, loopback transfer, deadlines and the
  * abort flag (a silent peer must produce ERR_TIMEOUT / ERR_ABORTED, never a hang), and a
- * closed peer (ERR_PEER). */
+ * closed peer (ERR_PEER); the local address towards a host (net_route_addr). */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -121,6 +122,21 @@ static void test_net_connect_refused_and_retry_deadline(void)
     T_CHECK_MSG(dt >= 250 && dt < 3000, "took %lld ms", (long long)dt);
 }
 
+/* The address the kernel would send from: loopback is reached from loopback; a name
+ * that does not resolve is refused naming it. */
+static void test_net_route_addr(void)
+{
+    char out[64];
+    struct err e = {0};
+    T_CHECK_MSG(net_route_addr("127.0.0.1", 9, out, sizeof out, &e) == 0, "%s", e.msg);
+    T_EQ_STR(out, "127.0.0.1");
+    T_CHECK_MSG(net_route_addr("localhost", 9, out, sizeof out, &e) == 0, "%s", e.msg);
+    T_CHECK(strcmp(out, "127.0.0.1") == 0 || strcmp(out, "::1") == 0);
+    e = (struct err){0};
+    T_CHECK(net_route_addr("no-such-host.invalid", 9, out, sizeof out, &e) < 0);
+    T_CHECK_MSG(strstr(e.msg, "no-such-host.invalid") != NULL, "%s", e.msg);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -128,5 +144,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_net_loopback_large_transfer);
     TEST_RUN(test_net_timeout_on_silent_peer);
     TEST_RUN(test_net_connect_refused_and_retry_deadline);
+    TEST_RUN(test_net_route_addr);
     return test_end();
 }

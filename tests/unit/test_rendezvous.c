@@ -30,6 +30,7 @@ static const char *const env_names[] = {"DDPB_RUN",
                                         "DDPB_REPORT",
                                         "DDPB_LOG_DIR",
                                         "DDPB_CPU_MAP",
+                                        "DDPB_NODE_MAP",
                                         "OMPI_COMM_WORLD_RANK",
                                         "OMPI_COMM_WORLD_LOCAL_RANK",
                                         "OMPI_COMM_WORLD_SIZE",
@@ -51,6 +52,16 @@ static void env_set_valid(void)
     setenv("DDPB_STORE", "127.0.0.1:7070", 1);
     setenv("DDPB_SECRET", "sesame", 1);
     setenv("DDPB_SPEC", "/tmp/spec.json", 1);
+}
+
+/* A valid environment of a rank mpirun started: no DDPB_RANK, DDPB_LAUNCHER says where
+ * the rank is (the caller sets the implementation's variables). */
+static void env_set_mpirun(void)
+{
+    env_set_valid();
+    unsetenv("DDPB_RANK");
+    unsetenv("DDPB_LOCAL_RANK");
+    setenv("DDPB_LAUNCHER", "mpirun", 1);
 }
 
 static void test_rdzv_env_valid_and_defaults(void)
@@ -110,10 +121,7 @@ static void test_rdzv_env_other_launchers(void)
 {
     struct rendezvous_env env;
     struct err e = {0};
-    env_set_valid();
-    unsetenv("DDPB_RANK");
-    unsetenv("DDPB_LOCAL_RANK");
-    setenv("DDPB_LAUNCHER", "mpirun", 1);
+    env_set_mpirun();
     setenv("OMPI_COMM_WORLD_RANK", "3", 1);
     setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1", 1);
     setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
@@ -158,6 +166,36 @@ static void test_rdzv_env_other_launchers(void)
     T_EQ_INT(env.rank, 2);
     T_EQ_STR(env.report, "");
     unsetenv("SLURM_PROCID");
+}
+
+/* A rank of mpirun across nodes: its node index from DDPB_NODE_MAP (DDPB_NODE_RANK, set
+ * only by ddpbench's launcher, wins), and its own address towards the store whatever the
+ * leader's DDPB_HOST says; under ddpbench's launcher DDPB_HOST stands. */
+static void test_rdzv_env_across_nodes(void)
+{
+    struct rendezvous_env env;
+    struct err e = {0};
+    env_set_mpirun();
+    setenv("PMI_RANK", "2", 1);
+    setenv("MPI_LOCALRANKID", "0", 1);
+    setenv("DDPB_NODE_MAP", "0;0;1;1", 1);
+    setenv("DDPB_HOST", "10.99.0.1", 1); /* the leader's: not an address of this host */
+    T_CHECK_MSG(rendezvous_env_read(&env, &e) == 0, "%s", e.msg);
+    T_EQ_INT(env.node_rank, 1);
+    T_EQ_STR(env.host, "127.0.0.1"); /* DDPB_STORE is 127.0.0.1: reached from itself */
+    setenv("DDPB_NODE_MAP", "0;0;x;1", 1);
+    T_CHECK(rendezvous_env_read(&env, &e) < 0);
+    T_EQ_STR(e.field, "DDPB_NODE_MAP");
+    setenv("DDPB_NODE_MAP", "0;0", 1); /* short: the rank keeps node 0 */
+    T_CHECK_MSG(rendezvous_env_read(&env, &e) == 0, "%s", e.msg);
+    T_EQ_INT(env.node_rank, 0);
+    env_set_valid();
+    setenv("DDPB_HOST", "10.99.0.1", 1);
+    setenv("DDPB_NODE_MAP", "1;1;1;1", 1);
+    setenv("DDPB_NODE_RANK", "0", 1);
+    T_CHECK_MSG(rendezvous_env_read(&env, &e) == 0, "%s", e.msg);
+    T_EQ_STR(env.host, "10.99.0.1");
+    T_EQ_INT(env.node_rank, 0);
 }
 
 static void test_rdzv_env_malformed_names_variable(void)
@@ -492,6 +530,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_rdzv_env_missing_names_variable);
     TEST_RUN(test_rdzv_env_malformed_names_variable);
     TEST_RUN(test_rdzv_env_other_launchers);
+    TEST_RUN(test_rdzv_env_across_nodes);
     TEST_RUN(test_rdzv_cpus_parse_and_format);
     TEST_RUN(test_rdzv_pin_cpus);
     TEST_RUN(test_rdzv_join_with_late_rank);

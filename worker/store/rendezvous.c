@@ -121,10 +121,11 @@ static int rendezvous_env_size_check(const struct rendezvous_launcher_vars *lv, 
     return 0;
 }
 
-/* Entry `rank` of a ';'-separated DDPB_CPU_MAP into cpus ("" when absent or short). */
-static void rendezvous_env_cpu_map(int rank, char *cpus, size_t cap)
+/* Entry `rank` of a ';'-separated map such as DDPB_CPU_MAP into cpus ("" when absent or
+ * short): what the launcher's one environment says of each of its ranks. */
+static void rendezvous_env_map_entry(const char *var, int rank, char *cpus, size_t cap)
 {
-    const char *map = getenv("DDPB_CPU_MAP");
+    const char *map = getenv(var);
     for (int i = 0; map && i < rank; i++) {
         map = strchr(map, ';');
         map = map ? map + 1 : NULL;
@@ -134,6 +135,19 @@ static void rendezvous_env_cpu_map(int rank, char *cpus, size_t cap)
     size_t len = strcspn(map, ";");
     if (len < cap)
         snprintf(cpus, cap, "%.*s", (int)len, map);
+}
+
+/* A rank of another launcher may run on any node its launcher reached, while DDPB_HOST
+ * is the leader's (the launcher's environment): it listens on the address of its own
+ * interface towards the store (the leader's), which every peer can reach as well. */
+static int rendezvous_env_own_host(struct rendezvous_env *out, struct err *e)
+{
+    char host[256];
+    int port;
+    if (net_split_hostport(out->store, host, sizeof host, &port, false, e) < 0 ||
+        net_route_addr(host, port, out->host, sizeof out->host, e) < 0)
+        return err_prefix(e, "DDPB_STORE");
+    return 0;
 }
 
 int rendezvous_env_read(struct rendezvous_env *out, struct err *e)
@@ -168,7 +182,17 @@ int rendezvous_env_read(struct rendezvous_env *out, struct err *e)
         rendezvous_env_str("DDPB_LOG_DIR", out->log_dir, sizeof out->log_dir, false, "", e) < 0)
         return -1;
     if (!out->cpus[0])
-        rendezvous_env_cpu_map(out->rank, out->cpus, sizeof out->cpus);
+        rendezvous_env_map_entry("DDPB_CPU_MAP", out->rank, out->cpus, sizeof out->cpus);
+    char node[16] = "";
+    rendezvous_env_map_entry("DDPB_NODE_MAP", out->rank, node, sizeof node);
+    long node_rank;
+    if (node[0] && !getenv("DDPB_NODE_RANK")) {
+        if (rendezvous_parse_int(node, 0, SPEC_MAX_WORLD - 1, &node_rank) < 0)
+            return err_set(e, ERR_INVALID, "DDPB_NODE_MAP",
+                           "DDPB_NODE_MAP: rank %d's entry '%s' is not a node index", out->rank,
+                           node);
+        out->node_rank = (int)node_rank;
+    }
     if (!out->node_name[0] && gethostname(out->node_name, sizeof out->node_name - 1) < 0)
         snprintf(out->node_name, sizeof out->node_name, "localhost");
     if (!out->run[0])
@@ -185,6 +209,8 @@ int rendezvous_env_read(struct rendezvous_env *out, struct err *e)
             snprintf(e->field, sizeof e->field, "DDPB_CPUS");
         return err_prefix(e, "DDPB_CPUS");
     }
+    if (strcmp(lv->launcher, "ddpbench") != 0 && rendezvous_env_own_host(out, e) < 0)
+        return -1;
     return 0;
 }
 

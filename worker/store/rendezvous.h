@@ -42,7 +42,8 @@ struct rendezvous_env {
     char store[300];                   /* DDPB_STORE, "host:port" */
     char secret[STORE_MAX_SECRET + 1]; /* DDPB_SECRET */
     char spec_path[4096];              /* DDPB_SPEC */
-    char host[256]; /* DDPB_HOST: address peers reach this rank at; default 127.0.0.1 */
+    char host[256]; /* DDPB_HOST: address peers reach this rank at; default 127.0.0.1;
+                       under another launcher, this host's address towards DDPB_STORE */
     char cpus[256]; /* DDPB_CPUS: CPU list to pin to; "" = not pinned */
     int timeout_ms; /* DDPB_TIMEOUT_MS: join, store and comm timeout; default 60000 */
     /* A rank started by another launcher (spec launcher mpirun or srun) has no report pipe
@@ -64,8 +65,11 @@ struct rendezvous_launcher_vars {
 /* Reads and validates the launch environment (getenv). The rank and local rank come from
  * the launcher's variables (struct rendezvous_launcher_vars); its rank count must be
  * DDPB_WORLD_SIZE. Without DDPB_CPUS, DDPB_CPU_MAP
- * ("0,1;2,3": a CPU list per rank, ';'-separated) gives the rank its entry. Errors are
- * ERR_INVALID with e->field = the variable's name. */
+ * ("0,1;2,3": a CPU list per rank, ';'-separated) gives the rank its entry; without
+ * DDPB_NODE_RANK, DDPB_NODE_MAP ("0;0;1": a node index per rank) does. Under another
+ * launcher host is this host's address towards DDPB_STORE (net_route_addr), whatever
+ * DDPB_HOST says: the launcher's environment is the leader's, wherever the rank runs.
+ * Errors are ERR_INVALID with e->field = the variable's name. */
 int rendezvous_env_read(struct rendezvous_env *out, struct err *e);
 
 /* Parses a CPU list such as "0", "0-3,6" into set. ERR_INVALID on empty items, bad
