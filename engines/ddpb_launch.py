@@ -11,6 +11,8 @@ execs the engine's adapter with the framework's environment.
    DDPB_REPORT names when mpirun or srun started it (ddpb_report); its stdout and stderr
    then go to DDPB_LOG_DIR/rank<N>.log, where the daemon serves each rank's log from, as
    the C worker's do (the launcher would interleave every rank's into one).
+   Under another launcher it listens on its own host's address towards the store, not
+   the leader's DDPB_HOST (own_host), as the C worker does.
 1. Pins itself to the daemon's CPUs (DDPB_CPUS, or its entry of DDPB_CPU_MAP under
    mpirun) and sets the framework's thread count.
 2. Agrees peers through ddpbench's store (engines/ddpb_store.py): every rank binds a free
@@ -75,14 +77,37 @@ def rendezvous(env, spec):
             "DDPB_PEERS": ",".join(addrs), "DDPB_PEER_NODES": ",".join(p[1] for p in peers)}
 
 
+def map_entry(env, var, rank):
+    """Entry rank of a ';'-separated map of every rank (DDPB_CPU_MAP), or ""."""
+    items = env[var].split(";") if env.get(var) else []
+    return items[rank] if rank < len(items) else ""
+
+
+def route_addr(addr):
+    """The local address the kernel would send from to reach addr ("host:port"): a
+    connected UDP socket's own address, so nothing is sent (common/net.c net_route_addr)."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                       socket.SOCK_DGRAM) as s:
+        s.connect((host, int(port)))
+        return s.getsockname()[0]
+
+
+def own_host(env):
+    """Under another launcher the environment is the leader's wherever the rank runs, so
+    DDPB_HOST and DDPB_NODE_NAME name the leader: as the C worker does, the rank listens
+    on its own interface towards the store (which every peer reaches too), and that
+    address is its node for the peers' grouping (LOCAL_WORLD_SIZE, Horovod's slots)."""
+    if env.get("DDPB_LAUNCHER", "ddpbench") != "ddpbench" and env.get("DDPB_STORE"):
+        env["DDPB_HOST"] = env["DDPB_NODE_NAME"] = route_addr(env["DDPB_STORE"])
+
+
 def pin(env, rank):
     """The daemon's CPU list (DDPB_CPUS, "0,1" or "2-3"), else this rank's entry of
     DDPB_CPU_MAP ("0,1;2,3": a list per rank, the scheduler's choice for a launcher whose
     own binding is off); none: not pinned."""
-    cpus = env.get("DDPB_CPUS")
-    if not cpus and env.get("DDPB_CPU_MAP"):
-        lists = env["DDPB_CPU_MAP"].split(";")
-        cpus = lists[rank] if rank < len(lists) else ""
+    cpus = env.get("DDPB_CPUS") or map_entry(env, "DDPB_CPU_MAP", rank)
     if cpus:
         want = set()
         for part in cpus.split(","):
@@ -106,11 +131,18 @@ def adopt_identity(env, rank, local, world):
 
 def own_log(env, rank):
     """stdout and stderr to DDPB_LOG_DIR/rank<rank>.log when the daemon names a log folder
-    (a rank it did not fork); the exec keeps them."""
+    (a rank it did not fork); the exec keeps them. DDPB_LOG_DIR is the leader's run
+    folder: on another node without a shared file system it does not exist, and the rank
+    keeps the launcher's output (mpirun forwards it to the run's launcher.log)."""
     if not env.get("DDPB_LOG_DIR"):
         return
-    fd = os.open(os.path.join(env["DDPB_LOG_DIR"], f"rank{rank}.log"),
-                 os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    path = os.path.join(env["DDPB_LOG_DIR"], f"rank{rank}.log")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:
+        print(f"rank {rank}: no {env['DDPB_LOG_DIR']} on this node: its log stays in the "
+              f"launcher's", file=sys.stderr, flush=True)
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -126,6 +158,7 @@ def main():
         rank, local, world = ddpb_report.identity(env)
         own_log(env, rank)
         adopt_identity(env, rank, local, world)
+        own_host(env)
         with open(env["DDPB_SPEC"]) as f:
             spec = json.load(f)
         if not engine:  # mpirun's and srun's environment is the run's, not a rank's

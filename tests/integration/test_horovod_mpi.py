@@ -294,6 +294,30 @@ def test_identity_reads_each_launcher():
         check("started 2 ranks" in str(ex) and "world_size is 3" in str(ex), ex)
 
 
+def test_rank_of_another_launcher_uses_its_own_host():
+    """Under mpirun or srun DDPB_HOST and DDPB_NODE_NAME are the leader's (the launcher's
+    one environment): the rank listens on its own address towards the store instead, as
+    the C worker does, and groups by it; a rank the daemon forked keeps the daemon's. A
+    log folder missing on the rank's node (no shared file system) leaves its output with
+    the launcher rather than failing it."""
+    import ddpb_launch
+    env = {"DDPB_LAUNCHER": "mpirun", "DDPB_STORE": "127.0.0.1:9",
+           "DDPB_HOST": "10.99.0.1", "DDPB_NODE_NAME": "leader"}
+    ddpb_launch.own_host(env)
+    check(env["DDPB_HOST"] == env["DDPB_NODE_NAME"] == "127.0.0.1", env)
+    env = {"DDPB_LAUNCHER": "ddpbench", "DDPB_STORE": "127.0.0.1:9",
+           "DDPB_HOST": "10.99.0.1", "DDPB_NODE_NAME": "n1"}
+    ddpb_launch.own_host(env)
+    check(env["DDPB_HOST"] == "10.99.0.1" and env["DDPB_NODE_NAME"] == "n1", env)
+    check(ddpb_launch.map_entry({"DDPB_CPU_MAP": "0,1;2"}, "DDPB_CPU_MAP", 1) == "2" and
+          ddpb_launch.map_entry({"DDPB_CPU_MAP": "0"}, "DDPB_CPU_MAP", 1) == "" and
+          ddpb_launch.map_entry({}, "DDPB_CPU_MAP", 0) == "", "map_entry")
+    out1, out2 = os.fstat(1), os.fstat(2)
+    ddpb_launch.own_log({"DDPB_LOG_DIR": "/nonexistent/run-9"}, 1)
+    check((os.fstat(1).st_ino, os.fstat(2).st_ino) == (out1.st_ino, out2.st_ino),
+          "stdout or stderr moved for a missing log folder")
+
+
 ALLREDUCE_SCRIPT = """
 import os, time
 import torch
@@ -512,6 +536,7 @@ def test_rest_supervision_of_python_ranks_under_mpirun():
 
 if __name__ == "__main__":
     sys.exit(run_cases([test_identity_reads_each_launcher,
+                        test_rank_of_another_launcher_uses_its_own_host,
                         test_horovod_mpi_allreduce_through_the_bootstrap,
                         test_horovod_gloo_rendezvous_under_mpirun,
                         test_horovod_adapter_trains_over_mpi,
