@@ -22,7 +22,8 @@ DDPB_RANK), agrees peers through the store, and reports over the channel: first
 - through the REST API and the daemon's mpirun launcher: horovod with backend mpi trains
   2 ranks, and a sweep over backend tcp and mpi runs both and groups by backend; Gloo
   under MPICH's hydra trains too (its ranks read PMI_RANK); a killed,
-  cancelled or frozen Python rank is supervised as a C worker's is.
+  cancelled or frozen Python rank is supervised as a C worker's is; across two netlab
+  hosts (root), Horovod's MPI controller trains a rank on each.
 
 Needs openmpi-bin (deploy/install-deps.sh) and .venv's Horovod built with MPI
 (deploy/setup-venv.sh)."""
@@ -534,6 +535,41 @@ def test_rest_supervision_of_python_ranks_under_mpirun():
         d.close()
 
 
+def test_netlab_horovod_mpi_across_hosts():
+    """Horovod's MPI controller across two netlab hosts (network namespaces, root only):
+    launcher mpirun with nodes 2 starts a rank on each host without ssh (the leader's
+    --mpi-agent), each listens on its own host's address, and the run trains with every
+    rank's figures stored; nothing of MPI is left in either namespace."""
+    import test_netlab as lab
+    needs_mpi_horovod()
+    with lab.two_hosts("1gbe") as (state, _, leader):
+        with open(os.path.join(state, "token")) as f:
+            token = f.read().strip()
+        deadline = time.time() + 300  # both nodes' engine probes, the follower's by sync
+        while True:
+            nodes = lab.http(lab.H0, "GET", f"{leader}/v1/engines")["nodes"]
+            if len(nodes) == 2 and all(n.get("engines") and not n.get("probing")
+                                       for n in nodes):
+                break
+            check(time.time() < deadline, f"engine probes: {nodes}")
+            time.sleep(1)
+        spec = dict(REST_TRAIN, backend="mpi", nodes=2, steps=4, timeout_s=180,
+                    dataset={"name": "synthetic", "samples": 256})
+        exp = lab.wait_experiment(leader, lab.http(lab.H0, "POST", f"{leader}/v1/experiments",
+                                                   spec, token=token)["id"], timeout=240)
+        run = lab.http(lab.H0, "GET", f"{leader}/v1/runs/{exp['runs'][0]['id']}")
+        check(run["status"] == "succeeded", (run["status"], run["error"]))
+        check({k["rank"]: k["node"] for k in run["ranks"]} == {0: lab.H0, 1: lab.H1},
+              run["ranks"])
+        configs = {e["rank"]: json.loads(e["env"]["framework_config"]) for e in run["env"]}
+        check(sorted(configs) == [0, 1] and all(c["controller"] == "mpi" and
+                                                c["mpi"] == "openmpi" for c in configs.values()),
+              configs)
+        steps = lab.http(lab.H0, "GET", f"{leader}/v1/runs/{run['id']}/steps?warmup=true")
+        check(len(steps["rows"]) == 8, steps["rows"])
+        check(not lab.mpi_left(), f"left after the run: {lab.mpi_left(0)}")
+
+
 if __name__ == "__main__":
     sys.exit(run_cases([test_identity_reads_each_launcher,
                         test_rank_of_another_launcher_uses_its_own_host,
@@ -544,4 +580,5 @@ if __name__ == "__main__":
                         test_rest_horovod_trains_over_mpi_under_mpirun,
                         test_rest_sweep_compares_gloo_and_mpi,
                         test_rest_gloo_under_mpich_hydra,
-                        test_rest_supervision_of_python_ranks_under_mpirun]))
+                        test_rest_supervision_of_python_ranks_under_mpirun,
+                        test_netlab_horovod_mpi_across_hosts]))
