@@ -332,6 +332,29 @@ static int monitor_blame(const struct run_rank *k)
     return 2;
 }
 
+/* True when another rank's error names k as the peer it lost. */
+static bool monitor_named_by_peer(const struct active_run *r, const struct run_rank *k)
+{
+    for (int i = 0; i < r->world_size; i++)
+        if (i != k->rank && r->ranks[i].said->error[0] &&
+            r->ranks[i].said->error_peer == k->rank)
+            return true;
+    return false;
+}
+
+/* Between two ranks as much to blame, the one a peer names, then the first to end: ranks
+ * of another launcher that it killed after the first one died end close together, and
+ * when the daemon sees their ends in one batch (its launcher exited meanwhile) the order
+ * it reads them in says nothing. */
+static bool monitor_blame_first(const struct active_run *r, const struct run_rank *k,
+                                const struct run_rank *best)
+{
+    bool named = monitor_named_by_peer(r, k), best_named = monitor_named_by_peer(r, best);
+    if (named != best_named)
+        return named;
+    return k->exit_order < best->exit_order;
+}
+
 static void monitor_attribute(struct active_run *r, int *rank_out, char *msg, size_t cap)
 {
     struct run_rank *best = NULL;
@@ -339,7 +362,7 @@ static void monitor_attribute(struct active_run *r, int *rank_out, char *msg, si
     for (int i = 0; i < r->world_size; i++) {
         struct run_rank *k = &r->ranks[i];
         int s = k->spawned ? monitor_blame(k) : 0;
-        if (s > best_score || (s == best_score && s > 0 && k->exit_order < best->exit_order)) {
+        if (s > best_score || (s == best_score && s > 0 && monitor_blame_first(r, k, best))) {
             best = k;
             best_score = s;
         }

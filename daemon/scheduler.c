@@ -290,9 +290,8 @@ static int sched_place_srun(struct scheduler *s, const struct db_queued_run *q)
     p->ncand = 1;
     p->count[0] = 0;
     p->nnodes = q->spec.nodes > 0 ? q->spec.nodes : 1;
-    p->max_per_node = q->spec.ranks_per_node > 0
-                          ? q->spec.ranks_per_node
-                          : (q->world_size + p->nnodes - 1) / p->nnodes;
+    p->max_per_node = q->spec.ranks_per_node > 0 ? q->spec.ranks_per_node
+                                                 : (q->world_size + p->nnodes - 1) / p->nnodes;
     free(p->rank_node);
     p->rank_node = calloc((size_t)q->world_size, sizeof *p->rank_node); /* all "here" */
     return p->rank_node ? 1 : 0;

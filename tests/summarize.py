@@ -37,6 +37,9 @@ ALLOWED_SKIPS = [
     # discovery is tested against the CUDA toolkit's own files, which a machine without
     # nvcc does not have (the bundle test needs none and always runs)
     ("packaging", "test_gpu_libs", "*", "no CUDA toolkit"),
+    # a build without CUDA (or NCCL) makes no GPU module to delete or break; the missing
+    # CUDA engine is still tested there (tests/integration/test_modules.py)
+    ("integration", "test_modules", "*", "no CUDA toolkit"),
     # NVML ships with the NVIDIA driver, which a machine without a GPU does not have
     # (gpu_host runs in build-san's unit suite and in build/'s unit-cuda suite)
     ("unit", "gpu_host", "test_nvml_default_library", "NVML unavailable"),

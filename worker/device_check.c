@@ -4,17 +4,17 @@
 
 #include <string.h>
 
-#include "worker/build_check.h"
 #include "worker/comm/comm_factory.h"
-#include "worker/train_engines.h"
+#include "worker/gpu_modules.h"
+#include "worker/train_module.h"
 
 int worker_device_check(const struct spec *s, struct err *e)
 {
-    if (strcmp(s->device, "cuda") == 0 && worker_cuda_check(e) < 0)
+    if (strcmp(s->device, "cuda") == 0 && !gpu_module_cuda(e))
         return -1;
     if (comm_backend_check(s->backend, e) < 0)
         return -1;
-    if (s->workload == SPEC_WORKLOAD_TRAIN && !train_engine_pick(s->device, e))
+    if (s->workload == SPEC_WORKLOAD_TRAIN && !train_module_pick(s->device, e))
         return -1;
     return 0;
 }

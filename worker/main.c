@@ -30,14 +30,13 @@
 #include "worker/comm/comm.h"
 #include "worker/comm/comm_factory.h"
 #include "worker/device_check.h"
+#include "worker/gpu_modules.h"
 #include "worker/heartbeat.h"
 #include "worker/store/rendezvous.h"
 #include "worker/store/store_client.h"
+#include "worker/train_module.h"
 #include "worker/workload_collective.h"
 #include "worker/workload_train.h"
-#if DDPB_HAVE_CUDA
-#include "worker/worker_gpu.h"
-#endif
 
 /* Raised by SIGTERM/SIGINT. A static because a signal handler can reach nothing else;
  * everything else gets a pointer to it. */
@@ -316,10 +315,8 @@ static int worker_emit_env_peak(struct worker *wk, int64_t peak_bytes, struct er
         return err_set(e, ERR_NOMEM, NULL, "env report: cannot build the object");
     if (peak_bytes >= 0)
         json_object_set_new(env, "gpu_peak_mem_bytes", json_integer((json_int_t)peak_bytes));
-#if DDPB_HAVE_CUDA
     if (strcmp(wk->spec.device, "cuda") == 0) /* GPU, NVML sample, NCCL version, emulated */
-        worker_gpu_env_add(env);
-#endif
+        gpu_modules_env_add(env);
     return report_emit(&wk->w, REPORT_ENV, json_pack("{s:o}", "env", env), e);
 }
 
@@ -352,18 +349,15 @@ static void worker_start(struct worker *wk)
     wk->w.rank = wk->env.rank;
 }
 
-/* The collective benchmark's buffers: device memory on device "cuda" (worker_gpu.h),
- * host memory (NULL) otherwise. */
-static const struct collective_mem *worker_collective_mem(const struct worker *wk,
+/* The collective benchmark's buffers: device memory on device "cuda" (the GPU modules,
+ * gpu_modules.h, which the device check loaded), host memory (NULL) otherwise. */
+static const struct collective_mem *worker_collective_mem(struct worker *wk,
                                                           struct collective_mem *mem)
 {
-#if DDPB_HAVE_CUDA
-    if (strcmp(wk->spec.device, "cuda") == 0) {
-        worker_gpu_collective_mem(mem);
-        return mem;
-    }
-#endif
-    return NULL;
+    if (strcmp(wk->spec.device, "cuda") != 0)
+        return NULL;
+    WORKER_FAIL_IF(wk, gpu_modules_collective_mem(mem, &wk->e) < 0);
+    return mem;
 }
 
 /* A pipeline run's second communicator: the ranks holding this rank's stage, one per
@@ -391,16 +385,18 @@ static void worker_run_workload(struct worker *wk)
     if (wk->spec.workload == SPEC_WORKLOAD_TRAIN) {
         heartbeat_set_phase(&wk->hb, "training");
         struct train_outcome out;
-        WORKER_FAIL_IF(wk, workload_train_run(&wk->spec, wk->comm, wk->stage_comm, &wk->w,
-                                              &wk->hb, &out, &wk->e) < 0);
+        const struct train_module *train = train_module_load(&wk->e); /* the check loaded it */
+        WORKER_FAIL_IF(wk, !train);
+        WORKER_FAIL_IF(wk, train->run(&wk->spec, wk->comm, wk->stage_comm, &wk->w, &wk->hb,
+                                      &out, &wk->e) < 0);
         if (out.device_peak_bytes >= 0) /* a GPU run's peak memory goes out with the env */
             WORKER_FAIL_IF(wk, worker_emit_env_peak(wk, out.device_peak_bytes, &wk->e) < 0);
     } else {
         heartbeat_set_phase(&wk->hb, "collective benchmark");
         struct collective_mem mem;
+        const struct collective_mem *hooks = worker_collective_mem(wk, &mem);
         WORKER_FAIL_IF(wk, workload_collective_run_mem(&wk->spec, wk->comm, wk->store, &wk->w,
-                                                       worker_collective_mem(wk, &mem),
-                                                       &wk->e) < 0);
+                                                       hooks, &wk->e) < 0);
     }
 }
 

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -24,11 +25,24 @@ static void module_exe_dir(char *out, size_t cap)
     snprintf(out, cap, "%s", exe);
 }
 
+/* The build tree's worker/ for a program inside that build tree (a unit test in tests/),
+ * else "": an installed or bundled worker takes only its own modules, never those of the
+ * tree it was built in, so deleting one of its modules is seen as missing. */
+static const char *module_build_dir(const char *exe_dir)
+{
+    const char *dir = DDPB_BUILD_MODULE_DIR;
+    const char *slash = strrchr(dir, '/');
+    size_t root = slash ? (size_t)(slash - dir) : 0; /* the build root: dir less "/worker" */
+    bool inside = root > 0 && strlen(exe_dir) >= root && memcmp(exe_dir, dir, root) == 0 &&
+                  (exe_dir[root] == '/' || exe_dir[root] == '\0');
+    return inside ? dir : "";
+}
+
 int module_find(const char *file, char *out, size_t cap)
 {
     char exe_dir[PATH_MAX];
     module_exe_dir(exe_dir, sizeof exe_dir);
-    const char *dirs[] = {exe_dir, DDPB_MODULE_DIR, DDPB_BUILD_MODULE_DIR};
+    const char *dirs[] = {exe_dir, DDPB_MODULE_DIR, module_build_dir(exe_dir)};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
         if (!dirs[i][0])
             continue;

@@ -1,6 +1,7 @@
 /* module: the worker's loadable parts (each MPI implementation's communicator, NCCL, the
- * CUDA training engine), opened only when a run's spec asks for one, so a CPU run over
- * TCP maps none of their libraries and starts without paying for them.
+ * CUDA training engine, the training workload), opened only when a run's spec asks for
+ * one, so a CPU run over TCP maps none of their libraries and starts without paying for
+ * them.
  *
  * Decisions:
  * - A module is a shared object with one entry symbol, a const table of function pointers
@@ -9,7 +10,9 @@
  * - Where modules are looked for, in order: the directory of the running program
  *   (/proc/self/exe: the build tree's worker/ and the GPU bundle keep them beside
  *   ddpbench-worker), the install directory (DDPB_MODULE_DIR, libdir/ddpbench), then the
- *   build tree's worker/ (DDPB_BUILD_MODULE_DIR: unit tests run from tests/).
+ *   build tree's worker/ (DDPB_BUILD_MODULE_DIR: unit tests run from tests/), the last
+ *   only for a program that lives inside that build tree: a copied, installed or bundled
+ *   worker never picks up the modules of the tree it was built in.
  * - dlopen with RTLD_NOW | RTLD_GLOBAL: a missing symbol fails at open, naming the
  *   library, not in the middle of a run; and OpenMPI's own plugins, which it dlopens in
  *   MPI_Init, resolve libmpi's symbols only when libmpi is global.

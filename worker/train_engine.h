@@ -101,6 +101,8 @@ struct train_engine_ops {
 };
 
 extern const struct train_engine_ops train_engine_cpu;
-extern const struct train_engine_ops train_engine_cuda; /* only with CUDA and cuDNN */
+/* only in the CUDA engine module (ddpb_cuda.so, with cuDNN): the worker reaches it through
+ * train_engine_pick */
+extern const struct train_engine_ops train_engine_cuda;
 
 #endif

@@ -10,9 +10,9 @@
 #include "common/err.h"
 #include "worker/train_engine.h"
 
-/* The engine for a spec's device ("cpu", "cuda"). ERR_INVALID with field "device"
- * naming it: unknown, or not built into this ddpbench-worker (with the meson options
- * that build it). */
+/* The engine for a spec's device ("cpu", "cuda": loads the CUDA engine module).
+ * ERR_INVALID with field "device" naming it: unknown, or its module is missing, cannot
+ * load or lacks cuDNN (with the meson options or packages that provide it). */
 const struct train_engine_ops *train_engine_pick(const char *device, struct err *e);
 
 #endif

@@ -1,6 +1,6 @@
 /* worker_gpu: see worker_gpu.h. Uploads and downloads are synchronous cudaMemcpy: they
  * happen outside the timed iterations (inputs once per point, the check's output once),
- * where simplicity beats overlap. */
+ * where simplicity beats overlap. Also the CUDA engine module's entry (gpu_modules.h). */
 #include "worker/worker_gpu.h"
 
 #include <cuda_runtime_api.h>
@@ -10,10 +10,9 @@
 
 #include "common/nvml.h"
 #include "ddpb_config.h"
+#include "worker/gpu_modules.h"
+#include "worker/module.h"
 #include "worker/nn/cuda/gpu.h"
-#if DDPB_HAVE_NCCL
-#include "worker/comm/comm_nccl.h"
-#endif
 #if DDPB_HAVE_CUDNN
 #include "worker/nn/cuda/gpu_layers.h"
 #endif
@@ -39,23 +38,10 @@ static int worker_gpu_download(void *ctx, void *dst, const void *src, size_t byt
     return gpu_download(dst, src, bytes, e);
 }
 
-static double worker_gpu_op_seconds(void *ctx, struct comm *c)
-{
-#if DDPB_HAVE_NCCL
-    return comm_nccl_last_op_seconds(c);
-#else
-    return -1;
-#endif
-}
-
 void worker_gpu_collective_mem(struct collective_mem *out)
 {
-    *out = (struct collective_mem){NULL,
-                                   worker_gpu_alloc,
-                                   worker_gpu_free,
-                                   worker_gpu_upload,
-                                   worker_gpu_download,
-                                   worker_gpu_op_seconds};
+    *out = (struct collective_mem){
+        NULL, worker_gpu_alloc, worker_gpu_free, worker_gpu_upload, worker_gpu_download, NULL};
 }
 
 /* The env event holds only strings and numbers: gpu_nvml_json's {"nvml": "ok", "gpu":
@@ -91,10 +77,6 @@ void worker_gpu_env_add(json_t *env)
     int index = gpu_nvml_index_from_visible(getenv("CUDA_VISIBLE_DEVICES"));
     worker_gpu_env_flatten(env, gpu_nvml_json(n, index, why));
     gpu_nvml_close(n);
-#if DDPB_HAVE_NCCL
-    char v[64];
-    json_object_set_new(env, "nccl", json_string(comm_nccl_version(v, sizeof v)));
-#endif
 #if DDPB_HAVE_CUDNN
     char dv[64];
     json_object_set_new(env, "cudnn", json_string(gpu_cudnn_version(dv, sizeof dv)));
@@ -109,3 +91,15 @@ void worker_gpu_env_add(json_t *env)
     const char *emu = getenv("DDPB_EMULATED");
     json_object_set_new(env, "emulated", json_integer(emu && emu[0] == '1'));
 }
+
+/* The module's entry (module.h: one symbol, unique across modules). */
+const struct gpu_module_cuda ddpb_module_cuda = {
+    .abi = MODULE_ABI,
+#if DDPB_HAVE_CUDNN
+    .train = &train_engine_cuda,
+#else
+    .train = NULL,
+#endif
+    .collective_mem = worker_gpu_collective_mem,
+    .env_add = worker_gpu_env_add,
+};

@@ -11,12 +11,10 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "common/model_table.h"
 #include "common/stats.h"
 #include "worker/comm/reduce.h"
 #include "worker/comm/wait_note.h"
-#include "worker/ddp/ddp.h"
-#include "worker/nn/models.h"
+#include "worker/train_module.h"
 
 /* ---- statistics ------------------------------------------------------------------- */
 
@@ -618,25 +616,18 @@ int collective_bench_run_sizes(struct collective_bench *b, int repeat, const int
     return 0;
 }
 
-/* The gradient bucket sizes (bytes, launch order) of a DDP run of s->coll.buckets_of at
- * its usual input and classes (common/model_table.h). */
+/* The gradient bucket sizes of s->coll.buckets_of: the model is the training module's
+ * (train_module.h), loaded only for such a run. */
 static int collective_model_buckets(const struct spec *s, int64_t *sizes, size_t cap, size_t *n,
                                     struct err *e)
 {
-    const struct model_info *mi = model_table_find(s->coll.buckets_of);
-    if (!mi)
-        return err_set(e, ERR_INVALID, "buckets_of", "buckets_of: unknown model \"%s\"",
-                       s->coll.buckets_of);
-    struct nn_model m;
-    nn_model_init(&m);
-    int rc = nn_models_build(&m, mi->name, mi->c, mi->h, mi->w, mi->classes, NULL, e);
-    if (rc == 0) {
-        struct ddp_config dc = {.strategy = DDP_DDP,
-                                .bucket_bytes = (size_t)s->train.bucket_mb << 20};
-        *n = (size_t)ddp_bucket_sizes(&m, &dc, sizes, (int)cap);
+    const struct train_module *t = train_module_load(e);
+    if (!t) {
+        if (e)
+            snprintf(e->field, sizeof e->field, "buckets_of");
+        return -1;
     }
-    nn_model_destroy(&m);
-    return rc < 0 ? err_prefix(e, "buckets_of") : 0;
+    return t->model_buckets(s, sizes, cap, n, e);
 }
 
 int workload_collective_run(const struct spec *s, struct comm *c, struct store_client *store,

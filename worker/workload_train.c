@@ -21,12 +21,14 @@
 #include "worker/data/loader.h"
 #include "worker/data/storage.h"
 #include "worker/ddp/ddp.h"
+#include "worker/module.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
 #include "worker/observe.h"
 #include "worker/pipeline.h"
 #include "worker/train_engines.h"
+#include "worker/train_module.h"
 
 #define TRAIN_PROGRESS_NS 500000000LL /* rank 0 reports progress at most twice a second */
 
@@ -888,3 +890,31 @@ int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_
     observe_cleanup(&obs);
     return rc;
 }
+
+int workload_train_model_buckets(const struct spec *s, int64_t *sizes, size_t cap, size_t *n,
+                                 struct err *e)
+{
+    const struct model_info *mi = model_table_find(s->coll.buckets_of);
+    if (!mi)
+        return err_set(e, ERR_INVALID, "buckets_of", "buckets_of: unknown model \"%s\"",
+                       s->coll.buckets_of);
+    struct nn_model m;
+    nn_model_init(&m);
+    int rc = nn_models_build(&m, mi->name, mi->c, mi->h, mi->w, mi->classes, NULL, e);
+    if (rc == 0) {
+        struct ddp_config dc = {.strategy = DDP_DDP,
+                                .bucket_bytes = (size_t)s->train.bucket_mb << 20};
+        *n = (size_t)ddp_bucket_sizes(&m, &dc, sizes, (int)cap);
+    }
+    nn_model_destroy(&m);
+    return rc < 0 ? err_prefix(e, "buckets_of") : 0;
+}
+
+/* The training module's entry (train_module.h; module.h: one symbol, unique across
+ * modules). */
+const struct train_module ddpb_module_train = {
+    .abi = MODULE_ABI,
+    .run = workload_train_run,
+    .pick = train_engine_pick,
+    .model_buckets = workload_train_model_buckets,
+};

@@ -22,6 +22,7 @@
 #ifndef DDPB_WORKLOAD_TRAIN_H
 #define DDPB_WORKLOAD_TRAIN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/err.h"
@@ -46,5 +47,12 @@ struct train_outcome {
 int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_c,
                        struct report_writer *w, struct heartbeat *hb, struct train_outcome *out,
                        struct err *e);
+
+/* The gradient bucket sizes (bytes, launch order) of a DDP run of s->coll.buckets_of at
+ * its usual input and classes (common/model_table.h), for the collective benchmark: at
+ * most cap into sizes, their count into *n. ERR_INVALID naming "buckets_of" for an
+ * unknown model. */
+int workload_train_model_buckets(const struct spec *s, int64_t *sizes, size_t cap, size_t *n,
+                                 struct err *e);
 
 #endif

@@ -22,6 +22,21 @@ build compares flags, e.g. DDPB_BASE_FLAGS="--http-threads 4").
     deploy/install-deps.sh --bench && ninja -C build && \\
         flock /tmp/ddpb-bench.lock python3 tests/bench/bench_api.py [SECONDS] [CONNECTIONS] \\
             [ROUNDS] [EXPERIMENTS] [RUNS_PER_EXPERIMENT]
+
+`bench_api.py launch [ROUNDS] [TINY_RUNS]` measures instead what a run pays to start, each
+build with its own worker (DDPB_BASE_BUILD_DIR: the before), rounds interleaved, alternating
+which build goes first, medians over everything:
+- the worker's start: ddpbench-worker without its launch environment (it exits at once,
+  having loaded every library it links), spawn to exit, 10 per round;
+- worker start to its first report line: the worker with a launch environment and a spec
+  (its store unreachable), from spawn to the hello line, and its peak RSS then (VmHWM:
+  wait4's figure would hold the forking Python's), 10 per round; the same for a CPU
+  training spec (lenet5), whose check loads the training module before the hello;
+- POST to succeeded of a 2-rank 4 KiB allreduce collective run (--cpu-slots 2; the
+  experiment polled every 2 ms), 3 per round;
+- tiny 1-rank runs scheduled per second: TINY_RUNS runs of an 8-byte 1-iteration
+  collective (experiments sweeping 50 seeds each, submitted back to back), from the first
+  POST to the last experiment's end, once per round.
 """
 import json
 import os
@@ -169,5 +184,127 @@ def main(seconds=10, conns=32, rounds=3, experiments=1000, runs_each=10):
             shutil.rmtree(state, ignore_errors=True)
 
 
+def launch_daemon(build):
+    """A daemon of `build` with its own worker and 2 CPU slots; returns (process, url, state)."""
+    state = tempfile.mkdtemp(prefix="ddpb-bench-launch-")
+    daemon = os.path.join(ROOT, build, "daemon", "ddpbenchd")
+    worker = os.path.join(ROOT, build, "worker", "ddpbench-worker")
+    proc = subprocess.Popen([daemon, "--port", "0", "--store-port", "0", "--state-dir", state,
+                             "--cpu-slots", "2", "--worker", worker, "--log-level", "warn"],
+                            stdout=subprocess.DEVNULL)
+    for _ in range(200):
+        if os.path.exists(f"{state}/ddpbenchd.json"):
+            break
+        time.sleep(0.05)
+    info = json.load(open(f"{state}/ddpbenchd.json"))
+    return proc, f"http://127.0.0.1:{info['http_port']}", state
+
+
+def worker_bare_start(worker):
+    """Seconds from spawning a worker without its launch environment to its exit."""
+    t0 = time.perf_counter()
+    subprocess.run([worker], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={"PATH": "/usr/bin:/bin"})
+    return time.perf_counter() - t0
+
+
+def worker_first_report(worker, spec_path):
+    """Seconds from spawning a worker with a launch environment to its hello line, and its
+    peak RSS in KiB then."""
+    env = {"PATH": "/usr/bin:/bin", "DDPB_RUN": "bench", "DDPB_WORLD_SIZE": "1",
+           "DDPB_RANK": "0", "DDPB_LOCAL_RANK": "0", "DDPB_STORE": "127.0.0.1:9",
+           "DDPB_SECRET": "bench", "DDPB_SPEC": spec_path, "DDPB_TIMEOUT_MS": "500"}
+    t0 = time.perf_counter()
+    p = subprocess.Popen([worker], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    line = p.stdout.readline()
+    took = time.perf_counter() - t0
+    with open(f"/proc/{p.pid}/status") as f:
+        hwm = int(re.search(r"VmHWM:\s+(\d+) kB", f.read()).group(1))
+    p.kill()
+    p.wait()
+    p.stdout.close()
+    if b'"hello"' not in line:
+        raise RuntimeError(f"{worker}: first line {line!r}")
+    return took, hwm
+
+
+def post_to_end(url, specs, poll_s):
+    """Seconds from POSTing specs (back to back) to the end of all their experiments;
+    fails unless each succeeded."""
+    t0 = time.perf_counter()
+    ids = [call(f"{url}/v1/experiments", "POST", spec)["id"] for spec in specs]
+    for i in ids:
+        while True:
+            got = call(f"{url}/v1/experiments/{i}")
+            if got["status"] not in ("queued", "running"):
+                break
+            time.sleep(poll_s)
+        if got["status"] != "succeeded":
+            raise RuntimeError(f"{got['spec']}: {got['status']}: "
+                               f"{[r.get('error') for r in got['runs']]}")
+    return time.perf_counter() - t0
+
+
+def launch(rounds=7, tiny_runs=100):
+    spec_path = os.path.join(tempfile.mkdtemp(prefix="ddpb-bench-spec-"), "spec.json")
+    with open(spec_path, "w") as f:
+        json.dump({"workload": "collective", "world_size": 1, "min_bytes": "4K",
+                   "max_bytes": "4K"}, f)
+    train_path = os.path.join(os.path.dirname(spec_path), "train.json")
+    with open(train_path, "w") as f:
+        json.dump({"workload": "train", "model": "lenet5", "world_size": 1,
+                   "dataset": {"name": "synthetic", "shape": [1, 28, 28], "classes": 10}}, f)
+    two = {"workload": "collective", "world_size": 2, "op": "allreduce", "min_bytes": "4K",
+           "max_bytes": "4K"}
+    # a sweep axis holds at most 64 values: experiments of 50 runs, submitted together
+    tiny = [{"workload": "collective", "world_size": 1, "min_bytes": "8", "max_bytes": "8",
+             "iters": 1, "warmup": 0, "sweep": {"seed": list(range(i, min(i + 50, tiny_runs)))}}
+            for i in range(0, tiny_runs, 50)]
+    daemons = {name: launch_daemon(build) for name, build in BUILDS.items()}
+    keys = ("bare", "rss", "first", "train", "train_rss", "post", "tiny")
+    got = {(d, k): [] for d in daemons for k in keys}
+    try:
+        for r in range(rounds):
+            for d in (list(daemons) if r % 2 == 0 else list(reversed(daemons))):
+                worker = os.path.join(ROOT, BUILDS[d], "worker", "ddpbench-worker")
+                url = daemons[d][1]
+                for _ in range(10):
+                    got[(d, "bare")].append(worker_bare_start(worker))
+                    took, rss = worker_first_report(worker, spec_path)
+                    got[(d, "first")].append(took)
+                    got[(d, "rss")].append(rss)
+                    took, rss = worker_first_report(worker, train_path)
+                    got[(d, "train")].append(took)
+                    got[(d, "train_rss")].append(rss)
+                for _ in range(3):
+                    got[(d, "post")].append(post_to_end(url, [two], 0.002))
+                got[(d, "tiny")].append(tiny_runs / post_to_end(url, tiny, 0.01))
+        print(f"launch costs, builds {BUILDS}, {rounds} rounds interleaved; load average "
+              f"after: {' '.join(open('/proc/loadavg').read().split()[:3])}")
+        print()
+        print("| build | worker start ms | worker peak RSS at first report MiB | "
+              "start to first report ms | training spec: start to first report ms "
+              "(peak RSS MiB) | POST to succeeded s (2-rank 4 KiB allreduce) | "
+              "tiny 1-rank runs/s |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for d in daemons:
+            med = {k: statistics.median(got[(d, k)]) for k in keys}
+            print(f"| {d} | {med['bare'] * 1e3:.1f} | {med['rss'] / 1024:.0f} | "
+                  f"{med['first'] * 1e3:.1f} | {med['train'] * 1e3:.1f} "
+                  f"({med['train_rss'] / 1024:.0f}) | {med['post']:.3f} "
+                  f"(min {min(got[(d, 'post')]):.3f}, n={len(got[(d, 'post')])}) | "
+                  f"{med['tiny']:.1f} (each round: "
+                  f"{' / '.join(f'{x:.0f}' for x in got[(d, 'tiny')])}) |")
+    finally:
+        for proc, _, state in daemons.values():
+            proc.terminate()
+            proc.wait(30)
+            shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(spec_path), ignore_errors=True)
+
+
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:6]))
+    if sys.argv[1:2] == ["launch"]:
+        launch(*(int(a) for a in sys.argv[2:4]))
+    else:
+        main(*(int(a) for a in sys.argv[1:6]))

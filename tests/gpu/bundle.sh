@@ -85,6 +85,9 @@ prefix=$(meson introspect "$B" --buildoptions |
 meson install -C "$B" --no-rebuild --quiet --destdir "$STAGE" >/dev/null
 cp -a "$STAGE$prefix/bin" "$STAGE$prefix/share" "$OUT_DIR/"
 rm -rf "$OUT_DIR/share/doc" "$OUT_DIR/bin/ddpbench"
+# the worker's modules, installed in libdir/ddpbench, go beside it: the first place it
+# looks (worker/module.h), and they get the programs' $ORIGIN/../lib below
+find "$STAGE$prefix" -path '*/ddpbench/*.so' -type f -exec cp {} "$OUT_DIR/bin/" \;
 # what run-on-device.sh runs beside the programs (present when the build has CUDA)
 for t in "$B"/tests/gpu/test_gpu_* "$B/tests/gpu/gpu_probe" "$B/tests/gpu/nccl_allreduce_plain"; do
     if [ -f "$t" ] && [ -x "$t" ]; then cp "$t" "$OUT_DIR/bin/"; fi

@@ -251,17 +251,21 @@ def wait_gone(pids, timeout=15):
     check(not any(pid_alive(p) for p in pids), f"workers left behind: {[p for p in pids if pid_alive(p)]}")
 
 
-def worker_pids():
-    """PIDs of every ddpbench-worker process on the machine."""
+def worker_pids(parent=None):
+    """PIDs of every live ddpbench-worker process on the machine, or of those whose parent
+    is `parent`."""
     out = []
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
                 with open(f"/proc/{d}/cmdline", "rb") as f:
                     argv0 = f.read().split(b"\0")[0]
-                if argv0.endswith(b"ddpbench-worker") and pid_alive(int(d)):
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(") ", 1)[1].split()[1])
+                if (argv0.endswith(b"ddpbench-worker") and pid_alive(int(d)) and
+                        parent in (None, ppid)):
                     out.append(int(d))
-            except OSError:
+            except (OSError, IndexError, ValueError):
                 pass
     return out
 

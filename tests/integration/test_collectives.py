@@ -140,24 +140,6 @@ def listening_ports(pids):
     return ports
 
 
-def child_workers(parent):
-    """PIDs of the ddpbench-worker processes whose parent is `parent`."""
-    out = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv0 = f.read().split(b"\0")[0]
-        except OSError:
-            continue
-        if argv0.endswith(b"ddpbench-worker") and int(stat.rsplit(") ", 1)[1].split()[1]) == parent:
-            out.append(int(d))
-    return out
-
-
 def worker_rank(pid):
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:

@@ -35,6 +35,13 @@ def test_install_stages_programs_dashboard_examples_docs():
     for rel in ("share/ddpbench/web/index.html", "share/ddpbench/schema/examples/allreduce-cpu.json",
                 "share/doc/ddpbench/README.md", "share/doc/ddpbench/LICENSE"):
         check(os.path.isfile(staged(rel)), f"{rel} not installed")
+    # the worker's modules (the GPU ones in a CUDA build) in libdir/ddpbench, where an
+    # installed worker looks for them (worker/module.h)
+    for m in ("ddpb_train.so", "ddpb_cuda.so", "ddpb_comm_nccl.so"):
+        if os.path.exists(os.path.join(BUILD, "worker", m)):
+            found = [os.path.join(d, m) for d, _, files in os.walk(staged())
+                     if os.path.basename(d) == "ddpbench" and m in files]
+            check(found, f"{m} not installed in libdir/ddpbench")
 
 
 def test_installed_daemon_runs_from_its_own_files():

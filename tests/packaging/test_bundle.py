@@ -50,6 +50,10 @@ def test_bundle_builds_and_checks():
                 "engines/engine_pytorch.py", "engines/probe.py", "engines/ddpb_launch.py",
                 "EXPECTS", "MANIFEST"):
         check(os.path.exists(os.path.join(MADE, rel)), f"{rel} missing from the bundle")
+    # the worker's modules (the GPU ones in a CUDA build) beside it, where it looks first
+    for m in ("ddpb_train.so", "ddpb_cuda.so", "ddpb_comm_nccl.so"):
+        if os.path.exists(os.path.join(BUILD, "worker", m)):
+            check(os.path.exists(os.path.join(MADE, "bin", m)), f"bin/{m} missing")
     if os.path.exists(os.path.join(SOURCE, "schema", "vocabulary.json")):  # engines read it
         check(os.path.exists(os.path.join(MADE, "schema", "vocabulary.json")),
               "schema/vocabulary.json missing beside the bundle's engines")
@@ -101,6 +105,39 @@ def test_daemon_runs_a_collective_from_a_cleared_environment():
         d.close()
 
 
+def test_bundled_worker_loads_its_modules():
+    """The moved bundle's worker loads its modules from beside it in bin/ (never from this
+    build tree, where it does not look), their libraries from the bundle's lib/: a CPU
+    training run (the training module, oneDNN) succeeds from a cleared environment, and a
+    device "cuda" run gets past the GPU modules' loads to CUDA itself: here, without a
+    GPU, CUDA's own error; on a device, a result."""
+    check(os.path.isdir(MOVED), "no bundle (the first case failed)")
+    d = Daemon(binary=os.path.join(MOVED, "bin", "ddpbenchd"), env={"PATH": "/usr/bin:/bin"},
+               extra_args=["--gpus", "1"])
+    try:
+        exp = d.run_experiment({"workload": "train", "model": "lenet5", "world_size": 1,
+                                "batch_size": 16, "steps": 4, "warmup_steps": 1,
+                                "eval": False, "dataset": {"name": "synthetic",
+                                                           "shape": [1, 28, 28],
+                                                           "classes": 10}}, timeout=120)
+        check(exp["status"] == "succeeded", f"training: {exp['runs'][0]['error']}")
+        if not os.path.exists(os.path.join(MOVED, "bin", "ddpb_cuda.so")):
+            check(not os.path.exists(os.path.join(BUILD, "worker", "ddpb_cuda.so")),
+                  "the build has ddpb_cuda.so, the bundle not")
+            print("  (no CUDA in this build: the bundle has no GPU module to load)")
+            return
+        exp = d.run_experiment({"workload": "collective", "device": "cuda", "backend": "nccl",
+                                "world_size": 1, "min_bytes": "4K", "max_bytes": "4K",
+                                "iters": 2, "warmup": 0, "timeout_s": 30}, timeout=120)
+        run = exp["runs"][0]
+        err = run["error"] or ""
+        check(run["status"] == "succeeded" or
+              (run["status"] == "failed" and "CUDA" in err and "not installed" not in err and
+               "cannot be loaded" not in err), f"{run['status']}: {err}")
+    finally:
+        d.close()
+
+
 def test_daemon_runs_the_pytorch_engine_from_the_bundle():
     """The device run's engine stage: the bundle's own engines/ (and the schema tables they
     read at ../schema/) under the daemon, here on the CPU with the interpreter the source
@@ -133,6 +170,7 @@ if __name__ == "__main__":
     try:
         rc = run_cases([test_bundle_builds_and_checks, test_check_catches_a_missing_library,
                         test_daemon_runs_a_collective_from_a_cleared_environment,
+                        test_bundled_worker_loads_its_modules,
                         test_daemon_runs_the_pytorch_engine_from_the_bundle])
     finally:
         shutil.rmtree(TMP, ignore_errors=True)

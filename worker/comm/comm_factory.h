@@ -1,6 +1,7 @@
 /* comm_factory: the one place that turns a spec's backend into the rank's communicator
- * (docs/design.md §12.1): "tcp" (comm/tcp.c, every build) and "nccl" (comm/nccl.c, only
- * in a build with NCCL); "mpi" of a later issue joins here.
+ * (docs/design.md §12.1): "tcp" (comm/tcp.c, every build) and "nccl" (comm/nccl.c, the
+ * module ddpb_comm_nccl.so of a build with NCCL, loaded when a spec asks for it:
+ * comm_nccl.h); "mpi" of a later issue joins here.
  *
  * Decisions:
  * - Two steps, because a backend may have to act before its rank joins the run: tcp
@@ -11,8 +12,9 @@
  * - The spec's knobs that shape a communicator are read here and nowhere else: the
  *   collective workload's forced algorithm, and tcp's busy-polling (off where training
  *   overlaps the communication thread with backward).
- * - A backend this build lacks is refused here with a message naming it and the meson
- *   options that build it (comm_backend_check), before any socket or device is touched.
+ * - A backend this worker lacks (its module is missing or cannot load) is refused here
+ *   with a message naming it and the meson options or packages that provide it
+ *   (comm_backend_check), before any socket or device is touched.
  * - Groups (pipeline parallelism: the ranks holding replicas of one stage exchange
  *   gradients among themselves) are meshes of their own, not views of the world
  *   communicator: a world collective involves every rank, and the stages' exchanges run
@@ -39,8 +41,16 @@
 /* A communicator between the two steps. */
 struct comm_factory;
 
-/* 0 when this build has backend name ("tcp", "nccl"); ERR_INVALID with field "backend"
- * naming it and how to build it, or listing the known ones. */
+struct comm_nccl_module;
+
+/* The NCCL communicator's module (comm_nccl.h), loaded on first use; NULL with e set
+ * (ERR_INVALID, field "backend") naming ddpb_comm_nccl.so and what builds or installs
+ * it. Borrowed for the life of the process. */
+const struct comm_nccl_module *comm_factory_nccl_module(struct err *e);
+
+/* 0 when this worker can run backend name ("tcp"; "nccl": its module loads, which this
+ * call does); ERR_INVALID with field "backend" naming it and how to build or install it,
+ * or listing the known ones. */
 int comm_backend_check(const char *name, struct err *e);
 
 /* The first step for s->backend, as rank env->rank of env->world_size reached at

@@ -19,6 +19,11 @@
  *   while backward goes on.
  * - Buffers must be device memory (or managed memory): a host pointer is ERR_INVALID,
  *   not a silent copy that would make the bandwidth figures lie.
+ * - Built into a loadable module (ddpb_comm_nccl.so, worker/module.h) with its own copy
+ *   of the static CUDA runtime: ddpbench-worker links neither NCCL nor CUDA, and the
+ *   factory (comm_factory_nccl_module) loads the module for a spec with backend "nccl".
+ *   The module's entry (symbol ddpb_module_nccl) holds this header's functions that the
+ *   worker calls; the others are for the module itself and the tests that link it.
  *
  * Ownership: comm_nccl_create returns an owned communicator (comm_destroy frees the
  * streams, events and the NCCL communicator); the store and the compute stream are
@@ -80,5 +85,14 @@ int comm_nccl_redop(enum comm_redop op);
 size_t comm_nccl_wire_bytes(enum comm_op op, size_t bytes, int world_size);
 /* "NCCL 2.28.9" (the library loaded at run time) into buf. */
 const char *comm_nccl_version(char *buf, size_t len);
+
+/* The module's entry (symbol ddpb_module_nccl): the functions above the worker calls. */
+struct comm_nccl_module {
+    int abi; /* MODULE_ABI: first, as module_load reads it */
+    struct comm *(*create)(const struct comm_nccl_config *cfg, struct store_client *store,
+                           struct err *e);
+    double (*last_op_seconds)(const struct comm *c);
+    const char *(*version)(char *buf, size_t len);
+};
 
 #endif

@@ -15,7 +15,10 @@
  * stream, t0 behind the compute fence and behind a hold the host opens only after its
  * last enqueue call (nccl_gate.h says why an event on an idle stream needs one), t1 right
  * after the collective. Neither waiting for compute nor the host's enqueue is in it.
- * Untimed communicators (training) queue neither the hold nor the events. */
+ * Untimed communicators (training) queue neither the hold nor the events.
+ *
+ * Built into the NCCL module (ddpb_comm_nccl.so), whose entry (ddpb_module_nccl) is at
+ * the end, with its own copy of the static CUDA runtime (comm_nccl.h). */
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 #include <sched.h>
@@ -28,6 +31,7 @@
 #include "worker/comm/comm_nccl.h"
 #include "worker/comm/nccl_gate.h"
 #include "worker/comm/nccl_watch.h"
+#include "worker/module.h"
 #include "worker/store/store_client.h"
 
 #define NCCL_SPIN_POLLS 2000 /* polls without sleeping: completion latency of small ops */
@@ -568,4 +572,12 @@ static const struct comm_ops nccl_ops = {
     .sendrecv = nccl_op,
     .barrier = nccl_op,
     .destroy = nccl_destroy,
+};
+
+/* The module's entry (module.h: one symbol, unique across modules). */
+const struct comm_nccl_module ddpb_module_nccl = {
+    .abi = MODULE_ABI,
+    .create = comm_nccl_create,
+    .last_op_seconds = comm_nccl_last_op_seconds,
+    .version = comm_nccl_version,
 };
