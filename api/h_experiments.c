@@ -102,16 +102,17 @@ static int h_check_nodes(struct api_ctx *ctx, const json_t *spec, struct err *e)
  * framework engine where the node's probe finds it installed and launched
  * (daemon/engines.h): this node, and every follower that is up when the point may span
  * nodes (their probes arrive with their syncs). A run that silently trained with another
- * engine would be a wrong result, so anything else is 409 naming "engine". */
+ * engine would be a wrong result, so anything else is 409 naming "engine" (or "backend" /
+ * "mpi", an engine whose build there lacks the spec's backend or MPI: Horovod without MPI,
+ * or linked against OpenMPI when the spec asks for MPICH). */
 static int h_check_engine(struct api_ctx *ctx, const json_t *spec, bool spread, struct err *e)
 {
     const char *engine = json_string_value(json_object_get(spec, "engine"));
     if (!engine || strcmp(engine, "ddpbench") == 0)
         return 0;
-    if (engines_check(ctx->engines, engine, json_string_value(json_object_get(spec, "script")),
-                      e) < 0)
+    if (engines_check(ctx->engines, spec, e) < 0)
         return -1;
-    return spread ? cluster_engine_check(ctx->cluster, engine, e) : 0;
+    return spread ? cluster_engine_check(ctx->cluster, spec, e) : 0;
 }
 
 /* A point's launcher must be able to start its ranks here: srun only inside a Slurm

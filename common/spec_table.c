@@ -577,7 +577,7 @@ static const struct spec_allowed spec_engine_precisions[] = {
 static const char *const spec_cpu_only[] = {"cpu", NULL};
 static const struct spec_allowed spec_engine_devices[] = {
     {"tensorflow", spec_cpu_only, "the tensorflow engine is tensorflow-cpu"},
-    {"horovod", spec_cpu_only, "the horovod engine is built with Gloo only, no NCCL"},
+    {"horovod", spec_cpu_only, "the horovod engine has no NCCL: its build has Gloo and MPI"},
     {"deepspeed", spec_cpu_only, "the deepspeed engine runs its CPU accelerator over gloo"},
     {NULL, NULL, NULL},
 };

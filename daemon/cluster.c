@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/report.h"
 #include "common/spec.h"
+#include "daemon/engines.h"
 #include "ddpb_config.h"
 
 enum cluster_state { CLUSTER_UP, CLUSTER_DRAINING, CLUSTER_LOST, CLUSTER_LEFT };
@@ -573,38 +574,22 @@ json_t *cluster_engines(struct cluster *c)
     return a;
 }
 
-/* The reason node nd cannot run engine, into why; "" when it can. */
-static void cluster_engine_reason(const struct cluster_node *nd, const char *engine, char *why,
-                                  size_t cap)
+int cluster_engine_check(struct cluster *c, const json_t *spec, struct err *e)
 {
-    snprintf(why, cap, "it has not reported its engines yet (its probe runs after it joins)");
-    size_t i;
-    json_t *row;
-    json_array_foreach(nd->probe, i, row)
-    {
-        if (strcmp(json_string_value(json_object_get(row, "name")), engine) != 0)
-            continue;
-        const char *r = json_string_value(json_object_get(row, "reason"));
-        bool ok = json_is_true(json_object_get(row, "installed")) &&
-                  json_is_true(json_object_get(row, "launched"));
-        snprintf(why, cap, "%s", ok ? "" : r ? r : "not installed");
-        return;
-    }
-}
-
-int cluster_engine_check(struct cluster *c, const char *engine, struct err *e)
-{
+    const char *engine = json_string_value(json_object_get(spec, "engine"));
     int rc = 0;
-    char why[256];
     pthread_mutex_lock(&c->lock);
     for (int i = 1; i < c->n && rc == 0; i++) {
         const struct cluster_node *nd = &c->nodes[i];
         if (nd->state != CLUSTER_UP)
             continue;
-        cluster_engine_reason(nd, engine, why, sizeof why);
-        if (why[0])
-            rc = err_set(e, ERR_CONFLICT, "engine", "engine %s cannot run on node %s: %s",
-                         engine, nd->name, why);
+        if (json_array_size(nd->probe) == 0)
+            rc = err_set(e, ERR_CONFLICT, "engine",
+                         "engine %s cannot run on node %s: it has not reported its engines "
+                         "yet (its probe runs after it joins)",
+                         engine, nd->name);
+        else
+            rc = engines_row_check(engines_row(nd->probe, engine), nd->name, spec, e);
     }
     pthread_mutex_unlock(&c->lock);
     return rc;

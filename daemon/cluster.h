@@ -70,9 +70,10 @@ void cluster_count(struct cluster *c, int *up, int *known);
 /* Per follower (leader excluded): {"node", "state", "engines": its probe, [] until its
  * first sync carried one}. New reference. */
 json_t *cluster_engines(struct cluster *c);
-/* 0 when every follower that is up runs engine (its probe says installed and launched);
- * else ERR_CONFLICT naming "engine", the node and its reason. */
-int cluster_engine_check(struct cluster *c, const char *engine, struct err *e);
+/* 0 when every follower that is up runs the spec's engine with its backend (and mpi), as
+ * its probe says (engines_row_check); else ERR_CONFLICT naming "engine", "backend" or
+ * "mpi", the node and its reason. Borrows spec. */
+int cluster_engine_check(struct cluster *c, const json_t *spec, struct err *e);
 
 /* --- the scheduler's loop thread --------------------------------------------------------- */
 

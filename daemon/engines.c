@@ -219,35 +219,80 @@ int engines_resolve_script(const struct config *cfg, const char *script, char *o
     return 0;
 }
 
-int engines_check(struct engines *en, const char *engine, const char *script, struct err *e)
+/* Whether name is in a probe row's list key (a row without the list, from a probe that
+ * predates it, is taken at its word; a NULL name asks nothing). */
+static bool engines_row_lists(const json_t *row, const char *key, const char *name)
 {
+    const json_t *have = json_object_get(row, key);
+    if (!name || !json_is_array(have))
+        return true;
+    size_t i;
+    json_t *b;
+    json_array_foreach(have, i, b)
+    {
+        if (json_is_string(b) && strcmp(json_string_value(b), name) == 0)
+            return true;
+    }
+    return false;
+}
+
+int engines_row_check(const json_t *row, const char *node, const json_t *spec, struct err *e)
+{
+    const char *engine = json_string_value(json_object_get(spec, "engine"));
+    const char *backend = json_string_value(json_object_get(spec, "backend"));
+    const char *mpi = json_string_value(json_object_get(spec, "mpi"));
+    if (!row)
+        return err_set(e, ERR_CONFLICT, "engine", "engine %s is not known on node %s", engine,
+                       node);
+    if (!json_is_true(json_object_get(row, "installed")) ||
+        !json_is_true(json_object_get(row, "launched"))) {
+        const char *reason = json_string_value(json_object_get(row, "reason"));
+        return err_set(e, ERR_CONFLICT, "engine", "engine %s cannot run on node %s: %s", engine,
+                       node, reason ? reason : "not installed");
+    }
+    if (!engines_row_lists(row, "backends", backend)) {
+        const char *why = json_string_value(
+            json_object_get(json_object_get(row, "backends_not_available"), backend));
+        return err_set(e, ERR_CONFLICT, "backend",
+                       "engine %s cannot run backend %s on node %s: %s", engine, backend, node,
+                       why ? why : "not among its backends");
+    }
+    if (backend && strcmp(backend, "mpi") == 0 && !engines_row_lists(row, "mpis", mpi))
+        return err_set(e, ERR_CONFLICT, "mpi",
+                       "engine %s cannot run backend mpi over mpi %s on node %s: its build "
+                       "there links another MPI library (GET /v1/engines: mpis)",
+                       engine, mpi, node);
+    return 0;
+}
+
+json_t *engines_row(const json_t *list, const char *engine)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(list, i, row)
+    {
+        const char *name = json_string_value(json_object_get(row, "name"));
+        if (name && strcmp(name, engine) == 0)
+            return row;
+    }
+    return NULL;
+}
+
+int engines_check(struct engines *en, const json_t *spec, struct err *e)
+{
+    const char *engine = json_string_value(json_object_get(spec, "engine"));
     if (!engine || strcmp(engine, "ddpbench") == 0)
         return 0;
     if (strcmp(engine, "script") == 0) {
         char path[PATH_MAX];
-        return engines_resolve_script(en->cfg, script, path, e);
+        return engines_resolve_script(
+            en->cfg, json_string_value(json_object_get(spec, "script")), path, e);
     }
     json_t *all = engines_get(en, true, e);
     if (!all)
         return -1;
-    size_t i;
-    json_t *row;
-    int rc = err_set(e, ERR_CONFLICT, "engine", "engine %s is not known on node %s", engine,
-                     en->cfg->node);
-    json_array_foreach(json_object_get(all, "engines"), i, row)
-    {
-        const char *name = json_string_value(json_object_get(row, "name"));
-        if (!name || strcmp(name, engine) != 0)
-            continue;
-        const char *reason = json_string_value(json_object_get(row, "reason"));
-        if (json_is_true(json_object_get(row, "installed")) &&
-            json_is_true(json_object_get(row, "launched")))
-            rc = 0;
-        else
-            rc = err_set(e, ERR_CONFLICT, "engine", "engine %s cannot run on node %s: %s",
-                         engine, en->cfg->node, reason ? reason : "not installed");
-        break;
-    }
+    int rc = engines_row_check(engines_row(json_object_get(all, "engines"), engine),
+                               en->cfg->node, spec, e);
     json_decref(all);
     return rc;
 }

@@ -38,11 +38,21 @@ void engines_cancel(struct engines *en);
  * empty list. A probe that cannot run answers ddpbench alone installed and every framework
  * with the probe's failure as its reason; NULL only on ENOMEM. */
 json_t *engines_get(struct engines *en, bool wait, struct err *e);
-/* 0 when engine runs on this node ("ddpbench" always does); else ERR_CONFLICT naming
- * "engine", the node, the reason and, for a framework not installed, the install command.
+/* 0 when the spec's engine runs on this node ("ddpbench" always does); else ERR_CONFLICT
+ * naming "engine", the node, the reason and, for a framework not installed, the install
+ * command. A framework engine must also have the spec's backend in this node's build of
+ * it, which the probe tells (Horovod's MPI controller): else ERR_CONFLICT naming
+ * "backend" with the probe's reason; and for backend mpi, the spec's mpi among the
+ * implementations the build links (Horovod built against OpenMPI): else naming "mpi".
  * engine "script" also needs --scripts-dir and a script that resolves inside it
- * (engines_resolve_script). */
-int engines_check(struct engines *en, const char *engine, const char *script, struct err *e);
+ * (engines_resolve_script). Borrows spec. */
+int engines_check(struct engines *en, const json_t *spec, struct err *e);
+/* The row of engine in a probe's "engines" list (borrowed), or NULL. */
+json_t *engines_row(const json_t *list, const char *engine);
+/* engines_check's verdict on one probe row (NULL: the node does not know the engine) for
+ * the spec's engine, backend and mpi, for this node's probe and a follower's alike; node
+ * names the node in the message. */
+int engines_row_check(const json_t *row, const char *node, const json_t *spec, struct err *e);
 /* A run's MPI, when it uses one (backend "mpi" or launcher "mpirun"): ERR_CONFLICT
  * naming "mpi" when its implementation is not available on this node (daemon/mpi_probe.h:
  * why and the install command); ERR_INVALID naming "mpi_mca.<key>" for a setting of the

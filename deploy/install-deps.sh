@@ -30,7 +30,8 @@ BENCH_PKGS="python3-torch libopenblas0-pthread iperf3 hyperfine wrk python3-pil 
 
 # engines/: torch.distributed (gloo on the CPU) and torchvision's models; OpenBLAS for the
 # same reason as the bench peer (~150 s to install on the CI image); libtorch-dev (torch's
-# C++ headers), python3-dev and cmake to build Horovod's torch extension in .venv;
+# C++ headers), python3-dev and cmake to build Horovod's torch extension in .venv (its MPI
+# controller against libopenmpi-dev, which the base list has);
 # pybind11-dev because Debian's torch headers include <pybind11/pybind11.h> from the system
 # (a torch wheel bundles it; Debian's python3-torch only recommends it, and recommends are
 # not installed here).

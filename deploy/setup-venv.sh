@@ -6,11 +6,13 @@
 #   tensorflow-cpu    the tensorflow engine (2.15: the last to take numpy < 2, which
 #                     Debian's torch was built against)
 #   deepspeed         the deepspeed engine (its CPU ops build at run time with ninja)
-#   horovod           the horovod engine, built here against Debian's torch with Gloo
-#                     only (no MPI, no TensorFlow, no MXNet): about 5 minutes on 2 cores
+#   horovod           the horovod engine, built here against Debian's torch with both
+#                     controllers, Gloo and MPI (Debian's OpenMPI), and no TensorFlow or
+#                     MXNet: the run picks the controller (backend tcp = Gloo, mpi = MPI)
 # Pinned, so a CI run tests with what a developer tested with; created once, then reused
 # offline: a stamp file holds the pins it was made with, and a change of pin remakes it.
-# Needs python3-venv, python3-dev, cmake, libtorch-dev (deploy/install-deps.sh --engines)
+# Needs python3-venv, python3-dev, cmake, libtorch-dev, libopenmpi-dev (deploy/install-deps.sh
+# --engines)
 # and PyPI on the first run. The daemon runs framework engines with .venv/bin/python.
 set -eu
 cd "$(dirname "$0")/.."
@@ -19,11 +21,19 @@ TENSORFLOW=2.15.1
 DEEPSPEED=0.14.4
 HOROVOD=0.28.1
 # the last word is this script's layout: a change of how it installs remakes the venv too
-PINS="schemathesis==$SCHEMATHESIS tensorflow-cpu==$TENSORFLOW deepspeed==$DEEPSPEED horovod==$HOROVOD layout-2"
+PINS="schemathesis==$SCHEMATHESIS tensorflow-cpu==$TENSORFLOW deepspeed==$DEEPSPEED horovod==$HOROVOD layout-3"
 venv=.venv
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/ddpb-pins" 2>/dev/null)" = "$PINS" ]; then
     exit 0
 fi
+# checked before the old venv goes: Horovod's MPI controller needs OpenMPI's compilers
+for tool in mpicc mpicxx mpirun; do
+    command -v "$tool.openmpi" >/dev/null || {
+        echo "setup-venv: $tool.openmpi is missing: Horovod's MPI controller builds against" \
+            "Debian's OpenMPI (libopenmpi-dev openmpi-bin: deploy/install-deps.sh)" >&2
+        exit 1
+    }
+done
 echo "setup-venv: installing $PINS into $venv"
 rm -rf "$venv"
 /usr/bin/python3 -m venv --system-site-packages "$venv"
@@ -36,7 +46,17 @@ $pip "tensorflow-cpu==$TENSORFLOW"
 # Both build against the torch they find (Debian's): no build isolation, or pip would fetch
 # another torch into a throwaway environment to build with.
 $pip --no-build-isolation "deepspeed==$DEEPSPEED"
-HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
-    HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 HOROVOD_CPU_OPERATIONS=gloo \
+# Horovod against OpenMPI by name: with MPICH installed too, the unsuffixed mpicc/mpirun are
+# whichever Debian's alternatives chose, and cmake's FindMPI takes the first mpicc on PATH.
+# A folder of OpenMPI's suffixed programs under their plain names, first on PATH, pins it.
+# No HOROVOD_CPU_OPERATIONS: the engine sets it per run (gloo or mpi) with the controller.
+mpibin=$(mktemp -d)
+trap 'rm -rf "$mpibin"' EXIT
+for tool in mpicc mpicxx mpirun mpiexec; do
+    ln -s "/usr/bin/$tool.openmpi" "$mpibin/$tool"
+done
+PATH="$mpibin:$PATH" MPICC=mpicc.openmpi MPICXX=mpicxx.openmpi CC=gcc CXX=g++ \
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+    HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
     MAKEFLAGS="-j$(nproc)" $pip --no-build-isolation "horovod==$HOROVOD"
 echo "$PINS" >"$venv/ddpb-pins"

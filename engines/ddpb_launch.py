@@ -3,7 +3,18 @@
 (daemon/launcher.c); it does what torchrun, horovodrun or a TF_CONFIG script would, then
 execs the engine's adapter with the framework's environment.
 
-1. Pins itself to the daemon's CPUs (DDPB_CPUS) and sets the framework's thread count.
+0. Knows its rank: the daemon's DDPB_RANK when the daemon forked it (launcher ddpbench),
+   else that of the launcher DDPB_LAUNCHER names (OMPI_COMM_WORLD_RANK under OpenMPI's
+   mpirun, PMI_RANK under MPICH's, SLURM_PROCID under srun: ddpb_report.identity), and
+   hands it on as DDPB_RANK, RANK, WORLD_SIZE and LOCAL_RANK, so what follows and the
+   framework read one answer. Its report lines go to fd 3, or to the report channel
+   DDPB_REPORT names when mpirun or srun started it (ddpb_report); its stdout and stderr
+   then go to DDPB_LOG_DIR/rank<N>.log, where the daemon serves each rank's log from, as
+   the C worker's do (the launcher would interleave every rank's into one).
+   Under another launcher it listens on its own host's address towards the store, not
+   the leader's DDPB_HOST (own_host), as the C worker does.
+1. Pins itself to the daemon's CPUs (DDPB_CPUS, or its entry of DDPB_CPU_MAP under
+   mpirun) and sets the framework's thread count.
 2. Agrees peers through ddpbench's store (engines/ddpb_store.py): every rank binds a free
    port on its DDPB_HOST, publishes "host:port node" under engine/addr/<rank>, and waits
    for all the others; rank 0's address is MASTER_ADDR/MASTER_PORT (torch), the list is
@@ -11,7 +22,8 @@ execs the engine's adapter with the framework's environment.
 3. execs engines/engine_<engine>.py, or for engine "script" the user's program the daemon
    resolved inside its --scripts-dir (DDPB_SCRIPT), with the same pid: the daemon's pidfd,
    signals and fd 3 stay valid, and the framework reads a complete environment from its
-   first line.
+   first line. Under mpirun the exec keeps the process the MPI launcher started, so the
+   framework's MPI_Init finds the launcher's environment (Horovod's MPI controller).
 
 Decision: ports are picked by the rank that will listen on them and released just before
 exec (the window torchrun has too); a run whose port was taken in between fails at
@@ -65,9 +77,37 @@ def rendezvous(env, spec):
             "DDPB_PEERS": ",".join(addrs), "DDPB_PEER_NODES": ",".join(p[1] for p in peers)}
 
 
-def pin(env):
-    """The daemon's CPU list (DDPB_CPUS, "0,1" or "2-3") and the thread count to match."""
-    cpus = env.get("DDPB_CPUS")
+def map_entry(env, var, rank):
+    """Entry rank of a ';'-separated map of every rank (DDPB_CPU_MAP), or ""."""
+    items = env[var].split(";") if env.get(var) else []
+    return items[rank] if rank < len(items) else ""
+
+
+def route_addr(addr):
+    """The local address the kernel would send from to reach addr ("host:port"): a
+    connected UDP socket's own address, so nothing is sent (common/net.c net_route_addr)."""
+    host, _, port = addr.rpartition(":")
+    host = host.strip("[]")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                       socket.SOCK_DGRAM) as s:
+        s.connect((host, int(port)))
+        return s.getsockname()[0]
+
+
+def own_host(env):
+    """Under another launcher the environment is the leader's wherever the rank runs, so
+    DDPB_HOST and DDPB_NODE_NAME name the leader: as the C worker does, the rank listens
+    on its own interface towards the store (which every peer reaches too), and that
+    address is its node for the peers' grouping (LOCAL_WORLD_SIZE, Horovod's slots)."""
+    if env.get("DDPB_LAUNCHER", "ddpbench") != "ddpbench" and env.get("DDPB_STORE"):
+        env["DDPB_HOST"] = env["DDPB_NODE_NAME"] = route_addr(env["DDPB_STORE"])
+
+
+def pin(env, rank):
+    """The daemon's CPU list (DDPB_CPUS, "0,1" or "2-3"), else this rank's entry of
+    DDPB_CPU_MAP ("0,1;2,3": a list per rank, the scheduler's choice for a launcher whose
+    own binding is off); none: not pinned."""
+    cpus = env.get("DDPB_CPUS") or map_entry(env, "DDPB_CPU_MAP", rank)
     if cpus:
         want = set()
         for part in cpus.split(","):
@@ -76,13 +116,53 @@ def pin(env):
         os.sched_setaffinity(0, want)
 
 
+def adopt_identity(env, rank, local, world):
+    """Writes ddpb_report.identity's answer where the bootstrap and the frameworks read it
+    (DDPB_RANK / DDPB_LOCAL_RANK / DDPB_WORLD_SIZE, RANK / LOCAL_RANK / WORLD_SIZE).
+    ValueError when a launcher started another number of ranks than the run has: they
+    would wait for peers that never come."""
+    if int(env.get("DDPB_WORLD_SIZE", world)) != world:
+        raise ValueError(f"the launcher started {world} ranks but the run's world_size is "
+                         f"{env['DDPB_WORLD_SIZE']}")
+    env.update({"DDPB_RANK": str(rank), "DDPB_LOCAL_RANK": str(local),
+                "DDPB_WORLD_SIZE": str(world), "RANK": str(rank), "LOCAL_RANK": str(local),
+                "WORLD_SIZE": str(world)})
+
+
+def own_log(env, rank):
+    """stdout and stderr to DDPB_LOG_DIR/rank<rank>.log when the daemon names a log folder
+    (a rank it did not fork); the exec keeps them. DDPB_LOG_DIR is the leader's run
+    folder: on another node without a shared file system it does not exist, and the rank
+    keeps the launcher's output (mpirun forwards it to the run's launcher.log)."""
+    if not env.get("DDPB_LOG_DIR"):
+        return
+    path = os.path.join(env["DDPB_LOG_DIR"], f"rank{rank}.log")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:
+        print(f"rank {rank}: no {env['DDPB_LOG_DIR']} on this node: its log stays in the "
+              f"launcher's", file=sys.stderr, flush=True)
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
 def main():
     env = dict(os.environ)
-    rank = int(env.get("DDPB_RANK", "0"))
     engine = env.get("DDPB_ENGINE", "")
+    rank = 0
     try:
+        rank, local, world = ddpb_report.identity(env)
+        own_log(env, rank)
+        adopt_identity(env, rank, local, world)
+        own_host(env)
         with open(env["DDPB_SPEC"]) as f:
             spec = json.load(f)
+        if not engine:  # mpirun's and srun's environment is the run's, not a rank's
+            engine = env["DDPB_ENGINE"] = str(spec.get("engine", ""))
         if engine == "script":  # the daemon resolved it inside its --scripts-dir
             program = env.get("DDPB_SCRIPT")
             if not program:
@@ -92,9 +172,10 @@ def main():
             program = os.path.join(HERE, ENGINES[engine])
         if not os.path.exists(program):
             raise FileNotFoundError(f"engine {engine}: its program {program} is missing")
-        pin(env)
+        pin(env, rank)
         threads = str(spec.get("threads", 1))
         env.update({"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+                    "PYTHONUNBUFFERED": "1",
                     "TF_NUM_INTRAOP_THREADS": threads, "TF_NUM_INTEROP_THREADS": "1",
                     "TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONPATH": HERE + (
                         ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
@@ -104,7 +185,7 @@ def main():
     except Exception as ex:  # reported, then the rank exits: the run fails naming it
         rep = ddpb_report.Reporter(rank, env.get("DDPB_WORLD_SIZE", "1"))
         code = "timeout" if isinstance(ex, ddpb_store.StoreError) and ex.status == 1 else \
-            "invalid" if isinstance(ex, (KeyError, FileNotFoundError)) else "peer"
+            "invalid" if isinstance(ex, (KeyError, FileNotFoundError, ValueError)) else "peer"
         what = f"unknown engine {engine!r}" if isinstance(ex, KeyError) else str(ex)
         rep.error(f"engine bootstrap: {what}", code=code, where="ddpb_launch.py:0")
         return 1

@@ -1,18 +1,23 @@
 """ddpb_report: the worker -> daemon report protocol (common/report.h) for Python engines.
 
-One JSON object per line on fd 3 when the daemon opened it (stdout when run by hand), each
-with "type", "rank" and "t" (Unix seconds), exactly the events and fields the C worker
-writes, so the daemon's report_parse_line accepts them unchanged. A user's script reports
+One JSON object per line, each with "type", "rank" and "t" (Unix seconds), exactly the
+events and fields the C worker writes, so the daemon's report_parse_line accepts them
+unchanged. The lines go to the report channel when DDPB_REPORT names one (a rank that
+mpirun or srun started, which has no fd 3 from the daemon: a TCP connection to the daemon
+whose first line is {"channel": {"run", "rank", "secret", "pid", "host"}}), else to fd 3
+when the daemon opened it, else to stdout (a script run by hand). A user's script reports
 in two lines:
 
     import ddpb_report
-    rep = ddpb_report.start()          # hello + env, heartbeat thread; rank from RANK
+    rep = ddpb_report.start()          # hello + env, heartbeat thread; rank: identity()
     ...  rep.step(step=i, loss=l, step_ms=ms, samples=32)  ... rep.done()
 
 Decision: the fields are the C table's names (tests/integration/test_engines.py checks
 them against common/report.c). A step phase or bytes_sent the caller does not pass is left
 out of the line, which the daemon stores as null ("not observable by this engine"), never
-as 0. A lock keeps lines of the heartbeat thread and the caller whole."""
+as 0. A lock keeps lines of the heartbeat thread and the caller whole. The rank is the
+daemon's (DDPB_RANK) or, under a launcher that started the ranks itself, the launcher's
+(identity()): one reading of it, which ddpb_launch.py hands on as RANK."""
 import json
 import os
 import socket
@@ -31,8 +36,77 @@ MEMORY_FIELDS = ("params_bytes", "buffers_bytes", "grads_bytes", "optimizer_byte
                  "activations_bytes", "device_peak_bytes")
 
 
-def _report_stream():
-    """fd 3 when the daemon opened it, else stdout (a script run by hand)."""
+# Where each launcher (DDPB_LAUNCHER; unset: ddpbench) puts a rank's index, local index
+# and its rank count, the first set of each tuple: worker/store/rendezvous.c's
+# rendezvous_launchers, which the C worker reads (test_horovod_mpi.py checks they agree).
+# By launcher, not the first variable set: a daemon inside a Slurm job hands its own
+# SLURM_PROCID down to the ranks it forks.
+LAUNCHER_IDENTITY = {
+    "ddpbench": (("DDPB_RANK",), ("DDPB_LOCAL_RANK",), ()),
+    "mpirun": (("OMPI_COMM_WORLD_RANK", "PMI_RANK"),
+               ("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"),
+               ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")),
+    "srun": (("SLURM_PROCID",), ("SLURM_LOCALID",), ("SLURM_STEP_NUM_TASKS",)),
+}
+CHANNEL_CONNECT_S = 30.0
+
+
+def _first(env, names):
+    return next((env[n] for n in names if n in env), None)
+
+
+def identity(env=None):
+    """(rank, local_rank, world_size) of this process. DDPB_RANK when set (the daemon
+    forked the rank, or ddpb_launch.py already read it); else the variables of the
+    launcher DDPB_LAUNCHER names (LAUNCHER_IDENTITY: mpirun or srun started it, and the
+    daemon set only DDPB_WORLD_SIZE), with the launcher's own rank count when it says
+    one (ddpb_launch.py checks it against the run's); without DDPB_LAUNCHER, RANK /
+    LOCAL_RANK / WORLD_SIZE (a user's script run by hand or by torchrun), else rank 0 of 1.
+    ValueError naming the variable a named launcher should have set."""
+    env = os.environ if env is None else env
+    world = env.get("DDPB_WORLD_SIZE")
+    if "DDPB_RANK" in env:
+        return (int(env["DDPB_RANK"]), int(env.get("DDPB_LOCAL_RANK", "0")),
+                int(world or env.get("WORLD_SIZE", "1")))
+    launcher = env.get("DDPB_LAUNCHER")
+    if not launcher or launcher == "ddpbench":
+        return (int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0")),
+                int(world or env.get("WORLD_SIZE", "1")))
+    if launcher not in LAUNCHER_IDENTITY:
+        raise ValueError(f"DDPB_LAUNCHER={launcher!r}: want one of "
+                         f"{', '.join(LAUNCHER_IDENTITY)}")
+    rank_vars, local_vars, size_vars = LAUNCHER_IDENTITY[launcher]
+    rank = _first(env, rank_vars)
+    if rank is None:
+        raise ValueError(f"{rank_vars[0]} is not set (launcher {launcher} sets it when it "
+                         f"starts a rank)")
+    return (int(rank), int(_first(env, local_vars) or "0"),
+            int(_first(env, size_vars) or world or "1"))
+
+
+def _open_channel(addr, rank, env):
+    """The report channel to the daemon at addr ("host:port", "[v6]:port"), past its first
+    line; a line-buffered text stream on the socket (the socket is not inherited by exec)."""
+    host, _, port = addr.rpartition(":")
+    sock = socket.create_connection((host.strip("[]"), int(port)), timeout=CHANNEL_CONNECT_S)
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    stream = sock.makefile("w", buffering=1, encoding="utf-8", newline="\n")
+    sock.close()  # the stream holds its own reference to the connection
+    hello = {"run": env.get("DDPB_RUN", ""), "rank": int(rank),
+             "secret": env.get("DDPB_SECRET", ""), "pid": os.getpid(),
+             "host": socket.gethostname()}  # where the daemon says the rank ran
+    stream.write(json.dumps({"channel": hello}, separators=(",", ":")) + "\n")
+    stream.flush()
+    return stream
+
+
+def _report_stream(rank):
+    """The report channel when DDPB_REPORT names one, fd 3 when the daemon opened it, else
+    stdout (a script run by hand)."""
+    addr = os.environ.get("DDPB_REPORT")
+    if addr:
+        return _open_channel(addr, rank, os.environ)
     try:
         os.fstat(3)
     except OSError:
@@ -46,7 +120,7 @@ class Reporter:
     def __init__(self, rank, world_size, stream=None):
         self.rank = int(rank)
         self.world_size = int(world_size)
-        self.stream = stream if stream is not None else _report_stream()
+        self.stream = stream if stream is not None else _report_stream(self.rank)
         self.lock = threading.Lock()
         self.phase = "start"
         self.progress = 0
@@ -150,14 +224,28 @@ class Reporter:
         self.emit("done")
 
 
+_STARTED = None  # this process's reporter, once start() made it
+
+
 def start(env=None, heartbeat=True):
-    """hello, env (python version + the caller's values), heartbeat thread. Rank and world
-    size from RANK / WORLD_SIZE (the daemon sets them for every engine's ranks)."""
-    rep = Reporter(os.environ.get("RANK", "0"), os.environ.get("WORLD_SIZE", "1"))
+    """hello, env (python version + the caller's values), heartbeat thread, once per
+    process: a later call only sends env (its values), so an adapter starts reporting
+    before it imports its framework (seconds, silent otherwise: a run with a short
+    heartbeat_timeout_s would take the rank for frozen) and adds the framework's versions
+    once it has them. Rank and world size from identity() (ddpb_launch.py sets RANK /
+    WORLD_SIZE from the same reading)."""
+    global _STARTED
+    if _STARTED is not None:
+        if env:
+            _STARTED.env(env)
+        return _STARTED
+    rank, _, world = identity()
+    rep = Reporter(rank, world)
     rep.hello()
     values = {"python": sys.version.split()[0]}
     values.update(env or {})
     rep.env(values)
     if heartbeat:
         rep.start_heartbeat()
+    _STARTED = rep
     return rep

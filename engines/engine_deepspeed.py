@@ -31,6 +31,9 @@ import os
 import sys
 import time
 
+import ddpb_report  # noqa: E402
+ddpb_report.start().heartbeat(phase="import")  # reporting while the framework imports
+
 import torch
 
 import ddpb_data

@@ -1,9 +1,17 @@
 #!/usr/bin/env python3
-"""engine_horovod: one rank of a `"engine": "horovod"` run (Horovod's PyTorch binding over
-Gloo), started by engines/ddpb_launch.py. No horovodrun: rank 0 starts Horovod's own HTTP
-rendezvous server (horovod.runner.http.http_server.RendezvousServer, what horovodrun
-starts) with the slot plan of every rank, publishes its port through ddpbench's store, and
-every rank sets the HOROVOD_* variables horovodrun would before hvd.init().
+"""engine_horovod: one rank of a `"engine": "horovod"` run (Horovod's PyTorch binding),
+started by engines/ddpb_launch.py. The spec's backend picks Horovod's controller and CPU
+operations (.venv's Horovod is built with both, deploy/setup-venv.sh):
+  tcp  Gloo. No horovodrun: rank 0 starts Horovod's own HTTP rendezvous server
+       (horovod.runner.http.http_server.RendezvousServer, what horovodrun starts) with the
+       slot plan of every rank, publishes its port through ddpbench's store, and every rank
+       sets the HOROVOD_* variables horovodrun would before hvd.init(). The same under any
+       launcher: the store and the peers are ddpb_launch.py's.
+  mpi  MPI (Debian's OpenMPI). The ranks are MPI processes that mpirun (or srun) started
+       (the spec requires launcher mpirun or srun), so hvd.init()'s MPI_Init finds the
+       world in the launcher's environment: no rendezvous, no HOROVOD_RANK. The adapter
+       checks that MPI's rank and size are ddpbench's, and records the MPI implementation
+       and its version string in the framework configuration.
 
 The spec's knobs map onto Horovod's (framework_config, stored with the run):
   strategy horovod  hvd.DistributedOptimizer over torch.optim's optimizer
@@ -21,6 +29,9 @@ observable without Horovod's timeline file, so it is null, as is bytes_sent."""
 import os
 import sys
 import time
+
+import ddpb_report  # noqa: E402
+ddpb_report.start().heartbeat(phase="import")  # reporting while the framework imports
 
 import psutil
 import torch
@@ -59,8 +70,27 @@ def slot_plan(nodes):
     return plan
 
 
+# backend: (HOROVOD_CONTROLLER, HOROVOD_CPU_OPERATIONS)
+CONTROLLERS = {"tcp": ("gloo", "gloo"), "mpi": ("mpi", "mpi")}
+
+
+def controller_env(spec):
+    """The HOROVOD_* every rank sets whatever the controller: the controller and CPU
+    operations of the spec's backend, the fusion threshold and the cycle time."""
+    controller, ops = CONTROLLERS[spec.get("backend", "tcp")]
+    return {"HOROVOD_CONTROLLER": controller, "HOROVOD_CPU_OPERATIONS": ops,
+            "HOROVOD_FUSION_THRESHOLD": str(int(spec.get("fusion_mb", 64)) << 20),
+            "HOROVOD_CYCLE_TIME": str(float(spec.get("cycle_ms", 1)))}
+
+
 def rendezvous(spec, rank, world):
-    """HOROVOD_* for this rank; rank 0 keeps the rendezvous server alive (returned)."""
+    """HOROVOD_* for this rank; rank 0 keeps the Gloo rendezvous server alive (returned).
+    Backend mpi needs none: MPI_Init finds the world in mpirun's (or srun's) environment."""
+    os.environ.update(controller_env(spec))
+    if spec.get("backend", "tcp") == "mpi":
+        if not hvd.mpi_built():
+            raise RuntimeError(probe.HOROVOD_NO_MPI)  # GET /v1/engines says so too
+        return None
     nodes = os.environ["DDPB_PEER_NODES"].split(",")
     host = os.environ.get("DDPB_HOST", "127.0.0.1")
     plan = slot_plan(nodes)
@@ -81,21 +111,38 @@ def rendezvous(spec, rank, world):
     me = plan[rank]
     os.environ.update({
         "HOROVOD_GLOO_RENDEZVOUS_ADDR": r_host, "HOROVOD_GLOO_RENDEZVOUS_PORT": r_port,
-        "HOROVOD_CONTROLLER": "gloo", "HOROVOD_CPU_OPERATIONS": "gloo",
         "HOROVOD_GLOO_IFACE": iface_of(host), "HOROVOD_HOSTNAME": me.hostname,
         "HOROVOD_RANK": str(me.rank), "HOROVOD_SIZE": str(me.size),
         "HOROVOD_LOCAL_RANK": str(me.local_rank), "HOROVOD_LOCAL_SIZE": str(me.local_size),
-        "HOROVOD_CROSS_RANK": str(me.cross_rank), "HOROVOD_CROSS_SIZE": str(me.cross_size),
-        "HOROVOD_FUSION_THRESHOLD": str(int(spec.get("fusion_mb", 64)) << 20),
-        "HOROVOD_CYCLE_TIME": str(float(spec.get("cycle_ms", 1)))})
+        "HOROVOD_CROSS_RANK": str(me.cross_rank), "HOROVOD_CROSS_SIZE": str(me.cross_size)})
     return server
+
+
+def init(rank, world):
+    """hvd.init() and the check that Horovod runs the controller asked for, with
+    ddpbench's rank and size (a launcher that numbered its ranks otherwise would mix up
+    the shards and the reports); the controller's facts for the framework configuration."""
+    hvd.init()
+    want = os.environ["HOROVOD_CONTROLLER"]
+    if want == "mpi" and not hvd.mpi_enabled():
+        raise RuntimeError("HOROVOD_CONTROLLER=mpi but Horovod did not start MPI")
+    if want == "gloo" and not hvd.gloo_enabled():
+        raise RuntimeError("HOROVOD_CONTROLLER=gloo but Horovod did not start Gloo")
+    if (hvd.rank(), hvd.size()) != (rank, world):
+        raise RuntimeError(f"Horovod's {want} controller numbers this process rank "
+                           f"{hvd.rank()} of {hvd.size()}, ddpbench rank {rank} of {world}")
+    facts = {"controller": want, "cpu_operations": os.environ["HOROVOD_CPU_OPERATIONS"]}
+    if want == "mpi":
+        facts["mpi"], facts["mpi_library"] = probe.mapped_mpi()
+        facts["mpi_threads_supported"] = bool(hvd.mpi_threads_supported())
+    return facts
 
 
 class HorovodAdapter:
     """hvd.DistributedOptimizer for ddpb_torch_loop."""
 
-    def __init__(self, spec, announce):
-        self.spec, self.announce = spec, announce
+    def __init__(self, spec, announce, facts):
+        self.spec, self.announce, self.facts = spec, announce, facts
 
     def wrap(self, model):
         spec = self.spec
@@ -114,8 +161,7 @@ class HorovodAdapter:
             "backward_passes_per_step": acc,
             "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
             "cycle_time_ms": float(os.environ["HOROVOD_CYCLE_TIME"]),
-            "broadcast_init": bool(spec.get("broadcast_init", True))},
-            "controller": "gloo", "cpu_operations": "gloo"})
+            "broadcast_init": bool(spec.get("broadcast_init", True))}, **self.facts})
         return model, self.opt
 
     def micro(self, k, acc):
@@ -147,10 +193,10 @@ def train(rep, spec, rank, world):
     rep.heartbeat(phase="rendezvous")
     server = rendezvous(spec, rank, world)
     try:
-        hvd.init()
+        facts = init(rank, world)
         loop.train_all("horovod", rep, VERSIONS, NOT_OBSERVED, spec, ddpb_data.Data(spec),
                        torch.device("cpu"), world, rank,
-                       lambda announce: HorovodAdapter(spec, announce))
+                       lambda announce: HorovodAdapter(spec, announce, facts))
         hvd.join()
         hvd.shutdown()
     finally:

@@ -23,6 +23,9 @@ import datetime
 import sys
 import time
 
+import ddpb_report  # noqa: E402
+ddpb_report.start().heartbeat(phase="import")  # reporting while the framework imports
+
 import torch
 import torch.distributed as dist
 import torchvision

@@ -24,6 +24,9 @@ import os
 import sys
 import time
 
+import ddpb_report  # noqa: E402
+ddpb_report.start().heartbeat(phase="import")  # reporting while the framework imports
+
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

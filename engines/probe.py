@@ -7,8 +7,14 @@ installed with the reason instead of stalling the caller. The engines, their mod
 adapters are schema/vocabulary.json's (ddpb_vocab); what each engine supports is the table
 below, kept equal to common/spec_table.c's spec_rules for the engine (checked by
 tests/integration/test_engines.py, which also checks it names every engine); an engine the daemon does not launch yet says so in
-"launched". Output: {"engines": [{name, installed, version, reason, launched, strategies,
-backends, devices, precisions}, ...]}."""
+"launched". Some backends depend on how this node's framework was built, so the child
+also asks the framework (BACKEND_PROBES): a backend it lacks leaves the engine's
+"backends" and is listed in "backends_not_available" with the reason. Output:
+{"engines": [{name, installed, version, reason, launched, strategies, backends,
+backends_not_available, mpis, devices, precisions}, ...]}; mpis, for a framework whose
+build has backend mpi, is the MPI implementation its library is (Horovod linked against
+OpenMPI runs under OpenMPI's mpirun only)."""
+import ctypes
 import json
 import os
 import subprocess
@@ -65,7 +71,7 @@ CAPS = {
                 "compressions": ["none", "fp16", "bf16"]},
     "tensorflow": {"strategies": ["ddp"], "backends": ["tcp"], "devices": ["cpu"],
                    "precisions": ["fp32"], "compressions": ["none"]},
-    "horovod": {"strategies": ["horovod"], "backends": ["tcp"], "devices": ["cpu"],
+    "horovod": {"strategies": ["horovod"], "backends": ["tcp", "mpi"], "devices": ["cpu"],
                 "precisions": ["fp32"], "compressions": ["none", "fp16"]},
     "deepspeed": {"strategies": ["zero1", "zero2"], "backends": ["tcp"], "devices": ["cpu"],
                   "precisions": ["fp32"], "compressions": ["none"]},
@@ -75,40 +81,112 @@ CAPS = {
                "precisions": ["fp32"], "compressions": ["none", "fp16", "bf16"]},
 }
 ADAPTERS = ddpb_vocab.ADAPTERS
+# The backends whose presence depends on how the framework was built: engine: {backend:
+# (a Python expression, true when this node's build has it, evaluated after importing the
+# engine's module; the reason when false)}. The spec refuses pytorch's mpi whatever the
+# build (common/spec_table.c spec_engine_backends), so its row only says why.
+TORCH_NO_MPI = ("torch.distributed.is_mpi_available() is false: neither Debian's python3-torch "
+                "nor PyPI's wheels are built with MPI")
+HOROVOD_NO_MPI = ("this node's Horovod is built without MPI (hvd.mpi_built() is false): remake "
+                  ".venv with deploy/setup-venv.sh, which builds it with HOROVOD_WITH_MPI=1 "
+                  "against Debian's OpenMPI (libopenmpi-dev)")
+HOROVOD_NO_GLOO = ("this node's Horovod is built without Gloo (hvd.gloo_built() is false): "
+                   "remake .venv with deploy/setup-venv.sh")
+BACKEND_PROBES = {
+    "pytorch": {"mpi": ("torch.distributed.is_available() and "
+                        "torch.distributed.is_mpi_available()", TORCH_NO_MPI)},
+    "horovod": {"tcp": ("horovod.torch.gloo_built()", HOROVOD_NO_GLOO),
+                "mpi": ("horovod.torch.mpi_built()", HOROVOD_NO_MPI)},
+}
 
 
-def probe_module(module):
-    """(version or None, reason or None) from importing module in a child python3; the
-    version is its top-level package's (horovod.torch has none of its own)."""
+# The MPI implementations of schema/vocabulary.json's "mpis" by how their library
+# names itself (MPI_Get_library_version's first words).
+MPI_BANNERS = {"Open MPI": "openmpi", "MPICH": "mpich"}
+
+
+def mapped_mpi():
+    """(implementation name or None, MPI_Get_library_version's first line) of the MPI
+    library this process has loaded (a framework linked against it: Horovod), or (None,
+    None) when none is. MPI_Get_library_version may be called before MPI_Init."""
+    with open("/proc/self/maps") as f:
+        paths = sorted({line.split()[-1] for line in f
+                        if "/libmpi.so" in line or "/libmpich.so" in line})
+    if not paths:
+        return None, None
+    buf, n = ctypes.create_string_buffer(8192), ctypes.c_int(0)
+    if ctypes.CDLL(paths[0]).MPI_Get_library_version(buf, ctypes.byref(n)) != 0:
+        return None, None
+    banner = buf.value.decode(errors="replace").strip().splitlines()[0]
+    return next((v for k, v in MPI_BANNERS.items() if banner.startswith(k)), None), banner
+
+
+def backends_of(name, built):
+    """(the backends engine name can run here, {backend: why not}) from its CAPS row and
+    what its build has (built: {backend: bool} from the child; a backend not probed is
+    taken as there)."""
+    caps, probes = CAPS[name]["backends"], BACKEND_PROBES.get(name, {})
+    have = [b for b in caps if built.get(b, True)]
+    missing = {}
+    for backend, (_, why) in probes.items():
+        if backend not in caps:  # the spec refuses it: say why, whatever the build
+            missing[backend] = why if not built.get(backend, False) else (
+                f"this build has it, but ddpbench's {name} adapter does not run backend "
+                f"{backend}")
+        elif not built.get(backend, True):
+            missing[backend] = why
+    return have, missing
+
+
+def probe_module(module, probes=None):
+    """(version or None, reason or None, {backend: built}) from importing module in a
+    child python3; the version is its top-level package's (horovod.torch has none of its
+    own); probes is BACKEND_PROBES' row of the engine."""
     top = module.split(".")[0]
     code = (f"import {module}, {top} as m; "
             f"print('ddpb-version', getattr(m, '__version__', 'unknown'))")
+    for backend, (expr, _) in (probes or {}).items():
+        code += f"; print('ddpb-backend', {backend!r}, bool({expr}))"
+    if "mpi" in (probes or {}):  # which MPI the framework's build loaded, if any
+        code += (f"; import sys; sys.path.insert(0, {HERE!r}); import probe; "
+                 f"print('ddpb-mpi', probe.mapped_mpi()[0])")
     try:
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                            timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        return None, f"import {module} took more than {TIMEOUT_S} s"
+        return None, f"import {module} took more than {TIMEOUT_S} s", {}
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["exit status %d" % p.returncode])[-1]
-        return None, f"import {module} failed ({last[:200]}): {INSTALL}"
+        return None, f"import {module} failed ({last[:200]}): {INSTALL}", {}
     lines = [x for x in p.stdout.splitlines() if x.startswith("ddpb-version ")]
-    return (lines[-1].split(" ", 1)[1] if lines else "unknown"), None
+    built = {x.split()[1]: x.split()[2] == "True" for x in p.stdout.splitlines()
+             if x.startswith("ddpb-backend ")}
+    mpis = [x.split()[1] for x in p.stdout.splitlines() if x.startswith("ddpb-mpi ")]
+    if mpis and mpis[-1] != "None":
+        built["mpis"] = [mpis[-1]]
+    return (lines[-1].split(" ", 1)[1] if lines else "unknown"), None, built
 
 
 def main():
     out = []
     for name, caps in CAPS.items():
         module = ddpb_vocab.ENGINES[name]["module"]
-        version, reason = (None, None) if module is None else probe_module(module)
+        version, reason, built = (None, None, {}) if module is None else \
+            probe_module(module, BACKEND_PROBES.get(name))
         installed = module is None or version is not None
         adapter = ADAPTERS.get(name)
         launched = adapter is None or os.path.exists(os.path.join(HERE, adapter))
         if installed and not launched:
             reason = f"installed, but this ddpbench has no adapter for it ({adapter})"
-        out.append(dict({"name": name, "installed": installed, "version": version,
-                         "reason": reason, "launched": launched,
-                         "not_observed": NOT_OBSERVED.get(name, {}),
-                         "memory_not_observed": MEMORY_NOT_OBSERVED.get(name, {})}, **caps))
+        row = dict({"name": name, "installed": installed, "version": version,
+                    "reason": reason, "launched": launched,
+                    "not_observed": NOT_OBSERVED.get(name, {}),
+                    "memory_not_observed": MEMORY_NOT_OBSERVED.get(name, {})}, **caps)
+        if installed:
+            row["backends"], row["backends_not_available"] = backends_of(name, built)
+        if installed and "mpi" in row["backends"] and name in BACKEND_PROBES:
+            row["mpis"] = built.get("mpis", [])  # the implementations backend mpi runs over
+        out.append(row)
     json.dump({"engines": out}, sys.stdout, indent=1)
     sys.stdout.write("\n")
     return 0

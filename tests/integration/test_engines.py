@@ -196,13 +196,16 @@ def allowed_by_submit(d, engine, field, values):
     for v in values:
         spec = dict(SMALL, engine=engine, strategy=STRATEGY[engine], world_size=64)
         spec[field] = v
-        if field == "device" and v == "cuda":
-            spec["backend"] = "nccl"  # what device cuda needs in any engine
+        if v == "cuda" or v == "nccl":
+            spec["device"], spec["backend"] = "cuda", "nccl"  # each needs the other
+        if v == "mpi":
+            spec["launcher"] = "mpirun"  # what backend mpi needs in any engine
         status, body, _ = d.request("POST", "/v1/experiments", spec)
         if status == 400:
             # device cuda may be refused first by what the device offers (a strategy
-            # ddpbench's GPU path lacks): refused all the same
-            fields = (field, "strategy") if field == "device" else (field,)
+            # ddpbench's GPU path lacks) or the engine (its devices): refused all the same
+            fields = (field, "strategy") if field == "device" else \
+                (field, "device", "strategy") if v == "nccl" else (field,)
             check(body["error"]["field"] in fields, (engine, field, v, body))
         else:
             check(status == 409 and body["error"]["field"] == "world_size", (engine, v, body))
@@ -212,8 +215,10 @@ def allowed_by_submit(d, engine, field, values):
 
 def test_engines_endpoint_matches_submit():
     """GET /v1/engines: every engine of the spec, each framework installed here (this suite
-    runs after deploy/install-deps.sh --engines) with its version, launched; its strategies
-    and compressions are exactly what submit accepts for it."""
+    runs after deploy/install-deps.sh --engines) with its version, launched; its strategies,
+    compressions, devices and backends are exactly what submit accepts for it (this node's
+    Horovod is built with MPI: deploy/setup-venv.sh), against OpenMPI, so MPICH is refused
+    for its backend mpi; pytorch says why it has no mpi."""
     d = Daemon(cpu_slots=2)
     try:
         first = d.get("/v1/engines")  # answers at once, while the probe runs
@@ -236,7 +241,21 @@ def test_engines_endpoint_matches_submit():
                   == e["compressions"], (name, e["compressions"]))
             check(allowed_by_submit(d, name, "device", enum["device"]["enum"])
                   == e["devices"], (name, e["devices"]))
+            check(allowed_by_submit(d, name, "backend", enum["backend"]["enum"])
+                  == e["backends"], (name, e["backends"], e["backends_not_available"]))
             check(set(e["not_observed"]) <= set(PHASES), e["not_observed"])
+        check(engines["horovod"]["backends"] == ["tcp", "mpi"]
+              and engines["horovod"]["mpis"] == ["openmpi"], engines["horovod"])
+        # Horovod links OpenMPI (deploy/setup-venv.sh): its MPI controller under MPICH's
+        # launcher would be a world of one per rank, so submit refuses it naming mpi
+        status, body, _ = d.request("POST", "/v1/experiments", dict(
+            SMALL, engine="horovod", strategy="horovod", world_size=2, backend="mpi",
+            launcher="mpirun", mpi="mpich"))
+        check(status == 409 and body["error"]["field"] == "mpi" and "engine horovod cannot "
+              "run backend mpi over mpi mpich" in body["error"]["message"], (status, body))
+        check(engines["pytorch"]["backends_not_available"] == {"mpi": (
+            "torch.distributed.is_mpi_available() is false: neither Debian's python3-torch "
+            "nor PyPI's wheels are built with MPI")}, engines["pytorch"])
     finally:
         d.close()
 
@@ -269,6 +288,52 @@ def test_engine_refusals():
         exp = d.run_experiment(dict(SMALL), timeout=120)  # ddpbench needs no probe
         check(exp["status"] == "succeeded", exp)
         check(d.get(f"/v1/runs/{exp['runs'][0]['id']}")["spec"]["engine"] == "ddpbench", exp)
+    finally:
+        d.close()
+
+
+def test_backend_the_nodes_build_lacks_is_refused():
+    """A node whose Horovod is built without MPI (its probe's answer, served by a stand-in
+    python that prints this node's real probe with horovod's mpi taken out, as a Gloo-only
+    build's probe says it): GET /v1/engines lists horovod's backends without mpi and why;
+    horovod with backend mpi, alone or in a sweep, is 409 naming "backend" with that
+    reason; backend tcp is accepted; nothing refused is stored."""
+    import tempfile
+    p = subprocess.run([VENV_PY, os.path.join(ENGINES_DIR, "probe.py")], capture_output=True,
+                       text=True, timeout=300)
+    check(p.returncode == 0, p.stderr[-2000:])
+    probe = json.loads(p.stdout)
+    why = "built without MPI for this test"
+    for row in probe["engines"]:
+        if row["name"] == "horovod":
+            row["backends"] = ["tcp"]
+            row["backends_not_available"] = {"mpi": why}
+    tmp = tempfile.mkdtemp(prefix="ddpb-probe-")
+    with open(os.path.join(tmp, "probe.json"), "w") as f:
+        json.dump(probe, f)
+    fake = os.path.join(tmp, "python")
+    with open(fake, "w") as f:
+        f.write(f"#!/bin/sh\nexec cat {os.path.join(tmp, 'probe.json')}\n")
+    os.chmod(fake, 0o755)
+    d = Daemon(cpu_slots=2, extra_args=["--python", fake])
+    try:
+        row = [e for e in engines_of(d)["nodes"][0]["engines"] if e["name"] == "horovod"][0]
+        check(row["backends"] == ["tcp"] and row["backends_not_available"] == {"mpi": why},
+              row)
+        before = d.get("/v1/experiments")
+        mpi = dict(SMALL, engine="horovod", strategy="horovod", world_size=2,
+                   launcher="mpirun")
+        for spec in (dict(mpi, backend="mpi"), dict(mpi, sweep={"backend": ["tcp", "mpi"]})):
+            status, body, _ = d.request("POST", "/v1/experiments", spec)
+            check(status == 409 and body["error"]["field"] == "backend"
+                  and "engine horovod cannot run backend mpi" in body["error"]["message"]
+                  and why in body["error"]["message"], (status, body))
+        check(d.get("/v1/experiments") == before, "a refused experiment was stored")
+        # tcp passes: accepted (then cancelled: this node's stand-in python runs no rank)
+        status, body, _ = d.request("POST", "/v1/experiments", dict(mpi, backend="tcp"))
+        check(status == 201, (status, body))
+        d.request("POST", f"/v1/experiments/{body['id']}/cancel")
+        d.wait_experiment(body["id"], timeout=120)
     finally:
         d.close()
 
@@ -459,6 +524,7 @@ if __name__ == "__main__":
                         test_data_order_is_the_c_workers,
                         test_models_have_the_c_zoos_parameter_counts,
                         test_engines_endpoint_matches_submit, test_engine_refusals,
+                        test_backend_the_nodes_build_lacks_is_refused,
                         test_every_engine_trains_in_one_sweep,
                         test_two_ranks_reach_ddpbenchs_accuracy_band,
                         test_script_engine_runs_only_what_the_operator_allowed,

@@ -1,6 +1,7 @@
 /* test_cluster: the leader's registry (daemon/cluster.h) without HTTP: placement as a
  * pure function, joins and rejoins, sessions, malformed syncs refused whole, events
- * queued in order, the lost clock, drain and leave, the nodes table. */
+ * queued in order, the lost clock, drain and leave, the nodes table, the engine check
+ * against each follower's probe. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -112,6 +113,15 @@ static void join(struct fx *x, const char *name, int slots, int *id, char sessio
     json_decref(reply);
 }
 
+/* A leader (fx_open with timeout_ms) with follower "f1" of 4 slots joined: its id and
+ * session into the outputs. */
+static void fx_open_with_f1(struct fx *x, int timeout_ms, int *id, char session[65])
+{
+    struct err e = {0};
+    T_OK(fx_open(x, timeout_ms, &e));
+    join(x, "f1", 4, id, session);
+}
+
 /* Syncs the body printf makes of fmt; the HTTP status the handler would answer (200,
  * 400, 409; 0 when the test's own text is no JSON) and the reply (owned) when 200. */
 __attribute__((format(printf, 3, 4))) static int sync_text(struct fx *x, json_t **reply,
@@ -152,10 +162,9 @@ static void test_join_sync_and_malformed_bodies(void)
 {
     struct fx x;
     struct err e = {0};
-    T_OK(fx_open(&x, 60000, &e));
     int id;
     char s[65];
-    join(&x, "f1", 4, &id, s);
+    fx_open_with_f1(&x, 60000, &id, s);
     T_EQ_INT(id, 1);
     T_EQ_STR(state_of(&x, "lead"), "up");
     T_EQ_STR(state_of(&x, "f1"), "up");
@@ -225,10 +234,9 @@ static void test_lost_rejoin_drain_and_leave(void)
 {
     struct fx x;
     struct err e = {0};
-    T_OK(fx_open(&x, 500, &e));
     int id;
     char s[65];
-    join(&x, "f1", 4, &id, s);
+    fx_open_with_f1(&x, 500, &id, s);
     struct cluster_slot_view v[4];
     T_EQ_INT(cluster_followers(x.c, v, 4), 1);
     T_EQ_INT(v[0].free_slots, 4);
@@ -289,17 +297,71 @@ static void test_lost_rejoin_drain_and_leave(void)
     fx_close(&x);
 }
 
+/* cluster_engine_check of a spec {engine, backend, mpi} answers 0 (want "") or
+ * ERR_CONFLICT naming the field want; why into e. */
+static void engine_check(struct fx *x, const char *engine, const char *backend, const char *mpi,
+                         const char *want, struct err *e)
+{
+    json_t *spec = json_pack("{s:s, s:s, s:s}", "engine", engine, "backend", backend, "mpi",
+                             mpi);
+    memset(e, 0, sizeof *e);
+    int rc = cluster_engine_check(x->c, spec, e);
+    json_decref(spec);
+    T_CHECK_MSG(rc == 0 ? !want[0] : e->code == ERR_CONFLICT && strcmp(e->field, want) == 0,
+                "%s %s %s: rc %d field '%s' (%s), want '%s'", engine, backend, mpi, rc,
+                e->field, e->msg, want);
+}
+
+/* A point that may span nodes runs only where every follower's probe has its engine,
+ * backend and MPI (engines_row_check): not reported yet, not installed, not known, a
+ * build without the backend (Horovod without MPI, with the probe's reason) or linked
+ * against another MPI, a row without the lists (taken at its word), and what is there. */
+static void test_engine_check_reads_each_followers_probe(void)
+{
+    struct fx x;
+    struct err e = {0};
+    int id;
+    char s[65];
+    fx_open_with_f1(&x, 60000, &id, s);
+    engine_check(&x, "horovod", "tcp", "openmpi", "engine", &e);
+    T_CHECK_MSG(strstr(e.msg, "not reported its engines") != NULL, "%s", e.msg);
+    json_t *r = NULL;
+    T_EQ_INT(sync_text(&x, &r,
+                       "{\"node_id\": %d, \"session\": \"%s\", \"engines\": ["
+                       "{\"name\": \"horovod\", \"installed\": true, \"launched\": true, "
+                       "\"backends\": [\"tcp\"], \"backends_not_available\": {\"mpi\": "
+                       "\"built without MPI\"}}, {\"name\": \"tensorflow\", \"installed\": "
+                       "false, \"launched\": true, \"reason\": \"import failed\"}, "
+                       "{\"name\": \"pytorch\", \"installed\": true, \"launched\": "
+                       "true}, {\"name\": \"script\", \"installed\": true, \"launched\": "
+                       "true, \"backends\": [\"tcp\", \"mpi\"], \"mpis\": [\"openmpi\"]}]}",
+                       id, s),
+             200);
+    json_decref(r);
+    engine_check(&x, "horovod", "tcp", "mpich", "", &e);
+    engine_check(&x, "pytorch", "mpi", "openmpi", "", &e); /* no lists */
+    engine_check(&x, "horovod", "mpi", "openmpi", "backend", &e);
+    T_CHECK_MSG(strstr(e.msg, "node f1: built without MPI") != NULL, "%s", e.msg);
+    engine_check(&x, "script", "mpi", "openmpi", "", &e);
+    engine_check(&x, "script", "mpi", "mpich", "mpi", &e);
+    T_CHECK_MSG(strstr(e.msg, "over mpi mpich on node f1") != NULL, "%s", e.msg);
+    engine_check(&x, "script", "tcp", "mpich", "", &e); /* mpi matters for mpi */
+    engine_check(&x, "tensorflow", "tcp", "openmpi", "engine", &e);
+    T_CHECK_MSG(strstr(e.msg, "import failed") != NULL, "%s", e.msg);
+    engine_check(&x, "deepspeed", "tcp", "openmpi", "engine", &e);
+    T_CHECK_MSG(strstr(e.msg, "not known on node f1") != NULL, "%s", e.msg);
+    fx_close(&x);
+}
+
 /* Another launcher's host list names nodes by address, and its ranks' report channels
  * are told apart by the address they connect from: each way between a node and its
  * address, the leader's being its store host. */
 static void test_node_address_and_name_at(void)
 {
     struct fx x;
-    struct err e = {0};
-    T_OK(fx_open(&x, 60000, &e));
     int id;
     char s[65], out[128];
-    join(&x, "f1", 4, &id, s);
+    fx_open_with_f1(&x, 60000, &id, s);
     cluster_node_address(x.c, id, out, sizeof out);
     T_EQ_STR(out, "10.0.0.2");
     cluster_node_address(x.c, 0, out, sizeof out);
@@ -323,6 +385,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_place_by_nodes_and_ranks_per_node);
     TEST_RUN(test_join_sync_and_malformed_bodies);
     TEST_RUN(test_lost_rejoin_drain_and_leave);
+    TEST_RUN(test_engine_check_reads_each_followers_probe);
     TEST_RUN(test_node_address_and_name_at);
     return test_end();
 }
