@@ -39,7 +39,7 @@ fail_build() {
 
 deploy/setup-venv.sh || fail_build .venv  # schemathesis and the engines' frameworks
 setup build-san -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
-    -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-san
+    -Dmpi=enabled -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-san
 ninja -C build-san || fail_build build-san
 # Where the CUDA toolkit is, its GPU parts are required, not "auto": a build that lost NCCL
 # or cuDNN would otherwise drop their tests without a word.
@@ -48,7 +48,7 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
     gpu_opts="-Dcuda=enabled -Dnccl=enabled -Dcudnn=enabled"
 fi
 # shellcheck disable=SC2086
-setup build -Dbuildtype=release -Dwerror=true $gpu_opts || fail_build build
+setup build -Dbuildtype=release -Dwerror=true -Dmpi=enabled $gpu_opts || fail_build build
 ninja -C build || fail_build build
 setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled \
     -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-tsan
