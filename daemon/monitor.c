@@ -598,6 +598,31 @@ static bool monitor_cpu_list(const int *cpus, int rank, int per, char *out, size
     return per > 0;
 }
 
+/* What every process the daemon starts for run r gets, a rank or the run's launcher: the
+ * programs, the run's store and secret, its spec file (spec_path, PATH_MAX bytes, filled
+ * here) and where its output goes (log_path, borrowed). */
+static struct launch_rank monitor_launch_base(const struct active_run *r, const char *store_addr,
+                                              char *spec_path, const char *log_path)
+{
+    const struct config *cfg = r->ctx->cfg;
+    snprintf(spec_path, PATH_MAX, "%s/spec.json", r->dir);
+    return (struct launch_rank){
+        .worker_path = cfg->worker_path,
+        .engine = r->engine,
+        .python = cfg->python,
+        .engines_dir = cfg->engines_dir,
+        .script = r->script[0] ? r->script : NULL,
+        .run = r->ns,
+        .secret = r->secret,
+        .store_addr = store_addr,
+        .spec_path = spec_path,
+        .log_path = log_path,
+        .peer_host = cfg->store_host,
+        .world_size = r->world_size,
+        .node_name = cfg->node,
+    };
+}
+
 static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, int per,
                               const struct monitor_gpu *gpu, const char *store_addr,
                               struct err *e)
@@ -609,30 +634,15 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
     for (int i = 0; i < ngpu_env; i++)
         gpu_envp[i] = gpu_env[i];
     char spec_path[PATH_MAX], log_path[PATH_MAX], cpu[200];
-    snprintf(spec_path, sizeof spec_path, "%s/spec.json", r->dir);
     snprintf(log_path, sizeof log_path, "%s/rank%d.log", r->dir, rank);
     bool pinned = monitor_cpu_list(cpus, rank, per, cpu, sizeof cpu);
-    struct launch_rank lr = {
-        .worker_path = r->ctx->cfg->worker_path,
-        .engine = r->engine,
-        .python = r->ctx->cfg->python,
-        .engines_dir = r->ctx->cfg->engines_dir,
-        .script = r->script[0] ? r->script : NULL,
-        .run = r->ns,
-        .secret = r->secret,
-        .store_addr = store_addr,
-        .spec_path = spec_path,
-        .log_path = log_path,
-        .peer_host = r->ctx->cfg->store_host,
-        .cpus = pinned ? cpu : NULL,
-        .gpu_env = gpu_envp,
-        .ngpu_env = ngpu_env,
-        .rank = rank,
-        .world_size = r->world_size,
-        .local_rank = k->local_rank,
-        .node_rank = k->node_rank,
-        .node_name = r->ctx->cfg->node,
-    };
+    struct launch_rank lr = monitor_launch_base(r, store_addr, spec_path, log_path);
+    lr.cpus = pinned ? cpu : NULL;
+    lr.gpu_env = gpu_envp;
+    lr.ngpu_env = ngpu_env;
+    lr.rank = rank;
+    lr.local_rank = k->local_rank;
+    lr.node_rank = k->node_rank;
     struct launched out;
     if (launcher_spawn(&lr, &out, e) < 0)
         return -1;
@@ -798,27 +808,12 @@ static int monitor_spawn_launcher(struct active_run *r, const struct db_queued_r
             env[i] = plan->env[i];
         snprintf(r->launcher_name, sizeof r->launcher_name, "%s", argv[0]);
     }
-    snprintf(spec_path, sizeof spec_path, "%s/spec.json", r->dir);
     snprintf(log_path, sizeof log_path, "%s/launcher.log", r->dir);
-    struct launch_rank lr = {
-        .worker_path = cfg->worker_path,
-        .engine = r->engine,
-        .python = cfg->python,
-        .engines_dir = cfg->engines_dir,
-        .script = r->script[0] ? r->script : NULL,
-        .run = r->ns,
-        .secret = r->secret,
-        .store_addr = store_addr,
-        .spec_path = spec_path,
-        .log_path = log_path,
-        .peer_host = cfg->store_host,
-        .rank = -1,
-        .world_size = r->world_size,
-        .node_name = cfg->node,
-        .argv = argv,
-        .extra_env = env,
-        .nextra_env = rc == 0 ? plan->nenv : 0,
-    };
+    struct launch_rank lr = monitor_launch_base(r, store_addr, spec_path, log_path);
+    lr.rank = -1;
+    lr.argv = argv;
+    lr.extra_env = env;
+    lr.nextra_env = rc == 0 ? plan->nenv : 0;
     struct launched out;
     if (rc == 0)
         rc = launcher_spawn(&lr, &out, e);
