@@ -601,8 +601,9 @@ static bool monitor_cpu_list(const int *cpus, int rank, int per, char *out, size
 /* What every process the daemon starts for run r gets, a rank or the run's launcher: the
  * programs, the run's store and secret, its spec file (spec_path, PATH_MAX bytes, filled
  * here) and where its output goes (log_path, borrowed). */
-static struct launch_rank monitor_launch_base(const struct active_run *r, const char *store_addr,
-                                              char *spec_path, const char *log_path)
+static struct launch_rank monitor_launch_base(const struct active_run *r,
+                                              const char *store_addr, char *spec_path,
+                                              const char *log_path)
 {
     const struct config *cfg = r->ctx->cfg;
     snprintf(spec_path, PATH_MAX, "%s/spec.json", r->dir);

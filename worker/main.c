@@ -127,6 +127,19 @@ __attribute__((noreturn)) static void worker_fail(struct worker *wk, const char 
             worker_fail((wk), __FILE__, __LINE__);                                             \
     } while (0)
 
+/* comm.h on_stuck (ctx: the worker): an operation of a backend that cannot be left (MPI's
+ * blocking collectives) overran the timeout, seen by the backend's watchdog thread while
+ * another thread sits in the call: report it naming the operation and end the process
+ * without the store record or a clean exit (both would wait on the stuck thread). */
+static void worker_on_stuck(struct comm *c, const struct err *e, void *ctx)
+{
+    struct worker *wk = ctx;
+    struct err ignored;
+    report_emit_error(&wk->w, e, "mpi watchdog", c->error_op, -1, &ignored);
+    fprintf(stderr, "rank %d: %s (%s)\n", wk->env.rank, e->msg, worker_hint(e->code));
+    _exit(1);
+}
+
 static void worker_on_signal(int sig)
 {
     atomic_store(&worker_abort_flag, true);
@@ -380,6 +393,8 @@ static int worker_stage_comm(struct worker *wk, struct err *e)
     if (!wk->stage_comm)
         return err_prefix(e, "stage %d's communicator", stage);
     wk->stage_comm->note = &wk->hb.note;
+    wk->stage_comm->on_stuck = worker_on_stuck;
+    wk->stage_comm->on_stuck_ctx = wk;
     return 0;
 }
 
@@ -431,6 +446,8 @@ int main(void)
     wk.comm = comm_factory_finish(setup, wk.store, wk.node_of, &wk.e);
     WORKER_FAIL_IF(&wk, !wk.comm);
     wk.comm->note = &wk.hb.note; /* what the workload waits in goes out with each beat */
+    wk.comm->on_stuck = worker_on_stuck;
+    wk.comm->on_stuck_ctx = &wk;
     log_info("joined: %d ranks, %s communicator up", wk.env.world_size, wk.comm->backend);
     if (strcmp(wk.spec.backend, "mpi") == 0) /* again: MPI's transport is chosen by now */
         WORKER_FAIL_IF(&wk, worker_emit_env(&wk, &wk.e) < 0);

@@ -12,8 +12,10 @@ which goes first):
              experiment whose "sizes" lists every size, results read back over REST.
              Ranks pinned one per CPU where they fit (the scheduler's DDPB_CPU_MAP).
   plain      tests/bench/mpi_allreduce.c built with that implementation's mpicc and run
-             by its own launcher: the same library, no ddpbench in between, bound to
-             cores where the ranks fit.
+             by its own launcher: the same library, no ddpbench in between, rank r
+             bound to hardware thread r where the ranks fit (the CPUs ddpbench's
+             scheduler gives its ranks; binding to cores lets two vCPUs that are one
+             core's threads share the binding, which this VM showed as 2-4x swings).
 Both time the same way (tests/bench/mpi_allreduce.c's comment): float32 sum, in place,
 8 B and 4 KiB to 64 MiB by doubling, each iteration on its own, an iteration as long as its
 slowest rank, the median over iterations; the headline per size is the median over rounds.
@@ -35,11 +37,11 @@ from bench_allreduce import (LOCK, MALLOC_ENV, SIZES, DaemonRunner, busbw,  # no
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 IMPL = {"openmpi": {"cc": "mpicc.openmpi", "run": ["mpirun.openmpi", "--allow-run-as-root"],
-                    "n": "-np", "bind": ["--bind-to", "core"], "nobind": ["--oversubscribe",
+                    "n": "-np", "bind": ["--bind-to", "hwthread"], "nobind": ["--oversubscribe",
                                                                            "--bind-to", "none"],
                     "env": lambda k: ["-x", k]},
         "mpich": {"cc": "mpicc.mpich", "run": ["mpiexec.mpich"], "n": "-n",
-                  "bind": ["-bind-to", "core"], "nobind": ["-bind-to", "none"],
+                  "bind": ["-bind-to", "hwthread"], "nobind": ["-bind-to", "none"],
                   "env": lambda k: ["-genv", k, os.environ.get(k, MALLOC_ENV.get(k, ""))]}}
 
 

@@ -11,6 +11,7 @@ aborts the job, but the daemon names the rank whose channel ended first), cancel
 frozen rank, the timeout, nothing left behind."""
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -215,7 +216,33 @@ def supervised(impl, check_fn):
     return case
 
 
-CASES = [test_engines_lists_both, test_every_op_checked, test_every_dtype_and_redop,
+def test_blocking_call_watchdog():
+    """The only communicator's collectives are MPI's blocking calls (worker/comm/comm_mpi.h),
+    which cannot watch the timeout: a watchdog does. Rank 1 stopped inside the allreduce
+    loop leaves rank 0 blocked in MPI_Allreduce; after comm_timeout_s (1 s, well before the
+    heartbeat's 60 s) rank 0 reports the timeout naming the op and ends, and the run fails
+    with that, nothing left behind."""
+    for impl in IMPLS:
+        d = Daemon(cpu_slots=2)
+        try:
+            exp = d.submit(collective(impl, min_bytes="1M", max_bytes="1M", iters=100000,
+                                      comm_timeout_s=1, heartbeat_timeout_s=60, timeout_s=120))
+            run = launcher_checks.wait_ranks_up(d, exp, 2)
+            time.sleep(0.5)
+            t0 = time.time()
+            os.kill(run["ranks"][1]["pid"], signal.SIGSTOP)
+            d.wait_experiment(exp["id"], timeout=60)
+            took = time.time() - t0
+            run = d.get(f"/v1/runs/{run['id']}")
+            check(run["status"] == "failed" and "allreduce" in run["error"] and
+                  "not complete after 1000 ms" in run["error"], (impl, run["error"]))
+            check(took < 20, (impl, took))
+            launcher_checks.check_nothing_left(run["id"])
+        finally:
+            d.close()
+
+
+CASES = [test_engines_lists_both, test_blocking_call_watchdog, test_every_op_checked, test_every_dtype_and_redop,
          test_env_and_mca, test_train_and_sweep, test_strategies_and_pipeline,
          test_refusals] + \
     [supervised(impl, fn) for impl in IMPLS for fn in launcher_checks.CHECKS]

@@ -154,6 +154,13 @@ struct comm {
      * notes what it waits in, for the heartbeat (worker/comm/wait_note.h). comm itself
      * never touches it. */
     struct wait_note *note;
+    /* Borrowed, may be NULL: a backend whose operation cannot be interrupted (MPI's
+     * blocking collectives, worker/comm/mpi.c) calls it from a watchdog thread when one
+     * overruns timeout_ms, with error_op filled and e the failure; it reports the failure
+     * and ends the process (it must not return). NULL: the backend prints the failure
+     * and exits with status 1. */
+    void (*on_stuck)(struct comm *c, const struct err *e, void *ctx);
+    void *on_stuck_ctx;
 };
 
 size_t comm_dtype_size(enum comm_dtype t);

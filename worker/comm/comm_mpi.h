@@ -17,9 +17,20 @@
  *   pipeline's stage group beside the world), so the module holds one process-wide lock
  *   around each MPI call (never while it waits): serialized is then enough, and
  *   MPI_THREAD_MULTIPLE's cost in the library is not paid.
- * - Every operation is the non-blocking MPI call (MPI_Iallreduce, ...) polled with
- *   MPI_Testall under the communicator's timeout, abort flag and stop flag: a rank that
- *   never enters an operation is ERR_TIMEOUT naming the operation, never a hang. MPI
+ * - A collective of the process's only communicator is MPI's blocking call
+ *   (MPI_Allreduce, ...), the one a plain MPI program makes: OpenMPI's non-blocking
+ *   collectives are another component (libnbc) with other algorithms, measured 2 to 2.5x
+ *   slower than MPI_Allreduce from 4 KiB to 64 MiB on 2 ranks (tests/bench/RESULTS.md), so
+ *   they would not measure "MPI's algorithms". A blocking call cannot observe the timeout,
+ *   so a watchdog thread does: an operation past timeout_ms ends the rank through
+ *   comm.h's on_stuck (the worker reports ERR_TIMEOUT naming the operation, then exits),
+ *   since the call cannot be left. Signals reach such a rank through its launcher.
+ * - With more than one communicator alive (a pipeline's stage group beside the world),
+ *   and for point-to-point operations, the operation is the non-blocking MPI call
+ *   (MPI_Iallreduce, ...) polled with MPI_Testall under the communicator's timeout, abort
+ *   flag and stop flag: a blocking call holding the process's MPI lock would deadlock the
+ *   other communicator's thread. A rank that never enters an operation is ERR_TIMEOUT
+ *   naming the operation, never a hang. MPI
  *   cannot cancel a collective, so a timed-out operation stays in flight and breaks the
  *   communicator (every later operation fails with the first error); destroying it waits
  *   up to the timeout for the operation to complete, and when it does not, leaves MPI

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "worker/comm/comm_mpi.h"
@@ -54,6 +55,20 @@ struct mpi_lib {
 };
 
 static struct mpi_lib mpi_lib = {.mu = PTHREAD_MUTEX_INITIALIZER, .half = MPI_DATATYPE_NULL};
+
+/* The watchdog of the blocking collectives (comm_mpi.h says when they are used): a thread
+ * of the process that wakes every MPI_WATCH_NS and, when the one operation armed has
+ * overrun its deadline, ends the rank through its communicator's on_stuck. */
+#define MPI_WATCH_NS 50000000
+struct mpi_watch {
+    pthread_mutex_t mu;
+    bool started;
+    struct comm_mpi *armed; /* NULL: no blocking call in flight */
+    const char *op;
+    int64_t deadline_ns;
+};
+
+static struct mpi_watch mpi_watch = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 struct comm_mpi {
     struct comm base; /* first: comm.c sees struct comm */
@@ -313,6 +328,71 @@ static void *mpi_scratch(struct comm_mpi *m, size_t bytes, const char *op, struc
     return p;
 }
 
+/* ---- the watchdog of blocking calls ------------------------------------------------ */
+
+/* The armed operation overran: the rank cannot leave MPI, so it ends (comm.h on_stuck). */
+static void mpi_watch_fire(struct comm_mpi *m, const char *op)
+{
+    struct err e = {0};
+    err_set(&e, ERR_TIMEOUT, NULL,
+            "%s: not complete after %d ms (%s: a rank never entered the operation, or died or "
+            "stalled inside it; a blocking call cannot be left, so this rank ends)",
+            op, m->base.timeout_ms, COMM_MPI_NAME);
+    snprintf(m->base.error_op, sizeof m->base.error_op, "%s", op);
+    m->base.error_peer = -1;
+    if (m->base.on_stuck)
+        m->base.on_stuck(&m->base, &e, m->base.on_stuck_ctx);
+    fprintf(stderr, "rank %d: %s\n", m->base.rank, e.msg);
+    _exit(1);
+}
+
+static void *mpi_watch_main(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct timespec ts = {0, MPI_WATCH_NS};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&mpi_watch.mu);
+        struct comm_mpi *m = mpi_watch.armed;
+        const char *op = mpi_watch.op;
+        bool over = m && clock_mono_ns() >= mpi_watch.deadline_ns;
+        pthread_mutex_unlock(&mpi_watch.mu);
+        if (over)
+            mpi_watch_fire(m, op);
+    }
+    return NULL;
+}
+
+/* Arms the watchdog for m's operation op (starting its thread the first time). 0, or -1
+ * when the thread cannot start (the caller then takes the non-blocking path). */
+static int mpi_watch_arm(struct comm_mpi *m, const char *op)
+{
+    pthread_mutex_lock(&mpi_watch.mu);
+    if (!mpi_watch.started) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        mpi_watch.started = pthread_create(&th, &at, mpi_watch_main, NULL) == 0;
+        pthread_attr_destroy(&at);
+    }
+    if (mpi_watch.started) {
+        mpi_watch.armed = m;
+        mpi_watch.op = op;
+        mpi_watch.deadline_ns = clock_mono_ns() + (int64_t)m->base.timeout_ms * 1000000;
+    }
+    int rc = mpi_watch.started ? 0 : -1;
+    pthread_mutex_unlock(&mpi_watch.mu);
+    return rc;
+}
+
+static void mpi_watch_disarm(void)
+{
+    pthread_mutex_lock(&mpi_watch.mu);
+    mpi_watch.armed = NULL;
+    pthread_mutex_unlock(&mpi_watch.mu);
+}
+
 /* ---- operations ------------------------------------------------------------------- */
 
 /* The ring-model bytes a rank sends (comm.h comm_wire_bytes), for bytes_sent. */
@@ -322,8 +402,10 @@ static void mpi_account(struct comm_mpi *m, const struct comm_args *a)
     m->base.bytes_sent += comm_wire_bytes(a->op, bytes, m->base.world_size);
 }
 
-static int mpi_start_collective(struct comm_mpi *m, const struct comm_args *a, MPI_Request *req,
-                                int *n, struct err *e)
+/* The collective a, blocking (req unused) or started non-blocking into req. MPI_SUCCESS,
+ * an MPI error, or -2 with e set. */
+static int mpi_start_collective(struct comm_mpi *m, const struct comm_args *a, bool blocking,
+                                MPI_Request *req, int *n, struct err *e)
 {
     MPI_Datatype t = mpi_type(a->dtype);
     MPI_Op op = mpi_op(a->dtype, a->redop);
@@ -331,9 +413,11 @@ static int mpi_start_collective(struct comm_mpi *m, const struct comm_args *a, M
     size_t bytes = a->count * comm_dtype_size(a->dtype);
     *n = 1;
     switch (a->op) {
-    case COMM_OP_ALLREDUCE:
-        return MPI_Iallreduce(a->send == a->recv ? MPI_IN_PLACE : a->send, a->recv, count, t,
-                              op, m->mc, req);
+    case COMM_OP_ALLREDUCE: {
+        const void *in = a->send == a->recv ? MPI_IN_PLACE : a->send;
+        return blocking ? MPI_Allreduce(in, a->recv, count, t, op, m->mc)
+                        : MPI_Iallreduce(in, a->recv, count, t, op, m->mc, req);
+    }
     case COMM_OP_REDUCE_SCATTER: {
         /* MPI's in place leaves the block at the buffer's start, comm.h's at the rank's:
          * in place goes through scratch */
@@ -341,18 +425,22 @@ static int mpi_start_collective(struct comm_mpi *m, const struct comm_args *a, M
         if ((const char *)a->send + (size_t)rank * bytes == (const char *)a->recv &&
             !(out = mpi_scratch(m, bytes, "reduce_scatter", e)))
             return -2;
-        return MPI_Ireduce_scatter_block(a->send, out, count, t, op, m->mc, req);
+        return blocking ? MPI_Reduce_scatter_block(a->send, out, count, t, op, m->mc)
+                        : MPI_Ireduce_scatter_block(a->send, out, count, t, op, m->mc, req);
     }
-    case COMM_OP_ALL_GATHER: /* MPI's in place is comm.h's: the block at the rank's */
-        return MPI_Iallgather((char *)a->recv + (size_t)rank * bytes == (const char *)a->send
-                                  ? MPI_IN_PLACE
-                                  : a->send,
-                              count, t, a->recv, count, t, m->mc, req);
+    case COMM_OP_ALL_GATHER: { /* MPI's in place is comm.h's: the block at the rank's */
+        const void *in = (char *)a->recv + (size_t)rank * bytes == (const char *)a->send
+                             ? MPI_IN_PLACE
+                             : a->send;
+        return blocking ? MPI_Allgather(in, count, t, a->recv, count, t, m->mc)
+                        : MPI_Iallgather(in, count, t, a->recv, count, t, m->mc, req);
+    }
     case COMM_OP_BROADCAST:
         if (rank == a->peer && a->send != a->recv)
             memcpy(a->recv, a->send, bytes);
-        return MPI_Ibcast(a->recv, count, t, a->peer, m->mc, req);
-    case COMM_OP_BARRIER: return MPI_Ibarrier(m->mc, req);
+        return blocking ? MPI_Bcast(a->recv, count, t, a->peer, m->mc)
+                        : MPI_Ibcast(a->recv, count, t, a->peer, m->mc, req);
+    case COMM_OP_BARRIER: return blocking ? MPI_Barrier(m->mc) : MPI_Ibarrier(m->mc, req);
     default: break;
     }
     return MPI_ERR_OP;
@@ -400,13 +488,17 @@ static int mpi_collective(struct comm *c, const struct comm_args *a, struct err 
     MPI_Status st[2];
     int n = 0;
     pthread_mutex_lock(&mpi_lib.mu);
-    int rc = mpi_start_collective(m, a, req, &n, e);
+    /* the only communicator of the process: MPI's blocking call, under the watchdog */
+    bool blocking = mpi_lib.users == 1 && mpi_watch_arm(m, name) == 0;
+    int rc = mpi_start_collective(m, a, blocking, req, &n, e);
+    if (blocking)
+        mpi_watch_disarm();
     pthread_mutex_unlock(&mpi_lib.mu);
     if (rc == -2)
         return -1;
     if (rc != MPI_SUCCESS)
-        return mpi_fail_rc(m, e, name, -1, rc, "starting it");
-    if (mpi_wait(m, name, -1, req, n, st, e) < 0)
+        return mpi_fail_rc(m, e, name, -1, rc, blocking ? "the blocking call" : "starting it");
+    if (!blocking && mpi_wait(m, name, -1, req, n, st, e) < 0)
         return -1;
     mpi_finish_collective(m, a);
     mpi_account(m, a);
