@@ -19,7 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_api import call  # noqa: E402  (one HTTP helper for the benches)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 BUILD = os.environ.get("DDPB_BUILD_DIR", os.path.join(ROOT, "build"))
@@ -27,14 +29,6 @@ ALL = {"ddpbench": {}, "mpirun-openmpi": {"launcher": "mpirun", "mpi": "openmpi"
        "mpirun-mpich": {"launcher": "mpirun", "mpi": "mpich"}, "srun": {"launcher": "srun"}}
 SPEC = {"workload": "collective", "world_size": 2, "min_bytes": 4096, "max_bytes": 4096,
         "iters": 1, "warmup": 0, "check": False, "trace_steps": 0}
-
-
-def call(url, method="GET", body=None):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.load(r)
 
 
 def one_run(url, fields):
