@@ -122,8 +122,8 @@ def main():
                 name = f"allreduce {variant}{' ' + impl if impl else ''}"
                 exp = d.run(dict(coll, name=name, sweep=sweep, **extra))
                 print(f"### {name} (experiment {exp['id']})\n")
-                table(d, exp, [("busbw_gbs", "{:.3f}"), ("time_us", "{:.1f}")],
-                      by="backend,mpi,world_size,bytes")
+                table(d, exp, [("bytes", "{}"), ("busbw_gbs", "{:.3f}"),
+                               ("time_us", "{:.1f}")])
                 for model in ("mnist-cnn", "resnet18"):
                     sw = dict(sweep, world_size=[1, 2, 4])
                     name = f"{model} ddp {variant}{' ' + impl if impl else ''}"
