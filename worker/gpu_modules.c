@@ -20,6 +20,7 @@
 static const struct module_spec gpu_modules_cuda_spec = {
     .file = "ddpb_cuda.so",
     .symbol = "ddpb_module_cuda",
+    .field = "device",
     .what = "the CUDA engine (device \"cuda\")",
     .install = GPU_MODULES_CUDA_LIBS,
 #if DDPB_HAVE_CUDA
@@ -32,10 +33,7 @@ static const struct module_spec gpu_modules_cuda_spec = {
 
 const struct gpu_module_cuda *gpu_module_cuda(struct err *e)
 {
-    const struct gpu_module_cuda *m = module_load(&gpu_modules_cuda_spec, e);
-    if (!m && e)
-        snprintf(e->field, sizeof e->field, "device");
-    return m;
+    return module_load(&gpu_modules_cuda_spec, e);
 }
 
 const struct train_engine_ops *gpu_module_train(struct err *e)

@@ -8,6 +8,7 @@
 static const struct module_spec train_module_spec = {
     .file = "ddpb_train.so",
     .symbol = "ddpb_module_train",
+    .field = "workload",
     .what = "the training workload (workload \"train\")",
     .install = "oneDNN, OpenMP and the image libraries: apt-get install libdnnl2 libgomp1 "
                "libpng16-16 libjpeg62-turbo libzstd1 zlib1g",
@@ -16,10 +17,7 @@ static const struct module_spec train_module_spec = {
 
 const struct train_module *train_module_load(struct err *e)
 {
-    const struct train_module *m = module_load(&train_module_spec, e);
-    if (!m && e)
-        snprintf(e->field, sizeof e->field, "workload");
-    return m;
+    return module_load(&train_module_spec, e);
 }
 
 const struct train_engine_ops *train_module_pick(const char *device, struct err *e)

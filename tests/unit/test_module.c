@@ -19,7 +19,8 @@ static struct module_spec probe_spec(const char *file)
                                 .symbol = "ddpb_module_probe",
                                 .what = "the probe module",
                                 .install = "apt-get install probe",
-                                .rebuild = "rebuild with probe"};
+                                .rebuild = "rebuild with probe",
+                                .field = "backend"};
 }
 
 static void test_loads_and_calls(void)
@@ -42,6 +43,7 @@ static void test_missing_file(void)
     struct module_spec m = probe_spec("libno_such_module.so");
     T_CHECK(module_load(&m, &e) == NULL);
     T_CHECK(e.code == ERR_INVALID);
+    T_EQ_STR(e.field, "backend"); /* the spec field the module stands for */
     T_CHECK_MSG(strstr(e.msg, "the probe module is not installed") &&
                     strstr(e.msg, "libno_such_module.so") &&
                     strstr(e.msg, "rebuild with probe"),

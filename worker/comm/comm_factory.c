@@ -34,6 +34,7 @@ struct comm_factory {
 static const struct module_spec comm_factory_nccl_spec = {
     .file = "ddpb_comm_nccl.so",
     .symbol = "ddpb_module_nccl",
+    .field = "backend",
     .what = "the NCCL communicator (backend \"nccl\")",
     .install = "NCCL 2: pip install nvidia-nccl-cu13 (on the loader's path), or libnccl2",
 #if DDPB_HAVE_NCCL
@@ -47,10 +48,7 @@ static const struct module_spec comm_factory_nccl_spec = {
 
 const struct comm_nccl_module *comm_factory_nccl_module(struct err *e)
 {
-    const struct comm_nccl_module *m = module_load(&comm_factory_nccl_spec, e);
-    if (!m && e)
-        snprintf(e->field, sizeof e->field, "backend");
-    return m;
+    return module_load(&comm_factory_nccl_spec, e);
 }
 
 int comm_backend_check(const char *name, struct err *e)
@@ -83,13 +81,9 @@ const struct comm_mpi_module *comm_factory_mpi_module(const char *impl, struct e
                             .symbol = row->symbol,
                             .what = what,
                             .install = install,
-                            .rebuild = rebuild};
-    const struct comm_mpi_module *mod = module_load(&m, e);
-    if (!mod) {
-        snprintf(e->field, sizeof e->field, "mpi");
-        return NULL;
-    }
-    return mod;
+                            .rebuild = rebuild,
+                            .field = "mpi"};
+    return module_load(&m, e);
 }
 
 json_t *comm_factory_env_mpi(const struct spec *s)

@@ -58,7 +58,7 @@ const void *module_load(const struct module_spec *m, struct err *e)
 {
     char path[PATH_MAX];
     if (module_find(m->file, path, sizeof path) < 0) {
-        err_set(e, ERR_INVALID, NULL,
+        err_set(e, ERR_INVALID, m->field,
                 "%s is not installed: no %s beside the worker or in %s (%s)", m->what, m->file,
                 DDPB_MODULE_DIR, m->rebuild);
         return NULL;
@@ -69,18 +69,18 @@ const void *module_load(const struct module_spec *m, struct err *e)
         h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
     if (!h) {
         const char *why = dlerror();
-        err_set(e, ERR_INVALID, NULL, "%s cannot be loaded from %s: %s (install it: %s)",
+        err_set(e, ERR_INVALID, m->field, "%s cannot be loaded from %s: %s (install it: %s)",
                 m->what, path, why ? why : "unknown error", m->install);
         return NULL;
     }
     const int *entry = dlsym(h, m->symbol);
     if (!entry) {
-        err_set(e, ERR_INVALID, NULL, "%s: %s has no symbol %s (%s)", m->what, path, m->symbol,
-                m->rebuild);
+        err_set(e, ERR_INVALID, m->field, "%s: %s has no symbol %s (%s)", m->what, path,
+                m->symbol, m->rebuild);
         return NULL;
     }
     if (*entry != MODULE_ABI) {
-        err_set(e, ERR_INVALID, NULL,
+        err_set(e, ERR_INVALID, m->field,
                 "%s: %s was built for module ABI %d, this worker needs %d (%s)", m->what, path,
                 *entry, MODULE_ABI, m->rebuild);
         return NULL;

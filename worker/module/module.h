@@ -37,11 +37,12 @@ struct module_spec {
     const char *what;    /* "the OpenMPI communicator" */
     const char *install; /* "apt-get install openmpi-bin libopenmpi3" */
     const char *rebuild; /* "rebuild with libopenmpi-dev installed" */
+    const char *field;   /* the spec field a failure names ("mpi", "backend"); NULL: none */
 };
 
 /* Loads the module (once per process; later calls return the same entry) and returns its
- * entry table, borrowed for the life of the process; NULL with e set (ERR_INVALID, field
- * "backend" or what the caller prefixes) when no directory has the file, the loader
+ * entry table, borrowed for the life of the process; NULL with e set (ERR_INVALID naming
+ * m->field) when no directory has the file, the loader
  * refuses it (a library it needs is missing: the message says which and the install
  * command), the symbol is absent or the ABI version differs. */
 const void *module_load(const struct module_spec *m, struct err *e);
