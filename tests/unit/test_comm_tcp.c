@@ -14,6 +14,7 @@
  * a silent or SIGSTOPped peer (timeout naming it, not a hang), the abort flag, bad
  * arguments, garbage and silent clients on the peer port, a wrong run secret, a rank
  * that joins late (in time, and never). */
+#include <dirent.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -54,6 +55,7 @@ static void *setup_thread(void *p)
     return NULL;
 }
 
+/* transport "tcp" unless a shared-memory test says otherwise: the TCP cases test TCP. */
 static struct comm_tcp_config mesh_config(int rank, int n, int timeout_ms,
                                           const atomic_bool *abort_flag, const char *secret)
 {
@@ -63,23 +65,33 @@ static struct comm_tcp_config mesh_config(int rank, int n, int timeout_ms,
                                     .timeout_ms = timeout_ms,
                                     .abort_flag = abort_flag,
                                     .algorithm = "auto",
-                                    .secret = secret};
+                                    .secret = secret,
+                                    .transport = "tcp"};
 }
 
-/* Listens all ranks. */
-static int mesh_listen(struct comm_tcp **t, char addrs[][64], int n, int timeout_ms,
-                       const atomic_bool *abort_flag, const char *const *secrets)
+/* Listens all ranks (transport: NULL = "tcp"). */
+static int mesh_listen_over(struct comm_tcp **t, char addrs[][64], int n, int timeout_ms,
+                            const atomic_bool *abort_flag, const char *const *secrets,
+                            const char *transport)
 {
     struct err e;
     for (int r = 0; r < n; r++) {
         struct comm_tcp_config cfg = mesh_config(r, n, timeout_ms, abort_flag,
                                                  secrets ? secrets[r] : "s3cret");
+        if (transport)
+            cfg.transport = transport;
         t[r] = comm_tcp_listen(&cfg, &e);
         if (!t[r])
             return -1;
         snprintf(addrs[r], 64, "%s", comm_tcp_address(t[r]));
     }
     return 0;
+}
+
+static int mesh_listen(struct comm_tcp **t, char addrs[][64], int n, int timeout_ms,
+                       const atomic_bool *abort_flag, const char *const *secrets)
+{
+    return mesh_listen_over(t, addrs, n, timeout_ms, abort_flag, secrets, NULL);
 }
 
 /* Connects every rank from its own thread; rank `late` starts late_ms after the others. */
@@ -104,10 +116,19 @@ static void mesh_connect(struct mesh *m, struct comm_tcp **t, char addrs[][64])
     mesh_connect_late(m, t, addrs, -1, 0);
 }
 
-/* Returns 0 when every rank built its communicator; ring_chunk as in the config; node_of
- * (NULL: one node) for comm_tcp_set_nodes. */
-static int mesh_build_nodes(struct mesh *m, int n, int timeout_ms,
-                            const atomic_bool *abort_flag, int ring_chunk, const int *node_of)
+/* How a mesh is built beyond its size: the shared-memory tests set the transport (NULL:
+ * "tcp"), the slot size and the spin budget. */
+struct mesh_opts {
+    int ring_chunk;     /* as in the config */
+    const int *node_of; /* NULL: one node (comm_tcp_set_nodes) */
+    const char *transport;
+    size_t shm_slot;
+    int spin_us;
+};
+
+/* Returns 0 when every rank built its communicator. */
+static int mesh_build_opts(struct mesh *m, int n, int timeout_ms, const atomic_bool *abort_flag,
+                           const struct mesh_opts *o)
 {
     struct comm_tcp *t[MAX_WORLD];
     char addrs[MAX_WORLD][64];
@@ -116,11 +137,15 @@ static int mesh_build_nodes(struct mesh *m, int n, int timeout_ms,
     struct err e;
     for (int r = 0; r < n; r++) {
         struct comm_tcp_config cfg = mesh_config(r, n, timeout_ms, abort_flag, "s3cret");
-        cfg.ring_chunk_bytes = ring_chunk;
+        cfg.ring_chunk_bytes = o->ring_chunk;
+        if (o->transport)
+            cfg.transport = o->transport;
+        cfg.shm_slot_bytes = o->shm_slot;
+        cfg.spin_us = o->spin_us;
         t[r] = comm_tcp_listen(&cfg, &e);
         if (!t[r])
             return -1;
-        if (node_of && comm_tcp_set_nodes(t[r], node_of, &e) < 0)
+        if (o->node_of && comm_tcp_set_nodes(t[r], o->node_of, &e) < 0)
             return -1;
         snprintf(addrs[r], 64, "%s", comm_tcp_address(t[r]));
     }
@@ -129,6 +154,13 @@ static int mesh_build_nodes(struct mesh *m, int n, int timeout_ms,
         if (!m->c[r])
             return -1;
     return 0;
+}
+
+static int mesh_build_nodes(struct mesh *m, int n, int timeout_ms,
+                            const atomic_bool *abort_flag, int ring_chunk, const int *node_of)
+{
+    const struct mesh_opts o = {.ring_chunk = ring_chunk, .node_of = node_of};
+    return mesh_build_opts(m, n, timeout_ms, abort_flag, &o);
 }
 
 static int mesh_build(struct mesh *m, int n, int timeout_ms, const atomic_bool *abort_flag)
@@ -769,17 +801,23 @@ static void *p2p_job_run(void *p)
     return NULL;
 }
 
-static void test_comm_send_recv_ordered(void)
+static void check_send_recv_ordered(const char *transport)
 {
     struct mesh m;
-    T_CHECK(mesh_build(&m, 4, 20000, NULL) == 0);
+    const struct mesh_opts o = {.transport = transport};
+    T_CHECK(mesh_build_opts(&m, 4, 20000, NULL, &o) == 0);
     struct p2p_job jobs[4];
     for (int r = 0; r < 4; r++)
         jobs[r] = (struct p2p_job){.c = m.c[r]};
     mesh_run(&m, p2p_job_run, jobs, sizeof jobs[0]);
     mesh_destroy(&m);
     for (int r = 0; r < 4; r++)
-        T_CHECK_MSG(!jobs[r].bad, "rank %d: %s", r, jobs[r].e.msg);
+        T_CHECK_MSG(!jobs[r].bad, "%s: rank %d: %s", transport, r, jobs[r].e.msg);
+}
+
+static void test_comm_send_recv_ordered(void)
+{
+    check_send_recv_ordered("tcp");
 }
 
 static void test_comm_bad_arguments(void)
@@ -1116,7 +1154,8 @@ struct procs {
     int release;         /* parent closes it to let the children exit */
 };
 
-static void proc_child(struct comm_tcp **t, char addrs[][64], int n, int r, int out, int hold)
+static void proc_child(struct comm_tcp **t, char addrs[][64], int n, int r, int out, int hold,
+                       enum comm_algorithm alg)
 {
     const char *ap[MAX_WORLD];
     for (int j = 0; j < n; j++) {
@@ -1134,7 +1173,7 @@ static void proc_child(struct comm_tcp **t, char addrs[][64], int n, int r, int 
                           .recv = buf,
                           .count = count,
                           .dtype = COMM_FLOAT32,
-                          .algorithm = COMM_ALG_RING};
+                          .algorithm = alg};
     res.rc = c ? 0 : -1;
     for (int i = 0; c && res.rc == 0 && i < 100000; i++) {
         res.rc = comm_run(c, &a, &e);
@@ -1152,14 +1191,15 @@ static void proc_child(struct comm_tcp **t, char addrs[][64], int n, int r, int 
     _exit(0);
 }
 
-static int procs_start(struct procs *p, int n, int timeout_ms)
+/* transport NULL: "tcp", the children running ring allreduces; else theirs by auto. */
+static int procs_start(struct procs *p, int n, int timeout_ms, const char *transport)
 {
     struct comm_tcp *t[MAX_WORLD];
     char addrs[MAX_WORLD][64];
     int hold[2];
     memset(p, 0, sizeof *p);
     p->n = n;
-    if (mesh_listen(t, addrs, n, timeout_ms, NULL, NULL) < 0 || pipe(hold) < 0)
+    if (mesh_listen_over(t, addrs, n, timeout_ms, NULL, NULL, transport) < 0 || pipe(hold) < 0)
         return -1;
     for (int r = 0; r < n; r++) {
         int fds[2];
@@ -1169,7 +1209,8 @@ static int procs_start(struct procs *p, int n, int timeout_ms)
         if (p->pid[r] == 0) {
             close(fds[0]);
             close(hold[1]);
-            proc_child(t, addrs, n, r, fds[1], hold[0]);
+            proc_child(t, addrs, n, r, fds[1], hold[0],
+                       transport ? COMM_ALG_AUTO : COMM_ALG_RING);
         }
         close(fds[1]);
         p->from[r] = fds[0];
@@ -1211,10 +1252,11 @@ static void procs_finish(struct procs *p)
 
 /* Starts 3 ranks, sends sig to rank 1 once everyone is up; returns the survivors'
  * results and the milliseconds from the signal to each result. */
-static int signal_victim(int sig, int timeout_ms, struct proc_result *res, int64_t *ms)
+static int signal_victim(int sig, int timeout_ms, struct proc_result *res, int64_t *ms,
+                         const char *transport, bool (*up_check)(const struct procs *))
 {
     struct procs p;
-    if (procs_start(&p, 3, timeout_ms) < 0)
+    if (procs_start(&p, 3, timeout_ms, transport) < 0)
         return -1;
     int64_t deadline = clock_mono_ms() + 20000;
     char byte;
@@ -1222,7 +1264,7 @@ static int signal_victim(int sig, int timeout_ms, struct proc_result *res, int64
     for (int r = 0; r < 3; r++)
         ok += procs_read(&p, r, &byte, 1, deadline);
     int64_t t0 = clock_mono_ms();
-    bool up = ok == 3;
+    bool up = ok == 3 && (!up_check || up_check(&p));
     if (up)
         kill(p.pid[1], sig);
     for (int r = 0; r < 3 && up; r += 2) {
@@ -1239,7 +1281,8 @@ static void test_comm_tcp_stopped_peer_times_out(void)
 {
     struct proc_result res[3];
     int64_t ms[3];
-    T_CHECK_MSG(signal_victim(SIGSTOP, 1500, res, ms) == 0, "ranks did not start or report");
+    T_CHECK_MSG(signal_victim(SIGSTOP, 1500, res, ms, NULL, NULL) == 0,
+                "ranks did not start or report");
     for (int r = 0; r < 3; r += 2) {
         T_CHECK_MSG(res[r].rc < 0 && res[r].code == ERR_TIMEOUT, "rank %d: %s", r, res[r].msg);
         T_CHECK_MSG(ms[r] >= 700 && ms[r] < 1500 + 8000, "rank %d failed after %lld ms", r,
@@ -1258,11 +1301,306 @@ static void test_comm_tcp_killed_peer_named(void)
 {
     struct proc_result res[3];
     int64_t ms[3];
-    T_CHECK_MSG(signal_victim(SIGKILL, 30000, res, ms) == 0, "ranks did not start or report");
+    T_CHECK_MSG(signal_victim(SIGKILL, 30000, res, ms, NULL, NULL) == 0,
+                "ranks did not start or report");
     for (int r = 0; r < 3; r += 2) {
         T_CHECK_MSG(res[r].rc < 0 && res[r].code == ERR_PEER && res[r].peer == 1,
                     "rank %d: peer %d: %s", r, res[r].peer, res[r].msg);
         T_CHECK_MSG(ms[r] < 10000, "rank %d failed after %lld ms", r, (long long)ms[r]);
+    }
+}
+
+/* ---- shared memory (shm.c, shm_algo.c) ------------------------------------------------ */
+
+/* The cases of build with the algorithm left to the communicator: over shared memory
+ * when every rank shares the node. */
+static int shm_cases(struct op_case *out, int max, int world,
+                     int (*build)(struct op_case *, int, int))
+{
+    int n = build(out, max, world);
+    for (int i = 0; i < n && i < max; i++)
+        out[i].alg = COMM_ALG_AUTO;
+    return n;
+}
+
+/* Runs the cases of build over shared memory for world sizes lo..hi with opts o; every
+ * element checked, and every rank must report transport and algorithm "shm". */
+static void check_shm_cases(int (*build)(struct op_case *, int, int), int lo, int hi,
+                            const struct mesh_opts *o, const char *what)
+{
+    struct op_case cases[256];
+    for (int n = lo; n <= hi; n++) {
+        struct mesh m;
+        T_CHECK_MSG(mesh_build_opts(&m, n, 20000, NULL, o) == 0, "%s world %d: setup failed",
+                    what, n);
+        int nc = shm_cases(cases, 256, n, build);
+        char why[512] = "";
+        int failures = nc <= 256 ? run_cases_on(&m, cases, nc, why, sizeof why) : -1;
+        bool named = true;
+        for (int r = 0; r < n && n > 1; r++)
+            named = named && strcmp(m.c[r]->transport, "shm") == 0 &&
+                    strcmp(m.c[r]->last_algorithm, "shm") == 0;
+        mesh_destroy(&m);
+        T_CHECK_MSG(failures == 0, "%s world %d: %d failures: %s", what, n, failures, why);
+        T_CHECK_MSG(named, "%s world %d: not run over shared memory", what, n);
+    }
+}
+
+/* Every op, dtype and operator, in place and not, misaligned, worlds 1..5: with the
+ * default slot, with 4 KiB slots (every op in many double-buffered steps, the large
+ * allreduce's parts smaller than an element for 5 ranks) and with waiters that never
+ * spin (the futex path alone). */
+static void test_shm_ops_exact(void)
+{
+    const struct mesh_opts def = {.transport = "shm"};
+    const struct mesh_opts tiny = {.transport = "shm", .shm_slot = 4096};
+    const struct mesh_opts sleepy = {.transport = "shm", .shm_slot = 4096, .spin_us = -1};
+    check_shm_cases(reducing_cases_w, 1, 5, &def, "default slot");
+    check_shm_cases(moving_cases, 1, 5, &def, "default slot");
+    check_shm_cases(large_cases, 2, 5, &def, "default slot");
+    check_shm_cases(reducing_cases_w, 2, 5, &tiny, "4 KiB slots");
+    check_shm_cases(moving_cases, 2, 5, &tiny, "4 KiB slots");
+    check_shm_cases(large_cases, 2, 3, &tiny, "4 KiB slots");
+    check_shm_cases(reducing_cases_w, 2, 4, &sleepy, "no spinning");
+    check_shm_cases(moving_cases, 3, 3, &sleepy, "no spinning");
+}
+
+/* Messages in order and a length mismatch named, over shared memory. */
+static void test_shm_send_recv_ordered(void)
+{
+    check_send_recv_ordered("shm");
+}
+
+/* hier with shared memory inside the nodes (transport auto): every node map, every
+ * dtype and operator; the transport says "shm+tcp" on every rank when a node holds
+ * several ranks and there are several nodes. */
+static void test_shm_hier_node_maps_exact(void)
+{
+    static const struct {
+        int n;
+        int node_of[MAX_WORLD];
+        const char *transport, *what;
+    } maps[] = {
+        {4, {0, 0, 1, 1}, "shm+tcp", "2 nodes x 2 ranks"},
+        {6, {0, 0, 0, 1, 2, 2}, "shm+tcp", "3 nodes of 3, 1 and 2 ranks"},
+        {5, {0, 0, 0, 0, 0}, "shm", "one node"},
+        {4, {3, 2, 1, 0}, "tcp", "every rank its own node"},
+        {4, {1, 0, 1, 0}, "shm+tcp", "2 nodes with interleaved ranks"},
+    };
+    struct op_case cases[64];
+    int nc = hier_cases(cases, 64);
+    T_CHECK(nc <= 64);
+    for (size_t k = 0; k < sizeof maps / sizeof maps[0]; k++) {
+        struct mesh m;
+        const struct mesh_opts o = {
+            .node_of = maps[k].node_of, .transport = "auto", .shm_slot = 8192};
+        T_CHECK_MSG(mesh_build_opts(&m, maps[k].n, 20000, NULL, &o) == 0, "%s: setup failed",
+                    maps[k].what);
+        char why[512] = "";
+        int failures = run_cases_on(&m, cases, nc <= 64 ? nc : 64, why, sizeof why);
+        bool named = true;
+        for (int r = 0; r < m.n; r++)
+            named = named && strcmp(m.c[r]->transport, maps[k].transport) == 0;
+        char got[8];
+        snprintf(got, sizeof got, "%s", m.c[0]->transport);
+        mesh_destroy(&m);
+        T_CHECK_MSG(failures == 0, "%s: %d failures: %s", maps[k].what, failures, why);
+        T_CHECK_MSG(named, "%s: transport %s, want %s", maps[k].what, got, maps[k].transport);
+    }
+}
+
+/* With shared memory inside the nodes, auto takes hier across nodes at every size. */
+static void test_shm_auto_takes_hier(void)
+{
+    const int node_of[4] = {0, 0, 1, 1};
+    const struct mesh_opts o = {.node_of = node_of, .transport = "auto"};
+    struct mesh m;
+    T_CHECK(mesh_build_opts(&m, 4, 20000, NULL, &o) == 0);
+    struct op_case c = {
+        COMM_OP_ALLREDUCE, COMM_ALG_AUTO, COMM_FLOAT32, COMM_SUM, false, 2, 0, 0};
+    char why[512] = "";
+    int failures = run_cases_on(&m, &c, 1, why, sizeof why);
+    bool hier = true;
+    for (int r = 0; r < 4; r++)
+        hier = hier && strcmp(m.c[r]->last_algorithm, "hier") == 0;
+    mesh_destroy(&m);
+    T_CHECK_MSG(failures == 0, "%s", why);
+    T_CHECK(hier);
+}
+
+/* What each transport resolves to, and an algorithm named per call that runs over TCP
+ * even when the ranks share memory. */
+static void *shm_recorded_job(void *p)
+{
+    struct case_job *j = p;
+    struct err e;
+    float buf[64] = {0};
+    j->failures = comm_allreduce(j->c, buf, buf, 8, COMM_FLOAT32, COMM_SUM, &e) != 0 ||
+                  strcmp(j->c->last_algorithm, "shm") != 0;
+    struct comm_args a = {.op = COMM_OP_ALLREDUCE,
+                          .send = buf,
+                          .recv = buf,
+                          .count = 8,
+                          .dtype = COMM_FLOAT32,
+                          .algorithm = COMM_ALG_RING};
+    j->failures += comm_run(j->c, &a, &e) != 0 || strcmp(j->c->last_algorithm, "ring") != 0;
+    j->failures += comm_barrier(j->c, &e) != 0 || strcmp(j->c->last_algorithm, "shm") != 0;
+    return NULL;
+}
+
+static void test_shm_transport_recorded(void)
+{
+    struct mesh m;
+    const struct mesh_opts o = {.transport = "auto"};
+    T_CHECK(mesh_build_opts(&m, 3, 20000, NULL, &o) == 0);
+    struct case_job jobs[3];
+    for (int r = 0; r < 3; r++)
+        jobs[r] = (struct case_job){.c = m.c[r]};
+    mesh_run(&m, shm_recorded_job, jobs, sizeof jobs[0]);
+    for (int r = 0; r < 3; r++) {
+        T_EQ_STR(m.c[r]->transport, "shm");
+        T_EQ_INT(jobs[r].failures, 0);
+        T_CHECK_MSG(m.c[r]->buffer_bytes > 3 * 512 * 1024, "buffer bytes %llu",
+                    (unsigned long long)m.c[r]->buffer_bytes);
+    }
+    mesh_destroy(&m);
+    const struct mesh_opts tcp = {.transport = "tcp"};
+    T_CHECK(mesh_build_opts(&m, 2, 20000, NULL, &tcp) == 0);
+    T_EQ_STR(m.c[0]->transport, "tcp");
+    mesh_destroy(&m);
+}
+
+/* Setup refuses what shared memory cannot do, naming the field. */
+static void test_shm_refusals(void)
+{
+    struct err e;
+    struct comm_tcp_config cfg = mesh_config(0, 2, 1000, NULL, "s");
+    cfg.transport = "shm";
+    cfg.algorithm = "ring";
+    T_CHECK(comm_tcp_listen(&cfg, &e) == NULL);
+    T_EQ_STR(e.field, "transport");
+    cfg.algorithm = "hier"; /* hier has an shm form */
+    struct comm_tcp *t = comm_tcp_listen(&cfg, &e);
+    T_CHECK(t != NULL);
+    comm_tcp_discard(t);
+    cfg.transport = "udp";
+    T_CHECK(comm_tcp_listen(&cfg, &e) == NULL);
+    T_EQ_STR(e.field, "transport");
+    /* ranks on two nodes with transport shm: every rank fails setup naming transport */
+    const int two[4] = {0, 0, 1, 1};
+    struct mesh m;
+    const struct mesh_opts o = {.node_of = two, .transport = "shm"};
+    T_CHECK(mesh_build_opts(&m, 4, 5000, NULL, &o) < 0);
+    for (int r = 0; r < 4; r++) {
+        T_CHECK(m.c[r] == NULL);
+        T_EQ_STR(m.e[r].field, "transport");
+        T_CHECK_MSG(strstr(m.e[r].msg, "2 nodes"), "%s", m.e[r].msg);
+    }
+    mesh_destroy(&m);
+}
+
+/* A segment directory that does not exist fails setup naming it. */
+static void test_shm_bad_dir(void)
+{
+    struct comm_tcp *t[2];
+    char addrs[2][64];
+    struct err e;
+    for (int r = 0; r < 2; r++) {
+        struct comm_tcp_config cfg = mesh_config(r, 2, 5000, NULL, "s");
+        cfg.transport = "shm";
+        cfg.shm_dir = "/nonexistent/ddpbench-shm";
+        t[r] = comm_tcp_listen(&cfg, &e);
+        T_CHECK(t[r] != NULL);
+        snprintf(addrs[r], 64, "%s", comm_tcp_address(t[r]));
+    }
+    struct mesh m = {.n = 2};
+    mesh_connect(&m, t, addrs);
+    for (int r = 0; r < 2; r++) {
+        T_CHECK(m.c[r] == NULL);
+        T_CHECK_MSG(m.e[r].code == ERR_IO || m.e[r].code == ERR_PEER, "%s", m.e[r].msg);
+    }
+    /* at least the rank that failed to create says where */
+    T_CHECK_MSG(strstr(m.e[0].msg, "/nonexistent/ddpbench-shm") ||
+                    strstr(m.e[1].msg, "/nonexistent/ddpbench-shm"),
+                "%s | %s", m.e[0].msg, m.e[1].msg);
+}
+
+static void test_shm_abort_flag(void)
+{
+    struct mesh m;
+    atomic_store(&abort_flag_for_test, false);
+    const struct mesh_opts o = {.transport = "shm"};
+    T_CHECK(mesh_build_opts(&m, 3, 30000, &abort_flag_for_test, &o) == 0);
+    struct fail_job jobs[3];
+    run_with_victim(&m, 0, 1000, 200, raise_abort, jobs);
+    for (int r = 1; r < 3; r++) {
+        T_CHECK_MSG(jobs[r].rc < 0 && jobs[r].e.code == ERR_ABORTED, "rank %d: %s", r,
+                    jobs[r].e.msg);
+        T_CHECK_MSG(jobs[r].ms < 5000, "rank %d took %lld ms", r, (long long)jobs[r].ms);
+    }
+    mesh_destroy(&m);
+    atomic_store(&abort_flag_for_test, false);
+}
+
+/* Entries of /dev/shm, or -1. */
+static int shm_dir_entries(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));)
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* The children map their segments from /dev/shm files without a name (the kernel shows
+ * them as deleted) and add no entry to the directory. */
+static bool shm_unnamed_segments(const struct procs *p)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)p->pid[0]);
+    FILE *f = fopen(path, "re");
+    int unnamed = 0;
+    while (f && fgets(line, sizeof line, f))
+        unnamed += strstr(line, "/dev/shm/") && strstr(line, "(deleted)");
+    if (f)
+        fclose(f);
+    return unnamed == 3; /* rank 0 maps the three ranks' segments */
+}
+
+/* A killed rank mid-allreduce over shared memory: its peers name it within moments (its
+ * process is gone), far inside the timeout; nothing is left in /dev/shm. */
+static void test_shm_killed_peer_named(void)
+{
+    struct proc_result res[3];
+    int64_t ms[3];
+    int before = shm_dir_entries();
+    T_CHECK_MSG(signal_victim(SIGKILL, 30000, res, ms, "shm", shm_unnamed_segments) == 0,
+                "ranks did not start, report or map unnamed segments");
+    for (int r = 0; r < 3; r += 2) {
+        T_CHECK_MSG(res[r].rc < 0 && res[r].code == ERR_PEER && res[r].peer == 1,
+                    "rank %d: peer %d: %s", r, res[r].peer, res[r].msg);
+        T_CHECK_MSG(strstr(res[r].msg, "allreduce: rank 1") == res[r].msg, "%s", res[r].msg);
+        T_CHECK_MSG(ms[r] < 3000, "rank %d failed after %lld ms", r, (long long)ms[r]);
+    }
+    T_EQ_INT(shm_dir_entries(), before);
+}
+
+/* A stopped rank: its peers time out naming it, not hang. */
+static void test_shm_stopped_peer_times_out(void)
+{
+    struct proc_result res[3];
+    int64_t ms[3];
+    T_CHECK_MSG(signal_victim(SIGSTOP, 1500, res, ms, "shm", NULL) == 0,
+                "ranks did not start or report");
+    for (int r = 0; r < 3; r += 2) {
+        T_CHECK_MSG(res[r].rc < 0 && res[r].code == ERR_TIMEOUT && res[r].peer == 1,
+                    "rank %d: peer %d: %s", r, res[r].peer, res[r].msg);
+        T_CHECK_MSG(ms[r] >= 1000 && ms[r] < 1500 + 8000, "rank %d failed after %lld ms", r,
+                    (long long)ms[r]);
+        T_CHECK_MSG(strstr(res[r].msg, "no progress from rank 1"), "%s", res[r].msg);
     }
 }
 
@@ -1492,6 +1830,16 @@ int main(int argc, char **argv)
     TEST_RUN(test_comm_tcp_bytes_sent);
     TEST_RUN(test_comm_tcp_barrier);
     TEST_RUN(test_comm_send_recv_ordered);
+    TEST_RUN(test_shm_ops_exact);
+    TEST_RUN(test_shm_send_recv_ordered);
+    TEST_RUN(test_shm_hier_node_maps_exact);
+    TEST_RUN(test_shm_auto_takes_hier);
+    TEST_RUN(test_shm_transport_recorded);
+    TEST_RUN(test_shm_refusals);
+    TEST_RUN(test_shm_bad_dir);
+    TEST_RUN(test_shm_abort_flag);
+    TEST_RUN(test_shm_killed_peer_named);
+    TEST_RUN(test_shm_stopped_peer_times_out);
     TEST_RUN(test_comm_bad_arguments);
     TEST_RUN(test_comm_async_overlap_in_order);
     TEST_RUN(test_comm_async_failure_and_destroy);

@@ -134,6 +134,10 @@ struct wait_note;
 struct comm {
     const struct comm_ops *ops;
     const char *backend; /* "tcp", "nccl" */
+    /* How the ranks exchange bytes: "shm" (every rank on one node, shared memory),
+     * "shm+tcp" (shared memory inside nodes, TCP between them), "tcp"; "" for backends
+     * with their own transports (nccl, mpi). Set when the communicator is made. */
+    char transport[8];
     int rank, world_size;
     int timeout_ms;                /* an operation fails when nothing moved for this long */
     const atomic_bool *abort_flag; /* borrowed; may be NULL */

@@ -30,6 +30,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "worker/comm/shm.h"
 #include "worker/comm/tcp_algo.h"
 #include "worker/comm/tcp_engine.h"
 #include "worker/store/store_client.h"
@@ -149,6 +150,7 @@ static void tcp_free(struct comm_tcp *t)
     free(t->pieces);
     free(t->local);
     free(t->leaders);
+    shm_group_free(t->shm);
     free(t);
 }
 
@@ -158,8 +160,21 @@ void comm_tcp_discard(struct comm_tcp *t)
         tcp_free(t);
 }
 
+static int tcp_transport_parse(const char *name, enum tcp_transport *out)
+{
+    if (!name || strcmp(name, "auto") == 0)
+        *out = TCP_TRANSPORT_AUTO;
+    else if (strcmp(name, "shm") == 0)
+        *out = TCP_TRANSPORT_SHM;
+    else if (strcmp(name, "tcp") == 0)
+        *out = TCP_TRANSPORT_TCP;
+    else
+        return -1;
+    return 0;
+}
+
 static int tcp_config_check(const struct comm_tcp_config *cfg, enum comm_algorithm *alg,
-                            struct err *e)
+                            enum tcp_transport *transport, struct err *e)
 {
     if (cfg->world_size < 1)
         return err_set(e, ERR_INVALID, "world_size", "tcp: world_size %d < 1", cfg->world_size);
@@ -186,6 +201,18 @@ static int tcp_config_check(const struct comm_tcp_config *cfg, enum comm_algorit
         return err_set(
             e, ERR_INVALID, "algorithm",
             "tcp: unknown algorithm '%.32s' (auto, ring, rd, hd, direct, tree, hier)", name);
+    if (tcp_transport_parse(cfg->transport, transport) < 0)
+        return err_set(e, ERR_INVALID, "transport",
+                       "tcp: unknown transport '%.16s' (auto, shm, tcp)", cfg->transport);
+    if (*transport == TCP_TRANSPORT_SHM && *alg != COMM_ALG_AUTO && *alg != COMM_ALG_HIER)
+        return err_set(
+            e, ERR_INVALID, "transport",
+            "tcp: transport shm has its own algorithms; algorithm '%s' runs over TCP "
+            "(use transport auto or tcp, or algorithm auto)",
+            name);
+    if (cfg->shm_dir && strlen(cfg->shm_dir) >= sizeof((struct comm_tcp *)0)->shm_dir)
+        return err_set(e, ERR_INVALID, "shm_dir", "tcp: shm_dir longer than %zu bytes",
+                       sizeof((struct comm_tcp *)0)->shm_dir - 1);
     return 0;
 }
 
@@ -297,8 +324,9 @@ static struct comm_tcp *tcp_alloc(int n)
 
 struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *e)
 {
-    enum comm_algorithm alg;
-    if (tcp_config_check(cfg, &alg, e) < 0)
+    enum comm_algorithm alg = COMM_ALG_AUTO;
+    enum tcp_transport transport = TCP_TRANSPORT_AUTO;
+    if (tcp_config_check(cfg, &alg, &transport, e) < 0)
         return NULL;
     int n = cfg->world_size;
     struct comm_tcp *t = tcp_alloc(n);
@@ -314,6 +342,9 @@ struct comm_tcp *comm_tcp_listen(const struct comm_tcp_config *cfg, struct err *
     atomic_init(&t->base.stop, false);
     t->base.error_peer = -1;
     t->algorithm = alg;
+    t->transport = transport;
+    snprintf(t->shm_dir, sizeof t->shm_dir, "%s", cfg->shm_dir ? cfg->shm_dir : "");
+    t->shm_slot_bytes = cfg->shm_slot_bytes;
     tcp_nodes_group(t, NULL);
     bool crowded = tcp_spin_policy(t, cfg);
     size_t chunk = cfg->ring_chunk_bytes > 0 ? (size_t)cfg->ring_chunk_bytes
@@ -545,6 +576,89 @@ static void tcp_tune_socket(const struct comm_tcp *t, int fd)
         log_debug("tcp: socket buffers of %d bytes refused: %s", v, strerror(errno));
 }
 
+/* The nodes' names for a message: rank r's node differs from rank 0's. */
+static int tcp_other_node_rank(const struct comm_tcp *t)
+{
+    return t->nleaders > 1 ? t->leaders[1] : -1;
+}
+
+/* The records of shm.h's setup, all-gathered over the mesh (every rank takes part, one
+ * whose node holds it alone with an empty record); the attach and a barrier follow, so no
+ * rank closes its segment's file before every peer has mapped it. */
+static int tcp_shm_exchange(struct comm_tcp *t, struct shm_group *g,
+                            const uint8_t mine[SHM_RECORD_BYTES], struct err *e)
+{
+    int n = t->base.world_size;
+    uint8_t *all = calloc((size_t)n + (size_t)t->nlocal, SHM_RECORD_BYTES);
+    if (!all)
+        return err_set(e, ERR_NOMEM, NULL, "tcp setup: out of memory");
+    uint8_t *local = all + (size_t)n * SHM_RECORD_BYTES;
+    struct comm_args ag = {.op = COMM_OP_ALL_GATHER,
+                           .send = mine,
+                           .recv = all,
+                           .count = SHM_RECORD_BYTES / 4,
+                           .dtype = COMM_INT32,
+                           .algorithm = COMM_ALG_DIRECT};
+    int rc = tcp_algo_run(t, &ag, e);
+    for (int i = 0; rc == 0 && i < t->nlocal; i++)
+        memcpy(local + (size_t)i * SHM_RECORD_BYTES,
+               all + (size_t)t->local[i] * SHM_RECORD_BYTES, SHM_RECORD_BYTES);
+    if (rc == 0 && g)
+        rc = shm_group_attach(g, local, e);
+    free(all);
+    struct comm_args b = {.op = COMM_OP_BARRIER, .algorithm = COMM_ALG_AUTO};
+    if (rc == 0)
+        rc = tcp_algo_run(t, &b, e);
+    return rc;
+}
+
+/* Builds the shared memory of this rank's node (transport auto or shm) once the mesh is
+ * up, and says what the communicator uses (comm.h transport). */
+static int tcp_shm_setup(struct comm_tcp *t, struct err *e)
+{
+    int n = t->base.world_size;
+    snprintf(t->base.transport, sizeof t->base.transport, "tcp");
+    if (t->transport == TCP_TRANSPORT_TCP || n == 1)
+        return 0;
+    if (t->transport == TCP_TRANSPORT_SHM && t->nleaders > 1)
+        return err_set(e, ERR_INVALID, "transport",
+                       "transport shm: the ranks are on %d nodes (rank %d is not on rank 0's); "
+                       "shared memory needs every rank on one node (use transport auto or tcp)",
+                       t->nleaders, tcp_other_node_rank(t));
+    uint8_t mine[SHM_RECORD_BYTES] = {0};
+    struct shm_group *g = NULL;
+    if (t->nlocal > 1) {
+        struct shm_config cfg = {.me = t->local_me,
+                                 .n = t->nlocal,
+                                 .ranks = t->local,
+                                 .timeout_ms = t->base.timeout_ms,
+                                 .abort_flag = t->base.abort_flag,
+                                 .stop = &t->base.stop,
+                                 .spin_us = t->spin_us,
+                                 .spin_yield = t->spin_yield,
+                                 .dir = t->shm_dir[0] ? t->shm_dir : NULL,
+                                 .slot_bytes = t->shm_slot_bytes};
+        if (!(g = shm_group_open(&cfg, mine, e)))
+            return -1;
+    }
+    if (tcp_shm_exchange(t, g, mine, e) < 0) {
+        shm_group_free(g);
+        return -1;
+    }
+    shm_group_seal(g);
+    t->shm = g;
+    t->shm_all = g && t->nlocal == n;
+    if (g)
+        t->base.buffer_bytes += shm_group_bytes(g);
+    /* the mesh's transport, alike on every rank (a rank alone on its node has no group) */
+    if (t->nleaders < n)
+        snprintf(t->base.transport, sizeof t->base.transport, "%s",
+                 t->nleaders == 1 ? "shm" : "shm+tcp");
+    t->base.bytes_sent = 0; /* the setup's records are not the run's traffic */
+    t->base.last_algorithm[0] = '\0';
+    return 0;
+}
+
 struct comm *comm_tcp_connect(struct comm_tcp *t, const char *const *peer_addrs, struct err *e)
 {
     int n = t->base.world_size, r = t->base.rank;
@@ -569,6 +683,8 @@ struct comm *comm_tcp_connect(struct comm_tcp *t, const char *const *peer_addrs,
     }
     close(t->lfd); /* the mesh is complete: later clients are refused */
     t->lfd = -1;
+    if (tcp_shm_setup(t, e) < 0)
+        goto fail;
     t->base.error_op[0] = '\0';
     t->base.error_peer = -1;
     return &t->base;

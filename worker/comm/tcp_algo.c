@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "worker/comm/reduce.h"
+#include "worker/comm/shm.h"
 
 /* Allreduce: recursive doubling below these many bytes per rank (measured on loopback,
  * tests/bench/RESULTS.md: at 2 ranks rd wins up to 512 KiB, at 4 up to 16 or 32 KiB);
@@ -51,6 +52,8 @@
 #define TCP_AUTO_GATHER_RING (64u << 10) /* reduce_scatter, all_gather: total bytes */
 #define TCP_AUTO_BROADCAST_RING (64u << 10)
 #define TCP_AUTO_HIER_BYTES (64u << 10) /* allreduce across nodes that hold several ranks */
+/* the same with shared memory inside the nodes: hier from this size */
+#define TCP_AUTO_HIER_BYTES_SHM 0u
 
 static int tcp_mod(int a, int n)
 {
@@ -598,7 +601,8 @@ static enum comm_algorithm tcp_algo_by_size(const struct comm_tcp *t, const stru
     size_t total = bytes * (size_t)t->base.world_size;
     switch (a->op) {
     case COMM_OP_ALLREDUCE:
-        if (t->nleaders > 1 && t->nleaders < t->base.world_size && bytes >= TCP_AUTO_HIER_BYTES)
+        if (t->nleaders > 1 && t->nleaders < t->base.world_size &&
+            bytes >= (t->shm ? TCP_AUTO_HIER_BYTES_SHM : TCP_AUTO_HIER_BYTES))
             return COMM_ALG_HIER;
         return tcp_allreduce_by_size(t->base.world_size, bytes);
     case COMM_OP_REDUCE_SCATTER:
@@ -631,6 +635,32 @@ static int tcp_algo_choose(const struct comm_tcp *t, const struct comm_args *a,
     else
         *out = tcp_algo_by_size(t, a);
     return 0;
+}
+
+/* ---- shared memory ------------------------------------------------------------------ */
+
+/* Runs a over the node's shared memory (peers and root: members of t->local; root >= 0
+ * with an allreduce: reduce to that member only) and turns a failure into the
+ * communicator's, naming the operation and the rank blamed. */
+static int tcp_shm_run(struct comm_tcp *t, const struct comm_args *a, int root, struct err *e)
+{
+    int blame = -1;
+    if (shm_group_run(t->shm, a, root, &blame, e) == 0)
+        return 0;
+    char msg[sizeof e->msg];
+    snprintf(msg, sizeof msg, "%s", e->msg);
+    return tcp_fail(t, e, e->code, comm_op_name(a->op), blame >= 0 ? t->local[blame] : -1,
+                    "%s (shared memory)", msg);
+}
+
+/* Whether an operation of a communicator whose ranks all share the node's memory runs
+ * over it: yes unless the call or the configuration names a TCP algorithm it has. */
+static bool tcp_shm_takes(const struct comm_tcp *t, const struct comm_args *a)
+{
+    if (a->algorithm != COMM_ALG_AUTO)
+        return a->algorithm == COMM_ALG_HIER;
+    return t->algorithm == COMM_ALG_AUTO || t->algorithm == COMM_ALG_HIER ||
+           !tcp_algo_has(a->op, t->algorithm);
 }
 
 /* ---- hierarchical allreduce ----------------------------------------------------------- */
@@ -692,7 +722,7 @@ static int tcp_hier_allreduce(struct comm_tcp *t, const struct comm_args *a, str
     struct comm_args s = *a;
     s.redop = a->redop == COMM_AVG ? COMM_SUM : a->redop;
     const struct tcp_group local = {t->nlocal, t->local_me, t->local};
-    if (tcp_chain_reduce(t, &s, &local, e) < 0)
+    if (t->shm ? tcp_shm_run(t, &s, 0, e) < 0 : tcp_chain_reduce(t, &s, &local, e) < 0)
         return -1;
     if (local.me == 0) {
         const struct tcp_group leaders = {t->nleaders, t->leader_me, t->leaders};
@@ -707,6 +737,8 @@ static int tcp_hier_allreduce(struct comm_tcp *t, const struct comm_args *a, str
         return 0;
     struct comm_args b = comm_args_collective(COMM_OP_BROADCAST, a->recv, a->recv, a->count,
                                               a->dtype, COMM_SUM, 0);
+    if (t->shm)
+        return tcp_shm_run(t, &b, -1, e);
     return tcp_broadcast(t, &b, &local, bytes < TCP_AUTO_BROADCAST_RING, e);
 }
 
@@ -731,6 +763,10 @@ int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e)
     bool self = a->op == COMM_OP_SENDRECV && a->peer == t->base.rank;
     if (t->base.world_size == 1 || self)
         return tcp_local(t, a);
+    if (t->shm_all && tcp_shm_takes(t, a)) {
+        snprintf(t->base.last_algorithm, sizeof t->base.last_algorithm, "shm");
+        return tcp_shm_run(t, a, -1, e);
+    }
     snprintf(t->base.last_algorithm, sizeof t->base.last_algorithm, "%s",
              comm_algorithm_name(alg));
     size_t bytes = a->count * comm_dtype_size(a->dtype);

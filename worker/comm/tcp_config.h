@@ -25,13 +25,21 @@ struct comm_tcp_config {
                           (200 us when world_size <= online CPUs, else 50 us; yielding
                           the CPU between polls unless this process is pinned, tcp.c),
                           > 0 = busy for that many microseconds, < 0 = never */
-    int sockbuf_bytes;    /* SO_SNDBUF/SO_RCVBUF: 0 = the backend's default, > 0 = this,
+    int sockbuf_bytes;     /* SO_SNDBUF/SO_RCVBUF: 0 = the backend's default, > 0 = this,
                           < 0 = the kernel's autotuning */
-    int ring_chunk_bytes; /* ring allreduce: bytes per rank per block; 0 = automatic */
-    const char *ns;       /* the mesh's namespace (borrowed, copied): its store keys are
+    int ring_chunk_bytes;  /* ring allreduce: bytes per rank per block; 0 = automatic */
+    const char *ns;        /* the mesh's namespace (borrowed, copied): its store keys are
                              "<ns>tcp/addr/<rank>" and its handshake accepts only ranks
                              of the same ns; printable, no spaces, at most COMM_TCP_NS_MAX
                              bytes. NULL or "" = the run's world mesh ("tcp/addr/<rank>") */
+    const char *transport; /* "auto" (NULL): shared memory among the ranks of each node
+                              (shm.h) beside the TCP mesh; every operation over it when
+                              all ranks share one node, hier's intra-node steps when they
+                              do not; "shm": the same, but ranks on two nodes are an
+                              error; "tcp": TCP only */
+    const char *shm_dir;   /* where shared-memory segments live (borrowed, copied);
+                              NULL: env DDPB_SHM_DIR, else /dev/shm */
+    size_t shm_slot_bytes; /* shared memory: bytes a collective moves per step; 0: default */
 };
 
 #endif

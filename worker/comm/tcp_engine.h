@@ -31,6 +31,10 @@
 #define TCP_P2P_MAGIC 0x50504444u  /* "DDPP": header of a point-to-point message */
 #define TCP_P2P_HEADER 16          /* u32 magic | u32 zero | u64 payload bytes */
 
+enum tcp_transport { TCP_TRANSPORT_AUTO = 0, TCP_TRANSPORT_SHM, TCP_TRANSPORT_TCP };
+
+struct shm_group;
+
 struct tcp_peer {
     int fd;        /* -1: self, not connected, or dropped */
     bool said_bye; /* the peer destroyed its communicator cleanly */
@@ -67,6 +71,14 @@ struct comm_tcp {
      * leaders[leader_me], or leader_me is -1). Owned, world_size entries each. */
     int *local, nlocal, local_me;
     int *leaders, nleaders, leader_me;
+    /* Shared memory (shm.h): the group of this rank's node, owned, NULL when the
+     * transport is tcp or the node holds this rank alone; shm_all: the group is every
+     * rank, so every operation runs over it (tcp_algo.c). */
+    enum tcp_transport transport;
+    char shm_dir[256]; /* "" = shm.h's default */
+    size_t shm_slot_bytes;
+    struct shm_group *shm;
+    bool shm_all;
     bool broken;
     struct err first_err; /* why it broke */
 };
