@@ -331,6 +331,8 @@ static int worker_emit_env_peak(struct worker *wk, int64_t peak_bytes, struct er
     json_t *mpi = comm_factory_env_mpi(&wk->spec); /* backend mpi: library, transport */
     if (mpi)
         json_object_set_new(env, "mpi", mpi);
+    if (wk->comm && wk->comm->transport[0]) /* what transport "auto" came to */
+        json_object_set_new(env, "transport", json_string(wk->comm->transport));
     if (strcmp(wk->spec.device, "cuda") == 0) /* GPU, NVML sample, NCCL version, emulated */
         gpu_modules_env_add(env);
     return report_emit(&wk->w, REPORT_ENV, json_pack("{s:o}", "env", env), e);
@@ -389,7 +391,7 @@ static int worker_stage_comm(struct worker *wk, struct err *e)
     char ns[32];
     snprintf(ns, sizeof ns, "pp/s%d/", stage);
     wk->stage_comm = comm_create_group(&wk->spec, &wk->env, &worker_abort_flag, wk->store,
-                                       ranks, n, ns, e);
+                                       ranks, n, ns, wk->node_of, e);
     if (!wk->stage_comm)
         return err_prefix(e, "stage %d's communicator", stage);
     wk->stage_comm->note = &wk->hb.note;
@@ -449,7 +451,8 @@ int main(void)
     wk.comm->on_stuck = worker_on_stuck;
     wk.comm->on_stuck_ctx = &wk;
     log_info("joined: %d ranks, %s communicator up", wk.env.world_size, wk.comm->backend);
-    if (strcmp(wk.spec.backend, "mpi") == 0) /* again: MPI's transport is chosen by now */
+    /* again: MPI's transport, or the host backend's shared memory, is known by now */
+    if (strcmp(wk.spec.backend, "mpi") == 0 || wk.comm->transport[0])
         WORKER_FAIL_IF(&wk, worker_emit_env(&wk, &wk.e) < 0);
     WORKER_FAIL_IF(&wk, worker_stage_comm(&wk, &wk.e) < 0);
     worker_run_workload(&wk);

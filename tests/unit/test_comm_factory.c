@@ -328,7 +328,7 @@ static void *group_main(void *arg)
     int made = 0;
     while (world && made < j->ngroups) {
         const struct group_def *g = &j->g[made];
-        if (!(grp[made] = comm_create_group(&s, &env, NULL, sc, g->ranks, g->n, g->ns, &j->e)))
+        if (!(grp[made] = comm_create_group(&s, &env, NULL, sc, g->ranks, g->n, g->ns, NULL, &j->e)))
             break;
         int me = 0;
         while (g->ranks[me] != j->rank)
@@ -445,7 +445,7 @@ static int group_refused(struct store_client *sc, const char *backend, int rank,
     struct spec s = spec_for(backend, "");
     struct rendezvous_env env = env_for(rank, GRP_WORLD);
     env.timeout_ms = 500; /* a check that lets a bad group through must not hang */
-    struct comm *c = comm_create_group(&s, &env, NULL, sc, ranks, n, ns, &e);
+    struct comm *c = comm_create_group(&s, &env, NULL, sc, ranks, n, ns, NULL, &e);
     if (c) {
         comm_destroy(c);
         snprintf(why, len, "%s: accepted", field);
@@ -491,7 +491,7 @@ static void test_group_bad_arguments(void)
     /* the longest namespace is fine: a group of one forms on it */
     struct spec s = spec_for("tcp", "");
     struct rendezvous_env env = env_for(1, GRP_WORLD);
-    struct comm *c = comm_create_group(&s, &env, NULL, sc, r1, 1, maxns, &e);
+    struct comm *c = comm_create_group(&s, &env, NULL, sc, r1, 1, maxns, NULL, &e);
     int one = c && c->rank == 0 && c->world_size == 1 && comm_barrier(c, &e) == 0;
     comm_destroy(c);
     store_client_destroy(sc);

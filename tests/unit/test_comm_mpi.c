@@ -414,7 +414,7 @@ static void test_factory(void)
     comm_destroy(c);
     T_CHECK_MSG(rc == 0 && out[0] == 1 && out[1] == 2, "%s", e.msg);
     int ranks[2] = {0, 1};
-    c = comm_create_group(&s, &env, NULL, NULL, ranks, 2, "g/", &e);
+    c = comm_create_group(&s, &env, NULL, NULL, ranks, 2, "g/", NULL, &e);
     T_CHECK_MSG(c, "%s", e.msg);
     rc = comm_allreduce(c, v, out, 2, COMM_INT32, COMM_MAX, &e);
     comm_destroy(c);

@@ -158,7 +158,8 @@ static struct comm_factory *comm_factory_open(const struct spec *s,
                                       .algorithm = f->algorithm[0] ? f->algorithm : NULL,
                                       .secret = env->secret,
                                       .spin_us = comm_factory_spin_us(s),
-                                      .ns = ns};
+                                      .ns = ns,
+                                      .transport = s->transport[0] ? s->transport : NULL};
         f->listener = comm_tcp_listen(&cfg, e);
         if (!f->listener) {
             free(f);
@@ -295,7 +296,8 @@ static int comm_group_check(const struct rendezvous_env *env, const int *ranks, 
 
 struct comm *comm_create_group(const struct spec *s, const struct rendezvous_env *env,
                                const atomic_bool *abort_flag, struct store_client *store,
-                               const int *ranks, int n, const char *ns, struct err *e)
+                               const int *ranks, int n, const char *ns, const int *node_of,
+                               struct err *e)
 {
     int me;
     if (comm_group_check(env, ranks, n, &me, e) < 0)
@@ -314,8 +316,12 @@ struct comm *comm_create_group(const struct spec *s, const struct rendezvous_env
     struct comm_factory *f = comm_factory_open(s, env, abort_flag, me, n, ns, e);
     if (!f)
         return NULL;
-    if (f->backend != COMM_FACTORY_MPI)
-        return comm_factory_finish(f, store, NULL, e); /* takes f */
+    if (f->backend != COMM_FACTORY_MPI) {
+        int sub[SPEC_MAX_WORLD];
+        for (int i = 0; node_of && i < n; i++)
+            sub[i] = node_of[ranks[i]];
+        return comm_factory_finish(f, store, node_of ? sub : NULL, e); /* takes f */
+    }
     /* mpi: the members' communicator out of the world's (MPI_Comm_create_group) */
     struct comm *c = comm_factory_mpi(f, ranks, n, e);
     comm_factory_discard(f);

@@ -95,8 +95,9 @@ struct comm *comm_create_from_spec(const struct spec *s, const struct rendezvous
  * its store keys under ns (every member passes the same ranks and ns; distinct groups use
  * distinct ns). Same backend settings as comm_create_from_spec (spec s); tcp only:
  * another backend is ERR_INVALID naming "backend". A group of one is a communicator of
- * one rank (its collectives copy). The mesh sees one node (no node map): its
- * hierarchical allreduce, if forced, runs flat. Call it after joining the run, from
+ * one rank (its collectives copy). node_of: the world's node map (rendezvous_nodes;
+ * borrowed, world-size entries; NULL: one node), of which the group's mesh takes its
+ * members' entries, so its shared memory and hierarchical allreduce follow the nodes. Call it after joining the run, from
  * every member; it blocks until all of them are connected or env->timeout_ms passes.
  * Errors: ERR_INVALID naming "ranks" (n < 1 or > world size, out of range, not strictly
  * ascending, env->rank missing) or "ns" (NULL, empty, longer than COMM_TCP_NS_MAX, not
@@ -104,6 +105,7 @@ struct comm *comm_create_from_spec(const struct spec *s, const struct rendezvous
  * life of the communicator. Owned (comm_destroy), or NULL with e set. */
 struct comm *comm_create_group(const struct spec *s, const struct rendezvous_env *env,
                                const atomic_bool *abort_flag, struct store_client *store,
-                               const int *ranks, int n, const char *ns, struct err *e);
+                               const int *ranks, int n, const char *ns, const int *node_of,
+                               struct err *e);
 
 #endif
