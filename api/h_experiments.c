@@ -77,20 +77,30 @@ static int h_check_memory(const json_t *spec, struct err *e)
                    m.total * (double)ws / gib, node / gib);
 }
 
-/* A point placed on several nodes must fit the cluster's nodes up now (each node's
- * whole CPU slots), or it would wait forever: ERR_CONFLICT naming "nodes". */
-static int h_check_nodes(struct api_ctx *ctx, const json_t *spec, struct err *e)
+/* Whether the point's ranks could ever be placed on the cluster's nodes up now (each
+ * node's whole CPU slots) over want nodes of rpn ranks each (cluster_place's 0: as few as
+ * fit); *up gets how many nodes there are. */
+static bool h_cluster_holds(struct api_ctx *ctx, const json_t *spec, int want, int rpn, int *up)
 {
     struct cluster_slot_view v[CLUSTER_MAX_NODES];
     int cap[CLUSTER_MAX_NODES], count[CLUSTER_MAX_NODES];
     int n = cluster_capacity(ctx->cluster, v, CLUSTER_MAX_NODES);
     for (int i = 0; i < n; i++)
         cap[i] = v[i].free_slots;
+    *up = n;
+    int ws = (int)json_integer_value(json_object_get(spec, "world_size"));
+    return cluster_place(ws, spec_slots_per_rank(spec), want, rpn, cap, n, count) > 0;
+}
+
+/* A point placed on several nodes must fit the cluster's nodes up now (each node's
+ * whole CPU slots), or it would wait forever: ERR_CONFLICT naming "nodes". */
+static int h_check_nodes(struct api_ctx *ctx, const json_t *spec, struct err *e)
+{
     int ws = (int)json_integer_value(json_object_get(spec, "world_size"));
     int want = (int)json_integer_value(json_object_get(spec, "nodes"));
     int rpn = (int)json_integer_value(json_object_get(spec, "ranks_per_node"));
-    int per = spec_slots_per_rank(spec);
-    if (cluster_place(ws, per, want, rpn, cap, n, count) > 0)
+    int per = spec_slots_per_rank(spec), n;
+    if (h_cluster_holds(ctx, spec, want, rpn, &n))
         return 0;
     return err_set(e, ERR_CONFLICT, "nodes",
                    "world_size %d with nodes %d and ranks_per_node %d (%d CPU slot(s) a rank) "
@@ -147,19 +157,12 @@ static int h_check_transport(struct api_ctx *ctx, const json_t *spec, int need, 
 {
     const char *name = json_string_value(json_object_get(spec, "transport"));
     const struct vocab_transport *t = vocab_transport(vocab_find(VOCAB_TRANSPORT, name));
-    int up = 0, known = 0;
+    int up = 0, known = 0, n;
     cluster_count(ctx->cluster, &up, &known);
-    if (!t || t->tcp || need <= total || up <= 1)
+    if (!t || t->tcp || need <= total || up <= 1 || h_cluster_holds(ctx, spec, 1, 0, &n))
         return 0;
-    struct cluster_slot_view v[CLUSTER_MAX_NODES];
-    int cap[CLUSTER_MAX_NODES], count[CLUSTER_MAX_NODES];
-    int n = cluster_capacity(ctx->cluster, v, CLUSTER_MAX_NODES);
-    for (int i = 0; i < n; i++)
-        cap[i] = v[i].free_slots;
     int ws = (int)json_integer_value(json_object_get(spec, "world_size"));
     int per = spec_slots_per_rank(spec);
-    if (cluster_place(ws, per, 1, 0, cap, n, count) > 0)
-        return 0;
     return err_set(e, ERR_CONFLICT, "transport",
                    "transport \"%s\" keeps every rank on one node, and no node of the "
                    "cluster's %d up has CPU slots for world_size %d (%d slot(s) a rank); use "

@@ -1,7 +1,8 @@
 /* vocab: ddpbench's vocabulary, each list written once: training strategies, engines,
  * communication backends and the host backend's transports, dataset formats, storage
- * profiles, pipeline schedules and the report protocol's line types, each name with the attributes code tests instead of
- * comparing names ("overlaps backward", "shards optimizer state", "per-sample files").
+ * profiles, pipeline schedules and the report protocol's line types, each name with the
+ * attributes code tests instead of comparing names ("overlaps backward", "shards optimizer
+ * state", "per-sample files").
  *
  * Decision: each list is an X-macro, so a C enum that must stay a parallel list elsewhere
  * (enum ddp_strategy, enum perf_strategy, enum report_type) is generated from the same

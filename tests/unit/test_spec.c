@@ -56,6 +56,26 @@ static bool spec_rejects(const char *text, enum err_code code, const char *field
     return true;
 }
 
+/* Every case of a table rejected as it says; case i named when one is not. */
+#define SPEC_REJECTS_ALL(cases)                                                                \
+    for (size_t i_ = 0; i_ < sizeof(cases) / sizeof(cases)[0]; i_++)                           \
+    T_CHECK_MSG(                                                                               \
+        spec_rejects((cases)[i_].text, ERR_INVALID, (cases)[i_].field, (cases)[i_].part),      \
+        "case %zu", i_)
+
+/* Every text parses and expands to at least one run; case i named when one does not. */
+static void spec_all_run(const char *const *texts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct err e = {0};
+        json_t *s = parse_ok(texts[i]);
+        json_t *runs = s ? spec_expand(s, SPEC_MAX_RUNS, &e) : NULL;
+        T_CHECK_MSG(runs && json_array_size(runs) >= 1, "fine case %zu: %s", i, e.msg);
+        json_decref(runs);
+        json_decref(s);
+    }
+}
+
 static json_int_t get_int(const json_t *obj, const char *key)
 {
     return json_integer_value(json_object_get(obj, key));
@@ -1100,9 +1120,7 @@ static void test_spec_device_compat(void)
          "sweep point 2 of 2 {\"engine\":\"pytorch\"}: engine \"pytorch\" has no "
          "strategy \"zero2\""},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
-                    "case %zu", i);
+    SPEC_REJECTS_ALL(cases);
     /* what does run: cuda with nccl (emulated or not, a ring, naive or ddp in any
      * precision), and every strategy and compression on the CPU */
     static const char *const fine[] = {
@@ -1118,14 +1136,7 @@ static void test_spec_device_compat(void)
         /* a rule with a swept field is judged at the points only */
         W ", \"backend\": \"nccl\", \"sweep\": {\"device\": [\"cuda\"]}}",
     };
-    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
-        struct err e = {0};
-        json_t *s = parse_ok(fine[i]);
-        json_t *runs = s ? spec_expand(s, SPEC_MAX_RUNS, &e) : NULL;
-        T_CHECK_MSG(runs && json_array_size(runs) >= 1, "fine case %zu: %s", i, e.msg);
-        json_decref(runs);
-        json_decref(s);
-    }
+    spec_all_run(fine, sizeof fine / sizeof fine[0]);
     /* the worker sees the switch (train_engine_cfg.cudnn_benchmark) */
     struct err e = {0};
     struct spec sp;
@@ -1202,9 +1213,7 @@ static void test_spec_transport(void)
         {W SHM ", \"sweep\": {\"backend\": [\"tcp\", \"mpi\"]}, \"launcher\": \"mpirun\"}",
          "sweep", "backend \"mpi\" has no transport \"shm\""},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
-                    "case %zu", i);
+    SPEC_REJECTS_ALL(cases);
     /* what runs: auto with every backend and engine; tcp and shm on backend tcp; shm with
      * auto and hier, on one node (nodes 1, ranks_per_node at least world_size) */
     static const char *const fine[] = {
@@ -1224,13 +1233,7 @@ static void test_spec_transport(void)
         W ", \"sweep\": {\"transport\": [\"auto\", \"shm\", \"tcp\"], \"algorithm\": "
           "[\"auto\", \"hier\"]}}",
     };
-    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
-        json_t *f = parse_ok(fine[i]);
-        json_t *runs = f ? spec_expand(f, SPEC_MAX_RUNS, &e) : NULL;
-        T_CHECK_MSG(runs && json_array_size(runs) >= 1, "fine case %zu: %s", i, e.msg);
-        json_decref(runs);
-        json_decref(f);
-    }
+    spec_all_run(fine, sizeof fine / sizeof fine[0]);
     /* a sweep over transport: one run per value, in order, each spec and struct holding it */
     s = parse_ok(W ", \"world_size\": 2, \"sweep\": {\"transport\": [\"shm\", \"tcp\", "
                    "\"auto\"]}}");
