@@ -18,6 +18,7 @@
 #include "common/columns.h"
 #include "common/log.h"
 #include "common/spec.h"
+#include "common/vocab.h"
 #include "daemon/gpu_slots.h"
 #include "daemon/model.h"
 #include "daemon/results.h"
@@ -76,20 +77,30 @@ static int h_check_memory(const json_t *spec, struct err *e)
                    m.total * (double)ws / gib, node / gib);
 }
 
-/* A point placed on several nodes must fit the cluster's nodes up now (each node's
- * whole CPU slots), or it would wait forever: ERR_CONFLICT naming "nodes". */
-static int h_check_nodes(struct api_ctx *ctx, const json_t *spec, struct err *e)
+/* Whether the point's ranks could ever be placed on the cluster's nodes up now (each
+ * node's whole CPU slots) over want nodes of rpn ranks each (cluster_place's 0: as few as
+ * fit); *up gets how many nodes there are. */
+static bool h_cluster_holds(struct api_ctx *ctx, const json_t *spec, int want, int rpn, int *up)
 {
     struct cluster_slot_view v[CLUSTER_MAX_NODES];
     int cap[CLUSTER_MAX_NODES], count[CLUSTER_MAX_NODES];
     int n = cluster_capacity(ctx->cluster, v, CLUSTER_MAX_NODES);
     for (int i = 0; i < n; i++)
         cap[i] = v[i].free_slots;
+    *up = n;
+    int ws = (int)json_integer_value(json_object_get(spec, "world_size"));
+    return cluster_place(ws, spec_slots_per_rank(spec), want, rpn, cap, n, count) > 0;
+}
+
+/* A point placed on several nodes must fit the cluster's nodes up now (each node's
+ * whole CPU slots), or it would wait forever: ERR_CONFLICT naming "nodes". */
+static int h_check_nodes(struct api_ctx *ctx, const json_t *spec, struct err *e)
+{
     int ws = (int)json_integer_value(json_object_get(spec, "world_size"));
     int want = (int)json_integer_value(json_object_get(spec, "nodes"));
     int rpn = (int)json_integer_value(json_object_get(spec, "ranks_per_node"));
-    int per = spec_slots_per_rank(spec);
-    if (cluster_place(ws, per, want, rpn, cap, n, count) > 0)
+    int per = spec_slots_per_rank(spec), n;
+    if (h_cluster_holds(ctx, spec, want, rpn, &n))
         return 0;
     return err_set(e, ERR_CONFLICT, "nodes",
                    "world_size %d with nodes %d and ranks_per_node %d (%d CPU slot(s) a rank) "
@@ -136,6 +147,29 @@ static int h_check_launcher(struct api_ctx *ctx, const json_t *spec, bool spread
     return 0;
 }
 
+/* A point with transport shm keeps its ranks on one node (the scheduler places it on one
+ * only): when they do not fit this node, some node of the cluster up now must hold them all
+ * (its whole CPU slots), or it would wait forever: ERR_CONFLICT naming "transport". A
+ * point that does not fit this node and has no cluster is refused for its world_size
+ * after this. */
+static int h_check_transport(struct api_ctx *ctx, const json_t *spec, int need, int total,
+                             struct err *e)
+{
+    const char *name = json_string_value(json_object_get(spec, "transport"));
+    const struct vocab_transport *t = vocab_transport(vocab_find(VOCAB_TRANSPORT, name));
+    int up = 0, known = 0, n;
+    cluster_count(ctx->cluster, &up, &known);
+    if (!t || t->tcp || need <= total || up <= 1 || h_cluster_holds(ctx, spec, 1, 0, &n))
+        return 0;
+    int ws = (int)json_integer_value(json_object_get(spec, "world_size"));
+    int per = spec_slots_per_rank(spec);
+    return err_set(e, ERR_CONFLICT, "transport",
+                   "transport \"%s\" keeps every rank on one node, and no node of the "
+                   "cluster's %d up has CPU slots for world_size %d (%d slot(s) a rank); use "
+                   "transport \"auto\" or \"tcp\" to place the ranks on several nodes",
+                   name, n, ws, per);
+}
+
 /* Every point must fit on this node (or the cluster's), or it would wait forever. */
 static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
 {
@@ -159,7 +193,8 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
                            "nodes is not built (leave nodes and ranks_per_node at 0)");
         const char *launcher = json_string_value(json_object_get(spec, "launcher"));
         bool here = !scheduler_launcher_spreads(ctx->cfg, launcher);
-        if (h_check_launcher(ctx, spec, spread, e) < 0)
+        if (h_check_launcher(ctx, spec, spread, e) < 0 ||
+            h_check_transport(ctx, spec, (int)need, total, e) < 0)
             return -1;
         /* srun's ranks take Slurm's slots in the allocation, none of ours (scheduler.c) */
         bool by_slurm = launcher && strcmp(launcher, "srun") == 0;

@@ -366,7 +366,8 @@ void args_apply_env(struct cli_args *a, const char *env_url, const char *env_tok
         a->token = env_token;
 }
 
-/* The --help text with "%s" where vocabulary lists go: strategies, converted formats. */
+/* The --help text with "%s" where vocabulary lists go: transports, strategies, converted
+ * formats. */
 static const char args_usage_fmt[] =
     "usage: ddpbench [--url URL] [--token T | --token-file F] [--json] [--timeout S]\n"
     "                COMMAND [ARGS]\n"
@@ -376,7 +377,9 @@ static const char args_usage_fmt[] =
     "                                 it live and prints its results when it ends\n"
     "  ls [--status S] [--name N] [--workload W] [--model M] [--limit N] [--offset N]\n"
     "                                 list experiments, newest first\n"
-    "  show ID [--group-by F,...]     an experiment, its runs and its results\n"
+    "  show ID [--group-by F,...]     an experiment, its runs and its results; F: spec\n"
+    "                                 fields (default: the swept ones), e.g. backend or\n"
+    "                                 transport (backend tcp's path between ranks: %s)\n"
     "  compare ID [ID...] [--group-by F,...]\n"
     "                                 results of several experiments in one table\n"
     "  export ID --csv|--json [--group-by F,...] [-o FILE]\n"
@@ -425,9 +428,10 @@ static const char args_usage_fmt[] =
 
 char *args_usage(char *buf, size_t n)
 {
-    char strategies[128], formats[160];
+    char transports[64], strategies[128], formats[160];
+    vocab_join(VOCAB_TRANSPORT, " or ", transports, sizeof transports);
     vocab_join(VOCAB_STRATEGY, ", ", strategies, sizeof strategies);
     vocab_format_join(vocab_format_converted, ", ", formats, sizeof formats);
-    snprintf(buf, n, args_usage_fmt, strategies, formats);
+    snprintf(buf, n, args_usage_fmt, transports, strategies, formats);
     return buf;
 }

@@ -135,6 +135,7 @@ struct spec {
     char backend[8];   /* "tcp" or "mpi" (device cpu), "nccl" (device cuda) */
     char launcher[12]; /* who starts the ranks: "ddpbench", "mpirun", "srun" (vocab.h) */
     char mpi[12];      /* the MPI implementation: "openmpi", "mpich" (vocab.h) */
+    char transport[8]; /* backend tcp's path between ranks: "auto", "shm", "tcp" (vocab.h) */
     int n_mpi_params;  /* mpi_mca's entries, in the order given */
     struct spec_mpi_param mpi_params[SPEC_MAX_MPI_PARAMS];
     int world_size;

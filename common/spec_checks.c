@@ -9,7 +9,7 @@
  * the schema's description (spec_schema.c), which tests/integration/schemathesis_hooks.py
  * restates as a filter. The rows run in table order and the first broken one is the
  * error, so the order is part of the contract: the rules, then the model, the pipeline,
- * the loader and the memory estimate.
+ * the loader, the memory estimate and the transport.
  *
  * Where a check runs (its scope): a spec without a sweep is one run, its top level, and
  * the error names the check's field. With a sweep, a top-level value of a swept field is
@@ -314,6 +314,36 @@ static bool spec_loader_broken(const json_t *spec, enum spec_workload wl, const 
     return false;
 }
 
+/* The ranks of a spec that places them itself on more than one node: nodes above 1, or
+ * ranks_per_node below world_size. 0 and 0 leave it to the scheduler (409 there). */
+static bool spec_spans_nodes(const json_t *spec, int64_t *nodes)
+{
+    int64_t n = json_integer_value(spec_field_value(spec, "nodes"));
+    int64_t rpn = json_integer_value(spec_field_value(spec, "ranks_per_node"));
+    int64_t world = json_integer_value(spec_field_value(spec, "world_size"));
+    *nodes = n > 0 ? n : rpn > 0 ? (world + rpn - 1) / rpn : 1;
+    return *nodes > 1;
+}
+
+/* A transport without TCP (shm) keeps every rank on one node: a spec whose nodes or
+ * ranks_per_node place its ranks on several is refused naming transport. */
+static bool spec_transport_broken(const json_t *spec, enum spec_workload wl, const json_t *skip,
+                                  const char **field, char *why, size_t n)
+{
+    const char *name = json_string_value(spec_field_value(spec, "transport"));
+    const struct vocab_transport *t = vocab_transport(vocab_find(VOCAB_TRANSPORT, name));
+    int64_t nodes;
+    if (!t || t->tcp || !spec_spans_nodes(spec, &nodes))
+        return false;
+    *field = "transport";
+    snprintf(why, n,
+             "transport \"%s\" moves bytes through one node's shared memory, but nodes and "
+             "ranks_per_node place the ranks on %lld nodes; use transport \"auto\" (shared "
+             "memory inside each node, TCP across) or \"tcp\"",
+             name, (long long)nodes);
+    return true;
+}
+
 /* --- the table and its walk -------------------------------------------------------- */
 
 /* Every cross-field check, in the order they are judged; the comment names its clause
@@ -325,6 +355,7 @@ static const struct spec_check spec_checks[] = {
     {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_pipeline_broken}, /* (7) */
     {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_loader_broken},   /* (8) */
     {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_memory_broken},   /* (4) */
+    {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_POINT, spec_transport_broken},  /* (10) */
 };
 
 /* The first row of wl running at scope that spec breaks: true with its field and why. */

@@ -437,9 +437,11 @@ static const char spec_schema_description_format[] =
     "or MPIR_CVAR_ and 1 to 53 of A-Z, 0-9 and _; and in a run over MPI (backend mpi or "
     "launcher mpirun) every key is the run's implementation's (OpenMPI names with mpi "
     "openmpi, MPIR_CVAR_* with mpich) and an OpenMPI name one this node's OpenMPI lists "
-    "(ompi_info). "
+    "(ompi_info); (10) transport shm, at every point: its ranks on one node, so nodes at "
+    "most 1 and ranks_per_node 0 or at least world_size. "
     "A run must also fit this node or the cluster's nodes "
-    "(CPU slots, GPUs, and for device cpu its memory), else 409.";
+    "(CPU slots, GPUs, and for device cpu its memory; transport shm on one node), else "
+    "409.";
 
 json_t *spec_schema_json(void)
 {

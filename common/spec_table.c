@@ -107,6 +107,17 @@ static const struct spec_field spec_fields[] = {
              "(\"MPIR_CVAR_CH4_NETMOD\": \"ofi\"), with a value of letters, digits and "
              "_.,:/^+=@- only. An MCA name this node's OpenMPI does not know is refused at "
              "submit."},
+    {.name = "transport", .type = SPEC_T_ENUM, .workloads = SPEC_WL_ANY,
+     .flags = SPEC_F_SWEEP, .choice_at = vocab_transport_at, .def = "\"auto\"",
+     SPEC_AT(transport),
+     .desc = "Which path ddpbench's host backend (backend \"tcp\") uses between ranks: "
+             "\"auto\" = shared memory between ranks of one node and TCP across nodes "
+             "(hier's intra-node steps over shared memory), \"shm\" = shared memory only "
+             "(every rank on one node), \"tcp\" = TCP sockets even on one node. Backends "
+             "nccl and mpi and the framework engines have transports of their own: with "
+             "them only \"auto\" (shm also not with the framework engines). \"shm\" with "
+             "ranks placed on several nodes is refused (400 when the spec's nodes or "
+             "ranks_per_node say so, 409 when no one node can ever hold the run)."},
     {.name = "world_size", .type = SPEC_T_INT, .workloads = SPEC_WL_ANY,
      .flags = SPEC_F_SWEEP, .min = 1, .max = SPEC_MAX_WORLD, .def = "1", SPEC_AT(world_size),
      .desc = "Number of ranks, one worker process each."},
@@ -503,7 +514,7 @@ static const char *const spec_only_fp32[] = {"fp32", NULL};
 static const char *const spec_gpu_strategies[] = {"naive", "ddp", NULL};
 static const char *const spec_only_none[] = {"none", NULL};
 static const char *const spec_algs_nccl[] = {"auto", "ring", "tree", NULL};
-static const char *const spec_algs_auto[] = {"auto", NULL};
+static const char *const spec_only_auto[] = {"auto", NULL};
 
 static const struct spec_allowed spec_device_backends[] = {
     {"cpu", spec_host_backends, "NCCL moves GPU buffers"},
@@ -621,10 +632,43 @@ static const struct spec_allowed spec_engine_storages[] = SPEC_ENGINES_C_LOADER(
     spec_only_local, "storage emulation sits in ddpbench's C loader");
 static const struct spec_allowed spec_backend_algorithms[] = {
     {"nccl", spec_algs_nccl, "NCCL chooses among its own algorithms, once per communicator"},
-    {"mpi", spec_algs_auto,
+    {"mpi", spec_only_auto,
      "MPI chooses its own algorithms; steer them through mpi_mca (e.g. coll_tuned_* or "
      "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM)"},
     {NULL, NULL, NULL},
+};
+
+/* transport is the host backend's (worker/comm/shm.h): NCCL and MPI choose their own paths;
+ * the framework engines talk over theirs (Gloo, gRPC, Horovod's), so shared memory is
+ * ddpbench's own; and a forced algorithm other than hier is one of TCP's (shm has its own
+ * algorithms; hier's steps inside a node run over shm). */
+static const char *const spec_auto_tcp[] = {"auto", "tcp", NULL};
+static const struct spec_allowed spec_backend_transports[] = {
+    {"nccl", spec_only_auto, "NCCL chooses its own transports (NCCL_P2P_*, NCCL_SHM_*)"},
+    {"mpi", spec_only_auto, "MPI chooses its own transports; steer them through mpi_mca"},
+    {NULL, NULL, NULL},
+};
+#define SPEC_FRAMEWORK_TRANSPORTS(why)                                                         \
+    {                                                                                          \
+        {"pytorch", spec_auto_tcp, why}, {"tensorflow", spec_auto_tcp, why},                   \
+            {"horovod", spec_auto_tcp, why}, {"deepspeed", spec_auto_tcp, why},                \
+            {"script", spec_auto_tcp, why},                                                    \
+        {                                                                                      \
+            NULL, NULL, NULL                                                                   \
+        }                                                                                      \
+    }
+static const struct spec_allowed spec_engine_transports[] = SPEC_FRAMEWORK_TRANSPORTS(
+    "shared memory is ddpbench's own host backend's; the framework engines use their own "
+    "transports");
+#define SPEC_TCP_ALGORITHM(name)                                                               \
+    {                                                                                          \
+        name, spec_auto_tcp,                                                                   \
+            "a TCP algorithm; transport shm has its own (algorithm auto, or "                  \
+            "hier)"                                                                            \
+    }
+static const struct spec_allowed spec_algorithm_transports[] = {
+    SPEC_TCP_ALGORITHM("ring"),   SPEC_TCP_ALGORITHM("rd"),   SPEC_TCP_ALGORITHM("hd"),
+    SPEC_TCP_ALGORITHM("direct"), SPEC_TCP_ALGORITHM("tree"), {NULL, NULL, NULL},
 };
 
 static const struct spec_rule spec_rules[] = {
@@ -652,6 +696,10 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "loader_only", spec_engine_loader_only},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.format", spec_engine_formats},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.storage", spec_engine_storages},
+    {SPEC_RULE_ALLOWED, SPEC_WL_ANY, "backend", "transport", spec_backend_transports},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "transport", spec_engine_transports},
+    {SPEC_RULE_ALLOWED, SPEC_WL_COLLECTIVE, "algorithm", "transport",
+     spec_algorithm_transports},
 };
 
 /* The tables as common/spec_table.h exports them to the module's other files. */

@@ -55,6 +55,14 @@ static const struct vocab_backend vocab_backends[] = {
         "the MPI library's own collectives (spec field mpi: OpenMPI or MPICH)"},
 };
 
+static const struct vocab_transport vocab_transports[] = {
+    [VOCAB_TRANSPORT_AUTO] = {"auto", true, true,
+        "shared memory between ranks of one node, TCP across nodes"},
+    [VOCAB_TRANSPORT_SHM] = {"shm", true, false,
+        "shared memory only: every rank on one node"},
+    [VOCAB_TRANSPORT_TCP] = {"tcp", false, true, "TCP sockets, even between ranks of one node"},
+};
+
 static const struct vocab_launcher vocab_launchers[] = {
     [VOCAB_LAUNCHER_DDPBENCH] = {"ddpbench", true, false,
         "ddpbenchd forks each rank (and its followers theirs)"},
@@ -126,6 +134,7 @@ _Static_assert(VOCAB_COUNT(vocab_storages) == VOCAB_NSTORAGES, "a row per storag
 _Static_assert(VOCAB_COUNT(vocab_schedules) == VOCAB_NSCHEDULES, "a row per schedule");
 _Static_assert(VOCAB_COUNT(vocab_launchers) == VOCAB_NLAUNCHERS, "a row per launcher");
 _Static_assert(VOCAB_COUNT(vocab_mpis) == VOCAB_NMPIS, "a row per MPI implementation");
+_Static_assert(VOCAB_COUNT(vocab_transports) == VOCAB_NTRANSPORTS, "a row per transport");
 
 #define VOCAB_NAME(id, name) name,
 static const char *const vocab_report_names[] = {VOCAB_REPORTS(VOCAB_NAME)};
@@ -147,6 +156,7 @@ VOCAB_GETTER(vocab_storage, vocab_storage, vocab_storages)
 VOCAB_GETTER(vocab_schedule, vocab_schedule, vocab_schedules)
 VOCAB_GETTER(vocab_launcher, vocab_launcher, vocab_launchers)
 VOCAB_GETTER(vocab_mpi, vocab_mpi, vocab_mpis)
+VOCAB_GETTER(vocab_transport, vocab_transport, vocab_transports)
 
 const struct vocab_norm *vocab_norm_at(size_t i)
 {
@@ -174,6 +184,7 @@ const char *vocab_name(enum vocab_list l, int i)
     case VOCAB_REPORT: name = VOCAB_ROW(vocab_report_names, i); break;
     case VOCAB_LAUNCHER: name = vocab_launcher(i) ? &vocab_launcher(i)->name : NULL; break;
     case VOCAB_MPI: name = vocab_mpi(i) ? &vocab_mpi(i)->name : NULL; break;
+    case VOCAB_TRANSPORT: name = vocab_transport(i) ? &vocab_transport(i)->name : NULL; break;
     default: name = NULL;
     }
     return name ? *name : NULL;
@@ -207,6 +218,7 @@ const char *vocab_list_key(enum vocab_list l)
         [VOCAB_REPORT] = "reports",
         [VOCAB_LAUNCHER] = "launchers",
         [VOCAB_MPI] = "mpis",
+        [VOCAB_TRANSPORT] = "transports",
     };
     return (unsigned)l < VOCAB_NLISTS ? keys[l] : NULL;
 }
@@ -304,6 +316,7 @@ VOCAB_AT(vocab_storage_at, VOCAB_STORAGE)
 VOCAB_AT(vocab_schedule_at, VOCAB_SCHEDULE)
 VOCAB_AT(vocab_launcher_at, VOCAB_LAUNCHER)
 VOCAB_AT(vocab_mpi_at, VOCAB_MPI)
+VOCAB_AT(vocab_transport_at, VOCAB_TRANSPORT)
 
 /* --- JSON ------------------------------------------------------------------------------ */
 
@@ -379,6 +392,12 @@ static json_t *vocab_mpi_json(const struct vocab_mpi *m)
                      "dev", m->dev, "description", m->desc);
 }
 
+static json_t *vocab_transport_json(const struct vocab_transport *t)
+{
+    return json_pack("{s:s, s:b, s:b, s:s}", "name", t->name, "shm", t->shm, "tcp", t->tcp,
+                     "description", t->desc);
+}
+
 /* Row i of list l as JSON; NULL past the last. */
 static json_t *vocab_row_json(enum vocab_list l, int i)
 {
@@ -393,6 +412,7 @@ static json_t *vocab_row_json(enum vocab_list l, int i)
     case VOCAB_SCHEDULE: return vocab_schedule_json(vocab_schedule(i));
     case VOCAB_LAUNCHER: return vocab_launcher_json(vocab_launcher(i));
     case VOCAB_MPI: return vocab_mpi_json(vocab_mpi(i));
+    case VOCAB_TRANSPORT: return vocab_transport_json(vocab_transport(i));
     default: return json_pack("{s:s}", "name", vocab_name(l, i));
     }
 }

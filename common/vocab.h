@@ -1,7 +1,8 @@
 /* vocab: ddpbench's vocabulary, each list written once: training strategies, engines,
- * communication backends, dataset formats, storage profiles, pipeline schedules and the
- * report protocol's line types, each name with the attributes code tests instead of
- * comparing names ("overlaps backward", "shards optimizer state", "per-sample files").
+ * communication backends and the host backend's transports, dataset formats, storage
+ * profiles, pipeline schedules and the report protocol's line types, each name with the
+ * attributes code tests instead of comparing names ("overlaps backward", "shards optimizer
+ * state", "per-sample files").
  *
  * Decision: each list is an X-macro, so a C enum that must stay a parallel list elsewhere
  * (enum ddp_strategy, enum perf_strategy, enum report_type) is generated from the same
@@ -46,6 +47,12 @@
 #define VOCAB_MPIS(X)                                                                          \
     X(OPENMPI, "openmpi")                                                                      \
     X(MPICH, "mpich")
+/* The path ddpbench's host backend (backend tcp) takes between ranks (worker/comm/shm.h):
+ * shared memory inside a node and TCP across nodes, or one of them only. */
+#define VOCAB_TRANSPORTS(X)                                                                    \
+    X(AUTO, "auto")                                                                            \
+    X(SHM, "shm")                                                                              \
+    X(TCP, "tcp")
 #define VOCAB_FORMATS(X)                                                                       \
     X(NATIVE, "native")                                                                        \
     X(FILES_PNG, "files-png")                                                                  \
@@ -85,6 +92,7 @@
 #define VOCAB_ENUM_SCHEDULE(id, name) VOCAB_SCHEDULE_##id,
 #define VOCAB_ENUM_LAUNCHER(id, name) VOCAB_LAUNCHER_##id,
 #define VOCAB_ENUM_MPI(id, name) VOCAB_MPI_##id,
+#define VOCAB_ENUM_TRANSPORT(id, name) VOCAB_TRANSPORT_##id,
 enum vocab_strategy_id { VOCAB_STRATEGIES(VOCAB_ENUM_STRATEGY) VOCAB_NSTRATEGIES };
 enum vocab_engine_id { VOCAB_ENGINES(VOCAB_ENUM_ENGINE) VOCAB_NENGINES };
 enum vocab_backend_id { VOCAB_BACKENDS(VOCAB_ENUM_BACKEND) VOCAB_NBACKENDS };
@@ -93,6 +101,7 @@ enum vocab_storage_id { VOCAB_STORAGES(VOCAB_ENUM_STORAGE) VOCAB_NSTORAGES };
 enum vocab_schedule_id { VOCAB_SCHEDULES(VOCAB_ENUM_SCHEDULE) VOCAB_NSCHEDULES };
 enum vocab_launcher_id { VOCAB_LAUNCHERS(VOCAB_ENUM_LAUNCHER) VOCAB_NLAUNCHERS };
 enum vocab_mpi_id { VOCAB_MPIS(VOCAB_ENUM_MPI) VOCAB_NMPIS };
+enum vocab_transport_id { VOCAB_TRANSPORTS(VOCAB_ENUM_TRANSPORT) VOCAB_NTRANSPORTS };
 
 /* The lists, for the functions that treat them alike. */
 enum vocab_list {
@@ -105,6 +114,7 @@ enum vocab_list {
     VOCAB_REPORT,
     VOCAB_LAUNCHER,
     VOCAB_MPI,
+    VOCAB_TRANSPORT,
     VOCAB_NLISTS
 };
 
@@ -192,6 +202,13 @@ struct vocab_mpi {
     const char *desc;
 };
 
+struct vocab_transport {
+    const char *name;
+    bool shm; /* moves bytes between ranks of one node through shared memory */
+    bool tcp; /* moves bytes over TCP sockets (across nodes, or every byte) */
+    const char *desc;
+};
+
 /* The published per-channel normalization of a dataset (worker/data/dataset.c uses it,
  * engines/ddpb_data.py reads it from schema/vocabulary.json). */
 #define VOCAB_MAX_NORM_CHANNELS 3
@@ -210,6 +227,7 @@ const struct vocab_storage *vocab_storage(int id);
 const struct vocab_schedule *vocab_schedule(int id);
 const struct vocab_launcher *vocab_launcher(int id);
 const struct vocab_mpi *vocab_mpi(int id);
+const struct vocab_transport *vocab_transport(int id);
 /* The norm rows, in order, NULL past the last; by name, NULL when none. */
 const struct vocab_norm *vocab_norm_at(size_t i);
 const struct vocab_norm *vocab_norm_find(const char *name);
@@ -249,6 +267,7 @@ const char *vocab_storage_at(int i);
 const char *vocab_schedule_at(int i);
 const char *vocab_launcher_at(int i);
 const char *vocab_mpi_at(int i);
+const char *vocab_transport_at(int i);
 
 /* The whole vocabulary as JSON (GET /v1/vocabulary, schema/vocabulary.json): every list
  * with its attributes, the dataset norms, the model table's names, shapes and classes, and

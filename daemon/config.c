@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/nvml.h"
@@ -202,6 +203,9 @@ void config_print_usage(const char *prog)
            "  --mpi-agent PATH     launcher mpirun across nodes: the program that starts\n"
            "                       the MPI daemon on another node in place of ssh\n"
            "                       (default none: mpirun runs stay on this node)\n"
+           "  --shm-dir DIR        where ranks of one node make their shared memory\n"
+           "                       (spec transport auto or shm; an existing directory on a\n"
+           "                       tmpfs; default: the workers use /dev/shm)\n"
            "  --version, --help\n",
            prog, CONFIG_DEFAULT_PORT);
 }
@@ -232,6 +236,7 @@ enum {
     OPT_NODE_TIMEOUT,
     OPT_SYNC_MS,
     OPT_MPI_AGENT,
+    OPT_SHM_DIR,
     OPT_VERSION,
     OPT_HELP,
 };
@@ -262,6 +267,7 @@ static const struct option config_options[] = {
     {"node-timeout-ms", required_argument, NULL, OPT_NODE_TIMEOUT},
     {"sync-ms", required_argument, NULL, OPT_SYNC_MS},
     {"mpi-agent", required_argument, NULL, OPT_MPI_AGENT},
+    {"shm-dir", required_argument, NULL, OPT_SHM_DIR},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
@@ -291,6 +297,30 @@ static int config_set_mpi_agent(struct config *c, const char *path, struct err *
         c->mpi_agent[0] = '\0';
         return err_set(e, ERR_INVALID, "mpi-agent", "--mpi-agent %s: %s", path,
                        strerror(errno));
+    }
+    return 0;
+}
+
+/* The shared-memory directory: an existing directory the ranks can make files in, kept
+ * as its real path (every rank, on any launcher, gets the same text). */
+static int config_set_shm_dir(struct config *c, const char *path, struct err *e)
+{
+    struct stat st;
+    c->shm_dir[0] = '\0';
+    if (!realpath(path, c->shm_dir) || stat(c->shm_dir, &st) < 0) {
+        int err = errno;
+        c->shm_dir[0] = '\0';
+        return err_set(e, ERR_INVALID, "shm-dir", "--shm-dir %s: %s", path, strerror(err));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        c->shm_dir[0] = '\0';
+        return err_set(e, ERR_INVALID, "shm-dir", "--shm-dir %s: not a directory", path);
+    }
+    if (access(c->shm_dir, W_OK | X_OK) < 0) {
+        int err = errno;
+        c->shm_dir[0] = '\0';
+        return err_set(e, ERR_INVALID, "shm-dir",
+                       "--shm-dir %s: ranks cannot make files in it: %s", path, strerror(err));
     }
     return 0;
 }
@@ -342,6 +372,7 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
         return config_parse_int("node-timeout-ms", arg, 500, 3600000, &c->node_timeout_ms, e);
     case OPT_SYNC_MS: return config_parse_int("sync-ms", arg, 20, 60000, &c->sync_ms, e);
     case OPT_MPI_AGENT: return config_set_mpi_agent(c, arg, e);
+    case OPT_SHM_DIR: return config_set_shm_dir(c, arg, e);
     case OPT_LOG_LEVEL:
         if (log_parse_level(arg, &c->log_level) < 0)
             return err_set(e, ERR_INVALID, "log-level",

@@ -60,12 +60,17 @@ struct config {
      * and mpirun runs stay on this node. deploy/netlab-mpi-agent.sh is the one netlab
      * gives its leader (design.md "mpirun across nodes" says why not ssh). */
     char mpi_agent[PATH_MAX];
+    /* where the host backend's shared-memory transport makes its unnamed segments
+     * (worker/comm/shm.h): every rank this daemon starts gets it as DDPB_SHM_DIR; "" =
+     * none given, the workers use /dev/shm. An existing directory, kept as its real path. */
+    char shm_dir[PATH_MAX];
 };
 
 /* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,
  * --worker, --web-dir, --node, --cpu-slots, --gpus, --max-body, --http-threads,
  * --kill-grace-ms, --log-level, --token-file, --cors-origin, --allow-host,
- * --network-profile, --join, --node-timeout-ms, --sync-ms, --mpi-agent) and DDPB_TOKEN (a token
+ * --network-profile, --join, --node-timeout-ms, --sync-ms, --mpi-agent, --shm-dir) and
+ * DDPB_TOKEN (a token
  * given in the environment; --token-file wins). Returns 0; 1 when --help/--version
  * printed; -1 with e naming the bad option. */
 int config_parse_args(struct config *c, int argc, char **argv, struct err *e);

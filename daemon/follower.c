@@ -340,6 +340,7 @@ static void follower_spawn_rank(struct follower *f, const struct follower_spawn 
         .local_rank = local,
         .node_rank = s->node_rank,
         .node_name = f->cfg->node,
+        .shm_dir = f->cfg->shm_dir, /* this node's own, as its ranks' segments are */
     };
     struct follower_rank *k = calloc(1, sizeof *k);
     struct launched out;

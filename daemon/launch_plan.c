@@ -117,8 +117,13 @@ static int plan_srun(const struct launch_plan_input *in, const struct vocab_mpi 
              plan_arg(p, e, "--mpi=%s", mpi_backend ? mpi->pmi : "none") |
              plan_arg(p, e, "--kill-on-bad-exit=1") | plan_arg(p, e, "--export=ALL") |
              plan_arg(p, e, "--job-name=ddpbench-run-%lld", in->run_id);
-    if (s->nodes > 0)
-        rc |= plan_arg(p, e, "--nodes=%d", s->nodes);
+    /* a transport without TCP (shm) keeps the step on one node of the allocation (the
+     * spec's checks refuse it with nodes or ranks_per_node that span more) */
+    const struct vocab_transport *t = vocab_transport(
+        vocab_find(VOCAB_TRANSPORT, s->transport));
+    int nodes = s->nodes == 0 && s->ranks_per_node == 0 && t && !t->tcp ? 1 : s->nodes;
+    if (nodes > 0)
+        rc |= plan_arg(p, e, "--nodes=%d", nodes);
     if (s->ranks_per_node > 0)
         rc |= plan_arg(p, e, "--ntasks-per-node=%d", s->ranks_per_node);
     return rc;

@@ -41,6 +41,9 @@ struct launch_rank {
     int rank, world_size, local_rank;
     int node_rank;         /* DDPB_NODE_RANK: the node the rank runs on (0 on one node) */
     const char *node_name; /* DDPB_NODE_NAME; NULL = the worker uses its host name */
+    /* DDPB_SHM_DIR: where the host backend's shared-memory segments go (ddpbenchd
+     * --shm-dir); NULL or "" = not set, the worker's /dev/shm */
+    const char *shm_dir;
     /* A run's launcher (spec launcher mpirun or srun, daemon/launch_plan.h) instead of one
      * rank: argv (NULL-terminated, borrowed) is the whole command, rank is -1, and the
      * process gets the run's variables without DDPB_RANK, DDPB_LOCAL_RANK,

@@ -621,6 +621,7 @@ static struct launch_rank monitor_launch_base(const struct active_run *r,
         .peer_host = cfg->store_host,
         .world_size = r->world_size,
         .node_name = cfg->node,
+        .shm_dir = cfg->shm_dir,
     };
 }
 

@@ -21,6 +21,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "common/vocab.h"
 #include "daemon/gpu_slots.h"
 #include "daemon/loop.h"
 #include "daemon/monitor.h"
@@ -297,6 +298,18 @@ static int sched_place_srun(struct scheduler *s, const struct db_queued_run *q)
     return p->rank_node ? 1 : 0;
 }
 
+/* The nodes q asks for: the spec's, or 1 for a transport without TCP (shm) left to the
+ * scheduler, which then waits for one node to have room instead of spreading the ranks
+ * (the spec's checks refuse shm with nodes or ranks_per_node that span nodes; the submit
+ * check, when no node can ever hold it, 409 naming transport). */
+static int sched_want_nodes(const struct db_queued_run *q)
+{
+    const struct vocab_transport *t = vocab_transport(
+        vocab_find(VOCAB_TRANSPORT, q->spec.transport));
+    bool one_node = t && !t->tcp;
+    return q->spec.nodes == 0 && q->spec.ranks_per_node == 0 && one_node ? 1 : q->spec.nodes;
+}
+
 /* Where q's ranks go: 1 with s->place filled, 0 when it must wait for slots, -1 when q
  * was failed because it can never be placed. This node is candidate 0 with its free slots,
  * then the followers taking ranks in join order; a GPU run stays on this node. */
@@ -333,8 +346,8 @@ static int sched_place(struct scheduler *s, const struct db_queued_run *q, bool 
     int room[CLUSTER_MAX_NODES];
     for (int i = 0; i < p->ncand; i++)
         room[i] = p->cand[i].free_slots;
-    p->nnodes = cluster_place(q->world_size, per, q->spec.nodes, q->spec.ranks_per_node, room,
-                              p->ncand, p->count);
+    p->nnodes = cluster_place(q->world_size, per, sched_want_nodes(q), q->spec.ranks_per_node,
+                              room, p->ncand, p->count);
     if (p->nnodes == 0)
         return 0;
     free(p->rank_node);

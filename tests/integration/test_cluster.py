@@ -273,6 +273,14 @@ def test_run_spans_two_nodes():
         # more nodes than the cluster has: refused at submit, naming the field
         status, body, _ = post(lead, "/v1/experiments", dict(COLL, world_size=3, nodes=3))
         check(status == 409 and "nodes" in body["error"]["message"], (status, body))
+        # transport shm keeps every rank on one node: 4 ranks fit no node of 2 slots (409
+        # naming transport, where auto spreads them); 2 go on one node
+        status, body, _ = post(lead, "/v1/experiments", dict(COLL, world_size=4, transport="shm"))
+        check(status == 409 and body["error"]["field"] == "transport"
+              and "one node" in body["error"]["message"], (status, body))
+        exp = lead.wait_experiment(submit(lead, dict(COLL, world_size=2, transport="shm"))["id"])
+        run = lead.get(f"/v1/runs/{first_run(lead, exp['id'])}")
+        check(exp["status"] == "succeeded" and run["nodes"] == 1, run)
     finally:
         f1.close()
         lead.close()

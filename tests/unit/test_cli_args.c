@@ -342,6 +342,12 @@ static void test_usage_documents_everything(void)
     for (int i = 0; vocab_strategy(i); i++)
         T_CHECK_MSG(strstr(u, vocab_strategy(i)->name), "usage lacks %s",
                     vocab_strategy(i)->name);
+    /* spec field transport with its values, as the vocabulary joins them */
+    char transports[64], want[96];
+    vocab_join(VOCAB_TRANSPORT, " or ", transports, sizeof transports);
+    snprintf(want, sizeof want, "between ranks: %s)", transports);
+    T_EQ_STR(transports, "auto, shm or tcp");
+    T_CHECK_MSG(strstr(u, "transport") && strstr(u, want), "usage lacks '%s'", want);
 }
 
 int main(int argc, char **argv)

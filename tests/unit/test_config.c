@@ -1,11 +1,15 @@
 /* Unit tests for daemon/config's --network-profile: the default is none (the host network,
  * stored as null), a label is kept as given, "none" clears it, and a name that could not
  * be a results column or CSV cell as is (a comma, a space, empty, too long) is refused
- * naming the option. --mpi-agent: off unless given, an executable kept as its real path. */
+ * naming the option. --mpi-agent: off unless given, an executable kept as its real path.
+ * --shm-dir: none unless given, an existing directory kept as its real path; a missing path
+ * or a file is refused naming the option and the path. */
 #include <getopt.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/config.h"
 #include "tests/unit/test.h"
@@ -68,10 +72,48 @@ static void test_config_mpi_agent(void)
     }
 }
 
+/* --shm-dir: "" by default (the workers' /dev/shm); a directory is kept as its real path;
+ * a missing path or a file is refused naming the option, the message naming the path. */
+static void test_config_shm_dir(void)
+{
+    struct config c;
+    struct err e = {0};
+    T_EQ_INT(test_config_parse(&c, NULL, 0, &e), 0);
+    T_EQ_STR(c.shm_dir, "");
+    char dir[] = "/tmp/ddpb-shm-dir-XXXXXX";
+    T_CHECK(mkdtemp(dir) != NULL);
+    char given_path[PATH_MAX], want[PATH_MAX], file[PATH_MAX];
+    snprintf(given_path, sizeof given_path, "%s/../%s", dir, strrchr(dir, '/') + 1);
+    T_CHECK(realpath(dir, want) != NULL);
+    char *given[] = {"--shm-dir", given_path};
+    T_CHECK_MSG(test_config_parse(&c, given, 2, &e) == 0, "%s", e.msg);
+    T_EQ_STR(c.shm_dir, want);
+    snprintf(file, sizeof file, "%s/segment", dir);
+    FILE *f = fopen(file, "w");
+    T_CHECK(f != NULL);
+    if (f)
+        fclose(f);
+    char missing[PATH_MAX];
+    snprintf(missing, sizeof missing, "%s/nonexistent", dir);
+    char *bad[][2] = {{"--shm-dir", missing}, {"--shm-dir", file}};
+    const char *why[] = {"No such file or directory", "not a directory"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        e = (struct err){0};
+        T_CHECK_MSG(test_config_parse(&c, bad[i], 2, &e) < 0, "accepted '%s'", bad[i][1]);
+        T_EQ_INT(e.code, ERR_INVALID);
+        T_EQ_STR(e.field, "shm-dir");
+        T_CHECK_MSG(strstr(e.msg, bad[i][1]) && strstr(e.msg, why[i]), "%s", e.msg);
+        T_EQ_STR(c.shm_dir, "");
+    }
+    unlink(file);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_config_network_profile);
     TEST_RUN(test_config_mpi_agent);
+    TEST_RUN(test_config_shm_dir);
     return test_end();
 }

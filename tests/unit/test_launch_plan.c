@@ -113,6 +113,16 @@ static void test_plan_srun(void)
     in = plan_input(&s);
     T_CHECK_MSG(launch_plan_build(&in, &p, &e) == 0, "%s", e.msg);
     T_CHECK(strstr(plan_line(&p), "--mpi=pmi2") != NULL);
+    T_CHECK(strstr(plan_line(&p), "--nodes=") == NULL); /* Slurm places it */
+    /* transport shm: one node of the allocation, whatever Slurm would do */
+    s = plan_spec("srun", "openmpi", "tcp");
+    in = plan_input(&s);
+    snprintf(s.transport, sizeof s.transport, "shm");
+    T_CHECK_MSG(launch_plan_build(&in, &p, &e) == 0, "%s", e.msg);
+    T_CHECK_MSG(strstr(plan_line(&p), "--nodes=1 ") != NULL, "%s", plan_line(&p));
+    snprintf(s.transport, sizeof s.transport, "auto");
+    T_CHECK_MSG(launch_plan_build(&in, &p, &e) == 0, "%s", e.msg);
+    T_CHECK(strstr(plan_line(&p), "--nodes=") == NULL);
 }
 
 static void test_plan_refusals(void)

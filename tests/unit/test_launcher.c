@@ -62,10 +62,12 @@ static void test_launcher_environment_and_fds(void)
     setenv("DDPB_STALE", "leak", 1);
     setenv("DDPB_EMULATE_NODES", "2", 1); /* the one DDPB_* a rank inherits */
     setenv("CUDA_VISIBLE_DEVICES", "7", 1);
+    setenv("DDPB_SHM_DIR", "/stale", 1); /* the daemon's --shm-dir wins, not its environment */
     int stray = open("/dev/null", O_RDONLY); /* not close-on-exec: must not leak */
     struct launch_rank lr = test_rank(log);
     lr.node_rank = 2;
     lr.node_name = "node-b";
+    lr.shm_dir = "/run/ddpb-shm";
     struct launched out;
     T_OK(launcher_spawn(&lr, &out, &e));
     close(stray);
@@ -83,6 +85,7 @@ static void test_launcher_environment_and_fds(void)
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_NODE_RANK")), "2");
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_NODE_NAME")), "node-b");
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_EMULATE_NODES")), "2");
+    T_EQ_STR(json_string_value(json_object_get(env, "DDPB_SHM_DIR")), "/run/ddpb-shm");
     T_CHECK(json_object_get(env, "DDPB_STALE") == NULL);
     T_CHECK(json_object_get(env, "CUDA_VISIBLE_DEVICES") == NULL);
     T_EQ_INT(json_integer_value(json_object_get(rep, "open_fds")), 0);
@@ -106,6 +109,7 @@ static void test_launcher_environment_and_fds(void)
     unsetenv("DDPB_STALE");
     unsetenv("DDPB_EMULATE_NODES");
     unsetenv("CUDA_VISIBLE_DEVICES");
+    unsetenv("DDPB_SHM_DIR");
 }
 
 /* The run's launcher (mpirun, srun) instead of a rank: its argv as given (a program name
@@ -123,6 +127,7 @@ static void test_launcher_run_launcher(void)
     lr.argv = argv;
     lr.extra_env = extra;
     lr.nextra_env = 3;
+    lr.shm_dir = "/run/ddpb-shm"; /* mpirun and srun pass their environment to the ranks */
     struct launched out;
     T_OK(launcher_spawn(&lr, &out, &e));
     T_EQ_INT(out.report_fd, -1);
@@ -142,6 +147,7 @@ static void test_launcher_run_launcher(void)
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_WORLD_SIZE")), "3");
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_REPORT")), "127.0.0.1:9");
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_LAUNCHER")), "mpirun");
+    T_EQ_STR(json_string_value(json_object_get(env, "DDPB_SHM_DIR")), "/run/ddpb-shm");
     T_CHECK(json_object_get(env, "DDPB_RANK") == NULL);
     T_CHECK(json_object_get(env, "DDPB_LOCAL_RANK") == NULL);
     T_CHECK(json_object_get(env, "DDPB_CPUS") == NULL);

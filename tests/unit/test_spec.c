@@ -56,6 +56,26 @@ static bool spec_rejects(const char *text, enum err_code code, const char *field
     return true;
 }
 
+/* Every case of a table rejected as it says; case i named when one is not. */
+#define SPEC_REJECTS_ALL(cases)                                                                \
+    for (size_t i_ = 0; i_ < sizeof(cases) / sizeof(cases)[0]; i_++)                           \
+    T_CHECK_MSG(                                                                               \
+        spec_rejects((cases)[i_].text, ERR_INVALID, (cases)[i_].field, (cases)[i_].part),      \
+        "case %zu", i_)
+
+/* Every text parses and expands to at least one run; case i named when one does not. */
+static void spec_all_run(const char *const *texts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct err e = {0};
+        json_t *s = parse_ok(texts[i]);
+        json_t *runs = s ? spec_expand(s, SPEC_MAX_RUNS, &e) : NULL;
+        T_CHECK_MSG(runs && json_array_size(runs) >= 1, "fine case %zu: %s", i, e.msg);
+        json_decref(runs);
+        json_decref(s);
+    }
+}
+
 static json_int_t get_int(const json_t *obj, const char *key)
 {
     return json_integer_value(json_object_get(obj, key));
@@ -116,7 +136,8 @@ static void test_spec_defaults(void)
     json_decref(s);
     T_EQ_STR(text, "{\"name\":\"collective\",\"description\":\"\",\"workload\":\"collective\","
                    "\"device\":\"cpu\",\"backend\":\"tcp\",\"launcher\":\"ddpbench\","
-                   "\"mpi\":\"openmpi\",\"mpi_mca\":{},\"world_size\":1,\"nodes\":0,"
+                   "\"mpi\":\"openmpi\",\"mpi_mca\":{},\"transport\":\"auto\","
+                   "\"world_size\":1,\"nodes\":0,"
                    "\"ranks_per_node\":0,\"repeats\":1,\"trace_steps\":5,"
                    "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
                    "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,"
@@ -491,7 +512,7 @@ static void test_spec_sweep_errors(void)
         {W ", \"sweep\": [1]}", "sweep", "sweep: must be an object"},
         {W ", \"sweep\": {\"bogus\": [1]}}", "sweep.bogus",
          "sweep.bogus: unknown field; sweepable fields: device, backend, launcher, mpi, "
-         "world_size"},
+         "transport, world_size"},
         {W ", \"sweep\": {\"name\": [\"a\", \"b\"]}}", "sweep.name",
          "sweep.name: cannot be swept"},
         {W ", \"sweep\": {\"description\": [\"a\"]}}", "sweep.description", "cannot be swept"},
@@ -1099,9 +1120,7 @@ static void test_spec_device_compat(void)
          "sweep point 2 of 2 {\"engine\":\"pytorch\"}: engine \"pytorch\" has no "
          "strategy \"zero2\""},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
-                    "case %zu", i);
+    SPEC_REJECTS_ALL(cases);
     /* what does run: cuda with nccl (emulated or not, a ring, naive or ddp in any
      * precision), and every strategy and compression on the CPU */
     static const char *const fine[] = {
@@ -1117,14 +1136,7 @@ static void test_spec_device_compat(void)
         /* a rule with a swept field is judged at the points only */
         W ", \"backend\": \"nccl\", \"sweep\": {\"device\": [\"cuda\"]}}",
     };
-    for (size_t i = 0; i < sizeof fine / sizeof fine[0]; i++) {
-        struct err e = {0};
-        json_t *s = parse_ok(fine[i]);
-        json_t *runs = s ? spec_expand(s, SPEC_MAX_RUNS, &e) : NULL;
-        T_CHECK_MSG(runs && json_array_size(runs) >= 1, "fine case %zu: %s", i, e.msg);
-        json_decref(runs);
-        json_decref(s);
-    }
+    spec_all_run(fine, sizeof fine / sizeof fine[0]);
     /* the worker sees the switch (train_engine_cfg.cudnn_benchmark) */
     struct err e = {0};
     struct spec sp;
@@ -1133,6 +1145,115 @@ static void test_spec_device_compat(void)
     T_OK(spec_from_json(s, &sp, &e));
     T_CHECK(sp.train.cudnn_benchmark);
     json_decref(s);
+#undef CUDA
+}
+
+/* transport (issue 30): auto by default, every value kept into struct spec and swept into
+ * runs that hold it; refused naming transport (400) with a backend or engine that has its own
+ * transports, with a forced TCP algorithm (shm only), and with shm where the spec places the
+ * ranks on more than one node; at the top level and at every point of a sweep. */
+static void test_spec_transport(void)
+{
+#define CUDA ", \"device\": \"cuda\", \"backend\": \"nccl\""
+#define MPI ", \"backend\": \"mpi\", \"launcher\": \"mpirun\""
+#define SHM ", \"transport\": \"shm\""
+    struct err e = {0};
+    struct spec sp;
+    json_t *s = parse_ok(W "}");
+    T_CHECK(s);
+    T_EQ_STR(get_str(s, "transport"), "auto");
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_STR(sp.transport, "auto");
+    json_decref(s);
+    static const struct bad_case cases[] = {
+        {W ", \"transport\": \"udp\"}", "transport",
+         "transport: must be one of \"auto\", \"shm\", \"tcp\", got \"udp\""},
+        {W ", \"transport\": 1}", "transport", "transport: must be one of"},
+        {W CUDA SHM "}", "transport",
+         "transport: backend \"nccl\" has no transport \"shm\"; it has \"auto\" (NCCL chooses "
+         "its own transports"},
+        {W CUDA ", \"transport\": \"tcp\"}", "transport", "has no transport \"tcp\""},
+        {W MPI ", \"transport\": \"tcp\"}", "transport",
+         "backend \"mpi\" has no transport \"tcp\"; it has \"auto\" (MPI chooses its own"},
+        {W MPI SHM "}", "transport", "backend \"mpi\" has no transport \"shm\""},
+        {TR ", \"engine\": \"pytorch\"" SHM "}", "transport",
+         "engine \"pytorch\" has no transport \"shm\"; it has \"auto\", \"tcp\" (shared memory "
+         "is ddpbench's own"},
+        {TR ", \"engine\": \"horovod\", \"strategy\": \"horovod\"" SHM "}", "transport",
+         "engine \"horovod\" has no transport \"shm\""},
+        {TR ", \"engine\": \"tensorflow\"" SHM "}", "transport", "has no transport \"shm\""},
+        {TR ", \"engine\": \"deepspeed\", \"strategy\": \"zero1\"" SHM "}", "transport",
+         "has no transport \"shm\""},
+        {TR ", \"engine\": \"script\", \"script\": \"a.py\"" SHM "}", "transport",
+         "engine \"script\" has no transport \"shm\""},
+        {W ", \"algorithm\": \"ring\"" SHM "}", "transport",
+         "algorithm \"ring\" has no transport \"shm\"; it has \"auto\", \"tcp\" (a TCP "
+         "algorithm; transport shm has its own"},
+        {W ", \"algorithm\": \"rd\"" SHM "}", "transport", "algorithm \"rd\" has no transport"},
+        {W ", \"algorithm\": \"hd\"" SHM "}", "transport", "algorithm \"hd\" has no transport"},
+        {W ", \"op\": \"broadcast\", \"algorithm\": \"tree\"" SHM "}", "transport",
+         "algorithm \"tree\" has no transport \"shm\""},
+        {W ", \"op\": \"all_gather\", \"algorithm\": \"direct\"" SHM "}", "transport",
+         "algorithm \"direct\" has no transport \"shm\""},
+        {W ", \"world_size\": 4, \"nodes\": 2" SHM "}", "transport",
+         "transport: transport \"shm\" moves bytes through one node's shared memory, but nodes "
+         "and ranks_per_node place the ranks on 2 nodes"},
+        {W ", \"world_size\": 5, \"ranks_per_node\": 2" SHM "}", "transport",
+         "place the ranks on 3 nodes"},
+        {TR ", \"world_size\": 2, \"nodes\": 2" SHM "}", "transport", "on 2 nodes"},
+        /* at the points of a sweep, naming the point */
+        {W ", \"world_size\": 4" SHM ", \"sweep\": {\"nodes\": [1, 2]}}", "sweep",
+         "sweep point 2 of 2 {\"nodes\":2}: transport \"shm\" moves bytes"},
+        {W ", \"world_size\": 4, \"nodes\": 2, \"sweep\": {\"transport\": [\"auto\", "
+           "\"shm\"]}}",
+         "sweep", "sweep point 2 of 2 {\"transport\":\"shm\"}: transport \"shm\""},
+        {W ", \"algorithm\": \"ring\", \"sweep\": {\"transport\": [\"tcp\", \"shm\"]}}",
+         "sweep",
+         "sweep point 2 of 2 {\"transport\":\"shm\"}: algorithm \"ring\" has no transport"},
+        {W SHM ", \"sweep\": {\"backend\": [\"tcp\", \"mpi\"]}, \"launcher\": \"mpirun\"}",
+         "sweep", "backend \"mpi\" has no transport \"shm\""},
+    };
+    SPEC_REJECTS_ALL(cases);
+    /* what runs: auto with every backend and engine; tcp and shm on backend tcp; shm with
+     * auto and hier, on one node (nodes 1, ranks_per_node at least world_size) */
+    static const char *const fine[] = {
+        W CUDA "}",
+        W MPI "}",
+        W MPI ", \"transport\": \"auto\"}",
+        W ", \"world_size\": 4" SHM "}",
+        W ", \"world_size\": 4, \"nodes\": 1" SHM "}",
+        W ", \"world_size\": 4, \"ranks_per_node\": 4" SHM "}",
+        W ", \"world_size\": 4, \"algorithm\": \"hier\"" SHM "}",
+        W ", \"world_size\": 4, \"nodes\": 2, \"transport\": \"tcp\", \"algorithm\": \"ring\"}",
+        W ", \"world_size\": 4, \"nodes\": 2, \"algorithm\": \"hier\"}",
+        TR SHM "}",
+        TR ", \"engine\": \"pytorch\", \"transport\": \"tcp\"}",
+        TR ", \"engine\": \"pytorch\"}",
+        TR ", \"world_size\": 2, \"pipeline\": 2" SHM "}",
+        W ", \"sweep\": {\"transport\": [\"auto\", \"shm\", \"tcp\"], \"algorithm\": "
+          "[\"auto\", \"hier\"]}}",
+    };
+    spec_all_run(fine, sizeof fine / sizeof fine[0]);
+    /* a sweep over transport: one run per value, in order, each spec and struct holding it */
+    s = parse_ok(W ", \"world_size\": 2, \"sweep\": {\"transport\": [\"shm\", \"tcp\", "
+                   "\"auto\"]}}");
+    T_CHECK(s);
+    json_t *runs = s ? spec_expand(s, SPEC_MAX_RUNS, &e) : NULL;
+    T_CHECK_MSG(runs, "%s", e.msg);
+    T_EQ_INT(json_array_size(runs), 3);
+    static const char *const want[] = {"shm", "tcp", "auto"};
+    for (size_t i = 0; runs && i < 3; i++) {
+        json_t *run = json_array_get(runs, i);
+        T_EQ_STR(get_str(json_object_get(run, "params"), "transport"), want[i]);
+        T_EQ_STR(get_str(json_object_get(run, "spec"), "transport"), want[i]);
+        memset(&sp, 0, sizeof sp);
+        T_OK(spec_from_json(json_object_get(run, "spec"), &sp, &e));
+        T_EQ_STR(sp.transport, want[i]);
+    }
+    json_decref(runs);
+    json_decref(s);
+#undef SHM
+#undef MPI
 #undef CUDA
 }
 
@@ -1729,6 +1850,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_dataset_workers);
     TEST_RUN(test_spec_data_pipeline);
     TEST_RUN(test_spec_device_compat);
+    TEST_RUN(test_spec_transport);
     TEST_RUN(test_spec_mpi_mca);
     TEST_RUN(test_spec_check_order_and_scope);
     TEST_RUN(test_spec_collective_sizes);

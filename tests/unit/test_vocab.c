@@ -29,6 +29,7 @@ static const char *const x_schedules[] = {VOCAB_SCHEDULES(NAME_ONLY)};
 static const char *const x_reports[] = {VOCAB_REPORTS(NAME_ONLY)};
 static const char *const x_launchers[] = {VOCAB_LAUNCHERS(NAME_ONLY)};
 static const char *const x_mpis[] = {VOCAB_MPIS(NAME_ONLY)};
+static const char *const x_transports[] = {VOCAB_TRANSPORTS(NAME_ONLY)};
 
 struct x_list {
     enum vocab_list l;
@@ -49,6 +50,7 @@ static const struct x_list x_lists[] = {
     X_LIST(VOCAB_REPORT, x_reports),
     X_LIST(VOCAB_LAUNCHER, x_launchers),
     X_LIST(VOCAB_MPI, x_mpis),
+    X_LIST(VOCAB_TRANSPORT, x_transports),
 };
 
 static const char *source_dir(void)
@@ -156,6 +158,19 @@ static void test_vocab_attributes(void)
     T_EQ_STR(vocab_backend(VOCAB_BACKEND_NCCL)->device, "cuda");
     T_CHECK(vocab_schedule(VOCAB_SCHEDULE_GPIPE)->all_forward_first);
     T_CHECK(!vocab_schedule(VOCAB_SCHEDULE_1F1B)->all_forward_first);
+    /* auto takes both paths, shm and tcp one each (the spec's rules read these) */
+    for (int i = 0; i < VOCAB_NTRANSPORTS; i++) {
+        const struct vocab_transport *t = vocab_transport(i);
+        T_CHECK_MSG(t->shm || t->tcp, "%s", t->name);
+        T_CHECK_MSG(t->desc && *t->desc, "%s", t->name);
+    }
+    T_CHECK(vocab_transport(VOCAB_TRANSPORT_AUTO)->shm &&
+            vocab_transport(VOCAB_TRANSPORT_AUTO)->tcp);
+    T_CHECK(vocab_transport(VOCAB_TRANSPORT_SHM)->shm &&
+            !vocab_transport(VOCAB_TRANSPORT_SHM)->tcp);
+    T_CHECK(!vocab_transport(VOCAB_TRANSPORT_TCP)->shm &&
+            vocab_transport(VOCAB_TRANSPORT_TCP)->tcp);
+    T_CHECK(vocab_transport(VOCAB_NTRANSPORTS) == NULL);
 }
 
 static void test_vocab_join(void)
@@ -201,8 +216,9 @@ static void test_vocab_is_the_spec_choices(void)
         enum vocab_list l;
     } uses[] = {{"strategy", VOCAB_STRATEGY}, {"engine", VOCAB_ENGINE},
                 {"backend", VOCAB_BACKEND},   {"dataset", VOCAB_FORMAT},
-                {"dataset", VOCAB_STORAGE},   {"schedule", VOCAB_SCHEDULE}};
-    static const char *const sub[] = {NULL, NULL, NULL, "format", "storage", NULL};
+                {"dataset", VOCAB_STORAGE},   {"schedule", VOCAB_SCHEDULE},
+                {"launcher", VOCAB_LAUNCHER}, {"transport", VOCAB_TRANSPORT}};
+    static const char *const sub[] = {NULL, NULL, NULL, "format", "storage", NULL, NULL, NULL};
     json_t *schema = spec_schema_json();
     T_CHECK(schema);
     json_t *props = json_object_get(schema, "properties");
@@ -246,6 +262,11 @@ static void test_vocab_json(void)
     json_t *rj = json_array_get(json_object_get(v, "formats"), VOCAB_FORMAT_RECORDS_JPEG);
     T_EQ_STR(json_string_value(json_object_get(rj, "codec")), "jpeg");
     T_EQ_STR(json_string_value(json_object_get(rj, "compression")), "jpeg");
+    json_t *shm = json_array_get(json_object_get(v, "transports"), VOCAB_TRANSPORT_SHM);
+    T_EQ_STR(json_string_value(json_object_get(shm, "name")), "shm");
+    T_CHECK(json_is_true(json_object_get(shm, "shm")) &&
+            json_is_false(json_object_get(shm, "tcp")));
+    T_CHECK(json_string_length(json_object_get(shm, "description")) > 0);
     json_t *norms = json_object_get(v, "norms");
     json_t *mnist = json_array_get(norms, 0);
     T_EQ_STR(json_string_value(json_object_get(mnist, "name")), "mnist");
