@@ -1470,6 +1470,51 @@ static void test_shm_transport_recorded(void)
     mesh_destroy(&m);
 }
 
+/* An allreduce of 10 floats, a send to the next rank and a receive from the previous
+ * one, and a barrier, over shared memory. */
+static void *shm_bytes_job(void *p)
+{
+    struct case_job *j = p;
+    struct err e;
+    float buf[10] = {0}, in[10];
+    int n = j->c->world_size, me = j->c->rank;
+    j->failures = comm_allreduce(j->c, buf, buf, 10, COMM_FLOAT32, COMM_SUM, &e) != 0;
+    struct comm_args a = {.op = COMM_OP_SENDRECV,
+                          .send = buf,
+                          .recv = in,
+                          .count = 10,
+                          .count2 = 10,
+                          .dtype = COMM_FLOAT32,
+                          .peer = (me + 1) % n,
+                          .peer2 = (me + n - 1) % n};
+    j->failures += comm_run(j->c, &a, &e) != 0;
+    j->failures += comm_barrier(j->c, &e) != 0;
+    j->failures += strcmp(j->c->last_algorithm, "shm") != 0;
+    return NULL;
+}
+
+/* Shared memory has no wire: bytes_sent counts the ring model's bytes, as nccl and mpi
+ * do (a training step over shm reported 0 bytes sent before). */
+static void test_shm_bytes_sent(void)
+{
+    struct mesh m;
+    const struct mesh_opts o = {.transport = "shm"};
+    T_CHECK(mesh_build_opts(&m, 3, 20000, NULL, &o) == 0);
+    struct case_job jobs[3];
+    for (int r = 0; r < 3; r++)
+        jobs[r] = (struct case_job){.c = m.c[r]};
+    mesh_run(&m, shm_bytes_job, jobs, sizeof jobs[0]);
+    uint64_t sent[3];
+    for (int r = 0; r < 3; r++)
+        sent[r] = m.c[r]->bytes_sent;
+    mesh_destroy(&m);
+    /* allreduce: 2 (n - 1) (40 / n) = 52 bytes; sendrecv: the 40 bytes sent */
+    for (int r = 0; r < 3; r++) {
+        T_EQ_INT(jobs[r].failures, 0);
+        T_EQ_INT(sent[r], 52 + 40);
+    }
+}
+
 /* Setup refuses what shared memory cannot do, naming the field. */
 static void test_shm_refusals(void)
 {
@@ -1835,6 +1880,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_shm_hier_node_maps_exact);
     TEST_RUN(test_shm_auto_takes_hier);
     TEST_RUN(test_shm_transport_recorded);
+    TEST_RUN(test_shm_bytes_sent);
     TEST_RUN(test_shm_refusals);
     TEST_RUN(test_shm_bad_dir);
     TEST_RUN(test_shm_abort_flag);

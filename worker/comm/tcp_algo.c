@@ -641,12 +641,17 @@ static int tcp_algo_choose(const struct comm_tcp *t, const struct comm_args *a,
 
 /* Runs a over the node's shared memory (peers and root: members of t->local; root >= 0
  * with an allreduce: reduce to that member only) and turns a failure into the
- * communicator's, naming the operation and the rank blamed. */
+ * communicator's, naming the operation and the rank blamed. Shared memory has no wire to
+ * count: bytes_sent grows by the ring model's bytes among the node's ranks (comm.h
+ * comm_wire_bytes), as nccl and mpi count, so a training step's bytes_sent is not 0. */
 static int tcp_shm_run(struct comm_tcp *t, const struct comm_args *a, int root, struct err *e)
 {
     int blame = -1;
-    if (shm_group_run(t->shm, a, root, &blame, e) == 0)
+    if (shm_group_run(t->shm, a, root, &blame, e) == 0) {
+        size_t bytes = a->count * comm_dtype_size(a->dtype);
+        t->base.bytes_sent += comm_wire_bytes(a->op, bytes, t->nlocal);
         return 0;
+    }
     char msg[sizeof e->msg];
     snprintf(msg, sizeof msg, "%s", e->msg);
     return tcp_fail(t, e, e->code, comm_op_name(a->op), blame >= 0 ? t->local[blame] : -1,
