@@ -62,6 +62,8 @@
 #define SHM_REC_MAGIC 0x52485344u       /* "DSHR" */
 #define SHM_SLOT_DEFAULT (512u << 10)   /* measured: tests/bench/RESULTS.md */
 #define SHM_FIFO_DEFAULT (256u << 10)
+#define SHM_FIFO_MIN (16u << 10)
+#define SHM_FIFO_NODE (2u << 20) /* a member's rings together, beyond 8 ranks */
 #define SHM_SLEEP_SLICE_MS 10
 #define SHM_DIR_DEFAULT "/dev/shm"
 
@@ -125,6 +127,16 @@ static void shm_layout(struct shm_group *g)
     g->seg_bytes = shm_round(g->fifos_off + (size_t)g->n * g->fifo_bytes, pg);
 }
 
+/* A node's rings take n * n of them: SHM_FIFO_DEFAULT up to 8 ranks, then halved as the
+ * ranks double (16 KiB at least), so 64 ranks hold 128 MiB of rings, not 1 GiB. */
+static size_t shm_fifo_default(int n)
+{
+    size_t f = SHM_FIFO_DEFAULT;
+    while (f > SHM_FIFO_MIN && f * (size_t)n > SHM_FIFO_NODE)
+        f /= 2;
+    return f;
+}
+
 static struct shm_group *shm_alloc(const struct shm_config *cfg)
 {
     struct shm_group *g = calloc(1, sizeof *g);
@@ -152,7 +164,7 @@ static struct shm_group *shm_alloc(const struct shm_config *cfg)
     g->spin_us = cfg->spin_us > 0 ? cfg->spin_us : 0;
     g->spin_yield = cfg->spin_yield;
     g->slot_bytes = cfg->slot_bytes ? cfg->slot_bytes : SHM_SLOT_DEFAULT;
-    g->fifo_bytes = cfg->fifo_bytes ? cfg->fifo_bytes : SHM_FIFO_DEFAULT;
+    g->fifo_bytes = cfg->fifo_bytes ? cfg->fifo_bytes : shm_fifo_default(n);
     shm_layout(g);
     return g;
 }
