@@ -151,7 +151,8 @@ static struct shm_group *shm_alloc(const struct shm_config *cfg)
     g->own_map = calloc((size_t)n, sizeof *g->own_map);
     g->pid = calloc((size_t)n, sizeof *g->pid);
     g->pidfd = calloc((size_t)n, sizeof *g->pidfd);
-    if (!g->ranks || !g->seg || !g->own_map || !g->pid || !g->pidfd) {
+    g->src = calloc((size_t)n, sizeof *g->src);
+    if (!g->ranks || !g->seg || !g->own_map || !g->pid || !g->pidfd || !g->src) {
         shm_group_free(g);
         return NULL;
     }
@@ -386,6 +387,7 @@ void shm_group_free(struct shm_group *g)
     free(g->own_map);
     free(g->pid);
     free(g->pidfd);
+    free(g->src);
     free(g);
 }
 

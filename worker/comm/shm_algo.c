@@ -24,7 +24,6 @@
  *   sender's segment, its head counter in the sender's and its tail in the receiver's,
  *   each message an 8-byte length and the payload. sendrecv moves both directions in
  *   one loop, so exchanges larger than a ring cannot deadlock. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "worker/comm/reduce.h"
@@ -161,16 +160,12 @@ static int shm_allreduce(struct shm_group *g, const struct comm_args *a, int roo
 {
     size_t es = comm_dtype_size(a->dtype), per = g->slot_bytes / es;
     bool small = a->count * es <= SHM_SMALL_BYTES;
-    const uint8_t **src = malloc((size_t)g->n * sizeof *src);
-    if (!src)
-        return err_set(e, ERR_NOMEM, NULL, "out of memory");
     int rc = 0;
     for (size_t off = 0; off < a->count && rc == 0; off += per) {
         size_t m = a->count - off < per ? a->count - off : per;
-        rc = small ? shm_allreduce_small(g, a, root, off, m, src, blame, e)
-                   : shm_allreduce_large(g, a, root, off, m, src, blame, e);
+        rc = small ? shm_allreduce_small(g, a, root, off, m, g->src, blame, e)
+                   : shm_allreduce_large(g, a, root, off, m, g->src, blame, e);
     }
-    free(src);
     return rc;
 }
 
@@ -183,9 +178,7 @@ static int shm_reduce_scatter(struct shm_group *g, const struct comm_args *a, in
     size_t per = g->slot_bytes / es / (size_t)g->n;
     int n = g->n, me = g->me;
     const uint8_t *send = a->send;
-    const uint8_t **src = malloc((size_t)n * sizeof *src);
-    if (!src)
-        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    const uint8_t **src = g->src;
     int rc = 0;
     for (size_t off = 0; off < c && rc == 0; off += per) {
         size_t m = c - off < per ? c - off : per;
@@ -208,7 +201,6 @@ static int shm_reduce_scatter(struct shm_group *g, const struct comm_args *a, in
         if (a->redop == COMM_AVG)
             reduce_divide(dst, m, a->dtype, n);
     }
-    free(src);
     return rc;
 }
 
