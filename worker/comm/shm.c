@@ -44,7 +44,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -450,33 +449,27 @@ static int shm_dead_member(const struct shm_group *g)
     return -1;
 }
 
-static int shm_fail(struct shm_group *g, int *blame, int member, struct err *e,
-                    enum err_code code, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-
-static int shm_fail(struct shm_group *g, int *blame, int member, struct err *e,
-                    enum err_code code, const char *fmt, ...)
+/* Breaks g (peers are out of step now) blaming member (-1: none), once e says why.
+ * Returns -1. */
+static int shm_fail(struct shm_group *g, int *blame, int member)
 {
-    char msg[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     g->broken = true;
     *blame = member;
-    return err_set(e, code, NULL, "%s", msg);
+    return -1;
 }
 
 /* Why the wait cannot go on (abort, stop, a dead member), or 0 to go on. */
 static int shm_wait_check(struct shm_group *g, int *blame, struct err *e)
 {
-    if (shm_stopped(g))
-        return shm_fail(g, blame, -1, e, ERR_ABORTED, "aborted");
+    if (shm_stopped(g)) {
+        err_set(e, ERR_ABORTED, NULL, "aborted");
+        return shm_fail(g, blame, -1);
+    }
     int dead = shm_dead_member(g);
-    if (dead >= 0)
-        return shm_fail(g, blame, dead, e, ERR_PEER, "rank %d (pid %d) exited", g->ranks[dead],
-                        (int)g->pid[dead]);
-    return 0;
+    if (dead < 0)
+        return 0;
+    err_set(e, ERR_PEER, NULL, "rank %d (pid %d) exited", g->ranks[dead], (int)g->pid[dead]);
+    return shm_fail(g, blame, dead);
 }
 
 /* Polls ready for the spin budget. 1: it holds; 0: budget spent; -1: abort. */
@@ -490,8 +483,10 @@ static int shm_spin(struct shm_group *g, shm_ready_fn ready, const void *ctx, in
                 return 1;
             shm_relax();
         }
-        if (shm_stopped(g))
-            return shm_fail(g, blame, -1, e, ERR_ABORTED, "aborted");
+        if (shm_stopped(g)) {
+            err_set(e, ERR_ABORTED, NULL, "aborted");
+            return shm_fail(g, blame, -1);
+        }
         if (clock_mono_ns() >= end)
             return 0;
         if (g->spin_yield)
@@ -531,10 +526,11 @@ int shm_wait(struct shm_group *g, shm_ready_fn ready, const void *ctx, int peer,
             return 0;
         if (shm_wait_check(g, blame, e) < 0)
             return -1;
-        if (clock_ms_left(deadline) <= 0)
-            return shm_fail(g, blame, peer, e, ERR_TIMEOUT,
-                            "no progress from rank %d for %d ms",
-                            peer >= 0 ? g->ranks[peer] : -1, g->timeout_ms);
+        if (clock_ms_left(deadline) <= 0) {
+            err_set(e, ERR_TIMEOUT, NULL, "no progress from rank %d for %d ms",
+                    peer >= 0 ? g->ranks[peer] : -1, g->timeout_ms);
+            return shm_fail(g, blame, peer);
+        }
     }
 }
 
