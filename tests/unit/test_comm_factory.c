@@ -70,8 +70,9 @@ static struct rendezvous_env env_for(int rank, int world_size)
 struct rank_job {
     const struct world *w;
     int rank, world_size;
-    float sum; /* what the allreduce gave element 0 */
-    char backend[8], algorithm[16];
+    const char *transport, *forced; /* the spec's (NULL: "", and algorithm "ring") */
+    float sum;                      /* what the allreduce gave element 0 */
+    char backend[8], algorithm[16], resolved[8];
     int rc;
     struct err e;
 };
@@ -79,7 +80,8 @@ struct rank_job {
 static void *rank_main(void *arg)
 {
     struct rank_job *j = arg;
-    struct spec s = spec_for("tcp", "ring");
+    struct spec s = spec_for("tcp", j->forced ? j->forced : "ring");
+    snprintf(s.transport, sizeof s.transport, "%s", j->transport ? j->transport : "");
     struct rendezvous_env env = env_for(j->rank, j->world_size);
     j->rc = -1;
     struct comm_factory *f = comm_factory_begin(&s, &env, NULL, &j->e);
@@ -99,6 +101,7 @@ static void *rank_main(void *arg)
         j->sum = v[0];
         snprintf(j->backend, sizeof j->backend, "%s", c->backend);
         snprintf(j->algorithm, sizeof j->algorithm, "%s", c->last_algorithm);
+        snprintf(j->resolved, sizeof j->resolved, "%s", c->transport);
         j->rc = comm_barrier(c, &j->e);
     }
     comm_destroy(c);
@@ -106,26 +109,58 @@ static void *rank_main(void *arg)
     return NULL;
 }
 
-static void run_world(int n)
+/* Runs n ranks of rank_main with the spec's transport and forced algorithm; jobs out. */
+static void run_world_jobs(int n, const char *transport, const char *forced,
+                           struct rank_job *jobs)
 {
     struct err e = {0};
     struct world w;
     T_OK(world_open(&w, &e));
-    struct rank_job jobs[2];
     pthread_t th[2];
     for (int r = 0; r < n; r++) {
-        jobs[r] = (struct rank_job){.w = &w, .rank = r, .world_size = n};
+        jobs[r] = (struct rank_job){
+            .w = &w, .rank = r, .world_size = n, .transport = transport, .forced = forced};
         T_CHECK(pthread_create(&th[r], NULL, rank_main, &jobs[r]) == 0);
     }
     for (int r = 0; r < n; r++)
         pthread_join(th[r], NULL);
     store_server_destroy(w.srv);
+}
+
+static void run_world(int n)
+{
+    struct rank_job jobs[2];
+    run_world_jobs(n, NULL, NULL, jobs);
     for (int r = 0; r < n; r++) {
         T_CHECK_MSG(jobs[r].rc == 0, "rank %d: %s", r, jobs[r].e.msg);
         T_EQ_STR(jobs[r].backend, "tcp");
         T_NEAR(jobs[r].sum, n * (n + 1) / 2.0, 0);
         if (n > 1) /* a world of one moves nothing: no algorithm to force */
             T_EQ_STR(jobs[r].algorithm, "ring");
+    }
+}
+
+/* The spec's transport reaches the communicator: auto (and an empty field, as a spec
+ * stored before the field existed parses) puts two ranks of one machine on shared
+ * memory and the allreduce runs over it; tcp keeps them on sockets. */
+static void test_factory_transport(void)
+{
+    static const struct {
+        const char *transport, *resolved, *algorithm;
+    } cases[] = {{"auto", "shm", "shm"},
+                 {NULL, "shm", "shm"},
+                 {"shm", "shm", "shm"},
+                 {"tcp", "tcp", "rd"}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        struct rank_job jobs[2];
+        run_world_jobs(2, cases[k].transport, "auto", jobs);
+        for (int r = 0; r < 2; r++) {
+            T_CHECK_MSG(jobs[r].rc == 0, "%s rank %d: %s", cases[k].transport, r,
+                        jobs[r].e.msg);
+            T_NEAR(jobs[r].sum, 3.0, 0);
+            T_EQ_STR(jobs[r].resolved, cases[k].resolved);
+            T_EQ_STR(jobs[r].algorithm, cases[k].algorithm);
+        }
     }
 }
 
@@ -328,7 +363,8 @@ static void *group_main(void *arg)
     int made = 0;
     while (world && made < j->ngroups) {
         const struct group_def *g = &j->g[made];
-        if (!(grp[made] = comm_create_group(&s, &env, NULL, sc, g->ranks, g->n, g->ns, NULL, &j->e)))
+        if (!(grp[made] = comm_create_group(&s, &env, NULL, sc, g->ranks, g->n, g->ns, NULL,
+                                            &j->e)))
             break;
         int me = 0;
         while (g->ranks[me] != j->rank)
@@ -599,6 +635,7 @@ int main(int argc, char **argv)
     test_begin(argc, argv);
     TEST_RUN(test_tcp_world_of_one);
     TEST_RUN(test_tcp_world_of_two);
+    TEST_RUN(test_factory_transport);
     TEST_RUN(test_create_from_spec_one_rank);
     TEST_RUN(test_backend_unavailable_named);
     TEST_RUN(test_bad_listen_host_fails_first_step);

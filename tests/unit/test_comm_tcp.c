@@ -1124,11 +1124,13 @@ static void raise_abort(struct mesh *m, int victim)
     atomic_store(&abort_flag_for_test, true);
 }
 
-static void test_comm_tcp_abort_flag(void)
+/* The abort flag ends the operations in flight at once (transport: NULL = "tcp"). */
+static void check_abort_flag(const char *transport)
 {
     struct mesh m;
     atomic_store(&abort_flag_for_test, false);
-    T_CHECK(mesh_build(&m, 3, 30000, &abort_flag_for_test) == 0);
+    const struct mesh_opts o = {.transport = transport};
+    T_CHECK(mesh_build_opts(&m, 3, 30000, &abort_flag_for_test, &o) == 0);
     struct fail_job jobs[3];
     run_with_victim(&m, 0, 1000, 200, raise_abort, jobs);
     for (int r = 1; r < 3; r++) {
@@ -1137,6 +1139,12 @@ static void test_comm_tcp_abort_flag(void)
         T_CHECK_MSG(jobs[r].ms < 5000, "rank %d took %lld ms", r, (long long)jobs[r].ms);
     }
     mesh_destroy(&m);
+    atomic_store(&abort_flag_for_test, false);
+}
+
+static void test_comm_tcp_abort_flag(void)
+{
+    check_abort_flag(NULL);
 }
 
 /* Ranks as processes, so that a signal stops or kills one of them. Each child runs 1 MiB
@@ -1572,19 +1580,7 @@ static void test_shm_bad_dir(void)
 
 static void test_shm_abort_flag(void)
 {
-    struct mesh m;
-    atomic_store(&abort_flag_for_test, false);
-    const struct mesh_opts o = {.transport = "shm"};
-    T_CHECK(mesh_build_opts(&m, 3, 30000, &abort_flag_for_test, &o) == 0);
-    struct fail_job jobs[3];
-    run_with_victim(&m, 0, 1000, 200, raise_abort, jobs);
-    for (int r = 1; r < 3; r++) {
-        T_CHECK_MSG(jobs[r].rc < 0 && jobs[r].e.code == ERR_ABORTED, "rank %d: %s", r,
-                    jobs[r].e.msg);
-        T_CHECK_MSG(jobs[r].ms < 5000, "rank %d took %lld ms", r, (long long)jobs[r].ms);
-    }
-    mesh_destroy(&m);
-    atomic_store(&abort_flag_for_test, false);
+    check_abort_flag("shm");
 }
 
 /* Entries of /dev/shm, or -1. */

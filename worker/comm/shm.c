@@ -44,7 +44,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +61,8 @@
 #define SHM_REC_MAGIC 0x52485344u       /* "DSHR" */
 #define SHM_SLOT_DEFAULT (512u << 10)   /* measured: tests/bench/RESULTS.md */
 #define SHM_FIFO_DEFAULT (256u << 10)
+#define SHM_FIFO_MIN (16u << 10)
+#define SHM_FIFO_NODE (2u << 20) /* a member's rings together, beyond 8 ranks */
 #define SHM_SLEEP_SLICE_MS 10
 #define SHM_DIR_DEFAULT "/dev/shm"
 
@@ -125,6 +126,16 @@ static void shm_layout(struct shm_group *g)
     g->seg_bytes = shm_round(g->fifos_off + (size_t)g->n * g->fifo_bytes, pg);
 }
 
+/* A node's rings take n * n of them: SHM_FIFO_DEFAULT up to 8 ranks, then halved as the
+ * ranks double (16 KiB at least), so 64 ranks hold 128 MiB of rings, not 1 GiB. */
+static size_t shm_fifo_default(int n)
+{
+    size_t f = SHM_FIFO_DEFAULT;
+    while (f > SHM_FIFO_MIN && f * (size_t)n > SHM_FIFO_NODE)
+        f /= 2;
+    return f;
+}
+
 static struct shm_group *shm_alloc(const struct shm_config *cfg)
 {
     struct shm_group *g = calloc(1, sizeof *g);
@@ -139,7 +150,8 @@ static struct shm_group *shm_alloc(const struct shm_config *cfg)
     g->own_map = calloc((size_t)n, sizeof *g->own_map);
     g->pid = calloc((size_t)n, sizeof *g->pid);
     g->pidfd = calloc((size_t)n, sizeof *g->pidfd);
-    if (!g->ranks || !g->seg || !g->own_map || !g->pid || !g->pidfd) {
+    g->src = calloc((size_t)n, sizeof *g->src);
+    if (!g->ranks || !g->seg || !g->own_map || !g->pid || !g->pidfd || !g->src) {
         shm_group_free(g);
         return NULL;
     }
@@ -152,7 +164,7 @@ static struct shm_group *shm_alloc(const struct shm_config *cfg)
     g->spin_us = cfg->spin_us > 0 ? cfg->spin_us : 0;
     g->spin_yield = cfg->spin_yield;
     g->slot_bytes = cfg->slot_bytes ? cfg->slot_bytes : SHM_SLOT_DEFAULT;
-    g->fifo_bytes = cfg->fifo_bytes ? cfg->fifo_bytes : SHM_FIFO_DEFAULT;
+    g->fifo_bytes = cfg->fifo_bytes ? cfg->fifo_bytes : shm_fifo_default(n);
     shm_layout(g);
     return g;
 }
@@ -374,6 +386,7 @@ void shm_group_free(struct shm_group *g)
     free(g->own_map);
     free(g->pid);
     free(g->pidfd);
+    free(g->src);
     free(g);
 }
 
@@ -436,33 +449,27 @@ static int shm_dead_member(const struct shm_group *g)
     return -1;
 }
 
-static int shm_fail(struct shm_group *g, int *blame, int member, struct err *e,
-                    enum err_code code, const char *fmt, ...)
-    __attribute__((format(printf, 6, 7)));
-
-static int shm_fail(struct shm_group *g, int *blame, int member, struct err *e,
-                    enum err_code code, const char *fmt, ...)
+/* Breaks g (peers are out of step now) blaming member (-1: none), once e says why.
+ * Returns -1. */
+static int shm_fail(struct shm_group *g, int *blame, int member)
 {
-    char msg[200];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     g->broken = true;
     *blame = member;
-    return err_set(e, code, NULL, "%s", msg);
+    return -1;
 }
 
 /* Why the wait cannot go on (abort, stop, a dead member), or 0 to go on. */
 static int shm_wait_check(struct shm_group *g, int *blame, struct err *e)
 {
-    if (shm_stopped(g))
-        return shm_fail(g, blame, -1, e, ERR_ABORTED, "aborted");
+    if (shm_stopped(g)) {
+        err_set(e, ERR_ABORTED, NULL, "aborted");
+        return shm_fail(g, blame, -1);
+    }
     int dead = shm_dead_member(g);
-    if (dead >= 0)
-        return shm_fail(g, blame, dead, e, ERR_PEER, "rank %d (pid %d) exited", g->ranks[dead],
-                        (int)g->pid[dead]);
-    return 0;
+    if (dead < 0)
+        return 0;
+    err_set(e, ERR_PEER, NULL, "rank %d (pid %d) exited", g->ranks[dead], (int)g->pid[dead]);
+    return shm_fail(g, blame, dead);
 }
 
 /* Polls ready for the spin budget. 1: it holds; 0: budget spent; -1: abort. */
@@ -476,8 +483,10 @@ static int shm_spin(struct shm_group *g, shm_ready_fn ready, const void *ctx, in
                 return 1;
             shm_relax();
         }
-        if (shm_stopped(g))
-            return shm_fail(g, blame, -1, e, ERR_ABORTED, "aborted");
+        if (shm_stopped(g)) {
+            err_set(e, ERR_ABORTED, NULL, "aborted");
+            return shm_fail(g, blame, -1);
+        }
         if (clock_mono_ns() >= end)
             return 0;
         if (g->spin_yield)
@@ -517,10 +526,11 @@ int shm_wait(struct shm_group *g, shm_ready_fn ready, const void *ctx, int peer,
             return 0;
         if (shm_wait_check(g, blame, e) < 0)
             return -1;
-        if (clock_ms_left(deadline) <= 0)
-            return shm_fail(g, blame, peer, e, ERR_TIMEOUT,
-                            "no progress from rank %d for %d ms",
-                            peer >= 0 ? g->ranks[peer] : -1, g->timeout_ms);
+        if (clock_ms_left(deadline) <= 0) {
+            err_set(e, ERR_TIMEOUT, NULL, "no progress from rank %d for %d ms",
+                    peer >= 0 ? g->ranks[peer] : -1, g->timeout_ms);
+            return shm_fail(g, blame, peer);
+        }
     }
 }
 

@@ -24,7 +24,6 @@
  *   sender's segment, its head counter in the sender's and its tail in the receiver's,
  *   each message an 8-byte length and the payload. sendrecv moves both directions in
  *   one loop, so exchanges larger than a ring cannot deadlock. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "worker/comm/reduce.h"
@@ -161,16 +160,12 @@ static int shm_allreduce(struct shm_group *g, const struct comm_args *a, int roo
 {
     size_t es = comm_dtype_size(a->dtype), per = g->slot_bytes / es;
     bool small = a->count * es <= SHM_SMALL_BYTES;
-    const uint8_t **src = malloc((size_t)g->n * sizeof *src);
-    if (!src)
-        return err_set(e, ERR_NOMEM, NULL, "out of memory");
     int rc = 0;
     for (size_t off = 0; off < a->count && rc == 0; off += per) {
         size_t m = a->count - off < per ? a->count - off : per;
-        rc = small ? shm_allreduce_small(g, a, root, off, m, src, blame, e)
-                   : shm_allreduce_large(g, a, root, off, m, src, blame, e);
+        rc = small ? shm_allreduce_small(g, a, root, off, m, g->src, blame, e)
+                   : shm_allreduce_large(g, a, root, off, m, g->src, blame, e);
     }
-    free(src);
     return rc;
 }
 
@@ -183,9 +178,7 @@ static int shm_reduce_scatter(struct shm_group *g, const struct comm_args *a, in
     size_t per = g->slot_bytes / es / (size_t)g->n;
     int n = g->n, me = g->me;
     const uint8_t *send = a->send;
-    const uint8_t **src = malloc((size_t)n * sizeof *src);
-    if (!src)
-        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    const uint8_t **src = g->src;
     int rc = 0;
     for (size_t off = 0; off < c && rc == 0; off += per) {
         size_t m = c - off < per ? c - off : per;
@@ -208,11 +201,12 @@ static int shm_reduce_scatter(struct shm_group *g, const struct comm_args *a, in
         if (a->redop == COMM_AVG)
             reduce_divide(dst, m, a->dtype, n);
     }
-    free(src);
     return rc;
 }
 
-static int shm_all_gather(struct shm_group *g, const struct comm_args *a, int *blame,
+/* The copying collectives in one loop: all_gather (root -1: every member writes its chunk
+ * and copies every member's out) and broadcast (root writes, the others copy it out). */
+static int shm_copy_steps(struct shm_group *g, const struct comm_args *a, int root, int *blame,
                           struct err *e)
 {
     size_t es = comm_dtype_size(a->dtype), c = a->count, per = g->slot_bytes / es;
@@ -223,42 +217,26 @@ static int shm_all_gather(struct shm_group *g, const struct comm_args *a, int *b
         uint8_t *slot = shm_step_begin(g, blame, e);
         if (!slot)
             return -1;
-        memcpy(slot, send + off * es, m * es);
-        shm_step_publish(g);
-        if (shm_step_gather(g, blame, e) < 0)
-            return -1;
-        for (int k = 0; k < g->n; k++) {
-            uint8_t *dst = recv + ((size_t)k * c + off) * es;
-            const uint8_t *from = k == g->me ? send + off * es : shm_slot_of(g, k, g->step);
-            if (dst != from)
-                memcpy(dst, from, m * es);
-        }
-    }
-    return 0;
-}
-
-static int shm_broadcast(struct shm_group *g, const struct comm_args *a, int root, int *blame,
-                         struct err *e)
-{
-    size_t es = comm_dtype_size(a->dtype), c = a->count, per = g->slot_bytes / es;
-    const uint8_t *send = a->send;
-    uint8_t *recv = a->recv;
-    for (size_t off = 0; off < c; off += per) {
-        size_t m = c - off < per ? c - off : per;
-        uint8_t *slot = shm_step_begin(g, blame, e);
-        if (!slot)
-            return -1;
-        if (g->me == root)
+        if (root < 0 || g->me == root)
             memcpy(slot, send + off * es, m * es);
         shm_step_publish(g);
-        if (g->me == root) {
+        if (root >= 0 && g->me == root) {
             if (send != recv)
                 memcpy(recv + off * es, send + off * es, m * es);
-            continue;
+        } else if (root >= 0) {
+            if (shm_wait_count(g, &shm_head_of(g, root)->in, g->step, root, blame, e) < 0)
+                return -1;
+            memcpy(recv + off * es, shm_slot_of(g, root, g->step), m * es);
+        } else {
+            if (shm_step_gather(g, blame, e) < 0)
+                return -1;
+            for (int k = 0; k < g->n; k++) {
+                uint8_t *dst = recv + ((size_t)k * c + off) * es;
+                const uint8_t *from = k == g->me ? send + off * es : shm_slot_of(g, k, g->step);
+                if (dst != from)
+                    memcpy(dst, from, m * es);
+            }
         }
-        if (shm_wait_count(g, &shm_head_of(g, root)->in, g->step, root, blame, e) < 0)
-            return -1;
-        memcpy(recv + off * es, shm_slot_of(g, root, g->step), m * es);
     }
     return 0;
 }
@@ -449,8 +427,8 @@ int shm_group_run(struct shm_group *g, const struct comm_args *a, int root, int 
     switch (a->op) {
     case COMM_OP_ALLREDUCE: return shm_allreduce(g, a, root, blame, e);
     case COMM_OP_REDUCE_SCATTER: return shm_reduce_scatter(g, a, blame, e);
-    case COMM_OP_ALL_GATHER: return shm_all_gather(g, a, blame, e);
-    case COMM_OP_BROADCAST: return shm_broadcast(g, a, a->peer, blame, e);
+    case COMM_OP_ALL_GATHER: return shm_copy_steps(g, a, -1, blame, e);
+    case COMM_OP_BROADCAST: return shm_copy_steps(g, a, a->peer, blame, e);
     case COMM_OP_BARRIER: return shm_barrier(g, blame, e);
     case COMM_OP_SEND: return shm_p2p(g, a->peer, a->send, bytes, -1, NULL, 0, blame, e);
     case COMM_OP_RECV: return shm_p2p(g, -1, NULL, 0, a->peer, a->recv, bytes, blame, e);

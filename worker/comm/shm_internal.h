@@ -51,12 +51,13 @@ struct shm_group {
     bool spin_yield;
     size_t slot_bytes, fifo_bytes, seg_bytes;
     size_t pairs_off, slots_off, fifos_off;
-    int fd;        /* this member's file until sealed; -1 after */
-    uint8_t **seg; /* owned array: every member's segment as this member sees it */
-    bool *own_map; /* owned: seg[j] is a mapping of this member's (else the owner's) */
-    pid_t *pid;    /* owned: each member's process */
-    int *pidfd;    /* owned: each member's pidfd (-1: none; kill(2) checks instead) */
-    unsigned step; /* collective steps this member has published (head->in) */
+    int fd;              /* this member's file until sealed; -1 after */
+    uint8_t **seg;       /* owned array: every member's segment as this member sees it */
+    bool *own_map;       /* owned: seg[j] is a mapping of this member's (else the owner's) */
+    pid_t *pid;          /* owned: each member's process */
+    int *pidfd;          /* owned: each member's pidfd (-1: none; kill(2) checks instead) */
+    const uint8_t **src; /* owned: n operands of a reduction (shm_algo.c) */
+    unsigned step;       /* collective steps this member has published (head->in) */
     bool broken;
 };
 

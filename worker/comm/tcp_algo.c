@@ -769,7 +769,7 @@ int tcp_algo_run(struct comm_tcp *t, const struct comm_args *a, struct err *e)
     if (t->base.world_size == 1 || self)
         return tcp_local(t, a);
     if (t->shm_all && tcp_shm_takes(t, a)) {
-        snprintf(t->base.last_algorithm, sizeof t->base.last_algorithm, "shm");
+        memcpy(t->base.last_algorithm, "shm", 4);
         return tcp_shm_run(t, a, -1, e);
     }
     snprintf(t->base.last_algorithm, sizeof t->base.last_algorithm, "%s",
