@@ -97,8 +97,9 @@ struct comm *comm_create_from_spec(const struct spec *s, const struct rendezvous
  * another backend is ERR_INVALID naming "backend". A group of one is a communicator of
  * one rank (its collectives copy). node_of: the world's node map (rendezvous_nodes;
  * borrowed, world-size entries; NULL: one node), of which the group's mesh takes its
- * members' entries, so its shared memory and hierarchical allreduce follow the nodes. Call it after joining the run, from
- * every member; it blocks until all of them are connected or env->timeout_ms passes.
+ * members' entries, so its shared memory and hierarchical allreduce follow the nodes.
+ * Call it after joining the run, from every member; it blocks until all of them are
+ * connected or env->timeout_ms passes.
  * Errors: ERR_INVALID naming "ranks" (n < 1 or > world size, out of range, not strictly
  * ascending, env->rank missing) or "ns" (NULL, empty, longer than COMM_TCP_NS_MAX, not
  * printable). ranks, ns, s, env and store are borrowed for the call; abort_flag for the
