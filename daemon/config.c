@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/nvml.h"
+#include "daemon/credential.h"
 #include "daemon/gpu_slots.h"
 #include "ddpb_config.h"
 
@@ -70,21 +71,12 @@ static void config_default_worker(struct config *c)
         snprintf(c->worker_path, sizeof c->worker_path, "%s", cand);
 }
 
-/* A token: 16..255 printable characters without spaces (it travels in a header). */
+/* A token given in the environment (DDPB_TOKEN): the text checks of a token file. */
 static int config_set_token(struct config *c, const char *tok, const char *from, struct err *e)
 {
-    size_t n = strlen(tok);
-    if (n < 16 || n >= sizeof c->token)
-        return err_set(e, ERR_INVALID, "token",
-                       "the token from %s must be 16 to %zu characters", from,
-                       sizeof c->token - 1);
-    for (size_t i = 0; i < n; i++)
-        if (tok[i] <= 0x20 || tok[i] > 0x7e)
-            return err_set(e, ERR_INVALID, "token",
-                           "the token from %s must be printable ASCII "
-                           "without spaces",
-                           from);
-    memcpy(c->token, tok, n + 1);
+    if (credential_check_text(tok, from, "token", sizeof c->token, e) < 0)
+        return -1;
+    memcpy(c->token, tok, strlen(tok) + 1);
     return 0;
 }
 
@@ -108,23 +100,6 @@ static int config_set_network_profile(struct config *c, const char *name, struct
     else
         memcpy(c->network_profile, name, n + 1);
     return 0;
-}
-
-/* The file's first line, trailing whitespace dropped. */
-static int config_read_token(struct config *c, const char *path, struct err *e)
-{
-    char line[512] = "";
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return err_errno(e, "--token-file %s", path);
-    bool ok = fgets(line, sizeof line, f) != NULL;
-    fclose(f);
-    size_t n = strlen(line);
-    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' '))
-        line[--n] = '\0';
-    if (!ok)
-        return err_set(e, ERR_INVALID, "token-file", "--token-file %s is empty", path);
-    return config_set_token(c, line, path, e);
 }
 
 /* HTTP threads: one per CPU, 2 to 4. Two to a CPU preempt each other with requests
@@ -190,6 +165,11 @@ void config_print_usage(const char *prog)
            "  --log-level LEVEL    debug, info, warn, error (default info)\n"
            "  --token-file PATH    require 'Authorization: Bearer <token>' on every\n"
            "                       mutation (POST, DELETE); DDPB_TOKEN works too\n"
+           "  --read-token PATH    require that token (or the admin one) on every GET but\n"
+           "                       /healthz and the dashboard's files\n"
+           "  --cluster-key PATH   the cluster's key (leader and followers): a follower\n"
+           "                       proves its name with HMAC-SHA256(key, name); without\n"
+           "                       it followers join with the admin token (a warning)\n"
            "  --cors-origin ORIGIN allow browser pages from ORIGIN (or *) to call the API\n"
            "  --allow-host NAMES   names clients may reach this daemon under besides its\n"
            "                       addresses, localhost and --node (comma-separated; *: any)\n"
@@ -229,6 +209,8 @@ enum {
     OPT_KILL_GRACE,
     OPT_LOG_LEVEL,
     OPT_TOKEN_FILE,
+    OPT_READ_TOKEN,
+    OPT_CLUSTER_KEY,
     OPT_CORS,
     OPT_ALLOW_HOST,
     OPT_NETWORK_PROFILE,
@@ -260,6 +242,8 @@ static const struct option config_options[] = {
     {"kill-grace-ms", required_argument, NULL, OPT_KILL_GRACE},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
+    {"read-token", required_argument, NULL, OPT_READ_TOKEN},
+    {"cluster-key", required_argument, NULL, OPT_CLUSTER_KEY},
     {"cors-origin", required_argument, NULL, OPT_CORS},
     {"allow-host", required_argument, NULL, OPT_ALLOW_HOST},
     {"network-profile", required_argument, NULL, OPT_NETWORK_PROFILE},
@@ -361,7 +345,13 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
         return config_parse_int("http-threads", arg, 1, 256, &c->http_threads, e);
     case OPT_KILL_GRACE:
         return config_parse_int("kill-grace-ms", arg, 0, 600000, &c->kill_grace_ms, e);
-    case OPT_TOKEN_FILE: return config_read_token(c, arg, e);
+    case OPT_TOKEN_FILE:
+        return credential_read_file(arg, "token-file", c->token, sizeof c->token, e);
+    case OPT_READ_TOKEN:
+        return credential_read_file(arg, "read-token", c->read_token, sizeof c->read_token, e);
+    case OPT_CLUSTER_KEY:
+        return credential_read_file(arg, "cluster-key", c->cluster_key, sizeof c->cluster_key,
+                                    e);
     case OPT_CORS:
         return config_copy(c->cors_origin, sizeof c->cors_origin, "cors-origin", arg, e);
     case OPT_ALLOW_HOST:
@@ -388,7 +378,11 @@ int config_parse_args(struct config *c, int argc, char **argv, struct err *e)
     const char *env_token = getenv("DDPB_TOKEN"), *job = getenv("SLURM_JOB_ID");
     if (job)
         snprintf(c->slurm_job, sizeof c->slurm_job, "%s", job);
-    if (env_token && *env_token && config_set_token(c, env_token, "DDPB_TOKEN", e) < 0)
+    int rc = env_token && *env_token ? config_set_token(c, env_token, "DDPB_TOKEN", e) : 0;
+    /* read once, then gone: the engine probe, workers and every other child inherit the
+     * environment, and none of them is the admin */
+    unsetenv("DDPB_TOKEN");
+    if (rc < 0)
         return -1;
     optind = 1;
     opterr = 0;
@@ -411,10 +405,10 @@ int config_parse_args(struct config *c, int argc, char **argv, struct err *e)
     if (optind < argc)
         return err_set(e, ERR_INVALID, NULL, "unexpected argument '%s' (see --help)",
                        argv[optind]);
-    if (c->join[0] && !c->token[0])
+    if (c->join[0] && !c->token[0] && !c->cluster_key[0])
         return err_set(e, ERR_INVALID, "join",
-                       "--join needs the cluster token: give the leader's token with "
-                       "--token-file");
+                       "--join needs the cluster's credential: --cluster-key (the leader's "
+                       "key), or the leader's token with --token-file");
     if (c->gpus < 0) { /* not given: NVML's count; a node without NVML has no GPU slots */
         char why[256] = "";
         c->gpus = gpu_nvml_detect_count(NULL, why, sizeof why);

@@ -38,6 +38,11 @@ struct config {
     int kill_grace_ms; /* SIGTERM → SIGKILL delay when stopping workers */
     enum log_level log_level;
     char token[256];       /* bearer token every mutation needs; "" = none */
+    char read_token[256];  /* --read-token: what a GET needs (or the admin token); "" = none */
+    /* --cluster-key: the cluster's shared key (daemon/credential.h): a follower proves
+     * its node name with HMAC-SHA256(key, name); "" = none: followers join with the
+     * admin token, as before issue 31, and the daemon warns at start */
+    char cluster_key[256];
     char cors_origin[256]; /* Access-Control-Allow-Origin; "" = no CORS */
     char allow_hosts[512]; /* further names the Host header may carry, comma-separated
                               ("*": any); api/guard.h says why Host is checked */
@@ -68,10 +73,12 @@ struct config {
 
 /* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,
  * --worker, --web-dir, --node, --cpu-slots, --gpus, --max-body, --http-threads,
- * --kill-grace-ms, --log-level, --token-file, --cors-origin, --allow-host,
+ * --kill-grace-ms, --log-level, --token-file, --read-token, --cluster-key, --cors-origin,
+ * --allow-host,
  * --network-profile, --join, --node-timeout-ms, --sync-ms, --mpi-agent, --shm-dir) and
  * DDPB_TOKEN (a token
- * given in the environment; --token-file wins). Returns 0; 1 when --help/--version
+ * given in the environment; --token-file wins; removed from the environment once read, so
+ * no child inherits it). Returns 0; 1 when --help/--version
  * printed; -1 with e naming the bad option. */
 int config_parse_args(struct config *c, int argc, char **argv, struct err *e);
 void config_print_usage(const char *prog);

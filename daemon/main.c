@@ -127,6 +127,9 @@ static int daemon_start_follower(struct daemon *d, struct err *e)
         return -1;
     if (!(d->follower = follower_start(&d->cfg, api_server_port(d->http), e)))
         return -1;
+    if (!d->cfg.cluster_key[0])
+        log_warn("no --cluster-key: this follower joins with the admin token, which then "
+                 "travels on every sync; give the cluster a key (design.md §15)");
     return daemon_write_info(d, e);
 }
 
@@ -148,6 +151,9 @@ static int daemon_start(struct daemon *d, struct err *e)
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
     if (!(d->cluster = cluster_create(&d->cfg, d->db, e)))
         return -1;
+    if (d->cfg.token[0] && !d->cfg.cluster_key[0])
+        log_warn("no --cluster-key: followers join with the admin token (every sync then "
+                 "carries it); give the cluster a key (design.md §15)");
     if (!(d->sched = scheduler_create(&d->cfg, d->db, d->store, d->events, d->cluster, e)))
         return -1;
     if (!(d->engines = engines_create(&d->cfg)))

@@ -3,12 +3,15 @@
  * be a results column or CSV cell as is (a comma, a space, empty, too long) is refused
  * naming the option. --mpi-agent: off unless given, an executable kept as its real path.
  * --shm-dir: none unless given, an existing directory kept as its real path; a missing path
- * or a file is refused naming the option and the path. */
+ * or a file is refused naming the option and the path. Secret files (--token-file,
+ * --read-token, --cluster-key): refused naming the option and the mode when group or
+ * others may read them; DDPB_TOKEN is gone from the environment once read. */
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/config.h"
@@ -109,11 +112,70 @@ static void test_config_shm_dir(void)
     rmdir(dir);
 }
 
+/* A secret file holding text at mode into path (a mkstemp template). */
+static void test_config_secret(char *path, const char *text, mode_t mode)
+{
+    int fd = mkstemp(path);
+    T_CHECK(fd >= 0);
+    T_CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    T_CHECK(fchmod(fd, mode) == 0);
+    close(fd);
+}
+
+/* Each secret option: a 0600 file is taken, a group/other-readable one is refused naming
+ * the option and its mode, a short one naming the option. */
+static void test_config_secret_files(void)
+{
+    static const char *const opts[] = {"--token-file", "--read-token", "--cluster-key"};
+    struct config c;
+    for (size_t i = 0; i < sizeof opts / sizeof *opts; i++) {
+        char good[] = "/tmp/ddpb-secret-XXXXXX", open_[] = "/tmp/ddpb-secret-XXXXXX",
+             shrt[] = "/tmp/ddpb-secret-XXXXXX";
+        test_config_secret(good, "0123456789abcdef-secret\n", 0600);
+        test_config_secret(open_, "0123456789abcdef-secret\n", 0644);
+        test_config_secret(shrt, "short\n", 0600);
+        struct err e = {0};
+        char *ok[] = {(char *)opts[i], good};
+        T_EQ_INT(test_config_parse(&c, ok, 2, &e), 0);
+        const char *got = i == 0 ? c.token : i == 1 ? c.read_token : c.cluster_key;
+        T_EQ_STR(got, "0123456789abcdef-secret");
+        char *bad[] = {(char *)opts[i], open_};
+        e = (struct err){0};
+        T_CHECK_MSG(test_config_parse(&c, bad, 2, &e) < 0, "%s took a 0644 file", opts[i]);
+        T_EQ_STR(e.field, opts[i] + 2);
+        T_CHECK_MSG(strstr(e.msg, "0644") && strstr(e.msg, open_), "%s", e.msg);
+        char *small[] = {(char *)opts[i], shrt};
+        e = (struct err){0};
+        T_CHECK(test_config_parse(&c, small, 2, &e) < 0);
+        T_EQ_STR(e.field, opts[i] + 2);
+        unlink(good);
+        unlink(open_);
+        unlink(shrt);
+    }
+}
+
+/* DDPB_TOKEN is read, then removed: no child (engine probe, worker) inherits it. */
+static void test_config_env_token_removed(void)
+{
+    struct config c;
+    struct err e = {0};
+    T_CHECK(setenv("DDPB_TOKEN", "0123456789abcdef-env", 1) == 0);
+    T_EQ_INT(test_config_parse(&c, NULL, 0, &e), 0);
+    T_EQ_STR(c.token, "0123456789abcdef-env");
+    T_CHECK(getenv("DDPB_TOKEN") == NULL);
+    /* a bad one is refused, and gone as well */
+    T_CHECK(setenv("DDPB_TOKEN", "short", 1) == 0);
+    T_CHECK(test_config_parse(&c, NULL, 0, &e) < 0);
+    T_CHECK(getenv("DDPB_TOKEN") == NULL);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_config_network_profile);
     TEST_RUN(test_config_mpi_agent);
     TEST_RUN(test_config_shm_dir);
+    TEST_RUN(test_config_secret_files);
+    TEST_RUN(test_config_env_token_removed);
     return test_end();
 }
