@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "api/api.h"
+#include "daemon/credential.h"
 
 #define GUARD_NAME_MAX 256
 
@@ -107,35 +108,55 @@ static bool guard_is_json(const char *ctype)
            (ctype[n] == '\0' || ctype[n] == ';' || ctype[n] == ' ');
 }
 
-/* Constant-time comparison: the time taken does not tell how much of the token was
- * right. */
-static bool guard_token_equal(const char *got, const char *want)
+/* The bearer token of the Authorization header (the scheme case-insensitive, RFC 7235
+ * §2.1), or NULL. */
+static const char *guard_bearer(const struct api_request *req)
 {
-    size_t n = strlen(want), m = strlen(got);
-    unsigned char diff = (unsigned char)(n != m);
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned char)(want[i] ^ (i < m ? got[i] : 0));
-    return diff == 0;
+    const char *h = req->authorization;
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0)
+        return NULL;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    return h;
 }
 
-/* Every mutation needs the bearer token when one is configured; reads stay open. The
- * scheme name is case-insensitive (RFC 7235 §2.1). */
+/* The cluster's own endpoints: with --cluster-key, h_cluster checks the node's identity
+ * there (daemon/credential.h), and the admin token grants nothing. */
+static bool guard_is_cluster_link(const struct config *c, const char *path)
+{
+    return c->cluster_key[0] && strncmp(path, "/v1/cluster/", 12) == 0;
+}
+
+/* What --read-token guards: the API and /metrics; /healthz (probes, load balancers) and
+ * the dashboard's static files (the same files as the source tree, no data) stay open. */
+static bool guard_is_data_read(const char *path)
+{
+    return strncmp(path, "/v1/", 4) == 0 || strcmp(path, "/v1") == 0 ||
+           strcmp(path, "/metrics") == 0;
+}
+
+/* Every mutation needs the admin token when one is configured; with --read-token, a read
+ * of data needs it or the admin token. */
 static int guard_authorize(const struct config *c, const struct api_request *req, struct err *e)
 {
-    if (!c->token[0] || !guard_is_mutation(req->method))
-        return 0;
-    const char *h = req->authorization;
-    if (h && strncasecmp(h, "Bearer ", 7) == 0) {
-        const char *t = h + 7;
-        while (*t == ' ')
-            t++;
-        if (guard_token_equal(t, c->token))
+    const char *t = guard_bearer(req);
+    bool admin = c->token[0] && t && credential_equal(t, c->token);
+    if (guard_is_mutation(req->method)) {
+        if (!c->token[0] || admin || guard_is_cluster_link(c, req->path))
             return 0;
+        return err_set(e, ERR_UNAUTHORIZED, NULL,
+                       "%s needs 'Authorization: Bearer <token>' (the "
+                       "daemon was started with a token)",
+                       req->method);
     }
+    if (!c->read_token[0] || admin || !guard_is_data_read(req->path) ||
+        (t && credential_equal(t, c->read_token)))
+        return 0;
     return err_set(e, ERR_UNAUTHORIZED, NULL,
-                   "%s needs 'Authorization: Bearer <token>' (the "
-                   "daemon was started with a token)",
-                   req->method);
+                   "%s %s needs 'Authorization: Bearer <token>' (the daemon was started "
+                   "with --read-token: the read token or the admin token)",
+                   req->method, req->path);
 }
 
 int guard_check(const struct config *c, const struct api_request *req, struct err *e)

@@ -13,6 +13,11 @@
  * --json, the CLI, scripts) pass all three untouched. The token comes last, so a
  * refusal never tells a stranger whether a token is set.
  *
+ * Roles (issue 31): the admin token (--token-file) may do anything; the read token
+ * (--read-token) reads the API and /metrics, which are otherwise open; /healthz and the
+ * dashboard's static files are always open. With --cluster-key the cluster endpoints
+ * (/v1/cluster/...) skip the token here: h_cluster.c checks the node's own identity.
+ *
  * Ownership: everything is borrowed; the functions only read. */
 #ifndef DDPB_API_GUARD_H
 #define DDPB_API_GUARD_H

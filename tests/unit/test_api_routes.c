@@ -163,6 +163,62 @@ static void test_guard_token(void)
     test_cfg.token[0] = '\0';
 }
 
+/* GET path with the Authorization header auth (NULL: none). */
+static int test_read(const char *path, const char *auth, struct err *e)
+{
+    struct api_request req = {.method = "GET", .path = path, .authorization = auth};
+    err_clear(e);
+    return guard_check(&test_cfg, &req, e);
+}
+
+/* --read-token: every read of data (the API, /metrics) needs it or the admin token;
+ * /healthz and the dashboard's files stay open; a read token mutates nothing. */
+static void test_guard_read_token(void)
+{
+    struct err e;
+    snprintf(test_cfg.token, sizeof test_cfg.token, "admin-token-0123456");
+    snprintf(test_cfg.read_token, sizeof test_cfg.read_token, "read-token-01234567");
+    static const char *const data[] = {"/v1/experiments", "/v1/nodes", "/metrics",
+                                       "/v1/runs/1/trace", "/v1/system"};
+    for (size_t i = 0; i < sizeof data / sizeof *data; i++) {
+        T_CHECK_MSG(test_read(data[i], NULL, &e) < 0 && e.code == ERR_UNAUTHORIZED, "%s",
+                    data[i]);
+        T_CHECK(test_read(data[i], "Bearer read-token-0123456", &e) < 0);
+        T_OK(test_read(data[i], "Bearer read-token-01234567", &e));
+        T_OK(test_read(data[i], "Bearer admin-token-0123456", &e));
+    }
+    T_OK(test_read("/healthz", NULL, &e));
+    T_OK(test_read("/index.html", NULL, &e));
+    T_OK(test_read("/js/app.js", NULL, &e));
+    T_CHECK(test_guarded("POST", NULL, NULL, "application/json", "{}",
+                         "Bearer read-token-01234567", &e) < 0);
+    T_EQ_INT(e.code, ERR_UNAUTHORIZED);
+    /* without --read-token reads stay open */
+    test_cfg.read_token[0] = '\0';
+    T_OK(test_read("/v1/nodes", NULL, &e));
+    test_cfg.token[0] = '\0';
+}
+
+/* --cluster-key: the cluster's endpoints leave the token to h_cluster (the node's own
+ * identity); every other mutation still needs the admin token. */
+static void test_guard_cluster_key(void)
+{
+    struct err e;
+    snprintf(test_cfg.token, sizeof test_cfg.token, "admin-token-0123456");
+    struct api_request sync = {.method = "POST",
+                               .path = "/v1/cluster/sync",
+                               .content_type = "application/json",
+                               .body = "{}",
+                               .body_len = 2};
+    T_CHECK(guard_check(&test_cfg, &sync, &e) < 0); /* no key: the admin token, as before */
+    T_EQ_INT(e.code, ERR_UNAUTHORIZED);
+    snprintf(test_cfg.cluster_key, sizeof test_cfg.cluster_key, "cluster-key-0123456");
+    T_OK(guard_check(&test_cfg, &sync, &e));
+    T_CHECK(test_guarded("POST", NULL, NULL, "application/json", "{}", NULL, &e) < 0);
+    test_cfg.cluster_key[0] = '\0';
+    test_cfg.token[0] = '\0';
+}
+
 static void test_routes_status_mapping(void)
 {
     T_EQ_INT(api_http_status(ERR_INVALID), 400);
@@ -288,6 +344,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_guard_host);
     TEST_RUN(test_guard_origin_and_media_type);
     TEST_RUN(test_guard_token);
+    TEST_RUN(test_guard_read_token);
+    TEST_RUN(test_guard_cluster_key);
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf %s %s", web, outside);
     if (system(cmd) != 0)

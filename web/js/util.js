@@ -62,7 +62,7 @@ export function setToken(t) {
 export async function api(path, opts = {}) {
   const headers = {};
   if (opts.body !== undefined) headers['Content-Type'] = 'application/json';
-  if (opts.method && opts.method !== 'GET' && token()) headers.Authorization = 'Bearer ' + token();
+  if (token()) headers.Authorization = 'Bearer ' + token();
   let r;
   try {
     r = await fetch(path, { method: opts.method || 'GET', body: opts.body, headers, signal: opts.signal });
