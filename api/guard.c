@@ -108,9 +108,7 @@ static bool guard_is_json(const char *ctype)
            (ctype[n] == '\0' || ctype[n] == ';' || ctype[n] == ' ');
 }
 
-/* The bearer token of the Authorization header (the scheme case-insensitive, RFC 7235
- * §2.1), or NULL. */
-static const char *guard_bearer(const struct api_request *req)
+const char *guard_bearer(const struct api_request *req)
 {
     const char *h = req->authorization;
     if (!h || strncasecmp(h, "Bearer ", 7) != 0)

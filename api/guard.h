@@ -32,6 +32,9 @@ struct api_request;
 
 /* Host header value (with or without ":port"; NULL when absent) allowed for c? */
 bool guard_host_allowed(const struct config *c, const char *host);
+/* The bearer token of the request's Authorization header (the scheme case-insensitive,
+ * RFC 7235 §2.1), borrowed from it, or NULL. */
+const char *guard_bearer(const struct api_request *req);
 /* Runs the checks in order; ERR_FORBIDDEN (403), ERR_MEDIA_TYPE (415) or
  * ERR_UNAUTHORIZED (401) naming what to change. */
 int guard_check(const struct config *c, const struct api_request *req, struct err *e);

@@ -1,10 +1,12 @@
 /* h_cluster: a cluster's endpoints on the leader (daemon/cluster.h): a follower joins,
  * syncs (its heartbeat, its ranks' events, the commands for it) and leaves; GET /v1/nodes
- * lists every node. The guard (api/guard.c) already demands the bearer token on every
- * POST, so joining needs the cluster token; a leader started without one refuses joins,
- * since a follower would then obey whoever reached its port. */
+ * lists every node, and DELETE /v1/nodes/NAME forgets a gone one. With --cluster-key the
+ * bearer credential of a cluster call is the node's identity, which daemon/cluster.c
+ * checks; without one the guard (api/guard.c) already demanded the admin token. A leader
+ * with neither refuses joins, since a follower would then obey whoever reached its port. */
 #include <string.h>
 
+#include "api/guard.h"
 #include "api/handlers.h"
 #include "daemon/cluster.h"
 
@@ -23,15 +25,15 @@ static int h_cluster_leader(struct api_ctx *ctx, struct err *e)
 {
     if (!ctx->cluster)
         return err_set(e, ERR_CONFLICT, NULL, "this node is a follower: it has no cluster");
-    if (!ctx->cfg->token[0])
+    if (!ctx->cfg->token[0] && !ctx->cfg->cluster_key[0])
         return err_set(e, ERR_FORBIDDEN, NULL,
-                       "this leader takes no followers: start it with --token-file (the "
-                       "followers join with the same token)");
+                       "this leader takes no followers: start it with --cluster-key (the "
+                       "followers join with the same key) or --token-file");
     return 0;
 }
 
-typedef int (*h_cluster_fn)(struct cluster *c, const json_t *body, json_t **reply,
-                            struct err *e);
+typedef int (*h_cluster_fn)(struct cluster *c, const json_t *body, const char *cred,
+                            json_t **reply, struct err *e);
 
 /* The body parsed and handed to fn (join or sync), whose reply is the response. */
 static int h_cluster_call(struct api_ctx *ctx, const struct api_request *req,
@@ -40,7 +42,7 @@ static int h_cluster_call(struct api_ctx *ctx, const struct api_request *req,
     if (h_cluster_leader(ctx, e) < 0)
         return -1;
     json_t *b = h_cluster_body(req, e);
-    int rc = b ? fn(ctx->cluster, b, &rep->json, e) : -1;
+    int rc = b ? fn(ctx->cluster, b, guard_bearer(req), &rep->json, e) : -1;
     json_decref(b);
     return rc;
 }
@@ -58,10 +60,10 @@ int h_cluster_sync(struct api_ctx *ctx, const struct api_request *req, struct ap
 }
 
 /* cluster_leave with the reply {"state": "left"}. */
-static int h_cluster_leave_fn(struct cluster *c, const json_t *body, json_t **reply,
-                              struct err *e)
+static int h_cluster_leave_fn(struct cluster *c, const json_t *body, const char *cred,
+                              json_t **reply, struct err *e)
 {
-    if (cluster_leave(c, body, e) < 0)
+    if (cluster_leave(c, body, cred, e) < 0)
         return -1;
     *reply = json_pack("{s:s}", "state", "left");
     return *reply ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
@@ -89,6 +91,19 @@ int h_nodes_list(struct api_ctx *ctx, const struct api_request *req, struct api_
         json_object_set_new(me, "slots_used", json_integer(ss.slots_total - ss.slots_free));
         json_object_set_new(me, "runs", json_integer(ss.runs_active));
     }
+    return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
+/* DELETE /v1/nodes/NAME (the admin token: the guard): the path's last segment. */
+int h_nodes_delete(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                   struct err *e)
+{
+    if (!ctx->cluster)
+        return err_set(e, ERR_CONFLICT, NULL, "this node is a follower: ask the leader");
+    const char *name = strrchr(req->path, '/') + 1; /* the route has one */
+    if (cluster_remove(ctx->cluster, name, e) < 0)
+        return -1;
+    rep->json = json_pack("{s:s}", "deleted", name);
     return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }
 

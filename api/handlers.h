@@ -65,6 +65,9 @@ int h_cluster_leave(struct api_ctx *ctx, const struct api_request *req, struct a
                     struct err *e);
 int h_nodes_list(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                  struct err *e);
+/* DELETE /v1/nodes/{name}: forgets a lost or left node (cluster_remove) */
+int h_nodes_delete(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
+                   struct err *e);
 /* h_cluster.c: GET /v1/engines, per node what engines it runs (daemon/engines.h) */
 int h_engines_list(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                    struct err *e);

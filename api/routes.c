@@ -45,6 +45,7 @@ static const struct api_route api_routes[] = {
     {"GET", "/v1/runs/{run}/steps", h_runs_steps},
     {"GET", "/v1/runs/{run}/trace", h_runs_trace},
     {"GET", "/v1/nodes", h_nodes_list},
+    {"DELETE", "/v1/nodes/{*name}", h_nodes_delete},
     {"GET", "/v1/engines", h_engines_list},
     {"POST", "/v1/cluster/join", h_cluster_join},
     {"POST", "/v1/cluster/sync", h_cluster_sync},
@@ -79,7 +80,9 @@ static enum route_match routes_match(const char *pattern, const char *path, int6
         const char *xs = routes_next_segment(&xp, &xlen);
         if (plen == 0 || xlen == 0)
             return plen == 0 && xlen == 0 ? result : ROUTE_NO;
-        if (ps[0] == '{') {
+        if (plen > 2 && ps[0] == '{' && ps[1] == '*') {
+            continue; /* a name: any segment, the handler reads it from the path */
+        } else if (ps[0] == '{') {
             if (nid >= API_MAX_PATH_IDS)
                 return ROUTE_NO;
             if (!api_parse_id(xs, xlen, &ids[nid])) {

@@ -13,8 +13,12 @@
 #include "common/log.h"
 #include "common/report.h"
 #include "common/spec.h"
+#include "daemon/credential.h"
 #include "daemon/engines.h"
 #include "ddpb_config.h"
+
+/* a node that left this long ago is forgotten when the leader starts (its row removed) */
+#define CLUSTER_LEFT_KEEP_S (7 * 86400.0)
 
 enum cluster_state { CLUSTER_UP, CLUSTER_DRAINING, CLUSTER_LOST, CLUSTER_LEFT };
 static const char *const cluster_state_names[] = {"up", "draining", "lost", "left"};
@@ -22,6 +26,7 @@ static const char *const cluster_state_names[] = {"up", "draining", "lost", "lef
 struct cluster_node {
     char name[64], address[128], profile[64];
     char session[65]; /* "" while it has none (lost, left, never joined this leader) */
+    char ident[CREDENTIAL_IDENTITY]; /* with --cluster-key: the identity it joined with */
     int port, cpu_slots, gpus, slots_used;
     enum cluster_state state;
     json_t *engines;  /* owned object */
@@ -47,34 +52,82 @@ struct cluster {
     void *wake_ctx;
 };
 
+/* --- the nodes table ------------------------------------------------------------------ */
+
+/* A write to the nodes table, taken under the registry's mutex and done after it is
+ * released (issue 31 defect 12): SQLite may wait seconds for its write lock, and every
+ * sync, list and placement waits on the mutex. */
+enum cluster_write { CLUSTER_WRITE_STATE, CLUSTER_WRITE_UPSERT, CLUSTER_WRITE_DELETE };
+
+struct cluster_note {
+    enum cluster_write what;
+    bool leader;
+    char name[64], address[128], profile[64];
+    int cpu_slots, gpus;
+    enum cluster_state state;
+    double joined_at, heartbeat_at;
+    char *engines; /* owned: UPSERT's engines as JSON text */
+};
+
+/* Under the mutex: what to write of nd, into *out. */
+static void cluster_note_take(const struct cluster_node *nd, enum cluster_write what,
+                              bool leader, struct cluster_note *out)
+{
+    *out = (struct cluster_note){.what = what,
+                                 .leader = leader,
+                                 .cpu_slots = nd->cpu_slots,
+                                 .gpus = nd->gpus,
+                                 .state = nd->state,
+                                 .joined_at = nd->joined_at,
+                                 .heartbeat_at = nd->heartbeat_at};
+    memcpy(out->name, nd->name, sizeof out->name);
+    memcpy(out->address, nd->address, sizeof out->address);
+    memcpy(out->profile, nd->profile, sizeof out->profile);
+    if (what == CLUSTER_WRITE_UPSERT)
+        out->engines = json_dumps(nd->engines, JSON_COMPACT);
+}
+
+/* Without the mutex: the n notes written (failures logged), their text freed. */
+static void cluster_note_write(struct cluster *c, struct cluster_note *notes, int n)
+{
+    for (int i = 0; i < n; i++) {
+        struct cluster_note *w = &notes[i];
+        struct err e = {0};
+        int rc = 0;
+        if (w->what == CLUSTER_WRITE_STATE) {
+            rc = db_node_set_state(c->db, w->name, cluster_state_names[w->state],
+                                   w->heartbeat_at, &e);
+        } else if (w->what == CLUSTER_WRITE_DELETE) {
+            rc = db_node_delete(c->db, w->name, &e);
+        } else {
+            struct db_node row = {w->name,
+                                  w->address,
+                                  w->leader ? "leader" : "follower",
+                                  w->cpu_slots,
+                                  w->gpus,
+                                  w->engines ? w->engines : "{}",
+                                  w->profile[0] ? w->profile : NULL,
+                                  cluster_state_names[w->state],
+                                  w->joined_at};
+            rc = db_node_upsert(c->db, &row, &e);
+        }
+        if (rc < 0)
+            log_warn("cluster: cannot record node %s: %s", w->name, e.msg);
+        free(w->engines);
+        w->engines = NULL;
+    }
+}
+
+/* One note of nd, written now: for the start, before any other thread holds c. */
+static void cluster_write_now(struct cluster *c, const struct cluster_node *nd,
+                              enum cluster_write what, bool leader)
+{
+    struct cluster_note w;
+    cluster_note_take(nd, what, leader, &w);
+    cluster_note_write(c, &w, 1);
+}
+
 /* --- small helpers ----------------------------------------------------------------------- */
-
-static void cluster_db_state(struct cluster *c, const struct cluster_node *nd)
-{
-    struct err e = {0};
-    if (db_node_set_state(c->db, nd->name, cluster_state_names[nd->state], nd->heartbeat_at,
-                          &e) < 0)
-        log_warn("cluster: cannot record node %s %s: %s", nd->name,
-                 cluster_state_names[nd->state], e.msg);
-}
-
-static void cluster_db_upsert(struct cluster *c, const struct cluster_node *nd, bool leader)
-{
-    char *engines = json_dumps(nd->engines, JSON_COMPACT);
-    struct db_node row = {nd->name,
-                          nd->address,
-                          leader ? "leader" : "follower",
-                          nd->cpu_slots,
-                          nd->gpus,
-                          engines ? engines : "{}",
-                          nd->profile[0] ? nd->profile : NULL,
-                          cluster_state_names[nd->state],
-                          nd->joined_at};
-    struct err e = {0};
-    if (db_node_upsert(c->db, &row, &e) < 0)
-        log_warn("cluster: cannot record node %s: %s", nd->name, e.msg);
-    free(engines);
-}
 
 static int cluster_make_session(char out[65], struct err *e)
 {
@@ -89,9 +142,33 @@ static int cluster_make_session(char out[65], struct err *e)
 static struct cluster_node *cluster_find(struct cluster *c, const char *name)
 {
     for (int i = 0; i < c->n; i++)
-        if (strcmp(c->nodes[i].name, name) == 0)
+        if (c->nodes[i].name[0] && strcmp(c->nodes[i].name, name) == 0)
             return &c->nodes[i];
     return NULL;
+}
+
+/* A slot in use (a removed node's is free: its name is ""). */
+static bool cluster_used(const struct cluster_node *nd)
+{
+    return nd->name[0] != '\0';
+}
+
+/* Synced within the lost window: the node is running now, as far as the leader knows. */
+static bool cluster_live(const struct cluster *c, const struct cluster_node *nd, int64_t now_ms)
+{
+    return (nd->state == CLUSTER_UP || nd->state == CLUSTER_DRAINING) && nd->session[0] &&
+           now_ms - nd->last_sync_ms <= c->cfg->node_timeout_ms;
+}
+
+/* Frees what a slot owns and marks it free (a removed or reclaimed node). */
+static void cluster_free_slot(struct cluster_node *nd)
+{
+    json_decref(nd->engines);
+    json_decref(nd->probe);
+    json_decref(nd->commands);
+    free(nd->runs);
+    memset(nd, 0, sizeof *nd);
+    nd->state = CLUSTER_LEFT;
 }
 
 static void cluster_wake(struct cluster *c)
@@ -229,9 +306,10 @@ static int cluster_check_event(const json_t *ev, size_t i, struct err *e)
     return 0;
 }
 
-/* The node a sync or leave names, if its session is current (else ERR_CONFLICT). */
+/* The node a sync or leave names, if its session is current (else ERR_CONFLICT) and,
+ * with --cluster-key, cred is its identity (else ERR_UNAUTHORIZED). */
 static struct cluster_node *cluster_session_node(struct cluster *c, const json_t *b,
-                                                 struct err *e)
+                                                 const char *cred, struct err *e)
 {
     json_int_t id = 0;
     if (cluster_get_int(b, "node_id", 1, CLUSTER_MAX_NODES - 1, &id, e) < 0)
@@ -240,11 +318,18 @@ static struct cluster_node *cluster_session_node(struct cluster *c, const json_t
     if (!session)
         return err_set(e, ERR_INVALID, "session", "session must be a string"), NULL;
     struct cluster_node *nd = id < c->n ? &c->nodes[id] : NULL;
-    if (!nd || !nd->session[0] || strcmp(nd->session, session) != 0) {
+    if (!nd || !nd->session[0] || !credential_equal(session, nd->session)) {
         err_set(e, ERR_CONFLICT, "session",
                 "rejoin: session of node %lld is not current (the leader restarted, the "
                 "node joined again or was taken as lost)",
                 (long long)id);
+        return NULL;
+    }
+    if (c->cfg->cluster_key[0] && !credential_equal(cred ? cred : "", nd->ident)) {
+        err_set(e, ERR_UNAUTHORIZED, NULL,
+                "node %s: the credential is not this node's identity (HMAC-SHA256 of its "
+                "name under --cluster-key)",
+                nd->name);
         return NULL;
     }
     return nd;
@@ -255,6 +340,8 @@ static struct cluster_node *cluster_session_node(struct cluster *c, const json_t
 static void cluster_load_stored(struct cluster *c)
 {
     struct err e = {0};
+    if (db_nodes_forget_left(c->db, clock_wall_s() - CLUSTER_LEFT_KEEP_S, &e) < 0)
+        log_warn("cluster: cannot forget long-gone nodes: %s", e.msg);
     json_t *rows = db_list_nodes(c->db, &e);
     size_t i;
     json_t *row;
@@ -277,7 +364,7 @@ static void cluster_load_stored(struct cluster *c)
         const char *state = json_string_value(json_object_get(row, "state"));
         nd->state = state && strcmp(state, "left") == 0 ? CLUSTER_LEFT : CLUSTER_LOST;
         if (nd->state == CLUSTER_LOST)
-            cluster_db_state(c, nd);
+            cluster_write_now(c, nd, CLUSTER_WRITE_STATE, false);
     }
     json_decref(rows);
 }
@@ -304,7 +391,7 @@ struct cluster *cluster_create(const struct config *cfg, struct db *db, struct e
     me->commands = json_array();
     me->state = CLUSTER_UP;
     me->joined_at = me->heartbeat_at = clock_wall_s();
-    cluster_db_upsert(c, me, true);
+    cluster_write_now(c, me, CLUSTER_WRITE_UPSERT, true);
     cluster_load_stored(c);
     return c;
 }
@@ -321,12 +408,8 @@ void cluster_destroy(struct cluster *c)
 {
     if (!c)
         return;
-    for (int i = 0; i < c->n; i++) {
-        json_decref(c->nodes[i].engines);
-        json_decref(c->nodes[i].probe);
-        json_decref(c->nodes[i].commands);
-        free(c->nodes[i].runs);
-    }
+    for (int i = 0; i < c->n; i++)
+        cluster_free_slot(&c->nodes[i]);
     json_decref(c->events);
     pthread_mutex_destroy(&c->lock);
     free(c);
@@ -334,20 +417,88 @@ void cluster_destroy(struct cluster *c)
 
 /* --- HTTP threads -------------------------------------------------------------------- */
 
-static int cluster_join_locked(struct cluster *c, struct cluster_node *offer, json_t **reply,
+/* A slot for a new node: a free one, a new one, else (the registry full) the longest
+ * gone node whose runs are all failed, left ones before lost ones, its row removed by the
+ * note in *drop (*dropped set). NULL when every slot holds a node in use. */
+static struct cluster_node *cluster_new_slot(struct cluster *c, struct cluster_note *drop,
+                                             bool *dropped)
+{
+    struct cluster_node *best = NULL;
+    for (int i = 1; i < c->n; i++)
+        if (!cluster_used(&c->nodes[i]))
+            return &c->nodes[i];
+    if (c->n < CLUSTER_MAX_NODES)
+        return &c->nodes[c->n++];
+    for (int i = 1; i < c->n; i++) {
+        struct cluster_node *nd = &c->nodes[i];
+        bool gone = (nd->state == CLUSTER_LEFT || nd->state == CLUSTER_LOST) &&
+                    !nd->session[0] && !nd->lost_pending && nd->nruns == 0 &&
+                    nd->slots_used == 0;
+        if (gone && (!best || (nd->state == CLUSTER_LEFT) > (best->state == CLUSTER_LEFT) ||
+                     ((nd->state == CLUSTER_LEFT) == (best->state == CLUSTER_LEFT) &&
+                      nd->heartbeat_at < best->heartbeat_at)))
+            best = nd;
+    }
+    if (best) {
+        log_info("cluster: the registry is full: node %s (%s) makes room", best->name,
+                 cluster_state_names[best->state]);
+        cluster_note_take(best, CLUSTER_WRITE_DELETE, false, drop);
+        *dropped = true;
+        cluster_free_slot(best);
+    }
+    return best;
+}
+
+/* The join's credential against the node's identity under --cluster-key (ident into
+ * want); without a key the guard took the admin token and nothing here tells nodes apart.
+ * A name that synced within the lost window is not taken over by a join that does not
+ * prove it: 409 naming the node, which keeps its session. */
+static int cluster_check_joiner(struct cluster *c, const struct cluster_node *offer,
+                                const struct cluster_node *nd, const char *cred,
+                                char want[CREDENTIAL_IDENTITY], struct err *e)
+{
+    want[0] = '\0';
+    bool proven = false;
+    if (c->cfg->cluster_key[0]) {
+        if (credential_node_identity(c->cfg->cluster_key, offer->name, want, e) < 0)
+            return -1;
+        proven = cred && credential_equal(cred, want);
+    }
+    int64_t now = clock_mono_ms();
+    if (!proven && nd && cluster_live(c, nd, now))
+        return err_set(e, ERR_CONFLICT, "name",
+                       "node %s is live (it synced %.1f s ago): a join under its name must "
+                       "prove its identity (--cluster-key), or wait until it is lost",
+                       nd->name, (double)(now - nd->last_sync_ms) / 1000.0);
+    if (!proven && c->cfg->cluster_key[0])
+        return err_set(e, ERR_UNAUTHORIZED, NULL,
+                       "join as %s refused: its credential is not HMAC-SHA256(cluster key, "
+                       "node name): start the follower with the leader's --cluster-key",
+                       offer->name);
+    return 0;
+}
+
+static int cluster_join_locked(struct cluster *c, struct cluster_node *offer, const char *cred,
+                               json_t **reply, struct cluster_note *notes, int *nnotes,
                                struct err *e)
 {
+    char ident[CREDENTIAL_IDENTITY];
     if (strcmp(offer->name, c->cfg->node) == 0)
         return err_set(e, ERR_CONFLICT, "name",
                        "node name '%s' is the leader's own: give the follower another "
                        "(--node NAME)",
                        offer->name);
     struct cluster_node *nd = cluster_find(c, offer->name);
+    if (cluster_check_joiner(c, offer, nd, cred, ident, e) < 0)
+        return -1;
     if (!nd) {
-        if (c->n >= CLUSTER_MAX_NODES)
-            return err_set(e, ERR_CONFLICT, NULL, "the cluster is full (%d nodes)",
+        bool dropped = false;
+        if (!(nd = cluster_new_slot(c, &notes[0], &dropped)))
+            return err_set(e, ERR_CONFLICT, NULL,
+                           "the cluster is full (%d nodes, none gone): remove a lost or left "
+                           "one (DELETE /v1/nodes/NAME)",
                            CLUSTER_MAX_NODES);
-        nd = &c->nodes[c->n++];
+        *nnotes += dropped;
         nd->commands = json_array();
     } else {
         char why[160];
@@ -357,6 +508,7 @@ static int cluster_join_locked(struct cluster *c, struct cluster_node *offer, js
     }
     if (cluster_make_session(nd->session, e) < 0)
         return -1;
+    memcpy(nd->ident, ident, sizeof nd->ident);
     json_decref(nd->engines);
     json_decref(nd->probe); /* a new session probes again */
     nd->probe = NULL;
@@ -371,7 +523,7 @@ static int cluster_join_locked(struct cluster *c, struct cluster_node *offer, js
     nd->state = CLUSTER_UP;
     nd->joined_at = nd->heartbeat_at = clock_wall_s();
     nd->last_sync_ms = clock_mono_ms();
-    cluster_db_upsert(c, nd, false);
+    cluster_note_take(nd, CLUSTER_WRITE_UPSERT, false, &notes[(*nnotes)++]);
     *reply = json_pack("{s:i, s:s, s:s, s:i, s:i, s:[]}", "node_id", (int)(nd - c->nodes),
                        "session", nd->session, "leader", c->cfg->node, "sync_ms",
                        c->cfg->sync_ms, "timeout_ms", c->cfg->node_timeout_ms, "runs");
@@ -380,18 +532,22 @@ static int cluster_join_locked(struct cluster *c, struct cluster_node *offer, js
     return *reply ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
 }
 
-int cluster_join(struct cluster *c, const json_t *body, json_t **reply, struct err *e)
+int cluster_join(struct cluster *c, const json_t *body, const char *cred, json_t **reply,
+                 struct err *e)
 {
     struct cluster_node offer = {0};
+    struct cluster_note notes[2];
+    int nnotes = 0;
     *reply = NULL;
     if (cluster_parse_offer(body, &offer, e) < 0) {
         json_decref(offer.engines);
         return -1;
     }
     pthread_mutex_lock(&c->lock);
-    int rc = cluster_join_locked(c, &offer, reply, e);
+    int rc = cluster_join_locked(c, &offer, cred, reply, notes, &nnotes, e);
     bool lost = rc == 0 && cluster_find(c, offer.name)->lost_pending;
     pthread_mutex_unlock(&c->lock);
+    cluster_note_write(c, notes, nnotes);
     json_decref(offer.engines);
     if (lost)
         cluster_wake(c);
@@ -406,10 +562,11 @@ static json_t *cluster_runs_json(const struct cluster_node *nd)
     return a;
 }
 
-static int cluster_sync_locked(struct cluster *c, const json_t *b, const json_t *events,
-                               json_t **reply, struct err *e)
+static int cluster_sync_locked(struct cluster *c, const json_t *b, const char *cred,
+                               const json_t *events, json_t **reply, struct cluster_note *note,
+                               bool *noted, struct err *e)
 {
-    struct cluster_node *nd = cluster_session_node(c, b, e);
+    struct cluster_node *nd = cluster_session_node(c, b, cred, e);
     if (!nd)
         return -1;
     const char *state = json_string_value(json_object_get(b, "state"));
@@ -420,7 +577,8 @@ static int cluster_sync_locked(struct cluster *c, const json_t *b, const json_t 
     if (st != nd->state) {
         nd->state = st;
         log_info("cluster: node %s is %s", nd->name, cluster_state_names[st]);
-        cluster_db_state(c, nd);
+        cluster_note_take(nd, CLUSTER_WRITE_STATE, false, note);
+        *noted = true;
     }
     size_t i;
     json_t *ev;
@@ -462,7 +620,8 @@ static int cluster_check_probe(const json_t *probe, struct err *e)
     return 0;
 }
 
-int cluster_sync(struct cluster *c, const json_t *b, json_t **reply, struct err *e)
+int cluster_sync(struct cluster *c, const json_t *b, const char *cred, json_t **reply,
+                 struct err *e)
 {
     static const char *const keys[] = {"node_id", "session", "state",
                                        "events",  "engines", NULL};
@@ -489,23 +648,27 @@ int cluster_sync(struct cluster *c, const json_t *b, json_t **reply, struct err 
         if (cluster_check_event(ev, i, e) < 0)
             return -1;
     }
+    struct cluster_note note;
+    bool noted = false;
     pthread_mutex_lock(&c->lock);
-    int rc = cluster_sync_locked(c, b, events, reply, e);
+    int rc = cluster_sync_locked(c, b, cred, events, reply, &note, &noted, e);
     pthread_mutex_unlock(&c->lock);
+    cluster_note_write(c, &note, noted);
     if (rc == 0 && json_array_size(events) > 0)
         cluster_wake(c);
     return rc;
 }
 
-int cluster_leave(struct cluster *c, const json_t *b, struct err *e)
+int cluster_leave(struct cluster *c, const json_t *b, const char *cred, struct err *e)
 {
     static const char *const keys[] = {"node_id", "session", NULL};
     if (!json_is_object(b))
         return err_set(e, ERR_INVALID, NULL, "the leave body must be a JSON object");
     if (cluster_known_keys(b, keys, "leave", e) < 0)
         return -1;
+    struct cluster_note note;
     pthread_mutex_lock(&c->lock);
-    struct cluster_node *nd = cluster_session_node(c, b, e);
+    struct cluster_node *nd = cluster_session_node(c, b, cred, e);
     bool gone = false;
     if (nd) {
         char why[160];
@@ -515,13 +678,43 @@ int cluster_leave(struct cluster *c, const json_t *b, struct err *e)
         nd->state = CLUSTER_LEFT;
         nd->session[0] = '\0';
         nd->heartbeat_at = clock_wall_s();
-        cluster_db_state(c, nd);
+        cluster_note_take(nd, CLUSTER_WRITE_STATE, false, &note);
         log_info("cluster: node %s left", nd->name);
     }
     pthread_mutex_unlock(&c->lock);
+    cluster_note_write(c, &note, nd != NULL);
     if (gone)
         cluster_wake(c);
     return nd ? 0 : -1;
+}
+
+int cluster_remove(struct cluster *c, const char *name, struct err *e)
+{
+    struct cluster_note note;
+    int rc = 0;
+    pthread_mutex_lock(&c->lock);
+    struct cluster_node *nd = cluster_find(c, name);
+    if (!nd)
+        rc = err_set(e, ERR_NOT_FOUND, "name", "no node %s", name);
+    else if (nd == &c->nodes[0])
+        rc = err_set(e, ERR_CONFLICT, "name", "node %s is the leader", name);
+    else if (nd->session[0] || nd->state == CLUSTER_UP || nd->state == CLUSTER_DRAINING)
+        rc = err_set(e, ERR_CONFLICT, "name",
+                     "node %s is %s: only a lost or left node can be removed (stop or drain "
+                     "it first)",
+                     name, cluster_state_names[nd->state]);
+    else if (nd->lost_pending || nd->nruns > 0 || nd->slots_used > 0)
+        rc = err_set(e, ERR_CONFLICT, "name",
+                     "node %s still has runs being failed: try again in a moment", name);
+    if (rc == 0) {
+        cluster_note_take(nd, CLUSTER_WRITE_DELETE, false, &note);
+        cluster_free_slot(nd);
+        log_info("cluster: node %s removed", name);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (rc == 0)
+        cluster_note_write(c, &note, 1);
+    return rc;
 }
 
 static json_t *cluster_node_json(const struct cluster *c, const struct cluster_node *nd,
@@ -552,7 +745,8 @@ json_t *cluster_list(struct cluster *c)
     double now = clock_wall_s();
     pthread_mutex_lock(&c->lock);
     for (int i = 0; i < c->n; i++)
-        json_array_append_new(a, cluster_node_json(c, &c->nodes[i], now));
+        if (cluster_used(&c->nodes[i]))
+            json_array_append_new(a, cluster_node_json(c, &c->nodes[i], now));
     pthread_mutex_unlock(&c->lock);
     return json_pack("{s:o}", "nodes", a);
 }
@@ -563,6 +757,8 @@ json_t *cluster_engines(struct cluster *c)
     pthread_mutex_lock(&c->lock);
     for (int i = 1; i < c->n; i++) {
         const struct cluster_node *nd = &c->nodes[i];
+        if (!cluster_used(nd))
+            continue;
         json_t *o = json_pack("{s:s, s:s, s:O*, s:b}", "node", nd->name, "state",
                               cluster_state_names[nd->state], "engines", nd->probe, "probing",
                               nd->probe == NULL);
@@ -581,7 +777,7 @@ int cluster_engine_check(struct cluster *c, const json_t *spec, struct err *e)
     pthread_mutex_lock(&c->lock);
     for (int i = 1; i < c->n && rc == 0; i++) {
         const struct cluster_node *nd = &c->nodes[i];
-        if (nd->state != CLUSTER_UP)
+        if (nd->state != CLUSTER_UP || !cluster_used(nd))
             continue;
         if (json_array_size(nd->probe) == 0)
             rc = err_set(e, ERR_CONFLICT, "engine",
@@ -598,10 +794,12 @@ int cluster_engine_check(struct cluster *c, const json_t *spec, struct err *e)
 void cluster_count(struct cluster *c, int *up, int *known)
 {
     pthread_mutex_lock(&c->lock);
-    *known = c->n;
+    *known = 0;
     *up = 0;
-    for (int i = 0; i < c->n; i++)
-        *up += c->nodes[i].state == CLUSTER_UP;
+    for (int i = 0; i < c->n; i++) {
+        *known += cluster_used(&c->nodes[i]);
+        *up += cluster_used(&c->nodes[i]) && c->nodes[i].state == CLUSTER_UP;
+    }
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -730,7 +928,8 @@ bool cluster_name_at(struct cluster *c, const char *addr, char *out, size_t cap)
 {
     pthread_mutex_lock(&c->lock);
     int i = 0;
-    while (i < c->n && strcmp(c->nodes[i].address, addr) != 0)
+    while (i < c->n &&
+           (!cluster_used(&c->nodes[i]) || strcmp(c->nodes[i].address, addr) != 0))
         i++;
     if (i < c->n)
         snprintf(out, cap, "%s", c->nodes[i].name);
@@ -782,7 +981,8 @@ json_t *cluster_take_events(struct cluster *c)
 
 int cluster_take_lost(struct cluster *c, int64_t now_ms, int *ids, char (*why)[160], int cap)
 {
-    int k = 0;
+    int k = 0, nnotes = 0;
+    struct cluster_note *notes = calloc(CLUSTER_MAX_NODES, sizeof *notes);
     pthread_mutex_lock(&c->lock);
     for (int i = 1; i < c->n; i++) {
         struct cluster_node *nd = &c->nodes[i];
@@ -796,7 +996,10 @@ int cluster_take_lost(struct cluster *c, int64_t now_ms, int *ids, char (*why)[1
             cluster_mark_gone(nd, w);
             nd->state = CLUSTER_LOST;
             nd->session[0] = '\0';
-            cluster_db_state(c, nd);
+            if (notes) /* else the table says up until its next change: logged below */
+                cluster_note_take(nd, CLUSTER_WRITE_STATE, false, &notes[nnotes++]);
+            else
+                log_warn("cluster: out of memory: node %s not recorded lost", nd->name);
         }
         if (nd->lost_pending && k < cap) {
             nd->lost_pending = false;
@@ -806,5 +1009,7 @@ int cluster_take_lost(struct cluster *c, int64_t now_ms, int *ids, char (*why)[1
         }
     }
     pthread_mutex_unlock(&c->lock);
+    cluster_note_write(c, notes, nnotes);
+    free(notes);
     return k;
 }

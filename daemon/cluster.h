@@ -1,5 +1,5 @@
 /* cluster: the leader's registry of the nodes of a cluster (docs/design.md §15). A follower
- * joins over HTTP with the cluster token (POST /v1/cluster/join) and then syncs
+ * joins over HTTP with its cluster credential (POST /v1/cluster/join) and then syncs
  * (POST /v1/cluster/sync) every few hundred ms: each sync is its heartbeat, carries the
  * events of its ranks (spawned, report lines, exits) and takes back the commands queued
  * for it (spawn, signal) with the list of runs the leader wants alive there.
@@ -21,7 +21,18 @@
  *   joins again while the leader still counted ranks on it is handled as lost first: its
  *   old ranks are gone with the process that ran them.
  * - The nodes table (schema/009_cluster.sql) records what the registry knows; the leader
- *   is its only writer. Heartbeats are kept in memory and written when the state changes. */
+ *   is its only writer. Heartbeats are kept in memory and written when the state changes,
+ *   always after the registry's mutex is released (a slow SQLite write must not hold up
+ *   syncs).
+ * - Credentials by role (issue 31): with --cluster-key a follower proves its node name
+ *   with HMAC-SHA256(key, name) (daemon/credential.h) on every join, sync and leave, and
+ *   the admin token is no cluster credential. Without a key the admin token is (the
+ *   behaviour before, with a warning at start) and proves no node's name. Either way, a
+ *   join under the name of a node that synced within the lost window must prove that
+ *   name's identity, else 409 naming the node, which keeps its session and its runs.
+ * - The 256 slots are not spent for good: a lost or left node can be removed
+ *   (DELETE /v1/nodes/NAME), a join into a full registry takes the slot of the longest
+ *   gone one, and a node that left more than 7 days ago is forgotten at start. */
 #ifndef DDPB_CLUSTER_H
 #define DDPB_CLUSTER_H
 
@@ -54,15 +65,25 @@ void cluster_destroy(struct cluster *c);
 
 /* --- HTTP threads ----------------------------------------------------------------------- */
 
-/* POST /v1/cluster/join: body (borrowed) is the follower's offer. Returns 0 with *reply
- * (owned) {"node_id", "session", "leader", "sync_ms", "timeout_ms", "runs": []}, or -1. */
-int cluster_join(struct cluster *c, const json_t *body, json_t **reply, struct err *e);
+/* POST /v1/cluster/join: body (borrowed) is the follower's offer; cred (borrowed, may be
+ * NULL) the bearer credential it sent. Returns 0 with *reply (owned) {"node_id",
+ * "session", "leader", "sync_ms", "timeout_ms", "runs": []}, or -1: ERR_UNAUTHORIZED
+ * (--cluster-key: cred is not the name's identity), ERR_CONFLICT (a live node has the
+ * name and cred does not prove it; the registry is full). */
+int cluster_join(struct cluster *c, const json_t *body, const char *cred, json_t **reply,
+                 struct err *e);
 /* POST /v1/cluster/sync: {"node_id", "session", "state", "events": [...]}. Returns 0 with
  * *reply (owned) {"commands": [...], "runs": [...]}; -1 with ERR_CONFLICT ("rejoin")
  * for a stale session, ERR_INVALID for a malformed body (nothing of it is taken). */
-int cluster_sync(struct cluster *c, const json_t *body, json_t **reply, struct err *e);
-/* POST /v1/cluster/leave: {"node_id", "session"}: the node drained and goes (state left). */
-int cluster_leave(struct cluster *c, const json_t *body, struct err *e);
+int cluster_sync(struct cluster *c, const json_t *body, const char *cred, json_t **reply,
+                 struct err *e);
+/* POST /v1/cluster/leave: {"node_id", "session"}: the node drained and goes (state left).
+ * Sync and leave: with --cluster-key, cred must be the node's identity (ERR_UNAUTHORIZED). */
+int cluster_leave(struct cluster *c, const json_t *body, const char *cred, struct err *e);
+/* DELETE /v1/nodes/NAME: forgets a lost or left node (its slot and its row); ERR_NOT_FOUND,
+ * or ERR_CONFLICT for the leader, a node up or draining, or one whose runs are still
+ * being failed. */
+int cluster_remove(struct cluster *c, const char *name, struct err *e);
 /* GET /v1/nodes: an owned {"nodes": [...]} in registry order. */
 json_t *cluster_list(struct cluster *c);
 /* Counts for /healthz: nodes up (the leader included) and known. */

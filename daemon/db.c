@@ -1549,6 +1549,21 @@ int db_node_set_state(struct db *db, const char *name, const char *state, double
     return db_write_one(db, e, SQL_NODE_STATE, "ttD", name, state, heartbeat_at);
 }
 
+static const char SQL_NODE_DELETE[] = "DELETE FROM nodes WHERE name = ?1";
+
+int db_node_delete(struct db *db, const char *name, struct err *e)
+{
+    return db_write_one(db, e, SQL_NODE_DELETE, "t", name);
+}
+
+static const char SQL_NODES_FORGET_LEFT[] =
+    "DELETE FROM nodes WHERE state = 'left' AND last_heartbeat_at < ?1";
+
+int db_nodes_forget_left(struct db *db, double before, struct err *e)
+{
+    return db_write_one(db, e, SQL_NODES_FORGET_LEFT, "D", before);
+}
+
 json_t *db_list_nodes(struct db *db, struct err *e)
 {
     struct db_conn *c = db_reader_acquire(db);

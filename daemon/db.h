@@ -292,6 +292,11 @@ int db_node_upsert(struct db *db, const struct db_node *n, struct err *e);
 /* Sets a node's state, and its last heartbeat when heartbeat_at >= 0. */
 int db_node_set_state(struct db *db, const char *name, const char *state, double heartbeat_at,
                       struct err *e);
+/* Removes a node's row (DELETE /v1/nodes/NAME, a left node reclaimed); its runs keep
+ * their node names. */
+int db_node_delete(struct db *db, const char *name, struct err *e);
+/* Removes the rows of nodes that left before the Unix time `before`. */
+int db_nodes_forget_left(struct db *db, double before, struct err *e);
 /* Every stored node as an owned array of row objects (engines as an object). */
 json_t *db_list_nodes(struct db *db, struct err *e);
 /* The placement a run got: how many nodes its ranks spanned, the most on any one. */

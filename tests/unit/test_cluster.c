@@ -7,11 +7,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/clock.h"
 #include "daemon/cluster.h"
 #include "daemon/config.h"
+#include "daemon/credential.h"
 #include "daemon/db.h"
 #include "test.h"
 
@@ -62,7 +66,8 @@ struct fx {
     struct cluster *c;
 };
 
-static int fx_open(struct fx *x, int timeout_ms, struct err *e)
+/* A leader in a new state directory; key: its --cluster-key text (NULL: none). */
+static int fx_open_key(struct fx *x, int timeout_ms, const char *key, struct err *e)
 {
     memset(x, 0, sizeof *x);
     snprintf(x->dir, sizeof x->dir, "/tmp/ddpb-cluster-XXXXXX");
@@ -70,10 +75,18 @@ static int fx_open(struct fx *x, int timeout_ms, struct err *e)
         return err_errno(e, "mkdtemp");
     char timeout[16];
     snprintf(timeout, sizeof timeout, "%d", timeout_ms);
-    char *argv[] = {"ddpbenchd", "--state-dir",       x->dir,  "--node",
-                    "lead",      "--cpu-slots",       "2",     "--gpus",
-                    "0",         "--node-timeout-ms", timeout, NULL};
-    if (config_parse_args(&x->cfg, 11, argv, e) < 0)
+    char keyfile[128];
+    snprintf(keyfile, sizeof keyfile, "%s/cluster.key", x->dir);
+    char *argv[] = {"ddpbenchd", "--state-dir",       x->dir,  "--node",        "lead",
+                    "--cpu-slots", "2",               "--gpus", "0",            "--node-timeout-ms",
+                    timeout,     "--cluster-key",     keyfile, NULL};
+    if (key) {
+        FILE *f = fopen(keyfile, "w");
+        if (!f || fprintf(f, "%s\n", key) < 0 || fclose(f) != 0 || chmod(keyfile, 0600) < 0)
+            return err_errno(e, "%s", keyfile);
+    }
+    optind = 0;
+    if (config_parse_args(&x->cfg, key ? 13 : 11, argv, e) < 0)
         return -1;
     char path[128];
     snprintf(path, sizeof path, "%s/ddpbench.db", x->dir);
@@ -81,6 +94,11 @@ static int fx_open(struct fx *x, int timeout_ms, struct err *e)
         return -1;
     x->c = cluster_create(&x->cfg, x->db, e);
     return x->c ? 0 : -1;
+}
+
+static int fx_open(struct fx *x, int timeout_ms, struct err *e)
+{
+    return fx_open_key(x, timeout_ms, NULL, e);
 }
 
 static void fx_close(struct fx *x)
@@ -104,7 +122,7 @@ static void join(struct fx *x, const char *name, int slots, int *id, char sessio
 {
     json_t *o = offer(name, slots), *reply = NULL;
     struct err e = {0};
-    T_OK(cluster_join(x->c, o, &reply, &e));
+    T_OK(cluster_join(x->c, o, NULL, &reply, &e));
     *id = (int)json_integer_value(json_object_get(reply, "node_id"));
     snprintf(session, 65, "%s", json_string_value(json_object_get(reply, "session")));
     T_EQ_INT((int)strlen(session), 64);
@@ -137,7 +155,7 @@ __attribute__((format(printf, 3, 4))) static int sync_text(struct fx *x, json_t 
     if (!b)
         return 0;
     struct err e = {0};
-    int rc = cluster_sync(x->c, b, reply, &e);
+    int rc = cluster_sync(x->c, b, NULL, reply, &e);
     json_decref(b);
     return rc == 0 ? 200 : e.code == ERR_CONFLICT ? 409 : 400;
 }
@@ -187,7 +205,7 @@ static void test_join_sync_and_malformed_bodies(void)
         T_CHECK_MSG(b != NULL, "%s", bad[i]);
         json_object_set_new(b, "node_id", json_integer(id));
         json_object_set_new(b, "session", json_string(s));
-        T_CHECK_MSG(cluster_sync(x.c, b, &r, &e) < 0 && e.code == ERR_INVALID, "%s", bad[i]);
+        T_CHECK_MSG(cluster_sync(x.c, b, NULL, &r, &e) < 0 && e.code == ERR_INVALID, "%s", bad[i]);
         json_decref(b);
     }
     json_t *none = cluster_take_events(x.c);
@@ -220,11 +238,11 @@ static void test_join_sync_and_malformed_bodies(void)
     json_decref(r);
     /* the leader's name and a bad offer are refused */
     json_t *o = offer("lead", 1);
-    T_CHECK(cluster_join(x.c, o, &r, &e) < 0 && e.code == ERR_CONFLICT);
+    T_CHECK(cluster_join(x.c, o, NULL, &r, &e) < 0 && e.code == ERR_CONFLICT);
     json_decref(o);
     o = json_pack("{s:s, s:s, s:i, s:i, s:i}", "name", "f2", "address", "a b", "port", 1,
                   "cpu_slots", 1, "gpus", 0);
-    T_CHECK(cluster_join(x.c, o, &r, &e) < 0 && e.code == ERR_INVALID);
+    T_CHECK(cluster_join(x.c, o, NULL, &r, &e) < 0 && e.code == ERR_INVALID);
     T_EQ_STR(e.field, "address");
     json_decref(o);
     fx_close(&x);
@@ -264,8 +282,10 @@ static void test_lost_rejoin_drain_and_leave(void)
     T_EQ_INT(id2, id);
     T_CHECK(strcmp(s, s2) != 0);
     T_EQ_STR(state_of(&x, "f1"), "up");
-    /* a rejoin while the leader counted runs there is a loss too */
+    /* a rejoin while the leader counted runs there is a loss too (the node went silent:
+     * without a key only a node past the lost window may be joined under its name) */
     cluster_want_run(x.c, id, 10, true);
+    usleep(600 * 1000);
     join(&x, "f1", 4, &id2, s2);
     T_EQ_INT(cluster_take_lost(x.c, clock_mono_ms(), ids, why, 4), 1);
     T_CHECK_MSG(strstr(why[0], "joined again") != NULL, "%s", why[0]);
@@ -278,7 +298,7 @@ static void test_lost_rejoin_drain_and_leave(void)
     T_EQ_STR(state_of(&x, "f1"), "draining");
     T_EQ_INT(cluster_followers(x.c, v, 4), 0);
     json_t *b = json_pack("{s:i, s:s}", "node_id", id, "session", s2);
-    T_OK(cluster_leave(x.c, b, &e));
+    T_OK(cluster_leave(x.c, b, NULL, &e));
     json_decref(b);
     T_EQ_STR(state_of(&x, "f1"), "left");
     /* the table agrees */
@@ -378,6 +398,210 @@ static void test_node_address_and_name_at(void)
     fx_close(&x);
 }
 
+/* Syncs {node_id, session} with credential cred: the status the handler would answer. */
+static int sync_as(struct fx *x, int id, const char *session, const char *cred)
+{
+    json_t *b = json_pack("{s:i, s:s}", "node_id", id, "session", session), *r = NULL;
+    struct err e = {0};
+    int rc = cluster_sync(x->c, b, cred, &r, &e);
+    json_decref(b);
+    json_decref(r);
+    return rc == 0                          ? 200
+           : e.code == ERR_CONFLICT         ? 409
+           : e.code == ERR_UNAUTHORIZED     ? 401
+                                            : 400;
+}
+
+/* Joins name with cred: the status, the message into why. */
+static int join_as(struct fx *x, const char *name, const char *cred, char *why, size_t cap)
+{
+    json_t *o = offer(name, 2), *r = NULL;
+    struct err e = {0};
+    int rc = cluster_join(x->c, o, cred, &r, &e);
+    json_decref(o);
+    json_decref(r);
+    snprintf(why, cap, "%s", rc == 0 ? "" : e.msg);
+    return rc == 0                          ? 200
+           : e.code == ERR_CONFLICT         ? 409
+           : e.code == ERR_UNAUTHORIZED     ? 401
+                                            : 400;
+}
+
+/* Without a key: a join under the name of a node that synced within the lost window is
+ * refused naming it, and the live node keeps its session (issue 31 defect 2). */
+static void test_join_cannot_steal_a_live_name(void)
+{
+    struct fx x;
+    int id;
+    char s[65], why[256];
+    fx_open_with_f1(&x, 60000, &id, s);
+    cluster_want_run(x.c, id, 5, true);
+    T_EQ_INT(join_as(&x, "f1", NULL, why, sizeof why), 409);
+    T_CHECK_MSG(strstr(why, "node f1 is live") != NULL, "%s", why);
+    T_EQ_INT(sync_as(&x, id, s, NULL), 200); /* not evicted */
+    int ids[4];
+    char lost[4][160];
+    T_EQ_INT(cluster_take_lost(x.c, clock_mono_ms(), ids, lost, 4), 0); /* its run lives */
+    fx_close(&x);
+}
+
+/* With --cluster-key: a node proves its name with HMAC-SHA256(key, name) on join and
+ * every sync; another node's credential, the admin token or none is refused (401, or 409
+ * for a live name), and the same node restarting may take its name back. */
+static void test_cluster_key_identities(void)
+{
+    struct fx x;
+    struct err e = {0};
+    char why[256], f1[CREDENTIAL_IDENTITY], f2[CREDENTIAL_IDENTITY];
+    T_OK(fx_open_key(&x, 60000, "cluster-key-for-the-test-0123", &e));
+    T_OK(credential_node_identity("cluster-key-for-the-test-0123", "f1", f1, &e));
+    T_OK(credential_node_identity("cluster-key-for-the-test-0123", "f2", f2, &e));
+    T_EQ_INT((int)strlen(f1), 64);
+    T_CHECK(strcmp(f1, f2) != 0);
+    /* RFC 4231 test case 2: HMAC-SHA256("Jefe", "what do ya want for nothing?") */
+    char rfc[CREDENTIAL_IDENTITY];
+    T_OK(credential_node_identity("Jefe", "what do ya want for nothing?", rfc, &e));
+    T_EQ_STR(rfc, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    T_EQ_INT(join_as(&x, "f1", NULL, why, sizeof why), 401);
+    T_EQ_INT(join_as(&x, "f1", f2, why, sizeof why), 401);
+    T_CHECK_MSG(strstr(why, "join as f1") != NULL, "%s", why);
+    json_t *o = offer("f1", 2), *r = NULL;
+    T_OK(cluster_join(x.c, o, f1, &r, &e));
+    json_decref(o);
+    int id = (int)json_integer_value(json_object_get(r, "node_id"));
+    char s[65];
+    snprintf(s, sizeof s, "%s", json_string_value(json_object_get(r, "session")));
+    json_decref(r);
+    T_EQ_INT(sync_as(&x, id, s, f1), 200);
+    T_EQ_INT(sync_as(&x, id, s, f2), 401); /* a session alone is not enough */
+    T_EQ_INT(sync_as(&x, id, s, NULL), 401);
+    /* a live name: another's credential gets 409 naming it, f1 keeps its session */
+    T_EQ_INT(join_as(&x, "f1", f2, why, sizeof why), 409);
+    T_CHECK_MSG(strstr(why, "node f1 is live") != NULL, "%s", why);
+    T_EQ_INT(sync_as(&x, id, s, f1), 200);
+    /* f1 itself, restarted: takes its name back with a new session */
+    T_EQ_INT(join_as(&x, "f1", f1, why, sizeof why), 200);
+    T_EQ_INT(sync_as(&x, id, s, f1), 409);
+    fx_close(&x);
+}
+
+static int count_nodes(struct fx *x)
+{
+    json_t *l = cluster_list(x->c);
+    int n = (int)json_array_size(json_object_get(l, "nodes"));
+    json_decref(l);
+    return n;
+}
+
+/* DELETE /v1/nodes/NAME: not the leader, not a live node (409), not an unknown one (404);
+ * a left node goes from the registry and the table, and its slot is taken again. */
+static void test_remove_gone_nodes(void)
+{
+    struct fx x;
+    struct err e = {0};
+    int id, id2;
+    char s[65], s2[65];
+    fx_open_with_f1(&x, 60000, &id, s);
+    T_CHECK(cluster_remove(x.c, "lead", &e) < 0 && e.code == ERR_CONFLICT);
+    T_CHECK(cluster_remove(x.c, "f1", &e) < 0 && e.code == ERR_CONFLICT);
+    T_CHECK_MSG(strstr(e.msg, "node f1 is up") != NULL, "%s", e.msg);
+    T_CHECK(cluster_remove(x.c, "nobody", &e) < 0 && e.code == ERR_NOT_FOUND);
+    json_t *b = json_pack("{s:i, s:s}", "node_id", id, "session", s);
+    T_OK(cluster_leave(x.c, b, NULL, &e));
+    json_decref(b);
+    T_EQ_INT(count_nodes(&x), 2);
+    T_OK(cluster_remove(x.c, "f1", &e));
+    T_EQ_INT(count_nodes(&x), 1);
+    int up = 0, known = 0;
+    cluster_count(x.c, &up, &known);
+    T_EQ_INT(known, 1);
+    json_t *rows = db_list_nodes(x.db, &e);
+    T_EQ_INT((int)json_array_size(rows), 1);
+    json_decref(rows);
+    join(&x, "f2", 2, &id2, s2);
+    T_EQ_INT(id2, id); /* the freed slot */
+    T_EQ_STR(state_of(&x, "f2"), "up");
+    fx_close(&x);
+}
+
+/* A full registry takes a new node into the slot of the longest-gone left one; with none
+ * gone it refuses, naming the way out. A restarted leader forgets nodes that left over a
+ * week ago. */
+static void test_full_registry_reclaims_left_nodes(void)
+{
+    struct fx x;
+    struct err e = {0};
+    T_OK(fx_open(&x, 60000, &e));
+    int id = 0, first = 0;
+    char s[65], first_s[65], name[16], why[256];
+    for (int i = 1; i < CLUSTER_MAX_NODES; i++) {
+        snprintf(name, sizeof name, "n%d", i);
+        join(&x, name, 1, &id, s);
+        if (i == 1) {
+            first = id;
+            snprintf(first_s, sizeof first_s, "%s", s);
+        }
+    }
+    T_EQ_INT(join_as(&x, "extra", NULL, why, sizeof why), 409);
+    T_CHECK_MSG(strstr(why, "DELETE /v1/nodes/NAME") != NULL, "%s", why);
+    json_t *b = json_pack("{s:i, s:s}", "node_id", first, "session", first_s);
+    T_OK(cluster_leave(x.c, b, NULL, &e));
+    json_decref(b);
+    T_EQ_INT(join_as(&x, "extra", NULL, why, sizeof why), 200);
+    T_EQ_STR(state_of(&x, "n1"), ""); /* its slot was taken */
+    T_EQ_STR(state_of(&x, "extra"), "up");
+    T_EQ_INT(count_nodes(&x), CLUSTER_MAX_NODES);
+    /* a node that left 8 days ago is forgotten at the next start */
+    T_OK(db_node_set_state(x.db, "n2", "left", clock_wall_s() - 8 * 86400.0, &e));
+    T_OK(db_node_set_state(x.db, "n3", "left", clock_wall_s() - 3600.0, &e));
+    cluster_destroy(x.c);
+    x.c = cluster_create(&x.cfg, x.db, &e);
+    T_CHECK(x.c != NULL);
+    T_EQ_STR(state_of(&x, "n2"), "");
+    T_EQ_STR(state_of(&x, "n3"), "left");
+    fx_close(&x);
+}
+
+struct join_thread {
+    struct fx *x;
+    int rc;
+};
+
+static void *join_thread_main(void *arg)
+{
+    struct join_thread *j = arg;
+    char why[256];
+    j->rc = join_as(j->x, "slow", NULL, why, sizeof why);
+    return NULL;
+}
+
+/* A join whose table write waits for SQLite's lock (another connection holds it) does
+ * not hold the registry: a list answers at once (issue 31 defect 12). */
+static void test_no_db_write_under_the_mutex(void)
+{
+    struct fx x;
+    struct err e = {0};
+    T_OK(fx_open(&x, 60000, &e));
+    char path[128];
+    snprintf(path, sizeof path, "%s/ddpbench.db", x.dir);
+    sqlite3 *h = NULL;
+    T_CHECK(sqlite3_open(path, &h) == SQLITE_OK);
+    T_CHECK(sqlite3_exec(h, "BEGIN EXCLUSIVE", NULL, NULL, NULL) == SQLITE_OK);
+    struct join_thread j = {&x, -1};
+    pthread_t t;
+    T_CHECK(pthread_create(&t, NULL, join_thread_main, &j) == 0);
+    usleep(300 * 1000); /* the join now waits on SQLite */
+    int64_t t0 = clock_mono_ms();
+    T_EQ_INT(count_nodes(&x), 2);
+    int64_t took = clock_mono_ms() - t0;
+    T_CHECK_MSG(took < 1000, "a list waited %lld ms for a join's write", (long long)took);
+    T_CHECK(sqlite3_exec(h, "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK);
+    pthread_join(t, NULL);
+    T_EQ_INT(j.rc, 200);
+    sqlite3_close(h);
+    fx_close(&x);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -387,5 +611,10 @@ int main(int argc, char **argv)
     TEST_RUN(test_lost_rejoin_drain_and_leave);
     TEST_RUN(test_engine_check_reads_each_followers_probe);
     TEST_RUN(test_node_address_and_name_at);
+    TEST_RUN(test_join_cannot_steal_a_live_name);
+    TEST_RUN(test_cluster_key_identities);
+    TEST_RUN(test_remove_gone_nodes);
+    TEST_RUN(test_full_registry_reclaims_left_nodes);
+    TEST_RUN(test_no_db_write_under_the_mutex);
     return test_end();
 }
