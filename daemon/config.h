@@ -37,8 +37,8 @@ struct config {
     int http_threads;
     int kill_grace_ms; /* SIGTERM → SIGKILL delay when stopping workers */
     enum log_level log_level;
-    char token[256];       /* bearer token every mutation needs; "" = none */
-    char read_token[256];  /* --read-token: what a GET needs (or the admin token); "" = none */
+    char token[256];      /* bearer token every mutation needs; "" = none */
+    char read_token[256]; /* --read-token: what a GET needs (or the admin token); "" = none */
     /* --cluster-key: the cluster's shared key (daemon/credential.h): a follower proves
      * its node name with HMAC-SHA256(key, name); "" = none: followers join with the
      * admin token, as before issue 31, and the daemon warns at start */
