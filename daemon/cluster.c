@@ -296,12 +296,15 @@ static int cluster_check_event(const json_t *ev, size_t i, struct err *e)
                        "events[%zu].line must be a string of at most %u bytes", i,
                        REPORT_MAX_LINE);
     if (ex) {
-        const json_t *code = json_object_get(ex, "code"), *sig = json_object_get(ex, "signal");
+        const json_t *code = json_object_get(ex, "code"), *sig = json_object_get(ex, "signal"),
+                     *why = json_object_get(ex, "error");
         if (!json_is_object(ex) || (code && !json_is_integer(code) && !json_is_null(code)) ||
-            (sig && !json_is_integer(sig) && !json_is_null(sig)))
-            return err_set(
-                e, ERR_INVALID, "events",
-                "events[%zu].exit must be {\"code\": int|null, \"signal\": int|null}", i);
+            (sig && !json_is_integer(sig) && !json_is_null(sig)) ||
+            (why && (!json_is_string(why) || json_string_length(why) >= 200)))
+            return err_set(e, ERR_INVALID, "events",
+                           "events[%zu].exit must be {\"code\": int|null, \"signal\": "
+                           "int|null, \"error\"?: string of under 200 bytes}",
+                           i);
     }
     return 0;
 }
@@ -928,8 +931,7 @@ bool cluster_name_at(struct cluster *c, const char *addr, char *out, size_t cap)
 {
     pthread_mutex_lock(&c->lock);
     int i = 0;
-    while (i < c->n &&
-           (!cluster_used(&c->nodes[i]) || strcmp(c->nodes[i].address, addr) != 0))
+    while (i < c->n && (!cluster_used(&c->nodes[i]) || strcmp(c->nodes[i].address, addr) != 0))
         i++;
     if (i < c->n)
         snprintf(out, cap, "%s", c->nodes[i].name);

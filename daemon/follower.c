@@ -23,14 +23,22 @@
 #include "common/log.h"
 #include "common/report.h"
 #include "common/spec.h"
+#include "daemon/credential.h"
 #include "daemon/engines.h"
 #include "daemon/launcher.h"
 #include "daemon/loop.h"
+#include "daemon/outbox.h"
 #include "ddpb_config.h"
 
-#define FOLLOWER_BATCH_BYTES (512u << 10) /* events per sync: under the leader's body cap */
-#define FOLLOWER_OUTBOX_MAX 200000        /* events kept while the leader is unreachable */
-#define FOLLOWER_SOON_MS 20               /* a sync this soon after new events */
+#define FOLLOWER_BATCH_BYTES                                                                   \
+    (512u << 10)                           /* events per sync, encoded: under the leader's
+                                             default body cap (1 MiB) */
+#define FOLLOWER_OUTBOX_MAX 200000         /* events kept while the leader is unreachable */
+#define FOLLOWER_OUTBOX_BYTES (256u << 20) /* and their encoded bytes */
+#define FOLLOWER_REPLY_MAX                                                                     \
+    (64u << 20)             /* a leader's reply buffered, at most: spawn
+                                              commands carry specs of up to --max-body */
+#define FOLLOWER_SOON_MS 20 /* a sync this soon after new events */
 #define FOLLOWER_RETRY_MAX_MS 2000
 #define FOLLOWER_MAX_PIN 64 /* CPUs one rank may be pinned to (its spec's threads) */
 
@@ -45,6 +53,8 @@ struct follower_rank {
     struct loop_watch wreport, wexit;
     struct buf line;
     bool killed;                  /* SIGKILL sent: the run is no longer wanted */
+    int slots;                    /* CPU slots it holds of the node's --cpu-slots */
+    char why[200];                /* killed by this node: why, sent with its exit */
     int pinned[FOLLOWER_MAX_PIN]; /* indices into the follower's cpu[] it holds */
     int npinned;
 };
@@ -60,7 +70,8 @@ struct follower {
     int node_id, sync_ms;
     bool joined, left, said_lost;
     int64_t retry_ms, last_sync_ms;
-    json_t *outbox;               /* owned array of events not yet accepted */
+    struct outbox outbox;         /* events not yet accepted (daemon/outbox.h) */
+    int slots_used;               /* CPU slots the live ranks hold */
     struct follower_rank **ranks; /* owned, live ranks */
     int nranks, cap_ranks;
     atomic_bool drain, done;
@@ -82,11 +93,6 @@ struct follower {
 
 /* --- HTTP to the leader -------------------------------------------------------------- */
 
-static size_t follower_on_body(char *p, size_t size, size_t n, void *ctx)
-{
-    return buf_append(ctx, p, size * n) < 0 ? 0 : size * n;
-}
-
 /* POSTs body to the leader's path. Returns the HTTP status (0: no answer) with the
  * parsed reply in *reply (owned; NULL when not JSON). */
 static long follower_post(struct follower *f, const char *path, const json_t *body,
@@ -95,8 +101,8 @@ static long follower_post(struct follower *f, const char *path, const json_t *bo
     char url[512];
     snprintf(url, sizeof url, "%s%s", f->cfg->join, path);
     char *text = json_dumps(body, JSON_COMPACT);
-    struct buf got;
-    buf_init(&got);
+    struct outbox_reply got = {.cap = FOLLOWER_REPLY_MAX};
+    buf_init(&got.body);
     long status = 0;
     *reply = NULL;
     if (!text)
@@ -107,13 +113,13 @@ static long follower_post(struct follower *f, const char *path, const json_t *bo
     CURLcode rc = curl_easy_perform(f->curl);
     if (rc == CURLE_OK)
         curl_easy_getinfo(f->curl, CURLINFO_RESPONSE_CODE, &status);
-    else if (!f->said_lost) {
+    else if (!f->said_lost && !got.over) {
         log_warn("follower: %s: %s", url, curl_easy_strerror(rc));
         f->said_lost = true;
     }
-    if (got.len > 0)
-        *reply = json_loadb((const char *)got.data, got.len, 0, NULL);
-    buf_free(&got);
+    if (got.body.len > 0 && !got.over)
+        *reply = json_loadb((const char *)got.body.data, got.body.len, 0, NULL);
+    buf_free(&got.body);
     free(text);
     return status;
 }
@@ -125,14 +131,8 @@ static void follower_arm(struct follower *f, int64_t at);
 /* Queues ev (stolen) for the leader and brings the next sync forward. */
 static void follower_queue(struct follower *f, json_t *ev)
 {
-    if (!ev)
+    if (!outbox_push(&f->outbox, ev))
         return;
-    if (json_array_size(f->outbox) >= FOLLOWER_OUTBOX_MAX) {
-        log_error("follower: %d events wait for the leader: dropping one", FOLLOWER_OUTBOX_MAX);
-        json_decref(ev);
-        return;
-    }
-    json_array_append_new(f->outbox, ev);
     int64_t soon = f->last_sync_ms + FOLLOWER_SOON_MS, now = clock_mono_ms();
     if (soon < now)
         soon = now;
@@ -171,6 +171,7 @@ static void follower_read(struct follower_rank *k)
 
 static void follower_remove_rank(struct follower *f, struct follower_rank *k)
 {
+    f->slots_used -= k->slots;
     for (int i = 0; i < k->npinned; i++)
         f->cpu_load[k->pinned[i]]--;
     for (int i = 0; i < f->nranks; i++)
@@ -201,6 +202,8 @@ static void follower_exited(struct follower_rank *k)
     json_t *ex = json_pack(
         "{s:o, s:o}", "code", WIFEXITED(ws) ? json_integer(WEXITSTATUS(ws)) : json_null(),
         "signal", WIFSIGNALED(ws) ? json_integer(WTERMSIG(ws)) : json_null());
+    if (ex && k->why[0])
+        json_object_set_new(ex, "error", json_string(k->why));
     follower_queue(k->f, follower_event(k, "exit", ex));
     log_info("follower: run %lld rank %d exited", (long long)k->run, k->rank);
     follower_remove_rank(k->f, k);
@@ -367,6 +370,8 @@ static void follower_spawn_rank(struct follower *f, const struct follower_spawn 
         k->pid = out.pid;
         k->report_fd = out.report_fd;
         k->pidfd = out.pidfd;
+        k->slots = spec_slots_per_rank(s->spec);
+        f->slots_used += k->slots;
         buf_init(&k->line);
         f->ranks[f->nranks++] = k;
         loop_watch_add(f->loop, &k->wreport, k->report_fd, EPOLLIN, follower_on_report, k, &e);
@@ -388,26 +393,62 @@ static void follower_spawn_rank(struct follower *f, const struct follower_spawn 
     follower_queue(f, ev);
 }
 
+int follower_spawn_refusal(const char *node, int used, int slots, int nranks, int per,
+                           char *why, size_t cap)
+{
+    long need = (long)nranks * (per > 0 ? per : 1);
+    if (used + need <= slots)
+        return 0;
+    snprintf(why, cap,
+             "was refused by node %s: %d rank(s) of %d CPU slot(s) each would pass its "
+             "--cpu-slots %d (%d in use)",
+             node, nranks, per, slots, used);
+    return -1;
+}
+
+/* An exit for each rank of s that this node does not start, with why (NULL: none). */
+static void follower_refuse_ranks(struct follower *f, const struct follower_spawn *s,
+                                  const char *why)
+{
+    size_t i;
+    const json_t *r;
+    json_array_foreach(s->ranks, i, r)
+    {
+        json_t *ev = json_pack("{s:I, s:i, s:{s:i, s:n}}", "run", (json_int_t)s->run, "rank",
+                               (int)json_integer_value(json_object_get(r, "rank")), "exit",
+                               "code", 127, "signal");
+        if (ev && why)
+            json_object_set_new(json_object_get(ev, "exit"), "error", json_string(why));
+        follower_queue(f, ev);
+    }
+}
+
 static void follower_do_spawn(struct follower *f, const json_t *c)
 {
     struct follower_spawn s;
     if (!follower_parse_spawn(c, &s))
         return;
+    char why[200];
+    if (follower_spawn_refusal(f->cfg->node, f->slots_used, f->cfg->cpu_slots,
+                               (int)json_array_size(s.ranks), spec_slots_per_rank(s.spec), why,
+                               sizeof why) < 0) {
+        log_error("follower: run %lld %s", (long long)s.run, why);
+        follower_refuse_ranks(f, &s, why);
+        return;
+    }
     char dir[PATH_MAX];
     bool ok = follower_write_spec(f, &s, dir, sizeof dir) == 0;
-    if (!ok)
+    if (!ok) {
         log_error("follower: run %lld: cannot write its spec under %s", (long long)s.run, dir);
+        follower_refuse_ranks(f, &s, NULL);
+        return;
+    }
     size_t i;
     const json_t *r;
     json_array_foreach(s.ranks, i, r)
     {
-        int rank = (int)json_integer_value(json_object_get(r, "rank"));
-        if (ok)
-            follower_spawn_rank(f, &s, dir, rank,
-                                (int)json_integer_value(json_object_get(r, "local_rank")));
-        else
-            follower_queue(f, json_pack("{s:I, s:i, s:{s:i, s:n}}", "run", (json_int_t)s.run,
-                                        "rank", rank, "exit", "code", 127, "signal"));
+        follower_spawn_rank(f, &s, dir, (int)json_integer_value(json_object_get(r, "rank")),
+                            (int)json_integer_value(json_object_get(r, "local_rank")));
     }
 }
 
@@ -474,7 +515,7 @@ static void follower_join(struct follower *f)
         f->probe_sent = false; /* the leader forgets a node's probe with its session */
         f->said_lost = false;
         f->retry_ms = 0;
-        json_array_clear(f->outbox); /* events of an earlier session: those runs are over */
+        outbox_clear(&f->outbox); /* events of an earlier session: those runs are over */
         follower_reconcile(f, json_object_get(reply, "runs"));
         log_info("follower: joined %s as node %d", f->cfg->join, f->node_id);
     } else if (st != 0) {
@@ -483,21 +524,6 @@ static void follower_join(struct follower *f)
                   why ? why : "no reason given");
     }
     json_decref(reply);
-}
-
-/* The first events of the outbox, up to FOLLOWER_BATCH_BYTES of lines: a borrowed view
- * as a new array (owned), and their count in *n. */
-static json_t *follower_batch(struct follower *f, size_t *n)
-{
-    json_t *batch = json_array();
-    size_t bytes = 0, i;
-    for (i = 0; i < json_array_size(f->outbox) && bytes < FOLLOWER_BATCH_BYTES; i++) {
-        json_t *ev = json_array_get(f->outbox, i);
-        bytes += 64 + json_string_length(json_object_get(ev, "line"));
-        json_array_append(batch, ev);
-    }
-    *n = i;
-    return batch;
 }
 
 /* The probe's list when it finished and this session has not had it yet (new
@@ -512,12 +538,44 @@ static json_t *follower_probe_to_send(struct follower *f)
     return p;
 }
 
+/* The leader refused ev alone as too large: its rank is killed (or its queued exit
+ * amended) with why, so its run fails naming it instead of waiting for it. */
+static void follower_drop_too_large(struct follower *f, const json_t *ev)
+{
+    json_int_t run = json_integer_value(json_object_get(ev, "run"));
+    int rank = (int)json_integer_value(json_object_get(ev, "rank"));
+    char why[200];
+    snprintf(why, sizeof why,
+             "was killed by node %s: a report event of %zu bytes is over the leader's "
+             "--max-body",
+             f->cfg->node, outbox_size_of(ev));
+    log_error("follower: run %lld rank %d %s", (long long)run, rank, why);
+    for (int i = 0; i < f->nranks; i++) {
+        struct follower_rank *k = f->ranks[i];
+        if (k->run == run && k->rank == rank) {
+            snprintf(k->why, sizeof k->why, "%s", why);
+            launcher_signal(k->pid, SIGKILL);
+            k->killed = true;
+            return;
+        }
+    }
+    size_t i;
+    json_t *q;
+    json_array_foreach(f->outbox.events, i, q)
+    {
+        json_t *ex = json_object_get(q, "exit");
+        if (ex && json_integer_value(json_object_get(q, "run")) == run &&
+            json_integer_value(json_object_get(q, "rank")) == rank)
+            json_object_set_new(ex, "error", json_string(why));
+    }
+}
+
 static void follower_sync(struct follower *f)
 {
     size_t n = 0;
     json_t *body = json_pack("{s:i, s:s, s:s, s:o}", "node_id", f->node_id, "session",
                              f->session, "state", atomic_load(&f->drain) ? "draining" : "up",
-                             "events", follower_batch(f, &n));
+                             "events", outbox_batch(&f->outbox, &n));
     json_t *probe = follower_probe_to_send(f);
     if (probe)
         json_object_set_new(body, "engines", probe);
@@ -526,8 +584,7 @@ static void follower_sync(struct follower *f)
     json_decref(body);
     f->last_sync_ms = clock_mono_ms();
     if (st == 200) {
-        for (size_t i = 0; i < n; i++)
-            json_array_remove(f->outbox, 0);
+        outbox_accepted(&f->outbox, n);
         f->probe_sent |= probe != NULL;
         f->said_lost = false;
         f->retry_ms = 0;
@@ -540,8 +597,12 @@ static void follower_sync(struct follower *f)
         const char *why = json_string_value(json_object_get(reply, "error"));
         log_error("follower: the leader refused a sync: %s: dropping %zu event(s)",
                   why ? why : "?", n);
-        for (size_t i = 0; i < n; i++)
-            json_array_remove(f->outbox, 0);
+        outbox_accepted(&f->outbox, n);
+    } else if (st == 413) { /* smaller batches; one event alone too large fails its rank */
+        json_t *ev = outbox_refused_too_large(&f->outbox, n);
+        if (ev)
+            follower_drop_too_large(f, ev);
+        json_decref(ev);
     } else if (st != 0) {
         log_error("follower: sync answered HTTP %ld", st);
     }
@@ -581,13 +642,13 @@ static void follower_on_timer(void *ctx)
         follower_join(f);
     if (f->joined)
         follower_sync(f);
-    if (atomic_load(&f->drain) && f->nranks == 0 && json_array_size(f->outbox) == 0 &&
+    if (atomic_load(&f->drain) && f->nranks == 0 && outbox_count(&f->outbox) == 0 &&
         f->joined) {
         follower_leave(f);
         return;
     }
     int64_t next = f->retry_ms ? f->retry_ms
-                               : (json_array_size(f->outbox) ? FOLLOWER_SOON_MS : f->sync_ms);
+                               : (outbox_count(&f->outbox) ? FOLLOWER_SOON_MS : f->sync_ms);
     follower_arm(f, clock_mono_ms() + next);
 }
 
@@ -629,21 +690,31 @@ struct follower *follower_start(const struct config *cfg, int http_port, struct 
             if (CPU_ISSET(c, &set))
                 f->cpu[f->ncpus++] = c;
     f->sync_ms = cfg->sync_ms;
-    f->outbox = json_array();
+    bool boxed = outbox_init(&f->outbox, FOLLOWER_BATCH_BYTES, FOLLOWER_OUTBOX_BYTES,
+                             FOLLOWER_OUTBOX_MAX);
     pthread_mutex_init(&f->probe_mu, NULL);
     f->engines = engines_create(cfg);
-    char auth[300];
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", cfg->token);
+    /* the cluster credential: this node's identity under the cluster key, else (before
+     * issue 31, with a warning at start) the admin token */
+    char auth[300], ident[CREDENTIAL_IDENTITY];
+    if (cfg->cluster_key[0] &&
+        credential_node_identity(cfg->cluster_key, cfg->node, ident, e) < 0) {
+        follower_stop(f);
+        return NULL;
+    }
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s",
+             cfg->cluster_key[0] ? ident : cfg->token);
     f->headers = curl_slist_append(NULL, auth);
+    explicit_bzero(auth, sizeof auth);
     f->headers = curl_slist_append(f->headers, "Content-Type: application/json");
     f->curl = curl_easy_init();
-    if (!f->curl || !f->headers || !f->outbox || !f->engines) {
+    if (!f->curl || !f->headers || !boxed || !f->engines) {
         err_set(e, ERR_NOMEM, NULL, "out of memory");
         follower_stop(f);
         return NULL;
     }
     curl_easy_setopt(f->curl, CURLOPT_HTTPHEADER, f->headers);
-    curl_easy_setopt(f->curl, CURLOPT_WRITEFUNCTION, follower_on_body);
+    curl_easy_setopt(f->curl, CURLOPT_WRITEFUNCTION, outbox_reply_take);
     curl_easy_setopt(f->curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(f->curl, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
     curl_easy_setopt(f->curl, CURLOPT_TIMEOUT_MS, 3000L);
@@ -695,7 +766,7 @@ void follower_stop(struct follower *f)
         follower_remove_rank(f, f->ranks[0]);
     loop_destroy(f->loop);
     free(f->ranks);
-    json_decref(f->outbox);
+    outbox_free(&f->outbox);
     json_decref(f->probe);
     engines_destroy(f->engines);
     pthread_mutex_destroy(&f->probe_mu);

@@ -38,4 +38,11 @@ bool follower_done(struct follower *f);
 /* Kills its ranks, stops the loop, frees it. */
 void follower_stop(struct follower *f);
 
+/* A spawn of nranks ranks of per CPU slots each on a node with `slots` CPU slots of which
+ * `used` are held: 0 when it fits; -1 with why ("was refused by node N: ...", the rank's
+ * failure as the leader words it) when it would pass them (issue 31: a follower obeys no
+ * spawn beyond its own slots, whoever sends it). Pure: unit-tested. */
+int follower_spawn_refusal(const char *node, int used, int slots, int nranks, int per,
+                           char *why, size_t cap);
+
 #endif

@@ -43,10 +43,11 @@ struct run_rank {
     bool connected; /* its channel connection proved itself */
     bool lost;      /* its channel ended without done or an error: it died */
     int wstatus;
-    int signal_sent;                /* last signal the daemon sent, 0 = none */
-    int64_t exit_order;             /* order in which exits were seen */
-    char bad_report[256];           /* set when the rank broke the report protocol */
-    int64_t last_seen_ms;           /* monotonic time of its last report line (or its spawn) */
+    int signal_sent;      /* last signal the daemon sent, 0 = none */
+    int64_t exit_order;   /* order in which exits were seen */
+    char bad_report[256]; /* set when the rank broke the report protocol */
+    char node_error[200]; /* its follower refused or killed it: why (the exit's "error") */
+    int64_t last_seen_ms; /* monotonic time of its last report line (or its spawn) */
     const struct ingest_rank *said; /* borrowed from the run's ingest: what it reported
                                        (error, done, phase) */
 };
@@ -287,7 +288,9 @@ static void monitor_rank_failed(struct active_run *r, struct run_rank *k)
 static void monitor_describe_exit(const struct active_run *r, const struct run_rank *k,
                                   char *out, size_t cap)
 {
-    if (k->channel && !k->connected && !k->bad_report[0])
+    if (k->node_error[0])
+        snprintf(out, cap, "%s", k->node_error);
+    else if (k->channel && !k->connected && !k->bad_report[0])
         snprintf(out, cap, "never connected its report channel (%s)",
                  r->launcher_note[0] ? r->launcher_note : "its launcher did not start it");
     else if (k->lost && !k->bad_report[0])
@@ -1204,6 +1207,9 @@ void monitor_remote_event(struct active_run *r, int node, int rank, const json_t
         monitor_handle_line(r, k, json_string_value(ln), json_string_length(ln));
     } else if (ex && !k->exited) {
         const json_t *code = json_object_get(ex, "code"), *sig = json_object_get(ex, "signal");
+        const char *why = json_string_value(json_object_get(ex, "error"));
+        if (why)
+            snprintf(k->node_error, sizeof k->node_error, "%s", why);
         k->wstatus = json_is_integer(sig) && json_integer_value(sig) > 0
                          ? (int)(json_integer_value(sig) & 0x7f)
                          : (int)((json_integer_value(code) & 0xff) << 8);

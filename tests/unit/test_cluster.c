@@ -3,12 +3,12 @@
  * queued in order, the lost clock, drain and leave, the nodes table, the engine check
  * against each follower's probe. */
 #include <jansson.h>
+#include <pthread.h>
+#include <sqlite3.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <pthread.h>
-#include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -77,9 +77,13 @@ static int fx_open_key(struct fx *x, int timeout_ms, const char *key, struct err
     snprintf(timeout, sizeof timeout, "%d", timeout_ms);
     char keyfile[128];
     snprintf(keyfile, sizeof keyfile, "%s/cluster.key", x->dir);
-    char *argv[] = {"ddpbenchd", "--state-dir",       x->dir,  "--node",        "lead",
-                    "--cpu-slots", "2",               "--gpus", "0",            "--node-timeout-ms",
-                    timeout,     "--cluster-key",     keyfile, NULL};
+    char *argv[] = {"ddpbenchd", "--state-dir",
+                    x->dir,      "--node",
+                    "lead",      "--cpu-slots",
+                    "2",         "--gpus",
+                    "0",         "--node-timeout-ms",
+                    timeout,     "--cluster-key",
+                    keyfile,     NULL};
     if (key) {
         FILE *f = fopen(keyfile, "w");
         if (!f || fprintf(f, "%s\n", key) < 0 || fclose(f) != 0 || chmod(keyfile, 0600) < 0)
@@ -197,6 +201,7 @@ static void test_join_sync_and_malformed_bodies(void)
         "{\"events\": [{\"run\": 1, \"rank\": 1024, \"line\": \"a\"}]}",
         "{\"events\": [{\"run\": 1, \"rank\": 0, \"line\": \"a\", \"exit\": {}}]}",
         "{\"events\": {}}",
+        "{\"events\": [{\"run\": 1, \"rank\": 0, \"exit\": {\"code\": 1, \"error\": 5}}]}",
         "{\"state\": \"gone\"}",
         "{\"who\": 1}",
     };
@@ -205,7 +210,8 @@ static void test_join_sync_and_malformed_bodies(void)
         T_CHECK_MSG(b != NULL, "%s", bad[i]);
         json_object_set_new(b, "node_id", json_integer(id));
         json_object_set_new(b, "session", json_string(s));
-        T_CHECK_MSG(cluster_sync(x.c, b, NULL, &r, &e) < 0 && e.code == ERR_INVALID, "%s", bad[i]);
+        T_CHECK_MSG(cluster_sync(x.c, b, NULL, &r, &e) < 0 && e.code == ERR_INVALID, "%s",
+                    bad[i]);
         json_decref(b);
     }
     json_t *none = cluster_take_events(x.c);
@@ -220,7 +226,7 @@ static void test_join_sync_and_malformed_bodies(void)
                        "{\"node_id\": %d, \"session\": \"%s\", \"events\": [{\"run\": 7, "
                        "\"rank\": 2, \"spawned\": {\"pid\": 42, \"cpus\": null}}, {\"run\": "
                        "7, \"rank\": 2, \"line\": \"{}\"}, {\"run\": 7, \"rank\": 2, "
-                       "\"exit\": {\"code\": 0, \"signal\": null}}]}",
+                       "\"exit\": {\"code\": 0, \"signal\": null, \"error\": \"why\"}}]}",
                        id, s),
              200);
     T_EQ_INT((int)json_array_size(json_object_get(r, "commands")), 1);
@@ -406,10 +412,10 @@ static int sync_as(struct fx *x, int id, const char *session, const char *cred)
     int rc = cluster_sync(x->c, b, cred, &r, &e);
     json_decref(b);
     json_decref(r);
-    return rc == 0                          ? 200
-           : e.code == ERR_CONFLICT         ? 409
-           : e.code == ERR_UNAUTHORIZED     ? 401
-                                            : 400;
+    return rc == 0                      ? 200
+           : e.code == ERR_CONFLICT     ? 409
+           : e.code == ERR_UNAUTHORIZED ? 401
+                                        : 400;
 }
 
 /* Joins name with cred: the status, the message into why. */
@@ -421,10 +427,10 @@ static int join_as(struct fx *x, const char *name, const char *cred, char *why, 
     json_decref(o);
     json_decref(r);
     snprintf(why, cap, "%s", rc == 0 ? "" : e.msg);
-    return rc == 0                          ? 200
-           : e.code == ERR_CONFLICT         ? 409
-           : e.code == ERR_UNAUTHORIZED     ? 401
-                                            : 400;
+    return rc == 0                      ? 200
+           : e.code == ERR_CONFLICT     ? 409
+           : e.code == ERR_UNAUTHORIZED ? 401
+                                        : 400;
 }
 
 /* Without a key: a join under the name of a node that synced within the lost window is
