@@ -188,9 +188,52 @@ def test_joins_refused():
     bare = Daemon(cpu_slots=1)
     try:
         status, body, _ = post(bare, "/v1/cluster/join", offer, headers={})
-        check(status == 403 and "--token-file" in body["error"]["message"], (status, body))
+        check(status == 403 and "--cluster-key" in body["error"]["message"], (status, body))
     finally:
         bare.close()
+
+
+def test_cluster_key_identities_and_removal():
+    """--cluster-key (issue 31): a follower joins with its node identity, not the admin
+    token, and runs ranks; the admin token is no cluster credential; a join under a live
+    node's name is refused naming it and the node stays up; a live node cannot be removed,
+    a left one can."""
+    fd, key = tempfile.mkstemp(prefix="ddpb-key-")
+    os.write(fd, b"cluster-key-0123456789abcdef")
+    os.close(fd)
+    lead = Daemon(cpu_slots=1, extra_args=["--token-file", TOKEN_FILE, "--cluster-key", key,
+                                           "--node", "lead", "--node-timeout-ms", "60000"])
+    f1 = Daemon(cpu_slots=2, extra_args=["--join", lead.url, "--cluster-key", key, "--node",
+                                         "f1", "--sync-ms", "100"])
+    try:
+        wait_node(lead, "f1", "up")
+        check("no --cluster-key" not in lead.daemon_log(), lead.daemon_log())
+        offer = {"name": "f1", "address": "127.0.0.1", "port": 1, "cpu_slots": 1, "gpus": 0}
+        status, body, _ = post(lead, "/v1/cluster/join", offer)  # the admin token
+        check(status == 409 and "node f1 is live" in body["error"]["message"], (status, body))
+        status, body, _ = post(lead, "/v1/cluster/join", dict(offer, name="x9"))
+        check(status == 401 and "x9" in body["error"]["message"], (status, body))
+        check("x9" not in nodes(lead) and nodes(lead)["f1"]["state"] == "up", nodes(lead))
+        exp_id = submit(lead, dict(COLL, world_size=2, nodes=2))["id"]
+        rid = first_run(lead, exp_id)
+        run = lead.wait_run(rid, lambda r: r["status"] in ("succeeded", "failed"), timeout=90,
+                            what="finished")
+        check(run["status"] == "succeeded", run)
+        status, body, _ = lead.request("DELETE", "/v1/nodes/f1", headers=AUTH)
+        check(status == 409 and "node f1 is up" in body["error"]["message"], (status, body))
+        status, _, _ = lead.request("DELETE", "/v1/nodes/f1")
+        check(status == 401, status)
+        f1.close()
+        wait_node(lead, "f1", "left")
+        status, body, _ = lead.request("DELETE", "/v1/nodes/f1", headers=AUTH)
+        check(status == 200 and body == {"deleted": "f1"}, (status, body))
+        check("f1" not in nodes(lead), nodes(lead))
+        status, _, _ = lead.request("DELETE", "/v1/nodes/f1", headers=AUTH)
+        check(status == 404, status)
+    finally:
+        f1.close()
+        lead.close()
+        os.unlink(key)
 
 
 def test_malformed_syncs_refused():
@@ -423,6 +466,7 @@ if __name__ == "__main__":
             test_follower_redirects_to_leader,
             test_joins_refused,
             test_malformed_syncs_refused,
+            test_cluster_key_identities_and_removal,
             test_run_spans_two_nodes,
             test_framework_engine_spans_nodes,
             test_follower_killed_mid_run,

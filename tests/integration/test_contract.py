@@ -179,7 +179,9 @@ def routes_in_code():
     text = open(os.path.join(SOURCE, "api", "routes.c")).read()
     out = set()
     for method, pattern in re.findall(r'\{"([A-Z]+)", "(/[^"]*)", h_\w+\}', text):
-        out.add((method.lower(), re.sub(r"\{\w+\}", "{id}", pattern)))
+        pattern = re.sub(r"\{\*(\w+)\}", r"<\1>", pattern)  # a name segment keeps its name
+        pattern = re.sub(r"\{\w+\}", "{id}", pattern)
+        out.add((method.lower(), re.sub(r"<(\w+)>", r"{\1}", pattern)))
     return out
 
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import Daemon, check, run_cases
+from harness import DAEMON, Daemon, check, run_cases
 
 SPEC = {"workload": "collective", "world_size": 1, "min_bytes": "4K", "max_bytes": "4K",
         "iters": 1, "warmup": 0}
@@ -161,6 +161,52 @@ def test_token_scheme_is_case_insensitive_and_curl_json_works():
         os.unlink(path)
 
 
+def secret_file(text, mode=0o600):
+    fd, path = tempfile.mkstemp(prefix="ddpb-secret-")
+    os.write(fd, text.encode())
+    os.close(fd)
+    os.chmod(path, mode)
+    return path
+
+
+def test_read_token_guards_reads():
+    """--read-token (issue 31): every GET of data (the API, /metrics) needs the read or the
+    admin token; /healthz and the dashboard stay open; the read token mutates nothing."""
+    admin, read = "admin-token-0123456789", "read-token-0123456789"
+    paths = [secret_file(admin), secret_file(read)]
+    d = Daemon(cpu_slots=1, extra_args=["--token-file", paths[0], "--read-token", paths[1]])
+    try:
+        for path in ("/v1/experiments", "/v1/nodes", "/metrics", "/v1/vocabulary"):
+            status, body, _ = d.request("GET", path)
+            check(status == 401 and "--read-token" in body["error"]["message"], (path, status, body))
+            for tok in (read, admin):
+                status, _, _ = d.request("GET", path, headers={"Authorization": f"Bearer {tok}"})
+                check(status == 200, (path, tok, status))
+        for path in ("/healthz", "/"):
+            status, _, _ = d.request("GET", path)
+            check(status == 200, (path, status))
+        status, _, _ = d.request("POST", "/v1/experiments", body=SPEC,
+                                 headers={"Authorization": f"Bearer {read}"})
+        check(status == 401, status)
+    finally:
+        d.close()
+        for p in paths:
+            os.unlink(p)
+
+
+def test_open_token_file_refused():
+    """A token file group or others may read is refused at start naming it and its mode
+    (issue 31 defect 8; DDPB_TOKEN leaving the environment is test_config's)."""
+    path = secret_file("0123456789abcdef0123", 0o644)
+    try:
+        r = subprocess.run([DAEMON, "--token-file", path, "--port", "0"], capture_output=True,
+                           text=True, timeout=30)
+        check(r.returncode != 0 and path in r.stderr and "0644" in r.stderr,
+              (r.returncode, r.stderr))
+    finally:
+        os.unlink(path)
+
+
 if __name__ == "__main__":
     sys.exit(run_cases([
         test_cross_site_simple_post_is_refused_and_stores_nothing,
@@ -169,4 +215,6 @@ if __name__ == "__main__":
         test_nul_and_bad_utf8_in_paths,
         test_405_names_allowed_methods,
         test_token_scheme_is_case_insensitive_and_curl_json_works,
+        test_read_token_guards_reads,
+        test_open_token_file_refused,
     ]))
