@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "daemon/credential.h"
 
 struct channel_pending {
     struct loop_watch lw;
@@ -47,16 +48,6 @@ static void channel_drop(struct channel_pending *p, bool refused)
         p->ch->refused++;
 }
 
-/* Equal without telling, by time, how much of the secret matched. */
-static bool channel_secret_ok(const char *want, const char *got)
-{
-    size_t n = strlen(want);
-    unsigned char diff = strlen(got) != n;
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned char)(want[i] ^ (got[i] ? got[i] : 0xff));
-    return diff == 0;
-}
-
 /* The hello line, whole: adopt its connection or refuse it. */
 static void channel_on_hello(struct channel_pending *p)
 {
@@ -70,7 +61,7 @@ static void channel_on_hello(struct channel_pending *p)
     json_t *rank_v = json_object_get(h, "rank"), *pid_v = json_object_get(h, "pid");
     json_int_t rank = json_integer_value(rank_v);
     bool ok = run && secret && json_is_integer(rank_v) && json_is_integer(pid_v) &&
-              strcmp(run, ch->run) == 0 && channel_secret_ok(ch->secret, secret) && rank >= 0 &&
+              strcmp(run, ch->run) == 0 && credential_equal(secret, ch->secret) && rank >= 0 &&
               rank < ch->world_size && !ch->connected[rank];
     char host_copy[256];
     snprintf(host_copy, sizeof host_copy, "%s", host ? host : "");
