@@ -240,6 +240,7 @@ def test_token_required_for_mutations():
     tokfile = os.path.join(TMP, "token")
     with open(tokfile, "w") as f:
         f.write(token + "\n")
+    os.chmod(tokfile, 0o600)  # a secret file only its owner reads (else refused at start)
     d = Daemon(cpu_slots=2, extra_args=["--token-file", tokfile])
     try:
         path = spec_file(dict(SMALL, sweep={"world_size": [1]}), "tok.json")

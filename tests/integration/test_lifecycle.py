@@ -312,6 +312,7 @@ def test_token_and_cors():
     tokfile = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ddpb-token-{os.getpid()}")
     with open(tokfile, "w") as f:
         f.write(token + "\n")
+    os.chmod(tokfile, 0o600)  # a secret file only its owner reads (else refused at start)
     d = Daemon(cpu_slots=2, extra_args=["--token-file", tokfile, "--cors-origin", "http://ui.example"])
     try:
         status, body, hdrs = d.request("POST", "/v1/experiments", body=dict(SMALL, world_size=1))

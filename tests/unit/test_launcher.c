@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/config.h"
@@ -266,6 +267,7 @@ static void test_config_options(void)
     FILE *f = fopen(tok, "w");
     fputs("abcdefghijklmnopqrstuvwxyz\n", f);
     fclose(f);
+    T_CHECK(chmod(tok, 0600) == 0); /* a secret file: only its owner reads it */
     T_OK(test_parse(&c, &e, "--token-file", tok));
     T_EQ_STR(c.token, "abcdefghijklmnopqrstuvwxyz");
     f = fopen(tok, "w");
