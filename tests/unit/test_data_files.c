@@ -544,6 +544,29 @@ static void test_manifest_errors(void)
 }
 
 /* The first file gives the shape; another size, a missing file or junk fails that fill. */
+/* dir/train.txt holding manifest, then the train split opened (NULL with e on failure). */
+static struct dataset *open_listed(const char *dir, const char *manifest, struct err *e)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/train.txt", dir);
+    struct dataset *ds = NULL;
+    if (write_text(path, manifest) < 0)
+        err_set(e, ERR_IO, "test", "cannot write %s", path);
+    else
+        dataset_files_open(dir, "s", DATA_SPLIT_TRAIN, &plain_opts, NULL, &ds, e);
+    return ds;
+}
+
+/* One fill of sample i alone (up to 3x8x8 floats); its rc, e cleared first. */
+static int fill_sample(struct dataset *ds, int64_t i, struct err *e)
+{
+    float x[3 * 64];
+    int32_t y[1];
+    struct data_draw d = {1, 0, 0};
+    err_clear(e);
+    return dataset_fill(ds, &i, 1, &d, x, y, e);
+}
+
 static void test_fill_errors_name_the_file(void)
 {
     char dir[128], path[256];
@@ -558,19 +581,13 @@ static void test_fill_errors_name_the_file(void)
     T_CHECK(write_image(path, DATA_CODEC_JPEG, 1, 8, 8, 2) == 0);
     snprintf(path, sizeof path, "%s/junk.png", dir);
     T_CHECK(write_text(path, "not really a png") == 0);
-    snprintf(path, sizeof path, "%s/train.txt", dir);
-    T_CHECK(write_text(path, "ok.png 0\nbig.png 1\ngray.jpg 0\njunk.png 1\nmissing.png 0\n") ==
-            0);
-    struct dataset *ds;
     struct err e;
-    T_OK(dataset_files_open(dir, "s", DATA_SPLIT_TRAIN, &plain_opts, NULL, &ds, &e));
-    float x[3 * 64];
-    int32_t y[1];
-    struct data_draw d = {1, 0, 0};
+    struct dataset *ds = open_listed(
+        dir, "ok.png 0\nbig.png 1\ngray.jpg 0\njunk.png 1\nmissing.png 0\n", &e);
+    T_CHECK_MSG(ds != NULL, "%s", e.msg);
     bool ok = true;
     for (int64_t i = 0; i < 5 && ok; i++) {
-        err_clear(&e);
-        int rc = dataset_fill(ds, &i, 1, &d, x, y, &e);
+        int rc = fill_sample(ds, i, &e);
         if (i == 0 || i == 2)
             ok = rc == 0;
         else
@@ -736,18 +753,11 @@ static void test_sample_file_capped(void)
     size_t wrote = fwrite(junk, 1, sizeof junk, f);
     fclose(f);
     T_EQ_INT(wrote, sizeof junk);
-    snprintf(path, sizeof path, "%s/train.txt", dir);
-    T_CHECK(write_text(path, "a.png 0\nb.png 1\n") == 0);
-    struct dataset *ds;
     struct err e;
-    T_OK(dataset_files_open(dir, "s", DATA_SPLIT_TRAIN, &plain_opts, NULL, &ds, &e));
-    float x[3 * 64];
-    int32_t y[1];
-    struct data_draw d = {1, 0, 0};
-    int64_t i = 0;
-    int ok0 = dataset_fill(ds, &i, 1, &d, x, y, &e);
-    i = 1;
-    int ok1 = dataset_fill(ds, &i, 1, &d, x, y, &e);
+    struct dataset *ds = open_listed(dir, "a.png 0\nb.png 1\n", &e);
+    T_CHECK_MSG(ds != NULL, "%s", e.msg);
+    int ok0 = fill_sample(ds, 0, &e);
+    int ok1 = fill_sample(ds, 1, &e);
     dataset_destroy(ds);
     T_EQ_INT(ok0, 0);
     T_EQ_INT(ok1, -1);
