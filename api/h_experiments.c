@@ -17,6 +17,7 @@
 #include "api/handlers.h"
 #include "common/columns.h"
 #include "common/log.h"
+#include "common/paths.h"
 #include "common/spec.h"
 #include "common/vocab.h"
 #include "daemon/gpu_slots.h"
@@ -170,6 +171,24 @@ static int h_check_transport(struct api_ctx *ctx, const json_t *spec, int need, 
                    name, n, ws, per);
 }
 
+/* A point's dataset.path must resolve beneath one of the daemon's --data-dir directories
+ * (common/paths.h), or it is 400 naming "dataset.path": the workers read it as the
+ * daemon's user. A missing path and a forbidden one get one message, so the API tells
+ * nobody which files exist elsewhere. The workers check again at open (they are given the
+ * directories), since the file may move between submit and run. */
+static int h_check_dataset(struct api_ctx *ctx, const json_t *spec, struct err *e)
+{
+    const char *path = json_string_value(
+        json_object_get(json_object_get(spec, "dataset"), "path"));
+    char real[PATH_MAX];
+    if (!path || !path[0] || paths_resolve_beneath(path, ctx->cfg->data_dirs, real) == 0)
+        return 0;
+    return err_set(e, ERR_INVALID, "dataset.path",
+                   "dataset.path '%s': not found or not allowed (datasets live under the "
+                   "daemon's --data-dir directories: %s)",
+                   path, ctx->cfg->data_dirs);
+}
+
 /* Every point must fit on this node (or the cluster's), or it would wait forever. */
 static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
 {
@@ -208,7 +227,8 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
                            "oversubscription)",
                            (long long)ws, (long long)need, total);
         }
-        if ((ctx->engines && engines_mpi_check(ctx->engines, spec, e) < 0) ||
+        if (h_check_dataset(ctx, spec, e) < 0 ||
+            (ctx->engines && engines_mpi_check(ctx->engines, spec, e) < 0) ||
             h_check_engine(ctx, spec, spread || (need > total && up > 1), e) < 0 ||
             h_check_gpus(ctx, spec, e) < 0 || h_check_memory(spec, e) < 0)
             return -1;

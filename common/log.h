@@ -14,6 +14,7 @@ void log_set_level(enum log_level level);
 int log_parse_level(const char *s, enum log_level *out);
 /* tag is copied. */
 void log_set_tag(const char *tag);
+/* One line: control characters in the formatted message come out as \\xNN (log.c). */
 void log_write(enum log_level level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

@@ -439,7 +439,8 @@ static const char spec_schema_description_format[] =
     "openmpi, MPIR_CVAR_* with mpich) and an OpenMPI name one this node's OpenMPI lists "
     "(ompi_info); (10) transport shm, at every point: its ranks on one node, so nodes at "
     "most 1 and ranks_per_node 0 or at least world_size. "
-    "A run must also fit this node or the cluster's nodes "
+    "dataset.path must also resolve beneath one of the daemon's --data-dir directories, "
+    "else 400 naming it. A run must also fit this node or the cluster's nodes "
     "(CPU slots, GPUs, and for device cpu its memory; transport shm on one node), else "
     "409.";
 

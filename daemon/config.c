@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/nvml.h"
+#include "common/paths.h"
 #include "daemon/credential.h"
 #include "daemon/gpu_slots.h"
 #include "ddpb_config.h"
@@ -155,6 +156,8 @@ void config_print_usage(const char *prog)
            "                       the source tree's .venv, else /usr/bin/python3)\n"
            "  --scripts-dir DIR    allow engine \"script\": users' programs under DIR only\n"
            "                       (default: none, the script engine is off)\n"
+           "  --data-dir DIR       dataset.path must lie under DIR (repeatable; default:\n"
+           "                       the state directory's data/ and /usr/share/datasets)\n"
            "  --node NAME          this node's name (default: hostname)\n"
            "  --cpu-slots N        ranks that may run at once (default: online CPUs)\n"
            "  --gpus N             GPU slots for device cuda runs (default: NVML's count,\n"
@@ -201,6 +204,7 @@ enum {
     OPT_ENGINES_DIR,
     OPT_PYTHON,
     OPT_SCRIPTS_DIR,
+    OPT_DATA_DIR,
     OPT_NODE,
     OPT_CPU_SLOTS,
     OPT_GPUS,
@@ -234,6 +238,7 @@ static const struct option config_options[] = {
     {"engines-dir", required_argument, NULL, OPT_ENGINES_DIR},
     {"python", required_argument, NULL, OPT_PYTHON},
     {"scripts-dir", required_argument, NULL, OPT_SCRIPTS_DIR},
+    {"data-dir", required_argument, NULL, OPT_DATA_DIR},
     {"node", required_argument, NULL, OPT_NODE},
     {"cpu-slots", required_argument, NULL, OPT_CPU_SLOTS},
     {"gpus", required_argument, NULL, OPT_GPUS},
@@ -309,6 +314,70 @@ static int config_set_shm_dir(struct config *c, const char *path, struct err *e)
     return 0;
 }
 
+/* A directory the daemon trusts, kept as its real path (resolved once, so every check
+ * compares against the real directory): it must exist, be a directory, and not be
+ * writable by group or others, or anyone on the node could put in it what the daemon
+ * then runs or reads for a run. */
+static int config_trusted_dir(const char *opt, const char *arg, char *out, struct err *e)
+{
+    struct stat st;
+    if (!realpath(arg, out) || stat(out, &st) < 0) {
+        int err = errno;
+        out[0] = '\0';
+        return err_set(e, ERR_INVALID, opt, "--%s %s: %s", opt, arg, strerror(err));
+    }
+    if (!S_ISDIR(st.st_mode) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        out[0] = '\0';
+        return err_set(e, ERR_INVALID, opt, "--%s %s: %s", opt, arg,
+                       S_ISDIR(st.st_mode) ? "writable by group or others (chmod go-w it)"
+                                           : "not a directory");
+    }
+    return 0;
+}
+
+static int config_set_scripts_dir(struct config *c, const char *arg, struct err *e)
+{
+    return config_trusted_dir("scripts-dir", arg, c->scripts_dir, e);
+}
+
+/* Appends one dataset directory to c->data_dirs (common/paths.h's ':'-joined list). A
+ * dataset directory is only read, so a group-writable one is taken as is: only its real
+ * path counts. */
+static int config_add_data_dir(struct config *c, const char *arg, const char *opt,
+                               struct err *e)
+{
+    char real[PATH_MAX];
+    struct stat st;
+    if (!realpath(arg, real) || stat(real, &st) < 0)
+        return err_set(e, ERR_INVALID, opt, "--%s %s: %s", opt, arg, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return err_set(e, ERR_INVALID, opt, "--%s %s: not a directory", opt, arg);
+    size_t have = strlen(c->data_dirs), n = strlen(real);
+    if (strchr(real, PATHS_LIST_SEP) || have + n + 2 > sizeof c->data_dirs)
+        return err_set(e, ERR_INVALID, opt,
+                       "--%s %s: a path with ':' in it, or more directories than fit in %zu "
+                       "bytes",
+                       opt, arg, sizeof c->data_dirs);
+    snprintf(c->data_dirs + have, sizeof c->data_dirs - have, "%s%s", have ? ":" : "", real);
+    return 0;
+}
+
+int config_default_data_dirs(struct config *c, struct err *e)
+{
+    if (c->data_dirs[0])
+        return 0;
+    char dir[PATH_MAX + 8];
+    snprintf(dir, sizeof dir, "%s/data", c->state_dir);
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return err_errno(e, "create dataset directory %s", dir);
+    if (config_add_data_dir(c, dir, "state-dir", e) < 0)
+        return -1;
+    struct stat st;
+    if (stat(CONFIG_SYSTEM_DATA_DIR, &st) == 0 && S_ISDIR(st.st_mode))
+        return config_add_data_dir(c, CONFIG_SYSTEM_DATA_DIR, "data-dir", e);
+    return 0;
+}
+
 static int config_apply(struct config *c, int opt, const char *arg, struct err *e)
 {
     long v = 0;
@@ -324,12 +393,8 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
     case OPT_ENGINES_DIR:
         return config_copy(c->engines_dir, sizeof c->engines_dir, "engines-dir", arg, e);
     case OPT_PYTHON: return config_copy(c->python, sizeof c->python, "python", arg, e);
-    case OPT_SCRIPTS_DIR:
-        /* resolved once, so every check compares against the real directory */
-        if (!realpath(arg, c->scripts_dir))
-            return err_set(e, ERR_INVALID, "scripts-dir", "--scripts-dir %s: %s", arg,
-                           strerror(errno));
-        return 0;
+    case OPT_SCRIPTS_DIR: return config_set_scripts_dir(c, arg, e);
+    case OPT_DATA_DIR: return config_add_data_dir(c, arg, "data-dir", e);
     case OPT_NODE: return config_copy(c->node, sizeof c->node, "node", arg, e);
     case OPT_PORT: return config_parse_int("port", arg, 0, 65535, &c->port, e);
     case OPT_STORE_PORT:

@@ -14,6 +14,9 @@
 #include "common/log.h"
 
 #define CONFIG_DEFAULT_PORT 7480
+/* where deploy/install-deps.sh's dataset packages put their files (dataset-fashion-mnist):
+ * one of the default --data-dir directories */
+#define CONFIG_SYSTEM_DATA_DIR "/usr/share/datasets"
 
 struct config {
     char host[128];       /* HTTP bind address */
@@ -29,11 +32,15 @@ struct config {
     char engines_dir[PATH_MAX];
     char python[PATH_MAX];
     char scripts_dir[PATH_MAX]; /* engine "script" runs files under it only; "" = off */
-    char node[64];              /* this node's name (hostname by default) */
-    int cpu_slots;              /* ranks that may run at once on this node */
-    int gpus;                   /* GPU slots (daemon/gpu_slots.h): --gpus N, else NVML's count
+    /* --data-dir: the directories a spec's dataset.path must lie beneath, real paths joined
+     * by ':' (common/paths.h); the workers get it as DDPB_DATA_DIRS and check again.
+     * "" until config_default_data_dirs fills the defaults when none was given. */
+    char data_dirs[4 * PATH_MAX];
+    char node[64];   /* this node's name (hostname by default) */
+    int cpu_slots;   /* ranks that may run at once on this node */
+    int gpus;        /* GPU slots (daemon/gpu_slots.h): --gpus N, else NVML's count
                              (0 where NVML is unavailable) */
-    size_t max_body;            /* largest accepted request body */
+    size_t max_body; /* largest accepted request body */
     int http_threads;
     int kill_grace_ms; /* SIGTERM → SIGKILL delay when stopping workers */
     enum log_level log_level;
@@ -72,15 +79,18 @@ struct config {
 };
 
 /* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,
- * --worker, --web-dir, --node, --cpu-slots, --gpus, --max-body, --http-threads,
- * --kill-grace-ms, --log-level, --token-file, --read-token, --cluster-key, --cors-origin,
- * --allow-host,
+ * --worker, --web-dir, --scripts-dir, --data-dir, --node, --cpu-slots, --gpus, --max-body,
+ * --http-threads, --kill-grace-ms, --log-level, --token-file, --read-token, --cluster-key,
+ * --cors-origin, --allow-host,
  * --network-profile, --join, --node-timeout-ms, --sync-ms, --mpi-agent, --shm-dir) and
  * DDPB_TOKEN (a token
  * given in the environment; --token-file wins; removed from the environment once read, so
  * no child inherits it). Returns 0; 1 when --help/--version
  * printed; -1 with e naming the bad option. */
 int config_parse_args(struct config *c, int argc, char **argv, struct err *e);
+/* When no --data-dir was given: the state directory's data/ (made here; the state
+ * directory must exist) and CONFIG_SYSTEM_DATA_DIR where it exists. 0, or -1 with e. */
+int config_default_data_dirs(struct config *c, struct err *e);
 void config_print_usage(const char *prog);
 
 #endif

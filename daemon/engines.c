@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/buf.h"
+#include "common/paths.h"
 #include "common/vocab.h"
 #include "daemon/capture.h"
 #include "daemon/mpi_probe.h"
@@ -206,14 +207,13 @@ int engines_resolve_script(const struct config *cfg, const char *script, char *o
     char joined[PATH_MAX * 2];
     snprintf(joined, sizeof joined, "%s/%s", cfg->scripts_dir, script);
     struct stat st;
-    if (!realpath(joined, out) || stat(out, &st) != 0)
-        return err_set(e, ERR_INVALID, "script", "script '%s': no such file under %s", script,
-                       cfg->scripts_dir);
-    size_t n = strlen(cfg->scripts_dir);
-    if (strncmp(out, cfg->scripts_dir, n) != 0 || out[n] != '/')
+    /* missing and outside alike: two messages would tell which files exist outside */
+    if (paths_resolve_beneath(joined, cfg->scripts_dir, out) < 0 || stat(out, &st) != 0 ||
+        out[strlen(cfg->scripts_dir)] != '/')
         return err_set(e, ERR_INVALID, "script",
-                       "script '%s' resolves outside the daemon's --scripts-dir %s", script,
-                       cfg->scripts_dir);
+                       "script '%s': not found or not allowed (a file under the daemon's "
+                       "--scripts-dir %s)",
+                       script, cfg->scripts_dir);
     if (!S_ISREG(st.st_mode))
         return err_set(e, ERR_INVALID, "script", "script '%s' is not a regular file", script);
     return 0;

@@ -343,7 +343,8 @@ static void follower_spawn_rank(struct follower *f, const struct follower_spawn 
         .local_rank = local,
         .node_rank = s->node_rank,
         .node_name = f->cfg->node,
-        .shm_dir = f->cfg->shm_dir, /* this node's own, as its ranks' segments are */
+        .shm_dir = f->cfg->shm_dir,     /* this node's own, as its ranks' segments are */
+        .data_dirs = f->cfg->data_dirs, /* this node's own: its workers check against it */
     };
     struct follower_rank *k = calloc(1, sizeof *k);
     struct launched out;

@@ -44,6 +44,10 @@ struct launch_rank {
     /* DDPB_SHM_DIR: where the host backend's shared-memory segments go (ddpbenchd
      * --shm-dir); NULL or "" = not set, the worker's /dev/shm */
     const char *shm_dir;
+    /* DDPB_DATA_DIRS: the directories dataset files must lie beneath (ddpbenchd
+     * --data-dir, common/paths.h's list); the worker and the Python engines check every
+     * dataset file they open against it. NULL or "" = not set: no boundary */
+    const char *data_dirs;
     /* A run's launcher (spec launcher mpirun or srun, daemon/launch_plan.h) instead of one
      * rank: argv (NULL-terminated, borrowed) is the whole command, rank is -1, and the
      * process gets the run's variables without DDPB_RANK, DDPB_LOCAL_RANK,

@@ -57,7 +57,7 @@ static int daemon_lock_state(struct daemon *d, struct err *e)
     if (flock(d->lockfd, LOCK_EX | LOCK_NB) < 0)
         return err_set(e, ERR_CONFLICT, "state-dir",
                        "another ddpbenchd is using the state directory %s", d->cfg.state_dir);
-    return 0;
+    return config_default_data_dirs(&d->cfg, e); /* its data/ is one of them */
 }
 
 static int daemon_write_info(struct daemon *d, struct err *e)

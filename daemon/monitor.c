@@ -625,6 +625,7 @@ static struct launch_rank monitor_launch_base(const struct active_run *r,
         .world_size = r->world_size,
         .node_name = cfg->node,
         .shm_dir = cfg->shm_dir,
+        .data_dirs = cfg->data_dirs,
     };
 }
 

@@ -17,8 +17,10 @@ worker's sharding (worker/data/loader.h) so every engine trains on the same samp
 
 Decision: numpy only, no framework import, so every adapter (torch, TF, Horovod,
 DeepSpeed) reads data the same way and tests check this module without a framework."""
+import errno
 import gzip
 import os
+import stat
 import struct
 import sys
 
@@ -79,13 +81,71 @@ def test_shard(n, world, rank):
     return list(range(rank, n, world))
 
 
+# The most bytes a dataset file may inflate to (the C loader's cap, worker/data/data.h:
+# DATA_FILE_MAX_BYTES is 2 GiB; the image formats here are MNIST's and CIFAR-10's, whose
+# largest file is 47 MB): a small gzip that inflates past it is refused, not held.
+GZ_MAX_BYTES = 256 << 20
+
+
+def _allowed(path):
+    """path resolved, when it lies beneath the daemon's --data-dir directories (the
+    DDPB_DATA_DIRS the launcher gives, worker/data/guard.h), else None; no boundary without
+    it. Missing and outside alike: no answer tells which files exist elsewhere."""
+    dirs = [d for d in os.environ.get("DDPB_DATA_DIRS", "").split(":") if d]
+    real = os.path.realpath(path)
+    if not dirs:
+        return path
+    for d in dirs + [FASHION_MNIST_DIR]:  # no user's choice: always allowed
+        if real == d or real.startswith(d.rstrip("/") + "/"):
+            return real
+    return None
+
+
+def _open_regular(path):
+    """A file object for the regular file at path, opened without following a final
+    symlink or blocking on a FIFO; None when missing or not allowed."""
+    real = _allowed(path)
+    if real is None:
+        return None
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, PermissionError, NotADirectoryError):
+        return None
+    except OSError as ex:  # ELOOP: a symlink
+        if ex.errno == errno.ELOOP:
+            return None
+        raise
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise ValueError(f"dataset.path: {path}: not a regular file")
+    return f
+
+
+def _gunzip_capped(f, path, cap=GZ_MAX_BYTES):
+    """f's gzip stream inflated, streaming, refusing past cap bytes (a gzip bomb)."""
+    out = bytearray()
+    with gzip.GzipFile(fileobj=f) as g:
+        while True:
+            chunk = g.read(1 << 20)
+            if not chunk:
+                return bytes(out)
+            out += chunk
+            if len(out) > cap:
+                raise ValueError(f"dataset.path: {path}: more than {cap} bytes after "
+                                 f"decompression")
+
+
 def _read_maybe_gz(path):
     for p in (path, path + ".gz"):
-        if os.path.exists(p):
-            with open(p, "rb") as f:
-                raw = f.read()
-            return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-    raise FileNotFoundError(f"dataset.path: neither {path} nor {path}.gz found")
+        f = _open_regular(p)
+        if f is None:
+            continue
+        with f:
+            if f.peek(2)[:2] == b"\x1f\x8b":
+                return _gunzip_capped(f, p)
+            return f.read()
+    raise FileNotFoundError(f"dataset.path: {path} (or {path}.gz): not found or not allowed")
 
 
 def _idx(path, want_dims):

@@ -183,16 +183,26 @@ def main():
         env.update(rendezvous(env, spec))
         env["DDPB_RENDEZVOUS_MS"] = "%.1f" % ((time.monotonic() - t0) * 1000)
     except Exception as ex:  # reported, then the rank exits: the run fails naming it
-        rep = ddpb_report.Reporter(rank, env.get("DDPB_WORLD_SIZE", "1"))
         code = "timeout" if isinstance(ex, ddpb_store.StoreError) and ex.status == 1 else \
             "invalid" if isinstance(ex, (KeyError, FileNotFoundError, ValueError)) else "peer"
         what = f"unknown engine {engine!r}" if isinstance(ex, KeyError) else str(ex)
-        rep.error(f"engine bootstrap: {what}", code=code, where="ddpb_launch.py:0")
-        return 1
+        return bootstrap_failed(env, rank, what, code)
     # a .py runs under this interpreter; anything else is executed as it is (argv only, no
     # shell: a script engine's file must be executable then)
     argv = [sys.executable, program] if program.endswith(".py") else [program]
-    os.execve(argv[0], argv, env)
+    try:
+        os.execve(argv[0], argv, env)
+    except OSError as ex:  # not executable, a missing interpreter: an error event, no traceback
+        return bootstrap_failed(env, rank, f"cannot execute {os.path.basename(program)}: "
+                                f"{ex.strerror}", "invalid")
+
+
+def bootstrap_failed(env, rank, what, code):
+    """Reports the bootstrap's failure as the rank's error event (the report protocol's
+    error line), so the run fails naming it; returns the rank's exit status."""
+    rep = ddpb_report.Reporter(rank, env.get("DDPB_WORLD_SIZE", "1"))
+    rep.error(f"engine bootstrap: {what}", code=code, where="ddpb_launch.py:0")
+    return 1
 
 
 if __name__ == "__main__":

@@ -145,7 +145,7 @@ def main():
     fcntl.flock(lock, fcntl.LOCK_EX)
     root = a.keep or tempfile.mkdtemp(prefix="ddpb-bench-data-")
     out = {"conversions": {}, "loader": {}, "train": {}}
-    d = Daemon(a.build, 16)
+    d = Daemon(a.build, 16, data_dir=root)
     try:
         if not os.path.exists(os.path.join(root, "test_batch.bin")):
             write_cifar(root)

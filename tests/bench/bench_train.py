@@ -40,12 +40,14 @@ WARMUP = 5
 
 
 class Daemon:
-    def __init__(self, build, slots, state=None):
-        """state: an existing state directory to serve again (bench_engines --reuse-state)."""
+    def __init__(self, build, slots, state=None, data_dir=None):
+        """state: an existing state directory to serve again (bench_engines --reuse-state);
+        data_dir: a folder the specs' dataset.path may name (ddpbenchd --data-dir)."""
         self.state = state or tempfile.mkdtemp(prefix="ddpb-bench-")
+        extra = ["--data-dir", data_dir] if data_dir else []
         self.p = subprocess.Popen([f"{build}/daemon/ddpbenchd", "--port", "0", "--state-dir",
-                                   self.state, "--cpu-slots", str(slots), "--log-level", "warn"],
-                                  stdout=subprocess.PIPE, text=True)
+                                   self.state, "--cpu-slots", str(slots), "--log-level", "warn"]
+                                  + extra, stdout=subprocess.PIPE, text=True)
         self.url = self.p.stdout.readline().split("listening on ")[1].split()[0]
 
     def call(self, path, body=None):

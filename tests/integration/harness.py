@@ -220,18 +220,17 @@ def model_params(name):
 @contextlib.contextmanager
 def corpus_daemon(cpu_slots, lines):
     """A daemon and a text dataset for the byte-level language models: lines (strings
-    without their newline) written as corpus.txt in a scratch folder. Yields (daemon, the
-    corpus's path); both are gone at the end."""
-    tmp = tempfile.TemporaryDirectory(prefix="ddpb-text-")
+    without their newline) written as corpus.txt in the daemon's own data folder (its
+    default --data-dir, state/data). Yields (daemon, the corpus's path); both are gone at
+    the end."""
     d = Daemon(cpu_slots=cpu_slots)
     try:
-        path = os.path.join(tmp.name, "corpus.txt")
+        path = os.path.join(d.state_dir, "data", "corpus.txt")
         with open(path, "w") as f:
             f.writelines(line + "\n" for line in lines)
         yield d, path
     finally:
         d.close()
-        tmp.cleanup()
 
 
 def pid_alive(pid):

@@ -34,6 +34,8 @@ generator cannot take all its rule clauses together):
       lists, which this filter cannot know, so it drops every body over MPI with any).
   (10) transport shm keeps its ranks on one node: nodes at most 1 and ranks_per_node 0 or
       at least world_size, at every point.
+Besides the numbered rules, dataset.path must resolve beneath one of the daemon's --data-dir
+directories: a generated path never does, so a body naming one is dropped (rule "data").
 Decision: defaults and the model table are read from the source tree (the generated schema,
 the C table), not copied, so this file follows a change there; a restated limit that no
 longer matches the schema's description fails loudly at load."""
@@ -58,7 +60,8 @@ if (f"at most {MAX_RUNS} runs" not in SCHEMA["description"]
         or "(7) pipelines, at every point" not in SCHEMA["description"]
         or "(8) loader workers, at every point" not in SCHEMA["description"]
         or "(9) mpi_mca's keys" not in SCHEMA["description"]
-        or "(10) transport shm, at every point" not in SCHEMA["description"]):
+        or "(10) transport shm, at every point" not in SCHEMA["description"]
+        or "beneath one of the daemon's --data-dir directories" not in SCHEMA["description"]):
     raise ImportError("schemathesis_hooks.py: the limits differ from the schema's description")
 SIZE_FIELDS = ("min_bytes", "max_bytes", "step")
 UNITS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
@@ -220,6 +223,8 @@ def broken_rule(body):
             return 8
         if get("transport") == "shm" and (nodes > 1 or 0 < rpn < world):
             return 10
+        if get("dataset.path"):
+            return "data"
         over_mpi = get("backend") == "mpi" or get("launcher") == "mpirun"
         if over_mpi and mca:  # the implementation's own names, and ompi_info's list
             return 9

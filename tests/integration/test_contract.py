@@ -11,8 +11,10 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import jsonschema
 import yaml
@@ -295,10 +297,17 @@ def readme_curls():
 def test_readme_curl_examples_run():
     cmds = readme_curls()
     check(len(cmds) >= 5, f"{len(cmds)} curl examples found")
-    d = Daemon(cpu_slots=2)
+    # the README's datasets: the text example's license file, and /data, where it keeps
+    # CIFAR-10 (an empty stand-in here: a POST only checks the path lies beneath a
+    # --data-dir); its examples assume ddpbenchd --data-dir for both
+    data = tempfile.mkdtemp(prefix="ddpb-readme-data-")
+    os.makedirs(os.path.join(data, "cifar10"))
+    d = Daemon(cpu_slots=2, extra_args=["--data-dir", data,
+                                        "--data-dir", "/usr/share/common-licenses"])
     try:
         base = d.url
         for cmd in cmds:
+            cmd = cmd.replace('"/data/', f'"{data}/')
             argv = shlex.split(cmd.replace("http://127.0.0.1:7480", base))
             argv = [a if not a.startswith("@") else "@" + os.path.join(SOURCE, a[1:]) for a in argv]
             r = subprocess.run(argv + ["-w", "\n%{http_code}"], capture_output=True, text=True,
@@ -318,6 +327,7 @@ def test_readme_curl_examples_run():
                 d.wait_experiment(int(cancelled.group(1)), timeout=60)
     finally:
         d.close()
+        shutil.rmtree(data, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def cifar_daemon(*formats):
     """A daemon and a folder holding the small CIFAR set converted to formats; both gone
     at the end."""
     root = tempfile.mkdtemp(prefix="ddpb-data-")
-    d = Daemon(cpu_slots=2)
+    d = Daemon(cpu_slots=2, extra_args=["--data-dir", root])  # dataset.path lies beneath it
     try:
         write_cifar(root)
         for fmt in formats:

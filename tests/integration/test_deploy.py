@@ -84,7 +84,8 @@ def test_systemd_units_verify_against_the_install():
 def test_k8s_manifests_are_consistent():
     """deploy/k8s: every document parses and names its kind; workloads' selectors match
     their pod labels, every mount has its volume, every $(VAR) in args is set in env, every
-    --flag is one the built ddpbenchd accepts, and the Service selects the leader's pods."""
+    --flag is one the built ddpbenchd accepts, and the Service selects the leader's pods.
+    Every pod runs as a non-root user, the image's own (the Dockerfile's USER)."""
     import yaml
     helptext = subprocess.run([os.path.join(BUILD, "daemon", "ddpbenchd"), "--help"],
                               capture_output=True, text=True, timeout=30).stdout
@@ -108,6 +109,13 @@ def test_k8s_manifests_are_consistent():
             sel = d["spec"]["selector"]["matchLabels"]
             check(sel.items() <= labels.items(), f"{name}: selector {sel} vs labels {labels}")
             pods[d["metadata"]["name"]] = labels
+            sec = tpl["spec"].get("securityContext", {})
+            check(sec.get("runAsNonRoot") is True and sec.get("runAsUser", 0) != 0,
+                  f"{name}: pods must run as non-root: {sec}")
+            with open(os.path.join(k8s, "Dockerfile")) as f:
+                users = re.findall(r"^USER (\d+)", f.read(), re.M)
+            check(users and users[-1] == str(sec["runAsUser"]),
+                  f"{name}: the image's USER {users} is not runAsUser {sec['runAsUser']}")
             vols = {v["name"] for v in tpl["spec"].get("volumes", [])}
             for c in tpl["spec"]["containers"]:
                 check(c.get("image") and c.get("command"), f"{name}: image and command")

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Integration tests for the request guard over real HTTP (api/guard.h): what a web page
 the researcher happens to open can make a browser send to ddpbenchd, and what a
-DNS-rebinding page can read, are refused; non-browser clients pass untouched.
+DNS-rebinding page can read, are refused; non-browser clients pass untouched. And the files
+a spec may make the workers read (issue 31): dataset.path only beneath --data-dir, one
+answer for missing and forbidden, a FIFO failing the run at once, control characters in a
+logged path escaped, the script engine's one answer for missing and outside, its
+--scripts-dir refused when others may write it, its execve failure an error event.
 
 Decision: each attack is sent the way a browser would send it (the headers it sets
 itself: Host, Origin, a "simple" Content-Type) with http.client, whose headers are
@@ -10,11 +14,13 @@ exactly what the test writes, and each refusal is checked to have stored nothing
 import http.client
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
-from harness import DAEMON, Daemon, check, run_cases
+from harness import DAEMON, Daemon, Skip, check, run_cases
 
 SPEC = {"workload": "collective", "world_size": 1, "min_bytes": "4K", "max_bytes": "4K",
         "iters": 1, "warmup": 0}
@@ -207,6 +213,154 @@ def test_open_token_file_refused():
         os.unlink(path)
 
 
+TEXT = {"workload": "train", "model": "gpt2-tiny", "seq_len": 32, "batch_size": 4,
+        "steps": 2, "warmup_steps": 1, "trace_steps": 0}
+
+
+def text_spec(path):
+    return dict(TEXT, dataset={"name": "text", "path": path, "samples": 16})
+
+
+def test_dataset_path_beneath_data_dirs_only():
+    """/etc/shadow, /proc, "..", a symlink out of the data folder and a missing file get the
+    same 400 naming dataset.path (the path aside), and the default --data-dir (state/data)
+    takes a file; a FIFO inside fails its run at once, naming it, instead of blocking."""
+    d = Daemon(cpu_slots=1)
+    try:
+        data = os.path.join(d.state_dir, "data")
+        os.makedirs(data, exist_ok=True)  # the daemon makes it (test_config checks that)
+        os.symlink("/etc/passwd", os.path.join(data, "passwd"))
+        bad = ["/etc/shadow", "/etc/passwd", "/proc/self/environ",
+               os.path.join(data, "..", "ddpbench.db"), os.path.join(data, "passwd"),
+               os.path.join(data, "missing.txt")]
+        answers = set()
+        for path in bad:
+            status, body, _ = d.request("POST", "/v1/experiments", text_spec(path))
+            check(status == 400 and body["error"]["field"] == "dataset.path", (path, body))
+            msg = body["error"]["message"]
+            check("not found or not allowed" in msg and path in msg, msg)
+            answers.add(msg.replace(path, "PATH"))
+        check(len(answers) == 1, answers)  # no oracle: one answer whatever the reason
+        check(experiment_count(d) == 0, "a refused spec was stored")
+        with open(os.path.join(data, "corpus.txt"), "w") as f:
+            f.write("a small corpus of text to train a tiny model on. " * 40)
+        d.run_succeeds(text_spec(os.path.join(data, "corpus.txt")), timeout=120)
+        fifo = os.path.join(data, "fifo.txt")
+        os.mkfifo(fifo)
+        t0 = time.time()
+        d.run_fails(text_spec(fifo), "not a regular file", timeout=60)
+        check(time.time() - t0 < 30, f"a FIFO held the run {time.time() - t0:.0f} s")
+    finally:
+        d.close()
+
+
+def test_control_characters_in_a_path_are_logged_escaped():
+    """A dataset file named with a newline and a terminal escape: the run's failure, which
+    the daemon logs with the path, is one line with them as \\xNN."""
+    d = Daemon(cpu_slots=1)
+    try:
+        name = "evil\n00:00:00.000 E ddpbenchd forged.c:1 forged\x1b[2J.txt"
+        os.makedirs(os.path.join(d.state_dir, "data"), exist_ok=True)
+        fifo = os.path.join(d.state_dir, "data", name)
+        os.mkfifo(fifo)
+        d.run_fails(text_spec(fifo), "not a regular file", timeout=60)
+        log = d.daemon_log()
+        check("\x1b" not in log and "\nforged" not in log and
+              not any(line.startswith("00:00:00.000 E") for line in log.splitlines()), log)
+        check("evil\\x0a00:00:00.000 E ddpbenchd forged.c:1 forged\\x1b[2J.txt" in log, log)
+    finally:
+        d.close()
+
+
+def test_script_engine_answers_and_scripts_dir():
+    """engine script: a missing script and one outside --scripts-dir get one answer; a
+    --scripts-dir writable by group or others stops the daemon at start; a script the
+    kernel cannot execute fails its run with the bootstrap's error event, no traceback."""
+    allowed = tempfile.mkdtemp(prefix="ddpb-scripts-")
+    with open(os.path.join(os.path.dirname(allowed), "outside-ddpb.py"), "w") as f:
+        f.write("print('must not run')\n")
+    with open(os.path.join(allowed, "run.sh"), "w") as f:  # not executable
+        f.write("#!/bin/sh\nexit 0\n")
+    d = Daemon(cpu_slots=1, extra_args=["--scripts-dir", allowed])
+    spec = {"workload": "train", "model": "mnist-cnn", "batch_size": 8, "steps": 2,
+            "warmup_steps": 1, "engine": "script"}
+    try:
+        answers = set()
+        for script in ("../outside-ddpb.py", "nothere.py"):
+            status, body, _ = d.request("POST", "/v1/experiments", dict(spec, script=script))
+            check(status == 400 and body["error"]["field"] == "script", (script, body))
+            answers.add(body["error"]["message"].replace(script, "S"))
+        check(len(answers) == 1 and "not found or not allowed" in answers.pop(), answers)
+        run = d.run_fails(dict(spec, script="run.sh"), "cannot execute run.sh", timeout=60)
+        check("Traceback" not in (run["error"] or ""), run)
+    finally:
+        d.close()
+        os.unlink(os.path.join(os.path.dirname(allowed), "outside-ddpb.py"))
+    os.chmod(allowed, 0o777)
+    r = subprocess.run([DAEMON, "--port", "0", "--store-port", "0", "--state-dir",
+                        tempfile.mkdtemp(prefix="ddpb-it-"), "--scripts-dir", allowed],
+                       capture_output=True, text=True, timeout=30)
+    check(r.returncode != 0 and "writable by group or others" in r.stderr, (r.returncode,
+                                                                          r.stderr))
+    shutil.rmtree(allowed, ignore_errors=True)
+
+
+def test_python_engines_read_datasets_guarded():
+    """engines/ddpb_data.py, which the framework engines load MNIST and CIFAR with: a gzip
+    inflating past the cap is refused while streaming, a FIFO fails at once (the alarm
+    fails the test if it blocks), a symlinked file is not followed, and with
+    DDPB_DATA_DIRS a file outside reads as not found or not allowed."""
+    import gzip
+    import signal
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "engines"))
+    try:
+        import ddpb_data
+    except ImportError as ex:  # numpy comes with the engines (install-deps.sh --engines)
+        raise Skip(f"engines/ddpb_data.py needs {ex.name}: install-deps.sh --engines")
+    tmp = tempfile.mkdtemp(prefix="ddpb-pydata-")
+    old = os.environ.pop("DDPB_DATA_DIRS", None)
+    try:
+        bomb = os.path.join(tmp, "bomb.gz")
+        with gzip.open(bomb, "wb") as g:
+            for _ in range(4):
+                g.write(bytes(1 << 20))
+        with open(bomb, "rb") as f:
+            try:
+                ddpb_data._gunzip_capped(f, bomb, cap=1 << 20)
+                check(False, "a gzip past its cap was inflated")
+            except ValueError as ex:
+                check("more than 1048576 bytes" in str(ex), ex)
+        check(ddpb_data.GZ_MAX_BYTES <= 256 << 20, ddpb_data.GZ_MAX_BYTES)
+        fifo = os.path.join(tmp, "fifo")
+        os.mkfifo(fifo)
+        signal.signal(signal.SIGALRM, signal.default_int_handler)
+        signal.alarm(10)
+        try:
+            ddpb_data._read_maybe_gz(fifo)
+            check(False, "a FIFO was read")
+        except ValueError as ex:
+            check("not a regular file" in str(ex), ex)
+        finally:
+            signal.alarm(0)
+        os.symlink("/etc/passwd", os.path.join(tmp, "link"))
+        inside = os.path.join(tmp, "ok")
+        with open(inside, "wb") as f:
+            f.write(b"bytes")
+        os.environ["DDPB_DATA_DIRS"] = os.path.realpath(tmp)
+        check(ddpb_data._read_maybe_gz(inside) == b"bytes", "a file inside")
+        for path in (os.path.join(tmp, "link"), "/etc/passwd", os.path.join(tmp, "none")):
+            try:
+                ddpb_data._read_maybe_gz(path)
+                check(False, f"{path} was read")
+            except FileNotFoundError as ex:
+                check("not found or not allowed" in str(ex), ex)
+    finally:
+        os.environ.pop("DDPB_DATA_DIRS", None)
+        if old is not None:
+            os.environ["DDPB_DATA_DIRS"] = old
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 if __name__ == "__main__":
     sys.exit(run_cases([
         test_cross_site_simple_post_is_refused_and_stores_nothing,
@@ -217,4 +371,10 @@ if __name__ == "__main__":
         test_token_scheme_is_case_insensitive_and_curl_json_works,
         test_read_token_guards_reads,
         test_open_token_file_refused,
+
+
+        test_dataset_path_beneath_data_dirs_only,
+        test_control_characters_in_a_path_are_logged_escaped,
+        test_script_engine_answers_and_scripts_dir,
+        test_python_engines_read_datasets_guarded,
     ]))

@@ -265,9 +265,13 @@ def test_bad_training_inputs():
             status, body, _ = d.request("POST", "/v1/experiments", dict(SMALL, **bad))
             want = 409 if field == "world_size" else 400
             check(status == want and body["error"]["field"] == field, (bad, status, body))
-        # a dataset directory that does not exist: the run fails naming the path
-        d.run_fails(dict(SMALL, dataset={"name": "mnist", "path": "/nonexistent/mnist"}),
-                    "/nonexistent/mnist")
+        # a dataset directory that does not exist: refused at submit naming the field and
+        # the path, as one outside the daemon's --data-dir is
+        status, body, _ = d.request("POST", "/v1/experiments",
+                                    dict(SMALL, dataset={"name": "mnist",
+                                                         "path": "/nonexistent/mnist"}))
+        check(status == 400 and body["error"]["field"] == "dataset.path"
+              and "/nonexistent/mnist" in body["error"]["message"], (status, body))
         # all steps are warm-up: nothing would be measured
         d.run_fails(dict(SMALL, warmup_steps=12), "warmup_steps")
     finally:

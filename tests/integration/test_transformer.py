@@ -78,8 +78,11 @@ def test_bad_transformer_specs():
                            ({"device": "cuda", "backend": "nccl"}, "model")):
             status, body, _ = d.request("POST", "/v1/experiments", dict(TINY, **bad))
             check(status == 400 and body["error"]["field"] == field, (bad, status, body))
-        d.run_fails(dict(TINY, dataset={"name": "text", "path": "/nonexistent/c.txt"}),
-                    "/nonexistent/c.txt")
+        status, body, _ = d.request("POST", "/v1/experiments",
+                                    dict(TINY, dataset={"name": "text",
+                                                        "path": "/nonexistent/c.txt"}))
+        check(status == 400 and body["error"]["field"] == "dataset.path"
+              and "/nonexistent/c.txt" in body["error"]["message"], (status, body))
     finally:
         d.close()
 

@@ -5,7 +5,12 @@
  * --shm-dir: none unless given, an existing directory kept as its real path; a missing path
  * or a file is refused naming the option and the path. Secret files (--token-file,
  * --read-token, --cluster-key): refused naming the option and the mode when group or
- * others may read them; DDPB_TOKEN is gone from the environment once read. */
+ * others may read them; DDPB_TOKEN is gone from the environment once read. --data-dir:
+ * repeatable, each kept as its real path in one ':'-joined list; none given: the state
+ * directory's data/ (made) and /usr/share/datasets; a missing one refused. --scripts-dir:
+ * one writable by group or others is refused at start. common/paths: beneath means the
+ * directory or under it at a '/', and a missing path and one outside fail alike. */
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -14,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/paths.h"
 #include "daemon/config.h"
 #include "tests/unit/test.h"
 
@@ -169,6 +175,97 @@ static void test_config_env_token_removed(void)
     T_CHECK(getenv("DDPB_TOKEN") == NULL);
 }
 
+static void test_config_data_dirs(void)
+{
+    struct config c;
+    struct err e = {0};
+    char a[] = "/tmp/ddpb-data-a-XXXXXX", b[] = "/tmp/ddpb-data-b-XXXXXX";
+    T_CHECK(mkdtemp(a) && mkdtemp(b));
+    char ra[PATH_MAX], rb[PATH_MAX], want[2 * PATH_MAX + 2], missing[PATH_MAX];
+    T_CHECK(realpath(a, ra) && realpath(b, rb));
+    snprintf(want, sizeof want, "%s:%s", ra, rb);
+    char *two[] = {"--data-dir", a, "--data-dir", b};
+    T_CHECK_MSG(test_config_parse(&c, two, 4, &e) == 0, "%s", e.msg);
+    T_EQ_STR(c.data_dirs, want);
+    T_OK(config_default_data_dirs(&c, &e)); /* given: the defaults stay out */
+    T_EQ_STR(c.data_dirs, want);
+    snprintf(missing, sizeof missing, "%s/nonexistent", a);
+    char *bad[] = {"--data-dir", missing};
+    T_CHECK(test_config_parse(&c, bad, 2, &e) < 0);
+    T_EQ_STR(e.field, "data-dir");
+    T_CHECK_MSG(strstr(e.msg, missing) != NULL, "%s", e.msg);
+    /* none given: <state>/data, made here, and the packaged datasets' folder */
+    char *state[] = {"--state-dir", a};
+    T_CHECK_MSG(test_config_parse(&c, state, 2, &e) == 0, "%s", e.msg);
+    T_EQ_STR(c.data_dirs, "");
+    T_OK(config_default_data_dirs(&c, &e));
+    struct stat st;
+    snprintf(want, sizeof want, "%s/data", ra);
+    T_CHECK(stat(want, &st) == 0 && S_ISDIR(st.st_mode));
+    T_CHECK_MSG(strncmp(c.data_dirs, want, strlen(want)) == 0, "%s", c.data_dirs);
+    if (stat(CONFIG_SYSTEM_DATA_DIR, &st) == 0)
+        T_CHECK_MSG(strstr(c.data_dirs, ":" CONFIG_SYSTEM_DATA_DIR), "%s", c.data_dirs);
+    rmdir(want);
+    rmdir(a);
+    rmdir(b);
+}
+
+static void test_config_scripts_dir_writable(void)
+{
+    struct config c;
+    struct err e = {0};
+    char dir[] = "/tmp/ddpb-scripts-XXXXXX";
+    T_CHECK(mkdtemp(dir) != NULL);
+    char *given[] = {"--scripts-dir", dir};
+    T_CHECK(chmod(dir, 0755) == 0);
+    T_CHECK_MSG(test_config_parse(&c, given, 2, &e) == 0, "%s", e.msg);
+    mode_t modes[] = {0775, 0757, 0777};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+        T_CHECK(chmod(dir, modes[i]) == 0);
+        e = (struct err){0};
+        T_CHECK_MSG(test_config_parse(&c, given, 2, &e) < 0, "mode %o accepted",
+                    (unsigned)modes[i]);
+        T_EQ_STR(e.field, "scripts-dir");
+        T_CHECK_MSG(strstr(e.msg, "writable by group or others"), "%s", e.msg);
+        T_EQ_STR(c.scripts_dir, "");
+    }
+    rmdir(dir);
+}
+
+static void test_paths_beneath(void)
+{
+    T_CHECK(paths_beneath("/data", "/data"));
+    T_CHECK(paths_beneath("/data/a/b", "/data"));
+    T_CHECK(paths_beneath("/data/a", "/data/"));
+    T_CHECK(!paths_beneath("/data2/a", "/data"));
+    T_CHECK(!paths_beneath("/dat", "/data"));
+    T_CHECK(paths_beneath("/etc", "/"));
+    char dir[] = "/tmp/ddpb-paths-XXXXXX", in[PATH_MAX], link[PATH_MAX], out[PATH_MAX];
+    char real[PATH_MAX], list[2 * PATH_MAX], esc[PATH_MAX];
+    T_CHECK(mkdtemp(dir) && realpath(dir, real));
+    snprintf(in, sizeof in, "%s/in", real);
+    snprintf(link, sizeof link, "%s/out", real);
+    snprintf(esc, sizeof esc, "%s/../%s/in", real, strrchr(real, '/') + 1);
+    FILE *f = fopen(in, "w");
+    T_CHECK(f != NULL);
+    fclose(f);
+    T_CHECK(symlink("/etc/passwd", link) == 0);
+    snprintf(list, sizeof list, "/nonexistent-first:%s", real);
+    T_EQ_INT(paths_resolve_beneath(esc, list, out), 0);
+    T_EQ_STR(out, in);
+    /* a symlink out of the folder, a missing file, "..": one answer, ENOENT */
+    const char *bad[] = {link, "/etc/passwd", "/nonexistent/x"};
+    for (size_t i = 0; i < 3; i++) {
+        errno = 0;
+        T_EQ_INT(paths_resolve_beneath(bad[i], list, out), -1);
+        T_EQ_INT(errno, ENOENT);
+        T_EQ_STR(out, "");
+    }
+    unlink(link);
+    unlink(in);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -177,5 +274,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_config_shm_dir);
     TEST_RUN(test_config_secret_files);
     TEST_RUN(test_config_env_token_removed);
+    TEST_RUN(test_config_data_dirs);
+    TEST_RUN(test_config_scripts_dir_writable);
+    TEST_RUN(test_paths_beneath);
     return test_end();
 }

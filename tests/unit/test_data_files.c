@@ -6,16 +6,25 @@
  * the ImageFolder scan without a manifest (sorted classes and files, other files ignored),
  * manifest lines refused with their line number, a file of another size failing the fill
  * that reads it, and the augmentation giving the same floats as the in-memory images
- * dataset over the same bytes. */
+ * dataset over the same bytes. Inputs that must not blow up: a progressive JPEG of more
+ * scans than the cap, a PNG header of huge sides, a sample file past its shape's bound,
+ * each a named error; and no manifest bytes in a manifest error. */
 #include <ftw.h>
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdio.h>
+/* jpeglib.h after stdio.h and stddef.h, which it uses without including */
+#include <jpeglib.h>
 #include <png.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "tests/unit/test.h"
+#include "worker/data/codec.h"
 #include "worker/data/convert.h"
 #include "worker/data/dataset.h"
 #include "worker/data/images.h"
@@ -535,6 +544,29 @@ static void test_manifest_errors(void)
 }
 
 /* The first file gives the shape; another size, a missing file or junk fails that fill. */
+/* dir/train.txt holding manifest, then the train split opened (NULL with e on failure). */
+static struct dataset *open_listed(const char *dir, const char *manifest, struct err *e)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/train.txt", dir);
+    struct dataset *ds = NULL;
+    if (write_text(path, manifest) < 0)
+        err_set(e, ERR_IO, "test", "cannot write %s", path);
+    else
+        dataset_files_open(dir, "s", DATA_SPLIT_TRAIN, &plain_opts, NULL, &ds, e);
+    return ds;
+}
+
+/* One fill of sample i alone (up to 3x8x8 floats); its rc, e cleared first. */
+static int fill_sample(struct dataset *ds, int64_t i, struct err *e)
+{
+    float x[3 * 64];
+    int32_t y[1];
+    struct data_draw d = {1, 0, 0};
+    err_clear(e);
+    return dataset_fill(ds, &i, 1, &d, x, y, e);
+}
+
 static void test_fill_errors_name_the_file(void)
 {
     char dir[128], path[256];
@@ -549,19 +581,13 @@ static void test_fill_errors_name_the_file(void)
     T_CHECK(write_image(path, DATA_CODEC_JPEG, 1, 8, 8, 2) == 0);
     snprintf(path, sizeof path, "%s/junk.png", dir);
     T_CHECK(write_text(path, "not really a png") == 0);
-    snprintf(path, sizeof path, "%s/train.txt", dir);
-    T_CHECK(write_text(path, "ok.png 0\nbig.png 1\ngray.jpg 0\njunk.png 1\nmissing.png 0\n") ==
-            0);
-    struct dataset *ds;
     struct err e;
-    T_OK(dataset_files_open(dir, "s", DATA_SPLIT_TRAIN, &plain_opts, NULL, &ds, &e));
-    float x[3 * 64];
-    int32_t y[1];
-    struct data_draw d = {1, 0, 0};
+    struct dataset *ds = open_listed(
+        dir, "ok.png 0\nbig.png 1\ngray.jpg 0\njunk.png 1\nmissing.png 0\n", &e);
+    T_CHECK_MSG(ds != NULL, "%s", e.msg);
     bool ok = true;
     for (int64_t i = 0; i < 5 && ok; i++) {
-        err_clear(&e);
-        int rc = dataset_fill(ds, &i, 1, &d, x, y, &e);
+        int rc = fill_sample(ds, i, &e);
         if (i == 0 || i == 2)
             ok = rc == 0;
         else
@@ -625,6 +651,139 @@ static void test_augment_matches_in_memory(void)
     T_CHECK(varied);
 }
 
+/* A valid progressive gray 8x8 JPEG of 137 scans (DC in 11 successive-approximation steps,
+ * then each of the 63 AC coefficients alone, first and refined): libjpeg reads it without
+ * a warning. Caller frees *out (malloc'd by jpeg_mem_dest). */
+static int many_scans_jpeg(unsigned char **out, unsigned long *len)
+{
+    static jpeg_scan_info scans[11 + 2 * 63];
+    int n = 0;
+    scans[n++] = (jpeg_scan_info){1, {0}, 0, 0, 0, 10};
+    for (int al = 9; al >= 0; al--)
+        scans[n++] = (jpeg_scan_info){1, {0}, 0, 0, al + 1, al};
+    for (int k = 1; k < 64; k++)
+        scans[n++] = (jpeg_scan_info){1, {0}, k, k, 0, 1};
+    for (int k = 1; k < 64; k++)
+        scans[n++] = (jpeg_scan_info){1, {0}, k, k, 1, 0};
+    struct jpeg_compress_struct ci;
+    struct jpeg_error_mgr jerr;
+    ci.err = jpeg_std_error(&jerr);
+    jpeg_create_compress(&ci);
+    *out = NULL;
+    *len = 0;
+    jpeg_mem_dest(&ci, out, len);
+    ci.image_width = ci.image_height = 8;
+    ci.input_components = 1;
+    ci.in_color_space = JCS_GRAYSCALE;
+    jpeg_set_defaults(&ci);
+    ci.scan_info = scans;
+    ci.num_scans = n;
+    jpeg_start_compress(&ci, TRUE);
+    uint8_t row[8];
+    for (int y = 0; y < 8; y++) {
+        for (int x = 0; x < 8; x++)
+            row[x] = (uint8_t)(x * 29 + y * 13);
+        JSAMPROW r = row;
+        jpeg_write_scanlines(&ci, &r, 1);
+    }
+    jpeg_finish_compress(&ci);
+    jpeg_destroy_compress(&ci);
+    return n;
+}
+
+/* A PNG signature and an IHDR of w x h (8-bit RGB, its CRC right), then IEND. */
+static size_t huge_png_header(uint8_t *p, uint32_t w, uint32_t h)
+{
+    static const uint8_t sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    size_t n = 0;
+    memcpy(p, sig, 8);
+    n = 8;
+    const uint8_t ihdr[] = {0,      0,       0,       13,     'I', 'H',     'D',
+                            'R',    w >> 24, w >> 16, w >> 8, w,   h >> 24, h >> 16,
+                            h >> 8, h,       8,       2,      0,   0,       0};
+    memcpy(p + n, ihdr, sizeof ihdr);
+    uint32_t crc = (uint32_t)crc32(0, ihdr + 4, sizeof ihdr - 4);
+    n += sizeof ihdr;
+    p[n++] = (uint8_t)(crc >> 24), p[n++] = (uint8_t)(crc >> 16), p[n++] = (uint8_t)(crc >> 8),
+    p[n++] = (uint8_t)crc;
+    const uint8_t iend[] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xae, 0x42, 0x60, 0x82};
+    memcpy(p + n, iend, sizeof iend);
+    return n + sizeof iend;
+}
+
+static void test_codec_bombs(void)
+{
+    unsigned char *jpg;
+    unsigned long jlen;
+    T_EQ_INT(many_scans_jpeg(&jpg, &jlen), 137);
+    int c = 0, h = 0, w = 0;
+    struct err e = {0};
+    T_OK(data_image_probe(jpg, jlen, "scans.jpg", &c, &h, &w, &e)); /* a valid file */
+    uint8_t px[64];
+    int rc = data_image_decode(jpg, jlen, "scans.jpg", 1, 8, 8, px, &e);
+    free(jpg);
+    T_CHECK(rc < 0);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_CHECK_MSG(strstr(e.msg, "scans.jpg") && strstr(e.msg, "more than 100 scans"), "%s",
+                e.msg);
+    uint8_t png[64];
+    size_t plen = huge_png_header(png, 100000, 100000);
+    err_clear(&e);
+    T_CHECK(data_image_probe(png, plen, "huge.png", &c, &h, &w, &e) < 0);
+    T_CHECK_MSG(strstr(e.msg, "huge.png"), "%s", e.msg);
+    err_clear(&e);
+    T_CHECK(data_image_decode(png, plen, "huge.png", 3, 8, 8, px, &e) < 0);
+    T_CHECK_MSG(strstr(e.msg, "huge.png"), "%s", e.msg);
+}
+
+/* A sample file past what its shape can take (an 8x8 PNG with 2 MiB after it) fails the
+ * fill that reads it, naming the file, before a byte of it is decoded. */
+static void test_sample_file_capped(void)
+{
+    char dir[128], path[256];
+    test_tmp_path(dir, sizeof dir, "capped");
+    mkdirs(dir);
+    snprintf(path, sizeof path, "%s/a.png", dir);
+    T_CHECK(write_image(path, DATA_CODEC_PNG, 3, 8, 8, 0) == 0);
+    snprintf(path, sizeof path, "%s/b.png", dir);
+    T_CHECK(write_image(path, DATA_CODEC_PNG, 3, 8, 8, 1) == 0);
+    FILE *f = fopen(path, "ab");
+    T_CHECK(f != NULL);
+    static uint8_t junk[2 << 20];
+    size_t wrote = fwrite(junk, 1, sizeof junk, f);
+    fclose(f);
+    T_EQ_INT(wrote, sizeof junk);
+    struct err e;
+    struct dataset *ds = open_listed(dir, "a.png 0\nb.png 1\n", &e);
+    T_CHECK_MSG(ds != NULL, "%s", e.msg);
+    int ok0 = fill_sample(ds, 0, &e);
+    int ok1 = fill_sample(ds, 1, &e);
+    dataset_destroy(ds);
+    T_EQ_INT(ok0, 0);
+    T_EQ_INT(ok1, -1);
+    T_EQ_INT(e.code, ERR_TOO_LARGE);
+    T_CHECK_MSG(strstr(e.msg, "b.png"), "%s", e.msg);
+}
+
+/* A manifest error names the file and line, never the line's bytes (the manifest could be
+ * any file the daemon's user can read). */
+static void test_manifest_errors_echo_nothing(void)
+{
+    char dir[128], path[256];
+    test_tmp_path(dir, sizeof dir, "echo");
+    mkdirs(dir);
+    const char *lines[] = {"SECRETLINE\n", "a.png SECRETLABEL\n"};
+    for (size_t k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/train.txt", dir);
+        T_CHECK(write_text(path, lines[k]) == 0);
+        struct dataset *ds = NULL;
+        struct err e = {0};
+        T_CHECK(dataset_files_open(dir, "s", DATA_SPLIT_TRAIN, &plain_opts, NULL, &ds, &e) < 0);
+        T_CHECK_MSG(strstr(e.msg, "train.txt: line 1") && !strstr(e.msg, "SECRET"), "%s",
+                    e.msg);
+    }
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -639,5 +798,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_manifest_errors);
     TEST_RUN(test_fill_errors_name_the_file);
     TEST_RUN(test_augment_matches_in_memory);
+    TEST_RUN(test_codec_bombs);
+    TEST_RUN(test_sample_file_capped);
+    TEST_RUN(test_manifest_errors_echo_nothing);
     return test_end();
 }

@@ -6,11 +6,17 @@
  * geometry of a known image, determinism, coverage of every offset, train split only),
  * byte-level text (windows and next-byte targets, split sizes, samples, too small and
  * missing files, gzip, a Debian-shipped corpus) and synthetic token sequences (targets are
- * the inputs shifted within one sequence, id range, fixed and fresh modes). */
+ * the inputs shifted within one sequence, id range, fixed and fresh modes). Files nobody
+ * may read and inputs that must not blow up: a FIFO fails at once instead of blocking, a
+ * symlinked file is not followed, DDPB_DATA_DIRS bounds every file (missing and outside
+ * alike: "not found or not allowed"), and a small gzip that inflates past its purpose's
+ * cap (an idx file's header, CIFAR's records, the text limit) fails ERR_TOO_LARGE. */
 #include <ftw.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -1225,6 +1231,142 @@ static void test_synthetic_tokens_errors(void)
     T_EQ_INT(dataset_label_len(&unset), 1);
 }
 
+/* --- files nobody may read, inputs that must not blow up ------------------------- */
+
+/* A gzip at path of head (hlen bytes) then n zero bytes, written in 1 MiB pieces: a few
+ * hundred KB on disk for hundreds of MB inflated. */
+static int gz_bomb(const char *path, const uint8_t *head, size_t hlen, size_t n)
+{
+    static uint8_t zeros[1 << 20];
+    gzFile g = gzopen(path, "wb9");
+    if (!g)
+        return -1;
+    bool ok = hlen == 0 || gzwrite(g, head, (unsigned)hlen) == (int)hlen;
+    for (size_t k = 0; ok && k < n; k += sizeof zeros) {
+        unsigned piece = (unsigned)(n - k < sizeof zeros ? n - k : sizeof zeros);
+        ok = gzwrite(g, zeros, piece) == (int)piece;
+    }
+    return gzclose(g) == Z_OK && ok ? 0 : -1;
+}
+
+static void test_gzip_bombs_capped_by_purpose(void)
+{
+    struct err e = {0};
+    char img[128], lab[128], txt[128], cif[128];
+    struct dataset *ds = NULL;
+    struct data_image_opts o = {0}, oc = {0};
+    T_OK(data_norm_preset("fashion-mnist", &o.norm, &e));
+    T_OK(data_norm_preset("cifar10", &oc.norm, &e));
+    /* an idx header of 10 images of 28x28 (7840 bytes), inflating to 64 MiB */
+    const uint8_t head[16] = {0, 0, 8, 3, 0, 0, 0, 10, 0, 0, 0, 28, 0, 0, 0, 28};
+    test_tmp_path(img, sizeof img, "bomb-images");
+    test_tmp_path(lab, sizeof lab, "bomb-labels");
+    T_CHECK(gz_bomb(img, head, sizeof head, (size_t)64 << 20) == 0);
+    T_CHECK(idx_write(lab, &idx_good_labels) == 0);
+    T_CHECK(dataset_idx_open(img, lab, "mnist", DATA_SPLIT_TRAIN, &o, &ds, &e) < 0);
+    T_EQ_INT(e.code, ERR_TOO_LARGE);
+    T_CHECK_MSG(strstr(e.msg, "more than 7856 bytes") && strstr(e.msg, "header"), "%s", e.msg);
+    /* text: past its stated limit (256 MiB) */
+    test_tmp_path(txt, sizeof txt, "bomb.txt");
+    T_CHECK(gz_bomb(txt, NULL, 0, ((size_t)256 << 20) + 4096) == 0);
+    err_clear(&e);
+    T_CHECK(dataset_text_open(txt, 16, DATA_SPLIT_TRAIN, 0, &ds, &e) < 0);
+    T_EQ_INT(e.code, ERR_TOO_LARGE);
+    T_CHECK_MSG(strstr(e.msg, "after decompression"), "%s", e.msg);
+    /* CIFAR: past 60000 records (label 0, black pixels: valid records on their own) */
+    test_tmp_path(cif, sizeof cif, "bomb-cifar.bin");
+    T_CHECK(gz_bomb(cif, NULL, 0, (size_t)60001 * 3073) == 0);
+    const char *paths[] = {cif};
+    err_clear(&e);
+    T_CHECK(dataset_cifar_open(paths, 1, DATA_SPLIT_TRAIN, &oc, &ds, &e) < 0);
+    T_EQ_INT(e.code, ERR_TOO_LARGE);
+    unlink(img);
+    unlink(txt);
+    unlink(cif);
+}
+
+static void test_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "  FAIL: an open blocked (a FIFO?)\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
+/* A FIFO fails at once (a blocked open would be ended by the alarm, failing the binary),
+ * a symlink to a readable file is not followed. */
+static void test_fifo_and_symlink(void)
+{
+    struct err e = {0};
+    char fifo[128], link[128], real[128];
+    test_tmp_path(fifo, sizeof fifo, "fifo");
+    test_tmp_path(link, sizeof link, "link");
+    test_tmp_path(real, sizeof real, "real.txt");
+    T_CHECK(mkfifo(fifo, 0600) == 0);
+    T_CHECK(text_write(real, 4096, false) == 0);
+    T_CHECK(symlink(real, link) == 0);
+    signal(SIGALRM, test_alarm);
+    alarm(10);
+    uint8_t *p = NULL;
+    size_t n = 0;
+    int rf = data_read_file(fifo, 100, &p, &n, NULL, &e);
+    alarm(0);
+    T_EQ_INT(rf, -1);
+    T_CHECK_MSG(strstr(e.msg, "not a regular file"), "%s", e.msg);
+    err_clear(&e);
+    T_CHECK(data_read_file(link, 1 << 20, &p, &n, NULL, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    T_CHECK_MSG(strstr(e.msg, "not found or not allowed"), "%s", e.msg);
+    unlink(fifo);
+    unlink(link);
+    unlink(real);
+}
+
+/* DDPB_DATA_DIRS (the daemon's --data-dir): a file beneath it opens (through a symlinked
+ * folder that stays beneath too); one outside, one missing and a symlink out of it all
+ * fail alike, naming dataset.path. */
+static void test_data_dirs_boundary(void)
+{
+    struct err e = {0};
+    char in[128], out[128], inside[192], outside[192], missing[192], escape[192], alias[192];
+    char realin[PATH_MAX];
+    test_tmp_path(in, sizeof in, "allowed");
+    test_tmp_path(out, sizeof out, "elsewhere");
+    T_CHECK(mkdir(in, 0755) == 0 && mkdir(out, 0755) == 0 && realpath(in, realin));
+    snprintf(inside, sizeof inside, "%s/a.txt", in);
+    snprintf(outside, sizeof outside, "%s/b.txt", out);
+    snprintf(missing, sizeof missing, "%s/none.txt", in);
+    snprintf(escape, sizeof escape, "%s/escape", in);
+    snprintf(alias, sizeof alias, "%s/alias", in);
+    T_CHECK(text_write(inside, 4096, false) == 0 && text_write(outside, 4096, false) == 0);
+    T_CHECK(symlink(out, escape) == 0 && symlink(realin, alias) == 0);
+    setenv("DDPB_DATA_DIRS", realin, 1);
+    struct data_config cfg = {.name = "text", .seq_len = 16};
+    const char *bad[] = {outside, missing, "/etc/passwd", NULL};
+    char via_escape[256], via_alias[256];
+    snprintf(via_escape, sizeof via_escape, "%s/b.txt", escape);
+    snprintf(via_alias, sizeof via_alias, "%s/a.txt", alias);
+    bad[3] = via_escape;
+    struct dataset *ds = NULL;
+    bool ok = true;
+    for (size_t i = 0; i < 4 && ok; i++) {
+        snprintf(cfg.path, sizeof cfg.path, "%s", bad[i]);
+        err_clear(&e);
+        ok = dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e) < 0 && e.code == ERR_NOT_FOUND &&
+             strcmp(e.field, "dataset.path") == 0 && strstr(e.msg, "not found or not allowed");
+        if (!ok)
+            fprintf(stderr, "  %s: %s\n", bad[i], e.msg);
+    }
+    snprintf(cfg.path, sizeof cfg.path, "%s", via_alias);
+    int rc = dataset_open(&cfg, DATA_SPLIT_TRAIN, &ds, &e);
+    unsetenv("DDPB_DATA_DIRS");
+    T_CHECK(ok);
+    T_CHECK_MSG(rc == 0, "%s", e.msg);
+    T_EQ_INT(ds->n, (4096 - 1) / 16 - (4096 - 1) / 16 / 10);
+    dataset_destroy(ds);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -1252,5 +1394,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_synthetic_tokens_sequence);
     TEST_RUN(test_synthetic_tokens_fixed_and_fresh);
     TEST_RUN(test_synthetic_tokens_errors);
+    TEST_RUN(test_gzip_bombs_capped_by_purpose);
+    TEST_RUN(test_fifo_and_symlink);
+    TEST_RUN(test_data_dirs_boundary);
     return test_end();
 }

@@ -64,11 +64,13 @@ static void test_launcher_environment_and_fds(void)
     setenv("DDPB_EMULATE_NODES", "2", 1); /* the one DDPB_* a rank inherits */
     setenv("CUDA_VISIBLE_DEVICES", "7", 1);
     setenv("DDPB_SHM_DIR", "/stale", 1); /* the daemon's --shm-dir wins, not its environment */
+    setenv("DDPB_DATA_DIRS", "/", 1);    /* and its --data-dir: a stale / would allow all */
     int stray = open("/dev/null", O_RDONLY); /* not close-on-exec: must not leak */
     struct launch_rank lr = test_rank(log);
     lr.node_rank = 2;
     lr.node_name = "node-b";
     lr.shm_dir = "/run/ddpb-shm";
+    lr.data_dirs = "/srv/data:/usr/share/datasets";
     struct launched out;
     T_OK(launcher_spawn(&lr, &out, &e));
     close(stray);
@@ -87,6 +89,8 @@ static void test_launcher_environment_and_fds(void)
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_NODE_NAME")), "node-b");
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_EMULATE_NODES")), "2");
     T_EQ_STR(json_string_value(json_object_get(env, "DDPB_SHM_DIR")), "/run/ddpb-shm");
+    T_EQ_STR(json_string_value(json_object_get(env, "DDPB_DATA_DIRS")),
+             "/srv/data:/usr/share/datasets");
     T_CHECK(json_object_get(env, "DDPB_STALE") == NULL);
     T_CHECK(json_object_get(env, "CUDA_VISIBLE_DEVICES") == NULL);
     T_EQ_INT(json_integer_value(json_object_get(rep, "open_fds")), 0);
@@ -111,6 +115,7 @@ static void test_launcher_environment_and_fds(void)
     unsetenv("DDPB_EMULATE_NODES");
     unsetenv("CUDA_VISIBLE_DEVICES");
     unsetenv("DDPB_SHM_DIR");
+    unsetenv("DDPB_DATA_DIRS");
 }
 
 /* The run's launcher (mpirun, srun) instead of a rank: its argv as given (a program name

@@ -19,6 +19,10 @@
 #define CIFAR_RECORD (1 + CIFAR_PIXELS)
 #define CIFAR_CLASSES 10
 #define CIFAR_MAX_FILES 64
+/* A file's cap after decompression: all of CIFAR-10's 60000 images in one file (the real
+ * batches hold 10000 each), 184 MB, not DATA_FILE_MAX_BYTES: the most a gzip may inflate
+ * to is the pixels the format can hold */
+#define CIFAR_FILE_MAX_BYTES ((size_t)60000 * CIFAR_RECORD)
 
 static int cifar_check_file(const char *path, const uint8_t *buf, size_t len, int classes,
                             struct err *e)
@@ -67,7 +71,7 @@ static int cifar_load(struct data_images_src *src, const char *path, int classes
 {
     uint8_t *buf;
     size_t len;
-    if (data_read_file(path, DATA_FILE_MAX_BYTES, &buf, &len, NULL, e) < 0)
+    if (data_read_file(path, CIFAR_FILE_MAX_BYTES, &buf, &len, NULL, e) < 0)
         return -1;
     int rc = cifar_check_file(path, buf, len, classes, e);
     if (rc == 0)

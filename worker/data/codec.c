@@ -32,6 +32,13 @@
 static const uint8_t codec_png_magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 static const uint8_t codec_jpeg_magic[3] = {0xff, 0xd8, 0xff};
 
+#define CODEC_META_BYTES ((size_t)1 << 20)
+/* The most scans a JPEG may have: a baseline file has one, a progressive one from libjpeg
+ * or Photoshop about ten; each scan is another pass over the whole coefficient buffer, so
+ * a file of thousands of tiny scans costs seconds per image (libjpeg-turbo's djpeg
+ * -maxscans and TurboJPEG's TJPARAM_SCANLIMIT guard the same way) */
+#define CODEC_JPEG_MAX_SCANS 100
+
 enum codec_kind { CODEC_KIND_NONE, CODEC_KIND_PNG, CODEC_KIND_JPEG };
 
 static enum codec_kind codec_kind_of(const uint8_t *buf, size_t len)
@@ -189,6 +196,18 @@ static struct jpeg_error_mgr *codec_jpeg_errors(struct codec_jpeg_err *je)
     return &je->pub;
 }
 
+/* libjpeg calls this while it reads the file's scans (jpeg_start_decompress reads all of a
+ * progressive file's): past the cap it is an error, out through the error manager. */
+static void codec_jpeg_progress(j_common_ptr ci)
+{
+    const struct jpeg_decompress_struct *d = (const struct jpeg_decompress_struct *)ci;
+    if (ci->is_decompressor && d->input_scan_number > CODEC_JPEG_MAX_SCANS) {
+        struct codec_jpeg_err *je = (struct codec_jpeg_err *)ci->err;
+        snprintf(je->msg, sizeof je->msg, "more than %d scans", CODEC_JPEG_MAX_SCANS);
+        longjmp(je->jump, 1);
+    }
+}
+
 /* The header's shape: c 1 for gray, 3 for a YCbCr or RGB file; anything else is refused. */
 static int codec_jpeg_channels(const struct jpeg_decompress_struct *ci, const char *what,
                                int *c, struct err *e)
@@ -238,12 +257,14 @@ static int codec_jpeg_read(const uint8_t *buf, size_t len, const struct codec_wa
     struct jpeg_decompress_struct ci;
     struct codec_jpeg_err je;
     memset(&ci, 0, sizeof ci); /* jpeg_destroy after a failed create sees no memory manager */
+    struct jpeg_progress_mgr progress = {.progress_monitor = codec_jpeg_progress};
     ci.err = codec_jpeg_errors(&je);
     if (setjmp(je.jump)) {
         jpeg_destroy_decompress(&ci);
         return err_set(e, ERR_INVALID, "dataset", "%s: corrupt JPEG: %s", want->what, je.msg);
     }
     jpeg_create_decompress(&ci);
+    ci.progress = &progress;
     int rc = codec_jpeg_read_run(&ci, buf, len, want, fc, fh, fw, e);
     jpeg_destroy_decompress(&ci);
     return rc;
@@ -331,6 +352,14 @@ int data_image_encode(enum data_image_codec codec, int quality, const uint8_t *c
                                      : codec_jpeg_encode(hwc, c, h, w, quality, out, len, e);
     free(hwc);
     return rc;
+}
+
+size_t data_image_file_max(int c, int h, int w)
+{
+    /* the JPEG bound holds any PNG of the shape too (PNG stores at most c bytes a pixel, a
+     * filter byte a row and zlib's 5 bytes in 16 KB), and the megabyte is for metadata
+     * (EXIF, ICC profiles) a camera or editor leaves in */
+    return codec_jpeg_bound(c, h, w) + CODEC_META_BYTES;
 }
 
 int data_image_decode(const uint8_t *buf, size_t len, const char *what, int c, int h, int w,

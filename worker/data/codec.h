@@ -22,6 +22,9 @@ enum data_image_codec { DATA_CODEC_PNG = 0, DATA_CODEC_JPEG };
  * ERR_INVALID naming `what`. JPEG is written 4:4:4 (no chroma subsampling). */
 int data_image_encode(enum data_image_codec codec, int quality, const uint8_t *chw, int c,
                       int h, int w, uint8_t **out, size_t *len, struct err *e);
+/* The most bytes one image file of the shape may take (a JPEG at quality 100 or a PNG,
+ * plus a megabyte of metadata): the per-sample files format reads no more. */
+size_t data_image_file_max(int c, int h, int w);
 int data_image_decode(const uint8_t *buf, size_t len, const char *what, int c, int h, int w,
                       uint8_t *chw, struct err *e);
 /* The shape in a PNG or JPEG file's header (c 1 or 3). */

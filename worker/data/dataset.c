@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/vocab.h"
+#include "worker/data/guard.h"
 /* The image options a named dataset gets: its published normalization unless the config
  * overrides it, and the CIFAR augmentation recipe when asked for. */
 static int data_open_opts(const struct data_config *cfg, struct data_image_opts *opts,
@@ -95,6 +96,9 @@ int dataset_open(const struct data_config *cfg, enum data_split split, struct da
         (*out)->split = split;
         return 0;
     }
+    /* the daemon checked it at submit; checked again, as it may have moved since */
+    if (cfg->path[0] && data_guard_check(cfg->path, e) < 0)
+        return -1;
     if (strcmp(cfg->name, "text") == 0) {
         /* a file, not a directory: no default location, and dataset_text_open keeps the
          * first cfg->samples windows itself (it knows where the train split ends) */

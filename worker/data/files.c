@@ -88,8 +88,8 @@ static int files_list_add(struct files_list *l, const char *dir, const char *rel
 {
     size_t dlen = strlen(dir), len = dlen + 1 + rel_len;
     if (len >= FILES_MAX_PATH)
-        return err_set(e, ERR_INVALID, "dataset", "%s/%.*s: path longer than %d bytes", dir,
-                       (int)(rel_len < 200 ? rel_len : 200), rel, FILES_MAX_PATH - 1);
+        return err_set(e, ERR_INVALID, "dataset", "%s: a sample path longer than %d bytes", dir,
+                       FILES_MAX_PATH - 1); /* no bytes of it: they may be a file's */
     if (l->n >= DATA_MAX_SAMPLES)
         return err_set(e, ERR_TOO_LARGE, "dataset", "%s: more than %lld samples", dir,
                        (long long)DATA_MAX_SAMPLES);
@@ -158,8 +158,7 @@ static int files_parse_label(const char *s, size_t len, int limit, const char *w
         v = v * 10 + (s[k] - '0');
     }
     if (!ok)
-        return err_set(e, ERR_INVALID, "dataset", "%s: label \"%.*s\" is not a number", where,
-                       (int)(len < 40 ? len : 40), s);
+        return err_set(e, ERR_INVALID, "dataset", "%s: the label is not a number", where);
     if (v >= limit)
         return err_set(e, ERR_INVALID, "dataset", "%s: label %lld outside [0, %d)", where, v,
                        limit);
@@ -179,8 +178,7 @@ static int files_parse_line(const char *line, size_t len, const char *dir, const
         sep--;
     if (sep < 2 || line[sep - 2] == ' ' || line[sep - 2] == '\t')
         return err_set(e, ERR_INVALID, "dataset",
-                       "%s: expected \"relative/path label\" (one space between), got \"%.*s\"",
-                       where, (int)(len < 80 ? len : 80), line);
+                       "%s: expected \"relative/path label\" (one space between)", where);
     if (files_parse_label(line + sep, len - sep, limit, where, label, e) < 0 ||
         files_check_rel(line, sep - 1, where, e) < 0)
         return -1;
@@ -361,7 +359,10 @@ static const char *files_load(const struct files_set *fs, int64_t i, uint8_t **b
                               size_t *len, struct err *e)
 {
     const char *path = fs->list.names + fs->list.off[i];
-    if (data_storage_read_file(fs->st, path, DATA_FILE_MAX_BYTES, bytes, len, e) < 0)
+    /* before the probe: the largest image the format takes; after it, the shape's */
+    size_t max = fs->c ? data_image_file_max(fs->c, fs->h, fs->w)
+                       : data_image_file_max(3, DATA_MAX_SIDE, DATA_MAX_SIDE);
+    if (data_storage_read_file(fs->st, path, max, bytes, len, e) < 0)
         return NULL;
     return path;
 }

@@ -104,10 +104,31 @@ static int idx_parse_dims(struct idx_file *f, struct err *e)
     return 0;
 }
 
+/* The most bytes f may hold: its header and the pixels (or labels) its dims declare, so a
+ * small gzip cannot inflate past what its header declares (images.h: data_bound); 0 for a
+ * header idx_parse_magic or idx_parse_dims refuses, whose read then stops at it. */
+static size_t idx_bound(const uint8_t *p, size_t len, void *ctx)
+{
+    const struct idx_file *f = ctx;
+    size_t off = 4 + 4 * (size_t)f->ndims;
+    if (len < off || p[3] != f->ndims)
+        return 0;
+    uint64_t bytes = 1;
+    for (int i = 0; i < f->ndims; i++) {
+        const uint8_t *q = p + 4 + 4 * i;
+        uint64_t d = (uint32_t)q[0] << 24 | (uint32_t)q[1] << 16 | (uint32_t)q[2] << 8 | q[3];
+        if (d < 1 || d > (i == 0 ? (uint64_t)DATA_MAX_SAMPLES : DATA_MAX_SIDE))
+            return 0;
+        bytes *= d; /* at most 2^31 * 2^24: no overflow */
+    }
+    return bytes > DATA_FILE_MAX_BYTES - off ? 0 : off + (size_t)bytes;
+}
+
 /* Reads and validates one file; on failure f->buf is freed. */
 static int idx_load(struct idx_file *f, struct err *e)
 {
-    if (data_read_file(f->path, DATA_FILE_MAX_BYTES, &f->buf, &f->len, NULL, e) < 0)
+    struct data_bound b = {.head = 4 + 4 * (size_t)f->ndims, .fn = idx_bound, .ctx = f};
+    if (data_read_file_bounded(f->path, DATA_FILE_MAX_BYTES, &b, &f->buf, &f->len, NULL, e) < 0)
         return -1;
     if (idx_parse_magic(f, e) < 0 || idx_parse_dims(f, e) < 0) {
         free(f->buf);

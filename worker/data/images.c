@@ -15,6 +15,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "worker/data/guard.h"
+
 struct data_images {
     uint8_t *block;                   /* owned; NULL for a reader-backed set */
     const uint8_t *pixels;            /* inside block */
@@ -285,16 +287,31 @@ static int data_read_grow(uint8_t **buf, size_t *cap, size_t limit, const char *
     return 0;
 }
 
-/* Reads g to its end into *buf (at most limit bytes; limit = max + 1 detects "too large"). */
-static int data_read_all(gzFile g, const char *path, size_t limit, uint8_t **buf, size_t *cap,
-                         size_t *len, struct err *e)
+/* Reads g to its end into *buf (at most limit bytes; limit = max + 1 detects "too large").
+ * With a bound (gzip only: a plain file's size is known before the read, and its parser
+ * names trailing bytes), the limit drops to what the first b->head bytes declare. */
+static int data_read_all(gzFile g, const char *path, size_t *limit, const struct data_bound *b,
+                         uint8_t **buf, size_t *cap, size_t *len, struct err *e)
 {
+    bool bounded = !b || !b->fn;
     for (;;) {
-        if (*len == *cap && data_read_grow(buf, cap, limit, path, e) < 0)
+        if (!bounded && *len >= b->head) {
+            size_t max = b->fn(*buf, *len, b->ctx);
+            if (max == 0) /* not the format's header: its parser says what is wrong */
+                return 0;
+            if (max < *limit - 1)
+                *limit = max + 1;
+            bounded = true;
+        }
+        if (*len >= *limit)
+            return 0; /* past the cap: the caller says so */
+        if (*len == *cap && data_read_grow(buf, cap, *limit, path, e) < 0)
             return -1;
         size_t want = *cap - *len;
         if (want > (1u << 24))
             want = 1u << 24;
+        if (!bounded && want > b->head - *len)
+            want = b->head - *len; /* stop at the header: the bound comes from it */
         if (want == 0)
             return 0;
         int r = gzread(g, *buf + *len, (unsigned)want);
@@ -309,28 +326,29 @@ static int data_read_all(gzFile g, const char *path, size_t limit, uint8_t **buf
     }
 }
 
+/* Opens path through the guard (guard.h: a regular file beneath the allowed directories)
+ * and fills *st. */
 static int data_read_open(const char *path, struct stat *st, struct err *e)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return err_set(e, ERR_NOT_FOUND, "dataset", "%s: no such file", path);
-        return err_errno(e, "%s: open", path);
-    }
+    int fd = data_guard_open(path, e);
+    if (fd < 0)
+        return -1;
     if (fstat(fd, st) < 0) {
         err_errno(e, "%s: stat", path);
         close(fd);
         return -1;
-    }
-    if (!S_ISREG(st->st_mode)) {
-        close(fd);
-        return err_set(e, ERR_INVALID, "dataset", "%s: not a regular file", path);
     }
     return fd;
 }
 
 int data_read_file(const char *path, size_t max_bytes, uint8_t **out, size_t *len, bool *gz,
                    struct err *e)
+{
+    return data_read_file_bounded(path, max_bytes, NULL, out, len, gz, e);
+}
+
+int data_read_file_bounded(const char *path, size_t max_bytes, const struct data_bound *bound,
+                           uint8_t **out, size_t *len, bool *gz, struct err *e)
 {
     *out = NULL;
     *len = 0;
@@ -361,13 +379,15 @@ int data_read_file(const char *path, size_t max_bytes, uint8_t **out, size_t *le
             rc = err_set(e, ERR_NOMEM, "dataset", "%s: out of memory for %zu bytes", path, cap);
     }
     if (rc == 0)
-        rc = data_read_all(g, path, limit, &buf, &cap, len, e);
+        rc = data_read_all(g, path, &limit, direct ? NULL : bound, &buf, &cap, len, e);
     int crc = gzclose_r(g);
-    if (rc == 0 && crc != Z_OK)
+    /* a read stopped at the cap leaves the gzip stream unfinished: the cap is the news */
+    if (rc == 0 && *len >= limit)
+        rc = err_set(e, ERR_TOO_LARGE, "dataset", "%s: more than %zu bytes%s%s", path,
+                     limit - 1, direct ? "" : " after decompression",
+                     limit - 1 < max_bytes ? " (what its header declares)" : "");
+    else if (rc == 0 && crc != Z_OK)
         rc = err_set(e, ERR_INVALID, "dataset", "%s: truncated or corrupt gzip data", path);
-    if (rc == 0 && *len > max_bytes)
-        rc = err_set(e, ERR_TOO_LARGE, "dataset", "%s: more than %zu bytes%s", path, max_bytes,
-                     direct ? "" : " after decompression");
     if (rc < 0) {
         free(buf);
         *len = 0;

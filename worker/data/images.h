@@ -69,6 +69,22 @@ void data_augment_draw(const struct data_augment *aug, const struct data_draw *d
 int data_read_file(const char *path, size_t max_bytes, uint8_t **out, size_t *len, bool *gz,
                    struct err *e);
 
+/* A cap told by a format's header: once head bytes are read (after decompression),
+ * fn(bytes, len, ctx) gives the most bytes the whole file may hold (its header plus the
+ * pixels it declares); the read stops one byte past that, so a small gzip that inflates
+ * far past what its header declares costs that much, not max_bytes. fn returns 0 for a
+ * header that is not the format's: the read then ends there, with the head bytes alone,
+ * for the format's parser to refuse. */
+struct data_bound {
+    size_t head;
+    size_t (*fn)(const uint8_t *head, size_t len, void *ctx);
+    void *ctx;
+};
+
+/* data_read_file with bound (NULL: max_bytes alone); ERR_TOO_LARGE past either. */
+int data_read_file_bounded(const char *path, size_t max_bytes, const struct data_bound *bound,
+                           uint8_t **out, size_t *len, bool *gz, struct err *e);
+
 /* mkdir -p: makes each missing component of dir (0755), for the writers of the converted
  * formats. ERR_INVALID naming "dataset.path" when dir exists but is not a folder. */
 int data_make_dirs(const char *dir, struct err *e);

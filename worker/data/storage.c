@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/vocab.h"
+#include "worker/data/guard.h"
 
 /* Durations past this (about 11.6 days) are clamped so that a figure no spec would allow
  * still cannot overflow int64 nanoseconds. */
@@ -214,16 +215,9 @@ int data_storage_open(struct data_storage *st, const char *path, struct err *e)
 {
     struct storage_req r;
     storage_begin(st, &r);
-    int fd;
-    do
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-    while (fd < 0 && errno == EINTR);
+    int fd = data_guard_open(path, e); /* guard.h: beneath the allowed dirs, regular */
     storage_end(st, &r, 0);
-    if (fd >= 0)
-        return fd;
-    if (errno == ENOENT)
-        return err_set(e, ERR_NOT_FOUND, "dataset", "%s: no such file", path);
-    return err_errno(e, "%s: open", path);
+    return fd;
 }
 
 /* preads until n bytes or the end of the file, retrying EINTR and short reads; *got is

@@ -17,6 +17,10 @@
 
 #define TEXT_VOCAB 256
 #define TEXT_TEST_SHARE 10 /* one window in ten goes to the test split */
+/* The most bytes a text file may hold (after decompression): every rank holds the whole
+ * file, and the CPU transformer trains on a few MB an epoch, so 256 MiB is far more than a
+ * run reads while a gzip bomb (a few hundred KB inflating to GBs) stops here, per rank */
+#define TEXT_MAX_BYTES ((size_t)256 << 20)
 
 struct text {
     uint8_t *bytes;       /* owned: the whole file */
@@ -100,7 +104,7 @@ int dataset_text_open(const char *path, int seq_len, enum data_split split, int6
         return err_set(e, ERR_INVALID, "dataset.samples", "%lld samples", (long long)samples);
     uint8_t *bytes;
     size_t len;
-    if (data_read_file(path, DATA_FILE_MAX_BYTES, &bytes, &len, NULL, e) < 0)
+    if (data_read_file(path, TEXT_MAX_BYTES, &bytes, &len, NULL, e) < 0)
         return -1;
     int64_t first = 0, n = 0;
     if (text_count(path, len, seq_len, split, samples, &first, &n, e) < 0) {
