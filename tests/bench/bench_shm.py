@@ -142,7 +142,6 @@ def report_allreduce(a, res, algs, sizes):
     print(f"\n### Allreduce busbw (GB/s), float32 sum in place, median of {a.rounds} rounds "
           f"(min-max)\n")
     mc1 = {s: med(v) for s, v in res[("memcpy1", 0)].items()}
-    mc2 = {s: med(v) for s, v in res[("memcpy2", 0)].items()}
     for w in a.worlds:
         print(f"\n#### {w} ranks{' (oversubscribed: 2 CPUs)' if w > os.cpu_count() else ''}\n")
         print("| size | " + " | ".join(PEERS) + " | memcpy 1 thread | memcpy 2 threads (each) |")
@@ -192,50 +191,68 @@ def report_allreduce(a, res, algs, sizes):
 DEF_SLOT, DEF_SMALL = 512 * K, 16 * K
 
 
-def tuning_configs():
-    cfgs = [(s, DEF_SMALL) for s in (128 * K, 256 * K, 512 * K, 1 * M, 2 * M)]
-    return cfgs + [(DEF_SLOT, s) for s in (4 * K, 64 * K)]
+SPINS = (0, 200, 1000)  # SHMBENCH_SPIN_US at 4 ranks (the default there: 50 us, yielding)
+
+
+def tuning_configs(world):
+    """(slot, small, spin_us or None for the default) to measure at world ranks."""
+    cfgs = [(s, DEF_SMALL, None) for s in (128 * K, 256 * K, 512 * K, 1 * M, 2 * M)]
+    cfgs += [(DEF_SLOT, s, None) for s in (4 * K, 64 * K)]
+    return cfgs + ([(DEF_SLOT, DEF_SMALL, u) for u in SPINS] if world > os.cpu_count() else [])
+
+
+def cfg_name(c):
+    slot, small, spin = c
+    return (f"slot {ba.fmt_size(slot)} small {ba.fmt_size(small)}" +
+            (f" spin {spin} us" if spin is not None else ""))
 
 
 def part_tuning(a, tmp, out):
     sizes = ([4 * K << k for k in range(6)] + [256 * K, 1 * M, 4 * M, 16 * M, 64 * M]
              if not a.quick else [4 * K, 32 * K, 1 * M, 16 * M])
-    cfgs = tuning_configs()
-    res = {}  # (slot, small, world) -> {size: [us]}
+    res = {}  # (slot, small, spin, world) -> {size: [us]}
     for rnd in range(a.rounds):
-        order = cfgs if rnd % 2 == 0 else cfgs[::-1]
         for w in a.worlds:
-            for slot, small in order:
-                os.environ.update(SHMBENCH_SLOT=str(slot), SHMBENCH_SMALL=str(small))
+            cfgs = tuning_configs(w)
+            for slot, small, spin in (cfgs if rnd % 2 == 0 else cfgs[::-1]):
+                env = dict(SHMBENCH_SLOT=str(slot), SHMBENCH_SMALL=str(small))
+                if spin is not None:
+                    env["SHMBENCH_SPIN_US"] = str(spin)
+                os.environ.update(env)
                 try:
                     d = ba.DaemonRunner(a.build, w)
                 finally:
-                    del os.environ["SHMBENCH_SLOT"], os.environ["SHMBENCH_SMALL"]
+                    for k in env:
+                        del os.environ[k]
                 try:
                     got = ba.run_ddpbench({w: d}, w, sizes, a.iters, a.warmup, True,
                                           transport="shm")
                 finally:
                     d.close()
                 for size, r in got.items():
-                    res.setdefault((slot, small, w), {}).setdefault(size, []).append(r["us"])
+                    res.setdefault((slot, small, spin, w), {}).setdefault(size, []).append(
+                        r["us"])
             log(f"tuning round {rnd + 1}/{a.rounds} x{w} done")
-    out["tuning"] = {f"{s}|{m}|{w}": v for (s, m, w), v in res.items()}
+    out["tuning"] = {f"{s}|{m}|{u}|{w}": v for (s, m, u, w), v in res.items()}
     for w in a.worlds:
         print(f"\n### shm tuning, {w} ranks: busbw GB/s, median of {a.rounds} rounds "
               f"(best of the row in bold)\n")
-        names = [f"slot {ba.fmt_size(s)} small {ba.fmt_size(m)}" for s, m in cfgs]
+        cfgs = tuning_configs(w)
+        names = [cfg_name(c) for c in cfgs]
         print("| size | " + " | ".join(names) + " |")
         print("|---|" + "---|" * len(cfgs))
         wins = {}
         for size in sizes:
-            bw = [ba.busbw(size, med(res[(s, m, w)][size]), w) for s, m in cfgs]
+            bw = [ba.busbw(size, med(res[c + (w,)][size]), w) for c in cfgs]
             top = max(range(len(cfgs)), key=lambda i: bw[i])
             wins[size] = names[top]
             print(f"| {ba.fmt_size(size)} | " + " | ".join(
                 f"**{v:.3f}**" if i == top else f"{v:.3f}" for i, v in enumerate(bw)) + " |")
+        print(f"\n{w} ranks, best per size: " +
+              "; ".join(f"{ba.fmt_size(b)} {n}" for b, n in wins.items()))
         print(f"\n{w} ranks, us (median) up to 128 KiB by SHM_SMALL_BYTES at slot 512K: " +
               "; ".join(f"small {ba.fmt_size(m)}: " + ", ".join(
-                  f"{ba.fmt_size(s)} {med(res[(DEF_SLOT, m, w)][s]):.1f}"
+                  f"{ba.fmt_size(s)} {med(res[(DEF_SLOT, m, None, w)][s]):.1f}"
                   for s in sizes if s <= 128 * K) for m in (4 * K, 16 * K, 64 * K)))
 
 
