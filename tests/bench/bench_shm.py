@@ -22,6 +22,9 @@ allreduce  float32 sum in place, 8 B and 4 KiB..64 MiB by doubling, at each worl
            of 1-thread memcpy at that size; 8-byte latency p50 (median over rounds of each
            run's median iteration). Goals at 2 ranks: shm >= 1.0x OpenMPI from 64 KiB,
            8-byte latency <= 1 us.
+profile    perf stat -a (software events: the VM counts no hardware ones) around shm and
+           OpenMPI at 2 ranks 16 MiB and 4 ranks 1 and 16 MiB: context switches and CPU
+           time per allreduce (system-wide, so whatever else ran counts too).
 tuning     ddpbench shm only: SHM_SLOT_DEFAULT and SHM_SMALL_BYTES varied through the
            environment variables SHMBENCH_SLOT / SHMBENCH_SMALL, which only a throwaway
            patch of worker/comm/shm.c / shm_algo.c reads (never committed: on a tree
@@ -184,6 +187,73 @@ def report_allreduce(a, res, algs, sizes):
                  if med(bw_rounds(res, "shm", 4, s)) < med(bw_rounds(res, "openmpi", 4, s))]
         print(f"- 4 ranks (oversubscribed) no worse than OpenMPI: "
               f"{'met' if not worse else 'worse at ' + ', '.join(worse)}")
+
+
+# --- 1b. profile ------------------------------------------------------------------------
+
+PROFILE = [(2, 16 * M), (4, 1 * M), (4, 16 * M)]
+
+
+def perf_stat(fn):
+    """fn() run under a system-wide perf stat of software events (this VM counts no
+    hardware events): {event: count}. System-wide, so it counts whatever else ran too."""
+    out = tempfile.mktemp(prefix="ddpb-perf-")
+    p = subprocess.Popen(["perf", "stat", "-a", "-x,", "-o", out, "-e",
+                          "context-switches,cpu-migrations,task-clock"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.3)
+    try:
+        fn()
+    finally:
+        p.send_signal(2)
+        p.wait(30)
+    got = {}
+    with open(out) as f:
+        for line in f:
+            v = line.strip().split(",")
+            if len(v) > 2 and v[0].replace(".", "").isdigit():
+                got[v[2]] = float(v[0])
+    os.unlink(out)
+    return got
+
+
+def part_profile(a, tmp, out):
+    """Context switches and CPU per allreduce, shm against OpenMPI, at one size each."""
+    iters = 200
+    mpi = bm.build_plain(tmp, "openmpi")
+    res = {}
+    for w, size in PROFILE:
+        d = ba.DaemonRunner(a.build, w)
+        try:
+            for rnd in range(a.rounds):
+                for p in (("shm", "openmpi") if rnd % 2 == 0 else ("openmpi", "shm")):
+                    t0 = time.time()
+                    if p == "shm":
+                        got = perf_stat(lambda: ba.run_ddpbench({w: d}, w, [size], iters, 5,
+                                                                True, transport="shm"))
+                    else:
+                        got = perf_stat(lambda: bm.run_plain(mpi, "openmpi", w, [size],
+                                                             iters, 5))
+                    got["wall"] = time.time() - t0
+                    res.setdefault((p, w, size), []).append(got)
+        finally:
+            d.close()
+        log(f"profile x{w} {ba.fmt_size(size)} done")
+    out["profile"] = {f"{p}|{w}|{s}": v for (p, w, s), v in res.items()}
+    print(f"\n### Profile: perf stat -a (software events), {iters} allreduces + 5 warmup per "
+          f"run (and the run's start), median of {a.rounds} rounds\n")
+    print("| ranks | size | peer | context switches per allreduce | CPU ms per allreduce "
+          "(all CPUs) | migrations per allreduce | run wall s |")
+    print("|---|---|---|---|---|---|---|")
+    for w, size in PROFILE:
+        for p in ("shm", "openmpi"):
+            rows = res[(p, w, size)]
+            n = iters + 5
+            print(f"| {w} | {ba.fmt_size(size)} | {p} | "
+                  f"{med([r.get('context-switches', 0) / n for r in rows]):.1f} | "
+                  f"{med([r.get('task-clock', 0) / n for r in rows]):.2f} | "
+                  f"{med([r.get('cpu-migrations', 0) / n for r in rows]):.2f} | "
+                  f"{med([r['wall'] for r in rows]):.1f} |")
 
 
 # --- 2. tuning ----------------------------------------------------------------------------
@@ -377,7 +447,7 @@ def cpu_isa():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--part", default="allreduce,tuning,copy,netlab,train")
+    ap.add_argument("--part", default="allreduce,profile,tuning,copy,netlab,train")
     ap.add_argument("--worlds", default="2,4")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (allreduce), 3 (others)")
     ap.add_argument("--iters", type=int, default=20)
@@ -399,7 +469,8 @@ def main():
     out = {}
     tmp = tempfile.mkdtemp(prefix="ddpb-bench-shm-")
     rounds = a.rounds
-    fns = {"allreduce": part_allreduce, "tuning": part_tuning, "copy": part_copy,
+    fns = {"allreduce": part_allreduce, "profile": part_profile, "tuning": part_tuning,
+           "copy": part_copy,
            "netlab": part_netlab, "train": part_train}
     try:
         for part in parts:
@@ -408,6 +479,8 @@ def main():
             fns[part](a, tmp, out)
             sys.stdout.flush()
             log(f"part {part} took {time.time() - t0:.0f} s")
+            print(f"\n(part {part}: {time.time() - t0:.0f} s, load average at its end "
+                  f"{os.getloadavg()[0]:.2f})")
     finally:
         subprocess.run(["rm", "-rf", tmp])
         if a.json:
