@@ -2,7 +2,7 @@
 """bench_shm: issue 30's measurements of the shared-memory transport, on this machine, in
 one run. Not a test: it prints markdown tables and never passes or fails.
 
-    tests/bench/bench_shm.py [--build DIR] [--part allreduce,tuning,copy,netlab,train]
+    tests/bench/bench_shm.py [--build DIR] [--part allreduce,profile,tuning,copy,netlab,train]
                              [--worlds 2,4] [--rounds N] [--iters N] [--warmup N]
                              [--quick] [--json FILE]
 
