@@ -130,11 +130,13 @@ class DaemonRunner:
         shutil.rmtree(self.state, ignore_errors=True)
 
 
-def run_ddpbench(daemons, world, sizes, iters, warmup, inplace, algorithm="auto"):
-    rows = daemons[world].run({
+def run_ddpbench(daemons, world, sizes, iters, warmup, inplace, algorithm="auto", **spec):
+    """spec: further fields of the experiment (e.g. transport)."""
+    rows = daemons[world].run(dict({
         "name": f"bench-allreduce-{world}", "workload": "collective", "world_size": world,
         "op": "allreduce", "dtype": "float32", "redop": "sum", "algorithm": algorithm,
-        "sizes": sizes, "iters": iters, "warmup": warmup, "check": True, "inplace": inplace})
+        "sizes": sizes, "iters": iters, "warmup": warmup, "check": True, "inplace": inplace},
+        **spec))
     out = {}
     for r in rows:
         if r["wrong"]:
