@@ -32,7 +32,7 @@ tuning     ddpbench shm only: SHM_SLOT_DEFAULT and SHM_SMALL_BYTES varied throug
            showing no difference); one daemon per configuration.
 copy       tests/bench/shm_copy.c: process_vm_readv (CMA) from a peer against staging
            through a shared mapping (512 KiB chunks, double buffered), 2 processes.
-netlab     2 emulated hosts x 2 ranks under 10gbe (deploy/netlab.sh through
+netlab     2 emulated hosts x 2 ranks under 10gbe (--netlab-profile; deploy/netlab.sh through
            bench_netlab.Lab, root): allreduce busbw per size for algorithm hier with
            transport auto (shm inside hosts), hier with tcp, ring and rd with tcp, and auto.
 train      DDP (strategy ddp) mnist-cnn and resnet18 at 2 ranks: ddpbench with transport shm
@@ -363,7 +363,7 @@ def part_netlab(a, tmp, out):
     bn.PREFIX = "ddpbsh"
     bn.ENV = dict(os.environ, NETLAB_PREFIX=bn.PREFIX, NETLAB_SUBNET="10.218.0")
     bn.PORT = 7660
-    lab = bn.Lab(a.build, 2, "10gbe")
+    lab = bn.Lab(a.build, 2, a.netlab_profile)
     res = {}
     try:
         for rnd in range(a.rounds):
@@ -380,7 +380,8 @@ def part_netlab(a, tmp, out):
         lab.close()
     out["netlab"] = {f"{g}|{t}|{b}": v for (g, t, b), v in res.items()}
     sizes = sorted({b for _, _, b in res})
-    print(f"\n### 2 netlab hosts x 2 ranks, 10gbe: allreduce busbw GB/s, median of {a.rounds} "
+    print(f"\n### 2 netlab hosts x 2 ranks, {a.netlab_profile}: allreduce busbw GB/s, median of "
+          f"{a.rounds} "
           f"rounds (min-max)\n")
     print("| size | " + " | ".join(f"{g}+{t}" for g, t in NET_CFGS) +
           " | hier+shm / best tcp | auto ran |")
@@ -449,6 +450,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--part", default="allreduce,profile,tuning,copy,netlab,train")
     ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--netlab-profile", default="10gbe",
+                    help="network profile of the netlab part's host links (deploy/netlab.sh)")
     ap.add_argument("--rounds", type=int, default=None, help="default 5 (allreduce), 3 (others)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)

@@ -59,7 +59,9 @@
 
 #define SHM_MAGIC 0x4d48534250444444ull /* "DDDPBSHM" */
 #define SHM_REC_MAGIC 0x52485344u       /* "DSHR" */
-#define SHM_SLOT_DEFAULT (512u << 10)   /* measured: tests/bench/RESULTS.md */
+/* Measured (tests/bench/RESULTS.md, issue 30): best or within 5% of the best from 256 KiB
+ * up at 2 ranks; 128 KiB loses 10-50%, 1-2 MiB lose 10-20% at 1-4 MiB messages. */
+#define SHM_SLOT_DEFAULT (512u << 10)
 #define SHM_FIFO_DEFAULT (256u << 10)
 #define SHM_FIFO_MIN (16u << 10)
 #define SHM_FIFO_NODE (2u << 20) /* a member's rings together, beyond 8 ranks */

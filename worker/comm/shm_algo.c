@@ -15,11 +15,16 @@
  *   reduced parts out. Each element is reduced by one member, in member order, so every
  *   member gets the same bytes. Small allreduce (up to SHM_SMALL_BYTES) is one step:
  *   every member copies its whole input and reduces everything itself, one wait instead
- *   of two (measured: tests/bench/RESULTS.md).
- * - Staging through the segment, not single-copy reads of a peer's buffer
- *   (process_vm_readv): measured at 2 ranks in tests/bench/RESULTS.md; CMA is a system
- *   call per piece that pins pages and Docker's default seccomp profile refuses it, and
- *   the staged copy of a chunk is a cache hit for the member that reduces it.
+ *   of two. Measured (tests/bench/RESULTS.md, issue 30): thresholds of 4, 16 and 64 KiB
+ *   are within 10% at 2 ranks; at 4 ranks 64 KiB helps 8-32 KiB but costs 35% at 64 KiB.
+ * - Staging through the segment at every size, not single-copy reads of a peer's buffer
+ *   (process_vm_readv, CMA). Measured (tests/bench/RESULTS.md, issue 30, shm_copy.c, 2
+ *   processes, one-way copies): CMA is 1.2-2.0x faster from 32 to 512 KiB, but staging
+ *   wins at 4-16 KiB (a system call and page pinning per piece) and from 1 MiB up (CMA at
+ *   0.36-0.64x of it), where a staged chunk stays in cache between the copy in and its
+ *   reduction. An allreduce of 32-512 KiB already runs at 1.2-2.9x OpenMPI's busbw
+ *   staged, and Docker's default seccomp profile refuses CMA, so one path is kept; CMA
+ *   for one-way 32-512 KiB copies (send/recv, broadcast) is the measured opportunity.
  * - Point-to-point is a byte stream per ordered pair: a ring of fifo_bytes in the
  *   sender's segment, its head counter in the sender's and its tail in the receiver's,
  *   each message an 8-byte length and the payload. sendrecv moves both directions in
