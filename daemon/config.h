@@ -82,8 +82,8 @@ struct config {
  * --network-profile, --join, --node-timeout-ms, --sync-ms, --mpi-agent, --shm-dir,
  * --tls-cert, --tls-key, --join-ca, --join-system-ca) and DDPB_TOKEN (a token given in
  * the environment; --token-file wins). The TLS files are checked here (readable, PEM of
- * the right kind), so a bad one stops the start naming its flag. Returns 0; 1 when --help/--version
- * printed; -1 with e naming the bad option. */
+ * the right kind, the key the certificate's), so a bad one stops the start naming its
+ * flag. Returns 0; 1 when --help/--version printed; -1 with e naming the bad option. */
 int config_parse_args(struct config *c, int argc, char **argv, struct err *e);
 void config_print_usage(const char *prog);
 /* The whole of a PEM file named by --tls-cert / --tls-key (flag: its name, for messages)
