@@ -628,8 +628,10 @@ static void follower_on_timer(void *ctx)
         follower_join(f);
     if (f->joined)
         follower_sync(f);
-    if (atomic_load(&f->drain) && f->nranks == 0 && json_array_size(f->outbox) == 0 &&
-        f->joined) {
+    /* never joined (a leader it cannot reach or verify): nothing to hand over, so a
+     * drain ends at once instead of waiting for a join that may never come */
+    if (atomic_load(&f->drain) && f->nranks == 0 &&
+        (json_array_size(f->outbox) == 0 || !f->joined)) {
         follower_leave(f);
         return;
     }
