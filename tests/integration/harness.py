@@ -245,6 +245,20 @@ class Daemon:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
 
+def raw_exchange(port, data, timeout=10):
+    """Sends data as is to 127.0.0.1:port and returns every byte that comes back until the
+    server closes (for requests no HTTP client would send, and bytes that are no HTTP)."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        reply = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return reply
+            reply += chunk
+
+
 def check(cond, msg="check failed"):
     if not cond:
         raise AssertionError(msg)

@@ -24,7 +24,8 @@ import time
 import urllib.error
 import urllib.request
 
-from harness import BUILD, Daemon, TlsKeys, check, pid_alive, run_cases, wait_gone
+from harness import (BUILD, Daemon, TlsKeys, check, pid_alive, raw_exchange, run_cases,
+                     wait_gone)
 
 CLI = os.path.join(BUILD, "cli", "ddpbench")
 
@@ -453,14 +454,7 @@ def test_plain_http_to_tls_port_fails_cleanly():
     lead = leader()
     try:
         port = lead.info["http_port"]
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            got = b""
-            while True:
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                got += chunk
+        got = raw_exchange(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         check(not got.startswith(b"HTTP/"), got[:100])
         try:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
