@@ -268,9 +268,11 @@ def write_spec(name, spec, cluster=None):
 
 def script_env(**extra):
     """The environment sbatch passes the script: this build, a free port, results in
-    jobs/, the leader on 127.0.0.1 (the one node)."""
+    jobs/, the leader on 127.0.0.1 (the one node), in plain HTTP (DDPB_TLS=0): these cases
+    read the job's daemon while it runs, and its TLS keys live in the job's private folder
+    (the daemons-mode cases run the job's cluster over TLS)."""
     env = dict(S.env, DDPB_BIN=BUILD, DDPB_PORT=str(free_port()), DDPB_OUT=S.path("jobs"),
-               DDPB_IFACE_ADDR_CMD="echo 127.0.0.1")
+               DDPB_IFACE_ADDR_CMD="echo 127.0.0.1", DDPB_TLS="0")
     env.update(extra)
     return env
 
