@@ -11,8 +11,8 @@ latency: POST /v1/experiments -> the experiment read back as succeeded, for a ti
   10 ms by the same client; --latency-n submissions per mode per round, the median.
 busbw: a 2-rank allreduce with one rank on each node (nodes 2), 64 KiB to 16 MiB, the
   daemons' median busbw per size.
-ddp: DDP step time (strategy ddp) of mnist-cnn, batch 32, 2 ranks on 2 nodes, 40 steps
-  after 5 of warm-up: the daemons' step_ms median and throughput.
+ddp: DDP step time (strategy ddp) of mnist-cnn, batch 32, 2 ranks on 2 nodes, 150 steps
+  after 10 of warm-up: the daemons' step_ms median and throughput.
 
 TLS covers the REST API and the follower's sync link only; the ranks exchange their data
 over their own TCP transport in both modes, so busbw and step time should not differ:
@@ -38,7 +38,7 @@ BUSBW = {"name": "bench-tls-busbw", "workload": "collective", "op": "allreduce",
          "world_size": 2, "nodes": 2, "min_bytes": "64K", "max_bytes": "16M", "factor": 4,
          "iters": 10, "warmup": 2, "timeout_s": 600}
 DDP = {"name": "bench-tls-ddp", "workload": "train", "model": "mnist-cnn", "batch_size": 32,
-       "steps": 40, "warmup_steps": 5, "strategy": "ddp", "world_size": 2, "nodes": 2,
+       "steps": 150, "warmup_steps": 10, "strategy": "ddp", "world_size": 2, "nodes": 2,
        "dataset": {"name": "synthetic"}, "timeout_s": 600,
        "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}}
 
