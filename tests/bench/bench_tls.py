@@ -115,8 +115,8 @@ def main():
     fcntl.flock(lock, fcntl.LOCK_EX)
     keys = harness.TlsKeys()
     token_file = os.path.join(keys.dir, "token")
-    with open(token_file, "w") as f:
-        f.write(TOKEN)
+    with open(os.open(token_file, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(TOKEN)  # 0600: a daemon refuses a token file others can read
     lat, bw, step, thr = {}, {}, {}, {}
     try:
         for rnd in range(args.rounds):
