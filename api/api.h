@@ -131,6 +131,8 @@ struct api_server;
 /* Starts libmicrohttpd on cfg->host:cfg->port. ctx is borrowed. Owned result. */
 struct api_server *api_server_start(struct api_ctx *ctx, struct err *e);
 int api_server_port(const struct api_server *s);
+/* True when the listener serves HTTPS (--tls-cert): the daemon's URL is then https://. */
+bool api_server_tls(const struct api_server *s);
 void api_server_stop(struct api_server *s);
 
 #endif

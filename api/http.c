@@ -13,7 +13,12 @@
  * gets a short idle timeout (HTTP_HEAD_IDLE_S), and a reaper thread shuts down the
  * socket of any connection whose head took longer than HTTP_HEAD_CAP_S in total (its
  * thread then sees end of file and closes it). Once the head is in, the normal idle
- * timeout applies: bodies, keep-alive and event streams are not affected. */
+ * timeout applies: bodies, keep-alive and event streams are not affected.
+ *
+ * Decision: TLS is libmicrohttpd's own (GnuTLS), on the same listener and threads, when
+ * --tls-cert/--tls-key are given (daemon/config.c has checked the pair); one listener
+ * speaks one protocol, so a plain request to an HTTPS port fails its handshake and is
+ * closed like any other bytes that never make a request. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -59,6 +64,7 @@ struct api_server {
     struct http_sock *socks; /* every open connection */
     pthread_t reaper;
     bool reaper_started, reaper_stop;
+    char *tls_cert, *tls_key; /* owned PEM texts while the listener serves TLS; else NULL */
 };
 
 struct http_conn {
@@ -501,6 +507,10 @@ static void http_reaper_stop(struct api_server *srv)
 /* Frees srv once libmicrohttpd is stopped (or never started) and the reaper joined. */
 static void http_server_free(struct api_server *srv)
 {
+    free(srv->tls_cert);
+    if (srv->tls_key)
+        explicit_bzero(srv->tls_key, strlen(srv->tls_key));
+    free(srv->tls_key);
     pthread_cond_destroy(&srv->reaper_wake);
     pthread_mutex_destroy(&srv->socks_lock);
     free(srv);
@@ -577,6 +587,28 @@ static void http_log(void *cls, const char *fmt, va_list ap)
     log_warn("http: %s", msg);
 }
 
+/* With --tls-cert: the PEM texts into srv (owned there) and the options that make the
+ * listener serve them into opts (MHD_OPTION_END-terminated); without, opts stays empty.
+ * Returns 0, or -1 with e naming the flag. */
+static int http_tls_options(struct api_server *srv, struct MHD_OptionItem opts[3],
+                            struct err *e)
+{
+    opts[0] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    const struct config *cfg = srv->ctx->cfg;
+    if (!cfg->tls_cert[0])
+        return 0;
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return err_set(e, ERR_INVALID, "tls-cert",
+                       "--tls-cert: this libmicrohttpd was built without TLS support");
+    if (!(srv->tls_cert = config_read_pem(cfg->tls_cert, "tls-cert", e)) ||
+        !(srv->tls_key = config_read_pem(cfg->tls_key, "tls-key", e)))
+        return -1;
+    opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, srv->tls_cert};
+    opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, srv->tls_key};
+    opts[2] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    return 0;
+}
+
 struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
@@ -603,8 +635,16 @@ struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
         http_server_free(srv);
         return NULL;
     }
+    struct MHD_OptionItem tls[3];
+    if (http_tls_options(srv, tls, e) < 0) {
+        freeaddrinfo(ai);
+        http_reaper_stop(srv);
+        http_server_free(srv);
+        return NULL;
+    }
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
-                     MHD_ALLOW_SUSPEND_RESUME | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+                     MHD_ALLOW_SUSPEND_RESUME | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0) |
+                     (srv->tls_cert ? MHD_USE_TLS : 0);
     srv->mhd = MHD_start_daemon(
         flags, (uint16_t)ctx->cfg->port, NULL, NULL, http_handle, srv,
         MHD_OPTION_EXTERNAL_LOGGER, http_log, srv, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
@@ -612,7 +652,8 @@ struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)HTTP_IDLE_S, MHD_OPTION_CONNECTION_LIMIT,
         4096u, MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_NOTIFY_COMPLETED,
         http_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, http_on_connection, srv,
-        MHD_OPTION_UNESCAPE_CALLBACK, http_unescape, srv, MHD_OPTION_END);
+        MHD_OPTION_UNESCAPE_CALLBACK, http_unescape, srv, MHD_OPTION_ARRAY, tls,
+        MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!srv->mhd) {
         err_set(e, ERR_IO, "port",
@@ -626,6 +667,11 @@ struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = info ? info->port : ctx->cfg->port;
     return srv;
+}
+
+bool api_server_tls(const struct api_server *s)
+{
+    return s->tls_cert != NULL;
 }
 
 int api_server_port(const struct api_server *s)

@@ -16,6 +16,7 @@ enum args_opt_id {
     O_URL,
     O_TOKEN,
     O_TOKEN_FILE,
+    O_CA,
     O_JSON,
     O_TIMEOUT,
     O_HELP,
@@ -52,6 +53,7 @@ static const struct args_opt args_opts[] = {
     {"url", 0, true, 0, O_URL},
     {"token", 0, true, 0, O_TOKEN},
     {"token-file", 0, true, 0, O_TOKEN_FILE},
+    {"ca", 0, true, 0, O_CA},
     {"json", 0, false, 0, O_JSON},
     {"timeout", 0, true, 0, O_TIMEOUT},
     {"help", 'h', false, 0, O_HELP},
@@ -145,6 +147,7 @@ static int args_set_value(struct cli_args *a, const struct args_opt *o, const ch
         return 0;
     case O_TOKEN: a->token = v; return 0;
     case O_TOKEN_FILE: a->token_file = v; return 0;
+    case O_CA: a->ca = v; return 0;
     case O_TIMEOUT: return args_parse_seconds(v, &a->timeout_s, e);
     case O_STATUS: a->status = v; return 0;
     case O_NAME: a->name = v; return 0;
@@ -358,8 +361,11 @@ int args_parse(struct cli_args *a, int argc, char **argv, struct err *e)
     return args_check_command(a, &st, e);
 }
 
-void args_apply_env(struct cli_args *a, const char *env_url, const char *env_token)
+void args_apply_env(struct cli_args *a, const char *env_url, const char *env_token,
+                    const char *env_ca)
 {
+    if (!a->ca && env_ca && *env_ca)
+        a->ca = env_ca;
     if (!a->url)
         a->url = env_url && *env_url ? env_url : ARGS_DEFAULT_URL;
     if (!a->token && !a->token_file && env_token && *env_token)
@@ -369,8 +375,8 @@ void args_apply_env(struct cli_args *a, const char *env_url, const char *env_tok
 /* The --help text with "%s" where vocabulary lists go: transports, strategies, converted
  * formats. */
 static const char args_usage_fmt[] =
-    "usage: ddpbench [--url URL] [--token T | --token-file F] [--json] [--timeout S]\n"
-    "                COMMAND [ARGS]\n"
+    "usage: ddpbench [--url URL] [--token T | --token-file F] [--ca FILE] [--json]\n"
+    "                [--timeout S] COMMAND [ARGS]\n"
     "\n"
     "Commands:\n"
     "  submit SPEC.json|- [--watch]   submit an experiment; prints its id. --watch follows\n"
@@ -414,6 +420,8 @@ static const char args_usage_fmt[] =
     "  --url URL        the daemon (default: $DDPB_URL, else " ARGS_DEFAULT_URL ")\n"
     "  --token T        bearer token sent with mutations (else --token-file F, else\n"
     "                   $DDPB_TOKEN)\n"
+    "  --ca FILE        the PEM CA (or certificate) an https:// daemon must present\n"
+    "                   (default: $DDPB_CA, else the system's CA store)\n"
     "  --json           print the API's JSON instead of tables (show: {experiment,\n"
     "                   results}; compare: an array of result tables)\n"
     "  --timeout S      seconds allowed per request (default 30); submit --watch\n"

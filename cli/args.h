@@ -44,6 +44,7 @@ struct cli_args {
     const char *url;
     const char *token;
     const char *token_file;
+    const char *ca; /* PEM CA file an https:// daemon must present (--ca, $DDPB_CA) */
     bool json;
     double timeout_s;
     enum args_cmd cmd;
@@ -68,9 +69,11 @@ struct cli_args {
 
 /* Parses argv[1..argc). Returns 0, or -1 with e (ERR_INVALID) saying what is wrong. */
 int args_parse(struct cli_args *a, int argc, char **argv, struct err *e);
-/* Fills url and token from the environment's values (NULL when unset) where the command
- * line gave none; an explicit --token-file wins over DDPB_TOKEN. */
-void args_apply_env(struct cli_args *a, const char *env_url, const char *env_token);
+/* Fills url, token and ca from the environment's values (DDPB_URL, DDPB_TOKEN, DDPB_CA;
+ * NULL when unset) where the command line gave none; an explicit --token-file wins over
+ * DDPB_TOKEN. */
+void args_apply_env(struct cli_args *a, const char *env_url, const char *env_token,
+                    const char *env_ca);
 /* The --help text into buf (n bytes; ARGS_USAGE_MAX holds it), its vocabulary lists taken
  * from common/vocab.h. Returns buf. */
 #define ARGS_USAGE_MAX 8192

@@ -5,9 +5,11 @@
 #include "cli/client.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/clock.h"
 #include "ddpb_config.h"
@@ -43,6 +45,17 @@ int client_init(struct client *c, const char *url, const char *token, double tim
         c->timeout_ms = 1;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || !(c->curl = curl_easy_init()))
         return err_set(e, ERR_INTERNAL, NULL, "libcurl could not be initialised");
+    return 0;
+}
+
+int client_set_ca(struct client *c, const char *path, struct err *e)
+{
+    if (strlen(path) >= sizeof c->ca)
+        return err_set(e, ERR_INVALID, "--ca", "--ca is longer than %zu bytes",
+                       sizeof c->ca - 1);
+    if (access(path, R_OK) < 0)
+        return err_set(e, ERR_INVALID, "--ca", "--ca %s: %s", path, strerror(errno));
+    snprintf(c->ca, sizeof c->ca, "%s", path);
     return 0;
 }
 
@@ -108,6 +121,8 @@ static int client_prepare(struct client *c, struct client_xfer *x, const char *m
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, client_progress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
+    if (c->ca[0]) /* peer and host are verified: libcurl's defaults, which stay on */
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca);
     struct curl_slist *l = curl_slist_append(NULL, x->on_data ? "Accept: text/event-stream"
                                                               : "Accept: application/json");
     if (l && strcmp(method, "GET") != 0 && c->auth[0])

@@ -31,6 +31,7 @@ struct client {
     void *curl;      /* owned CURL *: kept opaque so users need not include curl.h */
     char url[512];   /* base URL, no trailing '/' */
     char auth[1024]; /* "Authorization: Bearer ..." or "" */
+    char ca[4096];   /* PEM CA file an https:// daemon is verified against; "" = system */
     long timeout_ms;
     long status; /* HTTP status of the last request; 0 when none came back */
     char content_type[128];
@@ -42,6 +43,9 @@ struct client {
 int client_init(struct client *c, const char *url, const char *token, double timeout_s,
                 struct err *e);
 void client_cleanup(struct client *c);
+/* Verifies an https:// daemon against the PEM CA (or certificate) at path (copied) instead
+ * of the system's store. Returns 0 or -1 (ERR_INVALID naming --ca: unreadable, too long). */
+int client_set_ca(struct client *c, const char *path, struct err *e);
 
 /* method: "GET", "POST" or "DELETE"; body (len bytes, may be NULL) is sent as JSON. The
  * token goes with every method but GET. Returns 0 on a 2xx reply (body in c->body), else

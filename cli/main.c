@@ -10,7 +10,8 @@
  *   3  the daemon refused the request (HTTP 4xx); its message and field are on stderr
  *   4  the daemon cannot be reached, answered 5xx, or did not answer in time
  *
- * Decision: main only assembles the inputs (argv, DDPB_URL, DDPB_TOKEN, the token file)
+ * Decision: main only assembles the inputs (argv, DDPB_URL, DDPB_TOKEN, DDPB_CA, the token
+ * file)
  * and hands them to cmd_run; no command logic lives here. */
 #include <errno.h>
 #include <stdio.h>
@@ -61,7 +62,7 @@ int main(int argc, char **argv)
     }
     if (cli.args.cmd == CMD_DATASET) /* runs here: no daemon, so no client */
         return cmd_run(&cli);
-    args_apply_env(&cli.args, getenv("DDPB_URL"), getenv("DDPB_TOKEN"));
+    args_apply_env(&cli.args, getenv("DDPB_URL"), getenv("DDPB_TOKEN"), getenv("DDPB_CA"));
     char token[1024]; /* lives as long as cli, which borrows it */
     if (!cli.args.token && cli.args.token_file) {
         if (main_read_token(cli.args.token_file, token, sizeof token) < 0)
@@ -72,6 +73,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "ddpbench: %s\n", e.msg);
         client_cleanup(&cli.client);
         return e.code == ERR_INVALID ? CLI_EXIT_USAGE : CLI_EXIT_UNREACHABLE;
+    }
+    if (cli.args.ca && client_set_ca(&cli.client, cli.args.ca, &e) < 0) {
+        fprintf(stderr, "ddpbench: %s\n", e.msg);
+        client_cleanup(&cli.client);
+        return CLI_EXIT_USAGE;
     }
     int rc = cmd_run(&cli);
     client_cleanup(&cli.client);

@@ -1,9 +1,14 @@
-/* config: see config.h. getopt_long over a table; each option validated with a range. */
+/* config: see config.h. getopt_long over a table; each option validated with a range.
+ * The TLS files are loaded once here with GnuTLS (the library libmicrohttpd serves TLS
+ * with), so a certificate that is not PEM, or a key that does not match it, stops the
+ * start with the flag's name rather than as a listener that will not come up. */
 #include "daemon/config.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <libgen.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -178,7 +183,8 @@ void config_print_usage(const char *prog)
            "                       addresses, localhost and --node (comma-separated; *: any)\n"
            "  --network-profile NAME  the network runs measure over, stored on each run\n"
            "                       (deploy/netlab.sh sets it; default none: the host's)\n"
-           "  --join URL           be a follower of the leader at URL (http://HOST:PORT);\n"
+           "  --join URL           be a follower of the leader at URL (https://HOST:PORT,\n"
+           "                       or http:// in the clear);\n"
            "                       --token-file then holds the cluster token (the\n"
            "                       leader's own token)\n"
            "  --node-timeout-ms N  leader: a follower silent this long is lost (default 5000)\n"
@@ -189,6 +195,13 @@ void config_print_usage(const char *prog)
            "  --shm-dir DIR        where ranks of one node make their shared memory\n"
            "                       (spec transport auto or shm; an existing directory on a\n"
            "                       tmpfs; default: the workers use /dev/shm)\n"
+           "  --tls-cert FILE      serve the API over HTTPS with this PEM certificate\n"
+           "                       (chain); needs --tls-key (default: plain HTTP)\n"
+           "  --tls-key FILE       the PEM private key of --tls-cert (mode 0600)\n"
+           "  --join-ca FILE       follower: the PEM CA (or certificate) the https://\n"
+           "                       leader must present; needed by --join https://\n"
+           "  --join-system-ca     follower: trust the system's CA store for the\n"
+           "                       leader instead of --join-ca\n"
            "  --version, --help\n",
            prog, CONFIG_DEFAULT_PORT);
 }
@@ -223,6 +236,10 @@ enum {
     OPT_SYNC_MS,
     OPT_MPI_AGENT,
     OPT_SHM_DIR,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
+    OPT_JOIN_CA,
+    OPT_JOIN_SYSTEM_CA,
     OPT_VERSION,
     OPT_HELP,
 };
@@ -257,22 +274,32 @@ static const struct option config_options[] = {
     {"sync-ms", required_argument, NULL, OPT_SYNC_MS},
     {"mpi-agent", required_argument, NULL, OPT_MPI_AGENT},
     {"shm-dir", required_argument, NULL, OPT_SHM_DIR},
+    {"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+    {"tls-key", required_argument, NULL, OPT_TLS_KEY},
+    {"join-ca", required_argument, NULL, OPT_JOIN_CA},
+    {"join-system-ca", no_argument, NULL, OPT_JOIN_SYSTEM_CA},
     {"version", no_argument, NULL, OPT_VERSION},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
 
-/* The leader's URL: http://HOST[:PORT] with nothing after it (a trailing '/' is dropped),
- * since every call appends its own /v1/... path. */
+/* The leader's URL: https://HOST[:PORT] (or http://, kept for clusters set up before TLS)
+ * with nothing after it (a trailing '/' is dropped), since every call appends its own
+ * /v1/... path. */
 static int config_set_join(struct config *c, const char *url, struct err *e)
 {
     size_t n = strlen(url);
     while (n > 0 && url[n - 1] == '/')
         n--;
-    if (strncmp(url, "http://", 7) != 0 || n <= 7 || n >= sizeof c->join ||
-        memchr(url + 7, '/', n - 7) || memchr(url, '?', n) || memchr(url, ' ', n))
+    size_t skip = strncmp(url, "https://", 8) == 0  ? 8
+                  : strncmp(url, "http://", 7) == 0 ? 7
+                                                    : 0;
+    if (skip == 0 || n <= skip || n >= sizeof c->join || memchr(url + skip, '/', n - skip) ||
+        memchr(url, '?', n) || memchr(url, ' ', n))
         return err_set(e, ERR_INVALID, "join",
-                       "--join must be the leader's URL, http://HOST:PORT, got '%s'", url);
+                       "--join must be the leader's URL, https://HOST:PORT (or http://), "
+                       "got '%s'",
+                       url);
     memcpy(c->join, url, n);
     c->join[n] = '\0';
     return 0;
@@ -378,6 +405,138 @@ int config_default_data_dirs(struct config *c, struct err *e)
     return 0;
 }
 
+char *config_read_pem(const char *path, const char *flag, struct err *e)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        err_set(e, ERR_INVALID, flag, "--%s %s: %s", flag, path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    char *text = NULL;
+    if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+        st.st_size <= CONFIG_PEM_MAX && (text = malloc((size_t)st.st_size + 1))) {
+        size_t n = fread(text, 1, (size_t)st.st_size, f);
+        text[n] = '\0';
+    }
+    fclose(f);
+    if (!text)
+        err_set(e, ERR_INVALID, flag, "--%s %s: not a regular file of 1 byte to %d KiB", flag,
+                path, CONFIG_PEM_MAX >> 10);
+    return text;
+}
+
+/* A PEM file's path for flag, kept as its real path after checking that it reads and
+ * holds a block whose label ends in want ("CERTIFICATE", "PRIVATE KEY"). */
+static int config_set_pem(char *dst, const char *flag, const char *path, const char *want,
+                          struct err *e)
+{
+    dst[0] = '\0';
+    char *text = config_read_pem(path, flag, e);
+    if (!text)
+        return -1;
+    char label[64];
+    snprintf(label, sizeof label, "%s-----", want);
+    const char *begin = strstr(text, "-----BEGIN ");
+    const char *eol = begin ? strchr(begin, '\n') : NULL;
+    bool ok = begin && eol && memmem(begin, (size_t)(eol - begin), label, strlen(label));
+    free(text);
+    if (!ok)
+        return err_set(e, ERR_INVALID, flag, "--%s %s: not a PEM file with a %s", flag, path,
+                       want);
+    if (!realpath(path, dst)) {
+        dst[0] = '\0';
+        return err_set(e, ERR_INVALID, flag, "--%s %s: %s", flag, path, strerror(errno));
+    }
+    return 0;
+}
+
+/* Which of the pair GnuTLS refuses: the certificate alone, the key alone, then the two
+ * together (a key that is not the certificate's). Returns 0 or a GnuTLS error, with
+ * *flag naming the file at fault. */
+static int config_tls_pair_error(const gnutls_datum_t *dc, const gnutls_datum_t *dk,
+                                 const char **flag)
+{
+    gnutls_x509_crt_t crt = NULL;
+    gnutls_x509_privkey_t pk = NULL;
+    gnutls_certificate_credentials_t cred = NULL;
+    *flag = "tls-cert";
+    int rc = gnutls_x509_crt_init(&crt);
+    if (rc == GNUTLS_E_SUCCESS)
+        rc = gnutls_x509_crt_import(crt, dc, GNUTLS_X509_FMT_PEM);
+    if (rc == GNUTLS_E_SUCCESS) {
+        *flag = "tls-key";
+        rc = gnutls_x509_privkey_init(&pk);
+    }
+    if (rc == GNUTLS_E_SUCCESS)
+        rc = gnutls_x509_privkey_import2(pk, dk, GNUTLS_X509_FMT_PEM, NULL, 0);
+    if (rc == GNUTLS_E_SUCCESS)
+        rc = gnutls_certificate_allocate_credentials(&cred);
+    if (rc == GNUTLS_E_SUCCESS)
+        rc = gnutls_certificate_set_x509_key_mem(cred, dc, dk, GNUTLS_X509_FMT_PEM);
+    if (cred)
+        gnutls_certificate_free_credentials(cred);
+    if (pk)
+        gnutls_x509_privkey_deinit(pk);
+    if (crt)
+        gnutls_x509_crt_deinit(crt);
+    return rc;
+}
+
+/* Loads --tls-cert and --tls-key together as GnuTLS will serve them: a certificate that
+ * does not parse or a key that is not its own fails here, naming the flag. */
+static int config_check_tls_pair(const struct config *c, struct err *e)
+{
+    char *cert = config_read_pem(c->tls_cert, "tls-cert", e);
+    char *key = cert ? config_read_pem(c->tls_key, "tls-key", e) : NULL;
+    if (!key) {
+        free(cert);
+        return -1;
+    }
+    gnutls_datum_t dc = {(unsigned char *)cert, (unsigned)strlen(cert)};
+    gnutls_datum_t dk = {(unsigned char *)key, (unsigned)strlen(key)};
+    const char *flag = "tls-cert";
+    int rc = config_tls_pair_error(&dc, &dk, &flag);
+    free(cert);
+    explicit_bzero(key, strlen(key));
+    free(key);
+    if (rc == GNUTLS_E_SUCCESS)
+        return 0;
+    return err_set(e, ERR_INVALID, flag, "--%s %s (with --%s %s): %s", flag,
+                   strcmp(flag, "tls-cert") == 0 ? c->tls_cert : c->tls_key,
+                   strcmp(flag, "tls-cert") == 0 ? "tls-key" : "tls-cert",
+                   strcmp(flag, "tls-cert") == 0 ? c->tls_key : c->tls_cert,
+                   gnutls_strerror(rc));
+}
+
+/* The TLS flags as a whole: the listener's pair both or neither, and a follower's trust
+ * for an https:// leader said explicitly (a pinned CA, or the system store). */
+static int config_check_tls(const struct config *c, struct err *e)
+{
+    if (c->tls_cert[0] && !c->tls_key[0])
+        return err_set(e, ERR_INVALID, "tls-key",
+                       "--tls-cert needs --tls-key (its private key)");
+    if (c->tls_key[0] && !c->tls_cert[0])
+        return err_set(e, ERR_INVALID, "tls-cert",
+                       "--tls-key needs --tls-cert (its certificate)");
+    if (c->tls_cert[0] && config_check_tls_pair(c, e) < 0)
+        return -1;
+    bool https = strncmp(c->join, "https://", 8) == 0;
+    if (c->join_ca[0] && c->join_system_ca)
+        return err_set(e, ERR_INVALID, "join-ca",
+                       "--join-ca and --join-system-ca exclude each other: give one");
+    if ((c->join_ca[0] || c->join_system_ca) && !https)
+        return err_set(e, ERR_INVALID, c->join_ca[0] ? "join-ca" : "join-system-ca",
+                       "--%s needs --join https://LEADER:PORT",
+                       c->join_ca[0] ? "join-ca" : "join-system-ca");
+    if (https && !c->join_ca[0] && !c->join_system_ca)
+        return err_set(e, ERR_INVALID, "join-ca",
+                       "--join %s needs --join-ca FILE (the cluster's CA, PEM; "
+                       "deploy/tls-keys.sh makes one) or --join-system-ca",
+                       c->join);
+    return 0;
+}
+
 static int config_apply(struct config *c, int opt, const char *arg, struct err *e)
 {
     long v = 0;
@@ -428,6 +587,10 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
     case OPT_SYNC_MS: return config_parse_int("sync-ms", arg, 20, 60000, &c->sync_ms, e);
     case OPT_MPI_AGENT: return config_set_mpi_agent(c, arg, e);
     case OPT_SHM_DIR: return config_set_shm_dir(c, arg, e);
+    case OPT_TLS_CERT: return config_set_pem(c->tls_cert, "tls-cert", arg, "CERTIFICATE", e);
+    case OPT_TLS_KEY: return config_set_pem(c->tls_key, "tls-key", arg, "PRIVATE KEY", e);
+    case OPT_JOIN_CA: return config_set_pem(c->join_ca, "join-ca", arg, "CERTIFICATE", e);
+    case OPT_JOIN_SYSTEM_CA: c->join_system_ca = true; return 0;
     case OPT_LOG_LEVEL:
         if (log_parse_level(arg, &c->log_level) < 0)
             return err_set(e, ERR_INVALID, "log-level",
@@ -474,6 +637,8 @@ int config_parse_args(struct config *c, int argc, char **argv, struct err *e)
         return err_set(e, ERR_INVALID, "join",
                        "--join needs the cluster's credential: --cluster-key (the leader's "
                        "key), or the leader's token with --token-file");
+    if (config_check_tls(c, e) < 0)
+        return -1;
     if (c->gpus < 0) { /* not given: NVML's count; a node without NVML has no GPU slots */
         char why[256] = "";
         c->gpus = gpu_nvml_detect_count(NULL, why, sizeof why);

@@ -8,6 +8,7 @@
 #define DDPB_CONFIG_H
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/err.h"
@@ -17,6 +18,7 @@
 /* where deploy/install-deps.sh's dataset packages put their files (dataset-fashion-mnist):
  * one of the default --data-dir directories */
 #define CONFIG_SYSTEM_DATA_DIR "/usr/share/datasets"
+#define CONFIG_PEM_MAX (256 << 10) /* a certificate chain or key file, at most */
 
 struct config {
     char host[128];       /* HTTP bind address */
@@ -76,21 +78,33 @@ struct config {
      * (worker/comm/shm.h): every rank this daemon starts gets it as DDPB_SHM_DIR; "" =
      * none given, the workers use /dev/shm. An existing directory, kept as its real path. */
     char shm_dir[PATH_MAX];
+    /* TLS (issue 31): tls_cert/tls_key = the API listener's certificate chain and key, PEM,
+     * kept as real paths (both or neither; "" = plain HTTP, the default). join_ca = the
+     * CA or certificate a follower pins the https:// leader to; join_system_ca = the
+     * system trust store instead (asked for explicitly, never a silent fallback). */
+    char tls_cert[PATH_MAX];
+    char tls_key[PATH_MAX];
+    char join_ca[PATH_MAX];
+    bool join_system_ca;
 };
 
 /* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,
  * --worker, --web-dir, --scripts-dir, --data-dir, --node, --cpu-slots, --gpus, --max-body,
  * --http-threads, --kill-grace-ms, --log-level, --token-file, --read-token, --cluster-key,
- * --cors-origin, --allow-host,
- * --network-profile, --join, --node-timeout-ms, --sync-ms, --mpi-agent, --shm-dir) and
- * DDPB_TOKEN (a token
- * given in the environment; --token-file wins; removed from the environment once read, so
- * no child inherits it). Returns 0; 1 when --help/--version
- * printed; -1 with e naming the bad option. */
+ * --cors-origin, --allow-host, --network-profile, --join, --node-timeout-ms, --sync-ms,
+ * --mpi-agent, --shm-dir, --tls-cert, --tls-key, --join-ca, --join-system-ca) and
+ * DDPB_TOKEN (a token given in the environment; --token-file wins; removed from the
+ * environment once read, so no child inherits it). The TLS files are checked here
+ * (readable, PEM of the right kind, the key the certificate's), so a bad one stops the
+ * start naming its flag. Returns 0; 1 when --help/--version printed; -1 with e naming the
+ * bad option. */
 int config_parse_args(struct config *c, int argc, char **argv, struct err *e);
 /* When no --data-dir was given: the state directory's data/ (made here; the state
  * directory must exist) and CONFIG_SYSTEM_DATA_DIR where it exists. 0, or -1 with e. */
 int config_default_data_dirs(struct config *c, struct err *e);
 void config_print_usage(const char *prog);
+/* The whole of a PEM file named by --tls-cert / --tls-key (flag: its name, for messages)
+ * into a NUL-terminated string (owned by the caller: free). NULL with e naming the flag. */
+char *config_read_pem(const char *path, const char *flag, struct err *e);
 
 #endif

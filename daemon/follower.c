@@ -1,5 +1,10 @@
 /* follower: see follower.h. The join/sync client (libcurl), the command handlers, and
- * the local ranks' pipes and exits turned into events for the leader. */
+ * the local ranks' pipes and exits turned into events for the leader.
+ *
+ * Decision: an https:// leader is verified, peer and host, against --join-ca (the
+ * cluster's CA or the leader's own certificate) or, when asked with --join-system-ca,
+ * the system store; the handle speaks only the join URL's scheme, so nothing downgrades
+ * it. An http:// leader still works (clusters set up before TLS) with a warning. */
 #include "daemon/follower.h"
 
 #include <curl/curl.h>
@@ -65,6 +70,7 @@ struct follower {
     struct loop *loop; /* owned */
     CURL *curl;        /* owned; used on the loop thread only */
     struct curl_slist *headers;
+    char curl_why[CURL_ERROR_SIZE]; /* libcurl's detail of the last failure */
     struct loop_timer sync_timer;
     char session[65];
     int node_id, sync_ms;
@@ -93,6 +99,46 @@ struct follower {
 
 /* --- HTTP to the leader -------------------------------------------------------------- */
 
+/* Says why a call to the leader got no answer; a TLS failure names what the leader was
+ * checked against, since a wrong --join-ca is the likely mistake. */
+static void follower_log_failure(const struct follower *f, const char *url, CURLcode rc)
+{
+    const char *why = f->curl_why[0] ? f->curl_why : curl_easy_strerror(rc);
+    if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
+        rc == CURLE_SSL_CONNECT_ERROR)
+        log_error("follower: TLS with the leader %s failed (checked against %s): %s", url,
+                  f->cfg->join_ca[0] ? f->cfg->join_ca : "the system CA store", why);
+    else
+        log_warn("follower: %s: %s", url, why);
+}
+
+/* The handle's transport to the leader: https:// verified against --join-ca (or the
+ * system store), or http:// with a warning. Returns 0, or -1 with e. */
+static int follower_tls_setup(struct follower *f, struct err *e)
+{
+    CURL *h = f->curl;
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, f->curl_why);
+    if (strncmp(f->cfg->join, "https://", 8) != 0) {
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+        log_warn("follower: --join %s is plain HTTP: the cluster token and the runs' "
+                 "secrets cross the network in the clear, and the leader is not "
+                 "authenticated (use https:// with --join-ca)",
+                 f->cfg->join);
+        return 0;
+    }
+    CURLcode rc = curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (rc == CURLE_OK && f->cfg->join_ca[0])
+        rc = curl_easy_setopt(h, CURLOPT_CAINFO, f->cfg->join_ca);
+    if (rc != CURLE_OK)
+        return err_set(e, ERR_INVALID, "join", "--join %s: libcurl cannot do TLS here: %s",
+                       f->cfg->join, curl_easy_strerror(rc));
+    return 0;
+}
+
 /* POSTs body to the leader's path. Returns the HTTP status (0: no answer) with the
  * parsed reply in *reply (owned; NULL when not JSON). */
 static long follower_post(struct follower *f, const char *path, const json_t *body,
@@ -110,11 +156,12 @@ static long follower_post(struct follower *f, const char *path, const json_t *bo
     curl_easy_setopt(f->curl, CURLOPT_URL, url);
     curl_easy_setopt(f->curl, CURLOPT_POSTFIELDS, text);
     curl_easy_setopt(f->curl, CURLOPT_WRITEDATA, &got);
+    f->curl_why[0] = '\0';
     CURLcode rc = curl_easy_perform(f->curl);
     if (rc == CURLE_OK)
         curl_easy_getinfo(f->curl, CURLINFO_RESPONSE_CODE, &status);
     else if (!f->said_lost && !got.over) {
-        log_warn("follower: %s: %s", url, curl_easy_strerror(rc));
+        follower_log_failure(f, url, rc);
         f->said_lost = true;
     }
     if (got.body.len > 0 && !got.over)
@@ -643,8 +690,10 @@ static void follower_on_timer(void *ctx)
         follower_join(f);
     if (f->joined)
         follower_sync(f);
-    if (atomic_load(&f->drain) && f->nranks == 0 && outbox_count(&f->outbox) == 0 &&
-        f->joined) {
+    /* never joined (a leader it cannot reach or verify): nothing to hand over, so a
+     * drain ends at once instead of waiting for a join that may never come */
+    if (atomic_load(&f->drain) && f->nranks == 0 &&
+        (outbox_count(&f->outbox) == 0 || !f->joined)) {
         follower_leave(f);
         return;
     }
@@ -720,6 +769,10 @@ struct follower *follower_start(const struct config *cfg, int http_port, struct 
     curl_easy_setopt(f->curl, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
     curl_easy_setopt(f->curl, CURLOPT_TIMEOUT_MS, 3000L);
     curl_easy_setopt(f->curl, CURLOPT_FOLLOWLOCATION, 0L); /* obey only the URL joined */
+    if (follower_tls_setup(f, e) < 0) {
+        follower_stop(f);
+        return NULL;
+    }
     if (!(f->loop = loop_create("ddpb-follow", e))) {
         follower_stop(f);
         return NULL;

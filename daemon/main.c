@@ -66,7 +66,8 @@ static int daemon_write_info(struct daemon *d, struct err *e)
     snprintf(d->info_path, sizeof d->info_path, "%s/ddpbenchd.json", d->cfg.state_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", d->info_path);
     char url[300];
-    snprintf(url, sizeof url, "http://%s:%d", d->cfg.host, api_server_port(d->http));
+    snprintf(url, sizeof url, "%s://%s:%d", api_server_tls(d->http) ? "https" : "http",
+             d->cfg.host, api_server_port(d->http));
     json_t *info = json_pack("{s:i, s:s, s:s, s:i, s:i, s:s, s:s}", "pid", (int)getpid(),
                              "version", DDPB_VERSION, "url", url, "http_port",
                              api_server_port(d->http), "store_port",
@@ -249,14 +250,15 @@ int main(int argc, char **argv)
         return 1;
     }
     if (d.follower)
-        printf("ddpbenchd %s listening on http://%s:%d as a follower of %s (workers on %s, "
+        printf("ddpbenchd %s listening on %s://%s:%d as a follower of %s (workers on %s, "
                "%d CPU slots)\n",
-               DDPB_VERSION, d.cfg.host, api_server_port(d.http), d.cfg.join, d.cfg.store_host,
-               d.cfg.cpu_slots);
+               DDPB_VERSION, api_server_tls(d.http) ? "https" : "http", d.cfg.host,
+               api_server_port(d.http), d.cfg.join, d.cfg.store_host, d.cfg.cpu_slots);
     else
-        printf("ddpbenchd %s listening on http://%s:%d (store %s:%d, state %s, %d CPU slots)\n",
-               DDPB_VERSION, d.cfg.host, api_server_port(d.http), d.cfg.store_host,
-               store_server_port(d.store), d.cfg.state_dir, scheduler_slots_total(d.sched));
+        printf("ddpbenchd %s listening on %s://%s:%d (store %s:%d, state %s, %d CPU slots)\n",
+               DDPB_VERSION, api_server_tls(d.http) ? "https" : "http", d.cfg.host,
+               api_server_port(d.http), d.cfg.store_host, store_server_port(d.store),
+               d.cfg.state_dir, scheduler_slots_total(d.sched));
     fflush(stdout);
     log_info("started (pid %d)", (int)getpid());
 

@@ -11,7 +11,7 @@
 set -eu
 
 PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates systemd iproute2
-      libmicrohttpd-dev libjansson-dev libsqlite3-dev sqlite3 zlib1g-dev
+      libmicrohttpd-dev libgnutls28-dev openssl libjansson-dev libsqlite3-dev sqlite3 zlib1g-dev
       libpng-dev libjpeg62-turbo-dev libzstd-dev
       libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin mpich libmpich-dev libdnnl-dev patchelf
       dataset-fashion-mnist
@@ -19,6 +19,8 @@ PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates 
       python3-venv
       chromium chromium-driver python3-selenium
       slurm-wlm munge slurmdbd mariadb-server-core"
+# libgnutls28-dev: ddpbenchd checks --tls-cert/--tls-key with GnuTLS, the library
+# libmicrohttpd serves TLS with; openssl: deploy/tls-keys.sh makes a cluster's keys.
 # slurmdbd, mariadb-server-core: tests/integration/slurmlab.py runs Slurm with accounting
 # (slurmdbd on a MariaDB of its own) so sacct lists a job's steps; the server's core only
 # (mariadbd, ~8 MB): the mariadb-server package would start a system database on install.

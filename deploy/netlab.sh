@@ -4,6 +4,7 @@
 # profile, and one ddpbenchd per host started inside its namespace.
 #
 #   deploy/netlab.sh up --nodes N --profile P [--port-base PORT] [--dir DIR] [--build DIR]
+#                       [--tls]          (HTTPS: keys made by deploy/tls-keys.sh in DIR/tls)
 #                       [--no-daemons]   (the hosts and links only: another cluster manager,
 #                                         e.g. the Slurm of tests/integration/slurmlab.py)
 #   deploy/netlab.sh status [--dir DIR]
@@ -33,12 +34,18 @@
 #   measured over and results never pool it with another's.
 # - launcher "mpirun" with `nodes` > 1 runs without ssh: the leader gets --mpi-agent
 #   deploy/netlab-mpi-agent.sh, which starts MPI's daemon in the named host's namespace.
+# - --tls: the cluster over HTTPS. `up` makes a CA and a certificate per host (its
+#   namespace's name and address) with deploy/tls-keys.sh in DIR/tls; every daemon serves
+#   with its own, the followers join https:// pinned to DIR/tls/ca.pem (--join-ca), and
+#   netlab's own curl calls verify against it too. Reach the API with --cacert (curl) or
+#   --ca / DDPB_CA (ddpbench) DIR/tls/ca.pem.
 set -eu
 
 PREFIX=${NETLAB_PREFIX:-ddpbnl}
 SUBNET=${NETLAB_SUBNET:-10.213.0}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BR_NS="$PREFIX-br"
+CURL_CA=() # --cacert DIR/tls/ca.pem once the cluster is over TLS (tls_curl_ca)
 
 die() {
     echo "netlab: $*" >&2
@@ -46,11 +53,16 @@ die() {
 }
 
 usage() {
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
 host_ns() { echo "$PREFIX-h$1"; }
+
+# netlab's curl against a TLS cluster verifies it with the cluster's CA (DIR/tls/ca.pem).
+tls_curl_ca() {
+    if [ -s "$1/tls/ca.pem" ]; then CURL_CA=(--cacert "$1/tls/ca.pem"); else CURL_CA=(); fi
+}
 host_addr() { echo "$SUBNET.$((10 + $1))"; }
 
 # The rate of a profile (tc's syntax), "" for unshaped; an unknown name fails.
@@ -108,7 +120,8 @@ wait_healthy() {
     local i=$1 url=$2 pid=$3 log=$4 t=0
     while [ $t -lt 150 ]; do
         kill -0 "$pid" 2>/dev/null || die "host $i: ddpbenchd exited: $(tail -n 5 "$log")"
-        if ip netns exec "$(host_ns "$i")" curl -sf -o /dev/null "$url/healthz"; then
+        if ip netns exec "$(host_ns "$i")" curl "${CURL_CA[@]}" -sf -o /dev/null \
+            "$url/healthz"; then
             return 0
         fi
         sleep 0.1
@@ -120,7 +133,7 @@ wait_healthy() {
 # Starts host i's daemon inside its namespace (host 0 leads, the others join it); prints
 # nothing, records its pid.
 start_daemon() {
-    local i=$1 port=$2 profile=$3 dir=$4 daemon=$5 ns addr state role=()
+    local i=$1 port=$2 profile=$3 dir=$4 daemon=$5 ns addr state role=() tls=() scheme=http
     ns=$(host_ns "$i")
     addr=$(host_addr "$i")
     state="$dir/h$i"
@@ -132,21 +145,26 @@ start_daemon() {
     else
         role=(--join "$(cat "$dir/h0/url")")
     fi
+    if [ ${#CURL_CA[@]} -gt 0 ]; then # --tls: its own certificate; followers pin the CA
+        scheme=https
+        tls=(--tls-cert "$dir/tls/$ns.pem" --tls-key "$dir/tls/$ns.key")
+        [ "$i" -eq 0 ] || tls+=(--join-ca "$dir/tls/ca.pem")
+    fi
     # setsid: the daemon outlives this script and a Ctrl-C in the shell that ran it
     ip netns exec "$ns" setsid "$daemon" --host "$addr" --port "$port" --store-host "$addr" \
         --state-dir "$state" --node "$ns" --network-profile "$profile" \
-        --token-file "$dir/token" "${role[@]}" \
+        --token-file "$dir/token" "${role[@]}" "${tls[@]}" \
         >"$state/daemon.log" 2>&1 </dev/null &
     echo $! >"$state/pid"
-    wait_healthy "$i" "http://$addr:$port" "$!" "$state/daemon.log"
-    echo "http://$addr:$port" >"$state/url"
+    wait_healthy "$i" "$scheme://$addr:$port" "$!" "$state/daemon.log"
+    echo "$scheme://$addr:$port" >"$state/url"
 }
 
 # Waits up to 15 s until the leader lists all n nodes up.
 wait_followers() {
     local n=$1 url=$2 dir=$3 t=0 up
     while [ $t -lt 150 ]; do
-        up=$(ip netns exec "$(host_ns 0)" curl -sf "$url/v1/nodes" |
+        up=$(ip netns exec "$(host_ns 0)" curl "${CURL_CA[@]}" -sf "$url/v1/nodes" |
             grep -o '"state":"up"' | wc -l) || up=0
         [ "$up" -ge "$n" ] && return 0
         sleep 0.1
@@ -156,7 +174,7 @@ wait_followers() {
 }
 
 cmd_up() {
-    local nodes="" profile="" port_base=7480 dir="" build="$SRC/build" daemons=1
+    local nodes="" profile="" port_base=7480 dir="" build="$SRC/build" daemons=1 use_tls=""
     while [ $# -gt 0 ]; do
         case "$1" in
         --nodes) nodes=${2:-}; shift 2 ;;
@@ -165,6 +183,7 @@ cmd_up() {
         --dir) dir=${2:-}; shift 2 ;;
         --build) build=${2:-}; shift 2 ;;
         --no-daemons) daemons=""; shift ;;
+        --tls) use_tls=1; shift ;;
         *) die "up: unknown option '$1' (see --help)" ;;
         esac
     done
@@ -240,16 +259,24 @@ cmd_up() {
         return 0
     fi
     (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/token")
+    rm -rf "$dir/tls" # keys of an earlier `up` name other hosts; a cluster gets its own CA
+    if [ -n "$use_tls" ]; then
+        local names=()
+        for i in $(seq 0 $((nodes - 1))); do names+=("$(host_ns "$i")=$(host_addr "$i")"); done
+        "$SRC/deploy/tls-keys.sh" "$dir/tls" "${names[@]}" >/dev/null
+    fi
+    tls_curl_ca "$dir"
     for i in $(seq 0 $((nodes - 1))); do # host 0 first: the leader
         start_daemon "$i" $((port_base + i)) "$profile" "$dir" "$daemon"
     done
     wait_followers "$nodes" "$(cat "$dir/h0/url")" "$dir"
     trap - EXIT
     echo "leader: $(cat "$dir/h0/url")   (host 0; $((nodes - 1)) follower(s) joined; token in $dir/token)"
+    [ -z "$use_tls" ] || echo "TLS: the cluster's CA is $dir/tls/ca.pem (curl --cacert, ddpbench --ca)"
     for i in $(seq 0 $((nodes - 1))); do
         echo "host $i: $(host_ns "$i") $(cat "$dir/h$i/url")"
     done
-    echo "reach them with: $0 exec HOST_INDEX curl URL/healthz"
+    echo "reach them with: $0 exec HOST_INDEX curl ${CURL_CA[*]:+${CURL_CA[*]} }URL/healthz"
 }
 
 # The state folder of `down` and `status`, whose only option is --dir: printed on stdout
@@ -299,12 +326,14 @@ cmd_status() {
         return 0
     fi
     echo "netlab: up, profile $(cat "$dir/profile" 2>/dev/null || echo '?')"
+    tls_curl_ca "$dir"
     local ns i state url
     for ns in $nss; do
         [ "$ns" != "$BR_NS" ] || continue
         i=${ns#"$PREFIX-h"}
         url=$(cat "$dir/h$i/url" 2>/dev/null || echo "?")
-        if ip netns exec "$ns" curl -sf -o /dev/null --max-time 2 "$url/healthz" 2>/dev/null; then
+        if ip netns exec "$ns" curl "${CURL_CA[@]}" -sf -o /dev/null --max-time 2 \
+            "$url/healthz" 2>/dev/null; then
             state=up
         else
             state=down
@@ -314,7 +343,8 @@ cmd_status() {
             "$(ip netns exec "$ns" tc qdisc show dev eth0 2>/dev/null | head -n 1)"
     done
     url=$(cat "$dir/h0/url" 2>/dev/null || echo "?")
-    echo "cluster (the leader's GET /v1/nodes): $(ip netns exec "$(host_ns 0)" curl -sf \
+    echo "cluster (the leader's GET /v1/nodes): $(ip netns exec "$(host_ns 0)" \
+        curl "${CURL_CA[@]}" -sf \
         --max-time 2 "$url/v1/nodes" 2>/dev/null | grep -o '"state":"[a-z]*"' |
         sort | uniq -c | tr -s ' \n' ' ' || echo unreachable)"
 }

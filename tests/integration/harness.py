@@ -5,12 +5,17 @@ failed=F skipped=S" as the last line; a case raises Skip when it cannot run here
 
 Decision: no test framework beyond this file and no third-party packages, so the suite
 runs wherever python3 does; every wait is bounded and every daemon started is stopped.
+
+TLS: TlsKeys makes a cluster's keys with deploy/tls-keys.sh; Daemon(tls=keys) serves its
+API over HTTPS with them, and every request of the harness verifies it against the keys'
+CA (Daemon.opener for a test's own urllib handlers).
 """
 import contextlib
 import json
 import os
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -26,10 +31,45 @@ WORKER = os.path.join(BUILD, "worker", "ddpbench-worker")
 TERMINAL = ("succeeded", "failed", "cancelled", "interrupted")
 
 
-class Daemon:
-    """A ddpbenchd process. state_dir persists across restart() unless removed."""
+class TlsKeys:
+    """A cluster's TLS keys from deploy/tls-keys.sh in a scratch folder: ca (the CA's PEM,
+    for --join-ca and clients) and cert(name) / key(name) per node. Every certificate is
+    valid for 127.0.0.1 and localhost, so one serves every daemon of a loopback test."""
 
-    def __init__(self, cpu_slots=None, extra_args=(), state_dir=None, binary=None, env=None):
+    def __init__(self, *names):
+        self.dir = tempfile.mkdtemp(prefix="ddpb-tls-")
+        self.names = names or ("node",)
+        r = subprocess.run([os.path.join(SOURCE, "deploy", "tls-keys.sh"), self.dir,
+                            *self.names], capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            raise RuntimeError(f"deploy/tls-keys.sh failed: {r.stderr}")
+        self.ca = os.path.join(self.dir, "ca.pem")
+
+    def cert(self, name=None):
+        return os.path.join(self.dir, (name or self.names[0]) + ".pem")
+
+    def key(self, name=None):
+        return os.path.join(self.dir, (name or self.names[0]) + ".key")
+
+    def context(self):
+        """A client context that trusts this CA only (peer and host verified)."""
+        return ssl.create_default_context(cafile=self.ca)
+
+    def daemon_args(self, name=None):
+        return ["--tls-cert", self.cert(name), "--tls-key", self.key(name)]
+
+    def close(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Daemon:
+    """A ddpbenchd process. state_dir persists across restart() unless removed. tls: a
+    TlsKeys the API is served with (HTTPS), None for plain HTTP."""
+
+    def __init__(self, cpu_slots=None, extra_args=(), state_dir=None, binary=None, env=None,
+                 tls=None):
+        self.tls = tls
+        self.ssl = tls.context() if tls else None
         self.binary = binary or DAEMON  # an installed copy (test_deploy) or the build's
         self.env = env  # None: this process's; test_bundle gives a cleared one
         self.state_dir = state_dir or tempfile.mkdtemp(prefix="ddpb-it-")
@@ -49,6 +89,8 @@ class Daemon:
                 "--kill-grace-ms", "1000", "--log-level", "info"]
         if self.cpu_slots:
             args += ["--cpu-slots", str(self.cpu_slots)]
+        if self.tls:
+            args += self.tls.daemon_args()
         return args + self.extra_args
 
     def read_info(self):
@@ -56,7 +98,8 @@ class Daemon:
         try:
             with open(os.path.join(self.state_dir, "ddpbenchd.json")) as f:
                 self.info = json.load(f)
-            self.url = f"http://127.0.0.1:{self.info['http_port']}"
+            scheme = "https" if self.tls else "http"
+            self.url = f"{scheme}://127.0.0.1:{self.info['http_port']}"
             return True
         except (OSError, ValueError, KeyError):
             return False
@@ -89,7 +132,7 @@ class Daemon:
             headers["Content-Type"] = "application/json"  # the only type a body may have
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:
+            with urllib.request.urlopen(req, timeout=timeout, context=self.ssl) as r:
                 status, payload, hdrs = r.status, r.read(), r.headers
         except urllib.error.HTTPError as e:
             status, payload, hdrs = e.code, e.read(), e.headers
@@ -97,6 +140,11 @@ class Daemon:
         if ctype.startswith("application/json"):
             return status, json.loads(payload), hdrs
         return status, payload.decode("utf-8", "replace"), hdrs
+
+    def opener(self, *handlers):
+        """urllib.request.build_opener(*handlers) that verifies this daemon's TLS."""
+        return urllib.request.build_opener(urllib.request.HTTPSHandler(context=self.ssl),
+                                           *handlers)
 
     def get(self, path):
         status, body, _ = self.request("GET", path)
@@ -195,6 +243,20 @@ class Daemon:
             pass
         if self.owns_state and os.environ.get("DDPB_KEEP_STATE") != "1":
             shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+def raw_exchange(port, data, timeout=10):
+    """Sends data as is to 127.0.0.1:port and returns every byte that comes back until the
+    server closes (for requests no HTTP client would send, and bytes that are no HTTP)."""
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        reply = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return reply
+            reply += chunk
 
 
 def check(cond, msg="check failed"):

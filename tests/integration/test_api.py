@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 
-from harness import Daemon, check, run_cases
+from harness import Daemon, check, raw_exchange, run_cases
 
 D = None
 TINY = {"name": "tiny", "workload": "collective", "world_size": 1, "min_bytes": "4K",
@@ -330,15 +330,9 @@ def test_static_files_stay_inside_web():
     check(status == 200 and "text/html" in hdrs["Content-Type"] and "ddpbench" in body, body[:200])
     for path in ("/../meson.build", "/%2e%2e/meson.build", "/..%2fmeson.build", "//etc/passwd",
                  "/./index.html", "/nonexistent.js"):
-        s = socket.create_connection(("127.0.0.1", D.info["http_port"]), timeout=10)
-        s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
-        reply = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
-        s.close()
+        reply = raw_exchange(D.info["http_port"],
+                             f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close"
+                             "\r\n\r\n".encode())
         head = reply.split(b"\r\n", 1)[0].decode()
         check(" 404 " in head, f"{path}: {head}")
         check(b"project('ddpbench'" not in reply and b"root:" not in reply, f"{path} leaked")

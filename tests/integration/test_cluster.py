@@ -6,6 +6,12 @@ runs whose ranks span nodes (collective and training: run_ranks.node, the placem
 results), and the faults: a follower killed with -9 mid-run, a follower draining on
 SIGTERM, the leader restarting under running followers.
 
+Every cluster here runs over TLS (issue 31): the daemons serve HTTPS with keys from
+deploy/tls-keys.sh and the followers join https:// pinned to that CA (--join-ca). The
+TLS cases: a follower pinned to another CA never joins and says why, plain HTTP to a TLS
+port fails without harm, the API and the CLI over TLS end to end, and an http:// join,
+still taken for clusters set up before TLS, with its warning.
+
 deploy/netlab.sh runs the same cluster over shaped links between network namespaces
 (test_netlab); this file needs no root and keeps every case to seconds."""
 import json
@@ -18,7 +24,8 @@ import time
 import urllib.error
 import urllib.request
 
-from harness import BUILD, Daemon, check, pid_alive, run_cases, wait_gone
+from harness import (BUILD, Daemon, TlsKeys, check, pid_alive, raw_exchange, run_cases,
+                     wait_gone)
 
 CLI = os.path.join(BUILD, "cli", "ddpbench")
 
@@ -39,6 +46,7 @@ def token_file():
 
 
 TOKEN_FILE = token_file()
+KEYS = TlsKeys()  # the cluster's CA and the one certificate every daemon here serves
 
 
 def free_port():
@@ -48,17 +56,21 @@ def free_port():
 
 
 def leader(**kw):
-    """port: fixed (a restarted leader must come back where its followers look)."""
-    return Daemon(cpu_slots=kw.get("slots", 2),
+    """port: fixed (a restarted leader must come back where its followers look); tls: the
+    keys (default the cluster's; None: plain HTTP)."""
+    return Daemon(cpu_slots=kw.get("slots", 2), tls=kw.get("tls", KEYS),
                   extra_args=["--token-file", TOKEN_FILE, "--node", "lead",
                               "--node-timeout-ms", str(kw.get("timeout_ms", 2000)),
                               "--port", str(kw.get("port", 0))])
 
 
-def follower(lead, name, slots=2, state_dir=None):
-    return Daemon(cpu_slots=slots, state_dir=state_dir,
+def follower(lead, name, slots=2, state_dir=None, extra=(), ca=None):
+    """A follower of lead, over TLS pinned to ca (default: the cluster's CA) when lead
+    serves HTTPS."""
+    pin = ["--join-ca", ca or KEYS.ca] if lead.tls else []
+    return Daemon(cpu_slots=slots, state_dir=state_dir, tls=lead.tls,
                   extra_args=["--join", lead.url, "--token-file", TOKEN_FILE, "--node", name,
-                              "--sync-ms", "100"])
+                              "--sync-ms", "100", *pin, *extra])
 
 
 def post(d, path, body, headers=AUTH):
@@ -119,15 +131,15 @@ def test_join_and_nodes():
         check(hf["role"] == "follower" and hf["leader"] == lead.url, hf)
         # `ddpbench nodes`: the same nodes, as a table and as JSON
         env = {k: v for k, v in os.environ.items() if not k.startswith("DDPB_")}
-        r = subprocess.run([CLI, "--url", lead.url, "nodes"], capture_output=True, text=True,
-                           timeout=30, env=env)
+        r = subprocess.run([CLI, "--url", lead.url, "--ca", KEYS.ca, "nodes"],
+                           capture_output=True, text=True, timeout=30, env=env)
         check(r.returncode == 0, r.stderr)
         rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()[1:] if line}
         check(rows["lead"][1:3] == ["leader", "up"] and rows["f1"][1:3] == ["follower", "up"],
               r.stdout)
         check("0/3" in rows["f1"] and "2 of 2 nodes up" in r.stdout, r.stdout)
         r = subprocess.run([CLI, "--url", lead.url, "--json", "nodes"], capture_output=True,
-                           text=True, timeout=30, env=env)
+                           text=True, timeout=30, env=dict(env, DDPB_CA=KEYS.ca))
         check(r.returncode == 0, r.stderr)
         check([n["name"] for n in json.loads(r.stdout)["nodes"]] == ["lead", "f1"], r.stdout)
     finally:
@@ -146,7 +158,7 @@ def test_follower_redirects_to_leader():
             def redirect_request(self, *a, **k):
                 return None
 
-        opener = urllib.request.build_opener(NoFollow)
+        opener = f1.opener(NoFollow)
         try:
             opener.open(req, timeout=10)
             raise AssertionError("no redirect")
@@ -363,9 +375,7 @@ def test_framework_engine_spans_nodes():
             steps = lead.get(f"/v1/runs/{rid}/steps?rank={rank}")
             check(len(steps["rows"]) >= 10, (rank, steps))
         check(run["env"][1]["env"]["engine"] == "pytorch", run["env"])
-        f2 = Daemon(cpu_slots=1, extra_args=["--join", lead.url, "--token-file", TOKEN_FILE,
-                                             "--node", "f2", "--sync-ms", "100",
-                                             "--python", "/nonexistent/python3"])
+        f2 = follower(lead, "f2", slots=1, extra=["--python", "/nonexistent/python3"])
         wait_node(lead, "f2", "up")
         check(not follower_engines(lead, "f2")["pytorch"]["installed"], "f2 has no torch")
         status, body, _ = post(lead, "/v1/experiments", dict(spec, world_size=3, nodes=3))
@@ -459,6 +469,92 @@ def test_leader_restart_interrupts_and_followers_rejoin():
         lead.close()
 
 
+def test_follower_with_wrong_ca_cannot_join():
+    """A follower pinned to another cluster's CA refuses the leader's certificate: it never
+    joins (the leader lists no such node) and its log names the CA it checked against."""
+    other = TlsKeys()
+    lead = leader()
+    f1 = follower(lead, "f1", ca=other.ca)
+    try:
+        deadline = time.time() + 5
+        while time.time() < deadline and "TLS with the leader" not in f1.daemon_log():
+            time.sleep(0.1)
+        log = f1.daemon_log()
+        check("TLS with the leader" in log and f"checked against {other.ca}" in log
+              and "certificate" in log, log)
+        check("f1" not in nodes(lead), nodes(lead))
+        check(f1.proc.poll() is None, "the follower keeps trying (a CA can be fixed by restart)")
+    finally:
+        f1.close()
+        lead.close()
+        other.close()
+
+
+def test_plain_http_to_tls_port_fails_cleanly():
+    """Plain HTTP to an HTTPS listener gets no HTTP reply (the handshake fails and the
+    connection closes at once), neither the raw bytes nor urllib hang, and the daemon
+    serves HTTPS after it as before."""
+    lead = leader()
+    try:
+        port = lead.info["http_port"]
+        got = raw_exchange(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        check(not got.startswith(b"HTTP/"), got[:100])
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
+            raise AssertionError("plain HTTP got an answer from a TLS port")
+        except (urllib.error.URLError, ConnectionError, OSError) as e:
+            check(not isinstance(e, urllib.error.HTTPError), e)
+        check(lead.get("/healthz")["status"] == "ok", "the daemon still serves HTTPS")
+        check(lead.proc.poll() is None, "the daemon is alive")
+    finally:
+        lead.close()
+
+
+def test_api_over_tls_end_to_end():
+    """The API over HTTPS end to end: a small collective run across a TLS cluster POSTed
+    and its results read back; the CLI verifies the daemon against --ca / DDPB_CA and
+    refuses one it cannot verify (the system store does not hold the cluster's CA)."""
+    lead = leader()
+    f1 = follower(lead, "f1")
+    try:
+        check(lead.url.startswith("https://") and lead.info["url"].startswith("https://"),
+              lead.info)
+        wait_node(lead, "f1", "up")
+        exp = lead.wait_experiment(submit(lead, dict(COLL, world_size=2, nodes=2))["id"])
+        check(exp["status"] == "succeeded", exp)
+        rows = lead.get(f"/v1/experiments/{exp['id']}/results")["rows"]
+        check(rows and all(r["nodes"] == 2 and r["busbw_gbs_median"] > 0 for r in rows),
+              rows[:1])
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DDPB_")}
+        r = subprocess.run([CLI, "--url", lead.url, "--ca", KEYS.ca, "--json", "show",
+                            str(exp["id"])], capture_output=True, text=True, timeout=30, env=env)
+        check(r.returncode == 0 and json.loads(r.stdout)["experiment"]["status"] == "succeeded",
+              r.stderr)
+        r = subprocess.run([CLI, "--url", lead.url, "nodes"], capture_output=True, text=True,
+                           timeout=30, env=env)
+        check(r.returncode == 4 and "certificate" in r.stderr.lower(), (r.returncode, r.stderr))
+        r = subprocess.run([CLI, "--url", lead.url, "--ca", "/nonexistent/ca.pem", "nodes"],
+                           capture_output=True, text=True, timeout=30, env=env)
+        check(r.returncode == 2 and "--ca" in r.stderr, (r.returncode, r.stderr))
+    finally:
+        f1.close()
+        lead.close()
+
+
+def test_plain_http_join_still_works():
+    """A plain-HTTP cluster (set up before TLS) still joins, and the follower warns that
+    the token and secrets cross in the clear."""
+    lead = leader(tls=None)
+    f1 = follower(lead, "f1")
+    try:
+        check(lead.url.startswith("http://"), lead.url)
+        wait_node(lead, "f1", "up")
+        check("is plain HTTP" in f1.daemon_log(), f1.daemon_log())
+    finally:
+        f1.close()
+        lead.close()
+
+
 if __name__ == "__main__":
     try:
         raise SystemExit(run_cases([
@@ -472,6 +568,11 @@ if __name__ == "__main__":
             test_follower_killed_mid_run,
             test_follower_drains_on_sigterm,
             test_leader_restart_interrupts_and_followers_rejoin,
+            test_follower_with_wrong_ca_cannot_join,
+            test_plain_http_to_tls_port_fails_cleanly,
+            test_api_over_tls_end_to_end,
+            test_plain_http_join_still_works,
         ]))
     finally:
         os.unlink(TOKEN_FILE)
+        KEYS.close()

@@ -17,6 +17,10 @@ daemon reaches host 1 through netlab's agent (deploy/netlab-mpi-agent.sh: ip net
 which runs a command in host 1's namespace by its address and refuses an address no host
 has.
 
+Every cluster here runs over TLS (`up --tls`, issue 31): the daemons serve HTTPS with keys
+deploy/tls-keys.sh made for each host in the state folder (keys mode 0600), the follower
+joins https:// pinned to the cluster's CA, and every curl here verifies against that CA.
+
 Needs root and `ip netns` (CI runs as root): elsewhere every case skips with the reason,
 and tests/summarize.py does not allow that skip, so CI cannot pass without running it."""
 import contextlib
@@ -65,19 +69,20 @@ def why_unavailable():
 
 
 @contextlib.contextmanager
-def two_hosts(profile):
-    """Hosts 0 and 1 up under the link profile, as (state dir, up's output, the leader's
-    URL); torn down after, and the teardown must succeed. Skip where namespaces cannot be
-    made (only root may, and CI is root)."""
+def two_hosts(profile, tls=True):
+    """Hosts 0 and 1 up under the link profile, over TLS unless told otherwise, as (state
+    dir, up's output, the leader's URL); torn down after, and the teardown must succeed.
+    Skip where namespaces cannot be made (only root may, and CI is root)."""
     why = why_unavailable()
     if why:
         raise Skip(why)
     state = tempfile.mkdtemp(prefix="ddpb-netlab-")
     try:
         up = netlab("up", "--nodes", "2", "--profile", profile, "--port-base", str(PORT),
-                    "--dir", state, "--build", BUILD)
+                    "--dir", state, "--build", BUILD, *(["--tls"] if tls else []))
         check(up.returncode == 0, f"up: {up.stdout} {up.stderr}")
-        yield state, up, f"http://{ADDR[0]}:{PORT}"
+        CA["file"] = os.path.join(state, "tls", "ca.pem")
+        yield state, up, f"{'https' if tls else 'http'}://{ADDR[0]}:{PORT}"
     finally:
         down = netlab("down", "--dir", state)
         shutil.rmtree(state, ignore_errors=True)
@@ -99,10 +104,16 @@ def root_links():
     return sorted(link["ifname"] for link in json.loads(sh("ip", "-j", "link", "show").stdout))
 
 
+CA = {}  # "file": the running cluster's CA (two_hosts sets it), for https:// URLs
+
+
 def http(ns, method, url, body=None, token=None):
-    """curl inside namespace ns; returns the parsed JSON reply (fails on an HTTP error)."""
+    """curl inside namespace ns; returns the parsed JSON reply (fails on an HTTP error). An
+    https:// URL is verified against the cluster's CA."""
     args = ["ip", "netns", "exec", ns, "curl", "-sS", "--fail-with-body", "--max-time", "20",
             "-X", method, url]
+    if url.startswith("https://"):
+        args += ["--cacert", CA["file"]]
     if token:
         args += ["-H", f"Authorization: Bearer {token}"]
     if body is not None:
@@ -219,7 +230,11 @@ def test_up_shape_run_down():
     before = root_links()
     with two_hosts("1gbe") as (state, up, leader):
         check(f"leader: {leader}" in up.stdout, up.stdout)
-        check(f"host 1: {H1} http://{ADDR[1]}:{PORT + 1}" in up.stdout, up.stdout)
+        check(f"host 1: {H1} https://{ADDR[1]}:{PORT + 1}" in up.stdout, up.stdout)
+        check(f"the cluster's CA is {CA['file']}" in up.stdout, up.stdout)
+        for name in ("ca", H0, H1):  # keys private, certificates readable
+            check(os.stat(os.path.join(state, "tls", name + ".key")).st_mode & 0o077 == 0, name)
+            check(os.path.exists(os.path.join(state, "tls", name + ".pem")), name)
         check("delay emulation: " in up.stdout, "delay emulation reported either way")
         check({H0, H1, BR} <= namespaces(), namespaces())
         for i, ns in enumerate((H0, H1)):
@@ -234,7 +249,13 @@ def test_up_shape_run_down():
         # host 1 reaches host 0's daemon through the bridge; it names its profile
         health = http(H1, "GET", f"{leader}/healthz")
         check(health["network_profile"] == "1gbe" and health["node"] == H0, health)
-        check(http(H0, "GET", f"http://{ADDR[1]}:{PORT + 1}/healthz")["node"] == H1, "h0 -> h1")
+        check(http(H0, "GET", f"https://{ADDR[1]}:{PORT + 1}/healthz")["node"] == H1, "h0 -> h1")
+        # plain HTTP to the TLS port gets no HTTP reply; the follower joined over https
+        plain = sh("ip", "netns", "exec", H1, "curl", "-sS", "--max-time", "5",
+                   f"http://{ADDR[0]}:{PORT}/healthz")
+        check(plain.returncode != 0 and "HTTP/" not in plain.stdout, plain)
+        with open(os.path.join(state, "h1", "daemon.log")) as f:
+            check(f"as a follower of {leader}" in f.read(), "h1 joined the https:// leader")
         nodes = {n["name"]: n for n in http(H1, "GET", f"{leader}/v1/nodes")["nodes"]}
         check(nodes[H0]["role"] == "leader" and nodes[H1]["role"] == "follower", nodes)
         check(all(n["state"] == "up" and n["network_profile"] == "1gbe" for n in nodes.values()),

@@ -7,7 +7,8 @@ checks at the end that no slurmstepd outlived its job).
   a 2-rank MPI hello with each implementation under the srun --mpi plugin that
   schema/vocabulary.json names for it (and the plugins that do not work, failing the way
   this file's docstrings say, so a change in Debian's packages shows here).
-- deploy/slurm/ddpbench.sbatch in its daemons-per-node mode: a 2-rank collective spec.
+- deploy/slurm/ddpbench.sbatch in its daemons-per-node mode: a 2-rank collective spec,
+  the leader's API over TLS (keys made per job; followers join https:// pinned to the CA).
 
 Needs root (slurmd runs jobs as their user; SlurmUser is root here) and the packages
 deploy/install-deps.sh installs; elsewhere it skips with the reason, and
@@ -165,7 +166,7 @@ def test_sbatch_runs_a_spec_and_writes_the_csv():
     with open(out, errors="replace") as f:
         log = f.read()
     check(state in ("COMPLETED", "GONE"), f"job {job}: {state}: {log}")
-    check("experiment 1 succeeded" in log, log)
+    check("experiment 1 succeeded" in log and "leader https://" in log, log)  # over TLS
     with open(os.path.join(jobs, f"ddpbench-{job}.csv")) as f:
         rows = list(csv.DictReader(f))
     check([r["bytes"] for r in rows] == ["4096", "16384", "65536"], rows)
@@ -230,7 +231,7 @@ def test_daemons_mode_across_two_netlab_nodes():
     job, state, out, rows = two_node_job(["--nodes=2"], [], dict(TWO_NODE_SPEC, nodes=2,
                                                                  ranks_per_node=1))
     check(state in ("COMPLETED", "GONE") and "experiment 1 succeeded" in out
-          and "on h0, 2 node(s)" in out, (state, out))
+          and "on h0, 2 node(s)" in out and "leader https://" in out, (state, out))
     check(rows and all(r["nodes"] == "2" and r["wrong"] == "0" for r in rows), rows)
     S2.wait_no_job_pids(job)
     followers = [r for r in S2.steps(job) if r["JobName"] == "ddpbench-followers"]
@@ -267,9 +268,11 @@ def write_spec(name, spec, cluster=None):
 
 def script_env(**extra):
     """The environment sbatch passes the script: this build, a free port, results in
-    jobs/, the leader on 127.0.0.1 (the one node)."""
+    jobs/, the leader on 127.0.0.1 (the one node), in plain HTTP (DDPB_TLS=0): these cases
+    read the job's daemon while it runs, and its TLS keys live in the job's private folder
+    (the daemons-mode cases run the job's cluster over TLS)."""
     env = dict(S.env, DDPB_BIN=BUILD, DDPB_PORT=str(free_port()), DDPB_OUT=S.path("jobs"),
-               DDPB_IFACE_ADDR_CMD="echo 127.0.0.1")
+               DDPB_IFACE_ADDR_CMD="echo 127.0.0.1", DDPB_TLS="0")
     env.update(extra)
     return env
 

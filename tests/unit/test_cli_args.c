@@ -238,22 +238,33 @@ static void test_args_environment(void)
     struct cli_args a;
     struct err e;
     T_OK(parse(&a, &e, ARGV("ls")));
-    args_apply_env(&a, NULL, NULL);
+    args_apply_env(&a, NULL, NULL, NULL);
     T_EQ_STR(a.url, ARGS_DEFAULT_URL);
     T_CHECK(!a.token);
     T_OK(parse(&a, &e, ARGV("ls")));
-    args_apply_env(&a, "http://env:1", "envtok");
+    args_apply_env(&a, "http://env:1", "envtok", NULL);
     T_EQ_STR(a.url, "http://env:1");
     T_EQ_STR(a.token, "envtok");
     T_OK(parse(&a, &e, ARGV("--url", "http://cli:2", "--token", "clitok", "ls")));
-    args_apply_env(&a, "http://env:1", "envtok");
+    args_apply_env(&a, "http://env:1", "envtok", NULL);
     T_EQ_STR(a.url, "http://cli:2");
     T_EQ_STR(a.token, "clitok");
     /* an explicit --token-file beats DDPB_TOKEN: main reads the file */
     T_OK(parse(&a, &e, ARGV("--token-file", "/t", "ls")));
-    args_apply_env(&a, "", "envtok");
+    args_apply_env(&a, "", "envtok", NULL);
     T_CHECK(a.token == NULL);
     T_EQ_STR(a.url, ARGS_DEFAULT_URL);
+    /* the CA for an https:// daemon: --ca, else DDPB_CA, else none (the system store) */
+    T_OK(parse(&a, &e, ARGV("ls")));
+    args_apply_env(&a, NULL, NULL, "/env/ca.pem");
+    T_EQ_STR(a.ca, "/env/ca.pem");
+    T_OK(parse(&a, &e, ARGV("--ca", "/cli/ca.pem", "--url", "https://h:1", "ls")));
+    args_apply_env(&a, NULL, NULL, "/env/ca.pem");
+    T_EQ_STR(a.ca, "/cli/ca.pem");
+    T_EQ_STR(a.url, "https://h:1");
+    T_OK(parse(&a, &e, ARGV("ls")));
+    args_apply_env(&a, NULL, NULL, "");
+    T_CHECK(a.ca == NULL);
 }
 
 static void test_exit_codes(void)

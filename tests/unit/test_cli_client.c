@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -285,6 +286,34 @@ static void test_client_timeout_and_unreachable(void)
     client_cleanup(&c);
 }
 
+/* --ca: a readable file is kept for every request; a missing one is a usage error naming
+ * --ca; an https:// request to a server that speaks no TLS gets no reply (status 0). */
+static void test_client_ca(void)
+{
+    struct fake f;
+    T_CHECK(fake_start(&f) == 0);
+    struct client c;
+    struct err e;
+    char url[64];
+    snprintf(url, sizeof url, "https://127.0.0.1:%d", f.port);
+    T_OK(client_init(&c, url, NULL, 2, &e));
+    T_CHECK(client_set_ca(&c, "/nonexistent/ca.pem", &e) < 0);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_EQ_STR(e.field, "--ca");
+    T_CHECK(strstr(e.msg, "/nonexistent/ca.pem") != NULL);
+    char ca[] = "/tmp/ddpb-test-ca-XXXXXX";
+    int fd = mkstemp(ca);
+    T_CHECK(fd >= 0);
+    close(fd);
+    T_OK(client_set_ca(&c, ca, &e));
+    T_EQ_STR(c.ca, ca);
+    T_CHECK(client_request(&c, "GET", "/healthz", NULL, 0, &e) < 0);
+    T_EQ_INT(c.status, 0);
+    unlink(ca);
+    client_cleanup(&c);
+    fake_stop(&f);
+}
+
 struct chunks {
     char text[256];
     size_t len;
@@ -344,5 +373,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_client_token_and_body);
     TEST_RUN(test_client_timeout_and_unreachable);
     TEST_RUN(test_client_streams);
+    TEST_RUN(test_client_ca);
     return test_end();
 }

@@ -9,7 +9,11 @@
  * repeatable, each kept as its real path in one ':'-joined list; none given: the state
  * directory's data/ (made) and /usr/share/datasets; a missing one refused. --scripts-dir:
  * one writable by group or others is refused at start. common/paths: beneath means the
- * directory or under it at a '/', and a missing path and one outside fail alike. */
+ * directory or under it at a '/', and a missing path and one outside fail alike. TLS
+ * (--tls-cert, --tls-key, --join-ca, --join-system-ca): both halves of the pair or neither,
+ * each file PEM of its kind, the key the certificate's (else refused naming the file at
+ * fault), and a follower's https:// leader needs a CA said explicitly, while http:// still
+ * parses. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -26,8 +30,8 @@
 /* config_parse_args over {"ddpbenchd", args..., NULL}; getopt restarted each time. */
 static int test_config_parse(struct config *c, char **args, int n, struct err *e)
 {
-    char *argv[8] = {"ddpbenchd"};
-    for (int i = 0; i < n && i < 6; i++)
+    char *argv[16] = {"ddpbenchd"};
+    for (int i = 0; i < n && i < 14; i++)
         argv[i + 1] = args[i];
     optind = 0;
     return config_parse_args(c, n + 1, argv, e);
@@ -263,6 +267,160 @@ static void test_paths_beneath(void)
     }
     unlink(link);
     unlink(in);
+}
+
+/* A self-signed certificate (CN test-a, 100 years) with its key, and a key of another
+ * pair: made once with openssl for this test, since the check under test is GnuTLS's. */
+static const char test_cert_a[] =
+    "-----BEGIN CERTIFICATE-----\n"
+    "MIIBizCCATCgAwIBAgIUNpGeS6JaiWgB0JRj5EhOM7VmcQ0wCgYIKoZIzj0EAwIw\n"
+    "ETEPMA0GA1UEAwwGdGVzdC1hMCAXDTI2MTEyODA4MzE0OFoYDzIxMjYxMTA0MDgz\n"
+    "MTQ4WjARMQ8wDQYDVQQDDAZ0ZXN0LWEwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNC\n"
+    "AASMlmQGWfNotjt+64bq1wKrt913VsCVqHzaNpAuJwgaFMesarLhk8SmJFrbZOEn\n"
+    "YOG8HvYfYY45okHaWoQZi37Mo2QwYjAdBgNVHQ4EFgQU+lTd7VbXV2dvfE42VoJ0\n"
+    "cD52kOkwHwYDVR0jBBgwFoAU+lTd7VbXV2dvfE42VoJ0cD52kOkwDwYDVR0TAQH/\n"
+    "BAUwAwEB/zAPBgNVHREECDAGhwR/AAABMAoGCCqGSM49BAMCA0kAMEYCIQCs8xeg\n"
+    "FfzcBjAXtnmqZHRP4kGICHbOvn+0qWwYUQX+zQIhAIMvoUKKWgU0buqHEJlDzKT7\n"
+    "U6l5fy8DEmnc8N4OcFMP\n"
+    "-----END CERTIFICATE-----\n";
+static const char test_key_a[] =
+    "-----BEGIN PRIVATE KEY-----\n"
+    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgUcziRXkRSE+QN7+k\n"
+    "YEw5lNeT8PyseGfH2kOUuchhsHmhRANCAASMlmQGWfNotjt+64bq1wKrt913VsCV\n"
+    "qHzaNpAuJwgaFMesarLhk8SmJFrbZOEnYOG8HvYfYY45okHaWoQZi37M\n"
+    "-----END PRIVATE KEY-----\n";
+static const char test_key_b[] =
+    "-----BEGIN PRIVATE KEY-----\n"
+    "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg0LdudUlkYU739m04\n"
+    "++PgBYmrZ1fD7CVYfJlW8fBH2HGhRANCAASRRL+xmQE7wOVRq9jf5i3n5nTv3p7f\n"
+    "rLjD+RdYVlw3VVsFc6WioipDvLw1ImYEnuDVYEWLrkexnAuH60fXztlI\n"
+    "-----END PRIVATE KEY-----\n";
+
+/* Writes text to dir/name; the path into out (PATH_MAX). */
+static void test_config_write(const char *dir, const char *name, const char *text, char *out)
+{
+    snprintf(out, PATH_MAX, "%s/%s", dir, name);
+    FILE *f = fopen(out, "w");
+    T_CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* One refused command line: the field named, and want in the message. */
+static void test_config_refused(char **args, int n, const char *field, const char *want)
+{
+    struct config c;
+    struct err e = {0};
+    T_CHECK_MSG(test_config_parse(&c, args, n, &e) < 0, "accepted %s %s", args[0],
+                n > 1 ? args[1] : "");
+    T_EQ_STR(e.field, field);
+    T_CHECK_MSG(strstr(e.msg, want) != NULL, "'%s' lacks '%s'", e.msg, want);
+}
+
+/* --tls-cert / --tls-key: off by default; a matching pair is kept as real paths; half a
+ * pair, a missing file, a key given as the certificate, a certificate that is not one
+ * and a key of another pair are refused naming the flag at fault. */
+static void test_config_tls_listener(void)
+{
+    char dir[] = "/tmp/ddpb-test-tls-XXXXXX", cert[PATH_MAX], key[PATH_MAX], other[PATH_MAX],
+         junk[PATH_MAX];
+    T_CHECK(mkdtemp(dir) != NULL);
+    test_config_write(dir, "a.pem", test_cert_a, cert);
+    test_config_write(dir, "a.key", test_key_a, key);
+    test_config_write(dir, "b.key", test_key_b, other);
+    test_config_write(
+        dir, "junk.pem",
+        "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n", junk);
+    struct config c;
+    struct err e = {0};
+    T_EQ_INT(test_config_parse(&c, NULL, 0, &e), 0);
+    T_EQ_STR(c.tls_cert, "");
+    T_EQ_STR(c.tls_key, "");
+    char *pair[] = {"--tls-cert", cert, "--tls-key", key};
+    T_EQ_INT(test_config_parse(&c, pair, 4, &e), 0);
+    T_EQ_STR(c.tls_cert, cert);
+    T_EQ_STR(c.tls_key, key);
+    char *half_cert[] = {"--tls-cert", cert};
+    test_config_refused(half_cert, 2, "tls-key", "--tls-cert needs --tls-key");
+    char *half_key[] = {"--tls-key", key};
+    test_config_refused(half_key, 2, "tls-cert", "--tls-key needs --tls-cert");
+    char *missing[] = {"--tls-cert", "/nonexistent/c.pem", "--tls-key", key};
+    test_config_refused(missing, 4, "tls-cert", "/nonexistent/c.pem");
+    char *swapped[] = {"--tls-cert", key, "--tls-key", key};
+    test_config_refused(swapped, 4, "tls-cert", "not a PEM file with a CERTIFICATE");
+    char *cert_as_key[] = {"--tls-cert", cert, "--tls-key", cert};
+    test_config_refused(cert_as_key, 4, "tls-key", "not a PEM file with a PRIVATE KEY");
+    char *bad_cert[] = {"--tls-cert", junk, "--tls-key", key};
+    test_config_refused(bad_cert, 4, "tls-cert", junk);
+    char *mismatch[] = {"--tls-cert", cert, "--tls-key", other};
+    test_config_refused(mismatch, 4, "tls-key", "do not match");
+    char *text = config_read_pem(cert, "tls-cert", &e);
+    T_CHECK(text && strcmp(text, test_cert_a) == 0);
+    free(text);
+    const char *names[] = {"a.pem", "a.key", "b.key", "junk.pem"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+/* --join https:// needs --join-ca (kept as its real path) or --join-system-ca, never both;
+ * either without an https:// join is refused; http:// still parses (back-compat, warned
+ * about by the follower); any other scheme is refused naming --join. */
+/* The daemon takes DDPB_TOKEN out of its environment once read: each parse of a --join
+ * line below is given it again (--join needs the cluster's credential). */
+#define JOIN_TOKEN "join-test-token-0123456789"
+
+static void test_config_tls_join(void)
+{
+    char dir[] = "/tmp/ddpb-test-join-XXXXXX", ca[PATH_MAX], key[PATH_MAX];
+    T_CHECK(mkdtemp(dir) != NULL);
+    test_config_write(dir, "ca.pem", test_cert_a, ca);
+    test_config_write(dir, "a.key", test_key_a, key);
+    struct config c;
+    struct err e = {0};
+    char *pinned[] = {"--join", "https://lead:7480/", "--join-ca", ca};
+    setenv("DDPB_TOKEN", JOIN_TOKEN, 1);
+    T_EQ_INT(test_config_parse(&c, pinned, 4, &e), 0);
+    T_EQ_STR(c.join, "https://lead:7480");
+    T_EQ_STR(c.join_ca, ca);
+    T_CHECK(!c.join_system_ca);
+    char *sys[] = {"--join", "https://lead:7480", "--join-system-ca"};
+    setenv("DDPB_TOKEN", JOIN_TOKEN, 1);
+    T_EQ_INT(test_config_parse(&c, sys, 3, &e), 0);
+    T_CHECK(c.join_system_ca && c.join_ca[0] == '\0');
+    char *plain[] = {"--join", "http://lead:7480"};
+    setenv("DDPB_TOKEN", JOIN_TOKEN, 1);
+    T_EQ_INT(test_config_parse(&c, plain, 2, &e), 0);
+    T_EQ_STR(c.join, "http://lead:7480");
+    char *no_ca[] = {"--join", "https://lead:7480"};
+    setenv("DDPB_TOKEN", JOIN_TOKEN, 1);
+    test_config_refused(no_ca, 2, "join-ca", "needs --join-ca");
+    char *both[] = {"--join", "https://lead:7480", "--join-ca", ca, "--join-system-ca"};
+    setenv("DDPB_TOKEN", JOIN_TOKEN, 1);
+    test_config_refused(both, 5, "join-ca", "exclude each other");
+    char *ca_plain[] = {"--join", "http://lead:7480", "--join-ca", ca};
+    setenv("DDPB_TOKEN", JOIN_TOKEN, 1);
+    test_config_refused(ca_plain, 4, "join-ca", "needs --join https://");
+    char *ca_alone[] = {"--join-system-ca"};
+    setenv("DDPB_TOKEN", JOIN_TOKEN, 1);
+    test_config_refused(ca_alone, 1, "join-system-ca", "needs --join https://");
+    char *ca_key[] = {"--join", "https://lead:7480", "--join-ca", key};
+    setenv("DDPB_TOKEN", JOIN_TOKEN, 1);
+    test_config_refused(ca_key, 4, "join-ca", "not a PEM file with a CERTIFICATE");
+    char *ftp[] = {"--join", "ftp://lead:7480"};
+    setenv("DDPB_TOKEN", JOIN_TOKEN, 1);
+    test_config_refused(ftp, 2, "join", "https://HOST:PORT");
+    char *path[] = {"--join", "https://lead:7480/v1", "--join-ca", ca};
+    setenv("DDPB_TOKEN", JOIN_TOKEN, 1);
+    test_config_refused(path, 4, "join", "https://HOST:PORT");
+    unsetenv("DDPB_TOKEN");
+    unlink(ca);
+    unlink(key);
     rmdir(dir);
 }
 
@@ -277,5 +435,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_config_data_dirs);
     TEST_RUN(test_config_scripts_dir_writable);
     TEST_RUN(test_paths_beneath);
+    TEST_RUN(test_config_tls_listener);
+    TEST_RUN(test_config_tls_join);
     return test_end();
 }
