@@ -14,17 +14,17 @@
                            (daemon/model.c MODEL_LATEST_SCAN): part of the cache key */
 #define H_KEY_MAX 2048
 
-/* The cache key of what (fit, report) of ids: their versions (db_experiments_version);
+/* The cache key of what (fit, report) of ids: their versions (db_experiments_version),
+ * and for a report those of the finished collectives it may borrow fits from (scan);
  * false when there is none (no cache, or an experiment missing: the handler's own load
  * then says which). */
-static bool h_model_key(struct api_ctx *ctx, const char *what, const int64_t *ids, size_t n,
-                        char *key, size_t cap)
+static bool h_model_key(struct api_ctx *ctx, const char *what, size_t scan, const int64_t *ids,
+                        size_t n, char *key, size_t cap)
 {
     struct err e = {0};
     int w = snprintf(key, cap, "%s|", what);
     return ctx->cache && w > 0 && (size_t)w < cap &&
-           db_experiments_version(ctx->db, ids, n, H_MODEL_SCAN, key + w, cap - (size_t)w,
-                                  &e) == 0;
+           db_experiments_version(ctx->db, ids, n, scan, key + w, cap - (size_t)w, &e) == 0;
 }
 
 /* The cached body of key into rep (json: sent as JSON text); false on a miss. */
@@ -62,7 +62,7 @@ int h_experiments_fit(struct api_ctx *ctx, const struct api_request *req, struct
     if (h_model_ids(req, ids, &n, e) < 0)
         return -1;
     char key[H_KEY_MAX];
-    bool keyed = h_model_key(ctx, "fit", ids, n, key, sizeof key);
+    bool keyed = h_model_key(ctx, "fit", 0, ids, n, key, sizeof key);
     if (keyed && h_model_cached(ctx, key, true, rep, e))
         return 0;
     struct perf_fit *fits = NULL;
@@ -112,7 +112,7 @@ int h_experiments_report(struct api_ctx *ctx, const struct api_request *req,
     if (h_model_ids(req, ids, &n, e) < 0)
         return -1;
     char key[H_KEY_MAX];
-    bool keyed = h_model_key(ctx, "report", ids, n, key, sizeof key);
+    bool keyed = h_model_key(ctx, "report", H_MODEL_SCAN, ids, n, key, sizeof key);
     if (keyed && h_model_cached(ctx, key, false, rep, e))
         return 0;
     rep->body = report_html_build(ctx->db, ids, n, &rep->body_len, e);
