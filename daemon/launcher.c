@@ -114,6 +114,11 @@ static int launcher_env_build(const struct launch_rank *lr, struct launch_env *e
         rc |= launcher_env_add(env, "DDPB_NODE_NAME", lr->node_name);
     if (lr->shm_dir && lr->shm_dir[0]) /* a run's launcher passes it on to its ranks */
         rc |= launcher_env_add(env, "DDPB_SHM_DIR", lr->shm_dir);
+    if (lr->memory_limit_mib > 0) {
+        char mib[24];
+        snprintf(mib, sizeof mib, "%lld", (long long)lr->memory_limit_mib);
+        rc |= launcher_env_add(env, "DDPB_MEMORY_LIMIT_MIB", mib);
+    }
     if (launcher_is_framework(lr))
         rc |= launcher_env_add(env, "DDPB_ENGINE", lr->engine) |
               launcher_env_add(env, "DDPB_ENGINES_DIR", lr->engines_dir) |

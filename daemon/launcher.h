@@ -44,6 +44,9 @@ struct launch_rank {
     /* DDPB_SHM_DIR: where the host backend's shared-memory segments go (ddpbenchd
      * --shm-dir); NULL or "" = not set, the worker's /dev/shm */
     const char *shm_dir;
+    /* DDPB_MEMORY_LIMIT_MIB: the address-space limit the worker sets on itself (RLIMIT_AS,
+     * issue 31); 0 = none. The native worker only: a framework engine ignores it. */
+    int64_t memory_limit_mib;
     /* A run's launcher (spec launcher mpirun or srun, daemon/launch_plan.h) instead of one
      * rank: argv (NULL-terminated, borrowed) is the whole command, rank is -1, and the
      * process gets the run's variables without DDPB_RANK, DDPB_LOCAL_RANK,

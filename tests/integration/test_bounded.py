@@ -2,7 +2,9 @@
 """Bounded work (issue 31, defect 4): the trace of a run is paged and filtered by rank and
 repeat (bad parameters 400 naming them); a report and a fit of an unchanged experiment are
 computed once (counted in /metrics); heavy GETs beyond the pool's queue get 503 with
-Retry-After at once instead of queueing, while short requests stay fast."""
+Retry-After at once instead of queueing, while short requests stay fast; a CPU training
+rank runs under an address-space limit from its spec's memory estimate, and a rank over it
+fails with a run error naming the limit."""
 import re
 import threading
 import time
@@ -127,13 +129,33 @@ def test_heavy_requests_refused_past_the_pool_not_queued():
           f"/healthz worst {worst * 1000:.0f} ms")
 
 
+SMALL = {"workload": "train", "model": "mnist-cnn", "batch_size": 8, "steps": 6,
+          "warmup_steps": 2, "trace_steps": 0, "world_size": 2, "dataset": {"samples": 256}}
+
+
+def test_rank_memory_limit_named():
+    """With no margin the limit is the estimate x 1.25, which the worker's own program and
+    threads already exceed: the run fails naming the limit. With the default margin the
+    same spec succeeds (test_train runs it that way too)."""
+    D.run_succeeds(SMALL)
+    tight = Daemon(cpu_slots=2, extra_args=["--rank-memory-margin-mib", "0"])
+    try:
+        exp = tight.run_experiment(SMALL, timeout=120)
+        check(exp["status"] == "failed", exp["status"])
+        err = exp["runs"][0]["error"] or ""
+        check(re.search(r"memory limit \d+ MiB", err), err)
+    finally:
+        tight.close()
+
+
 def main():
     global D
     D = Daemon(cpu_slots=2)
     try:
         return run_cases([test_trace_parameters_are_validated, test_trace_filtered_and_paged,
                           test_report_and_fit_cached_by_version,
-                          test_heavy_requests_refused_past_the_pool_not_queued])
+                          test_heavy_requests_refused_past_the_pool_not_queued,
+                          test_rank_memory_limit_named])
     finally:
         D.close()
 
