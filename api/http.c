@@ -759,6 +759,8 @@ struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
                 "cannot listen on %s:%d (in use, or not an address of this "
                 "host)",
                 ctx->cfg->host, ctx->cfg->port);
+        api_cache_free(ctx->cache);
+        ctx->cache = NULL;
         http_reaper_stop(srv);
         http_server_free(srv);
         return NULL;
