@@ -6,7 +6,8 @@
  * full is refused at once (the caller answers 503 with Retry-After): work waits in a
  * queue of known length, never in an unbounded one. The workers run at a lower CPU
  * priority (nice API_POOL_NICE), so on a busy host the scheduler prefers the threads
- * that answer the cluster's syncs over a report being rendered.
+ * that answer the cluster's syncs over a report being rendered (API_POOL_NICE above the
+ * daemon's own nice value, at most 19; never below it).
  *
  * Ownership: api_pool_start returns an owned pool; api_pool_stop joins the workers,
  * runs nothing still queued (each such job's fn is called with cancelled = true so its
@@ -42,8 +43,15 @@ struct api_pool {
 static void *api_pool_main(void *arg)
 {
     struct api_pool *p = arg;
-    /* Linux: a thread's nice value is its own (the tid is the target) */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), API_POOL_NICE);
+    /* Linux: a thread's nice value is its own (the tid is the target). Relative to the
+     * daemon's: an absolute value would raise the workers above a daemon started with
+     * nice, starving the threads that answer syncs (and read new requests' heads). */
+    id_t tid = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int nice_now = getpriority(PRIO_PROCESS, tid);
+    int want = nice_now + API_POOL_NICE > 19 ? 19 : nice_now + API_POOL_NICE;
+    if (errno == 0 && want > nice_now)
+        setpriority(PRIO_PROCESS, tid, want);
     pthread_mutex_lock(&p->lock);
     for (;;) {
         while (!p->stop && p->len == 0)

@@ -16,6 +16,9 @@ from harness import Daemon, check, run_cases
 D = None
 TRACED = {"name": "traced", "workload": "collective", "world_size": 2, "min_bytes": "4K",
           "max_bytes": "256K", "iters": 12, "warmup": 1, "trace_steps": 10}
+# more traced steps than a run stores: 2 ranks x 13 sizes x 100 = 2600 > 2048
+BIG = {"name": "big-trace", "workload": "collective", "world_size": 2, "min_bytes": "1K",
+       "max_bytes": "4M", "iters": 101, "warmup": 1, "trace_steps": 100}
 STATE = {}
 
 
@@ -87,8 +90,21 @@ def test_report_and_fit_cached_by_version():
     check(status == 404, f"{status} {body}")
 
 
+def test_trace_capped_at_ingest():
+    """A run that traces more steps than the cap stores the first 2048 and counts the rest;
+    one GET reads them all (its limit is the cap)."""
+    exp = D.run_succeeds(BIG)
+    STATE["big"] = run = exp["runs"][0]["id"]
+    t = D.get(f"/v1/runs/{run}/trace")
+    page = t["otherData"]["page"]
+    check(t["otherData"]["traced_steps"] == 2048, t["otherData"]["traced_steps"])
+    check(page["dropped_at_ingest"] == 2 * 13 * 100 - 2048 and not page["more"], page)
+
+
 def test_heavy_requests_refused_past_the_pool_not_queued():
-    _, run = traced_run()
+    if "big" not in STATE:
+        test_trace_capped_at_ingest()
+    run = STATE["big"]
     statuses, retry_after, lock = [], [], threading.Lock()
     start = threading.Barrier(65)
 
@@ -155,7 +171,7 @@ def main():
     D = Daemon(cpu_slots=2)
     try:
         return run_cases([test_trace_parameters_are_validated, test_trace_filtered_and_paged,
-                          test_report_and_fit_cached_by_version,
+                          test_report_and_fit_cached_by_version, test_trace_capped_at_ingest,
                           test_heavy_requests_refused_past_the_pool_not_queued,
                           test_rank_memory_limit_named])
     finally:
