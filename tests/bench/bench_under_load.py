@@ -9,8 +9,9 @@ trains resnet18 (3x32x32 synthetic, batch 32, world 2 on 2 nodes) while `clients
 inside host 0 hammer the leader with GET report, trace and fit of that experiment and run
 for `seconds` (their versions change at every step, so each report and fit is computed, the
 worst case for the cache). A probing client POSTs /v1/cluster/sync (a sync for a node that
-never joined: the leader answers it on the same threads and through the same cluster path
-as a follower's sync, with an error) every 50 ms and times each reply. Prints: the
+never joined, with a well-formed body: the leader answers it on the same threads, through
+the same validation and the cluster registry's lookup under its mutex as a follower's
+sync, with 404/409) every 50 ms and times each reply. Prints: the
 requests by endpoint and status, the probe's latency (median, p99, max), whether the
 follower was ever declared lost, and how the run ended. A benchmark: it prints figures,
 never pass/fail. Holds /tmp/ddpb-bench.lock while measuring.
@@ -57,7 +58,7 @@ def client(i):
             time.sleep(0.05)
 lat = []
 def probe():
-    body = json.dumps({"node": "bench-probe", "session": "0" * 32}).encode()
+    body = json.dumps({"node_id": "bench-probe", "session": "0" * 32, "state": "up"}).encode()
     while time.time() < stop:
         t0 = time.time(); s = get("/v1/cluster/sync", "POST", body); lat.append((time.time() - t0, s))
         time.sleep(0.05)
@@ -79,6 +80,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--profile", default="10gbe")
+    ap.add_argument("--steps", type=int, default=400, help="resnet18 steps: enough to outlast the hammer")
     a = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("bench_under_load needs root (deploy/netlab.sh)")
@@ -89,7 +91,7 @@ def main():
         lab = Lab(os.path.abspath(a.build), 2, a.profile)
         try:
             spec = {"name": "bench-under-load", "workload": "train", "model": "resnet18",
-                    "batch_size": 32, "steps": 40, "warmup_steps": 2, "trace_steps": 20,
+                    "batch_size": 32, "steps": a.steps, "warmup_steps": 2, "trace_steps": 20,
                     "strategy": "ddp", "world_size": 2, "nodes": 2,
                     "dataset": {"name": "synthetic", "shape": [3, 32, 32]}, "timeout_s": 1800,
                     "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}}
@@ -100,6 +102,7 @@ def main():
                 run = e["runs"][0]["id"] if e.get("runs") else None
                 time.sleep(0.2)
             t0 = time.time()
+            hammer_from = time.time()
             r = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-h0", sys.executable, "-c", HAMMER,
                                 lab.url, lab.token, str(exp["id"]), str(run), str(a.seconds),
                                 str(a.clients)], capture_output=True, text=True,
@@ -141,6 +144,10 @@ def main():
     node_rows = nodes.get("nodes", nodes) if isinstance(nodes, dict) else nodes
     lost = "lost (no sync" in logs or any(
         isinstance(n, dict) and n.get("state") == "lost" for n in node_rows)
+    started, finished = e.get("started_at"), e.get("finished_at")
+    if started and finished:
+        log(f"\ntraining ran {finished - started:.1f} s; the hammer ran {a.seconds:.0f} s from "
+            f"{hammer_from - started:+.1f} s after its start")
     log(f"\nrun: {e['status']} {[x.get('error') for x in e.get('runs', [])] if e['status'] != 'succeeded' else ''}")
     log(f"nodes at the end: {[(n.get('name'), n.get('state')) for n in node_rows if isinstance(n, dict)]}")
     log(f"a follower declared lost (daemon logs): {'yes' if lost else 'no'}")
