@@ -58,7 +58,7 @@ def client(i):
             time.sleep(0.05)
 lat = []
 def probe():
-    body = json.dumps({"node_id": "bench-probe", "session": "0" * 32, "state": "up"}).encode()
+    body = json.dumps({"node_id": 250, "session": "0" * 64, "state": "up"}).encode()
     while time.time() < stop:
         t0 = time.time(); s = get("/v1/cluster/sync", "POST", body); lat.append((time.time() - t0, s))
         time.sleep(0.05)
@@ -145,9 +145,9 @@ def main():
     lost = "lost (no sync" in logs or any(
         isinstance(n, dict) and n.get("state") == "lost" for n in node_rows)
     started, finished = e.get("started_at"), e.get("finished_at")
-    if started and finished:
-        log(f"\ntraining ran {finished - started:.1f} s; the hammer ran {a.seconds:.0f} s from "
-            f"{hammer_from - started:+.1f} s after its start")
+    hf = time.strftime("%H:%M:%S", time.gmtime(hammer_from))
+    log(f"\ntraining: started {started}, finished {finished}; the hammer ran from {hf} UTC "
+        f"for {a.seconds:.0f} s")
     log(f"\nrun: {e['status']} {[x.get('error') for x in e.get('runs', [])] if e['status'] != 'succeeded' else ''}")
     log(f"nodes at the end: {[(n.get('name'), n.get('state')) for n in node_rows if isinstance(n, dict)]}")
     log(f"a follower declared lost (daemon logs): {'yes' if lost else 'no'}")
