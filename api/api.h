@@ -50,7 +50,9 @@ struct api_ctx {
     struct engines *engines; /* framework engines here (daemon/engines.h); NULL: follower */
     struct store_server *store;
     struct events *events;
-    double started_at; /* Unix seconds */
+    struct api_cache *cache; /* report and fit replies (cache.h); api_server_start makes
+                                it, api_server_stop frees it; NULL: none */
+    double started_at;       /* Unix seconds */
     atomic_uint_fast64_t requests, errors;
     struct api_metrics metrics;
 };
@@ -76,6 +78,7 @@ struct api_request {
 };
 
 struct api_stream;
+struct api_cache;
 
 struct api_reply {
     int status;   /* 200 when left 0 */
@@ -126,6 +129,10 @@ json_t *api_error_json(const struct err *e);
 /* Dispatch (routes.c): finds the handler for method+path and runs it. Fills ids. */
 int api_dispatch(struct api_ctx *ctx, struct api_request *req, struct api_reply *rep,
                  struct err *e);
+
+/* Whether method+path is a heavy route (one that scans many rows: trace, report, fit,
+ * results, steps, predict), which http.c runs on its bounded pool. */
+bool api_route_heavy(const char *method, const char *path);
 
 struct api_server;
 /* Starts libmicrohttpd on cfg->host:cfg->port. ctx is borrowed. Owned result. */

@@ -3,11 +3,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cache.h"
 #include "api/handlers.h"
 #include "daemon/model.h"
 #include "daemon/report_html.h"
 
 #define H_MAX_IDS 16
+#define H_MODEL_SCAN                                                                           \
+    32 /* finished collective experiments a report may borrow fits from
+                           (daemon/model.c MODEL_LATEST_SCAN): part of the cache key */
+#define H_KEY_MAX 2048
+
+/* The cache key of what (fit, report) of ids: their versions (db_experiments_version),
+ * and for a report those of the finished collectives it may borrow fits from (scan);
+ * false when there is none (no cache, or an experiment missing: the handler's own load
+ * then says which). */
+static bool h_model_key(struct api_ctx *ctx, const char *what, size_t scan, const int64_t *ids,
+                        size_t n, char *key, size_t cap)
+{
+    struct err e = {0};
+    int w = snprintf(key, cap, "%s|", what);
+    return ctx->cache && w > 0 && (size_t)w < cap &&
+           db_experiments_version(ctx->db, ids, n, scan, key + w, cap - (size_t)w, &e) == 0;
+}
+
+/* The cached body of key into rep (json: sent as JSON text); false on a miss. */
+static bool h_model_cached(struct api_ctx *ctx, const char *key, bool json,
+                           struct api_reply *rep, struct err *e)
+{
+    size_t len;
+    char *body = api_cache_get(ctx->cache, key, &len);
+    if (!body)
+        return false;
+    if (json)
+        return api_reply_json_text(rep, body, e) == 0;
+    rep->body = body;
+    rep->body_len = len;
+    rep->content_type = "text/html; charset=utf-8";
+    return true;
+}
 
 /* The experiment of the path, then those of ?with=, into ids (H_MAX_IDS). */
 static int h_model_ids(const struct api_request *req, int64_t *ids, size_t *n, struct err *e)
@@ -27,6 +61,10 @@ int h_experiments_fit(struct api_ctx *ctx, const struct api_request *req, struct
     size_t n;
     if (h_model_ids(req, ids, &n, e) < 0)
         return -1;
+    char key[H_KEY_MAX];
+    bool keyed = h_model_key(ctx, "fit", 0, ids, n, key, sizeof key);
+    if (keyed && h_model_cached(ctx, key, true, rep, e))
+        return 0;
     struct perf_fit *fits = NULL;
     size_t nf = 0;
     if (model_fits_load(ctx->db, ids, n, &fits, &nf, e) < 0)
@@ -37,9 +75,17 @@ int h_experiments_fit(struct api_ctx *ctx, const struct api_request *req, struct
     for (size_t i = 0; i < n; i++)
         json_array_append_new(exps, json_integer((json_int_t)ids[i]));
     free(fits);
-    rep->json = json_pack("{s:o, s:i, s:o}", "experiments", exps, "model_version",
-                          PERF_MODEL_VERSION, "fits", arr);
-    return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+    json_t *out = json_pack("{s:o, s:i, s:o}", "experiments", exps, "model_version",
+                            PERF_MODEL_VERSION, "fits", arr);
+    char *text = out ? json_dumps(out,
+                                  JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10))
+                     : NULL;
+    json_decref(out);
+    if (!text)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    if (keyed)
+        api_cache_put(ctx->cache, key, text, strlen(text));
+    return api_reply_json_text(rep, text, e);
 }
 
 int h_predict(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
@@ -65,7 +111,13 @@ int h_experiments_report(struct api_ctx *ctx, const struct api_request *req,
     size_t n;
     if (h_model_ids(req, ids, &n, e) < 0)
         return -1;
+    char key[H_KEY_MAX];
+    bool keyed = h_model_key(ctx, "report", H_MODEL_SCAN, ids, n, key, sizeof key);
+    if (keyed && h_model_cached(ctx, key, false, rep, e))
+        return 0;
     rep->body = report_html_build(ctx->db, ids, n, &rep->body_len, e);
     rep->content_type = "text/html; charset=utf-8";
+    if (rep->body && keyed)
+        api_cache_put(ctx->cache, key, rep->body, rep->body_len);
     return rep->body ? 0 : -1;
 }

@@ -1,6 +1,7 @@
 /* h_runs: one run with its ranks, environment and results, straight from SQLite: the
  * reply text is what db_get_run_text's one statement builds, sent as it is; its steps;
  * its trace (daemon/trace.c builds the timeline from the stored traced steps). */
+#include <stdint.h>
 #include <string.h>
 
 #include "api/handlers.h"
@@ -47,12 +48,22 @@ int h_runs_cancel(struct api_ctx *ctx, const struct api_request *req, struct api
     return h_runs_reply(ctx, req->ids[0], rep, e);
 }
 
+/* ?rank, ?repeat: only that rank's, that repeat's steps; ?offset, ?limit: a page of the
+ * rows in (repeat, step, rank) order, at most TRACE_MAX_ROWS (the default), which is also
+ * what ingest stores of a run at most: an unfiltered GET returns a whole run. */
 int h_runs_trace(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                  struct err *e)
 {
-    if (api_query_check(req, h_runs_no_args, e) < 0)
+    static const char *const args[] = {"rank", "repeat", "offset", "limit", NULL};
+    int64_t rank, repeat, offset, limit;
+    if (api_query_check(req, args, e) < 0 ||
+        api_query_int(req, "rank", 0, SPEC_MAX_WORLD - 1, -1, &rank, e) < 0 ||
+        api_query_int(req, "repeat", 0, INT32_MAX, -1, &repeat, e) < 0 ||
+        api_query_int(req, "offset", 0, INT64_MAX / 2, 0, &offset, e) < 0 ||
+        api_query_int(req, "limit", 1, TRACE_MAX_ROWS, TRACE_MAX_ROWS, &limit, e) < 0)
         return -1;
-    json_t *rows = db_get_trace(ctx->db, req->ids[0], e);
+    struct db_trace_query q = {(int)rank, (int)repeat, offset, limit};
+    json_t *rows = db_get_trace(ctx->db, req->ids[0], &q, e);
     if (!rows)
         return -1;
     rep->json = trace_build(rows, req->ids[0], e);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/cache.h"
 #include "api/handlers.h"
 #include "common/buf.h"
 #include "common/clock.h"
@@ -182,6 +183,21 @@ static void metrics_http(struct api_ctx *ctx, struct buf *b)
     metrics_value(b, "ddpbench_http_request_duration_seconds_count", "", (double)count);
 }
 
+/* The report and fit cache (cache.h): replies computed, replies served from it. */
+static void metrics_cache(struct api_ctx *ctx, struct buf *b)
+{
+    unsigned long long computed, hits;
+    if (!ctx->cache)
+        return;
+    api_cache_counts(ctx->cache, &computed, &hits);
+    metrics_family(b, "ddpbench_reply_cache_computed_total", "counter",
+                   "Reports and fits computed (a cache miss).");
+    metrics_value(b, "ddpbench_reply_cache_computed_total", "", (double)computed);
+    metrics_family(b, "ddpbench_reply_cache_hits_total", "counter",
+                   "Reports and fits served from the cache (their experiments unchanged).");
+    metrics_value(b, "ddpbench_reply_cache_hits_total", "", (double)hits);
+}
+
 int h_system_metrics(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                      struct err *e)
 {
@@ -201,6 +217,7 @@ int h_system_metrics(struct api_ctx *ctx, const struct api_request *req, struct 
         metrics_store(ctx, &b);
     }
     metrics_http(ctx, &b);
+    metrics_cache(ctx, &b);
     if (buf_append(&b, "", 1) < 0) {
         buf_free(&b);
         return err_set(e, ERR_NOMEM, NULL, "out of memory");

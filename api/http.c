@@ -18,7 +18,17 @@
  * Decision: TLS is libmicrohttpd's own (GnuTLS), on the same listener and threads, when
  * --tls-cert/--tls-key are given (daemon/config.c has checked the pair); one listener
  * speaks one protocol, so a plain request to an HTTPS port fails its handshake and is
- * closed like any other bytes that never make a request. */
+ * closed like any other bytes that never make a request.
+ *
+ * Decision (issue 31): the heavy GETs (routes.c api_route_heavy: trace, report, fit,
+ * results, steps, predict) run on a bounded worker pool (pool.c), not on libmicrohttpd's
+ * threads, so no number of them can hold the threads that answer /v1/cluster/sync. The
+ * connection is suspended (MHD_suspend_connection) while a worker builds the reply and
+ * resumed when it is ready; a job the full queue refuses is answered 503 with
+ * Retry-After at once. Chosen over a second libmicrohttpd daemon for the cluster: one
+ * port and one listener for everything (the follower, the CLI, netlab and the k8s
+ * service stay as they are), and the cluster endpoints keep every libmicrohttpd thread,
+ * whose work is only short requests. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -33,15 +43,20 @@
 #include <time.h>
 
 #include "api/api.h"
+#include "api/cache.h"
+#include "api/pool.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/log.h"
 
 #define HTTP_MAX_QUERY 32
 #define HTTP_DISCARD_FACTOR 8
-#define HTTP_IDLE_S 60     /* idle timeout once a request's head is in, and keep-alive */
-#define HTTP_HEAD_IDLE_S 2 /* idle timeout of a new connection before its first head */
-#define HTTP_HEAD_CAP_S 10 /* total time a request's head may take */
+#define HTTP_IDLE_S 60       /* idle timeout once a request's head is in, and keep-alive */
+#define HTTP_HEAD_IDLE_S 2   /* idle timeout of a new connection before its first head */
+#define HTTP_HEAD_CAP_S 10   /* total time a request's head may take */
+#define HTTP_HEAVY_WORKERS 2 /* the heavy GETs' pool: at most this many run at once */
+#define HTTP_HEAVY_QUEUE 16  /* ... and this many wait; more get 503 */
+#define HTTP_RETRY_AFTER_S "1"
 
 /* One open connection, for the head deadline. Created when libmicrohttpd accepts it,
  * freed when it closes (http_on_connection); libmicrohttpd keeps the pointer as the
@@ -65,13 +80,30 @@ struct api_server {
     pthread_t reaper;
     bool reaper_started, reaper_stop;
     char *tls_cert, *tls_key; /* owned PEM texts while the listener serves TLS; else NULL */
+    struct api_pool *heavy;   /* owned: the heavy GETs' workers */
+};
+
+/* A heavy request handed to the pool. Its request points into the suspended
+ * connection's memory (libmicrohttpd keeps it while suspended); owned by its struct
+ * http_conn. lock orders the worker's resume after the connection's suspend. */
+struct http_job {
+    pthread_mutex_t lock;
+    struct api_server *srv;
+    struct MHD_Connection *conn;
+    struct api_request req;
+    struct api_query_arg args[HTTP_MAX_QUERY];
+    struct api_reply rep;
+    struct err e;
+    int rc;
+    bool done;
 };
 
 struct http_conn {
     struct buf body;
     bool too_large;
-    size_t discarded;   /* bytes of an oversized body thrown away */
-    int64_t started_ns; /* when the request arrived, for the latency histogram */
+    size_t discarded;     /* bytes of an oversized body thrown away */
+    int64_t started_ns;   /* when the request arrived, for the latency histogram */
+    struct http_job *job; /* owned: a heavy request on the pool, or NULL */
 };
 
 int api_http_status(enum err_code code)
@@ -181,6 +213,8 @@ static void http_common_headers(const struct api_server *srv, struct MHD_Respons
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == MHD_HTTP_CONTENT_TOO_LARGE)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, HTTP_RETRY_AFTER_S);
 }
 
 /* Queues resp with status and records the request in the metrics. */
@@ -292,6 +326,106 @@ static enum MHD_Result http_preflight(struct api_server *srv, struct MHD_Connect
     return http_queue(srv, conn, hc, "OPTIONS", MHD_HTTP_NO_CONTENT, resp);
 }
 
+/* Sends what a dispatch (rc, rep, e) made, and frees rep's contents. */
+static enum MHD_Result http_reply(struct api_server *srv, struct MHD_Connection *conn,
+                                  struct http_conn *hc, const char *method, const char *url,
+                                  int rc, struct api_reply *rep, const struct err *e)
+{
+    enum MHD_Result r;
+    if (rc < 0) {
+        if (api_http_status(e->code) >= 500 && e->code != ERR_UNAVAILABLE)
+            log_error("%s %s: %s", method, url, e->msg);
+        r = http_send_error(srv, conn, hc, method, e, rep->allow);
+    } else {
+        r = http_send(srv, conn, hc, method, rep);
+    }
+    json_decref(rep->json);
+    free(rep->body);
+    api_stream_close(rep->stream);
+    *rep = (struct api_reply){0};
+    return r;
+}
+
+/* --- the heavy GETs' pool ------------------------------------------------------------- */
+
+/* A worker: dispatches the job's request, then resumes its connection (cancelled: the
+ * pool is stopping, and the reply is 503). */
+static void http_job_run(void *arg, int cancelled)
+{
+    struct http_job *job = arg;
+    int rc = -1;
+    struct api_reply rep = {0};
+    struct err e = {0};
+    if (cancelled)
+        err_set(&e, ERR_UNAVAILABLE, NULL, "the daemon is stopping");
+    else
+        rc = api_dispatch(job->srv->ctx, &job->req, &rep, &e);
+    pthread_mutex_lock(&job->lock); /* held by the connection's thread until suspended */
+    job->rc = rc;
+    job->rep = rep;
+    job->e = e;
+    job->done = true;
+    struct MHD_Connection *conn = job->conn;
+    pthread_mutex_unlock(&job->lock);
+    MHD_resume_connection(conn); /* libmicrohttpd calls http_handle again: http_job_reply */
+}
+
+static void http_job_free(struct http_job *job)
+{
+    if (!job)
+        return;
+    json_decref(job->rep.json);
+    free(job->rep.body);
+    api_stream_close(job->rep.stream);
+    pthread_mutex_destroy(&job->lock);
+    free(job);
+}
+
+/* Hands req to the pool and suspends the connection, or answers 503 when the pool's queue
+ * is full. The job (owned by hc) copies req's query array; the strings stay the
+ * connection's. */
+static enum MHD_Result http_to_pool(struct api_server *srv, struct MHD_Connection *conn,
+                                    struct http_conn *hc, const struct api_request *req)
+{
+    struct err e = {0};
+    struct http_job *job = calloc(1, sizeof *job);
+    if (!job) {
+        err_set(&e, ERR_NOMEM, NULL, "out of memory");
+        return http_send_error(srv, conn, hc, req->method, &e, NULL);
+    }
+    pthread_mutex_init(&job->lock, NULL);
+    job->srv = srv;
+    job->conn = conn;
+    job->req = *req;
+    memcpy(job->args, req->query, req->nquery * sizeof *req->query);
+    job->req.query = job->args;
+    pthread_mutex_lock(&job->lock);
+    if (api_pool_submit(srv->heavy, http_job_run, job) < 0) {
+        pthread_mutex_unlock(&job->lock);
+        http_job_free(job);
+        err_set(&e, ERR_UNAVAILABLE, NULL,
+                "busy: %d heavy requests (trace, report, fit, results, steps, predict) are "
+                "running and %d waiting; retry later",
+                HTTP_HEAVY_WORKERS, HTTP_HEAVY_QUEUE);
+        return http_send_error(srv, conn, hc, req->method, &e, NULL);
+    }
+    hc->job = job;
+    MHD_suspend_connection(conn);
+    pthread_mutex_unlock(&job->lock);
+    return MHD_YES;
+}
+
+/* The connection resumed: sends its job's reply. */
+static enum MHD_Result http_job_reply(struct api_server *srv, struct MHD_Connection *conn,
+                                      struct http_conn *hc, const char *method, const char *url)
+{
+    struct http_job *job = hc->job;
+    enum MHD_Result r = http_reply(srv, conn, hc, method, url, job->rc, &job->rep, &job->e);
+    hc->job = NULL;
+    http_job_free(job);
+    return r;
+}
+
 struct http_query_collect {
     struct api_query_arg *args;
     size_t n;
@@ -345,19 +479,11 @@ static enum MHD_Result http_complete(struct api_server *srv, struct MHD_Connecti
         .content_type = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                     MHD_HTTP_HEADER_CONTENT_TYPE),
     };
+    if (srv->heavy && api_route_heavy(method, url))
+        return http_to_pool(srv, conn, hc, &req);
     struct api_reply rep = {0};
-    enum MHD_Result r;
-    if (api_dispatch(ctx, &req, &rep, &e) < 0) {
-        if (api_http_status(e.code) >= 500)
-            log_error("%s %s: %s", method, url, e.msg);
-        r = http_send_error(srv, conn, hc, method, &e, rep.allow);
-    } else {
-        r = http_send(srv, conn, hc, method, &rep);
-    }
-    json_decref(rep.json);
-    free(rep.body);
-    api_stream_close(rep.stream);
-    return r;
+    int rc = api_dispatch(ctx, &req, &rep, &e);
+    return http_reply(srv, conn, hc, method, url, rc, &rep, &e);
 }
 
 static bool http_declared_too_large(struct MHD_Connection *conn, size_t max)
@@ -507,6 +633,7 @@ static void http_reaper_stop(struct api_server *srv)
 /* Frees srv once libmicrohttpd is stopped (or never started) and the reaper joined. */
 static void http_server_free(struct api_server *srv)
 {
+    api_pool_stop(srv->heavy);
     free(srv->tls_cert);
     if (srv->tls_key)
         explicit_bzero(srv->tls_key, strlen(srv->tls_key));
@@ -559,6 +686,8 @@ static enum MHD_Result http_handle(void *cls, struct MHD_Connection *conn, const
         *upload_data_size = 0;
         return MHD_YES;
     }
+    if (hc->job)
+        return hc->job->done ? http_job_reply(srv, conn, hc, method, url) : MHD_YES;
     return http_complete(srv, conn, url, method, hc);
 }
 
@@ -571,6 +700,7 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
     http_head_rearm(conn);
     if (!hc)
         return;
+    http_job_free(hc->job); /* a job is only freed here once it is done (never suspended) */
     buf_free(&hc->body);
     free(hc);
     *con_cls = NULL;
@@ -630,6 +760,16 @@ struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
         return NULL;
     }
     srv->ctx = ctx;
+    if (!ctx->cache && !(ctx->cache = api_cache_new())) {
+        freeaddrinfo(ai);
+        http_server_free(srv);
+        return NULL;
+    }
+    if (!(srv->heavy = api_pool_start(HTTP_HEAVY_WORKERS, HTTP_HEAVY_QUEUE, e))) {
+        freeaddrinfo(ai);
+        http_server_free(srv);
+        return NULL;
+    }
     if (http_reaper_start(srv, e) < 0) {
         freeaddrinfo(ai);
         http_server_free(srv);
@@ -660,6 +800,8 @@ struct api_server *api_server_start(struct api_ctx *ctx, struct err *e)
                 "cannot listen on %s:%d (in use, or not an address of this "
                 "host)",
                 ctx->cfg->host, ctx->cfg->port);
+        api_cache_free(ctx->cache);
+        ctx->cache = NULL;
         http_reaper_stop(srv);
         http_server_free(srv);
         return NULL;
@@ -684,6 +826,10 @@ void api_server_stop(struct api_server *s)
     if (!s)
         return;
     http_reaper_stop(s);
+    api_pool_stop(s->heavy); /* every suspended connection is resumed with its reply */
+    s->heavy = NULL;
     MHD_stop_daemon(s->mhd); /* closes every connection: the list empties */
+    api_cache_free(s->ctx->cache);
+    s->ctx->cache = NULL;
     http_server_free(s);
 }

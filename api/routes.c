@@ -20,41 +20,57 @@ struct api_route {
     const char *method;
     const char *pattern;
     api_handler fn;
+    bool heavy; /* scans many rows: runs on the pool (http.c), never on an HTTP thread */
 };
 
 static const struct api_route api_routes[] = {
-    {"GET", "/healthz", h_system_health},
-    {"GET", "/metrics", h_system_metrics},
-    {"GET", "/v1/openapi.yaml", h_system_openapi},
-    {"GET", "/v1/spec/schema", h_system_spec_schema},
-    {"GET", "/v1/vocabulary", h_system_vocabulary},
-    {"GET", "/v1/examples", h_static_examples},
-    {"GET", "/v1/experiments", h_experiments_list},
-    {"POST", "/v1/experiments", h_experiments_create},
-    {"GET", "/v1/experiments/{experiment}", h_experiments_get},
-    {"DELETE", "/v1/experiments/{experiment}", h_experiments_delete},
-    {"POST", "/v1/experiments/{experiment}/cancel", h_experiments_cancel},
-    {"GET", "/v1/experiments/{experiment}/results", h_experiments_results},
-    {"GET", "/v1/experiments/{experiment}/events", h_experiments_events},
-    {"GET", "/v1/experiments/{experiment}/fit", h_experiments_fit},
-    {"GET", "/v1/experiments/{experiment}/report", h_experiments_report},
-    {"POST", "/v1/predict", h_predict},
-    {"GET", "/v1/events", h_system_events},
-    {"GET", "/v1/runs/{run}", h_runs_get},
-    {"POST", "/v1/runs/{run}/cancel", h_runs_cancel},
-    {"GET", "/v1/runs/{run}/steps", h_runs_steps},
-    {"GET", "/v1/runs/{run}/trace", h_runs_trace},
-    {"GET", "/v1/nodes", h_nodes_list},
-    {"DELETE", "/v1/nodes/{*name}", h_nodes_delete},
-    {"GET", "/v1/engines", h_engines_list},
-    {"POST", "/v1/cluster/join", h_cluster_join},
-    {"POST", "/v1/cluster/sync", h_cluster_sync},
-    {"POST", "/v1/cluster/leave", h_cluster_leave},
+    {"GET", "/healthz", h_system_health, false},
+    {"GET", "/metrics", h_system_metrics, false},
+    {"GET", "/v1/openapi.yaml", h_system_openapi, false},
+    {"GET", "/v1/spec/schema", h_system_spec_schema, false},
+    {"GET", "/v1/vocabulary", h_system_vocabulary, false},
+    {"GET", "/v1/examples", h_static_examples, false},
+    {"GET", "/v1/experiments", h_experiments_list, false},
+    {"POST", "/v1/experiments", h_experiments_create, false},
+    {"GET", "/v1/experiments/{experiment}", h_experiments_get, false},
+    {"DELETE", "/v1/experiments/{experiment}", h_experiments_delete, false},
+    {"POST", "/v1/experiments/{experiment}/cancel", h_experiments_cancel, false},
+    {"GET", "/v1/experiments/{experiment}/results", h_experiments_results, true},
+    {"GET", "/v1/experiments/{experiment}/events", h_experiments_events, false},
+    {"GET", "/v1/experiments/{experiment}/fit", h_experiments_fit, true},
+    {"GET", "/v1/experiments/{experiment}/report", h_experiments_report, true},
+    {"POST", "/v1/predict", h_predict, true},
+    {"GET", "/v1/events", h_system_events, false},
+    {"GET", "/v1/runs/{run}", h_runs_get, false},
+    {"POST", "/v1/runs/{run}/cancel", h_runs_cancel, false},
+    {"GET", "/v1/runs/{run}/steps", h_runs_steps, true},
+    {"GET", "/v1/runs/{run}/trace", h_runs_trace, true},
+    {"GET", "/v1/nodes", h_nodes_list, false},
+    {"DELETE", "/v1/nodes/{*name}", h_nodes_delete, false},
+    {"GET", "/v1/engines", h_engines_list, false},
+    {"POST", "/v1/cluster/join", h_cluster_join, false},
+    {"POST", "/v1/cluster/sync", h_cluster_sync, false},
+    {"POST", "/v1/cluster/leave", h_cluster_leave, false},
 };
 
 #define API_NROUTES (sizeof api_routes / sizeof *api_routes)
 
 enum route_match { ROUTE_NO, ROUTE_YES, ROUTE_BAD_ID };
+
+static enum route_match routes_match(const char *pattern, const char *path, int64_t *ids,
+                                     char *bad, size_t badcap);
+
+bool api_route_heavy(const char *method, const char *path)
+{
+    for (size_t i = 0; i < API_NROUTES; i++) {
+        int64_t ids[API_MAX_PATH_IDS];
+        char bad[8];
+        if (api_routes[i].heavy && strcmp(api_routes[i].method, method) == 0 &&
+            routes_match(api_routes[i].pattern, path, ids, bad, sizeof bad) == ROUTE_YES)
+            return true;
+    }
+    return false;
+}
 
 /* Next path segment of *p (without '/'), advancing *p; length in *len. */
 static const char *routes_next_segment(const char **p, size_t *len)

@@ -138,6 +138,7 @@ static void config_defaults(struct config *c)
     c->gpus = -1; /* resolved after the options: --gpus, else NVML */
     c->max_body = 1u << 20;
     c->http_threads = config_default_http_threads(ncpu);
+    c->rank_memory_margin_mib = 1024;
     c->kill_grace_ms = 3000;
     c->node_timeout_ms = 5000;
     c->sync_ms = 250;
@@ -169,6 +170,9 @@ void config_print_usage(const char *prog)
            "                       0 when NVML is unavailable)\n"
            "  --max-body BYTES     largest request body (default 1048576)\n"
            "  --http-threads N     HTTP worker threads (default: online CPUs, 2 to 4)\n"
+           "  --rank-memory-margin-mib N  each CPU training rank's address space is limited\n"
+           "                       to its spec's memory estimate x 1.25 + N MiB (default\n"
+           "                       1024; -1: no limit)\n"
            "  --kill-grace-ms N    SIGTERM to SIGKILL delay for workers (default 3000)\n"
            "  --log-level LEVEL    debug, info, warn, error (default info)\n"
            "  --token-file PATH    require 'Authorization: Bearer <token>' on every\n"
@@ -223,6 +227,7 @@ enum {
     OPT_GPUS,
     OPT_MAX_BODY,
     OPT_HTTP_THREADS,
+    OPT_RANK_MEMORY_MARGIN,
     OPT_KILL_GRACE,
     OPT_LOG_LEVEL,
     OPT_TOKEN_FILE,
@@ -261,6 +266,7 @@ static const struct option config_options[] = {
     {"gpus", required_argument, NULL, OPT_GPUS},
     {"max-body", required_argument, NULL, OPT_MAX_BODY},
     {"http-threads", required_argument, NULL, OPT_HTTP_THREADS},
+    {"rank-memory-margin-mib", required_argument, NULL, OPT_RANK_MEMORY_MARGIN},
     {"kill-grace-ms", required_argument, NULL, OPT_KILL_GRACE},
     {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
     {"token-file", required_argument, NULL, OPT_TOKEN_FILE},
@@ -567,6 +573,9 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
         return 0;
     case OPT_HTTP_THREADS:
         return config_parse_int("http-threads", arg, 1, 256, &c->http_threads, e);
+    case OPT_RANK_MEMORY_MARGIN:
+        return config_parse_int("rank-memory-margin-mib", arg, -1, 1 << 20,
+                                &c->rank_memory_margin_mib, e);
     case OPT_KILL_GRACE:
         return config_parse_int("kill-grace-ms", arg, 0, 600000, &c->kill_grace_ms, e);
     case OPT_TOKEN_FILE:

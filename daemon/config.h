@@ -44,6 +44,9 @@ struct config {
                              (0 where NVML is unavailable) */
     size_t max_body; /* largest accepted request body */
     int http_threads;
+    /* RLIMIT_AS of each rank of a native CPU training run: the spec's memory estimate
+     * x 1.25 plus this many MiB (--rank-memory-margin-mib; -1: no limit) */
+    int rank_memory_margin_mib;
     int kill_grace_ms; /* SIGTERM → SIGKILL delay when stopping workers */
     enum log_level log_level;
     char token[256];      /* bearer token every mutation needs; "" = none */

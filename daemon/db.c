@@ -1493,26 +1493,51 @@ static const char SQL_TRACE_RANKS[] =
     "SELECT rank, node, host FROM run_ranks WHERE run_id = ?1 ORDER BY rank";
 static const char SQL_TRACE_STEPS[] =
     "SELECT rank, repeat, step, clock_offset_ns, spans, ops FROM trace_steps "
-    "WHERE run_id = ?1 ORDER BY repeat, step, rank";
+    "WHERE run_id = ?1 AND (?2 < 0 OR rank = ?2) AND (?3 < 0 OR repeat = ?3) "
+    "ORDER BY repeat, step, rank LIMIT ?4 OFFSET ?5";
+static const char SQL_RUN_TRACE_DROPPED[] = "SELECT trace_dropped FROM runs WHERE id = ?1";
 
-json_t *db_get_trace(struct db *db, int64_t run_id, struct err *e)
+/* The rows of q's page, and whether more follow (one row past the page is read). */
+static json_t *db_trace_page(struct db_conn *c, int64_t run_id, const struct db_trace_query *q,
+                             bool *more, struct err *e)
+{
+    sqlite3_stmt *st = db_stmt(c, SQL_TRACE_STEPS, e);
+    if (!st)
+        return NULL;
+    sqlite3_bind_int64(st, 1, run_id);
+    sqlite3_bind_int(st, 2, q->rank);
+    sqlite3_bind_int(st, 3, q->repeat);
+    sqlite3_bind_int64(st, 4, q->limit + 1);
+    sqlite3_bind_int64(st, 5, q->offset);
+    json_t *steps = db_rows_compact(c, st, e);
+    json_t *rows = json_object_get(steps, "rows");
+    *more = json_array_size(rows) > (size_t)q->limit;
+    if (*more)
+        json_array_remove(rows, json_array_size(rows) - 1);
+    return steps;
+}
+
+json_t *db_get_trace(struct db *db, int64_t run_id, const struct db_trace_query *q,
+                     struct err *e)
 {
     struct db_conn *c = db_reader_acquire(db);
     json_t *out = NULL, *ranks = NULL, *steps = NULL;
-    int64_t world = -1, pipeline = 1;
+    int64_t world = -1, pipeline = 1, dropped = 0;
+    bool more = false;
     sqlite3_stmt *st;
     if (db_run_column(c, SQL_RUN_WORLD, run_id, &world, e) < 0 ||
         db_run_column(c, SQL_RUN_PIPELINE, run_id, &pipeline, e) < 0 ||
+        db_run_column(c, SQL_RUN_TRACE_DROPPED, run_id, &dropped, e) < 0 ||
         !(st = db_stmt(c, SQL_TRACE_RANKS, e)))
         goto done;
     sqlite3_bind_int64(st, 1, run_id);
-    if (!(ranks = db_rows_json(c, st, e)) || !(st = db_stmt(c, SQL_TRACE_STEPS, e)))
+    if (!(ranks = db_rows_json(c, st, e)) || !(steps = db_trace_page(c, run_id, q, &more, e)))
         goto done;
-    sqlite3_bind_int64(st, 1, run_id);
-    if (!(steps = db_rows_compact(c, st, e)))
-        goto done;
-    out = json_pack("{s:I, s:I, s:O, s:O}", "world_size", (json_int_t)world, "pipeline",
-                    (json_int_t)(pipeline > 1 ? pipeline : 1), "ranks", ranks, "steps", steps);
+    out = json_pack("{s:I, s:I, s:O, s:O, s:{s:I, s:I, s:b, s:I}}", "world_size",
+                    (json_int_t)world, "pipeline", (json_int_t)(pipeline > 1 ? pipeline : 1),
+                    "ranks", ranks, "steps", steps, "page", "offset", (json_int_t)q->offset,
+                    "limit", (json_int_t)q->limit, "more", more, "dropped_at_ingest",
+                    (json_int_t)dropped);
     if (!out)
         err_set(e, ERR_NOMEM, NULL, "out of memory");
 done:
@@ -1520,6 +1545,87 @@ done:
     json_decref(steps);
     db_reader_release(db, c);
     return out;
+}
+
+static const char SQL_RUN_SET_TRACE_DROPPED[] =
+    "UPDATE runs SET trace_dropped = ?2 WHERE id = ?1";
+
+int db_set_trace_dropped(struct db *db, int64_t run_id, int64_t dropped, struct err *e)
+{
+    return db_write_one(db, e, SQL_RUN_SET_TRACE_DROPPED, "II", run_id, dropped);
+}
+
+/* --- experiment versions (migration 015: bumped by triggers) ----------------------------- */
+
+static const char SQL_EXPERIMENT_VERSION[] = "SELECT version FROM experiments WHERE id = ?1";
+static const char SQL_COLLECTIVE_DONE_VERSIONS[] =
+    "SELECT id, version FROM experiments WHERE workload = 'collective' AND status IN "
+    "('succeeded', 'failed', 'cancelled', 'interrupted') ORDER BY id DESC LIMIT ?1";
+
+/* Appends "id:version," of each row of st (two integer columns) to key; -1 when it is
+ * full. */
+static int db_version_append(sqlite3_stmt *st, char *key, size_t cap, size_t *len, bool *found)
+{
+    int rc = 0;
+    *found = false;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int n = snprintf(key + *len, cap - *len, "%lld:%lld,",
+                         (long long)sqlite3_column_int64(st, 0),
+                         (long long)sqlite3_column_int64(st, 1));
+        *found = true;
+        if (n < 0 || (size_t)n >= cap - *len) {
+            rc = -1;
+            break;
+        }
+        *len += (size_t)n;
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+int db_experiments_version(struct db *db, const int64_t *ids, size_t n, size_t scan, char *key,
+                           size_t cap, struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    size_t len = 0;
+    int rc = -1;
+    bool found;
+    key[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        int64_t v;
+        sqlite3_stmt *st = db_stmt(c, SQL_EXPERIMENT_VERSION, e);
+        if (!st)
+            goto done;
+        sqlite3_bind_int64(st, 1, ids[i]);
+        found = sqlite3_step(st) == SQLITE_ROW;
+        v = found ? sqlite3_column_int64(st, 0) : 0;
+        sqlite3_reset(st);
+        if (!found) {
+            err_set(e, ERR_NOT_FOUND, NULL, "experiment %lld not found", (long long)ids[i]);
+            goto done;
+        }
+        int w = snprintf(key + len, cap - len, "%lld:%lld,", (long long)ids[i], (long long)v);
+        if (w < 0 || (size_t)w >= cap - len)
+            goto too_long;
+        len += (size_t)w;
+    }
+    if (len + 2 >= cap)
+        goto too_long;
+    key[len++] = '|';
+    key[len] = '\0';
+    sqlite3_stmt *st = db_stmt(c, SQL_COLLECTIVE_DONE_VERSIONS, e);
+    if (!st)
+        goto done;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)scan);
+    if (db_version_append(st, key, cap, &len, &found) < 0)
+        goto too_long;
+    rc = 0;
+    goto done;
+too_long:
+    err_set(e, ERR_INVALID, NULL, "experiment version key longer than %zu bytes", cap);
+done:
+    db_reader_release(db, c);
+    return rc;
 }
 
 /* --- nodes of a cluster (migration 009; the leader is their only writer) ------------------ */

@@ -254,11 +254,28 @@ int db_insert_usage(struct db *db, int64_t run_id, int rank, const struct report
                     struct err *e);
 int db_insert_trace(struct db *db, int64_t run_id, int rank, const struct report_trace *t,
                     struct err *e);
+/* Which traced steps db_get_trace reads: rank and repeat (-1: any), and a page of at most
+ * limit rows (> 0) after offset, in (repeat, step, rank) order. */
+struct db_trace_query {
+    int rank, repeat;
+    int64_t offset, limit;
+};
 /* A run's traced steps for daemon/trace.c: {"world_size": N, "pipeline": its spec's stages
  * (1: none), "ranks": [{rank, node, host}...], "steps": {"columns": [rank, repeat, step,
- * clock_offset_ns, spans, ops], "rows": [...]}} with spans and ops decoded. Owned;
- * ERR_NOT_FOUND for no such run. */
-json_t *db_get_trace(struct db *db, int64_t run_id, struct err *e);
+ * clock_offset_ns, spans, ops], "rows": [...]}, "page": {offset, limit, more,
+ * dropped_at_ingest}} with spans and ops decoded; more: rows follow the page. The SQL
+ * reads at most limit + 1 rows. Owned; ERR_NOT_FOUND for no such run. */
+json_t *db_get_trace(struct db *db, int64_t run_id, const struct db_trace_query *q,
+                     struct err *e);
+/* The trace rows ingest dropped past the run's cap (daemon/ingest.c). */
+int db_set_trace_dropped(struct db *db, int64_t run_id, int64_t dropped, struct err *e);
+/* The version key of experiments ids[0..n) as text into key[cap]: each one's version
+ * (migration 015: it changes whenever the experiment, its runs or their rows change),
+ * then the versions of the newest `scan` finished collective experiments (the fits a
+ * report may borrow, daemon/model.c). Equal keys: the same report and fit.
+ * ERR_NOT_FOUND naming the first experiment that does not exist. */
+int db_experiments_version(struct db *db, const int64_t *ids, size_t n, size_t scan, char *key,
+                           size_t cap, struct err *e);
 int db_insert_epoch(struct db *db, int64_t run_id, const struct report_epoch *ep,
                     struct err *e);
 /* Ends a run (succeeded, failed, cancelled, interrupted) and updates its experiment's

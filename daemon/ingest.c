@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
+#include "daemon/trace.h"
 
 /* One decoded event; strings and the env object are borrowed from the parsed line. */
 union ingest_record {
@@ -309,9 +310,21 @@ static int ingest_trace_from_json(struct ingest_ctx *x, struct err *e)
     return report_trace_from_json(x->ev, &x->rec.trace, e);
 }
 
+/* A run stores at most r->trace_cap traced steps; past it a line is dropped, and the
+ * count of those dropped is stored with the run (the trace's otherData shows it). */
 static int ingest_trace_store(struct ingest_ctx *x, struct err *e)
 {
-    return db_insert_trace(x->run->db, x->run->run_id, x->rank, &x->rec.trace, e);
+    struct ingest_run *r = x->run;
+    if (r->trace_rows < r->trace_cap) {
+        if (db_insert_trace(r->db, r->run_id, x->rank, &x->rec.trace, e) < 0)
+            return -1;
+        r->trace_rows++;
+        return 0;
+    }
+    if (r->trace_dropped++ == 0)
+        log_warn("run %lld: more than %lld traced steps: the rest are dropped (counted)",
+                 (long long)r->run_id, (long long)r->trace_cap);
+    return db_set_trace_dropped(r->db, r->run_id, r->trace_dropped, e);
 }
 
 /* Gradient readiness is the model's input from one rank: rank 0's, as the worker sends. */
@@ -367,6 +380,7 @@ int ingest_run_init(struct ingest_run *r, struct db *db, struct events *events, 
     r->run_id = run_id;
     r->experiment_id = experiment_id;
     r->world_size = world_size;
+    r->trace_cap = TRACE_MAX_ROWS;
     for (int i = 0; i < world_size; i++)
         r->ranks[i].error_peer = -1;
     return 0;

@@ -49,6 +49,9 @@ struct ingest_run {
     int world_size;
     int n_hello;               /* ranks that said hello */
     struct ingest_rank *ranks; /* owned: world_size entries */
+    /* traced steps: stored, the most that may be (TRACE_MAX_ROWS unless a test lowers
+     * it), and dropped past that (stored with the run: db_set_trace_dropped) */
+    int64_t trace_rows, trace_cap, trace_dropped;
 };
 
 /* What a line did, for the caller's bookkeeping. */

@@ -16,7 +16,7 @@
 
 extern char **environ;
 
-#define LAUNCH_ENV_EXTRA (21 + LAUNCH_MAX_GPU_ENV + LAUNCH_MAX_EXTRA_ENV)
+#define LAUNCH_ENV_EXTRA (22 + LAUNCH_MAX_GPU_ENV + LAUNCH_MAX_EXTRA_ENV)
 
 /* Owned NULL-terminated environment: the daemon's own minus DDPB_* (but
  * DDPB_EMULATE_NODES, launcher.h) and CUDA_VISIBLE_DEVICES, plus the rank's. Strings in `own`
@@ -116,6 +116,11 @@ static int launcher_env_build(const struct launch_rank *lr, struct launch_env *e
         rc |= launcher_env_add(env, "DDPB_SHM_DIR", lr->shm_dir);
     if (lr->data_dirs && lr->data_dirs[0])
         rc |= launcher_env_add(env, "DDPB_DATA_DIRS", lr->data_dirs);
+    if (lr->memory_limit_mib > 0) {
+        char mib[24];
+        snprintf(mib, sizeof mib, "%lld", (long long)lr->memory_limit_mib);
+        rc |= launcher_env_add(env, "DDPB_MEMORY_LIMIT_MIB", mib);
+    }
     if (launcher_is_framework(lr))
         rc |= launcher_env_add(env, "DDPB_ENGINE", lr->engine) |
               launcher_env_add(env, "DDPB_ENGINES_DIR", lr->engines_dir) |

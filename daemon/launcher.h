@@ -48,6 +48,9 @@ struct launch_rank {
      * --data-dir, common/paths.h's list); the worker and the Python engines check every
      * dataset file they open against it. NULL or "" = not set: no boundary */
     const char *data_dirs;
+    /* DDPB_MEMORY_LIMIT_MIB: the address-space limit the worker sets on itself (RLIMIT_AS,
+     * issue 31); 0 = none. The native worker only: a framework engine ignores it. */
+    int64_t memory_limit_mib;
     /* A run's launcher (spec launcher mpirun or srun, daemon/launch_plan.h) instead of one
      * rank: argv (NULL-terminated, borrowed) is the whole command, rank is -1, and the
      * process gets the run's variables without DDPB_RANK, DDPB_LOCAL_RANK,

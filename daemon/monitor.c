@@ -76,7 +76,8 @@ struct active_run {
     char launcher_note[400];     /* how it ended and the last line of its log */
     char cpu_map[2048];          /* DDPB_CPU_MAP given to its ranks; "" = not pinned */
     struct channel *channel;
-    char script[PATH_MAX]; /* engine "script": its resolved program; else "" */
+    char script[PATH_MAX];    /* engine "script": its resolved program; else "" */
+    int64_t memory_limit_mib; /* each rank's RLIMIT_AS (monitor_memory_limit); 0: none */
     int64_t deadline_ms, kill_at_ms;
     int timeout_s, heartbeat_timeout_s;
     int stop_rank;
@@ -626,6 +627,7 @@ static struct launch_rank monitor_launch_base(const struct active_run *r,
         .node_name = cfg->node,
         .shm_dir = cfg->shm_dir,
         .data_dirs = cfg->data_dirs,
+        .memory_limit_mib = r->memory_limit_mib,
     };
 }
 
@@ -929,6 +931,29 @@ static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
     return r;
 }
 
+#define MONITOR_MEMORY_FACTOR 1.25 /* the estimate's share of a rank's address space */
+
+/* The address-space limit of each rank of a run, in MiB (0: none): the submit-time
+ * estimate (common/spec_memory.c) x MONITOR_MEMORY_FACTOR plus --rank-memory-margin-mib
+ * (the program, its libraries, thread stacks and malloc's arenas, which the estimate
+ * leaves out). Only the native worker on the CPU: CUDA and the Python frameworks reserve
+ * far more address space than they use, so RLIMIT_AS would refuse them at start. */
+static int64_t monitor_memory_limit(const struct config *cfg, const struct db_queued_run *q)
+{
+    if (cfg->rank_memory_margin_mib < 0 || q->spec.workload != SPEC_WORKLOAD_TRAIN ||
+        (q->spec.train.engine[0] && strcmp(q->spec.train.engine, "ddpbench") != 0) ||
+        strcmp(q->spec.device, "cpu") != 0)
+        return 0;
+    json_t *spec = json_loads(q->spec_json, 0, NULL);
+    struct spec_memory m;
+    int rc = spec ? spec_memory_estimate(spec, &m) : -1;
+    json_decref(spec);
+    if (rc < 0)
+        return 0;
+    return (int64_t)(m.total * MONITOR_MEMORY_FACTOR / (1 << 20)) + 1 +
+           cfg->rank_memory_margin_mib;
+}
+
 /* Everything before the first spawn: files, secret, store namespace, timeout. */
 static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, struct err *e)
 {
@@ -948,6 +973,7 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
     if (strcmp(r->engine, "script") == 0 &&
         engines_resolve_script(r->ctx->cfg, q->spec.train.script, r->script, e) < 0)
         return -1;
+    r->memory_limit_mib = monitor_memory_limit(r->ctx->cfg, q);
     r->deadline_ms = clock_mono_ms() + (int64_t)r->timeout_s * 1000;
     snprintf(path, sizeof path, "%s/spec.json", r->dir);
     if (monitor_mkdirs(r->dir, e) < 0 || monitor_write_file(path, q->spec_json, e) < 0 ||

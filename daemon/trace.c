@@ -242,11 +242,17 @@ json_t *trace_build(const json_t *in, int64_t run_id, struct err *e)
         json_decref(t.events);
         return NULL;
     }
-    return json_pack("{s:o, s:s, s:{s:I, s:I, s:o, s:I, s:i, s:s}}", "traceEvents", t.events,
-                     "displayTimeUnit", "ms", "otherData", "run", (json_int_t)run_id,
-                     "origin_unix_ns", (json_int_t)t.origin, "clock_offsets_ns",
-                     trace_offsets(rows), "traced_steps", (json_int_t)json_array_size(rows),
-                     "pipeline", t.pipeline, "clock",
-                     "ts: microseconds from origin_unix_ns; each rank's CLOCK_MONOTONIC plus "
-                     "its clock_offsets_ns (CLOCK_REALTIME - CLOCK_MONOTONIC)");
+    json_t *out = json_pack(
+        "{s:o, s:s, s:{s:I, s:I, s:o, s:I, s:i, s:s}}", "traceEvents", t.events,
+        "displayTimeUnit", "ms", "otherData", "run", (json_int_t)run_id, "origin_unix_ns",
+        (json_int_t)t.origin, "clock_offsets_ns", trace_offsets(rows), "traced_steps",
+        (json_int_t)json_array_size(rows), "pipeline", t.pipeline, "clock",
+        "ts: microseconds from origin_unix_ns; each rank's CLOCK_MONOTONIC plus "
+        "its clock_offsets_ns (CLOCK_REALTIME - CLOCK_MONOTONIC)");
+    json_t *page = json_object_get(in, "page");
+    if (out && page)
+        json_object_set(json_object_get(out, "otherData"), "page", page);
+    if (!out)
+        err_set(e, ERR_NOMEM, NULL, "trace: out of memory");
+    return out;
 }

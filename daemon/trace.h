@@ -24,6 +24,11 @@
  *   phases are the device's event timings (train_engine.h end_step) and the spans the
  *   host's: there they agree only where the host waited for the device.
  *
+ * - Bounded (issue 31): a run stores at most TRACE_MAX_ROWS traced steps (ingest drops
+ *   and counts the rest: runs.trace_dropped), and a GET reads at most that many, a page
+ *   of them, filtered by rank and repeat; otherData.page says which page, whether more
+ *   follow and how many rows ingest dropped.
+ *
  * Ownership: trace_build borrows its input (db_get_trace's object) and returns an owned
  * object. */
 #ifndef DDPB_TRACE_H
@@ -33,6 +38,8 @@
 #include <stdint.h>
 
 #include "common/err.h"
+
+#define TRACE_MAX_ROWS 2048 /* traced steps stored per run, and read per GET */
 
 json_t *trace_build(const json_t *rows, int64_t run_id, struct err *e);
 

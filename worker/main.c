@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <gnu/libc-version.h>
 #include <jansson.h>
+#include <malloc.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -56,6 +58,7 @@ struct worker {
     struct comm *stage_comm;     /* owned: a pipeline run's stage replicas, else NULL */
     int node_of[SPEC_MAX_WORLD]; /* the node of each rank (rendezvous_nodes) */
     struct heartbeat hb;         /* liveness for the daemon, once hello is out */
+    long long memory_limit_mib;  /* RLIMIT_AS set from DDPB_MEMORY_LIMIT_MIB; 0: none */
     struct err e;
 };
 
@@ -98,8 +101,47 @@ static int worker_follow_blame(struct worker *wk, int peer)
     return origin;
 }
 
+/* A failure for want of memory under the rank's limit names the limit, so that the run's
+ * error says why (the daemon set it from the spec's estimate: daemon/monitor.c). */
+static void worker_name_memory_limit(struct worker *wk)
+{
+    if (wk->memory_limit_mib <= 0)
+        return;
+    if (wk->e.code != ERR_NOMEM && !strstr(wk->e.msg, "memory") &&
+        !strstr(wk->e.msg, "Cannot allocate") && !strstr(wk->e.msg, "temporarily unavailable"))
+        return;
+    char msg[sizeof wk->e.msg];
+    snprintf(msg, sizeof msg, "%s (memory limit %lld MiB: the spec's estimate and a margin)",
+             wk->e.msg, wk->memory_limit_mib);
+    memcpy(wk->e.msg, msg, sizeof msg);
+}
+
+/* DDPB_MEMORY_LIMIT_MIB: limits this rank's address space (RLIMIT_AS), with malloc held
+ * to two arenas so that the address space follows what is used (each thread's arena
+ * would reserve 64 MiB). Not under a sanitizer, which reserves terabytes of shadow. */
+static void worker_limit_memory(struct worker *wk)
+{
+    const char *v = getenv("DDPB_MEMORY_LIMIT_MIB");
+    long long mib = v ? strtoll(v, NULL, 10) : 0;
+    if (mib <= 0)
+        return;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    log_info("memory limit %lld MiB not applied: a sanitizer build", mib);
+#else
+    mallopt(M_ARENA_MAX, 2);
+    struct rlimit rl = {.rlim_cur = (rlim_t)mib << 20, .rlim_max = (rlim_t)mib << 20};
+    if (setrlimit(RLIMIT_AS, &rl) < 0) {
+        log_warn("memory limit %lld MiB: setrlimit: %s", mib, strerror(errno));
+        return;
+    }
+    wk->memory_limit_mib = mib;
+    log_info("memory limit %lld MiB (RLIMIT_AS)", mib);
+#endif
+}
+
 __attribute__((noreturn)) static void worker_fail(struct worker *wk, const char *file, int line)
 {
+    worker_name_memory_limit(wk);
     const char *base = strrchr(file, '/');
     char where[128];
     snprintf(where, sizeof where, "%s:%d", base ? base + 1 : file, line);
@@ -455,6 +497,7 @@ int main(void)
     if (strcmp(wk.spec.backend, "mpi") == 0 || wk.comm->transport[0])
         WORKER_FAIL_IF(&wk, worker_emit_env(&wk, &wk.e) < 0);
     WORKER_FAIL_IF(&wk, worker_stage_comm(&wk, &wk.e) < 0);
+    worker_limit_memory(&wk);
     worker_run_workload(&wk);
     /* Every rank leaves together, whatever the backend: a rank that exits while a peer
      * still finishes the last operation can reset a connection that holds the peer's

@@ -180,7 +180,8 @@ def test_spec_schema_decides_as_the_server():
 def routes_in_code():
     text = open(os.path.join(SOURCE, "api", "routes.c")).read()
     out = set()
-    for method, pattern in re.findall(r'\{"([A-Z]+)", "(/[^"]*)", h_\w+\}', text):
+    for method, pattern in re.findall(
+            r'\{"([A-Z]+)", "(/[^"]*)", h_\w+(?:, (?:true|false))?\}', text):
         pattern = re.sub(r"\{\*(\w+)\}", r"<\1>", pattern)  # a name segment keeps its name
         pattern = re.sub(r"\{\w+\}", "{id}", pattern)
         out.add((method.lower(), re.sub(r"<(\w+)>", r"{\1}", pattern)))

@@ -85,6 +85,25 @@ static void test_config_mpi_agent(void)
     }
 }
 
+/* --rank-memory-margin-mib (issue 31): 1024 by default, -1 turns the limit off, anything
+ * else out of range or not a number is refused naming the option. */
+static void test_config_rank_memory_margin(void)
+{
+    struct config c;
+    struct err e = {0};
+    T_EQ_INT(test_config_parse(&c, NULL, 0, &e), 0);
+    T_EQ_INT(c.rank_memory_margin_mib, 1024);
+    char *off[] = {"--rank-memory-margin-mib", "-1"};
+    T_CHECK_MSG(test_config_parse(&c, off, 2, &e) == 0, "%s", e.msg);
+    T_EQ_INT(c.rank_memory_margin_mib, -1);
+    char *bad[][2] = {{"--rank-memory-margin-mib", "-2"}, {"--rank-memory-margin-mib", "1G"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        e = (struct err){0};
+        T_CHECK_MSG(test_config_parse(&c, bad[i], 2, &e) < 0, "accepted '%s'", bad[i][1]);
+        T_EQ_STR(e.field, "rank-memory-margin-mib");
+    }
+}
+
 /* --shm-dir: "" by default (the workers' /dev/shm); a directory is kept as its real path;
  * a missing path or a file is refused naming the option, the message naming the path. */
 static void test_config_shm_dir(void)
@@ -437,5 +456,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_paths_beneath);
     TEST_RUN(test_config_tls_listener);
     TEST_RUN(test_config_tls_join);
+    TEST_RUN(test_config_rank_memory_margin);
     return test_end();
 }

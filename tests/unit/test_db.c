@@ -9,12 +9,39 @@
 
 #include "daemon/db.h"
 #include "daemon/db_rows.h"
+#include "daemon/trace.h"
 #include "tests/unit/test.h"
 
+/* every traced step of a run (within the cap) */
+static const struct db_trace_query test_trace_all = {-1, -1, 0, TRACE_MAX_ROWS};
+
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 14
+#define TEST_DB_VERSION 15
+/* migration 015's triggers and columns, undone */
+#define TEST_DB_UNDO_015                                                                       \
+    "DROP TRIGGER IF EXISTS experiments_version_self; "                                        \
+    "DROP TRIGGER IF EXISTS experiments_version_run_insert; "                                  \
+    "DROP TRIGGER IF EXISTS experiments_version_run_update; "                                  \
+    "DROP TRIGGER IF EXISTS experiments_version_run_ranks_insert; "                            \
+    "DROP TRIGGER IF EXISTS experiments_version_run_ranks_update; "                            \
+    "DROP TRIGGER IF EXISTS experiments_version_collectives_insert; "                          \
+    "DROP TRIGGER IF EXISTS experiments_version_collectives_update; "                          \
+    "DROP TRIGGER IF EXISTS experiments_version_run_env_insert; "                              \
+    "DROP TRIGGER IF EXISTS experiments_version_run_env_update; "                              \
+    "DROP TRIGGER IF EXISTS experiments_version_steps_insert; "                                \
+    "DROP TRIGGER IF EXISTS experiments_version_steps_update; "                                \
+    "DROP TRIGGER IF EXISTS experiments_version_epochs_insert; "                               \
+    "DROP TRIGGER IF EXISTS experiments_version_epochs_update; "                               \
+    "DROP TRIGGER IF EXISTS experiments_version_rank_memory_insert; "                          \
+    "DROP TRIGGER IF EXISTS experiments_version_rank_memory_update; "                          \
+    "DROP TRIGGER IF EXISTS experiments_version_rank_usage_insert; "                           \
+    "DROP TRIGGER IF EXISTS experiments_version_rank_usage_update; "                           \
+    "DROP TRIGGER IF EXISTS experiments_version_run_grads_insert; "                            \
+    "DROP TRIGGER IF EXISTS experiments_version_run_grads_update; "                            \
+    "ALTER TABLE experiments DROP COLUMN version; ALTER TABLE runs DROP COLUMN trace_dropped; "
 /* what migration 009 added, undone for a test that sets the version back below it */
 #define TEST_DB_UNDO_014                                                                       \
+    TEST_DB_UNDO_015                                                                           \
     "ALTER TABLE steps DROP COLUMN loader_cpu_ms; ALTER TABLE steps DROP COLUMN read_bytes; "
 #define TEST_DB_UNDO_013                                                                       \
     TEST_DB_UNDO_014                                                                           \
@@ -902,11 +929,11 @@ static void test_db_pipeline_steps(void)
             s->p2p_bytes == -1 && s->p2p_ranks == 0 && s->p2p_bytes_ranks == 0);
     db_experiment_data_free(&data);
 
-    json_t *t = db_get_trace(db, rp, &e);
+    json_t *t = db_get_trace(db, rp, &test_trace_all, &e);
     T_CHECK_MSG(t != NULL, "%s", e.msg);
     T_EQ_INT(json_integer_value(json_object_get(t, "pipeline")), 2);
     json_decref(t);
-    t = db_get_trace(db, rd, &e);
+    t = db_get_trace(db, rd, &test_trace_all, &e);
     T_EQ_INT(json_integer_value(json_object_get(t, "pipeline")), 1); /* not in its spec */
     json_decref(t);
 
@@ -935,6 +962,85 @@ static void test_db_pipeline_steps(void)
  * (a figure the engine could not tell is null) and its usage pooled over windows; the
  * results read the largest rank per repeat; the trace rows come back with spans and ops
  * decoded; a database at version 10 gains the tables and keeps its steps. */
+/* Trace pages (issue 31): filtered by rank and repeat, at most limit rows with "more"
+ * saying what follows, and the count ingest dropped. */
+static void test_db_trace_page(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 1);
+    int64_t r = test_db_run_id(db, id, 0);
+    json_t *spans = json_pack("[[s, I, I]]", "step", (json_int_t)100, (json_int_t)900);
+    json_t *ops = json_array();
+    for (int rep = 0; rep < 2; rep++)
+        for (int step = 0; step < 3; step++)
+            for (int rank = 0; rank < 2; rank++) {
+                struct report_trace tr = {
+                    .repeat = rep, .step = step, .spans = spans, .ops = ops};
+                T_OK(db_insert_trace(db, r, rank, &tr, &e));
+            }
+    struct db_trace_query q = {1, -1, 0, TRACE_MAX_ROWS};
+    json_t *t = db_get_trace(db, r, &q, &e);
+    json_t *rows = json_object_get(json_object_get(t, "steps"), "rows");
+    T_EQ_INT(json_array_size(rows), 6);
+    for (size_t i = 0; i < json_array_size(rows); i++)
+        T_EQ_INT(json_integer_value(json_array_get(json_array_get(rows, i), 0)), 1);
+    json_decref(t);
+    q = (struct db_trace_query){-1, 1, 0, 4};
+    t = db_get_trace(db, r, &q, &e);
+    rows = json_object_get(json_object_get(t, "steps"), "rows");
+    T_EQ_INT(json_array_size(rows), 4);
+    T_EQ_INT(json_integer_value(json_array_get(json_array_get(rows, 0), 1)), 1); /* repeat */
+    T_CHECK(json_is_true(json_object_get(json_object_get(t, "page"), "more")));
+    json_decref(t);
+    q.offset = 4;
+    t = db_get_trace(db, r, &q, &e);
+    rows = json_object_get(json_object_get(t, "steps"), "rows");
+    T_EQ_INT(json_array_size(rows), 2);
+    T_CHECK(json_is_false(json_object_get(json_object_get(t, "page"), "more")));
+    T_EQ_INT(
+        json_integer_value(json_object_get(json_object_get(t, "page"), "dropped_at_ingest")),
+        0);
+    json_decref(t);
+    T_OK(db_set_trace_dropped(db, r, 17, &e));
+    t = db_get_trace(db, r, &q, &e);
+    T_EQ_INT(
+        json_integer_value(json_object_get(json_object_get(t, "page"), "dropped_at_ingest")),
+        17);
+    json_decref(t);
+    json_decref(spans);
+    json_decref(ops);
+    db_close(db);
+}
+
+/* An experiment's version key (issue 31) changes when its rows change, and only then:
+ * not for a fit stored, not for trace rows dropped, not for another experiment's rows. */
+static void test_db_experiment_version(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 1), other = test_db_experiment(db, 1);
+    int64_t r = test_db_run_id(db, id, 0), ro = test_db_run_id(db, other, 0);
+    char k0[256], k1[256];
+    T_OK(db_experiments_version(db, &id, 1, 32, k0, sizeof k0, &e));
+    T_OK(db_experiments_version(db, &id, 1, 32, k1, sizeof k1, &e));
+    T_EQ_STR(k0, k1);
+    struct report_step st = {.step = 1, .samples = 8, .loss = 1.0, .step_ms = 5.0};
+    T_OK(db_insert_step(db, ro, 0, &st, &e)); /* another experiment's row */
+    T_OK(db_set_trace_dropped(db, r, 3, &e));
+    T_OK(db_experiments_version(db, &id, 1, 32, k1, sizeof k1, &e));
+    T_EQ_STR(k0, k1);
+    T_OK(db_insert_step(db, r, 0, &st, &e));
+    T_OK(db_experiments_version(db, &id, 1, 32, k1, sizeof k1, &e));
+    T_CHECK_MSG(strcmp(k0, k1) != 0, "unchanged: %s", k1);
+    int64_t missing = other + 100;
+    T_CHECK(db_experiments_version(db, &missing, 1, 32, k1, sizeof k1, &e) < 0 &&
+            e.code == ERR_NOT_FOUND);
+    db_close(db);
+}
+
 static void test_db_observe(void)
 {
     struct err e = {0};
@@ -1003,7 +1109,7 @@ static void test_db_observe(void)
     T_NEAR(data.runs[0].usage[0].gpu_power_w, -1, 0);
     db_experiment_data_free(&data);
 
-    json_t *t = db_get_trace(db, r, &e);
+    json_t *t = db_get_trace(db, r, &test_trace_all, &e);
     T_CHECK_MSG(t != NULL, "%s", e.msg);
     json_t *row = json_array_get(json_object_get(json_object_get(t, "steps"), "rows"), 0);
     T_EQ_INT(json_array_size(json_object_get(json_object_get(t, "steps"), "rows")), 1);
@@ -1012,7 +1118,7 @@ static void test_db_observe(void)
     T_CHECK(json_equal(json_array_get(row, 4), spans));
     T_CHECK(json_equal(json_array_get(row, 5), ops));
     json_decref(t);
-    T_CHECK(db_get_trace(db, r + 1000, &e) == NULL && e.code == ERR_NOT_FOUND);
+    T_CHECK(db_get_trace(db, r + 1000, &test_trace_all, &e) == NULL && e.code == ERR_NOT_FOUND);
     json_decref(spans);
     json_decref(ops);
 
@@ -1087,7 +1193,7 @@ static void test_db_epoch_train_null(void)
     db_close(db);
     sqlite3 *h;
     T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
-    char sql[1024];
+    char sql[4096];
     snprintf(
         sql, sizeof sql,
         "DROP TABLE epochs; CREATE TABLE epochs (run_id INTEGER NOT NULL REFERENCES "
@@ -1254,6 +1360,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_step_phases_null);
     TEST_RUN(test_db_pipeline_steps);
     TEST_RUN(test_db_observe);
+    TEST_RUN(test_db_trace_page);
+    TEST_RUN(test_db_experiment_version);
     TEST_RUN(test_db_queued_spec_parsed);
     TEST_RUN(test_db_results_roundtrip);
     TEST_RUN(test_db_reader_checks_aliases);

@@ -11,7 +11,11 @@
 #include "daemon/db.h"
 #include "daemon/events.h"
 #include "daemon/ingest.h"
+#include "daemon/trace.h"
 #include "tests/unit/test.h"
+
+/* every traced step of a run (within the cap) */
+static const struct db_trace_query test_trace_all = {-1, -1, 0, TRACE_MAX_ROWS};
 
 struct fx {
     char dir[64];
@@ -311,7 +315,7 @@ static void test_ingest_every_type(void)
     T_CHECK(json_is_null(json_object_get(m0, "device_peak_bytes")));
     json_t *u0 = json_array_get(json_object_get(run, "usage"), 0);
     T_NEAR(json_number_value(json_object_get(u0, "cpu_util")), 0.75, 1e-9);
-    json_t *trace = db_get_trace(x.db, x.run, &e);
+    json_t *trace = db_get_trace(x.db, x.run, &test_trace_all, &e);
     T_EQ_INT(json_array_size(json_object_get(json_object_get(trace, "steps"), "rows")), 1);
     T_CHECK(json_equal(
         json_array_get(
@@ -411,10 +415,41 @@ static void test_ingest_rejects(void)
     fx_close(&x);
 }
 
+/* Trace rows are capped per run (issue 31): past the cap a line is accepted but not
+ * stored, and the count of those dropped is stored with the run. */
+static void test_ingest_trace_cap(void)
+{
+    struct fx x;
+    struct err e = {0};
+    struct ingest_result res;
+    T_OK(fx_open(&x, &e));
+    T_EQ_INT(x.in.trace_cap, TRACE_MAX_ROWS);
+    x.in.trace_cap = 3;
+    json_t *spans = json_pack("[[s, I, I]]", "step", (json_int_t)10, (json_int_t)20);
+    json_t *ops = json_array();
+    for (int step = 0; step < 5; step++) {
+        struct report_trace tr = {.step = step, .spans = spans, .ops = ops};
+        T_OK(report_emit_trace(&x.w[step % 2], &tr, &e));
+        T_OK(fx_ingest(&x, step % 2, &res, &e));
+        T_CHECK(!res.store_failed);
+    }
+    json_t *trace = db_get_trace(x.db, x.run, &test_trace_all, &e);
+    T_CHECK_MSG(trace != NULL, "%s", e.msg);
+    T_EQ_INT(json_array_size(json_object_get(json_object_get(trace, "steps"), "rows")), 3);
+    T_EQ_INT(json_integer_value(
+                 json_object_get(json_object_get(trace, "page"), "dropped_at_ingest")),
+             2);
+    json_decref(trace);
+    json_decref(spans);
+    json_decref(ops);
+    fx_close(&x);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_ingest_every_type);
     TEST_RUN(test_ingest_rejects);
+    TEST_RUN(test_ingest_trace_cap);
     return test_end();
 }
