@@ -52,7 +52,12 @@
 #define TCP_AUTO_GATHER_RING (64u << 10) /* reduce_scatter, all_gather: total bytes */
 #define TCP_AUTO_BROADCAST_RING (64u << 10)
 #define TCP_AUTO_HIER_BYTES (64u << 10) /* allreduce across nodes that hold several ranks */
-/* the same with shared memory inside the nodes: hier from this size */
+/* The same with shared memory inside the nodes: hier from this size. Measured (RESULTS.md,
+ * issue 30, 2 netlab hosts x 2 ranks on 2 shared CPUs): over 1gbe hier beats every flat
+ * TCP algorithm by 1.2-1.5x from 64 KiB up and is within noise of rd below; over 10gbe
+ * the flat ring wins from 4 MiB (0.5-0.8x for hier), where the 4 ranks' CPUs and not the
+ * link are the bound. The communicator does not know the link's speed, so hier stays the
+ * choice at every size across nodes; an upper bound by link speed is left open. */
 #define TCP_AUTO_HIER_BYTES_SHM 0u
 
 static int tcp_mod(int a, int n)
