@@ -46,10 +46,11 @@ def log(msg):
 class Lab:
     """netlab up with n hosts under profile; submit to host 0's leader from inside host 0."""
 
-    def __init__(self, build, n, profile):
+    def __init__(self, build, n, profile, tls=False):
         self.dir = tempfile.mkdtemp(prefix="ddpb-bn-")
         r = subprocess.run([NETLAB, "up", "--nodes", str(n), "--profile", profile, "--dir",
-                            self.dir, "--build", build, "--port-base", str(PORT)],
+                            self.dir, "--build", build, "--port-base", str(PORT)] +
+                           (["--tls"] if tls else []),
                            capture_output=True, text=True, env=ENV, timeout=120)
         if r.returncode != 0:
             raise RuntimeError(f"netlab up: {r.stdout} {r.stderr}")
@@ -57,11 +58,15 @@ class Lab:
             self.token = f.read().strip()
         with open(os.path.join(self.dir, "h0", "url")) as f:
             self.url = f.read().strip()
+        # --tls: the cluster's CA (netlab made it), which every client pins
+        self.ca = os.path.join(self.dir, "tls", "ca.pem") if tls else ""
 
     def call(self, method, path, body=None):
         args = ["ip", "netns", "exec", f"{PREFIX}-h0", "curl", "-sS", "--fail-with-body",
                 "--max-time", "60", "-X", method, self.url + path,
                 "-H", f"Authorization: Bearer {self.token}"]
+        if self.ca:
+            args += ["--cacert", self.ca]
         if body is not None:
             args += ["-H", "Content-Type: application/json", "--data-binary", json.dumps(body)]
         r = subprocess.run(args, capture_output=True, text=True, timeout=90)

@@ -4,8 +4,8 @@ root):
 
   tests/bench/bench_under_load.py --build build [--seconds 60] [--clients 16]
 
-A 2-node netlab cluster (plaintext HTTP: TLS for the cluster is another part of issue 31)
-trains resnet18 (3x32x32 synthetic, batch 32, world 2 on 2 nodes) while `clients` threads
+A 2-node netlab cluster (plaintext HTTP, or HTTPS with --tls: netlab's own CA, pinned by
+every client) trains resnet18 (3x32x32 synthetic, batch 32, world 2 on 2 nodes) while `clients` threads
 inside host 0 hammer the leader with GET report, trace and fit of that experiment and run
 for `seconds` (their versions change at every step, so each report and fit is computed, the
 worst case for the cache). A probing client POSTs /v1/cluster/sync (a sync for a node that
@@ -31,8 +31,9 @@ from bench_netlab import PREFIX, Lab, log  # noqa: E402
 # Runs inside host 0's network namespace: the hammering clients and the probe, for
 # `seconds`; prints one JSON object.
 HAMMER = r'''
-import json, sys, threading, time, urllib.request, urllib.error
+import json, ssl, sys, threading, time, urllib.request, urllib.error
 url, token, exp, run, seconds, clients = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5]), int(sys.argv[6])
+ctx = ssl.create_default_context(cafile=sys.argv[7]) if len(sys.argv) > 7 and sys.argv[7] else None
 paths = [f"/v1/experiments/{exp}/report", f"/v1/runs/{run}/trace", f"/v1/experiments/{exp}/fit"]
 counts, lock, stop = {}, threading.Lock(), time.time() + seconds
 def get(path, method="GET", body=None):
@@ -40,7 +41,7 @@ def get(path, method="GET", body=None):
                                  headers={"Authorization": "Bearer " + token,
                                           "Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=30, context=ctx) as r:
             r.read(); return r.status
     except urllib.error.HTTPError as e:
         e.read(); return e.code
@@ -80,6 +81,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--clients", type=int, default=16)
     ap.add_argument("--profile", default="10gbe")
+    ap.add_argument("--tls", action="store_true", help="the cluster over HTTPS (netlab --tls)")
     ap.add_argument("--steps", type=int, default=400, help="resnet18 steps: enough to outlast the hammer")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -87,8 +89,9 @@ def main():
     with open("/tmp/ddpb-bench.lock", "w") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         log(f"# {time.strftime('%Y-%m-%d %H:%M')} {os.uname().nodename}, {os.cpu_count()} CPUs; "
-            f"{a.clients} clients for {a.seconds:.0f} s, profile {a.profile}, plaintext")
-        lab = Lab(os.path.abspath(a.build), 2, a.profile)
+            f"{a.clients} clients for {a.seconds:.0f} s, profile {a.profile}, "
+            f"{'TLS' if a.tls else 'plaintext'}")
+        lab = Lab(os.path.abspath(a.build), 2, a.profile, tls=a.tls)
         try:
             spec = {"name": "bench-under-load", "workload": "train", "model": "resnet18",
                     "batch_size": 32, "steps": a.steps, "warmup_steps": 2, "trace_steps": 20,
@@ -105,7 +108,7 @@ def main():
             hammer_from = time.time()
             r = subprocess.run(["ip", "netns", "exec", f"{PREFIX}-h0", sys.executable, "-c", HAMMER,
                                 lab.url, lab.token, str(exp["id"]), str(run), str(a.seconds),
-                                str(a.clients)], capture_output=True, text=True,
+                                str(a.clients), lab.ca], capture_output=True, text=True,
                                timeout=a.seconds + 120)
             if r.returncode != 0:
                 raise RuntimeError(f"hammer: {r.stderr[-2000:]}")
