@@ -288,6 +288,7 @@ struct follower_spawn {
     int64_t run;
     const char *store, *ns, *secret;
     int world_size, node_rank;
+    int64_t memory_limit_mib; /* each rank's RLIMIT_AS the leader chose; 0: none */
     const json_t *spec, *ranks;
 };
 
@@ -302,7 +303,11 @@ static bool follower_parse_spawn(const json_t *c, struct follower_spawn *s)
     s->node_rank = (int)json_integer_value(json_object_get(c, "node_rank"));
     s->spec = json_object_get(c, "spec");
     s->ranks = json_object_get(c, "ranks");
-    bool ok = s->run > 0 && s->store && strlen(s->store) < 192 && s->ns && strlen(s->ns) < 32 &&
+    const json_t *mem = json_object_get(c, "memory_limit_mib"); /* absent: an older leader */
+    s->memory_limit_mib = mem ? json_integer_value(mem) : 0;
+    bool ok = (!mem || (json_is_integer(mem) && s->memory_limit_mib >= 0 &&
+                        s->memory_limit_mib <= (INT64_C(1) << 30))) &&
+              s->run > 0 && s->store && strlen(s->store) < 192 && s->ns && strlen(s->ns) < 32 &&
               s->secret && strlen(s->secret) < 40 && s->world_size >= 1 &&
               s->world_size <= SPEC_MAX_WORLD && s->node_rank >= 0 &&
               s->node_rank < SPEC_MAX_WORLD && json_is_object(s->spec) &&
@@ -392,6 +397,7 @@ static void follower_spawn_rank(struct follower *f, const struct follower_spawn 
         .node_name = f->cfg->node,
         .shm_dir = f->cfg->shm_dir,     /* this node's own, as its ranks' segments are */
         .data_dirs = f->cfg->data_dirs, /* this node's own: its workers check against it */
+        .memory_limit_mib = s->memory_limit_mib,
     };
     struct follower_rank *k = calloc(1, sizeof *k);
     struct launched out;

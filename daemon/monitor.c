@@ -857,11 +857,13 @@ static int monitor_spawn_remote(struct active_run *r, const struct db_queued_run
     for (int i = first; i < r->world_size && r->ranks[i].node == node; i++)
         json_array_append_new(
             ranks, json_pack("{s:i, s:i}", "rank", i, "local_rank", r->ranks[i].local_rank));
-    json_t *cmd = spec ? json_pack("{s:s, s:I, s:o, s:s, s:s, s:s, s:i, s:i, s:o}", "op",
+    /* the leader decides each rank's memory limit (its estimate and margin), as for its own */
+    json_t *cmd = spec ? json_pack("{s:s, s:I, s:o, s:s, s:s, s:s, s:i, s:i, s:o, s:I}", "op",
                                    "spawn", "run", (json_int_t)r->id, "spec", spec, "store",
                                    store_addr, "ns", r->ns, "secret", r->secret, "world_size",
                                    r->world_size, "node_rank", r->ranks[first].node_rank,
-                                   "ranks", ranks)
+                                   "ranks", ranks, "memory_limit_mib",
+                                   (json_int_t)r->memory_limit_mib)
                        : NULL;
     if (!cmd) {
         json_decref(ranks);

@@ -16,6 +16,7 @@ deploy/netlab.sh runs the same cluster over shaped links between network namespa
 (test_netlab); this file needs no root and keeps every case to seconds."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -61,7 +62,7 @@ def leader(**kw):
     return Daemon(cpu_slots=kw.get("slots", 2), tls=kw.get("tls", KEYS),
                   extra_args=["--token-file", TOKEN_FILE, "--node", "lead",
                               "--node-timeout-ms", str(kw.get("timeout_ms", 2000)),
-                              "--port", str(kw.get("port", 0))])
+                              "--port", str(kw.get("port", 0)), *kw.get("extra", ())])
 
 
 def follower(lead, name, slots=2, state_dir=None, extra=(), ca=None):
@@ -341,6 +342,28 @@ def test_run_spans_two_nodes():
         lead.close()
 
 
+def test_follower_ranks_get_the_memory_limit():
+    """The leader decides each rank's address-space limit (issue 31), and its spawn command
+    carries it to the follower: with no margin the limit is below what a worker needs, so
+    the follower's rank fails naming it in its own log, as the leader's rank does."""
+    lead = leader(extra=["--rank-memory-margin-mib", "0"])
+    f1 = follower(lead, "f1")
+    try:
+        wait_node(lead, "f1", "up")
+        exp = lead.wait_experiment(submit(lead, dict(TRAIN, world_size=2, nodes=2))["id"])
+        check(exp["status"] == "failed", exp["status"])
+        rid = first_run(lead, exp["id"])
+        run = lead.get(f"/v1/runs/{rid}")
+        remote = [k["rank"] for k in run["ranks"] if k["node"] == "f1"]
+        check(remote, run["ranks"])
+        with open(os.path.join(f1.state_dir, "runs", str(rid), f"rank{remote[0]}.log")) as f:
+            text = f.read()
+        check(re.search(r"memory limit \d+ MiB", text), text[-2000:])
+    finally:
+        f1.close()
+        lead.close()
+
+
 def follower_engines(lead, name, timeout=120):
     """The follower's engine list as the leader serves it, once its probe has arrived."""
     deadline = time.time() + timeout
@@ -564,6 +587,7 @@ if __name__ == "__main__":
             test_malformed_syncs_refused,
             test_cluster_key_identities_and_removal,
             test_run_spans_two_nodes,
+            test_follower_ranks_get_the_memory_limit,
             test_framework_engine_spans_nodes,
             test_follower_killed_mid_run,
             test_follower_drains_on_sigterm,
