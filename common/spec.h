@@ -120,6 +120,33 @@ struct spec_train {
     struct spec_lr_schedule lr_schedule;
 };
 
+/* One injected fault of the spec's "faults" (issue 32): what the daemon does to a rank or
+ * a node of the run, when. Exactly one of at_step / at_s is set (the other -1), exactly
+ * one of rank / node (the other -1). kind is a name of vocab.h VOCAB_FAULT_KINDS: "kill"
+ * (SIGKILL), "stop" (SIGSTOP for duration_s, then SIGCONT), "slow" (the rank's CPU share
+ * cut to fraction for duration_s), "link" (under netlab, the node's link shaped down to
+ * rate_mbit for duration_s). */
+#define SPEC_MAX_FAULTS 16
+struct spec_fault {
+    char kind[8];
+    int64_t at_step; /* the run's step (its progress) at which it fires; -1: at_s */
+    double at_s;     /* seconds after the run's first step; -1: at_step */
+    int rank;        /* the rank it targets; -1: node */
+    int node;        /* the run's node index (0 .. its nodes - 1, as placed); -1: rank */
+    double duration_s; /* stop, slow, link; 0 for kill */
+    double fraction;   /* slow: the CPU share left, (0, 1) */
+    double rate_mbit;  /* link: the shaped rate */
+};
+
+/* The spec's "elastic" (issue 32): on = the field was given. A run keeps going while at
+ * least min_ranks ranks live; the daemon starts replacements while fewer than
+ * max_ranks (at most world_size: a replacement takes a lost rank's slot) live; ranks
+ * commit their state every commit_every steps. */
+struct spec_elastic {
+    bool on;
+    int min_ranks, max_ranks, commit_every;
+};
+
 /* One MPI transport setting of the spec's mpi_mca: an OpenMPI MCA parameter ("btl" =
  * "self,tcp") or an MPICH control variable ("MPIR_CVAR_CH4_NETMOD" = "ofi"). */
 #define SPEC_MAX_MPI_PARAMS 16
@@ -150,6 +177,9 @@ struct spec {
     bool emulate_multi_rank; /* device cuda: several ranks share a GPU (flagged) */
     struct spec_collective coll;
     struct spec_train train;
+    int n_faults;
+    struct spec_fault faults[SPEC_MAX_FAULTS];
+    struct spec_elastic elastic;
 };
 
 /* Parses a submitted spec body. Returns the owned normalized spec (every field present,
