@@ -198,6 +198,12 @@ static json_t *spec_schema_value(const struct spec_field *f, bool zero)
             s, "additionalProperties",
             json_pack("{s:s, s:s}", "type", "string", "pattern", SPEC_MAP_VALUE_PATTERN));
         break;
+    case SPEC_T_FAULTS: {
+        json_t *fs = spec_faults_schema();
+        json_object_update(s, fs);
+        json_decref(fs);
+        break;
+    }
     case SPEC_T_SIZE_LIST: {
         json_t *item = json_array();
         spec_schema_size_forms(f, false, item);

@@ -140,7 +140,7 @@ static void test_spec_defaults(void)
                    "\"world_size\":1,\"nodes\":0,"
                    "\"ranks_per_node\":0,\"repeats\":1,\"trace_steps\":5,"
                    "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
-                   "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,"
+                   "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,\"faults\":[],"
                    "\"op\":\"allreduce\",\"dtype\":\"float32\","
                    "\"redop\":\"sum\",\"algorithm\":\"auto\",\"min_bytes\":4096,"
                    "\"max_bytes\":67108864,\"factor\":2,\"step\":0,\"sizes\":[],"
