@@ -72,6 +72,20 @@ static int fault_num(const json_t *obj, const char *at, const char *m, double lo
     return 0;
 }
 
+/* fraction: the CPU share left, in (0, 1) (a share of 1 is no fault); absent: -1. */
+static int fault_fraction(const json_t *obj, const char *at, double *out, struct err *e)
+{
+    const json_t *v = json_object_get(obj, "fraction");
+    double d = json_is_number(v) ? json_number_value(v) : NAN;
+    *out = -1;
+    if (!v)
+        return 0;
+    if (!(d > 0 && d < 1))
+        return fault_bad(e, at, "fraction", "a number greater than 0 and less than 1", v);
+    *out = d;
+    return 0;
+}
+
 /* Exactly one of members a and b given. */
 static int fault_one_of(const json_t *obj, const char *at, const char *a, const char *b,
                         struct err *e)
@@ -163,12 +177,9 @@ static int fault_check(const json_t *obj, const char *at, json_t **out, struct e
         fault_takes(obj, at, "fraction", k->fraction, k->name, e) < 0 ||
         fault_takes(obj, at, "rate", k->rate, k->name, e) < 0 ||
         fault_num(obj, at, "duration_s", 0, true, FAULT_MAX_S, &dur, e) < 0 ||
-        fault_num(obj, at, "fraction", 0, true, 1, &frac, e) < 0 ||
+        fault_fraction(obj, at, &frac, e) < 0 ||
         fault_num(obj, at, "rate", 0, true, FAULT_MAX_RATE_MBIT, &rate, e) < 0)
         return -1;
-    if (frac >= 1) /* (0, 1): a share of 1 is no fault */
-        return fault_bad(e, at, "fraction", "a number greater than 0 and less than 1",
-                         json_object_get(obj, "fraction"));
     json_t *n = json_pack("{s:s}", "kind", k->name);
     for (int i = 1; n && fault_members[i]; i++) {
         const json_t *v = json_object_get(obj, fault_members[i]);
