@@ -23,6 +23,8 @@
 #define FAULTS_PERIOD_NS 10000000L /* a burner's duty cycle: 10 ms */
 #define FAULTS_TC_TIMEOUT_MS 5000
 #define FAULTS_LINK_DEV "eth0" /* netlab's host side of a node's link (deploy/netlab.sh) */
+#define FAULTS_PROFILE_MIN_BURST 65536 /* deploy/netlab.sh shape_link's floor */
+#define FAULTS_LINK_MIN_BURST 4096     /* a shaped fault's floor: a few full frames */
 
 enum fault_state {
     FAULT_PENDING, /* not fired yet */
@@ -177,14 +179,17 @@ static int faults_tc(char *const argv[], char *why, size_t cap)
     return 0;
 }
 
-/* The link's egress as tbf at bits/s (netlab's burst: 4 ms at the rate, 64 KiB at least);
- * bits 0 removes the shaping. */
-static int faults_link_set(double bits, char *why, size_t cap)
+/* The link's egress as tbf at bits/s with a burst of 4 ms at the rate and at least
+ * min_burst bytes (netlab's profiles: 64 KiB); bits 0 removes the shaping. A fault's rate
+ * takes a smaller floor (FAULTS_LINK_MIN_BURST): at 10 Mbit/s 64 KiB is 52 ms of line
+ * rate, which refills between two short steps and would let a step's gradients through
+ * unshaped. */
+static int faults_link_set(double bits, long min_burst, char *why, size_t cap)
 {
     char rate[32], burst[32];
     long b = (long)(bits / 8 / 250);
     snprintf(rate, sizeof rate, "%.0fbit", bits);
-    snprintf(burst, sizeof burst, "%ld", b < 65536 ? 65536 : b);
+    snprintf(burst, sizeof burst, "%ld", b < min_burst ? min_burst : b);
     char *shape[] = {"tc",   "qdisc", "replace", "dev", FAULTS_LINK_DEV, "root", "tbf",
                      "rate", rate,    "burst",   burst, "latency",       "50ms", NULL};
     char *del[] = {"tc", "qdisc", "del", "dev", FAULTS_LINK_DEV, "root", NULL};
@@ -193,12 +198,12 @@ static int faults_link_set(double bits, char *why, size_t cap)
 
 int faults_link_shape(double rate_mbit, char *why, size_t cap)
 {
-    return faults_link_set(rate_mbit * 1e6, why, cap);
+    return faults_link_set(rate_mbit * 1e6, FAULTS_LINK_MIN_BURST, why, cap);
 }
 
 int faults_link_restore(const char *profile, char *why, size_t cap)
 {
-    return faults_link_set(faults_profile_bits(profile), why, cap);
+    return faults_link_set(faults_profile_bits(profile), FAULTS_PROFILE_MIN_BURST, why, cap);
 }
 
 /* --- the run's faults ---------------------------------------------------------------- */
