@@ -16,22 +16,19 @@ workers (2-rank mnist-cnn training, ddp):
 - a fault the run ended before is "not injected" with why (events and the run's faults);
 - cancel while a rank is stopped or slowed: the run ends cancelled, no worker, no stopped
   rank and no burner left behind;
-- link (root, netlab): the follower's node link shaped down to rate for duration_s and
+- link (root, netlab): the follower's node link shaped down to 5 Mbit/s for 3 s and
   back to its profile after, the steps slower meanwhile. Needs root and `ip netns` (CI is
   root): elsewhere it skips with the reason."""
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 
-from harness import (BUILD, SOURCE, Daemon, Skip, check, pid_alive, run_cases, wait_gone,
-                     worker_pids)
+from harness import Daemon, check, pid_alive, run_cases, wait_gone, worker_pids
+from test_netlab import H0, H1, http, ns_json, two_hosts
 
 TRAIN = {"workload": "train", "model": "mnist-cnn", "batch_size": 64, "steps": 400,
          "warmup_steps": 2, "dataset": {"samples": 4096}, "world_size": 2,
@@ -302,92 +299,47 @@ def test_cancel_while_stopped_and_slowed():
         d.close()
 
 
-# --- link, under netlab (root) --------------------------------------------------------------
-
-NETLAB = os.path.join(SOURCE, "deploy", "netlab.sh")
-PREFIX = f"ddpbft{os.getpid()}"
-ENV = dict(os.environ, NETLAB_PREFIX=PREFIX, NETLAB_SUBNET="10.214.0")
-PORT = 7580
-LEADER = "http://10.214.0.10:7580"
+# --- link, under netlab (root): test_netlab's hosts and helpers ---------------------------
 
 
-def sh(*args, timeout=90):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, env=ENV)
-
-
-def netlab_unavailable():
-    if os.geteuid() != 0:
-        return "network namespaces need root (ip netns); not root here"
-    if not shutil.which("ip") or not shutil.which("tc"):
-        return "ip or tc (iproute2) not installed"
-    r = sh("ip", "netns", "add", f"{PREFIX}-probe")
-    if r.returncode != 0:
-        return f"ip netns add failed: {r.stderr.strip()}"
-    sh("ip", "netns", "del", f"{PREFIX}-probe")
-    return None
-
-
-def ns_http(method, path, body=None, token=None):
-    args = ["ip", "netns", "exec", f"{PREFIX}-h0", "curl", "-sS", "--fail-with-body",
-            "--max-time", "20", "-X", method, LEADER + path]
-    if token:
-        args += ["-H", f"Authorization: Bearer {token}"]
-    if body is not None:
-        args += ["-H", "Content-Type: application/json", "--data-binary", json.dumps(body)]
-    r = sh(*args, timeout=30)
-    check(r.returncode == 0, f"{method} {path}: {r.stdout} {r.stderr}")
-    return json.loads(r.stdout)
-
-
-def root_qdisc(host):
-    r = sh("ip", "netns", "exec", f"{PREFIX}-h{host}", "tc", "-j", "qdisc", "show", "dev",
-           "eth0")
-    return [q for q in json.loads(r.stdout or "[]") if q.get("root")]
+def root_qdisc(ns):
+    return [q for q in ns_json(ns, "tc", "-j", "qdisc", "show", "dev", "eth0") if q.get("root")]
 
 
 def test_link_under_netlab():
-    why = netlab_unavailable()
-    if why:
-        raise Skip(why)
-    state = tempfile.mkdtemp(prefix="ddpb-faults-netlab-")
-    try:
-        up = sh(NETLAB, "up", "--nodes", "2", "--profile", "1gbe", "--port-base", str(PORT),
-                "--dir", state, "--build", BUILD, timeout=120)
-        check(up.returncode == 0, f"up: {up.stdout} {up.stderr}")
-        before = root_qdisc(1)
-        body = spec(nodes=2, steps=300,
-                    faults=[{"at_step": 60, "node": 1, "kind": "link", "duration_s": 3,
-                             "rate": 20}])
+    """Node 1 (the follower) shaped to 5 Mbit/s for 3 s; plain HTTP (TLS is test_netlab's)."""
+    with two_hosts("1gbe", tls=False) as (state, _, leader):
         with open(os.path.join(state, "token")) as f:
             token = f.read().strip()
-        exp = ns_http("POST", "/v1/experiments", body, token=token)
+        before = root_qdisc(H1)
+        body = spec(nodes=2, steps=300,
+                    faults=[{"at_step": 60, "node": 1, "kind": "link", "duration_s": 3,
+                             "rate": 5}])
+        exp = http(H0, "POST", leader + "/v1/experiments", body, token=token)
         deadline = time.time() + 180
-        while time.time() < deadline:
-            exp = ns_http("GET", f"/v1/experiments/{exp['id']}")
-            if exp["status"] in ("succeeded", "failed", "cancelled"):
-                break
+        while time.time() < deadline and exp["status"] not in ("succeeded", "failed",
+                                                                "cancelled"):
             time.sleep(0.5)
+            exp = http(H0, "GET", f"{leader}/v1/experiments/{exp['id']}")
         check(exp["status"] == "succeeded", exp)
-        run = ns_http("GET", f"/v1/runs/{exp['runs'][0]['id']}")
+        run = http(H0, "GET", f"{leader}/v1/runs/{exp['runs'][0]['id']}")
         inj, res = events(run, "inject"), events(run, "restore")
         check(len(inj) == 1 and len(res) == 1 and inj[0]["node"] == 1, run["events"])
         check(2.9 <= res[0]["run_s"] - inj[0]["run_s"] <= 5, run["events"])
-        check(root_qdisc(1) == before, f"link after: {root_qdisc(1)}, before {before}")
-        steps = ns_http("GET", f"/v1/runs/{run['id']}/steps?rank=0")
-        rows = [dict(zip(steps["columns"], r)) for r in steps["rows"]]
-        at = {r["step"]: r["step_ms"] for r in rows}
+        check(root_qdisc(H1) == before, f"link after: {root_qdisc(H1)}, before {before}")
+        steps = http(H0, "GET", f"{leader}/v1/runs/{run['id']}/steps?rank=0")
+        at = {r[steps["columns"].index("step")]: r[steps["columns"].index("step_ms")]
+              for r in steps["rows"]}
         s0, s1 = inj[0]["step"], res[0]["step"]
         slow = [v for k, v in at.items() if s0 < k < s1]
         fast = [v for k, v in at.items() if k < s0 - 1]
         check(slow and fast, (s0, s1))
         ratio = statistics.median(slow) / statistics.median(fast)
-        print(f"    link 20 Mbit/s: rank 0's median step {statistics.median(fast):.1f} ms -> "
+        print(f"    link 5 Mbit/s: rank 0's median step {statistics.median(fast):.1f} ms -> "
               f"{statistics.median(slow):.1f} ms (x{ratio:.1f})")
-        check(ratio >= 2, f"steps x{ratio:.2f} while the link was shaped")
-    finally:
-        down = sh(NETLAB, "down", "--dir", state)
-        shutil.rmtree(state, ignore_errors=True)
-    check(down.returncode == 0, f"down: {down.stdout} {down.stderr}")
+        # rank 1 sends half of mnist-cnn's 87 KB of gradients a step: 70 ms at 5 Mbit/s,
+        # more than a step takes even on a loaded machine (ddp hides comm under backward)
+        check(ratio >= 1.5, f"steps x{ratio:.2f} while the link was shaped")
 
 
 if __name__ == "__main__":
