@@ -148,6 +148,30 @@ static int h_check_launcher(struct api_ctx *ctx, const json_t *spec, bool spread
     return 0;
 }
 
+/* A point's link fault shapes an emulated node's link: only a daemon run under netlab
+ * (--network-profile, deploy/netlab.sh) has one it may shape; anywhere else the fault
+ * could never act, so it is 400 naming "faults[i].kind". The placement's checks (a node
+ * beyond the run's) wait for the run to be placed (daemon/faults.c). */
+static int h_check_faults(struct api_ctx *ctx, const json_t *spec, struct err *e)
+{
+    size_t i;
+    const json_t *f;
+    json_array_foreach(json_object_get(spec, "faults"), i, f)
+    {
+        const char *kind = json_string_value(json_object_get(f, "kind"));
+        const struct vocab_fault *k = vocab_fault(vocab_find(VOCAB_FAULT, kind));
+        char field[32];
+        snprintf(field, sizeof field, "faults[%zu].kind", i);
+        if (k && k->network && !ctx->cfg->network_profile[0])
+            return err_set(e, ERR_INVALID, field,
+                           "%s: \"%s\" shapes a node's emulated network link, and ddpbenchd "
+                           "has none here (no --network-profile): run the cluster under "
+                           "deploy/netlab.sh",
+                           field, kind);
+    }
+    return 0;
+}
+
 /* A point with transport shm keeps its ranks on one node (the scheduler places it on one
  * only): when they do not fit this node, some node of the cluster up now must hold them all
  * (its whole CPU slots), or it would wait forever: ERR_CONFLICT naming "transport". A
@@ -212,7 +236,7 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
                            "nodes is not built (leave nodes and ranks_per_node at 0)");
         const char *launcher = json_string_value(json_object_get(spec, "launcher"));
         bool here = !scheduler_launcher_spreads(ctx->cfg, launcher);
-        if (h_check_launcher(ctx, spec, spread, e) < 0 ||
+        if (h_check_launcher(ctx, spec, spread, e) < 0 || h_check_faults(ctx, spec, e) < 0 ||
             h_check_transport(ctx, spec, (int)need, total, e) < 0)
             return -1;
         /* srun's ranks take Slurm's slots in the allocation, none of ours (scheduler.c) */

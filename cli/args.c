@@ -372,8 +372,8 @@ void args_apply_env(struct cli_args *a, const char *env_url, const char *env_tok
         a->token = env_token;
 }
 
-/* The --help text with "%s" where vocabulary lists go: transports, strategies, converted
- * formats. */
+/* The --help text with "%s" where vocabulary lists go: transports, fault kinds, strategies,
+ * converted formats. */
 static const char args_usage_fmt[] =
     "usage: ddpbench [--url URL] [--token T | --token-file F] [--ca FILE] [--json]\n"
     "                [--timeout S] COMMAND [ARGS]\n"
@@ -394,7 +394,8 @@ static const char args_usage_fmt[] =
     "  cancel ID [--wait]             cancel an experiment's unfinished runs\n"
     "  cancel --run ID [--wait]       cancel one run\n"
     "  rm ID                          delete an experiment and its data\n"
-    "  runs ID                        one run: ranks, memory, usage, results\n"
+    "  runs ID                        one run: ranks, memory, usage, results and its\n"
+    "                                 faults (spec field faults: %s)\n"
     "  trace ID [-o FILE]             one run's timeline as Chrome trace-event JSON\n"
     "                                 (open it in Perfetto or chrome://tracing)\n"
     "  nodes                          the cluster's nodes: role, state, slots\n"
@@ -436,10 +437,11 @@ static const char args_usage_fmt[] =
 
 char *args_usage(char *buf, size_t n)
 {
-    char transports[64], strategies[128], formats[160];
+    char transports[64], faults[64], strategies[128], formats[160];
     vocab_join(VOCAB_TRANSPORT, " or ", transports, sizeof transports);
+    vocab_join(VOCAB_FAULT, ", ", faults, sizeof faults);
     vocab_join(VOCAB_STRATEGY, ", ", strategies, sizeof strategies);
     vocab_format_join(vocab_format_converted, ", ", formats, sizeof formats);
-    snprintf(buf, n, args_usage_fmt, transports, strategies, formats);
+    snprintf(buf, n, args_usage_fmt, transports, faults, strategies, formats);
     return buf;
 }

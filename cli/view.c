@@ -647,6 +647,16 @@ static const struct view_col view_memory_cols[] = {
     {"device_peak_bytes", "GPU peak", VK_BYTES, NULL, 0},
 };
 
+/* GET /v1/runs/{id}'s faults (issue 32): each injected fault and its outcome. */
+static const struct view_col view_fault_cols[] = {
+    {"fault", "fault", VK_INT, NULL, 0},      {"kind", "kind", VK_VALUE, NULL, 0},
+    {"rank", "rank", VK_INT, NULL, 0},        {"node", "node", VK_INT, NULL, 0},
+    {"at_step", "at step", VK_INT, NULL, 0},  {"at_s", "at s", VK_NUM, NULL, 0},
+    {"duration_s", "for s", VK_NUM, NULL, 0}, {"injected", "injected", VK_VALUE, NULL, 0},
+    {"step", "step", VK_INT, NULL, 0},        {"run_s", "run s", VK_NUM, NULL, 0},
+    {"note", "note", VK_VALUE, NULL, 0},
+};
+
 static const struct view_col view_usage_cols[] = {
     {"rank", "rank", VK_INT, NULL, 0},
     {"repeat", "repeat", VK_INT, NULL, 0},
@@ -859,8 +869,9 @@ int view_run(const json_t *run, struct buf *out)
     json_array_append(one, (json_t *)run);
     int rc = view_errors(one, out);
     json_decref(one);
-    const char *const sections[] = {"ranks", "env", "collectives", "epochs", "memory", "usage"};
-    for (size_t i = 0; i < 6 && rc == 0; i++) {
+    const char *const sections[] = {"ranks",  "env",   "collectives", "epochs",
+                                    "memory", "usage", "faults"};
+    for (size_t i = 0; i < 7 && rc == 0; i++) {
         const json_t *rows = json_object_get(run, sections[i]);
         if (json_array_size(rows) == 0)
             continue;
@@ -871,7 +882,8 @@ int view_run(const json_t *run, struct buf *out)
              : i == 2 ? VIEW_ROWS(rows, view_collective_cols, out)
              : i == 3 ? VIEW_ROWS(rows, view_epoch_cols, out)
              : i == 4 ? VIEW_ROWS(rows, view_memory_cols, out)
-                      : VIEW_ROWS(rows, view_usage_cols, out);
+             : i == 5 ? VIEW_ROWS(rows, view_usage_cols, out)
+                      : VIEW_ROWS(rows, view_fault_cols, out);
     }
     return rc;
 }

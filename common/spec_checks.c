@@ -344,6 +344,21 @@ static bool spec_transport_broken(const json_t *spec, enum spec_workload wl, con
     return true;
 }
 
+/* A fault must target a rank and a node the run has (spec_faults.c): the nodes are known
+ * here when the spec places its ranks itself (nodes, ranks_per_node), else once the run is
+ * placed (the daemon checks again then). Not a row of spec_checks[]: its error names the
+ * fault's member ("faults[1].rank"), a name no row's fixed field could hold. */
+static int spec_faults_placement(const json_t *spec, struct err *e)
+{
+    int64_t n = json_integer_value(spec_field_value(spec, "nodes"));
+    int64_t rpn = json_integer_value(spec_field_value(spec, "ranks_per_node"));
+    int64_t world = json_integer_value(spec_field_value(spec, "world_size"));
+    int64_t nodes = n > 0 ? n : rpn > 0 ? (world + rpn - 1) / rpn : 0;
+    const json_t *faults = spec_field_value(spec, "faults");
+    return faults ? spec_faults_check_placement(faults, (int)world, (int)nodes, "faults", e)
+                  : 0;
+}
+
 /* --- the table and its walk -------------------------------------------------------- */
 
 /* Every cross-field check, in the order they are judged; the comment names its clause
@@ -382,11 +397,15 @@ static int spec_point_check(void *arg, size_t index, const json_t *params,
     const struct spec_point_arg *a = arg;
     char why[512], p[96];
     const char *field;
-    if (!spec_checks_broken(resolved, a->wl, SPEC_AT_POINT, NULL, &field, why, sizeof why))
-        return 0;
+    struct err fe = {0};
     spec_value_text(params, p, sizeof p);
-    return err_set(e, ERR_INVALID, "sweep", "sweep point %zu of %zu %s: %s", index + 1,
-                   a->total, p, why);
+    if (spec_checks_broken(resolved, a->wl, SPEC_AT_POINT, NULL, &field, why, sizeof why))
+        return err_set(e, ERR_INVALID, "sweep", "sweep point %zu of %zu %s: %s", index + 1,
+                       a->total, p, why);
+    if (spec_faults_placement(resolved, &fe) < 0)
+        return err_set(e, fe.code, fe.field, "sweep point %zu of %zu %s: %s", index + 1,
+                       a->total, p, fe.msg);
+    return 0;
 }
 
 int spec_checks_run(const json_t *norm, enum spec_workload wl, struct err *e)
@@ -398,7 +417,7 @@ int spec_checks_run(const json_t *norm, enum spec_workload wl, struct err *e)
                            why, sizeof why))
         return err_set(e, ERR_INVALID, field, "%s: %s", field, why);
     if (!sweep)
-        return 0;
+        return spec_faults_placement(norm, e);
     struct spec_point_arg a = {.wl = wl};
     if (spec_sweep_count(norm, SPEC_MAX_RUNS, &a.total, e) < 0)
         return -1;

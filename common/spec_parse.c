@@ -157,6 +157,9 @@ static void spec_requirement(const struct spec_field *f, char *out, size_t n)
             out, n, "[] or [channels, height, width], integers from %" PRId64 " to %" PRId64,
             f->min, f->max);
         break;
+    case SPEC_T_FAULTS:
+        len = (size_t)snprintf(out, n, "a list of at most %d faults", SPEC_MAX_FAULTS);
+        break;
     case SPEC_T_MAP:
         len = (size_t)snprintf(out, n,
                                "an object of at most %d entries, each an OpenMPI MCA name "
@@ -388,6 +391,7 @@ static int spec_convert(const struct spec_field *f, const json_t *v, json_t **ou
             return -1;
         *out = json_deep_copy(v);
         return 0;
+    case SPEC_T_FAULTS: return spec_faults_convert(v, f->name, out, NULL);
     }
     if (!(n >= f->min && n <= f->max) && !(n == 0 && (f->flags & SPEC_F_ZERO_UNSET)))
         return -1;
@@ -407,6 +411,8 @@ static json_t *spec_check_value(const struct spec_field *f, const json_t *v, con
     }
     if (f->type == SPEC_T_MAP) /* the entry at fault, by name */
         return spec_map_check(v, path, e), NULL;
+    if (f->type == SPEC_T_FAULTS) /* the fault and its member, by name */
+        return spec_faults_convert(v, path, &out, e), NULL;
     char need[256], got[96];
     spec_requirement(f, need, sizeof need);
     spec_value_text(v, got, sizeof got);
@@ -792,6 +798,10 @@ static int spec_store(const struct spec_field *f, const json_t *v, struct spec *
         memcpy(dst + sizeof n, p, sizeof p);
         return 0;
     }
+    case SPEC_T_FAULTS:
+        if (f->off != offsetof(struct spec, n_faults) || spec_faults_store(v, s) < 0)
+            goto bad;
+        return 0;
     case SPEC_T_SIZE_LIST: {
         struct spec_sizes sz = {.n = (int)json_array_size(v)};
         if (f->size != sizeof sz || sz.n > SPEC_MAX_SIZES)

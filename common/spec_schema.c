@@ -198,6 +198,12 @@ static json_t *spec_schema_value(const struct spec_field *f, bool zero)
             s, "additionalProperties",
             json_pack("{s:s, s:s}", "type", "string", "pattern", SPEC_MAP_VALUE_PATTERN));
         break;
+    case SPEC_T_FAULTS: {
+        json_t *fs = spec_faults_schema();
+        json_object_update(s, fs);
+        json_decref(fs);
+        break;
+    }
     case SPEC_T_SIZE_LIST: {
         json_t *item = json_array();
         spec_schema_size_forms(f, false, item);
@@ -438,7 +444,12 @@ static const char spec_schema_description_format[] =
     "launcher mpirun) every key is the run's implementation's (OpenMPI names with mpi "
     "openmpi, MPIR_CVAR_* with mpich) and an OpenMPI name one this node's OpenMPI lists "
     "(ompi_info); (10) transport shm, at every point: its ranks on one node, so nodes at "
-    "most 1 and ranks_per_node 0 or at least world_size. "
+    "most 1 and ranks_per_node 0 or at least world_size; (11) faults, at every point: each "
+    "fault gives exactly one of at_step and at_s and exactly one of rank and node, the "
+    "members its kind takes and no other (duration_s with stop, slow and link; fraction "
+    "with slow; rate with link), a rank below world_size and, when nodes or "
+    "ranks_per_node place the ranks, a node below their count; kind link only on a daemon "
+    "with an emulated network (--network-profile, deploy/netlab.sh). "
     "dataset.path must also resolve beneath one of the daemon's --data-dir directories, "
     "else 400 naming it. A run must also fit this node or the cluster's nodes "
     "(CPU slots, GPUs, and for device cpu its memory; transport shm on one node), else "

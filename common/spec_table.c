@@ -20,6 +20,8 @@
 
 #define SPEC_AT(m) .off = offsetof(struct spec, m), .size = sizeof(((struct spec *)0)->m)
 /* mpi_mca's member: the count, then the entries right after it (SPEC_T_MAP) */
+/* faults' members: n_faults and faults[], which spec_faults_store fills by name */
+#define SPEC_FAULTS_SIZE (sizeof(int) + sizeof(((struct spec *)0)->faults))
 #define SPEC_MAP_SIZE (sizeof(int) + sizeof(((struct spec *)0)->mpi_params))
 _Static_assert(offsetof(struct spec, mpi_params) ==
                    offsetof(struct spec, n_mpi_params) + sizeof(int),
@@ -165,6 +167,17 @@ static const struct spec_field spec_fields[] = {
              "not support several ranks on one GPU: a run may hang or measure socket "
              "copies. Results are flagged as emulated and are not comparable with one "
              "rank per GPU."},
+    {.name = "faults", .type = SPEC_T_FAULTS, .workloads = SPEC_WL_ANY, .flags = SPEC_F_SWEEP,
+     .def = "[]", .off = offsetof(struct spec, n_faults), .size = SPEC_FAULTS_SIZE,
+     .desc = "Faults the daemon injects into the run (at most 16), each an object: when "
+             "(at_step: once the run has reported that many steps, or at_s: seconds after "
+             "its first step), whom (rank, or node: the run's node index, every rank on "
+             "it) and kind: \"kill\" (SIGKILL), \"stop\" (SIGSTOP for duration_s, then "
+             "SIGCONT), \"slow\" (the rank keeps about fraction, in (0, 1), of its CPUs for "
+             "duration_s), \"link\" (under netlab, the node's link shaped down to rate "
+             "Mbit/s for duration_s). Each injection and restore is an event of the run; a "
+             "fault the run ended before is reported as not injected. Swept as a whole "
+             "list: \"sweep\": {\"faults\": [[], [...]]}."},
     {.name = "op", .type = SPEC_T_ENUM, .workloads = SPEC_WL_COLLECTIVE,
      .flags = SPEC_F_SWEEP, .choices = spec_ops, .def = "\"allreduce\"", SPEC_AT(coll.op),
      .desc = "Collective operation to measure. reduce_scatter and all_gather sizes are "

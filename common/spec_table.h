@@ -36,6 +36,8 @@ enum spec_type {
     SPEC_T_SIZE_LIST, /* distinct sizes, at most SPEC_MAX_SIZES */
     SPEC_T_NUMBER,    /* a real number in [dmin, dmax] */
     SPEC_T_SHAPE,     /* [] or [c, h, w], each from min to max */
+    SPEC_T_FAULTS,    /* a list of at most SPEC_MAX_FAULTS faults (spec_faults.c); off is
+                         struct spec's n_faults (spec_faults_store fills it and faults[]) */
     SPEC_T_MAP        /* an object of at most SPEC_MAX_MPI_PARAMS string entries, keys and
                          values matching the SPEC_MAP_* patterns; the member at off is an
                          int count directly followed by struct spec_mpi_param entries */
@@ -125,6 +127,23 @@ int spec_sweep_count(const json_t *norm, size_t cap, size_t *total, struct err *
 /* The runs of a normalized spec ([{params, spec}], owned), or NULL with e set (over
  * max_runs, out of memory). */
 json_t *spec_sweep_runs(const json_t *norm, size_t max_runs, struct err *e);
+
+/* --- faults (spec_faults.c) ----------------------------------------------------------- */
+
+/* Checks a "faults" value (path names it in errors: "faults", "sweep.faults[1]"). Returns 0
+ * with *out its owned normal form, or -1 with e naming the element and member at fault
+ * ("faults[1].duration_s"). e may be NULL. */
+int spec_faults_convert(const json_t *v, const char *path, json_t **out, struct err *e);
+/* Fills s->n_faults and s->faults from a normalized "faults" value. Returns 0, or -1 when
+ * it holds more than SPEC_MAX_FAULTS. */
+int spec_faults_store(const json_t *v, struct spec *s);
+/* Refuses a fault whose rank is not below world_size ("faults[i].rank"), or whose node
+ * is not below nodes when nodes > 0 ("faults[i].node"; nodes 0: known once the run is
+ * placed). path: the list's name in messages. Returns 0 or -1 with e set. */
+int spec_faults_check_placement(const json_t *faults, int world_size, int nodes,
+                                const char *path, struct err *e);
+/* The JSON Schema of a "faults" value (owned). */
+json_t *spec_faults_schema(void);
 
 /* --- lookups and text (spec_table.c) ---------------------------------------------------- */
 

@@ -63,6 +63,18 @@ static const struct vocab_transport vocab_transports[] = {
     [VOCAB_TRANSPORT_TCP] = {"tcp", false, true, "TCP sockets, even between ranks of one node"},
 };
 
+static const struct vocab_fault vocab_faults[] = {
+    [VOCAB_FAULT_KILL] = {"kill", false, false, false, false,
+        "SIGKILL: the rank dies (a non-elastic run fails, naming it)"},
+    [VOCAB_FAULT_STOP] = {"stop", true, false, false, false,
+        "SIGSTOP for duration_s, then SIGCONT: the rank freezes"},
+    [VOCAB_FAULT_SLOW] = {"slow", true, true, false, false,
+        "the rank keeps about fraction of its CPUs for duration_s (SCHED_IDLE threads "
+        "and a pinned burner)"},
+    [VOCAB_FAULT_LINK] = {"link", true, false, true, true,
+        "the node's link shaped down to rate Mbit/s for duration_s (netlab only)"},
+};
+
 static const struct vocab_launcher vocab_launchers[] = {
     [VOCAB_LAUNCHER_DDPBENCH] = {"ddpbench", true, false,
         "ddpbenchd forks each rank (and its followers theirs)"},
@@ -135,6 +147,7 @@ _Static_assert(VOCAB_COUNT(vocab_schedules) == VOCAB_NSCHEDULES, "a row per sche
 _Static_assert(VOCAB_COUNT(vocab_launchers) == VOCAB_NLAUNCHERS, "a row per launcher");
 _Static_assert(VOCAB_COUNT(vocab_mpis) == VOCAB_NMPIS, "a row per MPI implementation");
 _Static_assert(VOCAB_COUNT(vocab_transports) == VOCAB_NTRANSPORTS, "a row per transport");
+_Static_assert(VOCAB_COUNT(vocab_faults) == VOCAB_NFAULTS, "a row per fault kind");
 
 #define VOCAB_NAME(id, name) name,
 static const char *const vocab_report_names[] = {VOCAB_REPORTS(VOCAB_NAME)};
@@ -157,6 +170,7 @@ VOCAB_GETTER(vocab_schedule, vocab_schedule, vocab_schedules)
 VOCAB_GETTER(vocab_launcher, vocab_launcher, vocab_launchers)
 VOCAB_GETTER(vocab_mpi, vocab_mpi, vocab_mpis)
 VOCAB_GETTER(vocab_transport, vocab_transport, vocab_transports)
+VOCAB_GETTER(vocab_fault, vocab_fault, vocab_faults)
 
 const struct vocab_norm *vocab_norm_at(size_t i)
 {
@@ -185,6 +199,7 @@ const char *vocab_name(enum vocab_list l, int i)
     case VOCAB_LAUNCHER: name = vocab_launcher(i) ? &vocab_launcher(i)->name : NULL; break;
     case VOCAB_MPI: name = vocab_mpi(i) ? &vocab_mpi(i)->name : NULL; break;
     case VOCAB_TRANSPORT: name = vocab_transport(i) ? &vocab_transport(i)->name : NULL; break;
+    case VOCAB_FAULT: name = vocab_fault(i) ? &vocab_fault(i)->name : NULL; break;
     default: name = NULL;
     }
     return name ? *name : NULL;
@@ -219,6 +234,7 @@ const char *vocab_list_key(enum vocab_list l)
         [VOCAB_LAUNCHER] = "launchers",
         [VOCAB_MPI] = "mpis",
         [VOCAB_TRANSPORT] = "transports",
+        [VOCAB_FAULT] = "fault_kinds",
     };
     return (unsigned)l < VOCAB_NLISTS ? keys[l] : NULL;
 }
@@ -317,6 +333,7 @@ VOCAB_AT(vocab_schedule_at, VOCAB_SCHEDULE)
 VOCAB_AT(vocab_launcher_at, VOCAB_LAUNCHER)
 VOCAB_AT(vocab_mpi_at, VOCAB_MPI)
 VOCAB_AT(vocab_transport_at, VOCAB_TRANSPORT)
+VOCAB_AT(vocab_fault_at, VOCAB_FAULT)
 
 /* --- JSON ------------------------------------------------------------------------------ */
 
@@ -398,6 +415,13 @@ static json_t *vocab_transport_json(const struct vocab_transport *t)
                      "description", t->desc);
 }
 
+static json_t *vocab_fault_json(const struct vocab_fault *f)
+{
+    return json_pack("{s:s, s:b, s:b, s:b, s:b, s:s}", "name", f->name, "duration", f->duration,
+                     "fraction", f->fraction, "rate", f->rate, "network", f->network,
+                     "description", f->desc);
+}
+
 /* Row i of list l as JSON; NULL past the last. */
 static json_t *vocab_row_json(enum vocab_list l, int i)
 {
@@ -413,6 +437,7 @@ static json_t *vocab_row_json(enum vocab_list l, int i)
     case VOCAB_LAUNCHER: return vocab_launcher_json(vocab_launcher(i));
     case VOCAB_MPI: return vocab_mpi_json(vocab_mpi(i));
     case VOCAB_TRANSPORT: return vocab_transport_json(vocab_transport(i));
+    case VOCAB_FAULT: return vocab_fault_json(vocab_fault(i));
     default: return json_pack("{s:s}", "name", vocab_name(l, i));
     }
 }

@@ -69,6 +69,13 @@
 #define VOCAB_SCHEDULES(X)                                                                     \
     X(1F1B, "1f1b")                                                                            \
     X(GPIPE, "gpipe")
+/* The kinds of an injected fault (spec field "faults", daemon/faults.c): what the daemon
+ * does to a rank (or to every rank of a node). */
+#define VOCAB_FAULT_KINDS(X)                                                                   \
+    X(KILL, "kill")                                                                            \
+    X(STOP, "stop")                                                                            \
+    X(SLOW, "slow")                                                                            \
+    X(LINK, "link")
 #define VOCAB_REPORTS(X)                                                                       \
     X(HELLO, "hello")                                                                          \
     X(ENV, "env")                                                                              \
@@ -93,6 +100,7 @@
 #define VOCAB_ENUM_LAUNCHER(id, name) VOCAB_LAUNCHER_##id,
 #define VOCAB_ENUM_MPI(id, name) VOCAB_MPI_##id,
 #define VOCAB_ENUM_TRANSPORT(id, name) VOCAB_TRANSPORT_##id,
+#define VOCAB_ENUM_FAULT(id, name) VOCAB_FAULT_##id,
 enum vocab_strategy_id { VOCAB_STRATEGIES(VOCAB_ENUM_STRATEGY) VOCAB_NSTRATEGIES };
 enum vocab_engine_id { VOCAB_ENGINES(VOCAB_ENUM_ENGINE) VOCAB_NENGINES };
 enum vocab_backend_id { VOCAB_BACKENDS(VOCAB_ENUM_BACKEND) VOCAB_NBACKENDS };
@@ -102,6 +110,7 @@ enum vocab_schedule_id { VOCAB_SCHEDULES(VOCAB_ENUM_SCHEDULE) VOCAB_NSCHEDULES }
 enum vocab_launcher_id { VOCAB_LAUNCHERS(VOCAB_ENUM_LAUNCHER) VOCAB_NLAUNCHERS };
 enum vocab_mpi_id { VOCAB_MPIS(VOCAB_ENUM_MPI) VOCAB_NMPIS };
 enum vocab_transport_id { VOCAB_TRANSPORTS(VOCAB_ENUM_TRANSPORT) VOCAB_NTRANSPORTS };
+enum vocab_fault_id { VOCAB_FAULT_KINDS(VOCAB_ENUM_FAULT) VOCAB_NFAULTS };
 
 /* The lists, for the functions that treat them alike. */
 enum vocab_list {
@@ -115,6 +124,7 @@ enum vocab_list {
     VOCAB_LAUNCHER,
     VOCAB_MPI,
     VOCAB_TRANSPORT,
+    VOCAB_FAULT,
     VOCAB_NLISTS
 };
 
@@ -209,6 +219,17 @@ struct vocab_transport {
     const char *desc;
 };
 
+/* A fault kind: which of a fault's fields it takes (each one it takes is required, the
+ * others refused), and whether it needs an emulated network to act on. */
+struct vocab_fault {
+    const char *name;
+    bool duration; /* lasts duration_s, then the daemon undoes it */
+    bool fraction; /* the CPU share left to the rank, (0, 1) */
+    bool rate;     /* the link's rate while it lasts, Mbit/s */
+    bool network;  /* needs netlab's emulated network (a link the daemon can shape) */
+    const char *desc;
+};
+
 /* The published per-channel normalization of a dataset (worker/data/dataset.c uses it,
  * engines/ddpb_data.py reads it from schema/vocabulary.json). */
 #define VOCAB_MAX_NORM_CHANNELS 3
@@ -228,6 +249,7 @@ const struct vocab_schedule *vocab_schedule(int id);
 const struct vocab_launcher *vocab_launcher(int id);
 const struct vocab_mpi *vocab_mpi(int id);
 const struct vocab_transport *vocab_transport(int id);
+const struct vocab_fault *vocab_fault(int id);
 /* The norm rows, in order, NULL past the last; by name, NULL when none. */
 const struct vocab_norm *vocab_norm_at(size_t i);
 const struct vocab_norm *vocab_norm_find(const char *name);
@@ -268,6 +290,7 @@ const char *vocab_schedule_at(int i);
 const char *vocab_launcher_at(int i);
 const char *vocab_mpi_at(int i);
 const char *vocab_transport_at(int i);
+const char *vocab_fault_at(int i);
 
 /* The whole vocabulary as JSON (GET /v1/vocabulary, schema/vocabulary.json): every list
  * with its attributes, the dataset norms, the model table's names, shapes and classes, and

@@ -304,7 +304,7 @@ static bool db_col_is_time(const char *name)
 static bool db_col_is_bool(const char *name)
 {
     return strcmp(name, "inplace") == 0 || strcmp(name, "emulated") == 0 ||
-           strcmp(name, "oversubscribed") == 0;
+           strcmp(name, "oversubscribed") == 0 || strcmp(name, "injected") == 0;
 }
 
 static json_t *db_col_json(sqlite3_stmt *st, int i)
@@ -435,6 +435,16 @@ static const char SQL_RUN_COLLECTIVES[] =
     "SELECT repeat, op, dtype, redop, algorithm, inplace, bytes, count, iters, time_us_min, "
     "time_us_median, time_us_p95, time_us_mean, time_us_max, algbw_gbs, busbw_gbs, wrong "
     "FROM collectives WHERE run_id = ?1 ORDER BY repeat, op, inplace, bytes";
+/* what the daemon did to the run (migration 016), run_s: seconds after the run started */
+static const char SQL_RUN_EVENTS[] =
+    "SELECT e.seq, e.happened_at, round(e.happened_at - r.started_at, 3) AS run_s, e.type, "
+    "e.action, e.fault, e.kind, e.rank, e.node, e.step, e.detail FROM run_events e JOIN runs "
+    "r ON r.id = e.run_id WHERE e.run_id = ?1 ORDER BY e.seq";
+static const char SQL_RUN_FAULTS[] =
+    "SELECT f.fault, f.kind, f.rank, f.node, f.at_step, f.at_s, f.duration_s, f.injected, "
+    "f.injected_at, round(f.injected_at - r.started_at, 3) AS run_s, f.step, f.restored_at, "
+    "f.note FROM run_faults f JOIN runs r ON r.id = f.run_id WHERE f.run_id = ?1 "
+    "ORDER BY f.fault";
 static const char SQL_RUN_ENV[] =
     "SELECT rank, env FROM run_env WHERE run_id = ?1 ORDER BY rank";
 static const char SQL_RUN_EPOCHS[] =
@@ -463,7 +473,7 @@ struct db_reply_def {
     const char *row;
     struct {
         const char *key, *sql;
-    } arrays[6];
+    } arrays[8];
     const char *tail;
 };
 
@@ -474,7 +484,9 @@ static const struct db_reply_def db_reply_defs[DB_REPLY_COUNT] = {
                        {"epochs", SQL_RUN_EPOCHS},
                        {"env", SQL_RUN_ENV},
                        {"memory", SQL_RUN_MEMORY},
-                       {"usage", SQL_RUN_USAGE}},
+                       {"usage", SQL_RUN_USAGE},
+                       {"events", SQL_RUN_EVENTS},
+                       {"faults", SQL_RUN_FAULTS}},
                       NULL},
     [DB_REPLY_EXPERIMENT] =
         {SQL_GET_EXPERIMENT,
@@ -1517,11 +1529,17 @@ static json_t *db_trace_page(struct db_conn *c, int64_t run_id, const struct db_
     return steps;
 }
 
+/* the run's events (migration 016) for the trace's instant events: unix_s, not an ISO
+ * time, so the trace can place them */
+static const char SQL_TRACE_EVENTS[] =
+    "SELECT seq, happened_at AS unix_s, type, action, fault, kind, rank, node, step, detail "
+    "FROM run_events WHERE run_id = ?1 ORDER BY seq";
+
 json_t *db_get_trace(struct db *db, int64_t run_id, const struct db_trace_query *q,
                      struct err *e)
 {
     struct db_conn *c = db_reader_acquire(db);
-    json_t *out = NULL, *ranks = NULL, *steps = NULL;
+    json_t *out = NULL, *ranks = NULL, *steps = NULL, *events = NULL;
     int64_t world = -1, pipeline = 1, dropped = 0;
     bool more = false;
     sqlite3_stmt *st;
@@ -1533,16 +1551,22 @@ json_t *db_get_trace(struct db *db, int64_t run_id, const struct db_trace_query 
     sqlite3_bind_int64(st, 1, run_id);
     if (!(ranks = db_rows_json(c, st, e)) || !(steps = db_trace_page(c, run_id, q, &more, e)))
         goto done;
-    out = json_pack("{s:I, s:I, s:O, s:O, s:{s:I, s:I, s:b, s:I}}", "world_size",
+    if (!(st = db_stmt(c, SQL_TRACE_EVENTS, e)))
+        goto done;
+    sqlite3_bind_int64(st, 1, run_id);
+    if (!(events = db_rows_json(c, st, e)))
+        goto done;
+    out = json_pack("{s:I, s:I, s:O, s:O, s:O, s:{s:I, s:I, s:b, s:I}}", "world_size",
                     (json_int_t)world, "pipeline", (json_int_t)(pipeline > 1 ? pipeline : 1),
-                    "ranks", ranks, "steps", steps, "page", "offset", (json_int_t)q->offset,
-                    "limit", (json_int_t)q->limit, "more", more, "dropped_at_ingest",
-                    (json_int_t)dropped);
+                    "ranks", ranks, "steps", steps, "events", events, "page", "offset",
+                    (json_int_t)q->offset, "limit", (json_int_t)q->limit, "more", more,
+                    "dropped_at_ingest", (json_int_t)dropped);
     if (!out)
         err_set(e, ERR_NOMEM, NULL, "out of memory");
 done:
     json_decref(ranks);
     json_decref(steps);
+    json_decref(events);
     db_reader_release(db, c);
     return out;
 }
@@ -1553,6 +1577,42 @@ static const char SQL_RUN_SET_TRACE_DROPPED[] =
 int db_set_trace_dropped(struct db *db, int64_t run_id, int64_t dropped, struct err *e)
 {
     return db_write_one(db, e, SQL_RUN_SET_TRACE_DROPPED, "II", run_id, dropped);
+}
+
+/* --- run events and faults (migration 016) -------------------------------------------- */
+
+static const char SQL_INSERT_RUN_EVENT[] =
+    "INSERT INTO run_events (run_id, seq, happened_at, type, action, fault, kind, rank, "
+    "node, step, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+static const char SQL_INSERT_RUN_FAULT[] =
+    "INSERT OR REPLACE INTO run_faults (run_id, fault, kind, rank, node, at_step, at_s, "
+    "duration_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+static const char SQL_RUN_FAULT_OUTCOME[] =
+    "UPDATE run_faults SET injected = ?3, injected_at = ?4, step = ?5, restored_at = ?6, "
+    "note = ?7 WHERE run_id = ?1 AND fault = ?2";
+
+int db_insert_run_event(struct db *db, int64_t run_id, int64_t seq,
+                        const struct db_run_event *ev, struct err *e)
+{
+    return db_write_one(db, e, SQL_INSERT_RUN_EVENT, "IIdttotooJt", run_id, seq, ev->at,
+                        ev->type, ev->action, ev->fault, ev->kind, ev->rank, ev->node, ev->step,
+                        ev->detail);
+}
+
+int db_insert_run_fault(struct db *db, int64_t run_id, int fault, const struct spec_fault *f,
+                        struct err *e)
+{
+    return db_write_one(db, e, SQL_INSERT_RUN_FAULT, "IitooJDD", run_id, fault, f->kind,
+                        f->rank, f->node, f->at_step, f->at_s,
+                        f->duration_s > 0 ? f->duration_s : -1.0);
+}
+
+int db_run_fault_outcome(struct db *db, int64_t run_id, int fault, bool injected, double at,
+                         int64_t step, double restored_at, const char *note, struct err *e)
+{
+    return db_write_one(db, e, SQL_RUN_FAULT_OUTCOME, "IiiDJDt", run_id, fault,
+                        injected ? 1 : 0, injected ? at : -1.0, injected ? step : -1,
+                        restored_at, note);
 }
 
 /* --- experiment versions (migration 015: bumped by triggers) ----------------------------- */

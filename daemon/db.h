@@ -269,6 +269,26 @@ json_t *db_get_trace(struct db *db, int64_t run_id, const struct db_trace_query 
                      struct err *e);
 /* The trace rows ingest dropped past the run's cap (daemon/ingest.c). */
 int db_set_trace_dropped(struct db *db, int64_t run_id, int64_t dropped, struct err *e);
+
+/* One event of a run (run_events, migration 016): what the daemon did, in the run's order
+ * (seq counts from 1 per run). rank, node, fault, step: -1 = none; kind, detail may be
+ * NULL. */
+struct db_run_event {
+    double at; /* unix seconds */
+    const char *type, *action, *kind, *detail;
+    int fault, rank, node;
+    int64_t step;
+};
+int db_insert_run_event(struct db *db, int64_t run_id, int64_t seq,
+                        const struct db_run_event *ev, struct err *e);
+/* A fault of a run's spec (run_faults), stored as the run starts: not injected yet. rank,
+ * node, at_step: -1 = none; at_s, duration_s: below 0 = none. */
+int db_insert_run_fault(struct db *db, int64_t run_id, int fault, const struct spec_fault *f,
+                        struct err *e);
+/* Its outcome: injected at `at` (unix s) at step; restored at restored_at (below 0: not
+ * yet); or not injected (injected false), note saying why. */
+int db_run_fault_outcome(struct db *db, int64_t run_id, int fault, bool injected, double at,
+                         int64_t step, double restored_at, const char *note, struct err *e);
 /* The version key of experiments ids[0..n) as text into key[cap]: each one's version
  * (migration 015: it changes whenever the experiment, its runs or their rows change),
  * then the versions of the newest `scan` finished collective experiments (the fits a

@@ -30,6 +30,7 @@
 #include "common/spec.h"
 #include "daemon/credential.h"
 #include "daemon/engines.h"
+#include "daemon/faults.h"
 #include "daemon/launcher.h"
 #include "daemon/loop.h"
 #include "daemon/outbox.h"
@@ -62,6 +63,7 @@ struct follower_rank {
     char why[200];                /* killed by this node: why, sent with its exit */
     int pinned[FOLLOWER_MAX_PIN]; /* indices into the follower's cpu[] it holds */
     int npinned;
+    struct faults_slow slow; /* an injected slow fault on it (daemon/faults.h) */
 };
 
 struct follower {
@@ -218,6 +220,7 @@ static void follower_read(struct follower_rank *k)
 
 static void follower_remove_rank(struct follower *f, struct follower_rank *k)
 {
+    faults_slow_end(&k->slow); /* no burner outlives the rank it slowed */
     f->slots_used -= k->slots;
     for (int i = 0; i < k->npinned; i++)
         f->cpu_load[k->pinned[i]]--;
@@ -506,6 +509,39 @@ static void follower_do_spawn(struct follower *f, const json_t *c)
     }
 }
 
+/* An injected fault on one of this node's ranks (the leader's daemon/faults.c decides
+ * when): "KILL", "STOP", "CONT", "SLOW" (value: the fraction left), "FAST" (slow undone),
+ * or on this node's link, "LINK" (value: Mbit/s) and "UNLINK". */
+static void follower_do_fault(struct follower *f, const json_t *c)
+{
+    json_int_t run = json_integer_value(json_object_get(c, "run"));
+    int rank = (int)json_integer_value(json_object_get(c, "rank"));
+    const char *act = json_string_value(json_object_get(c, "action"));
+    double value = json_number_value(json_object_get(c, "value"));
+    char why[200] = "";
+    int rc = 0;
+    if (act && strcmp(act, "LINK") == 0)
+        rc = faults_link_shape(value, why, sizeof why);
+    else if (act && strcmp(act, "UNLINK") == 0)
+        rc = faults_link_restore(f->cfg->network_profile, why, sizeof why);
+    for (int i = 0; act && rc == 0 && i < f->nranks; i++) {
+        struct follower_rank *k = f->ranks[i];
+        if (k->run != run || k->rank != rank)
+            continue;
+        if (strcmp(act, "KILL") == 0 || strcmp(act, "STOP") == 0 || strcmp(act, "CONT") == 0)
+            launcher_signal(k->pid, act[0] == 'K'   ? SIGKILL
+                                    : act[0] == 'S' ? SIGSTOP
+                                                    : SIGCONT);
+        else if (strcmp(act, "SLOW") == 0 && k->slow.pid == 0)
+            rc = faults_slow_begin(k->pid, value, &k->slow);
+        else if (strcmp(act, "FAST") == 0)
+            faults_slow_end(&k->slow);
+    }
+    if (rc < 0)
+        log_error("follower: fault %s on run %lld rank %d failed%s%s", act, (long long)run,
+                  rank, why[0] ? ": " : "", why);
+}
+
 static void follower_do_commands(struct follower *f, const json_t *cmds)
 {
     size_t i;
@@ -515,6 +551,8 @@ static void follower_do_commands(struct follower *f, const json_t *cmds)
         const char *op = json_string_value(json_object_get(c, "op"));
         if (op && strcmp(op, "spawn") == 0) {
             follower_do_spawn(f, c);
+        } else if (op && strcmp(op, "fault") == 0) {
+            follower_do_fault(f, c);
         } else if (op && strcmp(op, "signal") == 0) {
             const char *sig = json_string_value(json_object_get(c, "signal"));
             json_int_t run = json_integer_value(json_object_get(c, "run"));

@@ -25,6 +25,7 @@
 #include "daemon/channel.h"
 #include "daemon/cluster.h"
 #include "daemon/engines.h"
+#include "daemon/faults.h"
 #include "daemon/ingest.h"
 #include "daemon/launch_plan.h"
 #include "daemon/launcher.h"
@@ -81,6 +82,8 @@ struct active_run {
     int64_t deadline_ms, kill_at_ms;
     int timeout_s, heartbeat_timeout_s;
     int stop_rank;
+    struct faults *faults; /* its injected faults (daemon/faults.h); NULL: none */
+    int64_t event_seq;     /* run_events rows written */
     bool stopping, finished, store_registered;
     enum db_run_status stop_status;
     char stop_reason[1024];
@@ -182,6 +185,8 @@ static void monitor_signal_channel_rank(const struct active_run *r, const struct
 static void monitor_send_all(struct active_run *r, int sig)
 {
     int told = -1; /* the last node sent a command: a node's ranks are contiguous */
+    /* stopping: what a fault stopped or slowed is undone first, what never fired noted */
+    faults_end(r->faults, r->stop_reason[0] ? r->stop_reason : "a rank failed");
     if (r->foreign && r->launcher_pid > 0 && !r->launcher_exited)
         launcher_signal(r->launcher_pid, sig); /* it passes it on to the ranks it started */
     for (int i = 0; i < r->world_size; i++) {
@@ -316,6 +321,10 @@ static void monitor_describe_exit(const struct active_run *r, const struct run_r
     else
         snprintf(out, cap, "exited with status %d without reporting an error",
                  WEXITSTATUS(k->wstatus));
+    char note[128];
+    size_t len = strlen(out);
+    if (faults_note(r->faults, k->rank, note, sizeof note) && len < cap)
+        snprintf(out + len, cap - len, " (%s)", note);
 }
 
 /* How strongly a failed rank is the cause rather than a victim (see monitor.h). */
@@ -397,6 +406,7 @@ static void monitor_finish(struct active_run *r)
     char msg[1024] = "";
     int rank = -1;
     bool all_ok = true;
+    faults_end(r->faults, "the run finished");
     for (int i = 0; i < r->world_size; i++)
         all_ok = all_ok && monitor_rank_ok(&r->ranks[i]);
     if (r->stopping && r->stop_reason[0]) {
@@ -956,6 +966,111 @@ static int64_t monitor_memory_limit(const struct config *cfg, const struct db_qu
            cfg->rank_memory_margin_mib;
 }
 
+/* --- injected faults (daemon/faults.h): the run as that module sees it ---------------- */
+
+static pid_t monitor_fault_pid(void *arg, int rank)
+{
+    struct active_run *r = arg;
+    const struct run_rank *k = &r->ranks[rank];
+    if (!k->spawned || k->exited || k->node != 0 || k->pid <= 0)
+        return 0;
+    return !k->channel || (k->connected && launcher_is_run_process(k->pid, r->ns)) ? k->pid : 0;
+}
+
+static int monitor_fault_node(void *arg, int rank)
+{
+    const struct active_run *r = arg;
+    return r->ranks[rank].node_rank;
+}
+
+/* A rank on a follower: the follower acts on it (daemon/follower.c, op "fault"). */
+static bool monitor_fault_remote(void *arg, int rank, const char *action, double value)
+{
+    struct active_run *r = arg;
+    const struct run_rank *k = &r->ranks[rank];
+    if (k->node == 0 || k->exited)
+        return false;
+    cluster_send(r->ctx->cluster, k->node,
+                 json_pack("{s:s, s:I, s:i, s:s, s:f}", "op", "fault", "run", (json_int_t)r->id,
+                           "rank", rank, "action", action, "value", value));
+    return true;
+}
+
+static void monitor_fault_record(void *arg, json_t *ev)
+{
+    struct active_run *r = arg;
+    struct err e = {0};
+    const json_t *rk = json_object_get(ev, "rank"), *st = json_object_get(ev, "step");
+    struct db_run_event row = {.at = json_number_value(json_object_get(ev, "at")),
+                               .type = json_string_value(json_object_get(ev, "type")),
+                               .action = json_string_value(json_object_get(ev, "action")),
+                               .kind = json_string_value(json_object_get(ev, "kind")),
+                               .detail = json_string_value(json_object_get(ev, "detail")),
+                               .fault = (int)json_integer_value(json_object_get(ev, "fault")),
+                               .rank = json_is_integer(rk) ? (int)json_integer_value(rk) : -1,
+                               .node = (int)json_integer_value(json_object_get(ev, "node")),
+                               .step = json_is_integer(st) ? json_integer_value(st) : -1};
+    int rc = db_insert_run_event(r->ctx->db, r->id, ++r->event_seq, &row, &e);
+    monitor_db_warn(r, rc, &e);
+    log_info("run %lld: fault %d (%s) %s on rank %d%s%s", (long long)r->id, row.fault,
+             row.kind ? row.kind : "?", row.action, row.rank, row.detail ? ": " : "",
+             row.detail ? row.detail : "");
+    events_publish_run(r->ctx->events, r->experiment_id, r->id, "fault", ev);
+}
+
+static void monitor_fault_outcome(void *arg, int fault, bool injected, double at, int64_t step,
+                                  double restored_at, const char *note)
+{
+    struct active_run *r = arg;
+    struct err e = {0};
+    int rc = db_run_fault_outcome(r->ctx->db, r->id, fault, injected, at, step, restored_at,
+                                  note, &e);
+    monitor_db_warn(r, rc, &e);
+}
+
+/* The run's faults, stored as not yet injected; one the run as placed cannot take (a node
+ * it does not span, a link without netlab) fails the run naming it. */
+static int monitor_faults_prepare(struct active_run *r, const struct spec *spec, struct err *e)
+{
+    struct faults_host host = {.arg = r,
+                               .world_size = r->world_size,
+                               .local_pid = monitor_fault_pid,
+                               .node_index = monitor_fault_node,
+                               .remote = monitor_fault_remote,
+                               .record = monitor_fault_record,
+                               .outcome = monitor_fault_outcome,
+                               .network_profile = r->ctx->cfg->network_profile};
+    int nodes = 0;
+    char msg[300];
+    if (spec->n_faults <= 0)
+        return 0;
+    if (!(r->faults = faults_create(spec, &host)))
+        return err_set(e, ERR_NOMEM, "faults", "faults: out of memory");
+    for (int i = 0; i < r->world_size; i++)
+        nodes = r->ranks[i].node_rank + 1 > nodes ? r->ranks[i].node_rank + 1 : nodes;
+    if (!faults_check_placement(r->faults, nodes, msg, sizeof msg))
+        return err_set(e, ERR_INVALID, "faults", "%s", msg);
+    for (int i = 0; i < spec->n_faults; i++) {
+        struct err de = {0};
+        int rc = db_insert_run_fault(r->ctx->db, r->id, i, &spec->faults[i], &de);
+        monitor_db_warn(r, rc, &de);
+    }
+    return 0;
+}
+
+/* The run's progress for at_step: the steps done, the highest step any rank reported
+ * plus one. */
+static int64_t monitor_steps_done(const struct active_run *r)
+{
+    int64_t done = 0;
+    for (int i = 0; i < r->world_size; i++) {
+        const struct ingest_rank *s = r->ranks[i].said;
+        if (s && s->stepped && s->last_step + 1 > done)
+            done = s->last_step + 1;
+    }
+    return done;
+}
+
 /* Everything before the first spawn: files, secret, store namespace, timeout. */
 static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, struct err *e)
 {
@@ -984,7 +1099,7 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
     if (store_server_add_run(r->ctx->store, r->ns, r->secret, e) < 0)
         return -1;
     r->store_registered = true;
-    return 0;
+    return monitor_faults_prepare(r, &q->spec, e);
 }
 
 struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
@@ -1198,6 +1313,8 @@ void monitor_tick(struct active_run *r, int64_t now_ms)
     }
     if (!r->stopping)
         monitor_check_heartbeats(r, now_ms);
+    if (!r->stopping)
+        faults_tick(r->faults, now_ms, monitor_steps_done(r));
     if (r->stopping && now_ms >= r->kill_at_ms) {
         monitor_send_all(r, SIGKILL);
         r->kill_at_ms = now_ms + 1000; /* repeat until they are gone */
@@ -1328,6 +1445,7 @@ void monitor_free_run(struct active_run *r)
     }
     if (r->store_registered)
         store_server_remove_run(r->ctx->store, r->ns);
+    faults_free(r->faults);
     ingest_run_cleanup(&r->ingest);
     free(r->ranks);
     free(r);

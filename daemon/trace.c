@@ -207,6 +207,34 @@ static json_t *trace_offsets(const json_t *rows)
     return o;
 }
 
+/* What the daemon did to the run (run_events: injected faults, their undoing): an instant
+ * event each, on its rank's process (scope "p") or, for a node or the whole run, global
+ * ("g"). A run without traced steps takes its first event as the origin. */
+static void trace_run_events(struct trace_ctx *t, const json_t *events)
+{
+    size_t i;
+    const json_t *ev;
+    json_array_foreach((json_t *)events, i, ev)
+    {
+        int64_t at = (int64_t)(json_number_value(json_object_get(ev, "unix_s")) * 1e9);
+        json_int_t rank = json_integer_value(json_object_get(ev, "rank"));
+        bool ranked = json_is_integer(json_object_get(ev, "rank")) && rank >= 0;
+        const char *kind = json_string_value(json_object_get(ev, "kind"));
+        char name[64];
+        if (t->origin == 0)
+            t->origin = at;
+        snprintf(name, sizeof name, "%s %s %s", json_string_value(json_object_get(ev, "type")),
+                 kind ? kind : "", json_string_value(json_object_get(ev, "action")));
+        json_t *args = json_deep_copy(ev);
+        json_object_del(args, "unix_s");
+        json_array_append_new(t->events,
+                              json_pack("{s:s, s:s, s:s, s:s, s:I, s:i, s:f, s:o}", "name",
+                                        name, "cat", "fault", "ph", "i", "s",
+                                        ranked ? "p" : "g", "pid", ranked ? rank : 0, "tid", 0,
+                                        "ts", trace_us(t, at), "args", args));
+    }
+}
+
 json_t *trace_build(const json_t *in, int64_t run_id, struct err *e)
 {
     const json_t *rows = json_object_get(json_object_get(in, "steps"), "rows");
@@ -237,6 +265,8 @@ json_t *trace_build(const json_t *in, int64_t run_id, struct err *e)
     }
     if (rc == 0)
         trace_names(&t, json_object_get(in, "ranks"));
+    if (rc == 0)
+        trace_run_events(&t, json_object_get(in, "events"));
     free(t.lanes);
     if (rc < 0) {
         json_decref(t.events);

@@ -34,6 +34,10 @@ generator cannot take all its rule clauses together):
       lists, which this filter cannot know, so it drops every body over MPI with any).
   (10) transport shm keeps its ranks on one node: nodes at most 1 and ranks_per_node 0 or
       at least world_size, at every point.
+  (11) each fault of "faults": one of at_step and at_s, one of rank and node, the members
+      its kind takes (schema/vocabulary.json's fault_kinds) and no other, a rank below
+      world_size, a node below the nodes the spec places its ranks on; no link fault (the
+      daemon under test has no emulated network), at every point.
 Besides the numbered rules, dataset.path must resolve beneath one of the daemon's --data-dir
 directories: a generated path never does, so a body naming one is dropped (rule "data").
 Decision: defaults and the model table are read from the source tree (the generated schema,
@@ -192,6 +196,26 @@ def pipeline_broken(get):
             or (MODELS[get("model")][-3] > 0 and get("strategy").startswith("zero")))
 
 
+with open(os.path.join(SOURCE, "schema", "vocabulary.json"), encoding="utf-8") as _f:
+    FAULT_KINDS = {k["name"]: k for k in json.load(_f)["fault_kinds"]}
+
+
+def faults_broken(get):
+    """Rule (11): each fault's members, and the rank and node it targets."""
+    world, nodes, rpn = get("world_size"), get("nodes"), get("ranks_per_node")
+    placed = nodes if nodes else (-(-world // rpn) if rpn else 0)
+    for f in get("faults"):
+        kind = FAULT_KINDS[f["kind"]]
+        if kind["network"] or ("at_step" in f) == ("at_s" in f) or ("rank" in f) == ("node" in f):
+            return True
+        if any((m in f) != kind[flag] for m, flag in
+               (("duration_s", "duration"), ("fraction", "fraction"), ("rate", "rate"))):
+            return True
+        if f.get("rank", -1) >= world or (placed and f.get("node", -1) >= placed):
+            return True
+    return False
+
+
 def broken_rule(body):
     """The number of the schema's inexpressible rule body breaks, or None."""
     sweep = body.get("sweep", {})
@@ -223,6 +247,8 @@ def broken_rule(body):
             return 8
         if get("transport") == "shm" and (nodes > 1 or 0 < rpn < world):
             return 10
+        if faults_broken(get):
+            return 11
         if get("dataset.path"):
             return "data"
         over_mpi = get("backend") == "mpi" or get("launcher") == "mpirun"

@@ -359,6 +359,12 @@ static void test_usage_documents_everything(void)
     snprintf(want, sizeof want, "between ranks: %s)", transports);
     T_EQ_STR(transports, "auto, shm or tcp");
     T_CHECK_MSG(strstr(u, "transport") && strstr(u, want), "usage lacks '%s'", want);
+    /* the fault kinds of `runs`, from the vocabulary */
+    char kinds[64];
+    vocab_join(VOCAB_FAULT, ", ", kinds, sizeof kinds);
+    snprintf(want, sizeof want, "spec field faults: %s)", kinds);
+    T_EQ_STR(kinds, "kill, stop, slow, link");
+    T_CHECK_MSG(strstr(u, want), "usage lacks '%s'", want);
 }
 
 int main(int argc, char **argv)

@@ -378,7 +378,26 @@ static void test_view_experiment_and_run(void)
     T_CHECK_MSG(strstr(s, "compiler     gcc 12") && strstr(s, "rank 1       hostname=h1"), "%s",
                 s);
     T_CHECK_MSG(strstr(s, "1M") && strstr(s, "512.2") && strstr(s, "2.047"), "%s", s);
+    T_CHECK_MSG(!strstr(s, "injected"), "no faults, no faults table: %s", s);
     T_CHECK(ascii_only(&b));
+    buf_free(&b);
+    /* its injected faults (issue 32): one injected, one the run ended before */
+    json_object_set_new(run, "faults",
+                        json_pack("[{s:i, s:s, s:i, s:n, s:i, s:f, s:b, s:i, s:f, s:n},"
+                                  " {s:i, s:s, s:i, s:n, s:i, s:n, s:b, s:n, s:n, s:s}]",
+                                  "fault", 0, "kind", "stop", "rank", 1, "node", "at_step", 50,
+                                  "duration_s", 2.0, "injected", 1, "step", 51, "run_s", 1.25,
+                                  "note", "fault", 1, "kind", "kill", "rank", 0, "node",
+                                  "at_step", 900, "duration_s", "injected", 0, "step", "run_s",
+                                  "note", "not injected: the run ended first"));
+    buf_init(&b);
+    T_EQ_INT(view_run(run, &b), 0);
+    s = text(&b);
+    T_CHECK_MSG(strstr(s, "fault  kind  rank  at step  for s  injected  step  run s  note"),
+                "%s", s);
+    T_CHECK_MSG(strstr(s, "stop") && strstr(s, "true") &&
+                    strstr(s, "not injected: the run ended first"),
+                "%s", s);
     buf_free(&b);
     json_decref(run);
 }

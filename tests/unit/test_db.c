@@ -16,9 +16,11 @@
 static const struct db_trace_query test_trace_all = {-1, -1, 0, TRACE_MAX_ROWS};
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 15
+#define TEST_DB_VERSION 16
 /* migration 015's triggers and columns, undone */
+#define TEST_DB_UNDO_016 "DROP TABLE run_events; DROP TABLE run_faults; "
 #define TEST_DB_UNDO_015                                                                       \
+    TEST_DB_UNDO_016                                                                           \
     "DROP TRIGGER IF EXISTS experiments_version_self; "                                        \
     "DROP TRIGGER IF EXISTS experiments_version_run_insert; "                                  \
     "DROP TRIGGER IF EXISTS experiments_version_run_update; "                                  \
@@ -1014,6 +1016,76 @@ static void test_db_trace_page(void)
     db_close(db);
 }
 
+/* A run's events and faults (migration 016): in GET /v1/runs/{id} in order, each fault's
+ * outcome, and in the trace's input with unix seconds. */
+static void test_db_run_events(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t r = test_db_run_id(db, test_db_experiment(db, 1), 0);
+    struct spec_fault stop = {
+        .kind = "stop", .at_step = 5, .at_s = -1, .rank = 1, .node = -1, .duration_s = 2};
+    struct spec_fault kill = {.kind = "kill", .at_step = -1, .at_s = 3, .rank = -1, .node = 0};
+    T_OK(db_insert_run_fault(db, r, 0, &stop, &e));
+    T_OK(db_insert_run_fault(db, r, 1, &kill, &e));
+    struct db_run_event in = {.at = 1000.5,
+                              .type = "fault",
+                              .action = "inject",
+                              .kind = "stop",
+                              .fault = 0,
+                              .rank = 1,
+                              .node = 0,
+                              .step = 5};
+    struct db_run_event out = {.at = 1002.5,
+                               .type = "fault",
+                               .action = "restore",
+                               .kind = "stop",
+                               .fault = 0,
+                               .rank = 1,
+                               .node = 0,
+                               .step = 9};
+    struct db_run_event miss = {.at = 1003.0,
+                                .type = "fault",
+                                .action = "not_injected",
+                                .kind = "kill",
+                                .fault = 1,
+                                .rank = -1,
+                                .node = 0,
+                                .step = -1,
+                                .detail = "the run ended first"};
+    T_OK(db_insert_run_event(db, r, 1, &in, &e));
+    T_OK(db_insert_run_event(db, r, 2, &out, &e));
+    T_OK(db_insert_run_event(db, r, 3, &miss, &e));
+    T_OK(db_run_fault_outcome(db, r, 0, true, 1000.5, 5, 1002.5, NULL, &e));
+    T_OK(db_run_fault_outcome(db, r, 1, false, 0, 0, -1, "the run ended first", &e));
+    json_t *run = db_get_run(db, r, &e);
+    const json_t *ev = json_object_get(run, "events"), *fs = json_object_get(run, "faults");
+    T_EQ_INT(json_array_size(ev), 3);
+    T_EQ_STR(json_string_value(json_object_get(json_array_get(ev, 1), "action")), "restore");
+    T_CHECK(json_is_null(json_object_get(json_array_get(ev, 2), "rank")));
+    T_EQ_STR(json_string_value(json_object_get(json_array_get(ev, 2), "detail")),
+             "the run ended first");
+    T_EQ_INT(json_array_size(fs), 2);
+    const json_t *f0 = json_array_get(fs, 0), *f1 = json_array_get(fs, 1);
+    T_CHECK(json_is_true(json_object_get(f0, "injected")));
+    T_EQ_INT(json_integer_value(json_object_get(f0, "step")), 5);
+    T_CHECK(json_is_string(json_object_get(f0, "restored_at")));
+    T_CHECK(json_is_null(json_object_get(f0, "at_s")));
+    T_CHECK(json_is_false(json_object_get(f1, "injected")));
+    T_CHECK(json_is_null(json_object_get(f1, "injected_at")));
+    T_CHECK(json_number_value(json_object_get(f1, "at_s")) == 3);
+    T_EQ_STR(json_string_value(json_object_get(f1, "note")), "the run ended first");
+    json_decref(run);
+    struct db_trace_query q = {-1, -1, 0, TRACE_MAX_ROWS};
+    json_t *t = db_get_trace(db, r, &q, &e);
+    const json_t *te = json_object_get(t, "events");
+    T_EQ_INT(json_array_size(te), 3);
+    T_CHECK(json_number_value(json_object_get(json_array_get(te, 0), "unix_s")) == 1000.5);
+    json_decref(t);
+    db_close(db);
+}
+
 /* An experiment's version key (issue 31) changes when its rows change, and only then:
  * not for a fit stored, not for trace rows dropped, not for another experiment's rows. */
 static void test_db_experiment_version(void)
@@ -1361,6 +1433,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_pipeline_steps);
     TEST_RUN(test_db_observe);
     TEST_RUN(test_db_trace_page);
+    TEST_RUN(test_db_run_events);
     TEST_RUN(test_db_experiment_version);
     TEST_RUN(test_db_queued_spec_parsed);
     TEST_RUN(test_db_results_roundtrip);

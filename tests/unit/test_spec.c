@@ -1,7 +1,8 @@
 /* Unit tests for common/spec: defaults, every validation rule with the field path it
  * names, sizes with units, sweep validation, expansion order and limits, cross-field rules
- * at sweep points, struct conversion, collective sizes, and that schema/spec.schema.json,
- * schema/examples/ and common/model_table.h agree with the code.
+ * at sweep points, struct conversion, collective sizes, the faults list (each refusal
+ * naming the fault's member), and that schema/spec.schema.json, schema/examples/ and
+ * common/model_table.h agree with the code.
  *
  * The source tree comes from $DDPB_SOURCE_DIR (meson sets it for unit tests) or the
  * current directory. `test_spec --write-schema PATH` regenerates the schema file, `test_spec
@@ -140,7 +141,7 @@ static void test_spec_defaults(void)
                    "\"world_size\":1,\"nodes\":0,"
                    "\"ranks_per_node\":0,\"repeats\":1,\"trace_steps\":5,"
                    "\"seed\":1,\"timeout_s\":600,\"heartbeat_timeout_s\":30,"
-                   "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,"
+                   "\"comm_timeout_s\":60,\"emulate_multi_rank\":false,\"faults\":[],"
                    "\"op\":\"allreduce\",\"dtype\":\"float32\","
                    "\"redop\":\"sum\",\"algorithm\":\"auto\",\"min_bytes\":4096,"
                    "\"max_bytes\":67108864,\"factor\":2,\"step\":0,\"sizes\":[],"
@@ -1815,6 +1816,213 @@ static int spec_write_text(const char *path, char *text)
     return rc;
 }
 
+/* --- faults (issue 32, common/spec_faults.c): the normal form, struct spec_fault, every
+ * refusal naming the fault's member, the checks against world_size and nodes, a sweep over
+ * whole lists, and the schema and vocabulary rows ------------------------------------- */
+
+#define FT2 "{\"workload\": \"train\", \"world_size\": 2, "
+
+static void test_spec_faults_default_empty(void)
+{
+    struct err e = {0};
+    json_t *s = parse_text("{\"workload\": \"train\"}", &e);
+    T_CHECK(s != NULL);
+    const json_t *f = json_object_get(s, "faults");
+    T_CHECK(json_is_array(f) && json_array_size(f) == 0);
+    struct spec sp;
+    T_CHECK(spec_from_json(s, &sp, &e) == 0);
+    T_EQ_INT(sp.n_faults, 0);
+    json_decref(s);
+}
+
+static void test_spec_faults_normal_form_and_struct(void)
+{
+    struct err e = {0};
+    json_t *s = parse_text(
+        FT2 "\"faults\": [{\"rank\": 1, \"kind\": \"stop\", \"duration_s\": 2, "
+            "\"at_step\": 5}, {\"node\": 0, \"at_s\": 3, \"kind\": \"slow\", "
+            "\"fraction\": 0.25, \"duration_s\": 1.5}, {\"at_step\": 9, \"rank\": "
+            "0, \"kind\": \"kill\"}]}",
+        &e);
+    T_CHECK_MSG(s != NULL, "%s", e.msg);
+    const json_t *f0 = json_array_get(json_object_get(s, "faults"), 0);
+    /* members in a fixed order, the numbers as reals */
+    const char *key = json_object_iter_key(json_object_iter((json_t *)f0));
+    T_EQ_STR(key, "kind");
+    T_CHECK(json_is_real(json_object_get(f0, "duration_s")));
+    T_CHECK(json_is_integer(json_object_get(f0, "at_step")));
+    /* normalizing again changes nothing */
+    json_t *again = spec_normalize(s, &e);
+    T_CHECK(again && json_equal(again, s));
+    json_decref(again);
+    struct spec sp;
+    T_CHECK(spec_from_json(s, &sp, &e) == 0);
+    T_EQ_INT(sp.n_faults, 3);
+    T_EQ_STR(sp.faults[0].kind, "stop");
+    T_EQ_INT(sp.faults[0].at_step, 5);
+    T_CHECK(sp.faults[0].at_s == -1);
+    T_EQ_INT(sp.faults[0].rank, 1);
+    T_EQ_INT(sp.faults[0].node, -1);
+    T_CHECK(sp.faults[0].duration_s == 2);
+    T_EQ_STR(sp.faults[1].kind, "slow");
+    T_EQ_INT(sp.faults[1].at_step, -1);
+    T_CHECK(sp.faults[1].at_s == 3);
+    T_EQ_INT(sp.faults[1].rank, -1);
+    T_EQ_INT(sp.faults[1].node, 0);
+    T_CHECK(sp.faults[1].fraction == 0.25);
+    T_EQ_STR(sp.faults[2].kind, "kill");
+    T_CHECK(sp.faults[2].duration_s == 0);
+    json_decref(s);
+}
+
+static void test_spec_faults_refused(void)
+{
+    static const struct {
+        const char *text, *field, *part;
+    } cases[] = {
+        {FT2 "\"faults\": {}}", "faults", "a list of at most 16"},
+        {FT2 "\"faults\": [3]}", "faults[0]", "must be an object"},
+        {FT2 "\"faults\": [{\"at_step\": 1, \"rank\": 0}]}", "faults[0].kind", "is required"},
+        {FT2 "\"faults\": [{\"at_step\": 1, \"rank\": 0, \"kind\": \"boom\"}]}",
+         "faults[0].kind", "kill, stop, slow or link"},
+        {FT2 "\"faults\": [{\"at_step\": 1, \"rank\": 0, \"kind\": \"kill\", \"why\": 1}]}",
+         "faults[0].why", "unknown field"},
+        {FT2 "\"faults\": [{\"rank\": 0, \"kind\": \"kill\"}]}", "faults[0].at_step",
+         "is required (or at_s)"},
+        {FT2 "\"faults\": [{\"at_step\": 1, \"at_s\": 1, \"rank\": 0, \"kind\": \"kill\"}]}",
+         "faults[0].at_s", "mutually exclusive"},
+        {FT2 "\"faults\": [{\"at_step\": 1, \"kind\": \"kill\"}]}", "faults[0].rank",
+         "is required (or node)"},
+        {FT2 "\"faults\": [{\"at_step\": 1, \"rank\": 0, \"node\": 0, \"kind\": \"kill\"}]}",
+         "faults[0].node", "mutually exclusive"},
+        {FT2 "\"faults\": [{\"at_step\": -1, \"rank\": 0, \"kind\": \"kill\"}]}",
+         "faults[0].at_step", "an integer from 0"},
+        {FT2 "\"faults\": [{\"at_s\": \"1\", \"rank\": 0, \"kind\": \"kill\"}]}",
+         "faults[0].at_s", "a number"},
+        {FT2 "\"faults\": [{\"at_step\": 1, \"rank\": 1.5, \"kind\": \"kill\"}]}",
+         "faults[0].rank", "an integer"},
+        {FT2 "\"faults\": [{\"at_step\": 1, \"rank\": 0, \"kind\": \"stop\"}]}",
+         "faults[0].duration_s", "is required with kind \"stop\""},
+        {FT2
+         "\"faults\": [{\"at_step\": 1, \"rank\": 0, \"kind\": \"kill\", \"duration_s\": 1}]}",
+         "faults[0].duration_s", "kind \"kill\" takes no duration_s"},
+        {FT2
+         "\"faults\": [{\"at_step\": 1, \"rank\": 0, \"kind\": \"stop\", \"duration_s\": 0}]}",
+         "faults[0].duration_s", "greater than 0"},
+        {FT2
+         "\"faults\": [{\"at_step\": 1, \"rank\": 0, \"kind\": \"slow\", \"duration_s\": 1}]}",
+         "faults[0].fraction", "is required with kind \"slow\""},
+        {FT2
+         "\"faults\": [{\"at_step\": 1, \"rank\": 0, \"kind\": \"slow\", \"duration_s\": 1, "
+         "\"fraction\": 1}]}",
+         "faults[0].fraction", "less than 1"},
+        {FT2
+         "\"faults\": [{\"at_step\": 1, \"rank\": 0, \"kind\": \"slow\", \"duration_s\": 1, "
+         "\"fraction\": 0}]}",
+         "faults[0].fraction", "greater than 0"},
+        {FT2
+         "\"faults\": [{\"at_step\": 1, \"rank\": 0, \"kind\": \"stop\", \"duration_s\": 1, "
+         "\"fraction\": 0.5}]}",
+         "faults[0].fraction", "kind \"stop\" takes no fraction"},
+        {FT2
+         "\"faults\": [{\"at_step\": 1, \"node\": 0, \"kind\": \"link\", \"duration_s\": 1}]}",
+         "faults[0].rate", "is required with kind \"link\""},
+        {FT2
+         "\"faults\": [{\"at_step\": 1, \"node\": 0, \"kind\": \"link\", \"duration_s\": 1, "
+         "\"rate\": \"10mbit\"}]}",
+         "faults[0].rate", "a number"},
+        /* the element at fault is named, not the first */
+        {FT2 "\"faults\": [{\"at_step\": 1, \"rank\": 0, \"kind\": \"kill\"}, {\"at_step\": 2, "
+             "\"rank\": 0, \"kind\": \"stop\"}]}",
+         "faults[1].duration_s", "is required"},
+        /* against the run's ranks and nodes */
+        {FT2 "\"faults\": [{\"at_step\": 1, \"rank\": 2, \"kind\": \"kill\"}]}",
+         "faults[0].rank", "the run has 2 ranks"},
+        {FT2 "\"nodes\": 2, \"faults\": [{\"at_step\": 1, \"node\": 2, \"kind\": \"kill\"}]}",
+         "faults[0].node", "spans 2 nodes"},
+        {FT2 "\"ranks_per_node\": 2, \"faults\": [{\"at_step\": 1, \"node\": 1, \"kind\": "
+             "\"kill\"}]}",
+         "faults[0].node", "spans 1 node"},
+        /* in a sweep: the point, and the member */
+        {FT2
+         "\"sweep\": {\"faults\": [[], [{\"at_step\": 1, \"rank\": 5, \"kind\": \"kill\"}]]}}",
+         "faults[0].rank", "sweep point 2 of 2"},
+        {FT2 "\"sweep\": {\"faults\": [[], [{\"at_step\": 1, \"kind\": \"kill\"}]]}}",
+         "sweep.faults[1][0].rank", "is required"},
+        {FT2 "\"sweep\": {\"faults\": [[], []]}}", "sweep.faults[1]", "already listed"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
+                    "case %zu", i);
+}
+
+static void test_spec_faults_seventeen_refused(void)
+{
+    char text[4096];
+    size_t len = (size_t)snprintf(text, sizeof text, FT2 "\"faults\": [");
+    for (int i = 0; i < SPEC_MAX_FAULTS + 1; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len,
+                                "%s{\"at_step\": %d, \"rank\": 0, \"kind\": \"kill\"}",
+                                i ? ", " : "", i);
+    snprintf(text + len, sizeof text - len, "]}");
+    T_CHECK(spec_rejects(text, ERR_INVALID, "faults", "at most 16"));
+    /* sixteen are fine */
+    char *cut = strrchr(text, '{');
+    snprintf(cut - 2, 3, "]}");
+    struct err e = {0};
+    json_t *s = parse_text(text, &e);
+    T_CHECK_MSG(s && json_array_size(json_object_get(s, "faults")) == SPEC_MAX_FAULTS, "%s",
+                e.msg);
+    json_decref(s);
+}
+
+/* A nodes-less spec leaves a node beyond 0 to placement; the sweep gives whole lists. */
+static void test_spec_faults_sweep_whole_lists(void)
+{
+    struct err e = {0};
+    json_t *s = parse_text(FT2 "\"sweep\": {\"faults\": [[], [{\"at_step\": 200, \"rank\": 1, "
+                               "\"kind\": \"kill\"}]]}}",
+                           &e);
+    T_CHECK_MSG(s != NULL, "%s", e.msg);
+    json_t *runs = s ? spec_expand(s, SPEC_MAX_RUNS, &e) : NULL;
+    T_CHECK(json_array_size(runs) == 2);
+    const json_t *p0 = json_object_get(json_array_get(runs, 0), "params");
+    const json_t *p1 = json_object_get(json_array_get(runs, 1), "params");
+    T_EQ_INT((int)json_array_size(json_object_get(p0, "faults")), 0);
+    T_EQ_INT((int)json_array_size(json_object_get(p1, "faults")), 1);
+    struct spec sp;
+    T_CHECK(spec_from_json(json_object_get(json_array_get(runs, 1), "spec"), &sp, &e) == 0);
+    T_EQ_INT(sp.n_faults, 1);
+    T_EQ_INT(sp.faults[0].at_step, 200);
+    json_decref(runs);
+    json_decref(s);
+    s = parse_text(FT2 "\"faults\": [{\"at_step\": 1, \"node\": 3, \"kind\": \"kill\"}]}", &e);
+    T_CHECK_MSG(s != NULL, "node 3 without nodes is placement's to judge: %s", e.msg);
+    json_decref(s);
+}
+
+static void test_spec_faults_schema_and_vocabulary(void)
+{
+    json_t *schema = spec_schema_json();
+    const json_t *f = json_object_get(json_object_get(schema, "properties"), "faults");
+    T_CHECK(f != NULL);
+    T_EQ_STR(json_string_value(json_object_get(f, "type")), "array");
+    T_EQ_INT((int)json_integer_value(json_object_get(f, "maxItems")), SPEC_MAX_FAULTS);
+    const json_t *kinds = json_object_get(
+        json_object_get(json_object_get(json_object_get(f, "items"), "properties"), "kind"),
+        "enum");
+    T_EQ_INT((int)json_array_size(kinds), VOCAB_NFAULTS);
+    json_decref(schema);
+    json_t *v = vocab_json();
+    const json_t *rows = json_object_get(v, "fault_kinds");
+    T_EQ_INT((int)json_array_size(rows), VOCAB_NFAULTS);
+    T_EQ_STR(json_string_value(json_object_get(json_array_get(rows, 3), "name")), "link");
+    T_CHECK(json_is_true(json_object_get(json_array_get(rows, 3), "network")));
+    T_CHECK(vocab_fault(VOCAB_FAULT_SLOW)->fraction &&
+            !vocab_fault(VOCAB_FAULT_KILL)->duration);
+    json_decref(v);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--write-schema") == 0)
@@ -1862,5 +2070,11 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_schema_allowed_defaults);
     TEST_RUN(test_spec_models_from_table);
     TEST_RUN(test_spec_examples_valid);
+    TEST_RUN(test_spec_faults_default_empty);
+    TEST_RUN(test_spec_faults_normal_form_and_struct);
+    TEST_RUN(test_spec_faults_refused);
+    TEST_RUN(test_spec_faults_seventeen_refused);
+    TEST_RUN(test_spec_faults_sweep_whole_lists);
+    TEST_RUN(test_spec_faults_schema_and_vocabulary);
     return test_end();
 }

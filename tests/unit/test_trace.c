@@ -161,6 +161,43 @@ static void test_trace_pipeline(void)
     json_decref(in);
 }
 
+/* The run's events (run_events: injected faults) are instant events on the time line: on
+ * their rank's process, or global for a node's; without traced steps the first is ts 0. */
+static void test_trace_run_events(void)
+{
+    struct err e = {0};
+    json_t *in = trace_input();
+    json_object_set_new(in, "events",
+                        json_pack("[{s:i, s:f, s:s, s:s, s:i, s:s, s:i, s:i, s:i}, "
+                                  "{s:i, s:f, s:s, s:s, s:i, s:s, s:n, s:i, s:i}]",
+                                  "seq", 1, "unix_s", 5e-6, "type", "fault", "action", "inject",
+                                  "fault", 0, "kind", "stop", "rank", 1, "node", 0, "step", 5,
+                                  "seq", 2, "unix_s", 9e-6, "type", "fault", "action", "inject",
+                                  "fault", 1, "kind", "link", "rank", "node", 1, "step", 6));
+    json_t *t = trace_build(in, 42, &e);
+    T_CHECK_MSG(t != NULL, "%s", e.msg);
+    const json_t *events = json_object_get(t, "traceEvents");
+    const json_t *stop = find(events, "i", 1, "fault stop inject", 0);
+    const json_t *link = find(events, "i", 0, "fault link inject", 0);
+    T_CHECK(stop && link);
+    T_CHECK(num(stop, "ts") == 4.0); /* 5000 ns after the origin, rank 0's 1000 ns */
+    T_EQ_STR(json_string_value(json_object_get(stop, "s")), "p");
+    T_EQ_STR(json_string_value(json_object_get(link, "s")), "g");
+    T_EQ_INT(json_integer_value(json_object_get(json_object_get(stop, "args"), "step")), 5);
+    T_CHECK(!json_object_get(json_object_get(stop, "args"), "unix_s"));
+    json_decref(t);
+    json_decref(in);
+    /* no traced step: the first event is the origin */
+    in = json_pack("{s:i, s:[], s:{s:[], s:[]}, s:[{s:f, s:s, s:s, s:s, s:i}]}", "world_size",
+                   2, "ranks", "steps", "columns", "rows", "events", "unix_s", 100.0, "type",
+                   "fault", "action", "inject", "kind", "kill", "rank", 0);
+    t = trace_build(in, 1, &e);
+    events = json_object_get(t, "traceEvents");
+    T_CHECK(json_array_size(events) == 1 && num(json_array_get(events, 0), "ts") == 0.0);
+    json_decref(t);
+    json_decref(in);
+}
+
 /* A run with no traced step is an empty, valid trace. */
 static void test_trace_empty(void)
 {
@@ -178,6 +215,7 @@ int main(int argc, char **argv)
     test_begin(argc, argv);
     TEST_RUN(test_trace_events);
     TEST_RUN(test_trace_empty);
+    TEST_RUN(test_trace_run_events);
     TEST_RUN(test_trace_pipeline);
     return test_end();
 }

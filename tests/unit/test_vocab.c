@@ -30,6 +30,7 @@ static const char *const x_reports[] = {VOCAB_REPORTS(NAME_ONLY)};
 static const char *const x_launchers[] = {VOCAB_LAUNCHERS(NAME_ONLY)};
 static const char *const x_mpis[] = {VOCAB_MPIS(NAME_ONLY)};
 static const char *const x_transports[] = {VOCAB_TRANSPORTS(NAME_ONLY)};
+static const char *const x_faults[] = {VOCAB_FAULT_KINDS(NAME_ONLY)};
 
 struct x_list {
     enum vocab_list l;
@@ -51,6 +52,7 @@ static const struct x_list x_lists[] = {
     X_LIST(VOCAB_LAUNCHER, x_launchers),
     X_LIST(VOCAB_MPI, x_mpis),
     X_LIST(VOCAB_TRANSPORT, x_transports),
+    X_LIST(VOCAB_FAULT, x_faults),
 };
 
 static const char *source_dir(void)
