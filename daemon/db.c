@@ -292,7 +292,8 @@ static bool db_col_is_json(const char *name)
     return strcmp(name, "spec") == 0 || strcmp(name, "params") == 0 ||
            strcmp(name, "env") == 0 || strcmp(name, "summary") == 0 ||
            strcmp(name, "engines") == 0 || strcmp(name, "spans") == 0 ||
-           strcmp(name, "ops") == 0;
+           strcmp(name, "ops") == 0 || strcmp(name, "members") == 0 ||
+           strcmp(name, "joiners") == 0;
 }
 
 static bool db_col_is_time(const char *name)
@@ -455,6 +456,12 @@ static const char SQL_RUN_USAGE[] =
     "avg(gpu_mem_util_pct) AS gpu_mem_util_pct, avg(gpu_power_w) AS gpu_power_w "
     "FROM rank_usage WHERE run_id = ?1 GROUP BY repeat, rank ORDER BY repeat, rank";
 
+/* elastic runs: their generations, in order (members and joiners as arrays) */
+static const char SQL_RUN_GENERATIONS[] =
+    "SELECT gen, world, members, joiners, reason, "
+    "published_at, lost_at, detected_at, resumed_at, regroup_ms, commit_step, lost_steps "
+    "FROM generations WHERE run_id = ?1 ORDER BY gen";
+
 /* --- the replies --- */
 
 /* One reply: an object of row's columns (none when row is NULL), then each array of
@@ -463,7 +470,7 @@ struct db_reply_def {
     const char *row;
     struct {
         const char *key, *sql;
-    } arrays[6];
+    } arrays[7];
     const char *tail;
 };
 
@@ -474,7 +481,8 @@ static const struct db_reply_def db_reply_defs[DB_REPLY_COUNT] = {
                        {"epochs", SQL_RUN_EPOCHS},
                        {"env", SQL_RUN_ENV},
                        {"memory", SQL_RUN_MEMORY},
-                       {"usage", SQL_RUN_USAGE}},
+                       {"usage", SQL_RUN_USAGE},
+                       {"generations", SQL_RUN_GENERATIONS}},
                       NULL},
     [DB_REPLY_EXPERIMENT] =
         {SQL_GET_EXPERIMENT,
@@ -1298,20 +1306,54 @@ out:
 static const char SQL_INSERT_STEP[] =
     "INSERT OR REPLACE INTO steps (run_id, rank, repeat, epoch, step, warmup, samples, loss, "
     "data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, "
-    "bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes) VALUES (?1, "
-    "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, "
-    "?21, ?22)";
+    "bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes, generation, "
+    "world, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+    "?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)";
 
 int db_insert_step(struct db *db, int64_t run_id, int rank, const struct report_step *r,
                    struct err *e)
 {
     /* D, J, o: a phase or bytes_sent below 0 (not observable by the engine, report.h) is
      * stored as NULL, and so are the pipeline's figures of a run without one (-1) */
-    return db_write_one(
-        db, e, SQL_INSERT_STEP, "IiiiIiidDDDDDDdJoDJDDJ", run_id, rank, r->repeat, r->epoch,
-        r->step, (int)r->warmup, r->samples, r->loss, r->data_ms, r->forward_ms, r->backward_ms,
-        r->comm_ms, r->comm_exposed_ms, r->optimizer_ms, r->step_ms, r->bytes_sent, r->stage,
-        r->p2p_ms, r->p2p_bytes, r->bubble_ms, r->loader_cpu_ms, r->read_bytes);
+    return db_write_one(db, e, SQL_INSERT_STEP, "IiiiIiidDDDDDDdJoDJDDJood", run_id, rank,
+                        r->repeat, r->epoch, r->step, (int)r->warmup, r->samples, r->loss,
+                        r->data_ms, r->forward_ms, r->backward_ms, r->comm_ms,
+                        r->comm_exposed_ms, r->optimizer_ms, r->step_ms, r->bytes_sent,
+                        r->stage, r->p2p_ms, r->p2p_bytes, r->bubble_ms, r->loader_cpu_ms,
+                        r->read_bytes, r->gen, r->world, clock_wall_s());
+}
+
+static const char SQL_INSERT_GENERATION[] =
+    "INSERT OR REPLACE INTO generations (run_id, gen, world, members, joiners, reason, "
+    "published_at, lost_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+int db_insert_generation(struct db *db, int64_t run_id, const struct db_generation *g,
+                         struct err *e)
+{
+    return db_write_one(db, e, SQL_INSERT_GENERATION, "IiitttdD", run_id, g->gen, g->world,
+                        g->members, g->joiners, g->reason, g->published_at, g->lost_at);
+}
+
+/* the first detection and the first resumption count: later reports of the same event
+ * (every rank detects) keep them */
+static const char SQL_GENERATION_DETECTED[] =
+    "UPDATE generations SET detected_at = ?3 WHERE run_id = ?1 AND gen = ?2 AND "
+    "detected_at IS NULL";
+static const char SQL_GENERATION_RESUMED[] =
+    "UPDATE generations SET resumed_at = ?3, commit_step = ?4, lost_steps = ?5, "
+    "regroup_ms = ?6 WHERE run_id = ?1 AND gen = ?2 AND resumed_at IS NULL";
+
+int db_generation_detected(struct db *db, int64_t run_id, int gen, double at, struct err *e)
+{
+    return db_write_one(db, e, SQL_GENERATION_DETECTED, "Iid", run_id, gen, at);
+}
+
+int db_generation_resumed(struct db *db, int64_t run_id, int gen, double at,
+                          int64_t commit_step, int64_t lost_steps, double regroup_ms,
+                          struct err *e)
+{
+    return db_write_one(db, e, SQL_GENERATION_RESUMED, "IidJJD", run_id, gen, at, commit_step,
+                        lost_steps, regroup_ms);
 }
 
 static const char SQL_INSERT_EPOCH[] =
@@ -1421,7 +1463,7 @@ static const char SQL_RUN_EXISTS[] = "SELECT 1 FROM runs WHERE id = ?1";
 static const char SQL_RUN_STEPS[] =
     "SELECT rank, repeat, epoch, step, warmup, samples, loss, data_ms, forward_ms, "
     "backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, bytes_sent, stage, p2p_ms, "
-    "p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes FROM steps "
+    "p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes, generation, world, at FROM steps "
     "WHERE run_id = ?1 AND (?2 < 0 OR rank = ?2) AND (?3 OR warmup = 0) "
     "ORDER BY repeat, step, rank";
 

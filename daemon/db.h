@@ -269,6 +269,24 @@ json_t *db_get_trace(struct db *db, int64_t run_id, const struct db_trace_query 
                      struct err *e);
 /* The trace rows ingest dropped past the run's cap (daemon/ingest.c). */
 int db_set_trace_dropped(struct db *db, int64_t run_id, int64_t dropped, struct err *e);
+
+/* One generation of an elastic run (generations, migration 016; daemon/elastic.h):
+ * members and joiners as JSON arrays of slots (borrowed text), times in unix seconds,
+ * lost_at below 0 = none (the launch's, a growth). */
+struct db_generation {
+    int gen, world;
+    const char *members, *joiners, *reason;
+    double published_at, lost_at;
+};
+int db_insert_generation(struct db *db, int64_t run_id, const struct db_generation *g,
+                         struct err *e);
+/* A member of generation gen first saw it fail at `at` (later calls keep the first). */
+int db_generation_detected(struct db *db, int64_t run_id, int gen, double at, struct err *e);
+/* Generation gen ran its first step at `at`, restoring the commit at commit_step and
+ * redoing lost_steps (below 0: not said); the first call counts. */
+int db_generation_resumed(struct db *db, int64_t run_id, int gen, double at,
+                          int64_t commit_step, int64_t lost_steps, double regroup_ms,
+                          struct err *e);
 /* The version key of experiments ids[0..n) as text into key[cap]: each one's version
  * (migration 015: it changes whenever the experiment, its runs or their rows change),
  * then the versions of the newest `scan` finished collective experiments (the fits a
