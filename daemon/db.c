@@ -1953,6 +1953,112 @@ static int db_read_typed(struct db_conn *c, const struct db_reader *r, int64_t i
     return db_rows_read(st, r, rows, n, e);
 }
 
+/* --- what a fault cost (issue 32) --- */
+
+/* The fault's time: the first injected fault's event (run_events, written by the faults
+ * part of issue 32: a database without that table reads the fallback alone), else the
+ * first lost slot's end (generations.lost_at). */
+static const char SQL_FAULT_AT_EVENTS[] =
+    "SELECT coalesce((SELECT min(happened_at) FROM run_events WHERE run_id = ?1 AND "
+    "type = 'fault' AND action = 'inject'), (SELECT min(lost_at) FROM generations WHERE "
+    "run_id = ?1))";
+static const char SQL_FAULT_AT_LOST[] =
+    "SELECT min(lost_at) FROM generations WHERE run_id = ?1";
+/* ?2: the fault's time */
+static const char SQL_ELASTIC_FIG[] =
+    "SELECT (SELECT count(*) - 1 FROM generations WHERE run_id = ?1), "
+    "(SELECT min(detected_at) FROM generations WHERE run_id = ?1 AND detected_at >= ?2) - ?2, "
+    "(SELECT min(resumed_at) FROM generations WHERE run_id = ?1 AND gen > 0 AND "
+    "resumed_at >= ?2) - ?2, "
+    "(SELECT sum(lost_steps) FROM generations WHERE run_id = ?1 AND gen > 0)";
+/* the samples of the non-warm-up steps stored in [?2, ?3), their first and last time and
+ * how many steps they were */
+static const char SQL_STEPS_WINDOW[] =
+    "SELECT sum(samples), min(at), max(at), count(DISTINCT repeat || '/' || step) FROM steps "
+    "WHERE run_id = ?1 AND warmup = 0 AND at IS NOT NULL AND at >= ?2 AND at < ?3";
+
+/* One real of a one-row statement's column, -1 for NULL. */
+static double db_col_real_or(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_double(st, i);
+}
+
+/* Global samples per second of the steps stored in [from, to): n steps span n - 1 gaps
+ * between their times, so (n - 1) / n of their samples fill that span. -1 when fewer
+ * than two steps. */
+static double db_steps_rate(struct db_conn *c, int64_t run_id, double from, double to,
+                            struct err *e)
+{
+    sqlite3_stmt *st = db_stmt(c, SQL_STEPS_WINDOW, e);
+    double rate = -1;
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, run_id);
+    sqlite3_bind_double(st, 2, from);
+    sqlite3_bind_double(st, 3, to);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        double samples = db_col_real_or(st, 0), t0 = db_col_real_or(st, 1);
+        double t1 = db_col_real_or(st, 2), n = db_col_real_or(st, 3);
+        if (n >= 2 && t1 > t0)
+            rate = samples * (n - 1) / n / (t1 - t0);
+    }
+    sqlite3_reset(st);
+    return rate;
+}
+
+/* The fault's time of run_id, -1 when it had none. */
+static double db_fault_at(struct db_conn *c, int64_t run_id)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(c->h, SQL_FAULT_AT_EVENTS, -1, &st, NULL) != SQLITE_OK &&
+        sqlite3_prepare_v2(c->h, SQL_FAULT_AT_LOST, -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_int64(st, 1, run_id);
+    double at = sqlite3_step(st) == SQLITE_ROW ? db_col_real_or(st, 0) : -1;
+    sqlite3_finalize(st);
+    return at;
+}
+
+static int db_read_elastic(struct db_conn *c, struct db_data_run *run, struct err *e)
+{
+    struct db_elastic_fig *f = &run->elastic;
+    *f = (struct db_elastic_fig){false, false, -1, -1, -1, -1, -1, -1, -1, -1};
+    f->fault_at = db_fault_at(c, run->id);
+    f->faulted = f->fault_at >= 0;
+    sqlite3_stmt *st = db_stmt(c, SQL_ELASTIC_FIG, e);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, run->id);
+    sqlite3_bind_double(st, 2, f->fault_at);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        f->generations = sqlite3_column_int64(st, 0);
+        f->elastic = f->generations >= 0;
+        if (f->fault_at >= 0) {
+            f->detect_s = db_col_real_or(st, 1);
+            f->resume_s = db_col_real_or(st, 2);
+            f->lost_steps = db_col_real_or(st, 3);
+        }
+    }
+    sqlite3_reset(st);
+    if (f->fault_at < 0)
+        return 0;
+    double resumed = f->resume_s >= 0 ? f->fault_at + f->resume_s : -1;
+    f->thr_before = db_steps_rate(c, run->id, 0, f->fault_at, e);
+    if (resumed >= 0) {
+        sqlite3_stmt *w = db_stmt(c, SQL_STEPS_WINDOW, e);
+        if (w) { /* during: whatever was done between, over the whole gap */
+            sqlite3_bind_int64(w, 1, run->id);
+            sqlite3_bind_double(w, 2, f->fault_at);
+            sqlite3_bind_double(w, 3, resumed);
+            if (sqlite3_step(w) == SQLITE_ROW && resumed > f->fault_at)
+                f->thr_during = fmax(0, db_col_real_or(w, 0)) / (resumed - f->fault_at);
+            sqlite3_reset(w);
+        }
+        f->thr_after = db_steps_rate(c, run->id, resumed, 1e300, e);
+    }
+    return 0;
+}
+
 /* The figures of one run (id, spec, params, world_size, emulated filled). */
 static int db_read_run_figures(struct db_conn *c, struct db_data_run *run, struct err *e)
 {
@@ -1975,7 +2081,7 @@ static int db_read_run_figures(struct db_conn *c, struct db_data_run *run, struc
     if (db_read_typed(c, &db_data_grads_reader, run->id, &rows, &run->ngrads, e) < 0)
         return -1;
     run->grads = rows;
-    return 0;
+    return db_read_elastic(c, run, e);
 }
 
 static const char SQL_COLLECTIVE_DONE[] =

@@ -136,6 +136,20 @@ struct db_grads_row {
     int64_t steps, backward_ns;
     json_t *tensors; /* owned by the row: [[bytes, ready_ns], ...] */
 };
+/* What a fault cost a run (issue 32; migration 016), -1 where unknown: the fault's time
+ * (the first injected fault's event, else the first lost slot's end; -1: none), the
+ * generations formed after the launch's (-1: the run kept none), the first detection and
+ * the first resumption after it minus its time, the steps redone, and the global samples
+ * per second before the fault, from it to the resumption and after. */
+struct db_elastic_fig {
+    bool elastic, faulted; /* it kept generations; it had a fault: the figures below are
+                              read only then (a zeroed struct is a run without either) */
+    double fault_at;
+    int64_t generations;
+    double detect_s, resume_s, lost_steps;
+    double thr_before, thr_during, thr_after;
+};
+
 struct db_data_run {
     int64_t id;
     json_t *params, *spec; /* owned: the swept values and the resolved spec */
@@ -157,6 +171,7 @@ struct db_data_run {
     struct db_grads_row *grads; /* repeat order (migration 012) */
     size_t ngrads;
     int cpus_online; /* rank 0's node's CPUs as its env reported them; 0: unknown */
+    struct db_elastic_fig elastic;
 };
 struct db_experiment_data {
     int64_t id;

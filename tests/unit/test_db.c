@@ -849,6 +849,62 @@ static void test_db_step_phases_null(void)
     test_db_cleanup(db);
 }
 
+/* What a fault cost (migration 016): with no fault event table, the fault is the first
+ * lost slot's end; detection and resumption are measured from it, lost steps summed over
+ * the regroups, and the throughput before, during and after from the steps' stored times
+ * (n steps over n - 1 gaps). A fault-free run has no figures. */
+static void test_db_elastic_figures(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 2);
+    int64_t r = test_db_run_id(db, id, 0);
+    struct db_generation g0 = {0, 2, "[0,1]", "[]", "launch", 90.0, -1};
+    struct db_generation g1 = {1, 1, "[0]", "[]", "rank 1 lost", 100.2, 100.0};
+    T_OK(db_insert_generation(db, r, &g0, &e));
+    T_OK(db_insert_generation(db, r, &g1, &e));
+    T_OK(db_generation_detected(db, r, 0, 100.5, &e));
+    T_OK(db_generation_detected(db, r, 0, 100.9, &e)); /* the first one counts */
+    T_OK(db_generation_resumed(db, r, 1, 102.0, 30, 5, 800, &e));
+    for (int k = 0; k < 8; k++) {
+        struct report_step st = {
+            REPORT_STEP_NO_PIPELINE, .step = k,          .samples = 10,     .step_ms = 5,
+            .data_ms = -1,           .forward_ms = -1,   .backward_ms = -1, .comm_ms = -1,
+            .comm_exposed_ms = -1,   .optimizer_ms = -1, .bytes_sent = -1};
+        T_OK(db_insert_step(db, r, 0, &st, &e));
+    }
+    db_close(db);
+    sqlite3 *h;
+    T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
+    /* steps 0-3 before the fault, one a second; 4 during; 5-7 after, two a second */
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "UPDATE steps SET at = CASE WHEN step < 4 THEN 96 + step WHEN step = 4 THEN 101 "
+             "ELSE 102 + (step - 5) * 0.5 END WHERE run_id = %lld",
+             (long long)r);
+    T_CHECK(sqlite3_exec(h, sql, NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(h);
+    db = db_open(db_path, &e);
+    T_CHECK_MSG(db != NULL, "%s", e.msg);
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    const struct db_elastic_fig *f = &data.runs[0].elastic;
+    T_CHECK(f->elastic && f->faulted);
+    T_NEAR(f->fault_at, 100.0, 1e-9);
+    T_EQ_INT(f->generations, 1);
+    T_NEAR(f->detect_s, 0.5, 1e-9);
+    T_NEAR(f->resume_s, 2.0, 1e-9);
+    T_NEAR(f->lost_steps, 5, 0);
+    T_NEAR(f->thr_before, 40.0 * 3 / 4 / 3, 1e-9); /* 4 steps of 10 over 3 s */
+    T_NEAR(f->thr_during, 10.0 / 2, 1e-9);         /* one step in the 2 s gap */
+    T_NEAR(f->thr_after, 30.0 * 2 / 3 / 1, 1e-9);  /* 3 steps of 10 over 1 s */
+    const struct db_elastic_fig *plain = &data.runs[1].elastic;
+    T_CHECK(!plain->elastic && !plain->faulted);
+    db_experiment_data_free(&data);
+    test_db_cleanup(db);
+}
+
 /* A pipeline run's steps (migration 013): stage, p2p_ms, p2p_bytes and bubble_ms stored and
  * served as columns of GET /v1/runs/{id}/steps (null where a step has no pipeline, never
  * 0), summed over the ranks for results (a count of the ranks that reported them); the
@@ -1365,6 +1421,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_epoch_train_null);
     TEST_RUN(test_db_step_phases_null);
     TEST_RUN(test_db_pipeline_steps);
+    TEST_RUN(test_db_elastic_figures);
     TEST_RUN(test_db_observe);
     TEST_RUN(test_db_trace_page);
     TEST_RUN(test_db_experiment_version);
