@@ -82,7 +82,8 @@
     X(MEMORY, "memory")                                                                        \
     X(USAGE, "usage")                                                                          \
     X(TRACE, "trace")                                                                          \
-    X(GRADS, "grads")
+    X(GRADS, "grads")                                                                          \
+    X(ELASTIC, "elastic")
 
 #define VOCAB_ENUM_STRATEGY(id, name) VOCAB_STRATEGY_##id,
 #define VOCAB_ENUM_ENGINE(id, name) VOCAB_ENGINE_##id,
