@@ -38,7 +38,7 @@ static int elastic_parse_slots(const json_t *a, const char *field, int world_siz
     return 0;
 }
 
-int elastic_gen_parse(const char *text, size_t len, int world_size, struct elastic_gen *out,
+int elastic_gen_parse(const char *text, size_t len, int world_size, struct elastic_record *out,
                       struct err *e)
 {
     memset(out, 0, sizeof *out);
@@ -73,7 +73,7 @@ int elastic_gen_parse(const char *text, size_t len, int world_size, struct elast
     return rc;
 }
 
-int elastic_gen_index(const struct elastic_gen *g, int slot)
+int elastic_gen_index(const struct elastic_record *g, int slot)
 {
     for (int i = 0; i < g->n; i++)
         if (g->members[i] == slot)
@@ -81,7 +81,7 @@ int elastic_gen_index(const struct elastic_gen *g, int slot)
     return -1;
 }
 
-static bool elastic_is_joiner(const struct elastic_gen *g, int slot)
+static bool elastic_is_joiner(const struct elastic_record *g, int slot)
 {
     for (int i = 0; i < g->n_joiners; i++)
         if (g->joiners[i] == slot)
@@ -89,7 +89,7 @@ static bool elastic_is_joiner(const struct elastic_gen *g, int slot)
     return false;
 }
 
-int elastic_gen_root(const struct elastic_gen *g)
+int elastic_gen_root(const struct elastic_record *g)
 {
     for (int i = 0; i < g->n; i++)
         if (!elastic_is_joiner(g, g->members[i]))
@@ -97,7 +97,7 @@ int elastic_gen_root(const struct elastic_gen *g)
     return -1;
 }
 
-void elastic_init(struct elastic *el, const struct spec *s, const struct rendezvous_env *env,
+void elastic_rank_init(struct elastic *el, const struct spec *s, const struct rendezvous_env *env,
                   const atomic_bool *abort_flag, struct store_client *store,
                   const int *node_of, struct report_writer *w,
                   const struct elastic_comm_hooks *hooks, struct comm *comm)
@@ -116,7 +116,7 @@ void elastic_init(struct elastic *el, const struct spec *s, const struct rendezv
         el->cur.members[i] = i;
 }
 
-void elastic_cleanup(struct elastic *el)
+void elastic_rank_cleanup(struct elastic *el)
 {
     comm_destroy(el->comm);
     el->comm = NULL;
@@ -144,7 +144,7 @@ int elastic_emit(struct elastic *el, const char *event, int64_t commit_step,
 }
 
 /* Waits up to the run's timeout for generation n's record. */
-static int elastic_wait_gen(struct elastic *el, int n, struct elastic_gen *g, struct err *e)
+static int elastic_wait_gen(struct elastic *el, int n, struct elastic_record *g, struct err *e)
 {
     char key[48], *v = NULL;
     size_t len = 0;
@@ -159,7 +159,7 @@ static int elastic_wait_gen(struct elastic *el, int n, struct elastic_gen *g, st
 }
 
 /* Builds g's communicator (this slot a member) and makes g current. */
-static int elastic_enter(struct elastic *el, const struct elastic_gen *g, struct err *e)
+static int elastic_enter(struct elastic *el, const struct elastic_record *g, struct err *e)
 {
     char ns[32];
     snprintf(ns, sizeof ns, "eg%d/", g->gen);
@@ -191,7 +191,7 @@ static void elastic_drop_comm(struct elastic *el)
 static int elastic_enter_from(struct elastic *el, int n, struct err *e)
 {
     for (;; n++) {
-        struct elastic_gen g;
+        struct elastic_record g;
         if (elastic_wait_gen(el, n, &g, e) < 0)
             return -1;
         if (elastic_gen_index(&g, el->env->rank) < 0) {

@@ -26,7 +26,7 @@
  *   thread and the operations left in flight end at once instead of at the timeout.
  *
  * Ownership: struct elastic borrows the spec, env, abort flag, store, node map and
- * report writer for its life and owns the current communicator (elastic_cleanup). */
+ * report writer for its life and owns the current communicator (elastic_rank_cleanup). */
 #ifndef DDPB_WORKER_ELASTIC_H
 #define DDPB_WORKER_ELASTIC_H
 
@@ -43,7 +43,7 @@
 #include "worker/store/store_client.h"
 
 /* One generation's record (`elastic/g<N>`). */
-struct elastic_gen {
+struct elastic_record {
     int gen;
     int members[SPEC_MAX_WORLD]; /* ascending slots */
     int n;
@@ -55,13 +55,13 @@ struct elastic_gen {
 /* Parses a generation record of a run of world_size slots into out. ERR_INVALID naming
  * the field: not an object, "gen" not an integer >= 1, "members" empty or not strictly
  * ascending slots in 0..world_size-1, a joiner that is not a member. */
-int elastic_gen_parse(const char *text, size_t len, int world_size, struct elastic_gen *out,
+int elastic_gen_parse(const char *text, size_t len, int world_size, struct elastic_record *out,
                       struct err *e);
 /* The index among g's members of slot, or -1. */
-int elastic_gen_index(const struct elastic_gen *g, int slot);
+int elastic_gen_index(const struct elastic_record *g, int slot);
 /* The index of g's lowest member that is not a joiner (the one whose state everyone
  * takes), or -1 when every member is new. */
-int elastic_gen_root(const struct elastic_gen *g);
+int elastic_gen_root(const struct elastic_record *g);
 
 /* What every communicator of the run gets set (the worker's heartbeat note and its
  * on_stuck), so a new generation's is like the first. */
@@ -80,7 +80,7 @@ struct elastic {
     struct report_writer *w;          /* borrowed */
     struct elastic_comm_hooks hooks;
     struct comm *comm;      /* owned: the current generation's communicator */
-    struct elastic_gen cur; /* the current generation */
+    struct elastic_record cur; /* the current generation */
     bool joiner;            /* this rank is new in cur: it has no state of its own */
     bool left;              /* not a member of the generation published: exit 0 */
     int64_t since_ns;       /* when the change began (detect or growth), clock_mono_ns */
@@ -88,12 +88,12 @@ struct elastic {
 };
 
 /* Generation 0 (every slot) over comm, which el takes. Everything else borrowed. */
-void elastic_init(struct elastic *el, const struct spec *s, const struct rendezvous_env *env,
+void elastic_rank_init(struct elastic *el, const struct spec *s, const struct rendezvous_env *env,
                   const atomic_bool *abort_flag, struct store_client *store,
                   const int *node_of, struct report_writer *w,
                   const struct elastic_comm_hooks *hooks, struct comm *comm);
 /* Frees the current communicator. */
-void elastic_cleanup(struct elastic *el);
+void elastic_rank_cleanup(struct elastic *el);
 
 /* Whether e is a failure a lost peer causes (see Decisions). */
 bool elastic_recoverable(const struct err *e);

@@ -467,7 +467,7 @@ __attribute__((noreturn)) static void worker_leave(struct worker *wk)
 {
     log_info("elastic: this slot left the run at generation %d", wk->el.cur.gen);
     heartbeat_stop(&wk->hb);
-    elastic_cleanup(&wk->el);
+    elastic_rank_cleanup(&wk->el);
     store_client_destroy(wk->store);
     exit(0);
 }
@@ -523,7 +523,7 @@ static void worker_join_world(struct worker *wk)
     if (!wk->elastic)
         return;
     struct elastic_comm_hooks hooks = worker_hooks(wk);
-    elastic_init(&wk->el, &wk->spec, &wk->env, &worker_abort_flag, wk->store, wk->node_of,
+    elastic_rank_init(&wk->el, &wk->spec, &wk->env, &worker_abort_flag, wk->store, wk->node_of,
                  &wk->w, &hooks, wk->comm);
     wk->comm = NULL; /* the elastic state owns it now */
 }
@@ -543,7 +543,7 @@ static void worker_join_elastic(struct worker *wk)
     WORKER_FAIL_IF(wk, store_client_set_str(wk->store, key, node, &wk->e) < 0);
     WORKER_FAIL_IF(wk, rendezvous_nodes(wk->store, &wk->env, wk->node_of, &wk->e) < 0);
     struct elastic_comm_hooks hooks = worker_hooks(wk);
-    elastic_init(&wk->el, &wk->spec, &wk->env, &worker_abort_flag, wk->store, wk->node_of,
+    elastic_rank_init(&wk->el, &wk->spec, &wk->env, &worker_abort_flag, wk->store, wk->node_of,
                  &wk->w, &hooks, NULL);
     heartbeat_set_phase(&wk->hb, "elastic: waiting to join");
     WORKER_FAIL_IF(wk, elastic_join(&wk->el, &wk->e) < 0);
@@ -606,7 +606,7 @@ int main(void)
     comm_destroy(wk.stage_comm);
     comm_destroy(wk.comm);
     if (wk.elastic)
-        elastic_cleanup(&wk.el);
+        elastic_rank_cleanup(&wk.el);
     store_client_destroy(wk.store);
     return 0;
 }
