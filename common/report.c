@@ -851,8 +851,7 @@ int report_emit_progress_gen(struct report_writer *w, const char *phase, int64_t
     return report_emit_built(w, REPORT_PROGRESS, f, e);
 }
 
-int report_emit_elastic(struct report_writer *w, const struct report_elastic *el,
-                        struct err *e)
+int report_emit_elastic(struct report_writer *w, const struct report_elastic *el, struct err *e)
 {
     json_t *members = json_array();
     for (int i = 0; members && i < el->n_members; i++)

@@ -97,10 +97,10 @@ int elastic_gen_root(const struct elastic_record *g)
     return -1;
 }
 
-void elastic_rank_init(struct elastic *el, const struct spec *s, const struct rendezvous_env *env,
-                  const atomic_bool *abort_flag, struct store_client *store,
-                  const int *node_of, struct report_writer *w,
-                  const struct elastic_comm_hooks *hooks, struct comm *comm)
+void elastic_rank_init(struct elastic *el, const struct spec *s,
+                       const struct rendezvous_env *env, const atomic_bool *abort_flag,
+                       struct store_client *store, const int *node_of, struct report_writer *w,
+                       const struct elastic_comm_hooks *hooks, struct comm *comm)
 {
     *el = (struct elastic){.s = s,
                            .env = env,
@@ -128,8 +128,8 @@ bool elastic_recoverable(const struct err *e)
            e->code == ERR_PROTOCOL;
 }
 
-int elastic_emit(struct elastic *el, const char *event, int64_t commit_step,
-                 int64_t lost_steps, double regroup_ms, int peer, struct err *e)
+int elastic_emit(struct elastic *el, const char *event, int64_t commit_step, int64_t lost_steps,
+                 double regroup_ms, int peer, struct err *e)
 {
     struct report_elastic r = {.event = event,
                                .gen = el->cur.gen,

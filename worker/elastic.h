@@ -79,19 +79,19 @@ struct elastic {
     const int *node_of;               /* borrowed: the node of each slot */
     struct report_writer *w;          /* borrowed */
     struct elastic_comm_hooks hooks;
-    struct comm *comm;      /* owned: the current generation's communicator */
+    struct comm *comm;         /* owned: the current generation's communicator */
     struct elastic_record cur; /* the current generation */
-    bool joiner;            /* this rank is new in cur: it has no state of its own */
-    bool left;              /* not a member of the generation published: exit 0 */
-    int64_t since_ns;       /* when the change began (detect or growth), clock_mono_ns */
-    int peer;               /* the slot blamed at the last detect, else -1 */
+    bool joiner;               /* this rank is new in cur: it has no state of its own */
+    bool left;                 /* not a member of the generation published: exit 0 */
+    int64_t since_ns;          /* when the change began (detect or growth), clock_mono_ns */
+    int peer;                  /* the slot blamed at the last detect, else -1 */
 };
 
 /* Generation 0 (every slot) over comm, which el takes. Everything else borrowed. */
-void elastic_rank_init(struct elastic *el, const struct spec *s, const struct rendezvous_env *env,
-                  const atomic_bool *abort_flag, struct store_client *store,
-                  const int *node_of, struct report_writer *w,
-                  const struct elastic_comm_hooks *hooks, struct comm *comm);
+void elastic_rank_init(struct elastic *el, const struct spec *s,
+                       const struct rendezvous_env *env, const atomic_bool *abort_flag,
+                       struct store_client *store, const int *node_of, struct report_writer *w,
+                       const struct elastic_comm_hooks *hooks, struct comm *comm);
 /* Frees the current communicator. */
 void elastic_rank_cleanup(struct elastic *el);
 
@@ -117,7 +117,7 @@ int elastic_next_exists(struct elastic *el, bool *exists, struct err *e);
 
 /* Reports event ("regroup", "resumed", ...) of the current generation with its members
  * (-1: the figure is left out). */
-int elastic_emit(struct elastic *el, const char *event, int64_t commit_step,
-                 int64_t lost_steps, double regroup_ms, int peer, struct err *e);
+int elastic_emit(struct elastic *el, const char *event, int64_t commit_step, int64_t lost_steps,
+                 double regroup_ms, int peer, struct err *e);
 
 #endif

@@ -524,7 +524,7 @@ static void worker_join_world(struct worker *wk)
         return;
     struct elastic_comm_hooks hooks = worker_hooks(wk);
     elastic_rank_init(&wk->el, &wk->spec, &wk->env, &worker_abort_flag, wk->store, wk->node_of,
-                 &wk->w, &hooks, wk->comm);
+                      &wk->w, &hooks, wk->comm);
     wk->comm = NULL; /* the elastic state owns it now */
 }
 
@@ -544,7 +544,7 @@ static void worker_join_elastic(struct worker *wk)
     WORKER_FAIL_IF(wk, rendezvous_nodes(wk->store, &wk->env, wk->node_of, &wk->e) < 0);
     struct elastic_comm_hooks hooks = worker_hooks(wk);
     elastic_rank_init(&wk->el, &wk->spec, &wk->env, &worker_abort_flag, wk->store, wk->node_of,
-                 &wk->w, &hooks, NULL);
+                      &wk->w, &hooks, NULL);
     heartbeat_set_phase(&wk->hb, "elastic: waiting to join");
     WORKER_FAIL_IF(wk, elastic_join(&wk->el, &wk->e) < 0);
     if (wk->el.left)

@@ -21,13 +21,13 @@
 #include "worker/data/loader.h"
 #include "worker/data/storage.h"
 #include "worker/ddp/ddp.h"
+#include "worker/elastic.h"
 #include "worker/module/module.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
 #include "worker/observe.h"
 #include "worker/pipeline.h"
-#include "worker/elastic.h"
 #include "worker/train_elastic.h"
 #include "worker/train_engines.h"
 #include "worker/train_module.h"
@@ -476,7 +476,8 @@ static int train_next_micro(struct trainer *tr, int64_t step, int micro,
     *epoch_of_step = (int)b->epoch;
     if (tr->pos_epoch != b->epoch) /* the data position a commit records */
         tr->pos_epoch = b->epoch, tr->pos_off = 0;
-    tr->pos_off += (int64_t)b->n * (tr->comm->world_size / (tr->t->pipeline > 1 ? tr->t->pipeline : 1));
+    tr->pos_off += (int64_t)b->n *
+                   (tr->comm->world_size / (tr->t->pipeline > 1 ? tr->t->pipeline : 1));
     if (b->last_in_epoch)
         tr->pos_epoch = b->epoch + 1, tr->pos_off = 0;
     if (b->last_in_epoch)

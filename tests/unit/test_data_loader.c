@@ -265,8 +265,9 @@ static bool resume_ok(int64_t n, int64_t off, int world, int batch, char *why, s
         bool want = pos >= off && pos < off + per_rank * world;
         covered += seen[perm[pos]];
         if (seen[perm[pos]] != (want ? 1 : 0)) {
-            snprintf(why, len, "position %lld (sample %lld) taken %lld times from %lld", (long long)pos,
-                     (long long)perm[pos], (long long)seen[perm[pos]], (long long)off);
+            snprintf(why, len, "position %lld (sample %lld) taken %lld times from %lld",
+                     (long long)pos, (long long)perm[pos], (long long)seen[perm[pos]],
+                     (long long)off);
             ok = false;
         }
     }

@@ -56,7 +56,7 @@ struct loader {
     struct loader_config cfg;
     int64_t shard_len, per_epoch;
     int64_t first_shard, first_len; /* the first epoch's (start_offset: a remainder) */
-    int64_t total; /* batches in all; -1 = no end */
+    int64_t total;                  /* batches in all; -1 = no end */
     int nslots;
     bool threaded;
     int reuse_n; /* samples in the reused batch (ds->reuse_batch) */
@@ -274,7 +274,8 @@ static int loader_count(struct loader *l, struct err *e)
                                       c->remainder);
     l->first_len = c->drop_last_batch ? l->first_shard / c->batch_size
                                       : (l->first_shard + c->batch_size - 1) / c->batch_size;
-    l->total = c->epochs == 0 ? -1 : l->first_len + (c->epochs - 1 - c->start_epoch) * l->per_epoch;
+    l->total = c->epochs == 0 ? -1
+                              : l->first_len + (c->epochs - 1 - c->start_epoch) * l->per_epoch;
     if (l->per_epoch == 0)
         l->per_epoch = 1; /* no batch is ever planned; keeps the division defined */
     return 0;

@@ -293,8 +293,9 @@ static int ddp_zero_export(struct ddp *d, const struct nn_optim *o, float *full,
             for (int b = 0; b < d->nb; at += d->b[b].chunk, b++) {
                 const struct ddp_bucket *bk = &d->b[b];
                 size_t lo = r * bk->chunk;
-                size_t len = lo < bk->len ? (bk->len - lo < bk->chunk ? bk->len - lo : bk->chunk)
-                                          : 0;
+                size_t len = lo < bk->len
+                                 ? (bk->len - lo < bk->chunk ? bk->len - lo : bk->chunk)
+                                 : 0;
                 memcpy(full + k * d->n + bk->offset + lo, recv + r * per + at,
                        len * sizeof(float));
             }
