@@ -937,10 +937,10 @@ static void test_report_elastic(void)
     T_CHECK(!json_object_get(ev, "lost_steps"));
     T_EQ_INT(json_integer_value(json_object_get(ev, "peer")), -1);
     json_decref(ev);
-    struct report_step st = {REPORT_STEP_NO_PIPELINE, .step = 7, .samples = 8, .step_ms = 3,
-                             .data_ms = -1, .forward_ms = -1, .backward_ms = -1,
-                             .comm_ms = -1, .comm_exposed_ms = -1, .optimizer_ms = -1,
-                             .bytes_sent = -1};
+    struct report_step st = {
+        REPORT_STEP_NO_PIPELINE, .step = 7,          .samples = 8,      .step_ms = 3,
+        .data_ms = -1,           .forward_ms = -1,   .backward_ms = -1, .comm_ms = -1,
+        .comm_exposed_ms = -1,   .optimizer_ms = -1, .bytes_sent = -1};
     st.gen = 1;
     st.world = 2;
     ev = observe_round_trip(emit_elastic_step, &st, REPORT_STEP);

@@ -593,6 +593,19 @@ static void e2e_elastic_verdict(const struct e2e *x, int rank, int gen, int worl
                      (long long)r->epoch_samples[ep], E2E_SAMPLES);
 }
 
+/* An elastic run of strategy whose rank 2 is killed after rank 0's 12th step (and, with
+ * replace, replaced once generation 1 resumed), collected into x. */
+static int e2e_elastic_run(struct e2e *x, const char *strategy, const char *run, bool replace,
+                           struct err *e)
+{
+    char spec[1024];
+    e2e_elastic_spec(spec, sizeof spec, strategy);
+    memset(x, 0, sizeof *x);
+    x->kill_after_steps = 12;
+    x->replace = replace;
+    return e2e_run_set(x, run, spec, 2, SIGKILL, 30000, e);
+}
+
 /* Rank 2 killed mid-run: the other two regroup as generation 1 and finish, whatever the
  * strategy (ZeRO's shards re-sliced from 3 ranks to 2). The kill comes after the commit
  * of step 10 and before the one of step 15 can complete, so every strategy restores the
@@ -606,14 +619,9 @@ static void test_e2e_elastic_survivors_finish(void)
     for (size_t k = 0; k < sizeof strategies / sizeof strategies[0]; k++) {
         struct e2e x;
         struct err e;
-        char spec[1024], run[32];
-        e2e_elastic_spec(spec, sizeof spec, strategies[k]);
+        char run[32], why[700] = "";
         snprintf(run, sizeof run, "e2e-el-%zu", k);
-        memset(&x, 0, sizeof x);
-        x.kill_after_steps = 12;
-        int rc = e2e_run_set(&x, run, spec, 2, SIGKILL, 30000, &e);
-        T_CHECK_MSG(rc == 0, "%s", e.msg);
-        char why[700] = "";
+        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], run, false, &e) == 0, "%s", e.msg);
         T_CHECK_MSG(x.killed_at > 0, "%s: the victim was never killed", strategies[k]);
         for (int i = 0; i < 2 && !why[0]; i++)
             e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
@@ -640,15 +648,9 @@ static void test_e2e_elastic_replacement_joins(void)
     for (size_t k = 0; k < sizeof strategies / sizeof strategies[0]; k++) {
         struct e2e x;
         struct err e;
-        char spec[1024], run[32];
-        e2e_elastic_spec(spec, sizeof spec, strategies[k]);
+        char run[32], why[700] = "";
         snprintf(run, sizeof run, "e2e-elj-%zu", k);
-        memset(&x, 0, sizeof x);
-        x.kill_after_steps = 12;
-        x.replace = true;
-        int rc = e2e_run_set(&x, run, spec, 2, SIGKILL, 30000, &e);
-        T_CHECK_MSG(rc == 0, "%s", e.msg);
-        char why[700] = "";
+        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], run, true, &e) == 0, "%s", e.msg);
         T_CHECK_MSG(x.replaced, "%s: generation 1 never resumed", strategies[k]);
         for (int i = 0; i < 3 && !why[0]; i++)
             e2e_elastic_verdict(&x, i, 2, 3, why, sizeof why);
