@@ -1068,12 +1068,20 @@ static int train_repeat(struct trainer *tr, struct err *e)
     if (tr->el && !tr->resumed_pending && train_elastic_commit(tr, &tally, e) < 0 &&
         (!elastic_recoverable(e) || train_elastic_switch(tr, &tally, true, e) < 0))
         return -1;
-    while (tr->step < tr->total_steps) {
-        int done = -1;
-        pending = true;
-        int rc = train_one(tr, &tally, &epoch, &done, e);
-        if (rc == 0 && tr->el)
-            rc = train_elastic_after_step(tr, &tally, done >= 0, e);
+    for (;;) {
+        int done = -1, rc = 0;
+        if (tr->step < tr->total_steps) {
+            pending = true;
+            rc = train_one(tr, &tally, &epoch, &done, e);
+            if (rc == 0 && tr->el)
+                rc = train_elastic_after_step(tr, &tally, done >= 0, e);
+        } else if (!tr->el) {
+            break;
+        } else if ((rc = comm_barrier(tr->comm, e)) == 0) {
+            /* elastic: every member has trained every step before any leaves the
+             * training, so a failure now finds them all here to restore together */
+            break;
+        }
         if (rc < 0 && !(tr->el && elastic_recoverable(e)))
             return -1;
         if (rc < 0) {

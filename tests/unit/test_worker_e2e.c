@@ -552,15 +552,15 @@ static void test_e2e_stopped_rank_times_out(void)
 #define E2E_SAMPLES 480 /* 20 steps of 8 a rank per epoch at 3 ranks, 30 at 2 */
 
 /* A 3-rank elastic training run of strategy on the synthetic set, 2 epochs. */
-static void e2e_elastic_spec(char *out, size_t len, const char *strategy)
+static void e2e_elastic_spec(char *out, size_t len, const char *strategy, const char *more)
 {
     snprintf(out, len,
              "{\"workload\": \"train\", \"world_size\": 3, \"model\": \"mnist-cnn\","
              " \"epochs\": 2, \"batch_size\": 8, \"threads\": 1, \"strategy\": \"%s\","
              " \"dataset\": {\"name\": \"synthetic\", \"samples\": %d},"
              " \"optimizer\": {\"type\": \"adam\", \"lr\": 0.001},"
-             " \"elastic\": {\"min_ranks\": 2, \"max_ranks\": 3, \"commit_every\": 5}}",
-             strategy, E2E_SAMPLES);
+             " \"elastic\": {\"min_ranks\": 2, \"max_ranks\": 3, \"commit_every\": 5}%s}",
+             strategy, E2E_SAMPLES, more);
 }
 
 /* A survivor's verdict: exit 0 with done, no error, steps never back, the last
@@ -595,11 +595,11 @@ static void e2e_elastic_verdict(const struct e2e *x, int rank, int gen, int worl
 
 /* An elastic run of strategy whose rank 2 is killed after rank 0's 12th step (and, with
  * replace, replaced once generation 1 resumed), collected into x. */
-static int e2e_elastic_run(struct e2e *x, const char *strategy, const char *run, bool replace,
-                           struct err *e)
+static int e2e_elastic_run(struct e2e *x, const char *strategy, const char *more,
+                           const char *run, bool replace, struct err *e)
 {
     char spec[1024];
-    e2e_elastic_spec(spec, sizeof spec, strategy);
+    e2e_elastic_spec(spec, sizeof spec, strategy, more);
     memset(x, 0, sizeof *x);
     x->kill_after_steps = 12;
     x->replace = replace;
@@ -621,7 +621,7 @@ static void test_e2e_elastic_survivors_finish(void)
         struct err e;
         char run[32], why[700] = "";
         snprintf(run, sizeof run, "e2e-el-%zu", k);
-        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], run, false, &e) == 0, "%s", e.msg);
+        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], "", run, false, &e) == 0, "%s", e.msg);
         T_CHECK_MSG(x.killed_at > 0, "%s: the victim was never killed", strategies[k]);
         for (int i = 0; i < 2 && !why[0]; i++)
             e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
@@ -650,7 +650,7 @@ static void test_e2e_elastic_replacement_joins(void)
         struct err e;
         char run[32], why[700] = "";
         snprintf(run, sizeof run, "e2e-elj-%zu", k);
-        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], run, true, &e) == 0, "%s", e.msg);
+        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], "", run, true, &e) == 0, "%s", e.msg);
         T_CHECK_MSG(x.replaced, "%s: generation 1 never resumed", strategies[k]);
         for (int i = 0; i < 3 && !why[0]; i++)
             e2e_elastic_verdict(&x, i, 2, 3, why, sizeof why);
@@ -659,6 +659,23 @@ static void test_e2e_elastic_replacement_joins(void)
         T_CHECK_MSG(!why[0], "%s: %s", strategies[k], why);
         T_EQ_INT(hello, 1);
     }
+}
+
+/* Gradient accumulation (2 micro-batches a step; a commit's data position is mid-step
+ * nowhere) and zero1 under it: the survivors finish every epoch. */
+static void test_e2e_elastic_accumulation(void)
+{
+    struct e2e x;
+    struct err e;
+    char why[700] = "";
+    T_CHECK_MSG(e2e_elastic_run(&x, "zero1", ", \"accumulate\": 2", "e2e-el-acc", false, &e) ==
+                    0,
+                "%s", e.msg);
+    T_CHECK(x.killed_at > 0);
+    for (int i = 0; i < 2 && !why[0]; i++)
+        e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
+    e2e_cleanup(&x);
+    T_CHECK_MSG(!why[0], "%s", why);
 }
 
 int main(int argc, char **argv)
@@ -671,5 +688,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_e2e_killed_rank_is_named);
     TEST_RUN(test_e2e_elastic_survivors_finish);
     TEST_RUN(test_e2e_elastic_replacement_joins);
+    TEST_RUN(test_e2e_elastic_accumulation);
     return test_end();
 }
