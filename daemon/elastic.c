@@ -49,6 +49,14 @@ int elastic_live(const struct elastic_run *el)
     return n;
 }
 
+int elastic_running(const struct elastic_run *el)
+{
+    int n = 0;
+    for (int i = 0; el->on && i < el->world_size; i++)
+        n += el->slots[i] == ELASTIC_SLOT_LIVE;
+    return n;
+}
+
 /* The current members (live or done slots, ascending) into g, none of them joiners. */
 static void elastic_members(const struct elastic_run *el, struct elastic_gen *g)
 {

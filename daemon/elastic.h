@@ -90,8 +90,10 @@ int elastic_init(struct elastic_run *el, const struct spec *sp, enum vocab_elast
                  bool can_replace, struct err *e);
 void elastic_free(struct elastic_run *el);
 
-/* Slots that live now (members of the current generation). */
+/* Slots that live now (members of the current generation, done or not). */
 int elastic_live(const struct elastic_run *el);
+/* Members still training (live, not done yet). */
+int elastic_running(const struct elastic_run *el);
 /* Slot `slot` ended without done (crashed, killed, blamed and killed). Marks it lost and
  * says what to do; for SHRINK and RESTART the generation in d->next is the state's
  * current one from here (published or started by the caller). reason: a few words for

@@ -86,8 +86,12 @@ static void test_elastic_shrink_replace_grow(void)
     T_CHECK(!elastic_grow(&el, &g)); /* once */
     T_EQ_INT(elastic_live(&el), 3);
     T_CHECK(!elastic_all_done(&el));
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3; i++) {
+        T_EQ_INT(elastic_running(&el), 3 - i);
         elastic_slot_done(&el, i);
+    }
+    T_EQ_INT(elastic_running(&el), 0);
+    T_EQ_INT(elastic_live(&el), 3);
     T_CHECK(elastic_all_done(&el));
     T_EQ_INT(el.lost, 1);
     T_EQ_INT(el.replaced, 1);
