@@ -7,7 +7,11 @@
  * path (WORKER_FAIL_IF): record the failure in the store (so other ranks can tell who
  * failed first), emit an error event naming the operation and the peer, print
  * "rank R: file:line: message (hint)" on stderr and exit 1 without a clean shutdown of
- * the communicator: peers must see this rank's connections drop, not a goodbye. */
+ * the communicator: peers must see this rank's connections drop, not a goodbye.
+ * An elastic training run (spec elastic, worker/elastic.h) is the exception for failures
+ * of the communicator: the training regroups with the next generation instead, and so
+ * does the final barrier; a replacement rank (DDPB_ELASTIC_JOIN=1) skips the launch's
+ * join and enters the generation the daemon names for it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <gnu/libc-version.h>

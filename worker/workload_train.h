@@ -17,6 +17,14 @@
  * - Train loss and accuracy of an epoch are over the samples all ranks trained on in it
  *   (with dropout and batch statistics of training mode, as PyTorch examples print them);
  *   test figures are over the whole test split, each rank evaluating a disjoint part.
+ * - Elastic runs (spec elastic; worker/elastic.h, worker/train_elastic.h): a failure of
+ *   the communicator inside the training is not the end: the rank regroups with the
+ *   next generation, restores the last commit (taken every commit_every steps and at
+ *   every epoch's end) and goes on with a loader and strategy for its new rank and world.
+ *   The epoch's figures up to the commit travel in it, so an epoch's samples, loss and
+ *   accuracy are the whole epoch's across a resize; steps are numbered by the run's
+ *   iteration counter, which redone work does not reuse. The members pass a barrier
+ *   before leaving the training, so that a failure at the very end is recovered too.
  *
  * Ownership: everything is borrowed from the caller for the duration of the call. */
 #ifndef DDPB_WORKLOAD_TRAIN_H
