@@ -183,6 +183,12 @@ bool elastic_slot_forgiven(const struct elastic_run *el, int slot)
     return el->on && slot >= 0 && slot < el->world_size && el->slots[slot] == ELASTIC_SLOT_LOST;
 }
 
+bool elastic_blame_kills(const struct elastic_run *el, int gen, int slot)
+{
+    return el->on && gen == el->gen && slot >= 0 && slot < el->world_size &&
+           el->slots[slot] == ELASTIC_SLOT_LIVE;
+}
+
 void elastic_replacement_started(struct elastic_run *el, int slot)
 {
     if (el->on && slot >= 0 && slot < el->world_size && el->slots[slot] == ELASTIC_SLOT_LOST) {

@@ -109,6 +109,11 @@ bool elastic_all_done(const struct elastic_run *el);
  * run once the run is over. */
 bool elastic_slot_forgiven(const struct elastic_run *el, int slot);
 
+/* A member of generation gen blamed slot `slot` for its failure: true when that slot's
+ * process is to be killed (a member of the current generation still running: stopped or
+ * hung). A detection of an older generation names a slot already handled, which may now
+ * hold a replacement that was never in it. */
+bool elastic_blame_kills(const struct elastic_run *el, int gen, int slot);
 /* A replacement was started into lost slot `slot`: it is JOINING until it grows a
  * generation. */
 void elastic_replacement_started(struct elastic_run *el, int slot);

@@ -1207,8 +1207,8 @@ static void monitor_elastic_line(struct active_run *r, struct run_rank *k,
         return;
     }
     int p = res->elastic_peer;
-    if (strcmp(res->elastic_event, "detect") != 0 || p < 0 || p >= r->world_size ||
-        p == k->rank)
+    if (strcmp(res->elastic_event, "detect") != 0 || p == k->rank ||
+        !elastic_blame_kills(&r->elastic, res->elastic_gen, p))
         return;
     struct run_rank *peer = &r->ranks[p];
     if (peer->spawned && !peer->exited && peer->node == 0 && !peer->channel &&

@@ -70,7 +70,12 @@ static void test_elastic_shrink_replace_grow(void)
     elastic_slot_lost(&el, 1, "rank 1 lost", &again);
     T_EQ_INT(again.action, ELASTIC_IGNORE);
     T_EQ_INT(el.gen, 1);
+    /* a blame from generation 0 names a slot handled already: nobody is killed for it */
+    T_CHECK(!elastic_blame_kills(&el, 0, 1));
+    T_CHECK(!elastic_blame_kills(&el, 0, 2));
+    T_CHECK(elastic_blame_kills(&el, 1, 2)); /* a member of the current one, still running */
     elastic_replacement_started(&el, 1);
+    T_CHECK(!elastic_blame_kills(&el, 1, 1)); /* the replacement was never in generation 1 */
     struct elastic_gen g;
     T_CHECK(!elastic_grow(&el, &g)); /* no hello, not resumed */
     elastic_joiner_hello(&el, 1);
