@@ -34,9 +34,9 @@ def steps_done(d, run_id):
     return max((r["step"] for r in rows), default=-1)
 
 
-def kill_at(d, run_id, world, victim, fraction=0.3):
-    """Waits for `fraction` of the run's steps (at its starting world), then SIGKILLs
-    `victim`'s process; returns its pid."""
+def kill_at(d, run_id, world, victim, fraction=0.3, sig=signal.SIGKILL):
+    """Waits for `fraction` of the run's steps (at its starting world), then sends sig
+    (SIGKILL) to `victim`'s process; returns its pid."""
     run = d.wait_run(run_id, lambda r: r["status"] == "running" and len(r["ranks"]) == world
                      and all(k["pid"] for k in r["ranks"]), what="running", timeout=120)
     total = 2 * (SAMPLES // (64 * world))
@@ -44,7 +44,7 @@ def kill_at(d, run_id, world, victim, fraction=0.3):
     while steps_done(d, run_id) < fraction * total and time.time() < deadline:
         time.sleep(0.2)
     pid = run["ranks"][victim]["pid"]
-    os.kill(pid, signal.SIGKILL)
+    os.kill(pid, sig)
     return pid
 
 
@@ -74,13 +74,13 @@ class Events:
         return [e["data"] for e in self.events if e.get("event") == kind]
 
 
-def killed_run(d, name, world, elastic, fraction=0.3):
-    """Submits SPEC at world with elastic, kills rank 1 at fraction of its steps, waits for
-    the end. Returns (experiment, run, the killed pid, its live events)."""
+def killed_run(d, name, world, elastic, fraction=0.3, sig=signal.SIGKILL):
+    """Submits SPEC at world with elastic, kills rank 1 (sends it sig) at fraction of its
+    steps, waits for the end. Returns (experiment, run, the killed pid, its live events)."""
     exp = d.submit(dict(SPEC, name=name, world_size=world, elastic=elastic))
     ev = Events(d, exp["id"])
     run_id = exp["runs"][0]["id"]
-    victim = kill_at(d, run_id, world, 1, fraction)
+    victim = kill_at(d, run_id, world, 1, fraction, sig)
     exp = d.wait_experiment(exp["id"], timeout=600)
     return exp, d.get(f"/v1/runs/{run_id}"), victim, ev
 
@@ -156,6 +156,22 @@ def test_elastic_3_to_2_with_replacement():
         d.close()
 
 
+def test_elastic_stopped_rank_is_killed():
+    """A rank stopped (SIGSTOP), not dead: the survivor's communicator times out and blames
+    it, the daemon kills it (its process still lived) and the run goes on without it."""
+    d = Daemon(cpu_slots=2)
+    try:
+        _, run, victim, _ = killed_run(d, "stopped", 2, {"min_ranks": 1, "max_ranks": 1},
+                                       sig=signal.SIGSTOP)
+        check(run["status"] == "succeeded", run["error"])
+        check([g["members"] for g in run["generations"]] == [[0, 1], [0]], run["generations"])
+        check(run["ranks"][1]["status"] == "killed" and run["ranks"][1]["signal"] == 9,
+              run["ranks"][1])
+        nothing_left(d, run, victim)
+    finally:
+        d.close()
+
+
 def test_elastic_min_ranks_fails():
     """min_ranks 2 of 2: a lost rank leaves 1 and fails the run, saying so."""
     d = Daemon(cpu_slots=2)
@@ -198,6 +214,7 @@ if __name__ == "__main__":
     sys.exit(run_cases([
         test_elastic_refusals_and_engines,
         test_elastic_min_ranks_fails,
+        test_elastic_stopped_rank_is_killed,
         test_elastic_2_to_1,
         test_elastic_3_to_2_with_replacement,
     ]))
