@@ -1341,7 +1341,8 @@ static const char SQL_GENERATION_DETECTED[] =
     "detected_at IS NULL";
 static const char SQL_GENERATION_RESUMED[] =
     "UPDATE generations SET resumed_at = ?3, commit_step = ?4, lost_steps = ?5, "
-    "regroup_ms = coalesce(regroup_ms, ?6) WHERE run_id = ?1 AND gen = ?2 AND resumed_at IS NULL";
+    "regroup_ms = coalesce(regroup_ms, ?6) WHERE run_id = ?1 AND gen = ?2 AND "
+    "resumed_at IS NULL";
 static const char SQL_GENERATION_REGROUPED[] =
     "UPDATE generations SET regroup_ms = ?3 WHERE run_id = ?1 AND gen = ?2 AND "
     "regroup_ms IS NULL";
