@@ -24,6 +24,7 @@
 #include "common/vocab.h"
 #include "daemon/channel.h"
 #include "daemon/cluster.h"
+#include "daemon/elastic.h"
 #include "daemon/engines.h"
 #include "daemon/faults.h"
 #include "daemon/ingest.h"
@@ -43,6 +44,7 @@ struct run_rank {
     bool channel;   /* another launcher started it: it reports over the report channel */
     bool connected; /* its channel connection proved itself */
     bool lost;      /* its channel ended without done or an error: it died */
+    bool joiner;    /* an elastic run's replacement: spawned with DDPB_ELASTIC_JOIN=1 */
     int wstatus;
     int signal_sent;      /* last signal the daemon sent, 0 = none */
     int64_t exit_order;   /* order in which exits were seen */
@@ -87,6 +89,11 @@ struct active_run {
     bool stopping, finished, store_registered;
     enum db_run_status stop_status;
     char stop_reason[1024];
+    /* Elastic runs (the spec's "elastic", daemon/elastic.h): the slots' state, and what a
+     * replacement is spawned with (each rank's CPUs as at the start, the store address) */
+    struct elastic_run elastic;
+    int *cpus, cpus_per;
+    char store_addr[192];
 };
 
 /* --- helpers -------------------------------------------------------------------- */
@@ -272,6 +279,8 @@ static void monitor_reap(struct active_run *r, struct run_rank *k)
 }
 
 static void monitor_settle(struct active_run *r, struct run_rank *k);
+static bool monitor_elastic_lost(struct active_run *r, struct run_rank *k, const char *what);
+static void monitor_elastic_done(struct active_run *r, struct run_rank *k);
 
 static void monitor_rank_failed(struct active_run *r, struct run_rank *k)
 {
@@ -374,7 +383,7 @@ static void monitor_attribute(struct active_run *r, int *rank_out, char *msg, si
     int best_score = 0;
     for (int i = 0; i < r->world_size; i++) {
         struct run_rank *k = &r->ranks[i];
-        int s = k->spawned ? monitor_blame(k) : 0;
+        int s = k->spawned && !elastic_slot_forgiven(&r->elastic, i) ? monitor_blame(k) : 0;
         if (s > best_score || (s == best_score && s > 0 && monitor_blame_first(r, k, best))) {
             best = k;
             best_score = s;
@@ -407,8 +416,9 @@ static void monitor_finish(struct active_run *r)
     int rank = -1;
     bool all_ok = true;
     faults_end(r->faults, "the run finished");
-    for (int i = 0; i < r->world_size; i++)
-        all_ok = all_ok && monitor_rank_ok(&r->ranks[i]);
+    for (int i = 0; i < r->world_size; i++) /* an elastic run's lost slots are forgiven */
+        all_ok = all_ok &&
+                 (monitor_rank_ok(&r->ranks[i]) || elastic_slot_forgiven(&r->elastic, i));
     if (r->stopping && r->stop_reason[0]) {
         status = r->stop_status;
         rank = r->stop_rank;
@@ -455,7 +465,9 @@ static void monitor_settle(struct active_run *r, struct run_rank *k)
                             WIFSIGNALED(k->wstatus) ? WTERMSIG(k->wstatus) : 0,
                             ok ? NULL : what, &e);
     monitor_db_warn(r, rc, &e);
-    if (!ok)
+    if (ok)
+        monitor_elastic_done(r, k);
+    if (!ok && !monitor_elastic_lost(r, k, what))
         monitor_rank_failed(r, k);
 }
 
@@ -490,6 +502,9 @@ static void monitor_rank_exited(struct active_run *r, struct run_rank *k)
 
 /* --- report lines ----------------------------------------------------------------------- */
 
+static void monitor_elastic_line(struct active_run *r, struct run_rank *k,
+                                 const struct ingest_result *res);
+
 /* A whole line from rank k's pipe: ingestion does the rest (daemon/ingest.h); a line that
  * breaks the protocol fails the rank, and the rank's later lines are ignored. */
 static void monitor_handle_line(struct active_run *r, struct run_rank *k, const char *line,
@@ -507,6 +522,8 @@ static void monitor_handle_line(struct active_run *r, struct run_rank *k, const 
     }
     if (res.run_running)
         monitor_publish_status(r, DB_RUN_RUNNING, NULL, -1);
+    if (r->elastic.on && !res.store_failed)
+        monitor_elastic_line(r, k, &res);
 }
 
 /* The last line of the launcher's log (its own complaint: an unknown option, a rank
@@ -661,6 +678,11 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
     lr.rank = rank;
     lr.local_rank = k->local_rank;
     lr.node_rank = k->node_rank;
+    static const char *const joiner_env[] = {"DDPB_ELASTIC_JOIN=1"};
+    if (k->joiner) {
+        lr.extra_env = joiner_env;
+        lr.nextra_env = 1;
+    }
     struct launched out;
     if (launcher_spawn(&lr, &out, e) < 0)
         return -1;
@@ -1102,6 +1124,217 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
     return monitor_faults_prepare(r, &q->spec, e);
 }
 
+/* --- elastic runs (issue 32; daemon/elastic.h) -------------------------------------------- */
+
+/* Records generation g (the database row, a live event) once it is published; lost_at: when
+ * the loss that formed it was seen (below 0: none). */
+static void monitor_elastic_record(struct active_run *r, const struct elastic_gen *g,
+                                   double lost_at)
+{
+    char *text = elastic_gen_text(g);
+    json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+    char *members = j ? json_dumps(json_object_get(j, "members"), JSON_COMPACT) : NULL;
+    char *joiners = j ? json_dumps(json_object_get(j, "joiners"), JSON_COMPACT) : NULL;
+    struct db_generation row = {.gen = g->gen,
+                                .world = g->n_members,
+                                .members = members ? members : "[]",
+                                .joiners = joiners ? joiners : "[]",
+                                .reason = g->reason,
+                                .published_at = clock_wall_s(),
+                                .lost_at = lost_at};
+    struct err e = {0};
+    monitor_db_warn(r, db_insert_generation(r->ctx->db, r->id, &row, &e), &e);
+    if (j) {
+        json_object_set_new(j, "world", json_integer(g->n_members));
+        json_object_set_new(j, "published_at", json_real(row.published_at));
+        events_publish_run(r->ctx->events, r->experiment_id, r->id, "generation", j);
+    }
+    free(members);
+    free(joiners);
+    free(text);
+}
+
+/* Publishes g into the run's store (join keys, elastic/g<N>, elastic/gen) and records it.
+ * A store that refuses fails the run: its workers would wait for a generation forever. */
+static void monitor_elastic_publish(struct active_run *r, const struct elastic_gen *g,
+                                    double lost_at)
+{
+    struct err e = {0};
+    if (elastic_publish(r->ctx->store, r->ns, g, &e) < 0) {
+        char reason[320];
+        snprintf(reason, sizeof reason, "elastic: could not publish generation %d: %s", g->gen,
+                 e.msg);
+        monitor_stop_run(r, DB_RUN_FAILED, -1, reason);
+        return;
+    }
+    log_info("run %lld: elastic generation %d of %d rank(s): %s", (long long)r->id, g->gen,
+             g->n_members, g->reason);
+    monitor_elastic_record(r, g, lost_at);
+}
+
+/* Every rank of the run starts here and by ddpbench's own launcher, on the CPU: only then
+ * can the daemon start a replacement into a lost slot. */
+static bool monitor_elastic_can_replace(const struct active_run *r,
+                                        const struct monitor_gpu *gpu)
+{
+    if (r->foreign || gpu)
+        return false;
+    for (int i = 0; i < r->world_size; i++)
+        if (r->ranks[i].node != 0)
+            return false;
+    return true;
+}
+
+/* The run's elastic state from its spec and engine, generation 0 recorded, and what a
+ * replacement will be spawned with kept. Not elastic: nothing. */
+static void monitor_elastic_start(struct active_run *r, const struct db_queued_run *q,
+                                  const int *cpus, int per, const struct monitor_gpu *gpu,
+                                  const char *store_addr)
+{
+    struct err e = {0};
+    if (q->spec_err.code != ERR_OK || !q->spec.elastic.on)
+        return;
+    const char *name = q->spec.train.engine[0] ? q->spec.train.engine : "ddpbench";
+    const struct vocab_engine *g = vocab_engine(vocab_find(VOCAB_ENGINE, name));
+    if (elastic_init(&r->elastic, &q->spec, g ? g->elastic : VOCAB_ELASTIC_NONE,
+                     monitor_elastic_can_replace(r, gpu), &e) < 0) {
+        log_error("run %lld: elastic: %s", (long long)r->id, e.msg);
+        return;
+    }
+    snprintf(r->store_addr, sizeof r->store_addr, "%s", store_addr);
+    r->cpus_per = per;
+    size_t n = (size_t)r->world_size * (size_t)(per > 0 ? per : 1);
+    r->cpus = cpus ? malloc(n * sizeof *r->cpus) : NULL;
+    if (r->cpus)
+        memcpy(r->cpus, cpus, n * sizeof *r->cpus);
+    struct elastic_gen g0 = {.gen = 0, .n_members = r->world_size};
+    for (int i = 0; i < r->world_size; i++)
+        g0.members[i] = i;
+    snprintf(g0.reason, sizeof g0.reason, "launch");
+    monitor_elastic_record(r, &g0, -1);
+}
+
+/* Starts a replacement into lost slot k (same node: this one; DDPB_ELASTIC_JOIN=1): the
+ * slot's last process is forgotten (its row in run_ranks takes the new pid and status). */
+static void monitor_elastic_replace(struct active_run *r, struct run_rank *k)
+{
+    struct err e = {0};
+    buf_free(&k->line);
+    buf_init(&k->line);
+    k->spawned = k->exited = k->settled = k->lost = false;
+    k->wstatus = k->signal_sent = 0;
+    k->bad_report[0] = k->node_error[0] = '\0';
+    k->joiner = true;
+    r->n_settled--;
+    ingest_rank_reset(&r->ingest, k->rank);
+    if (monitor_spawn_rank(r, k->rank, r->cpus, r->cpus_per, NULL, r->store_addr, &e) < 0) {
+        log_warn("run %lld: elastic: could not start a replacement for rank %d: %s",
+                 (long long)r->id, k->rank, e.msg);
+        if (!k->spawned) { /* nothing runs in the slot: it stays lost */
+            k->exited = k->settled = true;
+            r->n_settled++;
+        }
+        return;
+    }
+    elastic_replacement_started(&r->elastic, k->rank);
+    log_info("run %lld: elastic: replacement for rank %d started (pid %d)", (long long)r->id,
+             k->rank, (int)k->pid);
+}
+
+/* Slot k of an elastic run ended without done (what: how). True when the run goes on
+ * (shrunk, replaced, left to the engine's driver) or was stopped here (too few ranks
+ * left); false when the run is not elastic, and the caller fails it as always. */
+static bool monitor_elastic_lost(struct active_run *r, struct run_rank *k, const char *what)
+{
+    if (!r->elastic.on || r->stopping)
+        return false;
+    char reason[64], why[sizeof r->stop_reason];
+    snprintf(reason, sizeof reason, "rank %d lost", k->rank);
+    struct elastic_decision d;
+    elastic_slot_lost(&r->elastic, k->rank, reason, &d);
+    switch (d.action) {
+    case ELASTIC_IGNORE: return true;
+    case ELASTIC_FAIL:
+        snprintf(why, sizeof why, "%s (last: rank %d %s)", d.why, k->rank, what);
+        monitor_stop_run(r, DB_RUN_FAILED, k->rank, why);
+        return true;
+    case ELASTIC_DRIVER:
+        log_info("run %lld: elastic: %s", (long long)r->id, d.why);
+        return true;
+    case ELASTIC_RESTART:
+        /* restart mode belongs to the pytorch engine's part of issue 32 */
+        snprintf(why, sizeof why,
+                 "elastic: rank %d lost and restart mode (engine %s) is not "
+                 "available in this build",
+                 k->rank, r->engine);
+        monitor_stop_run(r, DB_RUN_FAILED, k->rank, why);
+        return true;
+    case ELASTIC_SHRINK: break;
+    }
+    log_info("run %lld: elastic: rank %d %s; %s", (long long)r->id, k->rank, what, d.why);
+    if (d.next.gen >= 0)
+        monitor_elastic_publish(r, &d.next, clock_wall_s());
+    if (d.replace && !r->stopping)
+        monitor_elastic_replace(r, k);
+    return true;
+}
+
+/* Slot k said done. Once no member of the run is still training, a replacement still
+ * waiting to join never will: it is stopped (its end is a lost slot, forgiven). */
+static void monitor_elastic_done(struct active_run *r, struct run_rank *k)
+{
+    elastic_slot_done(&r->elastic, k->rank);
+    if (!r->elastic.on || elastic_running(&r->elastic) > 0)
+        return;
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *j = &r->ranks[i];
+        if (j->joiner && j->spawned && !j->exited && j->signal_sent == 0) {
+            launcher_signal(j->pid, SIGTERM);
+            j->signal_sent = SIGTERM;
+        }
+    }
+}
+
+/* A grow generation when one is due (the current one resumed, a replacement said hello). */
+static void monitor_elastic_grow(struct active_run *r)
+{
+    struct elastic_gen g;
+    if (!r->stopping && elastic_grow(&r->elastic, &g))
+        monitor_elastic_publish(r, &g, -1);
+}
+
+/* What an elastic run's report line changes: a replacement's hello, a generation resumed
+ * (either may make a grow generation due), a survivor blaming a peer whose process still
+ * lives (stopped, hung: it is killed, and its end is a lost slot like any other). */
+static void monitor_elastic_line(struct active_run *r, struct run_rank *k,
+                                 const struct ingest_result *res)
+{
+    if (res->type == REPORT_HELLO && k->joiner) {
+        elastic_joiner_hello(&r->elastic, k->rank);
+        monitor_elastic_grow(r);
+        return;
+    }
+    if (res->type != REPORT_ELASTIC)
+        return;
+    if (strcmp(res->elastic_event, "resumed") == 0) {
+        elastic_gen_resumed(&r->elastic, res->elastic_gen);
+        monitor_elastic_grow(r);
+        return;
+    }
+    int p = res->elastic_peer;
+    if (strcmp(res->elastic_event, "detect") != 0 || p == k->rank ||
+        !elastic_blame_kills(&r->elastic, res->elastic_gen, p))
+        return;
+    struct run_rank *peer = &r->ranks[p];
+    if (peer->spawned && !peer->exited && peer->node == 0 && !peer->channel &&
+        peer->signal_sent != SIGKILL) {
+        log_info("run %lld: elastic: rank %d blames rank %d, which still lives: killing it",
+                 (long long)r->id, k->rank, p);
+        launcher_signal(peer->pid, SIGKILL);
+        peer->signal_sent = SIGKILL;
+    }
+}
+
 struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
                                      const struct db_queued_run *q, const int *cpus,
                                      const struct monitor_gpu *gpu, const int *rank_node,
@@ -1122,6 +1355,7 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
     snprintf(store_addr, sizeof store_addr, "%s:%d", ctx->cfg->store_host,
              store_server_port(ctx->store));
     int started = 0, per = monitor_slots_per_rank(q);
+    monitor_elastic_start(r, q, cpus, per, gpu, store_addr);
     if (r->foreign) {
         if (monitor_prepare(r, q, &se) == 0 &&
             monitor_spawn_launcher(r, q, cpus, per, store_addr, &se) == 0)
@@ -1260,6 +1494,21 @@ static void monitor_describe_frozen(const struct active_run *r, const struct run
         monitor_append(out, cap, &len, "; and %d more rank(s)", more);
 }
 
+/* An elastic run's frozen rank is killed: its end is a lost slot, not the run's failure.
+ * True when that is how it is handled. */
+static bool monitor_elastic_frozen(struct active_run *r, struct run_rank *k)
+{
+    if (!r->elastic.on || k->node != 0 || k->channel)
+        return false;
+    if (k->signal_sent != SIGKILL) {
+        log_info("run %lld: elastic: rank %d sent nothing for %d s: killing it",
+                 (long long)r->id, k->rank, r->heartbeat_timeout_s);
+        launcher_signal(k->pid, SIGKILL);
+        k->signal_sent = SIGKILL;
+    }
+    return true;
+}
+
 /* A rank that sent nothing for heartbeat_timeout_s is frozen (stopped, swapped out,
  * wedged in the kernel): its heartbeat thread would otherwise speak every second. */
 static void monitor_check_heartbeats(struct active_run *r, int64_t now_ms)
@@ -1270,6 +1519,8 @@ static void monitor_check_heartbeats(struct active_run *r, int64_t now_ms)
             continue;
         int64_t silent = now_ms - k->last_seen_ms;
         if (silent < (int64_t)r->heartbeat_timeout_s * 1000)
+            continue;
+        if (monitor_elastic_frozen(r, k))
             continue;
         char reason[sizeof r->stop_reason];
         monitor_describe_frozen(r, k, now_ms, reason, sizeof reason);
@@ -1447,6 +1698,8 @@ void monitor_free_run(struct active_run *r)
         store_server_remove_run(r->ctx->store, r->ns);
     faults_free(r->faults);
     ingest_run_cleanup(&r->ingest);
+    elastic_free(&r->elastic);
+    free(r->cpus);
     free(r->ranks);
     free(r);
 }
