@@ -599,15 +599,17 @@ static void e2e_elastic_verdict(const struct e2e *x, int rank, int gen, int worl
                      (long long)r->epoch_samples[ep], E2E_SAMPLES);
 }
 
-/* An elastic run of strategy whose rank 2 is killed after rank 0's 12th step (and, with
- * replace, replaced once generation 1 resumed), collected into x. */
+/* An elastic run of strategy whose rank 2 is killed after rank 0's 12th step (or its
+ * kill_after-th, when > 0) and, with replace, replaced once generation 1 resumed,
+ * collected into x. */
 static int e2e_elastic_run(struct e2e *x, const char *strategy, const char *dataset,
-                           const char *more, const char *run, bool replace, struct err *e)
+                           const char *more, const char *run, bool replace, int kill_after,
+                           struct err *e)
 {
     char spec[1024];
     e2e_elastic_spec(spec, sizeof spec, strategy, dataset, more);
     memset(x, 0, sizeof *x);
-    x->kill_after_steps = 12;
+    x->kill_after_steps = kill_after > 0 ? kill_after : 12;
     x->replace = replace;
     return e2e_run_set(x, run, spec, 2, SIGKILL, 30000, e);
 }
@@ -627,7 +629,7 @@ static void test_e2e_elastic_survivors_finish(void)
         struct err e;
         char run[32], why[700] = "";
         snprintf(run, sizeof run, "e2e-el-%zu", k);
-        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], NULL, "", run, false, &e) == 0, "%s",
+        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], NULL, "", run, false, 0, &e) == 0, "%s",
                     e.msg);
         T_CHECK_MSG(x.killed_at > 0, "%s: the victim was never killed", strategies[k]);
         for (int i = 0; i < 2 && !why[0]; i++)
@@ -657,7 +659,7 @@ static void test_e2e_elastic_replacement_joins(void)
         struct err e;
         char run[32], why[700] = "";
         snprintf(run, sizeof run, "e2e-elj-%zu", k);
-        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], NULL, "", run, true, &e) == 0, "%s",
+        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], NULL, "", run, true, 0, &e) == 0, "%s",
                     e.msg);
         T_CHECK_MSG(x.replaced, "%s: generation 1 never resumed", strategies[k]);
         for (int i = 0; i < 3 && !why[0]; i++)
@@ -676,9 +678,9 @@ static void test_e2e_elastic_accumulation(void)
     struct e2e x;
     struct err e;
     char why[700] = "";
-    T_CHECK_MSG(
-        e2e_elastic_run(&x, "zero1", NULL, ", \"accumulate\": 2", "e2e-el-acc", false, &e) == 0,
-        "%s", e.msg);
+    T_CHECK_MSG(e2e_elastic_run(&x, "zero1", NULL, ", \"accumulate\": 2", "e2e-el-acc", false,
+                                0, &e) == 0,
+                "%s", e.msg);
     T_CHECK(x.killed_at > 0);
     for (int i = 0; i < 2 && !why[0]; i++)
         e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
@@ -739,7 +741,7 @@ static void test_e2e_elastic_eval(void)
     struct err e;
     char why[700] = "";
     if (rc == 0)
-        rc = e2e_elastic_run(&x, "ddp", more, ", \"eval\": true", "e2e-el-eval", false, &e);
+        rc = e2e_elastic_run(&x, "ddp", more, ", \"eval\": true", "e2e-el-eval", false, 0, &e);
     for (int i = 0; rc == 0 && i < 2 && !why[0]; i++)
         e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
     int evaluated = rc == 0 ? x.r[0].epochs_evaluated : 0;
@@ -758,6 +760,23 @@ static void test_e2e_elastic_eval(void)
     T_EQ_INT(evaluated, 2);
 }
 
+/* A rank lost before the first commit that commit_every makes: the survivors go back to
+ * the start's commit (the state before step 0) and finish; ZeRO's empty optimizer state
+ * included. */
+static void test_e2e_elastic_early_loss(void)
+{
+    struct e2e x;
+    struct err e;
+    char why[700] = "";
+    T_CHECK_MSG(e2e_elastic_run(&x, "zero2", NULL, "", "e2e-el-early", false, 2, &e) == 0, "%s",
+                e.msg);
+    T_CHECK(x.killed_at > 0);
+    for (int i = 0; i < 2 && !why[0]; i++)
+        e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
+    e2e_cleanup(&x);
+    T_CHECK_MSG(!why[0], "%s", why);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -770,5 +789,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_e2e_elastic_replacement_joins);
     TEST_RUN(test_e2e_elastic_accumulation);
     TEST_RUN(test_e2e_elastic_eval);
+    TEST_RUN(test_e2e_elastic_early_loss);
     return test_end();
 }
