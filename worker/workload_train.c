@@ -86,6 +86,7 @@ struct trainer {
     int64_t epoch_start_ns;
     bool resumed_pending; /* the first step of a new generation is not done yet */
     int64_t lost_steps;   /* iterations redone since the commit restored */
+    double regroup_ms;    /* from the detection (or growth) to the state restored */
 };
 
 /* ---- setting up a repeat -------------------------------------------------------- */
@@ -927,6 +928,7 @@ static int train_elastic_restore(struct trainer *tr, struct train_tally *tally, 
     tr->epoch_start_ns = clock_mono_ns();
     tr->resumed_pending = true;
     double ms = (double)(clock_mono_ns() - el->since_ns) / 1e6;
+    tr->regroup_ms = ms;
     if (tr->comm->rank == 0 && elastic_emit(el, "regroup", h->iter, -1, ms, el->peer, e) < 0)
         return -1;
     return 0;
@@ -1003,7 +1005,8 @@ static int train_elastic_after_step(struct trainer *tr, struct train_tally *tall
                                     bool epoch_ended, struct err *e)
 {
     if (tr->resumed_pending && tr->comm->rank == 0 &&
-        elastic_emit(tr->el, "resumed", tr->commit.h.iter, tr->lost_steps, -1, -1, e) < 0)
+        elastic_emit(tr->el, "resumed", tr->commit.h.iter, tr->lost_steps, tr->regroup_ms, -1,
+                     e) < 0)
         return -1;
     tr->resumed_pending = false;
     if (epoch_ended || tr->step % tr->s->elastic.commit_every == 0)
