@@ -247,6 +247,7 @@ int report_emit_progress_gen(struct report_writer *w, const char *phase, int64_t
  *   commit_step  the iteration counter of the commit restored (-1: left out)
  *   lost_steps   iterations done since that commit, redone now (-1: left out)
  *   regroup_ms   from the detection (or the growth decision) to the state restored
+ *                (in "regroup" and again in "resumed")
  *   peer         the slot blamed ("detect"), else -1 */
 struct report_elastic {
     const char *event;

@@ -136,7 +136,7 @@ struct db_grads_row {
     int64_t steps, backward_ns;
     json_t *tensors; /* owned by the row: [[bytes, ready_ns], ...] */
 };
-/* What a fault cost a run (issue 32; migration 016), -1 where unknown: the fault's time
+/* What a fault cost a run (issue 32; migration 017), -1 where unknown: the fault's time
  * (the first injected fault's event, else the first lost slot's end; -1: none), the
  * generations formed after the launch's (-1: the run kept none), the first detection and
  * the first resumption after it minus its time, the steps redone, and the global samples

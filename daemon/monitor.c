@@ -1326,6 +1326,11 @@ static void monitor_elastic_line(struct active_run *r, struct run_rank *k,
         !elastic_blame_kills(&r->elastic, res->elastic_gen, p))
         return;
     struct run_rank *peer = &r->ranks[p];
+    /* a replacement started into the slot is not the process the blame is about: the
+     * survivors report the loss (detect) after the daemon may have seen it and started
+     * the replacement already */
+    if (peer->joiner)
+        return;
     if (peer->spawned && !peer->exited && peer->node == 0 && !peer->channel &&
         peer->signal_sent != SIGKILL) {
         log_info("run %lld: elastic: rank %d blames rank %d, which still lives: killing it",

@@ -1,4 +1,4 @@
--- 016_elastic: elastic runs (the spec's "elastic", issue 32; daemon/elastic.h).
+-- 017_elastic: elastic runs (the spec's "elastic", issue 32; daemon/elastic.h).
 -- generations: one row per generation of a run, the launch's (0) included: its world size,
 -- its members and joiners (JSON arrays of slots), why it was formed, when the daemon
 -- published it (unix seconds), when a member of it first saw it fail (detected_at), when

@@ -30,7 +30,8 @@ static int train_commit_reserve(struct train_commit *c, size_t len, struct err *
 
 int train_commit_save(struct train_commit *c, const struct train_commit_head *h,
                       const float *params, size_t nparams, const float *buffers,
-                      size_t nbuffers, struct ddp *d, const struct nn_optim *o, struct err *e)
+                      size_t nbuffers, struct ddp *d, const struct nn_optim *o, bool fresh,
+                      struct err *e)
 {
     size_t nstate = ddp_optim_full_len(d, o);
     size_t len = sizeof *h + (nparams + nbuffers + nstate) * sizeof(float);
@@ -46,7 +47,9 @@ int train_commit_save(struct train_commit *c, const struct train_commit_head *h,
     memcpy(f, params, nparams * sizeof(float));
     if (nbuffers)
         memcpy(f + nparams, buffers, nbuffers * sizeof(float));
-    if (ddp_optim_export(d, o, f + nparams + nbuffers, e) < 0)
+    if (fresh)
+        memset(f + nparams + nbuffers, 0, nstate * sizeof(float));
+    else if (ddp_optim_export(d, o, f + nparams + nbuffers, e) < 0)
         return -1;
     memcpy(c->blob, &head, sizeof head);
     c->h = head;

@@ -17,6 +17,7 @@
 #ifndef DDPB_WORKER_TRAIN_ELASTIC_H
 #define DDPB_WORKER_TRAIN_ELASTIC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,10 +50,12 @@ struct train_commit {
 void train_commit_free(struct train_commit *c);
 
 /* Records h and the state in c (a collective under zero: every rank calls it, between
- * steps). params: nparams floats, buffers: nbuffers. */
+ * steps), or, fresh (the optimizer has taken no step: its state is all zeros), without
+ * any communication. params: nparams floats, buffers: nbuffers. */
 int train_commit_save(struct train_commit *c, const struct train_commit_head *h,
                       const float *params, size_t nparams, const float *buffers,
-                      size_t nbuffers, struct ddp *d, const struct nn_optim *o, struct err *e);
+                      size_t nbuffers, struct ddp *d, const struct nn_optim *o, bool fresh,
+                      struct err *e);
 
 /* Every member of comm: the root's commit into every other's c (a joiner's c may be
  * empty); *iter_max gets the highest iteration counter any member passed. */

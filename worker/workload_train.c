@@ -86,6 +86,7 @@ struct trainer {
     int64_t epoch_start_ns;
     bool resumed_pending; /* the first step of a new generation is not done yet */
     int64_t lost_steps;   /* iterations redone since the commit restored */
+    double regroup_ms;    /* from the detection (or growth) to the state restored */
 };
 
 /* ---- setting up a repeat -------------------------------------------------------- */
@@ -927,6 +928,7 @@ static int train_elastic_restore(struct trainer *tr, struct train_tally *tally, 
     tr->epoch_start_ns = clock_mono_ns();
     tr->resumed_pending = true;
     double ms = (double)(clock_mono_ns() - el->since_ns) / 1e6;
+    tr->regroup_ms = ms;
     if (tr->comm->rank == 0 && elastic_emit(el, "regroup", h->iter, -1, ms, el->peer, e) < 0)
         return -1;
     return 0;
@@ -958,15 +960,19 @@ static int train_elastic_switch(struct trainer *tr, struct train_tally *tally, b
 /* The commit (every commit_every steps, at every epoch end): the epoch's figures since
  * the last one summed over the ranks with rank 0's word on growth in the same
  * allreduce, then the state (ZeRO's shards gathered). Switches generation when the next
- * one is published. */
-static int train_elastic_commit(struct trainer *tr, struct train_tally *tally, struct err *e)
+ * one is published. The start's commit (start: before the first step, every rank's state
+ * the same and the optimizer's zeros) has nothing to sum or gather: no communication,
+ * so it cannot fail with a peer, and a failure before the first due commit has it to
+ * go back to. */
+static int train_elastic_commit(struct trainer *tr, struct train_tally *tally, bool start,
+                                struct err *e)
 {
     bool grow = false;
-    if (elastic_next_exists(tr->el, &grow, e) < 0)
+    float v[4] = {(float)tally->loss_sum, (float)tally->correct, (float)tally->count, 0};
+    if (!start && elastic_next_exists(tr->el, &grow, e) < 0)
         return -1;
-    float v[4] = {(float)tally->loss_sum, (float)tally->correct, (float)tally->count,
-                  grow ? 1.0f : 0.0f};
-    if (comm_allreduce(tr->comm, v, v, 4, COMM_FLOAT32, COMM_SUM, e) < 0)
+    v[3] = grow ? 1.0f : 0.0f;
+    if (!start && comm_allreduce(tr->comm, v, v, 4, COMM_FLOAT32, COMM_SUM, e) < 0)
         return err_prefix(e, "elastic commit");
     struct train_commit_head h = {
         .repeat = tr->repeat,
@@ -979,7 +985,7 @@ static int train_elastic_commit(struct trainer *tr, struct train_tally *tally, s
         .epoch_s = tr->epoch_s_base + (double)(clock_mono_ns() - tr->epoch_start_ns) / 1e9};
     if (train_commit_save(&tr->commit, &h, tr->model->params.data, tr->model->nparams,
                           tr->model->buffers.data, tr->model->nbuffers, &tr->ddp, &tr->opt,
-                          e) < 0)
+                          start, e) < 0)
         return err_prefix(e, "elastic commit");
     tr->base = (struct train_tally){h.tally[0], h.tally[1], h.tally[2]};
     tr->epoch_s_base = h.epoch_s;
@@ -999,11 +1005,12 @@ static int train_elastic_after_step(struct trainer *tr, struct train_tally *tall
                                     bool epoch_ended, struct err *e)
 {
     if (tr->resumed_pending && tr->comm->rank == 0 &&
-        elastic_emit(tr->el, "resumed", tr->commit.h.iter, tr->lost_steps, -1, -1, e) < 0)
+        elastic_emit(tr->el, "resumed", tr->commit.h.iter, tr->lost_steps, tr->regroup_ms, -1,
+                     e) < 0)
         return -1;
     tr->resumed_pending = false;
     if (epoch_ended || tr->step % tr->s->elastic.commit_every == 0)
-        return train_elastic_commit(tr, tally, e);
+        return train_elastic_commit(tr, tally, false, e);
     return 0;
 }
 
@@ -1065,8 +1072,7 @@ static int train_repeat(struct trainer *tr, struct err *e)
      * count no samples) */
     bool pending = tr->pos_off > 0;
     /* an elastic run commits its starting state, so a failure has one to go back to */
-    if (tr->el && !tr->resumed_pending && train_elastic_commit(tr, &tally, e) < 0 &&
-        (!elastic_recoverable(e) || train_elastic_switch(tr, &tally, true, e) < 0))
+    if (tr->el && !tr->resumed_pending && train_elastic_commit(tr, &tally, true, e) < 0)
         return -1;
     for (;;) {
         int done = -1, rc = 0;

@@ -949,7 +949,7 @@ static void test_db_pipeline_steps(void)
     const json_t *cols = json_object_get(steps, "columns");
     size_t n = json_array_size(cols);
     T_CHECK(n == 24);
-    n -= 3; /* generation, world, at follow (migration 016) */
+    n -= 3; /* generation, world, at follow (migration 017) */
     T_EQ_STR(json_string_value(json_array_get(cols, n - 6)), "stage");
     T_EQ_STR(json_string_value(json_array_get(cols, n - 5)), "p2p_ms");
     T_EQ_STR(json_string_value(json_array_get(cols, n - 4)), "p2p_bytes");

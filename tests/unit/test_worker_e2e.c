@@ -62,6 +62,7 @@ struct e2e_rank {
     int64_t last_step;
     int64_t epoch_samples[8];
     double epoch_loss[8];
+    int epochs_evaluated; /* epochs with test figures */
     int detect, regroup, resumed;
     int64_t lost_steps;
 };
@@ -267,6 +268,7 @@ static void e2e_on_event(struct e2e *x, int rank, enum report_type type, json_t 
             r->epoch_samples[ep] = json_integer_value(json_object_get(ev, "samples"));
             r->epoch_loss[ep] = json_number_value(json_object_get(ev, "train_loss"));
         }
+        r->epochs_evaluated += json_object_get(ev, "test_acc") != NULL;
         r->epochs++;
         break;
     }
@@ -551,16 +553,20 @@ static void test_e2e_stopped_rank_times_out(void)
 
 #define E2E_SAMPLES 480 /* 20 steps of 8 a rank per epoch at 3 ranks, 30 at 2 */
 
-/* A 3-rank elastic training run of strategy on the synthetic set, 2 epochs. */
-static void e2e_elastic_spec(char *out, size_t len, const char *strategy, const char *more)
+/* A 3-rank elastic training run of strategy on dataset (the dataset's JSON object; NULL:
+ * E2E_SAMPLES synthetic samples), 2 epochs, more (", field: value, ...") added. */
+static void e2e_elastic_spec(char *out, size_t len, const char *strategy, const char *dataset,
+                             const char *more)
 {
+    char synthetic[64];
+    snprintf(synthetic, sizeof synthetic, "{\"name\": \"synthetic\", \"samples\": %d}",
+             E2E_SAMPLES);
     snprintf(out, len,
              "{\"workload\": \"train\", \"world_size\": 3, \"model\": \"mnist-cnn\","
              " \"epochs\": 2, \"batch_size\": 8, \"threads\": 1, \"strategy\": \"%s\","
-             " \"dataset\": {\"name\": \"synthetic\", \"samples\": %d},"
-             " \"optimizer\": {\"type\": \"adam\", \"lr\": 0.001},"
+             " \"dataset\": %s, \"optimizer\": {\"type\": \"adam\", \"lr\": 0.001},"
              " \"elastic\": {\"min_ranks\": 2, \"max_ranks\": 3, \"commit_every\": 5}%s}",
-             strategy, E2E_SAMPLES, more);
+             strategy, dataset ? dataset : synthetic, more);
 }
 
 /* A survivor's verdict: exit 0 with done, no error, steps never back, the last
@@ -593,15 +599,17 @@ static void e2e_elastic_verdict(const struct e2e *x, int rank, int gen, int worl
                      (long long)r->epoch_samples[ep], E2E_SAMPLES);
 }
 
-/* An elastic run of strategy whose rank 2 is killed after rank 0's 12th step (and, with
- * replace, replaced once generation 1 resumed), collected into x. */
-static int e2e_elastic_run(struct e2e *x, const char *strategy, const char *more,
-                           const char *run, bool replace, struct err *e)
+/* An elastic run of strategy whose rank 2 is killed after rank 0's 12th step (or its
+ * kill_after-th, when > 0) and, with replace, replaced once generation 1 resumed,
+ * collected into x. */
+static int e2e_elastic_run(struct e2e *x, const char *strategy, const char *dataset,
+                           const char *more, const char *run, bool replace, int kill_after,
+                           struct err *e)
 {
     char spec[1024];
-    e2e_elastic_spec(spec, sizeof spec, strategy, more);
+    e2e_elastic_spec(spec, sizeof spec, strategy, dataset, more);
     memset(x, 0, sizeof *x);
-    x->kill_after_steps = 12;
+    x->kill_after_steps = kill_after > 0 ? kill_after : 12;
     x->replace = replace;
     return e2e_run_set(x, run, spec, 2, SIGKILL, 30000, e);
 }
@@ -621,7 +629,8 @@ static void test_e2e_elastic_survivors_finish(void)
         struct err e;
         char run[32], why[700] = "";
         snprintf(run, sizeof run, "e2e-el-%zu", k);
-        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], "", run, false, &e) == 0, "%s", e.msg);
+        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], NULL, "", run, false, 0, &e) == 0, "%s",
+                    e.msg);
         T_CHECK_MSG(x.killed_at > 0, "%s: the victim was never killed", strategies[k]);
         for (int i = 0; i < 2 && !why[0]; i++)
             e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
@@ -650,7 +659,8 @@ static void test_e2e_elastic_replacement_joins(void)
         struct err e;
         char run[32], why[700] = "";
         snprintf(run, sizeof run, "e2e-elj-%zu", k);
-        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], "", run, true, &e) == 0, "%s", e.msg);
+        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], NULL, "", run, true, 0, &e) == 0, "%s",
+                    e.msg);
         T_CHECK_MSG(x.replaced, "%s: generation 1 never resumed", strategies[k]);
         for (int i = 0; i < 3 && !why[0]; i++)
             e2e_elastic_verdict(&x, i, 2, 3, why, sizeof why);
@@ -668,9 +678,98 @@ static void test_e2e_elastic_accumulation(void)
     struct e2e x;
     struct err e;
     char why[700] = "";
-    T_CHECK_MSG(e2e_elastic_run(&x, "zero1", ", \"accumulate\": 2", "e2e-el-acc", false, &e) ==
-                    0,
+    T_CHECK_MSG(e2e_elastic_run(&x, "zero1", NULL, ", \"accumulate\": 2", "e2e-el-acc", false,
+                                0, &e) == 0,
                 "%s", e.msg);
+    T_CHECK(x.killed_at > 0);
+    for (int i = 0; i < 2 && !why[0]; i++)
+        e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
+    e2e_cleanup(&x);
+    T_CHECK_MSG(!why[0], "%s", why);
+}
+
+static void e2e_put_be32(FILE *f, uint32_t v)
+{
+    unsigned char b[4] = {v >> 24, v >> 16, v >> 8, v};
+    fwrite(b, 1, 4, f);
+}
+
+/* One split of an MNIST-format set in dir ("train" or "t10k"): n random 28x28 images. */
+static int e2e_write_idx(const char *dir, const char *prefix, int n)
+{
+    char ip[256], lp[256];
+    snprintf(ip, sizeof ip, "%s/%s-images-idx3-ubyte", dir, prefix);
+    snprintf(lp, sizeof lp, "%s/%s-labels-idx1-ubyte", dir, prefix);
+    FILE *fi = fopen(ip, "wb"), *fl = fopen(lp, "wb");
+    uint64_t x = 88172645463325252ull;
+    if (fi && fl) {
+        e2e_put_be32(fi, 0x803);
+        e2e_put_be32(fi, (uint32_t)n);
+        e2e_put_be32(fi, 28);
+        e2e_put_be32(fi, 28);
+        e2e_put_be32(fl, 0x801);
+        e2e_put_be32(fl, (uint32_t)n);
+        for (int i = 0; i < n * 28 * 28; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+            fputc((int)(x & 0xff), fi);
+        }
+        for (int i = 0; i < n; i++)
+            fputc(i % 10, fl);
+    }
+    int rc = fi && fl ? 0 : -1;
+    if (fi && fclose(fi) != 0)
+        rc = -1;
+    if (fl && fclose(fl) != 0)
+        rc = -1;
+    return rc;
+}
+
+/* Evaluation after every epoch (an MNIST-format set with a test split, written here):
+ * the survivors of the kill evaluate over their new world and report each epoch's test
+ * figures. */
+static void test_e2e_elastic_eval(void)
+{
+    char dir[64], more[200];
+    snprintf(dir, sizeof dir, "/tmp/ddpb-e2e-mnist-XXXXXX");
+    T_CHECK(mkdtemp(dir) != NULL);
+    int rc = e2e_write_idx(dir, "train", E2E_SAMPLES) == 0 &&
+                     e2e_write_idx(dir, "t10k", 100) == 0
+                 ? 0
+                 : -1;
+    snprintf(more, sizeof more, "{\"name\": \"mnist\", \"path\": \"%s\"}", dir);
+    struct e2e x;
+    struct err e;
+    char why[700] = "";
+    if (rc == 0)
+        rc = e2e_elastic_run(&x, "ddp", more, ", \"eval\": true", "e2e-el-eval", false, 0, &e);
+    for (int i = 0; rc == 0 && i < 2 && !why[0]; i++)
+        e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
+    int evaluated = rc == 0 ? x.r[0].epochs_evaluated : 0;
+    if (rc == 0)
+        e2e_cleanup(&x);
+    static const char *const files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    for (int i = 0; i < 4; i++) {
+        char p[128];
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+    T_CHECK_MSG(rc == 0, "%s", e.msg);
+    T_CHECK_MSG(!why[0], "%s", why);
+    T_EQ_INT(evaluated, 2);
+}
+
+/* A rank lost before the first commit that commit_every makes: the survivors go back to
+ * the start's commit (the state before step 0) and finish; ZeRO's empty optimizer state
+ * included. */
+static void test_e2e_elastic_early_loss(void)
+{
+    struct e2e x;
+    struct err e;
+    char why[700] = "";
+    T_CHECK_MSG(e2e_elastic_run(&x, "zero2", NULL, "", "e2e-el-early", false, 2, &e) == 0, "%s",
+                e.msg);
     T_CHECK(x.killed_at > 0);
     for (int i = 0; i < 2 && !why[0]; i++)
         e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
@@ -689,5 +788,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_e2e_elastic_survivors_finish);
     TEST_RUN(test_e2e_elastic_replacement_joins);
     TEST_RUN(test_e2e_elastic_accumulation);
+    TEST_RUN(test_e2e_elastic_eval);
+    TEST_RUN(test_e2e_elastic_early_loss);
     return test_end();
 }

@@ -145,7 +145,7 @@ static int el_rank_work(struct el_rank *r, struct comm *c, struct nn_model *m, s
         ddp_optim_import(&d, &o, r->full, EL_OPT_STEP);
         struct train_commit_head h = {.repeat = 0, .step = 40, .iter = 44, .opt_step = o.step};
         rc = train_commit_save(&r->commit, &h, m->params.data, m->nparams, m->buffers.data,
-                               m->nbuffers, &d, &o, e);
+                               m->nbuffers, &d, &o, false, e);
     } else if (rc == 0) { /* phase 2: rank 0's commit to all, loaded */
         rc = train_commit_share(c, 0, &r->commit, r->rank, &r->iter_max, e);
         if (rc == 0)
