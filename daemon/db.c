@@ -2025,15 +2025,12 @@ static int db_read_typed(struct db_conn *c, const struct db_reader *r, int64_t i
 
 /* --- what a fault cost (issue 32) --- */
 
-/* The fault's time: the first injected fault's event (run_events, written by the faults
- * part of issue 32: a database without that table reads the fallback alone), else the
- * first lost slot's end (generations.lost_at). */
-static const char SQL_FAULT_AT_EVENTS[] =
+/* The fault's time: the first injected fault's event (run_events, daemon/faults.c), else
+ * the first lost slot's end (generations.lost_at: a rank that died by itself). */
+static const char SQL_FAULT_AT[] =
     "SELECT coalesce((SELECT min(happened_at) FROM run_events WHERE run_id = ?1 AND "
     "type = 'fault' AND action = 'inject'), (SELECT min(lost_at) FROM generations WHERE "
     "run_id = ?1))";
-static const char SQL_FAULT_AT_LOST[] =
-    "SELECT min(lost_at) FROM generations WHERE run_id = ?1";
 /* ?2: the fault's time */
 static const char SQL_ELASTIC_FIG[] =
     "SELECT (SELECT count(*) - 1 FROM generations WHERE run_id = ?1), "
@@ -2080,8 +2077,7 @@ static double db_steps_rate(struct db_conn *c, int64_t run_id, double from, doub
 static double db_fault_at(struct db_conn *c, int64_t run_id)
 {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(c->h, SQL_FAULT_AT_EVENTS, -1, &st, NULL) != SQLITE_OK &&
-        sqlite3_prepare_v2(c->h, SQL_FAULT_AT_LOST, -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(c->h, SQL_FAULT_AT, -1, &st, NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_int64(st, 1, run_id);
     double at = sqlite3_step(st) == SQLITE_ROW ? db_col_real_or(st, 0) : -1;

@@ -16,12 +16,13 @@
 static const struct db_trace_query test_trace_all = {-1, -1, 0, TRACE_MAX_ROWS};
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 16
+#define TEST_DB_VERSION 17
 /* migration 015's triggers and columns, undone */
-#define TEST_DB_UNDO_016 "DROP TABLE run_events; DROP TABLE run_faults; "
+/* migrations 016 and 017, undone (017 first) */
 #define TEST_DB_UNDO_017                                                                       \
     "DROP TABLE generations; ALTER TABLE steps DROP COLUMN generation; "                       \
     "ALTER TABLE steps DROP COLUMN world; ALTER TABLE steps DROP COLUMN at; "
+#define TEST_DB_UNDO_016 TEST_DB_UNDO_017 "DROP TABLE run_events; DROP TABLE run_faults; "
 #define TEST_DB_UNDO_015                                                                       \
     TEST_DB_UNDO_016                                                                           \
     "DROP TRIGGER IF EXISTS experiments_version_self; "                                        \
