@@ -23,6 +23,7 @@ kill/replace runs' final accuracy with the twin's over the seeds (a difference i
 larger standard deviation over seeds is a tie). A benchmark: figures, never pass/fail.
 Hold /tmp/ddpb-bench.lock.
 """
+import datetime
 import fcntl
 import os
 import statistics
@@ -61,21 +62,27 @@ def spec_of(engine, world, case, seed, samples, epochs):
     return spec
 
 
+def seconds(start, end):
+    """end - start of two ISO times of the API; None when either is missing."""
+    if not start or not end:
+        return None
+    iso = datetime.datetime.fromisoformat
+    return (iso(end.replace("Z", "+00:00")) - iso(start.replace("Z", "+00:00"))).total_seconds()
+
+
 def figures(d, exp):
     run_id = exp["runs"][0]["id"]
     run = d.call(f"/v1/runs/{run_id}")
     rows = d.call(f"/v1/experiments/{exp['id']}/results")["rows"]
     row = rows[0] if rows else {}
-    epochs = [e for e in run.get("epochs", []) if e.get("test_accuracy") is not None]
+    epochs = [e for e in run.get("epochs", []) if e.get("test_acc") is not None]
     out = {"run": run_id, "status": run["status"],
-           "accuracy": epochs[-1]["test_accuracy"] if epochs else None,
-           "wall_s": (run["finished_at"] - run["started_at"])
-           if run.get("finished_at") and run.get("started_at") else None,
+           "accuracy": epochs[-1]["test_acc"] if epochs else None,
+           "wall_s": seconds(run.get("started_at"), run.get("finished_at")),
            "generations": [(g.get("gen"), g.get("world")) for g in run.get("generations", [])]}
-    for key, val in row.items():
-        if any(k in key for k in ("detect", "resume", "lost_steps", "throughput",
-                                  "generations", "time_to_accuracy")):
-            out[key] = val
+    for key in ("throughput", "detect_s", "resume_s", "lost_steps", "throughput_before",
+                "throughput_during", "throughput_after"):
+        out[key] = row.get(key + "_mean")
     return out
 
 
@@ -107,9 +114,8 @@ def fmt(v, spec="{:.3f}"):
 
 
 def table(res, a):
-    keys = sorted({k for r in res for k in r["f"] if k.endswith(("_s", "_steps"))
-                   and k not in ("wall_s",)} | {k for r in res for k in r["f"]
-                                                 if "throughput" in k})
+    keys = ["detect_s", "resume_s", "lost_steps", "throughput", "throughput_before",
+            "throughput_during", "throughput_after"]
     print(f"\n## Elastic runs, median of {a.rounds} seeds ({machine()})\n")
     print("| engine | W | case | succeeded | final accuracy mean (sd) | wall s | "
           + " | ".join(keys) + " |")
