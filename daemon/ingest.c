@@ -392,6 +392,16 @@ void ingest_run_cleanup(struct ingest_run *r)
     r->ranks = NULL;
 }
 
+void ingest_rank_restart(struct ingest_run *r, int rank)
+{
+    if (rank < 0 || rank >= r->world_size)
+        return;
+    if (r->ranks[rank].said_hello)
+        r->n_hello--;
+    memset(&r->ranks[rank], 0, sizeof r->ranks[rank]);
+    r->ranks[rank].error_peer = -1;
+}
+
 const struct ingest_rank *ingest_rank_state(const struct ingest_run *r, int rank)
 {
     return &r->ranks[rank];

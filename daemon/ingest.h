@@ -73,6 +73,10 @@ void ingest_run_cleanup(struct ingest_run *r);
 int ingest_line(struct ingest_run *r, int rank, const char *line, size_t len,
                 struct ingest_result *out, struct err *e);
 
+/* A new process takes rank's slot (an elastic run's next generation, restart mode): what
+ * the old one said is forgotten, so the new one's hello, done and errors count afresh.
+ * The rows it stored stay. */
+void ingest_rank_restart(struct ingest_run *r, int rank);
 /* Borrowed state of a rank of r (0 <= rank < world_size). */
 const struct ingest_rank *ingest_rank_state(const struct ingest_run *r, int rank);
 

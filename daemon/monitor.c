@@ -24,6 +24,7 @@
 #include "common/vocab.h"
 #include "daemon/channel.h"
 #include "daemon/cluster.h"
+#include "daemon/elastic_restart.h"
 #include "daemon/engines.h"
 #include "daemon/ingest.h"
 #include "daemon/launch_plan.h"
@@ -42,6 +43,7 @@ struct run_rank {
     bool channel;   /* another launcher started it: it reports over the report channel */
     bool connected; /* its channel connection proved itself */
     bool lost;      /* its channel ended without done or an error: it died */
+    bool retired;   /* elastic restart: its slot is past the generation's world */
     int wstatus;
     int signal_sent;      /* last signal the daemon sent, 0 = none */
     int64_t exit_order;   /* order in which exits were seen */
@@ -84,6 +86,14 @@ struct active_run {
     bool stopping, finished, store_registered;
     enum db_run_status stop_status;
     char stop_reason[1024];
+    /* elastic restart mode (engine pytorch, daemon/elastic_restart.h), NULL otherwise:
+     * its state, and what a generation's ranks are spawned with again (owned copies of
+     * the CPUs and the GPU placement the run was started with) */
+    struct elastic_restart *restart;
+    int *restart_cpus, restart_per;
+    struct gpu_plan *restart_gpu;
+    int restart_nccl;
+    char store_addr[192];
 };
 
 /* --- helpers -------------------------------------------------------------------- */
@@ -267,6 +277,8 @@ static void monitor_reap(struct active_run *r, struct run_rank *k)
 }
 
 static void monitor_settle(struct active_run *r, struct run_rank *k);
+static bool monitor_restart_lost(struct active_run *r, struct run_rank *k);
+static void monitor_restart_next(struct active_run *r);
 
 static void monitor_rank_failed(struct active_run *r, struct run_rank *k)
 {
@@ -398,7 +410,7 @@ static void monitor_finish(struct active_run *r)
     int rank = -1;
     bool all_ok = true;
     for (int i = 0; i < r->world_size; i++)
-        all_ok = all_ok && monitor_rank_ok(&r->ranks[i]);
+        all_ok = all_ok && (r->ranks[i].retired || monitor_rank_ok(&r->ranks[i]));
     if (r->stopping && r->stop_reason[0]) {
         status = r->stop_status;
         rank = r->stop_rank;
@@ -445,13 +457,16 @@ static void monitor_settle(struct active_run *r, struct run_rank *k)
                             WIFSIGNALED(k->wstatus) ? WTERMSIG(k->wstatus) : 0,
                             ok ? NULL : what, &e);
     monitor_db_warn(r, rc, &e);
-    if (!ok)
+    if (!ok && !monitor_restart_lost(r, k))
         monitor_rank_failed(r, k);
 }
 
 static void monitor_check_done(struct active_run *r)
 {
     bool launcher_gone = !r->foreign || r->launcher_exited || r->launcher_pid <= 0;
+    if (!r->finished && !r->stopping && r->restart && r->restart->stopping &&
+        r->n_settled == r->world_size)
+        monitor_restart_next(r); /* may fail the run: then it finishes below */
     if (!r->finished && r->n_settled == r->world_size && launcher_gone)
         monitor_finish(r);
 }
@@ -645,6 +660,15 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
     snprintf(log_path, sizeof log_path, "%s/rank%d.log", r->dir, rank);
     bool pinned = monitor_cpu_list(cpus, rank, per, cpu, sizeof cpu);
     struct launch_rank lr = monitor_launch_base(r, store_addr, spec_path, log_path);
+    char restart_env[ELASTIC_RESTART_ENV][PATH_MAX];
+    const char *restart_envp[ELASTIC_RESTART_ENV];
+    if (r->restart) { /* the generation's world and where its checkpoints are */
+        lr.world_size = r->restart->world;
+        lr.nextra_env = elastic_restart_env(r->restart, restart_env[0], sizeof restart_env[0]);
+        for (int i = 0; i < lr.nextra_env; i++)
+            restart_envp[i] = restart_env[i];
+        lr.extra_env = restart_envp;
+    }
     lr.cpus = pinned ? cpu : NULL;
     lr.gpu_env = gpu_envp;
     lr.ngpu_env = ngpu_env;
@@ -987,6 +1011,195 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
     return 0;
 }
 
+/* --- elastic restart mode (daemon/elastic_restart.h) -------------------------------- */
+
+__attribute__((format(printf, 4, 5))) static void
+monitor_append(char *out, size_t cap, size_t *len, const char *fmt, ...);
+
+/* An elastic run of an engine that restarts its group (pytorch): its state, and owned
+ * copies of what its ranks are spawned with (the scheduler's CPU and GPU arrays are
+ * borrowed for the start only, and a generation starts long after). On the daemon's own
+ * node and under launcher ddpbench only: the daemon forks each generation itself. */
+static int monitor_restart_prepare(struct active_run *r, const struct db_queued_run *q,
+                                   const int *cpus, int per, const struct monitor_gpu *gpu,
+                                   const char *store_addr, struct err *e)
+{
+    const struct spec *s = &q->spec;
+    if (!s->elastic.on || s->workload != SPEC_WORKLOAD_TRAIN ||
+        strcmp(r->engine, "pytorch") != 0)
+        return 0;
+    if (r->foreign)
+        return err_set(e, ERR_INVALID, "elastic",
+                       "elastic: engine pytorch restarts its group from the daemon, which "
+                       "launcher %s does not let it do (use launcher ddpbench)",
+                       s->launcher);
+    for (int i = 0; i < r->world_size; i++)
+        if (r->ranks[i].node != 0)
+            return err_set(e, ERR_INVALID, "elastic",
+                           "elastic: engine pytorch restarts its group on the leader's node "
+                           "only, and rank %d was placed on another",
+                           i);
+    size_t ncpus = (size_t)r->world_size * (size_t)(per > 0 ? per : 1);
+    r->restart = calloc(1, sizeof *r->restart);
+    r->restart_cpus = malloc(ncpus * sizeof *r->restart_cpus);
+    r->restart_gpu = gpu ? malloc(sizeof *r->restart_gpu) : NULL;
+    if (!r->restart || !r->restart_cpus || (gpu && !r->restart_gpu))
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    memcpy(r->restart_cpus, cpus, ncpus * sizeof *cpus);
+    r->restart_per = per;
+    if (gpu) {
+        *r->restart_gpu = *gpu->plan;
+        r->restart_nccl = gpu->nccl_version;
+    }
+    snprintf(r->store_addr, sizeof r->store_addr, "%s", store_addr);
+    char why[PATH_MAX + 64];
+    if (elastic_restart_init(r->restart, &s->elastic, r->world_size, r->dir, why, sizeof why) <
+        0)
+        return err_set(e, ERR_IO, "elastic", "%s", why);
+    events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
+                       elastic_restart_record(r->restart, NULL, 0, "start", -1));
+    return 0;
+}
+
+/* Rank k of an elastic restart run ended without done: the generation's other ranks are
+ * stopped (SIGTERM, SIGKILL after the grace: monitor_tick) and, once every one has ended,
+ * monitor_restart_next starts the next generation (monitor_check_done). False when the
+ * run is not in restart mode or is being stopped for good (cancel, timeout, a failed
+ * restart): the rank then fails the run as any. */
+static bool monitor_restart_lost(struct active_run *r, struct run_rank *k)
+{
+    struct elastic_restart *er = r->restart;
+    if (!er || r->stopping)
+        return false;
+    if (er->stopping)
+        return true; /* one of the generation being stopped */
+    er->stopping = true;
+    er->first_lost = k->rank;
+    er->lost_at = clock_wall_s();
+    er->stop_began_ms = clock_mono_ms();
+    er->kill_at_ms = er->stop_began_ms + r->ctx->cfg->kill_grace_ms;
+    log_info("run %lld: elastic: rank %d of generation %d ended without done; stopping the "
+             "generation to restart it",
+             (long long)r->id, k->rank, er->gen);
+    for (int i = 0; i < r->world_size; i++) /* a crash is recorded as one, not as SIGTERM */
+        monitor_reap(r, &r->ranks[i]);
+    monitor_send_all(r, SIGTERM);
+    for (int i = 0; i < r->world_size; i++)
+        monitor_settle(r, &r->ranks[i]);
+    return true;
+}
+
+/* Slot k is past the new generation's world: its row says lost. The schema before issue
+ * 32's migration knows no "lost" status: the row then says killed, with the same why. */
+static void monitor_restart_retire(struct active_run *r, struct run_rank *k)
+{
+    char why[200];
+    snprintf(why, sizeof why, "elastic: lost; generation %d runs %d rank(s) without slot %d",
+             r->restart->gen, r->restart->world, k->rank);
+    k->retired = true;
+    struct err e = {0};
+    if (db_rank_exited(r->ctx->db, r->id, k->rank, "lost", -1, 0, why, &e) < 0) {
+        e = (struct err){0};
+        int rc = db_rank_exited(r->ctx->db, r->id, k->rank, "killed", -1, 0, why, &e);
+        monitor_db_warn(r, rc, &e);
+    }
+}
+
+/* Slot k gets a new process: what the daemon and ingestion knew of the old one goes. */
+static void monitor_restart_reset(struct active_run *r, struct run_rank *k)
+{
+    if (k->settled)
+        r->n_settled--;
+    if (k->report_fd >= 0) { /* settled ranks have closed theirs: kept safe anyway */
+        loop_watch_remove(r->ctx->loop, &k->wreport.lw);
+        close(k->report_fd);
+    }
+    if (k->pidfd >= 0) {
+        loop_watch_remove(r->ctx->loop, &k->wexit.lw);
+        close(k->pidfd);
+    }
+    buf_free(&k->line);
+    buf_init(&k->line);
+    k->report_fd = k->pidfd = -1;
+    k->pid = 0;
+    k->spawned = k->exited = k->settled = k->lost = k->retired = k->connected = false;
+    k->wstatus = k->signal_sent = 0;
+    k->exit_order = 0;
+    k->bad_report[0] = k->node_error[0] = '\0';
+    ingest_rank_restart(&r->ingest, k->rank);
+}
+
+/* The slots of the generation that ended which were lost (elastic_restart_was_lost), into
+ * lost (world_size entries); returns how many. */
+static int monitor_restart_losses(const struct active_run *r, int *lost)
+{
+    int top = 0, n = 0;
+    for (int i = 0; i < r->world_size; i++)
+        if (r->ranks[i].spawned && !r->ranks[i].retired && monitor_blame(&r->ranks[i]) > top)
+            top = monitor_blame(&r->ranks[i]);
+    for (int i = 0; i < r->world_size; i++)
+        if (r->ranks[i].spawned && !r->ranks[i].retired &&
+            elastic_restart_was_lost(monitor_blame(&r->ranks[i]), top))
+            lost[n++] = i;
+    return n;
+}
+
+/* Every rank of the stopped generation has ended: start the next one (slots 0..n'-1,
+ * the rest lost), or fail the run when too few are left. */
+static void monitor_restart_next(struct active_run *r)
+{
+    struct elastic_restart *er = r->restart;
+    int *lost = calloc((size_t)r->world_size, sizeof *lost);
+    char why[256], reason[512];
+    int n_lost = lost ? monitor_restart_losses(r, lost) : 0;
+    int next = lost ? elastic_restart_next_world(er, er->world - n_lost, why, sizeof why) : -1;
+    if (!lost)
+        snprintf(why, sizeof why, "elastic: out of memory restarting the group");
+    int64_t stop_ms = clock_mono_ms() - er->stop_began_ms;
+    er->stopping = false;
+    if (next < 0) {
+        log_error("run %lld: %s", (long long)r->id, why);
+        monitor_stop_run(r, DB_RUN_FAILED, er->first_lost, why);
+        free(lost);
+        return;
+    }
+    size_t len = 0;
+    monitor_append(reason, sizeof reason, &len, "lost slot%s", n_lost == 1 ? "" : "s");
+    for (int i = 0; i < n_lost; i++)
+        monitor_append(reason, sizeof reason, &len, "%s %d", i ? "," : "", lost[i]);
+    er->gen++;
+    er->world = next;
+    log_info("run %lld: elastic: generation %d with %d rank(s) (%s; stopping took %lld ms)",
+             (long long)r->id, er->gen, next, reason, (long long)stop_ms);
+    struct monitor_gpu g = {.plan = r->restart_gpu, .nccl_version = r->restart_nccl};
+    struct err e = {0};
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *k = &r->ranks[i];
+        if (i >= next) {
+            if (!k->retired)
+                monitor_restart_retire(r, k);
+            continue;
+        }
+        monitor_restart_reset(r, k);
+        if (monitor_spawn_rank(r, i, r->restart_cpus, r->restart_per,
+                               r->restart_gpu ? &g : NULL, r->store_addr, &e) < 0) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "elastic: could not start rank %d of generation %d: %s",
+                     i, er->gen, e.msg);
+            monitor_stop_run(r, DB_RUN_FAILED, i, msg);
+            for (int j = i; j < r->world_size; j++) /* never spawned: settled now */
+                if (!r->ranks[j].spawned && !r->ranks[j].settled) {
+                    r->ranks[j].exited = r->ranks[j].settled = r->ranks[j].retired = true;
+                    r->n_settled++;
+                }
+            break;
+        }
+    }
+    events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
+                       elastic_restart_record(er, lost, n_lost, reason, stop_ms));
+    free(lost);
+}
+
 struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
                                      const struct db_queued_run *q, const int *cpus,
                                      const struct monitor_gpu *gpu, const int *rank_node,
@@ -1009,9 +1222,11 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
     int started = 0, per = monitor_slots_per_rank(q);
     if (r->foreign) {
         if (monitor_prepare(r, q, &se) == 0 &&
+            monitor_restart_prepare(r, q, cpus, per, gpu, store_addr, &se) == 0 &&
             monitor_spawn_launcher(r, q, cpus, per, store_addr, &se) == 0)
             started = r->world_size;
-    } else if (monitor_prepare(r, q, &se) == 0)
+    } else if (monitor_prepare(r, q, &se) == 0 &&
+               monitor_restart_prepare(r, q, cpus, per, gpu, store_addr, &se) == 0)
         for (; started < r->world_size; started++) {
             const struct run_rank *k = &r->ranks[started];
             if (k->node != 0 && k->local_rank > 0)
@@ -1196,8 +1411,15 @@ void monitor_tick(struct active_run *r, int64_t now_ms)
         snprintf(reason, sizeof reason, "the run exceeded its timeout of %d s", r->timeout_s);
         monitor_stop_run(r, DB_RUN_FAILED, -1, reason);
     }
-    if (!r->stopping)
+    bool restarting = r->restart && r->restart->stopping;
+    if (!r->stopping && !restarting)
         monitor_check_heartbeats(r, now_ms);
+    if (!r->stopping && restarting && now_ms >= r->restart->kill_at_ms) {
+        monitor_send_all(r, SIGKILL); /* the generation outlived the grace */
+        r->restart->kill_at_ms = now_ms + 1000;
+    } else if (!r->stopping && restarting) {
+        monitor_kill_stopped(r);
+    }
     if (r->stopping && now_ms >= r->kill_at_ms) {
         monitor_send_all(r, SIGKILL);
         r->kill_at_ms = now_ms + 1000; /* repeat until they are gone */
@@ -1329,6 +1551,9 @@ void monitor_free_run(struct active_run *r)
     if (r->store_registered)
         store_server_remove_run(r->ctx->store, r->ns);
     ingest_run_cleanup(&r->ingest);
+    free(r->restart);
+    free(r->restart_cpus);
+    free(r->restart_gpu);
     free(r->ranks);
     free(r);
 }
