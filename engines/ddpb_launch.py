@@ -61,9 +61,11 @@ def rendezvous(env, spec):
     node = env.get("DDPB_NODE_NAME") or socket.gethostname()
     timeout_ms = int(spec.get("timeout_s", 600)) * 1000
     st = ddpb_store.Store(env["DDPB_STORE"], env["DDPB_RUN"], env["DDPB_SECRET"], rank)
+    # an elastic run's generation N (restart mode) agrees afresh, under g<N>/
+    gen = f"g{env['DDPB_ELASTIC_GEN']}/" if env.get("DDPB_ELASTIC_GEN") else ""
     try:
-        st.set(f"engine/addr/{rank}", f"{host}:{free_port(host)} {node}")
-        keys = [f"engine/addr/{r}" for r in range(world)]
+        st.set(f"{gen}engine/addr/{rank}", f"{host}:{free_port(host)} {node}")
+        keys = [f"{gen}engine/addr/{r}" for r in range(world)]
         st.wait(keys, timeout_ms)
         peers = [st.get(k, timeout_ms).decode().split(" ", 1) for k in keys]
     finally:

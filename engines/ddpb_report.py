@@ -240,7 +240,9 @@ def start(env=None, heartbeat=True):
             _STARTED.env(env)
         return _STARTED
     rank, _, world = identity()
-    rep = Reporter(rank, world)
+    # an elastic run restarted with a smaller world still has the run's slots: its hello
+    # says those (DDPB_ELASTIC_SLOTS, daemon/elastic_restart.h), as the daemon checks
+    rep = Reporter(rank, int(os.environ.get("DDPB_ELASTIC_SLOTS") or world))
     rep.hello()
     values = {"python": sys.version.split()[0]}
     values.update(env or {})
