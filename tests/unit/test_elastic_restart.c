@@ -8,26 +8,28 @@
 #include "daemon/elastic_restart.h"
 #include "tests/unit/test.h"
 
-static struct elastic_restart restart_of(int min, int max, int slots)
+/* er for a run of `slots` ranks under the test's folder; false when init failed. */
+static bool restart_of(struct elastic_restart *er, int min, int max, int slots)
 {
     struct spec_elastic el = {
         .on = true, .min_ranks = min, .max_ranks = max, .commit_every = 5};
-    struct elastic_restart er;
     char why[256] = "";
-    T_CHECK_MSG(elastic_restart_init(&er, &el, slots, test_tmpdir(), why, sizeof why) == 0,
-                "%s", why);
-    return er;
+    int rc = elastic_restart_init(er, &el, slots, test_tmpdir(), why, sizeof why);
+    if (rc < 0)
+        fprintf(stderr, "elastic_restart_init: %s\n", why);
+    return rc == 0;
 }
 
 static void test_next_world(void)
 {
     char why[256] = "";
-    struct elastic_restart er = restart_of(1, 1, 2);
+    struct elastic_restart er;
+    T_CHECK(restart_of(&er, 1, 1, 2));
     T_EQ_INT(er.world, 2);
     T_EQ_INT(elastic_restart_next_world(&er, 1, why, sizeof why), 1); /* shrink 2 -> 1 */
-    er = restart_of(1, 2, 2);
+    T_CHECK(restart_of(&er, 1, 2, 2));
     T_EQ_INT(elastic_restart_next_world(&er, 1, why, sizeof why), 2); /* replacement */
-    er = restart_of(2, 3, 4);
+    T_CHECK(restart_of(&er, 2, 3, 4));
     T_EQ_INT(elastic_restart_next_world(&er, 3, why, sizeof why), 3); /* enough survivors */
     T_EQ_INT(elastic_restart_next_world(&er, 2, why, sizeof why), 3); /* back to max */
     T_EQ_INT(elastic_restart_next_world(&er, 1, why, sizeof why), -1);
@@ -38,7 +40,7 @@ static void test_next_world(void)
     T_EQ_INT(elastic_restart_next_world(&er, 3, why, sizeof why), -1);
     T_CHECK_MSG(strstr(why, "generations") != NULL, "%s", why);
     /* max_ranks 0 or past the slots means the slots */
-    er = restart_of(1, 0, 3);
+    T_CHECK(restart_of(&er, 1, 0, 3));
     T_EQ_INT(er.max_ranks, 3);
 }
 
@@ -53,7 +55,8 @@ static void test_was_lost(void)
 
 static void test_env(void)
 {
-    struct elastic_restart er = restart_of(1, 2, 2);
+    struct elastic_restart er;
+    T_CHECK(restart_of(&er, 1, 2, 2));
     char env[ELASTIC_RESTART_ENV][PATH_MAX];
     int n = elastic_restart_env(&er, env[0], sizeof env[0]);
     T_EQ_INT(n, 3); /* no loss yet: no DDPB_ELASTIC_LOST_AT */
@@ -72,7 +75,8 @@ static void test_env(void)
 
 static void test_record(void)
 {
-    struct elastic_restart er = restart_of(1, 1, 3);
+    struct elastic_restart er;
+    T_CHECK(restart_of(&er, 1, 1, 3));
     json_t *r0 = elastic_restart_record(&er, NULL, 0, "start", -1);
     er.gen = 1;
     er.world = 2;
