@@ -17,6 +17,7 @@ int elastic_restart_init(struct elastic_restart *er, const struct spec_elastic *
     er->min_ranks = el->min_ranks > 0 ? el->min_ranks : 1;
     er->max_ranks = el->max_ranks > 0 && el->max_ranks <= slots ? el->max_ranks : slots;
     er->first_lost = -1;
+    er->mode = "restart";
     int n = snprintf(er->dir, sizeof er->dir, "%s/elastic", run_dir);
     if (n < 0 || (size_t)n >= sizeof er->dir) {
         snprintf(why, cap, "elastic: the run's folder %s is too long", run_dir);
@@ -76,16 +77,17 @@ static void elastic_restart_append(const struct elastic_restart *er, const json_
         fclose(f);
 }
 
-json_t *elastic_restart_record(const struct elastic_restart *er, const int *lost, int n_lost,
-                               const char *reason, int64_t stop_ms)
+json_t *elastic_restart_record(const struct elastic_restart *er, const int *members_in,
+                               int n_members, const int *lost, int n_lost, const char *reason,
+                               int64_t stop_ms)
 {
     json_t *members = json_array(), *gone = json_array();
-    for (int i = 0; members && i < er->world; i++)
-        json_array_append_new(members, json_integer(i));
+    for (int i = 0; members && i < (members_in ? n_members : er->world); i++)
+        json_array_append_new(members, json_integer(members_in ? members_in[i] : i));
     for (int i = 0; gone && i < n_lost; i++)
         json_array_append_new(gone, json_integer(lost[i]));
     json_t *rec = members && gone
-                      ? json_pack("{s:s, s:i, s:i, s:O, s:O, s:s, s:f, s:I}", "mode", "restart",
+                      ? json_pack("{s:s, s:i, s:i, s:O, s:O, s:s, s:f, s:I}", "mode", er->mode,
                                   "gen", er->gen, "world", er->world, "members", members,
                                   "lost", gone, "reason", reason, "t", clock_wall_s(),
                                   "stop_ms", (json_int_t)stop_ms)

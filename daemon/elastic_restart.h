@@ -36,7 +36,8 @@
 #define ELASTIC_RESTART_ENV 4 /* entries elastic_restart_env fills */
 
 struct elastic_restart {
-    int slots; /* the run's world_size W */
+    const char *mode; /* "restart", or "driver" (horovod's elastic driver; monitor.c) */
+    int slots;        /* the run's world_size W */
     int min_ranks, max_ranks;
     int gen;        /* the generation running (or being stopped) */
     int world;      /* its ranks: slots 0 .. world - 1 */
@@ -66,11 +67,14 @@ bool elastic_restart_was_lost(int score, int max_score);
  * rows of width w); returns how many. */
 int elastic_restart_env(const struct elastic_restart *er, char *out, size_t w);
 
-/* The record of generation er->gen (just begun): {"gen", "world", "members", "lost"
+/* The record of generation er->gen (just begun): {"mode" (er->mode), "gen", "world",
+ * "members" (its slots: members, n_members; NULL: 0 .. world - 1, restart mode's), "lost"
  * (slots lost from the one before), "reason", "t" (Unix seconds), "stop_ms" (how long
- * stopping the one before took, -1 for generation 0)}. Owned, or NULL when out of memory.
- * Also appended to the run's generations.jsonl (best effort, logged). */
-json_t *elastic_restart_record(const struct elastic_restart *er, const int *lost, int n_lost,
-                               const char *reason, int64_t stop_ms);
+ * stopping the one before took; -1 for generation 0 and where nothing is stopped)}. Owned,
+ * or NULL when out of memory. Also appended to the run's generations.jsonl (best effort,
+ * logged). */
+json_t *elastic_restart_record(const struct elastic_restart *er, const int *members,
+                               int n_members, const int *lost, int n_lost, const char *reason,
+                               int64_t stop_ms);
 
 #endif

@@ -90,6 +90,10 @@ struct active_run {
      * its state, and what a generation's ranks are spawned with again (owned copies of
      * the CPUs and the GPU placement the run was started with) */
     struct elastic_restart *restart;
+    /* elastic horovod: the run's launcher is Horovod's elastic driver
+     * (engines/ddpb_hvd_driver.py), which restarts workers itself; the daemon is its host
+     * discovery (monitor_driver_hosts). Same state as restart mode's; NULL otherwise. */
+    struct elastic_restart *driver;
     int *restart_cpus, restart_per;
     struct gpu_plan *restart_gpu;
     int restart_nccl;
@@ -97,6 +101,13 @@ struct active_run {
 };
 
 /* --- helpers -------------------------------------------------------------------- */
+
+static bool monitor_is_driver(const struct db_queued_run *q);
+static int monitor_driver_prepare(struct active_run *r, const struct db_queued_run *q,
+                                  struct err *e);
+static int monitor_driver_plan(struct active_run *r, const char *report, const char *cpu_map,
+                               struct launch_plan *plan, struct err *e);
+static void monitor_restart_reset(struct active_run *r, struct run_rank *k);
 
 /* The run's status changed; at its end the experiment's status is published too. */
 static void monitor_publish_status(const struct active_run *r, enum db_run_status st,
@@ -278,6 +289,8 @@ static void monitor_reap(struct active_run *r, struct run_rank *k)
 
 static void monitor_settle(struct active_run *r, struct run_rank *k);
 static bool monitor_restart_lost(struct active_run *r, struct run_rank *k);
+static bool monitor_driver_lost(struct active_run *r, struct run_rank *k);
+static void monitor_driver_joined(struct active_run *r, struct run_rank *k);
 static void monitor_restart_next(struct active_run *r);
 
 static void monitor_rank_failed(struct active_run *r, struct run_rank *k)
@@ -457,7 +470,7 @@ static void monitor_settle(struct active_run *r, struct run_rank *k)
                             WIFSIGNALED(k->wstatus) ? WTERMSIG(k->wstatus) : 0,
                             ok ? NULL : what, &e);
     monitor_db_warn(r, rc, &e);
-    if (!ok && !monitor_restart_lost(r, k))
+    if (!ok && !monitor_restart_lost(r, k) && !monitor_driver_lost(r, k))
         monitor_rank_failed(r, k);
 }
 
@@ -700,6 +713,8 @@ static int monitor_adopt(void *ctx, int rank, int fd, pid_t pid, const char *hos
     struct active_run *r = ctx;
     struct run_rank *k = &r->ranks[rank];
     struct err e = {0};
+    if (r->driver && k->retired && !r->stopping && !r->finished)
+        monitor_driver_joined(r, k); /* the driver's replacement in a lost slot */
     if (r->finished || k->exited || k->report_fd >= 0)
         return -1;
     k->report_fd = fd;
@@ -831,7 +846,9 @@ static int monitor_spawn_launcher(struct active_run *r, const struct db_queued_r
     struct launch_plan *plan = malloc(sizeof *plan);
     if (!plan)
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
-    int rc = spread < 0 ? -1 : launch_plan_build(&in, plan, e);
+    int rc = spread < 0             ? -1
+             : monitor_is_driver(q) ? monitor_driver_plan(r, report, in.cpu_map, plan, e)
+                                    : launch_plan_build(&in, plan, e);
     char *argv[LAUNCH_PLAN_MAX_ARGS + 1];
     const char *env[LAUNCH_PLAN_MAX_ENV];
     if (rc == 0) {
@@ -951,7 +968,7 @@ static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
     r->wlauncher = (struct monitor_watch){.run = r, .rank = 0, .kind = MONITOR_W_LAUNCHER};
     const struct vocab_launcher *vl = vocab_launcher(
         vocab_find(VOCAB_LAUNCHER, q->spec.launcher));
-    r->foreign = q->spec_err.code == ERR_OK && vl && !vl->per_rank;
+    r->foreign = q->spec_err.code == ERR_OK && ((vl && !vl->per_rank) || monitor_is_driver(q));
     snprintf(r->ns, sizeof r->ns, "run-%lld", (long long)q->id);
     snprintf(r->dir, sizeof r->dir, "%s/runs/%lld", ctx->cfg->state_dir, (long long)q->id);
     return r;
@@ -1057,7 +1074,7 @@ static int monitor_restart_prepare(struct active_run *r, const struct db_queued_
         0)
         return err_set(e, ERR_IO, "elastic", "%s", why);
     events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
-                       elastic_restart_record(r->restart, NULL, 0, "start", -1));
+                       elastic_restart_record(r->restart, NULL, 0, NULL, 0, "start", -1));
     return 0;
 }
 
@@ -1196,8 +1213,173 @@ static void monitor_restart_next(struct active_run *r)
         }
     }
     events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
-                       elastic_restart_record(er, lost, n_lost, reason, stop_ms));
+                       elastic_restart_record(er, NULL, 0, lost, n_lost, reason, stop_ms));
     free(lost);
+}
+
+/* --- elastic horovod: Horovod's elastic driver, the daemon its discovery ------------- */
+
+/* True for an elastic horovod run: its launcher is engines/ddpb_hvd_driver.py. */
+static bool monitor_is_driver(const struct db_queued_run *q)
+{
+    return q->spec_err.code == ERR_OK && q->spec.elastic.on &&
+           q->spec.workload == SPEC_WORKLOAD_TRAIN &&
+           strcmp(q->spec.train.engine, "horovod") == 0;
+}
+
+/* Writes the driver's discovery file (<elastic dir>/hosts, a slot per line, replaced
+ * atomically: the driver reads it every second): the slots that live, and while fewer
+ * than max_ranks live the lost ones too, which Horovod starts a replacement in once their
+ * blacklist cooldown ends. Returns how many slots live. */
+static int monitor_driver_hosts(struct active_run *r)
+{
+    struct elastic_restart *er = r->driver;
+    int live = 0;
+    for (int i = 0; i < r->world_size; i++)
+        live += !r->ranks[i].retired;
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/hosts", er->dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "we");
+    for (int i = 0; f && i < r->world_size; i++)
+        if (!r->ranks[i].retired || live < er->max_ranks)
+            fprintf(f, "%d\n", i);
+    if (!f || fclose(f) != 0 || rename(tmp, path) < 0)
+        log_error("run %lld: elastic: cannot write %s: %s", (long long)r->id, path,
+                  strerror(errno));
+    return live;
+}
+
+/* The driver's state and its first discovery file (every slot). One node only: the
+ * driver starts its workers on this one. */
+static int monitor_driver_prepare(struct active_run *r, const struct db_queued_run *q,
+                                  struct err *e)
+{
+    if (!monitor_is_driver(q))
+        return 0;
+    if (strcmp(q->spec.launcher, "ddpbench") != 0)
+        return err_set(e, ERR_INVALID, "elastic",
+                       "elastic: horovod's elastic driver starts its workers itself, which "
+                       "launcher %s would (use launcher ddpbench)",
+                       q->spec.launcher);
+    for (int i = 0; i < r->world_size; i++)
+        if (r->ranks[i].node != 0)
+            return err_set(e, ERR_INVALID, "elastic",
+                           "elastic: horovod's elastic driver runs its workers on the leader's "
+                           "node only, and rank %d was placed on another",
+                           i);
+    char why[PATH_MAX + 64];
+    r->driver = calloc(1, sizeof *r->driver);
+    if (!r->driver)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    if (elastic_restart_init(r->driver, &q->spec.elastic, r->world_size, r->dir, why,
+                             sizeof why) < 0)
+        return err_set(e, ERR_IO, "elastic", "%s", why);
+    r->driver->mode = "driver";
+    monitor_driver_hosts(r);
+    events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
+                       elastic_restart_record(r->driver, NULL, 0, NULL, 0, "start", -1));
+    return 0;
+}
+
+/* The driver's command line: the engines' python running ddpb_hvd_driver.py, with the
+ * report channel, the run's folder, the CPU map and the elastic folder it reads the
+ * discovery file from. */
+static int monitor_driver_plan(struct active_run *r, const char *report, const char *cpu_map,
+                               struct launch_plan *plan, struct err *e)
+{
+    const struct config *cfg = r->ctx->cfg;
+    memset(plan, 0, sizeof *plan);
+    char env[ELASTIC_RESTART_ENV][PATH_MAX];
+    int n = elastic_restart_env(r->driver, env[0], sizeof env[0]);
+    int w = snprintf(plan->argv[0], sizeof plan->argv[0], "%s", cfg->python) |
+            snprintf(plan->argv[1], sizeof plan->argv[1], "%s/ddpb_hvd_driver.py",
+                     cfg->engines_dir) |
+            snprintf(plan->env[0], sizeof plan->env[0], "DDPB_REPORT=%s", report) |
+            snprintf(plan->env[1], sizeof plan->env[1], "DDPB_LOG_DIR=%s", r->dir) |
+            snprintf(plan->env[2], sizeof plan->env[2], "DDPB_LAUNCHER=horovod-elastic") |
+            snprintf(plan->env[3], sizeof plan->env[3], "DDPB_CPU_MAP=%s",
+                     cpu_map ? cpu_map : "");
+    plan->argc = 2;
+    plan->nenv = 4;
+    for (int i = 0; i < n && plan->nenv < LAUNCH_PLAN_MAX_ENV; i++)
+        w |= snprintf(plan->env[plan->nenv++], sizeof plan->env[0], "%s", env[i]);
+    if (w < 0 || strlen(plan->argv[1]) + 1 >= sizeof plan->argv[1])
+        return err_set(e, ERR_INVALID, "elastic", "elastic: the driver's path is too long");
+    return 0;
+}
+
+/* The live slots of a driver run into members (world_size entries); returns how many. */
+static int monitor_driver_members(const struct active_run *r, int *members)
+{
+    int n = 0;
+    for (int i = 0; i < r->world_size; i++)
+        if (!r->ranks[i].retired)
+            members[n++] = i;
+    return n;
+}
+
+/* A replacement Horovod started in lost slot k proved itself on the report channel: the
+ * slot is live again (a new process: what the old one said is forgotten), recorded as the
+ * next generation with k joining. */
+static void monitor_driver_joined(struct active_run *r, struct run_rank *k)
+{
+    struct elastic_restart *er = r->driver;
+    monitor_restart_reset(r, k);
+    k->spawned = k->channel = true;
+    int *members = calloc((size_t)r->world_size, sizeof *members);
+    int n = members ? monitor_driver_members(r, members) : 0;
+    er->gen++;
+    er->world = n;
+    char why[64];
+    snprintf(why, sizeof why, "slot %d joined", k->rank);
+    events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
+                       elastic_restart_record(er, members, n, NULL, 0, why, -1));
+    free(members);
+    log_info("run %lld: elastic: a replacement joined slot %d, %d live", (long long)r->id,
+             k->rank, n);
+}
+
+/* A worker of the driver ended without done: the slot is lost, not the run, while at
+ * least min_ranks live; the discovery file then says whether Horovod may start a
+ * replacement there. False when the run is not driven by Horovod's driver, is stopping,
+ * or the driver itself has exited (its workers all end then). */
+static bool monitor_driver_lost(struct active_run *r, struct run_rank *k)
+{
+    struct elastic_restart *er = r->driver;
+    if (!er || r->stopping || r->launcher_exited)
+        return false;
+    k->retired = true;
+    channel_release(r->channel, k->rank);
+    char why[256];
+    snprintf(why, sizeof why, "elastic: lost; Horovod's elastic driver goes on without slot %d",
+             k->rank);
+    struct err e = {0};
+    if (db_rank_exited(r->ctx->db, r->id, k->rank, "lost", -1, 0, why, &e) < 0) {
+        e = (struct err){0}; /* the schema before issue 32's migration: see retire */
+        int rc = db_rank_exited(r->ctx->db, r->id, k->rank, "killed", -1, 0, why, &e);
+        monitor_db_warn(r, rc, &e);
+    }
+    int live = monitor_driver_hosts(r);
+    int *members = calloc((size_t)r->world_size, sizeof *members);
+    int n = members ? monitor_driver_members(r, members) : 0;
+    er->gen++;
+    er->world = live;
+    int lost[] = {k->rank};
+    snprintf(why, sizeof why, "lost slot %d", k->rank);
+    events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
+                       elastic_restart_record(er, members, n, lost, 1, why, -1));
+    free(members);
+    log_info("run %lld: elastic: slot %d lost, %d live (min_ranks %d, max_ranks %d)",
+             (long long)r->id, k->rank, live, er->min_ranks, er->max_ranks);
+    if (live < er->min_ranks) { /* the last one's own error, when it said one */
+        char msg[sizeof why + sizeof k->said->error + 32];
+        snprintf(msg, sizeof msg, "elastic: %d rank%s left, min_ranks %d%s%s", live,
+                 live == 1 ? "" : "s", er->min_ranks, k->said->error[0] ? "; the last: " : "",
+                 k->said->error);
+        monitor_stop_run(r, DB_RUN_FAILED, k->rank, msg);
+    }
+    return true;
 }
 
 struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
@@ -1223,6 +1405,7 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
     if (r->foreign) {
         if (monitor_prepare(r, q, &se) == 0 &&
             monitor_restart_prepare(r, q, cpus, per, gpu, store_addr, &se) == 0 &&
+            monitor_driver_prepare(r, q, &se) == 0 &&
             monitor_spawn_launcher(r, q, cpus, per, store_addr, &se) == 0)
             started = r->world_size;
     } else if (monitor_prepare(r, q, &se) == 0 &&
@@ -1552,6 +1735,7 @@ void monitor_free_run(struct active_run *r)
         store_server_remove_run(r->ctx->store, r->ns);
     ingest_run_cleanup(&r->ingest);
     free(r->restart);
+    free(r->driver);
     free(r->restart_cpus);
     free(r->restart_gpu);
     free(r->ranks);

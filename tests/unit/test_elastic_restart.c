@@ -77,17 +77,22 @@ static void test_record(void)
 {
     struct elastic_restart er;
     T_CHECK(restart_of(&er, 1, 1, 3));
-    json_t *r0 = elastic_restart_record(&er, NULL, 0, "start", -1);
+    json_t *r0 = elastic_restart_record(&er, NULL, 0, NULL, 0, "start", -1);
     er.gen = 1;
     er.world = 2;
     int lost[] = {2};
-    json_t *r1 = elastic_restart_record(&er, lost, 1, "lost slot 2", 40);
+    json_t *r1 = elastic_restart_record(&er, NULL, 0, lost, 1, "lost slot 2", 40);
     T_CHECK(r0 && r1);
     T_EQ_INT(json_integer_value(json_object_get(r1, "gen")), 1);
     T_EQ_INT(json_integer_value(json_object_get(r1, "world")), 2);
     T_EQ_INT(json_array_size(json_object_get(r1, "members")), 2);
     T_EQ_INT(json_integer_value(json_array_get(json_object_get(r1, "lost"), 0)), 2);
     T_EQ_INT(json_integer_value(json_object_get(r1, "stop_ms")), 40);
+    T_EQ_STR(json_string_value(json_object_get(r1, "mode")), "restart");
+    int members[] = {1, 2};
+    json_t *r2 = elastic_restart_record(&er, members, 2, NULL, 0, "driver", -1);
+    T_CHECK(r2 && json_integer_value(json_array_get(json_object_get(r2, "members"), 0)) == 1);
+    json_decref(r2);
     json_decref(r0);
     json_decref(r1);
     char path[PATH_MAX + 32], line[512];
@@ -97,13 +102,13 @@ static void test_record(void)
     int n = 0;
     while (f && fgets(line, sizeof line, f)) {
         json_t *j = json_loads(line, 0, NULL);
-        T_CHECK(j && json_integer_value(json_object_get(j, "gen")) == n);
+        T_CHECK(j && json_integer_value(json_object_get(j, "gen")) == (n ? 1 : 0));
         json_decref(j);
         n++;
     }
     if (f)
         fclose(f);
-    T_EQ_INT(n, 2);
+    T_EQ_INT(n, 3);
 }
 
 int main(int argc, char **argv)
