@@ -117,7 +117,8 @@ class Restart:
         """One elastic event (the contract's report line): to the report stream when the
         protocol knows it, to events.jsonl and the rank's log always."""
         line = {"event": event, "gen": self.gen, "world": self.world,
-                "members": list(range(self.world)), "t": time.time(), **fields}
+                "members": getattr(self, "members", None) or list(range(self.world)),
+                "t": time.time(), **{k: v for k, v in fields.items() if v is not None}}
         if "elastic" in REPORTS:
             rep.emit("elastic", **line)
         with open(os.path.join(self.dir, "events.jsonl"), "a") as f:

@@ -182,7 +182,8 @@ def main():
                     "TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONPATH": HERE + (
                         ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
         t0 = time.monotonic()
-        env.update(rendezvous(env, spec))
+        if env.get("HOROVOD_ELASTIC") != "1":  # Horovod's elastic driver agrees its own
+            env.update(rendezvous(env, spec))
         env["DDPB_RENDEZVOUS_MS"] = "%.1f" % ((time.monotonic() - t0) * 1000)
     except Exception as ex:  # reported, then the rank exits: the run fails naming it
         code = "timeout" if isinstance(ex, ddpb_store.StoreError) and ex.status == 1 else \

@@ -85,39 +85,15 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
             lr = ddpb_train.lr_at(spec, step, total)
             for g in opt.param_groups:
                 g["lr"] = lr
-            clock = ddpb_train.Clock()
-            t_start = clock.t
-            adapter.step_begin()
-            data_ms = fwd = bwd = 0.0
-            loss_sum = 0.0
-            for k in range(acc):
-                x, y = next(it)
-                xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-                data_ms += clock.lap()
-                with adapter.micro(k, acc):
-                    out = module(xt)
-                    loss = F.cross_entropy(out, yt)
-                    fwd += clock.lap()
-                    adapter.backward(loss, k, acc)
-                    bwd += clock.lap()
-                loss_sum += loss.item()
-                tally.add(loss.item(), (out.argmax(1) == yt).sum().item(), len(y))
-                clock.lap()  # the tally's reads are no phase
-            if step == total - 1:  # frameworks free .grad in the update: read it here
-                grads = grad_bytes(module)
-                clock.lap()  # the reading is no phase
-            ph = adapter.step_end(clock.t)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            clock.lap()
-            exposed = ph.pop("in_backward_ms", 0.0)
+            last = step == total - 1
+            loss_mean, step_ms, ph, read = one_step(module, adapter, it, device, acc, tally,
+                                                    last)
+            grads = read if last else grads
             if el:
                 el.mark(it_no)
                 ph.update(el.step_fields())
-            rep.step(step=it_no, loss=loss_sum / acc, samples=batch * acc,
-                     step_ms=(clock.t - t_start) * 1000.0, repeat=repeat, epoch=epoch,
-                     warmup=step < plan.warmup, data_ms=data_ms, forward_ms=fwd,
-                     backward_ms=max(0.0, bwd - exposed), **ph)
+            rep.step(step=it_no, loss=loss_mean, samples=batch * acc, step_ms=step_ms,
+                     repeat=repeat, epoch=epoch, warmup=step < plan.warmup, **ph)
             usage.step()
             step, it_no, ran = step + 1, it_no + 1, ran + 1
             if el and el.pending_resume:
@@ -142,6 +118,40 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
     if el:
         el.iteration = it_no
     rep.memory(repeat, ddpb_train.peak_rss_bytes(), grads_bytes=grads, **held_bytes(module, opt))
+
+
+def one_step(module, adapter, it, device, acc, tally, last):
+    """One optimizer step over acc micro-batches from the batch iterator it, tallied:
+    (the loss's mean, step_ms, the phases for the step line, and when last the gradient
+    bytes, read before the update frees them, else None)."""
+    clock = ddpb_train.Clock()
+    t_start = clock.t
+    adapter.step_begin()
+    data_ms = fwd = bwd = 0.0
+    loss_sum, grads = 0.0, None
+    for k in range(acc):
+        x, y = next(it)
+        xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+        data_ms += clock.lap()
+        with adapter.micro(k, acc):
+            out = module(xt)
+            loss = F.cross_entropy(out, yt)
+            fwd += clock.lap()
+            adapter.backward(loss, k, acc)
+            bwd += clock.lap()
+        loss_sum += loss.item()
+        tally.add(loss.item(), (out.argmax(1) == yt).sum().item(), len(y))
+        clock.lap()  # the tally's reads are no phase
+    if last:  # frameworks free .grad in the update: read it here
+        grads = grad_bytes(module)
+        clock.lap()  # the reading is no phase
+    ph = adapter.step_end(clock.t)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    clock.lap()
+    exposed = ph.pop("in_backward_ms", 0.0)
+    ph.update(data_ms=data_ms, forward_ms=fwd, backward_ms=max(0.0, bwd - exposed))
+    return loss_sum / acc, (clock.t - t_start) * 1000.0, ph, grads
 
 
 def commit(el, rank, model, opt, adapter, repeat, epoch, consumed, step, it_no, tally):
