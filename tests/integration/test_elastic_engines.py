@@ -163,7 +163,75 @@ def test_pytorch_fails_below_min_ranks():
         d.close()
 
 
+def test_horovod_shrinks_after_a_kill():
+    """horovod elastic min 1, max 1: rank 1 killed mid-epoch; Horovod's driver goes on
+    with one worker (the daemon's discovery drops the slot), which resumes from the last
+    in-memory commit and finishes both epochs."""
+    d = Daemon(cpu_slots=2)
+    try:
+        spec = dict(ELASTIC, engine="horovod", strategy="horovod",
+                    elastic={"min_ranks": 1, "max_ranks": 1, "commit_every": 5})
+        run, pids, took = kill_and_finish(d, spec)
+        check(run["status"] == "succeeded", (run["status"], run["error"], d.daemon_log()))
+        folder = elastic_dir(d, run["id"])
+        gens = read_jsonl(os.path.join(folder, "generations.jsonl"))
+        check([g["gen"] for g in gens] == [0, 1] and gens[1]["lost"] == [1]
+              and gens[1]["world"] == 1, gens)
+        with open(os.path.join(folder, "hosts")) as f:
+            check(f.read().split() == ["0"], "the discovery still lists slot 1")
+        events = read_jsonl(os.path.join(folder, "events.jsonl"))
+        resumed = [e for e in events if e["event"] == "resumed"]
+        check(resumed and resumed[0]["world"] == 1 and resumed[0]["members"] == [0]
+              and resumed[0]["lost_steps"] >= 0, events)
+        rows = d.step_rows(run["id"])
+        for rank in range(2):
+            nums = [s["step"] for s in rows if s["rank"] == rank]
+            check(len(nums) == len(set(nums)), (rank, "a step number repeats", nums))
+        check(len(run["epochs"]) == 2, run["epochs"])
+        wait_gone(pids)
+        print(f"horovod 2->1: kill to resumed {took:.2f} s, lost steps "
+              f"{resumed[0]['lost_steps']}", flush=True)
+        d.wait_slots_free(2)
+    finally:
+        d.close()
+
+
+def test_horovod_replaces_the_lost_worker():
+    """horovod elastic min 1, max 2: the daemon's discovery keeps listing the lost slot,
+    Horovod starts a replacement there once its blacklist cooldown ends, the workers take it
+    in at a commit, and the run ends with both slots done."""
+    d = Daemon(cpu_slots=2)
+    try:
+        spec = dict(ELASTIC, engine="horovod", strategy="horovod", epochs=3,
+                    elastic={"min_ranks": 1, "max_ranks": 2, "commit_every": 5})
+        run, pids, took = kill_and_finish(d, spec)
+        check(run["status"] == "succeeded", (run["status"], run["error"], d.daemon_log()))
+        folder = elastic_dir(d, run["id"])
+        with open(os.path.join(folder, "hosts")) as f:
+            check(f.read().split() == ["0", "1"], "the discovery dropped slot 1")
+        slot1 = next(k for k in run["ranks"] if k["rank"] == 1)
+        check(slot1["status"] == "done", slot1)
+        gens = read_jsonl(os.path.join(folder, "generations.jsonl"))
+        check([(g["gen"], g["members"], g["lost"]) for g in gens] ==
+              [(0, [0, 1], []), (1, [0], [1]), (2, [0, 1], [])], gens)
+        events = read_jsonl(os.path.join(folder, "events.jsonl"))
+        check(any(e["event"] == "detect" for e in events), events)
+        worlds = [e["world"] for e in events if e["event"] == "resumed"]
+        check(worlds and worlds[0] == 1 and worlds[-1] == 2, events)
+        rows = d.step_rows(run["id"])
+        for rank in range(2):
+            nums = [s["step"] for s in rows if s["rank"] == rank]
+            check(len(nums) == len(set(nums)), (rank, "a step number repeats", nums))
+        wait_gone(pids)
+        print(f"horovod 2->1->2: kill to resumed {took:.2f} s", flush=True)
+        d.wait_slots_free(2)
+    finally:
+        d.close()
+
+
 if __name__ == "__main__":
     sys.exit(run_cases([test_pytorch_shrinks_after_a_kill,
                         test_pytorch_restarts_at_full_size_with_a_replacement,
-                        test_pytorch_fails_below_min_ranks]))
+                        test_pytorch_fails_below_min_ranks,
+                        test_horovod_shrinks_after_a_kill,
+                        test_horovod_replaces_the_lost_worker]))
