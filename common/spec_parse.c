@@ -840,7 +840,6 @@ int spec_from_json(const json_t *resolved, struct spec *out, struct err *e)
         if (spec_field_in(f, wl) && f->size > 0)
             rc = spec_store(f, spec_field_value(norm, f->name), out, e);
     }
-    out->elastic.on = out->elastic.min_ranks > 0; /* STAND-IN for branch ed: drop at merge */
     json_decref(norm);
     return rc;
 }

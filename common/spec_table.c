@@ -484,17 +484,6 @@ static const struct spec_field spec_fields[] = {
              "a .py file runs under the engines' Python. It reads the spec from DDPB_SPEC, "
              "finds its peers in RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and reports "
              "steps and epochs with engines/ddpb_report.py."},
-    /* STAND-IN for branch ed's "elastic" (issue 32), so engines' elastic can be tested
-     * before it lands: 0 = not elastic. Drop at merge in favour of ed's rows. */
-    {.name = "elastic.min_ranks", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .min = 0, .max = 4096, .def = "0", SPEC_AT(elastic.min_ranks),
-     .desc = "Elastic: the fewest live ranks the run goes on with; 0: not elastic."},
-    {.name = "elastic.max_ranks", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .min = 0, .max = 4096, .def = "0", SPEC_AT(elastic.max_ranks),
-     .desc = "Elastic: replacements are started while fewer ranks than this live."},
-    {.name = "elastic.commit_every", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
-     .min = 0, .max = 1000000, .def = "0", SPEC_AT(elastic.commit_every),
-     .desc = "Elastic: steps between commits (checkpoints)."},
 };
 /* clang-format on */
 
