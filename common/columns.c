@@ -47,8 +47,9 @@ static const char *const columns_stat_suffix[] = {
     [STAT_MIN] = "min",   [STAT_MAX] = "max",   [STAT_N] = "n",           [STAT_NONE] = ""};
 static const char *const columns_shape_names[] = {"value", "mean", "spread"};
 static const char *const columns_type_names[] = {"number", "integer", "boolean", "string"};
-static const char *const columns_group_names[] = {
-    "key", "collective", "train", "pipeline", "data", "prediction", "memory", "usage", "tta"};
+static const char *const columns_group_names[] = {"key",  "collective", "train",  "pipeline",
+                                                  "data", "prediction", "memory", "usage",
+                                                  "tta",  "elastic"};
 
 const struct column_info *columns_get(enum column c)
 {

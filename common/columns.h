@@ -85,6 +85,7 @@ enum column_group {
     CG_MEMORY,     /* what the ranks held */
     CG_USAGE,      /* what the ranks used */
     CG_TTA,        /* time to accuracy */
+    CG_ELASTIC,    /* elastic runs and injected faults: what a lost rank cost (issue 32) */
 };
 
 /* Results columns, in a row's order. X(ID, key, shape, type, unit, label, group, description).
@@ -235,6 +236,25 @@ enum column_group {
     X(TTA_REPEATS, "tta_repeats", VALUE, INTEGER, "repeats", "repeats", TTA,                   \
       "repeats that trained towards the target")
 
+/* What a fault cost a run (issue 32): measured from its fault (the first injected fault's
+ * event, else the first lost rank's end) to the survivors' first detection and to the
+ * first step of the generation that resumed; null for a run without either. */
+#define COLUMNS_ELASTIC(X)                                                                     \
+    X(GENERATIONS, "generations", MEAN, NUMBER, "", "generations", ELASTIC,                    \
+      "generations formed after the launch's (each loss and each growth), per run")            \
+    X(DETECT_S, "detect_s", MEAN, NUMBER, "s", "time to detect", ELASTIC,                      \
+      "the first detection of the lost rank minus the fault's time, per run")                  \
+    X(RESUME_S, "resume_s", MEAN, NUMBER, "s", "time to resume", ELASTIC,                      \
+      "the new generation's first step minus the fault's time, per run")                       \
+    X(LOST_STEPS, "lost_steps", MEAN, NUMBER, "steps", "lost steps", ELASTIC,                  \
+      "steps redone since the last commit, over the run's regroups, per run")                  \
+    X(THROUGHPUT_BEFORE, "throughput_before", MEAN, NUMBER, "samples/s", "before fault",       \
+      ELASTIC, "global samples per second before the fault, per run")                          \
+    X(THROUGHPUT_DURING, "throughput_during", MEAN, NUMBER, "samples/s", "during fault",       \
+      ELASTIC, "global samples per second from the fault to the resumption, per run")          \
+    X(THROUGHPUT_AFTER, "throughput_after", MEAN, NUMBER, "samples/s", "after fault", ELASTIC, \
+      "global samples per second after the resumption, per run")
+
 /* Every column in a row's order: X makes a column's row, P a phase's, Q its prediction's. */
 #define COLUMNS(X, P, Q)                                                                       \
     COLUMNS_KEY(X)                                                                             \
@@ -251,7 +271,8 @@ enum column_group {
     COLUMNS_ACCURACY(X)                                                                        \
     COLUMNS_MEMORY(X)                                                                          \
     COLUMNS_USAGE(X)                                                                           \
-    COLUMNS_TTA(X)
+    COLUMNS_TTA(X)                                                                             \
+    COLUMNS_ELASTIC(X)
 
 #define COLUMN_ENUM(id, ...) COL_##id,
 #define COLUMN_PHASE_ENUM(id, ...) COL_PHASE_##id,

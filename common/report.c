@@ -26,6 +26,7 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/columns.h"
+#include "common/spec.h"
 
 #define REPORT_COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -42,6 +43,7 @@ enum report_kind {
     REPORT_K_OPS,     /* trace ops [[op, bucket, bytes, algorithm, launch_ns, end_ns]...];
                          member: const json_t * */
     REPORT_K_GRADS,   /* gradient readiness [[bytes, ready_ns]...]; member: const json_t * */
+    REPORT_K_RANKS,   /* ranks [r, ...]: at most SPEC_MAX_WORLD integers >= 0 */
 };
 
 struct report_field {
@@ -82,6 +84,8 @@ static const struct report_field report_progress_fields[] = {
     {.name = "done", .kind = REPORT_K_INT64, .min = 0},
     {.name = "total", .kind = REPORT_K_INT64, .min = 0},
     {.name = "phase", .kind = REPORT_K_STR},
+    {.name = "gen", .kind = REPORT_K_INT, .min = 0, .optional = true},   /* elastic runs */
+    {.name = "world", .kind = REPORT_K_INT, .min = 1, .optional = true}, /* elastic runs */
 };
 
 static const struct report_field report_collective_fields[] = {
@@ -102,6 +106,18 @@ static const struct report_field report_collective_fields[] = {
     {.name = "algbw_gbs", .kind = REPORT_K_NUM, REPORT_AT(algbw_gbs)},
     {.name = "busbw_gbs", .kind = REPORT_K_NUM, REPORT_AT(busbw_gbs)},
     {.name = "wrong", .kind = REPORT_K_INT64, .min = 0, REPORT_AT(wrong)},
+};
+
+/* elastic training (worker/elastic.h): one event of a generation change */
+static const struct report_field report_elastic_fields[] = {
+    {.name = "event", .kind = REPORT_K_STR, .size = 16},
+    {.name = "gen", .kind = REPORT_K_INT, .min = 0},
+    {.name = "world", .kind = REPORT_K_INT, .min = 0},
+    {.name = "members", .kind = REPORT_K_RANKS},
+    {.name = "commit_step", .kind = REPORT_K_INT64, .min = 0, .optional = true},
+    {.name = "lost_steps", .kind = REPORT_K_INT64, .min = 0, .optional = true},
+    {.name = "regroup_ms", .kind = REPORT_K_NUM, .optional = true},
+    {.name = "peer", .kind = REPORT_K_INT, .min = -1, .optional = true},
 };
 
 static const struct report_field report_heartbeat_fields[] = {
@@ -143,6 +159,8 @@ static const struct report_field report_step_fields[] = {
      .min = 0,
      .optional = true,
      REPORT_STEP_AT(read_bytes)},
+    {.name = "gen", .kind = REPORT_K_INT, .min = 0, .optional = true, REPORT_STEP_AT(gen)},
+    {.name = "world", .kind = REPORT_K_INT, .min = 1, .optional = true, REPORT_STEP_AT(world)},
 };
 
 static const struct report_field report_epoch_fields[] = {
@@ -262,6 +280,7 @@ static const struct report_shape report_shapes[] = {
     [REPORT_USAGE] = REPORT_SHAPE(report_usage_fields),
     [REPORT_TRACE] = REPORT_SHAPE(report_trace_fields),
     [REPORT_GRADS] = REPORT_SHAPE(report_grads_fields),
+    [REPORT_ELASTIC] = REPORT_SHAPE(report_elastic_fields),
 };
 _Static_assert(REPORT_COUNT(report_shapes) == REPORT_NTYPES,
                "a row per report type of common/vocab.h");
@@ -373,6 +392,21 @@ static int report_check_tuples(const struct report_field *f, const json_t *v, co
     return 0;
 }
 
+/* An array of at most SPEC_MAX_WORLD ranks (integers >= 0). */
+static int report_check_ranks(const struct report_field *f, const json_t *v, struct err *e)
+{
+    size_t i;
+    const json_t *r;
+    bool ok = json_is_array(v) && json_array_size(v) <= SPEC_MAX_WORLD;
+    json_array_foreach((json_t *)v, i, r)
+    {
+        ok = ok && json_is_integer(r) && json_integer_value(r) >= 0;
+    }
+    return ok ? 0
+              : err_set(e, ERR_INVALID, f->name, "%s: must be an array of at most %d ranks",
+                        f->name, SPEC_MAX_WORLD);
+}
+
 /* Checks one present value against f. */
 static int report_check_value(const struct report_field *f, const json_t *v, struct err *e)
 {
@@ -409,6 +443,7 @@ static int report_check_value(const struct report_field *f, const json_t *v, str
     case REPORT_K_SPANS: return report_check_tuples(f, v, "sne|n", e);
     case REPORT_K_OPS: return report_check_tuples(f, v, "sbnsne", e);
     case REPORT_K_GRADS: return report_check_tuples(f, v, "nn", e);
+    case REPORT_K_RANKS: return report_check_ranks(f, v, e);
     }
     return err_set(e, ERR_INTERNAL, f->name, "%s: unknown kind", f->name);
 }
@@ -521,6 +556,7 @@ static int report_struct_from_json(const struct report_field *fs, size_t n, cons
         case REPORT_K_STR: memcpy(dst, json_string_value(v), json_string_length(v) + 1); break;
         case REPORT_K_SPANS:
         case REPORT_K_GRADS:
+        case REPORT_K_RANKS:
         case REPORT_K_OPS: memcpy(dst, &v, sizeof v); break; /* borrowed from obj */
         case REPORT_K_ENV:
         case REPORT_K_ERRCODE: break;
@@ -589,6 +625,7 @@ static json_t *report_member_json(const void *c, const struct report_field *f)
     case REPORT_K_STR: return strnlen(src, f->size) < f->size ? json_string(src) : NULL;
     case REPORT_K_SPANS:
     case REPORT_K_GRADS:
+    case REPORT_K_RANKS:
     case REPORT_K_OPS: {
         json_t *j;
         memcpy(&j, src, sizeof j);
@@ -799,10 +836,35 @@ int report_emit_collective(struct report_writer *w, const struct report_collecti
 int report_emit_progress(struct report_writer *w, const char *phase, int64_t done,
                          int64_t total, struct err *e)
 {
-    return report_emit_built(w, REPORT_PROGRESS,
-                             json_pack("{s:I, s:I, s:s}", "done", (json_int_t)done, "total",
-                                       (json_int_t)total, "phase", phase),
-                             e);
+    return report_emit_progress_gen(w, phase, done, total, -1, 0, e);
+}
+
+int report_emit_progress_gen(struct report_writer *w, const char *phase, int64_t done,
+                             int64_t total, int gen, int world, struct err *e)
+{
+    json_t *f = json_pack("{s:I, s:I, s:s}", "done", (json_int_t)done, "total",
+                          (json_int_t)total, "phase", phase);
+    if (f && gen >= 0) {
+        json_object_set_new(f, "gen", json_integer(gen));
+        json_object_set_new(f, "world", json_integer(world));
+    }
+    return report_emit_built(w, REPORT_PROGRESS, f, e);
+}
+
+int report_emit_elastic(struct report_writer *w, const struct report_elastic *el, struct err *e)
+{
+    json_t *members = json_array();
+    for (int i = 0; members && i < el->n_members; i++)
+        json_array_append_new(members, json_integer(el->members[i]));
+    json_t *f = json_pack("{s:s, s:i, s:i, s:o, s:i}", "event", el->event, "gen", el->gen,
+                          "world", el->world, "members", members, "peer", el->peer);
+    if (f && el->commit_step >= 0)
+        json_object_set_new(f, "commit_step", json_integer(el->commit_step));
+    if (f && el->lost_steps >= 0)
+        json_object_set_new(f, "lost_steps", json_integer(el->lost_steps));
+    if (f && el->regroup_ms >= 0)
+        json_object_set_new(f, "regroup_ms", json_real(el->regroup_ms));
+    return report_emit_built(w, REPORT_ELASTIC, f, e);
 }
 
 /* A string value that always exists: text that is not UTF-8 gets '?' for its non-ASCII

@@ -10,7 +10,7 @@
  *   hello       pid (int), host (str), world_size (int)
  *   env         env (object of string/number values: versions, cpu model, kernel, ...;
  *               or objects of them, REPORT_ENV_DEPTH levels in all: "mpi": {...})
- *   progress    done (int), total (int), phase (str)
+ *   progress    done (int), total (int), phase (str); gen, world (int, elastic runs)
  *   collective  the fields of struct report_collective
  *   heartbeat   phase (str: what the rank is doing now), progress (int: a counter the
  *               rank advances as it works); sent every second by a thread of its own
@@ -22,6 +22,7 @@
  *   grads       the fields of struct report_grads (rank 0, once per repeat of training)
  *   error       code (str: an err_code_name), message (str), where (str "file:line"),
  *               optional op (str), optional peer (int)
+ *   elastic     the fields of struct report_elastic (worker/elastic.h)
  *   done        (nothing else) */
 #ifndef DDPB_REPORT_H
 #define DDPB_REPORT_H
@@ -97,13 +98,17 @@ struct report_step {
      *                  dataset held in memory) */
     double loader_cpu_ms;
     int64_t read_bytes;
+    /* Elastic runs only (spec elastic; worker/elastic.h), -1 otherwise (left out): the
+     * generation the step ran in and its world size. step is then the run's iteration
+     * counter, which never goes back (work redone after a regroup gets new numbers). */
+    int gen, world;
 };
 /* The pipeline's and the data pipeline's members of a step without them, for a designated
  * initializer: struct report_step s = {REPORT_STEP_NO_PIPELINE, .repeat = ...} (0 is a
  * stage). */
 #define REPORT_STEP_NO_PIPELINE                                                                \
     .stage = -1, .p2p_ms = -1, .bubble_ms = -1, .p2p_bytes = -1, .loader_cpu_ms = -1,          \
-    .read_bytes = -1
+    .read_bytes = -1, .gen = -1, .world = -1
 
 /* One epoch, reported by rank 0; test figures are -1 when no test split was evaluated,
  * train figures -1 when no sample was trained on (omitted from the event, stored as NULL:
@@ -230,6 +235,31 @@ int report_emit_collective(struct report_writer *w, const struct report_collecti
                            struct err *e);
 int report_emit_progress(struct report_writer *w, const char *phase, int64_t done,
                          int64_t total, struct err *e);
+/* The same with an elastic run's generation and world size (gen < 0: left out). */
+int report_emit_progress_gen(struct report_writer *w, const char *phase, int64_t done,
+                             int64_t total, int gen, int world, struct err *e);
+
+/* One event of elastic training (worker/elastic.h), type "elastic":
+ *   event        "detect" (a rank saw a peer of its generation fail), "regroup" (the
+ *                generation's communicator is up and the state restored), "resumed" (its
+ *                first step is done), "left" (this rank is not in the generation)
+ *   gen, world   the generation (0: the launch's) and its size; members its slots
+ *   commit_step  the iteration counter of the commit restored (-1: left out)
+ *   lost_steps   iterations done since that commit, redone now (-1: left out)
+ *   regroup_ms   from the detection (or the growth decision) to the state restored
+ *   peer         the slot blamed ("detect"), else -1 */
+struct report_elastic {
+    const char *event;
+    int gen, world;
+    const int *members; /* borrowed, n_members entries */
+    int n_members;
+    int64_t commit_step, lost_steps;
+    double regroup_ms;
+    int peer;
+};
+int report_emit_elastic(struct report_writer *w, const struct report_elastic *el,
+                        struct err *e);
+
 /* peer < 0 and op NULL omit those fields. */
 int report_emit_error(struct report_writer *w, const struct err *cause, const char *where,
                       const char *op, int peer, struct err *e);

@@ -129,10 +129,10 @@ struct spec_train {
 #define SPEC_MAX_FAULTS 16
 struct spec_fault {
     char kind[8];
-    int64_t at_step; /* the run's step (its progress) at which it fires; -1: at_s */
-    double at_s;     /* seconds after the run's first step; -1: at_step */
-    int rank;        /* the rank it targets; -1: node */
-    int node;        /* the run's node index (0 .. its nodes - 1, as placed); -1: rank */
+    int64_t at_step;   /* the run's step (its progress) at which it fires; -1: at_s */
+    double at_s;       /* seconds after the run's first step; -1: at_step */
+    int rank;          /* the rank it targets; -1: node */
+    int node;          /* the run's node index (0 .. its nodes - 1, as placed); -1: rank */
     double duration_s; /* stop, slow, link; 0 for kill */
     double fraction;   /* slow: the CPU share left, (0, 1) */
     double rate_mbit;  /* link: the shaped rate */

@@ -344,6 +344,51 @@ static bool spec_transport_broken(const json_t *spec, enum spec_workload wl, con
     return true;
 }
 
+/* Elastic mode (issue 32): min_ranks <= world_size, max_ranks 0 (world_size) or from
+ * min_ranks to world_size; a pipeline cannot lose a stage (no re-partitioning), an MPI
+ * world cannot shrink, and tensorflow, deepspeed and script have no way to recover
+ * (common/vocab.h's engine attribute elastic). True with field and reason. */
+static bool spec_elastic_broken(const json_t *spec, enum spec_workload wl, const json_t *skip,
+                                const char **field, char *why, size_t n)
+{
+    if (!json_object_get(spec, "elastic"))
+        return false;
+    int64_t lo = json_integer_value(spec_field_value(spec, "elastic.min_ranks"));
+    int64_t hi = json_integer_value(spec_field_value(spec, "elastic.max_ranks"));
+    int64_t world = json_integer_value(spec_field_value(spec, "world_size"));
+    const char *backend = json_string_value(spec_field_value(spec, "backend"));
+    const char *engine = json_string_value(spec_field_value(spec, "engine"));
+    const struct vocab_engine *g = vocab_engine(vocab_find(VOCAB_ENGINE, engine));
+    if (lo > world)
+        *field = "elastic.min_ranks",
+        snprintf(why, n, "min_ranks %lld is more than world_size %lld", (long long)lo,
+                 (long long)world);
+    else if (hi != 0 && (hi < lo || hi > world))
+        *field = "elastic.max_ranks",
+        snprintf(why, n,
+                 "max_ranks %lld must be from min_ranks %lld to world_size %lld "
+                 "(0: world_size)",
+                 (long long)hi, (long long)lo, (long long)world);
+    else if (json_integer_value(spec_field_value(spec, "pipeline")) > 1)
+        *field = "pipeline",
+        snprintf(why, n,
+                 "elastic runs cannot be pipelines: a lost stage cannot be "
+                 "re-partitioned among the survivors");
+    else if (backend && strcmp(backend, vocab_name(VOCAB_BACKEND, VOCAB_BACKEND_MPI)) == 0)
+        *field = "backend",
+        snprintf(why, n,
+                 "elastic runs cannot use backend mpi: an MPI world cannot shrink "
+                 "(use tcp)");
+    else if (g && g->elastic == VOCAB_ELASTIC_NONE)
+        *field = "engine", snprintf(why, n,
+                                    "engine %s is not elastic (%s); elastic engines: ddpbench, "
+                                    "pytorch, horovod (GET /v1/engines)",
+                                    engine, vocab_elastic_desc(VOCAB_ELASTIC_NONE));
+    else
+        return false;
+    return true;
+}
+
 /* --- the table and its walk -------------------------------------------------------- */
 
 /* Every cross-field check, in the order they are judged; the comment names its clause
@@ -356,6 +401,7 @@ static const struct spec_check spec_checks[] = {
     {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_loader_broken},   /* (8) */
     {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_memory_broken},   /* (4) */
     {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_POINT, spec_transport_broken},  /* (10) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_elastic_broken},  /* (11) */
 };
 
 /* The first row of wl running at scope that spec breaks: true with its field and why. */

@@ -491,7 +491,12 @@ static int spec_check_group(const char *group, const json_t *obj, enum spec_work
         if (!spec_field_in(f, wl))
             return spec_unknown_key(prefix, key, wl, 0, "not a field of this workload", e);
     }
-    return 0;
+    /* an empty group of another workload says nothing, except that it is on ("elastic") */
+    for (size_t i = 0; i < spec_field_count; i++)
+        if (strncmp(spec_field_table[i].name, prefix, strlen(prefix)) == 0 &&
+            spec_field_in(&spec_field_table[i], wl))
+            return 0;
+    return spec_unknown_key("", group, wl, 0, "not a field of this workload", e);
 }
 
 /* Every key of the top level must be a field of wl, a group of such fields, or
@@ -641,7 +646,8 @@ static json_t *spec_fill(const json_t *in, const json_t *sweep, enum spec_worklo
     }
     for (size_t i = 0; i < spec_field_count; i++) {
         const struct spec_field *f = &spec_field_table[i];
-        if (!spec_field_in(f, wl))
+        if (!spec_field_in(f, wl) ||
+            ((f->flags & SPEC_F_OPTIONAL_GROUP) && !spec_group_given(in, sweep, f->name)))
             continue;
         const json_t *v = spec_field_value(in, f->name);
         json_t *nv = v ? spec_check_value(f, v, f->name, e) : spec_default(f, wl, e);
@@ -824,6 +830,14 @@ int spec_rank_slots(const struct spec *s)
     return spec_slots_of_threads(s->train.threads);
 }
 
+/* "elastic": on when its group is in the spec; max_ranks 0 (the default) is world_size. */
+static void spec_elastic_resolve(const json_t *norm, struct spec *out)
+{
+    out->elastic.on = json_object_get(norm, "elastic") != NULL;
+    if (out->elastic.on && out->elastic.max_ranks == 0)
+        out->elastic.max_ranks = out->world_size;
+}
+
 int spec_from_json(const json_t *resolved, struct spec *out, struct err *e)
 {
     if (json_is_object(resolved) && json_object_get(resolved, "sweep"))
@@ -837,9 +851,11 @@ int spec_from_json(const json_t *resolved, struct spec *out, struct err *e)
     memset(out, 0, sizeof *out);
     for (size_t i = 0; rc == 0 && i < spec_field_count; i++) {
         const struct spec_field *f = &spec_field_table[i];
-        if (spec_field_in(f, wl) && f->size > 0)
-            rc = spec_store(f, spec_field_value(norm, f->name), out, e);
+        const json_t *v = spec_field_value(norm, f->name);
+        if (spec_field_in(f, wl) && f->size > 0 && v) /* an optional group may be absent */
+            rc = spec_store(f, v, out, e);
     }
+    spec_elastic_resolve(norm, out);
     json_decref(norm);
     return rc;
 }

@@ -484,6 +484,26 @@ static const struct spec_field spec_fields[] = {
              "a .py file runs under the engines' Python. It reads the spec from DDPB_SPEC, "
              "finds its peers in RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and reports "
              "steps and epochs with engines/ddpb_report.py."},
+    /* "elastic" (issue 32): filled only when the group is given or one of its fields swept;
+     * its presence turns elastic mode on (struct spec_elastic.on). */
+    {.name = "elastic.min_ranks", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP | SPEC_F_OPTIONAL_GROUP, .min = 1, .max = SPEC_MAX_WORLD,
+     .def = "1", SPEC_AT(elastic.min_ranks),
+     .desc = "Elastic mode (given with any of its fields): a lost rank does not fail the run "
+             "while at least min_ranks ranks live (1 to world_size); fewer fail it. How each "
+             "engine recovers is GET /v1/engines' elastic."},
+    {.name = "elastic.max_ranks", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP | SPEC_F_OPTIONAL_GROUP, .min = 0, .max = SPEC_MAX_WORLD,
+     .def = "0", SPEC_AT(elastic.max_ranks),
+     .desc = "Elastic mode: the daemon starts a replacement into a lost rank's slot while "
+             "fewer than max_ranks live (min_ranks to world_size; 0, the default, is "
+             "world_size; max_ranks = min_ranks never replaces)."},
+    {.name = "elastic.commit_every", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP | SPEC_F_OPTIONAL_GROUP, .min = 1, .max = 1000000, .def = "10",
+     SPEC_AT(elastic.commit_every),
+     .desc = "Elastic mode: steps between two commits of the ranks' state (in memory for "
+             "ddpbench, a checkpoint for pytorch), and at every epoch's end; a lost rank "
+             "costs the steps since the last commit."},
 };
 /* clang-format on */
 
@@ -788,6 +808,27 @@ const char *spec_choice(const struct spec_field *f, int i)
 
 /* --- nested fields ----------------------------------------------------------------- */
 /* A field named "group.key" lives in the object "group" of the spec: one level only. */
+
+bool spec_group_given(const json_t *in, const json_t *sweep, const char *field)
+{
+    const char *dot = strchr(field, '.');
+    size_t n = dot ? (size_t)(dot - field) : strlen(field);
+    char group[32];
+    if (n >= sizeof group)
+        return false;
+    memcpy(group, field, n);
+    group[n] = '\0';
+    if (json_object_get(in, group))
+        return true;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)sweep, key, v)
+    {
+        if (strncmp(key, group, n) == 0 && key[n] == '.')
+            return true;
+    }
+    return false;
+}
 
 const json_t *spec_field_value(const json_t *spec, const char *name)
 {

@@ -49,10 +49,13 @@ enum spec_type {
 
 enum spec_flag {
     SPEC_F_REQUIRED = 1 << 0,
-    SPEC_F_SWEEP = 1 << 1,      /* may be listed under "sweep" */
-    SPEC_F_ZERO_UNSET = 1 << 2, /* 0 = not used (the other field of its one-of rule is) */
-    SPEC_F_PRINTABLE = 1 << 3,  /* printable ASCII only: names end up in files, CSV, UIs */
-    SPEC_F_WORKLOAD = 1 << 4,   /* selects the workload; stored as enum spec_workload */
+    SPEC_F_SWEEP = 1 << 1,          /* may be listed under "sweep" */
+    SPEC_F_ZERO_UNSET = 1 << 2,     /* 0 = not used (the other field of its one-of rule is) */
+    SPEC_F_PRINTABLE = 1 << 3,      /* printable ASCII only: names end up in files, CSV, UIs */
+    SPEC_F_WORKLOAD = 1 << 4,       /* selects the workload; stored as enum spec_workload */
+    SPEC_F_OPTIONAL_GROUP = 1 << 5, /* its group is filled (defaults and all) only when
+                                       given or one of its fields is swept; absent, the
+                                       feature is off ("elastic") */
 };
 
 struct spec_field {
@@ -128,6 +131,9 @@ json_t *spec_sweep_runs(const json_t *norm, size_t max_runs, struct err *e);
 
 /* --- lookups and text (spec_table.c) ---------------------------------------------------- */
 
+/* Whether an optional group's field (SPEC_F_OPTIONAL_GROUP) is on in a spec: its group
+ * is given in in, or one of the group's fields is swept (sweep may be NULL). */
+bool spec_group_given(const json_t *in, const json_t *sweep, const char *field);
 /* The row of a field by its full name ("dataset.name"), or NULL. */
 const struct spec_field *spec_field_find(const char *name);
 /* The vocabulary's row of the spec's strategy (common/vocab.h), so a rule reads what a

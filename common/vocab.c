@@ -34,17 +34,21 @@ static const struct vocab_strategy vocab_strategies[] = {
 };
 
 static const struct vocab_engine vocab_engines[] = {
-    [VOCAB_ENGINE_DDPBENCH] = {"ddpbench", NULL, NULL, false,
+    [VOCAB_ENGINE_DDPBENCH] = {"ddpbench", NULL, NULL, false, VOCAB_ELASTIC_IN_MEMORY,
         "this project's C worker (ddpbench-worker), every strategy"},
     [VOCAB_ENGINE_PYTORCH] = {"pytorch", "torch", "engine_pytorch.py", true,
+        VOCAB_ELASTIC_RESTART,
         "torch.distributed: DistributedDataParallel, ZeroRedundancyOptimizer"},
     [VOCAB_ENGINE_HOROVOD] = {"horovod", "horovod.torch", "engine_horovod.py", true,
+        VOCAB_ELASTIC_DRIVER,
         "Horovod's PyTorch binding: its DistributedOptimizer"},
     [VOCAB_ENGINE_TENSORFLOW] = {"tensorflow", "tensorflow", "engine_tensorflow.py", true,
+        VOCAB_ELASTIC_NONE,
         "TensorFlow's MultiWorkerMirroredStrategy"},
     [VOCAB_ENGINE_DEEPSPEED] = {"deepspeed", "deepspeed", "engine_deepspeed.py", true,
+        VOCAB_ELASTIC_NONE,
         "DeepSpeed's engine, ZeRO stage 1 or 2"},
-    [VOCAB_ENGINE_SCRIPT] = {"script", NULL, NULL, false,
+    [VOCAB_ENGINE_SCRIPT] = {"script", NULL, NULL, false, VOCAB_ELASTIC_NONE,
         "a user's program under the daemon's --scripts-dir"},
 };
 
@@ -337,11 +341,35 @@ static json_t *vocab_strategy_json(const struct vocab_strategy *s)
                      "description", s->desc);
 }
 
+/* The elastic modes' names and what each does, in enum vocab_elastic's order. */
+static const char *const vocab_elastic_names[] = {"none", "in_memory", "restart", "driver"};
+static const char *const vocab_elastic_descs[] = {
+    "not elastic: \"elastic\" is refused; a lost rank fails the run",
+    "in memory: the survivors keep running, regroup under a new generation and restore "
+    "their last in-memory commit; a replacement receives the state by broadcast",
+    "restart from checkpoint: the daemon stops every rank and starts the group again with "
+    "the new world size; the adapter resumes from its last checkpoint",
+    "its elastic driver: horovodrun's elastic driver restarts the workers, with a host "
+    "discovery script backed by the daemon's view of the live ranks",
+};
+
+const char *vocab_elastic_name(enum vocab_elastic m)
+{
+    return (unsigned)m < VOCAB_COUNT(vocab_elastic_names) ? vocab_elastic_names[m] : "none";
+}
+
+const char *vocab_elastic_desc(enum vocab_elastic m)
+{
+    return (unsigned)m < VOCAB_COUNT(vocab_elastic_descs) ? vocab_elastic_descs[m]
+                                                          : vocab_elastic_descs[0];
+}
+
 static json_t *vocab_engine_json(const struct vocab_engine *g)
 {
-    return json_pack("{s:s, s:o, s:o, s:b, s:s}", "name", g->name, "module",
+    return json_pack("{s:s, s:o, s:o, s:b, s:s, s:s}", "name", g->name, "module",
                      vocab_str_or_null(g->module), "adapter", vocab_str_or_null(g->adapter),
-                     "framework", g->framework, "description", g->desc);
+                     "framework", g->framework, "elastic", vocab_elastic_name(g->elastic),
+                     "description", g->desc);
 }
 
 static json_t *vocab_backend_json(const struct vocab_backend *b)

@@ -82,7 +82,8 @@
     X(MEMORY, "memory")                                                                        \
     X(USAGE, "usage")                                                                          \
     X(TRACE, "trace")                                                                          \
-    X(GRADS, "grads")
+    X(GRADS, "grads")                                                                          \
+    X(ELASTIC, "elastic")
 
 #define VOCAB_ENUM_STRATEGY(id, name) VOCAB_STRATEGY_##id,
 #define VOCAB_ENUM_ENGINE(id, name) VOCAB_ENGINE_##id,
@@ -135,11 +136,23 @@ struct vocab_strategy {
     const char *desc;
 };
 
+/* How an engine recovers from a lost rank in elastic mode (the spec's "elastic", issue
+ * 32): not at all (the spec field is refused), in memory (survivors keep running and
+ * regroup; ddpbench), by a restart from the last checkpoint (the daemon stops the group
+ * and starts it again; pytorch), or by the framework's own elastic driver (horovod). */
+enum vocab_elastic {
+    VOCAB_ELASTIC_NONE,
+    VOCAB_ELASTIC_IN_MEMORY,
+    VOCAB_ELASTIC_RESTART,
+    VOCAB_ELASTIC_DRIVER,
+};
+
 struct vocab_engine {
     const char *name;
     const char *module;  /* Python module imported for its version; NULL: none */
     const char *adapter; /* engines/ file the daemon launches each rank with; NULL: none */
     bool framework;      /* a framework with its own loader (not ddpbench's C loader) */
+    enum vocab_elastic elastic; /* how it recovers a lost rank; NONE: refuses "elastic" */
     const char *desc;
 };
 
@@ -221,6 +234,10 @@ struct vocab_norm {
 /* Rows by enum; NULL for a value out of range. */
 const struct vocab_strategy *vocab_strategy(int id);
 const struct vocab_engine *vocab_engine(int id);
+/* The name of an elastic mode ("none", "in_memory", "restart", "driver") and a sentence
+ * saying how an engine of that mode recovers a lost rank. Static strings. */
+const char *vocab_elastic_name(enum vocab_elastic m);
+const char *vocab_elastic_desc(enum vocab_elastic m);
 const struct vocab_backend *vocab_backend(int id);
 const struct vocab_format *vocab_format(int id);
 const struct vocab_storage *vocab_storage(int id);

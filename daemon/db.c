@@ -292,7 +292,8 @@ static bool db_col_is_json(const char *name)
     return strcmp(name, "spec") == 0 || strcmp(name, "params") == 0 ||
            strcmp(name, "env") == 0 || strcmp(name, "summary") == 0 ||
            strcmp(name, "engines") == 0 || strcmp(name, "spans") == 0 ||
-           strcmp(name, "ops") == 0;
+           strcmp(name, "ops") == 0 || strcmp(name, "members") == 0 ||
+           strcmp(name, "joiners") == 0;
 }
 
 static bool db_col_is_time(const char *name)
@@ -455,6 +456,12 @@ static const char SQL_RUN_USAGE[] =
     "avg(gpu_mem_util_pct) AS gpu_mem_util_pct, avg(gpu_power_w) AS gpu_power_w "
     "FROM rank_usage WHERE run_id = ?1 GROUP BY repeat, rank ORDER BY repeat, rank";
 
+/* elastic runs: their generations, in order (members and joiners as arrays) */
+static const char SQL_RUN_GENERATIONS[] =
+    "SELECT gen, world, members, joiners, reason, "
+    "published_at, lost_at, detected_at, resumed_at, regroup_ms, commit_step, lost_steps "
+    "FROM generations WHERE run_id = ?1 ORDER BY gen";
+
 /* --- the replies --- */
 
 /* One reply: an object of row's columns (none when row is NULL), then each array of
@@ -463,7 +470,7 @@ struct db_reply_def {
     const char *row;
     struct {
         const char *key, *sql;
-    } arrays[6];
+    } arrays[7];
     const char *tail;
 };
 
@@ -474,7 +481,8 @@ static const struct db_reply_def db_reply_defs[DB_REPLY_COUNT] = {
                        {"epochs", SQL_RUN_EPOCHS},
                        {"env", SQL_RUN_ENV},
                        {"memory", SQL_RUN_MEMORY},
-                       {"usage", SQL_RUN_USAGE}},
+                       {"usage", SQL_RUN_USAGE},
+                       {"generations", SQL_RUN_GENERATIONS}},
                       NULL},
     [DB_REPLY_EXPERIMENT] =
         {SQL_GET_EXPERIMENT,
@@ -1298,20 +1306,54 @@ out:
 static const char SQL_INSERT_STEP[] =
     "INSERT OR REPLACE INTO steps (run_id, rank, repeat, epoch, step, warmup, samples, loss, "
     "data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, "
-    "bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes) VALUES (?1, "
-    "?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, "
-    "?21, ?22)";
+    "bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes, generation, "
+    "world, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
+    "?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)";
 
 int db_insert_step(struct db *db, int64_t run_id, int rank, const struct report_step *r,
                    struct err *e)
 {
     /* D, J, o: a phase or bytes_sent below 0 (not observable by the engine, report.h) is
      * stored as NULL, and so are the pipeline's figures of a run without one (-1) */
-    return db_write_one(
-        db, e, SQL_INSERT_STEP, "IiiiIiidDDDDDDdJoDJDDJ", run_id, rank, r->repeat, r->epoch,
-        r->step, (int)r->warmup, r->samples, r->loss, r->data_ms, r->forward_ms, r->backward_ms,
-        r->comm_ms, r->comm_exposed_ms, r->optimizer_ms, r->step_ms, r->bytes_sent, r->stage,
-        r->p2p_ms, r->p2p_bytes, r->bubble_ms, r->loader_cpu_ms, r->read_bytes);
+    return db_write_one(db, e, SQL_INSERT_STEP, "IiiiIiidDDDDDDdJoDJDDJood", run_id, rank,
+                        r->repeat, r->epoch, r->step, (int)r->warmup, r->samples, r->loss,
+                        r->data_ms, r->forward_ms, r->backward_ms, r->comm_ms,
+                        r->comm_exposed_ms, r->optimizer_ms, r->step_ms, r->bytes_sent,
+                        r->stage, r->p2p_ms, r->p2p_bytes, r->bubble_ms, r->loader_cpu_ms,
+                        r->read_bytes, r->gen, r->world, clock_wall_s());
+}
+
+static const char SQL_INSERT_GENERATION[] =
+    "INSERT OR REPLACE INTO generations (run_id, gen, world, members, joiners, reason, "
+    "published_at, lost_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+int db_insert_generation(struct db *db, int64_t run_id, const struct db_generation *g,
+                         struct err *e)
+{
+    return db_write_one(db, e, SQL_INSERT_GENERATION, "IiitttdD", run_id, g->gen, g->world,
+                        g->members, g->joiners, g->reason, g->published_at, g->lost_at);
+}
+
+/* the first detection and the first resumption count: later reports of the same event
+ * (every rank detects) keep them */
+static const char SQL_GENERATION_DETECTED[] =
+    "UPDATE generations SET detected_at = ?3 WHERE run_id = ?1 AND gen = ?2 AND "
+    "detected_at IS NULL";
+static const char SQL_GENERATION_RESUMED[] =
+    "UPDATE generations SET resumed_at = ?3, commit_step = ?4, lost_steps = ?5, "
+    "regroup_ms = ?6 WHERE run_id = ?1 AND gen = ?2 AND resumed_at IS NULL";
+
+int db_generation_detected(struct db *db, int64_t run_id, int gen, double at, struct err *e)
+{
+    return db_write_one(db, e, SQL_GENERATION_DETECTED, "Iid", run_id, gen, at);
+}
+
+int db_generation_resumed(struct db *db, int64_t run_id, int gen, double at,
+                          int64_t commit_step, int64_t lost_steps, double regroup_ms,
+                          struct err *e)
+{
+    return db_write_one(db, e, SQL_GENERATION_RESUMED, "IidJJD", run_id, gen, at, commit_step,
+                        lost_steps, regroup_ms);
 }
 
 static const char SQL_INSERT_EPOCH[] =
@@ -1421,7 +1463,7 @@ static const char SQL_RUN_EXISTS[] = "SELECT 1 FROM runs WHERE id = ?1";
 static const char SQL_RUN_STEPS[] =
     "SELECT rank, repeat, epoch, step, warmup, samples, loss, data_ms, forward_ms, "
     "backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, bytes_sent, stage, p2p_ms, "
-    "p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes FROM steps "
+    "p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes, generation, world, at FROM steps "
     "WHERE run_id = ?1 AND (?2 < 0 OR rank = ?2) AND (?3 OR warmup = 0) "
     "ORDER BY repeat, step, rank";
 
@@ -1911,6 +1953,112 @@ static int db_read_typed(struct db_conn *c, const struct db_reader *r, int64_t i
     return db_rows_read(st, r, rows, n, e);
 }
 
+/* --- what a fault cost (issue 32) --- */
+
+/* The fault's time: the first injected fault's event (run_events, written by the faults
+ * part of issue 32: a database without that table reads the fallback alone), else the
+ * first lost slot's end (generations.lost_at). */
+static const char SQL_FAULT_AT_EVENTS[] =
+    "SELECT coalesce((SELECT min(happened_at) FROM run_events WHERE run_id = ?1 AND "
+    "type = 'fault' AND action = 'inject'), (SELECT min(lost_at) FROM generations WHERE "
+    "run_id = ?1))";
+static const char SQL_FAULT_AT_LOST[] =
+    "SELECT min(lost_at) FROM generations WHERE run_id = ?1";
+/* ?2: the fault's time */
+static const char SQL_ELASTIC_FIG[] =
+    "SELECT (SELECT count(*) - 1 FROM generations WHERE run_id = ?1), "
+    "(SELECT min(detected_at) FROM generations WHERE run_id = ?1 AND detected_at >= ?2) - ?2, "
+    "(SELECT min(resumed_at) FROM generations WHERE run_id = ?1 AND gen > 0 AND "
+    "resumed_at >= ?2) - ?2, "
+    "(SELECT sum(lost_steps) FROM generations WHERE run_id = ?1 AND gen > 0)";
+/* the samples of the non-warm-up steps stored in [?2, ?3), their first and last time and
+ * how many steps they were */
+static const char SQL_STEPS_WINDOW[] =
+    "SELECT sum(samples), min(at), max(at), count(DISTINCT repeat || '/' || step) FROM steps "
+    "WHERE run_id = ?1 AND warmup = 0 AND at IS NOT NULL AND at >= ?2 AND at < ?3";
+
+/* One real of a one-row statement's column, -1 for NULL. */
+static double db_col_real_or(sqlite3_stmt *st, int i)
+{
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? -1 : sqlite3_column_double(st, i);
+}
+
+/* Global samples per second of the steps stored in [from, to): n steps span n - 1 gaps
+ * between their times, so (n - 1) / n of their samples fill that span. -1 when fewer
+ * than two steps. */
+static double db_steps_rate(struct db_conn *c, int64_t run_id, double from, double to,
+                            struct err *e)
+{
+    sqlite3_stmt *st = db_stmt(c, SQL_STEPS_WINDOW, e);
+    double rate = -1;
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, run_id);
+    sqlite3_bind_double(st, 2, from);
+    sqlite3_bind_double(st, 3, to);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        double samples = db_col_real_or(st, 0), t0 = db_col_real_or(st, 1);
+        double t1 = db_col_real_or(st, 2), n = db_col_real_or(st, 3);
+        if (n >= 2 && t1 > t0)
+            rate = samples * (n - 1) / n / (t1 - t0);
+    }
+    sqlite3_reset(st);
+    return rate;
+}
+
+/* The fault's time of run_id, -1 when it had none. */
+static double db_fault_at(struct db_conn *c, int64_t run_id)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(c->h, SQL_FAULT_AT_EVENTS, -1, &st, NULL) != SQLITE_OK &&
+        sqlite3_prepare_v2(c->h, SQL_FAULT_AT_LOST, -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_int64(st, 1, run_id);
+    double at = sqlite3_step(st) == SQLITE_ROW ? db_col_real_or(st, 0) : -1;
+    sqlite3_finalize(st);
+    return at;
+}
+
+static int db_read_elastic(struct db_conn *c, struct db_data_run *run, struct err *e)
+{
+    struct db_elastic_fig *f = &run->elastic;
+    *f = (struct db_elastic_fig){false, false, -1, -1, -1, -1, -1, -1, -1, -1};
+    f->fault_at = db_fault_at(c, run->id);
+    f->faulted = f->fault_at >= 0;
+    sqlite3_stmt *st = db_stmt(c, SQL_ELASTIC_FIG, e);
+    if (!st)
+        return -1;
+    sqlite3_bind_int64(st, 1, run->id);
+    sqlite3_bind_double(st, 2, f->fault_at);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        f->generations = sqlite3_column_int64(st, 0);
+        f->elastic = f->generations >= 0;
+        if (f->fault_at >= 0) {
+            f->detect_s = db_col_real_or(st, 1);
+            f->resume_s = db_col_real_or(st, 2);
+            f->lost_steps = db_col_real_or(st, 3);
+        }
+    }
+    sqlite3_reset(st);
+    if (f->fault_at < 0)
+        return 0;
+    double resumed = f->resume_s >= 0 ? f->fault_at + f->resume_s : -1;
+    f->thr_before = db_steps_rate(c, run->id, 0, f->fault_at, e);
+    if (resumed >= 0) {
+        sqlite3_stmt *w = db_stmt(c, SQL_STEPS_WINDOW, e);
+        if (w) { /* during: whatever was done between, over the whole gap */
+            sqlite3_bind_int64(w, 1, run->id);
+            sqlite3_bind_double(w, 2, f->fault_at);
+            sqlite3_bind_double(w, 3, resumed);
+            if (sqlite3_step(w) == SQLITE_ROW && resumed > f->fault_at)
+                f->thr_during = fmax(0, db_col_real_or(w, 0)) / (resumed - f->fault_at);
+            sqlite3_reset(w);
+        }
+        f->thr_after = db_steps_rate(c, run->id, resumed, 1e300, e);
+    }
+    return 0;
+}
+
 /* The figures of one run (id, spec, params, world_size, emulated filled). */
 static int db_read_run_figures(struct db_conn *c, struct db_data_run *run, struct err *e)
 {
@@ -1933,7 +2081,7 @@ static int db_read_run_figures(struct db_conn *c, struct db_data_run *run, struc
     if (db_read_typed(c, &db_data_grads_reader, run->id, &rows, &run->ngrads, e) < 0)
         return -1;
     run->grads = rows;
-    return 0;
+    return db_read_elastic(c, run, e);
 }
 
 static const char SQL_COLLECTIVE_DONE[] =

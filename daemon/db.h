@@ -136,6 +136,20 @@ struct db_grads_row {
     int64_t steps, backward_ns;
     json_t *tensors; /* owned by the row: [[bytes, ready_ns], ...] */
 };
+/* What a fault cost a run (issue 32; migration 016), -1 where unknown: the fault's time
+ * (the first injected fault's event, else the first lost slot's end; -1: none), the
+ * generations formed after the launch's (-1: the run kept none), the first detection and
+ * the first resumption after it minus its time, the steps redone, and the global samples
+ * per second before the fault, from it to the resumption and after. */
+struct db_elastic_fig {
+    bool elastic, faulted; /* it kept generations; it had a fault: the figures below are
+                              read only then (a zeroed struct is a run without either) */
+    double fault_at;
+    int64_t generations;
+    double detect_s, resume_s, lost_steps;
+    double thr_before, thr_during, thr_after;
+};
+
 struct db_data_run {
     int64_t id;
     json_t *params, *spec; /* owned: the swept values and the resolved spec */
@@ -157,6 +171,7 @@ struct db_data_run {
     struct db_grads_row *grads; /* repeat order (migration 012) */
     size_t ngrads;
     int cpus_online; /* rank 0's node's CPUs as its env reported them; 0: unknown */
+    struct db_elastic_fig elastic;
 };
 struct db_experiment_data {
     int64_t id;
@@ -269,6 +284,24 @@ json_t *db_get_trace(struct db *db, int64_t run_id, const struct db_trace_query 
                      struct err *e);
 /* The trace rows ingest dropped past the run's cap (daemon/ingest.c). */
 int db_set_trace_dropped(struct db *db, int64_t run_id, int64_t dropped, struct err *e);
+
+/* One generation of an elastic run (generations, migration 016; daemon/elastic.h):
+ * members and joiners as JSON arrays of slots (borrowed text), times in unix seconds,
+ * lost_at below 0 = none (the launch's, a growth). */
+struct db_generation {
+    int gen, world;
+    const char *members, *joiners, *reason;
+    double published_at, lost_at;
+};
+int db_insert_generation(struct db *db, int64_t run_id, const struct db_generation *g,
+                         struct err *e);
+/* A member of generation gen first saw it fail at `at` (later calls keep the first). */
+int db_generation_detected(struct db *db, int64_t run_id, int gen, double at, struct err *e);
+/* Generation gen ran its first step at `at`, restoring the commit at commit_step and
+ * redoing lost_steps (below 0: not said); the first call counts. */
+int db_generation_resumed(struct db *db, int64_t run_id, int gen, double at,
+                          int64_t commit_step, int64_t lost_steps, double regroup_ms,
+                          struct err *e);
 /* The version key of experiments ids[0..n) as text into key[cap]: each one's version
  * (migration 015: it changes whenever the experiment, its runs or their rows change),
  * then the versions of the newest `scan` finished collective experiments (the fits a

@@ -143,6 +143,23 @@ static void engines_mark_script(const struct config *cfg, json_t *all)
     }
 }
 
+/* Each row says how its engine recovers a lost rank in elastic mode (the spec's
+ * "elastic"), from the vocabulary's one table: {"mode": ..., "recovery": ...}. */
+static void engines_mark_elastic(json_t *all)
+{
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(all, "engines"), i, row)
+    {
+        const struct vocab_engine *g = vocab_engine(
+            vocab_find(VOCAB_ENGINE, json_string_value(json_object_get(row, "name"))));
+        enum vocab_elastic m = g ? g->elastic : VOCAB_ELASTIC_NONE;
+        json_object_set_new(row, "elastic",
+                            json_pack("{s:s, s:s}", "mode", vocab_elastic_name(m), "recovery",
+                                      vocab_elastic_desc(m)));
+    }
+}
+
 /* The probe's thread: runs it once, publishes the answer (or the fallback). */
 static void *engines_probe_main(void *arg)
 {
@@ -183,6 +200,7 @@ json_t *engines_get(struct engines *en, bool wait, struct err *e)
     json_object_set_new(out, "node", json_string(en->cfg->node));
     json_object_set_new(out, "python", json_string(en->cfg->python));
     engines_mark_script(en->cfg, out);
+    engines_mark_elastic(out);
     /* while the probe thread runs, MPI's probe may be running in it: answer at once */
     json_object_set_new(out, "mpi", probing ? json_array() : mpi_probe_json(en->mpi));
     return out;

@@ -391,6 +391,58 @@ static void f_rule_accuracy(const json_t *table, json_t *out)
     }
 }
 
+/* A row whose runs had a fault (issue 32): a time to detect or to resume. */
+static bool f_faulted(const json_t *row)
+{
+    return isfinite(findings_col(row, COL_DETECT_S, STAT_MEAN)) ||
+           isfinite(findings_col(row, COL_RESUME_S, STAT_MEAN));
+}
+
+/* What a fault cost each configuration (an engine, when the table has one per row): the
+ * time to detect and to resume, the steps redone, and the final accuracy against the
+ * fault-free twin, the row alike but for faults (and elastic, when only the faulted runs
+ * were elastic), where the experiment has one. */
+static void f_rule_fault(const json_t *table, json_t *out)
+{
+    const json_t *rows = json_object_get(table, "rows");
+    size_t n = json_array_size(rows);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *ri = json_array_get(rows, i);
+        if (!f_faulted(ri))
+            continue;
+        char ki[F_KEY], ctx[F_KEY], text[1024];
+        findings_context(table, ri, "faults", NULL, ki, sizeof ki);
+        const json_t *twin = NULL;
+        for (size_t k = 0; k < n && !twin; k++)
+            if (k != i && f_in_group(table, k, "faults", ki) &&
+                !f_faulted(json_array_get(rows, k)))
+                twin = json_array_get(rows, k);
+        f_paren(table, ri, "faults", NULL, ctx, sizeof ctx);
+        double lost = findings_col(ri, COL_LOST_STEPS, STAT_MEAN);
+        double acc = findings_col(ri, COL_TEST_ACC, STAT_MEAN) * 100;
+        double tacc = twin ? findings_col(twin, COL_TEST_ACC, STAT_MEAN) * 100 : NAN;
+        if (twin && isfinite(acc) && isfinite(tacc)) {
+            snprintf(text, sizeof text,
+                     "A fault%s: detected after %%0 s, training resumed %%1 s after it, "
+                     "%%2 steps redone; test accuracy %%3 %% against %%4 %% without the fault "
+                     "(a difference of %%5 points).",
+                     ctx);
+            f_add(out, "fault", text, 6, "detect_s", findings_col(ri, COL_DETECT_S, STAT_MEAN),
+                  "resume_s", findings_col(ri, COL_RESUME_S, STAT_MEAN), "lost_steps",
+                  isfinite(lost) ? lost : 0, "acc_pct", acc, "twin_acc_pct", tacc,
+                  "diff_points", acc - tacc);
+        } else {
+            snprintf(text, sizeof text,
+                     "A fault%s: detected after %%0 s, training resumed %%1 s after it, "
+                     "%%2 steps redone (no fault-free twin to compare the accuracy with).",
+                     ctx);
+            f_add(out, "fault", text, 3, "detect_s", findings_col(ri, COL_DETECT_S, STAT_MEAN),
+                  "resume_s", findings_col(ri, COL_RESUME_S, STAT_MEAN), "lost_steps",
+                  isfinite(lost) ? lost : 0);
+        }
+    }
+}
+
 /* ---- rules over collective tables and fits ----------------------------------------------- */
 
 /* The peak bus bandwidth of each operation and configuration, and the size it peaks at. */
@@ -467,6 +519,7 @@ json_t *findings_build(const json_t *const *tables, size_t n, const json_t *fits
             f_rule_hidden(tables[i], out);
             f_rule_model(tables[i], out);
             f_rule_accuracy(tables[i], out);
+            f_rule_fault(tables[i], out);
         } else {
             f_rule_busbw(tables[i], out);
         }

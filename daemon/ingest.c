@@ -42,6 +42,13 @@ union ingest_record {
     struct report_usage usage;
     struct report_trace trace; /* spans and ops borrowed from the line */
     struct report_grads grads; /* tensors borrowed from the line */
+    struct {
+        const char *event;
+        int gen, world, peer;
+        int64_t commit_step, lost_steps; /* -1: not said */
+        double regroup_ms;               /* -1: not said */
+        double at;                       /* when it arrived, unix seconds */
+    } elastic;
 };
 
 /* One line in flight: the run, the rank, the validated event (borrowed) and its record. */
@@ -342,6 +349,61 @@ static int ingest_grads_store(struct ingest_ctx *x, struct err *e)
     return db_insert_grads(x->run->db, x->run->run_id, &x->rec.grads, e);
 }
 
+/* --- elastic (issue 32) ------------------------------------------------------------------- */
+
+static int64_t ingest_int_or(const json_t *ev, const char *key, int64_t none)
+{
+    const json_t *v = json_object_get(ev, key);
+    return v ? (int64_t)json_integer_value(v) : none;
+}
+
+static int ingest_elastic_from_json(struct ingest_ctx *x, struct err *e)
+{
+    const json_t *ms = json_object_get(x->ev, "regroup_ms");
+    x->rec.elastic.event = ingest_str(x->ev, "event");
+    x->rec.elastic.gen = (int)json_integer_value(json_object_get(x->ev, "gen"));
+    x->rec.elastic.world = (int)json_integer_value(json_object_get(x->ev, "world"));
+    x->rec.elastic.peer = (int)ingest_int_or(x->ev, "peer", -1);
+    x->rec.elastic.commit_step = ingest_int_or(x->ev, "commit_step", -1);
+    x->rec.elastic.lost_steps = ingest_int_or(x->ev, "lost_steps", -1);
+    x->rec.elastic.regroup_ms = ms ? json_number_value(ms) : -1;
+    x->rec.elastic.at = clock_wall_s();
+    static const char *const events[] = {"detect", "regroup", "resumed", "left"};
+    for (size_t i = 0; i < sizeof events / sizeof events[0]; i++)
+        if (strcmp(x->rec.elastic.event, events[i]) == 0)
+            return 0;
+    return err_set(e, ERR_INVALID, "event",
+                   "elastic: event must be detect, regroup, resumed or left, got \"%.32s\"",
+                   x->rec.elastic.event);
+}
+
+/* A detection dates the generation that failed; a resumption the one that now runs. */
+static int ingest_elastic_store(struct ingest_ctx *x, struct err *e)
+{
+    const char *ev = x->rec.elastic.event;
+    if (strcmp(ev, "detect") == 0)
+        return db_generation_detected(x->run->db, x->run->run_id, x->rec.elastic.gen,
+                                      x->rec.elastic.at, e);
+    if (strcmp(ev, "resumed") == 0)
+        return db_generation_resumed(x->run->db, x->run->run_id, x->rec.elastic.gen,
+                                     x->rec.elastic.at, x->rec.elastic.commit_step,
+                                     x->rec.elastic.lost_steps, x->rec.elastic.regroup_ms, e);
+    return 0;
+}
+
+/* What the lifecycle acts on (daemon/monitor.c): the event, its generation, the peer. */
+static void ingest_elastic_track(struct ingest_ctx *x)
+{
+    snprintf(x->out->elastic_event, sizeof x->out->elastic_event, "%s", x->rec.elastic.event);
+    x->out->elastic_gen = x->rec.elastic.gen;
+    x->out->elastic_peer = x->rec.elastic.peer;
+}
+
+static json_t *ingest_elastic_publish(const struct ingest_ctx *x)
+{
+    return ingest_event_data(x);
+}
+
 /* --- the table --------------------------------------------------------------------------- */
 
 static const struct ingest_type ingest_types[] = {
@@ -362,6 +424,8 @@ static const struct ingest_type ingest_types[] = {
     [REPORT_USAGE] = {ingest_usage_from_json, ingest_usage_store, NULL, NULL},
     [REPORT_TRACE] = {ingest_trace_from_json, ingest_trace_store, NULL, NULL},
     [REPORT_GRADS] = {ingest_grads_from_json, ingest_grads_store, NULL, NULL},
+    [REPORT_ELASTIC] = {ingest_elastic_from_json, ingest_elastic_store, ingest_elastic_track,
+                        ingest_elastic_publish},
 };
 
 #define INGEST_NTYPES (sizeof ingest_types / sizeof ingest_types[0])
@@ -392,12 +456,10 @@ void ingest_run_cleanup(struct ingest_run *r)
     r->ranks = NULL;
 }
 
-void ingest_rank_restart(struct ingest_run *r, int rank)
+void ingest_rank_reset(struct ingest_run *r, int rank)
 {
     if (rank < 0 || rank >= r->world_size)
         return;
-    if (r->ranks[rank].said_hello)
-        r->n_hello--;
     memset(&r->ranks[rank], 0, sizeof r->ranks[rank]);
     r->ranks[rank].error_peer = -1;
 }

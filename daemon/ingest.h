@@ -60,6 +60,10 @@ struct ingest_result {
     bool run_running;  /* this was the last rank's hello: every rank is running */
     bool store_failed; /* the database refused its rows (logged): no state changed,
                           nothing published */
+    /* type elastic (issue 32): its event ("detect", "regroup", "resumed", "left"), the
+     * generation it is of and the peer a detection blames (-1: none) */
+    char elastic_event[16];
+    int elastic_gen, elastic_peer;
 };
 
 int ingest_run_init(struct ingest_run *r, struct db *db, struct events *events, int64_t run_id,
@@ -73,10 +77,10 @@ void ingest_run_cleanup(struct ingest_run *r);
 int ingest_line(struct ingest_run *r, int rank, const char *line, size_t len,
                 struct ingest_result *out, struct err *e);
 
-/* A new process takes rank's slot (an elastic run's next generation, restart mode): what
- * the old one said is forgotten, so the new one's hello, done and errors count afresh.
- * The rows it stored stay. */
-void ingest_rank_restart(struct ingest_run *r, int rank);
+/* A new process took slot `rank` (an elastic run's replacement): what the slot's last
+ * process said is forgotten, so its hello, done and errors are the new one's. The run's
+ * count of hellos is kept: the run is running already. */
+void ingest_rank_reset(struct ingest_run *r, int rank);
 /* Borrowed state of a rank of r (0 <= rank < world_size). */
 const struct ingest_rank *ingest_rank_state(const struct ingest_run *r, int rank);
 

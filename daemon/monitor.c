@@ -24,6 +24,7 @@
 #include "common/vocab.h"
 #include "daemon/channel.h"
 #include "daemon/cluster.h"
+#include "daemon/elastic.h"
 #include "daemon/elastic_restart.h"
 #include "daemon/engines.h"
 #include "daemon/ingest.h"
@@ -44,6 +45,7 @@ struct run_rank {
     bool connected; /* its channel connection proved itself */
     bool lost;      /* its channel ended without done or an error: it died */
     bool retired;   /* elastic restart: its slot is past the generation's world */
+    bool joiner;    /* an elastic run's replacement: spawned with DDPB_ELASTIC_JOIN=1 */
     int wstatus;
     int signal_sent;      /* last signal the daemon sent, 0 = none */
     int64_t exit_order;   /* order in which exits were seen */
@@ -86,15 +88,14 @@ struct active_run {
     bool stopping, finished, store_registered;
     enum db_run_status stop_status;
     char stop_reason[1024];
-    /* elastic restart mode (engine pytorch, daemon/elastic_restart.h), NULL otherwise:
-     * its state, and what a generation's ranks are spawned with again (owned copies of
-     * the CPUs and the GPU placement the run was started with) */
+    /* Elastic runs (the spec's "elastic", daemon/elastic.h): the slots' state, and what a
+     * replacement is spawned with (each rank's CPUs as at the start, the store address) */
+    struct elastic_run elastic;
+    int *cpus, cpus_per;
+    /* elastic restart mode (pytorch) and Horovod's elastic driver (horovod):
+     * daemon/elastic_restart.h's state (the group's stop, the checkpoint folder); NULL
+     * otherwise. A restarted generation's GPUs are those the run started with (owned). */
     struct elastic_restart *restart;
-    /* elastic horovod: the run's launcher is Horovod's elastic driver
-     * (engines/ddpb_hvd_driver.py), which restarts workers itself; the daemon is its host
-     * discovery (monitor_driver_hosts). Same state as restart mode's; NULL otherwise. */
-    struct elastic_restart *driver;
-    int *restart_cpus, restart_per;
     struct gpu_plan *restart_gpu;
     int restart_nccl;
     char store_addr[192];
@@ -103,11 +104,8 @@ struct active_run {
 /* --- helpers -------------------------------------------------------------------- */
 
 static bool monitor_is_driver(const struct db_queued_run *q);
-static int monitor_driver_prepare(struct active_run *r, const struct db_queued_run *q,
-                                  struct err *e);
 static int monitor_driver_plan(struct active_run *r, const char *report, const char *cpu_map,
                                struct launch_plan *plan, struct err *e);
-static void monitor_restart_reset(struct active_run *r, struct run_rank *k);
 
 /* The run's status changed; at its end the experiment's status is published too. */
 static void monitor_publish_status(const struct active_run *r, enum db_run_status st,
@@ -288,10 +286,15 @@ static void monitor_reap(struct active_run *r, struct run_rank *k)
 }
 
 static void monitor_settle(struct active_run *r, struct run_rank *k);
-static bool monitor_restart_lost(struct active_run *r, struct run_rank *k);
-static bool monitor_driver_lost(struct active_run *r, struct run_rank *k);
-static void monitor_driver_joined(struct active_run *r, struct run_rank *k);
+static bool monitor_restart_absorbs(const struct active_run *r, const struct run_rank *k);
+static void monitor_restart_begin(struct active_run *r, struct run_rank *k,
+                                  const struct elastic_decision *d);
 static void monitor_restart_next(struct active_run *r);
+static void monitor_driver_lost(struct active_run *r, struct run_rank *k);
+static void monitor_driver_joined(struct active_run *r, struct run_rank *k);
+static void monitor_slot_forget(struct active_run *r, struct run_rank *k);
+static bool monitor_elastic_lost(struct active_run *r, struct run_rank *k, const char *what);
+static void monitor_elastic_done(struct active_run *r, struct run_rank *k);
 
 static void monitor_rank_failed(struct active_run *r, struct run_rank *k)
 {
@@ -390,7 +393,7 @@ static void monitor_attribute(struct active_run *r, int *rank_out, char *msg, si
     int best_score = 0;
     for (int i = 0; i < r->world_size; i++) {
         struct run_rank *k = &r->ranks[i];
-        int s = k->spawned ? monitor_blame(k) : 0;
+        int s = k->spawned && !elastic_slot_forgiven(&r->elastic, i) ? monitor_blame(k) : 0;
         if (s > best_score || (s == best_score && s > 0 && monitor_blame_first(r, k, best))) {
             best = k;
             best_score = s;
@@ -422,8 +425,9 @@ static void monitor_finish(struct active_run *r)
     char msg[1024] = "";
     int rank = -1;
     bool all_ok = true;
-    for (int i = 0; i < r->world_size; i++)
-        all_ok = all_ok && (r->ranks[i].retired || monitor_rank_ok(&r->ranks[i]));
+    for (int i = 0; i < r->world_size; i++) /* an elastic run's lost slots are forgiven */
+        all_ok = all_ok &&
+                 (monitor_rank_ok(&r->ranks[i]) || elastic_slot_forgiven(&r->elastic, i));
     if (r->stopping && r->stop_reason[0]) {
         status = r->stop_status;
         rank = r->stop_rank;
@@ -470,7 +474,9 @@ static void monitor_settle(struct active_run *r, struct run_rank *k)
                             WIFSIGNALED(k->wstatus) ? WTERMSIG(k->wstatus) : 0,
                             ok ? NULL : what, &e);
     monitor_db_warn(r, rc, &e);
-    if (!ok && !monitor_restart_lost(r, k) && !monitor_driver_lost(r, k))
+    if (ok)
+        monitor_elastic_done(r, k);
+    if (!ok && !monitor_restart_absorbs(r, k) && !monitor_elastic_lost(r, k, what))
         monitor_rank_failed(r, k);
 }
 
@@ -508,6 +514,9 @@ static void monitor_rank_exited(struct active_run *r, struct run_rank *k)
 
 /* --- report lines ----------------------------------------------------------------------- */
 
+static void monitor_elastic_line(struct active_run *r, struct run_rank *k,
+                                 const struct ingest_result *res);
+
 /* A whole line from rank k's pipe: ingestion does the rest (daemon/ingest.h); a line that
  * breaks the protocol fails the rank, and the rank's later lines are ignored. */
 static void monitor_handle_line(struct active_run *r, struct run_rank *k, const char *line,
@@ -525,6 +534,8 @@ static void monitor_handle_line(struct active_run *r, struct run_rank *k, const 
     }
     if (res.run_running)
         monitor_publish_status(r, DB_RUN_RUNNING, NULL, -1);
+    if (r->elastic.on && !res.store_failed)
+        monitor_elastic_line(r, k, &res);
 }
 
 /* The last line of the launcher's log (its own complaint: an unknown option, a rank
@@ -688,6 +699,11 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
     lr.rank = rank;
     lr.local_rank = k->local_rank;
     lr.node_rank = k->node_rank;
+    static const char *const joiner_env[] = {"DDPB_ELASTIC_JOIN=1"};
+    if (k->joiner) {
+        lr.extra_env = joiner_env;
+        lr.nextra_env = 1;
+    }
     struct launched out;
     if (launcher_spawn(&lr, &out, e) < 0)
         return -1;
@@ -713,7 +729,7 @@ static int monitor_adopt(void *ctx, int rank, int fd, pid_t pid, const char *hos
     struct active_run *r = ctx;
     struct run_rank *k = &r->ranks[rank];
     struct err e = {0};
-    if (r->driver && k->retired && !r->stopping && !r->finished)
+    if (r->restart && r->restart->driver && k->retired && !r->stopping && !r->finished)
         monitor_driver_joined(r, k); /* the driver's replacement in a lost slot */
     if (r->finished || k->exited || k->report_fd >= 0)
         return -1;
@@ -1028,106 +1044,328 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
     return 0;
 }
 
-/* --- elastic restart mode (daemon/elastic_restart.h) -------------------------------- */
+/* --- elastic runs (issue 32; daemon/elastic.h) -------------------------------------------- */
 
-__attribute__((format(printf, 4, 5))) static void
-monitor_append(char *out, size_t cap, size_t *len, const char *fmt, ...);
-
-/* An elastic run of an engine that restarts its group (pytorch): its state, and owned
- * copies of what its ranks are spawned with (the scheduler's CPU and GPU arrays are
- * borrowed for the start only, and a generation starts long after). On the daemon's own
- * node and under launcher ddpbench only: the daemon forks each generation itself. */
-static int monitor_restart_prepare(struct active_run *r, const struct db_queued_run *q,
-                                   const int *cpus, int per, const struct monitor_gpu *gpu,
-                                   const char *store_addr, struct err *e)
+/* Records generation g (the database row, a live event) once it is published; lost_at: when
+ * the loss that formed it was seen (below 0: none). */
+static void monitor_elastic_record(struct active_run *r, const struct elastic_gen *g,
+                                   double lost_at)
 {
-    const struct spec *s = &q->spec;
-    if (!s->elastic.on || s->workload != SPEC_WORKLOAD_TRAIN ||
-        strcmp(r->engine, "pytorch") != 0)
+    char *text = elastic_gen_text(g);
+    json_t *j = text ? json_loads(text, 0, NULL) : NULL;
+    char *members = j ? json_dumps(json_object_get(j, "members"), JSON_COMPACT) : NULL;
+    char *joiners = j ? json_dumps(json_object_get(j, "joiners"), JSON_COMPACT) : NULL;
+    struct db_generation row = {.gen = g->gen,
+                                .world = g->n_members,
+                                .members = members ? members : "[]",
+                                .joiners = joiners ? joiners : "[]",
+                                .reason = g->reason,
+                                .published_at = clock_wall_s(),
+                                .lost_at = lost_at};
+    struct err e = {0};
+    monitor_db_warn(r, db_insert_generation(r->ctx->db, r->id, &row, &e), &e);
+    if (j) {
+        json_object_set_new(j, "world", json_integer(g->n_members));
+        json_object_set_new(j, "published_at", json_real(row.published_at));
+        events_publish_run(r->ctx->events, r->experiment_id, r->id, "generation", j);
+    }
+    free(members);
+    free(joiners);
+    free(text);
+}
+
+/* Publishes g into the run's store (join keys, elastic/g<N>, elastic/gen) and records it.
+ * A store that refuses fails the run: its workers would wait for a generation forever. */
+static void monitor_elastic_publish(struct active_run *r, const struct elastic_gen *g,
+                                    double lost_at)
+{
+    struct err e = {0};
+    if (elastic_publish(r->ctx->store, r->ns, g, &e) < 0) {
+        char reason[320];
+        snprintf(reason, sizeof reason, "elastic: could not publish generation %d: %s", g->gen,
+                 e.msg);
+        monitor_stop_run(r, DB_RUN_FAILED, -1, reason);
+        return;
+    }
+    log_info("run %lld: elastic generation %d of %d rank(s): %s", (long long)r->id, g->gen,
+             g->n_members, g->reason);
+    monitor_elastic_record(r, g, lost_at);
+}
+
+/* Every rank of the run starts here and by ddpbench's own launcher, on the CPU: only then
+ * can the daemon start a replacement into a lost slot. */
+static bool monitor_elastic_can_replace(const struct active_run *r,
+                                        const struct monitor_gpu *gpu)
+{
+    if (r->foreign || gpu)
+        return false;
+    for (int i = 0; i < r->world_size; i++)
+        if (r->ranks[i].node != 0)
+            return false;
+    return true;
+}
+
+/* The run's elastic state from its spec and engine, generation 0 recorded, and what a
+ * replacement will be spawned with kept. Not elastic: nothing. */
+static void monitor_elastic_start(struct active_run *r, const struct db_queued_run *q,
+                                  const int *cpus, int per, const struct monitor_gpu *gpu,
+                                  const char *store_addr)
+{
+    struct err e = {0};
+    if (q->spec_err.code != ERR_OK || !q->spec.elastic.on)
+        return;
+    const char *name = q->spec.train.engine[0] ? q->spec.train.engine : "ddpbench";
+    const struct vocab_engine *g = vocab_engine(vocab_find(VOCAB_ENGINE, name));
+    if (elastic_init(&r->elastic, &q->spec, g ? g->elastic : VOCAB_ELASTIC_NONE,
+                     monitor_elastic_can_replace(r, gpu), &e) < 0) {
+        log_error("run %lld: elastic: %s", (long long)r->id, e.msg);
+        return;
+    }
+    snprintf(r->store_addr, sizeof r->store_addr, "%s", store_addr);
+    r->cpus_per = per;
+    size_t n = (size_t)r->world_size * (size_t)(per > 0 ? per : 1);
+    r->cpus = cpus ? malloc(n * sizeof *r->cpus) : NULL;
+    if (r->cpus)
+        memcpy(r->cpus, cpus, n * sizeof *r->cpus);
+    struct elastic_gen g0 = {.gen = 0, .n_members = r->world_size};
+    for (int i = 0; i < r->world_size; i++)
+        g0.members[i] = i;
+    snprintf(g0.reason, sizeof g0.reason, "launch");
+    monitor_elastic_record(r, &g0, -1);
+}
+
+/* Starts a replacement into lost slot k (same node: this one; DDPB_ELASTIC_JOIN=1): the
+ * slot's last process is forgotten (its row in run_ranks takes the new pid and status). */
+static void monitor_elastic_replace(struct active_run *r, struct run_rank *k)
+{
+    struct err e = {0};
+    monitor_slot_forget(r, k);
+    k->joiner = true;
+    if (monitor_spawn_rank(r, k->rank, r->cpus, r->cpus_per, NULL, r->store_addr, &e) < 0) {
+        log_warn("run %lld: elastic: could not start a replacement for rank %d: %s",
+                 (long long)r->id, k->rank, e.msg);
+        if (!k->spawned) { /* nothing runs in the slot: it stays lost */
+            k->exited = k->settled = true;
+            r->n_settled++;
+        }
+        return;
+    }
+    elastic_replacement_started(&r->elastic, k->rank);
+    log_info("run %lld: elastic: replacement for rank %d started (pid %d)", (long long)r->id,
+             k->rank, (int)k->pid);
+}
+
+/* Slot k of an elastic run ended without done (what: how). True when the run goes on
+ * (shrunk, replaced, left to the engine's driver) or was stopped here (too few ranks
+ * left); false when the run is not elastic, and the caller fails it as always. */
+static bool monitor_elastic_lost(struct active_run *r, struct run_rank *k, const char *what)
+{
+    if (!r->elastic.on || r->stopping)
+        return false;
+    char reason[64], why[sizeof r->stop_reason];
+    snprintf(reason, sizeof reason, "rank %d lost", k->rank);
+    struct elastic_decision d;
+    elastic_slot_lost(&r->elastic, k->rank, reason, &d);
+    switch (d.action) {
+    case ELASTIC_IGNORE: return true;
+    case ELASTIC_FAIL:
+        snprintf(why, sizeof why, "%s (last: rank %d %s)", d.why, k->rank, what);
+        monitor_stop_run(r, DB_RUN_FAILED, k->rank, why);
+        return true;
+    case ELASTIC_DRIVER:
+        log_info("run %lld: elastic: %s", (long long)r->id, d.why);
+        monitor_driver_lost(r, k);
+        return true;
+    case ELASTIC_RESTART: monitor_restart_begin(r, k, &d); return true;
+    case ELASTIC_SHRINK: break;
+    }
+    log_info("run %lld: elastic: rank %d %s; %s", (long long)r->id, k->rank, what, d.why);
+    if (d.next.gen >= 0)
+        monitor_elastic_publish(r, &d.next, clock_wall_s());
+    if (d.replace && !r->stopping)
+        monitor_elastic_replace(r, k);
+    return true;
+}
+
+/* Slot k said done. Once no member of the run is still training, a replacement still
+ * waiting to join never will: it is stopped (its end is a lost slot, forgiven). */
+static void monitor_elastic_done(struct active_run *r, struct run_rank *k)
+{
+    elastic_slot_done(&r->elastic, k->rank);
+    if (!r->elastic.on || elastic_running(&r->elastic) > 0)
+        return;
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *j = &r->ranks[i];
+        if (j->joiner && j->spawned && !j->exited && j->signal_sent == 0) {
+            launcher_signal(j->pid, SIGTERM);
+            j->signal_sent = SIGTERM;
+        }
+    }
+}
+
+/* A grow generation when one is due (the current one resumed, a replacement said hello). */
+static void monitor_elastic_grow(struct active_run *r)
+{
+    struct elastic_gen g;
+    if (!r->stopping && elastic_grow(&r->elastic, &g))
+        monitor_elastic_publish(r, &g, -1);
+}
+
+/* What an elastic run's report line changes: a replacement's hello, a generation resumed
+ * (either may make a grow generation due), a survivor blaming a peer whose process still
+ * lives (stopped, hung: it is killed, and its end is a lost slot like any other). */
+static void monitor_elastic_line(struct active_run *r, struct run_rank *k,
+                                 const struct ingest_result *res)
+{
+    if (res->type == REPORT_HELLO && k->joiner) {
+        elastic_joiner_hello(&r->elastic, k->rank);
+        monitor_elastic_grow(r);
+        return;
+    }
+    if (res->type != REPORT_ELASTIC)
+        return;
+    if (strcmp(res->elastic_event, "resumed") == 0) {
+        elastic_gen_resumed(&r->elastic, res->elastic_gen);
+        monitor_elastic_grow(r);
+        return;
+    }
+    int p = res->elastic_peer;
+    if (strcmp(res->elastic_event, "detect") != 0 || p == k->rank ||
+        !elastic_blame_kills(&r->elastic, res->elastic_gen, p))
+        return;
+    struct run_rank *peer = &r->ranks[p];
+    if (peer->spawned && !peer->exited && peer->node == 0 && !peer->channel &&
+        peer->signal_sent != SIGKILL) {
+        log_info("run %lld: elastic: rank %d blames rank %d, which still lives: killing it",
+                 (long long)r->id, k->rank, p);
+        launcher_signal(peer->pid, SIGKILL);
+        peer->signal_sent = SIGKILL;
+    }
+}
+
+/* --- restart mode and Horovod's driver (daemon/elastic_restart.h) --------------------- */
+
+/* True for an elastic run whose engine's driver recovers (horovod): its launcher is
+ * engines/ddpb_hvd_driver.py. */
+static bool monitor_is_driver(const struct db_queued_run *q)
+{
+    const struct vocab_engine *g = vocab_engine(vocab_find(VOCAB_ENGINE, q->spec.train.engine));
+    return q->spec_err.code == ERR_OK && q->spec.elastic.on &&
+           q->spec.workload == SPEC_WORKLOAD_TRAIN && g && g->elastic == VOCAB_ELASTIC_DRIVER;
+}
+
+/* Writes the driver's discovery file (<elastic dir>/hosts, a slot per line, replaced
+ * atomically: the driver reads it every second): the slots that live, and while fewer
+ * than max_ranks live the lost ones too, which Horovod starts a replacement in once their
+ * blacklist cooldown ends. */
+static void monitor_driver_hosts(struct active_run *r)
+{
+    const struct elastic_run *el = &r->elastic;
+    int live = elastic_live(el);
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/hosts", r->restart->dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "we");
+    for (int i = 0; f && i < r->world_size; i++)
+        if (!elastic_slot_forgiven(el, i) || live < el->max_ranks)
+            fprintf(f, "%d\n", i);
+    if (!f || fclose(f) != 0 || rename(tmp, path) < 0)
+        log_error("run %lld: elastic: cannot write %s: %s", (long long)r->id, path,
+                  strerror(errno));
+}
+
+/* Restart mode or the driver: their state, the folder, what a restarted generation's GPUs
+ * are (restart), the first discovery file (driver). On the daemon's own node and under
+ * launcher ddpbench only: the daemon forks each generation (restart), the driver starts
+ * its workers here (driver). */
+static int monitor_restart_prepare(struct active_run *r, const struct db_queued_run *q,
+                                   const struct monitor_gpu *gpu, struct err *e)
+{
+    const struct elastic_run *el = &r->elastic;
+    bool driver = el->mode == VOCAB_ELASTIC_DRIVER;
+    if (!el->on || (el->mode != VOCAB_ELASTIC_RESTART && !driver))
         return 0;
-    if (r->foreign)
+    if (strcmp(q->spec.launcher, "ddpbench") != 0)
         return err_set(e, ERR_INVALID, "elastic",
-                       "elastic: engine pytorch restarts its group from the daemon, which "
-                       "launcher %s does not let it do (use launcher ddpbench)",
-                       s->launcher);
+                       "elastic: engine %s recovers by starting its processes again, which "
+                       "launcher %s would do instead (use launcher ddpbench)",
+                       r->engine, q->spec.launcher);
     for (int i = 0; i < r->world_size; i++)
         if (r->ranks[i].node != 0)
             return err_set(e, ERR_INVALID, "elastic",
-                           "elastic: engine pytorch restarts its group on the leader's node "
-                           "only, and rank %d was placed on another",
-                           i);
-    size_t ncpus = (size_t)r->world_size * (size_t)(per > 0 ? per : 1);
+                           "elastic: engine %s starts its processes again on the leader's "
+                           "node only, and rank %d was placed on another",
+                           r->engine, i);
+    char why[PATH_MAX + 64];
     r->restart = calloc(1, sizeof *r->restart);
-    r->restart_cpus = malloc(ncpus * sizeof *r->restart_cpus);
     r->restart_gpu = gpu ? malloc(sizeof *r->restart_gpu) : NULL;
-    if (!r->restart || !r->restart_cpus || (gpu && !r->restart_gpu))
+    if (!r->restart || (gpu && !r->restart_gpu))
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
-    memcpy(r->restart_cpus, cpus, ncpus * sizeof *cpus);
-    r->restart_per = per;
     if (gpu) {
         *r->restart_gpu = *gpu->plan;
         r->restart_nccl = gpu->nccl_version;
     }
-    snprintf(r->store_addr, sizeof r->store_addr, "%s", store_addr);
-    char why[PATH_MAX + 64];
-    if (elastic_restart_init(r->restart, &s->elastic, r->world_size, r->dir, why, sizeof why) <
-        0)
+    if (elastic_restart_init(r->restart, driver, r->world_size, r->dir, why, sizeof why) < 0)
         return err_set(e, ERR_IO, "elastic", "%s", why);
-    events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
-                       elastic_restart_record(r->restart, NULL, 0, NULL, 0, "start", -1));
+    if (driver)
+        monitor_driver_hosts(r);
     return 0;
 }
 
-/* Rank k of an elastic restart run ended without done: the generation's other ranks are
- * stopped (SIGTERM, SIGKILL after the grace: monitor_tick) and, once every one has ended,
- * monitor_restart_next starts the next generation (monitor_check_done). False when the
- * run is not in restart mode or is being stopped for good (cancel, timeout, a failed
- * restart): the rank then fails the run as any. */
-static bool monitor_restart_lost(struct active_run *r, struct run_rank *k)
+/* An end the restart absorbs: a rank of the generation being stopped (its end is no new
+ * loss: the next generation is decided already). */
+static bool monitor_restart_absorbs(const struct active_run *r, const struct run_rank *k)
+{
+    (void)k;
+    return r->restart && r->restart->stopping && !r->stopping;
+}
+
+/* Restart mode (daemon/elastic.h said ELASTIC_RESTART for k's loss): every other rank of
+ * the generation is stopped (SIGTERM, SIGKILL after the grace: monitor_tick); once all
+ * have ended monitor_restart_next starts generation d->next (monitor_check_done). */
+static void monitor_restart_begin(struct active_run *r, struct run_rank *k,
+                                  const struct elastic_decision *d)
 {
     struct elastic_restart *er = r->restart;
-    if (!er || r->stopping)
-        return false;
-    if (er->stopping)
-        return true; /* one of the generation being stopped */
+    if (!er || d->next.gen >= ELASTIC_RESTART_MAX_GENS) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 !er ? "elastic: restart mode has no state for this run (see the log)"
+                     : "elastic: %d generations started and the run still loses ranks",
+                 ELASTIC_RESTART_MAX_GENS);
+        monitor_stop_run(r, DB_RUN_FAILED, k->rank, why);
+        return;
+    }
     er->stopping = true;
-    er->first_lost = k->rank;
+    er->gen = d->next.gen;
+    er->world = d->world;
     er->lost_at = clock_wall_s();
     er->stop_began_ms = clock_mono_ms();
     er->kill_at_ms = er->stop_began_ms + r->ctx->cfg->kill_grace_ms;
-    log_info("run %lld: elastic: rank %d of generation %d ended without done; stopping the "
-             "generation to restart it",
-             (long long)r->id, k->rank, er->gen);
+    log_info("run %lld: elastic: %s; stopping the group", (long long)r->id, d->why);
     for (int i = 0; i < r->world_size; i++) /* a crash is recorded as one, not as SIGTERM */
         monitor_reap(r, &r->ranks[i]);
     monitor_send_all(r, SIGTERM);
     for (int i = 0; i < r->world_size; i++)
         monitor_settle(r, &r->ranks[i]);
-    return true;
 }
 
-/* Slot k is past the new generation's world: its row says lost. The schema before issue
- * 32's migration knows no "lost" status: the row then says killed, with the same why. */
-static void monitor_restart_retire(struct active_run *r, struct run_rank *k)
+/* Slot k is not in the new generation, or its worker is gone: its row says so (status
+ * killed, the schema's run_ranks has no "lost"; the error starts "elastic: lost"). */
+static void monitor_slot_lost_row(struct active_run *r, struct run_rank *k, const char *why)
 {
-    char why[200];
-    snprintf(why, sizeof why, "elastic: lost; generation %d runs %d rank(s) without slot %d",
-             r->restart->gen, r->restart->world, k->rank);
-    k->retired = true;
     struct err e = {0};
-    if (db_rank_exited(r->ctx->db, r->id, k->rank, "lost", -1, 0, why, &e) < 0) {
-        e = (struct err){0};
-        int rc = db_rank_exited(r->ctx->db, r->id, k->rank, "killed", -1, 0, why, &e);
-        monitor_db_warn(r, rc, &e);
-    }
+    int rc = db_rank_exited(r->ctx->db, r->id, k->rank, "killed", -1, 0, why, &e);
+    monitor_db_warn(r, rc, &e);
 }
 
-/* Slot k gets a new process: what the daemon and ingestion knew of the old one goes. */
-static void monitor_restart_reset(struct active_run *r, struct run_rank *k)
+/* Slot k gets a new process: what the daemon and ingestion knew of the old one goes (its
+ * run_ranks row takes the new pid and status once it is spawned). */
+static void monitor_slot_forget(struct active_run *r, struct run_rank *k)
 {
     if (k->settled)
         r->n_settled--;
-    if (k->report_fd >= 0) { /* settled ranks have closed theirs: kept safe anyway */
+    if (k->report_fd >= 0) { /* a settled rank's are closed: kept safe anyway */
         loop_watch_remove(r->ctx->loop, &k->wreport.lw);
         close(k->report_fd);
     }
@@ -1143,143 +1381,55 @@ static void monitor_restart_reset(struct active_run *r, struct run_rank *k)
     k->wstatus = k->signal_sent = 0;
     k->exit_order = 0;
     k->bad_report[0] = k->node_error[0] = '\0';
-    ingest_rank_restart(&r->ingest, k->rank);
+    ingest_rank_reset(&r->ingest, k->rank);
 }
 
-/* The slots of the generation that ended which were lost (elastic_restart_was_lost), into
- * lost (world_size entries); returns how many. */
-static int monitor_restart_losses(const struct active_run *r, int *lost)
-{
-    int top = 0, n = 0;
-    for (int i = 0; i < r->world_size; i++)
-        if (r->ranks[i].spawned && !r->ranks[i].retired && monitor_blame(&r->ranks[i]) > top)
-            top = monitor_blame(&r->ranks[i]);
-    for (int i = 0; i < r->world_size; i++)
-        if (r->ranks[i].spawned && !r->ranks[i].retired &&
-            elastic_restart_was_lost(monitor_blame(&r->ranks[i]), top))
-            lost[n++] = i;
-    return n;
-}
-
-/* Every rank of the stopped generation has ended: start the next one (slots 0..n'-1,
- * the rest lost), or fail the run when too few are left. */
+/* Every rank of the stopped generation has ended: generation er->gen starts, slots
+ * 0..world-1 (DDPB_WORLD_SIZE = world), the others lost; it is recorded like any. */
 static void monitor_restart_next(struct active_run *r)
 {
     struct elastic_restart *er = r->restart;
-    int *lost = calloc((size_t)r->world_size, sizeof *lost);
-    char why[256], reason[512];
-    int n_lost = lost ? monitor_restart_losses(r, lost) : 0;
-    int next = lost ? elastic_restart_next_world(er, er->world - n_lost, why, sizeof why) : -1;
-    if (!lost)
-        snprintf(why, sizeof why, "elastic: out of memory restarting the group");
-    int64_t stop_ms = clock_mono_ms() - er->stop_began_ms;
     er->stopping = false;
-    if (next < 0) {
-        log_error("run %lld: %s", (long long)r->id, why);
-        monitor_stop_run(r, DB_RUN_FAILED, er->first_lost, why);
-        free(lost);
-        return;
-    }
-    size_t len = 0;
-    monitor_append(reason, sizeof reason, &len, "lost slot%s", n_lost == 1 ? "" : "s");
-    for (int i = 0; i < n_lost; i++)
-        monitor_append(reason, sizeof reason, &len, "%s %d", i ? "," : "", lost[i]);
-    er->gen++;
-    er->world = next;
-    log_info("run %lld: elastic: generation %d with %d rank(s) (%s; stopping took %lld ms)",
-             (long long)r->id, er->gen, next, reason, (long long)stop_ms);
-    struct monitor_gpu g = {.plan = r->restart_gpu, .nccl_version = r->restart_nccl};
+    int64_t stop_ms = clock_mono_ms() - er->stop_began_ms;
+    log_info("run %lld: elastic: generation %d of %d rank(s) starts (stopping took %lld ms)",
+             (long long)r->id, er->gen, er->world, (long long)stop_ms);
+    struct elastic_gen *g = calloc(1, sizeof *g);
+    struct monitor_gpu gpu = {.plan = r->restart_gpu, .nccl_version = r->restart_nccl};
     struct err e = {0};
+    char why[160];
     for (int i = 0; i < r->world_size; i++) {
         struct run_rank *k = &r->ranks[i];
-        if (i >= next) {
+        if (i >= er->world) {
+            snprintf(why, sizeof why, "elastic: lost; generation %d runs %d rank(s)", er->gen,
+                     er->world);
             if (!k->retired)
-                monitor_restart_retire(r, k);
+                monitor_slot_lost_row(r, k, why);
+            k->retired = true;
             continue;
         }
-        monitor_restart_reset(r, k);
-        if (monitor_spawn_rank(r, i, r->restart_cpus, r->restart_per,
-                               r->restart_gpu ? &g : NULL, r->store_addr, &e) < 0) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "elastic: could not start rank %d of generation %d: %s",
+        if (g)
+            g->members[g->n_members++] = i;
+        monitor_slot_forget(r, k);
+        if (monitor_spawn_rank(r, i, r->cpus, r->cpus_per, r->restart_gpu ? &gpu : NULL,
+                               r->store_addr, &e) < 0) {
+            snprintf(why, sizeof why, "elastic: could not start rank %d of generation %d: %s",
                      i, er->gen, e.msg);
-            monitor_stop_run(r, DB_RUN_FAILED, i, msg);
+            monitor_stop_run(r, DB_RUN_FAILED, i, why);
             for (int j = i; j < r->world_size; j++) /* never spawned: settled now */
                 if (!r->ranks[j].spawned && !r->ranks[j].settled) {
-                    r->ranks[j].exited = r->ranks[j].settled = r->ranks[j].retired = true;
+                    r->ranks[j].exited = r->ranks[j].settled = true;
                     r->n_settled++;
                 }
             break;
         }
     }
-    events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
-                       elastic_restart_record(er, NULL, 0, lost, n_lost, reason, stop_ms));
-    free(lost);
-}
-
-/* --- elastic horovod: Horovod's elastic driver, the daemon its discovery ------------- */
-
-/* True for an elastic horovod run: its launcher is engines/ddpb_hvd_driver.py. */
-static bool monitor_is_driver(const struct db_queued_run *q)
-{
-    return q->spec_err.code == ERR_OK && q->spec.elastic.on &&
-           q->spec.workload == SPEC_WORKLOAD_TRAIN &&
-           strcmp(q->spec.train.engine, "horovod") == 0;
-}
-
-/* Writes the driver's discovery file (<elastic dir>/hosts, a slot per line, replaced
- * atomically: the driver reads it every second): the slots that live, and while fewer
- * than max_ranks live the lost ones too, which Horovod starts a replacement in once their
- * blacklist cooldown ends. Returns how many slots live. */
-static int monitor_driver_hosts(struct active_run *r)
-{
-    struct elastic_restart *er = r->driver;
-    int live = 0;
-    for (int i = 0; i < r->world_size; i++)
-        live += !r->ranks[i].retired;
-    char path[PATH_MAX], tmp[PATH_MAX + 8];
-    snprintf(path, sizeof path, "%s/hosts", er->dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "we");
-    for (int i = 0; f && i < r->world_size; i++)
-        if (!r->ranks[i].retired || live < er->max_ranks)
-            fprintf(f, "%d\n", i);
-    if (!f || fclose(f) != 0 || rename(tmp, path) < 0)
-        log_error("run %lld: elastic: cannot write %s: %s", (long long)r->id, path,
-                  strerror(errno));
-    return live;
-}
-
-/* The driver's state and its first discovery file (every slot). One node only: the
- * driver starts its workers on this one. */
-static int monitor_driver_prepare(struct active_run *r, const struct db_queued_run *q,
-                                  struct err *e)
-{
-    if (!monitor_is_driver(q))
-        return 0;
-    if (strcmp(q->spec.launcher, "ddpbench") != 0)
-        return err_set(e, ERR_INVALID, "elastic",
-                       "elastic: horovod's elastic driver starts its workers itself, which "
-                       "launcher %s would (use launcher ddpbench)",
-                       q->spec.launcher);
-    for (int i = 0; i < r->world_size; i++)
-        if (r->ranks[i].node != 0)
-            return err_set(e, ERR_INVALID, "elastic",
-                           "elastic: horovod's elastic driver runs its workers on the leader's "
-                           "node only, and rank %d was placed on another",
-                           i);
-    char why[PATH_MAX + 64];
-    r->driver = calloc(1, sizeof *r->driver);
-    if (!r->driver)
-        return err_set(e, ERR_NOMEM, NULL, "out of memory");
-    if (elastic_restart_init(r->driver, &q->spec.elastic, r->world_size, r->dir, why,
-                             sizeof why) < 0)
-        return err_set(e, ERR_IO, "elastic", "%s", why);
-    r->driver->mode = "driver";
-    monitor_driver_hosts(r);
-    events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
-                       elastic_restart_record(r->driver, NULL, 0, NULL, 0, "start", -1));
-    return 0;
+    if (g) {
+        g->gen = er->gen;
+        snprintf(g->reason, sizeof g->reason, "restart after %.1f s of stopping",
+                 (double)stop_ms / 1000.0);
+        monitor_elastic_record(r, g, er->lost_at);
+    }
+    free(g);
 }
 
 /* The driver's command line: the engines' python running ddpb_hvd_driver.py, with the
@@ -1291,95 +1441,69 @@ static int monitor_driver_plan(struct active_run *r, const char *report, const c
     const struct config *cfg = r->ctx->cfg;
     memset(plan, 0, sizeof *plan);
     char env[ELASTIC_RESTART_ENV][PATH_MAX];
-    int n = elastic_restart_env(r->driver, env[0], sizeof env[0]);
-    int w = snprintf(plan->argv[0], sizeof plan->argv[0], "%s", cfg->python) |
-            snprintf(plan->argv[1], sizeof plan->argv[1], "%s/ddpb_hvd_driver.py",
-                     cfg->engines_dir) |
-            snprintf(plan->env[0], sizeof plan->env[0], "DDPB_REPORT=%s", report) |
-            snprintf(plan->env[1], sizeof plan->env[1], "DDPB_LOG_DIR=%s", r->dir) |
-            snprintf(plan->env[2], sizeof plan->env[2], "DDPB_LAUNCHER=horovod-elastic") |
-            snprintf(plan->env[3], sizeof plan->env[3], "DDPB_CPU_MAP=%s",
-                     cpu_map ? cpu_map : "");
+    int n = elastic_restart_env(r->restart, env[0], sizeof env[0]);
+    size_t cap = sizeof plan->argv[0];
+    bool ok = (size_t)snprintf(plan->argv[0], cap, "%s", cfg->python) < cap &&
+              (size_t)snprintf(plan->argv[1], cap, "%s/ddpb_hvd_driver.py", cfg->engines_dir) <
+                  cap &&
+              (size_t)snprintf(plan->env[0], cap, "DDPB_REPORT=%s", report) < cap &&
+              (size_t)snprintf(plan->env[1], cap, "DDPB_LOG_DIR=%s", r->dir) < cap &&
+              (size_t)snprintf(plan->env[2], cap, "DDPB_LAUNCHER=horovod-elastic") < cap &&
+              (size_t)snprintf(plan->env[3], cap, "DDPB_CPU_MAP=%s", cpu_map ? cpu_map : "") <
+                  cap;
     plan->argc = 2;
     plan->nenv = 4;
     for (int i = 0; i < n && plan->nenv < LAUNCH_PLAN_MAX_ENV; i++)
-        w |= snprintf(plan->env[plan->nenv++], sizeof plan->env[0], "%s", env[i]);
-    if (w < 0 || strlen(plan->argv[1]) + 1 >= sizeof plan->argv[1])
-        return err_set(e, ERR_INVALID, "elastic", "elastic: the driver's path is too long");
-    return 0;
+        ok = ok && (size_t)snprintf(plan->env[plan->nenv++], cap, "%s", env[i]) < cap;
+    return ok ? 0
+              : err_set(e, ERR_INVALID, "elastic", "elastic: the driver's setup is too long");
 }
 
-/* The live slots of a driver run into members (world_size entries); returns how many. */
-static int monitor_driver_members(const struct active_run *r, int *members)
+/* A generation of a driver run as the daemon sees it (its live slots; joiner: a slot
+ * that came back, -1: none), recorded. */
+static void monitor_driver_record(struct active_run *r, int joiner, const char *reason,
+                                  double lost_at)
 {
-    int n = 0;
+    struct elastic_gen *g = calloc(1, sizeof *g);
+    if (!g)
+        return;
+    g->gen = ++r->restart->gen;
     for (int i = 0; i < r->world_size; i++)
-        if (!r->ranks[i].retired)
-            members[n++] = i;
-    return n;
+        if (!elastic_slot_forgiven(&r->elastic, i))
+            g->members[g->n_members++] = i;
+    if (joiner >= 0)
+        g->joiners[g->n_joiners++] = joiner;
+    snprintf(g->reason, sizeof g->reason, "%s", reason);
+    monitor_elastic_record(r, g, lost_at);
+    free(g);
 }
 
-/* A replacement Horovod started in lost slot k proved itself on the report channel: the
- * slot is live again (a new process: what the old one said is forgotten), recorded as the
- * next generation with k joining. */
-static void monitor_driver_joined(struct active_run *r, struct run_rank *k)
+/* Driver mode (daemon/elastic.h said ELASTIC_DRIVER for k's loss): Horovod goes on
+ * without the slot; the channel lets a replacement claim it, and the discovery file says
+ * whether Horovod may start one. */
+static void monitor_driver_lost(struct active_run *r, struct run_rank *k)
 {
-    struct elastic_restart *er = r->driver;
-    monitor_restart_reset(r, k);
-    k->spawned = k->channel = true;
-    int *members = calloc((size_t)r->world_size, sizeof *members);
-    int n = members ? monitor_driver_members(r, members) : 0;
-    er->gen++;
-    er->world = n;
-    char why[64];
-    snprintf(why, sizeof why, "slot %d joined", k->rank);
-    events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
-                       elastic_restart_record(er, members, n, NULL, 0, why, -1));
-    free(members);
-    log_info("run %lld: elastic: a replacement joined slot %d, %d live", (long long)r->id,
-             k->rank, n);
-}
-
-/* A worker of the driver ended without done: the slot is lost, not the run, while at
- * least min_ranks live; the discovery file then says whether Horovod may start a
- * replacement there. False when the run is not driven by Horovod's driver, is stopping,
- * or the driver itself has exited (its workers all end then). */
-static bool monitor_driver_lost(struct active_run *r, struct run_rank *k)
-{
-    struct elastic_restart *er = r->driver;
-    if (!er || r->stopping || r->launcher_exited)
-        return false;
+    if (!r->restart)
+        return;
     k->retired = true;
     channel_release(r->channel, k->rank);
-    char why[256];
-    snprintf(why, sizeof why, "elastic: lost; Horovod's elastic driver goes on without slot %d",
-             k->rank);
-    struct err e = {0};
-    if (db_rank_exited(r->ctx->db, r->id, k->rank, "lost", -1, 0, why, &e) < 0) {
-        e = (struct err){0}; /* the schema before issue 32's migration: see retire */
-        int rc = db_rank_exited(r->ctx->db, r->id, k->rank, "killed", -1, 0, why, &e);
-        monitor_db_warn(r, rc, &e);
-    }
-    int live = monitor_driver_hosts(r);
-    int *members = calloc((size_t)r->world_size, sizeof *members);
-    int n = members ? monitor_driver_members(r, members) : 0;
-    er->gen++;
-    er->world = live;
-    int lost[] = {k->rank};
-    snprintf(why, sizeof why, "lost slot %d", k->rank);
-    events_publish_run(r->ctx->events, r->experiment_id, r->id, "elastic",
-                       elastic_restart_record(er, members, n, lost, 1, why, -1));
-    free(members);
-    log_info("run %lld: elastic: slot %d lost, %d live (min_ranks %d, max_ranks %d)",
-             (long long)r->id, k->rank, live, er->min_ranks, er->max_ranks);
-    if (live < er->min_ranks) { /* the last one's own error, when it said one */
-        char msg[sizeof why + sizeof k->said->error + 32];
-        snprintf(msg, sizeof msg, "elastic: %d rank%s left, min_ranks %d%s%s", live,
-                 live == 1 ? "" : "s", er->min_ranks, k->said->error[0] ? "; the last: " : "",
-                 k->said->error);
-        monitor_stop_run(r, DB_RUN_FAILED, k->rank, msg);
-    }
-    return true;
+    monitor_slot_lost_row(r, k, "elastic: lost; Horovod's elastic driver goes on without it");
+    monitor_driver_hosts(r);
+    char why[64];
+    snprintf(why, sizeof why, "rank %d lost", k->rank);
+    monitor_driver_record(r, -1, why, clock_wall_s());
+}
+
+/* A replacement Horovod started in lost slot k proved itself on the report channel. */
+static void monitor_driver_joined(struct active_run *r, struct run_rank *k)
+{
+    monitor_slot_forget(r, k);
+    k->spawned = k->channel = true;
+    elastic_slot_rejoined(&r->elastic, k->rank);
+    char why[64];
+    snprintf(why, sizeof why, "a replacement joined slot %d", k->rank);
+    monitor_driver_record(r, k->rank, why, -1);
+    log_info("run %lld: elastic: %s", (long long)r->id, why);
 }
 
 struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
@@ -1402,14 +1526,12 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
     snprintf(store_addr, sizeof store_addr, "%s:%d", ctx->cfg->store_host,
              store_server_port(ctx->store));
     int started = 0, per = monitor_slots_per_rank(q);
+    monitor_elastic_start(r, q, cpus, per, gpu, store_addr);
     if (r->foreign) {
-        if (monitor_prepare(r, q, &se) == 0 &&
-            monitor_restart_prepare(r, q, cpus, per, gpu, store_addr, &se) == 0 &&
-            monitor_driver_prepare(r, q, &se) == 0 &&
+        if (monitor_prepare(r, q, &se) == 0 && monitor_restart_prepare(r, q, gpu, &se) == 0 &&
             monitor_spawn_launcher(r, q, cpus, per, store_addr, &se) == 0)
             started = r->world_size;
-    } else if (monitor_prepare(r, q, &se) == 0 &&
-               monitor_restart_prepare(r, q, cpus, per, gpu, store_addr, &se) == 0)
+    } else if (monitor_prepare(r, q, &se) == 0 && monitor_restart_prepare(r, q, gpu, &se) == 0)
         for (; started < r->world_size; started++) {
             const struct run_rank *k = &r->ranks[started];
             if (k->node != 0 && k->local_rank > 0)
@@ -1543,6 +1665,21 @@ static void monitor_describe_frozen(const struct active_run *r, const struct run
         monitor_append(out, cap, &len, "; and %d more rank(s)", more);
 }
 
+/* An elastic run's frozen rank is killed: its end is a lost slot, not the run's failure.
+ * True when that is how it is handled. */
+static bool monitor_elastic_frozen(struct active_run *r, struct run_rank *k)
+{
+    if (!r->elastic.on || k->node != 0 || k->channel)
+        return false;
+    if (k->signal_sent != SIGKILL) {
+        log_info("run %lld: elastic: rank %d sent nothing for %d s: killing it",
+                 (long long)r->id, k->rank, r->heartbeat_timeout_s);
+        launcher_signal(k->pid, SIGKILL);
+        k->signal_sent = SIGKILL;
+    }
+    return true;
+}
+
 /* A rank that sent nothing for heartbeat_timeout_s is frozen (stopped, swapped out,
  * wedged in the kernel): its heartbeat thread would otherwise speak every second. */
 static void monitor_check_heartbeats(struct active_run *r, int64_t now_ms)
@@ -1553,6 +1690,8 @@ static void monitor_check_heartbeats(struct active_run *r, int64_t now_ms)
             continue;
         int64_t silent = now_ms - k->last_seen_ms;
         if (silent < (int64_t)r->heartbeat_timeout_s * 1000)
+            continue;
+        if (monitor_elastic_frozen(r, k))
             continue;
         char reason[sizeof r->stop_reason];
         monitor_describe_frozen(r, k, now_ms, reason, sizeof reason);
@@ -1734,9 +1873,9 @@ void monitor_free_run(struct active_run *r)
     if (r->store_registered)
         store_server_remove_run(r->ctx->store, r->ns);
     ingest_run_cleanup(&r->ingest);
+    elastic_free(&r->elastic);
+    free(r->cpus);
     free(r->restart);
-    free(r->driver);
-    free(r->restart_cpus);
     free(r->restart_gpu);
     free(r->ranks);
     free(r);

@@ -357,6 +357,18 @@ enum results_mem {
 /* in the order of their results columns, COL_PARAMS_BYTES on */
 _Static_assert(COL_PARAMS_BYTES + RM_N - 1 == COL_DEVICE_PEAK_BYTES, "memory columns");
 enum results_use { RU_CPU, RU_VCS, RU_ICS, RU_GPU_UTIL, RU_GPU_POWER, RU_N };
+/* What a fault cost (db_elastic_fig), one sample per run that had it, COL_GENERATIONS on */
+enum results_el {
+    RE_GENS,
+    RE_DETECT,
+    RE_RESUME,
+    RE_LOST,
+    RE_BEFORE,
+    RE_DURING,
+    RE_AFTER,
+    RE_N
+};
+_Static_assert(COL_GENERATIONS + RE_N - 1 == COL_THROUGHPUT_AFTER, "elastic columns");
 /* likewise, COL_CPU_UTIL on */
 _Static_assert(COL_CPU_UTIL + RU_N - 1 == COL_GPU_POWER_W, "usage columns");
 
@@ -384,6 +396,7 @@ struct results_data {
 struct results_train {
     struct results_vec thr, step, acc, loss;
     struct results_vec mem[RM_N], use[RU_N]; /* one sample per repeat that reported it */
+    struct results_vec el[RE_N];             /* one sample per run that had it */
     struct results_tta tta;
     struct results_idx starts; /* where each repeat (of each run) begins in step */
     double phase[PHASE_N], straggler;
@@ -511,9 +524,27 @@ static void results_data_run(struct results_data *d, const struct db_data_run *r
     }
 }
 
+/* The run's fault figures (db_elastic_fig): each one it has, as a sample. */
+static void results_elastic_run(struct results_train *r, const struct db_data_run *run)
+{
+    const struct db_elastic_fig *f = &run->elastic;
+    /* a fault-free run has no fault's figures; one that is not elastic no generations */
+    double no = -1, v[RE_N] = {f->elastic ? (double)f->generations : -1,
+                               f->faulted ? f->detect_s : no,
+                               f->faulted ? f->resume_s : no,
+                               f->faulted ? f->lost_steps : no,
+                               f->faulted ? f->thr_before : no,
+                               f->faulted ? f->thr_during : no,
+                               f->faulted ? f->thr_after : no};
+    for (int i = 0; i < RE_N; i++)
+        if (v[i] >= 0)
+            results_push(&r->el[i], v[i]);
+}
+
 static void results_train_run(struct results_train *r, const struct db_data_run *run)
 {
     results_resources_run(r, run);
+    results_elastic_run(r, run);
     results_tta_run(&r->tta, run);
     results_pipe_run(&r->pipe, run);
     results_data_run(&r->data, run);
@@ -637,6 +668,16 @@ static void results_put_resources(struct results_table *t, struct results_train 
         struct stats_summary s;
         results_stats_of(&r->use[i], &s);
         results_put_stats(t, (enum column)(COL_CPU_UTIL + i), &s);
+    }
+}
+
+/* What a fault cost the group's runs: mean over the runs that had each figure. */
+static void results_put_elastic(struct results_table *t, struct results_train *r)
+{
+    for (int i = 0; i < RE_N; i++) {
+        struct stats_summary s;
+        results_stats_of(&r->el[i], &s);
+        results_put_stats(t, (enum column)(COL_GENERATIONS + i), &s);
     }
 }
 
@@ -789,6 +830,7 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_put_stats(t, COL_TRAIN_LOSS, &loss);
     results_put_resources(t, r);
     results_put_tta(t, &r->tta);
+    results_put_elastic(t, r);
     results_end_row(t);
 }
 
@@ -871,6 +913,8 @@ static int results_training(struct results_table *t, const struct results_groups
             free(rs[k].mem[i].v);
         for (int i = 0; i < RU_N; i++)
             free(rs[k].use[i].v);
+        for (int i = 0; i < RE_N; i++)
+            free(rs[k].el[i].v);
         free(rs[k].tta.secs.v);
         free(rs[k].tta.epochs.v);
     }

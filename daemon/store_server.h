@@ -38,6 +38,13 @@ int store_server_add_run(struct store_server *s, const char *run, const char *se
 /* Removes a run: its keys are freed, its clients get STORE_E_CLOSED and are closed.
  * Unknown runs are ignored. Thread-safe; returns after the removal took effect. */
 void store_server_remove_run(struct store_server *s, const char *run);
+/* Sets key to value[0..len) in run's namespace (all copied), as a client's SET does: the
+ * key's waiters (blocked GET and WAIT) wake. How the daemon publishes what workers wait
+ * for (elastic mode's generations, daemon/elastic.h). ERR_NOT_FOUND for an unknown run,
+ * ERR_INVALID for a key or value over the protocol's limits. Thread-safe; returns after
+ * the write took effect. */
+int store_server_set(struct store_server *s, const char *run, const char *key,
+                     const void *value, size_t len, struct err *e);
 /* Thread-safe snapshot. */
 void store_server_get_stats(struct store_server *s, struct store_server_stats *out);
 

@@ -24,10 +24,11 @@ Decisions:
   rows never collide. Every rank reads those files before its first step, which needs
   every rank (its gradients are reduced), so all read the same value. lost_steps is that
   high-water mark minus the checkpoint's iteration: the work done since the commit.
-- The contract's "elastic" report lines (and a step's gen / world) are sent only when the
-  report protocol knows them (schema/vocabulary.json lists the "elastic" report type,
-  common/report.c's table); every event is also appended to events.jsonl in the folder
-  and printed to the rank's log, so the restart is on record either way."""
+- The contract's "elastic" report lines: "regroup" (rank 0, the new group formed) and
+  "resumed" (rank 0, after the generation's first step, with lost_steps and the commit's
+  iteration) of generation N > 0, "detect" from a rank whose group failed under it; the
+  daemon stores them with the generation (daemon/ingest.c). Steps carry gen and world.
+  Each event is printed to the rank's log too."""
 import json
 import os
 import sys
@@ -35,10 +36,7 @@ import time
 
 import torch
 
-import ddpb_vocab
-
 COMMIT = "commit.pt"
-REPORTS = {r["name"] for r in ddpb_vocab.VOCABULARY["reports"]}
 
 
 def from_env(spec, rank, world):
@@ -110,19 +108,16 @@ class Restart:
     # --- report lines ------------------------------------------------------------------
 
     def step_fields(self):
-        """gen and world for a step line, when the report protocol carries them."""
-        return {"gen": self.gen, "world": self.world} if "elastic" in REPORTS else {}
+        """gen and world for a step line."""
+        return {"gen": self.gen, "world": self.world}
 
     def event(self, rep, event, **fields):
-        """One elastic event (the contract's report line): to the report stream when the
-        protocol knows it, to events.jsonl and the rank's log always."""
+        """One elastic event (the contract's report line; a field None is left out), also
+        printed to the rank's log."""
         line = {"event": event, "gen": self.gen, "world": self.world,
                 "members": getattr(self, "members", None) or list(range(self.world)),
-                "t": time.time(), **{k: v for k, v in fields.items() if v is not None}}
-        if "elastic" in REPORTS:
-            rep.emit("elastic", **line)
-        with open(os.path.join(self.dir, "events.jsonl"), "a") as f:
-            f.write(json.dumps(dict(line, rank=self.rank), separators=(",", ":")) + "\n")
+                **{k: v for k, v in fields.items() if v is not None}}
+        rep.emit("elastic", **line)
         print(f"elastic: {json.dumps(line)}", file=sys.stderr, flush=True)
 
     def resumed(self, rep, commit_step):

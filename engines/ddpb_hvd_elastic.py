@@ -17,10 +17,10 @@ Decisions:
   the body the ranks agree the highest number any of them reported plus one (allreduce
   max; a replacement brings 0), so redone work gets new numbers. lost_steps is that minus
   the commit's iteration; the generation is the highest reset count any member has seen.
-- The contract's elastic events ("detect" when a worker's restore begins, "regroup" and
-  "resumed" from the new world's rank 0) go out as report lines when the protocol knows
-  them (schema/vocabulary.json's "elastic" report type) and to the run's
-  elastic/events.jsonl and the worker's log always, as in restart mode."""
+- The contract's elastic events: "detect" when a worker's restore begins (a peer
+  failed), "regroup" and "resumed" from the new world's rank 0 (members: the slots of the
+  world); the daemon stores them with its generations (daemon/ingest.c).
+"""
 import os
 import time
 

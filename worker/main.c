@@ -7,7 +7,11 @@
  * path (WORKER_FAIL_IF): record the failure in the store (so other ranks can tell who
  * failed first), emit an error event naming the operation and the peer, print
  * "rank R: file:line: message (hint)" on stderr and exit 1 without a clean shutdown of
- * the communicator: peers must see this rank's connections drop, not a goodbye. */
+ * the communicator: peers must see this rank's connections drop, not a goodbye.
+ * An elastic training run (spec elastic, worker/elastic.h) is the exception for failures
+ * of the communicator: the training regroups with the next generation instead, and so
+ * does the final barrier; a replacement rank (DDPB_ELASTIC_JOIN=1) skips the launch's
+ * join and enters the generation the daemon names for it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <gnu/libc-version.h>
@@ -32,6 +36,7 @@
 #include "worker/comm/comm.h"
 #include "worker/comm/comm_factory.h"
 #include "worker/device_check.h"
+#include "worker/elastic.h"
 #include "worker/gpu_modules.h"
 #include "worker/heartbeat.h"
 #include "worker/store/rendezvous.h"
@@ -59,8 +64,18 @@ struct worker {
     int node_of[SPEC_MAX_WORLD]; /* the node of each rank (rendezvous_nodes) */
     struct heartbeat hb;         /* liveness for the daemon, once hello is out */
     long long memory_limit_mib;  /* RLIMIT_AS set from DDPB_MEMORY_LIMIT_MIB; 0: none */
+    /* An elastic run (spec elastic): el owns the communicator from the join on (comm is
+     * then NULL; worker_comm gives the current generation's). */
+    bool elastic;
+    struct elastic el;
     struct err e;
 };
+
+/* The communicator of the rank's current generation (elastic), else its only one. */
+static struct comm *worker_comm(const struct worker *wk)
+{
+    return wk->elastic ? wk->el.comm : wk->comm;
+}
 
 static const char *worker_hint(enum err_code code)
 {
@@ -147,9 +162,12 @@ __attribute__((noreturn)) static void worker_fail(struct worker *wk, const char 
     snprintf(where, sizeof where, "%s:%d", base ? base + 1 : file, line);
     const char *op = NULL;
     int peer = -1;
-    if (wk->comm && wk->comm->error_op[0]) {
-        op = wk->comm->error_op;
-        peer = wk->comm->error_peer;
+    const struct comm *c = worker_comm(wk);
+    if (c && c->error_op[0]) {
+        op = c->error_op;
+        peer = c->error_peer;
+        if (wk->elastic && peer >= 0 && peer < wk->el.cur.n) /* the group's rank: a slot */
+            peer = wk->el.cur.members[peer];
     }
     if (wk->store)
         rendezvous_record_failure(wk->store, wk->env.rank, peer, wk->e.msg);
@@ -307,6 +325,10 @@ static int worker_check_spec(const struct worker *wk, struct err *e)
                        wk->env.world_size);
     if (worker_device_check(s, e) < 0) /* device_check.h: what this build can run */
         return -1;
+    /* the survivors' communicator is a group of the world's (comm_create_group) */
+    if (s->elastic.on && strcmp(s->backend, "tcp") != 0)
+        return err_set(e, ERR_INVALID, "elastic",
+                       "elastic: backend %s cannot regroup the survivors; use tcp", s->backend);
     if (s->workload != SPEC_WORKLOAD_COLLECTIVE && s->workload != SPEC_WORKLOAD_TRAIN)
         return err_set(e, ERR_INVALID, "workload", "workload %d not supported", s->workload);
     return 0;
@@ -373,8 +395,9 @@ static int worker_emit_env_peak(struct worker *wk, int64_t peak_bytes, struct er
     json_t *mpi = comm_factory_env_mpi(&wk->spec); /* backend mpi: library, transport */
     if (mpi)
         json_object_set_new(env, "mpi", mpi);
-    if (wk->comm && wk->comm->transport[0]) /* what transport "auto" came to */
-        json_object_set_new(env, "transport", json_string(wk->comm->transport));
+    const struct comm *c = worker_comm(wk);
+    if (c && c->transport[0]) /* what transport "auto" came to */
+        json_object_set_new(env, "transport", json_string(c->transport));
     if (strcmp(wk->spec.device, "cuda") == 0) /* GPU, NVML sample, NCCL version, emulated */
         gpu_modules_env_add(env);
     return report_emit(&wk->w, REPORT_ENV, json_pack("{s:o}", "env", env), e);
@@ -442,6 +465,17 @@ static int worker_stage_comm(struct worker *wk, struct err *e)
     return 0;
 }
 
+/* An elastic rank that is not a member of the generation published (elastic.h): it
+ * reported "left"; it ends without done, status 0. */
+__attribute__((noreturn)) static void worker_leave(struct worker *wk)
+{
+    log_info("elastic: this slot left the run at generation %d", wk->el.cur.gen);
+    heartbeat_stop(&wk->hb);
+    elastic_rank_cleanup(&wk->el);
+    store_client_destroy(wk->store);
+    exit(0);
+}
+
 static void worker_run_workload(struct worker *wk)
 {
     if (wk->spec.workload == SPEC_WORKLOAD_TRAIN) {
@@ -449,8 +483,11 @@ static void worker_run_workload(struct worker *wk)
         struct train_outcome out;
         const struct train_module *train = train_module_load(&wk->e); /* the check loaded it */
         WORKER_FAIL_IF(wk, !train);
-        WORKER_FAIL_IF(wk, train->run(&wk->spec, wk->comm, wk->stage_comm, &wk->w, &wk->hb,
-                                      &out, &wk->e) < 0);
+        int rc = train->run(&wk->spec, worker_comm(wk), wk->stage_comm, &wk->w, &wk->hb,
+                            wk->elastic ? &wk->el : NULL, &out, &wk->e);
+        if (rc < 0 && wk->elastic && wk->el.left) /* not in the run's generation: done */
+            worker_leave(wk);
+        WORKER_FAIL_IF(wk, rc < 0);
         if (out.device_peak_bytes >= 0) /* a GPU run's peak memory goes out with the env */
             WORKER_FAIL_IF(wk, worker_emit_env_peak(wk, out.device_peak_bytes, &wk->e) < 0);
     } else {
@@ -459,6 +496,79 @@ static void worker_run_workload(struct worker *wk)
         const struct collective_mem *hooks = worker_collective_mem(wk, &mem);
         WORKER_FAIL_IF(wk, workload_collective_run_mem(&wk->spec, wk->comm, wk->store, &wk->w,
                                                        hooks, &wk->e) < 0);
+    }
+}
+
+/* The hooks every communicator of the rank gets (elastic.h: each generation's too). */
+static struct elastic_comm_hooks worker_hooks(struct worker *wk)
+{
+    return (struct elastic_comm_hooks){
+        .note = &wk->hb.note, .on_stuck = worker_on_stuck, .on_stuck_ctx = wk};
+}
+
+/* The launch's join and world communicator (generation 0 of an elastic run). */
+static void worker_join_world(struct worker *wk)
+{
+    /* the backend's first step comes before the join (tcp opens its data port, so it is
+     * up and drops strays while the other ranks arrive); on failure the exit frees it */
+    struct comm_factory *setup = comm_factory_begin(&wk->spec, &wk->env, &worker_abort_flag,
+                                                    &wk->e);
+    WORKER_FAIL_IF(wk, !setup);
+    wk->store = rendezvous_join(&wk->env, &worker_abort_flag, &wk->e);
+    WORKER_FAIL_IF(wk, !wk->store);
+    WORKER_FAIL_IF(wk, rendezvous_nodes(wk->store, &wk->env, wk->node_of, &wk->e) < 0);
+    heartbeat_set_phase(&wk->hb, "connecting to peers");
+    wk->comm = comm_factory_finish(setup, wk->store, wk->node_of, &wk->e);
+    WORKER_FAIL_IF(wk, !wk->comm);
+    wk->comm->note = &wk->hb.note; /* what the workload waits in goes out with each beat */
+    wk->comm->on_stuck = worker_on_stuck;
+    wk->comm->on_stuck_ctx = wk;
+    log_info("joined: %d ranks, %s communicator up", wk->env.world_size, wk->comm->backend);
+    if (!wk->elastic)
+        return;
+    struct elastic_comm_hooks hooks = worker_hooks(wk);
+    elastic_rank_init(&wk->el, &wk->spec, &wk->env, &worker_abort_flag, wk->store, wk->node_of,
+                      &wk->w, &hooks, wk->comm);
+    wk->comm = NULL; /* the elastic state owns it now */
+}
+
+/* A replacement of an elastic run (DDPB_ELASTIC_JOIN=1, elastic.h): no part in
+ * generation 0's join; it connects to the store, publishes its node, and enters the
+ * generation the daemon names for its slot. */
+static void worker_join_elastic(struct worker *wk)
+{
+    wk->store = store_client_connect(wk->env.store, wk->env.run, wk->env.secret, wk->env.rank,
+                                     wk->env.timeout_ms, &worker_abort_flag, &wk->e);
+    WORKER_FAIL_IF(wk, !wk->store);
+    store_client_set_io_timeout(wk->store, wk->env.timeout_ms);
+    char key[48], node[16];
+    snprintf(key, sizeof key, "node/%d", wk->env.rank);
+    snprintf(node, sizeof node, "%d", wk->env.node_rank);
+    WORKER_FAIL_IF(wk, store_client_set_str(wk->store, key, node, &wk->e) < 0);
+    WORKER_FAIL_IF(wk, rendezvous_nodes(wk->store, &wk->env, wk->node_of, &wk->e) < 0);
+    struct elastic_comm_hooks hooks = worker_hooks(wk);
+    elastic_rank_init(&wk->el, &wk->spec, &wk->env, &worker_abort_flag, wk->store, wk->node_of,
+                      &wk->w, &hooks, NULL);
+    heartbeat_set_phase(&wk->hb, "elastic: waiting to join");
+    WORKER_FAIL_IF(wk, elastic_join(&wk->el, &wk->e) < 0);
+    if (wk->el.left)
+        worker_leave(wk);
+    log_info("joined generation %d as rank %d of %d", wk->el.cur.gen, wk->el.comm->rank,
+             wk->el.comm->world_size);
+}
+
+/* Every rank leaves together (see main); an elastic rank whose generation loses a member
+ * in the barrier goes on to the next generation and passes that one's. */
+static void worker_final_barrier(struct worker *wk)
+{
+    heartbeat_set_phase(&wk->hb, "final barrier");
+    for (;;) {
+        if (comm_barrier(worker_comm(wk), &wk->e) == 0)
+            return;
+        WORKER_FAIL_IF(wk, !wk->elastic || !elastic_recoverable(&wk->e));
+        WORKER_FAIL_IF(wk, elastic_next(&wk->el, true, &wk->e) < 0);
+        if (wk->el.left)
+            worker_leave(wk);
     }
 }
 
@@ -473,28 +583,19 @@ int main(void)
     WORKER_FAIL_IF(&wk, worker_read_spec(&wk, wk.env.spec_path, &wk.e) < 0);
     WORKER_FAIL_IF(&wk, worker_check_spec(&wk, &wk.e) < 0);
     worker_apply_timeout(&wk);
+    wk.elastic = wk.spec.elastic.on && wk.spec.workload == SPEC_WORKLOAD_TRAIN;
+    const char *join = getenv("DDPB_ELASTIC_JOIN");
+    bool replacement = wk.elastic && join && strcmp(join, "1") == 0;
     WORKER_FAIL_IF(&wk, report_emit_hello(&wk.w, wk.env.world_size, &wk.e) < 0);
     WORKER_FAIL_IF(&wk, heartbeat_start(&wk.hb, &wk.w, 1000, &wk.e) < 0);
     WORKER_FAIL_IF(&wk, worker_emit_env(&wk, &wk.e) < 0);
     heartbeat_set_phase(&wk.hb, "rendezvous");
-
-    /* the backend's first step comes before the join (tcp opens its data port, so it is
-     * up and drops strays while the other ranks arrive); on failure the exit frees it */
-    struct comm_factory *setup = comm_factory_begin(&wk.spec, &wk.env, &worker_abort_flag,
-                                                    &wk.e);
-    WORKER_FAIL_IF(&wk, !setup);
-    wk.store = rendezvous_join(&wk.env, &worker_abort_flag, &wk.e);
-    WORKER_FAIL_IF(&wk, !wk.store);
-    WORKER_FAIL_IF(&wk, rendezvous_nodes(wk.store, &wk.env, wk.node_of, &wk.e) < 0);
-    heartbeat_set_phase(&wk.hb, "connecting to peers");
-    wk.comm = comm_factory_finish(setup, wk.store, wk.node_of, &wk.e);
-    WORKER_FAIL_IF(&wk, !wk.comm);
-    wk.comm->note = &wk.hb.note; /* what the workload waits in goes out with each beat */
-    wk.comm->on_stuck = worker_on_stuck;
-    wk.comm->on_stuck_ctx = &wk;
-    log_info("joined: %d ranks, %s communicator up", wk.env.world_size, wk.comm->backend);
+    if (replacement)
+        worker_join_elastic(&wk);
+    else
+        worker_join_world(&wk);
     /* again: MPI's transport, or the host backend's shared memory, is known by now */
-    if (strcmp(wk.spec.backend, "mpi") == 0 || wk.comm->transport[0])
+    if (strcmp(wk.spec.backend, "mpi") == 0 || worker_comm(&wk)->transport[0])
         WORKER_FAIL_IF(&wk, worker_emit_env(&wk, &wk.e) < 0);
     WORKER_FAIL_IF(&wk, worker_stage_comm(&wk, &wk.e) < 0);
     worker_limit_memory(&wk);
@@ -503,12 +604,13 @@ int main(void)
      * still finishes the last operation can reset a connection that holds the peer's
      * last bytes (a close with unread data sends RST; NCCL's proxies and the store have
      * sockets too), which the peer reports as this rank failing. */
-    heartbeat_set_phase(&wk.hb, "final barrier");
-    WORKER_FAIL_IF(&wk, comm_barrier(wk.comm, &wk.e) < 0);
+    worker_final_barrier(&wk);
     heartbeat_stop(&wk.hb); /* done is the last line this rank writes */
     WORKER_FAIL_IF(&wk, report_emit_done(&wk.w, &wk.e) < 0);
     comm_destroy(wk.stage_comm);
     comm_destroy(wk.comm);
+    if (wk.elastic)
+        elastic_rank_cleanup(&wk.el);
     store_client_destroy(wk.store);
     return 0;
 }

@@ -32,14 +32,15 @@ struct report_writer;
 struct heartbeat;
 struct train_outcome;
 struct train_engine_ops;
+struct elastic;
 
 /* ddpb_train.so's entry (symbol ddpb_module_train). */
 struct train_module {
     int abi; /* MODULE_ABI: first, as module_load reads it */
     /* workload_train.h's workload_train_run and train_engines.h's train_engine_pick */
     int (*run)(const struct spec *s, struct comm *c, struct comm *stage_c,
-               struct report_writer *w, struct heartbeat *hb, struct train_outcome *out,
-               struct err *e);
+               struct report_writer *w, struct heartbeat *hb, struct elastic *el,
+               struct train_outcome *out, struct err *e);
     const struct train_engine_ops *(*pick)(const char *device, struct err *e);
     /* workload_train_model_buckets: the collective benchmark's buckets_of */
     int (*model_buckets)(const struct spec *s, int64_t *sizes, size_t cap, size_t *n,

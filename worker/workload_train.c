@@ -21,12 +21,14 @@
 #include "worker/data/loader.h"
 #include "worker/data/storage.h"
 #include "worker/ddp/ddp.h"
+#include "worker/elastic.h"
 #include "worker/module/module.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
 #include "worker/observe.h"
 #include "worker/pipeline.h"
+#include "worker/train_elastic.h"
 #include "worker/train_engines.h"
 #include "worker/train_module.h"
 
@@ -71,6 +73,19 @@ struct trainer {
     int64_t last_progress_ns;
     const struct train_engine_ops *ops; /* the spec's device's engine */
     struct train_engine *eng;           /* owned: the model's compute */
+    /* Elastic training (worker/elastic.h; NULL el: not elastic). step is the optimizer
+     * steps of the repeat (restored with a commit), iter the run's iteration counter
+     * (the steps' report numbers: it never goes back). */
+    struct elastic *el; /* borrowed */
+    int64_t step, iter;
+    struct train_commit commit; /* owned: the last commit */
+    int64_t pos_epoch, pos_off; /* the data position: the next batch's epoch and the
+                                   samples of it consumed over all ranks */
+    struct train_tally base;    /* the epoch's figures over all ranks up to the commit */
+    double epoch_s_base;        /* the epoch's time before the commit */
+    int64_t epoch_start_ns;
+    bool resumed_pending; /* the first step of a new generation is not done yet */
+    int64_t lost_steps;   /* iterations redone since the commit restored */
 };
 
 /* ---- setting up a repeat -------------------------------------------------------- */
@@ -206,10 +221,14 @@ static int train_make_loader(struct trainer *tr, struct err *e)
     lc.prefetch = tr->t->prefetch;
     lc.workers = tr->t->dataset.workers;
     lc.pin = tr->t->dataset.pin;
+    lc.start_epoch = tr->pos_epoch; /* elastic: where the commit restored left off */
+    lc.start_offset = tr->pos_off;
     if (loader_create(tr->train, &lc, &tr->ld, e) < 0)
         return err_prefix(e, "training data");
     int64_t per_epoch = loader_batches_per_epoch(tr->ld) / tr->t->accumulate;
     tr->total_steps = tr->t->steps > 0 ? tr->t->steps : per_epoch * tr->t->epochs;
+    if (tr->t->steps <= 0 && (tr->pos_epoch > 0 || tr->pos_off > 0)) /* a resumed run */
+        tr->total_steps = tr->step + loader_batches_total(tr->ld) / tr->t->accumulate;
     if (tr->total_steps < 1)
         return err_set(e, ERR_INVALID, "batch_size",
                        "an epoch of %lld samples gives rank %d no full step of batch_size %d "
@@ -223,7 +242,7 @@ static int train_make_loader(struct trainer *tr, struct err *e)
     return 0;
 }
 
-static int train_make_strategy(struct trainer *tr, struct err *e)
+static int train_make_strategy(struct trainer *tr, bool restoring, struct err *e)
 {
     const struct spec_train *t = tr->t;
     struct ddp_config dc = {
@@ -267,7 +286,7 @@ static int train_make_strategy(struct trainer *tr, struct err *e)
                                         .eta_min = 0};
     if (nn_lr_validate(&tr->sched, e) < 0)
         return err_prefix(e, "lr_schedule");
-    if (t->broadcast_init && ddp_broadcast_params(&tr->ddp, e) < 0)
+    if (!restoring && t->broadcast_init && ddp_broadcast_params(&tr->ddp, e) < 0)
         return err_prefix(e, "broadcasting rank 0's initial parameters");
     if (tr->eng)
         tr->ops->params_changed(tr->eng);
@@ -304,6 +323,7 @@ static void train_grad_hook(void *ctx, const struct nn_grad_ready *r)
 
 static void train_teardown(struct trainer *tr)
 {
+    train_commit_free(&tr->commit);
     if (tr->have_ddp)
         ddp_cleanup(&tr->ddp);
     if (tr->have_opt)
@@ -411,6 +431,12 @@ static int train_end_epoch(struct trainer *tr, int epoch, struct train_tally *ta
     if (train_tally_reduce(tr, tally, e) < 0 ||
         (tr->test && tr->t->eval && train_evaluate(tr, &test, e) < 0))
         return -1;
+    tally->loss_sum += tr->base.loss_sum; /* elastic: the figures up to the last commit */
+    tally->correct += tr->base.correct;
+    tally->count += tr->base.count;
+    time_s += tr->epoch_s_base;
+    memset(&tr->base, 0, sizeof tr->base);
+    tr->epoch_s_base = 0;
     struct report_epoch ep = {
         .repeat = tr->repeat,
         .epoch = epoch,
@@ -448,6 +474,12 @@ static int train_next_micro(struct trainer *tr, int64_t step, int micro,
                        (long long)step);
     *data_ns += b->wait_ns;
     *epoch_of_step = (int)b->epoch;
+    if (tr->pos_epoch != b->epoch) /* the data position a commit records */
+        tr->pos_epoch = b->epoch, tr->pos_off = 0;
+    tr->pos_off += (int64_t)b->n *
+                   (tr->comm->world_size / (tr->t->pipeline > 1 ? tr->t->pipeline : 1));
+    if (b->last_in_epoch)
+        tr->pos_epoch = b->epoch + 1, tr->pos_off = 0;
     if (b->last_in_epoch)
         *epoch_done = (int)b->epoch;
     /* a pipeline's schedule says which backward ends the step; a loader-only run has no
@@ -552,12 +584,17 @@ static int train_emit_step(struct trainer *tr, struct report_step *rs, bool trac
  * Returns whether it is traced. */
 static bool train_step_open(struct trainer *tr, int64_t step, struct report_step *rs)
 {
+    (void)step; /* the report's number is the iteration counter (== step unless elastic) */
     *rs = (struct report_step){.repeat = tr->repeat,
-                               .step = step,
-                               .warmup = step < tr->t->warmup_steps,
+                               .step = tr->iter,
+                               .warmup = tr->iter < tr->t->warmup_steps,
                                .samples = tr->t->batch_size * tr->t->accumulate,
                                REPORT_STEP_NO_PIPELINE};
-    bool traced = train_traced(tr, step);
+    if (tr->el) {
+        rs->gen = tr->el->cur.gen;
+        rs->world = tr->comm->world_size;
+    }
+    bool traced = train_traced(tr, tr->iter);
     if (traced)
         observe_trace_begin(tr->obs);
     return traced;
@@ -693,7 +730,9 @@ static int train_step_pipe(struct trainer *tr, int64_t step, struct train_tally 
                              .step = step,
                              .warmup = step < t->warmup_steps,
                              .samples = t->batch_size,
-                             .stage = tr->pipe.stage};
+                             .stage = tr->pipe.stage,
+                             .gen = -1,
+                             .world = -1};
     bool traced = train_traced(tr, step);
     if (traced)
         observe_trace_begin(tr->obs);
@@ -750,7 +789,8 @@ static int train_progress(struct trainer *tr, int64_t done, struct err *e)
         return 0;
     tr->last_progress_ns = now;
     int64_t all = tr->total_steps * tr->s->repeats;
-    return report_emit_progress(tr->w, "train", tr->repeat * tr->total_steps + done, all, e);
+    return report_emit_progress_gen(tr->w, "train", tr->repeat * tr->total_steps + done, all,
+                                    tr->el ? tr->el->cur.gen : -1, tr->comm->world_size, e);
 }
 
 /* What this rank holds at the end of the repeat (report.h struct report_memory). */
@@ -788,8 +828,10 @@ static int train_repeat_loader(struct trainer *tr, struct err *e)
     int epoch = 0;
     for (int64_t step = 0; step < tr->total_steps; step++) {
         int done = -1;
-        if (train_step_loader(tr, step, &done, &epoch, e) < 0 ||
-            train_progress(tr, step + 1, e) < 0)
+        if (train_step_loader(tr, step, &done, &epoch, e) < 0)
+            return -1;
+        tr->iter = step + 1;
+        if (train_progress(tr, step + 1, e) < 0)
             return -1;
         if (done < 0)
             continue;
@@ -802,14 +844,210 @@ static int train_repeat_loader(struct trainer *tr, struct err *e)
     return observe_window_emit(tr->obs, epoch, e);
 }
 
+/* ---- elastic training (worker/elastic.h, train_elastic.h) ------------------------------ */
+
+/* Frees what borrows the communicator (the strategy, its optimizer) and the loader,
+ * whose shard is the old world's. In-flight operations of a failed communicator end at
+ * once (its stop flag), so nothing here waits out a timeout. */
+static void train_elastic_drop(struct trainer *tr)
+{
+    if (tr->comm)
+        atomic_store(&tr->comm->stop, true);
+    if (tr->have_ddp)
+        ddp_cleanup(&tr->ddp);
+    if (tr->have_opt)
+        nn_optim_cleanup(&tr->opt);
+    tr->have_ddp = tr->have_opt = false;
+    loader_destroy(tr->ld);
+    tr->ld = NULL;
+}
+
+/* The epoch's remainder at the restored position gives the new world no batch: the epoch
+ * ends here, with the figures of the commit. */
+static int train_elastic_short_epoch(struct trainer *tr, struct train_tally *tally,
+                                     struct err *e)
+{
+    int rank, world;
+    train_data_rank(tr, &rank, &world);
+    int64_t left = tr->train->n - tr->pos_off;
+    if (tr->pos_off == 0 || left / world >= tr->t->batch_size)
+        return 0;
+    if (train_end_epoch(tr, (int)tr->pos_epoch, tally, 0, e) < 0)
+        return err_prefix(e, "end of epoch %lld", (long long)tr->pos_epoch);
+    tr->pos_epoch++;
+    tr->pos_off = 0;
+    return 0;
+}
+
+/* Takes the generation root's commit (every member: a collective), then rebuilds the
+ * loader and the strategy for this rank and world and loads the state into them. */
+static int train_elastic_restore(struct trainer *tr, struct train_tally *tally, struct err *e)
+{
+    struct elastic *el = tr->el;
+    int root = elastic_gen_root(&el->cur);
+    int64_t iter_max = 0;
+    if (root < 0)
+        return err_set(e, ERR_INVALID, "elastic", "generation %d has no member with state",
+                       el->cur.gen);
+    if (train_commit_share(tr->comm, root, &tr->commit, tr->iter, &iter_max, e) < 0)
+        return -1;
+    const struct train_commit_head *h = &tr->commit.h;
+    if (h->repeat != tr->repeat)
+        return err_set(e, ERR_INVALID, "repeats",
+                       "elastic: the commit is of repeat %d, this rank is in repeat %d (a "
+                       "replacement joins repeat 0 only)",
+                       h->repeat, tr->repeat);
+    tr->lost_steps = iter_max - h->iter;
+    tr->iter = iter_max;
+    tr->step = h->step;
+    tr->pos_epoch = h->epoch;
+    tr->pos_off = h->offset;
+    tr->base = (struct train_tally){h->tally[0], h->tally[1], h->tally[2]};
+    tr->epoch_s_base = h->epoch_s;
+    memset(tally, 0, sizeof *tally);
+    el->joiner = false;
+    struct nn_lr_schedule sched = tr->sched; /* the run's, whatever the new world's steps */
+    bool first = !tr->have_ddp && tr->sched.base_lr == 0;
+    if (train_elastic_short_epoch(tr, tally, e) < 0)
+        return -1;
+    if (tr->t->epochs > 0 && tr->t->steps <= 0 && tr->pos_epoch >= tr->t->epochs) {
+        tr->total_steps = tr->step; /* the commit was the run's end */
+    } else if (train_make_loader(tr, e) < 0) {
+        return -1;
+    }
+    if (train_make_strategy(tr, true, e) < 0 ||
+        train_commit_load(&tr->commit, tr->model->params.data, tr->model->nparams,
+                          tr->model->buffers.data, tr->model->nbuffers, &tr->ddp, &tr->opt,
+                          e) < 0)
+        return -1;
+    if (!first)
+        tr->sched = sched;
+    if (tr->eng)
+        tr->ops->params_changed(tr->eng);
+    tr->epoch_start_ns = clock_mono_ns();
+    tr->resumed_pending = true;
+    double ms = (double)(clock_mono_ns() - el->since_ns) / 1e6;
+    if (tr->comm->rank == 0 && elastic_emit(el, "regroup", h->iter, -1, ms, el->peer, e) < 0)
+        return -1;
+    return 0;
+}
+
+/* Leaves the generation (failed: after a failure, else to grow) for the next one with
+ * the state of its root's last commit. */
+static int train_elastic_switch(struct trainer *tr, struct train_tally *tally, bool failed,
+                                struct err *e)
+{
+    train_elastic_drop(tr);
+    for (;;) {
+        if (elastic_next(tr->el, failed, e) < 0)
+            return -1;
+        tr->comm = tr->el->comm;
+        if (tr->el->left)
+            return err_set(e, ERR_ABORTED, NULL, "elastic: this slot is not in generation %d",
+                           tr->el->cur.gen);
+        if (train_elastic_restore(tr, tally, e) == 0)
+            return 0;
+        if (!elastic_recoverable(e))
+            return -1;
+        log_warn("elastic: %s", e->msg);
+        train_elastic_drop(tr);
+        failed = true;
+    }
+}
+
+/* The commit (every commit_every steps, at every epoch end): the epoch's figures since
+ * the last one summed over the ranks with rank 0's word on growth in the same
+ * allreduce, then the state (ZeRO's shards gathered). Switches generation when the next
+ * one is published. */
+static int train_elastic_commit(struct trainer *tr, struct train_tally *tally, struct err *e)
+{
+    bool grow = false;
+    if (elastic_next_exists(tr->el, &grow, e) < 0)
+        return -1;
+    float v[4] = {(float)tally->loss_sum, (float)tally->correct, (float)tally->count,
+                  grow ? 1.0f : 0.0f};
+    if (comm_allreduce(tr->comm, v, v, 4, COMM_FLOAT32, COMM_SUM, e) < 0)
+        return err_prefix(e, "elastic commit");
+    struct train_commit_head h = {
+        .repeat = tr->repeat,
+        .epoch = (int32_t)tr->pos_epoch,
+        .step = tr->step,
+        .iter = tr->iter,
+        .offset = tr->pos_off,
+        .opt_step = tr->opt.step,
+        .tally = {tr->base.loss_sum + v[0], tr->base.correct + v[1], tr->base.count + v[2]},
+        .epoch_s = tr->epoch_s_base + (double)(clock_mono_ns() - tr->epoch_start_ns) / 1e9};
+    if (train_commit_save(&tr->commit, &h, tr->model->params.data, tr->model->nparams,
+                          tr->model->buffers.data, tr->model->nbuffers, &tr->ddp, &tr->opt,
+                          e) < 0)
+        return err_prefix(e, "elastic commit");
+    tr->base = (struct train_tally){h.tally[0], h.tally[1], h.tally[2]};
+    tr->epoch_s_base = h.epoch_s;
+    tr->epoch_start_ns = clock_mono_ns();
+    memset(tally, 0, sizeof *tally);
+    if (v[3] > 0.5f) {
+        log_info("elastic: generation %d is published: growing at step %lld",
+                 tr->el->cur.gen + 1, (long long)tr->iter);
+        return train_elastic_switch(tr, tally, false, e);
+    }
+    return 0;
+}
+
+/* After a step of an elastic run: "resumed" after a new generation's first, and the
+ * commit when one is due. */
+static int train_elastic_after_step(struct trainer *tr, struct train_tally *tally,
+                                    bool epoch_ended, struct err *e)
+{
+    if (tr->resumed_pending && tr->comm->rank == 0 &&
+        elastic_emit(tr->el, "resumed", tr->commit.h.iter, tr->lost_steps, -1, -1, e) < 0)
+        return -1;
+    tr->resumed_pending = false;
+    if (epoch_ended || tr->step % tr->s->elastic.commit_every == 0)
+        return train_elastic_commit(tr, tally, e);
+    return 0;
+}
+
+/* One data-parallel step, its progress and, when it ended one, the epoch. */
+static int train_one(struct trainer *tr, struct train_tally *tally, int *epoch, int *done,
+                     struct err *e)
+{
+    *done = -1;
+    if ((tr->have_pipe ? train_step_pipe(tr, tr->step, tally, done, epoch, e)
+                       : train_step(tr, tr->step, tally, done, epoch, e)) < 0)
+        return -1;
+    tr->step++;
+    tr->iter++;
+    if (train_progress(tr, tr->step, e) < 0)
+        return -1;
+    if (*done < 0)
+        return 0;
+    double secs = (double)(clock_mono_ns() - tr->epoch_start_ns) / 1e9;
+    if (observe_window_emit(tr->obs, *done, e) < 0 ||
+        train_end_epoch(tr, *done, tally, secs, e) < 0)
+        return err_prefix(e, "end of epoch %d", *done);
+    tr->epoch_start_ns = clock_mono_ns();
+    return 0;
+}
+
+/* Builds the repeat's data, model, loader and strategy; a replacement of an elastic run
+ * takes the loader, strategy and state from its generation's commit instead. */
+static int train_setup(struct trainer *tr, struct train_tally *tally, struct err *e)
+{
+    if (train_open_data(tr, e) < 0 || train_build_model(tr, e) < 0)
+        return -1;
+    if (tr->el && tr->el->joiner)
+        return train_elastic_restore(tr, tally, e);
+    return train_make_loader(tr, e) < 0 || train_make_strategy(tr, false, e) < 0 ? -1 : 0;
+}
+
 static int train_repeat(struct trainer *tr, struct err *e)
 {
     if (tr->t->loader_only)
         return train_open_data(tr, e) < 0 || train_make_loader(tr, e) < 0
                    ? -1
                    : train_repeat_loader(tr, e);
-    if (train_open_data(tr, e) < 0 || train_build_model(tr, e) < 0 ||
-        train_make_loader(tr, e) < 0 || train_make_strategy(tr, e) < 0)
+    struct train_tally tally = {0};
+    if (train_setup(tr, &tally, e) < 0)
         return -1;
     if (tr->comm->rank == 0 && tr->repeat == 0)
         log_info("training %s (%zu parameters) on %s %dx%dx%d, %s, batch %d x %d ranks, "
@@ -819,34 +1057,50 @@ static int train_repeat(struct trainer *tr, struct err *e)
                  tr->comm->world_size, (long long)tr->total_steps);
     if (train_profile_grads(tr, e) < 0)
         return -1;
-    struct train_tally tally = {0};
     observe_window_begin(tr->obs, tr->repeat);
-    int64_t epoch_start = clock_mono_ns();
-    int epoch = 0;
-    bool pending = false; /* steps since the last epoch ended: the same on every rank (a
-                             pipeline's first stages count no samples) */
-    for (int64_t step = 0; step < tr->total_steps; step++) {
-        int done = -1;
-        pending = true;
-        if ((tr->have_pipe ? train_step_pipe(tr, step, &tally, &done, &epoch, e)
-                           : train_step(tr, step, &tally, &done, &epoch, e)) < 0 ||
-            train_progress(tr, step + 1, e) < 0)
-            return -1;
-        if (done >= 0) {
-            double secs = (double)(clock_mono_ns() - epoch_start) / 1e9;
-            if (observe_window_emit(tr->obs, done, e) < 0 ||
-                train_end_epoch(tr, done, &tally, secs, e) < 0)
-                return err_prefix(e, "end of epoch %d", done);
-            epoch_start = clock_mono_ns();
-            pending = false;
+    if (!tr->resumed_pending)
+        tr->epoch_start_ns = clock_mono_ns();
+    int epoch = (int)tr->pos_epoch;
+    /* steps since the last epoch ended: the same on every rank (a pipeline's first stages
+     * count no samples) */
+    bool pending = tr->pos_off > 0;
+    /* an elastic run commits its starting state, so a failure has one to go back to */
+    if (tr->el && !tr->resumed_pending && train_elastic_commit(tr, &tally, e) < 0 &&
+        (!elastic_recoverable(e) || train_elastic_switch(tr, &tally, true, e) < 0))
+        return -1;
+    for (;;) {
+        int done = -1, rc = 0;
+        if (tr->step < tr->total_steps) {
+            pending = true;
+            rc = train_one(tr, &tally, &epoch, &done, e);
+            if (rc == 0 && tr->el)
+                rc = train_elastic_after_step(tr, &tally, done >= 0, e);
+        } else if (!tr->el) {
+            break;
+        } else if ((rc = comm_barrier(tr->comm, e)) == 0) {
+            /* elastic: every member has trained every step before any leaves the
+             * training, so a failure now finds them all here to restore together */
+            break;
         }
+        if (rc < 0 && !(tr->el && elastic_recoverable(e)))
+            return -1;
+        if (rc < 0) {
+            log_warn("elastic: %s", e->msg);
+            if (train_elastic_switch(tr, &tally, true, e) < 0)
+                return -1;
+            epoch = (int)tr->pos_epoch;
+            pending = tr->pos_off > 0;
+            continue;
+        }
+        if (done >= 0)
+            pending = false;
     }
     if (observe_window_emit(tr->obs, epoch, e) < 0) /* the steps after the last epoch end */
         return -1;
     /* epochs mode with accumulation: the micro-batches that do not fill a last step are
      * left out, so the last epoch ends here (every rank has the same count) */
     if (tr->t->epochs > 0 && pending) {
-        double secs = (double)(clock_mono_ns() - epoch_start) / 1e9;
+        double secs = (double)(clock_mono_ns() - tr->epoch_start_ns) / 1e9;
         if (train_end_epoch(tr, epoch, &tally, secs, e) < 0)
             return err_prefix(e, "end of epoch %d", epoch);
     }
@@ -856,8 +1110,8 @@ static int train_repeat(struct trainer *tr, struct err *e)
 }
 
 int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_c,
-                       struct report_writer *w, struct heartbeat *hb, struct train_outcome *out,
-                       struct err *e)
+                       struct report_writer *w, struct heartbeat *hb, struct elastic *el,
+                       struct train_outcome *out, struct err *e)
 {
     if (out)
         out->device_peak_bytes = -1;
@@ -880,7 +1134,10 @@ int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_
                              .obs = &obs,
                              .repeat = r,
                              .seed = (uint64_t)s->seed + (uint64_t)r,
-                             .ops = ops};
+                             .ops = ops,
+                             .el = el};
+        if (el) /* a generation change replaced the communicator */
+            tr.comm = el->comm;
         rc = train_repeat(&tr, e);
         int64_t peak = tr.eng ? ops->peak_bytes(tr.eng) : -1;
         if (out && peak > out->device_peak_bytes)

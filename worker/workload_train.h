@@ -17,6 +17,14 @@
  * - Train loss and accuracy of an epoch are over the samples all ranks trained on in it
  *   (with dropout and batch statistics of training mode, as PyTorch examples print them);
  *   test figures are over the whole test split, each rank evaluating a disjoint part.
+ * - Elastic runs (spec elastic; worker/elastic.h, worker/train_elastic.h): a failure of
+ *   the communicator inside the training is not the end: the rank regroups with the
+ *   next generation, restores the last commit (taken every commit_every steps and at
+ *   every epoch's end) and goes on with a loader and strategy for its new rank and world.
+ *   The epoch's figures up to the commit travel in it, so an epoch's samples, loss and
+ *   accuracy are the whole epoch's across a resize; steps are numbered by the run's
+ *   iteration counter, which redone work does not reuse. The members pass a barrier
+ *   before leaving the training, so that a failure at the very end is recovered too.
  *
  * Ownership: everything is borrowed from the caller for the duration of the call. */
 #ifndef DDPB_WORKLOAD_TRAIN_H
@@ -32,6 +40,8 @@
 #include "worker/heartbeat.h"
 
 /* What a run measured beside its reports. */
+struct elastic;
+
 struct train_outcome {
     int64_t device_peak_bytes; /* device "cuda": the most GPU memory in use after a step
                                   (cudaMemGetInfo), over all repeats; -1 on the CPU */
@@ -43,10 +53,13 @@ struct train_outcome {
  * buffers (NCCL), and the strategy be naive or ddp without compression (ddp_set_device).
  * A pipeline run (spec pipeline > 1, worker/pipeline.h) trades activations over c and
  * exchanges its stage's gradients over stage_c, the communicator of the ranks holding
- * the same stage; NULL otherwise. */
+ * the same stage; NULL otherwise. el: an elastic run's generations (worker/elastic.h;
+ * NULL: not elastic), whose communicator (el->comm, which may change during the run:
+ * c is then unused) the run trains over, committing and restoring its state across
+ * generations. */
 int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_c,
-                       struct report_writer *w, struct heartbeat *hb, struct train_outcome *out,
-                       struct err *e);
+                       struct report_writer *w, struct heartbeat *hb, struct elastic *el,
+                       struct train_outcome *out, struct err *e);
 
 /* The gradient bucket sizes (bytes, launch order) of a DDP run of s->coll.buckets_of at
  * its usual input and classes (common/model_table.h), for the collective benchmark: at

@@ -172,19 +172,27 @@ static void store_handle_hello(struct store_server *s, struct store_conn *c,
     store_reply_ok(s, c);
 }
 
+struct store_kv *store_kv_put(struct store_server *s, struct store_run *run,
+                              const struct store_bytes *key, const void *p, uint32_t len)
+{
+    struct store_kv *kv = store_kv_get(run, key);
+    if (!kv || store_kv_assign(kv, p, len) < 0) {
+        if (kv)
+            store_kv_release_if_unused(run, kv);
+        return NULL;
+    }
+    store_kv_wake(s, kv);
+    return kv;
+}
+
 /* Stores a value and wakes its waiters; replies INTERNAL on ENOMEM. Returns the entry
  * or NULL. */
 static struct store_kv *store_put(struct store_server *s, struct store_conn *c,
                                   const struct store_bytes *key, const void *p, uint32_t len)
 {
-    struct store_kv *kv = store_kv_get(c->run, key);
-    if (!kv || store_kv_assign(kv, p, len) < 0) {
-        if (kv)
-            store_kv_release_if_unused(c->run, kv);
+    struct store_kv *kv = store_kv_put(s, c->run, key, p, len);
+    if (!kv)
         store_conn_error(s, c, STORE_E_INTERNAL, "out of memory");
-        return NULL;
-    }
-    store_kv_wake(s, kv);
     return kv;
 }
 

@@ -19,12 +19,19 @@
 
 struct store_server;
 struct store_conn;
+struct store_run;
+struct store_kv;
 
 /* Serves one decoded request of c (whose frame is consumed after this returns). */
 void store_handle_request(struct store_server *s, struct store_conn *c,
                           const struct store_request *req, int64_t now);
 /* Takes c off the key it is parked on (a no-op when not parked). */
 void store_conn_unpark(struct store_server *s, struct store_conn *c);
+/* Stores key = p[0..len) in run (both copied) and wakes the key's waiters, as a SET does;
+ * what the daemon itself writes (store_server_set) goes through it too. Returns the entry,
+ * or NULL on ENOMEM with nothing changed. */
+struct store_kv *store_kv_put(struct store_server *s, struct store_run *run,
+                              const struct store_bytes *key, const void *p, uint32_t len);
 /* Timer callback (ctx: the connection): its HELLO or its parked request timed out. */
 void store_conn_on_timeout(void *arg);
 

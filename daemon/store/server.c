@@ -139,6 +139,27 @@ static void store_do_add_run(void *arg)
     c->rc = store_apply_add_run(c->s, c->run, c->secret, &c->err);
 }
 
+/* A store_server_set on the loop's thread; lives on the caller's stack. */
+struct store_cmd_set {
+    struct store_server *s;
+    const char *run, *key; /* borrowed from the caller */
+    const void *value;
+    uint32_t len;
+    int rc;
+    struct err err;
+};
+
+static void store_do_set(void *arg)
+{
+    struct store_cmd_set *c = arg;
+    struct store_run *run = store_runs_find(c->s->runs, c->run);
+    struct store_bytes key = {(const uint8_t *)c->key, (uint32_t)strlen(c->key)};
+    if (!run)
+        c->rc = err_set(&c->err, ERR_NOT_FOUND, "run", "store: no run %s", c->run);
+    else if (!store_kv_put(c->s, run, &key, c->value, c->len))
+        c->rc = err_set(&c->err, ERR_NOMEM, "key", "store: out of memory setting %s", c->key);
+}
+
 struct store_cmd_remove {
     struct store_server *s;
     const char *run; /* borrowed from the caller */
@@ -259,6 +280,24 @@ void store_server_remove_run(struct store_server *s, const char *run)
 {
     struct store_cmd_remove cmd = {.s = s, .run = run};
     loop_call_sync(s->loop, store_do_remove_run, &cmd, NULL); /* refused: nothing to remove */
+}
+
+int store_server_set(struct store_server *s, const char *run, const char *key,
+                     const void *value, size_t len, struct err *e)
+{
+    size_t kl = strlen(key);
+    if (kl == 0 || kl > STORE_MAX_KEY || len > STORE_MAX_VALUE)
+        return err_set(e, ERR_INVALID, "key",
+                       "store: key of %zu bytes (1..%u), value of %zu "
+                       "(at most %u)",
+                       kl, STORE_MAX_KEY, len, STORE_MAX_VALUE);
+    struct store_cmd_set cmd = {
+        .s = s, .run = run, .key = key, .value = value, .len = (uint32_t)len};
+    if (loop_call_sync(s->loop, store_do_set, &cmd, e) < 0)
+        return err_prefix(e, "store server");
+    if (cmd.rc < 0 && e)
+        *e = cmd.err;
+    return cmd.rc;
 }
 
 void store_server_get_stats(struct store_server *s, struct store_server_stats *out)

@@ -34,6 +34,8 @@ generator cannot take all its rule clauses together):
       lists, which this filter cannot know, so it drops every body over MPI with any).
   (10) transport shm keeps its ranks on one node: nodes at most 1 and ranks_per_node 0 or
       at least world_size, at every point.
+  (11) elastic: min_ranks at most world_size, max_ranks 0 or from min_ranks to world_size,
+      pipeline 1, backend not mpi, engine ddpbench, pytorch or horovod, at every point.
 Besides the numbered rules, dataset.path must resolve beneath one of the daemon's --data-dir
 directories: a generated path never does, so a body naming one is dropped (rule "data").
 Decision: defaults and the model table are read from the source tree (the generated schema,
@@ -61,6 +63,7 @@ if (f"at most {MAX_RUNS} runs" not in SCHEMA["description"]
         or "(8) loader workers, at every point" not in SCHEMA["description"]
         or "(9) mpi_mca's keys" not in SCHEMA["description"]
         or "(10) transport shm, at every point" not in SCHEMA["description"]
+        or "(11) elastic, at every point" not in SCHEMA["description"]
         or "beneath one of the daemon's --data-dir directories" not in SCHEMA["description"]):
     raise ImportError("schemathesis_hooks.py: the limits differ from the schema's description")
 SIZE_FIELDS = ("min_bytes", "max_bytes", "step")
@@ -223,12 +226,24 @@ def broken_rule(body):
             return 8
         if get("transport") == "shm" and (nodes > 1 or 0 < rpn < world):
             return 10
+        if body["workload"] == "train" and elastic_broken(body, sweep, get):
+            return 11
         if get("dataset.path"):
             return "data"
         over_mpi = get("backend") == "mpi" or get("launcher") == "mpirun"
         if over_mpi and mca:  # the implementation's own names, and ompi_info's list
             return 9
     return None
+
+
+def elastic_broken(body, sweep, get):
+    """Rule (11): an elastic run's bounds, and what cannot be elastic."""
+    if "elastic" not in body and not any(k.startswith("elastic.") for k in sweep):
+        return False
+    lo, hi, world = get("elastic.min_ranks"), get("elastic.max_ranks"), get("world_size")
+    return (lo > world or (hi != 0 and not lo <= hi <= world) or get("pipeline") > 1
+            or get("backend") == "mpi"
+            or get("engine") not in ("ddpbench", "pytorch", "horovod"))
 
 
 def loader_broken(get):

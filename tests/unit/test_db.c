@@ -16,9 +16,13 @@
 static const struct db_trace_query test_trace_all = {-1, -1, 0, TRACE_MAX_ROWS};
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 15
+#define TEST_DB_VERSION 16
 /* migration 015's triggers and columns, undone */
+#define TEST_DB_UNDO_016                                                                       \
+    "DROP TABLE generations; ALTER TABLE steps DROP COLUMN generation; "                       \
+    "ALTER TABLE steps DROP COLUMN world; ALTER TABLE steps DROP COLUMN at; "
 #define TEST_DB_UNDO_015                                                                       \
+    TEST_DB_UNDO_016                                                                           \
     "DROP TRIGGER IF EXISTS experiments_version_self; "                                        \
     "DROP TRIGGER IF EXISTS experiments_version_run_insert; "                                  \
     "DROP TRIGGER IF EXISTS experiments_version_run_update; "                                  \
@@ -829,8 +833,9 @@ static void test_db_step_phases_null(void)
     json_t *steps = db_get_steps(db, r, -1, true, &e);
     T_CHECK_MSG(steps != NULL, "%s", e.msg);
     char *text = json_dumps(steps, JSON_COMPACT);
+    /* ... read_bytes, then generation and world (not elastic: null), then when it was stored */
     T_CHECK_MSG(strstr(text, "[0,0,0,0,0,32,2.0,1.5,null,null,null,null,null,9.0,null,null,"
-                             "null,null,null,null,null]") != NULL,
+                             "null,null,null,null,null,null,null,") != NULL,
                 "%s", text);
     free(text);
     json_decref(steps);
@@ -840,6 +845,62 @@ static void test_db_step_phases_null(void)
     T_NEAR(data.runs[0].steps[0].phase_ms[PHASE_DATA], 1.5, 0);
     T_NEAR(data.runs[0].steps[0].phase_ms[PHASE_FORWARD], -1.0, 0);
     T_NEAR(data.runs[0].steps[0].phase_ms[PHASE_COMM_EXPOSED], -1.0, 0);
+    db_experiment_data_free(&data);
+    test_db_cleanup(db);
+}
+
+/* What a fault cost (migration 016): with no fault event table, the fault is the first
+ * lost slot's end; detection and resumption are measured from it, lost steps summed over
+ * the regroups, and the throughput before, during and after from the steps' stored times
+ * (n steps over n - 1 gaps). A fault-free run has no figures. */
+static void test_db_elastic_figures(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 2);
+    int64_t r = test_db_run_id(db, id, 0);
+    struct db_generation g0 = {0, 2, "[0,1]", "[]", "launch", 90.0, -1};
+    struct db_generation g1 = {1, 1, "[0]", "[]", "rank 1 lost", 100.2, 100.0};
+    T_OK(db_insert_generation(db, r, &g0, &e));
+    T_OK(db_insert_generation(db, r, &g1, &e));
+    T_OK(db_generation_detected(db, r, 0, 100.5, &e));
+    T_OK(db_generation_detected(db, r, 0, 100.9, &e)); /* the first one counts */
+    T_OK(db_generation_resumed(db, r, 1, 102.0, 30, 5, 800, &e));
+    for (int k = 0; k < 8; k++) {
+        struct report_step st = {
+            REPORT_STEP_NO_PIPELINE, .step = k,          .samples = 10,     .step_ms = 5,
+            .data_ms = -1,           .forward_ms = -1,   .backward_ms = -1, .comm_ms = -1,
+            .comm_exposed_ms = -1,   .optimizer_ms = -1, .bytes_sent = -1};
+        T_OK(db_insert_step(db, r, 0, &st, &e));
+    }
+    db_close(db);
+    sqlite3 *h;
+    T_CHECK(sqlite3_open(db_path, &h) == SQLITE_OK);
+    /* steps 0-3 before the fault, one a second; 4 during; 5-7 after, two a second */
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "UPDATE steps SET at = CASE WHEN step < 4 THEN 96 + step WHEN step = 4 THEN 101 "
+             "ELSE 102 + (step - 5) * 0.5 END WHERE run_id = %lld",
+             (long long)r);
+    T_CHECK(sqlite3_exec(h, sql, NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(h);
+    db = db_open(db_path, &e);
+    T_CHECK_MSG(db != NULL, "%s", e.msg);
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    const struct db_elastic_fig *f = &data.runs[0].elastic;
+    T_CHECK(f->elastic && f->faulted);
+    T_NEAR(f->fault_at, 100.0, 1e-9);
+    T_EQ_INT(f->generations, 1);
+    T_NEAR(f->detect_s, 0.5, 1e-9);
+    T_NEAR(f->resume_s, 2.0, 1e-9);
+    T_NEAR(f->lost_steps, 5, 0);
+    T_NEAR(f->thr_before, 40.0 * 3 / 4 / 3, 1e-9); /* 4 steps of 10 over 3 s */
+    T_NEAR(f->thr_during, 10.0 / 2, 1e-9);         /* one step in the 2 s gap */
+    T_NEAR(f->thr_after, 30.0 * 2 / 3 / 1, 1e-9);  /* 3 steps of 10 over 1 s */
+    const struct db_elastic_fig *plain = &data.runs[1].elastic;
+    T_CHECK(!plain->elastic && !plain->faulted);
     db_experiment_data_free(&data);
     test_db_cleanup(db);
 }
@@ -886,7 +947,8 @@ static void test_db_pipeline_steps(void)
     T_CHECK_MSG(steps != NULL, "%s", e.msg);
     const json_t *cols = json_object_get(steps, "columns");
     size_t n = json_array_size(cols);
-    T_CHECK(n == 21);
+    T_CHECK(n == 24);
+    n -= 3; /* generation, world, at follow (migration 016) */
     T_EQ_STR(json_string_value(json_array_get(cols, n - 6)), "stage");
     T_EQ_STR(json_string_value(json_array_get(cols, n - 5)), "p2p_ms");
     T_EQ_STR(json_string_value(json_array_get(cols, n - 4)), "p2p_bytes");
@@ -1359,6 +1421,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_epoch_train_null);
     TEST_RUN(test_db_step_phases_null);
     TEST_RUN(test_db_pipeline_steps);
+    TEST_RUN(test_db_elastic_figures);
     TEST_RUN(test_db_observe);
     TEST_RUN(test_db_trace_page);
     TEST_RUN(test_db_experiment_version);

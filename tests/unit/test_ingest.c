@@ -332,9 +332,9 @@ static void test_ingest_every_type(void)
     T_EQ_INT(json_array_size(json_object_get(steps, "rows")), 2);
     char *rows = json_dumps(json_object_get(steps, "rows"), JSON_COMPACT);
     /* ... step_ms, bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms, loader_cpu_ms,
-     * read_bytes */
-    T_CHECK_MSG(strstr(rows, ",10.0,0,null,null,null,null,null,null]") &&
-                    strstr(rows, ",12.0,0,1,2.5,65536,4.25,0.75,98304]"),
+     * read_bytes, generation, world (not elastic: null), at */
+    T_CHECK_MSG(strstr(rows, ",10.0,0,null,null,null,null,null,null,null,null,") &&
+                    strstr(rows, ",12.0,0,1,2.5,65536,4.25,0.75,98304,null,null,"),
                 "%s", rows);
     free(rows);
     json_decref(steps);
@@ -417,6 +417,110 @@ static void test_ingest_rejects(void)
 
 /* Trace rows are capped per run (issue 31): past the cap a line is accepted but not
  * stored, and the count of those dropped is stored with the run. */
+/* Elastic lines (issue 32): a detection dates the generation that failed (the first
+ * one counts), a resumption the one that runs, with its commit and lost steps; the result
+ * says the event, generation and blamed peer for the monitor; a step carries its
+ * generation and world; an unknown event is refused; a reset slot says hello again
+ * without the run counting another start. */
+static void test_ingest_elastic(void)
+{
+    struct fx x;
+    struct err e = {0};
+    struct ingest_result res;
+    char sse[8192];
+    T_OK(fx_open(&x, &e));
+    expect_rejected(&x, 0,
+                    "{\"type\":\"elastic\",\"rank\":0,\"t\":1.0,\"event\":\"vanish\","
+                    "\"gen\":1,\"world\":1,\"members\":[0]}",
+                    "event must be detect, regroup, resumed or left");
+    struct db_generation g0 = {0, 2, "[0,1]", "[]", "launch", 100.0, -1};
+    struct db_generation g1 = {1, 1, "[0]", "[]", "rank 1 lost", 101.0, 100.5};
+    T_OK(db_insert_generation(x.db, x.run, &g0, &e));
+    T_OK(db_insert_generation(x.db, x.run, &g1, &e));
+    const int members0[] = {0, 1}, members1[] = {0};
+    struct report_elastic det = {.event = "detect",
+                                 .gen = 0,
+                                 .world = 2,
+                                 .members = members0,
+                                 .n_members = 2,
+                                 .commit_step = -1,
+                                 .lost_steps = -1,
+                                 .regroup_ms = -1,
+                                 .peer = 1};
+    T_OK(report_emit_elastic(&x.w[0], &det, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    T_EQ_INT(res.type, REPORT_ELASTIC);
+    T_EQ_STR(res.elastic_event, "detect");
+    T_EQ_INT(res.elastic_gen, 0);
+    T_EQ_INT(res.elastic_peer, 1);
+    struct report_elastic resumed = {.event = "resumed",
+                                     .gen = 1,
+                                     .world = 1,
+                                     .members = members1,
+                                     .n_members = 1,
+                                     .commit_step = 20,
+                                     .lost_steps = 7,
+                                     .regroup_ms = 150.5,
+                                     .peer = -1};
+    T_OK(report_emit_elastic(&x.w[0], &resumed, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    T_EQ_STR(res.elastic_event, "resumed");
+    T_EQ_INT(res.elastic_gen, 1);
+    T_OK(report_emit_elastic(&x.w[0], &det, &e)); /* a second detection keeps the first */
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    struct report_step st = {REPORT_STEP_NO_PIPELINE,
+                             .step = 27,
+                             .samples = 8,
+                             .loss = 1,
+                             .step_ms = 5,
+                             .data_ms = -1,
+                             .forward_ms = -1,
+                             .backward_ms = -1,
+                             .comm_ms = -1,
+                             .comm_exposed_ms = -1,
+                             .optimizer_ms = -1,
+                             .bytes_sent = -1};
+    st.gen = st.world = 1;
+    T_OK(report_emit_step(&x.w[0], &st, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    json_t *run = db_get_run(x.db, x.run, &e);
+    const json_t *gens = json_object_get(run, "generations");
+    T_EQ_INT(json_array_size(gens), 2);
+    char *text = json_dumps(gens, JSON_COMPACT);
+    T_CHECK_MSG(strstr(text, "\"gen\":1,\"world\":1,\"members\":[0],\"joiners\":[],"
+                             "\"reason\":\"rank 1 lost\"") != NULL,
+                "%s", text);
+    const json_t *r0 = json_array_get(gens, 0), *r1 = json_array_get(gens, 1);
+    T_CHECK(json_is_string(json_object_get(r0, "detected_at"))); /* times are ISO 8601 */
+    T_CHECK(json_is_null(json_object_get(r0, "resumed_at")));
+    T_EQ_INT(json_integer_value(json_object_get(r1, "commit_step")), 20);
+    T_EQ_INT(json_integer_value(json_object_get(r1, "lost_steps")), 7);
+    T_NEAR(json_number_value(json_object_get(r1, "regroup_ms")), 150.5, 1e-9);
+    T_EQ_STR(json_string_value(json_object_get(r1, "lost_at")), "1970-01-01T00:01:40.500Z");
+    free(text);
+    json_decref(run);
+    json_t *steps = db_get_steps(x.db, x.run, 0, true, &e);
+    char *rows = json_dumps(json_object_get(steps, "rows"), JSON_COMPACT);
+    T_CHECK_MSG(strstr(rows, ",1,1,") != NULL, "%s", rows); /* generation 1, world 1 */
+    free(rows);
+    json_decref(steps);
+    T_CHECK_MSG(fx_count(fx_events(&x, sse, sizeof sse), "event: elastic") == 3, "%s", sse);
+    /* a replacement in slot 1: its hello counts for the slot, not as a new start */
+    T_OK(report_emit_hello(&x.w[0], 2, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    T_OK(report_emit_hello(&x.w[1], 2, &e));
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    T_CHECK(res.run_running);
+    T_CHECK(ingest_rank_state(&x.in, 1)->said_hello);
+    ingest_rank_reset(&x.in, 1);
+    T_CHECK(!ingest_rank_state(&x.in, 1)->said_hello);
+    T_OK(report_emit_hello(&x.w[1], 2, &e));
+    T_OK(fx_ingest(&x, 1, &res, &e));
+    T_CHECK(ingest_rank_state(&x.in, 1)->said_hello);
+    T_CHECK(!res.run_running);
+    fx_close(&x);
+}
+
 static void test_ingest_trace_cap(void)
 {
     struct fx x;
@@ -451,5 +555,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_ingest_every_type);
     TEST_RUN(test_ingest_rejects);
     TEST_RUN(test_ingest_trace_cap);
+    TEST_RUN(test_ingest_elastic);
     return test_end();
 }

@@ -773,6 +773,7 @@ static void test_report_step_pipeline(void)
     s.p2p_ms = 3.5;
     s.p2p_bytes = INT64_C(1) << 33;
     s.bubble_ms = 6.5;
+    s.gen = s.world = -1; /* not an elastic run */
     json_t *ev = observe_round_trip(emit_step, &s, REPORT_STEP);
     T_CHECK(ev && json_integer_value(json_object_get(ev, "stage")) == 1 &&
             json_is_real(json_object_get(ev, "p2p_ms")) &&
@@ -901,6 +902,72 @@ static void test_report_grads(void)
     }
 }
 
+static int emit_elastic(struct report_writer *w, const void *x, struct err *e)
+{
+    return report_emit_elastic(w, x, e);
+}
+
+static int emit_elastic_step(struct report_writer *w, const void *x, struct err *e)
+{
+    return report_emit_step(w, x, e);
+}
+
+/* Elastic training's event carries its generation, world, members and the figures that
+ * are known (-1: left out, except peer); an elastic run's step its gen and world, read
+ * back; a step or event that breaks the shape is refused naming the field. */
+static void test_report_elastic(void)
+{
+    int members[] = {0, 2, 3};
+    struct report_elastic el = {.event = "regroup",
+                                .gen = 2,
+                                .world = 3,
+                                .members = members,
+                                .n_members = 3,
+                                .commit_step = 40,
+                                .lost_steps = -1,
+                                .regroup_ms = 12.5,
+                                .peer = -1};
+    json_t *ev = observe_round_trip(emit_elastic, &el, REPORT_ELASTIC);
+    T_CHECK(ev);
+    T_EQ_STR(json_string_value(json_object_get(ev, "event")), "regroup");
+    T_EQ_INT(json_integer_value(json_object_get(ev, "gen")), 2);
+    T_EQ_INT(json_array_size(json_object_get(ev, "members")), 3);
+    T_EQ_INT(json_integer_value(json_array_get(json_object_get(ev, "members"), 2)), 3);
+    T_EQ_INT(json_integer_value(json_object_get(ev, "commit_step")), 40);
+    T_CHECK(!json_object_get(ev, "lost_steps"));
+    T_EQ_INT(json_integer_value(json_object_get(ev, "peer")), -1);
+    json_decref(ev);
+    struct report_step st = {
+        REPORT_STEP_NO_PIPELINE, .step = 7,          .samples = 8,      .step_ms = 3,
+        .data_ms = -1,           .forward_ms = -1,   .backward_ms = -1, .comm_ms = -1,
+        .comm_exposed_ms = -1,   .optimizer_ms = -1, .bytes_sent = -1};
+    st.gen = 1;
+    st.world = 2;
+    ev = observe_round_trip(emit_elastic_step, &st, REPORT_STEP);
+    struct report_step back;
+    struct err e;
+    T_CHECK(ev && report_step_from_json(ev, &back, &e) == 0);
+    T_EQ_INT(back.gen, 1);
+    T_EQ_INT(back.world, 2);
+    json_decref(ev);
+    static const char *const bad[] = {
+        "{\"type\":\"elastic\",\"rank\":0,\"t\":1,\"event\":\"detect\",\"gen\":0,"
+        "\"world\":3,\"members\":[0,-1,2]}",
+        "{\"type\":\"elastic\",\"rank\":0,\"t\":1,\"event\":\"detect\",\"gen\":0,"
+        "\"world\":3}",
+        "{\"type\":\"elastic\",\"rank\":0,\"t\":1,\"event\":\"detect\",\"gen\":0,"
+        "\"world\":3,\"members\":[0],\"peer\":-2}",
+    };
+    static const char *const fields[] = {"members", "members", "peer"};
+    for (size_t i = 0; i < 3; i++) {
+        enum report_type type;
+        json_t *v = report_parse_line(bad[i], strlen(bad[i]), &type, &e);
+        T_CHECK_MSG(!v, "accepted %s", bad[i]);
+        json_decref(v);
+        T_EQ_STR(e.field, fields[i]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -919,6 +986,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_report_observe_round_trip);
     TEST_RUN(test_report_observe_rejects);
     TEST_RUN(test_report_step_pipeline);
+    TEST_RUN(test_report_elastic);
     TEST_RUN(test_report_trace_micro_batches);
     return test_end();
 }

@@ -438,6 +438,67 @@ static void test_results_memory_and_usage(void)
     json_decref(t);
 }
 
+/* What a fault cost (issue 32): each run's figures are a sample of the group's mean; a
+ * fault-free run adds none (its row is null there), and an elastic run without a fault
+ * adds its generations (0) only. */
+static void test_results_elastic(void)
+{
+    struct err e;
+    struct db_data_run runs[] = {run(3, NULL, 0, steps(2, 3, 10.0, 10.0, 8), 6, NULL, 0),
+                                 run(3, NULL, 0, steps(2, 3, 10.0, 10.0, 8), 6, NULL, 0),
+                                 run(3, NULL, 0, steps(2, 3, 10.0, 10.0, 8), 6, NULL, 0)};
+    runs[0].elastic = (struct db_elastic_fig){.elastic = true,
+                                              .faulted = true,
+                                              .fault_at = 100,
+                                              .generations = 2,
+                                              .detect_s = 0.5,
+                                              .resume_s = 2.0,
+                                              .lost_steps = 4,
+                                              .thr_before = 300,
+                                              .thr_during = 0,
+                                              .thr_after = 200};
+    runs[1].elastic = (struct db_elastic_fig){.elastic = true,
+                                              .faulted = true,
+                                              .fault_at = 100,
+                                              .generations = 1,
+                                              .detect_s = 1.5,
+                                              .resume_s = 3.0,
+                                              .lost_steps = -1,
+                                              .thr_before = 310,
+                                              .thr_during = 10,
+                                              .thr_after = -1};
+    runs[2].elastic = (struct db_elastic_fig){.elastic = true, .generations = 0};
+    struct db_experiment_data data = {.id = 1, .workload = "train", .runs = runs, .nruns = 3};
+    json_t *t = results_build(&data, NULL, 0, &e);
+    for (size_t i = 0; i < 3; i++)
+        free(runs[i].steps);
+    runs_free(runs, 3);
+    T_CHECK(t != NULL);
+    json_t *row = json_array_get(json_object_get(t, "rows"), 0);
+    T_NEAR(json_real_value(json_object_get(row, "generations_mean")), 1.0, 1e-12);
+    T_EQ_INT(json_integer_value(json_object_get(row, "generations_n")), 3);
+    T_NEAR(json_real_value(json_object_get(row, "detect_s_mean")), 1.0, 1e-12);
+    T_EQ_INT(json_integer_value(json_object_get(row, "detect_s_n")), 2);
+    T_NEAR(json_real_value(json_object_get(row, "resume_s_mean")), 2.5, 1e-12);
+    T_NEAR(json_real_value(json_object_get(row, "lost_steps_mean")), 4, 0);
+    T_EQ_INT(json_integer_value(json_object_get(row, "lost_steps_n")), 1);
+    T_NEAR(json_real_value(json_object_get(row, "throughput_before_mean")), 305, 1e-9);
+    T_NEAR(json_real_value(json_object_get(row, "throughput_during_mean")), 5, 1e-9);
+    T_NEAR(json_real_value(json_object_get(row, "throughput_after_mean")), 200, 0);
+    json_decref(t);
+    /* a fault-free, non-elastic run: every figure null */
+    struct db_data_run plain[] = {run(2, NULL, 0, steps(2, 2, 10.0, 10.0, 8), 4, NULL, 0)};
+    data = (struct db_experiment_data){.id = 2, .workload = "train", .runs = plain, .nruns = 1};
+    t = results_build(&data, NULL, 0, &e);
+    free(plain[0].steps);
+    runs_free(plain, 1);
+    row = json_array_get(json_object_get(t, "rows"), 0);
+    T_CHECK(json_is_null(json_object_get(row, "generations_mean")));
+    T_CHECK(json_is_null(json_object_get(row, "detect_s_mean")));
+    T_CHECK(json_is_null(json_object_get(row, "throughput_after_mean")));
+    json_decref(t);
+}
+
 /* Time to accuracy from a known epoch curve: repeat 0 reaches 0.9 in its third epoch
  * (2 + 3 + 4 = 9 s of training), repeat 1 in its second (2 + 3 = 5 s, through train
  * accuracy where no test split was evaluated), repeat 2 never: 2 of 3 reached it. A group
@@ -735,6 +796,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_results_network_profile_apart);
     TEST_RUN(test_results_memory_and_usage);
     TEST_RUN(test_results_time_to_accuracy);
+    TEST_RUN(test_results_elastic);
     TEST_RUN(test_results_data_pipeline);
     return test_end();
 }

@@ -1152,6 +1152,86 @@ static void test_spec_device_compat(void)
  * runs that hold it; refused naming transport (400) with a backend or engine that has its own
  * transports, with a forced TCP algorithm (shm only), and with shm where the spec places the
  * ranks on more than one node; at the top level and at every point of a sweep. */
+/* "elastic" (issue 32): absent = off, not filled; given = on with defaults (min_ranks 1,
+ * max_ranks 0 = world_size, commit_every 10); a swept subfield turns it on at every point;
+ * the bounds and what cannot be elastic are 400s naming the field and why. */
+static void test_spec_elastic(void)
+{
+#define EL TR ", \"world_size\": 3"
+    struct err e = {0};
+    struct spec sp;
+    json_t *s = parse_ok(EL "}");
+    T_CHECK(s && !json_object_get(s, "elastic"));
+    T_OK(spec_from_json(s, &sp, &e));
+    T_CHECK(!sp.elastic.on);
+    json_decref(s);
+    s = parse_ok(EL ", \"elastic\": {}}");
+    T_CHECK(s);
+    T_EQ_INT(json_integer_value(spec_field_value(s, "elastic.min_ranks")), 1);
+    T_EQ_INT(json_integer_value(spec_field_value(s, "elastic.max_ranks")), 0);
+    T_EQ_INT(json_integer_value(spec_field_value(s, "elastic.commit_every")), 10);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_CHECK(sp.elastic.on);
+    T_EQ_INT(sp.elastic.min_ranks, 1);
+    T_EQ_INT(sp.elastic.max_ranks, 3); /* 0: world_size */
+    T_EQ_INT(sp.elastic.commit_every, 10);
+    json_decref(s);
+    s = parse_ok(EL
+                 ", \"elastic\": {\"min_ranks\": 2, \"max_ranks\": 2, \"commit_every\": 5}}");
+    T_CHECK(s);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_CHECK(sp.elastic.on && sp.elastic.min_ranks == 2 && sp.elastic.max_ranks == 2 &&
+            sp.elastic.commit_every == 5);
+    json_decref(s);
+    /* a swept subfield without the group: every point is elastic; max_ranks follows a
+     * swept world_size */
+    s = parse_ok(TR
+                 ", \"sweep\": {\"world_size\": [2, 4], \"elastic.commit_every\": [5, 20]}}");
+    json_t *runs = s ? spec_expand(s, SPEC_MAX_RUNS, &e) : NULL;
+    T_EQ_INT(json_array_size(runs), 4);
+    for (size_t i = 0; i < json_array_size(runs); i++) {
+        const json_t *r = json_object_get(json_array_get(runs, i), "spec");
+        T_OK(spec_from_json(r, &sp, &e));
+        T_CHECK(sp.elastic.on && sp.elastic.max_ranks == sp.world_size);
+        T_EQ_INT(sp.elastic.commit_every, i % 2 ? 20 : 5);
+    }
+    json_decref(runs);
+    json_decref(s);
+    static const struct bad_case cases[] = {
+        {EL ", \"elastic\": {\"min_ranks\": 4}}", "elastic.min_ranks",
+         "elastic.min_ranks: min_ranks 4 is more than world_size 3"},
+        {EL ", \"elastic\": {\"min_ranks\": 0}}", "elastic.min_ranks", "elastic.min_ranks:"},
+        {EL ", \"elastic\": {\"min_ranks\": 2, \"max_ranks\": 1}}", "elastic.max_ranks",
+         "max_ranks 1 must be from min_ranks 2 to world_size 3"},
+        {EL ", \"elastic\": {\"max_ranks\": 4}}", "elastic.max_ranks", "to world_size 3"},
+        {EL ", \"elastic\": {\"commit_every\": 0}}", "elastic.commit_every",
+         "elastic.commit_every:"},
+        {EL ", \"elastic\": {\"every\": 3}}", "elastic.every", "unknown field"},
+        {EL ", \"elastic\": 3}", "elastic", "must be an object of elastic.* fields"},
+        {TR ", \"world_size\": 4, \"pipeline\": 2, \"elastic\": {}}", "pipeline",
+         "pipeline: elastic runs cannot be pipelines"},
+        {EL ", \"backend\": \"mpi\", \"launcher\": \"mpirun\", \"elastic\": {}}", "backend",
+         "an MPI world cannot shrink"},
+        {EL ", \"engine\": \"tensorflow\", \"elastic\": {}}", "engine",
+         "engine tensorflow is not elastic"},
+        {EL ", \"engine\": \"deepspeed\", \"strategy\": \"zero1\", \"elastic\": {}}", "engine",
+         "engine deepspeed is not elastic"},
+        {EL ", \"engine\": \"script\", \"script\": \"a.py\", \"elastic\": {}}", "engine",
+         "engine script is not elastic"},
+        {W ", \"elastic\": {}}", "elastic", "not a field of this workload"},
+        {TR ", \"sweep\": {\"elastic.min_ranks\": [1, 2]}}", "sweep",
+         "min_ranks 2 is more than world_size 1"},
+    };
+    SPEC_REJECTS_ALL(cases);
+    static const char *const fine[] = {
+        EL ", \"engine\": \"pytorch\", \"elastic\": {\"min_ranks\": 3}}",
+        EL ", \"engine\": \"horovod\", \"strategy\": \"horovod\", \"elastic\": {}}",
+        EL ", \"strategy\": \"zero2\", \"elastic\": {\"min_ranks\": 1, \"max_ranks\": 3}}",
+    };
+    spec_all_run(fine, sizeof fine / sizeof fine[0]);
+#undef EL
+}
+
 static void test_spec_transport(void)
 {
 #define CUDA ", \"device\": \"cuda\", \"backend\": \"nccl\""
@@ -1851,6 +1931,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_data_pipeline);
     TEST_RUN(test_spec_device_compat);
     TEST_RUN(test_spec_transport);
+    TEST_RUN(test_spec_elastic);
     TEST_RUN(test_spec_mpi_mca);
     TEST_RUN(test_spec_check_order_and_scope);
     TEST_RUN(test_spec_collective_sizes);

@@ -301,6 +301,44 @@ static void test_store_get_blocks_until_set(void)
     store_server_destroy(fx.s);
 }
 
+/* store_server_set: the daemon's own write wakes a client parked on the key (GET with
+ * wait), a later GET reads it, a rewrite replaces it; unknown runs and oversized keys are
+ * refused by name. */
+static void test_store_server_set(void)
+{
+    struct fixture fx;
+    struct err e;
+    T_OK(fx_start(&fx, &e));
+    struct getter g = {.key = "elastic/g1", .timeout_ms = 20000};
+    g.c = fx_client(&fx, &e);
+    T_CHECK(g.c);
+    uint64_t before = fx_stats(&fx).requests;
+    pthread_t th;
+    pthread_create(&th, NULL, getter_main, &g);
+    T_CHECK(fx_wait_requests(&fx, before + 1)); /* the GET is parked */
+    usleep(50 * 1000);
+    static const char gen[] = "{\"gen\":1,\"members\":[0,2]}";
+    T_OK(store_server_set(fx.s, RUN, "elastic/g1", gen, strlen(gen), &e));
+    pthread_join(th, NULL);
+    T_CHECK_MSG(g.rc == 0, "%s", g.e.msg);
+    T_EQ_STR(g.value, gen);
+    free(g.value);
+    T_OK(store_server_set(fx.s, RUN, "elastic/gen", "1", 1, &e));
+    T_OK(store_server_set(fx.s, RUN, "elastic/gen", "2", 1, &e));
+    char *v = NULL;
+    size_t len = 0;
+    T_OK(store_client_get(g.c, "elastic/gen", 0, &v, &len, &e));
+    T_CHECK(v && len == 1 && v[0] == '2');
+    free(v);
+    T_CHECK(store_server_set(fx.s, "no-such-run", "k", "v", 1, &e) < 0);
+    T_EQ_INT(e.code, ERR_NOT_FOUND);
+    T_CHECK(store_server_set(fx.s, RUN, "", "v", 1, &e) < 0);
+    T_EQ_INT(e.code, ERR_INVALID);
+    T_EQ_STR(e.field, "key");
+    store_client_destroy(g.c);
+    store_server_destroy(fx.s);
+}
+
 static void test_store_get_timeout(void)
 {
     struct fixture fx;
@@ -1111,6 +1149,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_store_set_get);
     TEST_RUN(test_store_get_blocks_until_set);
     TEST_RUN(test_store_get_timeout);
+    TEST_RUN(test_store_server_set);
     TEST_RUN(test_store_add);
     TEST_RUN(test_store_compare_set);
     TEST_RUN(test_store_check_and_delete);

@@ -70,7 +70,7 @@ static void test_run_refuses_unbuilt_cuda(void)
     snprintf(s.train.precision, sizeof s.train.precision, "fp32");
     struct err e = {0};
     struct train_outcome out = {.device_peak_bytes = 7};
-    T_CHECK(workload_train_run(&s, NULL, NULL, NULL, NULL, &out, &e) < 0);
+    T_CHECK(workload_train_run(&s, NULL, NULL, NULL, NULL, NULL, &out, &e) < 0);
     T_EQ_STR(e.field, "device");
     T_EQ_INT(out.device_peak_bytes, -1);
 }

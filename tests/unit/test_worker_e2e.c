@@ -11,11 +11,19 @@
  *   - a rank killed with SIGKILL mid-run (after rank 0 reported its first size): the
  *     others exit non-zero well within their timeout, each with an error event naming
  *     the killed rank as the peer.
+ *   - elastic (spec "elastic"), a training run of 3 ranks: rank 2 killed after rank 0's
+ *     12th step, the test publishing generation 1 ({0, 1}) as the daemon would; the
+ *     survivors regroup, finish every epoch with the whole dataset's samples counted, and
+ *     their step numbers never go back; for each strategy;
+ *   - elastic with a replacement: after generation 1 resumed, a new rank 2 started with
+ *     DDPB_ELASTIC_JOIN=1, elastic/join/2 = 2 and generation 2 ({0, 1, 2}, joiner 2):
+ *     it receives the state and the three finish together.
  * Nothing here depends on timing luck: the kill waits for a progress event, and the
  * assertions are bounds far from the expected times. */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -49,6 +57,13 @@ struct e2e_rank {
     char err_code[32], err_msg[400];
     char last_algorithm[16];
     int bad_lines;
+    /* training */
+    int steps, epochs, step_backwards, max_gen, max_gen_world;
+    int64_t last_step;
+    int64_t epoch_samples[8];
+    double epoch_loss[8];
+    int detect, regroup, resumed;
+    int64_t lost_steps;
 };
 
 struct e2e {
@@ -59,6 +74,11 @@ struct e2e {
     int victim_sig;     /* SIGKILL or SIGSTOP */
     int timeout_env_ms; /* DDPB_TIMEOUT_MS for the workers; 0: not set (the spec's) */
     int64_t killed_at;  /* monotonic ms, 0 before the kill */
+    /* elastic: kill the victim after rank 0's kill_after_steps-th step, then publish
+     * generation 1 without it; replace: start a replacement once generation 1 resumed */
+    int kill_after_steps;
+    bool replace, replaced;
+    const char *bin;
 };
 
 static int e2e_write_spec(struct e2e *x, const char *spec_text, struct err *e)
@@ -91,7 +111,7 @@ static int e2e_start_store(struct e2e *x, const char *run, struct err *e)
 
 /* Worker environment: this process's (sanitizer options, PATH) minus DDPB_*, plus ours.
  * Returns an owned NULL-terminated array of owned strings. */
-static char **e2e_env(const struct e2e *x, int rank)
+static char **e2e_env(const struct e2e *x, int rank, bool join)
 {
     size_t n = 0;
     while (environ[n])
@@ -112,6 +132,8 @@ static char **e2e_env(const struct e2e *x, int rank)
     E2E_PUT("DDPB_SPEC=%s", x->spec_path);
     if (x->timeout_env_ms)
         E2E_PUT("DDPB_TIMEOUT_MS=%d", x->timeout_env_ms);
+    if (join)
+        E2E_PUT("DDPB_ELASTIC_JOIN=1");
 #undef E2E_PUT
     return env;
 }
@@ -123,7 +145,7 @@ static void e2e_free_env(char **env)
     free(env);
 }
 
-static int e2e_spawn(struct e2e *x, const char *bin, int rank, struct err *e)
+static int e2e_spawn_as(struct e2e *x, const char *bin, int rank, bool join, struct err *e)
 {
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0)
@@ -134,7 +156,7 @@ static int e2e_spawn(struct e2e *x, const char *bin, int rank, struct err *e)
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, wfd, 3);
-    char **env = e2e_env(x, rank);
+    char **env = e2e_env(x, rank, join);
     char *argv[] = {(char *)bin, NULL};
     struct e2e_rank *r = &x->r[rank];
     int rc = posix_spawn(&r->pid, bin, &fa, NULL, argv, env);
@@ -152,6 +174,84 @@ static int e2e_spawn(struct e2e *x, const char *bin, int rank, struct err *e)
     return 0;
 }
 
+static int e2e_spawn(struct e2e *x, const char *bin, int rank, struct err *e)
+{
+    return e2e_spawn_as(x, bin, rank, false, e);
+}
+
+/* What the daemon does on a lost slot (daemon/elastic.h): publish the next generation. */
+static void e2e_publish(struct e2e *x, const char *key, const char *value)
+{
+    struct err e;
+    if (store_server_set(x->srv, x->run, key, value, strlen(value), &e) < 0)
+        fprintf(stderr, "store_server_set %s: %s\n", key, e.msg);
+}
+
+/* Rank 0's kill_after_steps-th step: the victim dies and generation 1 is the rest. */
+static void e2e_elastic_kill(struct e2e *x)
+{
+    kill(x->r[x->victim].pid, SIGKILL);
+    x->killed_at = clock_mono_ms();
+    e2e_publish(x, "elastic/g1",
+                "{\"gen\":1,\"members\":[0,1],\"joiners\":[],\"reason\":\"slot 2 lost\"}");
+    e2e_publish(x, "elastic/gen", "1");
+}
+
+/* Generation 1 resumed: a replacement into slot 2, named in elastic/join/2, then
+ * generation 2 with it as the joiner. */
+static void e2e_elastic_replace(struct e2e *x)
+{
+    struct e2e_rank *r = &x->r[x->victim];
+    struct err e;
+    x->replaced = true;
+    if (r->fd >= 0)
+        close(r->fd);
+    waitpid(r->pid, &r->status, 0);
+    buf_free(&r->in);
+    memset(r, 0, sizeof *r); /* the slot's counts are the replacement's from here */
+    r->fd = -1;
+    if (e2e_spawn_as(x, x->bin, x->victim, true, &e) < 0) {
+        fprintf(stderr, "replacement: %s\n", e.msg);
+        return;
+    }
+    e2e_publish(x, "elastic/join/2", "2");
+    e2e_publish(x, "elastic/g2",
+                "{\"gen\":2,\"members\":[0,1,2],\"joiners\":[2],\"reason\":\"slot 2 "
+                "replaced\"}");
+    e2e_publish(x, "elastic/gen", "2");
+}
+
+static void e2e_on_step(struct e2e *x, int rank, json_t *ev)
+{
+    struct e2e_rank *r = &x->r[rank];
+    int64_t step = json_integer_value(json_object_get(ev, "step"));
+    int gen = (int)json_integer_value(json_object_get(ev, "gen"));
+    if (r->steps && step <= r->last_step)
+        r->step_backwards++;
+    r->last_step = step;
+    r->steps++;
+    if (gen >= r->max_gen) {
+        r->max_gen = gen;
+        r->max_gen_world = (int)json_integer_value(json_object_get(ev, "world"));
+    }
+    if (rank == 0 && x->kill_after_steps && r->steps == x->kill_after_steps && !x->killed_at)
+        e2e_elastic_kill(x);
+}
+
+static void e2e_on_elastic(struct e2e *x, int rank, json_t *ev)
+{
+    struct e2e_rank *r = &x->r[rank];
+    const char *what = json_string_value(json_object_get(ev, "event"));
+    r->detect += strcmp(what, "detect") == 0;
+    r->regroup += strcmp(what, "regroup") == 0;
+    if (strcmp(what, "resumed") == 0) {
+        r->resumed++;
+        r->lost_steps = json_integer_value(json_object_get(ev, "lost_steps"));
+        if (x->replace && !x->replaced && json_integer_value(json_object_get(ev, "gen")) == 1)
+            e2e_elastic_replace(x);
+    }
+}
+
 static void e2e_on_event(struct e2e *x, int rank, enum report_type type, json_t *ev)
 {
     struct e2e_rank *r = &x->r[rank];
@@ -159,10 +259,21 @@ static void e2e_on_event(struct e2e *x, int rank, enum report_type type, json_t 
     struct report_collective c;
     switch (type) {
     case REPORT_HELLO: r->hello++; break;
+    case REPORT_STEP: e2e_on_step(x, rank, ev); break;
+    case REPORT_ELASTIC: e2e_on_elastic(x, rank, ev); break;
+    case REPORT_EPOCH: {
+        int ep = (int)json_integer_value(json_object_get(ev, "epoch"));
+        if (ep >= 0 && ep < 8) {
+            r->epoch_samples[ep] = json_integer_value(json_object_get(ev, "samples"));
+            r->epoch_loss[ep] = json_number_value(json_object_get(ev, "train_loss"));
+        }
+        r->epochs++;
+        break;
+    }
     case REPORT_DONE: r->done++; break;
     case REPORT_PROGRESS:
         r->progress++;
-        if (rank == 0 && x->victim >= 0 && !x->killed_at) {
+        if (rank == 0 && x->victim >= 0 && !x->killed_at && !x->kill_after_steps) {
             kill(x->r[x->victim].pid, x->victim_sig);
             x->killed_at = clock_mono_ms();
         }
@@ -267,11 +378,21 @@ static void e2e_cleanup(struct e2e *x)
     rmdir(x->dir);
 }
 
+static int e2e_run_set(struct e2e *x, const char *run, const char *spec_text, int victim,
+                       int sig, int timeout_env_ms, struct err *e);
+
 /* Starts the store and E2E_WORLD workers on spec_text, then collects everything. */
 static int e2e_run(struct e2e *x, const char *run, const char *spec_text, int victim, int sig,
                    int timeout_env_ms, struct err *e)
 {
     memset(x, 0, sizeof *x);
+    return e2e_run_set(x, run, spec_text, victim, sig, timeout_env_ms, e);
+}
+
+/* e2e_run on an x whose elastic fields are set already. */
+static int e2e_run_set(struct e2e *x, const char *run, const char *spec_text, int victim,
+                       int sig, int timeout_env_ms, struct err *e)
+{
     x->victim = victim;
     x->victim_sig = sig;
     x->timeout_env_ms = timeout_env_ms;
@@ -280,6 +401,7 @@ static int e2e_run(struct e2e *x, const char *run, const char *spec_text, int vi
     const char *bin = getenv("DDPB_WORKER_BIN");
     if (!bin || !bin[0])
         return err_set(e, ERR_INVALID, NULL, "DDPB_WORKER_BIN is not set (meson sets it)");
+    x->bin = bin;
     if (e2e_start_store(x, run, e) < 0 || e2e_write_spec(x, spec_text, e) < 0)
         return -1;
     for (int i = 0; i < E2E_WORLD; i++) {
@@ -427,6 +549,135 @@ static void test_e2e_stopped_rank_times_out(void)
     T_CHECK_MSG(after_stop < 15000, "survivors took %lld ms", (long long)after_stop);
 }
 
+#define E2E_SAMPLES 480 /* 20 steps of 8 a rank per epoch at 3 ranks, 30 at 2 */
+
+/* A 3-rank elastic training run of strategy on the synthetic set, 2 epochs. */
+static void e2e_elastic_spec(char *out, size_t len, const char *strategy, const char *more)
+{
+    snprintf(out, len,
+             "{\"workload\": \"train\", \"world_size\": 3, \"model\": \"mnist-cnn\","
+             " \"epochs\": 2, \"batch_size\": 8, \"threads\": 1, \"strategy\": \"%s\","
+             " \"dataset\": {\"name\": \"synthetic\", \"samples\": %d},"
+             " \"optimizer\": {\"type\": \"adam\", \"lr\": 0.001},"
+             " \"elastic\": {\"min_ranks\": 2, \"max_ranks\": 3, \"commit_every\": 5}%s}",
+             strategy, E2E_SAMPLES, more);
+}
+
+/* A survivor's verdict: exit 0 with done, no error, steps never back, the last
+ * generation's world; rank 0: regrouped, resumed, every epoch with (nearly) every sample:
+ * the remainder that a new world's batches do not divide is left out, as the loader
+ * leaves it out of any epoch. */
+static void e2e_elastic_verdict(const struct e2e *x, int rank, int gen, int world, char *why,
+                                size_t len)
+{
+    const struct e2e_rank *r = &x->r[rank];
+    if (!WIFEXITED(r->status) || WEXITSTATUS(r->status) != 0 || r->done != 1 || r->errors ||
+        r->bad_lines || r->step_backwards || r->max_gen != gen || r->max_gen_world != world) {
+        snprintf(why, len,
+                 "rank %d: status %d done %d errors %d bad %d backwards %d gen %d world %d: %s",
+                 rank, r->status, r->done, r->errors, r->bad_lines, r->step_backwards,
+                 r->max_gen, r->max_gen_world, r->err_msg);
+        return;
+    }
+    if (rank != 0)
+        return;
+    if (r->regroup < 1 || r->resumed < 1 || r->lost_steps < 0 || r->epochs != 2) {
+        snprintf(why, len, "rank 0: regroup %d resumed %d lost %lld epochs %d", r->regroup,
+                 r->resumed, (long long)r->lost_steps, r->epochs);
+        return;
+    }
+    for (int ep = 0; ep < 2; ep++)
+        if (r->epoch_samples[ep] > E2E_SAMPLES ||
+            r->epoch_samples[ep] <= E2E_SAMPLES - 2 * 3 * 8)
+            snprintf(why, len, "epoch %d: %lld samples of %d", ep,
+                     (long long)r->epoch_samples[ep], E2E_SAMPLES);
+}
+
+/* An elastic run of strategy whose rank 2 is killed after rank 0's 12th step (and, with
+ * replace, replaced once generation 1 resumed), collected into x. */
+static int e2e_elastic_run(struct e2e *x, const char *strategy, const char *more,
+                           const char *run, bool replace, struct err *e)
+{
+    char spec[1024];
+    e2e_elastic_spec(spec, sizeof spec, strategy, more);
+    memset(x, 0, sizeof *x);
+    x->kill_after_steps = 12;
+    x->replace = replace;
+    return e2e_run_set(x, run, spec, 2, SIGKILL, 30000, e);
+}
+
+/* Rank 2 killed mid-run: the other two regroup as generation 1 and finish, whatever the
+ * strategy (ZeRO's shards re-sliced from 3 ranks to 2). The kill comes after the commit
+ * of step 10 and before the one of step 15 can complete, so every strategy restores the
+ * same commit and trains the same math: their epochs' losses agree with naive's to
+ * float32 summation order (a lost optimizer state or a shard restored to the wrong place
+ * would not). */
+static void test_e2e_elastic_survivors_finish(void)
+{
+    static const char *const strategies[] = {"naive", "ddp", "horovod", "zero1", "zero2"};
+    double loss[2] = {0, 0};
+    for (size_t k = 0; k < sizeof strategies / sizeof strategies[0]; k++) {
+        struct e2e x;
+        struct err e;
+        char run[32], why[700] = "";
+        snprintf(run, sizeof run, "e2e-el-%zu", k);
+        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], "", run, false, &e) == 0, "%s", e.msg);
+        T_CHECK_MSG(x.killed_at > 0, "%s: the victim was never killed", strategies[k]);
+        for (int i = 0; i < 2 && !why[0]; i++)
+            e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
+        int detect = x.r[0].detect + x.r[1].detect;
+        for (int ep = 0; ep < 2 && !why[0]; ep++) {
+            double l = x.r[0].epoch_loss[ep];
+            if (k == 0)
+                loss[ep] = l;
+            else if (!(fabs(l - loss[ep]) <= 1e-4 * fabs(loss[ep])))
+                snprintf(why, sizeof why, "epoch %d: train loss %.7f, naive's %.7f", ep, l,
+                         loss[ep]);
+        }
+        e2e_cleanup(&x);
+        T_CHECK_MSG(!why[0], "%s: %s", strategies[k], why);
+        T_CHECK_MSG(detect >= 1, "%s: no rank reported detect", strategies[k]);
+    }
+}
+
+/* ... and a replacement joins as generation 2, receives the state and finishes with
+ * them (ZeRO re-sliced 3 -> 2 -> 3). */
+static void test_e2e_elastic_replacement_joins(void)
+{
+    static const char *const strategies[] = {"ddp", "zero2"};
+    for (size_t k = 0; k < sizeof strategies / sizeof strategies[0]; k++) {
+        struct e2e x;
+        struct err e;
+        char run[32], why[700] = "";
+        snprintf(run, sizeof run, "e2e-elj-%zu", k);
+        T_CHECK_MSG(e2e_elastic_run(&x, strategies[k], "", run, true, &e) == 0, "%s", e.msg);
+        T_CHECK_MSG(x.replaced, "%s: generation 1 never resumed", strategies[k]);
+        for (int i = 0; i < 3 && !why[0]; i++)
+            e2e_elastic_verdict(&x, i, 2, 3, why, sizeof why);
+        int hello = x.r[2].hello;
+        e2e_cleanup(&x);
+        T_CHECK_MSG(!why[0], "%s: %s", strategies[k], why);
+        T_EQ_INT(hello, 1);
+    }
+}
+
+/* Gradient accumulation (2 micro-batches a step; a commit's data position is mid-step
+ * nowhere) and zero1 under it: the survivors finish every epoch. */
+static void test_e2e_elastic_accumulation(void)
+{
+    struct e2e x;
+    struct err e;
+    char why[700] = "";
+    T_CHECK_MSG(e2e_elastic_run(&x, "zero1", ", \"accumulate\": 2", "e2e-el-acc", false, &e) ==
+                    0,
+                "%s", e.msg);
+    T_CHECK(x.killed_at > 0);
+    for (int i = 0; i < 2 && !why[0]; i++)
+        e2e_elastic_verdict(&x, i, 1, 2, why, sizeof why);
+    e2e_cleanup(&x);
+    T_CHECK_MSG(!why[0], "%s", why);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -435,5 +686,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_e2e_every_op);
     TEST_RUN(test_e2e_stopped_rank_times_out);
     TEST_RUN(test_e2e_killed_rank_is_named);
+    TEST_RUN(test_e2e_elastic_survivors_finish);
+    TEST_RUN(test_e2e_elastic_replacement_joins);
+    TEST_RUN(test_e2e_elastic_accumulation);
     return test_end();
 }

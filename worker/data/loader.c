@@ -55,7 +55,8 @@ struct loader {
     struct dataset *ds; /* borrowed */
     struct loader_config cfg;
     int64_t shard_len, per_epoch;
-    int64_t total; /* batches in all; -1 = no end */
+    int64_t first_shard, first_len; /* the first epoch's (start_offset: a remainder) */
+    int64_t total;                  /* batches in all; -1 = no end */
     int nslots;
     bool threaded;
     int reuse_n; /* samples in the reused batch (ds->reuse_batch) */
@@ -100,14 +101,27 @@ int64_t loader_batches_per_epoch(const struct loader *l)
     return l->per_epoch;
 }
 
-/* Where batch seq falls: its epoch, its number in the epoch and its size. */
-static void loader_plan(const struct loader *l, int64_t seq, int64_t *epoch, int64_t *bie,
-                        int *n)
+int64_t loader_batches_total(const struct loader *l)
 {
-    *epoch = seq / l->per_epoch;
-    *bie = seq % l->per_epoch;
-    int64_t start = *bie * l->cfg.batch_size, left = l->shard_len - start;
+    return l->total;
+}
+
+/* Where batch seq falls: its epoch, its number in the epoch, its size and whether it is
+ * the epoch's last. The first epoch (start_epoch) may be a resumed remainder. */
+static void loader_plan(const struct loader *l, int64_t seq, int64_t *epoch, int64_t *bie,
+                        int *n, bool *last)
+{
+    int64_t shard = l->first_shard, per = l->first_len;
+    *epoch = l->cfg.start_epoch;
+    *bie = seq;
+    if (seq >= l->first_len) {
+        *epoch += 1 + (seq - l->first_len) / l->per_epoch;
+        *bie = (seq - l->first_len) % l->per_epoch;
+        shard = l->shard_len, per = l->per_epoch;
+    }
+    int64_t start = *bie * l->cfg.batch_size, left = shard - start;
     *n = left < l->cfg.batch_size ? (int)left : l->cfg.batch_size;
+    *last = *bie == per - 1;
 }
 
 /* The dataset indices of this rank's batch: strided positions of the epoch's order (w's
@@ -121,8 +135,9 @@ static void loader_indices(struct loader *l, struct loader_worker *w, int64_t ep
         data_permutation(c->seed, epoch, nsamples, w->perm);
         w->perm_epoch = epoch;
     }
+    int64_t base = epoch == c->start_epoch ? c->start_offset : 0; /* a resumed remainder */
     for (int k = 0; k < n; k++) {
-        int64_t pos = c->rank + (bie * c->batch_size + k) * (int64_t)c->world_size;
+        int64_t pos = base + c->rank + (bie * c->batch_size + k) * (int64_t)c->world_size;
         if (c->remainder == LOADER_PAD)
             pos %= nsamples;
         index[k] = w->perm ? w->perm[pos] : pos;
@@ -146,7 +161,8 @@ static int loader_produce(struct loader *l, struct loader_worker *w, int64_t seq
     struct loader_slot *s = &l->slots[seq % l->nslots];
     int64_t epoch, bie;
     int n;
-    loader_plan(l, seq, &epoch, &bie, &n);
+    bool last;
+    loader_plan(l, seq, &epoch, &bie, &n, &last);
     int64_t t0 = clock_mono_ns(), c0 = loader_cpu_ns();
     loader_indices(l, w, epoch, bie, n, s->index);
     struct data_draw draw = {.seed = l->cfg.seed, .epoch = epoch, .step = seq};
@@ -162,7 +178,7 @@ static int loader_produce(struct loader *l, struct loader_worker *w, int64_t seq
                                .step = seq,
                                .epoch = epoch,
                                .batch_in_epoch = bie,
-                               .last_in_epoch = bie == l->per_epoch - 1};
+                               .last_in_epoch = last};
     return rc;
 }
 
@@ -225,6 +241,12 @@ static int loader_check(const struct dataset *ds, const struct loader_config *c,
                        c->workers);
     if (c->epochs < 0)
         return err_set(e, ERR_INVALID, "epochs", "%lld epochs", (long long)c->epochs);
+    if (c->start_epoch < 0 || (c->epochs > 0 && c->start_epoch >= c->epochs) ||
+        c->start_offset < 0 || c->start_offset > ds->n)
+        return err_set(e, ERR_INVALID, "start_epoch",
+                       "resume at epoch %lld, sample %lld: outside %lld epochs of %lld",
+                       (long long)c->start_epoch, (long long)c->start_offset,
+                       (long long)c->epochs, (long long)ds->n);
     if (c->remainder != LOADER_DROP && c->remainder != LOADER_PAD &&
         c->remainder != LOADER_UNEVEN)
         return err_set(e, ERR_INVALID, "remainder", "unknown remainder rule %d",
@@ -248,7 +270,12 @@ static int loader_count(struct loader *l, struct err *e)
                        "samples over %d ranks gives no batch of %d",
                        l->ds->name, c->rank, (long long)l->shard_len, (long long)l->ds->n,
                        c->world_size, c->batch_size);
-    l->total = c->epochs == 0 ? -1 : c->epochs * l->per_epoch;
+    l->first_shard = loader_shard_len(l->ds->n - c->start_offset, c->world_size, c->rank,
+                                      c->remainder);
+    l->first_len = c->drop_last_batch ? l->first_shard / c->batch_size
+                                      : (l->first_shard + c->batch_size - 1) / c->batch_size;
+    l->total = c->epochs == 0 ? -1
+                              : l->first_len + (c->epochs - 1 - c->start_epoch) * l->per_epoch;
     if (l->per_epoch == 0)
         l->per_epoch = 1; /* no batch is ever planned; keeps the division defined */
     return 0;
@@ -414,10 +441,9 @@ static int loader_next_inline(struct loader *l)
     int64_t seq = l->consumed;
     if (l->ds->reuse_batch && seq > 0) {
         int n;
-        loader_plan(l, seq, &s->b.epoch, &s->b.batch_in_epoch, &n);
+        loader_plan(l, seq, &s->b.epoch, &s->b.batch_in_epoch, &n, &s->b.last_in_epoch);
         s->b.n = n < l->reuse_n ? n : l->reuse_n;
         s->b.step = seq;
-        s->b.last_in_epoch = s->b.batch_in_epoch == l->per_epoch - 1;
         return 0;
     }
     int64_t ns = 0, cpu = 0;

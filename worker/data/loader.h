@@ -63,6 +63,13 @@ struct loader_config {
                              "dataset.workers" otherwise) and fills up to max(prefetch, N)
                              batches ahead, N at a time */
     bool pin;             /* pin worker w to CPU loader_pin_cpu(w) (threads only) */
+    /* Resuming (elastic training, worker/elastic.h): the first epoch delivered is
+     * start_epoch, of whose order the first start_offset positions were consumed already
+     * (by every rank together, under another world maybe); that epoch's remaining
+     * positions start_offset + r, start_offset + r + W, ... are sharded as above, and
+     * the epochs after it are whole. epochs counts from 0 still (the end is epoch
+     * `epochs`, not start_epoch + epochs). Both 0: from the start. */
+    int64_t start_epoch, start_offset;
 };
 
 struct data_batch {
@@ -112,6 +119,9 @@ void loader_destroy(struct loader *l);
 int loader_next(struct loader *l, const struct data_batch **out, struct err *e);
 
 int64_t loader_batches_per_epoch(const struct loader *l);
+/* Batches this rank gets in all (start_epoch's remainder and the epochs after it); -1
+ * with no end. */
+int64_t loader_batches_total(const struct loader *l);
 /* The CPU a pinned worker `id` runs on: the id-th of this process's allowed CPUs counted
  * from the end, wrapping (OpenMP's compute threads take them from the start); -1 when the
  * set cannot be read. */

@@ -260,6 +260,75 @@ int ddp_optim_init(const struct ddp *d, struct nn_optim *o, const struct nn_opti
     return nn_optim_init(o, cfg, ddp_is_zero(d) ? d->own_total : d->n, e);
 }
 
+/* ---- the full optimizer state (elastic training) ---------------------------------- */
+
+size_t ddp_optim_full_len(const struct ddp *d, const struct nn_optim *o)
+{
+    return nn_optim_planes(&o->cfg) * d->n;
+}
+
+/* zero: every rank's packed chunks, each padded to its bucket's chunk length, plane after
+ * plane, all-gathered; rank r's chunk of bucket b lands at b's offset + r * chunk. */
+static int ddp_zero_export(struct ddp *d, const struct nn_optim *o, float *full, size_t planes,
+                           struct err *e)
+{
+    size_t sum = 0, W = (size_t)d->world;
+    for (int b = 0; b < d->nb; b++)
+        sum += d->b[b].chunk;
+    size_t per = planes * sum;
+    float *send = calloc(per ? per : 1, sizeof *send);
+    float *recv = calloc(per > 0 ? per * W : 1, sizeof *recv);
+    if (!send || !recv) {
+        free(send);
+        free(recv);
+        return err_set(e, ERR_NOMEM, NULL, "optimizer state: out of memory");
+    }
+    for (size_t k = 0, at = 0; k < planes; k++)
+        for (int b = 0; b < d->nb; at += d->b[b].chunk, b++)
+            memcpy(send + at, o->state.data + k * d->own_total + d->b[b].state_off,
+                   d->b[b].own_len * sizeof(float));
+    int rc = comm_all_gather(d->comm, send, recv, per, COMM_FLOAT32, e);
+    for (size_t r = 0; rc == 0 && r < W; r++)
+        for (size_t k = 0, at = 0; k < planes; k++)
+            for (int b = 0; b < d->nb; at += d->b[b].chunk, b++) {
+                const struct ddp_bucket *bk = &d->b[b];
+                size_t lo = r * bk->chunk;
+                size_t len = lo < bk->len
+                                 ? (bk->len - lo < bk->chunk ? bk->len - lo : bk->chunk)
+                                 : 0;
+                memcpy(full + k * d->n + bk->offset + lo, recv + r * per + at,
+                       len * sizeof(float));
+            }
+    free(send);
+    free(recv);
+    return rc < 0 ? err_prefix(e, "gathering the optimizer's shards") : 0;
+}
+
+int ddp_optim_export(struct ddp *d, const struct nn_optim *o, float *full, struct err *e)
+{
+    size_t planes = nn_optim_planes(&o->cfg);
+    if (planes == 0)
+        return 0;
+    if (!ddp_is_zero(d)) {
+        memcpy(full, o->state.data, planes * d->n * sizeof(float));
+        return 0;
+    }
+    memset(full, 0, planes * d->n * sizeof(float));
+    return ddp_zero_export(d, o, full, planes, e);
+}
+
+void ddp_optim_import(const struct ddp *d, struct nn_optim *o, const float *full, long step)
+{
+    size_t planes = nn_optim_planes(&o->cfg);
+    o->step = step;
+    if (planes && !ddp_is_zero(d))
+        memcpy(o->state.data, full, planes * d->n * sizeof(float));
+    for (size_t k = 0; ddp_is_zero(d) && k < planes; k++)
+        for (int b = 0; b < d->nb; b++)
+            memcpy(o->state.data + k * d->own_total + d->b[b].state_off,
+                   full + k * d->n + d->b[b].own_off, d->b[b].own_len * sizeof(float));
+}
+
 /* ---- communication helpers ------------------------------------------------------- */
 
 static enum comm_dtype ddp_wire_dtype(const struct ddp *d)

@@ -228,6 +228,20 @@ int ddp_finish(struct ddp *d, int accumulate, struct err *e);
  * the all-gather of the updated shards; the time the all-gather runs counts as comm. */
 int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e);
 
+/* The optimizer's FULL state, as one rank of a non-sharded strategy holds it: its planes
+ * (nn_optim_planes) over all d->n parameters, plane k at [k * n, (k + 1) * n). This is
+ * what elastic training (worker/elastic.h) commits and restores, so that a world of
+ * another size can take it up: zero1 and zero2 all-gather every rank's chunks into it
+ * (a collective: every rank calls it, between steps) and re-slice it for the new world
+ * at import. Floats in the full state: */
+size_t ddp_optim_full_len(const struct ddp *d, const struct nn_optim *o);
+/* Fills full (ddp_optim_full_len floats, caller's). 0, or -1 with e set (zero: the
+ * all-gather failed). */
+int ddp_optim_export(struct ddp *d, const struct nn_optim *o, float *full, struct err *e);
+/* Takes this rank's part of full (export's layout, from any world size) into o, and sets
+ * its step count (Adam's bias correction). */
+void ddp_optim_import(const struct ddp *d, struct nn_optim *o, const float *full, long step);
+
 /* Records the collectives of the steps that begin from now on (ddp_begin_step clears
  * them with the spans) until called with false: the run's trace window. */
 void ddp_set_trace(struct ddp *d, bool on);

@@ -53,6 +53,11 @@ static int optim_validate(const struct nn_optim_cfg *c, struct err *e)
     return 0;
 }
 
+size_t nn_optim_planes(const struct nn_optim_cfg *cfg)
+{
+    return cfg->type == NN_OPTIM_SGD ? (cfg->momentum > 0 ? 1 : 0) : 2;
+}
+
 int nn_optim_init(struct nn_optim *o, const struct nn_optim_cfg *cfg, size_t nparams,
                   struct err *e)
 {
@@ -61,7 +66,7 @@ int nn_optim_init(struct nn_optim *o, const struct nn_optim_cfg *cfg, size_t npa
         return -1;
     o->cfg = *cfg;
     o->nparams = nparams;
-    size_t per = cfg->type == NN_OPTIM_SGD ? (cfg->momentum > 0 ? 1 : 0) : 2;
+    size_t per = nn_optim_planes(cfg);
     if (per && nparams > SIZE_MAX / per / sizeof(float))
         return err_set(e, ERR_TOO_LARGE, "", "optimizer state for %zu parameters", nparams);
     return per ? nn_arena_alloc(&o->state, per * nparams, e) : 0;

@@ -45,6 +45,9 @@ struct nn_optim {
     long step;             /* steps begun so far; the current one while applying */
 };
 
+/* The planes of state per parameter: 0 (plain SGD), 1 (momentum) or 2 (Adam's m and v);
+ * the state arena holds plane k of parameter i at [k * nparams + i]. */
+size_t nn_optim_planes(const struct nn_optim_cfg *cfg);
 /* Validates cfg (ERR_INVALID naming the field) and allocates the zeroed state. */
 int nn_optim_init(struct nn_optim *o, const struct nn_optim_cfg *cfg, size_t nparams,
                   struct err *e);

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Elastic training through REST (issue 32): mnist-cnn on Fashion-MNIST with the spec's
+"elastic", a rank killed a third of the way in (SIGKILL from the test, by the pid GET
+/v1/runs/{id} gives), and the run goes on:
+  - 2 -> 1 without a replacement (max_ranks 1): generation 1 is the survivor, the run
+    succeeds, its accuracy stays near the fault-free twin's;
+  - 3 -> 2 with a replacement (max_ranks 3): generation 1 is the two survivors, a new
+    process takes the slot (a new pid in run_ranks) and joins as generation 2;
+  - min_ranks 2 of 2: the loss fails the run naming both numbers.
+Each checks the generations GET /v1/runs/{id} lists, the live "generation" events, the
+results' fault columns (detect_s, resume_s, lost_steps, throughput before/during/after)
+and that no worker is left behind."""
+import os
+import signal
+import sys
+import threading
+import time
+
+from harness import Daemon, check, run_cases, wait_gone, worker_pids
+from test_lifecycle import read_sse
+
+# A shortened recipe of schema/examples/train-fashion-mnist.json: 8,192 samples a pass,
+# two epochs at a higher learning rate, so a killed rank costs seconds, not minutes.
+SAMPLES = 8192
+SPEC = {"workload": "train", "model": "mnist-cnn", "dataset": {"name": "fashion-mnist",
+        "samples": SAMPLES}, "batch_size": 64, "epochs": 2, "warmup_steps": 2,
+        "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9}, "seed": 7,
+        "timeout_s": 400, "heartbeat_timeout_s": 60, "comm_timeout_s": 10}
+
+
+def steps_done(d, run_id):
+    """The run's highest step number stored so far (-1: none)."""
+    rows = d.step_rows(run_id)
+    return max((r["step"] for r in rows), default=-1)
+
+
+def kill_at(d, run_id, world, victim, fraction=0.3):
+    """Waits for `fraction` of the run's steps (at its starting world), then SIGKILLs
+    `victim`'s process; returns its pid."""
+    run = d.wait_run(run_id, lambda r: r["status"] == "running" and len(r["ranks"]) == world
+                     and all(k["pid"] for k in r["ranks"]), what="running", timeout=120)
+    total = 2 * (SAMPLES // (64 * world))
+    deadline = time.time() + 300
+    while steps_done(d, run_id) < fraction * total and time.time() < deadline:
+        time.sleep(0.2)
+    pid = run["ranks"][victim]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+class Events:
+    """An experiment's live events, read in a thread until it ends."""
+
+    def __init__(self, d, exp_id):
+        self.events = []
+        self.thread = threading.Thread(target=self._read, args=(d, exp_id), daemon=True)
+        self.thread.start()
+
+    def _read(self, d, exp_id):
+        self.events = read_sse(f"{d.url}/v1/experiments/{exp_id}/events",
+                               lambda ev: ev.get("event") == "experiment" and
+                               ev["data"]["status"] in ("succeeded", "failed", "cancelled"),
+                               timeout=500)
+
+    def of(self, kind):
+        self.thread.join(timeout=30)
+        return [e["data"] for e in self.events if e.get("event") == kind]
+
+
+def results_row(d, exp_id):
+    rows = d.get(f"/v1/experiments/{exp_id}/results")["rows"]
+    check(len(rows) == 1, rows)
+    return rows[0]
+
+
+def test_elastic_2_to_1():
+    """2 -> 1, no replacement: the survivor trains on alone and the run succeeds."""
+    d = Daemon(cpu_slots=2)
+    try:
+        twin = d.run_experiment(dict(SPEC, name="twin", world_size=2,
+                                     elastic={"min_ranks": 1, "max_ranks": 2}), timeout=600)
+        twin_run = d.get(f"/v1/runs/{twin['runs'][0]['id']}")
+        check(twin_run["status"] == "succeeded", twin_run["error"])
+        check([g["gen"] for g in twin_run["generations"]] == [0], twin_run["generations"])
+        exp = d.submit(dict(SPEC, name="2to1", world_size=2,
+                            elastic={"min_ranks": 1, "max_ranks": 1, "commit_every": 5}))
+        ev = Events(d, exp["id"])
+        run_id = exp["runs"][0]["id"]
+        victim = kill_at(d, run_id, 2, 1)
+        exp = d.wait_experiment(exp["id"], timeout=600)
+        run = d.get(f"/v1/runs/{run_id}")
+        check(run["status"] == "succeeded", run["error"])
+        gens = run["generations"]
+        check([(g["gen"], g["members"], g["joiners"]) for g in gens] ==
+              [(0, [0, 1], []), (1, [0], [])], gens)
+        check(gens[1]["reason"] == "rank 1 lost" and gens[1]["lost_at"], gens[1])
+        check(gens[1]["resumed_at"] and gens[0]["detected_at"], gens)
+        check(run["ranks"][1]["status"] == "killed" and run["ranks"][1]["pid"] == victim,
+              run["ranks"][1])
+        # generation 0 is published as the run starts, maybe before the stream opened
+        check([g["gen"] for g in ev.of("generation") if g["gen"] > 0] == [1],
+              ev.of("generation"))
+        check(any(e["event"] == "resumed" for e in ev.of("elastic")), ev.of("elastic"))
+        steps = d.step_rows(run_id)
+        check({(r["generation"], r["world"]) for r in steps} == {(0, 2), (1, 1)},
+              {(r["generation"], r["world"]) for r in steps})
+        row = results_row(d, exp["id"])
+        for k in ("detect_s_mean", "resume_s_mean", "throughput_before_mean",
+                  "throughput_after_mean"):
+            check(row[k] is not None and row[k] >= 0, f"{k} = {row[k]}")
+        check(row["detect_s_mean"] <= row["resume_s_mean"] < 60, row)
+        check(row["generations_mean"] == 1 and row["lost_steps_mean"] is not None, row)
+        acc, twin_acc = run["epochs"][-1]["test_acc"], twin_run["epochs"][-1]["test_acc"]
+        check(abs(acc - twin_acc) < 0.1, f"accuracy {acc} against the twin's {twin_acc}")
+        wait_gone([victim] + [k["pid"] for k in run["ranks"]])
+        check(not worker_pids(d.proc.pid), worker_pids(d.proc.pid))
+    finally:
+        d.close()
+
+
+def test_elastic_3_to_2_with_replacement():
+    """3 -> 2 -> 3: the survivors regroup, the daemon starts a replacement into slot 1,
+    which joins once generation 1 resumed."""
+    d = Daemon(cpu_slots=3)
+    try:
+        exp = d.submit(dict(SPEC, name="3to2", world_size=3,
+                            elastic={"min_ranks": 2, "max_ranks": 3, "commit_every": 5}))
+        ev = Events(d, exp["id"])
+        run_id = exp["runs"][0]["id"]
+        victim = kill_at(d, run_id, 3, 1)
+        exp = d.wait_experiment(exp["id"], timeout=600)
+        run = d.get(f"/v1/runs/{run_id}")
+        check(run["status"] == "succeeded", run["error"])
+        gens = [(g["gen"], g["members"], g["joiners"]) for g in run["generations"]]
+        check(gens[:3] == [(0, [0, 1, 2], []), (1, [0, 2], []), (2, [0, 1, 2], [1])], gens)
+        slot = run["ranks"][1]
+        check(slot["pid"] != victim and slot["status"] == "done", slot)
+        check([g["gen"] for g in ev.of("generation") if g["gen"] > 0][:2] == [1, 2],
+              ev.of("generation"))
+        worlds = {r["world"] for r in d.step_rows(run_id)}
+        check({2, 3} <= worlds, worlds)
+        row = results_row(d, exp["id"])
+        check(row["generations_mean"] >= 2 and row["resume_s_mean"] is not None, row)
+        check(run["epochs"][-1]["test_acc"] > 0.6, run["epochs"][-1])
+        wait_gone([victim] + [k["pid"] for k in run["ranks"]])
+        check(not worker_pids(d.proc.pid), worker_pids(d.proc.pid))
+    finally:
+        d.close()
+
+
+def test_elastic_min_ranks_fails():
+    """min_ranks 2 of 2: a lost rank leaves 1 and fails the run, saying so."""
+    d = Daemon(cpu_slots=2)
+    try:
+        exp = d.submit(dict(SPEC, name="min", world_size=2,
+                            elastic={"min_ranks": 2, "max_ranks": 2}))
+        run_id = exp["runs"][0]["id"]
+        victim = kill_at(d, run_id, 2, 1, fraction=0.1)
+        exp = d.wait_experiment(exp["id"], timeout=120)
+        run = d.get(f"/v1/runs/{run_id}")
+        check(run["status"] == "failed", run)
+        check(run["error"].startswith("elastic: 1 rank left, min_ranks 2"), run["error"])
+        check(run["error_rank"] == 1, run)
+        wait_gone([victim] + [k["pid"] for k in run["ranks"]])
+        check(not worker_pids(d.proc.pid), worker_pids(d.proc.pid))
+    finally:
+        d.close()
+
+
+def test_elastic_refusals_and_engines():
+    """The spec's refusals name the field; GET /v1/engines says how each engine recovers."""
+    d = Daemon(cpu_slots=2)
+    try:
+        bad = [(dict(SPEC, world_size=2, elastic={"min_ranks": 3}), "elastic.min_ranks"),
+               (dict(SPEC, world_size=2, elastic={"max_ranks": 3}), "elastic.max_ranks"),
+               (dict(SPEC, world_size=2, pipeline=2, elastic={}), "pipeline"),
+               (dict(SPEC, world_size=2, engine="tensorflow", elastic={}), "engine"),
+               ({"workload": "collective", "elastic": {}}, "elastic")]
+        for spec, field in bad:
+            status, body, _ = d.request("POST", "/v1/experiments", body=spec)
+            check(status == 400 and body["error"]["field"] == field, (field, status, body))
+        deadline, engines = time.time() + 120, {}
+        while not engines and time.time() < deadline:  # the node's probe runs at first ask
+            engines = {e["name"]: e.get("elastic", {}).get("mode")
+                       for e in d.get("/v1/engines")["nodes"][0]["engines"]}
+            time.sleep(0.3)
+        check(engines.get("ddpbench") == "in_memory" and engines.get("pytorch") == "restart"
+              and engines.get("horovod") == "driver" and engines.get("tensorflow") == "none",
+              engines)
+    finally:
+        d.close()
+
+
+if __name__ == "__main__":
+    sys.exit(run_cases([
+        test_elastic_refusals_and_engines,
+        test_elastic_min_ranks_fails,
+        test_elastic_2_to_1,
+        test_elastic_3_to_2_with_replacement,
+    ]))
