@@ -1359,13 +1359,11 @@ static void monitor_slot_lost_row(struct active_run *r, struct run_rank *k, cons
     monitor_db_warn(r, rc, &e);
 }
 
-/* Slot k gets a new process: what the daemon and ingestion knew of the old one goes (its
- * run_ranks row takes the new pid and status once it is spawned). */
-static void monitor_slot_forget(struct active_run *r, struct run_rank *k)
+/* Closes rank k's report fd and pidfd (their watches removed first) and frees its
+ * partial line. */
+static void monitor_rank_close(struct active_run *r, struct run_rank *k)
 {
-    if (k->settled)
-        r->n_settled--;
-    if (k->report_fd >= 0) { /* a settled rank's are closed: kept safe anyway */
+    if (k->report_fd >= 0) {
         loop_watch_remove(r->ctx->loop, &k->wreport.lw);
         close(k->report_fd);
     }
@@ -1373,9 +1371,18 @@ static void monitor_slot_forget(struct active_run *r, struct run_rank *k)
         loop_watch_remove(r->ctx->loop, &k->wexit.lw);
         close(k->pidfd);
     }
-    buf_free(&k->line);
-    buf_init(&k->line);
     k->report_fd = k->pidfd = -1;
+    buf_free(&k->line);
+}
+
+/* Slot k gets a new process: what the daemon and ingestion knew of the old one goes (its
+ * run_ranks row takes the new pid and status once it is spawned). */
+static void monitor_slot_forget(struct active_run *r, struct run_rank *k)
+{
+    if (k->settled)
+        r->n_settled--;
+    monitor_rank_close(r, k); /* a settled rank's fds are closed: kept safe anyway */
+    buf_init(&k->line);
     k->pid = 0;
     k->spawned = k->exited = k->settled = k->lost = k->retired = k->connected = false;
     k->wstatus = k->signal_sent = 0;
@@ -1853,18 +1860,8 @@ void monitor_free_run(struct active_run *r)
 {
     if (!r)
         return;
-    for (int i = 0; i < r->world_size; i++) {
-        struct run_rank *k = &r->ranks[i];
-        if (k->report_fd >= 0) {
-            loop_watch_remove(r->ctx->loop, &k->wreport.lw);
-            close(k->report_fd);
-        }
-        if (k->pidfd >= 0) {
-            loop_watch_remove(r->ctx->loop, &k->wexit.lw);
-            close(k->pidfd);
-        }
-        buf_free(&k->line);
-    }
+    for (int i = 0; i < r->world_size; i++)
+        monitor_rank_close(r, &r->ranks[i]);
     channel_close(r->channel);
     if (r->launcher_pidfd >= 0) {
         loop_watch_remove(r->ctx->loop, &r->wlauncher.lw);

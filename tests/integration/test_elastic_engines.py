@@ -104,39 +104,36 @@ def check_restart(d, run, pids, world_after):
     return gens[1]
 
 
+def pytorch_restart(max_ranks):
+    """A pytorch elastic run (min 1, max max_ranks) whose rank 1 is killed mid-epoch goes on
+    as generation 1 of max_ranks rank(s); returns slot 1's row."""
+    d = Daemon(cpu_slots=2)
+    try:
+        spec = dict(ELASTIC, elastic={"min_ranks": 1, "max_ranks": max_ranks,
+                                      "commit_every": 5})
+        run, pids = kill_and_finish(d, spec)
+        g = check_restart(d, run, pids, max_ranks)
+        print(f"pytorch 2->{max_ranks}: loss to resumed {resume_took(g):.2f} s (regroup "
+              f"{g['regroup_ms']:.0f} ms), lost steps {g['lost_steps']}", flush=True)
+        d.wait_slots_free(2)
+        return next(k for k in run["ranks"] if k["rank"] == 1)
+    finally:
+        d.close()
+
+
 def test_pytorch_shrinks_after_a_kill():
     """elastic min 1, max 1: rank 1 killed mid-epoch; the group restarts as one rank from
     the last commit, finishes both epochs, and slot 1's row says it was lost."""
-    d = Daemon(cpu_slots=2)
-    try:
-        spec = dict(ELASTIC, elastic={"min_ranks": 1, "max_ranks": 1, "commit_every": 5})
-        run, pids = kill_and_finish(d, spec)
-        g = check_restart(d, run, pids, 1)
-        slot1 = next(k for k in run["ranks"] if k["rank"] == 1)
-        check(slot1["status"] == "killed" and (slot1["error"] or "").startswith("elastic: lost"),
-              slot1)
-        print(f"pytorch 2->1: loss to resumed {resume_took(g):.2f} s (regroup "
-              f"{g['regroup_ms']:.0f} ms), lost steps {g['lost_steps']}", flush=True)
-        d.wait_slots_free(2)
-    finally:
-        d.close()
+    slot1 = pytorch_restart(1)
+    check(slot1["status"] == "killed" and (slot1["error"] or "").startswith("elastic: lost"),
+          slot1)
 
 
 def test_pytorch_restarts_at_full_size_with_a_replacement():
     """elastic min 1, max 2: a replacement is allowed, so the group restarts with 2 ranks
     (slot 1 a new process) and both slots report steps after the restart."""
-    d = Daemon(cpu_slots=2)
-    try:
-        spec = dict(ELASTIC, elastic={"min_ranks": 1, "max_ranks": 2, "commit_every": 5})
-        run, pids = kill_and_finish(d, spec)
-        g = check_restart(d, run, pids, 2)
-        slot1 = next(k for k in run["ranks"] if k["rank"] == 1)
-        check(slot1["status"] == "done", slot1)
-        print(f"pytorch 2->2: loss to resumed {resume_took(g):.2f} s (regroup "
-              f"{g['regroup_ms']:.0f} ms), lost steps {g['lost_steps']}", flush=True)
-        d.wait_slots_free(2)
-    finally:
-        d.close()
+    slot1 = pytorch_restart(2)
+    check(slot1["status"] == "done", slot1)
 
 
 def test_pytorch_fails_below_min_ranks():
