@@ -119,6 +119,12 @@ int h_engines_list(struct api_ctx *ctx, const struct api_request *req, struct ap
     if (!mine)
         return -1;
     json_t *nodes = cluster_engines(ctx->cluster);
+    size_t i;
+    json_t *node;
+    json_array_foreach(nodes, i, node)
+    {
+        engines_mark_elastic(node); /* a follower's list comes as its probe wrote it */
+    }
     json_array_insert_new(nodes, 0, mine);
     rep->json = json_pack("{s:o}", "nodes", nodes);
     return rep->json ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");

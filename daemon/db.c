@@ -1341,7 +1341,17 @@ static const char SQL_GENERATION_DETECTED[] =
     "detected_at IS NULL";
 static const char SQL_GENERATION_RESUMED[] =
     "UPDATE generations SET resumed_at = ?3, commit_step = ?4, lost_steps = ?5, "
-    "regroup_ms = ?6 WHERE run_id = ?1 AND gen = ?2 AND resumed_at IS NULL";
+    "regroup_ms = coalesce(regroup_ms, ?6) WHERE run_id = ?1 AND gen = ?2 AND "
+    "resumed_at IS NULL";
+static const char SQL_GENERATION_REGROUPED[] =
+    "UPDATE generations SET regroup_ms = ?3 WHERE run_id = ?1 AND gen = ?2 AND "
+    "regroup_ms IS NULL";
+
+int db_generation_regrouped(struct db *db, int64_t run_id, int gen, double regroup_ms,
+                            struct err *e)
+{
+    return db_write_one(db, e, SQL_GENERATION_REGROUPED, "IiD", run_id, gen, regroup_ms);
+}
 
 int db_generation_detected(struct db *db, int64_t run_id, int gen, double at, struct err *e)
 {

@@ -297,6 +297,10 @@ int db_insert_generation(struct db *db, int64_t run_id, const struct db_generati
                          struct err *e);
 /* A member of generation gen first saw it fail at `at` (later calls keep the first). */
 int db_generation_detected(struct db *db, int64_t run_id, int gen, double at, struct err *e);
+/* Generation gen regrouped (communicator up, state restored) in regroup_ms (below 0: not
+ * said); the first call counts. */
+int db_generation_regrouped(struct db *db, int64_t run_id, int gen, double regroup_ms,
+                            struct err *e);
 /* Generation gen ran its first step at `at`, restoring the commit at commit_step and
  * redoing lost_steps (below 0: not said); the first call counts. */
 int db_generation_resumed(struct db *db, int64_t run_id, int gen, double at,

@@ -143,9 +143,7 @@ static void engines_mark_script(const struct config *cfg, json_t *all)
     }
 }
 
-/* Each row says how its engine recovers a lost rank in elastic mode (the spec's
- * "elastic"), from the vocabulary's one table: {"mode": ..., "recovery": ...}. */
-static void engines_mark_elastic(json_t *all)
+void engines_mark_elastic(json_t *all)
 {
     size_t i;
     json_t *row;

@@ -25,6 +25,11 @@
 
 struct engines;
 
+/* Each engine row of a node's list ({"engines": [...]}, borrowed) gets how its engine
+ * recovers a lost rank under the spec's "elastic", from the vocabulary's one table:
+ * "elastic": {"mode": ..., "recovery": ...}. A follower's list as the leader serves it too. */
+void engines_mark_elastic(json_t *all);
+
 /* Borrows cfg (python, engines_dir), which must outlive the handle. NULL on ENOMEM. */
 struct engines *engines_create(const struct config *cfg);
 void engines_destroy(struct engines *en);

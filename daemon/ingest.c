@@ -377,13 +377,17 @@ static int ingest_elastic_from_json(struct ingest_ctx *x, struct err *e)
                    x->rec.elastic.event);
 }
 
-/* A detection dates the generation that failed; a resumption the one that now runs. */
+/* A detection dates the generation that failed; a regroup and a resumption the one that
+ * now runs. */
 static int ingest_elastic_store(struct ingest_ctx *x, struct err *e)
 {
     const char *ev = x->rec.elastic.event;
     if (strcmp(ev, "detect") == 0)
         return db_generation_detected(x->run->db, x->run->run_id, x->rec.elastic.gen,
                                       x->rec.elastic.at, e);
+    if (strcmp(ev, "regroup") == 0)
+        return db_generation_regrouped(x->run->db, x->run->run_id, x->rec.elastic.gen,
+                                       x->rec.elastic.regroup_ms, e);
     if (strcmp(ev, "resumed") == 0)
         return db_generation_resumed(x->run->db, x->run->run_id, x->rec.elastic.gen,
                                      x->rec.elastic.at, x->rec.elastic.commit_step,

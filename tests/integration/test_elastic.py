@@ -34,9 +34,9 @@ def steps_done(d, run_id):
     return max((r["step"] for r in rows), default=-1)
 
 
-def kill_at(d, run_id, world, victim, fraction=0.3):
-    """Waits for `fraction` of the run's steps (at its starting world), then SIGKILLs
-    `victim`'s process; returns its pid."""
+def kill_at(d, run_id, world, victim, fraction=0.3, sig=signal.SIGKILL):
+    """Waits for `fraction` of the run's steps (at its starting world), then sends sig
+    (SIGKILL) to `victim`'s process; returns its pid."""
     run = d.wait_run(run_id, lambda r: r["status"] == "running" and len(r["ranks"]) == world
                      and all(k["pid"] for k in r["ranks"]), what="running", timeout=120)
     total = 2 * (SAMPLES // (64 * world))
@@ -44,8 +44,15 @@ def kill_at(d, run_id, world, victim, fraction=0.3):
     while steps_done(d, run_id) < fraction * total and time.time() < deadline:
         time.sleep(0.2)
     pid = run["ranks"][victim]["pid"]
-    os.kill(pid, signal.SIGKILL)
+    os.kill(pid, sig)
     return pid
+
+
+def nothing_left(d, run, victim):
+    """The killed process, every process the run's slots held and every worker the daemon
+    started are gone."""
+    wait_gone([victim] + [k["pid"] for k in run["ranks"]])
+    check(not worker_pids(d.proc.pid), worker_pids(d.proc.pid))
 
 
 class Events:
@@ -67,6 +74,17 @@ class Events:
         return [e["data"] for e in self.events if e.get("event") == kind]
 
 
+def killed_run(d, name, world, elastic, fraction=0.3, sig=signal.SIGKILL):
+    """Submits SPEC at world with elastic, kills rank 1 (sends it sig) at fraction of its
+    steps, waits for the end. Returns (experiment, run, the killed pid, its live events)."""
+    exp = d.submit(dict(SPEC, name=name, world_size=world, elastic=elastic))
+    ev = Events(d, exp["id"])
+    run_id = exp["runs"][0]["id"]
+    victim = kill_at(d, run_id, world, 1, fraction, sig)
+    exp = d.wait_experiment(exp["id"], timeout=600)
+    return exp, d.get(f"/v1/runs/{run_id}"), victim, ev
+
+
 def results_row(d, exp_id):
     rows = d.get(f"/v1/experiments/{exp_id}/results")["rows"]
     check(len(rows) == 1, rows)
@@ -82,13 +100,9 @@ def test_elastic_2_to_1():
         twin_run = d.get(f"/v1/runs/{twin['runs'][0]['id']}")
         check(twin_run["status"] == "succeeded", twin_run["error"])
         check([g["gen"] for g in twin_run["generations"]] == [0], twin_run["generations"])
-        exp = d.submit(dict(SPEC, name="2to1", world_size=2,
-                            elastic={"min_ranks": 1, "max_ranks": 1, "commit_every": 5}))
-        ev = Events(d, exp["id"])
-        run_id = exp["runs"][0]["id"]
-        victim = kill_at(d, run_id, 2, 1)
-        exp = d.wait_experiment(exp["id"], timeout=600)
-        run = d.get(f"/v1/runs/{run_id}")
+        exp, run, victim, ev = killed_run(d, "2to1", 2, {"min_ranks": 1, "max_ranks": 1,
+                                                         "commit_every": 5})
+        run_id = run["id"]
         check(run["status"] == "succeeded", run["error"])
         gens = run["generations"]
         check([(g["gen"], g["members"], g["joiners"]) for g in gens] ==
@@ -112,8 +126,7 @@ def test_elastic_2_to_1():
         check(row["generations_mean"] == 1 and row["lost_steps_mean"] is not None, row)
         acc, twin_acc = run["epochs"][-1]["test_acc"], twin_run["epochs"][-1]["test_acc"]
         check(abs(acc - twin_acc) < 0.1, f"accuracy {acc} against the twin's {twin_acc}")
-        wait_gone([victim] + [k["pid"] for k in run["ranks"]])
-        check(not worker_pids(d.proc.pid), worker_pids(d.proc.pid))
+        nothing_left(d, run, victim)
     finally:
         d.close()
 
@@ -123,13 +136,9 @@ def test_elastic_3_to_2_with_replacement():
     which joins once generation 1 resumed."""
     d = Daemon(cpu_slots=3)
     try:
-        exp = d.submit(dict(SPEC, name="3to2", world_size=3,
-                            elastic={"min_ranks": 2, "max_ranks": 3, "commit_every": 5}))
-        ev = Events(d, exp["id"])
-        run_id = exp["runs"][0]["id"]
-        victim = kill_at(d, run_id, 3, 1)
-        exp = d.wait_experiment(exp["id"], timeout=600)
-        run = d.get(f"/v1/runs/{run_id}")
+        exp, run, victim, ev = killed_run(d, "3to2", 3, {"min_ranks": 2, "max_ranks": 3,
+                                                         "commit_every": 5})
+        run_id = run["id"]
         check(run["status"] == "succeeded", run["error"])
         gens = [(g["gen"], g["members"], g["joiners"]) for g in run["generations"]]
         check(gens[:3] == [(0, [0, 1, 2], []), (1, [0, 2], []), (2, [0, 1, 2], [1])], gens)
@@ -142,8 +151,23 @@ def test_elastic_3_to_2_with_replacement():
         row = results_row(d, exp["id"])
         check(row["generations_mean"] >= 2 and row["resume_s_mean"] is not None, row)
         check(run["epochs"][-1]["test_acc"] > 0.6, run["epochs"][-1])
-        wait_gone([victim] + [k["pid"] for k in run["ranks"]])
-        check(not worker_pids(d.proc.pid), worker_pids(d.proc.pid))
+        nothing_left(d, run, victim)
+    finally:
+        d.close()
+
+
+def test_elastic_stopped_rank_is_killed():
+    """A rank stopped (SIGSTOP), not dead: the survivor's communicator times out and blames
+    it, the daemon kills it (its process still lived) and the run goes on without it."""
+    d = Daemon(cpu_slots=2)
+    try:
+        _, run, victim, _ = killed_run(d, "stopped", 2, {"min_ranks": 1, "max_ranks": 1},
+                                       sig=signal.SIGSTOP)
+        check(run["status"] == "succeeded", run["error"])
+        check([g["members"] for g in run["generations"]] == [[0, 1], [0]], run["generations"])
+        check(run["ranks"][1]["status"] == "killed" and run["ranks"][1]["signal"] == 9,
+              run["ranks"][1])
+        nothing_left(d, run, victim)
     finally:
         d.close()
 
@@ -152,17 +176,12 @@ def test_elastic_min_ranks_fails():
     """min_ranks 2 of 2: a lost rank leaves 1 and fails the run, saying so."""
     d = Daemon(cpu_slots=2)
     try:
-        exp = d.submit(dict(SPEC, name="min", world_size=2,
-                            elastic={"min_ranks": 2, "max_ranks": 2}))
-        run_id = exp["runs"][0]["id"]
-        victim = kill_at(d, run_id, 2, 1, fraction=0.1)
-        exp = d.wait_experiment(exp["id"], timeout=120)
-        run = d.get(f"/v1/runs/{run_id}")
+        _, run, victim, _ = killed_run(d, "min", 2, {"min_ranks": 2, "max_ranks": 2},
+                                       fraction=0.1)
         check(run["status"] == "failed", run)
         check(run["error"].startswith("elastic: 1 rank left, min_ranks 2"), run["error"])
         check(run["error_rank"] == 1, run)
-        wait_gone([victim] + [k["pid"] for k in run["ranks"]])
-        check(not worker_pids(d.proc.pid), worker_pids(d.proc.pid))
+        nothing_left(d, run, victim)
     finally:
         d.close()
 
@@ -195,6 +214,7 @@ if __name__ == "__main__":
     sys.exit(run_cases([
         test_elastic_refusals_and_engines,
         test_elastic_min_ranks_fails,
+        test_elastic_stopped_rank_is_killed,
         test_elastic_2_to_1,
         test_elastic_3_to_2_with_replacement,
     ]))

@@ -453,6 +453,18 @@ static void test_ingest_elastic(void)
     T_EQ_STR(res.elastic_event, "detect");
     T_EQ_INT(res.elastic_gen, 0);
     T_EQ_INT(res.elastic_peer, 1);
+    struct report_elastic regroup = {.event = "regroup",
+                                     .gen = 1,
+                                     .world = 1,
+                                     .members = members1,
+                                     .n_members = 1,
+                                     .commit_step = 20,
+                                     .lost_steps = -1,
+                                     .regroup_ms = 150.5,
+                                     .peer = -1};
+    T_OK(report_emit_elastic(&x.w[0], &regroup, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    T_EQ_STR(res.elastic_event, "regroup");
     struct report_elastic resumed = {.event = "resumed",
                                      .gen = 1,
                                      .world = 1,
@@ -460,7 +472,7 @@ static void test_ingest_elastic(void)
                                      .n_members = 1,
                                      .commit_step = 20,
                                      .lost_steps = 7,
-                                     .regroup_ms = 150.5,
+                                     .regroup_ms = -1,
                                      .peer = -1};
     T_OK(report_emit_elastic(&x.w[0], &resumed, &e));
     T_OK(fx_ingest(&x, 0, &res, &e));
@@ -504,7 +516,7 @@ static void test_ingest_elastic(void)
     T_CHECK_MSG(strstr(rows, ",1,1,") != NULL, "%s", rows); /* generation 1, world 1 */
     free(rows);
     json_decref(steps);
-    T_CHECK_MSG(fx_count(fx_events(&x, sse, sizeof sse), "event: elastic") == 3, "%s", sse);
+    T_CHECK_MSG(fx_count(fx_events(&x, sse, sizeof sse), "event: elastic") == 4, "%s", sse);
     /* a replacement in slot 1: its hello counts for the slot, not as a new start */
     T_OK(report_emit_hello(&x.w[0], 2, &e));
     T_OK(fx_ingest(&x, 0, &res, &e));

@@ -747,6 +747,58 @@ def test_data_pipeline_throughput_beside_data_wait():
     screenshot("experiment-data-pipeline")
 
 
+def store_elastic_fixture():
+    """A finished elastic run (issue 32) as the daemon stores it: world 2, rank 1 lost after
+    step 5 (generation 1: rank 0 alone, from step 6), a replacement joining at step 9
+    (generation 2: both), the steps' generation, world and stored time."""
+    db = sqlite3.connect(os.path.join(D.state_dir, "ddpbench.db"), timeout=10)
+    spec = {"name": "elastic-fixture", "workload": "train", "model": "mlp", "world_size": 2,
+            "batch_size": 32, "elastic": {"min_ranks": 1, "max_ranks": 2, "commit_every": 5}}
+    now = time.time()
+    with db:
+        exp_id = db.execute("INSERT INTO experiments (name, workload, spec, status, n_runs, created_at, "
+                            "started_at, finished_at, runs_finished) VALUES (?, 'train', ?, 'succeeded', 1, "
+                            "?, ?, ?, 1)", (spec["name"], json.dumps(spec), now - 20, now - 20, now - 1)).lastrowid
+        run_id = db.execute("INSERT INTO runs (experiment_id, point, params, spec, world_size, status, progress, "
+                            "created_at, started_at, finished_at) VALUES (?, 0, '{}', ?, 2, 'succeeded', 1, ?, ?, ?)",
+                            (exp_id, json.dumps(spec), now - 20, now - 19, now - 1)).lastrowid
+        t0 = now - 18
+        for gen, world, members, joiners, reason, at, lost in (
+                (0, 2, "[0,1]", "[]", "launch", t0, None), (1, 1, "[0]", "[]", "rank 1 lost", t0 + 6.2, t0 + 6.1),
+                (2, 2, "[0,1]", "[1]", "1 replacement joined", t0 + 9.5, None)):
+            db.execute("INSERT INTO generations (run_id, gen, world, members, joiners, reason, published_at, "
+                       "lost_at, resumed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       (run_id, gen, world, members, joiners, reason, at, lost, at + 0.5))
+        for step in range(14):
+            gen = 0 if step < 6 else 1 if step < 9 else 2
+            world = 1 if gen == 1 else 2
+            for rank in range(world):
+                db.execute("INSERT INTO steps (run_id, rank, repeat, epoch, step, warmup, samples, loss, "
+                           "step_ms, generation, world, at) VALUES (?, ?, 0, 0, ?, 0, 32, 1.0, 10.0, ?, ?, ?)",
+                           (run_id, rank, step, gen, world, t0 + step + (0.6 if step >= 6 else 0)))
+    db.close()
+    return exp_id, run_id
+
+
+def test_elastic_generation_change():
+    """The step chart of an elastic run marks each generation change and the fault, and a
+    world-size chart shows the world shrinking and growing back."""
+    exp_id, run_id = store_elastic_fixture()
+    go(f"/experiments/{exp_id}", "#runs-table")
+    wait(lambda: figure_points("Step time per rank") > 0, what="per-rank points")
+    marks = js("""const f = [...document.querySelectorAll('figure.chart')].find(f => f.querySelector('figcaption').textContent === 'Step time per rank');
+                  return [...f.querySelectorAll('g.mark')].map(g => [g.classList.contains('fault'), g.textContent])""")
+    labels = [m[1] for m in marks]
+    check(any(m[0] and "fault: rank 1 lost" in m[1] for m in marks), marks)
+    check(any(t.startswith("gen 1: 1 rank") for t in labels) and
+          any(t.startswith("gen 2: 2 ranks") for t in labels), labels)
+    check(figure_points("World size") == 14, figure_points("World size"))
+    worlds = js("""const f = [...document.querySelectorAll('figure.chart')].find(f => f.querySelector('figcaption').textContent === 'World size');
+                   return [...f.querySelectorAll('circle.pt title')].map(t => t.textContent)""")
+    check(any(w.endswith("ranks 1") for w in worlds) and any(w.endswith("ranks 2") for w in worlds), worlds)
+    screenshot("experiment-elastic-generations")
+
+
 def test_keyboard_navigation_and_contrast():
     go("/experiments", "main h1")
     from selenium.webdriver.common.action_chains import ActionChains
@@ -815,6 +867,7 @@ def main():
                 test_memory_usage_and_timeline_of_a_run, test_model_predictions_and_what_if,
                 test_pipeline_schedule_timeline,
                 test_data_pipeline_throughput_beside_data_wait,
+                test_elastic_generation_change,
                 test_keyboard_navigation_and_contrast,
             ])
         finally:

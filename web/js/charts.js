@@ -72,6 +72,7 @@ function empty(fig, text) {
 //        series: [{name, points: [{x, y, lo?, hi?}], dash?, color?, ref?}]}
 // A series with ref: true is a reference (the ideal line): dashed, no point markers; one
 // with model: true is a prediction: its points hollow.
+// opts.marks: optional [{x, label, fault}], vertical lines across the plot at x.
 export function lineChart(opts) {
   const fig = frame(opts.title, opts.desc);
   // a log axis cannot show values <= 0: such points are left out, such error bars cut
@@ -106,6 +107,14 @@ export function lineChart(opts) {
     svg('line', { class: 'axis', x1: M.l, x2: M.l, y1: M.t, y2: H - M.b }),
     svg('text', { class: 'axis-label', x: (M.l + W - M.r) / 2, y: H - 8, 'text-anchor': 'middle' }, opts.x.label + (opts.x.log ? ' (log scale)' : '')),
     svg('text', { class: 'axis-label', x: 14, y: (M.t + H - M.b) / 2, 'text-anchor': 'middle', transform: `rotate(-90 14 ${(M.t + H - M.b) / 2})` }, opts.y.label));
+  // marks: vertical lines at x with a label (an elastic run's generations; its fault, red)
+  for (const m of opts.marks || []) {
+    root.append(svg('g', { class: m.fault ? 'mark fault' : 'mark' },
+      svg('line', { x1: px(m.x), x2: px(m.x), y1: M.t, y2: H - M.b, stroke: m.fault ? '#c0392b' : '#555555', 'stroke-width': 1.5, 'stroke-dasharray': m.fault ? 'none' : '4 3' }),
+      // a fault's label under a generation's: both often mark the same step
+      svg('text', { x: px(m.x) + 3, y: M.t + (m.fault ? 24 : 10), 'font-size': 10, fill: m.fault ? '#c0392b' : '#555555' }, m.label),
+      svg('title', {}, `${m.label} at ${opts.x.label} ${fmtNum(m.x)}`)));
+  }
   const items = [];
   let k = 0;
   for (const s of series) {

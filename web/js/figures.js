@@ -226,10 +226,43 @@ function quantile(sorted, q) {
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))];
 }
 
-// steps: the compact table of GET /v1/runs/{id}/steps. Returns {chart, columns, rows}:
-// each rank's step times over the run, and per rank the median, p95, max and how often
-// it was the slowest rank of a step (a straggler is slowest far more than 1/N of steps).
-export function stragglers(steps) {
+// An elastic run's generations along the step chart (issue 32): a mark at each
+// generation's first step and one at the fault (the first lost slot's end, matched to the
+// first step stored after it by the steps' at column), at the x the step chart counts
+// (steps in (repeat, step) order), and the world size at each step. No marks for a run
+// that formed no generation after the launch's.
+export function elasticMarks(steps, generations) {
+  const ci = Object.fromEntries(steps.columns.map((c, i) => [c, i]));
+  if (ci.generation === undefined || !generations || generations.length < 2) return { marks: [], world: [] };
+  const order = new Map(), first = new Map(), world = [], ats = [];
+  for (const row of steps.rows) {
+    const key = row[ci.repeat] + ':' + row[ci.step];
+    if (!order.has(key)) {
+      const x = order.size;
+      order.set(key, x);
+      world.push({ x, y: row[ci.world] });
+      ats.push({ x, at: row[ci.at] });
+    }
+    const g = row[ci.generation];
+    if (g !== null && !first.has(g)) first.set(g, order.get(key));
+  }
+  const marks = generations.filter((g) => g.gen > 0 && first.has(g.gen))
+    .map((g) => ({ x: first.get(g.gen), label: `gen ${g.gen}: ${g.world} rank${g.world === 1 ? '' : 's'}` }));
+  const lost = generations.find((g) => g.lost_at);
+  if (lost && ats.length) {
+    const t = Date.parse(lost.lost_at) / 1000;
+    const after = ats.find((p) => p.at !== null && p.at >= t);
+    marks.push({ x: (after || ats[ats.length - 1]).x, label: 'fault: ' + lost.reason, fault: true });
+  }
+  return { marks, world };
+}
+
+// steps: the compact table of GET /v1/runs/{id}/steps. Returns {chart, worldChart, columns,
+// rows}: each rank's step times over the run (an elastic run's generation changes and its
+// fault marked, from its generations, GET /v1/runs/{id}), its world size over the steps
+// (elastic runs only, else null), and per rank the median, p95, max and how often it was
+// the slowest rank of a step (a straggler is slowest far more than 1/N of steps).
+export function stragglers(steps, generations) {
   const ci = Object.fromEntries(steps.columns.map((c, i) => [c, i]));
   const byRank = new Map(), slowest = new Map(), perStep = new Map();
   let idx = 0;
@@ -249,10 +282,15 @@ export function stragglers(steps) {
     return { rank, steps: v.length, median_ms: quantile(v, 0.5), p95_ms: quantile(v, 0.95), max_ms: v[v.length - 1],
       slowest_share: perStep.size ? (slowest.get(rank) || 0) / perStep.size : null };
   });
-  const chart = lineChart({ title: 'Step time per rank', desc: 'Each rank\'s own step time (timed steps, all repeats in order); a straggler sits above the others.',
-    x: { label: 'step', zero: false, integer: true }, y: { label: 'step time (ms)' },
+  const em = elasticMarks(steps, generations);
+  const chart = lineChart({ title: 'Step time per rank', desc: 'Each rank\'s own step time (timed steps, all repeats in order); a straggler sits above the others.' +
+      (em.marks.length ? ' Dashed lines: a new generation of the elastic run; the solid red line: the fault.' : ''),
+    x: { label: 'step', zero: false, integer: true }, y: { label: 'step time (ms)' }, marks: em.marks,
     series: ranks.map((r) => ({ name: 'rank ' + r, points: byRank.get(r) })), empty: 'No steps stored for this run.' });
-  return { chart, columns: ['rank', 'steps', 'median_ms', 'p95_ms', 'max_ms', 'slowest_share'], rows };
+  const worldChart = em.marks.length ? lineChart({ title: 'World size', desc: 'The ranks of the generation each step ran in: a lost rank shrinks it, a replacement grows it back.',
+    x: { label: 'step', zero: false, integer: true }, y: { label: 'ranks', integer: true }, marks: em.marks,
+    series: [{ name: 'world size', points: em.world }], empty: 'No steps stored for this run.' }) : null;
+  return { chart, worldChart, columns: ['rank', 'steps', 'median_ms', 'p95_ms', 'max_ms', 'slowest_share'], rows };
 }
 
 // The columns of a results table worth showing by default (the rest behind a toggle).

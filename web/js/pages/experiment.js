@@ -132,12 +132,13 @@ export async function renderExperiment(main, id, query) {
     sel.addEventListener('change', () => { stepsRun = Number(sel.value); drawTraining(); });
     let steps;
     try { steps = await api(`/v1/runs/${stepsRun}/steps`); } catch (e) { stragglerBox.replaceChildren(errorBox('Cannot read the steps', e)); return; }
-    const s = stragglers(steps);
+    const shown = runs.find((r) => r && r.id === stepsRun);
+    const s = stragglers(steps, shown && shown.generations);
     const flat = steps.rows.map((row) => Object.fromEntries(steps.columns.map((c, i) => [c, row[i]])));
     stragglerBox.replaceChildren(
       el('div', { class: 'toolbar' }, el('div', { class: 'field' }, el('label', { for: 'steps-run' }, 'Run'), sel),
         downloadButtons(() => ({ name: `run-${stepsRun}-steps`, columns: steps.columns, rows: flat, json: steps }))),
-      el('div', { class: 'charts' }, s.chart),
+      el('div', { class: 'charts' }, s.chart, ...(s.worldChart ? [s.worldChart] : [])),
       // below the chart at full width: in a grid cell its caption and last column were cut
       el('p', { class: 'muted' }, 'slowest_share: the fraction of steps in which the rank was the slowest.'),
       dataTable(s.columns, s.rows, { caption: `Per-rank step time of run ${stepsRun}`, format: { slowest_share: (v) => v === null ? '—' : (v * 100).toFixed(0) + '%' } }));
