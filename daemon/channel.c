@@ -195,6 +195,12 @@ int channel_refused(const struct channel *c)
     return c->refused;
 }
 
+void channel_release(struct channel *c, int rank)
+{
+    if (c && rank >= 0 && rank < c->world_size)
+        c->connected[rank] = false;
+}
+
 void channel_close(struct channel *c)
 {
     if (!c)

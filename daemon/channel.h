@@ -47,6 +47,10 @@ struct channel *channel_open(struct loop *loop, const char *host, const char *ru
 int channel_port(const struct channel *c);
 /* Drops connections that did not say who they are within CHANNEL_HELLO_MS. */
 void channel_tick(struct channel *c, int64_t now_ms);
+/* Rank `rank`'s connection ended and another process may now claim the rank (an elastic
+ * run whose framework driver starts a replacement in a lost slot, daemon/monitor.c): its
+ * next hello is accepted once. Out of range: a no-op. */
+void channel_release(struct channel *c, int rank);
 /* Connections closed for not proving themselves, for logs and tests. */
 int channel_refused(const struct channel *c);
 /* Stops listening and closes the waiting connections (not the adopted ones). NULL is a

@@ -198,6 +198,13 @@ void elastic_replacement_started(struct elastic_run *el, int slot)
     }
 }
 
+void elastic_slot_rejoined(struct elastic_run *el, int slot)
+{
+    if (el->on && el->mode == VOCAB_ELASTIC_DRIVER && slot >= 0 && slot < el->world_size &&
+        el->slots[slot] == ELASTIC_SLOT_LOST)
+        el->slots[slot] = ELASTIC_SLOT_LIVE;
+}
+
 void elastic_joiner_hello(struct elastic_run *el, int slot)
 {
     if (el->on && slot >= 0 && slot < el->world_size && el->slots[slot] == ELASTIC_SLOT_JOINING)

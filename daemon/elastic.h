@@ -117,6 +117,9 @@ bool elastic_blame_kills(const struct elastic_run *el, int gen, int slot);
 /* A replacement was started into lost slot `slot`: it is JOINING until it grows a
  * generation. */
 void elastic_replacement_started(struct elastic_run *el, int slot);
+/* Driver mode: the engine's driver started a process in lost slot `slot` again and it
+ * proved itself (Horovod's replacement): the slot lives from here. */
+void elastic_slot_rejoined(struct elastic_run *el, int slot);
 /* The replacement in `slot` said hello. */
 void elastic_joiner_hello(struct elastic_run *el, int slot);
 /* The generation `gen` reported "resumed" (its first step completed). */

@@ -25,6 +25,7 @@
 #include "daemon/channel.h"
 #include "daemon/cluster.h"
 #include "daemon/elastic.h"
+#include "daemon/elastic_restart.h"
 #include "daemon/engines.h"
 #include "daemon/faults.h"
 #include "daemon/ingest.h"
@@ -44,6 +45,7 @@ struct run_rank {
     bool channel;   /* another launcher started it: it reports over the report channel */
     bool connected; /* its channel connection proved itself */
     bool lost;      /* its channel ended without done or an error: it died */
+    bool retired;   /* elastic restart: its slot is past the generation's world */
     bool joiner;    /* an elastic run's replacement: spawned with DDPB_ELASTIC_JOIN=1 */
     int wstatus;
     int signal_sent;      /* last signal the daemon sent, 0 = none */
@@ -93,10 +95,20 @@ struct active_run {
      * replacement is spawned with (each rank's CPUs as at the start, the store address) */
     struct elastic_run elastic;
     int *cpus, cpus_per;
+    /* elastic restart mode (pytorch) and Horovod's elastic driver (horovod):
+     * daemon/elastic_restart.h's state (the group's stop, the checkpoint folder); NULL
+     * otherwise. A restarted generation's GPUs are those the run started with (owned). */
+    struct elastic_restart *restart;
+    struct gpu_plan *restart_gpu;
+    int restart_nccl;
     char store_addr[192];
 };
 
 /* --- helpers -------------------------------------------------------------------- */
+
+static bool monitor_is_driver(const struct db_queued_run *q);
+static int monitor_driver_plan(struct active_run *r, const char *report, const char *cpu_map,
+                               struct launch_plan *plan, struct err *e);
 
 /* The run's status changed; at its end the experiment's status is published too. */
 static void monitor_publish_status(const struct active_run *r, enum db_run_status st,
@@ -189,11 +201,17 @@ static void monitor_signal_channel_rank(const struct active_run *r, const struct
         launcher_signal(k->pid, sig);
 }
 
+/* The run stops: what a fault stopped or slowed is undone before the ranks are signalled
+ * (a stopped rank is continued first), what never fired is noted. Not part of
+ * monitor_send_all: an elastic restart signals a generation, not the run's end. */
+static void monitor_end_faults(struct active_run *r)
+{
+    faults_end(r->faults, r->stop_reason[0] ? r->stop_reason : "a rank failed");
+}
+
 static void monitor_send_all(struct active_run *r, int sig)
 {
     int told = -1; /* the last node sent a command: a node's ranks are contiguous */
-    /* stopping: what a fault stopped or slowed is undone first, what never fired noted */
-    faults_end(r->faults, r->stop_reason[0] ? r->stop_reason : "a rank failed");
     if (r->foreign && r->launcher_pid > 0 && !r->launcher_exited)
         launcher_signal(r->launcher_pid, sig); /* it passes it on to the ranks it started */
     for (int i = 0; i < r->world_size; i++) {
@@ -279,6 +297,13 @@ static void monitor_reap(struct active_run *r, struct run_rank *k)
 }
 
 static void monitor_settle(struct active_run *r, struct run_rank *k);
+static bool monitor_restart_absorbs(const struct active_run *r, const struct run_rank *k);
+static void monitor_restart_begin(struct active_run *r, struct run_rank *k,
+                                  const struct elastic_decision *d);
+static void monitor_restart_next(struct active_run *r);
+static void monitor_driver_lost(struct active_run *r, struct run_rank *k);
+static void monitor_driver_joined(struct active_run *r, struct run_rank *k);
+static void monitor_slot_forget(struct active_run *r, struct run_rank *k);
 static bool monitor_elastic_lost(struct active_run *r, struct run_rank *k, const char *what);
 static void monitor_elastic_done(struct active_run *r, struct run_rank *k);
 
@@ -295,6 +320,7 @@ static void monitor_rank_failed(struct active_run *r, struct run_rank *k)
      * failure is recorded as a crash and not as our SIGTERM. */
     for (int i = 0; i < r->world_size; i++)
         monitor_reap(r, &r->ranks[i]);
+    monitor_end_faults(r);
     monitor_send_all(r, SIGTERM);
     for (int i = 0; i < r->world_size; i++)
         monitor_settle(r, &r->ranks[i]);
@@ -467,13 +493,16 @@ static void monitor_settle(struct active_run *r, struct run_rank *k)
     monitor_db_warn(r, rc, &e);
     if (ok)
         monitor_elastic_done(r, k);
-    if (!ok && !monitor_elastic_lost(r, k, what))
+    if (!ok && !monitor_restart_absorbs(r, k) && !monitor_elastic_lost(r, k, what))
         monitor_rank_failed(r, k);
 }
 
 static void monitor_check_done(struct active_run *r)
 {
     bool launcher_gone = !r->foreign || r->launcher_exited || r->launcher_pid <= 0;
+    if (!r->finished && !r->stopping && r->restart && r->restart->stopping &&
+        r->n_settled == r->world_size)
+        monitor_restart_next(r); /* may fail the run: then it finishes below */
     if (!r->finished && r->n_settled == r->world_size && launcher_gone)
         monitor_finish(r);
 }
@@ -672,6 +701,15 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
     snprintf(log_path, sizeof log_path, "%s/rank%d.log", r->dir, rank);
     bool pinned = monitor_cpu_list(cpus, rank, per, cpu, sizeof cpu);
     struct launch_rank lr = monitor_launch_base(r, store_addr, spec_path, log_path);
+    char restart_env[ELASTIC_RESTART_ENV][PATH_MAX];
+    const char *restart_envp[ELASTIC_RESTART_ENV];
+    if (r->restart) { /* the generation's world and where its checkpoints are */
+        lr.world_size = r->restart->world;
+        lr.nextra_env = elastic_restart_env(r->restart, restart_env[0], sizeof restart_env[0]);
+        for (int i = 0; i < lr.nextra_env; i++)
+            restart_envp[i] = restart_env[i];
+        lr.extra_env = restart_envp;
+    }
     lr.cpus = pinned ? cpu : NULL;
     lr.gpu_env = gpu_envp;
     lr.ngpu_env = ngpu_env;
@@ -708,6 +746,8 @@ static int monitor_adopt(void *ctx, int rank, int fd, pid_t pid, const char *hos
     struct active_run *r = ctx;
     struct run_rank *k = &r->ranks[rank];
     struct err e = {0};
+    if (r->restart && r->restart->driver && k->retired && !r->stopping && !r->finished)
+        monitor_driver_joined(r, k); /* the driver's replacement in a lost slot */
     if (r->finished || k->exited || k->report_fd >= 0)
         return -1;
     k->report_fd = fd;
@@ -839,7 +879,9 @@ static int monitor_spawn_launcher(struct active_run *r, const struct db_queued_r
     struct launch_plan *plan = malloc(sizeof *plan);
     if (!plan)
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
-    int rc = spread < 0 ? -1 : launch_plan_build(&in, plan, e);
+    int rc = spread < 0             ? -1
+             : monitor_is_driver(q) ? monitor_driver_plan(r, report, in.cpu_map, plan, e)
+                                    : launch_plan_build(&in, plan, e);
     char *argv[LAUNCH_PLAN_MAX_ARGS + 1];
     const char *env[LAUNCH_PLAN_MAX_ENV];
     if (rc == 0) {
@@ -959,7 +1001,7 @@ static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
     r->wlauncher = (struct monitor_watch){.run = r, .rank = 0, .kind = MONITOR_W_LAUNCHER};
     const struct vocab_launcher *vl = vocab_launcher(
         vocab_find(VOCAB_LAUNCHER, q->spec.launcher));
-    r->foreign = q->spec_err.code == ERR_OK && vl && !vl->per_rank;
+    r->foreign = q->spec_err.code == ERR_OK && ((vl && !vl->per_rank) || monitor_is_driver(q));
     snprintf(r->ns, sizeof r->ns, "run-%lld", (long long)q->id);
     snprintf(r->dir, sizeof r->dir, "%s/runs/%lld", ctx->cfg->state_dir, (long long)q->id);
     return r;
@@ -1219,14 +1261,8 @@ static void monitor_elastic_start(struct active_run *r, const struct db_queued_r
 static void monitor_elastic_replace(struct active_run *r, struct run_rank *k)
 {
     struct err e = {0};
-    buf_free(&k->line);
-    buf_init(&k->line);
-    k->spawned = k->exited = k->settled = k->lost = false;
-    k->wstatus = k->signal_sent = 0;
-    k->bad_report[0] = k->node_error[0] = '\0';
+    monitor_slot_forget(r, k);
     k->joiner = true;
-    r->n_settled--;
-    ingest_rank_reset(&r->ingest, k->rank);
     if (monitor_spawn_rank(r, k->rank, r->cpus, r->cpus_per, NULL, r->store_addr, &e) < 0) {
         log_warn("run %lld: elastic: could not start a replacement for rank %d: %s",
                  (long long)r->id, k->rank, e.msg);
@@ -1260,15 +1296,9 @@ static bool monitor_elastic_lost(struct active_run *r, struct run_rank *k, const
         return true;
     case ELASTIC_DRIVER:
         log_info("run %lld: elastic: %s", (long long)r->id, d.why);
+        monitor_driver_lost(r, k);
         return true;
-    case ELASTIC_RESTART:
-        /* restart mode belongs to the pytorch engine's part of issue 32 */
-        snprintf(why, sizeof why,
-                 "elastic: rank %d lost and restart mode (engine %s) is not "
-                 "available in this build",
-                 k->rank, r->engine);
-        monitor_stop_run(r, DB_RUN_FAILED, k->rank, why);
-        return true;
+    case ELASTIC_RESTART: monitor_restart_begin(r, k, &d); return true;
     case ELASTIC_SHRINK: break;
     }
     log_info("run %lld: elastic: rank %d %s; %s", (long long)r->id, k->rank, what, d.why);
@@ -1340,6 +1370,276 @@ static void monitor_elastic_line(struct active_run *r, struct run_rank *k,
     }
 }
 
+/* --- restart mode and Horovod's driver (daemon/elastic_restart.h) --------------------- */
+
+/* True for an elastic run whose engine's driver recovers (horovod): its launcher is
+ * engines/ddpb_hvd_driver.py. */
+static bool monitor_is_driver(const struct db_queued_run *q)
+{
+    const struct vocab_engine *g = vocab_engine(vocab_find(VOCAB_ENGINE, q->spec.train.engine));
+    return q->spec_err.code == ERR_OK && q->spec.elastic.on &&
+           q->spec.workload == SPEC_WORKLOAD_TRAIN && g && g->elastic == VOCAB_ELASTIC_DRIVER;
+}
+
+/* Writes the driver's discovery file (<elastic dir>/hosts, a slot per line, replaced
+ * atomically: the driver reads it every second): the slots that live, and while fewer
+ * than max_ranks live the lost ones too, which Horovod starts a replacement in once their
+ * blacklist cooldown ends. */
+static void monitor_driver_hosts(struct active_run *r)
+{
+    const struct elastic_run *el = &r->elastic;
+    int live = elastic_live(el);
+    char path[PATH_MAX], tmp[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/hosts", r->restart->dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "we");
+    for (int i = 0; f && i < r->world_size; i++)
+        if (!elastic_slot_forgiven(el, i) || live < el->max_ranks)
+            fprintf(f, "%d\n", i);
+    if (!f || fclose(f) != 0 || rename(tmp, path) < 0)
+        log_error("run %lld: elastic: cannot write %s: %s", (long long)r->id, path,
+                  strerror(errno));
+}
+
+/* Restart mode or the driver: their state, the folder, what a restarted generation's GPUs
+ * are (restart), the first discovery file (driver). On the daemon's own node and under
+ * launcher ddpbench only: the daemon forks each generation (restart), the driver starts
+ * its workers here (driver). */
+static int monitor_restart_prepare(struct active_run *r, const struct db_queued_run *q,
+                                   const struct monitor_gpu *gpu, struct err *e)
+{
+    const struct elastic_run *el = &r->elastic;
+    bool driver = el->mode == VOCAB_ELASTIC_DRIVER;
+    if (!el->on || (el->mode != VOCAB_ELASTIC_RESTART && !driver))
+        return 0;
+    if (strcmp(q->spec.launcher, "ddpbench") != 0)
+        return err_set(e, ERR_INVALID, "elastic",
+                       "elastic: engine %s recovers by starting its processes again, which "
+                       "launcher %s would do instead (use launcher ddpbench)",
+                       r->engine, q->spec.launcher);
+    for (int i = 0; i < r->world_size; i++)
+        if (r->ranks[i].node != 0)
+            return err_set(e, ERR_INVALID, "elastic",
+                           "elastic: engine %s starts its processes again on the leader's "
+                           "node only, and rank %d was placed on another",
+                           r->engine, i);
+    char why[PATH_MAX + 64];
+    r->restart = calloc(1, sizeof *r->restart);
+    r->restart_gpu = gpu ? malloc(sizeof *r->restart_gpu) : NULL;
+    if (!r->restart || (gpu && !r->restart_gpu))
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    if (gpu) {
+        *r->restart_gpu = *gpu->plan;
+        r->restart_nccl = gpu->nccl_version;
+    }
+    if (elastic_restart_init(r->restart, driver, r->world_size, r->dir, why, sizeof why) < 0)
+        return err_set(e, ERR_IO, "elastic", "%s", why);
+    if (driver)
+        monitor_driver_hosts(r);
+    return 0;
+}
+
+/* An end the restart absorbs: a rank of the generation being stopped (its end is no new
+ * loss: the next generation is decided already). */
+static bool monitor_restart_absorbs(const struct active_run *r, const struct run_rank *k)
+{
+    (void)k;
+    return r->restart && r->restart->stopping && !r->stopping;
+}
+
+/* Restart mode (daemon/elastic.h said ELASTIC_RESTART for k's loss): every other rank of
+ * the generation is stopped (SIGTERM, SIGKILL after the grace: monitor_tick); once all
+ * have ended monitor_restart_next starts generation d->next (monitor_check_done). */
+static void monitor_restart_begin(struct active_run *r, struct run_rank *k,
+                                  const struct elastic_decision *d)
+{
+    struct elastic_restart *er = r->restart;
+    if (!er || d->next.gen >= ELASTIC_RESTART_MAX_GENS) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 !er ? "elastic: restart mode has no state for this run (see the log)"
+                     : "elastic: %d generations started and the run still loses ranks",
+                 ELASTIC_RESTART_MAX_GENS);
+        monitor_stop_run(r, DB_RUN_FAILED, k->rank, why);
+        return;
+    }
+    er->stopping = true;
+    er->gen = d->next.gen;
+    er->world = d->world;
+    er->lost_at = clock_wall_s();
+    er->stop_began_ms = clock_mono_ms();
+    er->kill_at_ms = er->stop_began_ms + r->ctx->cfg->kill_grace_ms;
+    log_info("run %lld: elastic: %s; stopping the group", (long long)r->id, d->why);
+    for (int i = 0; i < r->world_size; i++) /* a crash is recorded as one, not as SIGTERM */
+        monitor_reap(r, &r->ranks[i]);
+    monitor_send_all(r, SIGTERM);
+    for (int i = 0; i < r->world_size; i++)
+        monitor_settle(r, &r->ranks[i]);
+}
+
+/* Slot k is not in the new generation, or its worker is gone: its row says so (status
+ * killed, the schema's run_ranks has no "lost"; the error starts "elastic: lost"). */
+static void monitor_slot_lost_row(struct active_run *r, struct run_rank *k, const char *why)
+{
+    struct err e = {0};
+    int rc = db_rank_exited(r->ctx->db, r->id, k->rank, "killed", -1, 0, why, &e);
+    monitor_db_warn(r, rc, &e);
+}
+
+/* Closes rank k's report fd and pidfd (their watches removed first) and frees its
+ * partial line. */
+static void monitor_rank_close(struct active_run *r, struct run_rank *k)
+{
+    if (k->report_fd >= 0) {
+        loop_watch_remove(r->ctx->loop, &k->wreport.lw);
+        close(k->report_fd);
+    }
+    if (k->pidfd >= 0) {
+        loop_watch_remove(r->ctx->loop, &k->wexit.lw);
+        close(k->pidfd);
+    }
+    k->report_fd = k->pidfd = -1;
+    buf_free(&k->line);
+}
+
+/* Slot k gets a new process: what the daemon and ingestion knew of the old one goes (its
+ * run_ranks row takes the new pid and status once it is spawned). */
+static void monitor_slot_forget(struct active_run *r, struct run_rank *k)
+{
+    if (k->settled)
+        r->n_settled--;
+    monitor_rank_close(r, k); /* a settled rank's fds are closed: kept safe anyway */
+    buf_init(&k->line);
+    k->pid = 0;
+    k->spawned = k->exited = k->settled = k->lost = k->retired = k->connected = false;
+    k->wstatus = k->signal_sent = 0;
+    k->exit_order = 0;
+    k->bad_report[0] = k->node_error[0] = '\0';
+    ingest_rank_reset(&r->ingest, k->rank);
+}
+
+/* Every rank of the stopped generation has ended: generation er->gen starts, slots
+ * 0..world-1 (DDPB_WORLD_SIZE = world), the others lost; it is recorded like any. */
+static void monitor_restart_next(struct active_run *r)
+{
+    struct elastic_restart *er = r->restart;
+    er->stopping = false;
+    int64_t stop_ms = clock_mono_ms() - er->stop_began_ms;
+    log_info("run %lld: elastic: generation %d of %d rank(s) starts (stopping took %lld ms)",
+             (long long)r->id, er->gen, er->world, (long long)stop_ms);
+    struct elastic_gen *g = calloc(1, sizeof *g);
+    struct monitor_gpu gpu = {.plan = r->restart_gpu, .nccl_version = r->restart_nccl};
+    struct err e = {0};
+    char why[160];
+    for (int i = 0; i < r->world_size; i++) {
+        struct run_rank *k = &r->ranks[i];
+        if (i >= er->world) {
+            snprintf(why, sizeof why, "elastic: lost; generation %d runs %d rank(s)", er->gen,
+                     er->world);
+            if (!k->retired)
+                monitor_slot_lost_row(r, k, why);
+            k->retired = true;
+            continue;
+        }
+        if (g)
+            g->members[g->n_members++] = i;
+        monitor_slot_forget(r, k);
+        if (monitor_spawn_rank(r, i, r->cpus, r->cpus_per, r->restart_gpu ? &gpu : NULL,
+                               r->store_addr, &e) < 0) {
+            snprintf(why, sizeof why, "elastic: could not start rank %d of generation %d: %s",
+                     i, er->gen, e.msg);
+            monitor_stop_run(r, DB_RUN_FAILED, i, why);
+            for (int j = i; j < r->world_size; j++) /* never spawned: settled now */
+                if (!r->ranks[j].spawned && !r->ranks[j].settled) {
+                    r->ranks[j].exited = r->ranks[j].settled = true;
+                    r->n_settled++;
+                }
+            break;
+        }
+    }
+    if (g) {
+        g->gen = er->gen;
+        snprintf(g->reason, sizeof g->reason, "restart after %.1f s of stopping",
+                 (double)stop_ms / 1000.0);
+        monitor_elastic_record(r, g, er->lost_at);
+    }
+    free(g);
+}
+
+/* The driver's command line: the engines' python running ddpb_hvd_driver.py, with the
+ * report channel, the run's folder, the CPU map and the elastic folder it reads the
+ * discovery file from. */
+static int monitor_driver_plan(struct active_run *r, const char *report, const char *cpu_map,
+                               struct launch_plan *plan, struct err *e)
+{
+    const struct config *cfg = r->ctx->cfg;
+    memset(plan, 0, sizeof *plan);
+    char env[ELASTIC_RESTART_ENV][PATH_MAX];
+    int n = elastic_restart_env(r->restart, env[0], sizeof env[0]);
+    size_t cap = sizeof plan->argv[0];
+    bool ok = (size_t)snprintf(plan->argv[0], cap, "%s", cfg->python) < cap &&
+              (size_t)snprintf(plan->argv[1], cap, "%s/ddpb_hvd_driver.py", cfg->engines_dir) <
+                  cap &&
+              (size_t)snprintf(plan->env[0], cap, "DDPB_REPORT=%s", report) < cap &&
+              (size_t)snprintf(plan->env[1], cap, "DDPB_LOG_DIR=%s", r->dir) < cap &&
+              (size_t)snprintf(plan->env[2], cap, "DDPB_LAUNCHER=horovod-elastic") < cap &&
+              (size_t)snprintf(plan->env[3], cap, "DDPB_CPU_MAP=%s", cpu_map ? cpu_map : "") <
+                  cap;
+    plan->argc = 2;
+    plan->nenv = 4;
+    for (int i = 0; i < n && plan->nenv < LAUNCH_PLAN_MAX_ENV; i++)
+        ok = ok && (size_t)snprintf(plan->env[plan->nenv++], cap, "%s", env[i]) < cap;
+    return ok ? 0
+              : err_set(e, ERR_INVALID, "elastic", "elastic: the driver's setup is too long");
+}
+
+/* A generation of a driver run as the daemon sees it (its live slots; joiner: a slot
+ * that came back, -1: none), recorded. */
+static void monitor_driver_record(struct active_run *r, int joiner, const char *reason,
+                                  double lost_at)
+{
+    struct elastic_gen *g = calloc(1, sizeof *g);
+    if (!g)
+        return;
+    g->gen = ++r->restart->gen;
+    for (int i = 0; i < r->world_size; i++)
+        if (!elastic_slot_forgiven(&r->elastic, i))
+            g->members[g->n_members++] = i;
+    if (joiner >= 0)
+        g->joiners[g->n_joiners++] = joiner;
+    snprintf(g->reason, sizeof g->reason, "%s", reason);
+    monitor_elastic_record(r, g, lost_at);
+    free(g);
+}
+
+/* Driver mode (daemon/elastic.h said ELASTIC_DRIVER for k's loss): Horovod goes on
+ * without the slot; the channel lets a replacement claim it, and the discovery file says
+ * whether Horovod may start one. */
+static void monitor_driver_lost(struct active_run *r, struct run_rank *k)
+{
+    if (!r->restart)
+        return;
+    k->retired = true;
+    channel_release(r->channel, k->rank);
+    monitor_slot_lost_row(r, k, "elastic: lost; Horovod's elastic driver goes on without it");
+    monitor_driver_hosts(r);
+    char why[64];
+    snprintf(why, sizeof why, "rank %d lost", k->rank);
+    monitor_driver_record(r, -1, why, clock_wall_s());
+}
+
+/* A replacement Horovod started in lost slot k proved itself on the report channel. */
+static void monitor_driver_joined(struct active_run *r, struct run_rank *k)
+{
+    monitor_slot_forget(r, k);
+    k->spawned = k->channel = true;
+    elastic_slot_rejoined(&r->elastic, k->rank);
+    char why[64];
+    snprintf(why, sizeof why, "a replacement joined slot %d", k->rank);
+    monitor_driver_record(r, k->rank, why, -1);
+    log_info("run %lld: elastic: %s", (long long)r->id, why);
+}
+
 struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
                                      const struct db_queued_run *q, const int *cpus,
                                      const struct monitor_gpu *gpu, const int *rank_node,
@@ -1362,10 +1662,10 @@ struct active_run *monitor_start_run(const struct monitor_ctx *ctx,
     int started = 0, per = monitor_slots_per_rank(q);
     monitor_elastic_start(r, q, cpus, per, gpu, store_addr);
     if (r->foreign) {
-        if (monitor_prepare(r, q, &se) == 0 &&
+        if (monitor_prepare(r, q, &se) == 0 && monitor_restart_prepare(r, q, gpu, &se) == 0 &&
             monitor_spawn_launcher(r, q, cpus, per, store_addr, &se) == 0)
             started = r->world_size;
-    } else if (monitor_prepare(r, q, &se) == 0)
+    } else if (monitor_prepare(r, q, &se) == 0 && monitor_restart_prepare(r, q, gpu, &se) == 0)
         for (; started < r->world_size; started++) {
             const struct run_rank *k = &r->ranks[started];
             if (k->node != 0 && k->local_rank > 0)
@@ -1418,6 +1718,7 @@ void monitor_stop_run(struct active_run *r, enum db_run_status status, int rank,
     if (!r->stopping) {
         r->stopping = true;
         r->kill_at_ms = clock_mono_ms() + r->ctx->cfg->kill_grace_ms;
+        monitor_end_faults(r);
         monitor_send_all(r, SIGTERM);
     }
 }
@@ -1567,10 +1868,17 @@ void monitor_tick(struct active_run *r, int64_t now_ms)
         snprintf(reason, sizeof reason, "the run exceeded its timeout of %d s", r->timeout_s);
         monitor_stop_run(r, DB_RUN_FAILED, -1, reason);
     }
-    if (!r->stopping)
+    bool restarting = r->restart && r->restart->stopping;
+    if (!r->stopping && !restarting) { /* a fault fires on the generation that runs */
         monitor_check_heartbeats(r, now_ms);
-    if (!r->stopping)
         faults_tick(r->faults, now_ms, monitor_steps_done(r));
+    }
+    if (!r->stopping && restarting && now_ms >= r->restart->kill_at_ms) {
+        monitor_send_all(r, SIGKILL); /* the generation outlived the grace */
+        r->restart->kill_at_ms = now_ms + 1000;
+    } else if (!r->stopping && restarting) {
+        monitor_kill_stopped(r);
+    }
     if (r->stopping && now_ms >= r->kill_at_ms) {
         monitor_send_all(r, SIGKILL);
         r->kill_at_ms = now_ms + 1000; /* repeat until they are gone */
@@ -1682,18 +1990,8 @@ void monitor_free_run(struct active_run *r)
 {
     if (!r)
         return;
-    for (int i = 0; i < r->world_size; i++) {
-        struct run_rank *k = &r->ranks[i];
-        if (k->report_fd >= 0) {
-            loop_watch_remove(r->ctx->loop, &k->wreport.lw);
-            close(k->report_fd);
-        }
-        if (k->pidfd >= 0) {
-            loop_watch_remove(r->ctx->loop, &k->wexit.lw);
-            close(k->pidfd);
-        }
-        buf_free(&k->line);
-    }
+    for (int i = 0; i < r->world_size; i++)
+        monitor_rank_close(r, &r->ranks[i]);
     channel_close(r->channel);
     if (r->launcher_pidfd >= 0) {
         loop_watch_remove(r->ctx->loop, &r->wlauncher.lw);
@@ -1705,6 +2003,8 @@ void monitor_free_run(struct active_run *r)
     ingest_run_cleanup(&r->ingest);
     elastic_free(&r->elastic);
     free(r->cpus);
+    free(r->restart);
+    free(r->restart_gpu);
     free(r->ranks);
     free(r);
 }

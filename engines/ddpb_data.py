@@ -69,11 +69,15 @@ def permutation(seed, epoch, n):
     return perm
 
 
-def train_shard(seed, epoch, n, world, rank, shuffle=True):
-    """Rank's sample indices for the epoch (LOADER_DROP: floor(n / world) each)."""
+def train_shard(seed, epoch, n, world, rank, shuffle=True, start=0):
+    """Rank's sample indices for the epoch (LOADER_DROP: floor(n / world) each). start:
+    samples of the epoch's order already consumed (an elastic run resumed mid-epoch with
+    another world: the ranks' shards interleave, so what a world consumed is a prefix of
+    the order, and the rest is sharded over the new world the same way)."""
     order = permutation(seed, epoch, n) if shuffle else list(range(n))
-    per = n // world
-    return order[rank:per * world:world]
+    rest = order[start:]
+    per = len(rest) // world
+    return rest[rank:per * world:world]
 
 
 def test_shard(n, world, rank):
@@ -235,14 +239,15 @@ class Data:
             classes = int(ds.get("classes", 10)) if model in MODEL_SHAPES else classes
         return c, h, w, classes
 
-    def batches(self, epoch, world, rank, batch, seed=None):
+    def batches(self, epoch, world, rank, batch, seed=None, start=0):
         """This rank's (x, y) batches of the epoch: full batches only (drop_last_batch).
-        seed: the repeat's (spec seed + repeat), as the C worker's."""
+        seed: the repeat's (spec seed + repeat), as the C worker's; start: samples of the
+        epoch consumed before (train_shard)."""
         seed = self.seed if seed is None else seed
         if self.name == "synthetic":
-            yield from self._synthetic(seed, world, rank, batch)
+            yield from self._synthetic(seed, world, rank, batch, start)
             return
-        idx = train_shard(seed, epoch, self.n, world, rank)
+        idx = train_shard(seed, epoch, self.n, world, rank, start=start)
         rng = np.random.default_rng([seed, epoch, rank])
         for b in range(len(idx) // batch):
             sel = np.asarray(idx[b * batch:(b + 1) * batch])
@@ -251,8 +256,8 @@ class Data:
                 x = self._augment(x, rng)
             yield x, self.train[1][sel]
 
-    def _synthetic(self, seed, world, rank, batch):
-        per = self.n // world
+    def _synthetic(self, seed, world, rank, batch, start=0):
+        per = (self.n - start) // world
         steps = per // batch
         rng = np.random.default_rng([seed, rank])
         fixed = None
@@ -283,5 +288,6 @@ class Data:
             sel = np.asarray(idx[b:b + batch])
             yield self.test[0][sel], self.test[1][sel]
 
-    def steps_per_epoch(self, world, batch):
-        return (self.n // world) // batch
+    def steps_per_epoch(self, world, batch, start=0):
+        """Batches each rank takes in an epoch (from sample `start` of its order)."""
+        return ((self.n - start) // world) // batch

@@ -61,9 +61,11 @@ def rendezvous(env, spec):
     node = env.get("DDPB_NODE_NAME") or socket.gethostname()
     timeout_ms = int(spec.get("timeout_s", 600)) * 1000
     st = ddpb_store.Store(env["DDPB_STORE"], env["DDPB_RUN"], env["DDPB_SECRET"], rank)
+    # an elastic run's generation N (restart mode) agrees afresh, under g<N>/
+    gen = f"g{env['DDPB_ELASTIC_GEN']}/" if env.get("DDPB_ELASTIC_GEN") else ""
     try:
-        st.set(f"engine/addr/{rank}", f"{host}:{free_port(host)} {node}")
-        keys = [f"engine/addr/{r}" for r in range(world)]
+        st.set(f"{gen}engine/addr/{rank}", f"{host}:{free_port(host)} {node}")
+        keys = [f"{gen}engine/addr/{r}" for r in range(world)]
         st.wait(keys, timeout_ms)
         peers = [st.get(k, timeout_ms).decode().split(" ", 1) for k in keys]
     finally:
@@ -180,7 +182,8 @@ def main():
                     "TF_CPP_MIN_LOG_LEVEL": "1", "PYTHONPATH": HERE + (
                         ":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")})
         t0 = time.monotonic()
-        env.update(rendezvous(env, spec))
+        if env.get("HOROVOD_ELASTIC") != "1":  # Horovod's elastic driver agrees its own
+            env.update(rendezvous(env, spec))
         env["DDPB_RENDEZVOUS_MS"] = "%.1f" % ((time.monotonic() - t0) * 1000)
     except Exception as ex:  # reported, then the rank exits: the run fails naming it
         code = "timeout" if isinstance(ex, ddpb_store.StoreError) and ex.status == 1 else \

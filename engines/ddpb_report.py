@@ -167,10 +167,11 @@ class Reporter:
         self.emit("progress", done=int(done), total=int(total), phase=phase)
 
     def step(self, step, loss, samples, step_ms, repeat=0, epoch=0, warmup=False,
-             bytes_sent=None, **phases):
+             bytes_sent=None, gen=None, world=None, **phases):
         """One training step of this rank; phases in ms by their report names. A phase
         not passed, or bytes_sent None, is left out: the engine cannot observe it, and the
-        daemon stores null (common/report.h), never 0."""
+        daemon stores null (common/report.h), never 0. gen and world: an elastic run's
+        generation and its world size (left out otherwise)."""
         unknown = set(phases) - set(STEP_PHASES)
         if unknown:
             raise ValueError(f"unknown step phase(s): {sorted(unknown)}")
@@ -178,6 +179,8 @@ class Reporter:
         fields["step_ms"] = float(step_ms)
         if bytes_sent is not None:
             fields["bytes_sent"] = int(bytes_sent)
+        if gen is not None:
+            fields.update(gen=int(gen), world=int(world))
         self.progress = int(step) + 1
         self.emit("step", repeat=int(repeat), epoch=int(epoch), step=int(step),
                   warmup=bool(warmup), samples=int(samples), loss=float(loss), **fields)
@@ -240,7 +243,9 @@ def start(env=None, heartbeat=True):
             _STARTED.env(env)
         return _STARTED
     rank, _, world = identity()
-    rep = Reporter(rank, world)
+    # an elastic run restarted with a smaller world still has the run's slots: its hello
+    # says those (DDPB_ELASTIC_SLOTS, daemon/elastic_restart.h), as the daemon checks
+    rep = Reporter(rank, int(os.environ.get("DDPB_ELASTIC_SLOTS") or world))
     rep.hello()
     values = {"python": sys.version.split()[0]}
     values.update(env or {})

@@ -23,6 +23,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+import ddpb_elastic
 import ddpb_torch_models as zoo
 import ddpb_train
 
@@ -47,56 +48,60 @@ def build_model(spec, data, device, seed):
     return zoo.build(spec.get("model", "mnist-cnn"), c, h, w, data.classes).to(device)
 
 
-def train_repeat(spec, rep, repeat, data, device, world, rank, adapter):
-    """One repeat from a fresh model (seed + repeat)."""
+def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None, ck=None):
+    """One repeat from a fresh model (seed + repeat); el: the restart mode's state
+    (engines/ddpb_elastic.py), ck: the checkpoint it resumes from (this repeat's), else
+    None: the repeat starts at step 0."""
     seed = int(spec.get("seed", 1)) + repeat
-    module, opt = adapter.wrap(build_model(spec, data, device, seed))
+    model = build_model(spec, data, device, seed)
+    if ck is not None:  # before the wrap: DDP broadcasts rank 0's parameters
+        model.load_state_dict(ck["model"])
+        torch.set_rng_state(ck["rng"])
+    module, opt = adapter.wrap(model)
+    if ck is not None:
+        opt.load_state_dict(ck["optimizer"])
     batch, acc = int(spec.get("batch_size", 32)), int(spec.get("accumulate", 1))
     plan = ddpb_train.Plan(spec, data.steps_per_epoch(world, batch) // acc)
-    step, usage, grads = 0, ddpb_train.Usage(repeat), None
-    for epoch in range(plan.epochs):
+    step, first, consumed = (ck["step"], ck["epoch"], ck["consumed"]) if ck else (0, 0, 0)
+    it_no = el.iteration if el else 0  # the step number reported: never goes back
+    first_steps = plan.steps_per_epoch if consumed == 0 else \
+        data.steps_per_epoch(world, batch, consumed) // acc
+    # the steps of the repeat in this world: a resumed epoch has what its rest allows
+    total = plan.total if int(spec.get("epochs", 0)) <= 0 else \
+        step + first_steps + (plan.epochs - first - 1) * plan.steps_per_epoch
+    usage, grads, epoch = ddpb_train.Usage(repeat), None, first
+    for epoch in range(first, plan.epochs):
         t_epoch = time.perf_counter()
         tally = ddpb_train.Tally()
-        it = data.batches(epoch, world, rank, batch, seed=seed)
-        for _ in range(plan.steps_per_epoch):
-            if step >= plan.total:
+        start = consumed if epoch == first else 0
+        if ck is not None and epoch == first and rank == 0:  # the ranks' sums so far
+            tally.loss_sum, tally.correct, tally.count = ck["tally"]
+        it = data.batches(epoch, world, rank, batch, seed=seed, start=start)
+        n_steps = first_steps if epoch == first else plan.steps_per_epoch
+        ran = 0
+        for _ in range(n_steps):
+            if step >= total:
                 break
-            lr = ddpb_train.lr_at(spec, step, plan.total)
+            lr = ddpb_train.lr_at(spec, step, total)
             for g in opt.param_groups:
                 g["lr"] = lr
-            clock = ddpb_train.Clock()
-            t_start = clock.t
-            adapter.step_begin()
-            data_ms = fwd = bwd = 0.0
-            loss_sum = 0.0
-            for k in range(acc):
-                x, y = next(it)
-                xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-                data_ms += clock.lap()
-                with adapter.micro(k, acc):
-                    out = module(xt)
-                    loss = F.cross_entropy(out, yt)
-                    fwd += clock.lap()
-                    adapter.backward(loss, k, acc)
-                    bwd += clock.lap()
-                loss_sum += loss.item()
-                tally.add(loss.item(), (out.argmax(1) == yt).sum().item(), len(y))
-                clock.lap()  # the tally's reads are no phase
-            if step == plan.total - 1:  # frameworks free .grad in the update: read it here
-                grads = grad_bytes(module)
-                clock.lap()  # the reading is no phase
-            ph = adapter.step_end(clock.t)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            clock.lap()
-            exposed = ph.pop("in_backward_ms", 0.0)
-            rep.step(step=step, loss=loss_sum / acc, samples=batch * acc,
-                     step_ms=(clock.t - t_start) * 1000.0, repeat=repeat, epoch=epoch,
-                     warmup=step < plan.warmup, data_ms=data_ms, forward_ms=fwd,
-                     backward_ms=max(0.0, bwd - exposed), **ph)
+            last = step == total - 1
+            loss_mean, step_ms, ph, read = one_step(module, adapter, it, device, acc, tally,
+                                                    last)
+            grads = read if last else grads
+            if el:
+                el.mark(it_no)
+                ph.update(el.step_fields())
+            rep.step(step=it_no, loss=loss_mean, samples=batch * acc, step_ms=step_ms,
+                     repeat=repeat, epoch=epoch, warmup=step < plan.warmup, **ph)
             usage.step()
-            step += 1
-        if not plan.completed(epoch, step):
+            step, it_no, ran = step + 1, it_no + 1, ran + 1
+            if el and el.pending_resume:
+                el.resumed(rep, ck["iteration"] if ck else 0)
+            if el and el.due(step) and ran < n_steps:
+                commit(el, rank, model, opt, adapter, repeat, epoch,
+                       start + ran * batch * acc * world, step, it_no, tally)
+        if ran < n_steps:
             break  # steps ran out inside this epoch: the C worker reports no partial epoch
         usage.emit(rep, epoch)
         test = None
@@ -105,10 +110,60 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter):
                 return evaluate(module, data, world, rank, batch, device, adapter.all_sum)
         ddpb_train.end_epoch(rep, rank, world, repeat, epoch, tally, t_epoch, adapter.all_sum,
                              test)
-        if step >= plan.total:
+        if el:  # the next epoch starts from here
+            commit(el, rank, model, opt, adapter, repeat, epoch + 1, 0, step, it_no, None)
+        if step >= total:
             break
     usage.emit(rep, epoch)  # the steps after the last epoch that ended
+    if el:
+        el.iteration = it_no
     rep.memory(repeat, ddpb_train.peak_rss_bytes(), grads_bytes=grads, **held_bytes(module, opt))
+
+
+def one_step(module, adapter, it, device, acc, tally, last):
+    """One optimizer step over acc micro-batches from the batch iterator it, tallied:
+    (the loss's mean, step_ms, the phases for the step line, and when last the gradient
+    bytes, read before the update frees them, else None)."""
+    clock = ddpb_train.Clock()
+    t_start = clock.t
+    adapter.step_begin()
+    data_ms = fwd = bwd = 0.0
+    loss_sum, grads = 0.0, None
+    for k in range(acc):
+        x, y = next(it)
+        xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+        data_ms += clock.lap()
+        with adapter.micro(k, acc):
+            out = module(xt)
+            loss = F.cross_entropy(out, yt)
+            fwd += clock.lap()
+            adapter.backward(loss, k, acc)
+            bwd += clock.lap()
+        loss_sum += loss.item()
+        tally.add(loss.item(), (out.argmax(1) == yt).sum().item(), len(y))
+        clock.lap()  # the tally's reads are no phase
+    if last:  # frameworks free .grad in the update: read it here
+        grads = grad_bytes(module)
+        clock.lap()  # the reading is no phase
+    ph = adapter.step_end(clock.t)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    clock.lap()
+    exposed = ph.pop("in_backward_ms", 0.0)
+    ph.update(data_ms=data_ms, forward_ms=fwd, backward_ms=max(0.0, bwd - exposed))
+    return loss_sum / acc, (clock.t - t_start) * 1000.0, ph, grads
+
+
+def commit(el, rank, model, opt, adapter, repeat, epoch, consumed, step, it_no, tally):
+    """A restart-mode checkpoint (engines/ddpb_elastic.py), a collective of every rank:
+    the epoch's tallies summed, ZeRO's optimizer shards gathered; rank 0 writes it."""
+    sums = adapter.all_sum(tally.as_list()) if tally is not None else [0.0, 0.0, 0.0]
+    opt_state = ddpb_elastic.optimizer_state(opt, rank)
+    if rank != 0:
+        return
+    el.commit({"repeat": repeat, "epoch": epoch, "consumed": consumed, "step": step,
+               "iteration": it_no, "model": model.state_dict(), "optimizer": opt_state,
+               "rng": torch.get_rng_state(), "tally": sums, "gen": el.gen, "world": el.world})
 
 
 def tensor_bytes(tensors):
@@ -136,19 +191,27 @@ def held_bytes(module, opt):
 
 
 def train_all(name, rep, versions, not_observed, spec, data, device, world, rank,
-              make_adapter, extra=None):
+              make_adapter, extra=None, el=None):
     """Every repeat of the run. make_adapter(announce) builds a repeat's adapter; repeat 0's
     calls announce(config) once its framework objects exist, which sends the env event:
-    versions, the framework configuration (extra added) and what is not observed."""
+    versions, the framework configuration (extra added) and what is not observed. el: the
+    restart mode's state (engines/ddpb_elastic.py), which resumes from its checkpoint."""
     def announce(config):
         config.update(extra or {})
         config["threads"] = torch.get_num_threads()
         rep.env(ddpb_train.framework_env(name, versions, config, not_observed))
 
-    for repeat in range(int(spec.get("repeats", 1))):
+    ck = el.load() if el else None
+    if el:  # past every step any slot reported (ddpb_elastic's iteration counter)
+        hw = el.high_water()
+        el.iteration = max(hw, ck["iteration"] if ck else 0)
+        el.lost_steps = max(0, hw - (ck["iteration"] if ck else 0))
+    for repeat in range(ck["repeat"] if ck else 0, int(spec.get("repeats", 1))):
         rep.heartbeat(phase="train")
-        adapter = make_adapter(announce if repeat == 0 else (lambda config: None))
-        train_repeat(spec, rep, repeat, data, device, world, rank, adapter)
+        adapter = make_adapter(announce if repeat == 0 or ck else (lambda config: None))
+        train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el,
+                     ck if ck and ck["repeat"] == repeat else None)
+        ck = None
 
 
 def no_context(k, acc):

@@ -84,10 +84,11 @@ def end_epoch(rep, rank, world, repeat, epoch, tally, t_epoch, all_sum, evaluate
     """An epoch's figures: the train tally summed over ranks, the test split's when
     evaluate (a function returning the summed [loss_sum, correct, count]) is given; rank 0
     reports them (the C worker's epoch event)."""
-    train_loss, train_acc = Tally.figures(all_sum(tally.as_list()))
+    summed = all_sum(tally.as_list())
+    train_loss, train_acc = Tally.figures(summed)
     test_loss, test_acc = Tally.figures(evaluate()) if evaluate else (None, None)
-    if rank == 0:
-        rep.epoch(epoch=epoch, samples=int(tally.count) * world,
+    if rank == 0:  # the ranks' samples summed (a resumed epoch's rank 0 holds all before)
+        rep.epoch(epoch=epoch, samples=int(summed[2]),
                   time_s=time.perf_counter() - t_epoch, repeat=repeat, train_loss=train_loss,
                   train_acc=train_acc, test_loss=test_loss, test_acc=test_acc)
 

@@ -74,13 +74,33 @@ def slot_plan(nodes):
 CONTROLLERS = {"tcp": ("gloo", "gloo"), "mpi": ("mpi", "mpi")}
 
 
-def controller_env(spec):
+# Horovod's own defaults (horovod/common/operations.cc): what an elastic worker leaves unset
+HOROVOD_DEFAULT_FUSION, HOROVOD_DEFAULT_CYCLE_MS = 128 << 20, 1.0
+
+
+def controller_env(spec, elastic=False):
     """The HOROVOD_* every rank sets whatever the controller: the controller and CPU
-    operations of the spec's backend, the fusion threshold and the cycle time."""
+    operations of the spec's backend, the fusion threshold and the cycle time.
+
+    elastic: a worker of Horovod's elastic driver, which re-initializes Horovod at every
+    reset. Horovod 0.28 (.venv) crashes there (SIGSEGV in hvd.init()) when both
+    HOROVOD_FUSION_THRESHOLD and HOROVOD_CYCLE_TIME are set, either alone is fine: so a
+    value equal to Horovod's default is left unset, and a spec that changes both is
+    refused (ValueError naming the fields)."""
     controller, ops = CONTROLLERS[spec.get("backend", "tcp")]
-    return {"HOROVOD_CONTROLLER": controller, "HOROVOD_CPU_OPERATIONS": ops,
-            "HOROVOD_FUSION_THRESHOLD": str(int(spec.get("fusion_mb", 64)) << 20),
-            "HOROVOD_CYCLE_TIME": str(float(spec.get("cycle_ms", 1)))}
+    fusion, cycle = int(spec.get("fusion_mb", 64)) << 20, float(spec.get("cycle_ms", 1))
+    env = {"HOROVOD_CONTROLLER": controller, "HOROVOD_CPU_OPERATIONS": ops,
+           "HOROVOD_FUSION_THRESHOLD": str(fusion), "HOROVOD_CYCLE_TIME": str(cycle)}
+    if not elastic:
+        return env
+    if fusion != HOROVOD_DEFAULT_FUSION and cycle != HOROVOD_DEFAULT_CYCLE_MS:
+        raise ValueError("elastic: Horovod 0.28 crashes re-initializing with both fusion_mb "
+                         "and cycle_ms set; keep fusion_mb 128 or cycle_ms 1")
+    if fusion == HOROVOD_DEFAULT_FUSION:
+        del env["HOROVOD_FUSION_THRESHOLD"]
+    if cycle == HOROVOD_DEFAULT_CYCLE_MS:
+        del env["HOROVOD_CYCLE_TIME"]
+    return env
 
 
 def rendezvous(spec, rank, world):
@@ -139,10 +159,13 @@ def init(rank, world):
 
 
 class HorovodAdapter:
-    """hvd.DistributedOptimizer for ddpb_torch_loop."""
+    """hvd.DistributedOptimizer for ddpb_torch_loop. broadcast: rank 0's initial state to
+    all (broadcast_init); off in elastic mode, where TorchState's sync does it inside
+    hvd.elastic.run (a collective outside it would meet a joiner's sync)."""
 
-    def __init__(self, spec, announce, facts):
+    def __init__(self, spec, announce, facts, broadcast=True):
         self.spec, self.announce, self.facts = spec, announce, facts
+        self.broadcast = broadcast
 
     def wrap(self, model):
         spec = self.spec
@@ -153,14 +176,16 @@ class HorovodAdapter:
         self.opt = hvd.DistributedOptimizer(cls(model.parameters(), **kw),
                                             named_parameters=model.named_parameters(),
                                             compression=comp, backward_passes_per_step=acc)
-        if spec.get("broadcast_init", True):
+        if spec.get("broadcast_init", True) and self.broadcast:
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
             hvd.broadcast_optimizer_state(self.opt, root_rank=0)
         self.announce({"DistributedOptimizer": {
             "optimizer": config, "compression": comp.__name__,
             "backward_passes_per_step": acc,
-            "fusion_threshold_bytes": int(os.environ["HOROVOD_FUSION_THRESHOLD"]),
-            "cycle_time_ms": float(os.environ["HOROVOD_CYCLE_TIME"]),
+            "fusion_threshold_bytes": int(os.environ.get("HOROVOD_FUSION_THRESHOLD",
+                                                         HOROVOD_DEFAULT_FUSION)),
+            "cycle_time_ms": float(os.environ.get("HOROVOD_CYCLE_TIME",
+                                                  HOROVOD_DEFAULT_CYCLE_MS)),
             "broadcast_init": bool(spec.get("broadcast_init", True))}, **self.facts})
         return model, self.opt
 
@@ -191,6 +216,13 @@ class HorovodAdapter:
 def train(rep, spec, rank, world):
     torch.set_num_threads(int(spec.get("threads", 1)))
     rep.heartbeat(phase="rendezvous")
+    if os.environ.get("HOROVOD_ELASTIC") == "1":  # started by Horovod's elastic driver
+        os.environ.update(controller_env(spec, elastic=True))
+        hvd.init()
+        import ddpb_hvd_elastic
+        ddpb_hvd_elastic.train(rep, spec, rank, VERSIONS, NOT_OBSERVED, HorovodAdapter)
+        hvd.shutdown()
+        return
     server = rendezvous(spec, rank, world)
     try:
         facts = init(rank, world)

@@ -32,6 +32,7 @@ import torchvision
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddpb_data
+import ddpb_elastic
 import ddpb_torch_loop as loop
 import ddpb_train
 import probe
@@ -159,8 +160,22 @@ def train(rep, spec, rank, world):
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     rep.heartbeat(phase="rendezvous")
     timeout_s = int(spec.get("comm_timeout_s", 300))
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    el = ddpb_elastic.from_env(spec, rank, world)
+    try:
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        if el and el.gen > 0 and rank == 0:  # the new group formed
+            el.event(rep, "regroup", peer=-1, regroup_ms=(
+                time.time() - el.lost_at) * 1000.0 if el.lost_at > 0 else None)
+        train_group(rep, spec, rank, world, backend, device, timeout_s, el)
+    except Exception:
+        if el:  # a peer went (the daemon restarts the group), or this rank failed
+            el.event(rep, "detect", peer=-1)
+        raise
+
+
+def train_group(rep, spec, rank, world, backend, device, timeout_s, el):
+    """The run once the process group exists (el: restart mode's state, or None)."""
     extra = {"process_group": {"backend": backend, "init_method": "env://",
                                "timeout_s": timeout_s}}
     if spec.get("strategy") == "zero1":
@@ -168,7 +183,7 @@ def train(rep, spec, rank, world):
                            "broadcast, which torch exposes no hook to time")
     loop.train_all("pytorch", rep, VERSIONS, NOT_OBSERVED, spec, ddpb_data.Data(spec), device,
                    world, rank, lambda announce: DdpAdapter(spec, world, device, announce),
-                   extra)
+                   extra, el)
     dist.barrier()
     dist.destroy_process_group()
 
