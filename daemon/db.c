@@ -2031,10 +2031,13 @@ static const char SQL_FAULT_AT[] =
     "SELECT coalesce((SELECT min(happened_at) FROM run_events WHERE run_id = ?1 AND "
     "type = 'fault' AND action = 'inject'), (SELECT min(lost_at) FROM generations WHERE "
     "run_id = ?1))";
-/* ?2: the fault's time */
+/* ?2: the fault's time. Detection is the first of a survivor seeing its communicator
+ * fail (detected_at) and the daemon seeing the slot end (lost_at): under restart mode the
+ * daemon alone notices. */
 static const char SQL_ELASTIC_FIG[] =
     "SELECT (SELECT count(*) - 1 FROM generations WHERE run_id = ?1), "
-    "(SELECT min(detected_at) FROM generations WHERE run_id = ?1 AND detected_at >= ?2) - ?2, "
+    "(SELECT min(t) FROM (SELECT detected_at AS t FROM generations WHERE run_id = ?1 UNION "
+    "ALL SELECT lost_at FROM generations WHERE run_id = ?1) WHERE t >= ?2) - ?2, "
     "(SELECT min(resumed_at) FROM generations WHERE run_id = ?1 AND gen > 0 AND "
     "resumed_at >= ?2) - ?2, "
     "(SELECT sum(lost_steps) FROM generations WHERE run_id = ?1 AND gen > 0)";

@@ -851,8 +851,8 @@ static void test_db_step_phases_null(void)
     test_db_cleanup(db);
 }
 
-/* What a fault cost (migration 016): with no fault event table, the fault is the first
- * lost slot's end; detection and resumption are measured from it, lost steps summed over
+/* What a fault cost (migrations 016, 017): the fault is the injected one's event (else the
+ * first lost slot's end); detection and resumption are measured from it, lost steps summed over
  * the regroups, and the throughput before, during and after from the steps' stored times
  * (n steps over n - 1 gaps). A fault-free run has no figures. */
 static void test_db_elastic_figures(void)
@@ -869,6 +869,10 @@ static void test_db_elastic_figures(void)
     T_OK(db_generation_detected(db, r, 0, 100.5, &e));
     T_OK(db_generation_detected(db, r, 0, 100.9, &e)); /* the first one counts */
     T_OK(db_generation_resumed(db, r, 1, 102.0, 30, 5, 800, &e));
+    /* the injected kill at 99.5; the daemon saw the slot end at 100.0, before any
+     * survivor (100.5): detection is the first of the two */
+    struct db_run_event kill = {99.5, "fault", "inject", "kill", NULL, 0, 1, -1, 3};
+    T_OK(db_insert_run_event(db, r, 1, &kill, &e));
     for (int k = 0; k < 8; k++) {
         struct report_step st = {
             REPORT_STEP_NO_PIPELINE, .step = k,          .samples = 10,     .step_ms = 5,
@@ -893,13 +897,13 @@ static void test_db_elastic_figures(void)
     T_OK(db_get_experiment_data(db, id, &data, &e));
     const struct db_elastic_fig *f = &data.runs[0].elastic;
     T_CHECK(f->elastic && f->faulted);
-    T_NEAR(f->fault_at, 100.0, 1e-9);
+    T_NEAR(f->fault_at, 99.5, 1e-9);
     T_EQ_INT(f->generations, 1);
     T_NEAR(f->detect_s, 0.5, 1e-9);
-    T_NEAR(f->resume_s, 2.0, 1e-9);
+    T_NEAR(f->resume_s, 2.5, 1e-9);
     T_NEAR(f->lost_steps, 5, 0);
     T_NEAR(f->thr_before, 40.0 * 3 / 4 / 3, 1e-9); /* 4 steps of 10 over 3 s */
-    T_NEAR(f->thr_during, 10.0 / 2, 1e-9);         /* one step in the 2 s gap */
+    T_NEAR(f->thr_during, 10.0 / 2.5, 1e-9);       /* one step in the 2.5 s gap */
     T_NEAR(f->thr_after, 30.0 * 2 / 3 / 1, 1e-9);  /* 3 steps of 10 over 1 s */
     const struct db_elastic_fig *plain = &data.runs[1].elastic;
     T_CHECK(!plain->elastic && !plain->faulted);
