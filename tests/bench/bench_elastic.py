@@ -25,6 +25,7 @@ Hold /tmp/ddpb-bench.lock.
 """
 import datetime
 import fcntl
+import json
 import os
 import statistics
 import sys
@@ -70,10 +71,10 @@ def seconds(start, end):
     return (iso(end.replace("Z", "+00:00")) - iso(start.replace("Z", "+00:00"))).total_seconds()
 
 
-def figures(d, exp):
-    run_id = exp["runs"][0]["id"]
+def figures(d, run_id):
+    """The stored figures of run run_id (its experiment's one results row)."""
     run = d.call(f"/v1/runs/{run_id}")
-    rows = d.call(f"/v1/experiments/{exp['id']}/results")["rows"]
+    rows = d.call(f"/v1/experiments/{run['experiment_id']}/results")["rows"]
     row = rows[0] if rows else {}
     epochs = [e for e in run.get("epochs", []) if e.get("test_acc") is not None]
     out = {"run": run_id, "status": run["status"],
@@ -94,7 +95,7 @@ def one(d, engine, world, case, seed, a):
         if e["status"] not in ("queued", "running"):
             break
         time.sleep(0.5)
-    f = figures(d, e)
+    f = figures(d, e["runs"][0]["id"])
     print(f"  {engine:9} W={world} {case:8} seed {seed}: {f}", flush=True)
     return f
 
@@ -159,13 +160,29 @@ def main():
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--samples", type=int, default=6000)
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--reread", metavar="STATE",
+                    help="serve a finished bench's daemon state folder with --build and read "
+                    "the runs of --json again (results are computed when read)")
     a = ap.parse_args()
     a.engines = a.engines.split(",")
     a.worlds = [int(w) for w in a.worlds.split(",")]
     cases = a.cases.split(",")
+    if a.reread:
+        with open(a.json) as f:
+            res = json.load(f)
+        d = Daemon(a.build, 8, state=a.reread)
+        try:
+            for r in res:
+                r["f"] = figures(d, r["f"]["run"])
+        finally:
+            d.close()
+        write_json(a.json, res)
+        table(res, a)
+        return
     lock = open("/tmp/ddpb-bench.lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
     d = Daemon(a.build, 8)
+    print(f"daemon state: {d.state}", flush=True)
     res = []
     try:
         for rnd in range(a.rounds):

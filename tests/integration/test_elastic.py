@@ -186,6 +186,55 @@ def test_elastic_min_ranks_fails():
         d.close()
 
 
+ENGINES = (("ddpbench", "ddp"), ("pytorch", "ddp"), ("horovod", "horovod"))
+
+
+def test_elastic_fault_sweep_every_engine():
+    """The issue's sweep, for each elastic engine: one experiment sweeping "faults" over
+    [] and a kill of rank 0 at 30 % of the run, injected by the daemon. Rank 0 is the one
+    killed: the root of ddpbench's generations, the host of torch's TCPStore (the store a
+    pytorch group rendezvouses through), horovod's rank 0. Both points succeed; the
+    faulted one has a generation 1 of one rank, its fault injected, its results' fault
+    columns filled; the fault-free twin has none, and the report's findings state the
+    fault's cost against it."""
+    d = Daemon(cpu_slots=2)
+    try:
+        total = 2 * (SAMPLES // (64 * 2))
+        kill = [{"at_step": int(0.3 * total), "rank": 0, "kind": "kill"}]
+        for engine, strategy in ENGINES:
+            exp = d.run_experiment(dict(SPEC, name=f"sweep {engine}", engine=engine,
+                                        strategy=strategy, world_size=2,
+                                        elastic={"min_ranks": 1, "max_ranks": 1,
+                                                 "commit_every": 5},
+                                        sweep={"faults": [[], kill]}), timeout=600)
+            twin, hit = (d.get(f"/v1/runs/{r['id']}") for r in exp["runs"])
+            for run in (twin, hit):
+                check(run["status"] == "succeeded", (engine, run["error"]))
+            check([g["gen"] for g in twin["generations"]] == [0] and not twin["faults"],
+                  (engine, twin["generations"], twin["faults"]))
+            check([(g["gen"], g["world"]) for g in hit["generations"]] == [(0, 2), (1, 1)],
+                  (engine, hit["generations"]))
+            check(hit["faults"][0]["injected"] and hit["faults"][0]["kind"] == "kill",
+                  (engine, hit["faults"]))
+            # in place and under horovod's driver slot 0 is gone; a pytorch restart starts
+            # slots 0..n'-1 again, so the slot past the new world is the one lost
+            lost = 1 if engine == "pytorch" else 0
+            check(hit["ranks"][lost]["status"] == "killed", (engine, hit["ranks"]))
+            rows = d.get(f"/v1/experiments/{exp['id']}/results")["rows"]
+            check(len(rows) == 2, (engine, rows))  # one row per point: the faults differ
+            free, row = sorted(rows, key=lambda r: r["generations_mean"] or 0)
+            check(row["detect_s_mean"] is not None and
+                  0 <= row["detect_s_mean"] <= row["resume_s_mean"] < 60, (engine, row))
+            check(row["lost_steps_mean"] is not None and row["throughput_after_mean"] > 0,
+                  (engine, row))
+            check(free["detect_s_mean"] is None, (engine, free))
+            _, html, _ = d.request("GET", f"/v1/experiments/{exp['id']}/report")
+            check("data-rule='fault'" in str(html), (engine, "no fault finding"))
+            check(not worker_pids(d.proc.pid), worker_pids(d.proc.pid))
+    finally:
+        d.close()
+
+
 def test_elastic_refusals_and_engines():
     """The spec's refusals name the field; GET /v1/engines says how each engine recovers."""
     d = Daemon(cpu_slots=2)
@@ -217,4 +266,5 @@ if __name__ == "__main__":
         test_elastic_stopped_rank_is_killed,
         test_elastic_2_to_1,
         test_elastic_3_to_2_with_replacement,
+        test_elastic_fault_sweep_every_engine,
     ]))
