@@ -29,7 +29,6 @@ import json
 import os
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -88,13 +87,7 @@ def figures(d, run_id):
 
 
 def one(d, engine, world, case, seed, a):
-    spec = spec_of(engine, world, case, seed, a.samples, a.epochs)
-    exp = d.call("/v1/experiments", spec)
-    while True:
-        e = d.call(f"/v1/experiments/{exp['id']}")
-        if e["status"] not in ("queued", "running"):
-            break
-        time.sleep(0.5)
+    e = d.ended(spec_of(engine, world, case, seed, a.samples, a.epochs))
     f = figures(d, e["runs"][0]["id"])
     print(f"  {engine:9} W={world} {case:8} seed {seed}: {f}", flush=True)
     return f

@@ -55,14 +55,18 @@ class Daemon:
                                      {"Content-Type": "application/json"})
         return json.load(urllib.request.urlopen(req, timeout=60))
 
-    def finish(self, spec):
-        """The experiment of spec once it ended; exits when it did not succeed."""
+    def ended(self, spec):
+        """The experiment of spec once it ended, whatever its status."""
         exp = self.call("/v1/experiments", spec)
         while True:
             e = self.call(f"/v1/experiments/{exp['id']}")
             if e["status"] not in ("queued", "running"):
-                break
+                return e
             time.sleep(0.5)
+
+    def finish(self, spec):
+        """The experiment of spec once it ended; exits when it did not succeed."""
+        e = self.ended(spec)
         if e["status"] != "succeeded":
             raise SystemExit(f"ddpbench experiment failed: {[r['error'] for r in e['runs']]}")
         return e
