@@ -67,7 +67,8 @@ if (f"at most {MAX_RUNS} runs" not in SCHEMA["description"]
         or "(8) loader workers, at every point" not in SCHEMA["description"]
         or "(9) mpi_mca's keys" not in SCHEMA["description"]
         or "(10) transport shm, at every point" not in SCHEMA["description"]
-        or "(11) elastic, at every point" not in SCHEMA["description"]
+        or "(11) faults, at every point" not in SCHEMA["description"]
+        or "(12) elastic, at every point" not in SCHEMA["description"]
         or "beneath one of the daemon's --data-dir directories" not in SCHEMA["description"]):
     raise ImportError("schemathesis_hooks.py: the limits differ from the schema's description")
 SIZE_FIELDS = ("min_bytes", "max_bytes", "step")
