@@ -90,7 +90,9 @@ def controller_env(spec, elastic=False):
     controller, ops = CONTROLLERS[spec.get("backend", "tcp")]
     fusion, cycle = int(spec.get("fusion_mb", 64)) << 20, float(spec.get("cycle_ms", 1))
     env = {"HOROVOD_CONTROLLER": controller, "HOROVOD_CPU_OPERATIONS": ops,
-           "HOROVOD_FUSION_THRESHOLD": str(fusion), "HOROVOD_CYCLE_TIME": str(cycle)}
+           "HOROVOD_FUSION_THRESHOLD": str(fusion), "HOROVOD_CYCLE_TIME": str(cycle),
+           # the spec's limit on an operation in which nothing moves is Gloo's timeout
+           "HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(spec.get("comm_timeout_s", 60)))}
     if not elastic:
         return env
     if fusion != HOROVOD_DEFAULT_FUSION and cycle != HOROVOD_DEFAULT_CYCLE_MS:
