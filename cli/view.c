@@ -657,6 +657,18 @@ static const struct view_col view_fault_cols[] = {
     {"note", "note", VK_VALUE, NULL, 0},
 };
 
+/* GET /v1/runs/{id}'s generations (issue 32): an elastic run's worlds, in order. */
+static const struct view_col view_generation_cols[] = {
+    {"gen", "gen", VK_INT, NULL, 0},
+    {"world", "world", VK_INT, NULL, 0},
+    {"members", "members", VK_VALUE, NULL, 0},
+    {"joiners", "joiners", VK_VALUE, NULL, 0},
+    {"reason", "reason", VK_VALUE, NULL, 0},
+    {"regroup_ms", "regroup ms", VK_NUM, NULL, 0},
+    {"commit_step", "commit", VK_INT, NULL, 0},
+    {"lost_steps", "lost steps", VK_INT, NULL, 0},
+};
+
 static const struct view_col view_usage_cols[] = {
     {"rank", "rank", VK_INT, NULL, 0},
     {"repeat", "repeat", VK_INT, NULL, 0},
@@ -870,8 +882,8 @@ int view_run(const json_t *run, struct buf *out)
     int rc = view_errors(one, out);
     json_decref(one);
     const char *const sections[] = {"ranks",  "env",   "collectives", "epochs",
-                                    "memory", "usage", "faults"};
-    for (size_t i = 0; i < 7 && rc == 0; i++) {
+                                    "memory", "usage", "faults",      "generations"};
+    for (size_t i = 0; i < 8 && rc == 0; i++) {
         const json_t *rows = json_object_get(run, sections[i]);
         if (json_array_size(rows) == 0)
             continue;
@@ -883,7 +895,8 @@ int view_run(const json_t *run, struct buf *out)
              : i == 3 ? VIEW_ROWS(rows, view_epoch_cols, out)
              : i == 4 ? VIEW_ROWS(rows, view_memory_cols, out)
              : i == 5 ? VIEW_ROWS(rows, view_usage_cols, out)
-                      : VIEW_ROWS(rows, view_fault_cols, out);
+             : i == 6 ? VIEW_ROWS(rows, view_fault_cols, out)
+                      : VIEW_ROWS(rows, view_generation_cols, out);
     }
     return rc;
 }

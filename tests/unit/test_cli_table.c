@@ -398,6 +398,24 @@ static void test_view_experiment_and_run(void)
     T_CHECK_MSG(strstr(s, "stop") && strstr(s, "true") &&
                     strstr(s, "not injected: the run ended first"),
                 "%s", s);
+    T_CHECK_MSG(!strstr(s, "lost steps"), "not elastic, no generations table: %s", s);
+    buf_free(&b);
+    /* an elastic run's generations (issue 32): the launch's, then the survivors' */
+    json_object_set_new(run, "generations",
+                        json_pack("[{s:i, s:i, s:[i,i], s:[], s:s, s:n, s:n, s:n},"
+                                  " {s:i, s:i, s:[i], s:[], s:s, s:f, s:i, s:i}]",
+                                  "gen", 0, "world", 2, "members", 0, 1, "joiners", "reason",
+                                  "launch", "regroup_ms", "commit_step", "lost_steps", "gen", 1,
+                                  "world", 1, "members", 0, "joiners", "reason", "rank 1 lost",
+                                  "regroup_ms", 5.25, "commit_step", 80, "lost_steps", 3));
+    buf_init(&b);
+    T_EQ_INT(view_run(run, &b), 0);
+    s = text(&b);
+    T_CHECK_MSG(strstr(s, "gen  world  members  joiners  reason"), "%s", s);
+    T_CHECK_MSG(strstr(s, "[0,1]") && strstr(s, "rank 1 lost") && strstr(s, "5.25") &&
+                    strstr(s, "80") && strstr(s, "lost steps"),
+                "%s", s);
+    T_CHECK(ascii_only(&b));
     buf_free(&b);
     json_decref(run);
 }
