@@ -94,9 +94,19 @@ struct spec_train {
     char model[24];
     char strategy[12];   /* "naive", "ddp", "horovod", "zero1", "zero2" */
     char engine[12];     /* "ddpbench" (the C worker) or a framework (vocab.h) */
+    char framework[8];   /* the engine's front end (issue 33): "auto" = its own; horovod:
+                          * "torch" or "keras" (hvd.tensorflow.keras over TensorFlow 2) */
     char script[256];    /* engine "script": a file under the daemon's --scripts-dir */
     char precision[8];   /* "fp32", "fp16", "bf16" (the last two on device cuda) */
     char compression[8]; /* "none", "fp16", "bf16" */
+    /* Gradient clipping (issue 33), every engine the same: the global L2 norm over all
+     * parameters' gradients after the exchange (ZeRO: shard norms allreduced), scaled down
+     * to clip_grad_norm when above it; 0 = off. */
+    double clip_grad_norm;
+    /* fp16 loss scaling: loss_scale 0 = dynamic (PyTorch GradScaler: starts at 65536, halves
+     * on a non-finite step, doubles after loss_scale_window finite ones); > 0 = static. */
+    double loss_scale;
+    int loss_scale_window;
     int batch_size;      /* per rank */
     int steps, epochs;   /* exactly one non-zero */
     int warmup_steps;
