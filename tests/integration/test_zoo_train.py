@@ -10,6 +10,7 @@ Sizes keep it to seconds a model: batch 2, 3 steps; the ImageNet models at 75x75
 least Inception V3 takes) with 10 classes, the CIFAR forms at their 32x32."""
 import math
 import sys
+import time
 
 from harness import Daemon, check, model_params, run_cases
 
@@ -44,9 +45,18 @@ def check_runs(d, exp, engine, want_params):
     check(seen == set(want_params), (engine, seen))
 
 
+def wait_probe(d, timeout=300):
+    """Until this node's engine probe has finished (GET /v1/engines says "probing" until
+    then; a submit for a framework engine waits on it)."""
+    deadline = time.time() + timeout
+    while d.get("/v1/engines")["nodes"][0]["probing"] and time.time() < deadline:
+        time.sleep(0.3)
+
+
 def test_new_models_train():
     d = Daemon(cpu_slots=2)
     try:
+        wait_probe(d)
         cifar = dict(BASE, dataset={"name": "synthetic", "samples": 64},
                      sweep={"model": CIFAR})
         imagenet = dict(BASE, dataset={"name": "synthetic", "samples": 64, "shape": [3, 75, 75],

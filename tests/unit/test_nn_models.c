@@ -415,11 +415,11 @@ static int gc_loss(struct nn_model *m, const float *x, const int32_t *y, double 
     return nn_model_forward(m, x, 1, 3, e) || nn_model_loss(m, y, GC_N, loss, &right, e);
 }
 
-/* dLoss/dparam by central differences (step h) against backward on the reference backend,
- * up to `per` parameters of each tensor (test_nn_model.c's gradcheck explains h and the
- * tolerance: ReLU and max-pool kinks bend a few samples, which one-sided differences that
- * disagree reveal and which are skipped, at most a fifth). m is built with its parameters;
- * x holds GC_N samples. Leaves m prepared on the reference with one backward's gradients. */
+/* model_gradcheck (model_check.h) on the reference backend, up to `per` parameters of each
+ * tensor (test_nn_model.c's gradcheck explains h and the tolerance: ReLU and max-pool
+ * kinks bend a few samples, which are skipped, at most a fifth). m is built with its
+ * parameters; x holds GC_N samples. Leaves m prepared on the reference with one backward's
+ * gradients (central differences run forwards only). */
 static void gc_check(struct nn_model *m, const char *what, const float *x, int per, float h)
 {
     struct err e;
@@ -428,32 +428,14 @@ static void gc_check(struct nn_model *m, const char *what, const float *x, int p
              gc_loss(m, x, gc_labels, &l0, &e) || nn_model_backward(m, NULL, NULL, &e);
     T_CHECK_MSG(rc == 0, "%s: %s", what, e.msg);
     float *g = rc ? NULL : model_grads_copy(m);
-    int bad = 0, checked = 0, kinks = 0;
-    for (int p = 0; g && p < m->nparam_tensors && !bad; p++) {
-        const struct nn_param *pi = &m->param_info[p];
-        for (size_t k = 0; k < pi->len && k < (size_t)per; k++) {
-            size_t i = pi->offset + (k * 7919) % pi->len;
-            double lp, lm;
-            T_OK(model_central(m, gc_loss, x, gc_labels, i, h, &lp, &lm, &e));
-            double num = (lp - lm) / (2.0 * h), fwd = (lp - l0) / h, bwd = (l0 - lm) / h;
-            checked++;
-            if (fabs(fwd - bwd) > 1e-3 + 5e-2 * fabs(num)) {
-                kinks++;
-                continue;
-            }
-            if (fabs(num - g[i]) > 1e-4 + 3e-2 * fmax(fabs(num), fabs(g[i]))) {
-                fprintf(stderr, "    %s %s[%zu]: numeric %.6g, backward %.6g\n", what, pi->name,
-                        i - pi->offset, num, g[i]);
-                bad = 1;
-            }
-        }
-    }
-    if (g) /* the gradients of l0 again: model_central ran forwards only */
-        memcpy(m->grads.data, g, m->nparams * sizeof *g);
+    struct model_gc r = {0};
+    if (g)
+        T_OK(model_gradcheck(m, gc_loss, x, gc_labels, l0, g, (size_t)per, h, &r, &e));
     free(g);
-    T_CHECK_MSG(!bad, "%s: backward is not the loss's gradient", what);
-    T_CHECK_MSG(checked >= 2 * m->nparam_tensors, "%s: %d checked", what, checked);
-    T_CHECK_MSG(kinks * 5 <= checked, "%s: %d of %d samples on kinks", what, kinks, checked);
+    T_CHECK_MSG(!r.bad, "%s: backward is not the loss's gradient", what);
+    T_CHECK_MSG(r.checked >= 2 * m->nparam_tensors, "%s: %d checked", what, r.checked);
+    T_CHECK_MSG(r.kinks * 5 <= r.checked, "%s: %d of %d samples on kinks", what, r.kinks,
+                r.checked);
 }
 
 /* An Inception block in miniature, built with the calls zoo_inception_* make: a BasicConv2d

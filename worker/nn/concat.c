@@ -128,10 +128,9 @@ void nn_concat_fast_backward(struct nn_concat_fast *f, float *da, float *db, con
 
 void nn_concat_fast_destroy(struct nn_concat_fast *f)
 {
-    nn_prim_destroy(&f->fwd);
-    nn_mem_destroy(&f->m_a);
-    nn_mem_destroy(&f->m_b);
-    nn_mem_destroy(&f->m_dst);
+    struct nn_prim *const prims[] = {&f->fwd, NULL};
+    struct nn_mem *const mems[] = {&f->m_a, &f->m_b, &f->m_dst, NULL};
+    nn_fast_release(prims, mems, NULL, 0);
     nn_reorder_destroy(&f->bwd_a);
     nn_reorder_destroy(&f->bwd_b);
     memset(f, 0, sizeof *f);

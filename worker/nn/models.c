@@ -82,9 +82,13 @@ static int zoo_mnist_cnn(struct nn_model *m, int x, int classes)
     return nn_model_linear(m, "fc2", x, classes, 1);
 }
 
-static int zoo_lenet5(struct nn_model *m, int x, int classes)
+/* LeNet-5's layers: conv 6 5x5 (padded pad1), relu, max pool 2, conv 16 5x5, relu, max
+ * pool 2, fc 120, relu, fc 84, relu, fc classes. The PyTorch tutorials pad the first
+ * convolution by 2 for 28x28 MNIST (lenet5); the CIFAR tutorial's Net, which DeepSpeed's
+ * CIFAR example trains, does not (deepspeed-cifar-net). */
+static int zoo_lenet(struct nn_model *m, int x, int classes, int pad1)
 {
-    x = zoo_conv(m, "conv1", x, 6, 5, 1, 2, 1, 1);
+    x = zoo_conv(m, "conv1", x, 6, 5, 1, pad1, 1, 1);
     x = nn_model_act(m, "relu1", x, NN_ACT_RELU);
     x = nn_model_maxpool(m, "pool1", x, 2, 2, 0);
     x = zoo_conv(m, "conv2", x, 16, 5, 1, 0, 1, 1);
@@ -96,6 +100,11 @@ static int zoo_lenet5(struct nn_model *m, int x, int classes)
     x = nn_model_linear(m, "fc2", x, 84, 1);
     x = nn_model_act(m, "relu4", x, NN_ACT_RELU);
     return nn_model_linear(m, "fc3", x, classes, 1);
+}
+
+static int zoo_lenet5(struct nn_model *m, int x, int classes)
+{
+    return zoo_lenet(m, x, classes, 2);
 }
 
 /* ---- AlexNet, VGG ------------------------------------------------------------------- */
@@ -379,21 +388,10 @@ static int zoo_mobilenetv2_cifar(struct nn_model *m, int x, int classes)
 /* DeepSpeedExamples' cifar10_deepspeed.py Net (the PyTorch 60-minute blitz's): conv 3->6
  * 5x5, relu, max pool 2, conv 6->16 5x5, relu, max pool 2, flatten, fc 400 -> 120 -> 84 ->
  * classes with ReLUs: 62,006 parameters at 3x32x32 and 10 classes. One "pool" module
- * serves both pools there; here each is a node of its own. */
+ * serves both pools there; here each is a node of its own. It is LeNet-5 unpadded. */
 static int zoo_deepspeed_cifar_net(struct nn_model *m, int x, int classes)
 {
-    x = zoo_conv(m, "conv1", x, 6, 5, 1, 0, 1, 1);
-    x = nn_model_act(m, "relu1", x, NN_ACT_RELU);
-    x = nn_model_maxpool(m, "pool1", x, 2, 2, 0);
-    x = zoo_conv(m, "conv2", x, 16, 5, 1, 0, 1, 1);
-    x = nn_model_act(m, "relu2", x, NN_ACT_RELU);
-    x = nn_model_maxpool(m, "pool2", x, 2, 2, 0);
-    x = nn_model_flatten(m, "flatten", x);
-    x = nn_model_linear(m, "fc1", x, 120, 1);
-    x = nn_model_act(m, "relu3", x, NN_ACT_RELU);
-    x = nn_model_linear(m, "fc2", x, 84, 1);
-    x = nn_model_act(m, "relu4", x, NN_ACT_RELU);
-    return nn_model_linear(m, "fc3", x, classes, 1);
+    return zoo_lenet(m, x, classes, 0);
 }
 
 /* ---- Inception V3 ------------------------------------------------------------------- */
