@@ -3,8 +3,8 @@
 vgg11, resnet50-cifar, vgg16-cifar, mobilenetv2-cifar and deepspeed-cifar-net runs a few
 steps at one rank on ddpbench's own engine, and the CIFAR forms also on the pytorch engine
 (the torch zoo, engines/ddpb_torch_models.py), on synthetic data at small sizes: every run
-succeeds, stores a step per step with a finite positive loss, and reports the parameter
-memory of the model the row counts (4 bytes a parameter).
+succeeds, stores a step per step with a finite loss, and reports the parameter memory of
+the model the row counts (4 bytes a parameter).
 
 Sizes keep it to seconds a model: batch 2, 3 steps; the ImageNet models at 75x75 (the
 least Inception V3 takes) with 10 classes, the CIFAR forms at their 32x32."""
@@ -35,8 +35,10 @@ def check_runs(d, exp, engine, want_params):
         seen.add(model)
         rows = d.step_rows(r["id"])
         check(len(rows) == 3, (engine, model, len(rows)))
-        check(all(v["loss"] is not None and math.isfinite(v["loss"]) and v["loss"] > 0
-                  for v in rows), (engine, model, rows))
+        # a fixed synthetic batch of 2: batch-norm networks memorise it, to a loss of 0.0
+        losses = [v["loss"] for v in rows]
+        check(all(v is not None and math.isfinite(v) and v >= 0 for v in losses) and
+              losses[0] > 0, (engine, model, losses))
         want = want_params.get(model)
         check(run["memory"], (engine, model, "no memory row"))
         for m in run["memory"]:
