@@ -246,39 +246,27 @@ def inception_v3(c, h, w, classes):
     return tf.keras.Model(inp, layers.Dense(classes)(x), name="inception_v3")
 
 
+# name -> (blocks per stage, block, CIFAR stem): the ResNets built here as torchvision's
+RESNETS = {"resnet18": ((2, 2, 2, 2), _basic, False),
+           "resnet18-cifar": ((2, 2, 2, 2), _basic, True),
+           "resnet50": ((3, 4, 6, 3), _bottleneck, False),
+           "resnet101": ((3, 4, 23, 3), _bottleneck, False),
+           "resnet152": ((3, 8, 36, 3), _bottleneck, False),
+           "resnet50-cifar": ((3, 4, 6, 3), _bottleneck, True)}
+# the other models written here: name -> builder(c, h, w, classes)
+BUILDERS = {"mnist-cnn": mnist_cnn, "lenet5": lenet5, "alexnet": alexnet,
+            "alexnet-cifar": alexnet_cifar, "vgg11": vgg11, "vgg16-cifar": vgg16_cifar,
+            "mobilenetv2-cifar": mobilenetv2_cifar, "deepspeed-cifar-net": deepspeed_cifar_net,
+            "inception-v3": inception_v3}
+
+
 def build(name, c, h, w, classes):
     """The named model for NHWC inputs (h, w, c) and `classes` logits."""
-    if name == "mnist-cnn":
-        return mnist_cnn(c, h, w, classes)
-    if name == "lenet5":
-        return lenet5(c, h, w, classes)
-    if name == "alexnet":
-        return alexnet(c, h, w, classes)
-    if name == "alexnet-cifar":
-        return alexnet_cifar(c, h, w, classes)
-    if name == "resnet18":
-        return resnet(c, h, w, classes, (2, 2, 2, 2), _basic, name="resnet18")
-    if name == "resnet18-cifar":
-        return resnet(c, h, w, classes, (2, 2, 2, 2), _basic, cifar=True, name="resnet18_cifar")
-    if name == "resnet50":
-        return resnet(c, h, w, classes, (3, 4, 6, 3), _bottleneck, name="resnet50")
-    if name == "resnet101":
-        return resnet(c, h, w, classes, (3, 4, 23, 3), _bottleneck, name="resnet101")
-    if name == "resnet152":
-        return resnet(c, h, w, classes, (3, 8, 36, 3), _bottleneck, name="resnet152")
-    if name == "resnet50-cifar":
-        return resnet(c, h, w, classes, (3, 4, 6, 3), _bottleneck, cifar=True,
-                      name="resnet50_cifar")
-    if name == "vgg11":
-        return vgg11(c, h, w, classes)
-    if name == "vgg16-cifar":
-        return vgg16_cifar(c, h, w, classes)
-    if name == "mobilenetv2-cifar":
-        return mobilenetv2_cifar(c, h, w, classes)
-    if name == "deepspeed-cifar-net":
-        return deepspeed_cifar_net(c, h, w, classes)
-    if name == "inception-v3":
-        return inception_v3(c, h, w, classes)
+    if name in RESNETS:
+        blocks, block, cifar = RESNETS[name]
+        return resnet(c, h, w, classes, blocks, block, cifar=cifar, name=name.replace("-", "_"))
+    if name in BUILDERS:
+        return BUILDERS[name](c, h, w, classes)
     if name == "vgg16":
         return tf.keras.applications.VGG16(weights=None, input_shape=(h, w, c),
                                            classes=classes, classifier_activation=None)
