@@ -6,8 +6,9 @@ VGG16 and MobileNetV2 already do; its ResNets do not (their convolutions carry b
 ResNet-18/50/101/152 are built here as torchvision builds them (bias-free convolutions,
 batch norm, BasicBlock / Bottleneck with the stride on the 3x3), and its InceptionV3 does not
 either (batch norm without scale), so Inception V3 is torchvision's written in Keras. VGG-11
-and the CIFAR forms (kuangliu's, DeepSpeed's Net) have no keras.applications model. Inputs are NHWC, as TensorFlow's CPU
-convolutions require; ddpb_data's NCHW batches are transposed by the engine.
+and the CIFAR forms (kuangliu's, DeepSpeed's Net) have no keras.applications model. Inputs
+are NHWC, as TensorFlow's CPU convolutions require; ddpb_data's NCHW batches are transposed
+by the engine.
 
 Decision: batch norm's moving mean and variance are not trainable in Keras and buffers in
 torch, so both counts leave them out; initial values follow Keras's initializers from

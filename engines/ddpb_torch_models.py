@@ -5,8 +5,9 @@ torchvision's definitions where the C zoo follows torchvision (alexnet, vgg11, v
 resnet18/50/101/152, mobilenetv2, inception-v3 with aux_logits=False); the small and CIFAR
 forms written here layer by layer as worker/nn/models.c builds them (kuangliu/pytorch-cifar's
 for the DDLBench CIFAR forms, DeepSpeed's tutorial Net), with the same module names, so
-named_parameters() lists the C zoo's parameters in its order. tests/integration/test_engines.py checks every parameter
-count against common/model_table.c, so a definition that drifts fails a test.
+named_parameters() lists the C zoo's parameters in its order (tests/unit/test_nn_models.c
+checks the names). tests/integration/test_engines.py checks every parameter count against
+common/model_table.c, so a definition that drifts fails a test.
 
 Decision: weights initialise with torch's defaults from torch.manual_seed(spec seed); the C
 worker's initial values are not the same numbers (its own generator), so engines agree on
