@@ -44,6 +44,10 @@ struct model_info {
      * tensors, linear in tokens; model_table_activations adds the attention matrices
      * (layers * heads * T^2), which are not tensors of the graph. */
     int embd, layers, heads;
+    /* 1: ddpbench's GPU runner (worker/nn/cuda/gmodel.c) lacks one of its layers (Inception's
+     * channel concat), so engine ddpbench trains it on device cpu only; the framework
+     * engines run it anywhere. 0 for the rest. */
+    int cpu_engine_only;
 };
 
 /* Number of rows. */

@@ -188,6 +188,13 @@ static bool spec_model_broken(const json_t *spec, enum spec_workload wl, const j
         *field = "model",
         snprintf(why, n, "%s runs on the CPU engine only (no GPU transformer layers yet)",
                  model);
+    else if (mi->cpu_engine_only && device && strcmp(device, "cpu") != 0 &&
+             (!engine || strcmp(engine, "ddpbench") == 0))
+        *field = "model",
+        snprintf(why, n,
+                 "%s trains on device cpu only with engine ddpbench (its GPU runner has no "
+                 "channel concat yet); the framework engines run it on a GPU",
+                 model);
     else if (mi->embd > 0 && engine && strcmp(engine, "ddpbench") != 0)
         *field = "model",
         snprintf(why, n, "%s is ddpbench's own model; engine %s has no adapter for it", model,

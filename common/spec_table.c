@@ -250,7 +250,10 @@ static const struct spec_field spec_fields[] = {
     {.name = "model", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
      .choice_at = spec_model_at, .def = "\"mnist-cnn\"", SPEC_AT(train.model),
      .desc = "Network to train, as PyTorch / torchvision define it (resnet18-cifar: 3x3 stem, "
-             "no max pool). Input shape and class count come from the dataset."},
+             "no max pool; resnet50-cifar, vgg16-cifar, mobilenetv2-cifar: kuangliu's "
+             "pytorch-cifar forms DDLBench trains; inception-v3: without its auxiliary head, "
+             "at least 75x75; deepspeed-cifar-net: the DeepSpeed CIFAR tutorial's). Input "
+             "shape and class count come from the dataset."},
     {.name = "strategy", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .choice_at = vocab_strategy_at, .def = "\"ddp\"",
      SPEC_AT(train.strategy),

@@ -175,7 +175,8 @@ def test_models_have_the_c_zoos_parameter_counts():
     """Every row of common/model_table.c, built by the torch engines' definitions and by the
     tensorflow engine's Keras ones, has the row's parameter count."""
     rows = model_table()
-    check(len(rows) >= 9 and rows["mnist-cnn"][4] == 21840, rows)
+    check(len(rows) >= 17 and rows["mnist-cnn"][4] == 21840, rows)
+    check(rows["deepspeed-cifar-net"][4] == 62006, rows)  # the tutorial's stated count
     code = ("import json, sys; sys.path.insert(0, %r); import %s as z; rows = json.loads(%r); "
             "print(json.dumps({n: z.count_params(z.build(n, *r[:4])) for n, r in rows.items()}))")
     for module in ("ddpb_torch_models", "ddpb_keras_models"):
@@ -186,6 +187,77 @@ def test_models_have_the_c_zoos_parameter_counts():
         got = json.loads(p.stdout.strip().splitlines()[-1])
         for name, row in rows.items():
             check(got[name] == row[4], (module, name, got[name], row[4]))
+
+
+# keras.applications' own forms of the rows it defines, and how they differ from the rows
+# (torchvision's networks): its ResNets put a bias on every convolution, its InceptionV3
+# has batch norms without a scale (gamma). The row's count is Keras' trainable count minus
+# those convolution biases plus those batch-norm channels, exactly.
+KERAS_APPLICATIONS = {"resnet50": "ResNet50", "resnet101": "ResNet101",
+                      "resnet152": "ResNet152", "inception-v3": "InceptionV3"}
+KERAS_DIFFERENCE = """
+import json, sys
+import tensorflow as tf
+rows = json.loads(sys.argv[1])
+out = {}
+for name, (cls, c, h, w, classes) in rows.items():
+    m = getattr(tf.keras.applications, cls)(weights=None, include_top=True, classes=classes,
+                                            input_shape=(h, w, c))
+    out[name] = {
+        "trainable": sum(int(tf.size(v)) for v in m.trainable_variables),
+        "conv_biases": sum(int(tf.size(l.bias)) for l in m.layers
+                           if isinstance(l, tf.keras.layers.Conv2D) and l.use_bias),
+        "bn_without_gamma": sum(int(l.moving_mean.shape[0]) for l in m.layers
+                                if isinstance(l, tf.keras.layers.BatchNormalization)
+                                and not l.scale)}
+print(json.dumps(out))
+"""
+
+
+def test_keras_applications_differ_as_stated():
+    """keras.applications' ResNet-50/101/152 and InceptionV3 at the rows' shapes: their
+    trainable counts differ from the rows' (torchvision's) by exactly their convolution
+    biases (the ResNets) and their scale-less batch-norm channels (InceptionV3), which the
+    Keras zoo therefore does not use; nothing else differs."""
+    rows = model_table()
+    want = {n: [cls, *rows[n][:4]] for n, cls in KERAS_APPLICATIONS.items()}
+    p = subprocess.run([VENV_PY, "-c", KERAS_DIFFERENCE, json.dumps(want)], capture_output=True,
+                       text=True, timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    check(p.returncode == 0, p.stderr[-2000:])
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    for name, g in got.items():
+        check(g["trainable"] - g["conv_biases"] + g["bn_without_gamma"] == rows[name][4],
+              (name, g, rows[name][4]))
+        check((g["conv_biases"] > 0) == name.startswith("resnet") and
+              (g["bn_without_gamma"] > 0) == (name == "inception-v3"), (name, g))
+
+
+# torchvision's own models, with the arguments the rows stand for (Inception V3 without its
+# auxiliary head, as it is trained here), against the rows
+TORCHVISION_ROWS = """
+import json, sys
+import torchvision.models as tv
+rows = json.loads(sys.argv[1])
+made = {"resnet101": tv.resnet101, "resnet152": tv.resnet152, "vgg11": tv.vgg11,
+        "inception-v3": lambda num_classes: tv.inception_v3(
+            weights=None, aux_logits=False, init_weights=False, num_classes=num_classes)}
+print(json.dumps({n: sum(p.numel() for p in made[n](num_classes=r[3]).parameters())
+                  for n, r in rows.items()}))
+"""
+
+
+def test_torchvision_counts_of_the_new_rows():
+    """resnet101, resnet152, vgg11 and inception-v3 (aux_logits=False) as torchvision
+    defines them have the rows' parameter counts (the CIFAR forms are kuangliu's, which
+    torchvision lacks: test_models_have_the_c_zoos_parameter_counts ties them)."""
+    rows = model_table()
+    want = {n: rows[n][:4] for n in ("resnet101", "resnet152", "vgg11", "inception-v3")}
+    p = subprocess.run([VENV_PY, "-c", TORCHVISION_ROWS, json.dumps(want)], capture_output=True,
+                       text=True, timeout=600)
+    check(p.returncode == 0, p.stderr[-2000:])
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    for name in want:
+        check(got[name] == rows[name][4], (name, got[name], rows[name][4]))
 
 
 def allowed_by_submit(d, engine, field, values):
@@ -523,6 +595,8 @@ if __name__ == "__main__":
                         test_python_tables_are_the_vocabulary,
                         test_data_order_is_the_c_workers,
                         test_models_have_the_c_zoos_parameter_counts,
+                        test_keras_applications_differ_as_stated,
+                        test_torchvision_counts_of_the_new_rows,
                         test_engines_endpoint_matches_submit, test_engine_refusals,
                         test_backend_the_nodes_build_lacks_is_refused,
                         test_every_engine_trains_in_one_sweep,

@@ -110,6 +110,52 @@ static const struct conv_case conv_cases[] = {
      2,
      9,
      10}, /* asymmetric everything */
+    /* Inception's factorised 7x7 (1x7 padded (0, 3), 7x1 padded (3, 0)) and 1x3 */
+    {{.cin = 16,
+      .cout = 8,
+      .kh = 1,
+      .kw = 7,
+      .sh = 1,
+      .sw = 1,
+      .ph = 0,
+      .pw = 3,
+      .dh = 1,
+      .dw = 1,
+      .groups = 1,
+      .bias = 0},
+     2,
+     6,
+     9},
+    {{.cin = 8,
+      .cout = 16,
+      .kh = 7,
+      .kw = 1,
+      .sh = 1,
+      .sw = 1,
+      .ph = 3,
+      .pw = 0,
+      .dh = 1,
+      .dw = 1,
+      .groups = 1,
+      .bias = 0},
+     2,
+     9,
+     6},
+    {{.cin = 16,
+      .cout = 16,
+      .kh = 1,
+      .kw = 3,
+      .sh = 1,
+      .sw = 1,
+      .ph = 0,
+      .pw = 1,
+      .dh = 1,
+      .dw = 1,
+      .groups = 1,
+      .bias = 0},
+     2,
+     4,
+     4},
 };
 
 /* fast vs reference for one case, the input arriving in layout src_md */
@@ -486,6 +532,7 @@ static const struct pool_case pool_cases[] = {
     {1, {3, 3, 2, 2, 0, 0, 0}, 1, 16, 13, 13}, /* AlexNet's */
     {0, {3, 3, 2, 2, 1, 1, 1}, 2, 20, 9, 9},   /* average, count_include_pad */
     {0, {3, 3, 2, 2, 1, 1, 0}, 2, 20, 9, 9},   /* average, exclude padding */
+    {0, {3, 3, 1, 1, 1, 1, 1}, 2, 16, 7, 7},   /* Inception's branch pool: 3x3/1 pad 1 */
     {0, {2, 2, 2, 2, 0, 0, 1}, 2, 18, 6, 6},
     {0, {5, 4, 1, 1, 0, 0, 1}, 2, 33, 5, 4}, /* global */
 };
@@ -802,6 +849,121 @@ static void test_flatten_fast(void)
     T_CHECK(back);
 }
 
+/* ---- concat ------------------------------------------------------------------------ */
+
+/* torch.cat([a, b], 1) of (N,Ca,H,W) and (N,Cb,H,W) in each input's layout (1: nChw16c, 0:
+ * plain): Ca 32 cuts the output's 16-channel blocks on a boundary, Ca 20 inside one (the
+ * fast path then makes its output plain), and mixed layouts. */
+struct concat_case {
+    int n, ca, cb, h, w, a_blocked, b_blocked;
+};
+
+static const struct concat_case concat_cases[] = {
+    {2, 32, 16, 3, 5, 1, 1},
+    {2, 20, 12, 4, 3, 1, 1},
+    {3, 8, 24, 2, 2, 0, 1},
+    {1, 16, 7, 5, 5, 1, 0},
+};
+
+static void concat_md(dnnl_memory_desc_t *md, struct nn_shape s, int blocked)
+{
+    if (blocked)
+        md_blocked(md, s);
+    else
+        nn_md_plain(md, s);
+}
+
+/* The reference against its definition, and the fast path against the reference: both
+ * only move numbers, so they agree exactly, forward and backward, in every layout. */
+static void test_concat_fast_matches_ref(void)
+{
+    struct nn_dnnl d;
+    struct err e;
+    T_OK(nn_dnnl_init(&d, &e));
+    for (size_t i = 0; i < sizeof concat_cases / sizeof *concat_cases; i++) {
+        const struct concat_case *k = &concat_cases[i];
+        struct nn_shape sa = nn_shape4(k->n, k->ca, k->h, k->w),
+                        sb = nn_shape4(k->n, k->cb, k->h, k->w),
+                        sy = nn_shape4(k->n, k->ca + k->cb, k->h, k->w);
+        size_t na = nn_shape_numel(sa), nb = nn_shape_numel(sb), ny = nn_shape_numel(sy);
+        float *a = rnd(na, 10 + i, 1), *b = rnd(nb, 20 + i, 1), *dy = rnd(ny, 30 + i, 1);
+        float *y = malloc(ny * 4), *da = malloc(na * 4), *db = malloc(nb * 4);
+        nn_concat_forward(y, a, b, sa, sb);
+        nn_concat_backward(da, db, dy, sa, sb);
+        int defined = 1; /* y[n][c][h][w] is a[n][c] for c < Ca, else b[n][c - Ca] */
+        size_t plane = (size_t)k->h * k->w;
+        for (int n = 0; n < k->n; n++)
+            for (int c = 0; c < k->ca + k->cb; c++)
+                for (size_t p = 0; p < plane; p++) {
+                    size_t at = ((size_t)n * (k->ca + k->cb) + c) * plane + p;
+                    float want = c < k->ca ? a[((size_t)n * k->ca + c) * plane + p]
+                                           : b[((size_t)n * k->cb + c - k->ca) * plane + p];
+                    float dwant = c < k->ca ? da[((size_t)n * k->ca + c) * plane + p]
+                                            : db[((size_t)n * k->cb + c - k->ca) * plane + p];
+                    defined &= y[at] == want && dy[at] == dwant;
+                }
+        T_CHECK_MSG(defined, "case %zu: the reference is not torch.cat", i);
+        dnnl_memory_desc_t amd, bmd;
+        concat_md(&amd, sa, k->a_blocked);
+        concat_md(&bmd, sb, k->b_blocked);
+        struct nn_concat_fast f;
+        int rc = nn_concat_fast_init(&f, &d, sa, sb, &amd, &bmd, 1, &e);
+        T_CHECK_MSG(rc == 0, "case %zu: %s", i, e.msg);
+        if (rc == 0) {
+            float *fa = to_layout(&d, &amd, sa, a), *fb = to_layout(&d, &bmd, sb, b);
+            float *fy = nn_alloc(nn_md_bytes(&f.dst_md)),
+                  *fdy = to_layout(&d, &f.dst_md, sy, dy);
+            float *fda = nn_alloc(nn_md_bytes(&amd)), *fdb = nn_alloc(nn_md_bytes(&bmd));
+            nn_concat_fast_forward(&f, fy, fa, fb);
+            nn_concat_fast_backward(&f, fda, fdb, fdy);
+            T_OK(nn_dnnl_check(&d, &e));
+            float *py = to_plain(&d, &f.dst_md, sy, fy), *pda = to_plain(&d, &amd, sa, fda),
+                  *pdb = to_plain(&d, &bmd, sb, fdb);
+            T_CHECK_MSG(memcmp(py, y, ny * 4) == 0, "case %zu: forward", i);
+            T_CHECK_MSG(memcmp(pda, da, na * 4) == 0, "case %zu: da", i);
+            T_CHECK_MSG(memcmp(pdb, db, nb * 4) == 0, "case %zu: db", i);
+            nn_concat_fast_backward(&f, NULL, fdb, fdy); /* a gradient skipped */
+            T_OK(nn_dnnl_check(&d, &e));
+            free(fa), free(fb), free(fy), free(fdy), free(fda), free(fdb);
+            free(py), free(pda), free(pdb);
+        }
+        nn_concat_fast_destroy(&f);
+        free(a), free(b), free(dy), free(y), free(da), free(db);
+    }
+    nn_dnnl_cleanup(&d);
+}
+
+/* loss = sum r * cat(a, b): its gradient in a and b by central differences */
+struct concat_ctx {
+    float *a, *b, *y;
+    const float *r;
+    struct nn_shape sa, sb;
+};
+
+static double concat_loss(void *c)
+{
+    struct concat_ctx *x = c;
+    nn_concat_forward(x->y, x->a, x->b, x->sa, x->sb);
+    return nn_check_dot(x->y, x->r, nn_shape_numel(x->sa) + nn_shape_numel(x->sb));
+}
+
+static void test_concat_gradcheck(void)
+{
+    struct nn_shape sa = nn_shape4(2, 3, 2, 3), sb = nn_shape4(2, 5, 2, 3);
+    size_t na = nn_shape_numel(sa), nb = nn_shape_numel(sb);
+    struct concat_ctx c = {.a = rnd(na, 1, 1),
+                           .b = rnd(nb, 2, 1),
+                           .y = malloc((na + nb) * 4),
+                           .r = rnd(na + nb, 3, 1),
+                           .sa = sa,
+                           .sb = sb};
+    float *da = malloc(na * 4), *db = malloc(nb * 4);
+    nn_concat_backward(da, db, c.r, sa, sb);
+    T_CHECK(nn_check_fd("concat a", c.a, na, da, concat_loss, &c, 1e-2f));
+    T_CHECK(nn_check_fd("concat b", c.b, nb, db, concat_loss, &c, 1e-2f));
+    free(c.a), free(c.b), free(c.y), free((void *)c.r), free(da), free(db);
+}
+
 struct xent_ctx {
     float *z, *p;
     const int32_t *labels;
@@ -872,6 +1034,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_dropout);
     TEST_RUN(test_add);
     TEST_RUN(test_flatten_fast);
+    TEST_RUN(test_concat_fast_matches_ref);
+    TEST_RUN(test_concat_gradcheck);
     TEST_RUN(test_xent);
     return test_end();
 }

@@ -120,32 +120,13 @@ static void test_model_gradcheck(void)
     double l0;
     float *g;
     T_OK(tiny_first_grads(&m, 1, NN_BACKEND_REF, x, labels, &l0, &g, &e));
-    int bad = 0, checked = 0, kinks = 0;
-    for (int p = 0; p < m.nparam_tensors && !bad; p++) {
-        const struct nn_param *pi = &m.param_info[p];
-        for (size_t k = 0; k < pi->len && k < 3; k++) {
-            size_t i = pi->offset + (k * 7919) % pi->len;
-            const float h = 1e-3f;
-            double lp, lm;
-            T_OK(model_central(&m, tiny_loss, x, labels, i, h, &lp, &lm, &e));
-            double num = (lp - lm) / (2.0 * h), fwd = (lp - l0) / h, bwd = (l0 - lm) / h;
-            checked++;
-            if (fabs(fwd - bwd) > 1e-3 + 5e-2 * fabs(num)) {
-                kinks++;
-                continue;
-            }
-            if (fabs(num - g[i]) > 1e-4 + 3e-2 * fmax(fabs(num), fabs(g[i]))) {
-                fprintf(stderr, "    %s[%zu]: numeric %.6g, backward %.6g\n", pi->name,
-                        i - pi->offset, num, g[i]);
-                bad = 1;
-            }
-        }
-    }
+    struct model_gc r;
+    T_OK(model_gradcheck(&m, tiny_loss, x, labels, l0, g, 3, 1e-3f, &r, &e));
     free(g);
     nn_model_destroy(&m);
-    T_CHECK(!bad);
-    T_CHECK(checked > 40);
-    T_CHECK_MSG(kinks * 5 <= checked, "%d of %d samples on kinks", kinks, checked);
+    T_CHECK(!r.bad);
+    T_CHECK(r.checked > 40);
+    T_CHECK_MSG(r.kinks * 5 <= r.checked, "%d of %d samples on kinks", r.kinks, r.checked);
 }
 
 /* One training step on both backends: logits, loss, every parameter gradient and the

@@ -777,10 +777,17 @@ static void test_spec_transformer_rules(void)
         {GT ", \"device\": \"cuda\", \"backend\": \"nccl\"}", "model", "CPU engine only"},
         {GT ", \"seq_len\": -1}", "seq_len", "from 0 to 4096"},
         {GT ", \"sweep\": {\"seq_len\": [64, 256]}}", "sweep", "128 positions"},
+        /* ddpbench's GPU runner has no concat: Inception V3 is the CPU engine's there */
+        {TR ", \"model\": \"inception-v3\", \"device\": \"cuda\", \"backend\": \"nccl\"}",
+         "model", "device cpu only with engine ddpbench"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
                     "case %zu", i);
+    json_t *inc = parse_ok(TR ", \"model\": \"inception-v3\", \"engine\": \"pytorch\", "
+                              "\"device\": \"cuda\", \"backend\": \"nccl\"}");
+    T_CHECK_MSG(inc != NULL, "a framework engine trains inception-v3 on a GPU");
+    json_decref(inc);
     json_t *s = parse_ok(GT ", \"seq_len\": 64, \"batch_size\": 8, \"prefetch\": 0, "
                             "\"dataset\": {\"name\": \"text\", \"path\": \"/tmp/x.txt\"}}");
     T_CHECK(s);

@@ -27,7 +27,8 @@ enum nn_op {
     NN_OP_LAYERNORM,
     NN_OP_GELU,
     NN_OP_ATTENTION,
-    NN_OP_COUNT /* not an op: how many there are (the row tables' size) */
+    NN_OP_CONCAT, /* channels side by side (Inception's branches) */
+    NN_OP_COUNT   /* not an op: how many there are (the row tables' size) */
 };
 
 /* A layer's configuration: the member its op uses (the graph keeps one per node). */

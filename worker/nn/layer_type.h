@@ -64,6 +64,7 @@ union nn_node_fast {
     struct nn_add_fast add;
     struct nn_layernorm_fast ln;
     struct nn_attention_fast attn;
+    struct nn_concat_fast concat;
 };
 
 struct nn_node {
@@ -199,5 +200,6 @@ extern const struct nn_layer_type nn_layer_embed;     /* embed.c */
 extern const struct nn_layer_type nn_layer_layernorm; /* layernorm.c */
 extern const struct nn_layer_type nn_layer_gelu;      /* gelu.c */
 extern const struct nn_layer_type nn_layer_attention; /* attention.c */
+extern const struct nn_layer_type nn_layer_concat;    /* concat.c */
 
 #endif

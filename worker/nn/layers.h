@@ -308,6 +308,36 @@ void nn_add_forward(float *out, const float *a, const float *b, size_t n, int re
 void nn_add_backward(float *da, float *db, const float *dout, const float *out, size_t n,
                      int relu);
 
+/* ==== channel concatenation (concat.c) =============================================== */
+
+/* out (N,Ca+Cb,H,W) = torch.cat([a, b], 1): a (N,Ca,H,W) then b (N,Cb,H,W), plain. */
+void nn_concat_forward(float *out, const float *a, const float *b, struct nn_shape sa,
+                       struct nn_shape sb);
+/* da (N,Ca,H,W) =, db (N,Cb,H,W) = dout's two channel ranges; either may be NULL. */
+void nn_concat_backward(float *da, float *db, const float *dout, struct nn_shape sa,
+                        struct nn_shape sb);
+
+/* oneDNN's concat forward (each input in its own layout, the output in the layout the
+ * primitive picks: dst_md) and, backward, a reorder of each channel range of the gradient
+ * (a_view, b_view: sub-memory views of dst_md) into its input's layout. */
+struct nn_concat_fast {
+    struct nn_dnnl *d;
+    struct nn_prim fwd;
+    struct nn_shape sa, sb;
+    dnnl_memory_desc_t a_md, b_md, dst_md, a_view, b_view;
+    struct nn_mem m_a, m_b, m_dst;
+    struct nn_reorder bwd_a, bwd_b;
+};
+
+int nn_concat_fast_init(struct nn_concat_fast *f, struct nn_dnnl *d, struct nn_shape sa,
+                        struct nn_shape sb, const dnnl_memory_desc_t *a_md,
+                        const dnnl_memory_desc_t *b_md, int train, struct err *e);
+void nn_concat_fast_forward(struct nn_concat_fast *f, float *out, const float *a,
+                            const float *b);
+/* da, db: NULL skips that input's gradient */
+void nn_concat_fast_backward(struct nn_concat_fast *f, float *da, float *db, const float *dout);
+void nn_concat_fast_destroy(struct nn_concat_fast *f);
+
 /* ==== flatten (flatten.c) ============================================================ */
 
 /* (N,C,H,W) -> (N,C*H*W) in PyTorch's order (c, h, w). The reference is a copy; the fast

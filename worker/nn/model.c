@@ -28,6 +28,7 @@ static const struct nn_layer_type *const layer_types[NN_OP_COUNT] = {
     [NN_OP_ADD] = &nn_layer_add,         [NN_OP_FLATTEN] = &nn_layer_flatten,
     [NN_OP_EMBED] = &nn_layer_embed,     [NN_OP_LAYERNORM] = &nn_layer_layernorm,
     [NN_OP_GELU] = &nn_layer_gelu,       [NN_OP_ATTENTION] = &nn_layer_attention,
+    [NN_OP_CONCAT] = &nn_layer_concat,
 };
 
 const struct nn_layer_type *nn_layer_type_get(enum nn_op op)
@@ -230,12 +231,17 @@ static struct nn_node *model_add_node_nd(struct nn_model *m, enum nn_op op, cons
 
 int nn_model_batchnorm(struct nn_model *m, const char *name, int x, int relu)
 {
+    return nn_model_batchnorm_eps(m, name, x, relu, 1e-5f);
+}
+
+int nn_model_batchnorm_eps(struct nn_model *m, const char *name, int x, int relu, float eps)
+{
     struct nn_node *n = model_add_node_nd(m, NN_OP_BN, name, x, 4,
                                           "batch norm needs a 4-D input");
     if (!n)
         return -1;
     struct nn_shape s = m->tensors[x].shape;
-    n->cfg.bn = (struct nn_bn_cfg){.c = s.c, .eps = 1e-5f, .momentum = 0.1f, .relu = relu};
+    n->cfg.bn = (struct nn_bn_cfg){.c = s.c, .eps = eps, .momentum = 0.1f, .relu = relu};
     if (model_add_param(m, n, "weight", (size_t)s.c, s.c, s.c, NN_INIT_CONST, 1.0f) ||
         model_add_param(m, n, "bias", (size_t)s.c, s.c, s.c, NN_INIT_CONST, 0.0f))
         return -1;
@@ -335,6 +341,20 @@ int nn_model_add(struct nn_model *m, const char *name, int a, int b, int relu)
     if (memcmp(&sa, &sb, sizeof sa) != 0)
         return model_fail(m, ERR_INVALID, n->name, "add of tensors of different shapes");
     n->cfg.add_relu = relu;
+    return model_node_output(m, n, sa);
+}
+
+int nn_model_concat(struct nn_model *m, const char *name, int a, int b)
+{
+    struct nn_node *n = model_add_node(m, NN_OP_CONCAT, name, a, b);
+    if (!n)
+        return -1;
+    struct nn_shape sa = m->tensors[a].shape, sb = m->tensors[b].shape;
+    if (sa.ndims != 4 || sb.ndims != 4 || sa.h != sb.h || sa.w != sb.w || m->tensors[a].seq ||
+        m->tensors[b].seq)
+        return model_fail(m, ERR_INVALID, n->name,
+                          "concat of tensors that differ in height or width");
+    sa.c += sb.c;
     return model_node_output(m, n, sa);
 }
 

@@ -129,6 +129,8 @@ int nn_model_input(struct nn_model *m, int c, int h, int w);
 int nn_model_conv2d(struct nn_model *m, const char *name, int x, const struct nn_conv2d_cfg *c);
 /* BatchNorm2d(eps 1e-5, momentum 0.1), ReLU fused when relu */
 int nn_model_batchnorm(struct nn_model *m, const char *name, int x, int relu);
+/* the same with another eps (Inception's BasicConv2d: 0.001) */
+int nn_model_batchnorm_eps(struct nn_model *m, const char *name, int x, int relu, float eps);
 int nn_model_act(struct nn_model *m, const char *name, int x, enum nn_act a);
 int nn_model_maxpool(struct nn_model *m, const char *name, int x, int k, int s, int p);
 int nn_model_avgpool(struct nn_model *m, const char *name, int x, int k, int s, int p);
@@ -139,6 +141,8 @@ int nn_model_linear(struct nn_model *m, const char *name, int x, int out, int bi
 int nn_model_dropout(struct nn_model *m, const char *name, int x, float p, int channelwise);
 int nn_model_add(struct nn_model *m, const char *name, int a, int b, int relu);
 int nn_model_flatten(struct nn_model *m, const char *name, int x);
+/* torch.cat([a, b], 1): (N,Ca,H,W), (N,Cb,H,W) -> (N,Ca+Cb,H,W) */
+int nn_model_concat(struct nn_model *m, const char *name, int a, int b);
 
 /* Sequence models (GPT-2). A sequence tensor (N,T,C) is held as the 4-D shape (N,T,C,1),
  * whose plain layout is (N,T,C) row-major; its rows R = N*T are what linear layers,

@@ -20,10 +20,23 @@
  *   resnet18-cifar resnet18 with a 3x3 stride-1 stem and no max pool (model.conv1 replaced,
  *                  model.maxpool = Identity), the usual CIFAR form
  *   mobilenetv2    torchvision's MobileNetV2, width 1.0, dropout 0.2
+ *   inception-v3   torchvision's Inception V3 with aux_logits=False: BasicConv2d (conv, BN
+ *                  eps 0.001, ReLU), Mixed_5b..7c with their 1x7 / 7x1 / 1x3 / 3x1 kernels
+ *                  and channel concatenations, dropout 0.5, fc; at least 75x75 (299 usual)
+ *   resnet101/152  torchvision's (Bottlenecks 3-4-23-3, 3-8-36-3)
+ *   vgg11          torchvision's VGG-11 without batch norm (cfg "A")
+ *   resnet50-cifar resnet50 with resnet18-cifar's stem: kuangliu's CIFAR ResNet50
+ *   vgg16-cifar    kuangliu/pytorch-cifar's VGG16: conv (bias) + BN + ReLU, 512 -> classes
+ *   mobilenetv2-cifar  kuangliu's CIFAR MobileNetV2: stride-1 stem and second stage, ReLU,
+ *                  1x1 + BN shortcuts where a stride-1 block changes width
+ *   deepspeed-cifar-net  the DeepSpeed CIFAR tutorial's Net (LeNet-5 unpadded): 62,006
+ *                  parameters at 3x32x32, 10 classes
  *
  * Initialisation follows the same sources: PyTorch's layer defaults, and for ResNet /
  * VGG / MobileNetV2 torchvision's kaiming_normal(fan_out) convolutions, BN (1, 0), VGG's and
- * MobileNetV2's N(0, 0.01) linear weights with zero biases.
+ * MobileNetV2's N(0, 0.01) linear weights with zero biases, Inception's N(0, 0.1) conv and
+ * linear weights; kuangliu's VGG16 and MobileNetV2 and the DeepSpeed Net keep PyTorch's
+ * defaults (resnet50-cifar is torchvision's ResNet, initialised as resnet18-cifar).
  *
  * Ownership: the builders fill a caller-owned nn_model (nn_model_init'd); on failure it may
  * hold a partial graph, released by nn_model_destroy as usual. */

@@ -425,7 +425,8 @@ static int gm_node_init(struct gmodel *g, struct gm_node *n, struct err *e)
     const struct gm_layer_type *t = gm_type(n);
     if (!t->forward || i->seq || i->tied_param >= 0) /* the spec refuses them too */
         return err_set(e, ERR_INVALID, "model",
-                       "%s: the transformer layers run on the CPU engine only", i->name);
+                       "%s: the transformer layers and concat run on the CPU engine only",
+                       i->name);
     if (!t->init)
         return 0;
     int rc = t->init(g, n, e);
