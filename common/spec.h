@@ -107,8 +107,8 @@ struct spec_train {
      * on a non-finite step, doubles after loss_scale_window finite ones); > 0 = static. */
     double loss_scale;
     int loss_scale_window;
-    int batch_size;      /* per rank */
-    int steps, epochs;   /* exactly one non-zero */
+    int batch_size;    /* per rank */
+    int steps, epochs; /* exactly one non-zero */
     int warmup_steps;
     double target_accuracy; /* 0: none; else time to accuracy is reported */
     int threads;
