@@ -9,7 +9,9 @@ What differs between frameworks is an adapter object (engine_<name>.py):
   adapter.backward(loss, k, acc) runs loss's backward (the mean over acc micro-batches)
   adapter.step_begin()           before the step's first micro-batch
   adapter.step_end(backward_end) runs the update; returns {"comm_ms", "comm_exposed_ms",
-                                 "optimizer_ms"} (absent or None: not observable) and
+                                 "optimizer_ms"} (absent or None: not observable),
+                                 "update_span" (perf_counter start, end of the update, the
+                                 trace's "optimizer" span), and
                                  "in_backward_ms", the part of the exposed time spent
                                  inside the backward window (DDP waits for its buckets
                                  there), which backward_ms then excludes
@@ -152,12 +154,17 @@ def trace_window(adapter, tracer, on):
     return bool(fn(tracer, on)) if fn else False
 
 
-def one_step(module, adapter, it, device, acc, tally, last, tracer, ready, rep, hold):
+# the tracer of a loop that traces nothing (Horovod's elastic driver's, ddpb_hvd_elastic.py)
+NO_TRACE = ddpb_observe.Tracer({"trace_steps": 0}, 0)
+
+
+def one_step(module, adapter, it, device, acc, tally, last, tracer=NO_TRACE, ready=None,
+             rep=None, hold=False):
     """One optimizer step over acc micro-batches from the batch iterator it, tallied:
     (the loss's mean, step_ms, the phases for the step line, and when last the gradient
     bytes, read before the update frees them, else None). The step's spans go to tracer
-    (a traced step), the synchronising backward's readiness to ready (None: not
-    recorded)."""
+    (a traced step: its line to rep, or held), the synchronising backward's readiness to
+    ready (None: not recorded)."""
     clock = ddpb_train.Clock()
     t_start = clock.t
     adapter.step_begin()
@@ -194,7 +201,8 @@ def one_step(module, adapter, it, device, acc, tally, last, tracer, ready, rep, 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     clock.lap()
-    tracer.span("optimizer", t_update, clock.t)
+    # the update as the adapter timed it (its optimizer_ms, plus any exposed wait inside)
+    tracer.span("optimizer", *ph.pop("update_span", (t_update, clock.t)))
     exposed = ph.pop("in_backward_ms", 0.0)
     if ready is not None:  # the backward's own time, as the C worker's
         ready.end(max(0.0, last_bwd - exposed) * 1e6)

@@ -161,8 +161,9 @@ class DdpAdapter:
         t = time.perf_counter()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        end = time.perf_counter()
         return {"comm_ms": comm, "comm_exposed_ms": exposed, "in_backward_ms": exposed,
-                "optimizer_ms": (time.perf_counter() - t) * 1000.0}
+                "optimizer_ms": (end - t) * 1000.0, "update_span": (t, end)}
 
     def trace_step(self, tracer, backward_end):
         self.hook.trace(tracer, backward_end)
