@@ -27,6 +27,7 @@ Optional (ddpb_observe.py; absent: the engine adds nothing of its own):
 Decision: one loop, so the engines differ only where the frameworks do, and a figure that
 differs between engines is the framework's, not the harness's."""
 import contextlib
+import os
 import time
 
 import torch
@@ -80,9 +81,12 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
     total = plan.total if int(spec.get("epochs", 0)) <= 0 else \
         step + first_steps + (plan.epochs - first - 1) * plan.steps_per_epoch
     usage, grads, epoch = ddpb_train.Usage(repeat), None, first
-    tracer = ddpb_observe.Tracer(spec, repeat)
+    # DDPBENCH_OBSERVE_OFF=1: neither (tests/bench/bench_observe.py --part engines'
+    # baseline; not DDPB_*, which the daemon keeps from its ranks)
+    off = os.environ.get("DDPBENCH_OBSERVE_OFF") == "1"
+    tracer = NO_TRACE if off else ddpb_observe.Tracer(spec, repeat)
     ready = ddpb_observe.Readiness(model.parameters()) \
-        if rank == 0 and getattr(adapter, "readiness", False) else None
+        if rank == 0 and getattr(adapter, "readiness", False) and not off else None
     hold = False  # the traced steps' lines wait for adapter.trace_finish
     for epoch in range(first, plan.epochs):
         t_epoch = time.perf_counter()

@@ -18,6 +18,13 @@ memory (--part memory): what a rank holds training resnet18-cifar with Adam at 2
   ddpbench's exact accounting for ddp, zero1 and zero2 beside what PyTorch (DDP,
   ZeroRedundancyOptimizer) and DeepSpeed (ZeRO stages 1 and 2) hold in their own tensors,
   and every run's peak RSS: the ZeRO sharding as each implementation does it.
+engines (--part engines): what the framework engines' trace and gradient readiness cost
+  (issue 33): each engine trains mnist-cnn at 2 ranks (batch 32, 1 thread a rank) with
+  every step after warm-up traced (trace_steps = all of them, the worst case; rank 0's
+  readiness hooks on too) against a daemon whose engines observe nothing
+  (DDPBENCH_OBSERVE_OFF=1 in its environment: no trace, no hooks), the arms alternating
+  order round by round. Figure: step_ms observed / unobserved, per round; the bound is
+  1.02 (<= 2 % of step time).
 A benchmark: figures and ratios, never pass/fail. Hold /tmp/ddpb-bench.lock.
 """
 import os
@@ -87,11 +94,66 @@ def report_memory(rows):
                   f"{mib(m['peak_rss_bytes'])} |")
 
 
+ENGINES = {"pytorch": "ddp", "horovod": "horovod", "deepspeed": "zero1"}
+
+
+def engine_pair(on, off, engine, steps, observed_first):
+    """(unobserved, observed) step_ms of one round of engine."""
+    out = {}
+    for observed in ([True, False] if observed_first else [False, True]):
+        spec = train_spec("mnist-cnn", 32, [1, 28, 28], steps)
+        spec.update(world_size=2, engine=engine, strategy=ENGINES[engine], eval=False,
+                    trace_steps=min(steps, 100), name=f"observe {engine} {observed}")
+        d = on if observed else off
+        exp = d.finish(spec)
+        rows = d.call(f"/v1/experiments/{exp['id']}/results")["rows"]
+        traced = d.call(f"/v1/runs/{exp['runs'][0]['id']}/trace")["otherData"]["traced_steps"]
+        if traced != (2 * min(steps, 100) if observed else 0):
+            sys.exit(f"{engine}: {traced} traced steps where the arm "
+                     f"{'observes' if observed else 'does not'}: DDPBENCH_OBSERVE_OFF not passed on?")
+        out[observed] = rows[0]["step_ms_mean"]
+    return out[False], out[True]
+
+
+def part_engines(a):
+    """Each engine's observed / unobserved step time over a.rounds interleaved rounds."""
+    on = Daemon(a.build, 2 * os.cpu_count())
+    os.environ["DDPBENCH_OBSERVE_OFF"] = "1"  # the second daemon's engines, and only its
+    try:
+        off = Daemon(a.build, 2 * os.cpu_count())
+    finally:
+        del os.environ["DDPBENCH_OBSERVE_OFF"]
+    res = {}
+    try:
+        for r in range(a.rounds):
+            for engine in a.engines.split(","):
+                pair = engine_pair(on, off, engine, a.steps, observed_first=r % 2 == 1)
+                res.setdefault(engine, []).append(pair)
+    finally:
+        on.close()
+        off.close()
+    print(f"## bench_observe --part engines, {a.rounds} rounds, mnist-cnn 2 ranks, "
+          f"{a.steps} steps all traced: median (min-max) of the rounds' ratios")
+    print("| engine | step_ms unobserved | step_ms observed | observed / unobserved |")
+    print("|---|---:|---:|---:|")
+    for engine, pairs in res.items():
+        ratios = [t / u for u, t in pairs]
+        print(f"| {engine} | {statistics.median(u for u, _ in pairs):.3f} | "
+              f"{statistics.median(t for _, t in pairs):.3f} | {statistics.median(ratios):.4f} "
+              f"({min(ratios):.4f}-{max(ratios):.4f}) |")
+    return res
+
+
 def main():
     ap = bench_args(5)
-    ap.add_argument("--part", default="cost", choices=["cost", "memory"])
+    ap.add_argument("--part", default="cost", choices=["cost", "memory", "engines"])
+    ap.add_argument("--engines", default=",".join(ENGINES), help="--part engines: which")
+    ap.add_argument("--steps", type=int, default=60, help="--part engines: timed steps")
     a = ap.parse_args()
     os.environ.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_="4294967296")
+    if a.part == "engines":
+        write_json(a.json, part_engines(a))
+        return
     d = Daemon(a.build, 2 * os.cpu_count())
     if a.part == "memory":
         try:
