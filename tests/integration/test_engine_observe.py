@@ -19,6 +19,7 @@ import os
 import sys
 
 from harness import Daemon, check, model_params, run_cases
+from test_observe import traced_window
 
 SOURCE = os.environ.get("DDPB_SOURCE_DIR",
                         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -34,24 +35,11 @@ PAIRS = [{"engine": "pytorch", "strategy": "ddp"}, {"engine": "horovod", "strate
 EPS = 0.002  # ms: the trace's microseconds
 
 
-def x_events(trace):
-    return [e for e in trace["traceEvents"] if e["ph"] == "X"]
-
-
 def check_engine_trace(d, run, trace, n, cannot):
     """The traced window of every rank, its spans nested in their step and adding up to the
     stored phases, and its collectives."""
-    spec = run["spec"]
-    engine, ws = spec["engine"], spec["world_size"]
-    first, traced = spec["warmup_steps"], spec["trace_steps"]
-    steps = d.get(f"/v1/runs/{run['id']}/steps?warmup=true")
-    at = {c: i for i, c in enumerate(steps["columns"])}
-    stored = {(r[at["rank"]], r[at["step"]]): r for r in steps["rows"]}
-    by = {}
-    for ev in x_events(trace):
-        by.setdefault((ev["pid"], ev["args"]["step"]), []).append(ev)
-    want = {(r, s) for r in range(ws) for s in range(first, first + traced)}
-    check(set(by) == want, (engine, ws, sorted(by), sorted(want)))
+    engine, ws = run["spec"]["engine"], run["spec"]["world_size"]
+    at, stored, by = traced_window(d, run, trace)
     for (rank, step), evs in by.items():
         row, what = stored[(rank, step)], (engine, ws, rank, step)
         whole = [e for e in evs if e["cat"] == "step"]
