@@ -87,7 +87,7 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
     tracer = NO_TRACE if off else ddpb_observe.Tracer(spec, repeat)
     ready = ddpb_observe.Readiness(model.parameters()) \
         if rank == 0 and getattr(adapter, "readiness", False) and not off else None
-    hold = False  # the traced steps' lines wait for adapter.trace_finish
+    hold = opened = False  # the traced steps' lines wait for adapter.trace_finish
     for epoch in range(first, plan.epochs):
         t_epoch = time.perf_counter()
         tally = ddpb_train.Tally()
@@ -105,13 +105,14 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
                 g["lr"] = lr
             last = step == total - 1
             if step == tracer.first and tracer.enabled():  # between steps: not timed
-                hold = trace_window(adapter, tracer, True)
+                hold, opened = trace_window(adapter, tracer, True), True
             tracer.begin(step, it_no)
             loss_mean, step_ms, ph, read = one_step(
                 module, adapter, it, device, acc, tally, last, tracer,
                 ready if step >= plan.warmup else None, rep, hold)
-            if step == tracer.last - 1:
+            if opened and step == tracer.last - 1:
                 trace_window(adapter, tracer, False)
+                opened = False
             grads = read if last else grads
             if el:
                 el.mark(it_no)
@@ -139,6 +140,8 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
         if step >= total:
             break
     usage.emit(rep, epoch)  # the steps after the last epoch that ended
+    if opened:  # the steps ran out inside the window
+        trace_window(adapter, tracer, False)
     if tracer.held:
         adapter.trace_finish(tracer)
         tracer.emit_held(rep)

@@ -90,13 +90,14 @@ class CommHook:
         to its future's completion; the algorithm is the backend's choice, which torch
         does not tell: "?"), and the training thread's exposed time as "comm_exposed"
         spans (each launch inside the hook, then the wait from the last launch to
-        backward's return), which add up to comm_exposed_ms."""
+        backward's return, cut as timing() cuts it), which add up to comm_exposed_ms."""
         for lo, hi, index, nbytes, launched in self.spans:
             tracer.op("allreduce", index, nbytes, "?", ddpb_observe.ns(lo),
                       ddpb_observe.ns(hi or backward_end))
             tracer.span("comm_exposed", lo, launched)
         if self.last_launch is not None:
-            tracer.span("comm_exposed", self.last_launch, max(self.last_launch, backward_end))
+            wait_s = max(0.0, self.timing(backward_end)[1] - self.launch_ms) / 1000.0
+            tracer.span("comm_exposed", self.last_launch, self.last_launch + wait_s)
 
     def timing(self, backward_end):
         """(comm_ms, comm_exposed_ms) of the step; (0, 0) when nothing was exchanged."""

@@ -12,6 +12,7 @@
   of pytorch and horovod carry pred_* columns predicted from their own one-rank run, and
   deepspeed's say it reported none;
 - the memory lines leave device_peak_bytes null on the CPU (no device);
+- a horovod run whose steps end inside the window still has its traced steps' collectives;
 - ddpb_observe.horovod_timeline_groups converts a Horovod timeline (fused tensors one group,
   a rank's own request mark, a file cut short by its writer)."""
 import json
@@ -19,7 +20,7 @@ import os
 import sys
 
 from harness import Daemon, check, model_params, run_cases
-from test_observe import traced_window
+from test_observe import traced_window, x_events
 
 SOURCE = os.environ.get("DDPB_SOURCE_DIR",
                         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -127,6 +128,18 @@ def test_engines_trace_readiness_memory():
                 continue
             check(row["pred_note"] is None and row["pred_step_ms"] > 0, what)
             check(row["pred_base_run"] == one[row["engine"]], (what, row["pred_base_run"], one))
+        # steps that run out inside the window: Horovod's timeline is closed and read all
+        # the same, and the steps that ran are traced with their collectives
+        exp = d.run_experiment(dict(TRAIN, engine="horovod", strategy="horovod", world_size=2,
+                                    steps=5, trace_steps=10), timeout=300)
+        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        evs = x_events(d.get(f"/v1/runs/{exp['runs'][0]['id']}/trace"))
+        steps = {(e["pid"], e["args"]["step"]) for e in evs if e["cat"] == "step"}
+        check(steps == {(r, s) for r in (0, 1) for s in (3, 4)}, sorted(steps))
+        for rank in (0, 1):
+            reduced = sum(e["args"]["bytes"] for e in evs if e["pid"] == rank and
+                          e["cat"] == "collective" and e["name"] == "allreduce")
+            check(reduced == 2 * 4 * n, (rank, reduced))
     finally:
         d.close()
 
