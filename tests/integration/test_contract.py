@@ -34,7 +34,7 @@ SCHEMA_KEYS = {"type", "properties", "required", "items", "enum", "format", "min
                "maximum", "default", "description", "nullable", "allOf", "oneOf", "anyOf",
                "$ref", "additionalProperties", "title", "example", "not", "minLength",
                "maxLength", "pattern", "minItems", "maxItems", "uniqueItems",
-               "exclusiveMinimum", "exclusiveMaximum", "maxProperties"}
+               "exclusiveMinimum", "exclusiveMaximum", "maxProperties", "minProperties"}
 
 
 def resolve(ref):

@@ -131,7 +131,7 @@ def traced_window(d, run, trace):
 def check_trace_against_steps(d, run, trace, n):
     """Spans nest inside their step, the collectives are each there once and carry the
     model's gradients, and each phase's total is the stored phase."""
-    strat = run["spec"]["strategy"]
+    ws, strat = run["spec"]["world_size"], run["spec"]["strategy"]
     at, stored, by = traced_window(d, run, trace)
     eps = 0.002  # ms: the trace's microseconds carry 10 significant digits
     for (rank, step), evs in by.items():
