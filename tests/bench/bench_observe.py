@@ -25,8 +25,16 @@ engines (--part engines): what the framework engines' trace and gradient readine
   (DDPBENCH_OBSERVE_OFF=1 in its environment: no trace, no hooks), the arms alternating
   order round by round. Figure: step_ms observed / unobserved, per round; the bound is
   1.02 (<= 2 % of step time).
+steps (--part steps): the same cost inside one process group, which a shared machine's
+  load disturbs less than separate runs: observe_engine_steps.py runs the engines' real
+  loop and adapters at 2 ranks (pytorch: two processes over gloo; horovod: horovodrun
+  --gloo), alternating blocks of --block steps observed and unobserved, 4 of each a round.
+  Figure per round: the arms' median and 20th-percentile step time, observed /
+  unobserved; headline: the median over the rounds.
 A benchmark: figures and ratios, never pass/fail. Hold /tmp/ddpb-bench.lock.
 """
+import json
+import subprocess
 import os
 import statistics
 import sys
@@ -144,15 +152,51 @@ def part_engines(a):
     return res
 
 
+def steps_of(engine, rounds, block):
+    """observe_engine_steps.py's rounds for engine at 2 ranks."""
+    script, py = os.path.join(HERE, "observe_engine_steps.py"), sys.executable
+    args = [engine, str(rounds), str(block)]
+    if engine == "horovod":
+        hvd = os.path.join(os.path.dirname(py), "horovodrun")
+        outs = [subprocess.run([hvd, "-np", "2", "-H", "localhost:2", "--gloo", py, script,
+                                *args], capture_output=True, text=True, timeout=1800).stdout]
+    else:
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29613", WORLD_SIZE="2")
+        ps = [subprocess.Popen([py, script, *args], env=dict(env, RANK=str(r)),
+                               stdout=subprocess.PIPE, text=True) for r in (0, 1)]
+        outs = [p.communicate(timeout=1800)[0] for p in ps]
+    for line in "".join(outs).splitlines():
+        if "OBSERVE-STEPS " in line:
+            return json.loads(line.split("OBSERVE-STEPS ", 1)[1])["rounds"]
+    sys.exit(f"{engine}: observe_engine_steps.py printed no result")
+
+
+def part_steps(a):
+    res = {e: steps_of(e, a.rounds, a.block) for e in a.engines.split(",") if e != "deepspeed"}
+    print(f"## bench_observe --part steps, {a.rounds} rounds of 4 + 4 blocks of {a.block} "
+          "steps, mnist-cnn 2 ranks: median (min-max) over rounds of observed / unobserved")
+    print("| engine | step_ms unobserved (median) | ratio of medians | ratio of 20th pct |")
+    print("|---|---:|---:|---:|")
+    for engine, rounds in res.items():
+        cells = []
+        for qi in (0, 1):
+            r = [x[qi][1] / x[qi][0] for x in rounds]
+            cells.append(f"{statistics.median(r):.4f} ({min(r):.3f}-{max(r):.3f})")
+        print(f"| {engine} | {statistics.median(x[0][0] for x in rounds):.3f} | {cells[0]} | "
+              f"{cells[1]} |")
+    return res
+
+
 def main():
     ap = bench_args(5)
-    ap.add_argument("--part", default="cost", choices=["cost", "memory", "engines"])
+    ap.add_argument("--part", default="cost", choices=["cost", "memory", "engines", "steps"])
+    ap.add_argument("--block", type=int, default=10, help="--part steps: steps a block")
     ap.add_argument("--engines", default=",".join(ENGINES), help="--part engines: which")
     ap.add_argument("--steps", type=int, default=60, help="--part engines: timed steps")
     a = ap.parse_args()
     os.environ.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_="4294967296")
-    if a.part == "engines":
-        write_json(a.json, part_engines(a))
+    if a.part in ("engines", "steps"):
+        write_json(a.json, part_engines(a) if a.part == "engines" else part_steps(a))
         return
     d = Daemon(a.build, 2 * os.cpu_count())
     if a.part == "memory":
