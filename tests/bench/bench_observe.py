@@ -30,7 +30,8 @@ steps (--part steps): the same cost inside one process group, which a shared mac
   loop and adapters at 2 ranks (pytorch: two processes over gloo; horovod: horovodrun
   --gloo), alternating blocks of --block steps observed and unobserved, 4 of each a round.
   Figure per round: the arms' median and 20th-percentile step time, observed /
-  unobserved; headline: the median over the rounds.
+  unobserved; headline: the median over the rounds. observe_cost_micro.py times the
+  observing code itself (the Tracer calls of a step, the readiness hooks of a backward).
 A benchmark: figures and ratios, never pass/fail. Hold /tmp/ddpb-bench.lock.
 """
 import json
