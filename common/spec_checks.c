@@ -442,19 +442,33 @@ static bool spec_checks_broken(const json_t *spec, enum spec_workload wl, unsign
 struct spec_point_arg {
     enum spec_workload wl;
     size_t total;
+    const json_t *sweep; /* borrowed: the normalized sweep */
 };
+
+/* The field a point's error names: sweep.zip[i].field when the check's field is one the
+ * point's zip point set (issue 33), else "sweep". */
+static const char *spec_point_field(const struct spec_point_arg *a, const json_t *params,
+                                    const char *field, char *buf, size_t n)
+{
+    int z = spec_sweep_zip_index(a->sweep, params);
+    const json_t *pt = json_array_get(json_object_get(a->sweep, SPEC_SWEEP_ZIP), (size_t)z);
+    if (z < 0 || !field || !json_object_get(pt, field))
+        return "sweep";
+    snprintf(buf, n, "sweep.zip[%d].%s", z, field);
+    return buf;
+}
 
 static int spec_point_check(void *arg, size_t index, const json_t *params,
                             const json_t *resolved, struct err *e)
 {
     const struct spec_point_arg *a = arg;
-    char why[512], p[96];
-    const char *field;
+    char why[512], p[96], at[96];
+    const char *field = NULL;
     struct err fe = {0};
     spec_value_text(params, p, sizeof p);
     if (spec_checks_broken(resolved, a->wl, SPEC_AT_POINT, NULL, &field, why, sizeof why))
-        return err_set(e, ERR_INVALID, "sweep", "sweep point %zu of %zu %s: %s", index + 1,
-                       a->total, p, why);
+        return err_set(e, ERR_INVALID, spec_point_field(a, params, field, at, sizeof at),
+                       "sweep point %zu of %zu %s: %s", index + 1, a->total, p, why);
     if (spec_faults_placement(resolved, &fe) < 0)
         return err_set(e, fe.code, fe.field, "sweep point %zu of %zu %s: %s", index + 1,
                        a->total, p, fe.msg);
@@ -466,12 +480,15 @@ int spec_checks_run(const json_t *norm, enum spec_workload wl, struct err *e)
     char why[512];
     const char *field;
     const json_t *sweep = json_object_get(norm, "sweep");
-    if (spec_checks_broken(norm, wl, sweep ? SPEC_AT_SWEPT_TOP : SPEC_AT_TOP, sweep, &field,
-                           why, sizeof why))
+    json_t *varied = sweep ? spec_sweep_fields(sweep) : NULL; /* swept or zipped: skipped */
+    bool broken = spec_checks_broken(norm, wl, sweep ? SPEC_AT_SWEPT_TOP : SPEC_AT_TOP, varied,
+                                     &field, why, sizeof why);
+    json_decref(varied);
+    if (broken)
         return err_set(e, ERR_INVALID, field, "%s: %s", field, why);
     if (!sweep)
         return spec_faults_placement(norm, e);
-    struct spec_point_arg a = {.wl = wl};
+    struct spec_point_arg a = {.wl = wl, .sweep = sweep};
     if (spec_sweep_count(norm, SPEC_MAX_RUNS, &a.total, e) < 0)
         return -1;
     return spec_sweep_walk(norm, spec_point_check, &a, e);

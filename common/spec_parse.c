@@ -570,6 +570,125 @@ static json_t *spec_sweep_values(const struct spec_field *f, const json_t *arr, 
     return out;
 }
 
+/* The field of a zip point, by its key, into out (owned normalized value). Returns 0 or
+ * -1 with e naming sweep.zip[i].key. */
+static int spec_zip_field(const char *prefix, const char *key, const json_t *v,
+                          enum spec_workload wl, json_t *out, struct err *e)
+{
+    const struct spec_field *f = spec_field_find(key);
+    char path[128];
+    snprintf(path, sizeof path, "%s%s", prefix, key);
+    if (!f || !spec_field_in(f, wl))
+        return spec_unknown_key(prefix, key, wl, SPEC_F_SWEEP, "unknown field", e);
+    if (!(f->flags & SPEC_F_SWEEP))
+        return spec_unknown_key(prefix, key, wl, SPEC_F_SWEEP, "cannot be swept", e);
+    json_t *nv = spec_check_value(f, v, path, e);
+    if (!nv || json_object_set_new(out, key, nv) < 0)
+        return nv ? err_set(e, ERR_NOMEM, path, "%s: out of memory", path) : -1;
+    return 0;
+}
+
+/* Point i of "zip": an object of sweepable fields of wl, naming the same fields as first
+ * (NULL: it is the first). Returns the owned normalized point (first's field order) or
+ * NULL with e naming sweep.zip[i] or sweep.zip[i].field. */
+static json_t *spec_zip_point(const json_t *pt, size_t i, const json_t *first,
+                              enum spec_workload wl, struct err *e)
+{
+    char at[48], prefix[56], got[96];
+    snprintf(at, sizeof at, "sweep.zip[%zu]", i);
+    snprintf(prefix, sizeof prefix, "%s.", at);
+    if (!json_is_object(pt) || json_object_size(pt) == 0) {
+        spec_value_text(pt, got, sizeof got);
+        err_set(e, ERR_INVALID, at,
+                "%s: must be a non-empty object of the fields that vary together, got %s", at,
+                got);
+        return NULL;
+    }
+    json_t *out = json_object();
+    const char *key;
+    json_t *v;
+    char path[128];
+    int rc = out ? 0 : err_set(e, ERR_NOMEM, at, "%s: out of memory", at);
+    json_object_foreach((json_t *)(first ? first : pt), key, v) /* first's order */
+    {
+        const json_t *mine = json_object_get(pt, key);
+        snprintf(path, sizeof path, "%s%s", prefix, key);
+        if (rc == 0 && !mine)
+            rc = err_set(e, ERR_INVALID, path,
+                         "%s: is missing: every point of sweep.zip names the same fields as "
+                         "sweep.zip[0]",
+                         path);
+        else if (rc == 0)
+            rc = spec_zip_field(prefix, key, mine, wl, out, e);
+    }
+    json_object_foreach((json_t *)pt, key, v)
+    {
+        snprintf(path, sizeof path, "%s%s", prefix, key);
+        if (rc == 0 && !json_object_get(out, key))
+            rc = err_set(e, ERR_INVALID, path,
+                         "%s: sweep.zip[0] does not name it: every point of sweep.zip names "
+                         "the same fields",
+                         path);
+    }
+    if (rc < 0) {
+        json_decref(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* "zip": the points whose fields vary together, each validated and distinct, none of
+ * their fields also swept by its own list in sweep. Returns the owned normalized list or
+ * NULL with e set. */
+static json_t *spec_zip_normalize(const json_t *zip, const json_t *sweep, enum spec_workload wl,
+                                  struct err *e)
+{
+    size_t n = json_array_size(zip);
+    if (!json_is_array(zip) || n == 0 || n > SPEC_MAX_SWEEP_VALUES) {
+        char got[96];
+        spec_value_text(zip, got, sizeof got);
+        err_set(e, ERR_INVALID, "sweep.zip",
+                "sweep.zip: must be a non-empty array of at most %d points (objects of the "
+                "fields that vary together), got %s",
+                SPEC_MAX_SWEEP_VALUES, got);
+        return NULL;
+    }
+    json_t *out = json_array();
+    for (size_t i = 0; out && i < n; i++) {
+        json_t *pt = spec_zip_point(json_array_get(zip, i), i, json_array_get(out, 0), wl, e);
+        for (size_t j = 0; pt && j < i; j++)
+            if (json_equal(pt, json_array_get(out, j))) {
+                char at[48];
+                snprintf(at, sizeof at, "sweep.zip[%zu]", i);
+                err_set(e, ERR_INVALID, at, "%s: the same point as sweep.zip[%zu]", at, j);
+                json_decref(pt);
+                pt = NULL;
+            }
+        if (!pt || json_array_append_new(out, pt) < 0) {
+            json_decref(out);
+            return NULL;
+        }
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_array_get(out, 0), key, v)
+    {
+        if (json_object_get(sweep, key)) {
+            char path[96];
+            snprintf(path, sizeof path, "sweep.%s", key);
+            err_set(e, ERR_INVALID, path,
+                    "%s: is both zipped (in sweep.zip) and swept: list its values in the zip "
+                    "points or in its own list, not both",
+                    path);
+            json_decref(out);
+            return NULL;
+        }
+    }
+    if (!out)
+        err_set(e, ERR_NOMEM, "sweep.zip", "sweep.zip: out of memory");
+    return out;
+}
+
 /* Returns the owned normalized sweep (same field order) or NULL with e set. */
 static json_t *spec_sweep_normalize(const json_t *sweep, enum spec_workload wl, struct err *e)
 {
@@ -591,7 +710,9 @@ static json_t *spec_sweep_normalize(const json_t *sweep, enum spec_workload wl, 
     {
         const struct spec_field *f = spec_field_find(key);
         json_t *vals = NULL;
-        if (!f || !spec_field_in(f, wl))
+        if (strcmp(key, SPEC_SWEEP_ZIP) == 0)
+            vals = spec_zip_normalize(arr, sweep, wl, e);
+        else if (!f || !spec_field_in(f, wl))
             spec_unknown_key("sweep.", key, wl, SPEC_F_SWEEP, "unknown field", e);
         else if (!(f->flags & SPEC_F_SWEEP))
             spec_unknown_key("sweep.", key, wl, SPEC_F_SWEEP, "cannot be swept", e);
@@ -686,7 +807,9 @@ json_t *spec_normalize(const json_t *in, struct err *e)
     const json_t *sweep_in = json_object_get(in, "sweep");
     if (sweep_in && !(sweep = spec_sweep_normalize(sweep_in, wl, e)))
         return NULL;
-    json_t *out = spec_fill(in, sweep, wl, e);
+    json_t *varied = sweep ? spec_sweep_fields(sweep) : NULL; /* swept or zipped */
+    json_t *out = spec_fill(in, varied, wl, e);
+    json_decref(varied);
     if (out && sweep && json_object_set(out, "sweep", sweep) < 0) {
         err_set(e, ERR_NOMEM, "sweep", "sweep: out of memory");
         json_decref(out);

@@ -280,6 +280,9 @@ static json_t *spec_schema_workload_rules(void)
             json_decref(swept);
             continue;
         }
+        /* a zip point names fields as a sweep does: the same ones are off */
+        json_t *zip_off = json_pack("{s:{s:o}}", "items", "properties", json_deep_copy(swept));
+        json_object_set_new(swept, SPEC_SWEEP_ZIP, zip_off);
         json_object_set_new(top, "sweep", json_pack("{s:o}", "properties", swept));
         json_array_append_new(all, json_pack("{s:{s:{s:{s:s}}}, s:{s:o}}", "if", "properties",
                                              "workload", "const", spec_workload_table[w],
@@ -412,6 +415,20 @@ static void spec_schema_one_of_rules(json_t *all)
     }
 }
 
+/* sweep.zip (issue 33): 1 to SPEC_MAX_SWEEP_VALUES distinct points, each an object of
+ * sweepable fields (fields: their value schemas, stolen). That every point names the same
+ * fields, none of them also swept, is the description's rule (13). Owned. */
+static json_t *spec_schema_zip(json_t *fields)
+{
+    return json_pack("{s:s, s:s, s:i, s:i, s:b, s:{s:s, s:i, s:o, s:b}}", "description",
+                     "Points whose fields vary together (e.g. each engine with its strategy): "
+                     "objects naming the same sweepable fields, crossed with the other lists; "
+                     "a run's params carry the point's fields.",
+                     "type", "array", "minItems", 1, "maxItems", SPEC_MAX_SWEEP_VALUES,
+                     "uniqueItems", 1, "items", "type", "object", "minProperties", 1,
+                     "properties", fields, "additionalProperties", 0);
+}
+
 /* The schema's own description: what it is, and the rules of the validator that JSON
  * Schema cannot state (relations between two values, counts over the cross product, the
  * memory estimate). tests/integration/schemathesis_hooks.py filters exactly these, so a
@@ -452,7 +469,11 @@ static const char spec_schema_description_format[] =
     "with an emulated network (--network-profile, deploy/netlab.sh); (12) elastic, at "
     "every point: "
     "elastic.min_ranks at most world_size, elastic.max_ranks 0 or from min_ranks to "
-    "world_size, pipeline 1, backend not mpi, engine ddpbench, pytorch or horovod. "
+    "world_size, pipeline 1, backend not mpi, engine ddpbench, pytorch or horovod; (13) "
+    "sweep.zip: every point names the same fields, none of them also swept by its own list "
+    "(400 naming sweep.zip[i].field, or sweep.field), and every rule holds at every point, "
+    "the relations this schema states between two fields too (its clauses read the top "
+    "level and the swept lists only), a refused one naming sweep.zip[i].field. "
     "dataset.path must also resolve beneath one of the daemon's --data-dir directories, "
     "else 400 naming it. A run must also fit this node or the cluster's nodes "
     "(CPU slots, GPUs, and for device cpu its memory; transport shm on one node), else "
@@ -461,6 +482,7 @@ static const char spec_schema_description_format[] =
 json_t *spec_schema_json(void)
 {
     json_t *props = json_object(), *swept = json_object(), *required = json_array();
+    json_t *zipped = json_object(); /* stolen by spec_schema_zip */
     char group[32];
     for (size_t i = 0; i < spec_field_count; i++) {
         const struct spec_field *f = &spec_field_table[i];
@@ -474,18 +496,23 @@ json_t *spec_schema_json(void)
         if (f->flags & SPEC_F_REQUIRED)
             json_array_append_new(required, json_string(f->name));
         if (f->flags & SPEC_F_SWEEP)
+            json_object_set_new(zipped, f->name, spec_schema_value(f, false));
+        if (f->flags & SPEC_F_SWEEP)
             json_object_set_new(swept, f->name,
                                 json_pack("{s:s, s:i, s:i, s:b, s:o}", "type", "array",
                                           "minItems", 1, "maxItems", SPEC_MAX_SWEEP_VALUES,
                                           "uniqueItems", 1, "items",
                                           spec_schema_value(f, false)));
     }
-    char sweep_desc[512];
+    json_object_set_new(swept, SPEC_SWEEP_ZIP, spec_schema_zip(zipped));
+    char sweep_desc[768];
     snprintf(sweep_desc, sizeof sweep_desc,
              "Fields to sweep, each with a list of 1 to %d distinct values: the experiment "
              "runs every combination (the cross product, last field varying fastest). The "
              "product of the lists' lengths may be at most %d runs; a larger sweep is refused "
-             "(400, field \"sweep\"): sweep fewer values or split the experiment.",
+             "(400, field \"sweep\"): sweep fewer values or split the experiment. \"zip\" "
+             "lists points of fields that vary together, one more list of the cross product "
+             "(its length counts).",
              SPEC_MAX_SWEEP_VALUES, SPEC_MAX_RUNS);
     json_object_set_new(props, "sweep",
                         json_pack("{s:s, s:s, s:o, s:b}", "description", sweep_desc, "type",

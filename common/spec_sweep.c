@@ -2,11 +2,17 @@
  * cross product of the swept lists, last field fastest) and expanding them into
  * [{params, spec}] for spec_expand.
  *
+ * "zip" (issue 33) is one more list of the cross product whose values are points, objects
+ * of fields that vary together ({"engine": "horovod", "strategy": "horovod"}): a point
+ * sets each of its fields, so a run's params carry the zipped fields by their own names
+ * (results group by them as by any swept field) and never "zip" itself.
+ *
  * Decision: one walk serves both the checks at every point (spec_checks.c) and the
  * expansion, so a point is resolved the same way when it is judged at submit and when it
  * runs: the top level with the point's values set over it. The count comes first and caps
  * both, so a sweep past the limit is refused before any point is built. */
 #include <stdio.h>
+#include <string.h>
 
 #include "common/spec_table.h"
 
@@ -19,6 +25,59 @@ static bool spec_odometer_next(size_t *idx, json_t *const *vals, size_t n)
         idx[k] = 0;
     }
     return false;
+}
+
+/* Sets field key to v in the point's params and its resolved spec; a zip point sets each
+ * of its fields. Returns 0 or -1 (out of memory). */
+static int spec_point_set(json_t *params, json_t *resolved, const char *key, json_t *v)
+{
+    if (strcmp(key, SPEC_SWEEP_ZIP) != 0)
+        return json_object_set(params, key, v) < 0 ||
+                       spec_set_path(resolved, key, json_incref(v)) < 0
+                   ? -1
+                   : 0;
+    const char *k;
+    json_t *zv;
+    json_object_foreach(v, k, zv)
+    {
+        if (spec_point_set(params, resolved, k, zv) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+json_t *spec_sweep_fields(const json_t *sweep)
+{
+    json_t *out = json_object();
+    const char *key, *k;
+    json_t *v, *zv;
+    json_object_foreach((json_t *)sweep, key, v)
+    {
+        if (strcmp(key, SPEC_SWEEP_ZIP) != 0) {
+            json_object_set(out, key, v);
+            continue;
+        }
+        json_object_foreach(json_array_get(v, 0), k, zv)
+            json_object_set_new(out, k, json_true());
+    }
+    return out;
+}
+
+int spec_sweep_zip_index(const json_t *sweep, const json_t *params)
+{
+    size_t i;
+    const json_t *pt;
+    json_array_foreach(json_object_get(sweep, SPEC_SWEEP_ZIP), i, pt)
+    {
+        const char *k;
+        json_t *v;
+        bool same = true;
+        json_object_foreach((json_t *)pt, k, v)
+            same = same && json_equal(v, json_object_get(params, k));
+        if (same)
+            return (int)i;
+    }
+    return -1;
 }
 
 int spec_sweep_walk(const json_t *norm, spec_point_fn fn, void *arg, struct err *e)
@@ -46,9 +105,8 @@ int spec_sweep_walk(const json_t *norm, spec_point_fn fn, void *arg, struct err 
     do {
         json_t *params = json_object();
         for (size_t k = 0; params && k < n; k++) {
-            json_t *v = json_array_get(vals[k], idx[k]);
-            if (json_object_set(params, keys[k], v) < 0 ||
-                spec_set_path(resolved, keys[k], json_incref(v)) < 0) {
+            if (spec_point_set(params, resolved, keys[k], json_array_get(vals[k], idx[k])) <
+                0) {
                 json_decref(params);
                 params = NULL;
             }

@@ -125,6 +125,13 @@ typedef int (*spec_point_fn)(void *arg, size_t index, const json_t *params,
 /* Calls fn for each point of a normalized spec's sweep (once, with no params, without
  * one), last field fastest; stops at the first non-zero return and returns it. */
 int spec_sweep_walk(const json_t *norm, spec_point_fn fn, void *arg, struct err *e);
+/* The sweep's key of the points whose fields vary together (issue 33). */
+#define SPEC_SWEEP_ZIP "zip"
+/* Every field a sweep varies, swept or zipped, as an owned object {name: anything}: what
+ * the top-level checks skip and the one-of pairs count as given. sweep may be NULL. */
+json_t *spec_sweep_fields(const json_t *sweep);
+/* The index of the zip point params came from (a walk's params), or -1 without one. */
+int spec_sweep_zip_index(const json_t *sweep, const json_t *params);
 /* Number of runs of a normalized spec into *total; an error naming "sweep" over cap. */
 int spec_sweep_count(const json_t *norm, size_t cap, size_t *total, struct err *e);
 /* The runs of a normalized spec ([{params, spec}], owned), or NULL with e set (over

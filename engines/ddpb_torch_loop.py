@@ -9,21 +9,32 @@ What differs between frameworks is an adapter object (engine_<name>.py):
   adapter.backward(loss, k, acc) runs loss's backward (the mean over acc micro-batches)
   adapter.step_begin()           before the step's first micro-batch
   adapter.step_end(backward_end) runs the update; returns {"comm_ms", "comm_exposed_ms",
-                                 "optimizer_ms"} (absent or None: not observable) and
+                                 "optimizer_ms"} (absent or None: not observable),
+                                 "update_span" (perf_counter start, end of the update, the
+                                 trace's "optimizer" span), and
                                  "in_backward_ms", the part of the exposed time spent
                                  inside the backward window (DDP waits for its buckets
                                  there), which backward_ms then excludes
   adapter.all_sum(values)        -> the values summed over ranks (floats)
+Optional (ddpb_observe.py; absent: the engine adds nothing of its own):
+  adapter.readiness              true: rank 0 records gradient readiness ("grads")
+  adapter.trace_step(tracer, backward_end)  adds the step's communication to its trace
+  adapter.trace_window(tracer, on)          the trace window opens (on) / closes, between
+                                 steps; returns true when the step lines wait for
+                                 adapter.trace_finish(tracer), called after the repeat's
+                                 last step (Horovod's timeline is read then)
 
 Decision: one loop, so the engines differ only where the frameworks do, and a figure that
 differs between engines is the framework's, not the harness's."""
 import contextlib
+import os
 import time
 
 import torch
 import torch.nn.functional as F
 
 import ddpb_elastic
+import ddpb_observe
 import ddpb_torch_models as zoo
 import ddpb_train
 
@@ -70,6 +81,13 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
     total = plan.total if int(spec.get("epochs", 0)) <= 0 else \
         step + first_steps + (plan.epochs - first - 1) * plan.steps_per_epoch
     usage, grads, epoch = ddpb_train.Usage(repeat), None, first
+    # DDPBENCH_OBSERVE_OFF=1: neither (tests/bench/bench_observe.py --part engines'
+    # baseline; not DDPB_*, which the daemon keeps from its ranks)
+    off = os.environ.get("DDPBENCH_OBSERVE_OFF") == "1"
+    tracer = NO_TRACE if off else ddpb_observe.Tracer(spec, repeat)
+    ready = ddpb_observe.Readiness(model.parameters()) \
+        if rank == 0 and getattr(adapter, "readiness", False) and not off else None
+    hold = opened = False  # the traced steps' lines wait for adapter.trace_finish
     for epoch in range(first, plan.epochs):
         t_epoch = time.perf_counter()
         tally = ddpb_train.Tally()
@@ -86,8 +104,15 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
             for g in opt.param_groups:
                 g["lr"] = lr
             last = step == total - 1
-            loss_mean, step_ms, ph, read = one_step(module, adapter, it, device, acc, tally,
-                                                    last)
+            if step == tracer.first and tracer.enabled():  # between steps: not timed
+                hold, opened = trace_window(adapter, tracer, True), True
+            tracer.begin(step, it_no)
+            loss_mean, step_ms, ph, read = one_step(
+                module, adapter, it, device, acc, tally, last, tracer,
+                ready if step >= plan.warmup else None, rep, hold)
+            if opened and step == tracer.last - 1:
+                trace_window(adapter, tracer, False)
+                opened = False
             grads = read if last else grads
             if el:
                 el.mark(it_no)
@@ -115,41 +140,84 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
         if step >= total:
             break
     usage.emit(rep, epoch)  # the steps after the last epoch that ended
+    if opened:  # the steps ran out inside the window
+        trace_window(adapter, tracer, False)
+    if tracer.held:
+        adapter.trace_finish(tracer)
+        tracer.emit_held(rep)
+    if ready is not None:
+        ready.emit(rep, repeat)
     if el:
         el.iteration = it_no
-    rep.memory(repeat, ddpb_train.peak_rss_bytes(), grads_bytes=grads, **held_bytes(module, opt))
+    rep.memory(repeat, ddpb_train.peak_rss_bytes(), grads_bytes=grads,
+               device_peak_bytes=ddpb_observe.device_peak_bytes(device),
+               **held_bytes(module, opt))
 
 
-def one_step(module, adapter, it, device, acc, tally, last):
+def trace_window(adapter, tracer, on):
+    """The trace window opens (on) or closes, between steps; whether the adapter holds the
+    traced steps' lines until trace_finish."""
+    fn = getattr(adapter, "trace_window", None)
+    return bool(fn(tracer, on)) if fn else False
+
+
+# the tracer of a loop that traces nothing (Horovod's elastic driver's, ddpb_hvd_elastic.py)
+NO_TRACE = ddpb_observe.Tracer({"trace_steps": 0}, 0)
+
+
+def one_step(module, adapter, it, device, acc, tally, last, tracer=NO_TRACE, ready=None,
+             rep=None, hold=False):
     """One optimizer step over acc micro-batches from the batch iterator it, tallied:
     (the loss's mean, step_ms, the phases for the step line, and when last the gradient
-    bytes, read before the update frees them, else None)."""
+    bytes, read before the update frees them, else None). The step's spans go to tracer
+    (a traced step: its line to rep, or held), the synchronising backward's readiness to
+    ready (None: not recorded)."""
     clock = ddpb_train.Clock()
     t_start = clock.t
     adapter.step_begin()
     data_ms = fwd = bwd = 0.0
     loss_sum, grads = 0.0, None
     for k in range(acc):
+        t_data = clock.t
         x, y = next(it)
         xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
         data_ms += clock.lap()
+        tracer.span("data", t_data, clock.t)
         with adapter.micro(k, acc):
+            t_fwd = clock.t
             out = module(xt)
             loss = F.cross_entropy(out, yt)
             fwd += clock.lap()
+            t_bwd = clock.t
+            if ready is not None and k == acc - 1:
+                ready.begin(t_bwd)
             adapter.backward(loss, k, acc)
-            bwd += clock.lap()
+            last_bwd = clock.lap()
+            bwd += last_bwd
+            tracer.span("forward", t_fwd, t_bwd)
+            tracer.span("backward", t_bwd, clock.t)
+        backward_end = clock.t
         loss_sum += loss.item()
         tally.add(loss.item(), (out.argmax(1) == yt).sum().item(), len(y))
         clock.lap()  # the tally's reads are no phase
     if last:  # frameworks free .grad in the update: read it here
         grads = grad_bytes(module)
         clock.lap()  # the reading is no phase
-    ph = adapter.step_end(clock.t)
+    t_update = clock.t
+    ph = adapter.step_end(backward_end)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     clock.lap()
+    # the update as the adapter timed it (its optimizer_ms, plus any exposed wait inside)
+    tracer.span("optimizer", *ph.pop("update_span", (t_update, clock.t)))
     exposed = ph.pop("in_backward_ms", 0.0)
+    if ready is not None:  # the backward's own time, as the C worker's
+        ready.end(max(0.0, last_bwd - exposed) * 1e6)
+    if tracer.cur is not None:
+        fn = getattr(adapter, "trace_step", None)
+        if fn:
+            fn(tracer, backward_end)
+        tracer.end(rep, t_start, clock.t, hold)
     ph.update(data_ms=data_ms, forward_ms=fwd, backward_ms=max(0.0, bwd - exposed))
     return loss_sum / acc, (clock.t - t_start) * 1000.0, ph, grads
 

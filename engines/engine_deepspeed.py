@@ -96,8 +96,9 @@ class DeepSpeedAdapter:
         reduce_ms = self.engine.timers(BACKWARD_REDUCE_MICRO_TIMER).elapsed(reset=False)
         t = time.perf_counter()
         self.engine.step()
+        end = time.perf_counter()
         return {"comm_ms": reduce_ms, "comm_exposed_ms": reduce_ms, "in_backward_ms": reduce_ms,
-                "optimizer_ms": (time.perf_counter() - t) * 1000.0}
+                "optimizer_ms": (end - t) * 1000.0, "update_span": (t, end)}
 
     def all_sum(self, values):
         t = torch.tensor(values, dtype=torch.float64)

@@ -39,6 +39,7 @@ import horovod
 import horovod.torch as hvd
 
 import ddpb_data
+import ddpb_observe
 import ddpb_store
 import ddpb_torch_loop as loop
 import ddpb_train
@@ -163,11 +164,23 @@ def init(rank, world):
 class HorovodAdapter:
     """hvd.DistributedOptimizer for ddpb_torch_loop. broadcast: rank 0's initial state to
     all (broadcast_init); off in elastic mode, where TorchState's sync does it inside
-    hvd.elastic.run (a collective outside it would meet a joiner's sync)."""
+    hvd.elastic.run (a collective outside it would meet a joiner's sync).
+
+    Observed: rank 0's gradient readiness (per-parameter hooks, as DistributedOptimizer's
+    own fire), and the trace: each rank's phases and its wait in synchronize()
+    ("comm_exposed"), plus Horovod's timeline of the traced window (HOROVOD_TIMELINE=DYNAMIC,
+    hvd.start_timeline / stop_timeline around the window, written by the coordinator, rank
+    0, for all ranks), converted by ddpb_observe.horovod_timeline_groups and broadcast to
+    every rank once the repeat's steps are over, so each rank's traced steps carry the
+    negotiation and allreduce of each fused group as ops."""
+
+    readiness = True
 
     def __init__(self, spec, announce, facts, broadcast=True):
         self.spec, self.announce, self.facts = spec, announce, facts
         self.broadcast = broadcast
+        self.sync = None  # (start, end) of the step's synchronize(), perf_counter seconds
+        self.timeline = None  # the traced window's timeline file (rank 0's), when recording
 
     def wrap(self, model):
         spec = self.spec
@@ -204,15 +217,66 @@ class HorovodAdapter:
         t0 = time.perf_counter()
         self.opt.synchronize()
         t1 = time.perf_counter()
+        self.sync = (t0, t1)
         with self.opt.skip_synchronize():
             self.opt.step()
         self.opt.zero_grad()
-        return {"comm_exposed_ms": (t1 - t0) * 1000.0,
-                "optimizer_ms": (time.perf_counter() - t1) * 1000.0}
+        end = time.perf_counter()
+        return {"comm_exposed_ms": (t1 - t0) * 1000.0, "optimizer_ms": (end - t1) * 1000.0,
+                "update_span": (t0, end)}
 
     def all_sum(self, values):
         t = torch.tensor(values, dtype=torch.float64)
         return hvd.allreduce(t, op=hvd.Sum, name="ddpb_tally").tolist()
+
+    def trace_step(self, tracer, backward_end):
+        if self.sync is not None:
+            tracer.span("comm_exposed", *self.sync)
+
+    def trace_window(self, tracer, on):
+        """Horovod's timeline on (every rank calls it; the coordinator writes the file)
+        for the traced window; whether the steps' lines wait for trace_finish. Without
+        HOROVOD_TIMELINE=DYNAMIC (an elastic worker) the trace has the spans only."""
+        if not on:
+            if self.timeline is not None:
+                hvd.stop_timeline()
+            return False
+        if os.environ.get("HOROVOD_TIMELINE") != "DYNAMIC":
+            return False
+        self.timeline = os.path.join(timeline_dir(), f"timeline-{tracer.repeat}.json")
+        hvd.start_timeline(self.timeline)
+        return True
+
+    def trace_finish(self, tracer):
+        """Rank 0 reads the timeline and every rank takes the converted groups (a
+        broadcast: a collective of every rank, once per repeat), then places its part in
+        the steps it traced."""
+        global _TIMELINE_DIR
+        groups = None
+        if hvd.rank() == 0:
+            text = ddpb_observe.read_closed(self.timeline)
+            groups = ddpb_observe.horovod_timeline_groups(text) if text else []
+            for rm in (lambda: os.remove(self.timeline), lambda: os.rmdir(_TIMELINE_DIR)):
+                try:
+                    rm()
+                except OSError:
+                    pass  # not written (no step traced), or not empty: left in the temp dir
+            _TIMELINE_DIR = None
+        groups = hvd.broadcast_object(groups, root_rank=0, name="ddpb_timeline")
+        ddpb_observe.place_groups(tracer, groups, hvd.rank())
+        self.timeline = None
+
+
+def timeline_dir():
+    """Where rank 0's timeline files go: a directory of this process's own."""
+    global _TIMELINE_DIR
+    if _TIMELINE_DIR is None:
+        import tempfile
+        _TIMELINE_DIR = tempfile.mkdtemp(prefix="ddpb-hvd-timeline-")
+    return _TIMELINE_DIR
+
+
+_TIMELINE_DIR = None
 
 
 def train(rep, spec, rank, world):
@@ -225,6 +289,8 @@ def train(rep, spec, rank, world):
         ddpb_hvd_elastic.train(rep, spec, rank, VERSIONS, NOT_OBSERVED, HorovodAdapter)
         hvd.shutdown()
         return
+    if int(spec.get("trace_steps", 5)) > 0:  # timeline on demand (trace_window)
+        os.environ["HOROVOD_TIMELINE"] = "DYNAMIC"
     server = rendezvous(spec, rank, world)
     try:
         facts = init(rank, world)

@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddpb_data
 import ddpb_elastic
+import ddpb_observe
 import ddpb_torch_loop as loop
 import ddpb_train
 import probe
@@ -56,16 +57,16 @@ class CommHook:
         self.reset()
 
     def reset(self):
-        self.spans = []  # [launch, done or None] per bucket, in launch order
+        self.spans = []  # [launch, done or None, bucket, bytes, launch end] per bucket
         self.last_launch = None
         self.launch_ms = 0.0
 
     def allreduce(self, state, bucket):
         t0 = time.perf_counter()
-        span = [t0, None]
-        self.spans.append(span)
         buf = bucket.buffer()
         send = buf.to(self.dtype) if self.dtype is not None else buf
+        span = [t0, None, bucket.index(), send.numel() * send.element_size(), t0]
+        self.spans.append(span)
         send.div_(self.world)
         fut = dist.all_reduce(send, async_op=True).get_future()
 
@@ -79,16 +80,31 @@ class CommHook:
 
         result = fut.then(finish)
         t1 = time.perf_counter()
+        span[4] = t1
         self.launch_ms += (t1 - t0) * 1000.0
         self.last_launch = t1
         return result
+
+    def trace(self, tracer, backward_end):
+        """The step's communication in its trace: each bucket's allreduce as an op (launch
+        to its future's completion; the algorithm is the backend's choice, which torch
+        does not tell: "?"), and the training thread's exposed time as "comm_exposed"
+        spans (each launch inside the hook, then the wait from the last launch to
+        backward's return, cut as timing() cuts it), which add up to comm_exposed_ms."""
+        for lo, hi, index, nbytes, launched in self.spans:
+            tracer.op("allreduce", index, nbytes, "?", ddpb_observe.ns(lo),
+                      ddpb_observe.ns(hi or backward_end))
+            tracer.span("comm_exposed", lo, launched)
+        if self.last_launch is not None:
+            wait_s = max(0.0, self.timing(backward_end)[1] - self.launch_ms) / 1000.0
+            tracer.span("comm_exposed", self.last_launch, self.last_launch + wait_s)
 
     def timing(self, backward_end):
         """(comm_ms, comm_exposed_ms) of the step; (0, 0) when nothing was exchanged."""
         if not self.spans:
             return 0.0, 0.0
         comm, cur_lo, cur_hi = 0.0, None, None
-        for lo, hi in sorted((lo, hi or backward_end) for lo, hi in self.spans):
+        for lo, hi in sorted((s[0], s[1] or backward_end) for s in self.spans):
             if cur_hi is None or lo > cur_hi:
                 comm += (cur_hi - cur_lo) if cur_hi is not None else 0.0
                 cur_lo, cur_hi = lo, hi
@@ -101,6 +117,8 @@ class CommHook:
 
 class DdpAdapter:
     """DistributedDataParallel (+ ZeroRedundancyOptimizer for zero1) for ddpb_torch_loop."""
+
+    readiness = True  # rank 0's per-parameter hooks (ddpb_observe.Readiness)
 
     def __init__(self, spec, world, device, announce):
         self.spec, self.world, self.device, self.announce = spec, world, device, announce
@@ -144,8 +162,12 @@ class DdpAdapter:
         t = time.perf_counter()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        end = time.perf_counter()
         return {"comm_ms": comm, "comm_exposed_ms": exposed, "in_backward_ms": exposed,
-                "optimizer_ms": (time.perf_counter() - t) * 1000.0}
+                "optimizer_ms": (end - t) * 1000.0, "update_span": (t, end)}
+
+    def trace_step(self, tracer, backward_end):
+        self.hook.trace(tracer, backward_end)
 
     def all_sum(self, values):
         t = torch.tensor(values, dtype=torch.float64, device=self.device)

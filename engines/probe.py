@@ -42,20 +42,33 @@ NOT_OBSERVED = {
                 "bytes_sent": "Horovod does not report it"},
     "deepspeed": {"bytes_sent": "DeepSpeed does not report it"},
 }
-# What each framework engine cannot tell of its memory (report "memory", served null) and
-# that it sends no trace (GET /v1/runs/{id}/trace is empty for its runs); the C engine
-# tells everything.
+# What each framework engine cannot tell of its memory and usage (report "memory" and
+# "usage", served null), of the trace (GET /v1/runs/{id}/trace: "trace" when it sends none,
+# "trace_comm" when its traced steps have the loop's phases but no collective) and of
+# gradient readiness ("gradient_readiness": no "grads" line, so the step model cannot
+# predict its runs); the C engine tells everything. pytorch and horovod send the trace
+# and readiness (engines/ddpb_observe.py).
 _FRAMEWORK_MEMORY = {
     "comm_bytes": "the framework's collectives allocate their buffers internally",
     "activations_bytes": "the framework allocates activations per step, with no arena to "
-                         "measure",
-    "trace": "the engine sends no traced steps: use the framework's own profiler"}
+                         "measure"}
+_NO_READINESS = "the adapter registers no per-parameter gradient hook (pytorch and horovod do)"
 MEMORY_NOT_OBSERVED = {
-    "pytorch": _FRAMEWORK_MEMORY,
+    # device cuda: device_peak_bytes is torch.cuda.max_memory_allocated; NVML is not sampled
+    "pytorch": dict(_FRAMEWORK_MEMORY, **{
+        k: "the Python engines sample no NVML (ddpbench's C worker does); device memory is "
+           "device_peak_bytes" for k in ("gpu_util_pct", "gpu_mem_util_pct", "gpu_power_w")}),
     "horovod": _FRAMEWORK_MEMORY,
     "deepspeed": dict(_FRAMEWORK_MEMORY, grads_bytes="ZeRO moves the reduced gradients into "
-                      "its own flat partitions (null when no parameter holds one)"),
-    "tensorflow": dict(_FRAMEWORK_MEMORY, grads_bytes="Keras keeps no gradient between steps"),
+                      "its own flat partitions (null when no parameter holds one)",
+                      trace_comm="its timers give the gradient reduction's length "
+                                 "(comm_ms), not when it ran, and it has no per-bucket hook: "
+                                 "the traced steps have the loop's phases only",
+                      gradient_readiness=_NO_READINESS),
+    "tensorflow": dict(_FRAMEWORK_MEMORY, grads_bytes="Keras keeps no gradient between steps",
+                       trace="one tf.function runs the whole step: the engine sends no "
+                             "traced steps (use TensorFlow's own profiler)",
+                       gradient_readiness="the gradients exist only inside the step's graph"),
 }
 ALL = ddpb_vocab.STRATEGIES
 BACKENDS = ddpb_vocab.names("backends")

@@ -18,8 +18,24 @@ memory (--part memory): what a rank holds training resnet18-cifar with Adam at 2
   ddpbench's exact accounting for ddp, zero1 and zero2 beside what PyTorch (DDP,
   ZeroRedundancyOptimizer) and DeepSpeed (ZeRO stages 1 and 2) hold in their own tensors,
   and every run's peak RSS: the ZeRO sharding as each implementation does it.
+engines (--part engines): what the framework engines' trace and gradient readiness cost
+  (issue 33): each engine trains mnist-cnn at 2 ranks (batch 32, 1 thread a rank) with
+  every step after warm-up traced (trace_steps = all of them, the worst case; rank 0's
+  readiness hooks on too) against a daemon whose engines observe nothing
+  (DDPBENCH_OBSERVE_OFF=1 in its environment: no trace, no hooks), the arms alternating
+  order round by round. Figure: step_ms observed / unobserved, per round; the bound is
+  1.02 (<= 2 % of step time).
+steps (--part steps): the same cost inside one process group, which a shared machine's
+  load disturbs less than separate runs: observe_engine_steps.py runs the engines' real
+  loop and adapters at 2 ranks (pytorch: two processes over gloo; horovod: horovodrun
+  --gloo), alternating blocks of --block steps observed and unobserved, 4 of each a round.
+  Figure per round: the arms' median and 20th-percentile step time, observed /
+  unobserved; headline: the median over the rounds. observe_cost_micro.py times the
+  observing code itself (the Tracer calls of a step, the readiness hooks of a backward).
 A benchmark: figures and ratios, never pass/fail. Hold /tmp/ddpb-bench.lock.
 """
+import json
+import subprocess
 import os
 import statistics
 import sys
@@ -87,11 +103,102 @@ def report_memory(rows):
                   f"{mib(m['peak_rss_bytes'])} |")
 
 
+ENGINES = {"pytorch": "ddp", "horovod": "horovod", "deepspeed": "zero1"}
+
+
+def engine_pair(on, off, engine, steps, observed_first):
+    """(unobserved, observed) step_ms of one round of engine."""
+    out = {}
+    for observed in ([True, False] if observed_first else [False, True]):
+        spec = train_spec("mnist-cnn", 32, [1, 28, 28], steps)
+        spec.update(world_size=2, engine=engine, strategy=ENGINES[engine], eval=False,
+                    trace_steps=min(steps, 100), name=f"observe {engine} {observed}")
+        d = on if observed else off
+        exp = d.finish(spec)
+        rows = d.call(f"/v1/experiments/{exp['id']}/results")["rows"]
+        traced = d.call(f"/v1/runs/{exp['runs'][0]['id']}/trace")["otherData"]["traced_steps"]
+        if traced != (2 * min(steps, 100) if observed else 0):
+            sys.exit(f"{engine}: {traced} traced steps where the arm "
+                     f"{'observes' if observed else 'does not'}: DDPBENCH_OBSERVE_OFF not passed on?")
+        out[observed] = rows[0]["step_ms_mean"]
+    return out[False], out[True]
+
+
+def part_engines(a):
+    """Each engine's observed / unobserved step time over a.rounds interleaved rounds."""
+    on = Daemon(a.build, 2 * os.cpu_count())
+    os.environ["DDPBENCH_OBSERVE_OFF"] = "1"  # the second daemon's engines, and only its
+    try:
+        off = Daemon(a.build, 2 * os.cpu_count())
+    finally:
+        del os.environ["DDPBENCH_OBSERVE_OFF"]
+    res = {}
+    try:
+        for r in range(a.rounds):
+            for engine in a.engines.split(","):
+                pair = engine_pair(on, off, engine, a.steps, observed_first=r % 2 == 1)
+                res.setdefault(engine, []).append(pair)
+    finally:
+        on.close()
+        off.close()
+    print(f"## bench_observe --part engines, {a.rounds} rounds, mnist-cnn 2 ranks, "
+          f"{a.steps} steps all traced: median (min-max) of the rounds' ratios")
+    print("| engine | step_ms unobserved | step_ms observed | observed / unobserved |")
+    print("|---|---:|---:|---:|")
+    for engine, pairs in res.items():
+        ratios = [t / u for u, t in pairs]
+        print(f"| {engine} | {statistics.median(u for u, _ in pairs):.3f} | "
+              f"{statistics.median(t for _, t in pairs):.3f} | {statistics.median(ratios):.4f} "
+              f"({min(ratios):.4f}-{max(ratios):.4f}) |")
+    return res
+
+
+def steps_of(engine, rounds, block):
+    """observe_engine_steps.py's rounds for engine at 2 ranks."""
+    script, py = os.path.join(HERE, "observe_engine_steps.py"), sys.executable
+    args = [engine, str(rounds), str(block)]
+    if engine == "horovod":
+        hvd = os.path.join(os.path.dirname(py), "horovodrun")
+        outs = [subprocess.run([hvd, "-np", "2", "-H", "localhost:2", "--gloo", py, script,
+                                *args], capture_output=True, text=True, timeout=1800).stdout]
+    else:
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT="29613", WORLD_SIZE="2")
+        ps = [subprocess.Popen([py, script, *args], env=dict(env, RANK=str(r)),
+                               stdout=subprocess.PIPE, text=True) for r in (0, 1)]
+        outs = [p.communicate(timeout=1800)[0] for p in ps]
+    for line in "".join(outs).splitlines():
+        if "OBSERVE-STEPS " in line:
+            return json.loads(line.split("OBSERVE-STEPS ", 1)[1])["rounds"]
+    sys.exit(f"{engine}: observe_engine_steps.py printed no result")
+
+
+def part_steps(a):
+    res = {e: steps_of(e, a.rounds, a.block) for e in a.engines.split(",") if e != "deepspeed"}
+    print(f"## bench_observe --part steps, {a.rounds} rounds of 4 + 4 blocks of {a.block} "
+          "steps, mnist-cnn 2 ranks: median (min-max) over rounds of observed / unobserved")
+    print("| engine | step_ms unobserved (median) | ratio of medians | ratio of 20th pct |")
+    print("|---|---:|---:|---:|")
+    for engine, rounds in res.items():
+        cells = []
+        for qi in (0, 1):
+            r = [x[qi][1] / x[qi][0] for x in rounds]
+            cells.append(f"{statistics.median(r):.4f} ({min(r):.3f}-{max(r):.3f})")
+        print(f"| {engine} | {statistics.median(x[0][0] for x in rounds):.3f} | {cells[0]} | "
+              f"{cells[1]} |")
+    return res
+
+
 def main():
     ap = bench_args(5)
-    ap.add_argument("--part", default="cost", choices=["cost", "memory"])
+    ap.add_argument("--part", default="cost", choices=["cost", "memory", "engines", "steps"])
+    ap.add_argument("--block", type=int, default=10, help="--part steps: steps a block")
+    ap.add_argument("--engines", default=",".join(ENGINES), help="--part engines: which")
+    ap.add_argument("--steps", type=int, default=60, help="--part engines: timed steps")
     a = ap.parse_args()
     os.environ.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_="4294967296")
+    if a.part in ("engines", "steps"):
+        write_json(a.json, part_engines(a) if a.part == "engines" else part_steps(a))
+        return
     d = Daemon(a.build, 2 * os.cpu_count())
     if a.part == "memory":
         try:

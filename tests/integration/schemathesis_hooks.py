@@ -40,6 +40,9 @@ generator cannot take all its rule clauses together):
       daemon under test has no emulated network), at every point.
   (12) elastic: min_ranks at most world_size, max_ranks 0 or from min_ranks to world_size,
       pipeline 1, backend not mpi, engine ddpbench, pytorch or horovod, at every point.
+  (13) sweep.zip: every point names the same fields, none of them also swept by its own
+      list, and every rule holds at every point (the schema's two-field relations too,
+      which it cannot judge inside a zip: a body with a zip is dropped).
 Besides the numbered rules, dataset.path must resolve beneath one of the daemon's --data-dir
 directories: a generated path never does, so a body naming one is dropped (rule "data").
 Decision: defaults and the model table are read from the source tree (the generated schema,
@@ -69,6 +72,7 @@ if (f"at most {MAX_RUNS} runs" not in SCHEMA["description"]
         or "(10) transport shm, at every point" not in SCHEMA["description"]
         or "(11) faults, at every point" not in SCHEMA["description"]
         or "(12) elastic, at every point" not in SCHEMA["description"]
+        or "(13) sweep.zip: every point names the same fields" not in SCHEMA["description"]
         or "beneath one of the daemon's --data-dir directories" not in SCHEMA["description"]):
     raise ImportError("schemathesis_hooks.py: the limits differ from the schema's description")
 SIZE_FIELDS = ("min_bytes", "max_bytes", "step")
@@ -122,8 +126,18 @@ def points(body):
     sweep = body.get("sweep", {})
     for combo in itertools.product(*sweep.values()):
         point = dict(top)
-        point.update(zip(sweep, combo))
+        for key, value in zip(sweep, combo):  # a zip point sets each of its fields
+            point.update(value if key == "zip" else {key: value})
         yield lambda name, p=point: p[name] if name in p else default(name)
+
+
+def zip_broken(sweep):
+    """Rule (13): a zip's points name the same fields, none also swept, all distinct; and
+    the relations the schema states between two fields hold at each zip point, which the
+    schema cannot judge (its clauses read the top level and the swept lists), so a body
+    with a zip is dropped whole from the positive cases (test_contract.py's edge specs and
+    test_spec.c cover zip)."""
+    return bool(sweep.get("zip"))
 
 
 def memory(get):
@@ -230,6 +244,8 @@ def broken_rule(body):
     mca = body.get("mpi_mca", {})
     if not all(MCA_KEY.fullmatch(k) for k in mca):
         return 9
+    if zip_broken(sweep):
+        return 13
     runs = 1
     for values in sweep.values():
         runs *= len(values)
@@ -265,7 +281,8 @@ def broken_rule(body):
 
 def elastic_broken(body, sweep, get):
     """Rule (12): an elastic run's bounds, and what cannot be elastic."""
-    if "elastic" not in body and not any(k.startswith("elastic.") for k in sweep):
+    varied = set(sweep) | set((sweep.get("zip") or [{}])[0])
+    if "elastic" not in body and not any(k.startswith("elastic.") for k in varied):
         return False
     lo, hi, world = get("elastic.min_ranks"), get("elastic.max_ranks"), get("world_size")
     return (lo > world or (hi != 0 and not lo <= hi <= world) or get("pipeline") > 1

@@ -34,7 +34,7 @@ SCHEMA_KEYS = {"type", "properties", "required", "items", "enum", "format", "min
                "maximum", "default", "description", "nullable", "allOf", "oneOf", "anyOf",
                "$ref", "additionalProperties", "title", "example", "not", "minLength",
                "maxLength", "pattern", "minItems", "maxItems", "uniqueItems",
-               "exclusiveMinimum", "exclusiveMaximum", "maxProperties"}
+               "exclusiveMinimum", "exclusiveMaximum", "maxProperties", "minProperties"}
 
 
 def resolve(ref):
@@ -145,6 +145,13 @@ EDGE_SPECS = [
     (dict(TR, device="cuda", backend="nccl", strategy="zero1"), False),
     (dict(TR, backend="nccl", sweep={"device": ["cuda"]}), True),
     (dict(TR, device="cuda", backend="nccl", sweep={"strategy": ["ddp", "zero2"]}), False),
+    # sweep.zip (issue 33): points of sweepable fields that vary together
+    (dict(TR, sweep={"zip": [{"engine": "ddpbench", "strategy": "ddp"},
+                             {"engine": "ddpbench", "strategy": "horovod"}],
+                     "world_size": [1, 2]}), True),
+    (dict(TR, sweep={"zip": [{"engine": "ddpbench", "name": "x"}]}), False),
+    (dict(TR, sweep={"zip": []}), False),
+    (dict(C, sweep={"zip": [{"engine": "ddpbench"}]}), False),  # not a collective field
     (dict(C, max_bytes="2G"), True),
     (dict(C, max_bytes="0002GiB"), True),
     (dict(C, max_bytes="2097152K"), True),

@@ -111,10 +111,11 @@ def check_trace_format(trace, ws):
     check(sorted(names) == list(range(ws)) and all("node" in v for v in names.values()), names)
 
 
-def check_trace_against_steps(d, run, trace, n):
-    """Spans nest inside their step, the collectives are each there once and carry the
-    model's gradients, and each phase's total is the stored phase."""
-    ws, strat = run["spec"]["world_size"], run["spec"]["strategy"]
+def traced_window(d, run, trace):
+    """(column index, the stored steps by (rank, step), the trace's events by (rank,
+    step)), checking that every rank traced exactly the trace_steps after warm-up (the
+    C worker's window, which the Python engines keep too: test_engine_observe.py)."""
+    ws = run["spec"]["world_size"]
     warmup, traced = run["spec"]["warmup_steps"], run["spec"]["trace_steps"]
     steps = d.get(f"/v1/runs/{run['id']}/steps?warmup=true")
     at = {c: i for i, c in enumerate(steps["columns"])}
@@ -123,7 +124,15 @@ def check_trace_against_steps(d, run, trace, n):
     for ev in x_events(trace):
         by.setdefault((ev["pid"], ev["args"]["step"]), []).append(ev)
     want = {(r, s) for r in range(ws) for s in range(warmup, warmup + traced)}
-    check(set(by) == want, (sorted(by), sorted(want)))
+    check(set(by) == want, (run["spec"].get("engine"), ws, sorted(by), sorted(want)))
+    return at, stored, by
+
+
+def check_trace_against_steps(d, run, trace, n):
+    """Spans nest inside their step, the collectives are each there once and carry the
+    model's gradients, and each phase's total is the stored phase."""
+    ws, strat = run["spec"]["world_size"], run["spec"]["strategy"]
+    at, stored, by = traced_window(d, run, trace)
     eps = 0.002  # ms: the trace's microseconds carry 10 significant digits
     for (rank, step), evs in by.items():
         row = stored[(rank, step)]

@@ -674,6 +674,98 @@ static void test_spec_sweep_point_rule(void)
 
 #define TR "{\"workload\": \"train\""
 
+/* --- zip: fields that vary together (issue 33) ------------------------------------------ */
+
+#define ZIP_ES                                                                                 \
+    "\"zip\": [{\"engine\": \"ddpbench\", \"strategy\": \"ddp\"}, {\"engine\": \"ddpbench\", " \
+    "\"strategy\": \"horovod\"}]"
+
+/* A zip's points cross the rest of the sweep (zip's place in the odometer, last fastest);
+ * each run's params carry the zipped fields by name (never "zip") and its spec has them. */
+static void test_spec_sweep_zip_expand(void)
+{
+    struct err e = {0};
+    json_t *s = parse_ok(TR ", \"sweep\": {" ZIP_ES ", \"world_size\": [1, 2]}}");
+    T_CHECK(s);
+    json_t *runs = s ? spec_expand(s, SPEC_MAX_RUNS, &e) : NULL;
+    T_CHECK_MSG(runs, "%s", e.msg);
+    T_EQ_INT(json_array_size(runs), 4);
+    static const char *strat[] = {"ddp", "ddp", "horovod", "horovod"};
+    static const int ws[] = {1, 2, 1, 2};
+    for (size_t i = 0; runs && i < 4; i++) {
+        json_t *params = json_object_get(json_array_get(runs, i), "params");
+        json_t *spec = json_object_get(json_array_get(runs, i), "spec");
+        T_EQ_INT(json_object_size(params), 3);
+        T_CHECK(!json_object_get(params, "zip"));
+        T_EQ_STR(json_object_iter_key(json_object_iter(params)), "engine");
+        T_EQ_STR(get_str(params, "engine"), "ddpbench");
+        T_EQ_STR(get_str(params, "strategy"), strat[i]);
+        T_EQ_INT(get_int(params, "world_size"), ws[i]);
+        T_EQ_STR(get_str(spec, "strategy"), strat[i]);
+        T_EQ_INT(get_int(spec, "world_size"), ws[i]);
+        struct spec sp;
+        T_OK(spec_from_json(spec, &sp, &e));
+        T_EQ_STR(sp.train.strategy, strat[i]);
+    }
+    json_decref(runs);
+    /* a zip counts its points against the limit like any list */
+    T_CHECK(s && !spec_expand(s, 3, &e));
+    T_EQ_STR(e.field, "sweep");
+    T_CHECK_MSG(strstr(e.msg, "4 runs, more than the limit of 3"), "%s", e.msg);
+    /* normalizing again keeps the zip as it is */
+    char *text = s ? json_dumps(s, JSON_COMPACT) : NULL;
+    json_t *again = text ? parse_ok(text) : NULL;
+    T_CHECK(again && json_equal(again, s));
+    free(text);
+    json_decref(again);
+    json_decref(s);
+}
+
+/* Each refusal names the point and its field (sweep.zip[i].field). */
+static void test_spec_sweep_zip_refused(void)
+{
+    static const struct {
+        const char *text, *field, *part;
+    } cases[] = {
+        {TR ", \"sweep\": {\"zip\": {}}}", "sweep.zip", "non-empty array"},
+        {TR ", \"sweep\": {\"zip\": []}}", "sweep.zip", "non-empty array"},
+        {TR ", \"sweep\": {\"zip\": [{\"engine\": \"ddpbench\"}, 3]}}", "sweep.zip[1]",
+         "must be a non-empty object"},
+        {TR ", \"sweep\": {\"zip\": [{}]}}", "sweep.zip[0]", "must be a non-empty object"},
+        /* the same set of fields in every point */
+        {TR ", \"sweep\": {\"zip\": [{\"engine\": \"ddpbench\", \"strategy\": \"ddp\"}, "
+            "{\"engine\": \"pytorch\"}]}}",
+         "sweep.zip[1].strategy", "is missing"},
+        {TR ", \"sweep\": {\"zip\": [{\"engine\": \"ddpbench\"}, {\"engine\": \"pytorch\", "
+            "\"strategy\": \"ddp\"}]}}",
+         "sweep.zip[1].strategy", "sweep.zip[0] does not name it"},
+        /* each value as the field's own list would take it */
+        {TR ", \"sweep\": {\"zip\": [{\"engine\": \"ddpbench\", \"strategy\": \"ddp\"}, "
+            "{\"engine\": \"ddpbench\", \"strategy\": \"bogus\"}]}}",
+         "sweep.zip[1].strategy", "sweep.zip[1].strategy: must be one of"},
+        {TR ", \"sweep\": {\"zip\": [{\"bogus\": 1}]}}", "sweep.zip[0].bogus", "unknown field"},
+        {TR ", \"sweep\": {\"zip\": [{\"name\": \"a\"}]}}", "sweep.zip[0].name",
+         "cannot be swept"},
+        {TR ", \"sweep\": {\"zip\": [{\"world_size\": 1}, {\"world_size\": 1}]}}",
+         "sweep.zip[1]", "the same point as sweep.zip[0]"},
+        /* a field is zipped or swept, not both */
+        {TR ", \"sweep\": {" ZIP_ES ", \"strategy\": [\"ddp\"]}}", "sweep.strategy",
+         "both zipped"},
+        {TR ", \"sweep\": {\"strategy\": [\"ddp\"], " ZIP_ES "}}", "sweep.strategy",
+         "both zipped"},
+        /* a point the cross-field rules refuse names its zip point's field */
+        {TR ", \"sweep\": {\"zip\": [{\"engine\": \"ddpbench\", \"strategy\": \"ddp\"}, "
+            "{\"engine\": \"pytorch\", \"strategy\": \"horovod\"}], \"world_size\": [1, 2]}}",
+         "sweep.zip[1].strategy", "sweep point 3 of 4"},
+    };
+    SPEC_REJECTS_ALL(cases);
+    /* a top-level value the zip replaces is not judged at the top: only the points are */
+    static const char *const fine[] = {
+        TR ", \"engine\": \"pytorch\", \"strategy\": \"horovod\", \"sweep\": {" ZIP_ES "}}",
+    };
+    spec_all_run(fine, sizeof fine / sizeof fine[0]);
+}
+
 static void test_spec_train_defaults_and_struct(void)
 {
     struct err e;
@@ -2139,6 +2231,8 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_train_defaults_and_struct);
     TEST_RUN(test_spec_train_rejects);
     TEST_RUN(test_spec_train_sweep_nested);
+    TEST_RUN(test_spec_sweep_zip_expand);
+    TEST_RUN(test_spec_sweep_zip_refused);
     TEST_RUN(test_spec_memory_estimate);
     TEST_RUN(test_spec_transformer_rules);
     TEST_RUN(test_spec_pipeline_rules);

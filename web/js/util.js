@@ -147,6 +147,9 @@ export function specField(spec, key) {
   if (!spec) return '—';
   const sw = spec.sweep && spec.sweep[key];
   if (Array.isArray(sw)) return sw.join(', ');
+  // a zipped field (sweep.zip: points of fields that vary together): its value per point
+  const zip = spec.sweep && spec.sweep.zip;
+  if (Array.isArray(zip) && zip.length && key in zip[0]) return zip.map((p) => p[key]).join(', ');
   const v = spec[key];
   return v === undefined || v === null || v === '' ? '—' : String(v);
 }
