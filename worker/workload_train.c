@@ -190,7 +190,9 @@ static int train_build_model(struct trainer *tr, struct err *e)
                     &tr->m,
                     &(struct train_engine_cfg){.batch = tr->t->batch_size,
                                                .precision = tr->t->precision,
-                                               .cudnn_benchmark = tr->t->cudnn_benchmark},
+                                               .cudnn_benchmark = tr->t->cudnn_benchmark,
+                                               .loss_scale = tr->t->loss_scale,
+                                               .loss_scale_window = tr->t->loss_scale_window},
                     e)))
         return err_prefix(e, "model %s on %dx%dx%d", tr->t->model, ds->c, ds->h, ds->w);
     if (dataset_label_len(ds) != tr->labels_per)
@@ -656,8 +658,13 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
         return err_prefix(e, "gradient exchange of step %lld", (long long)step);
     int64_t exposed_before = tr->ddp.st.exposed_ns, t2 = clock_mono_ns();
     bool apply = true;
+    rs.loss_scale = ops->loss_scale ? ops->loss_scale(en) : -1;
     if (ops->begin_update(en, &apply, e) < 0)
         return err_prefix(e, "before optimizer step %lld", (long long)step);
+    rs.skipped = !apply;
+    if (apply && t->clip_grad_norm > 0 &&
+        ddp_clip_grad_norm(&tr->ddp, t->clip_grad_norm, &rs.grad_norm, e) < 0)
+        return err_prefix(e, "clipping the gradients of step %lld", (long long)step);
     if (apply && ddp_optim_step(&tr->ddp, &tr->opt, nn_lr_at(&tr->sched, (long)step), e) < 0)
         return err_prefix(e, "optimizer step %lld", (long long)step);
     ops->end_update(en, apply);
@@ -733,7 +740,9 @@ static int train_step_pipe(struct trainer *tr, int64_t step, struct train_tally 
                              .samples = t->batch_size,
                              .stage = tr->pipe.stage,
                              .gen = -1,
-                             .world = -1};
+                             .world = -1,
+                             .grad_norm = -1,
+                             .loss_scale = -1};
     bool traced = train_traced(tr, step);
     if (traced)
         observe_trace_begin(tr->obs);
