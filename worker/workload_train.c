@@ -1128,8 +1128,10 @@ int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_
                        struct report_writer *w, struct heartbeat *hb, struct elastic *el,
                        struct train_outcome *out, struct err *e)
 {
-    if (out)
+    if (out) {
         out->device_peak_bytes = -1;
+        out->bf16_path = NULL;
+    }
     /* what the device cannot do (precision on the CPU, ...) was refused with the spec
      * (spec_from_json applies the submit-time rules); what this build lacks is refused here */
     const struct train_engine_ops *ops = train_engine_pick(s->device, e);
@@ -1157,6 +1159,8 @@ int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_
         int64_t peak = tr.eng ? ops->peak_bytes(tr.eng) : -1;
         if (out && peak > out->device_peak_bytes)
             out->device_peak_bytes = peak;
+        if (out && tr.have_model && nn_model_bf16_path(&tr.m) != NN_BF16_OFF)
+            out->bf16_path = nn_bf16_path_name(nn_model_bf16_path(&tr.m));
         train_teardown(&tr);
     }
     observe_cleanup(&obs);
