@@ -355,7 +355,7 @@ int nn_convert_operand_init(struct nn_convert *c, struct nn_dnnl *d,
                             const dnnl_memory_desc_t *ours, const dnnl_memory_desc_t *prim,
                             struct err *e)
 {
-    if (d->bf16 != NN_BF16_EMULATED)
+    if (d->bf16 == NN_BF16_OFF || prim->data_type != dnnl_f32)
         return nn_convert_in_init(c, d, ours, prim, e);
     memset(c, 0, sizeof *c);
     c->active = 1;
@@ -440,15 +440,6 @@ void nn_md_any(dnnl_memory_desc_t *md, struct nn_shape s)
 void nn_md_bf16(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *in, dnnl_format_tag_t tag)
 {
     dnnl_memory_desc_init_by_tag(md, in->ndims, in->dims, dnnl_bf16, tag);
-}
-
-void nn_md_operand(const struct nn_dnnl *d, dnnl_memory_desc_t *md,
-                   const dnnl_memory_desc_t *in)
-{
-    if (d->bf16 == NN_BF16_NATIVE)
-        nn_md_bf16(md, in, dnnl_format_tag_any);
-    else
-        *md = *in;
 }
 
 size_t nn_md_bytes(const dnnl_memory_desc_t *md)

@@ -143,8 +143,9 @@ struct nn_convert {
 int nn_convert_in_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memory_desc_t *ours,
                        const dnnl_memory_desc_t *prim, struct err *e);
 /* ours -> a bf16 operand of a convolution or inner product (src, weights, diff_dst):
- * nn_convert_in_init, except under NN_BF16_EMULATED, where it is always active and rounds
- * the copy to bf16 (prim then is fp32, in whatever layout). */
+ * nn_convert_in_init, except where bf16 is on and the primitive reads fp32 (emulated, or
+ * a primitive that native bf16 left in fp32), where it is always active and rounds the
+ * copy to bf16. */
 int nn_convert_operand_init(struct nn_convert *c, struct nn_dnnl *d,
                             const dnnl_memory_desc_t *ours, const dnnl_memory_desc_t *prim,
                             struct err *e);
@@ -167,9 +168,7 @@ void nn_md_plain(dnnl_memory_desc_t *md, struct nn_shape s); /* nchw or nc */
 void nn_md_any(dnnl_memory_desc_t *md, struct nn_shape s);
 /* in's dims in bf16: with format any (tag dnnl_format_tag_any) or a plain tag. */
 void nn_md_bf16(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *in, dnnl_format_tag_t tag);
-/* Under NN_BF16_NATIVE, in's dims as a bf16 operand in format any; else in itself. */
-void nn_md_operand(const struct nn_dnnl *d, dnnl_memory_desc_t *md,
-                   const dnnl_memory_desc_t *in);
+
 /* A plain descriptor with an explicit tag (weights: oihw, goihw, oi, a). */
 void nn_md_tag(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
                dnnl_format_tag_t tag);
