@@ -151,37 +151,6 @@ static int paths(enum nn_bf16 out[2])
     return n;
 }
 
-/* A plain copy of data in layout md. */
-static float *to_plain(struct nn_dnnl *d, const dnnl_memory_desc_t *md, struct nn_shape s,
-                       const float *x)
-{
-    dnnl_memory_desc_t p;
-    struct nn_reorder r;
-    struct err e;
-    nn_md_plain(&p, s);
-    float *out = calloc(nn_shape_numel(s) + 1, sizeof *out);
-    if (nn_reorder_init(&r, d, md, &p, 0, &e))
-        return out;
-    nn_reorder_run(&r, d, out, x);
-    nn_reorder_destroy(&r);
-    return out;
-}
-
-static float *from_plain(struct nn_dnnl *d, const dnnl_memory_desc_t *md, struct nn_shape s,
-                         const float *plain)
-{
-    dnnl_memory_desc_t p;
-    struct nn_reorder r;
-    struct err e;
-    nn_md_plain(&p, s);
-    float *out = nn_alloc(nn_md_bytes(md));
-    if (!out || nn_reorder_init(&r, d, &p, md, 0, &e))
-        return out;
-    nn_reorder_run(&r, d, out, plain);
-    nn_reorder_destroy(&r);
-    return out;
-}
-
 static int conv_bf16_case(enum nn_bf16 path, const struct conv_case *k, int seed)
 {
     struct nn_dnnl d;
@@ -213,11 +182,11 @@ static int conv_bf16_case(enum nn_bf16 path, const struct conv_case *k, int seed
     if (ok) {
         fy = nn_alloc(nn_md_bytes(&f.dst_md));
         fdx = nn_alloc(nn_md_bytes(&src_md));
-        fdy = from_plain(&d, &f.dst_md, out, dy);
+        fdy = nn_check_to_layout(&d, &f.dst_md, out, dy);
         nn_conv2d_fast_forward(&f, fy, x, w, bias);
         nn_conv2d_fast_backward(&f, fdx, fdw, k->c.bias ? fdb : NULL, fdy, x, w);
         ok = nn_dnnl_check(&d, &e) == 0;
-        float *py = to_plain(&d, &f.dst_md, out, fy);
+        float *py = nn_check_to_plain(&d, &f.dst_md, out, fy);
         ok = ok && nn_check_close_rel("bf16 conv out", py, y, ny, 1e-4) &&
              nn_check_close_rel("bf16 conv dinp", fdx, dx, nx, 1e-4) &&
              nn_check_close_rel("bf16 conv dweight", fdw, dw, nw, 1e-4) &&
