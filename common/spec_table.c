@@ -277,11 +277,12 @@ static const struct spec_field spec_fields[] = {
              "clip_grad_norm / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_. Steps then "
              "report grad_norm, the norm before clipping. 0: off."},
     {.name = "loss_scale", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
-     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 1e30, .def = "0", SPEC_AT(train.loss_scale),
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 4294967296.0, .def = "0",
+     SPEC_AT(train.loss_scale),
      .desc = "precision fp16 only: the loss is multiplied by this before backward and the "
-             "gradients divided by it (static scaling); 0: dynamic, PyTorch GradScaler's "
-             "(starts at 65536, halves and skips the step on a non-finite gradient, doubles "
-             "after loss_scale_window finite steps)."},
+             "gradients divided by it (static scaling, at most 2^32); 0: dynamic, PyTorch "
+             "GradScaler's (starts at 65536, halves and skips the step on a non-finite "
+             "gradient, doubles after loss_scale_window finite steps)."},
     {.name = "loss_scale_window", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .min = 1, .max = 1000000, .def = "2000",
      SPEC_AT(train.loss_scale_window),

@@ -101,11 +101,9 @@ int main(int argc, char **argv)
 {
     struct bench_args a;
     if (bench_parse(&a, argc, argv)) {
-        fprintf(
-            stderr,
-            "usage: nn_bench MODEL BATCH THREADS [STEPS] [--shape C,H,W] "
-            "[--classes K] [--warmup N] [--conv direct|winograd|auto] [--bf16 auto|native|emulated] [--ref] "
-            "[--print]\n");
+        fprintf(stderr, "usage: nn_bench MODEL BATCH THREADS [STEPS] [--shape C,H,W] "
+                        "[--classes K] [--warmup N] [--conv direct|winograd|auto] "
+                        "[--bf16 auto|native|emulated] [--ref] [--print]\n");
         return 2;
     }
     nn_set_threads(a.threads);
@@ -167,14 +165,14 @@ int main(int argc, char **argv)
     }
     char info[128];
     static const char *const conv_names[] = {"direct", "auto", "winograd"};
-    printf(
-        "ddpbench %s %dx%dx%d batch %d threads %d conv %s%s%s%s: median %.2f ms/step, %.1f img/s "
-        "(forward %.2f, loss+backward %.2f, optimizer %.2f ms; %d steps; loss %.4f) [%s]\n",
-        a.model, a.c, a.h, a.w, a.batch, a.threads, conv_names[a.conv],
-        a.ref ? " (reference)" : "", m.have_dnnl && m.dnnl.bf16 ? " bf16 " : "",
-        m.have_dnnl && m.dnnl.bf16 ? nn_bf16_path_name(m.dnnl.bf16) : "", med[0] * 1e3,
-        a.batch / med[0], med[1] * 1e3, med[2] * 1e3, med[3] * 1e3, a.steps, loss,
-        nn_runtime_info(info, sizeof info));
+    printf("ddpbench %s %dx%dx%d batch %d threads %d conv %s%s%s%s: median %.2f ms/step, %.1f "
+           "img/s (forward %.2f, loss+backward %.2f, optimizer %.2f ms; %d steps; loss %.4f) "
+           "[%s]\n",
+           a.model, a.c, a.h, a.w, a.batch, a.threads, conv_names[a.conv],
+           a.ref ? " (reference)" : "", m.have_dnnl && m.dnnl.bf16 ? " bf16 " : "",
+           m.have_dnnl && m.dnnl.bf16 ? nn_bf16_path_name(m.dnnl.bf16) : "", med[0] * 1e3,
+           a.batch / med[0], med[1] * 1e3, med[2] * 1e3, med[3] * 1e3, a.steps, loss,
+           nn_runtime_info(info, sizeof info));
     free(col);
     free(t);
     free(x);
