@@ -161,6 +161,9 @@ static const struct report_field report_step_fields[] = {
      REPORT_STEP_AT(read_bytes)},
     {.name = "gen", .kind = REPORT_K_INT, .min = 0, .optional = true, REPORT_STEP_AT(gen)},
     {.name = "world", .kind = REPORT_K_INT, .min = 1, .optional = true, REPORT_STEP_AT(world)},
+    {.name = "grad_norm", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(grad_norm)},
+    {.name = "loss_scale", .kind = REPORT_K_NUM, .optional = true, REPORT_STEP_AT(loss_scale)},
+    {.name = "skipped", .kind = REPORT_K_BOOL, .optional = true, REPORT_STEP_AT(skipped)},
 };
 
 static const struct report_field report_epoch_fields[] = {
@@ -638,7 +641,8 @@ static json_t *report_member_json(const void *c, const struct report_field *f)
 }
 
 /* Owned object of every member of the struct at c, or NULL with e naming the bad member.
- * An optional number (int, int64) below zero is left out: -1 means "not known". */
+ * An optional number (int, int64) below zero is left out: -1 means "not known"; an
+ * optional boolean is written only when true (a flag: "skipped"). */
 static json_t *report_struct_build(const struct report_field *fs, size_t n, const char *type,
                                    const void *c, struct err *e)
 {
@@ -658,9 +662,12 @@ static json_t *report_struct_build(const struct report_field *fs, size_t n, cons
             memcpy(&i64, (const char *)c + f->off, sizeof i64);
         if (f->kind == REPORT_K_INT)
             memcpy(&i32, (const char *)c + f->off, sizeof i32);
+        bool b = false;
+        if (f->kind == REPORT_K_BOOL)
+            memcpy(&b, (const char *)c + f->off, sizeof b);
         if (f->optional &&
             ((f->kind == REPORT_K_NUM && d < 0) || (f->kind == REPORT_K_INT64 && i64 < 0) ||
-             (f->kind == REPORT_K_INT && i32 < 0)))
+             (f->kind == REPORT_K_INT && i32 < 0) || (f->kind == REPORT_K_BOOL && !b)))
             continue;
         json_t *v = report_member_json(c, f);
         if (!v || json_object_set_new(obj, f->name, v) < 0) {

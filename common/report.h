@@ -102,13 +102,21 @@ struct report_step {
      * generation the step ran in and its world size. step is then the run's iteration
      * counter, which never goes back (work redone after a regroup gets new numbers). */
     int gen, world;
+    /* Issue 33 (optional, -1 / false where they do not apply, left out):
+     *   grad_norm   the global L2 norm of the averaged gradients before clipping (runs with
+     *               clip_grad_norm > 0)
+     *   loss_scale  the loss scale the step's backward ran with (precision fp16)
+     *   skipped     the optimizer step was skipped: a non-finite gradient (fp16); written
+     *               only when true */
+    double grad_norm, loss_scale;
+    bool skipped;
 };
 /* The pipeline's and the data pipeline's members of a step without them, for a designated
  * initializer: struct report_step s = {REPORT_STEP_NO_PIPELINE, .repeat = ...} (0 is a
  * stage). */
 #define REPORT_STEP_NO_PIPELINE                                                                \
     .stage = -1, .p2p_ms = -1, .bubble_ms = -1, .p2p_bytes = -1, .loader_cpu_ms = -1,          \
-    .read_bytes = -1, .gen = -1, .world = -1
+    .read_bytes = -1, .gen = -1, .world = -1, .grad_norm = -1, .loss_scale = -1
 
 /* One epoch, reported by rank 0; test figures are -1 when no test split was evaluated,
  * train figures -1 when no sample was trained on (omitted from the event, stored as NULL:

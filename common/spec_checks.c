@@ -411,6 +411,53 @@ static bool spec_elastic_broken(const json_t *spec, enum spec_workload wl, const
     return true;
 }
 
+/* Issue 33's precision knobs: loss_scale and loss_scale_window are fp16's (another
+ * precision has no loss scale to set); ddpbench's CUDA engine does not clip (the norm
+ * is a host loop here); a pipeline's stages neither clip by a global norm
+ * (it would span the stages) nor train bf16 (its stages are prepared in fp32). True with
+ * field and reason. */
+static bool spec_precision_broken(const json_t *spec, enum spec_workload wl, const json_t *skip,
+                                  const char **field, char *why, size_t n)
+{
+    const char *prec = json_string_value(spec_field_value(spec, "precision"));
+    double scale = json_number_value(spec_field_value(spec, "loss_scale"));
+    int64_t window = json_integer_value(spec_field_value(spec, "loss_scale_window"));
+    double clip = json_number_value(spec_field_value(spec, "clip_grad_norm"));
+    int64_t pipeline = json_integer_value(spec_field_value(spec, "pipeline"));
+    const char *device = json_string_value(spec_field_value(spec, "device"));
+    const char *engine = json_string_value(spec_field_value(spec, "engine"));
+    bool fp16 = prec && strcmp(prec, "fp16") == 0;
+    if (!fp16 && scale != 0)
+        *field = "loss_scale",
+        snprintf(why, n, "loss_scale is fp16's loss scaling; precision \"%s\" has none",
+                 prec ? prec : "");
+    else if (!fp16 && window != 2000)
+        *field = "loss_scale_window",
+        snprintf(why, n,
+                 "loss_scale_window is fp16's dynamic loss scaling; precision \"%s\" "
+                 "has none",
+                 prec ? prec : "");
+    else if (clip > 0 && device && strcmp(device, "cuda") == 0 && engine &&
+             strcmp(engine, "ddpbench") == 0)
+        *field = "clip_grad_norm",
+        snprintf(why, n,
+                 "ddpbench's engine clips on the host; device cuda keeps the "
+                 "gradients on the GPU (no device norm yet)");
+    else if (pipeline > 1 && clip > 0)
+        *field = "clip_grad_norm",
+        snprintf(why, n,
+                 "a pipeline's global gradient norm would span its stages; clipping "
+                 "is for data-parallel runs (pipeline 1)");
+    else if (pipeline > 1 && prec && strcmp(prec, "bf16") == 0)
+        *field = "precision",
+        snprintf(why, n,
+                 "pipeline stages train in fp32; bf16 is for data-parallel runs "
+                 "(pipeline 1)");
+    else
+        return false;
+    return true;
+}
+
 /* --- the table and its walk -------------------------------------------------------- */
 
 /* Every cross-field check, in the order they are judged; the comment names its clause
@@ -418,12 +465,13 @@ static bool spec_elastic_broken(const json_t *spec, enum spec_workload wl, const
 static const struct spec_check spec_checks[] = {
     /* spec_rules[]: (1) min_bytes, (5) nodes and ranks_per_node; the schema states the rest */
     {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_SWEPT_TOP | SPEC_AT_POINT, spec_rules_broken},
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_model_broken},    /* (6) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_pipeline_broken}, /* (7) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_loader_broken},   /* (8) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_memory_broken},   /* (4) */
-    {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_POINT, spec_transport_broken},  /* (10) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_elastic_broken},  /* (12) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_model_broken},     /* (6) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_pipeline_broken},  /* (7) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_loader_broken},    /* (8) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_memory_broken},    /* (4) */
+    {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_POINT, spec_transport_broken},   /* (10) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_elastic_broken},   /* (12) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_precision_broken}, /* (14) */
 };
 
 /* The first row of wl running at scope that spec breaks: true with its field and why. */

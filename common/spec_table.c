@@ -53,7 +53,8 @@ static const char *spec_bucket_model_at(int i)
     return i == 0 ? "none" : spec_model_at(i - 1);
 }
 /* fp16 / bf16: mixed precision on device "cuda" (fp32 master weights; fp16 with dynamic
- * loss scaling); the CPU worker trains in fp32 and refuses them naming the field */
+ * loss scaling); the CPU worker trains fp32 or bf16 (oneDNN) and refuses fp16 naming the
+ * field */
 static const char *const spec_precisions[] = {"fp32", "fp16", "bf16", NULL};
 static const char *const spec_compressions[] = {"none", "fp16", "bf16", NULL};
 static const char *const spec_datasets[] = {"synthetic", "mnist", "fashion-mnist",
@@ -267,7 +268,29 @@ static const struct spec_field spec_fields[] = {
      .flags = SPEC_F_SWEEP, .choices = spec_precisions, .def = "\"fp32\"",
      SPEC_AT(train.precision),
      .desc = "Arithmetic of the training step: fp32 everywhere; fp16 (dynamic loss scaling) "
-             "and bf16 mixed precision on device cuda."},
+             "and bf16 mixed precision on device cuda; bf16 on device cpu too (engine "
+             "ddpbench: oneDNN's bf16 convolutions and inner products where the CPU has "
+             "them, else bf16-rounded operands with fp32 compute; fp32 master weights and "
+             "optimizer either way)."},
+    {.name = "clip_grad_norm", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 1e9, .def = "0", SPEC_AT(train.clip_grad_norm),
+     .desc = "Gradient clipping by global norm: after the exchange, the L2 norm over every "
+             "parameter's averaged gradient (ZeRO: each rank's shard's sum of squares, "
+             "allreduced); when above this value every gradient is multiplied by "
+             "clip_grad_norm / (norm + 1e-6), as torch.nn.utils.clip_grad_norm_. Steps then "
+             "report grad_norm, the norm before clipping. 0: off."},
+    {.name = "loss_scale", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 4294967296.0, .def = "0",
+     SPEC_AT(train.loss_scale),
+     .desc = "precision fp16 only: the loss is multiplied by this before backward and the "
+             "gradients divided by it (static scaling, at most 2^32); 0: dynamic, PyTorch "
+             "GradScaler's (starts at 65536, halves and skips the step on a non-finite "
+             "gradient, doubles after loss_scale_window finite steps)."},
+    {.name = "loss_scale_window", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 1000000, .def = "2000",
+     SPEC_AT(train.loss_scale_window),
+     .desc = "precision fp16 with dynamic loss scaling: finite steps in a row after which "
+             "the scale doubles (GradScaler's growth_interval)."},
     {.name = "cudnn_benchmark", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.cudnn_benchmark),
      .desc = "device cuda: choose each convolution's algorithms by timing cuDNN's candidates "
@@ -577,10 +600,10 @@ static const struct spec_allowed spec_device_cudnn[] = {
     {"cpu", spec_only_false, "cuDNN runs on device cuda"},
     {NULL, NULL, NULL},
 };
+static const char *const spec_cpu_precisions[] = {"fp32", "bf16", NULL};
 static const struct spec_allowed spec_device_precisions[] = {
-    {"cpu", spec_only_fp32,
-     "the CPU trains in fp32; fp16 and bf16 are mixed precision on "
-     "device cuda"},
+    {"cpu", spec_cpu_precisions,
+     "no fp16 compute on this CPU; fp16 is mixed precision on device cuda"},
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_device_strategies[] = {

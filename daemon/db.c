@@ -1319,20 +1319,23 @@ static const char SQL_INSERT_STEP[] =
     "INSERT OR REPLACE INTO steps (run_id, rank, repeat, epoch, step, warmup, samples, loss, "
     "data_ms, forward_ms, backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, "
     "bytes_sent, stage, p2p_ms, p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes, generation, "
-    "world, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, "
-    "?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)";
+    "world, at, grad_norm, loss_scale, skipped) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+    "?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, "
+    "?28)";
 
 int db_insert_step(struct db *db, int64_t run_id, int rank, const struct report_step *r,
                    struct err *e)
 {
     /* D, J, o: a phase or bytes_sent below 0 (not observable by the engine, report.h) is
-     * stored as NULL, and so are the pipeline's figures of a run without one (-1) */
-    return db_write_one(db, e, SQL_INSERT_STEP, "IiiiIiidDDDDDDdJoDJDDJood", run_id, rank,
-                        r->repeat, r->epoch, r->step, (int)r->warmup, r->samples, r->loss,
-                        r->data_ms, r->forward_ms, r->backward_ms, r->comm_ms,
-                        r->comm_exposed_ms, r->optimizer_ms, r->step_ms, r->bytes_sent,
-                        r->stage, r->p2p_ms, r->p2p_bytes, r->bubble_ms, r->loader_cpu_ms,
-                        r->read_bytes, r->gen, r->world, clock_wall_s());
+     * stored as NULL, and so are the pipeline's figures of a run without one (-1); skipped
+     * is 0 or 1 on a step with a loss scale (fp16), NULL on the others */
+    int skipped = r->skipped ? 1 : r->loss_scale >= 0 ? 0 : -1;
+    return db_write_one(
+        db, e, SQL_INSERT_STEP, "IiiiIiidDDDDDDdJoDJDDJoodDDo", run_id, rank, r->repeat,
+        r->epoch, r->step, (int)r->warmup, r->samples, r->loss, r->data_ms, r->forward_ms,
+        r->backward_ms, r->comm_ms, r->comm_exposed_ms, r->optimizer_ms, r->step_ms,
+        r->bytes_sent, r->stage, r->p2p_ms, r->p2p_bytes, r->bubble_ms, r->loader_cpu_ms,
+        r->read_bytes, r->gen, r->world, clock_wall_s(), r->grad_norm, r->loss_scale, skipped);
 }
 
 static const char SQL_INSERT_GENERATION[] =
@@ -1485,7 +1488,8 @@ static const char SQL_RUN_EXISTS[] = "SELECT 1 FROM runs WHERE id = ?1";
 static const char SQL_RUN_STEPS[] =
     "SELECT rank, repeat, epoch, step, warmup, samples, loss, data_ms, forward_ms, "
     "backward_ms, comm_ms, comm_exposed_ms, optimizer_ms, step_ms, bytes_sent, stage, p2p_ms, "
-    "p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes, generation, world, at FROM steps "
+    "p2p_bytes, bubble_ms, loader_cpu_ms, read_bytes, generation, world, at, grad_norm, "
+    "loss_scale, skipped FROM steps "
     "WHERE run_id = ?1 AND (?2 < 0 OR rank = ?2) AND (?3 OR warmup = 0) "
     "ORDER BY repeat, step, rank";
 

@@ -384,14 +384,18 @@ static json_t *worker_env_object(void)
 }
 
 /* peak_bytes >= 0 adds "gpu_peak_mem_bytes" (a GPU training run's, sent again at its
- * end: the daemon keeps the last env event of a rank). */
-static int worker_emit_env_peak(struct worker *wk, int64_t peak_bytes, struct err *e)
+ * end: the daemon keeps the last env event of a rank), bf16_path "bf16_path" (a bf16
+ * run on the CPU: which path ran, workload_train.h). */
+static int worker_emit_env_after(struct worker *wk, int64_t peak_bytes, const char *bf16_path,
+                                 struct err *e)
 {
     json_t *env = worker_env_object();
     if (!env)
         return err_set(e, ERR_NOMEM, NULL, "env report: cannot build the object");
     if (peak_bytes >= 0)
         json_object_set_new(env, "gpu_peak_mem_bytes", json_integer((json_int_t)peak_bytes));
+    if (bf16_path)
+        json_object_set_new(env, "bf16_path", json_string(bf16_path));
     json_t *mpi = comm_factory_env_mpi(&wk->spec); /* backend mpi: library, transport */
     if (mpi)
         json_object_set_new(env, "mpi", mpi);
@@ -405,7 +409,7 @@ static int worker_emit_env_peak(struct worker *wk, int64_t peak_bytes, struct er
 
 static int worker_emit_env(struct worker *wk, struct err *e)
 {
-    return worker_emit_env_peak(wk, -1, e);
+    return worker_emit_env_after(wk, -1, NULL, e);
 }
 
 /* Dies with the daemon, and does not start at all when it is already gone. */
@@ -488,8 +492,10 @@ static void worker_run_workload(struct worker *wk)
         if (rc < 0 && wk->elastic && wk->el.left) /* not in the run's generation: done */
             worker_leave(wk);
         WORKER_FAIL_IF(wk, rc < 0);
-        if (out.device_peak_bytes >= 0) /* a GPU run's peak memory goes out with the env */
-            WORKER_FAIL_IF(wk, worker_emit_env_peak(wk, out.device_peak_bytes, &wk->e) < 0);
+        /* a GPU run's peak memory and a CPU bf16 run's path go out with the env */
+        if (out.device_peak_bytes >= 0 || out.bf16_path)
+            WORKER_FAIL_IF(wk, worker_emit_env_after(wk, out.device_peak_bytes, out.bf16_path,
+                                                     &wk->e) < 0);
     } else {
         heartbeat_set_phase(&wk->hb, "collective benchmark");
         struct collective_mem mem;

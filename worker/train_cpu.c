@@ -1,11 +1,15 @@
 /* train_cpu: the CPU training engine (train_engine.h): the host nn_model itself, prepared
- * with oneDNN (NN_BACKEND_FAST), stepped in place.
+ * with oneDNN (NN_BACKEND_FAST), stepped in place; precision bf16 runs its convolutions
+ * and inner products on bf16 operands (onednn.h enum nn_bf16: oneDNN's bf16 kernels, or
+ * rounded fp32 where this CPU has none), fp32 everywhere else.
  *
  * Decision: everything is synchronous, so the loop's host clock is the measurement
  * (end_step keeps it) and the loss is known when forward returns; the model's own arenas
  * are the strategy's, so attach has nothing to point elsewhere. */
 #include <stdlib.h>
+#include <string.h>
 
+#include "common/log.h"
 #include "worker/train_engine.h"
 
 struct train_cpu {
@@ -30,10 +34,14 @@ static struct train_engine *train_cpu_create(struct nn_model *m,
     }
     c->base.ops = &train_engine_cpu;
     c->m = m;
+    bool bf16 = cfg->precision && strcmp(cfg->precision, "bf16") == 0;
+    nn_model_set_bf16(m, bf16 ? NN_BF16_AUTO : NN_BF16_OFF);
     if (nn_model_prepare(m, cfg->batch, NN_BACKEND_FAST, 1, e) < 0) {
         free(c);
         return NULL;
     }
+    if (bf16) /* which one ran is the run's env too (train_outcome.bf16_path) */
+        log_info("bf16 on the CPU: %s", nn_bf16_path_name(nn_model_bf16_path(m)));
     return &c->base;
 }
 
@@ -77,7 +85,7 @@ static int train_cpu_wait_loss(struct train_engine *en, double *loss, int *right
 
 static int train_cpu_begin_update(struct train_engine *en, bool *apply, struct err *e)
 {
-    *apply = true; /* fp32 only: no loss scaling */
+    *apply = true; /* fp32 and bf16: no loss scaling */
     return 0;
 }
 

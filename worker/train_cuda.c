@@ -10,8 +10,9 @@
  * - Forward, backward and the update are queued; end_step waits for the step and reports
  *   the device's phase times (CUDA events on the compute stream), so backward is its
  *   compute alone and comm_exposed the time the step waited for communication alone.
- * - fp16 scales the loss dynamically (loss_scale.h): begin_update unscales the gradients
- *   and skips the update of a step whose gradients are not finite.
+ * - fp16 scales the loss (loss_scale.h; dynamic, or static with the spec's loss_scale):
+ *   begin_update unscales the gradients and skips the update of a step whose gradients
+ *   are not finite; the step line carries the scale and the skip (train_cuda_scale_of).
  * - The spec's cudnn_benchmark selects measured convolution algorithms (gmodel_opts).
  * - allreduce_host stages host values through the runner's scratch: nn/ knows no
  *   communicator, the training side that owns one does the exchange.
@@ -34,7 +35,7 @@
 struct train_cuda {
     struct train_engine base;
     struct gmodel *gm;    /* owned */
-    struct loss_scale ls; /* fp16: dynamic; else a fixed 1 */
+    struct loss_scale ls; /* fp16: dynamic or static (spec loss_scale); else a fixed 1 */
     int64_t peak;         /* the most device memory in use after a step; -1 before one */
 };
 
@@ -60,7 +61,8 @@ static struct train_engine *train_cuda_create(struct nn_model *m,
         free(c);
         return NULL;
     }
-    loss_scale_init(&c->ls, gmodel_wants_loss_scale(c->gm));
+    loss_scale_configure(&c->ls, gmodel_wants_loss_scale(c->gm), cfg->loss_scale,
+                         cfg->loss_scale_window);
     /* what cuDNN chose, in the rank's log: a slow device run is read against it */
     struct gmodel_cudnn_info info;
     gmodel_cudnn_info(c->gm, &info);
@@ -137,11 +139,19 @@ static int train_cuda_begin_update(struct train_engine *en, bool *apply, struct 
 {
     struct train_cuda *c = train_cuda_of(en);
     bool finite = true;
-    if (c->ls.dynamic && gmodel_unscale(c->gm, loss_scale_inverse(&c->ls), &finite, e) < 0)
+    if (c->ls.scaled && gmodel_unscale(c->gm, loss_scale_inverse(&c->ls), &finite, e) < 0)
         return err_prefix(e, "unscaling the gradients");
     *apply = loss_scale_update(&c->ls, !finite); /* fp16 skips a non-finite step */
     gmodel_mark_optim(c->gm, 0);
     return 0;
+}
+
+/* The scale this step's backward ran with (fp16), read before begin_update changes it;
+ * -1 for the unscaled precisions. */
+static double train_cuda_scale_of(const struct train_engine *en)
+{
+    const struct train_cuda *c = (const struct train_cuda *)en;
+    return c->ls.scaled ? (double)c->ls.scale : -1;
 }
 
 static void train_cuda_end_update(struct train_engine *en, bool applied)
@@ -205,6 +215,7 @@ const struct train_engine_ops train_engine_cuda = {
     .wait_loss = train_cuda_wait_loss,
     .begin_update = train_cuda_begin_update,
     .end_update = train_cuda_end_update,
+    .loss_scale = train_cuda_scale_of,
     .end_step = train_cuda_end_step,
     .allreduce_host = train_cuda_allreduce_host,
     .peak_bytes = train_cuda_peak_bytes,

@@ -53,6 +53,8 @@ struct train_engine_cfg {
     int batch;             /* samples per micro-batch */
     const char *precision; /* "fp32", "fp16", "bf16" */
     bool cudnn_benchmark;  /* cuda: convolution algorithms measured once per shape */
+    double loss_scale;     /* fp16: 0 dynamic, > 0 static (spec loss_scale) */
+    int loss_scale_window; /* fp16 dynamic: growth interval (spec loss_scale_window) */
 };
 
 struct train_engine_ops {
@@ -83,6 +85,9 @@ struct train_engine_ops {
     /* After the exchange, before the optimizer: *apply = false skips this step's update
      * (fp16 loss scaling found inf/NaN gradients). */
     int (*begin_update)(struct train_engine *en, bool *apply, struct err *e);
+    /* The loss scale the step's backward ran with, read before begin_update; -1 where
+     * the loss is not scaled. NULL: never scaled (the CPU engine: fp32 and bf16). */
+    double (*loss_scale)(const struct train_engine *en);
     /* After the optimizer step (applied or skipped). */
     void (*end_update)(struct train_engine *en, bool applied);
     /* The step is over: waits for it where it was queued and replaces the host-timed

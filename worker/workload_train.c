@@ -190,7 +190,9 @@ static int train_build_model(struct trainer *tr, struct err *e)
                     &tr->m,
                     &(struct train_engine_cfg){.batch = tr->t->batch_size,
                                                .precision = tr->t->precision,
-                                               .cudnn_benchmark = tr->t->cudnn_benchmark},
+                                               .cudnn_benchmark = tr->t->cudnn_benchmark,
+                                               .loss_scale = tr->t->loss_scale,
+                                               .loss_scale_window = tr->t->loss_scale_window},
                     e)))
         return err_prefix(e, "model %s on %dx%dx%d", tr->t->model, ds->c, ds->h, ds->w);
     if (dataset_label_len(ds) != tr->labels_per)
@@ -656,8 +658,13 @@ static int train_step(struct trainer *tr, int64_t step, struct train_tally *tall
         return err_prefix(e, "gradient exchange of step %lld", (long long)step);
     int64_t exposed_before = tr->ddp.st.exposed_ns, t2 = clock_mono_ns();
     bool apply = true;
+    rs.loss_scale = ops->loss_scale ? ops->loss_scale(en) : -1;
     if (ops->begin_update(en, &apply, e) < 0)
         return err_prefix(e, "before optimizer step %lld", (long long)step);
+    rs.skipped = !apply;
+    if (apply && t->clip_grad_norm > 0 &&
+        ddp_clip_grad_norm(&tr->ddp, t->clip_grad_norm, &rs.grad_norm, e) < 0)
+        return err_prefix(e, "clipping the gradients of step %lld", (long long)step);
     if (apply && ddp_optim_step(&tr->ddp, &tr->opt, nn_lr_at(&tr->sched, (long)step), e) < 0)
         return err_prefix(e, "optimizer step %lld", (long long)step);
     ops->end_update(en, apply);
@@ -733,7 +740,9 @@ static int train_step_pipe(struct trainer *tr, int64_t step, struct train_tally 
                              .samples = t->batch_size,
                              .stage = tr->pipe.stage,
                              .gen = -1,
-                             .world = -1};
+                             .world = -1,
+                             .grad_norm = -1,
+                             .loss_scale = -1};
     bool traced = train_traced(tr, step);
     if (traced)
         observe_trace_begin(tr->obs);
@@ -1119,8 +1128,10 @@ int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_
                        struct report_writer *w, struct heartbeat *hb, struct elastic *el,
                        struct train_outcome *out, struct err *e)
 {
-    if (out)
+    if (out) {
         out->device_peak_bytes = -1;
+        out->bf16_path = NULL;
+    }
     /* what the device cannot do (precision on the CPU, ...) was refused with the spec
      * (spec_from_json applies the submit-time rules); what this build lacks is refused here */
     const struct train_engine_ops *ops = train_engine_pick(s->device, e);
@@ -1148,6 +1159,8 @@ int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_
         int64_t peak = tr.eng ? ops->peak_bytes(tr.eng) : -1;
         if (out && peak > out->device_peak_bytes)
             out->device_peak_bytes = peak;
+        if (out && tr.have_model && nn_model_bf16_path(&tr.m) != NN_BF16_OFF)
+            out->bf16_path = nn_bf16_path_name(nn_model_bf16_path(&tr.m));
         train_teardown(&tr);
     }
     observe_cleanup(&obs);

@@ -45,6 +45,9 @@ struct elastic;
 struct train_outcome {
     int64_t device_peak_bytes; /* device "cuda": the most GPU memory in use after a step
                                   (cudaMemGetInfo), over all repeats; -1 on the CPU */
+    const char *bf16_path;     /* precision bf16 on the CPU: the path that ran
+                              (nn_bf16_path_name: "onednn-native", "emulated-storage");
+                              NULL otherwise. Static. */
 };
 
 /* Runs every repeat of a train spec on the engine of its device (train_engine.h) and

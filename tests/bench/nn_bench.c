@@ -3,10 +3,13 @@
  * zero_grad + forward + cross-entropy + backward + SGD(lr 0.01, momentum 0.9) step).
  *
  *   nn_bench MODEL BATCH THREADS [STEPS] [--shape C,H,W] [--classes K] [--warmup N]
- *            [--conv auto|direct|winograd] [--ref] [--print]
+ *            [--conv auto|direct|winograd] [--bf16 auto|native|emulated] [--ref] [--print]
  *
  * --conv direct is PyTorch's convolution algorithm (a like-for-like comparison); the default
- * auto is the engine's (Winograd for large 3x3 stride-1 layers).
+ * auto is the engine's (Winograd for large 3x3 stride-1 layers). --bf16 trains in bf16
+ * (worker/nn/onednn.h enum nn_bf16): oneDNN's bf16 kernels where the CPU has them (auto),
+ * one path forced (native fails where oneDNN has none); ONEDNN_VERBOSE=profile_exec then
+ * times each primitive, the conversions included.
  *
  * Prints the median step time and images/s with the phase split (forward, loss+backward,
  * optimizer). A benchmark, not a test: it reports numbers, never pass/fail. Measure with
@@ -25,6 +28,7 @@ struct bench_args {
     const char *model;
     int batch, threads, steps, warmup, classes, ref, print;
     enum nn_conv_algo conv;
+    enum nn_bf16 bf16;
     int c, h, w;
 };
 
@@ -62,6 +66,11 @@ static int bench_parse(struct bench_args *a, int argc, char **argv)
             a->conv = !strcmp(v, "winograd") ? NN_CONV_WINOGRAD
                       : !strcmp(v, "auto")   ? NN_CONV_AUTO
                                              : NN_CONV_DIRECT;
+        } else if (!strcmp(argv[i], "--bf16") && i + 1 < argc) {
+            const char *v = argv[++i];
+            a->bf16 = !strcmp(v, "native")     ? NN_BF16_NATIVE
+                      : !strcmp(v, "emulated") ? NN_BF16_EMULATED
+                                               : NN_BF16_AUTO;
         } else if (!strcmp(argv[i], "--ref")) {
             a->ref = 1;
         } else if (!strcmp(argv[i], "--print")) {
@@ -93,8 +102,8 @@ int main(int argc, char **argv)
     struct bench_args a;
     if (bench_parse(&a, argc, argv)) {
         fprintf(stderr, "usage: nn_bench MODEL BATCH THREADS [STEPS] [--shape C,H,W] "
-                        "[--classes K] [--warmup N] [--conv direct|winograd|auto] [--ref] "
-                        "[--print]\n");
+                        "[--classes K] [--warmup N] [--conv direct|winograd|auto] "
+                        "[--bf16 auto|native|emulated] [--ref] [--print]\n");
         return 2;
     }
     nn_set_threads(a.threads);
@@ -113,6 +122,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < a.batch; i++)
         y[i] = (int32_t)(nn_rng_next(&r) % (uint64_t)a.classes);
     nn_model_set_conv_algo(&m, a.conv);
+    nn_model_set_bf16(&m, a.bf16);
     if (nn_models_build(&m, a.model, a.c, a.h, a.w, a.classes, NULL, &e) ||
         nn_model_init_params(&m, 0, &e) ||
         nn_model_prepare(&m, a.batch, a.ref ? NN_BACKEND_REF : NN_BACKEND_FAST, 1, &e) ||
@@ -155,12 +165,14 @@ int main(int argc, char **argv)
     }
     char info[128];
     static const char *const conv_names[] = {"direct", "auto", "winograd"};
-    printf(
-        "ddpbench %s %dx%dx%d batch %d threads %d conv %s%s: median %.2f ms/step, %.1f img/s "
-        "(forward %.2f, loss+backward %.2f, optimizer %.2f ms; %d steps; loss %.4f) [%s]\n",
-        a.model, a.c, a.h, a.w, a.batch, a.threads, conv_names[a.conv],
-        a.ref ? " (reference)" : "", med[0] * 1e3, a.batch / med[0], med[1] * 1e3, med[2] * 1e3,
-        med[3] * 1e3, a.steps, loss, nn_runtime_info(info, sizeof info));
+    printf("ddpbench %s %dx%dx%d batch %d threads %d conv %s%s%s%s: median %.2f ms/step, %.1f "
+           "img/s (forward %.2f, loss+backward %.2f, optimizer %.2f ms; %d steps; loss %.4f) "
+           "[%s]\n",
+           a.model, a.c, a.h, a.w, a.batch, a.threads, conv_names[a.conv],
+           a.ref ? " (reference)" : "", m.have_dnnl && m.dnnl.bf16 ? " bf16 " : "",
+           m.have_dnnl && m.dnnl.bf16 ? nn_bf16_path_name(m.dnnl.bf16) : "", med[0] * 1e3,
+           a.batch / med[0], med[1] * 1e3, med[2] * 1e3, med[3] * 1e3, a.steps, loss,
+           nn_runtime_info(info, sizeof info));
     free(col);
     free(t);
     free(x);

@@ -43,6 +43,9 @@ generator cannot take all its rule clauses together):
   (13) sweep.zip: every point names the same fields, none of them also swept by its own
       list, and every rule holds at every point (the schema's two-field relations too,
       which it cannot judge inside a zip: a body with a zip is dropped).
+  (14) precision knobs: loss_scale 0 and loss_scale_window 2000 unless precision fp16;
+      clip_grad_norm 0 on device cuda with engine ddpbench; with a pipeline,
+      clip_grad_norm 0 and precision not bf16, at every point.
 Besides the numbered rules, dataset.path must resolve beneath one of the daemon's --data-dir
 directories: a generated path never does, so a body naming one is dropped (rule "data").
 Decision: defaults and the model table are read from the source tree (the generated schema,
@@ -73,6 +76,7 @@ if (f"at most {MAX_RUNS} runs" not in SCHEMA["description"]
         or "(11) faults, at every point" not in SCHEMA["description"]
         or "(12) elastic, at every point" not in SCHEMA["description"]
         or "(13) sweep.zip: every point names the same fields" not in SCHEMA["description"]
+        or "(14) precision knobs, at every point" not in SCHEMA["description"]
         or "beneath one of the daemon's --data-dir directories" not in SCHEMA["description"]):
     raise ImportError("schemathesis_hooks.py: the limits differ from the schema's description")
 SIZE_FIELDS = ("min_bytes", "max_bytes", "step")
@@ -271,6 +275,8 @@ def broken_rule(body):
             return 11
         if body["workload"] == "train" and elastic_broken(body, sweep, get):
             return 12
+        if body["workload"] == "train" and precision_broken(get):
+            return 14
         if get("dataset.path"):
             return "data"
         over_mpi = get("backend") == "mpi" or get("launcher") == "mpirun"
@@ -288,6 +294,18 @@ def elastic_broken(body, sweep, get):
     return (lo > world or (hi != 0 and not lo <= hi <= world) or get("pipeline") > 1
             or get("backend") == "mpi"
             or get("engine") not in ("ddpbench", "pytorch", "horovod"))
+
+
+def precision_broken(get):
+    """Rule (14): loss scaling is fp16's; ddpbench's CUDA engine and pipelines do not clip;
+    pipelines train fp32."""
+    fp16 = get("precision") == "fp16"
+    if not fp16 and (get("loss_scale") != 0 or get("loss_scale_window") != 2000):
+        return True
+    if (get("clip_grad_norm") > 0 and get("device") == "cuda"
+            and get("engine") == "ddpbench"):
+        return True
+    return get("pipeline") > 1 and (get("clip_grad_norm") > 0 or get("precision") == "bf16")
 
 
 def loader_broken(get):

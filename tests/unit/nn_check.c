@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "worker/nn/nn.h"
+#include "worker/nn/onednn.h"
 
 float *nn_check_randn(size_t n, uint64_t seed, float mean, float std)
 {
@@ -91,4 +92,34 @@ int nn_check_fd(const char *what, float *x, size_t n, const float *analytic,
         }
     }
     return 1;
+}
+
+float *nn_check_to_layout(struct nn_dnnl *d, const dnnl_memory_desc_t *md, struct nn_shape s,
+                          const float *plain)
+{
+    dnnl_memory_desc_t p;
+    struct nn_reorder r;
+    struct err e;
+    nn_md_plain(&p, s);
+    float *out = nn_alloc(nn_md_bytes(md));
+    if (!out || nn_reorder_init(&r, d, &p, md, 0, &e))
+        return out;
+    nn_reorder_run(&r, d, out, plain);
+    nn_reorder_destroy(&r);
+    return out;
+}
+
+float *nn_check_to_plain(struct nn_dnnl *d, const dnnl_memory_desc_t *md, struct nn_shape s,
+                         const float *x)
+{
+    dnnl_memory_desc_t p;
+    struct nn_reorder r;
+    struct err e;
+    nn_md_plain(&p, s);
+    float *out = calloc(nn_shape_numel(s) + 1, sizeof *out);
+    if (nn_reorder_init(&r, d, md, &p, 0, &e))
+        return out;
+    nn_reorder_run(&r, d, out, x);
+    nn_reorder_destroy(&r);
+    return out;
 }

@@ -11,8 +11,11 @@
 #ifndef DDPB_TESTS_NN_CHECK_H
 #define DDPB_TESTS_NN_CHECK_H
 
+#include <oneapi/dnnl/dnnl.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "worker/nn/nn.h"
 
 /* n floats from N(mean, std^2), seeded (malloc'd). */
 float *nn_check_randn(size_t n, uint64_t seed, float mean, float std);
@@ -27,6 +30,14 @@ int nn_check_close_acc(const char *what, const float *got, const float *want, si
                        float base, double tol);
 /* sum a[i] b[i] in double */
 double nn_check_dot(const float *a, const float *b, size_t n);
+
+struct nn_dnnl;
+/* A copy of plain data in oneDNN layout md (nn_alloc'd: free()). */
+float *nn_check_to_layout(struct nn_dnnl *d, const dnnl_memory_desc_t *md, struct nn_shape s,
+                          const float *plain);
+/* A plain copy of data in layout md (malloc'd). */
+float *nn_check_to_plain(struct nn_dnnl *d, const dnnl_memory_desc_t *md, struct nn_shape s,
+                         const float *x);
 
 typedef double (*nn_check_loss_fn)(void *ctx);
 /* Central differences of loss() in x[i] (step h) at up to 24 indices spread over x,

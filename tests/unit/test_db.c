@@ -16,12 +16,15 @@
 static const struct db_trace_query test_trace_all = {-1, -1, 0, TRACE_MAX_ROWS};
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 17
+#define TEST_DB_VERSION 18
 /* migration 015's triggers and columns, undone */
-/* migrations 016 and 017, undone (017 first) */
+/* migrations 016, 017 and 018, undone (018 first) */
+#define TEST_DB_UNDO_018                                                                       \
+    "ALTER TABLE steps DROP COLUMN grad_norm; ALTER TABLE steps DROP COLUMN loss_scale; "      \
+    "ALTER TABLE steps DROP COLUMN skipped; "
 #define TEST_DB_UNDO_017                                                                       \
-    "DROP TABLE generations; ALTER TABLE steps DROP COLUMN generation; "                       \
-    "ALTER TABLE steps DROP COLUMN world; ALTER TABLE steps DROP COLUMN at; "
+    TEST_DB_UNDO_018 "DROP TABLE generations; ALTER TABLE steps DROP COLUMN generation; "      \
+                     "ALTER TABLE steps DROP COLUMN world; ALTER TABLE steps DROP COLUMN at; "
 #define TEST_DB_UNDO_016 TEST_DB_UNDO_017 "DROP TABLE run_events; DROP TABLE run_faults; "
 #define TEST_DB_UNDO_015                                                                       \
     TEST_DB_UNDO_016                                                                           \
@@ -948,13 +951,21 @@ static void test_db_pipeline_steps(void)
     }
     struct report_step plain = {REPORT_STEP_NO_PIPELINE, .step = 1, .samples = 8, .step_ms = 5};
     T_OK(db_insert_step(db, rd, 0, &plain, &e));
+    struct report_step fp16 = {REPORT_STEP_NO_PIPELINE, .step = 2, .samples = 8, .step_ms = 5,
+                               .skipped = true};
+    fp16.grad_norm = 2.5;
+    fp16.loss_scale = 1024;
+    T_OK(db_insert_step(db, rd, 0, &fp16, &e));
 
     json_t *steps = db_get_steps(db, rp, 3, true, &e);
     T_CHECK_MSG(steps != NULL, "%s", e.msg);
     const json_t *cols = json_object_get(steps, "columns");
     size_t n = json_array_size(cols);
-    T_CHECK(n == 24);
-    n -= 3; /* generation, world, at follow (migration 017) */
+    T_CHECK(n == 27);
+    /* grad_norm, loss_scale, skipped (migration 018): null on a step without them */
+    T_EQ_STR(json_string_value(json_array_get(cols, 24)), "grad_norm");
+    T_EQ_STR(json_string_value(json_array_get(cols, 26)), "skipped");
+    n -= 6; /* generation, world, at follow (migration 017), then 018's */
     T_EQ_STR(json_string_value(json_array_get(cols, n - 6)), "stage");
     T_EQ_STR(json_string_value(json_array_get(cols, n - 5)), "p2p_ms");
     T_EQ_STR(json_string_value(json_array_get(cols, n - 4)), "p2p_bytes");
@@ -971,6 +982,12 @@ static void test_db_pipeline_steps(void)
     row = json_array_get(json_object_get(steps, "rows"), 0);
     for (size_t k = n - 6; k < n; k++)
         T_CHECK_MSG(json_is_null(json_array_get(row, k)), "column %zu", k);
+    for (size_t k = 24; k < 27; k++) /* no clipping, no loss scale: null, skipped too */
+        T_CHECK_MSG(json_is_null(json_array_get(row, k)), "column %zu", k);
+    row = json_array_get(json_object_get(steps, "rows"), 1);
+    T_NEAR(json_number_value(json_array_get(row, 24)), 2.5, 0);
+    T_NEAR(json_number_value(json_array_get(row, 25)), 1024, 0);
+    T_EQ_INT(json_integer_value(json_array_get(row, 26)), 1);
     json_decref(steps);
 
     struct db_experiment_data data;

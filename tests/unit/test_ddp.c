@@ -97,6 +97,7 @@ struct eq_case {
     size_t bucket_bytes; /* small: several buckets, some not divisible by the world */
     bool device;         /* device mode (ddp_set_device) over host memory and CPU hooks */
     bool wide;           /* eq_build_wide instead of lenet5 */
+    double clip;         /* > 0: ddp_clip_grad_norm at this norm after every exchange */
 };
 
 /* A wide MLP (784-1024-1024-10, 1.85 M parameters): ddp's 1 MiB first bucket closes at
@@ -211,7 +212,17 @@ static float *eq_train(const struct eq_case *k, struct comm *c, size_t *n,
                 nn_model_backward(&m, ddp_grad_hook, &d, e) < 0)
                 goto out;
         }
-        if (ddp_finish(&d, k->accumulate, e) < 0 || ddp_optim_step(&d, &o, oc.lr, e) < 0)
+        if (ddp_finish(&d, k->accumulate, e) < 0)
+            goto out;
+        double norm = 0;
+        if (k->clip > 0 && ddp_clip_grad_norm(&d, k->clip, &norm, e) < 0)
+            goto out;
+        if (k->clip > 0 && !(norm > k->clip)) { /* the test must clip to test clipping */
+            err_set(e, ERR_INTERNAL, NULL, "step %d: norm %g did not exceed %g", s, norm,
+                    k->clip);
+            goto out;
+        }
+        if (ddp_optim_step(&d, &o, oc.lr, e) < 0)
             goto out;
         st[s] = d.st;
     }
@@ -349,7 +360,8 @@ static float *eq_reference(const struct eq_case *k, size_t *n, char *why, size_t
                           .world = 1,
                           .batch = k->batch * k->world * k->accumulate,
                           .accumulate = 1,
-                          .bucket_bytes = k->bucket_bytes};
+                          .bucket_bytes = k->bucket_bytes,
+                          .clip = k->clip};
     float *p[1] = {NULL};
     if (eq_run(&ref, p, n, NULL, why, whylen) < 0) {
         free(p[0]);
@@ -452,6 +464,26 @@ static void test_ddp_compression(void)
     eq_check(eq_case_of(DDP_DDP, DDP_COMPRESS_FP16, 3, 4, 1, SMALL_BUCKETS), 5e-4);
     eq_check(eq_case_of(DDP_ZERO2, DDP_COMPRESS_BF16, 3, 4, 1, SMALL_BUCKETS), 3e-3);
     eq_check(eq_case_of(DDP_HOROVOD, DDP_COMPRESS_BF16, 2, 4, 1, SMALL_BUCKETS), 3e-3);
+}
+
+/* clip_grad_norm (issue 33), one semantics for every strategy: the global norm of the
+ * averaged gradients after the exchange (ZeRO: the shards' sums of squares allreduced),
+ * every gradient scaled by clip / (norm + 1e-6). A clip below every step's norm (each step
+ * checks it clipped) must leave each strategy's parameters as one rank's with the whole
+ * batch, clipped the same way: a norm of one rank's shard only, or of the gradients before
+ * averaging, scales by a different factor and moves the parameters by far more than the
+ * tolerance (the clipped update is lr * clip in norm: 1e-3 here). */
+static void test_ddp_clip_grad_norm(void)
+{
+    for (int s = DDP_NAIVE; s <= DDP_ZERO2; s++) {
+        struct eq_case k = eq_case_of((enum ddp_strategy)s, DDP_COMPRESS_NONE, 2, 4, 1,
+                                      SMALL_BUCKETS);
+        k.clip = 0.02;
+        eq_check(k, 2e-5);
+    }
+    struct eq_case acc = eq_case_of(DDP_ZERO1, DDP_COMPRESS_NONE, 3, 2, 2, SMALL_BUCKETS);
+    acc.clip = 0.02;
+    eq_check(acc, 2e-5);
 }
 
 /* Bucket layout: PyTorch's rule on real models; sizes cover the arena exactly. */
@@ -708,6 +740,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_ddp_four_ranks_and_large_buckets);
     TEST_RUN(test_ddp_accumulation);
     TEST_RUN(test_ddp_compression);
+    TEST_RUN(test_ddp_clip_grad_norm);
     TEST_RUN(test_ddp_device_mode_matches_host);
     TEST_RUN(test_ddp_exposed_within_total);
     TEST_RUN(test_ddp_device_mode_refusals);

@@ -103,6 +103,34 @@ static void test_loss_scale_fixed_and_validation(void)
     T_EQ_STR(e.field, "growth_interval");
 }
 
+/* The spec's knobs (issue 33): fp16 with loss_scale 0 is dynamic with the window as its
+ * growth interval; loss_scale > 0 is static: never changes, still skips a non-finite step;
+ * other precisions are unscaled and never skip. */
+static void test_loss_scale_configure(void)
+{
+    struct loss_scale ls;
+    loss_scale_configure(&ls, true, 0, 2);
+    T_CHECK(ls.dynamic && ls.scaled);
+    T_NEAR(ls.scale, 65536.0, 0);
+    T_CHECK(loss_scale_update(&ls, false));
+    T_CHECK(loss_scale_update(&ls, false)); /* window 2: doubled */
+    T_NEAR(ls.scale, 131072.0, 0);
+    loss_scale_configure(&ls, true, 512, 2000);
+    T_CHECK(!ls.dynamic && ls.scaled);
+    T_NEAR(ls.scale, 512.0, 0);
+    for (int i = 0; i < 5000; i++)
+        T_CHECK(loss_scale_update(&ls, false));
+    T_CHECK(!loss_scale_update(&ls, true)); /* skipped, the scale kept */
+    T_NEAR(ls.scale, 512.0, 0);
+    T_EQ_INT(ls.skipped, 1);
+    struct err e = {0};
+    T_OK(loss_scale_validate(&ls, &e));
+    loss_scale_configure(&ls, false, 0, 2000);
+    T_CHECK(!ls.dynamic && !ls.scaled);
+    T_NEAR(ls.scale, 1.0, 0);
+    T_CHECK(loss_scale_update(&ls, true));
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -112,5 +140,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_nvml_index_from_visible);
     TEST_RUN(test_loss_scale_dynamic);
     TEST_RUN(test_loss_scale_fixed_and_validation);
+    TEST_RUN(test_loss_scale_configure);
     return test_end();
 }

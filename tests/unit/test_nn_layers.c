@@ -33,38 +33,6 @@ static float *rnd(size_t n, uint64_t seed, float std)
     return nn_check_randn(n, seed, 0, std);
 }
 
-/* A copy of plain data in layout md (nn_alloc'd: free()). */
-static float *to_layout(struct nn_dnnl *d, const dnnl_memory_desc_t *md, struct nn_shape s,
-                        const float *plain)
-{
-    dnnl_memory_desc_t p;
-    struct nn_reorder r;
-    struct err e;
-    nn_md_plain(&p, s);
-    float *out = nn_alloc(nn_md_bytes(md));
-    if (!out || nn_reorder_init(&r, d, &p, md, 0, &e))
-        return out;
-    nn_reorder_run(&r, d, out, plain);
-    nn_reorder_destroy(&r);
-    return out;
-}
-
-/* A plain copy of data in layout md (malloc'd). */
-static float *to_plain(struct nn_dnnl *d, const dnnl_memory_desc_t *md, struct nn_shape s,
-                       const float *x)
-{
-    dnnl_memory_desc_t p;
-    struct nn_reorder r;
-    struct err e;
-    nn_md_plain(&p, s);
-    float *out = calloc(nn_shape_numel(s) + 1, sizeof *out);
-    if (nn_reorder_init(&r, d, md, &p, 0, &e))
-        return out;
-    nn_reorder_run(&r, d, out, x);
-    nn_reorder_destroy(&r);
-    return out;
-}
-
 static void md_blocked(dnnl_memory_desc_t *md, struct nn_shape s)
 {
     dnnl_dims_t dims = {s.n, s.c, s.h, s.w};
@@ -179,15 +147,16 @@ static int conv_compare(struct nn_dnnl *d, const struct conv_case *k,
     int ok = nn_conv2d_fast_init(&f, d, &k->c, in, src_md, 1, 1, &e) == 0;
     if (!ok)
         fprintf(stderr, "    init: %s\n", e.msg);
-    float *fx = ok ? to_layout(d, src_md, in, x) : NULL;
+    float *fx = ok ? nn_check_to_layout(d, src_md, in, x) : NULL;
     float *fy = ok ? nn_alloc(nn_md_bytes(&f.dst_md)) : NULL;
-    float *fdy = ok ? to_layout(d, &f.dst_md, out, dy) : NULL;
+    float *fdy = ok ? nn_check_to_layout(d, &f.dst_md, out, dy) : NULL;
     float *fdx = ok ? nn_alloc(nn_md_bytes(src_md)) : NULL;
     if (ok) {
         nn_conv2d_fast_forward(&f, fy, fx, w, bias);
         nn_conv2d_fast_backward(&f, fdx, fdw, k->c.bias ? fdb : NULL, fdy, fx, w);
         ok = nn_dnnl_check(d, &e) == 0;
-        float *py = to_plain(d, &f.dst_md, out, fy), *pdx = to_plain(d, src_md, in, fdx);
+        float *py = nn_check_to_plain(d, &f.dst_md, out, fy),
+              *pdx = nn_check_to_plain(d, src_md, in, fdx);
         ok = ok && nn_check_close_rel("conv out", py, y, ny, tol) &&
              nn_check_close_rel("conv dinp", pdx, dx, nx, tol) &&
              nn_check_close_acc("conv dweight", fdw, dw, nw, 0.5f, tol) &&
@@ -339,7 +308,7 @@ static int bn_compare(struct nn_dnnl *d, int relu, int blocked)
         nn_md_plain(&md, s);
     struct nn_bn_fast f;
     int ok = nn_bn_fast_init(&f, d, &c, s, &md, 1, &e) == 0;
-    float *fx = to_layout(d, &md, s, x), *fdy = to_layout(d, &md, s, dy);
+    float *fx = nn_check_to_layout(d, &md, s, x), *fdy = nn_check_to_layout(d, &md, s, dy);
     float *fy = nn_alloc(nn_md_bytes(&md)), *fdx = nn_alloc(nn_md_bytes(&md));
     float *fye = nn_alloc(nn_md_bytes(&md));
     if (ok) {
@@ -347,8 +316,8 @@ static int bn_compare(struct nn_dnnl *d, int relu, int blocked)
         nn_bn_fast_backward(&f, fdx, fdw, fdb, fdy, fx, w);
         nn_bn_fast_forward(&f, fye, frm, frv, fx, w, b, 0);
         ok = nn_dnnl_check(d, &e) == 0;
-        float *py = to_plain(d, &md, s, fy), *pdx = to_plain(d, &md, s, fdx);
-        float *pye = to_plain(d, &md, s, fye);
+        float *py = nn_check_to_plain(d, &md, s, fy), *pdx = nn_check_to_plain(d, &md, s, fdx);
+        float *pye = nn_check_to_plain(d, &md, s, fye);
         ok = ok && nn_check_close_rel("bn out", py, y, n, 1e-4) &&
              nn_check_close_rel("bn mean", f.mean, mean, C, 1e-4) &&
              nn_check_close_rel("bn var", f.var, var, C, 1e-4) &&
@@ -481,12 +450,14 @@ static void test_act_fast_matches_ref(void)
         md_blocked(&md, s);
         struct nn_act_fast f;
         ok = ok && nn_act_fast_init(&f, &d, (enum nn_act)a, &md, 1, &e) == 0;
-        float *fx = to_layout(&d, &md, s, x), *fdy = to_layout(&d, &md, s, dy);
+        float *fx = nn_check_to_layout(&d, &md, s, x),
+              *fdy = nn_check_to_layout(&d, &md, s, dy);
         float *fy = nn_alloc(nn_md_bytes(&md)), *fdx = nn_alloc(nn_md_bytes(&md));
         if (ok) {
             nn_act_fast_forward(&f, fy, fx);
             nn_act_fast_backward(&f, fdx, fdy, fy);
-            float *py = to_plain(&d, &md, s, fy), *pdx = to_plain(&d, &md, s, fdx);
+            float *py = nn_check_to_plain(&d, &md, s, fy),
+                  *pdx = nn_check_to_plain(&d, &md, s, fdx);
             ok = nn_dnnl_check(&d, &e) == 0 && nn_check_close_rel("act out", py, y, n, 0) &&
                  nn_check_close_rel("act dinp", pdx, dx, n, 0);
             free(py);
@@ -562,13 +533,14 @@ static int pool_compare(struct nn_dnnl *d, const struct pool_case *k, const floa
     nn_md_tag(&md, 4, dims, tag);
     struct nn_pool_fast f;
     int ok = nn_pool_fast_init(&f, d, k->max, &k->c, in, &md, 1, &e) == 0;
-    float *fx = to_layout(d, &md, in, x), *fdx = nn_alloc(nn_md_bytes(&md));
+    float *fx = nn_check_to_layout(d, &md, in, x), *fdx = nn_alloc(nn_md_bytes(&md));
     float *fy = ok ? nn_alloc(nn_md_bytes(&f.dst_md)) : NULL;
-    float *fdy = ok ? to_layout(d, &f.dst_md, out, dy) : NULL;
+    float *fdy = ok ? nn_check_to_layout(d, &f.dst_md, out, dy) : NULL;
     if (ok) {
         nn_pool_fast_forward(&f, fy, fx);
         nn_pool_fast_backward(&f, fdx, fdy);
-        float *py = to_plain(d, &f.dst_md, out, fy), *pdx = to_plain(d, &md, in, fdx);
+        float *py = nn_check_to_plain(d, &f.dst_md, out, fy),
+              *pdx = nn_check_to_plain(d, &md, in, fdx);
         ok = nn_dnnl_check(d, &e) == 0 && nn_check_close_rel("pool out", py, y, ny, 1e-5) &&
              nn_check_close_rel("pool dinp", pdx, dx, nx, 1e-5);
         free(py);
@@ -792,10 +764,11 @@ static void test_dropout(void)
     struct nn_layout bl;
     T_OK(nn_layout_from_md(&bl, &md, &e));
     T_EQ_INT(bl.blk, 16);
-    float *r = rnd(n, 9, 1), *fr = to_layout(&d, &md, s, r), *fy = nn_alloc(nn_md_bytes(&md));
+    float *r = rnd(n, 9, 1), *fr = nn_check_to_layout(&d, &md, s, r),
+          *fy = nn_alloc(nn_md_bytes(&md));
     nn_dropout_forward(y1, r, &c, s, &plain, key, 1);
     nn_dropout_forward(fy, fr, &c, s, &bl, key, 1);
-    float *py = to_plain(&d, &md, s, fy);
+    float *py = nn_check_to_plain(&d, &md, s, fy);
     int same = memcmp(py, y1, n * 4) == 0;
     nn_dnnl_cleanup(&d);
     float *bufs[] = {x, y1, y2, y3, dx, r, fr, fy, py};
@@ -829,14 +802,14 @@ static void test_flatten_fast(void)
     size_t n = nn_shape_numel(s);
     dnnl_memory_desc_t md;
     md_blocked(&md, s);
-    float *x = rnd(n, 1, 1), *fx = to_layout(&d, &md, s, x), *y = malloc(n * 4);
+    float *x = rnd(n, 1, 1), *fx = nn_check_to_layout(&d, &md, s, x), *y = malloc(n * 4);
     float *dx = nn_alloc(nn_md_bytes(&md));
     struct nn_flatten_fast f;
     T_OK(nn_flatten_fast_init(&f, &d, s, &md, 1, &e));
     nn_flatten_fast_forward(&f, y, fx);
     int same = memcmp(y, x, n * 4) == 0; /* plain (N, C*H*W) is PyTorch's order */
     nn_flatten_fast_backward(&f, dx, y);
-    float *pdx = to_plain(&d, &md, s, dx);
+    float *pdx = nn_check_to_plain(&d, &md, s, dx);
     int back = memcmp(pdx, x, n * 4) == 0;
     nn_flatten_fast_destroy(&f);
     nn_dnnl_cleanup(&d);
@@ -910,15 +883,17 @@ static void test_concat_fast_matches_ref(void)
         int rc = nn_concat_fast_init(&f, &d, sa, sb, &amd, &bmd, 1, &e);
         T_CHECK_MSG(rc == 0, "case %zu: %s", i, e.msg);
         if (rc == 0) {
-            float *fa = to_layout(&d, &amd, sa, a), *fb = to_layout(&d, &bmd, sb, b);
+            float *fa = nn_check_to_layout(&d, &amd, sa, a),
+                  *fb = nn_check_to_layout(&d, &bmd, sb, b);
             float *fy = nn_alloc(nn_md_bytes(&f.dst_md)),
-                  *fdy = to_layout(&d, &f.dst_md, sy, dy);
+                  *fdy = nn_check_to_layout(&d, &f.dst_md, sy, dy);
             float *fda = nn_alloc(nn_md_bytes(&amd)), *fdb = nn_alloc(nn_md_bytes(&bmd));
             nn_concat_fast_forward(&f, fy, fa, fb);
             nn_concat_fast_backward(&f, fda, fdb, fdy);
             T_OK(nn_dnnl_check(&d, &e));
-            float *py = to_plain(&d, &f.dst_md, sy, fy), *pda = to_plain(&d, &amd, sa, fda),
-                  *pdb = to_plain(&d, &bmd, sb, fdb);
+            float *py = nn_check_to_plain(&d, &f.dst_md, sy, fy),
+                  *pda = nn_check_to_plain(&d, &amd, sa, fda),
+                  *pdb = nn_check_to_plain(&d, &bmd, sb, fdb);
             T_CHECK_MSG(memcmp(py, y, ny * 4) == 0, "case %zu: forward", i);
             T_CHECK_MSG(memcmp(pda, da, na * 4) == 0, "case %zu: da", i);
             T_CHECK_MSG(memcmp(pdb, db, nb * 4) == 0, "case %zu: db", i);

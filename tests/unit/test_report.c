@@ -751,6 +751,37 @@ static int emit_step(struct report_writer *w, const void *x, struct err *e)
 /* A pipeline rank's step carries stage, p2p_ms, p2p_bytes and bubble_ms; a step without
  * them (-1: no pipeline) leaves them out of the line and reads them back as -1; a value of
  * the wrong type or below 0 is refused naming the field. */
+/* Issue 33's step figures: grad_norm and loss_scale round-trip and, at -1, are left out;
+ * skipped is written only when true and reads back false when absent; a bad value is
+ * refused naming the field. */
+static void test_report_step_precision(void)
+{
+    struct err e = {0};
+    struct report_step s = {REPORT_STEP_NO_PIPELINE, .step = 3, .samples = 8, .step_ms = 2,
+                            .skipped = true};
+    s.grad_norm = 3.25;
+    s.loss_scale = 32768;
+    json_t *ev = observe_round_trip(emit_step, &s, REPORT_STEP);
+    T_CHECK(ev && json_is_true(json_object_get(ev, "skipped")));
+    struct report_step back;
+    T_OK(report_step_from_json(ev, &back, &e));
+    T_NEAR(back.grad_norm, 3.25, 0);
+    T_NEAR(back.loss_scale, 32768, 0);
+    T_CHECK(back.skipped);
+    json_decref(ev);
+    s.grad_norm = s.loss_scale = -1;
+    s.skipped = false;
+    ev = observe_round_trip(emit_step, &s, REPORT_STEP);
+    T_CHECK(ev && !json_object_get(ev, "grad_norm") && !json_object_get(ev, "loss_scale") &&
+            !json_object_get(ev, "skipped"));
+    T_OK(report_step_from_json(ev, &back, &e));
+    T_CHECK(back.grad_norm == -1 && back.loss_scale == -1 && !back.skipped);
+    json_object_set_new(ev, "skipped", json_string("yes"));
+    T_CHECK(report_step_from_json(ev, &back, &e) < 0);
+    T_EQ_STR(e.field, "skipped");
+    json_decref(ev);
+}
+
 static void test_report_step_pipeline(void)
 {
     struct err e = {0};
@@ -986,6 +1017,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_report_observe_round_trip);
     TEST_RUN(test_report_observe_rejects);
     TEST_RUN(test_report_step_pipeline);
+    TEST_RUN(test_report_step_precision);
     TEST_RUN(test_report_elastic);
     TEST_RUN(test_report_trace_micro_batches);
     return test_end();

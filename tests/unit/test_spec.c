@@ -1182,9 +1182,9 @@ static void test_spec_device_compat(void)
         {TR ", \"device\": \"cuda\", \"backend\": \"tcp\"}", "backend", "has no backend"},
         {W ", \"emulate_multi_rank\": true}", "emulate_multi_rank",
          "device \"cpu\" has no emulate_multi_rank \"true\"; it has \"false\""},
-        {TR ", \"precision\": \"bf16\"}", "precision",
-         "device \"cpu\" has no precision \"bf16\"; it has \"fp32\" (the CPU trains in fp32"},
-        {TR ", \"precision\": \"fp16\"}", "precision", "has no precision \"fp16\""},
+        {TR ", \"precision\": \"fp16\"}", "precision",
+         "device \"cpu\" has no precision \"fp16\"; it has \"fp32\", \"bf16\" (no fp16 "
+         "compute on this CPU"},
         {TR ", \"cudnn_benchmark\": true}", "cudnn_benchmark",
          "device \"cpu\" has no cudnn_benchmark \"true\"; it has \"false\" (cuDNN runs on "
          "device cuda)"},
@@ -1230,6 +1230,7 @@ static void test_spec_device_compat(void)
         TR CUDA ", \"sweep\": {\"precision\": [\"fp32\", \"fp16\"]}}",
         TR CUDA ", \"precision\": \"bf16\", \"sweep\": {\"cudnn_benchmark\": [false, true]}}",
         TR ", \"strategy\": \"zero2\", \"compression\": \"bf16\"}",
+        TR ", \"precision\": \"bf16\"}", /* ddpbench's engine: oneDNN on the CPU */
         W ", \"algorithm\": \"hd\"}",
         TR ", \"engine\": \"pytorch\", \"strategy\": \"zero1\"}",
         TR ", \"sweep\": {\"engine\": [\"ddpbench\", \"pytorch\", \"script\"]}}",
@@ -1245,6 +1246,61 @@ static void test_spec_device_compat(void)
     T_OK(spec_from_json(s, &sp, &e));
     T_CHECK(sp.train.cudnn_benchmark);
     json_decref(s);
+#undef CUDA
+}
+
+/* Issue 33's precision knobs: clip_grad_norm, loss_scale and loss_scale_window default to
+ * off / dynamic / 2000 and reach struct spec; out of range, or loss scaling with another
+ * precision than fp16, is a 400 naming the field; clipping on ddpbench's CUDA engine or in
+ * a pipeline, and bf16 in a pipeline, too; at the top and at every sweep point. */
+static void test_spec_precision_knobs(void)
+{
+#define CUDA ", \"device\": \"cuda\", \"backend\": \"nccl\""
+    struct err e = {0};
+    struct spec sp;
+    json_t *s = parse_ok(TR "}");
+    T_CHECK(s);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_NEAR(sp.train.clip_grad_norm, 0, 0);
+    T_NEAR(sp.train.loss_scale, 0, 0);
+    T_EQ_INT(sp.train.loss_scale_window, 2000);
+    json_decref(s);
+    s = parse_ok(TR CUDA ", \"precision\": \"fp16\", \"loss_scale\": 128, "
+                         "\"loss_scale_window\": 50}");
+    T_CHECK(s);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_NEAR(sp.train.loss_scale, 128, 0);
+    T_EQ_INT(sp.train.loss_scale_window, 50);
+    json_decref(s);
+    s = parse_ok(TR ", \"clip_grad_norm\": 0.5, \"strategy\": \"zero2\"}");
+    T_CHECK(s);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_NEAR(sp.train.clip_grad_norm, 0.5, 0);
+    json_decref(s);
+    static const struct bad_case cases[] = {
+        {TR ", \"clip_grad_norm\": -1}", "clip_grad_norm", ""},
+        {TR ", \"loss_scale_window\": 0}", "loss_scale_window", ""},
+        {TR ", \"loss_scale\": 1024}", "loss_scale",
+         "loss_scale is fp16's loss scaling; precision \"fp32\" has none"},
+        {TR ", \"precision\": \"bf16\", \"loss_scale_window\": 100}", "loss_scale_window",
+         "precision \"bf16\" has none"},
+        {TR CUDA ", \"clip_grad_norm\": 1}", "clip_grad_norm", "device cuda"},
+        {TR ", \"clip_grad_norm\": 1, \"pipeline\": 2, \"world_size\": 2}", "clip_grad_norm",
+         "pipeline 1"},
+        {TR ", \"precision\": \"bf16\", \"pipeline\": 2, \"world_size\": 2}", "precision",
+         "pipeline stages train in fp32"},
+        {TR ", \"loss_scale\": 8, \"sweep\": {\"precision\": [\"fp32\", \"bf16\"]}}", "sweep",
+         "sweep point 1 of 2 {\"precision\":\"fp32\"}: loss_scale is fp16's"},
+    };
+    SPEC_REJECTS_ALL(cases);
+    static const char *const fine[] = {
+        TR ", \"clip_grad_norm\": 1, \"sweep\": {\"strategy\": [\"naive\", \"ddp\", "
+           "\"horovod\", \"zero1\", \"zero2\"]}}",
+        TR ", \"sweep\": {\"clip_grad_norm\": [0, 0.5, 1]}}",
+        TR CUDA ", \"precision\": \"fp16\", \"sweep\": {\"loss_scale\": [0, 1024]}}",
+        TR ", \"precision\": \"bf16\", \"clip_grad_norm\": 1}",
+    };
+    spec_all_run(fine, sizeof fine / sizeof fine[0]);
 #undef CUDA
 }
 
@@ -2239,6 +2295,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_dataset_workers);
     TEST_RUN(test_spec_data_pipeline);
     TEST_RUN(test_spec_device_compat);
+    TEST_RUN(test_spec_precision_knobs);
     TEST_RUN(test_spec_transport);
     TEST_RUN(test_spec_elastic);
     TEST_RUN(test_spec_mpi_mca);

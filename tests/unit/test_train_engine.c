@@ -184,6 +184,46 @@ static void test_cpu_engine_runs_the_model(void)
     nn_model_destroy(&m);
 }
 
+/* precision bf16 on the CPU engine: the model is prepared on a bf16 path (which one is
+ * the CPU's: nn_dnnl_bf16_probe), and fp32 leaves it off; the bf16 loss is the fp32 one
+ * within bf16's rounding (the operands carry 8 significant bits: ~1e-2 of the loss). */
+static void test_cpu_engine_bf16(void)
+{
+    struct err e = {0};
+    struct nn_model m;
+    T_OK(mlp_build(&m, &e));
+    struct train_engine *en = train_engine_cpu.create(
+        &m, &(struct train_engine_cfg){.batch = B, .precision = "bf16"}, &e);
+    T_CHECK_MSG(en != NULL, "%s", e.msg);
+    if (!en) {
+        nn_model_destroy(&m);
+        return;
+    }
+    enum nn_bf16 path = nn_model_bf16_path(&m);
+    T_CHECK(path == NN_BF16_NATIVE || path == NN_BF16_EMULATED);
+    fprintf(stderr, "    bf16 path: %s\n", nn_bf16_path_name(path));
+    float x[B * 16];
+    int32_t y[B];
+    batch_fill(x, y);
+    double want = 0, loss = 0;
+    int right = 0;
+    T_OK(ref_loss(x, y, 1, &want, &e));
+    en->ops->begin_step(en);
+    T_OK(en->ops->forward(en, x, y, B, 1, 0, false, &e));
+    T_OK(en->ops->wait_loss(en, &loss, &right, &e));
+    T_NEAR(loss, want, 2e-2 * want);
+    T_CHECK(en->ops->loss_scale == NULL); /* no loss scaling on the CPU */
+    en->ops->destroy(en);
+    nn_model_destroy(&m);
+    T_OK(mlp_build(&m, &e));
+    en = train_engine_cpu.create(
+        &m, &(struct train_engine_cfg){.batch = B, .precision = "fp32"}, &e);
+    T_CHECK(en && nn_model_bf16_path(&m) == NN_BF16_OFF);
+    if (en)
+        en->ops->destroy(en);
+    nn_model_destroy(&m);
+}
+
 /* One rank's engine sums {rank+1, -(rank+1), 10} over the mesh. */
 struct reduce_job {
     struct comm_tcp *t;
@@ -247,6 +287,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_pick_cuda_by_build);
     TEST_RUN(test_pick_unknown_named);
     TEST_RUN(test_run_refuses_unbuilt_cuda);
+    TEST_RUN(test_cpu_engine_bf16);
     TEST_RUN(test_cpu_engine_runs_the_model);
     TEST_RUN(test_cpu_engine_allreduce_host);
     return test_end();

@@ -5,6 +5,7 @@
  * all-gather. */
 #include "worker/ddp/ddp.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -716,6 +717,62 @@ int ddp_finish(struct ddp *d, int accumulate, struct err *e)
     ddp_scale_accumulated(d, accumulate);
     if (d->cfg.strategy == DDP_HOROVOD && !d->plan_fixed)
         return ddp_fix_plan(d, e);
+    return 0;
+}
+
+/* The sum of squares of the averaged gradients this rank holds: the whole arena, or
+ * under zero its own chunks (the only reduced part; zero1's other floats are local). */
+static double ddp_grad_sumsq(const struct ddp *d)
+{
+    const float *g = ddp_grads(d);
+    double s = 0;
+    if (!ddp_is_zero(d)) {
+        for (size_t i = 0; i < d->n; i++)
+            s += (double)g[i] * g[i];
+        return s;
+    }
+    for (int b = 0; b < d->nb; b++)
+        for (size_t i = 0; i < d->b[b].own_len; i++) {
+            double v = g[d->b[b].own_off + i];
+            s += v * v;
+        }
+    return s;
+}
+
+/* Multiplies the gradients the optimizer reads (ddp_grad_sumsq's) by f. */
+static void ddp_grad_scale(struct ddp *d, float f)
+{
+    float *g = ddp_grads(d);
+    if (!ddp_is_zero(d)) {
+        for (size_t i = 0; i < d->n; i++)
+            g[i] *= f;
+        return;
+    }
+    for (int b = 0; b < d->nb; b++)
+        for (size_t i = 0; i < d->b[b].own_len; i++)
+            g[d->b[b].own_off + i] *= f;
+}
+
+int ddp_clip_grad_norm(struct ddp *d, double clip, double *norm, struct err *e)
+{
+    if (d->on_device)
+        return err_set(e, ERR_INVALID, "clip_grad_norm",
+                       "clip_grad_norm: the gradients are on the device; ddpbench clips on "
+                       "the host only");
+    double sumsq = ddp_grad_sumsq(d);
+    if (ddp_is_zero(d)) { /* every rank holds one shard: their sums add up to the norm */
+        float s = (float)sumsq;
+        int64_t t0 = clock_mono_ns();
+        if (comm_allreduce(d->comm, &s, &s, 1, COMM_FLOAT32, COMM_SUM, e) < 0)
+            return -1;
+        d->st.ops++;
+        ddp_exposed(d, t0);
+        ddp_comm_total(d);
+        sumsq = s;
+    }
+    *norm = sqrt(sumsq);
+    if (clip > 0 && *norm > clip) /* torch.nn.utils.clip_grad_norm_'s factor */
+        ddp_grad_scale(d, (float)(clip / (*norm + 1e-6)));
     return 0;
 }
 

@@ -224,6 +224,13 @@ void ddp_grad_hook(void *ctx, const struct nn_grad_ready *r);
  * the step's `accumulate` micro-batches (their sum is divided by it). A micro-batch that
  * does not synchronise returns at once. */
 int ddp_finish(struct ddp *d, int accumulate, struct err *e);
+/* Gradient clipping by global norm (spec clip_grad_norm), after ddp_finish: *norm is the
+ * L2 norm of the averaged gradients over every parameter (zero: each rank's chunks'
+ * sums of squares allreduced, one float); when clip > 0 and the norm is above it, every
+ * gradient the optimizer reads is multiplied by clip / (norm + 1e-6), as
+ * torch.nn.utils.clip_grad_norm_. Every rank gets the same norm. Host arenas only:
+ * ERR_INVALID naming clip_grad_norm in device mode. */
+int ddp_clip_grad_norm(struct ddp *d, double clip, double *norm, struct err *e);
 /* The optimizer step of a synchronising micro-batch (begin_step + update), and for zero
  * the all-gather of the updated shards; the time the all-gather runs counts as comm. */
 int ddp_optim_step(struct ddp *d, struct nn_optim *o, double lr, struct err *e);

@@ -7,7 +7,13 @@
  * layout), so the weights are reordered into the primitive's format every forward, and the
  * weight gradient is reordered back with a sum post-op, which is also how it accumulates.
  * The algorithm is the context's (onednn.h): direct by default, as PyTorch's oneDNN path
- * does, or Winograd / oneDNN's choice where the caller asks for speed over the last bits. */
+ * does, or Winograd / oneDNN's choice where the caller asks for speed over the last bits.
+ * bf16 (onednn.h enum nn_bf16): the operands src, weights and diff_dst are converted on
+ * the way in (into bf16 tensors, or rounded fp32 copies), the outputs stay fp32; the
+ * backward passes read the forward's converted src and weights where the layouts agree.
+ * Under native bf16 each of the three primitives is bf16 where oneDNN has a JIT bf16
+ * kernel for it, else fp32 on rounded operands (conv_make). */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -200,22 +206,32 @@ static const char *const conv_what[] = {"conv2d forward", "conv2d backward data"
 /* One convolution primitive; a: src (diff_src), c: dst (diff_dst) layouts. */
 static int conv_make_alg(struct nn_prim *p, struct nn_conv2d_fast *f, const struct conv_geom *g,
                          enum conv_kind k, const dnnl_memory_desc_t *a,
-                         const dnnl_memory_desc_t *c, int train, dnnl_alg_kind_t alg,
+                         const dnnl_memory_desc_t *c, int train, dnnl_alg_kind_t alg, bool op16,
                          struct err *e)
 {
     dnnl_convolution_desc_t cd;
     const dnnl_memory_desc_t *bias = f->cfg.bias ? &g->b_md : NULL;
+    /* op16 (native bf16): the operands (src, weights, diff_dst) in bf16, the outputs fp32 */
+    dnnl_memory_desc_t a_op = *a, w_op = g->w_any, c_op = *c;
+    if (op16 && k != CONV_BWD_DATA)
+        nn_md_bf16(&a_op, a, dnnl_format_tag_any);
+    if (op16 && k != CONV_BWD_WEIGHTS)
+        nn_md_bf16(&w_op, &g->w_any, dnnl_format_tag_any);
+    if (op16 && k != CONV_FWD)
+        nn_md_bf16(&c_op, c, dnnl_format_tag_any);
+    if (!op16 && a->data_type != dnnl_f32) /* fp32 after a bf16 forward: its own layout */
+        dnnl_memory_desc_init_by_tag(&a_op, a->ndims, a->dims, dnnl_f32, dnnl_format_tag_any);
     dnnl_status_t st;
     if (k == CONV_FWD)
         st = dnnl_dilated_convolution_forward_desc_init(
-            &cd, train ? dnnl_forward_training : dnnl_forward_inference, alg, a, &g->w_any,
-            bias, c, g->strides, g->dilates, g->pad, g->pad);
+            &cd, train ? dnnl_forward_training : dnnl_forward_inference, alg, &a_op, &w_op,
+            bias, &c_op, g->strides, g->dilates, g->pad, g->pad);
     else if (k == CONV_BWD_DATA)
         st = dnnl_dilated_convolution_backward_data_desc_init(
-            &cd, alg, a, &g->w_any, c, g->strides, g->dilates, g->pad, g->pad);
+            &cd, alg, &a_op, &w_op, &c_op, g->strides, g->dilates, g->pad, g->pad);
     else
         st = dnnl_dilated_convolution_backward_weights_desc_init(
-            &cd, alg, a, &g->w_any, bias, c, g->strides, g->dilates, g->pad, g->pad);
+            &cd, alg, &a_op, &w_op, bias, &c_op, g->strides, g->dilates, g->pad, g->pad);
     if (st != dnnl_success)
         return nn_dnnl_err(e, st, conv_what[k]);
     return nn_prim_create(p, f->d, &cd, k == CONV_FWD ? NULL : f->fwd.pd, conv_what[k], e);
@@ -234,16 +250,33 @@ static int conv_prefers_winograd(const struct nn_conv2d_cfg *c, struct nn_shape 
 }
 
 /* With the context's algorithm; Winograd falls back to direct where oneDNN has none. */
-static int conv_make(struct nn_prim *p, struct nn_conv2d_fast *f, const struct conv_geom *g,
-                     enum conv_kind k, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *c,
-                     int train, struct err *e)
+static int conv_make_op(struct nn_prim *p, struct nn_conv2d_fast *f, const struct conv_geom *g,
+                        enum conv_kind k, const dnnl_memory_desc_t *a,
+                        const dnnl_memory_desc_t *c, int train, bool op16, struct err *e)
 {
     enum nn_conv_algo algo = f->d->conv_algo;
     int wino = algo == NN_CONV_WINOGRAD ||
                (algo == NN_CONV_AUTO && conv_prefers_winograd(&f->cfg, f->out));
-    if (wino && conv_make_alg(p, f, g, k, a, c, train, dnnl_convolution_winograd, e) == 0)
+    if (wino && conv_make_alg(p, f, g, k, a, c, train, dnnl_convolution_winograd, op16, e) == 0)
         return 0;
-    return conv_make_alg(p, f, g, k, a, c, train, dnnl_convolution_direct, e);
+    return conv_make_alg(p, f, g, k, a, c, train, dnnl_convolution_direct, op16, e);
+}
+
+/* Native bf16 where oneDNN has a JIT bf16 kernel for this convolution; where it offers only
+ * its gemm (im2col) one, as for a 1-channel input's weight gradient (mnist-cnn's first layer:
+ * measured 13x slower than fp32's JIT kernel here), the fp32 kernel on operands rounded to
+ * bf16 (nn_convert_operand_init), which computes the same numbers. */
+static int conv_make(struct nn_prim *p, struct nn_conv2d_fast *f, const struct conv_geom *g,
+                     enum conv_kind k, const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *c,
+                     int train, struct err *e)
+{
+    bool op16 = f->d->bf16 == NN_BF16_NATIVE;
+    if (conv_make_op(p, f, g, k, a, c, train, op16, e))
+        return -1;
+    if (!op16 || strncmp(nn_prim_impl(p), "jit", 3) == 0)
+        return 0;
+    nn_prim_destroy(p);
+    return conv_make_op(p, f, g, k, a, c, train, false, e);
 }
 
 /* First with the layouts the tensors already have (no reorders at all); if oneDNN has only
@@ -280,7 +313,7 @@ static int conv_fast_backward_init(struct nn_conv2d_fast *f, const struct conv_g
     if (!f->db_buf)
         return err_set(e, ERR_NOMEM, "", "conv2d bias gradient");
     if (nn_convert_in_init(&f->src_bw, d, fwd_src, bw_src, e) ||
-        nn_convert_in_init(&f->ddst_bw, d, &f->dst_md, bw_ddst, e) ||
+        nn_convert_operand_init(&f->ddst_bw, d, &f->dst_md, bw_ddst, e) ||
         nn_convert_out_init(&f->dw_out, d, bw_dw, &g->w_plain, 1, e) ||
         nn_mem_create(&f->m_src_bw, d, bw_src, e) ||
         nn_mem_create(&f->m_ddst_bw, d, bw_ddst, e) || nn_mem_create(&f->m_dw, d, bw_dw, e) ||
@@ -296,8 +329,8 @@ static int conv_fast_backward_init(struct nn_conv2d_fast *f, const struct conv_g
     const dnnl_memory_desc_t *bd_ddst = nn_prim_md(bd, dnnl_query_diff_dst_md, 0);
     f->w_bwd_shared = f->w_fwd.active &&
                       nn_md_same(bd_w, nn_prim_md(&f->fwd, dnnl_query_weights_md, 0));
-    if ((!f->w_bwd_shared && nn_convert_in_init(&f->w_bwd, d, &g->w_plain, bd_w, e)) ||
-        nn_convert_in_init(&f->ddst_bd, d, &f->dst_md, bd_ddst, e) ||
+    if ((!f->w_bwd_shared && nn_convert_operand_init(&f->w_bwd, d, &g->w_plain, bd_w, e)) ||
+        nn_convert_operand_init(&f->ddst_bd, d, &f->dst_md, bd_ddst, e) ||
         nn_convert_out_init(&f->dsrc_out, d, bd_dsrc, &f->src_md, 0, e) ||
         nn_mem_create(&f->m_wbwd, d, bd_w, e) || nn_mem_create(&f->m_ddst, d, bd_ddst, e) ||
         nn_mem_create(&f->m_dsrc_bwd, d, bd_dsrc, e))
@@ -326,8 +359,8 @@ int nn_conv2d_fast_init(struct nn_conv2d_fast *f, struct nn_dnnl *d,
     const dnnl_memory_desc_t *fwd_src = nn_prim_md(&f->fwd, dnnl_query_src_md, 0);
     const dnnl_memory_desc_t *w_md = nn_prim_md(&f->fwd, dnnl_query_weights_md, 0);
     f->dst_md = *nn_prim_md(&f->fwd, dnnl_query_dst_md, 0);
-    if (nn_convert_in_init(&f->src_in, d, src_md, fwd_src, e) ||
-        nn_convert_in_init(&f->w_fwd, d, &g.w_plain, w_md, e) ||
+    if (nn_convert_operand_init(&f->src_in, d, src_md, fwd_src, e) ||
+        nn_convert_operand_init(&f->w_fwd, d, &g.w_plain, w_md, e) ||
         nn_mem_create(&f->m_src, d, fwd_src, e) || nn_mem_create(&f->m_w, d, w_md, e) ||
         nn_mem_create(&f->m_b, d, &g.b_md, e) || nn_mem_create(&f->m_dst, d, &f->dst_md, e))
         goto fail;

@@ -264,6 +264,9 @@ struct nn_linear_fast {
     struct nn_prim fwd, bwd_data, bwd_weights;
     struct nn_mem m_src, m_w, m_b, m_dst, m_ddst, m_dsrc, m_bw, m_bsrc, m_bddst, m_dw, m_db;
     float *dw_buf, *db_buf; /* owned */
+    /* bf16 (onednn.h): src and weights on the way into forward (backward reads the same
+     * converted copies), diff_dst into both backwards; inactive in fp32 */
+    struct nn_convert src_cv, w_cv, ddst_cv;
 };
 
 /* The input must be plain (N,I): a flatten puts 4-D tensors in that form. */

@@ -11,10 +11,22 @@
 void loss_scale_init(struct loss_scale *ls, bool dynamic)
 {
     *ls = (struct loss_scale){.dynamic = dynamic,
+                              .scaled = dynamic,
                               .scale = dynamic ? 65536.0f : 1.0f,
                               .growth = 2.0f,
                               .backoff = 0.5f,
                               .growth_interval = 2000};
+}
+
+void loss_scale_configure(struct loss_scale *ls, bool fp16, double loss_scale, int window)
+{
+    loss_scale_init(ls, fp16 && loss_scale <= 0);
+    if (fp16 && loss_scale > 0) {
+        ls->scaled = true;
+        ls->scale = (float)loss_scale;
+    }
+    if (window >= 1)
+        ls->growth_interval = window;
 }
 
 int loss_scale_validate(const struct loss_scale *ls, struct err *e)
@@ -33,9 +45,13 @@ int loss_scale_validate(const struct loss_scale *ls, struct err *e)
 
 bool loss_scale_update(struct loss_scale *ls, bool found_inf)
 {
-    if (!ls->dynamic) {
+    if (!ls->scaled || (!ls->dynamic && !found_inf)) {
         ls->applied++;
         return true; /* fp32 / bf16: a non-finite gradient is the model's problem */
+    }
+    if (!ls->dynamic) { /* static: skipped, the scale kept */
+        ls->skipped++;
+        return false;
     }
     if (found_inf) {
         ls->scale = fmaxf(ls->scale * ls->backoff, FLT_MIN);

@@ -16,6 +16,7 @@
 
 struct loss_scale {
     bool dynamic;
+    bool scaled; /* the loss is multiplied by scale and the gradients unscaled (fp16) */
     float scale;
     float growth, backoff; /* PyTorch: 2.0 and 0.5 */
     int growth_interval;   /* PyTorch: 2000 */
@@ -25,6 +26,11 @@ struct loss_scale {
 
 /* PyTorch's defaults: init 65536, growth 2, backoff 0.5, interval 2000. */
 void loss_scale_init(struct loss_scale *ls, bool dynamic);
+/* From the spec (issue 33): fp16 with loss_scale 0 is dynamic with growth interval window;
+ * fp16 with loss_scale > 0 is static (the scale never changes; a non-finite step is still
+ * skipped, as DeepSpeed's static scale does, so no inf reaches the master weights);
+ * another precision (fp16 false) is a fixed, unscaled 1. */
+void loss_scale_configure(struct loss_scale *ls, bool fp16, double loss_scale, int window);
 /* Checks a configuration (scale > 0 and finite, growth > 1, 0 < backoff < 1, interval
  * >= 1): ERR_INVALID naming the field. */
 int loss_scale_validate(const struct loss_scale *ls, struct err *e);

@@ -738,6 +738,16 @@ void nn_model_set_conv_algo(struct nn_model *m, enum nn_conv_algo algo)
     m->conv_algo = algo;
 }
 
+void nn_model_set_bf16(struct nn_model *m, enum nn_bf16 mode)
+{
+    m->bf16 = mode;
+}
+
+enum nn_bf16 nn_model_bf16_path(const struct nn_model *m)
+{
+    return m->have_dnnl ? m->dnnl.bf16 : NN_BF16_OFF;
+}
+
 int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int train,
                      struct err *e)
 {
@@ -760,6 +770,7 @@ int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int
             return -1;
         m->have_dnnl = 1;
         m->dnnl.conv_algo = m->conv_algo;
+        m->dnnl.bf16 = m->bf16 == NN_BF16_AUTO ? nn_dnnl_bf16_probe(&m->dnnl) : m->bf16;
     }
     struct nn_tensor *in = &m->tensors[0];
     nn_md_plain(&in->md, in->shape);

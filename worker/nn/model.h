@@ -100,6 +100,7 @@ struct nn_model {
     struct nn_arena params, grads, buffers;
     uint64_t seed;
     enum nn_conv_algo conv_algo; /* fast backend; nn_model_set_conv_algo */
+    enum nn_bf16 bf16;           /* fast backend; nn_model_set_bf16 (a request) */
     /* prepared (nn_model_prepare) */
     int batch, prepared, train_ready;
     enum nn_backend backend;
@@ -192,6 +193,13 @@ void nn_model_zero_grad(struct nn_model *m);
  * it (resnet18-cifar trains ~1.5x faster; results within ~1e-6 of the scale of direct's),
  * direct on the rest; NN_CONV_DIRECT is PyTorch's own algorithm everywhere. */
 void nn_model_set_conv_algo(struct nn_model *m, enum nn_conv_algo algo);
+/* bf16 compute on the fast backend (onednn.h enum nn_bf16), from the next prepare on:
+ * NN_BF16_OFF (the default: fp32), NN_BF16_AUTO (native where oneDNN has the kernels,
+ * else emulated), or one path forced (a test's). The parameters, gradients and optimizer
+ * stay fp32 whatever the path. */
+void nn_model_set_bf16(struct nn_model *m, enum nn_bf16 mode);
+/* The bf16 path the prepared model runs (NN_BF16_OFF: fp32, or not prepared fast). */
+enum nn_bf16 nn_model_bf16_path(const struct nn_model *m);
 /* Makes layouts, primitives and the workspace for batch; train: also backward. Sizes are
  * 64-bit and checked first: a batch whose activations cannot fit in this node's memory
  * fails with ERR_TOO_LARGE naming "batch_size" before anything is made. */

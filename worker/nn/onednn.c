@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "worker/nn/bf16.h"
+
 int nn_dnnl_err(struct err *e, dnnl_status_t st, const char *what)
 {
     const char *why = st == dnnl_out_of_memory       ? "out of memory"
@@ -60,6 +62,82 @@ int nn_dnnl_init(struct nn_dnnl *d, struct err *e)
         return -1;
     }
     return 0;
+}
+
+/* Whether an optimised implementation of op exists (a probe: nothing is kept). */
+static bool dnnl_bf16_has(const struct nn_dnnl *d, const_dnnl_op_desc_t op,
+                          const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *keep)
+{
+    dnnl_primitive_desc_t pd = NULL;
+    const char *impl = NULL;
+    bool ok = dnnl_primitive_desc_create(&pd, op, NULL, d->engine, hint) == dnnl_success &&
+              dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) ==
+                  dnnl_success &&
+              impl && strncmp(impl, "ref", 3) != 0;
+    if (ok && keep)
+        *keep = pd;
+    else if (pd)
+        dnnl_primitive_desc_destroy(pd);
+    return ok;
+}
+
+/* A 3x3 convolution 16 -> 16 channels on 8x8 and a 64 -> 32 inner product, batch 4, with
+ * the operand and output types the layers use (conv2d.c, linear.c). */
+enum nn_bf16 nn_dnnl_bf16_probe(const struct nn_dnnl *d)
+{
+    dnnl_memory_desc_t x16, w16, y32, dx32, dw32, dy16;
+    dnnl_dims_t xd = {4, 16, 8, 8}, wd = {16, 16, 3, 3}, one = {1, 1};
+    dnnl_memory_desc_init_by_tag(&x16, 4, xd, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&w16, 4, wd, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&y32, 4, xd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dx32, 4, xd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dw32, 4, wd, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_init_by_tag(&dy16, 4, xd, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_convolution_desc_t cf, cd, cw;
+    dnnl_primitive_desc_t fwd = NULL;
+    bool ok = dnnl_convolution_forward_desc_init(&cf, dnnl_forward_training,
+                                                 dnnl_convolution_direct, &x16, &w16, NULL,
+                                                 &y32, one, one, one) == dnnl_success &&
+              dnnl_bf16_has(d, &cf, NULL, &fwd) &&
+              dnnl_convolution_backward_data_desc_init(&cd, dnnl_convolution_direct, &dx32,
+                                                       &w16, &dy16, one, one,
+                                                       one) == dnnl_success &&
+              dnnl_bf16_has(d, &cd, fwd, NULL) &&
+              dnnl_convolution_backward_weights_desc_init(&cw, dnnl_convolution_direct, &x16,
+                                                          &dw32, NULL, &dy16, one, one,
+                                                          one) == dnnl_success &&
+              dnnl_bf16_has(d, &cw, fwd, NULL);
+    if (fwd)
+        dnnl_primitive_desc_destroy(fwd);
+    fwd = NULL;
+    dnnl_memory_desc_t s16, v16, o32, ds32, dv32, do16;
+    dnnl_dims_t sd = {4, 64}, vd = {32, 64}, od = {4, 32};
+    dnnl_memory_desc_init_by_tag(&s16, 2, sd, dnnl_bf16, dnnl_nc);
+    dnnl_memory_desc_init_by_tag(&v16, 2, vd, dnnl_bf16, dnnl_oi);
+    dnnl_memory_desc_init_by_tag(&o32, 2, od, dnnl_f32, dnnl_nc);
+    dnnl_memory_desc_init_by_tag(&ds32, 2, sd, dnnl_f32, dnnl_nc);
+    dnnl_memory_desc_init_by_tag(&dv32, 2, vd, dnnl_f32, dnnl_oi);
+    dnnl_memory_desc_init_by_tag(&do16, 2, od, dnnl_bf16, dnnl_nc);
+    dnnl_inner_product_desc_t pf, pb, pw;
+    ok = ok &&
+         dnnl_inner_product_forward_desc_init(&pf, dnnl_forward_training, &s16, &v16, NULL,
+                                              &o32) == dnnl_success &&
+         dnnl_bf16_has(d, &pf, NULL, &fwd) &&
+         dnnl_inner_product_backward_data_desc_init(&pb, &ds32, &v16, &do16) == dnnl_success &&
+         dnnl_bf16_has(d, &pb, fwd, NULL) &&
+         dnnl_inner_product_backward_weights_desc_init(&pw, &s16, &dv32, NULL, &do16) ==
+             dnnl_success &&
+         dnnl_bf16_has(d, &pw, fwd, NULL);
+    if (fwd)
+        dnnl_primitive_desc_destroy(fwd);
+    return ok ? NN_BF16_NATIVE : NN_BF16_EMULATED;
+}
+
+const char *nn_bf16_path_name(enum nn_bf16 b)
+{
+    return b == NN_BF16_NATIVE     ? "onednn-native"
+           : b == NN_BF16_EMULATED ? "emulated-storage"
+                                   : NULL;
 }
 
 void nn_dnnl_cleanup(struct nn_dnnl *d)
@@ -273,6 +351,21 @@ int nn_convert_in_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memor
     return convert_init(c, d, ours, prim, prim, 0, e);
 }
 
+int nn_convert_operand_init(struct nn_convert *c, struct nn_dnnl *d,
+                            const dnnl_memory_desc_t *ours, const dnnl_memory_desc_t *prim,
+                            struct err *e)
+{
+    if (d->bf16 == NN_BF16_OFF || prim->data_type != dnnl_f32)
+        return nn_convert_in_init(c, d, ours, prim, e);
+    memset(c, 0, sizeof *c);
+    c->active = 1;
+    c->round_n = nn_md_bytes(prim) / sizeof(float);
+    c->buf = nn_alloc(nn_md_bytes(prim));
+    if (!c->buf)
+        return err_set(e, ERR_NOMEM, "", "bf16 operand buffer of %zu bytes", nn_md_bytes(prim));
+    return nn_md_same(ours, prim) ? 0 : nn_reorder_init(&c->r, d, ours, prim, 0, e);
+}
+
 int nn_convert_out_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memory_desc_t *prim,
                         const dnnl_memory_desc_t *ours, int accumulate, struct err *e)
 {
@@ -283,7 +376,12 @@ const float *nn_convert_in(struct nn_convert *c, struct nn_dnnl *d, const float 
 {
     if (!c->active)
         return ours;
-    nn_reorder_run(&c->r, d, c->buf, ours);
+    if (c->r.p.prim)
+        nn_reorder_run(&c->r, d, c->buf, ours);
+    else /* emulated bf16 in the same layout: a copy to round */
+        memcpy(c->buf, ours, c->round_n * sizeof(float));
+    if (c->round_n)
+        nn_bf16_round(c->buf, c->round_n);
     return c->buf;
 }
 
@@ -337,6 +435,11 @@ void nn_md_any(dnnl_memory_desc_t *md, struct nn_shape s)
     dnnl_dims_t dims;
     md_dims(dims, s);
     nn_md_tag(md, s.ndims, dims, dnnl_format_tag_any);
+}
+
+void nn_md_bf16(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *in, dnnl_format_tag_t tag)
+{
+    dnnl_memory_desc_init_by_tag(md, in->ndims, in->dims, dnnl_bf16, tag);
 }
 
 size_t nn_md_bytes(const dnnl_memory_desc_t *md)

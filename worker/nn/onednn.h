@@ -33,6 +33,16 @@
  * conv2d.c), direct on the rest. */
 enum nn_conv_algo { NN_CONV_DIRECT, NN_CONV_AUTO, NN_CONV_WINOGRAD };
 
+/* bf16 training on the CPU (spec precision bf16): the convolutions' and inner products'
+ * operands (src, weights, diff_dst) in bf16, their outputs (dst, diff_src, diff_weights)
+ * in fp32, every other layer, the master weights and the optimizer fp32: PyTorch's CPU
+ * autocast. NATIVE: oneDNN's bf16 kernels (AVX512-BF16 / AMX CPUs), the operands reordered
+ * into bf16 tensors; EMULATED: where oneDNN has none (an AVX2 CPU: "unimplemented"), fp32
+ * kernels on operands rounded to bf16 in fp32 buffers (bf16.h): bf16's numbers at fp32's
+ * cost plus the rounding pass. AUTO (a request, nn_model_set_bf16) is NATIVE where
+ * nn_dnnl_bf16_probe finds the kernels, else EMULATED. */
+enum nn_bf16 { NN_BF16_OFF, NN_BF16_AUTO, NN_BF16_NATIVE, NN_BF16_EMULATED };
+
 struct nn_dnnl {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
@@ -41,6 +51,7 @@ struct nn_dnnl {
     void *scratch;                  /* owned, shared by every primitive */
     size_t scratch_size;
     enum nn_conv_algo conv_algo; /* set before creating convolutions; 0 = DIRECT */
+    enum nn_bf16 bf16;           /* set before creating primitives: OFF, NATIVE, EMULATED */
     dnnl_status_t status;        /* first execution failure, dnnl_success when none */
     char failed[48];             /* what failed */
 };
@@ -51,6 +62,13 @@ void nn_dnnl_cleanup(struct nn_dnnl *d);
 int nn_dnnl_check(const struct nn_dnnl *d, struct err *e);
 /* Fills e from a oneDNN status; returns -1. */
 int nn_dnnl_err(struct err *e, dnnl_status_t st, const char *what);
+/* NN_BF16_NATIVE when oneDNN creates a bf16 convolution and inner product (forward and
+ * both backwards) with an optimised (not "ref") implementation on this CPU, else
+ * NN_BF16_EMULATED. */
+enum nn_bf16 nn_dnnl_bf16_probe(const struct nn_dnnl *d);
+/* The run's env name of a resolved path: "onednn-native", "emulated-storage"; NULL for
+ * OFF and AUTO. */
+const char *nn_bf16_path_name(enum nn_bf16 b);
 
 /* ---- primitives ------------------------------------------------------------------- */
 
@@ -116,13 +134,21 @@ void nn_reorder_destroy(struct nn_reorder *r);
  * primitive's layout. */
 struct nn_convert {
     int active;
-    struct nn_reorder r;
-    float *buf; /* owned */
+    struct nn_reorder r; /* unmade (r.p.prim NULL) for a rounding-only conversion */
+    float *buf;          /* owned */
+    size_t round_n;      /* emulated bf16: floats of buf rounded after the copy; 0: none */
 };
 
 /* ours -> prim before a primitive reads it */
 int nn_convert_in_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memory_desc_t *ours,
                        const dnnl_memory_desc_t *prim, struct err *e);
+/* ours -> a bf16 operand of a convolution or inner product (src, weights, diff_dst):
+ * nn_convert_in_init, except where bf16 is on and the primitive reads fp32 (emulated, or
+ * a primitive that native bf16 left in fp32), where it is always active and rounds the
+ * copy to bf16. */
+int nn_convert_operand_init(struct nn_convert *c, struct nn_dnnl *d,
+                            const dnnl_memory_desc_t *ours, const dnnl_memory_desc_t *prim,
+                            struct err *e);
 /* prim -> ours after a primitive wrote it; accumulate: ours += (always active) */
 int nn_convert_out_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memory_desc_t *prim,
                         const dnnl_memory_desc_t *ours, int accumulate, struct err *e);
@@ -140,6 +166,9 @@ int nn_prim_is_ref(const struct nn_prim *p);
 
 void nn_md_plain(dnnl_memory_desc_t *md, struct nn_shape s); /* nchw or nc */
 void nn_md_any(dnnl_memory_desc_t *md, struct nn_shape s);
+/* in's dims in bf16: with format any (tag dnnl_format_tag_any) or a plain tag. */
+void nn_md_bf16(dnnl_memory_desc_t *md, const dnnl_memory_desc_t *in, dnnl_format_tag_t tag);
+
 /* A plain descriptor with an explicit tag (weights: oihw, goihw, oi, a). */
 void nn_md_tag(dnnl_memory_desc_t *md, int ndims, const dnnl_dim_t *dims,
                dnnl_format_tag_t tag);
