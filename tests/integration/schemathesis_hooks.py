@@ -40,6 +40,9 @@ generator cannot take all its rule clauses together):
       daemon under test has no emulated network), at every point.
   (12) elastic: min_ranks at most world_size, max_ranks 0 or from min_ranks to world_size,
       pipeline 1, backend not mpi, engine ddpbench, pytorch or horovod, at every point.
+  (13) a single-process strategy (mirrored, dp: the vocabulary's single_process) keeps its
+      one process on one node under launcher ddpbench, not elastic, pipeline 1, at every
+      point.
 Besides the numbered rules, dataset.path must resolve beneath one of the daemon's --data-dir
 directories: a generated path never does, so a body naming one is dropped (rule "data").
 Decision: defaults and the model table are read from the source tree (the generated schema,
@@ -69,11 +72,14 @@ if (f"at most {MAX_RUNS} runs" not in SCHEMA["description"]
         or "(10) transport shm, at every point" not in SCHEMA["description"]
         or "(11) faults, at every point" not in SCHEMA["description"]
         or "(12) elastic, at every point" not in SCHEMA["description"]
+        or "(13) a single-process strategy" not in SCHEMA["description"]
         or "beneath one of the daemon's --data-dir directories" not in SCHEMA["description"]):
     raise ImportError("schemathesis_hooks.py: the limits differ from the schema's description")
 SIZE_FIELDS = ("min_bytes", "max_bytes", "step")
 UNITS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
 MCA_KEY = re.compile(r"[a-z][a-z0-9_]{0,62}|MPIR_CVAR_[A-Z0-9_]{1,53}")
+with open(os.path.join(SOURCE, "schema", "vocabulary.json"), encoding="utf-8") as _f:
+    SINGLE_PROCESS = {s["name"] for s in json.load(_f)["strategies"] if s["single_process"]}
 REAL_DATA = {"mnist": (1, 28, 28, 10), "fashion-mnist": (1, 28, 28, 10),
              "cifar10": (3, 32, 32, 10)}
 
@@ -255,6 +261,8 @@ def broken_rule(body):
             return 11
         if body["workload"] == "train" and elastic_broken(body, sweep, get):
             return 12
+        if body["workload"] == "train" and single_process_broken(body, sweep, get):
+            return 13
         if get("dataset.path"):
             return "data"
         over_mpi = get("backend") == "mpi" or get("launcher") == "mpirun"
@@ -271,6 +279,16 @@ def elastic_broken(body, sweep, get):
     return (lo > world or (hi != 0 and not lo <= hi <= world) or get("pipeline") > 1
             or get("backend") == "mpi"
             or get("engine") not in ("ddpbench", "pytorch", "horovod"))
+
+
+def single_process_broken(body, sweep, get):
+    """Rule (13): a single-process strategy's replicas share one process the daemon forks."""
+    if get("strategy") not in SINGLE_PROCESS:
+        return False
+    nodes, rpn, world = get("nodes"), get("ranks_per_node"), get("world_size")
+    return (nodes > 1 or 0 < rpn < world or get("launcher") != "ddpbench"
+            or "elastic" in body or any(k.startswith("elastic.") for k in sweep)
+            or get("pipeline") > 1)
 
 
 def loader_broken(get):
