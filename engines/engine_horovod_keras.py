@@ -26,6 +26,7 @@ ddpb_report.start().heartbeat(phase="import")  # reporting while the framework i
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 import tensorflow as tf  # noqa: E402
 import horovod  # noqa: E402
+import horovod.tensorflow as hvd_tf  # noqa: E402  (join, broadcast_variables)
 import horovod.tensorflow.keras as hvd  # noqa: E402
 
 import ddpb_data  # noqa: E402
@@ -78,8 +79,8 @@ class HorovodDist:
     def after_first_step(self, run):
         """BroadcastGlobalVariablesCallback's broadcast: the optimizer's slots exist now."""
         if self.spec.get("broadcast_init", True):
-            hvd.broadcast_variables(run.model.variables, root_rank=0)
-            hvd.broadcast_variables(run.opt.variables(), root_rank=0)
+            hvd_tf.broadcast_variables(run.model.variables, root_rank=0)
+            hvd_tf.broadcast_variables(run.opt.variables(), root_rank=0)
 
 
 def train(rep, spec, rank, world):
@@ -108,7 +109,7 @@ def train(rep, spec, rank, world):
                         "broadcast_init": bool(spec.get("broadcast_init", True))},
                     "threads": {"intra_op": threads, "inter_op": 1}, **facts}, NOT_OBSERVED))
             run.run_repeat(rep, repeat, seed, rank)
-        hvd.join()
+        hvd_tf.join()
         hvd.shutdown()
     finally:
         if server is not None:
