@@ -15,8 +15,9 @@ points: Horovod's Keras binding (engine horovod, framework keras), TensorFlow's
   round, the order reversed every other round; the headline is the median of the rounds.
 overhead: lightning and horovod-keras at 2 ranks on mnist-cnn under ddpbench against the
   same adapter under its own launcher (torchrun --standalone for Lightning; horovodrun
-  --gloo for Horovod, the adapter keeping horovodrun's environment), report lines read
-  from stdout, throughput computed as results do (bench_engines.torchrun's rule).
+  --gloo for Horovod, the adapter keeping horovodrun's environment), each rank pinned to a
+  CPU of its own with taskset as ddpbench pins them, report lines read from stdout,
+  throughput computed as results do (bench_engines.torchrun's rule).
 
 Ranks are unpinned (more CPU slots than CPUs): 4 ranks on a 2-CPU machine share CPUs, so
 the 4-rank figures measure oversubscription; a benchmark, never pass/fail. Hold
@@ -78,15 +79,19 @@ def own_launcher(spec, label):
                OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="1")
     n = spec["world_size"]
     logs = tempfile.mkdtemp(prefix="ddpb-own-")
+    # each rank on a CPU of its own, as ddpbench pins a run whose ranks fit (DDPB_CPUS):
+    # unpinned, two ranks ran 1.4-1.5x slower here under torchrun, which is no harness cost
+    ncpu = os.cpu_count()
     if label == "lightning":  # torch 1.13's torchrun: --redirects/--tee 1 (bench_engines)
         cmd = [py, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}",
-               "--redirects", "1", "--tee", "1", "--log_dir", logs,
-               os.path.join(ROOT, "engines", "engine_lightning.py")]
+               "--redirects", "1", "--tee", "1", "--log_dir", logs, "--no_python", "sh", "-c",
+               f"exec taskset -c $((LOCAL_RANK % {ncpu})) {py} "
+               f"{os.path.join(ROOT, 'engines', 'engine_lightning.py')}"]
     else:  # horovodrun numbers its workers HOROVOD_RANK; the adapter reads RANK
         cmd = [os.path.join(os.path.dirname(py), "horovodrun"), "-np", str(n), "-H",
                f"localhost:{n}", "--gloo", "sh", "-c", "RANK=$HOROVOD_RANK "
-               f"WORLD_SIZE=$HOROVOD_SIZE exec {py} "
-               f"{os.path.join(ROOT, 'engines', 'engine_horovod_keras.py')}"]
+               f"WORLD_SIZE=$HOROVOD_SIZE exec taskset -c $((HOROVOD_LOCAL_RANK % {ncpu})) "
+               f"{py} {os.path.join(ROOT, 'engines', 'engine_horovod_keras.py')}"]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
     os.unlink(f.name)
     if out.returncode != 0:
@@ -159,13 +164,15 @@ def main():
     ap.add_argument("--models", default="mnist-cnn",
                     help="comma-separated subset of bench_engines' models (mnist-cnn, resnet18)")
     ap.add_argument("--no-overhead", action="store_true", help="skip the own-launcher part")
+    ap.add_argument("--overhead-only", action="store_true", help="only the own-launcher part")
     a = ap.parse_args()
     models = [m for m in MODELS if m[0] in a.models.split(",")]
     res = {"points": [], "overhead": {}, "machine": os.uname().nodename,
            "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d")}
     d = Daemon(a.build, 8)
     try:
-        part_points(d, a.rounds, models, res)
+        if not a.overhead_only:
+            part_points(d, a.rounds, models, res)
         if not a.no_overhead:
             part_overhead(d, a.rounds, res)
     finally:
