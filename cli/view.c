@@ -26,10 +26,11 @@ enum view_kind {
 };
 
 enum view_flag {
-    VF_HIDE_CONST = 1, /* the same value in every row: shown once above the table */
-    VF_MATCH = 2,      /* compare: rows with equal values describe the same point */
-    VF_COMPARE = 4,    /* compare shows it */
-    VF_HIDE_NULL = 8,  /* null in every row (not measured, not asked): not shown */
+    VF_HIDE_CONST = 1,  /* the same value in every row: shown once above the table */
+    VF_MATCH = 2,       /* compare: rows with equal values describe the same point */
+    VF_COMPARE = 4,     /* compare shows it */
+    VF_HIDE_NULL = 8,   /* null in every row (not measured, not asked): not shown */
+    VF_HIDE_FALSE = 16, /* false or null in every row (a flag no row has): not shown */
 };
 
 struct view_col {
@@ -58,6 +59,9 @@ static const struct view_result_col view_result_cols[] = {
     {COL_INPLACE, STAT_NONE, VK_VALUE, COL_N, STAT_NONE, VF_HIDE_CONST | VF_MATCH | VF_COMPARE},
     {COL_ALGORITHM, STAT_NONE, VK_VALUE, COL_N, STAT_NONE, VF_HIDE_CONST | VF_COMPARE},
     {COL_WORLD_SIZE, STAT_NONE, VK_VALUE, COL_N, STAT_NONE, VF_MATCH | VF_COMPARE},
+    /* beside world_size: its replicas shared one process (issue 33) */
+    {COL_SINGLE_PROCESS, STAT_NONE, VK_VALUE, COL_N, STAT_NONE,
+     VF_HIDE_FALSE | VF_HIDE_CONST | VF_MATCH | VF_COMPARE},
     {COL_BYTES, STAT_NONE, VK_BYTES, COL_N, STAT_NONE, VF_MATCH | VF_COMPARE},
     {COL_RUNS, STAT_NONE, VK_INT, COL_N, STAT_NONE, 0},
     {COL_BUSBW_GBS, STAT_MEAN, VK_STAT, COL_BUSBW_GBS, STAT_CI95, VF_COMPARE},
@@ -265,6 +269,14 @@ static bool view_all_null(const struct view_build *b, const char *key)
     return true;
 }
 
+static bool view_all_false(const struct view_build *b, const char *key)
+{
+    for (size_t r = 0; r < b->nrows; r++)
+        if (json_is_true(json_object_get(b->rows[r].row, key)))
+            return false;
+    return true;
+}
+
 static void view_collect_keys(struct view_build *b)
 {
     for (size_t i = 0; i < b->n; i++) {
@@ -299,7 +311,8 @@ static void view_choose_cols(struct view_build *b)
         const struct view_col *c = &b->all.col[i];
         if (view_is_key(b, c->key) || !view_any_has(b, c->key) ||
             (b->compare && !(c->flags & VF_COMPARE)) ||
-            ((c->flags & VF_HIDE_NULL) && view_all_null(b, c->key)))
+            ((c->flags & VF_HIDE_NULL) && view_all_null(b, c->key)) ||
+            ((c->flags & VF_HIDE_FALSE) && view_all_false(b, c->key)))
             continue;
         const json_t *same = (c->flags & VF_HIDE_CONST) ? view_constant(b, c->key) : NULL;
         if (same && !json_is_null(same)) {

@@ -97,7 +97,10 @@ enum column_group {
       "the ranks shared CPUs (more CPU slots than CPUs)")                                      \
     X(NETWORK_PROFILE, "network_profile", VALUE, STRING, "", "network", KEY,                   \
       "the emulated network the runs measured over; null: the host's")                         \
-    X(NODES, "nodes", VALUE, INTEGER, "nodes", "nodes", KEY, "how many nodes the ranks spanned")
+    X(NODES, "nodes", VALUE, INTEGER, "nodes", "nodes", KEY,                                   \
+      "how many nodes the ranks spanned")                                                      \
+    X(SINGLE_PROCESS, "single_process", VALUE, BOOLEAN, "", "one process", KEY,                \
+      "the replicas shared one process (strategy mirrored or dp); world_size counts them")
 
 #define COLUMNS_COLLECTIVE(X)                                                                  \
     X(OP, "op", VALUE, STRING, "", "op", COLLECTIVE, "the collective operation")               \

@@ -92,7 +92,7 @@ struct spec_lr_schedule {
  * "lr_schedule" in JSON, whose fields are named "dataset.name" etc. in errors and sweeps. */
 struct spec_train {
     char model[24];
-    char strategy[12];   /* "naive", "ddp", "horovod", "zero1", "zero2" */
+    char strategy[12];   /* "naive", "ddp", "horovod", "zero1", "zero2", "mirrored", "dp" */
     char engine[12];     /* "ddpbench" (the C worker) or a framework (vocab.h) */
     char framework[8];   /* the engine's front end (issue 33): "auto" = its own; horovod:
                           * "torch" or "keras" (hvd.tensorflow.keras over TensorFlow 2) */
@@ -213,8 +213,15 @@ const json_t *spec_field_value(const json_t *spec, const char *name);
 
 /* CPU slots one rank of a resolved spec (borrowed) takes: its "threads", else 1. */
 int spec_slots_per_rank(const json_t *resolved);
-/* The same for a parsed spec (spec_from_json). */
+/* The CPU slots one process of a parsed spec (spec_from_json) takes: a rank's threads;
+ * a single-process strategy's one process (mirrored, dp) holds world_size replicas and
+ * takes theirs. */
 int spec_rank_slots(const struct spec *s);
+/* The processes the daemon starts for a parsed spec: world_size, or 1 for a
+ * single-process strategy (vocab.h single_process), whose replicas share one. */
+int spec_processes(const struct spec *s);
+/* The same for a resolved spec (borrowed), as the submit stores it. */
+int spec_processes_of(const json_t *resolved);
 
 /* Fills out from a resolved spec (no "sweep") after checking it as spec_normalize does:
  * every field and every cross-field rule, what runs where (device, backend, precision,

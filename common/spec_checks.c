@@ -458,6 +458,36 @@ static bool spec_precision_broken(const json_t *spec, enum spec_workload wl, con
     return true;
 }
 
+/* A single-process strategy (issue 33: mirrored, dp; vocab.h single_process) runs its
+ * world_size replicas in one process the daemon forks: on one node, under launcher
+ * ddpbench, not elastic, not a pipeline. True with field and reason. */
+static bool spec_single_process_broken(const json_t *spec, enum spec_workload wl,
+                                       const json_t *skip, const char **field, char *why,
+                                       size_t n)
+{
+    const struct vocab_strategy *st = spec_strategy_of(spec);
+    const char *launcher = json_string_value(spec_field_value(spec, "launcher"));
+    int64_t nodes;
+    if (!st || !st->single_process)
+        return false;
+    if (spec_spans_nodes(spec, &nodes))
+        *field = "nodes";
+    else if (launcher && strcmp(launcher, vocab_name(VOCAB_LAUNCHER, VOCAB_LAUNCHER_DDPBENCH)))
+        *field = "launcher";
+    else if (json_object_get(spec, "elastic"))
+        *field = "elastic.min_ranks";
+    else if (json_integer_value(spec_field_value(spec, "pipeline")) > 1)
+        *field = "pipeline";
+    else
+        return false;
+    snprintf(why, n,
+             "strategy %s runs its world_size replicas in one process the daemon starts: on "
+             "one node (nodes at most 1, ranks_per_node 0 or world_size), launcher ddpbench, "
+             "not elastic, pipeline 1",
+             st->name);
+    return true;
+}
+
 /* --- the table and its walk -------------------------------------------------------- */
 
 /* Every cross-field check, in the order they are judged; the comment names its clause
@@ -465,13 +495,14 @@ static bool spec_precision_broken(const json_t *spec, enum spec_workload wl, con
 static const struct spec_check spec_checks[] = {
     /* spec_rules[]: (1) min_bytes, (5) nodes and ranks_per_node; the schema states the rest */
     {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_SWEPT_TOP | SPEC_AT_POINT, spec_rules_broken},
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_model_broken},     /* (6) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_pipeline_broken},  /* (7) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_loader_broken},    /* (8) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_memory_broken},    /* (4) */
-    {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_POINT, spec_transport_broken},   /* (10) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_elastic_broken},   /* (12) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_precision_broken}, /* (14) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_model_broken},          /* (6) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_pipeline_broken},       /* (7) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_loader_broken},         /* (8) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_memory_broken},         /* (4) */
+    {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_POINT, spec_transport_broken},        /* (10) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_elastic_broken},        /* (12) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_precision_broken},      /* (14) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_single_process_broken}, /* (15) */
 };
 
 /* The first row of wl running at scope that spec breaks: true with its field and why. */

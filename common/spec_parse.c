@@ -958,9 +958,33 @@ int spec_slots_per_rank(const json_t *resolved)
     return spec_slots_of_threads(json_integer_value(json_object_get(resolved, "threads")));
 }
 
+/* A single-process strategy's one process holds every replica (vocab.h single_process) */
+static bool spec_single_process(const struct spec *s)
+{
+    const struct vocab_strategy *st = vocab_strategy(
+        vocab_find(VOCAB_STRATEGY, s->train.strategy));
+    return s->workload == SPEC_WORKLOAD_TRAIN && st && st->single_process;
+}
+
 int spec_rank_slots(const struct spec *s)
 {
-    return spec_slots_of_threads(s->train.threads);
+    int per = spec_slots_of_threads(s->train.threads);
+    return spec_single_process(s) ? per * (s->world_size > 0 ? s->world_size : 1) : per;
+}
+
+int spec_processes(const struct spec *s)
+{
+    return spec_single_process(s) ? 1 : s->world_size;
+}
+
+int spec_processes_of(const json_t *resolved)
+{
+    const json_t *wl = json_object_get(resolved, "workload");
+    const struct vocab_strategy *st = spec_strategy_of(resolved);
+    bool train = json_is_string(wl) && strcmp(json_string_value(wl), "train") == 0;
+    return train && st && st->single_process
+               ? 1
+               : (int)json_integer_value(json_object_get(resolved, "world_size"));
 }
 
 /* "elastic": on when its group is in the spec; max_ranks 0 (the default) is world_size. */

@@ -57,6 +57,8 @@ static const char *spec_bucket_model_at(int i)
  * field */
 static const char *const spec_precisions[] = {"fp32", "fp16", "bf16", NULL};
 static const char *const spec_compressions[] = {"none", "fp16", "bf16", NULL};
+/* "framework" (issue 33): an engine's front end; only horovod has more than one */
+static const char *const spec_frameworks[] = {"auto", "torch", "keras", NULL};
 static const char *const spec_datasets[] = {"synthetic", "mnist", "fashion-mnist",
                                             "cifar10",   "text",  NULL};
 static const char *const spec_optimizers[] = {"sgd", "adam", "adamw", NULL};
@@ -260,7 +262,9 @@ static const struct spec_field spec_fields[] = {
      SPEC_AT(train.strategy),
      .desc = "How gradients are exchanged: naive (allreduce every gradient after backward), "
              "ddp (PyTorch DDP's buckets, overlapping backward), horovod (tensor fusion), "
-             "zero1 / zero2 (DeepSpeed ZeRO stages 1 and 2)."},
+             "zero1 / zero2 (DeepSpeed ZeRO stages 1 and 2); single process, world_size "
+             "replicas in one process: mirrored (engine tensorflow's MirroredStrategy) and "
+             "dp (engine pytorch's DataParallel, device cuda)."},
     {.name = "batch_size", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .min = 1, .max = 65536, .def = "32", SPEC_AT(train.batch_size),
      .desc = "Samples per rank per step (the global batch is world_size times this)."},
@@ -514,7 +518,8 @@ static const struct spec_field spec_fields[] = {
      .desc = "What trains: ddpbench (this project's C worker, every strategy), pytorch "
              "(torch.distributed: ddp = DistributedDataParallel, zero1 = "
              "ZeroRedundancyOptimizer), horovod, tensorflow (MultiWorkerMirroredStrategy), "
-             "deepspeed, or script (the operator's script under --scripts-dir). "
+             "deepspeed, lightning (PyTorch Lightning's DDP), or script (the operator's "
+             "script under --scripts-dir). "
              "GET /v1/engines lists what each node has installed."},
     {.name = "script", .type = SPEC_T_STRING, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_PRINTABLE, .min = 0, .max = 255, .def = "\"\"", SPEC_AT(train.script),
@@ -543,6 +548,14 @@ static const struct spec_field spec_fields[] = {
      .desc = "Elastic mode: steps between two commits of the ranks' state (in memory for "
              "ddpbench, a checkpoint for pytorch), and at every epoch's end; a lost rank "
              "costs the steps since the last commit."},
+    /* issue 33, part C: which of an engine's front ends trains */
+    {.name = "framework", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .choices = spec_frameworks, .def = "\"auto\"",
+     SPEC_AT(train.framework),
+     .desc = "The engine's front end: auto (its own), torch, or keras. Only engine horovod "
+             "has two: torch (its PyTorch binding, what auto means) and keras "
+             "(hvd.tensorflow.keras over TensorFlow 2); the torch engines (pytorch, "
+             "lightning, deepspeed) take torch too."},
 };
 /* clang-format on */
 
@@ -570,7 +583,10 @@ static const char *const spec_only_ddpbench[] = {"ddpbench", NULL};
 static const char *const spec_only_nccl[] = {"nccl", NULL};
 static const char *const spec_only_false[] = {"false", NULL};
 static const char *const spec_only_fp32[] = {"fp32", NULL};
-static const char *const spec_gpu_strategies[] = {"naive", "ddp", NULL};
+static const char *const spec_gpu_strategies[] = {"naive", "ddp", "dp", NULL};
+/* every strategy but dp: DataParallel on a CPU would run one replica (issue 33) */
+static const char *const spec_cpu_strategies[] = {"naive", "ddp",      "horovod", "zero1",
+                                                  "zero2", "mirrored", NULL};
 static const char *const spec_only_none[] = {"none", NULL};
 static const char *const spec_algs_nccl[] = {"auto", "ring", "tree", NULL};
 static const char *const spec_only_auto[] = {"auto", NULL};
@@ -607,6 +623,9 @@ static const struct spec_allowed spec_device_precisions[] = {
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_device_strategies[] = {
+    {"cpu", spec_cpu_strategies,
+     "dp (torch.nn.DataParallel) replicates over GPUs: on a CPU it runs a single replica, "
+     "so it needs device cuda"},
     {"cuda", spec_gpu_strategies,
      "the others stage through host memory, not implemented "
      "on the GPU yet"},
@@ -624,15 +643,29 @@ static const struct spec_allowed spec_device_compressions[] = {
  * fp32, compression by its allreduce hook; tensorflow: MultiWorkerMirroredStrategy's
  * all-reduce (ddp), fp32, no compression; horovod: its DistributedOptimizer; deepspeed:
  * ZeRO stages 1 and 2. */
-static const char *const spec_torch_strategies[] = {"ddp", "zero1", NULL};
+static const char *const spec_torch_strategies[] = {"ddp", "zero1", "dp", NULL};
+static const char *const spec_tf_strategies[] = {"ddp", "mirrored", NULL};
 static const char *const spec_ddp_only[] = {"ddp", NULL};
+/* ddpbench's worker and a user's script run a replica per process: every strategy but
+ * the single-process ones (vocab.c single_process) */
+static const char *const spec_process_strategies[] = {"naive", "ddp",   "horovod",
+                                                      "zero1", "zero2", NULL};
 static const char *const spec_horovod_only[] = {"horovod", NULL};
 static const char *const spec_zero_stages[] = {"zero1", "zero2", NULL};
 static const struct spec_allowed spec_engine_strategies[] = {
+    {"ddpbench", spec_process_strategies,
+     "ddpbench's worker runs one replica per process; mirrored and dp are TensorFlow's and "
+     "PyTorch's single-process strategies"},
     {"pytorch", spec_torch_strategies,
-     "torch offers DistributedDataParallel (ddp) and ZeroRedundancyOptimizer (zero1)"},
-    {"tensorflow", spec_ddp_only,
-     "TensorFlow's MultiWorkerMirroredStrategy all-reduces every gradient (ddp)"},
+     "torch offers DistributedDataParallel (ddp), ZeroRedundancyOptimizer (zero1) and "
+     "DataParallel (dp, device cuda)"},
+    {"tensorflow", spec_tf_strategies,
+     "TensorFlow offers MultiWorkerMirroredStrategy (ddp) and MirroredStrategy (mirrored, one "
+     "process)"},
+    {"lightning", spec_ddp_only, "the lightning adapter runs Lightning's DDP strategy (ddp)"},
+    {"script", spec_process_strategies,
+     "a script's ranks are processes: mirrored and dp are the framework engines' "
+     "single-process strategies"},
     {"horovod", spec_horovod_only, "Horovod trains with its DistributedOptimizer (horovod)"},
     {"deepspeed", spec_zero_stages, "DeepSpeed's engine runs ZeRO stage 1 or 2"},
     {NULL, NULL, NULL},
@@ -642,6 +675,7 @@ static const struct spec_allowed spec_engine_precisions[] = {
     {"tensorflow", spec_only_fp32, "the tensorflow adapter trains in fp32"},
     {"horovod", spec_only_fp32, "the horovod adapter trains in fp32"},
     {"deepspeed", spec_only_fp32, "the deepspeed adapter trains in fp32"},
+    {"lightning", spec_only_fp32, "the lightning adapter trains in fp32"},
     {NULL, NULL, NULL},
 };
 static const char *const spec_cpu_only[] = {"cpu", NULL};
@@ -649,6 +683,7 @@ static const struct spec_allowed spec_engine_devices[] = {
     {"tensorflow", spec_cpu_only, "the tensorflow engine is tensorflow-cpu"},
     {"horovod", spec_cpu_only, "the horovod engine has no NCCL: its build has Gloo and MPI"},
     {"deepspeed", spec_cpu_only, "the deepspeed engine runs its CPU accelerator over gloo"},
+    {"lightning", spec_cpu_only, "the lightning adapter runs Lightning's DDP over gloo"},
     {NULL, NULL, NULL},
 };
 static const char *const spec_tcp_nccl[] = {"tcp", "nccl", NULL};
@@ -660,6 +695,7 @@ static const struct spec_allowed spec_engine_backends[] = {
     {"horovod", spec_host_backends, "Horovod runs over Gloo (tcp) or its MPI controller (mpi)"},
     {"tensorflow", spec_tcp_only, "MultiWorkerMirroredStrategy talks gRPC and its own ring"},
     {"deepspeed", spec_tcp_only, "the deepspeed adapter runs over torch's gloo"},
+    {"lightning", spec_tcp_only, "the lightning adapter runs Lightning's DDP over gloo"},
     {NULL, NULL, NULL},
 };
 static const char *const spec_none_fp16[] = {"none", "fp16", NULL};
@@ -668,6 +704,7 @@ static const struct spec_allowed spec_engine_compressions[] = {
     {"tensorflow", spec_only_none,
      "MultiWorkerMirroredStrategy has no gradient compression on the CPU"},
     {"deepspeed", spec_only_none, "the deepspeed adapter sets no communication compression"},
+    {"lightning", spec_only_none, "Lightning's DDP strategy sets no compression hook here"},
     {NULL, NULL, NULL},
 };
 /* The data pipeline's knobs are the C loader's: the framework engines read the native
@@ -677,7 +714,7 @@ static const char *const spec_only_local[] = {"local", NULL};
 #define SPEC_ENGINES_C_LOADER(values, why)                                                     \
     {                                                                                          \
         {"pytorch", values, why}, {"tensorflow", values, why}, {"horovod", values, why},       \
-            {"deepspeed", values, why},                                                        \
+            {"deepspeed", values, why}, {"lightning", values, why},                            \
         {                                                                                      \
             NULL, NULL, NULL                                                                   \
         }                                                                                      \
@@ -689,6 +726,20 @@ static const struct spec_allowed spec_engine_formats[] = SPEC_ENGINES_C_LOADER(
     spec_only_native, "the framework engines read the native files into memory");
 static const struct spec_allowed spec_engine_storages[] = SPEC_ENGINES_C_LOADER(
     spec_only_local, "storage emulation sits in ddpbench's C loader");
+/* "framework" (issue 33): keras is Horovod's TensorFlow binding; the torch engines are torch
+ * whatever is asked; the others have their one front end (auto). */
+static const char *const spec_auto_torch[] = {"auto", "torch", NULL};
+#define SPEC_ONE_FRONT_END "has one front end (framework auto); keras is engine horovod's"
+static const struct spec_allowed spec_engine_frameworks[] = {
+    {"ddpbench", spec_only_auto, "ddpbench's C worker " SPEC_ONE_FRONT_END},
+    {"pytorch", spec_auto_torch, "engine pytorch is torch; keras is engine horovod's"},
+    {"tensorflow", spec_only_auto,
+     "engine tensorflow " SPEC_ONE_FRONT_END " (hvd.tensorflow.keras)"},
+    {"deepspeed", spec_auto_torch, "engine deepspeed is torch; keras is engine horovod's"},
+    {"lightning", spec_auto_torch, "engine lightning is torch; keras is engine horovod's"},
+    {"script", spec_only_auto, "a script chooses its own framework"},
+    {NULL, NULL, NULL},
+};
 static const struct spec_allowed spec_backend_algorithms[] = {
     {"nccl", spec_algs_nccl, "NCCL chooses among its own algorithms, once per communicator"},
     {"mpi", spec_only_auto,
@@ -711,7 +762,7 @@ static const struct spec_allowed spec_backend_transports[] = {
     {                                                                                          \
         {"pytorch", spec_auto_tcp, why}, {"tensorflow", spec_auto_tcp, why},                   \
             {"horovod", spec_auto_tcp, why}, {"deepspeed", spec_auto_tcp, why},                \
-            {"script", spec_auto_tcp, why},                                                    \
+            {"script", spec_auto_tcp, why}, {"lightning", spec_auto_tcp, why},                 \
         {                                                                                      \
             NULL, NULL, NULL                                                                   \
         }                                                                                      \
@@ -757,6 +808,7 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.storage", spec_engine_storages},
     {SPEC_RULE_ALLOWED, SPEC_WL_ANY, "backend", "transport", spec_backend_transports},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "transport", spec_engine_transports},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "framework", spec_engine_frameworks},
     {SPEC_RULE_ALLOWED, SPEC_WL_COLLECTIVE, "algorithm", "transport",
      spec_algorithm_transports},
 };

@@ -31,6 +31,13 @@ static const struct vocab_strategy vocab_strategies[] = {
     [VOCAB_STRATEGY_ZERO2] = {"zero2", true, true, true, VOCAB_BUCKETS_BY_SIZE,
         "ZeRO stage 2: optimizer state and gradients sharded; reduce-scatter during "
         "backward"},
+    /* single process (issue 33): the framework's own replicas in one process */
+    [VOCAB_STRATEGY_MIRRORED] = {"mirrored", false, false, false, VOCAB_BUCKETS_BY_SIZE,
+        "TensorFlow's MirroredStrategy: one process, world_size replicas (logical CPU "
+        "devices on the CPU), gradients all-reduced between them", true},
+    [VOCAB_STRATEGY_DP] = {"dp", false, false, false, VOCAB_BUCKETS_PER_TENSOR,
+        "torch.nn.DataParallel: one process, world_size GPUs; each step scatters the batch "
+        "and gathers the gradients on the first", true},
 };
 
 static const struct vocab_engine vocab_engines[] = {
@@ -50,6 +57,9 @@ static const struct vocab_engine vocab_engines[] = {
         "DeepSpeed's engine, ZeRO stage 1 or 2"},
     [VOCAB_ENGINE_SCRIPT] = {"script", NULL, NULL, false, VOCAB_ELASTIC_NONE,
         "a user's program under the daemon's --scripts-dir"},
+    [VOCAB_ENGINE_LIGHTNING] = {"lightning", "pytorch_lightning", "engine_lightning.py", true,
+        VOCAB_ELASTIC_NONE,
+        "PyTorch Lightning's Trainer with its DDP strategy"},
 };
 
 static const struct vocab_backend vocab_backends[] = {
@@ -352,10 +362,11 @@ static json_t *vocab_strategy_json(const struct vocab_strategy *s)
                                           [VOCAB_BUCKETS_BY_SIZE] = "by_size",
                                           [VOCAB_BUCKETS_SMALL_FIRST] = "small_first",
                                           [VOCAB_BUCKETS_FUSION] = "fusion"};
-    return json_pack("{s:s, s:b, s:b, s:b, s:s, s:s}", "name", s->name, "overlaps_backward",
-                     s->overlaps_backward, "shards_optimizer", s->shards_optimizer,
-                     "shards_gradients", s->shards_gradients, "buckets", buckets[s->buckets],
-                     "description", s->desc);
+    return json_pack("{s:s, s:b, s:b, s:b, s:s, s:b, s:s}", "name", s->name,
+                     "overlaps_backward", s->overlaps_backward, "shards_optimizer",
+                     s->shards_optimizer, "shards_gradients", s->shards_gradients, "buckets",
+                     buckets[s->buckets], "single_process", s->single_process, "description",
+                     s->desc);
 }
 
 /* The elastic modes' names and what each does, in enum vocab_elastic's order. */

@@ -24,14 +24,17 @@
     X(DDP, "ddp")                                                                              \
     X(HOROVOD, "horovod")                                                                      \
     X(ZERO1, "zero1")                                                                          \
-    X(ZERO2, "zero2")
+    X(ZERO2, "zero2")                                                                          \
+    X(MIRRORED, "mirrored")                                                                    \
+    X(DP, "dp")
 #define VOCAB_ENGINES(X)                                                                       \
     X(DDPBENCH, "ddpbench")                                                                    \
     X(PYTORCH, "pytorch")                                                                      \
     X(HOROVOD, "horovod")                                                                      \
     X(TENSORFLOW, "tensorflow")                                                                \
     X(DEEPSPEED, "deepspeed")                                                                  \
-    X(SCRIPT, "script")
+    X(SCRIPT, "script")                                                                        \
+    X(LIGHTNING, "lightning")
 #define VOCAB_BACKENDS(X)                                                                      \
     X(TCP, "tcp")                                                                              \
     X(NCCL, "nccl")                                                                            \
@@ -144,6 +147,10 @@ struct vocab_strategy {
     bool shards_gradients;  /* ZeRO-2: each rank keeps only its shard of the gradients */
     enum vocab_bucketing buckets;
     const char *desc;
+    /* one process holds every replica (issue 33: TF's MirroredStrategy, torch's
+     * DataParallel): the daemon starts one process for world_size replicas, and results
+     * mark the run single_process; ddpbench's own worker and the model refuse it */
+    bool single_process;
 };
 
 /* How an engine recovers from a lost rank in elastic mode (the spec's "elastic", issue

@@ -755,7 +755,17 @@ static const char SQL_EXPERIMENT_SUMMARY[] =
 /* clang-format on */
 static const char SQL_INSERT_RUN[] =
     "INSERT INTO runs (experiment_id, point, params, spec, world_size, status, created_at, "
-    "network_profile) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7)";
+    "network_profile, processes) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8)";
+
+/* The processes a new run starts (migration 019): 1 for a single-process strategy, else
+ * its world_size; 0 when its spec text does not parse (stored as it is, failed at start). */
+static int db_new_run_processes(const struct db_new_run *run)
+{
+    json_t *spec = json_loads(run->spec_json, 0, NULL);
+    int n = spec ? spec_processes_of(spec) : 0;
+    json_decref(spec);
+    return n;
+}
 
 int db_create_experiment(struct db *db, const char *name, const char *workload,
                          const char *spec_json, const struct db_new_run *runs, size_t n_runs,
@@ -788,6 +798,11 @@ int db_create_experiment(struct db *db, const char *name, const char *workload,
         sqlite3_bind_int(st, 5, runs[i].world_size);
         sqlite3_bind_double(st, 6, now);
         db_bind_text_or_null(st, 7, runs[i].network_profile);
+        int processes = db_new_run_processes(&runs[i]);
+        if (processes > 0 && processes != runs[i].world_size)
+            sqlite3_bind_int(st, 8, processes);
+        else
+            sqlite3_bind_null(st, 8);
         if (db_step_done(c, st, e) < 0)
             goto out;
     }
@@ -913,6 +928,8 @@ int db_list_queued(struct db *db, size_t max, struct db_queued_run **out, size_t
             goto done;
         }
         db_queued_parse_spec(&runs[k]);
+        if (runs[k].spec_err.code == ERR_OK) /* what the scheduler places: processes */
+            runs[k].world_size = spec_processes(&runs[k].spec);
         k++;
     }
     sqlite3_reset(st);
@@ -1043,8 +1060,10 @@ static const char SQL_RANK_HELLO[] =
 static const char SQL_RUN_RUNNING[] =
     "UPDATE runs SET status = 'running' WHERE id = ?1 AND status = 'starting' AND "
     "(SELECT count(*) FROM run_ranks WHERE run_id = ?1 AND status IN ('running', 'done')) "
-    "= world_size";
-static const char SQL_RUN_WORLD[] = "SELECT world_size FROM runs WHERE id = ?1";
+    "= coalesce(processes, world_size)";
+/* the processes that say hello: world_size, or 1 for a single-process run (migration 019) */
+static const char SQL_RUN_WORLD[] =
+    "SELECT coalesce(processes, world_size) FROM runs WHERE id = ?1";
 
 /* One integer column of run run_id, read by sql (a SELECT of one column by ?1 = id).
  * Returns 0 and *out, or -1 with e set: ERR_NOT_FOUND naming the run when it has no row. */

@@ -210,7 +210,8 @@ int db_delete_experiment(struct db *db, int64_t id, int64_t **run_ids, size_t *n
 /* --- the scheduler's queue ----------------------------------------------------------- */
 struct db_queued_run {
     int64_t id, experiment_id;
-    int world_size;
+    int world_size;      /* the processes to start (spec_processes): the spec's world_size, or 1
+                       for a single-process strategy's replicas (issue 33) */
     char *spec_json;     /* owned (db_queued_runs_free): the resolved spec as stored, the
                             text a worker reads from its spec file */
     struct spec spec;    /* spec_json parsed once, defaults filled (spec_from_json): what

@@ -47,6 +47,15 @@ int gpu_slots_env(const struct gpu_plan *plan, int rank, int nccl_version, const
     return n;
 }
 
+int gpu_slots_env_single(const struct gpu_plan *plan, char out[][64])
+{
+    int len = snprintf(out[0], 64, "CUDA_VISIBLE_DEVICES=");
+    int n = plan->emulated ? 1 : plan->world_size;
+    for (int i = 0; i < n && len < 64; i++)
+        len += snprintf(out[0] + len, (size_t)(64 - len), "%s%d", i ? "," : "", plan->gpu[i]);
+    return len < 64 ? 1 : 0;
+}
+
 const char *gpu_slots_warning(const struct gpu_plan *plan, int nccl_version, char *buf,
                               size_t len)
 {

@@ -48,6 +48,12 @@ int gpu_slots_plan(int ngpus, const bool *used, int world_size, bool emulate,
 int gpu_slots_env(const struct gpu_plan *plan, int rank, int nccl_version, const char *run_tag,
                   char out[][64]);
 
+/* The environment of a single-process run's one process (issue 33: strategy dp, whose
+ * replicas are the plan's ranks): every GPU of the plan visible to it, in rank order, as
+ * one "CUDA_VISIBLE_DEVICES=..." in out[0] (at least 64 bytes); returns 1, or 0 when the
+ * list does not fit (the process then sees none, and its adapter names world_size). */
+int gpu_slots_env_single(const struct gpu_plan *plan, char out[][64]);
+
 /* The warning the daemon logs when an emulated plan starts, into buf (what the ranks
  * share, how NCCL is made to accept it for nccl_version, what can go wrong, that the
  * results are flagged); NULL (buf untouched) when plan is not emulated. */

@@ -485,6 +485,21 @@ static int model_parse_ints(const json_t *a, int64_t lo, int64_t hi, size_t cap,
     return 0;
 }
 
+/* The strategies the model predicts, "a or b or c", into out (n bytes): the vocabulary's
+ * but the single-process ones (perf_strategy_parse). */
+static void model_strategy_names(char *out, size_t n)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int st = 0; st < PERF_NSTRATEGIES; st++) {
+        const char *name = vocab_name(VOCAB_STRATEGY, st);
+        if (perf_strategy_parse(name) < 0 || len >= n)
+            continue;
+        int k = snprintf(out + len, n - len, "%s%s", len ? " or " : "", name);
+        len += k > 0 ? (size_t)k : 0;
+    }
+}
+
 static int model_parse(const json_t *body, struct model_req *r, struct err *e)
 {
     memset(r, 0, sizeof *r);
@@ -524,7 +539,7 @@ static int model_parse(const json_t *body, struct model_req *r, struct err *e)
             size_t i;
             json_t *x;
             char names[128];
-            vocab_join(VOCAB_STRATEGY, " or ", names, sizeof names);
+            model_strategy_names(names, sizeof names);
             if (!json_is_array(v) || json_array_size(v) == 0 ||
                 json_array_size(v) > PERF_NSTRATEGIES)
                 return err_set(e, ERR_INVALID, k, "%s: must be a list of 1 to %d strategies", k,
@@ -554,7 +569,8 @@ static int model_parse(const json_t *body, struct model_req *r, struct err *e)
             r->worlds[r->nworld++] = w;
     if (r->nstrat == 0)
         for (int st = 0; st < PERF_NSTRATEGIES; st++)
-            r->strategies[r->nstrat++] = st;
+            if (perf_strategy_parse(vocab_name(VOCAB_STRATEGY, st)) >= 0)
+                r->strategies[r->nstrat++] = st;
     return 0;
 }
 

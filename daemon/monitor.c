@@ -694,7 +694,11 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
     struct run_rank *k = &r->ranks[rank];
     char gpu_env[LAUNCH_MAX_GPU_ENV][64];
     const char *gpu_envp[LAUNCH_MAX_GPU_ENV];
-    int ngpu_env = gpu ? gpu_slots_env(gpu->plan, rank, gpu->nccl_version, r->ns, gpu_env) : 0;
+    /* more GPUs than processes: a single-process run's replicas (dp) all in this one */
+    int ngpu_env = !gpu ? 0
+                   : gpu->plan->world_size > r->world_size
+                       ? gpu_slots_env_single(gpu->plan, gpu_env)
+                       : gpu_slots_env(gpu->plan, rank, gpu->nccl_version, r->ns, gpu_env);
     for (int i = 0; i < ngpu_env; i++)
         gpu_envp[i] = gpu_env[i];
     char spec_path[PATH_MAX], log_path[PATH_MAX], cpu[200];

@@ -234,7 +234,10 @@ double perf_net_time(struct perf_net *net, const char *op, int world, double byt
 
 int perf_strategy_parse(const char *s)
 {
-    return vocab_find(VOCAB_STRATEGY, s);
+    int i = vocab_find(VOCAB_STRATEGY, s);
+    const struct vocab_strategy *row = vocab_strategy(i);
+    /* a single-process strategy's replicas exchange inside one process: not modelled */
+    return row && !row->single_process ? i : -1;
 }
 
 /* The simulation's running state: one channel, the union of flights. */

@@ -11,6 +11,7 @@
 #include "common/columns.h"
 #include "common/spec.h"
 #include "common/stats.h"
+#include "common/vocab.h"
 #include "daemon/model.h"
 
 /* --- growable vectors (of doubles, and of step indexes) ---------------------------------- */
@@ -157,6 +158,16 @@ static void results_groups_free(struct results_groups *gs)
     free(gs->g);
 }
 
+/* Whether run's strategy keeps its replicas in one process (vocab.h single_process). */
+static bool results_single_process(const struct db_data_run *run)
+{
+    const json_t *wl = json_object_get(run->spec, "workload");
+    const char *name = json_string_value(spec_field_value(run->spec, "strategy"));
+    const struct vocab_strategy *st = vocab_strategy(vocab_find(VOCAB_STRATEGY, name));
+    return json_is_string(wl) && strcmp(json_string_value(wl), "train") == 0 && st &&
+           st->single_process;
+}
+
 /* run NULL: the key of no run (every field null), for a table's columns alone. */
 static json_t *results_key_of(const struct db_data_run *run, const json_t *fields)
 {
@@ -191,6 +202,10 @@ static json_t *results_key_of(const struct db_data_run *run, const json_t *field
      * on one node differ in it by definition */
     json_object_set_new(key, columns_get(COL_NODES)->key,
                         run ? json_integer(run->nodes) : json_null());
+    /* and replicas in one process (issue 33: mirrored, dp), which exchange inside it: never
+     * pooled with a process per rank, whatever group_by says */
+    json_object_set_new(key, columns_get(COL_SINGLE_PROCESS)->key,
+                        json_boolean(run && results_single_process(run)));
     return key;
 }
 

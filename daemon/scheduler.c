@@ -234,7 +234,9 @@ static int sched_plan_gpus(struct scheduler *s, const struct db_queued_run *q, b
     if (!*cuda)
         return 1;
     struct err e = {0};
-    int rc = gpu_slots_plan(s->ngpus, s->gpu_used, q->world_size, emulate, plan, &e);
+    /* a GPU per replica: a single-process run's one process holds them all (issue 33) */
+    int replicas = q->spec_err.code == ERR_OK ? q->spec.world_size : q->world_size;
+    int rc = gpu_slots_plan(s->ngpus, s->gpu_used, replicas, emulate, plan, &e);
     if (rc < 0)
         sched_fail_unplaceable(s, q, &e);
     return rc;

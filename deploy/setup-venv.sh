@@ -6,9 +6,14 @@
 #   tensorflow-cpu    the tensorflow engine (2.15: the last to take numpy < 2, which
 #                     Debian's torch was built against)
 #   deepspeed         the deepspeed engine (its CPU ops build at run time with ninja)
-#   horovod           the horovod engine, built here against Debian's torch with both
-#                     controllers, Gloo and MPI (Debian's OpenMPI), and no TensorFlow or
-#                     MXNet: the run picks the controller (backend tcp = Gloo, mpi = MPI)
+#   horovod           the horovod engine, built here against Debian's torch and .venv's
+#                     TensorFlow (framework torch and keras, issue 33) with both
+#                     controllers, Gloo and MPI (Debian's OpenMPI), and no MXNet: the run
+#                     picks the controller (backend tcp = Gloo, mpi = MPI)
+#   pytorch-lightning the lightning engine (2.0: the last line whose Trainer runs on torch
+#                     1.13), installed without its dependencies so pip never brings
+#                     another torch; its small ones (lightning-utilities, torchmetrics,
+#                     fsspec) pinned beside it
 # Pinned, so a CI run tests with what a developer tested with; created once, then reused
 # offline: a stamp file holds the pins it was made with, and a change of pin remakes it.
 # Needs python3-venv, python3-dev, cmake, libtorch-dev, libopenmpi-dev (deploy/install-deps.sh
@@ -20,8 +25,10 @@ SCHEMATHESIS=4.32.5
 TENSORFLOW=2.15.1
 DEEPSPEED=0.14.4
 HOROVOD=0.28.1
+LIGHTNING=2.0.9.post0
+LIGHTNING_DEPS="lightning-utilities==0.9.0 torchmetrics==1.1.2 fsspec==2023.9.2"
 # the last word is this script's layout: a change of how it installs remakes the venv too
-PINS="schemathesis==$SCHEMATHESIS tensorflow-cpu==$TENSORFLOW deepspeed==$DEEPSPEED horovod==$HOROVOD layout-3"
+PINS="schemathesis==$SCHEMATHESIS tensorflow-cpu==$TENSORFLOW deepspeed==$DEEPSPEED horovod==$HOROVOD pytorch-lightning==$LIGHTNING layout-4"
 venv=.venv
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/ddpb-pins" 2>/dev/null)" = "$PINS" ]; then
     exit 0
@@ -56,7 +63,10 @@ for tool in mpicc mpicxx mpirun mpiexec; do
     ln -s "/usr/bin/$tool.openmpi" "$mpibin/$tool"
 done
 PATH="$mpibin:$PATH" MPICC=mpicc.openmpi MPICXX=mpicxx.openmpi CC=gcc CXX=g++ \
-    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
     HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
     MAKEFLAGS="-j$(nproc)" $pip --no-build-isolation "horovod==$HOROVOD"
+# --no-deps: Lightning's requirements would replace Debian's torch with PyPI's
+# shellcheck disable=SC2086 # LIGHTNING_DEPS is a list of words
+$pip --no-deps "pytorch-lightning==$LIGHTNING" $LIGHTNING_DEPS
 echo "$PINS" >"$venv/ddpb-pins"

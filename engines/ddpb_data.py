@@ -291,3 +291,29 @@ class Data:
     def steps_per_epoch(self, world, batch, start=0):
         """Batches each rank takes in an epoch (from sample `start` of its order)."""
         return ((self.n - start) // world) // batch
+
+
+class Replicas:
+    """world replicas of one process (a single-process strategy: torch's DataParallel) seen
+    as one rank of a world of 1: each batch is the replicas' batches of data (shard r of
+    world for replica r, ddpbench's order) stacked along the batch axis, replica 0 first,
+    which DataParallel scatters back in equal parts; so replica r trains on what rank r of
+    a process per rank would. The test split: every shard's batches in turn (each sample
+    once, whatever the shards' lengths)."""
+
+    def __init__(self, data, world):
+        self.data, self.world = data, world
+        self.shape, self.classes, self.test = data.shape, data.classes, data.test
+
+    def batches(self, epoch, world, rank, batch, seed=None, start=0):
+        its = [self.data.batches(epoch, self.world, r, batch, seed=seed, start=start)
+               for r in range(self.world)]
+        for parts in zip(*its):
+            yield (np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts]))
+
+    def test_batches(self, world, rank, batch):
+        for r in range(self.world):
+            yield from self.data.test_batches(self.world, r, batch)
+
+    def steps_per_epoch(self, world, batch, start=0):
+        return self.data.steps_per_epoch(self.world, batch, start)

@@ -19,7 +19,8 @@ execs the engine's adapter with the framework's environment.
    port on its DDPB_HOST, publishes "host:port node" under engine/addr/<rank>, and waits
    for all the others; rank 0's address is MASTER_ADDR/MASTER_PORT (torch), the list is
    TF_CONFIG's cluster (TensorFlow); LOCAL_WORLD_SIZE counts the ranks on this node.
-3. execs engines/engine_<engine>.py, or for engine "script" the user's program the daemon
+3. execs engines/engine_<engine>.py (or the adapter of the spec's framework, FRONT_ENDS:
+   horovod's keras is engine_horovod_keras.py), or for engine "script" the user's program the daemon
    resolved inside its --scripts-dir (DDPB_SCRIPT), with the same pid: the daemon's pidfd,
    signals and fd 3 stay valid, and the framework reads a complete environment from its
    first line. Under mpirun the exec keeps the process the MPI launcher started, so the
@@ -43,6 +44,9 @@ import ddpb_store  # noqa: E402
 import ddpb_vocab  # noqa: E402
 
 ENGINES = ddpb_vocab.ADAPTERS  # engine: the adapter each rank runs
+# (engine, spec framework): the adapter of an engine's other front end (issue 33); an
+# engine's own front end (framework auto, or its default) is ENGINES'
+FRONT_ENDS = {("horovod", "keras"): "engine_horovod_keras.py"}
 
 
 def free_port(host):
@@ -171,7 +175,8 @@ def main():
                 raise FileNotFoundError("engine script: this node's daemon resolved no script "
                                         "under its --scripts-dir (its log says why)")
         else:
-            program = os.path.join(HERE, ENGINES[engine])
+            program = os.path.join(HERE, FRONT_ENDS.get((engine, spec.get("framework")),
+                                                        ENGINES[engine]))
         if not os.path.exists(program):
             raise FileNotFoundError(f"engine {engine}: its program {program} is missing")
         pin(env, rank)

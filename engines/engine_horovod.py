@@ -33,14 +33,13 @@ import time
 import ddpb_report  # noqa: E402
 ddpb_report.start().heartbeat(phase="import")  # reporting while the framework imports
 
-import psutil
 import torch
 import horovod
 import horovod.torch as hvd
 
 import ddpb_data
+import ddpb_hvd_common as common
 import ddpb_observe
-import ddpb_store
 import ddpb_torch_loop as loop
 import ddpb_train
 import probe
@@ -50,115 +49,20 @@ VERSIONS = {"python": sys.version.split()[0], "torch": torch.__version__,
             "horovod": horovod.__version__}
 
 
-def iface_of(addr):
-    """The network interface holding addr (HOROVOD_GLOO_IFACE)."""
-    for name, addrs in psutil.net_if_addrs().items():
-        if any(a.address == addr for a in addrs):
-            return name
-    raise ValueError(f"no network interface has the address {addr} (DDPB_HOST)")
-
-
-def slot_plan(nodes):
-    """Horovod's SlotInfo per rank from the node each rank runs on (ranks contiguous)."""
-    from horovod.runner.common.util.hosts import SlotInfo
-    order = list(dict.fromkeys(nodes))
-    plan = []
-    for r, node in enumerate(nodes):
-        local = [i for i, n in enumerate(nodes) if n == node]
-        plan.append(SlotInfo(hostname=node, rank=r, local_rank=local.index(r),
-                             cross_rank=order.index(node), size=len(nodes),
-                             local_size=len(local), cross_size=len(order)))
-    return plan
-
-
-# backend: (HOROVOD_CONTROLLER, HOROVOD_CPU_OPERATIONS)
-CONTROLLERS = {"tcp": ("gloo", "gloo"), "mpi": ("mpi", "mpi")}
-
-
-# Horovod's own defaults (horovod/common/operations.cc): what an elastic worker leaves unset
-HOROVOD_DEFAULT_FUSION, HOROVOD_DEFAULT_CYCLE_MS = 128 << 20, 1.0
-
-
-def controller_env(spec, elastic=False):
-    """The HOROVOD_* every rank sets whatever the controller: the controller and CPU
-    operations of the spec's backend, the fusion threshold and the cycle time.
-
-    elastic: a worker of Horovod's elastic driver, which re-initializes Horovod at every
-    reset. Horovod 0.28 (.venv) crashes there (SIGSEGV in hvd.init()) when both
-    HOROVOD_FUSION_THRESHOLD and HOROVOD_CYCLE_TIME are set, either alone is fine: so a
-    value equal to Horovod's default is left unset, and a spec that changes both is
-    refused (ValueError naming the fields)."""
-    controller, ops = CONTROLLERS[spec.get("backend", "tcp")]
-    fusion, cycle = int(spec.get("fusion_mb", 64)) << 20, float(spec.get("cycle_ms", 1))
-    env = {"HOROVOD_CONTROLLER": controller, "HOROVOD_CPU_OPERATIONS": ops,
-           "HOROVOD_FUSION_THRESHOLD": str(fusion), "HOROVOD_CYCLE_TIME": str(cycle),
-           # the spec's limit on an operation in which nothing moves is Gloo's timeout
-           "HOROVOD_GLOO_TIMEOUT_SECONDS": str(int(spec.get("comm_timeout_s", 60)))}
-    if not elastic:
-        return env
-    if fusion != HOROVOD_DEFAULT_FUSION and cycle != HOROVOD_DEFAULT_CYCLE_MS:
-        raise ValueError("elastic: Horovod 0.28 crashes re-initializing with both fusion_mb "
-                         "and cycle_ms set; keep fusion_mb 128 or cycle_ms 1")
-    if fusion == HOROVOD_DEFAULT_FUSION:
-        del env["HOROVOD_FUSION_THRESHOLD"]
-    if cycle == HOROVOD_DEFAULT_CYCLE_MS:
-        del env["HOROVOD_CYCLE_TIME"]
-    return env
+controller_env = common.controller_env
+HOROVOD_DEFAULT_FUSION = common.HOROVOD_DEFAULT_FUSION
+HOROVOD_DEFAULT_CYCLE_MS = common.HOROVOD_DEFAULT_CYCLE_MS
 
 
 def rendezvous(spec, rank, world):
-    """HOROVOD_* for this rank; rank 0 keeps the Gloo rendezvous server alive (returned).
-    Backend mpi needs none: MPI_Init finds the world in mpirun's (or srun's) environment."""
-    os.environ.update(controller_env(spec))
-    if spec.get("backend", "tcp") == "mpi":
-        if not hvd.mpi_built():
-            raise RuntimeError(probe.HOROVOD_NO_MPI)  # GET /v1/engines says so too
-        return None
-    nodes = os.environ["DDPB_PEER_NODES"].split(",")
-    host = os.environ.get("DDPB_HOST", "127.0.0.1")
-    plan = slot_plan(nodes)
-    st = ddpb_store.Store(os.environ["DDPB_STORE"], os.environ["DDPB_RUN"],
-                          os.environ["DDPB_SECRET"], rank)
-    server = None
-    try:
-        if rank == 0:
-            from horovod.runner.http.http_server import RendezvousServer
-            server = RendezvousServer(verbose=0)
-            port = server.start()
-            server.init(plan)
-            st.set("engine/horovod", f"{host}:{port}")
-        where = st.get("engine/horovod", int(spec.get("timeout_s", 600)) * 1000).decode()
-    finally:
-        st.close()
-    r_host, _, r_port = where.rpartition(":")
-    me = plan[rank]
-    os.environ.update({
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR": r_host, "HOROVOD_GLOO_RENDEZVOUS_PORT": r_port,
-        "HOROVOD_GLOO_IFACE": iface_of(host), "HOROVOD_HOSTNAME": me.hostname,
-        "HOROVOD_RANK": str(me.rank), "HOROVOD_SIZE": str(me.size),
-        "HOROVOD_LOCAL_RANK": str(me.local_rank), "HOROVOD_LOCAL_SIZE": str(me.local_size),
-        "HOROVOD_CROSS_RANK": str(me.cross_rank), "HOROVOD_CROSS_SIZE": str(me.cross_size)})
-    return server
+    """HOROVOD_* for this rank (ddpb_hvd_common.rendezvous): rank 0 keeps the Gloo
+    rendezvous server alive (returned)."""
+    return common.rendezvous(spec, rank, world, hvd.mpi_built)
 
 
 def init(rank, world):
-    """hvd.init() and the check that Horovod runs the controller asked for, with
-    ddpbench's rank and size (a launcher that numbered its ranks otherwise would mix up
-    the shards and the reports); the controller's facts for the framework configuration."""
-    hvd.init()
-    want = os.environ["HOROVOD_CONTROLLER"]
-    if want == "mpi" and not hvd.mpi_enabled():
-        raise RuntimeError("HOROVOD_CONTROLLER=mpi but Horovod did not start MPI")
-    if want == "gloo" and not hvd.gloo_enabled():
-        raise RuntimeError("HOROVOD_CONTROLLER=gloo but Horovod did not start Gloo")
-    if (hvd.rank(), hvd.size()) != (rank, world):
-        raise RuntimeError(f"Horovod's {want} controller numbers this process rank "
-                           f"{hvd.rank()} of {hvd.size()}, ddpbench rank {rank} of {world}")
-    facts = {"controller": want, "cpu_operations": os.environ["HOROVOD_CPU_OPERATIONS"]}
-    if want == "mpi":
-        facts["mpi"], facts["mpi_library"] = probe.mapped_mpi()
-        facts["mpi_threads_supported"] = bool(hvd.mpi_threads_supported())
-    return facts
+    """hvd.init() and ddpbench's numbering checked (ddpb_hvd_common.init)."""
+    return common.init(hvd, rank, world)
 
 
 class HorovodAdapter:

@@ -8,6 +8,8 @@ The spec's knobs map onto torch's own (the table is framework_config, stored wit
   backend         tcp -> gloo (device cpu), nccl -> nccl (device cuda), mpi -> mpi
   compression     fp16 / bf16: the gradient bucket is cast before its allreduce and back
                   after (what torch's fp16_compress_hook / bf16_compress_hook do)
+  strategy dp     torch.nn.DataParallel over world_size GPUs in ONE process (DpAdapter;
+                  device cuda only: on a CPU it would run a single replica)
   accumulate      DDP.no_sync() on every micro-batch but the last
   optimizer, lr_schedule, seed, threads, dataset: as ddpb_train / ddpb_data define them.
 
@@ -39,6 +41,9 @@ import ddpb_train
 import probe
 
 NOT_OBSERVED = probe.NOT_OBSERVED["pytorch"]  # GET /v1/engines serves the same table
+# strategy dp: DataParallel's gradient sum runs inside backward, with no hook to time it
+NOT_OBSERVED_DP = dict(NOT_OBSERVED, comm_ms="DataParallel sums the replicas' gradients "
+                       "inside backward, with no hook to time it", comm_exposed_ms="as comm_ms")
 BACKENDS = {"tcp": "gloo", "nccl": "nccl", "mpi": "mpi"}
 COMPRESS = {"fp16": torch.float16, "bf16": torch.bfloat16}
 VERSIONS = {"python": sys.version.split()[0], "torch": torch.__version__,
@@ -175,7 +180,63 @@ class DdpAdapter:
         return t.tolist()
 
 
+class DpAdapter:
+    """torch.nn.DataParallel (strategy dp, device cuda; the spec refuses it on a CPU) for
+    ddpb_torch_loop: ONE process (the daemon starts one: common/spec.h spec_processes) with
+    world replicas on GPUs 0..world-1. Each step scatters the stacked batch
+    (ddpb_data.Replicas: replica r's part is shard r's batch), runs the replicas' forward
+    and backward in threads and sums their gradients onto GPU 0 inside backward; the loss
+    is the mean over the global batch, as DDP's average. No process group: all_sum is the
+    identity, and the exchange is no separate phase (comm_ms is not observable)."""
+
+    def __init__(self, spec, world, device, announce):
+        self.spec, self.world, self.device, self.announce = spec, world, device, announce
+
+    def wrap(self, model):
+        if torch.cuda.device_count() < self.world:
+            raise ValueError(f"world_size: strategy dp runs {self.world} replicas on as many "
+                             f"GPUs, this process sees {torch.cuda.device_count()}")
+        self.dp = torch.nn.DataParallel(model, device_ids=list(range(self.world)))
+        cls, kw, config = loop.make_optimizer(self.spec, self.dp.parameters())
+        self.opt = cls(self.dp.parameters(), **kw)
+        self.announce({"DataParallel": {"device_ids": list(range(self.world)),
+                                        "output_device": 0, "single_process": True},
+                       "optimizer": config, "accumulate": int(self.spec.get("accumulate", 1))})
+        return self.dp, self.opt
+
+    def micro(self, k, acc):
+        return contextlib.nullcontext()
+
+    def backward(self, loss, k, acc):
+        (loss / acc).backward()
+
+    def step_begin(self):
+        pass
+
+    def step_end(self, backward_end):
+        t = time.perf_counter()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize(self.device)
+        return {"optimizer_ms": (time.perf_counter() - t) * 1000.0}
+
+    def all_sum(self, values):
+        return [float(v) for v in values]  # one process holds every replica's tally
+
+
+def train_dp(rep, spec):
+    """Strategy dp: the one process of the run's world_size replicas (DpAdapter)."""
+    world = int(spec.get("world_size", 1))
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    device = torch.device("cuda", 0)
+    loop.train_all("pytorch", rep, VERSIONS, NOT_OBSERVED_DP, spec,
+                   ddpb_data.Replicas(ddpb_data.Data(spec), world), device, 1, 0,
+                   lambda announce: DpAdapter(spec, world, device, announce))
+
+
 def train(rep, spec, rank, world):
+    if spec.get("strategy") == "dp":
+        return train_dp(rep, spec)
     backend = BACKENDS[spec.get("backend", "tcp")]
     torch.set_num_threads(int(spec.get("threads", 1)))
     cuda = spec.get("device", "cpu") == "cuda"

@@ -5,6 +5,10 @@ engines/ddpb_launch.py with TF_CONFIG (every rank's host:port, agreed through th
 The spec's knobs map onto TensorFlow's (framework_config, stored with the run):
   strategy ddp  tf.distribute.MultiWorkerMirroredStrategy, collective all-reduce of every
                 gradient, CommunicationOptions(implementation=RING) on the CPU
+  strategy mirrored  tf.distribute.MirroredStrategy in ONE process (the daemon starts one:
+                common/spec.h spec_processes) over world_size logical CPU devices, set
+                before TensorFlow initializes its devices; replica r feeds ddpb_data's
+                shard r, as rank r would; the tallies are the process's own
   optimizer     Keras SGD (momentum, nesterov), Adam, AdamW; sgd / adam weight_decay is
                 added to the gradient as PyTorch's L2 term (Keras's own is decoupled),
                 adamw's is Keras's decoupled decay, as torch.optim.AdamW
@@ -12,28 +16,20 @@ The spec's knobs map onto TensorFlow's (framework_config, stored with the run):
   threads       intra-op threads; one inter-op thread
   dataset       ddpb_data's shard of this rank (NCHW batches transposed to NHWC)
 
-Loss: each replica's mean cross-entropy over its batch, divided by the number of
-replicas, so the strategy's summed all-reduce yields the mean over the global batch
-(DDP's average).
-
-Phases: data (the numpy batch to a tensor) and the step are timed on the host clock; the
-step's forward, backward, all-reduce and update run as one tf.function graph with no hook
-between them, so forward_ms, backward_ms, comm_ms, comm_exposed_ms and optimizer_ms are not
+The loop, loss and phases are ddpb_keras_loop's (shared with engine horovod's framework
+keras): forward_ms, backward_ms, comm_ms, comm_exposed_ms and optimizer_ms are not
 reported (null), nor bytes_sent; GET /v1/engines gives these reasons."""
 import os
 import sys
-import time
 
 import ddpb_report  # noqa: E402
 ddpb_report.start().heartbeat(phase="import")  # reporting while the framework imports
-
-import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 import tensorflow as tf  # noqa: E402
 
 import ddpb_data  # noqa: E402
-import ddpb_keras_models as zoo  # noqa: E402
+import ddpb_keras_loop as keras_loop  # noqa: E402
 import ddpb_train  # noqa: E402
 import probe  # noqa: E402
 
@@ -41,181 +37,63 @@ NOT_OBSERVED = probe.NOT_OBSERVED["tensorflow"]  # GET /v1/engines serves the sa
 VERSIONS = {"python": sys.version.split()[0], "tensorflow": tf.__version__}
 
 
-def make_optimizer(spec):
-    o = spec.get("optimizer", {})
-    kind, lr = o.get("type", "sgd"), float(o.get("lr", 0.01))
-    wd = float(o.get("weight_decay", 0))
-    if kind == "sgd":
-        opt = tf.keras.optimizers.SGD(learning_rate=lr, momentum=float(o.get("momentum", 0)),
-                                      nesterov=bool(o.get("nesterov", False)))
-    elif kind == "adam":
-        opt = tf.keras.optimizers.Adam(learning_rate=lr, beta_1=float(o.get("beta1", 0.9)),
-                                       beta_2=float(o.get("beta2", 0.999)),
-                                       epsilon=float(o.get("eps", 1e-8)))
-    else:
-        opt = tf.keras.optimizers.AdamW(learning_rate=lr, weight_decay=wd,
-                                        beta_1=float(o.get("beta1", 0.9)),
-                                        beta_2=float(o.get("beta2", 0.999)),
-                                        epsilon=float(o.get("eps", 1e-8)))
-    l2 = wd if kind != "adamw" else 0.0
-    config = {"class": type(opt).__name__, "learning_rate": lr, "l2_in_gradient": l2,
-              **{k: v for k, v in opt.get_config().items()
-                 if k in ("momentum", "nesterov", "beta_1", "beta_2", "epsilon",
-                          "weight_decay")}}
-    return opt, l2, config
+def logical_cpus(n):
+    """MirroredStrategy's n replicas on the CPU: n logical devices of the one physical CPU,
+    configured before TensorFlow initializes its devices (the adapter's first use)."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(n)])
+    return [d.name for d in tf.config.list_logical_devices("CPU")]
 
 
-def error_code(ex, text):
-    """The report's error code for a TensorFlow exception."""
-    if isinstance(ex, (tf.errors.UnavailableError, tf.errors.CancelledError)):
-        return "peer"
-    if isinstance(ex, tf.errors.DeadlineExceededError):
-        return "timeout"
-    if isinstance(ex, (ValueError, KeyError, FileNotFoundError)):
-        return "invalid"
-    return "internal"
-
-
-def nhwc(x):
-    return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-
-
-class KerasRun:
-    """One rank's model, optimizer and tf.functions under MultiWorkerMirroredStrategy."""
-
-    def __init__(self, spec, strategy, data, seed):
-        self.spec, self.strategy, self.data = spec, strategy, data
-        tf.keras.utils.set_random_seed(seed)
-        c, h, w = data.shape
-        with strategy.scope():
-            self.model = zoo.build(spec.get("model", "mnist-cnn"), c, h, w, data.classes)
-            self.opt, self.l2, self.opt_config = make_optimizer(spec)
-        self.xent = tf.keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
-        self.train_step = tf.function(self._train_step)
-        self.eval_step = tf.function(self._eval_step)
-        self.reduce_sum = tf.function(self._reduce_sum)
-
-    def _correct(self, logits, y):
-        hit = tf.equal(tf.argmax(logits, 1, output_type=tf.int64), y)
-        return tf.reduce_sum(tf.cast(hit, tf.float64))
-
-    def _replica_step(self, x, y):
-        """x: (B, H, W, C), y: (B,) -> this replica's mean loss and correct count."""
-        variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
-            logits = self.model(x, training=True)
-            loss = tf.reduce_mean(self.xent(y, logits))
-            scaled = loss / self.strategy.num_replicas_in_sync
-        grads = tape.gradient(scaled, variables)
-        if self.l2:
-            grads = [g + self.l2 * v for g, v in zip(grads, variables)]
-        self.opt.apply_gradients(zip(grads, variables))  # the strategy all-reduces here
-        return loss, self._correct(logits, y)
-
-    def _train_step(self, x, y):
-        return self.strategy.run(self._replica_step, args=(x, y))
-
-    def _eval_step(self, x, y):
-        def fn(x, y):
-            logits = self.model(x, training=False)
-            return (tf.reduce_sum(tf.cast(self.xent(y, logits), tf.float64)),
-                    self._correct(logits, y))
-        return self.strategy.run(fn, args=(x, y))
-
-    def _reduce_sum(self, t):
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                    self.strategy.run(tf.identity, args=(t,)), axis=None)
-
-    def all_sum(self, values):
-        return self.reduce_sum(tf.constant(values, dtype=tf.float64)).numpy().tolist()
-
-    def evaluate(self, world, rank, batch):
-        ev = ddpb_train.Tally()
-        for x, y in self.data.test_batches(world, rank, batch):
-            ls, cr = self.eval_step(tf.constant(nhwc(x)), tf.constant(y))
-            ev.loss_sum += float(ls.numpy())
-            ev.correct += float(cr.numpy())
-            ev.count += len(y)
-        return self.all_sum(ev.as_list())
-
-    def run_repeat(self, rep, repeat, seed, world, rank):
-        spec, data = self.spec, self.data
-        batch = int(spec.get("batch_size", 32))
-        plan = ddpb_train.Plan(spec, data.steps_per_epoch(world, batch))
-        step, usage = 0, ddpb_train.Usage(repeat)
-        for epoch in range(plan.epochs):
-            t_epoch = time.perf_counter()
-            tally = ddpb_train.Tally()
-            it = data.batches(epoch, world, rank, batch, seed=seed)
-            rep.heartbeat(phase="train")
-            for _ in range(min(plan.steps_per_epoch, plan.total - step)):
-                self.opt.learning_rate.assign(ddpb_train.lr_at(spec, step, plan.total))
-                clock = ddpb_train.Clock()
-                t0 = clock.t
-                x, y = next(it)
-                xt, yt = tf.constant(nhwc(x)), tf.constant(y)
-                data_ms = clock.lap()
-                loss, correct = self.train_step(xt, yt)
-                loss_v = float(loss.numpy())  # waits for the step's graph
-                step_ms = (time.perf_counter() - t0) * 1000.0
-                tally.add(loss_v, float(correct.numpy()), len(y))
-                rep.step(step=step, loss=loss_v, samples=batch, step_ms=step_ms,
-                         repeat=repeat, epoch=epoch, warmup=step < plan.warmup,
-                         data_ms=data_ms)
-                usage.step()
-                step += 1
-            if not plan.completed(epoch, step):
-                break  # steps ran out inside this epoch: no partial epoch, as in C
-            usage.emit(rep, epoch)
-            test = None
-            if data.test is not None and spec.get("eval", True):
-                def test():
-                    return self.evaluate(world, rank, batch)
-            ddpb_train.end_epoch(rep, rank, world, repeat, epoch, tally, t_epoch,
-                                 self.all_sum, test)
-            if step >= plan.total:
-                break
-        usage.emit(rep, epoch)  # the steps after the last epoch that ended
-        rep.memory(repeat, ddpb_train.peak_rss_bytes(), **self.held_bytes())
-
-    def held_bytes(self):
-        """The model's weights (trainable: parameters; the rest: batch-norm statistics) and
-        the optimizer's slot variables, from Keras' own variables; Keras keeps no gradient
-        between steps, and its collectives' buffers and activations are not told."""
-        def size(vs):
-            return sum(int(v.shape.num_elements()) * v.dtype.size for v in vs)
-        slots = [v for v in self.opt.variables() if v.shape.rank and v.shape.rank > 0]
-        return {"params_bytes": size(self.model.trainable_weights),
-                "buffers_bytes": size(self.model.non_trainable_weights),
-                "optimizer_bytes": size(slots)}
-
-
-def train(rep, spec, rank, world):
-    threads = int(spec.get("threads", 1))
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
-    rep.heartbeat(phase="rendezvous")
+def strategy_of(spec, world):
+    """(the dist of ddpb_keras_loop, its configuration for the env event): strategy ddp is
+    MultiWorkerMirroredStrategy across the run's processes, mirrored is MirroredStrategy
+    over world_size logical CPU devices of this one process (spec_processes: the daemon
+    started one)."""
+    if spec.get("strategy") == "mirrored":
+        devices = logical_cpus(world)
+        strategy = tf.distribute.MirroredStrategy(
+            devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        return keras_loop.StrategyDist(strategy, list(range(world)), True), {
+            "MirroredStrategy": {"devices": devices, "replicas": world,
+                                 "cross_device_ops": "ReductionToOneDevice",
+                                 "single_process": True}}
     comm = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
         timeout_seconds=float(spec.get("comm_timeout_s", 300)))
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
+    rank = int(os.environ["RANK"])
+    return keras_loop.StrategyDist(strategy, [rank], False), {
+        "MultiWorkerMirroredStrategy": {"implementation": "RING",
+                                        "timeout_s": comm.timeout_seconds,
+                                        "workers": world}}
+
+
+def train(rep, spec, rank, world):
+    # strategy mirrored: one process holds the spec's world_size replicas (world is 1)
+    mirrored = spec.get("strategy") == "mirrored"
+    world = int(spec.get("world_size", world)) if mirrored else world
+    threads = int(spec.get("threads", 1))
+    # the one process of mirrored holds every replica's CPU slots (spec_rank_slots)
+    intra, inter = (threads * world, world) if mirrored else (threads, 1)
+    tf.config.threading.set_intra_op_parallelism_threads(intra)
+    tf.config.threading.set_inter_op_parallelism_threads(inter)
+    rep.heartbeat(phase="rendezvous")
+    dist, config = strategy_of(spec, world)
     data = ddpb_data.Data(spec)
     for repeat in range(int(spec.get("repeats", 1))):
         seed = int(spec.get("seed", 1)) + repeat
-        run = KerasRun(spec, strategy, data, seed)
+        run = keras_loop.KerasRun(spec, dist, data, seed, world)
         if repeat == 0:
-            config = {"MultiWorkerMirroredStrategy": {"implementation": "RING",
-                                                      "timeout_s": comm.timeout_seconds,
-                                                      "workers": world},
-                      "threads": {"intra_op": threads, "inter_op": 1},
-                      "optimizer": run.opt_config}
+            config.update(threads={"intra_op": intra, "inter_op": inter},
+                          optimizer=run.opt_config)
             rep.env(ddpb_train.framework_env("tensorflow", VERSIONS, config, NOT_OBSERVED))
-        run.run_repeat(rep, repeat, seed, world, rank)
+        run.run_repeat(rep, repeat, seed, rank)
 
 
 def main():
-    return ddpb_train.run_main("tensorflow", VERSIONS, train, error_code)
+    return ddpb_train.run_main("tensorflow", VERSIONS, train, keras_loop.error_code)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ NOT_OBSERVED = {
                            "in synchronize() is observable (comm_exposed_ms)",
                 "bytes_sent": "Horovod does not report it"},
     "deepspeed": {"bytes_sent": "DeepSpeed does not report it"},
+    "lightning": {"bytes_sent": "gloo does not report the bytes its allreduce algorithms "
+                                "send"},
 }
 # What each framework engine cannot tell of its memory and usage (report "memory" and
 # "usage", served null), of the trace (GET /v1/runs/{id}/trace: "trace" when it sends none,
@@ -69,29 +71,45 @@ MEMORY_NOT_OBSERVED = {
                        trace="one tf.function runs the whole step: the engine sends no "
                              "traced steps (use TensorFlow's own profiler)",
                        gradient_readiness="the gradients exist only inside the step's graph"),
+    "lightning": dict(_FRAMEWORK_MEMORY,
+                      trace="Lightning's Trainer runs the loop: the adapter times its phases "
+                            "by callbacks but sends no traced steps",
+                      gradient_readiness=_NO_READINESS),
 }
-ALL = ddpb_vocab.STRATEGIES
+# a process per rank: every strategy but the frameworks' single-process ones (mirrored, dp)
+PER_PROCESS = [s["name"] for s in ddpb_vocab.VOCABULARY["strategies"] if not s["single_process"]]
 BACKENDS = ddpb_vocab.names("backends")
+# the spec's framework values of the torch engines: torch is what they are (issue 33)
+TORCH_FRONT = ["auto", "torch"]
 # What each engine of schema/vocabulary.json supports, in the order GET /v1/engines lists
 # them (the module each imports for its version and its adapter are the vocabulary's).
 # backends use ddpbench's names (tcp on the CPU = gloo for torch, nccl on cuda).
 CAPS = {
-    "ddpbench": {"strategies": ALL, "backends": BACKENDS,
+    "ddpbench": {"strategies": PER_PROCESS, "backends": BACKENDS,
+                 "frameworks": ["auto"],
                  "devices": ["cpu", "cuda"], "precisions": ["fp32", "fp16", "bf16"],
                  "compressions": ["none", "fp16", "bf16"]},
-    "pytorch": {"strategies": ["ddp", "zero1"], "backends": ["tcp", "nccl"],
+    "pytorch": {"strategies": ["ddp", "zero1", "dp"], "backends": ["tcp", "nccl"],
+                "frameworks": TORCH_FRONT,
                 "devices": ["cpu", "cuda"], "precisions": ["fp32"],
                 "compressions": ["none", "fp16", "bf16"]},
-    "tensorflow": {"strategies": ["ddp"], "backends": ["tcp"], "devices": ["cpu"],
+    "tensorflow": {"strategies": ["ddp", "mirrored"], "backends": ["tcp"], "devices": ["cpu"],
+                   "frameworks": ["auto"],
                    "precisions": ["fp32"], "compressions": ["none"]},
     "horovod": {"strategies": ["horovod"], "backends": ["tcp", "mpi"], "devices": ["cpu"],
+                "frameworks": ["auto", "torch", "keras"],
                 "precisions": ["fp32"], "compressions": ["none", "fp16"]},
     "deepspeed": {"strategies": ["zero1", "zero2"], "backends": ["tcp"], "devices": ["cpu"],
+                  "frameworks": TORCH_FRONT,
                   "precisions": ["fp32"], "compressions": ["none"]},
     # a user's program under the daemon's --scripts-dir (the daemon fills in whether it
     # allows one); ddpbench does not interpret the spec's knobs for it: the script reads them
-    "script": {"strategies": ALL, "backends": BACKENDS, "devices": ["cpu", "cuda"],
+    "script": {"strategies": PER_PROCESS, "backends": BACKENDS, "devices": ["cpu", "cuda"],
+               "frameworks": ["auto"],
                "precisions": ["fp32"], "compressions": ["none", "fp16", "bf16"]},
+    "lightning": {"strategies": ["ddp"], "backends": ["tcp"], "devices": ["cpu"],
+                  "frameworks": TORCH_FRONT,
+                  "precisions": ["fp32"], "compressions": ["none"]},
 }
 ADAPTERS = ddpb_vocab.ADAPTERS
 # The backends whose presence depends on how the framework was built: engine: {backend:
@@ -151,12 +169,18 @@ def backends_of(name, built):
     return have, missing
 
 
-def probe_module(module, probes=None):
+# What a child runs before importing an engine's module: Lightning imports torch's
+# torch.distributed._shard, which Debian's torch 1.13 cannot import under Python 3.11
+# without ddpb_torch_compat's fix (the adapter applies it the same way).
+PREPARE = {"lightning": "import ddpb_torch_compat; ddpb_torch_compat.shard_import(); "}
+
+
+def probe_module(module, probes=None, prepare=""):
     """(version or None, reason or None, {backend: built}) from importing module in a
     child python3; the version is its top-level package's (horovod.torch has none of its
-    own); probes is BACKEND_PROBES' row of the engine."""
+    own); probes is BACKEND_PROBES' row of the engine, prepare its PREPARE code."""
     top = module.split(".")[0]
-    code = (f"import {module}, {top} as m; "
+    code = (f"import sys; sys.path.insert(0, {HERE!r}); {prepare}import {module}, {top} as m; "
             f"print('ddpb-version', getattr(m, '__version__', 'unknown'))")
     for backend, (expr, _) in (probes or {}).items():
         code += f"; print('ddpb-backend', {backend!r}, bool({expr}))"
@@ -185,7 +209,7 @@ def main():
     for name, caps in CAPS.items():
         module = ddpb_vocab.ENGINES[name]["module"]
         version, reason, built = (None, None, {}) if module is None else \
-            probe_module(module, BACKEND_PROBES.get(name))
+            probe_module(module, BACKEND_PROBES.get(name), PREPARE.get(name, ""))
         installed = module is None or version is not None
         adapter = ADAPTERS.get(name)
         launched = adapter is None or os.path.exists(os.path.join(HERE, adapter))

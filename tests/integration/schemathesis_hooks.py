@@ -46,6 +46,9 @@ generator cannot take all its rule clauses together):
   (14) precision knobs: loss_scale 0 and loss_scale_window 2000 unless precision fp16;
       clip_grad_norm 0 on device cuda with engine ddpbench; with a pipeline,
       clip_grad_norm 0 and precision not bf16, at every point.
+  (15) a single-process strategy (mirrored, dp: the vocabulary's single_process) keeps its
+      one process on one node under launcher ddpbench, not elastic, pipeline 1, at every
+      point.
 Besides the numbered rules, dataset.path must resolve beneath one of the daemon's --data-dir
 directories: a generated path never does, so a body naming one is dropped (rule "data").
 Decision: defaults and the model table are read from the source tree (the generated schema,
@@ -77,11 +80,14 @@ if (f"at most {MAX_RUNS} runs" not in SCHEMA["description"]
         or "(12) elastic, at every point" not in SCHEMA["description"]
         or "(13) sweep.zip: every point names the same fields" not in SCHEMA["description"]
         or "(14) precision knobs, at every point" not in SCHEMA["description"]
+        or "(15) a single-process strategy" not in SCHEMA["description"]
         or "beneath one of the daemon's --data-dir directories" not in SCHEMA["description"]):
     raise ImportError("schemathesis_hooks.py: the limits differ from the schema's description")
 SIZE_FIELDS = ("min_bytes", "max_bytes", "step")
 UNITS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
 MCA_KEY = re.compile(r"[a-z][a-z0-9_]{0,62}|MPIR_CVAR_[A-Z0-9_]{1,53}")
+with open(os.path.join(SOURCE, "schema", "vocabulary.json"), encoding="utf-8") as _f:
+    SINGLE_PROCESS = {s["name"] for s in json.load(_f)["strategies"] if s["single_process"]}
 REAL_DATA = {"mnist": (1, 28, 28, 10), "fashion-mnist": (1, 28, 28, 10),
              "cifar10": (3, 32, 32, 10)}
 
@@ -277,6 +283,8 @@ def broken_rule(body):
             return 12
         if body["workload"] == "train" and precision_broken(get):
             return 14
+        if body["workload"] == "train" and single_process_broken(body, sweep, get):
+            return 15
         if get("dataset.path"):
             return "data"
         over_mpi = get("backend") == "mpi" or get("launcher") == "mpirun"
@@ -306,6 +314,14 @@ def precision_broken(get):
             and get("engine") == "ddpbench"):
         return True
     return get("pipeline") > 1 and (get("clip_grad_norm") > 0 or get("precision") == "bf16")
+def single_process_broken(body, sweep, get):
+    """Rule (15): a single-process strategy's replicas share one process the daemon forks."""
+    if get("strategy") not in SINGLE_PROCESS:
+        return False
+    nodes, rpn, world = get("nodes"), get("ranks_per_node"), get("world_size")
+    return (nodes > 1 or 0 < rpn < world or get("launcher") != "ddpbench"
+            or "elastic" in body or any(k.startswith("elastic.") for k in sweep)
+            or get("pipeline") > 1)
 
 
 def loader_broken(get):

@@ -16,12 +16,14 @@
 static const struct db_trace_query test_trace_all = {-1, -1, 0, TRACE_MAX_ROWS};
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 18
+#define TEST_DB_VERSION 19
 /* migration 015's triggers and columns, undone */
-/* migrations 016, 017 and 018, undone (018 first) */
+/* migrations 016 to 019, undone (019 first) */
+#define TEST_DB_UNDO_019 "ALTER TABLE runs DROP COLUMN processes; "
 #define TEST_DB_UNDO_018                                                                       \
-    "ALTER TABLE steps DROP COLUMN grad_norm; ALTER TABLE steps DROP COLUMN loss_scale; "      \
-    "ALTER TABLE steps DROP COLUMN skipped; "
+    TEST_DB_UNDO_019                                                                           \
+        "ALTER TABLE steps DROP COLUMN grad_norm; ALTER TABLE steps DROP COLUMN loss_scale; "  \
+        "ALTER TABLE steps DROP COLUMN skipped; "
 #define TEST_DB_UNDO_017                                                                       \
     TEST_DB_UNDO_018 "DROP TABLE generations; ALTER TABLE steps DROP COLUMN generation; "      \
                      "ALTER TABLE steps DROP COLUMN world; ALTER TABLE steps DROP COLUMN at; "
@@ -1392,6 +1394,42 @@ static void test_db_epoch_train_null(void)
 /* A run's network profile (ddpbenchd --network-profile) is stored at submit and shown
  * wherever the run is: its reply, its experiment's page of runs (both built by SQLite),
  * and the typed figures results read; a run submitted without one shows null. */
+/* A single-process run (migration 019, issue 33): world_size counts its 2 replicas, the
+ * queue hands the scheduler 1 process, and its one hello (world_size 1) makes it running. */
+static void test_db_single_process(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    const char text[] = "{\"workload\": \"train\", \"engine\": \"tensorflow\", "
+                        "\"strategy\": \"mirrored\", \"world_size\": 2}";
+    json_t *spec = spec_parse(text, sizeof text - 1, &e);
+    T_CHECK_MSG(spec != NULL, "%s", e.msg);
+    char *spec_text = json_dumps(spec, JSON_COMPACT);
+    struct db_new_run run = {"{}", spec_text, 2, NULL};
+    int64_t id = 0;
+    T_OK(db_create_experiment(db, "one", "train", spec_text, &run, 1, &id, &e));
+    struct db_queued_run *q = NULL;
+    size_t n = 0;
+    T_OK(db_list_queued(db, 4, &q, &n, &e));
+    T_EQ_INT(n, 1);
+    int64_t r0 = n ? q[0].id : 0;
+    T_EQ_INT(n ? q[0].world_size : -1, 1);
+    T_EQ_INT(n ? q[0].spec.world_size : -1, 2);
+    db_queued_runs_free(q, n);
+    T_OK(db_run_starting(db, r0, &e));
+    T_OK(db_rank_spawned(db, r0, 0, "node", 100, "0,1", &e));
+    T_CHECK(db_rank_hello(db, r0, 0, "host", 2, &e) < 0); /* the process is one of 1 */
+    T_OK(db_rank_hello(db, r0, 0, "host", 1, &e));
+    json_t *got = db_get_run(db, r0, &e);
+    T_EQ_STR(json_string_value(json_object_get(got, "status")), "running");
+    T_EQ_INT(json_integer_value(json_object_get(got, "world_size")), 2);
+    json_decref(got);
+    free(spec_text);
+    json_decref(spec);
+    test_db_cleanup(db);
+}
+
 static void test_db_network_profile(void)
 {
     struct err e = {0};
@@ -1511,6 +1549,7 @@ int main(int argc, char **argv)
     test_begin(argc, argv);
     TEST_RUN(test_db_lifecycle);
     TEST_RUN(test_db_network_profile);
+    TEST_RUN(test_db_single_process);
     TEST_RUN(test_db_epoch_train_null);
     TEST_RUN(test_db_step_phases_null);
     TEST_RUN(test_db_pipeline_steps);

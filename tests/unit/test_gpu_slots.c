@@ -73,6 +73,15 @@ static void test_env(void)
     T_EQ_INT(gpu_slots_plan(4, free4, 2, false, &p, &e), 1);
     T_EQ_INT(gpu_slots_env(&p, 1, 23000, "run-5", env), 1);
     T_EQ_STR(env[0], "CUDA_VISIBLE_DEVICES=1");
+    /* a single-process run (dp): its one process sees every GPU of the plan */
+    bool busy4[4] = {true, false, false, false};
+    T_EQ_INT(gpu_slots_plan(4, busy4, 3, false, &p, &e), 1);
+    T_EQ_INT(gpu_slots_env_single(&p, env), 1);
+    T_EQ_STR(env[0], "CUDA_VISIBLE_DEVICES=1,2,3");
+    p.world_size = 40; /* a list past 64 bytes is refused, not cut */
+    for (int i = 0; i < 40; i++)
+        p.gpu[i] = 100 + i;
+    T_EQ_INT(gpu_slots_env_single(&p, env), 0);
 }
 
 /* An emulated plan starts with a warning naming it experimental, the shared GPU and how

@@ -231,7 +231,8 @@ static void test_results_no_rows_header(void)
     size_t len;
     char *csv = results_csv(empty, &len, &e);
     T_CHECK(csv != NULL);
-    const char head[] = "world_size,emulated,oversubscribed,network_profile,nodes,op,";
+    const char head[] =
+        "world_size,emulated,oversubscribed,network_profile,nodes,single_process,op,";
     T_CHECK_MSG(strncmp(csv, head, strlen(head)) == 0, "%.80s", csv);
     T_CHECK(strstr(csv, "busbw_gbs_mean") != NULL);
     T_EQ_INT(strchr(csv, '\n') - csv, (long)len - 1); /* one line: the header */
@@ -374,6 +375,40 @@ static void test_results_network_profile_apart(void)
 {
     json_t *t = results_check_flag_apart("network_profile");
     T_CHECK_MSG(t != NULL, "runs of another network profile pooled with the host's");
+    json_decref(t);
+}
+
+/* A single-process run (issue 33: strategy mirrored or dp, its replicas in one process) is
+ * never pooled with a process-per-rank run of the same world size, and its row says so. */
+static void test_results_single_process_apart(void)
+{
+    struct err e;
+    struct db_data_run runs[] = {run(2, NULL, 0, steps(1, 4, 100.0, 100.0, 32), 4, NULL, 0),
+                                 run(2, NULL, 0, steps(1, 4, 50.0, 50.0, 32), 4, NULL, 0)};
+    for (int i = 0; i < 2; i++) {
+        json_decref(runs[i].spec);
+        runs[i].spec = json_pack("{s:s, s:i, s:s}", "workload", "train", "world_size", 2,
+                                 "strategy", i ? "mirrored" : "ddp");
+    }
+    struct db_experiment_data data = {.id = 3, .workload = "train", .runs = runs, .nruns = 2};
+    json_t *t = results_build(&data, NULL, 0, &e);
+    for (int i = 0; i < 2; i++)
+        free(runs[i].steps);
+    runs_free(runs, 2);
+    T_CHECK_MSG(t != NULL, "%s", e.msg);
+    json_t *rows = json_object_get(t, "rows");
+    T_EQ_INT(json_array_size(rows), 2);
+    int single = 0;
+    for (size_t i = 0; i < json_array_size(rows); i++) {
+        json_t *r = json_array_get(rows, i);
+        bool one = json_is_true(json_object_get(r, "single_process"));
+        T_CHECK(json_is_boolean(json_object_get(r, "single_process")));
+        T_EQ_INT(json_integer_value(json_object_get(r, "world_size")), 2);
+        /* 32 samples a step over 50 ms (the single process) or 100 ms */
+        T_NEAR(json_real_value(json_object_get(r, "step_ms_median")), one ? 50.0 : 100.0, 1e-9);
+        single += one;
+    }
+    T_EQ_INT(single, 1);
     json_decref(t);
 }
 
@@ -792,6 +827,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_results_columns_from_table);
     TEST_RUN(test_results_csv_quoting);
     TEST_RUN(test_results_emulated_apart);
+    TEST_RUN(test_results_single_process_apart);
     TEST_RUN(test_results_oversubscribed_apart);
     TEST_RUN(test_results_network_profile_apart);
     TEST_RUN(test_results_memory_and_usage);

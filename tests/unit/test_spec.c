@@ -1388,6 +1388,78 @@ static void test_spec_elastic(void)
 #undef EL
 }
 
+/* Issue 33, part C: an engine's front end (framework: keras is horovod's only), the
+ * lightning engine's table, and the single-process strategies (mirrored on tensorflow, dp
+ * on pytorch with device cuda): refused elsewhere naming the field, and one process for
+ * world_size replicas, with their CPU slots, where they run. */
+static void test_spec_frameworks_and_single_process(void)
+{
+#define CUDA ", \"device\": \"cuda\", \"backend\": \"nccl\""
+    static const struct bad_case cases[] = {
+        {TR ", \"engine\": \"pytorch\", \"framework\": \"keras\"}", "framework",
+         "engine \"pytorch\" has no framework \"keras\"; it has \"auto\", \"torch\""},
+        {TR ", \"engine\": \"tensorflow\", \"framework\": \"keras\"}", "framework",
+         "keras is engine horovod's"},
+        {TR ", \"framework\": \"torch\"}", "framework", "ddpbench's C worker"},
+        {TR ", \"framework\": \"jax\"}", "framework", "\"keras\""},
+        {TR ", \"engine\": \"pytorch\", \"strategy\": \"dp\"}", "strategy",
+         "on a CPU it runs a single replica"},
+        {TR ", \"strategy\": \"mirrored\"}", "strategy",
+         "engine \"ddpbench\" has no strategy \"mirrored\""},
+        {TR ", \"engine\": \"pytorch\", \"strategy\": \"mirrored\"}", "strategy",
+         "has no strategy \"mirrored\""},
+        {TR CUDA ", \"strategy\": \"dp\"}", "strategy", "single-process strategies"},
+        {TR ", \"engine\": \"lightning\", \"strategy\": \"zero1\"}", "strategy",
+         "Lightning's DDP"},
+        {TR ", \"engine\": \"lightning\", \"backend\": \"mpi\", \"launcher\": "
+            "\"mpirun\"}",
+         "backend", "engine \"lightning\" has no backend \"mpi\""},
+        {TR ", \"engine\": \"tensorflow\", \"strategy\": \"mirrored\", \"world_size\": 2, "
+            "\"nodes\": 2}",
+         "nodes", "one process"},
+        {TR ", \"engine\": \"tensorflow\", \"strategy\": \"mirrored\", \"elastic\": "
+            "{\"min_ranks\": 1}}",
+         "engine", "not elastic"},
+        {TR ", \"engine\": \"tensorflow\", \"sweep\": {\"strategy\": [\"ddp\", "
+            "\"mirrored\"]}, \"world_size\": 2, \"ranks_per_node\": 1}",
+         "sweep", "sweep point 2 of 2 {\"strategy\":\"mirrored\"}: strategy mirrored runs"},
+    };
+    SPEC_REJECTS_ALL(cases);
+    static const char *const fine[] = {
+        TR ", \"engine\": \"horovod\", \"strategy\": \"horovod\", \"framework\": "
+           "\"keras\"}",
+        TR ", \"engine\": \"horovod\", \"strategy\": \"horovod\", \"sweep\": "
+           "{\"framework\": [\"torch\", \"keras\"]}}",
+        TR ", \"engine\": \"lightning\", \"framework\": \"torch\"}",
+        TR ", \"engine\": \"tensorflow\", \"strategy\": \"mirrored\", \"world_size\": 4}",
+        TR CUDA ", \"engine\": \"pytorch\", \"strategy\": \"dp\", \"world_size\": 2}",
+    };
+    spec_all_run(fine, sizeof fine / sizeof fine[0]);
+    /* one process for the replicas, holding their CPU slots; a process per rank else */
+    struct err e;
+    struct spec sp;
+    json_t *s = parse_text(TR ", \"engine\": \"tensorflow\", \"strategy\": \"mirrored\", "
+                              "\"world_size\": 3, \"threads\": 2}",
+                           &e);
+    T_CHECK_MSG(s, "%s", e.msg);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_INT(spec_processes(&sp), 1);
+    T_EQ_INT(spec_processes_of(s), 1);
+    T_EQ_INT(spec_rank_slots(&sp), 6);
+    T_EQ_INT(spec_slots_per_rank(s) * sp.world_size,
+             spec_rank_slots(&sp) * spec_processes(&sp));
+    json_decref(s);
+    s = parse_text(TR ", \"engine\": \"tensorflow\", \"world_size\": 3, \"threads\": 2}", &e);
+    T_CHECK_MSG(s, "%s", e.msg);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_INT(spec_processes(&sp), 3);
+    T_EQ_INT(spec_processes_of(s), 3);
+    T_EQ_INT(spec_rank_slots(&sp), 2);
+    T_EQ_STR(sp.train.framework, "auto");
+    json_decref(s);
+#undef CUDA
+}
+
 static void test_spec_transport(void)
 {
 #define CUDA ", \"device\": \"cuda\", \"backend\": \"nccl\""
@@ -2312,6 +2384,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_faults_default_empty);
     TEST_RUN(test_spec_faults_normal_form_and_struct);
     TEST_RUN(test_spec_faults_refused);
+    TEST_RUN(test_spec_frameworks_and_single_process);
     TEST_RUN(test_spec_faults_seventeen_refused);
     TEST_RUN(test_spec_faults_sweep_whole_lists);
     TEST_RUN(test_spec_faults_schema_and_vocabulary);

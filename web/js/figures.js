@@ -297,13 +297,14 @@ export function stragglers(steps, generations) {
 export function mainColumns(table) {
   const keep = table.workload === 'collective'
     ? ['bytes', 'algorithm', 'busbw_gbs_mean', 'busbw_gbs_ci95', 'algbw_gbs_mean', 'time_us_mean', 'time_us_median', 'time_us_p95', 'busbw_gbs_n', 'wrong']
-    : ['world_size', 'runs', 'throughput_mean', 'throughput_ci95', 'speedup', 'efficiency', 'step_ms_median', 'step_ms_p95',
+    : ['world_size', 'single_process', 'runs', 'throughput_mean', 'throughput_ci95', 'speedup', 'efficiency', 'step_ms_median', 'step_ms_p95',
       ...stackedPhases(table).map((p) => p[0]), 'overlap', 'straggler_ms', 'test_acc_mean', 'train_loss_mean',
       ...RESOURCE_COLUMNS];
   const lead = table.group_by || [];
   // memory, utilisation, time to accuracy and a pipeline's bubble only where some row
   // measured them
-  const some = (c) => !RESOURCE_COLUMNS.includes(c) || table.rows.some((r) => r[c] !== null && r[c] !== undefined);
+  const some = (c) => c === 'single_process' ? table.rows.some((r) => r[c] === true)
+    : !RESOURCE_COLUMNS.includes(c) || table.rows.some((r) => r[c] !== null && r[c] !== undefined);
   return [...new Set([...lead, ...keep])].filter((c) => table.columns.includes(c) && some(c));
 }
 

@@ -178,6 +178,11 @@ int ddp_init(struct ddp *d, const struct ddp_config *cfg, struct comm *c, struct
     d->sync = true;
     if (!vocab_strategy((int)cfg->strategy) || (unsigned)cfg->compression > DDP_COMPRESS_BF16)
         return err_set(e, ERR_INVALID, "strategy", "ddp: unknown strategy or compression");
+    if (vocab_strategy((int)cfg->strategy)->single_process) /* the spec refuses it too */
+        return err_set(e, ERR_INVALID, "strategy",
+                       "ddp: %s is a framework's single-process strategy; this worker runs a "
+                       "replica per process",
+                       vocab_strategy((int)cfg->strategy)->name);
     if (!m->params.data)
         return err_set(e, ERR_INVALID, NULL, "ddp: the model has no parameters yet");
     if (ddp_tensors(m, NULL, NULL, &d->nt, e) < 0)
