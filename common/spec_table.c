@@ -263,8 +263,22 @@ static const struct spec_field spec_fields[] = {
     {.name = "precision", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .choices = spec_precisions, .def = "\"fp32\"",
      SPEC_AT(train.precision),
-     .desc = "Arithmetic of the training step: fp32 everywhere; fp16 (dynamic loss scaling) "
-             "and bf16 mixed precision on device cuda."},
+     .desc = "Arithmetic of the training step: fp32 everywhere; bf16 mixed precision on "
+             "device cpu and cuda, fp16 (loss scaling) on device cuda; each framework engine "
+             "through its own mechanism (GET /v1/engines)."},
+    /* issue 33's clipping and loss-scale rows, the minimum the engines' part needs (part B
+     * owns them and their rules) */
+    {.name = "clip_grad_norm", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 1e9, .def = "0", SPEC_AT(train.clip_grad_norm),
+     .desc = "Clip the global L2 norm of the exchanged gradients to this value "
+             "(torch.nn.utils.clip_grad_norm_); 0: off."},
+    {.name = "loss_scale", .type = SPEC_T_NUMBER, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .dmin = 0, .dmax = 1e9, .def = "0", SPEC_AT(train.loss_scale),
+     .desc = "fp16: the static loss scale; 0: dynamic (GradScaler's)."},
+    {.name = "loss_scale_window", .type = SPEC_T_INT, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .min = 1, .max = 1000000, .def = "2000",
+     SPEC_AT(train.loss_scale_window),
+     .desc = "fp16 dynamic loss scale: finite steps before the scale doubles."},
     {.name = "cudnn_benchmark", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.cudnn_benchmark),
      .desc = "device cuda: choose each convolution's algorithms by timing cuDNN's candidates "
@@ -543,7 +557,6 @@ static const char *const spec_mpi_launchers[] = {"mpirun", "srun", NULL};
 static const char *const spec_only_ddpbench[] = {"ddpbench", NULL};
 static const char *const spec_only_nccl[] = {"nccl", NULL};
 static const char *const spec_only_false[] = {"false", NULL};
-static const char *const spec_only_fp32[] = {"fp32", NULL};
 static const char *const spec_gpu_strategies[] = {"naive", "ddp", NULL};
 static const char *const spec_only_none[] = {"none", NULL};
 static const char *const spec_algs_nccl[] = {"auto", "ring", "tree", NULL};
@@ -574,10 +587,11 @@ static const struct spec_allowed spec_device_cudnn[] = {
     {"cpu", spec_only_false, "cuDNN runs on device cuda"},
     {NULL, NULL, NULL},
 };
+static const char *const spec_cpu_precisions[] = {"fp32", "bf16", NULL};
 static const struct spec_allowed spec_device_precisions[] = {
-    {"cpu", spec_only_fp32,
-     "the CPU trains in fp32; fp16 and bf16 are mixed precision on "
-     "device cuda"},
+    {"cpu", spec_cpu_precisions,
+     "fp16 mixed precision runs on device cuda: torch's CPU autocast, Keras' mixed_float16 "
+     "and DeepSpeed's CPU accelerator have no fp16 on the CPU; bf16 runs there"},
     {NULL, NULL, NULL},
 };
 static const struct spec_allowed spec_device_strategies[] = {
@@ -611,11 +625,21 @@ static const struct spec_allowed spec_engine_strategies[] = {
     {"deepspeed", spec_zero_stages, "DeepSpeed's engine runs ZeRO stage 1 or 2"},
     {NULL, NULL, NULL},
 };
+/* issue 33: each framework's own mixed precision (engines/ddpb_torch_loop.py Precision,
+ * engine_tensorflow.py POLICIES, engine_deepspeed.py ds_precision); engines/probe.py's
+ * CAPS "precisions" and "precisions_not_available" say the same. */
+static const char *const spec_torch_precisions[] = {"fp32", "bf16", "fp16", NULL};
+static const char *const spec_fp32_bf16[] = {"fp32", "bf16", NULL};
 static const struct spec_allowed spec_engine_precisions[] = {
-    {"pytorch", spec_only_fp32, "the pytorch adapter trains in fp32 (no autocast yet)"},
-    {"tensorflow", spec_only_fp32, "the tensorflow adapter trains in fp32"},
-    {"horovod", spec_only_fp32, "the horovod adapter trains in fp32"},
-    {"deepspeed", spec_only_fp32, "the deepspeed adapter trains in fp32"},
+    {"pytorch", spec_torch_precisions, "torch autocast runs bf16, and fp16 on device cuda"},
+    {"tensorflow", spec_fp32_bf16,
+     "Keras' mixed_float16 needs a GPU and the tensorflow engine is tensorflow-cpu; "
+     "mixed_bfloat16 runs"},
+    {"horovod", spec_fp32_bf16,
+     "fp16 autocast needs device cuda, which this Horovod build lacks; Horovod's fp16 "
+     "gradient compression is the spec's compression"},
+    {"deepspeed", spec_fp32_bf16,
+     "DeepSpeed's CPU accelerator has no fp16 (is_fp16_supported() is false); its bf16 runs"},
     {NULL, NULL, NULL},
 };
 static const char *const spec_cpu_only[] = {"cpu", NULL};
