@@ -20,6 +20,11 @@ The spec's knobs map onto Horovod's (framework_config, stored with the run):
   compression       fp16: hvd.Compression.fp16; none: hvd.Compression.none
   accumulate        backward_passes_per_step
   broadcast_init    hvd.broadcast_parameters and broadcast_optimizer_state from rank 0
+  precision         bf16: torch.autocast(bfloat16) around the forward, as engine pytorch
+                    (fp16 needs cuda, which this Horovod build lacks: refused at submit);
+                    Horovod's fp16 gradient compression stays the spec's compression
+  clip_grad_norm    optimizer.synchronize() (the averaged gradients), clip_grad_norm_, then
+                    the step under optimizer.skip_synchronize(); the step reports grad_norm
 
 Phases: data, forward, backward and optimizer on the training thread's clock. The
 allreduces run on Horovod's background thread as gradients become ready; what the training
@@ -168,6 +173,7 @@ class HorovodAdapter:
     def __init__(self, spec, announce, facts, broadcast=True):
         self.spec, self.announce, self.facts = spec, announce, facts
         self.broadcast = broadcast
+        self.prec = loop.Precision(spec, torch.device("cpu"))
 
     def wrap(self, model):
         spec = self.spec
@@ -188,14 +194,16 @@ class HorovodAdapter:
                                                          HOROVOD_DEFAULT_FUSION)),
             "cycle_time_ms": float(os.environ.get("HOROVOD_CYCLE_TIME",
                                                   HOROVOD_DEFAULT_CYCLE_MS)),
-            "broadcast_init": bool(spec.get("broadcast_init", True))}, **self.facts})
+            "broadcast_init": bool(spec.get("broadcast_init", True))},
+            "precision": self.prec.config(), **self.facts})
+        self.model = model
         return model, self.opt
 
     def micro(self, k, acc):
         return loop.no_context(k, acc)
 
     def backward(self, loss, k, acc):
-        (loss / acc).backward()
+        self.prec.scale(loss / acc).backward()
 
     def step_begin(self):
         pass
@@ -204,11 +212,11 @@ class HorovodAdapter:
         t0 = time.perf_counter()
         self.opt.synchronize()
         t1 = time.perf_counter()
-        with self.opt.skip_synchronize():
-            self.opt.step()
+        with self.opt.skip_synchronize():  # unscale and clip the averaged gradients, step
+            fields = self.prec.step(self.opt, self.model.parameters())
         self.opt.zero_grad()
         return {"comm_exposed_ms": (t1 - t0) * 1000.0,
-                "optimizer_ms": (time.perf_counter() - t1) * 1000.0}
+                "optimizer_ms": (time.perf_counter() - t1) * 1000.0, **fields}
 
     def all_sum(self, values):
         t = torch.tensor(values, dtype=torch.float64)

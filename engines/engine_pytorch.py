@@ -9,6 +9,12 @@ The spec's knobs map onto torch's own (the table is framework_config, stored wit
   compression     fp16 / bf16: the gradient bucket is cast before its allreduce and back
                   after (what torch's fp16_compress_hook / bf16_compress_hook do)
   accumulate      DDP.no_sync() on every micro-batch but the last
+  precision       bf16: torch.autocast(bfloat16) (cpu: oneDNN; cuda); fp16 (cuda only):
+                  autocast(float16) + GradScaler (loss_scale 0, loss_scale_window) or a
+                  static scale (ddpb_torch_loop.Precision)
+  clip_grad_norm  clip_grad_norm_ over the DDP-averaged gradients before the optimizer
+                  step (ZeroRedundancyOptimizer: every rank holds the full averaged
+                  gradients then), unscaled first under fp16; the step reports grad_norm
   optimizer, lr_schedule, seed, threads, dataset: as ddpb_train / ddpb_data define them.
 
 Phases: data (numpy batch to tensor), forward, backward, optimizer on the training
@@ -105,6 +111,7 @@ class DdpAdapter:
     def __init__(self, spec, world, device, announce):
         self.spec, self.world, self.device, self.announce = spec, world, device, announce
         self.hook = CommHook(world, spec.get("compression", "none"))
+        self.prec = loop.Precision(spec, device)
 
     def wrap(self, model):
         spec = self.spec
@@ -127,14 +134,15 @@ class DdpAdapter:
             "find_unused_parameters": False, "gradient_as_bucket_view": False,
             "comm_hook": "allreduce" + ("" if self.hook.dtype is None else
                                         f" of a {spec.get('compression')} copy")},
-            "optimizer": config, "accumulate": acc, "no_sync": acc > 1})
+            "optimizer": config, "accumulate": acc, "no_sync": acc > 1,
+            "precision": self.prec.config()})
         return self.ddp, self.opt
 
     def micro(self, k, acc):
         return self.ddp.no_sync() if k < acc - 1 else contextlib.nullcontext()
 
     def backward(self, loss, k, acc):
-        (loss / acc).backward()
+        self.prec.scale(loss / acc).backward()
 
     def step_begin(self):
         self.hook.reset()
@@ -142,10 +150,10 @@ class DdpAdapter:
     def step_end(self, backward_end):
         comm, exposed = self.hook.timing(backward_end)
         t = time.perf_counter()
-        self.opt.step()
+        fields = self.prec.step(self.opt, self.ddp.parameters())
         self.opt.zero_grad(set_to_none=True)
         return {"comm_ms": comm, "comm_exposed_ms": exposed, "in_backward_ms": exposed,
-                "optimizer_ms": (time.perf_counter() - t) * 1000.0}
+                "optimizer_ms": (time.perf_counter() - t) * 1000.0, **fields}
 
     def all_sum(self, values):
         t = torch.tensor(values, dtype=torch.float64, device=self.device)

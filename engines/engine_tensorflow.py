@@ -10,6 +10,18 @@ The spec's knobs map onto TensorFlow's (framework_config, stored with the run):
                 adamw's is Keras's decoupled decay, as torch.optim.AdamW
   lr_schedule   ddpb_train.lr_at, assigned to the optimizer's learning rate each step
   threads       intra-op threads; one inter-op thread
+  precision     bf16: the Keras policy "mixed_bfloat16" (fp32 variables, bf16 compute;
+                logits cast to fp32 for the loss); fp16: "mixed_float16" with a
+                LossScaleOptimizer (dynamic when loss_scale is 0, growth every
+                loss_scale_window steps; static otherwise), which needs a GPU: refused at
+                submit, as this engine is tensorflow-cpu
+  clip_grad_norm  the optimizer's global_clipnorm. Keras 2.15's Optimizer.apply_gradients
+                all-reduces the gradients (aggregate_gradients) before _clip_gradients, so
+                it clips the aggregated gradient, as the contract asks; the adapter does
+                that same all-reduce itself (replica context, SUM) so that it can report the
+                norm (tf.linalg.global_norm) and passes skip_gradients_aggregation. Keras
+                clips by tf.clip_by_global_norm: clip/max(norm, clip), torch's clip/(norm +
+                1e-6) without the 1e-6
   dataset       ddpb_data's shard of this rank (NCHW batches transposed to NHWC)
 
 Loss: each replica's mean cross-entropy over its batch, divided by the number of
@@ -41,27 +53,39 @@ NOT_OBSERVED = probe.NOT_OBSERVED["tensorflow"]  # GET /v1/engines serves the sa
 VERSIONS = {"python": sys.version.split()[0], "tensorflow": tf.__version__}
 
 
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
 def make_optimizer(spec):
     o = spec.get("optimizer", {})
     kind, lr = o.get("type", "sgd"), float(o.get("lr", 0.01))
     wd = float(o.get("weight_decay", 0))
+    clip = float(spec.get("clip_grad_norm", 0) or 0)
+    kw = {"global_clipnorm": clip} if clip > 0 else {}
     if kind == "sgd":
         opt = tf.keras.optimizers.SGD(learning_rate=lr, momentum=float(o.get("momentum", 0)),
-                                      nesterov=bool(o.get("nesterov", False)))
+                                      nesterov=bool(o.get("nesterov", False)), **kw)
     elif kind == "adam":
         opt = tf.keras.optimizers.Adam(learning_rate=lr, beta_1=float(o.get("beta1", 0.9)),
                                        beta_2=float(o.get("beta2", 0.999)),
-                                       epsilon=float(o.get("eps", 1e-8)))
+                                       epsilon=float(o.get("eps", 1e-8)), **kw)
     else:
         opt = tf.keras.optimizers.AdamW(learning_rate=lr, weight_decay=wd,
                                         beta_1=float(o.get("beta1", 0.9)),
                                         beta_2=float(o.get("beta2", 0.999)),
-                                        epsilon=float(o.get("eps", 1e-8)))
+                                        epsilon=float(o.get("eps", 1e-8)), **kw)
     l2 = wd if kind != "adamw" else 0.0
     config = {"class": type(opt).__name__, "learning_rate": lr, "l2_in_gradient": l2,
               **{k: v for k, v in opt.get_config().items()
                  if k in ("momentum", "nesterov", "beta_1", "beta_2", "epsilon",
-                          "weight_decay")}}
+                          "weight_decay", "global_clipnorm")}}
+    if spec.get("precision") == "fp16":
+        scale = float(spec.get("loss_scale", 0) or 0)
+        window = int(spec.get("loss_scale_window", 2000))
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(
+            opt, dynamic=scale <= 0, initial_scale=scale if scale > 0 else 65536.0,
+            dynamic_growth_steps=window)
+        config["LossScaleOptimizer"] = {"dynamic": scale <= 0, "window": window}
     return opt, l2, config
 
 
@@ -85,7 +109,10 @@ class KerasRun:
 
     def __init__(self, spec, strategy, data, seed):
         self.spec, self.strategy, self.data = spec, strategy, data
+        self.fp16 = spec.get("precision") == "fp16"
+        self.clip = float(spec.get("clip_grad_norm", 0) or 0)
         tf.keras.utils.set_random_seed(seed)
+        tf.keras.mixed_precision.set_global_policy(POLICIES[spec.get("precision", "fp32")])
         c, h, w = data.shape
         with strategy.scope():
             self.model = zoo.build(spec.get("model", "mnist-cnn"), c, h, w, data.classes)
@@ -101,26 +128,41 @@ class KerasRun:
         return tf.reduce_sum(tf.cast(hit, tf.float64))
 
     def _replica_step(self, x, y):
-        """x: (B, H, W, C), y: (B,) -> this replica's mean loss and correct count."""
+        """x: (B, H, W, C), y: (B,) -> this replica's mean loss, correct count, and the
+        global norm of the all-reduced gradient (-1 when clip_grad_norm is off)."""
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            logits = self.model(x, training=True)
+            logits = tf.cast(self.model(x, training=True), tf.float32)  # mixed: bf16/fp16
             loss = tf.reduce_mean(self.xent(y, logits))
             scaled = loss / self.strategy.num_replicas_in_sync
+            if self.fp16:
+                scaled = self.opt.get_scaled_loss(scaled)
         grads = tape.gradient(scaled, variables)
+        if self.fp16:
+            grads = self.opt.get_unscaled_gradients(grads)
         if self.l2:
             grads = [g + self.l2 * v for g, v in zip(grads, variables)]
-        self.opt.apply_gradients(zip(grads, variables))  # the strategy all-reduces here
-        return loss, self._correct(logits, y)
+        norm = tf.constant(-1.0)
+        if self.clip > 0:  # aggregate here, as apply_gradients would, to read the norm
+            grads = tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, grads)
+            norm = tf.linalg.global_norm(grads)
+            self.opt.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
+        else:
+            self.opt.apply_gradients(zip(grads, variables))  # the strategy all-reduces here
+        return loss, self._correct(logits, y), norm
 
     def _train_step(self, x, y):
         return self.strategy.run(self._replica_step, args=(x, y))
 
     def _eval_step(self, x, y):
         def fn(x, y):
-            logits = self.model(x, training=False)
+            logits = tf.cast(self.model(x, training=False), tf.float32)
+            hit = tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int64), y), tf.float64)
+            k = self.data.classes
             return (tf.reduce_sum(tf.cast(self.xent(y, logits), tf.float64)),
-                    self._correct(logits, y))
+                    self._correct(logits, y), tf.math.unsorted_segment_sum(hit, y, k),
+                    tf.math.unsorted_segment_sum(tf.ones_like(hit), y, k))
         return self.strategy.run(fn, args=(x, y))
 
     def _reduce_sum(self, t):
@@ -131,12 +173,11 @@ class KerasRun:
         return self.reduce_sum(tf.constant(values, dtype=tf.float64)).numpy().tolist()
 
     def evaluate(self, world, rank, batch):
-        ev = ddpb_train.Tally()
+        ev = ddpb_train.Tally(self.data.classes)
         for x, y in self.data.test_batches(world, rank, batch):
-            ls, cr = self.eval_step(tf.constant(nhwc(x)), tf.constant(y))
-            ev.loss_sum += float(ls.numpy())
-            ev.correct += float(cr.numpy())
-            ev.count += len(y)
+            ls, cr, cc, cn = self.eval_step(tf.constant(nhwc(x)), tf.constant(y))
+            ev.add(float(ls.numpy()) / len(y), float(cr.numpy()), len(y), cc.numpy().tolist(),
+                   cn.numpy().tolist())
         return self.all_sum(ev.as_list())
 
     def run_repeat(self, rep, repeat, seed, world, rank):
@@ -156,13 +197,14 @@ class KerasRun:
                 x, y = next(it)
                 xt, yt = tf.constant(nhwc(x)), tf.constant(y)
                 data_ms = clock.lap()
-                loss, correct = self.train_step(xt, yt)
+                loss, correct, norm = self.train_step(xt, yt)
                 loss_v = float(loss.numpy())  # waits for the step's graph
                 step_ms = (time.perf_counter() - t0) * 1000.0
                 tally.add(loss_v, float(correct.numpy()), len(y))
                 rep.step(step=step, loss=loss_v, samples=batch, step_ms=step_ms,
                          repeat=repeat, epoch=epoch, warmup=step < plan.warmup,
-                         data_ms=data_ms)
+                         data_ms=data_ms, grad_norm=float(norm.numpy()) if self.clip > 0
+                         else None, **self.scale_fields())
                 usage.step()
                 step += 1
             if not plan.completed(epoch, step):
@@ -178,6 +220,16 @@ class KerasRun:
                 break
         usage.emit(rep, epoch)  # the steps after the last epoch that ended
         rep.memory(repeat, ddpb_train.peak_rss_bytes(), **self.held_bytes())
+
+    def scale_fields(self):
+        """fp16's step fields: the loss scale now (after the step's update: Keras' dynamic
+        scale halves on a non-finite step and skips it, so a drop marks a skipped step)."""
+        if not self.fp16:
+            return {}
+        scale = float(self.opt.loss_scale.numpy())
+        skipped = getattr(self, "last_scale", scale) > scale
+        self.last_scale = scale
+        return {"loss_scale": scale, "skipped": skipped}
 
     def held_bytes(self):
         """The model's weights (trainable: parameters; the rest: batch-norm statistics) and
@@ -209,7 +261,8 @@ def train(rep, spec, rank, world):
                                                       "timeout_s": comm.timeout_seconds,
                                                       "workers": world},
                       "threads": {"intra_op": threads, "inter_op": 1},
-                      "optimizer": run.opt_config}
+                      "optimizer": run.opt_config,
+                      "mixed_precision_policy": POLICIES[spec.get("precision", "fp32")]}
             rep.env(ddpb_train.framework_env("tensorflow", VERSIONS, config, NOT_OBSERVED))
         run.run_repeat(rep, repeat, seed, world, rank)
 
