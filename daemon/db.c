@@ -1388,7 +1388,7 @@ int db_insert_epoch(struct db *db, int64_t run_id, const struct report_epoch *r,
     /* D: a figure below 0 (not measured) is stored as NULL; so is an absent per-class array
      * (t: NULL text binds NULL) */
     char *per_class = r->test_acc_per_class ? json_dumps(r->test_acc_per_class,
-                                                         JSON_COMPACT | JSON_REAL_PRECISION(6))
+                                                         JSON_COMPACT | JSON_REAL_PRECISION(10))
                                             : NULL; /* owned, freed below */
     if (r->test_acc_per_class && !per_class)
         return err_set(e, ERR_NOMEM, NULL, "out of memory");
