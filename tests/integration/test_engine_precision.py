@@ -11,7 +11,8 @@
   the Keras policy, DeepSpeed's "bf16" config; clipping), each epoch carries
   test_acc_per_class with one entry per class whose mean weighted by the test split's
   class counts is the epoch's test_acc, and the results carry the last epoch's per-class
-  accuracies as the test_acc_per_class column.
+  accuracies as the test_acc_per_class column; the HTML report has its table with
+  Fashion-MNIST's class names.
 - Clipping, in each adapter's own code (one process, one rank, the framework's real
   optimizer and collectives): with SGD without momentum and a tiny clip_grad_norm the
   parameters move by lr * clip (the clipped update's norm), and the step's grad_norm is
@@ -124,6 +125,9 @@ def test_bf16_clipping_and_per_class_on_every_engine():
                 check(clip in config, (name, config))
                 check((autocast in config) == (run["spec"]["precision"] == "bf16"),
                       (name, run["spec"]["precision"], config))
+            status, html, _ = d.request("GET", f"/v1/experiments/{exp['id']}/report")
+            check(status == 200 and "Test accuracy per class" in html
+                  and "<th>Ankle boot</th>" in html, (name, status, html[-3000:]))
             res = d.get(f"/v1/experiments/{exp['id']}/results?group_by=precision")
             for row in res["rows"]:
                 cell = row["test_acc_per_class"]
