@@ -27,17 +27,10 @@ import textwrap
 import numpy as np
 
 from harness import Daemon, check, run_cases
+# test_engines' tables (the engines, their strategies, the venv) and its sys.path
+from test_engines import ENGINES_DIR, FRAMEWORKS, STRATEGY, VENV_PY, engines_of
+import ddpb_data  # noqa: E402  (numpy only; engines/, put on sys.path by test_engines)
 
-SOURCE = os.environ.get("DDPB_SOURCE_DIR",
-                        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-ENGINES_DIR = os.path.join(SOURCE, "engines")
-sys.path.insert(0, ENGINES_DIR)
-import ddpb_data  # noqa: E402  (numpy only)
-
-VENV_PY = os.path.join(SOURCE, ".venv", "bin", "python")
-FRAMEWORKS = ("pytorch", "tensorflow", "horovod", "deepspeed")
-STRATEGY = {"pytorch": "ddp", "tensorflow": "ddp", "horovod": "horovod",
-            "deepspeed": "zero1", "ddpbench": "ddp"}
 BASE = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "warmup_steps": 1,
         "epochs": 1, "steps": 0, "world_size": 2,
         "dataset": {"name": "fashion-mnist", "samples": 256},
@@ -49,19 +42,14 @@ MECHANISM = {"pytorch": ("torch.autocast('cpu', torch.bfloat16)", "clip_grad_nor
              "deepspeed": ('"bf16": {"enabled": true}', '"gradient_clipping": 1.0')}
 
 
-def engines_of(d):
-    import time
-    while True:
-        body = d.get("/v1/engines")
-        if not body["nodes"][0]["probing"]:
-            return {e["name"]: e for e in body["nodes"][0]["engines"]}
-        time.sleep(0.3)
+def engine_rows(d):
+    return {e["name"]: e for e in engines_of(d)["nodes"][0]["engines"]}
 
 
 def test_precisions_named_at_submit():
     d = Daemon(cpu_slots=2)
     try:
-        engines = engines_of(d)
+        engines = engine_rows(d)
         before = d.get("/v1/experiments")
         for name in FRAMEWORKS:
             e = engines[name]
