@@ -234,7 +234,52 @@ def test_clipping_bounds_the_update_on_every_engine():
               (engine, huge))
 
 
+STATIC_SCALE = """
+import sys, torch, torch.nn.functional as F
+sys.path.insert(0, {engines!r})
+import ddpb_torch_loop as loop
+torch.manual_seed(0)
+net = torch.nn.Linear(8, 3)
+x, y = torch.randn(16, 8), torch.randint(0, 3, (16,))
+F.cross_entropy(net(x), y).backward()
+want = [p.grad.clone() for p in net.parameters()]
+net.zero_grad()
+sc = loop.StaticScaler(1024.0)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+sc.scale(F.cross_entropy(net(x), y)).backward()
+sc.unscale_(opt)
+assert all(torch.allclose(p.grad, w, rtol=1e-5) for p, w in zip(net.parameters(), want))
+before = [p.detach().clone() for p in net.parameters()]
+sc.step(opt)
+assert not sc.found_inf and any(not torch.equal(p, b) for p, b in zip(net.parameters(), before))
+net.zero_grad()
+sc.scale(F.cross_entropy(net(x), y) * float("inf")).backward()
+sc.unscale_(opt)
+before = [p.detach().clone() for p in net.parameters()]
+sc.step(opt)
+assert sc.found_inf and loop.scaler_skipped(sc, 1024.0), "a non-finite step must be skipped"
+assert all(torch.equal(p, b) for p, b in zip(net.parameters(), before))
+try:
+    loop.Precision({{"precision": "fp16"}}, torch.device("cpu"))
+    raise AssertionError("fp16 on the CPU was accepted")
+except ValueError as ex:
+    assert "cuda" in str(ex), ex
+print("RESULT ok", flush=True)
+"""
+
+
+def test_static_loss_scale_skips_a_non_finite_step():
+    """fp16's static loss scale (ddpb_torch_loop.StaticScaler; the dynamic one is
+    GradScaler's, on cuda only): the gradients come back unscaled, a step whose gradient is
+    not finite is skipped and reported so; Precision refuses fp16 on the CPU."""
+    p = subprocess.run([VENV_PY, "-c", STATIC_SCALE.format(engines=ENGINES_DIR)],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    check(p.returncode == 0 and "RESULT ok" in p.stdout, p.stderr[-3000:])
+
+
 if __name__ == "__main__":
     sys.exit(run_cases([test_precisions_named_at_submit,
+                        test_static_loss_scale_skips_a_non_finite_step,
                         test_clipping_bounds_the_update_on_every_engine,
                         test_bf16_clipping_and_per_class_on_every_engine]))
