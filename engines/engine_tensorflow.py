@@ -140,8 +140,9 @@ class KerasRun:
         grads = tape.gradient(scaled, variables)
         if self.fp16:
             grads = self.opt.get_unscaled_gradients(grads)
-        if self.l2:
-            grads = [g + self.l2 * v for g, v in zip(grads, variables)]
+        if self.l2:  # per replica, so the summed all-reduce adds it once (torch's L2 term)
+            n = self.strategy.num_replicas_in_sync
+            grads = [g + (self.l2 / n) * v for g, v in zip(grads, variables)]
         norm = tf.constant(-1.0)
         if self.clip > 0:  # aggregate here, as apply_gradients would, to read the norm
             grads = tf.distribute.get_replica_context().all_reduce(
