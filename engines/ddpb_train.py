@@ -63,8 +63,11 @@ class Tally:
     per-class correct counts and the per-class sample counts, so one allreduce carries
     test_acc_per_class too)."""
 
+    MAX_CLASSES = 1000  # common/report.h REPORT_MAX_CLASSES: more is no class table
+
     def __init__(self, classes=0):
         self.loss_sum = self.correct = self.count = 0.0
+        classes = classes if classes <= self.MAX_CLASSES else 0
         self.classes = classes
         self.class_correct = [0.0] * classes
         self.class_count = [0.0] * classes
