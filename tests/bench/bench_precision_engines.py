@@ -13,9 +13,15 @@ throughput (samples/s over the non-warm-up steps), the last epoch's test accurac
 the rank's peak resident memory (GET /v1/runs/{id} memory). Engines and precisions are
 interleaved within a round; the table shows the median of the rounds and the bf16/fp32
 ratio. A benchmark: figures, never pass/fail. Hold /tmp/ddpb-bench.lock.
+
+--kernels: instead, one process of .venv's torch times a training step (forward, backward,
+SGD) of mnist-cnn and resnet18-cifar at batch 32 on one thread, fp32 against bf16 autocast,
+interleaved over 9 rounds (median), and prints which oneDNN implementations the bf16 step
+ran (ONEDNN_VERBOSE): what the engines' bf16 costs without the harness, and why.
 """
 import os
 import statistics
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,12 +73,67 @@ def report(res, engines):
                   f"{len(xs):>6}")
 
 
+KERNELS = r"""
+import statistics, sys, time, torch, torch.nn.functional as F
+sys.path.insert(0, sys.argv[1])
+import ddpb_torch_models as zoo
+torch.set_num_threads(1)
+name, steps = sys.argv[2], int(sys.argv[3])
+c, h = (1, 28) if name == "mnist-cnn" else (3, 32)
+m = zoo.build(name, c, h, h, 10)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+x, y = torch.randn(32, c, h, h), torch.randint(0, 10, (32,))
+def run(bf16, n):
+    t = time.perf_counter()
+    for _ in range(n):
+        opt.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = m(x).float()
+        F.cross_entropy(out, y).backward()
+        opt.step()
+    return (time.perf_counter() - t) / n * 1000
+if steps == 0:  # one bf16 step, for ONEDNN_VERBOSE
+    run(True, 1)
+    sys.exit(0)
+run(False, 2), run(True, 2)
+ms = {False: [], True: []}
+for r in range(9):
+    for b in ((False, True) if r % 2 == 0 else (True, False)):
+        ms[b].append(run(b, steps))
+f, b = statistics.median(ms[False]), statistics.median(ms[True])
+print(f"{name:<15} fp32 {f:8.2f} ms/step  bf16 {b:8.2f} ms/step  bf16/fp32 time {b / f:.2f}")
+"""
+
+
+def kernels():
+    py = os.path.join(os.path.dirname(os.path.dirname(HERE)), ".venv", "bin", "python")
+    engines = os.path.join(os.path.dirname(os.path.dirname(HERE)), "engines")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for name, steps in (("mnist-cnn", 30), ("resnet18-cifar", 2)):
+        subprocess.run([py, "-c", KERNELS, engines, name, str(steps)], env=env, check=True)
+    out = subprocess.run([py, "-c", KERNELS, engines, "mnist-cnn", "0"], check=True,
+                         env=dict(env, ONEDNN_VERBOSE="1"), capture_output=True, text=True)
+    seen = {}
+    for line in out.stdout.splitlines():
+        f = line.split(",")
+        if len(f) > 3 and f[1] == "info" and f[3].startswith("isa:"):
+            print("oneDNN", f[3])
+        if len(f) > 5 and f[1] == "exec":
+            seen[f"{f[3]} {f[5]} {f[4]}"] = seen.get(f"{f[3]} {f[5]} {f[4]}", 0) + 1
+    for k, n in sorted(seen.items()):
+        print(f"  {n:3d} x {k}")
+
+
 def main():
     ap = bench_args(3, description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=4096)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--engines", default="pytorch,tensorflow,horovod,deepspeed")
+    ap.add_argument("--kernels", action="store_true")
     a = ap.parse_args()
+    if a.kernels:
+        kernels()
+        return
     engines = a.engines.split(",")
     res = {e: {p: [] for p in PRECISIONS} for e in engines}
     d = Daemon(a.build, 2)
