@@ -130,9 +130,12 @@ def test_bf16_clipping_and_per_class_on_every_engine():
 # One rank of each adapter in this process's venv: the parameters' move and the reported
 # grad_norm for a clip far below the gradient's norm and one far above it.
 CLIP_PRELUDE = """
-import json, math, os, sys, time
+import json, math, os, socket, sys, time
+with socket.socket() as free:  # a port nobody holds (29500 is torchrun's, often taken)
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
 os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
-                  MASTER_PORT=str(29000 + os.getpid() % 1000), TF_CPP_MIN_LOG_LEVEL="2")
+                  MASTER_PORT=str(port), TF_CPP_MIN_LOG_LEVEL="2")
 sys.path.insert(0, {engines!r})
 LR, CLIPS = 0.1, (1e-3, 1e9)
 def dist(a, b):
