@@ -195,6 +195,11 @@ enum column_group {
 #define COLUMNS_ACCURACY(X)                                                                    \
     X(TEST_ACC, "test_acc", MEAN, NUMBER, "fraction", "test accuracy", TRAIN,                  \
       "the last epoch's test accuracy, one value per repeat")                                  \
+    X(TEST_ACC_PER_CLASS, "test_acc_per_class", VALUE, STRING, "fraction",                     \
+      "test accuracy per class", TRAIN,                                                        \
+      "the last epoch's test accuracy of each class, in class order, mean over the repeats, "  \
+      "';'-separated (empty: a class the test split lacks); null: none reported, or the "      \
+      "group's runs differ in their classes")                                                  \
     X(TRAIN_LOSS, "train_loss", MEAN, NUMBER, "", "loss", TRAIN,                               \
       "the last epoch's training loss, one value per repeat")
 

@@ -44,6 +44,8 @@ enum report_kind {
                          member: const json_t * */
     REPORT_K_GRADS,   /* gradient readiness [[bytes, ready_ns]...]; member: const json_t * */
     REPORT_K_RANKS,   /* ranks [r, ...]: at most SPEC_MAX_WORLD integers >= 0 */
+    REPORT_K_FRACS,   /* [f|null, ...]: at most REPORT_MAX_CLASSES numbers in [0, 1] or null;
+                         member: json_t * (borrowed) */
 };
 
 struct report_field {
@@ -175,6 +177,10 @@ static const struct report_field report_epoch_fields[] = {
     {.name = "test_loss", .kind = REPORT_K_NUM, .optional = true, REPORT_EPOCH_AT(test_loss)},
     {.name = "test_acc", .kind = REPORT_K_NUM, .optional = true, REPORT_EPOCH_AT(test_acc)},
     {.name = "time_s", .kind = REPORT_K_NUM, REPORT_EPOCH_AT(time_s)},
+    {.name = "test_acc_per_class",
+     .kind = REPORT_K_FRACS,
+     .optional = true,
+     REPORT_EPOCH_AT(test_acc_per_class)},
 };
 
 static const struct report_field report_memory_fields[] = {
@@ -410,6 +416,22 @@ static int report_check_ranks(const struct report_field *f, const json_t *v, str
                         f->name, SPEC_MAX_WORLD);
 }
 
+static int report_check_fracs(const struct report_field *f, const json_t *v, struct err *e)
+{
+    size_t i;
+    const json_t *x;
+    bool ok = json_is_array(v) && json_array_size(v) <= REPORT_MAX_CLASSES;
+    json_array_foreach((json_t *)v, i, x)
+    {
+        ok = ok && (json_is_null(x) || (json_is_number(x) && json_number_value(x) >= 0 &&
+                                        json_number_value(x) <= 1));
+    }
+    return ok ? 0
+              : err_set(e, ERR_INVALID, f->name,
+                        "%s: must be an array of at most %d fractions in [0, 1] or null",
+                        f->name, REPORT_MAX_CLASSES);
+}
+
 /* Checks one present value against f. */
 static int report_check_value(const struct report_field *f, const json_t *v, struct err *e)
 {
@@ -447,6 +469,7 @@ static int report_check_value(const struct report_field *f, const json_t *v, str
     case REPORT_K_OPS: return report_check_tuples(f, v, "sbnsne", e);
     case REPORT_K_GRADS: return report_check_tuples(f, v, "nn", e);
     case REPORT_K_RANKS: return report_check_ranks(f, v, e);
+    case REPORT_K_FRACS: return report_check_fracs(f, v, e);
     }
     return err_set(e, ERR_INTERNAL, f->name, "%s: unknown kind", f->name);
 }
@@ -545,6 +568,8 @@ static int report_struct_from_json(const struct report_field *fs, size_t n, cons
         return -1;
     memset(out, 0, out_size);
     for (size_t i = 0; i < n; i++) {
+        if (fs[i].size == 0)
+            continue; /* validated, no member to fill */
         const json_t *v = json_object_get(obj, fs[i].name);
         char *dst = (char *)out + fs[i].off;
         int i32 = v ? (int)json_integer_value(v) : -1; /* optional and absent: -1 */
@@ -560,6 +585,7 @@ static int report_struct_from_json(const struct report_field *fs, size_t n, cons
         case REPORT_K_SPANS:
         case REPORT_K_GRADS:
         case REPORT_K_RANKS:
+        case REPORT_K_FRACS:
         case REPORT_K_OPS: memcpy(dst, &v, sizeof v); break; /* borrowed from obj */
         case REPORT_K_ENV:
         case REPORT_K_ERRCODE: break;
@@ -605,6 +631,14 @@ int report_trace_from_json(const json_t *obj, struct report_trace *out, struct e
                                    "trace", obj, out, sizeof *out, e);
 }
 
+/* The JSON member of the struct at c (kinds with a json_t * member). */
+static const json_t *report_member_ptr(const void *c, const struct report_field *f)
+{
+    const json_t *j;
+    memcpy(&j, (const char *)c + f->off, sizeof j);
+    return j;
+}
+
 /* One member of the struct at c as an owned JSON value, or NULL when it breaks the
  * contract (not finite, negative, unterminated or not UTF-8) or memory runs out. */
 static json_t *report_member_json(const void *c, const struct report_field *f)
@@ -629,6 +663,7 @@ static json_t *report_member_json(const void *c, const struct report_field *f)
     case REPORT_K_SPANS:
     case REPORT_K_GRADS:
     case REPORT_K_RANKS:
+    case REPORT_K_FRACS:
     case REPORT_K_OPS: {
         json_t *j;
         memcpy(&j, src, sizeof j);
@@ -653,6 +688,8 @@ static json_t *report_struct_build(const struct report_field *fs, size_t n, cons
     }
     for (size_t i = 0; i < n; i++) {
         const struct report_field *f = &fs[i];
+        if (f->size == 0 || (f->kind == REPORT_K_FRACS && !report_member_ptr(c, f)))
+            continue; /* no member; an optional array absent */
         double d = 0;
         int64_t i64 = 0;
         int i32 = 0;

@@ -128,7 +128,15 @@ struct report_epoch {
     double train_loss, train_acc;
     double test_loss, test_acc;
     double time_s; /* wall time of the epoch's training steps */
+    /* The test accuracy of each class (issue 33): a JSON array of at most
+     * REPORT_MAX_CLASSES numbers in [0, 1], null for a class the test split lacks; NULL when
+     * not evaluated (left out of the event, stored NULL). Borrowed from the event in
+     * report_epoch_from_json and by report_emit_epoch; owned by a database row (db_rows). */
+    json_t *test_acc_per_class;
 };
+/* The most classes an epoch's test_acc_per_class lists: a classifier's (ImageNet's 1,000);
+ * a language model's vocabulary is no class table, and its runs send none. */
+#define REPORT_MAX_CLASSES 1000
 
 /* What one rank holds, reported once per repeat after its last step. Bytes; an optional
  * figure the engine cannot tell is -1 (left out of the event, stored and served null).

@@ -293,7 +293,7 @@ static bool db_col_is_json(const char *name)
            strcmp(name, "env") == 0 || strcmp(name, "summary") == 0 ||
            strcmp(name, "engines") == 0 || strcmp(name, "spans") == 0 ||
            strcmp(name, "ops") == 0 || strcmp(name, "members") == 0 ||
-           strcmp(name, "joiners") == 0;
+           strcmp(name, "joiners") == 0 || strcmp(name, "test_acc_per_class") == 0;
 }
 
 static bool db_col_is_time(const char *name)
@@ -449,8 +449,8 @@ static const char SQL_RUN_FAULTS[] =
 static const char SQL_RUN_ENV[] =
     "SELECT rank, env FROM run_env WHERE run_id = ?1 ORDER BY rank";
 static const char SQL_RUN_EPOCHS[] =
-    "SELECT repeat, epoch, samples, train_loss, train_acc, test_loss, test_acc, time_s "
-    "FROM epochs WHERE run_id = ?1 ORDER BY repeat, epoch";
+    "SELECT repeat, epoch, samples, train_loss, train_acc, test_loss, test_acc, time_s, "
+    "test_acc_per_class FROM epochs WHERE run_id = ?1 ORDER BY repeat, epoch";
 
 static const char SQL_RUN_MEMORY[] =
     "SELECT rank, repeat, params_bytes, buffers_bytes, grads_bytes, optimizer_bytes, "
@@ -1402,14 +1402,23 @@ int db_generation_resumed(struct db *db, int64_t run_id, int gen, double at,
 
 static const char SQL_INSERT_EPOCH[] =
     "INSERT OR REPLACE INTO epochs (run_id, repeat, epoch, samples, train_loss, train_acc, "
-    "test_loss, test_acc, time_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+    "test_loss, test_acc, time_s, test_acc_per_class) "
+    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
 int db_insert_epoch(struct db *db, int64_t run_id, const struct report_epoch *r, struct err *e)
 {
-    /* D: a figure below 0 (not measured) is stored as NULL */
-    return db_write_one(db, e, SQL_INSERT_EPOCH, "IiiIDDDDd", run_id, r->repeat, r->epoch,
-                        r->samples, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
-                        r->time_s);
+    /* D: a figure below 0 (not measured) is stored as NULL; so is an absent per-class array
+     * (t: NULL text binds NULL) */
+    char *per_class = r->test_acc_per_class ? json_dumps(r->test_acc_per_class,
+                                                         JSON_COMPACT | JSON_REAL_PRECISION(10))
+                                            : NULL; /* owned, freed below */
+    if (r->test_acc_per_class && !per_class)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    int rc = db_write_one(db, e, SQL_INSERT_EPOCH, "IiiIDDDDdt", run_id, r->repeat, r->epoch,
+                          r->samples, r->train_loss, r->train_acc, r->test_loss, r->test_acc,
+                          r->time_s, per_class);
+    free(per_class);
+    return rc;
 }
 
 static const char SQL_INSERT_MEMORY[] =
@@ -1925,6 +1934,7 @@ static const struct db_col db_data_epoch_cols[] = {
     DB_COL("test_loss", DB_COL_REAL_OR_NEG1, struct report_epoch, test_loss),
     DB_COL("test_acc", DB_COL_REAL_OR_NEG1, struct report_epoch, test_acc),
     DB_COL("time_s", DB_COL_REAL, struct report_epoch, time_s),
+    DB_COL("test_acc_per_class", DB_COL_JSON, struct report_epoch, test_acc_per_class),
 };
 
 /* Per repeat, the largest rank's figures (the one whose node must hold it). */

@@ -437,6 +437,77 @@ static void rh_accuracy_chart(struct rh *h, const struct db_experiment_data *d,
              "accuracy", 0, set->s, set->n);
 }
 
+/* The class names of the datasets that have them (their publishers' order), for the
+ * per-class table; another dataset's classes are numbered. */
+static const char *const rh_names_mnist[] = {"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"};
+static const char *const rh_names_fashion[] = {
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+static const char *const rh_names_cifar10[] = {
+    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"};
+static const struct {
+    const char *dataset;
+    const char *const *names;
+} rh_class_names[] = {{"mnist", rh_names_mnist},
+                      {"fashion-mnist", rh_names_fashion},
+                      {"cifar10", rh_names_cifar10}};
+#define RH_NAMED_CLASSES 10
+#define RH_MAX_CLASS_COLS 20 /* wider tables are for the results' JSON, not a page */
+
+/* The per-class test accuracy of each run's last epoch (issue 33), one row per run, when
+ * any run reported it. */
+static void rh_per_class_table(struct rh *h, const struct db_experiment_data *d)
+{
+    const char *const *names = NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < d->nruns && k == 0; i++) {
+        const struct db_data_run *run = &d->runs[i];
+        const json_t *per = run->nepochs ? run->epochs[run->nepochs - 1].test_acc_per_class
+                                         : NULL;
+        k = json_is_array(per) ? json_array_size(per) : 0;
+        const char *ds = json_string_value(
+            json_object_get(json_object_get(run->spec, "dataset"), "name"));
+        for (size_t j = 0; ds && j < sizeof rh_class_names / sizeof *rh_class_names; j++)
+            if (strcmp(ds, rh_class_names[j].dataset) == 0 && k == RH_NAMED_CLASSES)
+                names = rh_class_names[j].names;
+    }
+    if (k == 0 || k > RH_MAX_CLASS_COLS)
+        return;
+    rh_printf(h, "<h3>Test accuracy per class</h3><p>The last epoch of each run's last "
+                 "repeat; – where the test split has no sample of the class.</p>"
+                 "<table><tr><th>run</th>");
+    for (size_t c = 0; c < k; c++) {
+        rh_printf(h, "<th>");
+        if (names)
+            rh_text(h, names[c]);
+        else
+            rh_printf(h, "%zu", c);
+        rh_printf(h, "</th>");
+    }
+    rh_printf(h, "</tr>\n");
+    for (size_t i = 0; i < d->nruns; i++) {
+        const struct db_data_run *run = &d->runs[i];
+        const json_t *per = run->nepochs ? run->epochs[run->nepochs - 1].test_acc_per_class
+                                         : NULL;
+        if (!json_is_array(per) || json_array_size(per) != k)
+            continue;
+        char *lab = json_dumps(run->params, JSON_COMPACT);
+        rh_printf(h, "<tr><td>run %lld ", (long long)run->id);
+        rh_text(h, lab && strcmp(lab, "{}") != 0 ? lab : "");
+        free(lab);
+        rh_printf(h, "</td>");
+        for (size_t c = 0; c < k; c++) {
+            const json_t *v = json_array_get(per, c);
+            if (json_is_number(v))
+                rh_printf(h, "<td>%.1f%%</td>", 100.0 * json_number_value(v));
+            else
+                rh_printf(h, "<td>–</td>");
+        }
+        rh_printf(h, "</tr>\n");
+    }
+    rh_printf(h, "</table>\n");
+}
+
 /* Bus bandwidth against message size, one series per operation and configuration. */
 static void rh_busbw_chart(struct rh *h, const json_t *table, struct rh_set *set)
 {
@@ -791,6 +862,7 @@ static void rh_experiment(struct rh *h, struct db *db, const struct rh_doc *doc,
         rh_scaling_charts(h, t, set);
         rh_phase_chart(h, t);
         rh_accuracy_chart(h, d, set);
+        rh_per_class_table(h, d);
     } else {
         rh_table(h, t, rh_coll_cols, sizeof rh_coll_cols / sizeof *rh_coll_cols, "op");
         rh_busbw_chart(h, t, set);

@@ -408,8 +408,17 @@ struct results_data {
     int64_t loader_n, read_n;
 };
 
+/* test_acc_per_class (issue 33) of a group: per class, the sum and number of its repeats'
+ * last-epoch accuracies (a class the split lacks counts none). k: the classes; -1 when the
+ * group's runs report different numbers of them. Owned arrays (free in results_training). */
+struct results_classes {
+    double *sum, *n;
+    int k;
+};
+
 struct results_train {
     struct results_vec thr, step, acc, loss;
+    struct results_classes cls;
     struct results_vec mem[RM_N], use[RU_N]; /* one sample per repeat that reported it */
     struct results_vec el[RE_N];             /* one sample per run that had it */
     struct results_tta tta;
@@ -556,6 +565,50 @@ static void results_elastic_run(struct results_train *r, const struct db_data_ru
             results_push(&r->el[i], v[i]);
 }
 
+/* Adds one repeat's per-class accuracies (a JSON array, or null when none was reported). */
+static void results_classes_add(struct results_classes *c, const json_t *arr)
+{
+    int m = json_is_array(arr) ? (int)json_array_size(arr) : 0;
+    if (m == 0 || c->k < 0)
+        return;
+    if (c->k == 0) {
+        c->sum = calloc((size_t)m, sizeof *c->sum);
+        c->n = calloc((size_t)m, sizeof *c->n);
+        c->k = c->sum && c->n ? m : -1; /* out of memory: no figure rather than a wrong one */
+    }
+    if (c->k != m) {
+        c->k = -1;
+        return;
+    }
+    for (int i = 0; i < m; i++) {
+        const json_t *v = json_array_get(arr, (size_t)i);
+        if (json_is_number(v)) {
+            c->sum[i] += json_number_value(v);
+            c->n[i] += 1;
+        }
+    }
+}
+
+/* The group's cell: owned "a;b;;d" (4 decimals, empty for a class with no figure), or NULL
+ * (null) when there is none. */
+static json_t *results_classes_cell(const struct results_classes *c)
+{
+    if (c->k <= 0)
+        return NULL;
+    struct buf b = {0};
+    char one[32];
+    int rc = 0;
+    for (int i = 0; i < c->k; i++) {
+        one[0] = 0;
+        if (c->n[i] > 0)
+            snprintf(one, sizeof one, "%.4f", c->sum[i] / c->n[i]);
+        rc |= (i ? buf_append_str(&b, ";") : 0) | buf_append_str(&b, one);
+    }
+    json_t *out = rc == 0 && b.data ? json_stringn((const char *)b.data, b.len) : NULL;
+    buf_free(&b);
+    return out;
+}
+
 static void results_train_run(struct results_train *r, const struct db_data_run *run)
 {
     results_resources_run(r, run);
@@ -601,6 +654,7 @@ static void results_train_run(struct results_train *r, const struct db_data_run 
             continue;
         if (ep->test_acc >= 0) /* -1: no test split was evaluated */
             results_push(&r->acc, ep->test_acc);
+        results_classes_add(&r->cls, ep->test_acc_per_class);
         if (ep->train_loss >= 0) /* -1: the epoch trained on no sample */
             results_push(&r->loss, ep->train_loss);
     }
@@ -842,6 +896,7 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_put_pred(t, pred, r->world, step.mean, thr.mean, speedup / (double)r->world,
                      overlap);
     results_put_stats(t, COL_TEST_ACC, &acc);
+    results_put(t, COL_TEST_ACC_PER_CLASS, results_classes_cell(&r->cls));
     results_put_stats(t, COL_TRAIN_LOSS, &loss);
     results_put_resources(t, r);
     results_put_tta(t, &r->tta);
@@ -923,6 +978,8 @@ static int results_training(struct results_table *t, const struct results_groups
         free(rs[k].step.v);
         free(rs[k].acc.v);
         free(rs[k].loss.v);
+        free(rs[k].cls.sum);
+        free(rs[k].cls.n);
         free(rs[k].starts.v);
         for (int i = 0; i < RM_N; i++)
             free(rs[k].mem[i].v);

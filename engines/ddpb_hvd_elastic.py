@@ -147,7 +147,7 @@ def train(rep, spec, slot, versions, not_observed, make_adapter):
                     if data.test is not None and spec.get("eval", True):
                         def test():
                             return loop.evaluate(module, data, world, rank, batch, device,
-                                                 adapter.all_sum)
+                                                 adapter.all_sum, adapter.prec)
                     ddpb_train.end_epoch(rep, rank, world, state.repeat, state.epoch, tally,
                                          t_epoch, adapter.all_sum, test)
                     state.epoch, state.consumed, state.tally = state.epoch + 1, 0, [0.0] * 3

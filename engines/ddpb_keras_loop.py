@@ -20,6 +20,20 @@ lines. What differs between them is a distribution object:
   dist.locals(value)         the local replicas' values of dist.run's result
   dist.all_sum(values)       the values summed over processes (floats)
   dist.after_first_step(run) what follows the first step (Horovod: the broadcast)
+  dist.exchanged(grads)      clip_grad_norm: (the exchanged gradients, apply_gradients'
+                             keywords) so the step can read their global norm (a
+                             strategy all-reduces them here and tells Keras not to again;
+                             Horovod's are exchanged already)
+
+Precision (issue 33): bf16 is the Keras policy "mixed_bfloat16" (fp32 variables, bf16
+compute; logits cast to fp32 for the loss); fp16 "mixed_float16" with a LossScaleOptimizer
+(dynamic when loss_scale is 0, growth every loss_scale_window steps; static otherwise),
+which needs a GPU: refused at submit, as these engines are tensorflow-cpu.
+clip_grad_norm is the optimizer's global_clipnorm. Keras 2.15's apply_gradients
+aggregates (all-reduces) the gradients before _clip_gradients (the legacy optimizers'
+_transform_gradients likewise after Horovod's exchange), so it clips the exchanged
+gradient as the contract asks. Keras clips by clip/max(norm, clip): torch's clip/(norm +
+1e-6) without the 1e-6.
 
 Loss: each replica's mean cross-entropy over its batch, divided by loss_divisor, so the
 exchange yields the mean over the global batch (DDP's average).
@@ -35,6 +49,8 @@ import tensorflow as tf
 import ddpb_keras_models as zoo
 import ddpb_train
 
+POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
 
 def make_optimizer(spec, legacy=False):
     """Keras's optimizer for the spec: (optimizer, L2 added to the gradient, config).
@@ -42,13 +58,16 @@ def make_optimizer(spec, legacy=False):
     o = spec.get("optimizer", {})
     kind, lr = o.get("type", "sgd"), float(o.get("lr", 0.01))
     wd = float(o.get("weight_decay", 0))
+    clip = float(spec.get("clip_grad_norm", 0) or 0)
+    kw = {"global_clipnorm": clip} if clip > 0 else {}
     ns = tf.keras.optimizers.legacy if legacy else tf.keras.optimizers
     if kind == "sgd":
         opt = ns.SGD(learning_rate=lr, momentum=float(o.get("momentum", 0)),
-                     nesterov=bool(o.get("nesterov", False)))
+                     nesterov=bool(o.get("nesterov", False)), **kw)
     elif kind == "adam":
         opt = ns.Adam(learning_rate=lr, beta_1=float(o.get("beta1", 0.9)),
-                      beta_2=float(o.get("beta2", 0.999)), epsilon=float(o.get("eps", 1e-8)))
+                      beta_2=float(o.get("beta2", 0.999)), epsilon=float(o.get("eps", 1e-8)),
+                      **kw)
     elif legacy:
         raise ValueError("optimizer.type adamw: Horovod's Keras DistributedOptimizer wraps "
                          "Keras's legacy optimizers, which have no AdamW; use sgd or adam")
@@ -56,12 +75,19 @@ def make_optimizer(spec, legacy=False):
         opt = tf.keras.optimizers.AdamW(learning_rate=lr, weight_decay=wd,
                                         beta_1=float(o.get("beta1", 0.9)),
                                         beta_2=float(o.get("beta2", 0.999)),
-                                        epsilon=float(o.get("eps", 1e-8)))
+                                        epsilon=float(o.get("eps", 1e-8)), **kw)
     l2 = wd if kind != "adamw" else 0.0
     config = {"class": type(opt).__name__, "learning_rate": lr, "l2_in_gradient": l2,
               **{k: v for k, v in opt.get_config().items()
                  if k in ("momentum", "nesterov", "beta_1", "beta_2", "epsilon",
-                          "weight_decay")}}
+                          "weight_decay", "global_clipnorm")}}
+    if spec.get("precision") == "fp16":
+        scale = float(spec.get("loss_scale", 0) or 0)
+        window = int(spec.get("loss_scale_window", 2000))
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(
+            opt, dynamic=scale <= 0, initial_scale=scale if scale > 0 else 65536.0,
+            dynamic_growth_steps=window)
+        config["LossScaleOptimizer"] = {"dynamic": scale <= 0, "window": window}
     return opt, l2, config
 
 
@@ -86,7 +112,10 @@ class KerasRun:
 
     def __init__(self, spec, dist, data, seed, world):
         self.spec, self.dist, self.data, self.world = spec, dist, data, world
+        self.fp16 = spec.get("precision") == "fp16"
+        self.clip = float(spec.get("clip_grad_norm", 0) or 0)
         tf.keras.utils.set_random_seed(seed)
+        tf.keras.mixed_precision.set_global_policy(POLICIES[spec.get("precision", "fp32")])
         c, h, w = data.shape
         with dist.scope():
             self.model = zoo.build(spec.get("model", "mnist-cnn"), c, h, w, data.classes)
@@ -102,26 +131,38 @@ class KerasRun:
         return tf.reduce_sum(tf.cast(hit, tf.float64))
 
     def _replica_step(self, x, y):
-        """x: (B, H, W, C), y: (B,) -> this replica's mean loss and correct count."""
+        """x: (B, H, W, C), y: (B,) -> this replica's mean loss, correct count, and the
+        global norm of the exchanged gradient (-1 when clip_grad_norm is off)."""
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            logits = self.model(x, training=True)
+            logits = tf.cast(self.model(x, training=True), tf.float32)  # mixed: bf16/fp16
             loss = tf.reduce_mean(self.xent(y, logits))
             scaled = loss / self.dist.loss_divisor
+            if self.fp16:
+                scaled = self.opt.get_scaled_loss(scaled)
         grads = self.dist.gradients(self.opt, scaled, variables, tape)
-        if self.l2:
-            grads = [g + self.l2 * v for g, v in zip(grads, variables)]
-        self.opt.apply_gradients(zip(grads, variables))  # a strategy all-reduces here
-        return loss, self._correct(logits, y)
+        if self.fp16:
+            grads = self.opt.get_unscaled_gradients(grads)
+        if self.l2:  # per replica: a strategy's summed exchange then adds it once
+            grads = [g + (self.l2 / self.dist.loss_divisor) * v for g, v in zip(grads, variables)]
+        norm, kw = tf.constant(-1.0), {}
+        if self.clip > 0:  # exchanged here, as apply_gradients would, to read the norm
+            grads, kw = self.dist.exchanged(grads)
+            norm = tf.linalg.global_norm(grads)
+        self.opt.apply_gradients(zip(grads, variables), **kw)  # a strategy all-reduces here
+        return loss, self._correct(logits, y), norm
 
     def _train_step(self, x, y):
         return self.dist.run(self._replica_step, (x, y))
 
     def _eval_step(self, x, y):
         def fn(x, y):
-            logits = self.model(x, training=False)
+            logits = tf.cast(self.model(x, training=False), tf.float32)
+            hit = tf.cast(tf.equal(tf.argmax(logits, 1, output_type=tf.int64), y), tf.float64)
+            k = self.data.classes
             return (tf.reduce_sum(tf.cast(self.xent(y, logits), tf.float64)),
-                    self._correct(logits, y))
+                    self._correct(logits, y), tf.math.unsorted_segment_sum(hit, y, k),
+                    tf.math.unsorted_segment_sum(tf.ones_like(hit), y, k))
         return self.dist.run(fn, (x, y))
 
     def all_sum(self, values):
@@ -130,14 +171,14 @@ class KerasRun:
     def evaluate(self, rank, batch):
         """The test split's [loss_sum, correct, count] over every replica: each feeds its
         shard, as the other engines' ranks do."""
-        ev = ddpb_train.Tally()
+        ev = ddpb_train.Tally(self.data.classes)
         its = [self.data.test_batches(self.world, r, batch) for r in self.dist.replica_ids]
         for parts in zip(*its):
-            ls, cr = self.eval_step(*self.dist.inputs([nhwc(x) for x, _ in parts],
-                                                      [y for _, y in parts]))
-            ev.loss_sum += sum(float(v.numpy()) for v in self.dist.locals(ls))
-            ev.correct += sum(float(v.numpy()) for v in self.dist.locals(cr))
-            ev.count += sum(len(y) for _, y in parts)
+            out = self.eval_step(*self.dist.inputs([nhwc(x) for x, _ in parts],
+                                                   [y for _, y in parts]))
+            for (_, y), ls, cr, cc, cn in zip(parts, *(self.dist.locals(v) for v in out)):
+                ev.add(float(ls.numpy()) / len(y), float(cr.numpy()), len(y),
+                       cc.numpy().tolist(), cn.numpy().tolist())
         return self.all_sum(ev.as_list())
 
     def run_repeat(self, rep, repeat, seed, rank):
@@ -158,14 +199,16 @@ class KerasRun:
                 parts = [next(it) for it in its]
                 xs, ys = self.dist.inputs([nhwc(x) for x, _ in parts], [y for _, y in parts])
                 data_ms = clock.lap()
-                loss, correct = self.train_step(xs, ys)
+                loss, correct, norm = self.train_step(xs, ys)
                 losses = [float(v.numpy()) for v in self.dist.locals(loss)]  # waits for it
                 step_ms = (time.perf_counter() - t0) * 1000.0
                 for (_, y), lv, cv in zip(parts, losses, self.dist.locals(correct)):
                     tally.add(lv, float(cv.numpy()), len(y))
                 rep.step(step=step, loss=sum(losses) / len(losses), samples=batch,
                          step_ms=step_ms, repeat=repeat, epoch=epoch,
-                         warmup=step < plan.warmup, data_ms=data_ms)
+                         warmup=step < plan.warmup, data_ms=data_ms,
+                         grad_norm=float(self.dist.locals(norm)[0].numpy()) if self.clip > 0
+                         else None, **self.scale_fields())
                 if step == 0:
                     self.dist.after_first_step(self)
                 usage.step()
@@ -183,6 +226,16 @@ class KerasRun:
                 break
         usage.emit(rep, epoch)  # the steps after the last epoch that ended
         rep.memory(repeat, ddpb_train.peak_rss_bytes(), **self.held_bytes())
+
+    def scale_fields(self):
+        """fp16's step fields: the loss scale now (after the step's update: Keras' dynamic
+        scale halves on a non-finite step and skips it, so a drop marks a skipped step)."""
+        if not self.fp16:
+            return {}
+        scale = float(self.opt.loss_scale.numpy())
+        skipped = getattr(self, "last_scale", scale) > scale
+        self.last_scale = scale
+        return {"loss_scale": scale, "skipped": skipped}
 
     def held_bytes(self):
         """The model's weights (trainable: parameters; the rest: batch-norm statistics) and
@@ -246,3 +299,10 @@ class StrategyDist:
 
     def after_first_step(self, run):
         pass
+
+    def exchanged(self, grads):
+        """The replica's gradients all-reduced (SUM) in its replica context, as
+        apply_gradients would, and the keyword that keeps Keras from doing it again."""
+        grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
+                                                               grads)
+        return grads, {"skip_gradients_aggregation": True}

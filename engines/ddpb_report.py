@@ -167,11 +167,14 @@ class Reporter:
         self.emit("progress", done=int(done), total=int(total), phase=phase)
 
     def step(self, step, loss, samples, step_ms, repeat=0, epoch=0, warmup=False,
-             bytes_sent=None, gen=None, world=None, **phases):
+             bytes_sent=None, gen=None, world=None, grad_norm=None, loss_scale=None,
+             skipped=False, **phases):
         """One training step of this rank; phases in ms by their report names. A phase
         not passed, or bytes_sent None, is left out: the engine cannot observe it, and the
         daemon stores null (common/report.h), never 0. gen and world: an elastic run's
-        generation and its world size (left out otherwise)."""
+        generation and its world size (left out otherwise). grad_norm: the global
+        gradient norm before clipping (runs with clip_grad_norm > 0), loss_scale: the fp16
+        loss scale the step used, skipped: an fp16 step the scaler skipped (issue 33)."""
         unknown = set(phases) - set(STEP_PHASES)
         if unknown:
             raise ValueError(f"unknown step phase(s): {sorted(unknown)}")
@@ -181,17 +184,30 @@ class Reporter:
             fields["bytes_sent"] = int(bytes_sent)
         if gen is not None:
             fields.update(gen=int(gen), world=int(world))
+        if grad_norm is not None:
+            fields["grad_norm"] = float(grad_norm)
+        if loss_scale is not None:
+            fields["loss_scale"] = float(loss_scale)
+        if skipped:
+            fields["skipped"] = True
         self.progress = int(step) + 1
         self.emit("step", repeat=int(repeat), epoch=int(epoch), step=int(step),
                   warmup=bool(warmup), samples=int(samples), loss=float(loss), **fields)
 
     def epoch(self, epoch, samples, time_s, repeat=0, train_loss=None, train_acc=None,
-              test_loss=None, test_acc=None):
-        """Rank 0, after each epoch; a figure not measured is omitted (stored NULL)."""
+              test_loss=None, test_acc=None, test_acc_per_class=None):
+        """Rank 0, after each epoch; a figure not measured is omitted (stored NULL).
+        test_acc_per_class: one accuracy per class, None for a class the test split lacks
+        (sent null)."""
         opt = {"train_loss": train_loss, "train_acc": train_acc, "test_loss": test_loss,
                "test_acc": test_acc}
+        extra = {}
+        if test_acc_per_class is not None:
+            extra["test_acc_per_class"] = [None if v is None else float(v)
+                                           for v in test_acc_per_class]
         self.emit("epoch", repeat=int(repeat), epoch=int(epoch), samples=int(samples),
-                  time_s=float(time_s), **{k: float(v) for k, v in opt.items() if v is not None})
+                  time_s=float(time_s), **{k: float(v) for k, v in opt.items() if v is not None},
+                  **extra)
 
     def memory(self, repeat, peak_rss_bytes, **held):
         """What this rank holds at the end of a repeat (common/report.h struct

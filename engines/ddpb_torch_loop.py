@@ -16,6 +16,10 @@ What differs between frameworks is an adapter object (engine_<name>.py):
                                  inside the backward window (DDP waits for its buckets
                                  there), which backward_ms then excludes
   adapter.all_sum(values)        -> the values summed over ranks (floats)
+  adapter.prec                   the run's Precision (below): autocast of the forward, the
+                                 input's dtype, the fp16 loss scale and clip_grad_norm;
+                                 step_end adds its step fields (grad_norm, loss_scale,
+                                 skipped) to what it returns
 Optional (ddpb_observe.py; absent: the engine adds nothing of its own):
   adapter.readiness              true: rank 0 records gradient readiness ("grads")
   adapter.trace_step(tracer, backward_end)  adds the step's communication to its trace
@@ -39,16 +43,134 @@ import ddpb_torch_models as zoo
 import ddpb_train
 
 
-def evaluate(module, data, world, rank, batch, device, all_sum):
-    """The test split's [loss_sum, correct, count] summed over ranks (each its shard)."""
+class Precision:
+    """The spec's precision, fp16 loss scaling and clip_grad_norm for a torch adapter
+    (issue 33's contract):
+      fp32  nothing
+      bf16  torch.autocast(device, bfloat16) around the forward (CPU: oneDNN's bf16 kernels)
+      fp16  torch.autocast("cuda", float16) and a loss scaler: loss_scale 0 is
+            torch.cuda.amp.GradScaler (init 65536, x0.5 and the step skipped on a
+            non-finite gradient, x2 after loss_scale_window finite steps), > 0 StaticScaler
+    managed: the framework runs the precision itself (DeepSpeed's "bf16"/"fp16" config casts
+    the model): no autocast and no scaler here, only the input cast to the model's dtype.
+    Clipping (clip > 0) runs on the exchanged (averaged) gradients, unscaled first:
+    torch.nn.utils.clip_grad_norm_, whose returned norm (before clipping) is the step's
+    grad_norm. fp16 on a CPU is refused at submit (common/spec_table.c); here too."""
+
+    DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+    def __init__(self, spec, device, managed=False):
+        self.name, self.device, self.managed = spec.get("precision", "fp32"), device, managed
+        self.dtype = self.DTYPES.get(self.name)
+        self.clip = float(spec.get("clip_grad_norm", 0) or 0)
+        self.scaler = None
+        if self.name == "fp16" and device.type != "cuda":
+            raise ValueError("precision fp16 needs device cuda: torch's CPU autocast runs "
+                             "bf16 only")
+        if self.name == "fp16" and not managed:
+            scale = float(spec.get("loss_scale", 0) or 0)
+            window = int(spec.get("loss_scale_window", 2000))
+            self.scaler = StaticScaler(scale) if scale > 0 else torch.cuda.amp.GradScaler(
+                init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5,
+                growth_interval=window)
+
+    def config(self):
+        """The framework configuration's "precision" entry."""
+        if self.managed:
+            return {"precision": self.name, "by": "the framework's own config"}
+        out = {"precision": self.name, "autocast": None if self.dtype is None else
+               f"torch.autocast({self.device.type!r}, {self.dtype})"}
+        if self.scaler is not None:
+            out["loss_scaler"] = type(self.scaler).__name__
+        if self.clip > 0:
+            out["clip_grad_norm"] = "torch.nn.utils.clip_grad_norm_ after the exchange"
+        return out
+
+    def autocast(self):
+        if self.dtype is None or self.managed:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def cast_input(self, xt):
+        return xt.to(self.dtype) if self.managed and self.dtype is not None else xt
+
+    def scale(self, loss):
+        return self.scaler.scale(loss) if self.scaler is not None else loss
+
+    def step(self, opt, params):
+        """The update once the gradients are exchanged: unscale, clip, step (skipped by the
+        scaler on a non-finite gradient), scaler update. Returns the step's fields."""
+        fields = {}
+        if self.scaler is not None:
+            self.scaler.unscale_(opt)
+        if self.clip > 0:
+            fields["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, self.clip))
+        if self.scaler is None:
+            opt.step()
+            return fields
+        scale = float(self.scaler.get_scale())
+        self.scaler.step(opt)
+        self.scaler.update()
+        fields.update(loss_scale=scale, skipped=scaler_skipped(self.scaler, scale))
+        return fields
+
+
+def scaler_skipped(scaler, scale_before):
+    """Whether the scaler skipped the step: a dynamic scaler halves its scale exactly then."""
+    if isinstance(scaler, StaticScaler):
+        return scaler.found_inf
+    return float(scaler.get_scale()) < scale_before
+
+
+class StaticScaler:
+    """A static fp16 loss scale with GradScaler's interface (GradScaler itself cannot hold
+    its scale: its growth factor must exceed 1): the loss times scale, the gradients
+    divided by it, a step with a non-finite gradient skipped."""
+
+    def __init__(self, scale):
+        self.value, self.found_inf = float(scale), False
+
+    def scale(self, loss):
+        return loss * self.value
+
+    def unscale_(self, opt):
+        self.found_inf = False
+        for g in opt.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    p.grad.div_(self.value)
+                    self.found_inf |= not bool(torch.isfinite(p.grad).all())
+
+    def step(self, opt):
+        if not self.found_inf:
+            opt.step()
+
+    def update(self):
+        pass
+
+    def get_scale(self):
+        return self.value
+
+
+def class_counts(out, yt, classes):
+    """This batch's (correct per class, samples per class) as lists of classes numbers."""
+    hit = yt[out.argmax(1) == yt]
+    return (torch.bincount(hit, minlength=classes)[:classes].tolist(),
+            torch.bincount(yt, minlength=classes)[:classes].tolist())
+
+
+def evaluate(module, data, world, rank, batch, device, all_sum, prec=None):
+    """The test split's Tally.as_list() (with per-class sums) summed over ranks (each its
+    shard); prec: the run's Precision (autocast, input dtype)."""
     module.eval()
-    tally = ddpb_train.Tally()
+    tally = ddpb_train.Tally(data.classes)
     with torch.no_grad():
         for x, y in data.test_batches(world, rank, batch):
             xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
-            out = module(xt)
+            with prec.autocast() if prec else contextlib.nullcontext():
+                out = module(prec.cast_input(xt) if prec else xt).float()
             tally.add(F.cross_entropy(out, yt).item(), (out.argmax(1) == yt).sum().item(),
-                      len(y))
+                      len(y), *class_counts(out, yt, data.classes))
     module.train()
     return all_sum(tally.as_list())
 
@@ -132,7 +254,8 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
         test = None
         if data.test is not None and spec.get("eval", True):
             def test():
-                return evaluate(module, data, world, rank, batch, device, adapter.all_sum)
+                return evaluate(module, data, world, rank, batch, device, adapter.all_sum,
+                                adapter.prec)
         ddpb_train.end_epoch(rep, rank, world, repeat, epoch, tally, t_epoch, adapter.all_sum,
                              test)
         if el:  # the next epoch starts from here
@@ -185,7 +308,8 @@ def one_step(module, adapter, it, device, acc, tally, last, tracer=NO_TRACE, rea
         tracer.span("data", t_data, clock.t)
         with adapter.micro(k, acc):
             t_fwd = clock.t
-            out = module(xt)
+            with adapter.prec.autocast():
+                out = module(adapter.prec.cast_input(xt)).float()
             loss = F.cross_entropy(out, yt)
             fwd += clock.lap()
             t_bwd = clock.t

@@ -59,38 +59,64 @@ class Plan:
 
 class Tally:
     """Loss and correct counts of an epoch or an evaluation, summed across ranks by the
-    engine (allreduce of [loss_sum, correct, count])."""
+    engine (allreduce of as_list(): [loss_sum, correct, count], then when classes > 0 the
+    per-class correct counts and the per-class sample counts, so one allreduce carries
+    test_acc_per_class too)."""
 
-    def __init__(self):
+    MAX_CLASSES = 1000  # common/report.h REPORT_MAX_CLASSES: more is no class table
+
+    def __init__(self, classes=0):
         self.loss_sum = self.correct = self.count = 0.0
+        classes = classes if classes <= self.MAX_CLASSES else 0
+        self.classes = classes
+        self.class_correct = [0.0] * classes
+        self.class_count = [0.0] * classes
 
-    def add(self, loss_mean, correct, n):
+    def add(self, loss_mean, correct, n, class_correct=None, class_count=None):
+        """class_correct, class_count: this batch's per-class sums (sequences of classes
+        numbers), when the tally keeps them."""
         self.loss_sum += float(loss_mean) * n
         self.correct += float(correct)
         self.count += n
+        if self.classes and class_count is not None:
+            for c in range(self.classes):
+                self.class_correct[c] += float(class_correct[c])
+                self.class_count[c] += float(class_count[c])
 
     def as_list(self):
-        return [self.loss_sum, self.correct, self.count]
+        return [self.loss_sum, self.correct, self.count] + self.class_correct + self.class_count
 
     @staticmethod
     def figures(summed):
-        loss_sum, correct, count = summed
+        loss_sum, correct, count = summed[:3]
         if count <= 0:
             return None, None
         return loss_sum / count, correct / count
 
+    @staticmethod
+    def per_class(summed):
+        """test_acc_per_class from a summed as_list(): one accuracy per class, None for a
+        class with no sample (the report line's null); None when the tally kept none."""
+        k = (len(summed) - 3) // 2
+        if k <= 0:
+            return None
+        hits, counts = summed[3:3 + k], summed[3 + k:3 + 2 * k]
+        return [h / n if n > 0 else None for h, n in zip(hits, counts)]
+
 
 def end_epoch(rep, rank, world, repeat, epoch, tally, t_epoch, all_sum, evaluate):
     """An epoch's figures: the train tally summed over ranks, the test split's when
-    evaluate (a function returning the summed [loss_sum, correct, count]) is given; rank 0
-    reports them (the C worker's epoch event)."""
+    evaluate (a function returning the summed Tally.as_list(), per-class sums included)
+    is given; rank 0 reports them (the C worker's epoch event)."""
     summed = all_sum(tally.as_list())
     train_loss, train_acc = Tally.figures(summed)
-    test_loss, test_acc = Tally.figures(evaluate()) if evaluate else (None, None)
+    tested = evaluate() if evaluate else None
+    test_loss, test_acc = Tally.figures(tested) if tested else (None, None)
     if rank == 0:  # the ranks' samples summed (a resumed epoch's rank 0 holds all before)
         rep.epoch(epoch=epoch, samples=int(summed[2]),
                   time_s=time.perf_counter() - t_epoch, repeat=repeat, train_loss=train_loss,
-                  train_acc=train_acc, test_loss=test_loss, test_acc=test_acc)
+                  train_acc=train_acc, test_loss=test_loss, test_acc=test_acc,
+                  test_acc_per_class=Tally.per_class(tested) if tested else None)
 
 
 class Usage:

@@ -13,6 +13,14 @@ framework_config.ds_config):
   optimizer               the client optimizer (torch.optim's, as the other engines), hence
                           zero_allow_untested_optimizer
   lr_schedule             ddpb_train.lr_at on the optimizer's param_groups each step
+  precision               bf16: "bf16": {"enabled": true} (DeepSpeed casts the model to
+                          bf16, ZeRO keeps fp32 master partitions; the input is cast to
+                          bf16); fp16: "fp16" {enabled, loss_scale (0 = dynamic),
+                          loss_scale_window, initial_scale_power 16} on a device whose
+                          accelerator has fp16 (DeepSpeed's CPU accelerator has not:
+                          is_fp16_supported() is false, so it is refused at submit)
+  clip_grad_norm          "gradient_clipping" (ZeRO's global norm over the partitions,
+                          after the reduction); the step reports get_global_grad_norm()
 
 On the CPU with Debian's torch 1.13, DeepSpeed's own CPU backend (ccl) needs
 oneccl_bindings_for_pytorch, which has no build for this torch and Python, so the process
@@ -60,7 +68,60 @@ def ds_config(spec):
                                   "overlap_comm": False, "reduce_scatter": False,
                                   "contiguous_gradients": True},
             "zero_allow_untested_optimizer": True, "wall_clock_breakdown": True,
-            "steps_per_print": 1 << 30}
+            "steps_per_print": 1 << 30, **ds_precision(spec)}
+
+
+def ds_precision(spec):
+    """ds_config's precision and clipping entries for the spec (issue 33's contract)."""
+    out, prec = {}, spec.get("precision", "fp32")
+    if prec == "bf16":
+        out["bf16"] = {"enabled": True}
+    elif prec == "fp16":
+        out["fp16"] = {"enabled": True, "loss_scale": float(spec.get("loss_scale", 0) or 0),
+                       "loss_scale_window": int(spec.get("loss_scale_window", 2000)),
+                       "initial_scale_power": 16, "hysteresis": 1, "min_loss_scale": 1}
+    clip = float(spec.get("clip_grad_norm", 0) or 0)
+    if clip > 0:
+        out["gradient_clipping"] = clip
+    return out
+
+
+def gloo_bf16_shim(cdb):
+    """torch 1.13's gloo has no bfloat16 collective ("Invalid scalar type"), and DeepSpeed's
+    bf16 mode broadcasts, all-reduces and all-gathers its bf16 parameters and gradients:
+    its communication backend's all_reduce, broadcast and all_gather carry a bf16 tensor as
+    fp32 (widened, exchanged, narrowed back, synchronously; the sums are exact for the
+    values bf16 holds). So a deepspeed bf16 run's collectives move twice the bytes a
+    bf16-capable backend would (stated in framework_config)."""
+    from deepspeed.comm.torch import Noop
+    reduce_, bcast, gather = cdb.all_reduce, cdb.broadcast, cdb.all_gather
+
+    def all_reduce(tensor, op=torch.distributed.ReduceOp.SUM, group=None, async_op=False):
+        if tensor.dtype != torch.bfloat16:
+            return reduce_(tensor, op=op, group=group, async_op=async_op)
+        wide = tensor.float()
+        reduce_(wide, op=op, group=group, async_op=False)
+        tensor.copy_(wide)
+        return Noop()
+
+    def broadcast(tensor, src, group=None, async_op=False):
+        if tensor.dtype != torch.bfloat16:
+            return bcast(tensor, src, group=group, async_op=async_op)
+        wide = tensor.float()
+        bcast(wide, src, group=group, async_op=False)
+        tensor.copy_(wide)
+        return Noop()
+
+    def all_gather(tensor_list, tensor, group=None, async_op=False):
+        if tensor.dtype != torch.bfloat16:
+            return gather(tensor_list, tensor, group=group, async_op=async_op)
+        outs = [torch.empty(t.shape, dtype=torch.float32) for t in tensor_list]
+        gather(outs, tensor.float(), group=group, async_op=False)
+        for t, o in zip(tensor_list, outs):
+            t.copy_(o)
+        return Noop()
+
+    cdb.all_reduce, cdb.broadcast, cdb.all_gather = all_reduce, broadcast, all_gather
 
 
 class DeepSpeedAdapter:
@@ -68,6 +129,8 @@ class DeepSpeedAdapter:
 
     def __init__(self, spec, announce):
         self.spec, self.announce = spec, announce
+        self.prec = loop.Precision(spec, torch.device("cpu"), managed=True)
+        self.clip = float(spec.get("clip_grad_norm", 0) or 0)
 
     def wrap(self, model):
         cls, kw, opt_config = loop.make_optimizer(self.spec, model.parameters())
@@ -78,7 +141,9 @@ class DeepSpeedAdapter:
         self.announce({"ds_config": config, "optimizer": opt_config,
                        "process_group": "gloo",
                        "gloo_fallbacks": ["all_gather_into_tensor -> all_gather",
-                                          "reduce_scatter false"]})
+                                          "reduce_scatter false"] + (
+                           ["bf16 collectives carried as fp32 (gloo has no bfloat16)"]
+                           if self.spec.get("precision") == "bf16" else [])})
         return self.engine, self.client
 
     def micro(self, k, acc):
@@ -94,11 +159,20 @@ class DeepSpeedAdapter:
 
     def step_end(self, backward_end):
         reduce_ms = self.engine.timers(BACKWARD_REDUCE_MICRO_TIMER).elapsed(reset=False)
+        scale = self.engine.optimizer.cur_scale if self.spec.get("precision") == "fp16" \
+            else None
         t = time.perf_counter()
         self.engine.step()
         end = time.perf_counter()
-        return {"comm_ms": reduce_ms, "comm_exposed_ms": reduce_ms, "in_backward_ms": reduce_ms,
-                "optimizer_ms": (end - t) * 1000.0, "update_span": (t, end)}
+        out = {"comm_ms": reduce_ms, "comm_exposed_ms": reduce_ms, "in_backward_ms": reduce_ms,
+               "optimizer_ms": (end - t) * 1000.0, "update_span": (t, end)}
+        norm = self.engine.get_global_grad_norm() if self.clip > 0 else None
+        if norm is not None:  # ZeRO's norm of the reduced gradients, before clipping
+            out["grad_norm"] = float(norm)
+        if self.spec.get("precision") == "fp16":
+            out["loss_scale"] = float(scale)
+            out["skipped"] = bool(getattr(self.engine.optimizer, "overflow", False))
+        return out
 
     def all_sum(self, values):
         t = torch.tensor(values, dtype=torch.float64)
@@ -113,6 +187,8 @@ def train(rep, spec, rank, world):
         seconds=int(spec.get("comm_timeout_s", 300))))
     ds_comm.cdb.all_gather_function = None  # gloo in torch 1.13: see the module's doc
     ds_comm.cdb.reduce_scatter_function = None
+    if spec.get("precision") == "bf16":
+        gloo_bf16_shim(ds_comm.cdb)
     loop.train_all("deepspeed", rep, VERSIONS, NOT_OBSERVED, spec, ddpb_data.Data(spec),
                    torch.device("cpu"), world, rank,
                    lambda announce: DeepSpeedAdapter(spec, announce))

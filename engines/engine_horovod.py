@@ -20,6 +20,11 @@ The spec's knobs map onto Horovod's (framework_config, stored with the run):
   compression       fp16: hvd.Compression.fp16; none: hvd.Compression.none
   accumulate        backward_passes_per_step
   broadcast_init    hvd.broadcast_parameters and broadcast_optimizer_state from rank 0
+  precision         bf16: torch.autocast(bfloat16) around the forward, as engine pytorch
+                    (fp16 needs cuda, which this Horovod build lacks: refused at submit);
+                    Horovod's fp16 gradient compression stays the spec's compression
+  clip_grad_norm    optimizer.synchronize() (the averaged gradients), clip_grad_norm_, then
+                    the step under optimizer.skip_synchronize(); the step reports grad_norm
 
 Phases: data, forward, backward and optimizer on the training thread's clock. The
 allreduces run on Horovod's background thread as gradients become ready; what the training
@@ -85,6 +90,7 @@ class HorovodAdapter:
         self.broadcast = broadcast
         self.sync = None  # (start, end) of the step's synchronize(), perf_counter seconds
         self.timeline = None  # the traced window's timeline file (rank 0's), when recording
+        self.prec = loop.Precision(spec, torch.device("cpu"))
 
     def wrap(self, model):
         spec = self.spec
@@ -105,14 +111,16 @@ class HorovodAdapter:
                                                          HOROVOD_DEFAULT_FUSION)),
             "cycle_time_ms": float(os.environ.get("HOROVOD_CYCLE_TIME",
                                                   HOROVOD_DEFAULT_CYCLE_MS)),
-            "broadcast_init": bool(spec.get("broadcast_init", True))}, **self.facts})
+            "broadcast_init": bool(spec.get("broadcast_init", True))},
+            "precision": self.prec.config(), **self.facts})
+        self.model = model
         return model, self.opt
 
     def micro(self, k, acc):
         return loop.no_context(k, acc)
 
     def backward(self, loss, k, acc):
-        (loss / acc).backward()
+        self.prec.scale(loss / acc).backward()
 
     def step_begin(self):
         pass
@@ -122,12 +130,12 @@ class HorovodAdapter:
         self.opt.synchronize()
         t1 = time.perf_counter()
         self.sync = (t0, t1)
-        with self.opt.skip_synchronize():
-            self.opt.step()
+        with self.opt.skip_synchronize():  # unscale and clip the averaged gradients, step
+            fields = self.prec.step(self.opt, self.model.parameters())
         self.opt.zero_grad()
         end = time.perf_counter()
         return {"comm_exposed_ms": (t1 - t0) * 1000.0, "optimizer_ms": (end - t1) * 1000.0,
-                "update_span": (t0, end)}
+                "update_span": (t0, end), **fields}
 
     def all_sum(self, values):
         t = torch.tensor(values, dtype=torch.float64)

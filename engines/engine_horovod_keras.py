@@ -76,6 +76,10 @@ class HorovodDist:
         t = tf.constant(values, dtype=tf.float64)
         return hvd.allreduce(t, op=hvd.Sum, name="ddpb_tally").numpy().tolist()
 
+    def exchanged(self, grads):
+        """The gradients compute_gradients averaged already; nothing to tell Keras."""
+        return grads, {}
+
     def after_first_step(self, run):
         """BroadcastGlobalVariablesCallback's broadcast: the optimizer's slots exist now."""
         if self.spec.get("broadcast_init", True):

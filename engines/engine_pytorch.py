@@ -11,6 +11,12 @@ The spec's knobs map onto torch's own (the table is framework_config, stored wit
   strategy dp     torch.nn.DataParallel over world_size GPUs in ONE process (DpAdapter;
                   device cuda only: on a CPU it would run a single replica)
   accumulate      DDP.no_sync() on every micro-batch but the last
+  precision       bf16: torch.autocast(bfloat16) (cpu: oneDNN; cuda); fp16 (cuda only):
+                  autocast(float16) + GradScaler (loss_scale 0, loss_scale_window) or a
+                  static scale (ddpb_torch_loop.Precision)
+  clip_grad_norm  clip_grad_norm_ over the DDP-averaged gradients before the optimizer
+                  step (ZeroRedundancyOptimizer: every rank holds the full averaged
+                  gradients then), unscaled first under fp16; the step reports grad_norm
   optimizer, lr_schedule, seed, threads, dataset: as ddpb_train / ddpb_data define them.
 
 Phases: data (numpy batch to tensor), forward, backward, optimizer on the training
@@ -128,6 +134,7 @@ class DdpAdapter:
     def __init__(self, spec, world, device, announce):
         self.spec, self.world, self.device, self.announce = spec, world, device, announce
         self.hook = CommHook(world, spec.get("compression", "none"))
+        self.prec = loop.Precision(spec, device)
 
     def wrap(self, model):
         spec = self.spec
@@ -150,14 +157,15 @@ class DdpAdapter:
             "find_unused_parameters": False, "gradient_as_bucket_view": False,
             "comm_hook": "allreduce" + ("" if self.hook.dtype is None else
                                         f" of a {spec.get('compression')} copy")},
-            "optimizer": config, "accumulate": acc, "no_sync": acc > 1})
+            "optimizer": config, "accumulate": acc, "no_sync": acc > 1,
+            "precision": self.prec.config()})
         return self.ddp, self.opt
 
     def micro(self, k, acc):
         return self.ddp.no_sync() if k < acc - 1 else contextlib.nullcontext()
 
     def backward(self, loss, k, acc):
-        (loss / acc).backward()
+        self.prec.scale(loss / acc).backward()
 
     def step_begin(self):
         self.hook.reset()
@@ -165,11 +173,11 @@ class DdpAdapter:
     def step_end(self, backward_end):
         comm, exposed = self.hook.timing(backward_end)
         t = time.perf_counter()
-        self.opt.step()
+        fields = self.prec.step(self.opt, self.ddp.parameters())
         self.opt.zero_grad(set_to_none=True)
         end = time.perf_counter()
         return {"comm_ms": comm, "comm_exposed_ms": exposed, "in_backward_ms": exposed,
-                "optimizer_ms": (end - t) * 1000.0, "update_span": (t, end)}
+                "optimizer_ms": (end - t) * 1000.0, "update_span": (t, end), **fields}
 
     def trace_step(self, tracer, backward_end):
         self.hook.trace(tracer, backward_end)
@@ -191,6 +199,7 @@ class DpAdapter:
 
     def __init__(self, spec, world, device, announce):
         self.spec, self.world, self.device, self.announce = spec, world, device, announce
+        self.prec = loop.Precision(spec, device)
 
     def wrap(self, model):
         if torch.cuda.device_count() < self.world:
@@ -201,24 +210,25 @@ class DpAdapter:
         self.opt = cls(self.dp.parameters(), **kw)
         self.announce({"DataParallel": {"device_ids": list(range(self.world)),
                                         "output_device": 0, "single_process": True},
-                       "optimizer": config, "accumulate": int(self.spec.get("accumulate", 1))})
+                       "optimizer": config, "accumulate": int(self.spec.get("accumulate", 1)),
+                       "precision": self.prec.config()})
         return self.dp, self.opt
 
     def micro(self, k, acc):
         return contextlib.nullcontext()
 
     def backward(self, loss, k, acc):
-        (loss / acc).backward()
+        self.prec.scale(loss / acc).backward()
 
     def step_begin(self):
         pass
 
     def step_end(self, backward_end):
         t = time.perf_counter()
-        self.opt.step()
+        fields = self.prec.step(self.opt, self.dp.parameters())
         self.opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize(self.device)
-        return {"optimizer_ms": (time.perf_counter() - t) * 1000.0}
+        return {"optimizer_ms": (time.perf_counter() - t) * 1000.0, **fields}
 
     def all_sum(self, values):
         return [float(v) for v in values]  # one process holds every replica's tally

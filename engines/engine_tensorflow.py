@@ -14,6 +14,18 @@ The spec's knobs map onto TensorFlow's (framework_config, stored with the run):
                 adamw's is Keras's decoupled decay, as torch.optim.AdamW
   lr_schedule   ddpb_train.lr_at, assigned to the optimizer's learning rate each step
   threads       intra-op threads; one inter-op thread
+  precision     bf16: the Keras policy "mixed_bfloat16" (fp32 variables, bf16 compute;
+                logits cast to fp32 for the loss); fp16: "mixed_float16" with a
+                LossScaleOptimizer (dynamic when loss_scale is 0, growth every
+                loss_scale_window steps; static otherwise), which needs a GPU: refused at
+                submit, as this engine is tensorflow-cpu
+  clip_grad_norm  the optimizer's global_clipnorm. Keras 2.15's Optimizer.apply_gradients
+                all-reduces the gradients (aggregate_gradients) before _clip_gradients, so
+                it clips the aggregated gradient, as the contract asks; the adapter does
+                that same all-reduce itself (replica context, SUM) so that it can report the
+                norm (tf.linalg.global_norm) and passes skip_gradients_aggregation. Keras
+                clips by tf.clip_by_global_norm: clip/max(norm, clip), torch's clip/(norm +
+                1e-6) without the 1e-6
   dataset       ddpb_data's shard of this rank (NCHW batches transposed to NHWC)
 
 The loop, loss and phases are ddpb_keras_loop's (shared with engine horovod's framework
@@ -87,7 +99,9 @@ def train(rep, spec, rank, world):
         run = keras_loop.KerasRun(spec, dist, data, seed, world)
         if repeat == 0:
             config.update(threads={"intra_op": intra, "inter_op": inter},
-                          optimizer=run.opt_config)
+                          optimizer=run.opt_config,
+                          mixed_precision_policy=keras_loop.POLICIES[
+                              spec.get("precision", "fp32")])
             rep.env(ddpb_train.framework_env("tensorflow", VERSIONS, config, NOT_OBSERVED))
         run.run_repeat(rep, repeat, seed, rank)
 

@@ -91,17 +91,17 @@ CAPS = {
                  "compressions": ["none", "fp16", "bf16"]},
     "pytorch": {"strategies": ["ddp", "zero1", "dp"], "backends": ["tcp", "nccl"],
                 "frameworks": TORCH_FRONT,
-                "devices": ["cpu", "cuda"], "precisions": ["fp32"],
+                "devices": ["cpu", "cuda"], "precisions": ["fp32", "bf16", "fp16"],
                 "compressions": ["none", "fp16", "bf16"]},
     "tensorflow": {"strategies": ["ddp", "mirrored"], "backends": ["tcp"], "devices": ["cpu"],
                    "frameworks": ["auto"],
-                   "precisions": ["fp32"], "compressions": ["none"]},
+                   "precisions": ["fp32", "bf16"], "compressions": ["none"]},
     "horovod": {"strategies": ["horovod"], "backends": ["tcp", "mpi"], "devices": ["cpu"],
                 "frameworks": ["auto", "torch", "keras"],
-                "precisions": ["fp32"], "compressions": ["none", "fp16"]},
+                "precisions": ["fp32", "bf16"], "compressions": ["none", "fp16"]},
     "deepspeed": {"strategies": ["zero1", "zero2"], "backends": ["tcp"], "devices": ["cpu"],
                   "frameworks": TORCH_FRONT,
-                  "precisions": ["fp32"], "compressions": ["none"]},
+                  "precisions": ["fp32", "bf16"], "compressions": ["none"]},
     # a user's program under the daemon's --scripts-dir (the daemon fills in whether it
     # allows one); ddpbench does not interpret the spec's knobs for it: the script reads them
     "script": {"strategies": PER_PROCESS, "backends": BACKENDS, "devices": ["cpu", "cuda"],
@@ -110,6 +110,24 @@ CAPS = {
     "lightning": {"strategies": ["ddp"], "backends": ["tcp"], "devices": ["cpu"],
                   "frameworks": TORCH_FRONT,
                   "precisions": ["fp32"], "compressions": ["none"]},
+}
+# Why a precision does not run, per engine (served as "precisions_not_available"; the
+# reasons are common/spec_table.c's spec_engine_precisions and spec_device_precisions, which
+# refuse them at submit naming precision). pytorch's fp16 runs on device cuda only.
+CPU_FP16 = ("on device cpu: fp16 mixed precision runs on device cuda (torch's CPU autocast, "
+            "Keras' mixed_float16 and DeepSpeed's CPU accelerator have no fp16 there)")
+PRECISIONS_NOT_AVAILABLE = {
+    "pytorch": {"fp16": CPU_FP16},
+    "tensorflow": {"fp16": "Keras' mixed_float16 needs a GPU and the tensorflow engine is "
+                           "tensorflow-cpu"},
+    "horovod": {"fp16": "fp16 autocast needs device cuda, which this Horovod build lacks; "
+                        "Horovod's fp16 gradient compression is the spec's compression"},
+    "deepspeed": {"fp16": "DeepSpeed's CPU accelerator has no fp16 (is_fp16_supported() is "
+                          "false)"},
+    "lightning": {"fp16": CPU_FP16, "bf16": "the lightning adapter trains in fp32 (its "
+                                            "bf16-mixed mapping is not checked yet)"},
+    "script": {"fp16": "a script's precision is its own: ddpbench passes fp32 only",
+               "bf16": "a script's precision is its own: ddpbench passes fp32 only"},
 }
 ADAPTERS = ddpb_vocab.ADAPTERS
 # The backends whose presence depends on how the framework was built: engine: {backend:
@@ -218,7 +236,8 @@ def main():
         row = dict({"name": name, "installed": installed, "version": version,
                     "reason": reason, "launched": launched,
                     "not_observed": NOT_OBSERVED.get(name, {}),
-                    "memory_not_observed": MEMORY_NOT_OBSERVED.get(name, {})}, **caps)
+                    "memory_not_observed": MEMORY_NOT_OBSERVED.get(name, {}),
+                    "precisions_not_available": PRECISIONS_NOT_AVAILABLE.get(name, {})}, **caps)
         if installed:
             row["backends"], row["backends_not_available"] = backends_of(name, built)
         if installed and "mpi" in row["backends"] and name in BACKEND_PROBES:

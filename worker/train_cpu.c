@@ -83,6 +83,11 @@ static int train_cpu_wait_loss(struct train_engine *en, double *loss, int *right
     return 0;
 }
 
+static const float *train_cpu_logits(const struct train_engine *en)
+{
+    return nn_model_output(((const struct train_cpu *)en)->m);
+}
+
 static int train_cpu_begin_update(struct train_engine *en, bool *apply, struct err *e)
 {
     *apply = true; /* fp32 and bf16: no loss scaling */
@@ -126,6 +131,7 @@ const struct train_engine_ops train_engine_cpu = {
     .forward = train_cpu_forward,
     .backward = train_cpu_backward,
     .wait_loss = train_cpu_wait_loss,
+    .logits = train_cpu_logits,
     .begin_update = train_cpu_begin_update,
     .end_update = train_cpu_end_update,
     .end_step = train_cpu_end_step,

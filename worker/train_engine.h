@@ -82,6 +82,10 @@ struct train_engine_ops {
     int (*backward)(struct train_engine *en, nn_grad_hook_fn hook, void *ctx, struct err *e);
     /* The mean loss and correct count of the last forward, once it is done. */
     int (*wait_loss)(struct train_engine *en, double *loss, int *right, struct err *e);
+    /* The last forward's logits (batch, classes), plain host memory, once wait_loss
+     * returned; borrowed. NULL op: the engine keeps them on its device (an evaluation then
+     * reports no test_acc_per_class). */
+    const float *(*logits)(const struct train_engine *en);
     /* After the exchange, before the optimizer: *apply = false skips this step's update
      * (fp16 loss scaling found inf/NaN gradients). */
     int (*begin_update)(struct train_engine *en, bool *apply, struct err *e);

@@ -65,6 +65,9 @@ struct trainer {
     struct nn_optim opt;
     bool have_opt;
     struct nn_lr_schedule sched;
+    float *class_sums; /* evaluation: hits per class then samples per class (2 * nclasses),
+                          NULL while no evaluation kept them */
+    int nclasses;
     float *pad_x; /* evaluation: one padded batch */
     int32_t *pad_y;
     size_t sample_floats;
@@ -346,6 +349,8 @@ static void train_teardown(struct trainer *tr)
     tr->storage = NULL;
     free(tr->pad_x);
     free(tr->pad_y);
+    free(tr->class_sums);
+    tr->class_sums = NULL;
     tr->ld = NULL;
     tr->train = tr->test = NULL;
     tr->pad_x = NULL;
@@ -369,6 +374,73 @@ static int train_tally_reduce(struct trainer *tr, struct train_tally *t, struct 
     return 0;
 }
 
+/* The classes an evaluation counts per class (test_acc_per_class, issue 33), the same on
+ * every rank (the sums are a collective): a classifier's on an engine that hands its logits
+ * to the host; 0 for a pipeline (its last stage alone has them), a sequence model (its
+ * labels are tokens) or more classes than a report carries. */
+static int train_classes_kept(const struct trainer *tr)
+{
+    int k = nn_model_classes(tr->model);
+    bool ok = tr->eng && tr->ops->logits && !tr->have_pipe && tr->labels_per == 1 && k > 0 &&
+              k <= REPORT_MAX_CLASSES;
+    return ok ? k : 0;
+}
+
+/* Adds a batch's n valid rows to the per-class sums: the argmax of each row's logits
+ * (the first largest, as nn_xent_forward counts a hit) against its label. */
+static void train_classes_count(struct trainer *tr, const int32_t *y, int n)
+{
+    const float *z = tr->ops->logits(tr->eng);
+    int k = tr->nclasses;
+    for (int b = 0; b < n; b++) {
+        const float *row = z + (size_t)b * k;
+        int arg = 0;
+        for (int j = 1; j < k; j++)
+            if (row[j] > row[arg])
+                arg = j;
+        if (y[b] < 0 || y[b] >= k)
+            continue;
+        tr->class_sums[y[b]] += arg == y[b];
+        tr->class_sums[k + y[b]] += 1;
+    }
+}
+
+/* Zeroes the per-class sums for an evaluation (allocated once per repeat: owned by tr). */
+static int train_classes_begin(struct trainer *tr, struct err *e)
+{
+    tr->nclasses = train_classes_kept(tr);
+    if (tr->nclasses == 0)
+        return 0;
+    if (!tr->class_sums && !(tr->class_sums = calloc(2 * (size_t)tr->nclasses, sizeof(float))))
+        return err_set(e, ERR_NOMEM, NULL, "evaluation: out of memory");
+    memset(tr->class_sums, 0, 2 * (size_t)tr->nclasses * sizeof(float));
+    return 0;
+}
+
+/* Sums the per-class figures over the ranks (float32: exact below 2^24 samples). */
+static int train_classes_reduce(struct trainer *tr, struct err *e)
+{
+    if (tr->nclasses == 0)
+        return 0;
+    wait_note_begin(tr->comm->note, WAIT_METRICS, COMM_OP_ALLREDUCE, 0, 0, 0);
+    int rc = tr->ops->allreduce_host(tr->eng, tr->comm, tr->class_sums, 2 * tr->nclasses, e);
+    wait_note_end(tr->comm->note);
+    return rc;
+}
+
+/* The epoch's test_acc_per_class from the reduced sums: owned array (null for a class the
+ * split lacks), or NULL when none was kept (or memory ran out: the epoch goes without). */
+static json_t *train_classes_json(const struct trainer *tr)
+{
+    int k = tr->nclasses;
+    json_t *arr = k > 0 && tr->class_sums ? json_array() : NULL;
+    for (int c = 0; arr && c < k; c++) {
+        float hits = tr->class_sums[c], n = tr->class_sums[k + c];
+        json_array_append_new(arr, n > 0 ? json_real((double)hits / n) : json_null());
+    }
+    return arr;
+}
+
 /* This rank's part of the test split (disjoint, the union is the whole split). */
 static int train_evaluate(struct trainer *tr, struct train_tally *out, struct err *e)
 {
@@ -390,6 +462,8 @@ static int train_evaluate(struct trainer *tr, struct train_tally *out, struct er
         if (!tr->pad_x || !tr->pad_y)
             return err_set(e, ERR_NOMEM, NULL, "evaluation: out of memory");
     }
+    if (train_classes_begin(tr, e) < 0)
+        return -1;
     if (loader_shard_len(tr->test->n, lc.world_size, lc.rank, LOADER_UNEVEN) > 0 &&
         loader_create(tr->test, &lc, &ld, e) < 0)
         return err_prefix(e, "test data");
@@ -417,6 +491,8 @@ static int train_evaluate(struct trainer *tr, struct train_tally *out, struct er
             rc = -1;
             break;
         }
+        if (tr->nclasses > 0)
+            train_classes_count(tr, y, b->n);
         out->loss_sum += loss * b->n;
         out->correct += (double)right / tr->labels_per; /* a sequence's: tokens */
         out->count += b->n;
@@ -424,13 +500,16 @@ static int train_evaluate(struct trainer *tr, struct train_tally *out, struct er
     loader_destroy(ld);
     if (rc < 0)
         return err_prefix(e, "evaluation");
-    return train_tally_reduce(tr, out, e);
+    if (train_tally_reduce(tr, out, e) < 0 || train_classes_reduce(tr, e) < 0)
+        return -1;
+    return 0;
 }
 
 static int train_end_epoch(struct trainer *tr, int epoch, struct train_tally *tally,
                            double time_s, struct err *e)
 {
     struct train_tally test = {0};
+    tr->nclasses = 0; /* none unless this epoch's evaluation kept them */
     if (train_tally_reduce(tr, tally, e) < 0 ||
         (tr->test && tr->t->eval && train_evaluate(tr, &test, e) < 0))
         return -1;
@@ -448,15 +527,19 @@ static int train_end_epoch(struct trainer *tr, int epoch, struct train_tally *ta
         .train_acc = tally->count > 0 ? tally->correct / tally->count : -1,
         .test_loss = test.count > 0 ? test.loss_sum / test.count : -1,
         .test_acc = test.count > 0 ? test.correct / test.count : -1,
-        .time_s = time_s};
+        .time_s = time_s,
+        .test_acc_per_class = test.count > 0 ? train_classes_json(tr) : NULL}; /* owned */
     if (tr->comm->rank == 0) {
         log_info("repeat %d epoch %d: train loss %.4f acc %.4f, test loss %.4f acc %.4f, "
                  "%.1f s",
                  tr->repeat, epoch, ep.train_loss, ep.train_acc, ep.test_loss, ep.test_acc,
                  time_s);
-        if (report_emit_epoch(tr->w, &ep, e) < 0)
+        if (report_emit_epoch(tr->w, &ep, e) < 0) {
+            json_decref(ep.test_acc_per_class);
             return -1;
+        }
     }
+    json_decref(ep.test_acc_per_class);
     memset(tally, 0, sizeof *tally);
     return 0;
 }

@@ -82,8 +82,9 @@ def test_report_module_matches_the_c_protocol():
     rep.env({"torch": "1.13.1", "framework_config": {"bucket_cap_mb": 25}})
     rep.heartbeat("train", 3)
     rep.progress_event("load", 1, 2)
-    rep.step(step=0, loss=2.3, samples=32, step_ms=12.5, forward_ms=4.0, backward_ms=6.0)
-    rep.epoch(0, 64, 1.5, test_loss=0.5, test_acc=0.8)
+    rep.step(step=0, loss=2.3, samples=32, step_ms=12.5, forward_ms=4.0, backward_ms=6.0,
+             grad_norm=3.5, loss_scale=65536.0, skipped=True)
+    rep.epoch(0, 64, 1.5, test_loss=0.5, test_acc=0.8, test_acc_per_class=[0.5, None, 1])
     rep.error("rank 1 lost its peer", code="peer", peer=0)
     rep.memory(0, 1 << 20, params_bytes=400, grads_bytes=None, optimizer_bytes=200)
     rep.usage(0, 0, 4, 1.0, 0.5, 0.1, 3, 1, rss_bytes=None)
@@ -102,6 +103,8 @@ def test_report_module_matches_the_c_protocol():
     check("data_ms" not in lines[4] and "bytes_sent" not in lines[4], lines[4])
     check(lines[4]["forward_ms"] == 4.0 and lines[4]["step_ms"] == 12.5, lines[4])
     check("train_loss" not in lines[5], "an epoch figure not measured must be omitted")
+    check(lines[5]["test_acc_per_class"] == [0.5, None, 1.0], lines[5])  # issue 33
+    check(lines[4]["grad_norm"] == 3.5 and lines[4]["skipped"] is True, lines[4])
     try:
         rep.step(step=1, loss=1.0, samples=32, step_ms=1.0, fwd_ms=1.0)
         check(False, "an unknown phase name was accepted")

@@ -16,14 +16,15 @@
 static const struct db_trace_query test_trace_all = {-1, -1, 0, TRACE_MAX_ROWS};
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 19
+#define TEST_DB_VERSION 20
 /* migration 015's triggers and columns, undone */
-/* migrations 016 to 019, undone (019 first) */
-#define TEST_DB_UNDO_019 "ALTER TABLE runs DROP COLUMN processes; "
+/* migrations 016 to 020, undone (020 first) */
+#define TEST_DB_UNDO_020 "ALTER TABLE epochs DROP COLUMN test_acc_per_class; "
+#define TEST_DB_UNDO_019 TEST_DB_UNDO_020 "ALTER TABLE runs DROP COLUMN processes; "
 #define TEST_DB_UNDO_018                                                                       \
     TEST_DB_UNDO_019                                                                           \
-        "ALTER TABLE steps DROP COLUMN grad_norm; ALTER TABLE steps DROP COLUMN loss_scale; "  \
-        "ALTER TABLE steps DROP COLUMN skipped; "
+    "ALTER TABLE steps DROP COLUMN grad_norm; ALTER TABLE steps DROP COLUMN loss_scale; "      \
+    "ALTER TABLE steps DROP COLUMN skipped; "
 #define TEST_DB_UNDO_017                                                                       \
     TEST_DB_UNDO_018 "DROP TABLE generations; ALTER TABLE steps DROP COLUMN generation; "      \
                      "ALTER TABLE steps DROP COLUMN world; ALTER TABLE steps DROP COLUMN at; "
@@ -1306,6 +1307,49 @@ static void test_db_observe(void)
     test_db_cleanup(db);
 }
 
+/* issue 33: an epoch's test_acc_per_class is stored as its JSON array, served as an array
+ * in GET /v1/runs/{id} (a null entry kept) and read back for results; an epoch without
+ * one is served null and read back as a JSON null. */
+static void test_db_epoch_per_class(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t id = test_db_experiment(db, 1);
+    int64_t r = test_db_run_id(db, id, 0);
+    json_t *per = json_pack("[f, n, f]", 0.75, 0.5);
+    struct report_epoch with = {.epoch = 0,
+                                .samples = 64,
+                                .train_loss = 1,
+                                .train_acc = 0.5,
+                                .test_loss = 0.7,
+                                .test_acc = 0.625,
+                                .time_s = 0.1,
+                                .test_acc_per_class = per};
+    struct report_epoch without = {.epoch = 1,
+                                   .samples = 64,
+                                   .train_loss = 1,
+                                   .train_acc = 0.5,
+                                   .test_loss = -1,
+                                   .test_acc = -1,
+                                   .time_s = 0.1};
+    T_OK(db_insert_epoch(db, r, &with, &e));
+    T_OK(db_insert_epoch(db, r, &without, &e));
+    json_t *run = db_get_run(db, r, &e);
+    T_CHECK(run != NULL);
+    json_t *eps = json_object_get(run, "epochs");
+    T_CHECK(json_equal(json_object_get(json_array_get(eps, 0), "test_acc_per_class"), per));
+    T_CHECK(json_is_null(json_object_get(json_array_get(eps, 1), "test_acc_per_class")));
+    json_decref(run);
+    struct db_experiment_data data;
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    T_CHECK(json_equal(data.runs[0].epochs[0].test_acc_per_class, per));
+    T_CHECK(json_is_null(data.runs[0].epochs[1].test_acc_per_class));
+    db_experiment_data_free(&data);
+    json_decref(per);
+    db_close(db);
+}
+
 /* An epoch that trained on no sample has no train loss or accuracy: stored NULL, served
  * null, read back as -1 (not measured); migration 006 turns the zeros older databases
  * stored for such epochs into NULL and keeps every measured figure. */
@@ -1353,14 +1397,16 @@ static void test_db_epoch_train_null(void)
     char sql[4096];
     snprintf(
         sql, sizeof sql,
-        "DROP TABLE epochs; CREATE TABLE epochs (run_id INTEGER NOT NULL REFERENCES "
+        TEST_DB_UNDO_009
+        "DROP TABLE epochs; CREATE TABLE epochs (run_id INTEGER NOT NULL "
+        "REFERENCES "
         "runs (id) ON DELETE CASCADE, repeat INTEGER NOT NULL, epoch INTEGER NOT NULL, "
         "samples INTEGER NOT NULL, train_loss REAL NOT NULL, train_acc REAL NOT NULL, "
         "test_loss REAL, test_acc REAL, time_s REAL NOT NULL, PRIMARY KEY (run_id, "
         "repeat, epoch)) WITHOUT ROWID; INSERT INTO epochs VALUES "
         "(%lld, 0, 0, 0, 0, 0, 0.7, 0.6, 0.1), (%lld, 0, 1, 64, 1.5, 0.5, NULL, NULL, 0.2);"
         "ALTER TABLE runs DROP COLUMN oversubscribed; ALTER TABLE runs DROP COLUMN "
-        "network_profile; " TEST_DB_UNDO_009 "PRAGMA user_version=5",
+        "network_profile; PRAGMA user_version=5",
         (long long)r, (long long)r);
     T_CHECK(sqlite3_exec(h, sql, NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(h);
@@ -1551,6 +1597,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_db_network_profile);
     TEST_RUN(test_db_single_process);
     TEST_RUN(test_db_epoch_train_null);
+    TEST_RUN(test_db_epoch_per_class);
     TEST_RUN(test_db_step_phases_null);
     TEST_RUN(test_db_pipeline_steps);
     TEST_RUN(test_db_elastic_figures);

@@ -933,6 +933,78 @@ static void test_report_grads(void)
     }
 }
 
+static int emit_epoch(struct report_writer *w, const void *x, struct err *e)
+{
+    return report_emit_epoch(w, x, e);
+}
+
+/* issue 33: an epoch's test_acc_per_class (fractions, null for an absent class) is written
+ * and read back as the same array; left out when NULL; refused naming the field when it is
+ * no array, holds a value outside [0, 1], a string, or more than REPORT_MAX_CLASSES
+ * entries. A step's grad_norm, loss_scale and skipped are validated (a negative norm or a
+ * non-bool skipped refused naming the field). */
+static void test_report_epoch_per_class(void)
+{
+    struct err e = {0};
+    json_t *per = json_pack("[f, f, n, f]", 0.5, 1.0, 0.0);
+    struct report_epoch ep = {.epoch = 1,
+                              .samples = 64,
+                              .train_loss = 0.5,
+                              .train_acc = 0.8,
+                              .test_loss = 0.6,
+                              .test_acc = 0.7,
+                              .time_s = 1.5,
+                              .test_acc_per_class = per},
+                        back;
+    json_t *ev = observe_round_trip(emit_epoch, &ep, REPORT_EPOCH);
+    T_CHECK(ev != NULL);
+    T_OK(report_epoch_from_json(ev, &back, &e));
+    T_CHECK(back.test_acc_per_class && json_equal(back.test_acc_per_class, per));
+    T_CHECK(json_array_size(back.test_acc_per_class) == 4 &&
+            json_is_null(json_array_get(back.test_acc_per_class, 2)));
+    json_decref(ev);
+    json_decref(per);
+    ep.test_acc_per_class = NULL; /* not evaluated: absent from the line */
+    ev = observe_round_trip(emit_epoch, &ep, REPORT_EPOCH);
+    T_CHECK(ev && !json_object_get(ev, "test_acc_per_class"));
+    T_OK(report_epoch_from_json(ev, &back, &e));
+    T_CHECK(back.test_acc_per_class == NULL);
+    json_decref(ev);
+    const char *head = "{\"type\":\"epoch\",\"rank\":0,\"t\":1,\"repeat\":0,\"epoch\":0,"
+                       "\"samples\":8,\"time_s\":1,\"test_acc_per_class\":";
+    static const char *const bad[] = {"{}", "[1.5]", "[-0.1]", "[\"0.5\"]", "0.5"};
+    char line[16384];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(line, sizeof line, "%s%s}", head, bad[i]);
+        T_CHECK_MSG(line_rejected(line, strlen(line), ERR_INVALID, "test_acc_per_class"), "%s",
+                    bad[i]);
+    }
+    size_t n = (size_t)snprintf(line, sizeof line, "%s[", head);
+    for (int c = 0; c <= REPORT_MAX_CLASSES; c++) /* one more than the bound */
+        n += (size_t)snprintf(line + n, sizeof line - n, "%s0", c ? "," : "");
+    snprintf(line + n, sizeof line - n, "]}");
+    T_CHECK(line_rejected(line, strlen(line), ERR_INVALID, "test_acc_per_class"));
+    snprintf(line, sizeof line, "%s[0, 0.25, null, 1]}", head);
+    enum report_type type;
+    ev = report_parse_line(line, strlen(line), &type, &e);
+    T_CHECK_MSG(ev && type == REPORT_EPOCH, "%s", e.msg);
+    json_decref(ev);
+    const char *step = "{\"type\":\"step\",\"rank\":0,\"t\":1,\"repeat\":0,\"epoch\":0,"
+                       "\"step\":3,\"warmup\":false,\"samples\":8,\"loss\":1,\"step_ms\":2,";
+    snprintf(line, sizeof line, "%s\"grad_norm\":3.5,\"loss_scale\":65536,\"skipped\":true}",
+             step);
+    struct report_step st;
+    ev = report_parse_line(line, strlen(line), &type, &e);
+    T_CHECK_MSG(ev && type == REPORT_STEP, "%s", e.msg);
+    T_OK(report_step_from_json(ev, &st, &e));
+    T_CHECK(st.step == 3 && st.loss == 1);
+    json_decref(ev);
+    snprintf(line, sizeof line, "%s\"grad_norm\":-1}", step);
+    T_CHECK(line_rejected(line, strlen(line), ERR_INVALID, "grad_norm"));
+    snprintf(line, sizeof line, "%s\"skipped\":1}", step);
+    T_CHECK(line_rejected(line, strlen(line), ERR_INVALID, "skipped"));
+}
+
 static int emit_elastic(struct report_writer *w, const void *x, struct err *e)
 {
     return report_emit_elastic(w, x, e);
@@ -1019,6 +1091,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_report_step_pipeline);
     TEST_RUN(test_report_step_precision);
     TEST_RUN(test_report_elastic);
+    TEST_RUN(test_report_epoch_per_class);
     TEST_RUN(test_report_trace_micro_batches);
     return test_end();
 }

@@ -180,6 +180,38 @@ static void test_results_training(void)
     json_decref(t);
 }
 
+/* issue 33: test_acc_per_class is, per class, the mean over the repeats of the last epoch's
+ * accuracy (an earlier epoch's is not read), ';'-separated, empty for a class no repeat
+ * had a sample of; null for a group whose runs reported none. */
+static void test_results_per_class(void)
+{
+    json_t *early = json_pack("[f, f, n]", 0.0, 0.0), *r0 = json_pack("[f, f, n]", 1.0, 0.5),
+           *r1 = json_pack("[f, f, n]", 0.5, 0.25);
+    struct report_epoch ep[] = {
+        {.repeat = 0,
+         .epoch = 0,
+         .test_acc = 0.1,
+         .train_loss = 1,
+         .test_acc_per_class = early},
+        {.repeat = 0, .epoch = 1, .test_acc = 0.8, .train_loss = 1, .test_acc_per_class = r0},
+        {.repeat = 1, .epoch = 0, .test_acc = 0.4, .train_loss = 1, .test_acc_per_class = r1},
+    };
+    json_t *t = train_table(1, steps(2, 4, 100.0, 100.0, 32), 8, ep, 3, 2,
+                            steps(2, 4, 60.0, 55.0, 64), 8);
+    T_CHECK(t != NULL);
+    json_t *one = json_array_get(json_object_get(t, "rows"), 0);
+    json_t *two = json_array_get(json_object_get(t, "rows"), 1);
+    T_CHECK_MSG(json_is_string(json_object_get(one, "test_acc_per_class")) &&
+                    strcmp(json_string_value(json_object_get(one, "test_acc_per_class")),
+                           "0.7500;0.3750;") == 0,
+                "%s", json_string_value(json_object_get(one, "test_acc_per_class")));
+    T_CHECK(json_is_null(json_object_get(two, "test_acc_per_class")));
+    json_decref(t);
+    json_decref(early);
+    json_decref(r0);
+    json_decref(r1);
+}
+
 /* One repeat per world size: intervals that cannot be computed are null, never "± 0";
  * the step-time interval of a single repeat comes from batch means; a loss that was not
  * measured (-1) is left out, not averaged as 0. */
@@ -820,6 +852,7 @@ int main(int argc, char **argv)
     test_begin(argc, argv);
     TEST_RUN(test_results_collectives);
     TEST_RUN(test_results_training);
+    TEST_RUN(test_results_per_class);
     TEST_RUN(test_results_predictions);
     TEST_RUN(test_results_pipeline);
     TEST_RUN(test_results_one_repeat_nulls);

@@ -343,9 +343,13 @@ def store_training_fixture(name="train-fixture", observed=True, strategies=None)
                                "step_ms, bytes_sent) VALUES (?, ?, 0, ?, ?, 0, 32, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                                (run_id, rank, step // 4, step, 2.3 - 0.1 * step, *phases, step_ms,
                                 1000 if observed else None))
-            for ep in range(3):
-                db.execute("INSERT INTO epochs VALUES (?, 0, ?, 128, ?, ?, ?, ?, 0.5)",
-                           (run_id, ep, 2.0 - 0.5 * ep, 0.3 + 0.2 * ep, 2.1 - 0.45 * ep, 0.28 + 0.2 * ep))
+            for ep in range(3):  # the last with its per-class accuracy (issue 33)
+                per = json.dumps([0.1 * c for c in range(10)]) if ep == 2 else None
+                db.execute("INSERT INTO epochs (run_id, repeat, epoch, samples, train_loss, "
+                           "train_acc, test_loss, test_acc, time_s, test_acc_per_class) "
+                           "VALUES (?, 0, ?, 128, ?, ?, ?, ?, 0.5, ?)",
+                           (run_id, ep, 2.0 - 0.5 * ep, 0.3 + 0.2 * ep, 2.1 - 0.45 * ep,
+                            0.28 + 0.2 * ep, per))
     db.close()
     return exp_id
 
@@ -375,6 +379,14 @@ def check_training_page(exp_id, name):
     check(count("figure.chart .series.ref polyline") >= 2, "ideal lines")
     wait(lambda: figure_points("Loss per epoch") > 0 and figure_points("Accuracy per epoch") > 0, what="epoch points")
     wait(lambda: figure_points("Step time per rank") > 0, what="per-rank points")
+    runs = [D.get(f"/v1/runs/{r['id']}") for r in D.get(f"/v1/experiments/{exp_id}")["runs"]]
+    if any(r["epochs"] and r["epochs"][-1].get("test_acc_per_class") for r in runs):
+        # a row per run, a cell per class: the last epoch's test_acc_per_class in percent
+        wait(lambda: count("#per-class tbody tr") == len(runs), what="per-class table")
+        cells = js("return [...document.querySelectorAll('#per-class tbody tr:first-child td')]"
+                   ".map(t => t.textContent)")
+        per = runs[0]["epochs"][-1]["test_acc_per_class"]
+        check(cells[1:] == [f"{100 * v:.1f}%" if v is not None else "—" for v in per], cells)
     run_id = int(js("return document.getElementById('steps-run').value"))
     steps = D.get(f"/v1/runs/{run_id}/steps")
     check(figure_points("Step time per rank") == len(steps["rows"]), "one point per rank-step")

@@ -8,7 +8,7 @@
 // names only what varies, so a legend stays short. Column labels and units, and the step
 // phases, come from the results reply's column_info and phases (common/columns.h): the
 // dashboard keeps no copy of them.
-import { el, svg, fmtNum, fmtBytes } from './util.js';
+import { el, svg, fmtNum, fmtBytes, dataTable } from './util.js';
 import { lineChart, stackedBars, legend, PALETTE } from './charts.js';
 
 const COLLECTIVE_ID = ['op', 'dtype', 'redop', 'inplace'];
@@ -219,6 +219,34 @@ export function epochCharts(runs) {
     lineChart({ title: 'Loss per epoch', x: { label: 'epoch', zero: false, integer: true }, y: { label: 'loss' }, series: loss, empty: 'No epochs reported yet.' }),
     lineChart({ title: 'Accuracy per epoch', x: { label: 'epoch', zero: false, integer: true }, y: { label: 'accuracy', max: 1 }, series: acc, empty: 'No epochs reported yet.' }),
   ];
+}
+
+// The class names of the datasets that have them (daemon/report_html.c's table for the
+// HTML report holds the same); another dataset's classes are numbered.
+const CLASS_NAMES = {
+  'fashion-mnist': ['T-shirt/top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot'],
+  cifar10: ['airplane', 'automobile', 'bird', 'cat', 'deer', 'dog', 'frog', 'horse', 'ship', 'truck'],
+};
+
+// runs: [{label, dataset, epochs: [{..., test_acc_per_class}]}]: the last epoch's test
+// accuracy per class of each run (issue 33), a row per run, a column per class; nothing
+// when no run reported it (or a classifier has more classes than a table shows).
+export function perClassTable(runs) {
+  const last = (eps) => (eps && eps.length ? eps[eps.length - 1].test_acc_per_class : null);
+  const have = runs.filter((r) => Array.isArray(last(r.epochs)));
+  if (!have.length) return [];
+  const k = last(have[0].epochs).length;
+  if (k > 20) return [];
+  const names = CLASS_NAMES[have[0].dataset] && CLASS_NAMES[have[0].dataset].length === k
+    ? CLASS_NAMES[have[0].dataset] : [...Array(k).keys()].map(String);
+  const rows = have.filter((r) => last(r.epochs).length === k).map((r) => Object.fromEntries(
+    [['run', r.label], ...last(r.epochs).map((v, c) => [names[c], v])]));
+  const pct = (v) => (v === null || v === undefined ? '—' : `${(100 * v).toFixed(1)}%`);
+  const format = Object.fromEntries(names.map((n) => [n, pct]));
+  format.run = (v) => v;
+  const table = dataTable(['run', ...names], rows, { caption: 'Test accuracy per class (last epoch; — where the test split has no sample of the class)', className: 'per-class', format });
+  table.id = 'per-class';
+  return [table];
 }
 
 function quantile(sorted, q) {

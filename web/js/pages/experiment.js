@@ -8,7 +8,7 @@
 // charts are refetched from the API, at most once a second while results stream in and
 // once more when a run ends, so what is drawn is always what the API stores.
 import { api, el, fmtAge, fmtBytes, fmtDuration, fmtNum, statusBadge, dataTable, downloadButtons, errorBox, mapLimit, announce, TERMINAL } from '../util.js';
-import { collectiveCharts, trainingCharts, epochCharts, stragglers, whatIfChart, mainColumns, COLUMN_FORMAT, describeRun, pipelineTimeline } from '../figures.js';
+import { collectiveCharts, trainingCharts, epochCharts, perClassTable, stragglers, whatIfChart, mainColumns, COLUMN_FORMAT, describeRun, pipelineTimeline } from '../figures.js';
 
 // The daemon pages an experiment's runs (100 by default); this page shows them all, and an
 // experiment has at most 1,024 (the sweep limit), which one page may ask for.
@@ -124,7 +124,8 @@ export async function renderExperiment(main, id, query) {
 
   async function drawTraining() {
     const runs = await mapLimit(exp.runs.filter((r) => r.status !== 'queued'), 4, (r) => api(`/v1/runs/${r.id}`).catch(() => null));
-    epochsBox.replaceChildren(...epochCharts(runs.filter(Boolean).map((r) => ({ label: describeRun(r), epochs: r.epochs }))));
+    const sources = runs.filter(Boolean).map((r) => ({ label: describeRun(r), epochs: r.epochs, dataset: r.spec && r.spec.dataset && r.spec.dataset.name }));
+    epochsBox.replaceChildren(...epochCharts(sources), ...perClassTable(sources));
     const candidates = exp.runs.filter((r) => r.status !== 'queued');
     if (!candidates.length) { stragglerBox.replaceChildren(el('p', { class: 'muted' }, 'No run has started yet.')); return; }
     if (!stepsRun || !candidates.some((r) => r.id === stepsRun)) stepsRun = [...candidates].sort((a, b) => b.world_size - a.world_size)[0].id;
