@@ -583,7 +583,6 @@ static const char *const spec_mpi_launchers[] = {"mpirun", "srun", NULL};
 static const char *const spec_only_ddpbench[] = {"ddpbench", NULL};
 static const char *const spec_only_nccl[] = {"nccl", NULL};
 static const char *const spec_only_false[] = {"false", NULL};
-static const char *const spec_only_fp32[] = {"fp32", NULL};
 static const char *const spec_gpu_strategies[] = {"naive", "ddp", "dp", NULL};
 /* every strategy but dp: DataParallel on a CPU would run one replica (issue 33) */
 static const char *const spec_cpu_strategies[] = {"naive", "ddp",      "horovod", "zero1",
@@ -688,9 +687,8 @@ static const struct spec_allowed spec_engine_precisions[] = {
      "gradient compression is the spec's compression"},
     {"deepspeed", spec_fp32_bf16,
      "DeepSpeed's CPU accelerator has no fp16 (is_fp16_supported() is false); its bf16 runs"},
-    {"lightning", spec_only_fp32,
-     "the lightning adapter trains in fp32 (its bf16-mixed "
-     "mapping is not checked yet)"},
+    {"lightning", spec_fp32_bf16,
+     "Lightning's 16-mixed needs device cuda, which this engine lacks; bf16-mixed runs"},
     {NULL, NULL, NULL},
 };
 static const char *const spec_cpu_only[] = {"cpu", NULL};

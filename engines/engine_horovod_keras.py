@@ -111,6 +111,7 @@ def train(rep, spec, rank, world):
                         "cycle_time_ms": float(os.environ.get(
                             "HOROVOD_CYCLE_TIME", common.HOROVOD_DEFAULT_CYCLE_MS)),
                         "broadcast_init": bool(spec.get("broadcast_init", True))},
+                    "mixed_precision_policy": keras_loop.POLICIES[spec.get("precision", "fp32")],
                     "threads": {"intra_op": threads, "inter_op": 1}, **facts}, NOT_OBSERVED))
             run.run_repeat(rep, repeat, seed, rank)
         hvd_tf.join()

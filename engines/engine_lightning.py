@@ -167,6 +167,9 @@ class Reporter(pl.Callback):
         self.usage = ddpb_train.Usage(repeat)
         self.step = self.micro = 0
         self.grads = None
+        self.prec = loop.Precision(spec, torch.device("cpu"))  # the evaluation's autocast
+        self.clip = float(spec.get("clip_grad_norm", 0) or 0)
+        self.grad_norm = None
         self.t_epoch = time.perf_counter()
         self.last_end = None
 
@@ -204,6 +207,10 @@ class Reporter(pl.Callback):
         if self.step == self.plan.total - 1:  # the update frees nothing, but read it here
             grads = [p.grad for p in module.parameters() if p.grad is not None]
             self.grads = loop.tensor_bytes(grads) if grads else None
+        if self.clip > 0:  # Lightning clips after this hook: the exchanged gradients' norm
+            norms = [p.grad.detach().float().norm(2) for p in module.parameters()
+                     if p.grad is not None]
+            self.grad_norm = float(torch.stack(norms).norm(2)) if norms else None
         self.t_opt = time.perf_counter()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
@@ -221,7 +228,7 @@ class Reporter(pl.Callback):
         self.rep.step(step=self.step, loss=sum(losses) / max(1, len(losses)),
                       samples=self.batch * self.acc, step_ms=(now - self.t_step) * 1000.0,
                       repeat=self.repeat, epoch=self.step // self.plan.steps_per_epoch,
-                      warmup=self.step < self.plan.warmup, **ph)
+                      warmup=self.step < self.plan.warmup, grad_norm=self.grad_norm, **ph)
         self.usage.step()
         self.step += 1
         if self.step % self.plan.steps_per_epoch == 0:
@@ -234,7 +241,7 @@ class Reporter(pl.Callback):
         if self.data.test is not None and self.spec.get("eval", True):
             def test():
                 return loop.evaluate(module.net, self.data, self.world, self.rank, self.batch,
-                                     torch.device("cpu"), all_sum)
+                                     torch.device("cpu"), all_sum, self.prec)
         ddpb_train.end_epoch(self.rep, self.rank, self.world, self.repeat, epoch,
                              self.tally["now"], self.t_epoch, all_sum, test)
         self.tally["now"] = ddpb_train.Tally()
@@ -291,7 +298,8 @@ def train(rep, spec, rank, world):
                                 "comm_hook": "allreduce"},
                 "precision": PRECISIONS[spec.get("precision", "fp32")],
                 "gradient_clip_val": trainer.gradient_clip_val,
-                "gradient_clip_algorithm": str(trainer.gradient_clip_algorithm or ""),
+                "gradient_clip_algorithm": str(getattr(trainer.gradient_clip_algorithm, "value",
+                                                       trainer.gradient_clip_algorithm) or ""),
                 "accumulate_grad_batches": acc, "optimizer": module.opt_config,
                 "threads": torch.get_num_threads()}, NOT_OBSERVED))
 

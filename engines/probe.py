@@ -109,7 +109,7 @@ CAPS = {
                "precisions": ["fp32"], "compressions": ["none", "fp16", "bf16"]},
     "lightning": {"strategies": ["ddp"], "backends": ["tcp"], "devices": ["cpu"],
                   "frameworks": TORCH_FRONT,
-                  "precisions": ["fp32"], "compressions": ["none"]},
+                  "precisions": ["fp32", "bf16"], "compressions": ["none"]},
 }
 # Why a precision does not run, per engine (served as "precisions_not_available"; the
 # reasons are common/spec_table.c's spec_engine_precisions and spec_device_precisions, which
@@ -124,8 +124,8 @@ PRECISIONS_NOT_AVAILABLE = {
                         "Horovod's fp16 gradient compression is the spec's compression"},
     "deepspeed": {"fp16": "DeepSpeed's CPU accelerator has no fp16 (is_fp16_supported() is "
                           "false)"},
-    "lightning": {"fp16": CPU_FP16, "bf16": "the lightning adapter trains in fp32 (its "
-                                            "bf16-mixed mapping is not checked yet)"},
+    "lightning": {"fp16": "Lightning's 16-mixed needs device cuda, which this engine "
+                          "lacks; bf16-mixed runs"},
     "script": {"fp16": "a script's precision is its own: ddpbench passes fp32 only",
                "bf16": "a script's precision is its own: ddpbench passes fp32 only"},
 }

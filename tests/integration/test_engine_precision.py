@@ -39,7 +39,8 @@ BASE = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "warmup_ste
 MECHANISM = {"pytorch": ("torch.autocast('cpu', torch.bfloat16)", "clip_grad_norm_"),
              "horovod": ("torch.autocast('cpu', torch.bfloat16)", "clip_grad_norm_"),
              "tensorflow": ("mixed_bfloat16", "global_clipnorm"),
-             "deepspeed": ('"bf16": {"enabled": true}', '"gradient_clipping": 1.0')}
+             "deepspeed": ('"bf16": {"enabled": true}', '"gradient_clipping": 1.0'),
+             "lightning": ('"bf16-mixed"', '"gradient_clip_algorithm": "norm"')}
 
 
 def engine_rows(d):
@@ -188,7 +189,7 @@ KERAS_BODY = """
 import numpy as np, tensorflow as tf
 import ddpb_data, ddpb_keras_loop as et
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
-dist = et.StrategyDist(strategy, [0], False)
+sdist = et.StrategyDist(strategy, [0], False)
 data = ddpb_data.Data({{"model": "lenet5", "dataset": {{"name": "synthetic"}}}})
 x, y = next(data.batches(0, 1, 0, 32, seed=1))
 xt, yt = tf.constant(et.nhwc(x)), tf.constant(y)
@@ -196,7 +197,7 @@ out = {{}}
 for clip in CLIPS:
     spec = {{"model": "lenet5", "precision": "fp32", "clip_grad_norm": clip,
             "optimizer": {{"type": "sgd", "lr": LR}}}}
-    run = et.KerasRun(spec, dist, data, 1, 1)
+    run = et.KerasRun(spec, sdist, data, 1, 1)
     variables = run.model.trainable_variables
     with tf.GradientTape() as tape:
         loss = tf.reduce_mean(run.xent(yt, run.model(xt, training=True)))

@@ -51,6 +51,19 @@ def test_horovod_keras_trains_two_ranks():
         check(config["framework"] == "keras" and config["controller"] == "gloo"
               and config["DistributedOptimizer"]["optimizer"]["class"] == "SGD", config)
         check(run["spec"]["framework"] == "keras", run["spec"])
+        # bf16 and clipping through the shared Keras loop: the policy, and each step's norm
+        # of the averaged gradient before clipping, the same on both ranks
+        run, steps, env = trained(d, dict(SMALL, engine="horovod", strategy="horovod",
+                                          framework="keras", world_size=2, precision="bf16",
+                                          clip_grad_norm=0.5))
+        config = json.loads(env["framework_config"])
+        check(config["mixed_precision_policy"] == "mixed_bfloat16"
+              and config["DistributedOptimizer"]["optimizer"]["global_clipnorm"] == 0.5, config)
+        norms = {}
+        for s in steps:
+            check(s["grad_norm"] is not None and s["grad_norm"] > 0, s)
+            norms.setdefault(s["step"], set()).add(round(s["grad_norm"], 4))
+        check(all(len(v) == 1 for v in norms.values()), norms)
     finally:
         d.close()
 
