@@ -20,17 +20,17 @@
 /* clang-format off */
 static const struct vocab_strategy vocab_strategies[] = {
     [VOCAB_STRATEGY_NAIVE] = {"naive", false, false, false, VOCAB_BUCKETS_PER_TENSOR,
-        "every gradient tensor allreduced alone after backward"},
+        "every gradient tensor allreduced alone after backward", false},
     [VOCAB_STRATEGY_DDP] = {"ddp", true, false, false, VOCAB_BUCKETS_SMALL_FIRST,
-        "PyTorch DDP: buckets allreduced as they fill during backward"},
+        "PyTorch DDP: buckets allreduced as they fill during backward", false},
     [VOCAB_STRATEGY_HOROVOD] = {"horovod", true, false, false, VOCAB_BUCKETS_FUSION,
-        "Horovod: ready tensors fused every cycle and allreduced during backward"},
+        "Horovod: ready tensors fused every cycle and allreduced during backward", false},
     [VOCAB_STRATEGY_ZERO1] = {"zero1", false, true, false, VOCAB_BUCKETS_BY_SIZE,
         "ZeRO stage 1: optimizer state sharded; reduce-scatter after backward, all-gather "
-        "after the step"},
+        "after the step", false},
     [VOCAB_STRATEGY_ZERO2] = {"zero2", true, true, true, VOCAB_BUCKETS_BY_SIZE,
         "ZeRO stage 2: optimizer state and gradients sharded; reduce-scatter during "
-        "backward"},
+        "backward", false},
     /* single process (issue 33): the framework's own replicas in one process */
     [VOCAB_STRATEGY_MIRRORED] = {"mirrored", false, false, false, VOCAB_BUCKETS_BY_SIZE,
         "TensorFlow's MirroredStrategy: one process, world_size replicas (logical CPU "
