@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bf16.h"
 #include "tests/unit/nn_check.h"
 #include "tests/unit/test.h"
-#include "worker/comm/reduce.h"
 #include "worker/nn/bf16.h"
 #include "worker/nn/layers.h"
 #include "worker/nn/model.h"
@@ -48,7 +48,7 @@ static uint32_t float_bits(float f)
 
 static float ref_round(float x)
 {
-    return reduce_bf16_to_float(reduce_float_to_bf16(x));
+    return bf16_to_float(bf16_from_float(x));
 }
 
 /* Rounded copy of x (malloc'd). */

@@ -6,6 +6,8 @@
 
 #include <string.h>
 
+#include "common/bf16.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define REDUCE_HAVE_F16C 1
@@ -35,17 +37,15 @@ static inline float reduce_bits_f32(uint32_t u)
     return f;
 }
 
+/* bf16's rounding is common/bf16.h's, shared with the CPU engine's bf16 operands */
 static inline float reduce_bf2f(uint16_t h)
 {
-    return reduce_bits_f32((uint32_t)h << 16);
+    return bf16_to_float(h);
 }
 
 static inline uint16_t reduce_f2bf(float f)
 {
-    uint32_t u = reduce_f32_bits(f);
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t quiet_nan = (u >> 16) | 0x40u;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+    return bf16_from_float(f);
 }
 
 float reduce_bf16_to_float(uint16_t h)

@@ -1,11 +1,11 @@
-/* bf16: see bf16.h. The AVX2 kernel is reduce.c's scalar rounding, lane-wise: add 0x7fff
+/* bf16: see bf16.h. The AVX2 kernel is common/bf16.h's scalar rounding, lane-wise: add 0x7fff
  * plus the lowest kept bit, clear the low 16 bits; a NaN keeps its top bits with the quiet
  * bit set. Large arrays are split over the OpenMP threads (a step's activations). */
 #include "worker/nn/bf16.h"
 
 #include <stdint.h>
 
-#include "worker/comm/reduce.h"
+#include "common/bf16.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -49,7 +49,7 @@ static void bf16_round_block(float *x, size_t n, bool avx2)
 {
     size_t i = avx2 ? bf16_round_avx2(x, n) : 0;
     for (; i < n; i++)
-        x[i] = reduce_bf16_to_float(reduce_float_to_bf16(x[i]));
+        x[i] = bf16_to_float(bf16_from_float(x[i]));
 }
 
 void nn_bf16_round_with(float *x, size_t n, bool avx2)
