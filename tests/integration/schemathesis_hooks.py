@@ -95,11 +95,11 @@ REAL_DATA = {"mnist": (1, 28, 28, 10), "fashion-mnist": (1, 28, 28, 10),
 def load_models():
     """common/model_table.c's rows: name, c, h, w, classes, params, (desc), in_params,
     flat_c, flat_stride, flat_border, flat_out, head_in, act_floats, act_floats_x16, embd,
-    layers, heads."""
+    layers, heads, cpu_engine_only."""
     with open(os.path.join(SOURCE, "common", "model_table.c"), encoding="utf-8") as f:
         text = f.read()
     num = r"\s*(\d+),"
-    row = re.compile(r'\{"([a-z0-9-]+)",' + num * 5 + r'\s*"(?:[^"\\]|\\.)*",' + num * 10
+    row = re.compile(r'\{"([a-z0-9-]+)",' + num * 5 + r'(?:\s*"(?:[^"\\]|\\.)*")+,' + num * 11
                      + r"\s*(\d+)\}")
     models = {m.group(1): [int(x) for x in m.groups()[1:]] for m in row.finditer(text)}
     if sorted(models) != sorted(SCHEMA["properties"]["model"]["enum"]):
@@ -153,7 +153,7 @@ def zip_broken(sweep):
 def memory(get):
     """spec_memory_estimate's total for one point, in bytes."""
     (c0, h0, w0, classes0, params0, in_params, flat_c, flat_stride, flat_border, flat_out,
-     head_in, act0, act16, embd, layers, heads) = MODELS[get("model")]
+     head_in, act0, act16, embd, layers, heads, _) = MODELS[get("model")]
     c, h, w, classes = REAL_DATA.get(get("dataset.name"), (c0, h0, w0, get("dataset.classes")))
     if get("dataset.name") not in REAL_DATA and len(get("dataset.shape")) == 3:
         c, h, w = get("dataset.shape")
@@ -201,7 +201,9 @@ def ring_ahead(get):
 
 def family_broken(get):
     """Rule (6): the data and engine a model family trains on."""
-    embd, positions = MODELS[get("model")][-3], MODELS[get("model")][3]
+    embd, positions = MODELS[get("model")][13], MODELS[get("model")][3]
+    if MODELS[get("model")][16] and get("device") != "cpu" and get("engine") == "ddpbench":
+        return True  # cpu_engine_only (inception-v3: the GPU runner has no concat)
     data, seq = get("dataset.name"), get("seq_len")
     if (embd == 0 and data == "text") or (embd and data not in ("synthetic", "text")):
         return True
@@ -221,7 +223,7 @@ def pipeline_broken(get):
     return (get("batch_size") % m != 0 or get("world_size") % p != 0 or get("accumulate") != 1
             or (names and names != p - 1)
             or get("device") != "cpu" or get("engine") != "ddpbench"
-            or (MODELS[get("model")][-3] > 0 and get("strategy").startswith("zero")))
+            or (MODELS[get("model")][13] > 0 and get("strategy").startswith("zero")))
 
 
 with open(os.path.join(SOURCE, "schema", "vocabulary.json"), encoding="utf-8") as _f:

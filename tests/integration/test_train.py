@@ -260,7 +260,7 @@ def test_bad_training_inputs():
                            ({"dataset": {"nmae": "mnist"}}, "dataset.nmae"),
                            ({"steps": 10, "epochs": 1}, "epochs"),
                            # mixed precision is a GPU feature: refused at submit on the CPU
-                           ({"precision": "bf16"}, "precision"),
+                           ({"precision": "fp16"}, "precision"),
                            ({"threads": 2, "world_size": 2}, "world_size")):
             status, body, _ = d.request("POST", "/v1/experiments", dict(SMALL, **bad))
             want = 409 if field == "world_size" else 400
