@@ -106,7 +106,8 @@ CAPS = {
     # allows one); ddpbench does not interpret the spec's knobs for it: the script reads them
     "script": {"strategies": PER_PROCESS, "backends": BACKENDS, "devices": ["cpu", "cuda"],
                "frameworks": ["auto"],
-               "precisions": ["fp32"], "compressions": ["none", "fp16", "bf16"]},
+               "precisions": ["fp32", "bf16", "fp16"],
+               "compressions": ["none", "fp16", "bf16"]},
     "lightning": {"strategies": ["ddp"], "backends": ["tcp"], "devices": ["cpu"],
                   "frameworks": TORCH_FRONT,
                   "precisions": ["fp32", "bf16"], "compressions": ["none"]},
@@ -126,8 +127,9 @@ PRECISIONS_NOT_AVAILABLE = {
                           "false)"},
     "lightning": {"fp16": "Lightning's 16-mixed needs device cuda, which this engine "
                           "lacks; bf16-mixed runs"},
-    "script": {"fp16": "a script's precision is its own: ddpbench passes fp32 only",
-               "bf16": "a script's precision is its own: ddpbench passes fp32 only"},
+    # the spec passes precision to a script, which applies it as its framework does; only
+    # the device's rule (fp16 on cuda) stands
+    "script": {"fp16": CPU_FP16},
 }
 ADAPTERS = ddpb_vocab.ADAPTERS
 # The backends whose presence depends on how the framework was built: engine: {backend:
