@@ -55,26 +55,27 @@ static int config_copy(char *dst, size_t cap, const char *opt, const char *s, st
     return 0;
 }
 
-/* The worker binary lives beside ddpbenchd when installed, and in ../worker/ in the
- * build tree. */
-static void config_default_worker(struct config *c)
+/* A program of ours (the worker, ddpbench-fs) lives beside ddpbenchd when installed, and
+ * in ../<subdir>/ in the build tree; else its bare name (found on PATH, or not at all). */
+static void config_default_program(const char *name, const char *subdir, char *out, size_t cap)
 {
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    snprintf(c->worker_path, sizeof c->worker_path, "ddpbench-worker");
+    snprintf(out, cap, "%s", name);
     if (n <= 0)
         return;
     self[n] = '\0';
     char *dir = dirname(self);
     char cand[PATH_MAX];
-    snprintf(cand, sizeof cand, "%s/ddpbench-worker", dir);
+    snprintf(cand, sizeof cand, "%s/%s", dir, name);
     if (access(cand, X_OK) == 0) {
-        snprintf(c->worker_path, sizeof c->worker_path, "%s", cand);
+        snprintf(out, cap, "%s", cand);
         return;
     }
-    snprintf(cand, sizeof cand, "%s/../worker/ddpbench-worker", dir);
-    if (access(cand, X_OK) == 0 && !realpath(cand, c->worker_path))
-        snprintf(c->worker_path, sizeof c->worker_path, "%s", cand);
+    snprintf(cand, sizeof cand, "%s/../%s/%s", dir, subdir, name);
+    char real[PATH_MAX];
+    if (access(cand, X_OK) == 0)
+        snprintf(out, cap, "%s", realpath(cand, real) ? real : cand);
 }
 
 /* A token given in the environment (DDPB_TOKEN): the text checks of a token file. */
@@ -143,7 +144,9 @@ static void config_defaults(struct config *c)
     c->node_timeout_ms = 5000;
     c->sync_ms = 250;
     c->log_level = LOG_INFO;
-    config_default_worker(c);
+    config_default_program("ddpbench-worker", "worker", c->worker_path, sizeof c->worker_path);
+    config_default_program("ddpbench-fs", "fs", c->fs_path, sizeof c->fs_path);
+    snprintf(c->fuse_device, sizeof c->fuse_device, "/dev/fuse");
 }
 
 void config_print_usage(const char *prog)
@@ -155,12 +158,18 @@ void config_print_usage(const char *prog)
            "  --store-port N       store port, 0 = any free port (default 0)\n"
            "  --state-dir DIR      database, run files and logs (default ./state)\n"
            "  --worker PATH        ddpbench-worker binary (default: beside ddpbenchd)\n"
+           "  --fs PATH            ddpbench-fs binary, the per-rank storage mounts\n"
+           "                       (dataset.storage_layer; default: beside ddpbenchd)\n"
+           "  --fuse-device PATH   the FUSE device the mounts open (default /dev/fuse);\n"
+           "                       a run that needs a mount is refused (409) when it\n"
+           "                       cannot be opened\n"
            "  --web-dir DIR        dashboard files (default: the source tree's web/)\n"
            "  --engines-dir DIR    the framework engines' adapters (default: the source\n"
            "                       tree's engines/)\n"
            "  --python PATH        the interpreter framework engines run under (default:\n"
-           "                       the source tree's .venv, else /usr/bin/python3)\n"
-           "  --scripts-dir DIR    allow engine \"script\": users' programs under DIR only\n"
+           "                       the source tree's .venv, else /usr/bin/python3)\n",
+           prog, CONFIG_DEFAULT_PORT);
+    printf("  --scripts-dir DIR    allow engine \"script\": users' programs under DIR only\n"
            "                       (default: none, the script engine is off)\n"
            "  --data-dir DIR       dataset.path must lie under DIR (repeatable; default:\n"
            "                       the state directory's data/ and /usr/share/datasets)\n"
@@ -206,8 +215,7 @@ void config_print_usage(const char *prog)
            "                       leader must present; needed by --join https://\n"
            "  --join-system-ca     follower: trust the system's CA store for the\n"
            "                       leader instead of --join-ca\n"
-           "  --version, --help\n",
-           prog, CONFIG_DEFAULT_PORT);
+           "  --version, --help\n");
 }
 
 enum {
@@ -217,6 +225,8 @@ enum {
     OPT_STORE_PORT,
     OPT_STATE_DIR,
     OPT_WORKER,
+    OPT_FS,
+    OPT_FUSE_DEVICE,
     OPT_WEB_DIR,
     OPT_ENGINES_DIR,
     OPT_PYTHON,
@@ -256,6 +266,8 @@ static const struct option config_options[] = {
     {"store-port", required_argument, NULL, OPT_STORE_PORT},
     {"state-dir", required_argument, NULL, OPT_STATE_DIR},
     {"worker", required_argument, NULL, OPT_WORKER},
+    {"fs", required_argument, NULL, OPT_FS},
+    {"fuse-device", required_argument, NULL, OPT_FUSE_DEVICE},
     {"web-dir", required_argument, NULL, OPT_WEB_DIR},
     {"engines-dir", required_argument, NULL, OPT_ENGINES_DIR},
     {"python", required_argument, NULL, OPT_PYTHON},
@@ -554,6 +566,9 @@ static int config_apply(struct config *c, int opt, const char *arg, struct err *
         return config_copy(c->state_dir, sizeof c->state_dir, "state-dir", arg, e);
     case OPT_WORKER:
         return config_copy(c->worker_path, sizeof c->worker_path, "worker", arg, e);
+    case OPT_FS: return config_copy(c->fs_path, sizeof c->fs_path, "fs", arg, e);
+    case OPT_FUSE_DEVICE:
+        return config_copy(c->fuse_device, sizeof c->fuse_device, "fuse-device", arg, e);
     case OPT_WEB_DIR: return config_copy(c->web_dir, sizeof c->web_dir, "web-dir", arg, e);
     case OPT_ENGINES_DIR:
         return config_copy(c->engines_dir, sizeof c->engines_dir, "engines-dir", arg, e);

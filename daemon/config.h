@@ -27,6 +27,11 @@ struct config {
     int store_port;       /* 0 = ephemeral */
     char state_dir[PATH_MAX];
     char worker_path[PATH_MAX];
+    /* the per-rank storage mounts (daemon/storage_mount.h): the ddpbench-fs program
+     * (--fs; default beside ddpbenchd, or the build tree's fs/) and the FUSE device it
+     * opens (--fuse-device, default /dev/fuse), checked at submit */
+    char fs_path[PATH_MAX];
+    char fuse_device[PATH_MAX];
     char web_dir[PATH_MAX];
     /* framework engines (issue 16): their Python adapters, and the interpreter that runs
      * them (the project venv's when deploy/install-deps.sh --engines made it, else
@@ -92,7 +97,8 @@ struct config {
 };
 
 /* Fills defaults, then argv (--host, --port, --store-host, --store-port, --state-dir,
- * --worker, --web-dir, --scripts-dir, --data-dir, --node, --cpu-slots, --gpus, --max-body,
+ * --worker, --fs, --fuse-device, --web-dir, --scripts-dir, --data-dir, --node, --cpu-slots,
+ * --gpus, --max-body,
  * --http-threads, --kill-grace-ms, --log-level, --token-file, --read-token, --cluster-key,
  * --cors-origin, --allow-host, --network-profile, --join, --node-timeout-ms, --sync-ms,
  * --mpi-agent, --shm-dir, --tls-cert, --tls-key, --join-ca, --join-system-ca) and

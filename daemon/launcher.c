@@ -166,6 +166,45 @@ static int launcher_pidfd_open(pid_t pid)
     return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
+void launcher_spawn_setup(posix_spawn_file_actions_t *fa, posix_spawnattr_t *attr, int logfd,
+                          int fd3)
+{
+    /* dup2 clears close-on-exec on the targets; closefrom drops everything else. */
+    posix_spawn_file_actions_addopen(fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(fa, logfd, 1);
+    posix_spawn_file_actions_adddup2(fa, logfd, 2);
+    if (fd3 >= 0)
+        posix_spawn_file_actions_adddup2(fa, fd3, 3);
+    posix_spawn_file_actions_addclosefrom_np(fa, fd3 >= 0 ? 4 : 3);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(attr, &none);
+    posix_spawnattr_setsigdefault(attr, &all);
+    posix_spawnattr_setpgroup(attr, 0);
+    posix_spawnattr_setflags(attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                       POSIX_SPAWN_SETSIGDEF);
+}
+
+void launcher_log_tail(const char *path, char *out, size_t cap)
+{
+    char buf[2048];
+    out[0] = '\0';
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0, SEEK_SET);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        n--;
+    buf[n] = '\0';
+    const char *last = strrchr(buf, '\n');
+    snprintf(out, cap, "%s", last ? last + 1 : buf);
+}
+
 int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct err *e)
 {
     int pfd[2] = {-1, -1}, logfd = -1, rc = -1;
@@ -186,21 +225,7 @@ int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct er
         err_errno(e, "rank %d: open log %s", lr->rank, lr->log_path);
         goto out;
     }
-    /* dup2 clears close-on-exec on the targets; closefrom drops everything else. */
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, logfd, 1);
-    posix_spawn_file_actions_adddup2(&fa, logfd, 2);
-    if (pfd[1] >= 0)
-        posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
-    posix_spawn_file_actions_addclosefrom_np(&fa, pfd[1] >= 0 ? 4 : 3);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
+    launcher_spawn_setup(&fa, &attr, logfd, pfd[1]);
     char boot[PATH_MAX];
     char *argv_rank[3] = {(char *)lr->worker_path, NULL, NULL};
     char *const *argv = lr->argv ? lr->argv : argv_rank;
@@ -258,16 +283,24 @@ void launcher_signal(pid_t pid, int sig)
         kill(pid, sig);
 }
 
-bool launcher_is_stopped(pid_t pid)
+long launcher_proc_read(pid_t pid, const char *name, char *buf, size_t cap)
 {
-    char path[64], line[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
     FILE *f = pid > 0 ? fopen(path, "re") : NULL;
     if (!f)
-        return false;
-    size_t n = fread(line, 1, sizeof line - 1, f);
+        return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
     fclose(f);
-    line[n] = '\0';
+    buf[n] = '\0';
+    return (long)n;
+}
+
+bool launcher_is_stopped(pid_t pid)
+{
+    char line[512];
+    if (launcher_proc_read(pid, "stat", line, sizeof line) < 0)
+        return false;
     /* "pid (comm) S ...": comm may hold spaces and ')', so the state follows the last ')' */
     const char *close_paren = strrchr(line, ')');
     if (!close_paren || close_paren[1] != ' ')

@@ -12,6 +12,7 @@
 #ifndef DDPB_LAUNCHER_H
 #define DDPB_LAUNCHER_H
 
+#include <spawn.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -77,12 +78,23 @@ struct launched {
 /* Spawns the rank. Returns 0 with *out filled (caller owns both fds) or -1 with e set;
  * nothing is left open or running on failure. */
 int launcher_spawn(const struct launch_rank *lr, struct launched *out, struct err *e);
+/* How every child of the daemon starts (a rank, a run's launcher, a storage mount's
+ * server): stdin /dev/null, stdout and stderr into logfd, fd3 (-1: none) on fd 3, every
+ * other fd closed, no signal masked or ignored, a process group of its own. */
+void launcher_spawn_setup(posix_spawn_file_actions_t *fa, posix_spawnattr_t *attr, int logfd,
+                          int fd3);
+/* The last line of the log file at path (a program's own complaint) into out, "" when
+ * there is none. */
+void launcher_log_tail(const char *path, char *out, size_t cap);
 /* Sends sig to the rank's process group (falls back to the pid). */
 void launcher_signal(pid_t pid, int sig);
 /* True when pid is stopped (SIGSTOP, SIGTSTP, a tracer: /proc/PID/stat state T or t).
  * Such a process does not act on SIGTERM until it is continued, so a grace period spent
  * waiting for it is wasted; false when it runs, sleeps, is gone or cannot be read. */
 bool launcher_is_stopped(pid_t pid);
+/* Reads /proc/<pid>/<name> (at most cap - 1 bytes) into buf, NUL-terminated. Returns the
+ * bytes read, or -1 when the file cannot be opened (no such process). */
+long launcher_proc_read(pid_t pid, const char *name, char *buf, size_t cap);
 /* True when pid is a process of run `run` (its environment carries DDPB_RUN=run): a rank
  * of another launcher, before the daemon signals it by the pid it reported. */
 bool launcher_is_run_process(pid_t pid, const char *run);

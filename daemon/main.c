@@ -27,6 +27,7 @@
 #include "daemon/follower.h"
 #include "daemon/launcher.h"
 #include "daemon/scheduler.h"
+#include "daemon/storage_mount.h"
 #include "daemon/store_server.h"
 #include "ddpb_config.h"
 
@@ -57,6 +58,7 @@ static int daemon_lock_state(struct daemon *d, struct err *e)
     if (flock(d->lockfd, LOCK_EX | LOCK_NB) < 0)
         return err_set(e, ERR_CONFLICT, "state-dir",
                        "another ddpbenchd is using the state directory %s", d->cfg.state_dir);
+    storage_mount_sweep(d->cfg.state_dir);       /* what a killed daemon left mounted */
     return config_default_data_dirs(&d->cfg, e); /* its data/ is one of them */
 }
 

@@ -12,13 +12,17 @@ set -eu
 
 PKGS="build-essential meson ninja-build pkg-config python3 curl ca-certificates systemd iproute2
       libmicrohttpd-dev libgnutls28-dev openssl libjansson-dev libsqlite3-dev sqlite3 zlib1g-dev
-      libpng-dev libjpeg62-turbo-dev libzstd-dev
+      libpng-dev libjpeg62-turbo-dev libzstd-dev libfuse3-dev fuse3
       libcurl4-openssl-dev uthash-dev libopenmpi-dev openmpi-bin mpich libmpich-dev libdnnl-dev patchelf
       dataset-fashion-mnist
       clang libclang-rt-14-dev clang-format prometheus python3-jsonschema python3-yaml
       python3-venv
-      chromium chromium-driver python3-selenium
+      chromium chromium-driver python3-selenium poppler-utils
       slurm-wlm munge slurmdbd mariadb-server-core"
+# poppler-utils: pdftotext / pdftoppm read back the report Chromium printed to PDF
+# (tests/integration/test_report_pdf.py).
+# libfuse3-dev: ddpbench-fs (fs/), the storage profiles as a FUSE mount; fuse3: its
+# fusermount3 (mounts as non-root, `fusermount3 -uz` detaches a stale mount).
 # libgnutls28-dev: ddpbenchd checks --tls-cert/--tls-key with GnuTLS, the library
 # libmicrohttpd serves TLS with; openssl: deploy/tls-keys.sh makes a cluster's keys.
 # slurmdbd, mariadb-server-core: tests/integration/slurmlab.py runs Slurm with accounting
@@ -64,8 +68,20 @@ done
 venv() {
     [ -z "$engines" ] || "$(dirname "$0")/setup-venv.sh"
 }
+# The emulated storage profiles are FUSE mounts (ddpbench-fs): the kernel's fuse module and
+# its device node. A container or minimal VM may have the module but no /dev/fuse; as root
+# this makes the node (misc device 10:229, as udev would). Where the kernel has no FUSE at
+# all the daemon refuses such runs with 409 naming dataset.storage.
+fuse_device() {
+    [ -c /dev/fuse ] && return 0
+    [ "$(id -u)" -eq 0 ] || return 0
+    modprobe fuse 2>/dev/null || true
+    [ -c /dev/fuse ] || mknod -m 0666 /dev/fuse c 10 229 ||
+        echo "install-deps: no /dev/fuse (the storage mounts need it)" >&2
+}
 if [ -z "$missing" ]; then
     echo "install-deps: all packages present"
+    fuse_device
     venv
     exit 0
 fi
@@ -78,4 +94,5 @@ echo "install-deps: installing$missing"
 $SUDO apt-get update -qq
 # shellcheck disable=SC2086
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fuse_device
 venv

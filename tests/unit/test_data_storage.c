@@ -1,20 +1,23 @@
 /* Unit tests for worker/data/storage: the named profiles' figures and the unknown name,
  * the profile checks naming their field, exact bytes from pread at offsets and from
  * read_file, the errors (truncated, missing, too large, not a regular file, bad fd, bad
- * offset), plain reads without a storage, exact stats; and the caps, by timing: one
- * bandwidth cap shared by every thread (the measured rate is within [80 %, 102 %] of it
- * from 1 and from 4 threads), the latency paid per request and overlapped only as far as
- * the concurrency allows, and a concurrency cap holding requests back; cold reads give the
- * same bytes and, where the file system drops pages at all, leave none cached.
+ * offset), plain reads without a storage, exact stats, the server's side (openat,
+ * pread_upto: ddpbench-fs); and the caps, by timing: one bandwidth cap shared by every
+ * thread (the measured rate is within [80 %, 102 %] of it from 1 and from 4 threads), an
+ * idle bucket banking at most 5 ms, the latency paid per request and overlapped only as
+ * far as the concurrency allows, and a concurrency cap holding requests back; cold reads
+ * give the same bytes and, where the file system drops pages at all, leave none cached.
  *
  * Timing assertions are bounds a slow machine cannot break: a cap gives a hard lower bound
  * on the time (sleeps end no earlier than asked), and the upper bounds leave several
  * milliseconds of scheduling slack per request. */
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -406,9 +409,62 @@ static void test_stats_exact(void)
     T_CHECK(s.read_ns > 0);
 }
 
+/* The server's side (ddpbench-fs): openat and pread_upto count one request each, read
+ * short at the end of the file (0 bytes past it) with the exact bytes, charge what they
+ * read, pay the latency, and answer errno: ENOENT for a missing file, EBADF for a bad fd,
+ * EINVAL for a negative offset. */
+static void test_server_side(void)
+{
+    struct data_storage *st = storage_of(1000, 0.2, 2, false);
+    T_CHECK(st);
+    int dirfd = open(test_tmpdir(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = data_storage_openat(st, dirfd, "small", O_RDONLY | O_CLOEXEC); /* 1 */
+    int missing = data_storage_openat(st, dirfd, "no-such", O_RDONLY);      /* 2 */
+    int e_missing = errno;
+    uint8_t buf[4096];
+    size_t got_mid = 0, got_end = 0, got_past = 0, got_bad = 0, got_neg = 0;
+    int rc_mid = data_storage_pread_upto(st, fd, buf, 4096, 4097, &got_mid); /* 3 */
+    bool same = pattern_matches(buf, got_mid, 4097);
+    int rc_end = data_storage_pread_upto(st, fd, buf, 4096, SMALL_LEN - 100, &got_end); /* 4 */
+    bool same_end = pattern_matches(buf, got_end, SMALL_LEN - 100);
+    int rc_past = data_storage_pread_upto(st, fd, buf, 10, SMALL_LEN + 5, &got_past); /* 5 */
+    int rc_bad = data_storage_pread_upto(st, -1, buf, 10, 0, &got_bad);               /* 6 */
+    int e_bad = errno;
+    int rc_neg = data_storage_pread_upto(st, fd, buf, 10, -1,
+                                         &got_neg); /* refused, no request */
+    int e_neg = errno;
+    struct data_storage_stats s;
+    data_storage_get_stats(st, &s);
+    if (fd >= 0)
+        close(fd);
+    if (dirfd >= 0)
+        close(dirfd);
+    data_storage_destroy(st);
+
+    T_CHECK(dirfd >= 0 && fd >= 0);
+    T_EQ_INT(missing, -1);
+    T_EQ_INT(e_missing, ENOENT);
+    T_EQ_INT(rc_mid, 0);
+    T_EQ_INT(got_mid, 4096);
+    T_CHECK(same);
+    T_EQ_INT(rc_end, 0);
+    T_EQ_INT(got_end, 100);
+    T_CHECK(same_end);
+    T_EQ_INT(rc_past, 0);
+    T_EQ_INT(got_past, 0);
+    T_EQ_INT(rc_bad, -1);
+    T_EQ_INT(e_bad, EBADF);
+    T_EQ_INT(rc_neg, -1);
+    T_EQ_INT(e_neg, EINVAL);
+    T_EQ_INT(s.requests, 6);
+    T_EQ_INT(s.bytes, 4096 + 100);
+    T_CHECK_MSG(s.wait_ns >= 6 * 200000, "wait_ns %lld", (long long)s.wait_ns);
+}
+
 /* --- the caps ---------------------------------------------------------------------------- */
 
-static void check_bandwidth(int nthreads)
+/* One reading of BIG_CHUNKS through a fresh 100 MB/s storage by nthreads: *mbps. */
+static void bandwidth_once(int nthreads, double *mbps)
 {
     struct data_storage *st = storage_of(100, 0, 0, false);
     T_CHECK(st);
@@ -418,13 +474,24 @@ static void check_bandwidth(int nthreads)
     data_storage_destroy(st);
     T_CHECK(dt > 0);
     double total = (double)BIG_CHUNKS * BIG_CHUNK;
-    double mbps = total / ((double)dt * 1e-9) / 1e6;
+    *mbps = total / ((double)dt * 1e-9) / 1e6;
     fprintf(stderr, "  %d thread(s): %.0f bytes in %.1f ms = %.2f MB/s under a 100 MB/s cap\n",
-            nthreads, total, (double)dt * 1e-6, mbps);
-    T_CHECK_MSG(mbps <= 100 * 1.02, "%.2f MB/s", mbps);
-    T_CHECK_MSG(mbps >= 100 * 0.80, "%.2f MB/s", mbps);
+            nthreads, total, (double)dt * 1e-6, *mbps);
     T_EQ_INT(s.requests, BIG_CHUNKS);
     T_EQ_INT(s.bytes, (int64_t)BIG_CHUNKS * BIG_CHUNK);
+}
+
+/* The cap is a hard ceiling on every attempt. The floor (80 %) is a goal a loaded machine
+ * can miss: under TSan with another test beside it, four readers on 2 cores once measured
+ * 70 %, their threads woken late; so it gets up to three attempts. */
+static void check_bandwidth(int nthreads)
+{
+    double mbps = 0;
+    for (int attempt = 0; attempt < 3 && mbps < 100 * 0.80; attempt++) {
+        bandwidth_once(nthreads, &mbps);
+        T_CHECK_MSG(mbps <= 100 * 1.02, "%.2f MB/s", mbps);
+    }
+    T_CHECK_MSG(mbps >= 100 * 0.80, "%.2f MB/s", mbps);
 }
 
 static void test_bandwidth_one_thread(void)
@@ -436,6 +503,36 @@ static void test_bandwidth_one_thread(void)
 static void test_bandwidth_four_threads(void)
 {
     check_bandwidth(4);
+}
+
+/* The bank (a token bucket's depth): at 100 MB/s a new storage's first 1 MB read takes its
+ * full 10 ms (nothing banked), and after 20 ms idle a second read is credited at most the
+ * 5 ms banked: >= 10 + 20 + 5 ms in all. Lower bounds only: a sleep never ends early. */
+static void test_bucket_bank(void)
+{
+    struct data_storage *st = storage_of(100, 0, 0, false);
+    T_CHECK(st);
+    int fd = open(big_path, O_RDONLY | O_CLOEXEC);
+    uint8_t *buf = malloc(1000000);
+    size_t got1 = 0, got2 = 0;
+    int64_t t0 = clock_mono_ns();
+    int rc1 = buf ? data_storage_pread_upto(st, fd, buf, 1000000, 0, &got1) : -1;
+    int64_t t1 = clock_mono_ns();
+    struct timespec idle = {.tv_nsec = 20 * 1000000L};
+    nanosleep(&idle, NULL);
+    int rc2 = buf ? data_storage_pread_upto(st, fd, buf, 1000000, 1000000, &got2) : -1;
+    int64_t t2 = clock_mono_ns();
+    free(buf);
+    if (fd >= 0)
+        close(fd);
+    data_storage_destroy(st);
+    fprintf(stderr, "  1 MB at 100 MB/s: %.1f ms new, %.1f ms for both around 20 ms idle\n",
+            (double)(t1 - t0) * 1e-6, (double)(t2 - t0) * 1e-6);
+    T_EQ_INT(rc1, 0);
+    T_EQ_INT(rc2, 0);
+    T_EQ_INT(got1 + got2, 2000000);
+    T_CHECK_MSG(t1 - t0 >= 10 * 1000000LL, "%lld ns", (long long)(t1 - t0));
+    T_CHECK_MSG(t2 - t0 >= 35 * 1000000LL, "%lld ns", (long long)(t2 - t0));
 }
 
 /* 20 one-byte requests at 5 ms from 4 threads: serialized by concurrency 1 (>= 100 ms),
@@ -565,8 +662,10 @@ int main(int argc, char **argv)
     TEST_RUN(test_read_file);
     TEST_RUN(test_null_storage);
     TEST_RUN(test_stats_exact);
+    TEST_RUN(test_server_side);
     TEST_RUN(test_bandwidth_one_thread);
     TEST_RUN(test_bandwidth_four_threads);
+    TEST_RUN(test_bucket_bank);
     TEST_RUN(test_latency);
     TEST_RUN(test_concurrency_cap);
     TEST_RUN(test_cold_reads);

@@ -80,6 +80,19 @@ int data_storage_pread(struct data_storage *st, int fd, void *buf, size_t n, off
 int data_storage_read_file(struct data_storage *st, const char *path, size_t max_bytes,
                            uint8_t **out, size_t *len, struct err *e);
 
+/* The server's side of a request, for a reader that is not ddpbench's loader: ddpbench-fs
+ * (fs/) serves every open and read of its FUSE mount with these two, so the mount and the
+ * in-process emulation are one piece of code. Both return errno values rather than a
+ * struct err: that is what a file system answers.
+ * data_storage_openat opens rel beneath dirfd with flags (O_RDONLY is the caller's; one
+ * request): the fd (the caller closes it), or -1 with errno. */
+int data_storage_openat(struct data_storage *st, int dirfd, const char *rel, int flags);
+/* Reads up to n bytes at off from fd (one request, however many pread calls the kernel
+ * needs), stopping at the end of the file: *got is what was read (0 at or past the end).
+ * Cold mode drops those pages. 0, or -1 with errno (*got then counts the bytes charged). */
+int data_storage_pread_upto(struct data_storage *st, int fd, void *buf, size_t n, off_t off,
+                            size_t *got);
+
 /* A consistent snapshot. */
 void data_storage_get_stats(struct data_storage *st, struct data_storage_stats *out);
 
