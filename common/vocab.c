@@ -109,19 +109,22 @@ static const struct vocab_mpi vocab_mpis[] = {
 
 static const struct vocab_format vocab_formats[] = {
     [VOCAB_FORMAT_NATIVE] = {"native", false, false, VOCAB_CODEC_NONE, VOCAB_COMPRESS_NONE,
-        false, 0, "the dataset's own files (idx, CIFAR batches)"},
+        false, 0, "the dataset's own files (idx, CIFAR batches)", false},
     [VOCAB_FORMAT_FILES_PNG] = {"files-png", true, false, VOCAB_CODEC_PNG,
-        VOCAB_COMPRESS_NONE, false, 0, "one PNG file per sample and a manifest"},
+        VOCAB_COMPRESS_NONE, false, 0, "one PNG file per sample and a manifest", false},
     [VOCAB_FORMAT_FILES_JPEG] = {"files-jpeg", true, false, VOCAB_CODEC_JPEG,
-        VOCAB_COMPRESS_NONE, true, 0, "one JPEG file per sample and a manifest"},
+        VOCAB_COMPRESS_NONE, true, 0, "one JPEG file per sample and a manifest", false},
     [VOCAB_FORMAT_RECORDS] = {"records", false, true, VOCAB_CODEC_NONE, VOCAB_COMPRESS_RAW,
-        false, 0, "record shards and an index, each sample raw"},
+        false, 0, "record shards and an index, each sample raw", false},
     [VOCAB_FORMAT_RECORDS_ZLIB] = {"records-zlib", false, true, VOCAB_CODEC_NONE,
-        VOCAB_COMPRESS_ZLIB, false, 9, "record shards, each sample zlib-compressed"},
+        VOCAB_COMPRESS_ZLIB, false, 9, "record shards, each sample zlib-compressed", false},
     [VOCAB_FORMAT_RECORDS_ZSTD] = {"records-zstd", false, true, VOCAB_CODEC_NONE,
-        VOCAB_COMPRESS_ZSTD, false, 19, "record shards, each sample zstd-compressed"},
+        VOCAB_COMPRESS_ZSTD, false, 19, "record shards, each sample zstd-compressed", false},
     [VOCAB_FORMAT_RECORDS_JPEG] = {"records-jpeg", false, true, VOCAB_CODEC_JPEG,
-        VOCAB_COMPRESS_JPEG, true, 0, "record shards, each sample a JPEG file's bytes"},
+        VOCAB_COMPRESS_JPEG, true, 0, "record shards, each sample a JPEG file's bytes", false},
+    [VOCAB_FORMAT_TFRECORD] = {"tfrecord", false, false, VOCAB_CODEC_JPEG, VOCAB_COMPRESS_NONE,
+        true, 0, "TensorFlow's TFRecord shards of tf.train.Example, each a JPEG file's bytes",
+        true},
 };
 
 /* The named profiles' figures (worker/data/storage.h says what each stands for). */
@@ -319,7 +322,7 @@ bool vocab_storage_capped(const struct vocab_storage *s)
 
 bool vocab_format_converted(const struct vocab_format *f)
 {
-    return f->files || f->records;
+    return f->files || f->records || f->tfrecord;
 }
 
 bool vocab_format_lossy(const struct vocab_format *f)
@@ -415,8 +418,8 @@ static json_t *vocab_format_json(const struct vocab_format *f)
                                         [VOCAB_COMPRESS_ZLIB] = "zlib",
                                         [VOCAB_COMPRESS_ZSTD] = "zstd",
                                         [VOCAB_COMPRESS_JPEG] = "jpeg"};
-    return json_pack("{s:s, s:b, s:b, s:o, s:o, s:b, s:i, s:s}", "name", f->name, "files",
-                     f->files, "records", f->records, "codec",
+    return json_pack("{s:s, s:b, s:b, s:b, s:o, s:o, s:b, s:i, s:s}", "name", f->name, "files",
+                     f->files, "records", f->records, "tfrecord", f->tfrecord, "codec",
                      vocab_str_or_null(codecs[f->codec]), "compression",
                      vocab_str_or_null(comps[f->compression]), "lossy", f->lossy, "max_level",
                      f->max_level, "description", f->desc);

@@ -63,7 +63,8 @@
     X(RECORDS, "records")                                                                      \
     X(RECORDS_ZLIB, "records-zlib")                                                            \
     X(RECORDS_ZSTD, "records-zstd")                                                            \
-    X(RECORDS_JPEG, "records-jpeg")
+    X(RECORDS_JPEG, "records-jpeg")                                                            \
+    X(TFRECORD, "tfrecord")
 #define VOCAB_STORAGES(X)                                                                      \
     X(LOCAL, "local")                                                                          \
     X(NFS, "nfs")                                                                              \
@@ -93,7 +94,8 @@
     X(USAGE, "usage")                                                                          \
     X(TRACE, "trace")                                                                          \
     X(GRADS, "grads")                                                                          \
-    X(ELASTIC, "elastic")
+    X(ELASTIC, "elastic")                                                                      \
+    X(PIPE, "pipe")
 
 #define VOCAB_ENUM_STRATEGY(id, name) VOCAB_STRATEGY_##id,
 #define VOCAB_ENUM_ENGINE(id, name) VOCAB_ENGINE_##id,
@@ -197,6 +199,9 @@ struct vocab_format {
     bool lossy;                         /* JPEG: takes a quality */
     int max_level; /* a lossless codec's highest level (zlib 9, zstd 19); 0: takes none */
     const char *desc;
+    /* TensorFlow's TFRecord shards of tf.train.Example records, each holding a JPEG file's
+     * bytes (worker/data/tfrecord.c); last so the rows before it need not name it */
+    bool tfrecord;
 };
 
 struct vocab_storage {

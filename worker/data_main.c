@@ -42,11 +42,12 @@ static const char data_main_usage_fmt[] =
     "         a spec's dataset.format finds it), in the samples' order.\n"
     "  --to FORMAT      %s:\n"
     "                   per-sample images and a manifest (files-*) or shards of samples and\n"
-    "                   an index (records*; records-jpeg stores each as a JPEG file's bytes)\n"
+    "                   an index (records*; records-jpeg stores each as a JPEG file's bytes),\n"
+    "                   or TensorFlow's TFRecord shards of tf.train.Example (tfrecord)\n"
     "  --quality Q      JPEG quality 1..100 (default 95): %s\n"
     "  --level L        compression level (default: the codec's):\n"
     "                   %s\n"
-    "  --shard-mb M     records: shard size in MB (default 64)\n"
+    "  --shard-mb M     records, tfrecord: shard size in MB (default 64)\n"
     "verify   reads every sample of both splits of DIR/FORMAT (native: DIR) and, with\n"
     "         --against, compares each with the same sample of another format: labels and\n"
     "         normalized values bit for bit. Fails when a sample does not read or differs.\n"
@@ -194,9 +195,9 @@ static int data_main_check_format_opts(const struct data_main_args *a,
         return data_main_usage_error(
             "--quality applies to %s, not %s",
             vocab_format_join(vocab_format_lossy, " and ", names, sizeof names), a->to);
-    if (a->shard_mb && !to->records)
-        return data_main_usage_error("--shard-mb applies to the records formats, not %s",
-                                     a->to);
+    if (a->shard_mb && !to->records && !to->tfrecord)
+        return data_main_usage_error(
+            "--shard-mb applies to the records formats and tfrecord, not %s", a->to);
     return 0;
 }
 

@@ -785,6 +785,32 @@ static void test_augment_fill(void)
     T_CHECK(seen_flip[0] && seen_flip[1]);
 }
 
+/* data_augment_draw's values for a few (seed, epoch, sample): the framework engines'
+ * loaders draw the same crop and flip (engines/ddpb_data.py augment_draw, checked against
+ * these values by tests/integration/test_engines.py), so a change here must change both. */
+static void test_augment_draw_values(void)
+{
+    static const struct {
+        uint64_t seed;
+        int64_t epoch, sample;
+        int dy, dx;
+        bool flip;
+    } want[] = {{1, 0, 0, 5, 1, true},
+                {1, 1, 2, 5, 5, false},
+                {2, 1, 3, 5, 1, false},
+                {3, 0, 1, 8, 6, true},
+                {3, 1, 3, 5, 2, true}};
+    struct data_augment aug = {.pad = 4, .flip = true};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        struct data_draw d = {want[i].seed, want[i].epoch, 0};
+        int dy, dx;
+        bool flip;
+        data_augment_draw(&aug, &d, want[i].sample, &dy, &dx, &flip);
+        T_CHECK_MSG(dy == want[i].dy && dx == want[i].dx && flip == want[i].flip,
+                    "case %zu: %d %d %d", i, dy, dx, (int)flip);
+    }
+}
+
 /* The same augmentation options on the test split leave images as they are. */
 static void test_augment_train_split_only(void)
 {
@@ -1397,5 +1423,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_gzip_bombs_capped_by_purpose);
     TEST_RUN(test_fifo_and_symlink);
     TEST_RUN(test_data_dirs_boundary);
+    TEST_RUN(test_augment_draw_values);
     return test_end();
 }

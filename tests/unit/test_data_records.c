@@ -7,7 +7,8 @@
  * missing) as an error naming the file; a flipped byte in a shard failing only the fills
  * that read that sample, naming it; the writer's own errors and its temporary names; the
  * per-sample image files equal to CIFAR (PNG) and records made from JPEG files equal to
- * those files; conversion errors and a failed conversion leaving no index. */
+ * those files, tfrecord's Examples equal to files-jpeg's files; conversion errors and a
+ * failed conversion leaving no index. */
 #include <ftw.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -19,6 +20,7 @@
 #include "tests/unit/test.h"
 #include "worker/data/convert.h"
 #include "worker/data/dataset.h"
+#include "worker/data/formats.h"
 #include "worker/data/storage.h"
 
 #define CIFAR_REC 3073
@@ -27,23 +29,6 @@
 #define TEST_SAMPLES 23
 
 static char cifar_dir[128];
-
-static uint8_t *read_all(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc(*n + 1);
-    if (p && fread(p, 1, *n, f) != *n) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    return p;
-}
 
 static bool exists(const char *path)
 {
@@ -196,7 +181,7 @@ static void test_records_round_trip(void)
     size_t nraw, nzs;
     snprintf(raw, sizeof raw, "%s/records/test-00000.rec", root);
     snprintf(zs, sizeof zs, "%s/records-zstd/test-00000.rec", root);
-    uint8_t *a = read_all(raw, &nraw), *b = read_all(zs, &nzs);
+    uint8_t *a = test_slurp(raw, &nraw), *b = test_slurp(zs, &nzs);
     free(a);
     free(b);
     T_CHECK(a && b);
@@ -253,7 +238,7 @@ static void test_records_multiple_shards(void)
     T_CHECK(!exists(p));
     size_t n;
     snprintf(p, sizeof p, "%s/records/train-00000.rec", root);
-    free(read_all(p, &n));
+    free(test_slurp(p, &n));
     T_EQ_INT(n, 341 * CIFAR_PIX);
     const char *why = records_match_cifar(root, "records", &e);
     T_CHECK_MSG(!why, "%s", why);
@@ -486,7 +471,7 @@ static void test_records_index_corruption(void)
     T_OK(sm_write(dir, DATA_RECORD_RAW, &e));
     snprintf(path, sizeof path, "%s/train.index", dir);
     size_t n0;
-    uint8_t *good = read_all(path, &n0);
+    uint8_t *good = test_slurp(path, &n0);
     T_CHECK(good && n0 == 48 + SM_N * 24 + 4);
     static const struct index_case cases[] = {
         {"bad magic", "magic", E_MAGIC},
@@ -537,7 +522,7 @@ static void test_records_shard_mismatch(void)
     T_OK(sm_write(dir, DATA_RECORD_RAW, &e));
     snprintf(shard, sizeof shard, "%s/train-00001.rec", dir);
     size_t n;
-    uint8_t *b = read_all(shard, &n);
+    uint8_t *b = test_slurp(shard, &n);
     T_CHECK(b && n == SM_SHARD);
     struct dataset *ds = NULL;
     /* shorter than the index says */
@@ -568,7 +553,7 @@ static int sample_at(const char *dir, uint32_t shard, uint64_t off)
     char path[256];
     snprintf(path, sizeof path, "%s/train.index", dir);
     size_t n;
-    uint8_t *b = read_all(path, &n);
+    uint8_t *b = test_slurp(path, &n);
     int found = -1;
     for (int i = 0; b && i < SM_N; i++) {
         const uint8_t *en = b + 48 + (size_t)i * 24;
@@ -596,7 +581,7 @@ static void test_records_flipped_byte(void)
         T_OK(sm_write(dir, comps[c], &e));
         snprintf(shard, sizeof shard, "%s/train-00001.rec", dir);
         size_t n;
-        uint8_t *b = read_all(shard, &n);
+        uint8_t *b = test_slurp(shard, &n);
         T_CHECK(b && n > 0);
         b[n / 2] ^= 0x10;
         T_CHECK(test_write_file(shard, b, n) == 0);
@@ -677,6 +662,57 @@ static void test_records_from_jpeg_equal_jpeg(void)
     T_CHECK(lossy);
 }
 
+/* Whether the first training sample's file of the files format in jdir lies in the file
+ * at path, starting within its first `within` bytes. */
+static bool first_file_in(const char *jdir, const char *path, size_t within)
+{
+    char p[512], first[256] = "";
+    size_t fn = 0, sn = 0;
+    snprintf(p, sizeof p, "%s/train.txt", jdir);
+    uint8_t *manifest = test_slurp(p, &fn);
+    if (manifest)
+        sscanf((const char *)manifest, "%255s", first);
+    free(manifest);
+    snprintf(p, sizeof p, "%s/%s", jdir, first);
+    uint8_t *file = test_slurp(p, &fn), *shard = test_slurp(path, &sn);
+    bool found = false;
+    for (size_t k = 0; file && shard && fn > 0 && k + fn <= sn && k < within && !found; k++)
+        found = memcmp(shard + k, file, fn) == 0;
+    free(file);
+    free(shard);
+    return found;
+}
+
+/* A JPEG format's reader (records-jpeg's, tfrecord's). */
+typedef int (*jpeg_open_fn)(const char *dir, const char *name, enum data_split split,
+                            const struct data_image_opts *opts, struct data_storage *st,
+                            struct dataset **out, struct err *e);
+
+/* Both splits of files-jpeg in root and of `format` (opened with open) fill the same bit for
+ * bit, normalized and augmented on the train split, plain on the test split. "" when so. */
+static const char *jpeg_formats_equal(const char *root, const char *format, jpeg_open_fn open,
+                                      struct err *e)
+{
+    char jdir[256], dir[256];
+    snprintf(jdir, sizeof jdir, "%s/files-jpeg", root);
+    snprintf(dir, sizeof dir, "%s/%s", root, format);
+    for (int split = 0; split < 2; split++) {
+        struct data_image_opts o;
+        opts_make(&o, split == 1);
+        struct dataset *jpg = NULL, *other = NULL;
+        const char *why = "an open failed";
+        if (dataset_files_open(jdir, "cifar10", (enum data_split)split, &o, NULL, &jpg, e) ==
+                0 &&
+            open(dir, "cifar10", (enum data_split)split, &o, NULL, &other, e) == 0)
+            why = fills_equal(jpg, other);
+        dataset_destroy(jpg);
+        dataset_destroy(other);
+        if (*why)
+            return why;
+    }
+    return "";
+}
+
 /* records-jpeg stores each sample as the JPEG file files-jpeg writes for it: the fills are
  * the same bit for bit (normalized and augmented), and the first training sample's stored
  * bytes are exactly its file's bytes (shard 0, offset 0). */
@@ -689,31 +725,40 @@ static void test_records_jpeg_equal_files_jpeg(void)
     T_OK(convert_to(cifar_dir, "native", root, "records-jpeg", &e));
     snprintf(jdir, sizeof jdir, "%s/files-jpeg", root);
     snprintf(rdir, sizeof rdir, "%s/records-jpeg", root);
-    for (int split = 0; split < 2; split++) {
-        struct data_image_opts o;
-        opts_make(&o, split == 1);
-        struct dataset *jpg, *rec;
-        T_OK(dataset_files_open(jdir, "cifar10", (enum data_split)split, &o, NULL, &jpg, &e));
-        T_OK(dataset_records_open(rdir, "cifar10", (enum data_split)split, &o, NULL, &rec, &e));
-        const char *why = fills_equal(jpg, rec);
-        dataset_destroy(jpg);
-        dataset_destroy(rec);
-        T_CHECK_MSG(!*why, "split %d: %s", split, why);
-    }
-    size_t fn = 0, sn = 0;
-    snprintf(p, sizeof p, "%s/train.txt", jdir);
-    uint8_t *manifest = read_all(p, &fn);
-    T_CHECK(manifest != NULL);
-    char first[256] = "";
-    sscanf((const char *)manifest, "%255s", first);
-    free(manifest);
-    snprintf(p, sizeof p, "%s/%s", jdir, first);
-    uint8_t *file = read_all(p, &fn);
+    const char *why = jpeg_formats_equal(root, "records-jpeg", dataset_records_open, &e);
+    T_CHECK_MSG(!*why, "%s (%s)", why, e.msg);
     snprintf(p, sizeof p, "%s/train-00000.rec", rdir);
-    uint8_t *shard = read_all(p, &sn);
-    T_CHECK(file && shard && fn > 0 && sn >= fn && memcmp(file, shard, fn) == 0);
-    free(file);
-    free(shard);
+    T_CHECK(first_file_in(jdir, p, 1)); /* at offset 0 */
+}
+
+/* tfrecord stores each sample's files-jpeg file as its Example's image/encoded: the fills
+ * are the same bit for bit (normalized and augmented, both splits), through dataset_open's
+ * format too, and the first training record holds exactly the first file's bytes. */
+static void test_tfrecord_equal_files_jpeg(void)
+{
+    struct err e;
+    char root[128], jdir[256], tdir[256], p[512];
+    test_tmp_path(root, sizeof root, "tfrec");
+    T_OK(convert_to(cifar_dir, "native", root, "files-jpeg", &e));
+    T_OK(convert_to(cifar_dir, "native", root, "tfrecord", &e));
+    snprintf(jdir, sizeof jdir, "%s/files-jpeg", root);
+    snprintf(tdir, sizeof tdir, "%s/tfrecord", root);
+    const char *why = jpeg_formats_equal(root, "tfrecord", dataset_tfrecord_open, &e);
+    T_CHECK_MSG(!*why, "%s (%s)", why, e.msg);
+    struct data_config cfg = {.name = "cifar10", .format = "tfrecord", .augment = true};
+    snprintf(cfg.path, sizeof cfg.path, "%s", root);
+    struct dataset *via, *jpg;
+    struct data_image_opts o;
+    opts_make(&o, false);
+    T_OK(dataset_open(&cfg, DATA_SPLIT_TRAIN, &via, &e));
+    T_OK(dataset_files_open(jdir, "cifar10", DATA_SPLIT_TRAIN, &o, NULL, &jpg, &e));
+    why = fills_equal(via, jpg);
+    T_CHECK_MSG(!*why, "through dataset_open: %s", why);
+    dataset_destroy(via);
+    dataset_destroy(jpg);
+    /* the first record's image/encoded is the first file, byte for byte */
+    snprintf(p, sizeof p, "%s/train-00000-of-00001.tfrecord", tdir);
+    T_CHECK(first_file_in(jdir, p, 256));
 }
 
 /* --- conversion errors ------------------------------------------------------------------ */
@@ -758,6 +803,14 @@ static void test_convert_failure_leaves_no_index(void)
     T_CHECK(exists(p));
     snprintf(p, sizeof p, "%s/records/test.index", root);
     T_CHECK(!exists(p));
+    /* tfrecord: the train shard and its index whole, nothing of the test split */
+    T_CHECK(convert_to(src, "native", root, "tfrecord", &e) < 0);
+    snprintf(p, sizeof p, "%s/tfrecord/train-00000-of-00001.tfrecord.idx", root);
+    T_CHECK(exists(p));
+    snprintf(p, sizeof p, "%s/tfrecord/test-00000-of-00001.tfrecord", root);
+    T_CHECK(!exists(p));
+    snprintf(p, sizeof p, "%s/tfrecord/test-00000.tfrecord.tmp", root);
+    T_CHECK(!exists(p));
 }
 
 int main(int argc, char **argv)
@@ -779,6 +832,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_files_png_equals_cifar);
     TEST_RUN(test_records_from_jpeg_equal_jpeg);
     TEST_RUN(test_records_jpeg_equal_files_jpeg);
+    TEST_RUN(test_tfrecord_equal_files_jpeg);
     TEST_RUN(test_convert_errors);
     TEST_RUN(test_convert_failure_leaves_no_index);
     return test_end();

@@ -138,7 +138,8 @@ static void test_vocab_attributes(void)
 
     for (int i = 0; i < VOCAB_NFORMATS; i++) {
         const struct vocab_format *f = vocab_format(i);
-        T_CHECK_MSG(!(f->files && f->records), "%s", f->name);
+        T_CHECK_MSG(f->files + f->records + f->tfrecord <= 1, "%s", f->name);
+        T_CHECK_MSG(f->tfrecord == (strcmp(f->name, "tfrecord") == 0), "%s", f->name);
         T_CHECK_MSG(f->files == (strncmp(f->name, "files-", 6) == 0), "%s", f->name);
         T_CHECK_MSG(f->records == (strncmp(f->name, "records", 7) == 0), "%s", f->name);
         T_CHECK_MSG(f->lossy == (f->codec == VOCAB_CODEC_JPEG), "%s", f->name);
@@ -146,6 +147,8 @@ static void test_vocab_attributes(void)
         T_CHECK_MSG(!f->max_level || f->records, "%s", f->name);
     }
     T_CHECK(!vocab_format_converted(vocab_format(VOCAB_FORMAT_NATIVE)));
+    T_CHECK(vocab_format_converted(vocab_format(VOCAB_FORMAT_TFRECORD)));
+    T_CHECK(vocab_format_lossy(vocab_format(VOCAB_FORMAT_TFRECORD)));
     int custom = 0;
     for (int i = 0; i < VOCAB_NSTORAGES; i++)
         custom += vocab_storage(i)->custom;
@@ -188,9 +191,10 @@ static void test_vocab_join(void)
     T_EQ_STR(vocab_join(VOCAB_STRATEGY, " or ", buf, sizeof buf), want);
     T_EQ_STR(vocab_join(VOCAB_BACKEND, ", ", buf, sizeof buf), "tcp, nccl, mpi");
     T_EQ_STR(vocab_format_join(vocab_format_converted, ", ", buf, sizeof buf),
-             "files-png, files-jpeg, records, records-zlib, records-zstd, records-jpeg");
+             "files-png, files-jpeg, records, records-zlib, records-zstd, records-jpeg, "
+             "tfrecord");
     T_EQ_STR(vocab_format_join(vocab_format_lossy, " and ", buf, sizeof buf),
-             "files-jpeg and records-jpeg");
+             "files-jpeg, records-jpeg and tfrecord");
     T_EQ_STR(vocab_format_join(vocab_format_leveled, " and ", buf, sizeof buf),
              "records-zlib and records-zstd");
     T_EQ_STR(vocab_storage_join_named(" or ", buf, sizeof buf), "local, nfs or blob");
@@ -264,6 +268,10 @@ static void test_vocab_json(void)
     json_t *rj = json_array_get(json_object_get(v, "formats"), VOCAB_FORMAT_RECORDS_JPEG);
     T_EQ_STR(json_string_value(json_object_get(rj, "codec")), "jpeg");
     T_EQ_STR(json_string_value(json_object_get(rj, "compression")), "jpeg");
+    T_CHECK(json_is_false(json_object_get(rj, "tfrecord")));
+    json_t *tf = json_array_get(json_object_get(v, "formats"), VOCAB_FORMAT_TFRECORD);
+    T_CHECK(json_is_true(json_object_get(tf, "tfrecord")));
+    T_EQ_STR(json_string_value(json_object_get(tf, "codec")), "jpeg");
     json_t *shm = json_array_get(json_object_get(v, "transports"), VOCAB_TRANSPORT_SHM);
     T_EQ_STR(json_string_value(json_object_get(shm, "name")), "shm");
     T_CHECK(json_is_true(json_object_get(shm, "shm")) &&

@@ -1,6 +1,7 @@
 /* convert: data_convert, the whole conversion behind `ddpbench dataset convert`: each split
  * of a dataset read through dataset_open and written, sample by sample in the source's
- * order, through the writer of the target format (files.c's or records.c's).
+ * order, through the writer of the target format (files.c's, records.c's or
+ * tfrecord.c's).
  *
  * Decision: the source is opened with an identity normalization (mean 0, std 1 on each of
  * the name's channels) rather than "none": a data_config's channels 0 means the name's
@@ -19,6 +20,7 @@
 
 #include "common/vocab.h"
 #include "worker/data/dataset.h"
+#include "worker/data/tfrecord.h"
 
 #define CONVERT_CHUNK 256
 #define CONVERT_QUALITY 95  /* JPEG, when none is given */
@@ -29,7 +31,8 @@
  * or compression its row names. */
 struct convert_format {
     const char *name;
-    bool files; /* per-sample image files; else record shards */
+    bool files;    /* per-sample image files; else record shards */
+    bool tfrecord; /* TensorFlow's TFRecord shards (always JPEG) */
     enum data_image_codec codec;
     enum data_record_compression comp;
 };
@@ -50,6 +53,7 @@ static int convert_find_format(const char *name, struct convert_format *out, str
         [VOCAB_COMPRESS_JPEG] = DATA_RECORD_JPEG};
     *out = (struct convert_format){.name = f->name,
                                    .files = f->files,
+                                   .tfrecord = f->tfrecord,
                                    .codec = f->codec == VOCAB_CODEC_JPEG ? DATA_CODEC_JPEG
                                                                          : DATA_CODEC_PNG,
                                    .comp = comps[f->compression]};
@@ -78,8 +82,9 @@ static int convert_resolve_opts(const struct data_convert_opts *in,
 
 struct convert_writer {
     const struct convert_format *fmt;
-    struct data_files_writer *fw;   /* owned, files formats */
-    struct data_records_writer *rw; /* owned, records formats */
+    struct data_files_writer *fw;    /* owned, files formats */
+    struct data_records_writer *rw;  /* owned, records formats */
+    struct data_tfrecord_writer *tw; /* owned, tfrecord */
 };
 
 static int convert_writer_create(struct convert_writer *cw, const struct convert_format *fmt,
@@ -91,6 +96,9 @@ static int convert_writer_create(struct convert_writer *cw, const struct convert
     if (fmt->files)
         return data_files_writer_create(dir, split, fmt->codec, opts->quality, ds->c, ds->h,
                                         ds->w, &cw->fw, e);
+    if (fmt->tfrecord)
+        return data_tfrecord_writer_create(dir, split, opts->quality, ds->c, ds->h, ds->w,
+                                           ds->classes, opts->shard_mb << 20, &cw->tw, e);
     /* a JPEG record's level is its quality, the same as files-jpeg's */
     int level = fmt->comp == DATA_RECORD_JPEG ? opts->quality : opts->level;
     return data_records_writer_create(dir, split, fmt->comp, level, ds->c, ds->h, ds->w,
@@ -100,19 +108,24 @@ static int convert_writer_create(struct convert_writer *cw, const struct convert
 static int convert_writer_add(struct convert_writer *cw, const uint8_t *chw, int32_t label,
                               struct err *e)
 {
-    return cw->fw ? data_files_writer_add(cw->fw, chw, label, e)
-                  : data_records_writer_add(cw->rw, chw, label, e);
+    return cw->fw   ? data_files_writer_add(cw->fw, chw, label, e)
+           : cw->tw ? data_tfrecord_writer_add(cw->tw, chw, label, e)
+                    : data_records_writer_add(cw->rw, chw, label, e);
 }
 
 static int convert_writer_finish(struct convert_writer *cw, struct err *e)
 {
-    return cw->fw ? data_files_writer_finish(cw->fw, e) : data_records_writer_finish(cw->rw, e);
+    return cw->fw   ? data_files_writer_finish(cw->fw, e)
+           : cw->tw ? data_tfrecord_writer_finish(cw->tw, e)
+                    : data_records_writer_finish(cw->rw, e);
 }
 
 static void convert_writer_abort(struct convert_writer *cw)
 {
     if (cw->fw)
         data_files_writer_abort(cw->fw);
+    else if (cw->tw)
+        data_tfrecord_writer_abort(cw->tw);
     else
         data_records_writer_abort(cw->rw);
 }

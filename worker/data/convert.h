@@ -29,10 +29,10 @@
 /* --- the whole conversion (convert.c) --------------------------------------------------- */
 struct data_convert_opts {
     char format[16];  /* "files-png", "files-jpeg", "records", "records-zlib",
-                           "records-zstd" */
+                           "records-zstd", "records-jpeg", "tfrecord" */
     int quality;      /* JPEG; 0 = 95 */
     int level;        /* compression level; 0 = the codec's default */
-    int64_t shard_mb; /* records: shard size; 0 = 64 */
+    int64_t shard_mb; /* records, tfrecord: shard size; 0 = 64 */
 };
 /* Writes both splits of src_cfg's dataset (src_cfg->format says which format it is read
  * from; its norm and augment are ignored) into out_root/<format>/ . Returns 0, or -1 with

@@ -8,8 +8,11 @@
 #include "worker/data/data.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/vocab.h"
 
@@ -119,6 +122,22 @@ uint64_t data_rng_below(uint64_t *state, uint64_t bound)
         if (r >= threshold)
             return r % bound;
     }
+}
+
+int *data_fds_new(uint32_t n)
+{
+    int *fds = malloc((n ? n : 1) * sizeof *fds);
+    for (uint32_t s = 0; fds && s < n; s++)
+        fds[s] = -1;
+    return fds;
+}
+
+void data_fds_free(int *fds, uint32_t n)
+{
+    for (uint32_t s = 0; fds && s < n; s++)
+        if (fds[s] >= 0)
+            close(fds[s]);
+    free(fds);
 }
 
 void data_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm)

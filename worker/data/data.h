@@ -133,4 +133,10 @@ uint64_t data_rng_below(uint64_t *state, uint64_t bound);
  * the same on every rank. perm has n entries, caller-owned. */
 void data_permutation(uint64_t seed, int64_t epoch, int64_t n, int64_t *perm);
 
+/* A shard format's open files (records.c, tfrecord.c): data_fds_new returns n descriptors,
+ * each -1 (not open), in an array the caller owns and frees with data_fds_free, which
+ * closes the open ones (fds NULL is fine). NULL when out of memory. */
+int *data_fds_new(uint32_t n);
+void data_fds_free(int *fds, uint32_t n);
+
 #endif

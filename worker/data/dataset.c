@@ -73,11 +73,12 @@ static int data_open_format(const struct data_config *cfg, const char *dir,
     if (!vocab_format_converted(row))
         return idx ? dataset_idx_open_dir(dir, cfg->name, split, opts, out, e)
                    : dataset_cifar_open_dir(dir, split, opts, out, e);
-    bool files = row->files;
     char sub[sizeof cfg->path + sizeof cfg->format + 2];
     snprintf(sub, sizeof sub, "%s/%s", dir, f);
-    int rc = files ? dataset_files_open(sub, cfg->name, split, opts, cfg->storage, out, e)
-                   : dataset_records_open(sub, cfg->name, split, opts, cfg->storage, out, e);
+    int rc = row->files ? dataset_files_open(sub, cfg->name, split, opts, cfg->storage, out, e)
+             : row->tfrecord
+                 ? dataset_tfrecord_open(sub, cfg->name, split, opts, cfg->storage, out, e)
+                 : dataset_records_open(sub, cfg->name, split, opts, cfg->storage, out, e);
     if (rc < 0 && e && e->code == ERR_NOT_FOUND)
         err_prefix(e,
                    "dataset.format %s: convert it first (ddpbench dataset convert --name %s "

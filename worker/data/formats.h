@@ -1,5 +1,6 @@
 /* formats: the entry points of the data formats, each implemented in its own file
- * (synthetic.c, idx.c, cifar.c, text.c, files.c, records.c) on the core (data.h).
+ * (synthetic.c, idx.c, cifar.c, text.c, files.c, records.c, tfrecord.c) on the core
+ * (data.h).
  *
  * Decision: a header of its own, not dataset.h or data.h: each format includes it for
  * its own entry point, and dataset.c (the table that opens a format by name) for all of
@@ -102,5 +103,16 @@ int dataset_files_open(const char *dir, const char *name, enum data_split split,
 int dataset_records_open(const char *dir, const char *name, enum data_split split,
                          const struct data_image_opts *opts, struct data_storage *st,
                          struct dataset **out, struct err *e);
+
+/* TensorFlow's TFRecord (tfrecord.c has the layout): dir/<split>-NNNNN-of-MMMMM.tfrecord
+ * shards of tf.train.Example records (image/encoded a JPEG file, image/class/label), each
+ * with its .idx of "offset length" lines (the framing is scanned at open where one is
+ * missing). Each sample is one read of its frame through st during the fill, both masked
+ * CRC-32C checked, the Example decoded strictly, the JPEG decoded, label and shape checked;
+ * errors name the file, the record and the feature. classes: opts->classes, else 10.
+ * ERR_NOT_FOUND when the split has no shard. Caller owns *out; st is borrowed. */
+int dataset_tfrecord_open(const char *dir, const char *name, enum data_split split,
+                          const struct data_image_opts *opts, struct data_storage *st,
+                          struct dataset **out, struct err *e);
 
 #endif

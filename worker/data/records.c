@@ -161,10 +161,7 @@ static void records_free(void *ctx)
     struct records *r = ctx;
     if (!r)
         return;
-    for (uint32_t s = 0; r->fds && s < r->nshards; s++)
-        if (r->fds[s] >= 0)
-            close(r->fds[s]);
-    free(r->fds);
+    data_fds_free(r->fds, r->nshards);
     free(r->shard_end);
     free(r->entries);
     free(r);
@@ -385,13 +382,11 @@ static int records_load_index(struct records *r, struct records_header *h, struc
 /* Opens every shard once and checks its size against the index. */
 static int records_open_shards(struct records *r, uint32_t nshards, struct err *e)
 {
-    r->fds = malloc(nshards * sizeof *r->fds);
+    r->fds = data_fds_new(nshards);
     if (!r->fds)
         return err_set(e, ERR_NOMEM, "dataset", "%s: out of memory for %u shards", r->dir,
                        (unsigned)nshards);
     r->nshards = nshards;
-    for (uint32_t s = 0; s < nshards; s++)
-        r->fds[s] = -1;
     for (uint32_t s = 0; s < nshards; s++) {
         char path[RECORDS_PATH_MAX];
         records_shard_path(path, sizeof path, r->dir, r->split, s);
