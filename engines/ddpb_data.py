@@ -19,7 +19,9 @@ Decision: numpy only, no framework import, so every adapter (torch, TF, Horovod,
 DeepSpeed) reads data the same way and tests check this module without a framework."""
 import errno
 import gzip
+import json
 import os
+import re
 import stat
 import struct
 import sys
@@ -52,21 +54,65 @@ def rng_key(seed, a, b):
     return _mix(k ^ ((b + 2 * GOLDEN) & MASK))
 
 
+def _below(s, bound):
+    """worker/data/data.c data_rng_below: (the next state, a draw uniform in [0, bound))."""
+    threshold = ((1 << 64) - bound) % bound
+    while True:
+        s = (s + GOLDEN) & MASK
+        r = _mix(s)
+        if r >= threshold:
+            return s, r % bound
+
+
 def permutation(seed, epoch, n):
     """worker/data/dataset.c data_permutation: the epoch's order of range(n)."""
     perm = list(range(n))
     s = rng_key(seed, epoch, n)
     for i in range(n - 1, 0, -1):
-        bound = i + 1
-        threshold = ((1 << 64) - bound) % bound
-        while True:
-            s = (s + GOLDEN) & MASK
-            r = _mix(s)
-            if r >= threshold:
-                break
-        j = r % bound
+        s, j = _below(s, i + 1)
         perm[i], perm[j] = perm[j], perm[i]
     return perm
+
+
+AUGMENT_DOMAIN = 0x4155474D454E54  # worker/data/images.c DATA_AUGMENT_DOMAIN
+AUGMENT_PAD = 4  # the C worker's CIFAR recipe (worker/data/dataset.c data_open_opts)
+
+
+def augment_draw(seed, epoch, index, pad=AUGMENT_PAD, flip=True):
+    """worker/data/images.c data_augment_draw: sample index's (dy, dx, flip) in epoch, keyed
+    by (seed, epoch, index) alone, so any loader (any worker, any order) draws what the C
+    loader draws for that sample."""
+    s = rng_key((seed & MASK) ^ AUGMENT_DOMAIN, epoch, index)
+    dy = dx = 0
+    if pad > 0:
+        s, dy = _below(s, 2 * pad + 1)
+        s, dx = _below(s, 2 * pad + 1)
+    flipped = False
+    if flip:
+        s = (s + GOLDEN) & MASK
+        flipped = bool(_mix(s) >> 63)
+    return dy, dx, flipped
+
+
+def augment_image(u8, dy, dx, flip, pad=AUGMENT_PAD):
+    """worker/data/images.c data_images_transform's geometry on one [c][h][w] uint8 image:
+    the crop at (dy, dx) of the image padded by pad zero bytes (which normalize to the
+    normalized 0, as the C LUT's lut[0]), then the horizontal flip."""
+    c, h, w = u8.shape
+    padded = np.zeros((c, h + 2 * pad, w + 2 * pad), np.uint8)
+    padded[:, pad:pad + h, pad:pad + w] = u8
+    out = padded[:, dy:dy + h, dx:dx + w]
+    return out[:, :, ::-1] if flip else out
+
+
+def norm_lut(name, c):
+    """[c][256] float32: byte value to normalized input, as worker/data/images.c's LUT
+    (v / 255, minus the mean, over the std, in float32); no norm for the dataset: v / 255."""
+    v = np.arange(256, dtype=np.float32) / np.float32(255.0)
+    if name not in NORMS:
+        return np.tile(v, (c, 1))
+    mean, std = NORMS[name]
+    return np.stack([(v - np.float32(mean[k])) / np.float32(std[k]) for k in range(c)])
 
 
 def train_shard(seed, epoch, n, world, rank, shuffle=True, start=0):
@@ -78,6 +124,13 @@ def train_shard(seed, epoch, n, world, rank, shuffle=True, start=0):
     rest = order[start:]
     per = len(rest) // world
     return rest[rank:per * world:world]
+
+
+def rank_order(seed, epoch, n, rank, world, start=0):
+    """The sample indices rank takes in epoch, in the order it takes them: ddpbench's
+    permutation sharded LOADER_DROP (train_shard, start as there), for a framework
+    loader's sampler."""
+    return train_shard(seed, epoch, n, world, rank, start=start)
 
 
 def test_shard(n, world, rank):
@@ -189,6 +242,167 @@ def _open_cifar(directory, split):
         recs[:, 0].astype(np.int64)
 
 
+# --- the converted formats on disk, for the framework loaders (issue 34) ---------------------
+
+# The image files the C loader's class-folder scan counts (worker/data/files.c).
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+STORAGE_STATS = ".ddpbench-fs-stats"  # the ddpbench-fs mount's virtual stats file
+
+
+def data_dir(spec):
+    """The dataset's directory as this rank reads it: DDPB_STORAGE_MOUNT (the daemon's
+    per-rank ddpbench-fs mount of that directory) when set, else dataset.path, else the
+    dataset's default location (Debian's Fashion-MNIST)."""
+    mount = os.environ.get("DDPB_STORAGE_MOUNT")
+    if mount:
+        return mount
+    ds = spec.get("dataset", {})
+    name = ds.get("name", "synthetic")
+    directory = ds.get("path") or (FASHION_MNIST_DIR if name == "fashion-mnist" else None)
+    if not directory:
+        raise ValueError(f"dataset.path: dataset {name!r} needs a path")
+    return directory
+
+
+def _manifest_rel(rel, where):
+    """A manifest path as the C reader allows it: relative, no "..", no control bytes."""
+    if not rel or rel.startswith("/"):
+        raise ValueError(f"dataset: {where}: path must be relative and non-empty")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in rel):
+        raise ValueError(f"dataset: {where}: control character in the path")
+    if ".." in rel.split("/"):
+        raise ValueError(f"dataset: {where}: \"..\" in the path (paths stay under the "
+                         f"dataset folder)")
+    return rel
+
+
+def _read_manifest(base, mpath):
+    """[(path, label)] from a "relative/path label" manifest (split at the last blank)."""
+    out = []
+    with open(mpath, encoding="utf-8", newline="\n") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\n").rstrip("\r")
+            where = f"{mpath}: line {lineno}"
+            cut = max(line.rfind(" "), line.rfind("\t"))
+            label = line[cut + 1:]
+            if cut < 1 or line[cut - 1] in " \t" or not label.isdigit() or len(label) > 9:
+                raise ValueError(f"dataset: {where}: expected \"relative/path label\"")
+            out.append((os.path.join(base, _manifest_rel(line[:cut], where)), int(label)))
+    if not out:
+        raise ValueError(f"dataset: {mpath}: no samples listed")
+    return out
+
+
+def _scan_classes(base, split):
+    """[(path, label)] from <base>/<split>/<class>/ folders: labels by sorted folder name,
+    files by sorted name (byte order, as ImageFolder and worker/data/files.c sort)."""
+    root = os.path.join(base, split)
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"dataset: {base}: neither a manifest {split}.txt nor a "
+                                f"folder {split}/")
+    classes = [c for c in sorted(os.listdir(root)) if os.path.isdir(os.path.join(root, c))]
+    if not classes:
+        raise ValueError(f"dataset: {root}: no class folders")
+    out = []
+    for label, c in enumerate(classes):
+        cdir = os.path.join(root, c)
+        files = [os.path.join(cdir, f) for f in sorted(os.listdir(cdir))
+                 if os.path.splitext(f)[1].lower() in IMAGE_SUFFIXES and f[0] != "."
+                 and os.path.isfile(os.path.join(cdir, f))]
+        if not files:
+            raise ValueError(f"dataset: {cdir}: no .png, .jpg or .jpeg file in the class")
+        out += [(p, label) for p in files]
+    return out
+
+
+def files_samples(root, fmt, split):
+    """[(path, label)] of a files-* format's split in ddpbench's sample order: the
+    manifest <root>/<fmt>/<split>.txt (paths relative to <root>/<fmt>) when there is one,
+    else the class folders <root>/<fmt>/<split>/<class>/ as ImageFolder sorts them (the
+    C reader's rule, worker/data/files.c). Sample i here is sample i of the C loader."""
+    base = os.path.join(root, fmt)
+    mpath = os.path.join(base, f"{split}.txt")
+    if os.path.isfile(mpath):
+        return _read_manifest(base, mpath)
+    if not os.path.isdir(base):
+        raise FileNotFoundError(f"dataset.format {fmt}: {base}: not found: convert it first "
+                                f"(ddpbench dataset convert --path {root} --to {fmt})")
+    return _scan_classes(base, split)
+
+
+def tfrecord_shards(root, split):
+    """[(shard, index)] of <root>/tfrecord/<split>-NNNNN-of-MMMMM.tfrecord, sorted (the
+    records' order is the source's sample order, shards filled in turn), each with its
+    "<shard>.idx" index ("offset length" per record)."""
+    base = os.path.join(root, "tfrecord")
+    if not os.path.isdir(base):
+        raise FileNotFoundError(f"dataset.format tfrecord: {base}: not found: convert it "
+                                f"first (ddpbench dataset convert --path {root} --to tfrecord)")
+    pat = re.compile(re.escape(split) + r"-\d{5}-of-\d{5}\.tfrecord")
+    shards = sorted(f for f in os.listdir(base) if pat.fullmatch(f))
+    if not shards:
+        raise FileNotFoundError(f"dataset.format tfrecord: no {split}-NNNNN-of-MMMMM.tfrecord "
+                                f"in {base}")
+    return [(os.path.join(base, f), os.path.join(base, f + ".idx")) for f in shards]
+
+
+def tfrecord_index(root, split):
+    """[(shard path, offset, framed length, record number in the shard)] of a tfrecord
+    split, in sample order, from the shards' .idx files ("offset length" per record)."""
+    out = []
+    for shard, idx in tfrecord_shards(root, split):
+        with open(idx, encoding="ascii") as f:
+            for lineno, line in enumerate(f, 1):
+                parts = line.split()
+                if len(parts) != 2 or not all(p.isdigit() for p in parts):
+                    raise ValueError(f"dataset: {idx}: line {lineno}: expected "
+                                     f"\"offset length\"")
+                out.append((shard, int(parts[0]), int(parts[1]), lineno - 1))
+    return out
+
+
+def _masked_crc(data):
+    """TFRecord's masked CRC-32C of data, as its 4 little-endian bytes (the `crc32c`
+    package, the `tfrecord` package's dependency: deploy/setup-venv.sh)."""
+    import crc32c
+    crc = crc32c.crc32c(data)
+    return struct.pack("<I", ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8)
+                       & 0xFFFFFFFF)
+
+
+def tfrecord_record(fd, entry):
+    """The tf.train.Example bytes of one tfrecord_index entry, read from fd (its shard,
+    open) with one pread of the framed record, checked as TensorFlow's reader checks it
+    (the length, both masked CRC-32Cs); ValueError naming file, record and offset."""
+    shard, off, length, k = entry
+    where = f"{shard}: record {k} (offset {off})"
+    buf = os.pread(fd, length, off)
+    if length < 16 or len(buf) != length:
+        raise ValueError(f"dataset: {where}: truncated ({len(buf)} of {length} bytes)")
+    n, = struct.unpack("<Q", buf[:8])
+    if n != length - 16:
+        raise ValueError(f"dataset: {where}: length {n}, the index says {length - 16}")
+    if buf[8:12] != _masked_crc(buf[:8]):
+        raise ValueError(f"dataset: {where}: bad length CRC")
+    data = buf[12:12 + n]
+    if buf[12 + n:] != _masked_crc(data):
+        raise ValueError(f"dataset: {where}: bad data CRC")
+    return data
+
+
+def mount_stats():
+    """The ddpbench-fs mount's counters {"requests", "bytes", "wait_ns", "read_ns"} (its
+    virtual DDPB_STORAGE_MOUNT/.ddpbench-fs-stats), or None with no mount or no file."""
+    mount = os.environ.get("DDPB_STORAGE_MOUNT")
+    if not mount:
+        return None
+    try:
+        with open(os.path.join(mount, STORAGE_STATS), encoding="utf-8") as f:
+            return json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+
+
 class Data:
     """The spec's train (and test, when the dataset has one) split as arrays."""
 
@@ -205,6 +419,10 @@ class Data:
             self.shape, self.classes = (c, h, w), classes
             self.train = None
             return
+        fmt = ds.get("format", "native")
+        if fmt != "native":  # a converted format is a framework loader's (ddpb_torch_data)
+            raise ValueError(f"dataset.format: {fmt}: ddpb_data.Data holds the native files "
+                             f"only; this engine has no reader for {fmt}")
         directory = ds.get("path") or (FASHION_MNIST_DIR if self.name == "fashion-mnist"
                                        else None)
         if not directory:
@@ -248,12 +466,11 @@ class Data:
             yield from self._synthetic(seed, world, rank, batch, start)
             return
         idx = train_shard(seed, epoch, self.n, world, rank, start=start)
-        rng = np.random.default_rng([seed, epoch, rank])
         for b in range(len(idx) // batch):
             sel = np.asarray(idx[b * batch:(b + 1) * batch])
             x = self.train[0][sel]
             if self.augment:
-                x = self._augment(x, rng)
+                x = self._augment(x, sel, epoch, seed)
             yield x, self.train[1][sel]
 
     def _synthetic(self, seed, world, rank, batch, start=0):
@@ -268,16 +485,20 @@ class Data:
                 fixed = (x, y)
             yield fixed
 
-    @staticmethod
-    def _augment(x, rng):
-        """Random crop with padding 4 and horizontal flip (the C worker's CIFAR recipe)."""
+    def _augment(self, x, sel, epoch, seed):
+        """The C worker's CIFAR recipe (worker/data/images.c): sample i's crop of the image
+        padded by 4 zero bytes (normalized: the LUT's value of 0) at the (dy, dx), and
+        flip, that augment_draw draws for (seed, epoch, i): the C loader's floats."""
         n, c, h, w = x.shape
-        padded = np.pad(x, ((0, 0), (0, 0), (4, 4), (4, 4)))
+        p = AUGMENT_PAD
+        fill = norm_lut(self.name, c)[:, 0].reshape(1, c, 1, 1)
+        padded = np.broadcast_to(fill, (n, c, h + 2 * p, w + 2 * p)).copy()
+        padded[:, :, p:p + h, p:p + w] = x
         out = np.empty_like(x)
-        for i in range(n):
-            dy, dx = rng.integers(0, 9, 2)
-            img = padded[i, :, dy:dy + h, dx:dx + w]
-            out[i] = img[:, :, ::-1] if rng.random() < 0.5 else img
+        for k, i in enumerate(sel):
+            dy, dx, flip = augment_draw(seed, epoch, int(i))
+            img = padded[k, :, dy:dy + h, dx:dx + w]
+            out[k] = img[:, :, ::-1] if flip else img
         return out
 
     def test_batches(self, world, rank, batch):
@@ -317,3 +538,13 @@ class Replicas:
 
     def steps_per_epoch(self, world, batch, start=0):
         return self.data.steps_per_epoch(self.world, batch, start)
+
+    def step_begin(self):
+        fn = getattr(self.data, "step_begin", None)
+        if fn:
+            fn()
+
+    def step_figures(self):
+        """The replicas' loader's data columns (a converted format's Loader), else none."""
+        fn = getattr(self.data, "step_figures", None)
+        return fn() if fn else {}

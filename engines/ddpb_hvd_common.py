@@ -1,7 +1,7 @@
 """ddpb_hvd_common: what Horovod's two adapters share, framework-free (no torch, no
 TensorFlow imported here): the HOROVOD_* environment of the spec's controller, Gloo's
-rendezvous through ddpbench's store (rank 0 runs Horovod's own RendezvousServer, as
-horovodrun would), and the check after hvd.init() that Horovod numbers the ranks as
+rendezvous through ddpbench's store (rank 0 starts Horovod's own RendezvousServer, as
+horovodrun would, in a child process: see serve_rendezvous), and the check after hvd.init() that Horovod numbers the ranks as
 ddpbench does. engine_horovod.py (horovod.torch) and engine_horovod_keras.py
 (horovod.tensorflow.keras) pass their binding's module in.
 
@@ -9,6 +9,8 @@ Decision: one rendezvous for both front ends, so framework torch and keras diffe
 the training loop; a process horovodrun started (HOROVOD_RANK set, no DDPB_STORE: the
 benches' own-launcher baseline) keeps horovodrun's environment."""
 import os
+import subprocess
+import sys
 
 import psutil
 
@@ -90,11 +92,8 @@ def rendezvous(spec, rank, world, mpi_built):
     server = None
     try:
         if rank == 0:
-            from horovod.runner.http.http_server import RendezvousServer
-            server = RendezvousServer(verbose=0)
-            port = server.start()
-            server.init(plan)
-            st.set("engine/horovod", f"{host}:{port}")
+            server = RendezvousProcess(nodes)
+            st.set("engine/horovod", f"{host}:{server.port}")
         where = st.get("engine/horovod", int(spec.get("timeout_s", 600)) * 1000).decode()
     finally:
         st.close()
@@ -107,6 +106,51 @@ def rendezvous(spec, rank, world, mpi_built):
         "HOROVOD_LOCAL_RANK": str(me.local_rank), "HOROVOD_LOCAL_SIZE": str(me.local_size),
         "HOROVOD_CROSS_RANK": str(me.cross_rank), "HOROVOD_CROSS_SIZE": str(me.cross_size)})
     return server
+
+
+class RendezvousProcess:
+    """Horovod's RendezvousServer (the HTTP store Gloo's contexts meet through) in a child
+    process of rank 0, serving the slot plan of nodes until stop() or rank 0's end (the
+    child exits when its stdin, rank 0's pipe, closes: a killed rank 0 leaves none behind).
+
+    Why not a thread of rank 0, as horovodrun's own launcher has it in its driver: Horovod's
+    torch binding waits for a collective (horovod_torch_wait_and_clear, every synchronize)
+    in a C++ loop that holds the GIL, so while rank 0 waits in its first broadcast, a server
+    thread of its own cannot answer a peer still building its Gloo contexts: both wait until
+    Gloo's timeout. The heartbeat thread starves the same way; a process of its own has
+    neither problem."""
+
+    def __init__(self, nodes):
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--serve", ",".join(nodes)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline().strip()
+        if not line.isdigit():
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError("Horovod's rendezvous server did not start "
+                               f"(exit status {self.proc.poll()}): {line!r}")
+        self.port = int(line)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # the child's cue to stop serving
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def serve_rendezvous(nodes):
+    """The child of RendezvousProcess: serves until its stdin closes; prints the port."""
+    from horovod.runner.http.http_server import RendezvousServer
+    server = RendezvousServer(verbose=0)
+    port = server.start()
+    server.init(slot_plan(nodes))
+    print(port, flush=True)
+    sys.stdin.read()  # returns at EOF: rank 0 stopped it, or rank 0 is gone
+    server.stop()
 
 
 def init(hvd, rank, world):
@@ -128,3 +172,10 @@ def init(hvd, rank, world):
         facts["mpi"], facts["mpi_library"] = probe.mapped_mpi()
         facts["mpi_threads_supported"] = bool(hvd.mpi_threads_supported())
     return facts
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
+        serve_rendezvous(sys.argv[2].split(","))
+    else:
+        sys.exit("usage: ddpb_hvd_common.py --serve NODE,NODE,...")

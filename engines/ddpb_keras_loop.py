@@ -46,6 +46,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+import ddpb_data
 import ddpb_keras_models as zoo
 import ddpb_train
 
@@ -103,6 +104,9 @@ def error_code(ex, text):
 
 
 def nhwc(x):
+    """A numpy NCHW batch (ddpb_data) as NHWC; a tf.data batch (ddpb_tf_data) is NHWC."""
+    if isinstance(x, tf.Tensor):
+        return x
     return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
 
 
@@ -187,6 +191,8 @@ class KerasRun:
         plan = ddpb_train.Plan(spec, data.steps_per_epoch(world, batch))
         step, usage = 0, ddpb_train.Usage(repeat)
         epoch = 0
+        if spec.get("loader_only"):
+            return self.run_loader(rep, repeat, seed, rank, plan, batch)
         for epoch in range(plan.epochs):
             t_epoch = time.perf_counter()
             tally = ddpb_train.Tally()
@@ -196,6 +202,7 @@ class KerasRun:
                 self.opt.learning_rate.assign(ddpb_train.lr_at(spec, step, plan.total))
                 clock = ddpb_train.Clock()
                 t0 = clock.t
+                reads = DataCounters()
                 parts = [next(it) for it in its]
                 xs, ys = self.dist.inputs([nhwc(x) for x, _ in parts], [y for _, y in parts])
                 data_ms = clock.lap()
@@ -208,7 +215,7 @@ class KerasRun:
                          step_ms=step_ms, repeat=repeat, epoch=epoch,
                          warmup=step < plan.warmup, data_ms=data_ms,
                          grad_norm=float(self.dist.locals(norm)[0].numpy()) if self.clip > 0
-                         else None, **self.scale_fields())
+                         else None, read_bytes=reads.read_bytes(), **self.scale_fields())
                 if step == 0:
                     self.dist.after_first_step(self)
                 usage.step()
@@ -225,6 +232,39 @@ class KerasRun:
             if step >= plan.total:
                 break
         usage.emit(rep, epoch)  # the steps after the last epoch that ended
+        rep.memory(repeat, ddpb_train.peak_rss_bytes(), **self.held_bytes())
+
+    def run_loader(self, rep, repeat, seed, rank, plan, batch):
+        """loader_only: the replicas' input pipelines alone (no model step), each step the
+        wait for their next batches (data_ms = step_ms), as worker/workload_train.c's
+        train_step_loader; loss 0, epochs with no train figures. loader_cpu_ms: the
+        process' CPU over the step, all of it the pipeline's here (DataCounters)."""
+        data, world, step, epoch = self.data, self.world, 0, 0
+        usage = ddpb_train.Usage(repeat)
+        for epoch in range(plan.epochs):
+            t_epoch, samples = time.perf_counter(), 0
+            its = [data.batches(epoch, world, r, batch, seed=seed) for r in self.dist.replica_ids]
+            rep.heartbeat(phase="train")
+            for _ in range(min(plan.steps_per_epoch, plan.total - step)):
+                reads = DataCounters()
+                parts = [next(it) for it in its]
+                step_ms = reads.wall_ms()
+                samples += sum(len(y) for _, y in parts)
+                rep.step(step=step, loss=0.0, samples=batch, step_ms=step_ms, repeat=repeat,
+                         epoch=epoch, warmup=step < plan.warmup, data_ms=step_ms,
+                         loader_cpu_ms=reads.cpu_ms(), read_bytes=reads.read_bytes())
+                usage.step()
+                step += 1
+            if not plan.completed(epoch, step):
+                break
+            usage.emit(rep, epoch)
+            total = self.all_sum([float(samples)])[0]
+            if rank == 0:
+                rep.epoch(epoch=epoch, samples=int(total), time_s=time.perf_counter() - t_epoch,
+                          repeat=repeat)
+            if step >= plan.total:
+                break
+        usage.emit(rep, epoch)
         rep.memory(repeat, ddpb_train.peak_rss_bytes(), **self.held_bytes())
 
     def scale_fields(self):
@@ -249,6 +289,28 @@ class KerasRun:
         return {"params_bytes": size(self.model.trainable_weights),
                 "buffers_bytes": size(self.model.non_trainable_weights),
                 "optimizer_bytes": size(slots)}
+
+
+class DataCounters:
+    """What the input pipeline did from its creation to a read-out: the wall time, the
+    process' CPU time (time.process_time: every thread, tf.data's included) and the bytes
+    the rank's ddpbench-fs mount served (ddpb_data.mount_stats; None without a mount)."""
+
+    def __init__(self):
+        self.t, self.cpu = time.perf_counter(), time.process_time()
+        self.stats = ddpb_data.mount_stats()
+
+    def wall_ms(self):
+        return (time.perf_counter() - self.t) * 1000.0
+
+    def cpu_ms(self):
+        return (time.process_time() - self.cpu) * 1000.0
+
+    def read_bytes(self):
+        if self.stats is None:
+            return None
+        now = ddpb_data.mount_stats()
+        return None if now is None else max(0, int(now["bytes"]) - int(self.stats["bytes"]))
 
 
 class StrategyDist:

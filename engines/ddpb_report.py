@@ -140,7 +140,16 @@ class Reporter:
                   world_size=self.world_size)
 
     def env(self, values):
-        """values: {name: str or number}; e.g. framework versions, framework_config."""
+        """values: {name: str or number}; e.g. framework versions, framework_config. Adds
+        storage_layer: "mount" when the daemon gave the rank a storage mount
+        (DDPB_STORAGE_MOUNT), else "none" (in_process is the C loader's alone), and
+        hostname."""
+        values = dict(values)
+        values.setdefault("storage_layer",
+                          "mount" if os.environ.get("DDPB_STORAGE_MOUNT") else "none")
+        # the node, as the C worker's env names it: a contention calibration of the node
+        # (daemon/calib.c) applies to the runs whose rank 0 ran there
+        values.setdefault("hostname", socket.gethostname())
         clean = {str(k): (v if isinstance(v, (int, float, str)) and not isinstance(v, bool)
                           else json.dumps(v, sort_keys=True)) for k, v in values.items()}
         self.emit("env", env=clean)
@@ -168,13 +177,15 @@ class Reporter:
 
     def step(self, step, loss, samples, step_ms, repeat=0, epoch=0, warmup=False,
              bytes_sent=None, gen=None, world=None, grad_norm=None, loss_scale=None,
-             skipped=False, **phases):
+             skipped=False, loader_cpu_ms=None, read_bytes=None, **phases):
         """One training step of this rank; phases in ms by their report names. A phase
         not passed, or bytes_sent None, is left out: the engine cannot observe it, and the
         daemon stores null (common/report.h), never 0. gen and world: an elastic run's
         generation and its world size (left out otherwise). grad_norm: the global
         gradient norm before clipping (runs with clip_grad_norm > 0), loss_scale: the fp16
-        loss scale the step used, skipped: an fp16 step the scaler skipped (issue 33)."""
+        loss scale the step used, skipped: an fp16 step the scaler skipped (issue 33).
+        loader_cpu_ms: the loader workers' CPU time charged to the step, read_bytes: what
+        the rank read from its storage mount during it (issue 34; None: not observed)."""
         unknown = set(phases) - set(STEP_PHASES)
         if unknown:
             raise ValueError(f"unknown step phase(s): {sorted(unknown)}")
@@ -190,6 +201,10 @@ class Reporter:
             fields["loss_scale"] = float(loss_scale)
         if skipped:
             fields["skipped"] = True
+        if loader_cpu_ms is not None:
+            fields["loader_cpu_ms"] = float(loader_cpu_ms)
+        if read_bytes is not None:
+            fields["read_bytes"] = int(read_bytes)
         self.progress = int(step) + 1
         self.emit("step", repeat=int(repeat), epoch=int(epoch), step=int(step),
                   warmup=bool(warmup), samples=int(samples), loss=float(loss), **fields)

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 import ddpb_elastic
 import ddpb_observe
+import ddpb_torch_data
 import ddpb_torch_models as zoo
 import ddpb_train
 
@@ -166,7 +167,8 @@ def evaluate(module, data, world, rank, batch, device, all_sum, prec=None):
     tally = ddpb_train.Tally(data.classes)
     with torch.no_grad():
         for x, y in data.test_batches(world, rank, batch):
-            xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+            xt = ddpb_torch_data.as_tensor(x).to(device)
+            yt = ddpb_torch_data.as_tensor(y).to(device)
             with prec.autocast() if prec else contextlib.nullcontext():
                 out = module(prec.cast_input(xt) if prec else xt).float()
             tally.add(F.cross_entropy(out, yt).item(), (out.argmax(1) == yt).sum().item(),
@@ -229,6 +231,7 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
             if step == tracer.first and tracer.enabled():  # between steps: not timed
                 hold, opened = trace_window(adapter, tracer, True), True
             tracer.begin(step, it_no)
+            ddpb_torch_data.step_begin(data)
             loss_mean, step_ms, ph, read = one_step(
                 module, adapter, it, device, acc, tally, last, tracer,
                 ready if step >= plan.warmup else None, rep, hold)
@@ -236,6 +239,7 @@ def train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el=None,
                 trace_window(adapter, tracer, False)
                 opened = False
             grads = read if last else grads
+            ph.update(ddpb_torch_data.step_figures(data))
             if el:
                 el.mark(it_no)
                 ph.update(el.step_fields())
@@ -303,7 +307,8 @@ def one_step(module, adapter, it, device, acc, tally, last, tracer=NO_TRACE, rea
     for k in range(acc):
         t_data = clock.t
         x, y = next(it)
-        xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+        xt = ddpb_torch_data.as_tensor(x).to(device)
+        yt = ddpb_torch_data.as_tensor(y).to(device)
         data_ms += clock.lap()
         tracer.span("data", t_data, clock.t)
         with adapter.micro(k, acc):
@@ -391,7 +396,15 @@ def train_all(name, rep, versions, not_observed, spec, data, device, world, rank
     def announce(config):
         config.update(extra or {})
         config["threads"] = torch.get_num_threads()
+        config["data"] = ddpb_torch_data.data_config(data)
         rep.env(ddpb_train.framework_env(name, versions, config, not_observed))
+
+    if spec.get("loader_only"):
+        announce({"loader_only": "the DataLoader alone: no model, no optimizer, no exchange"})
+        for repeat in range(int(spec.get("repeats", 1))):
+            rep.heartbeat(phase="train")
+            loader_repeat(spec, rep, repeat, data, world, rank)
+        return
 
     ck = el.load() if el else None
     if el:  # past every step any slot reported (ddpb_elastic's iteration counter)
@@ -404,6 +417,44 @@ def train_all(name, rep, versions, not_observed, spec, data, device, world, rank
         train_repeat(spec, rep, repeat, data, device, world, rank, adapter, el,
                      ck if ck and ck["repeat"] == repeat else None)
         ck = None
+
+
+def loader_repeat(spec, rep, repeat, data, world, rank):
+    """One repeat of a loader-only run (spec loader_only), as the C worker's
+    (worker/workload_train.c train_step_loader): each step takes its accumulate batches
+    from the loader and trains nothing, so its time is the loader's (data_ms = step_ms),
+    the loss 0, forward, backward, update and exchange 0; the epochs carry no train
+    figures, their samples being what the ranks took (every rank takes as many)."""
+    seed = int(spec.get("seed", 1)) + repeat
+    batch, acc = int(spec.get("batch_size", 32)), int(spec.get("accumulate", 1))
+    plan = ddpb_train.Plan(spec, data.steps_per_epoch(world, batch) // acc)
+    usage, step, epoch = ddpb_train.Usage(repeat), 0, 0
+    for epoch in range(plan.epochs):
+        t_epoch = time.perf_counter()
+        it = data.batches(epoch, world, rank, batch, seed=seed)
+        ran = 0
+        while ran < plan.steps_per_epoch and step < plan.total:
+            ddpb_torch_data.step_begin(data)
+            t0 = time.perf_counter()
+            for _ in range(acc):
+                next(it)
+            step_ms = (time.perf_counter() - t0) * 1000.0
+            rep.step(step=step, loss=0.0, samples=batch * acc, step_ms=step_ms, repeat=repeat,
+                     epoch=epoch, warmup=step < plan.warmup, data_ms=step_ms, forward_ms=0.0,
+                     backward_ms=0.0, optimizer_ms=0.0, comm_ms=0.0, comm_exposed_ms=0.0,
+                     **ddpb_torch_data.step_figures(data))
+            usage.step()
+            step, ran = step + 1, ran + 1
+        if ran < plan.steps_per_epoch:
+            break  # no partial epoch, as the C worker
+        usage.emit(rep, epoch)
+        if rank == 0:
+            rep.epoch(epoch=epoch, samples=ran * batch * acc * world,
+                      time_s=time.perf_counter() - t_epoch, repeat=repeat)
+        if step >= plan.total:
+            break
+    usage.emit(rep, epoch)
+    rep.memory(repeat, ddpb_train.peak_rss_bytes())
 
 
 def no_context(k, acc):

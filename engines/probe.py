@@ -73,9 +73,63 @@ MEMORY_NOT_OBSERVED = {
                        gradient_readiness="the gradients exist only inside the step's graph"),
     "lightning": dict(_FRAMEWORK_MEMORY,
                       trace="Lightning's Trainer runs the loop: the adapter times its phases "
-                            "by callbacks but sends no traced steps",
-                      gradient_readiness=_NO_READINESS),
+                            "by callbacks but sends no traced steps"),
 }
+# What the step model simulates of each engine's exchange (issue 35; docs/model.md "The
+# framework engines"), served as "model_simulates": a results row of a multi-rank run has
+# pred_* from it, or a pred_note saying why not.
+MODEL_SIMULATES = {
+    "ddpbench": "each strategy's own buckets and schedule, as the C worker runs them, over "
+                "the fits of the spec's backend",
+    "pytorch": "ddp: DistributedDataParallel's buckets in readiness order (1 MiB first, "
+               "then bucket_mb), each allreduce launched at its last gradient, one at a time; "
+               "zero1: the same, then ZeroRedundancyOptimizer's broadcast of every parameter "
+               "after a step on 1/N; over the gloo fits (a collective on engine pytorch)",
+    "lightning": "DDPStrategy's DistributedDataParallel, as engine pytorch's ddp, over the "
+                 "gloo fits",
+    "horovod": "DistributedOptimizer's tensor fusion: tensors ready in one cycle (cycle_ms) "
+               "fused up to fusion_mb, each fused allreduce launched at its cycle's end, over "
+               "the gloo fits (framework torch; keras sends no readiness)",
+    "deepspeed": "ZeRO 1 and 2 with overlap_comm off: reduce buckets of bucket_mb "
+                 "all-reduced after backward, the step on 1/N, then the updated partitions' "
+                 "all_gather, over the gloo fits",
+    "tensorflow": "nothing: one tf.function runs the step's forward, backward, all-reduce and "
+                  "update, with no gradient readiness (pred_note says so)",
+    "script": "nothing: the operator's script exchanges as it will (pred_note says so)",
+}
+# The data columns of the step lines (issue 34: data_ms, loader_cpu_ms, read_bytes; the
+# results' data_fraction, input_bound, loader_cpu_ms, read_mbps) an engine cannot observe,
+# with why: served as "data_not_observed". One function, extended per framework family.
+TORCH_ENGINES = ("pytorch", "horovod", "deepspeed", "lightning")
+_NO_MOUNT = ("counted by the ddpbench-fs mount the rank reads through (its stats file): a run "
+             "without one (dataset.storage local under storage_layer auto) reports none, nor "
+             "does format native, read whole before the first step")
+_TORCH_DATA = {
+    "loader_cpu_ms": "format native (and synthetic) is in memory as arrays, with no loader "
+                     "process to time: only the converted formats' DataLoader workers are",
+    "read_bytes": _NO_MOUNT}
+
+
+# The TensorFlow engines (tensorflow; horovod's framework keras): ddpb_tf_data's pipelines
+_TF_LOADER_CPU = ("tf.data (and Keras' image_dataset_from_directory) runs its map and "
+                  "prefetch in unnamed threads of the rank's own process, beside the model's "
+                  "intra-op threads, so their CPU cannot be told apart in a training step: "
+                  "reported in loader_only runs only, as the process' CPU over the step (the "
+                  "pipeline is all that runs)")
+
+
+def data_not_observed(name):
+    """{column: reason} for engine name's data columns that some of its runs leave out."""
+    out = {}
+    if name in TORCH_ENGINES:  # horovod's keras front end reads through ddpb_keras_loop
+        out.update(_TORCH_DATA)
+    if name == "tensorflow":
+        out.update(loader_cpu_ms=_TF_LOADER_CPU, read_bytes=_NO_MOUNT)
+    if name == "horovod":
+        out["loader_cpu_ms"] += "; framework keras: " + _TF_LOADER_CPU
+    return out
+
+
 # a process per rank: every strategy but the frameworks' single-process ones (mirrored, dp)
 PER_PROCESS = [s["name"] for s in ddpb_vocab.VOCABULARY["strategies"] if not s["single_process"]]
 BACKENDS = ddpb_vocab.names("backends")
@@ -239,6 +293,8 @@ def main():
                     "reason": reason, "launched": launched,
                     "not_observed": NOT_OBSERVED.get(name, {}),
                     "memory_not_observed": MEMORY_NOT_OBSERVED.get(name, {}),
+                    "data_not_observed": data_not_observed(name),
+                    "model_simulates": MODEL_SIMULATES.get(name),
                     "precisions_not_available": PRECISIONS_NOT_AVAILABLE.get(name, {})}, **caps)
         if installed:
             row["backends"], row["backends_not_available"] = backends_of(name, built)

@@ -35,6 +35,7 @@
 #include "ddpb_config.h"
 #include "worker/comm/comm.h"
 #include "worker/comm/comm_factory.h"
+#include "worker/data/mount_stats.h"
 #include "worker/device_check.h"
 #include "worker/elastic.h"
 #include "worker/gpu_modules.h"
@@ -373,29 +374,56 @@ static json_t *worker_env_object(void)
         snprintf(kernel, sizeof kernel, "%s %s %s", u.sysname, u.release, u.machine);
     worker_cpu_model(cpu, sizeof cpu);
     gethostname(host, sizeof host - 1);
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0)
-        rendezvous_cpus_format(&set, affinity, sizeof affinity);
-    return json_pack("{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:i}", "ddpbench_version",
-                     DDPB_VERSION, "compiler", DDPB_COMPILER, "kernel", kernel, "cpu_model",
-                     cpu, "cpus_online", (json_int_t)sysconf(_SC_NPROCESSORS_ONLN), "glibc",
-                     gnu_get_libc_version(), "jansson", jansson_version_str(), "hostname", host,
-                     "affinity", affinity, "pid", (int)getpid());
+    json_t *env = json_pack(
+        "{s:s, s:s, s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:i}", "ddpbench_version", DDPB_VERSION,
+        "compiler", DDPB_COMPILER, "kernel", kernel, "cpu_model", cpu, "cpus_online",
+        (json_int_t)sysconf(_SC_NPROCESSORS_ONLN), "glibc", gnu_get_libc_version(), "jansson",
+        jansson_version_str(), "hostname", host, "affinity", affinity, "pid", (int)getpid());
+    if (env)
+        worker_env_add_omp(env);
+    return env;
 }
 
-/* peak_bytes >= 0 adds "gpu_peak_mem_bytes" (a GPU training run's, sent again at its
- * end: the daemon keeps the last env event of a rank), bf16_path "bf16_path" (a bf16
- * run on the CPU: which path ran, workload_train.h). */
-static int worker_emit_env_after(struct worker *wk, int64_t peak_bytes, const char *bf16_path,
+/* The storage layer the rank's reads go through (dataset.storage_layer resolved): its
+ * mount when the daemon gave one, else the C loader's own emulation, or none. */
+static const char *worker_storage_layer(const struct worker *wk)
+{
+    enum spec_storage_layer l = spec_storage_layer_of(&wk->spec.train.dataset);
+    if (getenv(DATA_MOUNT_ENV) && getenv(DATA_MOUNT_ENV)[0])
+        return spec_storage_layer_name(SPEC_STORAGE_MOUNT);
+    return spec_storage_layer_name(l == SPEC_STORAGE_NONE ? l : SPEC_STORAGE_IN_PROCESS);
+}
+
+/* A CPU training run's ISA levels and convolution algorithms (workload_train.h). */
+static void worker_env_add_cpu(json_t *env, const struct train_outcome *out)
+{
+    json_object_set_new(env, "cpu_isa", json_string(out->cpu_isa));
+    json_object_set_new(env, "onednn_isa", json_string(out->onednn_isa));
+    json_t *algos = json_object();
+    for (int i = 0; i < out->nconv_algos; i++)
+        json_object_set_new(algos, out->conv_algos[i].name,
+                            json_integer(out->conv_algos[i].layers));
+    json_object_set_new(env, "conv_algos", algos);
+}
+
+/* After a training run (out, sent again at its end: the daemon keeps the last env event
+ * of a rank): a GPU run's "gpu_peak_mem_bytes", a bf16 CPU run's "bf16_path" (which path
+ * ran) and a CPU run's ISA and algorithms (worker_env_add_cpu). out NULL: the first env. */
+static int worker_emit_env_after(struct worker *wk, const struct train_outcome *out,
                                  struct err *e)
 {
-    json_t *env = worker_env_object();
+    json_t *env = worker_env_object(wk);
     if (!env)
         return err_set(e, ERR_NOMEM, NULL, "env report: cannot build the object");
-    if (peak_bytes >= 0)
-        json_object_set_new(env, "gpu_peak_mem_bytes", json_integer((json_int_t)peak_bytes));
-    if (bf16_path)
-        json_object_set_new(env, "bf16_path", json_string(bf16_path));
+    if (out && out->device_peak_bytes >= 0)
+        json_object_set_new(env, "gpu_peak_mem_bytes",
+                            json_integer((json_int_t)out->device_peak_bytes));
+    if (out && out->bf16_path)
+        json_object_set_new(env, "bf16_path", json_string(out->bf16_path));
+    if (out && out->cpu_isa)
+        worker_env_add_cpu(env, out);
+    if (wk->spec.workload == SPEC_WORKLOAD_TRAIN)
+        json_object_set_new(env, "storage_layer", json_string(worker_storage_layer(wk)));
     json_t *mpi = comm_factory_env_mpi(&wk->spec); /* backend mpi: library, transport */
     if (mpi)
         json_object_set_new(env, "mpi", mpi);

@@ -19,10 +19,12 @@
 #include "worker/comm/wait_note.h"
 #include "worker/data/dataset.h"
 #include "worker/data/loader.h"
+#include "worker/data/mount_stats.h"
 #include "worker/data/storage.h"
 #include "worker/ddp/ddp.h"
 #include "worker/elastic.h"
 #include "worker/module/module.h"
+#include "worker/nn/isa.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
@@ -100,6 +102,10 @@ static int train_open_storage(struct trainer *tr, struct err *e)
 {
     const struct spec_dataset *sd = &tr->t->dataset;
     struct data_storage_profile p = {0};
+    if (data_mount_dir()) { /* the mount holds the reads to the profile: no caps here */
+        snprintf(p.name, sizeof p.name, "local");
+        return data_storage_create(&p, &tr->storage, e);
+    }
     if (strcmp(sd->storage, "custom") == 0) {
         snprintf(p.name, sizeof p.name, "custom");
         p.read_mbps = sd->read_mbps;
@@ -117,10 +123,17 @@ static int train_open_data(struct trainer *tr, struct err *e)
     const struct spec_dataset *sd = &tr->t->dataset;
     struct data_config dc = {0};
     snprintf(dc.name, sizeof dc.name, "%s", sd->name);
-    snprintf(dc.path, sizeof dc.path, "%s", sd->path);
+    /* a storage mount (DDPB_STORAGE_MOUNT) is the dataset directory as the profile serves
+     * it; its reads so far are the base of the first step's (mount_stats.h) */
+    const char *mnt = data_mount_dir();
+    snprintf(dc.path, sizeof dc.path, "%s", mnt ? mnt : sd->path);
     snprintf(dc.format, sizeof dc.format, "%s", sd->format[0] ? sd->format : "native");
     if (train_open_storage(tr, e) < 0)
         return -1;
+    struct data_storage_stats ms;
+    if (mnt && data_mount_stats_read(mnt, &ms, e) < 0)
+        return -1;
+    tr->last_read_bytes = mnt ? ms.bytes : 0;
     dc.storage = tr->storage;
     const struct model_info *mi = model_table_find(tr->t->model); /* spec-validated */
     if (!mi)
@@ -171,6 +184,8 @@ static int train_build_stage(struct trainer *tr, struct err *e)
         return -1;
     }
     tr->have_pipe = true;
+    if (pipe_report_profile(&tr->pipe, tr->w, tr->repeat, e) < 0)
+        return err_prefix(e, "reporting the layer profile");
     nn_model_destroy(&tr->m);
     tr->have_model = false;
     tr->model = pipe_model(&tr->pipe);
@@ -569,9 +584,10 @@ static int train_next_micro(struct trainer *tr, int64_t step, int micro,
     if (b->last_in_epoch)
         *epoch_done = (int)b->epoch;
     /* a pipeline's schedule says which backward ends the step; a loader-only run has no
-     * strategy */
+     * strategy; a calibration (spec calibrate) never synchronises, so neither the hook nor
+     * ddp_finish exchanges anything and each rank updates its own replica */
     if (!tr->have_pipe && tr->have_ddp)
-        ddp_begin_step(&tr->ddp, micro == tr->t->accumulate - 1);
+        ddp_begin_step(&tr->ddp, micro == tr->t->accumulate - 1 && !tr->t->calibrate);
     *out = b;
     return 0;
 }
@@ -635,6 +651,9 @@ static void train_data_figures(struct trainer *tr, struct report_step *rs)
     struct data_storage_stats ss;
     loader_get_stats(tr->ld, &ls);
     data_storage_get_stats(tr->storage, &ss);
+    struct err me = {0};
+    if (data_mount_dir() && data_mount_stats_read(data_mount_dir(), &ss, &me) < 0)
+        ss.bytes = tr->last_read_bytes; /* unreadable this once: nothing counted */
     rs->loader_cpu_ms = train_ms(ls.fill_cpu_ns - tr->last_cpu_ns);
     rs->read_bytes = ss.bytes - tr->last_read_bytes;
     tr->last_cpu_ns = ls.fill_cpu_ns;
@@ -1207,14 +1226,28 @@ static int train_repeat(struct trainer *tr, struct err *e)
     return train_report_memory(tr, e);
 }
 
+/* The CPU engine's choices for the run's env: the ISA levels and the model's (a pipeline's
+ * stage's) convolution algorithms; m NULL when the repeat failed before building one. */
+static void train_outcome_cpu(struct train_outcome *out, const struct nn_model *m)
+{
+    out->cpu_isa = nn_isa_name(nn_isa_get());
+    out->onednn_isa = nn_isa_onednn_name();
+    if (!m)
+        return;
+    struct nn_conv_algo_count algos[TRAIN_CONV_ALGOS_MAX];
+    out->nconv_algos = nn_model_conv_algos(m, algos, TRAIN_CONV_ALGOS_MAX);
+    for (int i = 0; i < out->nconv_algos; i++) {
+        out->conv_algos[i].name = algos[i].name;
+        out->conv_algos[i].layers = algos[i].layers;
+    }
+}
+
 int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_c,
                        struct report_writer *w, struct heartbeat *hb, struct elastic *el,
                        struct train_outcome *out, struct err *e)
 {
-    if (out) {
-        out->device_peak_bytes = -1;
-        out->bf16_path = NULL;
-    }
+    if (out)
+        *out = (struct train_outcome){.device_peak_bytes = -1};
     /* what the device cannot do (precision on the CPU, ...) was refused with the spec
      * (spec_from_json applies the submit-time rules); what this build lacks is refused here */
     const struct train_engine_ops *ops = train_engine_pick(s->device, e);
@@ -1244,6 +1277,8 @@ int workload_train_run(const struct spec *s, struct comm *c, struct comm *stage_
             out->device_peak_bytes = peak;
         if (out && tr.have_model && nn_model_bf16_path(&tr.m) != NN_BF16_OFF)
             out->bf16_path = nn_bf16_path_name(nn_model_bf16_path(&tr.m));
+        if (out && strcmp(s->device, "cpu") == 0)
+            train_outcome_cpu(out, tr.model);
         train_teardown(&tr);
     }
     observe_cleanup(&obs);

@@ -42,12 +42,24 @@
 /* What a run measured beside its reports. */
 struct elastic;
 
+/* Room for every algorithm nn_conv2d_algo_name can name (three today). */
+#define TRAIN_CONV_ALGOS_MAX 4
+
 struct train_outcome {
     int64_t device_peak_bytes; /* device "cuda": the most GPU memory in use after a step
                                   (cudaMemGetInfo), over all repeats; -1 on the CPU */
     const char *bf16_path;     /* precision bf16 on the CPU: the path that ran
                               (nn_bf16_path_name: "onednn-native", "emulated-storage");
                               NULL otherwise. Static. */
+    /* device "cpu" (the env's cpu_isa, onednn_isa, conv_algos; NULL and 0 otherwise, all
+     * static): the ISA level our kernels ran (nn_isa_name), oneDNN's effective ISA, and how
+     * many convolution layers of the model ran each algorithm (nn_model_conv_algos) */
+    const char *cpu_isa, *onednn_isa;
+    struct {
+        const char *name;
+        int layers;
+    } conv_algos[TRAIN_CONV_ALGOS_MAX];
+    int nconv_algos;
 };
 
 /* Runs every repeat of a train spec on the engine of its device (train_engine.h) and

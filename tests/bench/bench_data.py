@@ -53,13 +53,14 @@ from bench_train import Daemon, bench_args, write_json  # noqa: E402
 TRAIN, TEST = 50000, 10000
 
 
-def write_cifar(root):
-    """CIFAR-10 binary batches (5 x 10,000 train, 10,000 test) of smooth images."""
+def write_cifar(root, train=TRAIN, test=TEST):
+    """CIFAR-10 binary batches (5 x train / 5 training images, test test images) of smooth
+    images; CIFAR-10's own sizes by default."""
     import numpy as np
     rng = np.random.default_rng(20)
     yy, xx = np.mgrid[0:32, 0:32]
     os.makedirs(root, exist_ok=True)
-    files = [(f"data_batch_{i}.bin", 10000) for i in range(1, 6)] + [("test_batch.bin", TEST)]
+    files = [(f"data_batch_{i}.bin", train // 5) for i in range(1, 6)] + [("test_batch.bin", test)]
     for name, n in files:
         a = rng.integers(0, 200, (n, 3, 1, 1))
         b = rng.uniform(-3, 3, (n, 3, 1, 1))
@@ -113,6 +114,13 @@ def torch_loader(root, workers, a, model=""):
     return json.loads(out.strip().splitlines()[-1])
 
 
+def step_medians(d, run_id):
+    """(step ms, data wait ms): the medians of the run's stored steps."""
+    steps = d.call(f"/v1/runs/{run_id}/steps")
+    rows = [dict(zip(steps["columns"], r)) for r in steps["rows"]]
+    return statistics.median(r["step_ms"] for r in rows), statistics.median(r["data_ms"] for r in rows)
+
+
 def ours_train(d, root, fmt, storage, a):
     spec = {"name": f"train {fmt} {storage}", "workload": "train", "model": a.train_model,
             "batch_size": 64, "threads": 2, "steps": a.train_steps + 2, "warmup_steps": 2,
@@ -120,11 +128,8 @@ def ours_train(d, root, fmt, storage, a):
             "dataset": {"name": "cifar10", "path": root, "format": fmt, "storage": storage,
                         "workers": 2, "augment": True}, "timeout_s": 1800}
     exp = d.finish(spec)
-    steps = d.call(f"/v1/runs/{exp['runs'][0]['id']}/steps")
-    rows = [dict(zip(steps["columns"], r)) for r in steps["rows"]]
     bound = d.call(f"/v1/experiments/{exp['id']}/results")["rows"][0]["input_bound"]
-    return (statistics.median(r["step_ms"] for r in rows), statistics.median(r["data_ms"] for r in rows),
-            bound)
+    return step_medians(d, exp["runs"][0]["id"]) + (bound,)
 
 
 def main():

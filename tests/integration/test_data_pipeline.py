@@ -151,7 +151,7 @@ def test_storage_cap_and_cold():
 
 def test_bad_specs_and_missing_format():
     with cifar_daemon() as (d, root):
-        for bad, field in (({"dataset": data(root, format="tfrecord")}, "dataset.format"),
+        for bad, field in (({"dataset": data(root, format="parquet")}, "dataset.format"),
                            ({"dataset": data(root, storage="nfs")}, "dataset.storage"),
                            ({"dataset": data(root, format="records", read_mbps=10)}, "dataset.read_mbps"),
                            ({"loader_only": "yes"}, "loader_only"),
