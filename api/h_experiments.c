@@ -23,6 +23,7 @@
 #include "daemon/gpu_slots.h"
 #include "daemon/model.h"
 #include "daemon/results.h"
+#include "daemon/storage_mount.h"
 
 static const char *const h_no_args[] = {NULL};
 
@@ -195,6 +196,26 @@ static int h_check_transport(struct api_ctx *ctx, const json_t *spec, int need, 
                    name, n, ws, per);
 }
 
+/* A point whose reads go through per-rank storage mounts (dataset.storage_layer resolved
+ * to mount, common/spec_storage.c) needs them on this node: ddpbenchd starts each rank's
+ * mount, so only for ranks it starts itself here (launcher ddpbench, one node), and only
+ * with a FUSE device it can open and the ddpbench-fs program (daemon/storage_mount.h);
+ * else ERR_CONFLICT naming "dataset.storage" and why. */
+static int h_check_storage(struct api_ctx *ctx, const json_t *spec, bool spread, struct err *e)
+{
+    const char *launcher = json_string_value(json_object_get(spec, "launcher"));
+    if (spec_storage_layer_json(spec) != SPEC_STORAGE_MOUNT)
+        return 0;
+    if ((launcher && strcmp(launcher, "ddpbench") != 0) || spread)
+        return err_set(e, ERR_CONFLICT, "dataset.storage",
+                       "dataset.storage: this run reads through per-rank storage mounts, "
+                       "which ddpbenchd makes for the ranks it starts on its own node; %s "
+                       "starts them elsewhere: use launcher \"ddpbench\" on one node, or "
+                       "storage_layer in_process with engine ddpbench",
+                       spread ? "a run across nodes" : "another launcher");
+    return storage_mount_available(ctx->cfg->fs_path, ctx->cfg->fuse_device, e);
+}
+
 /* A point's dataset.path must resolve beneath one of the daemon's --data-dir directories
  * (common/paths.h), or it is 400 naming "dataset.path": the workers read it as the
  * daemon's user. A missing path and a forbidden one get one message, so the API tells
@@ -252,6 +273,7 @@ static int h_check_slots(struct api_ctx *ctx, const json_t *runs, struct err *e)
                            (long long)ws, (long long)need, total);
         }
         if (h_check_dataset(ctx, spec, e) < 0 ||
+            h_check_storage(ctx, spec, spread || (need > total && up > 1), e) < 0 ||
             (ctx->engines && engines_mpi_check(ctx->engines, spec, e) < 0) ||
             h_check_engine(ctx, spec, spread || (need > total && up > 1), e) < 0 ||
             h_check_gpus(ctx, spec, e) < 0 || h_check_memory(spec, e) < 0)

@@ -74,6 +74,7 @@ struct spec_dataset {
     double read_mbps, read_latency_ms; /* storage custom */
     int read_concurrency;              /* storage custom */
     bool cold;                         /* drop read pages from the page cache */
+    char storage_layer[12];            /* "auto", "mount", "in_process" */
 };
 
 struct spec_optimizer {
@@ -211,6 +212,11 @@ json_t *spec_expand(const json_t *normalized, size_t max_runs, struct err *e);
  * Borrowed; NULL when absent. */
 const json_t *spec_field_value(const json_t *spec, const char *name);
 
+/* The fields of a normalized spec (borrowed) that differ from the field table's defaults
+ * (a field without a default: whenever present), the swept ones left out (the sweep says
+ * them): a new object {"dataset.name": value, ...} holding references; NULL on no memory.
+ * The report's setup table. */
+json_t *spec_nondefault(const json_t *spec);
 /* CPU slots one rank of a resolved spec (borrowed) takes: its "threads", else 1. */
 int spec_slots_per_rank(const json_t *resolved);
 /* The CPU slots one process of a parsed spec (spec_from_json) takes: a rank's threads;
@@ -232,6 +238,21 @@ int spec_from_json(const json_t *resolved, struct spec *out, struct err *e);
 /* Sizes: a non-negative integer or a string "4096", "4K", "64M", "1G" (binary units,
  * case-insensitive, optional trailing "B"/"iB"). */
 int spec_parse_size(const json_t *v, int64_t *out, struct err *e);
+
+/* Where a train run's reads meet the emulated storage (dataset.storage_layer resolved,
+ * common/spec_storage.c): none (synthetic, text, native, or auto on an uncapped local),
+ * the C loader's own emulation, or a per-rank ddpbench-fs mount. */
+enum spec_storage_layer {
+    SPEC_STORAGE_NONE,
+    SPEC_STORAGE_IN_PROCESS,
+    SPEC_STORAGE_MOUNT,
+};
+/* The layer of a parsed spec's dataset (struct spec_dataset) and of a resolved spec's
+ * (json, a point of a sweep). */
+enum spec_storage_layer spec_storage_layer_of(const struct spec_dataset *d);
+enum spec_storage_layer spec_storage_layer_json(const json_t *resolved);
+/* "none", "in_process", "mount": what a run's env records. */
+const char *spec_storage_layer_name(enum spec_storage_layer l);
 
 /* The JSON Schema (draft 2020-12) of specs, generated from the field table. Owned. */
 json_t *spec_schema_json(void);

@@ -280,7 +280,9 @@ static bool spec_storage_set(const json_t *spec, const char *name)
  * need a ring to fill (worker/data/loader.h): more than one with prefetch 0 is refused; the
  * read_* figures are custom storage's (a named profile has its own); and the profile caps
  * the reads of the file-backed formats, so an image set read whole at start (native) under
- * another profile than local would measure nothing. True with field and reason. */
+ * another profile than local would measure nothing; for the same reason a storage_layer
+ * other than auto is refused where nothing is read while training (synthetic, text,
+ * native). True with field and reason. */
 static bool spec_loader_broken(const json_t *spec, enum spec_workload wl, const json_t *skip,
                                const char **field, char *why, size_t n)
 {
@@ -310,6 +312,17 @@ static bool spec_loader_broken(const json_t *spec, enum spec_workload wl, const 
             return true;
         }
     bool image = data && strcmp(data, "synthetic") != 0 && strcmp(data, "text") != 0;
+    const char *layer = json_string_value(spec_field_value(spec, "dataset.storage_layer"));
+    if (layer && strcmp(layer, "auto") != 0 &&
+        (!image || (fmt && !vocab_format_converted(fmt)))) {
+        *field = "dataset.storage_layer";
+        snprintf(why, n,
+                 "dataset.storage_layer \"%s\" sits under the reads made while training; %s "
+                 "reads nothing then: leave it auto%s",
+                 layer, image ? "format native reads the set whole at start" : data,
+                 image ? " or choose a file-backed dataset.format" : "");
+        return true;
+    }
     if (image && st && vocab_storage_capped(st) && fmt && !vocab_format_converted(fmt)) {
         *field = "dataset.storage";
         snprintf(why, n,
@@ -495,14 +508,15 @@ static bool spec_single_process_broken(const json_t *spec, enum spec_workload wl
 static const struct spec_check spec_checks[] = {
     /* spec_rules[]: (1) min_bytes, (5) nodes and ranks_per_node; the schema states the rest */
     {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_SWEPT_TOP | SPEC_AT_POINT, spec_rules_broken},
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_model_broken},          /* (6) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_pipeline_broken},       /* (7) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_loader_broken},         /* (8) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_memory_broken},         /* (4) */
-    {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_POINT, spec_transport_broken},        /* (10) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_elastic_broken},        /* (12) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_precision_broken},      /* (14) */
-    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_single_process_broken}, /* (15) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_model_broken},                  /* (6) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_pipeline_broken},               /* (7) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_loader_broken},                 /* (8) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_memory_broken},                 /* (4) */
+    {SPEC_WL_ANY, SPEC_AT_TOP | SPEC_AT_POINT, spec_transport_broken},                /* (10) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_elastic_broken},                /* (12) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_precision_broken},              /* (14) */
+    {SPEC_WL_TRAIN, SPEC_AT_TOP | SPEC_AT_POINT, spec_single_process_broken},         /* (15) */
+    {SPEC_WL_COLLECTIVE, SPEC_AT_TOP | SPEC_AT_POINT, spec_collective_engine_broken}, /* (16) */
 };
 
 /* The first row of wl running at scope that spec breaks: true with its field and why. */

@@ -57,11 +57,25 @@ static const char *spec_bucket_model_at(int i)
  * field */
 static const char *const spec_precisions[] = {"fp32", "fp16", "bf16", NULL};
 static const char *const spec_compressions[] = {"none", "fp16", "bf16", NULL};
+/* storage_layer in_process is the C loader's own emulation (worker/data/storage.h) */
+static const char *const spec_layer_not_in_process[] = {"auto", "mount", NULL};
+#define SPEC_IN_PROCESS_WHY                                                                    \
+    "in_process is ddpbench's C loader's; this engine reads through the mount"
+static const struct spec_allowed spec_engine_storage_layers[] = {
+    {"pytorch", spec_layer_not_in_process, SPEC_IN_PROCESS_WHY},
+    {"tensorflow", spec_layer_not_in_process, SPEC_IN_PROCESS_WHY},
+    {"horovod", spec_layer_not_in_process, SPEC_IN_PROCESS_WHY},
+    {"deepspeed", spec_layer_not_in_process, SPEC_IN_PROCESS_WHY},
+    {"lightning", spec_layer_not_in_process, SPEC_IN_PROCESS_WHY},
+    {"script", spec_layer_not_in_process, SPEC_IN_PROCESS_WHY},
+    {NULL, NULL, NULL},
+};
 /* "framework" (issue 33): an engine's front end; only horovod has more than one */
 static const char *const spec_frameworks[] = {"auto", "torch", "keras", NULL};
 static const char *const spec_datasets[] = {"synthetic", "mnist", "fashion-mnist",
                                             "cifar10",   "text",  NULL};
 static const char *const spec_optimizers[] = {"sgd", "adam", "adamw", NULL};
+static const char *const spec_storage_layers[] = {"auto", "mount", "in_process", NULL};
 static const char *const spec_decays[] = {"constant", "step", "cosine", NULL};
 static const char *const spec_balances[] = {"params", "time", NULL};
 
@@ -439,8 +453,9 @@ static const struct spec_field spec_fields[] = {
              "sample by sample while training from dataset.path/<format>/, which `ddpbench "
              "dataset convert` writes: one PNG or JPEG file per sample (files-png, "
              "files-jpeg), or record shards with an index, each sample raw, compressed "
-             "(records, records-zlib, records-zstd) or a JPEG file's bytes (records-jpeg). "
-             "synthetic and text ignore it."},
+             "(records, records-zlib, records-zstd) or a JPEG file's bytes (records-jpeg), "
+             "or TensorFlow's TFRecord shards of tf.train.Example records holding the JPEG "
+             "bytes and the label (tfrecord). synthetic and text ignore it."},
     {.name = "dataset.storage", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .choice_at = vocab_storage_at, .def = "\"local\"",
      SPEC_AT(train.dataset.storage),
@@ -466,6 +481,16 @@ static const struct spec_field spec_fields[] = {
      .desc = "The file-backed formats: drop the pages each read brought into the page cache "
              "(posix_fadvise DONTNEED), so a repeated epoch or run reads the device, not "
              "memory (native sets are read once, at start)."},
+    {.name = "dataset.storage_layer", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .choices = spec_storage_layers, .def = "\"auto\"",
+     SPEC_AT(train.dataset.storage_layer),
+     .desc = "Where dataset.storage is emulated, for the file-backed formats. auto: a "
+             "profile with a cap (nfs, blob, custom with a read_* figure) or cold mode goes "
+             "through a per-rank ddpbench-fs mount (FUSE) that every engine reads; local "
+             "reads the disk directly. mount: always the mount, local too (the mount's own "
+             "overhead). in_process: ddpbench's C loader holds its reads to the profile "
+             "itself (engine ddpbench only; needs no FUSE). synthetic, text and format "
+             "native read nothing while training: they take auto only."},
     {.name = "loader_only", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.loader_only),
      .desc = "A loader-only run: each step takes its batches from the loader and trains "
@@ -514,7 +539,8 @@ static const struct spec_field spec_fields[] = {
      .flags = SPEC_F_SWEEP, .dmin = 0, .dmin_open = true, .dmax = 1, .def = "0.1",
      SPEC_AT(train.lr_schedule.gamma), .desc = "step: factor of each decay."},
     /* Appended, not placed beside "strategy": rows keep their order across branches. */
-    {.name = "engine", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN, .flags = SPEC_F_SWEEP,
+    {.name = "engine", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN | SPEC_WL_COLLECTIVE,
+     .flags = SPEC_F_SWEEP,
      .choice_at = vocab_engine_at, .def = "\"ddpbench\"", SPEC_AT(train.engine),
      .desc = "What trains: ddpbench (this project's C worker, every strategy), pytorch "
              "(torch.distributed: ddp = DistributedDataParallel, zero1 = "
@@ -720,10 +746,18 @@ static const struct spec_allowed spec_engine_compressions[] = {
     {"lightning", spec_only_none, "Lightning's DDP strategy sets no compression hook here"},
     {NULL, NULL, NULL},
 };
-/* The data pipeline's knobs are the C loader's: the framework engines read the native
- * files into memory with their own loaders (engines/ddpb_data.py). */
-static const char *const spec_only_native[] = {"native", NULL};
-static const char *const spec_only_local[] = {"local", NULL};
+/* The data pipeline across engines (issue 34): the framework engines read the converted
+ * formats with their own loaders (torch's DataLoader, tf.data: engines/ddpb_torch_data.py),
+ * through the same storage emulation as ddpbench's (a ddpbench-fs mount per rank), so every
+ * dataset.storage runs; the record shards are ddpbench's own format, which no framework
+ * reads. loader_only iterates a framework's loader alone where the adapter owns its loop;
+ * DeepSpeed's and Lightning's training loops are their frameworks'. */
+static const char *const spec_framework_formats[] = {"native", "files-png", "files-jpeg",
+                                                     "tfrecord", NULL};
+#define SPEC_FRAMEWORK_FORMATS_WHY                                                             \
+    "records, records-zlib, records-zstd and records-jpeg are ddpbench's own shard format, "   \
+    "which no framework reads: the framework engines read native, files-png, files-jpeg and "  \
+    "tfrecord"
 #define SPEC_ENGINES_C_LOADER(values, why)                                                     \
     {                                                                                          \
         {"pytorch", values, why}, {"tensorflow", values, why}, {"horovod", values, why},       \
@@ -732,13 +766,35 @@ static const char *const spec_only_local[] = {"local", NULL};
             NULL, NULL, NULL                                                                   \
         }                                                                                      \
     }
-static const struct spec_allowed spec_engine_loader_only[] = SPEC_ENGINES_C_LOADER(
-    spec_only_false, "a loader-only run measures ddpbench's C loader; the framework engines "
-                     "load with their own");
+/* A calibration (spec calibrate) is ddpbench's own loop with its exchange left out; the
+ * strategy must be one whose update needs nothing from the other ranks. */
+static const struct spec_allowed spec_engine_calibrate[] = {
+    {"pytorch", spec_only_false, "a calibration runs ddpbench's engine"},
+    {"horovod", spec_only_false, "a calibration runs ddpbench's engine"},
+    {"tensorflow", spec_only_false, "a calibration runs ddpbench's engine"},
+    {"deepspeed", spec_only_false, "a calibration runs ddpbench's engine"},
+    {"script", spec_only_false, "a calibration runs ddpbench's engine"},
+    {"lightning", spec_only_false, "a calibration runs ddpbench's engine"},
+    {NULL, NULL, NULL},
+};
+static const char *const spec_calibrate_strategies[] = {"ddp", NULL};
+static const struct spec_allowed spec_calibrate_strategy[] = {
+    {"true", spec_calibrate_strategies,
+     "a calibration's ranks exchange nothing, so each updates its own whole replica: "
+     "strategy ddp (ZeRO's shards need the exchange)"},
+    {NULL, NULL, NULL},
+};
+static const struct spec_allowed spec_engine_loader_only[] = {
+    {"deepspeed", spec_only_false,
+     "deepspeed.initialize's engine runs the training step; its loader alone is torch's "
+     "DataLoader, which engine pytorch's loader_only measures"},
+    {"lightning", spec_only_false,
+     "Lightning's Trainer owns the loop and has no loader-only mode; engine pytorch's "
+     "loader_only measures the same DataLoader"},
+    {NULL, NULL, NULL},
+};
 static const struct spec_allowed spec_engine_formats[] = SPEC_ENGINES_C_LOADER(
-    spec_only_native, "the framework engines read the native files into memory");
-static const struct spec_allowed spec_engine_storages[] = SPEC_ENGINES_C_LOADER(
-    spec_only_local, "storage emulation sits in ddpbench's C loader");
+    spec_framework_formats, SPEC_FRAMEWORK_FORMATS_WHY);
 /* "framework" (issue 33): keras is Horovod's TensorFlow binding; the torch engines are torch
  * whatever is asked; the others have their one front end (auto). */
 static const char *const spec_auto_torch[] = {"auto", "torch", NULL};
@@ -817,8 +873,11 @@ static const struct spec_rule spec_rules[] = {
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "device", spec_engine_devices},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "backend", spec_engine_backends},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "loader_only", spec_engine_loader_only},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "calibrate", spec_engine_calibrate},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "calibrate", "strategy", spec_calibrate_strategy},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.format", spec_engine_formats},
-    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.storage", spec_engine_storages},
+    {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "dataset.storage_layer",
+     spec_engine_storage_layers},
     {SPEC_RULE_ALLOWED, SPEC_WL_ANY, "backend", "transport", spec_backend_transports},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "transport", spec_engine_transports},
     {SPEC_RULE_ALLOWED, SPEC_WL_TRAIN, "engine", "framework", spec_engine_frameworks},

@@ -28,7 +28,8 @@ generator cannot take all its rule clauses together):
       device cpu, engine ddpbench; no ZeRO on gpt2);
   (8) loader workers (dataset.workers above 1 only with prefetch at least 1; the
       dataset.read_* figures only with storage custom; storage other than local on an
-      image set only with a format other than native), at every point;
+      image set only with a format other than native; storage_layer other than auto
+      only on an image set with a format other than native), at every point;
   (9) mpi_mca's keys (OpenMPI MCA names or MPIR_CVAR_* names; a run over MPI names only
       its own implementation's settings, and OpenMPI parameters the node's ompi_info
       lists, which this filter cannot know, so it drops every body over MPI with any).
@@ -49,6 +50,8 @@ generator cannot take all its rule clauses together):
   (15) a single-process strategy (mirrored, dp: the vocabulary's single_process) keeps its
       one process on one node under launcher ddpbench, not elastic, pipeline 1, at every
       point.
+  (16) a collective on a framework engine: engine pytorch, backend tcp, device cpu, op
+      allreduce, all_gather or broadcast, algorithm auto, dtype not bfloat16, buckets_of none, at every point.
 Besides the numbered rules, dataset.path must resolve beneath one of the daemon's --data-dir
 directories: a generated path never does, so a body naming one is dropped (rule "data").
 Decision: defaults and the model table are read from the source tree (the generated schema,
@@ -287,6 +290,8 @@ def broken_rule(body):
             return 14
         if body["workload"] == "train" and single_process_broken(body, sweep, get):
             return 15
+        if body["workload"] == "collective" and collective_engine_broken(get):
+            return 16
         if get("dataset.path"):
             return "data"
         over_mpi = get("backend") == "mpi" or get("launcher") == "mpirun"
@@ -326,14 +331,26 @@ def single_process_broken(body, sweep, get):
             or get("pipeline") > 1)
 
 
+def collective_engine_broken(get):
+    """Rule (16): a framework engine's collective is torch.distributed's gloo."""
+    if get("engine") == "ddpbench":
+        return False
+    return (get("engine") != "pytorch" or get("backend") != "tcp" or get("device") != "cpu"
+            or get("op") in ("sendrecv", "reduce_scatter") or get("algorithm") != "auto"
+            or get("dtype") == "bfloat16" or get("buckets_of") != "none")
+
+
 def loader_broken(get):
     """Rule (8): loader workers fill batches ahead, so more than one needs prefetch; the
     read_* figures are custom storage's; a storage profile caps the reads of the
-    file-backed formats only."""
+    file-backed formats only, and a storage_layer other than auto sits under them only."""
     if get("dataset.workers") > 1 and get("prefetch") < 1:
         return True
     reads = ("dataset.read_mbps", "dataset.read_latency_ms", "dataset.read_concurrency")
     if get("dataset.storage") != "custom" and any(get(r) != 0 for r in reads):
+        return True
+    if get("dataset.storage_layer") != "auto" and (get("dataset.name") not in REAL_DATA
+                                                    or get("dataset.format") == "native"):
         return True
     return (get("dataset.name") in REAL_DATA and get("dataset.storage") != "local"
             and get("dataset.format") == "native")

@@ -146,7 +146,8 @@ static void test_spec_defaults(void)
                    "\"redop\":\"sum\",\"algorithm\":\"auto\",\"min_bytes\":4096,"
                    "\"max_bytes\":67108864,\"factor\":2,\"step\":0,\"sizes\":[],"
                    "\"buckets_of\":\"none\",\"iters\":20,"
-                   "\"warmup\":5,\"check\":true,\"inplace\":false,\"bucket_mb\":25}");
+                   "\"warmup\":5,\"check\":true,\"inplace\":false,\"bucket_mb\":25,"
+                   "\"engine\":\"ddpbench\"}");
     free(text);
 }
 
@@ -995,7 +996,7 @@ static void test_spec_dataset_workers(void)
 static void test_spec_data_pipeline(void)
 {
     static const struct bad_case cases[] = {
-        {TR ", \"dataset\": {\"format\": \"tfrecord\"}}", "dataset.format", "native"},
+        {TR ", \"dataset\": {\"format\": \"parquet\"}}", "dataset.format", "tfrecord"},
         {TR ", \"dataset\": {\"storage\": \"s3\"}}", "dataset.storage", "custom"},
         {TR ", \"dataset\": {\"storage\": \"custom\", \"read_mbps\": -1}}", "dataset.read_mbps",
          ""},
@@ -1046,6 +1047,113 @@ static void test_spec_data_pipeline(void)
     s = parse_ok(TR ", \"dataset\": {\"storage\": \"blob\"}}");
     T_CHECK(s);
     json_decref(s);
+    /* TensorFlow's TFRecord: a file-backed format, so a capped storage reads through it */
+    s = parse_ok(TR ", \"dataset\": {\"name\": \"cifar10\", \"format\": \"tfrecord\", "
+                    "\"storage\": \"nfs\"}}");
+    T_CHECK(s);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_STR(sp.train.dataset.format, "tfrecord");
+    json_decref(s);
+}
+
+/* The framework engines' data pipeline (issue 34): the converted image formats on every
+ * storage, loader_only where the adapter owns its loop; ddpbench's record shards and
+ * DeepSpeed's and Lightning's loader_only refused naming the field and the reason. */
+static void test_spec_framework_data(void)
+{
+#define FW TR ", \"dataset\": {\"name\": \"cifar10\", "
+    static const struct bad_case cases[] = {
+        {FW "\"format\": \"records-zstd\"}, \"engine\": \"pytorch\"}", "dataset.format",
+         "ddpbench's own shard format"},
+        {FW "\"format\": \"files-jpeg\"}, \"engine\": \"pytorch\", "
+            "\"sweep\": {\"dataset.format\": [\"files-jpeg\", \"records-jpeg\"]}}",
+         "sweep", "ddpbench's own shard format"},
+        {FW "\"format\": \"files-jpeg\"}, \"engine\": \"deepspeed\", \"strategy\": "
+            "\"zero1\", \"loader_only\": true}",
+         "loader_only", "deepspeed.initialize"},
+        {FW "\"format\": \"files-jpeg\"}, \"engine\": \"lightning\", \"loader_only\": true}",
+         "loader_only", "Lightning's Trainer"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
+                    "case %zu", i);
+    static const char *const ok[] = {
+        FW "\"format\": \"files-jpeg\", \"storage\": \"nfs\"}, \"engine\": \"pytorch\", "
+           "\"loader_only\": true}",
+        FW "\"format\": \"files-png\", \"storage\": \"blob\"}, \"engine\": \"tensorflow\"}",
+        FW "\"format\": \"tfrecord\", \"storage\": \"nfs\"}, \"engine\": \"pytorch\"}",
+        FW "\"format\": \"files-jpeg\"}, \"engine\": \"horovod\", \"strategy\": \"horovod\", "
+           "\"loader_only\": true}",
+        FW "\"format\": \"files-png\", \"storage\": \"custom\", \"read_mbps\": 50}, "
+           "\"engine\": \"deepspeed\", \"strategy\": \"zero1\"}",
+    };
+#undef FW
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        json_t *s = parse_ok(ok[i]);
+        T_CHECK_MSG(s != NULL, "ok %zu", i);
+        json_decref(s);
+    }
+}
+
+/* dataset.storage_layer (issue 34): its default, the engines that take in_process, where
+ * nothing is read while training (refused naming the field), and the layer each spec
+ * resolves to (common/spec_storage.c), from the json and from the parsed struct alike. */
+static void test_spec_storage_layer(void)
+{
+#define SL_CIFAR TR ", \"dataset\": {\"name\": \"cifar10\", \"format\": \"files-jpeg\""
+    static const struct bad_case cases[] = {
+        {TR ", \"engine\": \"pytorch\", \"dataset\": {\"storage_layer\": \"in_process\"}}",
+         "dataset.storage_layer", "in_process is ddpbench's C loader's"},
+        {TR ", \"engine\": \"lightning\", \"dataset\": {\"storage_layer\": \"in_process\"}}",
+         "dataset.storage_layer", "this engine reads through the mount"},
+        {TR ", \"dataset\": {\"storage_layer\": \"mount\"}}", "dataset.storage_layer",
+         "synthetic reads nothing then"},
+        {TR ", \"dataset\": {\"name\": \"cifar10\", \"storage_layer\": \"in_process\"}}",
+         "dataset.storage_layer", "format native reads the set whole at start"},
+        {TR ", \"dataset\": {\"storage_layer\": \"disk\"}}", "dataset.storage_layer", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        T_CHECK_MSG(spec_rejects(cases[i].text, ERR_INVALID, cases[i].field, cases[i].part),
+                    "case %zu", i);
+    static const struct {
+        const char *text;
+        enum spec_storage_layer want;
+    } layers[] = {
+        {TR "}", SPEC_STORAGE_NONE},
+        {TR ", \"dataset\": {\"name\": \"cifar10\"}}", SPEC_STORAGE_NONE},
+        {SL_CIFAR "}}", SPEC_STORAGE_NONE},
+        {SL_CIFAR ", \"storage\": \"nfs\"}}", SPEC_STORAGE_MOUNT},
+        {SL_CIFAR ", \"storage\": \"blob\"}}", SPEC_STORAGE_MOUNT},
+        {SL_CIFAR ", \"storage\": \"custom\"}}", SPEC_STORAGE_NONE},
+        {SL_CIFAR ", \"storage\": \"custom\", \"read_latency_ms\": 1}}", SPEC_STORAGE_MOUNT},
+        {SL_CIFAR ", \"cold\": true}}", SPEC_STORAGE_MOUNT},
+        {SL_CIFAR ", \"storage_layer\": \"mount\"}}", SPEC_STORAGE_MOUNT},
+        {SL_CIFAR ", \"storage\": \"nfs\", \"storage_layer\": \"in_process\"}}",
+         SPEC_STORAGE_IN_PROCESS},
+    };
+    for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++) {
+        json_t *s = parse_ok(layers[i].text);
+        struct spec sp;
+        struct err e;
+        T_CHECK_MSG(s, "layer case %zu", i);
+        if (!s)
+            continue;
+        T_EQ_INT(spec_storage_layer_json(s), layers[i].want);
+        T_OK(spec_from_json(s, &sp, &e));
+        T_EQ_INT(spec_storage_layer_of(&sp.train.dataset), layers[i].want);
+        json_decref(s);
+    }
+    json_t *s = parse_ok(TR "}");
+    struct spec sp;
+    struct err e;
+    T_CHECK(s);
+    T_OK(spec_from_json(s, &sp, &e));
+    T_EQ_STR(sp.train.dataset.storage_layer, "auto");
+    json_decref(s);
+    T_EQ_STR(spec_storage_layer_name(SPEC_STORAGE_MOUNT), "mount");
+    T_EQ_STR(spec_storage_layer_name(SPEC_STORAGE_IN_PROCESS), "in_process");
+    T_EQ_STR(spec_storage_layer_name(SPEC_STORAGE_NONE), "none");
+#undef SL_CIFAR
 }
 
 /* The cross-field checks (common/spec_checks.c's spec_checks[]) in their table order: a
@@ -1311,6 +1419,30 @@ static void test_spec_precision_knobs(void)
 /* "elastic" (issue 32): absent = off, not filled; given = on with defaults (min_ranks 1,
  * max_ranks 0 = world_size, commit_every 10); a swept subfield turns it on at every point;
  * the bounds and what cannot be elastic are 400s naming the field and why. */
+/* Rule (16): a collective on a framework engine is pytorch's, over gloo with what it has. */
+static void test_spec_collective_engine(void)
+{
+    json_t *s = parse_ok(W ", \"engine\": \"pytorch\", \"world_size\": 2}");
+    T_CHECK(s);
+    T_EQ_STR(json_string_value(spec_field_value(s, "engine")), "pytorch");
+    json_decref(s);
+    T_CHECK(spec_rejects(W ", \"engine\": \"horovod\"}", ERR_INVALID, "engine", "pytorch"));
+    T_CHECK(spec_rejects(W ", \"engine\": \"pytorch\", \"backend\": \"mpi\", "
+                           "\"launcher\": \"mpirun\"}",
+                         ERR_INVALID, "backend", "gloo"));
+    T_CHECK(spec_rejects(W ", \"engine\": \"pytorch\", \"op\": \"sendrecv\"}", ERR_INVALID,
+                         "op", "broadcast"));
+    T_CHECK(spec_rejects(W ", \"engine\": \"pytorch\", \"op\": \"reduce_scatter\"}",
+                         ERR_INVALID, "op", "no reduce_scatter"));
+    T_CHECK(spec_rejects(W ", \"engine\": \"pytorch\", \"algorithm\": \"ring\"}", ERR_INVALID,
+                         "algorithm", "auto"));
+    T_CHECK(spec_rejects(W ", \"engine\": \"pytorch\", \"dtype\": \"bfloat16\"}", ERR_INVALID,
+                         "dtype", "bfloat16"));
+    T_CHECK(spec_rejects(W ", \"engine\": \"pytorch\", \"sweep\": {\"op\": [\"allreduce\", "
+                           "\"sendrecv\"]}}",
+                         ERR_INVALID, "sweep", "sendrecv"));
+}
+
 static void test_spec_elastic(void)
 {
 #define EL TR ", \"world_size\": 3"
@@ -2340,6 +2472,7 @@ int main(int argc, char **argv)
             json_file_text(vocab_json(), JSON_REAL_PRECISION(VOCAB_JSON_REAL_PRECISION)));
     test_begin(argc, argv);
     TEST_RUN(test_spec_defaults);
+    TEST_RUN(test_spec_nondefault);
     TEST_RUN(test_spec_given_values_kept);
     TEST_RUN(test_spec_normalize_idempotent);
     TEST_RUN(test_spec_factor_step);
@@ -2366,6 +2499,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_pipeline_rules);
     TEST_RUN(test_spec_dataset_workers);
     TEST_RUN(test_spec_data_pipeline);
+    TEST_RUN(test_spec_framework_data);
     TEST_RUN(test_spec_device_compat);
     TEST_RUN(test_spec_precision_knobs);
     TEST_RUN(test_spec_transport);
@@ -2388,5 +2522,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_spec_faults_seventeen_refused);
     TEST_RUN(test_spec_faults_sweep_whole_lists);
     TEST_RUN(test_spec_faults_schema_and_vocabulary);
+    TEST_RUN(test_spec_storage_layer);
+    TEST_RUN(test_spec_collective_engine);
     return test_end();
 }
