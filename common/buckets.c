@@ -2,6 +2,7 @@
 #include "common/buckets.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 
 int buckets_by_size(const int64_t *bytes, int nt, int64_t first_cap, int64_t cap, int *bounds)
 {
@@ -25,7 +26,7 @@ int buckets_by_cycle(const int64_t *bytes, const int64_t *ready_ns, int nt, int6
     int64_t fill = 0;
     bounds[0] = 0;
     for (int t = 0; t < nt; t++) {
-        bool new_cycle = t > bounds[nb] &&
+        bool new_cycle = t > bounds[nb] && ready_ns &&
                          (cycle_ns > 0 ? ready_ns[t] / cycle_ns != ready_ns[t - 1] / cycle_ns
                                        : ready_ns[t] != ready_ns[t - 1]);
         if (t > bounds[nb] && (new_cycle || fill + bytes[t] > fusion)) {
@@ -37,4 +38,9 @@ int buckets_by_cycle(const int64_t *bytes, const int64_t *ready_ns, int nt, int6
     if (nt > 0)
         bounds[++nb] = nt;
     return nb;
+}
+
+int buckets_by_limit(const int64_t *bytes, int nt, int64_t cap, int *bounds)
+{
+    return buckets_by_cycle(bytes, NULL, nt, 0, cap, bounds); /* all in one cycle */
 }

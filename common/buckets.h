@@ -13,9 +13,13 @@
  * closes once it holds at least its cap (first_cap for the first). Returns the count. */
 int buckets_by_size(const int64_t *bytes, int nt, int64_t first_cap, int64_t cap, int *bounds);
 /* Horovod's fusion from readiness: tensors ready in the same cycle (ready_ns / cycle_ns;
- * cycle_ns 0: at the same instant) share a buffer up to fusion bytes, and a tensor larger
- * than that goes alone. Returns the count. */
+ * cycle_ns 0: at the same instant; ready_ns NULL: all in one) share a buffer up to fusion
+ * bytes, and a tensor larger than that goes alone. Returns the count. */
 int buckets_by_cycle(const int64_t *bytes, const int64_t *ready_ns, int nt, int64_t cycle_ns,
                      int64_t fusion, int *bounds);
+/* DeepSpeed ZeRO's reduce buckets (stage_1_and_2.py, reduce_independent_p_g_buckets_and_
+ * remove_grads): a tensor that would take the open bucket past cap closes it first, and a
+ * tensor larger than cap goes alone. Returns the count. */
+int buckets_by_limit(const int64_t *bytes, int nt, int64_t cap, int *bounds);
 
 #endif

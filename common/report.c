@@ -43,6 +43,9 @@ enum report_kind {
     REPORT_K_OPS,     /* trace ops [[op, bucket, bytes, algorithm, launch_ns, end_ns]...];
                          member: const json_t * */
     REPORT_K_GRADS,   /* gradient readiness [[bytes, ready_ns]...]; member: const json_t * */
+    REPORT_K_LAYERS,  /* a pipeline's layer profile [[forward_ns, backward_ns, param_bytes]...];
+                         member: const json_t * */
+    REPORT_K_CUTS,    /* a pipeline's cuts [[first_layer, bytes]...]; member: const json_t * */
     REPORT_K_RANKS,   /* ranks [r, ...]: at most SPEC_MAX_WORLD integers >= 0 */
     REPORT_K_FRACS,   /* [f|null, ...]: at most REPORT_MAX_CLASSES numbers in [0, 1] or null;
                          member: json_t * (borrowed) */
@@ -64,6 +67,7 @@ struct report_field {
 #define REPORT_USAGE_AT(m) REPORT_IN(struct report_usage, m)
 #define REPORT_TRACE_AT(m) REPORT_IN(struct report_trace, m)
 #define REPORT_GRADS_AT(m) REPORT_IN(struct report_grads, m)
+#define REPORT_PIPE_AT(m) REPORT_IN(struct report_pipe, m)
 
 /* Every event starts with these. */
 static const struct report_field report_common_fields[] = {
@@ -255,6 +259,15 @@ static const struct report_field report_grads_fields[] = {
     {.name = "tensors", .kind = REPORT_K_GRADS, REPORT_GRADS_AT(tensors)},
 };
 
+static const struct report_field report_pipe_fields[] = {
+    {.name = "repeat", .kind = REPORT_K_INT, .min = 0, REPORT_PIPE_AT(repeat)},
+    {.name = "stages", .kind = REPORT_K_INT, .min = 2, REPORT_PIPE_AT(stages)},
+    {.name = "micro_batch", .kind = REPORT_K_INT, .min = 1, REPORT_PIPE_AT(micro_batch)},
+    {.name = "tied_bytes", .kind = REPORT_K_INT64, .min = 0, REPORT_PIPE_AT(tied_bytes)},
+    {.name = "layers", .kind = REPORT_K_LAYERS, REPORT_PIPE_AT(layers)},
+    {.name = "cuts", .kind = REPORT_K_CUTS, REPORT_PIPE_AT(cuts)},
+};
+
 static const struct report_field report_error_fields[] = {
     {.name = "code", .kind = REPORT_K_ERRCODE},
     {.name = "message", .kind = REPORT_K_STR},
@@ -290,6 +303,7 @@ static const struct report_shape report_shapes[] = {
     [REPORT_TRACE] = REPORT_SHAPE(report_trace_fields),
     [REPORT_GRADS] = REPORT_SHAPE(report_grads_fields),
     [REPORT_ELASTIC] = REPORT_SHAPE(report_elastic_fields),
+    [REPORT_PIPE] = REPORT_SHAPE(report_pipe_fields),
 };
 _Static_assert(REPORT_COUNT(report_shapes) == REPORT_NTYPES,
                "a row per report type of common/vocab.h");
@@ -392,11 +406,14 @@ static int report_check_tuples(const struct report_field *f, const json_t *v, co
             return err_set(e, ERR_INVALID, f->name,
                            "%s[%zu]: must be %s (times in ns, an end not before its start)",
                            f->name, i,
-                           f->kind == REPORT_K_SPANS   ? "[name, start_ns, end_ns] or [name, "
-                                                         "start_ns, end_ns, micro_batch]"
-                           : f->kind == REPORT_K_GRADS ? "[bytes, ready_ns]"
-                                                       : "[op, bucket, bytes, algorithm, "
-                                                         "launch_ns, end_ns]");
+                           f->kind == REPORT_K_SPANS    ? "[name, start_ns, end_ns] or [name, "
+                                                          "start_ns, end_ns, micro_batch]"
+                           : f->kind == REPORT_K_GRADS  ? "[bytes, ready_ns]"
+                           : f->kind == REPORT_K_LAYERS ? "[forward_ns, backward_ns, "
+                                                          "param_bytes]"
+                           : f->kind == REPORT_K_CUTS   ? "[first_layer, bytes]"
+                                                        : "[op, bucket, bytes, algorithm, "
+                                                          "launch_ns, end_ns]");
     }
     return 0;
 }
@@ -468,6 +485,8 @@ static int report_check_value(const struct report_field *f, const json_t *v, str
     case REPORT_K_SPANS: return report_check_tuples(f, v, "sne|n", e);
     case REPORT_K_OPS: return report_check_tuples(f, v, "sbnsne", e);
     case REPORT_K_GRADS: return report_check_tuples(f, v, "nn", e);
+    case REPORT_K_LAYERS: return report_check_tuples(f, v, "nnn", e);
+    case REPORT_K_CUTS: return report_check_tuples(f, v, "nn", e);
     case REPORT_K_RANKS: return report_check_ranks(f, v, e);
     case REPORT_K_FRACS: return report_check_fracs(f, v, e);
     }
@@ -584,6 +603,8 @@ static int report_struct_from_json(const struct report_field *fs, size_t n, cons
         case REPORT_K_STR: memcpy(dst, json_string_value(v), json_string_length(v) + 1); break;
         case REPORT_K_SPANS:
         case REPORT_K_GRADS:
+        case REPORT_K_LAYERS:
+        case REPORT_K_CUTS:
         case REPORT_K_RANKS:
         case REPORT_K_FRACS:
         case REPORT_K_OPS: memcpy(dst, &v, sizeof v); break; /* borrowed from obj */
@@ -662,6 +683,8 @@ static json_t *report_member_json(const void *c, const struct report_field *f)
     case REPORT_K_STR: return strnlen(src, f->size) < f->size ? json_string(src) : NULL;
     case REPORT_K_SPANS:
     case REPORT_K_GRADS:
+    case REPORT_K_LAYERS:
+    case REPORT_K_CUTS:
     case REPORT_K_RANKS:
     case REPORT_K_FRACS:
     case REPORT_K_OPS: {
@@ -992,4 +1015,16 @@ int report_emit_grads(struct report_writer *w, const struct report_grads *g, str
 {
     return report_emit_struct(w, REPORT_GRADS, report_grads_fields,
                               REPORT_COUNT(report_grads_fields), g, e);
+}
+
+int report_pipe_from_json(const json_t *obj, struct report_pipe *out, struct err *e)
+{
+    return report_struct_from_json(report_pipe_fields, REPORT_COUNT(report_pipe_fields), "pipe",
+                                   obj, out, sizeof *out, e);
+}
+
+int report_emit_pipe(struct report_writer *w, const struct report_pipe *p, struct err *e)
+{
+    return report_emit_struct(w, REPORT_PIPE, report_pipe_fields,
+                              REPORT_COUNT(report_pipe_fields), p, e);
 }

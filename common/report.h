@@ -23,6 +23,7 @@
  *   error       code (str: an err_code_name), message (str), where (str "file:line"),
  *               optional op (str), optional peer (int)
  *   elastic     the fields of struct report_elastic (worker/elastic.h)
+ *   pipe        the fields of struct report_pipe (rank 0 of a pipeline run, once per repeat)
  *   done        (nothing else) */
 #ifndef DDPB_REPORT_H
 #define DDPB_REPORT_H
@@ -212,6 +213,24 @@ struct report_grads {
     const json_t *tensors; /* borrowed */
 };
 
+/* A pipeline run's input to the model of its step (issue 35, daemon/perf_pipe.h): rank 0
+ * times every layer of the whole model on one micro-batch, alone, before the stages start
+ * (worker/pipeline.c pipe_profile: a warm-up pass, then three timed ones):
+ *   layers       [forward_ns, backward_ns, param_bytes] per layer (the model's node
+ *                order), each the median of the three passes
+ *   cuts         [first_layer, bytes] per stage after the first: where it starts and the
+ *                fp32 bytes of one micro-batch's activation that cross into it (its
+ *                gradient crosses back with the same bytes)
+ *   stages       the pipeline's stages; micro_batch its samples per micro-batch
+ *   tied_bytes   the weight tied across the first and last stage (gpt2's embedding and
+ *                head) whose gradient they exchange each step; 0: none */
+struct report_pipe {
+    int repeat, stages, micro_batch;
+    int64_t tied_bytes;
+    const json_t *layers; /* borrowed */
+    const json_t *cuts;   /* borrowed */
+};
+
 const char *report_type_name(enum report_type t);
 
 /* Parses and validates one line (without its newline). Returns an owned object (caller
@@ -232,6 +251,8 @@ int report_usage_from_json(const json_t *obj, struct report_usage *out, struct e
 int report_trace_from_json(const json_t *obj, struct report_trace *out, struct err *e);
 /* out->tensors borrows from obj. */
 int report_grads_from_json(const json_t *obj, struct report_grads *out, struct err *e);
+/* out->layers and out->cuts borrow from obj. */
+int report_pipe_from_json(const json_t *obj, struct report_pipe *out, struct err *e);
 
 /* Worker side: writes events as single lines to fd. Thread-safe: a lock keeps lines
  * from two threads (the worker and its heartbeat) whole. */
@@ -291,5 +312,6 @@ int report_emit_usage(struct report_writer *w, const struct report_usage *u, str
 int report_emit_trace(struct report_writer *w, const struct report_trace *t, struct err *e);
 /* tensors is borrowed. */
 int report_emit_grads(struct report_writer *w, const struct report_grads *g, struct err *e);
+int report_emit_pipe(struct report_writer *w, const struct report_pipe *p, struct err *e);
 
 #endif

@@ -293,7 +293,8 @@ static bool db_col_is_json(const char *name)
            strcmp(name, "env") == 0 || strcmp(name, "summary") == 0 ||
            strcmp(name, "engines") == 0 || strcmp(name, "spans") == 0 ||
            strcmp(name, "ops") == 0 || strcmp(name, "members") == 0 ||
-           strcmp(name, "joiners") == 0 || strcmp(name, "test_acc_per_class") == 0;
+           strcmp(name, "joiners") == 0 || strcmp(name, "test_acc_per_class") == 0 ||
+           strcmp(name, "curve") == 0;
 }
 
 static bool db_col_is_time(const char *name)
@@ -1480,6 +1481,23 @@ int db_insert_grads(struct db *db, int64_t run_id, const struct report_grads *g,
     return rc;
 }
 
+static const char SQL_INSERT_PIPE[] =
+    "INSERT OR REPLACE INTO run_pipe (run_id, repeat, stages, micro_batch, tied_bytes, layers, "
+    "cuts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+int db_insert_pipe(struct db *db, int64_t run_id, const struct report_pipe *p, struct err *e)
+{
+    char *layers = json_dumps(p->layers, JSON_COMPACT),
+         *cuts = json_dumps(p->cuts, JSON_COMPACT);
+    int rc = layers && cuts
+                 ? db_write_one(db, e, SQL_INSERT_PIPE, "IiiiItt", run_id, p->repeat, p->stages,
+                                p->micro_batch, p->tied_bytes, layers, cuts)
+                 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+    free(layers);
+    free(cuts);
+    return rc;
+}
+
 #define DB_STR_(x) #x
 #define DB_STR(x) DB_STR_(x)
 static const char SQL_INSERT_FIT[] =
@@ -1772,6 +1790,33 @@ done:
     return rc;
 }
 
+/* The newest stored calibration of this model version and how many there are: a
+ * calibration is never updated nor deleted (021_calibrations.sql), so the pair changes
+ * exactly when one is stored. */
+static const char SQL_CALIB_VERSION[] =
+    "SELECT count(*), coalesce(max(id), 0) FROM calibrations WHERE model_version = " DB_STR(
+        PERF_MODEL_VERSION);
+
+int db_calibrations_version(struct db *db, char *key, size_t cap, struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    size_t len = strlen(key);
+    bool found;
+    int rc = -1;
+    sqlite3_stmt *st = db_stmt(c, SQL_CALIB_VERSION, e);
+    if (st && len + 5 < cap) {
+        memcpy(key + len, "|cal:", 6);
+        len += 5;
+        rc = db_version_append(st, key, cap, &len, &found);
+        if (rc < 0)
+            err_set(e, ERR_INVALID, NULL, "calibration version key longer than %zu bytes", cap);
+    } else if (st) {
+        err_set(e, ERR_INVALID, NULL, "calibration version key longer than %zu bytes", cap);
+    }
+    db_reader_release(db, c);
+    return rc;
+}
+
 /* --- nodes of a cluster (migration 009; the leader is their only writer) ------------------ */
 
 static const char SQL_NODE_UPSERT[] =
@@ -1850,7 +1895,9 @@ static const char SQL_DATA_RUNS[] =
     "SELECT id, params, spec, world_size, emulated, oversubscribed, network_profile, "
     "coalesce(nodes, 1) AS nodes, coalesce(ranks_per_node, world_size) AS ranks_per_node, "
     "coalesce((SELECT json_extract(env, '$.cpus_online') FROM run_env "
-    "WHERE run_env.run_id = runs.id AND rank = 0), 0) AS cpus_online "
+    "WHERE run_env.run_id = runs.id AND rank = 0), 0) AS cpus_online, "
+    "coalesce((SELECT substr(json_extract(env, '$.hostname'), 1, 63) FROM run_env "
+    "WHERE run_env.run_id = runs.id AND rank = 0), '') AS host "
     "FROM runs WHERE experiment_id = ?1 ORDER BY point";
 static const struct db_col db_data_run_cols[] = {
     DB_COL("id", DB_COL_INT64, struct db_data_run, id),
@@ -1863,6 +1910,7 @@ static const struct db_col db_data_run_cols[] = {
     DB_COL("nodes", DB_COL_INT, struct db_data_run, nodes),
     DB_COL("ranks_per_node", DB_COL_INT, struct db_data_run, ranks_per_node),
     DB_COL("cpus_online", DB_COL_INT, struct db_data_run, cpus_online),
+    DB_COL("host", DB_COL_TEXT, struct db_data_run, host),
 };
 
 /* Per step of a run: the slowest rank's time (the step time), the mean phases over
@@ -1981,6 +2029,17 @@ static const struct db_col db_data_grads_cols[] = {
     DB_COL("backward_ns", DB_COL_INT64, struct db_grads_row, backward_ns),
     DB_COL("tensors", DB_COL_JSON, struct db_grads_row, tensors),
 };
+static const char SQL_DATA_PIPE[] =
+    "SELECT repeat, stages, micro_batch, tied_bytes, layers, cuts FROM run_pipe "
+    "WHERE run_id = ?1 ORDER BY repeat";
+static const struct db_col db_data_pipe_cols[] = {
+    DB_COL("repeat", DB_COL_INT, struct db_pipe_row, repeat),
+    DB_COL("stages", DB_COL_INT, struct db_pipe_row, stages),
+    DB_COL("micro_batch", DB_COL_INT, struct db_pipe_row, micro_batch),
+    DB_COL("tied_bytes", DB_COL_INT64, struct db_pipe_row, tied_bytes),
+    DB_COL("layers", DB_COL_JSON, struct db_pipe_row, layers),
+    DB_COL("cuts", DB_COL_JSON, struct db_pipe_row, cuts),
+};
 static const char SQL_FITS[] =
     "SELECT id, experiment_id, backend, device, op, algorithm, network_profile, world_size, "
     "nodes, alpha_s, beta_s_per_byte AS beta_s, gamma_s_per_byte AS gamma_s, r2, worst_resid, "
@@ -2026,6 +2085,8 @@ static const struct db_reader db_data_usage_reader = DB_READER(
     SQL_DATA_USAGE, db_data_usage_cols, struct db_usage_row);
 static const struct db_reader db_data_grads_reader = DB_READER(
     SQL_DATA_GRADS, db_data_grads_cols, struct db_grads_row);
+static const struct db_reader db_data_pipe_reader = DB_READER(SQL_DATA_PIPE, db_data_pipe_cols,
+                                                              struct db_pipe_row);
 static const struct db_reader db_fit_reader = DB_READER(SQL_FITS, db_fit_cols, struct perf_fit);
 
 /* Every typed reader, checked against its statement when the database opens. */
@@ -2033,6 +2094,7 @@ static const struct db_reader *const db_readers[] = {
     &db_data_experiment_reader, &db_data_run_reader,   &db_data_step_reader,
     &db_data_collective_reader, &db_data_epoch_reader, &db_data_memory_reader,
     &db_data_usage_reader,      &db_data_grads_reader, &db_fit_reader,
+    &db_data_pipe_reader,
 };
 
 static int db_check_readers(struct db_conn *c, struct err *e)
@@ -2183,6 +2245,9 @@ static int db_read_run_figures(struct db_conn *c, struct db_data_run *run, struc
     if (db_read_typed(c, &db_data_grads_reader, run->id, &rows, &run->ngrads, e) < 0)
         return -1;
     run->grads = rows;
+    if (db_read_typed(c, &db_data_pipe_reader, run->id, &rows, &run->npipes, e) < 0)
+        return -1;
+    run->pipes = rows;
     return db_read_elastic(c, run, e);
 }
 
@@ -2190,10 +2255,12 @@ static const char SQL_COLLECTIVE_DONE[] =
     "SELECT id FROM experiments WHERE workload = 'collective' AND status IN ('succeeded', "
     "'failed', 'cancelled', 'interrupted') ORDER BY id DESC LIMIT ?1";
 
-int db_finished_collectives(struct db *db, int64_t *ids, size_t max, size_t *n, struct err *e)
+/* The ids a statement selects, given at most max (?1), into ids[0..*n). */
+static int db_ids_upto(struct db *db, const char *sql, int64_t *ids, size_t max, size_t *n,
+                       struct err *e)
 {
     struct db_conn *c = db_reader_acquire(db);
-    sqlite3_stmt *st = db_stmt(c, SQL_COLLECTIVE_DONE, e);
+    sqlite3_stmt *st = db_stmt(c, sql, e);
     *n = 0;
     if (st) {
         sqlite3_bind_int64(st, 1, (sqlite3_int64)max);
@@ -2203,6 +2270,11 @@ int db_finished_collectives(struct db *db, int64_t *ids, size_t max, size_t *n, 
     }
     db_reader_release(db, c);
     return st ? 0 : -1;
+}
+
+int db_finished_collectives(struct db *db, int64_t *ids, size_t max, size_t *n, struct err *e)
+{
+    return db_ids_upto(db, SQL_COLLECTIVE_DONE, ids, max, n, e);
 }
 
 int db_run_experiment_id(struct db *db, int64_t run_id, int64_t *exp_id, struct err *e)
@@ -2259,6 +2331,7 @@ void db_experiment_data_free(struct db_experiment_data *d)
         db_rows_free(&db_data_memory_reader, run->memory, run->nmemory);
         db_rows_free(&db_data_usage_reader, run->usage, run->nusage);
         db_rows_free(&db_data_grads_reader, run->grads, run->ngrads);
+        db_rows_free(&db_data_pipe_reader, run->pipes, run->npipes);
     }
     db_rows_free(&db_data_run_reader, d->runs, d->nruns);
     memset(d, 0, sizeof *d);
@@ -2406,4 +2479,56 @@ out:
         *n = 0;
     }
     return db_write_end(db, rc, e);
+}
+
+/* --- calibrations (issue 35, migration 021) ----------------------------------------- */
+
+static const char SQL_CALIB_PENDING[] =
+    "SELECT id FROM experiments e WHERE workload = 'train' AND status IN ('succeeded', "
+    "'failed', 'cancelled', 'interrupted') AND json_extract(spec, '$.calibrate') = 1 AND NOT "
+    "EXISTS (SELECT 1 FROM calibrations c WHERE c.experiment_id = e.id AND c.model_version "
+    "= " DB_STR(PERF_MODEL_VERSION) ") ORDER BY id LIMIT ?1";
+
+int db_calibrations_pending(struct db *db, int64_t *ids, size_t max, size_t *n, struct err *e)
+{
+    return db_ids_upto(db, SQL_CALIB_PENDING, ids, max, n, e);
+}
+
+static const char SQL_CALIB_INSERT[] =
+    "INSERT OR IGNORE INTO calibrations (experiment_id, model_version, node, model, "
+    "batch_size, threads, device, dataset, pinned, cpus, switch_us, quantum_ms, curve, "
+    "created_at) VALUES (?1, " DB_STR(PERF_MODEL_VERSION) ", ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+                                                          "?10, ?11, ?12, ?13)";
+
+int db_store_calibration(struct db *db, const struct db_calibration *cal, struct err *e)
+{
+    char *curve = json_dumps(cal->curve, JSON_COMPACT);
+    if (!curve)
+        return err_set(e, ERR_NOMEM, NULL, "out of memory");
+    int rc = db_write_one(db, e, SQL_CALIB_INSERT, "Ittiittiiddtd", cal->experiment_id,
+                          cal->node, cal->model, cal->batch_size, cal->threads, cal->device,
+                          cal->dataset, (int)cal->pinned, cal->cpus, cal->switch_us,
+                          cal->quantum_ms, curve, clock_wall_s());
+    free(curve);
+    return rc;
+}
+
+static const char SQL_CALIB_LIST[] =
+    "SELECT id, experiment_id AS experiment, model_version, node, model, batch_size, threads, "
+    "device, dataset, pinned, cpus, switch_us, quantum_ms, curve, created_at FROM "
+    "calibrations WHERE (?1 IS NULL OR node = ?1) AND (?2 IS NULL OR model = ?2) AND (?3 = 0 "
+    "OR id = ?3) AND model_version = " DB_STR(PERF_MODEL_VERSION) " ORDER BY id DESC";
+
+json_t *db_list_calibrations(struct db *db, const char *node, const char *model, int64_t id,
+                             struct err *e)
+{
+    struct db_conn *c = db_reader_acquire(db);
+    json_t *out = NULL;
+    sqlite3_stmt *st = db_stmt(c, SQL_CALIB_LIST, e);
+    if (st) {
+        db_bind(st, "ttI", node, model, id);
+        out = db_rows_json(c, st, e);
+    }
+    db_reader_release(db, c);
+    return out;
 }

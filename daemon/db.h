@@ -136,6 +136,14 @@ struct db_grads_row {
     int64_t steps, backward_ns;
     json_t *tensors; /* owned by the row: [[bytes, ready_ns], ...] */
 };
+/* A pipeline run's layer profile and cut, from rank 0, per repeat (report.h struct
+ * report_pipe; migration 022). */
+struct db_pipe_row {
+    int repeat, stages, micro_batch;
+    int64_t tied_bytes;
+    json_t *layers; /* owned by the row: [[forward_ns, backward_ns, param_bytes], ...] */
+    json_t *cuts;   /* owned by the row: [[first_layer, bytes], ...] */
+};
 /* What a fault cost a run (issue 32; migration 017), -1 where unknown: the fault's time
  * (the first injected fault's event, else the first lost slot's end; -1: none), the
  * generations formed after the launch's (-1: the run kept none), the first detection and
@@ -170,7 +178,10 @@ struct db_data_run {
     size_t nusage;
     struct db_grads_row *grads; /* repeat order (migration 012) */
     size_t ngrads;
+    struct db_pipe_row *pipes; /* repeat order (migration 022) */
+    size_t npipes;
     int cpus_online; /* rank 0's node's CPUs as its env reported them; 0: unknown */
+    char host[64];   /* rank 0's hostname as its env reported it; "": unknown */
     struct db_elastic_fig elastic;
 };
 struct db_experiment_data {
@@ -253,6 +264,7 @@ int db_insert_step(struct db *db, int64_t run_id, int rank, const struct report_
                    struct err *e);
 /* Rank 0's gradient readiness of one repeat (replaces a repeat's earlier line). */
 int db_insert_grads(struct db *db, int64_t run_id, const struct report_grads *g, struct err *e);
+int db_insert_pipe(struct db *db, int64_t run_id, const struct report_pipe *p, struct err *e);
 /* Stores fits (perf.h; their experiment_id set) of this model version: a fit already
  * stored for the same key is kept as it is. */
 int db_store_fits(struct db *db, const struct perf_fit *fits, size_t n, struct err *e);
@@ -260,6 +272,24 @@ int db_store_fits(struct db *db, const struct perf_fit *fits, size_t n, struct e
  * id order, into *out (owned, free()). */
 /* The ids of the most recent finished collective experiments, newest first, at most max. */
 int db_finished_collectives(struct db *db, int64_t *ids, size_t max, size_t *n, struct err *e);
+/* A calibration (migration 021, daemon/calib.h) to store: strings and curve borrowed. */
+struct db_calibration {
+    int64_t experiment_id;
+    const char *node, *model, *device, *dataset;
+    int batch_size, threads, cpus;
+    bool pinned;
+    double switch_us, quantum_ms;
+    const json_t *curve;
+};
+/* The finished experiments of spec calibrate with no calibration of this model version
+ * stored yet, oldest first, at most max. */
+int db_calibrations_pending(struct db *db, int64_t *ids, size_t max, size_t *n, struct err *e);
+/* Stores cal (one per experiment and model version: a second is ignored). */
+int db_store_calibration(struct db *db, const struct db_calibration *cal, struct err *e);
+/* The stored calibrations of this model version, newest first, as row objects (curve
+ * decoded): node, model NULL = any; id 0 = any. Owned. */
+json_t *db_list_calibrations(struct db *db, const char *node, const char *model, int64_t id,
+                             struct err *e);
 /* The experiment of run run_id. ERR_NOT_FOUND. */
 int db_run_experiment_id(struct db *db, int64_t run_id, int64_t *exp_id, struct err *e);
 int db_get_fits(struct db *db, int64_t exp_id, struct perf_fit **out, size_t *n, struct err *e);
@@ -333,6 +363,10 @@ int db_generation_resumed(struct db *db, int64_t run_id, int gen, double at,
  * ERR_NOT_FOUND naming the first experiment that does not exist. */
 int db_experiments_version(struct db *db, const int64_t *ids, size_t n, size_t scan, char *key,
                            size_t cap, struct err *e);
+/* Appends "|cal:count:max_id," of the stored calibrations of this model version to the
+ * text in key[cap] (what a report's predictions read besides its experiments and fits:
+ * daemon/calib.h). ERR_INVALID when it does not fit. */
+int db_calibrations_version(struct db *db, char *key, size_t cap, struct err *e);
 int db_insert_epoch(struct db *db, int64_t run_id, const struct report_epoch *ep,
                     struct err *e);
 /* Ends a run (succeeded, failed, cancelled, interrupted) and updates its experiment's

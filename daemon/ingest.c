@@ -42,6 +42,7 @@ union ingest_record {
     struct report_usage usage;
     struct report_trace trace; /* spans and ops borrowed from the line */
     struct report_grads grads; /* tensors borrowed from the line */
+    struct report_pipe pipe;   /* layers and cuts borrowed from the line */
     struct {
         const char *event;
         int gen, world, peer;
@@ -349,6 +350,26 @@ static int ingest_grads_store(struct ingest_ctx *x, struct err *e)
     return db_insert_grads(x->run->db, x->run->run_id, &x->rec.grads, e);
 }
 
+/* A pipeline's layer profile is the model's input from one rank: rank 0's, as the worker
+ * sends; its cuts must fit the stages it names. */
+static int ingest_pipe_from_json(struct ingest_ctx *x, struct err *e)
+{
+    if (report_pipe_from_json(x->ev, &x->rec.pipe, e) < 0)
+        return -1;
+    if (x->rank != 0)
+        return err_set(e, ERR_INVALID, "rank", "pipe: only rank 0 sends the layer profile");
+    if (json_array_size(x->rec.pipe.cuts) != (size_t)x->rec.pipe.stages - 1)
+        return err_set(e, ERR_INVALID, "cuts", "pipe: %d stages need %d cuts, got %zu",
+                       x->rec.pipe.stages, x->rec.pipe.stages - 1,
+                       json_array_size(x->rec.pipe.cuts));
+    return 0;
+}
+
+static int ingest_pipe_store(struct ingest_ctx *x, struct err *e)
+{
+    return db_insert_pipe(x->run->db, x->run->run_id, &x->rec.pipe, e);
+}
+
 /* --- elastic (issue 32) ------------------------------------------------------------------- */
 
 static int64_t ingest_int_or(const json_t *ev, const char *key, int64_t none)
@@ -430,6 +451,7 @@ static const struct ingest_type ingest_types[] = {
     [REPORT_GRADS] = {ingest_grads_from_json, ingest_grads_store, NULL, NULL},
     [REPORT_ELASTIC] = {ingest_elastic_from_json, ingest_elastic_store, ingest_elastic_track,
                         ingest_elastic_publish},
+    [REPORT_PIPE] = {ingest_pipe_from_json, ingest_pipe_store, NULL, NULL},
 };
 
 #define INGEST_NTYPES (sizeof ingest_types / sizeof ingest_types[0])

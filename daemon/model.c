@@ -9,6 +9,7 @@
 #include "common/buf.h"
 #include "common/spec.h"
 #include "common/vocab.h"
+#include "daemon/perf_pipe.h"
 
 #define MODEL_MAX_FITS 4096
 #define MODEL_LATEST_SCAN 32 /* finished collective experiments model_fits_latest looks at */
@@ -21,13 +22,71 @@ static const char *model_str(const json_t *spec, const char *name, const char *d
     return v ? v : dflt;
 }
 
+/* The framework engines whose exchange runs on torch.distributed's process group (and
+ * Horovod's own gloo): over TCP that is gloo, not ddpbench's tcp collectives. */
+static bool model_engine_on_gloo(const char *engine)
+{
+    static const char *const gloo[] = {"pytorch", "lightning", "deepspeed", "horovod"};
+    for (size_t i = 0; engine && i < sizeof gloo / sizeof *gloo; i++)
+        if (strcmp(engine, gloo[i]) == 0)
+            return true;
+    return false;
+}
+
+const char *model_backend_of(const json_t *spec)
+{
+    const char *backend = model_str(spec, "backend", "tcp");
+    if (strcmp(backend, "tcp") == 0 && model_engine_on_gloo(model_str(spec, "engine", "")))
+        return "gloo";
+    return backend;
+}
+
+int model_exchange_of(const char *engine, const char *strategy, enum perf_exchange *x,
+                      const char **why)
+{
+    *x = PERF_EXCHANGE_WORKER;
+    *why = NULL;
+    if (!engine || strcmp(engine, "ddpbench") == 0)
+        return 0;
+    bool ddp = strcmp(strategy, "ddp") == 0, zero1 = strcmp(strategy, "zero1") == 0;
+    if (strcmp(engine, "pytorch") == 0 && (ddp || zero1))
+        *x = ddp ? PERF_EXCHANGE_TORCH_DDP : PERF_EXCHANGE_TORCH_ZERO1;
+    else if (strcmp(engine, "lightning") == 0 && ddp)
+        *x = PERF_EXCHANGE_TORCH_DDP;
+    else if (strcmp(engine, "horovod") == 0 && strcmp(strategy, "horovod") == 0)
+        *x = PERF_EXCHANGE_HOROVOD;
+    else if (strcmp(engine, "deepspeed") == 0 && (zero1 || strcmp(strategy, "zero2") == 0))
+        *x = PERF_EXCHANGE_DEEPSPEED;
+    else if (strcmp(engine, "tensorflow") == 0)
+        *why = "engine tensorflow runs forward, backward, the all-reduce and the update as one "
+               "tf.function graph: it has no gradient readiness and no phases to simulate "
+               "from";
+    else if (strcmp(engine, "script") == 0)
+        *why = "engine script runs the operator's own script: the model does not know how it "
+               "exchanges gradients";
+    else if (strcmp(strategy, "dp") == 0)
+        *why = "strategy dp is torch.nn.DataParallel: one process sums its replicas' "
+               "gradients inside backward, which the model does not simulate";
+    else
+        *why = "the model does not simulate this engine's strategy";
+    return *why ? -1 : 0;
+}
+
+const char *model_no_fit_note(const json_t *spec)
+{
+    return strcmp(model_backend_of(spec), "gloo") == 0
+               ? "no gloo fit: the framework engines exchange over gloo; run a collective "
+                 "experiment with engine pytorch (torch.distributed over gloo)"
+               : "no network fit: run a collective experiment on this backend";
+}
+
 /* The key of one collective row of run: everything a fit is per, bytes aside. */
 static void model_key_of(const struct db_experiment_data *d, const struct db_data_run *run,
                          const struct report_collective *c, struct perf_fit *k)
 {
     memset(k, 0, sizeof *k);
     k->experiment_id = d->id;
-    snprintf(k->backend, sizeof k->backend, "%s", model_str(run->spec, "backend", "tcp"));
+    snprintf(k->backend, sizeof k->backend, "%s", model_backend_of(run->spec));
     snprintf(k->device, sizeof k->device, "%s", model_str(run->spec, "device", "cpu"));
     snprintf(k->op, sizeof k->op, "%s", c->op);
     snprintf(k->algorithm, sizeof k->algorithm, "%s", c->algorithm);
@@ -170,8 +229,34 @@ int model_fits_load(struct db *db, const int64_t *ids, size_t nid, struct perf_f
     return 0;
 }
 
-/* The fits of the most recent finished collective experiment that has one for backend
- * and device (none: *n = 0, no error). */
+/* Whether fit g's placement (network profile, node count) is among have[0..nh). */
+static bool model_placement_seen(const struct perf_fit *g, const struct perf_fit *have,
+                                 size_t nh)
+{
+    for (size_t j = 0; j < nh; j++)
+        if (have[j].nodes == g->nodes &&
+            strcmp(have[j].network_profile, g->network_profile) == 0)
+            return true;
+    return false;
+}
+
+/* Appends those of g[0..ng) on backend and device whose placement *all has not yet (an
+ * older experiment's fits of a placement a newer one measured are left out). */
+static int model_append_new(struct perf_fit **all, size_t *n_all, const struct perf_fit *g,
+                            size_t ng, const char *backend, const char *device, struct err *e)
+{
+    size_t nh = *n_all;
+    for (size_t k = 0; k < ng; k++)
+        if (strcmp(g[k].backend, backend) == 0 && strcmp(g[k].device, device) == 0 &&
+            !model_placement_seen(&g[k], *all, nh) && model_append(all, n_all, &g[k], 1, e) < 0)
+            return -1;
+    return 0;
+}
+
+/* The fits, for backend and device, of the most recent finished collective experiment of
+ * each placement (network profile and node count): a run across nodes needs its link's
+ * fits and those inside one node, most often from two experiments (none: *n = 0, no
+ * error). */
 static int model_fits_latest(struct db *db, const char *backend, const char *device,
                              struct perf_fit **out, size_t *n, struct err *e)
 {
@@ -184,17 +269,16 @@ static int model_fits_latest(struct db *db, const char *backend, const char *dev
     for (size_t i = 0; i < nid; i++) {
         struct perf_fit *f = NULL;
         size_t nf = 0;
-        if (model_fits_load(db, &ids[i], 1, &f, &nf, e) < 0)
-            return -1;
-        bool match = false;
-        for (size_t k = 0; k < nf && !match; k++)
-            match = strcmp(f[k].backend, backend) == 0 && strcmp(f[k].device, device) == 0;
-        if (match) {
-            *out = f;
-            *n = nf;
-            return 0;
-        }
+        int rc = model_fits_load(db, &ids[i], 1, &f, &nf, e);
+        if (rc == 0)
+            rc = model_append_new(out, n, f, nf, backend, device, e);
         free(f);
+        if (rc < 0) {
+            free(*out);
+            *out = NULL;
+            *n = 0;
+            return -1;
+        }
     }
     return 0;
 }
@@ -208,8 +292,8 @@ int model_fits_choose(struct db *db, const int64_t *ids, size_t nid, const json_
         return model_fits_load(db, ids, nid, out, n, e);
     if (!spec)
         return 0;
-    return model_fits_latest(db, model_str(spec, "backend", "tcp"),
-                             model_str(spec, "device", "cpu"), out, n, e);
+    return model_fits_latest(db, model_backend_of(spec), model_str(spec, "device", "cpu"), out,
+                             n, e);
 }
 
 static json_t *model_num(double d)
@@ -250,7 +334,8 @@ int model_base_of(const struct db_data_run *run, struct model_base *mb, const ch
     memset(mb, 0, sizeof *mb);
     mb->run_id = run->id;
     if (run->ngrads == 0) {
-        *why = "the one-rank run reported no gradient readiness (engine ddpbench reports it)";
+        *why = "the one-rank run reported no gradient readiness (engines ddpbench, pytorch, "
+               "horovod and deepspeed report it)";
         return -1;
     }
     if (run->nsteps == 0) {
@@ -327,6 +412,9 @@ static void model_setup_of(const json_t *spec, int world, double compute_scale,
         s->bucket_bytes = (int64_t)25 << 20;
     if (s->fusion_bytes <= 0)
         s->fusion_bytes = (int64_t)64 << 20;
+    const char *why;
+    model_exchange_of(model_str(spec, "engine", "ddpbench"), model_str(spec, "strategy", "ddp"),
+                      &s->exchange, &why);
 }
 
 /* CPU cores each rank had: threads over the node's share, at most its threads. */
@@ -370,17 +458,114 @@ void model_setup_at(const struct db_data_run *run, int world, int ranks_per_node
     s->no_spare_core = ranks_per_node > 0 && model_no_spare_core(run, ranks_per_node);
 }
 
+void model_setup_calibrated(const struct db_data_run *run, int world, int ranks_per_node,
+                            const struct db_data_run *base, const struct calib_set *cals,
+                            struct perf_setup *s, int64_t *calib_id)
+{
+    model_setup_at(run, world, ranks_per_node, base, s);
+    *calib_id = 0;
+    const struct calib *c = ranks_per_node > 0 ? calib_match(cals, run) : NULL;
+    if (!c || perf_contention_at(&c->perf, ranks_per_node, &s->contention) < 0)
+        return;
+    s->has_contention = true;
+    s->compute_scale = s->contention.slow[PERF_BACKWARD]; /* the data phase's, too */
+    *calib_id = c->id;
+}
+
 void model_net_of(const json_t *spec, const char *profile, int nodes,
                   const struct perf_fit *fits, size_t n, bool *used, struct perf_net *net)
 {
     *net = (struct perf_net){.fits = fits,
                              .n = n,
-                             .backend = model_str(spec, "backend", "tcp"),
+                             .backend = model_backend_of(spec),
                              .device = model_str(spec, "device", "cpu"),
                              .network_profile = profile ? profile : "",
                              .algorithm = model_str(spec, "algorithm", "auto"),
                              .nodes = nodes,
                              .used = used};
+}
+
+/* Whether fits on net's backend and device were measured on nodes nodes under profile. */
+static bool model_has_placement(const struct perf_net *net, int nodes, const char *profile)
+{
+    for (size_t i = 0; i < net->n; i++) {
+        const struct perf_fit *f = &net->fits[i];
+        if (strcmp(f->backend, net->backend) == 0 && strcmp(f->device, net->device) == 0 &&
+            f->nodes == nodes && strcmp(f->network_profile, profile) == 0)
+            return true;
+    }
+    return false;
+}
+
+void model_net_across(struct perf_net *net, int per_node, struct perf_net *intra)
+{
+    if (net->nodes <= 1 || net->link)
+        return;
+    *intra = *net;
+    intra->nodes = 1;
+    /* inside one node no shaped link is crossed: the same profile's one-node fits where
+     * they exist, else the host's (netlab's hosts share this machine's loopback) */
+    if (!model_has_placement(net, 1, net->network_profile))
+        intra->network_profile = "";
+    net->intra = intra;
+    net->per_node = per_node > 0 ? per_node : 1;
+    bool hier = strcmp(net->algorithm, "hier") == 0,
+         auto_ = strcmp(net->algorithm, "auto") == 0;
+    /* the TCP backend's auto takes hier across nodes from 64 KiB (worker/comm/tcp_algo.c,
+     * TCP_AUTO_HIER_BYTES); other backends run their flat algorithms */
+    net->hier_from = hier ? 0 : auto_ && strcmp(net->backend, "tcp") == 0 ? 64 << 10 : -1;
+}
+
+void model_across_note(const struct perf_net *net, char *out, size_t n)
+{
+    const char *prof = net->network_profile[0] ? net->network_profile : "host";
+    if (!model_has_placement(net, net->nodes, net->network_profile))
+        snprintf(out, n,
+                 "no fit of the %s link between %d nodes for backend %s: run a collective "
+                 "experiment with nodes: %d under that network profile",
+                 prof, net->nodes, net->backend, net->nodes);
+    else if (!model_has_placement(net, 1, net->network_profile) &&
+             !model_has_placement(net, 1, "")) /* the fits model_net_across would take */
+        snprintf(out, n,
+                 "no fit inside one node for backend %s: run a collective experiment with "
+                 "nodes: 1 and world_size %d (the ranks per node)",
+                 net->backend, net->per_node > 1 ? net->per_node : 2);
+    else
+        snprintf(out, n,
+                 "no fit of the %s link between %d nodes or inside one covers the operations "
+                 "this strategy needs (allreduce, reduce_scatter, all_gather)",
+                 prof, net->nodes);
+}
+
+/* Adds v to the ascending distinct list a (a JSON array of integers). */
+static void model_add_sorted(json_t *a, int v)
+{
+    size_t i;
+    for (i = 0; i < json_array_size(a); i++) {
+        json_int_t x = json_integer_value(json_array_get(a, i));
+        if (x == v)
+            return;
+        if (x > v)
+            break;
+    }
+    json_array_insert_new(a, i, json_integer(v));
+}
+
+json_t *model_covers_json(const struct perf_fit *fits, size_t n, const bool *used,
+                          int base_world)
+{
+    json_t *worlds = json_array(), *nodes = json_array();
+    for (size_t i = 0; i < n; i++)
+        if (!used || used[i]) {
+            model_add_sorted(worlds, fits[i].world_size);
+            model_add_sorted(nodes, fits[i].nodes > 0 ? fits[i].nodes : 1);
+        }
+    struct perf_range r;
+    char text[128];
+    perf_range_of(fits, n, used, base_world, &r);
+    perf_range_text(&r, text, sizeof text);
+    return json_pack("{s:o, s:o, s:i, s:s}", "world_sizes", worlds, "nodes", nodes,
+                     "base_world_size", base_world, "text", text);
 }
 
 json_t *model_step_json(const struct perf_step *st, double samples)
@@ -412,9 +597,6 @@ char *model_used_ids(const struct perf_fit *fits, size_t n, const bool *used)
 
 /* ---- POST /v1/predict ------------------------------------------------------------------- */
 
-#define MODEL_MAX_POINTS 64
-#define MODEL_MAX_FIT_IDS 16
-
 struct model_req {
     int64_t exp_id, run_id;
     int64_t fit_ids[MODEL_MAX_FIT_IDS];
@@ -427,6 +609,15 @@ struct model_req {
     int strategies[PERF_NSTRATEGIES];
     size_t nstrat;
     int ranks_per_node; /* 0: every rank has its cores */
+    int nodes;          /* 0: any placement measured; else the ranks spread over this many */
+    bool has_profile;
+    char profile[64]; /* the network profile across nodes (has_profile), "" = host */
+    int max_world;    /* > 0: only fits of at most this world size (pred_max_world) */
+    /* a pipeline's what-if (model_pipe.h): its stage counts, micro-batches, schedules */
+    int stages[MODEL_MAX_POINTS];
+    size_t nstages, nsched;
+    int micro_batches, schedules[2];
+    bool has_worlds;
 };
 
 static int model_bad(struct err *e, const char *field, const char *msg)
@@ -500,6 +691,66 @@ static void model_strategy_names(char *out, size_t n)
     }
 }
 
+/* The pipeline fields of the body (pipeline, micro_batches, schedules) into r; any other
+ * name is unknown. */
+static int model_parse_pipe(const char *k, const json_t *v, struct model_req *r, struct err *e)
+{
+    int64_t tmp[MODEL_MAX_POINTS];
+    size_t n, i;
+    json_t *x;
+    if (strcmp(k, "pipeline") == 0) {
+        if (model_parse_ints(v, 2, PERF_PIPE_MAX_STAGES, MODEL_MAX_POINTS, tmp, &n, k, e) < 0)
+            return -1;
+        for (i = 0; i < n; i++)
+            r->stages[i] = (int)tmp[i];
+        r->nstages = n;
+    } else if (strcmp(k, "micro_batches") == 0) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 4096)
+            return model_bad(e, k, "must be an integer in [1, 4096]");
+        r->micro_batches = (int)json_integer_value(v);
+    } else if (strcmp(k, "schedules") == 0) {
+        if (!json_is_array(v) || json_array_size(v) == 0 || json_array_size(v) > 2)
+            return model_bad(e, k, "must be a list of 1 or 2 of gpipe, 1f1b");
+        json_array_foreach(v, i, x)
+        {
+            const char *name = json_string_value(x);
+            if (!name || (strcmp(name, "gpipe") != 0 && strcmp(name, "1f1b") != 0))
+                return err_set(e, ERR_INVALID, k, "schedules[%zu]: must be gpipe or 1f1b", i);
+            r->schedules[r->nsched++] = strcmp(name, "gpipe") == 0 ? PERF_PIPE_GPIPE
+                                                                   : PERF_PIPE_1F1B;
+        }
+    } else {
+        return err_set(e, ERR_INVALID, k,
+                       "%s: unknown field (experiment, run, fit, link, world_sizes, "
+                       "strategies, ranks_per_node, nodes, network_profile, pred_max_world, "
+                       "pipeline, micro_batches, schedules)",
+                       k);
+    }
+    return 0;
+}
+
+/* A pipeline's what-if: from a run, over fits, of the pipeline's own exchanges. */
+static int model_check_pipe(struct model_req *r, struct err *e)
+{
+    if (r->run_id == 0)
+        return model_bad(e, "run",
+                         "a pipeline is predicted from a run: name a pipeline run or its "
+                         "one-rank base");
+    if (r->has_link)
+        return model_bad(e, "link",
+                         "a pipeline is predicted from the sendrecv and allreduce fits: give "
+                         "fit, not link");
+    if (r->nstrat > 0)
+        return model_bad(e, "strategies",
+                         "a pipeline's replicas exchange by allreduce: give pipeline or "
+                         "strategies, not both");
+    if (r->nsched == 0) {
+        r->schedules[r->nsched++] = PERF_PIPE_GPIPE;
+        r->schedules[r->nsched++] = PERF_PIPE_1F1B;
+    }
+    return 0;
+}
+
 static int model_parse(const json_t *body, struct model_req *r, struct err *e)
 {
     memset(r, 0, sizeof *r);
@@ -535,6 +786,18 @@ static int model_parse(const json_t *body, struct model_req *r, struct err *e)
                 json_integer_value(v) > PERF_MAX_WORLD)
                 return model_bad(e, k, "must be an integer in [1, 1024]");
             r->ranks_per_node = (int)json_integer_value(v);
+        } else if (strcmp(k, "nodes") == 0 || strcmp(k, "pred_max_world") == 0) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+                json_integer_value(v) > PERF_MAX_WORLD)
+                return model_bad(e, k, "must be an integer in [1, 1024]");
+            *(strcmp(k, "nodes") == 0 ? &r->nodes : &r->max_world) = (int)json_integer_value(v);
+        } else if (strcmp(k, "network_profile") == 0) {
+            if (!json_is_null(v) &&
+                (!json_is_string(v) || json_string_length(v) >= sizeof r->profile))
+                return model_bad(e, k, "must be a profile name (1gbe, 10gbe, ...) or null");
+            snprintf(r->profile, sizeof r->profile, "%s",
+                     json_is_string(v) ? json_string_value(v) : "");
+            r->has_profile = true;
         } else if (strcmp(k, "strategies") == 0) {
             size_t i;
             json_t *x;
@@ -551,13 +814,13 @@ static int model_parse(const json_t *body, struct model_req *r, struct err *e)
                     return err_set(e, ERR_INVALID, k, "strategies[%zu]: must be %s", i, names);
                 r->strategies[r->nstrat++] = st;
             }
-        } else {
-            return err_set(e, ERR_INVALID, k,
-                           "%s: unknown field (experiment, run, fit, link, world_sizes, "
-                           "strategies, ranks_per_node)",
-                           k);
+        } else if (model_parse_pipe(k, v, r, e) < 0) {
+            return -1;
         }
     }
+    if (r->nstages > 0 && model_check_pipe(r, e) < 0)
+        return -1;
+    r->has_worlds = r->nworld > 0;
     if ((r->exp_id > 0) == (r->run_id > 0))
         return err_set(e, ERR_INVALID, "experiment",
                        "experiment or run: name exactly one (a training experiment, or its "
@@ -574,16 +837,12 @@ static int model_parse(const json_t *body, struct model_req *r, struct err *e)
     return 0;
 }
 
-/* Whether run a repeats an earlier base's compute: the same swept values but for the
- * strategy's own knobs. */
-static bool model_same_compute(const struct db_data_run *a, const struct db_data_run *b)
+bool model_same_but(const json_t *a, const json_t *b, const char *const *drop, size_t n)
 {
-    static const char *const knobs[] = {"strategy", "bucket_mb", "fusion_mb", "cycle_ms",
-                                        "compression"};
-    json_t *x = json_deep_copy(a->params), *y = json_deep_copy(b->params);
-    for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++) {
-        json_object_del(x, knobs[i]);
-        json_object_del(y, knobs[i]);
+    json_t *x = json_deep_copy(a), *y = json_deep_copy(b);
+    for (size_t i = 0; i < n; i++) {
+        json_object_del(x, drop[i]);
+        json_object_del(y, drop[i]);
     }
     bool same = json_equal(x, y);
     json_decref(x);
@@ -591,10 +850,45 @@ static bool model_same_compute(const struct db_data_run *a, const struct db_data
     return same;
 }
 
+/* Whether run a repeats an earlier base's compute: the same swept values but for the
+ * strategy's own knobs. */
+static bool model_same_compute(const struct db_data_run *a, const struct db_data_run *b)
+{
+    static const char *const knobs[] = {"strategy", "bucket_mb", "fusion_mb", "cycle_ms",
+                                        "compression"};
+    return model_same_but(a->params, b->params, knobs, sizeof knobs / sizeof *knobs);
+}
+
+/* The placement of a curve's point of world ranks: *nodes the nodes they spread over (0:
+ * any placement measured, as nothing was asked), *rpn the ranks sharing each (0: every
+ * rank has its cores). Ranks spread evenly: ranks_per_node where asked, else
+ * ceil(world / nodes). */
+static void model_placement_at(const struct model_req *r, int world, int *nodes, int *rpn)
+{
+    *nodes = r->nodes > 0 ? (r->nodes < world ? r->nodes : world) : 0;
+    *rpn = r->ranks_per_node < world ? r->ranks_per_node : world;
+    if (*nodes > 0 && r->ranks_per_node == 0)
+        *rpn = (world + *nodes - 1) / *nodes;
+}
+
+/* Marks each point of curves extrapolated or not against the range of the fits used. */
+static void model_mark_extrapolated(json_t *curves, const struct perf_range *range)
+{
+    size_t i, k;
+    json_t *c, *p;
+    json_array_foreach(curves, i, c) json_array_foreach(json_object_get(c, "points"), k, p)
+    {
+        int w = (int)json_integer_value(json_object_get(p, "world_size"));
+        int nodes = (int)json_integer_value(json_object_get(p, "nodes"));
+        json_object_set_new(p, "extrapolated",
+                            json_boolean(perf_range_extrapolates(range, w, nodes)));
+    }
+}
+
 /* One strategy's curve from base mb (run: its spec). */
 static json_t *model_curve(const struct model_req *r, const struct db_data_run *run,
                            const struct model_base *mb, int strat, const struct perf_fit *fits,
-                           size_t nf, bool *used, struct err *e)
+                           size_t nf, bool *used, const struct calib_set *cals, struct err *e)
 {
     json_t *points = json_array();
     double batch = json_number_value(spec_field_value(run->spec, "batch_size"));
@@ -603,25 +897,36 @@ static json_t *model_curve(const struct model_req *r, const struct db_data_run *
     int exceeds = 0;
     for (size_t i = 0; i < r->nworld; i++) {
         struct perf_setup s;
+        int nodes = 0, rpn = 0;
+        model_placement_at(r, r->worlds[i], &nodes, &rpn);
         /* ranks sharing a node's CPUs, as asked: the same rules as a measured placement */
-        int rpn = r->ranks_per_node < r->worlds[i] ? r->ranks_per_node : r->worlds[i];
-        model_setup_at(run, r->worlds[i], rpn, run, &s);
+        int64_t calib_id = 0;
+        model_setup_calibrated(run, r->worlds[i], rpn, run, cals, &s, &calib_id);
         s.strategy = (enum perf_strategy)strat;
-        struct perf_net net;
-        model_net_of(run->spec, run->network_profile, 0, fits, nf, used, &net);
-        net.nodes = 0; /* any placement measured */
+        const char *unsimulated; /* an engine's strategy it does not run: the worker's */
+        model_exchange_of(model_str(run->spec, "engine", "ddpbench"),
+                          vocab_name(VOCAB_STRATEGY, strat), &s.exchange, &unsimulated);
+        struct perf_net net, intra;
+        model_net_of(run->spec, r->has_profile ? r->profile : run->network_profile, nodes, fits,
+                     nf, used, &net);
         if (r->has_link) {
             net.link = &r->link;
             net.algorithm = r->link_alg;
         }
+        model_net_across(&net, rpn, &intra);
         struct perf_step st;
         if (perf_simulate(&mb->b, &s, &net, &st) < 0) {
+            char why[256];
             json_decref(points);
-            err_set(e, ERR_CONFLICT, "fit",
-                    "no network fit for backend %s on %s covers %s: run a collective "
-                    "experiment of allreduce, reduce_scatter and all_gather on it, or give a "
-                    "link",
-                    net.backend, net.device, vocab_name(VOCAB_STRATEGY, strat));
+            if (net.intra)
+                model_across_note(&net, why, sizeof why);
+            else
+                snprintf(why, sizeof why,
+                         "no network fit for backend %s on %s covers %s: run a collective "
+                         "experiment of allreduce, reduce_scatter and all_gather on it, or "
+                         "give a link",
+                         net.backend, net.device, vocab_name(VOCAB_STRATEGY, strat));
+            err_set(e, ERR_CONFLICT, "fit", "%s", why);
             return NULL;
         }
         double samples = samples1 * r->worlds[i];
@@ -633,14 +938,19 @@ static json_t *model_curve(const struct model_req *r, const struct db_data_run *
             s1.world = 1;
             s1.compute_scale = 1;
             s1.no_spare_core = false;
+            s1.has_contention = false;
             if (perf_simulate(&mb->b, &s1, &net, &one) == 0)
                 thr1 = samples1 / one.step_s;
         }
         json_t *p = model_step_json(&st, samples);
         double speedup = (samples / st.step_s) / thr1;
         json_object_set_new(p, "world_size", json_integer(r->worlds[i]));
+        json_object_set_new(p, "nodes", nodes > 0 ? json_integer(nodes) : json_null());
         json_object_set_new(p, "speedup", model_num(speedup));
         json_object_set_new(p, "efficiency", model_num(speedup / r->worlds[i]));
+        json_object_set_new(p, "contention", model_num(st.contention));
+        json_object_set_new(p, "calibration",
+                            calib_id > 0 ? json_integer((json_int_t)calib_id) : json_null());
         json_array_append_new(points, p);
         if (!exceeds && st.window_s > 0 && st.busy_s > st.window_s)
             exceeds = r->worlds[i];
@@ -674,6 +984,10 @@ json_t *model_predict(struct db *db, const json_t *body, struct err *e)
     struct model_req r;
     if (model_parse(body, &r, e) < 0)
         return NULL;
+    if (r.nstages > 0) {
+        err_set(e, ERR_INVALID, "pipeline", "pipeline: asked of model_pipe_whatif");
+        return NULL;
+    }
     struct db_experiment_data d;
     if (model_bases(db, &r, &d, e) < 0) {
         db_experiment_data_free(&d);
@@ -695,12 +1009,17 @@ json_t *model_predict(struct db *db, const json_t *body, struct err *e)
                      (long long)(r.run_id ? r.run_id : r.exp_id));
     if (rc == 0 && !r.has_link) {
         rc = model_fits_choose(db, r.fit_ids, r.nfit, first->spec, &fits, &nf, e);
+        perf_fits_restrict(fits, &nf, r.max_world);
         if (rc == 0 && nf == 0)
             rc = err_set(e, ERR_CONFLICT, "fit",
-                         "no network fit for backend %s: run a collective experiment on it "
+                         "no network fit for backend %s%s: run a collective experiment on it "
                          "first, name one in fit, or describe a link",
-                         model_str(first->spec, "backend", "tcp"));
+                         model_backend_of(first->spec),
+                         r.max_world > 0 ? " at the world sizes pred_max_world allows" : "");
     }
+    struct calib_set cals = {0};
+    if (rc == 0 && r.ranks_per_node > 0)
+        rc = calib_load(db, &cals, e);
     used = calloc(nf + 1, sizeof *used);
     if (rc == 0 && !used)
         rc = err_set(e, ERR_NOMEM, NULL, "out of memory");
@@ -731,7 +1050,7 @@ json_t *model_predict(struct db *db, const json_t *body, struct err *e)
                     rc = err_set(e, ERR_CONFLICT, "run", "run %lld: %s", (long long)b->id, why);
                 continue;
             }
-            json_t *c = model_curve(&r, b, &mb, r.strategies[s], fits, nf, used, e);
+            json_t *c = model_curve(&r, b, &mb, r.strategies[s], fits, nf, used, &cals, e);
             if (!c)
                 rc = -1;
             else
@@ -741,8 +1060,8 @@ json_t *model_predict(struct db *db, const json_t *body, struct err *e)
     }
     if (rc == 0 && json_array_size(curves) == 0)
         rc = err_set(e, ERR_CONFLICT, "experiment",
-                     "no one-rank run of experiment %lld reported gradient readiness (engine "
-                     "ddpbench does)",
+                     "no one-rank run of experiment %lld reported gradient readiness (engines "
+                     "ddpbench, pytorch, horovod and deepspeed do)",
                      (long long)d.id);
     if (rc == 0) {
         json_t *fj = json_array();
@@ -753,14 +1072,40 @@ json_t *model_predict(struct db *db, const json_t *body, struct err *e)
                                               8.0 / r.link.s_per_byte / 1e9, "latency_us",
                                               r.link.latency_s * 1e6, "algorithm", r.link_alg)
                                   : json_null();
-        out = json_pack("{s:I, s:i, s:o, s:o, s:o}", "experiment", (json_int_t)d.id,
-                        "model_version", PERF_MODEL_VERSION, "fits", fj, "link", link,
-                        "predictions", curves);
+        struct perf_range range;
+        perf_range_of(fits, nf, used, first->world_size, &range);
+        model_mark_extrapolated(curves, &range);
+        out = json_pack("{s:I, s:i, s:o, s:o, s:o, s:o}", "experiment", (json_int_t)d.id,
+                        "model_version", PERF_MODEL_VERSION, "fits", fj, "link", link, "covers",
+                        model_covers_json(fits, nf, used, first->world_size), "predictions",
+                        curves);
         curves = NULL;
     }
     json_decref(curves);
+    calib_set_free(&cals);
     free(used);
     free(fits);
     db_experiment_data_free(&d);
     return out;
+}
+
+int model_parse_pipe_ask(const json_t *body, struct model_pipe_ask *ask, struct err *e)
+{
+    struct model_req r;
+    if (model_parse(body, &r, e) < 0)
+        return -1;
+    if (r.nstages == 0)
+        return 0;
+    *ask = (struct model_pipe_ask){.run_id = r.run_id,
+                                   .nfit = r.nfit,
+                                   .nstages = r.nstages,
+                                   .nworld = r.has_worlds ? r.nworld : 0,
+                                   .nsched = r.nsched,
+                                   .micro_batches = r.micro_batches,
+                                   .ranks_per_node = r.ranks_per_node};
+    memcpy(ask->fit_ids, r.fit_ids, sizeof ask->fit_ids);
+    memcpy(ask->stages, r.stages, sizeof ask->stages);
+    memcpy(ask->worlds, r.worlds, sizeof ask->worlds);
+    memcpy(ask->schedules, r.schedules, sizeof ask->schedules);
+    return 1;
 }

@@ -31,6 +31,7 @@
 #include "daemon/ingest.h"
 #include "daemon/launch_plan.h"
 #include "daemon/launcher.h"
+#include "daemon/storage_mount.h"
 
 struct run_rank {
     int rank;
@@ -39,6 +40,8 @@ struct run_rank {
     pid_t pid;                 /* 0 for a rank on another node until it says */
     int report_fd, pidfd;
     struct monitor_watch wreport, wexit;
+    struct monitor_watch wstorage; /* its ddpbench-fs's pidfd (watched: storage_watched) */
+    bool storage_watched;
     struct buf line; /* partial report line */
     bool spawned, exited;
     bool settled;   /* exit recorded, fds closed */
@@ -102,6 +105,8 @@ struct active_run {
     struct gpu_plan *restart_gpu;
     int restart_nccl;
     char store_addr[192];
+    /* its ranks' storage mounts (dataset.storage_layer resolved to mount); NULL: none */
+    struct storage_mounts *mounts;
 };
 
 /* --- helpers -------------------------------------------------------------------- */
@@ -307,8 +312,106 @@ static void monitor_slot_forget(struct active_run *r, struct run_rank *k);
 static bool monitor_elastic_lost(struct active_run *r, struct run_rank *k, const char *what);
 static void monitor_elastic_done(struct active_run *r, struct run_rank *k);
 
+/* --- the ranks' storage mounts (daemon/storage_mount.h) ----------------------------------- */
+
+static void monitor_on_fd(void *ctx, uint32_t events);
+
+static void monitor_storage_unwatch(struct active_run *r, struct run_rank *k)
+{
+    if (k->storage_watched)
+        loop_watch_remove(r->ctx->loop, &k->wstorage.lw);
+    k->storage_watched = false;
+}
+
+/* Whether rank's ddpbench-fs died: the run fails naming the storage layer (the first
+ * stop reason wins, and a rank that failed because its reads did is not blamed), and
+ * the mount is detached at once, so no reader hangs. */
+static void monitor_storage_check(struct active_run *r, int rank)
+{
+    char how[400], reason[600];
+    if (!r->mounts || !storage_mounts_died(r->mounts, rank, how, sizeof how))
+        return;
+    monitor_storage_unwatch(r, &r->ranks[rank]);
+    storage_mounts_end(r->mounts, rank);
+    if (r->finished)
+        return;
+    snprintf(reason, sizeof reason,
+             "dataset.storage: the storage layer for rank %d (ddpbench-fs) died: %s", rank,
+             how);
+    log_error("run %lld: %s", (long long)r->id, reason);
+    monitor_stop_run(r, DB_RUN_FAILED, rank, reason);
+}
+
+static void monitor_storage_poll(struct active_run *r)
+{
+    for (int i = 0; r->mounts && i < r->world_size; i++)
+        monitor_storage_check(r, i);
+}
+
+/* Every end of the run: the watches first (the pidfds close), then the mounts. */
+static void monitor_storage_stop(struct active_run *r)
+{
+    if (!r->mounts)
+        return;
+    for (int i = 0; i < r->world_size; i++)
+        monitor_storage_unwatch(r, &r->ranks[i]);
+    storage_mounts_stop(r->mounts);
+}
+
+/* The dataset's directory as the worker resolves it (worker/data/dataset.c
+ * data_open_dir): dataset.path, else the packaged fashion-mnist's. */
+static int monitor_storage_source(const struct spec_dataset *d, char *out, struct err *e)
+{
+    char want[PATH_MAX];
+    snprintf(want, sizeof want, "%s",
+             d->path[0] ? d->path : CONFIG_SYSTEM_DATA_DIR "/fashion-mnist");
+    if (!realpath(want, out))
+        return err_set(e, ERR_INVALID, "dataset.path",
+                       "dataset.storage: the dataset directory %s: %s", want, strerror(errno));
+    return 0;
+}
+
+/* A run whose reads go through mounts (spec_storage_layer_of): its set, made here. The
+ * daemon starts each rank's mount itself, so every rank must be one it spawns on this
+ * node (the submit refuses the others with 409; this names why if one got through). */
+static int monitor_storage_prepare(struct active_run *r, const struct db_queued_run *q,
+                                   struct err *e)
+{
+    const struct spec_dataset *d = &q->spec.train.dataset;
+    char source[PATH_MAX];
+    if (q->spec.workload != SPEC_WORKLOAD_TRAIN ||
+        spec_storage_layer_of(d) != SPEC_STORAGE_MOUNT)
+        return 0;
+    bool remote = false;
+    for (int i = 0; i < r->world_size; i++)
+        remote = remote || r->ranks[i].node != 0;
+    if (r->foreign || remote)
+        return err_set(e, ERR_CONFLICT, "dataset.storage",
+                       "dataset.storage: the storage mounts are made per rank by ddpbenchd "
+                       "for the ranks it starts on its own node; %s starts them",
+                       r->foreign ? "another launcher" : "another node");
+    if (monitor_storage_source(d, source, e) < 0)
+        return -1;
+    r->mounts = storage_mounts_create(r->ctx->cfg->fs_path, r->dir, source, d, r->world_size);
+    return r->mounts ? 0 : err_set(e, ERR_NOMEM, NULL, "out of memory");
+}
+
+/* Rank k's mount, started (once) and watched; its path in mnt. */
+static int monitor_storage_start(struct active_run *r, struct run_rank *k, char *mnt,
+                                 size_t cap, struct err *e)
+{
+    if (storage_mounts_start(r->mounts, k->rank, mnt, cap, e) < 0)
+        return -1;
+    if (!k->storage_watched &&
+        loop_watch_add(r->ctx->loop, &k->wstorage.lw, storage_mounts_pidfd(r->mounts, k->rank),
+                       EPOLLIN, monitor_on_fd, &k->wstorage, e) == 0)
+        k->storage_watched = true;
+    return 0; /* unwatched, its death is still found when the run ends or a rank fails */
+}
+
 static void monitor_rank_failed(struct active_run *r, struct run_rank *k)
 {
+    monitor_storage_poll(r); /* a rank whose reads failed with its mount: the mount's */
     if (r->stopping)
         return;
     r->stopping = true;
@@ -436,6 +539,8 @@ static void monitor_attribute(struct active_run *r, int *rank_out, char *msg, si
 
 static void monitor_finish(struct active_run *r)
 {
+    monitor_storage_poll(r);
+    monitor_storage_stop(r);
     struct err e = {0};
     enum db_run_status status = DB_RUN_SUCCEEDED;
     char msg[1024] = "";
@@ -555,28 +660,6 @@ static void monitor_handle_line(struct active_run *r, struct run_rank *k, const 
         monitor_elastic_line(r, k, &res);
 }
 
-/* The last line of the launcher's log (its own complaint: an unknown option, a rank
- * that could not be started) into out, "" when there is none. */
-static void monitor_launcher_log_tail(const struct active_run *r, char *out, size_t cap)
-{
-    char path[PATH_MAX], buf[2048];
-    snprintf(path, sizeof path, "%s/launcher.log", r->dir);
-    out[0] = '\0';
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, size > (long)sizeof buf - 1 ? size - (long)sizeof buf + 1 : 0, SEEK_SET);
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        n--;
-    buf[n] = '\0';
-    const char *last = strrchr(buf, '\n');
-    snprintf(out, cap, "%s", last ? last + 1 : buf);
-}
-
 /* The launcher exited (or may have: the pidfd fired, or a tick checks): record how, drain
  * what its ranks still said, and count every rank it leaves behind as ended. */
 static void monitor_launcher_check(struct active_run *r)
@@ -591,7 +674,9 @@ static void monitor_launcher_check(struct active_run *r)
         r->launcher_pidfd = -1;
     }
     char tail[256];
-    monitor_launcher_log_tail(r, tail, sizeof tail);
+    char log[PATH_MAX]; /* its last line: its own complaint (an unknown option, ...) */
+    snprintf(log, sizeof log, "%s/launcher.log", r->dir);
+    launcher_log_tail(log, tail, sizeof tail);
     int st = r->launcher_wstatus;
     snprintf(r->launcher_note, sizeof r->launcher_note, "%s %s %d%s%s", r->launcher_name,
              WIFSIGNALED(st) ? "was killed by signal" : "exited with status",
@@ -621,6 +706,8 @@ static void monitor_on_fd(void *ctx, uint32_t events)
         return;
     if (w->kind == MONITOR_W_LAUNCHER)
         monitor_launcher_check(r);
+    else if (w->kind == MONITOR_W_STORAGE)
+        monitor_storage_check(r, w->rank);
     else if (w->kind == MONITOR_W_EXIT)
         monitor_rank_exited(r, k);
     else if (k->report_fd >= 0)
@@ -724,6 +811,24 @@ static int monitor_spawn_rank(struct active_run *r, int rank, const int *cpus, i
     if (k->joiner) {
         lr.extra_env = joiner_env;
         lr.nextra_env = 1;
+    }
+    /* its mount: read instead of the dataset directory, and allowed by the data guard */
+    char mnt[PATH_MAX], mount_env[PATH_MAX + 32],
+        dirs[sizeof r->ctx->cfg->data_dirs + PATH_MAX];
+    const char *envp[LAUNCH_MAX_EXTRA_ENV];
+    if (r->mounts) {
+        if (monitor_storage_start(r, k, mnt, sizeof mnt, e) < 0)
+            return -1;
+        snprintf(mount_env, sizeof mount_env, "DDPB_STORAGE_MOUNT=%s", mnt);
+        snprintf(dirs, sizeof dirs, "%s%s%s", r->ctx->cfg->data_dirs,
+                 r->ctx->cfg->data_dirs[0] ? ":" : "", mnt);
+        lr.data_dirs = dirs;
+        int n = 0;
+        for (; n < lr.nextra_env && n < LAUNCH_MAX_EXTRA_ENV - 1; n++)
+            envp[n] = lr.extra_env[n];
+        envp[n++] = mount_env;
+        lr.extra_env = envp;
+        lr.nextra_env = n;
     }
     struct launched out;
     if (launcher_spawn(&lr, &out, e) < 0)
@@ -1000,6 +1105,7 @@ static struct active_run *monitor_alloc_run(const struct monitor_ctx *ctx,
         buf_init(&k->line);
         k->wreport = (struct monitor_watch){.run = r, .rank = i, .kind = MONITOR_W_REPORT};
         k->wexit = (struct monitor_watch){.run = r, .rank = i, .kind = MONITOR_W_EXIT};
+        k->wstorage = (struct monitor_watch){.run = r, .rank = i, .kind = MONITOR_W_STORAGE};
     }
     r->launcher_pidfd = -1;
     r->wlauncher = (struct monitor_watch){.run = r, .rank = 0, .kind = MONITOR_W_LAUNCHER};
@@ -1151,9 +1257,7 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
     r->timeout_s = q->spec.timeout_s;
     r->heartbeat_timeout_s = q->spec.heartbeat_timeout_s;
     snprintf(r->engine, sizeof r->engine, "%s",
-             q->spec.workload == SPEC_WORKLOAD_TRAIN && q->spec.train.engine[0]
-                 ? q->spec.train.engine
-                 : "ddpbench");
+             q->spec.train.engine[0] ? q->spec.train.engine : "ddpbench");
     /* resolved again at launch: the file may have moved since the submit checked it */
     if (strcmp(r->engine, "script") == 0 &&
         engines_resolve_script(r->ctx->cfg, q->spec.train.script, r->script, e) < 0)
@@ -1167,6 +1271,8 @@ static int monitor_prepare(struct active_run *r, const struct db_queued_run *q, 
     if (store_server_add_run(r->ctx->store, r->ns, r->secret, e) < 0)
         return -1;
     r->store_registered = true;
+    if (monitor_storage_prepare(r, q, e) < 0)
+        return -1;
     return monitor_faults_prepare(r, &q->spec, e);
 }
 
@@ -1996,6 +2102,8 @@ void monitor_free_run(struct active_run *r)
         return;
     for (int i = 0; i < r->world_size; i++)
         monitor_rank_close(r, &r->ranks[i]);
+    monitor_storage_stop(r);
+    storage_mounts_free(r->mounts);
     channel_close(r->channel);
     if (r->launcher_pidfd >= 0) {
         loop_watch_remove(r->ctx->loop, &r->wlauncher.lw);

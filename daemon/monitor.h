@@ -52,6 +52,7 @@ enum monitor_watch_kind {
     MONITOR_W_REPORT,   /* a rank's report pipe or report channel */
     MONITOR_W_EXIT,     /* a rank's pidfd */
     MONITOR_W_LAUNCHER, /* the pidfd of the run's launcher (mpirun, srun) */
+    MONITOR_W_STORAGE,  /* the pidfd of a rank's ddpbench-fs (daemon/storage_mount.h) */
 };
 struct monitor_watch {
     struct loop_watch lw; /* the loop's registration, removed before the fd closes */

@@ -25,9 +25,27 @@
  *   rank's compute, so the simulation adds the expected maximum of N draws of the one-rank
  *   run's step times above their mean (order statistics of the measured distribution:
  *   no distribution is assumed). It grows with N as the measured tail says.
+ * - A framework engine's rows simulate its framework's own exchange (perf_exchange:
+ *   torch's DDP buckets, ZeroRedundancyOptimizer's broadcasts, Horovod's fusion per cycle,
+ *   DeepSpeed ZeRO's after-backward buckets), not the worker's: docs/model.md section 6.
  * - A CPU backend's exchange is CPU work (copies, reductions, the kernel's TCP): when a
  *   rank has no core beside its compute threads for its communication thread, nothing
  *   overlaps and every exchange is exposed (no_spare_core).
+ * - Across nodes two links are known, one node's and the one between nodes (a fit each):
+ *   a placement measured is taken as measured; else the hierarchical allreduce is costed
+ *   part by part as the worker runs it (perf_hier_time), and a flat algorithm at its
+ *   slowest link's pace (docs/model.md "Across nodes").
+ * - Every prediction states the world sizes and node counts its fits cover
+ *   (perf_range_*): outside them it is an extrapolation, and says so.
+ *
+ * - Co-location (docs/model.md "Co-location and contention"): where a calibration of the
+ *   node and model is stored, compute at k ranks on the node is slowed by the measured
+ *   slowdown of each phase, interpolated linearly between the measured k; beyond the
+ *   largest measured k and the node's cores, ranks time-slice: (k / cores) times the
+ *   slowdown at cores, plus a context switch (the measured cost) every scheduling quantum.
+ *   An oversubscribed ring also waits for its peer: each message in sequence of an
+ *   exchange's first operation finds its peer descheduled with probability 1 - cores / k
+ *   and then waits half a quantum; after it the ranks are in step.
  *
  * Ownership: nothing here allocates for the caller beyond what each function says. */
 #ifndef DDPB_PERF_H
@@ -39,7 +57,7 @@
 
 #include "common/vocab.h"
 
-#define PERF_MODEL_VERSION 1
+#define PERF_MODEL_VERSION 2
 #define PERF_MAX_WORLD 1024
 
 /* ---- the network fit -------------------------------------------------------------- */
@@ -100,10 +118,84 @@ struct perf_net {
     const struct perf_link *link; /* non-NULL: a described link instead of the fits */
     /* filled by perf_net_time: the ids of the fits used (as a bit set over fits[]) */
     bool *used; /* caller-sized n, or NULL */
+    /* Across nodes (nodes > 1, docs/model.md "Across nodes"): the fits of one node (the
+     * same fits[], used[]; nodes 1) beside the link's (this net: nodes, profile). NULL:
+     * the fits of the run's own placement alone, as measured. */
+    const struct perf_net *intra; /* borrowed */
+    int per_node;                 /* ranks on each node */
+    int64_t hier_from;            /* an allreduce of at least this many bytes runs
+                                     hierarchically when per_node > 1; -1: never */
 };
 /* Time of op over bytes at world ranks, from the best matching fit (same world size, else
  * the nearest one, moved through perf_cost_of). Negative when no fit matches. */
 double perf_net_time(struct perf_net *net, const char *op, int world, double bytes);
+
+/* ---- co-location: a calibration's slowdowns ----------------------------------------- */
+
+/* The compute phases a calibration measures, in this order. */
+enum perf_phase { PERF_FORWARD, PERF_BACKWARD, PERF_OPTIMIZER, PERF_NPHASES };
+
+/* One measured k: the median phase at k ranks over the median at one rank. */
+struct perf_calib_point {
+    int k;
+    double slow[PERF_NPHASES];
+};
+
+/* A calibration of one node and model (daemon/calib.c stores them). */
+struct perf_calib {
+    const struct perf_calib_point *pts; /* borrowed, ascending k, pts[0].k == 1 */
+    size_t n;
+    int cores;        /* the node's CPUs */
+    double switch_s;  /* one context switch, measured */
+    double quantum_s; /* the scheduler's time slice */
+};
+
+/* What k ranks on a node cost each other, from calibration c. */
+struct perf_contention {
+    double slow[PERF_NPHASES]; /* each phase's slowdown, >= 1 in practice */
+    double msg_wait_s;         /* an oversubscribed ring's wait per message in sequence of the
+                          first operation */
+};
+
+/* The contention at k ranks (see top); -1 when c has no point. */
+int perf_contention_at(const struct perf_calib *c, int k, struct perf_contention *out);
+
+/* The link behind the fit net would pick for op at world ranks over bytes; -1 when none
+ * matches (the fit is marked used). */
+int perf_net_link(struct perf_net *net, const char *op, int world, double bytes,
+                  struct perf_link *l);
+
+/* The hierarchical allreduce across nodes (worker/comm/tcp_algo.c, hier): a chain reduce
+ * of the whole buffer to each node's leader over link intra among per_node ranks, the
+ * leaders' allreduce (inter_s, costed over the link between nodes), a broadcast from the
+ * leader inside the node over intra again. Each leader carries the whole buffer. */
+double perf_hier_time(const struct perf_link *intra, int per_node, double inter_s,
+                      double bytes);
+/* A flat algorithm across nodes moved to another world size runs at the pace of its
+ * slowest link: the larger of its time over the link between nodes and over the link
+ * inside one (negative: not known, then the other alone). */
+double perf_slowest_time(double inter_s, double intra_s);
+
+/* ---- the range a prediction covers (docs/model.md "Extrapolation") ------------------ */
+
+/* The world sizes and node counts of the fits a prediction used, and its base's. */
+struct perf_range {
+    int world_lo, world_hi; /* 0: no fit used */
+    int nodes_lo, nodes_hi;
+    int base_world;
+};
+/* The range of fits[i] for used[i] (used NULL: every fit). */
+void perf_range_of(const struct perf_fit *fits, size_t n, const bool *used, int base_world,
+                   struct perf_range *r);
+/* Whether world ranks on nodes nodes lies outside what r's fits measured: a world size
+ * or node count beyond (or below) them (nodes 0: not known, not checked). No fit used (a
+ * described link) or one rank: false. */
+bool perf_range_extrapolates(const struct perf_range *r, int world, int nodes);
+/* r as a sentence fragment, "fits world 2-4, 1 node; base 1 rank", into out (n bytes). */
+void perf_range_text(const struct perf_range *r, char *out, size_t n);
+/* Keeps of fits[0..*n) those measured at world <= max_world (and so on as many nodes at
+ * most), in order; *n updated. max_world <= 0 keeps all. */
+void perf_fits_restrict(struct perf_fit *fits, size_t *n, int max_world);
 
 /* ---- the step simulation ------------------------------------------------------------ */
 
@@ -126,8 +218,21 @@ struct perf_base {
     size_t nsteps;
 };
 
+/* Whose exchange runs: ddpbench's worker (the strategy's, as common/buckets.h makes it),
+ * or a framework engine's own bucketing and schedule (docs/model.md "The framework
+ * engines"). */
+enum perf_exchange {
+    PERF_EXCHANGE_WORKER = 0,  /* ddpbench's C worker: the strategy decides */
+    PERF_EXCHANGE_TORCH_DDP,   /* DistributedDataParallel (pytorch ddp, lightning) */
+    PERF_EXCHANGE_TORCH_ZERO1, /* DDP, then ZeroRedundancyOptimizer's parameter broadcasts */
+    PERF_EXCHANGE_HOROVOD,     /* DistributedOptimizer: fused per cycle, run at cycle's end */
+    PERF_EXCHANGE_DEEPSPEED,   /* ZeRO 1/2, overlap_comm off: allreduces after backward, then
+                                 the updated partitions' all_gather */
+};
+
 struct perf_setup {
     enum perf_strategy strategy;
+    enum perf_exchange exchange; /* 0: the worker's */
     int world;
     int64_t bucket_bytes, fusion_bytes; /* spec bucket_mb, fusion_mb in bytes */
     double cycle_ms;
@@ -135,17 +240,23 @@ struct perf_setup {
     double compute_scale; /* compute's slowdown at this placement (CPUs shared), >= 1 */
     bool no_spare_core;   /* a CPU backend whose communication thread has no core of its
                              own: it runs on the compute's, so nothing overlaps */
+    /* a calibration's slowdowns (has_contention): they replace compute_scale for forward,
+     * backward and the optimizer; msg_wait_s is added per message in sequence */
+    bool has_contention;
+    struct perf_contention contention;
 };
 
 struct perf_step {
     double step_s;
     double data_s, forward_s, backward_s, optimizer_s;
-    double comm_s;    /* union of the operations' flights, from launch to completion */
-    double exposed_s; /* the part the step waited for */
-    double busy_s;    /* sum of the operations' own times: the channel's busy time */
-    double window_s;  /* the backward they could hide behind (0: none, run after it) */
-    double sync_s;    /* waiting for the slowest rank: E[max of N steps] - mean step */
-    double overlap;   /* 1 - exposed / comm; NaN at one rank */
+    double comm_s;     /* union of the operations' flights, from launch to completion */
+    double exposed_s;  /* the part the step waited for */
+    double busy_s;     /* sum of the operations' own times: the channel's busy time */
+    double window_s;   /* the backward they could hide behind (0: none, run after it) */
+    double sync_s;     /* waiting for the slowest rank: E[max of N steps] - mean step */
+    double overlap;    /* 1 - exposed / comm; NaN at one rank */
+    double contention; /* forward + backward + optimizer over the one-rank run's: the
+                          compute slowdown applied (1: none) */
     int ops;
 };
 
@@ -153,6 +264,10 @@ struct perf_step {
  * a rank waits, per step, for the slowest of n ranks whose steps vary like x. Samples
  * beyond Tukey's outer fence (q3 + 3 IQR) are left out: a one-off stall is no spread. */
 double perf_expected_wait(const double *x, size_t m, int n);
+
+/* The time a tensor ready at ready_ns is launched by Horovod's background loop at cycle
+ * cycle_ns: the end of the cycle it became ready in (cycle 0: at once). */
+int64_t perf_horovod_launch_ns(int64_t ready_ns, int64_t cycle_ns);
 
 /* Simulates one optimizer step. net gives each operation's time. -1 when the base has no
  * readiness or net has no fit for an operation the strategy needs. */

@@ -39,6 +39,7 @@ struct sched_active {
     int ngpus;
     int *remote; /* owned: (follower id, slots) pairs it holds on other nodes; NULL: none */
     int nremote;
+    bool alone; /* a calibration (spec calibrate): nothing else runs beside it */
 };
 
 /* Where a queued run's ranks go: candidate nodes (this one first), ranks on each. */
@@ -191,9 +192,22 @@ static int sched_add_active(struct scheduler *s, struct active_run *run, int *sl
         s->active = a;
         s->cap_active = cap;
     }
-    s->active[s->nactive++] = (struct sched_active){run,   slots,  n,      gpus,
-                                                    ngpus, remote, nremote};
+    s->active[s->nactive++] = (struct sched_active){run,   slots,  n,       gpus,
+                                                    ngpus, remote, nremote, false};
     return 0;
+}
+
+/* A calibration measures what its own ranks cost each other (docs/model.md "Co-location
+ * and contention"): it starts only on an idle node, and nothing starts beside it. True
+ * when q must wait (strict FIFO: everything behind it waits too). */
+static bool sched_wait_alone(const struct scheduler *s, const struct db_queued_run *q)
+{
+    if (q->spec.train.calibrate && s->nactive > 0)
+        return true;
+    for (int i = 0; i < s->nactive; i++)
+        if (s->active[i].alone)
+            return true;
+    return false;
 }
 
 /* A device "cuda" run's GPU needs from its spec: false for CPU runs. */
@@ -394,7 +408,7 @@ static void sched_start_queued(struct scheduler *s)
             log_error("scheduler: %s", e.msg);
             return;
         }
-        if (n == 0) {
+        if (n == 0 || sched_wait_alone(s, q)) {
             db_queued_runs_free(q, n);
             return;
         }
@@ -446,7 +460,11 @@ static void sched_start_queued(struct scheduler *s)
             if (db_run_placement(s->db, q->id, s->place.nnodes, s->place.max_per_node, &pe) < 0)
                 log_warn("run %lld: cannot store its placement: %s", (long long)q->id, pe.msg);
         }
-        if (!run || sched_add_active(s, run, slots, need, gpus, ngpus, remote, nremote) < 0) {
+        bool added = run &&
+                     sched_add_active(s, run, slots, need, gpus, ngpus, remote, nremote) == 0;
+        if (added)
+            s->active[s->nactive - 1].alone = q->spec.train.calibrate;
+        if (!added) {
             log_error("scheduler: cannot start run %lld: %s", (long long)q->id,
                       run ? "out of memory" : e.msg);
             sched_release(s, slots, need, gpus, ngpus);

@@ -49,12 +49,11 @@ NOT_OBSERVED = {
 # "trace_comm" when its traced steps have the loop's phases but no collective) and of
 # gradient readiness ("gradient_readiness": no "grads" line, so the step model cannot
 # predict its runs); the C engine tells everything. pytorch and horovod send the trace
-# and readiness (engines/ddpb_observe.py).
+# and readiness, deepspeed and lightning the readiness (engines/ddpb_observe.py).
 _FRAMEWORK_MEMORY = {
     "comm_bytes": "the framework's collectives allocate their buffers internally",
     "activations_bytes": "the framework allocates activations per step, with no arena to "
                          "measure"}
-_NO_READINESS = "the adapter registers no per-parameter gradient hook (pytorch and horovod do)"
 MEMORY_NOT_OBSERVED = {
     # device cuda: device_peak_bytes is torch.cuda.max_memory_allocated; NVML is not sampled
     "pytorch": dict(_FRAMEWORK_MEMORY, **{
@@ -65,8 +64,7 @@ MEMORY_NOT_OBSERVED = {
                       "its own flat partitions (null when no parameter holds one)",
                       trace_comm="its timers give the gradient reduction's length "
                                  "(comm_ms), not when it ran, and it has no per-bucket hook: "
-                                 "the traced steps have the loop's phases only",
-                      gradient_readiness=_NO_READINESS),
+                                 "the traced steps have the loop's phases only"),
     "tensorflow": dict(_FRAMEWORK_MEMORY, grads_bytes="Keras keeps no gradient between steps",
                        trace="one tf.function runs the whole step: the engine sends no "
                              "traced steps (use TensorFlow's own profiler)",

@@ -83,6 +83,7 @@ static int pipe_profile(struct pipeline *p, struct nn_model *whole, int64_t *ns,
     nn_model_zero_grad(whole);
     free(x);
     free(y);
+    free(t);
     return rc;
 }
 
@@ -94,14 +95,12 @@ static int pipe_costs(struct pipeline *p, struct nn_model *whole, double **cost,
     if (!p->cfg.balance_time)
         return 0;
     int n = nn_model_node_count(whole);
-    int64_t *ns = calloc((size_t)n, sizeof *ns);
     float *ms = calloc((size_t)n, sizeof *ms);
     *cost = calloc((size_t)n, sizeof **cost);
-    int rc = ns && ms && *cost ? 0 : err_set(e, ERR_NOMEM, NULL, "pipeline: out of memory");
-    if (rc == 0 && p->world->rank == 0 && pipe_profile(p, whole, ns, e) < 0)
-        rc = err_prefix(e, "timing the layers");
-    for (int i = 0; rc == 0 && i < n; i++)
-        ms[i] = (float)((double)ns[i] / 1e6);
+    int rc = ms && *cost ? 0 : err_set(e, ERR_NOMEM, NULL, "pipeline: out of memory");
+    const struct pipe_profile *pr = p->profile;
+    for (int i = 0; rc == 0 && pr && i < n; i++)
+        ms[i] = (float)((double)(pr->forward_ns[i] + pr->backward_ns[i]) / 1e6);
     /* every rank takes part even when rank 0 failed: it then broadcasts zeros, and the
      * run fails with rank 0's error */
     struct err later; /* rank 0's own error comes first */
@@ -111,7 +110,6 @@ static int pipe_costs(struct pipeline *p, struct nn_model *whole, double **cost,
         rc = err_prefix(e, "sharing the layer times");
     for (int i = 0; rc == 0 && i < n; i++)
         (*cost)[i] = ms[i];
-    free(ns);
     free(ms);
     return rc;
 }
@@ -184,12 +182,20 @@ int pipe_init(struct pipeline *p, const struct pipe_config *cfg, struct nn_model
     if (P > 64)
         return err_set(e, ERR_INVALID, "pipeline", "at most 64 stages");
     bool named = cfg->split && *cfg->split;
-    int rc = named ? pipe_named_split(p, whole, first, e) : pipe_costs(p, whole, &cost, e);
+    int rc = world->rank == 0 && pipe_profile(p, whole, e) < 0
+                 ? err_prefix(e, "timing the layers")
+                 : 0;
+    /* a balance by time broadcasts even when rank 0 failed (pipe_costs) */
+    if (rc == 0 || (cfg->balance_time && !named)) {
+        int rc2 = named ? pipe_named_split(p, whole, first, e) : pipe_costs(p, whole, &cost, e);
+        rc = rc < 0 ? rc : rc2;
+    }
     if (rc == 0 && !named)
         rc = nn_model_stage_split(whole, P, cost, first, e);
     free(cost);
     if (rc < 0)
         return -1;
+    pipe_profile_cut(p, whole, first);
     p->first = first[p->stage];
     p->end = first[p->stage + 1];
     p->nslots = cfg->schedule == PIPE_GPIPE ? M : (M < P - p->stage ? M : P - p->stage);
@@ -232,6 +238,7 @@ void pipe_cleanup(struct pipeline *p)
     free(p->out_buf);
     free(p->dout);
     free(p->tie_buf);
+    pipe_profile_free(p->profile);
     memset(p, 0, sizeof *p);
 }
 
@@ -243,6 +250,51 @@ struct nn_model *pipe_model(struct pipeline *p)
 bool pipe_is_last(const struct pipeline *p)
 {
     return p->next < 0;
+}
+
+/* [[a, b(, c)]...] of n rows from the columns given (c may be NULL). Owned; NULL: no
+ * memory. */
+static json_t *pipe_rows(const int64_t *a, const int64_t *b, const int64_t *c, int n)
+{
+    json_t *rows = json_array();
+    for (int i = 0; rows && i < n; i++) {
+        json_t *r = c ? json_pack("[III]", (json_int_t)a[i], (json_int_t)b[i], (json_int_t)c[i])
+                      : json_pack("[II]", (json_int_t)a[i], (json_int_t)b[i]);
+        if (!r || json_array_append_new(rows, r) < 0) {
+            json_decref(rows);
+            return NULL;
+        }
+    }
+    return rows;
+}
+
+int pipe_report_profile(const struct pipeline *p, struct report_writer *w, int repeat,
+                        struct err *e)
+{
+    const struct pipe_profile *pr = p->profile;
+    if (!pr)
+        return 0;
+    int P = p->cfg.stages;
+    int64_t first[64];
+    for (int s = 1; s < P; s++)
+        first[s - 1] = pr->first[s];
+    json_t *layers = pipe_rows(pr->forward_ns, pr->backward_ns, pr->param_bytes, pr->nlayers);
+    json_t *cuts = pipe_rows(first, pr->cut_bytes + 1, NULL, P - 1);
+    const struct nn_model *m = &p->slots[0];
+    struct report_pipe rp = {
+        .repeat = repeat,
+        .stages = P,
+        .micro_batch = p->mb,
+        .tied_bytes = p->tie_param >= 0
+                          ? (int64_t)(m->param_info[p->tie_param].len * sizeof(float))
+                          : 0,
+        .layers = layers,
+        .cuts = cuts};
+    int rc = layers && cuts ? report_emit_pipe(w, &rp, e)
+                            : err_set(e, ERR_NOMEM, NULL, "pipeline profile: out of memory");
+    json_decref(layers);
+    json_decref(cuts);
+    return rc;
 }
 
 int64_t pipe_activation_bytes(const struct pipeline *p)

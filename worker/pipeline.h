@@ -15,7 +15,10 @@
  *   Balanced by parameters (the default) every rank computes the same cut without a
  *   message; balanced by time, rank 0 times each layer's forward and backward on a
  *   micro-batch and broadcasts the times, so every rank still cuts at the same places
- *   (times measured on each rank would differ).
+ *   (times measured on each rank would differ). Rank 0 takes that profile whatever the
+ *   balance, alone before the stages start, and reports it with the cut (report "pipe"):
+ *   the daemon shares the one-rank base run's compute among the stages by it (the base
+ *   has no per-layer times).
  * - Micro-batches in flight each need their own activations: the stage is built once per
  *   slot, the slots sharing one set of parameter, gradient and buffer arenas
  *   (nn_model_share_arenas). gpipe holds all M micro-batches (M slots); 1f1b at most
@@ -43,6 +46,7 @@
 #include <stdint.h>
 
 #include "common/err.h"
+#include "common/report.h"
 #include "common/vocab.h"
 #include "worker/comm/comm.h"
 #include "worker/ddp/ddp.h"
@@ -71,6 +75,17 @@ struct pipe_stats {
     int right;                       /* the last stage: labels predicted right */
 };
 
+/* Rank 0's profile of the whole model on one micro-batch, and the cut (report "pipe", the
+ * input of the daemon's model of the step, daemon/perf_pipe.h): per layer, forward and
+ * backward ns (the median of three passes) and parameter bytes; per stage after the first,
+ * the layer it starts at and the bytes of one micro-batch's activation crossing into it. */
+struct pipe_profile {
+    int nlayers;
+    int64_t *forward_ns, *backward_ns, *param_bytes; /* owned, nlayers each */
+    int first[65];
+    int64_t cut_bytes[65];
+};
+
 struct pipeline {
     struct pipe_config cfg;
     int stage, replica, prev, next; /* world ranks of the neighbours, -1 at the ends */
@@ -87,6 +102,7 @@ struct pipeline {
     int tie_param;                /* the tied weight's parameter in this stage, -1 */
     int tie_peer;                 /* the world rank holding its other copy */
     float *tie_buf;               /* owned: the other copy's gradient */
+    struct pipe_profile *profile; /* owned, rank 0 only (else NULL): the model's input */
 };
 
 /* Cuts whole (built, parameters initialised) for this rank of world (its stage and replica
@@ -99,6 +115,9 @@ void pipe_cleanup(struct pipeline *p);
 /* The stage's model whose arenas the strategy exchanges and the optimizer updates. */
 struct nn_model *pipe_model(struct pipeline *p);
 bool pipe_is_last(const struct pipeline *p);
+/* Rank 0: emits its profile and the cut (report "pipe") for repeat; others: nothing. */
+int pipe_report_profile(const struct pipeline *p, struct report_writer *w, int repeat,
+                        struct err *e);
 /* Bytes of every slot's activation workspace. */
 int64_t pipe_activation_bytes(const struct pipeline *p);
 

@@ -67,7 +67,7 @@ def check_results(d, train, fits):
     for row in res["rows"]:
         check(row["pred_note"] is None, row)
         check(row["pred_base_run"] == one[row["strategy"]], (row["pred_base_run"], one))
-        check(row["pred_model_version"] == 1, row)
+        check(row["pred_model_version"] == 2, row)
         total = sum(row["pred_" + p] for p in PHASES)
         check(close(total, row["pred_step_ms"]), (total, row["pred_step_ms"]))
         err = (row["pred_step_ms"] - row["step_ms_mean"]) / row["step_ms_mean"]
@@ -193,7 +193,7 @@ def check_cli(d, train, coll, html):
             check(strip(f.read()) == strip(html), "cli report bytes")
     r = subprocess.run([cli, "--url", d.url, "fit", str(coll["id"])], capture_output=True,
                        text=True, timeout=60)
-    check(r.returncode == 0 and "reduce_scatter" in r.stdout and "fits (model version 1)"
+    check(r.returncode == 0 and "reduce_scatter" in r.stdout and "fits (model version 2)"
           in r.stdout, r.stdout + r.stderr)
     r = subprocess.run([cli, "--url", d.url, "predict", str(train["id"]), "--world-sizes",
                         "1,4", "--strategies", "ddp", "--link", "0.1,500"],

@@ -16,10 +16,12 @@
 static const struct db_trace_query test_trace_all = {-1, -1, 0, TRACE_MAX_ROWS};
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 20
+#define TEST_DB_VERSION 22
 /* migration 015's triggers and columns, undone */
-/* migrations 016 to 020, undone (020 first) */
-#define TEST_DB_UNDO_020 "ALTER TABLE epochs DROP COLUMN test_acc_per_class; "
+/* migrations 016 to 022, undone (022 first) */
+#define TEST_DB_UNDO_022 "DROP TABLE run_pipe; "
+#define TEST_DB_UNDO_021 TEST_DB_UNDO_022 "DROP TABLE calibrations; "
+#define TEST_DB_UNDO_020 TEST_DB_UNDO_021 "ALTER TABLE epochs DROP COLUMN test_acc_per_class; "
 #define TEST_DB_UNDO_019 TEST_DB_UNDO_020 "ALTER TABLE runs DROP COLUMN processes; "
 #define TEST_DB_UNDO_018                                                                       \
     TEST_DB_UNDO_019                                                                           \
@@ -1538,6 +1540,27 @@ static void test_db_model(void)
     db_experiment_data_free(&data);
     json_decref(tensors);
 
+    /* a pipeline's layer profile and cut (migration 022), read back in repeat order */
+    json_t *layers = json_pack("[[I, I, I], [I, I, I]]", (json_int_t)10, (json_int_t)20,
+                               (json_int_t)4096, (json_int_t)30, (json_int_t)60, (json_int_t)0);
+    json_t *cuts = json_pack("[[I, I]]", (json_int_t)1, (json_int_t)8192);
+    struct report_pipe pp = {.repeat = 0,
+                             .stages = 2,
+                             .micro_batch = 4,
+                             .tied_bytes = 512,
+                             .layers = layers,
+                             .cuts = cuts};
+    T_OK(db_insert_pipe(db, r, &pp, &e));
+    T_OK(db_get_experiment_data(db, id, &data, &e));
+    T_EQ_INT(data.runs[0].npipes, 1);
+    T_EQ_INT(data.runs[0].pipes[0].micro_batch, 4);
+    T_EQ_INT(data.runs[0].pipes[0].tied_bytes, 512);
+    T_CHECK(json_equal(data.runs[0].pipes[0].layers, layers));
+    T_CHECK(json_equal(data.runs[0].pipes[0].cuts, cuts));
+    db_experiment_data_free(&data);
+    json_decref(layers);
+    json_decref(cuts);
+
     struct perf_fit f = {.experiment_id = id,
                          .world_size = 2,
                          .nodes = 1,
@@ -1590,9 +1613,76 @@ static void test_db_model(void)
     test_db_cleanup(db);
 }
 
+/* Calibrations (migration 021): one per experiment and model version (a second store is
+ * ignored), listed newest first with the curve decoded, filtered by node, model and id. */
+static void test_db_calibrations(void)
+{
+    struct err e = {0};
+    struct db *db = test_db_fresh();
+    T_CHECK(db != NULL);
+    int64_t a = test_db_experiment(db, 1), b = test_db_experiment(db, 1);
+    json_t *curve = json_pack("[{s:i, s:i, s:f}]", "k", 1, "steps", 10, "forward", 1.0);
+    struct db_calibration cal = {.experiment_id = a,
+                                 .node = "node-a",
+                                 .model = "mnist-cnn",
+                                 .device = "cpu",
+                                 .dataset = "synthetic",
+                                 .batch_size = 32,
+                                 .threads = 1,
+                                 .cpus = 2,
+                                 .pinned = true,
+                                 .switch_us = 2.5,
+                                 .quantum_ms = 1.5,
+                                 .curve = curve};
+    char none[64] = "x", one[64] = "x", same[64] = "x", two[64] = "x";
+    T_OK(db_calibrations_version(db, none, sizeof none, &e));
+    T_EQ_STR(none, "x|cal:0:0,");
+    T_OK(db_store_calibration(db, &cal, &e));
+    T_OK(db_calibrations_version(db, one, sizeof one, &e));
+    cal.switch_us = 9; /* the same experiment again: the stored one stays */
+    T_OK(db_store_calibration(db, &cal, &e));
+    T_OK(db_calibrations_version(db, same, sizeof same, &e));
+    cal.experiment_id = b;
+    cal.model = "resnet18";
+    T_OK(db_store_calibration(db, &cal, &e));
+    T_OK(db_calibrations_version(db, two, sizeof two, &e));
+    /* the report cache's key: changed by each stored calibration, not by an ignored one */
+    T_CHECK(strcmp(none, one) != 0 && strcmp(one, two) != 0);
+    T_EQ_STR(one, same);
+    char tiny[8] = "x";
+    T_CHECK(db_calibrations_version(db, tiny, sizeof tiny, &e) < 0 && e.code == ERR_INVALID);
+    json_t *all = db_list_calibrations(db, NULL, NULL, 0, &e);
+    T_CHECK(all != NULL);
+    T_EQ_INT(json_array_size(all), 2);
+    json_t *first = json_array_get(all, 0), *second = json_array_get(all, 1);
+    T_EQ_STR(json_string_value(json_object_get(first, "model")), "resnet18"); /* newest */
+    T_NEAR(json_real_value(json_object_get(second, "switch_us")), 2.5, 1e-12);
+    T_CHECK(json_is_true(json_object_get(second, "pinned")));
+    T_CHECK(json_equal(json_object_get(second, "curve"), curve));
+    json_t *some = db_list_calibrations(db, "node-a", "mnist-cnn", 0, &e);
+    T_EQ_INT(json_array_size(some), 1);
+    json_decref(some);
+    some = db_list_calibrations(db, "node-b", NULL, 0, &e);
+    T_EQ_INT(json_array_size(some), 0);
+    json_decref(some);
+    some = db_list_calibrations(db, NULL, NULL,
+                                json_integer_value(json_object_get(first, "id")), &e);
+    T_EQ_INT(json_array_size(some), 1);
+    json_decref(some);
+    json_decref(all);
+    json_decref(curve);
+    /* neither experiment is a finished calibration: nothing pending */
+    int64_t ids[4];
+    size_t n = 9;
+    T_OK(db_calibrations_pending(db, ids, 4, &n, &e));
+    T_EQ_INT(n, 0);
+    test_db_cleanup(db);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
+    TEST_RUN(test_db_calibrations);
     TEST_RUN(test_db_lifecycle);
     TEST_RUN(test_db_network_profile);
     TEST_RUN(test_db_single_process);

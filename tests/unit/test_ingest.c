@@ -249,6 +249,23 @@ static void test_ingest_every_type(void)
     T_CHECK(fx_ingest(&x, 1, &res, &e) < 0 && e.code == ERR_INVALID &&
             strcmp(e.field, "rank") == 0);
     json_decref(tensors);
+    /* a pipeline's layer profile: rank 0's is stored; another rank's, or cuts that do not
+     * fit the stages, are refused naming the field */
+    json_t *layers = json_pack("[[i, i, i], [i, i, i]]", 10, 20, 64, 30, 60, 0),
+           *cuts = json_pack("[[i, i]]", 1, 512);
+    struct report_pipe pp = {.stages = 2, .micro_batch = 2, .layers = layers, .cuts = cuts};
+    T_OK(report_emit_pipe(&x.w[0], &pp, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
+    T_EQ_INT(res.type, REPORT_PIPE);
+    T_OK(report_emit_pipe(&x.w[1], &pp, &e));
+    T_CHECK(fx_ingest(&x, 1, &res, &e) < 0 && e.code == ERR_INVALID &&
+            strcmp(e.field, "rank") == 0);
+    pp.stages = 3;
+    T_OK(report_emit_pipe(&x.w[0], &pp, &e));
+    T_CHECK(fx_ingest(&x, 0, &res, &e) < 0 && e.code == ERR_INVALID &&
+            strcmp(e.field, "cuts") == 0);
+    json_decref(layers);
+    json_decref(cuts);
 
     /* heartbeat: phase and progress, and since when they have not changed */
     const struct ingest_rank *hb = ingest_rank_state(&x.in, 1);

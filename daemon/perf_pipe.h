@@ -1,0 +1,59 @@
+/* perf_pipe: the performance model of a pipeline-parallel step (issue 35, docs/model.md
+ * "Pipelines"): the schedule (gpipe or 1f1b) simulated over stages x micro-batches from
+ * each stage's forward and backward time per micro-batch, the point-to-point transfer
+ * across each cut, the tied-weight exchange, the data-parallel exchange of a stage's
+ * gradients among replicas, and the optimizer step.
+ *
+ * Decisions:
+ * - Each stage runs its operations in the worker's order (worker/pipeline.c): gpipe every
+ *   forward, then every backward from the last micro-batch; 1f1b P - s - 1 warm-up
+ *   forwards, then one forward and one backward in turn, then the remaining backwards. An
+ *   operation starts when its stage is free and its input has arrived.
+ * - A transfer (an activation forward or its gradient back; the same bytes) keeps the
+ *   sender busy for its time (the worker's sends are blocking) and arrives at the sender's
+ *   compute end plus that time. The receiver's wait is idle time.
+ * - After its last backward a stage exchanges the tied weight's gradient (first and last
+ *   stage together), then allreduces its gradients among replicas (exposed whole), then
+ *   steps its optimizer. The step lasts until the last stage is done (a makespan: the
+ *   next step's forwards do not start early).
+ * - The bubble is the measured bubble_fraction's counterpart: per stage, the part of the
+ *   step that is neither data, compute, the data-parallel exchange nor the optimizer (so
+ *   transfers count as idle, as the worker's bubble_ms counts them), averaged over stages.
+ * No I/O; nothing here allocates for the caller. */
+#ifndef DDPB_PERF_PIPE_H
+#define DDPB_PERF_PIPE_H
+
+#include <stdbool.h>
+
+#define PERF_PIPE_MAX_STAGES 64
+
+enum perf_pipe_schedule { PERF_PIPE_GPIPE, PERF_PIPE_1F1B };
+
+/* Seconds, borrowed arrays. */
+struct perf_pipe {
+    int stages, micro_batches;
+    enum perf_pipe_schedule schedule;
+    const double *forward_s;   /* [stages]: one micro-batch's forward on the stage */
+    const double *backward_s;  /* [stages]: one micro-batch's backward */
+    const double *p2p_s;       /* [stages - 1]: one transfer across cut s (s to s + 1) */
+    const double *optimizer_s; /* [stages]: the stage's optimizer step */
+    const double *dp_s;        /* [stages] or NULL: the stage's allreduce among replicas */
+    double tie_s;              /* the first and last stage's tied-weight exchange; 0: none */
+    double data_s;             /* every stage reads the step's batch first */
+};
+
+struct perf_pipe_step {
+    double step_s;
+    double bubble; /* mean over stages of the idle share of the step */
+    /* means over stages, per step (the measured phase columns average ranks) */
+    double data_s, forward_s, backward_s, optimizer_s, exposed_s, p2p_s;
+    int peak_in_flight; /* most micro-batches whose activations one stage holds at once */
+    double contention;  /* the compute slowdown its stage times carry (set by the caller,
+                           model_pipe.c: the core-share rule; 1 = none) */
+};
+
+/* Simulates one step. -1 when the input is unusable (no stage, no micro-batch, more
+ * than PERF_PIPE_MAX_STAGES stages, a missing or negative time). */
+int perf_pipe_simulate(const struct perf_pipe *p, struct perf_pipe_step *out);
+
+#endif
