@@ -23,20 +23,37 @@
 
 #include "common/columns.h"
 
-#define FINDINGS_MODEL_TOLERANCE 0.15 /* a prediction within 15 % agrees */
+#define FINDINGS_PCT_FLOOR 0.01 /* a share below 0.01 % prints "< 0.01" */
 
 /* tables: borrowed results tables (training or collective); fits: borrowed array of fit
- * objects (may be NULL). Returns a new array of findings. */
+ * objects (may be NULL). Returns a new array of findings, each also carrying "topic"
+ * (findings_topic_at's names), "table" (the index of its table, -1 for a fit) and
+ * "supported" (true: a conclusion at 95 % confidence, the summary's). */
 json_t *findings_build(const json_t *const *tables, size_t n, const json_t *fits);
+/* The summary: at most max supported findings (borrowed in a new array), one of each kind
+ * in turn (fastest, model, scaling, accuracy), in findings' order within a kind. */
+json_t *findings_summary(const json_t *findings, size_t max);
+/* The report's topics in section order: "scaling", "communication", "model", "accuracy",
+ * "faults", "fits"; NULL past the last. */
+const char *findings_topic_at(size_t i);
 /* The row's group_by values but skip1 and skip2 (either NULL), as "k v, k v": a grouping
  * key, and what else a row is in a sentence or a chart's legend. */
 void findings_context(const json_t *table, const json_t *row, const char *skip1,
                       const char *skip2, char *out, size_t cap);
+/* A group_by value as findings_context writes it: a string as is, a number by
+ * findings_fmt, true as "true", anything else "-". */
+void findings_value_text(const json_t *v, char *out, size_t cap);
 /* row[k] as a number, NaN when absent or not a number (null: not measured). */
 double findings_num(const json_t *row, const char *k);
 /* Results column c's statistic st in row as a number (findings_num of its key). */
 double findings_col(const json_t *row, enum column c, enum column_stat st);
-/* v with three significant digits ("812", "1.32", "0.0451"), as findings write numbers. */
+/* The report's one rule for numbers: v with three significant digits ("812", "1.32",
+ * "0.0451", "0.270", "21900"), integers as integers; every number a finding, table or
+ * chart writes. */
 void findings_fmt(char *out, size_t cap, double v);
+/* A percentage: findings_fmt, but a share below FINDINGS_PCT_FLOOR (not 0) as "< 0.01". */
+void findings_fmt_pct(char *out, size_t cap, double v);
+/* Figure name = v as a finding writes it: findings_fmt_pct when name ends "_pct". */
+void findings_fmt_figure(char *out, size_t cap, const char *name, double v);
 
 #endif

@@ -12,12 +12,14 @@
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/columns.h"
+#include "common/spec.h"
 #include "daemon/findings.h"
 #include "daemon/model.h"
 #include "daemon/results.h"
 
 #define RH_MAX_SERIES 24
 #define RH_MAX_POINTS 64
+#define RH_LEGEND_LINE 20.0 /* px between legend entries (13 px type) */
 
 /* ---- the page buffer --------------------------------------------------------------------- */
 
@@ -52,15 +54,36 @@ static void rh_text(struct rh *h, const char *s)
     }
 }
 
-static void rh_num(struct rh *h, double v)
+/* v by the report's one rule (findings_fmt; a percentage by findings_fmt_pct, "< 0.01"
+ * for a sliver); "–" when not a number. */
+static void rh_fmt(struct rh *h, double v, bool pct)
 {
     char b[32];
     if (!isfinite(v)) {
         rh_printf(h, "–");
         return;
     }
-    findings_fmt(b, sizeof b, v);
-    rh_printf(h, "%s", b);
+    (pct ? findings_fmt_pct : findings_fmt)(b, sizeof b, v);
+    rh_text(h, b);
+}
+
+static void rh_num(struct rh *h, double v)
+{
+    rh_fmt(h, v, false);
+}
+
+static void rh_pct(struct rh *h, double v)
+{
+    rh_fmt(h, v, true);
+}
+
+/* v * scale, a percentage when scale is 100. */
+static void rh_scaled(struct rh *h, double v, double scale)
+{
+    if (scale == 100)
+        rh_pct(h, v * scale);
+    else
+        rh_num(h, v * scale);
 }
 
 /* ---- SVG line charts --------------------------------------------------------------------- */
@@ -167,16 +190,30 @@ static void rh_axes_draw(struct rh *h, const struct rh_axes *a, const char *xlab
     rh_printf(h, "</text>");
 }
 
+/* Series i's colour: its configuration's, else its position's. */
+static const char *rh_color(const struct report_series *s, size_t i)
+{
+    return rh_colors[(s->color > 0 ? (size_t)s->color - 1 : i) % RH_NCOLORS];
+}
+
+/* The line style of a model (dashed) or ideal (dotted) curve. */
+static const char *rh_dash(const struct report_series *s)
+{
+    return s->dashed ? " stroke-dasharray='6 4'" : s->dotted ? " stroke-dasharray='2 3'" : "";
+}
+
 static void rh_series_draw(struct rh *h, const struct rh_axes *a, const struct report_series *s,
                            const char *color)
 {
+    if (s->n == 0) /* a style key: the legend's only */
+        return;
     rh_printf(h, "<polyline fill='none' stroke='%s' stroke-width='2'%s points='", color,
-              s->dashed ? " stroke-dasharray='6 4'" : "");
+              rh_dash(s));
     for (size_t k = 0; k < s->n; k++)
         if (rh_drawable(a, s->x[k], s->y[k]))
             rh_printf(h, "%.1f,%.1f ", rh_px(a, s->x[k]), rh_py(a, s->y[k]));
     rh_printf(h, "'/>");
-    if (s->dashed)
+    if (s->dashed || s->dotted)
         return;
     for (size_t k = 0; k < s->n; k++) {
         if (!rh_drawable(a, s->x[k], s->y[k]))
@@ -193,17 +230,20 @@ static void rh_series_draw(struct rh *h, const struct rh_axes *a, const struct r
     }
 }
 
+/* The legend: the series not marked nolegend, one line each. */
 static void rh_legend(struct rh *h, const struct report_series *s, size_t ns, double x0,
                       double y0)
 {
+    size_t row = 0;
     for (size_t i = 0; i < ns; i++) {
-        double y = y0 + 16.0 * (double)i;
+        if (s[i].nolegend)
+            continue;
+        double y = y0 + RH_LEGEND_LINE * (double)row++;
         rh_printf(
             h,
-            "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s' stroke-width='2'%s/>"
-            "<text x='%.1f' y='%.1f' class='tk'>",
-            x0, y, x0 + 22, y, rh_colors[i % RH_NCOLORS],
-            s[i].dashed ? " stroke-dasharray='6 4'" : "", x0 + 28, y + 4);
+            "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s' stroke-width='2.5'%s/>"
+            "<text x='%.1f' y='%.1f' class='lg'>",
+            x0, y, x0 + 26, y, rh_color(&s[i], i), rh_dash(&s[i]), x0 + 32, y + 5);
         rh_text(h, s[i].label);
         rh_printf(h, "</text>");
     }
@@ -220,7 +260,10 @@ int report_svg_lines(struct buf *out, const char *title, const char *xlabel, con
                         .logx = log & REPORT_LOGX,
                         .logy = log & REPORT_LOGY};
     rh_range(s, nseries, &a);
-    double height = fmax(320, 40 + 16.0 * (double)nseries);
+    size_t listed = 0;
+    for (size_t i = 0; i < nseries; i++)
+        listed += !s[i].nolegend;
+    double height = fmax(320, 50 + RH_LEGEND_LINE * (double)listed);
     rh_printf(&h,
               "<figure><svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 820 %.0f' "
               "role='img'><title>",
@@ -231,7 +274,7 @@ int report_svg_lines(struct buf *out, const char *title, const char *xlabel, con
     rh_printf(&h, "</text>");
     rh_axes_draw(&h, &a, xlabel, ylabel);
     for (size_t i = 0; i < nseries; i++)
-        rh_series_draw(&h, &a, &s[i], rh_colors[i % RH_NCOLORS]);
+        rh_series_draw(&h, &a, &s[i], rh_color(&s[i], i));
     rh_legend(&h, s, nseries, 515, 40);
     rh_printf(&h, "</svg></figure>\n");
     *out = h.b;
@@ -287,44 +330,127 @@ static void rh_point(struct rh_set *set, struct report_series *s, double x, doub
     s->n++;
 }
 
+/* Row r's label in a chart: the table's group_by fields but skip, and only those whose
+ * values differ between the rows (web/js/figures.js rowLabels): a field every series
+ * shares names none of them. "all runs" when nothing differs. */
+static void rh_label(const json_t *table, const json_t *r, const char *skip, char *out,
+                     size_t cap)
+{
+    const json_t *rows = json_object_get(table, "rows");
+    size_t i, k, len = 0;
+    json_t *f, *o;
+    out[0] = 0;
+    json_array_foreach(json_object_get(table, "group_by"), i, f)
+    {
+        const char *key = json_string_value(f);
+        if (!key || (skip && strcmp(key, skip) == 0))
+            continue;
+        bool differ = false;
+        json_array_foreach(rows, k, o)
+        {
+            const json_t *a = json_object_get(o, key), *b = json_object_get(r, key);
+            differ = differ || !((!a && !b) || (a && b && json_equal(a, b)));
+        }
+        if (!differ)
+            continue;
+        char val[96];
+        findings_value_text(json_object_get(r, key), val, sizeof val);
+        /* a strategy or an engine is its own name; other fields say which they are */
+        bool bare = strcmp(key, "strategy") == 0 || strcmp(key, "engine") == 0;
+        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s%s%s",
+                                len ? ", " : "", bare ? "" : key, bare ? "" : " ", val);
+        if (len >= cap)
+            break;
+    }
+    if (!out[0])
+        snprintf(out, cap, "all runs");
+}
+
+/* Sorts each series of set by x (rows come in any order). */
+static void rh_set_sort(struct rh_set *set)
+{
+    for (size_t k = 0; k < set->n; k++)
+        for (size_t a = 1; a < set->s[k].n; a++)
+            for (size_t b = a; b > 0 && set->x[k][b - 1] > set->x[k][b]; b--) {
+                double t;
+                t = set->x[k][b], set->x[k][b] = set->x[k][b - 1], set->x[k][b - 1] = t;
+                t = set->y[k][b], set->y[k][b] = set->y[k][b - 1], set->y[k][b - 1] = t;
+                t = set->err[k][b], set->err[k][b] = set->err[k][b - 1], set->err[k][b - 1] = t;
+            }
+}
+
+/* The style key: a grey entry of no points for the model's (dashed) and the ideal's
+ * (dotted) curves, so the legend lists each configuration once. */
+static void rh_style_keys(struct rh_set *set)
+{
+    struct report_series *m = rh_series(set, "model (dashed)", true, false);
+    struct report_series *i = rh_series(set, "ideal (dotted)", false, false);
+    if (m)
+        m->color = 9; /* the palette's grey */
+    if (i) {
+        i->dotted = true;
+        i->color = 9;
+    }
+}
+
 /* Throughput and efficiency against world size, measured with the predicted and ideal
- * curves, one colour per configuration. */
+ * curves: one colour per configuration, listed once; the model dashed and the ideal
+ * dotted in the same colour, said once by the style key. */
 static void rh_scaling_charts(struct rh *h, const json_t *table, struct rh_set *set)
 {
     for (int pass = 0; pass < 2; pass++) {
         set->n = 0;
         size_t i;
         json_t *r;
+        int nconf = 0;
         enum column m = pass ? COL_EFFICIENCY : COL_THROUGHPUT;
         json_array_foreach(json_object_get(table, "rows"), i, r)
         {
             char ctx[140], lab[160];
-            findings_context(table, r, "world_size", NULL, ctx, sizeof ctx);
+            rh_label(table, r, "world_size", ctx, sizeof ctx);
             double w = findings_col(r, COL_WORLD_SIZE, STAT_NONE);
-            snprintf(lab, sizeof lab, "%s", ctx[0] ? ctx : "measured");
-            rh_point(set, rh_series(set, lab, false, true), w,
-                     findings_col(r, m, pass ? STAT_NONE : STAT_MEAN),
+            struct report_series *ms = rh_series(set, ctx, false, true);
+            if (!ms)
+                continue;
+            /* the palette in order, its grey (9) left to the style key */
+            int color = ms->color ? ms->color : (ms->color = nconf++ % 8 + 1);
+            rh_point(set, ms, w, findings_col(r, m, pass ? STAT_NONE : STAT_MEAN),
                      pass ? NAN : findings_col(r, COL_THROUGHPUT, STAT_CI95));
-            snprintf(lab, sizeof lab, "%s%smodel", ctx, ctx[0] ? ": " : "");
+            snprintf(lab, sizeof lab, "%s: model", ctx);
+            struct report_series *s = rh_series(set, lab, true, false);
+            if (s)
+                *s = (struct report_series){.label = s->label,
+                                            .n = s->n,
+                                            .x = s->x,
+                                            .y = s->y,
+                                            .dashed = true,
+                                            .color = color,
+                                            .nolegend = true};
             rh_point(
-                set, rh_series(set, lab, true, false), w,
+                set, s, w,
                 findings_col(r, pass ? COL_PRED_EFFICIENCY : COL_PRED_THROUGHPUT, STAT_NONE),
                 NAN);
-            /* ideal: the one-rank throughput times N (efficiency 1) */
+            /* ideal: the one-rank throughput times N (efficiency 1: one line for all) */
             double base = findings_col(r, COL_THROUGHPUT, STAT_MEAN) /
                           findings_col(r, COL_SPEEDUP, STAT_NONE);
-            snprintf(lab, sizeof lab, "%s%sideal", ctx, ctx[0] ? ": " : "");
-            rh_point(set, rh_series(set, lab, true, false), w, pass ? 1.0 : base * w, NAN);
+            snprintf(lab, sizeof lab, "%s: ideal", pass ? "all" : ctx);
+            s = rh_series(set, lab, false, false);
+            if (s)
+                *s = (struct report_series){.label = s->label,
+                                            .n = s->n,
+                                            .x = s->x,
+                                            .y = s->y,
+                                            .dotted = true,
+                                            .color = pass ? 9 : color,
+                                            .nolegend = true};
+            bool have = false; /* one ideal line for every configuration: each x once */
+            for (size_t k = 0; s && k < s->n; k++)
+                have = have || s->x[k] == w;
+            if (!have)
+                rh_point(set, s, w, pass ? 1.0 : base * w, NAN);
         }
-        for (size_t k = 0; k < set->n; k++) /* sort each series by x (rows come any order) */
-            for (size_t a = 1; a < set->s[k].n; a++)
-                for (size_t b = a; b > 0 && set->x[k][b - 1] > set->x[k][b]; b--) {
-                    double t;
-                    t = set->x[k][b], set->x[k][b] = set->x[k][b - 1], set->x[k][b - 1] = t;
-                    t = set->y[k][b], set->y[k][b] = set->y[k][b - 1], set->y[k][b - 1] = t;
-                    t = set->err[k][b], set->err[k][b] = set->err[k][b - 1],
-                    set->err[k][b - 1] = t;
-                }
+        rh_style_keys(set);
+        rh_set_sort(set);
         rh_chart(
             h, pass ? "Scaling efficiency against world size" : "Throughput against world size",
             "world size (ranks)", pass ? "efficiency" : "samples/s", false, set->s, set->n);
@@ -373,16 +499,16 @@ static void rh_phase_chart(struct rh *h, const json_t *table)
     for (int k = 0; k < nph; k++)
         rh_printf(h,
                   "<rect x='%d' y='28' width='12' height='10' fill='%s'/><text x='%d' y='37' "
-                  "class='tk'>%s</text>",
+                  "class='lg'>%s</text>",
                   230 + k * 110, rh_colors[k], 246 + k * 110, phases_get(ph[k])->label);
     json_array_foreach(rows, i, r)
     {
         double y = 50 + (double)i * (2 * bar + gap);
         char ctx[160];
-        findings_context(table, r, NULL, NULL, ctx, sizeof ctx);
-        rh_printf(h, "<text x='%.1f' y='%.1f' class='tk' text-anchor='end'>", left - 6,
+        rh_label(table, r, NULL, ctx, sizeof ctx);
+        rh_printf(h, "<text x='%.1f' y='%.1f' class='lg' text-anchor='end'>", left - 6,
                   y + bar + 4);
-        rh_text(h, ctx[0] ? ctx : "all runs");
+        rh_text(h, ctx);
         rh_printf(h, "</text>");
         for (int p = 0; p < 2; p++) {
             double x = left;
@@ -406,6 +532,29 @@ static void rh_phase_chart(struct rh *h, const json_t *table)
     rh_printf(h, "</svg></figure>\n");
 }
 
+/* "run 12: strategy ddp, world_size 2": a run and its sweep point, as a label. */
+static void rh_params_text(const struct db_data_run *run, char *out, size_t cap)
+{
+    size_t len = (size_t)snprintf(out, cap, "run %lld", (long long)run->id);
+    const char *k;
+    json_t *v;
+    bool first = true;
+    json_object_foreach((json_t *)run->params, k, v)
+    {
+        char val[64];
+        if (json_is_number(v))
+            findings_fmt(val, sizeof val, json_number_value(v));
+        else if (json_is_string(v))
+            snprintf(val, sizeof val, "%s", json_string_value(v));
+        else
+            snprintf(val, sizeof val, "%s", json_is_true(v) ? "true" : "…");
+        if (len < cap)
+            len += (size_t)snprintf(out + len, cap - len, "%s%s %s", first ? ": " : ", ", k,
+                                    val);
+        first = false;
+    }
+}
+
 /* Accuracy per epoch of each run (mean over its repeats), when any run evaluated. */
 static void rh_accuracy_chart(struct rh *h, const struct db_experiment_data *d,
                               struct rh_set *set)
@@ -413,11 +562,8 @@ static void rh_accuracy_chart(struct rh *h, const struct db_experiment_data *d,
     set->n = 0;
     for (size_t i = 0; i < d->nruns; i++) {
         const struct db_data_run *run = &d->runs[i];
-        char *lab = json_dumps(run->params, JSON_COMPACT);
         char label[160];
-        snprintf(label, sizeof label, "run %lld %s", (long long)run->id,
-                 lab && strcmp(lab, "{}") != 0 ? lab : "");
-        free(lab);
+        rh_params_text(run, label, sizeof label);
         double sum[RH_MAX_POINTS] = {0};
         int cnt[RH_MAX_POINTS] = {0};
         for (size_t k = 0; k < run->nepochs; k++) {
@@ -433,8 +579,12 @@ static void rh_accuracy_chart(struct rh *h, const struct db_experiment_data *d,
             if (cnt[k] && (s || (s = rh_series(set, label, false, false))))
                 rh_point(set, s, k + 1, sum[k] / cnt[k], NAN);
     }
-    rh_chart(h, "Accuracy per epoch (test split where evaluated, else training)", "epoch",
-             "accuracy", 0, set->s, set->n);
+    size_t longest = 0; /* one epoch a run is a point, not a curve: the table has it */
+    for (size_t k = 0; k < set->n; k++)
+        longest = set->s[k].n > longest ? set->s[k].n : longest;
+    if (longest > 1)
+        rh_chart(h, "Accuracy per epoch (test split where evaluated, else training)", "epoch",
+                 "accuracy", 0, set->s, set->n);
 }
 
 /* The class names of the datasets that have them (their publishers' order), for the
@@ -491,16 +641,18 @@ static void rh_per_class_table(struct rh *h, const struct db_experiment_data *d)
                                          : NULL;
         if (!json_is_array(per) || json_array_size(per) != k)
             continue;
-        char *lab = json_dumps(run->params, JSON_COMPACT);
-        rh_printf(h, "<tr><td>run %lld ", (long long)run->id);
-        rh_text(h, lab && strcmp(lab, "{}") != 0 ? lab : "");
-        free(lab);
+        char label[160];
+        rh_params_text(run, label, sizeof label);
+        rh_printf(h, "<tr><td>");
+        rh_text(h, label);
         rh_printf(h, "</td>");
         for (size_t c = 0; c < k; c++) {
             const json_t *v = json_array_get(per, c);
-            if (json_is_number(v))
-                rh_printf(h, "<td>%.1f%%</td>", 100.0 * json_number_value(v));
-            else
+            if (json_is_number(v)) {
+                rh_printf(h, "<td class='n'>");
+                rh_pct(h, 100.0 * json_number_value(v));
+                rh_printf(h, " %%</td>");
+            } else
                 rh_printf(h, "<td>–</td>");
         }
         rh_printf(h, "</tr>\n");
@@ -590,6 +742,7 @@ static const struct rh_col rh_train_cols[] = {
     {COL_STRAGGLER_MS, STAT_NONE, COL_N, 0, false, 1},
     {COL_PRED_STEP_MS, STAT_NONE, COL_N, 0, false, 1},
     {COL_PRED_STEP_ERR, STAT_NONE, COL_N, 0, false, 100},
+    {COL_PRED_VERDICT, STAT_NONE, COL_N, 0, false, 1},
     {COL_PRED_EFFICIENCY, STAT_NONE, COL_N, 0, false, 100},
     {COL_TEST_ACC, STAT_MEAN, COL_TEST_ACC, STAT_CI95, true, 100},
 };
@@ -679,17 +832,17 @@ static void rh_table(struct rh *h, const json_t *table, const struct rh_col *col
             double v = findings_col(r, cols[k].c, cols[k].st);
             rh_printf(h, "<td class='n'>");
             if (isfinite(v))
-                rh_num(h, v * cols[k].scale);
+                rh_scaled(h, v, cols[k].scale);
             else
                 rh_cell(h, json_object_get(r, columns_key(cols[k].c, cols[k].st, key)));
             double ci = cols[k].ci < COL_N ? findings_col(r, cols[k].ci, cols[k].ci_st) : NAN;
             if (isfinite(ci)) {
                 rh_printf(h, " <span class='ci'>± ");
-                rh_num(h, ci * cols[k].scale);
+                rh_scaled(h, ci, cols[k].scale);
                 rh_printf(h, "</span>");
             }
             double n = cols[k].n ? findings_col(r, cols[k].c, STAT_N) : NAN;
-            if (isfinite(n))
+            if (n > 0) /* n=0: nothing measured, the cell's "–" says it */
                 rh_printf(h, " <span class='ci'>n=%.0f</span>", n);
             rh_printf(h, "</td>");
         }
@@ -739,40 +892,97 @@ static void rh_fits_table(struct rh *h, const json_t *fits)
 
 /* ---- the page ---------------------------------------------------------------------------- */
 
+/* Print: no forced page break anywhere; headings kept with what follows them; a figure
+ * or a table row never split; a long block (the appendix's spec) flows over pages, so no
+ * page holds a heading alone. */
 static const char rh_style[] =
     "<style>\n"
     "body{font:14px/1.45 system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
     "color:#222}\n"
     "h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}\n"
+    "h3{margin:1.4em 0 .4em}h4{margin:1em 0 .3em;font-size:1em}\n"
     "table{border-collapse:collapse;margin:.6em 0;font-size:12px}\n"
     "th,td{border:1px solid #ccc;padding:3px 6px}th{background:#f2f2f2;text-align:left}\n"
     "td.n{text-align:right;white-space:nowrap}.ci{color:#666}\n"
     "pre{background:#f6f6f6;padding:.6em;overflow:auto;font-size:12px}\n"
+    "pre.spec{column-count:2;column-gap:2em}\n"
     "figure{margin:1em 0}svg{width:100%;height:auto;max-width:820px}\n"
-    ".ax{stroke:#444}.gr{stroke:#e4e4e4}.tk{font-size:11px;fill:#333}"
-    ".lb{font-size:12px;fill:#222}.tt{font-size:13px;font-weight:600}\n"
-    "ol.findings li{margin:.35em 0}.meta{color:#555}\n"
-    "@media print{body{margin:0;max-width:none;font-size:11pt}a{color:inherit;"
-    "text-decoration:none}h2{break-after:avoid}figure,table,pre{break-inside:avoid}"
-    "pre{white-space:pre-wrap}.noprint{display:none}}\n"
+    ".ax{stroke:#444}.gr{stroke:#e4e4e4}.tk{font-size:12px;fill:#333}"
+    ".lg{font-size:13px;fill:#222}.lb{font-size:13px;fill:#222}"
+    ".tt{font-size:14px;font-weight:600}\n"
+    "ol.findings li,ol.summary li{margin:.35em 0}.meta{color:#555}\n"
+    "ol.summary{background:#f6f8fa;border-left:3px solid #1f77b4;padding:.5em 1em .5em 2.5em}\n"
+    "@media print{body{margin:0;max-width:none;font-size:10pt}a{color:inherit;"
+    "text-decoration:none}h1,h2,h3,h4{break-after:avoid;page-break-after:avoid}"
+    "h2,h3,h4{break-inside:avoid}figure,tr,li{break-inside:avoid;page-break-inside:avoid}"
+    "table{font-size:8pt}pre{white-space:pre-wrap;font-size:8pt;overflow:visible}"
+    "svg{max-width:16cm}.noprint{display:none}}\n"
     "</style>\n";
 
-/* The setup of experiment id: its spec and its first run's environment. */
+/* "Experiment 3: name" as a heading of level lvl. */
+static void rh_exp_heading(struct rh *h, int lvl, const struct db_experiment_data *d)
+{
+    rh_printf(h, "<h%d>Experiment %lld: ", lvl, (long long)d->id);
+    rh_text(h, d->name);
+    rh_printf(h, "</h%d>", lvl);
+}
+
+/* The compact setup of experiment d: the spec's fields that differ from their defaults
+ * (spec_nondefault), and the sweep; the whole spec is the appendix's. */
 static void rh_setup(struct rh *h, struct db *db, const struct db_experiment_data *d)
 {
     struct err e = {0};
     json_t *exp = db_get_experiment(db, d->id, &e);
-    char *spec = exp ? json_dumps(json_object_get(exp, "spec"), JSON_INDENT(2) | JSON_SORT_KEYS)
+    const json_t *spec = json_object_get(exp, "spec");
+    json_t *diff = spec ? spec_nondefault(spec) : NULL;
+    rh_printf(h, "<h3>Setup</h3><p>The fields set apart from their defaults (the whole spec is "
+                 "in the appendix).</p><table><tbody>");
+    const char *k;
+    json_t *v;
+    json_object_foreach(diff, k, v)
+    {
+        if (strcmp(k, "name") == 0)
+            continue;
+        rh_printf(h, "<tr><th>");
+        rh_text(h, k);
+        rh_printf(h, "</th><td>");
+        rh_cell(h, v);
+        rh_printf(h, "</td></tr>");
+    }
+    json_object_foreach(json_object_get(spec, "sweep"), k, v)
+    {
+        char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        rh_printf(h, "<tr><th>sweep ");
+        rh_text(h, k);
+        rh_printf(h, "</th><td>");
+        rh_text(h, text ? text : "–");
+        rh_printf(h, "</td></tr>");
+        free(text);
+    }
+    rh_printf(h, "</tbody></table>\n");
+    json_decref(diff);
+    json_decref(exp);
+}
+
+/* The appendix entry of experiment d: its spec as submitted and the environment its first
+ * run captured. */
+static void rh_appendix(struct rh *h, struct db *db, const struct db_experiment_data *d)
+{
+    struct err e = {0};
+    json_t *exp = db_get_experiment(db, d->id, &e);
+    char *spec = exp ? json_dumps(json_object_get(exp, "spec"),
+                                  JSON_INDENT(1) | JSON_SORT_KEYS | JSON_REAL_PRECISION(12))
                      : NULL;
-    rh_printf(h, "<h3>Setup</h3><details open><summary>Spec as submitted</summary><pre>");
+    rh_exp_heading(h, 3, d);
+    rh_printf(h, "<h4>Spec as submitted</h4><pre class='spec'>");
     rh_text(h, spec ? spec : "(not available)");
-    rh_printf(h, "</pre></details>");
+    rh_printf(h, "</pre>");
     free(spec);
     json_decref(exp);
     json_t *run = d->nruns ? db_get_run(db, d->runs[0].id, &e) : NULL;
     const json_t *env = json_object_get(json_array_get(json_object_get(run, "env"), 0), "env");
     if (json_is_object(env)) {
-        rh_printf(h, "<p>Environment of run %lld, rank 0:</p><table><tbody>",
+        rh_printf(h, "<h4>Environment of run %lld, rank 0</h4><table><tbody>",
                   (long long)d->runs[0].id);
         const char *k;
         json_t *v;
@@ -809,8 +1019,8 @@ static void rh_doc_free(struct rh_doc *d)
     json_decref(d->fits_json);
 }
 
-static int rh_doc_load(struct db *db, const int64_t *ids, size_t n, struct rh_doc *d,
-                       struct err *e)
+static int rh_doc_load(struct db *db, const int64_t *ids, size_t n, int max_world,
+                       struct rh_doc *d, struct err *e)
 {
     memset(d, 0, sizeof *d);
     int64_t coll[16];
@@ -829,13 +1039,18 @@ static int rh_doc_load(struct db *db, const int64_t *ids, size_t n, struct rh_do
         spec = d->data[i].nruns > 0 ? d->data[i].runs[0].spec : NULL;
     if (model_fits_choose(db, coll, ncoll, spec, &d->fits, &d->nfits, e) < 0)
         return -1;
+    perf_fits_restrict(d->fits, &d->nfits, max_world);
     d->fits_json = json_array();
     for (size_t i = 0; i < d->nfits; i++)
         json_array_append_new(d->fits_json, model_fit_json(&d->fits[i]));
-    for (size_t i = 0; i < d->n; i++)
-        if (!(d->tables[i] = results_build_with(&d->data[i], NULL, 0, d->fits, d->nfits, e)))
-            return -1;
-    return 0;
+    struct calib_set cals = {0}; /* the rows' contention, as their results table has it */
+    int rc = calib_load(db, &cals, e);
+    for (size_t i = 0; rc == 0 && i < d->n; i++)
+        if (!(d->tables[i] = results_build_calibrated(&d->data[i], NULL, 0, d->fits, d->nfits,
+                                                      &cals, e)))
+            rc = -1;
+    calib_set_free(&cals);
+    return rc;
 }
 
 static void rh_experiment(struct rh *h, struct db *db, const struct rh_doc *doc, size_t i,
@@ -848,10 +1063,9 @@ static void rh_experiment(struct rh *h, struct db *db, const struct rh_doc *doc,
     struct tm tm;
     if (gmtime_r(&created, &tm))
         strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-    rh_printf(h, "<h2>Experiment %lld: ", (long long)d->id);
-    rh_text(h, d->name);
-    rh_printf(h, "</h2><p class='meta'>%s workload, %zu runs, %s, submitted %s.</p>",
-              d->workload, d->nruns, d->status, when);
+    rh_exp_heading(h, 2, d);
+    rh_printf(h, "<p class='meta'>%s workload, %zu runs, %s, submitted %s.</p>", d->workload,
+              d->nruns, d->status, when);
     rh_setup(h, db, d);
     rh_printf(h, "<h3>Results</h3>");
     if (strcmp(d->workload, "train") == 0) {
@@ -870,10 +1084,107 @@ static void rh_experiment(struct rh *h, struct db *db, const struct rh_doc *doc,
     }
 }
 
-char *report_html_build(struct db *db, const int64_t *ids, size_t n, size_t *len, struct err *e)
+/* A topic's heading in the findings ("model" is "Model agreement"). */
+static const char *rh_topic_title(const char *topic)
+{
+    static const struct {
+        const char *topic, *title;
+    } titles[] = {{"scaling", "Scaling"},       {"communication", "Communication"},
+                  {"model", "Model agreement"}, {"accuracy", "Accuracy"},
+                  {"faults", "Faults"},         {"fits", "Network fits"}};
+    for (size_t i = 0; i < sizeof titles / sizeof *titles; i++)
+        if (strcmp(topic, titles[i].topic) == 0)
+            return titles[i].title;
+    return topic;
+}
+
+/* The findings of table (an index, -1: the fits) on topic, as a numbered list under the
+ * topic's heading; nothing when there are none. */
+static void rh_topic(struct rh *h, const json_t *findings, int table, const char *topic)
+{
+    size_t i, n = 0;
+    json_t *f;
+    json_array_foreach(findings, i, f)
+    {
+        if (json_integer_value(json_object_get(f, "table")) != table ||
+            strcmp(json_string_value(json_object_get(f, "topic")), topic) != 0)
+            continue;
+        if (n++ == 0) { /* the fits are every experiment's: a section of their own */
+            rh_printf(h, "<h%d>", table < 0 ? 3 : 4);
+            rh_text(h, rh_topic_title(topic));
+            rh_printf(h, "</h%d><ol class='findings'>", table < 0 ? 3 : 4);
+        }
+        rh_printf(h, "<li data-rule='%s'>", json_string_value(json_object_get(f, "rule")));
+        rh_text(h, json_string_value(json_object_get(f, "text")));
+        rh_printf(h, "</li>\n");
+    }
+    if (n)
+        rh_printf(h, "</ol>\n");
+}
+
+/* The summary: the conclusions the figures support at 95 % confidence
+ * (findings_summary), each naming its experiment when the report has several. */
+static void rh_summary(struct rh *h, const struct rh_doc *doc, const json_t *findings)
+{
+    json_t *sum = findings_summary(findings, 5);
+    rh_printf(h, "<h2>Summary</h2>");
+    if (json_array_size(sum) == 0)
+        rh_printf(h, "<p>No conclusion is supported at 95%% confidence: the intervals of "
+                     "every comparison overlap, or the runs had one repeat and so no "
+                     "interval. The findings below state each figure.</p>\n");
+    else
+        rh_printf(h, "<p>The conclusions the measurements support at 95%% confidence (the "
+                     "intervals apart, or a speed-up's interval excluding 1), and the "
+                     "model's agreement:</p><ol class='summary'>");
+    size_t i;
+    json_t *f;
+    json_array_foreach(sum, i, f)
+    {
+        json_int_t t = json_integer_value(json_object_get(f, "table"));
+        rh_printf(h, "<li data-summary='%s'>", json_string_value(json_object_get(f, "rule")));
+        if (doc->n > 1 && t >= 0 && (size_t)t < doc->n) {
+            rh_printf(h, "<b>Experiment %lld:</b> ", (long long)doc->data[t].id);
+        }
+        rh_text(h, json_string_value(json_object_get(f, "text")));
+        rh_printf(h, "</li>\n");
+    }
+    if (json_array_size(sum))
+        rh_printf(h, "</ol>\n");
+    json_decref(sum);
+}
+
+/* The findings: per experiment (a heading naming it), per topic in findings_topic_at's
+ * order, numbered within each; the fits' last. */
+static void rh_findings(struct rh *h, const struct rh_doc *doc, const json_t *findings)
+{
+    rh_printf(h, "<h2>Findings</h2>");
+    if (json_array_size(findings) == 0)
+        rh_printf(h, "<p>No finding: the stored figures are too few (a run still going, or "
+                     "one configuration only).</p>");
+    size_t i;
+    json_t *f;
+    for (int t = -1; t < (int)doc->n; t++) {
+        bool any = false;
+        json_array_foreach(findings, i, f)
+            any = any || json_integer_value(json_object_get(f, "table")) == t;
+        if (!any || t == -1) /* the fits come last */
+            continue;
+        rh_exp_heading(h, 3, &doc->data[t]);
+        for (size_t k = 0; findings_topic_at(k); k++)
+            rh_topic(h, findings, t, findings_topic_at(k));
+    }
+    bool fits = false;
+    json_array_foreach(findings, i, f)
+        fits = fits || json_integer_value(json_object_get(f, "table")) == -1;
+    if (fits) /* its topic heading says it: "Network fits" */
+        rh_topic(h, findings, -1, "fits");
+}
+
+char *report_html_build(struct db *db, const int64_t *ids, size_t n, int max_world, size_t *len,
+                        struct err *e)
 {
     struct rh_doc doc;
-    if (rh_doc_load(db, ids, n, &doc, e) < 0) {
+    if (rh_doc_load(db, ids, n, max_world, &doc, e) < 0) {
         rh_doc_free(&doc);
         return NULL;
     }
@@ -893,28 +1204,32 @@ char *report_html_build(struct db *db, const int64_t *ids, size_t n, size_t *len
     rh_printf(&h, "</title>%s</head><body>\n<h1>ddpbench report: ", rh_style);
     rh_text(&h, doc.data[0].name);
     rh_printf(&h, "</h1><p class='meta'>Experiments");
-    for (size_t i = 0; i < doc.n; i++)
-        rh_printf(&h, "%s %lld", i ? "," : "", (long long)doc.data[i].id);
-    rh_printf(&h, ". Generated %s by ddpbenchd; performance model version %d.</p>\n", when,
-              PERF_MODEL_VERSION);
-    rh_printf(&h, "<h2>Findings</h2><ol class='findings'>");
-    size_t i;
-    json_t *f;
-    json_array_foreach(findings, i, f)
-    {
-        rh_printf(&h, "<li data-rule='%s'>", json_string_value(json_object_get(f, "rule")));
-        rh_text(&h, json_string_value(json_object_get(f, "text")));
-        rh_printf(&h, "</li>\n");
+    for (size_t i = 0; i < doc.n; i++) {
+        rh_printf(&h, "%s %lld (", i ? "," : "", (long long)doc.data[i].id);
+        rh_text(&h, doc.data[i].name);
+        rh_printf(&h, ")");
     }
-    if (json_array_size(findings) == 0)
-        rh_printf(&h, "<li>No finding: the stored figures are too few (a run still going, "
-                      "or one configuration only).</li>");
-    rh_printf(&h, "</ol>\n");
+    rh_printf(&h,
+              ". Generated %s by ddpbenchd; performance model version %d. Numbers carry "
+              "three significant digits, shares under %g %% print as &lt; %g %%, and ± is "
+              "a 95 %% confidence interval.</p>\n",
+              when, PERF_MODEL_VERSION, FINDINGS_PCT_FLOOR, FINDINGS_PCT_FLOOR);
+    if (max_world > 0)
+        rh_printf(&h,
+                  "<p class='meta'>The extrapolation check: the predictions use only the "
+                  "network fits measured at world sizes up to %d (pred_max_world), so a row "
+                  "beyond them is an extrapolation, marked in its model range.</p>\n",
+                  max_world);
+    rh_summary(&h, &doc, findings);
+    rh_findings(&h, &doc, findings);
     for (size_t k = 0; set && k < doc.n; k++)
         rh_experiment(&h, db, &doc, k, set);
     rh_fits_table(&h, doc.fits_json);
-    rh_printf(&h, "<p class='meta'>Metric definitions: docs/design.md §13; the model: "
-                  "docs/model.md.</p></body></html>\n");
+    rh_printf(&h, "<h2>Appendix: specs and environments</h2>");
+    for (size_t k = 0; k < doc.n; k++)
+        rh_appendix(&h, db, &doc.data[k]);
+    rh_printf(&h, "<p class='meta'>Metric definitions: docs/design.md §13; the model and how "
+                  "an error is judged against noise: docs/model.md.</p></body></html>\n");
     json_decref(findings);
     free(set);
     rh_doc_free(&doc);

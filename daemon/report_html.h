@@ -26,8 +26,10 @@
 #include "common/err.h"
 #include "daemon/db.h"
 
-/* The report of experiments ids[0..n) (n >= 1), in that order. ERR_NOT_FOUND. */
-char *report_html_build(struct db *db, const int64_t *ids, size_t n, size_t *len,
+/* The report of experiments ids[0..n) (n >= 1), in that order. max_world > 0: its
+ * predictions use only fits measured at world sizes <= max_world (the extrapolation check,
+ * docs/model.md "Extrapolation"); 0: every fit. ERR_NOT_FOUND. */
+char *report_html_build(struct db *db, const int64_t *ids, size_t n, int max_world, size_t *len,
                         struct err *e);
 
 /* The chart primitive, exposed for its test: one SVG line chart of nseries series. */
@@ -37,6 +39,10 @@ struct report_series {
     const double *x, *y;
     const double *err; /* half-widths of error bars, or NULL */
     bool dashed;       /* a model curve: dashed line, no markers */
+    bool dotted;       /* an ideal curve: dotted line, no markers */
+    int color;         /* 1 + the palette index (series of one configuration share it); 0:
+                          the series' position */
+    bool nolegend;     /* not listed: a style key entry (a series of no points) says it */
 };
 #define REPORT_LOGX 1u /* a base-2 axis */
 #define REPORT_LOGY 2u

@@ -692,6 +692,19 @@ static void test_report_observe_round_trip(void)
     json_decref(ops);
 }
 
+/* Each of the n lines is refused as ERR_INVALID naming field[i]. */
+static void lines_refused(const char *const *bad, const char *const *field, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct err e = {0};
+        enum report_type type;
+        json_t *ev = report_parse_line(bad[i], strlen(bad[i]), &type, &e);
+        T_CHECK_MSG(!ev && e.code == ERR_INVALID && strcmp(e.field, field[i]) == 0,
+                    "line %zu: field '%s': %s", i, e.field, e.msg);
+        json_decref(ev);
+    }
+}
+
 /* A trace entry that is not what its array holds is refused naming the array and the
  * entry: an end before its start, a wrong arity, a negative time, a bucket below -1, a
  * long name; more than REPORT_TRACE_MAX entries; a memory figure below -1. */
@@ -720,14 +733,7 @@ static void test_report_observe_rejects(void)
     static const char *const field[] = {"spans",        "spans",          "spans",
                                         "ops",          "spans",          "spans",
                                         "params_bytes", "peak_rss_bytes", "gpu_util_pct"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        struct err e = {0};
-        enum report_type type;
-        json_t *ev = report_parse_line(bad[i], strlen(bad[i]), &type, &e);
-        T_CHECK_MSG(!ev && e.code == ERR_INVALID && strcmp(e.field, field[i]) == 0,
-                    "line %zu: field '%s': %s", i, e.field, e.msg);
-        json_decref(ev);
-    }
+    lines_refused(bad, field, sizeof bad / sizeof bad[0]);
     /* too many entries: refused at the source too */
     json_t *spans = json_array();
     for (int i = 0; i <= REPORT_TRACE_MAX; i++)
@@ -924,13 +930,51 @@ static void test_report_grads(void)
         "\"backward_ns\":5,\"tensors\":{}}",
     };
     static const char *const field[] = {"tensors", "tensors", "steps", "tensors"};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        enum report_type type;
-        ev = report_parse_line(bad[i], strlen(bad[i]), &type, &e);
-        T_CHECK_MSG(!ev && e.code == ERR_INVALID && strcmp(e.field, field[i]) == 0,
-                    "line %zu: field '%s': %s", i, e.field, e.msg);
-        json_decref(ev);
-    }
+    lines_refused(bad, field, sizeof bad / sizeof bad[0]);
+}
+
+static int emit_pipe(struct report_writer *w, const void *x, struct err *e)
+{
+    return report_emit_pipe(w, x, e);
+}
+
+/* A pipeline's layer profile and cut round-trip; a layer that is not [forward_ns,
+ * backward_ns, param_bytes] of integers >= 0, a cut that is not [first_layer, bytes], or
+ * one stage are refused naming the field. */
+static void test_report_pipe(void)
+{
+    struct err e = {0};
+    json_t *layers = json_pack("[[I, I, I], [I, I, I]]", (json_int_t)300, (json_int_t)600,
+                               (json_int_t)4096, (json_int_t)900, (json_int_t)1800,
+                               (json_int_t)0);
+    json_t *cuts = json_pack("[[I, I]]", (json_int_t)1, (json_int_t)65536);
+    struct report_pipe p = {.repeat = 1,
+                            .stages = 2,
+                            .micro_batch = 4,
+                            .tied_bytes = 1024,
+                            .layers = layers,
+                            .cuts = cuts},
+                       pb;
+    json_t *ev = observe_round_trip(emit_pipe, &p, REPORT_PIPE);
+    T_CHECK(ev != NULL);
+    T_OK(report_pipe_from_json(ev, &pb, &e));
+    T_CHECK(pb.repeat == 1 && pb.stages == 2 && pb.micro_batch == 4 && pb.tied_bytes == 1024);
+    T_CHECK(json_equal(pb.layers, layers) && json_equal(pb.cuts, cuts));
+    json_decref(ev);
+    json_decref(layers);
+    json_decref(cuts);
+#define PIPE_LINE(st, lay, cut)                                                                \
+    "{\"type\":\"pipe\",\"rank\":0,\"t\":1,\"repeat\":0,\"stages\":" st ",\"micro_batch\":2,"  \
+    "\"tied_bytes\":0,\"layers\":" lay ",\"cuts\":" cut "}"
+    static const char *const bad[] = {
+        PIPE_LINE("2", "[[1,2]]", "[[1,8]]"),
+        PIPE_LINE("2", "[[1,2,-3]]", "[[1,8]]"),
+        PIPE_LINE("2", "[[1,2,3]]", "[[1]]"),
+        PIPE_LINE("1", "[[1,2,3]]", "[]"),
+    };
+#undef PIPE_LINE
+    static const char *const field[] = {"layers", "layers", "cuts", "stages"};
+    lines_refused(bad, field, sizeof bad / sizeof bad[0]);
 }
 
 static int emit_epoch(struct report_writer *w, const void *x, struct err *e)
@@ -1075,6 +1119,7 @@ int main(int argc, char **argv)
 {
     test_begin(argc, argv);
     TEST_RUN(test_report_grads);
+    TEST_RUN(test_report_pipe);
     TEST_RUN(test_report_emit_parse_every_type);
     TEST_RUN(test_report_type_names);
     TEST_RUN(test_report_rejects_malformed_lines);

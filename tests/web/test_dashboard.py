@@ -579,6 +579,17 @@ def test_model_predictions_and_what_if():
     rows = D.get(f"/v1/experiments/{exp['id']}/results")["rows"]
     check(all(r["pred_step_ms"] is not None for r in rows), rows)
     go(f"/experiments/{exp['id']}", "#runs-table")
+    # the error's verdict beside it (issue 35), each cell the API's
+    check(any(r["pred_verdict"] in ("hit", "miss", "within_noise") for r in rows), rows)
+    wait(lambda: count("#results-table tbody tr") == len(rows), what="results table")
+    cols = js("return [...document.querySelectorAll('#results-table th')].map(th => th.textContent)")
+    check("pred_verdict" in cols and cols.index("pred_verdict") == cols.index("pred_step_err") + 1,
+          cols)
+    verdicts = js("return [...document.querySelectorAll('#results-table td[data-col=pred_verdict]')]"
+                  ".map(td => td.textContent)")
+    check(verdicts == [r["pred_verdict"] or "—" for r in rows], (verdicts, rows))
+    check("pred_contention" in cols, cols)
+    check_table_matches("#results-table", rows)
     segs = wait(lambda: breakdown_segments("Step phases: measured and predicted"), what="model bars")
     for row in rows:
         shown = [v for (bar, seg), v in segs.items() if seg == "backward"
@@ -696,6 +707,10 @@ def test_pipeline_schedule_timeline():
     check("20.0%" in cap[0] and f"{bubble * 100:.1f}%" in cap[0], cap[0])
     cols = js("return [...document.querySelectorAll('#results-table th')].map(th => th.textContent)")
     check("bubble_fraction" in cols and "bubble_theory" in cols, cols)
+    # the predicted bubble beside the measured one, shown where the row has one
+    check(("pred_bubble" in cols) == (row["pred_bubble"] is not None), (cols, row))
+    if "pred_bubble" in cols:
+        check(cols.index("pred_bubble") == cols.index("bubble_fraction") + 1, cols)
     # no script error (a refused what-if, this run having no one-rank base, is a 409 reply)
     errors = [e for e in console_errors() if "Failed to load resource" not in e]
     check(not errors, errors)

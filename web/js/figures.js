@@ -336,8 +336,9 @@ export function mainColumns(table) {
   return [...new Set([...lead, ...keep])].filter((c) => table.columns.includes(c) && some(c));
 }
 
-// A pipeline's columns (spec pipeline > 1), shown when a row has them.
-const PIPELINE_COLUMNS = ['bubble_fraction', 'bubble_theory', 'p2p_ms', 'p2p_bytes'];
+// A pipeline's columns (spec pipeline > 1), shown when a row has them: the predicted
+// bubble (issue 35) beside the measured one.
+const PIPELINE_COLUMNS = ['bubble_fraction', 'pred_bubble', 'bubble_theory', 'p2p_ms', 'p2p_bytes'];
 // The data pipeline's columns (issue 20), shown when a row has them.
 const DATA_COLUMNS = ['data_fraction', 'input_bound', 'loader_cpu_ms', 'read_mbps'];
 
@@ -346,8 +347,10 @@ const DATA_COLUMNS = ['data_fraction', 'input_bound', 'loader_cpu_ms', 'read_mbp
 const RESOURCE_COLUMNS = [...PIPELINE_COLUMNS, ...DATA_COLUMNS, 'model_state_bytes_mean', 'optimizer_bytes_mean', 'peak_rss_bytes_mean', 'peak_rss_bytes_ci95',
   'device_peak_bytes_mean', 'cpu_util_mean', 'involuntary_cs_per_s_mean', 'gpu_util_pct_mean', 'gpu_power_w_mean',
   'target_accuracy', 'tta_s_mean', 'tta_s_ci95', 'tta_epochs_mean', 'tta_reached', 'tta_repeats',
-  // issue 18: the model's prediction and its error, where one was made
-  'pred_step_ms', 'pred_step_err', 'pred_efficiency', 'pred_overlap'];
+  // issue 18: the model's prediction and its error, where one was made; issue 35: the
+  // error's verdict against the measured step's own CI (hit, miss, within_noise) beside
+  // it, and the compute slowdown applied for co-located ranks
+  'pred_step_ms', 'pred_step_err', 'pred_verdict', 'pred_contention', 'pred_efficiency', 'pred_overlap'];
 
 const bytesOrDash = (v) => (v === null || v === undefined ? '—' : fmtBytes(Math.round(v)));
 // Byte columns (a message size, each memory figure and its CI, a pipeline's p2p bytes per
