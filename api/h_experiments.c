@@ -335,6 +335,35 @@ static int h_experiment_reply(struct api_ctx *ctx, int64_t id, int64_t runs_limi
     return text ? api_reply_json_text(rep, text, e) : -1;
 }
 
+/* A calibration (spec calibrate true, docs/model.md "Co-location and contention") that
+ * names no world_size measures k = 1 .. K, K twice the node's CPUs (oversubscription
+ * measured too) but at most the CPU slots a run may take here. The body with that sweep
+ * added (owned, *len set), or NULL to take it as it is. */
+static char *h_calibration_ranks(struct api_ctx *ctx, const char *body, size_t *len)
+{
+    json_t *o = json_loadb(body, *len, 0, NULL);
+    json_t *sweep = json_object_get(o, "sweep");
+    char *out = NULL;
+    if (json_is_true(json_object_get(o, "calibrate")) && !json_object_get(o, "world_size") &&
+        (!sweep || (json_is_object(sweep) && !json_object_get(sweep, "world_size") &&
+                    !json_object_get(sweep, "zip")))) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        int k = (int)(cpus > 0 ? 2 * cpus : 2), slots = scheduler_slots_total(ctx->sched);
+        k = slots > 0 && slots < k ? slots : k;
+        k = k > CALIB_MAX_K ? CALIB_MAX_K : k;
+        json_t *ks = json_array();
+        for (int i = 1; i <= k; i++)
+            json_array_append_new(ks, json_integer(i));
+        if (!sweep)
+            json_object_set_new(o, "sweep", sweep = json_object());
+        json_object_set_new(sweep, "world_size", ks);
+        out = json_dumps(o, JSON_COMPACT);
+        *len = out ? strlen(out) : 0;
+    }
+    json_decref(o);
+    return out;
+}
+
 int h_experiments_create(struct api_ctx *ctx, const struct api_request *req,
                          struct api_reply *rep, struct err *e)
 {
@@ -344,7 +373,10 @@ int h_experiments_create(struct api_ctx *ctx, const struct api_request *req,
         return err_set(e, ERR_INVALID, NULL,
                        "the request body must be an experiment spec "
                        "(JSON object); see GET /v1/spec/schema");
-    json_t *spec = spec_parse(req->body, req->body_len, e);
+    size_t len = req->body_len;
+    char *calib = h_calibration_ranks(ctx, req->body, &len);
+    json_t *spec = spec_parse(calib ? calib : req->body, len, e);
+    free(calib);
     if (!spec)
         return -1;
     json_t *runs = spec_expand(spec, SPEC_MAX_RUNS, e);
@@ -590,31 +622,37 @@ static int h_split_group_by(const char *s, char *buf, size_t cap, const char **n
 }
 
 /* The fits a training experiment's predictions use: those of the experiments named in
- * ?fit=, else the latest finished collective experiment's on its backend and device. */
+ * ?fit=, else the latest finished collective experiment's on its backend and device; with
+ * ?pred_max_world=K only those measured at world <= K (rows above are extrapolated). */
 static int h_results_fits(struct api_ctx *ctx, const struct db_experiment_data *data,
-                          const int64_t *ids, size_t n, struct perf_fit **fits, size_t *nf,
-                          struct err *e)
+                          const int64_t *ids, size_t n, int max_world, struct perf_fit **fits,
+                          size_t *nf, struct err *e)
 {
     *fits = NULL;
     *nf = 0;
     if (strcmp(data->workload, "train") != 0 || data->nruns == 0)
         return 0;
-    return model_fits_choose(ctx->db, ids, n, data->runs[0].spec, fits, nf, e);
+    if (model_fits_choose(ctx->db, ids, n, data->runs[0].spec, fits, nf, e) < 0)
+        return -1;
+    perf_fits_restrict(*fits, nf, max_world);
+    return 0;
 }
 
 int h_experiments_results(struct api_ctx *ctx, const struct api_request *req,
                           struct api_reply *rep, struct err *e)
 {
-    static const char *const args[] = {"group_by", "format", "fit", NULL};
+    static const char *const args[] = {"group_by", "format", "fit", "pred_max_world", NULL};
     char buf[512];
     const char *names[H_MAX_GROUP_BY];
     size_t n;
     const char *format = api_query_get(req, "format");
     int64_t fit_ids[16];
     size_t nfit_ids = 0;
+    int64_t max_world = 0;
     if (api_query_check(req, args, e) < 0 ||
         h_split_group_by(api_query_get(req, "group_by"), buf, sizeof buf, names, &n, e) < 0 ||
-        api_query_ids(req, "fit", fit_ids, 16, &nfit_ids, e) < 0)
+        api_query_ids(req, "fit", fit_ids, 16, &nfit_ids, e) < 0 ||
+        api_query_int(req, "pred_max_world", 1, PERF_MAX_WORLD, 0, &max_world, e) < 0)
         return -1;
     if (format && strcmp(format, "json") != 0 && strcmp(format, "csv") != 0)
         return err_set(e, ERR_INVALID, "format", "format must be json or csv, got '%s'",
@@ -624,9 +662,13 @@ int h_experiments_results(struct api_ctx *ctx, const struct api_request *req,
     if (db_get_experiment_data(ctx->db, req->ids[0], &data, e) == 0) {
         struct perf_fit *fits = NULL;
         size_t nf = 0;
-        int rc = h_results_fits(ctx, &data, fit_ids, nfit_ids, &fits, &nf, e);
+        struct calib_set cals = {0};
+        int rc = h_results_fits(ctx, &data, fit_ids, nfit_ids, (int)max_world, &fits, &nf, e);
+        if (rc == 0 && strcmp(data.workload, "train") == 0)
+            rc = calib_load(ctx->db, &cals, e);
         if (rc == 0)
-            table = results_build_with(&data, names, n, fits, nf, e);
+            table = results_build_calibrated(&data, names, n, fits, nf, &cals, e);
+        calib_set_free(&cals);
         free(fits);
     }
     db_experiment_data_free(&data);

@@ -33,6 +33,10 @@ int h_experiments_report(struct api_ctx *ctx, const struct api_request *req,
                          struct api_reply *rep, struct err *e);
 int h_predict(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
               struct err *e);
+int h_calibrations_list(struct api_ctx *ctx, const struct api_request *req,
+                        struct api_reply *rep, struct err *e);
+int h_calibrations_get(struct api_ctx *ctx, const struct api_request *req,
+                       struct api_reply *rep, struct err *e);
 /* h_runs.c */
 int h_runs_get(struct api_ctx *ctx, const struct api_request *req, struct api_reply *rep,
                struct err *e);

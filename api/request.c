@@ -70,7 +70,7 @@ int api_query_ids(const struct api_request *req, const char *key, int64_t *ids, 
                   size_t *n, struct err *e)
 {
     const char *s = api_query_get(req, key);
-    size_t have = *n;
+    size_t have = *n, listed = *n; /* what is there counts against cap, as listed ids do */
     while (s && *s) {
         const char *comma = strchr(s, ',');
         size_t len = comma ? (size_t)(comma - s) : strlen(s);
@@ -82,7 +82,9 @@ int api_query_ids(const struct api_request *req, const char *key, int64_t *ids, 
         bool dup = false;
         for (size_t i = 0; i < have; i++)
             dup = dup || ids[i] == v;
-        if (!dup && have == cap)
+        /* the cap counts the ids listed, a repeat too: the schema's maxItems is the list's
+         * (the path's id beside ?with=, the list's own length for ?fit=) */
+        if (++listed > cap || (!dup && have == cap))
             return err_set(e, ERR_INVALID, key, "%s: at most %zu ids", key, cap);
         if (!dup)
             ids[have++] = v;

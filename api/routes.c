@@ -40,6 +40,8 @@ static const struct api_route api_routes[] = {
     {"GET", "/v1/experiments/{experiment}/fit", h_experiments_fit, true},
     {"GET", "/v1/experiments/{experiment}/report", h_experiments_report, true},
     {"POST", "/v1/predict", h_predict, true},
+    {"GET", "/v1/calibrations", h_calibrations_list, true},
+    {"GET", "/v1/calibrations/{calibration}", h_calibrations_get, true},
     {"GET", "/v1/events", h_system_events, false},
     {"GET", "/v1/runs/{run}", h_runs_get, false},
     {"POST", "/v1/runs/{run}/cancel", h_runs_cancel, false},

@@ -37,6 +37,9 @@ enum args_opt_id {
     O_LINK,
     O_WORLD_SIZES,
     O_STRATEGIES,
+    O_NODES,
+    O_NETWORK_PROFILE,
+    O_PRED_MAX_WORLD,
 };
 
 #define ON(cmd) (1u << (cmd))
@@ -73,6 +76,9 @@ static const struct args_opt args_opts[] = {
     {"link", 0, true, ON(CMD_PREDICT), O_LINK},
     {"world-sizes", 0, true, ON(CMD_PREDICT), O_WORLD_SIZES},
     {"strategies", 0, true, ON(CMD_PREDICT), O_STRATEGIES},
+    {"nodes", 0, true, ON(CMD_PREDICT), O_NODES},
+    {"network-profile", 0, true, ON(CMD_PREDICT), O_NETWORK_PROFILE},
+    {"pred-max-world", 0, true, ON(CMD_PREDICT), O_PRED_MAX_WORLD},
     {"wait", 0, false, ON(CMD_CANCEL), O_WAIT},
 };
 
@@ -161,6 +167,9 @@ static int args_set_value(struct cli_args *a, const struct args_opt *o, const ch
     case O_LINK: a->link = v; return 0;
     case O_WORLD_SIZES: a->world_sizes = v; return 0;
     case O_STRATEGIES: a->strategies = v; return 0;
+    case O_NODES: a->nodes = v; return 0;
+    case O_NETWORK_PROFILE: a->network_profile = v; return 0;
+    case O_PRED_MAX_WORLD: a->pred_max_world = v; return 0;
     default: return err_set(e, ERR_INTERNAL, NULL, "option without a value handled as one");
     }
 }
@@ -402,10 +411,13 @@ static const char args_usage_fmt[] =
     "  fit ID [ID...]                 latency-bandwidth fits of collective experiments\n"
     "  predict ID [--run] [--fit ID,...] [--link GBPS,US] [--world-sizes N,...]\n"
     "          [--strategies S,...]   what-if scaling from a training experiment's one-rank\n"
+    "          [--nodes N] [--network-profile P] [--pred-max-world K]\n"
     "                                 (S: %s)\n"
     "                                 runs (--run: ID is one run) with the fits of the\n"
     "                                 collective experiments named (default: the latest)\n"
-    "                                 or a link of GBPS Gbit/s and US microseconds\n"
+    "                                 or a link of GBPS Gbit/s and US microseconds; ranks\n"
+    "                                 over N nodes under profile P; only fits of at most K\n"
+    "                                 ranks (the extrapolation check)\n"
     "  report ID [ID...] [-o FILE]    one self-contained HTML report of the experiments\n"
     "  dataset convert --name NAME --path DIR [--from FORMAT] --to FORMAT [--out ROOT]\n"
     "          [--quality Q] [--level L] [--shard-mb M]\n"

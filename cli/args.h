@@ -62,6 +62,7 @@ struct cli_args {
     const char *group_by;                              /* show, compare, export */
     const char *output;                                /* export, trace, report -o */
     const char *fit, *link, *world_sizes, *strategies; /* predict */
+    const char *nodes, *network_profile, *pred_max_world; /* predict: one value each */
     /* dataset: every word after it, untouched (they are ddpbench-data's arguments) */
     char **rest;
     int nrest;

@@ -513,20 +513,25 @@ static json_t *cmd_predict_body(const struct cli_args *a, const char **bad)
     json_t *body = json_pack("{s:I}", a->run ? "run" : "experiment", (json_int_t)a->ids[0]);
     struct {
         const char *value, *key, *opt;
-        bool numbers;
-    } lists[] = {{a->fit, "fit", "--fit", true},
-                 {a->world_sizes, "world_sizes", "--world-sizes", true},
-                 {a->strategies, "strategies", "--strategies", false}};
+        bool numbers, one; /* one: a single value, not a list (the daemon checks ranges) */
+    } lists[] = {{a->fit, "fit", "--fit", true, false},
+                 {a->world_sizes, "world_sizes", "--world-sizes", true, false},
+                 {a->strategies, "strategies", "--strategies", false, false},
+                 {a->nodes, "nodes", "--nodes", true, true},
+                 {a->network_profile, "network_profile", "--network-profile", false, true},
+                 {a->pred_max_world, "pred_max_world", "--pred-max-world", true, true}};
     for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
         if (!lists[i].value)
             continue;
         json_t *l = cmd_list(lists[i].value, lists[i].numbers);
-        if (!l) {
+        if (!l || (lists[i].one && json_array_size(l) != 1)) {
             *bad = lists[i].opt;
+            json_decref(l);
             json_decref(body);
             return NULL;
         }
-        json_object_set_new(body, lists[i].key, l);
+        json_object_set(body, lists[i].key, lists[i].one ? json_array_get(l, 0) : l);
+        json_decref(l);
     }
     if (a->link) {
         json_t *l = cmd_list(a->link, true);
@@ -553,7 +558,8 @@ static int cmd_predict(struct cli *cli)
         char msg[160];
         snprintf(msg, sizeof msg,
                  "%s: a comma-separated list (--link: GBPS,US; --fit, --world-sizes: "
-                 "numbers)",
+                 "numbers; --nodes, --pred-max-world: one number; --network-profile: one "
+                 "name)",
                  bad);
         return cmd_fail_local(cli, CLI_EXIT_USAGE, msg);
     }

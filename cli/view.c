@@ -953,6 +953,7 @@ static const struct view_col view_predict_cols[] = {
     {"speedup", "speedup", VK_NUM, NULL, 0},
     {"efficiency", "efficiency", VK_PCT, NULL, 0},
     {"overlap", "overlap", VK_PCT, NULL, 0},
+    {"extrapolated", "extrapolated", VK_VALUE, NULL, 0},
 };
 
 int view_predict(const json_t *reply, struct buf *out)
@@ -972,6 +973,10 @@ int view_predict(const json_t *reply, struct buf *out)
     }
     int rc = VIEW_ROWS(rows, view_predict_cols, out);
     json_decref(rows);
+    const char *covers = json_string_value(
+        json_object_get(json_object_get(reply, "covers"), "text"));
+    if (rc == 0 && covers) /* the range the data covers: what "extrapolated" is against */
+        rc = buf_printf(out, "data: %s\n", covers);
     json_array_foreach(json_object_get(reply, "predictions"), i, c)
     {
         char line[160];

@@ -190,7 +190,20 @@ enum column_group {
     X(PRED_MODEL_VERSION, "pred_model_version", VALUE, INTEGER, "", "model version",           \
       PREDICTION, "the performance model's version")                                           \
     X(PRED_NOTE, "pred_note", VALUE, STRING, "", "model note", PREDICTION,                     \
-      "why there is no prediction; null where there is")
+      "why there is no prediction; null where there is")                                       \
+    X(PRED_EXTRAPOLATED, "pred_extrapolated", VALUE, BOOLEAN, "", "extrapolated", PREDICTION,  \
+      "the prediction goes beyond the world sizes or node counts its fits measured")           \
+    X(PRED_RANGE, "pred_range", VALUE, STRING, "", "prediction range", PREDICTION,             \
+      "what the prediction's data covers: the fits' world sizes and nodes, the base's ranks")  \
+    X(PRED_BUBBLE, "pred_bubble", VALUE, NUMBER, "fraction", "model bubble", PREDICTION,       \
+      "a pipeline's simulated idle share of the step, beside bubble_fraction; null without "   \
+      "a pipeline")                                                                            \
+    X(PRED_CONTENTION, "pred_contention", VALUE, NUMBER, "", "contention", PREDICTION,         \
+      "the compute slowdown the prediction applied for ranks sharing the node (1: none)")      \
+    X(PRED_CALIBRATION, "pred_calibration", VALUE, INTEGER, "", "calibration", PREDICTION,     \
+      "the stored calibration used (GET /v1/calibrations); null: none, the core-share rule")   \
+    X(PRED_VERDICT, "pred_verdict", VALUE, STRING, "", "model verdict", PREDICTION,            \
+      "hit, miss or within_noise: the step error against 15 % and the step's own 95% CI")
 
 #define COLUMNS_ACCURACY(X)                                                                    \
     X(TEST_ACC, "test_acc", MEAN, NUMBER, "fraction", "test accuracy", TRAIN,                  \

@@ -126,6 +126,7 @@ struct spec_train {
     bool broadcast_init, eval;
     bool cudnn_benchmark; /* device cuda: convolution algorithms measured once per shape */
     bool loader_only;     /* the loader alone: no model is trained */
+    bool calibrate;       /* a contention calibration: no exchange (docs/model.md) */
     struct spec_dataset dataset;
     struct spec_optimizer optimizer;
     struct spec_lr_schedule lr_schedule;

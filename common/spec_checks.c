@@ -501,6 +501,50 @@ static bool spec_single_process_broken(const json_t *spec, enum spec_workload wl
     return true;
 }
 
+/* A collective on a framework engine (issue 35): only pytorch runs one, torch.distributed
+ * over gloo on the CPU, with what gloo has: no sendrecv or reduce_scatter, no forced
+ * algorithm, no bfloat16,
+ * no model-shaped sizes (the C worker computes those). True with field and reason. */
+static bool spec_collective_engine_broken(const json_t *spec, enum spec_workload wl,
+                                          const json_t *skip, const char **field, char *why,
+                                          size_t n)
+{
+    (void)wl;
+    (void)skip;
+    const char *engine = json_string_value(spec_field_value(spec, "engine"));
+    if (!engine || strcmp(engine, "ddpbench") == 0)
+        return false;
+    const char *backend = json_string_value(spec_field_value(spec, "backend"));
+    const char *device = json_string_value(spec_field_value(spec, "device"));
+    const char *op = json_string_value(spec_field_value(spec, "op"));
+    const char *alg = json_string_value(spec_field_value(spec, "algorithm"));
+    const char *dtype = json_string_value(spec_field_value(spec, "dtype"));
+    const char *model = json_string_value(spec_field_value(spec, "buckets_of"));
+    if (strcmp(engine, "pytorch") != 0)
+        *field = "engine",
+        snprintf(why, n, "a collective runs on engine ddpbench or pytorch, not %s", engine);
+    else if ((backend && strcmp(backend, "tcp") != 0) || (device && strcmp(device, "cpu") != 0))
+        *field = backend && strcmp(backend, "tcp") != 0 ? "backend" : "device",
+        snprintf(why, n,
+                 "engine pytorch measures torch.distributed's gloo: backend tcp, "
+                 "device cpu");
+    else if (op && (strcmp(op, "sendrecv") == 0 || strcmp(op, "reduce_scatter") == 0))
+        *field = "op", snprintf(why, n,
+                                "engine pytorch measures allreduce, all_gather and "
+                                "broadcast (torch 1.13's gloo has no reduce_scatter)");
+    else if (alg && strcmp(alg, "auto") != 0)
+        *field = "algorithm", snprintf(why, n, "gloo chooses its own algorithm: auto only");
+    else if (dtype && strcmp(dtype, "bfloat16") == 0)
+        *field = "dtype", snprintf(why, n, "torch 1.13's gloo has no bfloat16");
+    else if (model && strcmp(model, "none") != 0)
+        *field = "buckets_of", snprintf(why, n,
+                                        "engine pytorch takes explicit sizes: "
+                                        "buckets_of none");
+    else
+        return false;
+    return true;
+}
+
 /* --- the table and its walk -------------------------------------------------------- */
 
 /* Every cross-field check, in the order they are judged; the comment names its clause

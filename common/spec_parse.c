@@ -1032,3 +1032,34 @@ size_t spec_collective_sizes(const struct spec_collective *c, int64_t *sizes, si
         sizes[n++] = s;
     return n;
 }
+
+/* Whether field f's value v equals its default def: sizes by their bytes ("4K" is 4096),
+ * numbers by value (2 is 2.0), the rest as JSON. */
+static bool spec_is_default(const struct spec_field *f, const json_t *v, const json_t *def)
+{
+    int64_t a, b;
+    if (f->type == SPEC_T_SIZE)
+        return spec_parse_size(v, &a, NULL) == 0 && spec_parse_size(def, &b, NULL) == 0 &&
+               a == b;
+    if (json_is_number(v) && json_is_number(def))
+        return json_number_value(v) == json_number_value(def);
+    return json_equal(v, def);
+}
+
+json_t *spec_nondefault(const json_t *spec)
+{
+    json_t *out = json_object();
+    const json_t *sweep = json_object_get(spec, "sweep");
+    for (size_t i = 0; out && i < spec_field_count; i++) {
+        const struct spec_field *f = &spec_field_table[i];
+        const json_t *v = spec_field_value(spec, f->name);
+        if (!v || json_is_null(v) || json_object_get(sweep, f->name))
+            continue;
+        json_t *def = f->def ? json_loads(f->def, JSON_DECODE_ANY, NULL) : NULL;
+        bool same = def && spec_is_default(f, v, def);
+        json_decref(def);
+        if (!same)
+            json_object_set(out, f->name, (json_t *)v);
+    }
+    return out;
+}

@@ -482,7 +482,13 @@ static const char spec_schema_description_format[] =
     "(15) a "
     "single-process strategy (mirrored, dp), at every point: its one process on one node "
     "(nodes at most 1 and ranks_per_node 0 or at least world_size), launcher ddpbench, "
-    "no elastic, pipeline 1. "
+    "no elastic, pipeline 1";
+/* Its rules from (16) on (one C string may hold only so much). */
+static const char spec_schema_description_tail[] =
+    "; (16) a collective on a framework engine, at every point: "
+    "engine pytorch, backend tcp, device cpu, op allreduce, all_gather or broadcast, "
+    "algorithm auto, dtype not "
+    "bfloat16, buckets_of none. "
     "dataset.path must also resolve beneath one of the daemon's --data-dir directories, "
     "else 400 naming it. A run must also fit this node or the cluster's nodes "
     "(CPU slots, GPUs, and for device cpu its memory; transport shm on one node), else "
@@ -526,9 +532,12 @@ json_t *spec_schema_json(void)
     json_object_set_new(props, "sweep",
                         json_pack("{s:s, s:s, s:o, s:b}", "description", sweep_desc, "type",
                                   "object", "properties", swept, "additionalProperties", 0));
-    char description[sizeof spec_schema_description_format + 32];
-    snprintf(description, sizeof description, spec_schema_description_format, SPEC_MAX_RUNS,
-             (double)SPEC_MAX_RANK_BYTES / (1024.0 * SPEC_GIB));
+    char description[sizeof spec_schema_description_format +
+                     sizeof spec_schema_description_tail + 32];
+    int head = snprintf(description, sizeof description, spec_schema_description_format,
+                        SPEC_MAX_RUNS, (double)SPEC_MAX_RANK_BYTES / (1024.0 * SPEC_GIB));
+    snprintf(description + head, sizeof description - (size_t)head, "%s",
+             spec_schema_description_tail);
     json_t *schema = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:b}", "$schema",
                                "https://json-schema.org/draft/2020-12/schema", "title",
                                "ddpbench experiment spec", "description", description, "type",

@@ -496,6 +496,16 @@ static const struct spec_field spec_fields[] = {
      .desc = "A loader-only run: each step takes its batches from the loader and trains "
              "nothing, so the throughput is what the data pipeline supplies on its own (sweep "
              "it against false to see whether training is input-bound)."},
+    {.name = "calibrate", .type = SPEC_T_BOOL, .workloads = SPEC_WL_TRAIN,
+     .flags = SPEC_F_SWEEP, .def = "false", SPEC_AT(train.calibrate),
+     .desc = "A contention calibration (issue 35, docs/model.md \"Co-location and "
+             "contention\"): each rank trains its own replica and exchanges nothing, "
+             "placed and pinned as a training run of the same world_size, so the phases at "
+             "world_size k over those at 1 are what k co-located ranks cost each other. "
+             "Sweep world_size (e.g. [1, 2, 3, 4]); with none given, k runs from 1 to twice "
+             "the node's CPUs, at most the daemon's CPU slots. The finished experiment is "
+             "stored once as a calibration (GET /v1/calibrations) that predictions on the "
+             "node apply."},
     {.name = "optimizer.type", .type = SPEC_T_ENUM, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_SWEEP, .choices = spec_optimizers, .def = "\"sgd\"",
      SPEC_AT(train.optimizer.type),
@@ -547,6 +557,8 @@ static const struct spec_field spec_fields[] = {
              "ZeroRedundancyOptimizer), horovod, tensorflow (MultiWorkerMirroredStrategy), "
              "deepspeed, lightning (PyTorch Lightning's DDP), or script (the operator's "
              "script under --scripts-dir). "
+             "A collective runs on ddpbench or pytorch (torch.distributed over gloo: the "
+             "network fits of the framework engines, backend \"gloo\"). "
              "GET /v1/engines lists what each node has installed."},
     {.name = "script", .type = SPEC_T_STRING, .workloads = SPEC_WL_TRAIN,
      .flags = SPEC_F_PRINTABLE, .min = 0, .max = 255, .def = "\"\"", SPEC_AT(train.script),

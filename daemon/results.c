@@ -13,6 +13,7 @@
 #include "common/stats.h"
 #include "common/vocab.h"
 #include "daemon/model.h"
+#include "daemon/model_pipe.h"
 
 /* --- growable vectors (of doubles, and of step indexes) ---------------------------------- */
 
@@ -771,50 +772,163 @@ static void results_put_tta(struct results_table *t, struct results_tta *a)
 struct results_pred {
     struct perf_step st, one; /* at the group's world size, and at one rank */
     double samples;           /* global batch of a step */
+    double replicas_share;    /* of the world that are replicas: 1, a pipeline's 1 / P */
+    double bubble;            /* a pipeline's simulated bubble; NaN: no pipeline */
     int64_t base_run;
-    char *fits;       /* owned: "id,id" of the fits used */
-    const char *note; /* why there is none */
+    int64_t calib_id;        /* the calibration applied (calib.h), 0: none */
+    char *fits;              /* owned: "id,id" of the fits used */
+    const char *note;        /* why there is none */
+    char note_buf[256];      /* note's text when composed (across nodes) */
+    struct perf_range range; /* what the fits used and the base cover */
+    bool extrapolated;       /* the group lies outside range */
 };
+
+/* The network group g's run used (fits, used: the caller's): its own placement's fits, and
+ * across nodes the link's and one node's (intra, the caller's). */
+static void results_net_of(const struct db_data_run *run, const struct perf_fit *fits,
+                           size_t nfits, bool *used, struct perf_net *net,
+                           struct perf_net *intra)
+{
+    model_net_of(run->spec, run->network_profile, run->nodes, fits, nfits, used, net);
+    int per_node = run->ranks_per_node > 0
+                       ? run->ranks_per_node
+                       : (run->world_size + run->nodes - 1) / (run->nodes > 0 ? run->nodes : 1);
+    model_net_across(net, per_node, intra);
+}
+
+/* The range of p's fits (used) and base b, and whether run lies beyond it. */
+static void results_pred_range(struct results_pred *p, const struct db_data_run *run,
+                               const struct db_data_run *b, const struct perf_fit *fits,
+                               size_t nfits, const bool *used)
+{
+    perf_range_of(fits, nfits, used, b->world_size, &p->range);
+    p->extrapolated = perf_range_extrapolates(&p->range, run->world_size, run->nodes);
+}
+
+/* The batch of a step of run, per replica (accumulation's micro-batches counted). */
+static double results_pred_samples(const struct db_data_run *run)
+{
+    double batch = json_number_value(spec_field_value(run->spec, "batch_size"));
+    double accum = json_number_value(spec_field_value(run->spec, "accumulate"));
+    return batch * (accum >= 1 ? accum : 1);
+}
+
+/* The pipe step's figures as a results row's pred_* read them (perf_step). */
+static void results_pred_from_pipe(const struct perf_pipe_step *ps, struct perf_step *st)
+{
+    *st = (struct perf_step){.step_s = ps->step_s,
+                             .data_s = ps->data_s,
+                             .forward_s = ps->forward_s,
+                             .backward_s = ps->backward_s,
+                             .optimizer_s = ps->optimizer_s,
+                             .comm_s = ps->exposed_s,
+                             .exposed_s = ps->exposed_s,
+                             .contention = ps->contention,
+                             .overlap = NAN};
+}
+
+/* A pipeline group (spec pipeline > 1): its schedule simulated from rank 0's layer profile
+ * (model_pipe.h); one rank as perf_simulate predicts it, for the efficiency. */
+static void results_predict_pipe(const struct db_data_run *run, const struct db_data_run *b,
+                                 const struct perf_fit *fits, size_t nfits,
+                                 struct results_pred *p)
+{
+    bool *used = calloc(nfits + 1, sizeof *used);
+    struct perf_pipe_step ps;
+    p->base_run = b->id;
+    if (!used) {
+        p->note = "out of memory";
+        return;
+    }
+    if (model_pipe_point(run, b, fits, nfits, used, &ps, &p->one, &p->note) == 0) {
+        results_pred_from_pipe(&ps, &p->st);
+        p->bubble = ps.bubble;
+        p->replicas_share = 1.0 / results_spec_int(run->spec, "pipeline", 1);
+        p->samples = results_pred_samples(run);
+        p->fits = model_used_ids(fits, nfits, used);
+        results_pred_range(p, run, b, fits, nfits, used);
+    }
+    free(used);
+}
+
+/* Why a run of spec's framework engine is not simulated (model_exchange_of), into *note;
+ * ddpbench's and the simulated engines' leave it NULL. */
+static void results_engine_note(const json_t *spec, const char **note)
+{
+    const char *engine = json_string_value(spec_field_value(spec, "engine"));
+    const char *strategy = json_string_value(spec_field_value(spec, "strategy"));
+    enum perf_exchange x;
+    model_exchange_of(engine, strategy ? strategy : "ddp", &x, note);
+}
 
 /* Predicts group g from the one-rank group base (its first run that reported gradient
  * readiness) with fits. */
 static void results_predict(const struct results_group *g, const struct results_group *base,
-                            const struct perf_fit *fits, size_t nfits, struct results_pred *p)
+                            const struct perf_fit *fits, size_t nfits,
+                            const struct calib_set *cals, struct results_pred *p)
 {
     memset(p, 0, sizeof *p);
     const struct db_data_run *run = g->n ? g->runs[0] : NULL, *b = NULL;
     for (size_t i = 0; base && i < base->n && !b; i++)
         if (base->runs[i]->ngrads > 0)
             b = base->runs[i];
-    p->note = run && results_spec_int(run->spec, "pipeline", 1) > 1
-                  ? "the model does not simulate pipeline parallelism"
+    p->bubble = NAN;
+    p->replicas_share = 1;
+    p->note = run && json_is_true(spec_field_value(run->spec, "calibrate"))
+                  ? "a calibration's ranks exchange nothing: it is stored as the node's "
+                    "contention (GET /v1/calibrations), not predicted"
               : !run || !base ? "no one-rank run to predict from"
               : !b            ? "the one-rank run reported no gradient readiness"
-              : nfits == 0    ? "no network fit: run a collective experiment on this backend"
+              : nfits == 0    ? model_no_fit_note(run->spec)
                               : NULL;
+    const char *engine_note = NULL; /* an engine the model does not simulate says so first */
+    if (run && results_spec_int(run->spec, "pipeline", 1) <= 1)
+        results_engine_note(run->spec, &engine_note);
+    if (engine_note)
+        p->note = engine_note;
     if (p->note)
         return;
+    if (results_spec_int(run->spec, "pipeline", 1) > 1) {
+        results_predict_pipe(run, b, fits, nfits, p);
+        return;
+    }
     struct model_base mb;
     if (model_base_of(b, &mb, &p->note) < 0)
         return;
     bool *used = calloc(nfits + 1, sizeof *used);
     struct perf_setup s;
-    model_setup_at(run, run->world_size, run->ranks_per_node, b, &s);
-    struct perf_net net;
-    model_net_of(run->spec, run->network_profile, run->nodes, fits, nfits, used, &net);
+    model_setup_calibrated(run, run->world_size, run->ranks_per_node, b, cals, &s,
+                           &p->calib_id);
+    struct perf_net net, intra;
+    results_net_of(run, fits, nfits, used, &net, &intra);
     struct perf_setup s1 = s;
     s1.world = 1;
     s1.compute_scale = 1;
+    s1.has_contention = false;
     if (!used || perf_simulate(&mb.b, &s, &net, &p->st) < 0 ||
-        perf_simulate(&mb.b, &s1, &net, &p->one) < 0)
+        perf_simulate(&mb.b, &s1, &net, &p->one) < 0) {
         p->note = "no network fit covers this backend, device, network and placement";
+        if (used && net.intra) { /* across nodes: say which fit is missing */
+            model_across_note(&net, p->note_buf, sizeof p->note_buf);
+            p->note = p->note_buf;
+        }
+    }
+    if (used)
+        results_pred_range(p, run, b, fits, nfits, used);
     p->base_run = b->id;
     p->fits = used ? model_used_ids(fits, nfits, used) : NULL;
-    double batch = json_number_value(spec_field_value(run->spec, "batch_size"));
-    double accum = json_number_value(spec_field_value(run->spec, "accumulate"));
-    p->samples = batch * (accum >= 1 ? accum : 1);
+    p->samples = results_pred_samples(run);
     free(used);
     model_base_cleanup(&mb);
+}
+
+/* pred_contention and pred_calibration (issue 35): the compute slowdown the prediction
+ * applied and the calibration it came from (null: the core-share rule, or none). */
+static void results_put_contention(struct results_table *t, const struct results_pred *p)
+{
+    results_put(t, COL_PRED_CONTENTION, p ? results_num(p->st.contention) : NULL);
+    results_put(t, COL_PRED_CALIBRATION,
+                p && p->calib_id > 0 ? json_integer((json_int_t)p->calib_id) : NULL);
 }
 
 /* pred_* columns: the prediction and its error against what was measured (relative for
@@ -826,7 +940,7 @@ static void results_put_pred(struct results_table *t, const struct results_pred 
     bool ok = p && !p->note;
     double w = world > 0 ? (double)world : NAN;
     double pstep = ok ? p->st.step_s * 1e3 : NAN;
-    double pthr = ok ? p->samples * w / p->st.step_s : NAN;
+    double pthr = ok ? p->samples * w * p->replicas_share / p->st.step_s : NAN;
     double peff = ok ? pthr / (w * p->samples / p->one.step_s) : NAN;
     double pover = ok ? p->st.overlap : NAN;
     const double ph[PHASE_N] = {[PHASE_DATA] = ok ? p->st.data_s : NAN,
@@ -851,6 +965,33 @@ static void results_put_pred(struct results_table *t, const struct results_pred 
     results_put(t, COL_PRED_FITS, ok && p->fits ? json_string(p->fits) : NULL);
     results_put(t, COL_PRED_MODEL_VERSION, ok ? json_integer(PERF_MODEL_VERSION) : NULL);
     results_put(t, COL_PRED_NOTE, ok ? NULL : json_string(p ? p->note : "not predicted"));
+    char range[128];
+    if (ok)
+        perf_range_text(&p->range, range, sizeof range);
+    results_put(t, COL_PRED_EXTRAPOLATED, ok ? json_boolean(p->extrapolated) : NULL);
+    results_put(t, COL_PRED_RANGE, ok ? json_string(range) : NULL);
+    results_put(t, COL_PRED_BUBBLE, ok ? results_num(p->bubble) : NULL);
+    results_put_contention(t, ok ? p : NULL);
+}
+
+const char *results_pred_verdict(double err, double noise)
+{
+    if (!isfinite(err) || !isfinite(noise))
+        return NULL;
+    err = fabs(err);
+    if (noise >= err)
+        return "within_noise";
+    return err <= RESULTS_PRED_TOLERANCE ? "hit" : "miss";
+}
+
+/* The pred_verdict cell: the step error (pred_step_err's) judged against the measured
+ * step's own interval, step_ci over step_ms. */
+static void results_put_verdict(struct results_table *t, const struct results_pred *p,
+                                double step_ms, double step_ci)
+{
+    double pstep = p && !p->note ? p->st.step_s * 1e3 : NAN;
+    const char *v = results_pred_verdict((pstep - step_ms) / step_ms, step_ci / step_ms);
+    results_put(t, COL_PRED_VERDICT, v ? json_string(v) : NULL);
 }
 
 static void results_train_row(struct results_table *t, const struct results_group *g,
@@ -895,6 +1036,7 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_put(t, COL_EFFICIENCY, results_num(speedup / (double)r->world));
     results_put_pred(t, pred, r->world, step.mean, thr.mean, speedup / (double)r->world,
                      overlap);
+    results_put_verdict(t, pred, step.mean, step.ci95);
     results_put_stats(t, COL_TEST_ACC, &acc);
     results_put(t, COL_TEST_ACC_PER_CLASS, results_classes_cell(&r->cls));
     results_put_stats(t, COL_TRAIN_LOSS, &loss);
@@ -902,21 +1044,6 @@ static void results_train_row(struct results_table *t, const struct results_grou
     results_put_tta(t, &r->tta);
     results_put_elastic(t, r);
     results_end_row(t);
-}
-
-/* True when keys a and b are equal but for the fields named in drop. */
-static bool results_same_but(const json_t *a, const json_t *b, const char *const *drop,
-                             size_t n)
-{
-    json_t *k1 = json_deep_copy(a), *k2 = json_deep_copy(b);
-    for (size_t i = 0; i < n; i++) {
-        json_object_del(k1, drop[i]);
-        json_object_del(k2, drop[i]);
-    }
-    bool same = json_equal(k1, k2);
-    json_decref(k1);
-    json_decref(k2);
-    return same;
 }
 
 /* The group that differs from key only by having world_size 1 (and so one node with one
@@ -940,14 +1067,15 @@ static size_t results_find_base(const struct results_groups *gs, const json_t *k
                 (strcmp(scale[i], "oversubscribed") != 0 || any_share))
                 drop[n++] = scale[i];
         for (size_t b = 0; b < gs->n; b++)
-            if (tg[b].world == 1 && results_same_but(gs->g[b].key, key, drop, n))
+            if (tg[b].world == 1 && model_same_but(gs->g[b].key, key, drop, n))
                 return b;
     }
     return gs->n;
 }
 
 static int results_training(struct results_table *t, const struct results_groups *gs,
-                            const struct perf_fit *fits, size_t nfits, struct err *e)
+                            const struct perf_fit *fits, size_t nfits,
+                            const struct calib_set *cals, struct err *e)
 {
     struct results_train *rs = calloc(gs->n + 1, sizeof *rs);
     struct results_train_group *tg = calloc(gs->n + 1, sizeof *tg);
@@ -969,7 +1097,7 @@ static int results_training(struct results_table *t, const struct results_groups
         size_t b = results_find_base(gs, gs->g[k].key, tg, false);
         size_t mb = results_find_base(gs, gs->g[k].key, tg, true);
         struct results_pred pred;
-        results_predict(&gs->g[k], mb < gs->n ? &gs->g[mb] : NULL, fits, nfits, &pred);
+        results_predict(&gs->g[k], mb < gs->n ? &gs->g[mb] : NULL, fits, nfits, cals, &pred);
         results_train_row(t, &gs->g[k], &rs[k], b < gs->n ? &tg[b] : NULL, b == k, &pred);
         free(pred.fits);
     }
@@ -1025,6 +1153,14 @@ json_t *results_build_with(const struct db_experiment_data *data, const char *co
                            size_t ngroup, const struct perf_fit *fits, size_t nfits,
                            struct err *e)
 {
+    return results_build_calibrated(data, group_by, ngroup, fits, nfits, NULL, e);
+}
+
+json_t *results_build_calibrated(const struct db_experiment_data *data,
+                                 const char *const *group_by, size_t ngroup,
+                                 const struct perf_fit *fits, size_t nfits,
+                                 const struct calib_set *cals, struct err *e)
+{
     json_t *fields = results_fields(data, group_by, ngroup, e);
     if (!fields)
         return NULL;
@@ -1038,7 +1174,7 @@ json_t *results_build_with(const struct db_experiment_data *data, const char *co
     if (rc == 0 && collective)
         rc = results_collectives(&t, &gs, e);
     else if (rc == 0)
-        rc = results_training(&t, &gs, fits, nfits, e);
+        rc = results_training(&t, &gs, fits, nfits, cals, e);
     if (rc == 0 && json_array_size(t.rows) == 0)
         results_columns_only(&t, fields, collective);
     results_groups_free(&gs);

@@ -47,6 +47,8 @@
 #include "daemon/db.h"
 #include "daemon/perf.h"
 
+struct calib_set; /* daemon/calib.h */
+
 /* Statistics are common/stats.h's (stats_summarize), shared with the worker. */
 
 /* data: borrowed, from db_get_experiment_data. group_by: spec field names (NULL or empty
@@ -69,7 +71,22 @@ json_t *results_build(const struct db_experiment_data *data, const char *const *
 json_t *results_build_with(const struct db_experiment_data *data, const char *const *group_by,
                            size_t ngroup, const struct perf_fit *fits, size_t nfits,
                            struct err *e);
+/* results_build_with, and each prediction at a placement that shares a node corrected by
+ * the latest calibration of its node and model in cals (borrowed, NULL: none; calib.h):
+ *   pred_contention (the compute slowdown applied), pred_calibration (its id, or null) */
+json_t *results_build_calibrated(const struct db_experiment_data *data,
+                                 const char *const *group_by, size_t ngroup,
+                                 const struct perf_fit *fits, size_t nfits,
+                                 const struct calib_set *cals, struct err *e);
 /* The table as CSV (RFC 4180; header = columns). Owned malloc'd string. */
 char *results_csv(const json_t *table, size_t *len, struct err *e);
+
+/* A prediction's verdict (the pred_verdict column, docs/model.md "Noise and error"): err
+ * the step error's size, |pred - measured| / measured; noise the measured step's own 95%
+ * CI half-width over its mean. "within_noise" when noise >= err (the measurement cannot
+ * tell the prediction from the truth), else "hit" within RESULTS_PRED_TOLERANCE, else
+ * "miss"; NULL when either is not a number (no prediction, or no interval: one step). */
+#define RESULTS_PRED_TOLERANCE 0.15
+const char *results_pred_verdict(double err, double noise);
 
 #endif

@@ -151,7 +151,8 @@ EDGE_SPECS = [
                      "world_size": [1, 2]}), True),
     (dict(TR, sweep={"zip": [{"engine": "ddpbench", "name": "x"}]}), False),
     (dict(TR, sweep={"zip": []}), False),
-    (dict(C, sweep={"zip": [{"engine": "ddpbench"}]}), False),  # not a collective field
+    (dict(C, sweep={"zip": [{"strategy": "ddp"}]}), False),  # not a collective field
+    (dict(C, sweep={"zip": [{"engine": "ddpbench"}]}), True),  # issue 35: gloo's collectives
     (dict(C, max_bytes="2G"), True),
     (dict(C, max_bytes="0002GiB"), True),
     (dict(C, max_bytes="2097152K"), True),

@@ -143,6 +143,14 @@ static void test_args_model_commands(void)
     T_OK(parse(&a, &e, ARGV("predict", "--run", "12", "--link", "10,25")));
     T_CHECK(a.run);
     T_EQ_STR(a.link, "10,25");
+    T_CHECK(!a.nodes && !a.network_profile && !a.pred_max_world);
+    T_OK(parse(&a, &e,
+               ARGV("predict", "5", "--nodes", "2", "--network-profile", "1gbe",
+                    "--pred-max-world", "2")));
+    T_EQ_STR(a.nodes, "2");
+    T_EQ_STR(a.network_profile, "1gbe");
+    T_EQ_STR(a.pred_max_world, "2");
+    T_CHECK(parse(&a, &e, ARGV("report", "3", "--nodes", "2")) < 0); /* predict's only */
     T_CHECK(parse(&a, &e, ARGV("predict", "5", "6")) < 0 && e.code == ERR_INVALID);
     T_CHECK(parse(&a, &e, ARGV("predict")) < 0);
     T_CHECK(parse(&a, &e, ARGV("fit", "3", "--fit", "4")) < 0);

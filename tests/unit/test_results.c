@@ -617,6 +617,55 @@ static void test_results_time_to_accuracy(void)
     runs_free(two, 2);
 }
 
+/* data's 4-rank run moved to 2 nodes of 2 ranks under 1gbe (test_results_predictions):
+ * with one node's fit alone pred_note names the missing link; with the link's 2-rank fit
+ * too the allreduce is hierarchical, each part over its link (docs/model.md "Across
+ * nodes"), and the row states the range; without one node's fit the note says so. */
+static void results_check_across(struct db_experiment_data *data, const struct perf_fit *one)
+{
+    struct err e;
+    struct db_data_run *r = &data->runs[1];
+    r->nodes = 2;
+    r->ranks_per_node = 2;
+    for (int i = 0; i < 2; i++) /* a netlab leader stamps its profile on every run */
+        snprintf(data->runs[i].network_profile, sizeof data->runs[i].network_profile, "1gbe");
+    struct perf_fit fits[2] = {*one, *one};
+    fits[1].id = 78;
+    fits[1].world_size = 2;
+    fits[1].nodes = 2;
+    fits[1].alpha_s = 2e-4;
+    fits[1].beta_s = 8e-9;
+    snprintf(fits[1].network_profile, sizeof fits[1].network_profile, "1gbe");
+    json_t *t = results_build_with(data, NULL, 0, fits, 1, &e);
+    json_t *row = json_array_get(json_object_get(t, "rows"), 1);
+    T_EQ_INT(json_integer_value(json_object_get(row, "nodes")), 2);
+    T_CHECK(json_is_null(json_object_get(row, "pred_step_ms")));
+    T_CHECK(strstr(json_string_value(json_object_get(row, "pred_note")),
+                   "no fit of the 1gbe link between 2 nodes") != NULL);
+    json_decref(t);
+    t = results_build_with(data, NULL, 0, fits, 2, &e);
+    row = json_array_get(json_object_get(t, "rows"), 1);
+    T_CHECK(json_is_null(json_object_get(row, "pred_note")));
+    T_EQ_STR(json_string_value(json_object_get(row, "pred_fits")), "77,78");
+    T_EQ_STR(json_string_value(json_object_get(row, "pred_range")),
+             "fits world 2-4, 1-2 nodes; base 1 rank");
+    T_CHECK(json_is_false(json_object_get(row, "pred_extrapolated")));
+    /* by hand: 2 ranks on a node's 2 CPUs: compute as measured, no spare core (no
+     * overlap); one bucket B after backward: chain reduce and broadcast inside the node
+     * over one node's link (the 4-rank fit: 1e-4 / 6 s a message, 1e-9 / 1.5 s/B), the
+     * leaders' allreduce over the 1gbe fit at 2 ranks */
+    double b = 4096 + (1 << 20), lat = 1e-4 / 6, spb = 1e-9 / 1.5;
+    double hier = 2 * (lat + b * spb) + 2e-4 + 8e-9 * b;
+    double want = (1 + 2 + 3 + 0.5) + 1 + hier * 1e3;
+    T_NEAR(json_number_value(json_object_get(row, "pred_step_ms")), want, 1e-9);
+    json_decref(t);
+    t = results_build_with(data, NULL, 0, &fits[1], 1, &e); /* the link's alone */
+    row = json_array_get(json_object_get(t, "rows"), 1);
+    T_CHECK(strstr(json_string_value(json_object_get(row, "pred_note")),
+                   "no fit inside one node") != NULL);
+    json_decref(t);
+}
+
 /* Predictions: a 4-rank run that shared the node's 2 CPUs (oversubscribed) has no speed-up
  * (its baseline did not share) but is predicted from the one-rank run, with compute
  * slowed by the share (2 cores / 4 ranks: twice) and no overlap (no spare core); the row
@@ -677,16 +726,169 @@ static void test_results_predictions(void)
     double step = json_number_value(json_object_get(r4, "step_ms_mean"));
     T_NEAR(json_number_value(json_object_get(r4, "pred_step_err")), (want - step) / step, 1e-9);
     T_CHECK(json_is_null(json_object_get(r4, "pred_note")));
+    /* the verdict: the error against the measured step's own interval (docs/model.md §8) */
+    const json_t *ci = json_object_get(r4, "step_ms_ci95");
+    double err = fabs((want - step) / step);
+    const char *verdict = json_string_value(json_object_get(r4, "pred_verdict"));
+    if (json_is_number(ci)) {
+        double noise = json_number_value(ci) / step;
+        T_CHECK(verdict && strcmp(verdict, noise >= err  ? "within_noise"
+                                           : err <= 0.15 ? "hit"
+                                                         : "miss") == 0);
+    } else { /* too few steps for an interval: nothing to judge the error against */
+        T_CHECK(verdict == NULL && json_is_null(json_object_get(r4, "pred_verdict")));
+    }
+    T_EQ_STR(json_string_value(json_object_get(r4, "pred_range")),
+             "fits world 4, 1 node; base 1 rank");
+    T_CHECK(json_is_false(json_object_get(r4, "pred_extrapolated")));
     json_t *n4 = json_array_get(json_object_get(none, "rows"), 1);
+    T_CHECK(json_is_null(json_object_get(n4, "pred_verdict")));
     T_CHECK(json_is_null(json_object_get(n4, "pred_step_ms")));
     T_CHECK(strstr(json_string_value(json_object_get(n4, "pred_note")), "no network fit"));
+    T_CHECK(json_is_null(json_object_get(n4, "pred_range")));
+    T_CHECK(json_is_null(json_object_get(n4, "pred_extrapolated")));
     json_decref(t);
     json_decref(none);
+    results_check_across(&data, &f);
     json_decref(tensors);
     runs[0].grads = NULL;
     runs_free(runs, 2);
     free(s1);
     free(s4);
+}
+
+/* A fit of op at world 2 (tcp, cpu): alpha a, beta b. */
+static struct perf_fit pipe_fit(int64_t id, const char *op, const char *alg, double a, double b)
+{
+    struct perf_fit f = {.id = id,
+                         .world_size = 2,
+                         .nodes = 1,
+                         .alpha_s = a,
+                         .beta_s = b,
+                         .gamma_s = NAN,
+                         .min_bytes = 1024,
+                         .max_bytes = 1 << 26};
+    snprintf(f.backend, sizeof f.backend, "tcp");
+    snprintf(f.device, sizeof f.device, "cpu");
+    snprintf(f.op, sizeof f.op, "%s", op);
+    snprintf(f.algorithm, sizeof f.algorithm, "%s", alg);
+    return f;
+}
+
+/* A gpipe pipeline of 2 stages and 2 micro-batches on 2 ranks of a 4-CPU node. The
+ * one-rank base (batch 8) gives the level: forward 2 ms and backward 3 ms a step, so 1 and
+ * 1.5 ms a micro-batch; rank 0's layer profile the shares: forward 1:1, backward 1:2, so
+ * stage 0 forward 0.5 and backward 0.5 ms, stage 1 0.5 and 1 ms; parameters 3:1. The
+ * sendrecv fit: 1e6 bytes per cut, 0.1 + 1 = 1.1 ms. The base's data 1 ms each; its
+ * optimizer 0.5 ms and local exposed communication 1 ms shared 3:1. By hand (ms):
+ *   stage 0: data [0,1] F0 [1,1.5] send ->2.6 F1 [2.6,3.1] send ->4.2 .. B1 [6.8,7.3]
+ *            .. B0 [8.9,9.4] local 0.75 optimizer 0.375 ->10.525
+ *   stage 1: data [0,1] F0 [2.6,3.1] F1 [4.2,4.7] B1 [4.7,5.7] send ->6.8 B0 [6.8,7.8]
+ *            send ->8.9 local 0.25 optimizer 0.125 ->9.275
+ *   step 10.525; busy 4.125 and 4.375: bubble (6.4 + 6.15) / 2 / 10.525.
+ * Without a sendrecv fit: no prediction, and the note says which fit is missing. */
+static void test_results_pipeline_predicted(void)
+{
+    struct err e;
+    struct db_step_row *s1 = steps(1, 4, 7.5, 7.5, 8), *sp = steps(1, 4, 20.0, 20.0, 16);
+    struct db_data_run runs[] = {run(1, NULL, 0, s1, 4, NULL, 0),
+                                 run(2, NULL, 0, sp, 4, NULL, 0)};
+    static const int pipe[] = {1, 2}, micro[] = {1, 2};
+    for (int i = 0; i < 2; i++) {
+        json_decref(runs[i].spec);
+        json_decref(runs[i].params);
+        runs[i].spec = json_pack("{s:i, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:s}",
+                                 "world_size", runs[i].world_size, "strategy", "ddp", "device",
+                                 "cpu", "backend", "tcp", "threads", 1, "batch_size", 8,
+                                 "pipeline", pipe[i], "micro_batches", micro[i], "accumulate",
+                                 1, "schedule", "gpipe");
+        runs[i].params = json_pack("{s:i, s:i, s:i}", "world_size", runs[i].world_size,
+                                   "pipeline", pipe[i], "micro_batches", micro[i]);
+        runs[i].cpus_online = 4;
+        runs[i].nodes = 1;
+        runs[i].ranks_per_node = runs[i].world_size;
+        runs[i].id = 20 + i;
+    }
+    json_t *tensors = json_pack("[[i, i], [i, i]]", 4096, 1000000, 1 << 20, 2500000);
+    struct db_grads_row g = {
+        .repeat = 0, .steps = 4, .backward_ns = 3000000, .tensors = tensors};
+    runs[0].grads = &g;
+    runs[0].ngrads = 1;
+    json_t *layers = json_pack("[[i, i, i], [i, i, i]]", 2000000, 1000000, 3000, 2000000,
+                               2000000, 1000);
+    json_t *cuts = json_pack("[[i, i]]", 1, 1000000);
+    struct db_pipe_row pr = {.repeat = 0,
+                             .stages = 2,
+                             .micro_batch = 4,
+                             .tied_bytes = 0,
+                             .layers = layers,
+                             .cuts = cuts};
+    runs[1].pipes = &pr;
+    runs[1].npipes = 1;
+    struct perf_fit fits[] = {pipe_fit(81, "allreduce", "ring", 1e-4, 1e-9),
+                              pipe_fit(82, "sendrecv", "direct", 1e-4, 1e-9)};
+    struct db_experiment_data data = {.id = 5, .workload = "train", .runs = runs, .nruns = 2};
+    json_t *t = results_build_with(&data, NULL, 0, fits, 2, &e);
+    json_t *none = results_build_with(&data, NULL, 0, fits, 1, &e);
+    T_CHECK(t && none);
+    json_t *r2 = json_array_get(json_object_get(t, "rows"), 1);
+    T_EQ_INT(json_integer_value(json_object_get(r2, "pipeline")), 2);
+    T_CHECK_MSG(json_is_null(json_object_get(r2, "pred_note")), "%s",
+                json_string_value(json_object_get(r2, "pred_note")));
+    T_NEAR(json_number_value(json_object_get(r2, "pred_step_ms")), 10.525, 1e-9);
+    T_NEAR(json_number_value(json_object_get(r2, "pred_bubble")), (6.4 + 6.15) / 2 / 10.525,
+           1e-9);
+    T_NEAR(json_number_value(json_object_get(r2, "pred_comm_exposed_ms")), 0.5, 1e-9);
+    T_NEAR(json_number_value(json_object_get(r2, "pred_forward_ms")), 1.0, 1e-9);
+    /* 2 ranks on 4 CPUs, a thread each: the core share slows nothing, and says 1, not 0 */
+    T_NEAR(json_number_value(json_object_get(r2, "pred_contention")), 1.0, 1e-12);
+    T_NEAR(json_number_value(json_object_get(r2, "pred_backward_ms")), 1.5, 1e-9);
+    T_NEAR(json_number_value(json_object_get(r2, "pred_optimizer_ms")), 0.25, 1e-9);
+    T_EQ_STR(json_string_value(json_object_get(r2, "pred_fits")), "82");
+    T_EQ_INT(json_integer_value(json_object_get(r2, "pred_base_run")), 20);
+    /* one replica of batch 8: 8 samples a step */
+    T_NEAR(json_number_value(json_object_get(r2, "pred_throughput")), 8 / 10.525e-3, 1e-6);
+    T_CHECK(json_is_null(
+        json_object_get(json_array_get(json_object_get(t, "rows"), 0), "pred_bubble")));
+    json_t *n2 = json_array_get(json_object_get(none, "rows"), 1);
+    T_CHECK(json_is_null(json_object_get(n2, "pred_step_ms")));
+    T_CHECK(json_is_null(json_object_get(n2, "pred_bubble")));
+    T_CHECK(strstr(json_string_value(json_object_get(n2, "pred_note")), "sendrecv") != NULL);
+    /* a run from before the profile: said so */
+    runs[1].npipes = 0;
+    json_t *old = results_build_with(&data, NULL, 0, fits, 2, &e);
+    T_CHECK(old && strstr(json_string_value(json_object_get(
+                              json_array_get(json_object_get(old, "rows"), 1), "pred_note")),
+                          "layer profile") != NULL);
+    json_decref(old);
+    /* 2 replicas of the 2 stages on 4 ranks of the 4 CPUs: each stage then allreduces its
+     * gradients with its replica (the allreduce fit at world 2: 0.1 ms + 1 ns a byte, 3000
+     * and 1000 bytes) after its last backward: 10.525 + 0.103 and 9.275 + 0.101; each
+     * replica's batch of 8 counts once */
+    runs[1].npipes = 1;
+    runs[1].world_size = runs[1].ranks_per_node = 4;
+    json_object_set_new(runs[1].spec, "world_size", json_integer(4));
+    json_object_set_new(runs[1].params, "world_size", json_integer(4));
+    json_t *dp = results_build_with(&data, NULL, 0, fits, 2, &e);
+    T_CHECK(dp != NULL);
+    json_t *r4 = json_array_get(json_object_get(dp, "rows"), 1);
+    T_EQ_INT(json_integer_value(json_object_get(r4, "world_size")), 4);
+    T_NEAR(json_number_value(json_object_get(r4, "pred_step_ms")), 10.525 + 0.103, 1e-9);
+    T_NEAR(json_number_value(json_object_get(r4, "pred_comm_exposed_ms")),
+           0.5 + (0.103 + 0.101) / 2, 1e-9);
+    T_EQ_STR(json_string_value(json_object_get(r4, "pred_fits")), "81,82");
+    T_NEAR(json_number_value(json_object_get(r4, "pred_throughput")), 2 * 8 / 10.628e-3, 1e-6);
+    json_decref(dp);
+    json_decref(t);
+    json_decref(none);
+    json_decref(tensors);
+    json_decref(layers);
+    json_decref(cuts);
+    runs[0].grads = NULL;
+    runs[1].pipes = NULL;
+    runs_free(runs, 2);
+    free(s1);
+    free(sp);
 }
 
 /* Step rows of a run without a pipeline, as the database reads them (-1: none reported). */
@@ -704,8 +906,9 @@ static struct db_step_row *plain_steps(int repeats, int n, double step_ms, int s
  * batch is 2 x 16); its bubble fraction is every rank's idle time over their step time
  * (known: exactly 0.2), the theory (P-1)/(M+P-1) = 1/5, p2p per rank and step; its speed-up
  * base is the one-rank run although it is swept on another schedule; the data-parallel
- * group's figures are today's and its pipeline columns null; the model predicts no
- * pipeline. Grouped by world size alone, the two world-4 groups pool: no one theory. */
+ * group's figures are today's and its pipeline columns null; without a base that reported
+ * readiness the model predicts nothing, and says so. Grouped by world size alone, the two
+ * world-4 groups pool: no one theory. */
 static void test_results_pipeline(void)
 {
     struct err e;
@@ -759,7 +962,8 @@ static void test_results_pipeline(void)
     T_NEAR(json_real_value(json_object_get(pp, "bubble_theory")), 1.0 / 5.0, 1e-15);
     T_NEAR(json_real_value(json_object_get(pp, "p2p_ms")), 2.5, 1e-12);
     T_NEAR(json_real_value(json_object_get(pp, "p2p_bytes")), 1024, 0);
-    T_CHECK(strstr(json_string_value(json_object_get(pp, "pred_note")), "pipeline") != NULL);
+    T_CHECK(strstr(json_string_value(json_object_get(pp, "pred_note")), "readiness") != NULL);
+    T_CHECK(json_is_null(json_object_get(pp, "pred_bubble")));
     static const char *const cols[] = {"bubble_fraction", "bubble_theory", "p2p_ms",
                                        "p2p_bytes"};
     for (size_t k = 0; k < 4; k++) {
@@ -855,6 +1059,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_results_per_class);
     TEST_RUN(test_results_predictions);
     TEST_RUN(test_results_pipeline);
+    TEST_RUN(test_results_pipeline_predicted);
     TEST_RUN(test_results_one_repeat_nulls);
     TEST_RUN(test_results_no_rows_header);
     TEST_RUN(test_results_columns_from_table);

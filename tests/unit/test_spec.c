@@ -151,6 +151,23 @@ static void test_spec_defaults(void)
     free(text);
 }
 
+/* spec_nondefault (the report's setup table): only the fields apart from their defaults
+ * (a size by its bytes, "4K" being the default 4096), the swept ones left out. */
+static void test_spec_nondefault(void)
+{
+    json_t *s = parse_ok(W ", \"name\": \"n\", \"min_bytes\": \"4K\", \"iters\": 7, "
+                           "\"max_bytes\": \"1M\", \"sweep\": {\"op\": [\"allreduce\", "
+                           "\"all_gather\"]}}");
+    T_CHECK(s);
+    json_t *d = s ? spec_nondefault(s) : NULL;
+    char *text = d ? json_dumps(d, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    T_EQ_STR(text ? text : "", "{\"iters\":7,\"max_bytes\":1048576,\"name\":\"n\","
+                               "\"workload\":\"collective\"}");
+    free(text);
+    json_decref(d);
+    json_decref(s);
+}
+
 static void test_spec_given_values_kept(void)
 {
     json_t *s = parse_ok(W ", \"name\": \"my run\", \"description\": \"two\\nlines\", "
