@@ -306,7 +306,8 @@ static bool db_col_is_time(const char *name)
 static bool db_col_is_bool(const char *name)
 {
     return strcmp(name, "inplace") == 0 || strcmp(name, "emulated") == 0 ||
-           strcmp(name, "oversubscribed") == 0 || strcmp(name, "injected") == 0;
+           strcmp(name, "pinned") == 0 || strcmp(name, "oversubscribed") == 0 ||
+           strcmp(name, "injected") == 0;
 }
 
 static json_t *db_col_json(sqlite3_stmt *st, int i)

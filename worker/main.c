@@ -65,6 +65,10 @@ struct worker {
     int node_of[SPEC_MAX_WORLD]; /* the node of each rank (rendezvous_nodes) */
     struct heartbeat hb;         /* liveness for the daemon, once hello is out */
     long long memory_limit_mib;  /* RLIMIT_AS set from DDPB_MEMORY_LIMIT_MIB; 0: none */
+    /* the process's CPUs ("0-1"), read once pinned and before libgomp loads: OpenMP then
+     * binds the main thread to the first of them (rendezvous_pin_cpus), so a later
+     * sched_getaffinity would give that one CPU, not the rank's */
+    char affinity[1024];
     /* An elastic run (spec elastic): el owns the communicator from the join on (comm is
      * then NULL; worker_comm gives the current generation's). */
     bool elastic;
@@ -365,11 +369,36 @@ static void worker_cpu_model(char *out, size_t outlen)
     fclose(f);
 }
 
+/* The OpenMP placement a rank's threads run under (rendezvous_pin_cpus sets it for a
+ * pinned rank, else the user's or none): each variable that is set (the env event takes
+ * no null). */
+static void worker_env_add_omp(json_t *env)
+{
+    static const char *const vars[][2] = {{"omp_places", "OMP_PLACES"},
+                                          {"omp_proc_bind", "OMP_PROC_BIND"},
+                                          {"omp_wait_policy", "OMP_WAIT_POLICY"}};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i][1]);
+        if (v)
+            json_object_set_new(env, vars[i][0], json_string(v));
+    }
+}
+
+/* The rank's CPUs into wk->affinity (see there). */
+static void worker_read_affinity(struct worker *wk)
+{
+    cpu_set_t set;
+    wk->affinity[0] = '\0';
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        rendezvous_cpus_format(&set, wk->affinity, sizeof wk->affinity);
+}
+
 /* Owned object of the versions and machine facts the env event carries. */
-static json_t *worker_env_object(void)
+static json_t *worker_env_object(const struct worker *wk)
 {
     struct utsname u;
-    char kernel[400] = "unknown", cpu[256], host[256] = "unknown", affinity[1024] = "";
+    char kernel[400] = "unknown", cpu[256], host[256] = "unknown";
+    const char *affinity = wk->affinity;
     if (uname(&u) == 0)
         snprintf(kernel, sizeof kernel, "%s %s %s", u.sysname, u.release, u.machine);
     worker_cpu_model(cpu, sizeof cpu);
@@ -437,7 +466,7 @@ static int worker_emit_env_after(struct worker *wk, const struct train_outcome *
 
 static int worker_emit_env(struct worker *wk, struct err *e)
 {
-    return worker_emit_env_after(wk, -1, NULL, e);
+    return worker_emit_env_after(wk, NULL, e);
 }
 
 /* Dies with the daemon, and does not start at all when it is already gone. */
@@ -520,10 +549,9 @@ static void worker_run_workload(struct worker *wk)
         if (rc < 0 && wk->elastic && wk->el.left) /* not in the run's generation: done */
             worker_leave(wk);
         WORKER_FAIL_IF(wk, rc < 0);
-        /* a GPU run's peak memory and a CPU bf16 run's path go out with the env */
-        if (out.device_peak_bytes >= 0 || out.bf16_path)
-            WORKER_FAIL_IF(wk, worker_emit_env_after(wk, out.device_peak_bytes, out.bf16_path,
-                                                     &wk->e) < 0);
+        /* a GPU run's peak memory, a CPU run's ISA and algorithms go out with the env */
+        if (out.device_peak_bytes >= 0 || out.bf16_path || out.cpu_isa)
+            WORKER_FAIL_IF(wk, worker_emit_env_after(wk, &out, &wk->e) < 0);
     } else {
         heartbeat_set_phase(&wk->hb, "collective benchmark");
         struct collective_mem mem;
@@ -614,6 +642,7 @@ int main(void)
     worker_start(&wk);
     if (wk.env.cpus[0])
         WORKER_FAIL_IF(&wk, rendezvous_pin_cpus(wk.env.cpus, &wk.e) < 0);
+    worker_read_affinity(&wk);
     WORKER_FAIL_IF(&wk, worker_read_spec(&wk, wk.env.spec_path, &wk.e) < 0);
     WORKER_FAIL_IF(&wk, worker_check_spec(&wk, &wk.e) < 0);
     worker_apply_timeout(&wk);

@@ -63,6 +63,10 @@ static const struct conv_case conv_cases[] = {
     {CONV(1, 10, 5, 1, 0, 1, 1, 1), 3, 12, 12},  /* mnist conv1 */
     {CONV(10, 20, 5, 1, 0, 1, 1, 1), 3, 12, 12}, /* mnist conv2: 10 channels */
     {CONV(3, 16, 7, 2, 3, 1, 1, 0), 2, 16, 16},  /* ResNet stem */
+    {CONV(16, 24, 3, 1, 1, 1, 1, 1), 3, 1, 1},   /* single pixel (ResNet at 32x32) */
+    {CONV(16, 24, 3, 2, 1, 1, 1, 0), 3, 1, 1},   /* single pixel, stride 2 */
+    {CONV(8, 12, 5, 1, 2, 1, 1, 0), 2, 1, 1},    /* single pixel, 5x5 */
+    {CONV(8, 12, 3, 1, 2, 2, 1, 1), 2, 1, 1},    /* single pixel, dilation 2 */
     {{.cin = 5,
       .cout = 7,
       .kh = 3,

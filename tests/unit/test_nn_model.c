@@ -4,13 +4,16 @@
  * backward hook (once per layer, reverse order, contiguous slices covering the arena),
  * gradient accumulation and zeroing, train/eval and dropout determinism at model level,
  * errors, a tiny end-to-end: mnist-cnn's loss falls under SGD, and every op having a whole
- * row in the layer table (layer_type.h) with a name of its own. */
+ * row in the layer table (layer_type.h) with a name of its own, and the count of
+ * convolution layers per algorithm a run's env carries, and an add's inputs sharing its
+ * output's gradient buffer changing no gradient. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tests/unit/model_check.h"
 #include "tests/unit/test.h"
+#include "worker/nn/isa.h"
 #include "worker/nn/layer_type.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
@@ -509,6 +512,203 @@ static void test_model_layer_rows(void)
     T_CHECK(nn_layer_type_get(NN_OP_CONV) == &nn_layer_conv2d);
 }
 
+/* The layers of one algorithm in out[0..n), 0 where it is not there. */
+static int conv_algo_layers(const struct nn_conv_algo_count *out, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(out[i].name, name) == 0)
+            return out[i].layers;
+    return 0;
+}
+
+/* ResNet-18 at 3x32x32, prepared for training under one algorithm: n names into out. */
+static int conv_algos_of(enum nn_conv_algo algo, enum nn_backend backend,
+                         struct nn_conv_algo_count *out, int cap, int *convs, struct err *e)
+{
+    struct nn_model m;
+    nn_model_init(&m);
+    nn_model_set_conv_algo(&m, algo);
+    int n = -1;
+    if (nn_models_build(&m, "resnet18", 3, 32, 32, 10, NULL, e) == 0 &&
+        nn_model_init_params(&m, 1, e) == 0 && nn_model_prepare(&m, 2, backend, 1, e) == 0) {
+        *convs = 0;
+        for (int i = 0; i < nn_model_node_count(&m); i++) {
+            struct nn_node_info info;
+            nn_model_node_info(&m, i, &info);
+            *convs += info.op == NN_OP_CONV;
+        }
+        n = nn_model_conv_algos(&m, out, cap);
+    }
+    nn_model_destroy(&m);
+    return n;
+}
+
+/* The env's conv_algos: every convolution counted once, under the algorithm that was
+ * created. Direct asked: all direct. Winograd asked: oneDNN's on its 3x3 stride-1 layers
+ * where oneDNN has it (AVX-512), else every layer fell back to direct and says so. The
+ * reference backend chooses nothing; a short out keeps the names that fit. */
+static void test_model_conv_algos(void)
+{
+    struct err e;
+    struct nn_conv_algo_count out[4];
+    int convs = 0;
+    int n = conv_algos_of(NN_CONV_DIRECT, NN_BACKEND_FAST, out, 4, &convs, &e);
+    T_CHECK_MSG(n == 1, "direct: %d names (%s)", n, e.msg);
+    T_CHECK(convs == 20); /* stem, 16 3x3, 3 downsamples */
+    T_EQ_STR(out[0].name, "direct");
+    T_EQ_INT(out[0].layers, convs);
+    n = conv_algos_of(NN_CONV_WINOGRAD, NN_BACKEND_FAST, out, 4, &convs, &e);
+    T_CHECK_MSG(n >= 1, "winograd: %d names (%s)", n, e.msg);
+    int wino = conv_algo_layers(out, n, "winograd-onednn");
+    T_EQ_INT(wino + conv_algo_layers(out, n, "direct"), convs);
+    if (strncmp(nn_isa_onednn_name(), "avx512_core", 11) == 0)
+        T_CHECK_MSG(wino >= 1 && wino <= 13, "%d Winograd layers of 13 3x3 stride-1", wino);
+    else
+        T_EQ_INT(wino, 0);
+    if (n == 2) { /* room for one name: the first met (the stem, direct) alone */
+        T_EQ_INT(conv_algos_of(NN_CONV_WINOGRAD, NN_BACKEND_FAST, out, 1, &convs, &e), 1);
+        T_EQ_STR(out[0].name, "direct");
+    }
+    T_EQ_INT(conv_algos_of(NN_CONV_DIRECT, NN_BACKEND_REF, out, 4, &convs, &e), 0);
+}
+
+/* The tensor node `name` outputs in m; -1 when no node has that name. */
+static int node_out(const struct nn_model *m, const char *name)
+{
+    for (int i = 0; i < m->nnodes; i++)
+        if (strcmp(m->nodes[i].name, name) == 0)
+            return m->nodes[i].out;
+    return -1;
+}
+
+static int tensor_shared(const struct nn_model *m, int t)
+{
+    return m->tensors[t].grad_owner != t;
+}
+
+/* A fan-out the sharing must refuse in part: x feeds convA, convB and add1, so add1's
+ * input y (from convA) may take add1's gradient buffer but x may not as well: convB
+ * accumulates into x's gradient after add1 and before convA has read y's. add2's inputs
+ * both share. With early, convC runs before add1, so its output's gradient (in add2's
+ * buffer) is still to be read when add1 would apply its ReLU mask in place: add1 shares
+ * nothing. Input 4x6x6, 3 classes. */
+static int fanout_build_at(struct nn_model *m, int early, struct err *e)
+{
+    nn_model_init(m);
+    struct nn_conv2d_cfg c3 = nn_conv2d_square(8, 8, 3, 1, 1, 1, 0);
+    struct nn_conv2d_cfg c1 = nn_conv2d_square(8, 8, 1, 1, 0, 1, 0);
+    struct nn_conv2d_cfg c0 = nn_conv2d_square(4, 8, 3, 1, 1, 1, 0);
+    int x = nn_model_conv2d(m, "conv0", nn_model_input(m, 4, 6, 6), &c0);
+    int y = nn_model_conv2d(m, "convA", x, &c3);
+    int z = nn_model_conv2d(m, "convB", x, &c1);
+    if (early)
+        z = nn_model_conv2d(m, "convC", z, &c3);
+    int s = nn_model_add(m, "add1", y, x, 1);
+    if (!early)
+        z = nn_model_conv2d(m, "convC", z, &c3);
+    s = nn_model_add(m, "add2", s, z, 0);
+    s = nn_model_flatten(m, "flatten", nn_model_global_avgpool(m, "avg", s));
+    nn_model_linear(m, "fc", s, 3, 1);
+    return nn_model_finish(m, e) || nn_model_init_params(m, 5, e);
+}
+
+/* Two training steps of a model built by build on backend, its adds sharing gradient
+ * buffers or not; *g: a copy of the accumulated parameter gradients (malloc'd, the
+ * caller's). m stays prepared for the caller to inspect and destroy. */
+static int share_grads(struct nn_model *m, int (*build)(struct nn_model *, struct err *),
+                       int cin, int side, int classes, enum nn_backend backend, int share,
+                       float **g, struct err *e)
+{
+    enum { N = 3 };
+    float x[N * 4 * 12 * 12];
+    int32_t labels[N];
+    struct nn_rng r;
+    nn_rng_seed(&r, 7);
+    nn_rng_fill_normal(&r, x, (size_t)N * cin * side * side, 0, 1);
+    for (int i = 0; i < N; i++)
+        labels[i] = (int32_t)(i % classes);
+    if (build(m, e))
+        return -1;
+    nn_model_set_grad_share(m, share);
+    if (nn_model_prepare(m, N, backend, 1, e))
+        return -1;
+    for (int step = 0; step < 2; step++) {
+        double loss;
+        int right;
+        if (nn_model_forward(m, x, 1, (uint64_t)step, e) ||
+            nn_model_loss(m, labels, N, &loss, &right, e) ||
+            nn_model_backward(m, NULL, NULL, e))
+            return -1;
+    }
+    *g = model_grads_copy(m);
+    return *g ? 0 : err_errno(e, "copying the gradients");
+}
+
+static int tiny_build_plain(struct nn_model *m, struct err *e)
+{
+    return tiny_build(m, 0, e);
+}
+
+static int fanout_build(struct nn_model *m, struct err *e)
+{
+    return fanout_build_at(m, 0, e);
+}
+
+static int fanout_build_early(struct nn_model *m, struct err *e)
+{
+    return fanout_build_at(m, 1, e);
+}
+
+/* An add's inputs taking its output's gradient buffer (the default) leaves every parameter
+ * gradient bit-identical to the copying path, on both backends: on the tiny network (a
+ * downsample block whose add shares both inputs, an identity block whose shortcut is also
+ * read by a convolution, an add across layouts where the fast path keeps converting the
+ * second input's gradient) and on fan-outs where sharing more would be wrong. */
+static void test_model_add_grad_share(void)
+{
+    struct err e;
+    for (int be = 0; be < 2; be++) {
+        enum nn_backend backend = be ? NN_BACKEND_FAST : NN_BACKEND_REF;
+        struct {
+            int (*build)(struct nn_model *, struct err *);
+            int cin, side, classes;
+        } nets[3] = {{tiny_build_plain, 3, 12, 5},
+                     {fanout_build, 4, 6, 3},
+                     {fanout_build_early, 4, 6, 3}};
+        for (int k = 0; k < 3; k++) {
+            struct nn_model on, off;
+            float *gon = NULL, *goff = NULL;
+            T_OK(share_grads(&on, nets[k].build, nets[k].cin, nets[k].side, nets[k].classes,
+                             backend, 1, &gon, &e));
+            T_OK(share_grads(&off, nets[k].build, nets[k].cin, nets[k].side, nets[k].classes,
+                             backend, 0, &goff, &e));
+            T_CHECK(on.grad_shared > 0);
+            T_EQ_INT(off.grad_shared, 0);
+            T_CHECK_MSG(memcmp(gon, goff, on.nparams * sizeof(float)) == 0,
+                        "backend %d net %d: gradients differ with sharing", be, k);
+            if (k == 0) { /* b3.add: shared where the layouts agree, else converted */
+                int a = node_out(&on, "adapt"), y = node_out(&on, "b3.add");
+                T_EQ_INT(tensor_shared(&on, a),
+                         nn_md_same(&on.tensors[a].md, &on.tensors[y].md));
+                T_CHECK(tensor_shared(&on, node_out(&on, "b1.bn2")));
+                T_CHECK(tensor_shared(&on, node_out(&on, "b1.downbn")));
+            } else if (!be && k == 1) {
+                T_CHECK(tensor_shared(&on, node_out(&on, "convA")));
+                T_CHECK(!tensor_shared(&on, node_out(&on, "conv0")));
+                T_CHECK(tensor_shared(&on, node_out(&on, "convC")));
+                T_CHECK(tensor_shared(&on, node_out(&on, "add1")));
+            } else if (!be && k == 2) {
+                T_CHECK(!tensor_shared(&on, node_out(&on, "convA")));
+                T_CHECK(tensor_shared(&on, node_out(&on, "convC")));
+            }
+            free(gon);
+            free(goff);
+            nn_model_destroy(&on);
+            nn_model_destroy(&off);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -522,5 +722,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_model_reprepare_and_read);
     TEST_RUN(test_model_mnist_cnn_learns);
     TEST_RUN(test_model_layer_rows);
+    TEST_RUN(test_model_conv_algos);
+    TEST_RUN(test_model_add_grad_share);
     return test_end();
 }

@@ -25,6 +25,10 @@ void nn_add_forward(float *out, const float *a, const float *b, size_t n, int re
 void nn_add_backward(float *da, float *db, const float *dout, const float *out, size_t n,
                      int relu)
 {
+    /* the model hands an input its output's gradient buffer where it can (model.c): then
+     * there is nothing to copy, only the mask to apply in place */
+    if (!relu && (!da || da == dout) && (!db || db == dout))
+        return;
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float g = !relu || out[i] > 0 ? dout[i] : 0;

@@ -36,6 +36,8 @@ struct nn_tensor {
     size_t data_off, grad_off;
     float *data, *grad;
     int grad_written; /* during backward */
+    int grad_owner;   /* the tensor whose gradient buffer this one uses: itself unless an
+                       * add shares its output's with it (model_grad_share) */
     int seq;          /* a sequence (N,T,C) held as (N,T,C,1): rows N*T */
 };
 

@@ -23,6 +23,7 @@
 
 #include "worker/nn/nn.h"
 #include "worker/nn/onednn.h"
+#include "worker/nn/winograd.h"
 
 /* ==== conv2d (conv2d.c) ============================================================= */
 
@@ -82,6 +83,15 @@ struct nn_conv2d_fast {
     struct nn_mem m_ddst, m_wbwd, m_dsrc_bwd;      /* backward data */
     struct nn_mem m_src_bw, m_ddst_bw, m_dw, m_db; /* backward weights */
     float *db_buf;                                 /* owned */
+    /* a single-pixel input (conv2d.c conv_pixel_init): the layer as a 1x1 convolution on
+     * the one kernel tap that reads data; all owned, NULL elsewhere */
+    struct nn_conv2d_fast *pix;
+    float *w_pix, *dw_pix; /* that tap's weights (cout x cin) and their gradient */
+    int tap_y, tap_x;
+    /* own: forward and backward data run ddpbench's Winograd (winograd.h; owned), the
+     * weight gradient oneDNN's direct; fwd is still made, as the backwards' hint */
+    int own;
+    struct nn_wino own_fwd, own_bwd;
 };
 
 /* train: also the backward primitives; need_dinp: also the input gradient. */
@@ -95,6 +105,10 @@ void nn_conv2d_fast_backward(struct nn_conv2d_fast *f, float *dinp, float *dweig
                              float *dbias, const float *dout, const float *inp,
                              const float *weight);
 void nn_conv2d_fast_destroy(struct nn_conv2d_fast *f);
+/* The algorithm f's forward runs, as a run's env names it (static string): "direct",
+ * "winograd-onednn" (oneDNN's Winograd, which exists only for AVX-512: asked for on an
+ * AVX2 CPU it falls back to direct, and this says direct) or "winograd-own" (winograd.h). */
+const char *nn_conv2d_algo_name(const struct nn_conv2d_fast *f);
 
 /* ==== batch normalization (batchnorm.c) ============================================== */
 

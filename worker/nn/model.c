@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "worker/nn/layer_type.h"
+#include "worker/nn/vec.h"
 
 /* The layer types, by op: one row each, defined in the layer's file. */
 static const struct nn_layer_type *const layer_types[NN_OP_COUNT] = {
@@ -748,6 +749,88 @@ enum nn_bf16 nn_model_bf16_path(const struct nn_model *m)
     return m->have_dnnl ? m->dnnl.bf16 : NN_BF16_OFF;
 }
 
+void nn_model_set_grad_share(struct nn_model *m, int on)
+{
+    m->grad_share_off = !on;
+}
+
+/* ---- an add's gradient: one buffer for its output and inputs ------------------------
+ *
+ * An add's inputs' gradient is its output's (through the ReLU's mask when fused), so rather
+ * than copy it into each input's buffer (two memory-bound passes on resnet50's biggest
+ * activations), an input takes the output's buffer itself and the add's backward becomes
+ * the mask in place, or nothing. Sharing is decided per add, latest layer first (backward's
+ * order), only where it cannot change a gradient: the layouts agree (else the add converts
+ * the second input's, as before), the add is the first to write the input's gradient, no
+ * other tensor of the buffer is still to be read when the add writes it, and when both
+ * inputs share, the later-produced one is read before anything accumulates into the other.
+ * Backward then runs unchanged: later consumers of an input accumulate into the shared
+ * buffer, which by then holds that input's gradient alone. */
+
+/* The latest node other than skip that reads tensor t; -1 when none. */
+static int tensor_other_reader(const struct nn_model *m, int t, int skip)
+{
+    for (int i = m->nnodes - 1; i >= 0; i--)
+        for (int j = 0; i != skip && j < m->nodes[i].nin; j++)
+            if (m->nodes[i].in[j] == t)
+                return i;
+    return -1;
+}
+
+/* Whether a tensor sharing y's buffer, y aside, is still to be read by its producer once
+ * node i has run (its producer comes at or before i). */
+static int grad_group_live(const struct nn_model *m, int y, int i)
+{
+    int owner = m->tensors[y].grad_owner;
+    for (int t = 1; t < m->ntensors; t++)
+        if (t != y && m->tensors[t].grad_owner == owner && m->tensors[t].producer <= i)
+            return 1;
+    return 0;
+}
+
+/* Whether add i's input j may take its output's gradient buffer on its own. */
+static int add_input_shareable(const struct nn_model *m, int i, int j)
+{
+    const struct nn_node *n = &m->nodes[i];
+    const struct nn_tensor *x = &m->tensors[n->in[j]], *y = &m->tensors[n->out];
+    return n->in[0] != n->in[1] && x->producer >= 0 && x->needs_grad &&
+           x->grad_owner == n->in[j] && x->bytes == y->bytes && nn_md_same(&x->md, &y->md) &&
+           tensor_other_reader(m, n->in[j], i) < i;
+}
+
+/* Whether both of add i's inputs may share: the later-produced one (a) has no other reader,
+ * and nothing accumulates into the other (b) before a's producer has read the buffer. */
+static int add_inputs_share_both(const struct nn_model *m, int i)
+{
+    const struct nn_node *n = &m->nodes[i];
+    int p0 = m->tensors[n->in[0]].producer, p1 = m->tensors[n->in[1]].producer;
+    int a = p0 > p1 ? n->in[0] : n->in[1], b = p0 > p1 ? n->in[1] : n->in[0];
+    return tensor_other_reader(m, a, i) < 0 &&
+           tensor_other_reader(m, b, i) < m->tensors[a].producer;
+}
+
+/* Sets every tensor's grad_owner for this prepare; counts the shared ones in grad_shared. */
+static void model_grad_share(struct nn_model *m, int train)
+{
+    m->grad_shared = 0;
+    for (int t = 0; t < m->ntensors; t++)
+        m->tensors[t].grad_owner = t;
+    for (int i = m->nnodes - 1; i >= 0 && train && !m->grad_share_off; i--) {
+        const struct nn_node *n = &m->nodes[i];
+        if (n->op != NN_OP_ADD || !m->tensors[n->out].needs_grad ||
+            grad_group_live(m, n->out, i))
+            continue;
+        int ok[2] = {add_input_shareable(m, i, 0), add_input_shareable(m, i, 1)};
+        if (ok[0] && ok[1] && !add_inputs_share_both(m, i))
+            ok[1] = 0;
+        for (int j = 0; j < 2; j++)
+            if (ok[j]) {
+                m->tensors[n->in[j]].grad_owner = m->tensors[n->out].grad_owner;
+                m->grad_shared++;
+            }
+    }
+}
+
 int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int train,
                      struct err *e)
 {
@@ -780,15 +863,18 @@ int nn_model_prepare(struct nn_model *m, int batch, enum nn_backend backend, int
     for (int i = 0; i < m->nnodes; i++)
         if (node_prepare(m, i, train, e))
             goto fail;
+    model_grad_share(m, train);
     size_t max_grad = 0;
     for (int t = 1; t < m->ntensors; t++) {
         struct nn_tensor *x = &m->tensors[t];
         x->data_off = nn_ws_reserve(&m->ws, x->bytes);
-        if (train && x->needs_grad)
+        if (train && x->needs_grad && x->grad_owner == t)
             x->grad_off = nn_ws_reserve(&m->ws, x->bytes);
         if (x->bytes > max_grad)
             max_grad = x->bytes;
     }
+    for (int t = 1; t < m->ntensors; t++)
+        m->tensors[t].grad_off = m->tensors[m->tensors[t].grad_owner].grad_off;
     int k = nn_model_classes(m);
     size_t probs_off = nn_ws_reserve(
         &m->ws, (size_t)batch * (size_t)nn_model_labels_per_sample(m) * k * sizeof(float));
@@ -923,13 +1009,6 @@ static void node_backward(struct nn_model *m, int i, float *din0, float *din1)
         node_type(n)->fast_backward(&a);
 }
 
-static void model_accumulate(float *dst, const float *src, size_t n)
-{
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++)
-        dst[i] += src[i];
-}
-
 /* Backward through every layer once the output's gradient is in place. */
 static int model_backward_run(struct nn_model *m, nn_grad_hook_fn hook, void *ctx,
                               struct err *e)
@@ -962,7 +1041,7 @@ static int model_backward_run(struct nn_model *m, nn_grad_hook_fn hook, void *ct
         for (int j = 0; j < n->nin; j++) {
             struct nn_tensor *x = &m->tensors[n->in[j]];
             if (via_scratch[j])
-                model_accumulate(x->grad, m->scratch[j], x->bytes / sizeof(float));
+                nn_vec_add(x->grad, m->scratch[j], x->bytes / sizeof(float));
             if (din[j])
                 x->grad_written = 1;
         }
@@ -1315,6 +1394,26 @@ static const char *node_impl(const struct nn_node *n)
     if (t->impl_prim)
         return nn_prim_impl((const struct nn_prim *)((const char *)n->fast + t->impl_prim));
     return t->impl ? t->impl : "";
+}
+
+int nn_model_conv_algos(const struct nn_model *m, struct nn_conv_algo_count *out, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < m->nnodes; i++) {
+        const struct nn_node *node = &m->nodes[i];
+        if (node->op != NN_OP_CONV || !node->fast)
+            continue;
+        const char *name = nn_conv2d_algo_name(&node->fast->conv);
+        int k = 0;
+        while (k < n && strcmp(out[k].name, name) != 0)
+            k++;
+        if (k == n && n == cap)
+            continue; /* more names than room: the caller sized out too small */
+        if (k == n)
+            out[n++] = (struct nn_conv_algo_count){.name = name, .layers = 0};
+        out[k].layers++;
+    }
+    return n;
 }
 
 void nn_model_print(struct nn_model *m, FILE *out)

@@ -101,8 +101,10 @@ struct nn_model {
     uint64_t seed;
     enum nn_conv_algo conv_algo; /* fast backend; nn_model_set_conv_algo */
     enum nn_bf16 bf16;           /* fast backend; nn_model_set_bf16 (a request) */
+    int grad_share_off;          /* nn_model_set_grad_share(m, 0): a test's comparison */
     /* prepared (nn_model_prepare) */
     int batch, prepared, train_ready;
+    int grad_shared; /* tensors whose gradient shares an add's output's (model_grad_share) */
     enum nn_backend backend;
     struct nn_dnnl dnnl;
     int have_dnnl;
@@ -198,6 +200,13 @@ void nn_model_set_conv_algo(struct nn_model *m, enum nn_conv_algo algo);
  * else emulated), or one path forced (a test's). The parameters, gradients and optimizer
  * stay fp32 whatever the path. */
 void nn_model_set_bf16(struct nn_model *m, enum nn_bf16 mode);
+/* Whether an add's inputs may take its output's gradient buffer itself (the default, on),
+ * from the next prepare on: an add's backward then copies nothing, as PyTorch's autograd
+ * hands one gradient to both inputs. Off only to compare against the copying path (the
+ * gradients are bit-identical). While sharing, nn_model_read_tensor's gradient of a tensor
+ * inside the model may hold what later layers accumulated into the shared buffer; the
+ * input's (tensor 0) is never shared. */
+void nn_model_set_grad_share(struct nn_model *m, int on);
 /* The bf16 path the prepared model runs (NN_BF16_OFF: fp32, or not prepared fast). */
 enum nn_bf16 nn_model_bf16_path(const struct nn_model *m);
 /* Makes layouts, primitives and the workspace for batch; train: also backward. Sizes are
@@ -296,5 +305,15 @@ int nn_model_tensor_needs_grad(const struct nn_model *m, int tensor);
 void nn_model_set_init(struct nn_model *m, int param, enum nn_init init, float value);
 /* One line per layer: name, op, output shape, parameters, oneDNN implementation. */
 void nn_model_print(struct nn_model *m, FILE *out);
+
+/* How many convolution layers run one algorithm (nn_conv2d_algo_name; name static). */
+struct nn_conv_algo_count {
+    const char *name;
+    int layers;
+};
+/* The algorithms m's convolutions run on the fast backend, in the order first met, at
+ * most cap of them into out; returns how many. 0 before nn_model_prepare or on the
+ * reference backend, whose plain loops have no algorithm to choose. */
+int nn_model_conv_algos(const struct nn_model *m, struct nn_conv_algo_count *out, int cap);
 
 #endif

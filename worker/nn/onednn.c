@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "worker/nn/bf16.h"
+#include "worker/nn/vec.h"
 
 int nn_dnnl_err(struct err *e, dnnl_status_t st, const char *what)
 {
@@ -151,7 +152,21 @@ void nn_dnnl_cleanup(struct nn_dnnl *d)
     if (d->engine)
         dnnl_engine_destroy(d->engine);
     free(d->scratch);
+    free(d->work);
     memset(d, 0, sizeof *d);
+}
+
+int nn_dnnl_work_reserve(struct nn_dnnl *d, size_t bytes, struct err *e)
+{
+    if (bytes <= d->work_size)
+        return 0;
+    void *grown = nn_alloc(bytes);
+    if (!grown)
+        return err_set(e, ERR_NOMEM, "", "workspace of %zu bytes", bytes);
+    free(d->work);
+    d->work = grown;
+    d->work_size = bytes;
+    return 0;
 }
 
 int nn_dnnl_check(const struct nn_dnnl *d, struct err *e)
@@ -342,6 +357,10 @@ static int convert_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memo
     c->buf = nn_alloc(nn_md_bytes(buf_md));
     if (!c->buf)
         return err_set(e, ERR_NOMEM, "", "conversion buffer of %zu bytes", nn_md_bytes(buf_md));
+    if (accumulate && from->data_type == dnnl_f32 && nn_md_same(from, to)) {
+        c->add_n = nn_md_bytes(from) / sizeof(float); /* padding lanes add zeros */
+        return 0;
+    }
     return nn_reorder_init(&c->r, d, from, to, accumulate, e);
 }
 
@@ -392,7 +411,9 @@ float *nn_convert_out_begin(struct nn_convert *c, float *ours)
 
 void nn_convert_out_end(struct nn_convert *c, struct nn_dnnl *d, float *ours)
 {
-    if (c->active)
+    if (c->add_n)
+        nn_vec_add(ours, c->buf, c->add_n);
+    else if (c->active)
         nn_reorder_run(&c->r, d, ours, c->buf);
 }
 

@@ -30,7 +30,8 @@
  * elsewhere) does ~2x fewer multiplications, its rounding error an order above direct's
  * (measured ~1e-6 of the output's scale); AUTO uses Winograd only on the layers where it
  * measured faster here (outputs of 7x7 and more with 64+ channels, 16x16 with 32+; see
- * conv2d.c), direct on the rest. */
+ * conv2d.c), direct on the rest. Winograd is oneDNN's where it has one (AVX-512), else
+ * ddpbench's own (winograd.h; AUTO takes it on AVX2 CPUs, by conv2d.c's own rule). */
 enum nn_conv_algo { NN_CONV_DIRECT, NN_CONV_AUTO, NN_CONV_WINOGRAD };
 
 /* bf16 training on the CPU (spec precision bf16): the convolutions' and inner products'
@@ -50,14 +51,19 @@ struct nn_dnnl {
     dnnl_primitive_attr_t attr_sum; /* user scratchpad + sum post-op (accumulating) */
     void *scratch;                  /* owned, shared by every primitive */
     size_t scratch_size;
+    void *work; /* owned: our own kernels' workspace (winograd.c), shared like scratch */
+    size_t work_size;
     enum nn_conv_algo conv_algo; /* set before creating convolutions; 0 = DIRECT */
-    enum nn_bf16 bf16;           /* set before creating primitives: OFF, NATIVE, EMULATED */
-    dnnl_status_t status;        /* first execution failure, dnnl_success when none */
-    char failed[48];             /* what failed */
+    int wino_tile;     /* own Winograd's output tile: 0 = by layer (conv2d.c), 2 or 4 forced */
+    enum nn_bf16 bf16; /* set before creating primitives: OFF, NATIVE, EMULATED */
+    dnnl_status_t status; /* first execution failure, dnnl_success when none */
+    char failed[48];      /* what failed */
 };
 
 int nn_dnnl_init(struct nn_dnnl *d, struct err *e);
 void nn_dnnl_cleanup(struct nn_dnnl *d);
+/* Grows the shared workspace (d->work) to at least bytes; only while layers are made. */
+int nn_dnnl_work_reserve(struct nn_dnnl *d, size_t bytes, struct err *e);
 /* -1 with e filled when a primitive failed to run since init (sticky). */
 int nn_dnnl_check(const struct nn_dnnl *d, struct err *e);
 /* Fills e from a oneDNN status; returns -1. */
@@ -137,6 +143,8 @@ struct nn_convert {
     struct nn_reorder r; /* unmade (r.p.prim NULL) for a rounding-only conversion */
     float *buf;          /* owned */
     size_t round_n;      /* emulated bf16: floats of buf rounded after the copy; 0: none */
+    size_t add_n;        /* accumulating into the same layout: ours += buf by our own
+                          * vector loop (vec.h), not a reorder; floats, 0: a reorder */
 };
 
 /* ours -> prim before a primitive reads it */
@@ -149,7 +157,9 @@ int nn_convert_in_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memor
 int nn_convert_operand_init(struct nn_convert *c, struct nn_dnnl *d,
                             const dnnl_memory_desc_t *ours, const dnnl_memory_desc_t *prim,
                             struct err *e);
-/* prim -> ours after a primitive wrote it; accumulate: ours += (always active) */
+/* prim -> ours after a primitive wrote it; accumulate: ours += (always active; where the
+ * two layouts are the same, an add loop of ours: oneDNN 2.6 runs a same-layout reorder
+ * with a sum post-op in its scalar simple:any kernel, measured ~3 ns an element) */
 int nn_convert_out_init(struct nn_convert *c, struct nn_dnnl *d, const dnnl_memory_desc_t *prim,
                         const dnnl_memory_desc_t *ours, int accumulate, struct err *e);
 /* The pointer the primitive reads: ours itself or buf after a reorder. */

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "worker/nn/vec.h"
+
 struct nn_optim_cfg nn_optim_defaults(enum nn_optim_type type)
 {
     struct nn_optim_cfg c = {
@@ -102,15 +104,10 @@ static void optim_sgd(struct nn_optim *o, float *p, const float *g, size_t off, 
             p[i] = p[i] - lr * (g[i] + wd * p[i]);
         return;
     }
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < len; i++) {
-        float d = g[i] + wd * p[i];
-        float b = first ? d
-                        : buf[i] * mom + damp * d; /* PyTorch clones d_p on the first step */
-        buf[i] = b;
-        d = nesterov ? d + mom * b : b;
-        p[i] = p[i] - lr * d;
-    }
+    /* PyTorch clones d_p on the first step (first: buf = d); AVX2 where the ISA allows */
+    struct nn_vec_sgd s = {
+        .wd = wd, .mom = mom, .damp = damp, .lr = lr, .first = first, .nesterov = nesterov};
+    nn_vec_sgd_momentum(&s, p, g, buf, len);
 }
 
 static void optim_adam(struct nn_optim *o, float *p, const float *g, size_t off, size_t len,
