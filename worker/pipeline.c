@@ -59,32 +59,98 @@ static int pipe_make_slot(struct pipeline *p, int s, const struct nn_model *whol
     return nn_model_prepare(m, p->mb, NN_BACKEND_FAST, 1, e);
 }
 
-/* Rank 0's time per layer (ns, forward and backward) of a micro-batch on whole: a warm-up
- * pass, then three timed ones, summed. The input is zeros (token 0, a black image), which
- * costs what any input costs. */
-static int pipe_profile(struct pipeline *p, struct nn_model *whole, int64_t *ns, struct err *e)
+/* The median of three. */
+static int64_t pipe_median3(int64_t a, int64_t b, int64_t c)
 {
+    int64_t lo = a < b ? a : b, hi = a < b ? b : a;
+    return c < lo ? lo : c > hi ? hi : c;
+}
+
+/* Rank 0's time per layer (ns, forward and backward apart) of a micro-batch on whole: a
+ * warm-up pass, then three timed ones, each layer's median kept (one pass preempted on a
+ * busy machine moves no layer). The input is zeros (token 0, a black image), which costs
+ * what any input costs. The loss is not timed (no layer's). fwd and bwd: n each. */
+static int pipe_time_layers(struct pipeline *p, struct nn_model *whole, int64_t *fwd,
+                            int64_t *bwd, struct err *e)
+{
+    int n = nn_model_node_count(whole);
     size_t nx = (size_t)p->mb * nn_model_tensor_sample(whole, 0);
     float *x = calloc(nx ? nx : 1, sizeof *x);
     int32_t *y = calloc((size_t)p->mb * p->labels_per, sizeof *y);
-    int rc = x && y ? nn_model_prepare(whole, p->mb, NN_BACKEND_FAST, 1, e)
-                    : err_set(e, ERR_NOMEM, NULL, "pipeline profile: out of memory");
+    int64_t *t = calloc((size_t)n * 6, sizeof *t); /* [pass][forward, backward][layer] */
+    int rc = x && y && t ? nn_model_prepare(whole, p->mb, NN_BACKEND_FAST, 1, e)
+                         : err_set(e, ERR_NOMEM, NULL, "pipeline profile: out of memory");
     for (int pass = 0; rc == 0 && pass < 4; pass++) {
         double loss;
         int right;
-        whole->profile_ns = pass > 0 ? ns : NULL;
-        rc = nn_model_forward(whole, x, 1, 0, e) ||
-                     nn_model_loss(whole, y, p->mb, &loss, &right, e) ||
-                     nn_model_backward(whole, NULL, NULL, e)
-                 ? -1
-                 : 0;
+        int64_t *tf = pass > 0 ? t + (size_t)(pass - 1) * 2 * n : NULL;
+        whole->profile_ns = tf;
+        rc = nn_model_forward(whole, x, 1, 0, e);
+        whole->profile_ns = NULL;
+        if (rc == 0)
+            rc = nn_model_loss(whole, y, p->mb, &loss, &right, e);
+        whole->profile_ns = tf ? tf + n : NULL;
+        if (rc == 0)
+            rc = nn_model_backward(whole, NULL, NULL, e) < 0 ? -1 : 0;
+        whole->profile_ns = NULL;
     }
-    whole->profile_ns = NULL;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        fwd[i] = pipe_median3(t[i], t[2 * n + i], t[4 * n + i]);
+        bwd[i] = pipe_median3(t[n + i], t[3 * n + i], t[5 * n + i]);
+    }
     nn_model_zero_grad(whole);
     free(x);
     free(y);
     free(t);
     return rc;
+}
+
+static void pipe_profile_free(struct pipe_profile *pr)
+{
+    if (!pr)
+        return;
+    free(pr->forward_ns);
+    free(pr->backward_ns);
+    free(pr->param_bytes);
+    free(pr);
+}
+
+/* Rank 0's profile of whole (pipeline.h struct pipe_profile), the cut still to come. */
+static int pipe_profile(struct pipeline *p, struct nn_model *whole, struct err *e)
+{
+    int n = nn_model_node_count(whole);
+    struct pipe_profile *pr = calloc(1, sizeof *pr);
+    if (pr) {
+        pr->nlayers = n;
+        pr->forward_ns = calloc((size_t)n, sizeof *pr->forward_ns);
+        pr->backward_ns = calloc((size_t)n, sizeof *pr->backward_ns);
+        pr->param_bytes = calloc((size_t)n, sizeof *pr->param_bytes);
+    }
+    p->profile = pr;
+    if (!pr || !pr->forward_ns || !pr->backward_ns || !pr->param_bytes)
+        return err_set(e, ERR_NOMEM, NULL, "pipeline profile: out of memory");
+    for (int i = 0; i < n; i++) {
+        struct nn_node_info ni;
+        nn_model_node_info(whole, i, &ni);
+        pr->param_bytes[i] = (int64_t)(ni.param_len * sizeof(float));
+    }
+    return pipe_time_layers(p, whole, pr->forward_ns, pr->backward_ns, e);
+}
+
+/* The cut into rank 0's profile: where each stage starts and what crosses into it. */
+static void pipe_profile_cut(struct pipeline *p, const struct nn_model *whole, const int *first)
+{
+    struct pipe_profile *pr = p->profile;
+    for (int s = 0; pr && s <= p->cfg.stages; s++) {
+        pr->first[s] = first[s];
+        pr->cut_bytes[s] = 0;
+        if (s == 0 || s == p->cfg.stages)
+            continue;
+        struct nn_node_info ni;
+        nn_model_node_info(whole, first[s], &ni);
+        pr->cut_bytes[s] = (int64_t)((size_t)p->mb * nn_model_tensor_sample(whole, ni.in[0]) *
+                                     sizeof(float));
+    }
 }
 
 /* The cost of each layer of whole to balance stages by: NULL (parameters), or the times
