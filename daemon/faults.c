@@ -55,9 +55,9 @@ struct faults {
 
 /* --- slow: SCHED_IDLE and a burner ---------------------------------------------------- */
 
-/* Sets every thread of pid to policy (SCHED_IDLE or SCHED_OTHER). Threads that end
- * meanwhile are skipped. Returns the threads set, -1 when pid has no task list. */
-static int faults_set_policy(pid_t pid, int policy)
+/* Calls fn on every thread of pid. Threads that end meanwhile are skipped. Returns the
+ * threads fn succeeded on (returned 0), -1 when pid has no task list. */
+static int faults_each_thread(pid_t pid, int (*fn)(pid_t tid, void *ctx), void *ctx)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
@@ -65,15 +65,45 @@ static int faults_set_policy(pid_t pid, int policy)
     if (!d)
         return -1;
     struct dirent *de;
-    struct sched_param sp = {0};
     int n = 0;
     while ((de = readdir(d))) {
         int tid = atoi(de->d_name);
-        if (tid > 0 && sched_setscheduler(tid, policy, &sp) == 0)
+        if (tid > 0 && fn(tid, ctx) == 0)
             n++;
     }
     closedir(d);
     return n;
+}
+
+static int faults_thread_policy(pid_t tid, void *policy)
+{
+    struct sched_param sp = {0};
+    return sched_setscheduler(tid, *(int *)policy, &sp);
+}
+
+/* Sets every thread of pid to policy (SCHED_IDLE or SCHED_OTHER): the threads set, -1
+ * when pid has no task list. */
+static int faults_set_policy(pid_t pid, int policy)
+{
+    return faults_each_thread(pid, faults_thread_policy, &policy);
+}
+
+static int faults_thread_cpus(pid_t tid, void *all)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(tid, sizeof set, &set) < 0)
+        return -1;
+    CPU_OR((cpu_set_t *)all, (cpu_set_t *)all, &set);
+    return 0;
+}
+
+/* The CPUs any thread of pid may run on: a pinned worker's OpenMP threads are each bound
+ * to one CPU of the rank's (worker/store/rendezvous.h), its main thread to the first, so
+ * pid's own affinity is not the rank's. -1 when no thread could be read. */
+static int faults_process_cpus(pid_t pid, cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    return faults_each_thread(pid, faults_thread_cpus, set) > 0 ? 0 : -1;
 }
 
 static void faults_sleep_ns(long ns)
@@ -127,7 +157,7 @@ int faults_slow_begin(pid_t pid, double fraction, struct faults_slow *s)
 {
     cpu_set_t set;
     memset(s, 0, sizeof *s);
-    if (pid <= 0 || sched_getaffinity(pid, sizeof set, &set) < 0)
+    if (pid <= 0 || faults_process_cpus(pid, &set) < 0)
         return -1;
     s->pid = pid;
     s->pinned = CPU_COUNT(&set) < sysconf(_SC_NPROCESSORS_ONLN);

@@ -234,6 +234,41 @@ static void test_rdzv_env_malformed_names_variable(void)
     T_EQ_STR(e.field, "DDPB_RUN");
 }
 
+/* A pinned rank's OpenMP threads get one CPU each: the places list every CPU in order, a
+ * list that does not fit says so; pinning sets OMP_PLACES and OMP_PROC_BIND where the
+ * user set neither, and leaves the user's placement alone. */
+static void test_rdzv_pin_binds_openmp(void)
+{
+    cpu_set_t set, had;
+    struct err e;
+    char out[64];
+    T_OK(rendezvous_cpus_parse("0", &set, &e));
+    T_CHECK(rendezvous_omp_places(&set, out, sizeof out));
+    T_EQ_STR(out, "{0}");
+    T_OK(rendezvous_cpus_parse("2-3,7", &set, &e));
+    T_CHECK(rendezvous_omp_places(&set, out, sizeof out));
+    T_EQ_STR(out, "{2},{3},{7}");
+    T_CHECK(!rendezvous_omp_places(&set, out, 8));
+    /* pin to the CPUs this process already has: nothing changes but the environment */
+    T_CHECK(sched_getaffinity(0, sizeof had, &had) == 0);
+    char list[1024], places[4096];
+    rendezvous_cpus_format(&had, list, sizeof list);
+    T_CHECK(rendezvous_omp_places(&had, places, sizeof places));
+    unsetenv("OMP_PLACES");
+    unsetenv("OMP_PROC_BIND");
+    unsetenv("GOMP_CPU_AFFINITY");
+    T_OK(rendezvous_pin_cpus(list, &e));
+    int ok = getenv("OMP_PLACES") && strcmp(getenv("OMP_PLACES"), places) == 0 &&
+             getenv("OMP_PROC_BIND") && strcmp(getenv("OMP_PROC_BIND"), "close") == 0;
+    setenv("OMP_PLACES", "cores", 1);
+    unsetenv("OMP_PROC_BIND");
+    T_OK(rendezvous_pin_cpus(list, &e));
+    int kept = strcmp(getenv("OMP_PLACES"), "cores") == 0 && !getenv("OMP_PROC_BIND");
+    unsetenv("OMP_PLACES");
+    T_CHECK_MSG(ok, "pinned to %s: OMP_PLACES not %s", list, places);
+    T_CHECK(kept);
+}
+
 static void test_rdzv_cpus_parse_and_format(void)
 {
     cpu_set_t set;
@@ -532,6 +567,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_rdzv_env_other_launchers);
     TEST_RUN(test_rdzv_env_across_nodes);
     TEST_RUN(test_rdzv_cpus_parse_and_format);
+    TEST_RUN(test_rdzv_pin_binds_openmp);
     TEST_RUN(test_rdzv_pin_cpus);
     TEST_RUN(test_rdzv_join_with_late_rank);
     TEST_RUN(test_rdzv_join_missing_rank_is_named);

@@ -277,6 +277,21 @@ void rendezvous_cpus_format(const cpu_set_t *set, char *out, size_t outlen)
     }
 }
 
+bool rendezvous_omp_places(const cpu_set_t *set, char *out, size_t outlen)
+{
+    size_t off = 0;
+    out[0] = '\0';
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET((size_t)c, set))
+            continue;
+        int n = snprintf(out + off, outlen - off, "%s{%d}", off ? "," : "", c);
+        if (n < 0 || (size_t)n >= outlen - off)
+            return false;
+        off += (size_t)n;
+    }
+    return true;
+}
+
 int rendezvous_pin_cpus(const char *list, struct err *e)
 {
     cpu_set_t set;
@@ -284,6 +299,13 @@ int rendezvous_pin_cpus(const char *list, struct err *e)
         return -1;
     if (sched_setaffinity(0, sizeof set, &set) < 0)
         return err_errno(e, "pin to CPUs %.64s (DDPB_CPUS): sched_setaffinity", list);
+    if (getenv("OMP_PLACES") || getenv("OMP_PROC_BIND") || getenv("GOMP_CPU_AFFINITY"))
+        return 0; /* the user's placement wins */
+    char places[4096];
+    if (!rendezvous_omp_places(&set, places, sizeof places))
+        return 0; /* over a thousand CPUs: left unbound rather than half-listed */
+    if (setenv("OMP_PLACES", places, 1) < 0 || setenv("OMP_PROC_BIND", "close", 1) < 0)
+        return err_errno(e, "OMP_PLACES for CPUs %.64s", list);
     return 0;
 }
 

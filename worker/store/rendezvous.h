@@ -23,6 +23,7 @@
 
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "common/err.h"
@@ -77,7 +78,20 @@ int rendezvous_env_read(struct rendezvous_env *out, struct err *e);
 int rendezvous_cpus_parse(const char *list, cpu_set_t *set, struct err *e);
 /* Formats set as a CPU list ("0-3,6"; "" when empty), truncated to outlen. */
 void rendezvous_cpus_format(const cpu_set_t *set, char *out, size_t outlen);
-/* Pins the calling process to the CPUs of list (sched_setaffinity). */
+/* OpenMP's places for a process pinned to set: one place per CPU, in order ("{2},{3}"),
+ * into out; false (out truncated) when they do not fit in outlen. */
+bool rendezvous_omp_places(const cpu_set_t *set, char *out, size_t outlen);
+/* Pins the calling process to the CPUs of list (sched_setaffinity), and gives its OpenMP
+ * threads one CPU each: unless the user placed them (OMP_PLACES, OMP_PROC_BIND or
+ * GOMP_CPU_AFFINITY set), sets OMP_PLACES to the list's CPUs (rendezvous_omp_places) and
+ * OMP_PROC_BIND=close, so thread i runs on the i-th CPU. libgomp reads them when it is
+ * loaded, which in the worker is with the train module, after this call.
+ *
+ * Why: unbound, a pinned rank's threads float over its CPUs, and the kernel may stack two
+ * on one CPU or move one mid-step while the other waits at the barrier; bound, each keeps
+ * its CPU and its cache (tests/bench/RESULTS.md, issue 36). The initial thread is bound to
+ * the first CPU, so threads started after libgomp loads (the loader's, the comm thread)
+ * share that CPU; the C worker's are light beside a step's compute. */
 int rendezvous_pin_cpus(const char *list, struct err *e);
 
 /* Connects to the store as env->rank of env->run, sets "join/rank/<rank>" and waits on
