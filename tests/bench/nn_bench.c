@@ -4,12 +4,16 @@
  *
  *   nn_bench MODEL BATCH THREADS [STEPS] [--shape C,H,W] [--classes K] [--warmup N]
  *            [--conv auto|direct|winograd] [--bf16 auto|native|emulated] [--ref] [--print]
+ *            [--layers]
  *
  * --conv direct is PyTorch's convolution algorithm (a like-for-like comparison); the default
  * auto is the engine's (Winograd for large 3x3 stride-1 layers). --bf16 trains in bf16
  * (worker/nn/onednn.h enum nn_bf16): oneDNN's bf16 kernels where the CPU has them (auto),
  * one path forced (native fails where oneDNN has none); ONEDNN_VERBOSE=profile_exec then
- * times each primitive, the conversions included.
+ * times each primitive, the conversions included. --layers adds one line per layer: its
+ * forward and backward wall time per step (median over the timed steps; the model's
+ * profile_ns clock around each row, so a layer's reorders count in it), for the per-layer
+ * table against nn_bench_torch.py --layers.
  *
  * Prints the median step time and images/s with the phase split (forward, loss+backward,
  * optimizer). A benchmark, not a test: it reports numbers, never pass/fail. Measure with
@@ -20,29 +24,49 @@
 #include <string.h>
 #include <time.h>
 
+#include "tests/bench/bench_time.h"
+#include "worker/nn/layer_type.h"
 #include "worker/nn/model.h"
 #include "worker/nn/models.h"
 #include "worker/nn/optim.h"
 
 struct bench_args {
     const char *model;
-    int batch, threads, steps, warmup, classes, ref, print;
+    int batch, threads, steps, warmup, classes, ref, print, layers;
     enum nn_conv_algo conv;
     enum nn_bf16 bf16;
     int c, h, w;
 };
 
-static double bench_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+/* Per-layer times of the timed steps: prof[(step * 2 + pass) * nnodes + node] in ns, pass
+ * 0 forward, 1 backward. Owned by the caller. */
+struct bench_layers {
+    int64_t *prof;
+    int nnodes, steps;
+};
 
-static int bench_cmp(const void *a, const void *b)
+static void bench_layers_print(const struct bench_layers *l, struct nn_model *m, FILE *out)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    double *col = malloc((size_t)l->steps * sizeof *col);
+    for (int i = 0; i < l->nnodes; i++) {
+        double med[2];
+        for (int pass = 0; pass < 2; pass++) {
+            for (int s = 0; s < l->steps; s++)
+                col[s] = (double)l->prof[((size_t)s * 2 + pass) * l->nnodes + i] * 1e-6;
+            med[pass] = bench_time_median(col, l->steps);
+        }
+        struct nn_node_info ni;
+        nn_model_node_info(m, i, &ni);
+        char sb[64], ib[64], what[64] = "";
+        if (ni.op == NN_OP_CONV) /* the kernel: a conv's row in the torch table */
+            snprintf(what, sizeof what, "k%dx%d/s%d", ni.cfg.conv.kh, ni.cfg.conv.kw,
+                     ni.cfg.conv.sh);
+        fprintf(out, "layer %3d %-22s %-10s %-16s -> %-16s %-9s fwd %8.3f bwd %8.3f ms\n", i,
+                ni.name, nn_layer_type_get(ni.op)->name,
+                nn_shape_str(m->tensors[ni.in[0]].shape, ib, sizeof ib),
+                nn_shape_str(m->tensors[ni.out].shape, sb, sizeof sb), what, med[0], med[1]);
+    }
+    free(col);
 }
 
 static int bench_parse(struct bench_args *a, int argc, char **argv)
@@ -75,6 +99,8 @@ static int bench_parse(struct bench_args *a, int argc, char **argv)
             a->ref = 1;
         } else if (!strcmp(argv[i], "--print")) {
             a->print = 1;
+        } else if (!strcmp(argv[i], "--layers")) {
+            a->layers = 1;
         } else if (pos == 0) {
             a->model = argv[i], pos++;
         } else if (pos == 1) {
@@ -103,7 +129,7 @@ int main(int argc, char **argv)
     if (bench_parse(&a, argc, argv)) {
         fprintf(stderr, "usage: nn_bench MODEL BATCH THREADS [STEPS] [--shape C,H,W] "
                         "[--classes K] [--warmup N] [--conv direct|winograd|auto] "
-                        "[--bf16 auto|native|emulated] [--ref] [--print]\n");
+                        "[--bf16 auto|native|emulated] [--ref] [--print] [--layers]\n");
         return 2;
     }
     nn_set_threads(a.threads);
@@ -134,18 +160,30 @@ int main(int argc, char **argv)
         nn_model_print(&m, stdout);
     int total = a.warmup + a.steps;
     double *t = calloc((size_t)a.steps * 4, sizeof *t);
+    struct bench_layers lay = {.nnodes = nn_model_node_count(&m), .steps = a.steps};
+    int64_t *scratch = NULL;
+    if (a.layers) {
+        lay.prof = calloc((size_t)a.steps * 2 * (size_t)lay.nnodes, sizeof *lay.prof);
+        scratch = calloc((size_t)lay.nnodes, sizeof *scratch); /* the warm-up steps' */
+    }
     double loss = 0;
     for (int s = 0; s < total; s++) {
         int correct;
-        double t0 = bench_now();
+        int64_t *prof = !a.layers      ? NULL
+                        : s < a.warmup ? scratch
+                                       : lay.prof + (size_t)(s - a.warmup) * 2 * lay.nnodes;
+        double t0 = bench_time_now(CLOCK_MONOTONIC);
         nn_model_zero_grad(&m);
+        m.profile_ns = prof;
         int rc = nn_model_forward(&m, x, 1, (uint64_t)s, &e);
-        double t1 = bench_now();
-        rc = rc || nn_model_loss(&m, y, a.batch, &loss, &correct, &e) ||
-             nn_model_backward(&m, NULL, NULL, &e);
-        double t2 = bench_now();
+        double t1 = bench_time_now(CLOCK_MONOTONIC);
+        rc = rc || nn_model_loss(&m, y, a.batch, &loss, &correct, &e);
+        m.profile_ns = prof && prof != scratch ? prof + lay.nnodes : prof;
+        rc = rc || nn_model_backward(&m, NULL, NULL, &e);
+        m.profile_ns = NULL;
+        double t2 = bench_time_now(CLOCK_MONOTONIC);
         nn_optim_step(&opt, m.params.data, m.grads.data, oc.lr);
-        double t3 = bench_now();
+        double t3 = bench_time_now(CLOCK_MONOTONIC);
         if (rc) {
             fprintf(stderr, "nn_bench: %s\n", e.msg);
             return 1;
@@ -160,8 +198,7 @@ int main(int argc, char **argv)
     for (int k = 0; k < 4; k++) {
         for (int s = 0; s < a.steps; s++)
             col[s] = t[(size_t)s * 4 + k];
-        qsort(col, (size_t)a.steps, sizeof *col, bench_cmp);
-        med[k] = col[a.steps / 2];
+        med[k] = bench_time_median(col, a.steps);
     }
     char info[128];
     static const char *const conv_names[] = {"direct", "auto", "winograd"};
@@ -173,6 +210,10 @@ int main(int argc, char **argv)
            m.have_dnnl && m.dnnl.bf16 ? nn_bf16_path_name(m.dnnl.bf16) : "", med[0] * 1e3,
            a.batch / med[0], med[1] * 1e3, med[2] * 1e3, med[3] * 1e3, a.steps, loss,
            nn_runtime_info(info, sizeof info));
+    if (a.layers)
+        bench_layers_print(&lay, &m, stdout);
+    free(lay.prof);
+    free(scratch);
     free(col);
     free(t);
     free(x);

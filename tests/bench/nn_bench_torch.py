@@ -5,13 +5,17 @@ same timed loop: zero_grad + forward + cross-entropy + backward + SGD(lr 0.01, m
 step on one fixed random batch, median over the timed steps.
 
   nn_bench_torch.py MODEL BATCH THREADS [STEPS] [--shape C,H,W] [--classes K] [--count]
+                    [--layers]
 
 Run it with Debian's interpreter (/usr/bin/python3, python3-torch) under the same lock and
 glibc settings as nn_bench (MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=4294967296), which keep
 PyTorch from handing freed activation memory back to the OS every step. --count prints the
 parameter count (the numbers tests/unit/test_nn_models.c checks against). Run as a script it
 parses its arguments before importing torch, so THREADS reaches OMP_NUM_THREADS and
-OPENBLAS_NUM_THREADS too (tests/bench/torch_threads.py says why).
+OPENBLAS_NUM_THREADS too (tests/bench/torch_threads.py says why). --layers runs the timed
+steps again under torch.profiler and prints each operator's self CPU time per step, by
+operator and input shapes (the peer of nn_bench --layers; the profiler adds a few
+microseconds per operator, so the table is for where the time goes, not the headline).
 """
 import argparse, os, sys, time
 
@@ -29,6 +33,8 @@ def parse_args():
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--count", action="store_true", help="print the parameter count only")
+    ap.add_argument("--layers", action="store_true",
+                    help="also print per-operator self CPU time per step (torch.profiler)")
     return ap.parse_args()
 
 
@@ -283,6 +289,26 @@ def build(name, c, h, w, k):
     raise SystemExit("unknown model " + name)
 
 
+def print_layers(step, steps):
+    """Runs steps more steps under torch.profiler; one line per (operator, input shapes):
+    calls and self CPU milliseconds per step, the largest first; the optimizer's and
+    zero_grad's record_function totals after them."""
+    from torch.profiler import profile, ProfilerActivity
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(steps):
+            step()
+    rows = prof.key_averages(group_by_input_shape=True)
+    for r in sorted(rows, key=lambda r: -r.self_cpu_time_total):
+        if r.self_cpu_time_total <= 0:
+            continue
+        shapes = ";".join("x".join(str(d) for d in s) for s in r.input_shapes if s)
+        print(f"op {r.key:<44} {shapes:<40} calls {r.count / steps:5.1f} "
+              f"self {r.self_cpu_time_total / steps / 1e3:8.3f} ms")
+    for r in prof.key_averages():
+        if r.key.startswith("Optimizer.") or r.key.startswith("aten::zero_"):
+            print(f"total {r.key:<44} {r.cpu_time_total / steps / 1e3:8.3f} ms")
+
+
 def main():
     a = ARGS
     shape = a.shape or ("1,28,28" if a.model in ("mnist-cnn", "lenet5") else "3,32,32")
@@ -316,6 +342,8 @@ def main():
     print(f"torch {a.model} {c}x{h}x{w} batch {a.batch} threads {a.threads}: "
           f"median {med * 1e3:.2f} ms/step, {a.batch / med:.1f} img/s "
           f"(min {ts[0] * 1e3:.2f}, max {ts[-1] * 1e3:.2f}, {a.steps} steps)")
+    if a.layers:
+        print_layers(step, a.steps)
 
 
 if __name__ == "__main__":
