@@ -209,6 +209,14 @@ class Daemon:
         took = time.time() - t0
         return self.get(f"/v1/runs/{run_id}"), took
 
+    def wait_probed(self, timeout=300):
+        """Waits for the end of this node's engine probe (every framework imported), which
+        a submit naming a framework engine would otherwise wait for, past one request's
+        time limit on a busy machine."""
+        deadline = time.time() + timeout
+        while self.get("/v1/engines")["nodes"][0]["probing"] and time.time() < deadline:
+            time.sleep(0.5)
+
     def wait_slots_free(self, n, timeout=10):
         """Slots are released just after a run's end is stored: allow that moment."""
         deadline = time.time() + timeout
@@ -243,6 +251,39 @@ class Daemon:
             pass
         if self.owns_state and os.environ.get("DDPB_KEEP_STATE") != "1":
             shutil.rmtree(self.state_dir, ignore_errors=True)
+
+
+# A daemon's extra_args for cases that read from GET /v1/engines only what the daemon
+# itself puts there (MPI's list: daemon/engines.c mpi_probe_json; each engine's elastic
+# mode: engines_mark_elastic), never what the framework probe found: an interpreter that
+# fails at once ends the probe (the daemon's fallback answer) instead of the ~30 s of
+# imports of every framework that "probing" would otherwise last on a 2-core machine.
+# test_engines checks the real probe.
+NO_FRAMEWORK_PROBE = ("--python", "/bin/false")
+
+
+class SharedDaemon:
+    """The one daemon the cases of a test file share, where none needs a fresh one (each
+    reads back only its own experiments): a daemon that serves framework engines imports
+    every framework in its engine probe, seconds each case would wait for again. get()
+    returns it, started by make() at first need, its probe waited for, and started again
+    if a case left it dead; close() at the file's end."""
+
+    def __init__(self, make):
+        self.make = make
+        self.daemon = None
+
+    def get(self):
+        if self.daemon is None or self.daemon.proc.poll() is not None:
+            self.close()
+            self.daemon = self.make()
+            self.daemon.wait_probed()
+        return self.daemon
+
+    def close(self):
+        if self.daemon is not None:
+            self.daemon.close()
+            self.daemon = None
 
 
 def raw_exchange(port, data, timeout=10):
@@ -310,6 +351,20 @@ def wait_gone(pids, timeout=15):
     while time.time() < deadline and any(pid_alive(p) for p in pids):
         time.sleep(0.05)
     check(not any(pid_alive(p) for p in pids), f"workers left behind: {[p for p in pids if pid_alive(p)]}")
+
+
+def live_processes():
+    """(pid, argv as str list) of every live process that is not a zombie."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if pid_alive(int(d)):
+            yield int(d), argv
 
 
 def worker_pids(parent=None):

@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 
-from harness import Daemon, check, run_cases, wait_gone, worker_pids
+from harness import NO_FRAMEWORK_PROBE, Daemon, check, run_cases, wait_gone, worker_pids
 from test_lifecycle import read_sse
 
 # A shortened recipe of schema/examples/train-fashion-mnist.json: 8,192 samples a pass,
@@ -237,7 +237,8 @@ def test_elastic_fault_sweep_every_engine():
 
 def test_elastic_refusals_and_engines():
     """The spec's refusals name the field; GET /v1/engines says how each engine recovers."""
-    d = Daemon(cpu_slots=2)
+    # the modes are the vocabulary's, on the fallback probe's rows too
+    d = Daemon(cpu_slots=2, extra_args=NO_FRAMEWORK_PROBE)
     try:
         bad = [(dict(SPEC, world_size=2, elastic={"min_ranks": 3}), "elastic.min_ranks"),
                (dict(SPEC, world_size=2, elastic={"max_ranks": 3}), "elastic.max_ranks"),

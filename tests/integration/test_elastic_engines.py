@@ -15,12 +15,16 @@ import signal
 import sys
 import time
 
-from harness import Daemon, check, run_cases, wait_gone
+from harness import Daemon, SharedDaemon, check, run_cases, wait_gone
 
 ELASTIC = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "warmup_steps": 1,
            "engine": "pytorch", "strategy": "ddp", "world_size": 2, "epochs": 2,
            "timeout_s": 400, "dataset": {"name": "fashion-mnist", "samples": 1024},
            "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9}}
+
+
+# The daemon every case shares (harness.SharedDaemon: one engine probe for the file).
+SHARED = SharedDaemon(lambda: Daemon(cpu_slots=2))
 
 
 def elastic_dir(d, run_id):
@@ -107,18 +111,15 @@ def check_restart(d, run, pids, world_after):
 def pytorch_restart(max_ranks):
     """A pytorch elastic run (min 1, max max_ranks) whose rank 1 is killed mid-epoch goes on
     as generation 1 of max_ranks rank(s); returns slot 1's row."""
-    d = Daemon(cpu_slots=2)
-    try:
-        spec = dict(ELASTIC, elastic={"min_ranks": 1, "max_ranks": max_ranks,
-                                      "commit_every": 5})
-        run, pids = kill_and_finish(d, spec)
-        g = check_restart(d, run, pids, max_ranks)
-        print(f"pytorch 2->{max_ranks}: loss to resumed {resume_took(g):.2f} s (regroup "
-              f"{g['regroup_ms']:.0f} ms), lost steps {g['lost_steps']}", flush=True)
-        d.wait_slots_free(2)
-        return next(k for k in run["ranks"] if k["rank"] == 1)
-    finally:
-        d.close()
+    d = SHARED.get()
+    spec = dict(ELASTIC, elastic={"min_ranks": 1, "max_ranks": max_ranks,
+                                  "commit_every": 5})
+    run, pids = kill_and_finish(d, spec)
+    g = check_restart(d, run, pids, max_ranks)
+    print(f"pytorch 2->{max_ranks}: loss to resumed {resume_took(g):.2f} s (regroup "
+          f"{g['regroup_ms']:.0f} ms), lost steps {g['lost_steps']}", flush=True)
+    d.wait_slots_free(2)
+    return next(k for k in run["ranks"] if k["rank"] == 1)
 
 
 def test_pytorch_shrinks_after_a_kill():
@@ -140,112 +141,104 @@ def test_pytorch_fails_below_min_ranks():
     """elastic min 2: losing a rank leaves 1 survivor, under min_ranks (a replacement does
     not count: as in place, the run goes on only while min_ranks live): the run fails
     saying so, with no process left."""
-    d = Daemon(cpu_slots=2)
-    try:
-        exp = d.submit(dict(ELASTIC, elastic={"min_ranks": 2, "max_ranks": 2,
-                                               "commit_every": 5}, epochs=0, steps=100000))
-        run_id = exp["runs"][0]["id"]
-        d.wait_run(run_id, lambda r: len(r["ranks"]) == 2 and all(k["pid"] for k in r["ranks"]),
-                   timeout=180, what="spawned")
-        wait_steps(d, run_id, 0, 3)
-        pids = rank_pids(d, run_id)
-        os.kill(pids[1], signal.SIGKILL)
-        d.wait_experiment(exp["id"], timeout=120)
-        run = d.get(f"/v1/runs/{run_id}")
-        check(run["status"] == "failed" and run["error"].startswith(
-            "elastic: 1 rank left, min_ranks 2") and run["error_rank"] == 1,
-            (run["error"], run["error_rank"]))
-        check([g["gen"] for g in run["generations"]] == [0], run["generations"])
-        wait_gone(pids)
-        d.wait_slots_free(2)
-    finally:
-        d.close()
+    d = SHARED.get()
+    exp = d.submit(dict(ELASTIC, elastic={"min_ranks": 2, "max_ranks": 2,
+                                           "commit_every": 5}, epochs=0, steps=100000))
+    run_id = exp["runs"][0]["id"]
+    d.wait_run(run_id, lambda r: len(r["ranks"]) == 2 and all(k["pid"] for k in r["ranks"]),
+               timeout=180, what="spawned")
+    wait_steps(d, run_id, 0, 3)
+    pids = rank_pids(d, run_id)
+    os.kill(pids[1], signal.SIGKILL)
+    d.wait_experiment(exp["id"], timeout=120)
+    run = d.get(f"/v1/runs/{run_id}")
+    check(run["status"] == "failed" and run["error"].startswith(
+        "elastic: 1 rank left, min_ranks 2") and run["error_rank"] == 1,
+        (run["error"], run["error_rank"]))
+    check([g["gen"] for g in run["generations"]] == [0], run["generations"])
+    wait_gone(pids)
+    d.wait_slots_free(2)
 
 
 def test_horovod_shrinks_after_a_kill():
     """horovod elastic min 1, max 1: rank 1 killed mid-epoch; Horovod's driver goes on
     with one worker (the daemon's discovery drops the slot), which resumes from the last
     in-memory commit and finishes both epochs."""
-    d = Daemon(cpu_slots=2)
-    try:
-        spec = dict(ELASTIC, engine="horovod", strategy="horovod",
-                    elastic={"min_ranks": 1, "max_ranks": 1, "commit_every": 5})
-        run, pids = kill_and_finish(d, spec)
-        gens = run["generations"]
-        check([(g["gen"], g["members"]) for g in gens] == [(0, [0, 1]), (1, [0])], gens)
-        check(gens[1]["resumed_at"] and gens[1]["lost_steps"] is not None
-              and gens[0]["detected_at"], gens)  # the generation that failed saw it
-        with open(os.path.join(elastic_dir(d, run["id"]), "hosts")) as f:
-            check(f.read().split() == ["0"], "the discovery still lists slot 1")
-        slot1 = next(k for k in run["ranks"] if k["rank"] == 1)
-        check(slot1["status"] == "killed" and (slot1["error"] or "").startswith("elastic: lost"),
-              slot1)
-        check_steps(d, run)
-        wait_gone(pids)
-        print(f"horovod 2->1: loss to resumed {resume_took(gens[1]):.2f} s, lost steps "
-              f"{gens[1]['lost_steps']}", flush=True)
-        d.wait_slots_free(2)
-    finally:
-        d.close()
+    d = SHARED.get()
+    spec = dict(ELASTIC, engine="horovod", strategy="horovod",
+                elastic={"min_ranks": 1, "max_ranks": 1, "commit_every": 5})
+    run, pids = kill_and_finish(d, spec)
+    gens = run["generations"]
+    check([(g["gen"], g["members"]) for g in gens] == [(0, [0, 1]), (1, [0])], gens)
+    check(gens[1]["resumed_at"] and gens[1]["lost_steps"] is not None
+          and gens[0]["detected_at"], gens)  # the generation that failed saw it
+    with open(os.path.join(elastic_dir(d, run["id"]), "hosts")) as f:
+        check(f.read().split() == ["0"], "the discovery still lists slot 1")
+    slot1 = next(k for k in run["ranks"] if k["rank"] == 1)
+    check(slot1["status"] == "killed" and (slot1["error"] or "").startswith("elastic: lost"),
+          slot1)
+    check_steps(d, run)
+    wait_gone(pids)
+    print(f"horovod 2->1: loss to resumed {resume_took(gens[1]):.2f} s, lost steps "
+          f"{gens[1]['lost_steps']}", flush=True)
+    d.wait_slots_free(2)
 
 
 def test_horovod_replaces_the_lost_worker():
     """horovod elastic min 1, max 2: the daemon's discovery keeps listing the lost slot,
     Horovod starts a replacement there once its blacklist cooldown ends, the workers take it
     in at a commit, and the run ends with both slots done."""
-    d = Daemon(cpu_slots=2)
-    try:
-        spec = dict(ELASTIC, engine="horovod", strategy="horovod", epochs=3,
-                    elastic={"min_ranks": 1, "max_ranks": 2, "commit_every": 5})
-        run, pids = kill_and_finish(d, spec)
-        with open(os.path.join(elastic_dir(d, run["id"]), "hosts")) as f:
-            check(f.read().split() == ["0", "1"], "the discovery dropped slot 1")
-        slot1 = next(k for k in run["ranks"] if k["rank"] == 1)
-        check(slot1["status"] == "done", slot1)
-        gens = run["generations"]
-        check([(g["gen"], g["members"], g["joiners"]) for g in gens] ==
-              [(0, [0, 1], []), (1, [0], []), (2, [0, 1], [1])], gens)
-        check(gens[1]["resumed_at"] and gens[2]["resumed_at"], gens)
-        check_steps(d, run)
-        check({s["world"] for s in d.step_rows(run["id"])} == {1, 2}, "no step at world 1")
-        wait_gone(pids)
-        print(f"horovod 2->1->2: loss to resumed {resume_took(gens[1]):.2f} s", flush=True)
-        d.wait_slots_free(2)
-    finally:
-        d.close()
+    d = SHARED.get()
+    spec = dict(ELASTIC, engine="horovod", strategy="horovod", epochs=3,
+                elastic={"min_ranks": 1, "max_ranks": 2, "commit_every": 5})
+    run, pids = kill_and_finish(d, spec)
+    with open(os.path.join(elastic_dir(d, run["id"]), "hosts")) as f:
+        check(f.read().split() == ["0", "1"], "the discovery dropped slot 1")
+    slot1 = next(k for k in run["ranks"] if k["rank"] == 1)
+    check(slot1["status"] == "done", slot1)
+    gens = run["generations"]
+    check([(g["gen"], g["members"], g["joiners"]) for g in gens] ==
+          [(0, [0, 1], []), (1, [0], []), (2, [0, 1], [1])], gens)
+    check(gens[1]["resumed_at"] and gens[2]["resumed_at"], gens)
+    check_steps(d, run)
+    check({s["world"] for s in d.step_rows(run["id"])} == {1, 2}, "no step at world 1")
+    wait_gone(pids)
+    print(f"horovod 2->1->2: loss to resumed {resume_took(gens[1]):.2f} s", flush=True)
+    d.wait_slots_free(2)
 
 
 def test_elastic_refusals():
     """tensorflow and deepspeed cannot recover: 400 naming the field and saying why;
     GET /v1/engines says how each engine recovers."""
-    d = Daemon(cpu_slots=2)
-    try:
-        for engine, strategy in (("tensorflow", "ddp"), ("deepspeed", "zero1")):
-            st, body, _ = d.request("POST", "/v1/experiments", dict(
-                ELASTIC, engine=engine, strategy=strategy,
-                elastic={"min_ranks": 1, "max_ranks": 2, "commit_every": 5}))
-            err = body["error"] if st == 400 else body
-            check(st == 400 and "elastic" in err["message"] and engine in err["message"],
-                  (engine, st, body))
-        deadline = time.time() + 180
+    d = SHARED.get()
+    for engine, strategy in (("tensorflow", "ddp"), ("deepspeed", "zero1")):
+        st, body, _ = d.request("POST", "/v1/experiments", dict(
+            ELASTIC, engine=engine, strategy=strategy,
+            elastic={"min_ranks": 1, "max_ranks": 2, "commit_every": 5}))
+        err = body["error"] if st == 400 else body
+        check(st == 400 and "elastic" in err["message"] and engine in err["message"],
+              (engine, st, body))
+    deadline = time.time() + 180
+    node = d.get("/v1/engines")["nodes"][0]
+    while node["probing"] and time.time() < deadline:  # its table once probed
+        time.sleep(0.3)
         node = d.get("/v1/engines")["nodes"][0]
-        while node["probing"] and time.time() < deadline:  # its table once probed
-            time.sleep(0.3)
-            node = d.get("/v1/engines")["nodes"][0]
-        engines = {g["name"]: g["elastic"] for g in node["engines"]}
-        check(engines["pytorch"]["mode"] == "restart"
-              and "checkpoint" in engines["pytorch"]["recovery"]
-              and engines["horovod"]["mode"] == "driver"
-              and engines["ddpbench"]["mode"] == "in_memory"
-              and engines["tensorflow"]["mode"] == "none", engines)
-    finally:
-        d.close()
+    engines = {g["name"]: g["elastic"] for g in node["engines"]}
+    check(engines["pytorch"]["mode"] == "restart"
+          and "checkpoint" in engines["pytorch"]["recovery"]
+          and engines["horovod"]["mode"] == "driver"
+          and engines["ddpbench"]["mode"] == "in_memory"
+          and engines["tensorflow"]["mode"] == "none", engines)
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases([test_pytorch_shrinks_after_a_kill,
+    try:
+        rc = run_cases([test_pytorch_shrinks_after_a_kill,
                         test_pytorch_restarts_at_full_size_with_a_replacement,
                         test_pytorch_fails_below_min_ranks,
                         test_horovod_shrinks_after_a_kill,
                         test_horovod_replaces_the_lost_worker,
-                        test_elastic_refusals]))
+                        test_elastic_refusals])
+    finally:
+        SHARED.close()
+    sys.exit(rc)

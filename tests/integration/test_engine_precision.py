@@ -144,11 +144,14 @@ def dist(a, b):
 """
 TORCH_BODY = """
 import copy, torch, torch.nn.functional as F
-import ddpb_torch_loop as loop
+import ddpb_torch_loop as loop, ddpb_train
 ENGINE = {engine!r}
 if ENGINE == "pytorch":
     import torch.distributed as tdist, engine_pytorch as eng
-    tdist.init_process_group("gloo", rank=0, world_size=1)
+    # an in-process store: one rank needs no TCPStore, whose port (picked free, then
+    # released) another process can take first; CI once saw this case abort within its
+    # first second ("terminate called without an active exception")
+    tdist.init_process_group("gloo", store=tdist.HashStore(), rank=0, world_size=1)
 elif ENGINE == "horovod":
     import engine_horovod as eng, horovod.torch as hvd
     hvd.init()
@@ -183,7 +186,12 @@ for clip in CLIPS:
                                            else model).parameters()]
     out[str(clip)] = {{"grad_norm": fields.get("grad_norm"), "norm": norm,
                       "moved": dist(after, before)}}
+if ENGINE == "pytorch":
+    tdist.destroy_process_group()
 print("RESULT " + json.dumps(out), flush=True)
+# torch's C++ objects can abort in the interpreter's teardown (ddpb_train.exit_now says
+# when): the script leaves as the engines leave, its figures printed
+ddpb_train.exit_now(0)
 """
 KERAS_BODY = """
 import numpy as np, tensorflow as tf

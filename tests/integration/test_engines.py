@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from harness import Daemon, check, model_params, run_cases, wait_gone
+from harness import Daemon, SharedDaemon, check, model_params, run_cases, wait_gone
 
 SOURCE = os.environ.get("DDPB_SOURCE_DIR",
                         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -40,6 +40,11 @@ FMNIST = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "warmup_s
 SMALL = {"workload": "train", "model": "mnist-cnn", "batch_size": 32, "steps": 4,
          "warmup_steps": 1, "optimizer": {"type": "sgd", "lr": 0.01, "momentum": 0.9}}
 
+
+
+# The daemon the training cases share (harness.SharedDaemon: one engine probe for them);
+# the cases that check a fresh daemon's probe or run with other options have their own.
+SHARED = SharedDaemon(lambda: Daemon(cpu_slots=2))
 
 
 def engines_of(d, timeout=180):
@@ -163,6 +168,75 @@ def test_data_order_is_the_c_workers():
     order = ddpb_data.permutation(5, 2, 103)
     check(shards[1] == order[1:100:4], (shards[1][:5], order[:8]))
     check(ddpb_data.train_shard(5, 3, 103, 4, 0) != shards[0], "every epoch reshuffles")
+
+
+def test_data_paths_for_the_framework_loaders():
+    """ddpb_data's issue-34 helpers: data_dir prefers the rank's mount; files_samples lists
+    a files-* split in the C reader's order (the manifest's lines, else class folders sorted
+    by name as ImageFolder sorts, non-images left out) and refuses a manifest path leaving
+    the folder; tfrecord_shards sorts a split's shards with their .idx; rank_order is the
+    LOADER_DROP shard; mount_stats reads the mount's stats file, None without a mount."""
+    import tempfile
+    saved = os.environ.pop("DDPB_STORAGE_MOUNT", None)
+    try:
+        with tempfile.TemporaryDirectory() as root:
+            spec = {"dataset": {"name": "cifar10", "path": root}}
+            check(ddpb_data.data_dir(spec) == root, ddpb_data.data_dir(spec))
+            check(ddpb_data.data_dir({"dataset": {"name": "fashion-mnist"}}) ==
+                  ddpb_data.FASHION_MNIST_DIR, "the default location")
+            for cls, names in (("b", ["2.png", "1.png", "notes.txt"]), ("a", ["9.png"])):
+                os.makedirs(os.path.join(root, "files-png", "train", cls))
+                for n in names:
+                    open(os.path.join(root, "files-png", "train", cls, n), "wb").close()
+            got = [(os.path.relpath(p, root), y) for p, y in
+                   ddpb_data.files_samples(root, "files-png", "train")]
+            check(got == [("files-png/train/a/9.png", 0), ("files-png/train/b/1.png", 1),
+                          ("files-png/train/b/2.png", 1)], got)
+            with open(os.path.join(root, "files-png", "train.txt"), "w") as f:
+                f.write("train/b/2.png 3\ntrain/a/9.png 0\n")
+            got = [(os.path.relpath(p, root), y) for p, y in
+                   ddpb_data.files_samples(root, "files-png", "train")]
+            check(got == [("files-png/train/b/2.png", 3), ("files-png/train/a/9.png", 0)], got)
+            with open(os.path.join(root, "files-png", "train.txt"), "w") as f:
+                f.write("../../etc/passwd 1\n")
+            try:
+                ddpb_data.files_samples(root, "files-png", "train")
+                check(False, "a manifest path outside the folder was taken")
+            except ValueError as ex:
+                check("line 1" in str(ex) and ".." in str(ex), ex)
+            os.makedirs(os.path.join(root, "tfrecord"))
+            for n in ("train-00001-of-00002.tfrecord", "train-00000-of-00002.tfrecord",
+                      "test-00000-of-00001.tfrecord", "train-00000-of-00002.tfrecord.idx"):
+                open(os.path.join(root, "tfrecord", n), "wb").close()
+            got = [tuple(os.path.basename(p) for p in pair)
+                   for pair in ddpb_data.tfrecord_shards(root, "train")]
+            check(got == [("train-00000-of-00002.tfrecord", "train-00000-of-00002.tfrecord.idx"),
+                          ("train-00001-of-00002.tfrecord", "train-00001-of-00002.tfrecord.idx")],
+                  got)
+            check(ddpb_data.mount_stats() is None, "no mount, no stats")
+            with open(os.path.join(root, ".ddpbench-fs-stats"), "w") as f:
+                f.write('{"requests":3,"bytes":4096,"wait_ns":5,"read_ns":6}\n')
+            os.environ["DDPB_STORAGE_MOUNT"] = root
+            check(ddpb_data.data_dir(spec) == root, "the mount")
+            check(ddpb_data.mount_stats() == {"requests": 3, "bytes": 4096, "wait_ns": 5,
+                                              "read_ns": 6}, ddpb_data.mount_stats())
+            os.environ["DDPB_STORAGE_MOUNT"] = os.path.join(root, "files-png")
+            check(ddpb_data.data_dir(spec).endswith("files-png"), "the mount wins")
+            check(ddpb_data.mount_stats() is None, "a mount without the stats file")
+    finally:
+        os.environ.pop("DDPB_STORAGE_MOUNT", None)
+        if saved is not None:
+            os.environ["DDPB_STORAGE_MOUNT"] = saved
+    check(ddpb_data.rank_order(5, 2, 103, 1, 4) == ddpb_data.train_shard(5, 2, 103, 4, 1),
+          "rank_order is the LOADER_DROP shard")
+    # worker/data/images.c data_augment_draw's (dy, dx, flip) for (seed, epoch, sample),
+    # printed by the C function (pad 4, flip on): the same crop and flip in every loader
+    draws = {(1, 0, 0): (5, 1, True), (1, 1, 2): (5, 5, False), (2, 1, 3): (5, 1, False),
+             (3, 0, 1): (8, 6, True), (3, 1, 3): (5, 2, True)}
+    got = {k: ddpb_data.augment_draw(*k) for k in draws}
+    check(got == draws, got)
+    check(ddpb_data.rank_order(5, 2, 103, 1, 4)[:3] == ddpb_data.permutation(5, 2, 103)[1:12:4],
+          ddpb_data.rank_order(5, 2, 103, 1, 4)[:3])
 
 
 def model_table():
@@ -421,94 +495,88 @@ def test_every_engine_trains_in_one_sweep():
     and step with the phases each engine observes (null exactly where GET /v1/engines says
     it cannot), epochs with test accuracy, the framework's versions and configuration; the
     results table groups by engine with a speed-up against each engine's own 1 rank."""
-    d = Daemon(cpu_slots=2)
-    try:
-        engines = {e["name"]: e for e in engines_of(d)["nodes"][0]["engines"]}
-        names = ["ddpbench", *FRAMEWORKS]
-        runs = []
-        for name in names:  # strategies differ per engine, so one experiment per engine
-            exp = d.submit(dict(point(name, steps=20), sweep={"world_size": [1, 2]}))
-            runs.append((name, exp["id"]))
-        for name, exp_id in runs:
-            exp = d.wait_experiment(exp_id, timeout=600)
-            check(exp["status"] == "succeeded",
-                  (name, [(r["status"], r["error"]) for r in exp["runs"]]))
-            for r in exp["runs"]:
-                run = d.get(f"/v1/runs/{r['id']}")
-                ws = run["spec"]["world_size"]
-                steps = d.get(f"/v1/runs/{r['id']}/steps?warmup=true")
-                cols = steps["columns"]
-                check(len(steps["rows"]) == 20 * ws, (name, ws, len(steps["rows"])))
-                unobserved = set(engines[name]["not_observed"])
-                for row in steps["rows"]:
-                    v = dict(zip(cols, row))
-                    check(v["step_ms"] > 0 and v["loss"] > 0, (name, v))
-                    for p in PHASES:
-                        check((v[p] is None) == (p in unobserved), (name, p, v))
-                # 512 samples: 16 steps an epoch at 1 rank, 8 at 2; only whole epochs count
-                check(len(run["epochs"]) == (1 if ws == 1 else 2)
-                      and run["epochs"][-1]["test_acc"] is not None, (name, run["epochs"]))
-                if name == "ddpbench":
-                    continue
-                env = run["env"][0]["env"]
-                check(env["engine"] == name and "framework_config" in env, (name, env))
-                check(set(json.loads(env["phases_not_observed"])) == unobserved, (name, env))
-                # memory: the framework's own tensors (mnist-cnn's parameters in fp32),
-                # null exactly where GET /v1/engines says the engine cannot tell; usage
-                # windows of every rank
-                n = model_params("mnist-cnn")
-                cannot = set(engines[name]["memory_not_observed"])
-                check(sorted(m["rank"] for m in run["memory"]) == list(range(ws)), run["memory"])
-                for m in run["memory"]:
-                    check(m["params_bytes"] == 4 * n and m["peak_rss_bytes"] > 4 * n, (name, m))
-                    for k in ("comm_bytes", "activations_bytes"):
-                        check(m[k] is None and k in cannot, (name, k, m))
-                    if name in ("pytorch", "horovod"):  # DDP's and Horovod's .grad tensors
-                        check(m["grads_bytes"] == 4 * n, (name, m))
-                    elif m["grads_bytes"] is None:
-                        check("grads_bytes" in cannot, (name, m))
-                    if name != "deepspeed":  # a shard of it at 2 ranks
-                        check(m["optimizer_bytes"] >= 4 * n, (name, m))  # momentum
-                check(sorted({u["rank"] for u in run["usage"]}) == list(range(ws)), run["usage"])
-                check(all(u["cpu_util"] > 0 for u in run["usage"]), run["usage"])
-                # a trace exactly where GET /v1/engines does not say it sends none
-                trace = d.get(f"/v1/runs/{r['id']}/trace")
-                check(any(e["ph"] == "X" for e in trace["traceEvents"]) == ("trace" not in cannot),
-                      (name, trace["otherData"]))
-                config = json.loads(env["framework_config"])
-                if name == "deepspeed":
-                    check(config["ds_config"]["zero_optimization"]["stage"] == 1, config)
-                if name == "pytorch":
-                    check(config["DistributedDataParallel"]["bucket_cap_mb"] == 25, config)
-            res = d.get(f"/v1/experiments/{exp_id}/results?group_by=engine,world_size")
-            rows = {r["world_size"]: r for r in res["rows"]}
-            check(set(rows) == {1, 2} and all(r["engine"] == name for r in rows.values()),
-                  (name, res["rows"]))
-            check(rows[1]["speedup"] == 1.0 and rows[2]["speedup"] > 0, (name, rows))
-    finally:
-        d.close()
+    d = SHARED.get()
+    engines = {e["name"]: e for e in engines_of(d)["nodes"][0]["engines"]}
+    names = ["ddpbench", *FRAMEWORKS]
+    runs = []
+    for name in names:  # strategies differ per engine, so one experiment per engine
+        exp = d.submit(dict(point(name, steps=20), sweep={"world_size": [1, 2]}))
+        runs.append((name, exp["id"]))
+    for name, exp_id in runs:
+        exp = d.wait_experiment(exp_id, timeout=600)
+        check(exp["status"] == "succeeded",
+              (name, [(r["status"], r["error"]) for r in exp["runs"]]))
+        for r in exp["runs"]:
+            run = d.get(f"/v1/runs/{r['id']}")
+            ws = run["spec"]["world_size"]
+            steps = d.get(f"/v1/runs/{r['id']}/steps?warmup=true")
+            cols = steps["columns"]
+            check(len(steps["rows"]) == 20 * ws, (name, ws, len(steps["rows"])))
+            unobserved = set(engines[name]["not_observed"])
+            for row in steps["rows"]:
+                v = dict(zip(cols, row))
+                check(v["step_ms"] > 0 and v["loss"] > 0, (name, v))
+                for p in PHASES:
+                    check((v[p] is None) == (p in unobserved), (name, p, v))
+            # 512 samples: 16 steps an epoch at 1 rank, 8 at 2; only whole epochs count
+            check(len(run["epochs"]) == (1 if ws == 1 else 2)
+                  and run["epochs"][-1]["test_acc"] is not None, (name, run["epochs"]))
+            if name == "ddpbench":
+                continue
+            env = run["env"][0]["env"]
+            check(env["engine"] == name and "framework_config" in env, (name, env))
+            check(set(json.loads(env["phases_not_observed"])) == unobserved, (name, env))
+            # memory: the framework's own tensors (mnist-cnn's parameters in fp32),
+            # null exactly where GET /v1/engines says the engine cannot tell; usage
+            # windows of every rank
+            n = model_params("mnist-cnn")
+            cannot = set(engines[name]["memory_not_observed"])
+            check(sorted(m["rank"] for m in run["memory"]) == list(range(ws)), run["memory"])
+            for m in run["memory"]:
+                check(m["params_bytes"] == 4 * n and m["peak_rss_bytes"] > 4 * n, (name, m))
+                for k in ("comm_bytes", "activations_bytes"):
+                    check(m[k] is None and k in cannot, (name, k, m))
+                if name in ("pytorch", "horovod"):  # DDP's and Horovod's .grad tensors
+                    check(m["grads_bytes"] == 4 * n, (name, m))
+                elif m["grads_bytes"] is None:
+                    check("grads_bytes" in cannot, (name, m))
+                if name != "deepspeed":  # a shard of it at 2 ranks
+                    check(m["optimizer_bytes"] >= 4 * n, (name, m))  # momentum
+            check(sorted({u["rank"] for u in run["usage"]}) == list(range(ws)), run["usage"])
+            check(all(u["cpu_util"] > 0 for u in run["usage"]), run["usage"])
+            # a trace exactly where GET /v1/engines does not say it sends none
+            trace = d.get(f"/v1/runs/{r['id']}/trace")
+            check(any(e["ph"] == "X" for e in trace["traceEvents"]) == ("trace" not in cannot),
+                  (name, trace["otherData"]))
+            config = json.loads(env["framework_config"])
+            if name == "deepspeed":
+                check(config["ds_config"]["zero_optimization"]["stage"] == 1, config)
+            if name == "pytorch":
+                check(config["DistributedDataParallel"]["bucket_cap_mb"] == 25, config)
+        res = d.get(f"/v1/experiments/{exp_id}/results?group_by=engine,world_size")
+        rows = {r["world_size"]: r for r in res["rows"]}
+        check(set(rows) == {1, 2} and all(r["engine"] == name for r in rows.values()),
+              (name, res["rows"]))
+        check(rows[1]["speedup"] == 1.0 and rows[2]["speedup"] > 0, (name, rows))
 
 
 def test_two_ranks_reach_ddpbenchs_accuracy_band():
     """Two ranks of every engine train one epoch on 20,000 Fashion-MNIST samples (same
     files, shards, seed, optimizer and schedule); each one's test accuracy lies within 5
     points of ddpbench's own engine, and above 70 %."""
-    d = Daemon(cpu_slots=2)
-    try:
-        acc = {}
-        for name in ("ddpbench", *FRAMEWORKS):
-            spec = point(name, world_size=2, epochs=1, steps=0,
-                         dataset={"name": "fashion-mnist", "samples": 20000})
-            exp = d.run_experiment(spec, timeout=900)
-            check(exp["status"] == "succeeded",
-                  (name, [(r["status"], r["error"]) for r in exp["runs"]]))
-            run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
-            acc[name] = run["epochs"][-1]["test_acc"]
-        print(f"  test accuracy after one epoch: {acc}")
-        for name in FRAMEWORKS:
-            check(acc[name] > 0.70 and abs(acc[name] - acc["ddpbench"]) <= 0.05, acc)
-    finally:
-        d.close()
+    d = SHARED.get()
+    acc = {}
+    for name in ("ddpbench", *FRAMEWORKS):
+        spec = point(name, world_size=2, epochs=1, steps=0,
+                     dataset={"name": "fashion-mnist", "samples": 20000})
+        exp = d.run_experiment(spec, timeout=900)
+        check(exp["status"] == "succeeded",
+              (name, [(r["status"], r["error"]) for r in exp["runs"]]))
+        run = d.get(f"/v1/runs/{exp['runs'][0]['id']}")
+        acc[name] = run["epochs"][-1]["test_acc"]
+    print(f"  test accuracy after one epoch: {acc}")
+    for name in FRAMEWORKS:
+        check(acc[name] > 0.70 and abs(acc[name] - acc["ddpbench"]) <= 0.05, acc)
 
 
 USER_SCRIPT = """
@@ -574,33 +642,32 @@ def test_script_engine_runs_only_what_the_operator_allowed():
 def test_killed_rank_fails_the_run_naming_it():
     """For each framework: rank 1 killed mid-training fails the run naming rank 1 and
     signal 9, and no rank of it is left running."""
-    d = Daemon(cpu_slots=2)
-    try:
-        for name in FRAMEWORKS:
-            exp = d.submit(point(name, world_size=2, steps=100000, timeout_s=600))
-            run_id = exp["runs"][0]["id"]
-            d.wait_run(run_id, lambda r: r["status"] == "running" and len(r["ranks"]) == 2
-                       and all(k["pid"] for k in r["ranks"]), timeout=120, what="running")
-            deadline = time.time() + 120
-            while time.time() < deadline and not d.get(f"/v1/runs/{run_id}/steps")["rows"]:
-                time.sleep(0.2)  # training, not still importing the framework
-            run = d.get(f"/v1/runs/{run_id}")
-            pids = [k["pid"] for k in run["ranks"]]
-            os.kill(pids[1], signal.SIGKILL)
-            exp = d.wait_experiment(exp["id"], timeout=120)
-            run = d.get(f"/v1/runs/{run_id}")
-            check(run["status"] == "failed" and run["error_rank"] == 1, (name, run["error"]))
-            check("rank 1" in run["error"] and "signal 9" in run["error"], (name, run["error"]))
-            wait_gone(pids)
-            d.wait_slots_free(2)
-    finally:
-        d.close()
+    d = SHARED.get()
+    for name in FRAMEWORKS:
+        exp = d.submit(point(name, world_size=2, steps=100000, timeout_s=600))
+        run_id = exp["runs"][0]["id"]
+        d.wait_run(run_id, lambda r: r["status"] == "running" and len(r["ranks"]) == 2
+                   and all(k["pid"] for k in r["ranks"]), timeout=120, what="running")
+        deadline = time.time() + 120
+        while time.time() < deadline and not d.get(f"/v1/runs/{run_id}/steps")["rows"]:
+            time.sleep(0.2)  # training, not still importing the framework
+        run = d.get(f"/v1/runs/{run_id}")
+        pids = [k["pid"] for k in run["ranks"]]
+        os.kill(pids[1], signal.SIGKILL)
+        exp = d.wait_experiment(exp["id"], timeout=120)
+        run = d.get(f"/v1/runs/{run_id}")
+        check(run["status"] == "failed" and run["error_rank"] == 1, (name, run["error"]))
+        check("rank 1" in run["error"] and "signal 9" in run["error"], (name, run["error"]))
+        wait_gone(pids)
+        d.wait_slots_free(2)
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases([test_report_module_matches_the_c_protocol,
+    try:
+        rc = run_cases([test_report_module_matches_the_c_protocol,
                         test_python_tables_are_the_vocabulary,
                         test_data_order_is_the_c_workers,
+                        test_data_paths_for_the_framework_loaders,
                         test_models_have_the_c_zoos_parameter_counts,
                         test_keras_applications_differ_as_stated,
                         test_torchvision_counts_of_the_new_rows,
@@ -609,4 +676,7 @@ if __name__ == "__main__":
                         test_every_engine_trains_in_one_sweep,
                         test_two_ranks_reach_ddpbenchs_accuracy_band,
                         test_script_engine_runs_only_what_the_operator_allowed,
-                        test_killed_rank_fails_the_run_naming_it]))
+                        test_killed_rank_fails_the_run_naming_it])
+    finally:
+        SHARED.close()
+    sys.exit(rc)

@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 
-from harness import Daemon, Skip, check, run_cases
+from harness import Daemon, SharedDaemon, Skip, check, run_cases
 
 SOURCE = os.environ.get("DDPB_SOURCE_DIR",
                         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -435,14 +435,14 @@ REST_TRAIN = {"workload": "train", "engine": "horovod", "strategy": "horovod",
               "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9}}
 
 
+REST = SharedDaemon(lambda: Daemon(cpu_slots=2))
+
+
 def rest_daemon():
-    """A daemon whose engine probe has finished (a submit naming a framework waits for it,
-    which on a loaded machine can take longer than one HTTP request)."""
-    d = Daemon(cpu_slots=2)
-    deadline = time.time() + 300
-    while d.get("/v1/engines")["nodes"][0]["probing"] and time.time() < deadline:
-        time.sleep(0.5)
-    return d
+    """The daemon the REST cases share (SharedDaemon), its engine probe finished (a submit
+    naming a framework waits for it, which on a loaded machine can take longer than one
+    HTTP request)."""
+    return REST.get()
 
 
 def check_horovod_run(d, run_id, controller):
@@ -476,11 +476,8 @@ def test_rest_horovod_trains_over_mpi_under_mpirun():
     env stored (through the report channel), over Horovod's MPI controller on OpenMPI."""
     needs_mpi_horovod()
     d = rest_daemon()
-    try:
-        exp = d.run_succeeds(dict(REST_TRAIN, backend="mpi"), timeout=300, runs=1)
-        check_horovod_run(d, exp["runs"][0]["id"], "mpi")
-    finally:
-        d.close()
+    exp = d.run_succeeds(dict(REST_TRAIN, backend="mpi"), timeout=300, runs=1)
+    check_horovod_run(d, exp["runs"][0]["id"], "mpi")
 
 
 def test_rest_sweep_compares_gloo_and_mpi():
@@ -488,17 +485,14 @@ def test_rest_sweep_compares_gloo_and_mpi():
     Gloo and one over MPI, and the results group by backend."""
     needs_mpi_horovod()
     d = rest_daemon()
-    try:
-        exp = d.run_succeeds(dict(REST_TRAIN, sweep={"backend": ["tcp", "mpi"]}),
-                             timeout=600, runs=2)
-        by = {d.get(f"/v1/runs/{r['id']}")["spec"]["backend"]: r["id"] for r in exp["runs"]}
-        check(sorted(by) == ["mpi", "tcp"], by)
-        check_horovod_run(d, by["tcp"], "gloo")
-        check_horovod_run(d, by["mpi"], "mpi")
-        res = d.get(f"/v1/experiments/{exp['id']}/results?group_by=backend")
-        check(sorted(r["backend"] for r in res["rows"]) == ["mpi", "tcp"], res["rows"])
-    finally:
-        d.close()
+    exp = d.run_succeeds(dict(REST_TRAIN, sweep={"backend": ["tcp", "mpi"]}),
+                         timeout=600, runs=2)
+    by = {d.get(f"/v1/runs/{r['id']}")["spec"]["backend"]: r["id"] for r in exp["runs"]}
+    check(sorted(by) == ["mpi", "tcp"], by)
+    check_horovod_run(d, by["tcp"], "gloo")
+    check_horovod_run(d, by["mpi"], "mpi")
+    res = d.get(f"/v1/experiments/{exp['id']}/results?group_by=backend")
+    check(sorted(r["backend"] for r in res["rows"]) == ["mpi", "tcp"], res["rows"])
 
 
 def test_rest_gloo_under_mpich_hydra():
@@ -509,12 +503,9 @@ def test_rest_gloo_under_mpich_hydra():
     if not shutil.which("mpiexec.mpich"):
         raise Skip("mpiexec.mpich is missing: install mpich (deploy/install-deps.sh)")
     d = rest_daemon()
-    try:
-        exp = d.run_succeeds(dict(REST_TRAIN, backend="tcp", mpi="mpich"), timeout=300, runs=1)
-        run = check_horovod_run(d, exp["runs"][0]["id"], "gloo")
-        check(run["spec"]["mpi"] == "mpich", run["spec"])
-    finally:
-        d.close()
+    exp = d.run_succeeds(dict(REST_TRAIN, backend="tcp", mpi="mpich"), timeout=300, runs=1)
+    run = check_horovod_run(d, exp["runs"][0]["id"], "gloo")
+    check(run["spec"]["mpi"] == "mpich", run["spec"])
 
 
 def test_rest_supervision_of_python_ranks_under_mpirun():
@@ -526,13 +517,10 @@ def test_rest_supervision_of_python_ranks_under_mpirun():
     fields = {"launcher": "mpirun", "mpi": "openmpi", "engine": "horovod",
               "strategy": "horovod", "backend": "mpi"}
     d = rest_daemon()
-    try:
-        for fn in (launcher_checks.check_killed_rank, launcher_checks.check_cancel,
-                   launcher_checks.check_frozen_rank):
-            fn(d, fields)
-            d.wait_slots_free(2)
-    finally:
-        d.close()
+    for fn in (launcher_checks.check_killed_rank, launcher_checks.check_cancel,
+               launcher_checks.check_frozen_rank):
+        fn(d, fields)
+        d.wait_slots_free(2)
 
 
 def test_netlab_horovod_mpi_across_hosts():
@@ -571,7 +559,8 @@ def test_netlab_horovod_mpi_across_hosts():
 
 
 if __name__ == "__main__":
-    sys.exit(run_cases([test_identity_reads_each_launcher,
+    try:
+        rc = run_cases([test_identity_reads_each_launcher,
                         test_rank_of_another_launcher_uses_its_own_host,
                         test_horovod_mpi_allreduce_through_the_bootstrap,
                         test_horovod_gloo_rendezvous_under_mpirun,
@@ -581,4 +570,7 @@ if __name__ == "__main__":
                         test_rest_sweep_compares_gloo_and_mpi,
                         test_rest_gloo_under_mpich_hydra,
                         test_rest_supervision_of_python_ranks_under_mpirun,
-                        test_netlab_horovod_mpi_across_hosts]))
+                        test_netlab_horovod_mpi_across_hosts])
+    finally:
+        REST.close()
+    sys.exit(rc)

@@ -17,7 +17,7 @@ import tempfile
 import time
 
 import launcher_checks
-from harness import Daemon, check, run_cases
+from harness import NO_FRAMEWORK_PROBE, Daemon, check, run_cases
 
 IMPLS = ("openmpi", "mpich")
 OPS = ("allreduce", "reduce_scatter", "all_gather", "broadcast", "sendrecv")
@@ -41,7 +41,7 @@ def check_rows(d, exp, what):
 
 
 def test_engines_lists_both():
-    d = Daemon(cpu_slots=2)
+    d = Daemon(cpu_slots=2, extra_args=NO_FRAMEWORK_PROBE)
     try:
         deadline = time.time() + 180  # [] while the node's probe runs
         nodes = d.get("/v1/engines")["nodes"]
@@ -171,10 +171,10 @@ def test_refusals():
     # a node whose PATH has no MPI launcher: 409 naming mpi, with the install command
     bare = tempfile.mkdtemp(prefix="ddpb-nompi-")
     try:
-        for prog in ("python3",):  # the engine probe's interpreter stays reachable
+        for prog in ("python3",):  # as on any node, python3 stays: only MPI is missing
             if shutil.which(prog):
                 os.symlink(shutil.which(prog), os.path.join(bare, prog))
-        d = Daemon(cpu_slots=2, env=dict(os.environ, PATH=bare))
+        d = Daemon(cpu_slots=2, env=dict(os.environ, PATH=bare), extra_args=NO_FRAMEWORK_PROBE)
         try:
             for impl, pkg in (("openmpi", "openmpi-bin"), ("mpich", "mpich")):
                 status, body, _ = d.request("POST", "/v1/experiments", body=collective(impl))
