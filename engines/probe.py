@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """probe: which framework engines this node can run, as JSON on stdout (for GET /v1/engines).
 
-Each framework is imported in a child python3 with a time limit, so a broken or slow
-install (torch's import can take seconds, a CUDA probe can hang) is reported as not
-installed with the reason instead of stalling the caller. The engines, their modules and
+Each framework is imported in a child python3 with a time limit (the children side by
+side), so a broken or slow install (torch's import can take seconds, a CUDA probe can
+hang) is reported as not installed with the reason instead of stalling the caller. The engines, their modules and
 adapters are schema/vocabulary.json's (ddpb_vocab); what each engine supports is the table
 below, kept equal to common/spec_table.c's spec_rules for the engine (checked by
 tests/integration/test_engines.py, which also checks it names every engine); an engine the daemon does not launch yet says so in
@@ -14,6 +14,7 @@ also asks the framework (BACKEND_PROBES): a backend it lacks leaves the engine's
 backends_not_available, mpis, devices, precisions}, ...]}; mpis, for a framework whose
 build has backend mpi, is the MPI implementation its library is (Horovod linked against
 OpenMPI runs under OpenMPI's mpirun only)."""
+import concurrent.futures
 import ctypes
 import json
 import os
@@ -276,12 +277,24 @@ def probe_module(module, probes=None, prepare=""):
     return (lines[-1].split(" ", 1)[1] if lines else "unknown"), None, built
 
 
+def probe_engine(name):
+    """probe_module's answer for engine name; (None, None, {}) for one without a module."""
+    module = ddpb_vocab.ENGINES[name]["module"]
+    if module is None:
+        return None, None, {}
+    return probe_module(module, BACKEND_PROBES.get(name), PREPARE.get(name, ""))
+
+
 def main():
+    # The children at once: each is a framework's import, seconds of one core's work that
+    # the caller (a submit, GET /v1/engines) waits for; one after another they took as long
+    # as all of them together, side by side they take as long as the machine allows.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(CAPS)) as pool:
+        answers = dict(zip(CAPS, pool.map(probe_engine, CAPS)))
     out = []
     for name, caps in CAPS.items():
         module = ddpb_vocab.ENGINES[name]["module"]
-        version, reason, built = (None, None, {}) if module is None else \
-            probe_module(module, BACKEND_PROBES.get(name), PREPARE.get(name, ""))
+        version, reason, built = answers[name]
         installed = module is None or version is not None
         adapter = ADAPTERS.get(name)
         launched = adapter is None or os.path.exists(os.path.join(HERE, adapter))
