@@ -14,6 +14,9 @@
 #                     1.13), installed without its dependencies so pip never brings
 #                     another torch; its small ones (lightning-utilities, torchmetrics,
 #                     fsspec) pinned beside it
+#   tfrecord          the torch engines' TFRecord Example parser (issue 34:
+#                     engines/ddpb_torch_data.py), with crc32c, which it imports; both
+#                     --no-deps (its protobuf and numpy are the ones above)
 # Pinned, so a CI run tests with what a developer tested with; created once, then reused
 # offline: a stamp file holds the pins it was made with, and a change of pin remakes it.
 # Needs python3-venv, python3-dev, cmake, libtorch-dev, libopenmpi-dev (deploy/install-deps.sh
@@ -27,8 +30,10 @@ DEEPSPEED=0.14.4
 HOROVOD=0.28.1
 LIGHTNING=2.0.9.post0
 LIGHTNING_DEPS="lightning-utilities==0.9.0 torchmetrics==1.1.2 fsspec==2023.9.2"
+TFRECORD=1.14.6
+CRC32C=2.7.1
 # the last word is this script's layout: a change of how it installs remakes the venv too
-PINS="schemathesis==$SCHEMATHESIS tensorflow-cpu==$TENSORFLOW deepspeed==$DEEPSPEED horovod==$HOROVOD pytorch-lightning==$LIGHTNING layout-4"
+PINS="schemathesis==$SCHEMATHESIS tensorflow-cpu==$TENSORFLOW deepspeed==$DEEPSPEED horovod==$HOROVOD pytorch-lightning==$LIGHTNING tfrecord==$TFRECORD crc32c==$CRC32C layout-4"
 venv=.venv
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/ddpb-pins" 2>/dev/null)" = "$PINS" ]; then
     exit 0
@@ -69,4 +74,5 @@ PATH="$mpibin:$PATH" MPICC=mpicc.openmpi MPICXX=mpicxx.openmpi CC=gcc CXX=g++ \
 # --no-deps: Lightning's requirements would replace Debian's torch with PyPI's
 # shellcheck disable=SC2086 # LIGHTNING_DEPS is a list of words
 $pip --no-deps "pytorch-lightning==$LIGHTNING" $LIGHTNING_DEPS
+$pip --no-deps "tfrecord==$TFRECORD" "crc32c==$CRC32C"
 echo "$PINS" >"$venv/ddpb-pins"

@@ -33,11 +33,19 @@ setup() {
 
 fail_build() {
     echo "build of $1 failed"
+    # no pip of the venv's setup outlives the run (it may be half way through a wheel)
+    [ -n "$venv_pid" ] && wait "$venv_pid"
     echo "0 passed, 1 failed"
     exit 1
 }
 
-deploy/setup-venv.sh || fail_build .venv  # schemathesis and the engines' frameworks
+# .venv (schemathesis and the engines' frameworks: deploy/setup-venv.sh) is first needed by
+# the integration suite; no unit, lint, tsan or fuzz test uses it. On a fresh machine its
+# setup waits much on PyPI (TensorFlow's wheel alone is ~200 MB), not on the cores the C
+# trees build on, so it runs beside the builds, its output in build-venv.log; the run
+# waits for it, and fails as a build does, when they are done.
+deploy/setup-venv.sh >build-venv.log 2>&1 &
+venv_pid=$!
 setup build-san -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
     -Dmpi=enabled -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-san
 ninja -C build-san || fail_build build-san
@@ -52,13 +60,26 @@ setup build -Dbuildtype=release -Dwerror=true -Dmpi=enabled $gpu_opts || fail_bu
 ninja -C build || fail_build build
 setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled \
     -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-tsan
-ninja -C build-tsan || fail_build build-tsan
+# only what suite 'tsan' runs (its tests, the worker and modules they start: see
+# tests/suite_targets.py), not every program and test of the tree under ThreadSanitizer
+tsan_targets=$(python3 tests/suite_targets.py build-tsan tsan) || fail_build build-tsan
+# shellcheck disable=SC2086 # one target a word
+ninja -C build-tsan $tsan_targets || fail_build build-tsan
 CC=clang setup build-fuzz -Dfuzz=true -Dfuzz_seconds="${FUZZ_SECONDS:-20}" -Dcuda=disabled \
     -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link \
     -Dwerror=true || fail_build build-fuzz
 ninja -C build-fuzz tests/fuzz/fuzz_spec tests/fuzz/fuzz_store_proto tests/fuzz/fuzz_report ||
     fail_build build-fuzz
 
+# every build is done: the venv's setup is waited for here, before any test, so no test
+# (some time their own work) runs beside its pip or its Horovod compile
+venv_status=0
+wait "$venv_pid" || venv_status=$?
+venv_pid=""
+if [ "$venv_status" -ne 0 ]; then
+    cat build-venv.log
+    fail_build .venv
+fi
 rm -f build-san/meson-logs/testlog.json build-san/meson-logs/lint.json \
     build/meson-logs/testlog.json build/meson-logs/unit-cuda.json build/meson-logs/gpu.json \
     build/meson-logs/packaging.json \
