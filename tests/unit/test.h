@@ -15,6 +15,7 @@
 #include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +166,29 @@ static inline int test_write_file(const char *path, const void *p, size_t n)
         return -1;
     size_t w = fwrite(p, 1, n, f);
     return fclose(f) == 0 && w == n ? 0 : -1;
+}
+
+/* The whole of path into an owned heap block (free()) of *n bytes and a NUL after them, or
+ * NULL when it does not read. */
+static inline uint8_t *test_slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = size < 0 ? NULL : malloc((size_t)size + 1);
+    if (p && fread(p, 1, (size_t)size, f) != (size_t)size) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p) {
+        *n = (size_t)size;
+        p[*n] = 0;
+    }
+    return p;
 }
 
 /* rm -r dir: a test's temporary folder, at its end. */
