@@ -52,6 +52,11 @@ struct mpi_lib {
     int thread; /* the level MPI provided */
     MPI_Datatype half;
     MPI_Op hop[MPI_NHALF][MPI_NHOP];
+    /* owned: the transport MPI_T reported, read in the first MPI_T session once MPI is up
+     * and copied into every later env (mpi_env): MPICH 4.0 crashes in a second session's
+     * MPI_T_cvar_get_num (a rank's third env, after training, did). Kept for the
+     * process's life: freeing it at MPI_Finalize would let a later env open a session. */
+    json_t *transport;
 };
 
 static struct mpi_lib mpi_lib = {.mu = PTHREAD_MUTEX_INITIALIZER, .half = MPI_DATATYPE_NULL};
@@ -770,20 +775,23 @@ static json_t *mpi_env(void)
     int inited = 0;
     pthread_mutex_lock(&mpi_lib.mu);
     MPI_Initialized(&inited);
-    json_t *t = json_object();
     /* MPI_T only once MPI is up: MPICH 4.0's MPI_Init_thread crashes after an MPI_T
      * session opened and closed before it (the worker's first env report comes before
-     * the communicator; the one after it has the transport) */
-    bool mpit = inited && MPI_T_init_thread(MPI_THREAD_SERIALIZED, &provided) == MPI_SUCCESS;
+     * the communicator; the one after it has the transport); and only one session
+     * (struct mpi_lib transport) */
+    if (inited && !mpi_lib.transport &&
+        MPI_T_init_thread(MPI_THREAD_SERIALIZED, &provided) == MPI_SUCCESS) {
+        mpi_lib.transport = json_object();
 #ifdef OPEN_MPI
-    if (t && mpit)
-        mpi_ompi_transport(t);
+        if (mpi_lib.transport)
+            mpi_ompi_transport(mpi_lib.transport);
 #else
-    if (t && mpit)
-        mpi_mpich_transport(t, version);
+        if (mpi_lib.transport)
+            mpi_mpich_transport(mpi_lib.transport, version);
 #endif
-    if (mpit)
         MPI_T_finalize();
+    }
+    json_t *t = mpi_lib.transport ? json_deep_copy(mpi_lib.transport) : json_object();
     pthread_mutex_unlock(&mpi_lib.mu);
     /* the first line of the version string: MPICH's runs on with its configure flags */
     return json_pack("{s:s, s:s%, s:s, s:s, s:o*, s:o*}", "implementation", COMM_MPI_NAME,
