@@ -27,8 +27,8 @@ import time
 import torch
 import horovod.torch as hvd
 
-import ddpb_data
 import ddpb_elastic
+import ddpb_torch_data
 import ddpb_torch_loop as loop
 import ddpb_train
 
@@ -64,7 +64,7 @@ class Events:
 
 def train(rep, spec, slot, versions, not_observed, make_adapter):
     """The whole run of one worker (every repeat) under hvd.elastic.run."""
-    data, device = ddpb_data.Data(spec), torch.device("cpu")
+    data, device = ddpb_torch_data.open_data(spec), torch.device("cpu")
     batch, acc = int(spec.get("batch_size", 32)), int(spec.get("accumulate", 1))
     every = max(1, int(spec["elastic"].get("commit_every", 1)))
     repeats, seed0 = int(spec.get("repeats", 1)), int(spec.get("seed", 1))
@@ -122,9 +122,11 @@ def train(rep, spec, slot, versions, not_observed, make_adapter):
                     lr = ddpb_train.lr_at(spec, state.step, total or plan.total)
                     for g in opt.param_groups:
                         g["lr"] = lr
+                    ddpb_torch_data.step_begin(data)
                     loss, step_ms, ph, _ = loop.one_step(module, adapter, it, device, acc,
                                                          tally, False)
                     ph.update(ev.out.step_fields())
+                    ph.update(ddpb_torch_data.step_figures(data))
                     rep.step(step=it_no, loss=loss, samples=batch * acc, step_ms=step_ms,
                              repeat=state.repeat, epoch=state.epoch,
                              warmup=state.step < plan.warmup, **ph)

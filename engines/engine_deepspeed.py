@@ -44,7 +44,7 @@ ddpb_report.start().heartbeat(phase="import")  # reporting while the framework i
 
 import torch
 
-import ddpb_data
+import ddpb_torch_data
 import ddpb_torch_loop as loop
 import ddpb_train
 import probe
@@ -127,6 +127,9 @@ def gloo_bf16_shim(cdb):
 class DeepSpeedAdapter:
     """deepspeed.initialize's engine for ddpb_torch_loop."""
 
+    readiness = True  # rank 0's per-parameter hooks (ddpb_observe.Readiness): ZeRO keeps
+    # the Parameter objects (their data moves into its flat buffers), so their hooks fire
+
     def __init__(self, spec, announce):
         self.spec, self.announce = spec, announce
         self.prec = loop.Precision(spec, torch.device("cpu"), managed=True)
@@ -189,7 +192,7 @@ def train(rep, spec, rank, world):
     ds_comm.cdb.reduce_scatter_function = None
     if spec.get("precision") == "bf16":
         gloo_bf16_shim(ds_comm.cdb)
-    loop.train_all("deepspeed", rep, VERSIONS, NOT_OBSERVED, spec, ddpb_data.Data(spec),
+    loop.train_all("deepspeed", rep, VERSIONS, NOT_OBSERVED, spec, ddpb_torch_data.open_data(spec),
                    torch.device("cpu"), world, rank,
                    lambda announce: DeepSpeedAdapter(spec, announce))
     torch.distributed.barrier()

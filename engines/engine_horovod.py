@@ -42,9 +42,9 @@ import torch
 import horovod
 import horovod.torch as hvd
 
-import ddpb_data
 import ddpb_hvd_common as common
 import ddpb_observe
+import ddpb_torch_data
 import ddpb_torch_loop as loop
 import ddpb_train
 import probe
@@ -206,8 +206,8 @@ def train(rep, spec, rank, world):
     server = rendezvous(spec, rank, world)
     try:
         facts = init(rank, world)
-        loop.train_all("horovod", rep, VERSIONS, NOT_OBSERVED, spec, ddpb_data.Data(spec),
-                       torch.device("cpu"), world, rank,
+        loop.train_all("horovod", rep, VERSIONS, NOT_OBSERVED, spec,
+                       ddpb_torch_data.open_data(spec), torch.device("cpu"), world, rank,
                        lambda announce: HorovodAdapter(spec, announce, facts))
         hvd.join()
         hvd.shutdown()

@@ -14,6 +14,10 @@ The spec's knobs map onto Horovod's (framework_config, stored with the run):
                     optimizer's, what hvd.callbacks.BroadcastGlobalVariablesCallback does)
   optimizer         Keras's legacy SGD / Adam (Horovod 0.28 subclasses the optimizer's
                     bases, which the new optimizers' update step is not in; no AdamW)
+  dataset           files-jpeg / files-png: Keras' image_dataset_from_directory pipeline
+                    (its own order, .shard per rank: ddpb_tf_data.KerasFiles), its threads
+                    dataset.workers; tfrecord: engine tensorflow's tf.data pipeline;
+                    native: ddpb_data's arrays
 
 Phases: as engine tensorflow's (one tf.function step: forward, backward, Horovod's
 allreduce and the update have no hook between them; probe.NOT_OBSERVED)."""
@@ -32,6 +36,7 @@ import horovod.tensorflow.keras as hvd  # noqa: E402
 import ddpb_data  # noqa: E402
 import ddpb_hvd_common as common  # noqa: E402
 import ddpb_keras_loop as keras_loop  # noqa: E402
+import ddpb_tf_data  # noqa: E402
 import ddpb_train  # noqa: E402
 import probe  # noqa: E402
 
@@ -97,7 +102,8 @@ def train(rep, spec, rank, world):
     server = common.rendezvous(spec, rank, world, hvd.mpi_built)
     try:
         facts = common.init(hvd, rank, world)
-        dist, data = HorovodDist(spec, rank), ddpb_data.Data(spec)
+        dist = HorovodDist(spec, rank)
+        data = ddpb_tf_data.open_data(spec, keras=True) or ddpb_data.Data(spec)
         for repeat in range(int(spec.get("repeats", 1))):
             seed = int(spec.get("seed", 1)) + repeat
             run = keras_loop.KerasRun(spec, dist, data, seed, world)
@@ -112,7 +118,8 @@ def train(rep, spec, rank, world):
                             "HOROVOD_CYCLE_TIME", common.HOROVOD_DEFAULT_CYCLE_MS)),
                         "broadcast_init": bool(spec.get("broadcast_init", True))},
                     "mixed_precision_policy": keras_loop.POLICIES[spec.get("precision", "fp32")],
-                    "threads": {"intra_op": threads, "inter_op": 1}, **facts}, NOT_OBSERVED))
+                    "threads": {"intra_op": threads, "inter_op": 1},
+                    **ddpb_tf_data.described(data), **facts}, NOT_OBSERVED))
             run.run_repeat(rep, repeat, seed, rank)
         hvd_tf.join()
         hvd.shutdown()

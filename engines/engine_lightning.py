@@ -47,7 +47,8 @@ import pytorch_lightning as pl  # noqa: E402
 from lightning_fabric.plugins.environments import ClusterEnvironment  # noqa: E402
 from pytorch_lightning.strategies import DDPStrategy  # noqa: E402
 
-import ddpb_data  # noqa: E402
+import ddpb_observe  # noqa: E402
+import ddpb_torch_data  # noqa: E402
 import ddpb_torch_loop as loop  # noqa: E402
 import ddpb_train  # noqa: E402
 import probe  # noqa: E402
@@ -119,7 +120,7 @@ class Batches:
             for _ in range(min(plan.steps_per_epoch * acc, left)):
                 x, y = next(it)
                 left -= 1
-                yield torch.from_numpy(x), torch.from_numpy(y)
+                yield ddpb_torch_data.as_tensor(x), ddpb_torch_data.as_tensor(y)
 
 
 class Net(pl.LightningModule):
@@ -172,11 +173,15 @@ class Reporter(pl.Callback):
         self.grad_norm = None
         self.t_epoch = time.perf_counter()
         self.last_end = None
+        self.ready = None  # rank 0's gradient readiness (ddpb_observe.Readiness), from start
+        self.last_bwd = 0.0
 
     def on_train_start(self, trainer, module):
         # Lightning's DDPStrategy registers a ddp_comm_hook on cuda only: the wrapped
         # module (DistributedDataParallel by now) gets ddpbench's timing hook here
         trainer.strategy.model.register_comm_hook(None, self.hook.allreduce)
+        if self.rank == 0 and os.environ.get("DDPBENCH_OBSERVE_OFF") != "1":
+            self.ready = ddpb_observe.Readiness(module.parameters())  # the model's step
         self.announce(trainer, module)
         self.t_epoch = self.last_end = time.perf_counter()
 
@@ -197,10 +202,15 @@ class Reporter(pl.Callback):
         now = time.perf_counter()
         self.ph["forward_ms"] += (now - self.mark) * 1000.0
         self.mark = now
+        # the synchronising micro-batch's backward of a measured step: its readiness
+        if self.ready is not None and self.micro == self.acc - 1 and \
+                self.step >= self.plan.warmup:
+            self.ready.begin(now)
 
     def on_after_backward(self, trainer, module):
         now = time.perf_counter()
         self.ph["backward_ms"] += (now - self.mark) * 1000.0
+        self.last_bwd = now - self.mark
         self.mark = self.backward_end = now
 
     def on_before_optimizer_step(self, trainer, module, optimizer):
@@ -224,6 +234,9 @@ class Reporter(pl.Callback):
         ph = dict(self.ph, comm_ms=comm, comm_exposed_ms=exposed,
                   optimizer_ms=(now - self.t_opt) * 1000.0)
         ph["backward_ms"] = max(0.0, ph["backward_ms"] - exposed)
+        if self.ready is not None:  # the backward's own time, as the C worker's
+            self.ready.end(max(0.0, self.last_bwd * 1000.0 - exposed) * 1e6)
+        ph.update(ddpb_torch_data.step_figures(self.data))
         losses = self.tally["losses"]
         self.rep.step(step=self.step, loss=sum(losses) / max(1, len(losses)),
                       samples=self.batch * self.acc, step_ms=(now - self.t_step) * 1000.0,
@@ -250,6 +263,8 @@ class Reporter(pl.Callback):
     def on_train_end(self, trainer, module):
         epoch = max(0, (self.step - 1) // self.plan.steps_per_epoch)
         self.usage.emit(self.rep, epoch)  # the steps after the last epoch that ended
+        if self.ready is not None:
+            self.ready.emit(self.rep, self.repeat)
         opt = trainer.optimizers[0]
         self.rep.memory(self.repeat, ddpb_train.peak_rss_bytes(), grads_bytes=self.grads,
                         **loop.held_bytes(module.net, opt))
@@ -278,7 +293,7 @@ def trainer_of(spec, world, rank, hook, callback):
 def train(rep, spec, rank, world):
     torch.set_num_threads(int(spec.get("threads", 1)))
     rep.heartbeat(phase="rendezvous")
-    data = ddpb_data.Data(spec)
+    data = ddpb_torch_data.open_data(spec)
     batch, acc = int(spec.get("batch_size", 32)), int(spec.get("accumulate", 1))
     for repeat in range(int(spec.get("repeats", 1))):
         seed = int(spec.get("seed", 1)) + repeat
@@ -301,7 +316,8 @@ def train(rep, spec, rank, world):
                 "gradient_clip_algorithm": str(getattr(trainer.gradient_clip_algorithm, "value",
                                                        trainer.gradient_clip_algorithm) or ""),
                 "accumulate_grad_batches": acc, "optimizer": module.opt_config,
-                "threads": torch.get_num_threads()}, NOT_OBSERVED))
+                "threads": torch.get_num_threads(),
+                "data": ddpb_torch_data.data_config(data)}, NOT_OBSERVED))
 
         cb = Reporter(rep, spec, data, plan, hook, world, rank, repeat, tally, announce)
         trainer = trainer_of(spec, world, rank, hook, cb)

@@ -25,7 +25,10 @@ allreduce: comm_ms from the first bucket's launch to the last bucket's completio
 comm_exposed_ms the hooks' own launch time plus the wait from the last bucket launched to
 backward's return (DDP blocks there until every bucket is reduced); backward_ms excludes
 it, as the C worker's does. bytes_sent is not reported: gloo and NCCL do not say what
-their algorithms put on the wire (GET /v1/engines lists this)."""
+their algorithms put on the wire (GET /v1/engines lists this).
+
+A `"workload": "collective"` run times torch.distributed's gloo instead (ddpb_collective):
+the fits the model predicts the framework engines' rows from (backend "gloo")."""
 import contextlib
 import datetime
 import sys
@@ -39,9 +42,11 @@ import torch.distributed as dist
 import torchvision
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import ddpb_collective
 import ddpb_data
 import ddpb_elastic
 import ddpb_observe
+import ddpb_torch_data
 import ddpb_torch_loop as loop
 import ddpb_train
 import probe
@@ -240,11 +245,26 @@ def train_dp(rep, spec):
     torch.set_num_threads(int(spec.get("threads", 1)))
     device = torch.device("cuda", 0)
     loop.train_all("pytorch", rep, VERSIONS, NOT_OBSERVED_DP, spec,
-                   ddpb_data.Replicas(ddpb_data.Data(spec), world), device, 1, 0,
+                   ddpb_data.Replicas(ddpb_torch_data.open_data(spec), world), device, 1, 0,
                    lambda announce: DpAdapter(spec, world, device, announce))
 
 
+def collective(rep, spec, rank, world):
+    """A collective workload (ddpb_collective): torch.distributed's gloo timed, the network
+    fits of the framework engines (backend "gloo")."""
+    torch.set_num_threads(int(spec.get("threads", 1)))
+    rep.heartbeat(phase="rendezvous")
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(
+                                seconds=int(spec.get("comm_timeout_s", 300))))
+    ddpb_collective.run(rep, spec, rank, world)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def train(rep, spec, rank, world):
+    if spec.get("workload") == "collective":
+        return collective(rep, spec, rank, world)
     if spec.get("strategy") == "dp":
         return train_dp(rep, spec)
     backend = BACKENDS[spec.get("backend", "tcp")]
@@ -274,8 +294,8 @@ def train_group(rep, spec, rank, world, backend, device, timeout_s, el):
     if spec.get("strategy") == "zero1":
         extra["timing"] = ("optimizer_ms includes ZeroRedundancyOptimizer's parameter "
                            "broadcast, which torch exposes no hook to time")
-    loop.train_all("pytorch", rep, VERSIONS, NOT_OBSERVED, spec, ddpb_data.Data(spec), device,
-                   world, rank, lambda announce: DdpAdapter(spec, world, device, announce),
+    loop.train_all("pytorch", rep, VERSIONS, NOT_OBSERVED, spec, ddpb_torch_data.open_data(spec),
+                   device, world, rank, lambda announce: DdpAdapter(spec, world, device, announce),
                    extra, el)
     dist.barrier()
     dist.destroy_process_group()

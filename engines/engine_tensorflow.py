@@ -26,7 +26,12 @@ The spec's knobs map onto TensorFlow's (framework_config, stored with the run):
                 norm (tf.linalg.global_norm) and passes skip_gradients_aggregation. Keras
                 clips by tf.clip_by_global_norm: clip/max(norm, clip), torch's clip/(norm +
                 1e-6) without the 1e-6
-  dataset       ddpb_data's shard of this rank (NCHW batches transposed to NHWC)
+  dataset       native: ddpb_data's shard of this rank (NCHW batches transposed to NHWC);
+                files-jpeg, files-png, tfrecord: ddpb_tf_data's tf.data pipeline over the
+                same samples in the same order (num_parallel_calls and the private thread
+                pool = dataset.workers, prefetch(prefetch)); replica r of mirrored reads
+                shard r
+  loader_only   the input pipelines alone (ddpb_keras_loop.run_loader)
 
 The loop, loss and phases are ddpb_keras_loop's (shared with engine horovod's framework
 keras): forward_ms, backward_ms, comm_ms, comm_exposed_ms and optimizer_ms are not
@@ -42,6 +47,7 @@ import tensorflow as tf  # noqa: E402
 
 import ddpb_data  # noqa: E402
 import ddpb_keras_loop as keras_loop  # noqa: E402
+import ddpb_tf_data  # noqa: E402
 import ddpb_train  # noqa: E402
 import probe  # noqa: E402
 
@@ -93,7 +99,7 @@ def train(rep, spec, rank, world):
     tf.config.threading.set_inter_op_parallelism_threads(inter)
     rep.heartbeat(phase="rendezvous")
     dist, config = strategy_of(spec, world)
-    data = ddpb_data.Data(spec)
+    data = ddpb_tf_data.open_data(spec) or ddpb_data.Data(spec)
     for repeat in range(int(spec.get("repeats", 1))):
         seed = int(spec.get("seed", 1)) + repeat
         run = keras_loop.KerasRun(spec, dist, data, seed, world)
@@ -102,6 +108,7 @@ def train(rep, spec, rank, world):
                           optimizer=run.opt_config,
                           mixed_precision_policy=keras_loop.POLICIES[
                               spec.get("precision", "fp32")])
+            config.update(ddpb_tf_data.described(data))
             rep.env(ddpb_train.framework_env("tensorflow", VERSIONS, config, NOT_OBSERVED))
         run.run_repeat(rep, repeat, seed, rank)
 
