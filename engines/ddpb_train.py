@@ -12,6 +12,7 @@ import json
 import math
 import os
 import resource
+import sys
 import time
 import traceback
 
@@ -187,6 +188,17 @@ def run_main(engine, versions, body, error_code):
         return 1
     rep.done()
     return 0
+
+
+def exit_now(rc):
+    """Ends the process with rc without the interpreter's teardown. torch's C++ objects
+    (gloo's process group, DDP's reducer, DeepSpeed's shared-memory extension) were seen to
+    abort there (SIGABRT "terminate called without an active exception", SIGSEGV) after a
+    rank had trained, reported everything and said done, which failed a finished run. Every
+    report line is written and flushed by then (ddpb_report flushes each line)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 def report_failure(rep, engine, rank, ex, code):

@@ -203,11 +203,4 @@ def main():
 
 
 if __name__ == "__main__":
-    rc = main()
-    # Leave without the interpreter's teardown: DeepSpeed's CPU shared-memory communication
-    # extension (deepspeed_shm_comm) was seen to crash there with SIGSEGV after a rank had
-    # trained, reported everything and said done, which failed a finished run. Every line
-    # is written and flushed by then (ddpb_report flushes each), so nothing is lost.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)
+    ddpb_train.exit_now(main())

@@ -306,4 +306,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    ddpb_train.exit_now(main())  # not sys.exit: ddpb_train.exit_now says why
