@@ -28,6 +28,7 @@ from harness import BUILD, Skip, check, live_processes, run_cases, wait_gone, wo
 from test_data_pipeline import BASE, cifar_daemon, data
 
 FS = os.path.join(BUILD, "fs", "ddpbench-fs")
+BANK_MS = 5.0  # STORAGE_BUCKET_BANK_NS (worker/data/storage.c)
 
 
 def need_fuse():
@@ -126,7 +127,11 @@ def test_pytorch_through_the_mount():
         layers = [e.get("storage_layer") for e in envs(d, run)]
         check(layers == ["mount", "mount"], layers)
         row = results_row(d, exp["id"])
-        check(row["read_mbps"] is not None and 0 < row["read_mbps"] <= cap * 1.02, row)
+        # read_mbps is bytes over step time, and the bucket may bank BANK_MS of idle link
+        # between steps (storage.c: bytes in a window <= rate x (window + bank)): over
+        # steps of tens of ms that is a few percent above the cap, never more
+        bound = cap * (1 + BANK_MS / row["step_ms_min"]) * 1.02
+        check(row["read_mbps"] is not None and 0 < row["read_mbps"] <= bound, (bound, row))
         check(fs_pids(d.state_dir) == [] and fuse_mounts_under(d.state_dir) == [],
               (fs_pids(d.state_dir), fuse_mounts_under(d.state_dir)))
 
