@@ -96,22 +96,41 @@ static int pipe_replicas(int world, struct perf_net *net, struct pipe_input *in)
 
 /* The one-rank base's optimizer step and its local exposed communication (hand-offs,
  * copies: per bucket, so per parameter) shared among the stages by parameter bytes. */
-static void pipe_base_share(const struct perf_base *b, double scale, struct pipe_input *in)
+static void pipe_base_share(const struct perf_base *b, struct pipe_input *in)
 {
     double total = 0;
     for (int k = 0; k < in->P; k++)
         total += in->params[k];
     for (int k = 0; k < in->P; k++) {
         double share = total > 0 ? in->params[k] / total : 0;
-        in->opt[k] = b->optimizer_s * scale * share;
+        in->opt[k] = b->optimizer_s * share;
         in->dp[k] += b->local_s * share;
     }
 }
 
+/* Each stage's compute slowed by its placement's co-location (perf_phase_scale: the
+ * calibration's phase slowdowns, else the core share). Returns what the stages' compute
+ * was slowed by in all (pred_contention: 1, none). */
+static double pipe_contend(const struct perf_setup *s, struct pipe_input *in)
+{
+    double f = perf_phase_scale(s, PERF_FORWARD), b = perf_phase_scale(s, PERF_BACKWARD);
+    double o = perf_phase_scale(s, PERF_OPTIMIZER), before = 0, after = 0;
+    for (int k = 0; k < in->P; k++) {
+        before += in->fwd[k] + in->bwd[k] + in->opt[k];
+        in->fwd[k] *= f;
+        in->bwd[k] *= b;
+        in->opt[k] *= o;
+        after += in->fwd[k] + in->bwd[k] + in->opt[k];
+    }
+    return before > 0 ? after / before : b;
+}
+
 int model_pipe_predict(const struct db_data_run *run, const struct db_data_run *base,
-                       struct perf_net *net, struct perf_pipe_step *out, const char **why)
+                       struct perf_net *net, const struct calib_set *cals,
+                       struct perf_pipe_step *out, int64_t *calib_id, const char **why)
 {
     memset(out, 0, sizeof *out);
+    *calib_id = 0;
     struct pipe_input in = {.P = pipe_spec_int(run->spec, "pipeline", 1),
                             .M = pipe_spec_int(run->spec, "micro_batches", 1)};
     const char *sch = json_string_value(spec_field_value(run->spec, "schedule"));
@@ -125,7 +144,8 @@ int model_pipe_predict(const struct db_data_run *run, const struct db_data_run *
         return -1;
     }
     struct perf_setup s;
-    model_setup_at(run, run->world_size, run->ranks_per_node, base, &s);
+    int64_t applied = 0;
+    model_setup_calibrated(run, run->world_size, run->ranks_per_node, base, cals, &s, &applied);
     const struct db_pipe_row *pr = &run->pipes[run->npipes - 1];
     int samples = pipe_spec_int(run->spec, "batch_size", 0) / in.M; /* the worker's p->mb */
     in.cut_scale = pr->micro_batch > 0 && samples > 0 ? (double)samples / pr->micro_batch : 1;
@@ -141,12 +161,8 @@ int model_pipe_predict(const struct db_data_run *run, const struct db_data_run *
     if (*why || model_base_of(base, &mb, why) < 0)
         return -1;
     pipe_level(&mb.b, &in);
-    double scale = s.compute_scale >= 1 ? s.compute_scale : 1;
-    for (int k = 0; k < in.P; k++) {
-        in.fwd[k] *= scale;
-        in.bwd[k] *= scale;
-    }
-    pipe_base_share(&mb.b, scale, &in);
+    pipe_base_share(&mb.b, &in);
+    double contention = pipe_contend(&s, &in);
     struct perf_pipe p = {.stages = in.P,
                           .micro_batches = in.M,
                           .schedule = sch && strcmp(sch, "gpipe") == 0 ? PERF_PIPE_GPIPE
@@ -163,17 +179,19 @@ int model_pipe_predict(const struct db_data_run *run, const struct db_data_run *
         *why = "the pipeline's schedule could not be simulated from its profile";
         return -1;
     }
-    out->contention = scale; /* pred_contention: what the stages' compute was slowed by */
+    out->contention = contention;
+    *calib_id = applied;
     return 0;
 }
 
 int model_pipe_point(const struct db_data_run *run, const struct db_data_run *base,
                      const struct perf_fit *fits, size_t nfits, bool *used,
-                     struct perf_pipe_step *out, struct perf_step *one, const char **why)
+                     const struct calib_set *cals, struct perf_pipe_step *out,
+                     struct perf_step *one, int64_t *calib_id, const char **why)
 {
     struct perf_net net;
     model_net_of(run->spec, run->network_profile, run->nodes, fits, nfits, used, &net);
-    if (model_pipe_predict(run, base, &net, out, why) < 0)
+    if (model_pipe_predict(run, base, &net, cals, out, calib_id, why) < 0)
         return -1;
     struct model_base mb;
     if (model_base_of(base, &mb, why) < 0)
@@ -251,7 +269,7 @@ static const struct db_data_run *pipe_profile_for(const struct db_experiment_dat
 static json_t *pipe_point_json(const struct db_data_run *prof, const struct db_data_run *base,
                                int P, int M, int sch, int world, int ranks_per_node,
                                const struct perf_fit *fits, size_t nf, bool *used,
-                               struct err *e)
+                               const struct calib_set *cals, struct err *e)
 {
     struct db_data_run v = *prof; /* borrows prof's rows; only its spec is its own */
     json_t *spec = json_deep_copy(prof->spec);
@@ -266,7 +284,8 @@ static json_t *pipe_point_json(const struct db_data_run *prof, const struct db_d
     struct perf_step one;
     const char *why = NULL;
     json_t *p = NULL;
-    if (model_pipe_point(&v, base, fits, nf, used, &ps, &one, &why) < 0) {
+    int64_t calib_id = 0;
+    if (model_pipe_point(&v, base, fits, nf, used, cals, &ps, &one, &calib_id, &why) < 0) {
         err_set(e, ERR_CONFLICT, strstr(why, "fit") ? "fit" : "run", "pipeline %d: %s", P, why);
     } else {
         double batch = json_number_value(spec_field_value(spec, "batch_size"));
@@ -282,6 +301,12 @@ static json_t *pipe_point_json(const struct db_data_run *prof, const struct db_d
                       "optimizer_ms", pipe_num(ps.optimizer_s * 1e3), "throughput",
                       pipe_num(thr), "speedup", pipe_num(speedup), "efficiency",
                       pipe_num(speedup / world), "peak_in_flight", ps.peak_in_flight);
+        if (p && v.ranks_per_node > 0) { /* as model_whatif's points: what co-location cost */
+            json_object_set_new(p, "contention", pipe_num(ps.contention));
+            json_object_set_new(p, "calibration",
+                                calib_id > 0 ? json_integer((json_int_t)calib_id)
+                                             : json_null());
+        }
         if (!p)
             err_set(e, ERR_NOMEM, NULL, "out of memory");
     }
@@ -292,7 +317,8 @@ static json_t *pipe_point_json(const struct db_data_run *prof, const struct db_d
 /* The curves of P stages from profile run prof: one per schedule, a point per world. */
 static int pipe_curves(const struct model_pipe_ask *q, const struct db_data_run *prof,
                        const struct db_data_run *base, int P, const struct perf_fit *fits,
-                       size_t nf, bool *used, json_t *curves, struct err *e)
+                       size_t nf, bool *used, const struct calib_set *cals, json_t *curves,
+                       struct err *e)
 {
     int M = q->micro_batches > 0 ? q->micro_batches
                                  : pipe_spec_int(prof->spec, "micro_batches", 1);
@@ -309,7 +335,7 @@ static int pipe_curves(const struct model_pipe_ask *q, const struct db_data_run 
             if (world % P != 0)
                 continue;
             json_t *p = pipe_point_json(prof, base, P, M, q->schedules[s], world,
-                                        q->ranks_per_node, fits, nf, used, e);
+                                        q->ranks_per_node, fits, nf, used, cals, e);
             if (!p) {
                 json_decref(points);
                 return -1;
@@ -398,6 +424,11 @@ json_t *model_pipe_whatif(struct db *db, const struct model_pipe_ask *q, struct 
     size_t nf = 0;
     json_t *curves = json_array(), *out = NULL;
     int rc = pipe_inputs(db, q, &d, &asked, &base, &fits, &nf, e);
+    /* owned: the nodes' contention. Every point has a placement (the one asked, else the
+     * profile run's), so a point without ranks_per_node is computed as that run's row. */
+    struct calib_set cals = {0};
+    if (rc == 0)
+        rc = calib_load(db, &cals, e);
     bool *used = calloc(nf + 1, sizeof *used);
     if (rc == 0 && !used)
         rc = err_set(e, ERR_NOMEM, NULL, "out of memory");
@@ -411,7 +442,7 @@ json_t *model_pipe_whatif(struct db *db, const struct model_pipe_ask *q, struct 
                          "cut and the bytes across it)",
                          P, P, (long long)d.id);
         else
-            rc = pipe_curves(q, prof, base, P, fits, nf, used, curves, e);
+            rc = pipe_curves(q, prof, base, P, fits, nf, used, &cals, curves, e);
     }
     if (rc == 0) {
         json_t *fj = json_array();
@@ -425,6 +456,7 @@ json_t *model_pipe_whatif(struct db *db, const struct model_pipe_ask *q, struct 
                         curves);
     }
     json_decref(curves);
+    calib_set_free(&cals);
     free(used);
     free(fits);
     db_experiment_data_free(&d);

@@ -453,9 +453,7 @@ static int perf_buckets(const struct perf_base *b, const struct perf_setup *s, i
                             s->fusion_bytes, bounds);
 }
 
-/* Compute's slowdown of phase p at the setup's placement: the calibration's, else the
- * core share's. */
-static double perf_phase_scale(const struct perf_setup *s, enum perf_phase p)
+double perf_phase_scale(const struct perf_setup *s, enum perf_phase p)
 {
     if (s->has_contention && s->contention.slow[p] > 0)
         return s->contention.slow[p];

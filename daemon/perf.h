@@ -246,6 +246,11 @@ struct perf_setup {
     struct perf_contention contention;
 };
 
+/* Compute's slowdown of phase p at setup s's placement: the calibration's (as measured),
+ * else the core share's (compute_scale, at least 1). One rule for every simulation, data
+ * parallel or pipeline. */
+double perf_phase_scale(const struct perf_setup *s, enum perf_phase p);
+
 struct perf_step {
     double step_s;
     double data_s, forward_s, backward_s, optimizer_s;

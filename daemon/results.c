@@ -831,7 +831,7 @@ static void results_pred_from_pipe(const struct perf_pipe_step *ps, struct perf_
  * (model_pipe.h); one rank as perf_simulate predicts it, for the efficiency. */
 static void results_predict_pipe(const struct db_data_run *run, const struct db_data_run *b,
                                  const struct perf_fit *fits, size_t nfits,
-                                 struct results_pred *p)
+                                 const struct calib_set *cals, struct results_pred *p)
 {
     bool *used = calloc(nfits + 1, sizeof *used);
     struct perf_pipe_step ps;
@@ -840,7 +840,8 @@ static void results_predict_pipe(const struct db_data_run *run, const struct db_
         p->note = "out of memory";
         return;
     }
-    if (model_pipe_point(run, b, fits, nfits, used, &ps, &p->one, &p->note) == 0) {
+    if (model_pipe_point(run, b, fits, nfits, used, cals, &ps, &p->one, &p->calib_id,
+                         &p->note) == 0) {
         results_pred_from_pipe(&ps, &p->st);
         p->bubble = ps.bubble;
         p->replicas_share = 1.0 / results_spec_int(run->spec, "pipeline", 1);
@@ -889,7 +890,7 @@ static void results_predict(const struct results_group *g, const struct results_
     if (p->note)
         return;
     if (results_spec_int(run->spec, "pipeline", 1) > 1) {
-        results_predict_pipe(run, b, fits, nfits, p);
+        results_predict_pipe(run, b, fits, nfits, cals, p);
         return;
     }
     struct model_base mb;

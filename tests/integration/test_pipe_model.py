@@ -12,7 +12,10 @@
   pred_step_ms, pred_bubble and pred_throughput (one computation, daemon/model_pipe.c)
   and names the profile and base runs; from the one-rank base, a what-if over
   micro-batches, schedules and replicas; a stage count no run profiled is refused
-  naming pipeline (409), as are bad fields (400) and a missing sendrecv fit (409, fit)."""
+  naming pipeline (409), as are bad fields (400) and a missing sendrecv fit (409, fit);
+- once the node has a calibration of the pipeline's key (calibrate true, k = 1 and 2),
+  the pipeline rows apply it (pred_calibration its id, pred_contention within its k = 2
+  phase slowdowns) and POST /v1/predict from the same profile says the same, naming it."""
 import math
 import sys
 
@@ -26,6 +29,12 @@ TRAIN = {"workload": "train", "model": "gpt2-tiny", "seq_len": 32, "batch_size":
          "sweep": {"zip": [{"world_size": 1, "pipeline": 1, "micro_batches": 1},
                            {"world_size": 2, "pipeline": 2, "micro_batches": 4}],
                    "schedule": ["gpipe", "1f1b"]}}
+
+
+# the pipeline runs' calibration key (daemon/calib.h): model, batch, threads, device, data
+CALIB = {k: v for k, v in TRAIN.items() if k != "sweep"}
+CALIB.update(calibrate=True, sweep={"world_size": [1, 2]})
+PHASES = ("forward", "backward", "optimizer")
 
 
 def fit_ids(d, coll):
@@ -62,6 +71,8 @@ def check_predict_pipe(d, train, rows, fit):
                           (pt["throughput"], row["pred_throughput"]),
                           (pt["efficiency"], row["pred_efficiency"])):
             check(math.isclose(got, want, rel_tol=1e-9), (pt, row))
+        check(pt["calibration"] == row["pred_calibration"], (pt, row))
+        check(math.isclose(pt["contention"], row["pred_contention"], rel_tol=1e-9), (pt, row))
         check({f["id"] for f in p["fits"]} == {int(i) for i in row["pred_fits"].split(",")},
               (p["fits"], row["pred_fits"]))
     # a what-if from the one-rank base: the latest profile of 2 stages, both schedules,
@@ -75,6 +86,8 @@ def check_predict_pipe(d, train, rows, fit):
                                                                 for s in by_sched), c)
         check([pt["world_size"] for pt in c["points"]] == [2, 4], c["points"])
         check(all(pt["step_ms"] > 0 and 0 < pt["bubble"] < 1 for pt in c["points"]), c)
+        check(all(pt["calibration"] == rows[0]["pred_calibration"] for pt in c["points"]),
+              (c["points"], rows[0]["pred_calibration"]))
         check(c["points"][1]["throughput"] > c["points"][0]["throughput"], c["points"])
     bad = [({"run": base, "pipeline": [4]}, 409, "pipeline"),
            ({"experiment": train["id"], "pipeline": [2]}, 400, "run"),
@@ -86,6 +99,25 @@ def check_predict_pipe(d, train, rows, fit):
     for body, status, field in bad:
         reply = predict(d, body, status)
         check(reply["error"]["field"] == field, (body, reply))
+
+
+def check_calibrated(d, train, fit):
+    """A calibration of the pipeline's key: its rows and what-ifs apply it."""
+    cal_exp = d.run_experiment(CALIB, timeout=180)
+    check(cal_exp["status"] == "succeeded",
+          [(r["status"], r["error"]) for r in cal_exp["runs"]])
+    cals = [c for c in d.get("/v1/calibrations")["calibrations"]
+            if c["experiment"] == cal_exp["id"]]
+    check(len(cals) == 1, cals)
+    two = [p for p in cals[0]["curve"] if p["k"] == 2]
+    check(len(two) == 1, cals[0]["curve"])
+    lo, hi = min(two[0][ph] for ph in PHASES), max(two[0][ph] for ph in PHASES)
+    _, rows = pipe_rows(d, train)
+    for r in rows:
+        check(r["pred_note"] is None and r["pred_calibration"] == cals[0]["id"], r)
+        # the stages' compute slowed phase by phase: in all, between the phases' slowdowns
+        check(lo - 1e-9 <= r["pred_contention"] <= hi + 1e-9, (r["pred_contention"], two))
+    check_predict_pipe(d, train, rows, fit)
 
 
 def test_pipelines_predicted():
@@ -127,6 +159,8 @@ def test_pipelines_predicted():
                   f"{r['bubble_theory']:.3f}")
         check(all(r["pred_bubble"] is None for r in every if r["pipeline"] == 1), every)
         check_predict_pipe(d, train, rows, [ar["id"], sr["id"]])
+        check(all(r["pred_calibration"] is None for r in rows), rows)
+        check_calibrated(d, train, [ar["id"], sr["id"]])
         ids = ",".join(str(i) for i in fit_ids(d, ar))
         _, rows = pipe_rows(d, train, f"?fit={ids}")
         check(all(r["pred_step_ms"] is None and "sendrecv" in r["pred_note"] for r in rows),

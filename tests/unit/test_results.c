@@ -10,6 +10,8 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+#include "common/spec.h"
+#include "daemon/calib.h"
 #include "daemon/results.h"
 #include "tests/unit/test.h"
 
@@ -775,6 +777,38 @@ static struct perf_fit pipe_fit(int64_t id, const char *op, const char *alg, dou
     return f;
 }
 
+/* The pipeline of test_results_pipeline_predicted (run pipe) once its node has a
+ * calibration of its key at k = 2: forward x2, backward x1.5, the optimizer x4 replace the
+ * core share phase by phase. Means over the stages: forward 1.0 -> 2.0 ms, backward
+ * 1.5 -> 2.25, the optimizer 0.25 -> 1.0; the stages' compute in all (per micro-batch
+ * forward 0.5 + 0.5, backward 0.5 + 1.0, then the optimizer 0.375 + 0.125) 3.0 -> 6.25. */
+static void pipeline_calibrated(const struct db_experiment_data *data,
+                                const struct perf_fit *fits, const struct db_data_run *pipe)
+{
+    struct err e;
+    struct calib cal = {.id = 7, .batch_size = 8, .threads = 1};
+    cal.pts[0] = (struct perf_calib_point){.k = 1, .slow = {1, 1, 1}};
+    cal.pts[1] = (struct perf_calib_point){.k = 2, .slow = {2, 1.5, 4}};
+    cal.perf = (struct perf_calib){.pts = cal.pts, .n = 2, .cores = 4};
+    const char *model = json_string_value(spec_field_value(pipe->spec, "model"));
+    snprintf(cal.node, sizeof cal.node, "%s", pipe->host);
+    snprintf(cal.model, sizeof cal.model, "%s", model ? model : "");
+    snprintf(cal.device, sizeof cal.device, "cpu");
+    calib_key_of(pipe, cal.dataset, sizeof cal.dataset);
+    struct calib_set cals = {&cal, 1};
+    json_t *t = results_build_calibrated(data, NULL, 0, fits, 2, &cals, &e);
+    T_CHECK(t != NULL);
+    json_t *r = json_array_get(json_object_get(t, "rows"), 1);
+    T_CHECK_MSG(json_is_null(json_object_get(r, "pred_note")), "%s",
+                json_string_value(json_object_get(r, "pred_note")));
+    T_EQ_INT(json_integer_value(json_object_get(r, "pred_calibration")), 7);
+    T_NEAR(json_number_value(json_object_get(r, "pred_forward_ms")), 2.0, 1e-9);
+    T_NEAR(json_number_value(json_object_get(r, "pred_backward_ms")), 2.25, 1e-9);
+    T_NEAR(json_number_value(json_object_get(r, "pred_optimizer_ms")), 1.0, 1e-9);
+    T_NEAR(json_number_value(json_object_get(r, "pred_contention")), 6.25 / 3.0, 1e-9);
+    json_decref(t);
+}
+
 /* A gpipe pipeline of 2 stages and 2 micro-batches on 2 ranks of a 4-CPU node. The
  * one-rank base (batch 8) gives the level: forward 2 ms and backward 3 ms a step, so 1 and
  * 1.5 ms a micro-batch; rank 0's layer profile the shares: forward 1:1, backward 1:2, so
@@ -854,6 +888,7 @@ static void test_results_pipeline_predicted(void)
     T_CHECK(json_is_null(json_object_get(n2, "pred_step_ms")));
     T_CHECK(json_is_null(json_object_get(n2, "pred_bubble")));
     T_CHECK(strstr(json_string_value(json_object_get(n2, "pred_note")), "sendrecv") != NULL);
+    pipeline_calibrated(&data, fits, &runs[1]);
     /* a run from before the profile: said so */
     runs[1].npipes = 0;
     json_t *old = results_build_with(&data, NULL, 0, fits, 2, &e);
