@@ -8,10 +8,12 @@ constant, StepLR or CosineAnnealingLR to 0 over the remaining steps, the C worke
 PyTorch's semantics) and handed to each framework as a plain number per step, so no
 framework's own scheduler class (each counts steps slightly differently) changes what the
 spec means."""
+import faulthandler
 import json
 import math
 import os
 import resource
+import signal
 import sys
 import time
 import traceback
@@ -180,6 +182,10 @@ def run_main(engine, versions, body, error_code):
     then stops the run naming this rank) and exits 1; else done and 0."""
     import ddpb_report
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # A rank the daemon stops (another rank failed, a timeout, a cancel) writes every
+    # thread's stack to its log first, then dies as before: where a rank hung is the one
+    # thing its peers' errors ("timed out waiting for recv") cannot say.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     rep = ddpb_report.start(versions)
     try:
         body(rep, spec_load(), rank, world)

@@ -662,6 +662,34 @@ def test_killed_rank_fails_the_run_naming_it():
         d.wait_slots_free(2)
 
 
+def test_stopped_rank_leaves_its_stacks():
+    """A framework rank the daemon stops (here: the experiment cancelled mid-training)
+    writes every thread's stack to its log before it dies (engines/ddpb_train.py run_main:
+    faulthandler on SIGTERM), so a rank that hung says where; none is left running."""
+    d = SHARED.get()
+    exp = d.submit(point("pytorch", world_size=2, steps=100000, timeout_s=600))
+    run_id = exp["runs"][0]["id"]
+    d.wait_run(run_id, lambda r: r["status"] == "running" and len(r["ranks"]) == 2
+               and all(k["pid"] for k in r["ranks"]), timeout=120, what="running")
+    deadline = time.time() + 120
+    while time.time() < deadline and not d.get(f"/v1/runs/{run_id}/steps")["rows"]:
+        time.sleep(0.2)  # training, past the framework's import
+    pids = [k["pid"] for k in d.get(f"/v1/runs/{run_id}")["ranks"]]
+    status, body, _ = d.request("POST", f"/v1/experiments/{exp['id']}/cancel")
+    check(status in (200, 202), (status, body))
+    exp = d.wait_experiment(exp["id"], timeout=120)
+    check(exp["runs"][0]["status"] == "cancelled", exp["runs"][0])
+    wait_gone(pids)
+    for rank in (0, 1):
+        with open(os.path.join(d.state_dir, "runs", str(run_id), f"rank{rank}.log"),
+                  errors="replace") as f:
+            log = f.read()
+        # faulthandler's header of each thread, and the adapter's own frame among them
+        check("(most recent call first)" in log and "engine_pytorch.py" in log,
+              (rank, log[-3000:]))
+    d.wait_slots_free(2)
+
+
 if __name__ == "__main__":
     try:
         rc = run_cases([test_report_module_matches_the_c_protocol,
@@ -676,7 +704,8 @@ if __name__ == "__main__":
                         test_every_engine_trains_in_one_sweep,
                         test_two_ranks_reach_ddpbenchs_accuracy_band,
                         test_script_engine_runs_only_what_the_operator_allowed,
-                        test_killed_rank_fails_the_run_naming_it])
+                        test_killed_rank_fails_the_run_naming_it,
+                        test_stopped_rank_leaves_its_stacks])
     finally:
         SHARED.close()
     sys.exit(rc)
