@@ -175,11 +175,32 @@ class Daemon:
         """Submits spec and returns the experiment once it has ended."""
         return self.wait_experiment(self.submit(spec)["id"], timeout=timeout)
 
+    def failed_runs(self, exp, lines=30):
+        """Text naming each run of exp that did not succeed: its status, its error and the
+        last lines of each of its ranks' logs (a rank stopped by the daemon has written its
+        threads' stacks there: engines/ddpb_train.py), a failure message CI can be read
+        by."""
+        out = []
+        for r in exp["runs"]:
+            if r["status"] == "succeeded":
+                continue
+            logs = {}
+            rdir = os.path.join(self.state_dir, "runs", str(r["id"]))
+            for name in sorted(os.listdir(rdir)) if os.path.isdir(rdir) else []:
+                if name.startswith("rank") and name.endswith(".log"):
+                    with open(os.path.join(rdir, name), errors="replace") as f:
+                        logs[name] = "".join(f.readlines()[-lines:])
+            out.append(f"run {r['id']} {r['status']}: {r['error']}")
+            out += [f"--- {name} (last {lines} lines)\n{text}" for name, text in logs.items()]
+        return "\n".join(out)
+
     def run_succeeds(self, spec, timeout=120, runs=None):
-        """run_experiment, checking that it succeeded (naming each run's status and error
-        if not) and, given runs, that it had that many runs. Returns the experiment."""
+        """run_experiment, checking that it succeeded (naming each run's status, error and
+        log tails if not) and, given runs, that it had that many runs. Returns the
+        experiment."""
         exp = self.run_experiment(spec, timeout=timeout)
-        check(exp["status"] == "succeeded", [(r["status"], r["error"]) for r in exp["runs"]])
+        if exp["status"] != "succeeded":
+            check(False, self.failed_runs(exp))
         if runs is not None:
             check(len(exp["runs"]) == runs, len(exp["runs"]))
         return exp

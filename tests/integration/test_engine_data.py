@@ -178,8 +178,7 @@ def test_other_torch_engines_read_files():
     for p, exp_id in exps:
         exp = d.wait_experiment(exp_id, timeout=600)
         what = (p["engine"], p.get("loader_only", False))
-        check(exp["status"] == "succeeded",
-              (what, [(r["status"], r["error"]) for r in exp["runs"]]))
+        check(exp["status"] == "succeeded", f"{what}\n{d.failed_runs(exp)}")
         rows = d.step_rows(exp["runs"][0]["id"])
         check(len(rows) == BASE["steps"] * 2, (what, len(rows)))
         check(all(r["loader_cpu_ms"] is not None and r["data_ms"] is not None
