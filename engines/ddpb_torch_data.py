@@ -37,8 +37,20 @@ read while the step ran (step_begin to step_figures), when the rank reads throug
 ddpbench-fs mount; without one it is left out (probe.data_not_observed says why).
 
 Decision: one loader class for every torch engine, framed as ddpb_data.Data, so the loop's
-data wait (data_ms) is the wait for the DataLoader's next batch whatever the engine."""
+data wait (data_ms) is the wait for the DataLoader's next batch whatever the engine.
+
+Decision: the workers start through a forkserver, not by fork (DataLoader's
+multiprocessing_context). A rank is multithreaded by the time it iterates a loader (gloo's
+and the framework's threads, the reporter's heartbeat), and a fork of it can hang in the
+child before any Python runs: a deepspeed rank's test-split worker was seen stuck in
+os.fork (popen_fork._launch) about once in five runs of test_engine_data, its rank
+waiting for the batch and the peer timing out in gloo. The forkserver is one
+single-threaded process per rank, started at the first loader (it imports the engine's
+script once, multiprocessing's default preload, so each worker after it starts at fork
+speed; an engine script reports to the daemon only when it runs as __main__); the workers, their batches and their CPU accounting are as before. Only a
+loader's first batch pays the server's start, in a warm-up step or the first evaluation."""
 import io
+import multiprocessing
 import os
 import time
 
@@ -51,6 +63,7 @@ from PIL import Image
 import ddpb_data
 
 CONVERTED = ("files-png", "files-jpeg", "tfrecord")
+WORKER_START = "forkserver"  # how DataLoader workers start (see the module's decision)
 
 
 def open_data(spec):
@@ -305,7 +318,8 @@ class Loader:
         """The framework configuration's "data" entry."""
         return {"format": self.fmt, "reader": type(self.train).__name__,
                 "DataLoader": {"num_workers": self.workers, "prefetch_factor": self.prefetch,
-                               "persistent_workers": True, "drop_last": True},
+                               "persistent_workers": True, "drop_last": True,
+                               "multiprocessing_context": WORKER_START},
                 "decode": "PIL", "storage_mount": os.environ.get("DDPB_STORAGE_MOUNT")}
 
     def _loader(self, dataset, batch, drop_last, key):
@@ -315,6 +329,7 @@ class Loader:
                 dataset, batch_size=batch, sampler=order, drop_last=drop_last,
                 num_workers=self.workers, prefetch_factor=self.prefetch,
                 persistent_workers=True, worker_init_fn=_worker_start, collate_fn=_collate,
+                multiprocessing_context=multiprocessing.get_context(WORKER_START),
                 # its own generator: the workers' base seed drawn from the global one would
                 # move the model's random stream (dropout) away from the in-memory run's
                 generator=torch.Generator().manual_seed(self.seed)))

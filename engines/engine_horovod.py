@@ -36,7 +36,8 @@ import sys
 import time
 
 import ddpb_report  # noqa: E402
-ddpb_report.start().heartbeat(phase="import")  # reporting while the framework imports
+if __name__ == "__main__":  # the rank, not a DataLoader worker's import of this script
+    ddpb_report.start().heartbeat(phase="import")  # reporting while the framework imports
 
 import torch
 import horovod

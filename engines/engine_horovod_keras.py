@@ -25,7 +25,8 @@ import os
 import sys
 
 import ddpb_report  # noqa: E402
-ddpb_report.start().heartbeat(phase="import")  # reporting while the framework imports
+if __name__ == "__main__":  # the rank, not a DataLoader worker's import of this script
+    ddpb_report.start().heartbeat(phase="import")  # reporting while the framework imports
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 import tensorflow as tf  # noqa: E402
