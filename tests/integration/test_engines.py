@@ -593,6 +593,7 @@ for step in range(spec["steps"]):
     w -= 0.01 * g
     rep.step(step=step, loss=float(w.abs().mean()), samples=spec["batch_size"],
              step_ms=(time.perf_counter() - t0) * 1000, warmup=step < spec["warmup_steps"])
+dist.destroy_process_group()  # as a torch.distributed program ends (docs/design.md)
 rep.done()
 """
 
