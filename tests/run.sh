@@ -16,6 +16,9 @@
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
+# seconds since the run began after each step: where CI's 35 minutes go
+t0=$(date +%s)
+elapsed() { echo "run.sh: $1 done at $(($(date +%s) - t0)) s"; }
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
@@ -49,6 +52,7 @@ venv_pid=$!
 setup build-san -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled \
     -Dmpi=enabled -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-san
 ninja -C build-san || fail_build build-san
+elapsed "build-san"
 # Where the CUDA toolkit is, its GPU parts are required, not "auto": a build that lost NCCL
 # or cuDNN would otherwise drop their tests without a word.
 gpu_opts=""
@@ -58,6 +62,7 @@ fi
 # shellcheck disable=SC2086
 setup build -Dbuildtype=release -Dwerror=true -Dmpi=enabled $gpu_opts || fail_build build
 ninja -C build || fail_build build
+elapsed "build"
 setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled \
     -Dbuildtype=debugoptimized -Dwerror=true || fail_build build-tsan
 # only what suite 'tsan' runs (its tests, the worker and modules they start: see
@@ -65,11 +70,13 @@ setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dcuda=disabled \
 tsan_targets=$(python3 tests/suite_targets.py build-tsan tsan) || fail_build build-tsan
 # shellcheck disable=SC2086 # one target a word
 ninja -C build-tsan $tsan_targets || fail_build build-tsan
+elapsed "build-tsan"
 CC=clang setup build-fuzz -Dfuzz=true -Dfuzz_seconds="${FUZZ_SECONDS:-20}" -Dcuda=disabled \
     -Db_sanitize=address,undefined -Db_lundef=false -Dc_args=-fsanitize=fuzzer-no-link \
     -Dwerror=true || fail_build build-fuzz
 ninja -C build-fuzz tests/fuzz/fuzz_spec tests/fuzz/fuzz_store_proto tests/fuzz/fuzz_report ||
     fail_build build-fuzz
+elapsed "build-fuzz"
 
 # every build is done: the venv's setup is waited for here, before any test, so no test
 # (some time their own work) runs beside its pip or its Horovod compile
@@ -80,21 +87,27 @@ if [ "$venv_status" -ne 0 ]; then
     cat build-venv.log
     fail_build .venv
 fi
+elapsed ".venv"
 rm -f build-san/meson-logs/testlog.json build-san/meson-logs/lint.json \
     build/meson-logs/testlog.json build/meson-logs/unit-cuda.json build/meson-logs/gpu.json \
     build/meson-logs/packaging.json \
     build-tsan/meson-logs/testlog-tsan.json build-fuzz/meson-logs/testlog.json
 meson test -C build-san --suite unit --print-errorlogs --num-processes 2 ${TEST_ARGS:-}
+elapsed "unit tests"
 # its own log name: a second run in build-san would overwrite testlog.json
 meson test -C build-san --suite lint --no-rebuild --print-errorlogs --logbase lint
+elapsed "lint tests"
 # the 'tsan' setup sets TSAN_OPTIONS and one OpenMP thread (tests/meson.build says why);
 # meson names the log after the setup: testlog-tsan.json
 meson test -C build-tsan --suite tsan --setup tsan --print-errorlogs --num-processes 2 \
     ${TEST_ARGS:-}
+elapsed "tsan tests"
 meson test -C build --suite integration --print-errorlogs --num-processes 1 ${TEST_ARGS:-}
+elapsed "integration tests"
 # what ships to a GPU machine: discovery against a fake wheel tree, the self-contained bundle
 meson test -C build --suite packaging --no-rebuild --print-errorlogs --num-processes 1 \
     --logbase packaging
+elapsed "packaging tests"
 if grep -q "DDPB_HAVE_CUDA 1" build/ddpb_config.h; then
     meson test -C build --suite unit-cuda --no-rebuild --print-errorlogs --logbase unit-cuda
     meson test -C build --suite gpu --no-rebuild --print-errorlogs --logbase gpu
@@ -104,6 +117,7 @@ else
     echo "build/ has no CUDA (no nvcc here): the unit-cuda and gpu suites are not built"
 fi
 meson test -C build-fuzz --suite fuzz --no-rebuild --print-errorlogs --num-processes 2
+elapsed "fuzz tests"
 
 # every suite's declared tests must have run; the last line is "N passed, N failed, N skipped"
 # shellcheck disable=SC2086
