@@ -6,6 +6,11 @@
 #                                    torchvision from Debian, and what deploy/setup-venv.sh needs
 #                                    to put TensorFlow, DeepSpeed and Horovod (built against
 #                                    Debian's torch) into .venv; then it runs setup-venv.sh
+#   deploy/install-deps.sh --engine-packages
+#                                    the same Debian packages as --engines, without .venv:
+#                                    the test command's form, since tests/run.sh makes .venv
+#                                    itself beside its C builds (~5 minutes of PyPI and
+#                                    Horovod's compile that would otherwise come first)
 # The flags combine (--bench --engines).
 # Uses sudo only when not root; does nothing when everything is already installed.
 set -eu
@@ -52,8 +57,9 @@ for arg in "$@"; do
         PKGS="$PKGS $ENGINE_PKGS"
         engines=1
         ;;
+    --engine-packages) PKGS="$PKGS $ENGINE_PKGS" ;;
     *)
-        echo "install-deps: unknown option $arg (use --bench and/or --engines)" >&2
+        echo "install-deps: unknown option $arg (use --bench, --engines or --engine-packages)" >&2
         exit 2
         ;;
     esac
