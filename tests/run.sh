@@ -102,7 +102,9 @@ elapsed "lint tests"
 meson test -C build-tsan --suite tsan --setup tsan --print-errorlogs --num-processes 2 \
     ${TEST_ARGS:-}
 elapsed "tsan tests"
-meson test -C build --suite integration --print-errorlogs --num-processes 1 ${TEST_ARGS:-}
+# two at a time only among the tests tests/meson.build lists as integration_shared (they
+# mostly wait); every other integration test has is_parallel false and runs alone
+meson test -C build --suite integration --print-errorlogs --num-processes 2 ${TEST_ARGS:-}
 elapsed "integration tests"
 # what ships to a GPU machine: discovery against a fake wheel tree, the self-contained bundle
 meson test -C build --suite packaging --no-rebuild --print-errorlogs --num-processes 1 \
