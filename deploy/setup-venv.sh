@@ -33,7 +33,7 @@ LIGHTNING_DEPS="lightning-utilities==0.9.0 torchmetrics==1.1.2 fsspec==2023.9.2"
 TFRECORD=1.14.6
 CRC32C=2.7.1
 # the last word is this script's layout: a change of how it installs remakes the venv too
-PINS="schemathesis==$SCHEMATHESIS tensorflow-cpu==$TENSORFLOW deepspeed==$DEEPSPEED horovod==$HOROVOD pytorch-lightning==$LIGHTNING tfrecord==$TFRECORD crc32c==$CRC32C layout-4"
+PINS="schemathesis==$SCHEMATHESIS tensorflow-cpu==$TENSORFLOW deepspeed==$DEEPSPEED horovod==$HOROVOD pytorch-lightning==$LIGHTNING tfrecord==$TFRECORD crc32c==$CRC32C layout-5"
 venv=.venv
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/ddpb-pins" 2>/dev/null)" = "$PINS" ]; then
     exit 0
@@ -57,7 +57,12 @@ $pip --ignore-installed "schemathesis==$SCHEMATHESIS"
 $pip "tensorflow-cpu==$TENSORFLOW"
 # Both build against the torch they find (Debian's): no build isolation, or pip would fetch
 # another torch into a throwaway environment to build with.
-$pip --no-build-isolation "deepspeed==$DEEPSPEED"
+# DS_BUILD_SHM_COMM: the one op deepspeed.comm's CPU backend loads at init (its shared-memory
+# allreduce) is compiled here, into the package. Left to DeepSpeed, the first run on a
+# machine compiled it just in time (~50 s of that run's init, its other ranks waiting on
+# the build lock) and again whenever the venv's path changed.
+DS_ACCELERATOR=cpu DS_BUILD_SHM_COMM=1 MAX_JOBS="$(nproc)" \
+    $pip --no-build-isolation "deepspeed==$DEEPSPEED"
 # Horovod against OpenMPI by name: with MPICH installed too, the unsuffixed mpicc/mpirun are
 # whichever Debian's alternatives chose, and cmake's FindMPI takes the first mpicc on PATH.
 # A folder of OpenMPI's suffixed programs under their plain names, first on PATH, pins it.
