@@ -15,11 +15,13 @@
  * arguments, garbage and silent clients on the peer port, a wrong run secret, a rank
  * that joins late (in time, and never). */
 #include <dirent.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1775,18 +1777,43 @@ static void test_comm_tcp_late_rank_joins(void)
     T_CHECK_MSG(failures == 0, "%s", why);
 }
 
+/* An address nothing answers at, held by this process until it closes the returned fd: a
+ * socket bound to a free port of 127.0.0.1 that never listens, so every connect there is
+ * refused. A listener closed for the purpose would leave its port to whichever process
+ * binds next (other unit tests run beside this one), and a stranger's accept on it is
+ * ERR_PEER, not the timeout the case waits for (seen once in a full run). */
+static int dead_address_hold(char *addr, size_t cap)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0 || bind(fd, (const struct sockaddr *)&sa, sizeof sa) < 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    snprintf(addr, cap, "127.0.0.1:%d", net_local_port(fd));
+    return fd;
+}
+
 static void test_comm_tcp_late_rank_and_timeout(void)
 {
     /* rank 1 never connects: rank 0 reports who is missing */
     struct comm_tcp *t[2];
-    char addrs[2][64];
-    T_CHECK(mesh_listen(t, addrs, 2, 500, NULL, NULL) == 0);
-    const char *ap[2] = {addrs[0], addrs[1]};
+    char addrs[2][64], dead[64];
+    int hold = dead_address_hold(dead, sizeof dead);
+    T_CHECK(hold >= 0);
+    if (mesh_listen(t, addrs, 2, 500, NULL, NULL) < 0) {
+        close(hold);
+        T_CHECK_MSG(0, "mesh_listen failed");
+    }
+    const char *ap[2] = {addrs[0], dead}; /* rank 1's listener is gone: nothing answers */
     struct err e;
     struct comm_tcp *late = t[0];
-    comm_tcp_discard(t[1]); /* rank 1's listener is gone */
+    comm_tcp_discard(t[1]);
     int64_t t0 = clock_mono_ms();
-    T_CHECK(comm_tcp_connect(late, ap, &e) == NULL); /* rank 0 connects up to rank 1 */
+    struct comm *got = comm_tcp_connect(late, ap, &e); /* rank 0 connects up to rank 1 */
+    close(hold);
+    T_CHECK(got == NULL);
     T_CHECK(clock_mono_ms() - t0 < 5000);
     T_EQ_INT(e.code, ERR_TIMEOUT);
     T_CHECK_MSG(strstr(e.msg, "rank 1") != NULL, "%s", e.msg);
