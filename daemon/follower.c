@@ -247,6 +247,7 @@ static void follower_exited(struct follower_rank *k)
     int ws = 0;
     if (waitpid(k->pid, &ws, WNOHANG) != k->pid)
         return;
+    launcher_end_group(k->pid); /* what the rank left running ends with it */
     if (k->report_fd >= 0)
         follower_read(k); /* the writer is gone: drains to end of file */
     json_t *ex = json_pack(

@@ -283,6 +283,18 @@ void launcher_signal(pid_t pid, int sig)
         kill(pid, sig);
 }
 
+/* A rank's group outlives it when the rank leaves processes behind: a PyTorch DataLoader's
+ * forkserver and workers, multiprocessing's resource tracker. Orphaned, the workers poll a
+ * queue nobody reads (their parent is the forkserver, which is still there, so they never
+ * see the rank go) and take CPU from every run after; a CI run once held dozens. The
+ * group id stays the rank's pid while any member lives (Linux does not hand out a pid in
+ * use as a group id), so after the reap kill(-pgid) reaches only what the rank left. */
+void launcher_end_group(pid_t pgid)
+{
+    if (pgid > 0)
+        kill(-pgid, SIGKILL);
+}
+
 long launcher_proc_read(pid_t pid, const char *name, char *buf, size_t cap)
 {
     char path[64];

@@ -88,6 +88,9 @@ void launcher_spawn_setup(posix_spawn_file_actions_t *fa, posix_spawnattr_t *att
 void launcher_log_tail(const char *path, char *out, size_t cap);
 /* Sends sig to the rank's process group (falls back to the pid). */
 void launcher_signal(pid_t pid, int sig);
+/* Kills what is left of the process group of pgid, a rank or launcher the daemon spawned
+ * and has reaped: only the group, never the pid itself, which may be reused by now. */
+void launcher_end_group(pid_t pgid);
 /* True when pid is stopped (SIGSTOP, SIGTSTP, a tracer: /proc/PID/stat state T or t).
  * Such a process does not act on SIGTERM until it is continued, so a grace period spent
  * waiting for it is wasted; false when it runs, sleeps, is gone or cannot be read. */

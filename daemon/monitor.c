@@ -298,6 +298,7 @@ static void monitor_reap(struct active_run *r, struct run_rank *k)
         waitpid(k->pid, &k->wstatus, WNOHANG) == k->pid) {
         k->exited = true;
         k->exit_order = ++r->exits_seen;
+        launcher_end_group(k->pid); /* what the rank left running ends with it */
     }
 }
 
@@ -668,6 +669,7 @@ static void monitor_launcher_check(struct active_run *r)
         waitpid(r->launcher_pid, &r->launcher_wstatus, WNOHANG) != r->launcher_pid)
         return;
     r->launcher_exited = true;
+    launcher_end_group(r->launcher_pid); /* the ranks it leaves count as ended: they are */
     if (r->launcher_pidfd >= 0) {
         loop_watch_remove(r->ctx->loop, &r->wlauncher.lw);
         close(r->launcher_pidfd);

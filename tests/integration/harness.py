@@ -374,6 +374,30 @@ def wait_gone(pids, timeout=15):
     check(not any(pid_alive(p) for p in pids), f"workers left behind: {[p for p in pids if pid_alive(p)]}")
 
 
+def group_left(pgids):
+    """{pid: argv} of every live process whose process group is one of pgids (ranks the
+    daemon spawned lead their own group: what a rank left running is in it)."""
+    left = {}
+    for pid, argv in live_processes():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pgid = int(f.read().split(") ", 1)[1].split()[2])
+        except (OSError, IndexError, ValueError):
+            continue
+        if pgid in pgids:
+            left[pid] = " ".join(argv)[:160]
+    return left
+
+
+def wait_groups_gone(pgids, timeout=15):
+    """Waits until no process of the groups pgids lives; fails naming those left."""
+    pgids = set(pgids)
+    deadline = time.time() + timeout
+    while time.time() < deadline and group_left(pgids):
+        time.sleep(0.1)
+    check(not group_left(pgids), f"processes the ranks left behind: {group_left(pgids)}")
+
+
 def live_processes():
     """(pid, argv as str list) of every live process that is not a zombie."""
     for d in os.listdir("/proc"):

@@ -24,7 +24,7 @@ import shutil
 import sys
 import tempfile
 
-from harness import BUILD, Daemon, SharedDaemon, Skip, check, run_cases
+from harness import BUILD, Daemon, SharedDaemon, Skip, check, run_cases, wait_groups_gone
 from test_data_pipeline import convert, write_cifar
 
 SOURCE = os.environ.get("DDPB_SOURCE_DIR",
@@ -133,6 +133,9 @@ def test_pytorch_trains_on_files_with_ddpbenchs_samples():
             check(r["read_bytes"] is None, ("no mount, no read_bytes", r))
         if fmt != "native":
             check(sum(r["loader_cpu_ms"] for r in rows) > 0, (fmt, workers, rows))
+    # the DataLoader's forkserver and workers end with their rank, not after the run
+    wait_groups_gone(k["pid"] for r in exp["runs"]
+                     for k in d.get(f"/v1/runs/{r['id']}")["ranks"] if k["pid"])
     res = d.get(f"/v1/experiments/{exp['id']}/results")
     for row in res["rows"]:
         check(0 <= row["data_fraction"] <= 1 and isinstance(row["input_bound"], bool), row)
@@ -186,6 +189,8 @@ def test_other_torch_engines_read_files():
         check(sum(r["loader_cpu_ms"] for r in rows) > 0, (what, rows))
         if p.get("loader_only"):
             check(all(r["loss"] == 0 and r["data_ms"] == r["step_ms"] for r in rows), rows)
+        wait_groups_gone(k["pid"] for k in d.get(f"/v1/runs/{exp['runs'][0]['id']}")["ranks"]
+                         if k["pid"])
 
 
 def test_pytorch_reads_tfrecord():
