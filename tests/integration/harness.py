@@ -357,13 +357,20 @@ def corpus_daemon(cpu_slots, lines):
         d.close()
 
 
-def pid_alive(pid):
-    """True for a live process that is not a zombie."""
+def proc_stat(pid):
+    """The fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...), or
+    None when the process is gone or its file cannot be read."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
+            return f.read().rsplit(") ", 1)[1].split()
     except (OSError, IndexError):
-        return False
+        return None
+
+
+def pid_alive(pid):
+    """True for a live process that is not a zombie."""
+    st = proc_stat(pid)
+    return st is not None and st[0] != "Z"
 
 
 def wait_gone(pids, timeout=15):
@@ -379,12 +386,8 @@ def group_left(pgids):
     daemon spawned lead their own group: what a rank left running is in it)."""
     left = {}
     for pid, argv in live_processes():
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pgid = int(f.read().split(") ", 1)[1].split()[2])
-        except (OSError, IndexError, ValueError):
-            continue
-        if pgid in pgids:
+        st = proc_stat(pid)
+        if st is not None and int(st[2]) in pgids:
             left[pid] = " ".join(argv)[:160]
     return left
 
@@ -421,13 +424,12 @@ def worker_pids(parent=None):
             try:
                 with open(f"/proc/{d}/cmdline", "rb") as f:
                     argv0 = f.read().split(b"\0")[0]
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(") ", 1)[1].split()[1])
-                if (argv0.endswith(b"ddpbench-worker") and pid_alive(int(d)) and
-                        parent in (None, ppid)):
-                    out.append(int(d))
-            except (OSError, IndexError, ValueError):
-                pass
+            except OSError:
+                continue
+            st = proc_stat(d)
+            if (argv0.endswith(b"ddpbench-worker") and st is not None and st[0] != "Z" and
+                    parent in (None, int(st[1]))):
+                out.append(int(d))
     return out
 
 

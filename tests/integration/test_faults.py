@@ -27,7 +27,7 @@ import threading
 import time
 import urllib.request
 
-from harness import Daemon, check, pid_alive, run_cases, wait_gone, worker_pids
+from harness import Daemon, check, pid_alive, proc_stat, run_cases, wait_gone, worker_pids
 from test_netlab import H0, H1, http, ns_json, two_hosts
 
 TRAIN = {"workload": "train", "model": "mnist-cnn", "batch_size": 64, "steps": 400,
@@ -65,27 +65,18 @@ def burners(parent):
         if not p.isdigit():
             continue
         try:
-            with open(f"/proc/{p}/stat") as f:
-                stat = f.read()
+            with open(f"/proc/{p}/comm") as f:
+                comm = f.read().strip()
         except OSError:
             continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        ppid = int(stat.rsplit(") ", 1)[1].split()[1])
-        if comm == "ddpb-burner" and ppid == parent and pid_alive(int(p)):
+        st = proc_stat(p)
+        if comm == "ddpb-burner" and st and int(st[1]) == parent and st[0] != "Z":
             out.append(int(p))
     return out
 
 
 def stopped(pids):
-    out = []
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                if f.read().rsplit(") ", 1)[1][0] in "Tt":
-                    out.append(p)
-        except OSError:
-            pass
-    return out
+    return [p for p in pids if (proc_stat(p) or ["?"])[0] in "Tt"]
 
 
 def check_clean(d):
