@@ -47,8 +47,11 @@ os.fork (popen_fork._launch) about once in five runs of test_engine_data, its ra
 waiting for the batch and the peer timing out in gloo. The forkserver is one
 single-threaded process per rank, started at the first loader (it imports the engine's
 script once, multiprocessing's default preload, so each worker after it starts at fork
-speed; an engine script reports to the daemon only when it runs as __main__); the workers, their batches and their CPU accounting are as before. Only a
-loader's first batch pays the server's start, in a warm-up step or the first evaluation."""
+speed; an engine script reports to the daemon only when it runs as __main__); the
+workers, their batches and their CPU accounting are as before. Only a loader's first
+batch pays the server's start, in a warm-up step or the first evaluation. The
+forkserver and its workers stay in the rank's process group, which the daemon ends when
+the rank exits (docs/design.md section 9): on their own they outlive the rank."""
 import io
 import multiprocessing
 import os

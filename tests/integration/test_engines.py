@@ -257,10 +257,10 @@ def test_models_have_the_c_zoos_parameter_counts():
     code = ("import json, sys; sys.path.insert(0, %r); import %s as z; rows = json.loads(%r); "
             "print(json.dumps({n: z.count_params(z.build(n, *r[:4])) for n, r in rows.items()}))")
     # both zoos at once, one a core: each builds every row with its weights (~10 s and ~25 s)
-    procs = {module: subprocess.Popen([VENV_PY, "-c", code % (ENGINES_DIR, module, json.dumps(rows))],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-             for module in ("ddpb_torch_models", "ddpb_keras_models")}
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    procs = {m: subprocess.Popen([VENV_PY, "-c", code % (ENGINES_DIR, m, json.dumps(rows))],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for m in ("ddpb_torch_models", "ddpb_keras_models")}
     try:
         for module, p in procs.items():
             out, err = p.communicate(timeout=600)
