@@ -266,6 +266,17 @@ static const struct report_field report_pipe_fields[] = {
     {.name = "tied_bytes", .kind = REPORT_K_INT64, .min = 0, REPORT_PIPE_AT(tied_bytes)},
     {.name = "layers", .kind = REPORT_K_LAYERS, REPORT_PIPE_AT(layers)},
     {.name = "cuts", .kind = REPORT_K_CUTS, REPORT_PIPE_AT(cuts)},
+    {.name = "batch", .kind = REPORT_K_INT, .min = 1, .optional = true, REPORT_PIPE_AT(batch)},
+    {.name = "batch_forward_ns",
+     .kind = REPORT_K_INT64,
+     .min = 1,
+     .optional = true,
+     REPORT_PIPE_AT(batch_forward_ns)},
+    {.name = "batch_backward_ns",
+     .kind = REPORT_K_INT64,
+     .min = 1,
+     .optional = true,
+     REPORT_PIPE_AT(batch_backward_ns)},
 };
 
 static const struct report_field report_error_fields[] = {

@@ -223,10 +223,18 @@ struct report_grads {
  *                gradient crosses back with the same bytes)
  *   stages       the pipeline's stages; micro_batch its samples per micro-batch
  *   tied_bytes   the weight tied across the first and last stage (gpt2's embedding and
- *                head) whose gradient they exchange each step; 0: none */
+ *                head) whose gradient they exchange each step; 0: none
+ *   batch, batch_forward_ns, batch_backward_ns
+ *                the whole model timed the same way on the whole batch (batch samples):
+ *                the sums of its layers' medians. With the layers' sums they say what a
+ *                micro-batch costs against the batch it is cut from (a call's fixed cost
+ *                does not shrink with its samples). Optional (-1: absent, a worker from
+ *                before them) */
 struct report_pipe {
     int repeat, stages, micro_batch;
     int64_t tied_bytes;
+    int batch;
+    int64_t batch_forward_ns, batch_backward_ns;
     const json_t *layers; /* borrowed */
     const json_t *cuts;   /* borrowed */
 };

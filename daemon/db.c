@@ -1484,15 +1484,17 @@ int db_insert_grads(struct db *db, int64_t run_id, const struct report_grads *g,
 
 static const char SQL_INSERT_PIPE[] =
     "INSERT OR REPLACE INTO run_pipe (run_id, repeat, stages, micro_batch, tied_bytes, layers, "
-    "cuts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    "cuts, batch, batch_forward_ns, batch_backward_ns) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+    "?9, ?10)";
 
 int db_insert_pipe(struct db *db, int64_t run_id, const struct report_pipe *p, struct err *e)
 {
     char *layers = json_dumps(p->layers, JSON_COMPACT),
          *cuts = json_dumps(p->cuts, JSON_COMPACT);
     int rc = layers && cuts
-                 ? db_write_one(db, e, SQL_INSERT_PIPE, "IiiiItt", run_id, p->repeat, p->stages,
-                                p->micro_batch, p->tied_bytes, layers, cuts)
+                 ? db_write_one(db, e, SQL_INSERT_PIPE, "IiiiIttJJJ", run_id, p->repeat,
+                                p->stages, p->micro_batch, p->tied_bytes, layers, cuts,
+                                (int64_t)p->batch, p->batch_forward_ns, p->batch_backward_ns)
                  : err_set(e, ERR_NOMEM, NULL, "out of memory");
     free(layers);
     free(cuts);
@@ -2031,7 +2033,9 @@ static const struct db_col db_data_grads_cols[] = {
     DB_COL("tensors", DB_COL_JSON, struct db_grads_row, tensors),
 };
 static const char SQL_DATA_PIPE[] =
-    "SELECT repeat, stages, micro_batch, tied_bytes, layers, cuts FROM run_pipe "
+    "SELECT repeat, stages, micro_batch, tied_bytes, layers, cuts, "
+    "COALESCE(batch, -1) AS batch, COALESCE(batch_forward_ns, -1) AS batch_forward_ns, "
+    "COALESCE(batch_backward_ns, -1) AS batch_backward_ns FROM run_pipe "
     "WHERE run_id = ?1 ORDER BY repeat";
 static const struct db_col db_data_pipe_cols[] = {
     DB_COL("repeat", DB_COL_INT, struct db_pipe_row, repeat),
@@ -2040,6 +2044,9 @@ static const struct db_col db_data_pipe_cols[] = {
     DB_COL("tied_bytes", DB_COL_INT64, struct db_pipe_row, tied_bytes),
     DB_COL("layers", DB_COL_JSON, struct db_pipe_row, layers),
     DB_COL("cuts", DB_COL_JSON, struct db_pipe_row, cuts),
+    DB_COL("batch", DB_COL_INT, struct db_pipe_row, batch),
+    DB_COL("batch_forward_ns", DB_COL_INT64, struct db_pipe_row, batch_forward_ns),
+    DB_COL("batch_backward_ns", DB_COL_INT64, struct db_pipe_row, batch_backward_ns),
 };
 static const char SQL_FITS[] =
     "SELECT id, experiment_id, backend, device, op, algorithm, network_profile, world_size, "

@@ -141,6 +141,8 @@ struct db_grads_row {
 struct db_pipe_row {
     int repeat, stages, micro_batch;
     int64_t tied_bytes;
+    int batch; /* the whole batch's timing (migration 023); -1 each: not taken */
+    int64_t batch_forward_ns, batch_backward_ns;
     json_t *layers; /* owned by the row: [[forward_ns, backward_ns, param_bytes], ...] */
     json_t *cuts;   /* owned by the row: [[first_layer, bytes], ...] */
 };

@@ -362,6 +362,17 @@ static int ingest_pipe_from_json(struct ingest_ctx *x, struct err *e)
         return err_set(e, ERR_INVALID, "cuts", "pipe: %d stages need %d cuts, got %zu",
                        x->rec.pipe.stages, x->rec.pipe.stages - 1,
                        json_array_size(x->rec.pipe.cuts));
+    const struct report_pipe *pp = &x->rec.pipe;
+    if (pp->batch > 0 && pp->batch % pp->micro_batch != 0)
+        return err_set(e, ERR_INVALID, "batch",
+                       "pipe: batch %d is not a whole number of "
+                       "micro-batches of %d",
+                       pp->batch, pp->micro_batch);
+    if ((pp->batch > 0) != (pp->batch_forward_ns > 0) ||
+        (pp->batch > 0) != (pp->batch_backward_ns > 0))
+        return err_set(e, ERR_INVALID, "batch",
+                       "pipe: batch, batch_forward_ns and "
+                       "batch_backward_ns come together");
     return 0;
 }
 

@@ -47,20 +47,34 @@ static int pipe_stages_of(const struct db_pipe_row *pr, struct pipe_input *in)
 }
 
 /* The level of the stages' compute from the one-rank base: its forward and backward per
- * micro-batch (its step's over M) shared among the stages as the profile shares them.
- * The profile, three passes taken once at start-up, reads the quiet machine; the base's
- * phases are means over its measured steps, as every other prediction's are. */
-static void pipe_level(const struct perf_base *b, struct pipe_input *in)
+ * step on its batch, times what a micro-batch of `samples` costs against that batch
+ * (perf_pipe_call_ratio over the profile's micro-batch and whole-batch timings; 1/M where
+ * a run from before them has only the first), shared among the stages as the profile
+ * shares them. The profile, passes taken once at start-up, reads the quiet machine: its
+ * ratios are used, its level is not; the base's phases are means over its measured steps,
+ * as every other prediction's are. Returns the micro-batches' compute over the batch's
+ * (M x that cost, forward and backward together; 1: a micro-batch costs its share). */
+static double pipe_level(const struct perf_base *b, const struct db_pipe_row *pr, int samples,
+                         int batch, struct pipe_input *in)
 {
     double f = 0, k = 0;
     for (int s = 0; s < in->P; s++) {
         f += in->fwd[s];
         k += in->bwd[s];
     }
+    bool timed = pr->batch > 0 && pr->batch_forward_ns > 0 && pr->batch_backward_ns > 0;
+    struct perf_pipe_calls cf = {pr->micro_batch, f, timed ? pr->batch : 0,
+                                 timed ? (double)pr->batch_forward_ns / 1e9 : 0},
+                           cb = {pr->micro_batch, k, timed ? pr->batch : 0,
+                                 timed ? (double)pr->batch_backward_ns / 1e9 : 0};
+    double rf = perf_pipe_call_ratio(&cf, samples, batch);
+    double rb = perf_pipe_call_ratio(&cb, samples, batch);
     for (int s = 0; s < in->P; s++) {
-        in->fwd[s] = f > 0 ? in->fwd[s] / f * b->forward_s / in->M : 0;
-        in->bwd[s] = k > 0 ? in->bwd[s] / k * b->backward_s / in->M : 0;
+        in->fwd[s] = f > 0 ? in->fwd[s] / f * b->forward_s * rf : 0;
+        in->bwd[s] = k > 0 ? in->bwd[s] / k * b->backward_s * rb : 0;
     }
+    double whole = b->forward_s + b->backward_s;
+    return whole > 0 ? in->M * (rf * b->forward_s + rb * b->backward_s) / whole : 1;
 }
 
 /* The transfers across each cut and the tied weight's exchange, from the sendrecv fit
@@ -160,7 +174,8 @@ int model_pipe_predict(const struct db_data_run *run, const struct db_data_run *
     struct model_base mb;
     if (*why || model_base_of(base, &mb, why) < 0)
         return -1;
-    pipe_level(&mb.b, &in);
+    int batch = pipe_spec_int(base->spec, "batch_size", in.M * samples); /* the base's step */
+    double mb_cost = pipe_level(&mb.b, pr, samples, batch, &in);
     pipe_base_share(&mb.b, &in);
     double contention = pipe_contend(&s, &in);
     struct perf_pipe p = {.stages = in.P,
@@ -180,6 +195,7 @@ int model_pipe_predict(const struct db_data_run *run, const struct db_data_run *
         return -1;
     }
     out->contention = contention;
+    out->micro_batch_cost = mb_cost;
     *calib_id = applied;
     return 0;
 }
@@ -301,6 +317,8 @@ static json_t *pipe_point_json(const struct db_data_run *prof, const struct db_d
                       "optimizer_ms", pipe_num(ps.optimizer_s * 1e3), "throughput",
                       pipe_num(thr), "speedup", pipe_num(speedup), "efficiency",
                       pipe_num(speedup / world), "peak_in_flight", ps.peak_in_flight);
+        if (p)
+            json_object_set_new(p, "micro_batch_cost", pipe_num(ps.micro_batch_cost));
         if (p && v.ranks_per_node > 0) { /* as model_whatif's points: what co-location cost */
             json_object_set_new(p, "contention", pipe_num(ps.contention));
             json_object_set_new(p, "calibration",

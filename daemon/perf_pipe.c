@@ -166,3 +166,21 @@ int perf_pipe_simulate(const struct perf_pipe *p, struct perf_pipe_step *out)
     free(x.bwd_end);
     return rc;
 }
+
+/* The line of perf_pipe_call_ratio at n samples; 0 when it is not usable. */
+static double pipe_call_time(const struct perf_pipe_calls *c, double n)
+{
+    if (!(c->mb > 0 && c->t_mb > 0 && c->batch > c->mb && c->t_batch >= c->t_mb))
+        return 0;
+    double t = c->t_mb + (c->t_batch - c->t_mb) / (c->batch - c->mb) * (n - c->mb);
+    double per_sample = c->t_mb * n / c->mb;
+    return n < c->mb && t < per_sample ? per_sample : t;
+}
+
+double perf_pipe_call_ratio(const struct perf_pipe_calls *c, double samples, double to)
+{
+    double a = pipe_call_time(c, samples), b = pipe_call_time(c, to);
+    if (a > 0 && b > 0)
+        return a / b;
+    return to > 0 ? samples / to : 0;
+}

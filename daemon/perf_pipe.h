@@ -47,13 +47,31 @@ struct perf_pipe_step {
     double bubble; /* mean over stages of the idle share of the step */
     /* means over stages, per step (the measured phase columns average ranks) */
     double data_s, forward_s, backward_s, optimizer_s, exposed_s, p2p_s;
-    int peak_in_flight; /* most micro-batches whose activations one stage holds at once */
-    double contention;  /* the compute slowdown its stage times carry (set by the caller,
+    int peak_in_flight;      /* most micro-batches whose activations one stage holds at once */
+    double contention;       /* the compute slowdown its stage times carry (set by the caller,
                            model_pipe.c: the core-share rule; 1 = none) */
+    double micro_batch_cost; /* the M micro-batches' compute over the batch's (set by the
+                                caller, model_pipe.c; 1: a micro-batch costs its share) */
 };
 
 /* Simulates one step. -1 when the input is unusable (no stage, no micro-batch, more
  * than PERF_PIPE_MAX_STAGES stages, a missing or negative time). */
 int perf_pipe_simulate(const struct perf_pipe *p, struct perf_pipe_step *out);
+
+/* What one call of the whole model (its forward, or its backward) costs on a number of
+ * samples: rank 0 timed it on a micro-batch (t_mb on mb samples) and on the whole batch
+ * (t_batch on batch samples; 0: not timed). Any unit. */
+struct perf_pipe_calls {
+    double mb, t_mb, batch, t_batch;
+};
+
+/* One call on `samples` samples over one on `to` samples: the line through the two
+ * timings (a fixed cost per call plus a cost per sample; a micro-batch of 2 resnet18
+ * samples costs 0.7 of 8 samples' time here, not 0.25). Below mb, a line with a negative
+ * fixed cost (the batch's per-sample cost higher: it fell out of a cache) is floored by
+ * the micro-batch's per-sample cost. Without both timings, or with the batch timed faster
+ * than the micro-batch (noise: the line would reach 0), the time is proportional to the
+ * samples: samples / to. */
+double perf_pipe_call_ratio(const struct perf_pipe_calls *c, double samples, double to);
 
 #endif

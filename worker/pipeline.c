@@ -66,19 +66,20 @@ static int64_t pipe_median3(int64_t a, int64_t b, int64_t c)
     return c < lo ? lo : c > hi ? hi : c;
 }
 
-/* Rank 0's time per layer (ns, forward and backward apart) of a micro-batch on whole: a
- * warm-up pass, then three timed ones, each layer's median kept (one pass preempted on a
+/* Rank 0's time per layer (ns, forward and backward apart) of `samples` samples on whole:
+ * a warm-up pass, then three timed ones, each layer's median kept (one pass preempted on a
  * busy machine moves no layer). The input is zeros (token 0, a black image), which costs
- * what any input costs. The loss is not timed (no layer's). fwd and bwd: n each. */
-static int pipe_time_layers(struct pipeline *p, struct nn_model *whole, int64_t *fwd,
-                            int64_t *bwd, struct err *e)
+ * what any input costs. The loss is not timed (no layer's). fwd and bwd: n each. Leaves
+ * whole prepared for `samples`. */
+static int pipe_time_layers(struct pipeline *p, struct nn_model *whole, int samples,
+                            int64_t *fwd, int64_t *bwd, struct err *e)
 {
     int n = nn_model_node_count(whole);
-    size_t nx = (size_t)p->mb * nn_model_tensor_sample(whole, 0);
+    size_t nx = (size_t)samples * nn_model_tensor_sample(whole, 0);
     float *x = calloc(nx ? nx : 1, sizeof *x);
-    int32_t *y = calloc((size_t)p->mb * p->labels_per, sizeof *y);
+    int32_t *y = calloc((size_t)samples * p->labels_per, sizeof *y);
     int64_t *t = calloc((size_t)n * 6, sizeof *t); /* [pass][forward, backward][layer] */
-    int rc = x && y && t ? nn_model_prepare(whole, p->mb, NN_BACKEND_FAST, 1, e)
+    int rc = x && y && t ? nn_model_prepare(whole, samples, NN_BACKEND_FAST, 1, e)
                          : err_set(e, ERR_NOMEM, NULL, "pipeline profile: out of memory");
     for (int pass = 0; rc == 0 && pass < 4; pass++) {
         double loss;
@@ -88,7 +89,7 @@ static int pipe_time_layers(struct pipeline *p, struct nn_model *whole, int64_t 
         rc = nn_model_forward(whole, x, 1, 0, e);
         whole->profile_ns = NULL;
         if (rc == 0)
-            rc = nn_model_loss(whole, y, p->mb, &loss, &right, e);
+            rc = nn_model_loss(whole, y, samples, &loss, &right, e);
         whole->profile_ns = tf ? tf + n : NULL;
         if (rc == 0)
             rc = nn_model_backward(whole, NULL, NULL, e) < 0 ? -1 : 0;
@@ -115,6 +116,26 @@ static void pipe_profile_free(struct pipe_profile *pr)
     free(pr);
 }
 
+/* The sums over layers of whole's times on the whole batch (pipeline.h struct
+ * pipe_profile), taken before the micro-batch's so whole is left prepared for the
+ * micro-batch as the stages are. One micro-batch is the batch: its own sums. */
+static int pipe_time_batch(struct pipeline *p, struct nn_model *whole, struct err *e)
+{
+    struct pipe_profile *pr = p->profile;
+    int n = pr->nlayers;
+    if (p->mb == p->cfg.batch)
+        return 0; /* pipe_profile sums the micro-batch's */
+    int64_t *t = calloc((size_t)n * 2, sizeof *t);
+    int rc = t ? pipe_time_layers(p, whole, p->cfg.batch, t, t + n, e)
+               : err_set(e, ERR_NOMEM, NULL, "pipeline profile: out of memory");
+    for (int i = 0; rc == 0 && i < n; i++) {
+        pr->batch_forward_ns += t[i];
+        pr->batch_backward_ns += t[n + i];
+    }
+    free(t);
+    return rc;
+}
+
 /* Rank 0's profile of whole (pipeline.h struct pipe_profile), the cut still to come. */
 static int pipe_profile(struct pipeline *p, struct nn_model *whole, struct err *e)
 {
@@ -134,7 +155,15 @@ static int pipe_profile(struct pipeline *p, struct nn_model *whole, struct err *
         nn_model_node_info(whole, i, &ni);
         pr->param_bytes[i] = (int64_t)(ni.param_len * sizeof(float));
     }
-    return pipe_time_layers(p, whole, pr->forward_ns, pr->backward_ns, e);
+    if (pipe_time_batch(p, whole, e) < 0 ||
+        pipe_time_layers(p, whole, p->mb, pr->forward_ns, pr->backward_ns, e) < 0)
+        return -1;
+    if (p->mb == p->cfg.batch)
+        for (int i = 0; i < n; i++) {
+            pr->batch_forward_ns += pr->forward_ns[i];
+            pr->batch_backward_ns += pr->backward_ns[i];
+        }
+    return 0;
 }
 
 /* The cut into rank 0's profile: where each stage starts and what crosses into it. */
@@ -355,7 +384,11 @@ int pipe_report_profile(const struct pipeline *p, struct report_writer *w, int r
                           ? (int64_t)(m->param_info[p->tie_param].len * sizeof(float))
                           : 0,
         .layers = layers,
-        .cuts = cuts};
+        .cuts = cuts,
+        /* a layer too fast for the clock sums to 0: absent, never a 0 the line refuses */
+        .batch = p->cfg.batch,
+        .batch_forward_ns = pr->batch_forward_ns > 0 ? pr->batch_forward_ns : -1,
+        .batch_backward_ns = pr->batch_backward_ns > 0 ? pr->batch_backward_ns : -1};
     int rc = layers && cuts ? report_emit_pipe(w, &rp, e)
                             : err_set(e, ERR_NOMEM, NULL, "pipeline profile: out of memory");
     json_decref(layers);

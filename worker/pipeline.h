@@ -78,10 +78,13 @@ struct pipe_stats {
 /* Rank 0's profile of the whole model on one micro-batch, and the cut (report "pipe", the
  * input of the daemon's model of the step, daemon/perf_pipe.h): per layer, forward and
  * backward ns (the median of three passes) and parameter bytes; per stage after the first,
- * the layer it starts at and the bytes of one micro-batch's activation crossing into it. */
+ * the layer it starts at and the bytes of one micro-batch's activation crossing into it;
+ * and the whole model timed the same way on the whole batch (what a micro-batch costs
+ * against its batch: a layer's fixed cost per call does not shrink with the samples). */
 struct pipe_profile {
     int nlayers;
     int64_t *forward_ns, *backward_ns, *param_bytes; /* owned, nlayers each */
+    int64_t batch_forward_ns, batch_backward_ns;     /* sums over layers, on cfg.batch */
     int first[65];
     int64_t cut_bytes[65];
 };

@@ -66,6 +66,10 @@ def check_predict_pipe(d, train, rows, fit):
         check(c["pipeline"] == 2 and c["micro_batches"] == 4, c)
         pt = c["points"][0]
         check(pt["world_size"] == 2 and pt["replicas"] == 1, pt)
+        # rank 0 timed the whole batch beside the micro-batch: 4 calls of 2 samples cost
+        # more than one of 8 (each call's fixed cost is repeated); exactly 1 would mean
+        # the batch's timing never reached the model
+        check(pt["micro_batch_cost"] > 1, pt)
         for got, want in ((pt["step_ms"], row["pred_step_ms"]),
                           (pt["bubble"], row["pred_bubble"]),
                           (pt["throughput"], row["pred_throughput"]),
@@ -75,6 +79,9 @@ def check_predict_pipe(d, train, rows, fit):
         check(math.isclose(pt["contention"], row["pred_contention"], rel_tol=1e-9), (pt, row))
         check({f["id"] for f in p["fits"]} == {int(i) for i in row["pred_fits"].split(",")},
               (p["fits"], row["pred_fits"]))
+    latest = max(by_sched.values(), key=lambda r: r["id"])  # the what-if's profile
+    own_cost = predict(d, {"run": latest["id"], "pipeline": [2], "schedules": [
+        latest["params"]["schedule"]]})["predictions"][0]["points"][0]["micro_batch_cost"]
     # a what-if from the one-rank base: the latest profile of 2 stages, both schedules,
     # 2 micro-batches, one and two replicas (their exchange: the allreduce fit)
     base = rows[0]["pred_base_run"]
@@ -89,6 +96,8 @@ def check_predict_pipe(d, train, rows, fit):
         check(all(pt["calibration"] == rows[0]["pred_calibration"] for pt in c["points"]),
               (c["points"], rows[0]["pred_calibration"]))
         check(c["points"][1]["throughput"] > c["points"][0]["throughput"], c["points"])
+        # 2 micro-batches of 4 samples: between the batch's cost and the profile's 4 of 2
+        check(1 <= c["points"][0]["micro_batch_cost"] <= own_cost, (c["points"], own_cost))
     bad = [({"run": base, "pipeline": [4]}, 409, "pipeline"),
            ({"experiment": train["id"], "pipeline": [2]}, 400, "run"),
            ({"run": base, "pipeline": [1]}, 400, "pipeline"),

@@ -16,10 +16,13 @@
 static const struct db_trace_query test_trace_all = {-1, -1, 0, TRACE_MAX_ROWS};
 
 /* the schema version a fresh database reaches: the number of schema/NNN_*.sql files */
-#define TEST_DB_VERSION 22
+#define TEST_DB_VERSION 23
 /* migration 015's triggers and columns, undone */
-/* migrations 016 to 022, undone (022 first) */
-#define TEST_DB_UNDO_022 "DROP TABLE run_pipe; "
+/* migrations 016 to 023, undone (023 first) */
+#define TEST_DB_UNDO_023                                                                       \
+    "ALTER TABLE run_pipe DROP COLUMN batch; ALTER TABLE run_pipe DROP COLUMN "                \
+    "batch_forward_ns; ALTER TABLE run_pipe DROP COLUMN batch_backward_ns; "
+#define TEST_DB_UNDO_022 TEST_DB_UNDO_023 "DROP TABLE run_pipe; "
 #define TEST_DB_UNDO_021 TEST_DB_UNDO_022 "DROP TABLE calibrations; "
 #define TEST_DB_UNDO_020 TEST_DB_UNDO_021 "ALTER TABLE epochs DROP COLUMN test_acc_per_class; "
 #define TEST_DB_UNDO_019 TEST_DB_UNDO_020 "ALTER TABLE runs DROP COLUMN processes; "
@@ -1549,14 +1552,29 @@ static void test_db_model(void)
                              .micro_batch = 4,
                              .tied_bytes = 512,
                              .layers = layers,
-                             .cuts = cuts};
+                             .cuts = cuts,
+                             .batch = 16,
+                             .batch_forward_ns = 25,
+                             .batch_backward_ns = 55};
+    T_OK(db_insert_pipe(db, r, &pp, &e));
+    /* a second repeat from a worker that did not time the whole batch (migration 023) */
+    pp.repeat = 1;
+    pp.batch = -1;
+    pp.batch_forward_ns = pp.batch_backward_ns = -1;
     T_OK(db_insert_pipe(db, r, &pp, &e));
     T_OK(db_get_experiment_data(db, id, &data, &e));
-    T_EQ_INT(data.runs[0].npipes, 1);
+    T_EQ_INT(data.runs[0].npipes, 2);
     T_EQ_INT(data.runs[0].pipes[0].micro_batch, 4);
     T_EQ_INT(data.runs[0].pipes[0].tied_bytes, 512);
     T_CHECK(json_equal(data.runs[0].pipes[0].layers, layers));
     T_CHECK(json_equal(data.runs[0].pipes[0].cuts, cuts));
+    T_EQ_INT(data.runs[0].pipes[0].batch, 16);
+    T_EQ_INT(data.runs[0].pipes[0].batch_forward_ns, 25);
+    T_EQ_INT(data.runs[0].pipes[0].batch_backward_ns, 55);
+    T_EQ_INT(data.runs[0].pipes[1].repeat, 1);
+    T_EQ_INT(data.runs[0].pipes[1].batch, -1);
+    T_EQ_INT(data.runs[0].pipes[1].batch_forward_ns, -1);
+    T_EQ_INT(data.runs[0].pipes[1].batch_backward_ns, -1);
     db_experiment_data_free(&data);
     json_decref(layers);
     json_decref(cuts);

@@ -253,10 +253,31 @@ static void test_ingest_every_type(void)
      * fit the stages, are refused naming the field */
     json_t *layers = json_pack("[[i, i, i], [i, i, i]]", 10, 20, 64, 30, 60, 0),
            *cuts = json_pack("[[i, i]]", 1, 512);
-    struct report_pipe pp = {.stages = 2, .micro_batch = 2, .layers = layers, .cuts = cuts};
+    struct report_pipe pp = {.stages = 2,
+                             .micro_batch = 2,
+                             .layers = layers,
+                             .cuts = cuts,
+                             .batch = 4,
+                             .batch_forward_ns = 30,
+                             .batch_backward_ns = 70};
     T_OK(report_emit_pipe(&x.w[0], &pp, &e));
     T_OK(fx_ingest(&x, 0, &res, &e));
     T_EQ_INT(res.type, REPORT_PIPE);
+    /* the whole batch's timing: a whole number of micro-batches, its three fields
+     * together (a worker from before them sends none, and is stored) */
+    pp.batch = 3;
+    T_OK(report_emit_pipe(&x.w[0], &pp, &e));
+    T_CHECK(fx_ingest(&x, 0, &res, &e) < 0 && e.code == ERR_INVALID &&
+            strcmp(e.field, "batch") == 0);
+    pp.batch = 4;
+    pp.batch_backward_ns = -1;
+    T_OK(report_emit_pipe(&x.w[0], &pp, &e));
+    T_CHECK(fx_ingest(&x, 0, &res, &e) < 0 && e.code == ERR_INVALID &&
+            strcmp(e.field, "batch") == 0);
+    pp.batch = -1;
+    pp.batch_forward_ns = -1;
+    T_OK(report_emit_pipe(&x.w[0], &pp, &e));
+    T_OK(fx_ingest(&x, 0, &res, &e));
     T_OK(report_emit_pipe(&x.w[1], &pp, &e));
     T_CHECK(fx_ingest(&x, 1, &res, &e) < 0 && e.code == ERR_INVALID &&
             strcmp(e.field, "rank") == 0);

@@ -74,6 +74,23 @@ static struct nn_optim_cfg pp_optim(void)
     return oc;
 }
 
+/* Rank 0's profile (pipeline.h struct pipe_profile) carries the whole batch's timing:
+ * with one micro-batch it is the micro-batch's own sums, else a second timing of its own. */
+static int pp_profile_check(const struct pipeline *p, int micro, struct err *e)
+{
+    const struct pipe_profile *pr = p->profile;
+    if (!pr || pr->batch_forward_ns <= 0 || pr->batch_backward_ns <= 0)
+        return err_set(e, ERR_INTERNAL, NULL, "rank 0's profile has no batch timing");
+    int64_t f = 0, b = 0;
+    for (int i = 0; i < pr->nlayers; i++) {
+        f += pr->forward_ns[i];
+        b += pr->backward_ns[i];
+    }
+    if (micro == 1 && (f != pr->batch_forward_ns || b != pr->batch_backward_ns))
+        return err_set(e, ERR_INTERNAL, NULL, "one micro-batch: its sums are the batch's");
+    return 0;
+}
+
 /* One rank: its stage, STEPS steps; *out gets [origin, value] pairs of its parameters. */
 static int pp_train(const struct pp_case *k, struct comm *world, struct comm *dp, float **out,
                     size_t *n, struct err *e)
@@ -99,6 +116,8 @@ static int pp_train(const struct pp_case *k, struct comm *world, struct comm *dp
     if (pp_whole(&whole, e) < 0 || pipe_init(&p, &pc, &whole, world, e) < 0)
         goto out;
     have_p = true;
+    if (world->rank == 0 && pp_profile_check(&p, k->micro, e) < 0)
+        goto out;
     nn_model_destroy(&whole);
     if (ddp_init(&d, &dc, dp, pipe_model(&p), e) < 0)
         goto out;

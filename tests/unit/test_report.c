@@ -953,13 +953,25 @@ static void test_report_pipe(void)
                             .micro_batch = 4,
                             .tied_bytes = 1024,
                             .layers = layers,
-                            .cuts = cuts},
+                            .cuts = cuts,
+                            .batch = 16,
+                            .batch_forward_ns = 2000,
+                            .batch_backward_ns = 4000},
                        pb;
     json_t *ev = observe_round_trip(emit_pipe, &p, REPORT_PIPE);
     T_CHECK(ev != NULL);
     T_OK(report_pipe_from_json(ev, &pb, &e));
     T_CHECK(pb.repeat == 1 && pb.stages == 2 && pb.micro_batch == 4 && pb.tied_bytes == 1024);
     T_CHECK(json_equal(pb.layers, layers) && json_equal(pb.cuts, cuts));
+    T_CHECK(pb.batch == 16 && pb.batch_forward_ns == 2000 && pb.batch_backward_ns == 4000);
+    json_decref(ev);
+    /* the whole batch's timing is optional (a worker from before it): absent, -1 */
+    p.batch = -1;
+    p.batch_forward_ns = p.batch_backward_ns = -1;
+    ev = observe_round_trip(emit_pipe, &p, REPORT_PIPE);
+    T_CHECK(ev && !json_object_get(ev, "batch") && !json_object_get(ev, "batch_forward_ns"));
+    T_OK(report_pipe_from_json(ev, &pb, &e));
+    T_CHECK(pb.batch == -1 && pb.batch_forward_ns == -1 && pb.batch_backward_ns == -1);
     json_decref(ev);
     json_decref(layers);
     json_decref(cuts);
@@ -971,9 +983,12 @@ static void test_report_pipe(void)
         PIPE_LINE("2", "[[1,2,-3]]", "[[1,8]]"),
         PIPE_LINE("2", "[[1,2,3]]", "[[1]]"),
         PIPE_LINE("1", "[[1,2,3]]", "[]"),
+        PIPE_LINE("2", "[[1,2,3]]", "[[1,8]],\"batch\":0"),
+        PIPE_LINE("2", "[[1,2,3]]", "[[1,8]],\"batch_forward_ns\":\"5\""),
     };
 #undef PIPE_LINE
-    static const char *const field[] = {"layers", "layers", "cuts", "stages"};
+    static const char *const field[] = {"layers", "layers", "cuts",
+                                        "stages", "batch",  "batch_forward_ns"};
     lines_refused(bad, field, sizeof bad / sizeof bad[0]);
 }
 

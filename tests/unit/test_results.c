@@ -896,6 +896,24 @@ static void test_results_pipeline_predicted(void)
                               json_array_get(json_object_get(old, "rows"), 1), "pred_note")),
                           "layer profile") != NULL);
     json_decref(old);
+    /* rank 0 timed the whole batch too (8 samples: forward 6 ms, backward 4 ms, where the
+     * profile's micro-batch of 4 took 4 and 3): a micro-batch costs 4/6 and 3/4 of the
+     * base's step, not 1/2 each. Forward per stage and micro-batch 2 ms x 1/2 x 2/3,
+     * backward 3 ms x (1/3, 2/3) x 3/4; means over the stages of their two micro-batches:
+     * forward 4/3 ms, backward 2.25 */
+    runs[1].npipes = 1;
+    pr.batch = 8;
+    pr.batch_forward_ns = 6000000;
+    pr.batch_backward_ns = 4000000;
+    json_t *mbt = results_build_with(&data, NULL, 0, fits, 2, &e);
+    T_CHECK(mbt != NULL);
+    json_t *rm = json_array_get(json_object_get(mbt, "rows"), 1);
+    T_NEAR(json_number_value(json_object_get(rm, "pred_forward_ms")), 4.0 / 3.0, 1e-9);
+    T_NEAR(json_number_value(json_object_get(rm, "pred_backward_ms")), 2.25, 1e-9);
+    T_CHECK(json_number_value(json_object_get(rm, "pred_step_ms")) > 10.525);
+    json_decref(mbt);
+    pr.batch = -1;
+    pr.batch_forward_ns = pr.batch_backward_ns = -1;
     /* 2 replicas of the 2 stages on 4 ranks of the 4 CPUs: each stage then allreduces its
      * gradients with its replica (the allreduce fit at world 2: 0.1 ms + 1 ns a byte, 3000
      * and 1000 bytes) after its last backward: 10.525 + 0.103 and 9.275 + 0.101; each
