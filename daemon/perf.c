@@ -399,12 +399,14 @@ int perf_contention_at(const struct perf_calib *c, int k, struct perf_contention
         perf_calib_interp(c, fmin(cores, kmax), base);
         double sw = c->quantum_s > 0 ? c->switch_s / c->quantum_s : 0;
         for (int p = 0; p < PERF_NPHASES; p++)
-            out->slow[p] = (double)k / cores * base[p] * (1 + sw);
+            out->slow[p] = (double)k / cores * fmax(base[p], 1) * (1 + sw);
     }
     /* a ring's message needs its peer running: descheduled with probability 1 - cores/k,
      * it runs again after half a quantum on average */
     if (k > cores)
         out->msg_wait_s = (1 - cores / (double)k) * c->quantum_s / 2;
+    for (int p = 0; p < PERF_NPHASES; p++)
+        out->slow[p] = fmax(out->slow[p], 1);
     return 0;
 }
 

@@ -157,7 +157,10 @@ struct perf_contention {
                           first operation */
 };
 
-/* The contention at k ranks (see top); -1 when c has no point. */
+/* The contention at k ranks (see top); -1 when c has no point. A slowdown measured below
+ * 1 reads 1: co-location takes from a rank and gives it nothing, so a ratio below 1 is the
+ * one-rank reference's noise (resnet18's k = 2 forward read x0.83 on one calibration and
+ * x1.15 on the one before, minutes apart). */
 int perf_contention_at(const struct perf_calib *c, int k, struct perf_contention *out);
 
 /* The link behind the fit net would pick for op at world ranks over bytes; -1 when none

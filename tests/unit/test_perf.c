@@ -280,6 +280,15 @@ static void test_perf_contention(void)
     c.n = 0;
     T_CHECK(perf_contention_at(&c, 2, &x) < 0);
     T_CHECK(perf_contention_at(NULL, 2, &x) < 0);
+    /* a ratio measured below 1 (the one-rank reference's noise) reads 1 */
+    const struct perf_calib_point low[2] = {{1, {1, 1, 1}}, {2, {0.83, 1.3, 0.9}}};
+    struct perf_calib cl = {.pts = low, .n = 2, .cores = 2, .quantum_s = 1.5e-3};
+    T_CHECK(perf_contention_at(&cl, 2, &x) == 0);
+    T_NEAR(x.slow[PERF_FORWARD], 1, 1e-12);
+    T_NEAR(x.slow[PERF_BACKWARD], 1.3, 1e-12);
+    T_NEAR(x.slow[PERF_OPTIMIZER], 1, 1e-12);
+    T_CHECK(perf_contention_at(&cl, 4, &x) == 0); /* time-sliced from the 1 it reads */
+    T_NEAR(x.slow[PERF_FORWARD], 2, 1e-12);
 }
 
 /* The step with a calibration's contention: each phase slowed by its own factor, the
