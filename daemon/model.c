@@ -462,10 +462,23 @@ void model_setup_calibrated(const struct db_data_run *run, int world, int ranks_
                             const struct db_data_run *base, const struct calib_set *cals,
                             struct perf_setup *s, int64_t *calib_id)
 {
+    model_setup_busy(run, world, ranks_per_node, 1, base, cals, s, calib_id);
+}
+
+void model_setup_busy(const struct db_data_run *run, int world, int ranks_per_node, double busy,
+                      const struct db_data_run *base, const struct calib_set *cals,
+                      struct perf_setup *s, int64_t *calib_id)
+{
     model_setup_at(run, world, ranks_per_node, base, s);
     *calib_id = 0;
+    if (ranks_per_node > 0 && busy < 1) { /* the core share, weighted as the calibration's */
+        s->compute_scale = 0;
+        for (int j = 0; j < ranks_per_node; j++)
+            s->compute_scale += perf_busy_weight(ranks_per_node - 1, busy, j) *
+                                model_compute_scale(run, j + 1, base);
+    }
     const struct calib *c = ranks_per_node > 0 ? calib_match(cals, run) : NULL;
-    if (!c || perf_contention_at(&c->perf, ranks_per_node, &s->contention) < 0)
+    if (!c || perf_contention_busy(&c->perf, ranks_per_node, busy, &s->contention) < 0)
         return;
     s->has_contention = true;
     s->compute_scale = s->contention.slow[PERF_BACKWARD]; /* the data phase's, too */

@@ -81,6 +81,14 @@ void model_setup_at(const struct db_data_run *run, int world, int ranks_per_node
 void model_setup_calibrated(const struct db_data_run *run, int world, int ranks_per_node,
                             const struct db_data_run *base, const struct calib_set *cals,
                             struct perf_setup *s, int64_t *calib_id);
+/* model_setup_calibrated for ranks that compute only a share `busy` (0..1] of the step (a
+ * pipeline's stages idle in its bubble): the calibration's slowdowns, or the core share,
+ * are the expectation over how many of the node's other ranks compute at once, each with
+ * probability busy (perf_contention_busy); the spare core for communication is still
+ * judged at ranks_per_node. busy 1: model_setup_calibrated. */
+void model_setup_busy(const struct db_data_run *run, int world, int ranks_per_node, double busy,
+                      const struct db_data_run *base, const struct calib_set *cals,
+                      struct perf_setup *s, int64_t *calib_id);
 /* The network a run of spec used: its backend, device, algorithm, nodes and profile. All
  * strings borrowed from spec and profile. */
 void model_net_of(const json_t *spec, const char *profile, int nodes,

@@ -139,6 +139,23 @@ static double pipe_contend(const struct perf_setup *s, struct pipe_input *in)
     return before > 0 ? after / before : b;
 }
 
+/* One step of the stages in `in` under schedule sched. */
+static int pipe_simulate(const struct pipe_input *in, enum perf_pipe_schedule sched,
+                         double data_s, struct perf_pipe_step *out)
+{
+    struct perf_pipe p = {.stages = in->P,
+                          .micro_batches = in->M,
+                          .schedule = sched,
+                          .forward_s = in->fwd,
+                          .backward_s = in->bwd,
+                          .p2p_s = in->p2p,
+                          .optimizer_s = in->opt,
+                          .dp_s = in->dp,
+                          .tie_s = in->tie_s,
+                          .data_s = data_s};
+    return perf_pipe_simulate(&p, out);
+}
+
 int model_pipe_predict(const struct db_data_run *run, const struct db_data_run *base,
                        struct perf_net *net, const struct calib_set *cals,
                        struct perf_pipe_step *out, int64_t *calib_id, const char **why)
@@ -157,9 +174,6 @@ int model_pipe_predict(const struct db_data_run *run, const struct db_data_run *
         *why = "the pipeline has more stages than the model simulates (64)";
         return -1;
     }
-    struct perf_setup s;
-    int64_t applied = 0;
-    model_setup_calibrated(run, run->world_size, run->ranks_per_node, base, cals, &s, &applied);
     const struct db_pipe_row *pr = &run->pipes[run->npipes - 1];
     int samples = pipe_spec_int(run->spec, "batch_size", 0) / in.M; /* the worker's p->mb */
     in.cut_scale = pr->micro_batch > 0 && samples > 0 ? (double)samples / pr->micro_batch : 1;
@@ -177,20 +191,23 @@ int model_pipe_predict(const struct db_data_run *run, const struct db_data_run *
     int batch = pipe_spec_int(base->spec, "batch_size", in.M * samples); /* the base's step */
     double mb_cost = pipe_level(&mb.b, pr, samples, batch, &in);
     pipe_base_share(&mb.b, &in);
-    double contention = pipe_contend(&s, &in);
-    struct perf_pipe p = {.stages = in.P,
-                          .micro_batches = in.M,
-                          .schedule = sch && strcmp(sch, "gpipe") == 0 ? PERF_PIPE_GPIPE
-                                                                       : PERF_PIPE_1F1B,
-                          .forward_s = in.fwd,
-                          .backward_s = in.bwd,
-                          .p2p_s = in.p2p,
-                          .optimizer_s = in.opt,
-                          .dp_s = in.dp,
-                          .tie_s = in.tie_s,
-                          .data_s = mb.b.data_s};
+    double data_s = mb.b.data_s;
     model_base_cleanup(&mb);
-    if (perf_pipe_simulate(&p, out) < 0) {
+    enum perf_pipe_schedule sched = sch && strcmp(sch, "gpipe") == 0 ? PERF_PIPE_GPIPE
+                                                                     : PERF_PIPE_1F1B;
+    /* the stages compute only outside the bubble: the co-location a busy stage meets is
+     * the expectation over its neighbours, each busy the share the schedule without
+     * co-location gives (model_setup_busy) */
+    struct perf_setup s;
+    int64_t applied = 0;
+    if (pipe_simulate(&in, sched, data_s, out) < 0) {
+        *why = "the pipeline's schedule could not be simulated from its profile";
+        return -1;
+    }
+    model_setup_busy(run, run->world_size, run->ranks_per_node, 1 - out->bubble, base, cals, &s,
+                     &applied);
+    double contention = pipe_contend(&s, &in);
+    if (pipe_simulate(&in, sched, data_s, out) < 0) {
         *why = "the pipeline's schedule could not be simulated from its profile";
         return -1;
     }

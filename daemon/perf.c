@@ -410,6 +410,37 @@ int perf_contention_at(const struct perf_calib *c, int k, struct perf_contention
     return 0;
 }
 
+double perf_busy_weight(int n, double u, int j)
+{
+    if (j < 0 || j > n)
+        return 0;
+    double w = 1; /* C(n, j) u^j (1 - u)^(n - j), as a product: n stays small */
+    for (int i = 0; i < j; i++)
+        w *= (double)(n - i) / (i + 1) * u;
+    for (int i = 0; i < n - j; i++)
+        w *= 1 - u;
+    return w;
+}
+
+int perf_contention_busy(const struct perf_calib *c, int k, double busy,
+                         struct perf_contention *out)
+{
+    if (perf_contention_at(c, k, out) < 0)
+        return -1;
+    if (busy >= 1)
+        return 0;
+    double u = busy > 0 ? busy : 0, slow[PERF_NPHASES] = {0};
+    for (int j = 0; j < k; j++) {
+        struct perf_contention at;
+        double w = perf_busy_weight(k - 1, u, j);
+        perf_contention_at(c, j + 1, &at);
+        for (int p = 0; p < PERF_NPHASES; p++)
+            slow[p] += w * at.slow[p];
+    }
+    memcpy(out->slow, slow, sizeof slow);
+    return 0;
+}
+
 /* ---- the step ------------------------------------------------------------------------- */
 
 int perf_strategy_parse(const char *s)

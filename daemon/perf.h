@@ -163,6 +163,18 @@ struct perf_contention {
  * x1.15 on the one before, minutes apart). */
 int perf_contention_at(const struct perf_calib *c, int k, struct perf_contention *out);
 
+/* The probability that j of n ranks are busy when each is, independently, with
+ * probability u (binomial). */
+double perf_busy_weight(int n, double u, int j);
+
+/* The contention a busy rank meets when each of the node's k ranks computes only a share
+ * `busy` of the step, independently of the others (a pipeline's stages idle in its
+ * bubble): the slowdown at 1 + j ranks, weighted by the chance perf_busy_weight(k - 1,
+ * busy, j) that j of the others compute with it. busy 1: perf_contention_at(k). The
+ * oversubscribed ring's msg_wait_s is k's. -1 when c has no point. */
+int perf_contention_busy(const struct perf_calib *c, int k, double busy,
+                         struct perf_contention *out);
+
 /* The link behind the fit net would pick for op at world ranks over bytes; -1 when none
  * matches (the fit is marked used). */
 int perf_net_link(struct perf_net *net, const char *op, int world, double bytes,

@@ -280,6 +280,7 @@ static void test_perf_contention(void)
     c.n = 0;
     T_CHECK(perf_contention_at(&c, 2, &x) < 0);
     T_CHECK(perf_contention_at(NULL, 2, &x) < 0);
+    T_CHECK(perf_contention_busy(&c, 2, 0.5, &x) < 0);
     /* a ratio measured below 1 (the one-rank reference's noise) reads 1 */
     const struct perf_calib_point low[2] = {{1, {1, 1, 1}}, {2, {0.83, 1.3, 0.9}}};
     struct perf_calib cl = {.pts = low, .n = 2, .cores = 2, .quantum_s = 1.5e-3};
@@ -289,6 +290,46 @@ static void test_perf_contention(void)
     T_NEAR(x.slow[PERF_OPTIMIZER], 1, 1e-12);
     T_CHECK(perf_contention_at(&cl, 4, &x) == 0); /* time-sliced from the 1 it reads */
     T_NEAR(x.slow[PERF_FORWARD], 2, 1e-12);
+}
+
+/* Ranks busy a share u of the step (a pipeline's stages): the slowdown a busy one meets is
+ * the expectation over how many of the others compute with it, binomially (j of n busy:
+ * C(n, j) u^j (1 - u)^(n - j)). 4 ranks on 2 cores, u = 0.42 (resnet18's 4 stages): the
+ * others' count is 0, 1, 2, 3 with 0.195, 0.424, 0.307, 0.074, the slowdowns at 1 to 4
+ * ranks those of perf_contention_at. busy 1: exactly k's. */
+static void test_perf_contention_busy(void)
+{
+    T_NEAR(perf_busy_weight(3, 0.42, 0), 0.58 * 0.58 * 0.58, 1e-12);
+    T_NEAR(perf_busy_weight(3, 0.42, 1), 3 * 0.42 * 0.58 * 0.58, 1e-12);
+    T_NEAR(perf_busy_weight(3, 0.42, 2), 3 * 0.42 * 0.42 * 0.58, 1e-12);
+    T_NEAR(perf_busy_weight(3, 0.42, 3), 0.42 * 0.42 * 0.42, 1e-12);
+    T_NEAR(perf_busy_weight(3, 0.42, 4), 0, 1e-12);
+    T_NEAR(perf_busy_weight(0, 0.42, 0), 1, 1e-12);
+    const struct perf_calib_point pts[3] = {
+        {1, {1, 1, 1}}, {2, {1.15, 1.05, 1.03}}, {4, {2.35, 2.35, 2.25}}};
+    struct perf_calib c = {
+        .pts = pts, .n = 3, .cores = 2, .switch_s = 3e-6, .quantum_s = 1.5e-3};
+    struct perf_contention x, at[4];
+    for (int k = 1; k <= 4; k++)
+        T_CHECK(perf_contention_at(&c, k, &at[k - 1]) == 0);
+    T_CHECK(perf_contention_busy(&c, 4, 0.42, &x) == 0);
+    for (int p = 0; p < PERF_NPHASES; p++) {
+        double want = 0;
+        for (int j = 0; j < 4; j++)
+            want += perf_busy_weight(3, 0.42, j) * at[j].slow[p];
+        T_NEAR(x.slow[p], want, 1e-12);
+    }
+    /* by hand, forward: 0.195 x 1 + 0.424 x 1.15 + 0.307 x 1.75 (k = 3, halfway) + 0.074 x
+     * 2.35 */
+    T_NEAR(x.slow[PERF_FORWARD],
+           0.58 * 0.58 * 0.58 + 3 * 0.42 * 0.58 * 0.58 * 1.15 + 3 * 0.42 * 0.42 * 0.58 * 1.75 +
+               0.42 * 0.42 * 0.42 * 2.35,
+           1e-12);
+    T_NEAR(x.msg_wait_s, at[3].msg_wait_s, 1e-15);
+    T_CHECK(perf_contention_busy(&c, 4, 1, &x) == 0);
+    T_NEAR(x.slow[PERF_BACKWARD], 2.35, 1e-12);
+    T_CHECK(perf_contention_busy(&c, 4, 0, &x) == 0); /* nobody else ever computes */
+    T_NEAR(x.slow[PERF_BACKWARD], 1, 1e-12);
 }
 
 /* The step with a calibration's contention: each phase slowed by its own factor, the
@@ -626,6 +667,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_perf_expected_wait);
     TEST_RUN(test_perf_link);
     TEST_RUN(test_perf_contention);
+    TEST_RUN(test_perf_contention_busy);
     TEST_RUN(test_perf_contention_step);
     TEST_RUN(test_perf_engines);
     TEST_RUN(test_buckets_by_limit);
