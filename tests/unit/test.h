@@ -25,7 +25,9 @@ struct test_state {
     int case_failed, case_skipped;
     const char *skip_all;  /* set by test_skip_all: every later case is skipped for this */
     char skip_reason[256]; /* the current case's, from T_SKIP */
-    const char *only;      /* run only cases whose name contains this (argv[1]) */
+    const char *only;      /* run only cases whose name contains one of these words
+                              (argv[1], comma-separated); "!a,b": only those whose name
+                              contains none of them */
     const char *prog;      /* argv[0]: names the scratch folder */
     char tmpdir[256];      /* test_tmpdir's folder once made, else "" */
 };
@@ -113,9 +115,33 @@ __attribute__((format(printf, 3, 4))) static inline void test_fail(const char *f
         }                                                                                      \
     } while (0)
 
+/* Whether name contains the n characters at w (an empty word is in no name). */
+static inline int test_name_has(const char *name, const char *w, size_t n)
+{
+    for (const char *p = name; n > 0 && *p; p++)
+        if (strncmp(p, w, n) == 0)
+            return 1;
+    return 0;
+}
+
+/* Whether the case named name runs under argv[1] (test_state.only). */
+static inline int test_selected(const char *name)
+{
+    const char *o = test_state.only;
+    if (!o)
+        return 1;
+    int negate = o[0] == '!', hit = 0;
+    for (const char *w = o + negate; *w && !hit;) {
+        size_t n = strcspn(w, ",");
+        hit = test_name_has(name, w, n);
+        w += n + (w[n] == ',');
+    }
+    return negate ? !hit : hit;
+}
+
 #define TEST_RUN(fn)                                                                           \
     do {                                                                                       \
-        if (test_state.only && !strstr(#fn, test_state.only))                                  \
+        if (!test_selected(#fn))                                                               \
             break;                                                                             \
         test_state.case_failed = test_state.case_skipped = 0;                                  \
         if (test_state.skip_all) {                                                             \
