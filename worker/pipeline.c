@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/log.h"
 
 /* ---- setting up ------------------------------------------------------------------------ */
 
@@ -75,12 +76,15 @@ static int pipe_time_layers(struct pipeline *p, struct nn_model *whole, int samp
                             int64_t *fwd, int64_t *bwd, struct err *e)
 {
     int n = nn_model_node_count(whole);
+    /* prepared first: a batch too large for this node is refused (ERR_TOO_LARGE) before
+     * its input is allocated */
+    if (nn_model_prepare(whole, samples, NN_BACKEND_FAST, 1, e) < 0)
+        return -1;
     size_t nx = (size_t)samples * nn_model_tensor_sample(whole, 0);
     float *x = calloc(nx ? nx : 1, sizeof *x);
     int32_t *y = calloc((size_t)samples * p->labels_per, sizeof *y);
     int64_t *t = calloc((size_t)n * 6, sizeof *t); /* [pass][forward, backward][layer] */
-    int rc = x && y && t ? nn_model_prepare(whole, samples, NN_BACKEND_FAST, 1, e)
-                         : err_set(e, ERR_NOMEM, NULL, "pipeline profile: out of memory");
+    int rc = x && y && t ? 0 : err_set(e, ERR_NOMEM, NULL, "pipeline profile: out of memory");
     for (int pass = 0; rc == 0 && pass < 4; pass++) {
         double loss;
         int right;
@@ -118,7 +122,10 @@ static void pipe_profile_free(struct pipe_profile *pr)
 
 /* The sums over layers of whole's times on the whole batch (pipeline.h struct
  * pipe_profile), taken before the micro-batch's so whole is left prepared for the
- * micro-batch as the stages are. One micro-batch is the batch: its own sums. */
+ * micro-batch as the stages are. One micro-batch is the batch: its own sums. A whole
+ * batch whose activations do not fit this node (a model pipelined for its memory) is
+ * not timed: the sums stay 0, the report leaves them out and the daemon's model takes a
+ * micro-batch as the batch's share, as it did before the batch was timed. */
 static int pipe_time_batch(struct pipeline *p, struct nn_model *whole, struct err *e)
 {
     struct pipe_profile *pr = p->profile;
@@ -133,6 +140,12 @@ static int pipe_time_batch(struct pipeline *p, struct nn_model *whole, struct er
         pr->batch_backward_ns += t[n + i];
     }
     free(t);
+    if (rc < 0 && e->code == ERR_TOO_LARGE) {
+        log_warn("pipeline profile: the whole batch is not timed (%s); the model takes a "
+                 "micro-batch as its share of the batch",
+                 e->msg);
+        return 0;
+    }
     return rc;
 }
 

@@ -419,6 +419,27 @@ static void test_pipeline_refusals(void)
     nn_model_destroy(&whole);
 }
 
+/* A whole batch whose activations cannot fit this node (a model pipelined for its
+ * memory) is not timed: rank 0's profile keeps its micro-batch's layers and leaves the
+ * batch's sums at 0 (the report then leaves them out), and the pipeline still starts. */
+static void test_pipeline_batch_too_large(void)
+{
+    struct err e;
+    struct nn_model whole;
+    struct pipeline p;
+    T_OK(pp_whole(&whole, &e));
+    nn_set_threads(1);
+    struct comm fake = {.rank = 0, .world_size = 2};
+    /* 2^30 samples: far past any node's memory; micro-batches of 2 */
+    struct pipe_config pc = {
+        .stages = 2, .micro_batches = 1 << 29, .batch = 1 << 30, .schedule = PIPE_1F1B};
+    T_OK(pipe_init(&p, &pc, &whole, &fake, &e));
+    T_CHECK(p.profile && p.profile->forward_ns[0] > 0);
+    T_CHECK(p.profile->batch_forward_ns == 0 && p.profile->batch_backward_ns == 0);
+    pipe_cleanup(&p);
+    nn_model_destroy(&whole);
+}
+
 int main(int argc, char **argv)
 {
     test_begin(argc, argv);
@@ -427,5 +448,6 @@ int main(int argc, char **argv)
     TEST_RUN(test_pipeline_1f1b);
     TEST_RUN(test_pipeline_model_parallel);
     TEST_RUN(test_pipeline_refusals);
+    TEST_RUN(test_pipeline_batch_too_large);
     return test_end();
 }
