@@ -1053,6 +1053,48 @@ static int rh_doc_load(struct db *db, const int64_t *ids, size_t n, int max_worl
     return rc;
 }
 
+/* Which co-location the table's multi-rank predictions applied (docs/model.md §6): the
+ * stored calibrations its rows name, else the core-share rule. A reader cannot tell from
+ * the numbers whether a measured slowdown or the rule stands behind them. */
+static void rh_colocation(struct rh *h, const json_t *t)
+{
+    const json_t *r;
+    size_t i, predicted = 0, calibrated = 0, nid = 0;
+    json_int_t ids[8];
+    json_array_foreach(json_object_get(t, "rows"), i, r)
+    {
+        if (json_integer_value(json_object_get(r, "world_size")) <= 1 ||
+            !json_is_number(json_object_get(r, "pred_step_ms")))
+            continue;
+        predicted++;
+        const json_t *c = json_object_get(r, "pred_calibration");
+        if (!json_is_integer(c))
+            continue;
+        calibrated++;
+        size_t k = 0;
+        while (k < nid && ids[k] != json_integer_value(c))
+            k++;
+        if (k == nid && nid < sizeof ids / sizeof *ids)
+            ids[nid++] = json_integer_value(c);
+    }
+    if (predicted == 0)
+        return;
+    if (calibrated == 0) {
+        rh_printf(h, "<p>Co-location: no calibration of this node and model is stored, so "
+                     "ranks sharing a node are slowed by the core-share rule (a spec with "
+                     "<code>calibrate</code> measures it).</p>");
+        return;
+    }
+    rh_printf(h,
+              "<p>Co-location: %zu of %zu multi-rank predictions apply the measured "
+              "calibration%s",
+              calibrated, predicted, nid > 1 ? "s" : "");
+    for (size_t k = 0; k < nid; k++)
+        rh_printf(h, "%s %lld", k == 0 ? "" : ",", (long long)ids[k]);
+    rh_printf(h, " (<code>GET /v1/calibrations/{id}</code>)%s.</p>",
+              calibrated < predicted ? "; the others the core-share rule" : "");
+}
+
 static void rh_experiment(struct rh *h, struct db *db, const struct rh_doc *doc, size_t i,
                           struct rh_set *set)
 {
@@ -1072,6 +1114,7 @@ static void rh_experiment(struct rh *h, struct db *db, const struct rh_doc *doc,
         rh_printf(h, "<p>Step times over non-warm-up steps (the slowest rank's); intervals are "
                      "95%% confidence over repeats; predictions come from each configuration's "
                      "one-rank run and the network fits below.</p>");
+        rh_colocation(h, t);
         rh_table(h, t, rh_train_cols, sizeof rh_train_cols / sizeof *rh_train_cols, NULL);
         rh_scaling_charts(h, t, set);
         rh_phase_chart(h, t);

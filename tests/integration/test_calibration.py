@@ -11,7 +11,8 @@ contention"), on mnist-cnn with few steps:
   carries in pred_contention the compute slowdown its k = 2 point gives the one-rank
   run's phases (each at least 1); POST /v1/predict at ranks_per_node 2 says the same step time;
 - its report, cached before the calibrations were stored, is computed again after
-  (api/h_model.c keys it by the stored calibrations too);
+  (api/h_model.c keys it by the stored calibrations too): before, it says the core-share
+  rule stands; after, which calibration its predictions apply;
 - bad input is refused naming the field (a strategy with shards, another engine, a
   model that does not exist, an unknown query parameter); an unknown id is 404."""
 import os
@@ -152,9 +153,12 @@ def test_calibration_end_to_end():
         check(ids == [cal2["id"], cal1["id"]], ids)  # both kept, newest first
         check(coll["status"] == "succeeded", coll["status"])
         check_prediction(d, train, cal2)
-        # the calibrations stored since: the cached report is not served again
+        # the calibrations stored since: the cached report is not served again, and says
+        # which calibration its predictions apply (before: the core-share rule)
         fresh, computed = report(d, train)
         check(computed == 1 and fresh != stale, "the report from before the calibrations")
+        check("core-share rule" in stale and "calibration" in stale, "before: the rule")
+        check(f"apply the measured calibration {cal2['id']} " in fresh, "names it")
     finally:
         d.close()
 
