@@ -167,8 +167,13 @@ class Reporter:
             while not self._stop.wait(every_s):
                 try:
                     self.heartbeat()
-                except (OSError, ValueError):
-                    return  # the daemon is gone: the main thread finds out on its next write
+                except (OSError, ValueError) as err:
+                    # the daemon is gone: the main thread finds out on its next write. Said
+                    # in the rank's log, so a rank the daemon later takes for frozen says
+                    # why its heartbeats stopped
+                    print(f"ddpb_report: rank {self.rank}: the heartbeat thread stops: "
+                          f"{err!r}", file=sys.stderr, flush=True)
+                    return
         self._beat = threading.Thread(target=beat, name="ddpb-heartbeat", daemon=True)
         self._beat.start()
 

@@ -672,6 +672,27 @@ def test_killed_rank_fails_the_run_naming_it():
         d.wait_slots_free(2)
 
 
+def test_heartbeat_thread_says_why_it_stops():
+    """A rank's heartbeat thread that cannot write (the daemon gone: a broken pipe) stops,
+    and says so on stderr, the rank's log: a rank the daemon takes for frozen then says why
+    its heartbeats stopped."""
+    import contextlib
+    import ddpb_report
+
+    class Gone(io.StringIO):
+        def write(self, s):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    rep = ddpb_report.Reporter(3, 4, stream=Gone())
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rep.start_heartbeat(every_s=0.01)
+        rep._beat.join(timeout=10)
+    check(not rep._beat.is_alive(), "the heartbeat thread still runs")
+    check("rank 3: the heartbeat thread stops: BrokenPipeError" in err.getvalue(),
+          err.getvalue())
+
+
 def test_stopped_rank_leaves_its_stacks():
     """A framework rank the daemon stops (here: the experiment cancelled mid-training)
     writes every thread's stack to its log before it dies (engines/ddpb_train.py run_main:
@@ -715,6 +736,7 @@ if __name__ == "__main__":
                         test_two_ranks_reach_ddpbenchs_accuracy_band,
                         test_script_engine_runs_only_what_the_operator_allowed,
                         test_killed_rank_fails_the_run_naming_it,
+                        test_heartbeat_thread_says_why_it_stops,
                         test_stopped_rank_leaves_its_stacks])
     finally:
         SHARED.close()
