@@ -68,9 +68,11 @@ def check_predict_pipe(d, train, rows, fit):
         pt = c["points"][0]
         check(pt["world_size"] == 2 and pt["replicas"] == 1, pt)
         # rank 0 timed the whole batch beside the micro-batch: 4 calls of 2 samples cost
-        # more than one of 8 (each call's fixed cost is repeated); exactly 1 would mean
-        # the batch's timing never reached the model
-        check(pt["micro_batch_cost"] > 1, pt)
+        # what the two timings say, usually more than one of 8 (each call's fixed cost is
+        # repeated), at times less (gpt2-tiny on a loaded machine read 0.88: the line's
+        # fixed cost negative); exactly 1 would mean the batch's timing never reached the
+        # model (base / M)
+        check(pt["micro_batch_cost"] > 0 and abs(pt["micro_batch_cost"] - 1) > 1e-9, pt)
         for got, want in ((pt["step_ms"], row["pred_step_ms"]),
                           (pt["bubble"], row["pred_bubble"]),
                           (pt["throughput"], row["pred_throughput"]),
@@ -97,8 +99,10 @@ def check_predict_pipe(d, train, rows, fit):
         check(all(pt["calibration"] == rows[0]["pred_calibration"] for pt in c["points"]),
               (c["points"], rows[0]["pred_calibration"]))
         check(c["points"][1]["throughput"] > c["points"][0]["throughput"], c["points"])
-        # 2 micro-batches of 4 samples: between the batch's cost and the profile's 4 of 2
-        check(1 <= c["points"][0]["micro_batch_cost"] <= own_cost, (c["points"], own_cost))
+        # 2 micro-batches of 4 samples: on the line, between one batch's cost (1) and the
+        # profile's 4 of 2, whichever way the line leans
+        lo, hi = min(1, own_cost) - 1e-9, max(1, own_cost) + 1e-9
+        check(lo <= c["points"][0]["micro_batch_cost"] <= hi, (c["points"], own_cost))
     bad = [({"run": base, "pipeline": [4]}, 409, "pipeline"),
            ({"experiment": train["id"], "pipeline": [2]}, 400, "run"),
            ({"run": base, "pipeline": [1]}, 400, "pipeline"),
