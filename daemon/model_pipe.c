@@ -200,14 +200,15 @@ int model_pipe_predict(const struct db_data_run *run, const struct db_data_run *
      * co-location gives (model_setup_busy) */
     struct perf_setup s;
     int64_t applied = 0;
-    if (pipe_simulate(&in, sched, data_s, out) < 0) {
-        *why = "the pipeline's schedule could not be simulated from its profile";
-        return -1;
+    double contention = 1;
+    int rc = pipe_simulate(&in, sched, data_s, out);
+    if (rc == 0) {
+        model_setup_busy(run, run->world_size, run->ranks_per_node, 1 - out->bubble, base, cals,
+                         &s, &applied);
+        contention = pipe_contend(&s, &in);
+        rc = pipe_simulate(&in, sched, data_s, out);
     }
-    model_setup_busy(run, run->world_size, run->ranks_per_node, 1 - out->bubble, base, cals, &s,
-                     &applied);
-    double contention = pipe_contend(&s, &in);
-    if (pipe_simulate(&in, sched, data_s, out) < 0) {
+    if (rc < 0) {
         *why = "the pipeline's schedule could not be simulated from its profile";
         return -1;
     }

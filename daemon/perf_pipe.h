@@ -47,11 +47,12 @@ struct perf_pipe_step {
     double bubble; /* mean over stages of the idle share of the step */
     /* means over stages, per step (the measured phase columns average ranks) */
     double data_s, forward_s, backward_s, optimizer_s, exposed_s, p2p_s;
-    int peak_in_flight;      /* most micro-batches whose activations one stage holds at once */
-    double contention;       /* the compute slowdown its stage times carry (set by the caller,
-                           model_pipe.c: the core-share rule; 1 = none) */
-    double micro_batch_cost; /* the M micro-batches' compute over the batch's (set by the
-                                caller, model_pipe.c; 1: a micro-batch costs its share) */
+    /* most micro-batches whose activations one stage holds at once */
+    int peak_in_flight;
+    /* set by the caller (model_pipe.c): the compute slowdown its stage times carry (the
+     * calibration's or the core share's, at the stages busy at once; 1 = none), and the M
+     * micro-batches' compute over the batch's (1: a micro-batch costs its share) */
+    double contention, micro_batch_cost;
 };
 
 /* Simulates one step. -1 when the input is unusable (no stage, no micro-batch, more

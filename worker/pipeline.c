@@ -120,6 +120,16 @@ static void pipe_profile_free(struct pipe_profile *pr)
     free(pr);
 }
 
+/* Adds the n layers' forward and backward times into *f and *b. */
+static void pipe_sum_layers(const int64_t *fwd, const int64_t *bwd, int n, int64_t *f,
+                            int64_t *b)
+{
+    for (int i = 0; i < n; i++) {
+        *f += fwd[i];
+        *b += bwd[i];
+    }
+}
+
 /* The sums over layers of whole's times on the whole batch (pipeline.h struct
  * pipe_profile), taken before the micro-batch's so whole is left prepared for the
  * micro-batch as the stages are. One micro-batch is the batch: its own sums. A whole
@@ -135,10 +145,8 @@ static int pipe_time_batch(struct pipeline *p, struct nn_model *whole, struct er
     int64_t *t = calloc((size_t)n * 2, sizeof *t);
     int rc = t ? pipe_time_layers(p, whole, p->cfg.batch, t, t + n, e)
                : err_set(e, ERR_NOMEM, NULL, "pipeline profile: out of memory");
-    for (int i = 0; rc == 0 && i < n; i++) {
-        pr->batch_forward_ns += t[i];
-        pr->batch_backward_ns += t[n + i];
-    }
+    if (rc == 0)
+        pipe_sum_layers(t, t + n, n, &pr->batch_forward_ns, &pr->batch_backward_ns);
     free(t);
     if (rc < 0 && e->code == ERR_TOO_LARGE) {
         log_warn("pipeline profile: the whole batch is not timed (%s); the model takes a "
@@ -172,10 +180,8 @@ static int pipe_profile(struct pipeline *p, struct nn_model *whole, struct err *
         pipe_time_layers(p, whole, p->mb, pr->forward_ns, pr->backward_ns, e) < 0)
         return -1;
     if (p->mb == p->cfg.batch)
-        for (int i = 0; i < n; i++) {
-            pr->batch_forward_ns += pr->forward_ns[i];
-            pr->batch_backward_ns += pr->backward_ns[i];
-        }
+        pipe_sum_layers(pr->forward_ns, pr->backward_ns, n, &pr->batch_forward_ns,
+                        &pr->batch_backward_ns);
     return 0;
 }
 
